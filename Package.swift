@@ -1,0 +1,36 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "vaultd",
+    platforms: [.macOS(.v14)],
+    products: [
+        .library(name: "VaultClient", targets: ["VaultClient"]),
+        .executable(name: "vaultd", targets: ["vaultd"]),
+        .executable(name: "vaultctl", targets: ["vaultctl"]),
+        .executable(name: "git-credential-vault", targets: ["git-credential-vault"]),
+    ],
+    targets: [
+        // C libraries from Debian packages, one systemLibrary target each.
+        .systemLibrary(name: "CSodium", pkgConfig: "libsodium", providers: [.apt(["libsodium-dev"])]),
+        .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+        .systemLibrary(name: "CSecret", pkgConfig: "libsecret-1", providers: [.apt(["libsecret-1-dev"])]),
+        // What Glibc does not import into Swift (struct ucred, prctl).
+        .target(name: "CVaultSys"),
+
+        .target(name: "VaultProtocol"),
+        .target(name: "VaultCore", dependencies: ["VaultProtocol", "CSodium", "CSQLite", "CVaultSys"]),
+        .executableTarget(name: "vaultd", dependencies: ["VaultCore", "VaultProtocol", "CVaultSys", "CSecret"]),
+        .target(name: "VaultClient", dependencies: ["VaultProtocol"]),
+        .executableTarget(name: "vaultctl", dependencies: ["VaultClient", "CSecret"]),
+        .executableTarget(name: "git-credential-vault", dependencies: ["VaultClient"]),
+
+        .testTarget(name: "VaultProtocolTests", dependencies: ["VaultProtocol"]),
+        .testTarget(name: "VaultCoreTests", dependencies: ["VaultCore"]),
+        .testTarget(
+            name: "IntegrationTests",
+            dependencies: ["VaultClient", "VaultProtocol"]
+        ),
+    ],
+    swiftLanguageModes: [.v5]
+)

@@ -1,0 +1,18 @@
+#define _GNU_SOURCE
+#include "CVaultSys.h"
+#include <sys/socket.h>
+#include <sys/prctl.h>
+
+int vault_peer_cred(int fd, pid_t *pid, uid_t *uid, gid_t *gid) {
+    struct ucred cred;
+    socklen_t len = sizeof(cred);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) return -1;
+    *pid = cred.pid;
+    *uid = cred.uid;
+    *gid = cred.gid;
+    return 0;
+}
+
+int vault_set_nondumpable(void) {
+    return prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+}

@@ -1,0 +1,140 @@
+internal import CSodium
+import Foundation
+import VaultProtocol
+
+/// The libsodium primitives vaultd uses, and nothing home-made: XChaCha20-Poly1305-IETF
+/// (AEAD), Argon2id (passphrase KDF), BLAKE2b (keyed hash), `randombytes_buf`.
+public enum Sodium {
+    private static let initialized: Bool = sodium_init() >= 0
+
+    /// Calls `sodium_init` once. Traps if libsodium cannot initialise (no entropy source).
+    static func initialize() {
+        precondition(initialized, "sodium_init failed")
+    }
+
+    /// Length of every symmetric key vaultd uses (32 bytes).
+    public static let keyLength = Int(crypto_aead_xchacha20poly1305_ietf_KEYBYTES)
+    static let nonceLength = Int(crypto_aead_xchacha20poly1305_ietf_NPUBBYTES)
+    static let tagLength = Int(crypto_aead_xchacha20poly1305_ietf_ABYTES)
+
+    public static func randomBytes(_ count: Int) -> [UInt8] {
+        initialize()
+        var out = [UInt8](repeating: 0, count: count)
+        out.withUnsafeMutableBytes { randombytes_buf($0.baseAddress!, count) }
+        return out
+    }
+
+    /// Encrypts with XChaCha20-Poly1305-IETF under `key` (32 bytes) and a random 24-byte
+    /// nonce. Returns nonce ‖ ciphertext ‖ 16-byte tag. `associatedData` is authenticated,
+    /// not encrypted (vaultd binds ciphertexts to their row's identity with it).
+    public static func seal<P: ContiguousBytes>(_ plaintext: P, key: SecureBytes, associatedData: [UInt8]) -> [UInt8] {
+        initialize()
+        precondition(key.count == keyLength)
+        let nonce = randomBytes(nonceLength)
+        return plaintext.withUnsafeBytes { pt in
+            var out = [UInt8](repeating: 0, count: nonceLength + pt.count + tagLength)
+            out.withUnsafeMutableBufferPointer { o in
+                for i in 0..<nonceLength { o[i] = nonce[i] }
+                key.withUnsafeBytes { k in
+                    var clen: UInt64 = 0
+                    _ = crypto_aead_xchacha20poly1305_ietf_encrypt(
+                        o.baseAddress! + nonceLength, &clen,
+                        pt.bindMemory(to: UInt8.self).baseAddress, UInt64(pt.count),
+                        associatedData, UInt64(associatedData.count), nil,
+                        nonce, k.bindMemory(to: UInt8.self).baseAddress!)
+                }
+            }
+            return out
+        }
+    }
+
+    /// Decrypts what `seal` produced into secure memory. Returns nil when the key, the
+    /// associated data or the ciphertext is wrong (authentication failure).
+    public static func open(_ box: [UInt8], key: SecureBytes, associatedData: [UInt8]) -> SecureBytes? {
+        initialize()
+        guard box.count >= nonceLength + tagLength, key.count == keyLength else { return nil }
+        let out = SecureBytes(count: box.count - nonceLength - tagLength)
+        let rc = box.withUnsafeBufferPointer { b in
+            out.withUnsafeMutableBytes { o in
+                key.withUnsafeBytes { k in
+                    var mlen: UInt64 = 0
+                    return crypto_aead_xchacha20poly1305_ietf_decrypt(
+                        o.bindMemory(to: UInt8.self).baseAddress, &mlen, nil,
+                        b.baseAddress! + nonceLength, UInt64(b.count - nonceLength),
+                        associatedData, UInt64(associatedData.count),
+                        b.baseAddress!, k.bindMemory(to: UInt8.self).baseAddress!)
+                }
+            }
+        }
+        return rc == 0 ? out : nil
+    }
+
+    /// `open` for non-secret payloads (attribute blobs), returned as plain bytes.
+    public static func openBytes(_ box: [UInt8], key: SecureBytes, associatedData: [UInt8]) -> [UInt8]? {
+        open(box, key: key, associatedData: associatedData)?.withUnsafeBytes { Array($0) }
+    }
+
+    /// Argon2id parameters, stored with the vault so they can be raised later.
+    public struct KDFParameters: Equatable, Sendable {
+        /// Passes (crypto_pwhash opslimit).
+        public var opsLimit: UInt64
+        /// Memory in bytes (crypto_pwhash memlimit).
+        public var memLimit: UInt64
+        public var salt: [UInt8]
+
+        /// libsodium's INTERACTIVE limits (2 passes, 64 MiB) with a fresh 16-byte salt.
+        public static func interactive() -> KDFParameters {
+            initialize()
+            return KDFParameters(
+                opsLimit: UInt64(crypto_pwhash_OPSLIMIT_INTERACTIVE), memLimit: UInt64(crypto_pwhash_MEMLIMIT_INTERACTIVE),
+                salt: randomBytes(Int(crypto_pwhash_SALTBYTES)))
+        }
+    }
+
+    /// Derives a 32-byte key from a passphrase with Argon2id (`crypto_pwhash`, ALG_ARGON2ID13).
+    /// Throws `VaultError` InternalError when libsodium cannot allocate the memory.
+    public static func argon2id(passphrase: SecureBytes, parameters: KDFParameters) throws -> SecureBytes {
+        initialize()
+        let out = SecureBytes(count: keyLength)
+        let rc = out.withUnsafeMutableBytes { o in
+            passphrase.withUnsafeBytes { p in
+                crypto_pwhash(
+                    o.bindMemory(to: UInt8.self).baseAddress!, UInt64(keyLength),
+                    p.bindMemory(to: CChar.self).baseAddress!, UInt64(p.count),
+                    parameters.salt, parameters.opsLimit, Int(parameters.memLimit), crypto_pwhash_ALG_ARGON2ID13)
+            }
+        }
+        guard rc == 0 else { throw VaultError(.internalError, "Argon2id failed (out of memory?)") }
+        return out
+    }
+
+    /// BLAKE2b (`crypto_generichash`) of `message` keyed with `key`, `length` bytes (16...64).
+    public static func keyedHash(_ message: [UInt8], key: SecureBytes, length: Int = 32) -> [UInt8] {
+        initialize()
+        var out = [UInt8](repeating: 0, count: length)
+        key.withUnsafeBytes { k in
+            _ = crypto_generichash(&out, length, message, UInt64(message.count), k.bindMemory(to: UInt8.self).baseAddress, k.count)
+        }
+        return out
+    }
+
+    /// A key derived from two keys: BLAKE2b of `input` keyed with `key`, in secure memory.
+    /// Binds ThisDeviceOnly class keys to both the passphrase KEK and the device key.
+    public static func combine(_ input: SecureBytes, key: SecureBytes, context: String) -> SecureBytes {
+        initialize()
+        let out = SecureBytes(count: keyLength)
+        var message = Array(context.utf8)
+        input.withUnsafeBytes { message.append(contentsOf: $0) }
+        defer { message.wipe() }
+        out.withUnsafeMutableBytes { o in
+            key.withUnsafeBytes { k in
+                _ = crypto_generichash(
+                    o.bindMemory(to: UInt8.self).baseAddress!, keyLength, message, UInt64(message.count),
+                    k.bindMemory(to: UInt8.self).baseAddress, k.count)
+            }
+        }
+        return out
+    }
+}
+
+extension SecureBytes: ContiguousBytes {}

@@ -1,0 +1,333 @@
+import Foundation
+import VaultProtocol
+
+/// One item found by a query: its class and attributes, and the secret when asked for.
+public struct FoundItem {
+    public var itemClass: ItemClass
+    public var attributes: ItemAttributes
+    /// The secret, when `returnData` was requested.
+    public var data: SecureBytes?
+}
+
+/// What a keychain query asks for (SecItemCopyMatching's dictionary).
+public struct ItemQuery: Sendable {
+    /// nil matches both classes.
+    public var itemClass: ItemClass?
+    public var attributes: ItemAttributes
+    /// kSecMatchLimitAll when true; kSecMatchLimitOne (the default) when false.
+    public var matchAll: Bool
+
+    public init(itemClass: ItemClass? = nil, attributes: ItemAttributes = ItemAttributes(), matchAll: Bool = false) {
+        self.itemClass = itemClass
+        self.attributes = attributes
+        self.matchAll = matchAll
+    }
+}
+
+/// Keychain items in the store, encrypted as DESIGN §4 says: per-item keys wrapped by class
+/// keys, attributes under the metadata key, each ciphertext bound to its row by associated
+/// data. Semantics follow SecItemAdd / CopyMatching / Update / Delete. Not thread-safe.
+final class KeychainStore {
+    /// A secret may hold at most this many bytes (1 MiB).
+    static let maximumSecretSize = 1 << 20
+    /// An item's attributes, serialized, may take at most this many bytes (64 KiB).
+    static let maximumAttributesSize = 64 << 10
+
+    private let db: Database
+    private let keys: KeyHierarchy
+
+    init(db: Database, keys: KeyHierarchy) {
+        self.db = db
+        self.keys = keys
+    }
+
+    // MARK: identity and hashing
+
+    private struct Row {
+        var id: Int64
+        var uuid: [UInt8]
+        var itemClass: ItemClass
+        var accessGroup: String
+        var accessible: Accessibility
+        var synchronizable: Bool
+        var attributes: ItemAttributes
+        var wrappedKey: [UInt8]
+        var secret: [UInt8]
+    }
+
+    /// Associated data binding every ciphertext of an item to its identity, so rows or
+    /// columns cannot be swapped.
+    private static func associatedData(
+        uuid: [UInt8], itemClass: ItemClass, accessGroup: String, accessible: Accessibility, synchronizable: Bool
+    ) -> [UInt8] {
+        var ad = Array("vaultd item v1\0".utf8) + uuid
+        ad += Array("\0\(itemClass.rawValue)\0\(accessGroup)\0\(accessible.rawValue)\0\(synchronizable ? 1 : 0)".utf8)
+        return ad
+    }
+
+    /// The primary-key attributes of a class, in a fixed order (absent = empty / 0).
+    private static func primaryKey(_ c: ItemClass, _ a: ItemAttributes) -> [JSON] {
+        switch c {
+        case .genericPassword:
+            return [.string(a.service ?? ""), .string(a.account ?? "")]
+        case .internetPassword:
+            return [
+                .string(a.server ?? ""), .string(a.protocol ?? ""), JSON(a.port ?? 0), .string(a.path ?? ""),
+                .string(a.account ?? ""), .string(a.authenticationType ?? ""), .string(a.securityDomain ?? ""),
+            ]
+        }
+    }
+
+    private static func primaryKeyHash(_ c: ItemClass, _ a: ItemAttributes, index: SecureBytes) -> [UInt8] {
+        let material: JSON = .array(
+            [.string("pk"), .string(c.rawValue), .string(a.accessGroup ?? ""), .bool(a.synchronizable ?? false)]
+                + primaryKey(c, a))
+        return Sodium.keyedHash(material.serialized(), key: index)
+    }
+
+    private static func fieldHash(_ field: String, _ value: String?, index: SecureBytes) -> SQLValue {
+        guard let value else { return .null }
+        return .blob(Sodium.keyedHash(Array("\(field)\0\(value)".utf8), key: index, length: 16))
+    }
+
+    /// Normalizes the primary-key attributes of a class: absent strings become empty.
+    private static func normalize(_ c: ItemClass, _ a: inout ItemAttributes) {
+        if a.account == nil { a.account = "" }
+        switch c {
+        case .genericPassword:
+            if a.service == nil { a.service = "" }
+        case .internetPassword:
+            for k in [\ItemAttributes.server, \.protocol, \.path, \.authenticationType, \.securityDomain] where a[keyPath: k] == nil {
+                a[keyPath: k] = ""
+            }
+            if a.port == nil { a.port = 0 }
+        }
+        if a.synchronizable == nil { a.synchronizable = false }
+        if a.accessible == nil { a.accessible = .whenUnlocked }
+    }
+
+    private static func validate(_ c: ItemClass, _ a: ItemAttributes) throws {
+        if c == .genericPassword && a.hasInternetAttributes {
+            throw VaultError.param("internet-password attributes (server, protocol, port, path, authenticationType, securityDomain) on a generic password")
+        }
+        if c == .internetPassword && a.service != nil {
+            throw VaultError.param("attribute 'service' belongs to generic passwords; internet passwords use 'server'")
+        }
+        if (a.synchronizable ?? false) && (a.accessible?.isThisDeviceOnly ?? false) {
+            throw VaultError.param("a synchronizable item cannot be ThisDeviceOnly")
+        }
+        if let g = a.accessGroup, g.isEmpty { throw VaultError.param("the access group must not be empty") }
+    }
+
+    private static func checkSecretSize(_ count: Int) throws {
+        guard count <= maximumSecretSize else {
+            throw VaultError(.secretTooLarge, "the secret is \(count) bytes; the limit is \(maximumSecretSize) bytes (1 MiB)", extra: ["limit": JSON(maximumSecretSize)])
+        }
+    }
+
+    // MARK: reading rows
+
+    /// Rows matching the query's indexed parts, decrypted, then matched exactly; restricted to
+    /// the groups the caller may see.
+    private func matchingRows(_ q: ItemQuery, caller: Caller) throws -> [Row] {
+        let (metadata, index) = try keys.metadataKeys()
+        if let g = q.attributes.accessGroup, !caller.mayAccess(group: g) {
+            throw VaultError(.missingEntitlement, "the caller is not a member of the requested access group")
+        }
+        var sql = "SELECT id, uuid, item_class, access_group, accessible, synchronizable, attributes, wrapped_key, secret FROM items WHERE 1"
+        var args: [SQLValue] = []
+        if let c = q.itemClass { sql += " AND item_class = ?"; args.append(.text(c.rawValue)) }
+        if let g = q.attributes.accessGroup {
+            sql += " AND access_group = ?"
+            args.append(.text(g))
+        } else if !caller.isOwner {
+            if caller.accessGroups.isEmpty { return [] }
+            sql += " AND access_group IN (" + caller.accessGroups.map { _ in "?" }.joined(separator: ",") + ")"
+            args += caller.accessGroups.map { .text($0) }
+        }
+        if let a = q.attributes.accessible { sql += " AND accessible = ?"; args.append(.text(a.rawValue)) }
+        for (column, field, value) in [
+            ("service_hash", "service", q.attributes.service), ("account_hash", "account", q.attributes.account),
+            ("server_hash", "server", q.attributes.server),
+        ] where value != nil {
+            sql += " AND \(column) = ?"
+            args.append(Self.fieldHash(field, value, index: index))
+        }
+        sql += " ORDER BY id"
+        var out: [Row] = []
+        for r in try db.rows(sql, args) {
+            guard let id = r[0].int64, let uuid = r[1].blob, let cls = r[2].text.flatMap(ItemClass.init(rawValue:)),
+                let group = r[3].text, let acc = r[4].text.flatMap(Accessibility.init(rawValue:)), let sync = r[5].int64,
+                let attrBox = r[6].blob, let wrapped = r[7].blob, let secret = r[8].blob
+            else { continue }
+            let ad = Self.associatedData(uuid: uuid, itemClass: cls, accessGroup: group, accessible: acc, synchronizable: sync != 0)
+            guard let plain = Sodium.openBytes(attrBox, key: metadata, associatedData: ad),
+                let json = try? JSON.parse(plain), var attrs = try? ItemAttributes(json: json)
+            else {
+                log("keychain: item \(id) failed authentication; skipped")
+                continue
+            }
+            attrs.accessGroup = group
+            attrs.accessible = acc
+            attrs.synchronizable = sync != 0
+            guard attrs.matches(q.attributes) else { continue }
+            out.append(Row(id: id, uuid: uuid, itemClass: cls, accessGroup: group, accessible: acc, synchronizable: sync != 0, attributes: attrs, wrappedKey: wrapped, secret: secret))
+        }
+        return out
+    }
+
+    /// Splits rows into those whose class key is available and the error for the others.
+    private func available(_ rows: [Row]) -> ([Row], VaultError?) {
+        var ok: [Row] = []
+        var firstError: VaultError?
+        for r in rows {
+            do {
+                _ = try keys.classKey(r.accessible)
+                ok.append(r)
+            } catch let e as VaultError {
+                if firstError == nil || e.code == .notAvailableOnThisDevice { firstError = e }
+            } catch {}
+        }
+        return (ok, firstError)
+    }
+
+    private func decryptSecret(_ r: Row) throws -> SecureBytes {
+        let classKey = try keys.classKey(r.accessible)
+        let ad = Self.associatedData(uuid: r.uuid, itemClass: r.itemClass, accessGroup: r.accessGroup, accessible: r.accessible, synchronizable: r.synchronizable)
+        guard let itemKey = Sodium.open(r.wrappedKey, key: classKey, associatedData: ad),
+            let secret = Sodium.open(r.secret, key: itemKey, associatedData: ad)
+        else {
+            throw VaultError(.internalError, "item \(r.id) failed authentication (the vault file was altered or damaged)")
+        }
+        return secret
+    }
+
+    // MARK: writing rows
+
+    /// Encrypts and writes an item (insert when `id` is nil, else replace that row).
+    private func write(
+        id: Int64?, itemClass: ItemClass, attributes a: ItemAttributes, secret: SecureBytes, generation: String?
+    ) throws {
+        let (metadata, index) = try keys.metadataKeys()
+        let accessible = a.accessible ?? .whenUnlocked
+        let classKey = try keys.classKey(accessible)
+        let group = a.accessGroup!
+        let sync = a.synchronizable ?? false
+        let uuid = Sodium.randomBytes(16)
+        let ad = Self.associatedData(uuid: uuid, itemClass: itemClass, accessGroup: group, accessible: accessible, synchronizable: sync)
+        let itemKey = SecureBytes.random(count: Sodium.keyLength)
+        let attrPlain = a.json.serialized()
+        guard attrPlain.count <= Self.maximumAttributesSize else {
+            throw VaultError.param("the attributes take \(attrPlain.count) bytes; the limit is \(Self.maximumAttributesSize)")
+        }
+        let values: [SQLValue] = [
+            .blob(uuid), .text(itemClass.rawValue), .text(group), .text(accessible.rawValue), .integer(sync ? 1 : 0),
+            .blob(Self.primaryKeyHash(itemClass, a, index: index)),
+            Self.fieldHash("service", a.service, index: index), Self.fieldHash("account", a.account, index: index),
+            Self.fieldHash("server", a.server, index: index),
+            .blob(Sodium.seal(attrPlain, key: metadata, associatedData: ad)),
+            .blob(Sodium.seal(itemKey, key: classKey, associatedData: ad)),
+            .blob(Sodium.seal(secret, key: itemKey, associatedData: ad)),
+        ]
+        do {
+            if let id {
+                try db.run(
+                    """
+                    UPDATE items SET uuid = ?, item_class = ?, access_group = ?, accessible = ?, synchronizable = ?,
+                      primary_key_hash = ?, service_hash = ?, account_hash = ?, server_hash = ?, attributes = ?,
+                      wrapped_key = ?, secret = ? WHERE id = ?
+                    """, values + [.integer(id)])
+            } else {
+                try db.run(
+                    """
+                    INSERT INTO items (uuid, item_class, access_group, accessible, synchronizable, primary_key_hash,
+                      service_hash, account_hash, server_hash, attributes, wrapped_key, secret, generation)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """, values + [generation.map { .text($0) } ?? .null])
+            }
+        } catch is ConstraintViolation {
+            throw VaultError(.duplicateItem, "an item with the same primary key already exists in this access group")
+        }
+    }
+
+    // MARK: SecItem operations
+
+    /// SecItemAdd. Returns the stored attributes. Throws DuplicateItem, Param, SecretTooLarge,
+    /// MissingEntitlement (group not the caller's), InteractionNotAllowed (class key locked),
+    /// AuthFailed (whenPasscodeSet without a passphrase).
+    func add(itemClass: ItemClass, attributes input: ItemAttributes, secret: SecureBytes, caller: Caller) throws -> ItemAttributes {
+        try Self.checkSecretSize(secret.count)
+        var a = input
+        a.creationDate = nil
+        a.modificationDate = nil
+        if a.accessGroup == nil { a.accessGroup = caller.defaultAccessGroup }
+        guard caller.mayAccess(group: a.accessGroup!) else {
+            throw VaultError(.missingEntitlement, "the caller is not a member of the requested access group")
+        }
+        try Self.validate(itemClass, a)
+        Self.normalize(itemClass, &a)
+        let now = Date()
+        a.creationDate = now
+        a.modificationDate = now
+        try write(id: nil, itemClass: itemClass, attributes: a, secret: secret, generation: caller.generation)
+        return a
+    }
+
+    /// SecItemCopyMatching. Returns available matches (one, or all with `matchAll`); throws
+    /// ItemNotFound when nothing matches, or the class-key error (InteractionNotAllowed,
+    /// NotAvailableOnThisDevice) when only unavailable items match.
+    func copyMatching(_ q: ItemQuery, returnData: Bool, caller: Caller) throws -> [FoundItem] {
+        let (rows, error) = available(try matchingRows(q, caller: caller))
+        if rows.isEmpty {
+            throw error ?? VaultError(.itemNotFound, "no item matches the query")
+        }
+        return try (q.matchAll ? rows : [rows[0]]).map { r in
+            FoundItem(itemClass: r.itemClass, attributes: r.attributes, data: returnData ? try decryptSecret(r) : nil)
+        }
+    }
+
+    /// SecItemUpdate: sets `changes` on every match and, when `secret` is given, replaces its
+    /// secret. Throws ItemNotFound, DuplicateItem (a change would collide), MissingEntitlement,
+    /// Param, or the class-key error when any match is unavailable.
+    func update(_ q: ItemQuery, changes: ItemAttributes, secret: SecureBytes?, caller: Caller) throws -> Int {
+        if let secret { try Self.checkSecretSize(secret.count) }
+        let matches = try matchingRows(ItemQuery(itemClass: q.itemClass, attributes: q.attributes, matchAll: true), caller: caller)
+        let (rows, error) = available(matches)
+        if let error, rows.count < matches.count { throw error }
+        if rows.isEmpty { throw VaultError(.itemNotFound, "no item matches the query") }
+        if let g = changes.accessGroup, !caller.mayAccess(group: g) {
+            throw VaultError(.missingEntitlement, "the caller is not a member of the target access group")
+        }
+        let now = Date()
+        for r in rows {
+            var a = r.attributes
+            a.apply(changes)
+            try Self.validate(r.itemClass, a)
+            Self.normalize(r.itemClass, &a)
+            a.modificationDate = now
+            let s = try secret ?? decryptSecret(r)
+            try write(id: r.id, itemClass: r.itemClass, attributes: a, secret: s, generation: nil)
+        }
+        return rows.count
+    }
+
+    /// SecItemDelete: deletes every match. Throws ItemNotFound, or the class-key error when a
+    /// match is unavailable (nothing is deleted then).
+    func delete(_ q: ItemQuery, caller: Caller) throws -> Int {
+        let matches = try matchingRows(ItemQuery(itemClass: q.itemClass, attributes: q.attributes, matchAll: true), caller: caller)
+        let (rows, error) = available(matches)
+        if let error, rows.count < matches.count { throw error }
+        if rows.isEmpty { throw VaultError(.itemNotFound, "no item matches the query") }
+        for r in rows { try db.run("DELETE FROM items WHERE id = ?", [.integer(r.id)]) }
+        return rows.count
+    }
+
+    /// Deletes every item of one accessibility class (used when the passphrase is removed).
+    func deleteAll(accessible: Accessibility) throws -> Int {
+        try db.run("DELETE FROM items WHERE accessible = ?", [.text(accessible.rawValue)])
+    }
+
+    func count() throws -> Int {
+        Int(try db.row("SELECT COUNT(*) FROM items")?[0].int64 ?? 0)
+    }
+}

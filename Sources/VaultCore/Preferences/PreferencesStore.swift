@@ -1,0 +1,124 @@
+import Foundation
+import VaultProtocol
+
+/// Preference domains in the store: one row per (domain, key), so a write touches one row,
+/// never the whole domain. Values are stored as tagged JSON. Not thread-safe.
+final class PreferencesStore {
+    /// A domain may hold at most this many bytes (4 MiB), counted as keys plus values in their
+    /// binary-plist sizes (`PlistValue.storageSize`).
+    static let maximumDomainSize = 4 << 20
+    /// A key may be at most this many UTF-8 bytes (1 KiB).
+    static let maximumKeyLength = 1024
+    /// A domain name may be at most this many UTF-8 bytes.
+    static let maximumDomainNameLength = 255
+
+    private let db: Database
+
+    init(db: Database) { self.db = db }
+
+    static func validate(domain: String) throws {
+        guard !domain.isEmpty, domain.utf8.count <= maximumDomainNameLength,
+            !domain.unicodeScalars.contains(where: { $0.value < 0x20 || $0 == "/" })
+        else {
+            throw VaultError(.invalidValue, "invalid domain name: it must be 1 to \(maximumDomainNameLength) bytes, without '/' or control characters")
+        }
+    }
+
+    static func validate(key: String) throws {
+        guard key.utf8.count <= maximumKeyLength else {
+            throw VaultError(.invalidValue, "the key is \(key.utf8.count) bytes; keys may be at most \(maximumKeyLength) bytes")
+        }
+    }
+
+    private static func decode(_ blob: [UInt8]) throws -> PlistValue {
+        try PlistValue(tagged: try JSON.parse(blob))
+    }
+
+    func get(domain: String, key: String) throws -> PlistValue? {
+        guard let r = try db.row("SELECT value FROM preferences WHERE domain = ? AND key = ?", [.text(domain), .text(key)]),
+            let blob = r[0].blob
+        else { return nil }
+        return try Self.decode(blob)
+    }
+
+    func domain(_ domain: String) throws -> [String: PlistValue] {
+        var out: [String: PlistValue] = [:]
+        for r in try db.rows("SELECT key, value FROM preferences WHERE domain = ?", [.text(domain)]) {
+            if let k = r[0].text, let blob = r[1].blob { out[k] = try Self.decode(blob) }
+        }
+        return out
+    }
+
+    func domains() throws -> [String] {
+        try db.rows("SELECT DISTINCT domain FROM preferences ORDER BY domain").compactMap { $0[0].text }
+    }
+
+    private func size(of domain: String, excluding key: String?) throws -> Int {
+        let r = try db.row(
+            "SELECT COALESCE(SUM(size), 0) FROM preferences WHERE domain = ? AND key IS NOT ?",
+            [.text(domain), key.map { .text($0) } ?? .null])
+        return Int(r?[0].int64 ?? 0)
+    }
+
+    private func checkSize(domain: String, total: Int) throws {
+        guard total <= Self.maximumDomainSize else {
+            throw VaultError(
+                .domainTooLarge,
+                "domain '\(domain)' would hold \(total) bytes; the limit is \(Self.maximumDomainSize) bytes (4 MiB); nothing was written",
+                extra: ["domain": .string(domain), "size": JSON(total), "limit": JSON(Self.maximumDomainSize)])
+        }
+    }
+
+    /// Sets one key. Throws DomainTooLarge (nothing written) or InvalidValue.
+    func set(domain: String, key: String, value: PlistValue) throws {
+        try Self.validate(domain: domain)
+        try Self.validate(key: key)
+        let entrySize = key.utf8.count + value.storageSize
+        try checkSize(domain: domain, total: try size(of: domain, excluding: key) + entrySize)
+        try db.run(
+            "INSERT OR REPLACE INTO preferences (domain, key, value, size) VALUES (?, ?, ?, ?)",
+            [.text(domain), .text(key), .blob(value.tagged.serialized()), .integer(Int64(entrySize))])
+    }
+
+    /// Removes one key; returns whether it existed.
+    @discardableResult
+    func remove(domain: String, key: String) throws -> Bool {
+        try db.run("DELETE FROM preferences WHERE domain = ? AND key = ?", [.text(domain), .text(key)]) > 0
+    }
+
+    /// Removes a whole domain; returns the number of keys removed.
+    func removeDomain(_ domain: String) throws -> Int {
+        try db.run("DELETE FROM preferences WHERE domain = ?", [.text(domain)])
+    }
+
+    /// Replaces a domain's contents with `values`. Throws DomainTooLarge (nothing written).
+    func replace(domain: String, with values: [String: PlistValue]) throws {
+        try Self.validate(domain: domain)
+        var total = 0
+        for (k, v) in values {
+            try Self.validate(key: k)
+            total += k.utf8.count + v.storageSize
+        }
+        try checkSize(domain: domain, total: total)
+        try db.run("DELETE FROM preferences WHERE domain = ?", [.text(domain)])
+        for (k, v) in values {
+            try db.run(
+                "INSERT INTO preferences (domain, key, value, size) VALUES (?, ?, ?, ?)",
+                [.text(domain), .text(k), .blob(v.tagged.serialized()), .integer(Int64(k.utf8.count + v.storageSize))])
+        }
+    }
+}
+
+extension PlistValue {
+    /// Bytes the value takes, close to its binary-plist size (what the 4 MiB domain limit counts).
+    public var storageSize: Int {
+        switch self {
+        case .string(let s): return s.utf8.count + 2
+        case .integer, .unsignedInteger, .real, .date: return 9
+        case .bool: return 1
+        case .data(let d): return d.count + 2
+        case .array(let a): return a.reduce(2) { $0 + $1.storageSize }
+        case .dict(let d): return d.reduce(2) { $0 + $1.key.utf8.count + 2 + $1.value.storageSize }
+        }
+    }
+}

@@ -1,0 +1,78 @@
+import Foundation
+import VaultProtocol
+
+/// Reads and writes property-list files (XML and binary) through Foundation's
+/// `PropertyListSerialization`, converting to and from `PlistValue`.
+public enum PropertyListCodec {
+    public enum Format: String, Sendable {
+        case xml, binary
+    }
+
+    /// Parses XML or binary plist bytes. Throws `VaultError` InvalidPropertyList.
+    public static func decode(_ data: Data) throws -> PlistValue {
+        let object: Any
+        do {
+            var format = PropertyListSerialization.PropertyListFormat.binary
+            object = try PropertyListSerialization.propertyList(from: data, options: [], format: &format)
+        } catch {
+            throw VaultError(.invalidPropertyList, "not a property list (XML or binary): \(error.localizedDescription)")
+        }
+        return try value(from: object, depth: 0)
+    }
+
+    /// Serializes `value` in `format`. Throws `VaultError` InvalidPropertyList when Foundation
+    /// refuses (e.g. a string XML 1.0 cannot carry, written as XML).
+    public static func encode(_ value: PlistValue, format: Format) throws -> Data {
+        do {
+            return try PropertyListSerialization.data(
+                fromPropertyList: object(from: value), format: format == .xml ? .xml : .binary, options: 0)
+        } catch {
+            throw VaultError(.invalidPropertyList, "cannot write the property list as \(format.rawValue): \(error.localizedDescription)")
+        }
+    }
+
+    static func value(from object: Any, depth: Int) throws -> PlistValue {
+        guard depth < PlistValue.maximumDepth else {
+            throw VaultError(.invalidPropertyList, "property list nested deeper than \(PlistValue.maximumDepth)")
+        }
+        switch object {
+        case let b as Bool where type(of: object) == Bool.self:
+            return .bool(b)
+        case let s as String:
+            return .string(s)
+        case let n as NSNumber:
+            switch String(cString: n.objCType) {
+            case "d", "f": return .real(n.doubleValue)
+            case "c", "B": return .bool(n.boolValue)
+            case "Q", "L", "I", "S", "C":
+                let u = n.uint64Value
+                return u > UInt64(Int64.max) ? .unsignedInteger(u) : .integer(Int64(u))
+            default: return .integer(n.int64Value)
+            }
+        case let d as Date:
+            return .date(d)
+        case let d as Data:
+            return .data(d)
+        case let a as [Any]:
+            return .array(try a.map { try value(from: $0, depth: depth + 1) })
+        case let d as [String: Any]:
+            return .dict(try d.mapValues { try value(from: $0, depth: depth + 1) })
+        default:
+            throw VaultError(.invalidPropertyList, "unsupported property-list object \(type(of: object))")
+        }
+    }
+
+    static func object(from value: PlistValue) -> Any {
+        switch value {
+        case .string(let s): return s
+        case .integer(let i): return NSNumber(value: i)
+        case .unsignedInteger(let u): return NSNumber(value: u)
+        case .real(let d): return NSNumber(value: d)
+        case .bool(let b): return b
+        case .date(let d): return d
+        case .data(let d): return d
+        case .array(let a): return a.map(object(from:))
+        case .dict(let d): return d.mapValues(object(from:))
+        }
+    }
+}

@@ -1,0 +1,227 @@
+internal import CSQLite
+import Foundation
+import VaultProtocol
+
+/// One SQLite connection, its only owner. Not thread-safe: the engine serializes access
+/// (GRDB's rule: open once, serialize). Closing is explicit (`close()`), and also done in deinit.
+public final class Database {
+    private var handle: OpaquePointer?
+    private var statementCache: [String: Statement] = [:]
+    public let path: String
+
+    /// Opens (creating) the database at `path` in WAL mode with `synchronous=FULL`, so a
+    /// committed transaction is on disk when `write` returns; `secure_delete` overwrites freed
+    /// content. Throws `VaultError` StorageFull / InternalError.
+    public init(path: String) throws {
+        self.path = path
+        var h: OpaquePointer?
+        let rc = sqlite3_open_v2(path, &h, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nil)
+        handle = h
+        guard rc == SQLITE_OK else {
+            let e = Database.error(rc, h, context: "open")
+            sqlite3_close_v2(h)
+            handle = nil
+            throw e
+        }
+        sqlite3_busy_timeout(h, 5000)
+        sqlite3_extended_result_codes(h, 1)
+        try execute("PRAGMA journal_mode=WAL")
+        try execute("PRAGMA synchronous=FULL")
+        try execute("PRAGMA secure_delete=ON")
+        try execute("PRAGMA foreign_keys=ON")
+    }
+
+    deinit { close() }
+
+    /// Finalizes cached statements and closes the connection. Idempotent.
+    public func close() {
+        statementCache.removeAll()
+        if let h = handle { sqlite3_close_v2(h) }
+        handle = nil
+    }
+
+    static func error(_ rc: Int32, _ h: OpaquePointer?, context: String) -> VaultError {
+        let primary = rc & 0xFF
+        let detail = h.map { String(cString: sqlite3_errmsg($0)) } ?? String(cString: sqlite3_errstr(rc))
+        switch primary {
+        case SQLITE_FULL:
+            return VaultError(.storageFull, "the disk holding the vault is full; nothing was written")
+        case SQLITE_IOERR where rc == SQLITE_IOERR | (3 << 8) || rc == SQLITE_IOERR | (4 << 8):
+            // SQLITE_IOERR_WRITE / _FSYNC: a WAL write or sync failed, as on a full disk.
+            return VaultError(.storageFull, "cannot write to the vault's disk (\(detail)); nothing was written")
+        default:
+            return VaultError(.internalError, "storage error in \(context): \(detail) (SQLite \(rc))")
+        }
+    }
+
+    func check(_ rc: Int32, _ context: String) throws {
+        guard rc == SQLITE_OK || rc == SQLITE_DONE || rc == SQLITE_ROW else {
+            throw Database.error(rc, handle, context: context)
+        }
+    }
+
+    /// Runs SQL without results (several statements allowed).
+    public func execute(_ sql: String) throws {
+        guard let h = handle else { throw VaultError(.internalError, "database is closed") }
+        try check(sqlite3_exec(h, sql, nil, nil, nil), "exec")
+    }
+
+    /// A prepared statement, cached per SQL text, reset and with bindings cleared.
+    public func statement(_ sql: String) throws -> Statement {
+        if let s = statementCache[sql] {
+            s.reset()
+            return s
+        }
+        guard let h = handle else { throw VaultError(.internalError, "database is closed") }
+        var st: OpaquePointer?
+        try check(sqlite3_prepare_v3(h, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &st, nil), "prepare")
+        let s = Statement(handle: st!, database: self)
+        statementCache[sql] = s
+        return s
+    }
+
+    /// Runs `sql` with `arguments`; returns the number of rows changed.
+    @discardableResult
+    public func run(_ sql: String, _ arguments: [SQLValue] = []) throws -> Int {
+        let s = try statement(sql)
+        try s.bind(arguments)
+        while try s.step() {}
+        return Int(sqlite3_changes(handle))
+    }
+
+    /// All rows of a query.
+    public func rows(_ sql: String, _ arguments: [SQLValue] = []) throws -> [Row] {
+        let s = try statement(sql)
+        try s.bind(arguments)
+        var out: [Row] = []
+        while try s.step() { out.append(s.row()) }
+        return out
+    }
+
+    /// The first row of a query, or nil.
+    public func row(_ sql: String, _ arguments: [SQLValue] = []) throws -> Row? {
+        let s = try statement(sql)
+        try s.bind(arguments)
+        return try s.step() ? s.row() : nil
+    }
+
+    /// Runs `body` in one IMMEDIATE transaction: committed (durably) when it returns,
+    /// rolled back when it throws.
+    public func write<T>(_ body: (Database) throws -> T) throws -> T {
+        try execute("BEGIN IMMEDIATE")
+        do {
+            let result = try body(self)
+            try execute("COMMIT")
+            return result
+        } catch {
+            try? execute("ROLLBACK")
+            throw error
+        }
+    }
+
+    var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
+}
+
+/// A value bound to or read from SQLite.
+public enum SQLValue: Equatable, Sendable {
+    case null
+    case integer(Int64)
+    case real(Double)
+    case text(String)
+    case blob([UInt8])
+
+    public var int64: Int64? { if case .integer(let i) = self { return i }; return nil }
+    public var text: String? { if case .text(let s) = self { return s }; return nil }
+    public var blob: [UInt8]? {
+        switch self {
+        case .blob(let b): return b
+        case .null: return nil
+        case .text(let s): return Array(s.utf8)
+        default: return nil
+        }
+    }
+    public var real: Double? {
+        switch self {
+        case .real(let d): return d
+        case .integer(let i): return Double(i)
+        default: return nil
+        }
+    }
+}
+
+public typealias Row = [SQLValue]
+
+/// A prepared statement owned by its `Database`; finalized in deinit.
+public final class Statement {
+    private let handle: OpaquePointer
+    private unowned let database: Database
+
+    init(handle: OpaquePointer, database: Database) {
+        self.handle = handle
+        self.database = database
+    }
+
+    deinit { sqlite3_finalize(handle) }
+
+    func reset() {
+        sqlite3_reset(handle)
+        sqlite3_clear_bindings(handle)
+    }
+
+    private static let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
+
+    func bind(_ arguments: [SQLValue]) throws {
+        for (i, a) in arguments.enumerated() {
+            let idx = Int32(i + 1)
+            let rc: Int32
+            switch a {
+            case .null: rc = sqlite3_bind_null(handle, idx)
+            case .integer(let v): rc = sqlite3_bind_int64(handle, idx, v)
+            case .real(let v): rc = sqlite3_bind_double(handle, idx, v)
+            case .text(let v): rc = sqlite3_bind_text(handle, idx, v, -1, Statement.transient)
+            case .blob(let v):
+                rc = v.withUnsafeBytes { b in
+                    sqlite3_bind_blob(handle, idx, b.baseAddress ?? UnsafeRawPointer(bitPattern: 1), Int32(b.count), Statement.transient)
+                }
+            }
+            try database.check(rc, "bind")
+        }
+    }
+
+    /// Advances; true when a row is available.
+    func step() throws -> Bool {
+        let rc = sqlite3_step(handle)
+        if rc == SQLITE_ROW { return true }
+        if rc == SQLITE_DONE { return false }
+        if rc & 0xFF == SQLITE_CONSTRAINT { throw ConstraintViolation(code: rc) }
+        try database.check(rc, "step")
+        return false
+    }
+
+    func row() -> Row {
+        let n = sqlite3_column_count(handle)
+        var r: Row = []
+        r.reserveCapacity(Int(n))
+        for i in 0..<n {
+            switch sqlite3_column_type(handle, i) {
+            case SQLITE_INTEGER: r.append(.integer(sqlite3_column_int64(handle, i)))
+            case SQLITE_FLOAT: r.append(.real(sqlite3_column_double(handle, i)))
+            case SQLITE_TEXT: r.append(.text(String(cString: sqlite3_column_text(handle, i))))
+            case SQLITE_BLOB:
+                let count = Int(sqlite3_column_bytes(handle, i))
+                if let p = sqlite3_column_blob(handle, i) {
+                    r.append(.blob(Array(UnsafeRawBufferPointer(start: p, count: count))))
+                } else {
+                    r.append(.blob([]))
+                }
+            default: r.append(.null)
+            }
+        }
+        return r
+    }
+}
+
+/// A UNIQUE / CHECK / FOREIGN KEY constraint failed.
+public struct ConstraintViolation: Error {
+    public var code: Int32
+}

@@ -1,0 +1,56 @@
+import Foundation
+import VaultProtocol
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// File-system steps the engine needs, with the modes DESIGN §2 asks for.
+enum FileSystem {
+    /// Creates `path` (and parents) with `mode` when absent; tightens an existing one to `mode`.
+    static func makeDirectory(_ path: String, mode: mode_t) throws {
+        do {
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true, attributes: [.posixPermissions: Int(mode)])
+        } catch {
+            throw VaultError(.internalError, "cannot create directory \(path): \(error.localizedDescription)")
+        }
+        guard chmod(path, mode) == 0 else {
+            throw VaultError(.internalError, "cannot set mode of \(path): \(String(cString: strerror(errno)))")
+        }
+    }
+
+    static func restrict(_ path: String) throws {
+        _ = chmod(path, 0o600)
+    }
+
+    /// Reads the key at `path`, or creates it with `length` random bytes, mode 0600, written
+    /// durably (fsync of the file and its directory).
+    static func loadOrCreateKey(at path: String, length: Int) throws -> SecureBytes {
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        if fd >= 0 {
+            defer { close(fd) }
+            let key = SecureBytes(count: length)
+            let n = key.withUnsafeMutableBytes { read(fd, $0.baseAddress, length) }
+            guard n == length else { throw VaultError(.internalError, "\(path) is damaged (expected \(length) bytes)") }
+            return key
+        }
+        guard errno == ENOENT else {
+            throw VaultError(.internalError, "cannot read \(path): \(String(cString: strerror(errno)))")
+        }
+        let key = SecureBytes.random(count: length)
+        let tmp = path + ".tmp"
+        unlink(tmp)
+        let wfd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        guard wfd >= 0 else { throw VaultError(.internalError, "cannot create \(path): \(String(cString: strerror(errno)))") }
+        let written = key.withUnsafeBytes { write(wfd, $0.baseAddress, length) }
+        let synced = fsync(wfd) == 0
+        close(wfd)
+        guard written == length, synced, rename(tmp, path) == 0 else {
+            unlink(tmp)
+            throw VaultError(.storageFull, "cannot write \(path): \(String(cString: strerror(errno)))")
+        }
+        let dir = open((path as NSString).deletingLastPathComponent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if dir >= 0 { fsync(dir); close(dir) }
+        return key
+    }
+}

@@ -1,0 +1,43 @@
+/// The store's schema, as named migrations. Never edit a shipped migration: append one.
+enum Schema {
+    static var migrator: Migrator {
+        var m = Migrator()
+        m.register("2026-11-29-initial") { db in
+            try db.execute(
+                """
+                CREATE TABLE vault_meta (
+                  key TEXT PRIMARY KEY NOT NULL,
+                  value BLOB NOT NULL
+                );
+                CREATE TABLE items (
+                  id INTEGER PRIMARY KEY,
+                  uuid BLOB NOT NULL UNIQUE,              -- random identity, bound into every ciphertext
+                  item_class TEXT NOT NULL,               -- genericPassword | internetPassword
+                  access_group TEXT NOT NULL,
+                  accessible TEXT NOT NULL,
+                  synchronizable INTEGER NOT NULL,
+                  primary_key_hash BLOB NOT NULL UNIQUE,  -- keyed BLAKE2b of class, group, sync, primary key
+                  service_hash BLOB,                      -- keyed hashes for indexed lookups
+                  account_hash BLOB,
+                  server_hash BLOB,
+                  attributes BLOB NOT NULL,               -- AEAD under the metadata key
+                  wrapped_key BLOB NOT NULL,              -- the item key, AEAD under its class key
+                  secret BLOB NOT NULL,                   -- AEAD under the item key
+                  generation TEXT                         -- install generation of the app that added it
+                );
+                CREATE INDEX items_service ON items (service_hash);
+                CREATE INDEX items_account ON items (account_hash);
+                CREATE INDEX items_server ON items (server_hash);
+                CREATE INDEX items_group ON items (access_group);
+                CREATE TABLE preferences (
+                  domain TEXT NOT NULL,
+                  key TEXT NOT NULL,
+                  value BLOB NOT NULL,                    -- tagged JSON property-list value
+                  size INTEGER NOT NULL,                  -- bytes counted against the domain limit
+                  PRIMARY KEY (domain, key)
+                ) WITHOUT ROWID;
+                """)
+        }
+        return m
+    }
+}

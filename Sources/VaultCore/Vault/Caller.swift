@@ -1,0 +1,34 @@
+/// Who is calling, as vaultd established it from the kernel (never from what a client says).
+public struct Caller: Sendable, Equatable {
+    /// The app ID of an identified app, or nil for the owner's own tools (vaultctl): the
+    /// admin surface, which may name any access group and domain.
+    public var appID: String?
+    /// The app's keychain access groups in order (registered groups, app ID, app groups);
+    /// the first is the default for Add. Empty for the owner.
+    public var accessGroups: [String]
+    /// The app groups (`group.*`) whose preference suites the app may use.
+    public var appGroups: [String]
+    /// The install generation the app runs under (recorded on items it adds).
+    public var generation: String?
+
+    public init(appID: String?, accessGroups: [String] = [], appGroups: [String] = [], generation: String? = nil) {
+        self.appID = appID
+        self.accessGroups = accessGroups
+        self.appGroups = appGroups
+        self.generation = generation
+    }
+
+    /// The owner's tools (an unidentified peer of the same uid).
+    public static let owner = Caller(appID: nil)
+
+    public var isOwner: Bool { appID == nil }
+
+    /// The access group the owner's items go to when Add names none.
+    public static let ownerAccessGroup = "user"
+
+    /// The group an Add without `accessGroup` uses.
+    public var defaultAccessGroup: String { accessGroups.first ?? Caller.ownerAccessGroup }
+
+    /// Whether the caller may touch items of `group`.
+    public func mayAccess(group: String) -> Bool { isOwner || accessGroups.contains(group) }
+}

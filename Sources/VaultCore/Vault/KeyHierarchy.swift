@@ -1,0 +1,209 @@
+import Foundation
+import VaultProtocol
+
+/// The vault's key hierarchy (DESIGN §4) and lock state.
+///
+/// - `device.key`: 32 random bytes, 0600, never exported.
+/// - KEK: Argon2id over the passphrase (parameters stored in `vault_meta`); without a
+///   passphrase, a BLAKE2b derivation of the device key.
+/// - Class keys, one per accessibility class, random, wrapped by the KEK; the ThisDeviceOnly
+///   ones by a key combining the KEK with the device key, so they open on this device only.
+/// - The metadata key (encrypts attributes) and the index key (keyed hashes for uniqueness and
+///   lookups), wrapped by the KEK: available from the first unlock.
+///
+/// Not thread-safe; the `Vault` engine serializes access.
+final class KeyHierarchy {
+    enum State: String { case uninitialized, locked, unlocked }
+
+    private let db: Database
+    private let deviceKey: SecureBytes
+    private(set) var classKeys: [Accessibility: SecureBytes] = [:]
+    /// Classes whose wrapped key exists but would not open with this device key.
+    private(set) var foreignClasses: Set<Accessibility> = []
+    private(set) var metadataKey: SecureBytes?
+    private(set) var indexKey: SecureBytes?
+    private(set) var state: State = .uninitialized
+    private(set) var unlockedSinceStart = false
+    private(set) var hasPassphrase = false
+
+    init(db: Database, deviceKey: SecureBytes) throws {
+        self.db = db
+        self.deviceKey = deviceKey
+        if try meta("wrapped.metadata") != nil {
+            hasPassphrase = try meta("kdf") != nil
+            state = .locked
+            if !hasPassphrase { try openAll(kek: noPassphraseKEK()) }
+        }
+    }
+
+    var lockState: JSON {
+        ["state": .string(state.rawValue), "unlockedSinceStart": .bool(unlockedSinceStart), "hasPassphrase": .bool(hasPassphrase)]
+    }
+
+    // MARK: vault_meta
+
+    private func meta(_ key: String) throws -> [UInt8]? {
+        try db.row("SELECT value FROM vault_meta WHERE key = ?", [.text(key)])?[0].blob
+    }
+
+    private func setMeta(_ key: String, _ value: [UInt8]?) throws {
+        if let value {
+            try db.run("INSERT OR REPLACE INTO vault_meta (key, value) VALUES (?, ?)", [.text(key), .blob(value)])
+        } else {
+            try db.run("DELETE FROM vault_meta WHERE key = ?", [.text(key)])
+        }
+    }
+
+    // MARK: keys
+
+    private func noPassphraseKEK() -> SecureBytes {
+        Sodium.combine(deviceKey, key: deviceKey, context: "vaultd no-passphrase kek v1")
+    }
+
+    private func kdfParameters() throws -> Sodium.KDFParameters? {
+        guard let raw = try meta("kdf"), let j = try? JSON.parse(raw), let ops = j["opsLimit"]?.uint64Value,
+            let mem = j["memLimit"]?.uint64Value, let saltText = j["salt"]?.stringValue,
+            let salt = Data(base64Encoded: saltText)
+        else { return nil }
+        return Sodium.KDFParameters(opsLimit: ops, memLimit: mem, salt: Array(salt))
+    }
+
+    private func storeKDF(_ p: Sodium.KDFParameters?) throws {
+        guard let p else { return try setMeta("kdf", nil) }
+        let j: JSON = ["opsLimit": JSON(p.opsLimit), "memLimit": JSON(p.memLimit), "salt": .string(Data(p.salt).base64EncodedString()), "algorithm": "argon2id13"]
+        try setMeta("kdf", j.serialized())
+    }
+
+    private func wrappingKey(for name: String, kek: SecureBytes, deviceBound: Bool) -> SecureBytes {
+        deviceBound ? Sodium.combine(kek, key: deviceKey, context: "vaultd device-bound v1") : kek
+    }
+
+    private static func ad(_ name: String) -> [UInt8] { Array("vaultd class key v1 \(name)".utf8) }
+
+    private static func name(_ a: Accessibility) -> String { "class.\(a.rawValue)" }
+
+    private func wrap(_ key: SecureBytes, name: String, kek: SecureBytes, deviceBound: Bool) throws {
+        let box = Sodium.seal(key, key: wrappingKey(for: name, kek: kek, deviceBound: deviceBound), associatedData: Self.ad(name))
+        try setMeta("wrapped.\(name)", box)
+    }
+
+    private func unwrap(name: String, kek: SecureBytes, deviceBound: Bool) throws -> SecureBytes? {
+        guard let box = try meta("wrapped.\(name)") else { return nil }
+        return Sodium.open(box, key: wrappingKey(for: name, kek: kek, deviceBound: deviceBound), associatedData: Self.ad(name))
+    }
+
+    /// The classes that have a key: all, except whenPasscodeSet without a passphrase.
+    private func classes(withPassphrase: Bool) -> [Accessibility] {
+        Accessibility.allCases.filter { withPassphrase || $0 != .whenPasscodeSetThisDeviceOnly }
+    }
+
+    /// Opens every key with `kek`. Throws `AuthFailed` when the metadata key does not open
+    /// (wrong passphrase). Device-bound classes that do not open are recorded as foreign.
+    private func openAll(kek: SecureBytes) throws {
+        guard let metadata = try unwrap(name: "metadata", kek: kek, deviceBound: false),
+            let index = try unwrap(name: "index", kek: kek, deviceBound: false)
+        else { throw VaultError(.wrongPassphrase, "wrong passphrase") }
+        metadataKey = metadata
+        indexKey = index
+        foreignClasses = []
+        for a in Accessibility.allCases {
+            let name = Self.name(a)
+            guard try meta("wrapped.\(name)") != nil else { continue }
+            if let k = try unwrap(name: name, kek: kek, deviceBound: a.isThisDeviceOnly) {
+                classKeys[a] = k
+            } else {
+                foreignClasses.insert(a)
+            }
+        }
+        state = .unlocked
+        unlockedSinceStart = true
+    }
+
+    /// Creates the vault: new class, metadata and index keys, wrapped by the KEK of
+    /// `passphrase` (or of the device key when nil). Runs inside the caller's transaction.
+    func initialize(passphrase: SecureBytes?) throws {
+        guard state == .uninitialized else { throw VaultError(.alreadyInitialized, "the vault is already initialised") }
+        let kdf = passphrase.map { _ in Sodium.KDFParameters.interactive() }
+        let kek = try passphrase.map { try Sodium.argon2id(passphrase: $0, parameters: kdf!) } ?? noPassphraseKEK()
+        try storeKDF(kdf)
+        try wrap(SecureBytes.random(count: Sodium.keyLength), name: "metadata", kek: kek, deviceBound: false)
+        try wrap(SecureBytes.random(count: Sodium.keyLength), name: "index", kek: kek, deviceBound: false)
+        for a in classes(withPassphrase: passphrase != nil) {
+            try wrap(SecureBytes.random(count: Sodium.keyLength), name: Self.name(a), kek: kek, deviceBound: a.isThisDeviceOnly)
+        }
+        hasPassphrase = passphrase != nil
+        state = .locked
+        try openAll(kek: kek)
+    }
+
+    /// The Argon2id parameters to derive the KEK from the passphrase with. Throws
+    /// NotInitialized, or NoPassphrase when the vault has none.
+    func passphraseParameters() throws -> Sodium.KDFParameters {
+        guard state != .uninitialized else { throw VaultError(.notInitialized, "the vault is not initialised: run vaultctl init") }
+        guard let p = try kdfParameters() else { throw VaultError(.noPassphrase, "the vault has no passphrase, so it is always unlocked") }
+        return p
+    }
+
+    /// Unlocks with the KEK derived with `passphraseParameters`. Throws `Vault.AuthFailed` when it is wrong.
+    func unlock(kek: SecureBytes) throws {
+        try openAll(kek: kek)
+    }
+
+    /// Wipes the keys of classes usable only while unlocked. Throws NoPassphrase on a vault
+    /// without a passphrase (it is always unlocked).
+    func lock() throws {
+        guard state != .uninitialized else { throw VaultError(.notInitialized, "the vault is not initialised: run vaultctl init") }
+        guard hasPassphrase else { throw VaultError(.noPassphrase, "the vault has no passphrase, so it is always unlocked; set one with vaultctl passphrase set") }
+        for a in Accessibility.allCases where !a.isAfterFirstUnlock { classKeys[a] = nil }
+        state = .locked
+    }
+
+    /// Re-wraps every key under the KEK of `newPassphrase` (nil: no passphrase). The vault
+    /// must be unlocked (all class keys in memory). Adding a passphrase creates the
+    /// whenPasscodeSet class key; removing it drops that key (the caller deletes its items).
+    func rewrap(newPassphrase: SecureBytes?) throws {
+        guard state == .unlocked, let metadataKey, let indexKey else {
+            throw VaultError(.interactionNotAllowed, "unlock the vault before changing its passphrase")
+        }
+        let kdf = newPassphrase.map { _ in Sodium.KDFParameters.interactive() }
+        let kek = try newPassphrase.map { try Sodium.argon2id(passphrase: $0, parameters: kdf!) } ?? noPassphraseKEK()
+        try storeKDF(kdf)
+        try wrap(metadataKey, name: "metadata", kek: kek, deviceBound: false)
+        try wrap(indexKey, name: "index", kek: kek, deviceBound: false)
+        if newPassphrase == nil {
+            classKeys[.whenPasscodeSetThisDeviceOnly] = nil
+            try setMeta("wrapped.\(Self.name(.whenPasscodeSetThisDeviceOnly))", nil)
+        } else if classKeys[.whenPasscodeSetThisDeviceOnly] == nil {
+            classKeys[.whenPasscodeSetThisDeviceOnly] = SecureBytes.random(count: Sodium.keyLength)
+        }
+        for (a, key) in classKeys {
+            try wrap(key, name: Self.name(a), kek: kek, deviceBound: a.isThisDeviceOnly)
+        }
+        hasPassphrase = newPassphrase != nil
+    }
+
+    /// The key of class `a`, or the error that says why it is unavailable.
+    func classKey(_ a: Accessibility) throws -> SecureBytes {
+        if let k = classKeys[a] { return k }
+        if foreignClasses.contains(a) {
+            throw VaultError(.notAvailableOnThisDevice, "the item is bound to another device (\(a.rawValue)) and is not available on this device")
+        }
+        if a == .whenPasscodeSetThisDeviceOnly && !hasPassphrase && state != .uninitialized {
+            throw VaultError(.authFailed, "whenPasscodeSetThisDeviceOnly items need a vault passphrase")
+        }
+        throw interactionNotAllowed()
+    }
+
+    func interactionNotAllowed() -> VaultError {
+        switch state {
+        case .uninitialized: VaultError(.notInitialized, "the vault is not initialised: run vaultctl init")
+        default: VaultError(.interactionNotAllowed, "the vault is locked")
+        }
+    }
+
+    /// Metadata and index keys, available from the first unlock.
+    func metadataKeys() throws -> (metadata: SecureBytes, index: SecureBytes) {
+        guard let m = metadataKey, let i = indexKey else { throw interactionNotAllowed() }
+        return (m, i)
+    }
+}

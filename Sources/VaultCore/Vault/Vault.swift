@@ -1,0 +1,288 @@
+import Foundation
+import VaultProtocol
+
+/// The vault engine: the store, the key hierarchy, the keychain and preferences, behind one
+/// lock. It knows nothing of sockets: vaultd calls it with the `Caller` it established.
+///
+/// Every method is thread-safe (serialized on one lock, as GRDB serializes one connection);
+/// every write is committed (WAL, synchronous=FULL) before the method returns.
+public final class Vault: @unchecked Sendable {
+    /// The data directory (0700) holding `vault.sqlite` and `device.key`.
+    public let dataDirectory: String
+    private let db: Database
+    private let keys: KeyHierarchy
+    private let keychain: KeychainStore
+    private let preferences: PreferencesStore
+    private let lock = NSLock()
+    private var observers: [UUID: @Sendable (VaultEvent) -> Void] = [:]
+
+    /// Opens (creating when absent) the vault in `dataDirectory`: creates the directory 0700
+    /// and `device.key` 0600, opens the store and runs pending migrations. Throws
+    /// `VaultError` InternalError (unreadable files, a newer schema) or StorageFull.
+    public init(dataDirectory: String) throws {
+        self.dataDirectory = dataDirectory
+        try FileSystem.makeDirectory(dataDirectory, mode: 0o700)
+        let deviceKey = try FileSystem.loadOrCreateKey(at: dataDirectory + "/device.key", length: Sodium.keyLength)
+        db = try Database(path: dataDirectory + "/vault.sqlite")
+        try FileSystem.restrict(dataDirectory + "/vault.sqlite")
+        try Schema.migrator.migrate(db)
+        keys = try KeyHierarchy(db: db, deviceKey: deviceKey)
+        keychain = KeychainStore(db: db, keys: keys)
+        preferences = PreferencesStore(db: db)
+    }
+
+    /// Closes the store. Later calls fail with InternalError.
+    public func close() {
+        lock.withLock { db.close() }
+    }
+
+    private func locked<T>(_ body: () throws -> T) rethrows -> T {
+        lock.lock()
+        defer { lock.unlock() }
+        return try body()
+    }
+
+    // MARK: observation
+
+    /// Registers `handler` for every event; returns a token for `removeObserver`. Handlers run
+    /// on the thread that made the change, after it committed, outside the engine lock.
+    public func addObserver(_ handler: @escaping @Sendable (VaultEvent) -> Void) -> UUID {
+        let id = UUID()
+        locked { observers[id] = handler }
+        return id
+    }
+
+    public func removeObserver(_ id: UUID) {
+        _ = locked { observers.removeValue(forKey: id) }
+    }
+
+    private func emit(_ event: VaultEvent) {
+        let handlers = locked { Array(observers.values) }
+        for h in handlers { h(event) }
+    }
+
+    // MARK: lock life-cycle
+
+    /// The lock state as the io.vaultd.Vault `LockState` type.
+    public var lockState: JSON { locked { keys.lockState } }
+
+    /// io.vaultd.Vault.Status parameters.
+    public func status() throws -> [String: JSON] {
+        try locked {
+            [
+                "lock": keys.lockState,
+                "items": JSON(try keychain.count()),
+                "domains": JSON(try preferences.domains().count),
+                "retryAfter": JSON(try rateLimitDelay()),
+            ]
+        }
+    }
+
+    /// Creates the vault, with a passphrase or without (then always unlocked). Owner only.
+    /// Throws AlreadyInitialized, PermissionDenied.
+    public func initialize(passphrase: SecureBytes?, caller: Caller) throws -> JSON {
+        try requireOwner(caller)
+        if let p = passphrase, p.count == 0 { throw VaultError.param("the passphrase must not be empty") }
+        let state = try locked {
+            try db.write { _ in try keys.initialize(passphrase: passphrase) }
+            return keys.lockState
+        }
+        emit(.lockState(state))
+        return state
+    }
+
+    /// Unlocks with the passphrase. Throws Vault.AuthFailed (wrong passphrase; counted),
+    /// RateLimited (too many failures: wait `retryAfter` seconds), NoPassphrase, NotInitialized.
+    public func unlock(passphrase: SecureBytes) throws -> JSON {
+        let delay = try locked { try rateLimitDelay() }
+        if delay > 0 {
+            throw VaultError(
+                .rateLimited, "too many failed unlocks; try again in \(Int(delay.rounded(.up))) s",
+                extra: ["retryAfter": JSON(delay)])
+        }
+        // Argon2id is slow; derive outside the lock so other callers are served meanwhile.
+        let parameters = try locked { try keys.passphraseParameters() }
+        let kek = try Sodium.argon2id(passphrase: passphrase, parameters: parameters)
+        let state: JSON = try locked {
+            do {
+                try keys.unlock(kek: kek)
+            } catch let e as VaultError where e.code == .wrongPassphrase {
+                try recordFailedUnlock()
+                throw e
+            }
+            try resetFailedUnlocks()
+            return keys.lockState
+        }
+        emit(.lockState(state))
+        return state
+    }
+
+    /// Locks (wipes whenUnlocked class keys). Throws NoPassphrase, NotInitialized.
+    public func lockVault() throws -> JSON {
+        let state = try locked {
+            try keys.lock()
+            return keys.lockState
+        }
+        emit(.lockState(state))
+        return state
+    }
+
+    /// Changes (both given), sets (`old` nil, vault without passphrase) or removes (`new` nil)
+    /// the passphrase. The vault must be unlocked. Removing it deletes whenPasscodeSet items.
+    /// Returns the new lock state and the number of items deleted. Owner only.
+    public func changePassphrase(old: SecureBytes?, new: SecureBytes?, caller: Caller) throws -> (JSON, Int) {
+        try requireOwner(caller)
+        if let p = new, p.count == 0 { throw VaultError.param("the new passphrase must not be empty") }
+        let result: (JSON, Int) = try locked {
+            if keys.hasPassphrase {
+                guard let old else { throw VaultError(.wrongPassphrase, "the current passphrase is required") }
+                try keys.unlock(kek: try Sodium.argon2id(passphrase: old, parameters: try keys.passphraseParameters()))
+            }
+            return try db.write { _ in
+                var deleted = 0
+                if new == nil { deleted = try keychain.deleteAll(accessible: .whenPasscodeSetThisDeviceOnly) }
+                try keys.rewrap(newPassphrase: new)
+                return (keys.lockState, deleted)
+            }
+        }
+        emit(.lockState(result.0))
+        return result
+    }
+
+    // Failed unlocks: after 3 failures each further one doubles the wait (1 s … 15 min),
+    // recorded in the store so a restart does not reset it.
+    private func rateLimitDelay() throws -> Double {
+        guard let r = try db.row("SELECT value FROM vault_meta WHERE key = 'unlock.failures'"),
+            let raw = r[0].blob, let j = try? JSON.parse(raw), let n = j["count"]?.intValue,
+            let last = j["last"]?.doubleValue, n >= 3
+        else { return 0 }
+        let wait = min(pow(2.0, Double(n - 3)), 900)
+        return max(0, last + wait - Date().timeIntervalSince1970)
+    }
+
+    private func recordFailedUnlock() throws {
+        let r = try db.row("SELECT value FROM vault_meta WHERE key = 'unlock.failures'")
+        let n = (r?[0].blob.flatMap { try? JSON.parse($0) }?["count"]?.intValue ?? 0) + 1
+        let j: JSON = ["count": JSON(n), "last": JSON(Date().timeIntervalSince1970)]
+        try db.run("INSERT OR REPLACE INTO vault_meta (key, value) VALUES ('unlock.failures', ?)", [.blob(j.serialized())])
+    }
+
+    private func resetFailedUnlocks() throws {
+        try db.run("DELETE FROM vault_meta WHERE key = 'unlock.failures'")
+    }
+
+    private func requireOwner(_ caller: Caller) throws {
+        guard caller.isOwner else { throw VaultError(.permissionDenied, "only the vault's owner (vaultctl) may do this") }
+    }
+
+    // MARK: keychain
+
+    /// SecItemAdd; see `KeychainStore.add`.
+    public func addItem(_ itemClass: ItemClass, attributes: ItemAttributes, secret: SecureBytes, caller: Caller) throws -> ItemAttributes {
+        try locked { try db.write { _ in try keychain.add(itemClass: itemClass, attributes: attributes, secret: secret, caller: caller) } }
+    }
+
+    /// SecItemCopyMatching; see `KeychainStore.copyMatching`.
+    public func copyMatching(_ query: ItemQuery, returnData: Bool, caller: Caller) throws -> [FoundItem] {
+        try locked { try keychain.copyMatching(query, returnData: returnData, caller: caller) }
+    }
+
+    /// SecItemUpdate; see `KeychainStore.update`. All matches change, or none.
+    public func updateItems(_ query: ItemQuery, changes: ItemAttributes, secret: SecureBytes?, caller: Caller) throws -> Int {
+        try locked { try db.write { _ in try keychain.update(query, changes: changes, secret: secret, caller: caller) } }
+    }
+
+    /// SecItemDelete; see `KeychainStore.delete`.
+    public func deleteItems(_ query: ItemQuery, caller: Caller) throws -> Int {
+        try locked { try db.write { _ in try keychain.delete(query, caller: caller) } }
+    }
+
+    // MARK: preferences
+
+    /// Resolves the domain a caller names (nil: its own) and checks it may read or write it.
+    /// Apps: their own domain and their app groups' suites; NSGlobalDomain read-only. Throws
+    /// MissingEntitlement / ReadOnlyDomain / InvalidValue.
+    public func resolveDomain(_ domain: String?, caller: Caller, write: Bool) throws -> String {
+        if caller.isOwner {
+            guard let domain else { throw VaultError.invalidParameter("domain", "the owner must name a domain") }
+            try PreferencesStore.validate(domain: domain)
+            return domain
+        }
+        let d = domain ?? caller.appID!
+        if d == caller.appID || caller.appGroups.contains(d) { return d }
+        if d == Self.globalDomain {
+            if write { throw VaultError(.readOnlyDomain, "apps may read NSGlobalDomain but not write it", extra: ["domain": .string(d)]) }
+            return d
+        }
+        throw VaultError(.missingEntitlement, "the caller may not use this preferences domain")
+    }
+
+    /// The domain every app reads after its own (`defaults -g`).
+    public static let globalDomain = "NSGlobalDomain"
+
+    public func preference(domain: String, key: String) throws -> PlistValue? {
+        try locked { try preferences.get(domain: domain, key: key) }
+    }
+
+    public func preferenceDomain(_ domain: String) throws -> [String: PlistValue] {
+        try locked { try preferences.domain(domain) }
+    }
+
+    public func preferenceDomains() throws -> [String] {
+        try locked { try preferences.domains() }
+    }
+
+    /// Sets one key, durably. Throws DomainTooLarge (nothing written), InvalidValue.
+    public func setPreference(domain: String, key: String, value: PlistValue) throws {
+        try locked { try db.write { _ in try preferences.set(domain: domain, key: key, value: value) } }
+        emit(.preference(domain: domain, key: key, value: value))
+    }
+
+    public func removePreference(domain: String, key: String) throws {
+        let existed = try locked { try db.write { _ in try preferences.remove(domain: domain, key: key) } }
+        if existed { emit(.preference(domain: domain, key: key, value: nil)) }
+    }
+
+    /// Removes a whole domain; returns the number of keys it had.
+    public func removeDomain(_ domain: String) throws -> Int {
+        let (count, keys) = try locked {
+            try db.write { _ in
+                let keys = try preferences.domain(domain).keys
+                return (try preferences.removeDomain(domain), Array(keys))
+            }
+        }
+        for k in keys { emit(.preference(domain: domain, key: k, value: nil)) }
+        return count
+    }
+
+    /// Replaces a domain with a property list's contents (root must be a dictionary).
+    /// Returns the number of keys. Throws InvalidPropertyList, DomainTooLarge (nothing changed).
+    public func importDomain(_ domain: String, plist: Data) throws -> Int {
+        guard case .dict(let values) = try PropertyListCodec.decode(plist) else {
+            throw VaultError(.invalidPropertyList, "the property list's root is not a dictionary; a domain can only be imported from a dictionary")
+        }
+        let old = try locked {
+            try db.write { _ in
+                let old = try preferences.domain(domain)
+                try preferences.replace(domain: domain, with: values)
+                return old
+            }
+        }
+        for k in Set(old.keys).subtracting(values.keys) { emit(.preference(domain: domain, key: k, value: nil)) }
+        for (k, v) in values where old[k] != v { emit(.preference(domain: domain, key: k, value: v)) }
+        return values.count
+    }
+
+    /// A domain as a property list in `format`.
+    public func exportDomain(_ domain: String, format: PropertyListCodec.Format) throws -> Data {
+        try PropertyListCodec.encode(.dict(try preferenceDomain(domain)), format: format)
+    }
+}
+
+/// Something that changed in the vault, for observers.
+public enum VaultEvent: Sendable {
+    /// The lock state changed (io.vaultd.Vault `LockState`).
+    case lockState(JSON)
+    /// A preference was set (value) or removed (nil).
+    case preference(domain: String, key: String, value: PlistValue?)
+}

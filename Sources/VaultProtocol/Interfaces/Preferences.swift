@@ -1,0 +1,44 @@
+extension VarlinkInterfaces {
+    static let preferences = """
+        # Preferences, as UserDefaults and defaults(1). Values are tagged property-list
+        # values: {"string": s}, {"integer": n}, {"real": x | "inf" | "-inf" | "nan"},
+        # {"bool": b}, {"date": "ISO 8601 UTC"}, {"data": base64}, {"array": [...]},
+        # {"dict": {...}}. Domains: an app ID, a suite "group.*", or "NSGlobalDomain".
+        interface io.vaultd.Preferences
+
+        # The value of one key, or null when the domain has no such key.
+        method Get(domain: ?string, key: string) -> (value: ?object)
+
+        # Sets one key; durable when the reply arrives.
+        method Set(domain: ?string, key: string, value: object) -> ()
+
+        # Removes one key (no error when it is absent).
+        method Remove(domain: ?string, key: string) -> ()
+
+        # Every key of one domain.
+        method Domain(domain: ?string) -> (values: [string]object)
+
+        # The names of all domains holding at least one key.
+        method Domains() -> (domains: []string)
+
+        # Replaces a domain with the contents of a property list (XML or binary, base64),
+        # whose root must be a dictionary.
+        method Import(domain: string, plist: string) -> (keys: int)
+
+        # A domain as a property list, base64; format "xml" or "binary".
+        method Export(domain: string, format: ?string) -> (plist: string)
+
+        # Removes a whole domain.
+        method RemoveDomain(domain: string) -> (keys: int)
+
+        # The domain would exceed 4 MiB; nothing was written.
+        error DomainTooLarge (domain: string, size: int, limit: int, message: string)
+        # A value that is not a valid tagged property-list value, or a key too long.
+        error InvalidValue (message: string)
+        # A property list that cannot be parsed, or whose root is not a dictionary.
+        error InvalidPropertyList (message: string)
+        # The caller may read but not write this domain.
+        error ReadOnlyDomain (domain: string, message: string)
+
+        """
+}

@@ -1,0 +1,76 @@
+extension VarlinkInterfaces {
+    static let vault = """
+        # The vault as a whole: who is calling, its lock state, its passphrase.
+        interface io.vaultd.Vault
+
+        # Lock state: uninitialized, locked (before or after the first unlock), unlocked.
+        type LockState (
+          # "uninitialized", "locked" or "unlocked".
+          state: string,
+          # Whether the vault has been unlocked since vaultd started (afterFirstUnlock items usable).
+          unlockedSinceStart: bool,
+          # Whether the vault has a passphrase (false: always unlocked).
+          hasPassphrase: bool
+        )
+
+        # Who the caller is, as the kernel tells vaultd, and its launch information.
+        method Hello() -> (
+          # The caller's app ID, or null for an unidentified peer (the owner's tools).
+          appID: ?string,
+          # The app's install generation (a UUID), or null.
+          generation: ?string,
+          # True on the first Hello of a new generation.
+          firstLaunch: bool,
+          # Credentials wiped on this first launch.
+          wipedCredentials: int
+        )
+
+        # The vault's state and figures.
+        method Status() -> (
+          lock: LockState,
+          # vaultd's version.
+          version: string,
+          # Keychain items stored.
+          items: int,
+          # Preference domains stored.
+          domains: int,
+          # Seconds to wait before the next Unlock is accepted (rate limit), 0 when none.
+          retryAfter: float
+        )
+
+        # Creates the vault. Without a passphrase the vault is always unlocked.
+        method Init(passphrase: ?string) -> (lock: LockState)
+
+        # Unlocks with the passphrase (Argon2id). Wrong passphrases are rate-limited.
+        method Unlock(passphrase: string) -> (lock: LockState)
+
+        # Locks: whenUnlocked class keys are wiped from memory.
+        method Lock() -> (lock: LockState)
+
+        # Changes, sets (old null) or removes (new null) the passphrase. Class keys are
+        # re-wrapped; items are untouched, except that removing it deletes
+        # whenPasscodeSetThisDeviceOnly items.
+        method ChangePassphrase(old: ?string, new: ?string) -> (lock: LockState, deletedItems: int)
+
+        # Streams lock-state changes (call with more): the current state first, then each change.
+        method Observe() -> (lock: LockState)
+
+        # The vault has not been initialised yet.
+        error NotInitialized (message: string)
+        # Init on a vault that exists.
+        error AlreadyInitialized (message: string)
+        # Wrong passphrase (status -25293).
+        error AuthFailed (status: int, message: string)
+        # Too many failed unlocks: wait retryAfter seconds.
+        error RateLimited (retryAfter: float, message: string)
+        # The vault has no passphrase (it is always unlocked), so it cannot be locked or unlocked.
+        error NoPassphrase (message: string)
+        # The disk holding the data directory is full; nothing was written.
+        error StorageFull (message: string)
+        # The caller may not use this method (e.g. an app calling an owner-only method).
+        error PermissionDenied (message: string)
+        # vaultd failed in a way it did not expect; the message says where.
+        error InternalError (message: string)
+
+        """
+}

@@ -1,0 +1,199 @@
+import Foundation
+
+/// Keychain item classes (kSecClass).
+public enum ItemClass: String, CaseIterable, Sendable {
+    /// kSecClassGenericPassword: primary key service + account.
+    case genericPassword
+    /// kSecClassInternetPassword: primary key server, protocol, port, path, account,
+    /// authenticationType, securityDomain.
+    case internetPassword
+
+    /// Parses the wire name. Throws `VaultError` Param for anything else.
+    public init(wire: String) throws {
+        guard let c = ItemClass(rawValue: wire) else {
+            throw VaultError.param("unknown item class '\(wire)': use genericPassword or internetPassword")
+        }
+        self = c
+    }
+}
+
+/// kSecAttrAccessible: when an item's secret can be read (DESIGN §4).
+public enum Accessibility: String, CaseIterable, Sendable {
+    /// Only while unlocked; migrates with the data dir. The default.
+    case whenUnlocked
+    /// From the first unlock until vaultd stops; migrates.
+    case afterFirstUnlock
+    /// Only while unlocked; bound to this device's `device.key`.
+    case whenUnlockedThisDeviceOnly
+    /// From the first unlock; bound to this device.
+    case afterFirstUnlockThisDeviceOnly
+    /// Only while unlocked and only while the vault has a passphrase; deleted when it is removed.
+    case whenPasscodeSetThisDeviceOnly
+
+    public var isThisDeviceOnly: Bool {
+        switch self {
+        case .whenUnlocked, .afterFirstUnlock: false
+        default: true
+        }
+    }
+
+    /// Usable from the first unlock until vaultd stops, rather than only while unlocked.
+    public var isAfterFirstUnlock: Bool { self == .afterFirstUnlock || self == .afterFirstUnlockThisDeviceOnly }
+
+    /// Parses the wire name. The deprecated `always`/`alwaysThisDeviceOnly` and unknown
+    /// names throw `VaultError` Param.
+    public init(wire: String) throws {
+        if wire.hasPrefix("always") {
+            throw VaultError.param("accessibility '\(wire)' is deprecated and not supported; use afterFirstUnlock")
+        }
+        guard let a = Accessibility(rawValue: wire) else {
+            throw VaultError.param("unknown accessibility '\(wire)'")
+        }
+        self = a
+    }
+}
+
+/// An item's attributes (kSecAttr…), or, in a query, the attributes to match: an absent
+/// (nil) attribute matches anything. Strings compare byte-exactly and case-sensitively.
+public struct ItemAttributes: Equatable, Sendable {
+    public var service: String?
+    public var account: String?
+    public var label: String?
+    public var comment: String?
+    public var description: String?
+    /// kSecAttrGeneric: application data.
+    public var generic: Data?
+    public var accessGroup: String?
+    public var accessible: Accessibility?
+    public var synchronizable: Bool?
+    public var server: String?
+    public var `protocol`: String?
+    /// 0...65535.
+    public var port: Int?
+    public var path: String?
+    public var authenticationType: String?
+    public var securityDomain: String?
+    /// Kept by vaultd; ignored in Add and Update input.
+    public var creationDate: Date?
+    public var modificationDate: Date?
+
+    public init(
+        service: String? = nil, account: String? = nil, label: String? = nil, comment: String? = nil,
+        description: String? = nil, generic: Data? = nil, accessGroup: String? = nil,
+        accessible: Accessibility? = nil, synchronizable: Bool? = nil, server: String? = nil,
+        protocol: String? = nil, port: Int? = nil, path: String? = nil, authenticationType: String? = nil,
+        securityDomain: String? = nil
+    ) {
+        self.service = service
+        self.account = account
+        self.label = label
+        self.comment = comment
+        self.description = description
+        self.generic = generic
+        self.accessGroup = accessGroup
+        self.accessible = accessible
+        self.synchronizable = synchronizable
+        self.server = server
+        self.protocol = `protocol`
+        self.port = port
+        self.path = path
+        self.authenticationType = authenticationType
+        self.securityDomain = securityDomain
+    }
+
+    /// The string-valued attributes by wire name (for matching and serialization).
+    public static let stringKeys: [WritableKeyPath<ItemAttributes, String?>] = [
+        \.service, \.account, \.label, \.comment, \.description, \.accessGroup, \.server, \.protocol, \.path,
+        \.authenticationType, \.securityDomain,
+    ]
+    public static let stringNames = [
+        "service", "account", "label", "comment", "description", "accessGroup", "server", "protocol", "path",
+        "authenticationType", "securityDomain",
+    ]
+
+    /// The attributes that may only appear on internet passwords.
+    public var hasInternetAttributes: Bool {
+        server != nil || `protocol` != nil || port != nil || path != nil || authenticationType != nil
+            || securityDomain != nil
+    }
+
+    /// True when every attribute set in `query` has the same value here (SecItem matching).
+    public func matches(_ query: ItemAttributes) -> Bool {
+        for k in ItemAttributes.stringKeys {
+            if let q = query[keyPath: k], !(self[keyPath: k].map { $0.utf8.elementsEqual(q.utf8) } ?? false) {
+                return false
+            }
+        }
+        if let g = query.generic, generic != g { return false }
+        if let a = query.accessible, accessible != a { return false }
+        if let s = query.synchronizable, (synchronizable ?? false) != s { return false }
+        if let p = query.port, (port ?? 0) != p { return false }
+        return true
+    }
+
+    /// Overwrites every attribute set in `changes` (SecItemUpdate's attributesToUpdate).
+    public mutating func apply(_ changes: ItemAttributes) {
+        for k in ItemAttributes.stringKeys where changes[keyPath: k] != nil { self[keyPath: k] = changes[keyPath: k] }
+        if let g = changes.generic { generic = g }
+        if let a = changes.accessible { accessible = a }
+        if let s = changes.synchronizable { synchronizable = s }
+        if let p = changes.port { port = p }
+    }
+
+    /// The wire form (the `Attributes` type of io.vaultd.Keychain); absent attributes are omitted.
+    public var json: JSON {
+        var o: [String: JSON] = [:]
+        for (k, name) in zip(ItemAttributes.stringKeys, ItemAttributes.stringNames) {
+            if let v = self[keyPath: k] { o[name] = .string(v) }
+        }
+        if let g = generic { o["generic"] = .string(g.base64EncodedString()) }
+        if let a = accessible { o["accessible"] = .string(a.rawValue) }
+        if let s = synchronizable { o["synchronizable"] = .bool(s) }
+        if let p = port { o["port"] = JSON(p) }
+        if let d = creationDate { o["creationDate"] = .string(PlistDate.format(d)) }
+        if let d = modificationDate { o["modificationDate"] = .string(PlistDate.format(d)) }
+        return .object(o)
+    }
+
+    /// Parses the wire form. Unknown attribute names, wrong types, a port outside 0...65535,
+    /// bad base64 or a deprecated accessibility throw `VaultError` Param. Dates are read
+    /// (they are vaultd's, and the engine ignores them on input).
+    public init(json: JSON?) throws {
+        self.init()
+        guard let json, !json.isNull else { return }
+        guard case .object(let o) = json else { throw VaultError.param("attributes must be an object") }
+        for (name, value) in o {
+            if value.isNull { continue }
+            if let i = ItemAttributes.stringNames.firstIndex(of: name) {
+                guard let s = value.stringValue else { throw VaultError.param("attribute '\(name)' must be a string") }
+                self[keyPath: ItemAttributes.stringKeys[i]] = s
+                continue
+            }
+            switch name {
+            case "generic":
+                guard let s = value.stringValue, let d = Data(base64Encoded: s) else {
+                    throw VaultError.param("attribute 'generic' must be base64")
+                }
+                generic = d
+            case "accessible":
+                guard let s = value.stringValue else { throw VaultError.param("attribute 'accessible' must be a string") }
+                accessible = try Accessibility(wire: s)
+            case "synchronizable":
+                guard let b = value.boolValue else { throw VaultError.param("attribute 'synchronizable' must be a boolean") }
+                synchronizable = b
+            case "port":
+                guard let p = value.intValue, (0...65535).contains(p) else {
+                    throw VaultError.param("attribute 'port' must be an integer in 0...65535")
+                }
+                port = p
+            case "creationDate", "modificationDate":
+                guard let s = value.stringValue, let d = PlistDate.parse(s) else {
+                    throw VaultError.param("attribute '\(name)' must be an ISO 8601 date")
+                }
+                if name == "creationDate" { creationDate = d } else { modificationDate = d }
+            default:
+                throw VaultError.param("unknown attribute '\(name)'")
+            }
+        }
+    }
+}

@@ -1,0 +1,220 @@
+import Foundation
+
+/// A property-list value, as a preference holds it (DESIGN §6).
+///
+/// On the wire each value is tagged JSON: `{"string": "x"}`, `{"integer": 5}`,
+/// `{"real": 1.5}` (or `"inf"`, `"-inf"`, `"nan"`), `{"bool": true}`,
+/// `{"date": "2001-01-01T00:00:00.5Z"}`, `{"data": "<base64>"}`, `{"array": […]}`,
+/// `{"dict": {…}}`. Integers are exact over the full Int64 range; unsigned values above
+/// Int64.max (which binary plists carry as 128-bit integers) are kept as `.unsignedInteger`,
+/// never sign-flipped. Reals and dates round-trip bit-exactly.
+public enum PlistValue: Equatable, Sendable {
+    case string(String)
+    case integer(Int64)
+    /// Only for values above `Int64.max`; smaller values are always `.integer`.
+    case unsignedInteger(UInt64)
+    case real(Double)
+    case bool(Bool)
+    case date(Date)
+    case data(Data)
+    case array([PlistValue])
+    case dict([String: PlistValue])
+
+    /// The `defaults read-type` name of the value's type.
+    public var typeName: String {
+        switch self {
+        case .string: "string"
+        case .integer, .unsignedInteger: "integer"
+        case .real: "float"
+        case .bool: "boolean"
+        case .date: "date"
+        case .data: "data"
+        case .array: "array"
+        case .dict: "dictionary"
+        }
+    }
+
+    /// Bit-exact equality: reals compare by bit pattern (so nan == nan, -0.0 != 0.0).
+    public static func == (a: PlistValue, b: PlistValue) -> Bool {
+        switch (a, b) {
+        case (.string(let x), .string(let y)): x.utf8.elementsEqual(y.utf8)
+        case (.integer(let x), .integer(let y)): x == y
+        case (.unsignedInteger(let x), .unsignedInteger(let y)): x == y
+        case (.real(let x), .real(let y)): x.bitPattern == y.bitPattern || (x.isNaN && y.isNaN)
+        case (.bool(let x), .bool(let y)): x == y
+        case (.date(let x), .date(let y)):
+            x.timeIntervalSinceReferenceDate.bitPattern == y.timeIntervalSinceReferenceDate.bitPattern
+        case (.data(let x), .data(let y)): x == y
+        case (.array(let x), .array(let y)): x == y
+        case (.dict(let x), .dict(let y)):
+            x.count == y.count && x.allSatisfy { k, v in y[k].map { $0 == v } ?? false }
+        default: false
+        }
+    }
+}
+
+extension PlistValue {
+    /// Nesting deeper than this is refused.
+    public static let maximumDepth = 64
+
+    /// The tagged-JSON wire form.
+    public var tagged: JSON {
+        switch self {
+        case .string(let s): ["string": .string(s)]
+        case .integer(let i): ["integer": JSON(i)]
+        case .unsignedInteger(let u): ["integer": JSON(u)]
+        case .real(let d):
+            if d.isNaN { ["real": "nan"] } else if d.isInfinite { ["real": .string(d < 0 ? "-inf" : "inf")] } else { ["real": JSON(d)] }
+        case .bool(let b): ["bool": .bool(b)]
+        case .date(let d): ["date": .string(PlistDate.format(d))]
+        case .data(let d): ["data": .string(d.base64EncodedString())]
+        case .array(let a): ["array": .array(a.map(\.tagged))]
+        case .dict(let d): ["dict": .object(d.mapValues(\.tagged))]
+        }
+    }
+
+    /// Decodes the tagged-JSON wire form. Throws `VaultError` `InvalidValue` naming what is wrong.
+    public init(tagged json: JSON) throws {
+        try self.init(tagged: json, depth: 0)
+    }
+
+    private init(tagged json: JSON, depth: Int) throws {
+        func bad(_ why: String) -> VaultError { VaultError(.invalidValue, "invalid property-list value: \(why)") }
+        guard depth < PlistValue.maximumDepth else { throw bad("nested deeper than \(PlistValue.maximumDepth)") }
+        guard case .object(let o) = json, o.count == 1, let (tag, v) = o.first else {
+            throw bad("expected an object with exactly one type tag")
+        }
+        switch (tag, v) {
+        case ("string", .string(let s)): self = .string(s)
+        case ("integer", .number(let n)):
+            if let i = Int64(n) { self = .integer(i) } else if let u = UInt64(n) { self = .unsignedInteger(u) } else {
+                throw bad("integer out of the range Int64.min...UInt64.max")
+            }
+        case ("real", .number(let n)):
+            guard let d = Double(n) else { throw bad("not a real") }
+            self = .real(d)
+        case ("real", .string(let s)):
+            switch s {
+            case "inf", "+inf": self = .real(.infinity)
+            case "-inf": self = .real(-.infinity)
+            case "nan": self = .real(.nan)
+            default: throw bad("a real as a string must be inf, -inf or nan")
+            }
+        case ("bool", .bool(let b)): self = .bool(b)
+        case ("date", .string(let s)):
+            guard let d = PlistDate.parse(s) else { throw bad("date must be ISO 8601 UTC, e.g. 2001-01-01T00:00:00.5Z") }
+            self = .date(d)
+        case ("data", .string(let s)):
+            guard let d = Data(base64Encoded: s) else { throw bad("data must be base64") }
+            self = .data(d)
+        case ("array", .array(let a)): self = .array(try a.map { try PlistValue(tagged: $0, depth: depth + 1) })
+        case ("dict", .object(let d)): self = .dict(try d.mapValues { try PlistValue(tagged: $0, depth: depth + 1) })
+        default: throw bad("unknown tag '\(tag)' or wrong JSON type for it")
+        }
+    }
+}
+
+/// ISO 8601 UTC dates with exactly as many fractional digits as the Double needs.
+///
+/// A date is a Double of seconds since 2001-01-01 (as `CFAbsoluteTime` and binary plists).
+/// `format` writes whole seconds as a proleptic-Gregorian calendar date and the fraction as
+/// the shortest decimal that round-trips; `parse` adds them back, which is exact because the
+/// true sum is representable. Years 1 to 9999 are supported.
+public enum PlistDate {
+    public static func format(_ date: Date) -> String {
+        let t = date.timeIntervalSinceReferenceDate
+        guard t.isFinite else { return "0001-01-01T00:00:00Z" }
+        let whole = t.rounded(.down)
+        let fraction = t - whole  // exact
+        let secondsSince2001 = Int64(whole)
+        // Days from 1970-01-01 to 2001-01-01: 11323.
+        let (days, secondOfDay) = floorDivMod(secondsSince2001, 86_400)
+        let (y, m, d) = civilFromDays(days + 11_323)
+        let hh = secondOfDay / 3600, mm = (secondOfDay % 3600) / 60, ss = secondOfDay % 60
+        var s = pad(y, 4) + "-" + pad(m, 2) + "-" + pad(d, 2) + "T" + pad(hh, 2) + ":" + pad(mm, 2) + ":" + pad(ss, 2)
+        if fraction != 0 { s += "." + fractionDigits(fraction) }
+        return s + "Z"
+    }
+
+    public static func parse(_ s: String) -> Date? {
+        let u = Array(s.utf8)
+        guard u.count >= 20, u.last == UInt8(ascii: "Z") else { return nil }
+        func num(_ r: Range<Int>) -> Int64? {
+            var v: Int64 = 0
+            for i in r {
+                guard u[i] >= 48, u[i] <= 57 else { return nil }
+                v = v * 10 + Int64(u[i] - 48)
+            }
+            return v
+        }
+        guard u[4] == UInt8(ascii: "-"), u[7] == UInt8(ascii: "-"), u[10] == UInt8(ascii: "T"),
+            u[13] == UInt8(ascii: ":"), u[16] == UInt8(ascii: ":"),
+            let y = num(0..<4), let mo = num(5..<7), let d = num(8..<10),
+            let h = num(11..<13), let mi = num(14..<16), let se = num(17..<19),
+            (1...12).contains(mo), d >= 1, d <= daysInMonth(y, mo), h < 24, mi < 60, se < 60
+        else { return nil }
+        var fraction = 0.0
+        if u.count > 20 {
+            guard u[19] == UInt8(ascii: "."), u.count > 21, u.count - 21 <= 40 else { return nil }
+            let digits = u[20..<(u.count - 1)]
+            guard digits.allSatisfy({ $0 >= 48 && $0 <= 57 }), let f = Double("0." + String(decoding: digits, as: UTF8.self))
+            else { return nil }
+            fraction = f
+        } else if u.count != 20 {
+            return nil
+        }
+        let days = daysFromCivil(y, mo, d) - 11_323
+        let whole = days * 86_400 + h * 3600 + mi * 60 + se
+        return Date(timeIntervalSinceReferenceDate: Double(whole) + fraction)
+    }
+
+    private static func floorDivMod(_ a: Int64, _ b: Int64) -> (Int64, Int64) {
+        var q = a / b, r = a % b
+        if r < 0 { q -= 1; r += b }
+        return (q, r)
+    }
+
+    private static func pad(_ v: Int64, _ width: Int) -> String {
+        let s = String(v)
+        return s.count >= width ? s : String(repeating: "0", count: width - s.count) + s
+    }
+
+    private static func isLeap(_ y: Int64) -> Bool { (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 }
+    private static func daysInMonth(_ y: Int64, _ m: Int64) -> Int64 {
+        [31, isLeap(y) ? 29 : 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31][Int(m - 1)]
+    }
+
+    /// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm).
+    static func daysFromCivil(_ y0: Int64, _ m: Int64, _ d: Int64) -> Int64 {
+        let y = m <= 2 ? y0 - 1 : y0
+        let era = (y >= 0 ? y : y - 399) / 400
+        let yoe = y - era * 400
+        let doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1
+        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
+        return era * 146_097 + doe - 719_468
+    }
+
+    static func civilFromDays(_ z0: Int64) -> (Int64, Int64, Int64) {
+        let z = z0 + 719_468
+        let era = (z >= 0 ? z : z - 146_096) / 146_097
+        let doe = z - era * 146_097
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365
+        let y = yoe + era * 400
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
+        let mp = (5 * doy + 2) / 153
+        let d = doy - (153 * mp + 2) / 5 + 1
+        let m = mp < 10 ? mp + 3 : mp - 9
+        return (m <= 2 ? y + 1 : y, m, d)
+    }
+
+    /// Digits after "0." of a fraction in (0, 1), from its shortest round-trip decimal form.
+    private static func fractionDigits(_ f: Double) -> String {
+        let s = f.description  // "0.25" or "1e-05" or "1.5e-07"
+        if let e = s.firstIndex(of: "e") {
+            let mantissa = s[..<e].replacingOccurrences(of: ".", with: "")
+            let exponent = Int(s[s.index(after: e)...])!  // negative
+            return String(repeating: "0", count: -exponent - 1) + mantissa
+        }
+        return String(s.dropFirst(2))
+    }
+}

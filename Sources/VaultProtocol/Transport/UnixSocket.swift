@@ -1,0 +1,142 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Syscalls through one place: each retries on EINTR and turns -1 into `Errno`.
+public struct Errno: Error, Equatable, CustomStringConvertible, Sendable {
+    public var code: Int32
+    /// The call that failed, e.g. "connect".
+    public var call: String
+    public var description: String { "\(call): \(String(cString: strerror(code)))" }
+}
+
+@discardableResult
+func valueOrErrno<T: BinaryInteger>(_ call: String, _ body: () -> T) throws -> T {
+    while true {
+        let r = body()
+        if r >= 0 { return r }
+        if errno == EINTR { continue }
+        throw Errno(code: errno, call: call)
+    }
+}
+
+/// An owned AF_UNIX SOCK_STREAM socket; closed on `close()` or deinit.
+public final class UnixSocket: @unchecked Sendable {
+    public private(set) var fd: Int32
+
+    public init(adopting fd: Int32) { self.fd = fd }
+
+    /// A new unconnected socket (`socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)`).
+    public convenience init() throws {
+        let fd = try valueOrErrno("socket") { socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0) }
+        self.init(adopting: fd)
+    }
+
+    deinit { close() }
+
+    public func close() {
+        if fd >= 0 { _ = Glibc.close(fd) }
+        fd = -1
+    }
+
+    /// `shutdown(SHUT_RDWR)`: wakes a thread blocked in recv on this socket.
+    public func shutdown() { _ = Glibc.shutdown(fd, Int32(SHUT_RDWR)) }
+
+    private static func address(_ path: String) throws -> (sockaddr_un, socklen_t) {
+        var addr = sockaddr_un()
+        addr.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        let capacity = MemoryLayout.size(ofValue: addr.sun_path)
+        guard !bytes.isEmpty, bytes.count < capacity else { throw Errno(code: ENAMETOOLONG, call: "socket path") }
+        withUnsafeMutableBytes(of: &addr.sun_path) { p in
+            for (i, b) in bytes.enumerated() { p[i] = b }
+            p[bytes.count] = 0
+        }
+        return (addr, socklen_t(MemoryLayout<sa_family_t>.size + bytes.count + 1))
+    }
+
+    /// `connect` to the socket at `path`.
+    public func connect(path: String) throws {
+        var (addr, len) = try Self.address(path)
+        try withUnsafePointer(to: &addr) { p in
+            try p.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa in
+                _ = try valueOrErrno("connect") { Glibc.connect(fd, sa, len) }
+            }
+        }
+    }
+
+    /// `bind` to `path` and `listen`.
+    public func bindAndListen(path: String, backlog: Int32 = 128) throws {
+        var (addr, len) = try Self.address(path)
+        try withUnsafePointer(to: &addr) { p in
+            try p.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa in
+                _ = try valueOrErrno("bind") { Glibc.bind(fd, sa, len) }
+            }
+        }
+        try valueOrErrno("listen") { Glibc.listen(fd, backlog) }
+    }
+
+    /// `accept`, then FD_CLOEXEC: the next connection.
+    public func accept() throws -> UnixSocket {
+        let c = try valueOrErrno("accept") { Glibc.accept(fd, nil, nil) }
+        _ = fcntl(c, F_SETFD, FD_CLOEXEC)
+        return UnixSocket(adopting: c)
+    }
+
+    /// Writes all of `bytes` (`send` with MSG_NOSIGNAL, so a closed peer is an error, not SIGPIPE).
+    public func sendAll(_ bytes: [UInt8]) throws {
+        try bytes.withUnsafeBytes { b in
+            var off = 0
+            while off < b.count {
+                let n = try valueOrErrno("send") { send(fd, b.baseAddress! + off, b.count - off, Int32(MSG_NOSIGNAL)) }
+                off += n
+            }
+        }
+    }
+
+    /// Reads what is available, up to `max` bytes; an empty result means the peer closed.
+    /// Throws `Errno` EAGAIN when a receive timeout (`setReceiveTimeout`) expired.
+    public func receive(max: Int = 65536) throws -> [UInt8] {
+        var buf = [UInt8](repeating: 0, count: max)
+        let n = try buf.withUnsafeMutableBytes { b in try valueOrErrno("recv") { recv(fd, b.baseAddress, max, 0) } }
+        buf.removeSubrange(n...)
+        return buf
+    }
+
+    /// `SO_RCVTIMEO` / `SO_SNDTIMEO` in seconds (0: none).
+    public func setTimeouts(receive: Double, send: Double) {
+        for (opt, secs) in [(SO_RCVTIMEO, receive), (SO_SNDTIMEO, send)] {
+            var tv = timeval(tv_sec: Int(secs), tv_usec: Int((secs - secs.rounded(.down)) * 1e6))
+            _ = setsockopt(fd, SOL_SOCKET, opt, &tv, socklen_t(MemoryLayout<timeval>.size))
+        }
+    }
+}
+
+/// Sends a call and reads replies over one connection: the client side of varlink framing.
+public final class VarlinkStream: @unchecked Sendable {
+    public let socket: UnixSocket
+    private var reader = FrameReader()
+
+    public init(socket: UnixSocket) { self.socket = socket }
+
+    /// Writes one message (JSON + NUL).
+    public func send(_ message: JSON) throws {
+        var bytes = message.serialized()
+        bytes.append(0)
+        try socket.sendAll(bytes)
+    }
+
+    /// The next message, or nil when the peer closed the connection.
+    /// Throws `JSONSyntaxError`, `FrameReader.Failure`, `Errno`.
+    public func receive() throws -> JSON? {
+        while true {
+            if let frame = try reader.nextFrame() { return try JSON.parse(frame) }
+            let chunk = try socket.receive()
+            if chunk.isEmpty { return nil }
+            reader.append(chunk)
+        }
+    }
+
+    /// Whether bytes of an incomplete message are waiting.
+    public var hasPartialMessage: Bool { reader.pendingByteCount > 0 }
+}

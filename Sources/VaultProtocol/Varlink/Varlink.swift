@@ -1,0 +1,101 @@
+/// Varlink message types (https://varlink.org/Method-Call): a call `{"method", "parameters",
+/// "oneway", "more", "upgrade"}` and a reply `{"parameters", "continues", "error"}`.
+public enum Varlink {
+    /// One message, including its NUL terminator, may not exceed this (8 MiB).
+    public static let maximumMessageSize = 8 << 20
+}
+
+/// A method call as it arrives from a client.
+public struct VarlinkCall: Sendable, Equatable {
+    /// Fully-qualified method name, e.g. `io.vaultd.Keychain.Add`.
+    public var method: String
+    public var parameters: [String: JSON]
+    /// The caller wants no reply.
+    public var oneway: Bool
+    /// The caller accepts several replies (`continues: true` on all but the last).
+    public var more: Bool
+
+    public init(method: String, parameters: [String: JSON] = [:], oneway: Bool = false, more: Bool = false) {
+        self.method = method
+        self.parameters = parameters
+        self.oneway = oneway
+        self.more = more
+    }
+
+    /// The interface part of `method` (everything before the last dot).
+    public var interface: String {
+        guard let dot = method.lastIndex(of: ".") else { return "" }
+        return String(method[..<dot])
+    }
+
+    /// Decodes a call from one frame's JSON. Throws `VaultError.invalidParameter` for a
+    /// message that is JSON but not a call.
+    public init(json: JSON) throws {
+        guard case .object(let o) = json else { throw VaultError.invalidParameter("message", "a call must be an object") }
+        guard let method = o["method"]?.stringValue, !method.isEmpty else {
+            throw VaultError.invalidParameter("method", "missing or not a string")
+        }
+        var parameters: [String: JSON] = [:]
+        switch o["parameters"] {
+        case nil, .null?: break
+        case .object(let p)?: parameters = p
+        default: throw VaultError.invalidParameter("parameters", "must be an object")
+        }
+        func flag(_ name: String) throws -> Bool {
+            switch o[name] {
+            case nil, .null?: return false
+            case .bool(let b)?: return b
+            default: throw VaultError.invalidParameter(name, "must be a boolean")
+            }
+        }
+        self.init(method: method, parameters: parameters, oneway: try flag("oneway"), more: try flag("more"))
+        if try flag("upgrade") { throw VaultError.invalidParameter("upgrade", "connection upgrades are not supported") }
+    }
+
+    public var json: JSON {
+        var o: [String: JSON] = ["method": .string(method)]
+        if !parameters.isEmpty { o["parameters"] = .object(parameters) }
+        if oneway { o["oneway"] = true }
+        if more { o["more"] = true }
+        return .object(o)
+    }
+}
+
+/// A reply: either parameters or an error, and whether more replies follow.
+public struct VarlinkReply: Sendable, Equatable {
+    public var parameters: [String: JSON]
+    /// More replies to the same call follow.
+    public var continues: Bool
+    /// Fully-qualified error name, when the reply is an error.
+    public var error: String?
+
+    public init(parameters: [String: JSON] = [:], continues: Bool = false, error: String? = nil) {
+        self.parameters = parameters
+        self.continues = continues
+        self.error = error
+    }
+
+    public init(error: VaultError) {
+        self.init(parameters: error.parameters, error: error.name)
+    }
+
+    public init(json: JSON) throws {
+        guard case .object(let o) = json else { throw VaultError.protocolViolation("a reply must be an object") }
+        parameters = o["parameters"]?.objectValue ?? [:]
+        continues = o["continues"]?.boolValue ?? false
+        error = o["error"]?.stringValue
+    }
+
+    public var json: JSON {
+        var o: [String: JSON] = ["parameters": .object(parameters)]
+        if continues { o["continues"] = true }
+        if let error { o["error"] = .string(error) }
+        return .object(o)
+    }
+
+    /// The error this reply carries, if it is one.
+    public var vaultError: VaultError? {
+        guard let error else { return nil }
+        return VaultError(name: error, parameters: parameters)
+    }
+}

@@ -1,0 +1,68 @@
+import Foundation
+import VaultCore
+import VaultProtocol
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// vaultd's settings: command line, then environment, then XDG defaults (DESIGN §2).
+struct Configuration {
+    var socketPath: String
+    /// True when the socket path was chosen by DESIGN §2's defaults (then its directory must
+    /// be ours and 0700).
+    var socketPathIsDefault: Bool
+    var dataDirectory: String
+    var cacheDirectory: String
+    var configFile: String?
+
+    static let usage = """
+        usage: vaultd [--socket PATH] [--data-dir DIR] [--cache-dir DIR] [--config FILE]
+
+        Serves the vault on a Unix socket (varlink). Runs in the foreground, logs to stderr.
+        Environment: VAULTD_SOCKET, VAULTD_DATA_DIR, VAULTD_CACHE_DIR, XDG_RUNTIME_DIR,
+        XDG_DATA_HOME, XDG_CACHE_HOME, XDG_CONFIG_HOME; LISTEN_FDS/LISTEN_PID (socket activation).
+        """
+
+    struct UsageError: Error { var message: String }
+
+    static func parse(_ args: [String], environment env: [String: String]) throws -> Configuration {
+        var options: [String: String] = [:]
+        var i = 0
+        while i < args.count {
+            let a = args[i]
+            switch a {
+            case "-h", "--help": throw UsageError(message: "")
+            case "--socket", "--data-dir", "--cache-dir", "--config":
+                guard i + 1 < args.count else { throw UsageError(message: "\(a) needs a value") }
+                options[a] = args[i + 1]
+                i += 2
+            default:
+                if let eq = a.firstIndex(of: "="), a.hasPrefix("--"),
+                    ["--socket", "--data-dir", "--cache-dir", "--config"].contains(String(a[..<eq]))
+                {
+                    options[String(a[..<eq])] = String(a[a.index(after: eq)...])
+                    i += 1
+                } else {
+                    throw UsageError(message: "unknown argument '\(a)'")
+                }
+            }
+        }
+        let home = env["HOME"] ?? String(cString: getpwuid(getuid()).pointee.pw_dir)
+        func nonEmpty(_ k: String) -> String? { env[k].flatMap { $0.isEmpty ? nil : $0 } }
+        let explicitSocket = options["--socket"] ?? nonEmpty("VAULTD_SOCKET")
+        let socket = explicitSocket ?? defaultSocketPath(environment: env)
+        let data = options["--data-dir"] ?? nonEmpty("VAULTD_DATA_DIR") ?? ((nonEmpty("XDG_DATA_HOME") ?? home + "/.local/share") + "/vaultd")
+        let cache = options["--cache-dir"] ?? nonEmpty("VAULTD_CACHE_DIR") ?? ((nonEmpty("XDG_CACHE_HOME") ?? home + "/.cache") + "/vaultd")
+        let config = options["--config"] ?? ((nonEmpty("XDG_CONFIG_HOME") ?? home + "/.config") + "/vaultd/config.plist")
+        return Configuration(
+            socketPath: socket, socketPathIsDefault: explicitSocket == nil, dataDirectory: data, cacheDirectory: cache,
+            configFile: config)
+    }
+
+    /// `$XDG_RUNTIME_DIR/vaultd/vaultd.sock`, else `/tmp/vaultd-$UID/vaultd.sock`.
+    static func defaultSocketPath(environment env: [String: String]) -> String {
+        if let run = env["XDG_RUNTIME_DIR"], !run.isEmpty { return run + "/vaultd/vaultd.sock" }
+        return "/tmp/vaultd-\(getuid())/vaultd.sock"
+    }
+}

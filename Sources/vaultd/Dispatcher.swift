@@ -1,0 +1,132 @@
+import Foundation
+import VaultCore
+import VaultProtocol
+
+/// Routes varlink calls to the engine. Knows the wire shapes of DESIGN §3; knows nothing
+/// of sockets or framing.
+struct Dispatcher {
+    let vault: Vault
+    static let version = "0.1.0"
+
+    /// Methods that stream replies and must be called with `more`.
+    static let streamingMethods: Set<String> = ["io.vaultd.Vault.Observe"]
+
+    /// Answers one non-streaming call. Throws `VaultError` for every failure.
+    func handle(_ call: VarlinkCall, caller: Caller) throws -> [String: JSON] {
+        let p = Parameters(values: call.parameters)
+        switch call.method {
+        case "org.varlink.service.GetInfo":
+            return [
+                "vendor": "vaultd", "product": "vaultd", "version": .string(Self.version),
+                "url": "https://github.com/vaultd/vaultd",
+                "interfaces": .array(VarlinkInterfaces.all.map { .string($0.name) }),
+            ]
+        case "org.varlink.service.GetInterfaceDescription":
+            let name = try p.string("interface")
+            guard let d = VarlinkInterfaces.description(of: name) else {
+                throw VaultError(.interfaceNotFound, "no interface \(name)", extra: ["interface": .string(name)])
+            }
+            return ["description": .string(d)]
+
+        case "io.vaultd.Vault.Hello":
+            return [
+                "appID": caller.appID.map { .string($0) } ?? .null, "generation": caller.generation.map { .string($0) } ?? .null,
+                "firstLaunch": false, "wipedCredentials": 0,
+            ]
+        case "io.vaultd.Vault.Status":
+            var s = try vault.status()
+            s["version"] = .string(Self.version)
+            return s
+        case "io.vaultd.Vault.Init":
+            return ["lock": try vault.initialize(passphrase: try p.passphrase("passphrase"), caller: caller)]
+        case "io.vaultd.Vault.Unlock":
+            guard let pass = try p.passphrase("passphrase") else { throw VaultError.invalidParameter("passphrase", "missing") }
+            return ["lock": try vault.unlock(passphrase: pass)]
+        case "io.vaultd.Vault.Lock":
+            return ["lock": try vault.lockVault()]
+        case "io.vaultd.Vault.ChangePassphrase":
+            let (state, deleted) = try vault.changePassphrase(old: try p.passphrase("old"), new: try p.passphrase("new"), caller: caller)
+            return ["lock": state, "deletedItems": JSON(deleted)]
+
+        case "io.vaultd.Keychain.Add":
+            let cls = try ItemClass(wire: try p.string("class"))
+            let attrs = try ItemAttributes(json: try p.json("attributes"))
+            let stored = try vault.addItem(cls, attributes: attrs, secret: try p.secret("data"), caller: caller)
+            return ["attributes": stored.json]
+        case "io.vaultd.Keychain.CopyMatching":
+            let q = try query(p)
+            let returnData = try p.optionalBool("returnData") ?? false
+            let returnAttributes = try p.optionalBool("returnAttributes") ?? !returnData
+            let found = try vault.copyMatching(q, returnData: returnData, caller: caller)
+            return [
+                "items": .array(
+                    found.map { item in
+                        var o: [String: JSON] = ["class": .string(item.itemClass.rawValue)]
+                        if returnAttributes { o["attributes"] = item.attributes.json }
+                        if let d = item.data { o["data"] = .string(d.withUnsafeBytes { Data($0).base64EncodedString() }) }
+                        return .object(o)
+                    })
+            ]
+        case "io.vaultd.Keychain.Update":
+            let changes = try ItemAttributes(json: p.optionalJSON("attributes"))
+            let n = try vault.updateItems(try query(p), changes: changes, secret: try p.optionalSecret("data"), caller: caller)
+            return ["count": JSON(n)]
+        case "io.vaultd.Keychain.Delete":
+            return ["count": JSON(try vault.deleteItems(try query(p), caller: caller))]
+
+        case "io.vaultd.Preferences.Get":
+            let domain = try vault.resolveDomain(try p.optionalString("domain"), caller: caller, write: false)
+            let value = try vault.preference(domain: domain, key: try p.string("key"))
+            return ["value": value?.tagged ?? .null]
+        case "io.vaultd.Preferences.Set":
+            let domain = try vault.resolveDomain(try p.optionalString("domain"), caller: caller, write: true)
+            try vault.setPreference(domain: domain, key: try p.string("key"), value: try PlistValue(tagged: try p.json("value")))
+            return [:]
+        case "io.vaultd.Preferences.Remove":
+            let domain = try vault.resolveDomain(try p.optionalString("domain"), caller: caller, write: true)
+            try vault.removePreference(domain: domain, key: try p.string("key"))
+            return [:]
+        case "io.vaultd.Preferences.Domain":
+            let domain = try vault.resolveDomain(try p.optionalString("domain"), caller: caller, write: false)
+            return ["values": .object(try vault.preferenceDomain(domain).mapValues(\.tagged))]
+        case "io.vaultd.Preferences.Domains":
+            var names = try vault.preferenceDomains()
+            if !caller.isOwner {
+                names = names.filter { $0 == caller.appID || caller.appGroups.contains($0) || $0 == Vault.globalDomain }
+            }
+            return ["domains": .array(names.map { .string($0) })]
+        case "io.vaultd.Preferences.Import":
+            let domain = try vault.resolveDomain(try p.string("domain"), caller: caller, write: true)
+            guard let data = Data(base64Encoded: try p.string("plist")) else {
+                throw VaultError.invalidParameter("plist", "must be base64")
+            }
+            return ["keys": JSON(try vault.importDomain(domain, plist: data))]
+        case "io.vaultd.Preferences.Export":
+            let domain = try vault.resolveDomain(try p.string("domain"), caller: caller, write: false)
+            let format = try p.optionalString("format") ?? "xml"
+            guard let f = PropertyListCodec.Format(rawValue: format) else {
+                throw VaultError.invalidParameter("format", "must be xml or binary")
+            }
+            return ["plist": .string(try vault.exportDomain(domain, format: f).base64EncodedString())]
+        case "io.vaultd.Preferences.RemoveDomain":
+            let domain = try vault.resolveDomain(try p.string("domain"), caller: caller, write: true)
+            return ["keys": JSON(try vault.removeDomain(domain))]
+
+        default:
+            if Self.streamingMethods.contains(call.method) {
+                throw VaultError(.expectedMore, "\(call.method) streams replies: call it with more")
+            }
+            let iface = call.interface
+            if VarlinkInterfaces.description(of: iface) == nil {
+                throw VaultError(.interfaceNotFound, "no interface \(iface)", extra: ["interface": .string(iface)])
+            }
+            throw VaultError(.methodNotFound, "no method \(call.method)", extra: ["method": .string(call.method)])
+        }
+    }
+
+    private func query(_ p: Parameters) throws -> ItemQuery {
+        let limit = try p.optionalString("matchLimit") ?? "one"
+        guard limit == "one" || limit == "all" else { throw VaultError.param("matchLimit must be one or all") }
+        return ItemQuery(itemClass: try p.itemClass("class"), attributes: try ItemAttributes(json: p.optionalJSON("query")), matchAll: limit == "all")
+    }
+}

@@ -1,0 +1,78 @@
+import Foundation
+import VaultCore
+import VaultProtocol
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Why vaultd cannot start serving; printed and exit 1.
+struct StartupError: Error, CustomStringConvertible {
+    var description: String
+}
+
+/// Creates the listening socket: from systemd socket activation (`LISTEN_FDS`), or bound
+/// at the configured path with the modes of DESIGN §2.
+enum Listener {
+    /// The socket passed by systemd (fd 3), when LISTEN_PID is this process.
+    static func fromActivation(environment env: [String: String]) -> UnixSocket? {
+        guard let pid = env["LISTEN_PID"].flatMap(Int32.init), pid == getpid(),
+            let n = env["LISTEN_FDS"].flatMap(Int.init), n >= 1
+        else { return nil }
+        unsetenv("LISTEN_PID")
+        unsetenv("LISTEN_FDS")
+        unsetenv("LISTEN_FDNAMES")
+        _ = fcntl(3, F_SETFD, FD_CLOEXEC)
+        return UnixSocket(adopting: 3)
+    }
+
+    /// Binds `path` (socket 0600 in a 0700 directory). A stale socket file is removed only
+    /// after a connect to it fails; a live daemon on the path is a `StartupError`.
+    static func bind(path: String, strictDirectory: Bool) throws -> UnixSocket {
+        let dir = (path as NSString).deletingLastPathComponent
+        try prepareDirectory(dir, strict: strictDirectory)
+        var st = stat()
+        if lstat(path, &st) == 0 {
+            guard st.st_mode & S_IFMT == S_IFSOCK else {
+                throw StartupError(description: "\(path) exists and is not a socket; not touching it")
+            }
+            let probe = try UnixSocket()
+            do {
+                try probe.connect(path: path)
+                throw StartupError(description: "another vaultd is already serving \(path)")
+            } catch let e as Errno where e.code == ECONNREFUSED || e.code == ENOENT {
+                log("removing stale socket \(path)")
+                unlink(path)
+            }
+        }
+        let s = try UnixSocket()
+        let old = umask(0o177)
+        defer { umask(old) }
+        do {
+            try s.bindAndListen(path: path)
+        } catch {
+            throw StartupError(description: "cannot listen on \(path): \(error)")
+        }
+        chmod(path, 0o600)
+        return s
+    }
+
+    private static func prepareDirectory(_ dir: String, strict: Bool) throws {
+        var st = stat()
+        if lstat(dir, &st) != 0 {
+            guard mkdir(dir, 0o700) == 0 || errno == EEXIST else {
+                throw StartupError(description: "cannot create \(dir): \(String(cString: strerror(errno)))")
+            }
+            guard lstat(dir, &st) == 0 else { throw StartupError(description: "cannot stat \(dir)") }
+        }
+        guard st.st_mode & S_IFMT == S_IFDIR else { throw StartupError(description: "\(dir) is not a directory") }
+        if strict {
+            guard st.st_uid == getuid() else {
+                throw StartupError(description: "refusing socket directory \(dir): it is not owned by uid \(getuid())")
+            }
+            guard st.st_mode & 0o777 == 0o700 else {
+                throw StartupError(description: String(format: "refusing socket directory %@: mode %o, expected 700", dir, st.st_mode & 0o777))
+            }
+        }
+    }
+}

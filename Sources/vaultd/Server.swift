@@ -1,0 +1,242 @@
+import CVaultSys
+import Foundation
+import VaultCore
+import VaultProtocol
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Named limits (as sd-varlink's): what one daemon accepts before it refuses.
+enum Limits {
+    /// Connections served at once; further ones are closed at once.
+    static let maximumConnections = 256
+    /// A peer that leaves half a message unfinished this long is dropped (seconds).
+    static let partialMessageTimeout = 10.0
+    /// A peer that does not read its replies for this long is dropped (seconds).
+    static let sendTimeout = 30.0
+}
+
+/// Accepts connections on the listening socket, checks each peer with SO_PEERCRED, and
+/// serves each connection on its own thread: frames in, dispatch, replies out, in order.
+final class Server: @unchecked Sendable {
+    let listener: UnixSocket
+    let dispatcher: Dispatcher
+    let identify: (PeerCredentials) -> Caller?
+    private let state = NSCondition()
+    private var connections: [ObjectIdentifier: UnixSocket] = [:]
+    private var inFlight = 0
+    private var stopping = false
+
+    init(listener: UnixSocket, dispatcher: Dispatcher, identify: @escaping (PeerCredentials) -> Caller?) {
+        self.listener = listener
+        self.dispatcher = dispatcher
+        self.identify = identify
+    }
+
+    /// Runs the accept loop on a new thread.
+    func start() {
+        let t = Thread { [self] in acceptLoop() }
+        t.name = "vaultd-accept"
+        t.start()
+    }
+
+    private func acceptLoop() {
+        while true {
+            let conn: UnixSocket
+            do {
+                conn = try listener.accept()
+            } catch let e as Errno {
+                if state.withLock({ stopping }) { return }
+                if e.code == EMFILE || e.code == ENFILE || e.code == ENOBUFS || e.code == ENOMEM {
+                    log("accept: \(e); waiting")
+                    usleep(100_000)
+                }
+                continue
+            } catch { continue }
+            guard let peer = PeerCredentials(socket: conn), peer.uid == getuid() else {
+                log("refused a connection from another user")
+                conn.close()
+                continue
+            }
+            let admitted: Bool = state.withLock {
+                if stopping || connections.count >= Limits.maximumConnections { return false }
+                connections[ObjectIdentifier(conn)] = conn
+                return true
+            }
+            guard admitted else {
+                conn.close()
+                continue
+            }
+            let t = Thread { [self] in
+                serve(conn, peer: peer)
+                state.withLock { _ = connections.removeValue(forKey: ObjectIdentifier(conn)) }
+                conn.close()
+            }
+            t.stackSize = 1 << 20
+            t.start()
+        }
+    }
+
+    /// Stops accepting, waits (up to `timeout` seconds) for in-flight calls, then wakes every
+    /// connection thread so they exit.
+    func stop(timeout: Double) {
+        state.withLock { stopping = true }
+        listener.shutdown()
+        let deadline = Date().addingTimeInterval(timeout)
+        state.lock()
+        while inFlight > 0 && state.wait(until: deadline) {}
+        let open = Array(connections.values)
+        state.unlock()
+        for c in open { c.shutdown() }
+    }
+
+    private func beginCall() -> Bool {
+        state.withLock {
+            if stopping { return false }
+            inFlight += 1
+            return true
+        }
+    }
+
+    private func endCall() {
+        state.withLock {
+            inFlight -= 1
+            state.broadcast()
+        }
+    }
+
+    private func send(_ reply: VarlinkReply, on conn: UnixSocket) throws {
+        var bytes = reply.json.serialized()
+        bytes.append(0)
+        try conn.sendAll(bytes)
+    }
+
+    private func serve(_ conn: UnixSocket, peer: PeerCredentials) {
+        conn.setTimeouts(receive: 1, send: Limits.sendTimeout)
+        var reader = FrameReader()
+        var partialSince: Date?
+        // The caller is resolved once per connection, from the kernel's credentials.
+        guard let caller = identify(peer) else { return }
+        while true {
+            let frame: [UInt8]
+            do {
+                guard let f = try reader.nextFrame() else {
+                    let chunk: [UInt8]
+                    do {
+                        chunk = try conn.receive()
+                    } catch let e as Errno where e.code == EAGAIN || e.code == EWOULDBLOCK {
+                        if reader.pendingByteCount > 0 {
+                            let since = partialSince ?? Date()
+                            partialSince = since
+                            if Date().timeIntervalSince(since) > Limits.partialMessageTimeout { return }
+                        }
+                        if state.withLock({ stopping }) { return }
+                        continue
+                    }
+                    if chunk.isEmpty { return }
+                    reader.append(chunk)
+                    continue
+                }
+                frame = f
+                partialSince = nil
+            } catch FrameReader.Failure.frameTooLarge {
+                try? send(VarlinkReply(error: .invalidParameter("message", "a message may be at most \(Varlink.maximumMessageSize) bytes")), on: conn)
+                return
+            } catch {
+                return
+            }
+            let call: VarlinkCall
+            do {
+                call = try VarlinkCall(json: try JSON.parse(frame))
+            } catch let e as VaultError {
+                try? send(VarlinkReply(error: e), on: conn)
+                return
+            } catch {
+                try? send(VarlinkReply(error: .invalidParameter("message", "\(error)")), on: conn)
+                return
+            }
+            guard beginCall() else { return }
+            if Dispatcher.streamingMethods.contains(call.method) && call.more {
+                endCall()
+                stream(call, on: conn, caller: caller)
+                return
+            }
+            let reply: VarlinkReply
+            do {
+                reply = VarlinkReply(parameters: try dispatcher.handle(call, caller: caller))
+            } catch let e as VaultError {
+                reply = VarlinkReply(error: e)
+            } catch {
+                reply = VarlinkReply(error: VaultError(.internalError, "\(error)"))
+            }
+            let sent = call.oneway || (try? send(reply, on: conn)) != nil
+            endCall()
+            if !sent { return }
+        }
+    }
+
+    /// Serves a `more` call: the current state first, then every event, until the peer closes.
+    private func stream(_ call: VarlinkCall, on conn: UnixSocket, caller: Caller) {
+        let queue = EventQueue()
+        let token = dispatcher.vault.addObserver { event in
+            if case .lockState(let s) = event { queue.push(["lock": s]) }
+        }
+        defer { dispatcher.vault.removeObserver(token) }
+        queue.push(["lock": dispatcher.vault.lockState])
+        while !state.withLock({ stopping }) {
+            for params in queue.drain(waitingUpTo: 1) {
+                guard (try? send(VarlinkReply(parameters: params, continues: true), on: conn)) != nil else { return }
+            }
+            if peerClosed(conn) { return }
+        }
+    }
+
+    /// True when the peer has closed its end (a zero-length peek).
+    private func peerClosed(_ conn: UnixSocket) -> Bool {
+        var pfd = pollfd(fd: conn.fd, events: Int16(POLLIN | 0x2000 /* POLLRDHUP */), revents: 0)
+        guard poll(&pfd, 1, 0) > 0 else { return false }
+        if pfd.revents & Int16(0x2000 | POLLHUP | POLLERR) != 0 { return true }
+        var byte: UInt8 = 0
+        return recv(conn.fd, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT)) == 0
+    }
+}
+
+/// Events waiting to be streamed to one observer.
+final class EventQueue: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var items: [[String: JSON]] = []
+    /// An observer that falls this far behind is sent only the latest events.
+    private let capacity = 10_000
+
+    func push(_ item: [String: JSON]) {
+        condition.withLock {
+            items.append(item)
+            if items.count > capacity { items.removeFirst(items.count - capacity) }
+            condition.signal()
+        }
+    }
+
+    func drain(waitingUpTo seconds: Double) -> [[String: JSON]] {
+        condition.withLock {
+            if items.isEmpty { _ = condition.wait(until: Date().addingTimeInterval(seconds)) }
+            defer { items.removeAll() }
+            return items
+        }
+    }
+}
+
+/// The kernel's record of a peer (`SO_PEERCRED`).
+struct PeerCredentials {
+    var pid: pid_t
+    var uid: uid_t
+    var gid: gid_t
+
+    init?(socket: UnixSocket) {
+        var pid: pid_t = 0, uid: uid_t = 0, gid: gid_t = 0
+        guard vault_peer_cred(socket.fd, &pid, &uid, &gid) == 0 else { return nil }
+        self.pid = pid
+        self.uid = uid
+        self.gid = gid
+    }
+}
