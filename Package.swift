@@ -22,7 +22,7 @@ let package = Package(
         .target(name: "VaultCore", dependencies: ["VaultProtocol", "CSodium", "CSQLite", "CVaultSys"]),
         .executableTarget(name: "vaultd", dependencies: ["VaultCore", "VaultProtocol", "CVaultSys", "CSecret"]),
         .target(name: "VaultClient", dependencies: ["VaultProtocol"]),
-        .executableTarget(name: "vaultctl", dependencies: ["VaultClient", "CSecret"]),
+        .executableTarget(name: "vaultctl", dependencies: ["VaultClient"]),
         .executableTarget(name: "git-credential-vault", dependencies: ["VaultClient"]),
 
         .testTarget(name: "VaultProtocolTests", dependencies: ["VaultProtocol"]),

@@ -1,1 +1,106 @@
+import Foundation
+import VaultClient
+import VaultProtocol
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
+// vaultctl: the vault's command line, for people and scripts. Exit codes: 0 ok, 1 failure,
+// 64 usage. Secrets are read from fds, stdin or a prompt, never from argv.
+
+let toolUsage = """
+    usage: vaultctl [--socket PATH] COMMAND ...
+
+    Vault:
+      status [--json]                       lock state and figures
+      init [--no-passphrase | --passphrase-fd N]
+      unlock [--passphrase-fd N]
+      lock
+      passphrase change --passphrase-fd N --new-passphrase-fd M
+      passphrase set --new-passphrase-fd M
+      passphrase remove --passphrase-fd N
+    Keychain (CLASS is generic (default) or internet):
+      item add [CLASS] ATTRIBUTES [--secret-fd N]       secret from fd N, stdin, or a prompt
+      item get [CLASS] FILTERS [--json]                  prints the secret exactly (--json: attributes)
+      item update [CLASS] FILTERS [--set-ATTRIBUTE V]... [--secret-fd N | --secret-stdin]
+      item delete [CLASS] FILTERS
+      item list [CLASS] [FILTERS] [--json]
+      ATTRIBUTES / FILTERS: --service --account --label --comment --description
+        --access-group --accessible --synchronizable --server --protocol --port --path
+        --authentication-type --security-domain
+    Preferences (as defaults(1); DOMAIN may be -g for NSGlobalDomain):
+      defaults read [DOMAIN [KEY]]
+      defaults read-type DOMAIN KEY
+      defaults write DOMAIN KEY [-string|-int|-float|-bool|-date|-data] VALUE
+      defaults write DOMAIN KEY -array V... | -array-add V... | -dict K V... | -dict-add K V...
+      defaults delete DOMAIN [KEY]
+      defaults rename DOMAIN OLD NEW
+      defaults domains
+      defaults find WORD
+      defaults import DOMAIN PATH|-
+      defaults export DOMAIN PATH|-         (- writes XML to stdout; a path gets binary)
+
+    Environment: VAULTD_SOCKET (default $XDG_RUNTIME_DIR/vaultd/vaultd.sock)
+    """
+
+/// Connects on first use, so `--help` and usage errors need no daemon.
+final class Context {
+    let socketPath: String?
+    private var connected: Vault?
+
+    init(socketPath: String?) { self.socketPath = socketPath }
+
+    func vault() throws -> Vault {
+        if let v = connected { return v }
+        let v = try Vault.connect(socketPath: socketPath)
+        connected = v
+        return v
+    }
+}
+
+/// A subcommand: parses and validates its arguments in `init`, acts in `run`.
+protocol Command {
+    init(_ arguments: inout Arguments) throws
+    func run(_ context: Context) throws
+}
+
+func printError(_ message: String) {
+    FileHandle.standardError.write(Data("vaultctl: \(message)\n".utf8))
+}
+
+func parseCommand(_ args: inout Arguments) throws -> Command {
+    guard let word = args.positional() else { throw UsageError(message: "a command is needed") }
+    switch word {
+    case "status": return try StatusCommand(&args)
+    case "init": return try InitCommand(&args)
+    case "unlock": return try UnlockCommand(&args)
+    case "lock": return try LockCommand(&args)
+    case "passphrase": return try PassphraseCommand(&args)
+    case "item": return try ItemCommand(&args)
+    case "defaults": return try DefaultsCommand(&args)
+    default: throw UsageError(message: "unknown command '\(word)'")
+    }
+}
+
+var arguments = Arguments(Array(CommandLine.arguments.dropFirst()))
+if arguments.words.first == "--help" || arguments.words.first == "-h" || arguments.words.first == "help" {
+    print(toolUsage)
+    exit(0)
+}
+do {
+    let socket = try arguments.option("--socket")
+    let command = try parseCommand(&arguments)
+    try arguments.finish()
+    try command.run(Context(socketPath: socket))
+    exit(0)
+} catch let e as UsageError {
+    printError("\(e.message)\n\n\(toolUsage)")
+    exit(64)
+} catch let e as VaultError {
+    printError(e.description)
+    exit(1)
+} catch {
+    printError("\(error)")
+    exit(1)
+}

@@ -1,5 +1,4 @@
 import Foundation
-import VaultProtocol
 
 /// Reads and writes property-list files (XML and binary) through Foundation's
 /// `PropertyListSerialization`, converting to and from `PlistValue`.
@@ -31,7 +30,7 @@ public enum PropertyListCodec {
         }
     }
 
-    static func value(from object: Any, depth: Int) throws -> PlistValue {
+    public static func value(from object: Any, depth: Int = 0) throws -> PlistValue {
         guard depth < PlistValue.maximumDepth else {
             throw VaultError(.invalidPropertyList, "property list nested deeper than \(PlistValue.maximumDepth)")
         }
@@ -62,7 +61,7 @@ public enum PropertyListCodec {
         }
     }
 
-    static func object(from value: PlistValue) -> Any {
+    public static func object(from value: PlistValue) -> Any {
         switch value {
         case .string(let s): return s
         case .integer(let i): return NSNumber(value: i)

@@ -1,0 +1,59 @@
+import Foundation
+import VaultProtocol
+
+/// Preference domains by name, as `defaults(1)` sees them. Apps name nil for their own
+/// domain. Throws `VaultError` (DomainTooLarge, InvalidValue, InvalidPropertyList,
+/// MissingEntitlement, ReadOnlyDomain).
+public struct Preferences: Sendable {
+    let connection: VaultConnection
+
+    private static func domain(_ d: String?) -> JSON { d.map { .string($0) } ?? .null }
+
+    public func value(domain: String?, key: String) throws -> PlistValue? {
+        let r = try connection.call("io.vaultd.Preferences.Get", ["domain": Self.domain(domain), "key": .string(key)])
+        guard let v = r["value"], !v.isNull else { return nil }
+        return try PlistValue(tagged: v)
+    }
+
+    /// Sets one key; durable when this returns.
+    public func set(_ value: PlistValue, domain: String?, key: String) throws {
+        try connection.call("io.vaultd.Preferences.Set", ["domain": Self.domain(domain), "key": .string(key), "value": value.tagged])
+    }
+
+    public func remove(domain: String?, key: String) throws {
+        try connection.call("io.vaultd.Preferences.Remove", ["domain": Self.domain(domain), "key": .string(key)])
+    }
+
+    /// Every key of a domain.
+    public func values(domain: String?) throws -> [String: PlistValue] {
+        let r = try connection.call("io.vaultd.Preferences.Domain", ["domain": Self.domain(domain)])
+        return try (r["values"]?.objectValue ?? [:]).mapValues { try PlistValue(tagged: $0) }
+    }
+
+    /// Names of the domains holding keys.
+    public func domains() throws -> [String] {
+        try connection.call("io.vaultd.Preferences.Domains")["domains"]?.arrayValue?.compactMap(\.stringValue) ?? []
+    }
+
+    /// Replaces `domain` with a property list (XML or binary) whose root is a dictionary.
+    /// Returns the number of keys.
+    @discardableResult
+    public func importDomain(_ domain: String, plist: Data) throws -> Int {
+        try connection.call("io.vaultd.Preferences.Import", ["domain": .string(domain), "plist": .string(plist.base64EncodedString())])["keys"]?.intValue ?? 0
+    }
+
+    /// The domain as a property list, `xml` or `binary`.
+    public func exportDomain(_ domain: String, binary: Bool) throws -> Data {
+        let r = try connection.call("io.vaultd.Preferences.Export", ["domain": .string(domain), "format": binary ? "binary" : "xml"])
+        guard let text = r["plist"]?.stringValue, let d = Data(base64Encoded: text) else {
+            throw VaultError.protocolViolation("Export returned no property list")
+        }
+        return d
+    }
+
+    /// Removes a whole domain; returns how many keys it had.
+    @discardableResult
+    public func removeDomain(_ domain: String) throws -> Int {
+        try connection.call("io.vaultd.Preferences.RemoveDomain", ["domain": .string(domain)])["keys"]?.intValue ?? 0
+    }
+}

@@ -1,0 +1,108 @@
+import Foundation
+import VaultProtocol
+
+/// The app's handle on vaultd: launch information, the lock state, and the keychain,
+/// preferences and caches tiers. Create one with `Vault.connect()`; it says `Hello` first.
+public final class Vault: @unchecked Sendable {
+    public let connection: VaultConnection
+    /// What vaultd said about this launch (`io.vaultd.Vault.Hello`).
+    public let launch: LaunchInfo
+
+    /// Connects to vaultd and says Hello. Throws `VaultError` ConnectionFailed.
+    public static func connect(socketPath: String? = nil) throws -> Vault {
+        let c = try VaultConnection(socketPath: socketPath)
+        return Vault(connection: c, launch: LaunchInfo(try c.call("io.vaultd.Vault.Hello")))
+    }
+
+    init(connection: VaultConnection, launch: LaunchInfo) {
+        self.connection = connection
+        self.launch = launch
+    }
+
+    /// The keychain, as Keychain Services' SecItem functions.
+    public var keychain: Keychain { Keychain(connection: connection) }
+
+    /// Preference domains by name (the owner's view; apps usually use `Defaults`).
+    public var preferences: Preferences { Preferences(connection: connection) }
+
+    /// `io.vaultd.Vault.Status`.
+    public func status() throws -> VaultStatus { VaultStatus(try connection.call("io.vaultd.Vault.Status")) }
+
+    /// Creates the vault; nil passphrase: always unlocked. Throws AlreadyInitialized.
+    @discardableResult
+    public func initialize(passphrase: String?) throws -> LockState {
+        LockState(try connection.call("io.vaultd.Vault.Init", ["passphrase": passphrase.map { .string($0) } ?? .null])["lock"])
+    }
+
+    /// Unlocks. Throws `VaultError` with code `.wrongPassphrase` (io.vaultd.Vault.AuthFailed),
+    /// `.rateLimited` (wait `parameters["retryAfter"]` seconds), `.noPassphrase`.
+    @discardableResult
+    public func unlock(passphrase: String) throws -> LockState {
+        LockState(try connection.call("io.vaultd.Vault.Unlock", ["passphrase": .string(passphrase)])["lock"])
+    }
+
+    /// Locks: whenUnlocked items become unavailable. Throws `.noPassphrase`.
+    @discardableResult
+    public func lock() throws -> LockState { LockState(try connection.call("io.vaultd.Vault.Lock")["lock"]) }
+
+    /// Changes (both), sets (`old` nil) or removes (`new` nil) the passphrase. Returns the
+    /// number of whenPasscodeSetThisDeviceOnly items deleted by a removal.
+    @discardableResult
+    public func changePassphrase(old: String?, new: String?) throws -> Int {
+        let r = try connection.call(
+            "io.vaultd.Vault.ChangePassphrase", ["old": old.map { .string($0) } ?? .null, "new": new.map { .string($0) } ?? .null])
+        return r["deletedItems"]?.intValue ?? 0
+    }
+}
+
+/// `io.vaultd.Vault.Hello`: who vaultd says the caller is.
+public struct LaunchInfo: Sendable, Equatable {
+    /// The app ID, or nil for the owner's tools.
+    public var appID: String?
+    /// The install generation (UUID), or nil.
+    public var generation: String?
+    /// True on the first Hello of a new install generation.
+    public var isFirstLaunch: Bool
+    /// Credentials vaultd wiped on this first launch (left from an earlier install).
+    public var wipedCredentials: Int
+
+    init(_ p: [String: JSON]) {
+        appID = p["appID"]?.stringValue
+        generation = p["generation"]?.stringValue
+        isFirstLaunch = p["firstLaunch"]?.boolValue ?? false
+        wipedCredentials = p["wipedCredentials"]?.intValue ?? 0
+    }
+}
+
+/// io.vaultd.Vault `LockState`.
+public struct LockState: Sendable, Equatable {
+    public enum State: String, Sendable { case uninitialized, locked, unlocked }
+    public var state: State
+    /// The vault has been unlocked since vaultd started (afterFirstUnlock items usable).
+    public var unlockedSinceStart: Bool
+    public var hasPassphrase: Bool
+
+    init(_ j: JSON?) {
+        state = j?["state"]?.stringValue.flatMap(State.init(rawValue:)) ?? .uninitialized
+        unlockedSinceStart = j?["unlockedSinceStart"]?.boolValue ?? false
+        hasPassphrase = j?["hasPassphrase"]?.boolValue ?? false
+    }
+}
+
+/// `io.vaultd.Vault.Status`.
+public struct VaultStatus: Sendable, Equatable {
+    public var lock: LockState
+    public var version: String
+    public var items: Int
+    public var domains: Int
+    /// Seconds before another unlock attempt is accepted.
+    public var retryAfter: Double
+
+    init(_ p: [String: JSON]) {
+        lock = LockState(p["lock"])
+        version = p["version"]?.stringValue ?? ""
+        items = p["items"]?.intValue ?? 0
+        domains = p["domains"]?.intValue ?? 0
+        retryAfter = p["retryAfter"]?.doubleValue ?? 0
+    }
+}

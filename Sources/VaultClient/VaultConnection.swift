@@ -1,0 +1,86 @@
+import Foundation
+import VaultProtocol
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One varlink connection to vaultd. Calls are serialized on the connection (varlink answers
+/// in order); it is safe to share between threads.
+public final class VaultConnection: @unchecked Sendable {
+    private let stream: VarlinkStream
+    private let lock = NSLock()
+    /// The socket path this connection was made to.
+    public let socketPath: String
+
+    /// The socket path a client uses: `VAULTD_SOCKET`, else `$XDG_RUNTIME_DIR/vaultd/vaultd.sock`,
+    /// else `/tmp/vaultd-$UID/vaultd.sock` (DESIGN §2).
+    public static func defaultSocketPath(environment env: [String: String] = ProcessInfo.processInfo.environment) -> String {
+        if let s = env["VAULTD_SOCKET"], !s.isEmpty { return s }
+        if let run = env["XDG_RUNTIME_DIR"], !run.isEmpty { return run + "/vaultd/vaultd.sock" }
+        return "/tmp/vaultd-\(getuid())/vaultd.sock"
+    }
+
+    /// Connects to vaultd at `socketPath` (default: `defaultSocketPath()`).
+    /// Throws `VaultError` ConnectionFailed when nothing answers there.
+    public init(socketPath: String? = nil) throws {
+        let path = socketPath ?? Self.defaultSocketPath()
+        self.socketPath = path
+        do {
+            let s = try UnixSocket()
+            try s.connect(path: path)
+            stream = VarlinkStream(socket: s)
+        } catch {
+            throw VaultError.connectionFailed("cannot connect to vaultd at \(path): \(error) (is vaultd running?)")
+        }
+    }
+
+    /// Calls `method` and returns the reply's parameters. Throws the reply's `VaultError`, or
+    /// ConnectionFailed / ProtocolViolation when the connection breaks.
+    @discardableResult
+    public func call(_ method: String, _ parameters: [String: JSON] = [:]) throws -> [String: JSON] {
+        try lock.withLock {
+            try send(VarlinkCall(method: method, parameters: parameters))
+            let reply = try receiveReply()
+            if let e = reply.vaultError { throw e }
+            return reply.parameters
+        }
+    }
+
+    /// Calls `method` with `more` and hands each reply to `handler` until it returns false,
+    /// the stream ends, or the connection breaks. The connection is used up afterwards.
+    public func stream(_ method: String, _ parameters: [String: JSON] = [:], handler: ([String: JSON]) -> Bool) throws {
+        try lock.withLock {
+            try send(VarlinkCall(method: method, parameters: parameters, more: true))
+            while true {
+                let reply = try receiveReply()
+                if let e = reply.vaultError { throw e }
+                if !handler(reply.parameters) || !reply.continues { return }
+            }
+        }
+    }
+
+    /// Closes the connection (also wakes a thread blocked in `stream`).
+    public func close() {
+        stream.socket.shutdown()
+    }
+
+    private func send(_ call: VarlinkCall) throws {
+        do {
+            try stream.send(call.json)
+        } catch {
+            throw VaultError.connectionFailed("vaultd closed the connection: \(error)")
+        }
+    }
+
+    private func receiveReply() throws -> VarlinkReply {
+        let message: JSON?
+        do {
+            message = try stream.receive()
+        } catch {
+            throw VaultError.protocolViolation("bad reply from vaultd: \(error)")
+        }
+        guard let message else { throw VaultError.connectionFailed("vaultd closed the connection") }
+        return try VarlinkReply(json: message)
+    }
+}

@@ -1,0 +1,221 @@
+import Foundation
+import VaultClient
+import VaultProtocol
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `vaultctl defaults …`, with defaults(1)'s verbs, type flags and output.
+struct DefaultsCommand: Command {
+    enum Verb: String { case read, readType = "read-type", write, delete, rename, domains, find, `import`, export }
+    var verb: Verb
+    var words: [String]
+
+    init(_ a: inout Arguments) throws {
+        guard let w = a.positional(), let verb = Verb(rawValue: w) else {
+            throw UsageError(message: "defaults needs read, read-type, write, delete, rename, domains, find, import or export")
+        }
+        self.verb = verb
+        // defaults(1) options start with a single dash; take the words as they come.
+        words = a.rest()
+        let counts: [Verb: ClosedRange<Int>] = [
+            .read: 0...2, .readType: 2...2, .write: 3...Int.max, .delete: 1...2, .rename: 3...3, .domains: 0...0,
+            .find: 1...1, .import: 2...2, .export: 2...2,
+        ]
+        guard counts[verb]!.contains(words.count) else { throw UsageError(message: "wrong number of arguments for defaults \(verb.rawValue)") }
+        if !words.isEmpty && verb != .domains && verb != .find { words[0] = Self.domainName(words[0]) }
+    }
+
+    static func domainName(_ w: String) -> String {
+        ["-g", "-globalDomain", "NSGlobalDomain"].contains(w) ? "NSGlobalDomain" : w
+    }
+
+    func run(_ context: Context) throws {
+        let prefs = try context.vault().preferences
+        switch verb {
+        case .read:
+            if words.isEmpty {
+                var all: [String: PlistValue] = [:]
+                for d in try prefs.domains() { all[d] = .dict(try prefs.values(domain: d)) }
+                print(PlistText.describe(.dict(all)))
+            } else if words.count == 1 {
+                let values = try prefs.values(domain: words[0])
+                guard !values.isEmpty else { throw notFound(domain: words[0], key: nil) }
+                print(PlistText.describe(.dict(values)))
+            } else {
+                guard let v = try prefs.value(domain: words[0], key: words[1]) else { throw notFound(domain: words[0], key: words[1]) }
+                print(PlistText.describeTop(v))
+            }
+        case .readType:
+            guard let v = try prefs.value(domain: words[0], key: words[1]) else { throw notFound(domain: words[0], key: words[1]) }
+            print("Type is \(v.typeName)")
+        case .write:
+            try write(prefs)
+        case .delete:
+            if words.count == 1 {
+                guard try prefs.removeDomain(words[0]) > 0 else { throw notFound(domain: words[0], key: nil) }
+            } else {
+                guard try prefs.value(domain: words[0], key: words[1]) != nil else { throw notFound(domain: words[0], key: words[1]) }
+                try prefs.remove(domain: words[0], key: words[1])
+            }
+        case .rename:
+            guard let v = try prefs.value(domain: words[0], key: words[1]) else { throw notFound(domain: words[0], key: words[1]) }
+            try prefs.set(v, domain: words[0], key: words[2])
+            try prefs.remove(domain: words[0], key: words[1])
+        case .domains:
+            print(try prefs.domains().joined(separator: ", "))
+        case .find:
+            try find(prefs, words[0])
+        case .import:
+            let data: Data
+            if words[1] == "-" {
+                data = try Terminal.readAll(fd: STDIN_FILENO)
+            } else {
+                guard let d = FileManager.default.contents(atPath: words[1]) else {
+                    throw VaultError(.invalidPropertyList, "cannot read \(words[1])")
+                }
+                data = d
+            }
+            try prefs.importDomain(words[0], plist: data)
+        case .export:
+            if words[1] == "-" {
+                FileHandle.standardOutput.write(try prefs.exportDomain(words[0], binary: false))
+            } else {
+                let data = try prefs.exportDomain(words[0], binary: true)
+                do {
+                    try data.write(to: URL(fileURLWithPath: words[1]), options: .atomic)
+                } catch {
+                    throw VaultError(.internalError, "cannot write \(words[1]): \(error.localizedDescription)")
+                }
+            }
+        }
+    }
+
+    private func notFound(domain: String, key: String?) -> VaultError {
+        let what = key.map { "The domain/default pair of (\(domain), \($0)) does not exist" } ?? "Domain \(domain) does not exist"
+        return VaultError(.keyNotFound, what)
+    }
+
+    private func write(_ prefs: Preferences) throws {
+        let domain = words[0], key = words[1]
+        var rest = Array(words[2...])
+        let flag = rest[0]
+        switch flag {
+        case "-array", "-array-add":
+            rest.removeFirst()
+            var items = try Self.values(rest)
+            if flag == "-array-add", let existing = try prefs.value(domain: domain, key: key) {
+                guard case .array(let old) = existing else {
+                    throw VaultError(.invalidValue, "value for key \(key) is not an array; cannot append to it")
+                }
+                items = old + items
+            }
+            try prefs.set(.array(items), domain: domain, key: key)
+        case "-dict", "-dict-add":
+            rest.removeFirst()
+            guard rest.count % 2 == 0 else { throw UsageError(message: "\(flag) needs KEY VALUE pairs") }
+            var dict: [String: PlistValue] = [:]
+            if flag == "-dict-add", let existing = try prefs.value(domain: domain, key: key) {
+                guard case .dict(let old) = existing else {
+                    throw VaultError(.invalidValue, "value for key \(key) is not a dictionary; cannot add to it")
+                }
+                dict = old
+            }
+            var i = 0
+            while i < rest.count {
+                dict[rest[i]] = PlistText.parse(rest[i + 1])
+                i += 2
+            }
+            try prefs.set(.dict(dict), domain: domain, key: key)
+        default:
+            let values = try Self.values(rest)
+            guard values.count == 1 else { throw UsageError(message: "defaults write takes one value (use -array for several)") }
+            try prefs.set(values[0], domain: domain, key: key)
+        }
+    }
+
+    /// Values from words, each a bare plist-text value or a type flag followed by its value.
+    static func values(_ words: [String]) throws -> [PlistValue] {
+        var out: [PlistValue] = []
+        var i = 0
+        while i < words.count {
+            let w = words[i]
+            let typed = ["-string", "-int", "-integer", "-float", "-bool", "-boolean", "-date", "-data"]
+            if typed.contains(w) {
+                guard i + 1 < words.count else { throw UsageError(message: "\(w) needs a value") }
+                out.append(try typedValue(w, words[i + 1]))
+                i += 2
+            } else {
+                out.append(PlistText.parse(w))
+                i += 1
+            }
+        }
+        return out
+    }
+
+    static func typedValue(_ flag: String, _ v: String) throws -> PlistValue {
+        switch flag {
+        case "-string": return .string(v)
+        case "-int", "-integer":
+            if let i = Int64(v) { return .integer(i) }
+            if let u = UInt64(v) { return .unsignedInteger(u) }
+            throw UsageError(message: "'\(v)' is not an integer")
+        case "-float":
+            guard let d = Double(v) else { throw UsageError(message: "'\(v)' is not a number") }
+            return .real(d)
+        case "-bool", "-boolean":
+            switch v.lowercased() {
+            case "true", "yes", "1": return .bool(true)
+            case "false", "no", "0": return .bool(false)
+            default: throw UsageError(message: "'\(v)' is not a boolean (true/false/yes/no)")
+            }
+        case "-date":
+            if let d = PlistDate.parse(v) { return .date(d) }
+            let f = DateFormatter()
+            f.locale = Locale(identifier: "en_US_POSIX")
+            for format in ["yyyy-MM-dd HH:mm:ss Z", "yyyy-MM-dd HH:mm:ss", "yyyy-MM-dd"] {
+                f.dateFormat = format
+                f.timeZone = TimeZone(identifier: "UTC")
+                if let d = f.date(from: v) { return .date(d) }
+            }
+            throw UsageError(message: "'\(v)' is not a date (use 2026-01-31 12:00:00 +0000 or ISO 8601)")
+        case "-data":
+            var bytes: [UInt8] = []
+            let hex = Array(v.utf8.filter { $0 != UInt8(ascii: " ") })
+            guard hex.count % 2 == 0 else { throw UsageError(message: "-data needs an even number of hex digits") }
+            var i = 0
+            while i < hex.count {
+                guard let b = UInt8(String(decoding: hex[i..<(i + 2)], as: UTF8.self), radix: 16) else {
+                    throw UsageError(message: "-data needs hex digits")
+                }
+                bytes.append(b)
+                i += 2
+            }
+            return .data(Data(bytes))
+        default:
+            throw UsageError(message: "unknown type flag \(flag)")
+        }
+    }
+
+    private func find(_ prefs: Preferences, _ word: String) throws {
+        let needle = word.lowercased()
+        func contains(_ v: PlistValue) -> Bool {
+            switch v {
+            case .string(let s): return s.lowercased().contains(needle)
+            case .array(let a): return a.contains(where: contains)
+            case .dict(let d): return d.contains { $0.key.lowercased().contains(needle) || contains($0.value) }
+            default: return false
+            }
+        }
+        for domain in try prefs.domains() {
+            let values = try prefs.values(domain: domain)
+            let hits = values.filter { $0.key.lowercased().contains(needle) || contains($0.value) }
+            if domain.lowercased().contains(needle) {
+                print("Found \(values.count) keys in domain '\(domain)': \(PlistText.describe(.dict(values)))")
+            } else if !hits.isEmpty {
+                print("Found \(hits.count) keys in domain '\(domain)': \(PlistText.describe(.dict(hits)))")
+            }
+        }
+    }
+}

@@ -1,0 +1,128 @@
+import Foundation
+import VaultClient
+import VaultProtocol
+
+/// `vaultctl item add|get|update|delete|list [generic|internet] ...`
+struct ItemCommand: Command {
+    enum Action: String { case add, get, update, delete, list }
+    var action: Action
+    var itemClass: ItemClass?
+    var attributes: ItemAttributes
+    var changes = ItemAttributes()
+    var secretFD: Int?
+    var secretStdin = false
+    var json = false
+
+    /// Option name → attribute (string-valued attributes).
+    static let stringOptions: [(String, WritableKeyPath<ItemAttributes, String?>)] = [
+        ("service", \.service), ("account", \.account), ("label", \.label), ("comment", \.comment),
+        ("description", \.description), ("access-group", \.accessGroup), ("server", \.server),
+        ("protocol", \.protocol), ("path", \.path), ("authentication-type", \.authenticationType),
+        ("security-domain", \.securityDomain),
+    ]
+
+    /// Reads ATTRIBUTES options with `prefix` ("--" or "--set-").
+    static func attributes(_ a: inout Arguments, prefix: String) throws -> ItemAttributes {
+        var attrs = ItemAttributes()
+        for (name, key) in stringOptions {
+            if let v = try a.option(prefix + name) { attrs[keyPath: key] = v }
+        }
+        if let v = try a.option(prefix + "accessible") {
+            do { attrs.accessible = try Accessibility(wire: v) } catch let e as VaultError { throw UsageError(message: e.message) }
+        }
+        if let p = try a.intOption(prefix + "port") {
+            guard (0...65535).contains(p) else { throw UsageError(message: "\(prefix)port must be in 0...65535") }
+            attrs.port = p
+        }
+        if a.flag(prefix + "synchronizable") { attrs.synchronizable = true }
+        if let g = try a.option(prefix + "generic") { attrs.generic = Data(g.utf8) }
+        return attrs
+    }
+
+    init(_ a: inout Arguments) throws {
+        guard let w = a.positional(), let action = Action(rawValue: w) else {
+            throw UsageError(message: "item needs add, get, update, delete or list")
+        }
+        self.action = action
+        switch a.positional(oneOf: ["generic", "internet"]) {
+        case "internet": itemClass = .internetPassword
+        case "generic": itemClass = .genericPassword
+        default: itemClass = action == .list ? nil : .genericPassword
+        }
+        if action == .update { changes = try Self.attributes(&a, prefix: "--set-") }
+        attributes = try Self.attributes(&a, prefix: "--")
+        secretFD = try a.intOption("--secret-fd")
+        secretStdin = a.flag("--secret-stdin")
+        json = a.flag("--json")
+        switch action {
+        case .add:
+            if secretStdin { secretFD = 0 }
+        case .update:
+            if secretStdin && secretFD != nil { throw UsageError(message: "--secret-fd and --secret-stdin exclude each other") }
+            if secretStdin { secretFD = 0 }
+            if changes == ItemAttributes() && secretFD == nil {
+                throw UsageError(message: "item update needs --set-ATTRIBUTE, --secret-fd N or --secret-stdin")
+            }
+        case .get, .delete:
+            if attributes == ItemAttributes() { throw UsageError(message: "item \(action.rawValue) needs at least one filter, e.g. --service") }
+            if secretFD != nil || secretStdin { throw UsageError(message: "item \(action.rawValue) reads no secret") }
+        case .list:
+            break
+        }
+    }
+
+    func run(_ context: Context) throws {
+        let keychain = try context.vault().keychain
+        switch action {
+        case .add:
+            let secret = try Terminal.secret(fd: secretFD, prompt: "Secret: ")
+            let stored = try keychain.add(itemClass ?? .genericPassword, attributes: attributes, data: secret)
+            if json { print(stored.json.text) }
+        case .get:
+            let item = try keychain.copyMatching(Query(itemClass, attributes), returnData: !json, returnAttributes: json)[0]
+            if json {
+                print(Self.json(item).text)
+            } else {
+                Terminal.writeSecret(item.data ?? Data())
+            }
+        case .update:
+            let secret = try secretFD.map { try Terminal.readAll(fd: Int32($0)) }
+            let n = try keychain.update(Query(itemClass, attributes), attributes: changes, data: secret)
+            print("updated \(n) item(s)")
+        case .delete:
+            let n = try keychain.delete(Query(itemClass, attributes))
+            print("deleted \(n) item(s)")
+        case .list:
+            let items: [Item]
+            do {
+                items = try keychain.copyMatching(Query(itemClass, attributes, matchAll: true))
+            } catch let e as VaultError where e.code == .itemNotFound {
+                items = []
+            }
+            if json {
+                print(JSON.array(items.map(Self.json)).text)
+            } else {
+                for item in items { print(Self.line(item)) }
+            }
+        }
+    }
+
+    static func json(_ item: Item) -> JSON {
+        var o = item.attributes?.json.objectValue ?? [:]
+        o["class"] = .string(item.itemClass.rawValue)
+        return .object(o)
+    }
+
+    /// One line per item: class, group, service or server, account, label. Values are
+    /// escaped so a newline or NUL in one cannot break the listing.
+    static func line(_ item: Item) -> String {
+        let a = item.attributes ?? ItemAttributes()
+        func show(_ s: String?) -> String { JSON.string(s ?? "").text }
+        switch item.itemClass {
+        case .genericPassword:
+            return "generic  group=\(show(a.accessGroup)) service=\(show(a.service)) account=\(show(a.account)) label=\(show(a.label)) accessible=\(a.accessible?.rawValue ?? "")"
+        case .internetPassword:
+            return "internet group=\(show(a.accessGroup)) server=\(show(a.server)) protocol=\(show(a.protocol)) port=\(a.port ?? 0) path=\(show(a.path)) account=\(show(a.account)) label=\(show(a.label)) accessible=\(a.accessible?.rawValue ?? "")"
+        }
+    }
+}

@@ -1,0 +1,103 @@
+import Foundation
+import VaultClient
+import VaultProtocol
+
+struct StatusCommand: Command {
+    var json: Bool
+    init(_ a: inout Arguments) throws { json = a.flag("--json") }
+
+    func run(_ context: Context) throws {
+        let s = try context.vault().status()
+        if json {
+            let j: JSON = [
+                "state": .string(s.lock.state.rawValue), "unlockedSinceStart": .bool(s.lock.unlockedSinceStart),
+                "hasPassphrase": .bool(s.lock.hasPassphrase), "version": .string(s.version), "items": JSON(s.items),
+                "domains": JSON(s.domains), "retryAfter": JSON(s.retryAfter),
+            ]
+            print(j.text)
+            return
+        }
+        print("state: \(s.lock.state.rawValue)\(s.lock.state == .locked && s.lock.unlockedSinceStart ? " (after first unlock)" : "")")
+        print("passphrase: \(s.lock.hasPassphrase ? "set" : "none")")
+        print("items: \(s.items)")
+        print("domains: \(s.domains)")
+        if s.retryAfter > 0 { print("unlock possible in: \(Int(s.retryAfter.rounded(.up))) s") }
+        print("vaultd: \(s.version)")
+    }
+}
+
+struct InitCommand: Command {
+    var noPassphrase: Bool
+    var passphraseFD: Int?
+    init(_ a: inout Arguments) throws {
+        noPassphrase = a.flag("--no-passphrase")
+        passphraseFD = try a.intOption("--passphrase-fd")
+        if noPassphrase && passphraseFD != nil { throw UsageError(message: "--no-passphrase and --passphrase-fd exclude each other") }
+    }
+
+    func run(_ context: Context) throws {
+        var passphrase: String?
+        if !noPassphrase {
+            passphrase = try Terminal.passphrase(fd: passphraseFD, prompt: "New vault passphrase: ")
+            if passphraseFD == nil {
+                let again = try Terminal.passphrase(fd: nil, prompt: "Repeat the passphrase: ")
+                guard again == passphrase else { throw UsageError(message: "the passphrases differ") }
+            }
+            if passphrase!.isEmpty { throw UsageError(message: "the passphrase is empty (use --no-passphrase for a vault without one)") }
+        }
+        let state = try context.vault().initialize(passphrase: passphrase)
+        print("vault initialised \(state.hasPassphrase ? "with a passphrase" : "without a passphrase (always unlocked)"); state: \(state.state.rawValue)")
+    }
+}
+
+struct UnlockCommand: Command {
+    var passphraseFD: Int?
+    init(_ a: inout Arguments) throws { passphraseFD = try a.intOption("--passphrase-fd") }
+
+    func run(_ context: Context) throws {
+        let passphrase = try Terminal.passphrase(fd: passphraseFD, prompt: "Vault passphrase: ")
+        let state = try context.vault().unlock(passphrase: passphrase)
+        print("state: \(state.state.rawValue)")
+    }
+}
+
+struct LockCommand: Command {
+    init(_ a: inout Arguments) throws {}
+    func run(_ context: Context) throws {
+        let state = try context.vault().lock()
+        print("state: \(state.state.rawValue)")
+    }
+}
+
+struct PassphraseCommand: Command {
+    enum Action: String { case change, set, remove }
+    var action: Action
+    var oldFD: Int?
+    var newFD: Int?
+
+    init(_ a: inout Arguments) throws {
+        guard let w = a.positional(), let action = Action(rawValue: w) else {
+            throw UsageError(message: "passphrase needs change, set or remove")
+        }
+        self.action = action
+        oldFD = try a.intOption("--passphrase-fd")
+        newFD = try a.intOption("--new-passphrase-fd")
+        if action == .set && oldFD != nil { throw UsageError(message: "passphrase set takes only --new-passphrase-fd") }
+        if action == .remove && newFD != nil { throw UsageError(message: "passphrase remove takes only --passphrase-fd") }
+    }
+
+    func run(_ context: Context) throws {
+        let old = action == .set ? nil : try Terminal.passphrase(fd: oldFD, prompt: "Current passphrase: ")
+        var new: String?
+        if action != .remove {
+            new = try Terminal.passphrase(fd: newFD, prompt: "New passphrase: ")
+            if new!.isEmpty { throw UsageError(message: "the new passphrase is empty") }
+        }
+        let deleted = try context.vault().changePassphrase(old: old, new: new)
+        switch action {
+        case .change: print("passphrase changed")
+        case .set: print("passphrase set")
+        case .remove: print("passphrase removed; \(deleted) whenPasscodeSetThisDeviceOnly item(s) deleted")
+        }
+    }
+}

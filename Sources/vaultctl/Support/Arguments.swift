@@ -1,0 +1,78 @@
+/// A wrong command line: printed with the command's usage, exit 64 (EX_USAGE).
+struct UsageError: Error {
+    var message: String
+}
+
+/// The words of a command line, consumed as a command's declarations ask for them.
+/// Options take `--name value` or `--name=value`; anything left over is a usage error.
+struct Arguments {
+    private(set) var words: [String]
+
+    init(_ words: [String]) { self.words = words }
+
+    /// Removes and returns the value of `--name` (the last one when repeated).
+    mutating func option(_ name: String) throws -> String? {
+        try options(name).last
+    }
+
+    /// Removes and returns every value of a repeatable `--name`.
+    mutating func options(_ name: String) throws -> [String] {
+        var values: [String] = []
+        var i = 0
+        while i < words.count {
+            if words[i] == "--" { break }
+            if words[i] == name {
+                guard i + 1 < words.count else { throw UsageError(message: "\(name) needs a value") }
+                values.append(words[i + 1])
+                words.removeSubrange(i...(i + 1))
+            } else if words[i].hasPrefix(name + "=") {
+                values.append(String(words[i].dropFirst(name.count + 1)))
+                words.remove(at: i)
+            } else {
+                i += 1
+            }
+        }
+        return values
+    }
+
+    /// An integer option.
+    mutating func intOption(_ name: String) throws -> Int? {
+        guard let v = try option(name) else { return nil }
+        guard let i = Int(v) else { throw UsageError(message: "\(name) needs an integer, not '\(v)'") }
+        return i
+    }
+
+    /// Removes `--name` and returns whether it was there.
+    mutating func flag(_ name: String) -> Bool {
+        guard let i = words.prefix(while: { $0 != "--" }).firstIndex(of: name) else { return false }
+        words.remove(at: i)
+        return true
+    }
+
+    /// Removes and returns the next word that is not an option.
+    mutating func positional() -> String? {
+        guard let i = words.firstIndex(where: { !$0.hasPrefix("--") || $0 == "--" }) else { return nil }
+        if words[i] == "--" {
+            words.remove(at: i)
+            return words.isEmpty ? nil : words.removeFirst()
+        }
+        return words.remove(at: i)
+    }
+
+    /// Removes and returns the next word only when it is one of `choices`.
+    mutating func positional(oneOf choices: [String]) -> String? {
+        guard let first = words.first, choices.contains(first) else { return nil }
+        return words.removeFirst()
+    }
+
+    /// Everything left, in order (for commands taking free arguments).
+    mutating func rest() -> [String] {
+        defer { words.removeAll() }
+        return words.filter { $0 != "--" }
+    }
+
+    /// Throws a usage error naming the first word nobody asked for.
+    func finish() throws {
+        if let w = words.first { throw UsageError(message: "unexpected argument '\(w)'") }
+    }
+}
