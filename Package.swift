@@ -24,6 +24,8 @@ let package = Package(
         .target(name: "VaultClient", dependencies: ["VaultProtocol"]),
         .executableTarget(name: "vaultctl", dependencies: ["VaultClient"]),
         .executableTarget(name: "git-credential-vault", dependencies: ["VaultClient"]),
+        // An app that uses VaultClient as a real one would; tests copy it to act as several apps.
+        .executableTarget(name: "vault-example", dependencies: ["VaultClient"], path: "Examples/vault-example"),
 
         .testTarget(name: "VaultProtocolTests", dependencies: ["VaultProtocol"]),
         .testTarget(name: "VaultCoreTests", dependencies: ["VaultCore"]),

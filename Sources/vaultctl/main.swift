@@ -29,6 +29,10 @@ let toolUsage = """
       ATTRIBUTES / FILTERS: --service --account --label --comment --description
         --access-group --accessible --synchronizable --server --protocol --port --path
         --authentication-type --security-domain
+    Apps:
+      app install APP_ID --exe PATH [--access-group G]... [--app-group group.X]...
+                  [--keep-credentials-on-reinstall]
+      app uninstall APP_ID | app show APP_ID [--json] | app list [--json]
     Preferences (as defaults(1); DOMAIN may be -g for NSGlobalDomain):
       defaults read [DOMAIN [KEY]]
       defaults read-type DOMAIN KEY
@@ -79,6 +83,7 @@ func parseCommand(_ args: inout Arguments) throws -> Command {
     case "passphrase": return try PassphraseCommand(&args)
     case "item": return try ItemCommand(&args)
     case "defaults": return try DefaultsCommand(&args)
+    case "app": return try AppCommand(&args)
     default: throw UsageError(message: "unknown command '\(word)'")
     }
 }

@@ -6,10 +6,69 @@ import VaultProtocol
 /// of sockets or framing.
 struct Dispatcher {
     let vault: Vault
+    /// App IDs with an open connection (their caches are purged last).
+    let runningApps: @Sendable () -> Set<String>
     static let version = "0.1.0"
 
     /// Methods that stream replies and must be called with `more`.
-    static let streamingMethods: Set<String> = ["io.vaultd.Vault.Observe"]
+    static let streamingMethods: Set<String> = [
+        "io.vaultd.Vault.Observe", "io.vaultd.Preferences.Observe", "io.vaultd.Caches.Observe",
+    ]
+
+    /// A streaming call's first replies, and how each later event becomes a reply (nil: not
+    /// for this subscriber).
+    struct Subscription {
+        var initial: [[String: JSON]]
+        var reply: @Sendable (VaultEvent) -> [String: JSON]?
+    }
+
+    /// Sets up a `more` call. Throws like `handle` for bad parameters or permissions.
+    func subscribe(_ call: VarlinkCall, caller: Caller) throws -> Subscription {
+        let p = Parameters(values: call.parameters)
+        switch call.method {
+        case "io.vaultd.Vault.Observe":
+            return Subscription(initial: [["lock": vault.lockState]]) { event in
+                if case .lockState(let s) = event { return ["lock": s] }
+                return nil
+            }
+        case "io.vaultd.Preferences.Observe":
+            let names: [String]
+            if let list = p.optionalJSON("domains") {
+                guard let a = list.arrayValue?.compactMap(\.stringValue), a.count == list.arrayValue?.count else {
+                    throw VaultError.invalidParameter("domains", "must be an array of strings")
+                }
+                names = a
+            } else {
+                names = [try vault.resolveDomain(nil, caller: caller, write: false)]
+            }
+            let domains = Set(try names.map { try vault.resolveDomain($0, caller: caller, write: false) })
+            var keys: Set<String>?
+            if let list = p.optionalJSON("keys") {
+                guard let a = list.arrayValue?.compactMap(\.stringValue), a.count == list.arrayValue?.count else {
+                    throw VaultError.invalidParameter("keys", "must be an array of strings")
+                }
+                keys = Set(a)
+            }
+            let initial: [[String: JSON]] = try domains.sorted().map { d in
+                var values = try vault.preferenceDomain(d)
+                if let keys { values = values.filter { keys.contains($0.key) } }
+                return ["domain": .string(d), "values": .object(values.mapValues(\.tagged))]
+            }
+            let wanted = keys
+            return Subscription(initial: initial) { event in
+                guard case .preference(let d, let k, let v) = event, domains.contains(d), wanted?.contains(k) ?? true else { return nil }
+                return ["domain": .string(d), "key": .string(k), "value": v?.tagged ?? .null]
+            }
+        case "io.vaultd.Caches.Observe":
+            let own = caller.appID
+            return Subscription(initial: []) { event in
+                guard case .cachePurge(let app, let freed) = event, own == nil || own == app else { return nil }
+                return ["appID": .string(app), "freedBytes": JSON(freed)]
+            }
+        default:
+            throw VaultError(.methodNotFound, "no streaming method \(call.method)", extra: ["method": .string(call.method)])
+        }
+    }
 
     /// Answers one non-streaming call. Throws `VaultError` for every failure.
     func handle(_ call: VarlinkCall, caller: Caller) throws -> [String: JSON] {
@@ -29,9 +88,10 @@ struct Dispatcher {
             return ["description": .string(d)]
 
         case "io.vaultd.Vault.Hello":
+            let (firstLaunch, wiped) = try vault.hello(caller)
             return [
                 "appID": caller.appID.map { .string($0) } ?? .null, "generation": caller.generation.map { .string($0) } ?? .null,
-                "firstLaunch": false, "wipedCredentials": 0,
+                "firstLaunch": .bool(firstLaunch), "wipedCredentials": JSON(wiped),
             ]
         case "io.vaultd.Vault.Status":
             var s = try vault.status()
@@ -111,6 +171,46 @@ struct Dispatcher {
         case "io.vaultd.Preferences.RemoveDomain":
             let domain = try vault.resolveDomain(try p.string("domain"), caller: caller, write: true)
             return ["keys": JSON(try vault.removeDomain(domain))]
+
+        case "io.vaultd.Caches.Directory":
+            return ["path": .string(try vault.cacheDirectory(for: try p.optionalString("appID"), caller: caller))]
+        case "io.vaultd.Caches.Usage":
+            var usage = vault.caches.usage()
+            if let own = caller.appID { usage = usage.filter { $0.appID == own } }
+            let space = vault.caches.volumeSpace()
+            return [
+                "apps": .array(usage.map { ["appID": .string($0.appID), "bytes": JSON($0.bytes), "files": JSON($0.files)] }),
+                "totalBytes": JSON(usage.reduce(Int64(0)) { $0 + $1.bytes }), "freeBytes": JSON(space?.free ?? 0),
+                "capacityBytes": JSON(space?.capacity ?? 0),
+            ]
+        case "io.vaultd.Caches.Purge":
+            var bytes: Int64?
+            if let b = p.optionalJSON("bytes") {
+                guard let v = b.int64Value, v >= 0 else { throw VaultError.invalidParameter("bytes", "must be a non-negative integer") }
+                bytes = v
+            }
+            let r = try vault.purgeCaches(appID: try p.optionalString("appID"), bytes: bytes, running: runningApps(), caller: caller)
+            return ["freedBytes": JSON(r.freedBytes), "removedFiles": JSON(r.removedFiles)]
+
+        case "io.vaultd.Apps.Install":
+            func list(_ name: String) throws -> [String] {
+                guard let v = p.optionalJSON(name) else { return [] }
+                guard let a = v.arrayValue, a.allSatisfy({ $0.stringValue != nil }) else {
+                    throw VaultError.invalidParameter(name, "must be an array of strings")
+                }
+                return a.compactMap(\.stringValue)
+            }
+            let app = try vault.installApp(
+                try p.string("appID"), executable: try p.optionalString("executable"), accessGroups: try list("accessGroups"),
+                appGroups: try list("appGroups"), keepCredentialsOnReinstall: try p.optionalBool("keepCredentialsOnReinstall") ?? false,
+                caller: caller)
+            return ["app": app.json]
+        case "io.vaultd.Apps.Uninstall":
+            return ["app": try vault.uninstallApp(try p.string("appID"), caller: caller).json]
+        case "io.vaultd.Apps.List":
+            return ["apps": .array(try vault.allApps(caller: caller).map(\.json))]
+        case "io.vaultd.Apps.Show":
+            return ["app": try vault.app(try p.string("appID"), caller: caller).json]
 
         default:
             if Self.streamingMethods.contains(call.method) {

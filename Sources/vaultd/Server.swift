@@ -25,14 +25,21 @@ final class Server: @unchecked Sendable {
     let identify: (PeerCredentials) -> Caller?
     private let state = NSCondition()
     private var connections: [ObjectIdentifier: UnixSocket] = [:]
+    private var appConnections: [String: Int] = [:]
     private var inFlight = 0
     private var stopping = false
+
+    /// Called on every non-streaming call (the idle auto-lock's clock).
+    var activity: @Sendable () -> Void = {}
 
     init(listener: UnixSocket, dispatcher: Dispatcher, identify: @escaping (PeerCredentials) -> Caller?) {
         self.listener = listener
         self.dispatcher = dispatcher
         self.identify = identify
     }
+
+    /// App IDs with at least one open connection.
+    var runningApps: Set<String> { state.withLock { Set(appConnections.keys) } }
 
     /// Runs the accept loop on a new thread.
     func start() {
@@ -118,6 +125,17 @@ final class Server: @unchecked Sendable {
         var partialSince: Date?
         // The caller is resolved once per connection, from the kernel's credentials.
         guard let caller = identify(peer) else { return }
+        if let app = caller.appID {
+            state.withLock { appConnections[app, default: 0] += 1 }
+        }
+        defer {
+            if let app = caller.appID {
+                state.withLock {
+                    appConnections[app]! -= 1
+                    if appConnections[app] == 0 { appConnections[app] = nil }
+                }
+            }
+        }
         while true {
             let frame: [UInt8]
             do {
@@ -162,6 +180,7 @@ final class Server: @unchecked Sendable {
                 stream(call, on: conn, caller: caller)
                 return
             }
+            activity()
             let reply: VarlinkReply
             do {
                 reply = VarlinkReply(parameters: try dispatcher.handle(call, caller: caller))
@@ -176,14 +195,26 @@ final class Server: @unchecked Sendable {
         }
     }
 
-    /// Serves a `more` call: the current state first, then every event, until the peer closes.
+    /// Serves a `more` call: its first replies, then one per event, until the peer closes.
     private func stream(_ call: VarlinkCall, on conn: UnixSocket, caller: Caller) {
-        let queue = EventQueue()
-        let token = dispatcher.vault.addObserver { event in
-            if case .lockState(let s) = event { queue.push(["lock": s]) }
-        }
+        let relay = StreamRelay()
+        let queue = relay.queue
+        // Observe before taking the snapshot, so no change falls between the two.
+        let token = dispatcher.vault.addObserver { relay.receive($0) }
         defer { dispatcher.vault.removeObserver(token) }
-        queue.push(["lock": dispatcher.vault.lockState])
+        let subscription: Dispatcher.Subscription
+        do {
+            subscription = try dispatcher.subscribe(call, caller: caller)
+        } catch let e as VaultError {
+            try? send(VarlinkReply(error: e), on: conn)
+            return
+        } catch {
+            return
+        }
+        relay.start(subscription.reply)
+        for reply in subscription.initial {
+            guard (try? send(VarlinkReply(parameters: reply, continues: true), on: conn)) != nil else { return }
+        }
         while !state.withLock({ stopping }) {
             for params in queue.drain(waitingUpTo: 1) {
                 guard (try? send(VarlinkReply(parameters: params, continues: true), on: conn)) != nil else { return }
@@ -202,12 +233,37 @@ final class Server: @unchecked Sendable {
     }
 }
 
-/// Events waiting to be streamed to one observer.
+/// Turns engine events into one stream's replies. Events that arrive before the
+/// subscription is ready are held and replayed, so none falls between observing and the
+/// snapshot the stream starts with.
+final class StreamRelay: @unchecked Sendable {
+    let queue = EventQueue()
+    private let lock = NSLock()
+    private var reply: (@Sendable (VaultEvent) -> [String: JSON]?)?
+    private var held: [VaultEvent] = []
+
+    func receive(_ event: VaultEvent) {
+        lock.withLock {
+            guard let reply else { return held.append(event) }
+            if let r = reply(event) { queue.push(r) }
+        }
+    }
+
+    func start(_ reply: @escaping @Sendable (VaultEvent) -> [String: JSON]?) {
+        lock.withLock {
+            self.reply = reply
+            for e in held { if let r = reply(e) { queue.push(r) } }
+            held.removeAll()
+        }
+    }
+}
+
+/// Replies waiting to be streamed to one observer.
 final class EventQueue: @unchecked Sendable {
     private let condition = NSCondition()
     private var items: [[String: JSON]] = []
-    /// An observer that falls this far behind is sent only the latest events.
-    private let capacity = 10_000
+    /// An observer that falls this far behind loses the oldest replies.
+    private let capacity = 100_000
 
     func push(_ item: [String: JSON]) {
         condition.withLock {

@@ -27,13 +27,20 @@ do {
     fail("\(e.message)\n\(Configuration.usage)", code: 64)
 }
 
+let settings: Settings
+do {
+    settings = try Settings.load(configuration.configFile)
+} catch {
+    fail("\(error)")
+}
+
 // No core dumps, no same-uid ptrace: keys live in this process's memory.
 _ = vault_set_nondumpable()
 signal(SIGPIPE, SIG_IGN)
 
 let vault: Vault
 do {
-    vault = try Vault(dataDirectory: configuration.dataDirectory)
+    vault = try Vault(dataDirectory: configuration.dataDirectory, cacheDirectory: configuration.cacheDirectory)
 } catch {
     fail("cannot open the vault in \(configuration.dataDirectory): \(error)")
 }
@@ -46,9 +53,53 @@ do {
     fail("\(error)")
 }
 
-let server = Server(listener: listener, dispatcher: Dispatcher(vault: vault)) { _ in Caller.owner }
+let running = RunningApps()
+let server = Server(listener: listener, dispatcher: Dispatcher(vault: vault, runningApps: { running.server?.runningApps ?? [] })) { peer in
+    PeerIdentity.caller(for: peer, vault: vault)
+}
+running.server = server
 server.start()
+
+// Uninstall detection: registered executables that vanish or come back, at start and every second.
+vault.scanExecutables()
+let scanTimer = DispatchSource.makeTimerSource(queue: DispatchQueue(label: "vaultd.apps-scan"))
+scanTimer.schedule(deadline: .now() + 1, repeating: 1)
+scanTimer.setEventHandler { vault.scanExecutables() }
+scanTimer.resume()
+
+// The cache policy: purge when free space or the budget crosses its mark.
+let maintenance = DispatchQueue(label: "vaultd.maintenance")
+let cacheTimer = DispatchSource.makeTimerSource(queue: maintenance)
+cacheTimer.schedule(deadline: .now() + 0.2, repeating: settings.cacheCheckInterval)
+cacheTimer.setEventHandler { vault.enforceCachePolicy(settings.cachePolicy, running: server.runningApps) }
+cacheTimer.resume()
+
+// Idle auto-lock (off unless AutoLockSeconds is set).
+let idle = IdleClock()
+server.activity = { idle.touch() }
+let autoLockTimer = DispatchSource.makeTimerSource(queue: maintenance)
+if settings.autoLockSeconds > 0 {
+    autoLockTimer.schedule(deadline: .now() + 1, repeating: 1)
+    autoLockTimer.setEventHandler {
+        if idle.secondsSinceLastCall() >= settings.autoLockSeconds, vault.isUnlockedWithPassphrase {
+            _ = try? vault.lockVault()
+            log("locked after \(Int(settings.autoLockSeconds)) s without a call")
+        }
+    }
+    autoLockTimer.resume()
+}
 log("serving \(activated == nil ? configuration.socketPath : "socket from systemd") (data: \(configuration.dataDirectory))")
+
+/// When the last call arrived (for the idle auto-lock).
+final class IdleClock: @unchecked Sendable {
+    private let lock = NSLock()
+    private var last = Date()
+    func touch() { lock.withLock { last = Date() } }
+    func secondsSinceLastCall() -> Double { lock.withLock { Date().timeIntervalSince(last) } }
+}
+
+/// Lets the dispatcher ask the server which apps are connected.
+final class RunningApps: @unchecked Sendable { weak var server: Server? }
 
 func shutdown(_ signalName: String) -> Never {
     log("\(signalName): stopping")

@@ -38,6 +38,25 @@ enum Schema {
                 ) WITHOUT ROWID;
                 """)
         }
+        m.register("2026-11-29-apps") { db in
+            try db.execute(
+                """
+                CREATE TABLE apps (
+                  app_id TEXT PRIMARY KEY NOT NULL,
+                  executable TEXT,                        -- identifies the app through /proc/PID/exe
+                  flatpak INTEGER NOT NULL,               -- identified through /.flatpak-info instead
+                  access_groups TEXT NOT NULL,            -- JSON array
+                  app_groups TEXT NOT NULL,               -- JSON array of group.*
+                  keep_credentials INTEGER NOT NULL,
+                  installed INTEGER NOT NULL,
+                  generation TEXT NOT NULL,               -- current install generation (UUID)
+                  installed_at REAL NOT NULL,             -- Unix time
+                  launched_generation TEXT,               -- generation whose first launch happened
+                  executable_missing INTEGER NOT NULL DEFAULT 0  -- uninstalled because the executable vanished
+                );
+                CREATE INDEX items_generation ON items (generation);
+                """)
+        }
         return m
     }
 }

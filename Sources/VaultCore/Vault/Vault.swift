@@ -9,18 +9,24 @@ import VaultProtocol
 public final class Vault: @unchecked Sendable {
     /// The data directory (0700) holding `vault.sqlite` and `device.key`.
     public let dataDirectory: String
-    private let db: Database
-    private let keys: KeyHierarchy
-    private let keychain: KeychainStore
-    private let preferences: PreferencesStore
+    /// Where per-app cache directories live (`<cacheDirectory>/<app-id>/`).
+    public let cacheDirectory: String
+    let db: Database
+    let keys: KeyHierarchy
+    let keychain: KeychainStore
+    let preferences: PreferencesStore
+    let apps: AppRegistry
+    /// The per-app cache directories.
+    public let caches: CacheStore
     private let lock = NSLock()
     private var observers: [UUID: @Sendable (VaultEvent) -> Void] = [:]
 
     /// Opens (creating when absent) the vault in `dataDirectory`: creates the directory 0700
     /// and `device.key` 0600, opens the store and runs pending migrations. Throws
     /// `VaultError` InternalError (unreadable files, a newer schema) or StorageFull.
-    public init(dataDirectory: String) throws {
+    public init(dataDirectory: String, cacheDirectory: String? = nil) throws {
         self.dataDirectory = dataDirectory
+        self.cacheDirectory = cacheDirectory ?? dataDirectory + "/caches"
         try FileSystem.makeDirectory(dataDirectory, mode: 0o700)
         let deviceKey = try FileSystem.loadOrCreateKey(at: dataDirectory + "/device.key", length: Sodium.keyLength)
         db = try Database(path: dataDirectory + "/vault.sqlite")
@@ -29,6 +35,8 @@ public final class Vault: @unchecked Sendable {
         keys = try KeyHierarchy(db: db, deviceKey: deviceKey)
         keychain = KeychainStore(db: db, keys: keys)
         preferences = PreferencesStore(db: db)
+        apps = AppRegistry(db: db)
+        caches = CacheStore(root: self.cacheDirectory)
     }
 
     /// Closes the store. Later calls fail with InternalError.
@@ -36,7 +44,7 @@ public final class Vault: @unchecked Sendable {
         lock.withLock { db.close() }
     }
 
-    private func locked<T>(_ body: () throws -> T) rethrows -> T {
+    func locked<T>(_ body: () throws -> T) rethrows -> T {
         lock.lock()
         defer { lock.unlock() }
         return try body()
@@ -56,12 +64,15 @@ public final class Vault: @unchecked Sendable {
         _ = locked { observers.removeValue(forKey: id) }
     }
 
-    private func emit(_ event: VaultEvent) {
+    func emit(_ event: VaultEvent) {
         let handlers = locked { Array(observers.values) }
         for h in handlers { h(event) }
     }
 
     // MARK: lock life-cycle
+
+    /// True when the vault has a passphrase and is unlocked (so it can be auto-locked).
+    public var isUnlockedWithPassphrase: Bool { locked { keys.hasPassphrase && keys.state == .unlocked } }
 
     /// The lock state as the io.vaultd.Vault `LockState` type.
     public var lockState: JSON { locked { keys.lockState } }
@@ -171,7 +182,7 @@ public final class Vault: @unchecked Sendable {
         try db.run("DELETE FROM vault_meta WHERE key = 'unlock.failures'")
     }
 
-    private func requireOwner(_ caller: Caller) throws {
+    func requireOwner(_ caller: Caller) throws {
         guard caller.isOwner else { throw VaultError(.permissionDenied, "only the vault's owner (vaultctl) may do this") }
     }
 
@@ -285,4 +296,6 @@ public enum VaultEvent: Sendable {
     case lockState(JSON)
     /// A preference was set (value) or removed (nil).
     case preference(domain: String, key: String, value: PlistValue?)
+    /// Files were purged from an app's cache.
+    case cachePurge(appID: String, freedBytes: Int64)
 }

@@ -9,6 +9,8 @@ public enum VarlinkInterfaces {
         ("io.vaultd.Vault", vault),
         ("io.vaultd.Keychain", keychain),
         ("io.vaultd.Preferences", preferences),
+        ("io.vaultd.Caches", caches),
+        ("io.vaultd.Apps", apps),
     ]
 
     public static func description(of name: String) -> String? {

@@ -28,6 +28,17 @@ extension VarlinkInterfaces {
         # A domain as a property list, base64; format "xml" or "binary".
         method Export(domain: string, format: ?string) -> (plist: string)
 
+        # Streams changes (call with more) to keys of `domains` (apps: default their own
+        # domain), or only to `keys` when given, whoever wrote them. The first reply for each
+        # domain carries `values`, a snapshot; later replies carry `key` and its new `value`
+        # (null when removed).
+        method Observe(domains: ?[]string, keys: ?[]string) -> (
+          domain: string,
+          key: ?string,
+          value: ?object,
+          values: ?[string]object
+        )
+
         # Removes a whole domain.
         method RemoveDomain(domain: string) -> (keys: int)
 

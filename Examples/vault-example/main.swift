@@ -1,0 +1,111 @@
+import Foundation
+import VaultClient
+import VaultProtocol
+
+// vault-example: a small app built on VaultClient. vaultd identifies it by its executable
+// path, so copies at different paths, registered separately, are different apps.
+
+let usage = """
+    usage: vault-example COMMAND
+      launch                                  launch info as JSON
+      token set | token get | token delete    a generic password (service token, account token)
+      item add|get|delete --access-group G --service S --account A   (add: secret from stdin)
+      defaults set KEY VALUE [--suite group.X] | defaults get KEY [--suite group.X]
+      cache path | cache write NAME BYTES
+    """
+
+struct Usage: Error { var message: String }
+
+func readStdin() -> Data { FileHandle.standardInput.readDataToEndOfFile() }
+
+func option(_ args: inout [String], _ name: String) -> String? {
+    guard let i = args.firstIndex(of: name), i + 1 < args.count else { return nil }
+    defer { args.removeSubrange(i...(i + 1)) }
+    return args[i + 1]
+}
+
+func run(_ args: [String]) throws {
+    var args = args
+    guard !args.isEmpty else { throw Usage(message: "a command is needed") }
+    let vault = try Vault.connect()
+    let command = args.removeFirst()
+    switch (command, args.first) {
+    case ("launch", _):
+        let l = vault.launch
+        let j: JSON = [
+            "appID": l.appID.map { .string($0) } ?? .null, "generation": l.generation.map { .string($0) } ?? .null,
+            "firstLaunch": .bool(l.isFirstLaunch), "wipedCredentials": JSON(l.wipedCredentials),
+        ]
+        print(j.text)
+    case ("token", let verb?):
+        guard let appID = vault.launch.appID else { throw VaultError(.missingEntitlement, "this program is not a registered app") }
+        let attrs = ItemAttributes(service: "token", account: "token", accessGroup: appID)
+        switch verb {
+        case "set":
+            let secret = readStdin()
+            do {
+                try vault.keychain.add(attributes: attrs, data: secret)
+            } catch let e as VaultError where e.code == .duplicateItem {
+                try vault.keychain.update(Query(.genericPassword, attrs), data: secret)
+            }
+        case "get":
+            FileHandle.standardOutput.write(try vault.keychain.copyMatching(Query(.genericPassword, attrs), returnData: true)[0].data ?? Data())
+        case "delete":
+            try vault.keychain.delete(Query(.genericPassword, attrs))
+        default: throw Usage(message: "token needs set, get or delete")
+        }
+    case ("item", let verb?):
+        args.removeFirst()
+        let attrs = ItemAttributes(
+            service: option(&args, "--service"), account: option(&args, "--account"), accessGroup: option(&args, "--access-group"))
+        switch verb {
+        case "add": try vault.keychain.add(attributes: attrs, data: readStdin())
+        case "get": FileHandle.standardOutput.write(try vault.keychain.copyMatching(Query(.genericPassword, attrs), returnData: true)[0].data ?? Data())
+        case "delete": try vault.keychain.delete(Query(.genericPassword, attrs))
+        case "update": try vault.keychain.update(Query(.genericPassword, attrs), data: readStdin())
+        case "list":
+            for item in try vault.keychain.copyMatching(Query(nil, attrs, matchAll: true)) {
+                print(item.attributes?.json.text ?? "{}")
+            }
+        default: throw Usage(message: "item needs add, get, update, delete or list")
+        }
+    case ("defaults", let verb?):
+        args.removeFirst()
+        let suite = option(&args, "--suite")
+        switch (verb, args.count) {
+        case ("set", 2): try vault.preferences.set(.string(args[1]), domain: suite, key: args[0])
+        case ("get", 1):
+            guard let v = try vault.preferences.value(domain: suite, key: args[0]) else {
+                throw VaultError(.keyNotFound, "no value for the key")
+            }
+            if case .string(let s) = v { print(s) } else { print(v.tagged.text) }
+        default: throw Usage(message: "defaults set KEY VALUE | defaults get KEY")
+        }
+    case ("cache", let verb?):
+        args.removeFirst()
+        let dir = try vault.cachesDirectory()
+        switch (verb, args.count) {
+        case ("path", 0): print(dir.path)
+        case ("write", 2):
+            guard let n = Int(args[1]), n >= 0 else { throw Usage(message: "BYTES must be a number") }
+            try Data(count: n).write(to: dir.appendingPathComponent(args[0]))
+        default: throw Usage(message: "cache path | cache write NAME BYTES")
+        }
+    default:
+        throw Usage(message: "unknown command '\(command)'")
+    }
+}
+
+do {
+    try run(Array(CommandLine.arguments.dropFirst()))
+    exit(0)
+} catch let e as Usage {
+    FileHandle.standardError.write(Data("vault-example: \(e.message)\n\(usage)\n".utf8))
+    exit(64)
+} catch let e as VaultError {
+    FileHandle.standardError.write(Data("vault-example: \(e.description)\n".utf8))
+    exit(1)
+} catch {
+    FileHandle.standardError.write(Data("vault-example: \(error)\n".utf8))
+    exit(1)
+}

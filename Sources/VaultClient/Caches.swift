@@ -1,0 +1,51 @@
+import Foundation
+import VaultProtocol
+
+/// Files vaultd purged from a cache.
+public struct PurgeEvent: Sendable, Equatable {
+    public var appID: String
+    public var freedBytes: Int64
+}
+
+/// One app's cache usage.
+public struct CacheUsage: Sendable, Equatable {
+    public var appID: String
+    /// Bytes allocated on disk.
+    public var bytes: Int64
+    public var files: Int
+}
+
+extension Vault {
+    /// The app's cache directory (created 0700 by vaultd). vaultd may delete files in it when
+    /// disk space runs low; never store what cannot be recreated there. Owner: pass `appID`.
+    public func cachesDirectory(appID: String? = nil) throws -> URL {
+        let r = try connection.call("io.vaultd.Caches.Directory", ["appID": appID.map { .string($0) } ?? .null])
+        guard let path = r["path"]?.stringValue else { throw VaultError.protocolViolation("Directory returned no path") }
+        return URL(fileURLWithPath: path, isDirectory: true)
+    }
+
+    /// Cache usage per app (apps see their own), and the cache volume's free bytes.
+    public func cacheUsage() throws -> (apps: [CacheUsage], freeBytes: Int64, capacityBytes: Int64) {
+        let r = try connection.call("io.vaultd.Caches.Usage")
+        let apps = (r["apps"]?.arrayValue ?? []).map {
+            CacheUsage(appID: $0["appID"]?.stringValue ?? "", bytes: $0["bytes"]?.int64Value ?? 0, files: $0["files"]?.intValue ?? 0)
+        }
+        return (apps, r["freeBytes"]?.int64Value ?? 0, r["capacityBytes"]?.int64Value ?? 0)
+    }
+
+    /// Purges one app's cache (nil: all apps), entirely or until `bytes` are freed. Owner only.
+    @discardableResult
+    public func purgeCaches(appID: String? = nil, bytes: Int64? = nil) throws -> (freedBytes: Int64, removedFiles: Int) {
+        let r = try connection.call(
+            "io.vaultd.Caches.Purge", ["appID": appID.map { .string($0) } ?? .null, "bytes": bytes.map { JSON($0) } ?? .null])
+        return (r["freedBytes"]?.int64Value ?? 0, r["removedFiles"]?.intValue ?? 0)
+    }
+
+    /// Purge events (`io.vaultd.Caches.Observe`): an app sees its own, the owner every app's.
+    public func purgeEvents() -> AsyncThrowingStream<PurgeEvent, Error> {
+        VaultConnection.observe(socketPath: connection.socketPath, method: "io.vaultd.Caches.Observe", parameters: [:]) {
+            guard let app = $0["appID"]?.stringValue else { return nil }
+            return PurgeEvent(appID: app, freedBytes: $0["freedBytes"]?.int64Value ?? 0)
+        }
+    }
+}

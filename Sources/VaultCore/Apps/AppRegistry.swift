@@ -1,0 +1,126 @@
+import Foundation
+import VaultProtocol
+
+/// A registered app (DESIGN §5).
+public struct AppRecord: Sendable, Equatable {
+    /// Reverse-DNS app ID, e.g. `org.example.Notes`.
+    public var appID: String
+    /// The executable that identifies the app (`/proc/PID/exe`), or nil for a Flatpak app.
+    public var executable: String?
+    /// Identified by its Flatpak ID (`/.flatpak-info`) rather than an executable.
+    public var flatpak: Bool
+    /// Registered keychain access groups, in order (before the app ID and app groups).
+    public var accessGroups: [String]
+    /// App groups (`group.*`): shared keychain groups and preference suites.
+    public var appGroups: [String]
+    /// Keep credentials of earlier installs on the first launch of a new one.
+    public var keepCredentialsOnReinstall: Bool
+    public var installed: Bool
+    /// The current install generation (UUID).
+    public var generation: String
+    /// When the current generation was installed.
+    public var installedAt: Date
+    /// The generation whose first launch happened last (nil: never launched).
+    public var launchedGeneration: String?
+    /// Uninstalled because its executable disappeared: it is reinstalled when it comes back.
+    public var executableMissing = false
+
+    /// Every keychain access group of the app, in order; the first is the default for Add.
+    public var keychainAccessGroups: [String] {
+        var out: [String] = []
+        for g in accessGroups + [appID] + appGroups where !out.contains(g) { out.append(g) }
+        return out
+    }
+
+    public var caller: Caller {
+        Caller(appID: appID, accessGroups: keychainAccessGroups, appGroups: appGroups, generation: generation)
+    }
+
+    public var json: JSON {
+        [
+            "appID": .string(appID), "executable": executable.map { .string($0) } ?? .null, "flatpak": .bool(flatpak),
+            "accessGroups": .array(accessGroups.map { .string($0) }), "appGroups": .array(appGroups.map { .string($0) }),
+            "keepCredentialsOnReinstall": .bool(keepCredentialsOnReinstall), "installed": .bool(installed),
+            "generation": .string(generation), "installedAt": .string(PlistDate.format(installedAt)),
+            "keychainAccessGroups": .array(keychainAccessGroups.map { .string($0) }),
+            "launchedGeneration": launchedGeneration.map { .string($0) } ?? .null,
+        ]
+    }
+
+    /// Validates a reverse-DNS app ID: two or more dot-separated components of letters,
+    /// digits, '_' and '-', the first not starting with a digit; at most 255 bytes.
+    /// Throws `VaultError` InvalidAppID.
+    public static func validate(appID: String) throws {
+        let parts = appID.split(separator: ".", omittingEmptySubsequences: false)
+        let ok =
+            appID.utf8.count <= 255 && parts.count >= 2
+            && parts.allSatisfy { p in
+                !p.isEmpty && p.unicodeScalars.allSatisfy { $0.isASCII && (CharacterSet.alphanumerics.contains($0) || $0 == "_" || $0 == "-") }
+            }
+            && !(parts[0].first?.isNumber ?? true)
+        guard ok else {
+            throw VaultError(.invalidAppID, "'\(appID)' is not a reverse-DNS app ID (e.g. org.example.App)")
+        }
+    }
+
+    /// Validates an access group name: 1...255 bytes, no control characters.
+    static func validate(group: String) throws {
+        guard !group.isEmpty, group.utf8.count <= 255, !group.unicodeScalars.contains(where: { $0.value < 0x20 }) else {
+            throw VaultError.param("invalid access group name")
+        }
+    }
+}
+
+/// The apps table. Not thread-safe; the `Vault` engine serializes access.
+final class AppRegistry {
+    private let db: Database
+
+    init(db: Database) { self.db = db }
+
+    private static let columns =
+        "app_id, executable, flatpak, access_groups, app_groups, keep_credentials, installed, generation, installed_at, launched_generation, executable_missing"
+
+    private static func record(_ r: Row) -> AppRecord? {
+        guard let id = r[0].text, let groups = r[3].text, let appGroups = r[4].text, let gen = r[7].text else { return nil }
+        func list(_ s: String) -> [String] {
+            (try? JSON.parse(s))?.arrayValue?.compactMap(\.stringValue) ?? []
+        }
+        return AppRecord(
+            appID: id, executable: r[1].text, flatpak: r[2].int64 == 1, accessGroups: list(groups), appGroups: list(appGroups),
+            keepCredentialsOnReinstall: r[5].int64 == 1, installed: r[6].int64 == 1, generation: gen,
+            installedAt: Date(timeIntervalSince1970: r[8].real ?? 0), launchedGeneration: r[9].text, executableMissing: r[10].int64 == 1)
+    }
+
+    func all() throws -> [AppRecord] {
+        try db.rows("SELECT \(Self.columns) FROM apps ORDER BY app_id").compactMap(Self.record)
+    }
+
+    func find(_ appID: String) throws -> AppRecord? {
+        try db.row("SELECT \(Self.columns) FROM apps WHERE app_id = ?", [.text(appID)]).flatMap(Self.record)
+    }
+
+    func save(_ a: AppRecord) throws {
+        func list(_ l: [String]) -> SQLValue { .text(JSON.array(l.map { .string($0) }).text) }
+        try db.run(
+            "INSERT OR REPLACE INTO apps (\(Self.columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                .text(a.appID), a.executable.map { .text($0) } ?? .null, .integer(a.flatpak ? 1 : 0), list(a.accessGroups),
+                list(a.appGroups), .integer(a.keepCredentialsOnReinstall ? 1 : 0), .integer(a.installed ? 1 : 0),
+                .text(a.generation), .real(a.installedAt.timeIntervalSince1970), a.launchedGeneration.map { .text($0) } ?? .null, .integer(a.executableMissing ? 1 : 0),
+            ])
+    }
+
+    /// Deletes the keychain items a first launch of `app` must wipe: made under an earlier
+    /// generation, in the app's groups that no other installed app shares. Returns how many.
+    /// Needs no class key, so a locked vault cannot be used to skip it.
+    func wipeLeftoverCredentials(of app: AppRecord) throws -> Int {
+        let others = try all().filter { $0.installed && $0.appID != app.appID }
+        let shared = Set(others.flatMap(\.keychainAccessGroups))
+        let groups = app.keychainAccessGroups.filter { !shared.contains($0) }
+        guard !groups.isEmpty else { return 0 }
+        let marks = groups.map { _ in "?" }.joined(separator: ",")
+        return try db.run(
+            "DELETE FROM items WHERE access_group IN (\(marks)) AND generation IS NOT NULL AND generation != ?",
+            groups.map { .text($0) } + [.text(app.generation)])
+    }
+}

@@ -1,0 +1,208 @@
+import Foundation
+import VaultProtocol
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// When vaultd purges caches (DESIGN §7). Sizes in bytes.
+public struct CachePolicy: Sendable, Equatable {
+    /// Purge when free space on the cache volume falls below this.
+    public var freeLowWater: Int64?
+    /// …and then until free space is at least this.
+    public var freeHighWater: Int64?
+    /// Purge when all caches together exceed this (nil: no budget).
+    public var budget: Int64?
+    /// …and then until they take at most this.
+    public var budgetHighWater: Int64?
+
+    public init(freeLowWater: Int64? = nil, freeHighWater: Int64? = nil, budget: Int64? = nil, budgetHighWater: Int64? = nil) {
+        self.freeLowWater = freeLowWater
+        self.freeHighWater = freeHighWater
+        self.budget = budget
+        self.budgetHighWater = budgetHighWater
+    }
+
+    /// The marks in force for a volume of `capacity` bytes: defaults are 5 % free (low) and
+    /// 10 % free (high) of the volume, and 80 % of the budget.
+    func resolved(capacity: Int64) -> (low: Int64, high: Int64, budget: Int64?, budgetHigh: Int64?) {
+        let low = freeLowWater ?? capacity / 20
+        let high = max(freeHighWater ?? capacity / 10, low)
+        let budgetHigh = budget.map { b in min(budgetHighWater ?? b * 4 / 5, b) }
+        return (low, high, budget, budgetHigh)
+    }
+}
+
+/// One app's cache usage.
+public struct CacheUsage: Sendable, Equatable {
+    public var appID: String
+    /// Bytes allocated on disk.
+    public var bytes: Int64
+    public var files: Int
+}
+
+/// What one purge removed.
+public struct PurgeReport: Sendable, Equatable {
+    public var freedBytes: Int64 = 0
+    public var removedFiles = 0
+    /// Apps whose caches lost files, with the bytes freed in each.
+    public var apps: [String: Int64] = [:]
+}
+
+/// Per-app cache directories under one root, and the purge that empties them safely: no
+/// symlink is ever followed, nothing outside the root is touched, the app directories
+/// themselves stay so apps can write again at once.
+public final class CacheStore: @unchecked Sendable {
+    public let root: String
+    private let lock = NSLock()
+
+    public init(root: String) { self.root = root }
+
+    /// The cache directory of `appID`, created 0700 (with the root) when absent.
+    /// Throws InternalError when it cannot be created or is not a plain directory.
+    public func directory(for appID: String) throws -> String {
+        try AppRecord.validate(appID: appID)
+        try FileSystem.makeDirectory(root, mode: 0o700)
+        let path = root + "/" + appID
+        var st = stat()
+        if lstat(path, &st) == 0 {
+            guard st.st_mode & S_IFMT == S_IFDIR else {
+                throw VaultError(.internalError, "the cache path of \(appID) exists and is not a directory")
+            }
+            return path
+        }
+        guard mkdir(path, 0o700) == 0 || errno == EEXIST else {
+            throw VaultError(.internalError, "cannot create the cache directory of \(appID): \(String(cString: strerror(errno)))")
+        }
+        return path
+    }
+
+    /// Removes an app's whole cache directory (at uninstall).
+    func removeDirectory(of appID: String) {
+        guard (try? AppRecord.validate(appID: appID)) != nil else { return }
+        lock.withLock { SafeRemoval.removeTree(root + "/" + appID) }
+    }
+
+    /// A file in a cache, for the purge's ordering.
+    struct CachedFile {
+        var appID: String
+        /// Path components below the app's directory.
+        var components: [[CChar]]
+        var bytes: Int64
+        /// The later of access and modification time (seconds).
+        var lastUsed: Double
+    }
+
+    /// The app directories under the root.
+    private func appDirectories() -> [String] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: root)) ?? []).filter { (try? AppRecord.validate(appID: $0)) != nil }.sorted()
+    }
+
+    /// Every non-directory entry in every app's cache (symlinks, FIFOs and sockets included,
+    /// as entries to remove; their targets are never followed).
+    func files() -> [CachedFile] {
+        var out: [CachedFile] = []
+        for app in appDirectories() {
+            let fd = open(root + "/" + app, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            guard fd >= 0 else { continue }
+            walk(fd, app: app, prefix: [], into: &out, depth: 0)
+        }
+        return out
+    }
+
+    private func walk(_ fd: Int32, app: String, prefix: [[CChar]], into out: inout [CachedFile], depth: Int) {
+        guard let dir = fdopendir(fd) else {
+            close(fd)
+            return
+        }
+        defer { closedir(dir) }
+        guard depth < 64 else { return }
+        while let entry = readdir(dir) {
+            var name = withUnsafeBytes(of: entry.pointee.d_name) { raw in raw.prefix(while: { $0 != 0 }).map { CChar(bitPattern: $0) } }
+            if name == [46] || name == [46, 46] { continue }
+            name.append(0)
+            var st = stat()
+            guard fstatat(fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 else { continue }
+            if st.st_mode & S_IFMT == S_IFDIR {
+                let sub = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                if sub >= 0 { walk(sub, app: app, prefix: prefix + [name], into: &out, depth: depth + 1) }
+            } else {
+                let used = max(Double(st.st_atim.tv_sec) + Double(st.st_atim.tv_nsec) / 1e9, Double(st.st_mtim.tv_sec) + Double(st.st_mtim.tv_nsec) / 1e9)
+                out.append(CachedFile(appID: app, components: prefix + [name], bytes: Int64(st.st_blocks) * 512, lastUsed: used))
+            }
+        }
+    }
+
+    /// Bytes and files per app (apps with an empty cache included).
+    public func usage() -> [CacheUsage] {
+        var byApp: [String: CacheUsage] = [:]
+        for app in appDirectories() { byApp[app] = CacheUsage(appID: app, bytes: 0, files: 0) }
+        for f in files() {
+            byApp[f.appID, default: CacheUsage(appID: f.appID, bytes: 0, files: 0)].bytes += f.bytes
+            byApp[f.appID]!.files += 1
+        }
+        return byApp.values.sorted { $0.appID < $1.appID }
+    }
+
+    /// Free and total bytes of the cache volume (`statvfs`; free as available to us).
+    public func volumeSpace() -> (free: Int64, capacity: Int64)? {
+        try? FileSystem.makeDirectory(root, mode: 0o700)
+        var s = statvfs()
+        guard statvfs(root, &s) == 0 else { return nil }
+        return (Int64(s.f_bavail) * Int64(s.f_frsize), Int64(s.f_blocks) * Int64(s.f_frsize))
+    }
+
+    /// Deletes one file by walking its components with O_NOFOLLOW directory fds.
+    private func remove(_ f: CachedFile) -> Bool {
+        var fd = open(root + "/" + f.appID, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { return false }
+        for c in f.components.dropLast() {
+            let next = openat(fd, c, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            close(fd)
+            guard next >= 0 else { return false }
+            fd = next
+        }
+        defer { close(fd) }
+        return unlinkat(fd, f.components.last!, 0) == 0
+    }
+
+    /// Removes files in purge order until `enough` says so: files of apps not in `running`
+    /// first, then the rest; least recently used first within each. `only` limits the purge
+    /// to one app.
+    func purge(only: String? = nil, running: Set<String>, until enough: (PurgeReport) -> Bool) -> PurgeReport {
+        lock.withLock {
+            var report = PurgeReport()
+            let candidates = files().filter { only == nil || $0.appID == only }.sorted { a, b in
+                let ra = running.contains(a.appID), rb = running.contains(b.appID)
+                if ra != rb { return !ra }
+                return a.lastUsed < b.lastUsed
+            }
+            for f in candidates {
+                if enough(report) { break }
+                if remove(f) {
+                    report.freedBytes += f.bytes
+                    report.removedFiles += 1
+                    report.apps[f.appID, default: 0] += f.bytes
+                }
+            }
+            return report
+        }
+    }
+
+    /// Purges when a mark is crossed (free space below low-water, or usage above the
+    /// budget), until the matching high-water mark; otherwise does nothing, so a purge never
+    /// thrashes. Returns nil when no purge was needed.
+    public func enforce(_ policy: CachePolicy, running: Set<String>) -> PurgeReport? {
+        guard let space = volumeSpace() else { return nil }
+        let marks = policy.resolved(capacity: space.capacity)
+        let total = usage().reduce(0) { $0 + $1.bytes }
+        let lowSpace = space.free < marks.low
+        let overBudget = marks.budget.map { total > $0 } ?? false
+        guard lowSpace || overBudget else { return nil }
+        return purge(running: running) { r in
+            let spaceOK = !lowSpace || space.free + r.freedBytes >= marks.high
+            let budgetOK = !overBudget || total - r.freedBytes <= marks.budgetHigh!
+            return spaceOK && budgetOK
+        }
+    }
+}

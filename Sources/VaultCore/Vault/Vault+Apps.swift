@@ -1,0 +1,132 @@
+import Foundation
+import VaultProtocol
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+extension Vault {
+    /// Registers `appID` (a new install generation each time), identified by `executable`
+    /// (`/proc/PID/exe`) or, with `flatpak`, by its Flatpak ID. Owner only. Throws
+    /// InvalidAppID, Param (bad group names), PermissionDenied.
+    public func installApp(
+        _ appID: String, executable: String?, flatpak: Bool = false, accessGroups: [String] = [], appGroups: [String] = [],
+        keepCredentialsOnReinstall: Bool = false, caller: Caller
+    ) throws -> AppRecord {
+        try requireOwner(caller)
+        return try register(
+            appID, executable: executable, flatpak: flatpak, accessGroups: accessGroups, appGroups: appGroups,
+            keepCredentialsOnReinstall: keepCredentialsOnReinstall)
+    }
+
+    private func register(
+        _ appID: String, executable: String?, flatpak: Bool, accessGroups: [String], appGroups: [String],
+        keepCredentialsOnReinstall: Bool
+    ) throws -> AppRecord {
+        try AppRecord.validate(appID: appID)
+        guard flatpak || executable != nil else { throw VaultError.param("an app needs an executable path (or a Flatpak ID)") }
+        if let e = executable, !e.hasPrefix("/") { throw VaultError.param("the executable path must be absolute") }
+        for g in accessGroups { try AppRecord.validate(group: g) }
+        for g in appGroups {
+            guard g.hasPrefix("group."), g.count > 6 else { throw VaultError.param("app groups must start with 'group.'") }
+            try AppRecord.validate(group: g)
+        }
+        let executable = executable.map { URL(fileURLWithPath: $0).standardizedFileURL.path }
+        if let e = executable, try locked({ try apps.all() }).contains(where: { $0.installed && $0.executable == e && $0.appID != appID }) {
+            throw VaultError.param("another installed app is registered with this executable")
+        }
+        let record = AppRecord(
+            appID: appID, executable: executable, flatpak: flatpak, accessGroups: accessGroups, appGroups: appGroups,
+            keepCredentialsOnReinstall: keepCredentialsOnReinstall, installed: true, generation: UUID().uuidString.lowercased(),
+            installedAt: Date(), launchedGeneration: try locked { try apps.find(appID)?.launchedGeneration })
+        try locked { try db.write { _ in try apps.save(record) } }
+        log("app \(appID) installed (generation \(record.generation))")
+        return record
+    }
+
+    /// Uninstalls: the app's preferences domain and cache directory are deleted; its keychain
+    /// items stay (as on iOS) until the first launch of a reinstall. Owner only.
+    /// Throws AppNotFound.
+    @discardableResult
+    public func uninstallApp(_ appID: String, caller: Caller) throws -> AppRecord {
+        try requireOwner(caller)
+        return try markUninstalled(appID, executableMissing: false)
+    }
+
+    private func markUninstalled(_ appID: String, executableMissing: Bool) throws -> AppRecord {
+        let record: AppRecord = try locked {
+            try db.write { _ in
+                guard var a = try apps.find(appID) else { throw VaultError(.appNotFound, "no app \(appID)") }
+                a.installed = false
+                a.executableMissing = executableMissing
+                try apps.save(a)
+                _ = try preferences.removeDomain(appID)
+                return a
+            }
+        }
+        caches.removeDirectory(of: appID)
+        log("app \(appID) uninstalled")
+        return record
+    }
+
+    public func app(_ appID: String, caller: Caller) throws -> AppRecord {
+        try requireOwner(caller)
+        guard let a = try locked({ try apps.find(appID) }) else { throw VaultError(.appNotFound, "no app \(appID)") }
+        return a
+    }
+
+    public func allApps(caller: Caller) throws -> [AppRecord] {
+        try requireOwner(caller)
+        return try locked { try apps.all() }
+    }
+
+    /// The caller for a peer, from what the kernel says of it: its Flatpak app ID (from
+    /// `/proc/PID/root/.flatpak-info`) or its executable (`/proc/PID/exe`). A Flatpak app
+    /// not yet known is registered on first contact with its own group only. Anything
+    /// unidentified is the owner (admin surface, no app tier).
+    public func caller(flatpakAppID: String?, executable: String?) throws -> Caller {
+        if let id = flatpakAppID {
+            if let a = try locked({ try apps.find(id) }), a.installed, a.flatpak { return a.caller }
+            return try register(id, executable: nil, flatpak: true, accessGroups: [], appGroups: [], keepCredentialsOnReinstall: false).caller
+        }
+        if let exe = executable, let a = try locked({ try apps.all() }).first(where: { $0.installed && !$0.flatpak && $0.executable == exe }) {
+            return a.caller
+        }
+        return .owner
+    }
+
+    /// io.vaultd.Vault.Hello: on the first Hello of a new generation, wipes the credentials
+    /// left by earlier installs (unless the app keeps them) and records the launch.
+    /// Returns whether this was the first launch and how many items were wiped.
+    public func hello(_ caller: Caller) throws -> (firstLaunch: Bool, wiped: Int) {
+        guard let appID = caller.appID else { return (false, 0) }
+        return try locked {
+            try db.write { _ in
+                guard var a = try apps.find(appID), a.installed, a.generation == caller.generation else { return (false, 0) }
+                guard a.launchedGeneration != a.generation else { return (false, 0) }
+                let wiped = a.keepCredentialsOnReinstall ? 0 : try apps.wipeLeftoverCredentials(of: a)
+                a.launchedGeneration = a.generation
+                try apps.save(a)
+                if wiped > 0 { log("app \(appID): first launch of a new install; wiped \(wiped) leftover credential(s)") }
+                return (true, wiped)
+            }
+        }
+    }
+
+    /// Notices registered executables that disappeared (uninstall) or came back (reinstall:
+    /// a new generation). vaultd calls this at start and then periodically.
+    public func scanExecutables() {
+        guard let all = try? locked({ try apps.all() }) else { return }
+        for a in all where !a.flatpak {
+            guard let exe = a.executable else { continue }
+            let exists = access(exe, F_OK) == 0
+            if a.installed && !exists {
+                _ = try? markUninstalled(a.appID, executableMissing: true)
+            } else if !a.installed && a.executableMissing && exists {
+                _ = try? register(
+                    a.appID, executable: exe, flatpak: false, accessGroups: a.accessGroups, appGroups: a.appGroups,
+                    keepCredentialsOnReinstall: a.keepCredentialsOnReinstall)
+            }
+        }
+    }
+}

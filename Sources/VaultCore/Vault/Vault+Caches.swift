@@ -1,0 +1,41 @@
+import Foundation
+import VaultProtocol
+
+extension Vault {
+    /// The cache directory of the calling app (or, for the owner, of `appID`), created 0700.
+    /// Throws Param when the owner names no app, InvalidAppID, MissingEntitlement when an app
+    /// names another app.
+    public func cacheDirectory(for appID: String?, caller: Caller) throws -> String {
+        if let own = caller.appID {
+            if let appID, appID != own { throw VaultError(.missingEntitlement, "an app may only use its own cache directory") }
+            return try caches.directory(for: own)
+        }
+        guard let appID else { throw VaultError.invalidParameter("appID", "the owner must name an app") }
+        return try caches.directory(for: appID)
+    }
+
+    /// Purges one app's cache (or all), entirely or until `bytes` are freed; apps in
+    /// `running` go last. Owner only. Observers get a `cachePurge` event per app.
+    public func purgeCaches(appID: String?, bytes: Int64?, running: Set<String>, caller: Caller) throws -> PurgeReport {
+        try requireOwner(caller)
+        if let appID { try AppRecord.validate(appID: appID) }
+        let report = caches.purge(only: appID, running: running) { r in bytes.map { r.freedBytes >= $0 } ?? false }
+        announce(report)
+        return report
+    }
+
+    /// Applies the purge policy (free-space marks and budget); returns what it purged, if anything.
+    @discardableResult
+    public func enforceCachePolicy(_ policy: CachePolicy, running: Set<String>) -> PurgeReport? {
+        guard let report = caches.enforce(policy, running: running) else { return nil }
+        if report.removedFiles > 0 {
+            log("cache purge: freed \(report.freedBytes) bytes in \(report.removedFiles) file(s) of \(report.apps.count) app(s)")
+        }
+        announce(report)
+        return report
+    }
+
+    private func announce(_ report: PurgeReport) {
+        for (app, freed) in report.apps.sorted(by: { $0.key < $1.key }) { emit(.cachePurge(appID: app, freedBytes: freed)) }
+    }
+}

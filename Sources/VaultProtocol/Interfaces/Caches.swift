@@ -1,0 +1,28 @@
+extension VarlinkInterfaces {
+    static let caches = """
+        # Per-app cache directories that vaultd may purge when disk space runs low (DESIGN §7).
+        interface io.vaultd.Caches
+
+        # One app's cache usage.
+        type Usage (
+          appID: string,
+          # Bytes allocated on disk.
+          bytes: int,
+          files: int
+        )
+
+        # The caller's cache directory (apps), or appID's (the owner); created 0700.
+        method Directory(appID: ?string) -> (path: string)
+
+        # Usage per app, and the cache volume's free and total bytes.
+        method Usage() -> (apps: []Usage, totalBytes: int, freeBytes: int, capacityBytes: int)
+
+        # Purges one app's cache (or every app's), entirely or until `bytes` are freed.
+        # Apps with no open connection go first, then least recently used files. Owner only.
+        method Purge(appID: ?string, bytes: ?int) -> (freedBytes: int, removedFiles: int)
+
+        # Streams purge events (call with more): apps see their own, the owner every app's.
+        method Observe() -> (appID: string, freedBytes: int)
+
+        """
+}

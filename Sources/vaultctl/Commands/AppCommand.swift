@@ -1,0 +1,71 @@
+import Foundation
+import VaultClient
+import VaultProtocol
+
+/// `vaultctl app install|uninstall|list|show`
+struct AppCommand: Command {
+    enum Action: String { case install, uninstall, list, show }
+    var action: Action
+    var appID: String?
+    var executable: String?
+    var accessGroups: [String] = []
+    var appGroups: [String] = []
+    var keep = false
+    var json = false
+
+    init(_ a: inout Arguments) throws {
+        guard let w = a.positional(), let action = Action(rawValue: w) else {
+            throw UsageError(message: "app needs install, uninstall, list or show")
+        }
+        self.action = action
+        json = a.flag("--json")
+        if action == .install {
+            executable = try a.option("--exe")
+            accessGroups = try a.options("--access-group")
+            appGroups = try a.options("--app-group")
+            keep = a.flag("--keep-credentials-on-reinstall")
+            guard let exe = executable else { throw UsageError(message: "app install needs --exe PATH") }
+            executable = URL(fileURLWithPath: exe).standardizedFileURL.path
+        }
+        if action != .list {
+            guard let id = a.positional() else { throw UsageError(message: "app \(action.rawValue) needs an APP_ID") }
+            appID = id
+        }
+    }
+
+    func run(_ context: Context) throws {
+        let apps = try context.vault().apps
+        switch action {
+        case .install:
+            let app = try apps.install(appID!, executable: executable!, accessGroups: accessGroups, appGroups: appGroups, keepCredentialsOnReinstall: keep)
+            json ? print(app.json.text) : print("installed \(app.appID) (generation \(app.generation))")
+        case .uninstall:
+            let app = try apps.uninstall(appID!)
+            json ? print(app.json.text) : print("uninstalled \(app.appID); its credentials are kept until a reinstall's first launch")
+        case .show:
+            let app = try apps.show(appID!)
+            json ? print(app.json.text) : print(Self.describe(app))
+        case .list:
+            let all = try apps.list()
+            if json {
+                print(JSON.array(all.map(\.json)).text)
+            } else {
+                for app in all {
+                    print("\(app.appID)\t\(app.installed ? "installed" : "uninstalled")\t\(app.flatpak ? "flatpak" : app.executable ?? "")")
+                }
+            }
+        }
+    }
+
+    static func describe(_ app: AppInfo) -> String {
+        """
+        app ID: \(app.appID)
+        state: \(app.installed ? "installed" : "uninstalled")
+        identified by: \(app.flatpak ? "Flatpak ID" : "executable \(app.executable ?? "")")
+        keychain access groups: \(app.keychainAccessGroups.joined(separator: ", "))
+        app groups: \(app.appGroups.joined(separator: ", "))
+        keep credentials on reinstall: \(app.keepCredentialsOnReinstall ? "yes" : "no")
+        generation: \(app.generation)
+        """
+    }
+}

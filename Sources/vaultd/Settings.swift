@@ -1,0 +1,42 @@
+import Foundation
+import VaultCore
+import VaultProtocol
+
+/// Settings from the optional `config.plist` (XML or binary; DESIGN §2). Keys:
+/// - `AutoLockSeconds` (integer): lock after this many seconds without a call; 0 = never (default).
+/// - `CacheFreeLowWaterBytes`, `CacheFreeHighWaterBytes` (integer): purge when free space on the
+///   cache volume falls below the low mark, until it reaches the high mark (defaults: 5 % and
+///   10 % of the volume).
+/// - `CacheBudgetBytes`, `CacheBudgetHighWaterBytes` (integer): purge when all caches exceed
+///   the budget, until they take at most the high mark (default: no budget; 80 %).
+/// - `CacheCheckIntervalSeconds` (real): how often the policy is checked (default 5).
+struct Settings {
+    var autoLockSeconds: Double = 0
+    var cachePolicy = CachePolicy()
+    var cacheCheckInterval: Double = 5
+
+    /// Reads `path`; an absent file gives the defaults. Throws `StartupError` for a file that
+    /// is not a property-list dictionary or holds a wrong type.
+    static func load(_ path: String?) throws -> Settings {
+        var s = Settings()
+        guard let path, let data = FileManager.default.contents(atPath: path) else { return s }
+        guard case .dict(let d) = try PropertyListCodec.decode(data) else {
+            throw StartupError(description: "\(path): the root must be a dictionary")
+        }
+        func number(_ key: String) throws -> Double? {
+            switch d[key] {
+            case nil: return nil
+            case .integer(let i)?: return Double(i)
+            case .real(let r)?: return r
+            default: throw StartupError(description: "\(path): \(key) must be a number")
+            }
+        }
+        func bytes(_ key: String) throws -> Int64? { try number(key).map { Int64($0) } }
+        s.autoLockSeconds = try number("AutoLockSeconds") ?? 0
+        s.cacheCheckInterval = max(0.2, try number("CacheCheckIntervalSeconds") ?? 5)
+        s.cachePolicy = CachePolicy(
+            freeLowWater: try bytes("CacheFreeLowWaterBytes"), freeHighWater: try bytes("CacheFreeHighWaterBytes"),
+            budget: try bytes("CacheBudgetBytes"), budgetHighWater: try bytes("CacheBudgetHighWaterBytes"))
+        return s
+    }
+}
