@@ -71,13 +71,11 @@ func run(_ args: [String]) throws {
         }
     case ("defaults", let verb?):
         args.removeFirst()
-        let suite = option(&args, "--suite")
+        let defaults = try Defaults(vault: vault, suiteName: option(&args, "--suite"), arguments: [])
         switch (verb, args.count) {
-        case ("set", 2): try vault.preferences.set(.string(args[1]), domain: suite, key: args[0])
+        case ("set", 2): try defaults.set(args[1], forKey: args[0])
         case ("get", 1):
-            guard let v = try vault.preferences.value(domain: suite, key: args[0]) else {
-                throw VaultError(.keyNotFound, "no value for the key")
-            }
+            guard let v = defaults.object(forKey: args[0]) else { throw VaultError(.keyNotFound, "no value for the key") }
             if case .string(let s) = v { print(s) } else { print(v.tagged.text) }
         default: throw Usage(message: "defaults set KEY VALUE | defaults get KEY")
         }

@@ -33,6 +33,8 @@ let toolUsage = """
       app install APP_ID --exe PATH [--access-group G]... [--app-group group.X]...
                   [--keep-credentials-on-reinstall]
       app uninstall APP_ID | app show APP_ID [--json] | app list [--json]
+    Caches:
+      cache path APP_ID | cache usage [--json] | cache purge [APP_ID] [--bytes N]
     Preferences (as defaults(1); DOMAIN may be -g for NSGlobalDomain):
       defaults read [DOMAIN [KEY]]
       defaults read-type DOMAIN KEY
@@ -84,6 +86,7 @@ func parseCommand(_ args: inout Arguments) throws -> Command {
     case "item": return try ItemCommand(&args)
     case "defaults": return try DefaultsCommand(&args)
     case "app": return try AppCommand(&args)
+    case "cache": return try CacheCommand(&args)
     default: throw UsageError(message: "unknown command '\(word)'")
     }
 }

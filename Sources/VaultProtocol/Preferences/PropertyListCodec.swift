@@ -30,6 +30,20 @@ public enum PropertyListCodec {
         }
     }
 
+    /// Parses a value written as old-style (OpenStep) property-list text, as `defaults write`
+    /// and `-key value` arguments take it: `(a, b)`, `{k = v;}`, `<68656c6c6f>`, `"text"`.
+    /// Anything else, or anything that does not parse, is the plain string.
+    public static func parseText(_ text: String) -> PlistValue {
+        var format = PropertyListSerialization.PropertyListFormat.openStep
+        if let first = text.first, "({<\"".contains(first),
+            let o = try? PropertyListSerialization.propertyList(from: Data(text.utf8), options: [], format: &format),
+            let v = try? value(from: o)
+        {
+            return v
+        }
+        return .string(text)
+    }
+
     public static func value(from object: Any, depth: Int = 0) throws -> PlistValue {
         guard depth < PlistValue.maximumDepth else {
             throw VaultError(.invalidPropertyList, "property list nested deeper than \(PlistValue.maximumDepth)")

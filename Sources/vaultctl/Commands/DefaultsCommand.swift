@@ -124,7 +124,7 @@ struct DefaultsCommand: Command {
             }
             var i = 0
             while i < rest.count {
-                dict[rest[i]] = PlistText.parse(rest[i + 1])
+                dict[rest[i]] = PropertyListCodec.parseText(rest[i + 1])
                 i += 2
             }
             try prefs.set(.dict(dict), domain: domain, key: key)
@@ -147,7 +147,7 @@ struct DefaultsCommand: Command {
                 out.append(try typedValue(w, words[i + 1]))
                 i += 2
             } else {
-                out.append(PlistText.parse(w))
+                out.append(PropertyListCodec.parseText(w))
                 i += 1
             }
         }

@@ -80,17 +80,4 @@ enum PlistText {
         }
         return out + "\""
     }
-
-    /// Parses a bare `defaults write` value as old-style plist text (strings, arrays,
-    /// dictionaries, <hex data>); anything that does not parse is a plain string.
-    static func parse(_ text: String) -> PlistValue {
-        var format = PropertyListSerialization.PropertyListFormat.openStep
-        if let first = text.first, "({<\"".contains(first),
-            let o = try? PropertyListSerialization.propertyList(from: Data(text.utf8), options: [], format: &format),
-            let v = try? PropertyListCodec.value(from: o)
-        {
-            return v
-        }
-        return .string(text)
-    }
 }

@@ -1,0 +1,111 @@
+import Foundation
+import VaultProtocol
+
+/// A few verbs over the generic passwords of one service, in the style of Valet: each
+/// account holds one secret. Every method throws only `VaultError`, with the stable codes of
+/// Keychain Services (e.g. `.interactionNotAllowed` when the vault is locked,
+/// `.missingEntitlement` outside the app's access groups).
+public struct CredentialStore: Sendable {
+    public let vault: Vault
+    /// kSecAttrService of every item.
+    public let service: String
+    /// The access group (nil: the caller's default group).
+    public let accessGroup: String?
+    /// Accessibility of the items this store adds.
+    public let accessibility: Accessibility
+
+    public init(vault: Vault, service: String, accessGroup: String? = nil, accessibility: Accessibility = .whenUnlocked) {
+        self.vault = vault
+        self.service = service
+        self.accessGroup = accessGroup
+        self.accessibility = accessibility
+    }
+
+    private func attributes(_ account: String? = nil) -> ItemAttributes {
+        ItemAttributes(service: service, account: account, accessGroup: accessGroup)
+    }
+
+    private func call<T>(_ body: () throws -> T) throws(VaultError) -> T {
+        do {
+            return try body()
+        } catch let e as VaultError {
+            throw e
+        } catch {
+            throw VaultError(.internalError, "\(error)")
+        }
+    }
+
+    /// Stores `data` (at most 1 MiB) for `account`, replacing what was there.
+    public func set(_ data: Data, for account: String) throws(VaultError) {
+        try call {
+            var a = attributes(account)
+            a.accessible = accessibility
+            do {
+                try vault.keychain.add(attributes: a, data: data)
+            } catch let e as VaultError where e.code == .duplicateItem {
+                try vault.keychain.update(Query(.genericPassword, attributes(account)), data: data)
+            }
+        }
+    }
+
+    /// Stores a string (as UTF-8) for `account`.
+    public func set(_ string: String, for account: String) throws(VaultError) {
+        try set(Data(string.utf8), for: account)
+    }
+
+    /// The secret of `account`, or nil when there is none.
+    public func data(for account: String) throws(VaultError) -> Data? {
+        try call {
+            do {
+                return try vault.keychain.copyMatching(Query(.genericPassword, attributes(account)), returnData: true, returnAttributes: false).first?.data
+            } catch let e as VaultError where e.code == .itemNotFound {
+                return nil
+            }
+        }
+    }
+
+    /// The secret of `account` as a string, or nil when there is none (or it is not UTF-8).
+    public func string(for account: String) throws(VaultError) -> String? {
+        try data(for: account).flatMap { String(data: $0, encoding: .utf8) }
+    }
+
+    /// Whether `account` has a secret.
+    public func contains(_ account: String) throws(VaultError) -> Bool {
+        try call {
+            do {
+                return !(try vault.keychain.copyMatching(Query(.genericPassword, attributes(account)), returnAttributes: true).isEmpty)
+            } catch let e as VaultError where e.code == .itemNotFound {
+                return false
+            }
+        }
+    }
+
+    /// Removes the secret of `account` (no error when there is none).
+    public func remove(_ account: String) throws(VaultError) {
+        try call {
+            do {
+                try vault.keychain.delete(Query(.genericPassword, attributes(account)))
+            } catch let e as VaultError where e.code == .itemNotFound {}
+        }
+    }
+
+    /// Removes every account of the service.
+    public func removeAll() throws(VaultError) {
+        try call {
+            do {
+                try vault.keychain.delete(Query(.genericPassword, attributes()))
+            } catch let e as VaultError where e.code == .itemNotFound {}
+        }
+    }
+
+    /// The accounts holding a secret, sorted.
+    public func allAccounts() throws(VaultError) -> [String] {
+        try call {
+            do {
+                return try vault.keychain.copyMatching(Query(.genericPassword, attributes(), matchAll: true)).compactMap { $0.attributes?.account }.sorted()
+            } catch let e as VaultError where e.code == .itemNotFound {
+                return []
+            }
+        }
+    }
+}

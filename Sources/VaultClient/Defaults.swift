@@ -1,0 +1,258 @@
+import Foundation
+import VaultProtocol
+
+/// Typed preferences, as `UserDefaults` over cfprefsd: reads are memory lookups in an
+/// in-process copy of the search list, kept current by `io.vaultd.Preferences.Observe`;
+/// writes go to vaultd (durable when they return) and apply locally at once.
+///
+/// Search list, first match wins: the argument domain (`-key value` in the process
+/// arguments, value as old-style plist text), the app's domain (or the suite), the global
+/// domain (`NSGlobalDomain`), the registration domain (`register(defaults:)`, never stored).
+public final class Defaults: @unchecked Sendable {
+    public let vault: Vault
+    /// The persistent domain this instance writes: the app's own (nil) or a suite (`group.*`).
+    public let suiteName: String?
+    private let lock = NSLock()
+    private var argumentDomain: [String: PlistValue]
+    private var domains: [String: [String: PlistValue]] = [:]
+    private var registration: [String: PlistValue] = [:]
+    private let searchList: [String]
+    private var observer: VaultConnection?
+    private var watchers: [UUID: AsyncStream<DefaultsChange>.Continuation] = [:]
+
+    /// The domain this instance reads first and writes.
+    public var domainName: String { searchList[0] }
+
+    /// Opens the app's own domain (or the suite `suiteName`, e.g. `group.org.example.shared`;
+    /// the owner may name any domain) and loads the search list. Throws `VaultError`
+    /// MissingEntitlement for a suite the app is not a member of, ConnectionFailed.
+    public init(vault: Vault, suiteName: String? = nil, arguments: [String] = CommandLine.arguments) throws {
+        self.vault = vault
+        self.suiteName = suiteName
+        guard let own = suiteName ?? vault.launch.appID else {
+            throw VaultError.invalidParameter("suiteName", "the owner's tools must name a domain")
+        }
+        searchList = own == "NSGlobalDomain" ? [own] : [own, "NSGlobalDomain"]
+        argumentDomain = Self.argumentDomain(arguments)
+        try startObserving()
+    }
+
+    deinit { observer?.close() }
+
+    /// `-key value` pairs from process arguments (the first word is the program).
+    static func argumentDomain(_ arguments: [String]) -> [String: PlistValue] {
+        var out: [String: PlistValue] = [:]
+        var i = 1
+        while i + 1 < arguments.count {
+            let a = arguments[i]
+            if a.count > 1, a.hasPrefix("-"), !a.hasPrefix("--") {
+                out[String(a.dropFirst())] = PropertyListCodec.parseText(arguments[i + 1])
+                i += 2
+            } else {
+                i += 1
+            }
+        }
+        return out
+    }
+
+    /// Starts the Observe stream and waits for its snapshots, so the copy is complete
+    /// before `init` returns.
+    private func startObserving() throws {
+        let connection = try VaultConnection(socketPath: vault.connection.socketPath)
+        observer = connection
+        let ready = DispatchSemaphore(value: 0)
+        let failure = LockedBox<VaultError?>(nil)
+        let expected = searchList.count
+        let thread = Thread { [weak self] in
+            var snapshots = 0
+            do {
+                try connection.stream(
+                    "io.vaultd.Preferences.Observe", ["domains": .array((self?.searchList ?? []).map { .string($0) })]
+                ) { reply in
+                    guard let self else { return false }
+                    if self.apply(reply) {
+                        snapshots += 1
+                        if snapshots == expected { ready.signal() }
+                    }
+                    return true
+                }
+            } catch let e as VaultError {
+                if snapshots < expected {
+                    failure.value = e
+                    ready.signal()
+                }
+            } catch {
+                if snapshots < expected { ready.signal() }
+            }
+        }
+        thread.name = "VaultClient.Defaults"
+        thread.start()
+        ready.wait()
+        if let e = failure.value { throw e }
+    }
+
+    /// Applies one Observe reply; returns true for a snapshot.
+    private func apply(_ reply: [String: JSON]) -> Bool {
+        guard let domain = reply["domain"]?.stringValue else { return false }
+        if let values = reply["values"]?.objectValue {
+            let decoded = values.compactMapValues { try? PlistValue(tagged: $0) }
+            lock.withLock { domains[domain] = decoded }
+            return true
+        }
+        guard let key = reply["key"]?.stringValue else { return false }
+        let value = reply["value"].flatMap { $0.isNull ? nil : try? PlistValue(tagged: $0) }
+        let conts: [AsyncStream<DefaultsChange>.Continuation] = lock.withLock {
+            domains[domain, default: [:]][key] = value
+            return Array(watchers.values)
+        }
+        for c in conts { c.yield(DefaultsChange(domain: domain, key: key, value: value)) }
+        return false
+    }
+
+    // MARK: reading (memory lookups)
+
+    /// The value for `key` through the search list, or nil.
+    public func object(forKey key: String) -> PlistValue? {
+        lock.withLock {
+            if let v = argumentDomain[key] { return v }
+            for d in searchList { if let v = domains[d]?[key] { return v } }
+            return registration[key]
+        }
+    }
+
+    public func string(forKey key: String) -> String? {
+        switch object(forKey: key) {
+        case .string(let s)?: return s
+        case .integer(let i)?: return String(i)
+        case .real(let d)?: return String(d)
+        default: return nil
+        }
+    }
+
+    /// The integer for `key`: integers, reals (truncated), bools (0/1) and numeric strings
+    /// convert, as `UserDefaults.integer(forKey:)`; 0 otherwise.
+    public func integer(forKey key: String) -> Int {
+        switch object(forKey: key) {
+        case .integer(let i)?: return Int(i)
+        case .unsignedInteger(let u)?: return Int(truncatingIfNeeded: u)
+        case .real(let d)?: return d.isFinite ? Int(d) : 0
+        case .bool(let b)?: return b ? 1 : 0
+        case .string(let s)?: return Int(s) ?? Int(Double(s) ?? 0)
+        default: return 0
+        }
+    }
+
+    public func double(forKey key: String) -> Double {
+        switch object(forKey: key) {
+        case .real(let d)?: return d
+        case .integer(let i)?: return Double(i)
+        case .unsignedInteger(let u)?: return Double(u)
+        case .bool(let b)?: return b ? 1 : 0
+        case .string(let s)?: return Double(s) ?? 0
+        default: return 0
+        }
+    }
+
+    /// As `UserDefaults.bool(forKey:)`: true for true, non-zero numbers and "YES"/"true"/"1".
+    public func bool(forKey key: String) -> Bool {
+        switch object(forKey: key) {
+        case .bool(let b)?: return b
+        case .integer(let i)?: return i != 0
+        case .real(let d)?: return d != 0
+        case .string(let s)?: return ["yes", "true", "1"].contains(s.lowercased())
+        default: return false
+        }
+    }
+
+    public func date(forKey key: String) -> Date? {
+        if case .date(let d)? = object(forKey: key) { return d }
+        return nil
+    }
+
+    public func data(forKey key: String) -> Data? {
+        if case .data(let d)? = object(forKey: key) { return d }
+        return nil
+    }
+
+    public func array(forKey key: String) -> [PlistValue]? {
+        if case .array(let a)? = object(forKey: key) { return a }
+        return nil
+    }
+
+    public func dictionary(forKey key: String) -> [String: PlistValue]? {
+        if case .dict(let d)? = object(forKey: key) { return d }
+        return nil
+    }
+
+    /// Every key visible through the search list, with the value that wins.
+    public func dictionaryRepresentation() -> [String: PlistValue] {
+        lock.withLock {
+            var out = registration
+            for d in searchList.reversed() { out.merge(domains[d] ?? [:]) { $1 } }
+            out.merge(argumentDomain) { $1 }
+            return out
+        }
+    }
+
+    /// Adds to the registration domain (searched last, never stored).
+    public func register(defaults: [String: PlistValue]) {
+        lock.withLock { registration.merge(defaults) { $1 } }
+    }
+
+    // MARK: writing (to vaultd, durable when they return)
+
+    /// Sets `key` in this instance's domain; nil removes it. Throws `VaultError`
+    /// (DomainTooLarge, InvalidValue, ReadOnlyDomain, ConnectionFailed); on error nothing changes.
+    public func set(_ value: PlistValue?, forKey key: String) throws {
+        guard let value else { return try removeObject(forKey: key) }
+        try vault.preferences.set(value, domain: domainName, key: key)
+        lock.withLock { domains[domainName, default: [:]][key] = value }
+    }
+
+    public func set(_ value: String, forKey key: String) throws { try set(.string(value), forKey: key) }
+    public func set(_ value: Int, forKey key: String) throws { try set(.integer(Int64(value)), forKey: key) }
+    public func set(_ value: Double, forKey key: String) throws { try set(.real(value), forKey: key) }
+    public func set(_ value: Bool, forKey key: String) throws { try set(.bool(value), forKey: key) }
+    public func set(_ value: Date, forKey key: String) throws { try set(.date(value), forKey: key) }
+    public func set(_ value: Data, forKey key: String) throws { try set(.data(value), forKey: key) }
+
+    /// Removes `key` from this instance's domain.
+    public func removeObject(forKey key: String) throws {
+        try vault.preferences.remove(domain: domainName, key: key)
+        lock.withLock { _ = domains[domainName]?.removeValue(forKey: key) }
+    }
+
+    // MARK: observation
+
+    /// Changes to the search list's stored domains, whichever process made them (as
+    /// UserDefaults' KVO). Filter by key as needed.
+    public func changes() -> AsyncStream<DefaultsChange> {
+        AsyncStream { continuation in
+            let id = UUID()
+            lock.withLock { watchers[id] = continuation }
+            continuation.onTermination = { [weak self] _ in
+                guard let self else { return }
+                self.lock.withLock { _ = self.watchers.removeValue(forKey: id) }
+            }
+        }
+    }
+}
+
+/// One change seen by `Defaults.changes()`.
+public struct DefaultsChange: Sendable, Equatable {
+    public var domain: String
+    public var key: String
+    /// The new value; nil when the key was removed.
+    public var value: PlistValue?
+}
+
+/// A value shared between threads under a lock.
+final class LockedBox<T>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var stored: T
+    init(_ value: T) { stored = value }
+    var value: T {
+        get { lock.withLock { stored } }
+        set { lock.withLock { stored = newValue } }
+    }
+}

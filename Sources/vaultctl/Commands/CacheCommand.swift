@@ -1,0 +1,51 @@
+import Foundation
+import VaultClient
+import VaultProtocol
+
+/// `vaultctl cache path APP_ID | usage [--json] | purge [APP_ID] [--bytes N]`
+struct CacheCommand: Command {
+    enum Action: String { case path, usage, purge }
+    var action: Action
+    var appID: String?
+    var bytes: Int64?
+    var json = false
+
+    init(_ a: inout Arguments) throws {
+        guard let w = a.positional(), let action = Action(rawValue: w) else {
+            throw UsageError(message: "cache needs path, usage or purge")
+        }
+        self.action = action
+        json = a.flag("--json")
+        if let b = try a.option("--bytes") {
+            guard let n = Int64(b), n >= 0 else { throw UsageError(message: "--bytes needs a non-negative integer") }
+            bytes = n
+        }
+        appID = a.positional()
+        if action == .path && appID == nil { throw UsageError(message: "cache path needs an APP_ID") }
+        if action == .usage && (appID != nil || bytes != nil) { throw UsageError(message: "cache usage takes only --json") }
+    }
+
+    func run(_ context: Context) throws {
+        let vault = try context.vault()
+        switch action {
+        case .path:
+            print(try vault.cachesDirectory(appID: appID).path)
+        case .usage:
+            let u = try vault.cacheUsage()
+            if json {
+                let j: JSON = [
+                    "apps": .array(u.apps.map { ["appID": .string($0.appID), "bytes": JSON($0.bytes), "files": JSON($0.files)] }),
+                    "totalBytes": JSON(u.apps.reduce(Int64(0)) { $0 + $1.bytes }), "freeBytes": JSON(u.freeBytes),
+                    "capacityBytes": JSON(u.capacityBytes),
+                ]
+                print(j.text)
+            } else {
+                for app in u.apps { print("\(app.appID)\t\(app.bytes) bytes\t\(app.files) files") }
+                print("free on the cache volume: \(u.freeBytes) of \(u.capacityBytes) bytes")
+            }
+        case .purge:
+            let r = try vault.purgeCaches(appID: appID, bytes: bytes)
+            print("freed \(r.freedBytes) bytes in \(r.removedFiles) file(s)")
+        }
+    }
+}
