@@ -19,6 +19,7 @@ public final class Vault: @unchecked Sendable {
     /// The per-app cache directories.
     public let caches: CacheStore
     private let lock = NSLock()
+    private let groupCommit = GroupCommit()
     private var observers: [UUID: @Sendable (VaultEvent) -> Void] = [:]
 
     /// Opens (creating when absent) the vault in `dataDirectory`: creates the directory 0700
@@ -42,6 +43,12 @@ public final class Vault: @unchecked Sendable {
     /// Closes the store. Later calls fail with InternalError.
     public func close() {
         lock.withLock { db.close() }
+    }
+
+    /// Runs `body` as a durable write: in its own savepoint of the next group transaction,
+    /// returning once that transaction has committed (WAL, synchronous=FULL).
+    func transaction<T>(_ body: @escaping () throws -> T) throws -> T {
+        try groupCommit.write(db, withDatabase: { run in try locked { try run() } }, body)
     }
 
     func locked<T>(_ body: () throws -> T) rethrows -> T {
@@ -190,7 +197,7 @@ public final class Vault: @unchecked Sendable {
 
     /// SecItemAdd; see `KeychainStore.add`.
     public func addItem(_ itemClass: ItemClass, attributes: ItemAttributes, secret: SecureBytes, caller: Caller) throws -> ItemAttributes {
-        try locked { try db.write { _ in try keychain.add(itemClass: itemClass, attributes: attributes, secret: secret, caller: caller) } }
+        try transaction { try self.keychain.add(itemClass: itemClass, attributes: attributes, secret: secret, caller: caller) }
     }
 
     /// SecItemCopyMatching; see `KeychainStore.copyMatching`.
@@ -200,12 +207,12 @@ public final class Vault: @unchecked Sendable {
 
     /// SecItemUpdate; see `KeychainStore.update`. All matches change, or none.
     public func updateItems(_ query: ItemQuery, changes: ItemAttributes, secret: SecureBytes?, caller: Caller) throws -> Int {
-        try locked { try db.write { _ in try keychain.update(query, changes: changes, secret: secret, caller: caller) } }
+        try transaction { try self.keychain.update(query, changes: changes, secret: secret, caller: caller) }
     }
 
     /// SecItemDelete; see `KeychainStore.delete`.
     public func deleteItems(_ query: ItemQuery, caller: Caller) throws -> Int {
-        try locked { try db.write { _ in try keychain.delete(query, caller: caller) } }
+        try transaction { try self.keychain.delete(query, caller: caller) }
     }
 
     // MARK: preferences
@@ -245,12 +252,12 @@ public final class Vault: @unchecked Sendable {
 
     /// Sets one key, durably. Throws DomainTooLarge (nothing written), InvalidValue.
     public func setPreference(domain: String, key: String, value: PlistValue) throws {
-        try locked { try db.write { _ in try preferences.set(domain: domain, key: key, value: value) } }
+        try transaction { try self.preferences.set(domain: domain, key: key, value: value) }
         emit(.preference(domain: domain, key: key, value: value))
     }
 
     public func removePreference(domain: String, key: String) throws {
-        let existed = try locked { try db.write { _ in try preferences.remove(domain: domain, key: key) } }
+        let existed = try transaction { try self.preferences.remove(domain: domain, key: key) }
         if existed { emit(.preference(domain: domain, key: key, value: nil)) }
     }
 

@@ -1,0 +1,78 @@
+import Foundation
+
+/// Group commit: concurrent write transactions share one COMMIT, so one fsync acknowledges
+/// many writes. The first writer to arrive becomes the leader: it takes every pending write,
+/// runs each in its own SAVEPOINT inside one transaction (a failing write rolls back only
+/// itself), commits once, and wakes the others. Nobody's reply is sent before the commit
+/// that covers its write has returned.
+final class GroupCommit: @unchecked Sendable {
+    private final class Pending {
+        let run: () -> Void
+        let fail: (Error) -> Void
+        var done = false
+        init(run: @escaping () -> Void, fail: @escaping (Error) -> Void) {
+            self.run = run
+            self.fail = fail
+        }
+    }
+
+    private let condition = NSCondition()
+    private var queue: [Pending] = []
+    private var leading = false
+
+    /// Runs `body` in a savepoint of the next group transaction and returns once that
+    /// transaction is committed. `withDatabase` runs its closure with exclusive use of the
+    /// database (the engine lock). Throws what `body` throws, or the COMMIT's error.
+    func write<T>(_ db: Database, withDatabase: (() throws -> Void) throws -> Void, _ body: @escaping () throws -> T) throws -> T {
+        var result: Result<T, Error>?
+        let me = Pending(
+            run: {
+                do {
+                    try db.execute("SAVEPOINT w")
+                    do {
+                        result = .success(try body())
+                        try db.execute("RELEASE w")
+                    } catch {
+                        try? db.execute("ROLLBACK TO w")
+                        try? db.execute("RELEASE w")
+                        result = .failure(error)
+                    }
+                } catch {
+                    result = .failure(error)
+                }
+            },
+            fail: { result = .failure($0) })
+        condition.lock()
+        queue.append(me)
+        while !me.done {
+            if leading {
+                condition.wait()
+                continue
+            }
+            leading = true
+            let batch = queue
+            queue.removeAll()
+            condition.unlock()
+            do {
+                try withDatabase {
+                    try db.execute("BEGIN IMMEDIATE")
+                    for p in batch { p.run() }
+                    do {
+                        try db.execute("COMMIT")
+                    } catch {
+                        try? db.execute("ROLLBACK")
+                        throw error
+                    }
+                }
+            } catch {
+                for p in batch { p.fail(error) }
+            }
+            condition.lock()
+            for p in batch { p.done = true }
+            leading = false
+            condition.broadcast()
+        }
+        condition.unlock()
+        return try result!.get()
+    }
+}
