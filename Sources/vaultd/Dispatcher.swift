@@ -100,11 +100,11 @@ struct Dispatcher {
         case "io.vaultd.Vault.Init":
             return ["lock": try vault.initialize(passphrase: try p.passphrase("passphrase"), caller: caller)]
         case "io.vaultd.Vault.Unlock":
-            try requireOwner(caller)
+            try vault.requireOwner(caller)  // apps may not lock, nor try passphrases
             guard let pass = try p.passphrase("passphrase") else { throw VaultError.invalidParameter("passphrase", "missing") }
             return ["lock": try vault.unlock(passphrase: pass)]
         case "io.vaultd.Vault.Lock":
-            try requireOwner(caller)
+            try vault.requireOwner(caller)  // apps may not lock, nor try passphrases
             return ["lock": try vault.lockVault()]
         case "io.vaultd.Vault.ChangePassphrase":
             let (state, deleted) = try vault.changePassphrase(old: try p.passphrase("old"), new: try p.passphrase("new"), caller: caller)
@@ -224,12 +224,6 @@ struct Dispatcher {
             }
             throw VaultError(.methodNotFound, "no method \(call.method)", extra: ["method": .string(call.method)])
         }
-    }
-
-    /// Lock life-cycle methods are the owner's: an app may not lock the vault, nor try
-    /// passphrases.
-    private func requireOwner(_ caller: Caller) throws {
-        guard caller.isOwner else { throw VaultError(.permissionDenied, "only the vault's owner (vaultctl) may do this") }
     }
 
     private func query(_ p: Parameters) throws -> ItemQuery {

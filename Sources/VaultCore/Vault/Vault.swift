@@ -189,7 +189,8 @@ public final class Vault: @unchecked Sendable {
         try db.run("DELETE FROM vault_meta WHERE key = 'unlock.failures'")
     }
 
-    func requireOwner(_ caller: Caller) throws {
+    /// Throws PermissionDenied unless the caller is the owner's own tools.
+    public func requireOwner(_ caller: Caller) throws {
         guard caller.isOwner else { throw VaultError(.permissionDenied, "only the vault's owner (vaultctl) may do this") }
     }
 
