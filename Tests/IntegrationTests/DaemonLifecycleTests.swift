@@ -1,0 +1,79 @@
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// DESIGN §2: socket paths and modes, one daemon per socket, stale sockets, clean shutdown.
+@Suite struct DaemonLifecycleTests {
+    static func mode(_ path: String) -> (type: mode_t, permissions: mode_t)? {
+        var st = stat()
+        guard lstat(path, &st) == 0 else { return nil }
+        return (st.st_mode & S_IFMT, st.st_mode & 0o7777)
+    }
+
+    @Test func socketDirectoryIs0700AndSocket0600() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        let dir = try #require(Self.mode(d.root + "/run"))
+        #expect(dir.type == S_IFDIR)
+        #expect(dir.permissions == 0o700, "socket directory mode \(String(dir.permissions, radix: 8))")
+        let socket = try #require(Self.mode(d.socketPath))
+        #expect(socket.type == S_IFSOCK)
+        #expect(socket.permissions == 0o600, "socket mode \(String(socket.permissions, radix: 8))")
+        let data = try #require(Self.mode(d.dataDirectory))
+        #expect(data.permissions == 0o700, "data directory mode \(String(data.permissions, radix: 8))")
+    }
+
+    @Test func secondDaemonOnTheSameSocketExitsAndTheFirstKeepsServing() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        try #require(d.ctl(["defaults", "write", "com.example.first", "k", "-string", "v"]).status == 0)
+
+        // Another data directory, then the same one (two vaultds started with the same defaults).
+        for dataDirectory in [d.root + "/data2", d.dataDirectory] {
+            let second = try ChildProcess.run(
+                Paths.tool("vaultd"), ["--socket", d.socketPath, "--data-dir", dataDirectory],
+                environment: isolatedEnvironment(root: d.root, socket: nil), timeout: 20)
+            #expect(!second.timedOut, "the second vaultd kept running: \(second)")
+            #expect(second.status != 0, "\(second)")
+            #expect(second.stderr.contains(d.socketPath) || second.stderr.lowercased().contains("already"), "no clear message: \(second)")
+        }
+
+        #expect(d.isRunning)
+        #expect(Self.mode(d.socketPath)?.type == S_IFSOCK, "the second vaultd removed the first one's socket")
+        let read = d.ctl(["defaults", "read", "com.example.first", "k"])
+        #expect(read.status == 0 && read.stdoutText == "v\n", "the first vaultd no longer serves: \(read)")
+    }
+
+    @Test func staleSocketFromAKilledDaemonDoesNotStopARestart() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        // Acknowledged writes are durable, even across a SIGKILL.
+        try #require(d.ctl(["defaults", "write", "com.example.stale", "k", "-int", "42"]).status == 0)
+        d.kill()
+        #expect(d.lastExitStatus == 128 + SIGKILL)
+        try #require(Self.mode(d.socketPath)?.type == S_IFSOCK, "SIGKILL should leave the socket file behind")
+        #expect(!Daemon.answers(d.socketPath))
+
+        try d.start()
+        let read = d.ctl(["defaults", "read", "com.example.stale", "k"])
+        #expect(read.status == 0 && read.stdoutText == "42\n", "\(read)")
+        #expect(Self.mode(d.socketPath)?.permissions == 0o600)
+    }
+
+    @Test func sigtermRemovesTheSocketAndExitsZero() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        // With a client connected and idle: shutdown must not wait for it forever.
+        let idle = try d.connect()
+        _ = try idle.call("io.vaultd.Vault.Status")
+        let started = Date()
+        let status = d.stop()
+        #expect(status == 0, "log:\n\(d.log)")
+        #expect(Date().timeIntervalSince(started) < 15)
+        #expect(Self.mode(d.socketPath) == nil, "the socket file is still there after SIGTERM")
+        #expect(idle.waitForClose(timeout: 5), "the idle client's connection should be closed")
+    }
+}

@@ -1,0 +1,208 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Where the tests find the repository, the shared corpus and the built executables.
+enum Paths {
+    /// The repository root, from this file's path (Tests/IntegrationTests/Support/Daemon.swift).
+    static let repoRoot: URL = URL(fileURLWithPath: #filePath)
+        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+
+    /// `../shared` beside the repository (DESIGN §6: `../shared/corpus/plist/`).
+    static let shared: URL = repoRoot.deletingLastPathComponent().appendingPathComponent("shared")
+
+    /// The directory holding `vaultd` and `vaultctl`: the build directory the running test
+    /// bundle lives in (found by walking up from it), else `<repo>/.build/debug`.
+    static let binaries: String = {
+        let fm = FileManager.default
+        var starts = [Bundle.main.bundleURL, Bundle.main.executableURL, URL(fileURLWithPath: CommandLine.arguments[0])]
+            .compactMap { $0?.standardizedFileURL }
+        starts += Bundle.allBundles.map(\.bundleURL)
+        for start in starts {
+            var dir = start
+            for _ in 0..<6 {
+                if fm.isExecutableFile(atPath: dir.appendingPathComponent("vaultd").path)
+                    && fm.isExecutableFile(atPath: dir.appendingPathComponent("vaultctl").path)
+                {
+                    return dir.path
+                }
+                dir = dir.deletingLastPathComponent()
+            }
+        }
+        return repoRoot.appendingPathComponent(".build/debug").path
+    }()
+
+    /// A tool's path: our executables from the build directory, anything else by name (PATH).
+    static func tool(_ name: String) -> String {
+        ["vaultd", "vaultctl", "git-credential-vault", "vault-example"].contains(name) ? binaries + "/" + name : name
+    }
+}
+
+/// The environment children get: the test's own, without anything that could point them at
+/// a real vault, with HOME and the XDG directories inside `root`.
+func isolatedEnvironment(root: String, socket: String?) -> [String: String] {
+    var env = ProcessInfo.processInfo.environment
+    for k in ["VAULTD_SOCKET", "VAULTD_DATA_DIR", "VAULTD_CACHE_DIR", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES"] {
+        env[k] = nil
+    }
+    env["HOME"] = root + "/home"
+    env["XDG_RUNTIME_DIR"] = root + "/xdg-run"
+    env["XDG_DATA_HOME"] = root + "/home/.local/share"
+    env["XDG_CACHE_HOME"] = root + "/home/.cache"
+    env["XDG_CONFIG_HOME"] = root + "/home/.config"
+    env["LC_ALL"] = "C.UTF-8"
+    if let socket { env["VAULTD_SOCKET"] = socket }
+    return env
+}
+
+/// One vaultd for one test: its own temporary directory, socket and data directory.
+///
+///     let d = try Daemon()                  // started and answering
+///     let r = d.ctl(["status"])             // vaultctl against it
+///     try d.restart()                       // SIGTERM, then start on the same data dir
+///
+/// The daemon is SIGKILLed (if still running) and the directory removed on `close()` or deinit.
+final class Daemon: @unchecked Sendable {
+    let root: String
+    let socketPath: String
+    let dataDirectory: String
+    /// vaultd's stderr, appended across restarts.
+    let logPath: String
+    private(set) var pid: pid_t?
+    /// Exit status of the last run that ended (stop or kill).
+    private(set) var lastExitStatus: Int32?
+
+    init(start: Bool = true) throws {
+        root = try TemporaryDirectory.make(prefix: "vaultd-it")
+        socketPath = root + "/run/vaultd.sock"
+        dataDirectory = root + "/data"
+        logPath = root + "/vaultd.log"
+        for d in ["home", "xdg-run"] { mkdir(root + "/" + d, 0o700) }
+        if start {
+            do { try self.start() } catch {
+                close()
+                throw error
+            }
+        }
+    }
+
+    deinit { close() }
+
+    /// The environment vaultctl and other clients get (VAULTD_SOCKET set).
+    var environment: [String: String] { isolatedEnvironment(root: root, socket: socketPath) }
+
+    var log: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
+
+    var isRunning: Bool { pid.map(ChildProcess.isAlive) ?? false }
+
+    /// Spawns vaultd with `--socket` and `--data-dir` (and `extraArguments`) and waits until
+    /// a Status call on the socket answers (up to `timeout` seconds).
+    func start(extraArguments: [String] = [], timeout: Double = 10) throws {
+        precondition(pid == nil, "vaultd is already running")
+        let env = isolatedEnvironment(root: root, socket: nil)
+        let p = try ChildProcess.spawn(
+            Paths.tool("vaultd"), ["--socket", socketPath, "--data-dir", dataDirectory] + extraArguments,
+            environment: env, inputs: [:], stdout: .file(logPath, append: true), stderr: .file(logPath, append: true))
+        pid = p
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if !ChildProcess.isAlive(p) {
+                lastExitStatus = ChildProcess.wait(p, timeout: 1)
+                pid = nil
+                throw HarnessError("vaultd exited (status \(lastExitStatus.map(String.init) ?? "?")) before serving; log:\n\(log)")
+            }
+            if Daemon.answers(socketPath) { return }
+            usleep(20_000)
+        }
+        throw HarnessError("vaultd did not answer on \(socketPath) within \(timeout) s; log:\n\(log)")
+    }
+
+    /// True when a Status call on a new connection to `path` gets a non-error reply.
+    static func answers(_ path: String) -> Bool {
+        guard let c = try? VarlinkConnection(path: path),
+            case .reply(let r)? = try? c.call("io.vaultd.Vault.Status", timeout: 2)
+        else { return false }
+        return r["error"] == nil && r["parameters"] != nil
+    }
+
+    /// SIGTERM, then waits for the exit. Returns the exit status (nil when it did not exit
+    /// within `timeout`; it is then SIGKILLed).
+    @discardableResult
+    func stop(timeout: Double = 20) -> Int32? {
+        guard let p = pid else { return lastExitStatus }
+        Glibc.kill(p, SIGTERM)
+        var status = ChildProcess.wait(p, timeout: timeout)
+        if status == nil {
+            Glibc.kill(p, SIGKILL)
+            _ = ChildProcess.wait(p, timeout: 10)
+            status = nil
+        }
+        pid = nil
+        lastExitStatus = status
+        return status
+    }
+
+    /// SIGKILL (leaves the socket file behind, as a crash would).
+    func kill() {
+        guard let p = pid else { return }
+        Glibc.kill(p, SIGKILL)
+        lastExitStatus = ChildProcess.wait(p, timeout: 10)
+        pid = nil
+    }
+
+    /// Stops with SIGTERM and starts again on the same socket and data directory. Returns
+    /// the exit status of the stopped run.
+    @discardableResult
+    func restart() throws -> Int32? {
+        let status = stop()
+        try start()
+        return status
+    }
+
+    /// Kills a running vaultd and removes the temporary directory.
+    func close() {
+        kill()
+        TemporaryDirectory.remove(root)
+    }
+
+    // MARK: Clients
+
+    /// Runs `vaultctl ARGS` against this daemon. `fds` maps child fds (3, 4, ...) to bytes
+    /// fed through pipes, e.g. `[3: passphrase]` for `--passphrase-fd 3`.
+    func ctl(_ arguments: [String], stdin: Data? = nil, fds: [Int32: Data] = [:], timeout: Double = 60) -> ProcessResult {
+        run("vaultctl", arguments, stdin: stdin, extraFDs: fds, timeout: timeout)
+    }
+
+    /// Runs any tool (ours by name, or one from PATH) with VAULTD_SOCKET set to this daemon.
+    func run(
+        _ tool: String, _ arguments: [String], stdin: Data? = nil, extraFDs: [Int32: Data] = [:],
+        environment extra: [String: String] = [:], timeout: Double = 60
+    ) -> ProcessResult {
+        let env = environment.merging(extra) { $1 }
+        do {
+            return try ChildProcess.run(
+                Paths.tool(tool), arguments, environment: env, stdin: stdin, extraFDs: extraFDs, timeout: timeout)
+        } catch {
+            return ProcessResult(status: -1, stdout: Data(), stderr: "harness: \(error)")
+        }
+    }
+
+    // MARK: Common steps
+
+    static let passphrase = "correct horse"
+
+    /// `vaultctl init --passphrase-fd 3 3<<<'correct horse'`.
+    func initialize(passphrase: String = Daemon.passphrase) -> ProcessResult {
+        ctl(["init", "--passphrase-fd", "3"], fds: [3: Data((passphrase + "\n").utf8)])
+    }
+
+    /// `vaultctl unlock --passphrase-fd 3` with the passphrase on fd 3.
+    func unlock(passphrase: String = Daemon.passphrase) -> ProcessResult {
+        ctl(["unlock", "--passphrase-fd", "3"], fds: [3: Data((passphrase + "\n").utf8)])
+    }
+
+    /// A raw varlink connection to this daemon.
+    func connect() throws -> VarlinkConnection { try VarlinkConnection(path: socketPath) }
+}

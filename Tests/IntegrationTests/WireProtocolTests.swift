@@ -1,0 +1,193 @@
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// DESIGN §3 on the wire, with a raw AF_UNIX client: bad input gets a varlink error or a
+/// closed connection, never a crash, and vaultd keeps serving everyone else.
+@Suite struct WireProtocolTests {
+    /// What a malformed message must get.
+    enum Expected: Sendable {
+        /// This varlink error, with `parameters[key] == value` when given; the connection
+        /// stays usable afterwards (the error belongs to one call).
+        case error(String, key: String? = nil, value: String? = nil)
+        /// A varlink error or a closed connection (the stream itself is broken).
+        case errorOrClose
+    }
+
+    struct Case: Sendable, CustomTestStringConvertible {
+        var name: String
+        var bytes: [UInt8]
+        var expected: Expected
+        var testDescription: String { name }
+
+        static func json(_ name: String, _ text: String, _ expected: Expected) -> Case {
+            Case(name: name, bytes: Array(text.utf8) + [0], expected: expected)
+        }
+    }
+
+    static let invalidParameter = "org.varlink.service.InvalidParameter"
+
+    static let cases: [Case] = [
+        .json("not JSON", "this is not JSON {", .errorOrClose),
+        .json("JSON but not an object", "[1, 2, 3]", .errorOrClose),
+        .json("an object without a method", #"{"parameters": {}}"#, .errorOrClose),
+        Case(
+            name: "invalid UTF-8",
+            bytes: Array(#"{"method":"io.vaultd.Vault.Status","parameters":{"x":""#.utf8) + [0xFF, 0xFE] + Array(#""}}"#.utf8) + [0],
+            expected: .errorOrClose),
+        .json(
+            "unknown method", #"{"method":"io.vaultd.Vault.NoSuchMethod"}"#,
+            .error("org.varlink.service.MethodNotFound", key: "method", value: "io.vaultd.Vault.NoSuchMethod")),
+        .json(
+            "unknown interface", #"{"method":"io.vaultd.NoSuchInterface.Status"}"#,
+            .error("org.varlink.service.InterfaceNotFound", key: "interface", value: "io.vaultd.NoSuchInterface")),
+        .json(
+            "missing parameter", #"{"method":"io.vaultd.Preferences.Get","parameters":{"domain":"com.example.d"}}"#,
+            .error(invalidParameter, key: "parameter", value: "key")),
+        .json(
+            "missing parameter of org.varlink.service", #"{"method":"org.varlink.service.GetInterfaceDescription","parameters":{}}"#,
+            .error(invalidParameter, key: "parameter", value: "interface")),
+        .json(
+            "wrong parameter type (number for string)",
+            #"{"method":"io.vaultd.Preferences.Get","parameters":{"domain":"com.example.d","key":5}}"#,
+            .error(invalidParameter, key: "parameter", value: "key")),
+        .json(
+            "wrong parameter type (number for passphrase)", #"{"method":"io.vaultd.Vault.Unlock","parameters":{"passphrase":42}}"#,
+            .error(invalidParameter, key: "parameter", value: "passphrase")),
+        .json("parameters not an object", #"{"method":"io.vaultd.Vault.Status","parameters":"yes"}"#, .errorOrClose),
+    ]
+
+    @Test(arguments: cases) func malformedMessageGetsAnErrorAndVaultdKeepsServing(_ c: Case) throws {
+        let d = try Daemon()
+        defer { d.close() }
+        // Another client, connected before the bad one, must be unaffected.
+        let bystander = try d.connect()
+        #expect(try bystander.call("io.vaultd.Vault.Status").parameters?["lock"] != nil)
+
+        let bad = try d.connect()
+        try bad.send(c.bytes)
+        let outcome = bad.receive(timeout: 15)
+        switch c.expected {
+        case .error(let name, let key, let value):
+            #expect(outcome.errorName == name, "\(c.name): \(outcome)")
+            if let key { #expect(outcome.parameters?[key] as? String == value, "\(c.name): \(outcome)") }
+            // A call-level error leaves the connection usable.
+            let next = try bad.call("io.vaultd.Vault.Status")
+            #expect(next.parameters?["lock"] != nil, "connection unusable after \(c.name): \(next)")
+        case .errorOrClose:
+            switch outcome {
+            case .closed: break
+            case .reply(let r):
+                #expect(r["error"] is String, "\(c.name): a reply that is not an error: \(r)")
+            default:
+                Issue.record("\(c.name): neither an error nor a close: \(outcome)")
+            }
+        }
+        try expectStillServing(d, bystander: bystander)
+    }
+
+    /// 9 MiB without a NUL: over the 8 MiB limit. vaultd answers with an error and/or closes,
+    /// without reading on forever and without crashing.
+    @Test func oversizedMessageIsRefused() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        let bystander = try d.connect()
+        let bad = try d.connect()
+        let big = [UInt8](repeating: UInt8(ascii: "x"), count: 9 << 20)
+        let sentAll = try bad.send(big)
+        let outcome = bad.receive(timeout: 30)
+        switch outcome {
+        case .closed: break
+        case .reply(let r):
+            #expect(r["error"] as? String == Self.invalidParameter, "\(r)")
+            #expect(bad.waitForClose(timeout: 15), "the connection should be closed after an oversized message")
+        default:
+            Issue.record("oversized message: neither an error nor a close (sent all: \(sentAll)): \(outcome)")
+        }
+        try expectStillServing(d, bystander: bystander)
+    }
+
+    /// A client that sends half a message and vanishes.
+    @Test func truncatedMessageAndHangUp() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        let bad = try d.connect()
+        try bad.send(Array(#"{"method":"io.vaultd.Vault.Sta"#.utf8))
+        bad.close()
+        try expectStillServing(d, bystander: nil)
+    }
+
+    /// Two calls in one write: two replies, in order.
+    @Test func pipelinedCallsAreAnsweredInOrder() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        let c = try d.connect()
+        let two = #"{"method":"io.vaultd.Vault.Status"}"# + "\0" + #"{"method":"org.varlink.service.GetInfo"}"# + "\0"
+        try c.send(Array(two.utf8))
+        let first = c.receive()
+        let second = c.receive()
+        #expect(first.parameters?["lock"] != nil, "first reply should answer Status: \(first)")
+        #expect(first.parameters?["interfaces"] == nil)
+        #expect((second.parameters?["interfaces"] as? [String])?.contains("io.vaultd.Keychain") == true, "second reply should answer GetInfo: \(second)")
+    }
+
+    /// Framing does not depend on write boundaries: a call dribbled in one byte per write,
+    /// then two calls and a half-close (SHUT_WR), as `socat` or a shell client would do.
+    @Test func framingIgnoresWriteBoundariesAndHalfClose() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        let c = try d.connect()
+        for byte in Array(#"{"method":"org.varlink.service.GetInfo"}"#.utf8) + [0] {
+            try c.send([byte])
+            usleep(1_000)
+        }
+        #expect(c.receive().parameters?["interfaces"] != nil)
+
+        let h = try d.connect()
+        try h.send(Array((#"{"method":"io.vaultd.Vault.Status"}"# + "\0" + #"{"method":"org.varlink.service.GetInfo"}"# + "\0").utf8))
+        shutdown(h.fd, Int32(SHUT_WR))
+        #expect(h.receive().parameters?["lock"] != nil)
+        #expect(h.receive().parameters?["interfaces"] != nil)
+        #expect(h.waitForClose(timeout: 5), "vaultd should close after the peer's EOF")
+    }
+
+    /// A longer pipeline: errors and a oneway call (no reply) in the middle keep the order.
+    @Test func pipelineWithErrorsAndOnewayKeepsOrder() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        let c = try d.connect()
+        let messages = [
+            #"{"method":"io.vaultd.Vault.Status"}"#,
+            #"{"method":"io.vaultd.Vault.Nope"}"#,
+            #"{"method":"io.vaultd.Vault.Status","oneway":true}"#,
+            #"{"method":"org.varlink.service.GetInterfaceDescription","parameters":{"interface":"io.vaultd.Keychain"}}"#,
+            #"{"method":"org.varlink.service.GetInfo"}"#,
+        ]
+        try c.send(Array(messages.map { $0 + "\0" }.joined().utf8))
+        let replies = (0..<4).map { _ in c.receive() }
+        #expect(replies[0].parameters?["lock"] != nil, "\(replies[0])")
+        #expect(replies[1].errorName == "org.varlink.service.MethodNotFound", "\(replies[1])")
+        #expect((replies[2].parameters?["description"] as? String)?.contains("interface io.vaultd.Keychain") == true, "\(replies[2])")
+        #expect(replies[3].parameters?["interfaces"] != nil, "\(replies[3])")
+        // Nothing more: the oneway call got no reply.
+        if case .reply(let extra) = c.receive(timeout: 0.5) { Issue.record("unexpected extra reply \(extra)") }
+    }
+
+    /// vaultd is alive, a bystander's connection still works, and a new connection gets a
+    /// Status reply.
+    private func expectStillServing(_ d: Daemon, bystander: VarlinkConnection?, sourceLocation: SourceLocation = #_sourceLocation)
+        throws
+    {
+        #expect(d.isRunning, "vaultd died; log:\n\(d.log)", sourceLocation: sourceLocation)
+        if let bystander {
+            let r = try bystander.call("io.vaultd.Vault.Status")
+            #expect(r.parameters?["lock"] != nil, "the other client's connection broke: \(r)", sourceLocation: sourceLocation)
+        }
+        let fresh = try d.connect()
+        let r = try fresh.call("io.vaultd.Vault.Status")
+        #expect(r.parameters?["lock"] != nil, "a new connection gets no Status: \(r)", sourceLocation: sourceLocation)
+    }
+}
