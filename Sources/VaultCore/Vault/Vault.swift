@@ -112,12 +112,7 @@ public final class Vault: @unchecked Sendable {
     /// Unlocks with the passphrase. Throws Vault.AuthFailed (wrong passphrase; counted),
     /// RateLimited (too many failures: wait `retryAfter` seconds), NoPassphrase, NotInitialized.
     public func unlock(passphrase: SecureBytes) throws -> JSON {
-        let delay = try locked { try rateLimitDelay() }
-        if delay > 0 {
-            throw VaultError(
-                .rateLimited, "too many failed unlocks; try again in \(Int(delay.rounded(.up))) s",
-                extra: ["retryAfter": JSON(delay)])
-        }
+        try locked { try checkRateLimit() }
         // Argon2id is slow; derive outside the lock so other callers are served meanwhile.
         let parameters = try locked { try keys.passphraseParameters() }
         let kek = try Sodium.argon2id(passphrase: passphrase, parameters: parameters)
@@ -154,7 +149,15 @@ public final class Vault: @unchecked Sendable {
         let result: (JSON, Int) = try locked {
             if keys.hasPassphrase {
                 guard let old else { throw VaultError(.wrongPassphrase, "the current passphrase is required") }
-                try keys.unlock(kek: try Sodium.argon2id(passphrase: old, parameters: try keys.passphraseParameters()))
+                // A passphrase check like Unlock's, so rate-limited and counted like it.
+                try checkRateLimit()
+                do {
+                    try keys.unlock(kek: try Sodium.argon2id(passphrase: old, parameters: try keys.passphraseParameters()))
+                } catch let e as VaultError where e.code == .wrongPassphrase {
+                    try recordFailedUnlock()
+                    throw e
+                }
+                try resetFailedUnlocks()
             }
             return try db.write { _ in
                 var deleted = 0
@@ -176,6 +179,16 @@ public final class Vault: @unchecked Sendable {
         else { return 0 }
         let wait = min(pow(2.0, Double(n - 3)), 900)
         return max(0, last + wait - Date().timeIntervalSince1970)
+    }
+
+    /// Throws RateLimited (with `retryAfter`) while failed passphrase checks impose a wait.
+    private func checkRateLimit() throws {
+        let delay = try rateLimitDelay()
+        if delay > 0 {
+            throw VaultError(
+                .rateLimited, "too many failed unlocks; try again in \(Int(delay.rounded(.up))) s",
+                extra: ["retryAfter": JSON(delay)])
+        }
     }
 
     private func recordFailedUnlock() throws {

@@ -8,7 +8,9 @@ public struct JSONSyntaxError: Error, Equatable, CustomStringConvertible, Sendab
 
 extension JSON {
     /// Nesting deeper than this is refused (a 10,000-deep document must not exhaust the stack).
-    public static let maximumDepth = 128
+    /// Deep enough for the deepest property-list value the engine accepts (each plist level
+    /// takes two JSON levels, `{"array": [...]}`) inside a varlink message (a few levels more).
+    public static let maximumDepth = 2 * PlistValue.maximumDepth + 16
 
     /// Parses one complete JSON document (RFC 8259, strict: no trailing commas, no comments,
     /// no NUL or other control characters unescaped in strings, valid UTF-8 only, no duplicate

@@ -132,7 +132,13 @@ public enum PlistDate {
         let (y, m, d) = civilFromDays(days + 11_323)
         let hh = secondOfDay / 3600, mm = (secondOfDay % 3600) / 60, ss = secondOfDay % 60
         var s = pad(y, 4) + "-" + pad(m, 2) + "-" + pad(d, 2) + "T" + pad(hh, 2) + ":" + pad(mm, 2) + ":" + pad(ss, 2)
-        if fraction != 0 { s += "." + fractionDigits(fraction) }
+        if t < 0 && t > -1 {
+            // Within the second before 2001: 1 + t is not exact in binary (-1e-20 would round
+            // to -1), so write 1 - |t| exactly in decimal; `parse` inverts it the same way.
+            s += "." + complement(fractionDigits(-t))
+        } else if fraction != 0 {
+            s += "." + fractionDigits(fraction)
+        }
         return s + "Z"
     }
 
@@ -154,18 +160,38 @@ public enum PlistDate {
             (1...12).contains(mo), d >= 1, d <= daysInMonth(y, mo), h < 24, mi < 60, se < 60
         else { return nil }
         var fraction = 0.0
+        var digitText = ""
         if u.count > 20 {
-            guard u[19] == UInt8(ascii: "."), u.count > 21, u.count - 21 <= 40 else { return nil }
+            guard u[19] == UInt8(ascii: "."), u.count > 21, u.count - 21 <= maximumFractionDigits else { return nil }
             let digits = u[20..<(u.count - 1)]
-            guard digits.allSatisfy({ $0 >= 48 && $0 <= 57 }), let f = Double("0." + String(decoding: digits, as: UTF8.self))
-            else { return nil }
+            digitText = String(decoding: digits, as: UTF8.self)
+            guard digits.allSatisfy({ $0 >= 48 && $0 <= 57 }), let f = Double("0." + digitText) else { return nil }
             fraction = f
         } else if u.count != 20 {
             return nil
         }
         let days = daysFromCivil(y, mo, d) - 11_323
         let whole = days * 86_400 + h * 3600 + mi * 60 + se
+        if whole == -1 && fraction != 0 {
+            // -1 + 0.ddd = -(1 - 0.ddd), computed exactly in decimal and rounded once.
+            guard let magnitude = Double("0." + complement(digitText)) else { return nil }
+            return Date(timeIntervalSinceReferenceDate: -magnitude)
+        }
         return Date(timeIntervalSinceReferenceDate: Double(whole) + fraction)
+    }
+
+    /// The longest fraction `parse` accepts. `format` writes at most 340 digits (a fraction
+    /// near the smallest subnormal: 323 zeros, then up to 17 significant digits).
+    static let maximumFractionDigits = 350
+
+    /// The digits of 1 - 0.`digits` (same count, trailing zeros dropped), for a non-zero fraction.
+    private static func complement(_ digits: String) -> String {
+        var d = Array(digits.utf8).map { Int($0) - 48 }
+        guard let last = d.lastIndex(where: { $0 != 0 }) else { return digits }
+        d.removeSubrange((last + 1)...)
+        for i in 0..<last { d[i] = 9 - d[i] }
+        d[last] = 10 - d[last]
+        return String(decoding: d.map { UInt8($0 + 48) }, as: UTF8.self)
     }
 
     private static func floorDivMod(_ a: Int64, _ b: Int64) -> (Int64, Int64) {

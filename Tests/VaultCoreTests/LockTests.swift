@@ -1,0 +1,236 @@
+import Foundation
+import Testing
+import VaultCore
+import VaultProtocol
+
+/// Vaults with a passphrase (Argon2id costs ~0.3 s a derivation, so these are few and do a lot).
+@Suite("Lock states, passphrases and device binding")
+struct LockTests {
+    /// Adds one item per accessibility class, service = the class name, secret = "secret-<class>".
+    static func addOnePerClass(_ vault: Vault, except: Set<Accessibility> = []) throws {
+        for a in Accessibility.allCases where !except.contains(a) {
+            try vault.addGeneric(service: a.rawValue, account: "acct", secret: Array("secret-\(a.rawValue)".utf8), accessible: a)
+        }
+    }
+
+    static func expectReadable(_ vault: Vault, _ a: Accessibility, sourceLocation: SourceLocation = #_sourceLocation) {
+        #expect(
+            (try? vault.readGeneric(service: a.rawValue, account: "acct")) == Array("secret-\(a.rawValue)".utf8),
+            "\(a.rawValue) should be readable", sourceLocation: sourceLocation)
+    }
+
+    @Test func lockRestartWrongAndRightPassphrase() throws {
+        try withTemporaryDirectory { tmp in
+            let dir = tmp + "/data"
+            do {
+                let vault = try Vault(dataDirectory: dir)
+                defer { vault.close() }
+                let state = try vault.initialize(passphrase: secret("correct horse"), caller: .owner)
+                #expect(state["state"] == "unlocked")
+                #expect(state["hasPassphrase"] == true)
+                try Self.addOnePerClass(vault)
+                for a in Accessibility.allCases { Self.expectReadable(vault, a) }
+
+                let locked = try vault.lockVault()
+                #expect(locked["state"] == "locked")
+                #expect(locked["unlockedSinceStart"] == true)
+                // afterFirstUnlock classes still read; whenUnlocked classes are InteractionNotAllowed.
+                Self.expectReadable(vault, .afterFirstUnlock)
+                Self.expectReadable(vault, .afterFirstUnlockThisDeviceOnly)
+                for a in [Accessibility.whenUnlocked, .whenUnlockedThisDeviceOnly, .whenPasscodeSetThisDeviceOnly] {
+                    let e = expectVaultError(.interactionNotAllowed) { _ = try vault.readGeneric(service: a.rawValue) }
+                    #expect(e?.status == -25308)
+                }
+                // Locked is never reported as not found: not for delete, update or add either.
+                let wu = ItemQuery(attributes: ItemAttributes(service: Accessibility.whenUnlocked.rawValue))
+                expectVaultError(.interactionNotAllowed) { _ = try vault.deleteItems(wu, caller: .owner) }
+                expectVaultError(.interactionNotAllowed) {
+                    _ = try vault.updateItems(wu, changes: ItemAttributes(label: "x"), secret: nil, caller: .owner)
+                }
+                expectVaultError(.interactionNotAllowed) {
+                    try vault.addGeneric(service: "new", account: "acct", secret: [1], accessible: .whenUnlocked)
+                }
+                try vault.addGeneric(service: "new-afu", account: "acct", secret: [2], accessible: .afterFirstUnlock)
+                #expect(try vault.status()["items"] == JSON(Accessibility.allCases.count + 1))
+            }
+
+            // Restart: a new engine on the same directory has never been unlocked.
+            let vault = try Vault(dataDirectory: dir)
+            defer { vault.close() }
+            #expect(vault.lockState["state"] == "locked")
+            #expect(vault.lockState["unlockedSinceStart"] == false)
+            for a in Accessibility.allCases {
+                expectVaultError(.interactionNotAllowed) { _ = try vault.readGeneric(service: a.rawValue) }
+            }
+            expectVaultError(.interactionNotAllowed) {
+                try vault.addGeneric(service: "x", account: "acct", secret: [1], accessible: .afterFirstUnlock)
+            }
+
+            let wrong = expectVaultError(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret("correct horsE")) }
+            #expect(wrong?.name == "io.vaultd.Vault.AuthFailed")
+            #expect(wrong?.status == -25293)
+            #expect(vault.lockState["state"] == "locked")
+            Self.expectReadableNot(vault, .afterFirstUnlock)
+
+            let state = try vault.unlock(passphrase: secret("correct horse"))
+            #expect(state["state"] == "unlocked")
+            #expect(state["unlockedSinceStart"] == true)
+            for a in Accessibility.allCases { Self.expectReadable(vault, a) }
+            #expect(try vault.readGeneric(service: "new-afu", account: "acct") == [2])
+            #expect(try vault.status()["retryAfter"]?.doubleValue == 0)
+        }
+    }
+
+    static func expectReadableNot(_ vault: Vault, _ a: Accessibility, sourceLocation: SourceLocation = #_sourceLocation) {
+        expectVaultError(.interactionNotAllowed, sourceLocation: sourceLocation) {
+            _ = try vault.readGeneric(service: a.rawValue)
+        }
+    }
+
+    @Test func changeAndRemovePassphrase() throws {
+        try withTemporaryDirectory { tmp in
+            let dir = tmp + "/data"
+            do {
+                let vault = try Vault(dataDirectory: dir)
+                defer { vault.close() }
+                _ = try vault.initialize(passphrase: secret("p1"), caller: .owner)
+                try Self.addOnePerClass(vault)
+                try vault.addGeneric(service: "second-passcode", account: "acct", secret: [9], accessible: .whenPasscodeSetThisDeviceOnly)
+
+                // Change: the old passphrase stops working, the new one opens everything.
+                expectVaultError(.wrongPassphrase) {
+                    _ = try vault.changePassphrase(old: secret("not p1"), new: secret("p2"), caller: .owner)
+                }
+                let (changed, deletedByChange) = try vault.changePassphrase(old: secret("p1"), new: secret("p2"), caller: .owner)
+                #expect(deletedByChange == 0)
+                #expect(changed["hasPassphrase"] == true)
+                _ = try vault.lockVault()
+                expectVaultError(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret("p1")) }
+                _ = try vault.unlock(passphrase: secret("p2"))
+                for a in Accessibility.allCases { Self.expectReadable(vault, a) }
+
+                // Only the owner may change it.
+                expectVaultError(.permissionDenied) {
+                    _ = try vault.changePassphrase(old: secret("p2"), new: nil, caller: Caller(appID: "org.example.A", accessGroups: ["org.example.A"]))
+                }
+
+                // Remove: deletes exactly the whenPasscodeSet items.
+                let (removed, deleted) = try vault.changePassphrase(old: secret("p2"), new: nil, caller: .owner)
+                #expect(deleted == 2)
+                #expect(removed["hasPassphrase"] == false)
+                #expect(removed["state"] == "unlocked")
+                expectVaultError(.itemNotFound) { _ = try vault.readGeneric(service: Accessibility.whenPasscodeSetThisDeviceOnly.rawValue) }
+                expectVaultError(.itemNotFound) { _ = try vault.readGeneric(service: "second-passcode") }
+                for a in Accessibility.allCases where a != .whenPasscodeSetThisDeviceOnly { Self.expectReadable(vault, a) }
+                #expect(try vault.status()["items"] == JSON(Accessibility.allCases.count - 1))
+                expectVaultError(.noPassphrase) { _ = try vault.lockVault() }
+                expectVaultError(.authFailed) {
+                    try vault.addGeneric(service: "p", account: "acct", secret: [1], accessible: .whenPasscodeSetThisDeviceOnly)
+                }
+            }
+            // After a restart the vault without a passphrase is unlocked, every remaining class opens.
+            do {
+                let vault = try Vault(dataDirectory: dir)
+                defer { vault.close() }
+                #expect(vault.lockState["state"] == "unlocked")
+                #expect(vault.lockState["hasPassphrase"] == false)
+                for a in Accessibility.allCases where a != .whenPasscodeSetThisDeviceOnly { Self.expectReadable(vault, a) }
+                // Setting a passphrase again (no old one) makes whenPasscodeSet usable again.
+                let (set, _) = try vault.changePassphrase(old: nil, new: secret("p3"), caller: .owner)
+                #expect(set["hasPassphrase"] == true)
+                try vault.addGeneric(
+                    service: Accessibility.whenPasscodeSetThisDeviceOnly.rawValue, account: "acct",
+                    secret: Array("secret-whenPasscodeSetThisDeviceOnly".utf8), accessible: .whenPasscodeSetThisDeviceOnly)
+            }
+            let vault = try Vault(dataDirectory: dir)
+            defer { vault.close() }
+            #expect(vault.lockState["state"] == "locked")
+            _ = try vault.unlock(passphrase: secret("p3"))
+            for a in Accessibility.allCases { Self.expectReadable(vault, a) }
+        }
+    }
+
+    /// ChangePassphrase checks the current passphrase: failures there count against the same
+    /// rate limit as Unlock, or it would be an unlimited passphrase-guessing oracle.
+    @Test func wrongPassphrasesInChangePassphraseAreRateLimited() throws {
+        try withTemporaryDirectory { tmp in
+            let vault = try Vault(dataDirectory: tmp + "/data")
+            defer { vault.close() }
+            _ = try vault.initialize(passphrase: secret("right"), caller: .owner)
+            for guess in ["guess1", "guess2", "guess3"] {
+                expectVaultError(.wrongPassphrase) {
+                    _ = try vault.changePassphrase(old: secret(guess), new: secret("mine"), caller: .owner)
+                }
+            }
+            let limited = expectVaultError(.rateLimited) {
+                _ = try vault.changePassphrase(old: secret("guess4"), new: secret("mine"), caller: .owner)
+            }
+            #expect((limited?.parameters["retryAfter"]?.doubleValue ?? 0) > 0)
+            expectVaultError(.rateLimited) { _ = try vault.unlock(passphrase: secret("right")) }
+            #expect((try vault.status()["retryAfter"]?.doubleValue ?? 0) > 0)
+            // The wait survives a restart.
+            vault.close()
+            let restarted = try Vault(dataDirectory: tmp + "/data")
+            defer { restarted.close() }
+            expectVaultError(.rateLimited) { _ = try restarted.unlock(passphrase: secret("right")) }
+        }
+    }
+
+    @Test func thisDeviceOnlyItemsDoNotOpenWithAnotherDeviceKey() throws {
+        try withTemporaryDirectory { tmp in
+            let original = tmp + "/original", copy = tmp + "/copy"
+            do {
+                let vault = try Vault(dataDirectory: original)
+                defer { vault.close() }
+                _ = try vault.initialize(passphrase: secret("pass"), caller: .owner)
+                try Self.addOnePerClass(vault)
+            }
+            try FileManager.default.copyItem(atPath: original, toPath: copy)
+            let otherKey = (0..<32).map { _ in UInt8.random(in: 0...255) }
+            let originalKey = try Data(contentsOf: URL(fileURLWithPath: original + "/device.key"))
+            #expect(originalKey.count == 32)
+            #expect(Array(originalKey) != otherKey)
+            try Data(otherKey).write(to: URL(fileURLWithPath: copy + "/device.key"))
+
+            do {
+                let moved = try Vault(dataDirectory: copy)
+                defer { moved.close() }
+                #expect(moved.lockState["state"] == "locked")
+                _ = try moved.unlock(passphrase: secret("pass"))
+                #expect(moved.lockState["state"] == "unlocked")
+                Self.expectReadable(moved, .whenUnlocked)
+                Self.expectReadable(moved, .afterFirstUnlock)
+                for a in Accessibility.allCases where a.isThisDeviceOnly {
+                    let e = expectVaultError(.notAvailableOnThisDevice) { _ = try moved.readGeneric(service: a.rawValue) }
+                    #expect(e?.status == -25291)
+                }
+            }
+            // The original, with its own device key, still opens everything.
+            let vault = try Vault(dataDirectory: original)
+            defer { vault.close() }
+            _ = try vault.unlock(passphrase: secret("pass"))
+            for a in Accessibility.allCases { Self.expectReadable(vault, a) }
+        }
+    }
+
+    @Test func damagedDeviceKeyIsRefused() throws {
+        try withTemporaryDirectory { tmp in
+            let dir = tmp + "/data"
+            do { let v = try Vault(dataDirectory: dir); v.close() }
+            try Data(repeating: 1, count: 31).write(to: URL(fileURLWithPath: dir + "/device.key"))
+            expectVaultError(.internalError) { _ = try Vault(dataDirectory: dir) }
+        }
+    }
+
+    @Test func dataDirectoryAndKeyFilesArePrivate() throws {
+        try withVault { vault, dir in
+            try vault.addGeneric(service: "s", account: "a", secret: [1])
+            func mode(_ path: String) throws -> Int {
+                (try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? NSNumber)?.intValue ?? -1
+            }
+            #expect(try mode(dir) == 0o700)
+            #expect(try mode(dir + "/device.key") == 0o600)
+            #expect(try mode(dir + "/vault.sqlite") == 0o600)
+        }
+    }
+}

@@ -1,0 +1,292 @@
+import Foundation
+import Testing
+import VaultCore
+import VaultProtocol
+
+/// /work/shared/corpus/plist, found from this file: <repo>/Tests/VaultCoreTests/<file> → <repo>/../shared.
+private let corpusDirectory: URL = URL(fileURLWithPath: #filePath)
+    .deletingLastPathComponent()  // VaultCoreTests
+    .deletingLastPathComponent()  // Tests
+    .deletingLastPathComponent()  // repository root
+    .appendingPathComponent("../shared/corpus/plist", isDirectory: true)
+    .standardizedFileURL
+
+private func corpusFiles() -> [String] {
+    ((try? FileManager.default.contentsOfDirectory(atPath: corpusDirectory.path)) ?? [])
+        .filter { $0.hasSuffix(".plist") }
+        .sorted()
+}
+
+private func date(_ t: TimeInterval) -> Date { Date(timeIntervalSinceReferenceDate: t) }
+
+@Suite("Preferences")
+struct PreferencesTests {
+    static let domain = "com.example.prefs"
+
+    static let values: [(String, PlistValue)] = [
+        ("string", .string("hello, wörld 😀")), ("emptyString", .string("")), ("nulString", .string("a\u{0}b")),
+        ("decomposed", .string("e\u{301}")),
+        ("int0", .integer(0)), ("intMin", .integer(.min)), ("intMax", .integer(.max)),
+        ("uint2p63", .unsignedInteger(1 << 63)), ("uintMax", .unsignedInteger(.max)),
+        ("real", .real(0.1)), ("negZero", .real(-0.0)), ("subnormal", .real(.leastNonzeroMagnitude)), ("inf", .real(.infinity)),
+        ("negInf", .real(-.infinity)), ("nan", .real(.nan)), ("bigReal", .real(.greatestFiniteMagnitude)),
+        ("true", .bool(true)), ("false", .bool(false)),
+        ("year1", .date(date(-63_113_904_000))), ("y2038", .date(date(1_169_176_448))),
+        ("y4000", .date(date(63_113_817_600))), ("fraction", .date(date(0.123456789))),
+        ("justBefore2001", .date(date(-0.1))), ("now", .date(Date())),
+        ("data", .data(Data([0, 1, 0, 0xFF]))), ("emptyData", .data(Data())),
+        ("emptyArray", .array([])), ("emptyDict", .dict([:])),
+        ("nested", .dict(["list": .array([.integer(1), .dict(["deep": .array([.bool(false), .real(-2.5)])])]), "": .string("empty key")])),
+        ("", .string("value under the empty key")), ("a.b.c", .integer(3)), ("a/b/c", .integer(4)),
+    ]
+
+    @Test func setAndGetEveryTypeExactly() throws {
+        try withTemporaryDirectory { tmp in
+            let dir = tmp + "/data"
+            do {
+                let vault = try Vault(dataDirectory: dir)
+                defer { vault.close() }
+                for (key, value) in Self.values {
+                    try vault.setPreference(domain: Self.domain, key: key, value: value)
+                }
+                for (key, value) in Self.values {
+                    #expect(try vault.preference(domain: Self.domain, key: key) == value, "key '\(key)'")
+                }
+                #expect(try vault.preference(domain: Self.domain, key: "absent") == nil)
+                #expect(try vault.preference(domain: "com.example.other", key: "string") == nil)
+                let all = try vault.preferenceDomain(Self.domain)
+                #expect(all.count == Self.values.count)
+                #expect(try vault.preferenceDomains() == [Self.domain])
+
+                // Overwrite changes the type too; remove deletes.
+                try vault.setPreference(domain: Self.domain, key: "string", value: .integer(42))
+                #expect(try vault.preference(domain: Self.domain, key: "string") == .integer(42))
+                try vault.removePreference(domain: Self.domain, key: "string")
+                #expect(try vault.preference(domain: Self.domain, key: "string") == nil)
+                try vault.removePreference(domain: Self.domain, key: "string")  // absent: no error
+            }
+            // Durable: a restarted engine reads the same values.
+            let vault = try Vault(dataDirectory: dir)
+            defer { vault.close() }
+            for (key, value) in Self.values where key != "string" {
+                #expect(try vault.preference(domain: Self.domain, key: key) == value, "key '\(key)' after restart")
+            }
+        }
+    }
+
+    @Test func realsAndDatesAreBitExact() throws {
+        try withVault(initialize: false) { vault, _ in
+            for (i, t) in [-0.0, .leastNonzeroMagnitude, 0.1, 1.0 / 3.0, -1e-300].enumerated() {
+                try vault.setPreference(domain: Self.domain, key: "r\(i)", value: .real(t))
+                guard case .real(let back)? = try vault.preference(domain: Self.domain, key: "r\(i)") else {
+                    Issue.record("r\(i) is not a real"); continue
+                }
+                #expect(back.bitPattern == t.bitPattern)
+            }
+            let now = Date()
+            try vault.setPreference(domain: Self.domain, key: "d", value: .date(now))
+            guard case .date(let back)? = try vault.preference(domain: Self.domain, key: "d") else {
+                Issue.record("not a date"); return
+            }
+            #expect(back.timeIntervalSinceReferenceDate.bitPattern == now.timeIntervalSinceReferenceDate.bitPattern)
+        }
+    }
+
+    /// UserDefaults keys are compared by bytes: "é" precomposed and decomposed are two keys.
+    @Test func keysDifferingOnlyInNormalisationAreDistinct() throws {
+        try withVault(initialize: false) { vault, _ in
+            try vault.setPreference(domain: Self.domain, key: "\u{e9}", value: .integer(1))
+            try vault.setPreference(domain: Self.domain, key: "e\u{301}", value: .integer(2))
+            #expect(try vault.preference(domain: Self.domain, key: "\u{e9}") == .integer(1))
+            #expect(try vault.preference(domain: Self.domain, key: "e\u{301}") == .integer(2))
+            #expect(try vault.preferenceDomain(Self.domain).count == 2)
+        }
+    }
+
+    @Test func domainOverFourMiBIsRefusedAndUnchanged() throws {
+        try withVault(initialize: false) { vault, _ in
+            let mib4 = 4 << 20
+            try vault.setPreference(domain: Self.domain, key: "small", value: .string("x"))
+            // Nearly the whole budget in one value: accepted.
+            let nearlyAll = PlistValue.data(Data(repeating: 0xAB, count: mib4 - 1024))
+            try vault.setPreference(domain: Self.domain, key: "big", value: nearlyAll)
+            let before = try vault.preferenceDomain(Self.domain)
+            #expect(before.count == 2)
+
+            let e = expectVaultError(.domainTooLarge) {
+                try vault.setPreference(domain: Self.domain, key: "more", value: .data(Data(count: 2048)))
+            }
+            #expect(e?.parameters["limit"] == JSON(mib4))
+            #expect(e?.parameters["domain"] == JSON.string(Self.domain))
+            #expect((e?.parameters["size"]?.intValue ?? 0) > mib4)
+            #expect(try vault.preferenceDomain(Self.domain) == before)
+            #expect(try vault.preference(domain: Self.domain, key: "more") == nil)
+
+            // Growing an existing key past the limit is refused too, and keeps the old value.
+            expectVaultError(.domainTooLarge) {
+                try vault.setPreference(domain: Self.domain, key: "big", value: .data(Data(count: mib4 + 1)))
+            }
+            #expect(try vault.preference(domain: Self.domain, key: "big") == nearlyAll)
+            // Replacing a key counts its new size, not old + new.
+            try vault.setPreference(domain: Self.domain, key: "big", value: .data(Data(count: mib4 - 2048)))
+            // Other domains have their own budget.
+            try vault.setPreference(domain: "com.example.other", key: "more", value: .data(Data(count: 2048)))
+
+            // Import over the limit leaves the domain as it was.
+            let huge = try PropertyListCodec.encode(
+                .dict(["a": .data(Data(count: mib4 / 2 + 10)), "b": .data(Data(count: mib4 / 2 + 10))]), format: .binary)
+            let snapshot = try vault.preferenceDomain(Self.domain)
+            expectVaultError(.domainTooLarge) { _ = try vault.importDomain(Self.domain, plist: huge) }
+            #expect(try vault.preferenceDomain(Self.domain) == snapshot)
+        }
+    }
+
+    @Test func invalidDomainNamesAndLongKeysAreInvalidValue() throws {
+        try withVault(initialize: false) { vault, _ in
+            expectVaultError(.invalidValue) { try vault.setPreference(domain: "", key: "k", value: .bool(true)) }
+            expectVaultError(.invalidValue) { try vault.setPreference(domain: "a/b", key: "k", value: .bool(true)) }
+            expectVaultError(.invalidValue) { try vault.setPreference(domain: "a\nb", key: "k", value: .bool(true)) }
+            expectVaultError(.invalidValue) {
+                try vault.setPreference(domain: Self.domain, key: String(repeating: "k", count: 1025), value: .bool(true))
+            }
+            try vault.setPreference(domain: Self.domain, key: String(repeating: "k", count: 1024), value: .bool(true))
+            #expect(try vault.preferenceDomain(Self.domain).count == 1)
+        }
+    }
+
+    // MARK: import / export
+
+    @Test func corpusIsPresent() {
+        #expect(corpusFiles().count == 16, "corpus at \(corpusDirectory.path)")
+    }
+
+    @Test(arguments: corpusFiles())
+    func corpusFileImportsAndExportsExactly(file: String) throws {
+        let data = try Data(contentsOf: corpusDirectory.appendingPathComponent(file))
+        let decoded = try PropertyListCodec.decode(data)
+        try withVault(initialize: false) { vault, _ in
+            let domain = "com.example.corpus"
+            try vault.setPreference(domain: domain, key: "preexisting", value: .string("kept unless imported over"))
+            guard case .dict(let values) = decoded else {
+                // The array-root file: refused, the domain left alone.
+                #expect(file.hasPrefix("com.sogou.inputmethod.symbolSubsitute"))
+                let before = try vault.preferenceDomain(domain)
+                expectVaultError(.invalidPropertyList) { _ = try vault.importDomain(domain, plist: data) }
+                #expect(try vault.preferenceDomain(domain) == before)
+                #expect(try vault.preference(domain: domain, key: "preexisting") == .string("kept unless imported over"))
+                return
+            }
+            #expect(!values.isEmpty)
+            #expect(try vault.importDomain(domain, plist: data) == values.count)
+            // Import replaces the domain.
+            #expect(try vault.preferenceDomain(domain) == values)
+            for (key, value) in values {
+                #expect(try vault.preference(domain: domain, key: key) == value, "key '\(key)'")
+            }
+            let exported = try vault.exportDomain(domain, format: .binary)
+            #expect(exported.starts(with: Array("bplist00".utf8)))
+            #expect(try PropertyListCodec.decode(exported) == .dict(values))
+            // And a second import of our own export is a fixed point.
+            #expect(try vault.importDomain(domain + ".again", plist: exported) == values.count)
+            #expect(try vault.preferenceDomain(domain + ".again") == values)
+        }
+    }
+
+    /// Follows `path` (dict keys, or array indices as decimal text) into a value.
+    static func value(_ v: PlistValue?, at path: [String]) -> PlistValue? {
+        var cur = v
+        for step in path {
+            switch cur {
+            case .dict(let d)?: cur = d[step]
+            case .array(let a)?: cur = Int(step).flatMap { a.indices.contains($0) ? a[$0] : nil }
+            default: return nil
+            }
+        }
+        return cur
+    }
+
+    /// Values the corpus is known to hold, read back from the store after import: checks the
+    /// decoding itself, which the decode-vs-export comparison above could not catch.
+    @Test(arguments: [
+        ("com.apple.ncprefs__jdotw-dotfiles.plist", ["apps", "16", "push", "types"], PlistValue.unsignedInteger(1 << 63)),
+        ("com.googlecode.iterm2.itermcolors-hybrid__yuu-dotfiles.plist", ["Ansi 0 Color", "Blue Component"], .real(0.13229149580001831)),
+        ("at.obdev.LaunchBar__gooqiao-Mackup.plist", ["LSSURemindSoftwareUpdateDate"], .date(date(63_113_904_000))),
+        ("what.xGestures__DZL1943-dotfiles.plist", ["apps", "", "gestures", "11", "gestureParam", "stringValue"], .string("\u{19}")),
+        ("com.apple.audio.AudioComponentCache__Fadil369-plist-backup.plist", ["7-'aufx'-'mcmp'-'appl'-0x10600", "ChannelConfigurations", "0", "0"], .integer(-1)),
+    ])
+    func corpusValuesAreDecodedExactly(file: String, path: [String], expected: PlistValue) throws {
+        let data = try Data(contentsOf: corpusDirectory.appendingPathComponent(file))
+        try withVault(initialize: false) { vault, _ in
+            _ = try vault.importDomain("com.example.corpus", plist: data)
+            let top = try vault.preference(domain: "com.example.corpus", key: path[0])
+            #expect(Self.value(top, at: Array(path.dropFirst())) == expected)
+        }
+    }
+
+    @Test func corpusDatesKeepTheirFractions() throws {
+        let data = try Data(contentsOf: corpusDirectory.appendingPathComponent("at.obdev.LaunchBar__gooqiao-Mackup.plist"))
+        try withVault(initialize: false) { vault, _ in
+            _ = try vault.importDomain("com.example.launchbar", plist: data)
+            #expect(PlistDate.format(date(63_113_904_000)) == "4001-01-01T00:00:00Z")
+            guard case .date(let d)? = try vault.preference(domain: "com.example.launchbar", key: "SoftwareUpdateLastCheck") else {
+                Issue.record("SoftwareUpdateLastCheck is not a date"); return
+            }
+            // 2020-03-31T02:11:19.731837 (to the microsecond, as Python's plistlib shows it).
+            let expected = try #require(PlistDate.parse("2020-03-31T02:11:19.731837Z")).timeIntervalSinceReferenceDate
+            #expect(abs(d.timeIntervalSinceReferenceDate - expected) < 1e-6)
+            #expect(d.timeIntervalSinceReferenceDate != d.timeIntervalSinceReferenceDate.rounded(.down))
+        }
+    }
+
+    @Test func arrayRootFileIsRefused() throws {
+        let file = try #require(corpusFiles().first { $0.hasPrefix("com.sogou.inputmethod.symbolSubsitute") })
+        let data = try Data(contentsOf: corpusDirectory.appendingPathComponent(file))
+        guard case .array(let items) = try PropertyListCodec.decode(data) else {
+            Issue.record("the sogou file's root should be an array"); return
+        }
+        #expect(!items.isEmpty)
+        try withVault(initialize: false) { vault, _ in
+            try vault.setPreference(domain: "com.sogou.inputmethod", key: "k", value: .integer(1))
+            let e = expectVaultError(.invalidPropertyList) { _ = try vault.importDomain("com.sogou.inputmethod", plist: data) }
+            #expect(e?.name == "io.vaultd.Preferences.InvalidPropertyList")
+            #expect(try vault.preferenceDomain("com.sogou.inputmethod") == ["k": .integer(1)])
+        }
+    }
+
+    @Test func garbageIsNotAPropertyList() throws {
+        try withVault(initialize: false) { vault, _ throws in
+            for bad in [Data(), Data("not a plist".utf8), Data("bplist00".utf8) + Data(repeating: 0xFF, count: 40), Data("<plist><dict><key>a</key></dict></plist>".utf8)] {
+                expectVaultError(.invalidPropertyList) { _ = try vault.importDomain(Self.domain, plist: bad) }
+            }
+            #expect(try vault.preferenceDomains() == [])
+        }
+    }
+
+    @Test func everyTypeSurvivesBinaryAndXMLCodec() throws {
+        let value = PlistValue.dict([
+            "s": .string("x & <y> \"z\""), "i": .integer(.min), "u": .unsignedInteger(1 << 63), "imax": .integer(.max),
+            "r": .real(0.13229149580001831), "nz": .real(-0.0), "b": .bool(true), "f": .bool(false),
+            "one": .integer(1), "zero": .integer(0), "rone": .real(1), "d": .date(date(1_169_176_448)),
+            "data": .data(Data([0, 1, 2])), "a": .array([.array([]), .dict([:])]),
+        ])
+        guard case .dict(let expected) = value else { return }
+        for format in [PropertyListCodec.Format.binary, .xml] {
+            guard case .dict(let back) = try PropertyListCodec.decode(try PropertyListCodec.encode(value, format: format)) else {
+                Issue.record("\(format): root is not a dict"); continue
+            }
+            #expect(back.count == expected.count)
+            for (k, v) in expected {
+                // Foundation's XML writer (swift-corelibs) prints -0.0 as <real>0.0</real>: the
+                // sign is lost in XML only; binary keeps it.
+                if format == .xml && k == "nz" {
+                    #expect(back[k] == .real(0.0))
+                    continue
+                }
+                #expect(back[k] == v, "\(format) '\(k)': \(String(describing: back[k]))")
+            }
+        }
+        // Fractional-second dates survive binary.
+        let frac = PlistValue.dict(["d": .date(date(789_912_345.678_901_2))])
+        #expect(try PropertyListCodec.decode(try PropertyListCodec.encode(frac, format: .binary)) == frac)
+    }
+}

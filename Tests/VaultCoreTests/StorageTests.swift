@@ -1,0 +1,199 @@
+import Foundation
+import Testing
+import VaultCore
+import VaultProtocol
+
+@Suite("Encryption at rest")
+struct AtRestTests {
+    static let markers = [
+        "svc-PLAINTEXT-CHECK", "acct-PLAINTEXT-CHECK", "label-PLAINTEXT-CHECK", "comment-PLAINTEXT-CHECK",
+        "descr-PLAINTEXT-CHECK", "generic-PLAINTEXT-CHECK", "secret-PLAINTEXT-CHECK", "server-PLAINTEXT-CHECK",
+        "path-PLAINTEXT-CHECK", "realm-PLAINTEXT-CHECK", "label2-PLAINTEXT-CHECK", "secret2-PLAINTEXT-CHECK",
+        "deleted-PLAINTEXT-CHECK", "PLAINTEXT-CHECK",
+    ]
+
+    /// Every regular file under `dir` with its bytes.
+    static func files(in dir: String) throws -> [String: [UInt8]] {
+        var out: [String: [UInt8]] = [:]
+        for name in try FileManager.default.contentsOfDirectory(atPath: dir) {
+            var isDir: ObjCBool = false
+            let path = dir + "/" + name
+            guard FileManager.default.fileExists(atPath: path, isDirectory: &isDir) else { continue }
+            if isDir.boolValue {
+                for (k, v) in try files(in: path) { out[name + "/" + k] = v }
+            } else {
+                out[name] = Array(try Data(contentsOf: URL(fileURLWithPath: path)))
+            }
+        }
+        return out
+    }
+
+    static func contains(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool {
+        guard !needle.isEmpty, haystack.count >= needle.count else { return false }
+        let first = needle[0]
+        var i = 0
+        let last = haystack.count - needle.count
+        while i <= last {
+            if haystack[i] == first && haystack[i..<(i + needle.count)].elementsEqual(needle) { return true }
+            i += 1
+        }
+        return false
+    }
+
+    static func expectNoMarkers(in dir: String, sourceLocation: SourceLocation = #_sourceLocation) throws -> [String: [UInt8]] {
+        let all = try files(in: dir)
+        for (name, content) in all {
+            for m in markers {
+                #expect(!contains(content, Array(m.utf8)), "'\(m)' in plaintext in \(name)", sourceLocation: sourceLocation)
+            }
+        }
+        return all
+    }
+
+    @Test func nothingTypedAppearsInPlaintextOnDisk() throws {
+        try withTemporaryDirectory { tmp in
+            let dir = tmp + "/data"
+            let vault = try Vault(dataDirectory: dir)
+            var closed = false
+            defer { if !closed { vault.close() } }
+            _ = try vault.initialize(passphrase: nil, caller: .owner)
+            _ = try vault.addItem(
+                .genericPassword,
+                attributes: ItemAttributes(
+                    service: "svc-PLAINTEXT-CHECK", account: "acct-PLAINTEXT-CHECK", label: "label-PLAINTEXT-CHECK",
+                    comment: "comment-PLAINTEXT-CHECK", description: "descr-PLAINTEXT-CHECK",
+                    generic: Data("generic-PLAINTEXT-CHECK".utf8)),
+                secret: secret("secret-PLAINTEXT-CHECK"), caller: .owner)
+            _ = try vault.addItem(
+                .internetPassword,
+                attributes: ItemAttributes(
+                    account: "acct-PLAINTEXT-CHECK", server: "server-PLAINTEXT-CHECK", protocol: "https", port: 443,
+                    path: "/path-PLAINTEXT-CHECK", securityDomain: "realm-PLAINTEXT-CHECK"),
+                secret: secret("secret-PLAINTEXT-CHECK"), caller: .owner)
+            // Old versions of rows (update) and deleted rows must not leave plaintext either.
+            _ = try vault.updateItems(
+                ItemQuery(attributes: ItemAttributes(service: "svc-PLAINTEXT-CHECK")),
+                changes: ItemAttributes(label: "label2-PLAINTEXT-CHECK"), secret: secret("secret2-PLAINTEXT-CHECK"),
+                caller: .owner)
+            try vault.addGeneric(service: "deleted-PLAINTEXT-CHECK", account: "deleted-PLAINTEXT-CHECK", secret: Array("deleted-PLAINTEXT-CHECK".utf8))
+            _ = try vault.deleteItems(ItemQuery(attributes: ItemAttributes(service: "deleted-PLAINTEXT-CHECK")), caller: .owner)
+            // A positive control: preferences are not encrypted, so this marker must be found,
+            // which shows the scan really reads the store (and its WAL) while open.
+            try vault.setPreference(domain: "com.example.control", key: "k", value: .string("CONTROL-MARKER-VISIBLE"))
+
+            let open = try Self.expectNoMarkers(in: dir)
+            #expect(open.keys.contains("vault.sqlite-wal"), "the store runs in WAL mode: \(open.keys.sorted())")
+            #expect(open.values.contains { Self.contains($0, Array("CONTROL-MARKER-VISIBLE".utf8)) })
+
+            #expect(try vault.readGeneric(service: "svc-PLAINTEXT-CHECK") == Array("secret2-PLAINTEXT-CHECK".utf8))
+            vault.close()
+            closed = true
+            let after = try Self.expectNoMarkers(in: dir)
+            #expect(after.values.contains { Self.contains($0, Array("CONTROL-MARKER-VISIBLE".utf8)) })
+
+            // And the data is really there: reopened, it decrypts.
+            let reopened = try Vault(dataDirectory: dir)
+            defer { reopened.close() }
+            #expect(try reopened.readGeneric(service: "svc-PLAINTEXT-CHECK") == Array("secret2-PLAINTEXT-CHECK".utf8))
+        }
+    }
+}
+
+@Suite("Migrator")
+struct MigratorTests {
+    final class Counter: @unchecked Sendable { var runs: [String: Int] = [:] }
+
+    static func migrator(_ counter: Counter, names: [String]) -> Migrator {
+        var m = Migrator()
+        for name in names {
+            m.register(name) { db in
+                counter.runs[name, default: 0] += 1
+                try db.execute("CREATE TABLE \"t_\(name)\" (x INTEGER)")
+            }
+        }
+        return m
+    }
+
+    @Test func applyingTwiceIsANoOp() throws {
+        try withTemporaryDirectory { tmp in
+            let db = try Database(path: tmp + "/m.sqlite")
+            defer { db.close() }
+            let counter = Counter()
+            let m = Self.migrator(counter, names: ["one", "two"])
+            #expect(try m.applied(in: db) == [])
+            try m.migrate(db)
+            try m.migrate(db)
+            #expect(counter.runs == ["one": 1, "two": 1])
+            #expect(try m.applied(in: db) == ["one", "two"])
+            // A later build with one more migration runs only that one.
+            let later = Self.migrator(counter, names: ["one", "two", "three"])
+            try later.migrate(db)
+            try later.migrate(db)
+            #expect(counter.runs == ["one": 1, "two": 1, "three": 1])
+            #expect(try later.applied(in: db) == ["one", "two", "three"])
+            #expect(try db.rows("SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 't\\_%' ESCAPE '\\' ORDER BY name").map { $0[0].text } == ["t_one", "t_three", "t_two"])
+        }
+    }
+
+    @Test func anUnknownRecordedMigrationThrows() throws {
+        try withTemporaryDirectory { tmp in
+            let db = try Database(path: tmp + "/m.sqlite")
+            defer { db.close() }
+            let counter = Counter()
+            try Self.migrator(counter, names: ["one", "two"]).migrate(db)
+            // An older build, which knows only "one", must refuse the newer database.
+            let older = Self.migrator(counter, names: ["one"])
+            let e = expectVaultError(.internalError) { try older.migrate(db) }
+            #expect(e?.message.contains("two") == true)
+            // Also when the unknown one was recorded by hand.
+            try db.run("INSERT INTO schema_migrations (name, applied_at) VALUES ('2099-01-01-future', 0)")
+            expectVaultError(.internalError) { try Self.migrator(counter, names: ["one", "two"]).migrate(db) }
+            #expect(counter.runs == ["one": 1, "two": 1])
+        }
+    }
+
+    @Test func aFailingMigrationIsRolledBackAndNotRecorded() throws {
+        struct Boom: Error {}
+        try withTemporaryDirectory { tmp in
+            let db = try Database(path: tmp + "/m.sqlite")
+            defer { db.close() }
+            var m = Migrator()
+            m.register("good") { db in try db.execute("CREATE TABLE good (x)") }
+            m.register("bad") { db in
+                try db.execute("CREATE TABLE half (x)")
+                throw Boom()
+            }
+            #expect(throws: Boom.self) { try m.migrate(db) }
+            #expect(try m.applied(in: db) == ["good"])
+            #expect(try db.rows("SELECT name FROM sqlite_master WHERE name = 'half'").isEmpty)
+        }
+    }
+
+    @Test func vaultRefusesAStoreWrittenByANewerVersion() throws {
+        try withTemporaryDirectory { tmp in
+            let dir = tmp + "/data"
+            do {
+                let v = try Vault(dataDirectory: dir)
+                v.close()
+            }
+            // Reopening runs the shipped migrations again: a no-op.
+            do {
+                let v = try Vault(dataDirectory: dir)
+                _ = try v.initialize(passphrase: nil, caller: .owner)
+                try v.addGeneric(service: "s", account: "a", secret: [1])
+                v.close()
+            }
+            do {
+                let v = try Vault(dataDirectory: dir)
+                #expect(try v.readGeneric(service: "s") == [1])
+                v.close()
+            }
+            do {
+                let db = try Database(path: dir + "/vault.sqlite")
+                try db.run("INSERT INTO schema_migrations (name, applied_at) VALUES ('2099-01-01-future', 0)")
+                db.close()
+            }
+            expectVaultError(.internalError) { _ = try Vault(dataDirectory: dir) }
+        }
+    }
+}

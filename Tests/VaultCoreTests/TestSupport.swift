@@ -1,0 +1,73 @@
+import Foundation
+import Testing
+import VaultCore
+import VaultProtocol
+
+/// Runs `body` with a fresh directory under the system temporary directory, removed afterwards.
+func withTemporaryDirectory<T>(_ body: (String) throws -> T) throws -> T {
+    let url = FileManager.default.temporaryDirectory.appendingPathComponent(
+        "vaultcore-tests-\(UUID().uuidString)", isDirectory: true)
+    try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(at: url) }
+    return try body(url.path)
+}
+
+/// Runs `body` with a vault in a fresh temporary data directory, initialised without a
+/// passphrase (always unlocked) unless `initialize` is false.
+func withVault<T>(initialize: Bool = true, _ body: (Vault, String) throws -> T) throws -> T {
+    try withTemporaryDirectory { tmp in
+        let dir = tmp + "/data"
+        let vault = try Vault(dataDirectory: dir)
+        defer { vault.close() }
+        if initialize { _ = try vault.initialize(passphrase: nil, caller: .owner) }
+        return try body(vault, dir)
+    }
+}
+
+/// Runs `body`, expects it to throw a `VaultError` with `code`, and returns that error.
+@discardableResult
+func expectVaultError(
+    _ code: VaultError.Code, sourceLocation: SourceLocation = #_sourceLocation, _ body: () throws -> Void
+) -> VaultError? {
+    do {
+        try body()
+        Issue.record("expected \(code), but nothing was thrown", sourceLocation: sourceLocation)
+    } catch let e as VaultError {
+        #expect(e.code == code, "got \(e)", sourceLocation: sourceLocation)
+        return e
+    } catch {
+        Issue.record("expected \(code), got \(error)", sourceLocation: sourceLocation)
+    }
+    return nil
+}
+
+func secret(_ s: String) -> SecureBytes { SecureBytes(copying: Array(s.utf8)) }
+func secret(_ b: [UInt8]) -> SecureBytes { SecureBytes(copying: b) }
+
+/// The bytes of a secret (through `withUnsafeBytes`, the only way to reach them).
+func plain(_ s: SecureBytes?) -> [UInt8]? { s?.withUnsafeBytes { Array($0) } }
+
+extension Vault {
+    /// Adds a generic password as the owner.
+    @discardableResult
+    func addGeneric(
+        service: String, account: String, secret s: [UInt8], accessible: Accessibility? = nil,
+        accessGroup: String? = nil, caller: Caller = .owner
+    ) throws -> ItemAttributes {
+        try addItem(
+            .genericPassword,
+            attributes: ItemAttributes(service: service, account: account, accessGroup: accessGroup, accessible: accessible),
+            secret: secret(s), caller: caller)
+    }
+
+    /// The secret of the one generic password matching service and account.
+    func readGeneric(service: String, account: String? = nil, caller: Caller = .owner) throws -> [UInt8] {
+        let found = try copyMatching(
+            ItemQuery(itemClass: .genericPassword, attributes: ItemAttributes(service: service, account: account)),
+            returnData: true, caller: caller)
+        #expect(found.count == 1)
+        return try #require(plain(found.first?.data))
+    }
+
+    func lockStateName() -> String? { lockState["state"]?.stringValue }
+}

@@ -1,0 +1,258 @@
+import Foundation
+import Testing
+import VaultProtocol
+
+/// Encodes `value` the way it travels (tagged JSON, serialized) and decodes it back.
+private func overTheWire(_ value: PlistValue) throws -> PlistValue {
+    try PlistValue(tagged: try JSON.parse(value.tagged.serialized()))
+}
+
+private func date(_ t: TimeInterval) -> Date { Date(timeIntervalSinceReferenceDate: t) }
+
+/// A small deterministic generator (SplitMix64), so failures reproduce.
+private struct SplitMix64: RandomNumberGenerator {
+    var state: UInt64
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
+@Suite("PlistValue tagged JSON")
+struct PlistValueTests {
+    static let values: [PlistValue] = [
+        .string(""), .string("plain"), .string("a\u{0}b"), .string("\u{1}\u{1f}\n\t\"\\"), .string("é😀👨‍👩‍👧"),
+        .string("e\u{301}"), .string("\u{e9}"),
+        .integer(0), .integer(-1), .integer(Int64.min), .integer(Int64.max),
+        .unsignedInteger(1 << 63), .unsignedInteger(UInt64.max),
+        .real(0), .real(-0.0), .real(0.1), .real(1.0 / 3.0), .real(.leastNonzeroMagnitude), .real(-.leastNonzeroMagnitude), .real(.infinity),
+        .real(-.infinity), .real(.nan), .real(.greatestFiniteMagnitude), .real(535), .real(0.13229149580001831),
+        .bool(true), .bool(false),
+        .date(date(-63_113_904_000)), .date(date(1_169_176_448)), .date(date(63_113_817_600)),
+        .date(date(0.123456789)), .date(date(0)), .date(Date()),
+        .data(Data()), .data(Data([0, 0x41, 0, 0xFF])), .data(Data(repeating: 0, count: 1000)),
+        .array([]), .dict([:]), .array([.array([]), .dict([:]), .array([.dict(["k": .array([])])])]),
+        .dict([
+            "": .string(""), " ": .integer(1), "a.b": .integer(2), "a/b": .integer(3), "com.example.app/x.y": .bool(true),
+            "\u{e9}": .string("precomposed"), "🔑": .dict(["nested.key/with": .data(Data([0]))]),
+        ]),
+        .array([.string("mixed"), .integer(-5), .real(2.5), .bool(false), .date(date(86_400.5)), .data(Data([1, 2]))]),
+    ]
+
+    @Test(arguments: values)
+    func roundTripsThroughTaggedJSON(value: PlistValue) throws {
+        #expect(try PlistValue(tagged: value.tagged) == value)
+        #expect(try overTheWire(value) == value)
+    }
+
+    @Test func integersUseFullInt64AndUnsignedAboveIt() throws {
+        #expect(PlistValue.integer(.min).tagged.text == #"{"integer":-9223372036854775808}"#)
+        #expect(PlistValue.integer(.max).tagged.text == #"{"integer":9223372036854775807}"#)
+        #expect(PlistValue.unsignedInteger(1 << 63).tagged.text == #"{"integer":9223372036854775808}"#)
+        #expect(try PlistValue(tagged: try JSON.parse(#"{"integer":9223372036854775807}"#)) == .integer(.max))
+        #expect(try PlistValue(tagged: try JSON.parse(#"{"integer":9223372036854775808}"#)) == .unsignedInteger(1 << 63))
+        #expect(try PlistValue(tagged: try JSON.parse(#"{"integer":18446744073709551615}"#)) == .unsignedInteger(.max))
+        #expect(try PlistValue(tagged: try JSON.parse(#"{"integer":-9223372036854775808}"#)) == .integer(.min))
+        // Never sign-flipped: 2^63 is not Int64.min.
+        #expect(PlistValue.unsignedInteger(1 << 63) != .integer(.min))
+        #expect(PlistValue.unsignedInteger(1 << 63).typeName == "integer")
+    }
+
+    @Test func realsAreBitExactIncludingSpecials() throws {
+        #expect(PlistValue.real(.infinity).tagged == ["real": "inf"])
+        #expect(PlistValue.real(-.infinity).tagged == ["real": "-inf"])
+        #expect(PlistValue.real(.nan).tagged == ["real": "nan"])
+        #expect(PlistValue.real(-0.0).tagged.text == #"{"real":-0.0}"#)
+        #expect(PlistValue.real(.leastNonzeroMagnitude).tagged.text == #"{"real":5e-324}"#)
+
+        guard case .real(let nz) = try overTheWire(.real(-0.0)) else { Issue.record("not a real"); return }
+        #expect(nz.bitPattern == (-0.0).bitPattern)
+        guard case .real(let sub) = try overTheWire(.real(.leastNonzeroMagnitude)) else { Issue.record("not a real"); return }
+        #expect(sub.bitPattern == 1)
+        guard case .real(let n) = try overTheWire(.real(.nan)) else { Issue.record("not a real"); return }
+        #expect(n.isNaN)
+        guard case .real(let inf) = try overTheWire(.real(-.infinity)) else { Issue.record("not a real"); return }
+        #expect(inf == -.infinity)
+        // Equality is by bit pattern.
+        #expect(PlistValue.real(-0.0) != .real(0.0))
+        #expect(PlistValue.real(.nan) == .real(.nan))
+    }
+
+    @Test func dataKeepsNULBytes() throws {
+        let value = PlistValue.data(Data([0, 0x41, 0, 0xFF]))
+        #expect(value.tagged == ["data": "AEEA/w=="])
+        guard case .data(let d) = try overTheWire(value) else { Issue.record("not data"); return }
+        #expect(Array(d) == [0, 0x41, 0, 0xFF])
+    }
+
+    @Test func stringsAreNotNormalised() throws {
+        let pre = PlistValue.string("\u{e9}"), de = PlistValue.string("e\u{301}")
+        #expect(pre != de)
+        guard case .string(let s) = try overTheWire(de) else { Issue.record("not a string"); return }
+        #expect(Array(s.utf8) == [0x65, 0xCC, 0x81])
+    }
+
+    /// "é" precomposed and decomposed are two different preference keys (as in UserDefaults).
+    @Test func dictKeysDifferingOnlyInNormalisationStayDistinct() throws {
+        let text = "{\"dict\":{\"\u{e9}\":{\"integer\":1},\"e\u{301}\":{\"integer\":2}}}"
+        let value = try PlistValue(tagged: try JSON.parse(text))
+        guard case .dict(let d) = value else { Issue.record("not a dict"); return }
+        #expect(d.count == 2)
+        #expect(Set(d.keys.map { Array($0.utf8) }) == [[0xC3, 0xA9], [0x65, 0xCC, 0x81]])
+    }
+
+    @Test func emptyKeyAndKeysWithDotsAndSlashes() throws {
+        let value = PlistValue.dict(["": .integer(1), "a.b.c": .integer(2), "a/b/c": .integer(3), "./..": .integer(4)])
+        guard case .dict(let d) = try overTheWire(value) else { Issue.record("not a dict"); return }
+        #expect(d[""] == .integer(1))
+        #expect(d["a.b.c"] == .integer(2))
+        #expect(d["a/b/c"] == .integer(3))
+        #expect(d["./.."] == .integer(4))
+        #expect(d.count == 4)
+    }
+
+    static func nestedArrays(_ levels: Int) -> PlistValue {
+        var v = PlistValue.array([])
+        for _ in 1..<levels { v = .array([v]) }
+        return v
+    }
+
+    @Test func deepestAllowedValueRoundTripsAndOneMoreIsRefused() throws {
+        let deepest = Self.nestedArrays(PlistValue.maximumDepth)
+        #expect(try PlistValue(tagged: deepest.tagged) == deepest)
+        #expect(try overTheWire(deepest) == deepest)
+        expectVaultError(.invalidValue) { _ = try PlistValue(tagged: Self.nestedArrays(PlistValue.maximumDepth + 1).tagged) }
+    }
+
+    /// Whatever the engine accepts must also travel in a varlink reply: io.vaultd.Preferences.Domain
+    /// carries each value three levels down (`{"parameters":{"values":{key: value}}}`).
+    @Test func deepestAllowedValueFitsInAVarlinkReply() throws {
+        let deepest = Self.nestedArrays(PlistValue.maximumDepth)
+        let reply = VarlinkReply(parameters: ["values": .object(["k": deepest.tagged])])
+        let back = try VarlinkReply(json: try JSON.parse(reply.json.serialized()))
+        let tagged = try #require(back.parameters["values"]?["k"])
+        #expect(try PlistValue(tagged: tagged) == deepest)
+    }
+
+    @Test(arguments: [
+        "{}", #"{"string":"a","integer":1}"#, #""x""#, #"[{"string":"a"}]"#, "null", "5",
+        #"{"strin":"x"}"#, #"{"String":"x"}"#, #"{"string":5}"#, #"{"string":null}"#,
+        #"{"integer":"5"}"#, #"{"integer":1.5}"#, #"{"integer":1e3}"#, #"{"integer":18446744073709551616}"#,
+        #"{"integer":-9223372036854775809}"#, #"{"integer":true}"#,
+        #"{"real":"Infinity"}"#, #"{"real":"NaN"}"#, #"{"real":"1.5"}"#, #"{"real":true}"#,
+        #"{"bool":"true"}"#, #"{"bool":1}"#,
+        #"{"date":"2001-01-01"}"#, #"{"date":"2001-02-29T00:00:00Z"}"#, #"{"date":"2001-01-01T00:00:00+01:00"}"#,
+        #"{"date":5}"#, #"{"data":"!!"}"#, #"{"data":5}"#,
+        #"{"array":{}}"#, #"{"array":[1]}"#, #"{"array":[{"string":"ok"},{"nope":1}]}"#,
+        #"{"dict":[]}"#, #"{"dict":{"k":5}}"#, #"{"dict":{"k":{"bogus":1}}}"#,
+    ])
+    func badTagsAreInvalidValue(text: String) throws {
+        let json = try JSON.parse(text)
+        let e = expectVaultError(.invalidValue) { _ = try PlistValue(tagged: json) }
+        #expect(e?.name == "io.vaultd.Preferences.InvalidValue")
+    }
+
+    @Test func typeNamesAreThoseOfDefaults() {
+        #expect(PlistValue.string("").typeName == "string")
+        #expect(PlistValue.integer(1).typeName == "integer")
+        #expect(PlistValue.real(1).typeName == "float")
+        #expect(PlistValue.bool(true).typeName == "boolean")
+        #expect(PlistValue.date(Date()).typeName == "date")
+        #expect(PlistValue.data(Data()).typeName == "data")
+        #expect(PlistValue.array([]).typeName == "array")
+        #expect(PlistValue.dict([:]).typeName == "dictionary")
+    }
+}
+
+@Suite("PlistDate")
+struct PlistDateTests {
+    @Test(arguments: [
+        (-63_113_904_000.0, "0001-01-01T00:00:00Z"),
+        (1_169_176_448, "2038-01-19T03:14:08Z"),
+        (63_113_817_600, "4000-12-31T00:00:00Z"),
+        (252_423_993_599, "9999-12-31T23:59:59Z"),
+        (-978_307_200, "1970-01-01T00:00:00Z"),
+        (-12_649_262_400, "1600-02-29T12:00:00Z"),
+        (0, "2001-01-01T00:00:00Z"),
+        (0.5, "2001-01-01T00:00:00.5Z"),
+        (0.123456789, "2001-01-01T00:00:00.123456789Z"),
+        (1e-5, "2001-01-01T00:00:00.00001Z"),
+        (1.5e-7, "2001-01-01T00:00:00.00000015Z"),
+        (-0.5, "2000-12-31T23:59:59.5Z"),
+        (-0.1, "2000-12-31T23:59:59.9Z"),
+        (-1.25, "2000-12-31T23:59:58.75Z"),
+        (-63_113_904_000 + 0.25, "0001-01-01T00:00:00.25Z"),
+    ])
+    func formatsExactly(t: Double, text: String) throws {
+        #expect(PlistDate.format(date(t)) == text)
+        let parsed = try #require(PlistDate.parse(text))
+        #expect(parsed.timeIntervalSinceReferenceDate.bitPattern == t.bitPattern)
+        #expect(PlistValue.date(date(t)).tagged == ["date": .string(text)])
+    }
+
+    @Test(arguments: [
+        5e-324, -5e-324, 1e-30, -1e-30, -1e-20, 1e-20, -(0.0).nextUp, -0.9999999999999999, -1.0000000000000002,
+        -1234.56789, 1234.56789, 0.1, 0.3, -0.3, -63_113_904_000 + 0.1, 252_423_993_599.99997, 86_399.999999,
+        789_912_345.678_901_2, -0.000_123,
+    ])
+    func roundTripsBitExactly(t: Double) throws {
+        let text = PlistDate.format(date(t))
+        let back = try #require(PlistDate.parse(text), "\(t) formatted as \(text) does not parse")
+        #expect(back.timeIntervalSinceReferenceDate.bitPattern == t.bitPattern, "\(t) -> \(text) -> \(back.timeIntervalSinceReferenceDate)")
+        #expect(try PlistValue(tagged: PlistValue.date(date(t)).tagged) == .date(date(t)))
+    }
+
+    @Test func subnormalFractionIsWrittenInFull() {
+        let text = PlistDate.format(date(.leastNonzeroMagnitude))
+        #expect(text == "2001-01-01T00:00:00." + String(repeating: "0", count: 323) + "5Z")
+    }
+
+    @Test func currentTimeRoundTripsBitExactly() throws {
+        let now = Date()
+        let back = try #require(PlistDate.parse(PlistDate.format(now)))
+        #expect(back.timeIntervalSinceReferenceDate.bitPattern == now.timeIntervalSinceReferenceDate.bitPattern)
+    }
+
+    /// Every Double in years 1...9999, and every tiny one around 2001-01-01, round-trips.
+    @Test func randomDatesRoundTripBitExactly() throws {
+        var rng = SplitMix64(state: 0x5EED_0F_DA7E5)
+        let low = -63_113_904_000.0, high = 252_423_993_600.0
+        var failures: [Double] = []
+        for i in 0..<20_000 {
+            let t: Double
+            if i % 2 == 0 {
+                t = Double.random(in: low..<high, using: &rng)
+            } else {
+                // Random bit patterns of magnitude below 2 (exponent chosen uniformly), either sign.
+                let exponent = UInt64.random(in: 0...1023, using: &rng)
+                let bits = (UInt64.random(in: 0...1, using: &rng) << 63) | (exponent << 52) | (rng.next() & ((1 << 52) - 1))
+                t = Double(bitPattern: bits)
+            }
+            let back = PlistDate.parse(PlistDate.format(date(t)))?.timeIntervalSinceReferenceDate
+            if back?.bitPattern != t.bitPattern { failures.append(t) }
+        }
+        #expect(failures.count == 0, "dates that did not round-trip, e.g. \(failures.prefix(5))")
+    }
+
+    @Test(arguments: [
+        "2001-01-01", "2001-01-01T00:00:00", "2001-01-01 00:00:00Z", "2001-01-01T00:00:00+00:00",
+        "2001-02-29T00:00:00Z", "1900-02-29T00:00:00Z", "2001-13-01T00:00:00Z", "2001-00-01T00:00:00Z",
+        "2001-01-00T00:00:00Z", "2001-04-31T00:00:00Z", "2001-01-01T24:00:00Z", "2001-01-01T00:60:00Z",
+        "2001-01-01T00:00:60Z", "2001-1-01T00:00:00Z", "2001-01-01T00:00:00.Z", "2001-01-01T00:00:00.5",
+        "2001-01-01T00:00:00.-5Z", "2001-01-01T00:00:00,5Z", "2001-01-01T00:00:00.5zZ", "x001-01-01T00:00:00Z",
+        "", "Z",
+    ])
+    func rejectsMalformedDates(text: String) {
+        #expect(PlistDate.parse(text) == nil)
+    }
+
+    @Test func acceptsLeapDaysAndExtraFractionDigits() throws {
+        #expect(PlistDate.parse("2000-02-29T00:00:00Z") != nil)
+        #expect(PlistDate.parse("2004-02-29T23:59:59Z") != nil)
+        let t = try #require(PlistDate.parse("2001-01-01T00:00:01.500Z")).timeIntervalSinceReferenceDate
+        #expect(t == 1.5)
+    }
+}
