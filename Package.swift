@@ -20,9 +20,11 @@ let package = Package(
 
         .target(name: "VaultProtocol"),
         .target(name: "VaultCore", dependencies: ["VaultProtocol", "CSodium", "CSQLite", "CVaultSys"]),
-        .executableTarget(name: "vaultd", dependencies: ["VaultCore", "VaultProtocol", "CVaultSys", "CSecret"]),
+        // The desktop keyring (Secret Service) through libsecret: for vaultctl and vaultd.
+        .target(name: "DesktopKeyring", dependencies: ["CSecret"]),
+        .executableTarget(name: "vaultd", dependencies: ["VaultCore", "VaultProtocol", "CVaultSys", "CSecret", "DesktopKeyring"]),
         .target(name: "VaultClient", dependencies: ["VaultProtocol"]),
-        .executableTarget(name: "vaultctl", dependencies: ["VaultClient"]),
+        .executableTarget(name: "vaultctl", dependencies: ["VaultClient", "DesktopKeyring"]),
         .executableTarget(name: "git-credential-vault", dependencies: ["VaultClient"]),
         // An app that uses VaultClient as a real one would; tests copy it to act as several apps.
         .executableTarget(name: "vault-example", dependencies: ["VaultClient"], path: "Examples/vault-example"),
