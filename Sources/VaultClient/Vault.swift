@@ -41,6 +41,14 @@ public final class Vault: @unchecked Sendable {
         LockState(try connection.call("io.vaultd.Vault.Unlock", ["passphrase": .string(passphrase)])["lock"])
     }
 
+    /// Unlocks with the passphrase remembered in the login keyring (`vaultctl unlock
+    /// --remember`). Owner only. Throws io.vaultd.Vault.KeyringUnavailable (the message says
+    /// why: no keyring, keyring locked, nothing remembered), `.wrongPassphrase`, `.rateLimited`.
+    @discardableResult
+    public func unlockFromKeyring() throws -> LockState {
+        LockState(try connection.call("io.vaultd.Vault.UnlockFromKeyring")["lock"])
+    }
+
     /// Locks: whenUnlocked items become unavailable. Throws `.noPassphrase`.
     @discardableResult
     public func lock() throws -> LockState { LockState(try connection.call("io.vaultd.Vault.Lock")["lock"]) }
@@ -97,6 +105,8 @@ public struct VaultStatus: Sendable, Equatable {
     public var domains: Int
     /// Seconds before another unlock attempt is accepted.
     public var retryAfter: Double
+    /// vaultd's data directory (given to the owner's tools only).
+    public var dataDirectory: String?
 
     init(_ p: [String: JSON]) {
         lock = LockState(p["lock"])
@@ -104,5 +114,6 @@ public struct VaultStatus: Sendable, Equatable {
         items = p["items"]?.intValue ?? 0
         domains = p["domains"]?.intValue ?? 0
         retryAfter = p["retryAfter"]?.doubleValue ?? 0
+        dataDirectory = p["dataDirectory"]?.stringValue
     }
 }

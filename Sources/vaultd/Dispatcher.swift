@@ -96,6 +96,7 @@ struct Dispatcher {
         case "io.vaultd.Vault.Status":
             var s = try vault.status()
             s["version"] = .string(Self.version)
+            s["dataDirectory"] = caller.isOwner ? .string(vault.dataDirectory) : .null
             return s
         case "io.vaultd.Vault.Init":
             return ["lock": try vault.initialize(passphrase: try p.passphrase("passphrase"), caller: caller)]
@@ -103,6 +104,9 @@ struct Dispatcher {
             try vault.requireOwner(caller)  // apps may not lock, nor try passphrases
             guard let pass = try p.passphrase("passphrase") else { throw VaultError.invalidParameter("passphrase", "missing") }
             return ["lock": try vault.unlock(passphrase: pass)]
+        case "io.vaultd.Vault.UnlockFromKeyring":
+            try vault.requireOwner(caller)
+            return ["lock": try KeyringUnlock.unlock(vault, timeout: 5)]
         case "io.vaultd.Vault.Lock":
             try vault.requireOwner(caller)  // apps may not lock, nor try passphrases
             return ["lock": try vault.lockVault()]

@@ -35,7 +35,9 @@ extension VarlinkInterfaces {
           # Preference domains stored.
           domains: int,
           # Seconds to wait before the next Unlock is accepted (rate limit), 0 when none.
-          retryAfter: float
+          retryAfter: float,
+          # The data directory (for the owner's tools; null for apps).
+          dataDirectory: ?string
         )
 
         # Creates the vault. Without a passphrase the vault is always unlocked.
@@ -43,6 +45,11 @@ extension VarlinkInterfaces {
 
         # Unlocks with the passphrase (Argon2id). Wrong passphrases are rate-limited.
         method Unlock(passphrase: string) -> (lock: LockState)
+
+        # Unlocks with the passphrase remembered in the login keyring (vaultctl unlock
+        # --remember: schema io.vaultd.Unlock, attribute vault = the data directory). Never
+        # prompts: a locked or absent keyring is KeyringUnavailable. Owner only.
+        method UnlockFromKeyring() -> (lock: LockState)
 
         # Locks: whenUnlocked class keys are wiped from memory.
         method Lock() -> (lock: LockState)
@@ -65,6 +72,9 @@ extension VarlinkInterfaces {
         error RateLimited (retryAfter: float, message: string)
         # The vault has no passphrase (it is always unlocked), so it cannot be locked or unlocked.
         error NoPassphrase (message: string)
+        # The login keyring cannot give the remembered passphrase (no session bus or Secret
+        # Service, keyring locked, nothing remembered, no answer in time); the message says which.
+        error KeyringUnavailable (message: string)
         # The disk holding the data directory is full; nothing was written.
         error StorageFull (message: string)
         # The caller may not use this method (e.g. an app calling an owner-only method).

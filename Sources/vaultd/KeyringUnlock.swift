@@ -1,0 +1,68 @@
+import DesktopKeyring
+import Foundation
+import VaultCore
+import VaultProtocol
+
+/// Unlock at login: `vaultctl unlock --remember` keeps the vault passphrase in the login
+/// keyring (schema `io.vaultd.Unlock`, attribute `vault` = the data directory); vaultd looks
+/// it up at start and on `io.vaultd.Vault.UnlockFromKeyring`. The lookup never unlocks the
+/// keyring (so it never prompts) and is bounded by a deadline: a locked or absent keyring
+/// leaves the vault locked, with the reason logged or returned.
+enum KeyringUnlock {
+    static let unavailable = VaultError.Code("io.vaultd.Vault.KeyringUnavailable")
+
+    /// Unlocks `vault` with the remembered passphrase. Throws KeyringUnavailable (no bus, no
+    /// Secret Service, keyring locked, nothing remembered, timed out) or the engine's errors
+    /// (AuthFailed when the remembered passphrase is no longer the vault's, RateLimited, ...).
+    static func unlock(_ vault: Vault, timeout: Double) throws -> JSON {
+        let state = vault.lockState
+        if state["hasPassphrase"]?.boolValue != true {
+            if state["state"]?.stringValue == "uninitialized" { throw VaultError(.notInitialized, "the vault has not been initialised") }
+            throw VaultError(.noPassphrase, "the vault has no passphrase: it is always unlocked")
+        }
+        if state["state"]?.stringValue == "unlocked" { return state }
+        let found: [KeyringItem]
+        do {
+            let keyring = try DesktopKeyring(timeout: timeout)
+            found = try keyring.search(.unlock, ["vault": vault.dataDirectory])
+        } catch let e as KeyringError {
+            throw VaultError(unavailable, "login keyring: \(e.message)")
+        }
+        guard !found.isEmpty else {
+            throw VaultError(unavailable, "login keyring: no passphrase remembered for this vault (vaultctl unlock --remember)")
+        }
+        guard var bytes = found.first(where: { !$0.isLocked && $0.secret != nil })?.secret else {
+            throw VaultError(unavailable, "login keyring: the keyring holding the remembered passphrase is locked")
+        }
+        let passphrase = SecureBytes(copying: bytes)
+        for i in bytes.indices { bytes[i] = 0 }
+        do {
+            return try vault.unlock(passphrase: passphrase)
+        } catch let e as VaultError where e.code == .wrongPassphrase {
+            throw VaultError(.wrongPassphrase, "the passphrase remembered in the login keyring is not the vault's (changed? run vaultctl unlock --remember again)")
+        }
+    }
+
+    /// At start: when the vault is locked and has a passphrase, tries the keyring on a thread
+    /// of its own, so serving never waits for it, and logs the outcome.
+    static func atStart(_ vault: Vault, timeout: Double = 5) {
+        let state = vault.lockState
+        guard state["hasPassphrase"]?.boolValue == true, state["state"]?.stringValue == "locked" else { return }
+        guard DesktopKeyring.sessionBusConfigured() else {
+            log("login keyring: no session bus; staying locked")
+            return
+        }
+        let t = Thread {
+            do {
+                _ = try unlock(vault, timeout: timeout)
+                log("unlocked with the passphrase remembered in the login keyring")
+            } catch let e as VaultError {
+                log("\(e.message); staying locked")
+            } catch {
+                log("login keyring: \(error); staying locked")
+            }
+        }
+        t.name = "vaultd.keyring-unlock"
+        t.start()
+    }
+}
