@@ -15,7 +15,9 @@ let toolUsage = """
     Vault:
       status [--json]                       lock state and figures
       init [--no-passphrase | --passphrase-fd N]
-      unlock [--passphrase-fd N]
+      unlock [--passphrase-fd N] [--remember]   --remember: keep it in the login keyring
+      unlock --from-keyring                 vaultd unlocks with the remembered passphrase
+      forget                                remove the remembered passphrase
       lock
       passphrase change --passphrase-fd N --new-passphrase-fd M
       passphrase set --new-passphrase-fd M
@@ -29,6 +31,10 @@ let toolUsage = """
       ATTRIBUTES / FILTERS: --service --account --label --comment --description
         --access-group --accessible --synchronizable --server --protocol --port --path
         --authentication-type --security-domain
+    Desktop keyring (Secret Service):
+      keyring import --access-group G [--collection NAME] [--dry-run]
+      keyring export [CLASS] [FILTERS] [--collection NAME] [--dry-run]
+        NAME: an alias (default, login), a label or an object path; default: the default collection
     Apps:
       app install APP_ID --exe PATH [--access-group G]... [--app-group group.X]...
                   [--keep-credentials-on-reinstall]
@@ -82,6 +88,8 @@ func parseCommand(_ args: inout Arguments) throws -> Command {
     case "init": return try InitCommand(&args)
     case "unlock": return try UnlockCommand(&args)
     case "lock": return try LockCommand(&args)
+    case "forget": return try ForgetCommand(&args)
+    case "keyring": return try KeyringCommand(&args)
     case "passphrase": return try PassphraseCommand(&args)
     case "item": return try ItemCommand(&args)
     case "defaults": return try DefaultsCommand(&args)
@@ -106,6 +114,9 @@ do {
     printError("\(e.message)\n\n\(toolUsage)")
     exit(64)
 } catch let e as VaultError {
+    printError(e.description)
+    exit(1)
+} catch let e as KeyringFailure {
     printError(e.description)
     exit(1)
 } catch {

@@ -52,12 +52,36 @@ struct InitCommand: Command {
 
 struct UnlockCommand: Command {
     var passphraseFD: Int?
-    init(_ a: inout Arguments) throws { passphraseFD = try a.intOption("--passphrase-fd") }
+    /// Also keep the passphrase in the login keyring, so vaultd unlocks itself at start.
+    var remember: Bool
+    /// Unlock with the passphrase remembered in the login keyring (vaultd looks it up).
+    var fromKeyring: Bool
+    init(_ a: inout Arguments) throws {
+        passphraseFD = try a.intOption("--passphrase-fd")
+        remember = a.flag("--remember")
+        fromKeyring = a.flag("--from-keyring")
+        if fromKeyring && (remember || passphraseFD != nil) {
+            throw UsageError(message: "--from-keyring takes no passphrase and cannot be combined with --remember")
+        }
+    }
 
     func run(_ context: Context) throws {
+        if fromKeyring {
+            let state = try context.vault().unlockFromKeyring()
+            print("state: \(state.state.rawValue)")
+            return
+        }
         let passphrase = try Terminal.passphrase(fd: passphraseFD, prompt: "Vault passphrase: ")
         let state = try context.vault().unlock(passphrase: passphrase)
         print("state: \(state.state.rawValue)")
+        if remember {
+            // Only a passphrase vaultd just accepted is remembered.
+            guard let dir = try context.vault().status().dataDirectory else {
+                throw UsageError(message: "vaultd did not say which data directory it serves; nothing remembered")
+            }
+            try RememberedPassphrase.store(passphrase, dataDirectory: dir)
+            print("passphrase remembered in the login keyring: vaultd unlocks itself when it starts (vaultctl forget undoes this)")
+        }
     }
 }
 

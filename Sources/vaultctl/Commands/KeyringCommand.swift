@@ -1,0 +1,329 @@
+import DesktopKeyring
+import Foundation
+import VaultClient
+import VaultProtocol
+
+/// `vaultctl keyring import|export ...`: the desktop keyring (Secret Service, through
+/// libsecret) and the vault. Both directions are idempotent; secrets are never printed.
+struct KeyringCommand: Command {
+    enum Action: String { case `import`, export }
+    var action: Action
+    var collection: String?
+    var accessGroup: String?
+    var dryRun: Bool
+    var itemClass: ItemClass?
+    var filters = ItemAttributes()
+
+    init(_ a: inout Arguments) throws {
+        guard let w = a.positional(), let action = Action(rawValue: w) else {
+            throw UsageError(message: "keyring needs import or export")
+        }
+        self.action = action
+        collection = try a.option("--collection")
+        dryRun = a.flag("--dry-run")
+        switch action {
+        case .import:
+            accessGroup = try a.option("--access-group")
+            guard let g = accessGroup, !g.isEmpty else {
+                throw UsageError(message: "keyring import needs --access-group G (the vault group the items go to)")
+            }
+        case .export:
+            switch a.positional(oneOf: ["generic", "internet"]) {
+            case "internet": itemClass = .internetPassword
+            case "generic": itemClass = .genericPassword
+            default: itemClass = nil
+            }
+            filters = try ItemCommand.attributes(&a, prefix: "--")
+        }
+    }
+
+    func run(_ context: Context) throws {
+        let keyring: DesktopKeyring
+        do {
+            // Unlocking a collection may show a prompt: give a person time to answer it.
+            keyring = try DesktopKeyring(timeout: 120)
+        } catch let e as KeyringError {
+            throw KeyringFailure(e)
+        }
+        switch action {
+        case .import: try importItems(keyring, context)
+        case .export: try exportItems(keyring, context)
+        }
+    }
+
+    // MARK: import
+
+    func importItems(_ keyring: DesktopKeyring, _ context: Context) throws {
+        let (info, items): (KeyringCollection, [KeyringItem])
+        do {
+            (info, items) = try keyring.items(inCollection: collection, unlock: true)
+        } catch let e as KeyringError {
+            throw KeyringFailure(e)
+        }
+        let keychain = try context.vault().keychain
+        var counts: [String: Int] = [:]
+        for item in items.sorted(by: { $0.path < $1.path }) {
+            let (verb, mapped, note) = try importOne(item, keychain: keychain)
+            counts[verb, default: 0] += 1
+            let shown = dryRun && verb != "unchanged" && verb != "skip" ? "would \(verb)" : verb
+            print("\(shown) \(mapped.map { Self.describe($0) + " " } ?? "")from \(JSON.string(item.label).text)\(note.map { ": " + $0 } ?? "")")
+        }
+        let summary = ["add", "update", "unchanged", "skip"].map { "\(counts[$0, default: 0]) \($0 == "add" ? "added" : $0 == "update" ? "updated" : $0 == "skip" ? "skipped" : $0)" }
+        print("\(dryRun ? "dry run, nothing changed: " : "")collection \(JSON.string(info.label).text), \(items.count) item(s): \(summary.joined(separator: ", "))")
+    }
+
+    /// Imports one keyring item: "add", "update", "unchanged" or "skip" (with why).
+    func importOne(_ item: KeyringItem, keychain: Keychain) throws -> (String, KeyringMapping.Mapped?, String?) {
+        guard var mapped = KeyringMapping.map(item, accessGroup: accessGroup!) else { return ("skip", nil, "vaultd's own unlock secret") }
+        let secret = Data(item.secret ?? [])
+        var fellBack = false
+        while true {
+            let existing: Item?
+            do {
+                existing = try keychain.copyMatching(Query(mapped.itemClass, mapped.primaryKey), returnData: true, returnAttributes: true).first
+            } catch let e as VaultError where e.code == .itemNotFound {
+                existing = nil
+            }
+            guard let existing else {
+                if !dryRun { try keychain.add(mapped.itemClass, attributes: mapped.attributes, data: secret) }
+                return ("add", mapped, nil)
+            }
+            if mapped.exported {
+                // A vault item exported earlier: the vault's own copy is the reference.
+                if existing.data == secret { return ("unchanged", mapped, nil) }
+                return ("skip", mapped, "exported from the vault earlier; the vault's item differs and is kept")
+            }
+            if existing.attributes?.generic == mapped.attributes.generic {
+                // The same keyring item, imported before.
+                if existing.data == secret && existing.attributes?.label == mapped.attributes.label { return ("unchanged", mapped, nil) }
+                if !dryRun {
+                    var changes = ItemAttributes()
+                    changes.label = mapped.attributes.label
+                    try keychain.update(Query(mapped.itemClass, mapped.primaryKey), attributes: changes, data: secret)
+                }
+                return ("update", mapped, nil)
+            }
+            // Another item holds this key: keep both, this one under its full attribute set.
+            guard !fellBack else {
+                throw VaultError(.duplicateItem, "cannot import \(JSON.string(item.label).text): its key is taken by another item in group \(accessGroup!)")
+            }
+            fellBack = true
+            mapped = KeyringMapping.fallback(item, accessGroup: accessGroup!)
+        }
+    }
+
+    static func describe(_ m: KeyringMapping.Mapped) -> String { describe(m.itemClass, m.attributes) }
+
+    /// One line naming an item: class, group and key attributes, escaped (never the secret).
+    static func describe(_ c: ItemClass, _ a: ItemAttributes) -> String {
+        func show(_ s: String?) -> String { JSON.string(s ?? "").text }
+        switch c {
+        case .genericPassword:
+            return "generic group=\(show(a.accessGroup)) service=\(show(a.service)) account=\(show(a.account))"
+        case .internetPassword:
+            return "internet group=\(show(a.accessGroup)) server=\(show(a.server)) protocol=\(show(a.protocol)) port=\(a.port ?? 0) path=\(show(a.path)) account=\(show(a.account))"
+        }
+    }
+
+    // MARK: export
+
+    func exportItems(_ keyring: DesktopKeyring, _ context: Context) throws {
+        let keychain = try context.vault().keychain
+        let items: [Item]
+        do {
+            items = try keychain.copyMatching(Query(itemClass, filters, matchAll: true), returnData: true, returnAttributes: true)
+        } catch let e as VaultError where e.code == .itemNotFound {
+            items = []
+        }
+        var counts: [String: Int] = [:]
+        do {
+            let target = try keyring.collection(named: collection)
+            for item in items {
+                guard let a = item.attributes, let data = item.data else { continue }
+                let attributes = KeyringMapping.exportAttributes(item.itemClass, a)
+                let existing = try keyring.lookup(.item, attributes)
+                let verb = existing == nil ? "add" : existing == Array(data) ? "unchanged" : "update"
+                if verb != "unchanged" && !dryRun {
+                    try keyring.store(.item, attributes, label: KeyringMapping.label(item.itemClass, a), secret: Array(data), collection: target.path)
+                }
+                counts[verb, default: 0] += 1
+                print("\(dryRun && verb != "unchanged" ? "would \(verb)" : verb) \(Self.describe(item.itemClass, a))")
+            }
+            let summary = "\(counts["add", default: 0]) added, \(counts["update", default: 0]) updated, \(counts["unchanged", default: 0]) unchanged"
+            print("\(dryRun ? "dry run, nothing changed: " : "")collection \(JSON.string(target.label).text), \(items.count) item(s): \(summary)")
+        } catch let e as KeyringError {
+            throw KeyringFailure(e)
+        }
+    }
+}
+
+/// A keyring failure as vaultctl reports it (exit 1).
+struct KeyringFailure: Error, CustomStringConvertible {
+    var error: KeyringError
+    init(_ e: KeyringError) { error = e }
+    var description: String { "keyring: \(error.message)" }
+}
+
+/// How keyring items become vault items and back.
+enum KeyringMapping {
+    struct Mapped {
+        var itemClass: ItemClass
+        /// Primary key, access group and all: what the vault stores.
+        var attributes: ItemAttributes
+        /// An `io.vaultd.Item` (written by `keyring export`), not a foreign item.
+        var exported = false
+        /// The exact primary key (every key attribute set) to find the item again.
+        var primaryKey: ItemAttributes {
+            var k = ItemAttributes(accessGroup: attributes.accessGroup, synchronizable: false)
+            k.account = attributes.account ?? ""
+            switch itemClass {
+            case .genericPassword:
+                k.service = attributes.service ?? ""
+            case .internetPassword:
+                k.server = attributes.server ?? ""
+                k.protocol = attributes.protocol ?? ""
+                k.port = attributes.port ?? 0
+                k.path = attributes.path ?? ""
+                k.authenticationType = attributes.authenticationType ?? ""
+                k.securityDomain = attributes.securityDomain ?? ""
+            }
+            return k
+        }
+    }
+
+    static let unlockSchema = "io.vaultd.Unlock"
+    static let itemSchema = "io.vaultd.Item"
+    static let gitSchema = "org.git.Password"
+    static let genericSchema = "org.freedesktop.Secret.Generic"
+
+    /// Maps one keyring item; nil for items that must not be imported (vaultd's own unlock
+    /// secret). Conventions:
+    /// - `io.vaultd.Item` (our export): its class and primary key;
+    /// - git-credential-libsecret (`org.git.Password`, or `server` + `protocol`): an internet
+    ///   password: server, protocol, port, path = `object`, account = `user`;
+    /// - secret-tool / python keyring (`service` with `username`, `user` or `account`): a
+    ///   generic password;
+    /// - anything else: `fallback`.
+    /// The full attribute set and schema are kept in `generic` (JSON), the label as label.
+    static func map(_ item: KeyringItem, accessGroup: String) -> Mapped? {
+        let a = item.attributes
+        let schema = item.schema ?? a["xdg:schema"]
+        if schema == unlockSchema { return nil }
+        var out = ItemAttributes(accessGroup: accessGroup)
+        var cls = ItemClass.genericPassword
+        if schema == itemSchema, let c = a["class"].flatMap(ItemClass.init(rawValue:)) {
+            cls = c
+            out.account = a["account"]
+            switch c {
+            case .genericPassword:
+                out.service = a["service"]
+            case .internetPassword:
+                out.server = a["server"]
+                out.protocol = a["protocol"]
+                out.port = a["port"].flatMap { Int($0) }.flatMap { (0...65535).contains($0) ? $0 : nil }
+                out.path = a["path"]
+                out.authenticationType = a["authentication-type"]
+                out.securityDomain = a["security-domain"]
+            }
+            let l = item.label
+            if !l.isEmpty && l != label(c, out) { out.label = l }
+            return Mapped(itemClass: cls, attributes: out, exported: true)
+        } else if schema == gitSchema || (a["server"] != nil && a["protocol"] != nil && a["service"] == nil) {
+            cls = .internetPassword
+            out.server = a["server"] ?? ""
+            out.protocol = a["protocol"]
+            if let p = a["port"].flatMap({ Int($0) }), (1...65535).contains(p) { out.port = p }
+            out.path = a["object"]
+            out.account = a["user"] ?? a["username"] ?? a["account"]
+        } else if let service = a["service"] {
+            out.service = service
+            out.account = a["username"] ?? a["user"] ?? a["account"]
+        } else {
+            return fallback(item, accessGroup: accessGroup)
+        }
+        return finish(Mapped(itemClass: cls, attributes: out), item)
+    }
+
+    /// Items that follow no known convention (or whose key is taken): a generic password with
+    /// service = the schema and account = every attribute, as `k=v&k=v` (sorted, escaped).
+    static func fallback(_ item: KeyringItem, accessGroup: String) -> Mapped {
+        let schema = item.schema ?? item.attributes["xdg:schema"] ?? genericSchema
+        var allowed = CharacterSet.alphanumerics
+        allowed.insert(charactersIn: "-._~:/@")
+        func esc(_ s: String) -> String { s.addingPercentEncoding(withAllowedCharacters: allowed) ?? s }
+        let account = item.attributes.filter { $0.key != "xdg:schema" }.sorted { $0.key < $1.key }
+            .map { "\(esc($0.key))=\(esc($0.value))" }.joined(separator: "&")
+        return finish(Mapped(itemClass: .genericPassword, attributes: ItemAttributes(service: schema, account: account, accessGroup: accessGroup)), item)
+    }
+
+    private static func finish(_ m: Mapped, _ item: KeyringItem) -> Mapped {
+        var m = m
+        if !item.label.isEmpty { m.attributes.label = item.label }
+        var source: [String: JSON] = ["attributes": .object(item.attributes.mapValues { .string($0) })]
+        if let s = item.schema { source["schema"] = .string(s) }
+        m.attributes.generic = Data(JSON.object(["secretService": .object(source)]).serialized())
+        return m
+    }
+
+    /// The `io.vaultd.Item` attributes of a vault item: class, group and the whole primary key.
+    static func exportAttributes(_ c: ItemClass, _ a: ItemAttributes) -> [String: String] {
+        var out: [String: String] = [
+            "class": c.rawValue, "access-group": a.accessGroup ?? "", "synchronizable": (a.synchronizable ?? false) ? "true" : "false",
+            "account": a.account ?? "",
+        ]
+        switch c {
+        case .genericPassword:
+            out["service"] = a.service ?? ""
+        case .internetPassword:
+            out["server"] = a.server ?? ""
+            out["protocol"] = a.protocol ?? ""
+            out["port"] = String(a.port ?? 0)
+            out["path"] = a.path ?? ""
+            out["authentication-type"] = a.authenticationType ?? ""
+            out["security-domain"] = a.securityDomain ?? ""
+        }
+        return out
+    }
+
+    static func label(_ c: ItemClass, _ a: ItemAttributes) -> String {
+        if let l = a.label, !l.isEmpty { return l }
+        let who = (a.account ?? "").isEmpty ? "" : "\(a.account!) on "
+        switch c {
+        case .genericPassword: return "\(who)\(a.service ?? "")"
+        case .internetPassword: return "\(who)\(a.protocol.map { "\($0)://" } ?? "")\(a.server ?? "")"
+        }
+    }
+}
+
+/// `vaultctl forget`: removes the passphrase `unlock --remember` stored in the login keyring.
+struct ForgetCommand: Command {
+    init(_ a: inout Arguments) throws {}
+
+    func run(_ context: Context) throws {
+        guard let dir = try context.vault().status().dataDirectory else {
+            throw UsageError(message: "vaultd did not say which data directory it serves")
+        }
+        do {
+            let removed = try DesktopKeyring(timeout: 30).clear(.unlock, ["vault": dir])
+            print(removed ? "the passphrase is no longer remembered in the login keyring" : "no passphrase was remembered for this vault")
+        } catch let e as KeyringError {
+            throw KeyringFailure(e)
+        }
+    }
+}
+
+/// Remembering the vault passphrase in the login keyring (used by `unlock --remember`).
+enum RememberedPassphrase {
+    static func store(_ passphrase: String, dataDirectory: String) throws {
+        do {
+            let keyring = try DesktopKeyring(timeout: 120)
+            // gnome-keyring's login keyring has the alias "login"; elsewhere use the default.
+            let login = (try? keyring.collection(named: "login")) != nil ? "login" : nil
+            try keyring.store(
+                .unlock, ["vault": dataDirectory], label: "vaultd unlock passphrase (\(dataDirectory))", secret: Array(passphrase.utf8),
+                collection: login)
+        } catch let e as KeyringError {
+            throw KeyringFailure(e)
+        }
+    }
+}
