@@ -1,1 +1,206 @@
+import Foundation
+import VaultClient
+import VaultProtocol
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
+// git-credential-vault: git's credential helper protocol (`get`, `store`, `erase`) over the
+// vault's internet-password items. `git config --global credential.helper vault` makes git
+// run `git credential-vault ACTION`, i.e. this program found on PATH.
+//
+// Item mapping: server = host without its port, port (0 when none), protocol, path (only when
+// git sends it, i.e. with credential.useHttpPath), account = username, the password as the
+// secret; password_expiry_utc and oauth_refresh_token are kept in `generic` as a small JSON
+// object and given back by get.
+//
+// Access group: registered as an app (`vaultctl app install org.git-scm.credential-vault
+// --exe PATH --access-group git`), the helper uses its own groups; run unregistered (as the
+// owner), it uses the group `git` — the same items either way.
+//
+// Never harmful: a locked vault (or no vaultd) makes every action a quiet no-op with exit 0,
+// so git falls back to asking and nothing is erased or overwritten. Input with CR, NUL or a
+// line that is not key=value is rejected whole: nothing is stored, erased or returned.
+
+let ownerAccessGroup = "git"
+
+struct Rejected: Error { var message: String }
+
+/// The key=value lines git sends, up to the first blank line or the end.
+func parseInput(_ data: Data) throws -> [String: String] {
+    var bytes = [UInt8](data)
+    if bytes.contains(0) { throw Rejected(message: "the input contains a NUL byte") }
+    if bytes.contains(0x0D) { throw Rejected(message: "the input contains a carriage return") }
+    if let end = bytes.indices.first(where: { bytes[$0] == 0x0A && ($0 == 0 || bytes[$0 - 1] == 0x0A) }) {
+        bytes.removeSubrange(end...)
+    }
+    guard let text = String(validating: bytes, as: UTF8.self) else { throw Rejected(message: "the input is not UTF-8") }
+    var fields: [String: String] = [:]
+    for line in text.split(separator: "\n", omittingEmptySubsequences: true) {
+        guard let eq = line.firstIndex(of: "=") else { throw Rejected(message: "a line is not key=value") }
+        let key = String(line[..<eq])
+        let value = String(line[line.index(after: eq)...])
+        if key.isEmpty { throw Rejected(message: "a line has an empty key") }
+        // Repeated keys (capability[], wwwauth[]) are not ours: the last one is kept.
+        fields[key] = value
+    }
+    return fields
+}
+
+/// What git asked about, as vault attributes.
+struct Credential {
+    var `protocol`: String
+    var server: String
+    var port: Int
+    var path: String?
+    var username: String?
+    var password: String?
+    var extras: [String: String]
+
+    static let extraKeys = ["password_expiry_utc", "oauth_refresh_token"]
+
+    init?(_ f: [String: String]) {
+        guard let proto = f["protocol"], !proto.isEmpty, let host = f["host"], !host.isEmpty else { return nil }
+        `protocol` = proto
+        (server, port) = Credential.split(host)
+        path = f["path"].flatMap { $0.isEmpty ? nil : $0 }
+        username = f["username"]
+        password = f["password"]
+        extras = f.filter { Credential.extraKeys.contains($0.key) }
+    }
+
+    /// `host[:port]`, `[v6]:port`: the port split out when it is a number.
+    static func split(_ host: String) -> (String, Int) {
+        guard let colon = host.lastIndex(of: ":"), !host[host.index(after: colon)...].isEmpty,
+            let p = Int(host[host.index(after: colon)...]), (1...65535).contains(p)
+        else { return (host, 0) }
+        let name = String(host[..<colon])
+        if name.contains(":") && !(name.hasPrefix("[") && name.hasSuffix("]")) { return (host, 0) }
+        return (name, p)
+    }
+
+    /// The query for this credential; `exactPath` matches items without a path when git
+    /// sent none.
+    func query(accessGroup: String?, exactPath: Bool) -> Query {
+        var a = ItemAttributes(accessGroup: accessGroup, server: server, protocol: `protocol`, port: port)
+        if let path { a.path = path } else if exactPath { a.path = "" }
+        if let username { a.account = username }
+        return Query(.internetPassword, a, matchAll: true)
+    }
+}
+
+/// A value git can read back: no CR, LF or NUL.
+func safe(_ s: String) -> Bool { !s.utf8.contains(where: { $0 == 0 || $0 == 0x0A || $0 == 0x0D }) }
+
+func extras(of item: Item) -> [String: String] {
+    guard let g = item.attributes?.generic, let j = try? JSON.parse(Array(g)), case .object(let o) = j else { return [:] }
+    return o.compactMapValues(\.stringValue).filter { Credential.extraKeys.contains($0.key) }
+}
+
+func matches(_ vault: Vault, _ c: Credential, group: String?, exactPath: Bool) throws -> [Item] {
+    do {
+        return try vault.keychain.copyMatching(c.query(accessGroup: group, exactPath: exactPath), returnData: true, returnAttributes: true)
+    } catch let e as VaultError where e.code == .itemNotFound {
+        return []
+    }
+}
+
+func newestFirst(_ items: [Item]) -> [Item] {
+    items.sorted { ($0.attributes?.modificationDate ?? .distantPast) > ($1.attributes?.modificationDate ?? .distantPast) }
+}
+
+func get(_ vault: Vault, _ c: Credential, group: String?) throws {
+    // Without a path from git, an item stored without one wins; else any (newest first).
+    var found = try matches(vault, c, group: group, exactPath: true)
+    if found.isEmpty && c.path == nil { found = try matches(vault, c, group: group, exactPath: false) }
+    for item in newestFirst(found) {
+        guard let data = item.data, let password = String(validating: Array(data), as: UTF8.self) else { continue }
+        let username = item.attributes?.account ?? ""
+        let more = extras(of: item)
+        guard safe(password), safe(username), more.values.allSatisfy(safe) else { continue }
+        var out = ""
+        if !username.isEmpty { out += "username=\(username)\n" }
+        out += "password=\(password)\n"
+        for k in Credential.extraKeys { if let v = more[k] { out += "\(k)=\(v)\n" } }
+        FileHandle.standardOutput.write(Data(out.utf8))
+        return
+    }
+}
+
+func store(_ vault: Vault, _ c: Credential, group: String?) throws {
+    guard let username = c.username, let password = c.password, !password.isEmpty else { return }
+    var attributes = ItemAttributes(accessGroup: group, server: c.server, protocol: c.protocol, port: c.port == 0 ? nil : c.port, path: c.path)
+    attributes.account = username
+    attributes.label = "git: \(c.protocol)://\(username)@\(c.server)\(c.port == 0 ? "" : ":\(c.port)")\(c.path.map { "/" + $0 } ?? "")"
+    attributes.generic = Data(JSON.object(c.extras.mapValues { .string($0) }).serialized())
+    do {
+        try vault.keychain.add(.internetPassword, attributes: attributes, data: Data(password.utf8))
+    } catch let e as VaultError where e.code == .duplicateItem {
+        var exact = c
+        exact.username = username
+        var changes = ItemAttributes()
+        changes.generic = attributes.generic
+        changes.label = attributes.label
+        try vault.keychain.update(exact.query(accessGroup: group, exactPath: true), attributes: changes, data: Data(password.utf8))
+    }
+}
+
+func erase(_ vault: Vault, _ c: Credential, group: String?) throws {
+    // Only the item git names: its exact key, and its password when git gives one (so a
+    // credential changed meanwhile by another git is kept).
+    for item in try matches(vault, c, group: group, exactPath: true) {
+        if let p = c.password, item.data != Data(p.utf8) { continue }
+        guard let a = item.attributes else { continue }
+        var key = ItemAttributes(
+            accessGroup: a.accessGroup, server: a.server ?? "", protocol: a.protocol ?? "", port: a.port ?? 0, path: a.path ?? "",
+            authenticationType: a.authenticationType ?? "", securityDomain: a.securityDomain ?? "")
+        key.account = a.account ?? ""
+        key.synchronizable = a.synchronizable ?? false
+        _ = try? vault.keychain.delete(Query(.internetPassword, key))
+    }
+}
+
+func main() -> Int32 {
+    signal(SIGPIPE, SIG_IGN)
+    let args = Array(CommandLine.arguments.dropFirst())
+    guard args.count == 1, ["get", "store", "erase"].contains(args[0]) else {
+        FileHandle.standardError.write(Data("usage: git-credential-vault get|store|erase   (git runs it: credential.helper = vault)\n".utf8))
+        return 64
+    }
+    let action = args[0]
+    let fields: [String: String]
+    do {
+        fields = try parseInput(FileHandle.standardInput.readDataToEndOfFile())
+    } catch let e as Rejected {
+        FileHandle.standardError.write(Data("git-credential-vault: rejected: \(e.message); nothing \(action == "get" ? "returned" : "changed")\n".utf8))
+        return 1
+    } catch {
+        return 1
+    }
+    guard let credential = Credential(fields) else { return 0 }
+    let vault: Vault
+    do {
+        vault = try Vault.connect()
+        // A locked vault: do nothing at all, quietly (git asks the user instead).
+        guard try vault.status().lock.state == .unlocked else { return 0 }
+    } catch {
+        return 0
+    }
+    let group = vault.launch.appID == nil ? ownerAccessGroup : nil
+    do {
+        switch action {
+        case "get": try get(vault, credential, group: group)
+        case "store": try store(vault, credential, group: group)
+        default: try erase(vault, credential, group: group)
+        }
+    } catch let e as VaultError where e.code == .interactionNotAllowed {
+        return 0  // locked meanwhile
+    } catch {
+        FileHandle.standardError.write(Data("git-credential-vault: \(action): \(error)\n".utf8))
+        return 1
+    }
+    return 0
+}
+
+exit(main())
