@@ -32,7 +32,15 @@ final class KeyHierarchy {
         if try meta("wrapped.metadata") != nil {
             hasPassphrase = try meta("kdf") != nil
             state = .locked
-            if !hasPassphrase { try openAll(kek: noPassphraseKEK()) }
+            if !hasPassphrase {
+                // Always unlocked. A failure here (a damaged store) must not stop vaultd from
+                // serving the rest: it stays locked and says why.
+                do {
+                    try openAll(kek: try noPassphraseKEK())
+                } catch {
+                    log("the vault has no passphrase but its keys do not open: \(error)")
+                }
+            }
         }
     }
 
@@ -56,8 +64,17 @@ final class KeyHierarchy {
 
     // MARK: keys
 
-    private func noPassphraseKEK() -> SecureBytes {
-        Sodium.combine(deviceKey, key: deviceKey, context: "vaultd no-passphrase kek v1")
+    /// The KEK of a vault without a passphrase: random, stored in `vault_meta` beside the keys
+    /// it wraps (there is no secret to derive it from), so migratable items move with the data
+    /// dir while ThisDeviceOnly ones stay bound to `device.key`. `create` makes a new one.
+    private func noPassphraseKEK(create: Bool = false) throws -> SecureBytes {
+        if !create, let stored = try meta("kek.nopassphrase"), stored.count == Sodium.keyLength {
+            return SecureBytes(copying: stored)
+        }
+        guard create else { throw VaultError(.internalError, "the vault's key-encryption key is missing") }
+        let kek = SecureBytes.random(count: Sodium.keyLength)
+        try setMeta("kek.nopassphrase", kek.withUnsafeBytes { Array($0) })
+        return kek
     }
 
     private func kdfParameters() throws -> Sodium.KDFParameters? {
@@ -124,7 +141,7 @@ final class KeyHierarchy {
     func initialize(passphrase: SecureBytes?) throws {
         guard state == .uninitialized else { throw VaultError(.alreadyInitialized, "the vault is already initialised") }
         let kdf = passphrase.map { _ in Sodium.KDFParameters.interactive() }
-        let kek = try passphrase.map { try Sodium.argon2id(passphrase: $0, parameters: kdf!) } ?? noPassphraseKEK()
+        let kek = try passphrase.map { try Sodium.argon2id(passphrase: $0, parameters: kdf!) } ?? noPassphraseKEK(create: true)
         try storeKDF(kdf)
         try wrap(SecureBytes.random(count: Sodium.keyLength), name: "metadata", kek: kek, deviceBound: false)
         try wrap(SecureBytes.random(count: Sodium.keyLength), name: "index", kek: kek, deviceBound: false)
@@ -166,7 +183,8 @@ final class KeyHierarchy {
             throw VaultError(.interactionNotAllowed, "unlock the vault before changing its passphrase")
         }
         let kdf = newPassphrase.map { _ in Sodium.KDFParameters.interactive() }
-        let kek = try newPassphrase.map { try Sodium.argon2id(passphrase: $0, parameters: kdf!) } ?? noPassphraseKEK()
+        let kek = try newPassphrase.map { try Sodium.argon2id(passphrase: $0, parameters: kdf!) } ?? noPassphraseKEK(create: true)
+        if newPassphrase != nil { try setMeta("kek.nopassphrase", nil) }
         try storeKDF(kdf)
         try wrap(metadataKey, name: "metadata", kek: kek, deviceBound: false)
         try wrap(indexKey, name: "index", kek: kek, deviceBound: false)

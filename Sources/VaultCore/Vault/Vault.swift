@@ -20,6 +20,7 @@ public final class Vault: @unchecked Sendable {
     public let caches: CacheStore
     private let lock = NSLock()
     private let groupCommit = GroupCommit()
+    private let unlockAttempts = NSLock()
     private var observers: [UUID: @Sendable (VaultEvent) -> Void] = [:]
 
     /// Opens (creating when absent) the vault in `dataDirectory`: creates the directory 0700
@@ -112,6 +113,9 @@ public final class Vault: @unchecked Sendable {
     /// Unlocks with the passphrase. Throws Vault.AuthFailed (wrong passphrase; counted),
     /// RateLimited (too many failures: wait `retryAfter` seconds), NoPassphrase, NotInitialized.
     public func unlock(passphrase: SecureBytes) throws -> JSON {
+        // One attempt at a time, so parallel guesses cannot all pass the rate limit.
+        unlockAttempts.lock()
+        defer { unlockAttempts.unlock() }
         try locked { try checkRateLimit() }
         // Argon2id is slow; derive outside the lock so other callers are served meanwhile.
         let parameters = try locked { try keys.passphraseParameters() }
