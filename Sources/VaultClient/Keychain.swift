@@ -65,6 +65,7 @@ public struct Keychain: Sendable {
     @discardableResult
     public func update(_ query: Query, attributes: ItemAttributes = ItemAttributes(), data: Data? = nil) throws -> Int {
         var p = query.parameters
+        p["matchLimit"] = nil  // not a parameter of Update (it acts on every match)
         p["attributes"] = attributes.json
         if let data { p["data"] = .string(data.base64EncodedString()) }
         return try connection.call("io.vaultd.Keychain.Update", p)["count"]?.intValue ?? 0
@@ -74,7 +75,7 @@ public struct Keychain: Sendable {
     @discardableResult
     public func delete(_ query: Query) throws -> Int {
         var p = query.parameters
-        p["matchLimit"] = "all"
+        p["matchLimit"] = nil  // not a parameter of Delete (it acts on every match)
         return try connection.call("io.vaultd.Keychain.Delete", p)["count"]?.intValue ?? 0
     }
 }
