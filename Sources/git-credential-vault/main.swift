@@ -157,7 +157,11 @@ func erase(_ vault: Vault, _ c: Credential, group: String?) throws {
             authenticationType: a.authenticationType ?? "", securityDomain: a.securityDomain ?? "")
         key.account = a.account ?? ""
         key.synchronizable = a.synchronizable ?? false
-        _ = try? vault.keychain.delete(Query(.internetPassword, key))
+        do {
+            try vault.keychain.delete(Query(.internetPassword, key))
+        } catch let e as VaultError where e.code == .itemNotFound {
+            continue  // gone meanwhile
+        }
     }
 }
 
