@@ -1,0 +1,218 @@
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Issue #7: git-credential-vault through real git (`credential.helper = vault`, found on PATH).
+@Suite struct GitCredentialTests {
+    /// A daemon with an initialised (unlocked) vault and a private git configuration whose
+    /// helper is `vault`.
+    final class Git {
+        let d: Daemon
+        let env: [String: String]
+
+        init() throws {
+            d = try Daemon()
+            let i = d.initialize()
+            try #require(i.status == 0, "\(i)")
+            env = [
+                "GIT_CONFIG_GLOBAL": d.root + "/gitconfig", "GIT_CONFIG_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0",
+                "GIT_ASKPASS": "", "SSH_ASKPASS": "",
+                "PATH": Paths.binaries + ":" + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"),
+            ]
+            try #require(git(["config", "--global", "credential.helper", "vault"]).status == 0)
+        }
+
+        func close() { d.close() }
+
+        func git(_ args: [String], _ input: String = "") -> ProcessResult {
+            d.run("git", args, stdin: Data(input.utf8), environment: env)
+        }
+
+        /// `git credential fill`: the fields git answered with.
+        func fill(_ input: String) -> (ProcessResult, [String: String]) {
+            let r = git(["credential", "fill"], input + "\n")
+            var fields: [String: String] = [:]
+            for line in r.stdoutText.split(separator: "\n") {
+                if let eq = line.firstIndex(of: "=") { fields[String(line[..<eq])] = String(line[line.index(after: eq)...]) }
+            }
+            return (r, fields)
+        }
+
+        func approve(_ input: String) -> ProcessResult { git(["credential", "approve"], input + "\n") }
+        func reject(_ input: String) -> ProcessResult { git(["credential", "reject"], input + "\n") }
+
+        /// Runs the helper directly with raw bytes.
+        func helper(_ action: String, _ input: [UInt8]) -> ProcessResult {
+            d.run("git-credential-vault", [action], stdin: Data(input), environment: env)
+        }
+
+        func internetItems() -> [[String: Any]] {
+            let r = d.ctl(["item", "list", "internet", "--json"])
+            return (try? JSONSerialization.jsonObject(with: r.stdout) as? [[String: Any]]) ?? []
+        }
+    }
+
+    @Test func twoAccountsOnOneHost() throws {
+        let g = try Git()
+        defer { g.close() }
+        #expect(g.approve("protocol=https\nhost=example.org\nusername=bob\npassword=pb").status == 0)
+        #expect(g.approve("protocol=https\nhost=example.org\nusername=alice\npassword=pa").status == 0)
+
+        let (bob, fb) = g.fill("url=https://bob@example.org/repo.git")
+        #expect(bob.status == 0, "\(bob)")
+        #expect(fb["username"] == "bob" && fb["password"] == "pb", "\(bob)")
+        let (_, fa) = g.fill("url=https://alice@example.org/repo.git")
+        #expect(fa["username"] == "alice" && fa["password"] == "pa")
+
+        // Without a username: the most recently stored one.
+        let (_, latest) = g.fill("protocol=https\nhost=example.org")
+        #expect(latest["username"] == "alice" && latest["password"] == "pa", "\(latest)")
+        // A port makes another host: nothing, and git asks (prompts are off here, so it fails).
+        let (other, _) = g.fill("protocol=https\nhost=example.org:8443")
+        #expect(other.status != 0 && !other.stdoutText.contains("password="), "\(other)")
+
+        // The items: internet passwords, host without port, account = username, group git.
+        let items = g.internetItems()
+        #expect(items.count == 2, "\(items)")
+        for item in items {
+            #expect(item["server"] as? String == "example.org")
+            #expect(item["protocol"] as? String == "https")
+            #expect(item["accessGroup"] as? String == "git")
+        }
+
+        // A port is split out of host and kept.
+        #expect(g.approve("protocol=https\nhost=example.org:8443\nusername=bob\npassword=p8443").status == 0)
+        let (_, f8443) = g.fill("protocol=https\nhost=example.org:8443")
+        #expect(f8443["password"] == "p8443")
+        #expect(g.internetItems().contains { $0["port"] as? Int == 8443 && $0["server"] as? String == "example.org" })
+        let (_, still) = g.fill("url=https://bob@example.org/")
+        #expect(still["password"] == "pb")
+
+        // store replaces the password of the same account.
+        #expect(g.approve("protocol=https\nhost=example.org\nusername=bob\npassword=pb2").status == 0)
+        let (_, updated) = g.fill("url=https://bob@example.org/")
+        #expect(updated["password"] == "pb2")
+        #expect(g.internetItems().count == 3)
+    }
+
+    @Test func useHttpPathKeepsReposApartAndEraseRemovesOnlyTheMatch() throws {
+        let g = try Git()
+        defer { g.close() }
+        #expect(g.git(["config", "--global", "credential.useHttpPath", "true"]).status == 0)
+        #expect(g.approve("url=https://carol@example.com/a.git\npassword=p-a").status == 0)
+        #expect(g.approve("url=https://carol@example.com/b.git\npassword=p-b").status == 0)
+
+        let (_, a) = g.fill("url=https://carol@example.com/a.git")
+        let (_, b) = g.fill("url=https://carol@example.com/b.git")
+        #expect(a["password"] == "p-a", "\(a)")
+        #expect(b["password"] == "p-b", "\(b)")
+        #expect(Set(g.internetItems().compactMap { $0["path"] as? String }) == ["a.git", "b.git"])
+
+        // erase with a password that is not the stored one removes nothing.
+        #expect(g.reject("url=https://carol@example.com/a.git\npassword=stale").status == 0)
+        #expect(g.internetItems().count == 2)
+        // erase of a: only a goes.
+        #expect(g.reject("url=https://carol@example.com/a.git\npassword=p-a").status == 0)
+        let (afterA, _) = g.fill("url=https://carol@example.com/a.git")
+        #expect(afterA.status != 0 && !afterA.stdoutText.contains("password="), "\(afterA)")
+        let (_, stillB) = g.fill("url=https://carol@example.com/b.git")
+        #expect(stillB["password"] == "p-b")
+        #expect(g.internetItems().count == 1)
+    }
+
+    @Test func controlCharactersAreRejectedAndNothingIsStoredOrReturned() throws {
+        let g = try Git()
+        defer { g.close() }
+        // Through git: a CR in the password.
+        let cr = g.approve("protocol=https\nhost=example.org\nusername=bob\npassword=a\rb")
+        #expect(cr.stderr.contains("rejected") || cr.status != 0, "\(cr)")
+        #expect(g.internetItems().isEmpty)
+
+        // Directly: CR, LF (a line that is not key=value) or NUL in any field.
+        let bad: [[UInt8]] = [
+            Array("protocol=https\nhost=example.org\nusername=bob\r\npassword=pw\n\n".utf8),
+            Array("protocol=https\nhost=example.org\nusername=bob\npassword=p\nw\n\n".utf8),
+            Array("protocol=https\nhost=exam".utf8) + [0] + Array("ple.org\nusername=bob\npassword=pw\n\n".utf8),
+            Array("protocol=https\nhost=example.org\npath=a\rb\nusername=bob\npassword=pw\n\n".utf8),
+            Array("protocol=https\nhost=example.org\nusername=bob\npassword=pw\npassword_expiry_utc=1\r\n\n".utf8),
+        ]
+        for input in bad {
+            let r = g.helper("store", input)
+            #expect(r.status != 0 && r.stderr.contains("rejected"), "\(r)")
+        }
+        #expect(g.internetItems().isEmpty, "\(g.internetItems())")
+
+        // get with a bad field returns nothing, even when a credential exists.
+        #expect(g.approve("protocol=https\nhost=example.org\nusername=bob\npassword=pw").status == 0)
+        let getCR = g.helper("get", Array("protocol=https\nhost=example.org\r\nusername=bob\n\n".utf8))
+        #expect(getCR.stdout.isEmpty, "\(getCR)")
+        let getNUL = g.helper("get", Array("protocol=https\nhost=example.org\nusername=bob".utf8) + [0] + Array("\n\n".utf8))
+        #expect(getNUL.stdout.isEmpty, "\(getNUL)")
+        // erase with a bad field erases nothing.
+        _ = g.helper("erase", Array("protocol=https\nhost=example.org\nusername=bob\npassword=pw\r\n\n".utf8))
+        #expect(g.internetItems().count == 1)
+
+        // A stored item whose values git could not read back is never returned.
+        let add = g.d.ctl(
+            ["item", "add", "internet", "--access-group", "git", "--server", "evil.example", "--protocol", "https", "--account", "mallory"],
+            stdin: Data("line1\nusername=root".utf8))
+        #expect(add.status == 0, "\(add)")
+        let evil = g.helper("get", Array("protocol=https\nhost=evil.example\n\n".utf8))
+        #expect(evil.status == 0 && evil.stdout.isEmpty, "\(evil)")
+    }
+
+    @Test func aLockedVaultMakesTheHelperAQuietNoOp() throws {
+        let g = try Git()
+        defer { g.close() }
+        #expect(g.approve("protocol=https\nhost=example.org\nusername=bob\npassword=pb").status == 0)
+        try #require(g.d.ctl(["lock"]).status == 0)
+
+        // get: nothing printed, exit 0; git falls back to asking (and fails: prompts are off).
+        let get = g.helper("get", Array("protocol=https\nhost=example.org\nusername=bob\n\n".utf8))
+        #expect(get.status == 0 && get.stdout.isEmpty && get.stderr.isEmpty, "\(get)")
+        let (fill, _) = g.fill("url=https://bob@example.org/")
+        #expect(fill.status != 0 && !fill.stdoutText.contains("password="), "\(fill)")
+
+        // store and erase change nothing while locked.
+        let store = g.helper("store", Array("protocol=https\nhost=example.org\nusername=bob\npassword=overwritten\n\n".utf8))
+        #expect(store.status == 0, "\(store)")
+        #expect(g.reject("protocol=https\nhost=example.org\nusername=bob\npassword=pb").status == 0)
+        let erase = g.helper("erase", Array("protocol=https\nhost=example.org\nusername=bob\n\n".utf8))
+        #expect(erase.status == 0, "\(erase)")
+
+        try #require(g.d.unlock().status == 0)
+        let (_, after) = g.fill("url=https://bob@example.org/")
+        #expect(after["password"] == "pb", "nothing was erased or overwritten: \(after)")
+        #expect(g.internetItems().count == 1)
+    }
+
+    @Test func expiryAndRefreshTokenPassThrough() throws {
+        let g = try Git()
+        defer { g.close() }
+        // git 2.39 does not forward these fields itself; speak to the helper as newer git does.
+        let store = g.helper(
+            "store", Array("protocol=https\nhost=example.org\nusername=bob\npassword=pb\npassword_expiry_utc=2000000000\noauth_refresh_token=rt-1\n\n".utf8))
+        #expect(store.status == 0, "\(store)")
+        let get = g.helper("get", Array("protocol=https\nhost=example.org\n\n".utf8))
+        #expect(get.stdoutText == "username=bob\npassword=pb\npassword_expiry_utc=2000000000\noauth_refresh_token=rt-1\n", "\(get)")
+        // A new store without them drops them.
+        _ = g.helper("store", Array("protocol=https\nhost=example.org\nusername=bob\npassword=pb2\n\n".utf8))
+        let again = g.helper("get", Array("protocol=https\nhost=example.org\n\n".utf8))
+        #expect(again.stdoutText == "username=bob\npassword=pb2\n", "\(again)")
+    }
+
+    @Test func theReadmeAppInstallLineGivesTheHelperItsGroup() throws {
+        let g = try Git()
+        defer { g.close() }
+        let exe = URL(fileURLWithPath: Paths.tool("git-credential-vault")).resolvingSymlinksInPath().path
+        let install = g.d.ctl(["app", "install", "org.git-scm.credential-vault", "--exe", exe, "--access-group", "git"])
+        try #require(install.status == 0, "\(install)")
+        #expect(g.approve("protocol=https\nhost=example.org\nusername=bob\npassword=pb").status == 0)
+        let (_, f) = g.fill("url=https://bob@example.org/")
+        #expect(f["password"] == "pb", "\(f)")
+        #expect(g.internetItems().first?["accessGroup"] as? String == "git")
+    }
+}

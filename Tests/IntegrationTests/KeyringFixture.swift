@@ -1,0 +1,181 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A private desktop keyring for one test, as TEST-RECIPES.md says: its own `dbus-daemon`
+/// (session bus on a socket in a temporary directory) and `gnome-keyring-daemon --unlock
+/// --components=secrets` on it, with HOME and the XDG directories in that directory; and a
+/// vaultd that sees the bus (the shared `Daemon` helper starts vaultd without it, so this
+/// fixture starts its own). Every process it starts is stopped by PID in `close()`.
+final class KeyringFixture: @unchecked Sendable {
+    let root: String
+    let busAddress: String
+    let socketPath: String
+    let dataDirectory: String
+    let vaultdLog: String
+    static let keyringPassword = "login-pw"
+
+    private var busPID: pid_t?
+    private var keyringPID: pid_t?
+    private(set) var vaultdPID: pid_t?
+
+    init() throws {
+        root = try TemporaryDirectory.make(prefix: "vaultd-kr")
+        busAddress = "unix:path=\(root)/bus"
+        socketPath = root + "/run/vaultd.sock"
+        dataDirectory = root + "/data"
+        vaultdLog = root + "/vaultd.log"
+        for d in ["home", "xdg-run"] { mkdir(root + "/" + d, 0o700) }
+        do {
+            try startBus()
+            try startKeyring()
+        } catch {
+            close()
+            throw error
+        }
+    }
+
+    deinit { close() }
+
+    /// The environment of every process of the test: isolated HOME and XDG dirs, the
+    /// private bus, vaultd's socket, no display (so no unlock prompt can ever appear).
+    var environment: [String: String] {
+        var env = isolatedEnvironment(root: root, socket: socketPath)
+        env["DBUS_SESSION_BUS_ADDRESS"] = busAddress
+        env["PYTHON_KEYRING_BACKEND"] = "keyring.backends.SecretService.Keyring"
+        for k in ["DISPLAY", "WAYLAND_DISPLAY", "GNOME_KEYRING_CONTROL", "SSH_AUTH_SOCK"] { env[k] = nil }
+        return env
+    }
+
+    private func startBus() throws {
+        busPID = try ChildProcess.spawn(
+            "dbus-daemon", ["--session", "--nofork", "--nopidfile", "--address=\(busAddress)"], environment: environment,
+            inputs: [:], stdout: .file(root + "/dbus.log", append: true), stderr: .file(root + "/dbus.log", append: true))
+        let deadline = Date().addingTimeInterval(10)
+        while Date() < deadline {
+            if access(root + "/bus", F_OK) == 0 { return }
+            usleep(10_000)
+        }
+        throw HarnessError("dbus-daemon did not create its socket; log:\n\(text(root + "/dbus.log"))")
+    }
+
+    private func startKeyring() throws {
+        keyringPID = try ChildProcess.spawn(
+            "gnome-keyring-daemon", ["--foreground", "--unlock", "--components=secrets"], environment: environment,
+            inputs: [0: Data(Self.keyringPassword.utf8)], stdout: .file(root + "/keyring.log", append: true),
+            stderr: .file(root + "/keyring.log", append: true))
+        let deadline = Date().addingTimeInterval(15)
+        while Date() < deadline {
+            let r = run(
+                "dbus-send",
+                ["--session", "--print-reply", "--dest=org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus.NameHasOwner", "string:org.freedesktop.secrets"],
+                timeout: 5)
+            if r.stdoutText.contains("boolean true") { return }
+            usleep(50_000)
+        }
+        throw HarnessError("gnome-keyring-daemon did not take org.freedesktop.secrets; log:\n\(text(root + "/keyring.log"))")
+    }
+
+    /// Locks the login collection (as the screen locker would).
+    func lockKeyring() -> ProcessResult {
+        run(
+            "dbus-send",
+            ["--session", "--print-reply", "--dest=org.freedesktop.secrets", "/org/freedesktop/secrets",
+             "org.freedesktop.Secret.Service.Lock", "array:objpath:/org/freedesktop/secrets/collection/login"])
+    }
+
+    // MARK: vaultd
+
+    /// Starts vaultd on the private bus and waits until it answers. Returns the seconds it
+    /// took to answer.
+    @discardableResult
+    func startVaultd(environment extra: [String: String] = [:]) throws -> Double {
+        precondition(vaultdPID == nil)
+        var env = environment.merging(extra) { $1 }
+        env["VAULTD_SOCKET"] = nil
+        let started = Date()
+        let p = try ChildProcess.spawn(
+            Paths.tool("vaultd"), ["--socket", socketPath, "--data-dir", dataDirectory], environment: env.filter { !$0.value.isEmpty },
+            inputs: [:], stdout: .file(vaultdLog, append: true), stderr: .file(vaultdLog, append: true))
+        vaultdPID = p
+        while Date().timeIntervalSince(started) < 15 {
+            if !ChildProcess.isAlive(p) {
+                _ = ChildProcess.wait(p, timeout: 1)
+                vaultdPID = nil
+                throw HarnessError("vaultd exited before serving; log:\n\(log)")
+            }
+            if Daemon.answers(socketPath) { return Date().timeIntervalSince(started) }
+            usleep(10_000)
+        }
+        throw HarnessError("vaultd did not answer within 15 s; log:\n\(log)")
+    }
+
+    /// SIGTERM and wait; returns the exit status.
+    @discardableResult
+    func stopVaultd() -> Int32? {
+        guard let p = vaultdPID else { return nil }
+        vaultdPID = nil
+        return Self.stop(p)
+    }
+
+    var log: String { text(vaultdLog) }
+
+    /// Waits until vaultd's log contains `needle`; returns whether it did within `timeout`.
+    func waitForLog(_ needle: String, timeout: Double) -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        repeat {
+            if log.contains(needle) { return true }
+            usleep(10_000)
+        } while Date() < deadline
+        return false
+    }
+
+    /// `vaultctl status --json`'s state ("locked", ...), or nil.
+    func state() -> String? {
+        let r = ctl(["status", "--json"])
+        guard r.status == 0, let o = try? JSONSerialization.jsonObject(with: r.stdout) as? [String: Any] else { return nil }
+        return o["state"] as? String
+    }
+
+    // MARK: clients
+
+    func run(_ tool: String, _ arguments: [String], stdin: Data? = nil, fds: [Int32: Data] = [:], timeout: Double = 60) -> ProcessResult {
+        do {
+            return try ChildProcess.run(Paths.tool(tool), arguments, environment: environment, stdin: stdin, extraFDs: fds, timeout: timeout)
+        } catch {
+            return ProcessResult(status: -1, stdout: Data(), stderr: "harness: \(error)")
+        }
+    }
+
+    func ctl(_ arguments: [String], stdin: Data? = nil, fds: [Int32: Data] = [:]) -> ProcessResult {
+        run("vaultctl", arguments, stdin: stdin, fds: fds)
+    }
+
+    /// `secret-tool store --label=LABEL ATTRS...` with the secret on stdin.
+    func secretToolStore(label: String, _ attributes: [String], secret: String) -> ProcessResult {
+        run("secret-tool", ["store", "--label=\(label)"] + attributes, stdin: Data(secret.utf8))
+    }
+
+    // MARK: teardown
+
+    private static func stop(_ pid: pid_t) -> Int32? {
+        kill(pid, SIGTERM)
+        if let s = ChildProcess.wait(pid, timeout: 10) { return s }
+        kill(pid, SIGKILL)
+        _ = ChildProcess.wait(pid, timeout: 5)
+        return nil
+    }
+
+    /// Stops vaultd, the keyring and the bus (by PID, in that order) and removes the directory.
+    func close() {
+        for p in [vaultdPID, keyringPID, busPID].compactMap({ $0 }) { _ = Self.stop(p) }
+        vaultdPID = nil
+        keyringPID = nil
+        busPID = nil
+        TemporaryDirectory.remove(root)
+    }
+
+    private func text(_ path: String) -> String { (try? String(contentsOfFile: path, encoding: .utf8)) ?? "" }
+}

@@ -1,0 +1,205 @@
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Issue #7: the desktop keyring (a real gnome-keyring-daemon on a private bus) and vaultd.
+@Suite struct KeyringTests {
+    static let passphrase = "correct horse"
+    static var passphraseFD: [Int32: Data] { [3: Data((passphrase + "\n").utf8)] }
+
+    func items(_ k: KeyringFixture, group: String) throws -> [[String: Any]] {
+        let r = k.ctl(["item", "list", "--access-group", group, "--json"])
+        try #require(r.status == 0, "\(r)")
+        return try #require(try JSONSerialization.jsonObject(with: r.stdout) as? [[String: Any]])
+    }
+
+    func generic(_ item: [String: Any]) -> [String: Any]? {
+        guard let b = item["generic"] as? String, let d = Data(base64Encoded: b) else { return nil }
+        return try? JSONSerialization.jsonObject(with: d) as? [String: Any]
+    }
+
+    @Test func importsSecretToolPythonKeyringAndGitItemsOnceAndExportsThemBack() throws {
+        let k = try KeyringFixture()
+        defer { k.close() }
+        try k.startVaultd()
+        try #require(k.ctl(["init", "--passphrase-fd", "3"], fds: Self.passphraseFD).status == 0)
+
+        // Three writers' conventions, and one that follows none.
+        var r = k.secretToolStore(label: "Example", ["service", "example.com", "username", "carol"], secret: "s3cret")
+        try #require(r.status == 0, "\(r)")
+        r = k.run("python3", ["-c", "import keyring; keyring.set_password('pysvc', 'dave', 'py-pw')"])
+        try #require(r.status == 0, "python keyring: \(r)")
+        r = k.secretToolStore(
+            label: "Git: https://git.example.org/", ["xdg:schema", "org.git.Password", "protocol", "https", "server", "git.example.org", "port", "8443", "user", "erin", "object", "team/repo.git"],
+            secret: "git-pw")
+        try #require(r.status == 0, "\(r)")
+        r = k.secretToolStore(label: "Odd", ["foo", "bar", "colour", "blue"], secret: "odd-pw")
+        try #require(r.status == 0, "\(r)")
+
+        // --dry-run lists and changes nothing.
+        let dry = k.ctl(["keyring", "import", "--access-group", "imported", "--dry-run"])
+        #expect(dry.status == 0, "\(dry)")
+        #expect(dry.stdoutText.components(separatedBy: "would add").count - 1 == 4, "\(dry)")
+        #expect(try items(k, group: "imported").isEmpty)
+
+        let first = k.ctl(["keyring", "import", "--access-group", "imported"])
+        #expect(first.status == 0, "\(first)")
+        #expect(first.stdoutText.contains("4 added, 0 updated, 0 unchanged, 0 skipped"), "\(first)")
+        #expect(!first.stdoutText.contains("s3cret") && !first.stderr.contains("s3cret"), "secrets are never printed")
+        let imported = try items(k, group: "imported")
+        #expect(imported.count == 4, "\(imported)")
+
+        // secret-tool: generic, service + account; everything kept in generic.
+        let st = try #require(imported.first { $0["service"] as? String == "example.com" })
+        #expect(st["class"] as? String == "genericPassword")
+        #expect(st["account"] as? String == "carol")
+        #expect(st["label"] as? String == "Example")
+        let stSource = generic(st)?["secretService"] as? [String: Any]
+        #expect((stSource?["attributes"] as? [String: String])?["username"] == "carol", "\(String(describing: stSource))")
+        // python keyring: generic; its `application` attribute is kept.
+        let py = try #require(imported.first { $0["service"] as? String == "pysvc" })
+        #expect(py["class"] as? String == "genericPassword")
+        #expect(py["account"] as? String == "dave")
+        let pyAttributes = (generic(py)?["secretService"] as? [String: Any])?["attributes"] as? [String: String]
+        #expect(pyAttributes?["application"] == "Python keyring library", "\(String(describing: pyAttributes))")
+        // git-credential-libsecret: an internet password.
+        let git = try #require(imported.first { $0["server"] as? String == "git.example.org" })
+        #expect(git["class"] as? String == "internetPassword")
+        #expect(git["protocol"] as? String == "https")
+        #expect(git["port"] as? Int == 8443)
+        #expect(git["path"] as? String == "team/repo.git")
+        #expect(git["account"] as? String == "erin")
+        // No convention: kept whole.
+        let odd = try #require(imported.first { $0["label"] as? String == "Odd" })
+        #expect(odd["class"] as? String == "genericPassword")
+        #expect(odd["account"] as? String == "colour=blue&foo=bar", "\(odd)")
+
+        for (filter, secret) in [
+            (["--service", "example.com", "--account", "carol"], "s3cret"), (["--service", "pysvc", "--account", "dave"], "py-pw"),
+        ] {
+            let get = k.ctl(["item", "get", "--access-group", "imported"] + filter)
+            #expect(get.status == 0 && get.stdoutText == secret, "\(get)")
+        }
+        let gitGet = k.ctl(["item", "get", "internet", "--access-group", "imported", "--server", "git.example.org"])
+        #expect(gitGet.stdoutText == "git-pw", "\(gitGet)")
+
+        // A second import adds nothing.
+        let second = k.ctl(["keyring", "import", "--access-group", "imported"])
+        #expect(second.status == 0, "\(second)")
+        #expect(second.stdoutText.contains("0 added, 0 updated, 4 unchanged"), "\(second)")
+        #expect(try items(k, group: "imported").count == 4)
+
+        // Export, then secret-tool finds the same secrets; a second export changes nothing.
+        let export = k.ctl(["keyring", "export", "--access-group", "imported"])
+        #expect(export.status == 0, "\(export)")
+        #expect(export.stdoutText.contains("4 added, 0 updated, 0 unchanged"), "\(export)")
+        let lookup = k.run("secret-tool", ["lookup", "xdg:schema", "io.vaultd.Item", "service", "example.com", "account", "carol"])
+        #expect(lookup.status == 0 && lookup.stdoutText == "s3cret", "\(lookup)")
+        let lookupGit = k.run("secret-tool", ["lookup", "xdg:schema", "io.vaultd.Item", "server", "git.example.org", "account", "erin"])
+        #expect(lookupGit.stdoutText == "git-pw", "\(lookupGit)")
+        let again = k.ctl(["keyring", "export", "--access-group", "imported"])
+        #expect(again.stdoutText.contains("0 added, 0 updated, 4 unchanged"), "\(again)")
+        let search = k.run("secret-tool", ["search", "--all", "xdg:schema", "io.vaultd.Item"])
+        #expect(search.stdoutText.components(separatedBy: "[/").count - 1 == 4, "export is idempotent: \(search)")
+
+        // Importing again now also sees our own exports: they map back, nothing new.
+        let third = k.ctl(["keyring", "import", "--access-group", "imported"])
+        #expect(third.status == 0, "\(third)")
+        #expect(third.stdoutText.contains("0 added, 0 updated, 8 unchanged"), "\(third)")
+        #expect(try items(k, group: "imported").count == 4)
+    }
+
+    @Test func aLockedCollectionIsReportedNeverSkipped() throws {
+        let k = try KeyringFixture()
+        defer { k.close() }
+        try k.startVaultd()
+        try #require(k.ctl(["init", "--passphrase-fd", "3"], fds: Self.passphraseFD).status == 0)
+        try #require(k.secretToolStore(label: "x", ["service", "example.com", "username", "carol"], secret: "s3cret").status == 0)
+        let lock = k.lockKeyring()
+        try #require(lock.status == 0, "\(lock)")
+
+        // No prompter (no display): libsecret's unlock fails and import says so.
+        let started = Date()
+        let r = k.ctl(["keyring", "import", "--access-group", "imported"])
+        #expect(r.status == 1, "\(r)")
+        #expect(r.stderr.contains("locked"), "\(r)")
+        #expect(Date().timeIntervalSince(started) < 30)
+        #expect(try items(k, group: "imported").isEmpty)
+    }
+
+    @Test func rememberedPassphraseUnlocksVaultdAtStartAndForgetUndoesIt() throws {
+        let k = try KeyringFixture()
+        defer { k.close() }
+        try k.startVaultd()
+        try #require(k.ctl(["init", "--passphrase-fd", "3"], fds: Self.passphraseFD).status == 0)
+        try #require(k.ctl(["item", "add", "--service", "s", "--account", "a"], stdin: Data("v".utf8)).status == 0)
+
+        // A wrong passphrase is never remembered.
+        let wrong = k.ctl(["unlock", "--remember", "--passphrase-fd", "3"], fds: [3: Data("wrong horse\n".utf8)])
+        #expect(wrong.status == 1, "\(wrong)")
+        #expect(k.run("secret-tool", ["search", "--all", "xdg:schema", "io.vaultd.Unlock"]).stdoutText.isEmpty)
+
+        let remember = k.ctl(["unlock", "--remember", "--passphrase-fd", "3"], fds: Self.passphraseFD)
+        #expect(remember.status == 0, "\(remember)")
+        let stored = k.run("secret-tool", ["search", "xdg:schema", "io.vaultd.Unlock", "vault", k.dataDirectory])
+        #expect(stored.stdoutText.contains("io.vaultd.Unlock"), "\(stored)")
+
+        // Restart: vaultd starts locked and unlocks itself from the keyring.
+        #expect(k.stopVaultd() == 0)
+        try k.startVaultd()
+        #expect(k.waitForLog("unlocked with the passphrase remembered in the login keyring", timeout: 20), "\(k.log)")
+        #expect(k.state() == "unlocked", "\(k.log)")
+        let get = k.ctl(["item", "get", "--service", "s", "--account", "a"])
+        #expect(get.stdoutText == "v", "\(get)")
+        #expect(!k.log.contains(Self.passphrase), "the passphrase never reaches the log")
+
+        // On request, too.
+        #expect(k.ctl(["lock"]).status == 0)
+        let onRequest = k.ctl(["unlock", "--from-keyring"])
+        #expect(onRequest.status == 0 && onRequest.stdoutText.contains("unlocked"), "\(onRequest)")
+
+        // forget: the next start stays locked and says why.
+        let forget = k.ctl(["forget"])
+        #expect(forget.status == 0, "\(forget)")
+        #expect(k.run("secret-tool", ["search", "--all", "xdg:schema", "io.vaultd.Unlock"]).stdoutText.isEmpty)
+        #expect(k.stopVaultd() == 0)
+        try k.startVaultd()
+        #expect(k.waitForLog("no passphrase remembered for this vault", timeout: 10), "\(k.log)")
+        #expect(k.state() == "locked")
+    }
+
+    @Test func aLockedKeyringLeavesVaultdLockedWithinASecondAndSaysWhy() throws {
+        let k = try KeyringFixture()
+        defer { k.close() }
+        try k.startVaultd()
+        try #require(k.ctl(["init", "--passphrase-fd", "3"], fds: Self.passphraseFD).status == 0)
+        try #require(k.ctl(["unlock", "--remember", "--passphrase-fd", "3"], fds: Self.passphraseFD).status == 0)
+        #expect(k.stopVaultd() == 0)
+        try #require(k.lockKeyring().status == 0)
+
+        let started = Date()
+        let answered = try k.startVaultd()
+        #expect(answered < 1.0, "vaultd answered after \(answered) s")
+        #expect(k.waitForLog("keyring holding the remembered passphrase is locked; staying locked", timeout: 1.0 - answered), "\(k.log)")
+        let reported = Date().timeIntervalSince(started)
+        #expect(reported < 1.0, "vaultd reported after \(reported) s")
+        #expect(k.state() == "locked")
+
+        // On request: the same reason, quickly, and still locked.
+        let t = Date()
+        let r = k.ctl(["unlock", "--from-keyring"])
+        #expect(r.status == 1, "\(r)")
+        #expect(r.stderr.contains("io.vaultd.Vault.KeyringUnavailable") && r.stderr.contains("locked"), "\(r)")
+        #expect(Date().timeIntervalSince(t) < 5)
+        #expect(k.state() == "locked")
+
+        // No keyring at all (no session bus): locked at once, with the reason logged.
+        #expect(k.stopVaultd() == 0)
+        try k.startVaultd(environment: ["DBUS_SESSION_BUS_ADDRESS": ""])
+        #expect(k.waitForLog("no session bus; staying locked", timeout: 1), "\(k.log)")
+        #expect(k.state() == "locked")
+    }
+}
