@@ -12,6 +12,7 @@ let usage = """
       item add|get|delete --access-group G --service S --account A   (add: secret from stdin)
       defaults set KEY VALUE [--suite group.X] | defaults get KEY [--suite group.X]
       cache path | cache write NAME BYTES
+      wait SECONDS                            stay connected (a running app), printing the launch info first
     """
 
 struct Usage: Error { var message: String }
@@ -24,6 +25,13 @@ func option(_ args: inout [String], _ name: String) -> String? {
     return args[i + 1]
 }
 
+func launchJSON(_ l: LaunchInfo) -> JSON {
+    [
+        "appID": l.appID.map { .string($0) } ?? .null, "generation": l.generation.map { .string($0) } ?? .null,
+        "firstLaunch": .bool(l.isFirstLaunch), "wipedCredentials": JSON(l.wipedCredentials),
+    ]
+}
+
 func run(_ args: [String]) throws {
     var args = args
     guard !args.isEmpty else { throw Usage(message: "a command is needed") }
@@ -31,12 +39,14 @@ func run(_ args: [String]) throws {
     let command = args.removeFirst()
     switch (command, args.first) {
     case ("launch", _):
-        let l = vault.launch
-        let j: JSON = [
-            "appID": l.appID.map { .string($0) } ?? .null, "generation": l.generation.map { .string($0) } ?? .null,
-            "firstLaunch": .bool(l.isFirstLaunch), "wipedCredentials": JSON(l.wipedCredentials),
-        ]
-        print(j.text)
+        print(launchJSON(vault.launch).text)
+    case ("wait", let seconds?):
+        guard let s = Double(seconds), s >= 0 else { throw Usage(message: "wait needs a number of seconds") }
+        // Print, flush, then keep the connection open: vaultd counts the app as running.
+        print(launchJSON(vault.launch).text)
+        fflush(stdout)
+        Thread.sleep(forTimeInterval: s)
+        withExtendedLifetime(vault) {}
     case ("token", let verb?):
         guard let appID = vault.launch.appID else { throw VaultError(.missingEntitlement, "this program is not a registered app") }
         let attrs = ItemAttributes(service: "token", account: "token", accessGroup: appID)
@@ -101,7 +111,9 @@ do {
     FileHandle.standardError.write(Data("vault-example: \(e.message)\n\(usage)\n".utf8))
     exit(64)
 } catch let e as VaultError {
-    FileHandle.standardError.write(Data("vault-example: \(e.description)\n".utf8))
+    // The Keychain OSStatus too, where one applies (e.g. -34018 for MissingEntitlement).
+    let status = e.status.map { " (status \($0))" } ?? ""
+    FileHandle.standardError.write(Data("vault-example: \(e.description)\(status)\n".utf8))
     exit(1)
 } catch {
     FileHandle.standardError.write(Data("vault-example: \(error)\n".utf8))
