@@ -8,10 +8,28 @@ import Glibc
 /// What the kernel says about a peer process beyond SO_PEERCRED (DESIGN §5): its Flatpak
 /// app ID and its executable. Nothing the client sends is consulted.
 enum PeerIdentity {
-    /// `[Application] name` from `/proc/PID/root/.flatpak-info`: only a sandbox can put a file
-    /// there (the host's `/` is root's), so its presence means a sandboxed app.
-    static func flatpakAppID(pid: pid_t) -> String? {
+    /// What `/proc/PID/root/.flatpak-info` says of a peer.
+    enum Sandbox: Equatable {
+        /// No such file: a host process.
+        case none
+        /// A sandboxed app with this Flatpak ID (`[Application] name`).
+        case flatpak(String)
+        /// The file is there but names no app, or vaultd cannot look: a sandbox it cannot
+        /// identify, which must get neither the admin surface nor an app tier.
+        case unidentifiable
+    }
+
+    /// Only a sandbox can put a file at `/.flatpak-info` (the host's `/` is root's), so its
+    /// presence means a sandboxed app.
+    static func sandbox(pid: pid_t) -> Sandbox {
         let path = "/proc/\(pid)/root/.flatpak-info"
+        var st = stat()
+        if stat(path, &st) != 0 { return errno == ENOENT ? .none : .unidentifiable }
+        return flatpakAppID(path: path).map(Sandbox.flatpak) ?? .unidentifiable
+    }
+
+    /// `[Application] name` from a `.flatpak-info` file.
+    static func flatpakAppID(path: String) -> String? {
         guard let data = FileManager.default.contents(atPath: path), data.count < 1 << 20,
             let text = String(data: data, encoding: .utf8)
         else { return nil }
@@ -43,8 +61,16 @@ enum PeerIdentity {
 
     /// The caller for a connected peer.
     static func caller(for peer: PeerCredentials, vault: Vault) -> Caller? {
+        var flatpakID: String?
+        switch sandbox(pid: peer.pid) {
+        case .none: break
+        case .flatpak(let id): flatpakID = id
+        case .unidentifiable:
+            log("refused pid \(peer.pid): a sandbox whose .flatpak-info names no app (or cannot be read)")
+            return nil
+        }
         do {
-            return try vault.caller(flatpakAppID: flatpakAppID(pid: peer.pid), executable: executable(pid: peer.pid))
+            return try vault.caller(flatpakAppID: flatpakID, executable: executable(pid: peer.pid))
         } catch {
             log("cannot identify peer pid \(peer.pid): \(error)")
             return nil

@@ -5,6 +5,10 @@ import VaultProtocol
 import Glibc
 #endif
 
+/// Serializes the registry changes that read, then write (register, and a Flatpak app's
+/// registration on first contact); the engine lock is not reentrant, so it cannot span them.
+private let registration = NSLock()
+
 extension Vault {
     /// Registers `appID` (a new install generation each time), identified by `executable`
     /// (`/proc/PID/exe`) or, with `flatpak`, by its Flatpak ID. Owner only. Throws
@@ -14,9 +18,11 @@ extension Vault {
         keepCredentialsOnReinstall: Bool = false, caller: Caller
     ) throws -> AppRecord {
         try requireOwner(caller)
-        return try register(
-            appID, executable: executable, flatpak: flatpak, accessGroups: accessGroups, appGroups: appGroups,
-            keepCredentialsOnReinstall: keepCredentialsOnReinstall)
+        return try registration.withLock {
+            try register(
+                appID, executable: executable, flatpak: flatpak, accessGroups: accessGroups, appGroups: appGroups,
+                keepCredentialsOnReinstall: keepCredentialsOnReinstall)
+        }
     }
 
     private func register(
@@ -84,10 +90,20 @@ extension Vault {
     /// `/proc/PID/root/.flatpak-info`) or its executable (`/proc/PID/exe`). A Flatpak app
     /// not yet known is registered on first contact with its own group only. Anything
     /// unidentified is the owner (admin surface, no app tier).
+    /// A Flatpak ID that names an installed app registered by executable is refused
+    /// (PermissionDenied): a sandbox cannot take over a registered app and its groups.
     public func caller(flatpakAppID: String?, executable: String?) throws -> Caller {
         if let id = flatpakAppID {
-            if let a = try locked({ try apps.find(id) }), a.installed, a.flatpak { return a.caller }
-            return try register(id, executable: nil, flatpak: true, accessGroups: [], appGroups: [], keepCredentialsOnReinstall: false).caller
+            // Look and register as one step, so two first contacts make one generation.
+            return try registration.withLock {
+                if let a = try locked({ try apps.find(id) }), a.installed {
+                    guard a.flatpak else {
+                        throw VaultError(.permissionDenied, "a sandbox names \(id), an app registered by its executable")
+                    }
+                    return a.caller
+                }
+                return try register(id, executable: nil, flatpak: true, accessGroups: [], appGroups: [], keepCredentialsOnReinstall: false).caller
+            }
         }
         if let exe = executable, let a = try locked({ try apps.all() }).first(where: { $0.installed && !$0.flatpak && $0.executable == exe }) {
             return a.caller
@@ -117,15 +133,18 @@ extension Vault {
     /// a new generation). vaultd calls this at start and then periodically.
     public func scanExecutables() {
         guard let all = try? locked({ try apps.all() }) else { return }
-        for a in all where !a.flatpak {
-            guard let exe = a.executable else { continue }
-            let exists = access(exe, F_OK) == 0
-            if a.installed && !exists {
-                _ = try? markUninstalled(a.appID, executableMissing: true)
-            } else if !a.installed && a.executableMissing && exists {
-                _ = try? register(
-                    a.appID, executable: exe, flatpak: false, accessGroups: a.accessGroups, appGroups: a.appGroups,
-                    keepCredentialsOnReinstall: a.keepCredentialsOnReinstall)
+        for listed in all where !listed.flatpak && listed.executable != nil {
+            registration.withLock {
+                // Decide on the current record: an install since the listing may have changed it.
+                guard let a = try? locked({ try apps.find(listed.appID) }), !a.flatpak, let exe = a.executable else { return }
+                let exists = access(exe, F_OK) == 0
+                if a.installed && !exists {
+                    _ = try? markUninstalled(a.appID, executableMissing: true)
+                } else if !a.installed && a.executableMissing && exists {
+                    _ = try? register(
+                        a.appID, executable: exe, flatpak: false, accessGroups: a.accessGroups, appGroups: a.appGroups,
+                        keepCredentialsOnReinstall: a.keepCredentialsOnReinstall)
+                }
             }
         }
     }
