@@ -28,6 +28,8 @@ let package = Package(
         .executableTarget(name: "git-credential-vault", dependencies: ["VaultClient"]),
         // An app that uses VaultClient as a real one would; tests copy it to act as several apps.
         .executableTarget(name: "vault-example", dependencies: ["VaultClient"], path: "Examples/vault-example"),
+        // The benchmark: vaultd against gnome-keyring (libsecret) and the bare socket round trip.
+        .executableTarget(name: "vault-bench", dependencies: ["VaultClient", "VaultProtocol", "DesktopKeyring", "CSecret"], path: "Benchmarks/vault-bench"),
 
         .testTarget(name: "VaultProtocolTests", dependencies: ["VaultProtocol"]),
         .testTarget(name: "VaultCoreTests", dependencies: ["VaultCore"]),

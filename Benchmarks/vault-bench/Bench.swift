@@ -1,0 +1,168 @@
+import Foundation
+import VaultClient
+import VaultProtocol
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// vault-bench: vaultd against the desktop keyring (gnome-keyring through libsecret), dconf
+/// and the bare AF_UNIX round trip, on this machine, in one run (issue #8).
+enum Bench {
+    nonisolated(unsafe) static var verbose = true
+
+    static func main(_ arguments: [String]) -> Int32 {
+        let options: Options
+        do {
+            options = try Options.parse(arguments)
+        } catch let e as Options.UsageError {
+            if e.description.isEmpty {
+                print(Options.usage)
+                return 0
+            }
+            warn("\(e.description)\n\(Options.usage)")
+            return 64
+        } catch {
+            return 64
+        }
+        verbose = options.verbose
+        signal(SIGPIPE, SIG_IGN)
+        if let e = options.echoServer { Floor.serve(path: e.path, request: e.request, reply: e.reply) }
+        do {
+            if let results = options.innerKeyringResults {
+                try KeyringBench.inner(options, results: results, pidFile: options.pidFile)
+                return 0
+            }
+            let report = try run(options)
+            if options.json {
+                FileHandle.standardOutput.write(report.jsonData)
+                FileHandle.standardOutput.write(Data("\n".utf8))
+            } else {
+                print(report.text, terminator: "")
+            }
+            return 0
+        } catch {
+            warn("\(error)")
+            return 1
+        }
+    }
+
+    static func run(_ options: Options) throws -> Report {
+        guard let vaultd = options.vaultdPath ?? Spawn.sibling("vaultd") ?? Spawn.which("vaultd") else {
+            throw BenchError("no vaultd next to vault-bench or in PATH; build it (swift build -c release) or give --vaultd PATH")
+        }
+        let started = Date()
+        let root = try Temp.directory("vault-bench")
+        defer { Temp.remove(root) }
+        let cache = VaultCache(options: options, binary: vaultd)
+        var entries: [Entry] = []
+        var rss: Int?
+        var startup: Double?
+        let largest = options.items.max()!
+        // The whole-process comparison runs where the keyring's item count is (or the nearest).
+        let processLevel = options.items.min { abs($0 - options.keyringItems) < abs($1 - options.keyringItems) }!
+        for (index, n) in options.items.enumerated() {
+            let data = try cache.prepare(items: n, workRoot: root)
+            let instanceRoot = root + "/vaultd-\(n)"
+            mkdir(instanceRoot, 0o700)
+            let vault = VaultdInstance(binary: vaultd, root: instanceRoot, dataDirectory: data)
+            try vault.start()
+            defer { vault.stop() }
+            let count = try vault.itemCount()
+            guard count == n else { throw BenchError("the vault for \(n) items holds \(count)") }
+            progress("vaultd with \(n) items")
+            let w = VaultdWorkloads(instance: vault, items: n, options: options)
+            if index == 0 {
+                // 5. the floor: the same bytes as a lookup, over a bare socket to another process.
+                let sizes = try Floor.lookupSizes(socketPath: vault.socketPath, index: 0, options: options)
+                let echo = try Floor.start(root: root, request: sizes.request, reply: sizes.reply)
+                defer {
+                    kill(echo.pid, SIGTERM)
+                    _ = Spawn.wait(echo.pid, timeout: 5)
+                }
+                for c in options.clients {
+                    entries.append(try Floor.roundTrips(path: echo.path, request: sizes.request, reply: sizes.reply, clients: c, options: options))
+                }
+            }
+            // 1. lookups.
+            entries += try w.lookups()
+            // 2. durable writes.
+            entries += try w.writes()
+            // 3. preferences (independent of the item count: measured once).
+            if index == 0 { entries += try w.preferences() }
+            if n == processLevel, let e = try w.itemGetProcess() { entries.append(e) }
+            if n == largest {
+                rss = vault.pid.flatMap(residentBytes)
+                vault.stop()
+                // 4. start-up: launch to the first answered lookup.
+                startup = try measureStartup(vault, items: n, runs: options.startupRuns)
+            } else {
+                vault.stop()
+            }
+            Temp.remove(data)
+        }
+        if options.compareKeyring {
+            do {
+                entries += try KeyringBench.run(options)
+            } catch {
+                warn("the keyring comparison failed: \(error)")
+            }
+        }
+        let f = DateFormatter()
+        f.locale = Locale(identifier: "en_US_POSIX")
+        f.dateFormat = "yyyy-MM-dd HH:mm"
+        f.timeZone = TimeZone(identifier: "UTC")
+        var report = Report(
+            date: f.string(from: started) + " UTC", machine: Report.machineDescription(),
+            settings: [
+                "items": options.items.map(String.init).joined(separator: ","), "clients": options.clients.map(String.init).joined(separator: ","),
+                "write-clients": options.writeClients.map(String.init).joined(separator: ","), "seconds": String(options.seconds),
+                "reps": String(options.repetitions), "warmup": String(options.warmup), "secret-size": String(options.secretSize),
+                "keyring-items": options.compareKeyring ? String(options.keyringItems) : "-",
+                "duration-s": String(format: "%.0f", Date().timeIntervalSince(started)),
+            ],
+            workloads: entries, rss_bytes: rss, rss_items: largest, startup_ms: startup, targets: [])
+        report.judge()
+        return report
+    }
+
+    /// Launch to the first answered lookup (a random item, with its secret), in ms; median
+    /// of `runs` starts on the same data directory.
+    static func measureStartup(_ vault: VaultdInstance, items: Int, runs: Int) throws -> Double {
+        var times: [Double] = []
+        var rng = XorShift(seed: 7)
+        for _ in 0..<runs {
+            let i = rng.next(below: items)
+            let t0 = try vault.launch()
+            var answered: UInt64?
+            let deadline = t0 + 60_000_000_000
+            while answered == nil && now() < deadline {
+                if let c = try? VaultConnection(socketPath: vault.socketPath) {
+                    let q = Query(.genericPassword, BenchItem.attributes(i))
+                    if let r = try? Keychain_copy(c, q), r {
+                        answered = now()
+                        break
+                    }
+                }
+                if let p = vault.pid, let status = Spawn.wait(p, timeout: 0) {
+                    throw BenchError("vaultd exited (status \(status)) during start-up; log:\n\(vault.log)")
+                }
+                usleep(200)
+            }
+            vault.stop()
+            guard let a = answered else { throw BenchError("vaultd did not answer within 60 s of its launch") }
+            times.append(Double(a - t0) / 1e6)
+        }
+        let m = median(times)
+        progress(String(format: "start-up with %d items: %.0f ms (median of %d)", items, m, runs))
+        return m
+    }
+
+    /// One CopyMatching with data on a bare connection (no Hello): true when the secret came.
+    private static func Keychain_copy(_ c: VaultConnection, _ q: Query) throws -> Bool {
+        let r = try c.call(
+            "io.vaultd.Keychain.CopyMatching",
+            ["class": "genericPassword", "query": q.attributes.json, "matchLimit": "one", "returnData": true, "returnAttributes": false])
+        return r["items"]?.arrayValue?.first?["data"]?.stringValue != nil
+    }
+}

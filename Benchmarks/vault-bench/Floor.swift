@@ -1,0 +1,112 @@
+import Foundation
+import VaultProtocol
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The floor: a bare AF_UNIX round trip between the bench and a child process of it that
+/// answers each request of `request` bytes with `reply` bytes — what any daemon answering
+/// over a Unix socket pays before doing any work. No JSON, no allocation per call.
+enum Floor {
+    /// Serves round trips until killed (`vault-bench --echo-server PATH REQUEST REPLY`).
+    static func serve(path: String, request: Int, reply: Int) -> Never {
+        signal(SIGPIPE, SIG_IGN)
+        let listener: UnixSocket
+        do {
+            listener = try UnixSocket()
+            try listener.bindAndListen(path: path)
+        } catch {
+            warn("echo server: \(error)")
+            exit(1)
+        }
+        while true {
+            guard let conn = try? listener.accept() else { continue }
+            let t = Thread {
+                var inBuf = [UInt8](repeating: 0, count: request)
+                let out = [UInt8](repeating: UInt8(ascii: "x"), count: reply)
+                while readExactly(conn.fd, &inBuf) && writeAll(conn.fd, out) {}
+                conn.close()
+            }
+            t.stackSize = 1 << 18
+            t.start()
+        }
+    }
+
+    static func readExactly(_ fd: Int32, _ buf: inout [UInt8]) -> Bool {
+        let count = buf.count
+        return buf.withUnsafeMutableBytes { b in
+            var off = 0
+            while off < count {
+                let n = recv(fd, b.baseAddress! + off, count - off, 0)
+                if n > 0 { off += n } else if n < 0 && errno == EINTR { continue } else { return false }
+            }
+            return true
+        }
+    }
+
+    static func writeAll(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
+        bytes.withUnsafeBytes { b in
+            var off = 0
+            while off < b.count {
+                let n = send(fd, b.baseAddress! + off, b.count - off, Int32(MSG_NOSIGNAL))
+                if n > 0 { off += n } else if n < 0 && errno == EINTR { continue } else { return false }
+            }
+            return true
+        }
+    }
+
+    /// The byte sizes of a lookup's request and reply on the wire (with their NULs), measured
+    /// with one real call to vaultd.
+    static func lookupSizes(socketPath: String, index: Int, options: Options) throws -> (request: Int, reply: Int) {
+        let call = VarlinkCall(
+            method: "io.vaultd.Keychain.CopyMatching",
+            parameters: [
+                "class": "genericPassword", "query": BenchItem.attributes(index).json, "matchLimit": "one", "returnData": true,
+                "returnAttributes": false,
+            ])
+        let s = try UnixSocket()
+        try s.connect(path: socketPath)
+        let stream = VarlinkStream(socket: s)
+        try stream.send(call.json)
+        guard let reply = try stream.receive() else { throw BenchError("vaultd closed the connection") }
+        guard reply["error"] == nil else { throw BenchError("lookup failed: \(reply.text)") }
+        return (call.json.serialized().count + 1, reply.serialized().count + 1)
+    }
+
+    /// Starts the echo server as a child process; returns its pid once it accepts.
+    static func start(root: String, request: Int, reply: Int) throws -> (pid: pid_t, path: String) {
+        let path = root + "/floor.sock"
+        let pid = try Spawn.start(
+            Spawn.selfPath, ["--echo-server", path, String(request), String(reply)], environment: ProcessInfo.processInfo.environment,
+            stdout: .devNull, stderr: .inherit)
+        for _ in 0..<2000 {
+            if let s = try? UnixSocket(), (try? s.connect(path: path)) != nil { return (pid, path) }
+            usleep(1000)
+        }
+        kill(pid, SIGKILL)
+        _ = Spawn.wait(pid, timeout: 5)
+        throw BenchError("the floor's echo server did not start")
+    }
+
+    /// Round trips on `clients` connections.
+    static func roundTrips(path: String, request: Int, reply: Int, clients: Int, options: Options) throws -> Entry {
+        var sockets: [UnixSocket] = []
+        defer { for s in sockets { s.close() } }
+        return try measure(
+            "lookup", system: "floor", items: 0, clients: clients, options: options,
+            note: "bare AF_UNIX round trip, \(request) B request / \(reply) B reply"
+        ) { _ in
+            let s = try UnixSocket()
+            try s.connect(path: path)
+            sockets.append(s)
+            let fd = s.fd
+            let out = [UInt8](repeating: UInt8(ascii: "q"), count: request)
+            var inBuf = [UInt8](repeating: 0, count: reply)
+            return { _ in
+                guard writeAll(fd, out), readExactly(fd, &inBuf) else { throw BenchError("floor: the echo server closed the connection") }
+                return true
+            }
+        }
+    }
+}

@@ -1,0 +1,158 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// CLOCK_MONOTONIC in nanoseconds.
+@inline(__always)
+func now() -> UInt64 {
+    var ts = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return UInt64(ts.tv_sec) &* 1_000_000_000 &+ UInt64(ts.tv_nsec)
+}
+
+/// One row of the results: a workload on one system at one size.
+struct Entry: Codable {
+    var name: String
+    /// "vaultd", "keyring", "floor" or "dconf".
+    var system: String
+    var items: Int
+    var clients: Int
+    var p50_us: Double
+    var p99_us: Double
+    var ops_per_s: Double
+    /// Operations timed, over all repetitions.
+    var ops: Int
+    /// What was measured, in words (for the table's notes).
+    var note: String?
+}
+
+/// One timed run: every operation's latency, and the wall time from the common start to
+/// the last client's end.
+struct Run {
+    var latencies: [UInt64]
+    var elapsed: UInt64
+    var failures: Int
+
+    var p50: Double { percentile(0.50) }
+    var p99: Double { percentile(0.99) }
+    var opsPerSecond: Double { elapsed == 0 ? 0 : Double(latencies.count) / (Double(elapsed) / 1e9) }
+
+    /// Microseconds at the given fraction of the sorted latencies (nearest rank).
+    func percentile(_ q: Double) -> Double {
+        guard !latencies.isEmpty else { return 0 }
+        let i = min(latencies.count - 1, max(0, Int((q * Double(latencies.count)).rounded(.up)) - 1))
+        return Double(latencies[i]) / 1000
+    }
+}
+
+func median(_ values: [Double]) -> Double {
+    guard !values.isEmpty else { return 0 }
+    let s = values.sorted()
+    return s.count % 2 == 1 ? s[s.count / 2] : (s[s.count / 2 - 1] + s[s.count / 2]) / 2
+}
+
+/// A client's operation: called with the iteration number; returns false when the client
+/// has nothing left to do (e.g. every item it added is deleted).
+typealias Operation = (Int) throws -> Bool
+
+/// Runs `clients` threads, each with the operation `make(client)` built before the clock
+/// starts, all released together; each stops at the deadline (`seconds` after the start;
+/// infinity: when its operation returns false). Latencies are sorted on return.
+func timedRun(clients: Int, seconds: Double, make: (Int) throws -> Operation) throws -> Run {
+    let operations = try (0..<clients).map { try make($0) }
+    final class Slot: @unchecked Sendable {
+        var latencies: [UInt64] = []
+        var end: UInt64 = 0
+        var failures = 0
+        var firstError: String?
+    }
+    let slots = (0..<clients).map { _ in Slot() }
+    let ready = DispatchSemaphore(value: 0)
+    let go = DispatchSemaphore(value: 0)
+    let done = DispatchGroup()
+    let start = LockedValue<UInt64>(0)
+    let budget: UInt64 = seconds.isFinite ? UInt64(seconds * 1e9) : UInt64.max
+    for c in 0..<clients {
+        done.enter()
+        let op = operations[c]
+        let slot = slots[c]
+        let t = Thread {
+            slot.latencies.reserveCapacity(seconds.isFinite ? min(2_000_000, Int(seconds * 200_000) + 16) : 1024)
+            ready.signal()
+            go.wait()
+            let deadline = budget == .max ? UInt64.max : start.value + budget
+            var i = 0
+            while true {
+                let t0 = now()
+                let more: Bool
+                do {
+                    more = try op(i)
+                } catch {
+                    slot.failures += 1
+                    if slot.firstError == nil { slot.firstError = "\(error)" }
+                    if slot.failures > 10 { break }
+                    i += 1
+                    continue
+                }
+                let t1 = now()
+                if !more { slot.end = t0; break }
+                slot.latencies.append(t1 - t0)
+                i += 1
+                if t1 >= deadline { slot.end = t1; break }
+            }
+            if slot.end == 0 { slot.end = now() }
+            done.leave()
+        }
+        t.stackSize = 1 << 20
+        t.start()
+    }
+    for _ in 0..<clients { ready.wait() }
+    start.value = now()
+    for _ in 0..<clients { go.signal() }
+    done.wait()
+    let s = start.value
+    var all: [UInt64] = []
+    all.reserveCapacity(slots.reduce(0) { $0 + $1.latencies.count })
+    var failures = 0
+    for slot in slots {
+        all += slot.latencies
+        failures += slot.failures
+        if let e = slot.firstError { warn("an operation failed: \(e)") }
+    }
+    all.sort()
+    let end = slots.map(\.end).max() ?? s
+    return Run(latencies: all, elapsed: end > s ? end - s : 0, failures: failures)
+}
+
+/// Warm-up, then `repetitions` timed runs; the entry holds the median p50, p99 and ops/s.
+func measure(
+    _ name: String, system: String, items: Int, clients: Int, options: Options, note: String? = nil,
+    make: (Int) throws -> Operation
+) throws -> Entry {
+    if options.warmup > 0 { _ = try timedRun(clients: clients, seconds: options.warmup, make: make) }
+    var runs: [Run] = []
+    for _ in 0..<options.repetitions { runs.append(try timedRun(clients: clients, seconds: options.seconds, make: make)) }
+    return summarize(name, system: system, items: items, clients: clients, runs: runs, note: note)
+}
+
+func summarize(_ name: String, system: String, items: Int, clients: Int, runs: [Run], note: String? = nil) -> Entry {
+    let failures = runs.reduce(0) { $0 + $1.failures }
+    if failures > 0 { warn("\(name) on \(system) (\(items) items, \(clients) clients): \(failures) operations failed") }
+    let e = Entry(
+        name: name, system: system, items: items, clients: clients, p50_us: median(runs.map(\.p50)), p99_us: median(runs.map(\.p99)),
+        ops_per_s: median(runs.map(\.opsPerSecond)), ops: runs.reduce(0) { $0 + $1.latencies.count }, note: note)
+    progress(String(format: "%@ %@ items=%d clients=%d: p50 %.1f µs, p99 %.1f µs, %.0f ops/s", name, system, items, clients, e.p50_us, e.p99_us, e.ops_per_s))
+    return e
+}
+
+final class LockedValue<T>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var stored: T
+    init(_ v: T) { stored = v }
+    var value: T {
+        get { lock.withLock { stored } }
+        set { lock.withLock { stored = newValue } }
+    }
+}
