@@ -1,0 +1,463 @@
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Issue #4, apps, identity and install state (DESIGN §5), through the real socket: copies of
+/// vault-example at different paths are different apps; a sandbox (bubblewrap with a
+/// `/.flatpak-info`) is identified by its Flatpak ID; a peer of another uid is refused.
+@Suite struct AppsTests {
+    static let appA = "org.example.A"
+    static let appB = "org.example.B"
+    static let appC = "org.example.C"
+    static let tokenFilter = ["--service", "token", "--account", "token"]
+    static let missingEntitlement = "io.vaultd.Keychain.MissingEntitlement"
+
+    /// A daemon with a vault (no passphrase: always unlocked).
+    static func daemon() throws -> Daemon {
+        let d = try Daemon()
+        let i = d.ctl(["init", "--no-passphrase"])
+        guard i.status == 0 else {
+            d.close()
+            throw HarnessError("init failed: \(i)")
+        }
+        return d
+    }
+
+    /// Asserts that an app's command was refused with MissingEntitlement (-34018).
+    static func expectMissingEntitlement(_ r: ProcessResult, _ what: String, sourceLocation: SourceLocation = #_sourceLocation) {
+        #expect(r.status == 1, "\(what): \(r)", sourceLocation: sourceLocation)
+        #expect(r.stderr.contains(missingEntitlement), "\(what): \(r)", sourceLocation: sourceLocation)
+        #expect(r.stderr.contains("-34018"), "\(what): \(r)", sourceLocation: sourceLocation)
+        #expect(r.stdout.isEmpty, "\(what) printed something: \(r)", sourceLocation: sourceLocation)
+    }
+
+    // MARK: Identity by executable path
+
+    @Test func anotherAppCannotReadUpdateDeleteOrListAnAppsToken() throws {
+        let d = try Self.daemon()
+        defer { d.close() }
+        let a = try d.placeExample("a"), b = try d.placeExample("b")
+        try d.install(Self.appA, exe: a)
+        try d.install(Self.appB, exe: b)
+        #expect(try d.launch(a).appID == Self.appA)
+        #expect(try d.launch(b).appID == Self.appB, "the same binary at another path is another app")
+
+        let set = d.app(a, ["token", "set"], stdin: Data("token-of-A".utf8))
+        try #require(set.status == 0, "\(set)")
+        #expect(d.app(a, ["token", "get"]).stdoutText == "token-of-A")
+
+        let group = ["--access-group", Self.appA] + Self.tokenFilter
+        Self.expectMissingEntitlement(d.app(b, ["item", "get"] + group), "B reads A's token")
+        Self.expectMissingEntitlement(d.app(b, ["item", "update"] + group, stdin: Data("hijacked".utf8)), "B updates A's token")
+        Self.expectMissingEntitlement(d.app(b, ["item", "delete"] + group), "B deletes A's token")
+        Self.expectMissingEntitlement(d.app(b, ["item", "list", "--access-group", Self.appA]), "B lists A's group")
+        Self.expectMissingEntitlement(
+            d.app(b, ["item", "add", "--access-group", Self.appA, "--service", "planted", "--account", "x"], stdin: Data("p".utf8)),
+            "B adds into A's group")
+
+        // Without naming a group, B sees only its own groups: nothing of A's.
+        let list = d.app(b, ["item", "list"])
+        #expect(!list.stdoutText.contains(Self.appA) && !list.stdoutText.contains("token"), "\(list)")
+        let own = d.app(b, ["token", "get"])
+        #expect(own.status == 1 && own.stderr.contains("io.vaultd.Keychain.ItemNotFound"), "\(own)")
+        #expect(!own.stdoutText.contains("token-of-A"))
+
+        // A's token is unchanged, and nothing was planted in A's group.
+        #expect(d.app(a, ["token", "get"]).stdoutText == "token-of-A")
+        let owner = d.ctl(["item", "list", "--access-group", Self.appA])
+        #expect(owner.status == 0, "\(owner)")
+        #expect(owner.stdoutText.split(separator: "\n").count == 1, "\(owner)")
+        #expect(!owner.stdoutText.contains("planted"), "\(owner)")
+    }
+
+    @Test func aSharedAccessGroupOrAppGroupIsReadableByBothMembersOnly() throws {
+        let d = try Self.daemon()
+        defer { d.close() }
+        let a = try d.placeExample("a"), b = try d.placeExample("b"), c = try d.placeExample("c")
+        let shared = ["--access-group", "com.example.shared", "--app-group", "group.org.example.suite"]
+        try d.install(Self.appA, exe: a, shared)
+        try d.install(Self.appB, exe: b, shared)
+        try d.install(Self.appC, exe: c)
+
+        for group in ["com.example.shared", "group.org.example.suite"] {
+            let item = ["--access-group", group, "--service", "svc", "--account", "acct"]
+            let add = d.app(a, ["item", "add"] + item, stdin: Data("shared in \(group)".utf8))
+            try #require(add.status == 0, "\(add)")
+            let byB = d.app(b, ["item", "get"] + item)
+            #expect(byB.status == 0, "\(byB)")
+            #expect(byB.stdoutText == "shared in \(group)")
+            let byA = d.app(a, ["item", "get"] + item)
+            #expect(byA.stdoutText == "shared in \(group)")
+            Self.expectMissingEntitlement(d.app(c, ["item", "get"] + item), "C (not a member) reads \(group)")
+        }
+        // B may update the shared item, and A sees the change.
+        let item = ["--access-group", "com.example.shared", "--service", "svc", "--account", "acct"]
+        #expect(d.app(b, ["item", "update"] + item, stdin: Data("updated by B".utf8)).status == 0)
+        #expect(d.app(a, ["item", "get"] + item).stdoutText == "updated by B")
+    }
+
+    @Test func anUnregisteredProcessGetsNoAppIdentityWhateverItSends() throws {
+        let d = try Self.daemon()
+        defer { d.close() }
+        let a = try d.placeExample("a")
+        let unregistered = try d.placeExample("unregistered")  // the same bytes as A, another path
+        try d.install(Self.appA, exe: a)
+        #expect(d.app(a, ["token", "set"], stdin: Data("A".utf8)).status == 0)
+        #expect(d.app(a, ["defaults", "set", "colour", "blue"]).status == 0)
+
+        let launch = try d.launch(unregistered)
+        #expect(launch.appID == nil, "\(launch)")
+        #expect(launch.generation == nil && !launch.firstLaunch && launch.wiped == 0, "\(launch)")
+        // It has no app tier: no cache directory or preferences domain of its own.
+        let cache = d.app(unregistered, ["cache", "path"])
+        #expect(cache.status != 0 && !cache.stdoutText.contains(Self.appA), "\(cache)")
+        let prefs = d.app(unregistered, ["defaults", "get", "colour"])
+        #expect(prefs.status != 0 && !prefs.stdoutText.contains("blue"), "\(prefs)")
+
+        // Nothing it sends makes it an app: Hello takes no parameters, and a claimed app ID
+        // changes nothing on the connection.
+        let c = try d.connect()
+        for params: [String: Any] in [
+            ["appID": Self.appA], ["appID": Self.appA, "generation": "x", "executable": a], ["flatpak": Self.appA],
+        ] {
+            let claim = try c.call("io.vaultd.Vault.Hello", params)
+            #expect(claim.errorName == "org.varlink.service.InvalidParameter" || claim.parameters?["appID"] is NSNull, "\(claim)")
+        }
+        let hello = try c.call("io.vaultd.Vault.Hello", [:])
+        #expect(hello.errorName == nil, "\(hello)")
+        #expect(hello.parameters?["appID"] is NSNull, "\(hello)")
+        #expect(hello.parameters?["firstLaunch"] as? Bool == false, "\(hello)")
+        let dir = try c.call("io.vaultd.Caches.Directory", [:])
+        #expect(dir.errorName != nil, "the owner must name an app: \(dir)")
+        let get = try c.call("io.vaultd.Preferences.Get", ["key": "colour"])
+        #expect(get.errorName != nil, "the owner must name a domain: \(get)")
+        // An Add without a group goes to the owner's group `user`, never to A's.
+        let add = try c.call(
+            "io.vaultd.Keychain.Add",
+            ["class": "genericPassword", "attributes": ["service": "s", "account": "u"], "data": Data("x".utf8).base64EncodedString()])
+        #expect((add.parameters?["attributes"] as? [String: Any])?["accessGroup"] as? String == "user", "\(add)")
+
+        // After uninstall, A's own executable is unidentified as well.
+        #expect(d.ctl(["app", "uninstall", Self.appA]).status == 0)
+        #expect(try d.launch(a).appID == nil)
+    }
+
+    // MARK: Install state
+
+    @Test func reinstallWipesLeftoverCredentialsOnItsFirstLaunch() throws {
+        let d = try Self.daemon()
+        defer { d.close() }
+        let a = try d.placeExample("a")
+        let installed = try d.install(Self.appA, exe: a)
+        let first = try d.launch(a)
+        #expect(first.appID == Self.appA && first.firstLaunch && first.wiped == 0, "\(first)")
+        #expect(first.generation == installed["generation"] as? String)
+        #expect(try d.launch(a).firstLaunch == false)
+
+        #expect(d.app(a, ["token", "set"], stdin: Data("tok-1".utf8)).status == 0)
+        #expect(d.app(a, ["defaults", "set", "colour", "blue"]).status == 0)
+        let cachePath = d.app(a, ["cache", "path"]).stdoutText.trimmingCharacters(in: .newlines)
+        #expect(d.app(a, ["cache", "write", "blob", "4096"]).status == 0)
+        #expect(FileManager.default.fileExists(atPath: cachePath + "/blob"), "\(cachePath)")
+        #expect(d.ctl(["defaults", "read", Self.appA, "colour"]).stdoutText == "blue\n")
+
+        let uninstall = d.ctl(["app", "uninstall", Self.appA])
+        #expect(uninstall.status == 0, "\(uninstall)")
+        #expect(d.appShow(Self.appA)?["installed"] as? Bool == false)
+        // Preferences and cache are gone; the token row stays.
+        let prefs = d.ctl(["defaults", "read", Self.appA, "colour"])
+        #expect(prefs.status != 0 && !prefs.stdoutText.contains("blue"), "\(prefs)")
+        #expect(!FileManager.default.fileExists(atPath: cachePath), "the cache directory survived the uninstall")
+        let kept = d.ctl(["item", "list", "--access-group", Self.appA])
+        #expect(kept.status == 0 && kept.stdoutText.contains("service=\"token\""), "\(kept)")
+
+        let reinstalled = try d.install(Self.appA, exe: a)
+        #expect(reinstalled["generation"] as? String != installed["generation"] as? String)
+        let again = try d.launch(a)
+        #expect(again.appID == Self.appA && again.firstLaunch && again.wiped == 1, "\(again)")
+        #expect(again.generation == reinstalled["generation"] as? String)
+        let gone = d.app(a, ["token", "get"])
+        #expect(gone.status == 1 && gone.stderr.contains("io.vaultd.Keychain.ItemNotFound"), "\(gone)")
+        #expect(d.ctl(["item", "list", "--access-group", Self.appA]).stdoutText.isEmpty)
+        let second = try d.launch(a)
+        #expect(!second.firstLaunch && second.wiped == 0, "\(second)")
+
+        // A token stored under the new generation survives later launches.
+        #expect(d.app(a, ["token", "set"], stdin: Data("tok-2".utf8)).status == 0)
+        #expect(try d.launch(a).wiped == 0)
+        #expect(d.app(a, ["token", "get"]).stdoutText == "tok-2")
+    }
+
+    @Test func keepCredentialsOnReinstallKeepsTheToken() throws {
+        let d = try Self.daemon()
+        defer { d.close() }
+        let a = try d.placeExample("a")
+        try d.install(Self.appA, exe: a, ["--keep-credentials-on-reinstall"])
+        #expect(d.app(a, ["token", "set"], stdin: Data("kept".utf8)).status == 0)
+        #expect(d.ctl(["app", "uninstall", Self.appA]).status == 0)
+        let reinstalled = try d.install(Self.appA, exe: a, ["--keep-credentials-on-reinstall"])
+        #expect(reinstalled["keepCredentialsOnReinstall"] as? Bool == true)
+        let launch = try d.launch(a)
+        #expect(launch.firstLaunch && launch.wiped == 0, "\(launch)")
+        #expect(d.app(a, ["token", "get"]).stdoutText == "kept")
+    }
+
+    @Test func reinstallLeavesAnItemOfAGroupSharedWithAnotherInstalledApp() throws {
+        let d = try Self.daemon()
+        defer { d.close() }
+        let a = try d.placeExample("a"), b = try d.placeExample("b")
+        for (id, exe) in [(Self.appA, a), (Self.appB, b)] {
+            try d.install(id, exe: exe, ["--access-group", "com.example.shared", "--app-group", "group.org.example.suite"])
+        }
+        let shared = ["--access-group", "com.example.shared", "--service", "svc", "--account", "acct"]
+        let suite = ["--access-group", "group.org.example.suite", "--service", "svc", "--account", "acct"]
+        #expect(d.app(a, ["item", "add"] + shared, stdin: Data("shared".utf8)).status == 0)
+        #expect(d.app(a, ["item", "add"] + suite, stdin: Data("suite".utf8)).status == 0)
+        #expect(d.app(a, ["token", "set"], stdin: Data("own".utf8)).status == 0)
+
+        #expect(d.ctl(["app", "uninstall", Self.appA]).status == 0)
+        try d.install(Self.appA, exe: a, ["--access-group", "com.example.shared", "--app-group", "group.org.example.suite"])
+        let launch = try d.launch(a)
+        #expect(launch.firstLaunch && launch.wiped == 1, "only A's own token goes: \(launch)")
+        #expect(d.app(b, ["item", "get"] + shared).stdoutText == "shared")
+        #expect(d.app(b, ["item", "get"] + suite).stdoutText == "suite")
+        #expect(d.app(a, ["item", "get"] + shared).stdoutText == "shared")
+        #expect(d.app(a, ["token", "get"]).status == 1)
+    }
+
+    @Test func aDeletedExecutableIsUninstalledAndItsReturnIsANewGeneration() throws {
+        let d = try Self.daemon()
+        defer { d.close() }
+        let a = try d.placeExample("a")
+        try d.install(Self.appA, exe: a)
+        let g1 = try d.launch(a).generation
+        #expect(d.app(a, ["defaults", "set", "colour", "blue"]).status == 0)
+        #expect(d.app(a, ["token", "set"], stdin: Data("t".utf8)).status == 0)
+
+        let aside = a + ".moved-away"
+        try #require(rename(a, aside) == 0)
+        let start = Date()
+        let gone = eventually(timeout: 3) { d.appShow(Self.appA)?["installed"] as? Bool == false }
+        #expect(gone, "still installed \(Date().timeIntervalSince(start)) s after its executable was deleted: \(d.appShow(Self.appA) ?? [:])")
+        // An uninstall: the preferences went; the token row stays until a first launch.
+        #expect(d.ctl(["defaults", "read", Self.appA, "colour"]).status != 0)
+        #expect(d.ctl(["item", "list", "--access-group", Self.appA]).stdoutText.contains("token"))
+
+        try #require(rename(aside, a) == 0)
+        let back = eventually(timeout: 3) { d.appShow(Self.appA)?["installed"] as? Bool == true }
+        #expect(back, "not reinstalled when its executable came back: \(d.appShow(Self.appA) ?? [:])")
+        let shown = d.appShow(Self.appA)
+        let g2 = shown?["generation"] as? String
+        #expect(g2 != nil && g2 != g1, "generation \(g1 ?? "nil") → \(g2 ?? "nil")")
+        let launch = try d.launch(a)
+        #expect(launch.appID == Self.appA && launch.generation == g2 && launch.firstLaunch && launch.wiped == 1, "\(launch)")
+    }
+
+    // MARK: Sandboxed apps (Flatpak identity)
+
+    /// Runs `app ARGS` in a bubblewrap sandbox whose `/.flatpak-info` names `flatpakID`, the
+    /// executable mounted at `inside` (default `/app/bin/app`), the socket's directory bound.
+    static func sandboxed(
+        _ d: Daemon, _ app: String, _ arguments: [String], flatpakID: String = "org.example.Sandboxed", inside: String = "/app/bin/app",
+        infoText: String? = nil, stdin: Data? = nil
+    ) throws -> ProcessResult {
+        let info = d.root + "/flatpak-info-\(UUID().uuidString)"
+        let text = infoText ?? "[Application]\nname=\(flatpakID)\n\n[Instance]\ninstance-id=1\n"
+        try Data(text.utf8).write(to: URL(fileURLWithPath: info))
+        let socketDir = (d.socketPath as NSString).deletingLastPathComponent
+        let bwrap = [
+            "--tmpfs", "/", "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
+            "--symlink", "usr/bin", "/bin", "--ro-bind", "/etc", "/etc", "--ro-bind", "/opt", "/opt",
+            "--ro-bind", info, "/.flatpak-info", "--bind", socketDir, socketDir, "--ro-bind", app, inside,
+            "--dev", "/dev", "--proc", "/proc", "--setenv", "VAULTD_SOCKET", d.socketPath, "--setenv", "HOME", "/tmp",
+            inside,
+        ]
+        return d.run("bwrap", bwrap + arguments, stdin: stdin)
+    }
+
+    @Test func aSandboxedAppIsIdentifiedByItsFlatpakIDAndKeptToItsOwnGroup() throws {
+        let d = try Self.daemon()
+        defer { d.close() }
+        let a = try d.placeExample("a")
+        try d.install(Self.appA, exe: a)
+        #expect(d.app(a, ["token", "set"], stdin: Data("token-of-A".utf8)).status == 0)
+        #expect(d.ctl(["item", "add", "--service", "owner-svc", "--account", "me"], stdin: Data("owner secret".utf8)).status == 0)
+        #expect(d.ctl(["defaults", "write", Self.appA, "colour", "blue"]).status == 0)
+        let sandboxedApp = try d.placeExample("sandboxed")
+
+        let launch = try Self.sandboxed(d, sandboxedApp, ["launch"])
+        try #require(launch.status == 0, "\(launch)")
+        let info = Launch(launch.jsonObject ?? [:])
+        #expect(info.appID == "org.example.Sandboxed" && info.firstLaunch, "\(info)")
+
+        // Registered on first contact, as a Flatpak app, with its own group only.
+        let shown = try #require(d.appShow("org.example.Sandboxed"), "not registered")
+        #expect(shown["flatpak"] as? Bool == true && shown["installed"] as? Bool == true, "\(shown)")
+        #expect(shown["keychainAccessGroups"] as? [String] == ["org.example.Sandboxed"], "\(shown)")
+        #expect(shown["appGroups"] as? [String] == [], "\(shown)")
+
+        Self.expectMissingEntitlement(
+            try Self.sandboxed(d, sandboxedApp, ["item", "get", "--access-group", "user", "--service", "owner-svc", "--account", "me"]),
+            "the sandbox reads the owner's item")
+        Self.expectMissingEntitlement(
+            try Self.sandboxed(d, sandboxedApp, ["item", "get", "--access-group", Self.appA] + Self.tokenFilter), "the sandbox reads A's token")
+        Self.expectMissingEntitlement(
+            try Self.sandboxed(d, sandboxedApp, ["item", "list", "--access-group", Self.appA]), "the sandbox lists A's group")
+        let listed = try Self.sandboxed(d, sandboxedApp, ["item", "list"])
+        #expect(!listed.stdoutText.contains("owner-svc") && !listed.stdoutText.contains(Self.appA), "\(listed)")
+        let prefs = try Self.sandboxed(d, sandboxedApp, ["defaults", "get", "colour", "--suite", Self.appA])
+        #expect(prefs.status == 1 && prefs.stderr.contains(Self.missingEntitlement), "\(prefs)")
+        // It is an app, not the owner: owner-only calls are refused.
+        let cache = try Self.sandboxed(d, sandboxedApp, ["cache", "path"])
+        #expect(cache.status == 0 && cache.stdoutText.contains("/org.example.Sandboxed"), "\(cache)")
+
+        let set = try Self.sandboxed(d, sandboxedApp, ["token", "set"], stdin: Data("sandbox token".utf8))
+        #expect(set.status == 0, "\(set)")
+        let get = try Self.sandboxed(d, sandboxedApp, ["token", "get"])
+        #expect(get.status == 0 && get.stdoutText == "sandbox token", "\(get)")
+        #expect(d.ctl(["item", "list", "--access-group", "org.example.Sandboxed"]).stdoutText.contains("service=\"token\""))
+        #expect(d.app(a, ["token", "get"]).stdoutText == "token-of-A", "A's token is untouched")
+    }
+
+    /// The Flatpak identity comes first: a sandbox running A's very executable at A's own path
+    /// is the sandboxed app, not A; and a sandbox cannot take over a registered app's ID.
+    @Test func aSandboxCannotPassForARegisteredApp() throws {
+        let d = try Self.daemon()
+        defer { d.close() }
+        let a = try d.placeExample("a")
+        let installedA = try d.install(Self.appA, exe: a)
+        #expect(d.app(a, ["token", "set"], stdin: Data("token-of-A".utf8)).status == 0)
+
+        let atAsPath = try Self.sandboxed(d, a, ["launch"], inside: a)
+        #expect(Launch(atAsPath.jsonObject ?? [:]).appID == "org.example.Sandboxed", "\(atAsPath)")
+        Self.expectMissingEntitlement(
+            try Self.sandboxed(d, a, ["item", "get", "--access-group", Self.appA] + Self.tokenFilter, inside: a),
+            "a sandbox at A's path reads A's token")
+
+        // A .flatpak-info naming A's app ID: refused or kept away from A's items, and A's
+        // registration (executable, generation) is unchanged.
+        let claim = try Self.sandboxed(d, a, ["item", "get", "--access-group", Self.appA] + Self.tokenFilter, flatpakID: Self.appA)
+        #expect(claim.status != 0 && !claim.stdoutText.contains("token-of-A"), "\(claim)")
+        let after = d.appShow(Self.appA)
+        #expect(after?["executable"] as? String == a && after?["flatpak"] as? Bool == false, "\(after ?? [:])")
+        #expect(after?["generation"] as? String == installedA["generation"] as? String, "\(after ?? [:])")
+        #expect(d.app(a, ["token", "get"]).stdoutText == "token-of-A")
+    }
+
+    /// A sandbox whose `/.flatpak-info` names no usable app is neither the owner (admin
+    /// surface) nor an app: it is refused.
+    @Test(arguments: ["", "[Application]\n", "[Instance]\nname=org.example.Sandboxed\n", "[Application]\nname=not an app id\n"])
+    func aSandboxVaultdCannotIdentifyIsRefused(_ infoText: String) throws {
+        let d = try Self.daemon()
+        defer { d.close() }
+        #expect(d.ctl(["item", "add", "--service", "owner-svc", "--account", "me"], stdin: Data("owner secret".utf8)).status == 0)
+        let app = try d.placeExample("sandboxed")
+        let launch = try Self.sandboxed(d, app, ["launch"], infoText: infoText)
+        #expect(launch.status != 0, "\(launch)")
+        let read = try Self.sandboxed(d, app, ["item", "get", "--access-group", "user", "--service", "owner-svc", "--account", "me"], infoText: infoText)
+        #expect(read.status != 0 && !read.stdoutText.contains("owner secret"), "\(read)")
+        let list = try Self.sandboxed(d, app, ["item", "list"], infoText: infoText)
+        #expect(!list.stdoutText.contains("owner-svc"), "\(list)")
+        #expect(d.ctl(["app", "list", "--json"]).jsonArray?.isEmpty == true, "nothing registered")
+    }
+
+    // MARK: Other users
+
+    @Test func aPeerOfAnotherUserIsRefusedAtConnect() throws {
+        let d = try Self.daemon()
+        defer { d.close() }
+        // Let another uid reach the socket, so the uid check is what refuses it.
+        for dir in [d.root, (d.socketPath as NSString).deletingLastPathComponent] { chmod(dir, 0o755) }
+        chmod(d.socketPath, 0o666)
+        let asNobody = ["--reuid=65534", "--regid=65534", "--clear-groups"]
+        var env = d.environment
+        env["HOME"] = "/"
+        let r = try ChildProcess.run("setpriv", asNobody + [Paths.tool("vaultctl"), "status", "--json"], environment: env)
+        #expect(r.status != 0, "\(r)")
+        #expect(!r.stdoutText.contains("unlocked"), "\(r)")
+        #expect(d.log.contains("refused a connection from another user"), "log:\n\(d.log)")
+
+        // A raw connection from that uid gets nothing back: closed at once.
+        let probe = """
+            import socket, sys
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(sys.argv[1])
+            try:
+                s.sendall(b'{"method":"io.vaultd.Vault.Status"}\\0')
+            except OSError:
+                pass
+            s.settimeout(5)
+            try:
+                data = s.recv(65536)
+            except OSError as e:
+                data = b''
+            print(repr(data))
+            """
+        let raw = try ChildProcess.run("setpriv", asNobody + ["/usr/bin/python3", "-c", probe, d.socketPath], environment: env)
+        #expect(raw.stdoutText == "b''\n", "\(raw)")
+        // The owner is still served.
+        #expect(d.ctl(["status"]).status == 0)
+    }
+
+    // MARK: Validation, suites and the global domain
+
+    @Test(arguments: ["notreverse", "org..example", "1org.example", ".org.example", "org.example.", "org.exa mple", "org/example.A", "org.ëxample"])
+    func appIDsMustBeReverseDNS(_ id: String) throws {
+        let d = try Daemon()
+        defer { d.close() }
+        let a = try d.placeExample("a")
+        let r = d.ctl(["app", "install", id, "--exe", a])
+        #expect(r.status == 1, "\(r)")
+        #expect(r.stderr.contains("io.vaultd.Apps.InvalidAppID"), "\(r)")
+        let list = d.ctl(["app", "list", "--json"])
+        #expect(list.jsonArray?.isEmpty == true, "\(list)")
+    }
+
+    @Test func anAppGroupSuiteIsReadableAndWritableByMembersOnly() throws {
+        let d = try Self.daemon()
+        defer { d.close() }
+        let a = try d.placeExample("a"), b = try d.placeExample("b"), c = try d.placeExample("c")
+        try d.install(Self.appA, exe: a, ["--app-group", "group.org.example.suite"])
+        try d.install(Self.appB, exe: b, ["--app-group", "group.org.example.suite"])
+        try d.install(Self.appC, exe: c)
+        let suite = ["--suite", "group.org.example.suite"]
+
+        let set = d.app(a, ["defaults", "set", "colour", "blue"] + suite)
+        #expect(set.status == 0, "\(set)")
+        #expect(d.app(b, ["defaults", "get", "colour"] + suite).stdoutText == "blue\n")
+        #expect(d.app(b, ["defaults", "set", "colour", "green"] + suite).status == 0)
+        #expect(d.app(a, ["defaults", "get", "colour"] + suite).stdoutText == "green\n")
+        #expect(d.ctl(["defaults", "read", "group.org.example.suite", "colour"]).stdoutText == "green\n")
+
+        let read = d.app(c, ["defaults", "get", "colour"] + suite)
+        #expect(read.status == 1 && read.stderr.contains(Self.missingEntitlement) && !read.stdoutText.contains("green"), "\(read)")
+        let write = d.app(c, ["defaults", "set", "colour", "red"] + suite)
+        #expect(write.status == 1 && write.stderr.contains(Self.missingEntitlement), "\(write)")
+        // Nor another app's own domain.
+        let other = d.app(c, ["defaults", "get", "colour", "--suite", Self.appA])
+        #expect(other.status == 1 && other.stderr.contains(Self.missingEntitlement), "\(other)")
+        #expect(d.ctl(["defaults", "read", "group.org.example.suite", "colour"]).stdoutText == "green\n")
+    }
+
+    @Test func theGlobalDomainIsReadableByAppsButNotWritable() throws {
+        let d = try Self.daemon()
+        defer { d.close() }
+        let a = try d.placeExample("a")
+        try d.install(Self.appA, exe: a)
+        #expect(d.ctl(["defaults", "write", "-g", "AppleLocale", "en_GB"]).status == 0)
+
+        #expect(d.app(a, ["defaults", "get", "AppleLocale"]).stdoutText == "en_GB\n", "through the search list")
+        #expect(d.app(a, ["defaults", "get", "AppleLocale", "--suite", "NSGlobalDomain"]).stdoutText == "en_GB\n")
+        let write = d.app(a, ["defaults", "set", "AppleLocale", "fr_FR", "--suite", "NSGlobalDomain"])
+        #expect(write.status == 1, "\(write)")
+        #expect(write.stderr.contains("io.vaultd.Preferences.ReadOnlyDomain"), "\(write)")
+        #expect(d.ctl(["defaults", "read", "-g", "AppleLocale"]).stdoutText == "en_GB\n")
+        // The app's own domain shadows the global one for that app only.
+        #expect(d.app(a, ["defaults", "set", "AppleLocale", "de_DE"]).status == 0)
+        #expect(d.app(a, ["defaults", "get", "AppleLocale"]).stdoutText == "de_DE\n")
+        #expect(d.ctl(["defaults", "read", "-g", "AppleLocale"]).stdoutText == "en_GB\n")
+    }
+}
