@@ -11,6 +11,7 @@ let usage = """
       token set | token get | token delete    a generic password (service token, account token)
       item add|get|delete --access-group G --service S --account A   (add: secret from stdin)
       defaults set KEY VALUE [--suite group.X] | defaults get KEY [--suite group.X]
+      defaults fill N [--prefix P] [--value V] [--suite group.X]   sets P0…P(N-1) to V0…V(N-1), one by one
       cache path | cache write NAME BYTES
       wait SECONDS                            stay connected (a running app), printing the launch info first
     """
@@ -87,7 +88,14 @@ func run(_ args: [String]) throws {
         case ("get", 1):
             guard let v = defaults.object(forKey: args[0]) else { throw VaultError(.keyNotFound, "no value for the key") }
             if case .string(let s) = v { print(s) } else { print(v.tagged.text) }
-        default: throw Usage(message: "defaults set KEY VALUE | defaults get KEY")
+        case ("fill", _):
+            let prefix = option(&args, "--prefix") ?? "key"
+            let value = option(&args, "--value") ?? "value"
+            guard args.count == 1, let n = Int(args[0]), n >= 0 else { throw Usage(message: "defaults fill N [--prefix P] [--value V]") }
+            // Each set is acknowledged (durable) before the next starts.
+            for i in 0..<n { try defaults.set("\(value)\(i)", forKey: "\(prefix)\(i)") }
+            print("wrote \(n) keys")
+        default: throw Usage(message: "defaults set KEY VALUE | defaults get KEY | defaults fill N")
         }
     case ("cache", let verb?):
         args.removeFirst()
