@@ -93,7 +93,7 @@ struct KeyringCommand: Command {
                 if existing.data == secret { return ("unchanged", mapped, nil) }
                 return ("skip", mapped, "exported from the vault earlier; the vault's item differs and is kept")
             }
-            if existing.attributes?.generic == mapped.attributes.generic {
+            if let source = KeyringMapping.source(existing.attributes?.generic), source == KeyringMapping.source(mapped.attributes.generic) {
                 // The same keyring item, imported before.
                 if existing.data == secret && existing.attributes?.label == mapped.attributes.label { return ("unchanged", mapped, nil) }
                 if !dryRun {
@@ -265,6 +265,16 @@ enum KeyringMapping {
         return m
     }
 
+    /// The keyring attributes an imported item came from (what `finish` kept in `generic`),
+    /// less `xdg:schema`, which gnome-keyring reports for an item only once it has reloaded
+    /// its file: the identity of a keyring item across imports.
+    static func source(_ generic: Data?) -> [String: String]? {
+        guard let g = generic, let j = try? JSON.parse(Array(g)), let a = j["secretService"]?["attributes"]?.objectValue else { return nil }
+        var out = a.compactMapValues(\.stringValue)
+        out["xdg:schema"] = nil
+        return out
+    }
+
     /// The `io.vaultd.Item` attributes of a vault item: class, group and the whole primary key.
     static func exportAttributes(_ c: ItemClass, _ a: ItemAttributes) -> [String: String] {
         var out: [String: String] = [
@@ -314,6 +324,30 @@ struct ForgetCommand: Command {
 
 /// Remembering the vault passphrase in the login keyring (used by `unlock --remember`).
 enum RememberedPassphrase {
+    /// After `passphrase change` or `remove`: a passphrase remembered for this vault is
+    /// replaced by the new one, or removed. Best effort, never unlocking the keyring; a
+    /// failure is reported, not fatal (the passphrase itself has changed).
+    static func follow(newPassphrase: String?, dataDirectory: String) {
+        guard DesktopKeyring.sessionBusConfigured() else { return }
+        do {
+            let keyring = try DesktopKeyring(timeout: 30)
+            let found = try keyring.search(.unlock, ["vault": dataDirectory])
+            guard !found.isEmpty else { return }
+            if let new = newPassphrase {
+                let collection = (try? keyring.collection(named: "login")) != nil ? "login" : nil
+                try keyring.store(
+                    .unlock, ["vault": dataDirectory], label: "vaultd unlock passphrase (\(dataDirectory))", secret: Array(new.utf8),
+                    collection: collection)
+                print("the passphrase remembered in the login keyring was updated")
+            } else {
+                try keyring.clear(.unlock, ["vault": dataDirectory])
+                print("the passphrase remembered in the login keyring was removed")
+            }
+        } catch {
+            printError("the passphrase remembered in the login keyring could not be updated (\(error)); run vaultctl forget or unlock --remember")
+        }
+    }
+
     static func store(_ passphrase: String, dataDirectory: String) throws {
         do {
             let keyring = try DesktopKeyring(timeout: 120)
