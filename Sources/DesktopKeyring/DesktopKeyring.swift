@@ -186,10 +186,10 @@ public final class DesktopKeyring: @unchecked Sendable {
             let path = String(cString: vk_object_path(c))
             let label = Self.takeString(secret_collection_get_label(c)) ?? ""
             if path == alias || label == alias {
-                g_object_ref(c)
                 _ = try Self.call(timeout: timeout, what: "cannot load collection '\(alias)'") { cc, e in
                     secret_collection_load_items_sync(c, cc, e)
                 }
+                g_object_ref(c)  // ours now; the list's reference goes with the list
                 return c
             }
         }
