@@ -161,6 +161,18 @@ import Glibc
         let onRequest = k.ctl(["unlock", "--from-keyring"])
         #expect(onRequest.status == 0 && onRequest.stdoutText.contains("unlocked"), "\(onRequest)")
 
+        // A passphrase change carries over to the keyring: the next start still unlocks.
+        let change = k.ctl(
+            ["passphrase", "change", "--passphrase-fd", "3", "--new-passphrase-fd", "4"],
+            fds: [3: Data((Self.passphrase + "\n").utf8), 4: Data("battery staple\n".utf8)])
+        #expect(change.status == 0 && change.stdoutText.contains("login keyring was updated"), "\(change)")
+        #expect(k.stopVaultd() == 0)
+        try k.startVaultd()
+        let deadline = Date().addingTimeInterval(20)
+        while k.log.components(separatedBy: "unlocked with the passphrase remembered").count - 1 < 2 && Date() < deadline { usleep(20_000) }
+        #expect(k.log.components(separatedBy: "unlocked with the passphrase remembered").count - 1 == 2, "\(k.log)")
+        #expect(k.state() == "unlocked", "\(k.log)")
+
         // forget: the next start stays locked and says why.
         let forget = k.ctl(["forget"])
         #expect(forget.status == 0, "\(forget)")

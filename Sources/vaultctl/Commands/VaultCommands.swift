@@ -123,5 +123,8 @@ struct PassphraseCommand: Command {
         case .set: print("passphrase set")
         case .remove: print("passphrase removed; \(deleted) whenPasscodeSetThisDeviceOnly item(s) deleted")
         }
+        if action != .set, let dir = try? context.vault().status().dataDirectory {
+            RememberedPassphrase.follow(newPassphrase: new, dataDirectory: dir)
+        }
     }
 }
