@@ -34,13 +34,6 @@ do {
     fail("\(error)")
 }
 
-let limits: Limits
-do {
-    limits = try Limits.fromEnvironment(environment)
-} catch {
-    fail("\(error)", code: 64)
-}
-
 // No core dumps, no same-uid ptrace: keys live in this process's memory.
 _ = vault_set_nondumpable()
 signal(SIGPIPE, SIG_IGN)
@@ -61,9 +54,7 @@ do {
 }
 
 let running = RunningApps()
-let server = Server(
-    listener: listener, dispatcher: Dispatcher(vault: vault, runningApps: { running.server?.runningApps ?? [] }), limits: limits
-) { peer in
+let server = Server(listener: listener, dispatcher: Dispatcher(vault: vault, runningApps: { running.server?.runningApps ?? [] })) { peer in
     PeerIdentity.caller(for: peer, vault: vault)
 }
 running.server = server
