@@ -21,7 +21,9 @@ struct Configuration {
 
         Serves the vault on a Unix socket (varlink). Runs in the foreground, logs to stderr.
         Environment: VAULTD_SOCKET, VAULTD_DATA_DIR, VAULTD_CACHE_DIR, XDG_RUNTIME_DIR,
-        XDG_DATA_HOME, XDG_CACHE_HOME, XDG_CONFIG_HOME; LISTEN_FDS/LISTEN_PID (socket activation).
+        XDG_DATA_HOME, XDG_CACHE_HOME, XDG_CONFIG_HOME; LISTEN_FDS/LISTEN_PID (socket activation);
+        VAULTD_MAX_CONNECTIONS (default 256), VAULTD_PARTIAL_TIMEOUT (seconds a peer may leave
+        half a message unfinished, default 10).
         """
 
     struct UsageError: Error { var message: String }

@@ -7,14 +7,40 @@ import VaultProtocol
 import Glibc
 #endif
 
-/// Named limits (as sd-varlink's): what one daemon accepts before it refuses.
-enum Limits {
+/// Named limits (as sd-varlink's): what one daemon accepts before it refuses. The first two
+/// can be lowered (or raised) for tests and small machines through the environment:
+/// `VAULTD_MAX_CONNECTIONS`, `VAULTD_PARTIAL_TIMEOUT` (seconds).
+struct Limits: Sendable {
     /// Connections served at once; further ones are closed at once.
-    static let maximumConnections = 256
-    /// A peer that leaves half a message unfinished this long is dropped (seconds).
-    static let partialMessageTimeout = 10.0
+    var maximumConnections = 256
+    /// A peer that leaves half a message unfinished this long is dropped (seconds), however
+    /// slowly it keeps trickling bytes.
+    var partialMessageTimeout = 10.0
     /// A peer that does not read its replies for this long is dropped (seconds).
-    static let sendTimeout = 30.0
+    var sendTimeout = 30.0
+
+    struct InvalidSetting: Error, CustomStringConvertible {
+        var description: String
+    }
+
+    /// The defaults, with the overrides the environment sets. Throws for a value that is not
+    /// a positive number.
+    static func fromEnvironment(_ env: [String: String]) throws -> Limits {
+        var limits = Limits()
+        if let v = env["VAULTD_MAX_CONNECTIONS"], !v.isEmpty {
+            guard let n = Int(v), n >= 1 else {
+                throw InvalidSetting(description: "VAULTD_MAX_CONNECTIONS must be a positive integer, not '\(v)'")
+            }
+            limits.maximumConnections = n
+        }
+        if let v = env["VAULTD_PARTIAL_TIMEOUT"], !v.isEmpty {
+            guard let t = Double(v), t.isFinite, t > 0 else {
+                throw InvalidSetting(description: "VAULTD_PARTIAL_TIMEOUT must be a positive number of seconds, not '\(v)'")
+            }
+            limits.partialMessageTimeout = t
+        }
+        return limits
+    }
 }
 
 /// Accepts connections on the listening socket, checks each peer with SO_PEERCRED, and
@@ -23,6 +49,7 @@ final class Server: @unchecked Sendable {
     let listener: UnixSocket
     let dispatcher: Dispatcher
     let identify: (PeerCredentials) -> Caller?
+    let limits: Limits
     private let state = NSCondition()
     private var connections: [ObjectIdentifier: UnixSocket] = [:]
     private var appConnections: [String: Int] = [:]
@@ -32,8 +59,11 @@ final class Server: @unchecked Sendable {
     /// Called on every non-streaming call (the idle auto-lock's clock).
     var activity: @Sendable () -> Void = {}
 
-    init(listener: UnixSocket, dispatcher: Dispatcher, identify: @escaping (PeerCredentials) -> Caller?) {
+    init(
+        listener: UnixSocket, dispatcher: Dispatcher, limits: Limits = Limits(), identify: @escaping (PeerCredentials) -> Caller?
+    ) {
         self.listener = listener
+        self.limits = limits
         self.dispatcher = dispatcher
         self.identify = identify
     }
@@ -67,7 +97,7 @@ final class Server: @unchecked Sendable {
                 continue
             }
             let admitted: Bool = state.withLock {
-                if stopping || connections.count >= Limits.maximumConnections { return false }
+                if stopping || connections.count >= limits.maximumConnections { return false }
                 connections[ObjectIdentifier(conn)] = conn
                 return true
             }
@@ -120,7 +150,7 @@ final class Server: @unchecked Sendable {
     }
 
     private func serve(_ conn: UnixSocket, peer: PeerCredentials) {
-        conn.setTimeouts(receive: 1, send: Limits.sendTimeout)
+        conn.setTimeouts(receive: min(1, limits.partialMessageTimeout), send: limits.sendTimeout)
         var reader = FrameReader()
         var partialSince: Date?
         // The caller is resolved once per connection, from the kernel's credentials.
@@ -140,15 +170,22 @@ final class Server: @unchecked Sendable {
             let frame: [UInt8]
             do {
                 guard let f = try reader.nextFrame() else {
+                    // Half a message is waiting: the peer has partialMessageTimeout to finish
+                    // it, counted from when it began, however slowly it trickles bytes.
+                    if reader.pendingByteCount > 0 {
+                        let since = partialSince ?? Date()
+                        partialSince = since
+                        if Date().timeIntervalSince(since) > limits.partialMessageTimeout {
+                            log("dropped a connection that left a message unfinished for \(limits.partialMessageTimeout) s")
+                            return
+                        }
+                    } else {
+                        partialSince = nil
+                    }
                     let chunk: [UInt8]
                     do {
                         chunk = try conn.receive()
                     } catch let e as Errno where e.code == EAGAIN || e.code == EWOULDBLOCK {
-                        if reader.pendingByteCount > 0 {
-                            let since = partialSince ?? Date()
-                            partialSince = since
-                            if Date().timeIntervalSince(since) > Limits.partialMessageTimeout { return }
-                        }
                         if state.withLock({ stopping }) { return }
                         continue
                     }

@@ -34,6 +34,13 @@ do {
     fail("\(error)")
 }
 
+let limits: Limits
+do {
+    limits = try Limits.fromEnvironment(environment)
+} catch {
+    fail("\(error)", code: 64)
+}
+
 // No core dumps, no same-uid ptrace: keys live in this process's memory.
 _ = vault_set_nondumpable()
 signal(SIGPIPE, SIG_IGN)
@@ -54,7 +61,9 @@ do {
 }
 
 let running = RunningApps()
-let server = Server(listener: listener, dispatcher: Dispatcher(vault: vault, runningApps: { running.server?.runningApps ?? [] })) { peer in
+let server = Server(
+    listener: listener, dispatcher: Dispatcher(vault: vault, runningApps: { running.server?.runningApps ?? [] }), limits: limits
+) { peer in
     PeerIdentity.caller(for: peer, vault: vault)
 }
 running.server = server
