@@ -4,6 +4,10 @@ public struct FrameReader: Sendable {
     /// A frame (without its NUL) may be at most this many bytes.
     public let maximumFrameSize: Int
     private var buffer: [UInt8] = []
+    /// Bytes before this index were returned already (dropped in bulk, not per frame, so
+    /// many pipelined frames in one chunk cost linear time).
+    private var start = 0
+    /// No NUL before this index.
     private var scanned = 0
 
     public init(maximumFrameSize: Int = Varlink.maximumMessageSize - 1) {
@@ -11,29 +15,47 @@ public struct FrameReader: Sendable {
     }
 
     /// Bytes received but not yet returned as a frame.
-    public var pendingByteCount: Int { buffer.count }
+    public var pendingByteCount: Int { buffer.count - start }
 
     public enum Failure: Error, Equatable, Sendable {
         /// The peer sent more than `maximumFrameSize` bytes without a NUL.
         case frameTooLarge(Int)
     }
 
+    /// Beyond this, the buffer's memory is given back once it is empty again (a connection
+    /// that once sent a big message does not keep megabytes for the rest of its life).
+    private static let retainedCapacity = 1 << 16
+
     public mutating func append<C: Collection>(_ bytes: C) where C.Element == UInt8 {
+        if start > 0 && (start >= Self.retainedCapacity || start * 2 >= buffer.count) {
+            buffer.removeSubrange(..<start)
+            scanned -= start
+            start = 0
+        }
         buffer.append(contentsOf: bytes)
     }
 
     /// The next complete frame, or nil when more bytes are needed.
     /// Throws `Failure.frameTooLarge` once the pending bytes exceed the limit without a NUL.
     public mutating func nextFrame() throws -> [UInt8]? {
-        if let nul = buffer[scanned...].firstIndex(of: 0) {
-            guard nul <= maximumFrameSize else { throw Failure.frameTooLarge(nul) }
-            let frame = Array(buffer[..<nul])
-            buffer.removeSubrange(...nul)
-            scanned = 0
+        if let nul = buffer[max(scanned, start)...].firstIndex(of: 0) {
+            guard nul - start <= maximumFrameSize else { throw Failure.frameTooLarge(nul - start) }
+            let frame = Array(buffer[start..<nul])
+            start = nul + 1
+            scanned = start
+            if start == buffer.count {
+                if buffer.capacity > Self.retainedCapacity {
+                    buffer = []
+                } else {
+                    buffer.removeAll(keepingCapacity: true)
+                }
+                start = 0
+                scanned = 0
+            }
             return frame
         }
         scanned = buffer.count
-        if buffer.count > maximumFrameSize { throw Failure.frameTooLarge(buffer.count) }
+        if pendingByteCount > maximumFrameSize { throw Failure.frameTooLarge(pendingByteCount) }
         return nil
     }
 }
