@@ -1,0 +1,333 @@
+import Foundation
+import Testing
+import VaultClient
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Issue #6, caches (DESIGN §7), on a real small filesystem: every test runs vaultd in a
+/// mount namespace of its own whose cache volume is a 4 MiB tmpfs (`CacheVolume`); the apps
+/// (copies of vault-example) run in that namespace too.
+@Suite struct CachesTests {
+    static let appA = "org.example.A"
+    static let appB = "org.example.B"
+    static let kib: Int64 = 1024
+    static let mib: Int64 = 1024 * 1024
+
+    /// Settings with no automatic purge (free-space low-water 0, no budget).
+    static let noAutomaticPurge: [String: Any] = ["CacheFreeLowWaterBytes": 0, "CacheCheckIntervalSeconds": 0.2]
+
+    /// A volume daemon with an initialised vault and apps A and B installed.
+    static func volume(_ settings: [String: Any]) throws -> (CacheVolume, a: String, b: String) {
+        let v = try CacheVolume(settings: settings)
+        do {
+            let i = v.ctl(["init", "--no-passphrase"])
+            guard i.status == 0 else { throw HarnessError("init: \(i)") }
+            let a = try v.placeExample("a"), b = try v.placeExample("b")
+            try v.install(appA, exe: a)
+            try v.install(appB, exe: b)
+            return (v, a, b)
+        } catch {
+            v.close()
+            throw error
+        }
+    }
+
+    /// Collects purge events from `Vault.purgeEvents()` (VaultClient) in this process.
+    final class PurgeObserver: @unchecked Sendable {
+        private let lock = NSLock()
+        private var seen: [PurgeEvent] = []
+        private var task: Task<Void, Never>?
+        let vault: Vault
+
+        init(socketPath: String) throws {
+            vault = try Vault.connect(socketPath: socketPath)
+            let stream = vault.purgeEvents()
+            // On a thread of its own: the tests keep the cooperative pool busy.
+            task = Task(executorPreference: ThreadExecutor()) { [weak self] in
+                do {
+                    for try await e in stream { self?.lock.withLock { self?.seen.append(e) } }
+                } catch {}
+            }
+            // The stream subscribes on its own connection: let it reach vaultd first.
+            usleep(300_000)
+        }
+
+        deinit { task?.cancel() }
+
+        var events: [PurgeEvent] { lock.withLock { seen } }
+
+        func freed(_ app: String) -> Int64 { events.filter { $0.appID == app }.reduce(0) { $0 + $1.freedBytes } }
+    }
+
+    /// `touch -d` for each (relative name, date) inside `dir` (in the namespace).
+    static func touch(_ v: CacheVolume, _ dir: String, _ dates: [(String, String)]) {
+        for (name, date) in dates {
+            let r = v.sh("touch -h -d \"$2\" \"$1\"", dir + "/" + name, date)
+            #expect(r.status == 0, "touch \(name): \(r)")
+        }
+    }
+
+    // MARK: Free space
+
+    @Test func lowFreeSpacePurgesTheAppThatIsNotRunningFirstUntilHighWater() throws {
+        let (v, a, b) = try Self.volume([
+            "CacheFreeLowWaterBytes": Self.mib, "CacheFreeHighWaterBytes": 2 * Self.mib, "CacheCheckIntervalSeconds": 0.2,
+        ])
+        defer { v.close() }
+        let observer = try PurgeObserver(socketPath: v.socketPath)
+        let start = try v.usage()
+        #expect(start.capacityBytes == 4 * Self.mib, "\(start)")
+        let cacheA = v.cacheRoot + "/" + Self.appA, cacheB = v.cacheRoot + "/" + Self.appB
+
+        // A (not running) fills 1.5 MiB; its files are the *newest*, so only "not running
+        // first" (not plain LRU) puts them first.
+        for i in 1...6 {
+            let w = v.inside(a, ["cache", "write", "a\(i)", "262144"])
+            try #require(w.status == 0, "\(w)")
+        }
+        Self.touch(v, cacheA, (1...6).map { ("a\($0)", "2024-06-01 00:0\($0):00") })
+
+        // B stays connected (running) and writes 1 MiB of old files: free space 1.5 MiB.
+        let waitOutput = v.root + "/b-wait.out"
+        let holder = try v.spawnInside(b, ["wait", "120"], output: waitOutput)
+        defer { v.stop(holder) }
+        let connected = eventually(timeout: 10) { (try? String(contentsOfFile: waitOutput, encoding: .utf8))?.contains(Self.appB) == true }
+        try #require(connected, "B did not connect: \((try? String(contentsOfFile: waitOutput + ".err", encoding: .utf8)) ?? "")")
+        for i in 1...4 {
+            let w = v.inside(b, ["cache", "write", "b\(i)", "262144"])
+            try #require(w.status == 0, "\(w)")
+        }
+        Self.touch(v, cacheB, (1...4).map { ("b\($0)", "2020-01-01 00:0\($0):00") })
+        usleep(600_000)
+        let before = try v.usage()
+        #expect(before.files(Self.appA) == 6 && before.files(Self.appB) == 4, "\(before)")
+        #expect(before.freeBytes >= Self.mib, "nothing should be purged above low-water: \(before)")
+        #expect(observer.events.isEmpty, "\(observer.events)")
+
+        // B writes 768 KiB more: free space falls to 768 KiB, under the low-water mark.
+        let crossing = v.inside(b, ["cache", "write", "b5", "786432"])
+        try #require(crossing.status == 0, "\(crossing)")
+        let purged = eventually(timeout: 10) { observer.freed(Self.appA) > 0 }
+        #expect(purged, "no purge event; log:\n\(v.log)")
+        usleep(300_000)
+
+        let after = try v.usage()
+        #expect(after.freeBytes >= 2 * Self.mib, "freed to the high-water mark: \(after)")
+        #expect(after.files(Self.appB) == 5 && after.bytes(Self.appB) == before.bytes(Self.appB) + 786432, "the running app keeps its files: \(after)")
+        #expect(after.files(Self.appA) == 1, "A: only what high-water needed goes: \(after)")
+        // A's oldest first: a6 (the newest) is what remains.
+        let left = v.sh("ls \"$1\"", cacheA)
+        #expect(left.stdoutText == "a6\n", "\(left)")
+        #expect(observer.events.allSatisfy { $0.appID == Self.appA }, "\(observer.events)")
+        #expect(observer.freed(Self.appA) == 5 * 262144, "\(observer.events)")
+
+        // The running app's next write succeeds: 960 KiB did not fit in the 768 KiB left
+        // before the purge.
+        let next = v.inside(b, ["cache", "write", "b6", "983040"])
+        #expect(next.status == 0, "\(next)")
+        #expect(try v.usage().files(Self.appB) == 6)
+    }
+
+    // MARK: What a purge never touches, and what never stops it
+
+    @Test func aPurgeNeverFollowsSymlinksNorStopsAtOddEntries() throws {
+        let (v, a, _) = try Self.volume(Self.noAutomaticPurge)
+        defer { v.close() }
+        let dir = try #require(v.inside(a, ["cache", "path"]).stdoutText.split(separator: "\n").first.map(String.init))
+        #expect(dir == v.cacheRoot + "/" + Self.appA)
+        #expect(v.inside(a, ["cache", "write", "plain", "8192"]).status == 0)
+
+        // Outside the cache root: on the same tmpfs, and on the ordinary filesystem.
+        let hostTarget = v.root + "/host-target.txt"
+        try Data("host file".utf8).write(to: URL(fileURLWithPath: hostTarget))
+        let setup = v.sh(
+            """
+            set -e
+            C="$1"; O="$2"; H="$3"
+            printf 'keep me' > "$O/target.txt"; touch -d '2021-03-04 05:06:07' "$O/target.txt"
+            mkdir "$O/dir"; printf 'inner' > "$O/dir/inner.txt"; touch -d '2021-03-04 05:06:07' "$O/dir/inner.txt"
+            printf 'hard' > "$O/hard.txt"
+            ln -s "$O/target.txt" "$C/link-to-file"
+            ln -s "$H" "$C/link-to-host-file"
+            ln -s "$O/dir" "$C/link-to-dir"
+            ln -s ../../outside "$C/relative-link-up"
+            mkfifo "$C/fifo"
+            python3 -c 'import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' "$C/socket"
+            printf 'x' > "$C/no-permission"; chmod 000 "$C/no-permission"
+            mkdir "$C/locked"; printf 'y' > "$C/locked/inside"; chmod 000 "$C/locked"
+            ln "$O/hard.txt" "$C/hard-link"
+            printf 'z' > "$C/new
+            line"
+            mkdir -p "$C/sub/deeper"; head -c 5000 /dev/zero > "$C/sub/deeper/file"
+            printf 'last' > "$C/zz-last"
+            """, dir, v.outside, hostTarget)
+        try #require(setup.status == 0, "\(setup)")
+        let outsideBefore = v.sh("stat -c '%n %Y %s' \"$1/target.txt\" \"$1/dir/inner.txt\" \"$1/hard.txt\"; cat \"$1/target.txt\"", v.outside)
+        let hostMtime = try FileManager.default.attributesOfItem(atPath: hostTarget)[.modificationDate] as? Date
+        let entries = try v.usage().files(Self.appA)
+        #expect(entries == 13, "every non-directory entry counts: \((try? v.usage())?.description ?? "?")")
+
+        let purge = v.ctl(["cache", "purge", Self.appA])
+        #expect(purge.status == 0, "\(purge)")
+        #expect(purge.stdoutText.contains("in 13 file(s)"), "\(purge)")
+
+        // Nothing outside was touched: content and mtimes as before.
+        let outsideAfter = v.sh("stat -c '%n %Y %s' \"$1/target.txt\" \"$1/dir/inner.txt\" \"$1/hard.txt\"; cat \"$1/target.txt\"", v.outside)
+        #expect(outsideAfter.stdoutText == outsideBefore.stdoutText && outsideAfter.stdoutText.hasSuffix("keep me"), "\(outsideBefore.stdoutText) → \(outsideAfter.stdoutText)")
+        #expect(v.sh("cat \"$1/dir/inner.txt\" \"$1/hard.txt\"", v.outside).stdoutText == "innerhard")
+        #expect(try String(contentsOfFile: hostTarget, encoding: .utf8) == "host file")
+        #expect(try FileManager.default.attributesOfItem(atPath: hostTarget)[.modificationDate] as? Date == hostMtime)
+        #expect(v.sh("ls -A \"$1\"", v.volume).stdoutText == "caches\noutside\n")
+
+        // Every entry in the cache went, whatever it was; directories stay, the app's own
+        // directory too (still 0700).
+        let left = v.sh("cd \"$1\" && find . ! -type d | sort; stat -c '%F %a' .", dir)
+        #expect(left.stdoutText == "directory 700\n", "\(left)")
+        #expect(try v.usage().files(Self.appA) == 0)
+        // The app can write again at once.
+        #expect(v.inside(a, ["cache", "write", "again", "100"]).status == 0)
+    }
+
+    /// The same odd entries, purged by the policy (a budget) rather than by hand: they sort
+    /// first (oldest) and do not stop the purge of the plain files after them.
+    @Test func oddEntriesDoNotStopAPolicyPurge() throws {
+        let (v, a, _) = try Self.volume([
+            "CacheFreeLowWaterBytes": 0, "CacheBudgetBytes": 512 * Self.kib, "CacheBudgetHighWaterBytes": 100 * Self.kib,
+            "CacheCheckIntervalSeconds": 0.2,
+        ])
+        defer { v.close() }
+        let observer = try PurgeObserver(socketPath: v.socketPath)
+        let dir = try #require(v.inside(a, ["cache", "path"]).stdoutText.split(separator: "\n").first.map(String.init))
+        // Odd entries, all older than the plain files, staged outside then moved in at once.
+        let setup = v.sh(
+            """
+            set -e
+            S="$2/stage"; mkdir "$S"
+            printf 'keep me' > "$2/target.txt"; touch -d '2021-03-04 05:06:07' "$2/target.txt"
+            ln -s "$2/target.txt" "$S/link"; mkdir "$2/d"; ln -s "$2/d" "$S/link-dir"
+            mkfifo "$S/fifo"; python3 -c 'import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' "$S/socket"
+            printf 'x' > "$S/no-permission"; chmod 000 "$S/no-permission"
+            printf 'z' > "$S/new
+            line"
+            for f in link link-dir fifo socket no-permission 'new
+            line'; do touch -h -d '2019-01-01' "$S/$f"; done
+            for i in 1 2 3 4 5 6; do head -c 131072 /dev/zero > "$S/plain$i"; touch -d "2023-01-0$i" "$S/plain$i"; done
+            mv "$S" "$1/blobs"
+            """, dir, v.outside)
+        try #require(setup.status == 0, "\(setup)")
+        let outsideBefore = v.sh("cat \"$1/target.txt\"; stat -c ' %Y' \"$1/target.txt\"", v.outside).stdoutText
+        let purged = eventually(timeout: 10) { (try? v.usage().bytes(Self.appA)) ?? .max <= 100 * Self.kib }
+        #expect(purged, "usage \((try? v.usage())?.description ?? "?"); log:\n\(v.log)")
+        let left = v.sh("cd \"$1/blobs\" && ls -A", dir)
+        #expect(left.stdoutText == "", "everything went (12 entries, 768 KiB over a 100 KiB high-water): \(left)")
+        let outsideAfter = v.sh("cat \"$1/target.txt\"; stat -c ' %Y' \"$1/target.txt\"", v.outside).stdoutText
+        #expect(outsideAfter == outsideBefore && outsideAfter.hasPrefix("keep me "), "\(outsideBefore) → \(outsideAfter)")
+        #expect(v.sh("test -d \"$1/d\"", v.outside).status == 0)
+        #expect(eventually(timeout: 5) { observer.freed(Self.appA) >= 6 * 131072 }, "\(observer.events)")
+    }
+
+    // MARK: Budget
+
+    @Test func overBudgetPurgesOldestFilesFirstDownToHighWater() throws {
+        let (v, a, _) = try Self.volume(["CacheFreeLowWaterBytes": 0, "CacheBudgetBytes": Self.mib, "CacheCheckIntervalSeconds": 0.2])
+        defer { v.close() }
+        let dir = try #require(v.inside(a, ["cache", "path"]).stdoutText.split(separator: "\n").first.map(String.init))
+        // A third-party observer: the varlink reference CLI, streaming with --more.
+        let eventsPath = v.root + "/events.out"
+        let observer = try ChildProcess.spawn(
+            "python3", ["-m", "varlink.cli", "call", "--more", "unix:\(v.socketPath)/io.vaultd.Caches.Observe", "{}"],
+            environment: v.environment, inputs: [:], stdout: .file(eventsPath, append: false), stderr: .file(eventsPath + ".err", append: false))
+        defer {
+            kill(observer, SIGKILL)
+            _ = ChildProcess.wait(observer, timeout: 10)
+        }
+        usleep(1_500_000)  // python's start-up, then its subscription
+
+        // 3 MiB: twelve 256 KiB files whose ages are not in name order, staged outside the
+        // cache and moved in with one rename, so the policy sees them all at once.
+        let ageRank = [7, 2, 11, 0, 5, 9, 1, 4, 10, 3, 8, 6]  // f00 is 8th oldest, f02 the newest, ...
+        var script = "set -e; S=\"$2/stage\"; mkdir \"$S\"\n"
+        for (i, rank) in ageRank.enumerated() {
+            let name = String(format: "f%02d", i)
+            script += "head -c 262144 /dev/zero > \"$S/\(name)\"; touch -d '2020-01-\(String(format: "%02d", rank + 1)) 12:00:00' \"$S/\(name)\"\n"
+        }
+        script += "mv \"$S\" \"$1/blobs\"\n"
+        let staged = v.sh(script, dir, v.outside)
+        try #require(staged.status == 0, "\(staged)")
+
+        // Budget 1 MiB, high-water 80 % of it (838860 bytes): three files (768 KiB) stay.
+        let settled = eventually(timeout: 10) { (try? v.usage().bytes(Self.appA)) ?? .max <= Self.mib }
+        #expect(settled, "usage \((try? v.usage())?.description ?? "?"); log:\n\(v.log)")
+        usleep(300_000)
+        let usage = try v.usage()
+        #expect(usage.bytes(Self.appA) == 3 * 262144 && usage.files(Self.appA) == 3, "\(usage)")
+        let newest = ageRank.enumerated().sorted { $0.element > $1.element }.prefix(3).map { String(format: "f%02d", $0.offset) }.sorted()
+        let left = v.sh("ls \"$1/blobs\"", dir)
+        #expect(left.stdoutText == newest.joined(separator: "\n") + "\n", "the newest three (\(newest)) should remain: \(left)")
+
+        // The observer saw the purge: A, 9 × 256 KiB.
+        let seen = eventually(timeout: 5) { (try? String(contentsOfFile: eventsPath, encoding: .utf8))?.contains(Self.appA) == true }
+        let text = (try? String(contentsOfFile: eventsPath, encoding: .utf8)) ?? ""
+        #expect(seen, "observer output: \(text) \((try? String(contentsOfFile: eventsPath + ".err", encoding: .utf8)) ?? "")")
+        #expect(text.contains("\"freedBytes\": \(9 * 262144)") || text.contains("\"freedBytes\":\(9 * 262144)"), "\(text)")
+    }
+
+    // MARK: vaultctl and uninstall
+
+    @Test func vaultctlCachePathUsagePurgeAndUninstall() throws {
+        let (v, a, b) = try Self.volume(Self.noAutomaticPurge)
+        defer { v.close() }
+        let observer = try PurgeObserver(socketPath: v.socketPath)
+
+        let path = v.ctl(["cache", "path", Self.appA])
+        #expect(path.status == 0 && path.stdoutText == v.cacheRoot + "/" + Self.appA + "\n", "\(path)")
+        #expect(v.inside(a, ["cache", "path"]).stdoutText == path.stdoutText, "the app and vaultctl agree")
+        #expect(v.sh("stat -c '%F %a' \"$1\"", v.cacheRoot + "/" + Self.appA).stdoutText == "directory 700\n")
+        let bad = v.ctl(["cache", "path", "notreverse"])
+        #expect(bad.status == 1 && bad.stderr.contains("io.vaultd.Apps.InvalidAppID"), "\(bad)")
+
+        for (name, size) in [("a1", 100_000), ("a2", 200_000), ("a3", 300_000)] {
+            #expect(v.inside(a, ["cache", "write", name, String(size)]).status == 0)
+        }
+        Self.touch(v, v.cacheRoot + "/" + Self.appA, [("a1", "2020-01-01"), ("a2", "2021-01-01"), ("a3", "2022-01-01")])
+        for name in ["b1", "b2"] { #expect(v.inside(b, ["cache", "write", name, "50000"]).status == 0) }
+
+        // Usage: bytes on disk (tmpfs pages of 4 KiB) and files, per app.
+        let u = try v.usage()
+        #expect(u.files(Self.appA) == 3 && u.bytes(Self.appA) == 102_400 + 200_704 + 303_104, "\(u)")
+        #expect(u.files(Self.appB) == 2 && u.bytes(Self.appB) == 2 * 53_248, "\(u)")
+        #expect(u.totalBytes == u.bytes(Self.appA) + u.bytes(Self.appB), "\(u)")
+        #expect(u.capacityBytes == 4 * Self.mib && u.freeBytes <= u.capacityBytes - u.totalBytes, "\(u)")
+        let text = v.ctl(["cache", "usage"])
+        #expect(text.stdoutText.contains("\(Self.appA)\t606208 bytes\t3 files"), "\(text)")
+
+        // Purge one app entirely.
+        let purgeB = v.ctl(["cache", "purge", Self.appB])
+        #expect(purgeB.status == 0 && purgeB.stdoutText == "freed 106496 bytes in 2 file(s)\n", "\(purgeB)")
+        #expect(eventually(timeout: 5) { observer.freed(Self.appB) == 106_496 }, "\(observer.events)")
+        #expect(try v.usage().files(Self.appA) == 3)
+
+        // Purge by amount: oldest first until at least N bytes are freed.
+        let some = v.ctl(["cache", "purge", Self.appA, "--bytes", "150000"])
+        #expect(some.status == 0 && some.stdoutText == "freed 303104 bytes in 2 file(s)\n", "\(some)")
+        #expect(v.sh("ls \"$1\"", v.cacheRoot + "/" + Self.appA).stdoutText == "a3\n")
+        #expect(eventually(timeout: 5) { observer.freed(Self.appA) == 303_104 }, "\(observer.events)")
+
+        // Purge everything.
+        #expect(v.inside(b, ["cache", "write", "b3", "1000"]).status == 0)
+        let all = v.ctl(["cache", "purge"])
+        #expect(all.status == 0 && all.stdoutText == "freed \(303_104 + 4096) bytes in 2 file(s)\n", "\(all)")
+        let empty = try v.usage()
+        #expect(empty.totalBytes == 0 && empty.files(Self.appA) == 0 && empty.files(Self.appB) == 0, "\(empty)")
+        #expect(v.sh("test -d \"$1/\(Self.appA)\" && test -d \"$1/\(Self.appB)\"", v.cacheRoot).status == 0, "app directories stay")
+
+        // Uninstall removes the whole app cache directory, subdirectories included.
+        #expect(v.sh("mkdir -p \"$1/sub/dir\" && echo hi > \"$1/sub/dir/f\"", v.cacheRoot + "/" + Self.appA).status == 0)
+        #expect(v.ctl(["app", "uninstall", Self.appA]).status == 0)
+        #expect(v.sh("test -e \"$1/\(Self.appA)\"", v.cacheRoot).status != 0, "A's cache directory survived the uninstall")
+        #expect(try v.usage().apps[Self.appA] == nil)
+        #expect(v.sh("test -d \"$1/\(Self.appB)\"", v.cacheRoot).status == 0, "B's stays")
+    }
+}
