@@ -37,7 +37,9 @@ extension Vault {
             guard g.hasPrefix("group."), g.count > 6 else { throw VaultError.param("app groups must start with 'group.'") }
             try AppRecord.validate(group: g)
         }
-        let executable = executable.map { URL(fileURLWithPath: $0).standardizedFileURL.path }
+        // As `/proc/PID/exe` shows it: every symlink resolved (a path through a symlink
+        // would never match, and the app would run unidentified, as the owner).
+        let executable = executable.map { Self.canonicalPath($0) }
         if let e = executable, try locked({ try apps.all() }).contains(where: { $0.installed && $0.executable == e && $0.appID != appID }) {
             throw VaultError.param("another installed app is registered with this executable")
         }
@@ -48,6 +50,13 @@ extension Vault {
         try locked { try db.write { _ in try apps.save(record) } }
         log("app \(appID) installed (generation \(record.generation))")
         return record
+    }
+
+    /// `path` with symlinks resolved (`realpath`), or only standardized when it does not exist.
+    static func canonicalPath(_ path: String) -> String {
+        guard let resolved = realpath(path, nil) else { return URL(fileURLWithPath: path).standardizedFileURL.path }
+        defer { free(resolved) }
+        return String(cString: resolved)
     }
 
     /// Uninstalls: the app's preferences domain and cache directory are deleted; its keychain
