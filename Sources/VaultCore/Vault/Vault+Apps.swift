@@ -138,6 +138,15 @@ extension Vault {
         }
     }
 
+    /// A keychain call by an app whose install generation has not launched yet is its first
+    /// launch, Hello or not: the leftovers of earlier installs are wiped before it, as Hello
+    /// would (a client that skips Hello must not see them). Hello then reports no first launch.
+    func launchIfNeeded(_ caller: Caller) throws {
+        guard let appID = caller.appID, let generation = caller.generation else { return }
+        let pending = try locked { try apps.find(appID) }.map { $0.installed && $0.generation == generation && $0.launchedGeneration != generation }
+        if pending == true { _ = try hello(caller) }
+    }
+
     /// Notices registered executables that disappeared (uninstall) or came back (reinstall:
     /// a new generation). vaultd calls this at start and then periodically.
     public func scanExecutables() {

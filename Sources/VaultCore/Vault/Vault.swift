@@ -215,22 +215,26 @@ public final class Vault: @unchecked Sendable {
 
     /// SecItemAdd; see `KeychainStore.add`.
     public func addItem(_ itemClass: ItemClass, attributes: ItemAttributes, secret: SecureBytes, caller: Caller) throws -> ItemAttributes {
-        try transaction { try self.keychain.add(itemClass: itemClass, attributes: attributes, secret: secret, caller: caller) }
+        try launchIfNeeded(caller)
+        return try transaction { try self.keychain.add(itemClass: itemClass, attributes: attributes, secret: secret, caller: caller) }
     }
 
     /// SecItemCopyMatching; see `KeychainStore.copyMatching`.
     public func copyMatching(_ query: ItemQuery, returnData: Bool, caller: Caller) throws -> [FoundItem] {
-        try locked { try keychain.copyMatching(query, returnData: returnData, caller: caller) }
+        try launchIfNeeded(caller)
+        return try locked { try keychain.copyMatching(query, returnData: returnData, caller: caller) }
     }
 
     /// SecItemUpdate; see `KeychainStore.update`. All matches change, or none.
     public func updateItems(_ query: ItemQuery, changes: ItemAttributes, secret: SecureBytes?, caller: Caller) throws -> Int {
-        try transaction { try self.keychain.update(query, changes: changes, secret: secret, caller: caller) }
+        try launchIfNeeded(caller)
+        return try transaction { try self.keychain.update(query, changes: changes, secret: secret, caller: caller) }
     }
 
     /// SecItemDelete; see `KeychainStore.delete`.
     public func deleteItems(_ query: ItemQuery, caller: Caller) throws -> Int {
-        try transaction { try self.keychain.delete(query, caller: caller) }
+        try launchIfNeeded(caller)
+        return try transaction { try self.keychain.delete(query, caller: caller) }
     }
 
     // MARK: preferences
