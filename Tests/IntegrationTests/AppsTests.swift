@@ -256,6 +256,60 @@ import Glibc
         #expect(launch.appID == Self.appA && launch.generation == g2 && launch.firstLaunch && launch.wiped == 1, "\(launch)")
     }
 
+    /// vaultd matches `/proc/PID/exe`, which has every symlink resolved: an app registered
+    /// through a symlinked path is still recognised (else it would run as the owner).
+    @Test func anAppRegisteredThroughASymlinkedPathIsRecognised() throws {
+        let d = try Self.daemon()
+        defer { d.close() }
+        let real = try d.placeExample("real")
+        let linkDir = d.root + "/apps/current"
+        try FileManager.default.createSymbolicLink(atPath: linkDir, withDestinationPath: d.root + "/apps/real")
+        let viaLink = linkDir + "/app"
+        try d.install(Self.appA, exe: viaLink)
+        #expect(try d.launch(viaLink).appID == Self.appA)
+        #expect(try d.launch(real).appID == Self.appA)
+        // Still noticed when it disappears.
+        try FileManager.default.removeItem(atPath: real)
+        #expect(eventually(timeout: 3) { d.appShow(Self.appA)?["installed"] as? Bool == false }, "\(d.appShow(Self.appA) ?? [:])")
+    }
+
+    /// The first-launch wipe does not depend on the client saying Hello: a reinstalled app
+    /// that goes straight to CopyMatching (a raw varlink client, here a copied python3
+    /// registered as the app) finds no leftover of the earlier install.
+    @Test func aReinstalledAppThatSkipsHelloStillFindsNoLeftovers() throws {
+        let d = try Self.daemon()
+        defer { d.close() }
+        let dir = d.root + "/apps/raw"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        let python = dir + "/python3"
+        try FileManager.default.copyItem(atPath: URL(fileURLWithPath: "/usr/bin/python3").resolvingSymlinksInPath().path, toPath: python)
+        let script = """
+            import json, socket, sys
+            s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); buf = b''
+            def call(method, params):
+                global buf
+                s.sendall(json.dumps({"method": method, "parameters": params}).encode() + b'\\0')
+                while b'\\0' not in buf: buf += s.recv(65536)
+                msg, _, buf = buf.partition(b'\\0')
+                return json.loads(msg)
+            q = {"class": "genericPassword", "query": {"service": "token", "account": "token"}, "returnData": True}
+            for step in sys.argv[2:]:
+                if step == "hello": print(json.dumps(call("io.vaultd.Vault.Hello", {})))
+                if step == "add": print(json.dumps(call("io.vaultd.Keychain.Add", {"class": "genericPassword", "attributes": {"service": "token", "account": "token", "accessGroup": "org.example.Raw"}, "data": "bGVmdG92ZXI="})))
+                if step == "get": print(json.dumps(call("io.vaultd.Keychain.CopyMatching", q)))
+            """
+        try #require(d.install("org.example.Raw", exe: python)["executable"] as? String == python)
+        let first = d.app(python, ["-c", script, d.socketPath, "hello", "add", "get"])
+        #expect(first.stdoutText.contains("\"appID\": \"org.example.Raw\"") && first.stdoutText.contains("bGVmdG92ZXI="), "\(first)")
+        #expect(d.ctl(["app", "uninstall", "org.example.Raw"]).status == 0)
+        try d.install("org.example.Raw", exe: python)
+
+        let skipping = d.app(python, ["-c", script, d.socketPath, "get", "hello"])
+        #expect(!skipping.stdoutText.contains("bGVmdG92ZXI="), "a leftover of the earlier install was read: \(skipping)")
+        #expect(skipping.stdoutText.contains("io.vaultd.Keychain.ItemNotFound"), "\(skipping)")
+        #expect(d.ctl(["item", "list", "--access-group", "org.example.Raw"]).stdoutText.isEmpty)
+    }
+
     // MARK: Sandboxed apps (Flatpak identity)
 
     /// Runs `app ARGS` in a bubblewrap sandbox whose `/.flatpak-info` names `flatpakID`, the
