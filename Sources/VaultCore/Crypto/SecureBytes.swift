@@ -1,20 +1,34 @@
 internal import CSodium
+import Foundation
 
 /// Key material in `sodium_malloc` memory: guarded pages, locked against swap, wiped
-/// (`sodium_free` zeroes) on release. Compared in constant time; prints as `[REDACTED]`;
-/// its bytes are reachable only through `withUnsafeBytes`.
+/// (zeroed) on release. Compared in constant time; prints as `[REDACTED]`; its bytes are
+/// reachable only through `withUnsafeBytes`.
+///
+/// Small buffers (item keys, typical secrets: up to `SecureArena.largestSlot` bytes) are
+/// slots of larger `sodium_malloc` regions (`SecureArena`), because one `sodium_malloc` per
+/// buffer costs an mmap, two mprotects and an mlock, and its free an munlock and an munmap:
+/// most of a lookup's time (issue #8's profile). Larger ones get their own region.
 public final class SecureBytes: @unchecked Sendable, CustomStringConvertible, CustomDebugStringConvertible {
     private let pointer: UnsafeMutableRawPointer
     /// Length in bytes.
     public let count: Int
+    /// The arena slot class, or -1 for a region of its own.
+    private let slotClass: Int
 
     /// `count` bytes of zeros. Traps when libsodium cannot allocate (out of memory).
     public init(count: Int) {
         Sodium.initialize()
-        guard let p = sodium_malloc(max(count, 1)) else { fatalError("sodium_malloc failed: out of memory") }
-        pointer = p
+        if let (p, c) = SecureArena.shared.allocate(count) {
+            pointer = p
+            slotClass = c
+        } else {
+            guard let p = sodium_malloc(max(count, 1)) else { fatalError("sodium_malloc failed: out of memory") }
+            pointer = p
+            slotClass = -1
+            sodium_memzero(p, max(count, 1))
+        }
         self.count = count
-        sodium_memzero(p, max(count, 1))
     }
 
     /// Fresh random bytes (`randombytes_buf`).
@@ -31,7 +45,13 @@ public final class SecureBytes: @unchecked Sendable, CustomStringConvertible, Cu
         for (i, b) in bytes.enumerated() { p[i] = b }
     }
 
-    deinit { sodium_free(pointer) }
+    deinit {
+        if slotClass >= 0 {
+            SecureArena.shared.release(pointer, slotClass: slotClass)
+        } else {
+            sodium_free(pointer)
+        }
+    }
 
     public func withUnsafeBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
         try body(UnsafeRawBufferPointer(start: pointer, count: count))
@@ -54,5 +74,43 @@ extension Array where Element == UInt8 {
     /// Overwrites the array's storage with zeros (`sodium_memzero`).
     mutating func wipe() {
         withUnsafeMutableBytes { b in if let p = b.baseAddress { sodium_memzero(p, b.count) } }
+    }
+}
+
+/// Slots for small `SecureBytes`, carved from `sodium_malloc` regions (each guarded by
+/// inaccessible pages and locked against swap). A released slot is zeroed before it is
+/// reused; regions are kept for the life of the process, so their number follows the peak
+/// count of live buffers. Thread-safe.
+final class SecureArena: @unchecked Sendable {
+    static let shared = SecureArena()
+    /// Slot sizes, one free list each; larger buffers do not come from the arena.
+    static let slotSizes = [32, 64, 128, 256, 512, 1024]
+    static var largestSlot: Int { slotSizes.last! }
+    /// Bytes of one region (a multiple of every slot size).
+    static let regionSize = 16 << 10
+
+    private let lock = NSLock()
+    private var free: [[UnsafeMutableRawPointer]] = Array(repeating: [], count: SecureArena.slotSizes.count)
+
+    /// A zeroed slot of at least `count` bytes and its class, or nil when `count` is too large
+    /// (or no region could be had: the caller falls back to its own `sodium_malloc`).
+    func allocate(_ count: Int) -> (UnsafeMutableRawPointer, Int)? {
+        guard let c = Self.slotSizes.firstIndex(where: { $0 >= count }) else { return nil }
+        return lock.withLock {
+            if free[c].isEmpty {
+                let size = Self.slotSizes[c]
+                guard let region = sodium_malloc(Self.regionSize) else { return nil }
+                sodium_memzero(region, Self.regionSize)
+                // Handed out from the front first.
+                for i in stride(from: Self.regionSize / size - 1, through: 0, by: -1) { free[c].append(region + i * size) }
+            }
+            return (free[c].removeLast(), c)
+        }
+    }
+
+    /// Zeroes the slot and makes it available again.
+    func release(_ p: UnsafeMutableRawPointer, slotClass c: Int) {
+        sodium_memzero(p, Self.slotSizes[c])
+        lock.withLock { free[c].append(p) }
     }
 }

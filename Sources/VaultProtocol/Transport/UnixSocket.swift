@@ -97,10 +97,11 @@ public final class UnixSocket: @unchecked Sendable {
     /// Reads what is available, up to `max` bytes; an empty result means the peer closed.
     /// Throws `Errno` EAGAIN when a receive timeout (`setReceiveTimeout`) expired.
     public func receive(max: Int = 65536) throws -> [UInt8] {
-        var buf = [UInt8](repeating: 0, count: max)
-        let n = try buf.withUnsafeMutableBytes { b in try valueOrErrno("recv") { recv(fd, b.baseAddress, max, 0) } }
-        buf.removeSubrange(n...)
-        return buf
+        // Uninitialized capacity: zeroing 64 KiB per message cost more than the recv.
+        try [UInt8](unsafeUninitializedCapacity: max) { b, n in
+            n = 0
+            n = try valueOrErrno("recv") { recv(fd, b.baseAddress, max, 0) }
+        }
     }
 
     /// `SO_RCVTIMEO` / `SO_SNDTIMEO` in seconds (0: none).
