@@ -125,6 +125,7 @@ extension Vault {
     /// Returns whether this was the first launch and how many items were wiped.
     public func hello(_ caller: Caller) throws -> (firstLaunch: Bool, wiped: Int) {
         guard let appID = caller.appID else { return (false, 0) }
+        try admit(caller)
         return try locked {
             try db.write { _ in
                 guard var a = try apps.find(appID), a.installed, a.generation == caller.generation else { return (false, 0) }
@@ -138,13 +139,21 @@ extension Vault {
         }
     }
 
-    /// A keychain call by an app whose install generation has not launched yet is its first
-    /// launch, Hello or not: the leftovers of earlier installs are wiped before it, as Hello
-    /// would (a client that skips Hello must not see them). Hello then reports no first launch.
-    func launchIfNeeded(_ caller: Caller) throws {
-        guard let appID = caller.appID, let generation = caller.generation else { return }
-        let pending = try locked { try apps.find(appID) }.map { $0.installed && $0.generation == generation && $0.launchedGeneration != generation }
-        if pending == true { _ = try hello(caller) }
+    /// Admits a call by an app (the owner always passes). The connection's app must still be
+    /// installed under the generation it was identified with: an instance connected before an
+    /// uninstall or a reinstall gets MissingEntitlement, so it cannot re-create what the
+    /// uninstall removed. With `launch` (keychain calls), a generation that has not launched
+    /// yet launches now, Hello or not: the leftovers of earlier installs are wiped first, as
+    /// Hello would (a client that skips Hello must not see them); Hello then reports no first
+    /// launch.
+    /// (A caller not made from a registration, with no generation, as unit tests build, is
+    /// not checked: vaultd's app callers always come from `AppRecord.caller`.)
+    func admit(_ caller: Caller, launch: Bool = false) throws {
+        guard let appID = caller.appID, caller.generation != nil else { return }
+        guard let a = try locked({ try apps.find(appID) }), a.installed, a.generation == caller.generation else {
+            throw VaultError(.missingEntitlement, "\(appID) was uninstalled or reinstalled after this connection was made; reconnect")
+        }
+        if launch && a.launchedGeneration != a.generation { _ = try hello(caller) }
     }
 
     /// Notices registered executables that disappeared (uninstall) or came back (reinstall:

@@ -7,6 +7,7 @@ extension Vault {
     /// names another app.
     public func cacheDirectory(for appID: String?, caller: Caller) throws -> String {
         if let own = caller.appID {
+            try admit(caller)
             if let appID, appID != own { throw VaultError(.missingEntitlement, "an app may only use its own cache directory") }
             return try caches.directory(for: own)
         }

@@ -215,25 +215,25 @@ public final class Vault: @unchecked Sendable {
 
     /// SecItemAdd; see `KeychainStore.add`.
     public func addItem(_ itemClass: ItemClass, attributes: ItemAttributes, secret: SecureBytes, caller: Caller) throws -> ItemAttributes {
-        try launchIfNeeded(caller)
+        try admit(caller, launch: true)
         return try transaction { try self.keychain.add(itemClass: itemClass, attributes: attributes, secret: secret, caller: caller) }
     }
 
     /// SecItemCopyMatching; see `KeychainStore.copyMatching`.
     public func copyMatching(_ query: ItemQuery, returnData: Bool, caller: Caller) throws -> [FoundItem] {
-        try launchIfNeeded(caller)
+        try admit(caller, launch: true)
         return try locked { try keychain.copyMatching(query, returnData: returnData, caller: caller) }
     }
 
     /// SecItemUpdate; see `KeychainStore.update`. All matches change, or none.
     public func updateItems(_ query: ItemQuery, changes: ItemAttributes, secret: SecureBytes?, caller: Caller) throws -> Int {
-        try launchIfNeeded(caller)
+        try admit(caller, launch: true)
         return try transaction { try self.keychain.update(query, changes: changes, secret: secret, caller: caller) }
     }
 
     /// SecItemDelete; see `KeychainStore.delete`.
     public func deleteItems(_ query: ItemQuery, caller: Caller) throws -> Int {
-        try launchIfNeeded(caller)
+        try admit(caller, launch: true)
         return try transaction { try self.keychain.delete(query, caller: caller) }
     }
 
@@ -243,6 +243,7 @@ public final class Vault: @unchecked Sendable {
     /// Apps: their own domain and their app groups' suites; NSGlobalDomain read-only. Throws
     /// MissingEntitlement / ReadOnlyDomain / InvalidValue.
     public func resolveDomain(_ domain: String?, caller: Caller, write: Bool) throws -> String {
+        try admit(caller)
         if caller.isOwner {
             guard let domain else { throw VaultError.invalidParameter("domain", "the owner must name a domain") }
             try PreferencesStore.validate(domain: domain)
