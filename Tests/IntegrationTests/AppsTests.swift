@@ -310,6 +310,72 @@ import Glibc
         #expect(d.ctl(["item", "list", "--access-group", "org.example.Raw"]).stdoutText.isEmpty)
     }
 
+    /// An app instance that was connected before its app was uninstalled (or reinstalled)
+    /// keeps no app tier: its calls are refused, so it cannot re-create the preferences and
+    /// cache the uninstall removed, nor carry them into the next install.
+    @Test func aConnectionMadeBeforeAnUninstallLosesTheAppTier() throws {
+        let d = try Self.daemon()
+        defer { d.close() }
+        let dir = d.root + "/apps/raw"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        let python = dir + "/python3"
+        try FileManager.default.copyItem(atPath: URL(fileURLWithPath: "/usr/bin/python3").resolvingSymlinksInPath().path, toPath: python)
+        // Connects and says Hello, prints "ready", waits for the go file, then calls on the same connection.
+        let script = """
+            import json, os, socket, sys, time
+            s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); buf = b''
+            def call(method, params):
+                global buf
+                s.sendall(json.dumps({"method": method, "parameters": params}).encode() + b'\\0')
+                while b'\\0' not in buf: buf += s.recv(65536)
+                msg, _, buf = buf.partition(b'\\0')
+                return json.loads(msg)
+            print(json.dumps(call("io.vaultd.Vault.Hello", {})), flush=True)
+            print("ready", flush=True)
+            while not os.path.exists(sys.argv[2]): time.sleep(0.02)
+            print(json.dumps(call("io.vaultd.Preferences.Set", {"key": "zombie", "value": {"string": "yes"}})))
+            print(json.dumps(call("io.vaultd.Caches.Directory", {})))
+            print(json.dumps(call("io.vaultd.Keychain.Add", {"class": "genericPassword", "attributes": {"service": "z", "account": "z"}, "data": "eg=="})))
+            print(json.dumps(call("io.vaultd.Keychain.CopyMatching", {"class": "genericPassword", "query": {"service": "token"}, "returnData": True})))
+            """
+        try d.install("org.example.Raw", exe: python)
+        let seed = d.ctl(["item", "add", "--access-group", "org.example.Raw", "--service", "token", "--account", "t"], stdin: Data("seed".utf8))
+        #expect(seed.status == 0, "\(seed)")
+
+        func start(_ name: String) throws -> (pid: pid_t, out: String, go: String) {
+            let out = d.root + "/\(name).out", go = d.root + "/\(name).go"
+            let pid = try ChildProcess.spawn(
+                python, ["-c", script, d.socketPath, go], environment: d.environment, inputs: [:], stdout: .file(out, append: false),
+                stderr: .file(out + ".err", append: false))
+            let ready = eventually(timeout: 10) { (try? String(contentsOfFile: out, encoding: .utf8))?.contains("ready") == true }
+            #expect(ready, "\(name) did not connect: \((try? String(contentsOfFile: out + ".err", encoding: .utf8)) ?? "")")
+            return (pid, out, go)
+        }
+        func finish(_ p: (pid: pid_t, out: String, go: String)) -> String {
+            FileManager.default.createFile(atPath: p.go, contents: Data())
+            if ChildProcess.wait(p.pid, timeout: 20) == nil { kill(p.pid, SIGKILL); _ = ChildProcess.wait(p.pid, timeout: 5) }
+            return (try? String(contentsOfFile: p.out, encoding: .utf8)) ?? ""
+        }
+        func expectRefused(_ output: String, _ when: String) {
+            let replies = output.split(separator: "\n").dropFirst(2)
+            #expect(replies.count == 4, "\(when): \(output)")
+            for r in replies { #expect(r.contains("io.vaultd.Keychain.MissingEntitlement"), "\(when): \(r)") }
+            #expect(!output.contains("c2VlZA=="), "\(when): the seed token was read: \(output)")
+        }
+
+        let p1 = try start("p1"), p2 = try start("p2")
+        #expect(d.ctl(["app", "uninstall", "org.example.Raw"]).status == 0)
+        expectRefused(finish(p1), "after the uninstall")
+        try d.install("org.example.Raw", exe: python)
+        expectRefused(finish(p2), "after a reinstall")
+
+        // Nothing came back to life: no preferences, no cache directory, no new item.
+        #expect(d.ctl(["defaults", "read", "org.example.Raw"]).stdoutText.isEmpty)
+        #expect(!FileManager.default.fileExists(atPath: d.root + "/home/.cache/vaultd/org.example.Raw"))
+        let items = d.ctl(["item", "list", "--access-group", "org.example.Raw"]).stdoutText
+        #expect(!items.contains("service=\"z\""), "\(items)")
+    }
+
     // MARK: Sandboxed apps (Flatpak identity)
 
     /// Runs `app ARGS` in a bubblewrap sandbox whose `/.flatpak-info` names `flatpakID`, the
