@@ -190,6 +190,35 @@ import Glibc
         #expect(v.inside(a, ["cache", "write", "again", "100"]).status == 0)
     }
 
+    /// An app that replaces its own cache directory with a symlink to somewhere else gets
+    /// nothing there counted, purged or removed; the uninstall removes the link only.
+    @Test func anAppCacheDirectoryReplacedByASymlinkIsNeverFollowed() throws {
+        let (v, a, b) = try Self.volume(Self.noAutomaticPurge)
+        defer { v.close() }
+        let dirB = try #require(v.inside(b, ["cache", "path"]).stdoutText.split(separator: "\n").first.map(String.init))
+        #expect(v.inside(a, ["cache", "write", "mine", "4096"]).status == 0)
+        let swap = v.sh(
+            """
+            set -e
+            mkdir "$2/victim"; head -c 100000 /dev/zero > "$2/victim/precious"; touch -d '2021-01-01' "$2/victim/precious"
+            rmdir "$1"; ln -s "$2/victim" "$1"
+            """, dirB, v.outside)
+        try #require(swap.status == 0, "\(swap)")
+        let before = v.sh("stat -c '%n %s %Y' \"$1/victim/precious\"", v.outside).stdoutText
+
+        let usage = try v.usage()
+        #expect(usage.files(Self.appB) == 0, "\(usage)")
+        let purge = v.ctl(["cache", "purge"])
+        #expect(purge.status == 0 && purge.stdoutText == "freed 4096 bytes in 1 file(s)\n", "\(purge)")
+        #expect(v.sh("stat -c '%n %s %Y' \"$1/victim/precious\"", v.outside).stdoutText == before)
+        let dir = v.ctl(["cache", "path", Self.appB])
+        #expect(dir.status != 0, "a symlink is not handed out as the cache directory: \(dir)")
+
+        #expect(v.ctl(["app", "uninstall", Self.appB]).status == 0)
+        #expect(v.sh("stat -c '%n %s %Y' \"$1/victim/precious\"", v.outside).stdoutText == before, "the uninstall followed the link")
+        #expect(v.sh("test -e \"$1\" || test -L \"$1\"", dirB).status != 0, "the link itself goes at uninstall")
+    }
+
     /// The same odd entries, purged by the policy (a budget) rather than by hand: they sort
     /// first (oldest) and do not stop the purge of the plain files after them.
     @Test func oddEntriesDoNotStopAPolicyPurge() throws {
