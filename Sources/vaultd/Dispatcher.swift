@@ -8,7 +8,15 @@ struct Dispatcher {
     let vault: Vault
     /// App IDs with an open connection (their caches are purged last).
     let runningApps: @Sendable () -> Set<String>
+    /// Called for every call that counts as use of the vault (the idle auto-lock's clock).
+    var activity: @Sendable () -> Void = {}
     static let version = "0.1.0"
+
+    /// Calls that only look and do not count as activity: a status poller (a panel applet,
+    /// a script waiting for a state) must not keep the vault unlocked forever.
+    static let passiveMethods: Set<String> = [
+        "io.vaultd.Vault.Status", "org.varlink.service.GetInfo", "org.varlink.service.GetInterfaceDescription",
+    ]
 
     /// Methods that stream replies and must be called with `more`.
     static let streamingMethods: Set<String> = [
@@ -72,6 +80,7 @@ struct Dispatcher {
 
     /// Answers one non-streaming call. Throws `VaultError` for every failure.
     func handle(_ call: VarlinkCall, caller: Caller) throws -> [String: JSON] {
+        if !Self.passiveMethods.contains(call.method) { activity() }
         let p = Parameters(values: call.parameters)
         switch call.method {
         case "org.varlink.service.GetInfo":

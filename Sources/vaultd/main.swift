@@ -61,9 +61,10 @@ do {
 }
 
 let running = RunningApps()
-let server = Server(
-    listener: listener, dispatcher: Dispatcher(vault: vault, runningApps: { running.server?.runningApps ?? [] }), limits: limits
-) { peer in
+// The idle auto-lock's clock, touched by every call except those that only look (Status).
+let idle = IdleClock()
+let dispatcher = Dispatcher(vault: vault, runningApps: { running.server?.runningApps ?? [] }, activity: { idle.touch() })
+let server = Server(listener: listener, dispatcher: dispatcher, limits: limits) { peer in
     PeerIdentity.caller(for: peer, vault: vault)
 }
 running.server = server
@@ -87,8 +88,6 @@ cacheTimer.setEventHandler { vault.enforceCachePolicy(settings.cachePolicy, runn
 cacheTimer.resume()
 
 // Idle auto-lock (off unless AutoLockSeconds is set).
-let idle = IdleClock()
-server.activity = { idle.touch() }
 let autoLockTimer = DispatchSource.makeTimerSource(queue: maintenance)
 if settings.autoLockSeconds > 0 {
     autoLockTimer.schedule(deadline: .now() + 1, repeating: 1)
