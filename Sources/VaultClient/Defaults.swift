@@ -120,26 +120,43 @@ public final class Defaults: @unchecked Sendable {
         }
     }
 
+    /// As `UserDefaults.string(forKey:)`: strings, and numbers (bools as "1"/"0") as text.
     public func string(forKey key: String) -> String? {
         switch object(forKey: key) {
         case .string(let s)?: return s
         case .integer(let i)?: return String(i)
+        case .unsignedInteger(let u)?: return String(u)
         case .real(let d)?: return String(d)
+        case .bool(let b)?: return b ? "1" : "0"
         default: return nil
         }
     }
 
-    /// The integer for `key`: integers, reals (truncated), bools (0/1) and numeric strings
-    /// convert, as `UserDefaults.integer(forKey:)`; 0 otherwise.
+    /// The integer for `key`: integers, reals (truncated; beyond Int's range, Int.max or
+    /// Int.min), bools (0/1) and numeric strings convert, as `UserDefaults.integer(forKey:)`;
+    /// 0 otherwise.
     public func integer(forKey key: String) -> Int {
         switch object(forKey: key) {
         case .integer(let i)?: return Int(i)
         case .unsignedInteger(let u)?: return Int(truncatingIfNeeded: u)
-        case .real(let d)?: return d.isFinite ? Int(d) : 0
+        case .real(let d)?: return Self.truncated(d)
         case .bool(let b)?: return b ? 1 : 0
-        case .string(let s)?: return Int(s) ?? Int(Double(s) ?? 0)
+        case .string(let s)?: return Self.integer(s)
         default: return 0
         }
+    }
+
+    /// `d` truncated toward zero, saturating at Int's bounds (never trapping); 0 for nan and ±inf.
+    static func truncated(_ d: Double) -> Int {
+        guard d.isFinite else { return 0 }
+        if d >= Double(Int.max) { return .max }  // Double(Int.max) is 2^63, just above it
+        if d <= Double(Int.min) { return .min }
+        return Int(d)
+    }
+
+    /// A numeric string as an integer ("42", "2.5" → 2), else 0.
+    static func integer(_ s: String) -> Int {
+        Int(s) ?? truncated(Double(s) ?? 0)
     }
 
     public func double(forKey key: String) -> Double {
@@ -153,13 +170,15 @@ public final class Defaults: @unchecked Sendable {
         }
     }
 
-    /// As `UserDefaults.bool(forKey:)`: true for true, non-zero numbers and "YES"/"true"/"1".
+    /// As `UserDefaults.bool(forKey:)`: true for true, non-zero numbers, "YES"/"true" (any
+    /// case) and strings of a non-zero number.
     public func bool(forKey key: String) -> Bool {
         switch object(forKey: key) {
         case .bool(let b)?: return b
         case .integer(let i)?: return i != 0
+        case .unsignedInteger(let u)?: return u != 0
         case .real(let d)?: return d != 0
-        case .string(let s)?: return ["yes", "true", "1"].contains(s.lowercased())
+        case .string(let s)?: return ["yes", "true"].contains(s.lowercased()) || Self.integer(s) != 0
         default: return false
         }
     }
