@@ -178,7 +178,9 @@ public final class Statement {
             case .null: rc = sqlite3_bind_null(handle, idx)
             case .integer(let v): rc = sqlite3_bind_int64(handle, idx, v)
             case .real(let v): rc = sqlite3_bind_double(handle, idx, v)
-            case .text(let v): rc = sqlite3_bind_text(handle, idx, v, -1, Statement.transient)
+            case .text(let v):
+                // With its byte count, so a NUL inside the text is kept rather than ending it.
+                rc = v.withCString { sqlite3_bind_text(handle, idx, $0, Int32(v.utf8.count), Statement.transient) }
             case .blob(let v):
                 rc = v.withUnsafeBytes { b in
                     sqlite3_bind_blob(handle, idx, b.baseAddress ?? UnsafeRawPointer(bitPattern: 1), Int32(b.count), Statement.transient)
@@ -206,7 +208,11 @@ public final class Statement {
             switch sqlite3_column_type(handle, i) {
             case SQLITE_INTEGER: r.append(.integer(sqlite3_column_int64(handle, i)))
             case SQLITE_FLOAT: r.append(.real(sqlite3_column_double(handle, i)))
-            case SQLITE_TEXT: r.append(.text(String(cString: sqlite3_column_text(handle, i))))
+            case SQLITE_TEXT:
+                // Every byte, NULs included (text is bound with its length).
+                let p = sqlite3_column_text(handle, i)
+                let count = Int(sqlite3_column_bytes(handle, i))
+                r.append(.text(p.map { String(decoding: UnsafeBufferPointer(start: $0, count: count), as: UTF8.self) } ?? ""))
             case SQLITE_BLOB:
                 let count = Int(sqlite3_column_bytes(handle, i))
                 if let p = sqlite3_column_blob(handle, i) {
