@@ -212,6 +212,15 @@ final class Server: @unchecked Sendable {
                 return
             }
             guard beginCall() else { return }
+            // A parameter the method does not declare is refused before anything runs (as
+            // sd-varlink and the reference implementation do); the connection stays usable.
+            if let unknown = VarlinkInterfaces.undeclaredParameter(in: call) {
+                let reply = VarlinkReply(error: .invalidParameter(unknown, "not a parameter of \(call.method)"))
+                let sent = call.oneway || (try? send(reply, on: conn)) != nil
+                endCall()
+                if !sent { return }
+                continue
+            }
             if Dispatcher.streamingMethods.contains(call.method) && call.more {
                 endCall()
                 stream(call, on: conn, caller: caller)

@@ -48,6 +48,13 @@ public struct VarlinkCall: Sendable, Equatable {
             default: throw VaultError.invalidParameter(name, "must be a boolean")
             }
         }
+        // Other members are refused, except vendor extensions, which varlink requires to be
+        // objects named in reverse-domain notation ("com.example.trace": {...}).
+        for key in o.keys.sorted() where !["method", "parameters", "oneway", "more", "upgrade"].contains(key) {
+            guard key.contains("."), o[key]?.objectValue != nil else {
+                throw VaultError.invalidParameter(key, "not a member of a varlink call")
+            }
+        }
         self.init(method: method, parameters: parameters, oneway: try flag("oneway"), more: try flag("more"))
         if try flag("upgrade") { throw VaultError.invalidParameter("upgrade", "connection upgrades are not supported") }
     }
