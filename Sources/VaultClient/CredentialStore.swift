@@ -35,7 +35,8 @@ public struct CredentialStore: Sendable {
         }
     }
 
-    /// Stores `data` (at most 1 MiB) for `account`, replacing what was there.
+    /// Stores `data` (at most 1 MiB) for `account`, replacing what was there; the item gets
+    /// this store's accessibility either way.
     public func set(_ data: Data, for account: String) throws(VaultError) {
         try call {
             var a = attributes(account)
@@ -43,7 +44,8 @@ public struct CredentialStore: Sendable {
             do {
                 try vault.keychain.add(attributes: a, data: data)
             } catch let e as VaultError where e.code == .duplicateItem {
-                try vault.keychain.update(Query(.genericPassword, attributes(account)), data: data)
+                try vault.keychain.update(
+                    Query(.genericPassword, attributes(account)), attributes: ItemAttributes(accessible: accessibility), data: data)
             }
         }
     }

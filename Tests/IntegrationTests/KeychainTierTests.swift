@@ -684,7 +684,11 @@ import Glibc
         // Locked: typed errors with Keychain Services' codes.
         let afu = CredentialStore(vault: vault, service: "com.example.creds.afu", accessibility: .afterFirstUnlock)
         try afu.set("still here", for: "carol")
+        // Replacing a secret gives the item the store's accessibility, as adding it would.
+        try CredentialStore(vault: vault, service: "com.example.creds.afu").set("was whenUnlocked", for: "erin")
+        try afu.set("now afterFirstUnlock", for: "erin")
         try #require(d.ctl(["lock"]).status == 0)
+        #expect(try afu.string(for: "erin") == "now afterFirstUnlock")
         do throws(VaultError) {
             _ = try store.string(for: "bob")
             Issue.record("read while locked")
@@ -703,6 +707,6 @@ import Glibc
         #expect(try store.allAccounts() == [])
         try store.removeAll()
         #expect(try neighbour.allAccounts() == ["alice"], "removeAll is per service")
-        #expect(try afu.allAccounts() == ["carol"])
+        #expect(try afu.allAccounts() == ["carol", "erin"])
     }
 }
