@@ -62,15 +62,6 @@ enum Dconf {
                     g_variant_unref(v)
                     return true
                 })
-            entries.append(
-                try vault_bench.measure("prefs-get", system: "dconf", items: 0, clients: 1, options: options, note: "dconf_client_read (mmap)") { _ in
-                    let c = lib.new()
-                    return { _ in
-                        guard let v = lib.read(c, key) else { throw BenchError("dconf read found nothing") }
-                        g_variant_unref(v)
-                        return true
-                    }
-                })
             for clients in options.writeClients {
                 entries.append(
                     try vault_bench.measure("prefs-set", system: "dconf", items: 0, clients: clients, options: options, note: "dconf_client_write_sync") { client in

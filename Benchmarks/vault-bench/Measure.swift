@@ -137,12 +137,12 @@ func measure(
     return summarize(name, system: system, items: items, clients: clients, runs: runs, note: note)
 }
 
-func summarize(_ name: String, system: String, items: Int, clients: Int, runs: [Run], note: String? = nil) -> Entry {
+func summarize(_ name: String, system: String, items: Int, clients: Int, runs: [Run], note: String? = nil, opsPerSample: Int = 1) -> Entry {
     let failures = runs.reduce(0) { $0 + $1.failures }
     if failures > 0 { warn("\(name) on \(system) (\(items) items, \(clients) clients): \(failures) operations failed") }
     let e = Entry(
         name: name, system: system, items: items, clients: clients, p50_us: median(runs.map(\.p50)), p99_us: median(runs.map(\.p99)),
-        ops_per_s: median(runs.map(\.opsPerSecond)), ops: runs.reduce(0) { $0 + $1.latencies.count }, note: note)
+        ops_per_s: median(runs.map(\.opsPerSecond)) * Double(opsPerSample), ops: runs.reduce(0) { $0 + $1.latencies.count } * opsPerSample, note: note)
     progress(String(format: "%@ %@ items=%d clients=%d: p50 %.1f µs, p99 %.1f µs, %.0f ops/s", name, system, items, clients, e.p50_us, e.p99_us, e.ops_per_s))
     return e
 }

@@ -241,8 +241,5 @@ func batchedReads(_ name: String, system: String, options: Options, note: String
             runs.append(Run(latencies: samples, elapsed: t - start, failures: 0))
         }
     }
-    var e = summarize(name, system: system, items: 0, clients: 1, runs: runs, note: note)
-    e.ops_per_s *= Double(batch)
-    e.ops *= batch
-    return e
+    return summarize(name, system: system, items: 0, clients: 1, runs: runs, note: note, opsPerSample: batch)
 }

@@ -1,0 +1,55 @@
+import Foundation
+import Testing
+
+/// Issue #8: vault-bench runs end to end with tiny counts and reports every workload. No
+/// timing is asserted (machines are shared and noisy), only that each number is there.
+@Suite struct BenchSmokeTests {
+    @Test func tinyRunReportsEveryWorkloadAsJSON() throws {
+        let bench = Paths.binaries + "/vault-bench"
+        try #require(FileManager.default.isExecutableFile(atPath: bench), "vault-bench is not built next to vaultd (\(Paths.binaries))")
+        let root = try TemporaryDirectory.make(prefix: "vault-bench-it")
+        defer { TemporaryDirectory.remove(root) }
+        var env = isolatedEnvironment(root: root, socket: nil)
+        env["TMPDIR"] = root
+        let r = try ChildProcess.run(
+            bench,
+            [
+                "--items", "50,100", "--clients", "1,2", "--write-clients", "1,2", "--seconds", "0.2", "--warmup", "0.05",
+                "--reps", "1", "--process-runs", "2", "--startup-runs", "1", "--no-cache", "--json",
+                "--vaultd", Paths.binaries + "/vaultd", "--vaultctl", Paths.binaries + "/vaultctl",
+            ],
+            environment: env, timeout: 300)
+        try #require(r.status == 0, "\(r)")
+        let json = try #require(try JSONSerialization.jsonObject(with: r.stdout) as? [String: Any], "not a JSON object: \(r)")
+        let workloads = try #require(json["workloads"] as? [[String: Any]])
+        func entries(_ name: String, _ system: String) -> [[String: Any]] {
+            workloads.filter { $0["name"] as? String == name && $0["system"] as? String == system }
+        }
+        for (name, system, count) in [
+            ("lookup", "vaultd", 4), ("lookup", "floor", 2), ("add", "vaultd", 4), ("update", "vaultd", 4), ("delete", "vaultd", 4),
+            ("prefs-get", "vaultd", 1), ("prefs-set", "vaultd", 2), ("defaults-read", "vaultd", 1), ("item-get-process", "vaultd", 1),
+        ] {
+            let found = entries(name, system)
+            #expect(found.count == count, "\(name) on \(system): \(found.count) entries, expected \(count)")
+            for e in found {
+                for key in ["p50_us", "p99_us", "ops_per_s"] {
+                    let v = (e[key] as? NSNumber)?.doubleValue ?? 0
+                    #expect(v > 0, "\(name) \(system) \(key) = \(v)")
+                }
+                #expect(e["items"] is NSNumber && e["clients"] is NSNumber)
+            }
+        }
+        #expect(Set(entries("lookup", "vaultd").compactMap { ($0["items"] as? NSNumber)?.intValue }) == [50, 100])
+        #expect(((json["rss_bytes"] as? NSNumber)?.intValue ?? 0) > 0)
+        #expect(((json["startup_ms"] as? NSNumber)?.doubleValue ?? 0) > 0)
+        #expect((json["targets"] as? [Any])?.isEmpty == false)
+    }
+
+    @Test func usageErrorsExitWith64() throws {
+        let bench = Paths.binaries + "/vault-bench"
+        try #require(FileManager.default.isExecutableFile(atPath: bench))
+        let r = try ChildProcess.run(bench, ["--items", "zero"], environment: ProcessInfo.processInfo.environment)
+        #expect(r.status == 64, "\(r)")
+        #expect(r.stderr.contains("--items"))
+    }
+}
