@@ -19,14 +19,38 @@ public enum PropertyListCodec {
         return try value(from: object, depth: 0)
     }
 
-    /// Serializes `value` in `format`. Throws `VaultError` InvalidPropertyList when Foundation
-    /// refuses (e.g. a string XML 1.0 cannot carry, written as XML).
+    /// Serializes `value` in `format`. Throws `VaultError` InvalidPropertyList when it cannot be
+    /// written: as XML, a key or string holding a character XML 1.0 cannot carry (e.g. U+0019;
+    /// export as binary instead), or when Foundation refuses.
     public static func encode(_ value: PlistValue, format: Format) throws -> Data {
+        if format == .xml, let bad = firstNonXMLCharacter(in: value) {
+            throw VaultError(
+                .invalidPropertyList,
+                String(format: "a string holds U+%04X, which XML 1.0 cannot carry; export as binary instead", bad.value))
+        }
         do {
             return try PropertyListSerialization.data(
                 fromPropertyList: object(from: value), format: format == .xml ? .xml : .binary, options: 0)
         } catch {
             throw VaultError(.invalidPropertyList, "cannot write the property list as \(format.rawValue): \(error.localizedDescription)")
+        }
+    }
+
+    /// The first character in a key or string of `value` outside XML 1.0's Char production.
+    static func firstNonXMLCharacter(in value: PlistValue) -> Unicode.Scalar? {
+        func bad(_ s: String) -> Unicode.Scalar? {
+            s.unicodeScalars.first { c in
+                switch c.value {
+                case 0x9, 0xA, 0xD, 0x20...0xD7FF, 0xE000...0xFFFD, 0x10000...0x10FFFF: return false
+                default: return true
+                }
+            }
+        }
+        switch value {
+        case .string(let s): return bad(s)
+        case .array(let a): return a.lazy.compactMap(firstNonXMLCharacter(in:)).first
+        case .dict(let d): return d.lazy.compactMap { bad($0.key) ?? firstNonXMLCharacter(in: $0.value) }.first
+        default: return nil
         }
     }
 
