@@ -102,6 +102,9 @@ public final class Database {
     public func row(_ sql: String, _ arguments: [SQLValue] = []) throws -> Row? {
         let s = try statement(sql)
         try s.bind(arguments)
+        // Reset at once: a statement left on a row keeps its read transaction open, and with
+        // it the WAL (no checkpoint can pass that snapshot, so the WAL only ever grew).
+        defer { s.reset() }
         return try s.step() ? s.row() : nil
     }
 
