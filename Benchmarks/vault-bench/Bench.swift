@@ -33,6 +33,7 @@ enum Bench {
                 try KeyringBench.inner(options, results: results, pidFile: options.pidFile)
                 return 0
             }
+            Children.stopOnSignals()
             let report = try run(options)
             if options.json {
                 FileHandle.standardOutput.write(report.jsonData)
@@ -79,6 +80,7 @@ enum Bench {
                 defer {
                     kill(echo.pid, SIGTERM)
                     _ = Spawn.wait(echo.pid, timeout: 5)
+                    Children.remove(echo.pid)
                 }
                 for c in options.clients {
                     entries.append(try Floor.roundTrips(path: echo.path, request: sizes.request, reply: sizes.reply, clients: c, options: options))

@@ -80,6 +80,7 @@ enum Floor {
         let pid = try Spawn.start(
             Spawn.selfPath, ["--echo-server", path, String(request), String(reply)], environment: ProcessInfo.processInfo.environment,
             stdout: .devNull, stderr: .inherit)
+        Children.add(pid)
         for _ in 0..<2000 {
             if let s = try? UnixSocket(), (try? s.connect(path: path)) != nil { return (pid, path) }
             usleep(1000)

@@ -67,7 +67,10 @@ enum KeyringBench {
         let args =
             ["--", "sh", "-c", script, "sh", Spawn.selfPath, "--inner-keyring", results, "--keyring-have", String(have)]
             + options.measurementArguments + ["--pid-file", pids]
-        let status = try Spawn.run(Spawn.which("dbus-run-session")!, args, environment: env, stdout: .devNull, stderr: .inherit)
+        let session = try Spawn.start(Spawn.which("dbus-run-session")!, args, environment: env, stdout: .devNull, stderr: .inherit)
+        Children.add(session)
+        let status = Spawn.wait(session) ?? -1
+        Children.remove(session)
         // The services the private bus started should go with it; stop any that stayed.
         if let text = try? String(contentsOfFile: pids, encoding: .utf8) {
             for p in text.split(separator: "\n").compactMap({ pid_t($0) }) where kill(p, 0) == 0 {

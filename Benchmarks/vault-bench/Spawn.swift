@@ -102,6 +102,45 @@ enum Spawn {
     }
 }
 
+/// Long-lived children (vaultd, the echo server, the keyring session): sent SIGTERM when
+/// the bench is interrupted, so no daemon outlives it. The pids live in a fixed C array that
+/// the signal handler reads (kill and _exit are async-signal-safe).
+enum Children {
+    static let capacity = 64
+    nonisolated(unsafe) static let slots: UnsafeMutablePointer<pid_t> = {
+        let p = UnsafeMutablePointer<pid_t>.allocate(capacity: capacity)
+        p.initialize(repeating: 0, count: capacity)
+        return p
+    }()
+    private static let lock = NSLock()
+
+    static func add(_ pid: pid_t) {
+        lock.withLock {
+            for i in 0..<capacity where slots[i] == 0 {
+                slots[i] = pid
+                return
+            }
+        }
+    }
+
+    static func remove(_ pid: pid_t) {
+        lock.withLock {
+            for i in 0..<capacity where slots[i] == pid { slots[i] = 0 }
+        }
+    }
+
+    /// On SIGINT / SIGTERM / SIGHUP: SIGTERM to every registered child, then exit.
+    static func stopOnSignals() {
+        _ = slots
+        for sig in [SIGINT, SIGTERM, SIGHUP] {
+            signal(sig) { sig in
+                for i in 0..<Children.capacity where Children.slots[i] > 0 { kill(Children.slots[i], SIGTERM) }
+                _exit(128 + sig)
+            }
+        }
+    }
+}
+
 /// Temporary directories (0700), removed by `remove`.
 enum Temp {
     static func directory(_ prefix: String) throws -> String {

@@ -55,9 +55,11 @@ final class VaultdInstance {
     func launch() throws -> UInt64 {
         precondition(pid == nil)
         let t = now()
-        pid = try Spawn.start(
+        let p = try Spawn.start(
             binary, ["--socket", socketPath, "--data-dir", dataDirectory, "--cache-dir", root + "/caches"], environment: environment,
             stdout: .file(root + "/vaultd.log"), stderr: .file(root + "/vaultd.log"))
+        pid = p
+        Children.add(p)
         return t
     }
 
@@ -67,6 +69,7 @@ final class VaultdInstance {
         let deadline = Date().addingTimeInterval(timeout)
         while Date() < deadline {
             if let p = pid, let status = Spawn.wait(p, timeout: 0) {
+                Children.remove(p)
                 pid = nil
                 throw BenchError("vaultd exited (status \(status)) before serving; log:\n\(log)")
             }
@@ -86,6 +89,7 @@ final class VaultdInstance {
             kill(p, SIGKILL)
             _ = Spawn.wait(p, timeout: 10)
         }
+        Children.remove(p)
         pid = nil
     }
 
