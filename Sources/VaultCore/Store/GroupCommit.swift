@@ -19,6 +19,12 @@ final class GroupCommit: @unchecked Sendable {
     private let condition = NSCondition()
     private var queue: [Pending] = []
     private var leading = false
+    /// Writers active around the last commit: its batch plus those that queued during it.
+    private var activeWriters = 0
+    /// A leader waiting for `activeWriters` to queue (then new writers wake it).
+    private var gathering = false
+    /// How long a leader may wait for the writers it expects (seconds).
+    static let gatherDelay = 0.0005
 
     /// Runs `body` in a savepoint of the next group transaction and returns once that
     /// transaction is committed. `withDatabase` runs its closure with exclusive use of the
@@ -44,12 +50,23 @@ final class GroupCommit: @unchecked Sendable {
             fail: { result = .failure($0) })
         condition.lock()
         queue.append(me)
+        if gathering { condition.broadcast() }
         while !me.done {
             if leading {
                 condition.wait()
                 continue
             }
             leading = true
+            // Commit delay (PostgreSQL's commit_delay with commit_siblings): when other
+            // writers were active around the last commit, the ones it just acknowledged are
+            // about to send their next write; wait briefly for them, so one fsync covers them
+            // too. A lone writer never waits.
+            if activeWriters > 1 && queue.count < activeWriters {
+                gathering = true
+                let deadline = Date().addingTimeInterval(Self.gatherDelay)
+                while queue.count < activeWriters && condition.wait(until: deadline) {}
+                gathering = false
+            }
             let batch = queue
             queue.removeAll()
             condition.unlock()
@@ -69,6 +86,7 @@ final class GroupCommit: @unchecked Sendable {
             }
             condition.lock()
             for p in batch { p.done = true }
+            activeWriters = batch.count + queue.count
             leading = false
             condition.broadcast()
         }
