@@ -7,6 +7,7 @@ import VaultProtocol
 public final class Database {
     private var handle: OpaquePointer?
     private var statementCache: [String: Statement] = [:]
+    private var checkpointer: Checkpointer?
     public let path: String
 
     /// Opens (creating) the database at `path` in WAL mode with `synchronous=FULL`, so a
@@ -33,8 +34,23 @@ public final class Database {
 
     deinit { close() }
 
+    /// Moves WAL checkpoints to a thread and connection of their own (`Checkpointer`), so
+    /// commits no longer pay for them.
+    public func checkpointInBackground() {
+        guard let h = handle, checkpointer == nil else { return }
+        let c = Checkpointer(path: path)
+        c.start()
+        checkpointer = c
+        sqlite3_wal_hook(h, checkpointerWALHook, Unmanaged.passUnretained(c).toOpaque())
+    }
+
     /// Finalizes cached statements and closes the connection. Idempotent.
     public func close() {
+        if let c = checkpointer, let h = handle {
+            sqlite3_wal_hook(h, nil, nil)
+            c.stop()
+        }
+        checkpointer = nil
         statementCache.removeAll()
         if let h = handle { sqlite3_close_v2(h) }
         handle = nil

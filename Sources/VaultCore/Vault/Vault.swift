@@ -34,6 +34,7 @@ public final class Vault: @unchecked Sendable {
         db = try Database(path: dataDirectory + "/vault.sqlite")
         try FileSystem.restrict(dataDirectory + "/vault.sqlite")
         try Schema.migrator.migrate(db)
+        db.checkpointInBackground()
         keys = try KeyHierarchy(db: db, deviceKey: deviceKey)
         keychain = KeychainStore(db: db, keys: keys)
         preferences = PreferencesStore(db: db)
