@@ -73,7 +73,7 @@ enum Bench {
             guard count == n else { throw BenchError("the vault for \(n) items holds \(count)") }
             progress("vaultd with \(n) items")
             let w = VaultdWorkloads(instance: vault, items: n, options: options)
-            if index == 0 {
+            if index == 0 && options.runs("floor") {
                 // 5. the floor: the same bytes as a lookup, over a bare socket to another process.
                 let sizes = try Floor.lookupSizes(socketPath: vault.socketPath, index: 0, options: options)
                 let echo = try Floor.start(root: root, request: sizes.request, reply: sizes.reply)
@@ -87,23 +87,21 @@ enum Bench {
                 }
             }
             // 1. lookups.
-            entries += try w.lookups()
+            if options.runs("lookup") { entries += try w.lookups() }
             // 2. durable writes.
-            entries += try w.writes()
+            if options.runs("writes") { entries += try w.writes() }
             // 3. preferences (independent of the item count: measured once).
-            if index == 0 { entries += try w.preferences() }
-            if n == processLevel, let e = try w.itemGetProcess() { entries.append(e) }
-            if n == largest {
-                rss = vault.pid.flatMap(residentBytes)
-                vault.stop()
+            if index == 0 && options.runs("prefs") { entries += try w.preferences() }
+            if n == processLevel && options.runs("process"), let e = try w.itemGetProcess() { entries.append(e) }
+            if n == largest { rss = vault.pid.flatMap(residentBytes) }
+            vault.stop()
+            if n == largest && options.runs("startup") {
                 // 4. start-up: launch to the first answered lookup.
                 startup = try measureStartup(vault, items: n, runs: options.startupRuns)
-            } else {
-                vault.stop()
             }
             Temp.remove(data)
         }
-        if options.compareKeyring {
+        if options.compareKeyring && options.runs("keyring") {
             do {
                 entries += try KeyringBench.run(options)
             } catch {

@@ -30,6 +30,12 @@ struct Options {
     var useCache = true
     /// Print progress to stderr.
     var verbose = true
+    /// `--only lookup,writes,prefs,process,startup,floor,keyring`: run just these parts.
+    var only: Set<String>?
+    static let parts: Set<String> = ["lookup", "writes", "prefs", "process", "startup", "floor", "keyring"]
+
+    /// Whether a part of the run is selected.
+    func runs(_ part: String) -> Bool { only?.contains(part) ?? true }
 
     // Internal modes (the bench re-executes itself).
     /// `--inner-keyring FILE`: run the keyring part on the current (private) bus, write
@@ -48,6 +54,7 @@ struct Options {
                            [--process-runs 20] [--startup-runs 3]
                            [--compare-keyring] [--keyring-items 1000]
                            [--json] [--quiet] [--vaultd PATH] [--vaultctl PATH]
+                           [--only lookup,writes,prefs,process,startup,floor,keyring]
                            [--cache-dir DIR | --no-cache]
 
         Starts its own vaultd in a temporary directory (found next to this executable, or
@@ -107,6 +114,13 @@ struct Options {
             case "--keyring-items": o.keyringItems = try int(a)
             case "--json": o.json = true
             case "--quiet": o.verbose = false
+            case "--only":
+                let v = try value(a)
+                let parts = Set(v.split(separator: ",").map(String.init))
+                guard !parts.isEmpty, parts.isSubset(of: parts.union(Options.parts)), parts.isSubset(of: Options.parts) else {
+                    throw UsageError(description: "--only takes some of \(Options.parts.sorted().joined(separator: ",")), not '\(v)'")
+                }
+                o.only = parts
             case "--vaultd": o.vaultdPath = try value(a)
             case "--vaultctl": o.vaultctlPath = try value(a)
             case "--cache-dir": o.cacheDirectory = try value(a)
