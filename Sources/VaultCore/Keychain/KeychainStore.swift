@@ -24,6 +24,13 @@ public struct ItemQuery: Sendable {
     }
 }
 
+/// The keys that encrypt one item: the metadata and index keys and its class key.
+struct WriteKeys {
+    var metadata: SecureBytes
+    var index: SecureBytes
+    var classKey: SecureBytes
+}
+
 /// Keychain items in the store, encrypted as DESIGN §4 says: per-item keys wrapped by class
 /// keys, attributes under the metadata key, each ciphertext bound to its row by associated
 /// data. Semantics follow SecItemAdd / CopyMatching / Update / Delete. Not thread-safe.
@@ -204,13 +211,27 @@ final class KeychainStore {
 
     // MARK: writing rows
 
+    /// The keys that encrypt an item of class `accessible`. Throws the class-key error
+    /// (InteractionNotAllowed, AuthFailed, NotAvailableOnThisDevice).
+    func writeKeys(accessible: Accessibility) throws -> WriteKeys {
+        let (metadata, index) = try keys.metadataKeys()
+        return WriteKeys(metadata: metadata, index: index, classKey: try keys.classKey(accessible))
+    }
+
     /// Encrypts and writes an item (insert when `id` is nil, else replace that row).
     private func write(
         id: Int64?, itemClass: ItemClass, attributes a: ItemAttributes, secret: SecureBytes, generation: String?
     ) throws {
-        let (metadata, index) = try keys.metadataKeys()
+        let values = try Self.encrypt(itemClass: itemClass, attributes: a, secret: secret, keys: try writeKeys(accessible: a.accessible ?? .whenUnlocked))
+        try store(values, id: id, generation: generation)
+    }
+
+    /// The row values of an encrypted item: pure computation, no store access, so a durable
+    /// add runs it before joining a group commit (outside the engine lock). Throws Param
+    /// when the attributes are too large.
+    static func encrypt(itemClass: ItemClass, attributes a: ItemAttributes, secret: SecureBytes, keys k: WriteKeys) throws -> [SQLValue] {
+        let (metadata, index, classKey) = (k.metadata, k.index, k.classKey)
         let accessible = a.accessible ?? .whenUnlocked
-        let classKey = try keys.classKey(accessible)
         let group = a.accessGroup!
         let sync = a.synchronizable ?? false
         let uuid = Sodium.randomBytes(16)
@@ -229,6 +250,11 @@ final class KeychainStore {
             .blob(Sodium.seal(itemKey, key: classKey, associatedData: ad)),
             .blob(Sodium.seal(secret, key: itemKey, associatedData: ad)),
         ]
+        return values
+    }
+
+    /// Inserts (`id` nil) or replaces a row of `encrypt`'s values. Throws DuplicateItem.
+    private func store(_ values: [SQLValue], id: Int64?, generation: String?) throws {
         do {
             if let id {
                 try db.run(
@@ -256,7 +282,15 @@ final class KeychainStore {
     /// MissingEntitlement (group not the caller's), InteractionNotAllowed (class key locked),
     /// AuthFailed (whenPasscodeSet without a passphrase).
     func add(itemClass: ItemClass, attributes input: ItemAttributes, secret: SecureBytes, caller: Caller) throws -> ItemAttributes {
-        try Self.checkSecretSize(secret.count)
+        let a = try Self.addedAttributes(itemClass: itemClass, attributes: input, secretSize: secret.count, caller: caller)
+        try write(id: nil, itemClass: itemClass, attributes: a, secret: secret, generation: caller.generation)
+        return a
+    }
+
+    /// The attributes an Add stores (checked, normalized, dated). Throws SecretTooLarge,
+    /// MissingEntitlement, Param.
+    static func addedAttributes(itemClass: ItemClass, attributes input: ItemAttributes, secretSize: Int, caller: Caller) throws -> ItemAttributes {
+        try checkSecretSize(secretSize)
         var a = input
         a.creationDate = nil
         a.modificationDate = nil
@@ -264,13 +298,17 @@ final class KeychainStore {
         guard caller.mayAccess(group: a.accessGroup!) else {
             throw VaultError(.missingEntitlement, "the caller is not a member of the requested access group")
         }
-        try Self.validate(itemClass, a)
-        Self.normalize(itemClass, &a)
+        try validate(itemClass, a)
+        normalize(itemClass, &a)
         let now = Date()
         a.creationDate = now
         a.modificationDate = now
-        try write(id: nil, itemClass: itemClass, attributes: a, secret: secret, generation: caller.generation)
         return a
+    }
+
+    /// Inserts an item `encrypt` prepared. Throws DuplicateItem.
+    func insert(_ values: [SQLValue], generation: String?) throws {
+        try store(values, id: nil, generation: generation)
     }
 
     /// SecItemCopyMatching. Returns available matches (one, or all with `matchAll`); throws

@@ -217,7 +217,13 @@ public final class Vault: @unchecked Sendable {
     /// SecItemAdd; see `KeychainStore.add`.
     public func addItem(_ itemClass: ItemClass, attributes: ItemAttributes, secret: SecureBytes, caller: Caller) throws -> ItemAttributes {
         try admit(caller, launch: true)
-        return try transaction { try self.keychain.add(itemClass: itemClass, attributes: attributes, secret: secret, caller: caller) }
+        // Checking, hashing and encrypting happen here, before the write joins a group
+        // commit: the leader's transaction, under the engine lock, only runs the INSERT.
+        let stored = try KeychainStore.addedAttributes(itemClass: itemClass, attributes: attributes, secretSize: secret.count, caller: caller)
+        let keys = try locked { try keychain.writeKeys(accessible: stored.accessible ?? .whenUnlocked) }
+        let values = try KeychainStore.encrypt(itemClass: itemClass, attributes: stored, secret: secret, keys: keys)
+        try transaction { try self.keychain.insert(values, generation: caller.generation) }
+        return stored
     }
 
     /// SecItemCopyMatching; see `KeychainStore.copyMatching`.
