@@ -53,6 +53,7 @@ enum Bench {
             throw BenchError("no vaultd next to vault-bench or in PATH; build it (swift build -c release) or give --vaultd PATH")
         }
         let started = Date()
+        let loadBefore = loadAverage()
         let root = try Temp.directory("vault-bench")
         defer { Temp.remove(root) }
         let cache = VaultCache(options: options, binary: vaultd)
@@ -120,10 +121,16 @@ enum Bench {
                 "reps": String(options.repetitions), "warmup": String(options.warmup), "secret-size": String(options.secretSize),
                 "keyring-items": options.compareKeyring ? String(options.keyringItems) : "-",
                 "duration-s": String(format: "%.0f", Date().timeIntervalSince(started)),
+                "load-avg": "\(loadBefore) -> \(loadAverage())",
             ],
             workloads: entries, rss_bytes: rss, rss_items: largest, startup_ms: startup, targets: [])
         report.judge()
         return report
+    }
+
+    /// The 1-minute load average (other work on the machine skews every number).
+    static func loadAverage() -> String {
+        (try? String(contentsOfFile: "/proc/loadavg", encoding: .utf8))?.split(separator: " ").first.map(String.init) ?? "?"
     }
 
     /// Launch to the first answered lookup (a random item, with its secret), in ms; median
