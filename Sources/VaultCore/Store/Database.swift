@@ -139,6 +139,10 @@ public final class Database {
     }
 
     var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
+
+    /// True inside a transaction (false once SQLite has rolled one back on its own, as it
+    /// does on SQLITE_FULL or IOERR in the middle of a statement).
+    var isInTransaction: Bool { handle.map { sqlite3_get_autocommit($0) == 0 } ?? false }
 }
 
 /// A value bound to or read from SQLite.

@@ -7,10 +7,11 @@ import Foundation
 /// that covers its write has returned.
 final class GroupCommit: @unchecked Sendable {
     private final class Pending {
-        let run: () -> Void
+        /// Runs the write in its savepoint; returns its error, if it failed.
+        let run: () -> Error?
         let fail: (Error) -> Void
         var done = false
-        init(run: @escaping () -> Void, fail: @escaping (Error) -> Void) {
+        init(run: @escaping () -> Error?, fail: @escaping (Error) -> Void) {
             self.run = run
             self.fail = fail
         }
@@ -42,10 +43,13 @@ final class GroupCommit: @unchecked Sendable {
                         try? db.execute("ROLLBACK TO w")
                         try? db.execute("RELEASE w")
                         result = .failure(error)
+                        return error
                     }
                 } catch {
                     result = .failure(error)
+                    return error
                 }
+                return nil
             },
             fail: { result = .failure($0) })
         condition.lock()
@@ -73,7 +77,14 @@ final class GroupCommit: @unchecked Sendable {
             do {
                 try withDatabase {
                     try db.execute("BEGIN IMMEDIATE")
-                    for p in batch { p.run() }
+                    for p in batch {
+                        // On SQLITE_FULL, IOERR or NOMEM in the middle of a statement SQLite
+                        // rolls the whole transaction back, not just the savepoint: every
+                        // write of the batch is gone, those before this one too. All fail
+                        // with this error (StorageFull, say); the rest must not run, or their
+                        // SAVEPOINT would open a transaction of its own that RELEASE commits.
+                        if let error = p.run(), !db.isInTransaction { throw error }
+                    }
                     do {
                         try db.execute("COMMIT")
                     } catch {
