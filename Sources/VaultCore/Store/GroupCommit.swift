@@ -1,4 +1,5 @@
 import Foundation
+import VaultProtocol
 
 /// Group commit: concurrent write transactions share one COMMIT, so one fsync acknowledges
 /// many writes. The first writer to arrive becomes the leader: it takes every pending write,
@@ -83,7 +84,10 @@ final class GroupCommit: @unchecked Sendable {
                         // write of the batch is gone, those before this one too. All fail
                         // with this error (StorageFull, say); the rest must not run, or their
                         // SAVEPOINT would open a transaction of its own that RELEASE commits.
-                        if let error = p.run(), !db.isInTransaction { throw error }
+                        let error = p.run()
+                        if !db.isInTransaction {
+                            throw error ?? VaultError(.internalError, "the transaction ended in the middle of a group commit")
+                        }
                     }
                     do {
                         try db.execute("COMMIT")
