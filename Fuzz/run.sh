@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Builds the frame/request fuzzer (Fuzz/FrameFuzzer.swift + Sources/VaultProtocol, with
+# libFuzzer and AddressSanitizer) and runs it for a bounded time.
+#
+#   Fuzz/run.sh [SECONDS]        default 60 (FUZZ_SECONDS); corpus in Fuzz/corpus (seeded)
+#
+# Prints the number of executions. Exits 0 when the toolchain has no libFuzzer runtime (with a
+# message), non-zero when the fuzzer finds a crash (the input is kept in Fuzz/artifacts/).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH=/opt/swift/usr/bin:$PATH
+seconds=${1:-${FUZZ_SECONDS:-60}}
+work=${FUZZ_WORK:-/tmp/vaultd-fuzz}
+mkdir -p "$work" Fuzz/artifacts
+bin=$work/frame-fuzzer
+
+# Is there a fuzzer runtime at all? Try the smallest possible target first.
+probe=$work/probe
+cat > "$probe.swift" <<'SWIFT'
+@_cdecl("LLVMFuzzerTestOneInput") public func f(_ d: UnsafePointer<UInt8>, _ n: Int) -> CInt { 0 }
+SWIFT
+if ! swiftc -sanitize=fuzzer -parse-as-library "$probe.swift" -o "$probe" >"$work/probe.log" 2>&1; then
+  echo "fuzz: SKIPPED: this toolchain cannot build libFuzzer targets (swiftc -sanitize=fuzzer failed):"
+  sed 's/^/  /' "$work/probe.log" | head -5
+  exit 0
+fi
+
+sanitizers=fuzzer,address
+echo "fuzz: building $bin (-sanitize=$sanitizers)"
+mapfile -t sources < <(find Sources/VaultProtocol -name '*.swift' | sort)
+if ! swiftc -sanitize=$sanitizers -parse-as-library -O -g -module-name FrameFuzzer \
+    "${sources[@]}" Fuzz/FrameFuzzer.swift -o "$bin" >"$work/build.log" 2>&1; then
+  grep -v "Cannot export local symbol" "$work/build.log" | tail -n 40
+  echo "fuzz: FAILED to build the fuzzer"
+  exit 1
+fi
+
+# Seed corpus: well-formed calls and the shapes that matter (a copy, so runs never touch git).
+corpus=$work/corpus
+mkdir -p "$corpus"
+cp Fuzz/seeds/* "$corpus"/ 2>/dev/null || true
+
+echo "fuzz: running for $seconds s"
+log=$work/fuzz.log
+set +e
+"$bin" "$corpus" -max_total_time="$seconds" -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
+  -artifact_prefix=Fuzz/artifacts/ -print_final_stats=1 >"$log" 2>&1
+status=$?
+set -e
+tail -n 25 "$log" | grep -E "stat::|Done|ERROR|SUMMARY|crash|deadly|timeout" || true
+execs=$(grep -E "^stat::number_of_executed_units" "$log" | awk '{print $2}')
+if [ $status -ne 0 ]; then
+  echo "fuzz: FAILED (exit $status) after ${execs:-?} executions; log: $log; artifacts in Fuzz/artifacts/"
+  tail -n 60 "$log"
+  exit 1
+fi
+echo "fuzz: ${execs:-?} executions in $seconds s, no crash (corpus: $(ls "$corpus" | wc -l) inputs)"
