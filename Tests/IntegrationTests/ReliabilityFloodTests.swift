@@ -1,0 +1,159 @@
+import Foundation
+import Testing
+import VaultProtocol
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Issue #9, floods and slow peers: the connection cap holds while the clients already
+/// admitted keep being served; a peer that sends half a message and stalls (or trickles it
+/// byte by byte) is dropped after the partial-message timeout and blocks nobody.
+@Suite struct ReliabilityFloodTests {
+    static let cap = 16
+    static let environment = ["VAULTD_MAX_CONNECTIONS": "\(cap)", "VAULTD_PARTIAL_TIMEOUT": "1"]
+
+    /// A connection vaultd admitted and answers (retrying while the slots of connections
+    /// that just closed are being given back).
+    static func admittedConnection(_ d: CustomDaemon, within seconds: Double = 10) throws -> ExactClient {
+        let deadline = Date().addingTimeInterval(seconds)
+        while true {
+            let c = try d.connect()
+            if c.call("io.vaultd.Vault.Status", timeout: 10).parameters != nil { return c }
+            c.close()
+            guard Date() < deadline else { throw HarnessError("no connection admitted within \(seconds) s") }
+            usleep(50_000)
+        }
+    }
+
+    @Test(.timeLimit(.minutes(3))) func capHoldsWhileAdmittedClientsAreServed() throws {
+        let d = try CustomDaemon()
+        defer { d.close() }
+        try d.start(environment: Self.environment)
+        let pid = try #require(d.pid)
+        try Wire.initWithoutPassphrase(try Self.admittedConnection(d))
+
+        let admitted = try (0..<Self.cap).map { _ in try Self.admittedConnection(d) }
+        let threadsAtCap = ProcStatus.threads(pid) ?? 0
+
+        // The admitted clients keep writing and reading while a flood of connections arrives.
+        let callsPerClient = Stress.count(40)
+        let failures = NSMutableArray()
+        let flood = Stress.count(300)
+        var refused = 0
+        var answeredOverCap = 0
+        let group = DispatchGroup()
+        for (i, c) in admitted.enumerated() {
+            group.enter()
+            Thread {
+                defer { group.leave() }
+                for n in 0..<callsPerClient {
+                    let set = c.call("io.vaultd.Preferences.Set", ["domain": "com.example.flood", "key": .string("c\(i)"), "value": ["integer": JSON(n)]])
+                    let get = c.call("io.vaultd.Preferences.Get", ["domain": "com.example.flood", "key": .string("c\(i)")])
+                    if set.parameters == nil || get.parameters?["value"] != ["integer": JSON(n)] {
+                        failures.add("admitted client \(i), call \(n): \(set) / \(get)")
+                        return
+                    }
+                }
+            }.start()
+        }
+        for _ in 0..<flood {
+            guard let c = try? d.connect() else {
+                refused += 1  // not even accepted: the backlog is full, also a refusal
+                continue
+            }
+            switch c.call("io.vaultd.Vault.Status", timeout: 10) {
+            case .closed: refused += 1
+            case let other:
+                answeredOverCap += 1
+                failures.add("connection over the cap: \(other)")
+            }
+            c.close()
+        }
+        #expect(group.wait(timeout: .now() + 120) == .success, "admitted clients stalled during the flood")
+        for f in failures.prefix(10) { Issue.record("\(f)") }
+        #expect(refused == flood && answeredOverCap == 0)
+        #expect(d.isRunning, "vaultd died; log:\n\(d.log)")
+        let threadsAfterFlood = ProcStatus.threads(pid) ?? 0
+        #expect(threadsAfterFlood <= threadsAtCap + 8, "vaultd's threads grew from \(threadsAtCap) to \(threadsAfterFlood) under the flood")
+
+        // A slot given back is a slot a new client gets.
+        admitted[0].close()
+        let late = try Self.admittedConnection(d, within: 5)
+        #expect(late.call("io.vaultd.Vault.Status").parameters != nil)
+        // And every other admitted client is still served.
+        for c in admitted.dropFirst() { #expect(c.call("io.vaultd.Vault.Status").parameters != nil) }
+        ReliabilityReport.record(
+            "flood: cap \(Self.cap): \(refused) of \(flood) connections over the cap closed at once while \(Self.cap) admitted clients made \(Self.cap * callsPerClient * 2) calls; vaultd threads \(threadsAtCap) at the cap, \(threadsAfterFlood) after the flood")
+    }
+
+    @Test(.timeLimit(.minutes(3))) func stallingAndTricklingPeersAreDroppedAndBlockNobody() throws {
+        let d = try CustomDaemon()
+        defer { d.close() }
+        try d.start(environment: Self.environment)
+        try Wire.initWithoutPassphrase(try Self.admittedConnection(d))
+        let bystander = try Self.admittedConnection(d)
+        let half = Array(#"{"method":"io.vaultd.Keychain.Add","parameters":{"class":"genericPassword","attributes":{"acc"#.utf8)
+
+        // Half a message, then silence.
+        let staller = try d.connect()
+        staller.send(half)
+        let stallStart = Date()
+        // A trickler: the other half never comes, but a byte arrives every 0.3 s.
+        let trickler = try d.connect()
+        trickler.send(half)
+        let trickleStart = Date()
+        var trickled = 0
+        var worstLatency = 0.0
+        var stallerDropped: Double?
+        var tricklerDropped: Double?
+        while Date().timeIntervalSince(stallStart) < 8 && (stallerDropped == nil || tricklerDropped == nil) {
+            // The bystander is served while they hang on.
+            let t0 = Date()
+            let r = bystander.call("io.vaultd.Preferences.Set", ["domain": "com.example.slow", "key": "k", "value": ["integer": JSON(trickled)]])
+            worstLatency = max(worstLatency, Date().timeIntervalSince(t0))
+            #expect(r.parameters != nil, "the bystander was not served: \(r)")
+            if tricklerDropped == nil {
+                if trickler.send(Array("x".utf8)) { trickled += 1 }
+                if case .closed = trickler.receive(timeout: 0.001) { tricklerDropped = Date().timeIntervalSince(trickleStart) }
+            }
+            if stallerDropped == nil, case .closed = staller.receive(timeout: 0.001) { stallerDropped = Date().timeIntervalSince(stallStart) }
+            usleep(300_000)
+        }
+        let stall = try #require(stallerDropped, "a peer that stalled on half a message was not dropped within 8 s")
+        let trickle = try #require(tricklerDropped, "a peer trickling half a message was not dropped within 8 s (\(trickled) bytes trickled)")
+        #expect(stall >= 0.9 && stall < 4, "staller dropped after \(stall) s with a 1 s timeout")
+        #expect(trickle >= 0.9 && trickle < 4, "trickler dropped after \(trickle) s with a 1 s timeout")
+        #expect(worstLatency < 1, "a bystander call took \(worstLatency) s while peers stalled")
+
+        // Stallers filling every slot are all dropped, and then the slots are free again.
+        bystander.close()
+        var stallers: [ExactClient] = []
+        for _ in 0..<Self.cap {
+            let s = try d.connect()
+            s.send(half)
+            stallers.append(s)
+        }
+        let filled = Date()
+        var allDropped = true
+        for s in stallers where !s.closes(within: 6) { allDropped = false }
+        #expect(allDropped, "stallers holding every slot were not all dropped")
+        let late = try Self.admittedConnection(d, within: 5)
+        #expect(late.call("io.vaultd.Vault.Status").parameters != nil)
+        #expect(d.isRunning)
+        ReliabilityReport.record(
+            String(
+                format: "slow peers: 1 s timeout: staller dropped after %.1f s, trickler (%d bytes) after %.1f s, %d stallers at the cap all gone after %.1f s; worst bystander call %.0f ms",
+                stall, trickled, trickle, Self.cap, Date().timeIntervalSince(filled), worstLatency * 1000))
+    }
+
+    @Test func invalidLimitsAreRefusedAtStart() throws {
+        for (k, v) in [("VAULTD_MAX_CONNECTIONS", "0"), ("VAULTD_MAX_CONNECTIONS", "many"), ("VAULTD_PARTIAL_TIMEOUT", "-1")] {
+            let d = try CustomDaemon()
+            defer { d.close() }
+            let env = isolatedEnvironment(root: d.root, socket: nil).merging([k: v]) { $1 }
+            let r = try ChildProcess.run(d.command[0], Array(d.command.dropFirst()), environment: env, timeout: 20)
+            #expect(r.status == 64 && r.stderr.contains(k), "\(k)=\(v): \(r)")
+        }
+    }
+}
