@@ -1,0 +1,209 @@
+import Foundation
+import Testing
+import VaultProtocol
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Issue #9, full disk: the data directory on a small tmpfs in a private mount namespace
+/// (vaultd started inside it; its socket stays outside, on the normal filesystem). Writes
+/// that do not fit fail with io.vaultd.Vault.StorageFull and leave nothing behind; what was
+/// stored before stays intact, also across a SIGKILL and a restart on the full disk; once
+/// space is freed, writes work again without a restart.
+@Suite struct ReliabilityFullDiskTests {
+    static let available: Bool = {
+        guard getuid() == 0 else { return false }
+        let r = try? ChildProcess.run("unshare", ["-m", "true"], environment: ProcessInfo.processInfo.environment, timeout: 10)
+        return r?.status == 0
+    }()
+
+    static let storageFull = "io.vaultd.Vault.StorageFull"
+
+    /// Mounts a 16 MiB tmpfs on $1, puts fillers of 4 and 3 MiB in it (the space to free
+    /// later), starts a
+    /// `sleep` that keeps the namespace (and the tmpfs) alive across vaultd restarts, and
+    /// becomes vaultd.
+    static let script = """
+        d=$1; shift
+        mount -t tmpfs -o size=16m,mode=0700 tmpfs "$d" || exit 90
+        head -c 4194304 /dev/zero > "$d/filler1" || exit 91
+        head -c 3145728 /dev/zero > "$d/filler2" || exit 91
+        sleep 600 & echo $! > "$d.holder"
+        exec "$@"
+        """
+
+    /// What the test knows about the vault's content.
+    final class Model: @unchecked Sendable {
+        private let lock = NSLock()
+        var items: [String: [UInt8]] = [:]
+        /// Adds that failed with StorageFull: they must not exist.
+        var refused: Set<String> = []
+        var values: [String: JSON] = [:]
+        var acknowledged = 0
+        var storageFullErrors = 0
+        var problems: [String] = []
+
+        func withLock<T>(_ body: (Model) -> T) -> T { lock.withLock { body(self) } }
+
+        /// Records the outcome of an Add; false when it was refused for lack of space.
+        func add(_ account: String, _ secret: [UInt8], _ outcome: ExactClient.Outcome) -> Bool {
+            withLock { m in
+                switch outcome {
+                case .ok:
+                    m.items[account] = secret
+                    m.acknowledged += 1
+                    return true
+                case .error(Self.storageFullName, let p):
+                    m.refused.insert(account)
+                    m.storageFullErrors += 1
+                    if (p["message"]?.stringValue ?? "").isEmpty { m.problems.append("StorageFull without a message") }
+                    return false
+                default:
+                    m.problems.append("Add \(account): \(outcome)")
+                    return false
+                }
+            }
+        }
+        static let storageFullName = ReliabilityFullDiskTests.storageFull
+    }
+
+    static func add(_ c: ExactClient, _ account: String, _ secret: [UInt8]) -> ExactClient.Outcome {
+        c.call("io.vaultd.Keychain.Add", ["class": "genericPassword", "attributes": ["service": "disk", "account": .string(account)], "data": Wire.base64(secret)])
+    }
+
+    /// Everything acknowledged is there, byte for byte; nothing refused is.
+    static func verify(_ c: ExactClient, _ m: Model, _ when: String) throws {
+        let stored = Dictionary(uniqueKeysWithValues: try Wire.allGenericPasswords(c).map { ($0.account, $0.secret) })
+        var problems: [String] = []
+        for (a, s) in m.items where stored[a] != s { problems.append("\(a): acknowledged \(s.count) B, found \(stored[a]?.count.description ?? "nothing")") }
+        for a in m.refused where stored[a] != nil && m.items[a] == nil { problems.append("\(a): refused with StorageFull, yet stored") }
+        for a in stored.keys where m.items[a] == nil && !m.refused.contains(a) { problems.append("\(a): stored, never written") }
+        let values = try Wire.domain(c, "com.example.disk")
+        if values != m.values { problems.append("preferences: expected \(JSON.object(m.values).text.prefix(300)), found \(JSON.object(values).text.prefix(300))") }
+        for p in problems.prefix(10) { Issue.record("\(when): \(p)") }
+    }
+
+    @Test(.enabled(if: available, "needs root and mount namespaces (unshare -m)"), .timeLimit(.minutes(3)))
+    func writesThatDoNotFitFailCleanlyAndWorkAgainOnceSpaceIsFreed() throws {
+        let root = try TemporaryDirectory.make(prefix: "vaultd-disk")
+        let disk = root + "/disk"
+        mkdir(disk, 0o700)
+        let d = try CustomDaemon(dataDirectory: disk + "/data", root: root)
+        var holder: pid_t?
+        defer {
+            d.kill()
+            if let h = holder { kill(h, SIGKILL) }
+            d.close()
+        }
+        try Self.script.write(toFile: root + "/ns.sh", atomically: true, encoding: .utf8)
+        try d.start(wrapper: ["unshare", "-m", "sh", root + "/ns.sh", disk])
+        holder = (try? String(contentsOfFile: disk + ".holder", encoding: .utf8)).flatMap { pid_t($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+        let namespaceHolder = try #require(holder, "the namespace holder did not start")
+        // The tmpfs is vaultd's alone: the host sees an empty directory.
+        #expect((try? FileManager.default.contentsOfDirectory(atPath: disk))?.isEmpty == true)
+
+        let m = Model()
+        var random = SeededRandom(seed: Stress.seed())
+        let c = try d.connect()
+        try Wire.initWithoutPassphrase(c)
+        // Before: a few small items and preferences.
+        for i in 0..<5 {
+            let s = random.bytes(100)
+            let ok = m.add("small-\(i)", s, Self.add(c, "small-\(i)", s))
+            try #require(ok, "a small write failed on an empty disk")
+            let v: JSON = ["string": .string("value \(i)")]
+            try #require(c.call("io.vaultd.Preferences.Set", ["domain": "com.example.disk", "key": .string("k\(i)"), "value": v]).parameters != nil)
+            m.values["k\(i)"] = v
+        }
+        // Fill it, from four clients at once (writes meet in group commits at the edge), each
+        // until it was refused three times in a row.
+        let path = d.socketPath
+        onThreads(4) { t in
+            guard let c = try? ExactClient(path: path) else { return }
+            var rng = SeededRandom(seed: UInt64(t + 1) * 7_777)
+            var refusedInARow = 0
+            var n = 0
+            while refusedInARow < 3 && n < 1000 {
+                let s = rng.bytes(Int.random(in: 8_192...65_536, using: &rng))
+                if m.add("fill-\(t)-\(n)", s, Self.add(c, "fill-\(t)-\(n)", s)) { refusedInARow = 0 } else { refusedInARow += 1 }
+                n += 1
+            }
+        }
+        let filled = m.withLock { ($0.acknowledged, $0.storageFullErrors) }
+        #expect(filled.1 >= 12, "the disk never filled: \(filled)")
+
+        // At the edge: small writes of every kind either succeed or fail with StorageFull.
+        for i in 0..<10 {
+            let s = random.bytes(i * 50)
+            _ = m.add("edge-\(i)", s, Self.add(c, "edge-\(i)", s))
+            let v: JSON = ["integer": JSON(i)]
+            switch c.call("io.vaultd.Preferences.Set", ["domain": "com.example.disk", "key": .string("edge\(i)"), "value": v]) {
+            case .ok: m.values["edge\(i)"] = v
+            case .error(Self.storageFull, _): m.storageFullErrors += 1
+            case let other: Issue.record("Preferences.Set at a full disk: \(other)")
+            }
+        }
+        for p in m.problems.prefix(10) { Issue.record("\(p)") }
+        m.problems.removeAll()
+        #expect(d.isRunning, "vaultd died on a full disk; log:\n\(d.log)")
+        #expect(c.call("io.vaultd.Vault.Status").parameters != nil)
+        try Self.verify(c, m, "at a full disk")
+
+        // A SIGKILL on the full disk, and a restart inside the same namespace.
+        c.close()
+        d.kill()
+        try d.start(wrapper: ["nsenter", "--mount=/proc/\(namespaceHolder)/ns/mnt"])
+        let c2 = try d.connect()
+        try Self.verify(c2, m, "after a SIGKILL and a restart on the full disk")
+
+        // Free 4 MiB (from inside the namespace): writes work again, no restart. (Freed
+        // space goes first to the checkpoint the full disk held up: vault.sqlite takes in
+        // the WAL's pages, up to its ~4 MB auto-checkpoint size, before the WAL is reused.)
+        func free(_ filler: String) throws {
+            let rm = try ChildProcess.run(
+                "nsenter", ["--mount=/proc/\(namespaceHolder)/ns/mnt", "rm", disk + "/" + filler],
+                environment: ProcessInfo.processInfo.environment, timeout: 20)
+            try #require(rm.status == 0, "\(rm)")
+        }
+        try free("filler1")
+        let pid = try #require(d.pid)
+        for i in 0..<3 {
+            let s = random.bytes(65_536)
+            let ok = m.add("after-\(i)", s, Self.add(c2, "after-\(i)", s))
+            #expect(ok, "a write after space was freed failed")
+            let v: JSON = ["string": "after"]
+            #expect(c2.call("io.vaultd.Preferences.Set", ["domain": "com.example.disk", "key": .string("after\(i)"), "value": v]).parameters != nil)
+            m.values["after\(i)"] = v
+        }
+        for p in m.problems.prefix(10) { Issue.record("\(p)") }
+        try Self.verify(c2, m, "after space was freed")
+
+        // Free 3 MiB more and fill it with secrets of the largest size (1 MiB), four clients
+        // at once: a group commit of several such writes outgrows SQLite's page cache, so
+        // the disk can run out in the middle of a group, not only at its COMMIT.
+        try free("filler2")
+        let before = m.withLock { ($0.acknowledged, $0.storageFullErrors) }
+        for round in 0..<4 {
+            onThreads(4) { t in
+                guard let c = try? ExactClient(path: path) else { return }
+                var rng = SeededRandom(seed: UInt64(round * 4 + t + 99))
+                let s = rng.bytes(1 << 20)
+                _ = m.add("big-\(round)-\(t)", s, Self.add(c, "big-\(round)-\(t)", s))
+            }
+        }
+        let big = m.withLock { ($0.acknowledged - before.0, $0.storageFullErrors - before.1) }
+        #expect(big.0 >= 1 && big.1 >= 1, "1 MiB writes into 3 MiB: \(big.0) acknowledged, \(big.1) refused")
+        for p in m.problems.prefix(10) { Issue.record("\(p)") }
+        try Self.verify(c2, m, "after 1 MiB writes at the edge")
+        #expect(d.pid == pid, "vaultd restarted")
+
+        // And the database on the tmpfs is sound.
+        let check = try ChildProcess.run(
+            "nsenter", ["--mount=/proc/\(namespaceHolder)/ns/mnt", "sqlite3", "-readonly", d.dataDirectory + "/vault.sqlite", "PRAGMA integrity_check;"],
+            environment: ProcessInfo.processInfo.environment, timeout: 60)
+        #expect(check.status == 0 && check.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines) == "ok", "\(check)")
+        ReliabilityReport.record(
+            "full disk (16 MiB tmpfs): \(filled.0) writes acknowledged while filling, \(m.storageFullErrors) refused with StorageFull in all; all acknowledged intact after a SIGKILL + restart on the full disk; writes worked again once 4 MiB were freed; 1 MiB secrets into 3 MiB freed: \(big.0) acknowledged, \(big.1) refused")
+    }
+}
