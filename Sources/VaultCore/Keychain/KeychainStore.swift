@@ -134,9 +134,31 @@ final class KeychainStore {
 
     // MARK: reading rows
 
-    /// Rows matching the query's indexed parts, decrypted, then matched exactly; restricted to
-    /// the groups the caller may see.
-    private func matchingRows(_ q: ItemQuery, caller: Caller) throws -> [Row] {
+    /// A query's candidate rows as stored (found through the keyed-hash indexes), with the
+    /// keys needed to decrypt them: what a lookup needs the engine lock for. The rest
+    /// (decrypting, matching, the secret) runs on the caller's thread without it (issue #8:
+    /// with several clients, lookups queued on the lock while others decrypted).
+    struct Candidates {
+        struct Stored {
+            var id: Int64
+            var uuid: [UInt8]
+            var itemClass: ItemClass
+            var accessGroup: String
+            var accessible: Accessibility
+            var synchronizable: Bool
+            var attributes: [UInt8]
+            var wrappedKey: [UInt8]
+            var secret: [UInt8]
+        }
+        var rows: [Stored] = []
+        var metadata: SecureBytes?
+        /// Each candidate class's key, or the error it is unavailable with.
+        var classKeys: [Accessibility: Result<SecureBytes, VaultError>] = [:]
+    }
+
+    /// The stored rows matching the query's indexed parts, restricted to the groups the caller
+    /// may see, and their keys. Needs the engine lock.
+    func candidates(_ q: ItemQuery, caller: Caller) throws -> Candidates {
         let (metadata, index) = try keys.metadataKeys()
         if let g = q.attributes.accessGroup, !caller.mayAccess(group: g) {
             throw VaultError(.missingEntitlement, "the caller is not a member of the requested access group")
@@ -148,7 +170,7 @@ final class KeychainStore {
             sql += " AND access_group = ?"
             args.append(.text(g))
         } else if !caller.isOwner {
-            if caller.accessGroups.isEmpty { return [] }
+            if caller.accessGroups.isEmpty { return Candidates(metadata: metadata) }
             sql += " AND access_group IN (" + caller.accessGroups.map { _ in "?" }.joined(separator: ",") + ")"
             args += caller.accessGroups.map { .text($0) }
         }
@@ -161,26 +183,55 @@ final class KeychainStore {
             args.append(Self.fieldHash(field, value, index: index))
         }
         sql += " ORDER BY id"
-        var out: [Row] = []
+        var out = Candidates(metadata: metadata)
         for r in try db.rows(sql, args) {
             guard let id = r[0].int64, let uuid = r[1].blob, let cls = r[2].text.flatMap(ItemClass.init(rawValue:)),
                 let group = r[3].text, let acc = r[4].text.flatMap(Accessibility.init(rawValue:)), let sync = r[5].int64,
                 let attrBox = r[6].blob, let wrapped = r[7].blob, let secret = r[8].blob
             else { continue }
-            let ad = Self.associatedData(uuid: uuid, itemClass: cls, accessGroup: group, accessible: acc, synchronizable: sync != 0)
-            guard let plain = Sodium.openBytes(attrBox, key: metadata, associatedData: ad),
-                let json = try? JSON.parse(plain), var attrs = try? ItemAttributes(json: json)
-            else {
-                log("keychain: item \(id) failed authentication; skipped")
-                continue
+            out.rows.append(
+                Candidates.Stored(
+                    id: id, uuid: uuid, itemClass: cls, accessGroup: group, accessible: acc, synchronizable: sync != 0, attributes: attrBox,
+                    wrappedKey: wrapped, secret: secret))
+            if out.classKeys[acc] == nil {
+                do {
+                    out.classKeys[acc] = .success(try keys.classKey(acc))
+                } catch let e as VaultError {
+                    out.classKeys[acc] = .failure(e)
+                }
             }
-            attrs.accessGroup = group
-            attrs.accessible = acc
-            attrs.synchronizable = sync != 0
-            guard attrs.matches(q.attributes) else { continue }
-            out.append(Row(id: id, uuid: uuid, itemClass: cls, accessGroup: group, accessible: acc, synchronizable: sync != 0, attributes: attrs, wrappedKey: wrapped, secret: secret))
         }
         return out
+    }
+
+    /// Candidates decrypted, then matched exactly. Needs no lock.
+    private static func decode(_ c: Candidates, _ q: ItemQuery) -> [Row] {
+        guard let metadata = c.metadata else { return [] }
+        var out: [Row] = []
+        for r in c.rows {
+            let ad = associatedData(uuid: r.uuid, itemClass: r.itemClass, accessGroup: r.accessGroup, accessible: r.accessible, synchronizable: r.synchronizable)
+            guard let plain = Sodium.openBytes(r.attributes, key: metadata, associatedData: ad),
+                let json = try? JSON.parse(plain), var attrs = try? ItemAttributes(json: json)
+            else {
+                log("keychain: item \(r.id) failed authentication; skipped")
+                continue
+            }
+            attrs.accessGroup = r.accessGroup
+            attrs.accessible = r.accessible
+            attrs.synchronizable = r.synchronizable
+            guard attrs.matches(q.attributes) else { continue }
+            out.append(
+                Row(
+                    id: r.id, uuid: r.uuid, itemClass: r.itemClass, accessGroup: r.accessGroup, accessible: r.accessible,
+                    synchronizable: r.synchronizable, attributes: attrs, wrappedKey: r.wrappedKey, secret: r.secret))
+        }
+        return out
+    }
+
+    /// Rows matching the query's indexed parts, decrypted, then matched exactly; restricted to
+    /// the groups the caller may see.
+    private func matchingRows(_ q: ItemQuery, caller: Caller) throws -> [Row] {
+        Self.decode(try candidates(q, caller: caller), q)
     }
 
     /// Splits rows into those whose class key is available and the error for the others.
@@ -315,12 +366,35 @@ final class KeychainStore {
     /// ItemNotFound when nothing matches, or the class-key error (InteractionNotAllowed,
     /// NotAvailableOnThisDevice) when only unavailable items match.
     func copyMatching(_ q: ItemQuery, returnData: Bool, caller: Caller) throws -> [FoundItem] {
-        let (rows, error) = available(try matchingRows(q, caller: caller))
+        try Self.copyMatching(try candidates(q, caller: caller), q, returnData: returnData)
+    }
+
+    /// SecItemCopyMatching's work after `candidates`, without the engine lock.
+    static func copyMatching(_ c: Candidates, _ q: ItemQuery, returnData: Bool) throws -> [FoundItem] {
+        var rows: [Row] = []
+        var error: VaultError?
+        for r in decode(c, q) {
+            switch c.classKeys[r.accessible] {
+            case .success?: rows.append(r)
+            case .failure(let e)?: if error == nil || e.code == .notAvailableOnThisDevice { error = e }
+            case nil: break
+            }
+        }
         if rows.isEmpty {
             throw error ?? VaultError(.itemNotFound, "no item matches the query")
         }
         return try (q.matchAll ? rows : [rows[0]]).map { r in
-            FoundItem(itemClass: r.itemClass, attributes: r.attributes, data: returnData ? try decryptSecret(r) : nil)
+            var data: SecureBytes?
+            if returnData, case .success(let classKey)? = c.classKeys[r.accessible] {
+                let ad = associatedData(uuid: r.uuid, itemClass: r.itemClass, accessGroup: r.accessGroup, accessible: r.accessible, synchronizable: r.synchronizable)
+                guard let itemKey = Sodium.open(r.wrappedKey, key: classKey, associatedData: ad),
+                    let secret = Sodium.open(r.secret, key: itemKey, associatedData: ad)
+                else {
+                    throw VaultError(.internalError, "item \(r.id) failed authentication (the vault file was altered or damaged)")
+                }
+                data = secret
+            }
+            return FoundItem(itemClass: r.itemClass, attributes: r.attributes, data: data)
         }
     }
 

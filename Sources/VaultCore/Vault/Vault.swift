@@ -229,7 +229,9 @@ public final class Vault: @unchecked Sendable {
     /// SecItemCopyMatching; see `KeychainStore.copyMatching`.
     public func copyMatching(_ query: ItemQuery, returnData: Bool, caller: Caller) throws -> [FoundItem] {
         try admit(caller, launch: true)
-        return try locked { try keychain.copyMatching(query, returnData: returnData, caller: caller) }
+        // Only the query and the keys need the engine lock; decrypting and matching do not.
+        let candidates = try locked { try keychain.candidates(query, caller: caller) }
+        return try KeychainStore.copyMatching(candidates, query, returnData: returnData)
     }
 
     /// SecItemUpdate; see `KeychainStore.update`. All matches change, or none.
