@@ -26,6 +26,18 @@ struct Entry: Codable {
     var ops: Int
     /// What was measured, in words (for the table's notes).
     var note: String?
+    /// The server's CPU time (user + system, all threads) per operation, in µs, when the
+    /// server is a process of the bench (vaultd): robust where wall-clock rates are noisy.
+    var server_cpu_us: Double?
+}
+
+/// A process's CPU time (user + system, all its threads), in µs, from /proc/PID/stat.
+func cpuMicroseconds(_ pid: pid_t) -> Double? {
+    guard let s = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8), let close = s.lastIndex(of: ")") else { return nil }
+    let fields = s[s.index(after: close)...].split(separator: " ")
+    // After the command: state is field 3, utime 14, stime 15 (1-based in proc(5)).
+    guard fields.count > 12, let u = Double(fields[11]), let k = Double(fields[12]) else { return nil }
+    return (u + k) * 1e6 / Double(sysconf(Int32(_SC_CLK_TCK)))
 }
 
 /// One timed run: every operation's latency, and the wall time from the common start to
@@ -126,15 +138,24 @@ func timedRun(clients: Int, seconds: Double, make: (Int) throws -> Operation) th
     return Run(latencies: all, elapsed: end > s ? end - s : 0, failures: failures)
 }
 
-/// Warm-up, then `repetitions` timed runs; the entry holds the median p50, p99 and ops/s.
+/// Warm-up, then `repetitions` timed runs; the entry holds the median p50, p99 and ops/s
+/// (and the median CPU time `server` spent per operation, when given).
 func measure(
-    _ name: String, system: String, items: Int, clients: Int, options: Options, note: String? = nil,
+    _ name: String, system: String, items: Int, clients: Int, options: Options, note: String? = nil, server: pid_t? = nil,
     make: (Int) throws -> Operation
 ) throws -> Entry {
     if options.warmup > 0 { _ = try timedRun(clients: clients, seconds: options.warmup, make: make) }
     var runs: [Run] = []
-    for _ in 0..<options.repetitions { runs.append(try timedRun(clients: clients, seconds: options.seconds, make: make)) }
-    return summarize(name, system: system, items: items, clients: clients, runs: runs, note: note)
+    var cpu: [Double] = []
+    for _ in 0..<options.repetitions {
+        let before = server.flatMap(cpuMicroseconds)
+        let run = try timedRun(clients: clients, seconds: options.seconds, make: make)
+        if let b = before, let a = server.flatMap(cpuMicroseconds), !run.latencies.isEmpty { cpu.append((a - b) / Double(run.latencies.count)) }
+        runs.append(run)
+    }
+    var e = summarize(name, system: system, items: items, clients: clients, runs: runs, note: note)
+    if !cpu.isEmpty { e.server_cpu_us = median(cpu) }
+    return e
 }
 
 func summarize(_ name: String, system: String, items: Int, clients: Int, runs: [Run], note: String? = nil, opsPerSample: Int = 1) -> Entry {

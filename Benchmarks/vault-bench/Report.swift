@@ -47,7 +47,10 @@ struct Report: Codable {
             if let note = rows.first(where: { $0.system == "vaultd" })?.note { out += " — vaultd: \(note)" }
             if let note = rows.first(where: { $0.system == other })?.note { out += "; \(other): \(note)" }
             out += "\n"
-            let header = ["system", "items", "clients", "p50 µs", "p99 µs", "ops/s", "p50 vaultd/\(other)", "ops/s vaultd/\(other)", "p50 vaultd/floor"]
+            let header = [
+                "system", "items", "clients", "p50 µs", "p99 µs", "ops/s", "p50 vaultd/\(other)", "ops/s vaultd/\(other)", "p50 vaultd/floor",
+                "vaultd CPU µs/op",
+            ]
             var table: [[String]] = [header]
             for e in rows.sorted(by: { ($0.system, $0.items, $0.clients) < ($1.system, $1.items, $1.clients) }) {
                 var cells = [e.system, e.items == 0 ? "-" : String(e.items), String(e.clients), Self.num(e.p50_us), Self.num(e.p99_us), Self.num(e.ops_per_s)]
@@ -61,6 +64,7 @@ struct Report: Codable {
                 } else {
                     cells.append("")
                 }
+                cells.append(e.server_cpu_us.map { Self.num($0) } ?? "")
                 table.append(cells)
             }
             out += Self.render(table)

@@ -36,8 +36,18 @@ private let nextCycle = LockedValue(0)
 /// Add new items for `seconds`, update those items for `seconds`, delete every one of them
 /// (so the store is back to `items` afterwards): a warm-up cycle, then `repetitions` timed
 /// ones; the entries hold the medians.
-func writeCycle(system: String, items: Int, clients: Int, options: Options, store: WriteStore) throws -> [Entry] {
+func writeCycle(system: String, items: Int, clients: Int, options: Options, store: WriteStore, server: pid_t? = nil) throws -> [Entry] {
     var adds: [Run] = [], updates: [Run] = [], deletes: [Run] = []
+    var cpu: [[Double]] = [[], [], []]
+    /// Runs `body` and records the server's CPU per operation in `cpu[slot]` when timed.
+    func sampled(_ slot: Int, _ record: Bool, _ body: () throws -> Run) rethrows -> Run {
+        let before = server.flatMap(cpuMicroseconds)
+        let run = try body()
+        if record, let b = before, let a = server.flatMap(cpuMicroseconds), !run.latencies.isEmpty {
+            cpu[slot].append((a - b) / Double(run.latencies.count))
+        }
+        return run
+    }
     let cycles = (options.warmup > 0 ? 1 : 0) + options.repetitions
     for cycle in 0..<cycles {
         let timed = !(options.warmup > 0 && cycle == 0)
@@ -50,7 +60,7 @@ func writeCycle(system: String, items: Int, clients: Int, options: Options, stor
         final class Added: @unchecked Sendable { var indices: [Int] = [] }
         let added = (0..<clients).map { _ in Added() }
         let writers = try (0..<clients).map { _ in try store.client() }
-        let add = try timedRun(clients: clients, seconds: seconds) { c in
+        let add = try sampled(0, timed) { try timedRun(clients: clients, seconds: seconds) { c in
             let w = writers[c], box = added[c]
             let base = 1_000_000_000 + (cycleID * 256 + c) * 10_000_000
             return { k in
@@ -58,34 +68,36 @@ func writeCycle(system: String, items: Int, clients: Int, options: Options, stor
                 box.indices.append(base + k)
                 return true
             }
-        }
-        let update = try timedRun(clients: clients, seconds: seconds) { c in
+        } }
+        let update = try sampled(1, timed) { try timedRun(clients: clients, seconds: seconds) { c in
             let w = writers[c], list = added[c].indices
             return { k in
                 guard !list.isEmpty else { return false }
                 try w.update(list[k % list.count])
                 return true
             }
-        }
-        let delete = try timedRun(clients: clients, seconds: .infinity) { c in
+        } }
+        let delete = try sampled(2, timed) { try timedRun(clients: clients, seconds: .infinity) { c in
             let w = writers[c], list = added[c].indices
             return { k in
                 guard k < list.count else { return false }
                 try w.delete(list[k])
                 return true
             }
-        }
+        } }
         if timed {
             adds.append(add)
             updates.append(update)
             deletes.append(delete)
         }
     }
-    return [
+    var entries = [
         summarize("add", system: system, items: items, clients: clients, runs: adds, note: "durable add of a new item"),
         summarize("update", system: system, items: items, clients: clients, runs: updates, note: "durable update of an item's secret"),
         summarize("delete", system: system, items: items, clients: clients, runs: deletes, note: "durable delete of one item"),
     ]
+    for i in 0..<3 where !cpu[i].isEmpty { entries[i].server_cpu_us = median(cpu[i]) }
+    return entries
 }
 
 /// Times whole processes (`make` gives the executable and its arguments for each run):
@@ -136,7 +148,7 @@ struct VaultdWorkloads {
 
     func lookups() throws -> [Entry] {
         try options.clients.map { c in
-            try measure("lookup", system: "vaultd", items: items, clients: c, options: options, note: "Keychain.copyMatching, returnData") { client in
+            try measure("lookup", system: "vaultd", items: items, clients: c, options: options, note: "Keychain.copyMatching, returnData", server: instance.pid) { client in
                 let kc = try instance.connect().keychain
                 var rng = XorShift(seed: UInt64(client + 1))
                 let size = options.secretSize
@@ -152,7 +164,9 @@ struct VaultdWorkloads {
 
     func writes() throws -> [Entry] {
         let store = VaultdStore(instance: instance, options: options)
-        return try options.writeClients.flatMap { c in try writeCycle(system: "vaultd", items: items, clients: c, options: options, store: store) }
+        return try options.writeClients.flatMap { c in
+            try writeCycle(system: "vaultd", items: items, clients: c, options: options, store: store, server: instance.pid)
+        }
     }
 
     /// `vaultctl item get` as a whole process (found next to the bench, or --vaultctl).
@@ -185,7 +199,7 @@ struct VaultdWorkloads {
         let setup = try instance.connect()
         try setup.preferences.set(.integer(42), domain: domain, key: "k")
         entries.append(
-            try measure("prefs-get", system: "vaultd", items: 0, clients: 1, options: options, note: "Preferences.Get through the socket") { _ in
+            try measure("prefs-get", system: "vaultd", items: 0, clients: 1, options: options, note: "Preferences.Get through the socket", server: instance.pid) { _ in
                 let p = try instance.connect().preferences
                 return { _ in
                     guard try p.value(domain: domain, key: "k") == .integer(42) else { throw BenchError("prefs-get: wrong value") }
@@ -195,7 +209,7 @@ struct VaultdWorkloads {
         entries.append(try defaultsRead(domain: domain))
         for c in options.writeClients {
             entries.append(
-                try measure("prefs-set", system: "vaultd", items: 0, clients: c, options: options, note: "durable Preferences.Set, one domain") { client in
+                try measure("prefs-set", system: "vaultd", items: 0, clients: c, options: options, note: "durable Preferences.Set, one domain", server: instance.pid) { client in
                     let p = try instance.connect().preferences
                     return { k in
                         try p.set(.integer(Int64(k)), domain: domain, key: "k\(client)")
