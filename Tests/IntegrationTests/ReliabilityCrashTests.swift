@@ -219,7 +219,7 @@ import Glibc
                     group.leave()
                 }.start()
             }
-            timed("writing") { usleep(useconds_t(delay)) }
+            timed("writing") { _ = usleep(useconds_t(delay)) }
             timed("kill") { d.kill() }
             try #require(d.lastExitStatus == 128 + SIGKILL, "round \(round): vaultd had already exited (\(d.lastExitStatus.map(String.init) ?? "?")); log:\n\(d.log)")
             try timed("join") { try #require(group.wait(timeout: .now() + 60) == .success, "round \(round): a writer is stuck after the kill") }

@@ -38,7 +38,7 @@ import Glibc
 
         // The admitted clients keep writing and reading while a flood of connections arrives.
         let callsPerClient = Stress.count(40)
-        let failures = NSMutableArray()
+        let failures = LockedList()
         let flood = Stress.count(300)
         var refused = 0
         var answeredOverCap = 0
@@ -51,7 +51,7 @@ import Glibc
                     let set = c.call("io.vaultd.Preferences.Set", ["domain": "com.example.flood", "key": .string("c\(i)"), "value": ["integer": JSON(n)]])
                     let get = c.call("io.vaultd.Preferences.Get", ["domain": "com.example.flood", "key": .string("c\(i)")])
                     if set.parameters == nil || get.parameters?["value"] != ["integer": JSON(n)] {
-                        failures.add("admitted client \(i), call \(n): \(set) / \(get)")
+                        failures.append("admitted client \(i), call \(n): \(set) / \(get)")
                         return
                     }
                 }
@@ -66,12 +66,12 @@ import Glibc
             case .closed: refused += 1
             case let other:
                 answeredOverCap += 1
-                failures.add("connection over the cap: \(other)")
+                failures.append("connection over the cap: \(other)")
             }
             c.close()
         }
         #expect(group.wait(timeout: .now() + 120) == .success, "admitted clients stalled during the flood")
-        for f in failures.prefix(10) { Issue.record("\(f)") }
+        for f in failures.all.prefix(10) { Issue.record("\(f)") }
         #expect(refused == flood && answeredOverCap == 0)
         #expect(d.isRunning, "vaultd died; log:\n\(d.log)")
         let threadsAfterFlood = ProcStatus.threads(pid) ?? 0

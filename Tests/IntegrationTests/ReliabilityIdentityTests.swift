@@ -121,32 +121,34 @@ import Glibc
         let c = try ExactClient(path: d.socketPath)
         try Wire.initWithoutPassphrase(c)
         // A client of the first vaultd keeps calling while the second one tries to start.
-        let stop = NSCondition()
-        var done = false
-        var served = 0
-        var failures: [String] = []
+        let done = Locked(false)
+        let served = Locked(0)
+        let failures = LockedList()
         let group = DispatchGroup()
         group.enter()
         Thread {
             defer { group.leave() }
             var n = 0
-            while !stop.withLock({ done }) {
+            while !done.get {
                 let r = c.call("io.vaultd.Preferences.Set", ["domain": "com.example.first", "key": "k", "value": ["integer": JSON(n)]])
-                if r.parameters == nil { stop.withLock { failures.append("\(r)") }; return }
+                if r.parameters == nil {
+                    failures.append("\(r)")
+                    return
+                }
                 n += 1
+                served.withLock { $0 = n }
             }
-            stop.withLock { served = n }
         }.start()
         let second = try ChildProcess.run(
             Paths.tool("vaultd"), ["--socket", d.socketPath, "--data-dir", d.root + "/data2"],
             environment: isolatedEnvironment(root: d.root, socket: nil), timeout: 20)
         usleep(200_000)
-        stop.withLock { done = true }
+        done.withLock { $0 = true }
         group.wait()
         #expect(!second.timedOut && second.status != 0, "the second vaultd did not exit: \(second)")
         #expect(second.stderr.contains("already"), "no clear message: \(second)")
-        #expect(failures.isEmpty, "the first vaultd's client failed: \(failures)")
-        #expect(served > 0)
+        #expect(failures.all.isEmpty, "the first vaultd's client failed: \(failures.all)")
+        #expect(served.get > 0)
         #expect(d.isRunning && Daemon.answers(d.socketPath))
         #expect(Self.permissions(d.socketPath)?.type == S_IFSOCK)
     }

@@ -317,14 +317,14 @@ import Glibc
         let huge = Array(
             (#"{"method":"io.vaultd.Keychain.Add","parameters":{"class":"genericPassword","attributes":{"account":"huge"},"data":""#
                 + Data(count: 5_767_168).base64EncodedString() + #""}}"#).utf8) + [0]
-        let problems = NSMutableArray()
+        let problems = LockedList()
         onThreads(4) { i in
             do {
                 let bytes = i % 2 == 0 ? huge : [UInt8](repeating: UInt8(ascii: "["), count: 9 << 20)
-                if let p = try Self.probe(d, bytes, .errorOrClose) { problems.add("concurrent big message \(i): \(p)") }
-            } catch { problems.add("concurrent big message \(i): \(error)") }
+                if let p = try Self.probe(d, bytes, .errorOrClose) { problems.append("concurrent big message \(i): \(p)") }
+            } catch { problems.append("concurrent big message \(i): \(error)") }
         }
-        for p in problems { Issue.record("\(p)") }
+        for p in problems.all { Issue.record("\(p)") }
         tried += 4
         try #require(d.isRunning, "vaultd died; log:\n\(d.log)")
 

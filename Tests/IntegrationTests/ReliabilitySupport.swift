@@ -315,6 +315,23 @@ func integrityCheck(dataDirectory: String) throws -> String {
     return r.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)
 }
 
+/// Strings collected from several threads.
+final class LockedList: @unchecked Sendable {
+    private let lock = NSLock()
+    private var items: [String] = []
+    func append(_ s: String) { lock.withLock { items.append(s) } }
+    var all: [String] { lock.withLock { items } }
+}
+
+/// A value shared with other threads, behind a lock.
+final class Locked<T>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value: T
+    init(_ value: T) { self.value = value }
+    func withLock<R>(_ body: (inout T) -> R) -> R { lock.withLock { body(&value) } }
+    var get: T { lock.withLock { value } }
+}
+
 /// Runs `body(i)` on `n` threads and waits for all of them.
 func onThreads(_ n: Int, stackSize: Int = 1 << 20, _ body: @escaping @Sendable (Int) -> Void) {
     let group = DispatchGroup()

@@ -24,7 +24,7 @@ import VaultProtocol
             let engine = NSLock()
             let group = GroupCommit()
             let outcomes = Outcomes()
-            func write(_ i: Int, bytes: Int, hold: Double = 0) {
+            @Sendable func write(_ i: Int, bytes: Int, hold: Double = 0) {
                 do {
                     try group.write(
                         db,
