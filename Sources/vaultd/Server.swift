@@ -56,9 +56,6 @@ final class Server: @unchecked Sendable {
     private var inFlight = 0
     private var stopping = false
 
-    /// Called on every non-streaming call (the idle auto-lock's clock).
-    var activity: @Sendable () -> Void = {}
-
     init(
         listener: UnixSocket, dispatcher: Dispatcher, limits: Limits = Limits(), identify: @escaping (PeerCredentials) -> Caller?
     ) {
@@ -226,7 +223,6 @@ final class Server: @unchecked Sendable {
                 stream(call, on: conn, caller: caller)
                 return
             }
-            activity()
             let reply: VarlinkReply
             do {
                 reply = VarlinkReply(parameters: try dispatcher.handle(call, caller: caller))
