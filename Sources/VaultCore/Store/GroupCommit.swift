@@ -11,20 +11,26 @@ final class GroupCommit: @unchecked Sendable {
         /// Runs the write in its savepoint; returns its error, if it failed.
         let run: () -> Error?
         let fail: (Error) -> Void
+        /// Set (under the lock) once the commit covering this write has returned.
         var done = false
+        /// Signalled once: when done, or when this writer is to lead the next group.
+        let wake = DispatchSemaphore(value: 0)
         init(run: @escaping () -> Error?, fail: @escaping (Error) -> Void) {
             self.run = run
             self.fail = fail
         }
     }
 
-    private let condition = NSCondition()
+    // Each waiting writer sleeps on its own semaphore and is woken exactly once (issue #8's
+    // profile: one condition broadcast per commit woke all 16 writers of a benchmark, each
+    // to find it was not its turn, and a fifth of vaultd's time went to futexes).
+    private let lock = NSLock()
     private var queue: [Pending] = []
     private var leading = false
     /// Writers active around the last commit: its batch plus those that queued during it.
     private var activeWriters = 0
-    /// A leader waiting for `activeWriters` to queue (then new writers wake it).
-    private var gathering = false
+    /// Signalled when the queue reaches `activeWriters` while a leader gathers.
+    private var gathering: DispatchSemaphore?
     /// How long a leader may wait for the writers it expects (seconds).
     static let gatherDelay = 0.0005
 
@@ -53,59 +59,79 @@ final class GroupCommit: @unchecked Sendable {
                 return nil
             },
             fail: { result = .failure($0) })
-        condition.lock()
+        lock.lock()
         queue.append(me)
-        if gathering { condition.broadcast() }
-        while !me.done {
-            if leading {
-                condition.wait()
-                continue
-            }
+        if let g = gathering, queue.count >= activeWriters {
+            gathering = nil
+            g.signal()
+        }
+        if leading {
+            lock.unlock()
+            // Woken when a leader's commit covered this write, or to lead the next group.
+            me.wake.wait()
+            lock.lock()
+            let promoted = !me.done
+            lock.unlock()
+            if promoted { lead(db, withDatabase: withDatabase) }
+        } else {
             leading = true
-            // Commit delay (PostgreSQL's commit_delay with commit_siblings): when other
-            // writers were active around the last commit, the ones it just acknowledged are
-            // about to send their next write; wait briefly for them, so one fsync covers them
-            // too. A lone writer never waits.
-            if activeWriters > 1 && queue.count < activeWriters {
-                gathering = true
-                let deadline = Date().addingTimeInterval(Self.gatherDelay)
-                while queue.count < activeWriters && condition.wait(until: deadline) {}
-                gathering = false
-            }
-            let batch = queue
-            queue.removeAll()
-            condition.unlock()
-            do {
-                try withDatabase {
-                    try db.execute("BEGIN IMMEDIATE")
-                    for p in batch {
-                        // On SQLITE_FULL, IOERR or NOMEM in the middle of a statement SQLite
-                        // rolls the whole transaction back, not just the savepoint: every
-                        // write of the batch is gone, those before this one too. All fail
-                        // with this error (StorageFull, say); the rest must not run, or their
-                        // SAVEPOINT would open a transaction of its own that RELEASE commits.
-                        let error = p.run()
-                        if !db.isInTransaction {
-                            throw error ?? VaultError(.internalError, "the transaction ended in the middle of a group commit")
-                        }
-                    }
-                    do {
-                        try db.execute("COMMIT")
-                    } catch {
-                        try? db.execute("ROLLBACK")
-                        throw error
+            lock.unlock()
+            lead(db, withDatabase: withDatabase)
+        }
+        return try result!.get()
+    }
+
+    /// Runs one group: every queued write (the leader's own among them) in one transaction,
+    /// then wakes them and hands the lead to the first writer that queued meanwhile.
+    private func lead(_ db: Database, withDatabase: (() throws -> Void) throws -> Void) {
+        lock.lock()
+        // Commit delay (PostgreSQL's commit_delay with commit_siblings): when other
+        // writers were active around the last commit, the ones it just acknowledged are
+        // about to send their next write; wait briefly for them, so one fsync covers them
+        // too. A lone writer never waits.
+        if activeWriters > 1 && queue.count < activeWriters {
+            let g = DispatchSemaphore(value: 0)
+            gathering = g
+            lock.unlock()
+            _ = g.wait(timeout: .now() + Self.gatherDelay)
+            lock.lock()
+            gathering = nil
+        }
+        let batch = queue
+        queue.removeAll()
+        lock.unlock()
+        do {
+            try withDatabase {
+                try db.execute("BEGIN IMMEDIATE")
+                for p in batch {
+                    // On SQLITE_FULL, IOERR or NOMEM in the middle of a statement SQLite
+                    // rolls the whole transaction back, not just the savepoint: every
+                    // write of the batch is gone, those before this one too. All fail
+                    // with this error (StorageFull, say); the rest must not run, or their
+                    // SAVEPOINT would open a transaction of its own that RELEASE commits.
+                    let error = p.run()
+                    if !db.isInTransaction {
+                        throw error ?? VaultError(.internalError, "the transaction ended in the middle of a group commit")
                     }
                 }
-            } catch {
-                for p in batch { p.fail(error) }
+                do {
+                    try db.execute("COMMIT")
+                } catch {
+                    try? db.execute("ROLLBACK")
+                    throw error
+                }
             }
-            condition.lock()
-            for p in batch { p.done = true }
-            activeWriters = batch.count + queue.count
-            leading = false
-            condition.broadcast()
+        } catch {
+            for p in batch { p.fail(error) }
         }
-        condition.unlock()
-        return try result!.get()
+        lock.lock()
+        for p in batch { p.done = true }
+        activeWriters = batch.count + queue.count
+        let next = queue.first
+        if next == nil { leading = false }
+        lock.unlock()
+        // The leader is in its own batch; it returns instead of waiting.
+        for p in batch { p.wake.signal() }
+        next?.wake.signal()
     }
 }
