@@ -260,7 +260,7 @@ import Glibc
     // MARK: Budget
 
     @Test func overBudgetPurgesOldestFilesFirstDownToHighWater() throws {
-        let (v, a, _) = try Self.volume(["CacheFreeLowWaterBytes": 0, "CacheBudgetBytes": Self.mib, "CacheCheckIntervalSeconds": 0.2])
+        let (v, a, b) = try Self.volume(["CacheFreeLowWaterBytes": 0, "CacheBudgetBytes": Self.mib, "CacheCheckIntervalSeconds": 0.2])
         defer { v.close() }
         let dir = try #require(v.inside(a, ["cache", "path"]).stdoutText.split(separator: "\n").first.map(String.init))
         // A third-party observer: the varlink reference CLI, streaming with --more.
@@ -272,7 +272,14 @@ import Glibc
             kill(observer, SIGKILL)
             _ = ChildProcess.wait(observer, timeout: 10)
         }
-        usleep(1_500_000)  // python's start-up, then its subscription
+        // Wait until the observer is subscribed (python starts slowly on a busy machine): purge
+        // a byte of app B until the observer reports it; only then make A's purge happen.
+        let subscribed = eventually(timeout: 30) {
+            _ = v.inside(b, ["cache", "write", "probe", "1"])
+            _ = v.ctl(["cache", "purge", Self.appB])
+            return (try? String(contentsOfFile: eventsPath, encoding: .utf8))?.contains(Self.appB) == true
+        }
+        try #require(subscribed, "the observer never reported a purge of \(Self.appB)")
 
         // 3 MiB: twelve 256 KiB files whose ages are not in name order, staged outside the
         // cache and moved in with one rename, so the policy sees them all at once.
