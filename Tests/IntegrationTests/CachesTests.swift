@@ -41,8 +41,10 @@ import Glibc
         private var task: Task<Void, Never>?
         let vault: Vault
 
-        init(socketPath: String) throws {
-            vault = try Vault.connect(socketPath: socketPath)
+        /// Subscribes, then waits until the subscription is live: it purges a probe file of app
+        /// B (`probe` is B's executable) until the event arrives, and forgets that event.
+        init(_ v: CacheVolume, probe: String) throws {
+            vault = try Vault.connect(socketPath: v.socketPath)
             let stream = vault.purgeEvents()
             // On a thread of its own: the tests keep the cooperative pool busy.
             task = Task(executorPreference: ThreadExecutor()) { [weak self] in
@@ -50,8 +52,13 @@ import Glibc
                     for try await e in stream { self?.lock.withLock { self?.seen.append(e) } }
                 } catch {}
             }
-            // The stream subscribes on its own connection: let it reach vaultd first.
-            usleep(300_000)
+            let live = eventually(timeout: 30) {
+                _ = v.inside(probe, ["cache", "write", "probe", "1"])
+                _ = v.ctl(["cache", "purge", CachesTests.appB])
+                return freed(CachesTests.appB) > 0
+            }
+            guard live else { throw HarnessError("the purge-event subscription never became live") }
+            lock.withLock { seen.removeAll() }
         }
 
         deinit { task?.cancel() }
@@ -76,7 +83,7 @@ import Glibc
             "CacheFreeLowWaterBytes": Self.mib, "CacheFreeHighWaterBytes": 2 * Self.mib, "CacheCheckIntervalSeconds": 0.2,
         ])
         defer { v.close() }
-        let observer = try PurgeObserver(socketPath: v.socketPath)
+        let observer = try PurgeObserver(v, probe: b)
         let start = try v.usage()
         #expect(start.capacityBytes == 4 * Self.mib, "\(start)")
         let cacheA = v.cacheRoot + "/" + Self.appA, cacheB = v.cacheRoot + "/" + Self.appB
@@ -222,12 +229,12 @@ import Glibc
     /// The same odd entries, purged by the policy (a budget) rather than by hand: they sort
     /// first (oldest) and do not stop the purge of the plain files after them.
     @Test func oddEntriesDoNotStopAPolicyPurge() throws {
-        let (v, a, _) = try Self.volume([
+        let (v, a, b) = try Self.volume([
             "CacheFreeLowWaterBytes": 0, "CacheBudgetBytes": 512 * Self.kib, "CacheBudgetHighWaterBytes": 100 * Self.kib,
             "CacheCheckIntervalSeconds": 0.2,
         ])
         defer { v.close() }
-        let observer = try PurgeObserver(socketPath: v.socketPath)
+        let observer = try PurgeObserver(v, probe: b)
         let dir = try #require(v.inside(a, ["cache", "path"]).stdoutText.split(separator: "\n").first.map(String.init))
         // Odd entries, all older than the plain files, staged outside then moved in at once.
         let setup = v.sh(
@@ -315,7 +322,7 @@ import Glibc
     @Test func vaultctlCachePathUsagePurgeAndUninstall() throws {
         let (v, a, b) = try Self.volume(Self.noAutomaticPurge)
         defer { v.close() }
-        let observer = try PurgeObserver(socketPath: v.socketPath)
+        let observer = try PurgeObserver(v, probe: b)
 
         let path = v.ctl(["cache", "path", Self.appA])
         #expect(path.status == 0 && path.stdoutText == v.cacheRoot + "/" + Self.appA + "\n", "\(path)")
