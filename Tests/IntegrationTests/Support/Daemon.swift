@@ -44,9 +44,14 @@ enum Paths {
 /// a real vault, with HOME and the XDG directories inside `root`.
 func isolatedEnvironment(root: String, socket: String?) -> [String: String] {
     var env = ProcessInfo.processInfo.environment
-    for k in ["VAULTD_SOCKET", "VAULTD_DATA_DIR", "VAULTD_CACHE_DIR", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES"] {
+    // Nothing of the developer's own session: no vaultd settings, no systemd sockets, no
+    // session bus (a test that wants a keyring starts its own).
+    for k in ["VAULTD_SOCKET", "VAULTD_DATA_DIR", "VAULTD_CACHE_DIR", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES", "DBUS_SESSION_BUS_ADDRESS"] {
         env[k] = nil
     }
+    // Python children (the varlink reference client) write replies to files as they come,
+    // whatever the developer's shell sets.
+    env["PYTHONUNBUFFERED"] = "1"
     env["HOME"] = root + "/home"
     env["XDG_RUNTIME_DIR"] = root + "/xdg-run"
     env["XDG_DATA_HOME"] = root + "/home/.local/share"
