@@ -47,7 +47,7 @@ struct Parameters {
         guard var bytes = Data(base64Encoded: text).map(Array.init) else {
             throw VaultError.invalidParameter(name, "must be base64")
         }
-        defer { bytes.withUnsafeMutableBytes { $0.initializeMemory(as: UInt8.self, repeating: 0) } }
+        defer { bytes.wipe() }
         return SecureBytes(copying: bytes)
     }
 

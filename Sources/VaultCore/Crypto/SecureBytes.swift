@@ -72,7 +72,7 @@ public final class SecureBytes: @unchecked Sendable, CustomStringConvertible, Cu
 
 extension Array where Element == UInt8 {
     /// Overwrites the array's storage with zeros (`sodium_memzero`).
-    mutating func wipe() {
+    public mutating func wipe() {
         withUnsafeMutableBytes { b in if let p = b.baseAddress { sodium_memzero(p, b.count) } }
     }
 }
