@@ -74,17 +74,21 @@ enum Bench {
             guard count == n else { throw BenchError("the vault for \(n) items holds \(count)") }
             progress("vaultd with \(n) items")
             let w = VaultdWorkloads(instance: vault, items: n, options: options)
-            if index == 0 && options.runs("floor") {
-                // 5. the floor: the same bytes as a lookup, over a bare socket to another process.
+            if options.runs("floor") {
+                // 5. the floor: the same bytes as a lookup, over a bare socket to another
+                // process, measured right before each item count's lookups (a VM's wake-up
+                // latency drifts with the machine's load, so the ratio compares neighbours).
                 let sizes = try Floor.lookupSizes(socketPath: vault.socketPath, index: 0, options: options)
-                let echo = try Floor.start(root: root, request: sizes.request, reply: sizes.reply)
+                let echo = try Floor.start(root: root + "/vaultd-\(n)", request: sizes.request, reply: sizes.reply)
                 defer {
                     kill(echo.pid, SIGTERM)
                     _ = Spawn.wait(echo.pid, timeout: 5)
                     Children.remove(echo.pid)
                 }
                 for c in options.clients {
-                    entries.append(try Floor.roundTrips(path: echo.path, request: sizes.request, reply: sizes.reply, clients: c, options: options))
+                    var e = try Floor.roundTrips(path: echo.path, request: sizes.request, reply: sizes.reply, clients: c, options: options)
+                    e.items = n
+                    entries.append(e)
                 }
             }
             // 1. lookups.

@@ -26,7 +26,7 @@ import Testing
             workloads.filter { $0["name"] as? String == name && $0["system"] as? String == system }
         }
         for (name, system, count) in [
-            ("lookup", "vaultd", 4), ("lookup", "floor", 2), ("add", "vaultd", 4), ("update", "vaultd", 4), ("delete", "vaultd", 4),
+            ("lookup", "vaultd", 4), ("lookup", "floor", 4), ("add", "vaultd", 4), ("update", "vaultd", 4), ("delete", "vaultd", 4),
             ("prefs-get", "vaultd", 1), ("prefs-set", "vaultd", 2), ("defaults-read", "vaultd", 1), ("item-get-process", "vaultd", 1),
         ] {
             let found = entries(name, system)
