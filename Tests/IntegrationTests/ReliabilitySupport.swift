@@ -56,13 +56,11 @@ struct SeededRandom: RandomNumberGenerator {
 }
 
 /// A blocking varlink client for the reliability tests: VarlinkConnection (the harness's raw
-/// socket) for connecting and sending, and replies decoded with VaultProtocol's exact JSON
-/// (numbers keep their literal text), so values can be compared with `==`.
+/// socket) for connecting, sending and reading messages, and replies decoded with
+/// VaultProtocol's exact JSON (numbers keep their literal text), so values can be compared
+/// with `==`.
 final class ExactClient {
     let connection: VarlinkConnection
-    private var buffer: [UInt8] = []
-    /// No NUL before this index of `buffer` (so a big reply is scanned once, not per chunk).
-    private var scanned = 0
 
     enum Outcome: CustomStringConvertible {
         /// A reply without error: its parameters.
@@ -113,48 +111,20 @@ final class ExactClient {
 
     /// The next message, decoded.
     func receive(timeout: Double = 30) -> Outcome {
-        let deadline = Date().addingTimeInterval(timeout)
-        while true {
-            if let nul = buffer[scanned...].firstIndex(of: 0) {
-                let frame = Array(buffer[..<nul])
-                buffer.removeSubrange(...nul)
-                scanned = 0
-                guard let json = try? JSON.parse(frame), case .object(let o) = json else { return .garbage(frame) }
-                let parameters = o["parameters"]?.objectValue ?? [:]
-                if let e = o["error"]?.stringValue { return .error(e, parameters) }
-                return .ok(parameters)
-            }
-            scanned = buffer.count
-            let left = deadline.timeIntervalSinceNow
-            if left <= 0 { return .timedOut }
-            var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-            let r = poll(&pfd, 1, Int32(min(left, 1) * 1000) + 1)
-            if r < 0 && errno != EINTR { return .closed }
-            if r <= 0 { continue }
-            var chunk = [UInt8](repeating: 0, count: 65536)
-            let n = recv(fd, &chunk, chunk.count, 0)
-            if n == 0 { return .closed }
-            if n < 0 {
-                if errno == EINTR || errno == EAGAIN { continue }
-                return .closed
-            }
-            buffer.append(contentsOf: chunk[0..<n])
+        switch connection.receiveFrame(timeout: timeout) {
+        case .frame(let frame):
+            guard let json = try? JSON.parse(frame), case .object(let o) = json else { return .garbage(frame) }
+            let parameters = o["parameters"]?.objectValue ?? [:]
+            if let e = o["error"]?.stringValue { return .error(e, parameters) }
+            return .ok(parameters)
+        case .closed: return .closed
+        case .timedOut: return .timedOut
         }
     }
 
     /// True when the peer closes the connection within `timeout` without sending anything
     /// more than a message or two (those are discarded).
-    func closes(within timeout: Double) -> Bool {
-        let deadline = Date().addingTimeInterval(timeout)
-        while deadline.timeIntervalSinceNow > 0 {
-            switch receive(timeout: deadline.timeIntervalSinceNow) {
-            case .closed: return true
-            case .timedOut: return false
-            default: continue
-            }
-        }
-        return false
-    }
+    func closes(within timeout: Double) -> Bool { connection.waitForClose(timeout: timeout) }
 }
 
 /// Helpers over the io.vaultd interfaces, in the wire's terms.

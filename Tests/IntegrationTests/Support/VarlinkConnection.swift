@@ -10,6 +10,8 @@ import Glibc
 final class VarlinkConnection {
     private(set) var fd: Int32
     private var buffer: [UInt8] = []
+    /// No NUL before this index of `buffer` (so a big reply is scanned once, not per chunk).
+    private var scanned = 0
 
     /// What one read of a reply gave.
     enum Outcome: CustomStringConvertible {
@@ -116,14 +118,39 @@ final class VarlinkConnection {
 
     /// Reads the next NUL-terminated message.
     func receive(timeout: Double = 10) -> Outcome {
+        switch receiveFrame(timeout: timeout) {
+        case .frame(let bytes):
+            let frame = Data(bytes)
+            if let o = try? JSONSerialization.jsonObject(with: frame) as? [String: Any] { return .reply(o) }
+            return .garbage(frame)
+        case .closed: return .closed
+        case .timedOut: return .timedOut
+        }
+    }
+
+    /// What one read of a raw message gave.
+    enum Frame {
+        /// The bytes of a complete message, without its NUL.
+        case frame([UInt8])
+        /// The peer closed the connection (EOF, ECONNRESET or EPIPE).
+        case closed
+        /// Nothing complete arrived in time.
+        case timedOut
+    }
+
+    /// Reads the next NUL-terminated message, undecoded (for clients that decode replies
+    /// their own way). Only newly received bytes are scanned for the NUL, so a multi-MB
+    /// reply costs one pass, not one per chunk.
+    func receiveFrame(timeout: Double = 10) -> Frame {
         let deadline = Date().addingTimeInterval(timeout)
         while true {
-            if let nul = buffer.firstIndex(of: 0) {
-                let frame = Data(buffer[..<nul])
+            if let nul = buffer[scanned...].firstIndex(of: 0) {
+                let frame = Array(buffer[..<nul])
                 buffer.removeSubrange(...nul)
-                if let o = try? JSONSerialization.jsonObject(with: frame) as? [String: Any] { return .reply(o) }
-                return .garbage(frame)
+                scanned = 0
+                return .frame(frame)
             }
+            scanned = buffer.count
             let left = deadline.timeIntervalSinceNow
             if left <= 0 { return .timedOut }
             var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
@@ -146,7 +173,7 @@ final class VarlinkConnection {
     func waitForClose(timeout: Double) -> Bool {
         let deadline = Date().addingTimeInterval(timeout)
         while deadline.timeIntervalSinceNow > 0 {
-            switch receive(timeout: deadline.timeIntervalSinceNow) {
+            switch receiveFrame(timeout: deadline.timeIntervalSinceNow) {
             case .closed: return true
             case .timedOut: return false
             default: continue
