@@ -100,16 +100,8 @@ final class KeyringFixture: @unchecked Sendable {
             Paths.tool("vaultd"), ["--socket", socketPath, "--data-dir", dataDirectory], environment: env.filter { !$0.value.isEmpty },
             inputs: [:], stdout: .file(vaultdLog, append: true), stderr: .file(vaultdLog, append: true))
         vaultdPID = p
-        while Date().timeIntervalSince(started) < 15 {
-            if !ChildProcess.isAlive(p) {
-                _ = ChildProcess.wait(p, timeout: 1)
-                vaultdPID = nil
-                throw HarnessError("vaultd exited before serving; log:\n\(log)")
-            }
-            if Daemon.answers(socketPath) { return Date().timeIntervalSince(started) }
-            usleep(10_000)
-        }
-        throw HarnessError("vaultd did not answer within 15 s; log:\n\(log)")
+        try Daemon.waitUntilServing(p, socketPath: socketPath, timeout: 15, interval: 10_000, log: { log }) { _ in vaultdPID = nil }
+        return Date().timeIntervalSince(started)
     }
 
     /// SIGTERM and wait; returns the exit status.

@@ -205,17 +205,7 @@ final class CustomDaemon: @unchecked Sendable {
             argv[0], Array(argv.dropFirst()), environment: env, inputs: [:], stdout: .file(logPath, append: true),
             stderr: .file(logPath, append: true))
         pid = p
-        let deadline = Date().addingTimeInterval(timeout)
-        while Date() < deadline {
-            if !ChildProcess.isAlive(p) {
-                let status = ChildProcess.wait(p, timeout: 1)
-                pid = nil
-                throw HarnessError("vaultd exited (status \(status.map(String.init) ?? "?")) before serving; log:\n\(log)")
-            }
-            if Daemon.answers(socketPath) { return }
-            usleep(20_000)
-        }
-        throw HarnessError("vaultd did not answer on \(socketPath) within \(timeout) s; log:\n\(log)")
+        try Daemon.waitUntilServing(p, socketPath: socketPath, timeout: timeout, log: { log }) { _ in pid = nil }
     }
 
     func kill() {

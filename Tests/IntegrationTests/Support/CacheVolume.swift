@@ -66,17 +66,9 @@ final class CacheVolume: @unchecked Sendable {
             environment: isolatedEnvironment(root: root, socket: nil), inputs: [:], stdout: .file(logPath, append: true),
             stderr: .file(logPath, append: true))
         pid = p
-        let deadline = Date().addingTimeInterval(10)
-        while Date() < deadline {
-            if !ChildProcess.isAlive(p) {
-                let status = ChildProcess.wait(p, timeout: 1)
-                pid = nil
-                throw HarnessError("vaultd (in its mount namespace) exited (status \(status.map(String.init) ?? "?")); log:\n\(log)")
-            }
-            if Daemon.answers(socketPath) { return }
-            usleep(20_000)
+        try Daemon.waitUntilServing(p, socketPath: socketPath, timeout: 10, name: "vaultd (in its mount namespace)", log: { log }) { _ in
+            pid = nil
         }
-        throw HarnessError("vaultd did not answer on \(socketPath) within 10 s; log:\n\(log)")
     }
 
     /// Kills what was started here (by pid) and removes the directory.

@@ -111,17 +111,31 @@ final class Daemon: @unchecked Sendable {
             Paths.tool("vaultd"), ["--socket", socketPath, "--data-dir", dataDirectory] + extraArguments,
             environment: env, inputs: [:], stdout: .file(logPath, append: true), stderr: .file(logPath, append: true))
         pid = p
+        try Daemon.waitUntilServing(p, socketPath: socketPath, timeout: timeout, log: { log }) { status in
+            lastExitStatus = status
+            pid = nil
+        }
+    }
+
+    /// Waits until the vaultd just spawned as `p` answers a Status call on `socketPath` (up
+    /// to `timeout` seconds, polling every `interval` µs), else throws with `log()`. When it
+    /// exits first it is reaped and `exited` gets its status (so the caller forgets the pid).
+    /// `name` says which vaultd in the error.
+    static func waitUntilServing(
+        _ p: pid_t, socketPath: String, timeout: Double, interval: useconds_t = 20_000, name: String = "vaultd",
+        log: () -> String, exited: (Int32?) -> Void
+    ) throws {
         let deadline = Date().addingTimeInterval(timeout)
         while Date() < deadline {
             if !ChildProcess.isAlive(p) {
-                lastExitStatus = ChildProcess.wait(p, timeout: 1)
-                pid = nil
-                throw HarnessError("vaultd exited (status \(lastExitStatus.map(String.init) ?? "?")) before serving; log:\n\(log)")
+                let status = ChildProcess.wait(p, timeout: 1)
+                exited(status)
+                throw HarnessError("\(name) exited (status \(status.map(String.init) ?? "?")) before serving; log:\n\(log())")
             }
-            if Daemon.answers(socketPath) { return }
-            usleep(20_000)
+            if answers(socketPath) { return }
+            usleep(interval)
         }
-        throw HarnessError("vaultd did not answer on \(socketPath) within \(timeout) s; log:\n\(log)")
+        throw HarnessError("\(name) did not answer on \(socketPath) within \(timeout) s; log:\n\(log())")
     }
 
     /// True when a Status call on a new connection to `path` gets a non-error reply.
