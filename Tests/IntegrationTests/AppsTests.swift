@@ -34,6 +34,32 @@ import Glibc
         #expect(r.stdout.isEmpty, "\(what) printed something: \(r)", sourceLocation: sourceLocation)
     }
 
+    /// A copy of python3 at `apps/raw/python3` under the daemon's root: an executable of its
+    /// own, to register as an app and run a raw varlink client with.
+    static func rawPythonApp(_ d: Daemon) throws -> String {
+        let dir = d.root + "/apps/raw"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        let python = dir + "/python3"
+        try FileManager.default.copyItem(atPath: URL(fileURLWithPath: "/usr/bin/python3").resolvingSymlinksInPath().path, toPath: python)
+        return python
+    }
+
+    /// A raw varlink client in python: `import IMPORTS`, a connection to argv[1] and
+    /// `call(method, params)` (send one message, return the next reply), then `body`.
+    static func rawClientScript(imports: String, _ body: String) -> String {
+        let prelude = """
+            import \(imports)
+            s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); buf = b''
+            def call(method, params):
+                global buf
+                s.sendall(json.dumps({"method": method, "parameters": params}).encode() + b'\\0')
+                while b'\\0' not in buf: buf += s.recv(65536)
+                msg, _, buf = buf.partition(b'\\0')
+                return json.loads(msg)
+            """
+        return prelude + "\n" + body
+    }
+
     // MARK: Identity by executable path
 
     @Test func anotherAppCannotReadUpdateDeleteOrListAnAppsToken() throws {
@@ -279,25 +305,14 @@ import Glibc
     @Test func aReinstalledAppThatSkipsHelloStillFindsNoLeftovers() throws {
         let d = try Self.daemon()
         defer { d.close() }
-        let dir = d.root + "/apps/raw"
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        let python = dir + "/python3"
-        try FileManager.default.copyItem(atPath: URL(fileURLWithPath: "/usr/bin/python3").resolvingSymlinksInPath().path, toPath: python)
-        let script = """
-            import json, socket, sys
-            s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); buf = b''
-            def call(method, params):
-                global buf
-                s.sendall(json.dumps({"method": method, "parameters": params}).encode() + b'\\0')
-                while b'\\0' not in buf: buf += s.recv(65536)
-                msg, _, buf = buf.partition(b'\\0')
-                return json.loads(msg)
+        let python = try Self.rawPythonApp(d)
+        let script = Self.rawClientScript(imports: "json, socket, sys", """
             q = {"class": "genericPassword", "query": {"service": "token", "account": "token"}, "returnData": True}
             for step in sys.argv[2:]:
                 if step == "hello": print(json.dumps(call("io.vaultd.Vault.Hello", {})))
                 if step == "add": print(json.dumps(call("io.vaultd.Keychain.Add", {"class": "genericPassword", "attributes": {"service": "token", "account": "token", "accessGroup": "org.example.Raw"}, "data": "bGVmdG92ZXI="})))
                 if step == "get": print(json.dumps(call("io.vaultd.Keychain.CopyMatching", q)))
-            """
+            """)
         try #require(d.install("org.example.Raw", exe: python)["executable"] as? String == python)
         let first = d.app(python, ["-c", script, d.socketPath, "hello", "add", "get"])
         #expect(first.stdoutText.contains("\"appID\": \"org.example.Raw\"") && first.stdoutText.contains("bGVmdG92ZXI="), "\(first)")
@@ -316,20 +331,9 @@ import Glibc
     @Test func aConnectionMadeBeforeAnUninstallLosesTheAppTier() throws {
         let d = try Self.daemon()
         defer { d.close() }
-        let dir = d.root + "/apps/raw"
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        let python = dir + "/python3"
-        try FileManager.default.copyItem(atPath: URL(fileURLWithPath: "/usr/bin/python3").resolvingSymlinksInPath().path, toPath: python)
+        let python = try Self.rawPythonApp(d)
         // Connects and says Hello, prints "ready", waits for the go file, then calls on the same connection.
-        let script = """
-            import json, os, socket, sys, time
-            s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); buf = b''
-            def call(method, params):
-                global buf
-                s.sendall(json.dumps({"method": method, "parameters": params}).encode() + b'\\0')
-                while b'\\0' not in buf: buf += s.recv(65536)
-                msg, _, buf = buf.partition(b'\\0')
-                return json.loads(msg)
+        let script = Self.rawClientScript(imports: "json, os, socket, sys, time", """
             print(json.dumps(call("io.vaultd.Vault.Hello", {})), flush=True)
             print("ready", flush=True)
             while not os.path.exists(sys.argv[2]): time.sleep(0.02)
@@ -337,7 +341,7 @@ import Glibc
             print(json.dumps(call("io.vaultd.Caches.Directory", {})))
             print(json.dumps(call("io.vaultd.Keychain.Add", {"class": "genericPassword", "attributes": {"service": "z", "account": "z"}, "data": "eg=="})))
             print(json.dumps(call("io.vaultd.Keychain.CopyMatching", {"class": "genericPassword", "query": {"service": "token"}, "returnData": True})))
-            """
+            """)
         try d.install("org.example.Raw", exe: python)
         let seed = d.ctl(["item", "add", "--access-group", "org.example.Raw", "--service", "token", "--account", "t"], stdin: Data("seed".utf8))
         #expect(seed.status == 0, "\(seed)")
