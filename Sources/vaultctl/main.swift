@@ -114,7 +114,8 @@ do {
     printError("\(e.message)\n\n\(toolUsage)")
     exit(64)
 } catch let e as VaultError {
-    printError(e.description)
+    // The varlink error, its message, and the Keychain Services OSStatus where one applies.
+    printError(e.status.map { "\(e.description) (OSStatus \($0))" } ?? e.description)
     exit(1)
 } catch let e as KeyringFailure {
     printError(e.description)
