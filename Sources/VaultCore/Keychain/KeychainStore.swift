@@ -50,16 +50,12 @@ final class KeychainStore {
 
     // MARK: identity and hashing
 
+    /// A stored item with its attributes decrypted; its stored columns read through.
+    @dynamicMemberLookup
     private struct Row {
-        var id: Int64
-        var uuid: [UInt8]
-        var itemClass: ItemClass
-        var accessGroup: String
-        var accessible: Accessibility
-        var synchronizable: Bool
+        var stored: Candidates.Stored
         var attributes: ItemAttributes
-        var wrappedKey: [UInt8]
-        var secret: [UInt8]
+        subscript<T>(dynamicMember column: KeyPath<Candidates.Stored, T>) -> T { stored[keyPath: column] }
     }
 
     /// Associated data binding every ciphertext of an item to its identity, so rows or
@@ -149,6 +145,12 @@ final class KeychainStore {
             var attributes: [UInt8]
             var wrappedKey: [UInt8]
             var secret: [UInt8]
+
+            /// What binds this row's ciphertexts to its identity.
+            var associatedData: [UInt8] {
+                KeychainStore.associatedData(
+                    uuid: uuid, itemClass: itemClass, accessGroup: accessGroup, accessible: accessible, synchronizable: synchronizable)
+            }
         }
         var rows: [Stored] = []
         var metadata: SecureBytes?
@@ -209,8 +211,7 @@ final class KeychainStore {
         guard let metadata = c.metadata else { return [] }
         var out: [Row] = []
         for r in c.rows {
-            let ad = associatedData(uuid: r.uuid, itemClass: r.itemClass, accessGroup: r.accessGroup, accessible: r.accessible, synchronizable: r.synchronizable)
-            guard let plain = Sodium.openBytes(r.attributes, key: metadata, associatedData: ad),
+            guard let plain = Sodium.openBytes(r.attributes, key: metadata, associatedData: r.associatedData),
                 let json = try? JSON.parse(plain), var attrs = try? ItemAttributes(json: json)
             else {
                 log("keychain: item \(r.id) failed authentication; skipped")
@@ -220,10 +221,7 @@ final class KeychainStore {
             attrs.accessible = r.accessible
             attrs.synchronizable = r.synchronizable
             guard attrs.matches(q.attributes) else { continue }
-            out.append(
-                Row(
-                    id: r.id, uuid: r.uuid, itemClass: r.itemClass, accessGroup: r.accessGroup, accessible: r.accessible,
-                    synchronizable: r.synchronizable, attributes: attrs, wrappedKey: r.wrappedKey, secret: r.secret))
+            out.append(Row(stored: r, attributes: attrs))
         }
         return out
     }
@@ -250,8 +248,12 @@ final class KeychainStore {
     }
 
     private func decryptSecret(_ r: Row) throws -> SecureBytes {
-        let classKey = try keys.classKey(r.accessible)
-        let ad = Self.associatedData(uuid: r.uuid, itemClass: r.itemClass, accessGroup: r.accessGroup, accessible: r.accessible, synchronizable: r.synchronizable)
+        try Self.secret(of: r.stored, classKey: try keys.classKey(r.accessible))
+    }
+
+    /// A row's secret: its item key unwrapped with `classKey`, then the secret opened with it.
+    private static func secret(of r: Candidates.Stored, classKey: SecureBytes) throws -> SecureBytes {
+        let ad = r.associatedData
         guard let itemKey = Sodium.open(r.wrappedKey, key: classKey, associatedData: ad),
             let secret = Sodium.open(r.secret, key: itemKey, associatedData: ad)
         else {
@@ -386,13 +388,7 @@ final class KeychainStore {
         return try (q.matchAll ? rows : [rows[0]]).map { r in
             var data: SecureBytes?
             if returnData, case .success(let classKey)? = c.classKeys[r.accessible] {
-                let ad = associatedData(uuid: r.uuid, itemClass: r.itemClass, accessGroup: r.accessGroup, accessible: r.accessible, synchronizable: r.synchronizable)
-                guard let itemKey = Sodium.open(r.wrappedKey, key: classKey, associatedData: ad),
-                    let secret = Sodium.open(r.secret, key: itemKey, associatedData: ad)
-                else {
-                    throw VaultError(.internalError, "item \(r.id) failed authentication (the vault file was altered or damaged)")
-                }
-                data = secret
+                data = try secret(of: r.stored, classKey: classKey)
             }
             return FoundItem(itemClass: r.itemClass, attributes: r.attributes, data: data)
         }
