@@ -4,7 +4,7 @@ import VaultProtocol
 
 /// `vaultctl app install|uninstall|list|show`
 struct AppCommand: Command {
-    enum Action: String { case install, uninstall, list, show }
+    enum Action: String, CaseIterable { case install, uninstall, list, show }
     var action: Action
     var appID: String?
     var executable: String?
@@ -14,10 +14,7 @@ struct AppCommand: Command {
     var json = false
 
     init(_ a: inout Arguments) throws {
-        guard let w = a.positional(), let action = Action(rawValue: w) else {
-            throw UsageError(message: "app needs install, uninstall, list or show")
-        }
-        self.action = action
+        action = try a.verb(of: "app")
         json = a.flag("--json")
         if action == .install {
             executable = try a.option("--exe")

@@ -4,17 +4,14 @@ import VaultProtocol
 
 /// `vaultctl cache path APP_ID | usage [--json] | purge [APP_ID] [--bytes N]`
 struct CacheCommand: Command {
-    enum Action: String { case path, usage, purge }
+    enum Action: String, CaseIterable { case path, usage, purge }
     var action: Action
     var appID: String?
     var bytes: Int64?
     var json = false
 
     init(_ a: inout Arguments) throws {
-        guard let w = a.positional(), let action = Action(rawValue: w) else {
-            throw UsageError(message: "cache needs path, usage or purge")
-        }
-        self.action = action
+        action = try a.verb(of: "cache")
         json = a.flag("--json")
         if let b = try a.option("--bytes") {
             guard let n = Int64(b), n >= 0 else { throw UsageError(message: "--bytes needs a non-negative integer") }

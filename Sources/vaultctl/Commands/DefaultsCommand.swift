@@ -8,15 +8,12 @@ import Glibc
 
 /// `vaultctl defaults …`, with defaults(1)'s verbs, type flags and output.
 struct DefaultsCommand: Command {
-    enum Verb: String { case read, readType = "read-type", write, delete, rename, domains, find, `import`, export }
+    enum Verb: String, CaseIterable { case read, readType = "read-type", write, delete, rename, domains, find, `import`, export }
     var verb: Verb
     var words: [String]
 
     init(_ a: inout Arguments) throws {
-        guard let w = a.positional(), let verb = Verb(rawValue: w) else {
-            throw UsageError(message: "defaults needs read, read-type, write, delete, rename, domains, find, import or export")
-        }
-        self.verb = verb
+        verb = try a.verb(of: "defaults")
         // defaults(1) options start with a single dash; take the words as they come.
         words = a.rest()
         let counts: [Verb: ClosedRange<Int>] = [

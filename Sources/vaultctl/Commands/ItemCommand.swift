@@ -4,7 +4,7 @@ import VaultProtocol
 
 /// `vaultctl item add|get|update|delete|list [generic|internet] ...`
 struct ItemCommand: Command {
-    enum Action: String { case add, get, update, delete, list }
+    enum Action: String, CaseIterable { case add, get, update, delete, list }
     var action: Action
     var itemClass: ItemClass?
     var attributes: ItemAttributes
@@ -40,10 +40,7 @@ struct ItemCommand: Command {
     }
 
     init(_ a: inout Arguments) throws {
-        guard let w = a.positional(), let action = Action(rawValue: w) else {
-            throw UsageError(message: "item needs add, get, update, delete or list")
-        }
-        self.action = action
+        action = try a.verb(of: "item")
         switch a.positional(oneOf: ["generic", "internet"]) {
         case "internet": itemClass = .internetPassword
         case "generic": itemClass = .genericPassword

@@ -6,7 +6,7 @@ import VaultProtocol
 /// `vaultctl keyring import|export ...`: the desktop keyring (Secret Service, through
 /// libsecret) and the vault. Both directions are idempotent; secrets are never printed.
 struct KeyringCommand: Command {
-    enum Action: String { case `import`, export }
+    enum Action: String, CaseIterable { case `import`, export }
     var action: Action
     var collection: String?
     var accessGroup: String?
@@ -15,10 +15,7 @@ struct KeyringCommand: Command {
     var filters = ItemAttributes()
 
     init(_ a: inout Arguments) throws {
-        guard let w = a.positional(), let action = Action(rawValue: w) else {
-            throw UsageError(message: "keyring needs import or export")
-        }
-        self.action = action
+        action = try a.verb(of: "keyring")
         collection = try a.option("--collection")
         dryRun = a.flag("--dry-run")
         switch action {

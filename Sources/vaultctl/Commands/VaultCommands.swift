@@ -94,16 +94,13 @@ struct LockCommand: Command {
 }
 
 struct PassphraseCommand: Command {
-    enum Action: String { case change, set, remove }
+    enum Action: String, CaseIterable { case change, set, remove }
     var action: Action
     var oldFD: Int?
     var newFD: Int?
 
     init(_ a: inout Arguments) throws {
-        guard let w = a.positional(), let action = Action(rawValue: w) else {
-            throw UsageError(message: "passphrase needs change, set or remove")
-        }
-        self.action = action
+        action = try a.verb(of: "passphrase")
         oldFD = try a.intOption("--passphrase-fd")
         newFD = try a.intOption("--new-passphrase-fd")
         if action == .set && oldFD != nil { throw UsageError(message: "passphrase set takes only --new-passphrase-fd") }

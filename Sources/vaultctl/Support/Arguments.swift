@@ -65,6 +65,15 @@ struct Arguments {
         return words.removeFirst()
     }
 
+    /// Removes the next word as one of `T`'s cases (a subcommand's verb); anything else is a
+    /// usage error listing them, e.g. "cache needs path, usage or purge".
+    mutating func verb<T: RawRepresentable & CaseIterable>(of command: String) throws -> T where T.RawValue == String {
+        if let w = positional(), let v = T(rawValue: w) { return v }
+        let names = T.allCases.map(\.rawValue)
+        let list = names.count > 1 ? names.dropLast().joined(separator: ", ") + " or " + names.last! : names.joined()
+        throw UsageError(message: "\(command) needs \(list)")
+    }
+
     /// Everything left, in order (for commands taking free arguments).
     mutating func rest() -> [String] {
         defer { words.removeAll() }
