@@ -2,12 +2,17 @@ internal import CSQLite
 import Foundation
 import VaultProtocol
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// One SQLite connection, its only owner. Not thread-safe: the engine serializes access
 /// (GRDB's rule: open once, serialize). Closing is explicit (`close()`), and also done in deinit.
 public final class Database {
     private var handle: OpaquePointer?
     private var statementCache: [String: Statement] = [:]
     private var checkpointer: Checkpointer?
+    private let walSync: WALSync
     public let path: String
 
     /// Opens (creating) the database at `path` in WAL mode with `synchronous=FULL`, so a
@@ -15,6 +20,7 @@ public final class Database {
     /// content. Throws `VaultError` StorageFull / InternalError.
     public init(path: String) throws {
         self.path = path
+        self.walSync = WALSync(path: path + "-wal")
         var h: OpaquePointer?
         let rc = sqlite3_open_v2(path, &h, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nil)
         handle = h
@@ -54,6 +60,34 @@ public final class Database {
         statementCache.removeAll()
         if let h = handle { sqlite3_close_v2(h) }
         handle = nil
+        walSync.close()
+    }
+
+    /// Runs `body` in one IMMEDIATE transaction, like `write`, but commits it without
+    /// waiting for the disk (`synchronous=NORMAL` for this one transaction): it is visible at
+    /// once and survives a crash of vaultd, but not a power cut until `syncWAL()` returns.
+    /// The caller must call `syncWAL()` before it acknowledges the transaction. Throws what
+    /// `body` or COMMIT throws (StorageFull on a full disk), having rolled back.
+    func writeDeferringSync(_ body: () throws -> Void) throws {
+        try execute("PRAGMA synchronous=NORMAL")
+        // SQLite refuses to change the level inside a transaction: restored once it ended.
+        defer { try? execute("PRAGMA synchronous=FULL") }
+        try execute("BEGIN IMMEDIATE")
+        do {
+            try body()
+            try execute("COMMIT")
+        } catch {
+            if isInTransaction { try? execute("ROLLBACK") }
+            throw error
+        }
+    }
+
+    /// Makes every transaction committed so far durable: fdatasync of the WAL file, which
+    /// holds them (DESIGN §4: WAL mode). Thread-safe, and meant to be called outside the
+    /// engine lock, so readers and the next group commit go on meanwhile. Throws StorageFull
+    /// when the disk refuses the data.
+    func syncWAL() throws {
+        try walSync.sync()
     }
 
     static func error(_ rc: Int32, _ h: OpaquePointer?, context: String) -> VaultError {
@@ -143,6 +177,50 @@ public final class Database {
     /// True inside a transaction (false once SQLite has rolled one back on its own, as it
     /// does on SQLITE_FULL or IOERR in the middle of a statement).
     var isInTransaction: Bool { handle.map { sqlite3_get_autocommit($0) == 0 } ?? false }
+}
+
+/// The WAL file's own descriptor, for `Database.syncWAL()`: fdatasync flushes the file's
+/// pages whichever descriptor asks. Reopened should the WAL ever be a new file (its inode
+/// changes only when every connection closed).
+final class WALSync: @unchecked Sendable {
+    private let path: String
+    private let lock = NSLock()
+    private var fd: Int32 = -1
+    private var inode: ino_t = 0
+    /// Descriptors replaced while another thread may still be syncing through them.
+    private var retired: [Int32] = []
+
+    init(path: String) { self.path = path }
+
+    func sync() throws {
+        let fd: Int32 = try lock.withLock {
+            var st = stat()
+            if self.fd >= 0, stat(path, &st) == 0, st.st_ino == inode { return self.fd }
+            let newFD = open(path, O_RDONLY | O_CLOEXEC)
+            guard newFD >= 0 else {
+                throw VaultError(.internalError, "cannot open the write-ahead log to sync it: \(String(cString: strerror(errno)))")
+            }
+            fstat(newFD, &st)
+            if self.fd >= 0 { retired.append(self.fd) }
+            self.fd = newFD
+            inode = st.st_ino
+            return newFD
+        }
+        while fdatasync(fd) != 0 {
+            if errno == EINTR { continue }
+            let reason = String(cString: strerror(errno))
+            throw VaultError(.storageFull, "cannot make the write durable on the vault's disk (\(reason))")
+        }
+    }
+
+    func close() {
+        lock.withLock {
+            if fd >= 0 { Glibc.close(fd) }
+            for r in retired { Glibc.close(r) }
+            fd = -1
+            retired.removeAll()
+        }
+    }
 }
 
 /// A value bound to or read from SQLite.

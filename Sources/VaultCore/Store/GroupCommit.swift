@@ -5,7 +5,13 @@ import VaultProtocol
 /// many writes. The first writer to arrive becomes the leader: it takes every pending write,
 /// runs each in its own SAVEPOINT inside one transaction (a failing write rolls back only
 /// itself), commits once, and wakes the others. Nobody's reply is sent before the commit
-/// that covers its write has returned.
+/// that covers its write is on disk.
+///
+/// The COMMIT itself does not wait for the disk: the leader hands the lead on, then syncs
+/// the WAL outside the engine lock, so the next group's transaction and every reader run
+/// during the fsync (issue #8's profile: the fsync, under the engine lock, left a core idle).
+/// A reader may therefore see a write whose fsync is still in flight, as it may under
+/// SQLite's own `synchronous=NORMAL`; its writer is acknowledged only after the sync.
 final class GroupCommit: @unchecked Sendable {
     private final class Pending {
         /// Runs the write in its savepoint; returns its error, if it failed.
@@ -100,38 +106,43 @@ final class GroupCommit: @unchecked Sendable {
         let batch = queue
         queue.removeAll()
         lock.unlock()
+        var failure: Error?
         do {
             try withDatabase {
-                try db.execute("BEGIN IMMEDIATE")
-                for p in batch {
-                    // On SQLITE_FULL, IOERR or NOMEM in the middle of a statement SQLite
-                    // rolls the whole transaction back, not just the savepoint: every
-                    // write of the batch is gone, those before this one too. All fail
-                    // with this error (StorageFull, say); the rest must not run, or their
-                    // SAVEPOINT would open a transaction of its own that RELEASE commits.
-                    let error = p.run()
-                    if !db.isInTransaction {
-                        throw error ?? VaultError(.internalError, "the transaction ended in the middle of a group commit")
+                try db.writeDeferringSync {
+                    for p in batch {
+                        // On SQLITE_FULL, IOERR or NOMEM in the middle of a statement SQLite
+                        // rolls the whole transaction back, not just the savepoint: every
+                        // write of the batch is gone, those before this one too. All fail
+                        // with this error (StorageFull, say); the rest must not run, or
+                        // their SAVEPOINT would open a transaction of its own that RELEASE
+                        // commits.
+                        let error = p.run()
+                        if !db.isInTransaction {
+                            throw error ?? VaultError(.internalError, "the transaction ended in the middle of a group commit")
+                        }
                     }
-                }
-                do {
-                    try db.execute("COMMIT")
-                } catch {
-                    try? db.execute("ROLLBACK")
-                    throw error
                 }
             }
         } catch {
-            for p in batch { p.fail(error) }
+            failure = error
         }
+        // The lead passes on before the fsync: the next group runs its transaction (and
+        // readers read) while this one's WAL frames go to disk.
         lock.lock()
-        for p in batch { p.done = true }
         activeWriters = batch.count + queue.count
         let next = queue.first
         if next == nil { leading = false }
         lock.unlock()
+        next?.wake.signal()
+        if failure == nil {
+            do { try db.syncWAL() } catch { failure = error }
+        }
+        if let failure { for p in batch { p.fail(failure) } }
+        lock.lock()
+        for p in batch { p.done = true }
+        lock.unlock()
         // The leader is in its own batch; it returns instead of waiting.
         for p in batch { p.wake.signal() }
-        next?.wake.signal()
     }
 }
