@@ -1,9 +1,13 @@
 import Foundation
+import Synchronization
 import VaultProtocol
 
 #if canImport(Glibc)
 import Glibc
 #endif
+
+/// Threads of this process waiting for the reply to a call (`VaultConnection.call`).
+private let callsAwaitingReplies = Atomic<Int>(0)
 
 /// One varlink connection to vaultd. Calls are serialized on the connection (varlink answers
 /// in order); it is safe to share between threads.
@@ -41,7 +45,11 @@ public final class VaultConnection: @unchecked Sendable {
     public func call(_ method: String, _ parameters: [String: JSON] = [:]) throws -> [String: JSON] {
         try lock.withLock {
             try send(VarlinkCall(method: method, parameters: parameters))
-            let reply = try receiveReply()
+            // The reply is polled for only while no other thread of the app awaits one: then
+            // the CPU is better left to those threads (see `BusyPoll`).
+            let waiting = callsAwaitingReplies.add(1, ordering: .relaxed).newValue
+            defer { callsAwaitingReplies.subtract(1, ordering: .relaxed) }
+            let reply = try receiveReply(polling: waiting == 1)
             if let e = reply.vaultError { throw e }
             return reply.parameters
         }
@@ -73,10 +81,10 @@ public final class VaultConnection: @unchecked Sendable {
         }
     }
 
-    private func receiveReply() throws -> VarlinkReply {
+    private func receiveReply(polling: Bool = false) throws -> VarlinkReply {
         let message: JSON?
         do {
-            message = try stream.receive()
+            message = try stream.receive(polling: polling)
         } catch {
             throw VaultError.protocolViolation("bad reply from vaultd: \(error)")
         }

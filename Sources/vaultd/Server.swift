@@ -1,5 +1,6 @@
 import CVaultSys
 import Foundation
+import Synchronization
 import VaultCore
 import VaultProtocol
 
@@ -18,6 +19,9 @@ struct Limits: Sendable {
     var partialMessageTimeout = 10.0
     /// A peer that does not read its replies for this long is dropped (seconds).
     var sendTimeout = 30.0
+    /// How long a connection's thread polls for the next call before it sleeps
+    /// (microseconds; `VAULTD_BUSY_POLL_US`, 0 turns it off). See `BusyPoll`.
+    var busyPollMicroseconds = BusyPoll.window(fromEnvironment: "VAULTD_BUSY_POLL_US", default: 30)
 
     struct InvalidSetting: Error, CustomStringConvertible {
         var description: String
@@ -54,6 +58,9 @@ final class Server: @unchecked Sendable {
     private var connections: [ObjectIdentifier: UnixSocket] = [:]
     private var appConnections: [String: Int] = [:]
     private var inFlight = 0
+    /// `inFlight`, readable without the lock: a connection polls for its next call only
+    /// while no other call is being served.
+    private let callsInProgress = Atomic<Int>(0)
     private var stopping = false
 
     init(
@@ -129,6 +136,7 @@ final class Server: @unchecked Sendable {
         state.withLock {
             if stopping { return false }
             inFlight += 1
+            callsInProgress.add(1, ordering: .relaxed)
             return true
         }
     }
@@ -136,6 +144,7 @@ final class Server: @unchecked Sendable {
     private func endCall() {
         state.withLock {
             inFlight -= 1
+            callsInProgress.subtract(1, ordering: .relaxed)
             state.broadcast()
         }
     }
@@ -149,6 +158,7 @@ final class Server: @unchecked Sendable {
     private func serve(_ conn: UnixSocket, peer: PeerCredentials) {
         conn.setTimeouts(receive: min(1, limits.partialMessageTimeout), send: limits.sendTimeout)
         var reader = FrameReader()
+        var busyPoll = BusyPoll(windowMicroseconds: limits.busyPollMicroseconds, limit: .oneLessThanCPUs)
         var partialSince: Date?
         // The caller is resolved once per connection, from the kernel's credentials.
         guard let caller = identify(peer) else { return }
@@ -181,6 +191,7 @@ final class Server: @unchecked Sendable {
                     }
                     let chunk: [UInt8]
                     do {
+                        busyPoll.awaitReadable(conn.fd, othersBusy: callsInProgress.load(ordering: .relaxed) > 0)
                         chunk = try conn.receive()
                     } catch let e as Errno where e.code == EAGAIN || e.code == EWOULDBLOCK {
                         if state.withLock({ stopping }) { return }

@@ -117,6 +117,8 @@ public final class UnixSocket: @unchecked Sendable {
 public final class VarlinkStream: @unchecked Sendable {
     public let socket: UnixSocket
     private var reader = FrameReader()
+    /// Used by `receive(polling: true)`: polls briefly for a reply before sleeping on it.
+    private var busyPoll = BusyPoll(windowMicroseconds: BusyPoll.window(fromEnvironment: "VAULT_BUSY_POLL_US", default: 50), limit: .one)
 
     public init(socket: UnixSocket) { self.socket = socket }
 
@@ -129,9 +131,12 @@ public final class VarlinkStream: @unchecked Sendable {
 
     /// The next message, or nil when the peer closed the connection.
     /// Throws `JSONSyntaxError`, `FrameReader.Failure`, `Errno`.
-    public func receive() throws -> JSON? {
+    /// `polling`: poll briefly before sleeping (`BusyPoll`; `VAULT_BUSY_POLL_US`, default
+    /// 50 µs, 0 turns it off), for a reply expected within microseconds.
+    public func receive(polling: Bool = false) throws -> JSON? {
         while true {
             if let frame = try reader.nextFrame() { return try JSON.parse(frame) }
+            if polling { busyPoll.awaitReadable(socket.fd) }
             let chunk = try socket.receive()
             if chunk.isEmpty { return nil }
             reader.append(chunk)
