@@ -111,8 +111,16 @@ public final class Database {
     }
 
     /// Runs SQL without results (several statements allowed).
+    /// A single statement (BEGIN, COMMIT, SAVEPOINT, a PRAGMA …) is prepared once and cached:
+    /// a group commit runs several per batch.
     public func execute(_ sql: String) throws {
         guard let h = handle else { throw VaultError(.internalError, "database is closed") }
+        guard sql.contains(";") else {
+            let s = try statement(sql)
+            defer { s.reset() }
+            while try s.step() {}
+            return
+        }
         try check(sqlite3_exec(h, sql, nil, nil, nil), "exec")
     }
 

@@ -14,14 +14,15 @@ import VaultProtocol
 /// SQLite's own `synchronous=NORMAL`; its writer is acknowledged only after the sync.
 final class GroupCommit: @unchecked Sendable {
     private final class Pending {
-        /// Runs the write in its savepoint; returns its error, if it failed.
-        let run: () -> Error?
+        /// Runs the write (in a savepoint of its own when `true`); returns its error, if it
+        /// failed.
+        let run: (Bool) -> Error?
         let fail: (Error) -> Void
         /// Set (under the lock) once the commit covering this write has returned.
         var done = false
         /// Signalled once: when done, or when this writer is to lead the next group.
         let wake = DispatchSemaphore(value: 0)
-        init(run: @escaping () -> Error?, fail: @escaping (Error) -> Void) {
+        init(run: @escaping (Bool) -> Error?, fail: @escaping (Error) -> Void) {
             self.run = run
             self.fail = fail
         }
@@ -46,7 +47,17 @@ final class GroupCommit: @unchecked Sendable {
     func write<T>(_ db: Database, withDatabase: (() throws -> Void) throws -> Void, _ body: @escaping () throws -> T) throws -> T {
         var result: Result<T, Error>?
         let me = Pending(
-            run: {
+            run: { savepoint in
+                // A lone write needs no savepoint: its failure rolls back the transaction.
+                guard savepoint else {
+                    do {
+                        result = .success(try body())
+                        return nil
+                    } catch {
+                        result = .failure(error)
+                        return error
+                    }
+                }
                 do {
                     try db.execute("SAVEPOINT w")
                     do {
@@ -117,10 +128,12 @@ final class GroupCommit: @unchecked Sendable {
                         // with this error (StorageFull, say); the rest must not run, or
                         // their SAVEPOINT would open a transaction of its own that RELEASE
                         // commits.
-                        let error = p.run()
+                        let error = p.run(batch.count > 1)
                         if !db.isInTransaction {
                             throw error ?? VaultError(.internalError, "the transaction ended in the middle of a group commit")
                         }
+                        // Alone, a failed write rolls the whole transaction back.
+                        if batch.count == 1, let error { throw error }
                     }
                 }
             }
