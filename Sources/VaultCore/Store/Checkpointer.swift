@@ -1,15 +1,23 @@
 internal import CSQLite
 import Foundation
+import Synchronization
 
 /// Checkpoints the WAL on a thread and SQLite connection of its own, so no writer pays for
-/// it. SQLite's automatic checkpoint runs inside the COMMIT that crosses 1000 WAL pages:
-/// copying those pages into the database and syncing it took a few milliseconds, under the
-/// engine lock, every few group commits (issue #8's profile of durable adds). Here a PASSIVE
-/// checkpoint starts beside the writer at those same 1000 pages; should it fall behind (or
-/// fail, as on a full disk), the writer checkpoints itself from 4000 on, as SQLite's own
-/// would at 1000, but finds most pages already copied. (A background start at 250 pages, tried
-/// first, copied the same hot index pages four times as often: a single writer's adds
-/// spent a fifth more CPU and were a tenth slower.)
+/// copying pages. SQLite's automatic checkpoint runs inside the COMMIT that crosses 1000 WAL
+/// pages: copying those pages into the database and syncing it took a few milliseconds,
+/// under the engine lock, every few group commits (issue #8's profile of durable adds).
+///
+/// A cycle, as measured by issue #8's benchmark:
+/// 1. once the WAL holds `thresholdFrames` more frames than at the last background
+///    checkpoint, a PASSIVE checkpoint copies them beside the writer;
+/// 2. the WAL can only start over once a writer begins while every frame is copied, which a
+///    busy writer never does: it commits again before the background checkpoint ends. So
+///    once that checkpoint has caught up, the writer's next commit checkpoints the few
+///    frames since on its own connection, and its next transaction restarts the WAL.
+///    (Before, every commit past the threshold set off another background checkpoint and
+///    database fsync: three per durable add, half of vaultd's CPU.)
+/// 3. should the checkpointer fall behind (or fail, as on a full disk), the writer
+///    checkpoints itself from `writerFallbackFrames` on, as SQLite's own would at 1000.
 final class Checkpointer: @unchecked Sendable {
     /// A background checkpoint starts once the WAL holds this many frames.
     static let thresholdFrames: Int32 = 1000
@@ -19,6 +27,10 @@ final class Checkpointer: @unchecked Sendable {
     private let path: String
     private let condition = NSCondition()
     private var pendingFrames: Int32 = 0
+    /// The WAL's frame count when the last background checkpoint was asked for.
+    private var triggeredAt: Int32 = 0
+    /// Set when a background checkpoint copied every frame: the writer finishes the cycle.
+    private let caughtUp = Atomic<Bool>(false)
     private var stopping = false
     private var running = false
     private var handle: OpaquePointer?
@@ -49,9 +61,19 @@ final class Checkpointer: @unchecked Sendable {
     func committed(frames: Int32) {
         guard frames >= Self.thresholdFrames else { return }
         condition.withLock {
+            // A smaller count than last time: the WAL started over.
+            if frames < triggeredAt { triggeredAt = 0 }
+            guard frames >= triggeredAt + Self.thresholdFrames else { return }
+            triggeredAt = frames
             pendingFrames = frames
             condition.signal()
         }
+    }
+
+    /// True once after a background checkpoint copied the whole WAL: the writer's cue to
+    /// checkpoint the frames committed since, so its next transaction restarts the WAL.
+    func takeCaughtUp() -> Bool {
+        caughtUp.load(ordering: .relaxed) && caughtUp.exchange(false, ordering: .acquiringAndReleasing)
     }
 
     private func loop() {
@@ -66,7 +88,12 @@ final class Checkpointer: @unchecked Sendable {
             }
             pendingFrames = 0
             condition.unlock()
-            _ = sqlite3_wal_checkpoint_v2(handle, nil, SQLITE_CHECKPOINT_PASSIVE, nil, nil)
+            var logFrames: Int32 = 0, copied: Int32 = 0
+            if sqlite3_wal_checkpoint_v2(handle, nil, SQLITE_CHECKPOINT_PASSIVE, &logFrames, &copied) == SQLITE_OK,
+                logFrames > 0, copied == logFrames
+            {
+                caughtUp.store(true, ordering: .releasing)
+            }
         }
     }
 
@@ -83,13 +110,16 @@ final class Checkpointer: @unchecked Sendable {
 }
 
 /// sqlite3_wal_hook's callback: hands the frame count to the checkpointer, or checkpoints on
-/// the writer's own connection when the WAL has grown past the fallback.
+/// the writer's own connection when the background checkpoint has caught up (to end the
+/// cycle) or the WAL has grown past the fallback.
 let checkpointerWALHook: @convention(c) (UnsafeMutableRawPointer?, OpaquePointer?, UnsafePointer<CChar>?, Int32) -> Int32 = {
     context, db, name, frames in
-    if frames >= Checkpointer.writerFallbackFrames {
+    guard let context else { return SQLITE_OK }
+    let checkpointer = Unmanaged<Checkpointer>.fromOpaque(context).takeUnretainedValue()
+    if frames >= Checkpointer.writerFallbackFrames || checkpointer.takeCaughtUp() {
         _ = sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, nil, nil)
-    } else if let context {
-        Unmanaged<Checkpointer>.fromOpaque(context).takeUnretainedValue().committed(frames: frames)
+    } else {
+        checkpointer.committed(frames: frames)
     }
     return SQLITE_OK
 }
