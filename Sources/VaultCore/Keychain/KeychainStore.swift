@@ -100,8 +100,8 @@ final class KeychainStore {
         case .genericPassword:
             if a.service == nil { a.service = "" }
         case .internetPassword:
-            for k in [\ItemAttributes.server, \.protocol, \.path, \.authenticationType, \.securityDomain] where a[keyPath: k] == nil {
-                a[keyPath: k] = ""
+            for k: ItemAttributes.StringAttribute in [.server, .protocol, .path, .authenticationType, .securityDomain] where a[k] == nil {
+                a[k] = ""
             }
             if a.port == nil { a.port = 0 }
         }

@@ -16,8 +16,13 @@ extension JSON {
     /// no NUL or other control characters unescaped in strings, valid UTF-8 only, no duplicate
     /// object keys). Throws `JSONSyntaxError`.
     public static func parse<C: Collection>(_ bytes: C) throws -> JSON where C.Element == UInt8 {
-        let array = Array(bytes)
-        return try array.withUnsafeBufferPointer { buffer in
+        try parse(Array(bytes))
+    }
+
+    /// `parse` for the common case, without generic dispatch (from another module an
+    /// unspecialized generic call looks its metadata up at run time on every message).
+    public static func parse(_ bytes: [UInt8]) throws -> JSON {
+        try bytes.withUnsafeBufferPointer { buffer in
             var parser = Parser(bytes: buffer)
             parser.skipWhitespace()
             let value = try parser.parseValue(depth: 0)

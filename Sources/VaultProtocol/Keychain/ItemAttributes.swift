@@ -101,15 +101,47 @@ public struct ItemAttributes: Equatable, Sendable {
         self.securityDomain = securityDomain
     }
 
-    /// The string-valued attributes by wire name (for matching and serialization).
-    public static let stringKeys: [WritableKeyPath<ItemAttributes, String?>] = [
-        \.service, \.account, \.label, \.comment, \.description, \.accessGroup, \.server, \.protocol, \.path,
-        \.authenticationType, \.securityDomain,
-    ]
-    public static let stringNames = [
-        "service", "account", "label", "comment", "description", "accessGroup", "server", "protocol", "path",
-        "authenticationType", "securityDomain",
-    ]
+    /// The string-valued attributes; the raw value is the wire name. Read and written through
+    /// `self[attribute]`, a switch (key paths cost a runtime lookup per access, which was a
+    /// tenth of a lookup's client CPU in issue #8's profile).
+    public enum StringAttribute: String, CaseIterable, Sendable {
+        case service, account, label, comment, description, accessGroup, server, `protocol`, path,
+            authenticationType, securityDomain
+    }
+
+    /// The value of a string-valued attribute.
+    public subscript(_ attribute: StringAttribute) -> String? {
+        get {
+            switch attribute {
+            case .service: service
+            case .account: account
+            case .label: label
+            case .comment: comment
+            case .description: description
+            case .accessGroup: accessGroup
+            case .server: server
+            case .protocol: `protocol`
+            case .path: path
+            case .authenticationType: authenticationType
+            case .securityDomain: securityDomain
+            }
+        }
+        set {
+            switch attribute {
+            case .service: service = newValue
+            case .account: account = newValue
+            case .label: label = newValue
+            case .comment: comment = newValue
+            case .description: description = newValue
+            case .accessGroup: accessGroup = newValue
+            case .server: server = newValue
+            case .protocol: `protocol` = newValue
+            case .path: path = newValue
+            case .authenticationType: authenticationType = newValue
+            case .securityDomain: securityDomain = newValue
+            }
+        }
+    }
 
     /// The attributes that may only appear on internet passwords.
     public var hasInternetAttributes: Bool {
@@ -119,8 +151,8 @@ public struct ItemAttributes: Equatable, Sendable {
 
     /// True when every attribute set in `query` has the same value here (SecItem matching).
     public func matches(_ query: ItemAttributes) -> Bool {
-        for k in ItemAttributes.stringKeys {
-            if let q = query[keyPath: k], !(self[keyPath: k].map { $0.utf8.elementsEqual(q.utf8) } ?? false) {
+        for k in StringAttribute.allCases {
+            if let q = query[k], !(self[k].map { $0.utf8.elementsEqual(q.utf8) } ?? false) {
                 return false
             }
         }
@@ -133,7 +165,7 @@ public struct ItemAttributes: Equatable, Sendable {
 
     /// Overwrites every attribute set in `changes` (SecItemUpdate's attributesToUpdate).
     public mutating func apply(_ changes: ItemAttributes) {
-        for k in ItemAttributes.stringKeys where changes[keyPath: k] != nil { self[keyPath: k] = changes[keyPath: k] }
+        for k in StringAttribute.allCases where changes[k] != nil { self[k] = changes[k] }
         if let g = changes.generic { generic = g }
         if let a = changes.accessible { accessible = a }
         if let s = changes.synchronizable { synchronizable = s }
@@ -143,8 +175,8 @@ public struct ItemAttributes: Equatable, Sendable {
     /// The wire form (the `Attributes` type of io.vaultd.Keychain); absent attributes are omitted.
     public var json: JSON {
         var o: [String: JSON] = [:]
-        for (k, name) in zip(ItemAttributes.stringKeys, ItemAttributes.stringNames) {
-            if let v = self[keyPath: k] { o[name] = .string(v) }
+        for k in StringAttribute.allCases {
+            if let v = self[k] { o[k.rawValue] = .string(v) }
         }
         if let g = generic { o["generic"] = .string(g.base64EncodedString()) }
         if let a = accessible { o["accessible"] = .string(a.rawValue) }
@@ -164,9 +196,9 @@ public struct ItemAttributes: Equatable, Sendable {
         guard case .object(let o) = json else { throw VaultError.param("attributes must be an object") }
         for (name, value) in o {
             if value.isNull { continue }
-            if let i = ItemAttributes.stringNames.firstIndex(of: name) {
+            if let k = StringAttribute(rawValue: name) {
                 guard let s = value.stringValue else { throw VaultError.param("attribute '\(name)' must be a string") }
-                self[keyPath: ItemAttributes.stringKeys[i]] = s
+                self[k] = s
                 continue
             }
             switch name {

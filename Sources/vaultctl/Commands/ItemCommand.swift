@@ -14,18 +14,18 @@ struct ItemCommand: Command {
     var json = false
 
     /// Option name → attribute (string-valued attributes).
-    static let stringOptions: [(String, WritableKeyPath<ItemAttributes, String?>)] = [
-        ("service", \.service), ("account", \.account), ("label", \.label), ("comment", \.comment),
-        ("description", \.description), ("access-group", \.accessGroup), ("server", \.server),
-        ("protocol", \.protocol), ("path", \.path), ("authentication-type", \.authenticationType),
-        ("security-domain", \.securityDomain),
+    static let stringOptions: [(String, ItemAttributes.StringAttribute)] = [
+        ("service", .service), ("account", .account), ("label", .label), ("comment", .comment),
+        ("description", .description), ("access-group", .accessGroup), ("server", .server),
+        ("protocol", .protocol), ("path", .path), ("authentication-type", .authenticationType),
+        ("security-domain", .securityDomain),
     ]
 
     /// Reads ATTRIBUTES options with `prefix` ("--" or "--set-").
     static func attributes(_ a: inout Arguments, prefix: String) throws -> ItemAttributes {
         var attrs = ItemAttributes()
         for (name, key) in stringOptions {
-            if let v = try a.option(prefix + name) { attrs[keyPath: key] = v }
+            if let v = try a.option(prefix + name) { attrs[key] = v }
         }
         if let v = try a.option(prefix + "accessible") {
             do { attrs.accessible = try Accessibility(wire: v) } catch let e as VaultError { throw UsageError(message: e.message) }
