@@ -69,3 +69,41 @@ import VaultProtocol
         }
     }
 }
+
+/// Issue #8's profile: once the WAL passed the background checkpoint's threshold, a busy
+/// writer never let it start over (a restart needs a transaction that begins with every frame
+/// copied), so every commit set off another checkpoint and database fsync until the writer's
+/// own fallback at 4000 frames. Now the writer finishes the cycle as soon as the background
+/// checkpoint has caught up, and the WAL starts over near the threshold.
+@Suite struct CheckpointCycleTests {
+    @Test func aBusyWritersWALStartsOverNearTheThreshold() throws {
+        try withTemporaryDirectory { dir in
+            let db = try Database(path: dir + "/t.sqlite")
+            try db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v BLOB)")
+            db.checkpointInBackground()
+            defer { db.close() }
+            let pageSize = try #require(try db.row("PRAGMA page_size")?[0].int64)
+            let engine = NSLock()
+            let group = GroupCommit()
+            // About 2.5 frames per commit: 6 times the threshold in all.
+            let commits = Int(Checkpointer.thresholdFrames) * 6 / 2
+            for i in 0..<commits {
+                try group.write(db, withDatabase: { run in try engine.withLock { try run() } }) {
+                    for j in 0..<2 {
+                        try db.run("INSERT INTO t (id, v) VALUES (?, ?)", [.integer(Int64(i * 2 + j)), .blob([UInt8](repeating: UInt8(i & 0xFF), count: 3000))])
+                    }
+                }
+            }
+            // A WAL file keeps the size of its longest run (a restart overwrites it from the
+            // start): 32 header bytes, then frames of a 24-byte header and a page.
+            let walBytes = try #require(try FileManager.default.attributesOfItem(atPath: dir + "/t.sqlite-wal")[.size] as? Int64)
+            let longestRun = (walBytes - 32) / (24 + pageSize)
+            // Before: the writer's fallback (4000 frames). Now: the threshold plus what commits
+            // while the background checkpoint runs (about 30 frames here).
+            #expect(
+                longestRun < Int64(Checkpointer.thresholdFrames) * 2,
+                "the WAL ran to \(longestRun) frames (threshold \(Checkpointer.thresholdFrames), fallback \(Checkpointer.writerFallbackFrames))")
+            #expect(try db.row("SELECT count(*) FROM t")?[0].int64 == Int64(commits * 2))
+        }
+    }
+}
