@@ -12,9 +12,9 @@ import Synchronization
 ///    checkpoint, a PASSIVE checkpoint copies them beside the writer;
 /// 2. the WAL can only start over once a writer begins while every frame is copied, which a
 ///    busy writer never does: it commits again before the background checkpoint ends. So
-///    once that checkpoint has caught up, the writer's next commit checkpoints the few
-///    frames committed meanwhile (about 30 in `CheckpointCycleTests`) on its own
-///    connection, and its next transaction restarts the WAL.
+///    the checkpointer copies again what was committed meanwhile until at most
+///    `writerShare` frames are left; the writer's next commit checkpoints those few on its
+///    own connection, and its next transaction restarts the WAL.
 ///    (Before, every commit past the threshold set off another background checkpoint and
 ///    database fsync: three per durable add, half of vaultd's CPU.)
 /// 3. should the checkpointer fall behind (or fail, as on a full disk), the writer
@@ -24,6 +24,9 @@ final class Checkpointer: @unchecked Sendable {
     /// pages). Hot pages are copied once per cycle: against 1000, one writer's adds were 5 %
     /// faster and their p99 a fifth lower; 250 cost a fifth more CPU per add.
     static let thresholdFrames: Int32 = 2000
+    /// At most this many frames are left for the writer to copy when it ends a cycle (under
+    /// the engine lock: more would show as a pause in every writer's latency).
+    static let writerShare: Int32 = 64
     /// From this many frames on the committing writer checkpoints itself.
     static let writerFallbackFrames: Int32 = 2 * thresholdFrames
 
@@ -32,6 +35,8 @@ final class Checkpointer: @unchecked Sendable {
     private var pendingFrames: Int32 = 0
     /// The WAL's frame count when the last background checkpoint was asked for.
     private var triggeredAt: Int32 = 0
+    /// The WAL's frame count after the latest commit.
+    private var latestFrames: Int32 = 0
     /// Set when a background checkpoint copied every frame: the writer finishes the cycle.
     private let caughtUp = Atomic<Bool>(false)
     private var stopping = false
@@ -64,6 +69,7 @@ final class Checkpointer: @unchecked Sendable {
     /// drop in the count is how a restart is seen).
     func committed(frames: Int32) {
         condition.withLock {
+            latestFrames = frames
             // A smaller count than last time: the WAL started over.
             if frames < triggeredAt { triggeredAt = 0 }
             guard frames >= triggeredAt + Self.thresholdFrames else { return }
@@ -91,11 +97,17 @@ final class Checkpointer: @unchecked Sendable {
             }
             pendingFrames = 0
             condition.unlock()
-            var logFrames: Int32 = 0, copied: Int32 = 0
-            if sqlite3_wal_checkpoint_v2(handle, nil, SQLITE_CHECKPOINT_PASSIVE, &logFrames, &copied) == SQLITE_OK,
-                logFrames > 0, copied == logFrames
-            {
-                caughtUp.store(true, ordering: .releasing)
+            // Each round copies what the writers committed during the one before, a smaller
+            // set each time, until at most `writerShare` frames are left for the writer.
+            for _ in 0..<8 {
+                var logFrames: Int32 = 0, copied: Int32 = 0
+                guard sqlite3_wal_checkpoint_v2(handle, nil, SQLITE_CHECKPOINT_PASSIVE, &logFrames, &copied) == SQLITE_OK,
+                    logFrames > 0, copied == logFrames
+                else { break }
+                if condition.withLock({ latestFrames }) - copied <= Self.writerShare {
+                    caughtUp.store(true, ordering: .releasing)
+                    break
+                }
             }
         }
     }
