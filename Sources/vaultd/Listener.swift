@@ -31,20 +31,7 @@ enum Listener {
     static func bind(path: String, strictDirectory: Bool) throws -> UnixSocket {
         let dir = (path as NSString).deletingLastPathComponent
         try prepareDirectory(dir, strict: strictDirectory)
-        var st = stat()
-        if lstat(path, &st) == 0 {
-            guard st.st_mode & S_IFMT == S_IFSOCK else {
-                throw StartupError(description: "\(path) exists and is not a socket; not touching it")
-            }
-            let probe = try UnixSocket()
-            do {
-                try probe.connect(path: path)
-                throw StartupError(description: "another vaultd is already serving \(path)")
-            } catch let e as Errno where e.code == ECONNREFUSED || e.code == ENOENT {
-                log("removing stale socket \(path)")
-                unlink(path)
-            }
-        }
+        try refuseIfServed(path: path)
         let s = try UnixSocket()
         let old = umask(0o177)
         defer { umask(old) }
@@ -55,6 +42,24 @@ enum Listener {
         }
         chmod(path, 0o600)
         return s
+    }
+
+    /// Throws `StartupError` when a live daemon answers on `path` (or `path` is not a
+    /// socket); removes a stale socket that nothing answers on.
+    static func refuseIfServed(path: String) throws {
+        var st = stat()
+        guard lstat(path, &st) == 0 else { return }
+        guard st.st_mode & S_IFMT == S_IFSOCK else {
+            throw StartupError(description: "\(path) exists and is not a socket; not touching it")
+        }
+        let probe = try UnixSocket()
+        do {
+            try probe.connect(path: path)
+            throw StartupError(description: "another vaultd is already serving \(path)")
+        } catch let e as Errno where e.code == ECONNREFUSED || e.code == ENOENT {
+            log("removing stale socket \(path)")
+            unlink(path)
+        }
     }
 
     private static func prepareDirectory(_ dir: String, strict: Bool) throws {

@@ -45,6 +45,12 @@ do {
 _ = vault_set_nondumpable()
 signal(SIGPIPE, SIG_IGN)
 
+let activated = Listener.fromActivation(environment: environment)
+// A daemon already serving the socket is the likelier reason for a store in use, and says so.
+if activated == nil {
+    do { try Listener.refuseIfServed(path: configuration.socketPath) } catch { fail("\(error)") }
+}
+
 let vault: Vault
 do {
     vault = try Vault(dataDirectory: configuration.dataDirectory, cacheDirectory: configuration.cacheDirectory)
@@ -52,7 +58,6 @@ do {
     fail("cannot open the vault in \(configuration.dataDirectory): \(error)")
 }
 
-let activated = Listener.fromActivation(environment: environment)
 let listener: UnixSocket
 do {
     listener = try activated ?? Listener.bind(path: configuration.socketPath, strictDirectory: configuration.socketPathIsDefault)

@@ -47,6 +47,25 @@ import Glibc
         #expect(read.status == 0 && read.stdoutText == "v\n", "the first vaultd no longer serves: \(read)")
     }
 
+    /// vaultd holds its store exclusively (SQLite's unix-excl VFS): a second vaultd on the
+    /// same data directory, even on another socket, exits at once and says why.
+    @Test func secondDaemonOnTheSameDataDirectoryExitsAndTheFirstKeepsServing() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        try #require(d.ctl(["defaults", "write", "com.example.first", "k", "-string", "v"]).status == 0)
+        let started = Date()
+        let second = try ChildProcess.run(
+            Paths.tool("vaultd"), ["--socket", d.root + "/run/other.sock", "--data-dir", d.dataDirectory],
+            environment: isolatedEnvironment(root: d.root, socket: nil), timeout: 20)
+        #expect(!second.timedOut && second.status != 0, "\(second)")
+        #expect(Date().timeIntervalSince(started) < 5, "refused only after \(Date().timeIntervalSince(started)) s")
+        #expect(second.stderr.contains("in use by another process"), "no clear message: \(second)")
+        #expect(Self.mode(d.root + "/run/other.sock") == nil, "the refused vaultd left a socket behind")
+        let write = d.ctl(["defaults", "write", "com.example.first", "k2", "-int", "2"])
+        let read = d.ctl(["defaults", "read", "com.example.first", "k"])
+        #expect(write.status == 0 && read.status == 0 && read.stdoutText == "v\n", "the first vaultd no longer serves: \(write) \(read)")
+    }
+
     @Test func staleSocketFromAKilledDaemonDoesNotStopARestart() throws {
         let d = try Daemon()
         defer { d.close() }

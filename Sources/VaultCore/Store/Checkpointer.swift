@@ -51,7 +51,7 @@ final class Checkpointer: @unchecked Sendable {
     /// is nothing to start: the writer's fallback still bounds the WAL.
     func start() {
         var h: OpaquePointer?
-        guard sqlite3_open_v2(path, &h, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nil) == SQLITE_OK else {
+        guard sqlite3_open_v2(path, &h, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, Database.vfs) == SQLITE_OK else {
             sqlite3_close_v2(h)
             return
         }
