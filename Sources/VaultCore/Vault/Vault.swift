@@ -5,7 +5,7 @@ import VaultProtocol
 /// lock. It knows nothing of sockets: vaultd calls it with the `Caller` it established.
 ///
 /// Every method is thread-safe (serialized on one lock, as GRDB serializes one connection);
-/// every write is committed (WAL, synchronous=FULL) before the method returns.
+/// every write is committed and on disk (the WAL fsynced) before the method returns.
 public final class Vault: @unchecked Sendable {
     /// The data directory (0700) holding `vault.sqlite` and `device.key`.
     public let dataDirectory: String
@@ -48,7 +48,8 @@ public final class Vault: @unchecked Sendable {
     }
 
     /// Runs `body` as a durable write: in its own savepoint of the next group transaction,
-    /// returning once that transaction has committed (WAL, synchronous=FULL).
+    /// returning once that transaction has committed and its WAL frames are on disk
+    /// (`GroupCommit`: the fsync runs outside the engine lock).
     func transaction<T>(_ body: @escaping () throws -> T) throws -> T {
         try groupCommit.write(db, withDatabase: { run in try locked { try run() } }, body)
     }
