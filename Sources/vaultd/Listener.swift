@@ -29,9 +29,7 @@ enum Listener {
     /// Binds `path` (socket 0600 in a 0700 directory). A stale socket file is removed only
     /// after a connect to it fails; a live daemon on the path is a `StartupError`.
     static func bind(path: String, strictDirectory: Bool) throws -> UnixSocket {
-        let dir = (path as NSString).deletingLastPathComponent
-        try prepareDirectory(dir, strict: strictDirectory)
-        try refuseIfServed(path: path)
+        try refuseIfServed(path: path, strictDirectory: strictDirectory)
         let s = try UnixSocket()
         let old = umask(0o177)
         defer { umask(old) }
@@ -44,9 +42,11 @@ enum Listener {
         return s
     }
 
-    /// Throws `StartupError` when a live daemon answers on `path` (or `path` is not a
-    /// socket); removes a stale socket that nothing answers on.
-    static func refuseIfServed(path: String) throws {
+    /// Checks the socket's directory (created if missing; with `strictDirectory`, ours and
+    /// 0700, as DESIGN §2), then throws `StartupError` when a live daemon answers on `path`
+    /// (or `path` is not a socket); removes a stale socket that nothing answers on.
+    static func refuseIfServed(path: String, strictDirectory: Bool) throws {
+        try prepareDirectory((path as NSString).deletingLastPathComponent, strict: strictDirectory)
         var st = stat()
         guard lstat(path, &st) == 0 else { return }
         guard st.st_mode & S_IFMT == S_IFSOCK else {

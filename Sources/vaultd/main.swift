@@ -48,7 +48,11 @@ signal(SIGPIPE, SIG_IGN)
 let activated = Listener.fromActivation(environment: environment)
 // A daemon already serving the socket is the likelier reason for a store in use, and says so.
 if activated == nil {
-    do { try Listener.refuseIfServed(path: configuration.socketPath) } catch { fail("\(error)") }
+    do {
+        try Listener.refuseIfServed(path: configuration.socketPath, strictDirectory: configuration.socketPathIsDefault)
+    } catch {
+        fail("\(error)")
+    }
 }
 
 let vault: Vault

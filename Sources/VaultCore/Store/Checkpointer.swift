@@ -85,6 +85,9 @@ final class Checkpointer: @unchecked Sendable {
         caughtUp.load(ordering: .relaxed) && caughtUp.exchange(false, ordering: .acquiringAndReleasing)
     }
 
+    /// Gives back a cue the writer could not act on.
+    func caughtUpAgain() { caughtUp.store(true, ordering: .releasing) }
+
     private func loop() {
         while true {
             condition.lock()
@@ -131,10 +134,14 @@ let checkpointerWALHook: @convention(c) (UnsafeMutableRawPointer?, OpaquePointer
     context, db, name, frames in
     guard let context else { return SQLITE_OK }
     let checkpointer = Unmanaged<Checkpointer>.fromOpaque(context).takeUnretainedValue()
-    if frames >= Checkpointer.writerFallbackFrames || checkpointer.takeCaughtUp() {
+    checkpointer.committed(frames: frames)
+    if frames >= Checkpointer.writerFallbackFrames {
         _ = sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, nil, nil)
-    } else {
-        checkpointer.committed(frames: frames)
+    } else if checkpointer.takeCaughtUp(),
+        sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, nil, nil) != SQLITE_OK
+    {
+        // Busy (a background round is copying): the next commit finishes the cycle.
+        checkpointer.caughtUpAgain()
     }
     return SQLITE_OK
 }

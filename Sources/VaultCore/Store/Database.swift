@@ -90,7 +90,19 @@ public final class Database {
     func writeDeferringSync(_ body: () throws -> Void) throws {
         try execute("PRAGMA synchronous=NORMAL")
         // SQLite refuses to change the level inside a transaction: restored once it ended.
-        defer { try? execute("PRAGMA synchronous=FULL") }
+        // Every other write of this connection relies on FULL; should it not come back,
+        // the connection is closed rather than left writing without syncs.
+        defer {
+            do {
+                try execute("PRAGMA synchronous=FULL")
+            } catch {
+                if isInTransaction { try? execute("ROLLBACK") }
+                if (try? execute("PRAGMA synchronous=FULL")) == nil {
+                    log("cannot restore synchronous=FULL (\(error)); closing the store")
+                    close()
+                }
+            }
+        }
         try execute("BEGIN IMMEDIATE")
         do {
             try body()
@@ -215,20 +227,32 @@ public final class Database {
 /// (issue #8's profile: a third of each sync, when a stat checked the inode per commit).
 final class WALSync: @unchecked Sendable {
     private let path: String
-    private let lock = NSLock()
+    private let state = NSCondition()
     private var fd: Int32 = -1
+    private var closed = false
+    /// Syncs running through `fd`: `close()` waits for them, so the number is not reused
+    /// under them.
+    private var syncing = 0
 
     init(path: String) { self.path = path }
 
     func sync() throws {
-        let fd: Int32 = try lock.withLock {
+        let fd: Int32 = try state.withLock {
+            guard !closed else { throw VaultError(.internalError, "the store is closed") }
             if self.fd < 0 {
                 self.fd = open(path, O_RDONLY | O_CLOEXEC)
                 guard self.fd >= 0 else {
                     throw VaultError(.internalError, "cannot open the write-ahead log to sync it: \(String(cString: strerror(errno)))")
                 }
             }
+            syncing += 1
             return self.fd
+        }
+        defer {
+            state.withLock {
+                syncing -= 1
+                state.broadcast()
+            }
         }
         while fdatasync(fd) != 0 {
             if errno == EINTR { continue }
@@ -238,7 +262,9 @@ final class WALSync: @unchecked Sendable {
     }
 
     func close() {
-        lock.withLock {
+        state.withLock {
+            closed = true
+            while syncing > 0 { state.wait() }
             if fd >= 0 { Glibc.close(fd) }
             fd = -1
         }

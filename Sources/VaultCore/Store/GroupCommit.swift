@@ -4,21 +4,26 @@ import VaultProtocol
 /// Group commit: concurrent write transactions share one COMMIT, so one fsync acknowledges
 /// many writes. The first writer to arrive becomes the leader: it takes every pending write,
 /// runs each in its own SAVEPOINT inside one transaction (a failing write rolls back only
-/// itself), commits once, and wakes the others. Nobody's reply is sent before the commit
-/// that covers its write is on disk.
+/// itself; a lone write needs none), commits once, and wakes the others. Nobody's reply is
+/// sent before the commit that covers its write is on disk.
 ///
 /// The COMMIT itself does not wait for the disk: the leader hands the lead on, then syncs
 /// the WAL outside the engine lock, so the next group's transaction and every reader run
 /// during the fsync (issue #8's profile: the fsync, under the engine lock, left a core idle).
 /// A reader may therefore see a write whose fsync is still in flight, as it may under
 /// SQLite's own `synchronous=NORMAL`; its writer is acknowledged only after the sync.
+///
+/// A failed sync is not retried (PostgreSQL's lesson: after a failed fsync the kernel may
+/// have dropped the dirty pages, so a later fsync's success proves nothing about them). The
+/// batch learns that its writes are committed but not known to be on disk, and every later
+/// write is refused until vaultd restarts and recovers from what the disk holds.
 final class GroupCommit: @unchecked Sendable {
     private final class Pending {
         /// Runs the write (in a savepoint of its own when `true`); returns its error, if it
         /// failed.
         let run: (Bool) -> Error?
         let fail: (Error) -> Void
-        /// Set (under the lock) once the commit covering this write has returned.
+        /// Set (under the lock) once the commit covering this write is on disk (or failed).
         var done = false
         /// Signalled once: when done, or when this writer is to lead the next group.
         let wake = DispatchSemaphore(value: 0)
@@ -40,10 +45,24 @@ final class GroupCommit: @unchecked Sendable {
     private var gathering: DispatchSemaphore?
     /// How long a leader may wait for the writers it expects (seconds).
     static let gatherDelay = 0.0005
+    /// Makes the committed WAL durable (`Database.syncWAL`; tests stand in for the disk).
+    private let sync: (Database) throws -> Void
+    /// Groups committed so far (under `lock`); each group's number, in commit order.
+    private var commits = 0
+    /// Every group up to this number has its sync's outcome (under `settled`).
+    private var settledThrough = 0
+    private let settled = NSCondition()
+    /// Set (under `settled`) when a sync failed: no write is accepted afterwards.
+    private var syncFailure: VaultError?
 
-    /// Runs `body` in a savepoint of the next group transaction and returns once that
-    /// transaction is committed. `withDatabase` runs its closure with exclusive use of the
-    /// database (the engine lock). Throws what `body` throws, or the COMMIT's error.
+    init(sync: @escaping (Database) throws -> Void = { try $0.syncWAL() }) {
+        self.sync = sync
+    }
+
+    /// Runs `body` in the next group transaction (in a savepoint of its own when the group
+    /// has others) and returns once that transaction is committed and on disk. `withDatabase`
+    /// runs its closure with exclusive use of the database (the engine lock). Throws what
+    /// `body` throws, the COMMIT's error, or InternalError once a sync has failed.
     func write<T>(_ db: Database, withDatabase: (() throws -> Void) throws -> Void, _ body: @escaping () throws -> T) throws -> T {
         var result: Result<T, Error>?
         let me = Pending(
@@ -76,6 +95,7 @@ final class GroupCommit: @unchecked Sendable {
                 return nil
             },
             fail: { result = .failure($0) })
+        if let refused = settled.withLock({ syncFailure }) { throw refused }
         lock.lock()
         queue.append(me)
         if let g = gathering, queue.count >= activeWriters {
@@ -146,11 +166,30 @@ final class GroupCommit: @unchecked Sendable {
         activeWriters = batch.count + queue.count
         let next = queue.first
         if next == nil { leading = false }
+        commits += 1
+        let sequence = commits
         lock.unlock()
         next?.wake.signal()
+        var syncError: Error?
         if failure == nil {
-            do { try db.syncWAL() } catch { failure = error }
+            do { try sync(db) } catch { syncError = error }
         }
+        // Outcomes are settled in commit order: a group's frames follow the earlier groups'
+        // in the WAL, so it is durable only if they are too, whichever fsync returned first.
+        settled.lock()
+        while settledThrough < sequence - 1 { settled.wait() }
+        if let syncError, syncFailure == nil {
+            log("the disk failed to sync the write-ahead log (\(syncError)); refusing writes until vaultd restarts")
+            syncFailure = VaultError(.internalError, "the vault's disk failed a sync earlier; no write is accepted until vaultd restarts")
+            failure = VaultError(
+                .internalError,
+                "the disk failed to confirm this write (\(syncError)): it may or may not be kept; no write is accepted until vaultd restarts")
+        } else if failure == nil, let earlier = syncFailure {
+            failure = VaultError(.internalError, "\(earlier.message); this write may or may not be kept")
+        }
+        settledThrough = sequence
+        settled.broadcast()
+        settled.unlock()
         if let failure { for p in batch { p.fail(failure) } }
         lock.lock()
         for p in batch { p.done = true }

@@ -47,9 +47,9 @@ public final class Vault: @unchecked Sendable {
         lock.withLock { db.close() }
     }
 
-    /// Runs `body` as a durable write: in its own savepoint of the next group transaction,
-    /// returning once that transaction has committed and its WAL frames are on disk
-    /// (`GroupCommit`: the fsync runs outside the engine lock).
+    /// Runs `body` as a durable write in the next group transaction (`GroupCommit`),
+    /// returning once that transaction has committed and its WAL frames are on disk (the
+    /// fsync runs outside the engine lock).
     func transaction<T>(_ body: @escaping () throws -> T) throws -> T {
         try groupCommit.write(db, withDatabase: { run in try locked { try run() } }, body)
     }

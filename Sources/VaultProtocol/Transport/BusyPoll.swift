@@ -88,7 +88,8 @@ public struct BusyPoll: Sendable {
         var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
         let deadline = Self.now() &+ window
         while true {
-            if poll(&pfd, 1, 0) != 0 {
+            // Readable, or hung up: the receive returns at once. (-1 is EINTR: poll again.)
+            if poll(&pfd, 1, 0) > 0 {
                 backoff = 0
                 return
             }
