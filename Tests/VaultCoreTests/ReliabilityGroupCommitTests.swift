@@ -140,77 +140,87 @@ import VaultProtocol
         var all: [String: Result<Void, VaultError>] { lock.withLock { results } }
     }
 
-    static func setUp(_ dir: String) throws -> Database {
-        let db = try Database(path: dir + "/t.sqlite")
-        try db.execute("CREATE TABLE t (k TEXT PRIMARY KEY)")
-        return db
-    }
+    /// A store, a group commit whose first sync waits for `gate` (and fails when told), and
+    /// writers started on threads of their own.
+    final class Scenario: @unchecked Sendable {
+        let db: Database
+        let disk = Disk()
+        let gate = DispatchSemaphore(value: 0)
+        let group: GroupCommit
+        let engine = NSLock()
+        let returned = Returned()
+        let done = DispatchGroup()
 
-    static func write(_ group: GroupCommit, _ db: Database, _ engine: NSLock, _ key: String, into returned: Returned) {
-        do {
-            try group.write(db, withDatabase: { run in try engine.withLock { try run() } }) {
-                _ = try db.run("INSERT INTO t (k) VALUES (?)", [.text(key)])
-            }
-            returned.set(key, .success(()))
-        } catch let e as VaultError {
-            returned.set(key, .failure(e))
-        } catch {
-            returned.set(key, .failure(VaultError(.internalError, "\(error)")))
+        init(_ dir: String, firstSyncFails: Bool) throws {
+            db = try Database(path: dir + "/t.sqlite")
+            try db.execute("CREATE TABLE t (k TEXT PRIMARY KEY)")
+            disk.gates[1] = gate
+            if firstSyncFails { disk.failing = [1] }
+            group = GroupCommit(sync: disk.sync)
         }
-    }
 
-    static func rows(_ db: Database, _ engine: NSLock) throws -> [String] {
-        try engine.withLock { try db.rows("SELECT k FROM t ORDER BY k").compactMap { $0[0].text } }
+        /// Inserts `key` on a new thread; `returned` gets the outcome.
+        func start(_ key: String) {
+            done.enter()
+            Thread { [self] in
+                write(key)
+                done.leave()
+            }.start()
+        }
+
+        func write(_ key: String) {
+            do {
+                try group.write(db, withDatabase: { run in try engine.withLock { try run() } }) {
+                    _ = try self.db.run("INSERT INTO t (k) VALUES (?)", [.text(key)])
+                }
+                returned.set(key, .success(()))
+            } catch let e as VaultError {
+                returned.set(key, .failure(e))
+            } catch {
+                returned.set(key, .failure(VaultError(.internalError, "\(error)")))
+            }
+        }
+
+        func rows() throws -> [String] {
+            try engine.withLock { try db.rows("SELECT k FROM t ORDER BY k").compactMap { $0[0].text } }
+        }
+
+        /// Starts `key` and waits until its group has committed (its sync is then held).
+        func startFirstGroup(_ key: String) throws {
+            start(key)
+            let deadline = Date().addingTimeInterval(10)
+            while try rows() != [key] && Date() < deadline { usleep(5_000) }
+        }
     }
 
     @Test func noWriterReturnsBeforeItsGroupsSync() throws {
         try withTemporaryDirectory { dir in
-            let db = try Self.setUp(dir)
-            let disk = Disk()
-            let gate = DispatchSemaphore(value: 0)
-            disk.gates[1] = gate
-            let group = GroupCommit(sync: disk.sync)
-            let engine = NSLock(), returned = Returned(), done = DispatchGroup()
-            done.enter()
-            Thread { Self.write(group, db, engine, "a", into: returned); done.leave() }.start()
-            // The first group has committed and is waiting for its sync.
-            let deadline = Date().addingTimeInterval(10)
-            while try Self.rows(db, engine) != ["a"] && Date() < deadline { usleep(5_000) }
-            for k in ["b", "c"] {
-                done.enter()
-                Thread { Self.write(group, db, engine, k, into: returned); done.leave() }.start()
-            }
+            let s = try Scenario(dir, firstSyncFails: false)
+            try s.startFirstGroup("a")
+            for k in ["b", "c"] { s.start(k) }
             usleep(200_000)
-            #expect(try Self.rows(db, engine) == ["a", "b", "c"], "the next group commits meanwhile")
-            #expect(returned.all.isEmpty, "returned before the first group's sync: \(returned.all)")
-            gate.signal()
-            done.wait()
-            #expect(returned.all.mapValues { (try? $0.get()) != nil } == ["a": true, "b": true, "c": true], "\(returned.all)")
+            #expect(try s.rows() == ["a", "b", "c"], "the next group commits meanwhile")
+            #expect(s.returned.all.isEmpty, "returned before the first group's sync: \(s.returned.all)")
+            s.gate.signal()
+            s.done.wait()
+            #expect(s.returned.all.mapValues { (try? $0.get()) != nil } == ["a": true, "b": true, "c": true], "\(s.returned.all)")
         }
     }
 
     @Test func aFailedSyncFailsItsGroupAndEveryLaterOneAndRefusesWrites() throws {
         try withTemporaryDirectory { dir in
-            let db = try Self.setUp(dir)
-            let disk = Disk()
-            let gate = DispatchSemaphore(value: 0)
-            disk.gates[1] = gate
-            disk.failing = [1]
-            let group = GroupCommit(sync: disk.sync)
-            let engine = NSLock(), returned = Returned(), done = DispatchGroup()
-            done.enter()
-            Thread { Self.write(group, db, engine, "a", into: returned); done.leave() }.start()
-            let deadline = Date().addingTimeInterval(10)
-            while try Self.rows(db, engine) != ["a"] && Date() < deadline { usleep(5_000) }
+            let s = try Scenario(dir, firstSyncFails: true)
+            let (disk, returned) = (s.disk, s.returned)
+            try s.startFirstGroup("a")
             // A second group commits and its own sync succeeds at once; it must still wait
             // for the first group's outcome, and share its failure.
-            done.enter()
-            Thread { Self.write(group, db, engine, "b", into: returned); done.leave() }.start()
+            s.start("b")
+            let deadline = Date().addingTimeInterval(10)
             while disk.lock.withLock({ disk.calls }) < 2 && Date() < deadline { usleep(5_000) }
             usleep(100_000)
             #expect(returned.all["b"] == nil, "b was acknowledged before the earlier group's sync was known: \(returned.all)")
-            gate.signal()
-            done.wait()
+            s.gate.signal()
+            s.done.wait()
             for k in ["a", "b"] {
                 guard case .failure(let e)? = returned.all[k] else {
                     Issue.record("\(k) should have failed: \(String(describing: returned.all[k]))")
@@ -219,14 +229,14 @@ import VaultProtocol
                 #expect(e.code == .internalError && e.message.contains("may or may not be kept"), "\(k): \(e)")
             }
             // Committed, as the error says they may be.
-            #expect(try Self.rows(db, engine) == ["a", "b"])
-            Self.write(group, db, engine, "c", into: returned)
+            #expect(try s.rows() == ["a", "b"])
+            s.write("c")
             guard case .failure(let e)? = returned.all["c"] else {
                 Issue.record("a write after a failed sync was accepted: \(String(describing: returned.all["c"]))")
                 return
             }
             #expect(e.message.contains("no write is accepted until vaultd restarts"), "\(e)")
-            #expect(try Self.rows(db, engine) == ["a", "b"], "the refused write was stored")
+            #expect(try s.rows() == ["a", "b"], "the refused write was stored")
             #expect(disk.lock.withLock { disk.calls } == 2, "a refused write still reached the disk")
         }
     }
