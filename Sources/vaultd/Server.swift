@@ -57,11 +57,11 @@ final class Server: @unchecked Sendable {
     private let state = NSCondition()
     private var connections: [ObjectIdentifier: UnixSocket] = [:]
     private var appConnections: [String: Int] = [:]
-    private var inFlight = 0
-    /// `inFlight`, readable without the lock: a connection polls for its next call only
+    /// Calls being served. Counted without a lock, as is `stopping`: every call touches
+    /// them, from every connection's thread. A connection also polls for its next call only
     /// while no other call is being served.
     private let callsInProgress = Atomic<Int>(0)
-    private var stopping = false
+    private let stopping = Atomic<Bool>(false)
 
     init(
         listener: UnixSocket, dispatcher: Dispatcher, limits: Limits = Limits(), identify: @escaping (PeerCredentials) -> Caller?
@@ -88,7 +88,7 @@ final class Server: @unchecked Sendable {
             do {
                 conn = try listener.accept()
             } catch let e as Errno {
-                if state.withLock({ stopping }) { return }
+                if stopping.load(ordering: .sequentiallyConsistent) { return }
                 if e.code == EMFILE || e.code == ENFILE || e.code == ENOBUFS || e.code == ENOMEM {
                     log("accept: \(e); waiting")
                     usleep(100_000)
@@ -101,7 +101,7 @@ final class Server: @unchecked Sendable {
                 continue
             }
             let admitted: Bool = state.withLock {
-                if stopping || connections.count >= limits.maximumConnections { return false }
+                if stopping.load(ordering: .sequentiallyConsistent) || connections.count >= limits.maximumConnections { return false }
                 connections[ObjectIdentifier(conn)] = conn
                 return true
             }
@@ -122,31 +122,28 @@ final class Server: @unchecked Sendable {
     /// Stops accepting, waits (up to `timeout` seconds) for in-flight calls, then wakes every
     /// connection thread so they exit.
     func stop(timeout: Double) {
-        state.withLock { stopping = true }
+        state.withLock { stopping.store(true, ordering: .sequentiallyConsistent) }
         listener.shutdown()
         let deadline = Date().addingTimeInterval(timeout)
-        state.lock()
-        while inFlight > 0 && state.wait(until: deadline) {}
-        let open = Array(connections.values)
-        state.unlock()
+        while callsInProgress.load(ordering: .sequentiallyConsistent) > 0 && Date() < deadline { usleep(5_000) }
+        let open = state.withLock { Array(connections.values) }
         for c in open { c.shutdown() }
     }
 
+    /// Counts a call in, unless vaultd is stopping. (Counted first, then checked, while
+    /// `stop` sets `stopping` first, then waits for the count: a call either sees
+    /// `stopping` or is waited for.)
     private func beginCall() -> Bool {
-        state.withLock {
-            if stopping { return false }
-            inFlight += 1
-            callsInProgress.add(1, ordering: .relaxed)
-            return true
+        callsInProgress.add(1, ordering: .sequentiallyConsistent)
+        if stopping.load(ordering: .sequentiallyConsistent) {
+            endCall()
+            return false
         }
+        return true
     }
 
     private func endCall() {
-        state.withLock {
-            inFlight -= 1
-            callsInProgress.subtract(1, ordering: .relaxed)
-            state.broadcast()
-        }
+        callsInProgress.subtract(1, ordering: .sequentiallyConsistent)
     }
 
     private func send(_ reply: VarlinkReply, on conn: UnixSocket) throws {
@@ -194,7 +191,7 @@ final class Server: @unchecked Sendable {
                         busyPoll.awaitReadable(conn.fd, othersBusy: callsInProgress.load(ordering: .relaxed) > 0)
                         chunk = try conn.receive()
                     } catch let e as Errno where e.code == EAGAIN || e.code == EWOULDBLOCK {
-                        if state.withLock({ stopping }) { return }
+                        if stopping.load(ordering: .relaxed) { return }
                         continue
                     }
                     if chunk.isEmpty { return }
@@ -268,7 +265,7 @@ final class Server: @unchecked Sendable {
         for reply in subscription.initial {
             guard (try? send(VarlinkReply(parameters: reply, continues: true), on: conn)) != nil else { return }
         }
-        while !state.withLock({ stopping }) {
+        while !stopping.load(ordering: .relaxed) {
             for params in queue.drain(waitingUpTo: 1) {
                 guard (try? send(VarlinkReply(parameters: params, continues: true), on: conn)) != nil else { return }
             }

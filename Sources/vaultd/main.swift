@@ -1,6 +1,7 @@
 import CVaultSys
 import Dispatch
 import Foundation
+import Synchronization
 import VaultCore
 import VaultProtocol
 
@@ -111,11 +112,17 @@ if settings.autoLockSeconds > 0 {
 log("serving \(activated == nil ? configuration.socketPath : "socket from systemd") (data: \(configuration.dataDirectory))")
 
 /// When the last call arrived (for the idle auto-lock).
-final class IdleClock: @unchecked Sendable {
-    private let lock = NSLock()
-    private var last = Date()
-    func touch() { lock.withLock { last = Date() } }
-    func secondsSinceLastCall() -> Double { lock.withLock { Date().timeIntervalSince(last) } }
+final class IdleClock: Sendable {
+    /// CLOCK_MONOTONIC nanoseconds of the last call: touched by every call, so no lock, and
+    /// not moved by changes to the wall clock.
+    private let last = Atomic<UInt64>(IdleClock.now())
+    func touch() { last.store(Self.now(), ordering: .relaxed) }
+    func secondsSinceLastCall() -> Double { Double(Self.now() &- last.load(ordering: .relaxed)) / 1e9 }
+    private static func now() -> UInt64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return UInt64(ts.tv_sec) &* 1_000_000_000 &+ UInt64(ts.tv_nsec)
+    }
 }
 
 /// Lets the dispatcher ask the server which apps are connected.
