@@ -53,7 +53,7 @@ let toolUsage = """
       defaults import DOMAIN PATH|-
       defaults export DOMAIN PATH|-         (- writes XML to stdout; a path gets binary)
 
-    Environment: VAULTD_SOCKET (default $XDG_RUNTIME_DIR/vaultd/vaultd.sock)
+    Environment: VAULTD_SOCKET (default $XDG_RUNTIME_DIR/vaultd/vaultd.sock, else /tmp/vaultd-$UID/vaultd.sock)
     """
 
 /// Connects on first use, so `--help` and usage errors need no daemon.
