@@ -1,4 +1,5 @@
 import Foundation
+import VaultProtocol
 
 #if canImport(Glibc)
 import Glibc
@@ -6,11 +7,7 @@ import Glibc
 
 /// CLOCK_MONOTONIC in nanoseconds.
 @inline(__always)
-func now() -> UInt64 {
-    var ts = timespec()
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return UInt64(ts.tv_sec) &* 1_000_000_000 &+ UInt64(ts.tv_nsec)
-}
+func now() -> UInt64 { MonotonicClock.nanoseconds() }
 
 /// One row of the results: a workload on one system at one size.
 struct Entry: Codable {

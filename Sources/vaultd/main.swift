@@ -115,14 +115,9 @@ log("serving \(activated == nil ? configuration.socketPath : "socket from system
 final class IdleClock: Sendable {
     /// CLOCK_MONOTONIC nanoseconds of the last call: touched by every call, so no lock, and
     /// not moved by changes to the wall clock.
-    private let last = Atomic<UInt64>(IdleClock.now())
-    func touch() { last.store(Self.now(), ordering: .relaxed) }
-    func secondsSinceLastCall() -> Double { Double(Self.now() &- last.load(ordering: .relaxed)) / 1e9 }
-    private static func now() -> UInt64 {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        return UInt64(ts.tv_sec) &* 1_000_000_000 &+ UInt64(ts.tv_nsec)
-    }
+    private let last = Atomic<UInt64>(MonotonicClock.nanoseconds())
+    func touch() { last.store(MonotonicClock.nanoseconds(), ordering: .relaxed) }
+    func secondsSinceLastCall() -> Double { Double(MonotonicClock.nanoseconds() &- last.load(ordering: .relaxed)) / 1e9 }
 }
 
 /// Lets the dispatcher ask the server which apps are connected.

@@ -86,24 +86,18 @@ public struct BusyPoll: Sendable {
         guard counter.enter(limit: limit) else { return }
         defer { counter.leave() }
         var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-        let deadline = Self.now() &+ window
+        let deadline = MonotonicClock.nanoseconds() &+ window
         while true {
             // Readable, or hung up: the receive returns at once. (-1 is EINTR: poll again.)
             if poll(&pfd, 1, 0) > 0 {
                 backoff = 0
                 return
             }
-            if Self.now() >= deadline { break }
+            if MonotonicClock.nanoseconds() >= deadline { break }
             sched_yield()
         }
         backoff = min(max(1, backoff * 2), 64)
         skip = backoff
-    }
-
-    static func now() -> UInt64 {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        return UInt64(ts.tv_sec) &* 1_000_000_000 &+ UInt64(ts.tv_nsec)
     }
 }
 
