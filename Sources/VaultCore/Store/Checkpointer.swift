@@ -37,7 +37,8 @@ final class Checkpointer: @unchecked Sendable {
     private var triggeredAt: Int32 = 0
     /// The WAL's frame count after the latest commit.
     private var latestFrames: Int32 = 0
-    /// Set when a background checkpoint copied every frame: the writer finishes the cycle.
+    /// Set when a background checkpoint left at most `writerShare` frames uncopied: the
+    /// writer finishes the cycle.
     private let caughtUp = Atomic<Bool>(false)
     private var stopping = false
     private var running = false
@@ -79,8 +80,8 @@ final class Checkpointer: @unchecked Sendable {
         }
     }
 
-    /// True once after a background checkpoint copied the whole WAL: the writer's cue to
-    /// checkpoint the frames committed since, so its next transaction restarts the WAL.
+    /// True once after a background checkpoint caught up: the writer's cue to checkpoint
+    /// the frames committed since, so its next transaction restarts the WAL.
     func takeCaughtUp() -> Bool {
         caughtUp.load(ordering: .relaxed) && caughtUp.exchange(false, ordering: .acquiringAndReleasing)
     }
