@@ -144,8 +144,10 @@ final class VaultdInstance {
 struct VaultCache {
     let options: Options
     let binary: String
-    /// Bump when the stored items change shape.
-    static let format = "v1"
+    /// Bump when the stored items or the schema change shape: a cached vault of an older
+    /// schema would be migrated at every start, and the start-up figure would time that.
+    /// v2: items without the uuid index (migration 2026-11-30-items-uuid-unindexed).
+    static let format = "v2"
 
     func path(items: Int) -> String { options.cacheRoot + "/vault-\(Self.format)-\(items)-s\(options.secretSize)" }
 

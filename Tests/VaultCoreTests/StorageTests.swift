@@ -1,6 +1,6 @@
 import Foundation
 import Testing
-import VaultCore
+@testable import VaultCore
 import VaultProtocol
 
 @Suite("Encryption at rest")
@@ -166,6 +166,67 @@ struct MigratorTests {
             #expect(throws: Boom.self) { try m.migrate(db) }
             #expect(try m.applied(in: db) == ["good"])
             #expect(try db.rows("SELECT name FROM sqlite_master WHERE name = 'half'").isEmpty)
+        }
+    }
+
+    /// A vault written before the uuid index was dropped: the first two shipped migrations
+    /// (exactly as shipped), holding rows the current code encrypted. Opening it rebuilds the
+    /// items table; every item keeps its id and still decrypts, and the other indexes and the
+    /// primary-key uniqueness survive.
+    @Test func theUuidIndexRebuildKeepsEveryItem() throws {
+        try withTemporaryDirectory { tmp in
+            let dir = tmp + "/data"
+            var before: [[SQLValue]] = []
+            do {
+                let v = try Vault(dataDirectory: dir)
+                _ = try v.initialize(passphrase: nil, caller: .owner)
+                for i in 0..<50 { try v.addGeneric(service: "svc\(i % 7)", account: "acct\(i)", secret: [UInt8(i), 1, 2]) }
+                _ = try v.addItem(
+                    .internetPassword, attributes: ItemAttributes(account: "ann", server: "example.com", port: 443),
+                    secret: secret("web"), caller: .owner)
+                v.close()
+            }
+            // The same rows in a store of the earlier schema, which recorded only its own migrations.
+            do {
+                let old = tmp + "/old.sqlite"
+                let db = try Database(path: old)
+                var shipped = Migrator()
+                for m in Schema.migrator.migrations where m.name < "2026-11-30" { shipped.register(m.name, m.migrate) }
+                #expect(shipped.migrations.map(\.name) == ["2026-11-29-initial", "2026-11-29-apps"])
+                try shipped.migrate(db)
+                #expect(try db.rows("PRAGMA index_list(items)").contains { $0[1].text == "sqlite_autoindex_items_1" })
+                try db.execute(
+                    """
+                    ATTACH '\(dir)/vault.sqlite' AS cur;
+                    INSERT INTO main.vault_meta SELECT * FROM cur.vault_meta;
+                    INSERT INTO main.items SELECT * FROM cur.items;
+                    DETACH cur;
+                    """)
+                before = try db.rows("SELECT * FROM items ORDER BY id")
+                db.close()
+                try FileManager.default.removeItem(atPath: dir + "/vault.sqlite")
+                try? FileManager.default.removeItem(atPath: dir + "/vault.sqlite-wal")
+                try FileManager.default.moveItem(atPath: old, toPath: dir + "/vault.sqlite")
+                try? FileManager.default.removeItem(atPath: old + "-wal")
+            }
+            #expect(before.count == 51)
+            let v = try Vault(dataDirectory: dir)
+            for i in 0..<50 { #expect(try v.readGeneric(service: "svc\(i % 7)", account: "acct\(i)") == [UInt8(i), 1, 2]) }
+            let web = try v.copyMatching(
+                ItemQuery(itemClass: .internetPassword, attributes: ItemAttributes(server: "example.com")), returnData: true, caller: .owner)
+            #expect(web.count == 1 && plain(web.first?.data) == Array("web".utf8))
+            expectVaultError(.duplicateItem) { try v.addGeneric(service: "svc3", account: "acct3", secret: [9]) }
+            v.close()
+
+            let db = try Database(path: dir + "/vault.sqlite")
+            defer { db.close() }
+            #expect(try db.rows("SELECT * FROM items ORDER BY id") == before)
+            #expect(try db.row("PRAGMA integrity_check")?[0].text == "ok")
+            let indexes = try db.rows("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'items' ORDER BY name").compactMap { $0[0].text }
+            // The one automatic index left is primary_key_hash's UNIQUE.
+            #expect(indexes == ["items_account", "items_generation", "items_group", "items_server", "items_service", "sqlite_autoindex_items_1"])
+            #expect(try db.rows("PRAGMA index_info(sqlite_autoindex_items_1)").map { $0[2].text } == ["primary_key_hash"])
+            #expect(try Schema.migrator.applied(in: db).last == "2026-11-30-items-uuid-unindexed")
         }
     }
 

@@ -146,7 +146,7 @@ public final class Database {
     /// a group commit runs several per batch.
     public func execute(_ sql: String) throws {
         guard let h = handle else { throw VaultError(.internalError, "database is closed") }
-        guard sql.contains(";") else {
+        guard sql.utf8.contains(UInt8(ascii: ";")) else {
             let s = try statement(sql)
             defer { s.reset() }
             while try s.step() {}
