@@ -1,6 +1,6 @@
 import Foundation
 import Testing
-import VaultCore
+@testable import VaultCore
 import VaultProtocol
 
 /// Vaults with a passphrase (Argon2id costs ~0.3 s a derivation, so these are few and do a lot).
@@ -17,6 +17,38 @@ struct LockTests {
         #expect(
             (try? vault.readGeneric(service: a.rawValue, account: "acct")) == Array("secret-\(a.rawValue)".utf8),
             "\(a.rawValue) should be readable", sourceLocation: sourceLocation)
+    }
+
+    /// A durable add fetches its keys and encrypts before it joins a group commit. Should the
+    /// passphrase change meanwhile, dropping or replacing the item's class key, its insert is
+    /// refused: stored, the item could never be decrypted again.
+    @Test func anAddWhoseClassKeyChangedMeanwhileIsRefused() throws {
+        try withVault(initialize: false) { vault, _ in
+            _ = try vault.initialize(passphrase: secret("p1"), caller: .owner)
+            let a = Accessibility.whenPasscodeSetThisDeviceOnly
+            // What addItem does before its group commit: keys fetched, the item encrypted.
+            func prepared() throws -> (values: [SQLValue], classKey: SecureBytes) {
+                let stored = try KeychainStore.addedAttributes(
+                    itemClass: .genericPassword, attributes: ItemAttributes(service: "race", account: "a", accessible: a),
+                    secretSize: 1, caller: .owner)
+                let keys = try vault.locked { try vault.keychain.writeKeys(accessible: a) }
+                return (try KeychainStore.encrypt(itemClass: .genericPassword, attributes: stored, secret: secret([7]), keys: keys), keys.classKey)
+            }
+            func insert(_ p: (values: [SQLValue], classKey: SecureBytes)) throws {
+                try vault.transaction { try vault.keychain.insert(p.values, generation: nil, classKey: p.classKey, accessible: a) }
+            }
+            // Removing the passphrase drops the class key.
+            let early = try prepared()
+            _ = try vault.changePassphrase(old: secret("p1"), new: nil, caller: .owner)
+            expectVaultError(.authFailed) { try insert(early) }
+            // Setting one again makes a new key of that class.
+            _ = try vault.changePassphrase(old: nil, new: secret("p2"), caller: .owner)
+            expectVaultError(.interactionNotAllowed) { try insert(early) }
+            #expect(try vault.keychain.count() == 0)
+            // Fetched after the change, the keys are current.
+            try insert(try prepared())
+            #expect(try vault.readGeneric(service: "race") == [7])
+        }
     }
 
     @Test func lockRestartWrongAndRightPassphrase() throws {

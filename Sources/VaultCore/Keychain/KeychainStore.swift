@@ -359,8 +359,15 @@ final class KeychainStore {
         return a
     }
 
-    /// Inserts an item `encrypt` prepared. Throws DuplicateItem.
-    func insert(_ values: [SQLValue], generation: String?) throws {
+    /// Inserts an item `encrypt` prepared with `classKey`, the key of class `accessible`.
+    /// Throws DuplicateItem, or the class-key error (InteractionNotAllowed, AuthFailed) when
+    /// that key is no longer the class's: the vault was locked, or the class key replaced
+    /// (a passphrase removed and set again), after the keys were fetched. Run it under the
+    /// engine lock, so the keys cannot change until the transaction ends.
+    func insert(_ values: [SQLValue], generation: String?, classKey: SecureBytes, accessible: Accessibility) throws {
+        guard try keys.classKey(accessible).constantTimeEquals(classKey) else {
+            throw VaultError(.interactionNotAllowed, "the vault's keys changed while the item was being added; add it again")
+        }
         try store(values, id: nil, generation: generation)
     }
 

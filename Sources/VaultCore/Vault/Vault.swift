@@ -221,9 +221,10 @@ public final class Vault: @unchecked Sendable {
         // Checking, hashing and encrypting happen here, before the write joins a group
         // commit: the leader's transaction, under the engine lock, only runs the INSERT.
         let stored = try KeychainStore.addedAttributes(itemClass: itemClass, attributes: attributes, secretSize: secret.count, caller: caller)
-        let keys = try locked { try keychain.writeKeys(accessible: stored.accessible ?? .whenUnlocked) }
+        let accessible = stored.accessible ?? .whenUnlocked
+        let keys = try locked { try keychain.writeKeys(accessible: accessible) }
         let values = try KeychainStore.encrypt(itemClass: itemClass, attributes: stored, secret: secret, keys: keys)
-        try transaction { try self.keychain.insert(values, generation: caller.generation) }
+        try transaction { try self.keychain.insert(values, generation: caller.generation, classKey: keys.classKey, accessible: accessible) }
         return stored
     }
 
