@@ -131,9 +131,9 @@ final class KeychainStore {
     // MARK: reading rows
 
     /// A query's candidate rows as stored (found through the keyed-hash indexes), with the
-    /// keys needed to decrypt them: what a lookup needs the engine lock for. The rest
-    /// (decrypting, matching, the secret) runs on the caller's thread without it (issue #8:
-    /// with several clients, lookups queued on the lock while others decrypted).
+    /// keys needed to decrypt them: what a lookup reads from the store and the key hierarchy.
+    /// The rest (decrypting, matching, the secret) needs neither (issue #8: with several
+    /// clients, lookups queued on the engine lock while others decrypted).
     struct Candidates {
         struct Stored {
             var id: Int64
@@ -162,6 +162,33 @@ final class KeychainStore {
     /// may see, and their keys. Needs the engine lock.
     func candidates(_ q: ItemQuery, caller: Caller) throws -> Candidates {
         let (metadata, index) = try keys.metadataKeys()
+        var out = Candidates(rows: try Self.candidateRows(q, caller: caller, index: index, in: db), metadata: metadata)
+        try addClassKeys(to: &out)
+        return out
+    }
+
+    /// The metadata and index keys (engine lock). Throws InteractionNotAllowed before the
+    /// first unlock, NotInitialized.
+    func metadataKeys() throws -> (metadata: SecureBytes, index: SecureBytes) {
+        try keys.metadataKeys()
+    }
+
+    /// Each candidate class's key, or the error it is unavailable with (engine lock).
+    func addClassKeys(to c: inout Candidates) throws {
+        for r in c.rows where c.classKeys[r.accessible] == nil {
+            do {
+                c.classKeys[r.accessible] = .success(try keys.classKey(r.accessible))
+            } catch let e as VaultError {
+                c.classKeys[r.accessible] = .failure(e)
+            }
+        }
+    }
+
+    /// The stored rows matching the query's indexed parts (found through the keyed-hash
+    /// indexes, `index` being the index key), restricted to the groups the caller may see,
+    /// read through `db`: the writer's connection under the engine lock, or a reader's.
+    /// Throws MissingEntitlement (a group not the caller's).
+    static func candidateRows(_ q: ItemQuery, caller: Caller, index: SecureBytes, in db: Database) throws -> [Candidates.Stored] {
         if let g = q.attributes.accessGroup, !caller.mayAccess(group: g) {
             throw VaultError(.missingEntitlement, "the caller is not a member of the requested access group")
         }
@@ -172,7 +199,7 @@ final class KeychainStore {
             sql += " AND access_group = ?"
             args.append(.text(g))
         } else if !caller.isOwner {
-            if caller.accessGroups.isEmpty { return Candidates(metadata: metadata) }
+            if caller.accessGroups.isEmpty { return [] }
             sql += " AND access_group IN (" + caller.accessGroups.map { _ in "?" }.joined(separator: ",") + ")"
             args += caller.accessGroups.map { .text($0) }
         }
@@ -185,23 +212,16 @@ final class KeychainStore {
             args.append(Self.fieldHash(field, value, index: index))
         }
         sql += " ORDER BY id"
-        var out = Candidates(metadata: metadata)
+        var out: [Candidates.Stored] = []
         for r in try db.rows(sql, args) {
             guard let id = r[0].int64, let uuid = r[1].blob, let cls = r[2].text.flatMap(ItemClass.init(rawValue:)),
                 let group = r[3].text, let acc = r[4].text.flatMap(Accessibility.init(rawValue:)), let sync = r[5].int64,
                 let attrBox = r[6].blob, let wrapped = r[7].blob, let secret = r[8].blob
             else { continue }
-            out.rows.append(
+            out.append(
                 Candidates.Stored(
                     id: id, uuid: uuid, itemClass: cls, accessGroup: group, accessible: acc, synchronizable: sync != 0, attributes: attrBox,
                     wrappedKey: wrapped, secret: secret))
-            if out.classKeys[acc] == nil {
-                do {
-                    out.classKeys[acc] = .success(try keys.classKey(acc))
-                } catch let e as VaultError {
-                    out.classKeys[acc] = .failure(e)
-                }
-            }
         }
         return out
     }
@@ -371,14 +391,10 @@ final class KeychainStore {
         try store(values, id: nil, generation: generation)
     }
 
-    /// SecItemCopyMatching. Returns available matches (one, or all with `matchAll`); throws
-    /// ItemNotFound when nothing matches, or the class-key error (InteractionNotAllowed,
-    /// NotAvailableOnThisDevice) when only unavailable items match.
-    func copyMatching(_ q: ItemQuery, returnData: Bool, caller: Caller) throws -> [FoundItem] {
-        try Self.copyMatching(try candidates(q, caller: caller), q, returnData: returnData)
-    }
-
-    /// SecItemCopyMatching's work after `candidates`, without the engine lock.
+    /// SecItemCopyMatching's work after the candidates are read, without a lock. Returns
+    /// available matches (one, or all with `matchAll`); throws ItemNotFound when nothing
+    /// matches, or the class-key error (InteractionNotAllowed, NotAvailableOnThisDevice) when
+    /// only unavailable items match.
     static func copyMatching(_ c: Candidates, _ q: ItemQuery, returnData: Bool) throws -> [FoundItem] {
         var rows: [Row] = []
         var error: VaultError?

@@ -23,11 +23,36 @@ public final class Database {
     /// the default VFS took 2 fcntl calls per lookup and 6 per durable write.
     static let vfs = "unix-excl"
 
+    /// SQLite's busy handler for vaultd's connections. What they wait for is another
+    /// connection of vaultd's: a lookup's read or a checkpoint round, most often gone within
+    /// microseconds. So it yields the CPU for the first 1000 tries, then sleeps 1 ms a try,
+    /// and gives up after about 5 s (SQLite's own handler sleeps 1 ms at once).
+    static let busyHandler: @convention(c) (UnsafeMutableRawPointer?, Int32) -> Int32 = { _, tries in
+        if tries < 1000 {
+            sched_yield()
+            return 1
+        }
+        if tries < 1000 + 5000 {
+            usleep(1000)
+            return 1
+        }
+        return 0
+    }
+
+    /// Process-wide SQLite settings, applied once before the first connection opens: no
+    /// memory statistics (issue #8's profile: their global mutex, taken by every allocation
+    /// of every connection, was the most contended lock of four clients' lookups).
+    private static let configured: Void = {
+        _ = vaultd_sqlite3_disable_memstatus()
+    }()
+
     /// Opens (creating) the database at `path` in WAL mode with `synchronous=FULL`, so a
     /// committed transaction is on disk when `write` returns; `secure_delete` overwrites freed
-    /// content. Throws `VaultError` StorageFull / InternalError (also when another process
-    /// has the store open).
-    public init(path: String) throws {
+    /// content. `readOnly`: a connection of `ReaderPool` (`query_only`: any write fails).
+    /// Throws `VaultError` StorageFull / InternalError (also when another process has the
+    /// store open).
+    public init(path: String, readOnly: Bool = false) throws {
+        _ = Database.configured
         self.path = path
         self.walSync = WALSync(path: path + "-wal")
         var h: OpaquePointer?
@@ -51,10 +76,11 @@ public final class Database {
             }
             throw error
         }
-        sqlite3_busy_timeout(h, 5000)
+        sqlite3_busy_handler(h, Database.busyHandler, nil)
         try execute("PRAGMA synchronous=FULL")
         try execute("PRAGMA secure_delete=ON")
         try execute("PRAGMA foreign_keys=ON")
+        if readOnly { try execute("PRAGMA query_only=ON") }
     }
 
     deinit { close() }

@@ -11,7 +11,8 @@ import VaultProtocol
 /// - The metadata key (encrypts attributes) and the index key (keyed hashes for uniqueness and
 ///   lookups), wrapped by the KEK: available from the first unlock.
 ///
-/// Not thread-safe; the `Vault` engine serializes access.
+/// Not thread-safe: `Vault` changes it holding both its engine and keys locks, and reads it
+/// holding either.
 final class KeyHierarchy {
     enum State: String { case uninitialized, locked, unlocked }
 

@@ -150,7 +150,7 @@ extension Vault {
     /// not checked: vaultd's app callers always come from `AppRecord.caller`.)
     func admit(_ caller: Caller, launch: Bool = false) throws {
         guard let appID = caller.appID, caller.generation != nil else { return }
-        guard let a = try locked({ try apps.find(appID) }), a.installed, a.generation == caller.generation else {
+        guard let a = try reading({ try AppRegistry(db: $0).find(appID) }), a.installed, a.generation == caller.generation else {
             throw VaultError(.missingEntitlement, "\(appID) was uninstalled or reinstalled after this connection was made; reconnect")
         }
         if launch && a.launchedGeneration != a.generation { _ = try hello(caller) }

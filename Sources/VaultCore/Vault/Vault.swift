@@ -4,8 +4,12 @@ import VaultProtocol
 /// The vault engine: the store, the key hierarchy, the keychain and preferences, behind one
 /// lock. It knows nothing of sockets: vaultd calls it with the `Caller` it established.
 ///
-/// Every method is thread-safe (serialized on one lock, as GRDB serializes one connection);
-/// every write is committed and on disk (the WAL fsynced) before the method returns.
+/// Every method is thread-safe and every write is committed and on disk (the WAL fsynced)
+/// before the method returns. Writes and the key hierarchy's changes are serialized on the
+/// engine lock (as GRDB serializes its writer); lookups read through `ReaderPool` connections
+/// and fetch their keys under the keys lock, so they wait for neither a group commit's
+/// transaction nor each other. The keys change only under both locks (engine lock first), so
+/// either is enough to read them.
 public final class Vault: @unchecked Sendable {
     /// The data directory (0700) holding `vault.sqlite` and `device.key`.
     public let dataDirectory: String
@@ -19,6 +23,9 @@ public final class Vault: @unchecked Sendable {
     /// The per-app cache directories.
     public let caches: CacheStore
     private let lock = NSLock()
+    private let keysLock = NSLock()
+    /// Connections for lookups (`reading`).
+    private let readers: ReaderPool
     private let groupCommit = GroupCommit()
     private let unlockAttempts = NSLock()
     private var observers: [UUID: @Sendable (VaultEvent) -> Void] = [:]
@@ -35,6 +42,7 @@ public final class Vault: @unchecked Sendable {
         try FileSystem.restrict(dataDirectory + "/vault.sqlite")
         try Schema.migrator.migrate(db)
         db.checkpointInBackground()
+        readers = ReaderPool(path: db.path)
         keys = try KeyHierarchy(db: db, deviceKey: deviceKey)
         keychain = KeychainStore(db: db, keys: keys)
         preferences = PreferencesStore(db: db)
@@ -44,6 +52,7 @@ public final class Vault: @unchecked Sendable {
 
     /// Closes the store. Later calls fail with InternalError.
     public func close() {
+        readers.close()
         lock.withLock { db.close() }
     }
 
@@ -58,6 +67,24 @@ public final class Vault: @unchecked Sendable {
         lock.lock()
         defer { lock.unlock() }
         return try body()
+    }
+
+    /// Runs `body` with a reader connection (a snapshot of every committed transaction), or
+    /// with the writer's under the engine lock when every reader is busy.
+    func reading<T>(_ body: (Database) throws -> T) throws -> T {
+        if let result = try readers.read(body) { return result }
+        return try locked { try body(db) }
+    }
+
+    /// Runs `body`, which reads the key hierarchy, under the keys lock alone.
+    func withKeys<T>(_ body: () throws -> T) rethrows -> T {
+        try keysLock.withLock(body)
+    }
+
+    /// Runs `body`, which changes the key hierarchy, under the keys lock. Call it holding the
+    /// engine lock (`locked`).
+    private func changingKeys<T>(_ body: () throws -> T) rethrows -> T {
+        try keysLock.withLock(body)
     }
 
     // MARK: observation
@@ -105,7 +132,7 @@ public final class Vault: @unchecked Sendable {
         try requireOwner(caller)
         if let p = passphrase, p.count == 0 { throw VaultError.param("the passphrase must not be empty") }
         let state = try locked {
-            try db.write { _ in try keys.initialize(passphrase: passphrase) }
+            try db.write { _ in try changingKeys { try keys.initialize(passphrase: passphrase) } }
             return keys.lockState
         }
         emit(.lockState(state))
@@ -124,7 +151,7 @@ public final class Vault: @unchecked Sendable {
         let kek = try Sodium.argon2id(passphrase: passphrase, parameters: parameters)
         let state: JSON = try locked {
             do {
-                try keys.unlock(kek: kek)
+                try changingKeys { try keys.unlock(kek: kek) }
             } catch let e as VaultError where e.code == .wrongPassphrase {
                 try recordFailedUnlock()
                 throw e
@@ -139,7 +166,7 @@ public final class Vault: @unchecked Sendable {
     /// Locks (wipes whenUnlocked class keys). Throws NoPassphrase, NotInitialized.
     public func lockVault() throws -> JSON {
         let state = try locked {
-            try keys.lock()
+            try changingKeys { try keys.lock() }
             return keys.lockState
         }
         emit(.lockState(state))
@@ -158,7 +185,8 @@ public final class Vault: @unchecked Sendable {
                 // A passphrase check like Unlock's, so rate-limited and counted like it.
                 try checkRateLimit()
                 do {
-                    try keys.unlock(kek: try Sodium.argon2id(passphrase: old, parameters: try keys.passphraseParameters()))
+                    let kek = try Sodium.argon2id(passphrase: old, parameters: try keys.passphraseParameters())
+                    try changingKeys { try keys.unlock(kek: kek) }
                 } catch let e as VaultError where e.code == .wrongPassphrase {
                     try recordFailedUnlock()
                     throw e
@@ -168,7 +196,7 @@ public final class Vault: @unchecked Sendable {
             return try db.write { _ in
                 var deleted = 0
                 if new == nil { deleted = try keychain.deleteAll(accessible: .whenPasscodeSetThisDeviceOnly) }
-                try keys.rewrap(newPassphrase: new)
+                try changingKeys { try keys.rewrap(newPassphrase: new) }
                 return (keys.lockState, deleted)
             }
         }
@@ -222,7 +250,7 @@ public final class Vault: @unchecked Sendable {
         // commit: the leader's transaction, under the engine lock, only runs the INSERT.
         let stored = try KeychainStore.addedAttributes(itemClass: itemClass, attributes: attributes, secretSize: secret.count, caller: caller)
         let accessible = stored.accessible ?? .whenUnlocked
-        let keys = try locked { try keychain.writeKeys(accessible: accessible) }
+        let keys = try withKeys { try keychain.writeKeys(accessible: accessible) }
         let values = try KeychainStore.encrypt(itemClass: itemClass, attributes: stored, secret: secret, keys: keys)
         try transaction { try self.keychain.insert(values, generation: caller.generation, classKey: keys.classKey, accessible: accessible) }
         return stored
@@ -231,8 +259,13 @@ public final class Vault: @unchecked Sendable {
     /// SecItemCopyMatching; see `KeychainStore.copyMatching`.
     public func copyMatching(_ query: ItemQuery, returnData: Bool, caller: Caller) throws -> [FoundItem] {
         try admit(caller, launch: true)
-        // Only the query and the keys need the engine lock; decrypting and matching do not.
-        let candidates = try locked { try keychain.candidates(query, caller: caller) }
+        // No engine lock: the query runs on a reader connection, the keys come under the keys
+        // lock, and decrypting and matching need no lock (issue #8: with several clients,
+        // lookups queued on the engine lock behind each other and behind group commits).
+        let (metadata, index) = try withKeys { try keychain.metadataKeys() }
+        var candidates = KeychainStore.Candidates(
+            rows: try reading { try KeychainStore.candidateRows(query, caller: caller, index: index, in: $0) }, metadata: metadata)
+        try withKeys { try keychain.addClassKeys(to: &candidates) }
         return try KeychainStore.copyMatching(candidates, query, returnData: returnData)
     }
 
@@ -273,15 +306,15 @@ public final class Vault: @unchecked Sendable {
     public static let globalDomain = "NSGlobalDomain"
 
     public func preference(domain: String, key: String) throws -> PlistValue? {
-        try locked { try preferences.get(domain: domain, key: key) }
+        try reading { try PreferencesStore(db: $0).get(domain: domain, key: key) }
     }
 
     public func preferenceDomain(_ domain: String) throws -> [String: PlistValue] {
-        try locked { try preferences.domain(domain) }
+        try reading { try PreferencesStore(db: $0).domain(domain) }
     }
 
     public func preferenceDomains() throws -> [String] {
-        try locked { try preferences.domains() }
+        try reading { try PreferencesStore(db: $0).domains() }
     }
 
     /// Sets one key, durably. Throws DomainTooLarge (nothing written), InvalidValue.

@@ -1,0 +1,87 @@
+import Foundation
+import Testing
+import VaultProtocol
+
+@testable import VaultCore
+
+/// Lookups read through `ReaderPool` connections and take their keys under the keys lock:
+/// they wait neither for a group commit's transaction nor for each other.
+@Suite struct ReaderTests {
+    final class Box<T>: @unchecked Sendable {
+        private let lock = NSLock()
+        private var stored: T
+        init(_ value: T) { stored = value }
+        var value: T {
+            get { lock.withLock { stored } }
+            set { lock.withLock { stored = newValue } }
+        }
+    }
+
+    @Test func aReaderSeesCommittedWritesAndWritesNothing() throws {
+        try withTemporaryDirectory { tmp in
+            let db = try Database(path: tmp + "/p.sqlite")
+            defer { db.close() }
+            try db.execute("CREATE TABLE t (x INTEGER)")
+            try db.run("INSERT INTO t VALUES (1)")
+            let pool = ReaderPool(path: db.path, capacity: 1)
+            let first = try pool.read { reader -> Int in
+                // Its only reader is busy: the caller is told to read elsewhere.
+                #expect(try pool.read { _ in 0 } == nil)
+                return try reader.rows("SELECT x FROM t").count
+            }
+            #expect(first == 1)
+            // A commit after the reader opened is in the next read's snapshot.
+            try db.run("INSERT INTO t VALUES (2)")
+            #expect(try pool.read { try $0.rows("SELECT x FROM t ORDER BY x").map { $0[0].int64 } } == [1, 2])
+            // Readers are query_only.
+            #expect(throws: VaultError.self) { _ = try pool.read { try $0.run("INSERT INTO t VALUES (3)") } }
+            #expect(try db.rows("SELECT x FROM t").count == 2)
+            pool.close()
+            #expect(try pool.read { _ in 0 } == nil)
+        }
+    }
+
+    /// While a write transaction holds the engine lock, lookups by the owner and by an app
+    /// (whose registration is read too) still answer.
+    @Test func lookupsDoNotWaitForAWriteTransaction() throws {
+        try withVault { vault, _ in
+            let app = try vault.installApp("org.example.Reader", executable: "/usr/bin/true", accessGroups: ["shared"], caller: .owner)
+            try vault.addGeneric(service: "s", account: "a", secret: [1], accessGroup: "shared")
+            // Its first launch writes (it wipes what earlier installs left): done before.
+            #expect(try vault.hello(app.caller).firstLaunch)
+            let inside = DispatchSemaphore(value: 0)
+            let release = DispatchSemaphore(value: 0)
+            let writerDone = DispatchSemaphore(value: 0)
+            let written = Box(false)
+            Thread.detachNewThread {
+                do {
+                    try vault.transaction {
+                        inside.signal()
+                        release.wait()
+                        _ = try vault.db.run("INSERT INTO vault_meta (key, value) VALUES ('reader-test', x'00')")
+                    }
+                    written.value = true
+                } catch {}
+                writerDone.signal()
+            }
+            inside.wait()
+            let found = Box<[[UInt8]?]>([])
+            let lookedUp = DispatchSemaphore(value: 0)
+            Thread.detachNewThread {
+                for caller in [Caller.owner, app.caller] {
+                    let query = ItemQuery(itemClass: .genericPassword, attributes: ItemAttributes(service: "s"))
+                    found.value.append(try? vault.copyMatching(query, returnData: true, caller: caller).first.flatMap { plain($0.data) })
+                }
+                lookedUp.signal()
+            }
+            let answered = lookedUp.wait(timeout: .now() + 10) == .success
+            #expect(!written.value, "the transaction was still open during the lookups")
+            release.signal()
+            writerDone.wait()
+            if !answered { lookedUp.wait() }
+            #expect(answered, "the lookups waited for the write transaction")
+            #expect(found.value == [[1], [1]])
+            #expect(written.value)
+        }
+    }
+}
