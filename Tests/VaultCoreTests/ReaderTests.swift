@@ -41,6 +41,32 @@ import VaultProtocol
         }
     }
 
+    @Test func closeWaitsForALentReaderAndNoReaderCreatesTheStore() throws {
+        try withTemporaryDirectory { tmp in
+            let db = try Database(path: tmp + "/p.sqlite")
+            defer { db.close() }
+            try db.execute("CREATE TABLE t (x INTEGER)")
+            let pool = ReaderPool(path: db.path, capacity: 2)
+            let inside = DispatchSemaphore(value: 0)
+            let release = DispatchSemaphore(value: 0)
+            Thread.detachNewThread { _ = try? pool.read { _ in inside.signal(); release.wait() } }
+            inside.wait()
+            let closed = DispatchSemaphore(value: 0)
+            Thread.detachNewThread {
+                pool.close()
+                closed.signal()
+            }
+            #expect(closed.wait(timeout: .now() + 0.2) == .timedOut, "close returned while a reader was lent out")
+            release.signal()
+            #expect(closed.wait(timeout: .now() + 10) == .success)
+            #expect(try pool.read { _ in 1 } == nil)
+            // A reader opens only an existing store (else the caller reads on the writer's).
+            let missing = tmp + "/missing.sqlite"
+            #expect(try ReaderPool(path: missing).read { _ in 1 } == nil)
+            #expect(!FileManager.default.fileExists(atPath: missing))
+        }
+    }
+
     /// While a write transaction holds the engine lock, lookups by the owner and by an app
     /// (whose registration is read too) still answer.
     @Test func lookupsDoNotWaitForAWriteTransaction() throws {

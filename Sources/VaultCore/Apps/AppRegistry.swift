@@ -71,7 +71,7 @@ public struct AppRecord: Sendable, Equatable {
     }
 }
 
-/// The apps table. Not thread-safe; the `Vault` engine serializes access.
+/// The apps table, through one connection (the writer's under the engine lock, or a reader's).
 final class AppRegistry {
     private let db: Database
 

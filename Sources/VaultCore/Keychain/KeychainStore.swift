@@ -159,7 +159,7 @@ final class KeychainStore {
     }
 
     /// The stored rows matching the query's indexed parts, restricted to the groups the caller
-    /// may see, and their keys. Needs the engine lock.
+    /// may see, and their keys, through the writer's connection: under the engine lock.
     func candidates(_ q: ItemQuery, caller: Caller) throws -> Candidates {
         let (metadata, index) = try keys.metadataKeys()
         var out = Candidates(rows: try Self.candidateRows(q, caller: caller, index: index, in: db), metadata: metadata)
@@ -167,13 +167,13 @@ final class KeychainStore {
         return out
     }
 
-    /// The metadata and index keys (engine lock). Throws InteractionNotAllowed before the
-    /// first unlock, NotInitialized.
+    /// The metadata and index keys (under either `Vault` lock). Throws InteractionNotAllowed
+    /// before the first unlock, NotInitialized.
     func metadataKeys() throws -> (metadata: SecureBytes, index: SecureBytes) {
         try keys.metadataKeys()
     }
 
-    /// Each candidate class's key, or the error it is unavailable with (engine lock).
+    /// Each candidate class's key, or the error it is unavailable with (under either `Vault` lock).
     func addClassKeys(to c: inout Candidates) throws {
         for r in c.rows where c.classKeys[r.accessible] == nil {
             do {
@@ -350,15 +350,6 @@ final class KeychainStore {
     }
 
     // MARK: SecItem operations
-
-    /// SecItemAdd. Returns the stored attributes. Throws DuplicateItem, Param, SecretTooLarge,
-    /// MissingEntitlement (group not the caller's), InteractionNotAllowed (class key locked),
-    /// AuthFailed (whenPasscodeSet without a passphrase).
-    func add(itemClass: ItemClass, attributes input: ItemAttributes, secret: SecureBytes, caller: Caller) throws -> ItemAttributes {
-        let a = try Self.addedAttributes(itemClass: itemClass, attributes: input, secretSize: secret.count, caller: caller)
-        try write(id: nil, itemClass: itemClass, attributes: a, secret: secret, generation: caller.generation)
-        return a
-    }
 
     /// The attributes an Add stores (checked, normalized, dated). Throws SecretTooLarge,
     /// MissingEntitlement, Param.

@@ -1,6 +1,7 @@
 internal import CSQLite
 import Foundation
 import Synchronization
+import VaultProtocol
 
 /// Checkpoints the WAL on a thread and SQLite connection of its own, so no writer pays for
 /// copying pages. SQLite's automatic checkpoint runs inside the COMMIT that crosses 1000 WAL
@@ -14,11 +15,13 @@ import Synchronization
 ///    busy writer never does: it commits again before the background checkpoint ends. So
 ///    the checkpointer copies again what was committed meanwhile until at most
 ///    `writerShare` frames are left; the writer's next commit checkpoints those few on its
-///    own connection, and its next transaction restarts the WAL.
+///    own connection (a RESTART checkpoint, which briefly waits for readers still on the
+///    cycle's frames: see `checkpointerWALHook`), and its next transaction restarts the WAL.
 ///    (Before, every commit past the threshold set off another background checkpoint and
 ///    database fsync: three per durable add, half of vaultd's CPU.)
 /// 3. should the checkpointer fall behind (or fail, as on a full disk), the writer
-///    checkpoints itself from `writerFallbackFrames` on, as SQLite's own would at 1000.
+///    checkpoints itself (RESTART) from `writerFallbackFrames` on, as SQLite's own would
+///    (PASSIVE) at 1000.
 final class Checkpointer: @unchecked Sendable {
     /// A background checkpoint starts once the WAL holds this many frames (8 MiB of 4 KiB
     /// pages). Hot pages are copied once per cycle: against 1000, one writer's adds were 5 %
@@ -132,23 +135,38 @@ final class Checkpointer: @unchecked Sendable {
 /// the writer's own connection when the background checkpoint has caught up (to end the
 /// cycle) or the WAL has grown past the fallback.
 ///
-/// That checkpoint is a RESTART: it waits (`Database.busyHandler`) for the lookups still
-/// reading frames of the cycle, so that the next transaction can start the WAL over. (A
-/// PASSIVE one stopped short of any such reader: under two readers that never paused, the
-/// WAL grew without end, to 24,623 frames in a test.) A lookup that begins before that next
-/// transaction can still hold the restart up; then the fallback's RESTART ends the cycle,
-/// so under lookups that never pause the WAL runs to about `writerFallbackFrames`.
+/// That checkpoint is a RESTART: it waits for the lookups still reading frames of the
+/// cycle, so that the next transaction can start the WAL over. (A PASSIVE one stopped short
+/// of any such reader: under two readers that never paused, the WAL grew without end, to
+/// 24,623 frames in a test.) The wait is short, as every writer waits with it (the engine
+/// lock): 2 ms at the end of a cycle, 50 ms at the fallback. A lookup that outlasts it, or
+/// one that begins before the next transaction, holds the restart up; then the next commit
+/// tries again, and under lookups that never pause the WAL runs to about
+/// `writerFallbackFrames`.
 let checkpointerWALHook: @convention(c) (UnsafeMutableRawPointer?, OpaquePointer?, UnsafePointer<CChar>?, Int32) -> Int32 = {
     context, db, name, frames in
     guard let context else { return SQLITE_OK }
     let checkpointer = Unmanaged<Checkpointer>.fromOpaque(context).takeUnretainedValue()
     checkpointer.committed(frames: frames)
-    if frames >= Checkpointer.writerFallbackFrames || checkpointer.takeCaughtUp(),
-        sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_RESTART, nil, nil) != SQLITE_OK
-    {
-        // Busy (a background round is copying, or a reader outlasted the wait): the next
-        // commit tries again.
-        checkpointer.caughtUpAgain()
+    let fallback = frames >= Checkpointer.writerFallbackFrames
+    let endOfCycle = checkpointer.takeCaughtUp()
+    guard fallback || endOfCycle else { return SQLITE_OK }
+    var deadline = MonotonicClock.nanoseconds() + (fallback ? 50_000_000 : 2_000_000)
+    let rc = withUnsafeMutablePointer(to: &deadline) { d in
+        sqlite3_busy_handler(db, restartBusyHandler, d)
+        defer { sqlite3_busy_handler(db, Database.busyHandler, nil) }
+        return sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_RESTART, nil, nil)
     }
+    // Busy (a background round is copying, or a reader outlasted the wait): the next commit
+    // tries again.
+    if rc != SQLITE_OK { checkpointer.caughtUpAgain() }
     return SQLITE_OK
+}
+
+/// The writer's busy handler during that RESTART: yields the CPU until the deadline (a
+/// CLOCK_MONOTONIC nanosecond count behind the pointer), then gives up.
+private let restartBusyHandler: @convention(c) (UnsafeMutableRawPointer?, Int32) -> Int32 = { context, _ in
+    guard let deadline = context?.load(as: UInt64.self), MonotonicClock.nanoseconds() < deadline else { return 0 }
+    sched_yield()
+    return 1
 }

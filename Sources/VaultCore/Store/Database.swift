@@ -6,8 +6,9 @@ import VaultProtocol
 import Glibc
 #endif
 
-/// One SQLite connection, its only owner. Not thread-safe: the engine serializes access
-/// (GRDB's rule: open once, serialize). Closing is explicit (`close()`), and also done in deinit.
+/// One SQLite connection, its only owner. Not thread-safe: one thread at a time uses it (the
+/// writer's under the engine lock, a reader's while `ReaderPool` lends it out; GRDB's rule).
+/// Closing is explicit (`close()`), and also done in deinit.
 public final class Database {
     private var handle: OpaquePointer?
     private var statementCache: [String: Statement] = [:]
@@ -43,12 +44,14 @@ public final class Database {
     /// memory statistics (issue #8's profile: their global mutex, taken by every allocation
     /// of every connection, was the most contended lock of four clients' lookups).
     private static let configured: Void = {
-        _ = vaultd_sqlite3_disable_memstatus()
+        let rc = vaultd_sqlite3_disable_memstatus()
+        if rc != SQLITE_OK { log("cannot turn SQLite's memory statistics off (\(String(cString: sqlite3_errstr(rc))))") }
     }()
 
     /// Opens (creating) the database at `path` in WAL mode with `synchronous=FULL`, so a
     /// committed transaction is on disk when `write` returns; `secure_delete` overwrites freed
-    /// content. `readOnly`: a connection of `ReaderPool` (`query_only`: any write fails).
+    /// content. `readOnly`: a connection of `ReaderPool`, which creates nothing (the database
+    /// must exist) and is `query_only` (any write fails).
     /// Throws `VaultError` StorageFull / InternalError (also when another process has the
     /// store open).
     public init(path: String, readOnly: Bool = false) throws {
@@ -56,7 +59,7 @@ public final class Database {
         self.path = path
         self.walSync = WALSync(path: path + "-wal")
         var h: OpaquePointer?
-        let rc = sqlite3_open_v2(path, &h, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, Database.vfs)
+        let rc = sqlite3_open_v2(path, &h, SQLITE_OPEN_READWRITE | (readOnly ? 0 : SQLITE_OPEN_CREATE) | SQLITE_OPEN_NOMUTEX, Database.vfs)
         handle = h
         guard rc == SQLITE_OK else {
             let e = Database.error(rc, h, context: "open")
@@ -77,10 +80,13 @@ public final class Database {
             throw error
         }
         sqlite3_busy_handler(h, Database.busyHandler, nil)
-        try execute("PRAGMA synchronous=FULL")
-        try execute("PRAGMA secure_delete=ON")
-        try execute("PRAGMA foreign_keys=ON")
-        if readOnly { try execute("PRAGMA query_only=ON") }
+        if readOnly {
+            try execute("PRAGMA query_only=ON")
+        } else {
+            try execute("PRAGMA synchronous=FULL")
+            try execute("PRAGMA secure_delete=ON")
+            try execute("PRAGMA foreign_keys=ON")
+        }
     }
 
     deinit { close() }

@@ -7,43 +7,50 @@ import Foundation
 ///
 /// A snapshot holds every transaction committed when the read began, including one whose
 /// WAL sync is still in flight (as `GroupCommit` says); a write acknowledged before a read
-/// began is always in it.
+/// began is always in it. Each connection keeps a page cache of its own (SQLite's default,
+/// up to 2 MiB).
 final class ReaderPool: @unchecked Sendable {
     private let path: String
-    /// At most this many connections are open (each has its own page cache).
+    /// At most this many connections are open.
     let capacity: Int
-    private let lock = NSLock()
+    private let state = NSCondition()
     private var idle: [Database] = []
+    /// Connections open or being opened, idle or lent out.
     private var opened = 0
     private var closed = false
 
-    /// `capacity`: the most connections open at once (default: one per CPU, at least two).
-    init(path: String, capacity: Int = max(2, ProcessInfo.processInfo.activeProcessorCount)) {
+    /// `capacity`: the most connections open at once (default: one per CPU, two to eight).
+    init(path: String, capacity: Int = min(8, max(2, ProcessInfo.processInfo.activeProcessorCount))) {
         self.path = path
         self.capacity = capacity
     }
 
     /// Runs `body` with a reader connection and returns its result, or nil without running it
-    /// when every reader is busy (or the pool is closed): the caller then reads under the
-    /// engine lock instead. Throws what `body` throws, or what opening a connection throws.
+    /// when every reader is busy, none could be opened (logged), or the pool is closed: the
+    /// caller then reads under the engine lock instead. Throws what `body` throws.
     func read<T>(_ body: (Database) throws -> T) throws -> T? {
-        guard let db = try take() else { return nil }
+        guard let db = take() else { return nil }
         defer { give(db) }
         return try body(db)
     }
 
-    /// Closes the idle readers now and each busy one when it comes back.
+    /// Closes every reader: the idle ones at once, then each lent one as it comes back, and
+    /// returns once none is open. Later reads get nil.
     func close() {
-        let toClose: [Database] = lock.withLock {
+        let toClose: [Database] = state.withLock {
             closed = true
             defer { idle.removeAll() }
             return idle
         }
         for db in toClose { db.close() }
+        state.withLock {
+            opened -= toClose.count
+            while opened > 0 { state.wait() }
+        }
     }
 
-    private func take() throws -> Database? {
-        let reuse: Database?? = lock.withLock {
+    private func take() -> Database? {
+        let reuse: Database?? = state.withLock {
             if closed { return .some(nil) }
             if let db = idle.popLast() { return .some(db) }
             if opened >= capacity { return .some(nil) }
@@ -54,17 +61,26 @@ final class ReaderPool: @unchecked Sendable {
         do {
             return try Database(path: path, readOnly: true)
         } catch {
-            lock.withLock { opened -= 1 }
-            throw error
+            log("cannot open a reader connection (\(error)); reading on the writer's")
+            state.withLock {
+                opened -= 1
+                state.broadcast()
+            }
+            return nil
         }
     }
 
     private func give(_ db: Database) {
-        let keep = lock.withLock {
+        let keep = state.withLock {
             if closed { return false }
             idle.append(db)
             return true
         }
-        if !keep { db.close() }
+        guard !keep else { return }
+        db.close()
+        state.withLock {
+            opened -= 1
+            state.broadcast()
+        }
     }
 }

@@ -137,12 +137,24 @@ final class KeyHierarchy {
         unlockedSinceStart = true
     }
 
+    /// A new passphrase's KEK with the Argon2id parameters (a fresh salt) it was derived with.
+    struct PassphraseKEK {
+        let kek: SecureBytes
+        let parameters: Sodium.KDFParameters
+
+        /// Derives it (Argon2id, about 0.3 s): before any lock is taken.
+        init(deriving passphrase: SecureBytes) throws {
+            parameters = Sodium.KDFParameters.interactive()
+            kek = try Sodium.argon2id(passphrase: passphrase, parameters: parameters)
+        }
+    }
+
     /// Creates the vault: new class, metadata and index keys, wrapped by the KEK of
     /// `passphrase` (or of the device key when nil). Runs inside the caller's transaction.
-    func initialize(passphrase: SecureBytes?) throws {
+    func initialize(passphrase: PassphraseKEK?) throws {
         guard state == .uninitialized else { throw VaultError(.alreadyInitialized, "the vault is already initialised") }
-        let kdf = passphrase.map { _ in Sodium.KDFParameters.interactive() }
-        let kek = try passphrase.map { try Sodium.argon2id(passphrase: $0, parameters: kdf!) } ?? noPassphraseKEK(create: true)
+        let kdf = passphrase?.parameters
+        let kek = try passphrase?.kek ?? noPassphraseKEK(create: true)
         try storeKDF(kdf)
         try wrap(SecureBytes.random(count: Sodium.keyLength), name: "metadata", kek: kek, deviceBound: false)
         try wrap(SecureBytes.random(count: Sodium.keyLength), name: "index", kek: kek, deviceBound: false)
@@ -179,12 +191,12 @@ final class KeyHierarchy {
     /// Re-wraps every key under the KEK of `newPassphrase` (nil: no passphrase). The vault
     /// must be unlocked (all class keys in memory). Adding a passphrase creates the
     /// whenPasscodeSet class key; removing it drops that key (the caller deletes its items).
-    func rewrap(newPassphrase: SecureBytes?) throws {
+    func rewrap(newPassphrase: PassphraseKEK?) throws {
         guard state == .unlocked, let metadataKey, let indexKey else {
             throw VaultError(.interactionNotAllowed, "unlock the vault before changing its passphrase")
         }
-        let kdf = newPassphrase.map { _ in Sodium.KDFParameters.interactive() }
-        let kek = try newPassphrase.map { try Sodium.argon2id(passphrase: $0, parameters: kdf!) } ?? noPassphraseKEK(create: true)
+        let kdf = newPassphrase?.parameters
+        let kek = try newPassphrase?.kek ?? noPassphraseKEK(create: true)
         if newPassphrase != nil { try setMeta("kek.nopassphrase", nil) }
         try storeKDF(kdf)
         try wrap(metadataKey, name: "metadata", kek: kek, deviceBound: false)

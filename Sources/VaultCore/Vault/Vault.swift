@@ -1,8 +1,8 @@
 import Foundation
 import VaultProtocol
 
-/// The vault engine: the store, the key hierarchy, the keychain and preferences, behind one
-/// lock. It knows nothing of sockets: vaultd calls it with the `Caller` it established.
+/// The vault engine: the store, the key hierarchy, the keychain and preferences. It knows
+/// nothing of sockets: vaultd calls it with the `Caller` it established.
 ///
 /// Every method is thread-safe and every write is committed and on disk (the WAL fsynced)
 /// before the method returns. Writes and the key hierarchy's changes are serialized on the
@@ -81,10 +81,10 @@ public final class Vault: @unchecked Sendable {
         try keysLock.withLock(body)
     }
 
-    /// Runs `body`, which changes the key hierarchy, under the keys lock. Call it holding the
-    /// engine lock (`locked`).
+    /// Runs `body`, which changes the key hierarchy, under the keys lock too. Call it holding
+    /// the engine lock (`locked`), and derive passphrase keys before: lookups wait meanwhile.
     private func changingKeys<T>(_ body: () throws -> T) rethrows -> T {
-        try keysLock.withLock(body)
+        try withKeys(body)
     }
 
     // MARK: observation
@@ -131,8 +131,9 @@ public final class Vault: @unchecked Sendable {
     public func initialize(passphrase: SecureBytes?, caller: Caller) throws -> JSON {
         try requireOwner(caller)
         if let p = passphrase, p.count == 0 { throw VaultError.param("the passphrase must not be empty") }
+        let kek = try passphrase.map { try KeyHierarchy.PassphraseKEK(deriving: $0) }
         let state = try locked {
-            try db.write { _ in try changingKeys { try keys.initialize(passphrase: passphrase) } }
+            try db.write { _ in try changingKeys { try keys.initialize(passphrase: kek) } }
             return keys.lockState
         }
         emit(.lockState(state))
@@ -179,6 +180,7 @@ public final class Vault: @unchecked Sendable {
     public func changePassphrase(old: SecureBytes?, new: SecureBytes?, caller: Caller) throws -> (JSON, Int) {
         try requireOwner(caller)
         if let p = new, p.count == 0 { throw VaultError.param("the new passphrase must not be empty") }
+        let newKEK = try new.map { try KeyHierarchy.PassphraseKEK(deriving: $0) }
         let result: (JSON, Int) = try locked {
             if keys.hasPassphrase {
                 guard let old else { throw VaultError(.wrongPassphrase, "the current passphrase is required") }
@@ -196,7 +198,7 @@ public final class Vault: @unchecked Sendable {
             return try db.write { _ in
                 var deleted = 0
                 if new == nil { deleted = try keychain.deleteAll(accessible: .whenPasscodeSetThisDeviceOnly) }
-                try changingKeys { try keys.rewrap(newPassphrase: new) }
+                try changingKeys { try keys.rewrap(newPassphrase: newKEK) }
                 return (keys.lockState, deleted)
             }
         }
@@ -243,7 +245,9 @@ public final class Vault: @unchecked Sendable {
 
     // MARK: keychain
 
-    /// SecItemAdd; see `KeychainStore.add`.
+    /// SecItemAdd. Returns the stored attributes. Throws DuplicateItem, Param, SecretTooLarge,
+    /// MissingEntitlement (group not the caller's), InteractionNotAllowed (class key locked),
+    /// AuthFailed (whenPasscodeSet without a passphrase).
     public func addItem(_ itemClass: ItemClass, attributes: ItemAttributes, secret: SecureBytes, caller: Caller) throws -> ItemAttributes {
         try admit(caller, launch: true)
         // Checking, hashing and encrypting happen here, before the write joins a group
@@ -262,11 +266,22 @@ public final class Vault: @unchecked Sendable {
         // No engine lock: the query runs on a reader connection, the keys come under the keys
         // lock, and decrypting and matching need no lock (issue #8: with several clients,
         // lookups queued on the engine lock behind each other and behind group commits).
-        let (metadata, index) = try withKeys { try keychain.metadataKeys() }
-        var candidates = KeychainStore.Candidates(
-            rows: try reading { try KeychainStore.candidateRows(query, caller: caller, index: index, in: $0) }, metadata: metadata)
-        try withKeys { try keychain.addClassKeys(to: &candidates) }
-        return try KeychainStore.copyMatching(candidates, query, returnData: returnData)
+        func lookUp() throws -> [FoundItem] {
+            let (metadata, index) = try withKeys { try keychain.metadataKeys() }
+            var candidates = KeychainStore.Candidates(
+                rows: try reading { try KeychainStore.candidateRows(query, caller: caller, index: index, in: $0) }, metadata: metadata)
+            try withKeys { try keychain.addClassKeys(to: &candidates) }
+            return try KeychainStore.copyMatching(candidates, query, returnData: returnData)
+        }
+        // The rows come from one snapshot and the class keys a moment later: should the
+        // passphrase be removed and set again in between (a new whenPasscodeSet key), a row
+        // fails authentication (InternalError). A second lookup reads both anew; a damaged
+        // row fails it again.
+        do {
+            return try lookUp()
+        } catch let e as VaultError where e.code == .internalError {
+            return try lookUp()
+        }
     }
 
     /// SecItemUpdate; see `KeychainStore.update`. All matches change, or none.
