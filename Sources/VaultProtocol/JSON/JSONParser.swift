@@ -77,7 +77,8 @@ private struct Parser {
 
     mutating func parseObject(depth: Int) throws -> JSON {
         index += 1
-        var result: [String: JSON] = [:]
+        // Room for a typical object at once: growing from empty rehashed it three times.
+        var result = [String: JSON](minimumCapacity: 12)
         skipWhitespace()
         if index < bytes.count, bytes[index] == UInt8(ascii: "}") { index += 1; return .object(result) }
         while true {
