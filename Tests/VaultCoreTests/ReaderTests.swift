@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 import VaultProtocol
 
@@ -7,16 +8,6 @@ import VaultProtocol
 /// Lookups read through `ReaderPool` connections and take their keys under the keys lock:
 /// they wait neither for a group commit's transaction nor for each other.
 @Suite struct ReaderTests {
-    final class Box<T>: @unchecked Sendable {
-        private let lock = NSLock()
-        private var stored: T
-        init(_ value: T) { stored = value }
-        var value: T {
-            get { lock.withLock { stored } }
-            set { lock.withLock { stored = newValue } }
-        }
-    }
-
     @Test func aReaderSeesCommittedWritesAndWritesNothing() throws {
         try withTemporaryDirectory { tmp in
             let db = try Database(path: tmp + "/p.sqlite")
@@ -78,7 +69,7 @@ import VaultProtocol
             let inside = DispatchSemaphore(value: 0)
             let release = DispatchSemaphore(value: 0)
             let writerDone = DispatchSemaphore(value: 0)
-            let written = Box(false)
+            let written = Atomic<Bool>(false)
             Thread.detachNewThread {
                 do {
                     try vault.transaction {
@@ -86,28 +77,32 @@ import VaultProtocol
                         release.wait()
                         _ = try vault.db.run("INSERT INTO vault_meta (key, value) VALUES ('reader-test', x'00')")
                     }
-                    written.value = true
+                    written.store(true, ordering: .releasing)
                 } catch {}
                 writerDone.signal()
             }
             inside.wait()
-            let found = Box<[[UInt8]?]>([])
+            let found = Mutex<[[UInt8]?]>([])
             let lookedUp = DispatchSemaphore(value: 0)
             Thread.detachNewThread {
                 for caller in [Caller.owner, app.caller] {
                     let query = ItemQuery(itemClass: .genericPassword, attributes: ItemAttributes(service: "s"))
-                    found.value.append(try? vault.copyMatching(query, returnData: true, caller: caller).first.flatMap { plain($0.data) })
+                    let data = try? vault.copyMatching(query, returnData: true, caller: caller).first.flatMap { plain($0.data) }
+                    found.withLock { $0.append(data) }
                 }
                 lookedUp.signal()
             }
             let answered = lookedUp.wait(timeout: .now() + 10) == .success
-            #expect(!written.value, "the transaction was still open during the lookups")
+            let writtenDuringLookups = written.load(ordering: .acquiring)
+            #expect(!writtenDuringLookups, "the transaction was still open during the lookups")
             release.signal()
             writerDone.wait()
             if !answered { lookedUp.wait() }
             #expect(answered, "the lookups waited for the write transaction")
-            #expect(found.value == [[1], [1]])
-            #expect(written.value)
+            let results = found.withLock { $0 }
+            let writtenAfter = written.load(ordering: .acquiring)
+            #expect(results == [[1], [1]])
+            #expect(writtenAfter)
         }
     }
 }
