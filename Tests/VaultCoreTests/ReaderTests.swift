@@ -59,13 +59,14 @@ import VaultProtocol
     }
 
     /// While a write transaction holds the engine lock, lookups by the owner and by an app
-    /// (whose registration is read too) still answer.
+    /// (whose registration is read too) and a preference read still answer.
     @Test func lookupsDoNotWaitForAWriteTransaction() throws {
         try withVault { vault, _ in
             let app = try vault.installApp("org.example.Reader", executable: "/usr/bin/true", accessGroups: ["shared"], caller: .owner)
             try vault.addGeneric(service: "s", account: "a", secret: [1], accessGroup: "shared")
             // Its first launch writes (it wipes what earlier installs left): done before.
             #expect(try vault.hello(app.caller).firstLaunch)
+            try vault.setPreference(domain: "org.example.Reader", key: "k", value: .string("v"))
             let inside = DispatchSemaphore(value: 0)
             let release = DispatchSemaphore(value: 0)
             let writerDone = DispatchSemaphore(value: 0)
@@ -90,6 +91,8 @@ import VaultProtocol
                     let data = try? vault.copyMatching(query, returnData: true, caller: caller).first.flatMap { plain($0.data) }
                     found.withLock { $0.append(data) }
                 }
+                let preference = try? vault.preference(domain: "org.example.Reader", key: "k")
+                found.withLock { $0.append(preference == .string("v") ? [2] : nil) }
                 lookedUp.signal()
             }
             let answered = lookedUp.wait(timeout: .now() + 10) == .success
@@ -101,7 +104,7 @@ import VaultProtocol
             #expect(answered, "the lookups waited for the write transaction")
             let results = found.withLock { $0 }
             let writtenAfter = written.load(ordering: .acquiring)
-            #expect(results == [[1], [1]])
+            #expect(results == [[1], [1], [2]])
             #expect(writtenAfter)
         }
     }
