@@ -59,7 +59,7 @@ final class Checkpointer: @unchecked Sendable {
             sqlite3_close_v2(h)
             return
         }
-        sqlite3_busy_timeout(h, 5000)
+        sqlite3_busy_handler(h, Database.busyHandler, nil)
         sqlite3_exec(h, "PRAGMA synchronous=FULL", nil, nil, nil)
         handle = h
         running = true
