@@ -126,8 +126,11 @@ import VaultProtocol
             // threshold plus what commits while the background checkpoint runs (about 30
             // frames here); the bound leaves the checkpointer 2000 frames of slack.
             // (A next cycle that started only at twice the threshold would also end there.)
-            // With readers, the fallback's RESTART: the commit that crosses it (a few frames).
-            let bound = Checkpointer.writerFallbackFrames + (concurrentReaders > 0 ? 16 : 0)
+            // With readers, the fallback's RESTART, which fails while a background round is
+            // copying (SQLite's checkpoint lock is not waited for) and is tried again at each
+            // commit: the commits of that round past it (83 frames seen on a loaded machine).
+            // Without the fallback the WAL would run to all 12,000 frames.
+            let bound = Checkpointer.writerFallbackFrames + (concurrentReaders > 0 ? Checkpointer.thresholdFrames / 4 : 0)
             #expect(
                 longestRun < Int64(bound),
                 "the WAL ran to \(longestRun) frames (threshold \(Checkpointer.thresholdFrames), fallback \(Checkpointer.writerFallbackFrames))")
