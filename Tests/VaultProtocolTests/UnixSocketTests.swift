@@ -1,0 +1,111 @@
+import Foundation
+import Synchronization
+import Testing
+import VaultProtocol
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@Suite("UnixSocket")
+struct UnixSocketTests {
+    /// A connected AF_UNIX stream pair.
+    static func pair() throws -> (UnixSocket, UnixSocket) {
+        var fds: [Int32] = [-1, -1]
+        try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &fds) == 0)
+        return (UnixSocket(adopting: fds[0]), UnixSocket(adopting: fds[1]))
+    }
+
+    /// A thread's scheduler state ("S" asleep, "R" running) and its voluntary context
+    /// switches, from /proc.
+    static func thread(_ tid: Int32) throws -> (state: String, voluntarySwitches: Int) {
+        let status = try String(contentsOfFile: "/proc/self/task/\(tid)/status", encoding: .utf8)
+        func field(_ name: String) -> String? {
+            status.split(separator: "\n").first { $0.hasPrefix(name + ":") }
+                .map { $0.dropFirst(name.count + 1).trimmingCharacters(in: .whitespaces) }
+        }
+        let state = try #require(field("State")).prefix(1)
+        let switches = try #require(field("voluntary_ctxt_switches").flatMap { Int($0) })
+        return (String(state), switches)
+    }
+
+    /// The calling thread's id (/proc/thread-self links to <pid>/task/<tid>).
+    static func currentThreadID() -> Int32 {
+        let link = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/thread-self")) ?? ""
+        return link.split(separator: "/").last.flatMap { Int32($0) } ?? -1
+    }
+
+    @Test func receiveReturnsWhatCameThenEmptyOnceThePeerCloses() throws {
+        let (a, b) = try Self.pair()
+        try b.sendAll(Array("hello".utf8))
+        #expect(try a.receive() == Array("hello".utf8))
+        b.close()
+        #expect(try a.receive() == [])
+    }
+
+    @Test func receiveGivesUpWithEAGAINAfterTheReceiveTimeout() throws {
+        let (a, _b) = try Self.pair()
+        _ = _b
+        a.setTimeouts(receive: 0.05, send: 0)
+        #expect(a.receiveTimeoutMilliseconds == 50)
+        do {
+            _ = try a.receive()
+            Issue.record("receive returned with nothing sent")
+        } catch let e as Errno {
+            #expect(e.code == EAGAIN, "\(e)")
+        }
+        a.setTimeouts(receive: 0, send: 0)
+        #expect(a.receiveTimeoutMilliseconds == -1)
+    }
+
+    @Test func shutdownWakesAReceiveWithoutTimeout() throws {
+        let (a, _b) = try Self.pair()
+        _ = _b
+        let got = Mutex<[UInt8]?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            got.withLock { $0 = (try? a.receive()) ?? [0xFF] }
+            done.signal()
+        }
+        usleep(20_000)
+        a.shutdown()
+        #expect(done.wait(timeout: .now() + 10) == .success, "receive never returned after shutdown")
+        #expect(got.withLock { $0 } == [])
+    }
+
+    /// Issue #8's profile: a thread asleep in a blocking recv was woken each time its peer
+    /// read what the thread had sent (Linux's unix_write_space), then slept again: one
+    /// context switch for nothing per request and per reply. `receive` waits in poll for
+    /// POLLIN, which that wake-up does not disturb. (Fails with a blocking recv: the count
+    /// goes up by one.)
+    @Test func aWaitingReceiveSleepsWhileThePeerReadsWhatItSent() throws {
+        let (a, b) = try Self.pair()
+        let tid = Atomic<Int32>(0)
+        let got = Mutex<[UInt8]?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            tid.store(Self.currentThreadID(), ordering: .sequentiallyConsistent)
+            try? a.sendAll(Array("request".utf8))
+            got.withLock { $0 = try? a.receive() }
+            done.signal()
+        }
+        // Wait for the thread to send and fall asleep in receive.
+        var asleep = false
+        for _ in 0..<2000 where !asleep {
+            usleep(1000)
+            let t = tid.load(ordering: .sequentiallyConsistent)
+            asleep = t > 0 && (try? Self.thread(t).state) == "S"
+        }
+        try #require(asleep, "the receiving thread never went to sleep")
+        let t = tid.load(ordering: .sequentiallyConsistent)
+        let before = try Self.thread(t).voluntarySwitches
+        #expect(try b.receive() == Array("request".utf8))
+        usleep(50_000)
+        let after = try Self.thread(t)
+        #expect(after.voluntarySwitches == before, "the peer's read woke the receiving thread")
+        #expect(after.state == "S")
+        try b.sendAll(Array("reply".utf8))
+        #expect(done.wait(timeout: .now() + 10) == .success)
+        #expect(got.withLock { $0 } == Array("reply".utf8))
+    }
+}
