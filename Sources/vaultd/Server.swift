@@ -188,8 +188,8 @@ final class Server: @unchecked Sendable {
                     }
                     let chunk: [UInt8]
                     do {
-                        busyPoll.awaitReadable(conn.fd, othersBusy: callsInProgress.load(ordering: .relaxed) > 0)
-                        chunk = try conn.receive()
+                        let readable = busyPoll.awaitReadable(conn.fd, othersBusy: callsInProgress.load(ordering: .relaxed) > 0)
+                        chunk = try conn.receive(readable: readable)
                     } catch let e as Errno where e.code == EAGAIN || e.code == EWOULDBLOCK {
                         if stopping.load(ordering: .relaxed) { return }
                         continue

@@ -34,33 +34,45 @@ struct BusyPollTests {
             return
         }
         var seen: [Int] = []
+        var readable: Bool
         for _ in 0..<8 {
-            p.awaitReadable(pair.a)  // nothing to read: polls, then backs off
+            readable = p.awaitReadable(pair.a)  // nothing to read: polls, then backs off
+            #expect(!readable)
             seen.append(p.receivesWithoutPolling)
-            while p.receivesWithoutPolling > 0 { p.awaitReadable(pair.a) }  // these don't poll
+            while p.receivesWithoutPolling > 0 {  // these don't poll
+                readable = p.awaitReadable(pair.a)
+                #expect(!readable)
+            }
         }
         #expect(seen == [1, 2, 4, 8, 16, 32, 64, 64])
         #expect(send(pair.b, "x", 1, 0) == 1)
-        p.awaitReadable(pair.a)
+        readable = p.awaitReadable(pair.a)
+        #expect(readable, "data waiting: the receive need not wait")
         #expect(p.receivesWithoutPolling == 0)
         // Data arriving again keeps it at 0; the next empty poll starts over at 1.
-        p.awaitReadable(pair.a)
+        readable = p.awaitReadable(pair.a)
+        #expect(readable)
         #expect(p.receivesWithoutPolling == 0)
         var byte: UInt8 = 0
         #expect(recv(pair.a, &byte, 1, 0) == 1 && byte == UInt8(ascii: "x"))
-        p.awaitReadable(pair.a)
+        readable = p.awaitReadable(pair.a)
+        #expect(!readable)
         #expect(p.receivesWithoutPolling == 1)
     }
 
     @Test("no polling when others are busy, with a zero window, or on one CPU")
     func whenNotToPoll() throws {
         let pair = try Pair()
+        var readable: Bool
         var busy = BusyPoll(windowMicroseconds: 20, limit: .oneLessThanCPUs)
-        busy.awaitReadable(pair.a, othersBusy: true)
+        #expect(send(pair.b, "x", 1, 0) == 1)
+        readable = busy.awaitReadable(pair.a, othersBusy: true)
+        #expect(!readable, "not polled, so not known readable")
         #expect(busy.receivesWithoutPolling == 0, "skipped entirely: no back-off recorded")
         var off = BusyPoll(windowMicroseconds: 0, limit: .one)
         #expect(!off.isEnabled)
-        off.awaitReadable(pair.a)
+        readable = off.awaitReadable(pair.a)
+        #expect(!readable)
         #expect(off.receivesWithoutPolling == 0)
         #expect(BusyPoll(windowMicroseconds: 20, limit: .one).isEnabled == Self.manyCPUs)
     }

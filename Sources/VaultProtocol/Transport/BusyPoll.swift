@@ -72,18 +72,20 @@ public struct BusyPoll: Sendable {
         return min(v, 1000)
     }
 
-    /// Returns once `fd` is readable, or the poll is over (or not worth starting). The
-    /// caller then receives as usual, blocking if nothing came.
+    /// Returns once `fd` is readable, or the poll is over (or not worth starting): true
+    /// when it saw `fd` readable (data, or the peer gone), so the receive need not wait.
+    /// The caller then receives as usual, blocking if nothing came.
     ///
     /// `othersBusy`: other threads of the process have work in progress (a daemon's other
     /// calls); then the CPU is theirs, and nothing is polled.
-    public mutating func awaitReadable(_ fd: Int32, othersBusy: Bool = false) {
-        guard isEnabled, !othersBusy else { return }
+    @discardableResult
+    public mutating func awaitReadable(_ fd: Int32, othersBusy: Bool = false) -> Bool {
+        guard isEnabled, !othersBusy else { return false }
         if skip > 0 {
             skip -= 1
-            return
+            return false
         }
-        guard counter.enter(limit: limit) else { return }
+        guard counter.enter(limit: limit) else { return false }
         defer { counter.leave() }
         var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
         let deadline = MonotonicClock.nanoseconds() &+ window
@@ -91,13 +93,14 @@ public struct BusyPoll: Sendable {
             // Readable, or hung up: the receive returns at once. (-1 is EINTR: poll again.)
             if poll(&pfd, 1, 0) > 0 {
                 backoff = 0
-                return
+                return true
             }
             if MonotonicClock.nanoseconds() >= deadline { break }
             sched_yield()
         }
         backoff = min(max(1, backoff * 2), 64)
         skip = backoff
+        return false
     }
 }
 

@@ -96,7 +96,8 @@ public final class UnixSocket: @unchecked Sendable {
 
     /// Reads what is available, up to `max` bytes, waiting for it at most the receive
     /// timeout (`setTimeouts`; none by default); an empty result means the peer closed.
-    /// Throws `Errno` EAGAIN when the timeout expired.
+    /// Throws `Errno` EAGAIN when the timeout expired. `readable`: a poll just saw data (or
+    /// a hang-up) waiting (`BusyPoll.awaitReadable`), so there is nothing to wait for.
     ///
     /// It waits in `poll` for POLLIN, not in a blocking `recv`. Linux wakes a thread asleep
     /// in an AF_UNIX stream `recv` also when the *peer* reads what this socket sent
@@ -104,9 +105,9 @@ public final class UnixSocket: @unchecked Sendable {
     /// data), so every request and every reply woke its sender once for nothing; `poll`'s
     /// wait ignores events it was not asked for. Issue #8's profile: 3.4 context switches
     /// per lookup with four clients, 2.0 with this; 56k → 64k lookups/s.
-    public func receive(max: Int = 65536) throws -> [UInt8] {
+    public func receive(max: Int = 65536, readable: Bool = false) throws -> [UInt8] {
         var ready = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-        if try valueOrErrno("poll", { poll(&ready, 1, receiveTimeoutMilliseconds) }) == 0 {
+        if !readable, try valueOrErrno("poll", { poll(&ready, 1, receiveTimeoutMilliseconds) }) == 0 {
             throw Errno(code: EAGAIN, call: "recv")
         }
         // Readable, hung up or failed: the recv returns at once (data, 0 or the error).
@@ -154,8 +155,8 @@ public final class VarlinkStream: @unchecked Sendable {
     public func receive(polling: Bool = false) throws -> JSON? {
         while true {
             if let frame = try reader.nextFrame() { return try JSON.parse(frame) }
-            if polling { busyPoll.awaitReadable(socket.fd) }
-            let chunk = try socket.receive()
+            let readable = polling && busyPoll.awaitReadable(socket.fd)
+            let chunk = try socket.receive(readable: readable)
             if chunk.isEmpty { return nil }
             reader.append(chunk)
         }
