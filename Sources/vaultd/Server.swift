@@ -188,8 +188,7 @@ final class Server: @unchecked Sendable {
                     }
                     let chunk: [UInt8]
                     do {
-                        let readable = busyPoll.awaitReadable(conn.fd, othersBusy: callsInProgress.load(ordering: .relaxed) > 0)
-                        chunk = try conn.receive(readable: readable)
+                        chunk = try conn.receive(polling: &busyPoll, othersBusy: callsInProgress.load(ordering: .relaxed) > 0)
                     } catch let e as Errno where e.code == EAGAIN || e.code == EWOULDBLOCK {
                         if stopping.load(ordering: .relaxed) { return }
                         continue

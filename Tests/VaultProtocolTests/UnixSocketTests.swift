@@ -29,6 +29,26 @@ struct UnixSocketTests {
         return (String(state), switches)
     }
 
+    /// Waits until thread `tid` sleeps and stays asleep (its voluntary switch count the same
+    /// over 10 ms): then it waits in its receive, not in a brief sleep on the way there.
+    /// Returns that count.
+    static func waitAsleep(_ tid: borrowing Atomic<Int32>) throws -> Int {
+        var last: Int?
+        for _ in 0..<2000 {
+            usleep(10_000)
+            let t = tid.load(ordering: .sequentiallyConsistent)
+            guard t > 0, let now = try? thread(t), now.state == "S" else {
+                last = nil
+                continue
+            }
+            if now.voluntarySwitches == last { return now.voluntarySwitches }
+            last = now.voluntarySwitches
+        }
+        throw Failure(message: "the receiving thread never settled asleep")
+    }
+
+    struct Failure: Error { var message: String }
+
     /// The calling thread's id (/proc/thread-self links to <pid>/task/<tid>).
     static func currentThreadID() -> Int32 {
         let link = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/thread-self")) ?? ""
@@ -44,8 +64,8 @@ struct UnixSocketTests {
     }
 
     @Test func receiveGivesUpWithEAGAINAfterTheReceiveTimeout() throws {
-        let (a, _b) = try Self.pair()
-        _ = _b
+        let (a, b) = try Self.pair()
+        defer { withExtendedLifetime(b) {} }  // the peer stays open: nothing arrives, nothing closes
         a.setTimeouts(receive: 0.05, send: 0)
         #expect(a.receiveTimeoutMilliseconds == 50)
         do {
@@ -56,18 +76,29 @@ struct UnixSocketTests {
         }
         a.setTimeouts(receive: 0, send: 0)
         #expect(a.receiveTimeoutMilliseconds == -1)
+        // Closed: EBADF at once (poll would ignore the -1 and wait for ever).
+        a.close()
+        do {
+            _ = try a.receive()
+            Issue.record("receive on a closed socket returned")
+        } catch let e as Errno {
+            #expect(e.code == EBADF, "\(e)")
+        }
     }
 
     @Test func shutdownWakesAReceiveWithoutTimeout() throws {
-        let (a, _b) = try Self.pair()
-        _ = _b
+        let (a, b) = try Self.pair()
+        defer { withExtendedLifetime(b) {} }
+        let tid = Atomic<Int32>(0)
         let got = Mutex<[UInt8]?>(nil)
         let done = DispatchSemaphore(value: 0)
         Thread.detachNewThread {
-            got.withLock { $0 = (try? a.receive()) ?? [0xFF] }
+            tid.store(Self.currentThreadID(), ordering: .sequentiallyConsistent)
+            let r = (try? a.receive()) ?? [0xFF]
+            got.withLock { $0 = r }
             done.signal()
         }
-        usleep(20_000)
+        _ = try Self.waitAsleep(tid)
         a.shutdown()
         #expect(done.wait(timeout: .now() + 10) == .success, "receive never returned after shutdown")
         #expect(got.withLock { $0 } == [])
@@ -86,19 +117,13 @@ struct UnixSocketTests {
         Thread.detachNewThread {
             tid.store(Self.currentThreadID(), ordering: .sequentiallyConsistent)
             try? a.sendAll(Array("request".utf8))
-            got.withLock { $0 = try? a.receive() }
+            let r = try? a.receive()
+            got.withLock { $0 = r }
             done.signal()
         }
         // Wait for the thread to send and fall asleep in receive.
-        var asleep = false
-        for _ in 0..<2000 where !asleep {
-            usleep(1000)
-            let t = tid.load(ordering: .sequentiallyConsistent)
-            asleep = t > 0 && (try? Self.thread(t).state) == "S"
-        }
-        try #require(asleep, "the receiving thread never went to sleep")
+        let before = try Self.waitAsleep(tid)
         let t = tid.load(ordering: .sequentiallyConsistent)
-        let before = try Self.thread(t).voluntarySwitches
         #expect(try b.receive() == Array("request".utf8))
         usleep(50_000)
         let after = try Self.thread(t)

@@ -94,10 +94,12 @@ public final class UnixSocket: @unchecked Sendable {
         }
     }
 
-    /// Reads what is available, up to `max` bytes, waiting for it at most the receive
-    /// timeout (`setTimeouts`; none by default); an empty result means the peer closed.
-    /// Throws `Errno` EAGAIN when the timeout expired. `readable`: a poll just saw data (or
-    /// a hang-up) waiting (`BusyPoll.awaitReadable`), so there is nothing to wait for.
+    /// Reads what is available, up to `max` bytes, waiting for it up to the receive timeout
+    /// (`setTimeouts`; none by default; a signal starts the wait over); an empty result
+    /// means the peer closed. Throws `Errno` EAGAIN when the timeout expired, EBADF once
+    /// the socket is closed. `readable`: a poll just saw data (or a hang-up) waiting, so
+    /// there is nothing to wait for (when wrong, the recv blocks, bounded only by
+    /// SO_RCVTIMEO).
     ///
     /// It waits in `poll` for POLLIN, not in a blocking `recv`. Linux wakes a thread asleep
     /// in an AF_UNIX stream `recv` also when the *peer* reads what this socket sent
@@ -106,6 +108,8 @@ public final class UnixSocket: @unchecked Sendable {
     /// wait ignores events it was not asked for. Issue #8's profile: 3.4 context switches
     /// per lookup with four clients, 2.0 with this; 56k → 64k lookups/s.
     public func receive(max: Int = 65536, readable: Bool = false) throws -> [UInt8] {
+        // poll ignores a negative descriptor: it would wait out the timeout, or for ever.
+        guard fd >= 0 else { throw Errno(code: EBADF, call: "recv") }
         var ready = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
         if !readable, try valueOrErrno("poll", { poll(&ready, 1, receiveTimeoutMilliseconds) }) == 0 {
             throw Errno(code: EAGAIN, call: "recv")
@@ -116,6 +120,12 @@ public final class UnixSocket: @unchecked Sendable {
             n = 0
             n = try valueOrErrno("recv") { recv(fd, b.baseAddress, max, 0) }
         }
+    }
+
+    /// `receive`, after polling briefly for the data with `busyPoll` (vaultd's connections
+    /// and `VarlinkStream` replies); `othersBusy` as for `BusyPoll.awaitReadable`.
+    public func receive(polling busyPoll: inout BusyPoll, othersBusy: Bool = false) throws -> [UInt8] {
+        try receive(readable: busyPoll.awaitReadable(fd, othersBusy: othersBusy))
     }
 
     /// How long `receive` waits for data, in milliseconds (-1: for ever).
@@ -155,8 +165,7 @@ public final class VarlinkStream: @unchecked Sendable {
     public func receive(polling: Bool = false) throws -> JSON? {
         while true {
             if let frame = try reader.nextFrame() { return try JSON.parse(frame) }
-            let readable = polling && busyPoll.awaitReadable(socket.fd)
-            let chunk = try socket.receive(readable: readable)
+            let chunk = polling ? try socket.receive(polling: &busyPoll) : try socket.receive()
             if chunk.isEmpty { return nil }
             reader.append(chunk)
         }
