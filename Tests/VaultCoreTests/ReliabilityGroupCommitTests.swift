@@ -126,9 +126,11 @@ import VaultProtocol
             // threshold plus what commits while the background checkpoint runs (about 30
             // frames here); the bound leaves the checkpointer 2000 frames of slack.
             // (A next cycle that started only at twice the threshold would also end there.)
-            // With readers, the fallback's RESTART, which fails while a background round is
-            // copying (SQLite's checkpoint lock is not waited for) and is tried again at each
-            // commit: the commits of that round past it (83 frames seen on a loaded machine).
+            // With readers, the fallback's RESTART: the commit that crosses it (a few frames),
+            // or a few more. The RESTART fails while a background round copies (SQLite's
+            // checkpoint lock is not waited for) and is tried again at each commit; the commit
+            // at the fallback starts no round, but one still chasing the writer from the last
+            // threshold can hold it up (83 frames past it were seen on a loaded machine).
             // Without the fallback the WAL would run to all 12,000 frames.
             let bound = Checkpointer.writerFallbackFrames + (concurrentReaders > 0 ? Checkpointer.thresholdFrames / 4 : 0)
             #expect(

@@ -70,13 +70,16 @@ final class Checkpointer: @unchecked Sendable {
     }
 
     /// Called after each commit with the WAL's frame count (also below the threshold: a
-    /// drop in the count is how a restart is seen).
-    func committed(frames: Int32) {
+    /// drop in the count is how a restart is seen). `mayStartRound`: false when the
+    /// committing writer checkpoints itself (the fallback): a background round woken then
+    /// would take SQLite's checkpoint lock first, and the writer's checkpoint would fail
+    /// until that round ended (83 frames past the fallback in a test under load).
+    func committed(frames: Int32, mayStartRound: Bool = true) {
         condition.withLock {
             latestFrames = frames
             // A smaller count than last time: the WAL started over.
             if frames < triggeredAt { triggeredAt = 0 }
-            guard frames >= triggeredAt + Self.thresholdFrames else { return }
+            guard mayStartRound, frames >= triggeredAt + Self.thresholdFrames else { return }
             triggeredAt = frames
             pendingFrames = frames
             condition.signal()
@@ -147,8 +150,8 @@ let checkpointerWALHook: @convention(c) (UnsafeMutableRawPointer?, OpaquePointer
     context, db, name, frames in
     guard let context else { return SQLITE_OK }
     let checkpointer = Unmanaged<Checkpointer>.fromOpaque(context).takeUnretainedValue()
-    checkpointer.committed(frames: frames)
     let fallback = frames >= Checkpointer.writerFallbackFrames
+    checkpointer.committed(frames: frames, mayStartRound: !fallback)
     let endOfCycle = checkpointer.takeCaughtUp()
     guard fallback || endOfCycle else { return SQLITE_OK }
     var deadline = MonotonicClock.nanoseconds() + (fallback ? 50_000_000 : 2_000_000)
