@@ -135,18 +135,20 @@ func timedRun(clients: Int, seconds: Double, make: (Int) throws -> Operation) th
     return Run(latencies: all, elapsed: end > s ? end - s : 0, failures: failures)
 }
 
+/// Flushes what earlier parts left for the disk (`sync`), before a workload is measured:
+/// durable writes and the copies of cached vaults leave up to hundreds of MB dirty, which
+/// the kernel writes back up to 30 s later, in the middle of whatever is measured then (the
+/// copy of the 100,000-item vault, 70 MB, was written back during its four-client lookups).
+func flushEarlierWrites() { sync() }
+
 /// Warm-up, then `repetitions` timed runs; the entry holds the median p50, p99 and ops/s
-/// (and the median CPU time `server` spent per operation, when given).
-///
-/// First it flushes what earlier parts left for the disk (`sync`): durable writes and the
-/// copies of cached vaults leave up to hundreds of MB dirty, which the kernel writes back
-/// up to 30 s later, in the middle of whatever is measured then (the copy of the
-/// 100,000-item vault, 70 MB, was written back during its four-client lookups).
+/// (and the median CPU time `server` spent per operation, when given). Flushes earlier
+/// writes first.
 func measure(
     _ name: String, system: String, items: Int, clients: Int, options: Options, note: String? = nil, server: pid_t? = nil,
     make: (Int) throws -> Operation
 ) throws -> Entry {
-    sync()
+    flushEarlierWrites()
     if options.warmup > 0 { _ = try timedRun(clients: clients, seconds: options.warmup, make: make) }
     var runs: [Run] = []
     var cpu: [Double] = []

@@ -35,8 +35,9 @@ private let nextCycle = LockedValue(0)
 
 /// Add new items for `seconds`, update those items for `seconds`, delete every one of them
 /// (so the store is back to `items` afterwards): a warm-up cycle, then `repetitions` timed
-/// ones; the entries hold the medians.
+/// ones; the entries hold the medians. Flushes earlier writes first.
 func writeCycle(system: String, items: Int, clients: Int, options: Options, store: WriteStore, server: pid_t? = nil) throws -> [Entry] {
+    flushEarlierWrites()
     var adds: [Run] = [], updates: [Run] = [], deletes: [Run] = []
     var cpu: [[Double]] = [[], [], []]
     /// Runs `body` and records the server's CPU per operation in `cpu[slot]` when timed.
@@ -101,8 +102,10 @@ func writeCycle(system: String, items: Int, clients: Int, options: Options, stor
 }
 
 /// Times whole processes (`make` gives the executable and its arguments for each run):
-/// two untimed runs, then `processRuns` timed ones, one at a time.
+/// two untimed runs, then `processRuns` timed ones, one at a time. Flushes earlier writes
+/// first.
 func processRuns(_ name: String, system: String, items: Int, options: Options, note: String, environment: [String: String] = ProcessInfo.processInfo.environment, make: () -> (String, [String])) throws -> Entry {
+    flushEarlierWrites()
     var latencies: [UInt64] = []
     var failures = 0
     var timedTotal: UInt64 = 0
@@ -231,8 +234,10 @@ struct VaultdWorkloads {
     }
 }
 
-/// Times a very cheap read in batches of 1000; the p50/p99 are of the batch means.
+/// Times a very cheap read in batches of 1000; the p50/p99 are of the batch means. Flushes
+/// earlier writes first.
 func batchedReads(_ name: String, system: String, options: Options, note: String, read: @escaping () -> Bool) throws -> Entry {
+    flushEarlierWrites()
     let batch = 1000
     var runs: [Run] = []
     for rep in 0..<(1 + options.repetitions) {
