@@ -33,19 +33,15 @@ enum Floor {
         }
     }
 
-    /// Waits in poll, then receives, as `UnixSocket.receive` does (a blocking recv would pay
-    /// a wake-up for nothing each time the peer reads: the floor would be slower than
-    /// vaultd's own receives).
+    /// A blocking recv, the plain round trip. (Unlike vaultd's receives it is woken once
+    /// more when its peer reads what it sent; on this idle VM that wake-up comes just before
+    /// the reply and spares it the vCPU's wake from halt, so it is the faster floor for one
+    /// client: 42-44 µs, against 48-57 µs when it waited in poll, in the same hour.)
     static func readExactly(_ fd: Int32, _ buf: inout [UInt8]) -> Bool {
         let count = buf.count
         return buf.withUnsafeMutableBytes { b in
             var off = 0
             while off < count {
-                var ready = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-                if poll(&ready, 1, -1) < 0 {
-                    if errno == EINTR { continue }
-                    return false
-                }
                 let n = recv(fd, b.baseAddress! + off, count - off, 0)
                 if n > 0 { off += n } else if n < 0 && errno == EINTR { continue } else { return false }
             }
