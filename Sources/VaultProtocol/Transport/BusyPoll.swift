@@ -78,7 +78,6 @@ public struct BusyPoll: Sendable {
     ///
     /// `othersBusy`: other threads of the process have work in progress (a daemon's other
     /// calls); then the CPU is theirs, and nothing is polled.
-    @discardableResult
     public mutating func awaitReadable(_ fd: Int32, othersBusy: Bool = false) -> Bool {
         guard isEnabled, !othersBusy else { return false }
         if skip > 0 {
