@@ -20,12 +20,27 @@ enum PeerIdentity {
     }
 
     /// Only a sandbox can put a file at `/.flatpak-info` (the host's `/` is root's), so its
-    /// presence means a sandboxed app.
+    /// presence means a sandboxed app. Without one, a peer whose root directory is not
+    /// vaultd's (a bubblewrap sandbox, a container, a chroot) is a sandbox vaultd cannot
+    /// name: it can neither run the host's vaultctl nor be told apart from another app, so
+    /// it gets nothing (README, the threat model).
     static func sandbox(pid: pid_t) -> Sandbox {
         let path = "/proc/\(pid)/root/.flatpak-info"
         var st = stat()
-        if stat(path, &st) != 0 { return errno == ENOENT ? .none : .unidentifiable }
+        if stat(path, &st) != 0 {
+            guard errno == ENOENT else { return .unidentifiable }
+            return sameFile("/proc/\(pid)/root", "/") ? .none : .unidentifiable
+        }
         return flatpakAppID(path: path).map(Sandbox.flatpak) ?? .unidentifiable
+    }
+
+    /// Whether two paths name the same file (device and inode; false when either cannot be
+    /// looked at). `/proc/PID/root` and `/proc/PID/exe` lead to the peer's own file whatever
+    /// its mount namespace shows at that path.
+    static func sameFile(_ a: String, _ b: String) -> Bool {
+        var sa = stat(), sb = stat()
+        guard stat(a, &sa) == 0, stat(b, &sb) == 0 else { return false }
+        return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino
     }
 
     /// `[Application] name` from a `.flatpak-info` file.
@@ -66,11 +81,13 @@ enum PeerIdentity {
         case .none: break
         case .flatpak(let id): flatpakID = id
         case .unidentifiable:
-            log("refused pid \(peer.pid): a sandbox whose .flatpak-info names no app (or cannot be read)")
+            log("refused pid \(peer.pid): a sandbox vaultd cannot name (a root directory not vaultd's, or a .flatpak-info that names no app or cannot be read)")
             return nil
         }
         do {
-            return try vault.caller(flatpakAppID: flatpakID, executable: executable(pid: peer.pid))
+            return try vault.caller(
+                flatpakAppID: flatpakID, executable: executable(pid: peer.pid),
+                isRegisteredFile: { sameFile("/proc/\(peer.pid)/exe", $0) })
         } catch {
             log("cannot identify peer pid \(peer.pid): \(error)")
             return nil

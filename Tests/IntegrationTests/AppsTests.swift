@@ -382,22 +382,42 @@ import Glibc
 
     // MARK: Sandboxed apps (Flatpak identity)
 
-    /// Runs `app ARGS` in a bubblewrap sandbox whose `/.flatpak-info` names `flatpakID`, the
-    /// executable mounted at `inside` (default `/app/bin/app`), the socket's directory bound.
+    /// How a test sandbox is built.
+    enum SandboxRoot {
+        /// A tmpfs root with `/usr`, `/etc`, `/opt` and the socket's directory bound, and a
+        /// `/.flatpak-info` naming the app (or holding `infoText`): a Flatpak app.
+        case flatpak
+        /// The same tmpfs root without `/.flatpak-info`: a bubblewrap sandbox with no name.
+        case unnamed
+        /// The host's `/` bound as the root (same file), the executable mounted over `inside`.
+        case host
+    }
+
+    /// Runs `app ARGS` in a bubblewrap sandbox (`root`), the executable mounted at `inside`
+    /// (default `/app/bin/app`), the socket reachable.
     static func sandboxed(
         _ d: Daemon, _ app: String, _ arguments: [String], flatpakID: String = "org.example.Sandboxed", inside: String = "/app/bin/app",
-        infoText: String? = nil, stdin: Data? = nil
+        infoText: String? = nil, root: SandboxRoot = .flatpak, stdin: Data? = nil
     ) throws -> ProcessResult {
-        let info = d.root + "/flatpak-info-\(UUID().uuidString)"
-        let text = infoText ?? "[Application]\nname=\(flatpakID)\n\n[Instance]\ninstance-id=1\n"
-        try Data(text.utf8).write(to: URL(fileURLWithPath: info))
-        let socketDir = (d.socketPath as NSString).deletingLastPathComponent
-        let bwrap = [
-            "--tmpfs", "/", "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
-            "--symlink", "usr/bin", "/bin", "--ro-bind", "/etc", "/etc", "--ro-bind", "/opt", "/opt",
-            "--ro-bind", info, "/.flatpak-info", "--bind", socketDir, socketDir, "--ro-bind", app, inside,
-            "--dev", "/dev", "--proc", "/proc", "--setenv", "VAULTD_SOCKET", d.socketPath, "--setenv", "HOME", "/tmp",
-            inside,
+        var bwrap: [String]
+        if root == .host {
+            bwrap = ["--bind", "/", "/"]
+        } else {
+            let socketDir = (d.socketPath as NSString).deletingLastPathComponent
+            bwrap = [
+                "--tmpfs", "/", "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
+                "--symlink", "usr/bin", "/bin", "--ro-bind", "/etc", "/etc", "--ro-bind", "/opt", "/opt", "--bind", socketDir, socketDir,
+            ]
+            if root == .flatpak {
+                let info = d.root + "/flatpak-info-\(UUID().uuidString)"
+                let text = infoText ?? "[Application]\nname=\(flatpakID)\n\n[Instance]\ninstance-id=1\n"
+                try Data(text.utf8).write(to: URL(fileURLWithPath: info))
+                bwrap += ["--ro-bind", info, "/.flatpak-info"]
+            }
+        }
+        bwrap += [
+            "--ro-bind", app, inside, "--dev", "/dev", "--proc", "/proc", "--setenv", "VAULTD_SOCKET", d.socketPath,
+            "--setenv", "HOME", "/tmp", inside,
         ]
         return d.run("bwrap", bwrap + arguments, stdin: stdin)
     }
@@ -486,6 +506,50 @@ import Glibc
         let list = try Self.sandboxed(d, app, ["item", "list"], infoText: infoText)
         #expect(!list.stdoutText.contains("owner-svc"), "\(list)")
         #expect(d.ctl(["app", "list", "--json"]).jsonArray?.isEmpty == true, "nothing registered")
+    }
+
+    /// A bubblewrap sandbox without `/.flatpak-info` (its root is not the host's) can neither
+    /// run the host's vaultctl nor be told apart from another app: it is refused, not taken
+    /// for the owner.
+    @Test func aSandboxWithoutFlatpakInfoIsRefused() throws {
+        let d = try Self.daemon()
+        defer { d.close() }
+        let a = try d.placeExample("a")
+        try d.install(Self.appA, exe: a)
+        #expect(d.app(a, ["token", "set"], stdin: Data("token-of-A".utf8)).status == 0)
+        #expect(d.ctl(["item", "add", "--service", "owner-svc", "--account", "me"], stdin: Data("owner secret".utf8)).status == 0)
+        let app = try d.placeExample("unnamed")
+        let launch = try Self.sandboxed(d, app, ["launch"], root: .unnamed)
+        #expect(launch.status != 0, "\(launch)")
+        for args in [
+            ["item", "get", "--access-group", "user", "--service", "owner-svc", "--account", "me"],
+            ["item", "get", "--access-group", Self.appA] + Self.tokenFilter,
+        ] {
+            let r = try Self.sandboxed(d, app, args, root: .unnamed)
+            #expect(r.status != 0 && !r.stdoutText.contains("secret") && !r.stdoutText.contains("token-of-A"), "\(args): \(r)")
+        }
+        // The same binary at A's own path in such a sandbox is not A either.
+        let atAsPath = try Self.sandboxed(d, a, ["token", "get"], inside: a, root: .unnamed)
+        #expect(atAsPath.status != 0 && !atAsPath.stdoutText.contains("token-of-A"), "\(atAsPath)")
+        #expect(d.log.contains("a sandbox vaultd cannot name"), "log:\n\(d.log)")
+        #expect(d.ctl(["app", "list", "--json"]).jsonArray?.count == 1, "nothing registered but A")
+    }
+
+    /// Another file mounted over a registered app's path (in a sandbox that keeps the host's
+    /// root) is not that app: vaultd compares the files, not the paths the peer sees.
+    @Test func anotherFileAtARegisteredAppsPathIsNotThatApp() throws {
+        let d = try Self.daemon()
+        defer { d.close() }
+        let a = try d.placeExample("a")
+        try d.install(Self.appA, exe: a)
+        #expect(d.app(a, ["token", "set"], stdin: Data("token-of-A".utf8)).status == 0)
+        let other = try d.placeExample("other")  // a copy: the same bytes, another file
+        let r = try Self.sandboxed(d, other, ["token", "get"], inside: a, root: .host)
+        #expect(r.status != 0 && !r.stdoutText.contains("token-of-A"), "\(r)")
+        #expect(d.log.contains("registered path but is another file"), "log:\n\(d.log)")
+        // A itself, through the same kind of sandbox, is still A.
+        let itself = try Self.sandboxed(d, a, ["token", "get"], inside: a, root: .host)
+        #expect(itself.status == 0 && itself.stdoutText == "token-of-A", "\(itself)")
     }
 
     // MARK: Other users

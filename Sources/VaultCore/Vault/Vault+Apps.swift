@@ -101,7 +101,11 @@ extension Vault {
     /// unidentified is the owner (admin surface, no app tier).
     /// A Flatpak ID that names an installed app registered by executable is refused
     /// (PermissionDenied): a sandbox cannot take over a registered app and its groups.
-    public func caller(flatpakAppID: String?, executable: String?) throws -> Caller {
+    /// `isRegisteredFile(path)`: whether `path`, as vaultd sees it, is the peer's very
+    /// executable file; a peer whose executable path is a registered app's but whose file is
+    /// another (mounted over that path in its own mount namespace) is refused
+    /// (PermissionDenied).
+    public func caller(flatpakAppID: String?, executable: String?, isRegisteredFile: (String) -> Bool = { _ in true }) throws -> Caller {
         if let id = flatpakAppID {
             // Look and register as one step, so two first contacts make one generation.
             return try registration.withLock {
@@ -115,6 +119,11 @@ extension Vault {
             }
         }
         if let exe = executable, let a = try locked({ try apps.all() }).first(where: { $0.installed && !$0.flatpak && $0.executable == exe }) {
+            // The path is the peer's view (its mount namespace): another file mounted at A's
+            // path is not A.
+            guard isRegisteredFile(exe) else {
+                throw VaultError(.permissionDenied, "the peer's executable is at \(a.appID)'s registered path but is another file")
+            }
             return a.caller
         }
         return .owner
