@@ -35,10 +35,12 @@ public struct Item: Sendable {
 public struct Keychain: Sendable {
     let connection: VaultConnection
 
-    /// As `SecItemAdd`: stores `data` (at most 1 MiB) under `attributes`. Returns the stored
-    /// attributes (with defaults such as accessGroup, accessible and the dates filled in).
+    /// As `SecItemAdd`: stores `data` (at most 1 MiB, `SecretLimit`; over it SecretTooLarge,
+    /// -50, before anything is sent) under `attributes`. Returns the stored attributes (with
+    /// defaults such as accessGroup, accessible and the dates filled in).
     @discardableResult
     public func add(_ itemClass: ItemClass = .genericPassword, attributes: ItemAttributes, data: Data) throws -> ItemAttributes {
+        try SecretLimit.check(data.count)
         let r = try connection.call(
             "io.vaultd.Keychain.Add",
             ["class": .string(itemClass.rawValue), "attributes": attributes.json, "data": .string(data.base64EncodedString())])
@@ -61,9 +63,10 @@ public struct Keychain: Sendable {
     }
 
     /// As `SecItemUpdate`: sets `attributes` on every match, and replaces the secret when
-    /// `data` is given. Returns the number of items changed.
+    /// `data` is given (at most 1 MiB, as for `add`). Returns the number of items changed.
     @discardableResult
     public func update(_ query: Query, attributes: ItemAttributes = ItemAttributes(), data: Data? = nil) throws -> Int {
+        if let data { try SecretLimit.check(data.count) }
         var p = query.parameters
         p["matchLimit"] = nil  // not a parameter of Update (it acts on every match)
         p["attributes"] = attributes.json

@@ -106,6 +106,28 @@ import Glibc
         let viaCtl = d.ctl(["item", "update", "--service", "tier.limit", "--account", "exact", "--secret-stdin"], stdin: tooLarge)
         #expect(viaCtl.status == 1 && viaCtl.stderr.contains("SecretTooLarge"), "\(viaCtl)")
         #expect(try store.data(for: "exact") == limit)
+
+        // Far over the limit (base64 makes 6 MiB and more a message over varlink's 8 MiB):
+        // still SecretTooLarge with both sizes, from vaultctl and from VaultClient alike.
+        for size in [6 << 20, 8 << 20, 9 << 20] {
+            let huge = Data(count: size)
+            let r = d.ctl(["item", "add", "--service", "tier.limit", "--account", "huge"], stdin: huge)
+            #expect(r.status == 1 && r.stderr.contains("io.vaultd.Keychain.SecretTooLarge"), "\(size): \(r)")
+            #expect(r.stderr.contains("\(size)") && r.stderr.contains("1048576"), "\(size): \(r)")
+            let u = d.ctl(["item", "update", "--service", "tier.limit", "--account", "exact", "--secret-stdin"], stdin: huge)
+            #expect(u.status == 1 && u.stderr.contains("io.vaultd.Keychain.SecretTooLarge"), "\(size): \(u)")
+            #expect(vaultError { try vault.keychain.add(attributes: attrs, data: huge) }?.code == .secretTooLarge)
+        }
+        #expect(try store.data(for: "exact") == limit)
+
+        // vaultd itself refuses what a client sends past the limit, whatever the client checked.
+        let raw = try d.connect()
+        defer { raw.close() }
+        let refused = try raw.call(
+            "io.vaultd.Keychain.Add",
+            ["class": "genericPassword", "attributes": ["service": "tier.limit", "account": "raw"], "data": tooLarge.base64EncodedString()])
+        #expect(refused.errorName == "io.vaultd.Keychain.SecretTooLarge", "\(refused)")
+        #expect(try vault.status().items == itemsBefore + 1)
     }
 
     // MARK: identities

@@ -35,8 +35,6 @@ struct WriteKeys {
 /// keys, attributes under the metadata key, each ciphertext bound to its row by associated
 /// data. Semantics follow SecItemAdd / CopyMatching / Update / Delete. Not thread-safe.
 final class KeychainStore {
-    /// A secret may hold at most this many bytes (1 MiB).
-    static let maximumSecretSize = 1 << 20
     /// An item's attributes, serialized, may take at most this many bytes (64 KiB).
     static let maximumAttributesSize = 64 << 10
 
@@ -120,12 +118,6 @@ final class KeychainStore {
             throw VaultError.param("a synchronizable item cannot be ThisDeviceOnly")
         }
         if let g = a.accessGroup, g.isEmpty { throw VaultError.param("the access group must not be empty") }
-    }
-
-    private static func checkSecretSize(_ count: Int) throws {
-        guard count <= maximumSecretSize else {
-            throw VaultError(.secretTooLarge, "the secret is \(count) bytes; the limit is \(maximumSecretSize) bytes (1 MiB)", extra: ["limit": JSON(maximumSecretSize)])
-        }
     }
 
     // MARK: reading rows
@@ -354,7 +346,7 @@ final class KeychainStore {
     /// The attributes an Add stores (checked, normalized, dated). Throws SecretTooLarge,
     /// MissingEntitlement, Param.
     static func addedAttributes(itemClass: ItemClass, attributes input: ItemAttributes, secretSize: Int, caller: Caller) throws -> ItemAttributes {
-        try checkSecretSize(secretSize)
+        try SecretLimit.check(secretSize)
         var a = input
         a.creationDate = nil
         a.modificationDate = nil
@@ -412,7 +404,7 @@ final class KeychainStore {
     /// secret. Throws ItemNotFound, DuplicateItem (a change would collide), MissingEntitlement,
     /// Param, or the class-key error when any match is unavailable.
     func update(_ q: ItemQuery, changes: ItemAttributes, secret: SecureBytes?, caller: Caller) throws -> Int {
-        if let secret { try Self.checkSecretSize(secret.count) }
+        if let secret { try SecretLimit.check(secret.count) }
         let matches = try matchingRows(ItemQuery(itemClass: q.itemClass, attributes: q.attributes, matchAll: true), caller: caller)
         let (rows, error) = available(matches)
         if let error, rows.count < matches.count { throw error }
