@@ -147,9 +147,11 @@ func store(_ vault: Vault, _ c: Credential, group: String?) throws {
 }
 
 func erase(_ vault: Vault, _ c: Credential, group: String?) throws {
-    // Only the item git names: its exact key, and its password when git gives one (so a
-    // credential changed meanwhile by another git is kept).
-    for item in try matches(vault, c, group: group, exactPath: true) {
+    // The items git names, matched as get matches them and as git's credential-store erases:
+    // protocol, host and port exactly; a path or username git does not send matches any (so
+    // the credential get just offered from under a path can be rejected); and the password
+    // when git gives one (so a credential changed meanwhile by another git is kept).
+    for item in try matches(vault, c, group: group, exactPath: false) {
         if let p = c.password, item.data != Data(p.utf8) { continue }
         guard let a = item.attributes else { continue }
         var key = ItemAttributes(

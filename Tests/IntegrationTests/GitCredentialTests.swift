@@ -123,6 +123,36 @@ import Glibc
         #expect(g.internetItems().count == 1)
     }
 
+    /// erase matches what get matches, as git's credential-store does: a field git does not
+    /// send (path, username) matches any value. So the credential get just offered, found
+    /// under a path git no longer sends, goes when git rejects it.
+    @Test func eraseRemovesWhatGetReturnedWhenGitSendsNoPath() throws {
+        let g = try Git()
+        defer { g.close() }
+        #expect(g.git(["config", "--global", "credential.useHttpPath", "true"]).status == 0)
+        #expect(g.approve("url=https://bob@host.test/org/r2.git\npassword=p2").status == 0)
+        #expect(g.git(["config", "--global", "credential.useHttpPath", "false"]).status == 0)
+        // Same account and password elsewhere: another port, another host. These stay.
+        #expect(g.approve("protocol=https\nhost=host.test:8443\nusername=bob\npassword=p2").status == 0)
+        #expect(g.approve("protocol=https\nhost=other.test\nusername=bob\npassword=p2").status == 0)
+
+        let (_, got) = g.fill("url=https://host.test/")
+        #expect(got["username"] == "bob" && got["password"] == "p2", "\(got)")
+
+        // A password that is not the stored one removes nothing, path and username left open.
+        #expect(g.reject("protocol=https\nhost=host.test\npassword=stale").status == 0)
+        #expect(g.reject("protocol=https\nhost=host.test\nusername=bob\npassword=stale").status == 0)
+        #expect(g.internetItems().count == 3)
+
+        // Rejecting what get returned removes it: it is not offered again.
+        #expect(g.reject("protocol=https\nhost=host.test\nusername=bob\npassword=p2").status == 0)
+        let (again, _) = g.fill("url=https://host.test/")
+        #expect(again.status != 0 && !again.stdoutText.contains("password="), "\(again)")
+        let left = g.internetItems()
+        #expect(left.count == 2, "\(left)")
+        #expect(!left.contains { $0["server"] as? String == "host.test" && ($0["port"] as? Int ?? 0) == 0 }, "\(left)")
+    }
+
     @Test func controlCharactersAreRejectedAndNothingIsStoredOrReturned() throws {
         let g = try Git()
         defer { g.close() }
