@@ -22,6 +22,8 @@ import Glibc
 // Never harmful: a locked vault (or no vaultd) makes every action a quiet no-op with exit 0,
 // so git falls back to asking and nothing is erased or overwritten. Input with CR, NUL or a
 // line that is not key=value is rejected whole: nothing is stored, erased or returned.
+// `url=` is read as git reads it (protocol, host with port, path, username, password), and a
+// URL git would not parse, or whose decoded fields hold LF, CR or NUL, is rejected the same way.
 
 let ownerAccessGroup = "git"
 
@@ -42,10 +44,86 @@ func parseInput(_ data: Data) throws -> [String: String] {
         let key = String(line[..<eq])
         let value = String(line[line.index(after: eq)...])
         if key.isEmpty { throw Rejected(message: "a line has an empty key") }
+        // As git's credential_read: `url=` clears what came before and sets the fields it
+        // holds; a field after it overrides.
+        if key == "url" {
+            fields = try fieldsFromURL(value)
+            continue
+        }
         // Repeated keys (capability[], wwwauth[]) are not ours: the last one is kept.
         fields[key] = value
     }
     return fields
+}
+
+/// git's credential_from_url: `proto://[user[:password]@]host[:port][/path]`. The host ends
+/// at the first `/`, `?` or `#`; the username and password only when their `@` comes before
+/// that. Username, password, host and path are %XX-decoded; the path loses its leading and
+/// trailing slashes. A URL without a scheme is rejected (git dies on it), and so is one whose
+/// decoded fields hold LF, CR or NUL, or are not UTF-8.
+func fieldsFromURL(_ url: String) throws -> [String: String] {
+    let u = Array(url.utf8)
+    let scheme: [UInt8] = Array("://".utf8)
+    guard let protoEnd = u.indices.first(where: { u[$0...].starts(with: scheme) }), protoEnd > 0 else {
+        throw Rejected(message: "the url has no scheme")
+    }
+    let cp = protoEnd + 3
+    let at = u[cp...].firstIndex(of: UInt8(ascii: "@"))
+    let colon = u[cp...].firstIndex(of: UInt8(ascii: ":"))
+    let slash = u[cp...].firstIndex(where: { $0 == UInt8(ascii: "/") || $0 == UInt8(ascii: "?") || $0 == UInt8(ascii: "#") }) ?? u.endIndex
+
+    func text(_ bytes: [UInt8], _ what: String) throws -> String {
+        if bytes.contains(where: { $0 == 0 || $0 == 0x0A || $0 == 0x0D }) {
+            throw Rejected(message: "the url's \(what) contains LF, CR or NUL")
+        }
+        guard let s = String(validating: bytes, as: UTF8.self) else { throw Rejected(message: "the url's \(what) is not UTF-8") }
+        return s
+    }
+
+    var fields: [String: String] = ["protocol": try text(Array(u[..<protoEnd]), "protocol")]
+    var hostStart = cp
+    if let at, at < slash {
+        if let colon, colon < at {
+            fields["username"] = try text(percentDecoded(u[cp..<colon]), "username")
+            fields["password"] = try text(percentDecoded(u[(colon + 1)..<at]), "password")
+        } else {
+            fields["username"] = try text(percentDecoded(u[cp..<at]), "username")
+        }
+        hostStart = at + 1
+    }
+    fields["host"] = try text(percentDecoded(u[hostStart..<slash]), "host")
+    var p = slash
+    while p < u.endIndex && u[p] == UInt8(ascii: "/") { p += 1 }
+    if p < u.endIndex {
+        var path = percentDecoded(u[p...])
+        while path.count > 1 && path.last == UInt8(ascii: "/") { path.removeLast() }
+        fields["path"] = try text(path, "path")
+    }
+    return fields
+}
+
+/// `%XX` decoded to its byte; a `%` not followed by two hex digits stays as it is (no `+`).
+func percentDecoded(_ s: ArraySlice<UInt8>) -> [UInt8] {
+    func hex(_ c: UInt8) -> UInt8? {
+        switch c {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): return c - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): return c - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): return c - UInt8(ascii: "A") + 10
+        default: return nil
+        }
+    }
+    var out: [UInt8] = []
+    var i = s.startIndex
+    while i < s.endIndex {
+        if s[i] == UInt8(ascii: "%"), i + 2 < s.endIndex, let hi = hex(s[i + 1]), let lo = hex(s[i + 2]) {
+            out.append(hi << 4 | lo)
+            i += 3
+        } else {
+            out.append(s[i])
+            i += 1
+        }
+    }
+    return out
 }
 
 /// What git asked about, as vault attributes.

@@ -153,6 +153,67 @@ import Glibc
         #expect(!left.contains { $0["server"] as? String == "host.test" && ($0["port"] as? Int ?? 0) == 0 }, "\(left)")
     }
 
+    /// `url=` in the helper's own input is read as git's credential_read reads it: it resets the
+    /// fields and sets protocol, host (with port), path, username and password from the URL,
+    /// %XX-decoded; a later field overrides. Each answer is compared with git's credential-store.
+    @Test func urlInTheHelpersInputIsReadAsGitReadsIt() throws {
+        let g = try Git()
+        defer { g.close() }
+        let file = g.d.root + "/git-credentials"
+        func both(_ action: String, _ input: String) -> (vault: ProcessResult, store: ProcessResult) {
+            (g.helper(action, Array((input + "\n\n").utf8)), g.git(["credential-store", "--file", file, action], input + "\n\n"))
+        }
+
+        for input in [
+            "url=https://bob@example.org/\npassword=pb",
+            "url=https://alice:pa@example.org:8443/",
+            "url=https://carol%40corp@example.com/x/repo.git/\npassword=pc",
+        ] {
+            let (v, s) = both("store", input)
+            #expect(v.status == 0 && s.status == 0, "\(input): \(v) \(s)")
+        }
+        #expect(g.internetItems().count == 3, "\(g.internetItems())")
+        #expect(g.internetItems().contains { $0["account"] as? String == "carol@corp" && $0["path"] as? String == "x/repo.git" })
+
+        let expected: [(String, String)] = [
+            ("url=https://bob@example.org/", "username=bob\npassword=pb\n"),
+            ("url=https://example.org:8443/", "username=alice\npassword=pa\n"),
+            ("url=https://carol%40corp@example.com/x/repo.git", "username=carol@corp\npassword=pc\n"),
+            ("username=alice\nurl=https://bob@example.org/", "username=bob\npassword=pb\n"),  // url resets
+            ("url=https://alice@example.org/\nusername=bob", "username=bob\npassword=pb\n"),  // later wins
+            ("url=https://bob@example.org/other.git", ""),  // a path the item has not
+            ("url=https://bob@example.org:8443/", ""),  // another port
+        ]
+        for (input, output) in expected {
+            let (v, s) = both("get", input)
+            #expect(s.stdoutText == output, "credential-store: \(input): \(s)")
+            #expect(v.status == 0 && v.stdoutText == output, "\(input): \(v)")
+        }
+
+        // erase through url=: only bob on example.org goes, in both.
+        let (ev, es) = both("erase", "url=https://bob@example.org/\npassword=pb")
+        #expect(ev.status == 0 && es.status == 0, "\(ev) \(es)")
+        let (gv, gs) = both("get", "url=https://bob@example.org/")
+        #expect(gv.stdoutText.isEmpty && gs.stdoutText.isEmpty, "\(gv) \(gs)")
+        #expect(g.internetItems().count == 2)
+
+        // A URL git cannot parse, or one whose decoded fields hold LF, CR or NUL: rejected
+        // whole, nothing stored or returned (git dies on the first two as well).
+        for input in [
+            "url=example.org\nusername=bob\npassword=x",
+            "url=https://bob%0a@example.org/\npassword=x",
+            "url=https://bob%0d@example.org/\npassword=x",
+            "url=https://bob@example.org/a%00b\npassword=x",
+            "url=https://bob@exam%0dple.org/\npassword=x",
+        ] {
+            let r = g.helper("store", Array((input + "\n\n").utf8))
+            #expect(r.status != 0 && r.stderr.contains("rejected"), "\(input): \(r)")
+        }
+        #expect(g.internetItems().count == 2, "\(g.internetItems())")
+        let getBad = g.helper("get", Array("url=https://alice%0a@example.org:8443/\n\n".utf8))
+        #expect(getBad.stdout.isEmpty, "\(getBad)")
+    }
+
     @Test func controlCharactersAreRejectedAndNothingIsStoredOrReturned() throws {
         let g = try Git()
         defer { g.close() }
