@@ -75,6 +75,25 @@ import Glibc
         #expect(try store.data(for: "one-byte-fd") == Data())
     }
 
+    /// Values the protocol refuses are its Param error through vaultctl too (exit 1, the
+    /// varlink error and OSStatus -50), not a usage error; nothing is stored.
+    @Test(arguments: [
+        ["--accessible", "always"], ["--accessible", "alwaysThisDeviceOnly"], ["--accessible", "whenever"],
+        ["--port", "70000"], ["--port", "65536"],
+    ])
+    func refusedAttributeValuesAreParamErrorsInVaultctl(_ option: [String]) throws {
+        let d = try Daemon()
+        defer { d.close() }
+        try #require(d.initializeWithoutPassphrase().status == 0)
+        let key = option[0] == "--port" ? ["internet", "--server", "example.org", "--account", "a"] : ["--service", "tier.param", "--account", "a"]
+        let r = d.ctl(["item", "add"] + key + option, stdin: Data("x".utf8))
+        #expect(r.status == 1, "\(r)")
+        #expect(r.stderr.contains("io.vaultd.Keychain.Param") && r.stderr.contains("-50"), "\(r)")
+        let u = d.ctl(["item", "update"] + key + ["--set-" + option[0].dropFirst(2), option[1]])
+        #expect(u.status == 1 && u.stderr.contains("io.vaultd.Keychain.Param"), "\(u)")
+        #expect(d.ctl(["item", "list"]).stdoutText.isEmpty, "nothing stored")
+    }
+
     @Test func secretsOverTheLimitAreRefusedAndNothingIsStored() throws {
         let d = try Daemon()
         defer { d.close() }

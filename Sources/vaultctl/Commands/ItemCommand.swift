@@ -27,11 +27,11 @@ struct ItemCommand: Command {
         for (name, key) in stringOptions {
             if let v = try a.option(prefix + name) { attrs[key] = v }
         }
-        if let v = try a.option(prefix + "accessible") {
-            do { attrs.accessible = try Accessibility(wire: v) } catch let e as VaultError { throw UsageError(message: e.message) }
-        }
+        // A value the protocol refuses (an unknown or deprecated `always*` accessibility, a
+        // port out of range) is its Param error (-50, exit 1), as vaultd would answer it.
+        if let v = try a.option(prefix + "accessible") { attrs.accessible = try Accessibility(wire: v) }
         if let p = try a.intOption(prefix + "port") {
-            guard (0...65535).contains(p) else { throw UsageError(message: "\(prefix)port must be in 0...65535") }
+            guard (0...65535).contains(p) else { throw VaultError.param("attribute 'port' must be an integer in 0...65535") }
             attrs.port = p
         }
         if a.flag(prefix + "synchronizable") { attrs.synchronizable = true }
