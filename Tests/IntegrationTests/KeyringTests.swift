@@ -208,6 +208,12 @@ import Glibc
         #expect(Date().timeIntervalSince(t) < 5)
         #expect(k.state() == "locked")
 
+        // forget cannot remove a passphrase from a locked keyring: it fails and says why,
+        // instead of claiming there was nothing to forget.
+        let forget = k.ctl(["forget"])
+        #expect(forget.status == 1, "\(forget)")
+        #expect(forget.stderr.contains("locked") && !forget.stdoutText.contains("no passphrase was remembered"), "\(forget)")
+
         // No keyring at all (no session bus): locked at once, with the reason logged.
         #expect(k.stopVaultd() == 0)
         try k.startVaultd(environment: ["DBUS_SESSION_BUS_ADDRESS": ""])

@@ -311,7 +311,15 @@ struct ForgetCommand: Command {
             throw UsageError(message: "vaultd did not say which data directory it serves")
         }
         do {
-            let removed = try DesktopKeyring(timeout: 30).clear(.unlock, ["vault": dir])
+            let keyring = try DesktopKeyring(timeout: 30)
+            // A locked keyring keeps its items: clearing would remove nothing and say so.
+            if try keyring.search(.unlock, ["vault": dir]).contains(where: \.isLocked) {
+                throw KeyringError(.locked, "the login keyring is locked, so the passphrase remembered in it cannot be removed: unlock the keyring, then run vaultctl forget again")
+            }
+            let removed = try keyring.clear(.unlock, ["vault": dir])
+            if try !keyring.search(.unlock, ["vault": dir]).isEmpty {
+                throw KeyringError(.failed, "the keyring kept the passphrase remembered for this vault")
+            }
             print(removed ? "the passphrase is no longer remembered in the login keyring" : "no passphrase was remembered for this vault")
         } catch let e as KeyringError {
             throw KeyringFailure(e)
