@@ -255,6 +255,21 @@ struct PlistDateTests {
         #expect(PlistDate.parse(text) == nil)
     }
 
+    /// Dates outside years 1 to 9999 (as a binary plist can hold) are formatted without
+    /// trapping, as text that `parse` and the wire refuse.
+    @Test(arguments: [1e300, -1e300, 252_423_993_600, -63_113_904_000 - 0.5, -63_200_000_000, .infinity, -.infinity, .nan])
+    func formatNeverTrapsAndOutOfRangeDatesAreRefused(t: Double) throws {
+        let text = PlistDate.format(date(t))
+        #expect(PlistDate.parse(text) == nil, "\(t) formatted as \(text)")
+        #expect(throws: VaultError.self) { try PlistValue(tagged: PlistValue.date(date(t)).tagged) }
+    }
+
+    @Test(arguments: ["0000-12-31T23:59:59Z", "0000-01-01T00:00:00.5Z", "9999-12-31T23:59:59.99999999Z"])
+    func parseRefusesYearsOutsideOneTo9999(text: String) {
+        #expect(PlistDate.parse(text) == nil)
+        #expect(throws: VaultError.self) { try PlistValue(tagged: ["date": .string(text)]) }
+    }
+
     @Test func acceptsLeapDaysAndExtraFractionDigits() throws {
         #expect(PlistDate.parse("2000-02-29T00:00:00Z") != nil)
         #expect(PlistDate.parse("2004-02-29T23:59:59Z") != nil)

@@ -102,7 +102,9 @@ extension PlistValue {
             }
         case ("bool", .bool(let b)): self = .bool(b)
         case ("date", .string(let s)):
-            guard let d = PlistDate.parse(s) else { throw bad("date must be ISO 8601 UTC, e.g. 2001-01-01T00:00:00.5Z") }
+            guard let d = PlistDate.parse(s) else {
+                throw bad("date must be ISO 8601 UTC in years 1 to 9999, e.g. 2001-01-01T00:00:00.5Z")
+            }
             self = .date(d)
         case ("data", .string(let s)):
             guard let d = Data(base64Encoded: s) else { throw bad("data must be base64") }
@@ -119,11 +121,22 @@ extension PlistValue {
 /// A date is a Double of seconds since 2001-01-01 (as `CFAbsoluteTime` and binary plists).
 /// `format` writes whole seconds as a proleptic-Gregorian calendar date and the fraction as
 /// the shortest decimal that round-trips; `parse` adds them back, which is exact because the
-/// true sum is representable. Years 1 to 9999 are supported.
+/// true sum is representable. Years 1 to 9999 are supported (`supportedRange`).
 public enum PlistDate {
+    /// The dates a property-list value may hold, in seconds since 2001: from
+    /// 0001-01-01T00:00:00Z up to, not including, 10000-01-01T00:00:00Z. `parse` returns only
+    /// these; `PropertyListCodec.decode` refuses a plist holding any other.
+    public static let supportedRange: Range<TimeInterval> = -63_113_904_000..<252_423_993_600
+
+    public static func isSupported(_ date: Date) -> Bool {
+        supportedRange.contains(date.timeIntervalSinceReferenceDate)
+    }
+
+    /// ISO 8601 text of a date in `supportedRange`. Any other date (nan and ±inf included) is
+    /// written as text that names it and that `parse` refuses; never traps.
     public static func format(_ date: Date) -> String {
         let t = date.timeIntervalSinceReferenceDate
-        guard t.isFinite else { return "0001-01-01T00:00:00Z" }
+        guard supportedRange.contains(t) else { return "\(t) s since 2001-01-01, outside years 1 to 9999" }
         let whole = t.rounded(.down)
         let fraction = t - whole  // exact
         let secondsSince2001 = Int64(whole)
@@ -177,7 +190,9 @@ public enum PlistDate {
             guard let magnitude = Double("0." + complement(digitText)) else { return nil }
             return Date(timeIntervalSinceReferenceDate: -magnitude)
         }
-        return Date(timeIntervalSinceReferenceDate: Double(whole) + fraction)
+        // Year 0, or a fraction rounding 9999-12-31T23:59:59.999… up to year 10000.
+        let t = Double(whole) + fraction
+        return supportedRange.contains(t) ? Date(timeIntervalSinceReferenceDate: t) : nil
     }
 
     /// The longest fraction `parse` accepts. `format` writes at most 340 digits (a fraction

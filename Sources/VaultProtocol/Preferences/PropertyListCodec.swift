@@ -7,7 +7,8 @@ public enum PropertyListCodec {
         case xml, binary
     }
 
-    /// Parses XML or binary plist bytes. Throws `VaultError` InvalidPropertyList.
+    /// Parses XML or binary plist bytes. Throws `VaultError` InvalidPropertyList, also for a
+    /// date outside years 1 to 9999 (`PlistDate.supportedRange`).
     public static func decode(_ data: Data) throws -> PlistValue {
         let object: Any
         do {
@@ -87,6 +88,11 @@ public enum PropertyListCodec {
             default: return .integer(n.int64Value)
             }
         case let d as Date:
+            guard PlistDate.isSupported(d) else {
+                throw VaultError(
+                    .invalidPropertyList,
+                    "a date of \(d.timeIntervalSinceReferenceDate) s since 2001-01-01 is outside years 1 to 9999")
+            }
             return .date(d)
         case let d as Data:
             return .data(d)
