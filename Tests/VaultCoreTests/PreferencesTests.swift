@@ -1,7 +1,8 @@
 import Foundation
 import Testing
-import VaultCore
 import VaultProtocol
+
+@testable import VaultCore
 
 /// /work/shared/corpus/plist, found from this file: <repo>/Tests/VaultCoreTests/<file> → <repo>/../shared.
 private let corpusDirectory: URL = URL(fileURLWithPath: #filePath)
@@ -279,6 +280,26 @@ struct PreferencesTests {
             try vault.setPreference(domain: Self.domain, key: "k", value: .integer(1))
             expectVaultError(.invalidPropertyList) { _ = try vault.importDomain(Self.domain, plist: plist) }
             #expect(try vault.preferenceDomain(Self.domain) == ["k": .integer(1)])
+        }
+    }
+
+    /// A value stored before dates were checked on the way in, which no longer decodes, does
+    /// not block deleting or re-importing its domain.
+    @Test func anUndecodableStoredValueDoesNotBlockDeleteOrImport() throws {
+        try withVault(initialize: false) { vault, _ in
+            func storeBadDate() throws {
+                _ = try vault.db.run(
+                    "INSERT INTO preferences (domain, key, value, size) VALUES (?, 'bad', ?, 12)",
+                    [.text(Self.domain), .blob(Array(#"{"date":"10000-01-01T00:00:00Z"}"#.utf8))])
+            }
+            try storeBadDate()
+            expectVaultError(.invalidValue) { _ = try vault.preferenceDomain(Self.domain) }
+            let plist = try PropertyListCodec.encode(.dict(["good": .integer(2)]), format: .binary)
+            #expect(try vault.importDomain(Self.domain, plist: plist) == 1)
+            #expect(try vault.preferenceDomain(Self.domain) == ["good": .integer(2)])
+            try storeBadDate()
+            #expect(try vault.removeDomain(Self.domain) == 2)
+            #expect(try vault.preferenceDomains() == [])
         }
     }
 

@@ -49,6 +49,16 @@ final class PreferencesStore {
         return out
     }
 
+    /// A domain's values, with nil for one that no longer decodes (a date an older vaultd let
+    /// in, outside years 1 to 9999): such a value must never block deleting or replacing the domain.
+    func storedValues(_ domain: String) throws -> [String: PlistValue?] {
+        var out: [String: PlistValue?] = [:]
+        for r in try db.rows("SELECT key, value FROM preferences WHERE domain = ?", [.text(domain)]) {
+            if let k = r[0].text { out[k] = r[1].blob.flatMap { try? Self.decode($0) } }
+        }
+        return out
+    }
+
     func domains() throws -> [String] {
         try db.rows("SELECT DISTINCT domain FROM preferences ORDER BY domain").compactMap { $0[0].text }
     }

@@ -347,7 +347,7 @@ public final class Vault: @unchecked Sendable {
     public func removeDomain(_ domain: String) throws -> Int {
         let (count, keys) = try locked {
             try db.write { _ in
-                let keys = try preferences.domain(domain).keys
+                let keys = try preferences.storedValues(domain).keys
                 return (try preferences.removeDomain(domain), Array(keys))
             }
         }
@@ -363,13 +363,13 @@ public final class Vault: @unchecked Sendable {
         }
         let old = try locked {
             try db.write { _ in
-                let old = try preferences.domain(domain)
+                let old = try preferences.storedValues(domain)
                 try preferences.replace(domain: domain, with: values)
                 return old
             }
         }
         for k in Set(old.keys).subtracting(values.keys) { emit(.preference(domain: domain, key: k, value: nil)) }
-        for (k, v) in values where old[k] != v { emit(.preference(domain: domain, key: k, value: v)) }
+        for (k, v) in values where (old[k] ?? nil) != v { emit(.preference(domain: domain, key: k, value: v)) }
         return values.count
     }
 
