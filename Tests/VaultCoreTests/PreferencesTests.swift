@@ -303,6 +303,25 @@ struct PreferencesTests {
         }
     }
 
+    /// XML export writes every real so that it reads back bit-exactly (-0.0 kept, the
+    /// specials as Apple writes them), and a carriage return as `&#13;`, since XML readers
+    /// turn a raw one into a line feed.
+    @Test func xmlKeepsNegativeZeroSpecialRealsAndCarriageReturns() throws {
+        let value = PlistValue.dict([
+            "nz": .real(-0.0), "z": .real(0), "nan": .real(.nan), "inf": .real(.infinity), "ninf": .real(-.infinity),
+            "sub": .real(.leastNonzeroMagnitude), "max": .real(.greatestFiniteMagnitude), "tenth": .real(0.1),
+            "small": .real(1e-5), "cr": .string("a\rb\r\nc"), "k\r": .array([.string("\r")]),
+        ])
+        let xml = try PropertyListCodec.encode(value, format: .xml)
+        let text = String(decoding: xml, as: UTF8.self)
+        for real in ["-0.0", "0.0", "nan", "+infinity", "-infinity"] {
+            #expect(text.contains("<real>\(real)</real>"), "\(real) in \(text)")
+        }
+        #expect(!xml.contains(0x0D), "a raw carriage return in \(text)")
+        #expect(text.contains("<string>a&#13;b&#13;\nc</string>"))
+        #expect(try PropertyListCodec.decode(xml) == value)
+    }
+
     @Test func everyTypeSurvivesBinaryAndXMLCodec() throws {
         let value = PlistValue.dict([
             "s": .string("x & <y> \"z\""), "i": .integer(.min), "u": .unsignedInteger(1 << 63), "imax": .integer(.max),
@@ -317,12 +336,6 @@ struct PreferencesTests {
             }
             #expect(back.count == expected.count)
             for (k, v) in expected {
-                // Foundation's XML writer (swift-corelibs) prints -0.0 as <real>0.0</real>: the
-                // sign is lost in XML only; binary keeps it.
-                if format == .xml && k == "nz" {
-                    #expect(back[k] == .real(0.0))
-                    continue
-                }
                 #expect(back[k] == v, "\(format) '\(k)': \(String(describing: back[k]))")
             }
         }

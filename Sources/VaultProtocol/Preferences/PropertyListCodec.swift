@@ -20,21 +20,83 @@ public enum PropertyListCodec {
         return try value(from: object, depth: 0)
     }
 
-    /// Serializes `value` in `format`. Throws `VaultError` InvalidPropertyList when it cannot be
-    /// written: as XML, a key or string holding a character XML 1.0 cannot carry (e.g. U+0019;
-    /// export as binary instead), or when Foundation refuses.
+    /// Serializes `value` in `format`: binary through Foundation, XML through `xml(_:)`. Throws
+    /// `VaultError` InvalidPropertyList when it cannot be written: as XML, a key or string
+    /// holding a character XML 1.0 cannot carry (e.g. U+0019; export as binary instead), or
+    /// when Foundation refuses.
     public static func encode(_ value: PlistValue, format: Format) throws -> Data {
         if format == .xml, let bad = firstNonXMLCharacter(in: value) {
             throw VaultError(
                 .invalidPropertyList,
                 String(format: "a string holds U+%04X, which XML 1.0 cannot carry; export as binary instead", bad.value))
         }
+        if format == .xml { return xml(value) }
         do {
-            return try PropertyListSerialization.data(
-                fromPropertyList: object(from: value), format: format == .xml ? .xml : .binary, options: 0)
+            return try PropertyListSerialization.data(fromPropertyList: object(from: value), format: .binary, options: 0)
         } catch {
             throw VaultError(.invalidPropertyList, "cannot write the property list as \(format.rawValue): \(error.localizedDescription)")
         }
+    }
+
+    /// An XML plist as Apple writes one, for a value whose strings XML 1.0 can carry.
+    /// Foundation's XML writer (swift-corelibs) is not used: it writes -0.0 as `0.0` and a
+    /// carriage return raw, which XML readers turn into a line feed. Here a real is its
+    /// shortest round-trip decimal (`-0.0` included; `nan`, `+infinity`, `-infinity` as
+    /// Apple writes them), a carriage return is `&#13;`, and a date is whole seconds
+    /// (rounded down), the only form XML plist readers take.
+    static func xml(_ value: PlistValue) -> Data {
+        var out = """
+            <?xml version="1.0" encoding="UTF-8"?>
+            <!DOCTYPE plist PUBLIC "-//Apple//DTD PLIST 1.0//EN" "http://www.apple.com/DTDs/PropertyList-1.0.dtd">
+            <plist version="1.0">
+
+            """
+        func escaped(_ s: String) -> String {
+            var e = ""
+            e.unicodeScalars.reserveCapacity(s.unicodeScalars.count)
+            for c in s.unicodeScalars {
+                switch c {
+                case "&": e += "&amp;"
+                case "<": e += "&lt;"
+                case ">": e += "&gt;"
+                case "\r": e += "&#13;"
+                default: e.unicodeScalars.append(c)
+                }
+            }
+            return e
+        }
+        func write(_ v: PlistValue, _ level: Int) {
+            let pad = String(repeating: "\t", count: level)
+            switch v {
+            case .string(let s): out += pad + "<string>" + escaped(s) + "</string>\n"
+            case .integer(let i): out += pad + "<integer>\(i)</integer>\n"
+            case .unsignedInteger(let u): out += pad + "<integer>\(u)</integer>\n"
+            case .real(let d):
+                let text = d.isNaN ? "nan" : d.isInfinite ? (d < 0 ? "-infinity" : "+infinity") : "\(d)"
+                out += pad + "<real>" + text + "</real>\n"
+            case .bool(let b): out += pad + (b ? "<true/>" : "<false/>") + "\n"
+            case .date(let d):
+                let whole = Date(timeIntervalSinceReferenceDate: d.timeIntervalSinceReferenceDate.rounded(.down))
+                out += pad + "<date>" + PlistDate.format(whole) + "</date>\n"
+            case .data(let d): out += pad + "<data>" + d.base64EncodedString() + "</data>\n"
+            case .array(let a):
+                if a.isEmpty { out += pad + "<array/>\n"; return }
+                out += pad + "<array>\n"
+                for x in a { write(x, level + 1) }
+                out += pad + "</array>\n"
+            case .dict(let d):
+                if d.isEmpty { out += pad + "<dict/>\n"; return }
+                out += pad + "<dict>\n"
+                for k in d.keys.sorted(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) }) {
+                    out += pad + "\t<key>" + escaped(k) + "</key>\n"
+                    write(d[k]!, level + 1)
+                }
+                out += pad + "</dict>\n"
+            }
+        }
+        write(value, 0)
+        out += "</plist>\n"
+        return Data(out.utf8)
     }
 
     /// The first character in a key or string of `value` outside XML 1.0's Char production.
