@@ -65,6 +65,41 @@ import Testing
         #expect(array?.compactMap { $0["string"] as? String } == ["a", "b"])
     }
 
+    /// `-date` takes `yyyy-MM-dd HH:mm:ss ±HHMM` and ISO 8601 with `Z` or an offset (`±HH:MM`,
+    /// `±HHMM`), and `read` prints the date the wire (and export) holds: both count days in the
+    /// proleptic Gregorian calendar, also before 1582, where Foundation's calendar is Julian.
+    @Test(arguments: [
+        ("0001-01-01T00:00:00Z", "0001-01-01 00:00:00 +0000", "0001-01-01T00:00:00Z"),
+        ("1500-06-01 00:00:00 +0000", "1500-06-01 00:00:00 +0000", "1500-06-01T00:00:00Z"),
+        ("1582-10-10", "1582-10-10 00:00:00 +0000", "1582-10-10T00:00:00Z"),
+        ("9999-12-31 23:59:59", "9999-12-31 23:59:59 +0000", "9999-12-31T23:59:59Z"),
+        ("2026-01-31T12:00:00+02:00", "2026-01-31 10:00:00 +0000", "2026-01-31T10:00:00Z"),
+        ("2026-01-31T12:00:00-0130", "2026-01-31 13:30:00 +0000", "2026-01-31T13:30:00Z"),
+        ("2026-01-31T12:00:00.25+01:00", "2026-01-31 11:00:00 +0000", "2026-01-31T11:00:00.25Z"),
+        ("2026-01-31 00:30:00 +0100", "2026-01-30 23:30:00 +0000", "2026-01-30T23:30:00Z"),
+    ])
+    func datesAreProlepticGregorianAndTakeOffsets(write: String, printed: String, wire: String) throws {
+        let d = try Daemon()
+        defer { d.close() }
+        let w = d.ctl(["defaults", "write", Self.domain, "d", "-date", write])
+        try #require(w.status == 0, "\(w)")
+        let r = d.ctl(["defaults", "read", Self.domain, "d"])
+        #expect(r.stdoutText == printed + "\n", "\(r)")
+        let c = try d.connect()
+        let value = try c.call("io.vaultd.Preferences.Get", ["domain": Self.domain, "key": "d"]).parameters?["value"] as? [String: Any]
+        #expect(value?["date"] as? String == wire)
+    }
+
+    @Test(arguments: ["0000-12-31T23:59:59Z", "10000-01-01T00:00:00Z", "0001-01-01T00:30:00+01:00", "9999-12-31T23:00:00-02:00",
+                      "2026-01-31T12:00:00+24:00", "2026-01-31T12:00:00+0260", "2026-02-30", "2026-01-31T12:00"])
+    func datesOutsideYearsOneTo9999OrMalformedAreRefused(write: String) throws {
+        let d = try Daemon()
+        defer { d.close() }
+        let w = d.ctl(["defaults", "write", Self.domain, "d", "-date", write])
+        #expect(w.status != 0, "\(w)")
+        #expect(d.ctl(["defaults", "read", Self.domain, "d"]).status == 1)
+    }
+
     @Test func missingKeyIsAnError() throws {
         let d = try Daemon()
         defer { d.close() }

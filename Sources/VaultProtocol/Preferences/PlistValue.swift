@@ -139,11 +139,7 @@ public enum PlistDate {
         guard supportedRange.contains(t) else { return "\(t) s since 2001-01-01, outside years 1 to 9999" }
         let whole = t.rounded(.down)
         let fraction = t - whole  // exact
-        let secondsSince2001 = Int64(whole)
-        // Days from 1970-01-01 to 2001-01-01: 11323.
-        let (days, secondOfDay) = floorDivMod(secondsSince2001, 86_400)
-        let (y, m, d) = civilFromDays(days + 11_323)
-        let hh = secondOfDay / 3600, mm = (secondOfDay % 3600) / 60, ss = secondOfDay % 60
+        let (y, m, d, hh, mm, ss) = fields(Int64(whole))
         var s = pad(y, 4) + "-" + pad(m, 2) + "-" + pad(d, 2) + "T" + pad(hh, 2) + ":" + pad(mm, 2) + ":" + pad(ss, 2)
         if t < 0 && t > -1 {
             // Within the second before 2001: 1 + t is not exact in binary (-1e-20 would round
@@ -153,6 +149,23 @@ public enum PlistDate {
             s += "." + fractionDigits(fraction)
         }
         return s + "Z"
+    }
+
+    /// The proleptic-Gregorian UTC calendar fields of a date's whole second (rounded down),
+    /// as `format` writes them; nil outside `supportedRange`. For text such as `defaults read`
+    /// prints, which must agree with `format` (Foundation's calendars are Julian before 1582).
+    public static func fields(of date: Date) -> (year: Int, month: Int, day: Int, hour: Int, minute: Int, second: Int)? {
+        let t = date.timeIntervalSinceReferenceDate
+        guard supportedRange.contains(t) else { return nil }
+        let f = fields(Int64(t.rounded(.down)))
+        return (Int(f.0), Int(f.1), Int(f.2), Int(f.3), Int(f.4), Int(f.5))
+    }
+
+    private static func fields(_ secondsSince2001: Int64) -> (Int64, Int64, Int64, Int64, Int64, Int64) {
+        // Days from 1970-01-01 to 2001-01-01: 11323.
+        let (days, secondOfDay) = floorDivMod(secondsSince2001, 86_400)
+        let (y, m, d) = civilFromDays(days + 11_323)
+        return (y, m, d, secondOfDay / 3600, (secondOfDay % 3600) / 60, secondOfDay % 60)
     }
 
     public static func parse(_ s: String) -> Date? {

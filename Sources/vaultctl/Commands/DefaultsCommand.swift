@@ -168,15 +168,10 @@ struct DefaultsCommand: Command {
             default: throw UsageError(message: "'\(v)' is not a boolean (true/false/yes/no)")
             }
         case "-date":
-            if let d = PlistDate.parse(v) { return .date(d) }
-            let f = DateFormatter()
-            f.locale = Locale(identifier: "en_US_POSIX")
-            for format in ["yyyy-MM-dd HH:mm:ss Z", "yyyy-MM-dd HH:mm:ss", "yyyy-MM-dd"] {
-                f.dateFormat = format
-                f.timeZone = TimeZone(identifier: "UTC")
-                if let d = f.date(from: v) { return .date(d) }
+            guard let d = parseDate(v) else {
+                throw UsageError(message: "'\(v)' is not a date in years 1 to 9999 (use 2026-01-31 12:00:00 +0000 or ISO 8601)")
             }
-            throw UsageError(message: "'\(v)' is not a date (use 2026-01-31 12:00:00 +0000 or ISO 8601)")
+            return .date(d)
         case "-data":
             var bytes: [UInt8] = []
             let hex = Array(v.utf8.filter { $0 != UInt8(ascii: " ") })
@@ -193,6 +188,37 @@ struct DefaultsCommand: Command {
         default:
             throw UsageError(message: "unknown type flag \(flag)")
         }
+    }
+
+    /// A `-date` argument: `yyyy-MM-dd HH:mm:ss`, `yyyy-MM-dd`, or ISO 8601 `yyyy-MM-ddTHH:mm:ss`
+    /// with optional fractional seconds; each with `Z`, an offset `±HHMM` or `±HH:MM` (after a
+    /// space or not), or nothing for UTC. Days are proleptic Gregorian, as `PlistDate` counts them
+    /// (not DateFormatter, whose calendar is Julian before 1582). Nil outside years 1 to 9999.
+    static func parseDate(_ v: String) -> Date? {
+        if let d = PlistDate.parse(v) { return d }
+        var u = Array(v.utf8)
+        var offset = 0
+        func digits(_ r: Range<Int>) -> Int? {
+            r.allSatisfy { u.indices.contains($0) && u[$0] >= 48 && u[$0] <= 57 }
+                ? r.reduce(0) { $0 * 10 + Int(u[$1] - 48) } : nil
+        }
+        // A trailing offset: ±HHMM or ±HH:MM.
+        let colon = u.count >= 6 && u[u.count - 3] == UInt8(ascii: ":")
+        let signAt = u.count - (colon ? 6 : 5)
+        if signAt > 10, u[signAt] == UInt8(ascii: "+") || u[signAt] == UInt8(ascii: "-") {
+            guard let hh = digits((signAt + 1)..<(signAt + 3)), let mm = digits((u.count - 2)..<u.count), hh < 24, mm < 60
+            else { return nil }
+            offset = (u[signAt] == UInt8(ascii: "-") ? -1 : 1) * (hh * 3600 + mm * 60)
+            u.removeSubrange(signAt...)
+            if u.last == UInt8(ascii: " ") { u.removeLast() }
+        } else if u.last == UInt8(ascii: "Z") {
+            u.removeLast()
+        }
+        if u.count == 10 { u += Array("T00:00:00".utf8) }
+        if u.count >= 19, u[10] == UInt8(ascii: " ") { u[10] = UInt8(ascii: "T") }
+        guard let local = PlistDate.parse(String(decoding: u, as: UTF8.self) + "Z") else { return nil }
+        let t = local.timeIntervalSinceReferenceDate - Double(offset)
+        return PlistDate.supportedRange.contains(t) ? Date(timeIntervalSinceReferenceDate: t) : nil
     }
 
     private func find(_ prefs: Preferences, _ word: String) throws {

@@ -45,12 +45,11 @@ enum PlistText {
         return "\(d)"
     }
 
+    /// `yyyy-MM-dd HH:mm:ss +0000` in the proleptic Gregorian calendar, as `PlistDate` (and so
+    /// export and the wire) count days; not DateFormatter, whose calendar is Julian before 1582.
     static func dateText(_ d: Date) -> String {
-        let f = DateFormatter()
-        f.locale = Locale(identifier: "en_US_POSIX")
-        f.timeZone = TimeZone(identifier: "UTC")
-        f.dateFormat = "yyyy-MM-dd HH:mm:ss Z"
-        return f.string(from: d)
+        guard let f = PlistDate.fields(of: d) else { return PlistDate.format(d) }
+        return String(format: "%04d-%02d-%02d %02d:%02d:%02d +0000", f.year, f.month, f.day, f.hour, f.minute, f.second)
     }
 
     /// Quotes unless the string is a bare word (letters, digits, '.', '_', '/', '$').
