@@ -404,6 +404,10 @@ final class KeychainStore {
     /// secret. Throws ItemNotFound, DuplicateItem (a change would collide), MissingEntitlement,
     /// Param, or the class-key error when any match is unavailable.
     func update(_ q: ItemQuery, changes: ItemAttributes, secret: SecureBytes?, caller: Caller) throws -> Int {
+        // As SecItemUpdate: an update that changes nothing is errSecParam.
+        if secret == nil && changes == ItemAttributes() {
+            throw VaultError.param("nothing to update: give attributes to change, a new secret, or both")
+        }
         if let secret { try SecretLimit.check(secret.count) }
         let matches = try matchingRows(ItemQuery(itemClass: q.itemClass, attributes: q.attributes, matchAll: true), caller: caller)
         let (rows, error) = available(matches)
