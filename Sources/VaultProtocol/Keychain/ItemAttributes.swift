@@ -159,7 +159,9 @@ public struct ItemAttributes: Equatable, Sendable {
         if let g = query.generic, generic != g { return false }
         if let a = query.accessible, accessible != a { return false }
         if let s = query.synchronizable, (synchronizable ?? false) != s { return false }
-        if let p = query.port, (port ?? 0) != p { return false }
+        // Only internet passwords have a port (stored as 0 when absent): a query naming one,
+        // 0 included, never matches a generic password.
+        if let p = query.port, port != p { return false }
         return true
     }
 
