@@ -180,6 +180,14 @@ struct KeychainTests {
                     ItemQuery(attributes: ItemAttributes(service: "nope")), changes: ItemAttributes(label: "x"),
                     secret: nil, caller: .owner)
             }
+            // Nothing to change (no attribute, no secret): Param, as SecItemUpdate's
+            // errSecParam, and the item is untouched (not even its modification date).
+            expectVaultError(.param) {
+                _ = try vault.updateItems(ItemQuery(attributes: ItemAttributes(service: "svc")), changes: ItemAttributes(), secret: nil, caller: .owner)
+            }
+            let unchanged = try #require(
+                try vault.copyMatching(ItemQuery(attributes: ItemAttributes(service: "svc")), returnData: false, caller: .owner).first?.attributes)
+            #expect(unchanged.modificationDate == attrs.modificationDate)
         }
     }
 
@@ -227,6 +235,14 @@ struct KeychainTests {
                 ItemQuery(attributes: ItemAttributes(protocol: "https", path: "/admin"), matchAll: true), returnData: true, caller: .owner)
             #expect(admin.count == 1)
             #expect(plain(admin.first?.data) == Array("path".utf8))
+
+            // A class-less query naming a port (0 too) finds internet passwords only: a generic
+            // password has no port.
+            _ = try vault.addItem(.genericPassword, attributes: ItemAttributes(service: "s", account: "mix"), secret: secret("generic"), caller: .owner)
+            _ = try vault.addItem(.internetPassword, attributes: ItemAttributes(account: "mix", server: "mix.example"), secret: secret("internet"), caller: .owner)
+            let mixed = try vault.copyMatching(ItemQuery(attributes: ItemAttributes(account: "mix", port: 0), matchAll: true), returnData: true, caller: .owner)
+            #expect(mixed.map { plain($0.data) } == [Array("internet".utf8)])
+            #expect(try vault.copyMatching(ItemQuery(attributes: ItemAttributes(account: "mix"), matchAll: true), returnData: false, caller: .owner).count == 2)
         }
     }
 
