@@ -21,6 +21,27 @@ import Glibc
         return try? JSONSerialization.jsonObject(with: d) as? [String: Any]
     }
 
+    /// Two keyring items that map to the same key: the import keeps both (the second under
+    /// its full attribute set), and the dry run says so too, line for line.
+    @Test func aDryRunPredictsTheImportWhenKeysCollide() throws {
+        let k = try KeyringFixture()
+        defer { k.close() }
+        try k.startVaultd()
+        try #require(k.ctl(["init", "--passphrase-fd", "3"], fds: Self.passphraseFD).status == 0)
+        var r = k.secretToolStore(label: "x", ["service", "example.com", "username", "carol"], secret: "one")
+        try #require(r.status == 0, "\(r)")
+        r = k.secretToolStore(label: "dup", ["service", "example.com", "username", "carol", "application", "other"], secret: "two")
+        try #require(r.status == 0, "\(r)")
+
+        let dry = k.ctl(["keyring", "import", "--access-group", "imported", "--dry-run"])
+        #expect(dry.status == 0, "\(dry)")
+        let real = k.ctl(["keyring", "import", "--access-group", "imported"])
+        #expect(real.status == 0, "\(real)")
+        func lines(_ p: ProcessResult) -> [String] { p.stdoutText.split(separator: "\n").dropLast().map(String.init) }
+        #expect(lines(dry).map { $0.replacingOccurrences(of: "would add ", with: "add ") } == lines(real), "dry run:\n\(dry.stdoutText)\nimport:\n\(real.stdoutText)")
+        #expect(try items(k, group: "imported").count == 2)
+    }
+
     @Test func importsSecretToolPythonKeyringAndGitItemsOnceAndExportsThemBack() throws {
         let k = try KeyringFixture()
         defer { k.close() }

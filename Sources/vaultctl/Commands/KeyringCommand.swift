@@ -59,8 +59,9 @@ struct KeyringCommand: Command {
         }
         let keychain = try context.vault().keychain
         var counts: [String: Int] = [:]
+        var plannedKeys: Set<String> = []
         for item in items.sorted(by: { $0.path < $1.path }) {
-            let (verb, mapped, note) = try importOne(item, keychain: keychain)
+            let (verb, mapped, note) = try importOne(item, keychain: keychain, plannedKeys: &plannedKeys)
             counts[verb, default: 0] += 1
             let shown = dryRun && verb != "unchanged" && verb != "skip" ? "would \(verb)" : verb
             print("\(shown) \(mapped.map { Self.describe($0) + " " } ?? "")from \(JSON.string(item.label).text)\(note.map { ": " + $0 } ?? "")")
@@ -70,37 +71,43 @@ struct KeyringCommand: Command {
     }
 
     /// Imports one keyring item: "add", "update", "unchanged" or "skip" (with why).
-    func importOne(_ item: KeyringItem, keychain: Keychain) throws -> (String, KeyringMapping.Mapped?, String?) {
+    /// `plannedKeys`: in a dry run, the keys earlier items of this run would have added (they
+    /// are not in the vault, yet they would take the key, as in the real import).
+    func importOne(_ item: KeyringItem, keychain: Keychain, plannedKeys: inout Set<String>) throws -> (String, KeyringMapping.Mapped?, String?) {
         guard var mapped = KeyringMapping.map(item, accessGroup: accessGroup!) else { return ("skip", nil, "vaultd's own unlock secret") }
         let secret = Data(item.secret ?? [])
         var fellBack = false
         while true {
+            let key = mapped.itemClass.rawValue + "\u{0}" + mapped.primaryKey.json.text
             let existing: Item?
             do {
                 existing = try keychain.copyMatching(Query(mapped.itemClass, mapped.primaryKey), returnData: true, returnAttributes: true).first
             } catch let e as VaultError where e.code == .itemNotFound {
                 existing = nil
             }
-            guard let existing else {
-                if !dryRun { try keychain.add(mapped.itemClass, attributes: mapped.attributes, data: secret) }
+            guard existing != nil || plannedKeys.contains(key) else {
+                if dryRun { plannedKeys.insert(key) } else { try keychain.add(mapped.itemClass, attributes: mapped.attributes, data: secret) }
                 return ("add", mapped, nil)
             }
-            if mapped.exported {
-                // A vault item exported earlier: the vault's own copy is the reference.
-                if existing.data == secret { return ("unchanged", mapped, nil) }
-                return ("skip", mapped, "exported from the vault earlier; the vault's item differs and is kept")
-            }
-            if let source = KeyringMapping.source(existing.attributes?.generic), source == KeyringMapping.source(mapped.attributes.generic) {
-                // The same keyring item, imported before.
-                if existing.data == secret && existing.attributes?.label == mapped.attributes.label { return ("unchanged", mapped, nil) }
-                if !dryRun {
-                    var changes = ItemAttributes()
-                    changes.label = mapped.attributes.label
-                    try keychain.update(Query(mapped.itemClass, mapped.primaryKey), attributes: changes, data: secret)
+            if let existing {
+                if mapped.exported {
+                    // A vault item exported earlier: the vault's own copy is the reference.
+                    if existing.data == secret { return ("unchanged", mapped, nil) }
+                    return ("skip", mapped, "exported from the vault earlier; the vault's item differs and is kept")
                 }
-                return ("update", mapped, nil)
+                if let source = KeyringMapping.source(existing.attributes?.generic), source == KeyringMapping.source(mapped.attributes.generic) {
+                    // The same keyring item, imported before.
+                    if existing.data == secret && existing.attributes?.label == mapped.attributes.label { return ("unchanged", mapped, nil) }
+                    if !dryRun {
+                        var changes = ItemAttributes()
+                        changes.label = mapped.attributes.label
+                        try keychain.update(Query(mapped.itemClass, mapped.primaryKey), attributes: changes, data: secret)
+                    }
+                    return ("update", mapped, nil)
+                }
             }
-            // Another item holds this key: keep both, this one under its full attribute set.
+            // Another item holds this key (or would, earlier in this dry run): keep both, this
+            // one under its full attribute set.
             guard !fellBack else {
                 throw VaultError(.duplicateItem, "cannot import \(JSON.string(item.label).text): its key is taken by another item in group \(accessGroup!)")
             }
