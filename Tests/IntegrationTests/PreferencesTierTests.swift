@@ -52,6 +52,26 @@ import Glibc
 
     // MARK: defaults(1) verbs
 
+    /// defaults(1)'s `write DOMAIN '{ … }'`: the domain becomes that dictionary (its old keys
+    /// go); anything but a dictionary is refused and changes nothing.
+    @Test func writingAWholeDomainReplacesIt() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        try #require(d.initializeWithoutPassphrase().status == 0)
+        let domain = "com.example.whole"
+        #expect(d.ctl(["defaults", "write", domain, "old", "-int", "1"]).status == 0)
+        let w = d.ctl(["defaults", "write", domain, "{ name = \"a b\"; list = (x, y); nested = { k = v; }; }"])
+        #expect(w.status == 0, "\(w)")
+        let vault = try d.client()
+        let values = try vault.preferences.values(domain: domain)
+        #expect(values == ["name": .string("a b"), "list": .array([.string("x"), .string("y")]), "nested": .dict(["k": .string("v")])], "\(values)")
+        for bad in ["(x, y)", "plain", "{ unclosed"] {
+            let r = d.ctl(["defaults", "write", domain, bad])
+            #expect(r.status == 1, "\(bad): \(r)")
+        }
+        #expect(try vault.preferences.values(domain: domain) == values)
+    }
+
     @Test func arrayAddAndDictAddCreateOrExtendAndRefuseOtherTypes() throws {
         let d = try Daemon()
         defer { d.close() }

@@ -17,7 +17,7 @@ struct DefaultsCommand: Command {
         // defaults(1) options start with a single dash; take the words as they come.
         words = a.rest()
         let counts: [Verb: ClosedRange<Int>] = [
-            .read: 0...2, .readType: 2...2, .write: 3...Int.max, .delete: 1...2, .rename: 3...3, .domains: 0...0,
+            .read: 0...2, .readType: 2...2, .write: 2...Int.max, .delete: 1...2, .rename: 3...3, .domains: 0...0,
             .find: 1...1, .import: 2...2, .export: 2...2,
         ]
         guard counts[verb]!.contains(words.count) else { throw UsageError(message: "wrong number of arguments for defaults \(verb.rawValue)") }
@@ -95,6 +95,16 @@ struct DefaultsCommand: Command {
     }
 
     private func write(_ prefs: Preferences) throws {
+        if words.count == 2 {
+            // defaults(1)'s `write DOMAIN '{ key = value; ... }'`: the domain becomes that
+            // dictionary, replacing what it held (as an import does).
+            let value = PropertyListCodec.parseText(words[1])
+            guard case .dict = value else {
+                throw VaultError(.invalidValue, "defaults write \(words[0]) with no key takes a dictionary, e.g. '{ key = value; }'")
+            }
+            _ = try prefs.importDomain(words[0], plist: try PropertyListCodec.encode(value, format: .binary))
+            return
+        }
         let domain = words[0], key = words[1]
         var rest = Array(words[2...])
         let flag = rest[0]
