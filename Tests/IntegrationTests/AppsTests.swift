@@ -323,6 +323,12 @@ import Glibc
         #expect(!skipping.stdoutText.contains("bGVmdG92ZXI="), "a leftover of the earlier install was read: \(skipping)")
         #expect(skipping.stdoutText.contains("io.vaultd.Keychain.ItemNotFound"), "\(skipping)")
         #expect(d.ctl(["item", "list", "--access-group", "org.example.Raw"]).stdoutText.isEmpty)
+        // The Hello after that call still reports the first launch and what it wiped; the
+        // next Hello does not.
+        let helloLine = skipping.stdoutText.split(separator: "\n").last.map(String.init) ?? ""
+        #expect(helloLine.contains("\"firstLaunch\": true") && helloLine.contains("\"wipedCredentials\": 1"), "\(skipping)")
+        let again = d.app(python, ["-c", script, d.socketPath, "hello"])
+        #expect(again.stdoutText.contains("\"firstLaunch\": false") && again.stdoutText.contains("\"wipedCredentials\": 0"), "\(again)")
     }
 
     /// An app instance that was connected before its app was uninstalled (or reinstalled)

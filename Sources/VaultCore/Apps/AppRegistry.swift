@@ -24,6 +24,9 @@ public struct AppRecord: Sendable, Equatable {
     public var launchedGeneration: String?
     /// Uninstalled because its executable disappeared: it is reinstalled when it comes back.
     public var executableMissing = false
+    /// Credentials wiped at that first launch, while no Hello has reported it yet (the launch
+    /// began with another call): the generation's first Hello reports it. Nil once reported.
+    public var unreportedLaunchWipe: Int?
 
     /// Every keychain access group of the app, in order; the first is the default for Add.
     public var keychainAccessGroups: [String] {
@@ -78,7 +81,7 @@ final class AppRegistry {
     init(db: Database) { self.db = db }
 
     private static let columns =
-        "app_id, executable, flatpak, access_groups, app_groups, keep_credentials, installed, generation, installed_at, launched_generation, executable_missing"
+        "app_id, executable, flatpak, access_groups, app_groups, keep_credentials, installed, generation, installed_at, launched_generation, executable_missing, unreported_launch_wipe"
 
     private static func record(_ r: Row) -> AppRecord? {
         guard let id = r[0].text, let groups = r[3].text, let appGroups = r[4].text, let gen = r[7].text else { return nil }
@@ -88,7 +91,8 @@ final class AppRegistry {
         return AppRecord(
             appID: id, executable: r[1].text, flatpak: r[2].int64 == 1, accessGroups: list(groups), appGroups: list(appGroups),
             keepCredentialsOnReinstall: r[5].int64 == 1, installed: r[6].int64 == 1, generation: gen,
-            installedAt: Date(timeIntervalSince1970: r[8].real ?? 0), launchedGeneration: r[9].text, executableMissing: r[10].int64 == 1)
+            installedAt: Date(timeIntervalSince1970: r[8].real ?? 0), launchedGeneration: r[9].text, executableMissing: r[10].int64 == 1,
+            unreportedLaunchWipe: r[11].int64.map { Int($0) })
     }
 
     func all() throws -> [AppRecord] {
@@ -102,11 +106,12 @@ final class AppRegistry {
     func save(_ a: AppRecord) throws {
         func list(_ l: [String]) -> SQLValue { .text(JSON.array(l.map { .string($0) }).text) }
         try db.run(
-            "INSERT OR REPLACE INTO apps (\(Self.columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO apps (\(Self.columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
                 .text(a.appID), a.executable.map { .text($0) } ?? .null, .integer(a.flatpak ? 1 : 0), list(a.accessGroups),
                 list(a.appGroups), .integer(a.keepCredentialsOnReinstall ? 1 : 0), .integer(a.installed ? 1 : 0),
                 .text(a.generation), .real(a.installedAt.timeIntervalSince1970), a.launchedGeneration.map { .text($0) } ?? .null, .integer(a.executableMissing ? 1 : 0),
+                a.unreportedLaunchWipe.map { .integer(Int64($0)) } ?? .null,
             ])
     }
 

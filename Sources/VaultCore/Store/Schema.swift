@@ -95,6 +95,11 @@ enum Schema {
                 CREATE INDEX items_generation ON items (generation);
                 """)
         }
+        // A first launch that began with a call other than Hello wipes at once (an app must
+        // not read leftovers by skipping Hello) and leaves its report to the first Hello.
+        m.register("2026-11-30-apps-unreported-launch-wipe") { db in
+            try db.execute("ALTER TABLE apps ADD COLUMN unreported_launch_wipe INTEGER")
+        }
         return m
     }
 }

@@ -131,16 +131,29 @@ extension Vault {
 
     /// io.vaultd.Vault.Hello: on the first Hello of a new generation, wipes the credentials
     /// left by earlier installs (unless the app keeps them) and records the launch.
-    /// Returns whether this was the first launch and how many items were wiped.
+    /// Returns whether this was the first launch and how many items were wiped (also when
+    /// an earlier call of this generation did the wipe: the first Hello reports it).
     public func hello(_ caller: Caller) throws -> (firstLaunch: Bool, wiped: Int) {
-        guard let appID = caller.appID else { return (false, 0) }
         try admit(caller)
+        return try launch(caller, reporting: true)
+    }
+
+    /// The first launch of the caller's generation, once: wipes the leftovers, and reports it
+    /// now (`reporting`: a Hello) or keeps it for the first Hello.
+    private func launch(_ caller: Caller, reporting: Bool) throws -> (firstLaunch: Bool, wiped: Int) {
+        guard let appID = caller.appID else { return (false, 0) }
         return try locked {
             try db.write { _ in
                 guard var a = try apps.find(appID), a.installed, a.generation == caller.generation else { return (false, 0) }
-                guard a.launchedGeneration != a.generation else { return (false, 0) }
+                if a.launchedGeneration == a.generation {
+                    guard reporting, let wiped = a.unreportedLaunchWipe else { return (false, 0) }
+                    a.unreportedLaunchWipe = nil
+                    try apps.save(a)
+                    return (true, wiped)
+                }
                 let wiped = a.keepCredentialsOnReinstall ? 0 : try apps.wipeLeftoverCredentials(of: a)
                 a.launchedGeneration = a.generation
+                a.unreportedLaunchWipe = reporting ? nil : wiped
                 try apps.save(a)
                 if wiped > 0 { log("app \(appID): first launch of a new install; wiped \(wiped) leftover credential(s)") }
                 return (true, wiped)
@@ -162,7 +175,7 @@ extension Vault {
         guard let a = try reading({ try AppRegistry(db: $0).find(appID) }), a.installed, a.generation == caller.generation else {
             throw VaultError(.missingEntitlement, "\(appID) was uninstalled or reinstalled after this connection was made; reconnect")
         }
-        if launch && a.launchedGeneration != a.generation { _ = try hello(caller) }
+        if launch && a.launchedGeneration != a.generation { _ = try self.launch(caller, reporting: false) }
     }
 
     /// Notices registered executables that disappeared (uninstall) or came back (reinstall:
