@@ -90,9 +90,9 @@ import Testing
         #expect(value?["date"] as? String == wire)
     }
 
-    @Test(arguments: ["0000-12-31T23:59:59Z", "10000-01-01T00:00:00Z", "0001-01-01T00:30:00+01:00", "9999-12-31T23:00:00-02:00",
+    @Test(arguments: ["-0001-12-31T23:59:59Z", "10000-01-01T00:00:00Z", "0000-01-01T00:30:00+01:00", "9999-12-31T23:00:00-02:00",
                       "2026-01-31T12:00:00+24:00", "2026-01-31T12:00:00+0260", "2026-02-30", "2026-01-31T12:00"])
-    func datesOutsideYearsOneTo9999OrMalformedAreRefused(write: String) throws {
+    func datesOutsideYearsZeroTo9999OrMalformedAreRefused(write: String) throws {
         let d = try Daemon()
         defer { d.close() }
         let w = d.ctl(["defaults", "write", Self.domain, "d", "-date", write])

@@ -222,10 +222,10 @@ struct PlistDateTests {
         #expect(back.timeIntervalSinceReferenceDate.bitPattern == now.timeIntervalSinceReferenceDate.bitPattern)
     }
 
-    /// Every Double in years 1...9999, and every tiny one around 2001-01-01, round-trips.
+    /// Every Double in years 0...9999, and every tiny one around 2001-01-01, round-trips.
     @Test func randomDatesRoundTripBitExactly() throws {
         var rng = SplitMix64(state: 0x5EED_0F_DA7E5)
-        let low = -63_113_904_000.0, high = 252_423_993_600.0
+        let low = -63_145_526_400.0, high = 252_423_993_600.0
         var failures: [Double] = []
         for i in 0..<20_000 {
             let t: Double
@@ -255,19 +255,28 @@ struct PlistDateTests {
         #expect(PlistDate.parse(text) == nil)
     }
 
-    /// Dates outside years 1 to 9999 (as a binary plist can hold) are formatted without
+    /// Dates outside years 0 to 9999 (as a binary plist can hold) are formatted without
     /// trapping, as text that `parse` and the wire refuse.
-    @Test(arguments: [1e300, -1e300, 252_423_993_600, -63_113_904_000 - 0.5, -63_200_000_000, .infinity, -.infinity, .nan])
+    @Test(arguments: [1e300, -1e300, 252_423_993_600, -63_145_526_400 - 0.5, -63_200_000_000, .infinity, -.infinity, .nan])
     func formatNeverTrapsAndOutOfRangeDatesAreRefused(t: Double) throws {
         let text = PlistDate.format(date(t))
         #expect(PlistDate.parse(text) == nil, "\(t) formatted as \(text)")
         #expect(throws: VaultError.self) { try PlistValue(tagged: PlistValue.date(date(t)).tagged) }
     }
 
-    @Test(arguments: ["0000-12-31T23:59:59Z", "0000-01-01T00:00:00.5Z", "9999-12-31T23:59:59.99999999Z"])
-    func parseRefusesYearsOutsideOneTo9999(text: String) {
-        #expect(PlistDate.parse(text) == nil)
-        #expect(throws: VaultError.self) { try PlistValue(tagged: ["date": .string(text)]) }
+    /// A fraction that rounds up to year 10000 is past the range.
+    @Test func parseRefusesYearTenThousand() {
+        #expect(PlistDate.parse("9999-12-31T23:59:59.99999999Z") == nil)
+        #expect(throws: VaultError.self) { try PlistValue(tagged: ["date": .string("9999-12-31T23:59:59.99999999Z")]) }
+    }
+
+    /// Foundation's `Date.distantPast` (0000-12-30) and `distantFuture` (4001-01-01), which
+    /// apps store as sentinels, and the first second of year 0 round-trip.
+    @Test(arguments: [Date.distantPast, Date.distantFuture, date(-63_145_526_400)])
+    func distantPastAndFutureRoundTrip(d: Date) throws {
+        let text = PlistDate.format(d)
+        #expect(try #require(PlistDate.parse(text)) == d, "\(text)")
+        #expect(try PlistValue(tagged: PlistValue.date(d).tagged) == .date(d))
     }
 
     @Test func acceptsLeapDaysAndExtraFractionDigits() throws {

@@ -50,7 +50,7 @@ final class PreferencesStore {
     }
 
     /// A domain's values, with nil for one that no longer decodes (a date an older vaultd let
-    /// in, outside years 1 to 9999): such a value must never block deleting or replacing the domain.
+    /// in, outside years 0 to 9999): such a value must never block deleting or replacing the domain.
     func storedValues(_ domain: String) throws -> [String: PlistValue?] {
         var out: [String: PlistValue?] = [:]
         for r in try db.rows("SELECT key, value FROM preferences WHERE domain = ?", [.text(domain)]) {

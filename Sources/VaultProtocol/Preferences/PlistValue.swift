@@ -103,7 +103,7 @@ extension PlistValue {
         case ("bool", .bool(let b)): self = .bool(b)
         case ("date", .string(let s)):
             guard let d = PlistDate.parse(s) else {
-                throw bad("date must be ISO 8601 UTC in years 1 to 9999, e.g. 2001-01-01T00:00:00.5Z")
+                throw bad("date must be ISO 8601 UTC in years 0 to 9999, e.g. 2001-01-01T00:00:00.5Z")
             }
             self = .date(d)
         case ("data", .string(let s)):
@@ -121,12 +121,13 @@ extension PlistValue {
 /// A date is a Double of seconds since 2001-01-01 (as `CFAbsoluteTime` and binary plists).
 /// `format` writes whole seconds as a proleptic-Gregorian calendar date and the fraction as
 /// the shortest decimal that round-trips; `parse` adds them back, which is exact because the
-/// true sum is representable. Years 1 to 9999 are supported (`supportedRange`).
+/// true sum is representable. Years 0 to 9999 are supported (`supportedRange`).
 public enum PlistDate {
     /// The dates a property-list value may hold, in seconds since 2001: from
-    /// 0001-01-01T00:00:00Z up to, not including, 10000-01-01T00:00:00Z. `parse` returns only
-    /// these; `PropertyListCodec.decode` refuses a plist holding any other.
-    public static let supportedRange: Range<TimeInterval> = -63_113_904_000..<252_423_993_600
+    /// 0000-01-01T00:00:00Z up to, not including, 10000-01-01T00:00:00Z (year 0 holds
+    /// Foundation's `Date.distantPast`, 0000-12-30, which apps store; Apple writes it so).
+    /// `parse` returns only these; `PropertyListCodec.decode` refuses a plist holding any other.
+    public static let supportedRange: Range<TimeInterval> = -63_145_526_400..<252_423_993_600
 
     public static func isSupported(_ date: Date) -> Bool {
         supportedRange.contains(date.timeIntervalSinceReferenceDate)
@@ -136,7 +137,7 @@ public enum PlistDate {
     /// written as text that names it and that `parse` refuses; never traps.
     public static func format(_ date: Date) -> String {
         let t = date.timeIntervalSinceReferenceDate
-        guard supportedRange.contains(t) else { return "\(t) s since 2001-01-01, outside years 1 to 9999" }
+        guard supportedRange.contains(t) else { return "\(t) s since 2001-01-01, outside years 0 to 9999" }
         let whole = t.rounded(.down)
         let fraction = t - whole  // exact
         let (y, m, d, hh, mm, ss) = fields(Int64(whole))

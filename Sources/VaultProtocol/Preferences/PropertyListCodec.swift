@@ -8,7 +8,7 @@ public enum PropertyListCodec {
     }
 
     /// Parses XML or binary plist bytes. Throws `VaultError` InvalidPropertyList, also for a
-    /// date outside years 1 to 9999 (`PlistDate.supportedRange`).
+    /// date outside years 0 to 9999 (`PlistDate.supportedRange`).
     public static func decode(_ data: Data) throws -> PlistValue {
         let object: Any
         do {
@@ -153,7 +153,7 @@ public enum PropertyListCodec {
             guard PlistDate.isSupported(d) else {
                 throw VaultError(
                     .invalidPropertyList,
-                    "a date of \(d.timeIntervalSinceReferenceDate) s since 2001-01-01 is outside years 1 to 9999")
+                    "a date of \(d.timeIntervalSinceReferenceDate) s since 2001-01-01 is outside years 0 to 9999")
             }
             return .date(d)
         case let d as Data:

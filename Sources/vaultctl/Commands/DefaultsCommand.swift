@@ -179,7 +179,7 @@ struct DefaultsCommand: Command {
             }
         case "-date":
             guard let d = parseDate(v) else {
-                throw UsageError(message: "'\(v)' is not a date in years 1 to 9999 (use 2026-01-31 12:00:00 +0000 or ISO 8601)")
+                throw UsageError(message: "'\(v)' is not a date in years 0 to 9999 (use 2026-01-31 12:00:00 +0000 or ISO 8601)")
             }
             return .date(d)
         case "-data":
@@ -203,7 +203,7 @@ struct DefaultsCommand: Command {
     /// A `-date` argument: `yyyy-MM-dd HH:mm:ss`, `yyyy-MM-dd`, or ISO 8601 `yyyy-MM-ddTHH:mm:ss`
     /// with optional fractional seconds; each with `Z`, an offset `±HHMM` or `±HH:MM` (after a
     /// space or not), or nothing for UTC. Days are proleptic Gregorian, as `PlistDate` counts them
-    /// (not DateFormatter, whose calendar is Julian before 1582). Nil outside years 1 to 9999.
+    /// (not DateFormatter, whose calendar is Julian before 1582). Nil outside years 0 to 9999.
     static func parseDate(_ v: String) -> Date? {
         if let d = PlistDate.parse(v) { return d }
         var u = Array(v.utf8)
