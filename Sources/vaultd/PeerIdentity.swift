@@ -8,35 +8,51 @@ import Glibc
 /// What the kernel says about a peer process beyond SO_PEERCRED (DESIGN §5): its Flatpak
 /// app ID and its executable. Nothing the client sends is consulted.
 enum PeerIdentity {
-    /// What `/proc/PID/root/.flatpak-info` says of a peer.
+    /// Where a peer runs, from `/proc/PID/root`.
     enum Sandbox: Equatable {
-        /// No such file: a host process.
+        /// vaultd's own root directory and no `/.flatpak-info`: a host process.
         case none
-        /// A sandboxed app with this Flatpak ID (`[Application] name`).
+        /// A sandboxed app with this Flatpak ID (`/.flatpak-info`, `[Application] name`).
         case flatpak(String)
-        /// The file is there but names no app, or vaultd cannot look: a sandbox it cannot
-        /// identify, which must get neither the admin surface nor an app tier.
+        /// A root directory not vaultd's (a bubblewrap sandbox, a container, a chroot) and no
+        /// `/.flatpak-info`: a sandbox vaultd cannot name. It can neither run the host's
+        /// vaultctl nor be told apart from another app, so it gets nothing (README, the
+        /// threat model).
+        case unnamed
+        /// A `/.flatpak-info` that names no app.
         case unidentifiable
+        /// vaultd may not look at the process's root (`errno`; a process that made itself
+        /// non-dumpable, say): it cannot be placed, so it gets nothing.
+        case unreadable(Int32)
     }
 
     /// Only a sandbox can put a file at `/.flatpak-info` (the host's `/` is root's), so its
-    /// presence means a sandboxed app. Without one, a peer whose root directory is not
-    /// vaultd's (a bubblewrap sandbox, a container, a chroot) is a sandbox vaultd cannot
-    /// name: it can neither run the host's vaultctl nor be told apart from another app, so
-    /// it gets nothing (README, the threat model).
+    /// presence means a sandboxed app.
     static func sandbox(pid: pid_t) -> Sandbox {
-        let path = "/proc/\(pid)/root/.flatpak-info"
-        var st = stat()
-        if stat(path, &st) != 0 {
-            guard errno == ENOENT else { return .unidentifiable }
-            return sameFile("/proc/\(pid)/root", "/") ? .none : .unidentifiable
+        let root = "/proc/\(pid)/root"
+        var peerRoot = stat(), ownRoot = stat(), info = stat()
+        guard stat(root, &peerRoot) == 0 else { return .unreadable(errno) }
+        if stat(root + "/.flatpak-info", &info) == 0 {
+            return flatpakAppID(path: root + "/.flatpak-info").map(Sandbox.flatpak) ?? .unidentifiable
         }
-        return flatpakAppID(path: path).map(Sandbox.flatpak) ?? .unidentifiable
+        guard errno == ENOENT else { return .unreadable(errno) }
+        guard stat("/", &ownRoot) == 0, peerRoot.st_dev == ownRoot.st_dev, peerRoot.st_ino == ownRoot.st_ino else { return .unnamed }
+        return .none
+    }
+
+    /// Whether the peer's executable path, a registered app's, names the very file the peer
+    /// runs. In vaultd's own mount namespace the path the kernel gives is the truth (also
+    /// "(deleted)": an app whose binary a package upgrade replaced is still that app until
+    /// vaultd notices the reinstall); in another, something may be mounted over that path,
+    /// so the files are compared (device and inode).
+    static func runsRegisteredFile(pid: pid_t, path: String) -> Bool {
+        if sameFile("/proc/\(pid)/ns/mnt", "/proc/self/ns/mnt") { return true }
+        return sameFile("/proc/\(pid)/exe", path)
     }
 
     /// Whether two paths name the same file (device and inode; false when either cannot be
-    /// looked at). `/proc/PID/root` and `/proc/PID/exe` lead to the peer's own file whatever
-    /// its mount namespace shows at that path.
+    /// looked at). `/proc/PID/…` links lead to the peer's own file whatever its mount
+    /// namespace shows at that path.
     static func sameFile(_ a: String, _ b: String) -> Bool {
         var sa = stat(), sb = stat()
         guard stat(a, &sa) == 0, stat(b, &sb) == 0 else { return false }
@@ -80,14 +96,20 @@ enum PeerIdentity {
         switch sandbox(pid: peer.pid) {
         case .none: break
         case .flatpak(let id): flatpakID = id
+        case .unnamed:
+            log("refused pid \(peer.pid): a sandbox vaultd cannot name (its root directory is not vaultd's and it has no .flatpak-info)")
+            return nil
         case .unidentifiable:
-            log("refused pid \(peer.pid): a sandbox vaultd cannot name (a root directory not vaultd's, or a .flatpak-info that names no app or cannot be read)")
+            log("refused pid \(peer.pid): a sandbox whose .flatpak-info names no app")
+            return nil
+        case .unreadable(let code):
+            log("refused pid \(peer.pid): vaultd may not look at the process (/proc/\(peer.pid)/root: \(String(cString: strerror(code))))")
             return nil
         }
         do {
             return try vault.caller(
                 flatpakAppID: flatpakID, executable: executable(pid: peer.pid),
-                isRegisteredFile: { sameFile("/proc/\(peer.pid)/exe", $0) })
+                isRegisteredFile: { runsRegisteredFile(pid: peer.pid, path: $0) })
         } catch {
             log("cannot identify peer pid \(peer.pid): \(error)")
             return nil

@@ -541,6 +541,43 @@ import Glibc
         #expect(d.ctl(["app", "list", "--json"]).jsonArray?.count == 1, "nothing registered but A")
     }
 
+    /// A running app whose executable a package upgrade replaced (a new file renamed over the
+    /// path: the running process's exe is "(deleted)") is still that app when it connects
+    /// again, in vaultd's own mount namespace.
+    @Test func aRunningAppWhoseBinaryWasReplacedIsStillThatApp() throws {
+        let d = try Self.daemon()
+        defer { d.close() }
+        let python = try Self.rawPythonApp(d)
+        try d.install("org.example.Raw", exe: python)
+        // Says Hello, waits for the go file, then connects again and says Hello.
+        let script = """
+            import json, os, socket, sys, time
+            def hello():
+                s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); buf = b''
+                s.sendall(json.dumps({"method": "io.vaultd.Vault.Hello", "parameters": {}}).encode() + b'\\0')
+                while b'\\0' not in buf:
+                    chunk = s.recv(65536)
+                    if not chunk: return "closed"
+                    buf += chunk
+                return buf.partition(b'\\0')[0].decode()
+            print(hello(), flush=True)
+            while not os.path.exists(sys.argv[2]): time.sleep(0.02)
+            print(hello(), flush=True)
+            """
+        let out = d.root + "/upgrade.out", go = d.root + "/upgrade.go"
+        let pid = try ChildProcess.spawn(
+            python, ["-c", script, d.socketPath, go], environment: d.environment, inputs: [:], stdout: .file(out, append: false),
+            stderr: .file(out + ".err", append: false))
+        #expect(eventually(timeout: 10) { ((try? String(contentsOfFile: out, encoding: .utf8)) ?? "").contains("org.example.Raw") })
+        // The upgrade: a new file renamed over the executable.
+        try FileManager.default.copyItem(atPath: python, toPath: python + ".new")
+        #expect(rename(python + ".new", python) == 0)
+        FileManager.default.createFile(atPath: go, contents: Data())
+        if ChildProcess.wait(pid, timeout: 20) == nil { kill(pid, SIGKILL); _ = ChildProcess.wait(pid, timeout: 5) }
+        let lines = ((try? String(contentsOfFile: out, encoding: .utf8)) ?? "").split(separator: "\n")
+        #expect(lines.count == 2 && lines[1].contains("\"appID\":\"org.example.Raw\""), "\(lines) \(d.log)")
+    }
+
     /// Another file mounted over a registered app's path (in a sandbox that keeps the host's
     /// root) is not that app: vaultd compares the files, not the paths the peer sees.
     @Test func anotherFileAtARegisteredAppsPathIsNotThatApp() throws {

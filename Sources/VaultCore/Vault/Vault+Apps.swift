@@ -101,11 +101,11 @@ extension Vault {
     /// unidentified is the owner (admin surface, no app tier).
     /// A Flatpak ID that names an installed app registered by executable is refused
     /// (PermissionDenied): a sandbox cannot take over a registered app and its groups.
-    /// `isRegisteredFile(path)`: whether `path`, as vaultd sees it, is the peer's very
-    /// executable file; a peer whose executable path is a registered app's but whose file is
-    /// another (mounted over that path in its own mount namespace) is refused
-    /// (PermissionDenied).
-    public func caller(flatpakAppID: String?, executable: String?, isRegisteredFile: (String) -> Bool = { _ in true }) throws -> Caller {
+    /// `isRegisteredFile(path)`: whether the peer runs the file vaultd sees at `path` (see
+    /// `PeerIdentity.runsRegisteredFile`); a peer whose executable path is a registered
+    /// app's but whose file is another (mounted over that path in its own mount namespace)
+    /// is refused (PermissionDenied).
+    public func caller(flatpakAppID: String?, executable: String?, isRegisteredFile: (String) -> Bool) throws -> Caller {
         if let id = flatpakAppID {
             // Look and register as one step, so two first contacts make one generation.
             return try registration.withLock {
