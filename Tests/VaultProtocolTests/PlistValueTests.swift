@@ -286,3 +286,46 @@ struct PlistDateTests {
         #expect(t == 1.5)
     }
 }
+
+@Suite("PropertyListCodec limits")
+struct PropertyListCodecLimitTests {
+    /// A binary plist whose root {a: A1} has A_i = [A_{i+1}, A_{i+1}]: the same object twice
+    /// at every level, `levels` deep (412 bytes at 40 levels; 2^40 values as a tree).
+    static func sharedReferenceBomb(levels: Int) -> Data {
+        var objects: [[UInt8]] = [[0xD1, 0, 1, 0, 2], [0x51, 0x61]]
+        for i in 0..<levels {
+            if i < levels - 1 {
+                let r = UInt16(objects.count + 1)
+                objects.append([0xA2, UInt8(r >> 8), UInt8(r & 0xFF), UInt8(r >> 8), UInt8(r & 0xFF)])
+            } else {
+                objects.append([0x51, 0x78])
+            }
+        }
+        var out = Array("bplist00".utf8)
+        var offsets: [Int] = []
+        for o in objects {
+            offsets.append(out.count)
+            out += o
+        }
+        let tableAt = out.count
+        func bigEndian<T: FixedWidthInteger>(_ v: T) -> [UInt8] { withUnsafeBytes(of: v.bigEndian) { Array($0) } }
+        for off in offsets { out += bigEndian(UInt32(off)) }
+        out += [0, 0, 0, 0, 0, 0, 4, 2] + bigEndian(UInt64(objects.count)) + bigEndian(UInt64(0)) + bigEndian(UInt64(tableAt))
+        return Data(out)
+    }
+
+    @Test func aPlistReferringToOneObjectManyTimesIsRefusedNotExpanded() throws {
+        // Small enough to expand: read whole, each copy the same.
+        let small = try PropertyListCodec.decode(Self.sharedReferenceBomb(levels: 4))
+        #expect(small == .dict(["a": .array(Array(repeating: .array(Array(repeating: .array([.string("x"), .string("x")]), count: 2)), count: 2))]))
+        // 2^40 values: refused at the budget, at once.
+        let bomb = Self.sharedReferenceBomb(levels: 40)
+        #expect(bomb.count < 500)
+        do {
+            _ = try PropertyListCodec.decode(bomb)
+            Issue.record("a 2^40-value tree was accepted")
+        } catch let e as VaultError {
+            #expect(e.code == .invalidPropertyList && e.message.contains("expands past"), "\(e)")
+        }
+    }
+}

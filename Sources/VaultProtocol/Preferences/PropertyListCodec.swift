@@ -10,6 +10,7 @@ public enum PropertyListCodec {
     /// Parses XML or binary plist bytes. Throws `VaultError` InvalidPropertyList, also for a
     /// date outside years 0 to 9999 (`PlistDate.supportedRange`).
     public static func decode(_ data: Data) throws -> PlistValue {
+        try checkBinaryReferences(data)
         let object: Any
         do {
             var format = PropertyListSerialization.PropertyListFormat.binary
@@ -17,7 +18,7 @@ public enum PropertyListCodec {
         } catch {
             throw VaultError(.invalidPropertyList, "not a property list (XML or binary): \(error.localizedDescription)")
         }
-        return try value(from: object, depth: 0)
+        return try value(from: object)
     }
 
     /// Serializes `value` in `format`: binary through Foundation, XML through `xml(_:)`. Throws
@@ -131,9 +132,82 @@ public enum PropertyListCodec {
         return .string(text)
     }
 
-    public static func value(from object: Any, depth: Int = 0) throws -> PlistValue {
+    /// Refuses a binary plist whose tree, every reference followed, would pass
+    /// `maximumExpandedSize` or `PlistValue.maximumDepth`, or that refers to itself, before
+    /// Foundation reads it: `PropertyListSerialization` builds a separate copy for each
+    /// reference (a 412-byte file took vaultd to 13 GB). It reads only the file's trailer,
+    /// offset table, object markers and references (the format's public layout), counting
+    /// each object once; anything malformed is left for Foundation to refuse.
+    static func checkBinaryReferences(_ data: Data) throws {
+        let b = [UInt8](data)
+        guard b.count >= 40, b.starts(with: Array("bplist0".utf8)) else { return }
+        let trailer = b.count - 32
+        let offsetSize = Int(b[trailer + 6]), refSize = Int(b[trailer + 7])
+        func uint(_ at: Int, _ n: Int) -> Int? {
+            guard (1...8).contains(n), at >= 0, at <= b.count - n else { return nil }
+            var v: UInt64 = 0
+            for i in 0..<n { v = v << 8 | UInt64(b[at + i]) }
+            return v <= UInt64(b.count) ? Int(v) : nil  // counts, offsets and refs are all below the file's size
+        }
+        guard let count = uint(trailer + 8, 8), let top = uint(trailer + 16, 8), let table = uint(trailer + 24, 8) else { return }
+        let tooBig = VaultError(.invalidPropertyList, "the property list expands past \(maximumExpandedSize >> 20) MiB (an object it refers to many times?)")
+        var sizes = [Int](repeating: -1, count: count)  // -1: not counted yet; -2: being counted
+        func expanded(_ i: Int, _ depth: Int) throws -> Int {
+            guard depth < PlistValue.maximumDepth else {
+                throw VaultError(.invalidPropertyList, "property list nested deeper than \(PlistValue.maximumDepth)")
+            }
+            guard i < count, let off = uint(table + i * offsetSize, offsetSize), off < trailer else { return 16 }
+            if sizes[i] >= 0 { return sizes[i] }
+            if sizes[i] == -2 { throw VaultError(.invalidPropertyList, "the property list contains itself") }
+            let kind = b[off] >> 4
+            var n = Int(b[off] & 0x0F), at = off + 1
+            if n == 0x0F && [0x4, 0x5, 0x6, 0xA, 0xC, 0xD].contains(kind) {
+                guard at < b.count, b[at] >> 4 == 0x1, let v = uint(at + 1, 1 << Int(b[at] & 0x0F)) else { return 16 }
+                n = v
+                at += 1 + (1 << Int(b[at] & 0x0F))
+            }
+            var total = 16
+            switch kind {
+            case 0x4, 0x5: total += n
+            case 0x6: total += 2 * n
+            case 0xA, 0xC, 0xD:
+                sizes[i] = -2
+                for r in 0..<(kind == 0xD ? 2 * n : n) {
+                    guard let child = uint(at + r * refSize, refSize) else { break }
+                    total += try expanded(child, depth + 1)
+                    if total > maximumExpandedSize { throw tooBig }
+                }
+            default: break
+            }
+            sizes[i] = total
+            return total
+        }
+        if try expanded(top, 0) > maximumExpandedSize { throw tooBig }
+    }
+
+    /// The most a converted property list may take, counted as its strings' and data's bytes
+    /// plus 16 per value (twice the 4 MiB a domain may hold). A binary plist can refer to one
+    /// object many times: 40 levels of arrays holding the same array twice are 412 bytes on
+    /// disk and 2^40 values as a tree.
+    public static let maximumExpandedSize = 8 << 20
+
+    /// `object` (what `PropertyListSerialization` returns) as a `PlistValue`. Throws
+    /// `VaultError` InvalidPropertyList for an unsupported object or date, nesting past
+    /// `PlistValue.maximumDepth`, or a tree past `maximumExpandedSize`.
+    public static func value(from object: Any) throws -> PlistValue {
+        var budget = maximumExpandedSize
+        return try value(from: object, depth: 0, budget: &budget)
+    }
+
+    private static func value(from object: Any, depth: Int, budget: inout Int) throws -> PlistValue {
         guard depth < PlistValue.maximumDepth else {
             throw VaultError(.invalidPropertyList, "property list nested deeper than \(PlistValue.maximumDepth)")
+        }
+        budget -= 16
+        if let s = object as? String { budget -= s.utf8.count } else if let d = object as? Data { budget -= d.count }
+        guard budget >= 0 else {
+            throw VaultError(
+                .invalidPropertyList, "the property list expands past \(maximumExpandedSize >> 20) MiB (an object it refers to many times?)")
         }
         switch object {
         case let b as Bool where type(of: object) == Bool.self:
@@ -159,9 +233,18 @@ public enum PropertyListCodec {
         case let d as Data:
             return .data(d)
         case let a as [Any]:
-            return .array(try a.map { try value(from: $0, depth: depth + 1) })
+            var out: [PlistValue] = []
+            out.reserveCapacity(a.count)
+            for x in a { out.append(try value(from: x, depth: depth + 1, budget: &budget)) }
+            return .array(out)
         case let d as [String: Any]:
-            return .dict(try d.mapValues { try value(from: $0, depth: depth + 1) })
+            var out: [String: PlistValue] = [:]
+            out.reserveCapacity(d.count)
+            for (k, x) in d {
+                budget -= k.utf8.count
+                out[k] = try value(from: x, depth: depth + 1, budget: &budget)
+            }
+            return .dict(out)
         default:
             throw VaultError(.invalidPropertyList, "unsupported property-list object \(type(of: object))")
         }
