@@ -225,7 +225,8 @@ final class Server: @unchecked Sendable {
                 if !sent { return }
                 continue
             }
-            if Dispatcher.streamingMethods.contains(call.method) && call.more {
+            // A oneway call gets no reply, so no stream either (`more` is moot then).
+            if Dispatcher.streamingMethods.contains(call.method) && call.more && !call.oneway {
                 endCall()
                 stream(call, on: conn, caller: caller)
                 return

@@ -163,6 +163,8 @@ import Glibc
             #"{"method":"io.vaultd.Vault.Status"}"#,
             #"{"method":"io.vaultd.Vault.Nope"}"#,
             #"{"method":"io.vaultd.Vault.Status","oneway":true}"#,
+            // oneway wins over more: no reply, no stream holding the connection.
+            #"{"method":"io.vaultd.Vault.Observe","oneway":true,"more":true}"#,
             #"{"method":"org.varlink.service.GetInterfaceDescription","parameters":{"interface":"io.vaultd.Keychain"}}"#,
             #"{"method":"org.varlink.service.GetInfo"}"#,
         ]
