@@ -56,6 +56,7 @@ public struct VaultError: Error, Equatable, CustomStringConvertible, Sendable {
         public static let storageFull = Code("io.vaultd.Vault.StorageFull")
         public static let internalError = Code("io.vaultd.Vault.InternalError")
         public static let permissionDenied = Code("io.vaultd.Vault.PermissionDenied")
+        public static let replyTooLarge = Code("io.vaultd.Vault.ReplyTooLarge")
         // Preferences.
         public static let domainTooLarge = Code("io.vaultd.Preferences.DomainTooLarge")
         public static let invalidValue = Code("io.vaultd.Preferences.InvalidValue")

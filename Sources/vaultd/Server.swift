@@ -146,8 +146,17 @@ final class Server: @unchecked Sendable {
         callsInProgress.subtract(1, ordering: .sequentiallyConsistent)
     }
 
+    /// Sends `reply`, or ReplyTooLarge in its place when it would be a message over the
+    /// varlink limit (the peer would have to refuse it: `FrameReader`).
     private func send(_ reply: VarlinkReply, on conn: UnixSocket) throws {
         var bytes = reply.json.serialized()
+        if bytes.count >= Varlink.maximumMessageSize {
+            let error = VaultError(
+                .replyTooLarge,
+                "the answer would be \(bytes.count) bytes, over the \(Varlink.maximumMessageSize)-byte message limit: ask for less (matchLimit one, no data, fewer items)",
+                extra: ["size": JSON(bytes.count), "limit": JSON(Varlink.maximumMessageSize)])
+            bytes = VarlinkReply(error: error).json.serialized()
+        }
         bytes.append(0)
         try conn.sendAll(bytes)
     }

@@ -94,6 +94,26 @@ import Glibc
         #expect(d.ctl(["item", "list"]).stdoutText.isEmpty, "nothing stored")
     }
 
+    /// An answer that would be a message over the 8 MiB limit (the data of seven 1 MiB
+    /// secrets) is ReplyTooLarge, with its size and the limit, not a reply no client can read;
+    /// a narrower query still answers, and the connection stays usable.
+    @Test func anAnswerOverTheMessageLimitIsReplyTooLarge() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        try #require(d.initializeWithoutPassphrase().status == 0)
+        let vault = try d.client()
+        for i in 0..<7 {
+            try vault.keychain.add(attributes: ItemAttributes(service: "big", account: "a\(i)"), data: pseudoRandomBytes(count: 1 << 20, seed: UInt64(i)))
+        }
+        let all = Query(.genericPassword, ItemAttributes(service: "big"), matchAll: true)
+        let error = vaultError { _ = try vault.keychain.copyMatching(all, returnData: true) }
+        #expect(error?.name == "io.vaultd.Vault.ReplyTooLarge", "\(String(describing: error))")
+        #expect(error?.parameters["limit"]?.intValue == 8 << 20 && (error?.parameters["size"]?.intValue ?? 0) > 8 << 20, "\(String(describing: error))")
+        #expect(try vault.keychain.copyMatching(all, returnData: false).count == 7)
+        let one = try vault.keychain.copyMatching(Query(.genericPassword, ItemAttributes(service: "big", account: "a3")), returnData: true)
+        #expect(one.first?.data == pseudoRandomBytes(count: 1 << 20, seed: 3))
+    }
+
     @Test func secretsOverTheLimitAreRefusedAndNothingIsStored() throws {
         let d = try Daemon()
         defer { d.close() }

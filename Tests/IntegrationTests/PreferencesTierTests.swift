@@ -402,6 +402,23 @@ import Glibc
         #expect(!(try prefs.domains().contains("com.example.big2")))
     }
 
+    /// A domain whose values take far more on the wire than in a plist (JSON writes a control
+    /// character in six bytes) is limited by that too, so reading it whole always fits one
+    /// message: 4 MB of them were accepted, then no client could read the domain.
+    @Test func aDomainTheWireCannotCarryIsRefusedAndWhatIsKeptReads() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        let prefs = try d.client().preferences
+        let domain = "com.example.control"
+        let controls = String(repeating: "\u{1}", count: 1_000_000)
+        try prefs.set(.string(controls), domain: domain, key: "k1")
+        let refused = vaultError { try prefs.set(.string(controls), domain: domain, key: "k2") }
+        #expect(refused?.code == .domainTooLarge, "\(String(describing: refused))")
+        #expect(try prefs.values(domain: domain) == ["k1": .string(controls)])
+        let read = d.ctl(["defaults", "read", domain, "k1"])
+        #expect(read.status == 0, "\(read.stderr)")
+    }
+
     @Test func keysOverOneKiBAreRefused() throws {
         let d = try Daemon()
         defer { d.close() }

@@ -4,9 +4,19 @@ import VaultProtocol
 /// Preference domains in the store: one row per (domain, key), so a write touches one row,
 /// never the whole domain. Values are stored as tagged JSON. Not thread-safe.
 final class PreferencesStore {
-    /// A domain may hold at most this many bytes (4 MiB), counted as keys plus values in their
-    /// binary-plist sizes (`PlistValue.storageSize`).
+    /// A domain may hold at most this many bytes (4 MiB), counted per entry as its key plus its
+    /// value's binary-plist size (`PlistValue.storageSize`), or half its size on the wire when
+    /// that is more (`entrySize`).
     static let maximumDomainSize = 4 << 20
+
+    /// What an entry counts against the domain limit. Half the wire size bounds the whole
+    /// domain's reply (Preferences.Domain, an Observe snapshot) to the 8 MiB message limit:
+    /// JSON writes a control character in six bytes, so 4 MiB of them were a 24 MiB reply no
+    /// client could take. Ordinary values count their binary size, as before.
+    static func entrySize(key: String, value: PlistValue) -> Int {
+        let wire = JSON.string(key).serialized().count + value.tagged.serialized().count + 2  // `"key":value,`
+        return max(key.utf8.count + value.storageSize, (wire + 1) / 2)
+    }
     /// A key may be at most this many UTF-8 bytes (1 KiB).
     static let maximumKeyLength = 1024
     /// A domain name may be at most this many UTF-8 bytes.
@@ -83,7 +93,7 @@ final class PreferencesStore {
     func set(domain: String, key: String, value: PlistValue) throws {
         try Self.validate(domain: domain)
         try Self.validate(key: key)
-        let entrySize = key.utf8.count + value.storageSize
+        let entrySize = Self.entrySize(key: key, value: value)
         try checkSize(domain: domain, total: try size(of: domain, excluding: key) + entrySize)
         try db.run(
             "INSERT OR REPLACE INTO preferences (domain, key, value, size) VALUES (?, ?, ?, ?)",
@@ -107,14 +117,14 @@ final class PreferencesStore {
         var total = 0
         for (k, v) in values {
             try Self.validate(key: k)
-            total += k.utf8.count + v.storageSize
+            total += Self.entrySize(key: k, value: v)
         }
         try checkSize(domain: domain, total: total)
         try db.run("DELETE FROM preferences WHERE domain = ?", [.text(domain)])
         for (k, v) in values {
             try db.run(
                 "INSERT INTO preferences (domain, key, value, size) VALUES (?, ?, ?, ?)",
-                [.text(domain), .text(k), .blob(v.tagged.serialized()), .integer(Int64(k.utf8.count + v.storageSize))])
+                [.text(domain), .text(k), .blob(v.tagged.serialized()), .integer(Int64(Self.entrySize(key: k, value: v)))])
         }
     }
 }

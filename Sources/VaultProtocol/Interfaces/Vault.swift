@@ -81,6 +81,10 @@ extension VarlinkInterfaces {
         error PermissionDenied (message: string)
         # vaultd failed in a way it did not expect; the message says where.
         error InternalError (message: string)
+        # The answer to a call would be a message over the size limit (8 MiB; e.g. the secrets
+        # of many large items at once): nothing was sent. Narrow the call (matchLimit one,
+        # no data, fewer items).
+        error ReplyTooLarge (size: int, limit: int, message: string)
 
         """
 }
