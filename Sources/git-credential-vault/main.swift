@@ -58,9 +58,9 @@ func parseInput(_ data: Data) throws -> [String: String] {
 
 /// git's credential_from_url: `proto://[user[:password]@]host[:port][/path]`. The host ends
 /// at the first `/`, `?` or `#`; the username and password only when their `@` comes before
-/// that. Username, password, host and path are %XX-decoded; the path loses its leading and
-/// trailing slashes. A URL without a scheme is rejected (git dies on it), and so is one whose
-/// decoded fields hold LF, CR or NUL, or are not UTF-8.
+/// that. Username, password, host and path are decoded as git decodes them (`percentDecoded`);
+/// the path loses its leading and trailing slashes. A URL without a scheme is rejected (git
+/// dies on it), and so is one whose decoded fields hold LF or CR, or are not UTF-8.
 func fieldsFromURL(_ url: String) throws -> [String: String] {
     let u = Array(url.utf8)
     let scheme: [UInt8] = Array("://".utf8)
@@ -102,7 +102,9 @@ func fieldsFromURL(_ url: String) throws -> [String: String] {
     return fields
 }
 
-/// `%XX` decoded to its byte; a `%` not followed by two hex digits stays as it is (no `+`).
+/// A URL component decoded as git's `url_decode_mem` does: what comes before its first `:`
+/// (when that is not its first byte) is kept as it is, and then `%XX` is decoded to its byte,
+/// except `%00`; a `%` not followed by two hex digits stays, and `+` is not a space.
 func percentDecoded(_ s: ArraySlice<UInt8>) -> [UInt8] {
     func hex(_ c: UInt8) -> UInt8? {
         switch c {
@@ -114,8 +116,12 @@ func percentDecoded(_ s: ArraySlice<UInt8>) -> [UInt8] {
     }
     var out: [UInt8] = []
     var i = s.startIndex
+    if let colon = s.firstIndex(of: UInt8(ascii: ":")), colon > s.startIndex {
+        out += s[..<colon]
+        i = colon
+    }
     while i < s.endIndex {
-        if s[i] == UInt8(ascii: "%"), i + 2 < s.endIndex, let hi = hex(s[i + 1]), let lo = hex(s[i + 2]) {
+        if s[i] == UInt8(ascii: "%"), i + 2 < s.endIndex, let hi = hex(s[i + 1]), let lo = hex(s[i + 2]), hi | lo != 0 {
             out.append(hi << 4 | lo)
             i += 3
         } else {

@@ -172,6 +172,17 @@ import Glibc
             let (v, s) = both("store", input)
             #expect(v.status == 0 && s.status == 0, "\(input): \(v) \(s)")
         }
+        // git keeps what precedes a component's first ':' undecoded, and never decodes %00
+        // (url_decode_mem; what git itself then sends a helper: checked with a capturing
+        // helper). credential-store cannot be the judge here: its own file does not round-trip.
+        let dave = g.helper("store", Array("url=https://dave:p%41:x@ex%61mple.net:8443/a%20b:c%20d/e%00f\n\n".utf8))
+        #expect(dave.status == 0, "\(dave)")
+        let daveItem = g.internetItems().first { $0["account"] as? String == "dave" }
+        #expect(daveItem?["server"] as? String == "ex%61mple.net" && daveItem?["port"] as? Int == 8443, "\(String(describing: daveItem))")
+        #expect(daveItem?["path"] as? String == "a%20b:c d/e%00f", "\(String(describing: daveItem))")
+        let daveGet = g.helper("get", Array("protocol=https\nhost=ex%61mple.net:8443\npath=a%20b:c d/e%00f\nusername=dave\n\n".utf8))
+        #expect(daveGet.stdoutText == "username=dave\npassword=p%41:x\n", "\(daveGet)")
+        #expect(g.helper("erase", Array("url=https://dave@ex%61mple.net:8443/\n\n".utf8)).status == 0)
         #expect(g.internetItems().count == 3, "\(g.internetItems())")
         #expect(g.internetItems().contains { $0["account"] as? String == "carol@corp" && $0["path"] as? String == "x/repo.git" })
 
@@ -197,13 +208,12 @@ import Glibc
         #expect(gv.stdoutText.isEmpty && gs.stdoutText.isEmpty, "\(gv) \(gs)")
         #expect(g.internetItems().count == 2)
 
-        // A URL git cannot parse, or one whose decoded fields hold LF, CR or NUL: rejected
+        // A URL git cannot parse, or one whose decoded fields hold LF or CR: rejected
         // whole, nothing stored or returned (git dies on the first two as well).
         for input in [
             "url=example.org\nusername=bob\npassword=x",
             "url=https://bob%0a@example.org/\npassword=x",
             "url=https://bob%0d@example.org/\npassword=x",
-            "url=https://bob@example.org/a%00b\npassword=x",
             "url=https://bob@exam%0dple.org/\npassword=x",
         ] {
             let r = g.helper("store", Array((input + "\n\n").utf8))
