@@ -266,12 +266,13 @@ public final class DesktopKeyring: @unchecked Sendable {
     }
 
     /// Searches every collection for items of `schema` with `attributes`, loading secrets of
-    /// unlocked items. It never unlocks (so it never prompts): locked matches come back with
-    /// `secret` nil and `isLocked` true.
-    public func search(_ schema: KeyringSchema, _ attributes: [String: String]) throws -> [KeyringItem] {
+    /// unlocked items when `loadSecrets` (else every `secret` is nil: a search that only asks
+    /// what is there keeps secrets out of this process). It never unlocks (so it never
+    /// prompts): locked matches come back with `secret` nil and `isLocked` true.
+    public func search(_ schema: KeyringSchema, _ attributes: [String: String], loadSecrets: Bool = true) throws -> [KeyringItem] {
         let table = Self.table(attributes)
         defer { g_hash_table_unref(table) }
-        let flags = SecretSearchFlags(rawValue: SECRET_SEARCH_ALL.rawValue | SECRET_SEARCH_LOAD_SECRETS.rawValue)
+        let flags = SecretSearchFlags(rawValue: SECRET_SEARCH_ALL.rawValue | (loadSecrets ? SECRET_SEARCH_LOAD_SECRETS.rawValue : 0))
         let list: UnsafeMutablePointer<GList>? = try Self.call(timeout: timeout, what: "cannot search the keyring") { c, e in
             secret_service_search_sync(service, schema.pointer, table, flags, c, e)
         }

@@ -149,6 +149,12 @@ public struct ItemAttributes: Equatable, Sendable {
             || securityDomain != nil
     }
 
+    /// A port as kSecAttrPort takes it: an integer in 0...65535. Throws Param otherwise.
+    public static func checkedPort(_ p: Int?) throws -> Int {
+        guard let p, (0...65535).contains(p) else { throw VaultError.param("attribute 'port' must be an integer in 0...65535") }
+        return p
+    }
+
     /// True when every attribute set in `query` has the same value here (SecItem matching).
     public func matches(_ query: ItemAttributes) -> Bool {
         for k in StringAttribute.allCases {
@@ -216,10 +222,7 @@ public struct ItemAttributes: Equatable, Sendable {
                 guard let b = value.boolValue else { throw VaultError.param("attribute 'synchronizable' must be a boolean") }
                 synchronizable = b
             case "port":
-                guard let p = value.intValue, (0...65535).contains(p) else {
-                    throw VaultError.param("attribute 'port' must be an integer in 0...65535")
-                }
-                port = p
+                port = try Self.checkedPort(value.intValue)
             case "creationDate", "modificationDate":
                 guard let s = value.stringValue, let d = PlistDate.parse(s) else {
                     throw VaultError.param("attribute '\(name)' must be an ISO 8601 date")

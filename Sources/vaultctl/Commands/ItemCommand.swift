@@ -30,10 +30,7 @@ struct ItemCommand: Command {
         // A value the protocol refuses (an unknown or deprecated `always*` accessibility, a
         // port out of range) is its Param error (-50, exit 1), as vaultd would answer it.
         if let v = try a.option(prefix + "accessible") { attrs.accessible = try Accessibility(wire: v) }
-        if let p = try a.intOption(prefix + "port") {
-            guard (0...65535).contains(p) else { throw VaultError.param("attribute 'port' must be an integer in 0...65535") }
-            attrs.port = p
-        }
+        if let p = try a.intOption(prefix + "port") { attrs.port = try ItemAttributes.checkedPort(p) }
         if a.flag(prefix + "synchronizable") { attrs.synchronizable = true }
         if let g = try a.option(prefix + "generic") { attrs.generic = Data(g.utf8) }
         return attrs

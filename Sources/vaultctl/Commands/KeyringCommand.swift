@@ -320,11 +320,11 @@ struct ForgetCommand: Command {
         do {
             let keyring = try DesktopKeyring(timeout: 30)
             // A locked keyring keeps its items: clearing would remove nothing and say so.
-            if try keyring.search(.unlock, ["vault": dir]).contains(where: \.isLocked) {
+            if try keyring.search(.unlock, ["vault": dir], loadSecrets: false).contains(where: \.isLocked) {
                 throw KeyringError(.locked, "the login keyring is locked, so the passphrase remembered in it cannot be removed: unlock the keyring, then run vaultctl forget again")
             }
             let removed = try keyring.clear(.unlock, ["vault": dir])
-            if try !keyring.search(.unlock, ["vault": dir]).isEmpty {
+            if try !keyring.search(.unlock, ["vault": dir], loadSecrets: false).isEmpty {
                 throw KeyringError(.failed, "the keyring kept the passphrase remembered for this vault")
             }
             print(removed ? "the passphrase is no longer remembered in the login keyring" : "no passphrase was remembered for this vault")
@@ -343,7 +343,7 @@ enum RememberedPassphrase {
         guard DesktopKeyring.sessionBusConfigured() else { return }
         do {
             let keyring = try DesktopKeyring(timeout: 30)
-            let found = try keyring.search(.unlock, ["vault": dataDirectory])
+            let found = try keyring.search(.unlock, ["vault": dataDirectory], loadSecrets: false)
             guard !found.isEmpty else { return }
             if let new = newPassphrase {
                 let collection = (try? keyring.collection(named: "login")) != nil ? "login" : nil
