@@ -57,6 +57,8 @@ final class Server: @unchecked Sendable {
     private let state = NSCondition()
     private var connections: [ObjectIdentifier: UnixSocket] = [:]
     private var appConnections: [String: Int] = [:]
+    /// When the accept loop last logged a refusal over `maximumConnections` (its thread only).
+    private var lastRefusalLog: UInt64 = 0
     /// Calls being served. Counted without a lock, as is `stopping`: every call touches
     /// them, from every connection's thread. A connection also polls for its next call only
     /// while no other call is being served.
@@ -106,6 +108,14 @@ final class Server: @unchecked Sendable {
                 return true
             }
             guard admitted else {
+                // Said once a minute at most: a flood must not fill the log.
+                let now = MonotonicClock.nanoseconds()
+                if now &- lastRefusalLog >= 60_000_000_000 || lastRefusalLog == 0 {
+                    lastRefusalLog = now
+                    if !stopping.load(ordering: .relaxed) {
+                        log("refused a connection: \(limits.maximumConnections) are open, the most vaultd serves at once (VAULTD_MAX_CONNECTIONS)")
+                    }
+                }
                 conn.close()
                 continue
             }

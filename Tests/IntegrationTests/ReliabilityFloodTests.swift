@@ -74,6 +74,8 @@ import Glibc
         for f in failures.all.prefix(10) { Issue.record("\(f)") }
         #expect(refused == flood && answeredOverCap == 0)
         #expect(d.isRunning, "vaultd died; log:\n\(d.log)")
+        // The refusals are logged, once for the whole flood (at most once a minute).
+        #expect(d.log.components(separatedBy: "refused a connection: \(Self.cap) are open").count - 1 == 1, "log:\n\(d.log)")
         let threadsAfterFlood = ProcStatus.threads(pid) ?? 0
         #expect(threadsAfterFlood <= threadsAtCap + 8, "vaultd's threads grew from \(threadsAtCap) to \(threadsAfterFlood) under the flood")
 

@@ -83,7 +83,7 @@ struct DefaultsCommand: Command {
                 do {
                     try data.write(to: URL(fileURLWithPath: words[1]), options: .atomic)
                 } catch {
-                    throw VaultError(.internalError, "cannot write \(words[1]): \(error.localizedDescription)")
+                    throw LocalFailure(description: "cannot write \(words[1]): \(error.localizedDescription)")
                 }
             }
         }

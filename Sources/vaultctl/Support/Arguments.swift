@@ -3,6 +3,11 @@ struct UsageError: Error {
     var message: String
 }
 
+/// A failure of vaultctl's own (a file it cannot write), not vaultd's: printed as it is, exit 1.
+struct LocalFailure: Error, CustomStringConvertible {
+    var description: String
+}
+
 /// The words of a command line, consumed as a command's declarations ask for them.
 /// Options take `--name value` or `--name=value`; anything left over is a usage error.
 struct Arguments {

@@ -55,7 +55,10 @@ enum Terminal {
     /// One line from /dev/tty with echo off.
     static func readHidden(prompt: String) throws -> Data {
         let tty = open("/dev/tty", O_RDWR | O_CLOEXEC)
-        guard tty >= 0 else { throw UsageError(message: "no terminal to ask for the \(prompt.lowercased()) on: use --passphrase-fd or --secret-fd") }
+        guard tty >= 0 else {
+            let what = prompt.lowercased().trimmingCharacters(in: CharacterSet(charactersIn: ": "))
+            throw UsageError(message: "no terminal to ask for the \(what) on: give it through a file descriptor (the command's --passphrase-fd, --new-passphrase-fd or --secret-fd; see vaultctl --help)")
+        }
         defer { close(tty) }
         _ = prompt.withCString { write(tty, $0, strlen($0)) }
         var old = termios()
