@@ -572,7 +572,7 @@ import Glibc
         // The upgrade: a new file renamed over the executable.
         try FileManager.default.copyItem(atPath: python, toPath: python + ".new")
         #expect(rename(python + ".new", python) == 0)
-        FileManager.default.createFile(atPath: go, contents: Data())
+        _ = FileManager.default.createFile(atPath: go, contents: Data())
         if ChildProcess.wait(pid, timeout: 20) == nil { kill(pid, SIGKILL); _ = ChildProcess.wait(pid, timeout: 5) }
         let lines = ((try? String(contentsOfFile: out, encoding: .utf8)) ?? "").split(separator: "\n")
         #expect(lines.count == 2 && lines[1].contains("\"appID\":\"org.example.Raw\""), "\(lines) \(d.log)")
