@@ -146,19 +146,24 @@ enum Wire {
         var description: String { "\(service)/\(account) label=\(label ?? "-") secret=\(secret.count) B \(secret.prefix(8))" }
     }
 
+    /// Every generic password with its secret: the list first (attributes only), then each
+    /// secret on its own (the secrets of all items at once can pass the 8 MiB reply limit).
     static func allGenericPasswords(_ c: ExactClient, timeout: Double = 60) throws -> [StoredItem] {
         let r = c.call(
             "io.vaultd.Keychain.CopyMatching",
-            ["class": "genericPassword", "matchLimit": "all", "returnData": true, "returnAttributes": true], timeout: timeout)
+            ["class": "genericPassword", "matchLimit": "all", "returnData": false, "returnAttributes": true], timeout: timeout)
         if r.errorName == "io.vaultd.Keychain.ItemNotFound" { return [] }
         guard let items = r.parameters?["items"]?.arrayValue else { throw HarnessError("CopyMatching all: \(r)") }
         return try items.map { item in
-            guard let a = item["attributes"]?.objectValue, let data = item["data"]?.stringValue,
-                let secret = Data(base64Encoded: data)
-            else { throw HarnessError("CopyMatching: malformed item \(item.text.prefix(300))") }
-            return StoredItem(
-                service: a["service"]?.stringValue ?? "", account: a["account"]?.stringValue ?? "", secret: Array(secret),
-                label: a["label"]?.stringValue)
+            guard let a = item["attributes"]?.objectValue else { throw HarnessError("CopyMatching: malformed item \(item.text.prefix(300))") }
+            let service = a["service"]?.stringValue ?? "", account = a["account"]?.stringValue ?? ""
+            let one = c.call(
+                "io.vaultd.Keychain.CopyMatching",
+                ["class": "genericPassword", "query": ["service": .string(service), "account": .string(account)], "returnData": true], timeout: timeout)
+            guard let data = one.parameters?["items"]?.arrayValue?.first?["data"]?.stringValue, let secret = Data(base64Encoded: data) else {
+                throw HarnessError("CopyMatching \(service)/\(account): \(one)")
+            }
+            return StoredItem(service: service, account: account, secret: Array(secret), label: a["label"]?.stringValue)
         }
     }
 
