@@ -428,13 +428,20 @@ import Glibc
         return d.run("bwrap", bwrap + arguments, stdin: stdin)
     }
 
-    @Test func aSandboxedAppIsIdentifiedByItsFlatpakIDAndKeptToItsOwnGroup() throws {
-        let d = try Self.daemon()
-        defer { d.close() }
+    /// App A installed with its token ("token-of-A"), and an owner item (owner-svc/me, "owner
+    /// secret") beside it: what a sandbox must not reach. Returns A's executable.
+    static func appAWithTokenBesideAnOwnerItem(_ d: Daemon) throws -> String {
         let a = try d.placeExample("a")
         try d.install(Self.appA, exe: a)
         #expect(d.app(a, ["token", "set"], stdin: Data("token-of-A".utf8)).status == 0)
         #expect(d.ctl(["item", "add", "--service", "owner-svc", "--account", "me"], stdin: Data("owner secret".utf8)).status == 0)
+        return a
+    }
+
+    @Test func aSandboxedAppIsIdentifiedByItsFlatpakIDAndKeptToItsOwnGroup() throws {
+        let d = try Self.daemon()
+        defer { d.close() }
+        let a = try Self.appAWithTokenBesideAnOwnerItem(d)
         #expect(d.ctl(["defaults", "write", Self.appA, "colour", "blue"]).status == 0)
         let sandboxedApp = try d.placeExample("sandboxed")
 
@@ -520,10 +527,7 @@ import Glibc
     @Test func aSandboxWithoutFlatpakInfoIsRefused() throws {
         let d = try Self.daemon()
         defer { d.close() }
-        let a = try d.placeExample("a")
-        try d.install(Self.appA, exe: a)
-        #expect(d.app(a, ["token", "set"], stdin: Data("token-of-A".utf8)).status == 0)
-        #expect(d.ctl(["item", "add", "--service", "owner-svc", "--account", "me"], stdin: Data("owner secret".utf8)).status == 0)
+        let a = try Self.appAWithTokenBesideAnOwnerItem(d)
         let app = try d.placeExample("unnamed")
         let launch = try Self.sandboxed(d, app, ["launch"], root: .unnamed)
         #expect(launch.status != 0, "\(launch)")
