@@ -13,8 +13,9 @@ final class PreferencesStore {
     /// domain's reply (Preferences.Domain, an Observe snapshot) to the 8 MiB message limit:
     /// JSON writes a control character in six bytes, so 4 MiB of them were a 24 MiB reply no
     /// client could take. Ordinary values count their binary size, as before.
-    static func entrySize(key: String, value: PlistValue) -> Int {
-        let wire = JSON.string(key).serialized().count + value.tagged.serialized().count + 2  // `"key":value,`
+    /// `stored`: the value's tagged JSON, as stored and sent.
+    static func entrySize(key: String, value: PlistValue, stored: [UInt8]) -> Int {
+        let wire = JSON.string(key).serialized().count + stored.count + 2  // `"key":value,`
         return max(key.utf8.count + value.storageSize, (wire + 1) / 2)
     }
     /// A key may be at most this many UTF-8 bytes (1 KiB).
@@ -93,11 +94,12 @@ final class PreferencesStore {
     func set(domain: String, key: String, value: PlistValue) throws {
         try Self.validate(domain: domain)
         try Self.validate(key: key)
-        let entrySize = Self.entrySize(key: key, value: value)
+        let stored = value.tagged.serialized()
+        let entrySize = Self.entrySize(key: key, value: value, stored: stored)
         try checkSize(domain: domain, total: try size(of: domain, excluding: key) + entrySize)
         try db.run(
             "INSERT OR REPLACE INTO preferences (domain, key, value, size) VALUES (?, ?, ?, ?)",
-            [.text(domain), .text(key), .blob(value.tagged.serialized()), .integer(Int64(entrySize))])
+            [.text(domain), .text(key), .blob(stored), .integer(Int64(entrySize))])
     }
 
     /// Removes one key; returns whether it existed.
@@ -114,17 +116,18 @@ final class PreferencesStore {
     /// Replaces a domain's contents with `values`. Throws DomainTooLarge (nothing written).
     func replace(domain: String, with values: [String: PlistValue]) throws {
         try Self.validate(domain: domain)
-        var total = 0
+        var rows: [(key: String, stored: [UInt8], size: Int)] = []
         for (k, v) in values {
             try Self.validate(key: k)
-            total += Self.entrySize(key: k, value: v)
+            let stored = v.tagged.serialized()
+            rows.append((k, stored, Self.entrySize(key: k, value: v, stored: stored)))
         }
-        try checkSize(domain: domain, total: total)
+        try checkSize(domain: domain, total: rows.reduce(0) { $0 + $1.size })
         try db.run("DELETE FROM preferences WHERE domain = ?", [.text(domain)])
-        for (k, v) in values {
+        for r in rows {
             try db.run(
                 "INSERT INTO preferences (domain, key, value, size) VALUES (?, ?, ?, ?)",
-                [.text(domain), .text(k), .blob(v.tagged.serialized()), .integer(Int64(Self.entrySize(key: k, value: v)))])
+                [.text(domain), .text(r.key), .blob(r.stored), .integer(Int64(r.size))])
         }
     }
 }
