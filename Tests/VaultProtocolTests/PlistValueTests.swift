@@ -291,12 +291,15 @@ struct PlistDateTests {
 struct PropertyListCodecLimitTests {
     /// A binary plist whose root {a: A1} has A_i = [A_{i+1}, A_{i+1}]: the same object twice
     /// at every level, `levels` deep (412 bytes at 40 levels; 2^40 values as a tree).
-    static func sharedReferenceBomb(levels: Int) -> Data {
+    /// `wideCounts`: each array's count written as a 16-byte integer (Foundation takes it);
+    /// `offsetSize`: bytes per offset-table entry (Foundation takes 9 too).
+    static func sharedReferenceBomb(levels: Int, wideCounts: Bool = false, offsetSize: Int = 4) -> Data {
         var objects: [[UInt8]] = [[0xD1, 0, 1, 0, 2], [0x51, 0x61]]
         for i in 0..<levels {
             if i < levels - 1 {
                 let r = UInt16(objects.count + 1)
-                objects.append([0xA2, UInt8(r >> 8), UInt8(r & 0xFF), UInt8(r >> 8), UInt8(r & 0xFF)])
+                let head: [UInt8] = wideCounts ? [0xAF, 0x14] + [UInt8](repeating: 0, count: 15) + [2] : [0xA2]
+                objects.append(head + [UInt8(r >> 8), UInt8(r & 0xFF), UInt8(r >> 8), UInt8(r & 0xFF)])
             } else {
                 objects.append([0x51, 0x78])
             }
@@ -309,8 +312,8 @@ struct PropertyListCodecLimitTests {
         }
         let tableAt = out.count
         func bigEndian<T: FixedWidthInteger>(_ v: T) -> [UInt8] { withUnsafeBytes(of: v.bigEndian) { Array($0) } }
-        for off in offsets { out += bigEndian(UInt32(off)) }
-        out += [0, 0, 0, 0, 0, 0, 4, 2] + bigEndian(UInt64(objects.count)) + bigEndian(UInt64(0)) + bigEndian(UInt64(tableAt))
+        for off in offsets { out += [UInt8](repeating: 0, count: max(0, offsetSize - 8)) + bigEndian(UInt64(off)).suffix(min(8, offsetSize)) }
+        out += [0, 0, 0, 0, 0, 0, UInt8(offsetSize), 2] + bigEndian(UInt64(objects.count)) + bigEndian(UInt64(0)) + bigEndian(UInt64(tableAt))
         return Data(out)
     }
 
@@ -326,6 +329,19 @@ struct PropertyListCodecLimitTests {
             Issue.record("a 2^40-value tree was accepted")
         } catch let e as VaultError {
             #expect(e.code == .invalidPropertyList && e.message.contains("expands past"), "\(e)")
+        }
+    }
+
+    /// Layouts the check cannot read integer by integer (a count 16 bytes wide, offsets 9
+    /// bytes wide, which Foundation still takes) are refused, not handed to Foundation.
+    @Test(arguments: [(true, 4), (false, 9), (false, 16)])
+    func aBombInAnOddLayoutIsRefusedToo(wideCounts: Bool, offsetSize: Int) throws {
+        let bomb = Self.sharedReferenceBomb(levels: 40, wideCounts: wideCounts, offsetSize: offsetSize)
+        do {
+            _ = try PropertyListCodec.decode(bomb)
+            Issue.record("accepted")
+        } catch let e as VaultError {
+            #expect(e.code == .invalidPropertyList, "\(e)")
         }
     }
 }

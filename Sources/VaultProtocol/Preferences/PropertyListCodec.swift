@@ -137,34 +137,42 @@ public enum PropertyListCodec {
     /// Foundation reads it: `PropertyListSerialization` builds a separate copy for each
     /// reference (a 412-byte file took vaultd to 13 GB). It reads only the file's trailer,
     /// offset table, object markers and references (the format's public layout), counting
-    /// each object once; anything malformed is left for Foundation to refuse.
+    /// each object once. Whatever it cannot read this way (an integer wider than 8 bytes,
+    /// which Foundation would still take, an offset or reference out of the file) is refused
+    /// too: what this check cannot see through must not reach Foundation.
     static func checkBinaryReferences(_ data: Data) throws {
         let b = [UInt8](data)
-        guard b.count >= 40, b.starts(with: Array("bplist0".utf8)) else { return }
+        guard b.count >= 8, b.starts(with: Array("bplist0".utf8)) else { return }
+        let unreadable = VaultError(.invalidPropertyList, "not a binary property list vaultd can read safely (widths, offsets or references out of range)")
+        guard b.count >= 40 else { throw unreadable }
         let trailer = b.count - 32
         let offsetSize = Int(b[trailer + 6]), refSize = Int(b[trailer + 7])
-        func uint(_ at: Int, _ n: Int) -> Int? {
-            guard (1...8).contains(n), at >= 0, at <= b.count - n else { return nil }
+        func uint(_ at: Int, _ n: Int) throws -> Int {
+            guard (1...8).contains(n), at >= 0, at <= b.count - n else { throw unreadable }
             var v: UInt64 = 0
             for i in 0..<n { v = v << 8 | UInt64(b[at + i]) }
-            return v <= UInt64(b.count) ? Int(v) : nil  // counts, offsets and refs are all below the file's size
+            guard v <= UInt64(b.count) else { throw unreadable }  // counts, offsets and refs are all below the file's size
+            return Int(v)
         }
-        guard let count = uint(trailer + 8, 8), let top = uint(trailer + 16, 8), let table = uint(trailer + 24, 8) else { return }
+        let count = try uint(trailer + 8, 8), top = try uint(trailer + 16, 8), table = try uint(trailer + 24, 8)
         let tooBig = VaultError(.invalidPropertyList, "the property list expands past \(maximumExpandedSize >> 20) MiB (an object it refers to many times?)")
         var sizes = [Int](repeating: -1, count: count)  // -1: not counted yet; -2: being counted
         func expanded(_ i: Int, _ depth: Int) throws -> Int {
             guard depth < PlistValue.maximumDepth else {
                 throw VaultError(.invalidPropertyList, "property list nested deeper than \(PlistValue.maximumDepth)")
             }
-            guard i < count, let off = uint(table + i * offsetSize, offsetSize), off < trailer else { return 16 }
+            guard i < count else { throw unreadable }
+            let off = try uint(table + i * offsetSize, offsetSize)
+            guard off >= 8, off < trailer else { throw unreadable }
             if sizes[i] >= 0 { return sizes[i] }
             if sizes[i] == -2 { throw VaultError(.invalidPropertyList, "the property list contains itself") }
             let kind = b[off] >> 4
             var n = Int(b[off] & 0x0F), at = off + 1
             if n == 0x0F && [0x4, 0x5, 0x6, 0xA, 0xC, 0xD].contains(kind) {
-                guard at < b.count, b[at] >> 4 == 0x1, let v = uint(at + 1, 1 << Int(b[at] & 0x0F)) else { return 16 }
-                n = v
-                at += 1 + (1 << Int(b[at] & 0x0F))
+                guard at < b.count, b[at] >> 4 == 0x1 else { throw unreadable }
+                let width = 1 << Int(b[at] & 0x0F)
+                n = try uint(at + 1, width)
+                at += 1 + width
             }
             var total = 16
             switch kind {
@@ -173,8 +181,7 @@ public enum PropertyListCodec {
             case 0xA, 0xC, 0xD:
                 sizes[i] = -2
                 for r in 0..<(kind == 0xD ? 2 * n : n) {
-                    guard let child = uint(at + r * refSize, refSize) else { break }
-                    total += try expanded(child, depth + 1)
+                    total += try expanded(try uint(at + r * refSize, refSize), depth + 1)
                     if total > maximumExpandedSize { throw tooBig }
                 }
             default: break
