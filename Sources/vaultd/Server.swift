@@ -157,10 +157,13 @@ final class Server: @unchecked Sendable {
     }
 
     /// Sends `reply`, or ReplyTooLarge in its place when it would be a message over the
-    /// varlink limit (the peer would have to refuse it: `FrameReader`).
-    private func send(_ reply: VarlinkReply, on conn: UnixSocket) throws {
+    /// varlink limit (the peer would have to refuse it: `FrameReader`). Returns whether the
+    /// reply went as it was: after ReplyTooLarge the call is over, a stream too.
+    @discardableResult
+    private func send(_ reply: VarlinkReply, on conn: UnixSocket) throws -> Bool {
         var bytes = reply.json.serialized()
-        if bytes.count >= Varlink.maximumMessageSize {
+        let fits = bytes.count < Varlink.maximumMessageSize
+        if !fits {
             let error = VaultError(
                 .replyTooLarge,
                 "the answer would be \(bytes.count) bytes, over the \(Varlink.maximumMessageSize)-byte message limit: ask for less (matchLimit one, no data, fewer items)",
@@ -169,6 +172,7 @@ final class Server: @unchecked Sendable {
         }
         bytes.append(0)
         try conn.sendAll(bytes)
+        return fits
     }
 
     private func serve(_ conn: UnixSocket, peer: PeerCredentials) {
@@ -219,7 +223,7 @@ final class Server: @unchecked Sendable {
                 frame = f
                 partialSince = nil
             } catch FrameReader.Failure.frameTooLarge {
-                try? send(VarlinkReply(error: .invalidParameter("message", "a message may be at most \(Varlink.maximumMessageSize) bytes")), on: conn)
+                _ = try? send(VarlinkReply(error: .invalidParameter("message", "a message may be at most \(Varlink.maximumMessageSize) bytes")), on: conn)
                 return
             } catch {
                 return
@@ -228,10 +232,10 @@ final class Server: @unchecked Sendable {
             do {
                 call = try VarlinkCall(json: try JSON.parse(frame))
             } catch let e as VaultError {
-                try? send(VarlinkReply(error: e), on: conn)
+                _ = try? send(VarlinkReply(error: e), on: conn)
                 return
             } catch {
-                try? send(VarlinkReply(error: .invalidParameter("message", "\(error)")), on: conn)
+                _ = try? send(VarlinkReply(error: .invalidParameter("message", "\(error)")), on: conn)
                 return
             }
             guard beginCall() else { return }
@@ -275,18 +279,18 @@ final class Server: @unchecked Sendable {
         do {
             subscription = try dispatcher.subscribe(call, caller: caller)
         } catch let e as VaultError {
-            try? send(VarlinkReply(error: e), on: conn)
+            _ = try? send(VarlinkReply(error: e), on: conn)
             return
         } catch {
             return
         }
         relay.start(subscription.reply)
         for reply in subscription.initial {
-            guard (try? send(VarlinkReply(parameters: reply, continues: true), on: conn)) != nil else { return }
+            guard (try? send(VarlinkReply(parameters: reply, continues: true), on: conn)) == true else { return }
         }
         while !stopping.load(ordering: .relaxed) {
             for params in queue.drain(waitingUpTo: 1) {
-                guard (try? send(VarlinkReply(parameters: params, continues: true), on: conn)) != nil else { return }
+                guard (try? send(VarlinkReply(parameters: params, continues: true), on: conn)) == true else { return }
             }
             if peerClosed(conn) { return }
         }

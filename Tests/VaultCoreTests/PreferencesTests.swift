@@ -283,6 +283,30 @@ struct PreferencesTests {
         }
     }
 
+    /// Rows written before entries counted their wire size are counted again by the migration
+    /// (a domain of control characters an older vaultd let grow past what a reply can carry
+    /// then refuses more, instead of taking more that no client could read).
+    @Test func theWireSizeMigrationRecountsOlderRows() throws {
+        try withTemporaryDirectory { tmp in
+            let dir = tmp + "/data"
+            let controls = PlistValue.string(String(repeating: "\u{1}", count: 1_000_000))
+            do {
+                let vault = try Vault(dataDirectory: dir)
+                defer { vault.close() }
+                try vault.setPreference(domain: Self.domain, key: "k1", value: controls)
+                // As an older vaultd counted it: the binary size only.
+                _ = try vault.db.run("UPDATE preferences SET size = ? WHERE key = 'k1'", [.integer(Int64(2 + controls.storageSize))])
+                _ = try vault.db.run("DELETE FROM schema_migrations WHERE name = '2026-11-30-preferences-wire-size'")
+            }
+            let vault = try Vault(dataDirectory: dir)
+            defer { vault.close() }
+            let size = try #require(try vault.db.row("SELECT size FROM preferences WHERE key = 'k1'")?[0].int64)
+            #expect(size > 3_000_000, "recounted: \(size)")
+            expectVaultError(.domainTooLarge) { try vault.setPreference(domain: Self.domain, key: "k2", value: controls) }
+            #expect(try vault.preferenceDomain(Self.domain) == ["k1": controls])
+        }
+    }
+
     /// A value stored before dates were checked on the way in, which no longer decodes, does
     /// not block deleting or re-importing its domain.
     @Test func anUndecodableStoredValueDoesNotBlockDeleteOrImport() throws {

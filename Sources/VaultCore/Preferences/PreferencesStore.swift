@@ -5,18 +5,19 @@ import VaultProtocol
 /// never the whole domain. Values are stored as tagged JSON. Not thread-safe.
 final class PreferencesStore {
     /// A domain may hold at most this many bytes (4 MiB), counted per entry as its key plus its
-    /// value's binary-plist size (`PlistValue.storageSize`), or half its size on the wire when
-    /// that is more (`entrySize`).
+    /// value's binary-plist size (`PlistValue.storageSize`), or about half its size on the
+    /// wire when that is more (`entrySize`).
     static let maximumDomainSize = 4 << 20
 
-    /// What an entry counts against the domain limit. Half the wire size bounds the whole
-    /// domain's reply (Preferences.Domain, an Observe snapshot) to the 8 MiB message limit:
-    /// JSON writes a control character in six bytes, so 4 MiB of them were a 24 MiB reply no
-    /// client could take. Ordinary values count their binary size, as before.
-    /// `stored`: the value's tagged JSON, as stored and sent.
+    /// What an entry counts against the domain limit. 64/127 of the wire size bounds the
+    /// whole domain's reply (Preferences.Domain, an Observe snapshot) to 8 MiB less 64 KiB,
+    /// room for the reply's envelope within the message limit: JSON writes a control
+    /// character in six bytes, so 4 MiB of them were a 24 MiB reply no client could take.
+    /// Ordinary values count their binary size, as before. `stored`: the value's tagged
+    /// JSON, as stored and sent.
     static func entrySize(key: String, value: PlistValue, stored: [UInt8]) -> Int {
         let wire = JSON.string(key).serialized().count + stored.count + 2  // `"key":value,`
-        return max(key.utf8.count + value.storageSize, (wire + 1) / 2)
+        return max(key.utf8.count + value.storageSize, (wire * 64 + 126) / 127)
     }
     /// A key may be at most this many UTF-8 bytes (1 KiB).
     static let maximumKeyLength = 1024
@@ -41,7 +42,7 @@ final class PreferencesStore {
         }
     }
 
-    private static func decode(_ blob: [UInt8]) throws -> PlistValue {
+    static func decode(_ blob: [UInt8]) throws -> PlistValue {
         try PlistValue(tagged: try JSON.parse(blob))
     }
 

@@ -95,6 +95,17 @@ enum Schema {
                 CREATE INDEX items_generation ON items (generation);
                 """)
         }
+        // Entries count their wire size against the domain limit too (`entrySize`): rows an
+        // earlier vaultd wrote are counted again, so a domain that fits reads whole. A value
+        // that no longer decodes keeps its count.
+        m.register("2026-11-30-preferences-wire-size") { db in
+            for r in try db.rows("SELECT domain, key, value FROM preferences") {
+                guard let domain = r[0].text, let key = r[1].text, let blob = r[2].blob, let value = try? PreferencesStore.decode(blob) else { continue }
+                try db.run(
+                    "UPDATE preferences SET size = ? WHERE domain = ? AND key = ?",
+                    [.integer(Int64(PreferencesStore.entrySize(key: key, value: value, stored: blob))), .text(domain), .text(key)])
+            }
+        }
         // A first launch that began with a call other than Hello wipes at once (an app must
         // not read leftovers by skipping Hello) and leaves its report to the first Hello.
         m.register("2026-11-30-apps-unreported-launch-wipe") { db in
