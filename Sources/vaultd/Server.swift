@@ -166,7 +166,7 @@ final class Server: @unchecked Sendable {
         if !fits {
             let error = VaultError(
                 .replyTooLarge,
-                "the answer would be \(bytes.count) bytes, over the \(Varlink.maximumMessageSize)-byte message limit: ask for less (matchLimit one, no data, fewer items)",
+                "the answer would be \(bytes.count) bytes, over the \(Varlink.maximumMessageSize)-byte message limit: ask for less (keychain: matchLimit one, no data, a narrower query; preferences: export as binary)",
                 extra: ["size": JSON(bytes.count), "limit": JSON(Varlink.maximumMessageSize)])
             bytes = VarlinkReply(error: error).json.serialized()
         }
