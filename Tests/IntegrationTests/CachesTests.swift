@@ -197,6 +197,47 @@ import Glibc
         #expect(v.inside(a, ["cache", "write", "again", "100"]).status == 0)
     }
 
+    /// What a purge and an uninstall must leave alone, and must survive: a bind mount inside a
+    /// cache (it leads to files outside the cache root; a purge had emptied them) and a tree
+    /// 3000 directories deep (its recursion had crashed vaultd). The app's directory is kept
+    /// 0700 and the user's even when it was there before with another mode.
+    @Test func aMountInsideACacheAndAVeryDeepTreeAreLeftAloneAndCrashNothing() throws {
+        let (v, a, _) = try Self.volume(Self.noAutomaticPurge)
+        defer { v.close() }
+        let dir = try #require(v.inside(a, ["cache", "path"]).stdoutText.split(separator: "\n").first.map(String.init))
+        #expect(v.inside(a, ["cache", "write", "plain", "8192"]).status == 0)
+        let host = v.root + "/bound"
+        try FileManager.default.createDirectory(atPath: host, withIntermediateDirectories: true)
+        try Data("precious".utf8).write(to: URL(fileURLWithPath: host + "/keep.txt"))
+        let setup = v.sh(
+            """
+            set -e
+            C="$1"; H="$2"
+            mkdir "$C/mnt"; mount --bind "$H" "$C/mnt"
+            python3 -c '
+            import os, sys
+            fd = os.open(sys.argv[1], os.O_RDONLY)
+            for i in range(3000):
+                os.mkdir("d", dir_fd=fd); nfd = os.open("d", os.O_RDONLY, dir_fd=fd); os.close(fd); fd = nfd
+            f = os.open("deep.bin", os.O_WRONLY | os.O_CREAT, dir_fd=fd); os.write(f, b"x" * 4096); os.close(f)
+            ' "$C"
+            chmod 777 "$C"
+            """, dir, host)
+        try #require(setup.status == 0, "\(setup)")
+        // The bound files are not the app's: not counted.
+        #expect(try v.usage().files(Self.appA) == 1, "\((try? v.usage())?.description ?? "?")")
+        #expect(v.inside(a, ["cache", "path"]).status == 0)
+        #expect(v.sh("stat -c %a \"$1\"", dir).stdoutText == "700\n")
+
+        let purge = v.ctl(["cache", "purge", Self.appA])
+        #expect(purge.status == 0 && purge.stdoutText.contains("in 1 file(s)"), "\(purge)")
+        #expect(try String(contentsOfFile: host + "/keep.txt", encoding: .utf8) == "precious")
+        #expect(v.ctl(["app", "uninstall", Self.appA]).status == 0)
+        #expect(try String(contentsOfFile: host + "/keep.txt", encoding: .utf8) == "precious")
+        #expect(v.ctl(["status"]).status == 0, "vaultd died: \(v.log)")
+        _ = v.sh("umount \"$1/mnt\" 2>/dev/null; true", dir)
+    }
+
     /// An app that replaces its own cache directory with a symlink to somewhere else gets
     /// nothing there counted, purged or removed; the uninstall removes the link only.
     @Test func anAppCacheDirectoryReplacedByASymlinkIsNeverFollowed() throws {

@@ -64,15 +64,23 @@ public final class CacheStore: @unchecked Sendable {
         try AppRecord.validate(appID: appID)
         try FileSystem.makeDirectory(root, mode: 0o700)
         let path = root + "/" + appID
-        var st = stat()
-        if lstat(path, &st) == 0 {
-            guard st.st_mode & S_IFMT == S_IFDIR else {
-                throw VaultError(.internalError, "the cache path of \(appID) exists and is not a directory")
-            }
-            return path
-        }
         guard mkdir(path, 0o700) == 0 || errno == EEXIST else {
             throw VaultError(.internalError, "cannot create the cache directory of \(appID): \(String(cString: strerror(errno)))")
+        }
+        // Created 0700 and owned by the user (issue #6), also when it was there already: a
+        // directory someone else owns is refused, a wider mode is narrowed. Through an
+        // O_NOFOLLOW fd, so a symlink put there is refused, never followed.
+        let fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else {
+            throw VaultError(.internalError, "the cache path of \(appID) is not a directory (\(String(cString: strerror(errno))))")
+        }
+        defer { close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0, st.st_uid == getuid() else {
+            throw VaultError(.internalError, "the cache directory of \(appID) is not owned by this user")
+        }
+        if st.st_mode & 0o7777 != 0o700 && fchmod(fd, 0o700) != 0 {
+            throw VaultError(.internalError, "cannot make the cache directory of \(appID) mode 0700: \(String(cString: strerror(errno)))")
         }
         return path
     }
@@ -99,33 +107,39 @@ public final class CacheStore: @unchecked Sendable {
     }
 
     /// Every non-directory entry in every app's cache (symlinks, FIFOs and sockets included,
-    /// as entries to remove; their targets are never followed).
+    /// as entries to remove; their targets are never followed), on the cache's own filesystem
+    /// and at most `SafeRemoval.maximumDepth` directories down, as removal goes.
     func files() -> [CachedFile] {
         var out: [CachedFile] = []
         for app in appDirectories() {
             let fd = open(root + "/" + app, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
             guard fd >= 0 else { continue }
-            walk(fd, app: app, prefix: [], into: &out, depth: 0)
+            var st = stat()
+            guard fstat(fd, &st) == 0 else {
+                close(fd)
+                continue
+            }
+            walk(fd, app: app, prefix: [], into: &out, device: st.st_dev, depth: 0)
         }
         return out
     }
 
-    private func walk(_ fd: Int32, app: String, prefix: [[CChar]], into out: inout [CachedFile], depth: Int) {
+    private func walk(_ fd: Int32, app: String, prefix: [[CChar]], into out: inout [CachedFile], device: dev_t, depth: Int) {
         guard let dir = fdopendir(fd) else {
             close(fd)
             return
         }
         defer { closedir(dir) }
-        guard depth < 64 else { return }
         while let entry = readdir(dir) {
             var name = withUnsafeBytes(of: entry.pointee.d_name) { raw in raw.prefix(while: { $0 != 0 }).map { CChar(bitPattern: $0) } }
             if name == [46] || name == [46, 46] { continue }
             name.append(0)
             var st = stat()
-            guard fstatat(fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 else { continue }
+            guard fstatat(fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0, SafeRemoval.onDevice(st, device) else { continue }
             if st.st_mode & S_IFMT == S_IFDIR {
+                guard depth + 1 < SafeRemoval.maximumDepth else { continue }
                 let sub = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-                if sub >= 0 { walk(sub, app: app, prefix: prefix + [name], into: &out, depth: depth + 1) }
+                if sub >= 0 { walk(sub, app: app, prefix: prefix + [name], into: &out, device: device, depth: depth + 1) }
             } else {
                 let used = max(Double(st.st_atim.tv_sec) + Double(st.st_atim.tv_nsec) / 1e9, Double(st.st_mtim.tv_sec) + Double(st.st_mtim.tv_nsec) / 1e9)
                 out.append(CachedFile(appID: app, components: prefix + [name], bytes: Int64(st.st_blocks) * 512, lastUsed: used))
@@ -152,14 +166,25 @@ public final class CacheStore: @unchecked Sendable {
         return (Int64(s.f_bavail) * Int64(s.f_frsize), Int64(s.f_blocks) * Int64(s.f_frsize))
     }
 
-    /// Deletes one file by walking its components with O_NOFOLLOW directory fds.
+    /// Deletes one file by walking its components with O_NOFOLLOW directory fds, on the
+    /// cache's filesystem only (a mount appearing on the way since the walk is not entered).
     private func remove(_ f: CachedFile) -> Bool {
         var fd = open(root + "/" + f.appID, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard fd >= 0 else { return false }
+        var st = stat()
+        guard fstat(fd, &st) == 0 else {
+            close(fd)
+            return false
+        }
+        let device = st.st_dev
         for c in f.components.dropLast() {
             let next = openat(fd, c, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
             close(fd)
             guard next >= 0 else { return false }
+            guard fstat(next, &st) == 0, SafeRemoval.onDevice(st, device) else {
+                close(next)
+                return false
+            }
             fd = next
         }
         defer { close(fd) }
