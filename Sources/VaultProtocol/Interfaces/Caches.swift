@@ -3,8 +3,9 @@ extension VarlinkInterfaces {
         # Per-app cache directories that vaultd may purge when disk space runs low (DESIGN §7).
         interface io.vaultd.Caches
 
-        # One app's cache usage.
-        type Usage (
+        # One app's cache usage. (Not named Usage: a type and a method may not share a name,
+        # and varlink clients such as python's keep both in one namespace.)
+        type AppUsage (
           appID: string,
           # Bytes allocated on disk.
           bytes: int,
@@ -15,7 +16,7 @@ extension VarlinkInterfaces {
         method Directory(appID: ?string) -> (path: string)
 
         # Usage per app, and the cache volume's free and total bytes.
-        method Usage() -> (apps: []Usage, totalBytes: int, freeBytes: int, capacityBytes: int)
+        method Usage() -> (apps: []AppUsage, totalBytes: int, freeBytes: int, capacityBytes: int)
 
         # Purges one app's cache (or every app's), entirely or until `bytes` are freed.
         # Apps with no open connection go first, then least recently used files. Owner only.
