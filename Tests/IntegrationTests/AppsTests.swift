@@ -254,6 +254,39 @@ import Glibc
         #expect(d.app(a, ["token", "get"]).status == 1)
     }
 
+    /// B, uninstalled, shared a group with A: A's reinstall wipes A's own leftovers there,
+    /// not B's (those are for B's next first launch).
+    @Test func reinstallLeavesAnUninstalledAppsItemsInAGroupTheyShared() throws {
+        let d = try Self.daemon()
+        defer { d.close() }
+        let a = try d.placeExample("a"), b = try d.placeExample("b")
+        for (id, exe) in [(Self.appA, a), (Self.appB, b)] { try d.install(id, exe: exe, ["--app-group", "group.org.example.suite"]) }
+        let inSuite = ["--access-group", "group.org.example.suite", "--account", "acct"]
+        #expect(d.app(a, ["item", "add", "--service", "of-a"] + inSuite, stdin: Data("a".utf8)).status == 0)
+        #expect(d.app(b, ["item", "add", "--service", "of-b"] + inSuite, stdin: Data("b".utf8)).status == 0)
+        #expect(d.ctl(["app", "uninstall", Self.appB]).status == 0)
+        #expect(d.ctl(["app", "uninstall", Self.appA]).status == 0)
+        try d.install(Self.appA, exe: a, ["--app-group", "group.org.example.suite"])
+        let launch = try d.launch(a)
+        #expect(launch.firstLaunch && launch.wiped == 1, "only A's own item goes: \(launch)")
+        let left = d.ctl(["item", "list", "--access-group", "group.org.example.suite"]).stdoutText
+        #expect(left.contains("service=\"of-b\"") && !left.contains("service=\"of-a\""), "\(left)")
+    }
+
+    /// An app is registered with an executable that is there: not a missing file, a
+    /// directory or a file that is not a program.
+    @Test func installRefusesAnExecutableThatIsNotThere() throws {
+        let d = try Self.daemon()
+        defer { d.close() }
+        let notProgram = d.root + "/not-a-program"
+        try Data("x".utf8).write(to: URL(fileURLWithPath: notProgram))
+        for exe in [d.root + "/missing", d.root, notProgram] {
+            let r = d.ctl(["app", "install", Self.appA, "--exe", exe])
+            #expect(r.status == 1 && r.stderr.contains("not an existing executable file"), "\(exe): \(r)")
+        }
+        #expect(d.ctl(["app", "list", "--json"]).jsonArray?.isEmpty == true)
+    }
+
     @Test func aDeletedExecutableIsUninstalledAndItsReturnIsANewGeneration() throws {
         let d = try Self.daemon()
         defer { d.close() }

@@ -188,6 +188,20 @@ struct KeychainTests {
             let unchanged = try #require(
                 try vault.copyMatching(ItemQuery(attributes: ItemAttributes(service: "svc")), returnData: false, caller: .owner).first?.attributes)
             #expect(unchanged.modificationDate == attrs.modificationDate)
+            // The dates are read-only: changing only them changes nothing, so Param too.
+            var datesOnly = ItemAttributes()
+            datesOnly.creationDate = Date(timeIntervalSinceReferenceDate: 0)
+            expectVaultError(.param) {
+                _ = try vault.updateItems(ItemQuery(attributes: ItemAttributes(service: "svc")), changes: datesOnly, secret: nil, caller: .owner)
+            }
+            // They are searchable, exactly: another date matches nothing, so a Delete by it
+            // deletes nothing (it had matched, and deleted, every item).
+            var other = ItemAttributes()
+            other.creationDate = Date(timeIntervalSinceReferenceDate: 12345)
+            expectVaultError(.itemNotFound) { _ = try vault.deleteItems(ItemQuery(attributes: other), caller: .owner) }
+            var exact = ItemAttributes()
+            exact.creationDate = attrs.creationDate
+            #expect(try vault.copyMatching(ItemQuery(attributes: exact, matchAll: true), returnData: false, caller: .owner).count == 1)
         }
     }
 

@@ -116,16 +116,21 @@ final class AppRegistry {
     }
 
     /// Deletes the keychain items a first launch of `app` must wipe: made under an earlier
-    /// generation, in the app's groups that no other installed app shares. Returns how many.
+    /// generation (not the owner's, not another app's last install), in the app's groups that
+    /// no other installed app shares. Returns how many.
     /// Needs no class key, so a locked vault cannot be used to skip it.
     func wipeLeftoverCredentials(of app: AppRecord) throws -> Int {
-        let others = try all().filter { $0.installed && $0.appID != app.appID }
-        let shared = Set(others.flatMap(\.keychainAccessGroups))
+        let everyOther = try all().filter { $0.appID != app.appID }
+        let shared = Set(everyOther.filter(\.installed).flatMap(\.keychainAccessGroups))
         let groups = app.keychainAccessGroups.filter { !shared.contains($0) }
         guard !groups.isEmpty else { return 0 }
-        let marks = groups.map { _ in "?" }.joined(separator: ",")
+        // Items another app made under its last install (an app uninstalled now but sharing
+        // a group) are that app's leftovers, for its own next first launch: not this one's.
+        let keep = [app.generation] + everyOther.map(\.generation)
+        let groupMarks = groups.map { _ in "?" }.joined(separator: ",")
+        let keepMarks = keep.map { _ in "?" }.joined(separator: ",")
         return try db.run(
-            "DELETE FROM items WHERE access_group IN (\(marks)) AND generation IS NOT NULL AND generation != ?",
-            groups.map { .text($0) } + [.text(app.generation)])
+            "DELETE FROM items WHERE access_group IN (\(groupMarks)) AND generation IS NOT NULL AND generation NOT IN (\(keepMarks))",
+            groups.map { .text($0) } + keep.map { .text($0) })
     }
 }

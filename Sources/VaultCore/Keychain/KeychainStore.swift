@@ -404,8 +404,12 @@ final class KeychainStore {
     /// secret. Throws ItemNotFound, DuplicateItem (a change would collide), MissingEntitlement,
     /// Param, or the class-key error when any match is unavailable.
     func update(_ q: ItemQuery, changes: ItemAttributes, secret: SecureBytes?, caller: Caller) throws -> Int {
-        // As SecItemUpdate: an update that changes nothing is errSecParam.
-        if secret == nil && changes == ItemAttributes() {
+        // As SecItemUpdate: an update that changes nothing is errSecParam (the dates are
+        // read-only: `apply` leaves them, so they change nothing).
+        var settable = changes
+        settable.creationDate = nil
+        settable.modificationDate = nil
+        if secret == nil && settable == ItemAttributes() {
             throw VaultError.param("nothing to update: give attributes to change, a new secret, or both")
         }
         if let secret { try SecretLimit.check(secret.count) }

@@ -40,6 +40,15 @@ extension Vault {
         // As `/proc/PID/exe` shows it: every symlink resolved (a path through a symlink
         // would never match, and the app would run unidentified, as the owner).
         let executable = executable.map { Self.canonicalPath($0) }
+        // The file that identifies the app must be there and be a program: an app registered
+        // with a missing one was marked uninstalled a second later, and given a new generation
+        // when the file appeared.
+        if let e = executable {
+            var st = stat()
+            guard stat(e, &st) == 0, st.st_mode & S_IFMT == S_IFREG, access(e, X_OK) == 0 else {
+                throw VaultError.param("the executable \(e) is not an existing executable file")
+            }
+        }
         if let e = executable, try locked({ try apps.all() }).contains(where: { $0.installed && $0.executable == e && $0.appID != appID }) {
             throw VaultError.param("another installed app is registered with this executable")
         }

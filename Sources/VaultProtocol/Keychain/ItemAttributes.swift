@@ -168,6 +168,9 @@ public struct ItemAttributes: Equatable, Sendable {
         // Only internet passwords have a port (stored as 0 when absent): a query naming one,
         // 0 included, never matches a generic password.
         if let p = query.port, port != p { return false }
+        // The dates are read-only but searchable (kSecAttrCreationDate): exact, as stored.
+        if let d = query.creationDate, creationDate != d { return false }
+        if let d = query.modificationDate, modificationDate != d { return false }
         return true
     }
 
