@@ -273,6 +273,25 @@ import Glibc
         #expect(left.contains("service=\"of-b\"") && !left.contains("service=\"of-a\""), "\(left)")
     }
 
+    /// A reinstall with other groups: the earlier install's items in the group the app no
+    /// longer has are its leftovers too, wiped on the first launch (no installed app shares
+    /// that group); an item another app made there stays.
+    @Test func reinstallWipesLeftoversInAGroupTheAppNoLongerHas() throws {
+        let d = try Self.daemon()
+        defer { d.close() }
+        let a = try d.placeExample("a")
+        try d.install(Self.appA, exe: a, ["--access-group", "old"])
+        #expect(try d.launch(a).firstLaunch)
+        #expect(d.app(a, ["item", "add", "--access-group", "old", "--service", "s", "--account", "1"], stdin: Data("left".utf8)).status == 0)
+        #expect(d.ctl(["item", "add", "--access-group", "old", "--service", "owner", "--account", "1"], stdin: Data("mine".utf8)).status == 0)
+        #expect(d.ctl(["app", "uninstall", Self.appA]).status == 0)
+        try d.install(Self.appA, exe: a, ["--access-group", "new"])
+        let launch = try d.launch(a)
+        #expect(launch.firstLaunch && launch.wiped == 1, "\(launch)")
+        let old = d.ctl(["item", "list", "--access-group", "old"]).stdoutText
+        #expect(!old.contains("service=\"s\"") && old.contains("service=\"owner\""), "\(old)")
+    }
+
     /// An app is registered with an executable that is there: not a missing file, a
     /// directory or a file that is not a program.
     @Test func installRefusesAnExecutableThatIsNotThere() throws {

@@ -103,6 +103,11 @@ final class AppRegistry {
         try db.row("SELECT \(Self.columns) FROM apps WHERE app_id = ?", [.text(appID)]).flatMap(Self.record)
     }
 
+    /// Records `a`'s current generation as one of its installs (`app_generations`).
+    func recordGeneration(of a: AppRecord) throws {
+        try db.run("INSERT OR IGNORE INTO app_generations (generation, app_id) VALUES (?, ?)", [.text(a.generation), .text(a.appID)])
+    }
+
     func save(_ a: AppRecord) throws {
         func list(_ l: [String]) -> SQLValue { .text(JSON.array(l.map { .string($0) }).text) }
         try db.run(
@@ -116,21 +121,27 @@ final class AppRegistry {
     }
 
     /// Deletes the keychain items a first launch of `app` must wipe: made under an earlier
-    /// generation (not the owner's, not another app's last install), in the app's groups that
-    /// no other installed app shares. Returns how many.
+    /// generation of the app, in groups no other installed app shares. Returns how many.
+    /// Such an item is one whose generation is one of the app's earlier installs
+    /// (`app_generations`), in any group (also one the app no longer has), or one in the
+    /// app's groups whose generation is not known (made before generations were recorded)
+    /// and is not another app's last install (an app uninstalled now but sharing a group: its
+    /// leftovers are for its own next first launch). The owner's items (no generation) stay.
     /// Needs no class key, so a locked vault cannot be used to skip it.
     func wipeLeftoverCredentials(of app: AppRecord) throws -> Int {
         let everyOther = try all().filter { $0.appID != app.appID }
-        let shared = Set(everyOther.filter(\.installed).flatMap(\.keychainAccessGroups))
+        let shared = Array(Set(everyOther.filter(\.installed).flatMap(\.keychainAccessGroups)))
         let groups = app.keychainAccessGroups.filter { !shared.contains($0) }
-        guard !groups.isEmpty else { return 0 }
-        // Items another app made under its last install (an app uninstalled now but sharing
-        // a group) are that app's leftovers, for its own next first launch: not this one's.
         let keep = [app.generation] + everyOther.map(\.generation)
-        let groupMarks = groups.map { _ in "?" }.joined(separator: ",")
-        let keepMarks = keep.map { _ in "?" }.joined(separator: ",")
+        // SQLite takes an empty list: `x IN ()` is false, `x NOT IN ()` true.
+        func marks(_ n: Int) -> String { Array(repeating: "?", count: n).joined(separator: ",") }
         return try db.run(
-            "DELETE FROM items WHERE access_group IN (\(groupMarks)) AND generation IS NOT NULL AND generation NOT IN (\(keepMarks))",
-            groups.map { .text($0) } + keep.map { .text($0) })
+            """
+            DELETE FROM items WHERE generation IS NOT NULL AND generation != ? AND access_group NOT IN (\(marks(shared.count))) AND (
+              generation IN (SELECT generation FROM app_generations WHERE app_id = ?)
+              OR (access_group IN (\(marks(groups.count))) AND generation NOT IN (\(marks(keep.count)))
+                  AND generation NOT IN (SELECT generation FROM app_generations)))
+            """,
+            [.text(app.generation)] + shared.map { .text($0) } + [.text(app.appID)] + groups.map { .text($0) } + keep.map { .text($0) })
     }
 }

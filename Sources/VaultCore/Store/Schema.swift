@@ -111,6 +111,16 @@ enum Schema {
         m.register("2026-11-30-apps-unreported-launch-wipe") { db in
             try db.execute("ALTER TABLE apps ADD COLUMN unreported_launch_wipe INTEGER")
         }
+        // Which app each install generation was: a reinstall's first launch can then wipe its
+        // earlier installs' items also in groups it no longer has. Items made before this
+        // know only a generation, which the apps' current ones cover from here on.
+        m.register("2026-11-30-app-generations") { db in
+            try db.execute(
+                """
+                CREATE TABLE app_generations (generation TEXT PRIMARY KEY NOT NULL, app_id TEXT NOT NULL);
+                INSERT OR IGNORE INTO app_generations (generation, app_id) SELECT generation, app_id FROM apps;
+                """)
+        }
         return m
     }
 }

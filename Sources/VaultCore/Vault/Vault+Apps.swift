@@ -56,7 +56,12 @@ extension Vault {
             appID: appID, executable: executable, flatpak: flatpak, accessGroups: accessGroups, appGroups: appGroups,
             keepCredentialsOnReinstall: keepCredentialsOnReinstall, installed: true, generation: UUID().uuidString.lowercased(),
             installedAt: Date(), launchedGeneration: try locked { try apps.find(appID)?.launchedGeneration })
-        try locked { try db.write { _ in try apps.save(record) } }
+        try locked {
+            try db.write { _ in
+                try apps.save(record)
+                try apps.recordGeneration(of: record)
+            }
+        }
         log("app \(appID) installed (generation \(record.generation))")
         return record
     }
