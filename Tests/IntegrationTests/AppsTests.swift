@@ -554,6 +554,15 @@ import Glibc
         #expect(after?["executable"] as? String == a && after?["flatpak"] as? Bool == false, "\(after ?? [:])")
         #expect(after?["generation"] as? String == installedA["generation"] as? String, "\(after ?? [:])")
         #expect(d.app(a, ["token", "get"]).stdoutText == "token-of-A")
+
+        // Uninstalled too: a sandbox naming A cannot take the ID over (its first launch would
+        // wipe what A keeps for its reinstall); A's record stays A's.
+        #expect(d.ctl(["app", "uninstall", Self.appA]).status == 0)
+        let takeover = try Self.sandboxed(d, a, ["launch"], flatpakID: Self.appA)
+        #expect(takeover.status != 0, "\(takeover)")
+        let kept = d.appShow(Self.appA)
+        #expect(kept?["flatpak"] as? Bool == false && kept?["installed"] as? Bool == false, "\(kept ?? [:])")
+        #expect(d.ctl(["item", "list", "--access-group", Self.appA]).stdoutText.contains("service=\"token\""))
     }
 
     /// A sandbox whose `/.flatpak-info` names no usable app is neither the owner (admin

@@ -332,6 +332,36 @@ struct PropertyListCodecLimitTests {
         }
     }
 
+    /// A bplist of `objects` (each one's bytes), root object 0, 1-byte refs and offsets.
+    static func bplist(_ objects: [[UInt8]]) -> Data {
+        var out = Array("bplist00".utf8)
+        var offsets: [UInt8] = []
+        for o in objects {
+            offsets.append(UInt8(out.count))
+            out += o
+        }
+        let tableAt = out.count
+        func bigEndian(_ v: UInt64) -> [UInt8] { withUnsafeBytes(of: v.bigEndian) { Array($0) } }
+        out += offsets + [0, 0, 0, 0, 0, 0, 1, 1] + bigEndian(UInt64(objects.count)) + bigEndian(0) + bigEndian(UInt64(tableAt))
+        return Data(out)
+    }
+
+    /// Objects a preference value cannot be are refused before Foundation reads them: a set
+    /// (Foundation's bridging of one crashed vaultd: SIGSEGV), a UID, a null.
+    @Test(arguments: [[0xC1, 3] as [UInt8], [0x80, 1], [0x00]])
+    func objectsPreferencesDoNotTakeAreRefused(inner: [UInt8]) throws {
+        // {a: X}, X holding (for the set) the integer 1.
+        let plist = Self.bplist([[0xD1, 1, 2], [0x51, 0x61], inner, [0x10, 0x01]])
+        do {
+            _ = try PropertyListCodec.decode(plist)
+            Issue.record("accepted")
+        } catch let e as VaultError {
+            #expect(e.code == .invalidPropertyList && e.message.contains("kind"), "\(e)")
+        }
+        // The same file with an integer there reads.
+        #expect(try PropertyListCodec.decode(Self.bplist([[0xD1, 1, 2], [0x51, 0x61], [0x10, 0x07], [0x10, 0x01]])) == .dict(["a": .integer(7)]))
+    }
+
     /// Layouts the check cannot read integer by integer (a count 16 bytes wide, offsets 9
     /// bytes wide, which Foundation still takes) are refused, not handed to Foundation.
     @Test(arguments: [(true, 4), (false, 9), (false, 16)])

@@ -113,7 +113,7 @@ extension Vault {
     /// `/proc/PID/root/.flatpak-info`) or its executable (`/proc/PID/exe`). A Flatpak app
     /// not yet known is registered on first contact with its own group only. Anything
     /// unidentified is the owner (admin surface, no app tier).
-    /// A Flatpak ID that names an installed app registered by executable is refused
+    /// A Flatpak ID that names an app registered by executable (installed or not) is refused
     /// (PermissionDenied): a sandbox cannot take over a registered app and its groups.
     /// `isRegisteredFile(path)`: whether the peer runs the file vaultd sees at `path` (see
     /// `PeerIdentity.runsRegisteredFile`); a peer whose executable path is a registered
@@ -123,11 +123,13 @@ extension Vault {
         if let id = flatpakAppID {
             // Look and register as one step, so two first contacts make one generation.
             return try registration.withLock {
-                if let a = try locked({ try apps.find(id) }), a.installed {
+                if let a = try locked({ try apps.find(id) }) {
+                    // Installed or not: an uninstalled app's ID taken over by a sandbox would
+                    // wipe the credentials that app kept for its reinstall.
                     guard a.flatpak else {
                         throw VaultError(.permissionDenied, "a sandbox names \(id), an app registered by its executable")
                     }
-                    return a.caller
+                    if a.installed { return a.caller }
                 }
                 return try register(id, executable: nil, flatpak: true, accessGroups: [], appGroups: [], keepCredentialsOnReinstall: false).caller
             }

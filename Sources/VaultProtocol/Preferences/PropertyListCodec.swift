@@ -167,8 +167,14 @@ public enum PropertyListCodec {
             if sizes[i] >= 0 { return sizes[i] }
             if sizes[i] == -2 { throw VaultError(.invalidPropertyList, "the property list contains itself") }
             let kind = b[off] >> 4
+            // Only the kinds a preference value can be: booleans (0x08, 0x09), integers,
+            // reals, dates, data, strings, arrays, dictionaries. Anything else (null, fill,
+            // UIDs, sets: Foundation's bridging of a set crashed vaultd) is refused here.
+            guard [0x1, 0x2, 0x3, 0x4, 0x5, 0x6, 0xA, 0xD].contains(kind) || b[off] == 0x08 || b[off] == 0x09 else {
+                throw VaultError(.invalidPropertyList, String(format: "the property list holds an object of a kind preferences do not take (marker 0x%02X)", b[off]))
+            }
             var n = Int(b[off] & 0x0F), at = off + 1
-            if n == 0x0F && [0x4, 0x5, 0x6, 0xA, 0xC, 0xD].contains(kind) {
+            if n == 0x0F && [0x4, 0x5, 0x6, 0xA, 0xD].contains(kind) {
                 guard at < b.count, b[at] >> 4 == 0x1 else { throw unreadable }
                 let width = 1 << Int(b[at] & 0x0F)
                 n = try uint(at + 1, width)
@@ -178,7 +184,7 @@ public enum PropertyListCodec {
             switch kind {
             case 0x4, 0x5: total += n
             case 0x6: total += 2 * n
-            case 0xA, 0xC, 0xD:
+            case 0xA, 0xD:
                 sizes[i] = -2
                 for r in 0..<(kind == 0xD ? 2 * n : n) {
                     total += try expanded(try uint(at + r * refSize, refSize), depth + 1)
