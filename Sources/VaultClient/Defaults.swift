@@ -37,7 +37,7 @@ public final class Defaults: @unchecked Sendable {
         try startObserving()
     }
 
-    deinit { observer?.close() }
+    deinit { lock.withLock { observer }?.close() }
 
     /// `-key value` pairs from process arguments (the first word is the program).
     static func argumentDomain(_ arguments: [String]) -> [String: PlistValue] {
@@ -56,33 +56,57 @@ public final class Defaults: @unchecked Sendable {
     }
 
     /// Starts the Observe stream and waits for its snapshots, so the copy is complete
-    /// before `init` returns.
+    /// before `init` returns. When the stream ends (vaultd stopped or restarted), it connects
+    /// again (after 0.05 s, doubling to 2 s while vaultd is away) and the new snapshots
+    /// replace the copy, each difference reported to `changes()` watchers, as UserDefaults
+    /// recovers from a cfprefsd restart. It stops for good on an error from vaultd (the app
+    /// uninstalled, say) and when the instance goes.
     private func startObserving() throws {
-        let connection = try VaultConnection(socketPath: vault.connection.socketPath)
-        observer = connection
+        let first = try VaultConnection(socketPath: vault.connection.socketPath)
+        lock.withLock { observer = first }
         let ready = DispatchSemaphore(value: 0)
         let failure = LockedBox<VaultError?>(nil)
         let expected = searchList.count
+        let socketPath = vault.connection.socketPath
+        let parameters: [String: JSON] = ["domains": .array(searchList.map { .string($0) })]
         let thread = Thread { [weak self] in
-            var snapshots = 0
-            do {
-                try connection.stream(
-                    "io.vaultd.Preferences.Observe", ["domains": .array((self?.searchList ?? []).map { .string($0) })]
-                ) { reply in
-                    guard let self else { return false }
-                    if self.apply(reply) {
-                        snapshots += 1
-                        if snapshots == expected { ready.signal() }
+            var connection: VaultConnection? = first
+            var initial = true
+            var pause = 0.05
+            while true {
+                guard let current = connection else {
+                    Thread.sleep(forTimeInterval: pause)
+                    pause = min(pause * 2, 2)
+                    guard let self else { return }
+                    connection = try? VaultConnection(socketPath: socketPath)
+                    if let c = connection { self.lock.withLock { self.observer = c } }
+                    continue
+                }
+                var snapshots = 0
+                do {
+                    try current.stream("io.vaultd.Preferences.Observe", parameters) { reply in
+                        guard let self else { return false }
+                        if self.apply(reply) {
+                            snapshots += 1
+                            if initial && snapshots == expected { ready.signal() }
+                            pause = 0.05
+                        }
+                        return true
                     }
-                    return true
+                } catch let e as VaultError where e.code != .connectionFailed {
+                    if initial && snapshots < expected { failure.value = e }
+                    if initial { ready.signal() }
+                    return
+                } catch {
+                    if initial && snapshots < expected {
+                        failure.value = (error as? VaultError) ?? VaultError.connectionFailed("\(error)")
+                        ready.signal()
+                        return
+                    }
                 }
-            } catch let e as VaultError {
-                if snapshots < expected {
-                    failure.value = e
-                    ready.signal()
-                }
-            } catch {
-                if snapshots < expected { ready.signal() }
+                initial = false
+                connection = nil
+                guard self != nil else { return }
             }
         }
         thread.name = "VaultClient.Defaults"
@@ -91,12 +115,21 @@ public final class Defaults: @unchecked Sendable {
         if let e = failure.value { throw e }
     }
 
-    /// Applies one Observe reply; returns true for a snapshot.
+    /// Applies one Observe reply; returns true for a snapshot. A snapshot replaces the
+    /// domain's copy; its differences from the copy (none at the first) go to watchers.
     private func apply(_ reply: [String: JSON]) -> Bool {
         guard let domain = reply["domain"]?.stringValue else { return false }
         if let values = reply["values"]?.objectValue {
             let decoded = values.compactMapValues { try? PlistValue(tagged: $0) }
-            lock.withLock { domains[domain] = decoded }
+            let (old, conts): ([String: PlistValue], [AsyncStream<DefaultsChange>.Continuation]) = lock.withLock {
+                defer { domains[domain] = decoded }
+                return (domains[domain] ?? [:], Array(watchers.values))
+            }
+            if !conts.isEmpty {
+                for key in Set(old.keys).union(decoded.keys) where old[key] != decoded[key] {
+                    for c in conts { c.yield(DefaultsChange(domain: domain, key: key, value: decoded[key])) }
+                }
+            }
             return true
         }
         guard let key = reply["key"]?.stringValue else { return false }

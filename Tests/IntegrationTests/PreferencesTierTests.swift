@@ -188,6 +188,30 @@ import Glibc
 
     // MARK: a thousand keys, observed and durable
 
+    /// The in-process copy follows vaultd through a restart: the Observe stream connects
+    /// again, the new snapshot replaces the copy, and watchers hear of what changed
+    /// meanwhile (the copy had stopped updating for good).
+    @Test func theInProcessCopyFollowsVaultdThroughARestart() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        let domain = "com.example.restart"
+        #expect(d.ctl(["defaults", "write", domain, "before", "1"]).status == 0)
+        let defaults = try Defaults(vault: try d.client(), suiteName: domain, arguments: [])
+        #expect(defaults.object(forKey: "before") == .string("1"))
+        let heard = Shared<[String: PlistValue?]>([:])
+        let changes = defaults.changes()
+        let watcher = Task(executorPreference: DedicatedExecutor("restart-changes")) {
+            for await change in changes where change.domain == domain { heard.update { $0[change.key] = change.value } }
+        }
+        defer { watcher.cancel() }
+
+        try d.restart()
+        #expect(d.ctl(["defaults", "write", domain, "after", "2"]).status == 0)
+        #expect(d.ctl(["defaults", "delete", domain, "before"]).status == 0)
+        #expect(eventually(timeout: 10) { defaults.object(forKey: "after") == .string("2") && defaults.object(forKey: "before") == nil })
+        #expect(eventually(timeout: 10) { heard.value["after"] == .some(.string("2")) && heard.value.keys.contains("before") }, "\(heard.value)")
+    }
+
     @Test func aThousandKeysFromAWriterProcessAreAllObservedAndSurviveKill9() throws {
         let d = try Daemon()
         defer { d.close() }
