@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import VaultProtocol
 
 /// Typed preferences, as `UserDefaults` over cfprefsd: reads are memory lookups in an
@@ -15,7 +16,9 @@ public final class Defaults: @unchecked Sendable {
     private let lock = NSLock()
     private var argumentDomain: [String: PlistValue]
     private var domains: [String: [String: PlistValue]] = [:]
-    private var registration: [String: PlistValue] = [:]
+    /// The registration domain, one per process: shared by every instance, as UserDefaults'
+    /// ("The argument and registration domains are shared between all instances").
+    private static let registration = Mutex<[String: PlistValue]>([:])
     private let searchList: [String]
     private var observer: VaultConnection?
     private var watchers: [UUID: AsyncStream<DefaultsChange>.Continuation] = [:]
@@ -149,7 +152,7 @@ public final class Defaults: @unchecked Sendable {
         lock.withLock {
             if let v = argumentDomain[key] { return v }
             for d in searchList { if let v = domains[d]?[key] { return v } }
-            return registration[key]
+            return Self.registration.withLock { $0[key] }
         }
     }
 
@@ -239,16 +242,17 @@ public final class Defaults: @unchecked Sendable {
     /// Every key visible through the search list, with the value that wins.
     public func dictionaryRepresentation() -> [String: PlistValue] {
         lock.withLock {
-            var out = registration
+            var out = Self.registration.withLock { $0 }
             for d in searchList.reversed() { out.merge(domains[d] ?? [:]) { $1 } }
             out.merge(argumentDomain) { $1 }
             return out
         }
     }
 
-    /// Adds to the registration domain (searched last, never stored).
+    /// Adds to the registration domain (searched last, never stored; one per process, every
+    /// instance sees it, as UserDefaults').
     public func register(defaults: [String: PlistValue]) {
-        lock.withLock { registration.merge(defaults) { $1 } }
+        Self.registration.withLock { $0.merge(defaults) { $1 } }
     }
 
     // MARK: writing (to vaultd, durable when they return)

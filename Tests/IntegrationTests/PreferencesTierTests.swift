@@ -543,7 +543,8 @@ import Glibc
         #expect(try vault.preferences.value(domain: "NSGlobalDomain", key: "registeredOnly") == nil)
         #expect(d.ctl(["defaults", "read", app, "registeredOnly"]).status == 1)
         let other = try Defaults(vault: vault, suiteName: app, arguments: ["/usr/bin/app"])
-        #expect(other.object(forKey: "registeredOnly") == nil)
+        // The registration domain is the process's, shared by every instance (as UserDefaults').
+        #expect(other.object(forKey: "registeredOnly") == .string("r"))
         #expect(other.object(forKey: "shared") == .string("app"), "without the argument, the app domain wins")
 
         // removeObject removes from the app's domain (durably); the global value shows through,
