@@ -235,6 +235,12 @@ import Glibc
         #expect(forget.status == 1, "\(forget)")
         #expect(forget.stderr.contains("locked") && !forget.stdoutText.contains("no passphrase was remembered"), "\(forget)")
 
+        // An export's dry run into the locked keyring says it is locked, instead of guessing.
+        #expect(k.ctl(["unlock", "--passphrase-fd", "3"], fds: Self.passphraseFD).status == 0)
+        #expect(k.ctl(["item", "add", "--service", "exp", "--account", "a"], stdin: Data("s".utf8)).status == 0)
+        let dry = k.ctl(["keyring", "export", "--service", "exp", "--dry-run"])
+        #expect(dry.status == 1 && dry.stderr.contains("locked") && !dry.stdoutText.contains("would add"), "\(dry)")
+
         // No keyring at all (no session bus): locked at once, with the reason logged.
         #expect(k.stopVaultd() == 0)
         try k.startVaultd(environment: ["DBUS_SESSION_BUS_ADDRESS": ""])

@@ -142,6 +142,11 @@ struct KeyringCommand: Command {
         var counts: [String: Int] = [:]
         do {
             let target = try keyring.collection(named: collection)
+            // A locked collection neither shows what it holds nor takes new items: a dry run
+            // would only guess (the export itself fails, saying so).
+            if dryRun && target.isLocked {
+                throw KeyringError(.locked, "collection '\(target.label)' is locked: unlock it to see what an export would do")
+            }
             for item in items {
                 guard let a = item.attributes, let data = item.data else { continue }
                 let attributes = KeyringMapping.exportAttributes(item.itemClass, a)
