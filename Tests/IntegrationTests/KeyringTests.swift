@@ -131,6 +131,12 @@ import Glibc
         #expect(third.status == 0, "\(third)")
         #expect(third.stdoutText.contains("0 added, 0 updated, 8 unchanged"), "\(third)")
         #expect(try items(k, group: "imported").count == 4)
+        // Into another group too: our own exports go back to the group they came from, where
+        // they are unchanged (they were copied into the other group as new).
+        let elsewhere = k.ctl(["keyring", "import", "--access-group", "elsewhere"])
+        #expect(elsewhere.status == 0 && elsewhere.stdoutText.contains("4 added, 0 updated, 4 unchanged"), "\(elsewhere)")
+        #expect(try items(k, group: "imported").count == 4)
+        #expect(try items(k, group: "elsewhere").count == 4, "only the keyring's own four items are new there")
     }
 
     @Test func aLockedCollectionIsReportedNeverSkipped() throws {

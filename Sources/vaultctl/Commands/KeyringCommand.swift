@@ -222,6 +222,9 @@ enum KeyringMapping {
         var cls = ItemClass.genericPassword
         if schema == itemSchema, let c = a["class"].flatMap(ItemClass.init(rawValue:)) {
             cls = c
+            // An item vaultd exported maps back to its own group, where the vault's copy is
+            // the reference (imported into another group, it was copied there as new).
+            if let g = a["access-group"], !g.isEmpty { out.accessGroup = g }
             out.account = a["account"]
             switch c {
             case .genericPassword:
