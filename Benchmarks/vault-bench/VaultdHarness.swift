@@ -147,7 +147,8 @@ struct VaultCache {
     /// Bump when the stored items or the schema change shape: a cached vault of an older
     /// schema would be migrated at every start, and the start-up figure would time that.
     /// v2: items without the uuid index (migration 2026-11-30-items-uuid-unindexed).
-    static let format = "v2"
+    /// v3: one lookup index for service/server and account (2026-11-30-items-lookup-index).
+    static let format = "v3"
 
     func path(items: Int) -> String { options.cacheRoot + "/vault-\(Self.format)-\(items)-s\(options.secretSize)" }
 

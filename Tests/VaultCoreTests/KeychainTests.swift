@@ -257,6 +257,17 @@ struct KeychainTests {
             let mixed = try vault.copyMatching(ItemQuery(attributes: ItemAttributes(account: "mix", port: 0), matchAll: true), returnData: true, caller: .owner)
             #expect(mixed.map { plain($0.data) } == [Array("internet".utf8)])
             #expect(try vault.copyMatching(ItemQuery(attributes: ItemAttributes(account: "mix"), matchAll: true), returnData: false, caller: .owner).count == 2)
+            // The service belongs to generic passwords and the server to internet passwords: a
+            // query naming one finds only its class, one naming both finds nothing.
+            let byService = try vault.copyMatching(ItemQuery(attributes: ItemAttributes(service: "s"), matchAll: true), returnData: true, caller: .owner)
+            #expect(byService.map { plain($0.data) } == [Array("generic".utf8)])
+            let byServer = try vault.copyMatching(
+                ItemQuery(attributes: ItemAttributes(account: "mix", server: "mix.example"), matchAll: true), returnData: true, caller: .owner)
+            #expect(byServer.map { plain($0.data) } == [Array("internet".utf8)])
+            expectVaultError(.itemNotFound) {
+                _ = try vault.copyMatching(
+                    ItemQuery(attributes: ItemAttributes(service: "s", account: "mix", server: "mix.example")), returnData: false, caller: .owner)
+            }
         }
     }
 

@@ -124,14 +124,14 @@ import VaultProtocol
             let longestRun = (walBytes - 32) / (24 + pageSize)
             // Without the cycle: the writer's fallback (twice the threshold). With it: the
             // threshold plus what commits while the background checkpoint runs (about 30
-            // frames here); the bound leaves the checkpointer 2000 frames of slack.
+            // frames here); the bound leaves the checkpointer a threshold's worth of slack.
             // (A next cycle that started only at twice the threshold would also end there.)
             // With readers, the fallback's RESTART: the commit that crosses it (a few frames),
             // or a few more. The RESTART fails while a background round copies (SQLite's
             // checkpoint lock is not waited for) and is tried again at each commit; the commit
             // at the fallback starts no round, but one still chasing the writer from the last
             // threshold can hold it up (83 frames past it were seen on a loaded machine).
-            // Without the fallback the WAL would run to all 12,000 frames.
+            // Without the fallback the WAL would run to all 6 thresholds' worth of frames.
             let bound = Checkpointer.writerFallbackFrames + (concurrentReaders > 0 ? Checkpointer.thresholdFrames / 4 : 0)
             #expect(
                 longestRun < Int64(bound),

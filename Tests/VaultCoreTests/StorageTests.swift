@@ -169,23 +169,26 @@ struct MigratorTests {
         }
     }
 
-    /// A vault written before the uuid index was dropped: the first two shipped migrations
-    /// (exactly as shipped), holding rows the current code encrypted. Opening it rebuilds the
-    /// items table; every item keeps its id and still decrypts, and the other indexes and the
-    /// primary-key uniqueness survive.
-    @Test func theUuidIndexRebuildKeepsEveryItem() throws {
+    /// A vault written before the items table was rebuilt (twice: without the uuid index,
+    /// then with one lookup index for service/server and account): the first two shipped
+    /// migrations (exactly as shipped), holding rows the current code encrypted, in the
+    /// columns of that time. Opening it rebuilds the items table; every item keeps its id and
+    /// hashes and still decrypts, every query shape finds what it found, and the primary
+    /// key's uniqueness survives.
+    @Test func theItemsRebuildsKeepEveryItem() throws {
         try withTemporaryDirectory { tmp in
             let dir = tmp + "/data"
-            var before: [[SQLValue]] = []
+            var current: [[SQLValue]] = []
             do {
                 let v = try Vault(dataDirectory: dir)
                 _ = try v.initialize(passphrase: nil, caller: .owner)
-                for i in 0..<50 { try v.addGeneric(service: "svc\(i % 7)", account: "acct\(i)", secret: [UInt8(i), 1, 2]) }
+                for i in 0..<50 { try v.addGeneric(service: "svc\(i % 7)", account: "acct\(i % 20)", secret: [UInt8(i), 1, 2]) }
                 _ = try v.addItem(
-                    .internetPassword, attributes: ItemAttributes(account: "ann", server: "example.com", port: 443),
+                    .internetPassword, attributes: ItemAttributes(account: "acct3", server: "example.com", port: 443),
                     secret: secret("web"), caller: .owner)
                 v.close()
             }
+            let columns = "id, uuid, item_class, access_group, accessible, synchronizable, primary_key_hash, lookup_hash, account_hash, attributes, wrapped_key, secret, generation"
             // The same rows in a store of the earlier schema, which recorded only its own migrations.
             do {
                 let old = tmp + "/old.sqlite"
@@ -199,34 +202,64 @@ struct MigratorTests {
                     """
                     ATTACH '\(dir)/vault.sqlite' AS cur;
                     INSERT INTO main.vault_meta SELECT * FROM cur.vault_meta;
-                    INSERT INTO main.items SELECT * FROM cur.items;
+                    INSERT INTO main.items (id, uuid, item_class, access_group, accessible, synchronizable, primary_key_hash,
+                      service_hash, account_hash, server_hash, attributes, wrapped_key, secret, generation)
+                    SELECT id, uuid, item_class, access_group, accessible, synchronizable, primary_key_hash,
+                      CASE item_class WHEN 'genericPassword' THEN lookup_hash END, account_hash,
+                      CASE item_class WHEN 'internetPassword' THEN lookup_hash END, attributes, wrapped_key, secret, generation
+                    FROM cur.items;
                     DETACH cur;
                     """)
-                before = try db.rows("SELECT * FROM items ORDER BY id")
+                #expect(try db.row("SELECT COUNT(*) FROM items WHERE service_hash IS NOT NULL")?[0].int64 == 50)
+                #expect(try db.row("SELECT COUNT(*) FROM items WHERE server_hash IS NOT NULL")?[0].int64 == 1)
                 db.close()
+                let now = try Database(path: dir + "/vault.sqlite")
+                current = try now.rows("SELECT \(columns) FROM items ORDER BY id")
+                now.close()
                 try FileManager.default.removeItem(atPath: dir + "/vault.sqlite")
                 try? FileManager.default.removeItem(atPath: dir + "/vault.sqlite-wal")
                 try FileManager.default.moveItem(atPath: old, toPath: dir + "/vault.sqlite")
                 try? FileManager.default.removeItem(atPath: old + "-wal")
             }
-            #expect(before.count == 51)
+            #expect(current.count == 51)
             let v = try Vault(dataDirectory: dir)
-            for i in 0..<50 { #expect(try v.readGeneric(service: "svc\(i % 7)", account: "acct\(i)") == [UInt8(i), 1, 2]) }
+            for i in 0..<20 {
+                // acct i holds the items i, i + 20, i + 40 (those below 50), each under svc (n % 7).
+                let expected = stride(from: i, to: 50, by: 20).map { [UInt8($0), 1, 2] }
+                for n in stride(from: i, to: 50, by: 20) {
+                    #expect(try v.readGeneric(service: "svc\(n % 7)", account: "acct\(i)") == [UInt8(n), 1, 2])
+                }
+                // Only the account: the index scan finds every item of it, of both classes.
+                let byAccount = try v.copyMatching(
+                    ItemQuery(attributes: ItemAttributes(account: "acct\(i)"), matchAll: true), returnData: true, caller: .owner)
+                let generic = byAccount.filter { $0.itemClass == .genericPassword }.compactMap { plain($0.data) }
+                #expect(generic == expected)
+                #expect(byAccount.count == expected.count + (i == 3 ? 1 : 0))
+            }
+            let byService = try v.copyMatching(
+                ItemQuery(itemClass: .genericPassword, attributes: ItemAttributes(service: "svc2"), matchAll: true), returnData: true,
+                caller: .owner)
+            #expect(byService.compactMap { plain($0.data) } == stride(from: 2, to: 50, by: 7).map { [UInt8($0), 1, 2] })
             let web = try v.copyMatching(
                 ItemQuery(itemClass: .internetPassword, attributes: ItemAttributes(server: "example.com")), returnData: true, caller: .owner)
             #expect(web.count == 1 && plain(web.first?.data) == Array("web".utf8))
             expectVaultError(.duplicateItem) { try v.addGeneric(service: "svc3", account: "acct3", secret: [9]) }
+            expectVaultError(.duplicateItem) {
+                _ = try v.addItem(
+                    .internetPassword, attributes: ItemAttributes(account: "acct3", server: "example.com", port: 443),
+                    secret: secret("again"), caller: .owner)
+            }
             v.close()
 
             let db = try Database(path: dir + "/vault.sqlite")
             defer { db.close() }
-            #expect(try db.rows("SELECT * FROM items ORDER BY id") == before)
+            #expect(try db.rows("SELECT \(columns) FROM items ORDER BY id") == current)
             #expect(try db.row("PRAGMA integrity_check")?[0].text == "ok")
             let indexes = try db.rows("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'items' ORDER BY name").compactMap { $0[0].text }
-            // The one automatic index left is primary_key_hash's UNIQUE.
-            #expect(indexes == ["items_account", "items_generation", "items_group", "items_server", "items_service", "sqlite_autoindex_items_1"])
-            #expect(try db.rows("PRAGMA index_info(sqlite_autoindex_items_1)").map { $0[2].text } == ["primary_key_hash"])
-            #expect(try Schema.migrator.applied(in: db).contains("2026-11-30-items-uuid-unindexed"))
+            #expect(indexes == ["items_generation", "items_group", "items_lookup"])
+            #expect(try db.rows("PRAGMA index_info(items_lookup)").map { $0[2].text } == ["lookup_hash", "account_hash", "primary_key_hash"])
+            let applied = try Schema.migrator.applied(in: db)
+            #expect(applied.contains("2026-11-30-items-uuid-unindexed") && applied.contains("2026-11-30-items-lookup-index"))
         }
     }
 

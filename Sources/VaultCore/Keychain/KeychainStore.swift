@@ -91,6 +91,15 @@ final class KeychainStore {
         return .blob(Sodium.keyedHash(Array("\(field)\0\(value)".utf8), key: index, length: 16))
     }
 
+    /// The `lookup_hash` column of an item: its service's hash (a generic password) or its
+    /// server's (an internet password), the first column of the `items_lookup` index.
+    private static func lookupHash(_ c: ItemClass, _ a: ItemAttributes, index: SecureBytes) -> SQLValue {
+        switch c {
+        case .genericPassword: return fieldHash("service", a.service, index: index)
+        case .internetPassword: return fieldHash("server", a.server, index: index)
+        }
+    }
+
     /// Normalizes the primary-key attributes of a class: absent strings become empty.
     private static func normalize(_ c: ItemClass, _ a: inout ItemAttributes) {
         if a.account == nil { a.account = "" }
@@ -196,12 +205,24 @@ final class KeychainStore {
             args += caller.accessGroups.map { .text($0) }
         }
         if let a = q.attributes.accessible { sql += " AND accessible = ?"; args.append(.text(a.rawValue)) }
-        for (column, field, value) in [
-            ("service_hash", "service", q.attributes.service), ("account_hash", "account", q.attributes.account),
-            ("server_hash", "server", q.attributes.server),
-        ] where value != nil {
-            sql += " AND \(column) = ?"
-            args.append(Self.fieldHash(field, value, index: index))
+        // Through `items_lookup` (lookup_hash, account_hash, …): the service or the server
+        // first (only a generic password has a service, only an internet password a server:
+        // a query naming both matches nothing), then the account. A query naming only the
+        // account scans the index, which covers it, rather than the table.
+        let key: (field: String, value: String)?
+        switch (q.attributes.service, q.attributes.server) {
+        case (let service?, nil): key = ("service", service)
+        case (nil, let server?): key = ("server", server)
+        case (nil, nil): key = nil
+        case (_?, _?): return []
+        }
+        if let key {
+            sql += " AND lookup_hash = ?"
+            args.append(Self.fieldHash(key.field, key.value, index: index))
+        }
+        if let account = q.attributes.account {
+            sql += key == nil ? " AND id IN (SELECT id FROM items WHERE account_hash = ?)" : " AND account_hash = ?"
+            args.append(Self.fieldHash("account", account, index: index))
         }
         sql += " ORDER BY id"
         var out: [Candidates.Stored] = []
@@ -309,8 +330,7 @@ final class KeychainStore {
         let values: [SQLValue] = [
             .blob(uuid), .text(itemClass.rawValue), .text(group), .text(accessible.rawValue), .integer(sync ? 1 : 0),
             .blob(Self.primaryKeyHash(itemClass, a, index: index)),
-            Self.fieldHash("service", a.service, index: index), Self.fieldHash("account", a.account, index: index),
-            Self.fieldHash("server", a.server, index: index),
+            Self.lookupHash(itemClass, a, index: index), Self.fieldHash("account", a.account, index: index),
             .blob(Sodium.seal(attrPlain, key: metadata, associatedData: ad)),
             .blob(Sodium.seal(itemKey, key: classKey, associatedData: ad)),
             .blob(Sodium.seal(secret, key: itemKey, associatedData: ad)),
@@ -325,15 +345,15 @@ final class KeychainStore {
                 try db.run(
                     """
                     UPDATE items SET uuid = ?, item_class = ?, access_group = ?, accessible = ?, synchronizable = ?,
-                      primary_key_hash = ?, service_hash = ?, account_hash = ?, server_hash = ?, attributes = ?,
+                      primary_key_hash = ?, lookup_hash = ?, account_hash = ?, attributes = ?,
                       wrapped_key = ?, secret = ? WHERE id = ?
                     """, values + [.integer(id)])
             } else {
                 try db.run(
                     """
                     INSERT INTO items (uuid, item_class, access_group, accessible, synchronizable, primary_key_hash,
-                      service_hash, account_hash, server_hash, attributes, wrapped_key, secret, generation)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                      lookup_hash, account_hash, attributes, wrapped_key, secret, generation)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """, values + [generation.map { .text($0) } ?? .null])
             }
         } catch is ConstraintViolation {

@@ -23,10 +23,14 @@ import VaultProtocol
 ///    checkpoints itself (RESTART) from `writerFallbackFrames` on, as SQLite's own would
 ///    (PASSIVE) at 1000.
 final class Checkpointer: @unchecked Sendable {
-    /// A background checkpoint starts once the WAL holds this many frames (8 MiB of 4 KiB
-    /// pages). Hot pages are copied once per cycle: against 1000, one writer's adds were 5 %
-    /// faster and their p99 a fifth lower; 250 cost a fifth more CPU per add.
-    static let thresholdFrames: Int32 = 2000
+    /// A background checkpoint starts once the WAL holds this many frames (4 MiB of 4 KiB
+    /// pages, SQLite's own automatic checkpoint size). This is also about how much space a
+    /// full disk needs freed before writes work again: the frames not yet copied must reach
+    /// the database file before the WAL can start over. At 2000 (8 MiB; 2-4 % more durable
+    /// adds per second) a disk that filled up before the first checkpoint held 8.3 MB of
+    /// WAL against a 1.1 MB database, and freeing 4 MiB was not enough (the full-disk test).
+    /// 250 cost a fifth more CPU per add.
+    static let thresholdFrames: Int32 = 1000
     /// At most this many frames are left for the writer to copy when it ends a cycle (under
     /// the engine lock: more would show as a pause in every writer's latency).
     static let writerShare: Int32 = 64
