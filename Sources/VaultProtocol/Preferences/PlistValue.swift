@@ -141,15 +141,39 @@ public enum PlistDate {
         let whole = t.rounded(.down)
         let fraction = t - whole  // exact
         let (y, m, d, hh, mm, ss) = fields(Int64(whole))
-        var s = pad(y, 4) + "-" + pad(m, 2) + "-" + pad(d, 2) + "T" + pad(hh, 2) + ":" + pad(mm, 2) + ":" + pad(ss, 2)
+        // Written as bytes: every keychain item's two dates go through here on each add and
+        // each reply (issue #8's profile: building it from Strings was 5 % of an add's CPU).
+        var text: [UInt8] = []
+        text.reserveCapacity(48)
+        appendDigits(y, width: 4, then: "-", to: &text)
+        appendDigits(m, width: 2, then: "-", to: &text)
+        appendDigits(d, width: 2, then: "T", to: &text)
+        appendDigits(hh, width: 2, then: ":", to: &text)
+        appendDigits(mm, width: 2, then: ":", to: &text)
+        appendDigits(ss, width: 2, then: nil, to: &text)
         if t < 0 && t > -1 {
             // Within the second before 2001: 1 + t is not exact in binary (-1e-20 would round
             // to -1), so write 1 - |t| exactly in decimal; `parse` inverts it the same way.
-            s += "." + complement(fractionDigits(-t))
+            text.append(UInt8(ascii: "."))
+            text += complement(fractionDigits(-t)).utf8
         } else if fraction != 0 {
-            s += "." + fractionDigits(fraction)
+            text.append(UInt8(ascii: "."))
+            text += fractionDigits(fraction).utf8
         }
-        return s + "Z"
+        text.append(UInt8(ascii: "Z"))
+        return String(decoding: text, as: UTF8.self)
+    }
+
+    /// Appends a value in 0..<10_000 as exactly `width` decimal digits (zero-padded), then
+    /// the separator.
+    private static func appendDigits(_ value: Int64, width: Int, then separator: Unicode.Scalar?, to text: inout [UInt8]) {
+        var divisor: Int64 = 1
+        for _ in 1..<width { divisor *= 10 }
+        while divisor > 0 {
+            text.append(UInt8(48 + (value / divisor) % 10))
+            divisor /= 10
+        }
+        if let separator { text.append(UInt8(ascii: separator)) }
     }
 
     /// The proleptic-Gregorian UTC calendar fields of a date's whole second (rounded down),
@@ -229,11 +253,6 @@ public enum PlistDate {
         return (q, r)
     }
 
-    private static func pad(_ v: Int64, _ width: Int) -> String {
-        let s = String(v)
-        return s.count >= width ? s : String(repeating: "0", count: width - s.count) + s
-    }
-
     private static func isLeap(_ y: Int64) -> Bool { (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 }
     private static func daysInMonth(_ y: Int64, _ m: Int64) -> Int64 {
         [31, isLeap(y) ? 29 : 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31][Int(m - 1)]
@@ -266,10 +285,10 @@ public enum PlistDate {
     private static func fractionDigits(_ f: Double) -> String {
         let s = f.description  // "0.25" or "1e-05" or "1.5e-07"
         if let e = s.firstIndex(of: "e") {
-            let mantissa = s[..<e].replacingOccurrences(of: ".", with: "")
+            let mantissa = s[..<e].filter { $0 != "." }
             let exponent = Int(s[s.index(after: e)...])!  // negative
             return String(repeating: "0", count: -exponent - 1) + mantissa
         }
-        return String(s.dropFirst(2))
+        return String(s.utf8.dropFirst(2))!
     }
 }
