@@ -284,7 +284,7 @@ public enum PlistDate {
     /// Digits after "0." of a fraction in (0, 1), from its shortest round-trip decimal form.
     private static func fractionDigits(_ f: Double) -> String {
         let s = f.description  // "0.25" or "1e-05" or "1.5e-07"
-        if let e = s.firstIndex(of: "e") {
+        if let e = s.utf8.firstIndex(of: UInt8(ascii: "e")) {
             let mantissa = s[..<e].filter { $0 != "." }
             let exponent = Int(s[s.index(after: e)...])!  // negative
             return String(repeating: "0", count: -exponent - 1) + mantissa
