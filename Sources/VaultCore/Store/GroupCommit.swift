@@ -41,7 +41,7 @@ final class GroupCommit: @unchecked Sendable {
     private var leading = false
     /// Writers active around the last commit: its batch plus those that queued during it.
     private var activeWriters = 0
-    /// Signalled when the queue reaches `activeWriters` while a leader gathers.
+    /// Signalled when a writer queues while the leader waits for more of its group.
     private var gathering: DispatchSemaphore?
     /// How long a leader may wait for the writers it expects (seconds).
     static let gatherDelay = 0.0005
@@ -57,6 +57,23 @@ final class GroupCommit: @unchecked Sendable {
 
     init(sync: @escaping (Database) throws -> Void = { try $0.syncWAL() }) {
         self.sync = sync
+    }
+
+    /// Waits until writers queue (or the deadline passes) and takes them; nil when none came.
+    private func nextArrivals(until deadline: DispatchTime) -> [Pending]? {
+        lock.lock()
+        defer { lock.unlock() }
+        if queue.isEmpty {
+            let g = DispatchSemaphore(value: 0)
+            gathering = g
+            lock.unlock()
+            _ = g.wait(timeout: deadline)
+            lock.lock()
+            gathering = nil
+        }
+        if queue.isEmpty { return nil }
+        defer { queue.removeAll() }
+        return queue
     }
 
     /// Runs `body` in the next group transaction (in a savepoint of its own when the group
@@ -98,7 +115,7 @@ final class GroupCommit: @unchecked Sendable {
         if let refused = settled.withLock({ syncFailure }) { throw refused }
         lock.lock()
         queue.append(me)
-        if let g = gathering, queue.count >= activeWriters {
+        if let g = gathering {
             gathering = nil
             g.signal()
         }
@@ -125,35 +142,42 @@ final class GroupCommit: @unchecked Sendable {
         // Commit delay (PostgreSQL's commit_delay with commit_siblings): when other
         // writers were active around the last commit, the ones it just acknowledged are
         // about to send their next write; wait briefly for them, so one fsync covers them
-        // too. A lone writer never waits.
-        if activeWriters > 1 && queue.count < activeWriters {
-            let g = DispatchSemaphore(value: 0)
-            gathering = g
-            lock.unlock()
-            _ = g.wait(timeout: .now() + Self.gatherDelay)
-            lock.lock()
-            gathering = nil
-        }
-        let batch = queue
+        // too. A lone writer never waits, and its write needs no savepoint.
+        let expected = activeWriters
+        let gather = expected > 1
+        var batch = queue
         queue.removeAll()
         lock.unlock()
+        let deadline = DispatchTime.now() + Self.gatherDelay
         var failure: Error?
         do {
             try withDatabase {
                 try db.writeDeferringSync {
-                    for p in batch {
-                        // On SQLITE_FULL, IOERR or NOMEM in the middle of a statement SQLite
-                        // rolls the whole transaction back, not just the savepoint: every
-                        // write of the batch is gone, those before this one too. All fail
-                        // with this error (StorageFull, say); the rest must not run, or
-                        // their SAVEPOINT would open a transaction of its own that RELEASE
-                        // commits.
-                        let error = p.run(batch.count > 1)
-                        if !db.isInTransaction {
-                            throw error ?? VaultError(.internalError, "the transaction ended in the middle of a group commit")
+                    // The writes run as they arrive, inside the open transaction: the leader
+                    // inserts while the others are still on their way, and only the COMMIT
+                    // is left once the last one is in (issue #8: gathering first, then
+                    // running the group, left a core idle for the gathering's length).
+                    var next = 0
+                    while true {
+                        while next < batch.count {
+                            let p = batch[next]
+                            next += 1
+                            let savepoint = gather || batch.count > 1
+                            // On SQLITE_FULL, IOERR or NOMEM in the middle of a statement
+                            // SQLite rolls the whole transaction back, not just the savepoint:
+                            // every write of the batch is gone, those before this one too.
+                            // All fail with this error (StorageFull, say); the rest must not
+                            // run, or their SAVEPOINT would open a transaction of its own that
+                            // RELEASE commits.
+                            let error = p.run(savepoint)
+                            if !db.isInTransaction {
+                                throw error ?? VaultError(.internalError, "the transaction ended in the middle of a group commit")
+                            }
+                            // Without a savepoint, a failed write rolls the whole transaction back.
+                            if !savepoint, let error { throw error }
                         }
-                        // Alone, a failed write rolls the whole transaction back.
-                        if batch.count == 1, let error { throw error }
+                        guard gather, batch.count < expected, let arrived = nextArrivals(until: deadline) else { break }
+                        batch += arrived
                     }
                 }
             }
