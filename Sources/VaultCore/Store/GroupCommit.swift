@@ -3,8 +3,9 @@ import VaultProtocol
 
 /// Group commit: concurrent write transactions share one COMMIT, so one fsync acknowledges
 /// many writes. The first writer to arrive becomes the leader: it takes every pending write,
-/// runs each in its own SAVEPOINT inside one transaction (a failing write rolls back only
-/// itself; a lone write needs none), commits once, and wakes the others. Nobody's reply is
+/// and those that arrive while it waits for the rest of the group, runs each in its own
+/// SAVEPOINT inside one transaction (a failing write rolls back only itself; a lone write
+/// needs none), commits once, and wakes the others. Nobody's reply is
 /// sent before the commit that covers its write is on disk.
 ///
 /// The COMMIT itself does not wait for the disk: the leader hands the lead on, then syncs
