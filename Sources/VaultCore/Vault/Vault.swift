@@ -28,6 +28,10 @@ public final class Vault: @unchecked Sendable {
     private let readers: ReaderPool
     private let groupCommit = GroupCommit()
     private let unlockAttempts = NSLock()
+    /// Observers, under a lock of their own: a writer emits right after its commit, and on
+    /// the engine lock it would wait for the next group's leader, which holds that lock while
+    /// it waits for the writers of its group (preference writes with 16 clients: 35k/s → 7k/s).
+    private let observersLock = NSLock()
     private var observers: [UUID: @Sendable (VaultEvent) -> Void] = [:]
 
     /// Opens (creating when absent) the vault in `dataDirectory`: creates the directory 0700
@@ -93,16 +97,16 @@ public final class Vault: @unchecked Sendable {
     /// on the thread that made the change, after it committed, outside the engine lock.
     public func addObserver(_ handler: @escaping @Sendable (VaultEvent) -> Void) -> UUID {
         let id = UUID()
-        locked { observers[id] = handler }
+        observersLock.withLock { observers[id] = handler }
         return id
     }
 
     public func removeObserver(_ id: UUID) {
-        _ = locked { observers.removeValue(forKey: id) }
+        _ = observersLock.withLock { observers.removeValue(forKey: id) }
     }
 
     func emit(_ event: VaultEvent) {
-        let handlers = locked { Array(observers.values) }
+        let handlers = observersLock.withLock { Array(observers.values) }
         for h in handlers { h(event) }
     }
 
