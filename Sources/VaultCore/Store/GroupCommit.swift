@@ -44,7 +44,12 @@ final class GroupCommit: @unchecked Sendable {
     private var activeWriters = 0
     /// Signalled when a writer queues while the leader waits for more of its group.
     private var gathering: DispatchSemaphore?
-    /// How long a leader may wait for the writers it expects (seconds).
+    /// How long a leader may wait for the writers it expects (seconds). It waits holding the
+    /// engine lock (its transaction is open): anything else that needs that lock (a lookup
+    /// that finds every reader connection busy, Status, Lock) may wait this much longer, and
+    /// nothing a writer does between its acknowledgement and its next write should take it
+    /// (the leader would wait out its whole delay for a writer that waits for the lock:
+    /// observers have a lock of their own for that reason).
     static let gatherDelay = 0.0005
     /// Makes the committed WAL durable (`Database.syncWAL`; tests stand in for the disk).
     private let sync: (Database) throws -> Void
