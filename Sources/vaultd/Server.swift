@@ -19,6 +19,15 @@ struct Limits: Sendable {
     var partialMessageTimeout = 10.0
     /// A peer that does not read its replies for this long is dropped (seconds).
     var sendTimeout = 30.0
+    /// Bytes of unfinished messages vaultd holds for all connections together, beyond the
+    /// first `unfinishedAllowance` of each (which always fit: ordinary calls are never held
+    /// up). Without it 256 connections each sending 8 MiB without its end held 2 GB; with it
+    /// vaultd's memory for them stays under about twice the budget (buffers grow by
+    /// doubling). A message that would pass it is refused with RateLimited and its
+    /// connection closed.
+    var unfinishedMessageBudget = 64 << 20
+    /// Bytes of an unfinished message per connection that do not count against the budget.
+    var unfinishedAllowance = 64 << 10
     /// How long a connection's thread polls for the next call before it sleeps
     /// (microseconds; `VAULTD_BUSY_POLL_US`, 0 turns it off). See `BusyPoll`.
     var busyPollMicroseconds = BusyPoll.window(fromEnvironment: "VAULTD_BUSY_POLL_US", default: 30)
@@ -64,6 +73,8 @@ final class Server: @unchecked Sendable {
     /// while no other call is being served.
     private let callsInProgress = Atomic<Int>(0)
     private let stopping = Atomic<Bool>(false)
+    /// Bytes counted against `Limits.unfinishedMessageBudget`, all connections together.
+    private let unfinishedBytes = Atomic<Int>(0)
 
     init(
         listener: UnixSocket, dispatcher: Dispatcher, limits: Limits = Limits(), identify: @escaping (PeerCredentials) -> Caller?
@@ -193,7 +204,17 @@ final class Server: @unchecked Sendable {
                 }
             }
         }
+        // What this connection counts against the unfinished-message budget: its unread
+        // bytes past the allowance, including the call being served (given back once it
+        // was answered, at the top of the loop).
+        var counted = 0
+        defer { unfinishedBytes.subtract(counted, ordering: .relaxed) }
         while true {
+            let held = max(0, reader.pendingByteCount - limits.unfinishedAllowance)
+            if held < counted {
+                unfinishedBytes.subtract(counted - held, ordering: .relaxed)
+                counted = held
+            }
             let frame: [UInt8]
             do {
                 guard let f = try reader.nextFrame() else {
@@ -218,6 +239,21 @@ final class Server: @unchecked Sendable {
                     }
                     if chunk.isEmpty { return }
                     reader.append(chunk)
+                    let wanted = max(0, reader.pendingByteCount - limits.unfinishedAllowance)
+                    if wanted > counted {
+                        let total = unfinishedBytes.add(wanted - counted, ordering: .relaxed).newValue
+                        if total > limits.unfinishedMessageBudget {
+                            unfinishedBytes.subtract(wanted - counted, ordering: .relaxed)
+                            log("refused a message: other connections' unfinished messages hold \(limits.unfinishedMessageBudget >> 20) MiB")
+                            let busy = VaultError(
+                                .rateLimited,
+                                "vaultd holds \(limits.unfinishedMessageBudget >> 20) MiB of other connections' unfinished messages; send this one again in a second",
+                                extra: ["retryAfter": JSON(1.0)])
+                            _ = try? send(VarlinkReply(error: busy), on: conn)
+                            return
+                        }
+                        counted = wanted
+                    }
                     continue
                 }
                 frame = f

@@ -89,6 +89,65 @@ import Glibc
             "flood: cap \(Self.cap): \(refused) of \(flood) connections over the cap closed at once while \(Self.cap) admitted clients made \(Self.cap * callsPerClient * 2) calls; vaultd threads \(threadsAtCap) at the cap, \(threadsAfterFlood) after the flood")
     }
 
+    /// Unfinished messages from many connections at once: vaultd holds at most 64 MiB of
+    /// them past each connection's first 64 KiB (256 connections, each with 8 MiB and no end,
+    /// held 2 GB). The message that would pass the budget is RateLimited and its connection
+    /// closed; ordinary calls still work; once the holders go, large messages work again.
+    @Test(.timeLimit(.minutes(3))) func unfinishedMessagesAreHeldWithinABudget() throws {
+        let d = try CustomDaemon()
+        defer { d.close() }
+        try d.start(environment: ["VAULTD_PARTIAL_TIMEOUT": "60"])
+        let pid = try #require(d.pid)
+        try Wire.initWithoutPassphrase(try Self.admittedConnection(d))
+        let opening = Array(#"{"method":"io.vaultd.Vault.Status","parameters":{"pad":""#.utf8)
+        // Just under the 8 MiB message limit, without the end: 8 of these hold 63.5 MiB of
+        // the budget, the 9th passes it.
+        let unfinished = opening + [UInt8](repeating: UInt8(ascii: "x"), count: (8 << 20) - 1 - opening.count)
+        var holders: [ExactClient] = []
+        defer { for h in holders { h.close() } }
+        for i in 0..<8 {
+            let h = try ExactClient(path: d.socketPath)
+            try #require(h.send(unfinished), "holder \(i) could not send its unfinished message")
+            holders.append(h)
+        }
+        // Every byte sent is read before the next holder's count is judged.
+        usleep(200_000)
+        let over = try ExactClient(path: d.socketPath)
+        _ = over.send(unfinished)  // vaultd stops reading it part-way
+        let refusal = over.receive(timeout: 20)
+        guard case .error(let name, let parameters) = refusal else {
+            Issue.record("the message over the budget: \(refusal)")
+            return
+        }
+        #expect(name == "io.vaultd.Vault.RateLimited")
+        #expect(parameters["retryAfter"] == JSON(1.0))
+        #expect(parameters["message"]?.stringValue?.contains("64 MiB") == true, "\(parameters)")
+        #expect(over.closes(within: 10))
+        over.close()
+        let rssMiB = (ProcStatus.rss(pid) ?? 0) >> 10
+        #expect(rssMiB > 0 && rssMiB < 250, "vaultd's RSS is \(rssMiB) MiB holding 8 unfinished messages")
+
+        // Ordinary calls fit each connection's allowance and are served meanwhile.
+        let bystander = try Self.admittedConnection(d)
+        let set = bystander.call("io.vaultd.Preferences.Set", ["domain": "com.example.budget", "key": "k", "value": ["string": .string(String(repeating: "v", count: 32 << 10))]])
+        #expect(set.parameters != nil, "\(set)")
+        #expect(d.log.contains("refused a message: other connections' unfinished messages hold 64 MiB"), "log:\n\(d.log)")
+
+        // Once the holders are gone, a large message is taken again.
+        for h in holders { h.close() }
+        holders.removeAll()
+        let big = String(repeating: "b", count: 3 << 20)
+        var taken: ExactClient.Outcome = .timedOut
+        for _ in 0..<50 {
+            taken = bystander.call("io.vaultd.Preferences.Set", ["domain": "com.example.budget", "key": "big", "value": ["string": .string(big)]])
+            if taken.errorName != "io.vaultd.Vault.RateLimited" { break }
+            usleep(100_000)  // the holders' connections are still being closed
+        }
+        #expect(taken.parameters != nil, "a 3 MiB message after the holders left: \(taken)")
+        #expect(d.isRunning, "vaultd died; log:\n\(d.log)")
+        ReliabilityReport.record("unfinished messages: 8 × 8 MiB held, the 9th refused with RateLimited; vaultd RSS \(rssMiB) MiB meanwhile")
+    }
+
     @Test(.timeLimit(.minutes(3))) func stallingAndTricklingPeersAreDroppedAndBlockNobody() throws {
         let d = try CustomDaemon()
         defer { d.close() }
