@@ -19,15 +19,17 @@ struct Limits: Sendable {
     var partialMessageTimeout = 10.0
     /// A peer that does not read its replies for this long is dropped (seconds).
     var sendTimeout = 30.0
-    /// Bytes of unfinished messages vaultd holds for all connections together, beyond the
-    /// first `unfinishedAllowance` of each (which always fit: ordinary calls are never held
-    /// up). Without it 256 connections each sending 8 MiB without its end held 2 GB; with it
-    /// vaultd's memory for them stays under about twice the budget (buffers grow by
-    /// doubling). A message that would pass it is refused with RateLimited and its
-    /// connection closed.
-    var unfinishedMessageBudget = 64 << 20
-    /// Bytes of an unfinished message per connection that do not count against the budget.
-    var unfinishedAllowance = 64 << 10
+    /// Bytes of messages in flight that vaultd holds for all connections together: the
+    /// unfinished calls it is receiving and the replies it is sending, beyond the first
+    /// `messageAllowance` of each (which always fit: ordinary calls and replies are never
+    /// held up). Without it 256 connections each sending 8 MiB without its end held 2 GB,
+    /// as did 256 that asked for a large reply and did not read it; with it vaultd's memory
+    /// for them stays under about twice the budget (buffers grow by doubling). A call that
+    /// would pass it is refused with RateLimited and its connection closed; a reply that
+    /// would pass it is RateLimited instead.
+    var messageBudget = 64 << 20
+    /// Bytes of each message that do not count against the budget.
+    var messageAllowance = 64 << 10
     /// How long a connection's thread polls for the next call before it sleeps
     /// (microseconds; `VAULTD_BUSY_POLL_US`, 0 turns it off). See `BusyPoll`.
     var busyPollMicroseconds = BusyPoll.window(fromEnvironment: "VAULTD_BUSY_POLL_US", default: 30)
@@ -73,8 +75,31 @@ final class Server: @unchecked Sendable {
     /// while no other call is being served.
     private let callsInProgress = Atomic<Int>(0)
     private let stopping = Atomic<Bool>(false)
-    /// Bytes counted against `Limits.unfinishedMessageBudget`, all connections together.
-    private let unfinishedBytes = Atomic<Int>(0)
+    /// Bytes counted against `Limits.messageBudget`, all connections together.
+    private let messageBytes = Atomic<Int>(0)
+
+    /// Counts `bytes` more against the message budget; false (nothing counted) when that
+    /// would pass it.
+    private func reserveMessageBytes(_ bytes: Int) -> Bool {
+        guard bytes > 0 else { return true }
+        if messageBytes.add(bytes, ordering: .relaxed).newValue <= limits.messageBudget { return true }
+        messageBytes.subtract(bytes, ordering: .relaxed)
+        return false
+    }
+
+    private func releaseMessageBytes(_ bytes: Int) {
+        if bytes > 0 { messageBytes.subtract(bytes, ordering: .relaxed) }
+    }
+
+    /// RateLimited, for a message over the budget: `what` it was.
+    private func overBudget(_ what: String) -> VarlinkReply {
+        let mib = limits.messageBudget >> 20
+        log("refused \(what): messages in flight for other connections hold \(mib) MiB")
+        return VarlinkReply(
+            error: VaultError(
+                .rateLimited, "vaultd holds \(mib) MiB of other connections' messages in flight; ask again in a second",
+                extra: ["retryAfter": JSON(1.0)]))
+    }
 
     init(
         listener: UnixSocket, dispatcher: Dispatcher, limits: Limits = Limits(), identify: @escaping (PeerCredentials) -> Caller?
@@ -173,7 +198,7 @@ final class Server: @unchecked Sendable {
     @discardableResult
     private func send(_ reply: VarlinkReply, on conn: UnixSocket) throws -> Bool {
         var bytes = reply.json.serialized()
-        let fits = bytes.count < Varlink.maximumMessageSize
+        var fits = bytes.count < Varlink.maximumMessageSize
         if !fits {
             let error = VaultError(
                 .replyTooLarge,
@@ -181,6 +206,15 @@ final class Server: @unchecked Sendable {
                 extra: ["size": JSON(bytes.count), "limit": JSON(Varlink.maximumMessageSize)])
             bytes = VarlinkReply(error: error).json.serialized()
         }
+        // A large reply counts against the message budget until it is sent: a peer that
+        // does not read holds it for up to the send timeout.
+        var counted = bytes.count - limits.messageAllowance
+        if !reserveMessageBytes(counted) {
+            bytes = overBudget("a \(bytes.count)-byte reply").json.serialized()
+            fits = false
+            counted = 0
+        }
+        defer { releaseMessageBytes(counted) }
         bytes.append(0)
         try conn.sendAll(bytes)
         return fits
@@ -204,15 +238,15 @@ final class Server: @unchecked Sendable {
                 }
             }
         }
-        // What this connection counts against the unfinished-message budget: its unread
-        // bytes past the allowance, including the call being served (given back once it
-        // was answered, at the top of the loop).
+        // What this connection's incoming bytes count against the message budget: its
+        // unread bytes past the allowance, including the call being served (given back
+        // once it was answered, at the top of the loop).
         var counted = 0
-        defer { unfinishedBytes.subtract(counted, ordering: .relaxed) }
+        defer { releaseMessageBytes(counted) }
         while true {
-            let held = max(0, reader.pendingByteCount - limits.unfinishedAllowance)
+            let held = max(0, reader.pendingByteCount - limits.messageAllowance)
             if held < counted {
-                unfinishedBytes.subtract(counted - held, ordering: .relaxed)
+                releaseMessageBytes(counted - held)
                 counted = held
             }
             let frame: [UInt8]
@@ -239,17 +273,10 @@ final class Server: @unchecked Sendable {
                     }
                     if chunk.isEmpty { return }
                     reader.append(chunk)
-                    let wanted = max(0, reader.pendingByteCount - limits.unfinishedAllowance)
+                    let wanted = max(0, reader.pendingByteCount - limits.messageAllowance)
                     if wanted > counted {
-                        let total = unfinishedBytes.add(wanted - counted, ordering: .relaxed).newValue
-                        if total > limits.unfinishedMessageBudget {
-                            unfinishedBytes.subtract(wanted - counted, ordering: .relaxed)
-                            log("refused a message: other connections' unfinished messages hold \(limits.unfinishedMessageBudget >> 20) MiB")
-                            let busy = VaultError(
-                                .rateLimited,
-                                "vaultd holds \(limits.unfinishedMessageBudget >> 20) MiB of other connections' unfinished messages; send this one again in a second",
-                                extra: ["retryAfter": JSON(1.0)])
-                            _ = try? send(VarlinkReply(error: busy), on: conn)
+                        guard reserveMessageBytes(wanted - counted) else {
+                            _ = try? send(overBudget("a call being received"), on: conn)
                             return
                         }
                         counted = wanted

@@ -68,8 +68,9 @@ extension VarlinkInterfaces {
         error AlreadyInitialized (message: string)
         # Wrong passphrase (status -25293).
         error AuthFailed (status: int, message: string)
-        # Too many failed unlocks, or vaultd holds its limit of other connections' unfinished
-        # messages (64 MiB) and cannot take a large one now: wait retryAfter seconds.
+        # Too many failed unlocks, or vaultd holds its limit of other connections' messages in
+        # flight (64 MiB of calls being received and replies being sent) and cannot take or
+        # send a large one now: wait retryAfter seconds.
         error RateLimited (retryAfter: float, message: string)
         # The vault has no passphrase (it is always unlocked), so it cannot be locked or unlocked.
         error NoPassphrase (message: string)
