@@ -712,6 +712,28 @@ import Glibc
         #expect(list.jsonArray?.isEmpty == true, "\(list)")
     }
 
+    /// Bad Install arguments are varlink's InvalidParameter naming the parameter (they were
+    /// io.vaultd.Keychain.Param, an error of another interface), and register nothing.
+    @Test(arguments: [
+        (["--exe", "relative/app"], "executable"),
+        (["--access-group", ""], "accessGroups"),
+        (["--access-group", String(repeating: "g", count: 256)], "accessGroups"),
+        (["--access-group", "tab\there"], "accessGroups"),
+        (["--app-group", "shared"], "appGroups"),
+        (["--app-group", "group."], "appGroups"),
+        (["--app-group", "group.line\nbreak"], "appGroups"),
+    ])
+    func badInstallArgumentsAreInvalidParameter(_ extra: [String], _ parameter: String) throws {
+        let d = try Daemon()
+        defer { d.close() }
+        let a = try d.placeExample("a")
+        let args = extra.first == "--exe" ? ["app", "install", Self.appA] + extra : ["app", "install", Self.appA, "--exe", a] + extra
+        let r = d.ctl(args)
+        #expect(r.status == 1, "\(r)")
+        #expect(r.stderr.contains("org.varlink.service.InvalidParameter") && r.stderr.contains("'\(parameter)'"), "\(r)")
+        #expect(d.ctl(["app", "list", "--json"]).jsonArray?.isEmpty == true)
+    }
+
     @Test func anAppGroupSuiteIsReadableAndWritableByMembersOnly() throws {
         let d = try Self.daemon()
         defer { d.close() }

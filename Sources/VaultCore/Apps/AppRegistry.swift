@@ -66,11 +66,9 @@ public struct AppRecord: Sendable, Equatable {
         }
     }
 
-    /// Validates an access group name: 1...255 bytes, no control characters.
-    static func validate(group: String) throws {
-        guard !group.isEmpty, group.utf8.count <= 255, !group.unicodeScalars.contains(where: { $0.value < 0x20 }) else {
-            throw VaultError.param("invalid access group name")
-        }
+    /// Whether an access group name is 1...255 bytes without control characters.
+    static func isValid(group: String) -> Bool {
+        !group.isEmpty && group.utf8.count <= 255 && !group.unicodeScalars.contains(where: { $0.value < 0x20 })
     }
 }
 

@@ -30,12 +30,20 @@ extension Vault {
         keepCredentialsOnReinstall: Bool
     ) throws -> AppRecord {
         try AppRecord.validate(appID: appID)
-        guard flatpak || executable != nil else { throw VaultError.param("an app needs an executable path (or a Flatpak ID)") }
-        if let e = executable, !e.hasPrefix("/") { throw VaultError.param("the executable path must be absolute") }
-        for g in accessGroups { try AppRecord.validate(group: g) }
+        // Bad arguments are varlink's InvalidParameter, naming Install's parameter (they
+        // were Keychain.Param, an error of another interface).
+        guard flatpak || executable != nil else {
+            throw VaultError.invalidParameter("executable", "an app needs an executable path (or a Flatpak ID)")
+        }
+        if let e = executable, !e.hasPrefix("/") { throw VaultError.invalidParameter("executable", "the executable path must be absolute") }
+        for g in accessGroups where !AppRecord.isValid(group: g) {
+            throw VaultError.invalidParameter("accessGroups", "invalid access group name (1 to 255 bytes, no control characters)")
+        }
         for g in appGroups {
-            guard g.hasPrefix("group."), g.count > 6 else { throw VaultError.param("app groups must start with 'group.'") }
-            try AppRecord.validate(group: g)
+            guard g.hasPrefix("group."), g.count > 6 else { throw VaultError.invalidParameter("appGroups", "app groups must start with 'group.'") }
+            guard AppRecord.isValid(group: g) else {
+                throw VaultError.invalidParameter("appGroups", "invalid app group name (1 to 255 bytes, no control characters)")
+            }
         }
         // As `/proc/PID/exe` shows it: every symlink resolved (a path through a symlink
         // would never match, and the app would run unidentified, as the owner).
@@ -46,11 +54,11 @@ extension Vault {
         if let e = executable {
             var st = stat()
             guard stat(e, &st) == 0, st.st_mode & S_IFMT == S_IFREG, access(e, X_OK) == 0 else {
-                throw VaultError.param("the executable \(e) is not an existing executable file")
+                throw VaultError.invalidParameter("executable", "the executable \(e) is not an existing executable file")
             }
         }
         if let e = executable, try locked({ try apps.all() }).contains(where: { $0.installed && $0.executable == e && $0.appID != appID }) {
-            throw VaultError.param("another installed app is registered with this executable")
+            throw VaultError.invalidParameter("executable", "another installed app is registered with this executable")
         }
         let record = AppRecord(
             appID: appID, executable: executable, flatpak: flatpak, accessGroups: accessGroups, appGroups: appGroups,
