@@ -24,9 +24,10 @@ struct Limits: Sendable {
     /// `messageAllowance` of each (which always fit: ordinary calls and replies are never
     /// held up). Without it 256 connections each sending 8 MiB without its end held 2 GB,
     /// as did 256 that asked for a large reply and did not read it; with it vaultd's memory
-    /// for them stays under about twice the budget (buffers grow by doubling). A call that
-    /// would pass it is refused with RateLimited and its connection closed; a reply that
-    /// would pass it is RateLimited instead.
+    /// for them is bounded (buffers grow by doubling, so up to about twice the budget is
+    /// allocated at once). A call that would pass it is read to its end without being kept,
+    /// answered with RateLimited and its connection closed; a reply that would pass it is
+    /// RateLimited instead.
     var messageBudget = 64 << 20
     /// Bytes of each message that do not count against the budget.
     var messageAllowance = 64 << 10
@@ -82,8 +83,13 @@ final class Server: @unchecked Sendable {
     /// would pass it.
     private func reserveMessageBytes(_ bytes: Int) -> Bool {
         guard bytes > 0 else { return true }
-        if messageBytes.add(bytes, ordering: .relaxed).newValue <= limits.messageBudget { return true }
-        messageBytes.subtract(bytes, ordering: .relaxed)
+        var current = messageBytes.load(ordering: .relaxed)
+        while current + bytes <= limits.messageBudget {
+            let (exchanged, original) = messageBytes.weakCompareExchange(
+                expected: current, desired: current + bytes, ordering: .relaxed)
+            if exchanged { return true }
+            current = original
+        }
         return false
     }
 
@@ -216,7 +222,7 @@ final class Server: @unchecked Sendable {
         }
         defer { releaseMessageBytes(counted) }
         bytes.append(0)
-        try conn.sendAll(bytes)
+        try conn.sendAll(bytes, within: limits.sendTimeout)
         return fits
     }
 
@@ -243,6 +249,9 @@ final class Server: @unchecked Sendable {
         // once it was answered, at the top of the loop).
         var counted = 0
         defer { releaseMessageBytes(counted) }
+        // A call refused over the budget is read to its end and dropped, byte by byte as
+        // it comes (nothing kept), so its sender's write completes and it reads the refusal.
+        var dropping: Int?
         while true {
             let held = max(0, reader.pendingByteCount - limits.messageAllowance)
             if held < counted {
@@ -254,7 +263,7 @@ final class Server: @unchecked Sendable {
                 guard let f = try reader.nextFrame() else {
                     // Half a message is waiting: the peer has partialMessageTimeout to finish
                     // it, counted from when it began, however slowly it trickles bytes.
-                    if reader.pendingByteCount > 0 {
+                    if reader.pendingByteCount > 0 || dropping != nil {
                         let since = partialSince ?? Date()
                         partialSince = since
                         if Date().timeIntervalSince(since) > limits.partialMessageTimeout {
@@ -272,12 +281,28 @@ final class Server: @unchecked Sendable {
                         continue
                     }
                     if chunk.isEmpty { return }
+                    if let dropped = dropping {
+                        guard let end = chunk.firstIndex(of: 0) else {
+                            dropping = dropped + chunk.count
+                            if dropped + chunk.count > reader.maximumFrameSize { throw FrameReader.Failure.frameTooLarge(dropped + chunk.count) }
+                            continue
+                        }
+                        // Answered, then closed: the refused call may have been oneway, which
+                        // only its dropped text said.
+                        _ = try? send(overBudget("a \(dropped + end)-byte call"), on: conn)
+                        return
+                    }
                     reader.append(chunk)
+                    // Without a NUL in the chunk, the unread bytes are one unfinished call
+                    // (complete ones were taken before this receive).
                     let wanted = max(0, reader.pendingByteCount - limits.messageAllowance)
-                    if wanted > counted {
+                    if wanted > counted && !chunk.contains(0) {
                         guard reserveMessageBytes(wanted - counted) else {
-                            _ = try? send(overBudget("a call being received"), on: conn)
-                            return
+                            dropping = reader.pendingByteCount
+                            reader = FrameReader()
+                            releaseMessageBytes(counted)
+                            counted = 0
+                            continue
                         }
                         counted = wanted
                     }
@@ -314,6 +339,9 @@ final class Server: @unchecked Sendable {
             // A oneway call gets no reply, so no stream either (`more` is moot then).
             if Dispatcher.streamingMethods.contains(call.method) && call.more && !call.oneway {
                 endCall()
+                // The stream outlives the call: its bytes are not held meanwhile.
+                releaseMessageBytes(counted)
+                counted = 0
                 stream(call, on: conn, caller: caller)
                 return
             }

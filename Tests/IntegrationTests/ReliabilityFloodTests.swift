@@ -113,8 +113,12 @@ import Glibc
         }
         // Every byte sent is read before the next holder's count is judged.
         usleep(200_000)
+        // A whole 7 MiB call over the budget: vaultd reads it to its end without keeping it
+        // (so the sender's write completes, as a client's must to read the answer), then
+        // answers RateLimited and closes.
         let over = try ExactClient(path: d.socketPath)
-        _ = over.send(unfinished)  // vaultd stops reading it part-way
+        let whole = opening + [UInt8](repeating: UInt8(ascii: "x"), count: 7 << 20) + Array(#""}}"#.utf8) + [0]
+        #expect(over.send(whole), "vaultd stopped reading the call it refused")
         let refusal = over.receive(timeout: 20)
         guard case .error(let name, let parameters) = refusal else {
             Issue.record("the message over the budget: \(refusal)")
@@ -132,7 +136,7 @@ import Glibc
         let bystander = try Self.admittedConnection(d)
         let set = bystander.call("io.vaultd.Preferences.Set", ["domain": "com.example.budget", "key": "k", "value": ["string": .string(String(repeating: "v", count: 32 << 10))]])
         #expect(set.parameters != nil, "\(set)")
-        #expect(d.log.contains("refused a call being received: messages in flight for other connections hold 64 MiB"), "log:\n\(d.log)")
+        #expect(d.log.contains("-byte call: messages in flight for other connections hold 64 MiB"), "log:\n\(d.log)")
 
         // Once the holders are gone, a large message is taken again.
         for h in holders { h.close() }
@@ -145,6 +149,22 @@ import Glibc
             usleep(100_000)  // the holders' connections are still being closed
         }
         #expect(taken.parameters != nil, "a 3 MiB message after the holders left: \(taken)")
+
+        // A stream outlives its call, but not the call's bytes: eight Observe calls of
+        // nearly 8 MiB each (63.5 MiB of the budget, were they held), left open, hold
+        // nothing, and a 3 MiB call goes through meanwhile.
+        let key = String(repeating: "k", count: (8 << 20) - 4096)
+        var streams: [ExactClient] = []
+        defer { for c in streams { c.close() } }
+        for i in 0..<8 {
+            let c = try ExactClient(path: d.socketPath)
+            let observe = JSON.object(["method": "io.vaultd.Preferences.Observe", "parameters": ["domains": ["com.example.budget"], "keys": [.string(key)]], "more": true])
+            try #require(c.send(observe.serialized() + [0]), "stream \(i)")
+            streams.append(c)
+        }
+        usleep(500_000)
+        let during = bystander.call("io.vaultd.Preferences.Set", ["domain": "com.example.budget2", "key": "big", "value": ["string": .string(big)]])
+        #expect(during.parameters != nil, "a 3 MiB message while 8 streams of nearly 8 MiB calls are open: \(during)")
         #expect(d.isRunning, "vaultd died; log:\n\(d.log)")
         ReliabilityReport.record("unfinished messages: 8 × 8 MiB held, the 9th refused with RateLimited; vaultd RSS \(rssMiB) MiB meanwhile")
     }

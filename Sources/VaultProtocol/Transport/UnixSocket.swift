@@ -84,10 +84,15 @@ public final class UnixSocket: @unchecked Sendable {
     }
 
     /// Writes all of `bytes` (`send` with MSG_NOSIGNAL, so a closed peer is an error, not SIGPIPE).
-    public func sendAll(_ bytes: [UInt8]) throws {
+    /// `within`: seconds the whole write may take once the peer stops reading; throws `Errno`
+    /// ETIMEDOUT past them (each blocked `send` is also bounded by SO_SNDTIMEO, so a peer that
+    /// reads a little now and then cannot stretch one write for ever).
+    public func sendAll(_ bytes: [UInt8], within seconds: Double? = nil) throws {
+        let deadline = seconds.map { MonotonicClock.nanoseconds() + UInt64(max(0, $0) * 1e9) }
         try bytes.withUnsafeBytes { b in
             var off = 0
             while off < b.count {
+                if off > 0, let deadline, MonotonicClock.nanoseconds() > deadline { throw Errno(code: ETIMEDOUT, call: "send") }
                 let n = try valueOrErrno("send") { send(fd, b.baseAddress! + off, b.count - off, Int32(MSG_NOSIGNAL)) }
                 off += n
             }
