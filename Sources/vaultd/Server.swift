@@ -17,7 +17,8 @@ struct Limits: Sendable {
     /// A peer that leaves half a message unfinished this long is dropped (seconds), however
     /// slowly it keeps trickling bytes.
     var partialMessageTimeout = 10.0
-    /// A peer that does not read its replies for this long is dropped (seconds).
+    /// A reply its peer has not read whole within this long is given up and the peer
+    /// dropped (seconds), however slowly it keeps reading.
     var sendTimeout = 30.0
     /// Bytes of messages in flight that vaultd holds for all connections together: the
     /// unfinished calls it is receiving and the replies it is sending, beyond the first

@@ -86,6 +86,43 @@ struct UnixSocketTests {
         }
     }
 
+    /// A peer that reads a little now and then cannot stretch one write past `within`
+    /// (each blocked `send` alone is only bounded by SO_SNDTIMEO, here 0.3 s).
+    @Test func sendAllGivesUpWithETIMEDOUTPastItsDeadline() throws {
+        let (a, b) = try Self.pair()
+        a.setTimeouts(receive: 0, send: 0.3)
+        let stop = Atomic<Bool>(false)
+        let done = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            // Everything queued, every 0.15 s: never long enough a pause for SO_SNDTIMEO to
+            // fire, and about 1.4 MB/s, so 8 MiB would take some 6 s.
+            var buffer = [UInt8](repeating: 0, count: 65536)
+            while !stop.load(ordering: .relaxed) {
+                while buffer.withUnsafeMutableBytes({ recv(b.fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }) > 0 {}
+                usleep(150_000)
+            }
+            done.signal()
+        }
+        defer {
+            stop.store(true, ordering: .relaxed)
+            done.wait()
+            withExtendedLifetime(b) {}
+        }
+        let start = MonotonicClock.nanoseconds()
+        do {
+            try a.sendAll([UInt8](repeating: 7, count: 8 << 20), within: 1)
+            Issue.record("8 MiB went within 1 s to a peer reading every 0.15 s")
+        } catch let e as Errno {
+            #expect(e.code == ETIMEDOUT, "\(e)")
+        }
+        let seconds = Double(MonotonicClock.nanoseconds() - start) / 1e9
+        #expect(seconds >= 1 && seconds < 3, "gave up after \(seconds) s")
+        // Without a deadline a write that completes is unaffected.
+        let (c, d) = try Self.pair()
+        try c.sendAll(Array("whole".utf8), within: 0)
+        #expect(try d.receive() == Array("whole".utf8))
+    }
+
     @Test func shutdownWakesAReceiveWithoutTimeout() throws {
         let (a, b) = try Self.pair()
         defer { withExtendedLifetime(b) {} }

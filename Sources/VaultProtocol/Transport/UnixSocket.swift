@@ -84,17 +84,37 @@ public final class UnixSocket: @unchecked Sendable {
     }
 
     /// Writes all of `bytes` (`send` with MSG_NOSIGNAL, so a closed peer is an error, not SIGPIPE).
-    /// `within`: seconds the whole write may take once the peer stops reading; throws `Errno`
-    /// ETIMEDOUT past them (each blocked `send` is also bounded by SO_SNDTIMEO, so a peer that
-    /// reads a little now and then cannot stretch one write for ever).
+    /// Without `within`, each wait for room is bounded by the send timeout (`setTimeouts`)
+    /// alone, so a peer that reads a little now and then can stretch the write for ever (one
+    /// blocking `send` of 8 MiB took 5.7 s to a peer reading every 0.15 s). `within`: seconds
+    /// the whole write may take; throws `Errno` ETIMEDOUT past them.
     public func sendAll(_ bytes: [UInt8], within seconds: Double? = nil) throws {
-        let deadline = seconds.map { MonotonicClock.nanoseconds() + UInt64(max(0, $0) * 1e9) }
+        guard let seconds else {
+            try bytes.withUnsafeBytes { b in
+                var off = 0
+                while off < b.count {
+                    let n = try valueOrErrno("send") { send(fd, b.baseAddress! + off, b.count - off, Int32(MSG_NOSIGNAL)) }
+                    off += n
+                }
+            }
+            return
+        }
+        let deadline = MonotonicClock.nanoseconds() + UInt64(max(0, seconds) * 1e9)
         try bytes.withUnsafeBytes { b in
             var off = 0
             while off < b.count {
-                if off > 0, let deadline, MonotonicClock.nanoseconds() > deadline { throw Errno(code: ETIMEDOUT, call: "send") }
-                let n = try valueOrErrno("send") { send(fd, b.baseAddress! + off, b.count - off, Int32(MSG_NOSIGNAL)) }
-                off += n
+                let n = send(fd, b.baseAddress! + off, b.count - off, Int32(MSG_NOSIGNAL) | Int32(MSG_DONTWAIT))
+                if n >= 0 {
+                    off += n
+                    continue
+                }
+                let code = errno
+                if code == EINTR { continue }
+                guard code == EAGAIN || code == EWOULDBLOCK else { throw Errno(code: code, call: "send") }
+                let now = MonotonicClock.nanoseconds()
+                guard now < deadline else { throw Errno(code: ETIMEDOUT, call: "send") }
+                var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+                _ = poll(&p, 1, Int32(min((deadline - now) / 1_000_000 + 1, UInt64(Int32.max))))
             }
         }
     }
