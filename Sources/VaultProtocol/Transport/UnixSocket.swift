@@ -89,28 +89,20 @@ public final class UnixSocket: @unchecked Sendable {
     /// blocking `send` of 8 MiB took 5.7 s to a peer reading every 0.15 s). `within`: seconds
     /// the whole write may take; throws `Errno` ETIMEDOUT past them.
     public func sendAll(_ bytes: [UInt8], within seconds: Double? = nil) throws {
-        guard let seconds else {
-            try bytes.withUnsafeBytes { b in
-                var off = 0
-                while off < b.count {
-                    let n = try valueOrErrno("send") { send(fd, b.baseAddress! + off, b.count - off, Int32(MSG_NOSIGNAL)) }
-                    off += n
-                }
-            }
-            return
-        }
-        let deadline = MonotonicClock.nanoseconds() + UInt64(max(0, seconds) * 1e9)
+        let deadline = seconds.map { MonotonicClock.nanoseconds() + UInt64(max(0, $0) * 1e9) }
+        // With a deadline the sends do not block: the waits happen in `poll`, bounded by it.
+        let flags = Int32(MSG_NOSIGNAL) | (deadline == nil ? 0 : Int32(MSG_DONTWAIT))
         try bytes.withUnsafeBytes { b in
             var off = 0
             while off < b.count {
-                let n = send(fd, b.baseAddress! + off, b.count - off, Int32(MSG_NOSIGNAL) | Int32(MSG_DONTWAIT))
+                let n = send(fd, b.baseAddress! + off, b.count - off, flags)
                 if n >= 0 {
                     off += n
                     continue
                 }
                 let code = errno
                 if code == EINTR { continue }
-                guard code == EAGAIN || code == EWOULDBLOCK else { throw Errno(code: code, call: "send") }
+                guard let deadline, code == EAGAIN || code == EWOULDBLOCK else { throw Errno(code: code, call: "send") }
                 let now = MonotonicClock.nanoseconds()
                 guard now < deadline else { throw Errno(code: ETIMEDOUT, call: "send") }
                 var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
