@@ -2,6 +2,7 @@
 #include "CVaultSys.h"
 #include <sys/socket.h>
 #include <sys/prctl.h>
+#include <malloc.h>
 
 int vault_peer_cred(int fd, pid_t *pid, uid_t *uid, gid_t *gid) {
     struct ucred cred;
@@ -15,4 +16,8 @@ int vault_peer_cred(int fd, pid_t *pid, uid_t *uid, gid_t *gid) {
 
 int vault_set_nondumpable(void) {
     return prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+}
+
+int vault_set_mmap_threshold(int bytes) {
+    return mallopt(M_MMAP_THRESHOLD, bytes);
 }

@@ -149,6 +149,9 @@ import Glibc
             usleep(100_000)  // the holders' connections are still being closed
         }
         #expect(taken.parameters != nil, "a 3 MiB message after the holders left: \(taken)")
+        // And the memory they took is given back (buffers this large get pages of their own).
+        let rssAfterMiB = (ProcStatus.rss(pid) ?? 0) >> 10
+        #expect(rssAfterMiB > 0 && rssAfterMiB < 80, "vaultd's RSS is \(rssAfterMiB) MiB after the holders left (\(rssMiB) MiB while they held)")
 
         // A stream outlives its call, but not the call's bytes: eight Observe calls of
         // nearly 8 MiB each (63.5 MiB of the budget, were they held), left open, hold
