@@ -55,6 +55,8 @@ struct Dispatcher {
                 guard let a = list.arrayValue?.compactMap(\.stringValue), a.count == list.arrayValue?.count else {
                     throw VaultError.invalidParameter("keys", "must be an array of strings")
                 }
+                // A key no preference can have is a mistake, not a key to wait for.
+                for k in a { try Vault.validatePreferenceKey(k) }
                 keys = Set(a)
             }
             let initial: [[String: JSON]] = try domains.sorted().map { d in

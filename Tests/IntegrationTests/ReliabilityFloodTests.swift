@@ -154,14 +154,14 @@ import Glibc
         #expect(rssAfterMiB > 0 && rssAfterMiB < 80, "vaultd's RSS is \(rssAfterMiB) MiB after the holders left (\(rssMiB) MiB while they held)")
 
         // A stream outlives its call, but not the call's bytes: eight Observe calls of
-        // nearly 8 MiB each (63.5 MiB of the budget, were they held), left open, hold
-        // nothing, and a 3 MiB call goes through meanwhile.
-        let key = String(repeating: "k", count: (8 << 20) - 4096)
+        // nearly 8 MiB each (8,150 keys of 1 KiB: 63.4 MiB of the budget, were they held), left
+        // open, hold nothing, and a 3 MiB call goes through meanwhile.
+        let keys = JSON.array((0..<8150).map { .string(String(format: "%05d", $0) + String(repeating: "k", count: 1019)) })
         var streams: [ExactClient] = []
         defer { for c in streams { c.close() } }
         for i in 0..<8 {
             let c = try ExactClient(path: d.socketPath)
-            let observe = JSON.object(["method": "io.vaultd.Preferences.Observe", "parameters": ["domains": ["com.example.budget"], "keys": [.string(key)]], "more": true])
+            let observe = JSON.object(["method": "io.vaultd.Preferences.Observe", "parameters": ["domains": ["com.example.budget"], "keys": keys], "more": true])
             try #require(c.send(observe.serialized() + [0]), "stream \(i)")
             streams.append(c)
         }

@@ -110,6 +110,27 @@ import Glibc
         try expectStillServing(d, bystander: bystander)
     }
 
+    /// Observe with a key no preference can have (over the 1 KiB key limit) is refused as
+    /// Set would refuse it, instead of a stream that can never report anything for it.
+    @Test func observingAKeyOverTheKeyLimitIsInvalidValue() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        let c = try d.connect()
+        for (length, refused) in [(1024, false), (1025, true)] {
+            let key = String(repeating: "k", count: length)
+            let o = try d.connect()
+            try #require(try o.send(json: ["method": "io.vaultd.Preferences.Observe", "parameters": ["domains": ["com.example.keys"], "keys": [key]], "more": true]))
+            let r = o.receive(timeout: 10)
+            if refused {
+                #expect(r.errorName == "io.vaultd.Preferences.InvalidValue", "\(length)-byte key: \(r)")
+            } else {
+                #expect(r.errorName == nil && r.parameters?["domain"] as? String == "com.example.keys", "\(length)-byte key: \(r)")
+            }
+            o.close()
+        }
+        try expectStillServing(d, bystander: c)
+    }
+
     /// A client that sends half a message and vanishes.
     @Test func truncatedMessageAndHangUp() throws {
         let d = try Daemon()

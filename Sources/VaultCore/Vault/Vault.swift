@@ -328,6 +328,11 @@ public final class Vault: @unchecked Sendable {
         try reading { try PreferencesStore(db: $0).get(domain: domain, key: key) }
     }
 
+    /// Checks a preference key against the key limit (1 KiB of UTF-8). Throws InvalidValue.
+    public static func validatePreferenceKey(_ key: String) throws {
+        try PreferencesStore.validate(key: key)
+    }
+
     public func preferenceDomain(_ domain: String) throws -> [String: PlistValue] {
         try reading { try PreferencesStore(db: $0).domain(domain) }
     }
