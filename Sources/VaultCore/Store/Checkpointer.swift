@@ -47,6 +47,14 @@ final class Checkpointer: @unchecked Sendable {
     /// Set when a background checkpoint left at most `writerShare` frames uncopied: the
     /// writer finishes the cycle.
     private let caughtUp = Atomic<Bool>(false)
+    /// The WAL's runs (its frames from one start to the next) that ended so far: how many,
+    /// how many ended before `writerFallbackFrames` (the cycle at work), the longest.
+    struct Runs: Equatable {
+        var ended = 0
+        var endedBeforeFallback = 0
+        var longest: Int32 = 0
+    }
+    private var runs = Runs()
     private var stopping = false
     private var running = false
     private var handle: OpaquePointer?
@@ -80,8 +88,13 @@ final class Checkpointer: @unchecked Sendable {
     /// until that round ended (83 frames past the fallback in a test under load).
     func committed(frames: Int32, mayStartRound: Bool = true) {
         condition.withLock {
-            latestFrames = frames
             // A smaller count than last time: the WAL started over.
+            if frames < latestFrames {
+                runs.ended += 1
+                if latestFrames < Self.writerFallbackFrames { runs.endedBeforeFallback += 1 }
+                runs.longest = max(runs.longest, latestFrames)
+            }
+            latestFrames = frames
             if frames < triggeredAt { triggeredAt = 0 }
             guard mayStartRound, frames >= triggeredAt + Self.thresholdFrames else { return }
             triggeredAt = frames
@@ -89,6 +102,9 @@ final class Checkpointer: @unchecked Sendable {
             condition.signal()
         }
     }
+
+    /// The WAL's runs so far (for tests and diagnostics).
+    var endedRuns: Runs { condition.withLock { runs } }
 
     /// True once after a background checkpoint caught up: the writer's cue to checkpoint
     /// the frames committed since, so its next transaction restarts the WAL.

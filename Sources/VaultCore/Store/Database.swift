@@ -101,6 +101,9 @@ public final class Database {
         sqlite3_wal_hook(h, checkpointerWALHook, Unmanaged.passUnretained(c).toOpaque())
     }
 
+    /// The WAL's runs seen by the background checkpointer; nil without one.
+    var walRuns: Checkpointer.Runs? { checkpointer?.endedRuns }
+
     /// Finalizes cached statements and closes the connection. Idempotent.
     public func close() {
         if let c = checkpointer, let h = handle {
