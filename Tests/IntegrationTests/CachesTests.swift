@@ -413,5 +413,13 @@ import Glibc
         #expect(v.sh("test -e \"$1/\(Self.appA)\"", v.cacheRoot).status != 0, "A's cache directory survived the uninstall")
         #expect(try v.usage().apps[Self.appA] == nil)
         #expect(v.sh("test -d \"$1/\(Self.appB)\"", v.cacheRoot).status == 0, "B's stays")
+
+        // Asking for the path of an app that is not installed (any more, or ever) makes no
+        // directory: AppNotFound.
+        for app in [Self.appA, "org.example.NeverRegistered"] {
+            let gone = v.ctl(["cache", "path", app])
+            #expect(gone.status == 1 && gone.stderr.contains("io.vaultd.Apps.AppNotFound") && gone.stdoutText.isEmpty, "\(gone)")
+            #expect(v.sh("test -e \"$1/\(app)\"", v.cacheRoot).status != 0, "\(app)'s cache directory was made")
+        }
     }
 }

@@ -3,8 +3,9 @@ import VaultProtocol
 
 extension Vault {
     /// The cache directory of the calling app (or, for the owner, of `appID`), created 0700.
-    /// Throws Param when the owner names no app, InvalidAppID, MissingEntitlement when an app
-    /// names another app.
+    /// Throws InvalidParameter when the owner names no app, InvalidAppID, AppNotFound when
+    /// the owner names an app that is not installed (an uninstall removed its directory; a
+    /// query must not make it again), MissingEntitlement when an app names another app.
     public func cacheDirectory(for appID: String?, caller: Caller) throws -> String {
         if let own = caller.appID {
             try admit(caller)
@@ -12,6 +13,10 @@ extension Vault {
             return try caches.directory(for: own)
         }
         guard let appID else { throw VaultError.invalidParameter("appID", "the owner must name an app") }
+        try AppRecord.validate(appID: appID)
+        guard let app = try locked({ try apps.find(appID) }), app.installed else {
+            throw VaultError(.appNotFound, "no installed app \(appID)")
+        }
         return try caches.directory(for: appID)
     }
 

@@ -13,6 +13,7 @@ extension VarlinkInterfaces {
         )
 
         # The caller's cache directory (apps), or appID's (the owner); created 0700.
+        # The owner naming an app that is not installed gets io.vaultd.Apps.AppNotFound.
         method Directory(appID: ?string) -> (path: string)
 
         # Usage per app, and the cache volume's free and total bytes.
