@@ -3,17 +3,26 @@ import VaultProtocol
 
 /// A registered app as io.vaultd.Apps reports it.
 public struct AppInfo: Sendable, Equatable {
+    /// The reverse-DNS app ID (its preferences domain and cache directory name).
     public var appID: String
+    /// The absolute path of the executable that identifies it; nil for a Flatpak app.
     public var executable: String?
+    /// Identified by its Flatpak ID (`/.flatpak-info`) rather than an executable.
     public var flatpak: Bool
+    /// The keychain access groups it was registered with (`--access-group`).
     public var accessGroups: [String]
+    /// Its app groups (`group.*`): shared keychain groups and preference suites.
     public var appGroups: [String]
     /// Every keychain access group, in order; the first is the default for Add.
     public var keychainAccessGroups: [String]
+    /// Its credentials survive a reinstall's first launch (not wiped).
     public var keepCredentialsOnReinstall: Bool
+    /// False once uninstalled (or its executable disappeared); the record stays, with the
+    /// credentials, until a reinstall.
     public var installed: Bool
     /// The current install generation (UUID).
     public var generation: String
+    /// When the current generation was installed.
     public var installedAt: Date?
     /// The raw reply, for `--json` output.
     public var json: JSON
@@ -61,10 +70,12 @@ public struct Apps: Sendable {
         AppInfo(try connection.call("io.vaultd.Apps.Uninstall", ["appID": .string(appID)])["app"])
     }
 
+    /// Every registered app, installed or not. Owner only (MissingEntitlement for apps).
     public func list() throws -> [AppInfo] {
         (try connection.call("io.vaultd.Apps.List")["apps"]?.arrayValue ?? []).map { AppInfo($0) }
     }
 
+    /// One registered app. Throws AppNotFound; owner only.
     public func show(_ appID: String) throws -> AppInfo {
         AppInfo(try connection.call("io.vaultd.Apps.Show", ["appID": .string(appID)])["app"])
     }

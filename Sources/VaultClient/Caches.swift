@@ -3,15 +3,19 @@ import VaultProtocol
 
 /// Files vaultd purged from a cache.
 public struct PurgeEvent: Sendable, Equatable {
+    /// The app whose cache was purged (reverse-DNS app ID).
     public var appID: String
+    /// Bytes allocated on disk by the files removed (blocks × 512, as `du`).
     public var freedBytes: Int64
 }
 
 /// One app's cache usage.
 public struct CacheUsage: Sendable, Equatable {
+    /// The app (reverse-DNS app ID); its directory is `$XDG_CACHE_HOME/vaultd/APP_ID`.
     public var appID: String
     /// Bytes allocated on disk.
     public var bytes: Int64
+    /// Entries other than directories (regular files, symlinks, FIFOs, sockets).
     public var files: Int
 }
 

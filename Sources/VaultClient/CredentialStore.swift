@@ -6,6 +6,7 @@ import VaultProtocol
 /// Keychain Services (e.g. `.interactionNotAllowed` when the vault is locked,
 /// `.missingEntitlement` outside the app's access groups).
 public struct CredentialStore: Sendable {
+    /// The handle the items are read and written through.
     public let vault: Vault
     /// kSecAttrService of every item.
     public let service: String
@@ -14,6 +15,8 @@ public struct CredentialStore: Sendable {
     /// Accessibility of the items this store adds.
     public let accessibility: Accessibility
 
+    /// A store for `service`'s items in `accessGroup` (nil: the app's default group), added
+    /// with `accessibility` (kSecAttrAccessibleWhenUnlocked by default). Nothing is sent yet.
     public init(vault: Vault, service: String, accessGroup: String? = nil, accessibility: Accessibility = .whenUnlocked) {
         self.vault = vault
         self.service = service

@@ -10,6 +10,7 @@ import VaultProtocol
 /// arguments, value as old-style plist text), the app's domain (or the suite), the global
 /// domain (`NSGlobalDomain`), the registration domain (`register(defaults:)`, never stored).
 public final class Defaults: @unchecked Sendable {
+    /// The handle writes go through.
     public let vault: Vault
     /// The persistent domain this instance writes: the app's own (nil) or a suite (`group.*`).
     public let suiteName: String?
@@ -195,6 +196,8 @@ public final class Defaults: @unchecked Sendable {
         Int(s) ?? truncated(Double(s) ?? 0)
     }
 
+    /// As `UserDefaults.double(forKey:)`: reals, integers, bools (0/1) and numeric strings
+    /// convert; 0 otherwise.
     public func double(forKey key: String) -> Double {
         switch object(forKey: key) {
         case .real(let d)?: return d
@@ -219,21 +222,25 @@ public final class Defaults: @unchecked Sendable {
         }
     }
 
+    /// The date for `key`; nil when it is absent or not a date (no conversion).
     public func date(forKey key: String) -> Date? {
         if case .date(let d)? = object(forKey: key) { return d }
         return nil
     }
 
+    /// As `UserDefaults.data(forKey:)`: nil when absent or not data.
     public func data(forKey key: String) -> Data? {
         if case .data(let d)? = object(forKey: key) { return d }
         return nil
     }
 
+    /// As `UserDefaults.array(forKey:)`: nil when absent or not an array.
     public func array(forKey key: String) -> [PlistValue]? {
         if case .array(let a)? = object(forKey: key) { return a }
         return nil
     }
 
+    /// As `UserDefaults.dictionary(forKey:)`: nil when absent or not a dictionary.
     public func dictionary(forKey key: String) -> [String: PlistValue]? {
         if case .dict(let d)? = object(forKey: key) { return d }
         return nil
@@ -265,6 +272,9 @@ public final class Defaults: @unchecked Sendable {
         lock.withLock { domains[domainName, default: [:]][key] = value }
     }
 
+    /// Typed forms of `set(_:forKey:)`, as UserDefaults': the same limits and errors. An
+    /// `Int` is stored as a 64-bit integer, a `Double` bit-exact (nan and ±inf too), a
+    /// `Date` with its fractional seconds.
     public func set(_ value: String, forKey key: String) throws { try set(.string(value), forKey: key) }
     public func set(_ value: Int, forKey key: String) throws { try set(.integer(Int64(value)), forKey: key) }
     public func set(_ value: Double, forKey key: String) throws { try set(.real(value), forKey: key) }
@@ -296,7 +306,9 @@ public final class Defaults: @unchecked Sendable {
 
 /// One change seen by `Defaults.changes()`.
 public struct DefaultsChange: Sendable, Equatable {
+    /// The domain that changed: the app's, a suite (`group.*`) or `NSGlobalDomain`.
     public var domain: String
+    /// The key that changed.
     public var key: String
     /// The new value; nil when the key was removed.
     public var value: PlistValue?

@@ -5,10 +5,13 @@ import VaultProtocol
 public struct Query: Sendable {
     /// nil matches both classes.
     public var itemClass: ItemClass?
+    /// The attributes to match, each exactly (kSecAttrService, kSecAttrAccount, …).
     public var attributes: ItemAttributes
     /// kSecMatchLimitAll when true, kSecMatchLimitOne (default) when false.
     public var matchAll: Bool
 
+    /// A query for `itemClass` (nil: both) items whose attributes match `attributes`; one
+    /// match (`matchAll` false) or every match.
     public init(_ itemClass: ItemClass? = .genericPassword, _ attributes: ItemAttributes = ItemAttributes(), matchAll: Bool = false) {
         self.itemClass = itemClass
         self.attributes = attributes
@@ -22,6 +25,7 @@ public struct Query: Sendable {
 
 /// One item returned by `copyMatching`.
 public struct Item: Sendable {
+    /// kSecClass: generic or internet password.
     public var itemClass: ItemClass
     /// Set when attributes were requested.
     public var attributes: ItemAttributes?

@@ -9,6 +9,8 @@ public struct Preferences: Sendable {
 
     private static func domain(_ d: String?) -> JSON { d.map { .string($0) } ?? .null }
 
+    /// The value of `key` in `domain` (nil: the app's own), or nil when the domain has no
+    /// such key. Reads one domain only, not the search list (`Defaults` does that).
     public func value(domain: String?, key: String) throws -> PlistValue? {
         let r = try connection.call("io.vaultd.Preferences.Get", ["domain": Self.domain(domain), "key": .string(key)])
         guard let v = r["value"], !v.isNull else { return nil }
@@ -20,6 +22,7 @@ public struct Preferences: Sendable {
         try connection.call("io.vaultd.Preferences.Set", ["domain": Self.domain(domain), "key": .string(key), "value": value.tagged])
     }
 
+    /// Removes one key (no error when it is absent); durable when this returns.
     public func remove(domain: String?, key: String) throws {
         try connection.call("io.vaultd.Preferences.Remove", ["domain": Self.domain(domain), "key": .string(key)])
     }

@@ -4,6 +4,8 @@ import VaultProtocol
 /// The app's handle on vaultd: launch information, the lock state, and the keychain,
 /// preferences and caches tiers. Create one with `Vault.connect()`; it says `Hello` first.
 public final class Vault: @unchecked Sendable {
+    /// The varlink connection every tier of this handle calls through (one socket; calls
+    /// from several threads are serialized on it).
     public let connection: VaultConnection
     /// What vaultd said about this launch (`io.vaultd.Vault.Hello`).
     public let launch: LaunchInfo
@@ -84,10 +86,13 @@ public struct LaunchInfo: Sendable, Equatable {
 
 /// io.vaultd.Vault `LockState`.
 public struct LockState: Sendable, Equatable {
+    /// `uninitialized`: no vault yet (`initialize`); `locked`: class keys are not in memory
+    /// (keychain calls throw InteractionNotAllowed); `unlocked`.
     public enum State: String, Sendable { case uninitialized, locked, unlocked }
     public var state: State
     /// The vault has been unlocked since vaultd started (afterFirstUnlock items usable).
     public var unlockedSinceStart: Bool
+    /// The vault was initialised with a passphrase (false: `--no-passphrase`, always unlocked).
     public var hasPassphrase: Bool
 
     init(_ j: JSON?) {
@@ -100,8 +105,11 @@ public struct LockState: Sendable, Equatable {
 /// `io.vaultd.Vault.Status`.
 public struct VaultStatus: Sendable, Equatable {
     public var lock: LockState
+    /// vaultd's version string.
     public var version: String
+    /// Keychain items in the vault, of every app.
     public var items: Int
+    /// Preference domains holding at least one key.
     public var domains: Int
     /// Seconds before another unlock attempt is accepted.
     public var retryAfter: Double
