@@ -20,12 +20,28 @@ import Glibc
 // owner), it uses the group `git` — the same items either way.
 //
 // Never harmful: a locked vault (or no vaultd) makes every action a quiet no-op with exit 0,
-// so git falls back to asking and nothing is erased or overwritten. Input with CR, NUL or a
+// so git falls back to asking and nothing is erased or overwritten; a vaultd that does not
+// answer within `answerDeadlineSeconds` makes the helper give up (exit 1, one line on stderr). Input with CR, NUL or a
 // line that is not key=value is rejected whole: nothing is stored, erased or returned.
 // `url=` is read as git reads it (protocol, host with port, path, username, password), and a
 // URL git would not parse, or whose decoded fields hold LF, CR or NUL, is rejected the same way.
 
 let ownerAccessGroup = "git"
+
+/// How long the helper waits for vaultd, connect to last reply. A vaultd that accepts but
+/// does not answer (stopped, hung) must not hang git, which waits for its helper: past this
+/// the helper gives up, says so, and exits 1 (git goes on as without a helper's answer).
+let answerDeadlineSeconds: UInt32 = 10
+
+/// Ends the process once the deadline passes, whatever the main thread is blocked in.
+func startDeadline(_ action: String) {
+    let message = Data("git-credential-vault: \(action): vaultd did not answer within \(answerDeadlineSeconds) s; gave up\n".utf8)
+    Thread.detachNewThread {
+        sleep(answerDeadlineSeconds)
+        FileHandle.standardError.write(message)
+        _exit(1)
+    }
+}
 
 struct Rejected: Error { var message: String }
 
@@ -269,6 +285,7 @@ func main() -> Int32 {
         return 1
     }
     guard let credential = Credential(fields) else { return 0 }
+    startDeadline(action)
     let vault: Vault
     do {
         vault = try Vault.connect()

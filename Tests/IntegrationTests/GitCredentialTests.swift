@@ -290,6 +290,35 @@ import Glibc
         #expect(g.internetItems().count == 1)
     }
 
+    @Test func aVaultdThatDoesNotAnswerDoesNotHangGit() throws {
+        let g = try Git()
+        defer { g.close() }
+        #expect(g.approve("protocol=https\nhost=example.org\nusername=bob\npassword=pb").status == 0)
+        // A stopped vaultd still accepts connections (the kernel queues them) but never answers.
+        let pid = try #require(g.d.pid)
+        try #require(kill(pid, SIGSTOP) == 0)
+        defer { kill(pid, SIGCONT) }
+
+        let started = Date()
+        let fill = g.d.run("git", ["credential", "fill"], stdin: Data("url=https://bob@example.org/\n\n".utf8), environment: g.env, timeout: 40)
+        let took = Date().timeIntervalSince(started)
+        #expect(!fill.timedOut && took < 30, "git waited \(took) s: \(fill)")
+        #expect(fill.status != 0 && !fill.stdoutText.contains("password="), "\(fill)")
+        #expect(fill.stderr.contains("vaultd did not answer"), "\(fill)")
+        // store gives up the same way (erase shares its path).
+        for action in ["store"] {
+            let r = g.d.run(
+                "git-credential-vault", [action], stdin: Data("protocol=https\nhost=example.org\nusername=bob\npassword=other\n\n".utf8),
+                environment: g.env, timeout: 40)
+            #expect(!r.timedOut && r.status == 1 && r.stderr.contains("did not answer"), "\(action): \(r)")
+        }
+
+        // Once vaultd runs again the credential is there, unchanged.
+        try #require(kill(pid, SIGCONT) == 0)
+        let (_, after) = g.fill("url=https://bob@example.org/")
+        #expect(after["password"] == "pb", "\(after)")
+    }
+
     @Test func expiryAndRefreshTokenPassThrough() throws {
         let g = try Git()
         defer { g.close() }
