@@ -108,4 +108,49 @@ import Testing
         #expect(r.stdout.isEmpty)
         #expect(r.stderr.contains("does not exist"), "\(r)")
     }
+
+    /// `-dict` and `-dict-add` values take type flags, as defaults(1)'s do (the dotfiles'
+    /// `FXInfoPanesExpanded -dict General -bool true OpenWith -bool true ...`): before, an odd
+    /// count of words was a usage error and an even one wrote the flags as keys and strings.
+    @Test func dictValuesTakeTypeFlags() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        let w = d.ctl(["defaults", "write", Self.domain, "panes", "-dict", "General", "-bool", "true", "OpenWith", "-bool", "true", "Privileges", "-bool", "false"])
+        try #require(w.status == 0, "\(w)")
+        let two = d.ctl(["defaults", "write", Self.domain, "two", "-dict", "a", "-int", "1", "b", "-string", "x y"])
+        try #require(two.status == 0, "\(two)")
+        let add = d.ctl(["defaults", "write", Self.domain, "two", "-dict-add", "c", "-float", "0.5", "d", "(1, 2)"])
+        try #require(add.status == 0, "\(add)")
+        #expect(d.ctl(["defaults", "read", Self.domain, "panes"]).stdoutText == "{\n    General = 1;\n    OpenWith = 1;\n    Privileges = 0;\n}\n")
+        #expect(
+            d.ctl(["defaults", "read", Self.domain, "two"]).stdoutText
+                == "{\n    a = 1;\n    b = \"x y\";\n    c = 0.5;\n    d =     (\n        1,\n        2\n    );\n}\n")
+        let c = try d.connect()
+        let panes = try c.call("io.vaultd.Preferences.Get", ["domain": Self.domain, "key": "panes"]).parameters?["value"] as? [String: Any]
+        let dict = panes?["dict"] as? [String: [String: Any]]
+        #expect(dict?["General"]?["bool"] as? Bool == true && dict?["Privileges"]?["bool"] as? Bool == false, "\(String(describing: panes))")
+        // A key left without its value is still a usage error, and nothing is written.
+        let odd = d.ctl(["defaults", "write", Self.domain, "odd", "-dict", "a", "-bool", "true", "b"])
+        #expect(odd.status == 64, "\(odd)")
+        #expect(d.ctl(["defaults", "read", Self.domain, "odd"]).status == 1)
+    }
+
+    /// A value that starts as a property list (`(`, `{`, `<`, `"`) and does not parse is
+    /// refused, as defaults(1)'s "Could not parse: ...  Try single-quoting it.", not written as
+    /// the string (a typo in `'{a = 1;'` must not replace a dictionary with text).
+    @Test(arguments: ["{a = 1;", "(a, b", "<zz>", "\"unterminated"])
+    func valuesThatDoNotParseAreRefused(text: String) throws {
+        let d = try Daemon()
+        defer { d.close() }
+        for args in [["v", text], ["v", "-array", "ok", text], ["v", "-dict", "k", text]] {
+            let w = d.ctl(["defaults", "write", Self.domain] + args)
+            #expect(w.status == 1 && w.stderr.contains("Could not parse"), "\(args): \(w)")
+            #expect(d.ctl(["defaults", "read", Self.domain, "v"]).status == 1, "\(args): nothing written")
+        }
+        let whole = d.ctl(["defaults", "write", Self.domain, text])
+        #expect(whole.status == 1 && whole.stderr.contains("Could not parse"), "\(whole)")
+        // Text that does not start as a property list stays a string, as in defaults(1).
+        #expect(d.ctl(["defaults", "write", Self.domain, "s", "a (b"]).status == 0)
+        #expect(d.ctl(["defaults", "read", Self.domain, "s"]).stdoutText == "a (b\n")
+    }
 }

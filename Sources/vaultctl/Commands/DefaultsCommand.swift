@@ -98,7 +98,7 @@ struct DefaultsCommand: Command {
         if words.count == 2 {
             // defaults(1)'s `write DOMAIN '{ key = value; ... }'`: the domain becomes that
             // dictionary, replacing what it held (as an import does).
-            let value = PropertyListCodec.parseText(words[1])
+            let value = try Self.parsed(words[1])
             guard case .dict = value else {
                 throw VaultError(.invalidValue, "defaults write \(words[0]) with no key takes a dictionary, e.g. '{ key = value; }'")
             }
@@ -121,7 +121,10 @@ struct DefaultsCommand: Command {
             try prefs.set(.array(items), domain: domain, key: key)
         case "-dict", "-dict-add":
             rest.removeFirst()
-            guard rest.count % 2 == 0 else { throw UsageError(message: "\(flag) needs KEY VALUE pairs") }
+            // As defaults(1): each key, then its value, each a bare value or a type flag with
+            // its value (`-dict General -bool true OpenWith -bool true`).
+            let values = try Self.values(rest)
+            guard values.count % 2 == 0 else { throw UsageError(message: "\(flag) needs KEY VALUE pairs") }
             var dict: [String: PlistValue] = [:]
             if flag == "-dict-add", let existing = try prefs.value(domain: domain, key: key) {
                 guard case .dict(let old) = existing else {
@@ -130,8 +133,9 @@ struct DefaultsCommand: Command {
                 dict = old
             }
             var i = 0
-            while i < rest.count {
-                dict[rest[i]] = PropertyListCodec.parseText(rest[i + 1])
+            while i < values.count {
+                guard case .string(let k) = values[i] else { throw UsageError(message: "\(flag): dictionary keys must be strings") }
+                dict[k] = values[i + 1]
                 i += 2
             }
             try prefs.set(.dict(dict), domain: domain, key: key)
@@ -154,11 +158,22 @@ struct DefaultsCommand: Command {
                 out.append(try typedValue(w, words[i + 1]))
                 i += 2
             } else {
-                out.append(PropertyListCodec.parseText(w))
+                out.append(try parsed(w))
                 i += 1
             }
         }
         return out
+    }
+
+    /// A bare value: old-style property-list text when it starts as one (`(`, `{`, `<`, `"`),
+    /// else the plain string. Text that starts as a property list but does not parse is an
+    /// error, as defaults(1) says "Could not parse", not a string written in its place.
+    static func parsed(_ w: String) throws -> PlistValue {
+        let value = PropertyListCodec.parseText(w)
+        if case .string(let s) = value, s == w, let first = w.first, "({<\"".contains(first) {
+            throw VaultError(.invalidValue, "Could not parse: \(w).  Try single-quoting it.")
+        }
+        return value
     }
 
     static func typedValue(_ flag: String, _ v: String) throws -> PlistValue {
