@@ -21,8 +21,9 @@ import Glibc
 //
 // Never harmful: a locked vault (or no vaultd) makes every action a quiet no-op with exit 0,
 // so git falls back to asking and nothing is erased or overwritten; a vaultd that does not
-// answer within `answerDeadlineSeconds` makes the helper give up (exit 1, one line on stderr). Input with CR, NUL or a
-// line that is not key=value is rejected whole: nothing is stored, erased or returned.
+// answer within `answerDeadlineSeconds` makes the helper give up (exit 1, one line on
+// stderr). Input with CR, NUL or a line that is not key=value is rejected whole: nothing is
+// stored, erased or returned.
 // `url=` is read as git reads it (protocol, host with port, path, username, password), and a
 // URL git would not parse, or whose decoded fields hold LF, CR or NUL, is rejected the same way.
 

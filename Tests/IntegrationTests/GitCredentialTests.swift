@@ -306,12 +306,10 @@ import Glibc
         #expect(fill.status != 0 && !fill.stdoutText.contains("password="), "\(fill)")
         #expect(fill.stderr.contains("vaultd did not answer"), "\(fill)")
         // store gives up the same way (erase shares its path).
-        for action in ["store"] {
-            let r = g.d.run(
-                "git-credential-vault", [action], stdin: Data("protocol=https\nhost=example.org\nusername=bob\npassword=other\n\n".utf8),
-                environment: g.env, timeout: 40)
-            #expect(!r.timedOut && r.status == 1 && r.stderr.contains("did not answer"), "\(action): \(r)")
-        }
+        let store = g.d.run(
+            "git-credential-vault", ["store"], stdin: Data("protocol=https\nhost=example.org\nusername=bob\npassword=other\n\n".utf8),
+            environment: g.env, timeout: 40)
+        #expect(!store.timedOut && store.status == 1 && store.stderr.contains("did not answer"), "\(store)")
 
         // Once vaultd runs again the credential is there, unchanged.
         try #require(kill(pid, SIGCONT) == 0)
