@@ -162,6 +162,9 @@ import Glibc
             #expect(find.stdoutText.contains("Found 1 keys in domain '\(hit)'"), "\(hit): \(find.stdoutText)")
         }
         #expect(!find.stdoutText.contains("com.example.none") && !find.stdoutText.contains(domain), "\(find.stdoutText)")
+        #expect(find.stderr.isEmpty, "\(find)")
+        let nothing = d.ctl(["defaults", "find", "zzzz"])
+        #expect(nothing.status == 0 && nothing.stdoutText.isEmpty && nothing.stderr == "No domain, key, nor value containing 'zzzz'\n", "\(nothing)")
 
         // -g and its spellings name NSGlobalDomain.
         #expect(d.ctl(["defaults", "write", "-g", "tier.global", "yes"]).status == 0)
@@ -169,7 +172,11 @@ import Glibc
         #expect(d.ctl(["defaults", "read", "NSGlobalDomain", "tier.global"]).stdoutText == "yes\n")
         #expect(d.ctl(["defaults", "read", "-g", "tier.global"]).stdoutText == "yes\n")
         #expect(d.ctl(["defaults", "read-type", "-globalDomain", "tier.global"]).stdoutText == "Type is string\n")
-        #expect(d.ctl(["defaults", "domains"]).stdoutText.contains("NSGlobalDomain"))
+        // `domains` lists every domain but the global one, sorted, as defaults(1).
+        let domains = d.ctl(["defaults", "domains"]).stdoutText
+        #expect(!domains.contains("NSGlobalDomain"), "\(domains)")
+        let listed = domains.trimmingCharacters(in: .newlines).components(separatedBy: ", ")
+        #expect(listed == listed.sorted() && listed.contains("com.example.needle") && listed.contains(domain), "\(domains)")
         #expect(d.ctl(["defaults", "delete", "-g", "tier.global"]).status == 0)
         #expect(try prefs.value(domain: "NSGlobalDomain", key: "tier.global") == nil)
 

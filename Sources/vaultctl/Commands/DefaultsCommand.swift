@@ -61,7 +61,8 @@ struct DefaultsCommand: Command {
             try prefs.set(v, domain: words[0], key: words[2])
             try prefs.remove(domain: words[0], key: words[1])
         case .domains:
-            print(try prefs.domains().joined(separator: ", "))
+            // As defaults(1): every domain but the global one, sorted.
+            print(try prefs.domains().filter { $0 != "NSGlobalDomain" }.sorted().joined(separator: ", "))
         case .find:
             try find(prefs, words[0])
         case .import:
@@ -256,14 +257,19 @@ struct DefaultsCommand: Command {
             default: return false
             }
         }
+        var found = false
         for domain in try prefs.domains() {
             let values = try prefs.values(domain: domain)
             let hits = values.filter { $0.key.lowercased().contains(needle) || contains($0.value) }
             if domain.lowercased().contains(needle) {
                 print("Found \(values.count) keys in domain '\(domain)': \(PlistText.describe(.dict(values)))")
+                found = true
             } else if !hits.isEmpty {
                 print("Found \(hits.count) keys in domain '\(domain)': \(PlistText.describe(.dict(hits)))")
+                found = true
             }
         }
+        // As defaults(1) (on stderr, exit 0).
+        if !found { FileHandle.standardError.write(Data("No domain, key, nor value containing '\(word)'\n".utf8)) }
     }
 }
