@@ -240,7 +240,11 @@ import VaultProtocol
             let s = try Scenario(dir, firstSyncFails: false)
             try s.startFirstGroup("a")
             for k in ["b", "c"] { s.start(k) }
-            usleep(200_000)
+            // The next group commits meanwhile (waited for: the writers' threads may start
+            // late on a loaded machine; were the lead not handed on before the sync, they
+            // would never commit while it is held).
+            let deadline = Date().addingTimeInterval(10)
+            while try s.rows() != ["a", "b", "c"] && Date() < deadline { usleep(5_000) }
             #expect(try s.rows() == ["a", "b", "c"], "the next group commits meanwhile")
             #expect(s.returned.all.isEmpty, "returned before the first group's sync: \(s.returned.all)")
             s.gate.signal()
