@@ -52,7 +52,7 @@ final class VarlinkConnection {
         addr.sun_family = sa_family_t(AF_UNIX)
         let bytes = Array(path.utf8)
         guard bytes.count < MemoryLayout.size(ofValue: addr.sun_path) else {
-            Glibc.close(fd)
+            close()
             throw HarnessError("socket path too long: \(path)")
         }
         withUnsafeMutableBytes(of: &addr.sun_path) { raw in
@@ -65,7 +65,11 @@ final class VarlinkConnection {
         }
         guard rc == 0 else {
             let e = errno
-            Glibc.close(fd)
+            // close(), which forgets the fd: every stored property is set by now, so deinit
+            // runs for this instance too and would close the same number again, by then
+            // perhaps another thread's file (Daemon.answers polls with failing connects while
+            // a daemon starts: a crash test's copy of the WAL failed with EBADF under load).
+            close()
             throw HarnessError("connect \(path): \(String(cString: strerror(e)))")
         }
     }
