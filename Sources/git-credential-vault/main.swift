@@ -11,7 +11,8 @@ import Glibc
 // run `git credential-vault ACTION`, i.e. this program found on PATH.
 //
 // Item mapping: server = host without its port, port (0 when none), protocol, path (only when
-// git sends it, i.e. with credential.useHttpPath), account = username, the password as the
+// git sends it, i.e. with credential.useHttpPath, or for a client certificate's passphrase:
+// protocol=cert, the certificate's path, no server), account = username, the password as the
 // secret; password_expiry_utc and oauth_refresh_token are kept in `generic` as a small JSON
 // object and given back by get.
 //
@@ -161,11 +162,16 @@ struct Credential {
 
     static let extraKeys = ["password_expiry_utc", "oauth_refresh_token"]
 
+    /// nil when git names nothing to look for: no protocol, or no host (except for a client
+    /// certificate's passphrase, `protocol=cert` with the certificate's path and an empty
+    /// host, as git's http.sslCertPasswordProtected asks).
     init?(_ f: [String: String]) {
-        guard let proto = f["protocol"], !proto.isEmpty, let host = f["host"], !host.isEmpty else { return nil }
+        guard let proto = f["protocol"], !proto.isEmpty else { return nil }
+        let host = f["host"] ?? ""
+        path = f["path"].flatMap { $0.isEmpty ? nil : $0 }
+        guard !host.isEmpty || (proto == "cert" && path != nil) else { return nil }
         `protocol` = proto
         (server, port) = Credential.split(host)
-        path = f["path"].flatMap { $0.isEmpty ? nil : $0 }
         username = f["username"]
         password = f["password"]
         extras = f.filter { Credential.extraKeys.contains($0.key) }

@@ -317,6 +317,27 @@ import Glibc
         #expect(after["password"] == "pb", "\(after)")
     }
 
+    /// A client certificate's passphrase (http.sslCertPasswordProtected): git asks with
+    /// `protocol=cert`, the certificate's path and an empty host and username, as git's own
+    /// credential-store keeps it. Another certificate's path gets nothing.
+    @Test func aClientCertificatePassphraseIsKeptByItsPath() throws {
+        let g = try Git()
+        defer { g.close() }
+        let cert = "protocol=cert\nhost=\nusername=\npath=/home/u/client.p12"
+        #expect(g.approve(cert + "\npassword=certpass").status == 0)
+        let items = g.internetItems()
+        #expect(items.count == 1 && items.first?["path"] as? String == "/home/u/client.p12" && items.first?["protocol"] as? String == "cert", "\(items)")
+        let (r, got) = g.fill(cert)
+        #expect(r.status == 0 && got["password"] == "certpass", "\(r)")
+        let (other, _) = g.fill("protocol=cert\nhost=\nusername=\npath=/home/u/other.p12")
+        #expect(other.status != 0, "another certificate got a passphrase: \(other)")
+        // Without a path there is nothing to name: no answer, nothing stored.
+        #expect(g.helper("store", Array("protocol=cert\nhost=\nusername=\npassword=x\n\n".utf8)).status == 0)
+        #expect(g.internetItems().count == 1)
+        #expect(g.reject(cert + "\npassword=certpass").status == 0)
+        #expect(g.internetItems().isEmpty)
+    }
+
     @Test func expiryAndRefreshTokenPassThrough() throws {
         let g = try Git()
         defer { g.close() }
