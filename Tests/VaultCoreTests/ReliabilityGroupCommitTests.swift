@@ -133,7 +133,8 @@ import VaultProtocol
             // lock is not waited for) and while a reader outlasts its 50 ms; so how far past
             // the fallback a run goes is timing: 83 frames were seen on a loaded machine, and
             // with four busy loops on two cores beside the whole suite 2507 (readers) and 3696
-            // (none; a slow background round), where the bound was the fallback plus a quarter
+            // (none: background rounds chasing the writer past the fallback, which they no
+            // longer do), where the bound was the fallback plus a quarter
             // threshold. What the fallback guarantees whatever the timing is that runs end:
             // without it, under readers, the WAL runs on past half the budget (7176 to 8603
             // frames of these 12 thresholds' worth in three runs, checked). So the bound is
