@@ -10,9 +10,10 @@ public final class Vault: @unchecked Sendable {
     /// What vaultd said about this launch (`io.vaultd.Vault.Hello`).
     public let launch: LaunchInfo
 
-    /// Connects to vaultd and says Hello. Throws `VaultError` ConnectionFailed.
-    public static func connect(socketPath: String? = nil) throws -> Vault {
-        let c = try VaultConnection(socketPath: socketPath)
+    /// Connects to vaultd and says Hello. `replyTimeout`: seconds each call may wait for
+    /// vaultd (0: for ever; see `VaultConnection.init`). Throws `VaultError` ConnectionFailed.
+    public static func connect(socketPath: String? = nil, replyTimeout: Double = 0) throws -> Vault {
+        let c = try VaultConnection(socketPath: socketPath, replyTimeout: replyTimeout)
         return Vault(connection: c, launch: LaunchInfo(try c.call("io.vaultd.Vault.Hello")))
     }
 

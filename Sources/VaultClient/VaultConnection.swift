@@ -16,6 +16,8 @@ public final class VaultConnection: @unchecked Sendable {
     private let lock = NSLock()
     /// The socket path this connection was made to.
     public let socketPath: String
+    /// Seconds a call waits for vaultd to take its request and to answer (0: for ever).
+    public let replyTimeout: Double
 
     /// The socket path a client uses: `VAULTD_SOCKET`, else `$XDG_RUNTIME_DIR/vaultd/vaultd.sock`,
     /// else `/tmp/vaultd-$UID/vaultd.sock` (DESIGN §2).
@@ -25,14 +27,20 @@ public final class VaultConnection: @unchecked Sendable {
         return "/tmp/vaultd-\(getuid())/vaultd.sock"
     }
 
-    /// Connects to vaultd at `socketPath` (default: `defaultSocketPath()`).
-    /// Throws `VaultError` ConnectionFailed when nothing answers there.
-    public init(socketPath: String? = nil) throws {
+    /// Connects to vaultd at `socketPath` (default: `defaultSocketPath()`). `replyTimeout`:
+    /// seconds each call may wait for vaultd (0, the default: for ever, as an XPC call to
+    /// securityd); a vaultd that is stopped or hung still accepts connections, so a script
+    /// wants a bound. Past it the call throws ConnectionFailed and the connection is shut
+    /// (a late reply would otherwise answer the next call). Throws `VaultError`
+    /// ConnectionFailed when nothing answers at `socketPath`.
+    public init(socketPath: String? = nil, replyTimeout: Double = 0) throws {
         let path = socketPath ?? Self.defaultSocketPath()
         self.socketPath = path
+        self.replyTimeout = max(0, replyTimeout)
         do {
             let s = try UnixSocket()
             try s.connect(path: path)
+            if self.replyTimeout > 0 { s.setTimeouts(receive: self.replyTimeout, send: self.replyTimeout) }
             stream = VarlinkStream(socket: s)
         } catch {
             throw VaultError.connectionFailed("cannot connect to vaultd at \(path): \(error) (is vaultd running?)")
@@ -76,15 +84,25 @@ public final class VaultConnection: @unchecked Sendable {
     private func send(_ call: VarlinkCall) throws {
         do {
             try stream.send(call.json)
+        } catch let e as Errno where e.code == EAGAIN || e.code == EWOULDBLOCK {
+            throw timedOut()
         } catch {
             throw VaultError.connectionFailed("vaultd closed the connection: \(error)")
         }
+    }
+
+    /// Shuts the connection after `replyTimeout` passed, and says so.
+    private func timedOut() -> VaultError {
+        stream.socket.shutdown()
+        return VaultError.connectionFailed("vaultd did not answer within \(replyTimeout) s (is it stopped or hung?)")
     }
 
     private func receiveReply(polling: Bool = false) throws -> VarlinkReply {
         let message: JSON?
         do {
             message = try stream.receive(polling: polling)
+        } catch let e as Errno where e.code == EAGAIN || e.code == EWOULDBLOCK {
+            throw timedOut()
         } catch {
             throw VaultError.protocolViolation("bad reply from vaultd: \(error)")
         }

@@ -55,6 +55,7 @@ let toolUsage = """
       defaults export DOMAIN PATH|-         (- writes XML to stdout; a path gets binary)
 
     Environment: VAULTD_SOCKET (default $XDG_RUNTIME_DIR/vaultd/vaultd.sock, else /tmp/vaultd-$UID/vaultd.sock)
+                 VAULTCTL_TIMEOUT seconds each call may wait for vaultd (default 60; 0: for ever)
     """
 
 /// Connects on first use, so `--help` and usage errors need no daemon.
@@ -64,9 +65,17 @@ final class Context {
 
     init(socketPath: String?) { self.socketPath = socketPath }
 
+    /// Seconds each call may wait for vaultd: a stopped or hung vaultd still accepts the
+    /// connection, and a script must not wait on it for ever (`VAULTCTL_TIMEOUT`, default
+    /// 60, longer than any one call takes: a purge of a large cache, an unlock's Argon2id).
+    static let replyTimeout: Double = {
+        guard let v = ProcessInfo.processInfo.environment["VAULTCTL_TIMEOUT"], let s = Double(v), s.isFinite, s >= 0 else { return 60 }
+        return s
+    }()
+
     func vault() throws -> Vault {
         if let v = connected { return v }
-        let v = try Vault.connect(socketPath: socketPath)
+        let v = try Vault.connect(socketPath: socketPath, replyTimeout: Self.replyTimeout)
         connected = v
         return v
     }

@@ -13,6 +13,27 @@ import Glibc
         return (st.st_mode & S_IFMT, st.st_mode & 0o7777)
     }
 
+    /// A stopped (or hung) vaultd still accepts connections, the kernel queues them, but
+    /// never answers: vaultctl gives up after `VAULTCTL_TIMEOUT` seconds with ConnectionFailed
+    /// and exit 1, as a script needs, instead of waiting for ever (it did).
+    @Test func vaultctlGivesUpOnAVaultdThatDoesNotAnswer() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        try #require(d.initialize().status == 0)
+        let pid = try #require(d.pid)
+        try #require(kill(pid, SIGSTOP) == 0)
+        defer { kill(pid, SIGCONT) }
+        let started = Date()
+        let r = d.run("vaultctl", ["status"], environment: ["VAULTCTL_TIMEOUT": "1"], timeout: 40)
+        let took = Date().timeIntervalSince(started)
+        #expect(!r.timedOut && r.status == 1, "\(r)")
+        #expect(r.stderr.contains("ConnectionFailed") && r.stderr.contains("did not answer within 1"), "\(r)")
+        #expect(took < 30, "vaultctl waited \(took) s")
+        try #require(kill(pid, SIGCONT) == 0)
+        let after = d.ctl(["status"])
+        #expect(after.status == 0 && after.stdoutText.contains("unlocked"), "vaultd serves again once resumed: \(after)")
+    }
+
     @Test func socketDirectoryIs0700AndSocket0600() throws {
         let d = try Daemon()
         defer { d.close() }
