@@ -39,9 +39,15 @@ public final class VaultConnection: @unchecked Sendable {
         self.replyTimeout = max(0, replyTimeout)
         do {
             let s = try UnixSocket()
-            try s.connect(path: path)
+            // Before the connect: SO_SNDTIMEO also bounds an AF_UNIX connect's wait for room
+            // in vaultd's listen backlog, which a stopped vaultd never empties (connections
+            // whose clients gave up and closed them stay queued: 129 of them, and every
+            // connect blocked for ever). Past it the connect fails with EAGAIN.
             if self.replyTimeout > 0 { s.setTimeouts(receive: self.replyTimeout, send: self.replyTimeout) }
+            try s.connect(path: path)
             stream = VarlinkStream(socket: s)
+        } catch let e as Errno where e.code == EAGAIN || e.code == EWOULDBLOCK {
+            throw VaultError.connectionFailed("vaultd did not take the connection at \(path) within \(self.replyTimeout) s (is it stopped or hung?)")
         } catch {
             throw VaultError.connectionFailed("cannot connect to vaultd at \(path): \(error) (is vaultd running?)")
         }

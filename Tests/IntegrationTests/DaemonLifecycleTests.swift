@@ -34,6 +34,62 @@ import Glibc
         #expect(after.status == 0 && after.stdoutText.contains("unlocked"), "vaultd serves again once resumed: \(after)")
     }
 
+    /// A stopped vaultd's listen backlog fills up: each connection the kernel queued stays
+    /// queued after its client gave up and closed it, so after some 129 timed-out calls
+    /// (a status bar polling vaultctl for a few minutes) `connect` itself blocks. The reply
+    /// timeout must bound that wait too (SO_SNDTIMEO bounds an AF_UNIX connect's wait, when
+    /// it is set before the connect).
+    @Test func vaultctlGivesUpWhenAStoppedVaultdsBacklogIsFull() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        try #require(d.initialize().status == 0)
+        let pid = try #require(d.pid)
+        try #require(kill(pid, SIGSTOP) == 0)
+        defer { kill(pid, SIGCONT) }
+        // Fill the backlog with connections that are then closed, as timed-out clients do.
+        var queued = 0
+        while queued < 10_000 {
+            let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+            try #require(fd >= 0)
+            var addr = sockaddr_un()
+            addr.sun_family = sa_family_t(AF_UNIX)
+            withUnsafeMutableBytes(of: &addr.sun_path) { p in
+                for (i, b) in d.socketPath.utf8.enumerated() { p[i] = b }
+            }
+            let rc = withUnsafePointer(to: &addr) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            }
+            let e = errno
+            close(fd)
+            if rc != 0 {
+                try #require(e == EAGAIN, "connect: \(String(cString: strerror(e)))")
+                break
+            }
+            queued += 1
+        }
+        try #require(queued > 0 && queued < 10_000, "backlog \(queued)")
+        let started = Date()
+        let r = d.run("vaultctl", ["status"], environment: ["VAULTCTL_TIMEOUT": "1"], timeout: 20)
+        let took = Date().timeIntervalSince(started)
+        #expect(!r.timedOut && r.status == 1 && r.stderr.contains("ConnectionFailed"), "after \(queued) queued connections: \(r)")
+        #expect(took < 15, "vaultctl waited \(took) s")
+        try #require(kill(pid, SIGCONT) == 0)
+        let after = d.ctl(["status"])
+        #expect(after.status == 0, "vaultd serves again once resumed: \(after)")
+    }
+
+    /// Any finite VAULTCTL_TIMEOUT is taken (a huge one is "for ever" in effect), not a crash
+    /// converting it to a timeval.
+    @Test func vaultctlTakesAHugeTimeout() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        try #require(d.initialize().status == 0)
+        for t in ["1e300", "9.3e18"] {
+            let r = d.run("vaultctl", ["status"], environment: ["VAULTCTL_TIMEOUT": t], timeout: 30)
+            #expect(r.status == 0 && r.stdoutText.contains("state: unlocked"), "VAULTCTL_TIMEOUT=\(t): \(r)")
+        }
+    }
+
     @Test func socketDirectoryIs0700AndSocket0600() throws {
         let d = try Daemon()
         defer { d.close() }

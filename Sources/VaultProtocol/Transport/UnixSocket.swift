@@ -150,9 +150,14 @@ public final class UnixSocket: @unchecked Sendable {
 
     /// The receive and send timeouts in seconds (0: none): `SO_RCVTIMEO` / `SO_SNDTIMEO`,
     /// and `receive`'s wait.
+    /// Each is capped at `Int32.max` milliseconds (about 24.8 days, poll's longest wait; a
+    /// larger count did not fit a timeval's `Int` and trapped), and a positive one is at
+    /// least a microsecond (a zero timeval means no timeout).
     public func setTimeouts(receive: Double, send: Double) {
+        let longest = Double(Int32.max) / 1000
         receiveTimeoutMilliseconds = receive > 0 ? Int32(min(receive * 1000, Double(Int32.max)).rounded(.up)) : -1
-        for (opt, secs) in [(SO_RCVTIMEO, receive), (SO_SNDTIMEO, send)] {
+        for (opt, asked) in [(SO_RCVTIMEO, receive), (SO_SNDTIMEO, send)] {
+            let secs = asked > 0 ? min(max(asked, 1e-6), longest) : 0
             var tv = timeval(tv_sec: Int(secs), tv_usec: Int((secs - secs.rounded(.down)) * 1e6))
             _ = setsockopt(fd, SOL_SOCKET, opt, &tv, socklen_t(MemoryLayout<timeval>.size))
         }
