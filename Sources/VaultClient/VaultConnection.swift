@@ -17,7 +17,19 @@ public final class VaultConnection: @unchecked Sendable {
     /// The socket path this connection was made to.
     public let socketPath: String
     /// Seconds a call waits for vaultd to take its request and to answer (0: for ever).
-    public let replyTimeout: Double
+    /// Setting it applies to the calls after (vaultctl lifts it for a cache purge, which
+    /// removes files one by one: minutes for a large cache).
+    public var replyTimeout: Double {
+        get { lock.withLock { timeout } }
+        set {
+            lock.withLock {
+                timeout = max(0, newValue)
+                stream.socket.setTimeouts(receive: timeout, send: timeout)
+            }
+        }
+    }
+    /// `replyTimeout`'s value (under `lock`).
+    private var timeout: Double
 
     /// The socket path a client uses: `VAULTD_SOCKET`, else `$XDG_RUNTIME_DIR/vaultd/vaultd.sock`,
     /// else `/tmp/vaultd-$UID/vaultd.sock` (DESIGN §2).
@@ -36,18 +48,19 @@ public final class VaultConnection: @unchecked Sendable {
     public init(socketPath: String? = nil, replyTimeout: Double = 0) throws {
         let path = socketPath ?? Self.defaultSocketPath()
         self.socketPath = path
-        self.replyTimeout = max(0, replyTimeout)
+        let timeout = max(0, replyTimeout)
+        self.timeout = timeout
         do {
             let s = try UnixSocket()
             // Before the connect: SO_SNDTIMEO also bounds an AF_UNIX connect's wait for room
             // in vaultd's listen backlog, which a stopped vaultd never empties (connections
             // whose clients gave up and closed them stay queued: 129 of them, and every
             // connect blocked for ever). Past it the connect fails with EAGAIN.
-            if self.replyTimeout > 0 { s.setTimeouts(receive: self.replyTimeout, send: self.replyTimeout) }
+            if timeout > 0 { s.setTimeouts(receive: timeout, send: timeout) }
             try s.connect(path: path)
             stream = VarlinkStream(socket: s)
         } catch let e as Errno where e.code == EAGAIN || e.code == EWOULDBLOCK {
-            throw VaultError.connectionFailed("vaultd did not take the connection at \(path) within \(self.replyTimeout) s (is it stopped or hung?)")
+            throw VaultError.connectionFailed("vaultd did not take the connection at \(path) within \(timeout) s (is it stopped or hung?)")
         } catch {
             throw VaultError.connectionFailed("cannot connect to vaultd at \(path): \(error) (is vaultd running?)")
         }
@@ -97,10 +110,10 @@ public final class VaultConnection: @unchecked Sendable {
         }
     }
 
-    /// Shuts the connection after `replyTimeout` passed, and says so.
+    /// Shuts the connection after `replyTimeout` passed, and says so (under `lock`).
     private func timedOut() -> VaultError {
         stream.socket.shutdown()
-        return VaultError.connectionFailed("vaultd did not answer within \(replyTimeout) s (is it stopped or hung?)")
+        return VaultError.connectionFailed("vaultd did not answer within \(timeout) s (is it stopped or hung?)")
     }
 
     private func receiveReply(polling: Bool = false) throws -> VarlinkReply {

@@ -55,7 +55,8 @@ let toolUsage = """
       defaults export DOMAIN PATH|-         (- writes XML to stdout; a path gets binary)
 
     Environment: VAULTD_SOCKET (default $XDG_RUNTIME_DIR/vaultd/vaultd.sock, else /tmp/vaultd-$UID/vaultd.sock)
-                 VAULTCTL_TIMEOUT seconds each call may wait for vaultd (default 60; 0: for ever)
+                 VAULTCTL_TIMEOUT seconds each call may wait for vaultd (default 60, and for ever
+                   for cache purge and app uninstall, which remove files one by one; 0: for ever)
     """
 
 /// Connects on first use, so `--help` and usage errors need no daemon.
@@ -66,12 +67,23 @@ final class Context {
     init(socketPath: String?) { self.socketPath = socketPath }
 
     /// Seconds each call may wait for vaultd: a stopped or hung vaultd still accepts the
-    /// connection, and a script must not wait on it for ever (`VAULTCTL_TIMEOUT`, default
-    /// 60, longer than any one call takes: a purge of a large cache, an unlock's Argon2id).
-    static let replyTimeout: Double = {
-        guard let v = ProcessInfo.processInfo.environment["VAULTCTL_TIMEOUT"], let s = Double(v), s.isFinite, s >= 0 else { return 60 }
+    /// connection, and a script must not wait on it for ever (`VAULTCTL_TIMEOUT`; nil when
+    /// it is not set or not a number of seconds).
+    static let configuredTimeout: Double? = {
+        guard let v = ProcessInfo.processInfo.environment["VAULTCTL_TIMEOUT"], let s = Double(v), s.isFinite, s >= 0 else { return nil }
         return s
     }()
+    /// 60 s by default: more than an unlock's Argon2id or any call but those removing files.
+    static let replyTimeout: Double = configuredTimeout ?? 60
+
+    /// For a call that removes files one by one (`cache purge`, `app uninstall`): 200,000
+    /// files took three minutes on a loaded VM, so it waits as long as that takes, unless
+    /// `VAULTCTL_TIMEOUT` is set. The connection and its Hello keep the usual bound.
+    func vaultForRemovingFiles() throws -> Vault {
+        let v = try vault()
+        v.connection.replyTimeout = Self.configuredTimeout ?? 0
+        return v
+    }
 
     func vault() throws -> Vault {
         if let v = connected { return v }

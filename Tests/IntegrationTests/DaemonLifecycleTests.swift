@@ -1,5 +1,7 @@
 import Foundation
 import Testing
+import VaultClient
+import VaultProtocol
 
 #if canImport(Glibc)
 import Glibc
@@ -87,6 +89,50 @@ import Glibc
         for t in ["1e300", "9.3e18"] {
             let r = d.run("vaultctl", ["status"], environment: ["VAULTCTL_TIMEOUT": t], timeout: 30)
             #expect(r.status == 0 && r.stdoutText.contains("state: unlocked"), "VAULTCTL_TIMEOUT=\(t): \(r)")
+        }
+    }
+
+    /// Waits (up to 5 s) until `pid` is stopped: a signal is delivered after `kill` returns,
+    /// and a thread of vaultd polling for a call can still answer meanwhile.
+    static func stopped(_ pid: pid_t) -> Bool {
+        let deadline = Date().addingTimeInterval(5)
+        while Date() < deadline {
+            // /proc/PID/stat: "PID (comm) STATE …"; comm may hold spaces, not ") ".
+            if let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+                let end = stat.range(of: ") ", options: .backwards), stat[end.upperBound...].hasPrefix("T")
+            {
+                return true
+            }
+            usleep(5_000)
+        }
+        return false
+    }
+
+    /// `replyTimeout` can be changed on an open connection (vaultctl lifts it for a cache
+    /// purge, which may take minutes): lifted, a call waits past the old bound; set again, it
+    /// bounds the calls after.
+    @Test func aConnectionsReplyTimeoutCanBeLiftedAndSetAgain() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        try #require(d.initializeWithoutPassphrase().status == 0)
+        let vault = try Vault.connect(socketPath: d.socketPath, replyTimeout: 1)
+        vault.connection.replyTimeout = 0
+        let pid = try #require(d.pid)
+        try #require(kill(pid, SIGSTOP) == 0)
+        defer { kill(pid, SIGCONT) }
+        try #require(Self.stopped(pid))
+        DispatchQueue.global().asyncAfter(deadline: .now() + 2.5) { kill(pid, SIGCONT) }
+        let started = Date()
+        let status = try vault.status()
+        let waited = Date().timeIntervalSince(started)
+        #expect(waited >= 2 && status.lock.state == .unlocked, "waited \(waited) s: \(status)")
+        vault.connection.replyTimeout = 1
+        try #require(kill(pid, SIGSTOP) == 0)
+        try #require(Self.stopped(pid))
+        #expect {
+            try vault.status()
+        } throws: { error in
+            (error as? VaultError)?.code == .connectionFailed && "\(error)".contains("did not answer within 1")
         }
     }
 

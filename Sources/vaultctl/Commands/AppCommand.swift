@@ -31,7 +31,7 @@ struct AppCommand: Command {
     }
 
     func run(_ context: Context) throws {
-        let apps = try context.vault().apps
+        let apps = try (action == .uninstall ? context.vaultForRemovingFiles() : context.vault()).apps
         switch action {
         case .install:
             let app = try apps.install(appID!, executable: executable!, accessGroups: accessGroups, appGroups: appGroups, keepCredentialsOnReinstall: keep)

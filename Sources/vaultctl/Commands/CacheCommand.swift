@@ -23,7 +23,7 @@ struct CacheCommand: Command {
     }
 
     func run(_ context: Context) throws {
-        let vault = try context.vault()
+        let vault = try action == .purge ? context.vaultForRemovingFiles() : context.vault()
         switch action {
         case .path:
             print(try vault.cachesDirectory(appID: appID).path)
