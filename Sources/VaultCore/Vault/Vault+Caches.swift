@@ -14,10 +14,16 @@ extension Vault {
         }
         guard let appID else { throw VaultError.invalidParameter("appID", "the owner must name an app") }
         try AppRecord.validate(appID: appID)
-        guard let app = try locked({ try apps.find(appID) }), app.installed else {
+        let installed = { try self.locked { try self.apps.find(appID)?.installed ?? false } }
+        guard try installed() else { throw VaultError(.appNotFound, "no installed app \(appID)") }
+        let path = try caches.directory(for: appID)
+        // An uninstall between the check and the mkdir removed the directory before it was
+        // made again: it goes.
+        guard try installed() else {
+            caches.removeDirectory(of: appID)
             throw VaultError(.appNotFound, "no installed app \(appID)")
         }
-        return try caches.directory(for: appID)
+        return path
     }
 
     /// Purges one app's cache (or all), entirely or until `bytes` are freed; apps in
