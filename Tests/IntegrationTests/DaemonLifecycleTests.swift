@@ -19,18 +19,27 @@ import Glibc
     /// never answers: vaultctl gives up after `VAULTCTL_TIMEOUT` seconds with ConnectionFailed
     /// and exit 1, as a script needs, instead of waiting for ever (it did).
     @Test func vaultctlGivesUpOnAVaultdThatDoesNotAnswer() throws {
+        try Self.withStoppedDaemon { d, _ in
+            let started = Date()
+            let r = d.run("vaultctl", ["status"], environment: ["VAULTCTL_TIMEOUT": "1"], timeout: 40)
+            let took = Date().timeIntervalSince(started)
+            #expect(!r.timedOut && r.status == 1, "\(r)")
+            #expect(r.stderr.contains("ConnectionFailed") && r.stderr.contains("did not answer within 1"), "\(r)")
+            #expect(took < 30, "vaultctl waited \(took) s")
+        }
+    }
+
+    /// Runs `body` with an initialised vaultd stopped (SIGSTOP), then resumes it and expects
+    /// it to serve again.
+    static func withStoppedDaemon(_ body: (Daemon, pid_t) throws -> Void) throws {
         let d = try Daemon()
         defer { d.close() }
         try #require(d.initialize().status == 0)
         let pid = try #require(d.pid)
         try #require(kill(pid, SIGSTOP) == 0)
         defer { kill(pid, SIGCONT) }
-        let started = Date()
-        let r = d.run("vaultctl", ["status"], environment: ["VAULTCTL_TIMEOUT": "1"], timeout: 40)
-        let took = Date().timeIntervalSince(started)
-        #expect(!r.timedOut && r.status == 1, "\(r)")
-        #expect(r.stderr.contains("ConnectionFailed") && r.stderr.contains("did not answer within 1"), "\(r)")
-        #expect(took < 30, "vaultctl waited \(took) s")
+        try #require(stopped(pid))
+        try body(d, pid)
         try #require(kill(pid, SIGCONT) == 0)
         let after = d.ctl(["status"])
         #expect(after.status == 0 && after.stdoutText.contains("unlocked"), "vaultd serves again once resumed: \(after)")
@@ -42,42 +51,35 @@ import Glibc
     /// timeout must bound that wait too (SO_SNDTIMEO bounds an AF_UNIX connect's wait, when
     /// it is set before the connect).
     @Test func vaultctlGivesUpWhenAStoppedVaultdsBacklogIsFull() throws {
-        let d = try Daemon()
-        defer { d.close() }
-        try #require(d.initialize().status == 0)
-        let pid = try #require(d.pid)
-        try #require(kill(pid, SIGSTOP) == 0)
-        defer { kill(pid, SIGCONT) }
-        // Fill the backlog with connections that are then closed, as timed-out clients do.
-        var queued = 0
-        while queued < 10_000 {
-            let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
-            try #require(fd >= 0)
-            var addr = sockaddr_un()
-            addr.sun_family = sa_family_t(AF_UNIX)
-            withUnsafeMutableBytes(of: &addr.sun_path) { p in
-                for (i, b) in d.socketPath.utf8.enumerated() { p[i] = b }
+        try Self.withStoppedDaemon { d, _ in
+            // Fill the backlog with connections that are then closed, as timed-out clients do.
+            var queued = 0
+            while queued < 10_000 {
+                let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+                try #require(fd >= 0)
+                var addr = sockaddr_un()
+                addr.sun_family = sa_family_t(AF_UNIX)
+                withUnsafeMutableBytes(of: &addr.sun_path) { p in
+                    for (i, b) in d.socketPath.utf8.enumerated() { p[i] = b }
+                }
+                let rc = withUnsafePointer(to: &addr) {
+                    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+                }
+                let e = errno
+                close(fd)
+                if rc != 0 {
+                    try #require(e == EAGAIN, "connect: \(String(cString: strerror(e)))")
+                    break
+                }
+                queued += 1
             }
-            let rc = withUnsafePointer(to: &addr) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-            }
-            let e = errno
-            close(fd)
-            if rc != 0 {
-                try #require(e == EAGAIN, "connect: \(String(cString: strerror(e)))")
-                break
-            }
-            queued += 1
+            try #require(queued > 0 && queued < 10_000, "backlog \(queued)")
+            let started = Date()
+            let r = d.run("vaultctl", ["status"], environment: ["VAULTCTL_TIMEOUT": "1"], timeout: 20)
+            let took = Date().timeIntervalSince(started)
+            #expect(!r.timedOut && r.status == 1 && r.stderr.contains("ConnectionFailed"), "after \(queued) queued connections: \(r)")
+            #expect(took < 15, "vaultctl waited \(took) s")
         }
-        try #require(queued > 0 && queued < 10_000, "backlog \(queued)")
-        let started = Date()
-        let r = d.run("vaultctl", ["status"], environment: ["VAULTCTL_TIMEOUT": "1"], timeout: 20)
-        let took = Date().timeIntervalSince(started)
-        #expect(!r.timedOut && r.status == 1 && r.stderr.contains("ConnectionFailed"), "after \(queued) queued connections: \(r)")
-        #expect(took < 15, "vaultctl waited \(took) s")
-        try #require(kill(pid, SIGCONT) == 0)
-        let after = d.ctl(["status"])
-        #expect(after.status == 0, "vaultd serves again once resumed: \(after)")
     }
 
     /// Any finite VAULTCTL_TIMEOUT is taken (a huge one is "for ever" in effect), not a crash
