@@ -102,6 +102,10 @@ enum PeerIdentity {
         case .unidentifiable:
             log("refused pid \(peer.pid): a sandbox whose .flatpak-info names no app")
             return nil
+        case .unreadable(ENOENT), .unreadable(ESRCH):
+            // Gone before it could be placed: a client that gave up (a timeout) and exited.
+            log("refused pid \(peer.pid): the process exited before vaultd could identify it")
+            return nil
         case .unreadable(let code):
             log("refused pid \(peer.pid): vaultd may not look at the process (/proc/\(peer.pid)/root: \(String(cString: strerror(code))))")
             return nil
