@@ -130,15 +130,13 @@ import VaultProtocol
             let longestRun = (walBytes - 32) / (24 + pageSize)
             // The writer checkpoints itself (RESTART) from the fallback on, at every commit
             // until it succeeds. It fails while a background round copies (SQLite's checkpoint
-            // lock is not waited for) and while a reader outlasts its 50 ms; so how far past
-            // the fallback a run goes is timing: 83 frames were seen on a loaded machine, and
-            // with four busy loops on two cores beside the whole suite 2507 (readers) and 3696
-            // (none: background rounds chasing the writer past the fallback, which they no
-            // longer do), where the bound was the fallback plus a quarter
-            // threshold. What the fallback guarantees whatever the timing is that runs end:
-            // without it, under readers, the WAL runs on past half the budget (7176 to 8603
-            // frames of these 12 thresholds' worth in three runs, checked). So the bound is
-            // half the budget, three times the fallback.
+            // lock is not waited for) and while a reader outlasts its 50 ms, so how far past
+            // the fallback a run goes is timing: with four busy loops on two cores beside the
+            // whole suite, 2507 frames (readers) and 3696 (none: background rounds chasing the
+            // writer past the fallback, which they no longer do) were seen. What the fallback
+            // guarantees whatever the timing is that runs end: without it, under readers, the
+            // WAL ran past half the budget (7176 to 8603 frames of these 12 thresholds' worth
+            // in three runs, checked). So the bound is half the budget, three times the fallback.
             let bound = frameBudget / 2
             #expect(
                 longestRun < Int64(bound),
