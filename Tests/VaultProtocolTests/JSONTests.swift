@@ -184,6 +184,15 @@ struct JSONTests {
         #expect(JSON.string("\u{0}\n\u{1f}\"\\\t\r\u{8}").text == #""\u0000\n\u001f\"\\\t\r\u0008""#)
     }
 
+    @Test func writerCopiesTheTextBetweenEscapesAndSortsKeys() {
+        // Plain runs before, between and after escapes, multi-byte characters among them.
+        #expect(JSON.string("ab\"cd\\é€\nxyz").text == #""ab\"cd\\é€\nxyz""#)
+        #expect(JSON.string("").text == #""""#)
+        #expect(JSON.string("plain text, no escape").text == #""plain text, no escape""#)
+        let object: JSON = ["b": 1, "a": ["z": "1", "y": [true, nil]], "é": "\u{1}"]
+        #expect(object.text == #"{"a":{"y":[true,null],"z":"1"},"b":1,"é":"\u0001"}"#)
+    }
+
     @Test func writerOutputWithControlCharactersInKeysParses() throws {
         let value: JSON = ["k\u{1}\n": ["\u{0}": "v\u{1b}"]]
         let back = try JSON.parse(value.serialized())
