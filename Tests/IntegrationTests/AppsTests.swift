@@ -217,6 +217,43 @@ import Glibc
         #expect(d.app(a, ["token", "get"]).stdoutText == "tok-2")
     }
 
+    /// An uninstall removes the app's cache directory however deep the app made it: here on
+    /// the ordinary filesystem (ext4 on our machines; the Caches tests use a tmpfs), a tree of
+    /// 3000 directories, more than any full path can name, with files at depths 300 and 3000
+    /// and a second branch from depth 1000. Usage counts them all first.
+    @Test func uninstallRemovesACacheTreeDeeperThanAnyPath() throws {
+        let d = try Self.daemon()
+        defer { d.close() }
+        let a = try d.placeExample("a")
+        try d.install(Self.appA, exe: a)
+        let cachePath = d.app(a, ["cache", "path"]).stdoutText.trimmingCharacters(in: .newlines)
+        try #require(cachePath.hasPrefix(d.root + "/"), "\(cachePath)")
+        // Should the uninstall leave it, the tree goes with rm (which handles any depth), not
+        // with the temporary directory (FileManager cannot remove what no path can name).
+        defer { _ = try? ChildProcess.run("rm", ["-rf", "--", cachePath], environment: d.environment, stdin: nil, timeout: 120) }
+        let top = try DeepTree.open(cachePath)
+        defer { close(top) }
+        let at300 = try DeepTree.chain(in: top, depth: 300)
+        try DeepTree.write(in: at300, "at-300", size: 1)
+        let at1000 = try DeepTree.chain(in: at300, depth: 700)
+        close(at300)
+        for branch in ["x", "y"] {
+            let bottom = try DeepTree.chain(in: at1000, name: branch, depth: 2000)
+            try DeepTree.write(in: bottom, "bottom", size: 5000)
+            close(bottom)
+        }
+        close(at1000)
+
+        let usage = d.ctl(["cache", "usage", "--json"])
+        let report = CacheUsageReport(try #require(usage.jsonObject, "\(usage)"))
+        #expect(report.files(Self.appA) == 3, "\(report)")
+
+        let uninstall = d.ctl(["app", "uninstall", Self.appA])
+        #expect(uninstall.status == 0, "\(uninstall)")
+        #expect(access(cachePath, F_OK) != 0, "the cache directory survived the uninstall: \(DeepTree.names(in: top))")
+        #expect(d.ctl(["status"]).status == 0, "vaultd died: \(d.log)")
+    }
+
     @Test func keepCredentialsOnReinstallKeepsTheToken() throws {
         let d = try Self.daemon()
         defer { d.close() }

@@ -207,11 +207,12 @@ import Glibc
         #expect(v.inside(a, ["cache", "write", "again", "100"]).status == 0)
     }
 
-    /// What a purge and an uninstall must leave alone, and must survive: a bind mount inside a
-    /// cache (it leads to files outside the cache root; a purge had emptied them) and a tree
-    /// 3000 directories deep (its recursion had crashed vaultd). The app's directory is kept
-    /// 0700 and the user's even when it was there before with another mode.
-    @Test func aMountInsideACacheAndAVeryDeepTreeAreLeftAloneAndCrashNothing() throws {
+    /// What a purge and an uninstall must leave alone: a bind mount inside a cache (it leads to
+    /// files outside the cache root; a purge had emptied them); and what they must survive: a
+    /// tree 3000 directories deep (its recursion had crashed vaultd; its file is counted and
+    /// purged like any other, see the Depth tests). The app's directory is kept 0700 and the
+    /// user's even when it was there before with another mode.
+    @Test func aMountInsideACacheIsLeftAloneAndAVeryDeepTreeCrashesNothing() throws {
         let (v, a, _) = try Self.volume(Self.noAutomaticPurge)
         defer { v.close() }
         let dir = try #require(v.inside(a, ["cache", "path"]).stdoutText.split(separator: "\n").first.map(String.init))
@@ -234,18 +235,217 @@ import Glibc
             chmod 777 "$C"
             """, dir, host)
         try #require(setup.status == 0, "\(setup)")
-        // The bound files are not the app's: not counted.
-        #expect(try v.usage().files(Self.appA) == 1, "\((try? v.usage())?.description ?? "?")")
+        // The bound files are not the app's: not counted; `plain` and `deep.bin` are.
+        #expect(try v.usage().files(Self.appA) == 2, "\((try? v.usage())?.description ?? "?")")
         #expect(v.inside(a, ["cache", "path"]).status == 0)
         #expect(v.sh("stat -c %a \"$1\"", dir).stdoutText == "700\n")
 
         let purge = v.ctl(["cache", "purge", Self.appA])
-        #expect(purge.status == 0 && purge.stdoutText.contains("in 1 file(s)"), "\(purge)")
+        #expect(purge.status == 0 && purge.stdoutText.contains("in 2 file(s)"), "\(purge)")
         #expect(try String(contentsOfFile: host + "/keep.txt", encoding: .utf8) == "precious")
         #expect(v.ctl(["app", "uninstall", Self.appA]).status == 0)
         #expect(try String(contentsOfFile: host + "/keep.txt", encoding: .utf8) == "precious")
         #expect(v.ctl(["status"]).status == 0, "vaultd died: \(v.log)")
         _ = v.sh("umount \"$1/mnt\" 2>/dev/null; true", dir)
+    }
+
+    // MARK: Depth
+
+    /// A cache tree deeper than any full path (3000 directories; PATH_MAX is 4096 bytes) is
+    /// counted, purged and removed at uninstall to its bottom. Two chains part at depth 500, so
+    /// the walk climbs back 2500 levels from the first before it goes down the second. Files
+    /// (tmpfs pages of 4 KiB): `top` 100 B at depth 0, `at-200` 5000 B, `at-300` 1 B, and
+    /// `bottom` 12 KiB and 1 B at depth 3000 of each chain.
+    @Test func aTreeThousandsOfDirectoriesDeepIsCountedPurgedAndRemovedAtUninstall() throws {
+        let (v, a, _) = try Self.volume(Self.noAutomaticPurge)
+        defer { v.close() }
+        let dir = try #require(v.inside(a, ["cache", "path"]).stdoutText.split(separator: "\n").first.map(String.init))
+        let top = try DeepTree.open(try v.visible(dir))
+        defer { close(top) }
+        try DeepTree.write(in: top, "top", size: 100)
+        let at200 = try DeepTree.chain(in: top, depth: 200)
+        defer { close(at200) }
+        try DeepTree.write(in: at200, "at-200", size: 5000)
+        let at300 = try DeepTree.chain(in: at200, depth: 100)
+        defer { close(at300) }
+        try DeepTree.write(in: at300, "at-300", size: 1)
+        let fork = try DeepTree.chain(in: at300, depth: 200)
+        defer { close(fork) }
+        for (branch, size) in [("a", 12288), ("b", 1)] {
+            let bottom = try DeepTree.chain(in: fork, name: branch, depth: 2500)
+            defer { close(bottom) }
+            try DeepTree.write(in: bottom, "bottom", size: size)
+        }
+        let expectedBytes: Int64 = 4096 + 8192 + 4096 + 12288 + 4096
+
+        let usage = try v.usage()
+        #expect(usage.files(Self.appA) == 5 && usage.bytes(Self.appA) == expectedBytes, "every depth counts: \(usage)")
+
+        let purge = v.ctl(["cache", "purge", Self.appA])
+        #expect(purge.status == 0 && purge.stdoutText == "freed \(expectedBytes) bytes in 5 file(s)\n", "\(purge)")
+        #expect(try v.usage().files(Self.appA) == 0)
+        for branch in ["a", "b"] {
+            let bottom = try #require(DeepTree.descend(from: fork, name: branch, depth: 2500), "a purge removes files, not directories")
+            defer { close(bottom) }
+            #expect(DeepTree.names(in: bottom).isEmpty, "branch \(branch)")
+        }
+        #expect(DeepTree.names(in: at300) == ["d"] && DeepTree.names(in: at200) == ["d"] && DeepTree.names(in: top) == ["d"])
+
+        // Something at the bottom again, then the uninstall: the app's directory goes, all of it.
+        let bottom = try #require(DeepTree.descend(from: fork, name: "a", depth: 2500))
+        try DeepTree.write(in: bottom, "again", size: 1)
+        close(bottom)
+        let uninstall = v.ctl(["app", "uninstall", Self.appA])
+        #expect(uninstall.status == 0, "\(uninstall)")
+        #expect(v.sh("test -e \"$1\" || test -L \"$1\"", dir).status != 0, "A's cache directory survived the uninstall: \(DeepTree.names(in: top))")
+        #expect(v.ctl(["status"]).status == 0, "vaultd died: \(v.log)")
+    }
+
+    /// Past the old depth limit (256) the walk is as careful as above it. At depths 300 and
+    /// 3000: symlinks to a file and to a directory outside the cache root (absolute, and at 300
+    /// relative, climbing out), a hard link to a file outside; at 300 a bind mount of a
+    /// directory on the host. The links are entries (counted, purged, removed as links); what
+    /// they lead to is untouched; the mount is neither counted nor entered, at purge or uninstall.
+    @Test func symlinksAndAMountDeeperThanTheOldLimitLeadNowhereOutside() throws {
+        let (v, a, _) = try Self.volume(Self.noAutomaticPurge)
+        defer { v.close() }
+        let dir = try #require(v.inside(a, ["cache", "path"]).stdoutText.split(separator: "\n").first.map(String.init))
+        let host = v.root + "/bound"
+        try FileManager.default.createDirectory(atPath: host, withIntermediateDirectories: true)
+        try Data("precious".utf8).write(to: URL(fileURLWithPath: host + "/keep.txt"))
+        let outside = v.sh(
+            """
+            set -e
+            O="$1"
+            printf 'keep me' > "$O/target.txt"; touch -d '2021-03-04 05:06:07' "$O/target.txt"
+            mkdir "$O/dir"; printf 'inner' > "$O/dir/inner.txt"; touch -d '2021-03-04 05:06:07' "$O/dir/inner.txt"
+            printf 'hard' > "$O/hard.txt"
+            """, v.outside)
+        try #require(outside.status == 0, "\(outside)")
+        let outsideState = { v.sh("cd \"$1\" && stat -c '%n %Y %s' target.txt dir dir/inner.txt hard.txt && cat target.txt dir/inner.txt hard.txt", v.outside).stdoutText }
+        let outsideBefore = outsideState()
+
+        let top = try DeepTree.open(try v.visible(dir))
+        defer { close(top) }
+        let outsideFD = try DeepTree.open(try v.visible(v.outside))
+        defer { close(outsideFD) }
+        let at300 = try DeepTree.chain(in: top, depth: 300)
+        defer { close(at300) }
+        let at3000 = try DeepTree.chain(in: at300, depth: 2700)
+        defer { close(at3000) }
+        for level in [at300, at3000] {
+            try DeepTree.symlink(in: level, "link-to-file", to: v.outside + "/target.txt")
+            try DeepTree.symlink(in: level, "link-to-dir", to: v.outside + "/dir")
+            guard linkat(outsideFD, "hard.txt", level, "hard-link", 0) == 0 else { throw HarnessError("linkat: \(String(cString: strerror(errno)))") }
+        }
+        // From depth 300 of the app's directory, 302 levels up is the volume.
+        try DeepTree.symlink(in: at300, "link-up", to: String(repeating: "../", count: 302) + "outside/target.txt")
+        guard mkdirat(at300, "mnt", 0o700) == 0 else { throw HarnessError("mkdirat: \(String(cString: strerror(errno)))") }
+        let mountPoint = dir + String(repeating: "/d", count: 300) + "/mnt"
+        let mount = v.sh("mount --bind \"$1\" \"$2\"", host, mountPoint)
+        try #require(mount.status == 0, "\(mount)")
+        defer { _ = v.sh("umount \"$1\" 2>/dev/null; true", mountPoint) }
+        #expect(v.sh("cat \"$1/keep.txt\"", mountPoint).stdoutText == "precious", "the mount is in place")
+
+        // 7 entries: 4 at depth 300, 3 at 3000; the bound file is not the app's.
+        let usage = try v.usage()
+        #expect(usage.files(Self.appA) == 7, "\(usage)")
+        let purge = v.ctl(["cache", "purge", Self.appA])
+        #expect(purge.status == 0 && purge.stdoutText.contains("in 7 file(s)"), "\(purge)")
+        #expect(DeepTree.names(in: at300) == ["d", "mnt"] && DeepTree.names(in: at3000).isEmpty, "\(DeepTree.names(in: at300)) \(DeepTree.names(in: at3000))")
+        #expect(outsideState() == outsideBefore, "\(outsideBefore) → \(outsideState())")
+        #expect(try String(contentsOfFile: host + "/keep.txt", encoding: .utf8) == "precious")
+
+        // The links again, then the uninstall: it removes everything but the mount point and
+        // the directories above it, and nothing outside.
+        for level in [at300, at3000] {
+            try DeepTree.symlink(in: level, "link-to-file", to: v.outside + "/target.txt")
+            try DeepTree.symlink(in: level, "link-to-dir", to: v.outside + "/dir")
+        }
+        #expect(v.ctl(["app", "uninstall", Self.appA]).status == 0)
+        #expect(outsideState() == outsideBefore, "\(outsideBefore) → \(outsideState())")
+        #expect(try String(contentsOfFile: host + "/keep.txt", encoding: .utf8) == "precious")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: host) == ["keep.txt"])
+        #expect(DeepTree.names(in: at300) == ["mnt"], "\(DeepTree.names(in: at300))")
+        #expect(v.ctl(["status"]).status == 0, "vaultd died: \(v.log)")
+    }
+
+    /// Whether a racing thread is to stop (for `aDirectoryMovedOutDuringAnUninstallLeadsTheWalkNowhere`).
+    final class StopFlag: @unchecked Sendable {
+        private let lock = NSLock()
+        private var stopped = false
+        var isSet: Bool { lock.withLock { stopped } }
+        func set() { lock.withLock { stopped = true } }
+    }
+
+    /// An app that moves a directory out of its cache while an uninstall removes what is below
+    /// it. Past its window of open fds (16 levels) the walk climbs back through "..", and from
+    /// the moved directory ".." is now `outside/victim`, which holds entries of the same names
+    /// as the directory the walk came down through: the walk must see that it is not that
+    /// directory and skip what was left of it (and log it), not remove the victim's entries.
+    /// Ten rounds (install, fill, uninstall while moving), then an uninstall in peace
+    /// removes everything.
+    @Test func aDirectoryMovedOutDuringAnUninstallLeadsTheWalkNowhere() throws {
+        let (v, a, _) = try Self.volume(Self.noAutomaticPurge)
+        defer { v.close() }
+        let dir = v.cacheRoot + "/" + Self.appA
+        let names = (0..<20).map { "f\($0)" }
+        let victimPath = v.outside + "/victim"
+        try #require(v.sh("mkdir \"$1\"", victimPath).status == 0)
+        let victim = try DeepTree.open(try v.visible(victimPath))
+        defer { close(victim) }
+        for name in names { try DeepTree.write(in: victim, name, size: 1) }
+
+        for round in 1...10 {
+            if round > 1 { try v.install(Self.appA, exe: a) }
+            try #require(v.ctl(["cache", "path", Self.appA]).stdoutText == dir + "\n")
+            // (What an earlier round skipped is there again.) At depth 300, `parent` holds
+            // f0…f9, X, f10…f19 (X in the middle, whatever the order of a listing); X holds a
+            // 40-level chain with 1000 empty files at its bottom.
+            let top = try DeepTree.open(try v.visible(dir))
+            defer { close(top) }
+            let parent = try DeepTree.chain(in: top, depth: 300)
+            defer { close(parent) }
+            for name in names.prefix(10) { try DeepTree.write(in: parent, name, size: 1, replacing: true) }
+            let x = try DeepTree.chain(in: parent, name: "X", depth: 1)
+            let bottom = try DeepTree.chain(in: x, depth: 40)
+            close(x)
+            for i in 0..<1000 { try DeepTree.write(in: bottom, "b\(i)", size: 0, replacing: true) }
+            for name in names.suffix(10) { try DeepTree.write(in: parent, name, size: 1, replacing: true) }
+
+            // The app: once the files at the bottom start to go (the walk is below X), X moves
+            // into the victim.
+            let stop = StopFlag()
+            let done = DispatchSemaphore(value: 0)
+            let mover = Thread {
+                while !stop.isSet {
+                    if !DeepTree.exists(in: bottom, "b0") || !DeepTree.exists(in: bottom, "b999") {
+                        renameat(parent, "X", victim, "X")
+                        break
+                    }
+                }
+                done.signal()
+            }
+            mover.start()
+            let uninstall = v.ctl(["app", "uninstall", Self.appA])
+            stop.set()
+            done.wait()
+            close(bottom)
+            #expect(uninstall.status == 0, "round \(round): \(uninstall)")
+            // X, if it moved, goes (it is the app's); nothing else in the victim may have.
+            #expect(v.sh("rm -rf \"$1/X\"", victimPath).status == 0)
+            #expect(DeepTree.names(in: victim) == names.sorted(), "round \(round): the walk went on outside: \(DeepTree.names(in: victim))")
+        }
+        let skips = v.log.components(separatedBy: "was moved during the walk").count - 1
+        #expect(skips > 0, "no round moved X in time: the test tested nothing; log:\n\(v.log)")
+        #expect(v.ctl(["status"]).status == 0, "vaultd died: \(v.log)")
+
+        // In peace: all of what the rounds left goes.
+        try v.install(Self.appA, exe: a)
+        let uninstall = v.ctl(["app", "uninstall", Self.appA])
+        #expect(uninstall.status == 0, "\(uninstall)")
+        #expect(v.sh("test -e \"$1\"", dir).status != 0, "A's cache directory survived the uninstall")
+        #expect(DeepTree.names(in: victim) == names.sorted())
     }
 
     /// An app that replaces its own cache directory with a symlink to somewhere else gets

@@ -85,17 +85,19 @@ public final class CacheStore: @unchecked Sendable {
         return path
     }
 
-    /// Removes an app's whole cache directory (at uninstall).
+    /// Removes an app's whole cache directory (at uninstall), however deep.
     func removeDirectory(of appID: String) {
         guard (try? AppRecord.validate(appID: appID)) != nil else { return }
-        lock.withLock { SafeRemoval.removeTree(root + "/" + appID) }
+        lock.withLock { SafeRemoval.removeTree(root + "/" + appID, label: appID) }
     }
 
     /// A file in a cache, for the purge's ordering.
     struct CachedFile {
         var appID: String
-        /// Path components below the app's directory.
-        var components: [[CChar]]
+        /// The directory the file is in (nil: the app's directory).
+        var directory: PathNode?
+        /// The file's name, NUL-terminated.
+        var name: [CChar]
         var bytes: Int64
         /// The later of access and modification time (seconds).
         var lastUsed: Double
@@ -107,44 +109,19 @@ public final class CacheStore: @unchecked Sendable {
     }
 
     /// Every non-directory entry in every app's cache (symlinks, FIFOs and sockets included,
-    /// as entries to remove; their targets are never followed), on the cache's own filesystem
-    /// and at most `SafeRemoval.maximumDepth` directories down, as removal goes.
+    /// as entries to remove; their targets are never followed), on the cache's own filesystem,
+    /// at any depth (`TreeWalk`).
     func files() -> [CachedFile] {
         var out: [CachedFile] = []
         for app in appDirectories() {
             let fd = open(root + "/" + app, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
             guard fd >= 0 else { continue }
-            var st = stat()
-            guard fstat(fd, &st) == 0 else {
-                close(fd)
-                continue
+            TreeWalk.walk(fd, label: app) { _, name, st, directory in
+                let used = max(Double(st.st_atim.tv_sec) + Double(st.st_atim.tv_nsec) / 1e9, Double(st.st_mtim.tv_sec) + Double(st.st_mtim.tv_nsec) / 1e9)
+                out.append(CachedFile(appID: app, directory: directory, name: name, bytes: Int64(st.st_blocks) * 512, lastUsed: used))
             }
-            walk(fd, app: app, prefix: [], into: &out, device: st.st_dev, depth: 0)
         }
         return out
-    }
-
-    private func walk(_ fd: Int32, app: String, prefix: [[CChar]], into out: inout [CachedFile], device: dev_t, depth: Int) {
-        guard let dir = fdopendir(fd) else {
-            close(fd)
-            return
-        }
-        defer { closedir(dir) }
-        while let entry = readdir(dir) {
-            var name = withUnsafeBytes(of: entry.pointee.d_name) { raw in raw.prefix(while: { $0 != 0 }).map { CChar(bitPattern: $0) } }
-            if name == [46] || name == [46, 46] { continue }
-            name.append(0)
-            var st = stat()
-            guard fstatat(fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0, SafeRemoval.onDevice(st, device) else { continue }
-            if st.st_mode & S_IFMT == S_IFDIR {
-                guard depth + 1 < SafeRemoval.maximumDepth else { continue }
-                let sub = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-                if sub >= 0 { walk(sub, app: app, prefix: prefix + [name], into: &out, device: device, depth: depth + 1) }
-            } else {
-                let used = max(Double(st.st_atim.tv_sec) + Double(st.st_atim.tv_nsec) / 1e9, Double(st.st_mtim.tv_sec) + Double(st.st_mtim.tv_nsec) / 1e9)
-                out.append(CachedFile(appID: app, components: prefix + [name], bytes: Int64(st.st_blocks) * 512, lastUsed: used))
-            }
-        }
     }
 
     /// Bytes and files per app (apps with an empty cache included).
@@ -166,8 +143,9 @@ public final class CacheStore: @unchecked Sendable {
         return (Int64(s.f_bavail) * Int64(s.f_frsize), Int64(s.f_blocks) * Int64(s.f_frsize))
     }
 
-    /// Deletes one file by walking its components with O_NOFOLLOW directory fds, on the
-    /// cache's filesystem only (a mount appearing on the way since the walk is not entered).
+    /// Deletes one file by going down its directory's components with O_NOFOLLOW directory
+    /// fds, one open at a time (any depth), on the cache's filesystem only (a mount appearing
+    /// on the way since the walk is not entered).
     private func remove(_ f: CachedFile) -> Bool {
         var fd = open(root + "/" + f.appID, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard fd >= 0 else { return false }
@@ -177,7 +155,7 @@ public final class CacheStore: @unchecked Sendable {
             return false
         }
         let device = st.st_dev
-        for c in f.components.dropLast() {
+        for c in f.directory?.components ?? [] {
             let next = openat(fd, c, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
             close(fd)
             guard next >= 0 else { return false }
@@ -188,7 +166,7 @@ public final class CacheStore: @unchecked Sendable {
             fd = next
         }
         defer { close(fd) }
-        return unlinkat(fd, f.components.last!, 0) == 0
+        return unlinkat(fd, f.name, 0) == 0
     }
 
     /// Removes files in purge order until `enough` says so: files of apps not in `running`

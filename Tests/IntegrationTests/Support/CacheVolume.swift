@@ -109,6 +109,13 @@ final class CacheVolume: @unchecked Sendable {
         return run("nsenter", ["--target", String(p), "--mount", "--", executable] + arguments, stdin: stdin, timeout: timeout)
     }
 
+    /// `path` inside vaultd's mount namespace as this process sees it: through
+    /// `/proc/PID/root` (for the `…at` calls of `DeepTree`, which need no `nsenter`).
+    func visible(_ path: String) throws -> String {
+        guard let p = pid else { throw HarnessError("vaultd is not running") }
+        return "/proc/\(p)/root" + path
+    }
+
     /// `sh -c SCRIPT sh ARGS...` inside the namespace ($1... are `args`).
     func sh(_ script: String, _ args: String...) -> ProcessResult {
         inside("/bin/sh", ["-c", script, "sh"] + args)

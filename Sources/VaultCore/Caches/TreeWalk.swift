@@ -1,0 +1,167 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A directory a walk went down through: its name and its parent, up to the walk's root
+/// (which has no node). A file keeps the node of its directory, so the path of a deep
+/// directory is kept once, not once for each file in it.
+final class PathNode {
+    /// The directory's name in its parent: raw bytes, NUL-terminated (a name need not be UTF-8).
+    let name: [CChar]
+    /// nil: the directory is in the walk's root.
+    let parent: PathNode?
+
+    init(name: [CChar], parent: PathNode?) {
+        self.name = name
+        self.parent = parent
+    }
+
+    /// The names from the walk's root down to this directory (this one last).
+    var components: [[CChar]] {
+        var names: [[CChar]] = []
+        var node: PathNode? = self
+        while let n = node {
+            names.append(n.name)
+            node = n.parent
+        }
+        return names.reversed()
+    }
+}
+
+/// A walk of a directory tree of any depth that never follows a symbolic link and never
+/// leaves the tree or its filesystem: every step is `openat` relative to a directory fd
+/// opened with `O_NOFOLLOW | O_DIRECTORY`, and a directory is entered only when the fd is the
+/// directory `fstatat` saw (the same st_dev and st_ino) and on the root's device (as
+/// `find -xdev`: a mount point inside, and what is under it, is left alone).
+///
+/// It does not recurse: each level's state is on the heap (about 100 bytes, plus the names
+/// in it still to visit), so a thread's small stack is no limit. It holds at most
+/// `maximumOpenDirectories` directory fds, and two more for a moment: past that, the shallowest
+/// open level but the root is closed, and the walk climbs back to it through "..", which
+/// must be the very directory it came down through (st_dev and st_ino, as fts does). When
+/// it is not (the app moved a directory during the walk), the rest of that level, and of
+/// the levels up to the deepest one still open, is skipped and the skip is logged: the walk
+/// never goes on in a directory it did not come down through.
+enum TreeWalk {
+    /// The most directory fds one walk keeps open (the root's included; two more for a moment).
+    static let maximumOpenDirectories = 16
+
+    private struct Level {
+        /// -1 while closed (the level is outside the window of open ones).
+        var fd: Int32
+        let device: dev_t
+        let inode: ino_t
+        /// The entries still to visit, the next one last.
+        var names: [[CChar]]
+        /// nil for the root.
+        let node: PathNode?
+    }
+
+    /// Walks the tree below the directory `rootFD`, which it takes (closes). For every entry
+    /// on the root's filesystem that is not a directory: `entry(directoryFD, name, status,
+    /// directory)`, where `directoryFD` is the entry's directory (open during the call), `name`
+    /// the entry's NUL-terminated name, `status` from `fstatat` without following a link,
+    /// `directory` the node of the entry's directory (nil: the root). Once all the entries
+    /// of a directory below the root have been visited: `leave(parentFD, name)`, if given
+    /// (to remove it). `label` names the tree in the log: an app ID.
+    static func walk(
+        _ rootFD: Int32, label: String, entry: (Int32, [CChar], stat, PathNode?) -> Void,
+        leave: ((Int32, [CChar]) -> Void)? = nil
+    ) {
+        var st = stat()
+        guard fstat(rootFD, &st) == 0, let rootNames = names(in: rootFD) else {
+            close(rootFD)
+            return
+        }
+        let device = st.st_dev
+        var levels = [Level(fd: rootFD, device: st.st_dev, inode: st.st_ino, names: rootNames.reversed(), node: nil)]
+        // Open: the root and the deepest levels, one run of them (levels[count - open + 1...]).
+        var open = 1
+        while let top = levels.indices.last {
+            if let name = levels[top].names.popLast() {
+                let fd = levels[top].fd
+                guard fstatat(fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0, st.st_dev == device else { continue }
+                guard st.st_mode & S_IFMT == S_IFDIR else {
+                    entry(fd, name, st, levels[top].node)
+                    continue
+                }
+                let sub = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                guard sub >= 0 else { continue }
+                var seen = stat()
+                guard fstat(sub, &seen) == 0, seen.st_dev == device, seen.st_ino == st.st_ino, let subNames = names(in: sub) else {
+                    close(sub)
+                    continue
+                }
+                levels.append(Level(fd: sub, device: seen.st_dev, inode: seen.st_ino, names: subNames.reversed(), node: PathNode(name: name, parent: levels[top].node)))
+                open += 1
+                if open > maximumOpenDirectories {
+                    let shallowest = levels.count - open + 1
+                    close(levels[shallowest].fd)
+                    levels[shallowest].fd = -1
+                    open -= 1
+                }
+                continue
+            }
+            // Every entry of `top` visited: back up to its parent.
+            let done = levels.removeLast()
+            guard let parent = levels.indices.last else {
+                close(done.fd)
+                break
+            }
+            if levels[parent].fd < 0 {
+                guard let up = climb(from: done.fd, to: levels[parent]) else {
+                    close(done.fd)
+                    open -= 1
+                    var skipped = 0
+                    while let last = levels.last, last.fd < 0 {
+                        levels.removeLast()
+                        skipped += 1
+                    }
+                    log("cache walk of \(label): a directory \(levels.count + skipped) levels down was moved during the walk; the rest of the \(skipped) level(s) above it was skipped")
+                    continue
+                }
+                levels[parent].fd = up
+                open += 1
+            }
+            close(done.fd)
+            open -= 1
+            leave?(levels[parent].fd, done.node!.name)
+        }
+    }
+
+    /// The parent of the directory `fd` through "..", when it is `level`'s directory (the same
+    /// st_dev and st_ino); nil otherwise.
+    private static func climb(from fd: Int32, to level: Level) -> Int32? {
+        let up = openat(fd, "..", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard up >= 0 else { return nil }
+        var st = stat()
+        guard fstat(up, &st) == 0, st.st_dev == level.device, st.st_ino == level.inode else {
+            close(up)
+            return nil
+        }
+        return up
+    }
+
+    /// The names in the directory `fd` (without "." and ".."), NUL-terminated raw bytes; `fd`
+    /// stays open. nil when it cannot be read.
+    private static func names(in fd: Int32) -> [[CChar]]? {
+        let copy = dup(fd)  // fdopendir takes the fd it is given
+        guard copy >= 0 else { return nil }
+        guard let dir = fdopendir(copy) else {
+            close(copy)
+            return nil
+        }
+        defer { closedir(dir) }
+        rewinddir(dir)  // from the start, wherever `fd` (whose position the copy shares) was
+        var names: [[CChar]] = []
+        while let entry = readdir(dir) {
+            var name = withUnsafeBytes(of: entry.pointee.d_name) { raw in raw.prefix(while: { $0 != 0 }).map { CChar(bitPattern: $0) } }
+            if name == [46] || name == [46, 46] { continue }
+            name.append(0)
+            names.append(name)
+        }
+        return names
+    }
+}
