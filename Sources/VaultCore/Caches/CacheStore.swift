@@ -94,10 +94,9 @@ public final class CacheStore: @unchecked Sendable {
     /// A file in a cache, for the purge's ordering.
     struct CachedFile {
         var appID: String
-        /// The directory the file is in (nil: the app's directory).
-        var directory: PathNode?
-        /// The file's name, NUL-terminated.
-        var name: [CChar]
+        /// Which entry it is: its directory's st_ino, its raw NUL-terminated name, its own st_ino.
+        var key: EntryKey
+        /// Bytes allocated on disk.
         var bytes: Int64
         /// The later of access and modification time (seconds).
         var lastUsed: Double
@@ -118,7 +117,8 @@ public final class CacheStore: @unchecked Sendable {
             guard fd >= 0 else { continue }
             TreeWalk.walk(fd, label: app) { _, name, st, directory in
                 let used = max(Double(st.st_atim.tv_sec) + Double(st.st_atim.tv_nsec) / 1e9, Double(st.st_mtim.tv_sec) + Double(st.st_mtim.tv_nsec) / 1e9)
-                out.append(CachedFile(appID: app, directory: directory, name: name, bytes: Int64(st.st_blocks) * 512, lastUsed: used))
+                let key = EntryKey(directory: directory, name: name, inode: st.st_ino)
+                out.append(CachedFile(appID: app, key: key, bytes: Int64(st.st_blocks) * 512, lastUsed: used))
             }
         }
         return out
@@ -143,50 +143,59 @@ public final class CacheStore: @unchecked Sendable {
         return (Int64(s.f_bavail) * Int64(s.f_frsize), Int64(s.f_blocks) * Int64(s.f_frsize))
     }
 
-    /// Deletes one file by going down its directory's components with O_NOFOLLOW directory
-    /// fds, one open at a time (any depth), on the cache's filesystem only (a mount appearing
-    /// on the way since the walk is not entered).
-    private func remove(_ f: CachedFile) -> Bool {
-        var fd = open(root + "/" + f.appID, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-        guard fd >= 0 else { return false }
-        var st = stat()
-        guard fstat(fd, &st) == 0 else {
-            close(fd)
-            return false
-        }
-        let device = st.st_dev
-        for c in f.directory?.components ?? [] {
-            let next = openat(fd, c, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-            close(fd)
-            guard next >= 0 else { return false }
-            guard fstat(next, &st) == 0, SafeRemoval.onDevice(st, device) else {
-                close(next)
-                return false
+    /// An entry in a cache as one walk saw it, to find it again in the next: the st_ino of its
+    /// directory, its raw NUL-terminated name, and its own st_ino (so that a file put in its
+    /// place since is not taken for it).
+    struct EntryKey: Hashable {
+        var directory: ino_t
+        var name: [CChar]
+        var inode: ino_t
+    }
+
+    /// Removes the files in `chosen` that are still there, with one walk (`TreeWalk`) of each
+    /// of their apps' directories, whatever their depth; adds what it removed to `report`.
+    private func remove(_ chosen: [CachedFile], into report: inout PurgeReport) {
+        for (app, files) in Dictionary(grouping: chosen, by: \.appID).sorted(by: { $0.key < $1.key }) {
+            var wanted: [EntryKey: Int64] = [:]
+            for f in files { wanted[f.key] = f.bytes }
+            let fd = open(root + "/" + app, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            guard fd >= 0 else { continue }
+            TreeWalk.walk(fd, label: app) { directoryFD, name, st, directory in
+                let key = EntryKey(directory: directory, name: name, inode: st.st_ino)
+                guard let bytes = wanted[key], unlinkat(directoryFD, name, 0) == 0 else { return }
+                wanted[key] = nil
+                report.freedBytes += bytes
+                report.removedFiles += 1
+                report.apps[app, default: 0] += bytes
             }
-            fd = next
         }
-        defer { close(fd) }
-        return unlinkat(fd, f.name, 0) == 0
     }
 
     /// Removes files in purge order until `enough` says so: files of apps not in `running`
     /// first, then the rest; least recently used first within each. `only` limits the purge
-    /// to one app.
+    /// to one app. In rounds: the next files in that order, as many as would be enough were
+    /// they all removed, go with one walk per app (removing each file from the top of its
+    /// app's directory cost a walk down per file: depth² for a deep chain of files). Another
+    /// round follows only when some of them had gone already (the app removed or replaced them).
     func purge(only: String? = nil, running: Set<String>, until enough: (PurgeReport) -> Bool) -> PurgeReport {
         lock.withLock {
             var report = PurgeReport()
-            let candidates = files().filter { only == nil || $0.appID == only }.sorted { a, b in
+            var candidates = files().filter { only == nil || $0.appID == only }.sorted { a, b in
                 let ra = running.contains(a.appID), rb = running.contains(b.appID)
                 if ra != rb { return !ra }
                 return a.lastUsed < b.lastUsed
-            }
-            for f in candidates {
-                if enough(report) { break }
-                if remove(f) {
-                    report.freedBytes += f.bytes
-                    report.removedFiles += 1
-                    report.apps[f.appID, default: 0] += f.bytes
+            }[...]
+            while !enough(report), !candidates.isEmpty {
+                var planned = report
+                var chosen: [CachedFile] = []
+                while let f = candidates.first, !enough(planned) {
+                    chosen.append(f)
+                    planned.freedBytes += f.bytes
+                    planned.removedFiles += 1
+                    planned.apps[f.appID, default: 0] += f.bytes
+                    candidates.removeFirst()
                 }
+                remove(chosen, into: &report)
             }
             return report
         }

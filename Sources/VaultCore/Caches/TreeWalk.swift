@@ -4,32 +4,6 @@ import Foundation
 import Glibc
 #endif
 
-/// A directory a walk went down through: its name and its parent, up to the walk's root
-/// (which has no node). A file keeps the node of its directory, so the path of a deep
-/// directory is kept once, not once for each file in it.
-final class PathNode {
-    /// The directory's name in its parent: raw bytes, NUL-terminated (a name need not be UTF-8).
-    let name: [CChar]
-    /// nil: the directory is in the walk's root.
-    let parent: PathNode?
-
-    init(name: [CChar], parent: PathNode?) {
-        self.name = name
-        self.parent = parent
-    }
-
-    /// The names from the walk's root down to this directory (this one last).
-    var components: [[CChar]] {
-        var names: [[CChar]] = []
-        var node: PathNode? = self
-        while let n = node {
-            names.append(n.name)
-            node = n.parent
-        }
-        return names.reversed()
-    }
-}
-
 /// A walk of a directory tree of any depth that never follows a symbolic link and never
 /// leaves the tree or its filesystem: every step is `openat` relative to a directory fd
 /// opened with `O_NOFOLLOW | O_DIRECTORY`, and a directory is entered only when the fd is the
@@ -55,19 +29,19 @@ enum TreeWalk {
         let inode: ino_t
         /// The entries still to visit, the next one last.
         var names: [[CChar]]
-        /// nil for the root.
-        let node: PathNode?
+        /// The directory's name in its parent (empty for the root).
+        let name: [CChar]
     }
 
     /// Walks the tree below the directory `rootFD`, which it takes (closes). For every entry
     /// on the root's filesystem that is not a directory: `entry(directoryFD, name, status,
     /// directory)`, where `directoryFD` is the entry's directory (open during the call), `name`
-    /// the entry's NUL-terminated name, `status` from `fstatat` without following a link,
-    /// `directory` the node of the entry's directory (nil: the root). Once all the entries
-    /// of a directory below the root have been visited: `leave(parentFD, name)`, if given
-    /// (to remove it). `label` names the tree in the log: an app ID.
+    /// the entry's raw NUL-terminated name (it need not be UTF-8), `status` from `fstatat`
+    /// without following a link, `directory` the st_ino of the entry's directory. Once all the
+    /// entries of a directory below the root have been visited: `leave(parentFD, name)`, if
+    /// given (to remove it). `label` names the tree in the log: an app ID.
     static func walk(
-        _ rootFD: Int32, label: String, entry: (Int32, [CChar], stat, PathNode?) -> Void,
+        _ rootFD: Int32, label: String, entry: (Int32, [CChar], stat, ino_t) -> Void,
         leave: ((Int32, [CChar]) -> Void)? = nil
     ) {
         var st = stat()
@@ -76,7 +50,7 @@ enum TreeWalk {
             return
         }
         let device = st.st_dev
-        var levels = [Level(fd: rootFD, device: st.st_dev, inode: st.st_ino, names: rootNames.reversed(), node: nil)]
+        var levels = [Level(fd: rootFD, device: st.st_dev, inode: st.st_ino, names: rootNames.reversed(), name: [])]
         // Open: the root and the deepest levels, one run of them (levels[count - open + 1...]).
         var open = 1
         while let top = levels.indices.last {
@@ -84,7 +58,7 @@ enum TreeWalk {
                 let fd = levels[top].fd
                 guard fstatat(fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0, st.st_dev == device else { continue }
                 guard st.st_mode & S_IFMT == S_IFDIR else {
-                    entry(fd, name, st, levels[top].node)
+                    entry(fd, name, st, levels[top].inode)
                     continue
                 }
                 let sub = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
@@ -94,7 +68,7 @@ enum TreeWalk {
                     close(sub)
                     continue
                 }
-                levels.append(Level(fd: sub, device: seen.st_dev, inode: seen.st_ino, names: subNames.reversed(), node: PathNode(name: name, parent: levels[top].node)))
+                levels.append(Level(fd: sub, device: seen.st_dev, inode: seen.st_ino, names: subNames.reversed(), name: name))
                 open += 1
                 if open > maximumOpenDirectories {
                     let shallowest = levels.count - open + 1
@@ -127,7 +101,7 @@ enum TreeWalk {
             }
             close(done.fd)
             open -= 1
-            leave?(levels[parent].fd, done.node!.name)
+            leave?(levels[parent].fd, done.name)
         }
     }
 
