@@ -11,9 +11,6 @@ import Glibc
 /// filesystem (as `rm --one-file-system`): a mount point inside, and what is under it, is
 /// left alone (a bind mount there led outside the cache root).
 enum SafeRemoval {
-    /// Whether `st` is on `device` (the tree's filesystem).
-    static func onDevice(_ st: stat, _ device: dev_t) -> Bool { st.st_dev == device }
-
     /// Removes everything inside the directory `path` (not the directory itself). Entries that
     /// cannot be removed (no permission, another filesystem, moved during the removal) are
     /// skipped. `label` names the tree in the log (an app ID). Returns the bytes (allocated

@@ -25,7 +25,6 @@ enum TreeWalk {
     private struct Level {
         /// -1 while closed (the level is outside the window of open ones).
         var fd: Int32
-        let device: dev_t
         let inode: ino_t
         /// The entries still to visit, the next one last.
         var names: [[CChar]]
@@ -50,7 +49,7 @@ enum TreeWalk {
             return
         }
         let device = st.st_dev
-        var levels = [Level(fd: rootFD, device: st.st_dev, inode: st.st_ino, names: rootNames.reversed(), name: [])]
+        var levels = [Level(fd: rootFD, inode: st.st_ino, names: rootNames.reversed(), name: [])]
         // Open: the root and the deepest levels, one run of them (levels[count - open + 1...]).
         var open = 1
         while let top = levels.indices.last {
@@ -68,7 +67,7 @@ enum TreeWalk {
                     close(sub)
                     continue
                 }
-                levels.append(Level(fd: sub, device: seen.st_dev, inode: seen.st_ino, names: subNames.reversed(), name: name))
+                levels.append(Level(fd: sub, inode: seen.st_ino, names: subNames.reversed(), name: name))
                 open += 1
                 if open > maximumOpenDirectories {
                     let shallowest = levels.count - open + 1
@@ -85,7 +84,7 @@ enum TreeWalk {
                 break
             }
             if levels[parent].fd < 0 {
-                guard let up = climb(from: done.fd, to: levels[parent]) else {
+                guard let up = climb(from: done.fd, to: levels[parent].inode, on: device) else {
                     close(done.fd)
                     open -= 1
                     var skipped = 0
@@ -105,13 +104,13 @@ enum TreeWalk {
         }
     }
 
-    /// The parent of the directory `fd` through "..", when it is `level`'s directory (the same
-    /// st_dev and st_ino); nil otherwise.
-    private static func climb(from fd: Int32, to level: Level) -> Int32? {
+    /// The parent of the directory `fd` through "..", when it is the directory `inode` on
+    /// `device`; nil otherwise.
+    private static func climb(from fd: Int32, to inode: ino_t, on device: dev_t) -> Int32? {
         let up = openat(fd, "..", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard up >= 0 else { return nil }
         var st = stat()
-        guard fstat(up, &st) == 0, st.st_dev == level.device, st.st_ino == level.inode else {
+        guard fstat(up, &st) == 0, st.st_dev == device, st.st_ino == inode else {
             close(up)
             return nil
         }
