@@ -374,7 +374,7 @@ import Glibc
     /// with an (empty) file on each level are purged in well under a second here. Removing
     /// each file by going down from the app's directory took 26 s for 2500 levels, and
     /// minutes for 5000, with the purge lock held (so also no uninstall).
-    @Test func aDeepChainWithAFileOnEveryLevelIsPurgedInSeconds() throws {
+    @Test func aDeepChainWithAFileOnEveryLevelIsPurgedInOneWalk() throws {
         let (v, a, _) = try Self.volume(Self.noAutomaticPurge)
         defer { v.close() }
         let dir = try #require(v.inside(a, ["cache", "path"]).stdoutText.split(separator: "\n").first.map(String.init))
@@ -388,11 +388,10 @@ import Glibc
         close(level)
         #expect(try v.usage().files(Self.appA) == 5000)
 
-        let start = Date()
+        // The 30 s is a watchdog, not a measurement: a walk down per file (depth²) took
+        // over a minute here; one walk takes well under a second.
         let purge = v.ctl(["cache", "purge", Self.appA], timeout: 30)
-        let seconds = Date().timeIntervalSince(start)
-        #expect(purge.status == 0 && purge.stdoutText == "freed 0 bytes in 5000 file(s)\n", "after \(seconds) s: \(purge)")
-        #expect(seconds < 30, "\(seconds) s")
+        #expect(purge.status == 0 && purge.stdoutText == "freed 0 bytes in 5000 file(s)\n", "\(purge)")
         #expect(try v.usage().files(Self.appA) == 0)
     }
 
