@@ -3,6 +3,8 @@
 #include <sys/socket.h>
 #include <sys/prctl.h>
 #include <malloc.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 
 int vault_peer_cred(int fd, pid_t *pid, uid_t *uid, gid_t *gid) {
     struct ucred cred;
@@ -20,4 +22,12 @@ int vault_set_nondumpable(void) {
 
 int vault_set_mmap_threshold(int bytes) {
     return mallopt(M_MMAP_THRESHOLD, bytes);
+}
+
+int vault_mount_id(int fd, unsigned long long *id) {
+    struct statx stx;
+    if (statx(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW, STATX_MNT_ID, &stx) != 0) return -1;
+    if (!(stx.stx_mask & STATX_MNT_ID)) return -1;
+    *id = stx.stx_mnt_id;
+    return 0;
 }

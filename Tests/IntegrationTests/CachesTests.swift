@@ -207,8 +207,10 @@ import Glibc
         #expect(v.inside(a, ["cache", "write", "again", "100"]).status == 0)
     }
 
-    /// What a purge and an uninstall must leave alone: a bind mount inside a cache (it leads to
-    /// files outside the cache root; a purge had emptied them); and what they must survive: a
+    /// What a purge and an uninstall must leave alone: bind mounts inside a cache (they lead to
+    /// files outside the cache root; a purge had emptied them), of a directory on another
+    /// filesystem and of one on the cache's own (the same st_dev: only the mount id tells it
+    /// apart); and what they must survive: a
     /// tree 3000 directories deep (its recursion had crashed vaultd; its file is counted and
     /// purged like any other, see the Depth tests). The app's directory is kept 0700 and the
     /// user's even when it was there before with another mode.
@@ -223,8 +225,11 @@ import Glibc
         let setup = v.sh(
             """
             set -e
-            C="$1"; H="$2"
+            C="$1"; H="$2"; O="$3"
             mkdir "$C/mnt"; mount --bind "$H" "$C/mnt"
+            mkdir "$O/same"; printf 'same filesystem' > "$O/same/keep.txt"
+            mkdir "$C/same-fs"; mount --bind "$O/same" "$C/same-fs"
+            test "$(stat -c %d "$C/same-fs")" = "$(stat -c %d "$C")"
             python3 -c '
             import os, sys
             fd = os.open(sys.argv[1], os.O_RDONLY)
@@ -233,8 +238,10 @@ import Glibc
             f = os.open("deep.bin", os.O_WRONLY | os.O_CREAT, dir_fd=fd); os.write(f, b"x" * 4096); os.close(f)
             ' "$C"
             chmod 777 "$C"
-            """, dir, host)
+            """, dir, host, v.outside)
         try #require(setup.status == 0, "\(setup)")
+        defer { _ = v.sh("umount \"$1/mnt\" \"$1/same-fs\" 2>/dev/null; true", dir) }
+        let sameFS = { v.sh("cat \"$1/same/keep.txt\"", v.outside).stdoutText }
         // The bound files are not the app's: not counted; `plain` and `deep.bin` are.
         #expect(try v.usage().files(Self.appA) == 2, "\((try? v.usage())?.description ?? "?")")
         #expect(v.inside(a, ["cache", "path"]).status == 0)
@@ -243,10 +250,11 @@ import Glibc
         let purge = v.ctl(["cache", "purge", Self.appA])
         #expect(purge.status == 0 && purge.stdoutText.contains("in 2 file(s)"), "\(purge)")
         #expect(try String(contentsOfFile: host + "/keep.txt", encoding: .utf8) == "precious")
+        #expect(sameFS() == "same filesystem")
         #expect(v.ctl(["app", "uninstall", Self.appA]).status == 0)
         #expect(try String(contentsOfFile: host + "/keep.txt", encoding: .utf8) == "precious")
+        #expect(sameFS() == "same filesystem")
         #expect(v.ctl(["status"]).status == 0, "vaultd died: \(v.log)")
-        _ = v.sh("umount \"$1/mnt\" 2>/dev/null; true", dir)
     }
 
     // MARK: Depth

@@ -13,4 +13,10 @@ int vault_set_nondumpable(void);
 /// on success, 0 on failure (as mallopt).
 int vault_set_mmap_threshold(int bytes);
 
+/// statx(fd, "", AT_EMPTY_PATH, STATX_MNT_ID): the id of the mount `fd` is on (as in
+/// /proc/self/mountinfo; a bind mount of a directory of the same filesystem has an id of its
+/// own though its st_dev is the same). Returns 0, or -1 when the kernel does not tell (before
+/// Linux 5.8) or statx failed.
+int vault_mount_id(int fd, unsigned long long *id);
+
 #endif

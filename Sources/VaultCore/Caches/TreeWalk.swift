@@ -1,3 +1,4 @@
+internal import CVaultSys
 import Foundation
 
 #if canImport(Glibc)
@@ -7,8 +8,9 @@ import Glibc
 /// A walk of a directory tree of any depth that never follows a symbolic link and never
 /// leaves the tree or its filesystem: every step is `openat` relative to a directory fd
 /// opened with `O_NOFOLLOW | O_DIRECTORY`, and a directory is entered only when the fd is the
-/// directory `fstatat` saw (the same st_dev and st_ino) and on the root's device (as
-/// `find -xdev`: a mount point inside, and what is under it, is left alone).
+/// directory `fstatat` saw (the same st_dev and st_ino) and on the root's device and mount
+/// (as `find -xdev`: a mount point inside, and what is under it, is left alone, also a bind
+/// mount of a directory of the same filesystem, which only the mount id tells apart).
 ///
 /// It does not recurse: each level's state is on the heap (about 100 bytes, plus the names
 /// in it still to visit), so a thread's small stack is no limit. It holds at most
@@ -49,6 +51,7 @@ enum TreeWalk {
             return
         }
         let device = st.st_dev
+        let mount = mountID(rootFD)
         var levels = [Level(fd: rootFD, inode: st.st_ino, names: rootNames.reversed(), name: [])]
         // Open: the root and the deepest levels, one run of them (levels[count - open + 1...]).
         var open = 1
@@ -63,7 +66,9 @@ enum TreeWalk {
                 let sub = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
                 guard sub >= 0 else { continue }
                 var seen = stat()
-                guard fstat(sub, &seen) == 0, seen.st_dev == device, seen.st_ino == st.st_ino, let subNames = names(in: sub) else {
+                guard fstat(sub, &seen) == 0, seen.st_dev == device, seen.st_ino == st.st_ino, mountID(sub) == mount,
+                    let subNames = names(in: sub)
+                else {
                     close(sub)
                     continue
                 }
@@ -102,6 +107,13 @@ enum TreeWalk {
             open -= 1
             leave?(levels[parent].fd, done.name)
         }
+    }
+
+    /// The id of the mount `fd` is on; nil when the kernel does not tell (before Linux 5.8:
+    /// then the device check stands alone).
+    private static func mountID(_ fd: Int32) -> UInt64? {
+        var id: UInt64 = 0
+        return vault_mount_id(fd, &id) == 0 ? id : nil
     }
 
     /// The parent of the directory `fd` through "..", when it is the directory `inode` on
