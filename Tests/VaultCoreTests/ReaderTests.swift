@@ -15,12 +15,7 @@ import VaultProtocol
             try db.execute("CREATE TABLE t (x INTEGER)")
             try db.run("INSERT INTO t VALUES (1)")
             let pool = ReaderPool(path: db.path, capacity: 1)
-            let first = try pool.read { reader -> Int in
-                // Its only reader is busy: the caller is told to read elsewhere.
-                #expect(try pool.read { _ in 0 } == nil)
-                return try reader.rows("SELECT x FROM t").count
-            }
-            #expect(first == 1)
+            #expect(try pool.read { try $0.rows("SELECT x FROM t").count } == 1)
             // A commit after the reader opened is in the next read's snapshot.
             try db.run("INSERT INTO t VALUES (2)")
             #expect(try pool.read { try $0.rows("SELECT x FROM t ORDER BY x").map { $0[0].int64 } } == [1, 2])
@@ -29,6 +24,42 @@ import VaultProtocol
             #expect(try db.rows("SELECT x FROM t").count == 2)
             pool.close()
             #expect(try pool.read { _ in 0 } == nil)
+        }
+    }
+
+    /// A read that finds every reader lent out waits for one to come back (it used to read
+    /// under the engine lock, behind a group commit); closing the pool sends it there.
+    @Test func aReadWaitsForABusyReaderAndCloseReleasesIt() throws {
+        try withTemporaryDirectory { tmp in
+            let db = try Database(path: tmp + "/p.sqlite")
+            defer { db.close() }
+            try db.execute("CREATE TABLE t (x INTEGER)")
+            try db.run("INSERT INTO t VALUES (7)")
+            let pool = ReaderPool(path: db.path, capacity: 1)
+            let outcome = Mutex<[Int?]>([])
+            for round in 0..<2 {
+                let inside = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0)
+                Thread.detachNewThread { _ = try? pool.read { _ in inside.signal(); release.wait() } }
+                inside.wait()
+                let second = DispatchSemaphore(value: 0)
+                Thread.detachNewThread {
+                    let x = try? pool.read { try $0.rows("SELECT x FROM t")[0][0].int64.map(Int.init) ?? nil }
+                    outcome.withLock { $0.append(x ?? nil) }
+                    second.signal()
+                }
+                #expect(second.wait(timeout: .now() + 0.2) == .timedOut, "a read did not wait for the only reader")
+                if round == 0 {
+                    release.signal()  // the reader comes back: the waiting read gets it
+                    #expect(second.wait(timeout: .now() + 10) == .success)
+                    #expect(outcome.withLock { $0 } == [7])
+                } else {
+                    // Closing wakes the waiting read, which gets nil (the engine lock's turn).
+                    Thread.detachNewThread { pool.close() }
+                    #expect(second.wait(timeout: .now() + 10) == .success)
+                    #expect(outcome.withLock { $0 } == [7, nil])
+                    release.signal()
+                }
+            }
         }
     }
 

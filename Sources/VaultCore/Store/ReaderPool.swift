@@ -20,19 +20,21 @@ final class ReaderPool: @unchecked Sendable {
     private var closed = false
 
     /// `capacity`: the most connections open at once (default: two per CPU, four to eight).
-    /// A lookup that finds none free reads on the writer's connection under the engine lock,
-    /// which a group commit's leader holds while its writers arrive; with one per CPU, four
-    /// clients' lookups on two CPUs took that path (issue #8: two per CPU, 63.9k → 66.9k
-    /// lookups/s with four clients at 1,000 items in paired runs, the same at 100,000; each
-    /// connection's page cache is up to 2 MiB more).
+    /// A lookup that finds none free waits for one to come back (a read takes tens of
+    /// microseconds); it used to read on the writer's connection under the engine lock, which
+    /// a group commit's leader holds while its writers arrive (up to half a millisecond more).
+    /// With one per CPU, four clients' lookups on two CPUs took that path (issue #8: two per
+    /// CPU, 63.9k → 66.9k lookups/s with four clients at 1,000 items in paired runs, the same
+    /// at 100,000; each connection's page cache is up to 2 MiB more).
     init(path: String, capacity: Int = min(8, max(4, 2 * ProcessInfo.processInfo.activeProcessorCount))) {
         self.path = path
         self.capacity = capacity
     }
 
-    /// Runs `body` with a reader connection and returns its result, or nil without running it
-    /// when every reader is busy, none could be opened (logged), or the pool is closed: the
-    /// caller then reads under the engine lock instead. Throws what `body` throws.
+    /// Runs `body` with a reader connection (waiting for one when all are lent out) and
+    /// returns its result, or nil without running it when none could be opened (logged) or
+    /// the pool is closed: the caller then reads under the engine lock instead. Throws what
+    /// `body` throws. `body` must not read through the pool again (it would wait for itself).
     func read<T>(_ body: (Database) throws -> T) throws -> T? {
         guard let db = take() else { return nil }
         defer { give(db) }
@@ -44,6 +46,7 @@ final class ReaderPool: @unchecked Sendable {
     func close() {
         let toClose: [Database] = state.withLock {
             closed = true
+            state.broadcast()  // lookups waiting for a reader read under the engine lock
             defer { idle.removeAll() }
             return idle
         }
@@ -56,9 +59,12 @@ final class ReaderPool: @unchecked Sendable {
 
     private func take() -> Database? {
         let reuse: Database?? = state.withLock {
-            if closed { return .some(nil) }
-            if let db = idle.popLast() { return .some(db) }
-            if opened >= capacity { return .some(nil) }
+            while true {
+                if closed { return .some(nil) }
+                if let db = idle.popLast() { return .some(db) }
+                if opened < capacity { break }
+                state.wait()
+            }
             opened += 1
             return .none
         }
@@ -79,6 +85,7 @@ final class ReaderPool: @unchecked Sendable {
         let keep = state.withLock {
             if closed { return false }
             idle.append(db)
+            state.signal()
             return true
         }
         guard !keep else { return }
