@@ -17,9 +17,17 @@ public struct Preferences: Sendable {
         return try PlistValue(tagged: v)
     }
 
-    /// Sets one key; durable when this returns.
+    /// Sets one key; durable when this returns. A value too large for one message (8 MiB)
+    /// is DomainTooLarge, as vaultd says for any value past the domain's 4 MiB, not sent.
     public func set(_ value: PlistValue, domain: String?, key: String) throws {
-        try connection.call("io.vaultd.Preferences.Set", ["domain": Self.domain(domain), "key": .string(key), "value": value.tagged])
+        do {
+            try connection.call("io.vaultd.Preferences.Set", ["domain": Self.domain(domain), "key": .string(key), "value": value.tagged])
+        } catch let e as VaultError where e.code == .invalidParameter && e.parameters["parameter"] == "message" {
+            throw VaultError(
+                .domainTooLarge,
+                "the value is over \(Varlink.maximumMessageSize) bytes on the wire; a domain may hold 4194304 bytes (4 MiB); nothing was written",
+                extra: ["limit": JSON(4 << 20)].merging(domain.map { ["domain": .string($0)] } ?? [:]) { $1 })
+        }
     }
 
     /// Removes one key (no error when it is absent); durable when this returns.

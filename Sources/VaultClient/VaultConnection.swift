@@ -11,8 +11,20 @@ private let callsAwaitingReplies = Atomic<Int>(0)
 
 /// One varlink connection to vaultd. Calls are serialized on the connection (varlink answers
 /// in order); it is safe to share between threads.
+///
+/// When vaultd has gone away since the last call (restarted, or it closed the connection), a
+/// call connects again and is sent on the new connection, as an XPC connection to a
+/// restarted cfprefsd or securityd recovers: only a call whose request could not be sent is
+/// sent again (vaultd never saw it whole), never one that was sent and got no reply (that
+/// one throws ConnectionFailed: it may or may not have been done).
 public final class VaultConnection: @unchecked Sendable {
-    private let stream: VarlinkStream
+    /// The current connection; replaced (under `lock` and `streamLock`) when a call finds
+    /// that vaultd closed it.
+    private var stream: VarlinkStream
+    /// Guards `stream` for `close()`, which cannot wait for `lock` (a blocked `stream` call holds it).
+    private let streamLock = NSLock()
+    /// Set by `close()`: calls fail from then on and never connect again.
+    private let closed = Atomic<Bool>(false)
     private let lock = NSLock()
     /// The socket path this connection was made to.
     public let socketPath: String
@@ -50,6 +62,11 @@ public final class VaultConnection: @unchecked Sendable {
         self.socketPath = path
         let timeout = max(0, replyTimeout)
         self.timeout = timeout
+        stream = try Self.open(path, timeout: timeout)
+    }
+
+    /// A new connection to `path`. Throws ConnectionFailed.
+    private static func open(_ path: String, timeout: Double) throws -> VarlinkStream {
         do {
             let s = try UnixSocket()
             // Before the connect: SO_SNDTIMEO also bounds an AF_UNIX connect's wait for room
@@ -58,7 +75,7 @@ public final class VaultConnection: @unchecked Sendable {
             // connect blocked for ever). Past it the connect fails with EAGAIN.
             if timeout > 0 { s.setTimeouts(receive: timeout, send: timeout) }
             try s.connect(path: path)
-            stream = VarlinkStream(socket: s)
+            return VarlinkStream(socket: s)
         } catch let e as Errno where e.code == EAGAIN || e.code == EWOULDBLOCK {
             throw VaultError.connectionFailed("vaultd did not take the connection at \(path) within \(timeout) s (is it stopped or hung?)")
         } catch {
@@ -67,11 +84,21 @@ public final class VaultConnection: @unchecked Sendable {
     }
 
     /// Calls `method` and returns the reply's parameters. Throws the reply's `VaultError`, or
-    /// ConnectionFailed / ProtocolViolation when the connection breaks.
+    /// ConnectionFailed / ProtocolViolation when the connection breaks (vaultd gone, or gone
+    /// after it took the call: the call may or may not have been done), or InvalidParameter
+    /// `message` for a call over the 8 MiB message limit (nothing is sent; the connection
+    /// stays usable).
     @discardableResult
     public func call(_ method: String, _ parameters: [String: JSON] = [:]) throws -> [String: JSON] {
         try lock.withLock {
-            try send(VarlinkCall(method: method, parameters: parameters))
+            let message = VarlinkCall(method: method, parameters: parameters).json.serialized()
+            // vaultd answers a longer message with an error and closes the connection, most
+            // likely before the client has sent it all (it then saw only "Broken pipe").
+            guard message.count < Varlink.maximumMessageSize else {
+                throw VaultError.invalidParameter(
+                    "message", "a message may be at most \(Varlink.maximumMessageSize) bytes; this call is \(message.count + 1) bytes (nothing was sent)")
+            }
+            try send(message, reconnecting: true)
             // The reply is polled for only while no other thread of the app awaits one: then
             // the CPU is better left to those threads (see `BusyPoll`).
             let waiting = callsAwaitingReplies.add(1, ordering: .relaxed).newValue
@@ -86,7 +113,7 @@ public final class VaultConnection: @unchecked Sendable {
     /// the stream ends, or the connection breaks. The connection is used up afterwards.
     public func stream(_ method: String, _ parameters: [String: JSON] = [:], handler: ([String: JSON]) -> Bool) throws {
         try lock.withLock {
-            try send(VarlinkCall(method: method, parameters: parameters, more: true))
+            try send(VarlinkCall(method: method, parameters: parameters, more: true).json.serialized())
             while true {
                 let reply = try receiveReply()
                 if let e = reply.vaultError { throw e }
@@ -97,17 +124,28 @@ public final class VaultConnection: @unchecked Sendable {
 
     /// Closes the connection (also wakes a thread blocked in `stream`).
     public func close() {
-        stream.socket.shutdown()
+        // Not under `lock`: a thread blocked in `stream` holds it, and this is what wakes it.
+        closed.store(true, ordering: .sequentiallyConsistent)
+        streamLock.withLock { stream }.socket.shutdown()
     }
 
-    private func send(_ call: VarlinkCall) throws {
+    /// Sends one message (under `lock`). `reconnecting`: when vaultd has closed the connection
+    /// (a send to it fails, so none of the message reached it: vaultd restarted, or an earlier
+    /// call timed out and shut it), connect again and send it on the new connection.
+    private func send(_ message: [UInt8], reconnecting: Bool = false) throws {
         do {
-            try stream.send(call.json)
+            try stream.send(serialized: message)
+            return
         } catch let e as Errno where e.code == EAGAIN || e.code == EWOULDBLOCK {
             throw timedOut()
         } catch {
-            throw VaultError.connectionFailed("vaultd closed the connection: \(error)")
+            guard reconnecting, !closed.load(ordering: .sequentiallyConsistent) else {
+                throw VaultError.connectionFailed("vaultd closed the connection: \(error)")
+            }
         }
+        let fresh = try Self.open(socketPath, timeout: timeout)
+        streamLock.withLock { stream = fresh }
+        try send(message)
     }
 
     /// Shuts the connection after `replyTimeout` passed, and says so (under `lock`).

@@ -175,7 +175,12 @@ public final class VarlinkStream: @unchecked Sendable {
 
     /// Writes one message (JSON + NUL).
     public func send(_ message: JSON) throws {
-        var bytes = message.serialized()
+        try send(serialized: message.serialized())
+    }
+
+    /// Writes one message already serialized as JSON (the NUL is added here).
+    public func send(serialized message: [UInt8]) throws {
+        var bytes = message
         bytes.append(0)
         try socket.sendAll(bytes)
     }

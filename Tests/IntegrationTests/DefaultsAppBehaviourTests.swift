@@ -1,0 +1,59 @@
+import Foundation
+import Testing
+import VaultClient
+import VaultProtocol
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `Defaults` as an app uses it, against the real vaultd: what a Swift developer expects from
+/// `UserDefaults` when vaultd restarts, when a value is too large, and when other processes
+/// write the same keys.
+@Suite struct DefaultsAppBehaviourTests {
+    /// After vaultd restarts (or is killed and started again), writes work again without a
+    /// new `Vault`, as UserDefaults' after cfprefsd restarts: before, the handle's connection
+    /// stayed dead and every later write threw ConnectionFailed until the app restarted.
+    /// While vaultd is gone, writes throw ConnectionFailed and reads answer from the copy.
+    @Test func writesWorkAgainAfterVaultdRestarts() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        let domain = "com.example.restarted"
+        let defaults = try Defaults(vault: try d.client(), suiteName: domain, arguments: [])
+        try defaults.set(1, forKey: "before")
+
+        try d.restart()
+        try defaults.set(2, forKey: "afterRestart")
+        #expect(d.ctl(["defaults", "read", domain, "afterRestart"]).stdoutText == "2\n")
+
+        d.kill()
+        let gone = vaultError { try defaults.set(3, forKey: "whileGone") }
+        #expect(gone?.code == .connectionFailed && gone?.message.contains("is vaultd running?") == true, "\(String(describing: gone))")
+        #expect(defaults.integer(forKey: "afterRestart") == 2, "reads answer from the copy while vaultd is gone")
+
+        try d.start()
+        try defaults.set(4, forKey: "afterKill")
+        try defaults.removeObject(forKey: "before")
+        #expect(try d.client().preferences.values(domain: domain) == ["afterRestart": .integer(2), "afterKill": .integer(4)])
+    }
+
+    /// A value over the 8 MiB message limit is refused as DomainTooLarge (any value past
+    /// 4 MiB is), before anything is sent, and the handle stays usable. Before, vaultd closed
+    /// the connection while the client was still sending: "ConnectionFailed: Broken pipe",
+    /// and every later call failed the same way.
+    @Test func aValueOverTheMessageLimitIsDomainTooLargeAndTheHandleStaysUsable() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        let domain = "com.example.huge"
+        let defaults = try Defaults(vault: try d.client(), suiteName: domain, arguments: [])
+        try defaults.set("kept", forKey: "small")
+        for size in [5 << 20, 9 << 20] {
+            let e = vaultError { try defaults.set(Data(count: size), forKey: "big") }
+            #expect(e?.code == .domainTooLarge, "\(size) bytes: \(String(describing: e))")
+            #expect(e?.message.contains("nothing was written") == true, "\(String(describing: e))")
+        }
+        #expect(defaults.object(forKey: "big") == nil)
+        try defaults.set("after", forKey: "next")
+        #expect(try d.client().preferences.values(domain: domain) == ["small": .string("kept"), "next": .string("after")])
+    }
+}
