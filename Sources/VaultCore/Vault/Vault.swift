@@ -33,6 +33,8 @@ public final class Vault: @unchecked Sendable {
     /// it waits for the writers of its group (preference writes with 16 clients: 35k/s → 7k/s).
     private let observersLock = NSLock()
     private var observers: [UUID: @Sendable (VaultEvent) -> Void] = [:]
+    /// Puts preference events in commit order (see `PreferenceEvents`).
+    private let preferenceEvents = PreferenceEvents()
 
     /// Opens (creating when absent) the vault in `dataDirectory`: creates the directory 0700
     /// and `device.key` 0600, opens the store and runs pending migrations. Throws
@@ -341,27 +343,57 @@ public final class Vault: @unchecked Sendable {
         try reading { try PreferencesStore(db: $0).domains() }
     }
 
+    /// Runs a preference write and then emits its events in commit order. `write` makes the
+    /// change under the engine lock and, once it succeeded, takes its place in the order with
+    /// `ticket.take()` (still under the lock: writes run there in the order they commit); it
+    /// returns its result and events. Writers emit after their commit on threads of their own,
+    /// which run in any order: two writes of one key emitted in the wrong order left every
+    /// observer (every `Defaults` copy) with the older value for good.
+    private func writingPreferences<T>(_ write: (PreferenceEvents.Ticket) throws -> (T, [VaultEvent])) throws -> T {
+        let ticket = PreferenceEvents.Ticket(preferenceEvents)
+        var events: [VaultEvent] = []
+        // A write that took its place and then failed (its commit did) still passes it on.
+        defer { preferenceEvents.publish(ticket, events) { for e in $0 { self.emit(e) } } }
+        let (result, made) = try write(ticket)
+        events = made
+        return result
+    }
+
     /// Sets one key, durably. Throws DomainTooLarge (nothing written), InvalidValue.
     public func setPreference(domain: String, key: String, value: PlistValue) throws {
-        try transaction { try self.preferences.set(domain: domain, key: key, value: value) }
-        emit(.preference(domain: domain, key: key, value: value))
+        try writingPreferences { ticket in
+            try transaction {
+                try self.preferences.set(domain: domain, key: key, value: value)
+                ticket.take()
+            }
+            return ((), [.preference(domain: domain, key: key, value: value)])
+        }
     }
 
     public func removePreference(domain: String, key: String) throws {
-        let existed = try transaction { try self.preferences.remove(domain: domain, key: key) }
-        if existed { emit(.preference(domain: domain, key: key, value: nil)) }
+        try writingPreferences { ticket in
+            let existed = try transaction {
+                let existed = try self.preferences.remove(domain: domain, key: key)
+                ticket.take()
+                return existed
+            }
+            return ((), existed ? [.preference(domain: domain, key: key, value: nil)] : [])
+        }
     }
 
     /// Removes a whole domain; returns the number of keys it had.
     public func removeDomain(_ domain: String) throws -> Int {
-        let (count, keys) = try locked {
-            try db.write { _ in
-                let keys = try preferences.storedValues(domain).keys
-                return (try preferences.removeDomain(domain), Array(keys))
+        try writingPreferences { ticket in
+            let (count, keys) = try locked {
+                try db.write { _ in
+                    let keys = try preferences.storedValues(domain).keys
+                    let count = try preferences.removeDomain(domain)
+                    ticket.take()
+                    return (count, Array(keys))
+                }
             }
+            return (count, keys.map { .preference(domain: domain, key: $0, value: nil) })
         }
-        for k in keys { emit(.preference(domain: domain, key: k, value: nil)) }
-        return count
     }
 
     /// Replaces a domain with a property list's contents (root must be a dictionary).
@@ -370,21 +402,61 @@ public final class Vault: @unchecked Sendable {
         guard case .dict(let values) = try PropertyListCodec.decode(plist) else {
             throw VaultError(.invalidPropertyList, "the property list's root is not a dictionary; a domain can only be imported from a dictionary")
         }
-        let old = try locked {
-            try db.write { _ in
-                let old = try preferences.storedValues(domain)
-                try preferences.replace(domain: domain, with: values)
-                return old
+        return try writingPreferences { ticket in
+            let old = try locked {
+                try db.write { _ in
+                    let old = try preferences.storedValues(domain)
+                    try preferences.replace(domain: domain, with: values)
+                    ticket.take()
+                    return old
+                }
             }
+            var events: [VaultEvent] = Set(old.keys).subtracting(values.keys).map { .preference(domain: domain, key: $0, value: nil) }
+            for (k, v) in values where (old[k] ?? nil) != v { events.append(.preference(domain: domain, key: k, value: v)) }
+            return (values.count, events)
         }
-        for k in Set(old.keys).subtracting(values.keys) { emit(.preference(domain: domain, key: k, value: nil)) }
-        for (k, v) in values where (old[k] ?? nil) != v { emit(.preference(domain: domain, key: k, value: v)) }
-        return values.count
     }
 
     /// A domain as a property list in `format`.
     public func exportDomain(_ domain: String, format: PropertyListCodec.Format) throws -> Data {
         try PropertyListCodec.encode(.dict(try preferenceDomain(domain)), format: format)
+    }
+}
+
+/// Emits preference events in the order their writes committed. Each write takes a number
+/// under the engine lock once its change is made (`Ticket.take`), and publishes its events
+/// (none when it failed after all) after its commit; events wait here until every write
+/// numbered before theirs has published.
+final class PreferenceEvents: @unchecked Sendable {
+    /// One write's place in the order (nil until it takes one).
+    final class Ticket: @unchecked Sendable {
+        private let events: PreferenceEvents
+        fileprivate var number: UInt64?
+        init(_ events: PreferenceEvents) { self.events = events }
+        /// Takes the next number; call it under the engine lock, once the change is made
+        /// (later calls keep the first number).
+        func take() {
+            if number == nil { number = events.lock.withLock { events.taken += 1; return events.taken } }
+        }
+    }
+
+    private let lock = NSLock()
+    private var taken: UInt64 = 0
+    private var nextToEmit: UInt64 = 1
+    private var waiting: [UInt64: [VaultEvent]] = [:]
+
+    /// Publishes a ticket's events (nothing when it took no number): `emit` gets them, and
+    /// those of later tickets waiting for this one, in order (under the lock, so emits of
+    /// different writers do not interleave out of order).
+    func publish(_ ticket: Ticket, _ events: [VaultEvent], emit: ([VaultEvent]) -> Void) {
+        guard let n = ticket.number else { return }
+        lock.withLock {
+            waiting[n] = events
+            while let ready = waiting.removeValue(forKey: nextToEmit) {
+                emit(ready)
+                nextToEmit += 1
+            }
+        }
     }
 }
 
