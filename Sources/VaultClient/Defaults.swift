@@ -22,6 +22,10 @@ public final class Defaults: @unchecked Sendable {
     private static let registration = Mutex<[String: PlistValue]>([:])
     private let searchList: [String]
     private var observer: VaultConnection?
+    /// The sequence number of the last change event applied from the current Observe stream
+    /// (0 after a snapshot, or once the stream ended): a write of ours whose number is not
+    /// above it was already applied, and maybe overwritten by a newer one.
+    private var appliedSequence: UInt64 = 0
     private var watchers: [UUID: AsyncStream<DefaultsChange>.Continuation] = [:]
 
     /// The domain this instance reads first and writes.
@@ -110,6 +114,8 @@ public final class Defaults: @unchecked Sendable {
                 }
                 initial = false
                 connection = nil
+                // The next vaultd numbers its writes from 1 again.
+                self?.lock.withLock { self?.appliedSequence = 0 }
                 guard self != nil else { return }
             }
         }
@@ -126,7 +132,7 @@ public final class Defaults: @unchecked Sendable {
         if let values = reply["values"]?.objectValue {
             let decoded = values.compactMapValues { try? PlistValue(tagged: $0) }
             let (old, conts): ([String: PlistValue], [AsyncStream<DefaultsChange>.Continuation]) = lock.withLock {
-                defer { domains[domain] = decoded }
+                defer { domains[domain] = decoded; appliedSequence = 0 }
                 return (domains[domain] ?? [:], Array(watchers.values))
             }
             if !conts.isEmpty {
@@ -138,8 +144,10 @@ public final class Defaults: @unchecked Sendable {
         }
         guard let key = reply["key"]?.stringValue else { return false }
         let value = reply["value"].flatMap { $0.isNull ? nil : try? PlistValue(tagged: $0) }
+        let sequence = reply["sequence"]?.int64Value.flatMap { UInt64(exactly: $0) }
         let conts: [AsyncStream<DefaultsChange>.Continuation] = lock.withLock {
             domains[domain, default: [:]][key] = value
+            if let sequence { appliedSequence = max(appliedSequence, sequence) }
             return Array(watchers.values)
         }
         for c in conts { c.yield(DefaultsChange(domain: domain, key: key, value: value)) }
@@ -268,8 +276,18 @@ public final class Defaults: @unchecked Sendable {
     /// (DomainTooLarge, InvalidValue, ReadOnlyDomain, ConnectionFailed); on error nothing changes.
     public func set(_ value: PlistValue?, forKey key: String) throws {
         guard let value else { return try removeObject(forKey: key) }
-        try vault.preferences.set(value, domain: domainName, key: key)
-        lock.withLock { domains[domainName, default: [:]][key] = value }
+        let sequence = try vault.preferences.setReturningSequence(value, domain: domainName, key: key)
+        applyOwnWrite(value, forKey: key, sequence: sequence)
+    }
+
+    /// Puts a write of ours into the copy at once, unless the Observe stream already brought
+    /// it (and maybe a newer write of another process after it: applying ours then would
+    /// leave the copy with an older value than the store's for good).
+    private func applyOwnWrite(_ value: PlistValue?, forKey key: String, sequence: UInt64?) {
+        lock.withLock {
+            if let sequence, sequence <= appliedSequence { return }
+            domains[domainName, default: [:]][key] = value
+        }
     }
 
     /// Typed forms of `set(_:forKey:)`, as UserDefaults': the same limits and errors. An
@@ -284,8 +302,8 @@ public final class Defaults: @unchecked Sendable {
 
     /// Removes `key` from this instance's domain.
     public func removeObject(forKey key: String) throws {
-        try vault.preferences.remove(domain: domainName, key: key)
-        lock.withLock { _ = domains[domainName]?.removeValue(forKey: key) }
+        let sequence = try vault.preferences.removeReturningSequence(domain: domainName, key: key)
+        applyOwnWrite(nil, forKey: key, sequence: sequence)
     }
 
     // MARK: observation

@@ -20,8 +20,16 @@ public struct Preferences: Sendable {
     /// Sets one key; durable when this returns. A value too large for one message (8 MiB)
     /// is DomainTooLarge, as vaultd says for any value past the domain's 4 MiB, not sent.
     public func set(_ value: PlistValue, domain: String?, key: String) throws {
+        try setReturningSequence(value, domain: domain, key: key)
+    }
+
+    /// `set`, returning the write's sequence number (nil from a vaultd that sends none), which
+    /// its Observe event carries.
+    @discardableResult
+    func setReturningSequence(_ value: PlistValue, domain: String?, key: String) throws -> UInt64? {
         do {
-            try connection.call("io.vaultd.Preferences.Set", ["domain": Self.domain(domain), "key": .string(key), "value": value.tagged])
+            let r = try connection.call("io.vaultd.Preferences.Set", ["domain": Self.domain(domain), "key": .string(key), "value": value.tagged])
+            return r["sequence"]?.int64Value.flatMap { UInt64(exactly: $0) }
         } catch let e as VaultError where e.code == .invalidParameter && e.parameters["parameter"] == "message" {
             throw VaultError(
                 .domainTooLarge,
@@ -32,7 +40,14 @@ public struct Preferences: Sendable {
 
     /// Removes one key (no error when it is absent); durable when this returns.
     public func remove(domain: String?, key: String) throws {
-        try connection.call("io.vaultd.Preferences.Remove", ["domain": Self.domain(domain), "key": .string(key)])
+        try removeReturningSequence(domain: domain, key: key)
+    }
+
+    /// `remove`, returning the write's sequence number as `setReturningSequence`.
+    @discardableResult
+    func removeReturningSequence(domain: String?, key: String) throws -> UInt64? {
+        let r = try connection.call("io.vaultd.Preferences.Remove", ["domain": Self.domain(domain), "key": .string(key)])
+        return r["sequence"]?.int64Value.flatMap { UInt64(exactly: $0) }
     }
 
     /// Every key of a domain.

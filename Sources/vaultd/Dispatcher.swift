@@ -66,8 +66,8 @@ struct Dispatcher {
             }
             let wanted = keys
             return Subscription(initial: initial) { event in
-                guard case .preference(let d, let k, let v) = event, domains.contains(d), wanted?.contains(k) ?? true else { return nil }
-                return ["domain": .string(d), "key": .string(k), "value": v?.tagged ?? .null]
+                guard case .preference(let d, let k, let v, let n) = event, domains.contains(d), wanted?.contains(k) ?? true else { return nil }
+                return ["domain": .string(d), "key": .string(k), "value": v?.tagged ?? .null, "sequence": JSON(n)]
             }
         case "io.vaultd.Caches.Observe":
             let own = caller.appID
@@ -157,12 +157,12 @@ struct Dispatcher {
             return ["value": value?.tagged ?? .null]
         case "io.vaultd.Preferences.Set":
             let domain = try vault.resolveDomain(try p.optionalString("domain"), caller: caller, write: true)
-            try vault.setPreference(domain: domain, key: try p.string("key"), value: try PlistValue(tagged: try p.json("value")))
-            return [:]
+            let n = try vault.setPreference(domain: domain, key: try p.string("key"), value: try PlistValue(tagged: try p.json("value")))
+            return ["sequence": JSON(n)]
         case "io.vaultd.Preferences.Remove":
             let domain = try vault.resolveDomain(try p.optionalString("domain"), caller: caller, write: true)
-            try vault.removePreference(domain: domain, key: try p.string("key"))
-            return [:]
+            let n = try vault.removePreference(domain: domain, key: try p.string("key"))
+            return ["sequence": JSON(n)]
         case "io.vaultd.Preferences.Domain":
             let domain = try vault.resolveDomain(try p.optionalString("domain"), caller: caller, write: false)
             return ["values": .object(try vault.preferenceDomain(domain).mapValues(\.tagged))]

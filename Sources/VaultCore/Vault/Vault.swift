@@ -359,25 +359,31 @@ public final class Vault: @unchecked Sendable {
         return result
     }
 
-    /// Sets one key, durably. Throws DomainTooLarge (nothing written), InvalidValue.
-    public func setPreference(domain: String, key: String, value: PlistValue) throws {
+    /// Sets one key, durably. Returns the write's sequence number, which its event carries
+    /// (observers order their own writes against events with it). Throws DomainTooLarge
+    /// (nothing written), InvalidValue.
+    @discardableResult
+    public func setPreference(domain: String, key: String, value: PlistValue) throws -> UInt64 {
         try writingPreferences { ticket in
             try transaction {
                 try self.preferences.set(domain: domain, key: key, value: value)
                 ticket.take()
             }
-            return ((), [.preference(domain: domain, key: key, value: value)])
+            return (ticket.sequence, [.preference(domain: domain, key: key, value: value, sequence: ticket.sequence)])
         }
     }
 
-    public func removePreference(domain: String, key: String) throws {
+    /// Removes one key, durably (no error when it is absent). Returns the write's sequence
+    /// number, as `setPreference`.
+    @discardableResult
+    public func removePreference(domain: String, key: String) throws -> UInt64 {
         try writingPreferences { ticket in
             let existed = try transaction {
                 let existed = try self.preferences.remove(domain: domain, key: key)
                 ticket.take()
                 return existed
             }
-            return ((), existed ? [.preference(domain: domain, key: key, value: nil)] : [])
+            return (ticket.sequence, existed ? [.preference(domain: domain, key: key, value: nil, sequence: ticket.sequence)] : [])
         }
     }
 
@@ -392,7 +398,7 @@ public final class Vault: @unchecked Sendable {
                     return (count, Array(keys))
                 }
             }
-            return (count, keys.map { .preference(domain: domain, key: $0, value: nil) })
+            return (count, keys.map { .preference(domain: domain, key: $0, value: nil, sequence: ticket.sequence) })
         }
     }
 
@@ -411,8 +417,10 @@ public final class Vault: @unchecked Sendable {
                     return old
                 }
             }
-            var events: [VaultEvent] = Set(old.keys).subtracting(values.keys).map { .preference(domain: domain, key: $0, value: nil) }
-            for (k, v) in values where (old[k] ?? nil) != v { events.append(.preference(domain: domain, key: k, value: v)) }
+            var events: [VaultEvent] = Set(old.keys).subtracting(values.keys).map {
+                .preference(domain: domain, key: $0, value: nil, sequence: ticket.sequence)
+            }
+            for (k, v) in values where (old[k] ?? nil) != v { events.append(.preference(domain: domain, key: k, value: v, sequence: ticket.sequence)) }
             return (values.count, events)
         }
     }
@@ -433,6 +441,8 @@ final class PreferenceEvents: @unchecked Sendable {
         private let events: PreferenceEvents
         fileprivate var number: UInt64?
         init(_ events: PreferenceEvents) { self.events = events }
+        /// The write's place in the order (from 1), once taken.
+        var sequence: UInt64 { number ?? 0 }
         /// Takes the next number; call it under the engine lock, once the change is made
         /// (later calls keep the first number).
         func take() {
@@ -464,8 +474,9 @@ final class PreferenceEvents: @unchecked Sendable {
 public enum VaultEvent: Sendable {
     /// The lock state changed (io.vaultd.Vault `LockState`).
     case lockState(JSON)
-    /// A preference was set (value) or removed (nil).
-    case preference(domain: String, key: String, value: PlistValue?)
+    /// A preference was set (value) or removed (nil). `sequence`: the write's place in the
+    /// commit order of this vaultd's run (`PreferenceEvents`), also in the writer's reply.
+    case preference(domain: String, key: String, value: PlistValue?, sequence: UInt64)
     /// Files were purged from an app's cache.
     case cachePurge(appID: String, freedBytes: Int64)
 }

@@ -9,11 +9,12 @@ extension VarlinkInterfaces {
         # The value of one key, or null when the domain has no such key.
         method Get(domain: ?string, key: string) -> (value: ?object)
 
-        # Sets one key; durable when the reply arrives.
-        method Set(domain: ?string, key: string, value: object) -> ()
+        # Sets one key; durable when the reply arrives. `sequence`: the write's place in the
+        # order of this vaultd run's preference writes, as Observe reports it.
+        method Set(domain: ?string, key: string, value: object) -> (sequence: int)
 
-        # Removes one key (no error when it is absent).
-        method Remove(domain: ?string, key: string) -> ()
+        # Removes one key (no error when it is absent); `sequence` as for Set.
+        method Remove(domain: ?string, key: string) -> (sequence: int)
 
         # Every key of one domain.
         method Domain(domain: ?string) -> (values: [string]object)
@@ -31,12 +32,14 @@ extension VarlinkInterfaces {
         # Streams changes (call with more) to keys of `domains` (apps: default their own
         # domain), or only to `keys` when given, whoever wrote them. The first reply for each
         # domain carries `values`, a snapshot; later replies carry `key` and its new `value`
-        # (null when removed).
+        # (null when removed), in the order the writes committed, with the write's `sequence`
+        # (increasing within one vaultd run; a writer's Set and Remove replies carry it too).
         method Observe(domains: ?[]string, keys: ?[]string) -> (
           domain: string,
           key: ?string,
           value: ?object,
-          values: ?[string]object
+          values: ?[string]object,
+          sequence: ?int
         )
 
         # Removes a whole domain.
