@@ -157,11 +157,11 @@ struct Dispatcher {
             return ["value": value?.tagged ?? .null]
         case "io.vaultd.Preferences.Set":
             let domain = try vault.resolveDomain(try p.optionalString("domain"), caller: caller, write: true)
-            let n = try vault.setPreference(domain: domain, key: try p.string("key"), value: try PlistValue(tagged: try p.json("value")))
+            let n = try vault.setPreference(domain: domain, key: try p.string("key"), value: try PlistValue(tagged: try p.json("value")), caller: caller)
             return ["sequence": JSON(n)]
         case "io.vaultd.Preferences.Remove":
             let domain = try vault.resolveDomain(try p.optionalString("domain"), caller: caller, write: true)
-            let n = try vault.removePreference(domain: domain, key: try p.string("key"))
+            let n = try vault.removePreference(domain: domain, key: try p.string("key"), caller: caller)
             return ["sequence": JSON(n)]
         case "io.vaultd.Preferences.Domain":
             let domain = try vault.resolveDomain(try p.optionalString("domain"), caller: caller, write: false)
@@ -177,7 +177,7 @@ struct Dispatcher {
             guard let data = Data(base64Encoded: try p.string("plist")) else {
                 throw VaultError.invalidParameter("plist", "must be base64")
             }
-            return ["keys": JSON(try vault.importDomain(domain, plist: data))]
+            return ["keys": JSON(try vault.importDomain(domain, plist: data, caller: caller))]
         case "io.vaultd.Preferences.Export":
             let domain = try vault.resolveDomain(try p.string("domain"), caller: caller, write: false)
             let format = try p.optionalString("format") ?? "xml"
@@ -187,7 +187,7 @@ struct Dispatcher {
             return ["plist": .string(try vault.exportDomain(domain, format: f).base64EncodedString())]
         case "io.vaultd.Preferences.RemoveDomain":
             let domain = try vault.resolveDomain(try p.string("domain"), caller: caller, write: true)
-            return ["keys": JSON(try vault.removeDomain(domain))]
+            return ["keys": JSON(try vault.removeDomain(domain, caller: caller))]
 
         case "io.vaultd.Caches.Directory":
             return ["path": .string(try vault.cacheDirectory(for: try p.optionalString("appID"), caller: caller))]

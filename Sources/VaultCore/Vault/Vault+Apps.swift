@@ -202,6 +202,18 @@ extension Vault {
         if launch && a.launchedGeneration != a.generation { _ = try self.launch(caller, reporting: false) }
     }
 
+    /// `admit`'s check again, inside a write (on the writer's connection, engine lock held),
+    /// so the write and the check see one state: an uninstall or reinstall that commits
+    /// between `admit` and the write would otherwise let the write land after it (a
+    /// preference set re-created the domain the uninstall had just removed, and the next
+    /// install read it). Throws MissingEntitlement, as `admit` does.
+    func admitInWrite(_ caller: Caller) throws {
+        guard let appID = caller.appID, caller.generation != nil else { return }
+        guard let a = try apps.find(appID), a.installed, a.generation == caller.generation else {
+            throw VaultError(.missingEntitlement, "\(appID) was uninstalled or reinstalled after this connection was made; reconnect")
+        }
+    }
+
     /// Notices registered executables that disappeared (uninstall) or came back (reinstall:
     /// a new generation). vaultd calls this at start and then periodically.
     public func scanExecutables() {

@@ -262,7 +262,10 @@ public final class Vault: @unchecked Sendable {
         let accessible = stored.accessible ?? .whenUnlocked
         let keys = try withKeys { try keychain.writeKeys(accessible: accessible) }
         let values = try KeychainStore.encrypt(itemClass: itemClass, attributes: stored, secret: secret, keys: keys)
-        try transaction { try self.keychain.insert(values, generation: caller.generation, classKey: keys.classKey, accessible: accessible) }
+        try transaction {
+            try self.admitInWrite(caller)
+            try self.keychain.insert(values, generation: caller.generation, classKey: keys.classKey, accessible: accessible)
+        }
         return stored
     }
 
@@ -293,13 +296,19 @@ public final class Vault: @unchecked Sendable {
     /// SecItemUpdate; see `KeychainStore.update`. All matches change, or none.
     public func updateItems(_ query: ItemQuery, changes: ItemAttributes, secret: SecureBytes?, caller: Caller) throws -> Int {
         try admit(caller, launch: true)
-        return try transaction { try self.keychain.update(query, changes: changes, secret: secret, caller: caller) }
+        return try transaction {
+            try self.admitInWrite(caller)
+            return try self.keychain.update(query, changes: changes, secret: secret, caller: caller)
+        }
     }
 
     /// SecItemDelete; see `KeychainStore.delete`.
     public func deleteItems(_ query: ItemQuery, caller: Caller) throws -> Int {
         try admit(caller, launch: true)
-        return try transaction { try self.keychain.delete(query, caller: caller) }
+        return try transaction {
+            try self.admitInWrite(caller)
+            return try self.keychain.delete(query, caller: caller)
+        }
     }
 
     // MARK: preferences
@@ -349,7 +358,7 @@ public final class Vault: @unchecked Sendable {
     /// returns its result and events. Writers emit after their commit on threads of their own,
     /// which run in any order: two writes of one key emitted in the wrong order left every
     /// observer (every `Defaults` copy) with the older value for good.
-    private func writingPreferences<T>(_ write: (PreferenceEvents.Ticket) throws -> (T, [VaultEvent])) throws -> T {
+    func writingPreferences<T>(_ write: (PreferenceEvents.Ticket) throws -> (T, [VaultEvent])) throws -> T {
         let ticket = PreferenceEvents.Ticket(preferenceEvents)
         var events: [VaultEvent] = []
         // A write that took its place and then failed (its commit did) still passes it on.
@@ -361,11 +370,13 @@ public final class Vault: @unchecked Sendable {
 
     /// Sets one key, durably. Returns the write's sequence number, which its event carries
     /// (observers order their own writes against events with it). Throws DomainTooLarge
-    /// (nothing written), InvalidValue.
+    /// (nothing written), InvalidValue; MissingEntitlement when `caller`'s install is no
+    /// longer current (see `admit`).
     @discardableResult
-    public func setPreference(domain: String, key: String, value: PlistValue) throws -> UInt64 {
+    public func setPreference(domain: String, key: String, value: PlistValue, caller: Caller = .owner) throws -> UInt64 {
         try writingPreferences { ticket in
             try transaction {
+                try self.admitInWrite(caller)
                 try self.preferences.set(domain: domain, key: key, value: value)
                 ticket.take()
             }
@@ -374,11 +385,12 @@ public final class Vault: @unchecked Sendable {
     }
 
     /// Removes one key, durably (no error when it is absent). Returns the write's sequence
-    /// number, as `setPreference`.
+    /// number, as `setPreference`; throws MissingEntitlement as it does.
     @discardableResult
-    public func removePreference(domain: String, key: String) throws -> UInt64 {
+    public func removePreference(domain: String, key: String, caller: Caller = .owner) throws -> UInt64 {
         try writingPreferences { ticket in
             let existed = try transaction {
+                try self.admitInWrite(caller)
                 let existed = try self.preferences.remove(domain: domain, key: key)
                 ticket.take()
                 return existed
@@ -387,11 +399,13 @@ public final class Vault: @unchecked Sendable {
         }
     }
 
-    /// Removes a whole domain; returns the number of keys it had.
-    public func removeDomain(_ domain: String) throws -> Int {
+    /// Removes a whole domain; returns the number of keys it had. Throws MissingEntitlement
+    /// when `caller`'s install is no longer current (see `admit`).
+    public func removeDomain(_ domain: String, caller: Caller = .owner) throws -> Int {
         try writingPreferences { ticket in
             let (count, keys) = try locked {
                 try db.write { _ in
+                    try admitInWrite(caller)
                     let keys = try preferences.storedValues(domain).keys
                     let count = try preferences.removeDomain(domain)
                     ticket.take()
@@ -403,14 +417,16 @@ public final class Vault: @unchecked Sendable {
     }
 
     /// Replaces a domain with a property list's contents (root must be a dictionary).
-    /// Returns the number of keys. Throws InvalidPropertyList, DomainTooLarge (nothing changed).
-    public func importDomain(_ domain: String, plist: Data) throws -> Int {
+    /// Returns the number of keys. Throws InvalidPropertyList, DomainTooLarge (nothing changed),
+    /// MissingEntitlement when `caller`'s install is no longer current (see `admit`).
+    public func importDomain(_ domain: String, plist: Data, caller: Caller = .owner) throws -> Int {
         guard case .dict(let values) = try PropertyListCodec.decode(plist) else {
             throw VaultError(.invalidPropertyList, "the property list's root is not a dictionary; a domain can only be imported from a dictionary")
         }
         return try writingPreferences { ticket in
             let old = try locked {
                 try db.write { _ in
+                    try admitInWrite(caller)
                     let old = try preferences.storedValues(domain)
                     try preferences.replace(domain: domain, with: values)
                     ticket.take()

@@ -1,0 +1,65 @@
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Install state against what a running instance of an earlier install does at the same
+/// time (DESIGN §5): an instance connected before an uninstall or reinstall loses the app
+/// tier, and nothing it does reaches the next install.
+extension AppsTests {
+    /// A raw client (the copied python3 registered as org.example.Raw) that says Hello, then
+    /// calls `method` with `params` back to back until one fails; prints "ready" after 20
+    /// calls and the failing reply at the end.
+    static let hammerScript = rawClientScript(imports: "json, socket, sys", """
+        call("io.vaultd.Vault.Hello", {})
+        method, params = sys.argv[2], json.loads(sys.argv[3])
+        n = 0
+        while True:
+            p = dict(params)
+            if "key" in p: p["key"] = "k%d" % n
+            r = call(method, p)
+            if "error" in r:
+                print(json.dumps(r), flush=True)
+                break
+            n += 1
+            if n == 20: print("ready", flush=True)
+        """)
+
+    /// Runs the hammer with `method` while the app is uninstalled; returns its last line (the
+    /// refusal).
+    static func hammerThroughAnUninstall(_ d: Daemon, _ python: String, _ method: String, _ params: String, round: Int) throws -> String {
+        try d.install("org.example.Raw", exe: python)
+        let out = d.root + "/hammer-\(round).out"
+        let pid = try ChildProcess.spawn(
+            python, ["-c", hammerScript, d.socketPath, method, params], environment: d.environment, inputs: [:],
+            stdout: .file(out, append: false), stderr: .file(out + ".err", append: false))
+        let read = { (try? String(contentsOfFile: out, encoding: .utf8)) ?? "" }
+        #expect(eventually(timeout: 20) { read().contains("ready") }, "\((try? String(contentsOfFile: out + ".err", encoding: .utf8)) ?? "")")
+        let uninstall = d.ctl(["app", "uninstall", "org.example.Raw"])
+        #expect(uninstall.status == 0, "\(uninstall)")
+        if ChildProcess.wait(pid, timeout: 20) == nil { kill(pid, SIGKILL); _ = ChildProcess.wait(pid, timeout: 5) }
+        let last = read().split(separator: "\n").last.map(String.init) ?? ""
+        #expect(last.contains(Self.missingEntitlement), "round \(round): \(read())")
+        return last
+    }
+
+    /// A preference write the app sent as it was being uninstalled either landed before the
+    /// uninstall (and went with the domain) or is refused: it never re-creates the domain
+    /// the uninstall removed (it did in 4 of 6 rounds: the check and the write were two
+    /// steps, and the next install read the key). Timing-dependent: several rounds.
+    @Test func aPreferenceSetRacingAnUninstallDoesNotReviveTheDomain() throws {
+        let d = try Self.daemon()
+        defer { d.close() }
+        let python = try Self.rawPythonApp(d)
+        for round in 1...5 {
+            _ = try Self.hammerThroughAnUninstall(d, python, "io.vaultd.Preferences.Set", #"{"key": "", "value": {"string": "zombie"}}"#, round: round)
+            let left = d.ctl(["defaults", "read", "org.example.Raw"])
+            #expect(left.status != 0 && !left.stdoutText.contains("zombie"), "round \(round): the uninstalled app's domain came back: \(left)")
+        }
+        // And the next install starts with none.
+        try d.install("org.example.Raw", exe: python)
+        #expect(d.ctl(["defaults", "read", "org.example.Raw"]).stdoutText.isEmpty)
+    }
+}
