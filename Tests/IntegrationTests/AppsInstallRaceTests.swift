@@ -62,4 +62,31 @@ extension AppsTests {
         try d.install("org.example.Raw", exe: python)
         #expect(d.ctl(["defaults", "read", "org.example.Raw"]).stdoutText.isEmpty)
     }
+
+    /// An instance of the earlier install keeps its cache path and writes there after the
+    /// uninstall (making the directory again, as `createDirectory(withIntermediateDirectories:)`
+    /// does), or vaultd was killed before the uninstall had removed every file: the next
+    /// install's cache is empty all the same.
+    @Test func aReinstallFindsNoCacheFileAnEarlierInstallLeft() throws {
+        let d = try Self.daemon()
+        defer { d.close() }
+        let a = try d.placeExample("a")
+        try d.install(Self.appA, exe: a)
+        let path = d.app(a, ["cache", "path"]).stdoutText.trimmingCharacters(in: .newlines)
+        try #require(path.hasPrefix(d.root + "/"), "\(path)")
+        #expect(d.ctl(["app", "uninstall", Self.appA]).status == 0)
+        #expect(!FileManager.default.fileExists(atPath: path))
+        // The instance still running writes its file.
+        try FileManager.default.createDirectory(atPath: path + "/sub", withIntermediateDirectories: true)
+        try Data("of the earlier install".utf8).write(to: URL(fileURLWithPath: path + "/sub/leftover"))
+
+        try d.install(Self.appA, exe: a)
+        #expect(try d.launch(a).firstLaunch)
+        let again = d.app(a, ["cache", "path"]).stdoutText.trimmingCharacters(in: .newlines)
+        #expect(again == path)
+        let seen = (try? FileManager.default.subpathsOfDirectory(atPath: again)) ?? []
+        #expect(seen.isEmpty, "the new install sees the earlier install's cache: \(seen)")
+        let usage = d.ctl(["cache", "usage", "--json"])
+        #expect(CacheUsageReport(try #require(usage.jsonObject, "\(usage)")).files(Self.appA) == 0, "\(usage)")
+    }
 }

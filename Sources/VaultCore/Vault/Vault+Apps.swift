@@ -60,10 +60,17 @@ extension Vault {
         if let e = executable, try locked({ try apps.all() }).contains(where: { $0.installed && $0.executable == e && $0.appID != appID }) {
             throw VaultError.invalidParameter("executable", "another installed app is registered with this executable")
         }
+        let earlier = try locked { try apps.find(appID) }
+        // What an earlier, uninstalled install left in its cache directory goes before the
+        // new install can see it: the uninstall's removal may not have finished (vaultd
+        // killed during it), or an instance still running after the uninstall made the
+        // directory again. Nothing may make it meanwhile: the app is not installed, so its
+        // connections are refused, and the owner's Caches.Directory is AppNotFound.
+        if let earlier, !earlier.installed { caches.removeDirectory(of: appID) }
         let record = AppRecord(
             appID: appID, executable: executable, flatpak: flatpak, accessGroups: accessGroups, appGroups: appGroups,
             keepCredentialsOnReinstall: keepCredentialsOnReinstall, installed: true, generation: UUID().uuidString.lowercased(),
-            installedAt: Date(), launchedGeneration: try locked { try apps.find(appID)?.launchedGeneration })
+            installedAt: Date(), launchedGeneration: earlier?.launchedGeneration)
         try locked {
             try db.write { _ in
                 try apps.save(record)
