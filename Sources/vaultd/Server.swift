@@ -381,7 +381,20 @@ final class Server: @unchecked Sendable {
             guard (try? send(VarlinkReply(parameters: reply, continues: true), on: conn)) == true else { return }
         }
         while !stopping.load(ordering: .relaxed) {
-            for params in queue.drain(waitingUpTo: 1) {
+            let batch = queue.drain(waitingUpTo: 1)
+            // An app's stream ends when its install does (uninstall or reinstall), as its
+            // other calls do: an instance of the earlier install must not go on receiving
+            // what the next install writes to the same domain. Checked at least once a second.
+            if caller.appID != nil {
+                do {
+                    try dispatcher.vault.checkAdmitted(caller)
+                } catch {
+                    let e = error as? VaultError ?? VaultError(.internalError, "\(error)")
+                    _ = try? send(VarlinkReply(error: e), on: conn)
+                    return
+                }
+            }
+            for params in batch {
                 guard (try? send(VarlinkReply(parameters: params, continues: true), on: conn)) == true else { return }
             }
             if peerClosed(conn) { return }

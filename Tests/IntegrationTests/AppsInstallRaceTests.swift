@@ -89,4 +89,45 @@ extension AppsTests {
         let usage = d.ctl(["cache", "usage", "--json"])
         #expect(CacheUsageReport(try #require(usage.jsonObject, "\(usage)")).files(Self.appA) == 0, "\(usage)")
     }
+
+    /// A Preferences.Observe stream opened by an instance of the earlier install ends with
+    /// MissingEntitlement once the app is uninstalled and installed again: it went on
+    /// receiving every value the new install wrote to the domain.
+    @Test func anObserveStreamOfAnEarlierInstallSeesNothingOfTheNextOne() throws {
+        let d = try Self.daemon()
+        defer { d.close() }
+        let python = try Self.rawPythonApp(d)
+        let observe = """
+            import json, socket, sys
+            s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); buf = b''
+            s.sendall(json.dumps({"method": "io.vaultd.Preferences.Observe", "parameters": {}, "more": True}).encode() + b'\\0')
+            s.settimeout(15)
+            try:
+                while True:
+                    d = s.recv(65536)
+                    if not d: break
+                    buf += d
+                    while b'\\0' in buf:
+                        m, _, buf = buf.partition(b'\\0'); print(m.decode(), flush=True)
+            except socket.timeout:
+                print("timeout", flush=True)
+            """
+        try d.install("org.example.Raw", exe: python)
+        let out = d.root + "/observe.out"
+        let pid = try ChildProcess.spawn(
+            python, ["-c", observe, d.socketPath], environment: d.environment, inputs: [:], stdout: .file(out, append: false),
+            stderr: .file(out + ".err", append: false))
+        let read = { (try? String(contentsOfFile: out, encoding: .utf8)) ?? "" }
+        #expect(eventually(timeout: 10) { read().contains("\"values\"") }, "the stream did not start: \(read())")
+        #expect(d.ctl(["app", "uninstall", "org.example.Raw"]).status == 0)
+        try d.install("org.example.Raw", exe: python)
+        let set = d.app(python, ["-c", Self.rawClientScript(imports: "json, socket, sys", """
+            print(json.dumps(call("io.vaultd.Preferences.Set", {"key": "of-the-new-install", "value": {"string": "NEW"}})))
+            """), d.socketPath])
+        #expect(set.status == 0 && !set.stdoutText.contains("error"), "\(set)")
+        if ChildProcess.wait(pid, timeout: 20) == nil { kill(pid, SIGKILL); _ = ChildProcess.wait(pid, timeout: 5) }
+        let lines = read()
+        #expect(!lines.contains("of-the-new-install"), "the earlier install's stream got the new install's value: \(lines)")
+        #expect(lines.contains(Self.missingEntitlement) && !lines.contains("timeout"), "\(lines)")
+    }
 }

@@ -209,6 +209,13 @@ extension Vault {
         if launch && a.launchedGeneration != a.generation { _ = try self.launch(caller, reporting: false) }
     }
 
+    /// Whether a connection's app may still be served: throws MissingEntitlement when the
+    /// app was uninstalled or reinstalled after the connection was identified (see `admit`).
+    /// The owner always passes. vaultd checks a stream with it before each batch of events.
+    public func checkAdmitted(_ caller: Caller) throws {
+        try admit(caller)
+    }
+
     /// `admit`'s check again, inside a write (on the writer's connection, engine lock held),
     /// so the write and the check see one state: an uninstall or reinstall that commits
     /// between `admit` and the write would otherwise let the write land after it (a
