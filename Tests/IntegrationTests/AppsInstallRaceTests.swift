@@ -130,4 +130,41 @@ extension AppsTests {
         #expect(!lines.contains("of-the-new-install"), "the earlier install's stream got the new install's value: \(lines)")
         #expect(lines.contains(Self.missingEntitlement) && !lines.contains("timeout"), "\(lines)")
     }
+
+    /// An uninstall removes the app's preferences domain; an observer of that domain (the
+    /// owner's, here) is told each key went, as for any other removal: it was told nothing
+    /// and kept the values the uninstall had deleted.
+    @Test func anUninstallTellsObserversOfTheAppsDomainThatItsKeysWent() throws {
+        let d = try Self.daemon()
+        defer { d.close() }
+        let a = try d.placeExample("a")
+        try d.install(Self.appA, exe: a)
+        #expect(d.app(a, ["defaults", "set", "colour", "blue"]).status == 0)
+        let observe = """
+            import json, socket, sys
+            s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); buf = b''
+            s.sendall(json.dumps({"method": "io.vaultd.Preferences.Observe", "parameters": {"domains": [sys.argv[2]]}, "more": True}).encode() + b'\\0')
+            s.settimeout(15)
+            try:
+                while True:
+                    d = s.recv(65536)
+                    if not d: break
+                    buf += d
+                    while b'\\0' in buf:
+                        m, _, buf = buf.partition(b'\\0'); print(m.decode(), flush=True)
+                        if '"key"' in m.decode(): sys.exit(0)
+            except socket.timeout:
+                print("timeout", flush=True)
+            """
+        let out = d.root + "/observe.out"
+        let pid = try ChildProcess.spawn(
+            "/usr/bin/python3", ["-c", observe, d.socketPath, Self.appA], environment: d.environment, inputs: [:],
+            stdout: .file(out, append: false), stderr: .file(out + ".err", append: false))
+        let read = { (try? String(contentsOfFile: out, encoding: .utf8)) ?? "" }
+        #expect(eventually(timeout: 10) { read().contains("blue") }, "the stream did not start: \(read())")
+        #expect(d.ctl(["app", "uninstall", Self.appA]).status == 0)
+        if ChildProcess.wait(pid, timeout: 20) == nil { kill(pid, SIGKILL); _ = ChildProcess.wait(pid, timeout: 5) }
+        let last = read().split(separator: "\n").last.map(String.init) ?? ""
+        #expect(last.contains("\"key\":\"colour\"") && last.contains("\"value\":null"), "\(read())")
+    }
 }

@@ -98,15 +98,22 @@ extension Vault {
     }
 
     private func markUninstalled(_ appID: String, executableMissing: Bool) throws -> AppRecord {
-        let record: AppRecord = try locked {
-            try db.write { _ in
-                guard var a = try apps.find(appID) else { throw VaultError(.appNotFound, "no app \(appID)") }
-                a.installed = false
-                a.executableMissing = executableMissing
-                try apps.save(a)
-                _ = try preferences.removeDomain(appID)
-                return a
+        // Observers of the domain learn that its keys went, as with any other removal (in
+        // commit order with other preference writes: `writingPreferences`).
+        let record: AppRecord = try writingPreferences { ticket in
+            let (a, keys): (AppRecord, [String]) = try locked {
+                try db.write { _ in
+                    guard var a = try apps.find(appID) else { throw VaultError(.appNotFound, "no app \(appID)") }
+                    a.installed = false
+                    a.executableMissing = executableMissing
+                    try apps.save(a)
+                    let keys = try preferences.storedValues(appID).keys
+                    _ = try preferences.removeDomain(appID)
+                    ticket.take()
+                    return (a, Array(keys))
+                }
             }
+            return (a, keys.map { .preference(domain: appID, key: $0, value: nil, sequence: ticket.sequence) })
         }
         caches.removeDirectory(of: appID)
         log("app \(appID) uninstalled")
