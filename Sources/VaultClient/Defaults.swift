@@ -178,8 +178,8 @@ public final class Defaults: @unchecked Sendable {
     }
 
     /// The integer for `key`: integers, reals (truncated; beyond Int's range, Int.max or
-    /// Int.min), bools (0/1) and numeric strings convert, as `UserDefaults.integer(forKey:)`;
-    /// 0 otherwise.
+    /// Int.min), bools (0/1) and strings (their leading integer, as `NSString.integerValue`)
+    /// convert, as `UserDefaults.integer(forKey:)`; 0 otherwise.
     public func integer(forKey key: String) -> Int {
         switch object(forKey: key) {
         case .integer(let i)?: return Int(i)
@@ -199,26 +199,74 @@ public final class Defaults: @unchecked Sendable {
         return Int(d)
     }
 
-    /// A numeric string as an integer ("42", "2.5" → 2), else 0.
+    /// A string's leading decimal integer, as `NSString.integerValue`: leading whitespace
+    /// skipped, an optional sign, then digits up to the first other character ("42abc" → 42,
+    /// " 7" → 7, "2.5" → 2, "1e3" → 1); saturating at Int.max / Int.min; 0 when the string
+    /// does not begin with a number.
     static func integer(_ s: String) -> Int {
-        Int(s) ?? truncated(Double(s) ?? 0)
+        var bytes = s.utf8.drop(while: isWhitespace)[...]
+        var negative = false
+        if let sign = bytes.first, sign == UInt8(ascii: "+") || sign == UInt8(ascii: "-") {
+            negative = sign == UInt8(ascii: "-")
+            bytes = bytes.dropFirst()
+        }
+        var value = 0
+        for b in bytes {
+            guard b >= UInt8(ascii: "0") && b <= UInt8(ascii: "9") else { break }
+            let digit = Int(b - UInt8(ascii: "0"))
+            let (times10, o1) = value.multipliedReportingOverflow(by: 10)
+            let (next, o2) = negative ? times10.subtractingReportingOverflow(digit) : times10.addingReportingOverflow(digit)
+            if o1 || o2 { return negative ? .min : .max }
+            value = next
+        }
+        return value
     }
 
-    /// As `UserDefaults.double(forKey:)`: reals, integers, bools (0/1) and numeric strings
-    /// convert; 0 otherwise.
+    /// A string's leading decimal number, as `NSString.doubleValue`: leading whitespace
+    /// skipped, then `[+-]digits[.digits][e[+-]digits]` up to the first other character
+    /// ("2.5kg" → 2.5, "1e3" → 1000, "0x10" → 0); ±infinity past Double's range; 0 when the
+    /// string does not begin with a number (also "inf" and "nan").
+    static func double(_ s: String) -> Double {
+        let bytes = Array(s.utf8.drop(while: isWhitespace))
+        func digits(from i: Int) -> Int {
+            var j = i
+            while j < bytes.count, bytes[j] >= UInt8(ascii: "0"), bytes[j] <= UInt8(ascii: "9") { j += 1 }
+            return j
+        }
+        var start = 0
+        if start < bytes.count, bytes[start] == UInt8(ascii: "+") || bytes[start] == UInt8(ascii: "-") { start += 1 }
+        var end = digits(from: start)
+        // A point counts with digits after it ("5." is 5, ".5" is 0.5).
+        if end < bytes.count, bytes[end] == UInt8(ascii: "."), digits(from: end + 1) > end + 1 { end = digits(from: end + 1) }
+        guard end > start else { return 0 }  // no digit: no number
+        if end < bytes.count, bytes[end] == UInt8(ascii: "e") || bytes[end] == UInt8(ascii: "E") {
+            var e = end + 1
+            if e < bytes.count, bytes[e] == UInt8(ascii: "+") || bytes[e] == UInt8(ascii: "-") { e += 1 }
+            let exponentEnd = digits(from: e)
+            if exponentEnd > e { end = exponentEnd }
+        }
+        return Double(String(decoding: bytes[..<end], as: UTF8.self)) ?? 0
+    }
+
+    private static func isWhitespace(_ b: UInt8) -> Bool {
+        b == 0x20 || (0x09...0x0D).contains(b)
+    }
+
+    /// As `UserDefaults.double(forKey:)`: reals, integers, bools (0/1) and strings (their
+    /// leading number, as `NSString.doubleValue`) convert; 0 otherwise.
     public func double(forKey key: String) -> Double {
         switch object(forKey: key) {
         case .real(let d)?: return d
         case .integer(let i)?: return Double(i)
         case .unsignedInteger(let u)?: return Double(u)
         case .bool(let b)?: return b ? 1 : 0
-        case .string(let s)?: return Double(s) ?? 0
+        case .string(let s)?: return Self.double(s)
         default: return 0
         }
     }
 
     /// As `UserDefaults.bool(forKey:)`: true for true, non-zero numbers, "YES"/"true" (any
-    /// case) and strings of a non-zero number.
+    /// case) and strings whose leading integer is not zero ("7 days").
     public func bool(forKey key: String) -> Bool {
         switch object(forKey: key) {
         case .bool(let b)?: return b

@@ -598,6 +598,10 @@ import Glibc
             "nan": .real(.nan), "true": .bool(true), "false": .bool(false), "str42": .string("42"), "str2.5": .string("2.5"),
             "strYES": .string("YES"), "strNo": .string("no"), "strText": .string("hello"), "uint": .unsignedInteger(.max),
             "date": .date(date), "data": .data(Data([1, 2])), "array": .array([.integer(1)]), "dict": .dict(["k": .integer(1)]),
+            // Strings convert by their leading number, as NSString's integerValue / doubleValue.
+            "s42abc": .string("42abc"), "sSpace7": .string(" \t7"), "s1e3": .string("1e3"), "sHex": .string("0x10"),
+            "sInf": .string("inf"), "sNan": .string("nan"), "sNeg": .string("-12.5e1xyz"), "sDot5": .string(".5"),
+            "sBig": .string("99999999999999999999"), "sNegBig": .string("-99999999999999999999"), "s1e999": .string("1e999"),
         ]
         for (k, v) in values { try defaults.set(v, forKey: k) }
 
@@ -609,6 +613,12 @@ import Glibc
         #expect(defaults.integer(forKey: "date") == 0 && defaults.integer(forKey: "nan") == 0)
         // Out of Int's range: saturates (never traps).
         #expect(defaults.integer(forKey: "huge") == Int.max)
+        let integers = ["s42abc", "sSpace7", "s1e3", "sHex", "sInf", "sNan", "sNeg", "sDot5", "sBig", "sNegBig"].map { defaults.integer(forKey: $0) }
+        #expect(integers == [42, 7, 1, 0, 0, 0, -12, 0, .max, .min])
+        let doubles = ["s42abc", "sSpace7", "s1e3", "sHex", "sInf", "sNan", "sNeg", "sDot5", "s1e999"].map { defaults.double(forKey: $0) }
+        #expect(doubles == [42, 7, 1000, 0, 0, 0, -125, 0.5, .infinity])
+        let bools = ["s42abc", "sSpace7", "sHex", "sInf", "sDot5", "sNeg"].map { defaults.bool(forKey: $0) }
+        #expect(bools == [true, true, false, false, false, true])
 
         #expect(defaults.double(forKey: "int") == 42 && defaults.double(forKey: "real") == 3.75)
         #expect(defaults.double(forKey: "str2.5") == 2.5 && defaults.double(forKey: "true") == 1)
