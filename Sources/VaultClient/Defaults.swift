@@ -290,6 +290,29 @@ public final class Defaults: @unchecked Sendable {
         return nil
     }
 
+    /// As `UserDefaults.float(forKey:)`: `double(forKey:)` rounded to a Float.
+    public func float(forKey key: String) -> Float { Float(double(forKey: key)) }
+
+    /// As `UserDefaults.stringArray(forKey:)`: nil when absent, not an array, or when any
+    /// element is not a string.
+    public func stringArray(forKey key: String) -> [String]? {
+        guard case .array(let a)? = object(forKey: key) else { return nil }
+        var out: [String] = []
+        for case .string(let s) in a { out.append(s) }
+        return out.count == a.count ? out : nil
+    }
+
+    /// As `UserDefaults.url(forKey:)`: a string holding a URL with a scheme (as
+    /// `set(_: URL, forKey:)` stores it) is that URL; an absolute path or a path starting
+    /// with `~` (expanded to the home directory) is a file URL; nil otherwise.
+    public func url(forKey key: String) -> URL? {
+        guard case .string(let s)? = object(forKey: key), !s.isEmpty else { return nil }
+        if s.hasPrefix("/") { return URL(fileURLWithPath: s) }
+        if s.hasPrefix("~") { return URL(fileURLWithPath: NSString(string: s).expandingTildeInPath) }
+        guard let url = URL(string: s), url.scheme != nil else { return nil }
+        return url
+    }
+
     /// As `UserDefaults.array(forKey:)`: nil when absent or not an array.
     public func array(forKey key: String) -> [PlistValue]? {
         if case .array(let a)? = object(forKey: key) { return a }
@@ -347,6 +370,10 @@ public final class Defaults: @unchecked Sendable {
     public func set(_ value: Bool, forKey key: String) throws { try set(.bool(value), forKey: key) }
     public func set(_ value: Date, forKey key: String) throws { try set(.date(value), forKey: key) }
     public func set(_ value: Data, forKey key: String) throws { try set(.data(value), forKey: key) }
+    /// A URL is stored as its absolute string (`file:///…` for a file URL; not an archive, as
+    /// Apple's `UserDefaults.set(_: URL, forKey:)` makes: other tools read it as text), and
+    /// `url(forKey:)` reads it back.
+    public func set(_ value: URL, forKey key: String) throws { try set(.string(value.absoluteString), forKey: key) }
 
     /// Removes `key` from this instance's domain.
     public func removeObject(forKey key: String) throws {

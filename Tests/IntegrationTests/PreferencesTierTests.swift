@@ -640,6 +640,24 @@ import Glibc
         #expect(defaults.data(forKey: "data") == Data([1, 2]) && defaults.data(forKey: "strText") == nil)
         #expect(defaults.array(forKey: "array") == [.integer(1)] && defaults.array(forKey: "dict") == nil)
         #expect(defaults.dictionary(forKey: "dict") == ["k": .integer(1)] && defaults.dictionary(forKey: "array") == nil)
+
+        #expect(defaults.float(forKey: "real") == 3.75 && defaults.float(forKey: "s1e999") == .infinity)
+        try defaults.set(.array([.string("a"), .string("b")]), forKey: "strings")
+        try defaults.set(.array([.string("a"), .integer(1)]), forKey: "mixed")
+        #expect(defaults.stringArray(forKey: "strings") == ["a", "b"] && defaults.stringArray(forKey: "mixed") == nil)
+        #expect(defaults.stringArray(forKey: "strText") == nil && defaults.stringArray(forKey: "absent") == nil)
+        let web = try #require(URL(string: "https://example.com/a?b=c#d"))
+        try defaults.set(web, forKey: "web")
+        try defaults.set(URL(fileURLWithPath: "/tmp/some file"), forKey: "file")
+        try defaults.set("/var/log", forKey: "path")
+        try defaults.set("~/notes", forKey: "tilde")
+        #expect(defaults.url(forKey: "web") == web && defaults.string(forKey: "web") == "https://example.com/a?b=c#d")
+        #expect(defaults.url(forKey: "file")?.path == "/tmp/some file" && defaults.url(forKey: "file")?.isFileURL == true)
+        #expect(defaults.url(forKey: "path") == URL(fileURLWithPath: "/var/log"))
+        #expect(defaults.url(forKey: "tilde") == URL(fileURLWithPath: NSHomeDirectory() + "/notes"))
+        #expect(defaults.url(forKey: "strText") == nil && defaults.url(forKey: "int") == nil && defaults.url(forKey: "absent") == nil)
+        // Stored as text, so vaultctl (and defaults(1) users) read it as a string.
+        #expect(try d.client().preferences.value(domain: "com.example.typed", key: "file") == .string("file:///tmp/some%20file"))
     }
 
     @Test func readsAreInMemoryAndFollowOtherProcesses() throws {
