@@ -381,7 +381,10 @@ final class Server: @unchecked Sendable {
             guard (try? send(VarlinkReply(parameters: reply, continues: true), on: conn)) == true else { return }
         }
         while !stopping.load(ordering: .relaxed) {
-            let batch = queue.drain(waitingUpTo: 1)
+            guard let batch = queue.drain(waitingUpTo: 1) else {
+                log("an observer fell \(queue.capacity) events behind; its stream was closed (a client that connects again starts from a snapshot)")
+                return
+            }
             // An app's stream ends when its install does (uninstall or reinstall), as its
             // other calls do: an instance of the earlier install must not go on receiving
             // what the next install writes to the same domain. Checked at least once a second.
@@ -440,20 +443,33 @@ final class StreamRelay: @unchecked Sendable {
 final class EventQueue: @unchecked Sendable {
     private let condition = NSCondition()
     private var items: [[String: JSON]] = []
-    /// An observer that falls this far behind loses the oldest replies.
-    private let capacity = 100_000
+    /// An observer this far behind (not reading its stream, during a burst such as the
+    /// import of a large domain) is dropped: its stream ends, and a client that connects
+    /// again starts from a snapshot. (Dropping the oldest events instead left its copy
+    /// missing changes for good.)
+    let capacity: Int
+    private var overflowed = false
+
+    init(capacity: Int = 100_000) { self.capacity = capacity }
 
     func push(_ item: [String: JSON]) {
         condition.withLock {
+            guard !overflowed else { return }
             items.append(item)
-            if items.count > capacity { items.removeFirst(items.count - capacity) }
+            if items.count > capacity {
+                overflowed = true
+                items.removeAll()
+            }
             condition.signal()
         }
     }
 
-    func drain(waitingUpTo seconds: Double) -> [[String: JSON]] {
+    /// The replies queued, waiting up to `seconds` for one; nil once the queue overflowed
+    /// (the stream is to end).
+    func drain(waitingUpTo seconds: Double) -> [[String: JSON]]? {
         condition.withLock {
-            if items.isEmpty { _ = condition.wait(until: Date().addingTimeInterval(seconds)) }
+            if items.isEmpty && !overflowed { _ = condition.wait(until: Date().addingTimeInterval(seconds)) }
+            if overflowed { return nil }
             defer { items.removeAll() }
             return items
         }
