@@ -7,23 +7,30 @@ extension Vault {
     /// the owner names an app that is not installed (an uninstall removed its directory; a
     /// query must not make it again), MissingEntitlement when an app names another app.
     public func cacheDirectory(for appID: String?, caller: Caller) throws -> String {
+        let target: String
         if let own = caller.appID {
             try admit(caller)
             if let appID, appID != own { throw VaultError(.missingEntitlement, "an app may only use its own cache directory") }
-            return try caches.directory(for: own)
+            target = own
+        } else {
+            guard let appID else { throw VaultError.invalidParameter("appID", "the owner must name an app") }
+            try AppRecord.validate(appID: appID)
+            guard try isInstalled(appID) else { throw VaultError(.appNotFound, "no installed app \(appID)") }
+            target = appID
         }
-        guard let appID else { throw VaultError.invalidParameter("appID", "the owner must name an app") }
-        try AppRecord.validate(appID: appID)
-        let installed = { try self.locked { try self.apps.find(appID)?.installed ?? false } }
-        guard try installed() else { throw VaultError(.appNotFound, "no installed app \(appID)") }
-        let path = try caches.directory(for: appID)
+        let path = try caches.directory(for: target)
         // An uninstall between the check and the mkdir removed the directory before it was
-        // made again: it goes.
-        guard try installed() else {
-            caches.removeDirectory(of: appID)
-            throw VaultError(.appNotFound, "no installed app \(appID)")
+        // made again: it goes (whoever asked).
+        guard try isInstalled(target) else {
+            caches.removeDirectory(of: target)
+            if caller.appID != nil { try admit(caller) }  // MissingEntitlement: the install is over
+            throw VaultError(.appNotFound, "no installed app \(target)")
         }
         return path
+    }
+
+    private func isInstalled(_ appID: String) throws -> Bool {
+        try locked { try apps.find(appID)?.installed ?? false }
     }
 
     /// Purges one app's cache (or all), entirely or until `bytes` are freed; apps in
