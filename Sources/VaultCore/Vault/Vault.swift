@@ -96,7 +96,10 @@ public final class Vault: @unchecked Sendable {
     // MARK: observation
 
     /// Registers `handler` for every event; returns a token for `removeObserver`. Handlers run
-    /// on the thread that made the change, after it committed, outside the engine lock.
+    /// after the change committed, outside the engine lock and any lock of the vault's, so
+    /// they may call the vault. A preference event may come on another writer's thread than
+    /// the one that made the change (they are handed out in commit order, one thread at a
+    /// time: `PreferenceEvents`); a handler should return quickly.
     public func addObserver(_ handler: @escaping @Sendable (VaultEvent) -> Void) -> UUID {
         let id = UUID()
         observersLock.withLock { observers[id] = handler }
@@ -470,19 +473,32 @@ final class PreferenceEvents: @unchecked Sendable {
     private var taken: UInt64 = 0
     private var nextToEmit: UInt64 = 1
     private var waiting: [UInt64: [VaultEvent]] = [:]
+    /// Set while a thread hands out events (under `lock`): one at a time, so they stay in order.
+    private var emitting = false
 
     /// Publishes a ticket's events (nothing when it took no number): `emit` gets them, and
-    /// those of later tickets waiting for this one, in order (under the lock, so emits of
-    /// different writers do not interleave out of order).
+    /// those of later tickets waiting for this one, in order. One thread emits at a time;
+    /// a ticket published meanwhile is left to it. `emit` runs outside the lock: a write
+    /// takes its number (`Ticket.take`) holding the engine lock and then this lock, so a
+    /// handler that needed either (one that reads the lock state, or writes a preference)
+    /// waited for itself or for a writer that waited for it.
     func publish(_ ticket: Ticket, _ events: [VaultEvent], emit: ([VaultEvent]) -> Void) {
         guard let n = ticket.number else { return }
-        lock.withLock {
-            waiting[n] = events
-            while let ready = waiting.removeValue(forKey: nextToEmit) {
-                emit(ready)
-                nextToEmit += 1
-            }
+        lock.lock()
+        waiting[n] = events
+        if emitting {
+            lock.unlock()
+            return
         }
+        emitting = true
+        while let ready = waiting.removeValue(forKey: nextToEmit) {
+            nextToEmit += 1
+            lock.unlock()
+            emit(ready)
+            lock.lock()
+        }
+        emitting = false
+        lock.unlock()
     }
 }
 
