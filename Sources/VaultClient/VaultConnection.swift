@@ -144,7 +144,16 @@ public final class VaultConnection: @unchecked Sendable {
             }
         }
         let fresh = try Self.open(socketPath, timeout: timeout)
-        streamLock.withLock { stream = fresh }
+        // `close()` may have run while this connected: it shut the old stream, not this one.
+        let replaced = streamLock.withLock {
+            if closed.load(ordering: .sequentiallyConsistent) { return false }
+            stream = fresh
+            return true
+        }
+        guard replaced else {
+            fresh.socket.shutdown()
+            throw VaultError.connectionFailed("the connection was closed (close())")
+        }
         try send(message)
     }
 
