@@ -46,7 +46,7 @@ final class GroupCommit: @unchecked Sendable {
     private var gathering: DispatchSemaphore?
     /// How long a leader may wait for the writers it expects (seconds). It waits holding the
     /// engine lock (its transaction is open): anything else that needs that lock (a lookup
-    /// that finds every reader connection busy, Status, Lock) may wait this much longer, and
+    /// that could not open a reader connection, Status, Lock) may wait this much longer, and
     /// nothing a writer does between its acknowledgement and its next write should take it
     /// (the leader would wait out its whole delay for a writer that waits for the lock:
     /// observers have a lock of their own for that reason).

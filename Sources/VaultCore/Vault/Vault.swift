@@ -75,8 +75,10 @@ public final class Vault: @unchecked Sendable {
         return try body()
     }
 
-    /// Runs `body` with a reader connection (a snapshot of every committed transaction), or
-    /// with the writer's under the engine lock when every reader is busy.
+    /// Runs `body` with a reader connection (a snapshot of every committed transaction),
+    /// waiting for one when every reader is lent out; with the writer's under the engine lock
+    /// only when no reader could be opened or the pool is closed (`ReaderPool.read`). `body`
+    /// must not call `reading` again.
     func reading<T>(_ body: (Database) throws -> T) throws -> T {
         if let result = try readers.read(body) { return result }
         return try locked { try body(db) }
