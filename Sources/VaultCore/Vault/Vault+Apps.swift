@@ -64,8 +64,10 @@ extension Vault {
         // What an earlier, uninstalled install left in its cache directory goes before the
         // new install can see it: the uninstall's removal may not have finished (vaultd
         // killed during it), or an instance still running after the uninstall made the
-        // directory again. Nothing may make it meanwhile: the app is not installed, so its
-        // connections are refused, and the owner's Caches.Directory is AppNotFound.
+        // directory again. vaultd makes nothing there meanwhile (the app is not installed, so
+        // its connections are refused, and the owner's Caches.Directory is AppNotFound), but
+        // an instance of the earlier install that is still running writes to the path
+        // directly, before the save below or after it: only ending it stops that.
         if let earlier, !earlier.installed { caches.removeDirectory(of: appID) }
         let record = AppRecord(
             appID: appID, executable: executable, flatpak: flatpak, accessGroups: accessGroups, appGroups: appGroups,
@@ -210,9 +212,7 @@ extension Vault {
     /// not checked: vaultd's app callers always come from `AppRecord.caller`.)
     func admit(_ caller: Caller, launch: Bool = false) throws {
         guard let appID = caller.appID, caller.generation != nil else { return }
-        guard let a = try reading({ try AppRegistry(db: $0).find(appID) }), a.installed, a.generation == caller.generation else {
-            throw VaultError(.missingEntitlement, "\(appID) was uninstalled or reinstalled after this connection was made; reconnect")
-        }
+        let a = try Self.current(try reading({ try AppRegistry(db: $0).find(appID) }), of: caller, appID)
         if launch && a.launchedGeneration != a.generation { _ = try self.launch(caller, reporting: false) }
     }
 
@@ -230,9 +230,16 @@ extension Vault {
     /// install read it). Throws MissingEntitlement, as `admit` does.
     func admitInWrite(_ caller: Caller) throws {
         guard let appID = caller.appID, caller.generation != nil else { return }
-        guard let a = try apps.find(appID), a.installed, a.generation == caller.generation else {
+        _ = try Self.current(try apps.find(appID), of: caller, appID)
+    }
+
+    /// `record`, when it is `caller`'s install (installed, the same generation); throws
+    /// MissingEntitlement otherwise (`admit`, `admitInWrite`).
+    private static func current(_ record: AppRecord?, of caller: Caller, _ appID: String) throws -> AppRecord {
+        guard let a = record, a.installed, a.generation == caller.generation else {
             throw VaultError(.missingEntitlement, "\(appID) was uninstalled or reinstalled after this connection was made; reconnect")
         }
+        return a
     }
 
     /// Notices registered executables that disappeared (uninstall) or came back (reinstall:
