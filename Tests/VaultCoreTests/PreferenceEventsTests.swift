@@ -69,3 +69,36 @@ final class LockedList: @unchecked Sendable {
     func append(_ s: String) { lock.withLock { stored.append(s) } }
     var items: [String] { lock.withLock { stored } }
 }
+
+@Suite("UninstallThenInstall")
+struct UninstallThenInstallTests {
+    /// An uninstall removes the cache directory after its commit, outside the registration
+    /// lock: an install that ran in between (here: an observer of the uninstall's preference
+    /// events installs the app again and its cache gets a file) had its new cache removed
+    /// by the late removal.
+    @Test func anInstallBetweenAnUninstallsCommitAndItsRemovalKeepsItsCache() throws {
+        try withVault { vault, _ in
+            let app = "org.example.reinstalled"
+            _ = try vault.installApp(app, executable: "/bin/true", caller: .owner)
+            try vault.setPreference(domain: app, key: "colour", value: .string("red"))
+            let kept = LockedList()
+            _ = vault.addObserver { event in
+                guard case .preference(app, "colour", nil, _) = event, kept.items.isEmpty else { return }
+                do {
+                    _ = try vault.installApp(app, executable: "/bin/true", caller: .owner)
+                    let path = try vault.cacheDirectory(for: app, caller: .owner) + "/kept"
+                    #expect(FileManager.default.createFile(atPath: path, contents: Data("x".utf8)))
+                    kept.append(path)
+                } catch {
+                    Issue.record("reinstall: \(error)")
+                }
+            }
+            _ = try vault.uninstallApp(app, caller: .owner)
+            #expect(try vault.app(app, caller: .owner).installed)
+            #expect(kept.items.count == 1)
+            if let path = kept.items.first {
+                #expect(FileManager.default.fileExists(atPath: path), "the reinstalled app's cache file was removed by the uninstall")
+            }
+        }
+    }
+}

@@ -85,10 +85,14 @@ public final class CacheStore: @unchecked Sendable {
         return path
     }
 
-    /// Removes an app's whole cache directory (at uninstall), however deep.
-    func removeDirectory(of appID: String) {
+    /// Removes an app's whole cache directory (at uninstall), however deep, if `still()`,
+    /// which is asked under the cache lock (so after any removal that was under way), says so.
+    func removeDirectory(of appID: String, if still: () -> Bool = { true }) {
         guard (try? AppRecord.validate(appID: appID)) != nil else { return }
-        lock.withLock { SafeRemoval.removeTree(root + "/" + appID, label: appID) }
+        lock.withLock {
+            guard still() else { return }
+            SafeRemoval.removeTree(root + "/" + appID, label: appID)
+        }
     }
 
     /// A file in a cache, for the purge's ordering.

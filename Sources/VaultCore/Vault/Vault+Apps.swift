@@ -117,7 +117,10 @@ extension Vault {
             }
             return (a, keys.map { .preference(domain: appID, key: $0, value: nil, sequence: ticket.sequence) })
         }
-        caches.removeDirectory(of: appID)
+        // Only while the app is still uninstalled: an install since the commit (it does not
+        // wait for this one, and removes what is left under the cache lock before saving its
+        // record) may have a cache of its own by now.
+        caches.removeDirectory(of: appID) { (try? locked { try apps.find(appID) })??.installed != true }
         log("app \(appID) uninstalled")
         return record
     }
