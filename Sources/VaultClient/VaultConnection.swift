@@ -91,14 +91,7 @@ public final class VaultConnection: @unchecked Sendable {
     @discardableResult
     public func call(_ method: String, _ parameters: [String: JSON] = [:]) throws -> [String: JSON] {
         try lock.withLock {
-            let message = VarlinkCall(method: method, parameters: parameters).json.serialized()
-            // vaultd answers a longer message with an error and closes the connection, most
-            // likely before the client has sent it all (it then saw only "Broken pipe").
-            guard message.count < Varlink.maximumMessageSize else {
-                throw VaultError.invalidParameter(
-                    "message", "a message may be at most \(Varlink.maximumMessageSize) bytes; this call is \(message.count + 1) bytes (nothing was sent)")
-            }
-            try send(message, reconnecting: true)
+            try send(try Self.message(VarlinkCall(method: method, parameters: parameters)), reconnecting: true)
             // The reply is polled for only while no other thread of the app awaits one: then
             // the CPU is better left to those threads (see `BusyPoll`).
             let waiting = callsAwaitingReplies.add(1, ordering: .relaxed).newValue
@@ -113,7 +106,7 @@ public final class VaultConnection: @unchecked Sendable {
     /// the stream ends, or the connection breaks. The connection is used up afterwards.
     public func stream(_ method: String, _ parameters: [String: JSON] = [:], handler: ([String: JSON]) -> Bool) throws {
         try lock.withLock {
-            try send(VarlinkCall(method: method, parameters: parameters, more: true).json.serialized())
+            try send(try Self.message(VarlinkCall(method: method, parameters: parameters, more: true)))
             while true {
                 let reply = try receiveReply()
                 if let e = reply.vaultError { throw e }
@@ -127,6 +120,18 @@ public final class VaultConnection: @unchecked Sendable {
         // Not under `lock`: a thread blocked in `stream` holds it, and this is what wakes it.
         closed.store(true, ordering: .sequentiallyConsistent)
         streamLock.withLock { stream }.socket.shutdown()
+    }
+
+    /// `call` serialized; InvalidParameter `message` when it is over the 8 MiB message limit
+    /// (vaultd answers a longer message with an error and closes the connection, most likely
+    /// before the client has sent it all: it then saw only "Broken pipe").
+    private static func message(_ call: VarlinkCall) throws -> [UInt8] {
+        let message = call.json.serialized()
+        guard message.count < Varlink.maximumMessageSize else {
+            throw VaultError.invalidParameter(
+                "message", "a message may be at most \(Varlink.maximumMessageSize) bytes; this call is \(message.count + 1) bytes (nothing was sent)")
+        }
+        return message
     }
 
     /// Sends one message (under `lock`). `reconnecting`: when vaultd has closed the connection

@@ -388,12 +388,17 @@ final class Server: @unchecked Sendable {
             // An app's stream ends when its install does (uninstall or reinstall), as its
             // other calls do: an instance of the earlier install must not go on receiving
             // what the next install writes to the same domain. Checked at least once a second.
+            // Another error (the store failing for a moment) closes the stream without an
+            // error reply: a client ends its observation for good on one, but connects again
+            // (and starts from a snapshot) when the connection just closes.
             if caller.appID != nil {
                 do {
                     try dispatcher.vault.checkAdmitted(caller)
-                } catch {
-                    let e = error as? VaultError ?? VaultError(.internalError, "\(error)")
+                } catch let e as VaultError where e.code == .missingEntitlement {
                     _ = try? send(VarlinkReply(error: e), on: conn)
+                    return
+                } catch {
+                    log("could not check an app's stream against its install (\(error)); closed it")
                     return
                 }
             }

@@ -19,7 +19,8 @@ import Glibc
 /// must be the very directory it came down through (st_dev and st_ino, as fts does). When
 /// it is not (the app moved a directory during the walk), the rest of that level, and of
 /// the levels up to the deepest one still open, is skipped and the skip is logged: the walk
-/// never goes on in a directory it did not come down through.
+/// never goes on in a directory it did not come down through. Nor does it enter a directory
+/// it is already inside (a cycle, which only a bind mount can make).
 enum TreeWalk {
     /// The most directory fds one walk keeps open (the root's included; two more for a moment).
     static let maximumOpenDirectories = 16
@@ -40,9 +41,10 @@ enum TreeWalk {
     /// the entry's raw NUL-terminated name (it need not be UTF-8), `status` from `fstatat`
     /// without following a link, `directory` the st_ino of the entry's directory. Once all the
     /// entries of a directory below the root have been visited: `leave(parentFD, name)`, if
-    /// given (to remove it). `label` names the tree in the log: an app ID.
+    /// given (to remove it). `label` names the tree in the log: an app ID. `mountID`: the
+    /// mount a directory fd is on (tests stand in for a kernel that does not tell).
     static func walk(
-        _ rootFD: Int32, label: String, entry: (Int32, [CChar], stat, ino_t) -> Void,
+        _ rootFD: Int32, label: String, mountID: (Int32) -> UInt64? = mountID, entry: (Int32, [CChar], stat, ino_t) -> Void,
         leave: ((Int32, [CChar]) -> Void)? = nil
     ) {
         var st = stat()
@@ -53,6 +55,10 @@ enum TreeWalk {
         let device = st.st_dev
         let mount = mountID(rootFD)
         var levels = [Level(fd: rootFD, inode: st.st_ino, names: rootNames.reversed(), name: [])]
+        // The directories from the root down to the current one: a directory that is one of
+        // them again (a bind mount of an ancestor, where the mount id cannot tell: before
+        // Linux 5.8) is not entered, or the walk would go round for ever.
+        var onPath: Set<ino_t> = [st.st_ino]
         // Open: the root and the deepest levels, one run of them (levels[count - open + 1...]).
         var open = 1
         while let top = levels.indices.last {
@@ -67,12 +73,13 @@ enum TreeWalk {
                 guard sub >= 0 else { continue }
                 var seen = stat()
                 guard fstat(sub, &seen) == 0, seen.st_dev == device, seen.st_ino == st.st_ino, mountID(sub) == mount,
-                    let subNames = names(in: sub)
+                    !onPath.contains(seen.st_ino), let subNames = names(in: sub)
                 else {
                     close(sub)
                     continue
                 }
                 levels.append(Level(fd: sub, inode: seen.st_ino, names: subNames.reversed(), name: name))
+                onPath.insert(seen.st_ino)
                 open += 1
                 if open > maximumOpenDirectories {
                     let shallowest = levels.count - open + 1
@@ -84,6 +91,7 @@ enum TreeWalk {
             }
             // Every entry of `top` visited: back up to its parent.
             let done = levels.removeLast()
+            onPath.remove(done.inode)
             guard let parent = levels.indices.last else {
                 close(done.fd)
                 break
@@ -94,7 +102,7 @@ enum TreeWalk {
                     open -= 1
                     var skipped = 0
                     while let last = levels.last, last.fd < 0 {
-                        levels.removeLast()
+                        onPath.remove(levels.removeLast().inode)
                         skipped += 1
                     }
                     log("cache walk of \(label): a directory \(levels.count + skipped) levels down was moved during the walk; the rest of the \(skipped) level(s) above it was skipped")
@@ -111,7 +119,7 @@ enum TreeWalk {
 
     /// The id of the mount `fd` is on; nil when the kernel does not tell (before Linux 5.8:
     /// then the device check stands alone).
-    private static func mountID(_ fd: Int32) -> UInt64? {
+    static func mountID(_ fd: Int32) -> UInt64? {
         var id: UInt64 = 0
         return vault_mount_id(fd, &id) == 0 ? id : nil
     }
