@@ -27,6 +27,26 @@ extension AppsTests {
             if n == 20: print("ready", flush=True)
         """)
 
+    /// A raw observer: `Preferences.Observe` with the parameters in argv[2] (JSON), each reply
+    /// printed on a line; it stops at the end of the stream, after 15 s without a reply
+    /// (printing "timeout"), or, when argv[3] is not empty, after the first change of a key.
+    static let observeScript = """
+        import json, socket, sys
+        s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); buf = b''
+        s.sendall(json.dumps({"method": "io.vaultd.Preferences.Observe", "parameters": json.loads(sys.argv[2]), "more": True}).encode() + b'\\0')
+        s.settimeout(15)
+        try:
+            while True:
+                d = s.recv(65536)
+                if not d: break
+                buf += d
+                while b'\\0' in buf:
+                    m, _, buf = buf.partition(b'\\0'); print(m.decode(), flush=True)
+                    if sys.argv[3] and '"key"' in m.decode(): sys.exit(0)
+        except socket.timeout:
+            print("timeout", flush=True)
+        """
+
     /// Runs the hammer with `method` while the app is uninstalled; returns its last line (the
     /// refusal).
     static func hammerThroughAnUninstall(_ d: Daemon, _ python: String, _ method: String, _ params: String, round: Int) throws -> String {
@@ -97,25 +117,10 @@ extension AppsTests {
         let d = try Self.daemon()
         defer { d.close() }
         let python = try Self.rawPythonApp(d)
-        let observe = """
-            import json, socket, sys
-            s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); buf = b''
-            s.sendall(json.dumps({"method": "io.vaultd.Preferences.Observe", "parameters": {}, "more": True}).encode() + b'\\0')
-            s.settimeout(15)
-            try:
-                while True:
-                    d = s.recv(65536)
-                    if not d: break
-                    buf += d
-                    while b'\\0' in buf:
-                        m, _, buf = buf.partition(b'\\0'); print(m.decode(), flush=True)
-            except socket.timeout:
-                print("timeout", flush=True)
-            """
         try d.install("org.example.Raw", exe: python)
         let out = d.root + "/observe.out"
         let pid = try ChildProcess.spawn(
-            python, ["-c", observe, d.socketPath], environment: d.environment, inputs: [:], stdout: .file(out, append: false),
+            python, ["-c", Self.observeScript, d.socketPath, "{}", ""], environment: d.environment, inputs: [:], stdout: .file(out, append: false),
             stderr: .file(out + ".err", append: false))
         let read = { (try? String(contentsOfFile: out, encoding: .utf8)) ?? "" }
         #expect(eventually(timeout: 10) { read().contains("\"values\"") }, "the stream did not start: \(read())")
@@ -140,25 +145,9 @@ extension AppsTests {
         let a = try d.placeExample("a")
         try d.install(Self.appA, exe: a)
         #expect(d.app(a, ["defaults", "set", "colour", "blue"]).status == 0)
-        let observe = """
-            import json, socket, sys
-            s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); buf = b''
-            s.sendall(json.dumps({"method": "io.vaultd.Preferences.Observe", "parameters": {"domains": [sys.argv[2]]}, "more": True}).encode() + b'\\0')
-            s.settimeout(15)
-            try:
-                while True:
-                    d = s.recv(65536)
-                    if not d: break
-                    buf += d
-                    while b'\\0' in buf:
-                        m, _, buf = buf.partition(b'\\0'); print(m.decode(), flush=True)
-                        if '"key"' in m.decode(): sys.exit(0)
-            except socket.timeout:
-                print("timeout", flush=True)
-            """
         let out = d.root + "/observe.out"
         let pid = try ChildProcess.spawn(
-            "/usr/bin/python3", ["-c", observe, d.socketPath, Self.appA], environment: d.environment, inputs: [:],
+            "/usr/bin/python3", ["-c", Self.observeScript, d.socketPath, #"{"domains": ["\#(Self.appA)"]}"#, "stop at a key"], environment: d.environment, inputs: [:],
             stdout: .file(out, append: false), stderr: .file(out + ".err", append: false))
         let read = { (try? String(contentsOfFile: out, encoding: .utf8)) ?? "" }
         #expect(eventually(timeout: 10) { read().contains("blue") }, "the stream did not start: \(read())")

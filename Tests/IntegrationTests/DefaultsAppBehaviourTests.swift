@@ -79,12 +79,20 @@ import Glibc
                 }
             }
         }
-        #expect(failures.value.isEmpty, "\(failures.value.prefix(3))")
+        try Self.expectCopy(of: reader, toEqualStoreOf: domain, keys: keys, in: d, failures: failures.value, "the observer")
+    }
+
+    /// No write failed, the store holds `keys` keys, and `defaults`' copy comes to hold the
+    /// store's value for each (within 10 s: the Observe stream may still be delivering).
+    static func expectCopy(
+        of defaults: Defaults, toEqualStoreOf domain: String, keys: Int, in d: Daemon, failures: [String], _ whose: String
+    ) throws {
+        #expect(failures.isEmpty, "\(failures.prefix(3))")
         let stored = try d.client().preferences.values(domain: domain)
         try #require(stored.count == keys)
-        func stale() -> [String] { stored.keys.filter { reader.object(forKey: $0) != stored[$0] }.sorted() }
+        func stale() -> [String] { stored.keys.filter { defaults.object(forKey: $0) != stored[$0] }.sorted() }
         _ = eventually(timeout: 10) { stale().isEmpty }
-        #expect(stale().isEmpty, "\(stale().count) of \(keys) keys stale in the observer, e.g. \(stale().prefix(5))")
+        #expect(stale().isEmpty, "\(stale().count) of \(keys) keys stale in \(whose), e.g. \(stale().prefix(5))")
     }
 
     /// A `Defaults` that writes keys other processes write too ends with the store's values.
@@ -115,12 +123,7 @@ import Glibc
                 }
             }
         }
-        #expect(failures.value.isEmpty, "\(failures.value.prefix(3))")
-        let stored = try d.client().preferences.values(domain: domain)
-        try #require(stored.count == keys)
-        func stale() -> [String] { stored.keys.filter { mine.object(forKey: $0) != stored[$0] }.sorted() }
-        _ = eventually(timeout: 10) { stale().isEmpty }
-        #expect(stale().isEmpty, "\(stale().count) of \(keys) keys stale in the writer's copy, e.g. \(stale().prefix(5))")
+        try Self.expectCopy(of: mine, toEqualStoreOf: domain, keys: keys, in: d, failures: failures.value, "the writer's copy")
         // Its own writes still show at once (before the Observe stream brings them).
         try mine.set("last", forKey: "k0")
         #expect(mine.string(forKey: "k0") == "last")
