@@ -9,7 +9,7 @@ let usage = """
     usage: vault-example COMMAND
       launch                                  launch info as JSON
       token set | token get | token delete    a generic password (service token, account token)
-      item add|get|delete --access-group G --service S --account A   (add: secret from stdin)
+      item add|get|update|delete|list --access-group G --service S --account A   (add, update: secret from stdin)
       defaults set KEY VALUE [--suite group.X] | defaults get KEY [--suite group.X]
       defaults fill N [--prefix P] [--value V] [--suite group.X]   sets P0…P(N-1) to V0…V(N-1), one by one
       cache path | cache write NAME BYTES
@@ -36,6 +36,15 @@ func launchJSON(_ l: LaunchInfo) -> JSON {
 func run(_ args: [String]) throws {
     var args = args
     guard !args.isEmpty else { throw Usage(message: "a command is needed") }
+    // Before connecting: a connection says Hello, which is the first launch of a new install
+    // (it wipes the credentials earlier installs left), and `--help` should not be that.
+    if ["-h", "--help", "help"].contains(args[0]) {
+        print(usage)
+        return
+    }
+    guard ["launch", "wait", "token", "item", "defaults", "cache"].contains(args[0]) else {
+        throw Usage(message: "unknown command '\(args[0])'")
+    }
     let vault = try Vault.connect()
     let command = args.removeFirst()
     switch (command, args.first) {

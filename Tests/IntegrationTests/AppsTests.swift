@@ -217,6 +217,24 @@ import Glibc
         #expect(d.app(a, ["token", "get"]).stdoutText == "tok-2")
     }
 
+    /// vault-example's `--help` and an unknown command print the usage without connecting:
+    /// a connection says Hello, which would be the reinstall's first launch (it wiped the
+    /// token, and the app's real first launch then reported none).
+    @Test func theExamplesHelpIsNotTheFirstLaunchOfAReinstall() throws {
+        let d = try Self.daemon()
+        defer { d.close() }
+        let a = try d.placeExample("a")
+        try d.install(Self.appA, exe: a)
+        #expect(d.app(a, ["token", "set"], stdin: Data("tok-1".utf8)).status == 0)
+        try d.install(Self.appA, exe: a)
+        let help = d.app(a, ["--help"])
+        #expect(help.status == 0 && help.stdoutText.hasPrefix("usage: vault-example"), "\(help)")
+        let unknown = d.app(a, ["bogus"])
+        #expect(unknown.status == 64 && unknown.stderr.contains("unknown command 'bogus'"), "\(unknown)")
+        let launch = try d.launch(a)
+        #expect(launch.firstLaunch && launch.wiped == 1, "\(launch)")
+    }
+
     /// An uninstall removes the app's cache directory however deep the app made it: here on
     /// the ordinary filesystem (ext4 on our machines; the Caches tests use a tmpfs), a tree of
     /// 3000 directories, more than any full path can name, with files at depths 300 and 3000
