@@ -217,6 +217,22 @@ import Glibc
         #expect(d.app(a, ["token", "get"]).stdoutText == "tok-2")
     }
 
+    /// `app install` of an installed app is a reinstall, and vaultctl says so and what its
+    /// first launch does (it printed "installed", as for a new app).
+    @Test func installingAnInstalledAppSaysItIsAReinstall() throws {
+        let d = try Self.daemon()
+        defer { d.close() }
+        let a = try d.placeExample("a")
+        let first = d.ctl(["app", "install", Self.appA, "--exe", a])
+        #expect(first.status == 0 && first.stdoutText.hasPrefix("installed \(Self.appA) (generation "), "\(first)")
+        let again = d.ctl(["app", "install", Self.appA, "--exe", a])
+        #expect(again.status == 0 && again.stdoutText.hasPrefix("reinstalled \(Self.appA) (new generation "), "\(again)")
+        #expect(again.stdoutText.contains("wipes the credentials of earlier installs"), "\(again)")
+        #expect(d.ctl(["app", "uninstall", Self.appA]).status == 0)
+        let back = d.ctl(["app", "install", Self.appA, "--exe", a])
+        #expect(back.status == 0 && back.stdoutText.hasPrefix("installed \(Self.appA) (generation "), "after an uninstall: \(back)")
+    }
+
     /// vault-example's `--help` and an unknown command print the usage without connecting:
     /// a connection says Hello, which would be the reinstall's first launch (it wiped the
     /// token, and the app's real first launch then reported none).

@@ -34,8 +34,18 @@ struct AppCommand: Command {
         let apps = try (action == .uninstall ? context.vaultForRemovingFiles() : context.vault()).apps
         switch action {
         case .install:
+            // Installing an installed app is a reinstall (a new generation): say so, and what
+            // its first launch does, which "installed" alone did not.
+            let wasInstalled = json ? false : ((try? apps.show(appID!))?.installed ?? false)
             let app = try apps.install(appID!, executable: executable!, accessGroups: accessGroups, appGroups: appGroups, keepCredentialsOnReinstall: keep)
-            json ? print(app.json.text) : print("installed \(app.appID) (generation \(app.generation))")
+            if json {
+                print(app.json.text)
+            } else if wasInstalled {
+                let wipe = app.keepCredentialsOnReinstall ? "keeps" : "wipes"
+                print("reinstalled \(app.appID) (new generation \(app.generation)): its next launch is a first launch, which \(wipe) the credentials of earlier installs; its preferences and caches stay")
+            } else {
+                print("installed \(app.appID) (generation \(app.generation))")
+            }
         case .uninstall:
             let app = try apps.uninstall(appID!)
             json ? print(app.json.text) : print("uninstalled \(app.appID); its credentials are kept until a reinstall's first launch")
