@@ -277,10 +277,18 @@ func erase(_ vault: Vault, _ c: Credential, group: String?) throws {
 func main() -> Int32 {
     signal(SIGPIPE, SIG_IGN)
     let args = Array(CommandLine.arguments.dropFirst())
-    guard args.count == 1, ["get", "store", "erase"].contains(args[0]) else {
-        FileHandle.standardError.write(Data("usage: git-credential-vault get|store|erase   (git runs it: credential.helper = vault)\n".utf8))
+    let usage = "usage: git-credential-vault get|store|erase   (git runs it: credential.helper = vault)\n"
+    if args == ["--help"] || args == ["-h"] {
+        print(usage, terminator: "")
+        return 0
+    }
+    guard args.count == 1 else {
+        FileHandle.standardError.write(Data(usage.utf8))
         return 64
     }
+    // Any other operation is ignored, silently, as gitcredentials(7) asks of helpers (room
+    // for operations git adds later).
+    guard ["get", "store", "erase"].contains(args[0]) else { return 0 }
     let action = args[0]
     let fields: [String: String]
     do {

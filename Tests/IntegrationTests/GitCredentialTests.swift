@@ -265,6 +265,21 @@ import Glibc
         #expect(evil.status == 0 && evil.stdout.isEmpty, "\(evil)")
     }
 
+    /// An operation the helper does not know (git may add some) is ignored silently, exit 0,
+    /// as gitcredentials(7) asks; `--help` prints the usage on stdout, exit 0; no operation
+    /// at all is a usage error.
+    @Test func unknownOperationsAreIgnoredAndHelpIsHelp() throws {
+        let g = try Git()
+        defer { g.close() }
+        let unknown = g.helper("capability", Array("protocol=https\nhost=example.org\n\n".utf8))
+        #expect(unknown.status == 0 && unknown.stdout.isEmpty && unknown.stderr.isEmpty, "\(unknown)")
+        let help = g.helper("--help", [])
+        #expect(help.status == 0 && help.stdoutText.hasPrefix("usage: git-credential-vault get|store|erase"), "\(help)")
+        let none = g.d.run("git-credential-vault", [], stdin: Data(), environment: g.env)
+        #expect(none.status == 64 && none.stderr.hasPrefix("usage:"), "\(none)")
+        #expect(g.internetItems().isEmpty)
+    }
+
     @Test func aLockedVaultMakesTheHelperAQuietNoOp() throws {
         let g = try Git()
         defer { g.close() }
