@@ -84,7 +84,9 @@ public final class DesktopKeyring: @unchecked Sendable {
     /// no bus (libsecret is never allowed to autolaunch one) or no service on it.
     public init(timeout: Double? = 10) throws {
         guard Self.sessionBusConfigured() else {
-            throw KeyringError(.unavailable, "no session bus (DBUS_SESSION_BUS_ADDRESS is not set and $XDG_RUNTIME_DIR/bus does not exist)")
+            let run = ProcessInfo.processInfo.environment["XDG_RUNTIME_DIR"].flatMap { $0.isEmpty ? nil : $0 }
+            let user = run.map { "\($0)/bus does not exist" } ?? "XDG_RUNTIME_DIR is not set either"
+            throw KeyringError(.unavailable, "no session bus (DBUS_SESSION_BUS_ADDRESS is not set and \(user))")
         }
         self.timeout = timeout
         let s: UnsafeMutablePointer<SecretService>? = try Self.call(timeout: timeout, kind: .unavailable, what: "cannot reach the Secret Service") { c, e in

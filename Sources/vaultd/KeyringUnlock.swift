@@ -49,7 +49,7 @@ enum KeyringUnlock {
         let state = vault.lockState
         guard state["hasPassphrase"]?.boolValue == true, state["state"]?.stringValue == "locked" else { return }
         guard DesktopKeyring.sessionBusConfigured() else {
-            log("login keyring: no session bus; staying locked")
+            log("locked; no session bus, so no passphrase remembered in a login keyring (vaultctl unlock --remember) can be asked for")
             return
         }
         let t = Thread {

@@ -256,7 +256,13 @@ import Glibc
         // No keyring at all (no session bus): locked at once, with the reason logged.
         #expect(k.stopVaultd() == 0)
         try k.startVaultd(environment: ["DBUS_SESSION_BUS_ADDRESS": ""])
-        #expect(k.waitForLog("no session bus; staying locked", timeout: 1), "\(k.log)")
+        #expect(k.waitForLog("locked; no session bus, so no passphrase remembered", timeout: 1), "\(k.log)")
         #expect(k.state() == "locked")
+        // vaultctl says why there is no bus, naming no variable that is not set.
+        var noBus = k.environment
+        noBus["DBUS_SESSION_BUS_ADDRESS"] = nil
+        noBus["XDG_RUNTIME_DIR"] = nil
+        let forgetNoBus = try ChildProcess.run(Paths.tool("vaultctl"), ["forget"], environment: noBus, stdin: nil, extraFDs: [:], timeout: 60)
+        #expect(forgetNoBus.status == 1 && forgetNoBus.stderr.contains("DBUS_SESSION_BUS_ADDRESS is not set and XDG_RUNTIME_DIR is not set either"), "\(forgetNoBus)")
     }
 }
