@@ -200,15 +200,16 @@ public final class Defaults: @unchecked Sendable {
     }
 
     /// A string's leading decimal integer, as `NSString.integerValue`: leading whitespace
-    /// skipped, an optional sign, then digits up to the first other character ("42abc" → 42,
-    /// " 7" → 7, "2.5" → 2, "1e3" → 1); saturating at Int.max / Int.min; 0 when the string
-    /// does not begin with a number.
+    /// skipped (`afterWhitespace`: no-break and ideographic spaces too), an optional sign and
+    /// whitespace after it ("- 5" → -5, as CoreFoundation's scanner), then ASCII digits up to
+    /// the first other character ("42abc" → 42, " 7" → 7, "2.5" → 2, "1e3" → 1); saturating
+    /// at Int.max / Int.min; 0 when the string does not begin with a number.
     static func integer(_ s: String) -> Int {
-        var bytes = s.utf8.drop(while: isWhitespace)[...]
+        var bytes = afterWhitespace(Substring(s)).utf8[...]
         var negative = false
         if let sign = bytes.first, sign == UInt8(ascii: "+") || sign == UInt8(ascii: "-") {
             negative = sign == UInt8(ascii: "-")
-            bytes = bytes.dropFirst()
+            bytes = afterWhitespace(Substring(bytes.dropFirst())).utf8[...]
         }
         var value = 0
         for b in bytes {
@@ -223,11 +224,13 @@ public final class Defaults: @unchecked Sendable {
     }
 
     /// A string's leading decimal number, as `NSString.doubleValue`: leading whitespace
-    /// skipped, then `[+-]digits[.digits][e[+-]digits]` up to the first other character
-    /// ("2.5kg" → 2.5, "1e3" → 1000, "0x10" → 0); ±infinity past Double's range; 0 when the
-    /// string does not begin with a number (also "inf" and "nan").
+    /// skipped (as `integer(_:)`, but not after the sign), then what strtod reads of
+    /// `[+-]digits[.digits][e[+-]digits]` (digits before or after the point) up to the first
+    /// other character ("2.5kg" → 2.5, "1e3" → 1000, "1.e3" → 1000, "0x10" → 0); ±infinity
+    /// past Double's range; 0 when the string does not begin with a number (also "inf" and
+    /// "nan").
     static func double(_ s: String) -> Double {
-        let bytes = Array(s.utf8.drop(while: isWhitespace))
+        let bytes = Array(afterWhitespace(Substring(s)).utf8)
         func digits(from i: Int) -> Int {
             var j = i
             while j < bytes.count, bytes[j] >= UInt8(ascii: "0"), bytes[j] <= UInt8(ascii: "9") { j += 1 }
@@ -236,9 +239,14 @@ public final class Defaults: @unchecked Sendable {
         var start = 0
         if start < bytes.count, bytes[start] == UInt8(ascii: "+") || bytes[start] == UInt8(ascii: "-") { start += 1 }
         var end = digits(from: start)
-        // A point counts with digits after it ("5." is 5, ".5" is 0.5).
-        if end < bytes.count, bytes[end] == UInt8(ascii: "."), digits(from: end + 1) > end + 1 { end = digits(from: end + 1) }
-        guard end > start else { return 0 }  // no digit: no number
+        var mantissaDigits = end - start
+        // A point is the number's with a digit on either side ("5." is 5, ".5" is 0.5, "." nothing).
+        if end < bytes.count, bytes[end] == UInt8(ascii: ".") {
+            let fractionEnd = digits(from: end + 1)
+            mantissaDigits += fractionEnd - (end + 1)
+            if mantissaDigits > 0 { end = fractionEnd }
+        }
+        guard mantissaDigits > 0 else { return 0 }  // no digit: no number
         if end < bytes.count, bytes[end] == UInt8(ascii: "e") || bytes[end] == UInt8(ascii: "E") {
             var e = end + 1
             if e < bytes.count, bytes[e] == UInt8(ascii: "+") || bytes[e] == UInt8(ascii: "-") { e += 1 }
@@ -248,8 +256,14 @@ public final class Defaults: @unchecked Sendable {
         return Double(String(decoding: bytes[..<end], as: UTF8.self)) ?? 0
     }
 
-    private static func isWhitespace(_ b: UInt8) -> Bool {
-        b == 0x20 || (0x09...0x0D).contains(b)
+    /// `s` from its first character that is not whitespace as CoreFoundation's number
+    /// scanner (`__CFIsWhitespace`, behind `NSString.integerValue` / `doubleValue`) has it:
+    /// controls and space (below U+0021), U+007F–U+00A0 (no-break space included),
+    /// U+2000–U+200B and U+3000.
+    private static func afterWhitespace(_ s: Substring) -> Substring {
+        Substring(s.unicodeScalars.drop(while: { c in
+            c.value < 0x21 || (0x7F...0xA0).contains(c.value) || (0x2000...0x200B).contains(c.value) || c.value == 0x3000
+        }))
     }
 
     /// As `UserDefaults.double(forKey:)`: reals, integers, bools (0/1) and strings (their
@@ -304,11 +318,16 @@ public final class Defaults: @unchecked Sendable {
 
     /// As `UserDefaults.url(forKey:)`: a string holding a URL with a scheme (as
     /// `set(_: URL, forKey:)` stores it) is that URL; an absolute path or a path starting
-    /// with `~` (expanded to the home directory) is a file URL; nil otherwise.
+    /// with `~` or `~user` (expanded to that home directory; nil for a user there is none of)
+    /// is a file URL; nil otherwise.
     public func url(forKey key: String) -> URL? {
         guard case .string(let s)? = object(forKey: key), !s.isEmpty else { return nil }
         if s.hasPrefix("/") { return URL(fileURLWithPath: s) }
-        if s.hasPrefix("~") { return URL(fileURLWithPath: NSString(string: s).expandingTildeInPath) }
+        if s.hasPrefix("~") {
+            // "~user" of no user stays as it is: a relative path, which is no URL here.
+            let path = NSString(string: s).expandingTildeInPath
+            return path.hasPrefix("/") ? URL(fileURLWithPath: path) : nil
+        }
         guard let url = URL(string: s), url.scheme != nil else { return nil }
         return url
     }

@@ -690,6 +690,12 @@ import Glibc
         #expect(defaults.url(forKey: "path") == URL(fileURLWithPath: "/var/log"))
         #expect(defaults.url(forKey: "tilde") == URL(fileURLWithPath: NSHomeDirectory() + "/notes"))
         #expect(defaults.url(forKey: "strText") == nil && defaults.url(forKey: "int") == nil && defaults.url(forKey: "absent") == nil)
+        // A ~user that does not expand leaves a relative path: nil, as "notes/x" is (it was a
+        // file URL relative to the reader's working directory).
+        try defaults.set("~no-such-user-of-vaultd/notes", forKey: "tildeUnknown")
+        try defaults.set("notes/x", forKey: "relative")
+        #expect(defaults.url(forKey: "tildeUnknown") == nil, "\(String(describing: defaults.url(forKey: "tildeUnknown")))")
+        #expect(defaults.url(forKey: "relative") == nil)
         // Stored as text, so vaultctl (and defaults(1) users) read it as a string.
         #expect(try d.client().preferences.value(domain: "com.example.typed", key: "file") == .string("file:///tmp/some%20file"))
     }
