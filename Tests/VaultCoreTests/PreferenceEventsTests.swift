@@ -61,6 +61,34 @@ struct PreferenceEventsTests {
         vault.close()
         try? FileManager.default.removeItem(at: url)
     }
+
+    /// Writers publishing at once while another thread emits: every event is handed out
+    /// once, in commit order, and none is left waiting once every writer has returned (the
+    /// thread that emits is a writer still in its call, so a write's return never strands
+    /// the events it left to that thread).
+    @Test func concurrentWritersEventsAreAllEmittedOnceInOrder() throws {
+        try withVault { vault, _ in
+            let sequences = LockedSequences()
+            _ = vault.addObserver { event in
+                guard case .preference(_, _, _, let sequence) = event else { return }
+                sequences.append(sequence)
+            }
+            let writers = 8, writes = 400
+            DispatchQueue.concurrentPerform(iterations: writers) { t in
+                for i in 0..<writes { _ = try? vault.setPreference(domain: "org.example.order", key: "k\(t)", value: .integer(Int64(i))) }
+            }
+            let seen = sequences.items
+            #expect(seen.count == writers * writes, "events handed out by the time every writer returned")
+            #expect(seen == seen.sorted() && Set(seen).count == seen.count, "out of order or twice")
+        }
+    }
+}
+
+final class LockedSequences: @unchecked Sendable {
+    private let lock = NSLock()
+    private var stored: [UInt64] = []
+    func append(_ s: UInt64) { lock.withLock { stored.append(s) } }
+    var items: [UInt64] { lock.withLock { stored } }
 }
 
 final class LockedList: @unchecked Sendable {
