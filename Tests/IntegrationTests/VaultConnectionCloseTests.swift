@@ -67,6 +67,33 @@ import Glibc
     }
 }
 
+/// The 8 MiB message limit is checked before sending, for a streamed call as for a call:
+/// nothing reaches the peer, and the caller gets InvalidParameter `message` (vaultd
+/// answers a longer message with an error and closes, most likely before it was all sent).
+@Suite struct VaultConnectionMessageLimitTests {
+    @Test func aStreamedCallOverTheLimitIsRefusedBeforeSending() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("vc-limit-\(UUID().uuidString.prefix(8)).sock").path
+        defer { unlink(path) }
+        let server = try UnixSocket()
+        try server.bindAndListen(path: path)
+        defer { server.close() }
+        let connection = try VaultConnection(socketPath: path, replyTimeout: 5)
+        defer { connection.close() }
+        let peer = try server.accept()
+        defer { peer.close() }
+        let pad = JSON.string(String(repeating: "x", count: Varlink.maximumMessageSize))
+        var refusal: VaultError?
+        do {
+            try connection.stream("io.vaultd.Preferences.Observe", ["domains": [pad]]) { _ in false }
+        } catch let e as VaultError {
+            refusal = e
+        }
+        #expect(refusal?.code == .invalidParameter && refusal?.parameters["parameter"] == "message", "\(String(describing: refusal))")
+        var byte: UInt8 = 0
+        #expect(recv(peer.fd, &byte, 1, Int32(MSG_DONTWAIT)) == -1 && errno == EAGAIN, "part of the message was sent")
+    }
+}
+
 final class LockedResult: @unchecked Sendable {
     private let lock = NSLock()
     private var stored = ""
