@@ -391,7 +391,9 @@ public final class Defaults: @unchecked Sendable {
     public func set(_ value: Data, forKey key: String) throws { try set(.data(value), forKey: key) }
     /// A URL is stored as its absolute string (`file:///…` for a file URL; not an archive, as
     /// Apple's `UserDefaults.set(_: URL, forKey:)` makes: other tools read it as text), and
-    /// `url(forKey:)` reads it back.
+    /// `url(forKey:)` reads it back when it has a scheme, as file URLs and web URLs do. A
+    /// relative reference with no base (`URL(string: "docs/a")`) does not come back: its
+    /// string is a relative path, which `url(forKey:)` reads as nil ("/docs/a": a file URL).
     public func set(_ value: URL, forKey key: String) throws { try set(.string(value.absoluteString), forKey: key) }
 
     /// Removes `key` from this instance's domain.
