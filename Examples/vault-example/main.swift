@@ -45,6 +45,15 @@ func run(_ args: [String]) throws {
     guard ["launch", "wait", "token", "item", "defaults", "cache"].contains(args[0]) else {
         throw Usage(message: "unknown command '\(args[0])'")
     }
+    // A verb the command does not have, too (the rest of the arguments are checked below).
+    let verbs = ["token": ["set", "get", "delete"], "item": ["add", "get", "update", "delete", "list"],
+                 "defaults": ["set", "get", "fill"], "cache": ["path", "write"]]
+    if let known = verbs[args[0]], args.count < 2 || !known.contains(args[1]) {
+        throw Usage(message: "\(args[0]) needs \(known.joined(separator: ", "))")
+    }
+    if args[0] == "wait", args.count < 2 || !(Double(args[1]).map { $0 >= 0 } ?? false) {
+        throw Usage(message: "wait needs a number of seconds")
+    }
     let vault = try Vault.connect()
     let command = args.removeFirst()
     switch (command, args.first) {

@@ -247,6 +247,12 @@ import Glibc
         #expect(help.status == 0 && help.stdoutText.hasPrefix("usage: vault-example"), "\(help)")
         let unknown = d.app(a, ["bogus"])
         #expect(unknown.status == 64 && unknown.stderr.contains("unknown command 'bogus'"), "\(unknown)")
+        // A known command with no verb, or one it does not have, is a usage error too, and
+        // no connection either (it connected, then said so).
+        for args in [["token"], ["token", "frob"], ["item", "frob"], ["defaults"], ["cache", "frob"], ["wait"], ["wait", "soon"]] {
+            let r = d.app(a, args)
+            #expect(r.status == 64 && r.stderr.hasPrefix("vault-example: "), "\(args): \(r)")
+        }
         let launch = try d.launch(a)
         #expect(launch.firstLaunch && launch.wiped == 1, "\(launch)")
     }
