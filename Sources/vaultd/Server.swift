@@ -360,7 +360,9 @@ final class Server: @unchecked Sendable {
         }
     }
 
-    /// Serves a `more` call: its first replies, then one per event, until the peer closes.
+    /// Serves a `more` call: its first replies, then one per event, until the peer closes, the
+    /// observer falls `EventQueue.capacity` events behind, or (an app's stream) its install ends
+    /// or cannot be checked.
     private func stream(_ call: VarlinkCall, on conn: UnixSocket, caller: Caller) {
         let relay = StreamRelay()
         let queue = relay.queue
