@@ -42,12 +42,12 @@ func run(_ args: [String]) throws {
         print(usage)
         return
     }
-    guard ["launch", "wait", "token", "item", "defaults", "cache"].contains(args[0]) else {
-        throw Usage(message: "unknown command '\(args[0])'")
-    }
-    // A verb the command does not have, too (the rest of the arguments are checked below).
+    // A command, or a verb the command does not have (the rest of the arguments are checked below).
     let verbs = ["token": ["set", "get", "delete"], "item": ["add", "get", "update", "delete", "list"],
                  "defaults": ["set", "get", "fill"], "cache": ["path", "write"]]
+    guard verbs[args[0]] != nil || ["launch", "wait"].contains(args[0]) else {
+        throw Usage(message: "unknown command '\(args[0])'")
+    }
     if let known = verbs[args[0]], args.count < 2 || !known.contains(args[1]) {
         throw Usage(message: "\(args[0]) needs \(known.joined(separator: ", "))")
     }

@@ -144,7 +144,7 @@ public final class Defaults: @unchecked Sendable {
         }
         guard let key = reply["key"]?.stringValue else { return false }
         let value = reply["value"].flatMap { $0.isNull ? nil : try? PlistValue(tagged: $0) }
-        let sequence = reply["sequence"]?.int64Value.flatMap { UInt64(exactly: $0) }
+        let sequence = Preferences.sequence(in: reply)
         let conts: [AsyncStream<DefaultsChange>.Continuation] = lock.withLock {
             domains[domain, default: [:]][key] = value
             if let sequence { appliedSequence = max(appliedSequence, sequence) }

@@ -29,12 +29,12 @@ public struct Preferences: Sendable {
     func setReturningSequence(_ value: PlistValue, domain: String?, key: String) throws -> UInt64? {
         do {
             let r = try connection.call("io.vaultd.Preferences.Set", ["domain": Self.domain(domain), "key": .string(key), "value": value.tagged])
-            return r["sequence"]?.int64Value.flatMap { UInt64(exactly: $0) }
+            return Self.sequence(in: r)
         } catch let e as VaultError where e.code == .invalidParameter && e.parameters["parameter"] == "message" {
             throw VaultError(
                 .domainTooLarge,
-                "the value is over \(Varlink.maximumMessageSize) bytes on the wire; a domain may hold 4194304 bytes (4 MiB); nothing was written",
-                extra: ["limit": JSON(4 << 20)].merging(domain.map { ["domain": .string($0)] } ?? [:]) { $1 })
+                "the value is over \(Varlink.maximumMessageSize) bytes on the wire; a domain may hold \(DomainLimit.maximumBytes) bytes (4 MiB); nothing was written",
+                extra: ["limit": JSON(DomainLimit.maximumBytes)].merging(domain.map { ["domain": .string($0)] } ?? [:]) { $1 })
         }
     }
 
@@ -47,7 +47,13 @@ public struct Preferences: Sendable {
     @discardableResult
     func removeReturningSequence(domain: String?, key: String) throws -> UInt64? {
         let r = try connection.call("io.vaultd.Preferences.Remove", ["domain": Self.domain(domain), "key": .string(key)])
-        return r["sequence"]?.int64Value.flatMap { UInt64(exactly: $0) }
+        return Self.sequence(in: r)
+    }
+
+    /// A write's sequence number in a Set/Remove reply or an Observe event (nil when absent:
+    /// a vaultd that sends none).
+    static func sequence(in reply: [String: JSON]) -> UInt64? {
+        reply["sequence"]?.int64Value.flatMap { UInt64(exactly: $0) }
     }
 
     /// Every key of a domain.

@@ -47,6 +47,13 @@ public struct PurgeReport: Sendable, Equatable {
     public var removedFiles = 0
     /// Apps whose caches lost files, with the bytes freed in each.
     public var apps: [String: Int64] = [:]
+
+    /// Counts one removed file of `bytes` from `app`'s cache.
+    mutating func add(_ bytes: Int64, of app: String) {
+        freedBytes += bytes
+        removedFiles += 1
+        apps[app, default: 0] += bytes
+    }
 }
 
 /// Per-app cache directories under one root, and the purge that empties them safely: no
@@ -168,9 +175,7 @@ public final class CacheStore: @unchecked Sendable {
                 let key = EntryKey(directory: directory, name: name, inode: st.st_ino)
                 guard let bytes = wanted[key], unlinkat(directoryFD, name, 0) == 0 else { return }
                 wanted[key] = nil
-                report.freedBytes += bytes
-                report.removedFiles += 1
-                report.apps[app, default: 0] += bytes
+                report.add(bytes, of: app)
             }
         }
     }
@@ -194,9 +199,7 @@ public final class CacheStore: @unchecked Sendable {
                 var chosen: [CachedFile] = []
                 while let f = candidates.first, !enough(planned) {
                     chosen.append(f)
-                    planned.freedBytes += f.bytes
-                    planned.removedFiles += 1
-                    planned.apps[f.appID, default: 0] += f.bytes
+                    planned.add(f.bytes, of: f.appID)
                     candidates.removeFirst()
                 }
                 remove(chosen, into: &report)

@@ -7,7 +7,7 @@ final class PreferencesStore {
     /// A domain may hold at most this many bytes (4 MiB), counted per entry as its key plus its
     /// value's binary-plist size (`PlistValue.storageSize`), or about half its size on the
     /// wire when that is more (`entrySize`).
-    static let maximumDomainSize = 4 << 20
+    static let maximumDomainSize = DomainLimit.maximumBytes
 
     /// What an entry counts against the domain limit. 64/127 of the wire size bounds the
     /// whole domain's reply (Preferences.Domain, an Observe snapshot) to 8 MiB less 64 KiB,

@@ -120,7 +120,7 @@ extension Vault {
         // Only while the app is still uninstalled: an install since the commit (it does not
         // wait for this one, and removes what is left under the cache lock before saving its
         // record) may have a cache of its own by now.
-        caches.removeDirectory(of: appID) { (try? locked { try apps.find(appID) })??.installed != true }
+        caches.removeDirectory(of: appID) { (try? isInstalled(appID)) != true }
         log("app \(appID) uninstalled")
         return record
     }
@@ -217,6 +217,11 @@ extension Vault {
         guard let appID = caller.appID, caller.generation != nil else { return }
         let a = try Self.current(try reading({ try AppRegistry(db: $0).find(appID) }), of: caller, appID)
         if launch && a.launchedGeneration != a.generation { _ = try self.launch(caller, reporting: false) }
+    }
+
+    /// Whether `appID` is registered and installed (under the engine lock).
+    func isInstalled(_ appID: String) throws -> Bool {
+        try locked { try apps.find(appID)?.installed ?? false }
     }
 
     /// Whether a connection's app may still be served: throws MissingEntitlement when the

@@ -22,15 +22,11 @@ extension Vault {
         // An uninstall between the check and the mkdir removed the directory before it was
         // made again: it goes (whoever asked).
         guard try isInstalled(target) else {
-            caches.removeDirectory(of: target)
+            caches.removeDirectory(of: target) { (try? self.isInstalled(target)) != true }
             if caller.appID != nil { try admit(caller) }  // MissingEntitlement: the install is over
             throw VaultError(.appNotFound, "no installed app \(target)")
         }
         return path
-    }
-
-    private func isInstalled(_ appID: String) throws -> Bool {
-        try locked { try apps.find(appID)?.installed ?? false }
     }
 
     /// Purges one app's cache (or all), entirely or until `bytes` are freed; apps in
