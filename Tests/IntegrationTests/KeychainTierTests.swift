@@ -360,6 +360,68 @@ import Glibc
         }
     }
 
+    // MARK: a data directory moved to another device
+
+    /// The data directory on another device (another `device.key`): the ThisDeviceOnly items
+    /// made on the first are NotAvailableOnThisDevice for good, but the classes stay usable
+    /// for new items (as on a restored iPhone), and the old items can still be deleted.
+    @Test func aMovedVaultKeepsItsThisDeviceOnlyClassesUsableAndItsForeignItemsDeletable() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        try #require(d.initialize().status == 0)
+        let deviceOnly = Accessibility.allCases.filter(\.isThisDeviceOnly)
+        for a in Accessibility.allCases {
+            let add = d.ctl(["item", "add", "--service", "tier.moved", "--account", a.rawValue, "--accessible", a.rawValue], stdin: Data(a.rawValue.utf8))
+            try #require(add.status == 0, "\(a): \(add)")
+        }
+        // Another device: the same data directory with a device key of its own.
+        d.stop()
+        let keyPath = d.dataDirectory + "/device.key"
+        try pseudoRandomBytes(count: 32, seed: 0xDE71CE).write(to: URL(fileURLWithPath: keyPath))
+        chmod(keyPath, 0o600)
+        try d.start()
+        try #require(d.unlock().status == 0)
+        func get(_ account: String) -> ProcessResult { d.ctl(["item", "get", "--service", "tier.moved", "--account", account]) }
+        for a in Accessibility.allCases {
+            let r = get(a.rawValue)
+            if a.isThisDeviceOnly {
+                #expect(r.status == 1 && r.stderr.contains("io.vaultd.Keychain.NotAvailableOnThisDevice"), "\(a) moved: \(r)")
+            } else {
+                #expect(r.status == 0 && r.stdout == Data(a.rawValue.utf8), "\(a) moved: \(r)")
+            }
+        }
+
+        // New ThisDeviceOnly items on this device: added, read, and still there after a lock,
+        // a restart and a passphrase change; the old ones stay NotAvailableOnThisDevice.
+        for a in deviceOnly {
+            let add = d.ctl(["item", "add", "--service", "tier.moved", "--account", "new-" + a.rawValue, "--accessible", a.rawValue], stdin: Data("new \(a)".utf8))
+            #expect(add.status == 0, "\(a) add on the new device: \(add)")
+        }
+        try #require(d.ctl(["lock"]).status == 0)
+        #expect(try d.restart() == 0)
+        try #require(d.unlock().status == 0)
+        let change = d.ctl(["passphrase", "change", "--passphrase-fd", "3", "--new-passphrase-fd", "4"], fds: [3: passphraseLine(Daemon.passphrase), 4: passphraseLine("new horse")])
+        try #require(change.status == 0, "\(change)")
+        #expect(try d.restart() == 0)
+        try #require(d.unlock(passphrase: "new horse").status == 0)
+        for a in deviceOnly {
+            let new = get("new-" + a.rawValue)
+            #expect(new.status == 0 && new.stdout == Data("new \(a)".utf8), "\(a) new item: \(new)")
+            let old = get(a.rawValue)
+            #expect(old.status == 1 && old.stderr.contains("io.vaultd.Keychain.NotAvailableOnThisDevice"), "\(a) old item: \(old)")
+        }
+
+        // The old items can be deleted (nothing on this device will ever open them); a delete
+        // naming the whole service takes them with the rest.
+        let one = d.ctl(["item", "delete", "--service", "tier.moved", "--account", Accessibility.whenUnlockedThisDeviceOnly.rawValue])
+        #expect(one.status == 0 && one.stdoutText.contains("deleted 1"), "\(one)")
+        let gone = get(Accessibility.whenUnlockedThisDeviceOnly.rawValue)
+        #expect(gone.status == 1 && gone.stderr.contains("ItemNotFound"), "\(gone)")
+        let all = d.ctl(["item", "delete", "--service", "tier.moved"])
+        #expect(all.status == 0 && all.stdoutText.contains("deleted \(Accessibility.allCases.count - 1 + deviceOnly.count)"), "\(all)")
+        #expect(d.statusJSON()?["items"] as? Int == 0)
+    }
+
     // MARK: passphrase life-cycle
 
     static let allClasses: [Accessibility] = Accessibility.allCases

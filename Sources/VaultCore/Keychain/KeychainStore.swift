@@ -157,6 +157,21 @@ final class KeychainStore {
         var metadata: SecureBytes?
         /// Each candidate class's key, or the error it is unavailable with.
         var classKeys: [Accessibility: Result<SecureBytes, VaultError>] = [:]
+        /// Rows made on another device (a moved data directory) in a class this device has a
+        /// key of its own for: their item key does not open with it (`KeyHierarchy.isForeign`).
+        var otherDevice: Set<Int64> = []
+
+        /// The key that opens row `r`'s item key, or the error it is unavailable with
+        /// (nil: `r` is not a candidate).
+        func key(of r: Stored) -> Result<SecureBytes, VaultError>? {
+            if otherDevice.contains(r.id) { return .failure(KeychainStore.otherDeviceError(r.accessible)) }
+            return classKeys[r.accessible]
+        }
+    }
+
+    /// What an item made on another device is read with: NotAvailableOnThisDevice.
+    static func otherDeviceError(_ a: Accessibility) -> VaultError {
+        VaultError(.notAvailableOnThisDevice, "the item is bound to another device (\(a.rawValue)) and is not available on this device")
     }
 
     /// The stored rows matching the query's indexed parts, restricted to the groups the caller
@@ -174,13 +189,21 @@ final class KeychainStore {
         try keys.metadataKeys()
     }
 
-    /// Each candidate class's key, or the error it is unavailable with (under either `Vault` lock).
+    /// Each candidate class's key, or the error it is unavailable with, and the rows another
+    /// device made (under either `Vault` lock).
     func addClassKeys(to c: inout Candidates) throws {
         for r in c.rows where c.classKeys[r.accessible] == nil {
             do {
                 c.classKeys[r.accessible] = .success(try keys.classKey(r.accessible))
             } catch let e as VaultError {
                 c.classKeys[r.accessible] = .failure(e)
+            }
+        }
+        // Only in a class with another device's key (a moved data directory): one small
+        // decryption per row of it.
+        for r in c.rows where keys.isForeign(r.accessible) {
+            if case .success(let k)? = c.classKeys[r.accessible], Sodium.open(r.wrappedKey, key: k, associatedData: r.associatedData) == nil {
+                c.otherDevice.insert(r.id)
             }
         }
     }
@@ -259,25 +282,23 @@ final class KeychainStore {
         return out
     }
 
-    /// Rows matching the query's indexed parts, decrypted, then matched exactly; restricted to
-    /// the groups the caller may see.
-    private func matchingRows(_ q: ItemQuery, caller: Caller) throws -> [Row] {
-        Self.decode(try candidates(q, caller: caller), q)
-    }
-
-    /// Splits rows into those whose class key is available and the error for the others.
-    private func available(_ rows: [Row]) -> ([Row], VaultError?) {
-        var ok: [Row] = []
+    /// Every row matching the query (its indexed parts, then exactly, decrypted), restricted
+    /// to the groups the caller may see, split into those whose key is available, those that
+    /// can never be read here (NotAvailableOnThisDevice: made on another device), and the
+    /// error of the others (the vault is locked), if any.
+    private func matchingRows(_ q: ItemQuery, caller: Caller) throws -> (available: [Row], otherDevice: [Row], error: VaultError?) {
+        let c = try candidates(ItemQuery(itemClass: q.itemClass, attributes: q.attributes, matchAll: true), caller: caller)
+        var ok: [Row] = [], other: [Row] = []
         var firstError: VaultError?
-        for r in rows {
-            do {
-                _ = try keys.classKey(r.accessible)
-                ok.append(r)
-            } catch let e as VaultError {
-                if firstError == nil || e.code == .notAvailableOnThisDevice { firstError = e }
-            } catch {}
+        for r in Self.decode(c, q) {
+            switch c.key(of: r.stored) {
+            case .success?: ok.append(r)
+            case .failure(let e)? where e.code == .notAvailableOnThisDevice: other.append(r)
+            case .failure(let e)?: if firstError == nil { firstError = e }
+            case nil: break
+            }
         }
-        return (ok, firstError)
+        return (ok, other, firstError)
     }
 
     private func decryptSecret(_ r: Row) throws -> SecureBytes {
@@ -402,7 +423,7 @@ final class KeychainStore {
         var rows: [Row] = []
         var error: VaultError?
         for r in decode(c, q) {
-            switch c.classKeys[r.accessible] {
+            switch c.key(of: r.stored) {
             case .success?: rows.append(r)
             case .failure(let e)?: if error == nil || e.code == .notAvailableOnThisDevice { error = e }
             case nil: break
@@ -413,7 +434,7 @@ final class KeychainStore {
         }
         return try (q.matchAll ? rows : [rows[0]]).map { r in
             var data: SecureBytes?
-            if returnData, case .success(let classKey)? = c.classKeys[r.accessible] {
+            if returnData, case .success(let classKey)? = c.key(of: r.stored) {
                 data = try secret(of: r.stored, classKey: classKey)
             }
             return FoundItem(itemClass: r.itemClass, attributes: r.attributes, data: data)
@@ -433,9 +454,9 @@ final class KeychainStore {
             throw VaultError.param("nothing to update: give attributes to change, a new secret, or both")
         }
         if let secret { try SecretLimit.check(secret.count) }
-        let matches = try matchingRows(ItemQuery(itemClass: q.itemClass, attributes: q.attributes, matchAll: true), caller: caller)
-        let (rows, error) = available(matches)
-        if let error, rows.count < matches.count { throw error }
+        let (rows, otherDevice, error) = try matchingRows(q, caller: caller)
+        if let e = otherDevice.first { throw Self.otherDeviceError(e.accessible) }
+        if let error { throw error }
         if rows.isEmpty { throw VaultError(.itemNotFound, "no item matches the query") }
         if let g = changes.accessGroup, !caller.mayAccess(group: g) {
             throw VaultError(.missingEntitlement, "the caller is not a member of the target access group")
@@ -454,11 +475,12 @@ final class KeychainStore {
     }
 
     /// SecItemDelete: deletes every match. Throws ItemNotFound, or the class-key error when a
-    /// match is unavailable (nothing is deleted then).
+    /// match is unavailable (the vault is locked; nothing is deleted then). Items made on
+    /// another device (NotAvailableOnThisDevice) are deleted: no unlock here will open them.
     func delete(_ q: ItemQuery, caller: Caller) throws -> Int {
-        let matches = try matchingRows(ItemQuery(itemClass: q.itemClass, attributes: q.attributes, matchAll: true), caller: caller)
-        let (rows, error) = available(matches)
-        if let error, rows.count < matches.count { throw error }
+        let (available, otherDevice, error) = try matchingRows(q, caller: caller)
+        if let error { throw error }
+        let rows = available + otherDevice
         if rows.isEmpty { throw VaultError(.itemNotFound, "no item matches the query") }
         for r in rows { try db.run("DELETE FROM items WHERE id = ?", [.integer(r.id)]) }
         return rows.count

@@ -8,6 +8,10 @@ import VaultProtocol
 ///   passphrase, a BLAKE2b derivation of the device key.
 /// - Class keys, one per accessibility class, random, wrapped by the KEK; the ThisDeviceOnly
 ///   ones by a key combining the KEK with the device key, so they open on this device only.
+///   A data directory moved to another device (another `device.key`) gets there, on its first
+///   unlock, a ThisDeviceOnly key of that device's own per class (`class.NAME@DEVICE`), as a
+///   restored iPhone starts its ThisDeviceOnly items afresh: the other device's items stay
+///   NotAvailableOnThisDevice, new ones are that device's.
 /// - The metadata key (encrypts attributes) and the index key (keyed hashes for uniqueness and
 ///   lookups), wrapped by the KEK: available from the first unlock.
 ///
@@ -19,8 +23,12 @@ final class KeyHierarchy {
     private let db: Database
     private let deviceKey: SecureBytes
     private(set) var classKeys: [Accessibility: SecureBytes] = [:]
-    /// Classes whose wrapped key exists but would not open with this device key.
+    /// Classes with a wrapped key that does not open with this device key: their items
+    /// made on another device are NotAvailableOnThisDevice (`isForeign`).
     private(set) var foreignClasses: Set<Accessibility> = []
+    /// The `vault_meta` name (after `wrapped.`) this device's key of each class is wrapped
+    /// under: `class.NAME`, or `class.NAME@DEVICE` on a device the data directory moved to.
+    private var localNames: [Accessibility: String] = [:]
     private(set) var metadataKey: SecureBytes?
     private(set) var indexKey: SecureBytes?
     private(set) var state: State = .uninitialized
@@ -100,6 +108,14 @@ final class KeyHierarchy {
 
     private static func name(_ a: Accessibility) -> String { "class.\(a.rawValue)" }
 
+    /// The name this device's key of ThisDeviceOnly class `a` is wrapped under when the
+    /// class's own key was made on another device: `class.NAME@` and a keyed hash of the
+    /// device key (which it does not reveal).
+    private func deviceName(_ a: Accessibility) -> String {
+        let id = Sodium.keyedHash(Array("vaultd device id v1".utf8), key: deviceKey, length: 16)
+        return Self.name(a) + "@" + id.map { String(format: "%02x", $0) }.joined()
+    }
+
     private func wrap(_ key: SecureBytes, name: String, kek: SecureBytes, deviceBound: Bool) throws {
         let box = Sodium.seal(key, key: wrappingKey(for: name, kek: kek, deviceBound: deviceBound), associatedData: Self.ad(name))
         try setMeta("wrapped.\(name)", box)
@@ -116,7 +132,8 @@ final class KeyHierarchy {
     }
 
     /// Opens every key with `kek`. Throws `AuthFailed` when the metadata key does not open
-    /// (wrong passphrase). Device-bound classes that do not open are recorded as foreign.
+    /// (wrong passphrase). Classes that do not open are recorded as foreign; a ThisDeviceOnly
+    /// one gets this device's own key (`deviceName`), made and stored on the first unlock here.
     private func openAll(kek: SecureBytes) throws {
         guard let metadata = try unwrap(name: "metadata", kek: kek, deviceBound: false),
             let index = try unwrap(name: "index", kek: kek, deviceBound: false)
@@ -124,13 +141,25 @@ final class KeyHierarchy {
         metadataKey = metadata
         indexKey = index
         foreignClasses = []
+        localNames = [:]
         for a in Accessibility.allCases {
             let name = Self.name(a)
             guard try meta("wrapped.\(name)") != nil else { continue }
             if let k = try unwrap(name: name, kek: kek, deviceBound: a.isThisDeviceOnly) {
                 classKeys[a] = k
-            } else {
-                foreignClasses.insert(a)
+                localNames[a] = name
+                continue
+            }
+            foreignClasses.insert(a)
+            guard a.isThisDeviceOnly else { continue }
+            let own = deviceName(a)
+            if try meta("wrapped.\(own)") == nil {
+                try wrap(SecureBytes.random(count: Sodium.keyLength), name: own, kek: kek, deviceBound: true)
+            }
+            // A key of this device's that does not open (damaged) leaves the class foreign.
+            if let k = try unwrap(name: own, kek: kek, deviceBound: true) {
+                classKeys[a] = k
+                localNames[a] = own
             }
         }
         state = .unlocked
@@ -202,21 +231,35 @@ final class KeyHierarchy {
         try wrap(metadataKey, name: "metadata", kek: kek, deviceBound: false)
         try wrap(indexKey, name: "index", kek: kek, deviceBound: false)
         if newPassphrase == nil {
-            classKeys[.whenPasscodeSetThisDeviceOnly] = nil
-            try setMeta("wrapped.\(Self.name(.whenPasscodeSetThisDeviceOnly))", nil)
+            // Every key of the class, other devices' too: their items are deleted with it.
+            let wps = Accessibility.whenPasscodeSetThisDeviceOnly
+            classKeys[wps] = nil
+            localNames[wps] = nil
+            foreignClasses.remove(wps)
+            try db.run(
+                "DELETE FROM vault_meta WHERE key = ? OR substr(key, 1, ?) = ?",
+                [.text("wrapped.\(Self.name(wps))"), .integer(Int64("wrapped.\(Self.name(wps))@".utf8.count)), .text("wrapped.\(Self.name(wps))@")])
         } else if classKeys[.whenPasscodeSetThisDeviceOnly] == nil {
             classKeys[.whenPasscodeSetThisDeviceOnly] = SecureBytes.random(count: Sodium.keyLength)
         }
+        // This device's keys only: another device's cannot be opened here, so they stay
+        // wrapped as they were (their items are NotAvailableOnThisDevice anyway).
         for (a, key) in classKeys {
-            try wrap(key, name: Self.name(a), kek: kek, deviceBound: a.isThisDeviceOnly)
+            let name = localNames[a] ?? (foreignClasses.contains(a) ? deviceName(a) : Self.name(a))
+            try wrap(key, name: name, kek: kek, deviceBound: a.isThisDeviceOnly)
+            localNames[a] = name
         }
         hasPassphrase = newPassphrase != nil
     }
 
-    /// The key of class `a`, or the error that says why it is unavailable.
+    /// Whether class `a` has a key made on another device, so that its items may be another
+    /// device's: those whose item key does not open with `classKey(a)`.
+    func isForeign(_ a: Accessibility) -> Bool { foreignClasses.contains(a) }
+
+    /// The key of class `a` (this device's), or the error that says why it is unavailable.
     func classKey(_ a: Accessibility) throws -> SecureBytes {
         if let k = classKeys[a] { return k }
-        if foreignClasses.contains(a) {
+        if foreignClasses.contains(a) && localNames[a] == nil {
             throw VaultError(.notAvailableOnThisDevice, "the item is bound to another device (\(a.rawValue)) and is not available on this device")
         }
         if a == .whenPasscodeSetThisDeviceOnly && !hasPassphrase && state != .uninitialized {
