@@ -10,13 +10,16 @@ public struct CredentialStore: Sendable {
     public let vault: Vault
     /// kSecAttrService of every item.
     public let service: String
-    /// The access group (nil: the caller's default group).
+    /// The access group (nil: the caller's default group, `LaunchInfo.defaultAccessGroup`).
     public let accessGroup: String?
     /// Accessibility of the items this store adds.
     public let accessibility: Accessibility
 
-    /// A store for `service`'s items in `accessGroup` (nil: the app's default group), added
-    /// with `accessibility` (kSecAttrAccessibleWhenUnlocked by default). Nothing is sent yet.
+    /// A store for `service`'s items in `accessGroup` (nil: the app's default group, which
+    /// vaultd named in `Hello`), added with `accessibility` (kSecAttrAccessibleWhenUnlocked by
+    /// default). Every verb keeps to that one group, as Valet does: an item of the same service
+    /// and account in another group the app can see is neither read, replaced nor removed
+    /// (a query without kSecAttrAccessGroup would match it, as SecItem's do). Nothing is sent yet.
     public init(vault: Vault, service: String, accessGroup: String? = nil, accessibility: Accessibility = .whenUnlocked) {
         self.vault = vault
         self.service = service
@@ -24,8 +27,10 @@ public struct CredentialStore: Sendable {
         self.accessibility = accessibility
     }
 
+    /// The store's items' attributes: its service, `account`, and its group (the default
+    /// group when it names none; with a vaultd that does not say which that is, none).
     private func attributes(_ account: String? = nil) -> ItemAttributes {
-        ItemAttributes(service: service, account: account, accessGroup: accessGroup)
+        ItemAttributes(service: service, account: account, accessGroup: accessGroup ?? vault.launch.defaultAccessGroup)
     }
 
     private func call<T>(_ body: () throws -> T) throws(VaultError) -> T {

@@ -76,12 +76,17 @@ public struct LaunchInfo: Sendable, Equatable {
     public var isFirstLaunch: Bool
     /// Credentials vaultd wiped on this first launch (left from an earlier install).
     public var wipedCredentials: Int
+    /// The keychain access group an add without one goes to (kSecAttrAccessGroup's default):
+    /// the app's first access group, or `user` for the owner's tools. nil from a vaultd that
+    /// does not say.
+    public var defaultAccessGroup: String?
 
     init(_ p: [String: JSON]) {
         appID = p["appID"]?.stringValue
         generation = p["generation"]?.stringValue
         isFirstLaunch = p["firstLaunch"]?.boolValue ?? false
         wipedCredentials = p["wipedCredentials"]?.intValue ?? 0
+        defaultAccessGroup = p["defaultAccessGroup"]?.stringValue
     }
 }
 

@@ -103,6 +103,7 @@ struct Dispatcher {
             return [
                 "appID": caller.appID.map { .string($0) } ?? .null, "generation": caller.generation.map { .string($0) } ?? .null,
                 "firstLaunch": .bool(firstLaunch), "wipedCredentials": JSON(wiped),
+                "defaultAccessGroup": .string(caller.defaultAccessGroup),
             ]
         case "io.vaultd.Vault.Status":
             var s = try vault.status()

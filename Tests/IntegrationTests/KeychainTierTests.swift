@@ -778,6 +778,41 @@ import Glibc
 
     // MARK: CredentialStore
 
+    /// A CredentialStore without an access group is the caller's default group's (the
+    /// owner's `user`, an app's first group): the same service and account in another group
+    /// the caller can see is neither read, overwritten nor removed through it.
+    @Test func aCredentialStoreWithoutAGroupKeepsToTheDefaultGroup() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        try #require(d.initializeWithoutPassphrase().status == 0)
+        let vault = try d.client()
+        #expect(vault.launch.defaultAccessGroup == "user")
+        let other = ["--service", "com.example.scoped", "--access-group", "com.example.other"]
+        for account in ["alice", "carol"] {
+            let add = d.ctl(["item", "add"] + other + ["--account", account], stdin: Data("other's \(account)".utf8))
+            try #require(add.status == 0, "\(add)")
+        }
+        let store = CredentialStore(vault: vault, service: "com.example.scoped")
+        #expect(try store.data(for: "carol") == nil, "read another group's item")
+        #expect(try !store.contains("carol"))
+        try store.set("mine", for: "alice")
+        try store.set("mine again", for: "alice")
+        #expect(try store.string(for: "alice") == "mine again")
+        #expect(try store.allAccounts() == ["alice"])
+        func othersSecret(_ account: String) -> ProcessResult { d.ctl(["item", "get"] + other + ["--account", account]) }
+        #expect(othersSecret("alice").stdout == Data("other's alice".utf8), "the other group's alice was overwritten")
+        let mine = try vault.keychain.copyMatching(Query(.genericPassword, ItemAttributes(service: "com.example.scoped", account: "alice", accessGroup: "user")))
+        #expect(mine.count == 1)
+
+        try store.remove("alice")
+        try store.removeAll()
+        #expect(othersSecret("alice").stdout == Data("other's alice".utf8), "the other group's alice was removed")
+        #expect(othersSecret("carol").stdout == Data("other's carol".utf8), "the other group's carol was removed")
+        // A store naming the group reaches it.
+        let named = CredentialStore(vault: vault, service: "com.example.scoped", accessGroup: "com.example.other")
+        #expect(try named.allAccounts() == ["alice", "carol"])
+    }
+
     @Test func credentialStoreVerbsAndTypedErrors() throws {
         let d = try Daemon()
         defer { d.close() }

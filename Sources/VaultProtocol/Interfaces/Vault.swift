@@ -22,7 +22,10 @@ extension VarlinkInterfaces {
           # True on the first Hello of a new generation.
           firstLaunch: bool,
           # Credentials wiped on this first launch.
-          wipedCredentials: int
+          wipedCredentials: int,
+          # The keychain access group an Add without one uses: the app's first access group,
+          # or "user" for the owner's tools.
+          defaultAccessGroup: ?string
         )
 
         # The vault's state and figures.
