@@ -590,6 +590,28 @@ import Glibc
         #expect(none?.code == .itemNotFound)
     }
 
+    /// `vaultctl item update` needs a filter, as its usage says and as get and delete do:
+    /// without one it replaced the secret (or attributes) of every item of every app.
+    @Test func vaultctlItemUpdateWithoutAFilterIsAUsageErrorAndChangesNothing() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        try #require(d.initializeWithoutPassphrase().status == 0)
+        try #require(d.ctl(["item", "add", "--service", "tier.mine", "--account", "a"], stdin: Data("mine".utf8)).status == 0)
+        try #require(d.ctl(["item", "add", "--service", "tier.app", "--account", "b", "--access-group", "com.example.app"], stdin: Data("app's".utf8)).status == 0)
+        try #require(d.ctl(["item", "add", "internet", "--server", "example.org", "--account", "c"], stdin: Data("web".utf8)).status == 0)
+        for args in [["--secret-stdin"], ["--set-label", "x"], ["internet", "--secret-stdin"], ["internet", "--set-port", "8"]] {
+            let r = d.ctl(["item", "update"] + args, stdin: Data("overwritten".utf8))
+            #expect(r.status == 64 && r.stderr.contains("needs at least one filter"), "\(args): \(r)")
+        }
+        #expect(d.ctl(["item", "get", "--service", "tier.mine"]).stdout == Data("mine".utf8))
+        #expect(d.ctl(["item", "get", "--service", "tier.app"]).stdout == Data("app's".utf8))
+        #expect(d.ctl(["item", "get", "internet", "--server", "example.org"]).stdout == Data("web".utf8))
+        #expect(!d.ctl(["item", "list"]).stdoutText.contains("label=\"x\""))
+        // With a filter it still works.
+        let one = d.ctl(["item", "update", "--service", "tier.mine", "--secret-stdin"], stdin: Data("changed".utf8))
+        #expect(one.status == 0 && one.stdoutText.contains("updated 1"), "\(one)")
+    }
+
     @Test func updateKeepsTheCreationDateAndAdvancesTheModificationDate() throws {
         let d = try Daemon()
         defer { d.close() }

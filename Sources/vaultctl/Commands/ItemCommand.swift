@@ -57,6 +57,10 @@ struct ItemCommand: Command {
             if changes == ItemAttributes() && secretFD == nil {
                 throw UsageError(message: "item update needs --set-ATTRIBUTE, --secret-fd N or --secret-stdin")
             }
+            // As for get and delete: an update without a filter acts on every item of the
+            // class in every app's group (SecItemUpdate with only a class), which a
+            // forgotten --service should not do.
+            if attributes == ItemAttributes() { throw UsageError(message: "item update needs at least one filter, e.g. --service") }
         case .get, .delete:
             if attributes == ItemAttributes() { throw UsageError(message: "item \(action.rawValue) needs at least one filter, e.g. --service") }
             if secretFD != nil || secretStdin { throw UsageError(message: "item \(action.rawValue) reads no secret") }
