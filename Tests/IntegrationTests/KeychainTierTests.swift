@@ -411,6 +411,11 @@ import Glibc
             #expect(old.status == 1 && old.stderr.contains("io.vaultd.Keychain.NotAvailableOnThisDevice"), "\(a) old item: \(old)")
         }
 
+        // An update cannot re-encrypt them: NotAvailableOnThisDevice, and nothing changes.
+        let update = d.ctl(["item", "update", "--service", "tier.moved", "--set-label", "relabelled"])
+        #expect(update.status == 1 && update.stderr.contains("io.vaultd.Keychain.NotAvailableOnThisDevice"), "\(update)")
+        #expect(!d.ctl(["item", "list", "--service", "tier.moved"]).stdoutText.contains("relabelled"))
+
         // The old items can be deleted (nothing on this device will ever open them); a delete
         // naming the whole service takes them with the rest.
         let one = d.ctl(["item", "delete", "--service", "tier.moved", "--account", Accessibility.whenUnlockedThisDeviceOnly.rawValue])
