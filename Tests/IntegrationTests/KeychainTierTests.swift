@@ -425,6 +425,19 @@ import Glibc
         let all = d.ctl(["item", "delete", "--service", "tier.moved"])
         #expect(all.status == 0 && all.stdoutText.contains("deleted \(Accessibility.allCases.count - 1 + deviceOnly.count)"), "\(all)")
         #expect(d.statusJSON()?["items"] as? Int == 0)
+
+        // Without a passphrase there is no whenPasscodeSet class, this device's key included,
+        // also after a restart (which opens every key again).
+        let remove = d.ctl(["passphrase", "remove", "--passphrase-fd", "3"], fds: [3: passphraseLine("new horse")])
+        try #require(remove.status == 0, "\(remove)")
+        for restart in [false, true] {
+            if restart { #expect(try d.restart() == 0) }
+            let wps = d.ctl(["item", "add", "--service", "tier.moved", "--account", "wps", "--accessible", "whenPasscodeSetThisDeviceOnly"], stdin: Data("x".utf8))
+            #expect(wps.status == 1 && wps.stderr.contains("io.vaultd.Keychain.AuthFailed"), "restart \(restart): \(wps)")
+            let tdo = d.ctl(["item", "add", "--service", "tier.moved", "--account", "tdo-\(restart)", "--accessible", "whenUnlockedThisDeviceOnly"], stdin: Data("y".utf8))
+            #expect(tdo.status == 0, "restart \(restart): \(tdo)")
+            #expect(d.ctl(["item", "get", "--service", "tier.moved", "--account", "tdo-\(restart)"]).stdout == Data("y".utf8))
+        }
     }
 
     // MARK: passphrase life-cycle
