@@ -383,6 +383,22 @@ import Glibc
         #expect(d.ctl(["app", "list", "--json"]).jsonArray?.isEmpty == true)
     }
 
+    /// A path with a NUL byte names no file (argv cannot carry one, the wire can): it is
+    /// refused, not cut at the NUL by the C calls and registered as the program before it.
+    @Test func installRefusesAnExecutablePathWithANulByte() throws {
+        let d = try Self.daemon()
+        defer { d.close() }
+        let a = try d.placeExample("a")
+        let c = try d.connect()
+        defer { c.close() }
+        for exe in [a + "\u{0}", a + "\u{0}/../other", "\u{0}" + a] {
+            let r = try c.call("io.vaultd.Apps.Install", ["appID": Self.appA, "executable": exe])
+            #expect(r.errorName == "org.varlink.service.InvalidParameter", "\(exe.debugDescription): \(r)")
+            #expect(r.parameters?["parameter"] as? String == "executable", "\(exe.debugDescription): \(r)")
+        }
+        #expect(d.ctl(["app", "list", "--json"]).jsonArray?.isEmpty == true)
+    }
+
     @Test func aDeletedExecutableIsUninstalledAndItsReturnIsANewGeneration() throws {
         let d = try Self.daemon()
         defer { d.close() }

@@ -36,6 +36,9 @@ extension Vault {
             throw VaultError.invalidParameter("executable", "an app needs an executable path (or a Flatpak ID)")
         }
         if let e = executable, !e.hasPrefix("/") { throw VaultError.invalidParameter("executable", "the executable path must be absolute") }
+        // No file has a NUL in its path; realpath and stat would cut it there and register
+        // the file named by what comes before.
+        if let e = executable, e.utf8.contains(0) { throw VaultError.invalidParameter("executable", "the executable path contains a NUL byte") }
         for g in accessGroups where !AppRecord.isValid(group: g) {
             throw VaultError.invalidParameter("accessGroups", "invalid access group name (1 to 255 bytes, no control characters)")
         }
