@@ -144,6 +144,8 @@ public final class VaultConnection: @unchecked Sendable {
         } catch let e as Errno where e.code == EAGAIN || e.code == EWOULDBLOCK {
             throw timedOut()
         } catch {
+            // vaultd refused the connection (over its cap) and said why before closing it.
+            if let m = stream.arrivedMessage(), let reply = try? VarlinkReply(json: m), let e = reply.vaultError { throw e }
             guard reconnecting, !closed.load(ordering: .sequentiallyConsistent) else {
                 throw VaultError.connectionFailed("vaultd closed the connection: \(error)")
             }

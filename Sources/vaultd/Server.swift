@@ -72,6 +72,15 @@ final class Server: @unchecked Sendable {
     private var appConnections: [String: Int] = [:]
     /// When the accept loop last logged a refusal over `maximumConnections` (its thread only).
     private var lastRefusalLog: UInt64 = 0
+    /// What a connection over `maximumConnections` is sent before it is closed (the accept
+    /// loop's thread only).
+    private lazy var tooManyConnections: [UInt8] =
+        VarlinkReply(
+            error: VaultError(
+                .rateLimited,
+                "vaultd is serving \(limits.maximumConnections) connections, the most it serves at once (VAULTD_MAX_CONNECTIONS); try again shortly",
+                extra: ["retryAfter": JSON(1.0)])
+        ).json.serialized() + [0]
     /// Calls being served. Counted without a lock, as is `stopping`: every call touches
     /// them, from every connection's thread. A connection also polls for its next call only
     /// while no other call is being served.
@@ -145,8 +154,13 @@ final class Server: @unchecked Sendable {
                 conn.close()
                 continue
             }
+            var overCap = false
             let admitted: Bool = state.withLock {
-                if stopping.load(ordering: .sequentiallyConsistent) || connections.count >= limits.maximumConnections { return false }
+                if stopping.load(ordering: .sequentiallyConsistent) { return false }
+                if connections.count >= limits.maximumConnections {
+                    overCap = true
+                    return false
+                }
                 connections[ObjectIdentifier(conn)] = conn
                 return true
             }
@@ -159,6 +173,10 @@ final class Server: @unchecked Sendable {
                         log("refused a connection: \(limits.maximumConnections) are open, the most vaultd serves at once (VAULTD_MAX_CONNECTIONS)")
                     }
                 }
+                // Told why before the close (DESIGN §3: over a limit, an error): the refusal
+                // is the reply to the first call, or waits for a client whose send fails. A
+                // small message into a new socket's empty buffer; never waited for.
+                if overCap { _ = try? conn.sendAll(tooManyConnections, within: 0) }
                 conn.close()
                 continue
             }

@@ -63,7 +63,9 @@ import Glibc
                 continue
             }
             switch c.call("io.vaultd.Vault.Status", timeout: 10) {
-            case .closed: refused += 1
+            // Told why (the call reached vaultd before the close), or closed (it did not:
+            // the send failed, and the refusal waits unread).
+            case .error("io.vaultd.Vault.RateLimited", _), .closed: refused += 1
             case let other:
                 answeredOverCap += 1
                 failures.append("connection over the cap: \(other)")
@@ -87,6 +89,37 @@ import Glibc
         for c in admitted.dropFirst() { #expect(c.call("io.vaultd.Vault.Status").parameters != nil) }
         ReliabilityReport.record(
             "flood: cap \(Self.cap): \(refused) of \(flood) connections over the cap closed at once while \(Self.cap) admitted clients made \(Self.cap * callsPerClient * 2) calls; vaultd threads \(threadsAtCap) at the cap, \(threadsAfterFlood) after the flood")
+    }
+
+    /// DESIGN §3: anything over a limit gets an error. A connection over the cap is told so
+    /// (RateLimited, naming VAULTD_MAX_CONNECTIONS) before it is closed, whether its first
+    /// call reached vaultd before the close or not; it was closed with nothing said, and
+    /// vaultctl reported "vaultd closed the connection: send: Broken pipe".
+    @Test func aConnectionOverTheCapIsToldWhy() throws {
+        let d = try CustomDaemon()
+        defer { d.close() }
+        try d.start(environment: ["VAULTD_MAX_CONNECTIONS": "1"])
+        let admitted = try Self.admittedConnection(d)
+        defer { admitted.close() }
+
+        // Nothing sent yet: the refusal is waiting to be read.
+        let over = try d.connect()
+        let refusal = over.receive(timeout: 10)
+        #expect(refusal.errorName == "io.vaultd.Vault.RateLimited", "\(refusal)")
+        if case .error(_, let p) = refusal {
+            #expect(p["message"]?.stringValue?.contains("VAULTD_MAX_CONNECTIONS") == true, "\(refusal)")
+            #expect(p["retryAfter"] != nil, "\(refusal)")
+        }
+        #expect(over.receive(timeout: 10).isClosed)
+        over.close()
+
+        // vaultctl says so too: its first send meets either the refusal or a closed socket.
+        let env = isolatedEnvironment(root: d.root, socket: d.socketPath)
+        for _ in 0..<3 {
+            let r = try ChildProcess.run(Paths.tool("vaultctl"), ["status"], environment: env, timeout: 30)
+            #expect(r.status == 1 && r.stderr.contains("io.vaultd.Vault.RateLimited") && r.stderr.contains("VAULTD_MAX_CONNECTIONS"), "\(r)")
+        }
+        #expect(admitted.call("io.vaultd.Vault.Status").parameters != nil)
     }
 
     /// Unfinished messages from many connections at once: vaultd holds at most 64 MiB of

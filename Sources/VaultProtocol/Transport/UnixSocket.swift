@@ -198,6 +198,18 @@ public final class VarlinkStream: @unchecked Sendable {
         }
     }
 
+    /// A complete message that has already arrived, without waiting for one (nil when none
+    /// has, or it does not parse). vaultd says why before it closes a connection it refuses
+    /// (over its connection cap): a send to it may fail first, with the reason waiting here.
+    public func arrivedMessage() -> JSON? {
+        while true {
+            if let frame = try? reader.nextFrame() { return try? JSON.parse(frame) }
+            var ready = pollfd(fd: socket.fd, events: Int16(POLLIN), revents: 0)
+            guard poll(&ready, 1, 0) > 0, let chunk = try? socket.receive(readable: true), !chunk.isEmpty else { return nil }
+            reader.append(chunk)
+        }
+    }
+
     /// Whether bytes of an incomplete message are waiting.
     public var hasPartialMessage: Bool { reader.pendingByteCount > 0 }
 }
