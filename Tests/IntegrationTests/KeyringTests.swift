@@ -42,6 +42,37 @@ import Glibc
         #expect(try items(k, group: "imported").count == 2)
     }
 
+    /// A keyring item the vault cannot hold (a secret over 1 MiB) is reported and the import
+    /// goes on: it used to end the import at that item (exit 1 naming no item; the items after
+    /// it were never imported), while the dry run said "would add".
+    @Test func anItemTheVaultRefusesIsReportedAndTheRestAreImported() throws {
+        let k = try KeyringFixture()
+        defer { k.close() }
+        try k.startVaultd()
+        try #require(k.ctl(["init", "--passphrase-fd", "3"], fds: Self.passphraseFD).status == 0)
+        // secret-tool stores at most 8 KiB: python's secretstorage (under python keyring) does not.
+        var r = k.run(
+            "python3",
+            ["-c", "import secretstorage; c = secretstorage.get_default_collection(secretstorage.dbus_init()); c.create_item('Big', {'service': 'big.example', 'username': 'carol'}, b'b' * ((1 << 20) + 1))"])
+        try #require(r.status == 0, "\(r)")
+        r = k.secretToolStore(label: "Small", ["service", "small.example", "username", "carol"], secret: "small-pw")
+        try #require(r.status == 0, "\(r)")
+
+        let dry = k.ctl(["keyring", "import", "--access-group", "imported", "--dry-run"])
+        let real = k.ctl(["keyring", "import", "--access-group", "imported"])
+        for p in [dry, real] {
+            #expect(p.status == 1, "\(p)")
+            #expect(p.stdoutText.contains("cannot import generic group=\"imported\" service=\"big.example\" account=\"carol\" from \"Big\": the secret is 1048577 bytes"), "\(p)")
+            #expect(p.stdoutText.contains("1 not imported") && p.stderr.contains("1 item(s)"), "\(p)")
+            #expect(!p.stdoutText.contains("bbbbbbbb") && !p.stderr.contains("bbbbbbbb"), "secrets are never printed")
+        }
+        #expect(dry.stdoutText.contains("would add generic group=\"imported\" service=\"small.example\""), "\(dry)")
+        #expect(real.stdoutText.contains("1 added, 0 updated, 0 unchanged, 0 skipped, 1 not imported"), "\(real)")
+        let get = k.ctl(["item", "get", "--access-group", "imported", "--service", "small.example"])
+        #expect(get.status == 0 && get.stdoutText == "small-pw", "\(get)")
+        #expect(try items(k, group: "imported").count == 1)
+    }
+
     @Test func importsSecretToolPythonKeyringAndGitItemsOnceAndExportsThemBack() throws {
         let k = try KeyringFixture()
         defer { k.close() }

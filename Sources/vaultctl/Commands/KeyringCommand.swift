@@ -63,19 +63,31 @@ struct KeyringCommand: Command {
         for item in items.sorted(by: { $0.path < $1.path }) {
             let (verb, mapped, note) = try importOne(item, keychain: keychain, plannedKeys: &plannedKeys)
             counts[verb, default: 0] += 1
-            let shown = dryRun && verb != "unchanged" && verb != "skip" ? "would \(verb)" : verb
+            let shown = verb == "fail" ? "cannot import" : dryRun && verb != "unchanged" && verb != "skip" ? "would \(verb)" : verb
             print("\(shown) \(mapped.map { Self.describe($0) + " " } ?? "")from \(JSON.string(item.label).text)\(note.map { ": " + $0 } ?? "")")
         }
-        let summary = ["add", "update", "unchanged", "skip"].map { "\(counts[$0, default: 0]) \($0 == "add" ? "added" : $0 == "update" ? "updated" : $0 == "skip" ? "skipped" : $0)" }
+        var summary = ["add", "update", "unchanged", "skip"].map { "\(counts[$0, default: 0]) \($0 == "add" ? "added" : $0 == "update" ? "updated" : $0 == "skip" ? "skipped" : $0)" }
+        let failed = counts["fail", default: 0]
+        if failed > 0 { summary.append("\(failed) not imported") }
         print("\(dryRun ? "dry run, nothing changed: " : "")collection \(JSON.string(info.label).text), \(items.count) item(s): \(summary.joined(separator: ", "))")
+        // Every other item was imported; the exit status still says that not all were.
+        if failed > 0 {
+            throw KeyringFailure(KeyringError(.failed, "\(failed) item(s) \(dryRun ? "could not be" : "were not") imported (the lines \"cannot import\" say why)"))
+        }
     }
 
-    /// Imports one keyring item: "add", "update", "unchanged" or "skip" (with why).
+    /// Imports one keyring item: "add", "update", "unchanged", "skip" (with why), or "fail"
+    /// (with why: the vault refuses this item, e.g. a secret over 1 MiB, `SecretLimit`).
+    /// An item the vault refuses does not end the import: the rest are still imported.
     /// `plannedKeys`: in a dry run, the keys earlier items of this run would have added (they
     /// are not in the vault, yet they would take the key, as in the real import).
     func importOne(_ item: KeyringItem, keychain: Keychain, plannedKeys: inout Set<String>) throws -> (String, KeyringMapping.Mapped?, String?) {
         guard var mapped = KeyringMapping.map(item, accessGroup: accessGroup!) else { return ("skip", nil, "vaultd's own unlock secret") }
         let secret = Data(item.secret ?? [])
+        // Checked here too, so a dry run predicts it.
+        if secret.count > SecretLimit.maximumBytes {
+            return ("fail", mapped, "the secret is \(secret.count) bytes; the vault's limit is \(SecretLimit.maximumBytes) bytes (1 MiB)")
+        }
         var fellBack = false
         while true {
             let key = mapped.itemClass.rawValue + "\u{0}" + mapped.primaryKey.json.text
@@ -86,7 +98,11 @@ struct KeyringCommand: Command {
                 existing = nil
             }
             guard existing != nil || plannedKeys.contains(key) else {
-                if dryRun { plannedKeys.insert(key) } else { try keychain.add(mapped.itemClass, attributes: mapped.attributes, data: secret) }
+                if dryRun {
+                    plannedKeys.insert(key)
+                } else if let refused = try Self.refusal({ try keychain.add(mapped.itemClass, attributes: mapped.attributes, data: secret) }) {
+                    return ("fail", mapped, refused)
+                }
                 return ("add", mapped, nil)
             }
             if let existing {
@@ -101,18 +117,30 @@ struct KeyringCommand: Command {
                     if !dryRun {
                         var changes = ItemAttributes()
                         changes.label = mapped.attributes.label
-                        try keychain.update(Query(mapped.itemClass, mapped.primaryKey), attributes: changes, data: secret)
+                        if let refused = try Self.refusal({ try keychain.update(Query(mapped.itemClass, mapped.primaryKey), attributes: changes, data: secret) }) {
+                            return ("fail", mapped, refused)
+                        }
                     }
                     return ("update", mapped, nil)
                 }
             }
             // Another item holds this key (or would, earlier in this dry run): keep both, this
             // one under its full attribute set.
-            guard !fellBack else {
-                throw VaultError(.duplicateItem, "cannot import \(JSON.string(item.label).text): its key is taken by another item in group \(accessGroup!)")
-            }
+            guard !fellBack else { return ("fail", mapped, "its key is taken by another item in group \(JSON.string(accessGroup!).text)") }
             fellBack = true
             mapped = KeyringMapping.fallback(item, accessGroup: accessGroup!)
+        }
+    }
+
+    /// Runs one write of one item; returns the vault's message when the vault refuses that item
+    /// (`Param`, `SecretTooLarge`, `DuplicateItem`), nil when it was written. Other errors
+    /// (locked, connection lost, ...) concern every item and are thrown.
+    static func refusal(_ write: () throws -> Void) throws -> String? {
+        do {
+            try write()
+            return nil
+        } catch let e as VaultError where [.param, .secretTooLarge, .duplicateItem].contains(e.code) {
+            return e.message
         }
     }
 
