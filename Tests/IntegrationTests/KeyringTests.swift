@@ -170,6 +170,24 @@ import Glibc
         #expect(try items(k, group: "elsewhere").count == 4, "only the keyring's own four items are new there")
     }
 
+    /// A synchronizable item exported and imported again is the same item: `synchronizable`
+    /// is part of the primary key (DESIGN §4). The import used to look it up and re-add it as
+    /// not synchronizable, a second item beside it.
+    @Test func aSynchronizableItemSurvivesAnExportAndImportRoundTrip() throws {
+        let k = try KeyringFixture()
+        defer { k.close() }
+        try k.startVaultd()
+        try #require(k.ctl(["init", "--passphrase-fd", "3"], fds: Self.passphraseFD).status == 0)
+        let add = k.ctl(["item", "add", "--access-group", "g", "--service", "sync.example", "--account", "a", "--synchronizable"], stdin: Data("sv".utf8))
+        try #require(add.status == 0, "\(add)")
+        let export = k.ctl(["keyring", "export", "--access-group", "g"])
+        #expect(export.status == 0 && export.stdoutText.contains("1 added"), "\(export)")
+        let back = k.ctl(["keyring", "import", "--access-group", "g"])
+        #expect(back.status == 0 && back.stdoutText.contains("0 added, 0 updated, 1 unchanged"), "\(back)")
+        let list = try items(k, group: "g")
+        #expect(list.count == 1 && list.first?["synchronizable"] as? Bool == true, "\(list)")
+    }
+
     @Test func aLockedCollectionIsReportedNeverSkipped() throws {
         let k = try KeyringFixture()
         defer { k.close() }

@@ -211,7 +211,7 @@ enum KeyringMapping {
         var exported = false
         /// The exact primary key (every key attribute set) to find the item again.
         var primaryKey: ItemAttributes {
-            var k = ItemAttributes(accessGroup: attributes.accessGroup, synchronizable: false)
+            var k = ItemAttributes(accessGroup: attributes.accessGroup, synchronizable: attributes.synchronizable ?? false)
             k.account = attributes.account ?? ""
             switch itemClass {
             case .genericPassword:
@@ -253,6 +253,8 @@ enum KeyringMapping {
             // An item vaultd exported maps back to its own group, where the vault's copy is
             // the reference (imported into another group, it was copied there as new).
             if let g = a["access-group"], !g.isEmpty { out.accessGroup = g }
+            // Part of the primary key (DESIGN §4), as `exportAttributes` writes it.
+            if a["synchronizable"] == "true" { out.synchronizable = true }
             out.account = a["account"]
             switch c {
             case .genericPassword:
