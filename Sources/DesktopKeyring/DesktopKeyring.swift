@@ -47,6 +47,10 @@ public struct KeyringCollection: Sendable {
     public var path: String
     public var label: String
     public var isLocked: Bool
+
+    /// Whether `item` is one of this collection's: an item's object path is its collection's
+    /// path and one more element (Secret Service API, "Object Paths").
+    public func holds(_ item: KeyringItem) -> Bool { item.path.hasPrefix(path + "/") }
 }
 
 /// The schemas vaultd writes, declared in CSecret's shim.

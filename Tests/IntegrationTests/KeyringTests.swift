@@ -188,6 +188,37 @@ import Glibc
         #expect(list.count == 1 && list.first?["synchronizable"] as? Bool == true, "\(list)")
     }
 
+    /// `export --collection` writes into that collection even when the item was exported into
+    /// another one before (it used to say "unchanged" and write nothing); a label changed in
+    /// the vault is exported too (it used to be "unchanged" while the secret was).
+    @Test func anExportIsIdempotentPerCollectionAndCarriesTheLabel() throws {
+        let k = try KeyringFixture()
+        defer { k.close() }
+        try k.startVaultd()
+        try #require(k.ctl(["init", "--passphrase-fd", "3"], fds: Self.passphraseFD).status == 0)
+        try #require(k.ctl(["item", "add", "--access-group", "g", "--service", "col.example", "--account", "a"], stdin: Data("cv".utf8)).status == 0)
+        #expect(k.ctl(["keyring", "export", "--access-group", "g"]).stdoutText.contains("1 added"))
+        // gnome-keyring's in-memory collection, alias "session".
+        let session = k.ctl(["keyring", "export", "--access-group", "g", "--collection", "session"])
+        #expect(session.status == 0 && session.stdoutText.contains("1 added, 0 updated, 0 unchanged"), "\(session)")
+        // secret-tool shows only an item's last path element: python's secretstorage, whole paths.
+        func exported() -> String {
+            k.run(
+                "python3",
+                ["-c", "import secretstorage\nfor i in secretstorage.search_items(secretstorage.dbus_init(), {'service': 'col.example'}): print(i.item_path, i.get_label())"]
+            ).stdoutText
+        }
+        let there = exported()
+        #expect(there.contains("/collection/session/") && there.contains("/collection/login/"), "\(there)")
+        #expect(k.ctl(["keyring", "export", "--access-group", "g", "--collection", "session"]).stdoutText.contains("0 added, 0 updated, 1 unchanged"))
+
+        try #require(k.ctl(["item", "update", "--access-group", "g", "--service", "col.example", "--set-label", "Renamed"]).status == 0)
+        let relabel = k.ctl(["keyring", "export", "--access-group", "g"])
+        #expect(relabel.stdoutText.contains("0 added, 1 updated, 0 unchanged"), "\(relabel)")
+        let labels = exported()
+        #expect(labels.contains("/collection/login/") && labels.range(of: #"/collection/login/\S+ Renamed"#, options: .regularExpression) != nil, "\(labels)")
+    }
+
     @Test func aLockedCollectionIsReportedNeverSkipped() throws {
         let k = try KeyringFixture()
         defer { k.close() }

@@ -178,10 +178,14 @@ struct KeyringCommand: Command {
             for item in items {
                 guard let a = item.attributes, let data = item.data else { continue }
                 let attributes = KeyringMapping.exportAttributes(item.itemClass, a)
-                let existing = try keyring.lookup(.item, attributes)
-                let verb = existing == nil ? "add" : existing == Array(data) ? "unchanged" : "update"
+                // Only the target collection counts: the same item exported into another one
+                // is not this export's (a lookup over every collection found it there, said
+                // "unchanged" and wrote nothing). Its label is part of what is exported.
+                let label = KeyringMapping.label(item.itemClass, a)
+                let existing = try keyring.search(.item, attributes).first(where: target.holds)
+                let verb = existing == nil ? "add" : existing?.secret == Array(data) && existing?.label == label ? "unchanged" : "update"
                 if verb != "unchanged" && !dryRun {
-                    try keyring.store(.item, attributes, label: KeyringMapping.label(item.itemClass, a), secret: Array(data), collection: target.path)
+                    try keyring.store(.item, attributes, label: label, secret: Array(data), collection: target.path)
                 }
                 counts[verb, default: 0] += 1
                 print("\(dryRun && verb != "unchanged" ? "would \(verb)" : verb) \(Self.describe(item.itemClass, a))")
