@@ -170,6 +170,35 @@ import Glibc
         #expect(try items(k, group: "elsewhere").count == 4, "only the keyring's own four items are new there")
     }
 
+    /// Importing again takes what changed in the keyring and keeps what changed in the vault:
+    /// an import used to put the keyring's (unchanged) secret back over a vault edit.
+    @Test func aSecondImportKeepsAVaultEditAndTakesAKeyringChange() throws {
+        let k = try KeyringFixture()
+        defer { k.close() }
+        try k.startVaultd()
+        try #require(k.ctl(["init", "--passphrase-fd", "3"], fds: Self.passphraseFD).status == 0)
+        let attributes = ["service", "edit.example", "username", "carol"]
+        try #require(k.secretToolStore(label: "Edit", attributes, secret: "keyring-1").status == 0)
+        usleep(1_100_000)  // `modified` is in whole seconds: the import records it a second later
+        #expect(k.ctl(["keyring", "import", "--access-group", "imported"]).stdoutText.contains("1 added"))
+        func secret() -> String { k.ctl(["item", "get", "--access-group", "imported", "--service", "edit.example"]).stdoutText }
+
+        let edit = k.ctl(["item", "update", "--access-group", "imported", "--service", "edit.example", "--secret-stdin"], stdin: Data("vault-2".utf8))
+        try #require(edit.status == 0, "\(edit)")
+        let again = k.ctl(["keyring", "import", "--access-group", "imported"])
+        #expect(again.status == 0 && again.stdoutText.contains("0 added, 0 updated, 1 unchanged"), "\(again)")
+        #expect(again.stdoutText.contains("the vault's copy is kept"), "\(again)")
+        #expect(secret() == "vault-2")
+
+        try #require(k.secretToolStore(label: "Edit", attributes, secret: "keyring-3").status == 0)
+        let changed = k.ctl(["keyring", "import", "--access-group", "imported"])
+        #expect(changed.status == 0 && changed.stdoutText.contains("0 added, 1 updated, 0 unchanged"), "\(changed)")
+        #expect(secret() == "keyring-3")
+        let last = k.ctl(["keyring", "import", "--access-group", "imported"])
+        #expect(last.stdoutText.contains("0 added, 0 updated, 1 unchanged") && secret() == "keyring-3", "\(last)")
+        #expect(try items(k, group: "imported").count == 1)
+    }
+
     /// A synchronizable item exported and imported again is the same item: `synchronizable`
     /// is part of the primary key (DESIGN §4). The import used to look it up and re-add it as
     /// not synchronizable, a second item beside it.

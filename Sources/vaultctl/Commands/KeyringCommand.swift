@@ -112,16 +112,23 @@ struct KeyringCommand: Command {
                     return ("skip", mapped, "exported from the vault earlier; the vault's item differs and is kept")
                 }
                 if let source = KeyringMapping.source(existing.attributes?.generic), source == KeyringMapping.source(mapped.attributes.generic) {
-                    // The same keyring item, imported before.
-                    if existing.data == secret && existing.attributes?.label == mapped.attributes.label { return ("unchanged", mapped, nil) }
-                    if !dryRun {
+                    // The same keyring item, imported before. Not modified in the keyring
+                    // since (its `modified` is the one recorded then): the vault's copy is
+                    // the reference, so an edit made in the vault since is not undone.
+                    let recorded = KeyringMapping.modified(existing.attributes?.generic)
+                    if item.modified > 0 && recorded == item.modified {
+                        return ("unchanged", mapped, existing.data == secret ? nil : "changed in the vault since the import; the vault's copy is kept")
+                    }
+                    // Modified in the keyring (or never recorded): the keyring's copy is taken.
+                    let same = existing.data == secret && existing.attributes?.label == mapped.attributes.label
+                    if !dryRun && (!same || recorded != item.modified) {
                         var changes = ItemAttributes()
                         changes.label = mapped.attributes.label
-                        if let refused = try Self.refusal({ try keychain.update(Query(mapped.itemClass, mapped.primaryKey), attributes: changes, data: secret) }) {
-                            return ("fail", mapped, refused)
-                        }
+                        changes.generic = mapped.attributes.generic
+                        let write = { _ = try keychain.update(Query(mapped.itemClass, mapped.primaryKey), attributes: changes, data: same ? nil : secret) }
+                        if let refused = try Self.refusal(write) { return ("fail", mapped, refused) }
                     }
-                    return ("update", mapped, nil)
+                    return (same ? "unchanged" : "update", mapped, nil)
                 }
             }
             // Another item holds this key (or would, earlier in this dry run): keep both, this
@@ -245,7 +252,8 @@ enum KeyringMapping {
     /// - secret-tool / python keyring (`service` with `username`, `user` or `account`): a
     ///   generic password;
     /// - anything else: `fallback`.
-    /// The full attribute set and schema are kept in `generic` (JSON), the label as label.
+    /// The full attribute set and schema are kept in `generic` (JSON, with the item's
+    /// `modified`, which tells a later import whether the keyring item changed), the label as label.
     static func map(_ item: KeyringItem, accessGroup: String) -> Mapped? {
         let a = item.attributes
         let schema = item.schema ?? a["xdg:schema"]
@@ -307,6 +315,9 @@ enum KeyringMapping {
         if !item.label.isEmpty { m.attributes.label = item.label }
         var source: [String: JSON] = ["attributes": .object(item.attributes.mapValues { .string($0) })]
         if let s = item.schema { source["schema"] = .string(s) }
+        // Whole seconds: a change later in the same second would keep the same `modified`,
+        // so one of this very second is not recorded (the next import records it).
+        if item.modified > 0 && item.modified < UInt64(Date().timeIntervalSince1970) { source["modified"] = JSON(item.modified) }
         m.attributes.generic = Data(JSON.object(["secretService": .object(source)]).serialized())
         return m
     }
@@ -319,6 +330,13 @@ enum KeyringMapping {
         var out = a.compactMapValues(\.stringValue)
         out["xdg:schema"] = nil
         return out
+    }
+
+    /// The keyring item's `modified` (seconds since 1970, as the Secret Service reports it)
+    /// when it was last imported, as `finish` recorded it in `generic`; nil when not recorded.
+    static func modified(_ generic: Data?) -> UInt64? {
+        guard let g = generic, let j = try? JSON.parse(Array(g)) else { return nil }
+        return j["secretService"]?["modified"]?.uint64Value
     }
 
     /// The `io.vaultd.Item` attributes of a vault item: class, group and the whole primary key.
