@@ -275,11 +275,10 @@ func erase(_ vault: Vault, _ c: Credential, group: String?) throws {
 }
 
 func main() -> Int32 {
-    // No core file: a fatal signal would write the password git gave this helper to disk in
-    // plaintext. (Not non-dumpable like vaultd: vaultd identifies a peer through its
-    // /proc/PID/exe, which a non-dumpable process hides from a vaultd that is not root.)
-    var noCoreFile = rlimit(rlim_cur: 0, rlim_max: 0)
-    _ = setrlimit(__rlimit_resource_t(RLIMIT_CORE.rawValue), &noCoreFile)
+    // Neither a core file nor a crash report holds the password git gave this helper. (Not
+    // non-dumpable like vaultd: vaultd identifies a peer through its /proc/PID/exe, which a
+    // non-dumpable process hides from a vaultd that is not root.)
+    CrashOutput.keepSecretsOut()
     signal(SIGPIPE, SIG_IGN)
     let args = Array(CommandLine.arguments.dropFirst())
     let usage = "usage: git-credential-vault get|store|erase   (git runs it: credential.helper = vault)\n"

@@ -121,11 +121,10 @@ func parseCommand(_ args: inout Arguments) throws -> Command {
     }
 }
 
-// No core file: a fatal signal would write the passphrase or secret this process holds to
-// disk in plaintext. (Not non-dumpable like vaultd: vaultd identifies a peer through its
-// /proc/PID/exe, which a non-dumpable process hides from a vaultd that is not root.)
-var noCoreFile = rlimit(rlim_cur: 0, rlim_max: 0)
-_ = setrlimit(__rlimit_resource_t(RLIMIT_CORE.rawValue), &noCoreFile)
+// Neither a core file nor a crash report holds the passphrase or secret this process holds.
+// (Not non-dumpable like vaultd: vaultd identifies a peer through its /proc/PID/exe, which a
+// non-dumpable process hides from a vaultd that is not root.)
+CrashOutput.keepSecretsOut()
 
 var arguments = Arguments(Array(CommandLine.arguments.dropFirst()))
 if arguments.words.first == "--help" || arguments.words.first == "-h" || arguments.words.first == "help" {

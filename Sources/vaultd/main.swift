@@ -48,8 +48,11 @@ do {
     fail("\(error)", code: 64)
 }
 
-// No core dumps, no same-uid ptrace: keys live in this process's memory.
+// No core dumps, no same-uid ptrace, no crash report with memory: keys live in this
+// process's memory. (Non-dumpable does not stop a crash reporter running as root: a vaultd
+// run as root, SIGSEGVed, printed the memory at each register.)
 _ = vault_set_nondumpable()
+CrashOutput.keepSecretsOut()
 signal(SIGPIPE, SIG_IGN)
 
 let activated = Listener.fromActivation(environment: environment)
