@@ -343,6 +343,16 @@ import Glibc
         let lockedByAccount = d.ctl(["item", "get", "--account", "wu"])
         #expect(lockedByAccount.stderr.contains("InteractionNotAllowed"), "\(lockedByAccount)")
         #expect(vaultError { try vault.keychain.copyMatching(Query(.genericPassword, ItemAttributes(service: "tier.lock", accessible: .whenUnlocked), matchAll: true)) }?.status == Self.interactionNotAllowed)
+        // A list that matches locked items beside readable ones fails too: a partial list
+        // would report the locked ones as not found (it returned the afterFirstUnlock ones).
+        let mixed = d.ctl(["item", "list", "--service", "tier.lock"])
+        #expect(mixed.status == 1 && mixed.stderr.contains("InteractionNotAllowed") && mixed.stdout.isEmpty, "\(mixed)")
+        #expect(vaultError { try vault.keychain.copyMatching(Query(.genericPassword, ItemAttributes(service: "tier.lock"), matchAll: true)) }?.status == Self.interactionNotAllowed)
+        let accounts = Result { try CredentialStore(vault: vault, service: "tier.lock", accessGroup: "user").allAccounts() }
+        #expect((try? accounts.get()) == nil, "allAccounts while locked: \(accounts)")
+        // Only the classes readable after the first unlock: listed.
+        let readable = try vault.keychain.copyMatching(Query(.genericPassword, ItemAttributes(service: "tier.lock", accessible: .afterFirstUnlock), matchAll: true))
+        #expect(readable.compactMap { $0.attributes?.account } == classes.filter { $0.accessible == "afterFirstUnlock" }.map(\.account))
 
         // After a restart, before any unlock: every class gives -25308.
         #expect(try d.restart() == 0)

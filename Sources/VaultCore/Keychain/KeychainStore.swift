@@ -418,17 +418,25 @@ final class KeychainStore {
     /// SecItemCopyMatching's work after the candidates are read, without a lock. Returns
     /// available matches (one, or all with `matchAll`); throws ItemNotFound when nothing
     /// matches, or the class-key error (InteractionNotAllowed, NotAvailableOnThisDevice) when
-    /// only unavailable items match.
+    /// only unavailable items match. With `matchAll`, a match whose class is locked fails the
+    /// whole query with its error (InteractionNotAllowed, as securityd's query stops at an
+    /// item the keybag cannot open): a partial list would report the locked items as not
+    /// found (DESIGN §4). Items of another device (a moved data directory) never open here,
+    /// so they are left out of a list rather than failing every one.
     static func copyMatching(_ c: Candidates, _ q: ItemQuery, returnData: Bool) throws -> [FoundItem] {
         var rows: [Row] = []
         var error: VaultError?
+        var locked: VaultError?
         for r in decode(c, q) {
             switch c.key(of: r.stored) {
             case .success?: rows.append(r)
-            case .failure(let e)?: if error == nil || e.code == .notAvailableOnThisDevice { error = e }
+            case .failure(let e)?:
+                if error == nil || e.code == .notAvailableOnThisDevice { error = e }
+                if locked == nil && e.code != .notAvailableOnThisDevice { locked = e }
             case nil: break
             }
         }
+        if q.matchAll, let locked { throw locked }
         if rows.isEmpty {
             throw error ?? VaultError(.itemNotFound, "no item matches the query")
         }
