@@ -29,7 +29,7 @@ let toolUsage = """
       item delete [CLASS] FILTERS
       item list [CLASS] [FILTERS] [--json]
       ATTRIBUTES / FILTERS: --service --account --label --comment --description
-        --access-group --accessible --synchronizable --server --protocol --port --path
+        --access-group --accessible --synchronizable[=yes|no] --server --protocol --port --path
         --authentication-type --security-domain
     Desktop keyring (Secret Service):
       keyring import --access-group G [--collection NAME] [--dry-run]

@@ -700,6 +700,41 @@ import Glibc
         #expect(contradictory.status == 1 && contradictory.stderr.contains("io.vaultd.Keychain.Param"), "\(contradictory)")
     }
 
+    /// kSecAttrSynchronizable from the command line: `--synchronizable[=yes|no]` as filter and
+    /// `--set-synchronizable[=yes|no]` as change (only "yes" could be said: an item could
+    /// not be made non-synchronizable again, nor a list kept to the non-synchronizable ones).
+    @Test func vaultctlSaysSynchronizableYesAndNo() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        try #require(d.initialize().status == 0)
+        for (flag, secret) in [(["--synchronizable"], "synced"), ([], "local")] {
+            let add = d.ctl(["item", "add", "--service", "tier.sync", "--account", "a"] + flag, stdin: Data(secret.utf8))
+            try #require(add.status == 0, "\(add)")
+        }
+        func listed(_ filter: [String]) throws -> [Bool] {
+            let r = d.ctl(["item", "list", "--service", "tier.sync", "--json"] + filter)
+            try #require(r.status == 0, "\(r)")
+            return try JSON.parse(Array(r.stdout)).arrayValue?.compactMap { $0["synchronizable"]?.boolValue } ?? []
+        }
+        #expect(try listed([]).sorted { !$0 && $1 } == [false, true])
+        #expect(try listed(["--synchronizable=no"]) == [false])
+        #expect(try listed(["--synchronizable=yes"]) == [true])
+        #expect(try listed(["--synchronizable"]) == [true])
+        #expect(d.ctl(["item", "get", "--service", "tier.sync", "--synchronizable=no"]).stdout == Data("local".utf8))
+
+        // Making the synchronizable one local collides with the local one (same primary key).
+        let collide = d.ctl(["item", "update", "--service", "tier.sync", "--synchronizable", "--set-synchronizable=no"])
+        #expect(collide.status == 1 && collide.stderr.contains("DuplicateItem"), "\(collide)")
+        #expect(d.ctl(["item", "delete", "--service", "tier.sync", "--synchronizable=no"]).stdoutText.contains("deleted 1"))
+        let local = d.ctl(["item", "update", "--service", "tier.sync", "--set-synchronizable=no"])
+        #expect(local.status == 0 && local.stdoutText.contains("updated 1"), "\(local)")
+        #expect(try listed([]) == [false])
+        #expect(d.ctl(["item", "get", "--service", "tier.sync", "--synchronizable=no"]).stdout == Data("synced".utf8))
+
+        let bad = d.ctl(["item", "list", "--synchronizable=maybe"])
+        #expect(bad.status == 64 && bad.stderr.contains("--synchronizable takes yes or no"), "\(bad)")
+    }
+
     // MARK: rate limiting
 
     @Test func failedUnlocksAreRateLimitedAlsoAfterARestart() throws {

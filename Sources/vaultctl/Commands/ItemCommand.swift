@@ -31,7 +31,9 @@ struct ItemCommand: Command {
         // port out of range) is its Param error (-50, exit 1), as vaultd would answer it.
         if let v = try a.option(prefix + "accessible") { attrs.accessible = try Accessibility(wire: v) }
         if let p = try a.intOption(prefix + "port") { attrs.port = try ItemAttributes.checkedPort(p) }
-        if a.flag(prefix + "synchronizable") { attrs.synchronizable = true }
+        // kSecAttrSynchronizable: `--synchronizable` or `=yes`, `--synchronizable=no`; a
+        // filter without it matches both.
+        attrs.synchronizable = try a.booleanOption(prefix + "synchronizable")
         if let g = try a.option(prefix + "generic") { attrs.generic = Data(g.utf8) }
         return attrs
     }

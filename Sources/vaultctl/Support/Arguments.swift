@@ -47,6 +47,29 @@ struct Arguments {
         return i
     }
 
+    /// A yes/no option: `--name` alone is yes; `--name=yes|no` (also true/false, 1/0) says
+    /// which; nil when absent (the last one when repeated).
+    mutating func booleanOption(_ name: String) throws -> Bool? {
+        var value: Bool?
+        var i = 0
+        while i < words.count, words[i] != "--" {
+            if words[i] == name {
+                value = true
+            } else if words[i].hasPrefix(name + "=") {
+                switch words[i].dropFirst(name.count + 1).lowercased() {
+                case "yes", "true", "1": value = true
+                case "no", "false", "0": value = false
+                default: throw UsageError(message: "\(name) takes yes or no, not '\(words[i].dropFirst(name.count + 1))'")
+                }
+            } else {
+                i += 1
+                continue
+            }
+            words.remove(at: i)
+        }
+        return value
+    }
+
     /// Removes `--name` and returns whether it was there.
     mutating func flag(_ name: String) -> Bool {
         guard let i = words.prefix(while: { $0 != "--" }).firstIndex(of: name) else { return false }
