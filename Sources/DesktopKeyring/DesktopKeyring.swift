@@ -290,15 +290,27 @@ public final class DesktopKeyring: @unchecked Sendable {
 
     // MARK: passwords by schema
 
-    /// Stores (or replaces) the secret with exactly these attributes. `collection` is an
-    /// alias ("default", "login") or an object path (`KeyringCollection.path`); nil is the
-    /// default collection.
-    public func store(_ schema: KeyringSchema, _ attributes: [String: String], label: String, secret: [UInt8], contentType: String = "text/plain", collection: String? = nil) throws {
+    /// The content type a secret is stored with: `text/plain` when it is text as libsecret
+    /// tells text from binary (`g_utf8_validate` over its length: valid UTF-8 without NUL
+    /// bytes; a text/plain secret is what `secret_password_lookup` hands out as a C string),
+    /// else `application/octet-stream`.
+    public static func contentType(of secret: [UInt8]) -> String {
+        let text = secret.isEmpty || secret.withUnsafeBufferPointer { b in
+            b.withMemoryRebound(to: CChar.self) { c in g_utf8_validate(c.baseAddress, gssize(c.count), nil) != 0 }
+        }
+        return text ? "text/plain" : "application/octet-stream"
+    }
+
+    /// Stores (or replaces) the secret with exactly these attributes, as `contentType` (nil:
+    /// `contentType(of:)`). `collection` is an alias ("default", "login") or an object path
+    /// (`KeyringCollection.path`); nil is the default collection.
+    public func store(_ schema: KeyringSchema, _ attributes: [String: String], label: String, secret: [UInt8], contentType: String? = nil, collection: String? = nil) throws {
         let path = collection
         let table = Self.table(attributes)
         defer { g_hash_table_unref(table) }
+        let type = contentType ?? Self.contentType(of: secret)
         let value = (secret + [0]).withUnsafeBufferPointer { b in
-            b.withMemoryRebound(to: CChar.self) { c in secret_value_new(c.baseAddress!, gssize(secret.count), contentType) }
+            b.withMemoryRebound(to: CChar.self) { c in secret_value_new(c.baseAddress!, gssize(secret.count), type) }
         }
         defer { secret_value_unref(UnsafeMutableRawPointer(value)) }
         let ok = try Self.call(timeout: timeout, kind: .failed, what: "cannot store in the keyring") { c, e in

@@ -19,6 +19,7 @@ final class KeyringFixture: @unchecked Sendable {
 
     private var busPID: pid_t?
     private var keyringPID: pid_t?
+    private var monitorPID: pid_t?
     private(set) var vaultdPID: pid_t?
 
     init() throws {
@@ -84,6 +85,39 @@ final class KeyringFixture: @unchecked Sendable {
             "dbus-send",
             ["--session", "--print-reply", "--dest=org.freedesktop.secrets", "/org/freedesktop/secrets",
              "org.freedesktop.Secret.Service.Lock", "array:objpath:/org/freedesktop/secrets/collection/login"])
+    }
+
+    /// Starts `dbus-monitor` on the private bus for `CreateItem` calls and returns once it
+    /// monitors; `createdItems` reads what it saw. Stopped in `close()`.
+    func monitorCreateItem() throws {
+        precondition(monitorPID == nil)
+        let out = root + "/monitor.log"
+        monitorPID = try ChildProcess.spawn(
+            "dbus-monitor", ["--address", busAddress, "interface=org.freedesktop.Secret.Collection,member=CreateItem"], environment: environment,
+            inputs: [:], stdout: .file(out, append: true), stderr: .file(out, append: true))
+        let deadline = Date().addingTimeInterval(10)
+        while Date() < deadline {
+            if text(out).contains("member=NameLost") { return }  // it has become a monitor
+            usleep(10_000)
+        }
+        throw HarnessError("dbus-monitor did not start; log:\n\(text(out))")
+    }
+
+    /// "LABEL CONTENT-TYPE" of each `CreateItem` call seen by `monitorCreateItem`, in order.
+    /// The content type travels in clear beside the (encrypted) secret: this is what a client
+    /// asked for, whatever the Secret Service keeps (gnome-keyring keeps none: it reports
+    /// every secret as text/plain).
+    func createdItems() -> [String] {
+        text(root + "/monitor.log").components(separatedBy: "\nmethod call ").filter { $0.contains("member=CreateItem") }.map { call in
+            let lines = call.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }
+            func string(_ line: String) -> String {
+                guard let r = line.range(of: "string \"") else { return "?" }
+                return String(line[r.upperBound...].dropLast())
+            }
+            let label = lines.firstIndex(of: "string \"org.freedesktop.Secret.Item.Label\"").map { string(lines[$0 + 1]) } ?? "?"
+            let type = lines.firstIndex(of: "struct {").flatMap { s in lines[s...].first { $0.hasPrefix("string \"") } }.map(string) ?? "?"
+            return "\(label) \(type)"
+        }
     }
 
     // MARK: vaultd
@@ -160,9 +194,10 @@ final class KeyringFixture: @unchecked Sendable {
         return nil
     }
 
-    /// Stops vaultd, the keyring and the bus (by PID, in that order) and removes the directory.
+    /// Stops dbus-monitor, vaultd, the keyring and the bus (by PID, in that order) and removes the directory.
     func close() {
-        for p in [vaultdPID, keyringPID, busPID].compactMap({ $0 }) { _ = Self.stop(p) }
+        for p in [monitorPID, vaultdPID, keyringPID, busPID].compactMap({ $0 }) { _ = Self.stop(p) }
+        monitorPID = nil
         vaultdPID = nil
         keyringPID = nil
         busPID = nil

@@ -248,6 +248,40 @@ import Glibc
         #expect(labels.contains("/collection/login/") && labels.range(of: #"/collection/login/\S+ Renamed"#, options: .regularExpression) != nil, "\(labels)")
     }
 
+    /// A secret that is not text is exported as `application/octet-stream`, text as
+    /// `text/plain`: the export stored every secret as text/plain, so a program reading a
+    /// binary secret as a password got invalid UTF-8 (and a Secret Service that checks the
+    /// type, as KDE's ksecretd does, refuses it). Text is what libsecret takes for text:
+    /// UTF-8 without NUL bytes. gnome-keyring keeps no content type (it reports text/plain
+    /// for every secret), so the test reads what vaultctl sent it off the bus.
+    @Test func anExportMarksABinarySecretAsBinary() throws {
+        let k = try KeyringFixture()
+        defer { k.close() }
+        try k.startVaultd()
+        try #require(k.ctl(["init", "--passphrase-fd", "3"], fds: Self.passphraseFD).status == 0)
+        var r = k.run(
+            "python3",
+            ["-c", "import secretstorage; c = secretstorage.get_default_collection(secretstorage.dbus_init()); c.create_item('Bin', {'service': 'bin.example', 'username': 'carol'}, b'\\xff\\xfe\\x00bin', content_type='application/octet-stream')"])
+        try #require(r.status == 0, "\(r)")
+        r = k.secretToolStore(label: "Text", ["service", "text.example", "username", "carol"], secret: "pässwort")
+        try #require(r.status == 0, "\(r)")
+        r = k.secretToolStore(label: "Nul", ["service", "nul.example", "username", "carol"], secret: "a\u{0}b")
+        try #require(r.status == 0, "\(r)")
+        #expect(k.ctl(["keyring", "import", "--access-group", "imported"]).stdoutText.contains("3 added"))
+
+        try k.monitorCreateItem()
+        let export = k.ctl(["keyring", "export", "--access-group", "imported"])
+        #expect(export.status == 0 && export.stdoutText.contains("3 added, 0 updated, 0 unchanged"), "\(export)")
+        #expect(k.createdItems().sorted() == ["Bin application/octet-stream", "Nul application/octet-stream", "Text text/plain"])
+        // The secrets themselves, byte for byte, as python's secretstorage reads them back.
+        let exported = k.run(
+            "python3",
+            ["-c", "import secretstorage\nfor i in sorted(secretstorage.search_items(secretstorage.dbus_init(), {'xdg:schema': 'io.vaultd.Item'}), key=lambda i: i.get_label()): print(i.get_label(), i.get_secret())"])
+        #expect(exported.stdoutText == "Bin b'\\xff\\xfe\\x00bin'\nNul b'a\\x00b'\nText b'p\\xc3\\xa4sswort'\n", "\(exported)")
+        let again = k.ctl(["keyring", "export", "--access-group", "imported"])
+        #expect(again.stdoutText.contains("0 added, 0 updated, 3 unchanged"), "\(again)")
+    }
+
     @Test func aLockedCollectionIsReportedNeverSkipped() throws {
         let k = try KeyringFixture()
         defer { k.close() }

@@ -192,6 +192,7 @@ struct KeyringCommand: Command {
                 let existing = try keyring.search(.item, attributes).first(where: target.holds)
                 let verb = existing == nil ? "add" : existing?.secret == Array(data) && existing?.label == label ? "unchanged" : "update"
                 if verb != "unchanged" && !dryRun {
+                    // Stored as text/plain only when it is text (`DesktopKeyring.contentType(of:)`).
                     try keyring.store(.item, attributes, label: label, secret: Array(data), collection: target.path)
                 }
                 counts[verb, default: 0] += 1
