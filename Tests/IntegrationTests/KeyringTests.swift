@@ -248,6 +248,50 @@ import Glibc
         #expect(labels.contains("/collection/login/") && labels.range(of: #"/collection/login/\S+ Renamed"#, options: .regularExpression) != nil, "\(labels)")
     }
 
+    /// An internet password's attributes follow the writer's schema: git's `org.git.Password`
+    /// and libsecret's `org.gnome.keyring.NetworkPassword` keep the path in `object` (the
+    /// latter also `domain` and `authtype`); an item with no schema (`secret-tool store server
+    /// S protocol P ... path /x`) names it `path`. Only git's `object` was mapped: such an
+    /// item came in with path "", the network password without its domain and authtype.
+    @Test func internetPasswordAttributesFollowTheWritersSchema() throws {
+        let k = try KeyringFixture()
+        defer { k.close() }
+        try k.startVaultd()
+        try #require(k.ctl(["init", "--passphrase-fd", "3"], fds: Self.passphraseFD).status == 0)
+        var r = k.secretToolStore(label: "X", ["server", "host.example", "protocol", "ftp", "port", "21", "user", "u", "path", "/x"], secret: "ftp-pw")
+        try #require(r.status == 0, "\(r)")
+        r = k.secretToolStore(
+            label: "Share", ["xdg:schema", "org.gnome.keyring.NetworkPassword", "server", "smb.example", "protocol", "smb", "port", "445", "user", "v", "domain", "WORKGROUP", "object", "/share", "authtype", "ntlm"],
+            secret: "smb-pw")
+        try #require(r.status == 0, "\(r)")
+
+        let first = k.ctl(["keyring", "import", "--access-group", "imported"])
+        #expect(first.status == 0 && first.stdoutText.contains("2 added, 0 updated, 0 unchanged"), "\(first)")
+        let imported = try items(k, group: "imported")
+        let ftp = try #require(imported.first { $0["server"] as? String == "host.example" })
+        #expect(ftp["class"] as? String == "internetPassword")
+        #expect(ftp["protocol"] as? String == "ftp" && ftp["port"] as? Int == 21 && ftp["account"] as? String == "u", "\(ftp)")
+        #expect(ftp["path"] as? String == "/x", "\(ftp)")
+        let smb = try #require(imported.first { $0["server"] as? String == "smb.example" })
+        #expect(smb["protocol"] as? String == "smb" && smb["port"] as? Int == 445 && smb["account"] as? String == "v", "\(smb)")
+        #expect(smb["path"] as? String == "/share", "\(smb)")
+        #expect(smb["securityDomain"] as? String == "WORKGROUP" && smb["authenticationType"] as? String == "ntlm", "\(smb)")
+
+        // The round trip: the export carries them, the import maps the exports back to the
+        // same two items, and neither direction changes anything a second time.
+        let export = k.ctl(["keyring", "export", "--access-group", "imported"])
+        #expect(export.status == 0 && export.stdoutText.contains("2 added, 0 updated, 0 unchanged"), "\(export)")
+        let lookup = k.run("secret-tool", ["lookup", "xdg:schema", "io.vaultd.Item", "server", "host.example", "path", "/x"])
+        #expect(lookup.stdoutText == "ftp-pw", "\(lookup)")
+        for _ in 0..<2 {
+            let back = k.ctl(["keyring", "import", "--access-group", "imported"])
+            #expect(back.status == 0 && back.stdoutText.contains("0 added, 0 updated, 4 unchanged"), "\(back)")
+        }
+        #expect(try items(k, group: "imported").count == 2)
+        let again = k.ctl(["keyring", "export", "--access-group", "imported"])
+        #expect(again.stdoutText.contains("0 added, 0 updated, 2 unchanged"), "\(again)")
+    }
+
     /// A secret that is not text is exported as `application/octet-stream`, text as
     /// `text/plain`: the export stored every secret as text/plain, so a program reading a
     /// binary secret as a password got invalid UTF-8 (and a Secret Service that checks the

@@ -242,14 +242,37 @@ enum KeyringMapping {
 
     static let unlockSchema = "io.vaultd.Unlock"
     static let itemSchema = "io.vaultd.Item"
-    static let gitSchema = "org.git.Password"
     static let genericSchema = "org.freedesktop.Secret.Generic"
+
+    /// Which keyring attributes an internet password's attributes are read from (the first
+    /// present of each list); `server`, `protocol` and `port` are named so everywhere.
+    struct InternetSchema {
+        var path: [String]
+        var account: [String]
+        var securityDomain: [String] = []
+        var authenticationType: [String] = []
+    }
+
+    /// The internet-password schemas, by `xdg:schema`: git-credential-libsecret's, and
+    /// libsecret's network password (`SECRET_SCHEMA_COMPAT_NETWORK`, gnome-keyring's
+    /// network items: user, domain, object, server, protocol, port, authtype).
+    static let internetSchemas: [String: InternetSchema] = [
+        "org.git.Password": InternetSchema(path: ["object"], account: ["user"]),
+        "org.gnome.keyring.NetworkPassword": InternetSchema(path: ["object"], account: ["user"], securityDomain: ["domain"], authenticationType: ["authtype"]),
+    ]
+
+    /// An item with no known schema but `server` and `protocol` (e.g. `secret-tool store
+    /// server S protocol P user U path /p`): the plain names first, then the schemas' names
+    /// (their writers may leave `xdg:schema` out).
+    static let unnamedInternetSchema = InternetSchema(
+        path: ["path", "object"], account: ["user", "username", "account"], securityDomain: ["domain"], authenticationType: ["authtype"])
 
     /// Maps one keyring item; nil for items that must not be imported (vaultd's own unlock
     /// secret). Conventions:
     /// - `io.vaultd.Item` (our export): its class and primary key;
-    /// - git-credential-libsecret (`org.git.Password`, or `server` + `protocol`): an internet
-    ///   password: server, protocol, port, path = `object`, account = `user`;
+    /// - an internet-password schema (`internetSchemas`), or no known schema with `server` +
+    ///   `protocol` (`unnamedInternetSchema`): an internet password: server, protocol, port,
+    ///   and path, account, security domain, authentication type as the schema names them;
     /// - secret-tool / python keyring (`service` with `username`, `user` or `account`): a
     ///   generic password;
     /// - anything else: `fallback`.
@@ -283,13 +306,18 @@ enum KeyringMapping {
             let l = item.label
             if !l.isEmpty && l != label(c, out) { out.label = l }
             return Mapped(itemClass: cls, attributes: out, exported: true)
-        } else if schema == gitSchema || (a["server"] != nil && a["protocol"] != nil && a["service"] == nil) {
+        } else if let internet = schema.flatMap({ internetSchemas[$0] })
+            ?? (a["server"] != nil && a["protocol"] != nil && a["service"] == nil ? unnamedInternetSchema : nil)
+        {
+            func first(_ names: [String]) -> String? { names.lazy.compactMap { a[$0] }.first }
             cls = .internetPassword
             out.server = a["server"] ?? ""
             out.protocol = a["protocol"]
             if let p = a["port"].flatMap({ Int($0) }), (1...65535).contains(p) { out.port = p }
-            out.path = a["object"]
-            out.account = a["user"] ?? a["username"] ?? a["account"]
+            out.path = first(internet.path)
+            out.account = first(internet.account)
+            out.securityDomain = first(internet.securityDomain)
+            out.authenticationType = first(internet.authenticationType)
         } else if let service = a["service"] {
             out.service = service
             out.account = a["username"] ?? a["user"] ?? a["account"]
