@@ -67,8 +67,9 @@ public final class Defaults: @unchecked Sendable {
     /// before `init` returns. When the stream ends (vaultd stopped or restarted), it connects
     /// again (after 0.05 s, doubling to 2 s while vaultd is away) and the new snapshots
     /// replace the copy, each difference reported to `changes()` watchers, as UserDefaults
-    /// recovers from a cfprefsd restart. It stops for good on an error from vaultd (the app
-    /// uninstalled, say) and when the instance goes.
+    /// recovers from a cfprefsd restart; an error reply once observing (RateLimited at the
+    /// connection cap, say) is retried the same way. It stops for good on MissingEntitlement
+    /// (the app uninstalled or reinstalled) and when the instance goes.
     private func startObserving() throws {
         let first = try VaultConnection(socketPath: vault.connection.socketPath)
         lock.withLock { observer = first }
@@ -102,9 +103,15 @@ public final class Defaults: @unchecked Sendable {
                         return true
                     }
                 } catch let e as VaultError where e.code != .connectionFailed {
-                    if initial && snapshots < expected { failure.value = e }
-                    if initial { ready.signal() }
-                    return
+                    if initial {
+                        if snapshots < expected { failure.value = e }
+                        ready.signal()
+                        return
+                    }
+                    // The app's install ended (uninstalled or reinstalled): its domain is
+                    // gone for this instance. Anything else (RateLimited at vaultd's
+                    // connection cap, an InternalError) passes: connect again later.
+                    if e.code == .missingEntitlement { return }
                 } catch {
                     if initial && snapshots < expected {
                         failure.value = (error as? VaultError) ?? VaultError.connectionFailed("\(error)")

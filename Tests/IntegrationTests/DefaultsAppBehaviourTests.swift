@@ -130,4 +130,58 @@ import Glibc
         try mine.removeObject(forKey: "k1")
         #expect(mine.object(forKey: "k1") == nil)
     }
+
+    /// An Observe that gets an error once the copy is running (RateLimited: vaultd at its
+    /// connection cap when the stream connects again after a restart) is tried again, as a
+    /// closed connection is; `Defaults` stopped observing for good on it (only the end of the
+    /// app's install, MissingEntitlement, should stop it). The server here is a stand-in for
+    /// vaultd that answers the first Observe with snapshots and closes (a restart), the second
+    /// with RateLimited, the third with a snapshot holding a new value.
+    @Test func observingGoesOnAfterAnErrorReply() throws {
+        let dir = try TemporaryDirectory.make(prefix: "vaultd-fake")
+        defer { TemporaryDirectory.remove(dir) }
+        let path = dir + "/vaultd.sock"
+        let listener = try UnixSocket()
+        try listener.bindAndListen(path: path)
+        let observes = Shared(0)
+        let server = Thread {
+            while let conn = try? listener.accept() {
+                Thread {
+                    let stream = VarlinkStream(socket: conn)
+                    defer { conn.close() }
+                    while let message = try? stream.receive(), let call = try? VarlinkCall(json: message) {
+                        switch call.method {
+                        case "io.vaultd.Vault.Hello":
+                            _ = try? stream.send(VarlinkReply(parameters: ["appID": "com.example.fake", "generation": "g1", "firstLaunch": false, "wipedCredentials": 0]).json)
+                        case "io.vaultd.Preferences.Observe":
+                            let n = observes.update { $0 += 1; return $0 }
+                            if n == 2 {
+                                _ = try? stream.send(VarlinkReply(error: VaultError(.rateLimited, "too many connections (VAULTD_MAX_CONNECTIONS)")).json)
+                                return
+                            }
+                            let domains = call.parameters["domains"]?.arrayValue?.compactMap(\.stringValue) ?? []
+                            for d in domains {
+                                let values: [String: JSON] = n >= 3 && d == "com.example.fake" ? ["k": PlistValue.string("after").tagged] : [:]
+                                _ = try? stream.send(VarlinkReply(parameters: ["domain": .string(d), "values": .object(values)], continues: true).json)
+                            }
+                            // The first stream ends as at a restart; the third stays open.
+                            if n == 1 { return }
+                        default:
+                            _ = try? stream.send(VarlinkReply(error: VaultError(.internalError, "not in this stand-in")).json)
+                        }
+                    }
+                }.start()
+            }
+        }
+        server.start()
+        defer { listener.shutdown() }
+
+        let vault = try Vault.connect(socketPath: path)
+        let defaults = try Defaults(vault: vault)
+        #expect(defaults.string(forKey: "k") == nil)
+        let deadline = Date().addingTimeInterval(10)
+        while defaults.string(forKey: "k") == nil && Date() < deadline { usleep(20_000) }
+        #expect(defaults.string(forKey: "k") == "after", "observing stopped after \(observes.value) Observe calls")
+        #expect(observes.value == 3)
+    }
 }
