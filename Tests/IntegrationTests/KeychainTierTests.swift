@@ -450,6 +450,75 @@ import Glibc
         }
     }
 
+    /// Replaces the data directory's device key (stopped): the directory is now on another
+    /// device, or back on the one whose key `bytes` is.
+    private func moveVault(_ d: Daemon, toDeviceKey bytes: Data) throws {
+        d.stop()
+        let keyPath = d.dataDirectory + "/device.key"
+        try bytes.write(to: URL(fileURLWithPath: keyPath))
+        chmod(keyPath, 0o600)
+        try d.start()
+    }
+
+    @Test func aVaultMovedBackKeepsTheOtherDevicesItemsNotAvailableOnThisDevice() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        try #require(d.initialize().status == 0)
+        let home = try Data(contentsOf: URL(fileURLWithPath: d.dataDirectory + "/device.key"))
+        let add = d.ctl(["item", "add", "--service", "tier.back", "--account", "home", "--accessible", "whenUnlockedThisDeviceOnly"], stdin: Data("home".utf8))
+        try #require(add.status == 0, "\(add)")
+        // On another device: an item of the class made there.
+        try moveVault(d, toDeviceKey: pseudoRandomBytes(count: 32, seed: 0xBAC4))
+        try #require(d.unlock().status == 0)
+        let there = d.ctl(["item", "add", "--service", "tier.back", "--account", "there", "--accessible", "whenUnlockedThisDeviceOnly"], stdin: Data("there".utf8))
+        try #require(there.status == 0, "\(there)")
+        // Back home: the home item reads; the other device's is NotAvailableOnThisDevice (not
+        // an InternalError, "altered or damaged"), also in a list with the secrets.
+        try moveVault(d, toDeviceKey: home)
+        try #require(d.unlock().status == 0)
+        let own = d.ctl(["item", "get", "--service", "tier.back", "--account", "home"])
+        #expect(own.status == 0 && own.stdout == Data("home".utf8), "\(own)")
+        let other = d.ctl(["item", "get", "--service", "tier.back", "--account", "there"])
+        #expect(other.status == 1 && other.stderr.contains("io.vaultd.Keychain.NotAvailableOnThisDevice"), "\(other)")
+        let vault = try d.client()
+        let all = try? vault.keychain.copyMatching(Query(.genericPassword, ItemAttributes(service: "tier.back"), matchAll: true), returnData: true, returnAttributes: true)
+        #expect(all?.compactMap { $0.attributes?.account } == ["home"], "\(String(describing: all))")
+        let update = d.ctl(["item", "update", "--service", "tier.back", "--account", "there", "--set-label", "x"])
+        #expect(update.status == 1 && update.stderr.contains("io.vaultd.Keychain.NotAvailableOnThisDevice"), "\(update)")
+    }
+
+    @Test func aVaultBackOnADeviceAfterAPassphraseChangeElsewhereCanAddThisDeviceOnlyItems() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        try #require(d.initialize().status == 0)
+        let home = try Data(contentsOf: URL(fileURLWithPath: d.dataDirectory + "/device.key"))
+        let away = pseudoRandomBytes(count: 32, seed: 0xA3A7)
+        // Used on another device (its keys are made there), back home, the passphrase changed
+        // at home, then on the other device again.
+        try moveVault(d, toDeviceKey: away)
+        try #require(d.unlock().status == 0)
+        let there = d.ctl(["item", "add", "--service", "tier.again", "--account", "there", "--accessible", "whenUnlockedThisDeviceOnly"], stdin: Data("there".utf8))
+        try #require(there.status == 0, "\(there)")
+        try moveVault(d, toDeviceKey: home)
+        try #require(d.unlock().status == 0)
+        let change = d.ctl(["passphrase", "change", "--passphrase-fd", "3", "--new-passphrase-fd", "4"], fds: [3: passphraseLine(Daemon.passphrase), 4: passphraseLine("new horse")])
+        try #require(change.status == 0, "\(change)")
+        try moveVault(d, toDeviceKey: away)
+        try #require(d.unlock(passphrase: "new horse").status == 0)
+        for a in Accessibility.allCases where a.isThisDeviceOnly {
+            let add = d.ctl(["item", "add", "--service", "tier.again", "--account", "new-" + a.rawValue, "--accessible", a.rawValue], stdin: Data("new".utf8))
+            #expect(add.status == 0, "\(a): \(add)")
+            let get = d.ctl(["item", "get", "--service", "tier.again", "--account", "new-" + a.rawValue])
+            #expect(get.status == 0 && get.stdout == Data("new".utf8), "\(a): \(get)")
+        }
+        // The item made there under the old passphrase cannot be opened any more: it is
+        // NotAvailableOnThisDevice and can be deleted.
+        let old = d.ctl(["item", "get", "--service", "tier.again", "--account", "there"])
+        #expect(old.status == 1 && old.stderr.contains("io.vaultd.Keychain.NotAvailableOnThisDevice"), "\(old)")
+        let delete = d.ctl(["item", "delete", "--service", "tier.again", "--account", "there"])
+        #expect(delete.status == 0, "\(delete)")
+    }
+
     // MARK: passphrase life-cycle
 
     static let allClasses: [Accessibility] = Accessibility.allCases

@@ -23,8 +23,9 @@ final class KeyHierarchy {
     private let db: Database
     private let deviceKey: SecureBytes
     private(set) var classKeys: [Accessibility: SecureBytes] = [:]
-    /// Classes with a wrapped key that does not open with this device key: their items
-    /// made on another device are NotAvailableOnThisDevice (`isForeign`).
+    /// Classes with a wrapped key made on another device (one that does not open with this
+    /// device key, or another device's `class.NAME@DEVICE`): their items made on another
+    /// device are NotAvailableOnThisDevice (`isForeign`).
     private(set) var foreignClasses: Set<Accessibility> = []
     /// The `vault_meta` name (after `wrapped.`) this device's key of each class is wrapped
     /// under: `class.NAME`, or `class.NAME@DEVICE` on a device the data directory moved to.
@@ -113,7 +114,24 @@ final class KeyHierarchy {
     /// device key (which it does not reveal).
     private func deviceName(_ a: Accessibility) -> String {
         let id = Sodium.keyedHash(Array("vaultd device id v1".utf8), key: deviceKey, length: 16)
-        return Self.name(a) + "@" + id.map { String(format: "%02x", $0) }.joined()
+        return Self.deviceNamePrefix(a) + id.map { String(format: "%02x", $0) }.joined()
+    }
+
+    /// What every device's own key of class `a` is named with (`deviceName`): `class.NAME@`.
+    private static func deviceNamePrefix(_ a: Accessibility) -> String { name(a) + "@" }
+
+    /// The `SELECT`/`DELETE` condition on `vault_meta.key` and its arguments matching the
+    /// wrapped keys of class `a` that other devices made (`deviceName`), and this device's
+    /// unless `excludingOwn`.
+    private func deviceKeysCondition(_ a: Accessibility, excludingOwn: Bool) -> (String, [SQLValue]) {
+        let prefix = "wrapped." + Self.deviceNamePrefix(a)
+        var sql = "substr(key, 1, ?) = ?"
+        var args: [SQLValue] = [.integer(Int64(prefix.utf8.count)), .text(prefix)]
+        if excludingOwn {
+            sql += " AND key != ?"
+            args.append(.text("wrapped." + deviceName(a)))
+        }
+        return (sql, args)
     }
 
     private func wrap(_ key: SecureBytes, name: String, kek: SecureBytes, deviceBound: Bool) throws {
@@ -133,7 +151,12 @@ final class KeyHierarchy {
 
     /// Opens every key with `kek`. Throws `AuthFailed` when the metadata key does not open
     /// (wrong passphrase). Classes that do not open are recorded as foreign; a ThisDeviceOnly
-    /// one gets this device's own key (`deviceName`), made and stored on the first unlock here.
+    /// one gets this device's own key (`deviceName`), made and stored on the first unlock here,
+    /// and made anew when the stored one no longer opens (wrapped under a passphrase since
+    /// changed on another device, which cannot rewrap it: the items it opened are lost either
+    /// way, and are then NotAvailableOnThisDevice and deletable). A class whose key opens but
+    /// for which other devices made keys of their own (the data directory moved away and back)
+    /// is foreign too: the items those devices made are NotAvailableOnThisDevice here.
     private func openAll(kek: SecureBytes) throws {
         guard let metadata = try unwrap(name: "metadata", kek: kek, deviceBound: false),
             let index = try unwrap(name: "index", kek: kek, deviceBound: false)
@@ -148,19 +171,23 @@ final class KeyHierarchy {
             if let k = try unwrap(name: name, kek: kek, deviceBound: a.isThisDeviceOnly) {
                 classKeys[a] = k
                 localNames[a] = name
+                if a.isThisDeviceOnly {
+                    let (condition, args) = deviceKeysCondition(a, excludingOwn: true)
+                    if try db.row("SELECT 1 FROM vault_meta WHERE \(condition) LIMIT 1", args) != nil { foreignClasses.insert(a) }
+                }
                 continue
             }
             foreignClasses.insert(a)
             guard a.isThisDeviceOnly else { continue }
             let own = deviceName(a)
-            if try meta("wrapped.\(own)") == nil {
-                try wrap(SecureBytes.random(count: Sodium.keyLength), name: own, kek: kek, deviceBound: true)
+            var k = try unwrap(name: own, kek: kek, deviceBound: true)
+            if k == nil {
+                let fresh = SecureBytes.random(count: Sodium.keyLength)
+                try wrap(fresh, name: own, kek: kek, deviceBound: true)
+                k = fresh
             }
-            // A key of this device's that does not open (damaged) leaves the class foreign.
-            if let k = try unwrap(name: own, kek: kek, deviceBound: true) {
-                classKeys[a] = k
-                localNames[a] = own
-            }
+            classKeys[a] = k
+            localNames[a] = own
         }
         state = .unlocked
         unlockedSinceStart = true
@@ -236,9 +263,8 @@ final class KeyHierarchy {
             classKeys[wps] = nil
             localNames[wps] = nil
             foreignClasses.remove(wps)
-            try db.run(
-                "DELETE FROM vault_meta WHERE key = ? OR substr(key, 1, ?) = ?",
-                [.text("wrapped.\(Self.name(wps))"), .integer(Int64("wrapped.\(Self.name(wps))@".utf8.count)), .text("wrapped.\(Self.name(wps))@")])
+            let (condition, args) = deviceKeysCondition(wps, excludingOwn: false)
+            try db.run("DELETE FROM vault_meta WHERE key = ? OR \(condition)", [.text("wrapped.\(Self.name(wps))")] + args)
         } else if classKeys[.whenPasscodeSetThisDeviceOnly] == nil {
             classKeys[.whenPasscodeSetThisDeviceOnly] = SecureBytes.random(count: Sodium.keyLength)
         }
