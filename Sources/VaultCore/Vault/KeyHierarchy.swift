@@ -244,9 +244,11 @@ final class KeyHierarchy {
         state = .locked
     }
 
-    /// Re-wraps every key under the KEK of `newPassphrase` (nil: no passphrase). The vault
-    /// must be unlocked (all class keys in memory). Adding a passphrase creates the
-    /// whenPasscodeSet class key; removing it drops that key (the caller deletes its items).
+    /// Re-wraps this device's keys under the KEK of `newPassphrase` (nil: no passphrase);
+    /// another device's ThisDeviceOnly keys (a moved data directory) cannot be opened here and
+    /// stay as they were. The vault must be unlocked (all class keys in memory). Adding a
+    /// passphrase creates the whenPasscodeSet class key; removing it drops every key of that
+    /// class, other devices' too (the caller deletes all its items).
     func rewrap(newPassphrase: PassphraseKEK?) throws {
         guard state == .unlocked, let metadataKey, let indexKey else {
             throw VaultError(.interactionNotAllowed, "unlock the vault before changing its passphrase")
@@ -286,7 +288,7 @@ final class KeyHierarchy {
     func classKey(_ a: Accessibility) throws -> SecureBytes {
         if let k = classKeys[a] { return k }
         if foreignClasses.contains(a) && localNames[a] == nil {
-            throw VaultError(.notAvailableOnThisDevice, "the item is bound to another device (\(a.rawValue)) and is not available on this device")
+            throw KeychainStore.otherDeviceError(a)
         }
         if a == .whenPasscodeSetThisDeviceOnly && !hasPassphrase && state != .uninitialized {
             throw VaultError(.authFailed, "whenPasscodeSetThisDeviceOnly items need a vault passphrase")
