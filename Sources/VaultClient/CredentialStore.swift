@@ -44,7 +44,10 @@ public struct CredentialStore: Sendable {
     }
 
     /// Stores `data` (at most 1 MiB) for `account`, replacing what was there; the item gets
-    /// this store's accessibility either way.
+    /// this store's accessibility either way. An item of the account made on another device
+    /// (a data directory moved here: NotAvailableOnThisDevice, it never opens here) is
+    /// replaced, as a restored device starts its ThisDeviceOnly items afresh. Throws
+    /// SecretTooLarge over 1 MiB, InteractionNotAllowed while the class is locked.
     public func set(_ data: Data, for account: String) throws(VaultError) {
         try call {
             var a = attributes(account)
@@ -52,8 +55,13 @@ public struct CredentialStore: Sendable {
             do {
                 try vault.keychain.add(attributes: a, data: data)
             } catch let e as VaultError where e.code == .duplicateItem {
-                try vault.keychain.update(
-                    Query(.genericPassword, attributes(account)), attributes: ItemAttributes(accessible: accessibility), data: data)
+                do {
+                    try vault.keychain.update(
+                        Query(.genericPassword, attributes(account)), attributes: ItemAttributes(accessible: accessibility), data: data)
+                } catch let e as VaultError where e.code == .notAvailableOnThisDevice {
+                    try vault.keychain.delete(Query(.genericPassword, attributes(account)))
+                    try vault.keychain.add(attributes: a, data: data)
+                }
             }
         }
     }

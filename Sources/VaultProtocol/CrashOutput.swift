@@ -9,7 +9,7 @@ public enum CrashOutput {
     static let crashSignals = [SIGQUIT, SIGABRT, SIGBUS, SIGFPE, SIGILL, SIGSEGV, SIGTRAP]
 
     /// Allows no core file (RLIMIT_CORE 0: it would hold the secrets in plaintext) and, unless
-    /// `SWIFT_BACKTRACE` is set in the environment, puts the crash signals back to their
+    /// `SWIFT_BACKTRACE` is set (not empty) in the environment, puts the crash signals back to their
     /// default action, taking them from Swift's crash reporter: its report prints the 16 bytes
     /// of memory each register points at, and the stack of the process, to stderr (a terminal,
     /// git's stderr, vaultd's journal). Someone debugging a crash sets `SWIFT_BACKTRACE`
@@ -18,7 +18,8 @@ public enum CrashOutput {
     public static func keepSecretsOut() {
         var noCoreFile = rlimit(rlim_cur: 0, rlim_max: 0)
         _ = setrlimit(__rlimit_resource_t(RLIMIT_CORE.rawValue), &noCoreFile)
-        guard getenv("SWIFT_BACKTRACE") == nil else { return }
+        // Set but empty, it leaves Swift's default (enabled) as unset would.
+        if let asked = getenv("SWIFT_BACKTRACE"), asked.pointee != 0 { return }
         for s in crashSignals { signal(s, SIG_DFL) }
     }
 }

@@ -485,6 +485,12 @@ import Glibc
         #expect(all?.compactMap { $0.attributes?.account } == ["home"], "\(String(describing: all))")
         let update = d.ctl(["item", "update", "--service", "tier.back", "--account", "there", "--set-label", "x"])
         #expect(update.status == 1 && update.stderr.contains("io.vaultd.Keychain.NotAvailableOnThisDevice"), "\(update)")
+        // A CredentialStore's set replaces the other device's item, which never opens here
+        // (it failed with NotAvailableOnThisDevice, so the account could not be set at all).
+        let store = CredentialStore(vault: vault, service: "tier.back", accessGroup: "user", accessibility: .whenUnlockedThisDeviceOnly)
+        #expect(throws: Never.self) { try store.set("home again", for: "there") }
+        #expect(try store.string(for: "there") == "home again")
+        #expect(try store.string(for: "home") == "home")
     }
 
     @Test func aVaultBackOnADeviceAfterAPassphraseChangeElsewhereCanAddThisDeviceOnlyItems() throws {
