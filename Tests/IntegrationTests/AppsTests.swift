@@ -855,6 +855,31 @@ import Glibc
         #expect(d.ctl(["defaults", "read", "group.org.example.suite", "colour"]).stdoutText == "green\n")
     }
 
+    /// An app group's suite goes with the group's last installed app, as iOS removes the
+    /// group's shared container (its UserDefaults suite with it); while another member is
+    /// installed it stays. It outlived them all, and a reinstall found the old values.
+    @Test func anAppGroupSuiteGoesWithTheGroupsLastApp() throws {
+        let d = try Self.daemon()
+        defer { d.close() }
+        let a = try d.placeExample("a"), b = try d.placeExample("b")
+        let group = "group.org.example.suite"
+        try d.install(Self.appA, exe: a, ["--app-group", group])
+        try d.install(Self.appB, exe: b, ["--app-group", group])
+        #expect(d.app(a, ["defaults", "set", "colour", "blue", "--suite", group]).status == 0)
+        #expect(d.ctl(["defaults", "write", "group.org.example.other", "kept", "yes"]).status == 0)
+
+        #expect(d.ctl(["app", "uninstall", Self.appA]).status == 0)
+        #expect(d.app(b, ["defaults", "get", "colour", "--suite", group]).stdoutText == "blue\n", "B is still a member")
+        #expect(d.ctl(["app", "uninstall", Self.appB]).status == 0)
+        let gone = d.ctl(["defaults", "read", group, "colour"])
+        #expect(gone.status != 0 && !gone.stdoutText.contains("blue"), "the last member went: \(gone)")
+        #expect(d.ctl(["defaults", "read", "group.org.example.other", "kept"]).stdoutText == "yes\n", "a suite of no uninstalled app stays")
+
+        try d.install(Self.appA, exe: a, ["--app-group", group])
+        let fresh = d.app(a, ["defaults", "get", "colour", "--suite", group])
+        #expect(!fresh.stdoutText.contains("blue"), "\(fresh)")
+    }
+
     @Test func theGlobalDomainIsReadableByAppsButNotWritable() throws {
         let d = try Self.daemon()
         defer { d.close() }

@@ -102,23 +102,31 @@ extension Vault {
         return try markUninstalled(appID, executableMissing: false)
     }
 
+    /// Uninstall (DESIGN §5): the app's preferences domain goes, and so does each of its
+    /// app-group suites (`group.*`) that no installed app is a member of any more, as iOS
+    /// removes an app group's shared container (its UserDefaults suite with it) with the
+    /// group's last app. Credentials stay.
     private func markUninstalled(_ appID: String, executableMissing: Bool) throws -> AppRecord {
-        // Observers of the domain learn that its keys went, as with any other removal (in
+        // Observers of the domains learn that their keys went, as with any other removal (in
         // commit order with other preference writes: `writingPreferences`).
         let record: AppRecord = try writingPreferences { ticket in
-            let (a, keys): (AppRecord, [String]) = try locked {
+            let (a, removed): (AppRecord, [(domain: String, key: String)]) = try locked {
                 try db.write { _ in
                     guard var a = try apps.find(appID) else { throw VaultError(.appNotFound, "no app \(appID)") }
                     a.installed = false
                     a.executableMissing = executableMissing
                     try apps.save(a)
-                    let keys = try preferences.storedValues(appID).keys
-                    _ = try preferences.removeDomain(appID)
+                    let stillShared = Set(try apps.all().filter { $0.installed && $0.appID != appID }.flatMap(\.appGroups))
+                    var removed: [(domain: String, key: String)] = []
+                    for domain in [appID] + a.appGroups.filter({ !stillShared.contains($0) }) {
+                        removed += try preferences.storedValues(domain).keys.map { (domain, $0) }
+                        _ = try preferences.removeDomain(domain)
+                    }
                     ticket.take()
-                    return (a, Array(keys))
+                    return (a, removed)
                 }
             }
-            return (a, keys.map { .preference(domain: appID, key: $0, value: nil, sequence: ticket.sequence) })
+            return (a, removed.map { .preference(domain: $0.domain, key: $0.key, value: nil, sequence: ticket.sequence) })
         }
         // Only while the app is still uninstalled: an install since the commit (it does not
         // wait for this one, and removes what is left under the cache lock before saving its
