@@ -360,6 +360,12 @@ struct KeychainTests {
             #expect(vault.lockStateName() == "uninitialized")
             expectVaultError(.notInitialized) { try vault.addGeneric(service: "s", account: "a", secret: [1]) }
             expectVaultError(.notInitialized) { _ = try vault.readGeneric(service: "s") }
+            expectVaultError(.notInitialized) { _ = try vault.unlock(passphrase: secret("p")) }
+            expectVaultError(.notInitialized) { _ = try vault.lockVault() }
+            // Not "unlock the vault first" (InteractionNotAllowed): there is nothing to unlock.
+            expectVaultError(.notInitialized) { _ = try vault.changePassphrase(old: nil, new: secret("p"), caller: .owner) }
+            expectVaultError(.notInitialized) { _ = try vault.changePassphrase(old: nil, new: nil, caller: .owner) }
+            #expect(vault.lockStateName() == "uninitialized")
             _ = try vault.initialize(passphrase: nil, caller: .owner)
             #expect(vault.lockStateName() == "unlocked")
             expectVaultError(.alreadyInitialized) { _ = try vault.initialize(passphrase: nil, caller: .owner) }

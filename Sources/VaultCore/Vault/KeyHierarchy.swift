@@ -246,10 +246,12 @@ final class KeyHierarchy {
 
     /// Re-wraps this device's keys under the KEK of `newPassphrase` (nil: no passphrase);
     /// another device's ThisDeviceOnly keys (a moved data directory) cannot be opened here and
-    /// stay as they were. The vault must be unlocked (all class keys in memory). Adding a
+    /// stay as they were. The vault must be unlocked (all class keys in memory): throws
+    /// NotInitialized before `initialize`, InteractionNotAllowed while locked. Adding a
     /// passphrase creates the whenPasscodeSet class key; removing it drops every key of that
     /// class, other devices' too (the caller deletes all its items).
     func rewrap(newPassphrase: PassphraseKEK?) throws {
+        guard state != .uninitialized else { throw VaultError(.notInitialized, "the vault is not initialised: run vaultctl init") }
         guard state == .unlocked, let metadataKey, let indexKey else {
             throw VaultError(.interactionNotAllowed, "unlock the vault before changing its passphrase")
         }

@@ -186,8 +186,11 @@ public final class Vault: @unchecked Sendable {
     }
 
     /// Changes (both given), sets (`old` nil, vault without passphrase) or removes (`new` nil)
-    /// the passphrase. The vault must be unlocked. Removing it deletes whenPasscodeSet items.
-    /// Returns the new lock state and the number of items deleted. Owner only.
+    /// the passphrase. Removing it deletes whenPasscodeSet items. Returns the new lock state
+    /// and the number of items deleted. Owner only. With a passphrase, `old` is checked as
+    /// Unlock checks it (counted, rate-limited) and, right, unlocks a locked vault; without
+    /// one, `old` is ignored. Throws PermissionDenied, Param (empty `new`), Vault.AuthFailed
+    /// (`old` wrong or missing), RateLimited, NotInitialized.
     public func changePassphrase(old: SecureBytes?, new: SecureBytes?, caller: Caller) throws -> (JSON, Int) {
         try requireOwner(caller)
         if let p = new, p.count == 0 { throw VaultError.param("the new passphrase must not be empty") }
