@@ -38,42 +38,88 @@ public struct VaultError: Error, Equatable, CustomStringConvertible, Sendable {
             (error as? VaultError)?.code == code
         }
 
-        // Keychain (Keychain Services OSStatus values).
+        // Keychain (Keychain Services OSStatus values, DESIGN §4).
+        /// -25299 (errSecDuplicateItem): Add, or an Update's change, collides with an item of
+        /// the same primary key, class, access group and synchronizable.
         public static let duplicateItem = Code("io.vaultd.Keychain.DuplicateItem")
+        /// -25300 (errSecItemNotFound): nothing matches a CopyMatching, Update or Delete.
         public static let itemNotFound = Code("io.vaultd.Keychain.ItemNotFound")
+        /// -25308 (errSecInteractionNotAllowed): a matched or added item's class key is not in
+        /// memory (the vault is locked; before the first unlock, every item). Never reported
+        /// as ItemNotFound.
         public static let interactionNotAllowed = Code("io.vaultd.Keychain.InteractionNotAllowed")
+        /// -34018 (errSecMissingEntitlement): the access group (or preferences domain, cache
+        /// directory) is not the caller's, or the app's install ended after it connected
+        /// (uninstalled or reinstalled: reconnect).
         public static let missingEntitlement = Code("io.vaultd.Keychain.MissingEntitlement")
+        /// -25293 (errSecAuthFailed): a whenPasscodeSetThisDeviceOnly item on a vault without
+        /// a passphrase. (A wrong passphrase is `wrongPassphrase`.)
         public static let authFailed = Code("io.vaultd.Keychain.AuthFailed")
+        /// -50 (errSecParam): a malformed or contradictory keychain request (see `ItemAttributes`).
         public static let param = Code("io.vaultd.Keychain.Param")
+        /// -25291 (errSecNotAvailable): a ThisDeviceOnly item made on another device (a moved
+        /// data directory).
         public static let notAvailableOnThisDevice = Code("io.vaultd.Keychain.NotAvailableOnThisDevice")
+        /// -50: a secret over `SecretLimit.maximumBytes` (1 MiB); `parameters["limit"]` holds it.
         public static let secretTooLarge = Code("io.vaultd.Keychain.SecretTooLarge")
         // Vault life-cycle.
+        /// `Init` has not been run: every keychain call, Unlock, Lock, ChangePassphrase.
         public static let notInitialized = Code("io.vaultd.Vault.NotInitialized")
+        /// `Init` on a vault that exists.
         public static let alreadyInitialized = Code("io.vaultd.Vault.AlreadyInitialized")
+        /// -25293: a wrong (or, for ChangePassphrase, missing) passphrase; counted for the rate limit.
         public static let wrongPassphrase = Code("io.vaultd.Vault.AuthFailed")
+        /// Wait `parameters["retryAfter"]` seconds: too many wrong passphrases (1 s doubling
+        /// to 15 min after the third), vaultd at its connection cap, or its 64 MiB of
+        /// messages in flight held by other connections.
         public static let rateLimited = Code("io.vaultd.Vault.RateLimited")
+        /// Lock or Unlock on a vault without a passphrase (it is always unlocked).
         public static let noPassphrase = Code("io.vaultd.Vault.NoPassphrase")
+        /// The disk holding the data directory is full (or failed a write); nothing was written.
         public static let storageFull = Code("io.vaultd.Vault.StorageFull")
+        /// vaultd failed unexpectedly (a damaged store, a failed sync); the message says where.
         public static let internalError = Code("io.vaultd.Vault.InternalError")
+        /// An owner-only method (Init, Unlock, Lock, ChangePassphrase, Apps, cache Purge) called by an app.
         public static let permissionDenied = Code("io.vaultd.Vault.PermissionDenied")
+        /// The reply would be over the 8 MiB message limit (`parameters["size"]`, `["limit"]`,
+        /// bytes); nothing was done to it. Ask for less (matchLimit one, no data).
         public static let replyTooLarge = Code("io.vaultd.Vault.ReplyTooLarge")
-        // Preferences.
+        // Preferences (DESIGN §6).
+        /// A write would take the domain past `DomainLimit.maximumBytes` (4 MiB); nothing was
+        /// written. `parameters["limit"]`, and from vaultd `["domain"]`, `["size"]` (bytes).
         public static let domainTooLarge = Code("io.vaultd.Preferences.DomainTooLarge")
+        /// A value that is not a valid tagged property-list value, a key over 1 KiB of UTF-8,
+        /// or a domain name that is empty, over 255 bytes, or holds '/' or a control character.
         public static let invalidValue = Code("io.vaultd.Preferences.InvalidValue")
+        /// Import of bytes that are not an XML or binary plist with a dictionary root (or
+        /// that nest past 64 levels or expand past 8 MiB), or an Export as XML of a string
+        /// XML 1.0 cannot carry.
         public static let invalidPropertyList = Code("io.vaultd.Preferences.InvalidPropertyList")
+        /// Raised by vaultctl (`defaults read` of an absent key); vaultd's Get answers null instead.
         public static let keyNotFound = Code("io.vaultd.Preferences.KeyNotFound")
+        /// An app writing `NSGlobalDomain` (apps may only read it).
         public static let readOnlyDomain = Code("io.vaultd.Preferences.ReadOnlyDomain")
-        // Apps.
+        // Apps (DESIGN §5).
+        /// No registered app has this ID (Show, Uninstall), or, for a cache directory, none is installed.
         public static let appNotFound = Code("io.vaultd.Apps.AppNotFound")
+        /// An app ID that is not reverse-DNS (e.g. org.example.App).
         public static let invalidAppID = Code("io.vaultd.Apps.InvalidAppID")
         // org.varlink.service.
         public static let interfaceNotFound = Code("org.varlink.service.InterfaceNotFound")
         public static let methodNotFound = Code("org.varlink.service.MethodNotFound")
+        /// A missing or mistyped call parameter, named in `parameters["parameter"]`; from
+        /// `VaultConnection` (`parameter` "message") a call over 8 MiB, not sent.
         public static let invalidParameter = Code("org.varlink.service.InvalidParameter")
+        /// A streaming method (Observe) called without `more`.
         public static let expectedMore = Code("org.varlink.service.ExpectedMore")
+        /// Defined by varlink; vaultd does not send it (see `permissionDenied`).
         public static let permissionDeniedVarlink = Code("org.varlink.service.PermissionDenied")
         // Client side: the connection failed or the peer broke the protocol.
+        /// Raised by `VaultConnection`: nothing answers at the socket, vaultd closed the
+        /// connection (or refused the peer), or no reply within `replyTimeout` seconds. A call
+        /// that was sent may or may not have been done.
         public static let connectionFailed = Code("io.vaultd.Client.ConnectionFailed")
+        /// Raised by `VaultConnection`: a reply that is not a varlink message.
         public static let protocolViolation = Code("io.vaultd.Client.ProtocolViolation")
 
         static let statuses: [String: Int32] = [

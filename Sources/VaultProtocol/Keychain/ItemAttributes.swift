@@ -27,9 +27,12 @@ public enum Accessibility: String, CaseIterable, Sendable {
     case whenUnlockedThisDeviceOnly
     /// From the first unlock; bound to this device.
     case afterFirstUnlockThisDeviceOnly
-    /// Only while unlocked and only while the vault has a passphrase; deleted when it is removed.
+    /// Only while unlocked and only while the vault has a passphrase; deleted when it is
+    /// removed. Added to a vault without one: AuthFailed (-25293).
     case whenPasscodeSetThisDeviceOnly
 
+    /// Bound to this device's `device.key` (a moved data directory reads such items as
+    /// NotAvailableOnThisDevice, -25291); never synchronizable (Param, -50).
     public var isThisDeviceOnly: Bool {
         switch self {
         case .whenUnlocked, .afterFirstUnlock: false
@@ -55,26 +58,48 @@ public enum Accessibility: String, CaseIterable, Sendable {
 
 /// An item's attributes (kSecAttr…), or, in a query, the attributes to match: an absent
 /// (nil) attribute matches anything. Strings compare byte-exactly and case-sensitively.
+/// An item's attributes, serialized as JSON, take at most 64 KiB (more: Param, -50).
+/// Internet-password attributes on a generic password, or `service` on an internet
+/// password, are Param in Add and Update; a query naming one finds only items of its class.
 public struct ItemAttributes: Equatable, Sendable {
+    /// kSecAttrService: generic passwords; part of their primary key (absent: "").
     public var service: String?
+    /// kSecAttrAccount: part of both classes' primary key (absent: "").
     public var account: String?
+    /// kSecAttrLabel: a user-visible name.
     public var label: String?
+    /// kSecAttrComment.
     public var comment: String?
+    /// kSecAttrDescription: the kind of item.
     public var description: String?
-    /// kSecAttrGeneric: application data.
+    /// kSecAttrGeneric: application data (base64 on the wire).
     public var generic: Data?
+    /// kSecAttrAccessGroup. Add without it: the caller's default group
+    /// (`LaunchInfo.defaultAccessGroup`); a group not the caller's: MissingEntitlement
+    /// (-34018); "": Param. A query without it searches every group the caller may use.
     public var accessGroup: String?
+    /// kSecAttrAccessible. Add without it: `whenUnlocked`.
     public var accessible: Accessibility?
+    /// kSecAttrSynchronizable: part of the primary key (absent: false); vaultd syncs
+    /// nothing. In a query nil matches both, unlike SecItem (where absent means false).
     public var synchronizable: Bool?
+    /// kSecAttrServer: internet passwords; part of their primary key (absent: "").
     public var server: String?
+    /// kSecAttrProtocol, e.g. "https": internet passwords; primary key (absent: "").
     public var `protocol`: String?
-    /// 0...65535.
+    /// kSecAttrPort, 0...65535 (otherwise Param): internet passwords; primary key (absent: 0).
     public var port: Int?
+    /// kSecAttrPath: internet passwords; primary key (absent: "").
     public var path: String?
+    /// kSecAttrAuthenticationType, e.g. "default": internet passwords; primary key (absent: "").
     public var authenticationType: String?
+    /// kSecAttrSecurityDomain: internet passwords; primary key (absent: "").
     public var securityDomain: String?
-    /// Kept by vaultd; ignored in Add and Update input.
+    /// kSecAttrCreationDate: set by vaultd on Add; ignored in Add and Update input; in a
+    /// query it matches exactly (to the bit, as stored).
     public var creationDate: Date?
+    /// kSecAttrModificationDate: set by vaultd on Add and each Update; otherwise as
+    /// `creationDate`.
     public var modificationDate: Date?
 
     public init(
@@ -174,7 +199,8 @@ public struct ItemAttributes: Equatable, Sendable {
         return true
     }
 
-    /// Overwrites every attribute set in `changes` (SecItemUpdate's attributesToUpdate).
+    /// Overwrites every attribute set in `changes` (SecItemUpdate's attributesToUpdate);
+    /// the dates are left alone.
     public mutating func apply(_ changes: ItemAttributes) {
         for k in StringAttribute.allCases where changes[k] != nil { self[k] = changes[k] }
         if let g = changes.generic { generic = g }
@@ -199,7 +225,8 @@ public struct ItemAttributes: Equatable, Sendable {
     }
 
     /// Parses the wire form. Unknown attribute names, wrong types, a port outside 0...65535,
-    /// bad base64 or a deprecated accessibility throw `VaultError` Param. Dates are read
+    /// bad base64, an unknown or deprecated accessibility, or a date that is not ISO 8601 UTC
+    /// in years 0 to 9999 throw `VaultError` Param (-50). Dates are read
     /// (they are vaultd's, and the engine ignores them on input).
     public init(json: JSON?) throws {
         self.init()

@@ -7,7 +7,9 @@ import Foundation
 /// `{"date": "2001-01-01T00:00:00.5Z"}`, `{"data": "<base64>"}`, `{"array": […]}`,
 /// `{"dict": {…}}`. Integers are exact over the full Int64 range; unsigned values above
 /// Int64.max (which binary plists carry as 128-bit integers) are kept as `.unsignedInteger`,
-/// never sign-flipped. Reals and dates round-trip bit-exactly.
+/// never sign-flipped. Reals and dates round-trip bit-exactly (an XML export keeps a
+/// date's whole seconds only, as Apple's writer). A date must lie in years 0 to 9999
+/// (`PlistDate.supportedRange`).
 public enum PlistValue: Equatable, Sendable {
     case string(String)
     case integer(Int64)
@@ -54,7 +56,8 @@ public enum PlistValue: Equatable, Sendable {
 }
 
 extension PlistValue {
-    /// Nesting deeper than this is refused.
+    /// Levels of arrays and dictionaries a value may nest; deeper is InvalidValue in
+    /// `init(tagged:)` (Set) and InvalidPropertyList in an imported plist.
     public static let maximumDepth = 64
 
     /// The tagged-JSON wire form.
