@@ -9,18 +9,19 @@ public struct AppInfo: Sendable, Equatable {
     public var executable: String?
     /// Identified by its Flatpak ID (`/.flatpak-info`) rather than an executable.
     public var flatpak: Bool
-    /// The keychain access groups it was registered with (`--access-group`).
+    /// The keychain access groups it was registered with (`--access-group`), in order.
     public var accessGroups: [String]
     /// Its app groups (`group.*`): shared keychain groups and preference suites.
     public var appGroups: [String]
-    /// Every keychain access group, in order; the first is the default for Add.
+    /// Every keychain access group, in order (its access groups, its app ID, its app
+    /// groups); the first is the default for Add.
     public var keychainAccessGroups: [String]
     /// Its credentials survive a reinstall's first launch (not wiped).
     public var keepCredentialsOnReinstall: Bool
     /// False once uninstalled (or its executable disappeared); the record stays, with the
     /// credentials, until a reinstall.
     public var installed: Bool
-    /// The current install generation (UUID).
+    /// The current install generation (a lowercase UUID); new on each install.
     public var generation: String
     /// When the current generation was installed.
     public var installedAt: Date?
@@ -44,12 +45,16 @@ public struct AppInfo: Sendable, Equatable {
     }
 }
 
-/// The app registry (owner only). Throws `VaultError` AppNotFound, InvalidAppID, Param,
-/// PermissionDenied.
+/// The app registry (DESIGN §5; owner only: apps get PermissionDenied). Throws `VaultError`
+/// AppNotFound, InvalidAppID, InvalidParameter, PermissionDenied, ConnectionFailed.
 public struct Apps: Sendable {
     let connection: VaultConnection
 
-    /// Registers (or reinstalls, with a new generation) an app identified by `executable`.
+    /// Registers (or reinstalls, with a new generation) an app identified by `executable`,
+    /// an absolute path to an existing executable file that no other installed app has.
+    /// `accessGroups`: keychain access groups (1 to 255 bytes, no control characters);
+    /// `appGroups`: `group.*` names. Throws InvalidAppID (not reverse-DNS, over 255 bytes),
+    /// InvalidParameter naming `executable`, `accessGroups` or `appGroups`.
     @discardableResult
     public func install(
         _ appID: String, executable: String, accessGroups: [String] = [], appGroups: [String] = [],
@@ -64,18 +69,19 @@ public struct Apps: Sendable {
                 ])["app"])
     }
 
-    /// Uninstalls: preferences and caches go, credentials stay until a reinstall's first launch.
+    /// Uninstalls: preferences and caches go, credentials stay until a reinstall's first
+    /// launch (as iOS). Its open connections get MissingEntitlement from then on. Throws AppNotFound.
     @discardableResult
     public func uninstall(_ appID: String) throws -> AppInfo {
         AppInfo(try connection.call("io.vaultd.Apps.Uninstall", ["appID": .string(appID)])["app"])
     }
 
-    /// Every registered app, installed or not. Owner only (MissingEntitlement for apps).
+    /// Every registered app, installed or not. Owner only (PermissionDenied for apps).
     public func list() throws -> [AppInfo] {
         (try connection.call("io.vaultd.Apps.List")["apps"]?.arrayValue ?? []).map { AppInfo($0) }
     }
 
-    /// One registered app. Throws AppNotFound; owner only.
+    /// One registered app, installed or not. Throws AppNotFound; owner only.
     public func show(_ appID: String) throws -> AppInfo {
         AppInfo(try connection.call("io.vaultd.Apps.Show", ["appID": .string(appID)])["app"])
     }

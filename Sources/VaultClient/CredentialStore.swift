@@ -3,8 +3,9 @@ import VaultProtocol
 
 /// A few verbs over the generic passwords of one service, in the style of Valet: each
 /// account holds one secret. Every method throws only `VaultError`, with the stable codes of
-/// Keychain Services (e.g. `.interactionNotAllowed` when the vault is locked,
-/// `.missingEntitlement` outside the app's access groups).
+/// Keychain Services (e.g. `.interactionNotAllowed` when a matching item is locked, never
+/// reported as absent; `.missingEntitlement` outside the app's access groups), and
+/// ConnectionFailed.
 public struct CredentialStore: Sendable {
     /// The handle the items are read and written through.
     public let vault: Vault
@@ -43,11 +44,12 @@ public struct CredentialStore: Sendable {
         }
     }
 
-    /// Stores `data` (at most 1 MiB) for `account`, replacing what was there; the item gets
-    /// this store's accessibility either way. An item of the account made on another device
-    /// (a data directory moved here: NotAvailableOnThisDevice, it never opens here) is
-    /// replaced, as a restored device starts its ThisDeviceOnly items afresh. Throws
-    /// SecretTooLarge over 1 MiB, InteractionNotAllowed while the class is locked.
+    /// Stores `data` (at most 1 MiB, else SecretTooLarge) for `account`, replacing what was
+    /// there (SecItemAdd, then SecItemUpdate on DuplicateItem); the item gets this store's
+    /// accessibility either way. An item of the account made on another device (a data
+    /// directory moved here: NotAvailableOnThisDevice, it never opens here) is replaced, as a
+    /// restored device starts its ThisDeviceOnly items afresh. Throws InteractionNotAllowed
+    /// when it or the old item is locked.
     public func set(_ data: Data, for account: String) throws(VaultError) {
         try call {
             var a = attributes(account)
@@ -71,7 +73,8 @@ public struct CredentialStore: Sendable {
         try set(Data(string.utf8), for: account)
     }
 
-    /// The secret of `account`, or nil when there is none.
+    /// The secret of `account`, or nil when there is none. Throws InteractionNotAllowed
+    /// when it is locked.
     public func data(for account: String) throws(VaultError) -> Data? {
         try call {
             do {
@@ -87,7 +90,8 @@ public struct CredentialStore: Sendable {
         try data(for: account).flatMap { String(data: $0, encoding: .utf8) }
     }
 
-    /// Whether `account` has a secret.
+    /// Whether `account` has a secret. Throws InteractionNotAllowed when it is locked
+    /// (before the first unlock, always).
     public func contains(_ account: String) throws(VaultError) -> Bool {
         try call {
             do {
@@ -98,7 +102,8 @@ public struct CredentialStore: Sendable {
         }
     }
 
-    /// Removes the secret of `account` (no error when there is none).
+    /// Removes the secret of `account` (no error when there is none). Throws
+    /// InteractionNotAllowed when it is locked (nothing removed).
     public func remove(_ account: String) throws(VaultError) {
         try call {
             do {
@@ -107,7 +112,7 @@ public struct CredentialStore: Sendable {
         }
     }
 
-    /// Removes every account of the service.
+    /// Removes every account of the service, or none: InteractionNotAllowed when any is locked.
     public func removeAll() throws(VaultError) {
         try call {
             do {
@@ -116,7 +121,8 @@ public struct CredentialStore: Sendable {
         }
     }
 
-    /// The accounts holding a secret, sorted.
+    /// The accounts holding a secret, sorted (Swift's String order). Throws
+    /// InteractionNotAllowed when any of them is locked (never a partial list).
     public func allAccounts() throws(VaultError) -> [String] {
         try call {
             do {

@@ -33,7 +33,10 @@ public final class Defaults: @unchecked Sendable {
 
     /// Opens the app's own domain (or the suite `suiteName`, e.g. `group.org.example.shared`;
     /// the owner may name any domain) and loads the search list. Throws `VaultError`
-    /// MissingEntitlement for a suite the app is not a member of, ConnectionFailed.
+    /// MissingEntitlement for a suite the app is not a member of, InvalidParameter
+    /// `suiteName` when the owner's tools name none, InvalidValue for a malformed domain
+    /// name, ConnectionFailed. With `NSGlobalDomain` as the suite, an app's writes are
+    /// ReadOnlyDomain.
     public init(vault: Vault, suiteName: String? = nil, arguments: [String] = CommandLine.arguments) throws {
         self.vault = vault
         self.suiteName = suiteName
@@ -172,7 +175,8 @@ public final class Defaults: @unchecked Sendable {
         }
     }
 
-    /// As `UserDefaults.string(forKey:)`: strings, and numbers (bools as "1"/"0") as text.
+    /// As `UserDefaults.string(forKey:)`: strings, and numbers (bools as "1"/"0") as text;
+    /// a real as Swift's `description` writes it ("1.0" where NSNumber writes "1").
     public func string(forKey key: String) -> String? {
         switch object(forKey: key) {
         case .string(let s)?: return s
@@ -369,8 +373,11 @@ public final class Defaults: @unchecked Sendable {
 
     // MARK: writing (to vaultd, durable when they return)
 
-    /// Sets `key` in this instance's domain; nil removes it. Throws `VaultError`
-    /// (DomainTooLarge, InvalidValue, ReadOnlyDomain, ConnectionFailed); on error nothing changes.
+    /// Sets `key` in this instance's domain; nil removes it. Durable when it returns, and
+    /// visible to this instance at once. Throws `VaultError` (DomainTooLarge: the domain
+    /// would pass 4 MiB; InvalidValue: a key over 1 KiB of UTF-8 or a date outside years 0
+    /// to 9999; ReadOnlyDomain; MissingEntitlement: the app's install ended;
+    /// ConnectionFailed); on error nothing changes.
     public func set(_ value: PlistValue?, forKey key: String) throws {
         guard let value else { return try removeObject(forKey: key) }
         let sequence = try vault.preferences.setReturningSequence(value, domain: domainName, key: key)
@@ -403,7 +410,7 @@ public final class Defaults: @unchecked Sendable {
     /// string is a relative path, which `url(forKey:)` reads as nil ("/docs/a": a file URL).
     public func set(_ value: URL, forKey key: String) throws { try set(.string(value.absoluteString), forKey: key) }
 
-    /// Removes `key` from this instance's domain.
+    /// Removes `key` from this instance's domain (no error when absent). Throws as `set`.
     public func removeObject(forKey key: String) throws {
         let sequence = try vault.preferences.removeReturningSequence(domain: domainName, key: key)
         applyOwnWrite(nil, forKey: key, sequence: sequence)
@@ -412,7 +419,9 @@ public final class Defaults: @unchecked Sendable {
     // MARK: observation
 
     /// Changes to the search list's stored domains, whichever process made them (as
-    /// UserDefaults' KVO). Filter by key as needed.
+    /// UserDefaults' KVO), this instance's own writes included; after vaultd restarts, the
+    /// differences from the new snapshot. Not the argument or registration domains. Filter
+    /// by key as needed.
     public func changes() -> AsyncStream<DefaultsChange> {
         AsyncStream { continuation in
             let id = UUID()

@@ -36,8 +36,11 @@ extension VaultConnection {
 }
 
 extension Vault {
-    /// Lock-state changes (`io.vaultd.Vault.Observe`): the current state first, then each
-    /// change, so an app can wait for protected data to become available.
+    /// Lock-state changes (`io.vaultd.Vault.Observe`), on a connection of its own: the
+    /// current state first, then each change, so an app can wait for protected data to become
+    /// available (as UIApplication.protectedDataDidBecomeAvailableNotification). The stream
+    /// ends, without reconnecting, when vaultd stops (finishing with ConnectionFailed);
+    /// it throws ConnectionFailed at once when vaultd cannot be reached.
     public func lockStates() -> AsyncThrowingStream<LockState, Error> {
         VaultConnection.observe(socketPath: connection.socketPath, method: "io.vaultd.Vault.Observe", parameters: [:]) {
             LockState($0["lock"])

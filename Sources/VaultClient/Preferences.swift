@@ -1,24 +1,31 @@
 import Foundation
 import VaultProtocol
 
-/// Preference domains by name, as `defaults(1)` sees them. Apps name nil for their own
-/// domain. Throws `VaultError` (DomainTooLarge, InvalidValue, InvalidPropertyList,
-/// MissingEntitlement, ReadOnlyDomain).
+/// Preference domains by name, as `defaults(1)` sees them (DESIGN §6). Apps name nil for
+/// their own domain and may use it, their app groups' suites (`group.*`) and, read-only,
+/// `NSGlobalDomain`; another domain is MissingEntitlement, a write to NSGlobalDomain
+/// ReadOnlyDomain. The owner's tools must name a domain (nil: InvalidParameter `domain`).
+/// Domain names: 1 to 255 bytes, no '/' or control characters; keys: at most 1 KiB of
+/// UTF-8 (else InvalidValue). A domain holds at most 4 MiB (`DomainLimit`). Every method
+/// also throws ConnectionFailed.
 public struct Preferences: Sendable {
     let connection: VaultConnection
 
     private static func domain(_ d: String?) -> JSON { d.map { .string($0) } ?? .null }
 
     /// The value of `key` in `domain` (nil: the app's own), or nil when the domain has no
-    /// such key. Reads one domain only, not the search list (`Defaults` does that).
+    /// such key (as CFPreferencesCopyAppValue; no KeyNotFound). Reads one domain only, not the
+    /// search list (`Defaults` does that).
     public func value(domain: String?, key: String) throws -> PlistValue? {
         let r = try connection.call("io.vaultd.Preferences.Get", ["domain": Self.domain(domain), "key": .string(key)])
         guard let v = r["value"], !v.isNull else { return nil }
         return try PlistValue(tagged: v)
     }
 
-    /// Sets one key; durable when this returns. A value too large for one message (8 MiB)
-    /// is DomainTooLarge, as vaultd says for any value past the domain's 4 MiB, not sent.
+    /// Sets one key; durable when this returns. Throws DomainTooLarge when the domain would
+    /// pass 4 MiB (nothing written; a value too large for one 8 MiB message is refused the
+    /// same way, not sent), InvalidValue (a key over 1 KiB, a date outside years 0 to 9999,
+    /// nesting past `PlistValue.maximumDepth`), ReadOnlyDomain, MissingEntitlement.
     public func set(_ value: PlistValue, domain: String?, key: String) throws {
         try setReturningSequence(value, domain: domain, key: key)
     }
@@ -38,7 +45,8 @@ public struct Preferences: Sendable {
         }
     }
 
-    /// Removes one key (no error when it is absent); durable when this returns.
+    /// Removes one key (no error when it is absent); durable when this returns. Throws
+    /// ReadOnlyDomain, MissingEntitlement.
     public func remove(domain: String?, key: String) throws {
         try removeReturningSequence(domain: domain, key: key)
     }
@@ -56,25 +64,31 @@ public struct Preferences: Sendable {
         reply["sequence"]?.int64Value.flatMap { UInt64(exactly: $0) }
     }
 
-    /// Every key of a domain.
+    /// Every key of a domain (empty when it has none). Throws MissingEntitlement.
     public func values(domain: String?) throws -> [String: PlistValue] {
         let r = try connection.call("io.vaultd.Preferences.Domain", ["domain": Self.domain(domain)])
         return try (r["values"]?.objectValue ?? [:]).mapValues { try PlistValue(tagged: $0) }
     }
 
-    /// Names of the domains holding keys.
+    /// Names of the domains holding keys, sorted: every domain for the owner's tools; for an
+    /// app only its own, its suites' and NSGlobalDomain.
     public func domains() throws -> [String] {
         try connection.call("io.vaultd.Preferences.Domains")["domains"]?.arrayValue?.compactMap(\.stringValue) ?? []
     }
 
-    /// Replaces `domain` with a property list (XML or binary) whose root is a dictionary.
-    /// Returns the number of keys.
+    /// Replaces `domain` with a property list (XML or binary, read by
+    /// `PropertyListSerialization`) whose root is a dictionary; all or nothing. Returns the
+    /// number of keys. Throws InvalidPropertyList (not a plist, another root, a date outside
+    /// years 0 to 9999, past 64 levels or 8 MiB expanded), InvalidValue (a key over 1 KiB),
+    /// DomainTooLarge (over 4 MiB), ReadOnlyDomain, MissingEntitlement.
     @discardableResult
     public func importDomain(_ domain: String, plist: Data) throws -> Int {
         try connection.call("io.vaultd.Preferences.Import", ["domain": .string(domain), "plist": .string(plist.base64EncodedString())])["keys"]?.intValue ?? 0
     }
 
-    /// The domain as a property list, `xml` or `binary`.
+    /// The domain as a property list, `binary` or XML (as Apple writes it: dates in whole
+    /// seconds). Throws InvalidPropertyList for XML holding a character XML 1.0 cannot carry
+    /// (export binary instead), MissingEntitlement.
     public func exportDomain(_ domain: String, binary: Bool) throws -> Data {
         let r = try connection.call("io.vaultd.Preferences.Export", ["domain": .string(domain), "format": binary ? "binary" : "xml"])
         guard let text = r["plist"]?.stringValue, let d = Data(base64Encoded: text) else {
@@ -83,7 +97,8 @@ public struct Preferences: Sendable {
         return d
     }
 
-    /// Removes a whole domain; returns how many keys it had.
+    /// Removes a whole domain; returns how many keys it had (0 when none). Throws
+    /// ReadOnlyDomain, MissingEntitlement.
     @discardableResult
     public func removeDomain(_ domain: String) throws -> Int {
         try connection.call("io.vaultd.Preferences.RemoveDomain", ["domain": .string(domain)])["keys"]?.intValue ?? 0

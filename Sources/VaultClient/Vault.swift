@@ -11,7 +11,9 @@ public final class Vault: @unchecked Sendable {
     public let launch: LaunchInfo
 
     /// Connects to vaultd and says Hello. `replyTimeout`: seconds each call may wait for
-    /// vaultd (0: for ever; see `VaultConnection.init`). Throws `VaultError` ConnectionFailed.
+    /// vaultd (0: for ever; see `VaultConnection.init`). Throws `VaultError` ConnectionFailed
+    /// (nothing answers, or vaultd refused the peer), RateLimited (vaultd at its connection
+    /// cap: retry after `retryAfter` seconds), MissingEntitlement (the app's install ended).
     public static func connect(socketPath: String? = nil, replyTimeout: Double = 0) throws -> Vault {
         let c = try VaultConnection(socketPath: socketPath, replyTimeout: replyTimeout)
         return Vault(connection: c, launch: LaunchInfo(try c.call("io.vaultd.Vault.Hello")))
@@ -28,36 +30,49 @@ public final class Vault: @unchecked Sendable {
     /// Preference domains by name (the owner's view; apps usually use `Defaults`).
     public var preferences: Preferences { Preferences(connection: connection) }
 
-    /// `io.vaultd.Vault.Status`.
+    /// `io.vaultd.Vault.Status`; answered in every lock state, and does not count as
+    /// activity for the idle auto-lock.
     public func status() throws -> VaultStatus { VaultStatus(try connection.call("io.vaultd.Vault.Status")) }
 
-    /// Creates the vault; nil passphrase: always unlocked. Throws AlreadyInitialized.
+    /// Creates the vault; nil passphrase: always unlocked (never locks). Owner only. Throws
+    /// AlreadyInitialized, PermissionDenied, Param (-50: an empty passphrase).
     @discardableResult
     public func initialize(passphrase: String?) throws -> LockState {
         LockState(try connection.call("io.vaultd.Vault.Init", ["passphrase": passphrase.map { .string($0) } ?? .null])["lock"])
     }
 
-    /// Unlocks. Throws `VaultError` with code `.wrongPassphrase` (io.vaultd.Vault.AuthFailed),
-    /// `.rateLimited` (wait `parameters["retryAfter"]` seconds), `.noPassphrase`.
+    /// Unlocks (the passphrase through Argon2id). Owner only. Throws `VaultError` with code
+    /// `.wrongPassphrase` (io.vaultd.Vault.AuthFailed, -25293; counted), `.rateLimited` (after
+    /// 3 failures, 1 s doubling to 15 min, also across restarts: wait
+    /// `parameters["retryAfter"]` seconds), `.noPassphrase`, `.notInitialized`, `.permissionDenied`.
     @discardableResult
     public func unlock(passphrase: String) throws -> LockState {
         LockState(try connection.call("io.vaultd.Vault.Unlock", ["passphrase": .string(passphrase)])["lock"])
     }
 
     /// Unlocks with the passphrase remembered in the login keyring (`vaultctl unlock
-    /// --remember`). Owner only. Throws io.vaultd.Vault.KeyringUnavailable (the message says
-    /// why: no keyring, keyring locked, nothing remembered), `.wrongPassphrase`, `.rateLimited`.
+    /// --remember`); never prompts, and gives up on the keyring after 5 s. Owner only.
+    /// Returns at once when already unlocked. Throws io.vaultd.Vault.KeyringUnavailable (no
+    /// Code constant: the message says why: no bus or Secret Service, keyring locked,
+    /// nothing remembered, timed out), `.wrongPassphrase` (the remembered one is stale),
+    /// `.rateLimited`, `.noPassphrase`, `.notInitialized`, `.permissionDenied`.
     @discardableResult
     public func unlockFromKeyring() throws -> LockState {
         LockState(try connection.call("io.vaultd.Vault.UnlockFromKeyring")["lock"])
     }
 
-    /// Locks: whenUnlocked items become unavailable. Throws `.noPassphrase`.
+    /// Locks: the whenUnlocked* classes' keys (whenPasscodeSetThisDeviceOnly too) are wiped;
+    /// afterFirstUnlock* items stay usable. Owner only. Throws `.noPassphrase`,
+    /// `.notInitialized`, `.permissionDenied`.
     @discardableResult
     public func lock() throws -> LockState { LockState(try connection.call("io.vaultd.Vault.Lock")["lock"]) }
 
     /// Changes (both), sets (`old` nil) or removes (`new` nil) the passphrase. Returns the
-    /// number of whenPasscodeSetThisDeviceOnly items deleted by a removal.
+    /// number of whenPasscodeSetThisDeviceOnly items deleted by a removal. Owner only. With a
+    /// passphrase, `old` is checked as `unlock` checks it (counted, rate-limited) and, right,
+    /// also unlocks a locked vault; without one, `old` is ignored. Throws `.wrongPassphrase`
+    /// (`old` wrong or nil), `.rateLimited`, `.notInitialized`, `.permissionDenied`, Param
+    /// (an empty `new`).
     @discardableResult
     public func changePassphrase(old: String?, new: String?) throws -> Int {
         let r = try connection.call(
@@ -68,13 +83,15 @@ public final class Vault: @unchecked Sendable {
 
 /// `io.vaultd.Vault.Hello`: who vaultd says the caller is.
 public struct LaunchInfo: Sendable, Equatable {
-    /// The app ID, or nil for the owner's tools.
+    /// The app ID (reverse-DNS), or nil for the owner's tools (an unidentified peer).
     public var appID: String?
-    /// The install generation (UUID), or nil.
+    /// The install generation (UUID), or nil for the owner's tools.
     public var generation: String?
-    /// True on the first Hello of a new install generation.
+    /// True on the first Hello of a new install generation (also when a keychain call of
+    /// this generation came before it and did the wipe).
     public var isFirstLaunch: Bool
-    /// Credentials vaultd wiped on this first launch (left from an earlier install).
+    /// Keychain items vaultd wiped on this first launch: those of earlier installs in groups
+    /// no other installed app shares (0 when the app keeps them, or not a first launch).
     public var wipedCredentials: Int
     /// The keychain access group an add without one goes to (kSecAttrAccessGroup's default):
     /// the app's first access group, or `user` for the owner's tools. nil from a vaultd that
@@ -92,13 +109,15 @@ public struct LaunchInfo: Sendable, Equatable {
 
 /// io.vaultd.Vault `LockState`.
 public struct LockState: Sendable, Equatable {
-    /// `uninitialized`: no vault yet (`initialize`); `locked`: class keys are not in memory
-    /// (keychain calls throw InteractionNotAllowed); `unlocked`.
+    /// `uninitialized`: no vault yet (`initialize`; keychain calls throw NotInitialized);
+    /// `locked`: the whenUnlocked* class keys are not in memory (their items throw
+    /// InteractionNotAllowed), nor, before the first unlock, any key; `unlocked`.
     public enum State: String, Sendable { case uninitialized, locked, unlocked }
+    /// The current state.
     public var state: State
     /// The vault has been unlocked since vaultd started (afterFirstUnlock items usable).
     public var unlockedSinceStart: Bool
-    /// The vault was initialised with a passphrase (false: `--no-passphrase`, always unlocked).
+    /// The vault has a passphrase now (false: none, always unlocked; also when uninitialized).
     public var hasPassphrase: Bool
 
     init(_ j: JSON?) {
@@ -110,16 +129,17 @@ public struct LockState: Sendable, Equatable {
 
 /// `io.vaultd.Vault.Status`.
 public struct VaultStatus: Sendable, Equatable {
+    /// The lock state.
     public var lock: LockState
     /// vaultd's version string.
     public var version: String
-    /// Keychain items in the vault, of every app.
+    /// Keychain items in the vault, of every app and group (apps see the total too).
     public var items: Int
-    /// Preference domains holding at least one key.
+    /// Preference domains holding at least one key, every app's.
     public var domains: Int
-    /// Seconds before another unlock attempt is accepted.
+    /// Seconds before another unlock attempt is accepted (0: now).
     public var retryAfter: Double
-    /// vaultd's data directory (given to the owner's tools only).
+    /// vaultd's data directory (given to the owner's tools only; nil for apps).
     public var dataDirectory: String?
 
     init(_ p: [String: JSON]) {

@@ -83,7 +83,8 @@ public final class VaultConnection: @unchecked Sendable {
         }
     }
 
-    /// Calls `method` and returns the reply's parameters. Throws the reply's `VaultError`, or
+    /// Calls `method` (e.g. `io.vaultd.Keychain.Add`) with `parameters` as the varlink
+    /// interfaces define them and returns the reply's parameters. Throws the reply's `VaultError`, or
     /// ConnectionFailed / ProtocolViolation when the connection breaks (vaultd gone, or gone
     /// after it took the call: the call may or may not have been done), or InvalidParameter
     /// `message` for a call over the 8 MiB message limit (nothing is sent; the connection
@@ -102,8 +103,11 @@ public final class VaultConnection: @unchecked Sendable {
         }
     }
 
-    /// Calls `method` with `more` and hands each reply to `handler` until it returns false,
-    /// the stream ends, or the connection breaks. The connection is used up afterwards.
+    /// Calls `method` with `more` and hands each reply to `handler` until it returns false or
+    /// the stream ends (then it returns). Throws the reply's `VaultError` (e.g. ExpectedMore,
+    /// MissingEntitlement), ConnectionFailed when the connection closes or breaks (never
+    /// reconnects) or a reply takes over `replyTimeout` seconds. The connection is used up
+    /// afterwards.
     public func stream(_ method: String, _ parameters: [String: JSON] = [:], handler: ([String: JSON]) -> Bool) throws {
         try lock.withLock {
             try send(try Self.message(VarlinkCall(method: method, parameters: parameters, more: true)))
@@ -115,7 +119,8 @@ public final class VaultConnection: @unchecked Sendable {
         }
     }
 
-    /// Closes the connection (also wakes a thread blocked in `stream`).
+    /// Closes the connection (also wakes a thread blocked in `stream`). Later calls throw
+    /// ConnectionFailed and never connect again.
     public func close() {
         // Not under `lock`: a thread blocked in `stream` holds it, and this is what wakes it.
         closed.store(true, ordering: .sequentiallyConsistent)

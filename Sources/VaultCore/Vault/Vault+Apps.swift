@@ -12,7 +12,8 @@ private let registration = NSLock()
 extension Vault {
     /// Registers `appID` (a new install generation each time), identified by `executable`
     /// (`/proc/PID/exe`) or, with `flatpak`, by its Flatpak ID. Owner only. Throws
-    /// InvalidAppID, Param (bad group names), PermissionDenied.
+    /// InvalidAppID, InvalidParameter (naming `executable`, `accessGroups` or `appGroups`),
+    /// PermissionDenied.
     public func installApp(
         _ appID: String, executable: String?, flatpak: Bool = false, accessGroups: [String] = [], appGroups: [String] = [],
         keepCredentialsOnReinstall: Bool = false, caller: Caller
@@ -220,8 +221,8 @@ extension Vault {
     /// uninstall or a reinstall gets MissingEntitlement, so it cannot re-create what the
     /// uninstall removed. With `launch` (keychain calls), a generation that has not launched
     /// yet launches now, Hello or not: the leftovers of earlier installs are wiped first, as
-    /// Hello would (a client that skips Hello must not see them); Hello then reports no first
-    /// launch.
+    /// Hello would (a client that skips Hello must not see them); the first Hello after it
+    /// still reports the first launch and the count wiped (`unreportedLaunchWipe`).
     /// (A caller not made from a registration, with no generation, as unit tests build, is
     /// not checked: vaultd's app callers always come from `AppRecord.caller`.)
     func admit(_ caller: Caller, launch: Bool = false) throws {
