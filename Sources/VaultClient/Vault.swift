@@ -52,9 +52,9 @@ public final class Vault: @unchecked Sendable {
 
     /// Unlocks with the passphrase remembered in the login keyring (`vaultctl unlock
     /// --remember`); never prompts, and gives up on the keyring after 5 s. Owner only.
-    /// Returns at once when already unlocked. Throws io.vaultd.Vault.KeyringUnavailable (no
-    /// Code constant: the message says why: no bus or Secret Service, keyring locked,
-    /// nothing remembered, timed out), `.wrongPassphrase` (the remembered one is stale),
+    /// Returns at once when already unlocked. Throws `.keyringUnavailable` (the message says
+    /// why: no bus or Secret Service, keyring locked, nothing remembered, timed out),
+    /// `.wrongPassphrase` (the remembered one is stale),
     /// `.rateLimited`, `.noPassphrase`, `.notInitialized`, `.permissionDenied`.
     @discardableResult
     public func unlockFromKeyring() throws -> LockState {

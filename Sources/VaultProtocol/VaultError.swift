@@ -75,6 +75,9 @@ public struct VaultError: Error, Equatable, CustomStringConvertible, Sendable {
         public static let rateLimited = Code("io.vaultd.Vault.RateLimited")
         /// Lock or Unlock on a vault without a passphrase (it is always unlocked).
         public static let noPassphrase = Code("io.vaultd.Vault.NoPassphrase")
+        /// `UnlockFromKeyring`: no session bus, no Secret Service, a locked login keyring, or
+        /// no passphrase remembered there (`vaultctl unlock --remember`).
+        public static let keyringUnavailable = Code("io.vaultd.Vault.KeyringUnavailable")
         /// The disk holding the data directory is full (or failed a write); nothing was written.
         public static let storageFull = Code("io.vaultd.Vault.StorageFull")
         /// vaultd failed unexpectedly (a damaged store, a failed sync); the message says where.

@@ -9,8 +9,6 @@ import VaultProtocol
 /// keyring (so it never prompts) and is bounded by a deadline: a locked or absent keyring
 /// leaves the vault locked, with the reason logged or returned.
 enum KeyringUnlock {
-    static let unavailable = VaultError.Code("io.vaultd.Vault.KeyringUnavailable")
-
     /// Unlocks `vault` with the remembered passphrase. Throws KeyringUnavailable (no bus, no
     /// Secret Service, keyring locked, nothing remembered, timed out) or the engine's errors
     /// (AuthFailed when the remembered passphrase is no longer the vault's, RateLimited, ...).
@@ -26,13 +24,13 @@ enum KeyringUnlock {
             let keyring = try DesktopKeyring(timeout: timeout)
             found = try keyring.search(.unlock, ["vault": vault.dataDirectory])
         } catch let e as KeyringError {
-            throw VaultError(unavailable, "login keyring: \(e.message)")
+            throw VaultError(.keyringUnavailable, "login keyring: \(e.message)")
         }
         guard !found.isEmpty else {
-            throw VaultError(unavailable, "login keyring: no passphrase remembered for this vault (vaultctl unlock --remember)")
+            throw VaultError(.keyringUnavailable, "login keyring: no passphrase remembered for this vault (vaultctl unlock --remember)")
         }
         guard var bytes = found.first(where: { !$0.isLocked && $0.secret != nil })?.secret else {
-            throw VaultError(unavailable, "login keyring: the keyring holding the remembered passphrase is locked")
+            throw VaultError(.keyringUnavailable, "login keyring: the keyring holding the remembered passphrase is locked")
         }
         let passphrase = SecureBytes(copying: bytes)
         for i in bytes.indices { bytes[i] = 0 }
