@@ -147,6 +147,67 @@ import Glibc
         #expect(try v.usage().files(Self.appB) == 6)
     }
 
+    /// A file a process holds open (being written) or has mapped is not purged: removing it
+    /// frees nothing until the process lets go (yet was counted as freed, so the purge stopped
+    /// short and the next check purged more), and the process writes into a file no one can
+    /// read again. B (not running) has the oldest files, 768 KiB held open by a writer and
+    /// 256 KiB mapped by a reader; A has seven newer files of 256 KiB. Free space falls to
+    /// 768 KiB (low-water 1 MiB): five of A's files go (free 2 MiB, the high-water mark), B's
+    /// stay. A purge by hand leaves them too, until their processes end.
+    @Test func filesOpenOrMappedByAProcessAreNotPurged() throws {
+        let (v, a, b) = try Self.volume([
+            "CacheFreeLowWaterBytes": Self.mib, "CacheFreeHighWaterBytes": 2 * Self.mib, "CacheCheckIntervalSeconds": 0.2,
+        ])
+        defer { v.close() }
+        let observer = try PurgeObserver(v, probe: b)
+        let cacheA = v.cacheRoot + "/" + Self.appA, cacheB = v.cacheRoot + "/" + Self.appB
+        for i in 1...7 {
+            let w = v.inside(a, ["cache", "write", "a\(i)", "262144"])
+            try #require(w.status == 0, "\(w)")
+        }
+        Self.touch(v, cacheA, (1...7).map { ("a\($0)", "2022-01-0\($0) 00:00:00") })
+        let writerOutput = v.root + "/writer.out", readerOutput = v.root + "/reader.out"
+        let writer = try v.spawnInside(
+            "/bin/sh", ["-c", "exec 3>\"$1\"; head -c 786432 /dev/zero >&3; echo ready; exec sleep 300", "sh", cacheB + "/open.bin"],
+            output: writerOutput)
+        defer { v.stop(writer) }
+        try #require(v.sh("head -c 262144 /dev/zero > \"$1\"", cacheB + "/mapped.bin").status == 0)
+        let reader = try v.spawnInside(
+            "/usr/bin/python3",
+            [
+                "-c",
+                "import mmap, sys, time\nf = open(sys.argv[1], 'rb')\nm = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)\nf.close()\nprint('ready', flush=True)\ntime.sleep(300)",
+                cacheB + "/mapped.bin",
+            ], output: readerOutput)
+        defer { v.stop(reader) }
+        let ready = eventually(timeout: 20) {
+            [writerOutput, readerOutput].allSatisfy { (try? String(contentsOfFile: $0, encoding: .utf8))?.contains("ready") == true }
+        }
+        try #require(ready, "the holders did not start: \((try? String(contentsOfFile: readerOutput + ".err", encoding: .utf8)) ?? "")")
+        Self.touch(v, cacheB, [("open.bin", "2019-01-01"), ("mapped.bin", "2019-01-02")])
+        let before = try v.usage()
+        #expect(before.files(Self.appA) == 7 && before.files(Self.appB) == 2 && before.freeBytes == 1_310_720, "\(before)")
+
+        // 512 KiB outside the cache root: free space 768 KiB, under the low-water mark.
+        try #require(v.sh("head -c 524288 /dev/zero > \"$1/filler\"", v.outside).status == 0)
+        #expect(eventually(timeout: 10) { observer.freed(Self.appA) > 0 }, "no purge; log:\n\(v.log)")
+        usleep(600_000)
+        let after = try v.usage()
+        #expect(v.sh("ls \"$1\"", cacheA).stdoutText == "a6\na7\n", "A's five oldest go: \(after)")
+        #expect(v.sh("ls \"$1\"", cacheB).stdoutText == "mapped.bin\nopen.bin\n", "B's files in use stay: \(after)")
+        #expect(after.freeBytes == 2 * Self.mib, "\(after)")
+        #expect(observer.events.allSatisfy { $0.appID == Self.appA } && observer.freed(Self.appA) == 5 * 262144, "\(observer.events)")
+
+        // By hand: nothing of B's goes while it is in use, then all of it.
+        let inUse = v.ctl(["cache", "purge", Self.appB])
+        #expect(inUse.status == 0 && inUse.stdoutText == "freed 0 bytes in 0 file(s)\n", "\(inUse)")
+        #expect(v.sh("stat -c %s \"$1/open.bin\" \"$1/mapped.bin\"", cacheB).stdoutText == "786432\n262144\n")
+        v.stop(writer)
+        v.stop(reader)
+        let released = v.ctl(["cache", "purge", Self.appB])
+        #expect(released.status == 0 && released.stdoutText == "freed 1048576 bytes in 2 file(s)\n", "\(released)")
+    }
+
     // MARK: What a purge never touches, and what never stops it
 
     @Test func aPurgeNeverFollowsSymlinksNorStopsAtOddEntries() throws {

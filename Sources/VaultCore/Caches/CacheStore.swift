@@ -182,14 +182,22 @@ public final class CacheStore: @unchecked Sendable {
 
     /// Removes files in purge order until `enough` says so: files of apps not in `running`
     /// first, then the rest; least recently used first within each. `only` limits the purge
-    /// to one app. In rounds: the next files in that order, as many as would be enough were
+    /// to one app. A file some process holds open or has mapped (`OpenFiles`) stays: removing
+    /// it would free nothing while it is open (yet count as freed), and the app writing or
+    /// reading it would lose it. In rounds: the next files in that order, as many as would be enough were
     /// they all removed, go with one walk per app (removing each file from the top of its
     /// app's directory cost a walk down per file: depth² for a deep chain of files). Another
     /// round follows only when some of them had gone already (the app removed or replaced them).
     func purge(only: String? = nil, running: Set<String>, until enough: (PurgeReport) -> Bool) -> PurgeReport {
         lock.withLock {
             var report = PurgeReport()
-            var candidates = files().filter { only == nil || $0.appID == only }.sorted { a, b in
+            var all = files().filter { only == nil || $0.appID == only }
+            var st = stat()
+            if !all.isEmpty, stat(root, &st) == 0 {
+                let inUse = OpenFiles.inodes(on: st.st_dev)
+                all.removeAll { inUse.contains($0.key.inode) }
+            }
+            var candidates = all.sorted { a, b in
                 let ra = running.contains(a.appID), rb = running.contains(b.appID)
                 if ra != rb { return !ra }
                 return a.lastUsed < b.lastUsed

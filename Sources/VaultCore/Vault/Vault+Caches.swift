@@ -30,7 +30,9 @@ extension Vault {
     }
 
     /// Purges one app's cache (or all), entirely or until `bytes` are freed; apps in
-    /// `running` go last. Owner only. Observers get a `cachePurge` event per app.
+    /// `running` go last; a file a process holds open or has mapped stays. `bytes` counts
+    /// bytes allocated on disk. Owner only (else MissingEntitlement); InvalidAppID for a
+    /// malformed `appID`. Observers get a `cachePurge` event per app.
     public func purgeCaches(appID: String?, bytes: Int64?, running: Set<String>, caller: Caller) throws -> PurgeReport {
         try requireOwner(caller)
         if let appID { try AppRecord.validate(appID: appID) }
