@@ -208,6 +208,35 @@ import Glibc
         #expect(released.status == 0 && released.stdoutText == "freed 1048576 bytes in 2 file(s)\n", "\(released)")
     }
 
+    /// Usage counts what `du` counts, and a purge reports what it frees: bytes allocated on
+    /// disk (a sparse file counts its pages, not its length), a file with two names in the
+    /// cache once (it had counted twice, and its first name's removal as freeing it all).
+    @Test func usageAndPurgeFiguresAgreeWithDuAndTheVolume() throws {
+        let (v, a, _) = try Self.volume(Self.noAutomaticPurge)
+        defer { v.close() }
+        let dir = try #require(v.inside(a, ["cache", "path"]).stdoutText.split(separator: "\n").first.map(String.init))
+        let setup = v.sh(
+            """
+            set -e
+            cd "$1"
+            truncate -s 100M sparse; dd if=/dev/urandom of=sparse bs=4096 count=2 seek=10 conv=notrunc 2>/dev/null
+            head -c 50000 /dev/zero > h1; mkdir sub; ln h1 sub/h2; ln h1 h3
+            head -c 5000 /dev/zero > sub/plain
+            ln -s "$(head -c 300 /dev/zero | tr '\\0' x)" longlink
+            """, dir)
+        try #require(setup.status == 0, "\(setup)")
+        let du = { Int64(v.sh("du -B1 -s \"$1\" | cut -f1", dir).stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)) ?? -1 }
+        let before = try v.usage()
+        #expect(du() == 8192 + 53248 + 8192 + 4096, "the files as planned")
+        #expect(before.bytes(Self.appA) == du() && before.files(Self.appA) == 6, "\(before) du \(du())")
+        #expect(before.capacityBytes - before.freeBytes == du(), "\(before)")
+
+        let purge = v.ctl(["cache", "purge", Self.appA])
+        let after = try v.usage()
+        #expect(purge.status == 0 && purge.stdoutText == "freed \(before.bytes(Self.appA)) bytes in 6 file(s)\n", "\(purge)")
+        #expect(after.freeBytes - before.freeBytes == before.bytes(Self.appA) && after.bytes(Self.appA) == 0, "\(before) → \(after)")
+    }
+
     // MARK: What a purge never touches, and what never stops it
 
     @Test func aPurgeNeverFollowsSymlinksNorStopsAtOddEntries() throws {

@@ -107,7 +107,7 @@ public final class CacheStore: @unchecked Sendable {
         var appID: String
         /// Which entry it is: its directory's st_ino, its raw NUL-terminated name, its own st_ino.
         var key: EntryKey
-        /// Bytes allocated on disk.
+        /// Bytes allocated on disk; 0 for a further name of a file met before (as `du`).
         var bytes: Int64
         /// The later of access and modification time (seconds).
         var lastUsed: Double
@@ -120,16 +120,19 @@ public final class CacheStore: @unchecked Sendable {
 
     /// Every non-directory entry in every app's cache (symlinks, FIFOs and sockets included,
     /// as entries to remove; their targets are never followed), on the cache's own filesystem,
-    /// at any depth (`TreeWalk`).
+    /// at any depth (`TreeWalk`). A file with several names (hard links) counts its bytes at
+    /// the first name met only, as `du` does.
     func files() -> [CachedFile] {
         var out: [CachedFile] = []
+        var counted: Set<ino_t> = []
         for app in appDirectories() {
             let fd = open(root + "/" + app, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
             guard fd >= 0 else { continue }
             TreeWalk.walk(fd, label: app) { _, name, st, directory in
                 let used = max(Double(st.st_atim.tv_sec) + Double(st.st_atim.tv_nsec) / 1e9, Double(st.st_mtim.tv_sec) + Double(st.st_mtim.tv_nsec) / 1e9)
                 let key = EntryKey(directory: directory, name: name, inode: st.st_ino)
-                out.append(CachedFile(appID: app, key: key, bytes: Int64(st.st_blocks) * 512, lastUsed: used))
+                let first = st.st_nlink < 2 || counted.insert(st.st_ino).inserted
+                out.append(CachedFile(appID: app, key: key, bytes: first ? Int64(st.st_blocks) * 512 : 0, lastUsed: used))
             }
         }
         return out
@@ -164,18 +167,20 @@ public final class CacheStore: @unchecked Sendable {
     }
 
     /// Removes the files in `chosen` that are still there, with one walk (`TreeWalk`) of each
-    /// of their apps' directories, whatever their depth; adds what it removed to `report`.
+    /// of their apps' directories, whatever their depth; adds what it removed to `report`, each
+    /// file with the bytes its removal freed: all it has on disk then if this was its last
+    /// name, else none.
     private func remove(_ chosen: [CachedFile], into report: inout PurgeReport) {
         for (app, files) in Dictionary(grouping: chosen, by: \.appID).sorted(by: { $0.key < $1.key }) {
-            var wanted: [EntryKey: Int64] = [:]
-            for f in files { wanted[f.key] = f.bytes }
+            var wanted: Set<EntryKey> = []
+            for f in files { wanted.insert(f.key) }
             let fd = open(root + "/" + app, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
             guard fd >= 0 else { continue }
             TreeWalk.walk(fd, label: app) { directoryFD, name, st, directory in
                 let key = EntryKey(directory: directory, name: name, inode: st.st_ino)
-                guard let bytes = wanted[key], unlinkat(directoryFD, name, 0) == 0 else { return }
-                wanted[key] = nil
-                report.add(bytes, of: app)
+                guard wanted.contains(key), unlinkat(directoryFD, name, 0) == 0 else { return }
+                wanted.remove(key)
+                report.add(st.st_nlink == 1 ? Int64(st.st_blocks) * 512 : 0, of: app)
             }
         }
     }
