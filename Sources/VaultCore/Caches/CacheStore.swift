@@ -227,7 +227,8 @@ public final class CacheStore: @unchecked Sendable {
     public func enforce(_ policy: CachePolicy, running: Set<String>) -> PurgeReport? {
         guard let space = volumeSpace() else { return nil }
         let marks = policy.resolved(capacity: space.capacity)
-        let total = usage().reduce(0) { $0 + $1.bytes }
+        // The total is a walk of every cache: only when there is a budget to compare it with.
+        let total = marks.budget == nil ? 0 : usage().reduce(0) { $0 + $1.bytes }
         let lowSpace = space.free < marks.low
         let overBudget = marks.budget.map { total > $0 } ?? false
         guard lowSpace || overBudget else { return nil }
