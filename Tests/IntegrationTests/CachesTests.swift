@@ -19,8 +19,8 @@ import Glibc
     static let noAutomaticPurge: [String: Any] = ["CacheFreeLowWaterBytes": 0, "CacheCheckIntervalSeconds": 0.2]
 
     /// A volume daemon with an initialised vault and apps A and B installed.
-    static func volume(_ settings: [String: Any]) throws -> (CacheVolume, a: String, b: String) {
-        let v = try CacheVolume(settings: settings)
+    static func volume(_ settings: [String: Any], inodes: Int? = nil) throws -> (CacheVolume, a: String, b: String) {
+        let v = try CacheVolume(inodes: inodes, settings: settings)
         do {
             let i = v.ctl(["init", "--no-passphrase"])
             guard i.status == 0 else { throw HarnessError("init: \(i)") }
@@ -235,6 +235,49 @@ import Glibc
         let after = try v.usage()
         #expect(purge.status == 0 && purge.stdoutText == "freed \(before.bytes(Self.appA)) bytes in 6 file(s)\n", "\(purge)")
         #expect(after.freeBytes - before.freeBytes == before.bytes(Self.appA) && after.bytes(Self.appA) == 0, "\(before) → \(after)")
+    }
+
+    /// Many small files can use up a volume's inodes before its bytes: then nothing can be
+    /// written ("No space left on device") with most of the bytes free, and vaultd, watching
+    /// bytes only, never purged. Free inodes count as free space: under 5 % of them free,
+    /// the purge goes (in the same order) until 10 % are. A tmpfs of 200 inodes; A (not
+    /// running) has 100 old one-byte files, B fills the rest with newer ones until the
+    /// volume refuses; A's 20 oldest go, B's stay, and B can write again.
+    @Test func runningOutOfInodesPurgesLikeRunningOutOfBytes() throws {
+        let (v, a, b) = try Self.volume(["CacheCheckIntervalSeconds": 0.2], inodes: 200)
+        defer { v.close() }
+        let cacheA = v.cacheRoot + "/" + Self.appA, cacheB = v.cacheRoot + "/" + Self.appB
+        try #require(v.inside(a, ["cache", "path"]).status == 0 && v.inside(b, ["cache", "path"]).status == 0)
+        let fill = v.inside(
+            "/usr/bin/python3",
+            [
+                "-c",
+                """
+                import os, sys
+                a, b = sys.argv[1], sys.argv[2]
+                for i in range(100):
+                    with open(f"{a}/a{i:03}", "w") as f: f.write("x")
+                    os.utime(f"{a}/a{i:03}", (1577836800 + i * 60, 1577836800 + i * 60))
+                n = 0
+                try:
+                    while True:
+                        with open(f"{b}/b{n:03}", "w") as f: f.write("x")
+                        n += 1
+                except OSError as e:
+                    print(n, e.errno)
+                """, cacheA, cacheB,
+            ])
+        try #require(fill.status == 0 && fill.stdoutText.hasSuffix(" 28\n"), "B's writes end in ENOSPC: \(fill)")
+        let written = Int(fill.stdoutText.split(separator: " ")[0])!
+        let freeInodes = { Int(v.sh("stat -f -c %d \"$1\"", v.volume).stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)) ?? -1 }
+        #expect(eventually(timeout: 10) { freeInodes() >= 20 }, "free inodes \(freeInodes()); log:\n\(v.log)")
+        usleep(600_000)
+        #expect(freeInodes() == 20, "only to the high-water mark")
+        let leftA = v.sh("ls \"$1\"", cacheA).stdoutText.split(separator: "\n")
+        #expect(leftA.count == 80 && leftA.first == "a020", "A's twenty oldest go: \(leftA.prefix(3))")
+        #expect(v.sh("ls \"$1\" | wc -l", cacheB).stdoutText == "\(written)\n", "B's files stay")
+        let again = v.inside(b, ["cache", "write", "again", "10"])
+        #expect(again.status == 0, "\(again)")
     }
 
     // MARK: What a purge never touches, and what never stops it

@@ -23,6 +23,13 @@ public struct CachePolicy: Sendable, Equatable {
         self.budgetHighWater = budgetHighWater
     }
 
+    /// Free inodes count as free space too (a cache of many small files can use up a
+    /// volume's inodes first, and then nothing can be written however many bytes are free):
+    /// vaultd purges when fewer than `inodeLowWaterPercent` % of the volume's inodes are free,
+    /// until `inodeHighWaterPercent` % are (not on a filesystem without an inode count).
+    public static let inodeLowWaterPercent: UInt64 = 5
+    public static let inodeHighWaterPercent: UInt64 = 10
+
     /// The marks in force for a volume of `capacity` bytes: defaults are 5 % free (low) and
     /// 10 % free (high) of the volume, and 80 % of the budget.
     func resolved(capacity: Int64) -> (low: Int64, high: Int64, budget: Int64?, budgetHigh: Int64?) {
@@ -45,13 +52,16 @@ public struct CacheUsage: Sendable, Equatable {
 public struct PurgeReport: Sendable, Equatable {
     public var freedBytes: Int64 = 0
     public var removedFiles = 0
+    /// Inodes freed: removed entries that were their file's last name.
+    var freedInodes: UInt64 = 0
     /// Apps whose caches lost files, with the bytes freed in each.
     public var apps: [String: Int64] = [:]
 
-    /// Counts one removed file of `bytes` from `app`'s cache.
-    mutating func add(_ bytes: Int64, of app: String) {
+    /// Counts one removed file of `bytes` from `app`'s cache; `lastName`: its inode is freed.
+    mutating func add(_ bytes: Int64, of app: String, lastName: Bool) {
         freedBytes += bytes
         removedFiles += 1
+        if lastName { freedInodes += 1 }
         apps[app, default: 0] += bytes
     }
 }
@@ -111,6 +121,8 @@ public final class CacheStore: @unchecked Sendable {
         var bytes: Int64
         /// The later of access and modification time (seconds).
         var lastUsed: Double
+        /// Its file has no other name (st_nlink 1): removing it frees its inode.
+        var onlyName: Bool
     }
 
     /// The app directories under the root.
@@ -132,7 +144,7 @@ public final class CacheStore: @unchecked Sendable {
                 let used = max(Double(st.st_atim.tv_sec) + Double(st.st_atim.tv_nsec) / 1e9, Double(st.st_mtim.tv_sec) + Double(st.st_mtim.tv_nsec) / 1e9)
                 let key = EntryKey(directory: directory, name: name, inode: st.st_ino)
                 let first = st.st_nlink < 2 || counted.insert(st.st_ino).inserted
-                out.append(CachedFile(appID: app, key: key, bytes: first ? Int64(st.st_blocks) * 512 : 0, lastUsed: used))
+                out.append(CachedFile(appID: app, key: key, bytes: first ? Int64(st.st_blocks) * 512 : 0, lastUsed: used, onlyName: st.st_nlink < 2))
             }
         }
         return out
@@ -155,6 +167,14 @@ public final class CacheStore: @unchecked Sendable {
         var s = statvfs()
         guard statvfs(root, &s) == 0 else { return nil }
         return (Int64(s.f_bavail) * Int64(s.f_frsize), Int64(s.f_blocks) * Int64(s.f_frsize))
+    }
+
+    /// Free and total inodes of the cache volume (free as available to us); nil when it
+    /// cannot be asked or the filesystem has no inode count (f_files 0, as btrfs).
+    func volumeInodes() -> (free: UInt64, total: UInt64)? {
+        var s = statvfs()
+        guard statvfs(root, &s) == 0, s.f_files > 0 else { return nil }
+        return (UInt64(s.f_favail), UInt64(s.f_files))
     }
 
     /// An entry in a cache as one walk saw it, to find it again in the next: the st_ino of its
@@ -180,7 +200,7 @@ public final class CacheStore: @unchecked Sendable {
                 let key = EntryKey(directory: directory, name: name, inode: st.st_ino)
                 guard wanted.contains(key), unlinkat(directoryFD, name, 0) == 0 else { return }
                 wanted.remove(key)
-                report.add(st.st_nlink == 1 ? Int64(st.st_blocks) * 512 : 0, of: app)
+                report.add(st.st_nlink == 1 ? Int64(st.st_blocks) * 512 : 0, of: app, lastName: st.st_nlink == 1)
             }
         }
     }
@@ -212,7 +232,7 @@ public final class CacheStore: @unchecked Sendable {
                 var chosen: [CachedFile] = []
                 while let f = candidates.first, !enough(planned) {
                     chosen.append(f)
-                    planned.add(f.bytes, of: f.appID)
+                    planned.add(f.bytes, of: f.appID, lastName: f.onlyName)
                     candidates.removeFirst()
                 }
                 remove(chosen, into: &report)
@@ -221,9 +241,10 @@ public final class CacheStore: @unchecked Sendable {
         }
     }
 
-    /// Purges when a mark is crossed (free space below low-water, or usage above the
-    /// budget), until the matching high-water mark; otherwise does nothing, so a purge never
-    /// thrashes. Returns nil when no purge was needed.
+    /// Purges when a mark is crossed (free space below low-water, free inodes below
+    /// `CachePolicy.inodeLowWaterPercent`, or usage above the budget), until the matching
+    /// high-water mark; otherwise does nothing, so a purge never thrashes. Returns nil when
+    /// no purge was needed.
     public func enforce(_ policy: CachePolicy, running: Set<String>) -> PurgeReport? {
         guard let space = volumeSpace() else { return nil }
         let marks = policy.resolved(capacity: space.capacity)
@@ -231,11 +252,14 @@ public final class CacheStore: @unchecked Sendable {
         let total = marks.budget == nil ? 0 : usage().reduce(0) { $0 + $1.bytes }
         let lowSpace = space.free < marks.low
         let overBudget = marks.budget.map { total > $0 } ?? false
-        guard lowSpace || overBudget else { return nil }
+        let inodes = volumeInodes()
+        let lowInodes = inodes.map { $0.free < $0.total * CachePolicy.inodeLowWaterPercent / 100 } ?? false
+        guard lowSpace || overBudget || lowInodes else { return nil }
         return purge(running: running) { r in
             let spaceOK = !lowSpace || space.free + r.freedBytes >= marks.high
+            let inodesOK = !lowInodes || inodes.map { $0.free + r.freedInodes >= $0.total * CachePolicy.inodeHighWaterPercent / 100 } ?? true
             let budgetOK = !overBudget || total - r.freedBytes <= marks.budgetHigh!
-            return spaceOK && budgetOK
+            return spaceOK && inodesOK && budgetOK
         }
     }
 }

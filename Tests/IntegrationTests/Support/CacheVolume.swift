@@ -29,8 +29,9 @@ final class CacheVolume: @unchecked Sendable {
     private var children: [pid_t] = []
     private let lock = NSLock()
 
-    /// `settings`: the config.plist keys (Sources/vaultd/Settings.swift).
-    init(size: String = "4M", settings: [String: Any]) throws {
+    /// `settings`: the config.plist keys (Sources/vaultd/Settings.swift); `inodes`: the
+    /// tmpfs's inode count (`nr_inodes`), when not its default.
+    init(size: String = "4M", inodes: Int? = nil, settings: [String: Any]) throws {
         root = try TemporaryDirectory.make(prefix: "vaultd-cv")
         socketPath = root + "/run/vaultd.sock"
         dataDirectory = root + "/data"
@@ -43,7 +44,7 @@ final class CacheVolume: @unchecked Sendable {
         do {
             let plist = try PropertyListSerialization.data(fromPropertyList: settings, format: .xml, options: 0)
             try plist.write(to: URL(fileURLWithPath: configPath))
-            try start(size: size)
+            try start(options: "size=\(size),mode=0700" + (inodes.map { ",nr_inodes=\($0)" } ?? ""))
         } catch {
             close()
             throw error
@@ -56,13 +57,13 @@ final class CacheVolume: @unchecked Sendable {
 
     var log: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
 
-    private func start(size: String) throws {
+    private func start(options: String) throws {
         // unshare execs sh, which execs vaultd: the pid we get is vaultd's.
         let script = """
-            mount -t tmpfs -o size="$1",mode=0700 tmpfs "$2" && mkdir -p "$2/outside" && exec "$3" --socket "$4" --data-dir "$5" --cache-dir "$6" --config "$7"
+            mount -t tmpfs -o "$1" tmpfs "$2" && mkdir -p "$2/outside" && exec "$3" --socket "$4" --data-dir "$5" --cache-dir "$6" --config "$7"
             """
         let p = try ChildProcess.spawn(
-            "unshare", ["-m", "--propagation", "private", "sh", "-c", script, "sh", size, volume, Paths.tool("vaultd"), socketPath, dataDirectory, cacheRoot, configPath],
+            "unshare", ["-m", "--propagation", "private", "sh", "-c", script, "sh", options, volume, Paths.tool("vaultd"), socketPath, dataDirectory, cacheRoot, configPath],
             environment: isolatedEnvironment(root: root, socket: nil), inputs: [:], stdout: .file(logPath, append: true),
             stderr: .file(logPath, append: true))
         pid = p
