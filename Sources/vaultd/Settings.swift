@@ -7,7 +7,8 @@ import VaultProtocol
 ///   Status and org.varlink.service calls only look and do not count.
 /// - `CacheFreeLowWaterBytes`, `CacheFreeHighWaterBytes` (integer): purge when free space on the
 ///   cache volume falls below the low mark, until it reaches the high mark (defaults: 5 % and
-///   10 % of the volume). Free inodes count too: under 5 % of them free, until 10 %.
+///   10 % of the volume; a default high mark is at least 5 % of the volume above the low one).
+///   Free inodes count too: under 5 % of them free, until 10 %.
 /// - `CacheBudgetBytes`, `CacheBudgetHighWaterBytes` (integer): purge when all caches exceed
 ///   the budget, until they take at most the high mark (default: no budget; 80 %).
 /// - `CacheCheckIntervalSeconds` (real): how often the policy is checked (default 5).

@@ -95,3 +95,22 @@ struct TreeWalkTests {
         #expect(openFDs(under: root) == 0)
     }
 }
+
+@Suite("CachePolicy")
+struct CachePolicyTests {
+    /// The marks of a 1,000,000-byte volume: the defaults, set ones, and a low mark set above
+    /// the default high one, whose high mark stays 5 % of the volume above it (it was equal:
+    /// each purge stopped where the next began).
+    @Test(arguments: [
+        (CachePolicy(), 50_000, 100_000),
+        (CachePolicy(freeLowWater: 200_000), 200_000, 250_000),
+        (CachePolicy(freeLowWater: 990_000), 990_000, 1_000_000),
+        (CachePolicy(freeLowWater: 200_000, freeHighWater: 200_000), 200_000, 200_000),
+        (CachePolicy(freeLowWater: 200_000, freeHighWater: 100_000), 200_000, 200_000),
+        (CachePolicy(freeHighWater: 300_000), 50_000, 300_000),
+    ])
+    func marks(policy: CachePolicy, low: Int64, high: Int64) {
+        let m = policy.resolved(capacity: 1_000_000)
+        #expect(m.low == low && m.high == high, "\(m)")
+    }
+}

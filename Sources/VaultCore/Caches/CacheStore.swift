@@ -31,10 +31,12 @@ public struct CachePolicy: Sendable, Equatable {
     public static let inodeHighWaterPercent: UInt64 = 10
 
     /// The marks in force for a volume of `capacity` bytes: defaults are 5 % free (low) and
-    /// 10 % free (high) of the volume, and 80 % of the budget.
+    /// 10 % free (high) of the volume, and 80 % of the budget. A high mark left to its default
+    /// is at least 5 % of the volume above a low mark set higher (were they equal, each purge
+    /// would stop just where the next begins, one file at a time).
     func resolved(capacity: Int64) -> (low: Int64, high: Int64, budget: Int64?, budgetHigh: Int64?) {
         let low = freeLowWater ?? capacity / 20
-        let high = max(freeHighWater ?? capacity / 10, low)
+        let high = freeHighWater.map { max($0, low) } ?? min(max(capacity / 10, low + capacity / 20), capacity)
         let budgetHigh = budget.map { b in min(budgetHighWater ?? b * 4 / 5, b) }
         return (low, high, budget, budgetHigh)
     }
