@@ -208,6 +208,41 @@ struct LockTests {
         }
     }
 
+    /// Setting or changing the passphrase leaves nothing in the data directory that opens the
+    /// keys without the new one: neither the no-passphrase KEK nor the keys wrapped under the
+    /// old KEK, not in the WAL's old frames either (a crash leaves the WAL behind for a copied
+    /// data directory or a stolen disk; with few writes its frames stay there for long).
+    @Test func aNewPassphraseLeavesNoOldKeyMaterialOnDisk() throws {
+        try withVault(initialize: false) { vault, dir in
+            _ = try vault.initialize(passphrase: nil, caller: .owner)
+            try vault.addGeneric(service: "s", account: "a", secret: [1])
+            func keyMaterial() throws -> [String: [UInt8]] {
+                var m: [String: [UInt8]] = [:]
+                for r in try vault.reading({ try $0.rows("SELECT key, value FROM vault_meta") }) {
+                    if let k = r[0].text, let v = r[1].blob, k == "kek.nopassphrase" || k.hasPrefix("wrapped.") { m[k] = v }
+                }
+                return m
+            }
+            func expectGone(_ old: [String: [UInt8]], _ when: String) throws {
+                let files = try FileManager.default.contentsOfDirectory(atPath: dir).filter { $0.hasPrefix("vault.sqlite") }
+                for f in files {
+                    let data = try Data(contentsOf: URL(fileURLWithPath: dir + "/" + f))
+                    for (k, v) in old { #expect(data.range(of: Data(v)) == nil, "\(when): the old \(k) is still in \(f)") }
+                }
+            }
+            let withoutPassphrase = try keyMaterial()
+            #expect(withoutPassphrase["kek.nopassphrase"] != nil)
+            _ = try vault.changePassphrase(old: nil, new: secret("p1"), caller: .owner)
+            try expectGone(withoutPassphrase, "after setting a passphrase")
+            let withP1 = try keyMaterial()
+            _ = try vault.changePassphrase(old: secret("p1"), new: secret("p2"), caller: .owner)
+            try expectGone(withP1, "after changing it")
+            _ = try vault.lockVault()
+            _ = try vault.unlock(passphrase: secret("p2"))
+            #expect(try vault.readGeneric(service: "s") == [1])
+        }
+    }
+
     @Test func thisDeviceOnlyItemsDoNotOpenWithAnotherDeviceKey() throws {
         try withTemporaryDirectory { tmp in
             let original = tmp + "/original", copy = tmp + "/copy"

@@ -156,6 +156,17 @@ public final class Database {
         try walSync.sync()
     }
 
+    /// Copies every committed frame into the database file and truncates the WAL to nothing
+    /// (a TRUNCATE checkpoint), so no earlier version of a page stays in it: for changes that
+    /// must not outlive their transaction on disk (key material a new passphrase replaced;
+    /// `secure_delete` zeroes it in the database file). Call it on the writer's connection
+    /// outside a transaction; it waits for readers as the busy handler does. Throws
+    /// InternalError (busy: a reader outlasted the wait, or an I/O error).
+    func truncateWAL() throws {
+        guard let h = handle else { throw VaultError(.internalError, "the store is closed") }
+        try check(sqlite3_wal_checkpoint_v2(h, nil, SQLITE_CHECKPOINT_TRUNCATE, nil, nil), "truncating the write-ahead log")
+    }
+
     static func error(_ rc: Int32, _ h: OpaquePointer?, context: String) -> VaultError {
         let primary = rc & 0xFF
         let detail = h.map { String(cString: sqlite3_errmsg($0)) } ?? String(cString: sqlite3_errstr(rc))

@@ -209,12 +209,21 @@ public final class Vault: @unchecked Sendable {
                 }
                 try resetFailedUnlocks()
             }
-            return try db.write { _ in
+            let result = try db.write { _ in
                 var deleted = 0
                 if new == nil { deleted = try keychain.deleteAll(accessible: .whenPasscodeSetThisDeviceOnly) }
                 try changingKeys { try keys.rewrap(newPassphrase: newKEK) }
                 return (keys.lockState, deleted)
             }
+            // The replaced keys (wrapped under the old KEK; without a passphrase the KEK
+            // itself) stay in the WAL's old frames until it wraps round, and a crash leaves
+            // them there: with them the old passphrase, or none, still opens every item.
+            do {
+                try db.truncateWAL()
+            } catch {
+                log("the passphrase changed, but the keys it replaced may stay in the write-ahead log for a while: \(error)")
+            }
+            return result
         }
         emit(.lockState(result.0))
         return result
