@@ -243,6 +243,29 @@ struct LockTests {
         }
     }
 
+    /// The wait after failed unlocks is at most the documented one (1 s after three failures),
+    /// also when the wall clock went back after the failures (NTP correcting a clock that ran
+    /// ahead, a machine booted with a wrong time): the failures are then in the future, and
+    /// the wait counted from them locked the owner out for as long as the clock had gone back.
+    @Test func theUnlockWaitNeverExceedsItsDelayWhenTheClockGoesBack() throws {
+        try withVault(initialize: false) { vault, _ in
+            _ = try vault.initialize(passphrase: secret("right"), caller: .owner)
+            for guess in ["guess1", "guess2", "guess3"] {
+                expectVaultError(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret(guess)) }
+            }
+            // As if the clock went back an hour since: the last failure an hour ahead.
+            let record: JSON = ["count": 3, "last": JSON(Date().timeIntervalSince1970 + 3600)]
+            _ = try vault.locked {
+                try vault.db.run("UPDATE vault_meta SET value = ? WHERE key = 'unlock.failures'", [.blob(record.serialized())])
+            }
+            let wait = try #require(try vault.status()["retryAfter"]?.doubleValue)
+            #expect(wait > 0 && wait <= 1, "retryAfter \(wait) s after three failures")
+            usleep(1_100_000)
+            _ = try vault.unlock(passphrase: secret("right"))
+            #expect(vault.lockState["state"] == "unlocked")
+        }
+    }
+
     @Test func thisDeviceOnlyItemsDoNotOpenWithAnotherDeviceKey() throws {
         try withTemporaryDirectory { tmp in
             let original = tmp + "/original", copy = tmp + "/copy"

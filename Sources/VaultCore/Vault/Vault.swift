@@ -230,14 +230,22 @@ public final class Vault: @unchecked Sendable {
     }
 
     // Failed unlocks: after 3 failures each further one doubles the wait (1 s … 15 min),
-    // recorded in the store so a restart does not reset it.
+    // recorded in the store so a restart does not reset it. A last failure later than now
+    // (the wall clock went back since) counts from now: counted from the recorded time, the
+    // wait lasted as long as the clock had gone back (an hour, a year) on top. Call it under
+    // the engine lock.
     private func rateLimitDelay() throws -> Double {
         guard let r = try db.row("SELECT value FROM vault_meta WHERE key = 'unlock.failures'"),
             let raw = r[0].blob, let j = try? JSON.parse(raw), let n = j["count"]?.intValue,
-            let last = j["last"]?.doubleValue, n >= 3
+            var last = j["last"]?.doubleValue, n >= 3
         else { return 0 }
         let wait = min(pow(2.0, Double(n - 3)), 900)
-        return max(0, last + wait - Date().timeIntervalSince1970)
+        let now = Date().timeIntervalSince1970
+        if last > now {
+            last = now
+            try recordFailures(n, last: now)
+        }
+        return max(0, last + wait - now)
     }
 
     /// Throws RateLimited (with `retryAfter`) while failed passphrase checks impose a wait.
@@ -253,7 +261,11 @@ public final class Vault: @unchecked Sendable {
     private func recordFailedUnlock() throws {
         let r = try db.row("SELECT value FROM vault_meta WHERE key = 'unlock.failures'")
         let n = (r?[0].blob.flatMap { try? JSON.parse($0) }?["count"]?.intValue ?? 0) + 1
-        let j: JSON = ["count": JSON(n), "last": JSON(Date().timeIntervalSince1970)]
+        try recordFailures(n, last: Date().timeIntervalSince1970)
+    }
+
+    private func recordFailures(_ n: Int, last: Double) throws {
+        let j: JSON = ["count": JSON(n), "last": JSON(last)]
         try db.run("INSERT OR REPLACE INTO vault_meta (key, value) VALUES ('unlock.failures', ?)", [.blob(j.serialized())])
     }
 
