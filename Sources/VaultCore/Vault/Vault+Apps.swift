@@ -109,8 +109,8 @@ extension Vault {
     /// group's last app. Credentials stay.
     private func markUninstalled(_ appID: String, executableMissing: Bool) throws -> AppRecord {
         // Observers of the domains learn that their keys went, as with any other removal (in
-        // commit order with other preference writes: `writingPreferences`).
-        let record: AppRecord = try writingPreferences { ticket in
+        // commit order with other preference writes: `inEventOrder`).
+        let record: AppRecord = try inEventOrder { ticket in
             let (a, removed): (AppRecord, [(domain: String, key: String)]) = try locked {
                 try db.write { _ in
                     guard var a = try apps.find(appID) else { throw VaultError(.appNotFound, "no app \(appID)") }

@@ -33,8 +33,8 @@ public final class Vault: @unchecked Sendable {
     /// it waits for the writers of its group (preference writes with 16 clients: 35k/s → 7k/s).
     private let observersLock = NSLock()
     private var observers: [UUID: @Sendable (VaultEvent) -> Void] = [:]
-    /// Puts preference events in commit order (see `PreferenceEvents`).
-    private let preferenceEvents = PreferenceEvents()
+    /// Puts preference and lock-state events in commit order (see `OrderedEvents`).
+    private let orderedEvents = OrderedEvents()
 
     /// Opens (creating when absent) the vault in `dataDirectory`: creates the directory 0700
     /// and `device.key` 0600, opens the store and runs pending migrations. Throws
@@ -99,9 +99,9 @@ public final class Vault: @unchecked Sendable {
 
     /// Registers `handler` for every event; returns a token for `removeObserver`. Handlers run
     /// after the change committed, outside the engine lock and any lock of the vault's, so
-    /// they may call the vault. A preference event may come on another writer's thread than
-    /// the one that made the change (they are handed out in commit order, one thread at a
-    /// time: `PreferenceEvents`); a handler should return quickly.
+    /// they may call the vault. A preference or lock-state event may come on another thread
+    /// than the one that made the change (they are handed out in the order the changes were
+    /// made, one thread at a time: `OrderedEvents`); a handler should return quickly.
     public func addObserver(_ handler: @escaping @Sendable (VaultEvent) -> Void) -> UUID {
         let id = UUID()
         observersLock.withLock { observers[id] = handler }
@@ -143,12 +143,14 @@ public final class Vault: @unchecked Sendable {
         try requireOwner(caller)
         if let p = passphrase, p.count == 0 { throw VaultError.param("the passphrase must not be empty") }
         let kek = try passphrase.map { try KeyHierarchy.PassphraseKEK(deriving: $0) }
-        let state = try locked {
-            try db.write { _ in try changingKeys { try keys.initialize(passphrase: kek) } }
-            return keys.lockState
+        return try inEventOrder { ticket in
+            let state = try locked {
+                try db.write { _ in try changingKeys { try keys.initialize(passphrase: kek) } }
+                ticket.take()
+                return keys.lockState
+            }
+            return (state, [.lockState(state)])
         }
-        emit(.lockState(state))
-        return state
     }
 
     /// Unlocks with the passphrase. Throws Vault.AuthFailed (wrong passphrase; counted),
@@ -161,28 +163,32 @@ public final class Vault: @unchecked Sendable {
         // Argon2id is slow; derive outside the lock so other callers are served meanwhile.
         let parameters = try locked { try keys.passphraseParameters() }
         let kek = try Sodium.argon2id(passphrase: passphrase, parameters: parameters)
-        let state: JSON = try locked {
-            do {
-                try changingKeys { try keys.unlock(kek: kek) }
-            } catch let e as VaultError where e.code == .wrongPassphrase {
-                try recordFailedUnlock()
-                throw e
+        return try inEventOrder { ticket in
+            let state: JSON = try locked {
+                do {
+                    try changingKeys { try keys.unlock(kek: kek) }
+                } catch let e as VaultError where e.code == .wrongPassphrase {
+                    try recordFailedUnlock()
+                    throw e
+                }
+                try resetFailedUnlocks()
+                ticket.take()
+                return keys.lockState
             }
-            try resetFailedUnlocks()
-            return keys.lockState
+            return (state, [.lockState(state)])
         }
-        emit(.lockState(state))
-        return state
     }
 
     /// Locks (wipes whenUnlocked class keys). Throws NoPassphrase, NotInitialized.
     public func lockVault() throws -> JSON {
-        let state = try locked {
-            try changingKeys { try keys.lock() }
-            return keys.lockState
+        try inEventOrder { ticket in
+            let state = try locked {
+                try changingKeys { try keys.lock() }
+                ticket.take()
+                return keys.lockState
+            }
+            return (state, [.lockState(state)])
         }
-        emit(.lockState(state))
-        return state
     }
 
     /// Changes (both given), sets (`old` nil, vault without passphrase) or removes (`new` nil)
@@ -195,38 +201,40 @@ public final class Vault: @unchecked Sendable {
         try requireOwner(caller)
         if let p = new, p.count == 0 { throw VaultError.param("the new passphrase must not be empty") }
         let newKEK = try new.map { try KeyHierarchy.PassphraseKEK(deriving: $0) }
-        let result: (JSON, Int) = try locked {
-            if keys.hasPassphrase {
-                guard let old else { throw VaultError(.wrongPassphrase, "the current passphrase is required") }
-                // A passphrase check like Unlock's, so rate-limited and counted like it.
-                try checkRateLimit()
-                do {
-                    let kek = try Sodium.argon2id(passphrase: old, parameters: try keys.passphraseParameters())
-                    try changingKeys { try keys.unlock(kek: kek) }
-                } catch let e as VaultError where e.code == .wrongPassphrase {
-                    try recordFailedUnlock()
-                    throw e
+        return try inEventOrder { ticket in
+            let result: (JSON, Int) = try locked {
+                if keys.hasPassphrase {
+                    guard let old else { throw VaultError(.wrongPassphrase, "the current passphrase is required") }
+                    // A passphrase check like Unlock's, so rate-limited and counted like it.
+                    try checkRateLimit()
+                    do {
+                        let kek = try Sodium.argon2id(passphrase: old, parameters: try keys.passphraseParameters())
+                        try changingKeys { try keys.unlock(kek: kek) }
+                    } catch let e as VaultError where e.code == .wrongPassphrase {
+                        try recordFailedUnlock()
+                        throw e
+                    }
+                    try resetFailedUnlocks()
                 }
-                try resetFailedUnlocks()
+                let result = try db.write { _ in
+                    var deleted = 0
+                    if new == nil { deleted = try keychain.deleteAll(accessible: .whenPasscodeSetThisDeviceOnly) }
+                    try changingKeys { try keys.rewrap(newPassphrase: newKEK) }
+                    return (keys.lockState, deleted)
+                }
+                // The replaced keys (wrapped under the old KEK; without a passphrase the KEK
+                // itself) stay in the WAL's old frames until it wraps round, and a crash leaves
+                // them there: with them the old passphrase, or none, still opens every item.
+                do {
+                    try db.truncateWAL()
+                } catch {
+                    log("the passphrase changed, but the keys it replaced may stay in the write-ahead log for a while: \(error)")
+                }
+                ticket.take()
+                return result
             }
-            let result = try db.write { _ in
-                var deleted = 0
-                if new == nil { deleted = try keychain.deleteAll(accessible: .whenPasscodeSetThisDeviceOnly) }
-                try changingKeys { try keys.rewrap(newPassphrase: newKEK) }
-                return (keys.lockState, deleted)
-            }
-            // The replaced keys (wrapped under the old KEK; without a passphrase the KEK
-            // itself) stay in the WAL's old frames until it wraps round, and a crash leaves
-            // them there: with them the old passphrase, or none, still opens every item.
-            do {
-                try db.truncateWAL()
-            } catch {
-                log("the passphrase changed, but the keys it replaced may stay in the write-ahead log for a while: \(error)")
-            }
-            return result
+            return (result, [.lockState(result.0)])
         }
-        emit(.lockState(result.0))
-        return result
     }
 
     // Failed unlocks: after 3 failures each further one doubles the wait (1 s … 15 min),
@@ -381,17 +389,19 @@ public final class Vault: @unchecked Sendable {
         try reading { try PreferencesStore(db: $0).domains() }
     }
 
-    /// Runs a preference write and then emits its events in commit order. `write` makes the
-    /// change under the engine lock and, once it succeeded, takes its place in the order with
-    /// `ticket.take()` (still under the lock: writes run there in the order they commit); it
-    /// returns its result and events. Writers emit after their commit on threads of their own,
-    /// which run in any order: two writes of one key emitted in the wrong order left every
-    /// observer (every `Defaults` copy) with the older value for good.
-    func writingPreferences<T>(_ write: (PreferenceEvents.Ticket) throws -> (T, [VaultEvent])) throws -> T {
-        let ticket = PreferenceEvents.Ticket(preferenceEvents)
+    /// Runs a preference write or a lock-state change and then emits its events in the order
+    /// the changes were made. `write` makes the change under the engine lock and, once it
+    /// succeeded, takes its place in the order with `ticket.take()` (still under the lock:
+    /// changes are made there one at a time); it returns its result and events. Each emits
+    /// after its change on a thread of its own, and those run in any order: two writes of one
+    /// key emitted in the wrong order left every observer (every `Defaults` copy) with the
+    /// older value for good, and a Lock and an Unlock emitted reversed left observers showing
+    /// the vault unlocked while it was locked.
+    func inEventOrder<T>(_ write: (OrderedEvents.Ticket) throws -> (T, [VaultEvent])) throws -> T {
+        let ticket = OrderedEvents.Ticket(orderedEvents)
         var events: [VaultEvent] = []
         // A write that took its place and then failed (its commit did) still passes it on.
-        defer { preferenceEvents.publish(ticket, events) { for e in $0 { self.emit(e) } } }
+        defer { orderedEvents.publish(ticket, events) { for e in $0 { self.emit(e) } } }
         let (result, made) = try write(ticket)
         events = made
         return result
@@ -403,7 +413,7 @@ public final class Vault: @unchecked Sendable {
     /// longer current (see `admit`).
     @discardableResult
     public func setPreference(domain: String, key: String, value: PlistValue, caller: Caller = .owner) throws -> UInt64 {
-        try writingPreferences { ticket in
+        try inEventOrder { ticket in
             try transaction {
                 try self.admitInWrite(caller)
                 try self.preferences.set(domain: domain, key: key, value: value)
@@ -417,7 +427,7 @@ public final class Vault: @unchecked Sendable {
     /// number, as `setPreference`; throws MissingEntitlement as it does.
     @discardableResult
     public func removePreference(domain: String, key: String, caller: Caller = .owner) throws -> UInt64 {
-        try writingPreferences { ticket in
+        try inEventOrder { ticket in
             let existed = try transaction {
                 try self.admitInWrite(caller)
                 let existed = try self.preferences.remove(domain: domain, key: key)
@@ -431,7 +441,7 @@ public final class Vault: @unchecked Sendable {
     /// Removes a whole domain; returns the number of keys it had. Throws MissingEntitlement
     /// when `caller`'s install is no longer current (see `admit`).
     public func removeDomain(_ domain: String, caller: Caller = .owner) throws -> Int {
-        try writingPreferences { ticket in
+        try inEventOrder { ticket in
             let (count, keys) = try locked {
                 try db.write { _ in
                     try admitInWrite(caller)
@@ -452,7 +462,7 @@ public final class Vault: @unchecked Sendable {
         guard case .dict(let values) = try PropertyListCodec.decode(plist) else {
             throw VaultError(.invalidPropertyList, "the property list's root is not a dictionary; a domain can only be imported from a dictionary")
         }
-        return try writingPreferences { ticket in
+        return try inEventOrder { ticket in
             let old = try locked {
                 try db.write { _ in
                     try admitInWrite(caller)
@@ -476,16 +486,17 @@ public final class Vault: @unchecked Sendable {
     }
 }
 
-/// Emits preference events in the order their writes committed. Each write takes a number
-/// under the engine lock once its change is made (`Ticket.take`), and publishes its events
-/// (none when it failed after all) after its commit; events wait here until every write
-/// numbered before theirs has published.
-final class PreferenceEvents: @unchecked Sendable {
+/// Emits preference and lock-state events in the order their changes were made. Each
+/// change takes a number under the engine lock once it is made (`Ticket.take`), and
+/// publishes its events (none when it failed after all) afterwards; events wait here until
+/// every change numbered before theirs has published. Lock-state changes take numbers too,
+/// so a preference event's `sequence` may skip some.
+final class OrderedEvents: @unchecked Sendable {
     /// One write's place in the order (nil until it takes one).
     final class Ticket: @unchecked Sendable {
-        private let events: PreferenceEvents
+        private let events: OrderedEvents
         fileprivate var number: UInt64?
-        init(_ events: PreferenceEvents) { self.events = events }
+        init(_ events: OrderedEvents) { self.events = events }
         /// The write's place in the order (from 1), once taken.
         var sequence: UInt64 { number ?? 0 }
         /// Takes the next number; call it under the engine lock, once the change is made
@@ -533,7 +544,8 @@ public enum VaultEvent: Sendable {
     /// The lock state changed (io.vaultd.Vault `LockState`).
     case lockState(JSON)
     /// A preference was set (value) or removed (nil). `sequence`: the write's place in the
-    /// commit order of this vaultd's run (`PreferenceEvents`), also in the writer's reply.
+    /// commit order of this vaultd's run (`OrderedEvents`; increasing, not consecutive), also
+    /// in the writer's reply.
     case preference(domain: String, key: String, value: PlistValue?, sequence: UInt64)
     /// Files were purged from an app's cache.
     case cachePurge(appID: String, freedBytes: Int64)

@@ -10,7 +10,8 @@ extension VarlinkInterfaces {
         method Get(domain: ?string, key: string) -> (value: ?object)
 
         # Sets one key; durable when the reply arrives. `sequence`: the write's place in the
-        # order of this vaultd run's preference writes, as Observe reports it.
+        # order of this vaultd run's preference writes, as Observe reports it (increasing,
+        # not consecutive).
         method Set(domain: ?string, key: string, value: object) -> (sequence: int)
 
         # Removes one key (no error when it is absent); `sequence` as for Set.

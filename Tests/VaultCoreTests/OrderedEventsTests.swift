@@ -3,8 +3,8 @@ import Testing
 import VaultCore
 import VaultProtocol
 
-@Suite("PreferenceEvents")
-struct PreferenceEventsTests {
+@Suite("OrderedEvents")
+struct OrderedEventsTests {
     /// Runs `body` on a thread of its own; false when it has not returned within `seconds`
     /// (a deadlock: the thread and the vault are then left as they are).
     private func finishes(within seconds: Double, _ body: @escaping @Sendable () -> Void) -> Bool {
@@ -80,6 +80,33 @@ struct PreferenceEventsTests {
             let seen = sequences.items
             #expect(seen.count == writers * writes, "events handed out by the time every writer returned")
             #expect(seen == seen.sorted() && Set(seen).count == seen.count, "out of order or twice")
+        }
+    }
+}
+
+extension OrderedEventsTests {
+    /// Lock-state events reach every observer in the order the changes were made: an
+    /// observer that locks the vault when it sees it unlocked (which handlers may do) made
+    /// observers emitted after it see "locked" before "unlocked", and they were left showing
+    /// the vault unlocked while it was locked (3 of 6 in a probe).
+    @Test func lockStateEventsComeInTheOrderOfTheChanges() throws {
+        try withVault(initialize: false) { vault, _ in
+            _ = try vault.initialize(passphrase: secret("correct horse"), caller: .owner)
+            let seen = (0..<6).map { _ in LockedList() }
+            for (i, list) in seen.enumerated() {
+                _ = vault.addObserver { event in
+                    guard case .lockState(let state) = event, let s = state["state"]?.stringValue else { return }
+                    list.append(s)
+                    if i == 2 && s == "unlocked" { _ = try? vault.lockVault() }
+                }
+            }
+            for _ in 0..<20 {
+                _ = try vault.unlock(passphrase: secret("correct horse"))
+                #expect(vault.lockState["state"]?.stringValue == "locked")
+            }
+            for (i, list) in seen.enumerated() {
+                #expect(list.items == Array(repeating: ["unlocked", "locked"], count: 20).flatMap { $0 }, "observer \(i)")
+            }
         }
     }
 }
