@@ -222,10 +222,15 @@ final class KeyHierarchy {
         try openAll(kek: kek)
     }
 
+    /// Throws NotInitialized before `initialize`.
+    func requireInitialized() throws {
+        guard state != .uninitialized else { throw VaultError(.notInitialized, "the vault is not initialised: run vaultctl init") }
+    }
+
     /// The Argon2id parameters to derive the KEK from the passphrase with. Throws
     /// NotInitialized, or NoPassphrase when the vault has none.
     func passphraseParameters() throws -> Sodium.KDFParameters {
-        guard state != .uninitialized else { throw VaultError(.notInitialized, "the vault is not initialised: run vaultctl init") }
+        try requireInitialized()
         guard let p = try kdfParameters() else { throw VaultError(.noPassphrase, "the vault has no passphrase, so it is always unlocked") }
         return p
     }
@@ -238,7 +243,7 @@ final class KeyHierarchy {
     /// Wipes the keys of classes usable only while unlocked. Throws NoPassphrase on a vault
     /// without a passphrase (it is always unlocked).
     func lock() throws {
-        guard state != .uninitialized else { throw VaultError(.notInitialized, "the vault is not initialised: run vaultctl init") }
+        try requireInitialized()
         guard hasPassphrase else { throw VaultError(.noPassphrase, "the vault has no passphrase, so it is always unlocked; set one with vaultctl passphrase set") }
         for a in Accessibility.allCases where !a.isAfterFirstUnlock { classKeys[a] = nil }
         state = .locked
@@ -251,7 +256,7 @@ final class KeyHierarchy {
     /// passphrase creates the whenPasscodeSet class key; removing it drops every key of that
     /// class, other devices' too (the caller deletes all its items).
     func rewrap(newPassphrase: PassphraseKEK?) throws {
-        guard state != .uninitialized else { throw VaultError(.notInitialized, "the vault is not initialised: run vaultctl init") }
+        try requireInitialized()
         guard state == .unlocked, let metadataKey, let indexKey else {
             throw VaultError(.interactionNotAllowed, "unlock the vault before changing its passphrase")
         }

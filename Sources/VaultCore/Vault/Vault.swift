@@ -194,22 +194,43 @@ public final class Vault: @unchecked Sendable {
     /// Changes (both given), sets (`old` nil, vault without passphrase) or removes (`new` nil)
     /// the passphrase. Removing it deletes whenPasscodeSet items. Returns the new lock state
     /// and the number of items deleted. Owner only. With a passphrase, `old` is checked as
-    /// Unlock checks it (counted, rate-limited) and, right, unlocks a locked vault; without
-    /// one, `old` is ignored. Throws PermissionDenied, Param (empty `new`), Vault.AuthFailed
-    /// (`old` wrong or missing), RateLimited, NotInitialized.
+    /// Unlock checks it (counted, rate-limited, one check at a time with Unlock's) and, right,
+    /// unlocks a locked vault; without one, `old` is ignored. Throws PermissionDenied, Param
+    /// (empty `new`), Vault.AuthFailed (`old` wrong or missing), RateLimited, NotInitialized,
+    /// NoPassphrase (removing a passphrase the vault does not have).
     public func changePassphrase(old: SecureBytes?, new: SecureBytes?, caller: Caller) throws -> (JSON, Int) {
         try requireOwner(caller)
         if let p = new, p.count == 0 { throw VaultError.param("the new passphrase must not be empty") }
+        // One passphrase check at a time, Unlock's included: a ChangePassphrase guess beside an
+        // Unlock guess got two tries through one slot of the rate limit.
+        unlockAttempts.lock()
+        defer { unlockAttempts.unlock() }
         let newKEK = try new.map { try KeyHierarchy.PassphraseKEK(deriving: $0) }
+        // The old passphrase's KEK, derived outside the engine lock as Unlock derives its own
+        // (Argon2id is slow: under the lock it held up every write meanwhile).
+        let hasPassphrase = try locked {
+            try keys.requireInitialized()
+            return keys.hasPassphrase
+        }
+        var oldKEK: SecureBytes?
+        if hasPassphrase {
+            guard let old else { throw VaultError(.wrongPassphrase, "the current passphrase is required") }
+            // A passphrase check like Unlock's, so rate-limited and counted like it.
+            let parameters = try locked {
+                try checkRateLimit()
+                return try keys.passphraseParameters()
+            }
+            oldKEK = try Sodium.argon2id(passphrase: old, parameters: parameters)
+        } else if new == nil {
+            throw VaultError(.noPassphrase, "the vault has no passphrase to remove")
+        }
         return try inEventOrder { ticket in
             let result: (JSON, Int) = try locked {
-                if keys.hasPassphrase {
-                    guard let old else { throw VaultError(.wrongPassphrase, "the current passphrase is required") }
-                    // A passphrase check like Unlock's, so rate-limited and counted like it.
-                    try checkRateLimit()
+                // Only a ChangePassphrase sets or removes a passphrase once the vault exists,
+                // and this one holds `unlockAttempts`: `hasPassphrase` still holds.
+                if let oldKEK {
                     do {
-                        let kek = try Sodium.argon2id(passphrase: old, parameters: try keys.passphraseParameters())
-                        try changingKeys { try keys.unlock(kek: kek) }
+                        try changingKeys { try keys.unlock(kek: oldKEK) }
                     } catch let e as VaultError where e.code == .wrongPassphrase {
                         try recordFailedUnlock()
                         throw e
