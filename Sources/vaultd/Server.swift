@@ -361,7 +361,9 @@ final class Server: @unchecked Sendable {
                 // The stream outlives the call: its bytes are not held meanwhile.
                 releaseMessageBytes(counted)
                 counted = 0
-                stream(call, on: conn, caller: caller)
+                // A stream refused before it began (an error without `continues`, the call's
+                // final reply) leaves the connection free for the next call, as any reply does.
+                if stream(call, on: conn, caller: caller) { continue }
                 return
             }
             let reply: VarlinkReply
@@ -380,8 +382,10 @@ final class Server: @unchecked Sendable {
 
     /// Serves a `more` call: its first replies, then one per event, until the peer closes, the
     /// observer falls `EventQueue.capacity` events behind, or (an app's stream) its install ends
-    /// or cannot be checked.
-    private func stream(_ call: VarlinkCall, on conn: UnixSocket, caller: Caller) {
+    /// or cannot be checked. Returns true when the call was refused before it streamed (one
+    /// error reply without `continues`, its final reply), after which the connection serves
+    /// the next call (varlink.org/Method-Call); false when it is to close.
+    private func stream(_ call: VarlinkCall, on conn: UnixSocket, caller: Caller) -> Bool {
         let relay = StreamRelay()
         let queue = relay.queue
         // Observe before taking the snapshot, so no change falls between the two.
@@ -391,19 +395,18 @@ final class Server: @unchecked Sendable {
         do {
             subscription = try dispatcher.subscribe(call, caller: caller)
         } catch let e as VaultError {
-            _ = try? send(VarlinkReply(error: e), on: conn)
-            return
+            return (try? send(VarlinkReply(error: e), on: conn)) == true
         } catch {
-            return
+            return false
         }
         relay.start(subscription.reply)
         for reply in subscription.initial {
-            guard (try? send(VarlinkReply(parameters: reply, continues: true), on: conn)) == true else { return }
+            guard (try? send(VarlinkReply(parameters: reply, continues: true), on: conn)) == true else { return false }
         }
         while !stopping.load(ordering: .relaxed) {
             guard let batch = queue.drain(waitingUpTo: 1) else {
                 log("an observer fell \(queue.capacity) events behind; its stream was closed (a client that connects again starts from a snapshot)")
-                return
+                return false
             }
             // An app's stream ends when its install does (uninstall or reinstall), as its
             // other calls do: an instance of the earlier install must not go on receiving
@@ -415,18 +418,21 @@ final class Server: @unchecked Sendable {
                 do {
                     try dispatcher.vault.checkAdmitted(caller)
                 } catch let e as VaultError where e.code == .missingEntitlement {
+                    // The connection's identity is stale: every further call would get the
+                    // same error (which says to reconnect), so it closes.
                     _ = try? send(VarlinkReply(error: e), on: conn)
-                    return
+                    return false
                 } catch {
                     log("could not check an app's stream against its install (\(error)); closed it")
-                    return
+                    return false
                 }
             }
             for params in batch {
-                guard (try? send(VarlinkReply(parameters: params, continues: true), on: conn)) == true else { return }
+                guard (try? send(VarlinkReply(parameters: params, continues: true), on: conn)) == true else { return false }
             }
-            if peerClosed(conn) { return }
+            if peerClosed(conn) { return false }
         }
+        return false
     }
 
     /// True when the peer has closed its end (a zero-length peek).

@@ -199,6 +199,30 @@ import Glibc
         if case .reply(let extra) = c.receive(timeout: 0.5) { Issue.record("unexpected extra reply \(extra)") }
     }
 
+    /// A `more` call refused before it streams gets one error reply without `continues`:
+    /// that is the call's final reply (varlink.org/Method-Call), so the connection is free
+    /// for the next call, as after any other error. vaultd closed it instead, so a call
+    /// pipelined behind the Observe (or sent after the error) was never answered.
+    @Test(arguments: ["a key over the key limit", "a domain that is not a string", "an empty domain"])
+    func refusedStreamingCallLeavesTheConnectionUsable(_ refusal: String) throws {
+        let parameters = [
+            "a key over the key limit": #"{"domains":["com.example.a"],"keys":["\#(String(repeating: "k", count: 1025))"]}"#,
+            "a domain that is not a string": #"{"domains":[5]}"#,
+            "an empty domain": #"{"domains":[""]}"#,
+        ][refusal]!
+        let d = try Daemon()
+        defer { d.close() }
+        let c = try d.connect()
+        let observe = #"{"method":"io.vaultd.Preferences.Observe","more":true,"parameters":"# + parameters + "}"
+        try c.send(Array((observe + "\0" + #"{"method":"io.vaultd.Vault.Status"}"# + "\0").utf8))
+        let refused = c.receive()
+        #expect(refused.errorName != nil && refused.reply?["continues"] == nil, "\(refused)")
+        let next = c.receive()
+        #expect(next.parameters?["lock"] != nil, "the call pipelined behind the refused Observe: \(next)")
+        let after = try c.call("io.vaultd.Vault.Status")
+        #expect(after.parameters?["lock"] != nil, "a call after the refused Observe: \(after)")
+    }
+
     /// vaultd is alive, a bystander's connection still works, and a new connection gets a
     /// Status reply.
     private func expectStillServing(_ d: Daemon, bystander: VarlinkConnection?, sourceLocation: SourceLocation = #_sourceLocation)
