@@ -144,6 +144,20 @@ struct VarlinkMessageTests {
         #expect(back.continues == false)
     }
 
+    /// The standard org.varlink.service errors carry only their declared parameters; vaultd's
+    /// message rides in the reply's vendor extension and comes back into the error's parameters.
+    @Test func serviceErrorCarriesOnlyItsDeclaredParameters() throws {
+        let invalid = VarlinkReply(error: .invalidParameter("domain", "must be a string")).json.text
+        #expect(invalid == #"{"error":"org.varlink.service.InvalidParameter","io.vaultd":{"message":"invalid parameter 'domain': must be a string"},"parameters":{"parameter":"domain"}}"#)
+        let e = try #require(try VarlinkReply(json: try JSON.parse(invalid)).vaultError)
+        #expect(e.code == .invalidParameter && e.parameters["parameter"] == "domain")
+        #expect(e.message == "invalid parameter 'domain': must be a string")
+
+        let more = VarlinkReply(error: VaultError(.expectedMore, "call it with more")).json.text
+        #expect(more == #"{"error":"org.varlink.service.ExpectedMore","io.vaultd":{"message":"call it with more"},"parameters":{}}"#)
+        #expect(try VarlinkReply(json: try JSON.parse(more)).vaultError?.message == "call it with more")
+    }
+
     @Test func continuingReplyRoundTrips() throws {
         let reply = VarlinkReply(parameters: ["state": "locked"], continues: true)
         let back = try VarlinkReply(json: try JSON.parse(reply.json.serialized()))

@@ -18,9 +18,25 @@ extension VarlinkInterfaces {
         return call.parameters.keys.sorted().first { !declared.contains($0) }
     }
 
+    /// The parameter names of every error, by its fully-qualified name:
+    /// `"org.varlink.service.InvalidParameter"` → `["parameter"]`.
+    public static let errorParameters: [String: Set<String>] = {
+        var table: [String: Set<String>] = [:]
+        for (name, text) in all {
+            for (error, fields) in members("error", of: text) { table[name + "." + error] = fields }
+        }
+        return table
+    }()
+
     /// `method Name(a: t, b: ?(c: u)) -> (...)` → `(Name, [a, b])`, for every method of one
     /// interface description. Comments (`#` to the end of the line) are ignored.
     static func methodInputs(_ description: String) -> [(String, Set<String>)] {
+        members("method", of: description)
+    }
+
+    /// `keyword Name(a: t, b: ?(c: u))` → `(Name, [a, b])`, for every member declared with
+    /// `keyword` ("method": its input fields; "error": its parameters).
+    static func members(_ keyword: String, of description: String) -> [(String, Set<String>)] {
         let text = description.split(separator: "\n", omittingEmptySubsequences: false)
             .map { line in line.firstIndex(of: "#").map { line[..<$0] } ?? line[...] }
             .joined(separator: "\n")
@@ -28,12 +44,14 @@ extension VarlinkInterfaces {
         var result: [(String, Set<String>)] = []
         var i = 0
         func isWordBoundary(_ at: Int) -> Bool { at == 0 || chars[at - 1].isWhitespace }
+        let word = Array(keyword)
         while i < chars.count {
-            guard isWordBoundary(i), chars[i...].starts(with: "method"), i + 6 < chars.count, chars[i + 6].isWhitespace else {
+            guard isWordBoundary(i), chars[i...].starts(with: word), i + word.count < chars.count, chars[i + word.count].isWhitespace
+            else {
                 i += 1
                 continue
             }
-            i += 6
+            i += word.count
             while i < chars.count, chars[i].isWhitespace { i += 1 }
             let nameStart = i
             while i < chars.count, chars[i] != "(", !chars[i].isWhitespace { i += 1 }

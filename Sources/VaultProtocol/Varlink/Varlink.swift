@@ -86,17 +86,34 @@ public struct VarlinkReply: Sendable, Equatable {
         self.init(parameters: error.parameters, error: error.name)
     }
 
+    /// The reply member (a vendor extension, varlink.org/Method-Call) that carries an error's
+    /// parameters its interface does not declare: the human `message` of the standard
+    /// org.varlink.service errors, whose declarations (`ExpectedMore ()`,
+    /// `InvalidParameter (parameter: string)`, ...) vaultd cannot extend.
+    public static let extensionMember = "io.vaultd"
+
     public init(json: JSON) throws {
         guard case .object(let o) = json else { throw VaultError.protocolViolation("a reply must be an object") }
         parameters = o["parameters"]?.objectValue ?? [:]
         continues = o["continues"]?.boolValue ?? false
         error = o["error"]?.stringValue
+        if error != nil, let extra = o[Self.extensionMember]?.objectValue {
+            parameters.merge(extra) { declared, _ in declared }
+        }
     }
 
+    /// An error's parameters are those its interface declares; the others go to
+    /// `extensionMember` (an error no served interface declares is sent as it is).
     public var json: JSON {
         var o: [String: JSON] = ["parameters": .object(parameters)]
         if continues { o["continues"] = true }
-        if let error { o["error"] = .string(error) }
+        if let error {
+            o["error"] = .string(error)
+            if let declared = VarlinkInterfaces.errorParameters[error], parameters.keys.contains(where: { !declared.contains($0) }) {
+                o["parameters"] = .object(parameters.filter { declared.contains($0.key) })
+                o[Self.extensionMember] = .object(parameters.filter { !declared.contains($0.key) })
+            }
+        }
         return .object(o)
     }
 
