@@ -348,9 +348,17 @@ final class Server: @unchecked Sendable {
             guard beginCall() else { return }
             // A parameter the method does not declare is refused before anything runs (as
             // sd-varlink and the reference implementation do); the connection stays usable.
+            // So is an upgrade of the connection, which none of vaultd's methods offers: the
+            // refusal is not the reply confirming an upgrade, so the connection goes on as a
+            // varlink one (varlink.org/Method-Call). (Unknown methods go on to MethodNotFound.)
+            var refusal: VaultError?
             if let unknown = VarlinkInterfaces.undeclaredParameter(in: call) {
-                let reply = VarlinkReply(error: .invalidParameter(unknown, "not a parameter of \(call.method)"))
-                let sent = call.oneway || (try? send(reply, on: conn)) != nil
+                refusal = .invalidParameter(unknown, "not a parameter of \(call.method)")
+            } else if call.upgrade && VarlinkInterfaces.inputParameters[call.method] != nil {
+                refusal = .invalidParameter("upgrade", "\(call.method) does not upgrade the connection to another protocol")
+            }
+            if let refusal {
+                let sent = call.oneway || (try? send(VarlinkReply(error: refusal), on: conn)) != nil
                 endCall()
                 if !sent { return }
                 continue

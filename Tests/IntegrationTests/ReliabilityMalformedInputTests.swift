@@ -93,7 +93,7 @@ import Glibc
             ("oneway a string", #"{"method":"io.vaultd.Vault.Status","oneway":"yes"}"#),
             ("oneway a number", #"{"method":"io.vaultd.Vault.Status","oneway":1}"#),
             ("more a string", #"{"method":"io.vaultd.Vault.Status","more":"true"}"#),
-            ("upgrade requested", #"{"method":"io.vaultd.Vault.Status","upgrade":true}"#),
+            ("upgrade a string", #"{"method":"io.vaultd.Vault.Status","upgrade":"yes"}"#),
         ] {
             c.append(frame("wrong type: \(n)", t))
         }

@@ -223,6 +223,35 @@ import Glibc
         #expect(after.parameters?["lock"] != nil, "a call after the refused Observe: \(after)")
     }
 
+    /// `upgrade` asks for the connection to be handed to another protocol after a reply that
+    /// confirms it (varlink.org/Method-Call). vaultd offers no upgrade and refuses the call
+    /// with InvalidParameter `upgrade`; that refusal confirms nothing, so the connection is
+    /// still varlink and the calls behind it are answered. vaultd closed it after the
+    /// refusal, even for a oneway call (whose refusal it sent all the same).
+    @Test func refusedUpgradeLeavesTheConnectionUsable() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        let c = try d.connect()
+        let messages = [
+            #"{"method":"io.vaultd.Vault.Status","upgrade":true}"#,
+            #"{"method":"io.vaultd.Vault.Status"}"#,
+            #"{"method":"io.vaultd.Vault.Observe","more":true,"upgrade":true}"#,
+            #"{"method":"io.vaultd.Vault.Status","oneway":true,"upgrade":true}"#,
+            #"{"method":"io.vaultd.Vault.NoSuch","upgrade":true}"#,
+            #"{"method":"org.varlink.service.GetInfo"}"#,
+        ]
+        try c.send(Array(messages.map { $0 + "\0" }.joined().utf8))
+        let replies = (0..<5).map { _ in c.receive(timeout: 5) }
+        for i in [0, 2] {
+            #expect(replies[i].errorName == Self.invalidParameter && replies[i].parameters?["parameter"] as? String == "upgrade", "\(i): \(replies[i])")
+            #expect(replies[i].reply?["continues"] == nil, "\(replies[i])")
+        }
+        #expect(replies[1].parameters?["lock"] != nil, "\(replies[1])")
+        #expect(replies[3].errorName == "org.varlink.service.MethodNotFound", "\(replies[3])")
+        #expect(replies[4].parameters?["interfaces"] != nil, "\(replies[4])")
+        if case .reply(let extra) = c.receive(timeout: 0.5) { Issue.record("unexpected extra reply \(extra)") }
+    }
+
     /// vaultd is alive, a bystander's connection still works, and a new connection gets a
     /// Status reply.
     private func expectStillServing(_ d: Daemon, bystander: VarlinkConnection?, sourceLocation: SourceLocation = #_sourceLocation)

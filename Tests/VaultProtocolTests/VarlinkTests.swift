@@ -117,13 +117,21 @@ struct VarlinkMessageTests {
         #expect(more.interface == "io.vaultd.Vault")
     }
 
-    @Test func nonBooleanFlagsAndUpgradeAreRefused() {
+    @Test func nonBooleanFlagsAreRefused() {
         let e = expectVaultError(.invalidParameter) { _ = try VarlinkCall(json: try JSON.parse(#"{"method":"a.b.C","oneway":"yes"}"#)) }
         #expect(e?.parameters["parameter"] == "oneway")
         let m = expectVaultError(.invalidParameter) { _ = try VarlinkCall(json: try JSON.parse(#"{"method":"a.b.C","more":1}"#)) }
         #expect(m?.parameters["parameter"] == "more")
-        let u = expectVaultError(.invalidParameter) { _ = try VarlinkCall(json: try JSON.parse(#"{"method":"a.b.C","upgrade":true}"#)) }
+        let u = expectVaultError(.invalidParameter) { _ = try VarlinkCall(json: try JSON.parse(#"{"method":"a.b.C","upgrade":"yes"}"#)) }
         #expect(u?.parameters["parameter"] == "upgrade")
+    }
+
+    /// An upgrade request is a well-formed call (vaultd refuses it per call, not as a broken message).
+    @Test func upgradeIsParsed() throws {
+        let call = try VarlinkCall(json: try JSON.parse(#"{"method":"a.b.C","upgrade":true}"#))
+        #expect(call.upgrade && !call.oneway && !call.more)
+        #expect(call.json == ["method": "a.b.C", "upgrade": true])
+        #expect(try VarlinkCall(json: try JSON.parse(#"{"method":"a.b.C"}"#)).upgrade == false)
     }
 
     @Test func callJSONRoundTrips() throws {

@@ -14,12 +14,17 @@ public struct VarlinkCall: Sendable, Equatable {
     public var oneway: Bool
     /// The caller accepts several replies (`continues: true` on all but the last).
     public var more: Bool
+    /// The caller asks for the connection to be taken over by another protocol once the
+    /// method has replied. No method of vaultd does that: vaultd refuses such a call with
+    /// InvalidParameter `upgrade`, and the connection stays a varlink one.
+    public var upgrade: Bool
 
-    public init(method: String, parameters: [String: JSON] = [:], oneway: Bool = false, more: Bool = false) {
+    public init(method: String, parameters: [String: JSON] = [:], oneway: Bool = false, more: Bool = false, upgrade: Bool = false) {
         self.method = method
         self.parameters = parameters
         self.oneway = oneway
         self.more = more
+        self.upgrade = upgrade
     }
 
     /// The interface part of `method` (everything before the last dot).
@@ -55,8 +60,7 @@ public struct VarlinkCall: Sendable, Equatable {
                 throw VaultError.invalidParameter(key, "not a member of a varlink call")
             }
         }
-        self.init(method: method, parameters: parameters, oneway: try flag("oneway"), more: try flag("more"))
-        if try flag("upgrade") { throw VaultError.invalidParameter("upgrade", "connection upgrades are not supported") }
+        self.init(method: method, parameters: parameters, oneway: try flag("oneway"), more: try flag("more"), upgrade: try flag("upgrade"))
     }
 
     public var json: JSON {
@@ -64,6 +68,7 @@ public struct VarlinkCall: Sendable, Equatable {
         if !parameters.isEmpty { o["parameters"] = .object(parameters) }
         if oneway { o["oneway"] = true }
         if more { o["more"] = true }
+        if upgrade { o["upgrade"] = true }
         return .object(o)
     }
 }
