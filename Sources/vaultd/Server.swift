@@ -443,13 +443,13 @@ final class Server: @unchecked Sendable {
         return false
     }
 
-    /// True when the peer has closed its end (a zero-length peek).
+    /// True when the peer has closed the connection (POLLHUP: both directions). A peer that
+    /// only shut down its writing side (POLLRDHUP, a zero-length read) still reads: a
+    /// subscriber with nothing more to send may do that, and its stream goes on.
     private func peerClosed(_ conn: UnixSocket) -> Bool {
-        var pfd = pollfd(fd: conn.fd, events: Int16(POLLIN | 0x2000 /* POLLRDHUP */), revents: 0)
+        var pfd = pollfd(fd: conn.fd, events: 0, revents: 0)
         guard poll(&pfd, 1, 0) > 0 else { return false }
-        if pfd.revents & Int16(0x2000 | POLLHUP | POLLERR) != 0 { return true }
-        var byte: UInt8 = 0
-        return recv(conn.fd, &byte, 1, Int32(MSG_PEEK | MSG_DONTWAIT)) == 0
+        return pfd.revents & Int16(POLLHUP | POLLERR) != 0
     }
 }
 

@@ -252,6 +252,35 @@ import Glibc
         if case .reply(let extra) = c.receive(timeout: 0.5) { Issue.record("unexpected extra reply \(extra)") }
     }
 
+    /// A subscriber with nothing more to send may shut down its writing side (SHUT_WR, as
+    /// `socat` or `nc -N` do at the end of their input); it still reads, so its stream goes
+    /// on (varlink.org/Method-Call: a client no longer interested closes the connection).
+    /// vaultd took the half-close for a close and ended the stream within a second, after
+    /// the snapshot: the subscriber saw no change. A full close still ends the stream.
+    @Test func aHalfClosedSubscriberStillGetsItsStream() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        let domain = "com.example.halfclose"
+        let s = try d.connect()
+        try s.send(json: ["method": "io.vaultd.Preferences.Observe", "parameters": ["domains": [domain]], "more": true])
+        shutdown(s.fd, Int32(SHUT_WR))
+        let snapshot = s.receive()
+        #expect(snapshot.parameters?["values"] != nil && snapshot.reply?["continues"] as? Bool == true, "\(snapshot)")
+        usleep(1_500_000)  // past the stream's first check of its peer
+        let writer = try d.connect()
+        let set = try writer.call("io.vaultd.Preferences.Set", ["domain": domain, "key": "k", "value": ["integer": 7]])
+        #expect(set.parameters?["sequence"] != nil, "\(set)")
+        let event = s.receive(timeout: 5)
+        #expect(event.parameters?["key"] as? String == "k" && event.reply?["continues"] as? Bool == true, "\(event)")
+
+        // A subscriber that closes is gone: its thread ends (the daemon's thread count
+        // comes back down).
+        let threads = { (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(d.pid ?? 0)/task").count) ?? 0 }
+        let before = threads()
+        s.close()
+        #expect(eventually(timeout: 5) { threads() < before }, "the closed subscriber's thread stayed (\(threads()) of \(before))")
+    }
+
     /// vaultd is alive, a bystander's connection still works, and a new connection gets a
     /// Status reply.
     private func expectStillServing(_ d: Daemon, bystander: VarlinkConnection?, sourceLocation: SourceLocation = #_sourceLocation)
