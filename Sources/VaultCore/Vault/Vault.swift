@@ -159,19 +159,10 @@ public final class Vault: @unchecked Sendable {
         // One attempt at a time, so parallel guesses cannot all pass the rate limit.
         unlockAttempts.lock()
         defer { unlockAttempts.unlock() }
-        try locked { try checkRateLimit() }
-        // Argon2id is slow; derive outside the lock so other callers are served meanwhile.
-        let parameters = try locked { try keys.passphraseParameters() }
-        let kek = try Sodium.argon2id(passphrase: passphrase, parameters: parameters)
+        let kek = try passphraseKEK(passphrase)
         return try inEventOrder { ticket in
             let state: JSON = try locked {
-                do {
-                    try changingKeys { try keys.unlock(kek: kek) }
-                } catch let e as VaultError where e.code == .wrongPassphrase {
-                    try recordFailedUnlock()
-                    throw e
-                }
-                try resetFailedUnlocks()
+                try openKeysCounting(kek)
                 ticket.take()
                 return keys.lockState
             }
@@ -216,11 +207,7 @@ public final class Vault: @unchecked Sendable {
         if hasPassphrase {
             guard let old else { throw VaultError(.wrongPassphrase, "the current passphrase is required") }
             // A passphrase check like Unlock's, so rate-limited and counted like it.
-            let parameters = try locked {
-                try checkRateLimit()
-                return try keys.passphraseParameters()
-            }
-            oldKEK = try Sodium.argon2id(passphrase: old, parameters: parameters)
+            oldKEK = try passphraseKEK(old)
         } else if new == nil {
             throw VaultError(.noPassphrase, "the vault has no passphrase to remove")
         }
@@ -228,15 +215,7 @@ public final class Vault: @unchecked Sendable {
             let result: (JSON, Int) = try locked {
                 // Only a ChangePassphrase sets or removes a passphrase once the vault exists,
                 // and this one holds `unlockAttempts`: `hasPassphrase` still holds.
-                if let oldKEK {
-                    do {
-                        try changingKeys { try keys.unlock(kek: oldKEK) }
-                    } catch let e as VaultError where e.code == .wrongPassphrase {
-                        try recordFailedUnlock()
-                        throw e
-                    }
-                    try resetFailedUnlocks()
-                }
+                if let oldKEK { try openKeysCounting(oldKEK) }
                 let result = try db.write { _ in
                     var deleted = 0
                     if new == nil { deleted = try keychain.deleteAll(accessible: .whenPasscodeSetThisDeviceOnly) }
@@ -256,6 +235,29 @@ public final class Vault: @unchecked Sendable {
             }
             return (result, [.lockState(result.0)])
         }
+    }
+
+    /// Checks the rate limit, then derives `passphrase`'s KEK outside the engine lock (Argon2id
+    /// is slow: other callers are served meanwhile). Throws RateLimited, NoPassphrase,
+    /// NotInitialized.
+    private func passphraseKEK(_ passphrase: SecureBytes) throws -> SecureBytes {
+        let parameters = try locked {
+            try checkRateLimit()
+            return try keys.passphraseParameters()
+        }
+        return try Sodium.argon2id(passphrase: passphrase, parameters: parameters)
+    }
+
+    /// Opens the keys with a passphrase's KEK (under the engine lock): a wrong one counts for
+    /// the rate limit and throws Vault.AuthFailed, a right one clears the count.
+    private func openKeysCounting(_ kek: SecureBytes) throws {
+        do {
+            try changingKeys { try keys.unlock(kek: kek) }
+        } catch let e as VaultError where e.code == .wrongPassphrase {
+            try recordFailedUnlock()
+            throw e
+        }
+        try resetFailedUnlocks()
     }
 
     // Failed unlocks: after 3 failures each further one doubles the wait (1 s … 15 min),
