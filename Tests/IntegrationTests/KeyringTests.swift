@@ -10,6 +10,20 @@ import Glibc
     static let passphrase = "correct horse"
     static var passphraseFD: [Int32: Data] { [3: Data((passphrase + "\n").utf8)] }
 
+    /// A private keyring and bus with vaultd started and the vault initialised with `passphrase`.
+    static func initialisedFixture() throws -> KeyringFixture {
+        let k = try KeyringFixture()
+        do {
+            try k.startVaultd()
+            let r = k.ctl(["init", "--passphrase-fd", "3"], fds: passphraseFD)
+            guard r.status == 0 else { throw HarnessError("vaultctl init: \(r)") }
+        } catch {
+            k.close()
+            throw error
+        }
+        return k
+    }
+
     func items(_ k: KeyringFixture, group: String) throws -> [[String: Any]] {
         let r = k.ctl(["item", "list", "--access-group", group, "--json"])
         try #require(r.status == 0, "\(r)")
@@ -24,10 +38,8 @@ import Glibc
     /// Two keyring items that map to the same key: the import keeps both (the second under
     /// its full attribute set), and the dry run says so too, line for line.
     @Test func aDryRunPredictsTheImportWhenKeysCollide() throws {
-        let k = try KeyringFixture()
+        let k = try Self.initialisedFixture()
         defer { k.close() }
-        try k.startVaultd()
-        try #require(k.ctl(["init", "--passphrase-fd", "3"], fds: Self.passphraseFD).status == 0)
         var r = k.secretToolStore(label: "x", ["service", "example.com", "username", "carol"], secret: "one")
         try #require(r.status == 0, "\(r)")
         r = k.secretToolStore(label: "dup", ["service", "example.com", "username", "carol", "application", "other"], secret: "two")
@@ -46,10 +58,8 @@ import Glibc
     /// goes on: it used to end the import at that item (exit 1 naming no item; the items after
     /// it were never imported), while the dry run said "would add".
     @Test func anItemTheVaultRefusesIsReportedAndTheRestAreImported() throws {
-        let k = try KeyringFixture()
+        let k = try Self.initialisedFixture()
         defer { k.close() }
-        try k.startVaultd()
-        try #require(k.ctl(["init", "--passphrase-fd", "3"], fds: Self.passphraseFD).status == 0)
         // secret-tool stores at most 8 KiB: python's secretstorage (under python keyring) does not.
         var r = k.run(
             "python3",
@@ -74,10 +84,8 @@ import Glibc
     }
 
     @Test func importsSecretToolPythonKeyringAndGitItemsOnceAndExportsThemBack() throws {
-        let k = try KeyringFixture()
+        let k = try Self.initialisedFixture()
         defer { k.close() }
-        try k.startVaultd()
-        try #require(k.ctl(["init", "--passphrase-fd", "3"], fds: Self.passphraseFD).status == 0)
 
         // Three writers' conventions, and one that follows none.
         var r = k.secretToolStore(label: "Example", ["service", "example.com", "username", "carol"], secret: "s3cret")
@@ -173,10 +181,8 @@ import Glibc
     /// Importing again takes what changed in the keyring and keeps what changed in the vault:
     /// an import used to put the keyring's (unchanged) secret back over a vault edit.
     @Test func aSecondImportKeepsAVaultEditAndTakesAKeyringChange() throws {
-        let k = try KeyringFixture()
+        let k = try Self.initialisedFixture()
         defer { k.close() }
-        try k.startVaultd()
-        try #require(k.ctl(["init", "--passphrase-fd", "3"], fds: Self.passphraseFD).status == 0)
         let attributes = ["service", "edit.example", "username", "carol"]
         try #require(k.secretToolStore(label: "Edit", attributes, secret: "keyring-1").status == 0)
         usleep(1_100_000)  // `modified` is in whole seconds: the import records it a second later
@@ -203,10 +209,8 @@ import Glibc
     /// is part of the primary key (DESIGN §4). The import used to look it up and re-add it as
     /// not synchronizable, a second item beside it.
     @Test func aSynchronizableItemSurvivesAnExportAndImportRoundTrip() throws {
-        let k = try KeyringFixture()
+        let k = try Self.initialisedFixture()
         defer { k.close() }
-        try k.startVaultd()
-        try #require(k.ctl(["init", "--passphrase-fd", "3"], fds: Self.passphraseFD).status == 0)
         let add = k.ctl(["item", "add", "--access-group", "g", "--service", "sync.example", "--account", "a", "--synchronizable"], stdin: Data("sv".utf8))
         try #require(add.status == 0, "\(add)")
         let export = k.ctl(["keyring", "export", "--access-group", "g"])
@@ -221,10 +225,8 @@ import Glibc
     /// another one before (it used to say "unchanged" and write nothing); a label changed in
     /// the vault is exported too (it used to be "unchanged" while the secret was).
     @Test func anExportIsIdempotentPerCollectionAndCarriesTheLabel() throws {
-        let k = try KeyringFixture()
+        let k = try Self.initialisedFixture()
         defer { k.close() }
-        try k.startVaultd()
-        try #require(k.ctl(["init", "--passphrase-fd", "3"], fds: Self.passphraseFD).status == 0)
         try #require(k.ctl(["item", "add", "--access-group", "g", "--service", "col.example", "--account", "a"], stdin: Data("cv".utf8)).status == 0)
         #expect(k.ctl(["keyring", "export", "--access-group", "g"]).stdoutText.contains("1 added"))
         // gnome-keyring's in-memory collection, alias "session".
@@ -254,10 +256,8 @@ import Glibc
     /// S protocol P ... path /x`) names it `path`. Only git's `object` was mapped: such an
     /// item came in with path "", the network password without its domain and authtype.
     @Test func internetPasswordAttributesFollowTheWritersSchema() throws {
-        let k = try KeyringFixture()
+        let k = try Self.initialisedFixture()
         defer { k.close() }
-        try k.startVaultd()
-        try #require(k.ctl(["init", "--passphrase-fd", "3"], fds: Self.passphraseFD).status == 0)
         var r = k.secretToolStore(label: "X", ["server", "host.example", "protocol", "ftp", "port", "21", "user", "u", "path", "/x"], secret: "ftp-pw")
         try #require(r.status == 0, "\(r)")
         r = k.secretToolStore(
@@ -299,10 +299,8 @@ import Glibc
     /// UTF-8 without NUL bytes. gnome-keyring keeps no content type (it reports text/plain
     /// for every secret), so the test reads what vaultctl sent it off the bus.
     @Test func anExportMarksABinarySecretAsBinary() throws {
-        let k = try KeyringFixture()
+        let k = try Self.initialisedFixture()
         defer { k.close() }
-        try k.startVaultd()
-        try #require(k.ctl(["init", "--passphrase-fd", "3"], fds: Self.passphraseFD).status == 0)
         var r = k.run(
             "python3",
             ["-c", "import secretstorage; c = secretstorage.get_default_collection(secretstorage.dbus_init()); c.create_item('Bin', {'service': 'bin.example', 'username': 'carol'}, b'\\xff\\xfe\\x00bin', content_type='application/octet-stream')"])
@@ -327,10 +325,8 @@ import Glibc
     }
 
     @Test func aLockedCollectionIsReportedNeverSkipped() throws {
-        let k = try KeyringFixture()
+        let k = try Self.initialisedFixture()
         defer { k.close() }
-        try k.startVaultd()
-        try #require(k.ctl(["init", "--passphrase-fd", "3"], fds: Self.passphraseFD).status == 0)
         try #require(k.secretToolStore(label: "x", ["service", "example.com", "username", "carol"], secret: "s3cret").status == 0)
         let lock = k.lockKeyring()
         try #require(lock.status == 0, "\(lock)")
@@ -345,10 +341,8 @@ import Glibc
     }
 
     @Test func rememberedPassphraseUnlocksVaultdAtStartAndForgetUndoesIt() throws {
-        let k = try KeyringFixture()
+        let k = try Self.initialisedFixture()
         defer { k.close() }
-        try k.startVaultd()
-        try #require(k.ctl(["init", "--passphrase-fd", "3"], fds: Self.passphraseFD).status == 0)
         try #require(k.ctl(["item", "add", "--service", "s", "--account", "a"], stdin: Data("v".utf8)).status == 0)
 
         // A wrong passphrase is never remembered.
@@ -398,10 +392,8 @@ import Glibc
     }
 
     @Test func aLockedKeyringLeavesVaultdLockedWithinASecondAndSaysWhy() throws {
-        let k = try KeyringFixture()
+        let k = try Self.initialisedFixture()
         defer { k.close() }
-        try k.startVaultd()
-        try #require(k.ctl(["init", "--passphrase-fd", "3"], fds: Self.passphraseFD).status == 0)
         try #require(k.ctl(["unlock", "--remember", "--passphrase-fd", "3"], fds: Self.passphraseFD).status == 0)
         #expect(k.stopVaultd() == 0)
         try #require(k.lockKeyring().status == 0)
