@@ -268,6 +268,29 @@ struct LockTests {
         }
     }
 
+    /// Status only looks: with the last failure in the future (the clock went back) and a
+    /// store that cannot be written (a full disk), it still answers, with the wait counted
+    /// from now. It wrote the corrected failure record on the way and failed with the write.
+    @Test func statusAnswersWhenTheClockWentBackAndTheStoreCannotBeWritten() throws {
+        try withVault(initialize: false) { vault, _ in
+            _ = try vault.initialize(passphrase: secret("right"), caller: .owner)
+            for guess in ["guess1", "guess2", "guess3"] {
+                expectVaultError(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret(guess)) }
+            }
+            let record: JSON = ["count": 3, "last": JSON(Date().timeIntervalSince1970 + 3600)]
+            _ = try vault.locked {
+                try vault.db.run("UPDATE vault_meta SET value = ? WHERE key = 'unlock.failures'", [.blob(record.serialized())])
+                // Every write of the writer's connection fails from here on, as on a full disk.
+                try vault.db.execute("PRAGMA query_only=ON")
+            }
+            defer { _ = try? vault.locked { try vault.db.execute("PRAGMA query_only=OFF") } }
+            let status = try vault.status()
+            let wait = try #require(status["retryAfter"]?.doubleValue)
+            #expect(wait > 0 && wait <= 1, "retryAfter \(wait) s after three failures")
+            #expect(status["lock"]?["state"] == "unlocked")
+        }
+    }
+
     @Test func thisDeviceOnlyItemsDoNotOpenWithAnotherDeviceKey() throws {
         try withTemporaryDirectory { tmp in
             let original = tmp + "/original", copy = tmp + "/copy"

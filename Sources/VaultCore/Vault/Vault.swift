@@ -132,7 +132,8 @@ public final class Vault: @unchecked Sendable {
                 "lock": keys.lockState,
                 "items": JSON(try keychain.count()),
                 "domains": JSON(try preferences.domains().count),
-                "retryAfter": JSON(try rateLimitDelay()),
+                // Status only looks: a correction it cannot write (a full disk) does not fail it.
+                "retryAfter": JSON(try rateLimitDelay(correctionMayFail: true)),
             ]
         }
     }
@@ -264,8 +265,9 @@ public final class Vault: @unchecked Sendable {
     // recorded in the store so a restart does not reset it. A last failure later than now
     // (the wall clock went back since) counts from now: counted from the recorded time, the
     // wait lasted as long as the clock had gone back (an hour, a year) on top. Call it under
-    // the engine lock.
-    private func rateLimitDelay() throws -> Double {
+    // the engine lock. Such a failure is recorded as now, so that the wait ends;
+    // `correctionMayFail`: when that write fails, the wait is still returned (Status).
+    private func rateLimitDelay(correctionMayFail: Bool = false) throws -> Double {
         guard let r = try db.row("SELECT value FROM vault_meta WHERE key = 'unlock.failures'"),
             let raw = r[0].blob, let j = try? JSON.parse(raw), let n = j["count"]?.intValue,
             var last = j["last"]?.doubleValue, n >= 3
@@ -274,7 +276,9 @@ public final class Vault: @unchecked Sendable {
         let now = Date().timeIntervalSince1970
         if last > now {
             last = now
-            try recordFailures(n, last: now)
+            do {
+                try recordFailures(n, last: now)
+            } catch where correctionMayFail {}
         }
         return max(0, last + wait - now)
     }
