@@ -60,6 +60,10 @@ final class Checkpointer: @unchecked Sendable {
     private var runs = Runs()
     private var stopping = false
     private var running = false
+    /// Set while a background round copies frames; `excluding` waits for it to end.
+    private var inRound = false
+    /// Set while `excluding` runs its body: no round starts meanwhile.
+    private var excluded = false
     private var handle: OpaquePointer?
 
     init(path: String) {
@@ -121,7 +125,7 @@ final class Checkpointer: @unchecked Sendable {
     private func loop() {
         while true {
             condition.lock()
-            while pendingFrames == 0 && !stopping { condition.wait() }
+            while (pendingFrames == 0 || excluded) && !stopping { condition.wait() }
             if stopping {
                 running = false
                 condition.broadcast()
@@ -129,7 +133,14 @@ final class Checkpointer: @unchecked Sendable {
                 return
             }
             pendingFrames = 0
+            inRound = true
             condition.unlock()
+            defer {
+                condition.lock()
+                inRound = false
+                condition.broadcast()
+                condition.unlock()
+            }
             // Each round copies what the writers committed during the one before, a smaller
             // set each time, until at most `writerShare` frames are left for the writer.
             for round in 0..<8 {
@@ -147,6 +158,23 @@ final class Checkpointer: @unchecked Sendable {
                 }
             }
         }
+    }
+
+    /// Runs `body` with no background round in progress and none starting until it returns:
+    /// a checkpoint of the writer's own that must not find SQLite's checkpoint lock taken
+    /// (a TRUNCATE checkpoint gets SQLITE_BUSY at once then, without waiting).
+    func excluding<T>(_ body: () throws -> T) rethrows -> T {
+        condition.lock()
+        excluded = true
+        while inRound { condition.wait() }
+        condition.unlock()
+        defer {
+            condition.lock()
+            excluded = false
+            condition.broadcast()
+            condition.unlock()
+        }
+        return try body()
     }
 
     /// Stops the thread (after a checkpoint in progress) and closes its connection.

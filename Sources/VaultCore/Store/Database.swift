@@ -164,7 +164,10 @@ public final class Database {
     /// InternalError (busy: a reader outlasted the wait, or an I/O error).
     func truncateWAL() throws {
         guard let h = handle else { throw VaultError(.internalError, "the store is closed") }
-        try check(sqlite3_wal_checkpoint_v2(h, nil, SQLITE_CHECKPOINT_TRUNCATE, nil, nil), "truncating the write-ahead log")
+        // Not beside a background round: it holds SQLite's checkpoint lock, and this
+        // checkpoint would fail at once, leaving the frames it is meant to drop.
+        let truncate = { try self.check(sqlite3_wal_checkpoint_v2(h, nil, SQLITE_CHECKPOINT_TRUNCATE, nil, nil), "truncating the write-ahead log") }
+        if let c = checkpointer { try c.excluding(truncate) } else { try truncate() }
     }
 
     static func error(_ rc: Int32, _ h: OpaquePointer?, context: String) -> VaultError {
