@@ -291,6 +291,36 @@ struct LockTests {
         }
     }
 
+    /// A ChangePassphrase whose right old passphrase unlocked a locked vault and whose change
+    /// then failed (a full disk) leaves the vault unlocked, and observers are told so (they
+    /// were not: no event, and they showed it locked). An Unlock whose failed-unlock count
+    /// cannot be cleared still unlocks (it threw, leaving the vault unlocked unannounced).
+    @Test func anUnlockThatHappenedIsAnnouncedEvenWhenTheRestFails() throws {
+        try withVault(initialize: false) { vault, _ in
+            _ = try vault.initialize(passphrase: secret("right"), caller: .owner)
+            _ = try vault.lockVault()
+            let states = LockedList()
+            _ = vault.addObserver { event in
+                if case .lockState(let s) = event, let state = s["state"]?.stringValue { states.append(state) }
+            }
+            // Every write of the writer's connection fails from here on, as on a full disk.
+            _ = try vault.locked { try vault.db.execute("PRAGMA query_only=ON") }
+            defer { _ = try? vault.locked { try vault.db.execute("PRAGMA query_only=OFF") } }
+            let change = Result { try vault.changePassphrase(old: secret("right"), new: secret("new"), caller: .owner) }
+            #expect((try? change.get()) == nil, "the change cannot be written: \(change)")
+            #expect(vault.lockState["state"] == "unlocked")
+            #expect(states.items == ["unlocked"])
+            _ = try vault.lockVault()
+            // One failure recorded first, so the right passphrase has a count to clear.
+            _ = try vault.locked { try vault.db.execute("PRAGMA query_only=OFF") }
+            expectVaultError(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret("wrong")) }
+            _ = try vault.locked { try vault.db.execute("PRAGMA query_only=ON") }
+            let state = try vault.unlock(passphrase: secret("right"))
+            #expect(state["state"] == "unlocked")
+            #expect(states.items == ["unlocked", "locked", "unlocked"])
+        }
+    }
+
     @Test func thisDeviceOnlyItemsDoNotOpenWithAnotherDeviceKey() throws {
         try withTemporaryDirectory { tmp in
             let original = tmp + "/original", copy = tmp + "/copy"

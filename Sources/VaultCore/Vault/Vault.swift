@@ -216,7 +216,12 @@ public final class Vault: @unchecked Sendable {
             let result: (JSON, Int) = try locked {
                 // Only a ChangePassphrase sets or removes a passphrase once the vault exists,
                 // and this one holds `unlockAttempts`: `hasPassphrase` still holds.
-                if let oldKEK { try openKeysCounting(oldKEK) }
+                if let oldKEK {
+                    try openKeysCounting(oldKEK)
+                    // A locked vault is unlocked now, whatever becomes of the change.
+                    ticket.take()
+                    ticket.madeSoFar = [.lockState(keys.lockState)]
+                }
                 let result = try db.write { _ in
                     var deleted = 0
                     if new == nil { deleted = try keychain.deleteAll(accessible: .whenPasscodeSetThisDeviceOnly) }
@@ -258,7 +263,9 @@ public final class Vault: @unchecked Sendable {
             try recordFailedUnlock()
             throw e
         }
-        try resetFailedUnlocks()
+        // Unlocked: a count left behind (a full disk) only costs a later wait; failing here
+        // reported an unlocked vault as not unlocked, to observers too.
+        do { try resetFailedUnlocks() } catch { log("could not clear the failed-unlock count: \(error)") }
     }
 
     // Failed unlocks: after 3 failures each further one doubles the wait (1 s … 15 min),
@@ -426,9 +433,10 @@ public final class Vault: @unchecked Sendable {
     /// the vault unlocked while it was locked.
     func inEventOrder<T>(_ write: (OrderedEvents.Ticket) throws -> (T, [VaultEvent])) throws -> T {
         let ticket = OrderedEvents.Ticket(orderedEvents)
-        var events: [VaultEvent] = []
-        // A write that took its place and then failed (its commit did) still passes it on.
-        defer { orderedEvents.publish(ticket, events) { for e in $0 { self.emit(e) } } }
+        var events: [VaultEvent]?
+        // A write that took its place and then failed (its commit did) still passes it on,
+        // with what it had made by then (`madeSoFar`).
+        defer { orderedEvents.publish(ticket, events ?? ticket.madeSoFar) { for e in $0 { self.emit(e) } } }
         let (result, made) = try write(ticket)
         events = made
         return result
@@ -531,6 +539,9 @@ final class OrderedEvents: @unchecked Sendable {
         func take() {
             if number == nil { number = events.lock.withLock { events.taken += 1; return events.taken } }
         }
+        /// Events of a change already made that must go out even if the rest of the call then
+        /// fails (`inEventOrder` publishes them when it throws; its result's events replace them).
+        var madeSoFar: [VaultEvent] = []
     }
 
     private let lock = NSLock()
