@@ -114,3 +114,15 @@ struct CachePolicyTests {
         #expect(m.low == low && m.high == high, "\(m)")
     }
 }
+
+@Suite("OpenFiles")
+struct OpenFilesTests {
+    /// dev_t values as glibc's makedev(3) builds them, split back (a major of 4096 or more
+    /// came back with a wrong minor: the major's high bits were kept in it).
+    @Test(arguments: [(8, 1), (253, 0), (4095, 255), (4096, 1), (0x12345, 0xABCDE), (0xFFFF_FFFF, 0xFFFF_FFFF)] as [(UInt64, UInt64)])
+    func devSplitsAsGlibcDoes(major: UInt64, minor: UInt64) {
+        let dev = dev_t(((major & 0xfff) << 8) | ((major & ~0xfff) << 32) | (minor & 0xff) | ((minor & ~0xff) << 12))
+        let split = OpenFiles.split(dev)
+        #expect(UInt64(split.major) == major && UInt64(split.minor) == minor, "\(split)")
+    }
+}

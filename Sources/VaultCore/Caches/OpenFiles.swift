@@ -11,13 +11,21 @@ import Glibc
 /// a purge leaves them. Only processes whose `/proc` entries we may read are seen (ours), so
 /// it is a best effort: a file opened after the look is not in it.
 enum OpenFiles {
+    /// A dev_t's major and minor numbers, as glibc's major(3) and minor(3) split it (their
+    /// 32-bit parts included: without that the minor kept the major's high bits, and a
+    /// device with a major of 4096 or more was misread).
+    static func split(_ device: dev_t) -> (major: UInt32, minor: UInt32) {
+        let major = UInt32(truncatingIfNeeded: (device >> 8) & 0xfff) | (UInt32(truncatingIfNeeded: device >> 32) & ~0xfff)
+        let minor = UInt32(truncatingIfNeeded: device & 0xff) | (UInt32(truncatingIfNeeded: device >> 12) & ~0xff)
+        return (major, minor)
+    }
+
     /// The st_ino of every regular file on `device` that a process we can see has open or mapped.
     static func inodes(on device: dev_t) -> Set<ino_t> {
         var found: Set<ino_t> = []
         guard let proc = opendir("/proc") else { return found }
         defer { closedir(proc) }
-        let major = UInt64((device >> 8) & 0xfff) | UInt64((device >> 32) & ~0xfff)
-        let minor = UInt64(device & 0xff) | UInt64((device >> 12) & ~0xff)
+        let (major, minor) = split(device)
         while let entry = readdir(proc) {
             let pid = withUnsafeBytes(of: entry.pointee.d_name) { raw in String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self) }
             guard !pid.isEmpty, pid.allSatisfy(\.isASCIIDigit) else { continue }
@@ -43,7 +51,7 @@ enum OpenFiles {
                 let fields = line.split(separator: " ", maxSplits: 5, omittingEmptySubsequences: true)
                 guard fields.count >= 5, let inode = UInt64(fields[4]), inode != 0 else { continue }
                 let dev = fields[3].split(separator: ":")
-                guard dev.count == 2, UInt64(dev[0], radix: 16) == major, UInt64(dev[1], radix: 16) == minor else { continue }
+                guard dev.count == 2, UInt32(dev[0], radix: 16) == major, UInt32(dev[1], radix: 16) == minor else { continue }
                 found.insert(ino_t(inode))
             }
         }
