@@ -245,21 +245,26 @@ struct LockTests {
         }
     }
 
+    /// A vault with the passphrase "right" after three wrong guesses, its last failure then
+    /// an hour ahead of now: as if the clock went back an hour since.
+    static func failThriceThenSetTheClockBack(_ vault: Vault) throws {
+        _ = try vault.initialize(passphrase: secret("right"), caller: .owner)
+        for guess in ["guess1", "guess2", "guess3"] {
+            expectVaultError(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret(guess)) }
+        }
+        let record: JSON = ["count": 3, "last": JSON(Date().timeIntervalSince1970 + 3600)]
+        _ = try vault.locked {
+            try vault.db.run("UPDATE vault_meta SET value = ? WHERE key = 'unlock.failures'", [.blob(record.serialized())])
+        }
+    }
+
     /// The wait after failed unlocks is at most the documented one (1 s after three failures),
     /// also when the wall clock went back after the failures (NTP correcting a clock that ran
     /// ahead, a machine booted with a wrong time): the failures are then in the future, and
     /// the wait counted from them locked the owner out for as long as the clock had gone back.
     @Test func theUnlockWaitNeverExceedsItsDelayWhenTheClockGoesBack() throws {
         try withVault(initialize: false) { vault, _ in
-            _ = try vault.initialize(passphrase: secret("right"), caller: .owner)
-            for guess in ["guess1", "guess2", "guess3"] {
-                expectVaultError(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret(guess)) }
-            }
-            // As if the clock went back an hour since: the last failure an hour ahead.
-            let record: JSON = ["count": 3, "last": JSON(Date().timeIntervalSince1970 + 3600)]
-            _ = try vault.locked {
-                try vault.db.run("UPDATE vault_meta SET value = ? WHERE key = 'unlock.failures'", [.blob(record.serialized())])
-            }
+            try Self.failThriceThenSetTheClockBack(vault)
             let wait = try #require(try vault.status()["retryAfter"]?.doubleValue)
             #expect(wait > 0 && wait <= 1, "retryAfter \(wait) s after three failures")
             usleep(1_100_000)
@@ -273,16 +278,9 @@ struct LockTests {
     /// from now. It wrote the corrected failure record on the way and failed with the write.
     @Test func statusAnswersWhenTheClockWentBackAndTheStoreCannotBeWritten() throws {
         try withVault(initialize: false) { vault, _ in
-            _ = try vault.initialize(passphrase: secret("right"), caller: .owner)
-            for guess in ["guess1", "guess2", "guess3"] {
-                expectVaultError(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret(guess)) }
-            }
-            let record: JSON = ["count": 3, "last": JSON(Date().timeIntervalSince1970 + 3600)]
-            _ = try vault.locked {
-                try vault.db.run("UPDATE vault_meta SET value = ? WHERE key = 'unlock.failures'", [.blob(record.serialized())])
-                // Every write of the writer's connection fails from here on, as on a full disk.
-                try vault.db.execute("PRAGMA query_only=ON")
-            }
+            try Self.failThriceThenSetTheClockBack(vault)
+            // Every write of the writer's connection fails from here on, as on a full disk.
+            _ = try vault.locked { try vault.db.execute("PRAGMA query_only=ON") }
             defer { _ = try? vault.locked { try vault.db.execute("PRAGMA query_only=OFF") } }
             let status = try vault.status()
             let wait = try #require(status["retryAfter"]?.doubleValue)
