@@ -197,7 +197,6 @@ public final class Vault: @unchecked Sendable {
         // Unlock guess got two tries through one slot of the rate limit.
         unlockAttempts.lock()
         defer { unlockAttempts.unlock() }
-        let newKEK = try new.map { try KeyHierarchy.PassphraseKEK(deriving: $0) }
         // The old passphrase's KEK, derived outside the engine lock as Unlock derives its own
         // (Argon2id is slow: under the lock it held up every write meanwhile).
         let hasPassphrase = try locked {
@@ -212,6 +211,8 @@ public final class Vault: @unchecked Sendable {
         } else if new == nil {
             throw VaultError(.noPassphrase, "the vault has no passphrase to remove")
         }
+        // After the rate limit's check: a refused call does not spend an Argon2id on it.
+        let newKEK = try new.map { try KeyHierarchy.PassphraseKEK(deriving: $0) }
         return try inEventOrder { ticket in
             let result: (JSON, Int) = try locked {
                 // Only a ChangePassphrase sets or removes a passphrase once the vault exists,
