@@ -319,6 +319,31 @@ struct LockTests {
         }
     }
 
+    /// A passphrase change whose COMMIT fails (a disk filling at that very commit) leaves the
+    /// keys in memory as the store has them: it left the memory changed (no passphrase, the
+    /// whenPasscodeSet key gone) over a rolled-back store, until a restart.
+    @Test func aPassphraseChangeThatDoesNotCommitChangesNothingInMemory() throws {
+        try withVault(initialize: false) { vault, dir in
+            _ = try vault.initialize(passphrase: secret("p1"), caller: .owner)
+            try vault.addGeneric(service: "wps", account: "a", secret: [7], accessible: .whenPasscodeSetThisDeviceOnly)
+            _ = try vault.locked { vault.db.failNextCommit() }
+            let removal = Result { try vault.changePassphrase(old: secret("p1"), new: nil, caller: .owner) }
+            #expect((try? removal.get()) == nil, "the removal cannot commit: \(removal)")
+            #expect(vault.lockState["hasPassphrase"] == true)
+            #expect(try vault.readGeneric(service: "wps") == [7])
+            _ = try vault.lockVault()
+            expectVaultError(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret("p2")) }
+            _ = try vault.unlock(passphrase: secret("p1"))
+            // A change that does not commit: the old passphrase stays the one.
+            _ = try vault.locked { vault.db.failNextCommit() }
+            let change = Result { try vault.changePassphrase(old: secret("p1"), new: secret("p2"), caller: .owner) }
+            #expect((try? change.get()) == nil, "the change cannot commit: \(change)")
+            _ = try vault.lockVault()
+            _ = try vault.unlock(passphrase: secret("p1"))
+            #expect(try vault.readGeneric(service: "wps") == [7])
+        }
+    }
+
     @Test func thisDeviceOnlyItemsDoNotOpenWithAnotherDeviceKey() throws {
         try withTemporaryDirectory { tmp in
             let original = tmp + "/original", copy = tmp + "/copy"

@@ -170,6 +170,22 @@ public final class Database {
         if let c = checkpointer { try c.excluding(truncate) } else { try truncate() }
     }
 
+    /// Makes the next COMMIT of this connection fail (SQLite rolls the transaction back), as a
+    /// disk that fills at that very commit would: for tests of what a failed commit leaves.
+    func failNextCommit() {
+        guard let h = handle else { return }
+        commitVeto.armed = true
+        sqlite3_commit_hook(h, { context in
+            guard let veto = context.map({ Unmanaged<CommitVeto>.fromOpaque($0).takeUnretainedValue() }), veto.armed else { return 0 }
+            veto.armed = false
+            return 1
+        }, Unmanaged.passUnretained(commitVeto).toOpaque())
+    }
+
+    /// `failNextCommit`'s flag (the commit hook's context, alive as long as the connection).
+    private final class CommitVeto: @unchecked Sendable { var armed = false }
+    private let commitVeto = CommitVeto()
+
     static func error(_ rc: Int32, _ h: OpaquePointer?, context: String) -> VaultError {
         let primary = rc & 0xFF
         let detail = h.map { String(cString: sqlite3_errmsg($0)) } ?? String(cString: sqlite3_errstr(rc))

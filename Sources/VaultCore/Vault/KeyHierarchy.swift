@@ -36,6 +36,37 @@ final class KeyHierarchy {
     private(set) var unlockedSinceStart = false
     private(set) var hasPassphrase = false
 
+    /// The keys and states held in memory (`snapshot`), to put back (`restore`) when the
+    /// transaction that changed them did not commit: the store is then as it was, and the
+    /// memory must be too.
+    struct Snapshot {
+        fileprivate let classKeys: [Accessibility: SecureBytes]
+        fileprivate let foreignClasses: Set<Accessibility>
+        fileprivate let localNames: [Accessibility: String]
+        fileprivate let metadataKey: SecureBytes?
+        fileprivate let indexKey: SecureBytes?
+        fileprivate let state: State
+        fileprivate let unlockedSinceStart: Bool
+        fileprivate let hasPassphrase: Bool
+    }
+
+    func snapshot() -> Snapshot {
+        Snapshot(
+            classKeys: classKeys, foreignClasses: foreignClasses, localNames: localNames, metadataKey: metadataKey, indexKey: indexKey,
+            state: state, unlockedSinceStart: unlockedSinceStart, hasPassphrase: hasPassphrase)
+    }
+
+    func restore(_ s: Snapshot) {
+        classKeys = s.classKeys
+        foreignClasses = s.foreignClasses
+        localNames = s.localNames
+        metadataKey = s.metadataKey
+        indexKey = s.indexKey
+        state = s.state
+        unlockedSinceStart = s.unlockedSinceStart
+        hasPassphrase = s.hasPassphrase
+    }
+
     init(db: Database, deviceKey: SecureBytes) throws {
         self.db = db
         self.deviceKey = deviceKey

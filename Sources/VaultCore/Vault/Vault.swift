@@ -95,6 +95,19 @@ public final class Vault: @unchecked Sendable {
         try withKeys(body)
     }
 
+    /// `db.write` of a change to the stored keys that `body` makes (with `changingKeys`): when
+    /// the transaction does not commit (a disk filling at the COMMIT itself), the keys in
+    /// memory are put back as they were, as the store is. Call it holding the engine lock.
+    private func writingKeys<T>(_ body: () throws -> T) throws -> T {
+        let saved = withKeys { keys.snapshot() }
+        do {
+            return try db.write { _ in try body() }
+        } catch {
+            withKeys { keys.restore(saved) }
+            throw error
+        }
+    }
+
     // MARK: observation
 
     /// Registers `handler` for every event; returns a token for `removeObserver`. Handlers run
@@ -146,7 +159,7 @@ public final class Vault: @unchecked Sendable {
         let kek = try passphrase.map { try KeyHierarchy.PassphraseKEK(deriving: $0) }
         return try inEventOrder { ticket in
             let state = try locked {
-                try db.write { _ in try changingKeys { try keys.initialize(passphrase: kek) } }
+                try writingKeys { try changingKeys { try keys.initialize(passphrase: kek) } }
                 ticket.take()
                 return keys.lockState
             }
@@ -223,7 +236,7 @@ public final class Vault: @unchecked Sendable {
                     ticket.take()
                     ticket.madeSoFar = [.lockState(keys.lockState)]
                 }
-                let result = try db.write { _ in
+                let result = try writingKeys {
                     var deleted = 0
                     if new == nil { deleted = try keychain.deleteAll(accessible: .whenPasscodeSetThisDeviceOnly) }
                     try changingKeys { try keys.rewrap(newPassphrase: newKEK) }
@@ -313,6 +326,8 @@ public final class Vault: @unchecked Sendable {
     }
 
     private func resetFailedUnlocks() throws {
+        // Only when there is a count: a DELETE of nothing is still a write transaction.
+        guard try db.row("SELECT 1 FROM vault_meta WHERE key = 'unlock.failures'") != nil else { return }
         try db.run("DELETE FROM vault_meta WHERE key = 'unlock.failures'")
     }
 
