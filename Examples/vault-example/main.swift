@@ -8,6 +8,7 @@ import VaultProtocol
 let usage = """
     usage: vault-example COMMAND
       launch                                  launch info as JSON
+      status                                  the vault's figures as this app sees them, as JSON
       token set | token get | token delete    a generic password (service token, account token)
       item add|get|update|delete|list --access-group G --service S --account A   (add, update: secret from stdin)
       defaults set KEY VALUE [--suite group.X] | defaults get KEY [--suite group.X]
@@ -45,7 +46,7 @@ func run(_ args: [String]) throws {
     // A command, or a verb the command does not have (the rest of the arguments are checked below).
     let verbs = ["token": ["set", "get", "delete"], "item": ["add", "get", "update", "delete", "list"],
                  "defaults": ["set", "get", "fill"], "cache": ["path", "write"]]
-    guard verbs[args[0]] != nil || ["launch", "wait"].contains(args[0]) else {
+    guard verbs[args[0]] != nil || ["launch", "status", "wait"].contains(args[0]) else {
         throw Usage(message: "unknown command '\(args[0])'")
     }
     if let known = verbs[args[0]], args.count < 2 || !known.contains(args[1]) {
@@ -59,6 +60,9 @@ func run(_ args: [String]) throws {
     switch (command, args.first) {
     case ("launch", _):
         print(launchJSON(vault.launch).text)
+    case ("status", _):
+        let s = try vault.status()
+        print(JSON.object(["items": JSON(s.items), "domains": JSON(s.domains)]).text)
     case ("wait", let seconds?):
         guard let s = Double(seconds), s >= 0 else { throw Usage(message: "wait needs a number of seconds") }
         // Print, flush, then keep the connection open: vaultd counts the app as running.

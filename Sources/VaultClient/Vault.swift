@@ -133,9 +133,11 @@ public struct VaultStatus: Sendable, Equatable {
     public var lock: LockState
     /// vaultd's version string.
     public var version: String
-    /// Keychain items in the vault, of every app and group (apps see the total too).
+    /// Keychain items in the vault: every app's and group's for the owner's tools, those in
+    /// its access groups for an app.
     public var items: Int
-    /// Preference domains holding at least one key, every app's.
+    /// Preference domains holding at least one key: every one for the owner's tools, those it
+    /// may read for an app (its own, its app groups' suites, NSGlobalDomain).
     public var domains: Int
     /// Seconds before another unlock attempt is accepted (0: now).
     public var retryAfter: Double

@@ -106,7 +106,7 @@ struct Dispatcher {
                 "defaultAccessGroup": .string(caller.defaultAccessGroup),
             ]
         case "io.vaultd.Vault.Status":
-            var s = try vault.status()
+            var s = try vault.status(caller: caller)
             s["version"] = .string(Self.version)
             s["dataDirectory"] = caller.isOwner ? .string(vault.dataDirectory) : .null
             return s

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import VaultProtocol
 
 #if canImport(Glibc)
 import Glibc
@@ -878,6 +879,32 @@ import Glibc
         try d.install(Self.appA, exe: a, ["--app-group", group])
         let fresh = d.app(a, ["defaults", "get", "colour", "--suite", group])
         #expect(!fresh.stdoutText.contains("blue"), "\(fresh)")
+    }
+
+    /// Status tells an app only the figures it could read anyway: items in its access groups
+    /// and the domains it may read. It gave every app the whole vault's counts, so one app
+    /// could watch another's items and domains come and go.
+    @Test func anAppsStatusCountsOnlyWhatItMayRead() throws {
+        let d = try Self.daemon()
+        defer { d.close() }
+        let a = try d.placeExample("a"), b = try d.placeExample("b")
+        try d.install(Self.appA, exe: a, ["--app-group", "group.org.example.suite"])
+        try d.install(Self.appB, exe: b)
+        #expect(d.app(a, ["token", "set"], stdin: Data("a".utf8)).status == 0)
+        #expect(d.app(a, ["defaults", "set", "k", "v"]).status == 0)
+        #expect(d.app(a, ["defaults", "set", "k", "v", "--suite", "group.org.example.suite"]).status == 0)
+        #expect(d.ctl(["item", "add", "--service", "owner", "--account", "x"], stdin: Data("s".utf8)).status == 0)
+        #expect(d.ctl(["defaults", "write", "-g", "AppleLocale", "en_GB"]).status == 0)
+        #expect(d.ctl(["defaults", "write", "org.example.elsewhere", "k", "v"]).status == 0)
+        func figures(_ exe: String) -> [String: Int]? {
+            let r = d.app(exe, ["status"])
+            return (try? JSON.parse(Array(r.stdout)))?.objectValue?.compactMapValues(\.intValue)
+        }
+        #expect(figures(a) == ["items": 1, "domains": 3], "A: its item; its domain, its suite and NSGlobalDomain")
+        #expect(figures(b) == ["items": 0, "domains": 1], "B: nothing of A's or the owner's; NSGlobalDomain")
+        let owner = d.ctl(["status", "--json"])
+        let all = (try? JSON.parse(Array(owner.stdout)))?.objectValue
+        #expect(all?["items"]?.intValue == 2 && all?["domains"]?.intValue == 4, "the owner: everything (\(owner))")
     }
 
     @Test func theGlobalDomainIsReadableByAppsButNotWritable() throws {

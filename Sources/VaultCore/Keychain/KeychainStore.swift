@@ -499,7 +499,11 @@ final class KeychainStore {
         try db.run("DELETE FROM items WHERE accessible = ?", [.text(accessible.rawValue)])
     }
 
-    func count() throws -> Int {
-        Int(try db.row("SELECT COUNT(*) FROM items")?[0].int64 ?? 0)
+    /// Items stored: all of them, or those in `groups` (an app's access groups).
+    func count(inGroups groups: [String]? = nil) throws -> Int {
+        guard let groups else { return Int(try db.row("SELECT COUNT(*) FROM items")?[0].int64 ?? 0) }
+        if groups.isEmpty { return 0 }
+        let marks = Array(repeating: "?", count: groups.count).joined(separator: ", ")
+        return Int(try db.row("SELECT COUNT(*) FROM items WHERE access_group IN (\(marks))", groups.map { .text($0) })?[0].int64 ?? 0)
     }
 }

@@ -31,4 +31,10 @@ public struct Caller: Sendable, Equatable {
 
     /// Whether the caller may touch items of `group`.
     public func mayAccess(group: String) -> Bool { isOwner || accessGroups.contains(group) }
+
+    /// Whether the caller may read preferences `domain`: the owner any, an app its own, its
+    /// app groups' suites and NSGlobalDomain (DESIGN §6).
+    public func mayRead(domain: String) -> Bool {
+        isOwner || domain == appID || appGroups.contains(domain) || domain == Vault.globalDomain
+    }
 }

@@ -138,13 +138,17 @@ public final class Vault: @unchecked Sendable {
     /// The lock state as the io.vaultd.Vault `LockState` type.
     public var lockState: JSON { locked { keys.lockState } }
 
-    /// io.vaultd.Vault.Status parameters.
-    public func status() throws -> [String: JSON] {
+    /// io.vaultd.Vault.Status parameters. The owner's tools get the whole vault's figures; an
+    /// app only those it could read anyway (items in its access groups; its own domain, its
+    /// app groups' suites and NSGlobalDomain, when stored): the whole vault's counts told it
+    /// how other apps' items and domains came and went.
+    public func status(caller: Caller = .owner) throws -> [String: JSON] {
         try locked {
-            [
+            let readable = try preferences.domains().filter(caller.mayRead(domain:))
+            return [
                 "lock": keys.lockState,
-                "items": JSON(try keychain.count()),
-                "domains": JSON(try preferences.domains().count),
+                "items": JSON(try keychain.count(inGroups: caller.isOwner ? nil : caller.accessGroups)),
+                "domains": JSON(readable.count),
                 // Status only looks: a correction it cannot write (a full disk) does not fail it.
                 "retryAfter": JSON(try rateLimitDelay(correctionMayFail: true)),
             ]
@@ -411,12 +415,11 @@ public final class Vault: @unchecked Sendable {
             return domain
         }
         let d = domain ?? caller.appID!
-        if d == caller.appID || caller.appGroups.contains(d) { return d }
-        if d == Self.globalDomain {
-            if write { throw VaultError(.readOnlyDomain, "apps may read NSGlobalDomain but not write it", extra: ["domain": .string(d)]) }
-            return d
+        guard caller.mayRead(domain: d) else { throw VaultError(.missingEntitlement, "the caller may not use this preferences domain") }
+        if write && d == Self.globalDomain {
+            throw VaultError(.readOnlyDomain, "apps may read NSGlobalDomain but not write it", extra: ["domain": .string(d)])
         }
-        throw VaultError(.missingEntitlement, "the caller may not use this preferences domain")
+        return d
     }
 
     /// The domain every app reads after its own (`defaults -g`).

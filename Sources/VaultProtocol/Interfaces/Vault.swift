@@ -33,9 +33,9 @@ extension VarlinkInterfaces {
           lock: LockState,
           # vaultd's version.
           version: string,
-          # Keychain items stored.
+          # Keychain items stored (for an app: those in its access groups).
           items: int,
-          # Preference domains stored.
+          # Preference domains stored (for an app: those it may read).
           domains: int,
           # Seconds to wait before the next Unlock is accepted (rate limit), 0 when none.
           retryAfter: float,
