@@ -214,7 +214,7 @@ import Glibc
     @Test func usageAndPurgeFiguresAgreeWithDuAndTheVolume() throws {
         let (v, a, _) = try Self.volume(Self.noAutomaticPurge)
         defer { v.close() }
-        let dir = try #require(v.inside(a, ["cache", "path"]).stdoutText.split(separator: "\n").first.map(String.init))
+        let dir = try #require(v.cachePath(of: a))
         let setup = v.sh(
             """
             set -e
@@ -285,7 +285,7 @@ import Glibc
     @Test func aPurgeNeverFollowsSymlinksNorStopsAtOddEntries() throws {
         let (v, a, _) = try Self.volume(Self.noAutomaticPurge)
         defer { v.close() }
-        let dir = try #require(v.inside(a, ["cache", "path"]).stdoutText.split(separator: "\n").first.map(String.init))
+        let dir = try #require(v.cachePath(of: a))
         #expect(dir == v.cacheRoot + "/" + Self.appA)
         #expect(v.inside(a, ["cache", "write", "plain", "8192"]).status == 0)
 
@@ -350,7 +350,7 @@ import Glibc
     @Test func aMountInsideACacheIsLeftAloneAndAVeryDeepTreeCrashesNothing() throws {
         let (v, a, _) = try Self.volume(Self.noAutomaticPurge)
         defer { v.close() }
-        let dir = try #require(v.inside(a, ["cache", "path"]).stdoutText.split(separator: "\n").first.map(String.init))
+        let dir = try #require(v.cachePath(of: a))
         #expect(v.inside(a, ["cache", "write", "plain", "8192"]).status == 0)
         let host = v.root + "/bound"
         try FileManager.default.createDirectory(atPath: host, withIntermediateDirectories: true)
@@ -400,7 +400,7 @@ import Glibc
     @Test func aTreeThousandsOfDirectoriesDeepIsCountedPurgedAndRemovedAtUninstall() throws {
         let (v, a, _) = try Self.volume(Self.noAutomaticPurge)
         defer { v.close() }
-        let dir = try #require(v.inside(a, ["cache", "path"]).stdoutText.split(separator: "\n").first.map(String.init))
+        let dir = try #require(v.cachePath(of: a))
         let top = try DeepTree.open(try v.visible(dir))
         defer { close(top) }
         try DeepTree.write(in: top, "top", size: 100)
@@ -450,7 +450,7 @@ import Glibc
     @Test func symlinksAndAMountDeeperThanTheOldLimitLeadNowhereOutside() throws {
         let (v, a, _) = try Self.volume(Self.noAutomaticPurge)
         defer { v.close() }
-        let dir = try #require(v.inside(a, ["cache", "path"]).stdoutText.split(separator: "\n").first.map(String.init))
+        let dir = try #require(v.cachePath(of: a))
         let host = v.root + "/bound"
         try FileManager.default.createDirectory(atPath: host, withIntermediateDirectories: true)
         try Data("precious".utf8).write(to: URL(fileURLWithPath: host + "/keep.txt"))
@@ -518,7 +518,7 @@ import Glibc
     @Test func aDeepChainWithAFileOnEveryLevelIsPurgedInOneWalk() throws {
         let (v, a, _) = try Self.volume(Self.noAutomaticPurge)
         defer { v.close() }
-        let dir = try #require(v.inside(a, ["cache", "path"]).stdoutText.split(separator: "\n").first.map(String.init))
+        let dir = try #require(v.cachePath(of: a))
         var level = try DeepTree.open(try v.visible(dir))
         for _ in 0..<5000 {
             try DeepTree.write(in: level, "f", size: 0)
@@ -619,7 +619,7 @@ import Glibc
     @Test func anAppCacheDirectoryReplacedByASymlinkIsNeverFollowed() throws {
         let (v, a, b) = try Self.volume(Self.noAutomaticPurge)
         defer { v.close() }
-        let dirB = try #require(v.inside(b, ["cache", "path"]).stdoutText.split(separator: "\n").first.map(String.init))
+        let dirB = try #require(v.cachePath(of: b))
         #expect(v.inside(a, ["cache", "write", "mine", "4096"]).status == 0)
         let swap = v.sh(
             """
@@ -652,7 +652,7 @@ import Glibc
         ])
         defer { v.close() }
         let observer = try PurgeObserver(v, probe: b)
-        let dir = try #require(v.inside(a, ["cache", "path"]).stdoutText.split(separator: "\n").first.map(String.init))
+        let dir = try #require(v.cachePath(of: a))
         // Odd entries, all older than the plain files, staged outside then moved in at once.
         let setup = v.sh(
             """
@@ -689,7 +689,7 @@ import Glibc
     @Test func theCheckWalksNoCacheWhenNeitherMarkCanBeCrossed() throws {
         let (v, a, _) = try Self.volume(["CacheCheckIntervalSeconds": 0.2])
         defer { v.close() }
-        let dir = try #require(v.inside(a, ["cache", "path"]).stdoutText.split(separator: "\n").first.map(String.init))
+        let dir = try #require(v.cachePath(of: a))
         let setup = v.sh("mkdir \"$1/sub\" && touch \"$1/sub/f\" && touch -a -d '2020-01-01' \"$1/sub\"", dir)
         try #require(setup.status == 0, "\(setup)")
         usleep(1_500_000)  // seven checks
@@ -703,7 +703,7 @@ import Glibc
     @Test func overBudgetPurgesOldestFilesFirstDownToHighWater() throws {
         let (v, a, b) = try Self.volume(["CacheFreeLowWaterBytes": 0, "CacheBudgetBytes": Self.mib, "CacheCheckIntervalSeconds": 0.2])
         defer { v.close() }
-        let dir = try #require(v.inside(a, ["cache", "path"]).stdoutText.split(separator: "\n").first.map(String.init))
+        let dir = try #require(v.cachePath(of: a))
         // A third-party observer: the varlink reference CLI, streaming with --more.
         let eventsPath = v.root + "/events.out"
         let observer = try ChildProcess.spawn(

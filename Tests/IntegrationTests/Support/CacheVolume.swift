@@ -112,6 +112,12 @@ final class CacheVolume: @unchecked Sendable {
 
     /// `path` inside vaultd's mount namespace as this process sees it: through
     /// `/proc/PID/root` (for the `…at` calls of `DeepTree`, which need no `nsenter`).
+    /// The cache directory the app at `executable` gets (`vault-example cache path`, run
+    /// inside the volume's mount namespace); nil when it got none.
+    func cachePath(of executable: String) -> String? {
+        inside(executable, ["cache", "path"]).stdoutText.split(separator: "\n").first.map(String.init)
+    }
+
     func visible(_ path: String) throws -> String {
         guard let p = pid else { throw HarnessError("vaultd is not running") }
         return "/proc/\(p)/root" + path
