@@ -184,6 +184,18 @@ final class KeyringFixture: @unchecked Sendable {
         run("secret-tool", ["store", "--label=\(label)"] + attributes, stdin: Data(secret.utf8))
     }
 
+    /// An item made with python's secretstorage, the secret on stdin: secret-tool stores at
+    /// most 8 KiB and every secret as text/plain.
+    func secretStorageCreate(label: String, _ attributes: [String: String], secret: Data, contentType: String = "text/plain") -> ProcessResult {
+        let script = """
+            import json, sys, secretstorage
+            c = secretstorage.get_default_collection(secretstorage.dbus_init())
+            c.create_item(sys.argv[1], json.loads(sys.argv[2]), sys.stdin.buffer.read(), content_type=sys.argv[3])
+            """
+        let json = String(decoding: try! JSONSerialization.data(withJSONObject: attributes), as: UTF8.self)
+        return run("python3", ["-c", script, label, json, contentType], stdin: secret)
+    }
+
     // MARK: teardown
 
     private static func stop(_ pid: pid_t) -> Int32? {

@@ -60,10 +60,7 @@ import Glibc
     @Test func anItemTheVaultRefusesIsReportedAndTheRestAreImported() throws {
         let k = try Self.initialisedFixture()
         defer { k.close() }
-        // secret-tool stores at most 8 KiB: python's secretstorage (under python keyring) does not.
-        var r = k.run(
-            "python3",
-            ["-c", "import secretstorage; c = secretstorage.get_default_collection(secretstorage.dbus_init()); c.create_item('Big', {'service': 'big.example', 'username': 'carol'}, b'b' * ((1 << 20) + 1))"])
+        var r = k.secretStorageCreate(label: "Big", ["service": "big.example", "username": "carol"], secret: Data(repeating: UInt8(ascii: "b"), count: (1 << 20) + 1))
         try #require(r.status == 0, "\(r)")
         r = k.secretToolStore(label: "Small", ["service", "small.example", "username", "carol"], secret: "small-pw")
         try #require(r.status == 0, "\(r)")
@@ -301,9 +298,9 @@ import Glibc
     @Test func anExportMarksABinarySecretAsBinary() throws {
         let k = try Self.initialisedFixture()
         defer { k.close() }
-        var r = k.run(
-            "python3",
-            ["-c", "import secretstorage; c = secretstorage.get_default_collection(secretstorage.dbus_init()); c.create_item('Bin', {'service': 'bin.example', 'username': 'carol'}, b'\\xff\\xfe\\x00bin', content_type='application/octet-stream')"])
+        var r = k.secretStorageCreate(
+            label: "Bin", ["service": "bin.example", "username": "carol"], secret: Data([0xff, 0xfe, 0x00]) + Data("bin".utf8),
+            contentType: "application/octet-stream")
         try #require(r.status == 0, "\(r)")
         r = k.secretToolStore(label: "Text", ["service", "text.example", "username", "carol"], secret: "pässwort")
         try #require(r.status == 0, "\(r)")
