@@ -14,7 +14,7 @@ import Glibc
 // git sends it, i.e. with credential.useHttpPath, or for a client certificate's passphrase:
 // protocol=cert, the certificate's path, no server), account = username, the password as the
 // secret; password_expiry_utc and oauth_refresh_token are kept in `generic` as a small JSON
-// object and given back by get.
+// object and given back by get, which never offers a password whose expiry has passed.
 //
 // Access group: registered as an app (`vaultctl app install org.git-scm.credential-vault
 // --exe PATH --access-group git`), the helper uses its own groups; run unregistered (as the
@@ -213,6 +213,14 @@ func matches(_ vault: Vault, _ c: Credential, group: String?, exactPath: Bool) t
     }
 }
 
+/// Whether a `password_expiry_utc` value lies in the past, read as git reads it
+/// (`parse_timestamp`, base 10): leading digits; none, 0 or out of range mean no expiry.
+func isExpired(_ value: String, now: Date = Date()) -> Bool {
+    let digits = value.drop(while: { $0 == " " || $0 == "\t" }).prefix(while: { $0.isASCII && $0.isNumber })
+    guard let t = UInt64(digits), t != 0 else { return false }
+    return Double(t) < now.timeIntervalSince1970.rounded(.down)
+}
+
 func newestFirst(_ items: [Item]) -> [Item] {
     items.sorted { ($0.attributes?.modificationDate ?? .distantPast) > ($1.attributes?.modificationDate ?? .distantPast) }
 }
@@ -226,6 +234,10 @@ func get(_ vault: Vault, _ c: Credential, group: String?) throws {
         let username = item.attributes?.account ?? ""
         let more = extras(of: item)
         guard safe(password), safe(username), more.values.allSatisfy(safe) else { continue }
+        // An expired password (an OAuth access token past its password_expiry_utc) is not
+        // offered: git would send it (git before 2.41 does not know the field) or drop it
+        // and not ask on (2.41 and later), either way hiding a valid older match.
+        if let expiry = more["password_expiry_utc"], isExpired(expiry) { continue }
         var out = ""
         if !username.isEmpty { out += "username=\(username)\n" }
         out += "password=\(password)\n"
