@@ -248,7 +248,8 @@ func get(_ vault: Vault, _ c: Credential, group: String?) throws {
 }
 
 func store(_ vault: Vault, _ c: Credential, group: String?) throws {
-    guard let username = c.username, let password = c.password, !password.isEmpty else { return }
+    // An empty password is one (git approves it, and its credential-store keeps it).
+    guard let username = c.username, let password = c.password else { return }
     var attributes = ItemAttributes(accessGroup: group, server: c.server, protocol: c.protocol, port: c.port == 0 ? nil : c.port, path: c.path)
     attributes.account = username
     attributes.label = "git: \(c.protocol)://\(username)@\(c.server)\(c.port == 0 ? "" : ":\(c.port)")\(c.path.map { "/" + $0 } ?? "")"

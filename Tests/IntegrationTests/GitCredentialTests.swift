@@ -400,6 +400,32 @@ import Glibc
         #expect(g.internetItems().count == 4)
     }
 
+    /// An empty password is a password: git approves it (a token sent as the username, say)
+    /// and git's credential-store keeps it and gives it back, so git asks no one. The helper
+    /// keeps it too; a store without a password line stores nothing.
+    @Test func anEmptyPasswordIsStoredAndGivenBackAsGitsCredentialStoreDoes() throws {
+        let g = try Git()
+        defer { g.close() }
+        #expect(g.approve("protocol=https\nhost=example.org\nusername=tok-123\npassword=").status == 0)
+        let items = g.internetItems()
+        #expect(items.count == 1 && items.first?["account"] as? String == "tok-123", "\(items)")
+        let (r, got) = g.fill("protocol=https\nhost=example.org")
+        #expect(r.status == 0 && got["username"] == "tok-123" && got["password"] == "", "\(r)")
+        // The same answer as git's credential-store.
+        let file = g.d.root + "/git-credentials"
+        let input = "protocol=https\nhost=example.org\nusername=tok-123\npassword=\n\n"
+        #expect(g.git(["credential-store", "--file", file, "store"], input).status == 0)
+        let store = g.git(["credential-store", "--file", file, "get"], "protocol=https\nhost=example.org\n\n")
+        let vault = g.helper("get", Array("protocol=https\nhost=example.org\n\n".utf8))
+        #expect(vault.status == 0 && vault.stdoutText == store.stdoutText && vault.stdoutText == "username=tok-123\npassword=\n", "\(vault) \(store)")
+        // No password line: nothing to store.
+        #expect(g.helper("store", Array("protocol=https\nhost=other.example\nusername=u\n\n".utf8)).status == 0)
+        #expect(g.internetItems().count == 1)
+        // reject with the empty password removes it.
+        #expect(g.reject("protocol=https\nhost=example.org\nusername=tok-123\npassword=").status == 0)
+        #expect(g.internetItems().isEmpty, "\(g.internetItems())")
+    }
+
     @Test func theReadmeAppInstallLineGivesTheHelperItsGroup() throws {
         let g = try Git()
         defer { g.close() }
