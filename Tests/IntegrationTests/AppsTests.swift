@@ -661,6 +661,48 @@ import Glibc
         #expect(d.ctl(["item", "list", "--access-group", Self.appA]).stdoutText.contains("service=\"token\""))
     }
 
+    /// A sandbox writes its own `/.flatpak-info`, so the name it gives must not be one of the
+    /// groups it would then be in: an app group (`group.*`, the app-group namespace) or
+    /// another app's access group. It named itself `group.org.example.suite` and read A's
+    /// shared item and the suite, or `team.example.shared` and read A's team item. Refused,
+    /// also when the group was registered after the sandbox first came.
+    @Test func aSandboxCannotNameItselfAfterAnotherAppsGroup() throws {
+        let d = try Self.daemon()
+        defer { d.close() }
+        let sandboxedApp = try d.placeExample("sandboxed")
+        // Came first, under a name A registers as its access group below.
+        let early = try Self.sandboxed(d, sandboxedApp, ["launch"], flatpakID: "team.example.late")
+        #expect(early.status == 0, "\(early)")
+
+        let a = try d.placeExample("a")
+        try d.install(Self.appA, exe: a, ["--access-group", "team.example.shared", "--access-group", "team.example.late", "--app-group", "group.org.example.suite"])
+        for (group, secret) in [("group.org.example.suite", "shared-secret"), ("team.example.shared", "team-secret"), ("team.example.late", "late-secret")] {
+            let add = d.app(a, ["item", "add", "--access-group", group, "--service", "s", "--account", "a"], stdin: Data(secret.utf8))
+            #expect(add.status == 0, "\(add)")
+        }
+        #expect(d.app(a, ["defaults", "set", "colour", "blue", "--suite", "group.org.example.suite"]).status == 0)
+
+        for (name, group) in [("group.org.example.suite", "group.org.example.suite"), ("team.example.shared", "team.example.shared"), ("team.example.late", "team.example.late")] {
+            let get = try Self.sandboxed(d, sandboxedApp, ["item", "get", "--access-group", group, "--service", "s", "--account", "a"], flatpakID: name)
+            #expect(get.status != 0 && !get.stdoutText.contains("secret"), "\(name): \(get)")
+            let list = try Self.sandboxed(d, sandboxedApp, ["item", "list"], flatpakID: name)
+            #expect(list.status != 0 && !list.stdoutText.contains("service"), "\(name): \(list)")
+        }
+        let suite = try Self.sandboxed(d, sandboxedApp, ["defaults", "get", "colour", "--suite", "group.org.example.suite"], flatpakID: "group.org.example.suite")
+        #expect(suite.status != 0 && !suite.stdoutText.contains("blue"), "\(suite)")
+        let own = try Self.sandboxed(d, sandboxedApp, ["defaults", "get", "colour"], flatpakID: "group.org.example.suite")
+        #expect(own.status != 0 && !own.stdoutText.contains("blue"), "\(own)")
+        // No app was registered under those names; the early one stays registered (the
+        // owner can uninstall it) but is refused.
+        let ids = Set((d.ctl(["app", "list", "--json"]).jsonArray ?? []).compactMap { $0["appID"] as? String })
+        #expect(ids == [Self.appA, "team.example.late"], "\(ids)")
+        #expect(d.log.contains("names an app group") && d.log.contains("an access group of org.example.A"), "log:\n\(d.log)")
+        // A's items are untouched, and a sandbox with a name of its own still works.
+        #expect(d.app(a, ["item", "get", "--access-group", "team.example.shared", "--service", "s", "--account", "a"]).stdoutText == "team-secret")
+        let fine = try Self.sandboxed(d, sandboxedApp, ["launch"])
+        #expect(fine.status == 0 && Launch(fine.jsonObject ?? [:]).appID == "org.example.Sandboxed", "\(fine)")
+    }
+
     /// A sandbox whose `/.flatpak-info` names no usable app is neither the owner (admin
     /// surface) nor an app: it is refused.
     @Test(arguments: ["", "[Application]\n", "[Instance]\nname=org.example.Sandboxed\n", "[Application]\nname=not an app id\n"])

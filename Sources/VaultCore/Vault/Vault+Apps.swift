@@ -152,8 +152,9 @@ extension Vault {
     /// `/proc/PID/root/.flatpak-info`) or its executable (`/proc/PID/exe`). A Flatpak app
     /// not yet known is registered on first contact with its own group only. Anything
     /// unidentified is the owner (admin surface, no app tier).
-    /// A Flatpak ID that names an app registered by executable (installed or not) is refused
-    /// (PermissionDenied): a sandbox cannot take over a registered app and its groups.
+    /// A Flatpak ID that names an app registered by executable (installed or not), an app
+    /// group (`group.*`) or another app's access group is refused (PermissionDenied): a
+    /// sandbox cannot take over a registered app or its groups.
     /// `isRegisteredFile(path)`: whether the peer runs the file vaultd sees at `path` (see
     /// `PeerIdentity.runsRegisteredFile`); a peer whose executable path is a registered
     /// app's but whose file is another (mounted over that path in its own mount namespace)
@@ -162,6 +163,15 @@ extension Vault {
         if let id = flatpakAppID {
             // Look and register as one step, so two first contacts make one generation.
             return try registration.withLock {
+                // A sandbox writes its own .flatpak-info: the name it gives must not be a group
+                // it would then be in, an app group (`group.*`) or another app's access group,
+                // installed or not, registered before this contact or since.
+                if id.hasPrefix("group.") {
+                    throw VaultError(.permissionDenied, "a sandbox names \(id), which names an app group (group.*), not an app")
+                }
+                if let other = try locked({ try apps.all() }).first(where: { $0.appID != id && $0.keychainAccessGroups.contains(id) }) {
+                    throw VaultError(.permissionDenied, "a sandbox names \(id), an access group of \(other.appID)")
+                }
                 if let a = try locked({ try apps.find(id) }) {
                     // Installed or not: an uninstalled app's ID taken over by a sandbox would
                     // wipe the credentials that app kept for its reinstall.
