@@ -447,6 +447,46 @@ import Glibc
         #expect(eventually(timeout: 10) { d.appShow(Self.appA)?["installed"] as? Bool == false }, "\(d.appShow(Self.appA) ?? [:])")
     }
 
+    /// An app registered through a symlink that an upgrade repoints (`/opt/notes/current`,
+    /// update-alternatives, a Nix or Homebrew profile) is the program the link leads to now:
+    /// the upgrade is not an uninstall (iOS keeps everything over an update). vaultd kept
+    /// only the path the link led to at install, so the old version's removal uninstalled the
+    /// app (its preferences deleted) and the new version ran unidentified, as the owner.
+    @Test func anAppUpgradedByRepointingItsSymlinkIsStillThatApp() throws {
+        let d = try Self.daemon()
+        defer { d.close() }
+        let v1 = try d.placeExample("notes-1.0")
+        let v2 = try d.placeExample("notes-1.1")
+        let current = d.root + "/apps/current"
+        try FileManager.default.createSymbolicLink(atPath: current, withDestinationPath: "notes-1.0")
+        let viaLink = current + "/app"
+        let installed = try d.install(Self.appA, exe: viaLink)
+        #expect(installed["executable"] as? String == viaLink, "\(installed)")
+        let first = try d.launch(viaLink)
+        #expect(first.appID == Self.appA && first.firstLaunch, "\(first)")
+        #expect(d.app(viaLink, ["token", "set"], stdin: Data("t1".utf8)).status == 0)
+        #expect(d.app(viaLink, ["defaults", "set", "colour", "blue"]).status == 0)
+
+        // The upgrade: the link is replaced (atomically) to lead to 1.1, and 1.0 goes.
+        try FileManager.default.createSymbolicLink(atPath: current + ".new", withDestinationPath: "notes-1.1")
+        try #require(rename(current + ".new", current) == 0)
+        try FileManager.default.removeItem(atPath: (v1 as NSString).deletingLastPathComponent)
+        usleep(3_000_000)  // three of vaultd's scans
+
+        let shown = d.appShow(Self.appA)
+        #expect(shown?["installed"] as? Bool == true && shown?["generation"] as? String == first.generation, "\(shown ?? [:])")
+        let again = try d.launch(viaLink)
+        #expect(again.appID == Self.appA && again.generation == first.generation && !again.firstLaunch, "\(again)")
+        #expect(try d.launch(v2).appID == Self.appA)
+        let token = d.app(viaLink, ["token", "get"])
+        #expect(token.status == 0 && token.stdoutText == "t1", "\(token)")
+        #expect(d.app(viaLink, ["defaults", "get", "colour"]).stdoutText == "blue\n")
+
+        // What the link leads to going is an uninstall still.
+        try FileManager.default.removeItem(atPath: v2)
+        #expect(eventually(timeout: 10) { d.appShow(Self.appA)?["installed"] as? Bool == false }, "\(d.appShow(Self.appA) ?? [:])")
+    }
+
     /// The first-launch wipe does not depend on the client saying Hello: a reinstalled app
     /// that goes straight to CopyMatching (a raw varlink client, here a copied python3
     /// registered as the app) finds no leftover of the earlier install.

@@ -5,7 +5,8 @@ import VaultProtocol
 public struct AppRecord: Sendable, Equatable {
     /// Reverse-DNS app ID, e.g. `org.example.Notes`.
     public var appID: String
-    /// The executable that identifies the app (`/proc/PID/exe`), or nil for a Flatpak app.
+    /// The executable that identifies the app, as registered (an absolute path, symlinks
+    /// kept), or nil for a Flatpak app.
     public var executable: String?
     /// Identified by its Flatpak ID (`/.flatpak-info`) rather than an executable.
     public var flatpak: Bool
@@ -27,6 +28,10 @@ public struct AppRecord: Sendable, Equatable {
     /// Credentials wiped at that first launch, while no Hello has reported it yet (the launch
     /// began with another call): the generation's first Hello reports it. Nil once reported.
     public var unreportedLaunchWipe: Int?
+
+    /// The executable as `/proc/PID/exe` shows the program it leads to now: every symlink
+    /// resolved (nil for a Flatpak app).
+    public var resolvedExecutable: String? { executable.map(Vault.canonicalPath) }
 
     /// Every keychain access group of the app, in order; the first is the default for Add.
     public var keychainAccessGroups: [String] {

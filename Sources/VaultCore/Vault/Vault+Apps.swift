@@ -49,9 +49,10 @@ extension Vault {
                 throw VaultError.invalidParameter("appGroups", "invalid app group name (1 to 255 bytes, no control characters)")
             }
         }
-        // As `/proc/PID/exe` shows it: every symlink resolved (a path through a symlink
-        // would never match, and the app would run unidentified, as the owner).
-        let executable = executable.map { Self.canonicalPath($0) }
+        // Kept as given: a symlink in it is followed each time a peer is identified (and by
+        // the scan), so an upgrade that repoints it (`/opt/app/current`, update-alternatives,
+        // a Nix or Homebrew profile) leaves the app installed and identified. Resolved once
+        // here, the old version's removal was an uninstall and the new one ran unidentified.
         // The file that identifies the app must be there and be a program: an app registered
         // with a missing one was marked uninstalled a second later, and given a new generation
         // when the file appeared.
@@ -61,7 +62,9 @@ extension Vault {
                 throw VaultError.invalidParameter("executable", "the executable \(e) is not an existing executable file")
             }
         }
-        if let e = executable, try locked({ try apps.all() }).contains(where: { $0.installed && $0.executable == e && $0.appID != appID }) {
+        if let e = executable.map(Self.canonicalPath),
+            try locked({ try apps.all() }).contains(where: { $0.installed && $0.resolvedExecutable == e && $0.appID != appID })
+        {
             throw VaultError.invalidParameter("executable", "another installed app is registered with this executable")
         }
         let earlier = try locked { try apps.find(appID) }
@@ -183,7 +186,8 @@ extension Vault {
                 return try register(id, executable: nil, flatpak: true, accessGroups: [], appGroups: [], keepCredentialsOnReinstall: false).caller
             }
         }
-        if let exe = executable, let a = try locked({ try apps.all() }).first(where: { $0.installed && !$0.flatpak && $0.executable == exe }) {
+        // The registered path as `/proc/PID/exe` shows a program: every symlink resolved, now.
+        if let exe = executable, let a = try locked({ try apps.all() }).first(where: { $0.installed && !$0.flatpak && $0.resolvedExecutable == exe }) {
             // The path is the peer's view (its mount namespace): another file mounted at A's
             // path is not A.
             guard isRegisteredFile(exe) else {
