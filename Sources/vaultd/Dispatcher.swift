@@ -168,6 +168,7 @@ struct Dispatcher {
             let domain = try vault.resolveDomain(try p.optionalString("domain"), caller: caller, write: false)
             return ["values": .object(try vault.preferenceDomain(domain).mapValues(\.tagged))]
         case "io.vaultd.Preferences.Domains":
+            try vault.checkAdmitted(caller)  // an earlier install's connection: MissingEntitlement
             var names = try vault.preferenceDomains()
             if !caller.isOwner {
                 names = names.filter { $0 == caller.appID || caller.appGroups.contains($0) || $0 == Vault.globalDomain }
@@ -193,6 +194,7 @@ struct Dispatcher {
         case "io.vaultd.Caches.Directory":
             return ["path": .string(try vault.cacheDirectory(for: try p.optionalString("appID"), caller: caller))]
         case "io.vaultd.Caches.Usage":
+            try vault.checkAdmitted(caller)  // an earlier install's connection: MissingEntitlement
             var usage = vault.caches.usage()
             if let own = caller.appID { usage = usage.filter { $0.appID == own } }
             let space = vault.caches.volumeSpace()

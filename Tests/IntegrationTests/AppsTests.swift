@@ -522,6 +522,62 @@ import Glibc
     /// An app instance that was connected before its app was uninstalled (or reinstalled)
     /// keeps no app tier: its calls are refused, so it cannot re-create the preferences and
     /// cache the uninstall removed, nor carry them into the next install.
+    /// The figures an app may ask for (Status, Preferences.Domains, Caches.Usage) are refused
+    /// to a connection made before an uninstall, like every other call: it kept watching its
+    /// groups' item count and which suites exist. And a reinstall whose first call is Status
+    /// gets the first launch there (its leftovers wiped), so it does not count them either.
+    @Test func anEarlierInstallsConnectionGetsNoFiguresAndAReinstallCountsNoLeftovers() throws {
+        let d = try Self.daemon()
+        defer { d.close() }
+        let python = try Self.rawPythonApp(d)
+        let b = try d.placeExample("b")
+        try d.install("org.example.Raw", exe: python, ["--app-group", "group.org.example.suite"])
+        try d.install(Self.appB, exe: b, ["--app-group", "group.org.example.suite"])
+        #expect(d.app(b, ["item", "add", "--access-group", "group.org.example.suite", "--service", "s", "--account", "a"], stdin: Data("x".utf8)).status == 0)
+        #expect(d.app(b, ["defaults", "set", "colour", "blue", "--suite", "group.org.example.suite"]).status == 0)
+        let script = Self.rawClientScript(imports: "json, os, socket, sys, time", """
+            if sys.argv[3] == "hello": print(json.dumps(call("io.vaultd.Vault.Hello", {})), flush=True)
+            print("ready", flush=True)
+            while not os.path.exists(sys.argv[2]): time.sleep(0.02)
+            for m in ["io.vaultd.Vault.Status", "io.vaultd.Preferences.Domains", "io.vaultd.Caches.Usage", "io.vaultd.Vault.Hello"]:
+                print(json.dumps(call(m, {})), flush=True)
+            """)
+        func run(_ first: String, before: () throws -> Void) throws -> [String] {
+            let out = d.root + "/\(first).out", go = d.root + "/\(first).go"
+            let pid = try ChildProcess.spawn(
+                python, ["-c", script, d.socketPath, go, first], environment: d.environment, inputs: [:], stdout: .file(out, append: false),
+                stderr: .file(out + ".err", append: false))
+            #expect(eventually(timeout: 10) { (try? String(contentsOfFile: out, encoding: .utf8))?.contains("ready") == true })
+            try before()
+            FileManager.default.createFile(atPath: go, contents: Data())
+            if ChildProcess.wait(pid, timeout: 20) == nil { kill(pid, SIGKILL); _ = ChildProcess.wait(pid, timeout: 5) }
+            let text = (try? String(contentsOfFile: out, encoding: .utf8)) ?? ""
+            return text.split(separator: "\n").map(String.init).filter { $0 != "ready" }
+        }
+
+        // Connected, then uninstalled: every call is refused.
+        let old = try run("hello") { #expect(d.ctl(["app", "uninstall", "org.example.Raw"]).status == 0) }
+        #expect(old.count == 5, "\(old)")
+        for r in old.dropFirst() { #expect(r.contains("io.vaultd.Keychain.MissingEntitlement"), "\(r)") }
+
+        // A reinstall whose first call is Status: the token the earlier install added is a
+        // leftover, wiped by that first call.
+        try d.install("org.example.Raw", exe: python, ["--app-group", "group.org.example.suite"])
+        let adder = Self.rawClientScript(imports: "json, socket, sys", """
+            print(json.dumps(call("io.vaultd.Keychain.Add", {"class": "genericPassword", "attributes": {"service": "z", "account": "z"}, "data": "eg=="})))
+            """)
+        let added = d.app(python, ["-c", adder, d.socketPath])
+        #expect(added.status == 0 && added.stdoutText.contains("parameters") && !added.stdoutText.contains("error"), "\(added)")
+        try d.install("org.example.Raw", exe: python, ["--app-group", "group.org.example.suite"])
+        let fresh = try run("status") {}
+        #expect(fresh.count == 4, "\(fresh)")
+        let status = try? JSONSerialization.jsonObject(with: Data((fresh.first ?? "").utf8)) as? [String: Any]
+        let figures = status?["parameters"] as? [String: Any]
+        // B's item in the suite it shares; the earlier install's token is gone.
+        #expect(figures?["items"] as? Int == 1 && figures?["domains"] as? Int == 1, "\(fresh)")
+        #expect(fresh.last?.contains("\"firstLaunch\": true") == true && fresh.last?.contains("\"wipedCredentials\": 1") == true, "\(fresh)")
+    }
+
     @Test func aConnectionMadeBeforeAnUninstallLosesTheAppTier() throws {
         let d = try Self.daemon()
         defer { d.close() }

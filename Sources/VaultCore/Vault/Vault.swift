@@ -143,7 +143,11 @@ public final class Vault: @unchecked Sendable {
     /// app groups' suites and NSGlobalDomain, when stored): the whole vault's counts told it
     /// how other apps' items and domains came and went.
     public func status(caller: Caller = .owner) throws -> [String: JSON] {
-        try locked {
+        // An app's connection made before an uninstall or reinstall gets nothing
+        // (MissingEntitlement); a new install's first call, this one or any, is its first
+        // launch, so the figures never count what that launch wipes.
+        try admit(caller, launch: true)
+        return try locked {
             let readable = try preferences.domains().filter(caller.mayRead(domain:))
             return [
                 "lock": keys.lockState,
