@@ -13,8 +13,10 @@ import Glibc
 // Item mapping: server = host without its port, port (0 when none), protocol, path (only when
 // git sends it, i.e. with credential.useHttpPath, or for a client certificate's passphrase:
 // protocol=cert, the certificate's path, no server), account = username, the password as the
-// secret; password_expiry_utc and oauth_refresh_token are kept in `generic` as a small JSON
-// object and given back by get, which never offers a password whose expiry has passed.
+// secret; password_expiry_utc is kept in `generic` as a small JSON object, and
+// oauth_refresh_token, a secret, in the secret after the password (`PASSWORD\noauth_refresh_token=
+// TOKEN`, as git's libsecret helper keeps it); both are given back by get, which never offers
+// a password whose expiry has passed. (Items stored with the token in `generic` still give it.)
 //
 // Access group: registered as an app (`vaultctl app install org.git-scm.credential-vault
 // --exe PATH --access-group git`), the helper uses its own groups; run unregistered (as the
@@ -200,6 +202,26 @@ struct Credential {
 /// A value git can read back: no CR, LF or NUL.
 func safe(_ s: String) -> Bool { !s.utf8.contains(where: { $0 == 0 || $0 == 0x0A || $0 == 0x0D }) }
 
+/// The secret an item keeps: the password, and the refresh token after a LF, as git's
+/// credential-libsecret keeps it (a password git sends never holds a LF).
+func packedSecret(password: String, refreshToken: String?) -> Data {
+    Data(password.utf8) + (refreshToken.map { Data("\noauth_refresh_token=\($0)".utf8) } ?? Data())
+}
+
+/// An item's secret as the password and the refresh token kept after it (nil: not UTF-8).
+/// Anything else after a LF is no packing of ours: the whole secret is the password (and
+/// then not one git can read back).
+func unpackedSecret(_ data: Data) -> (password: String, refreshToken: String?)? {
+    let bytes = Array(data)
+    guard let text = String(validating: bytes, as: UTF8.self) else { return nil }
+    let mark = Array("\noauth_refresh_token=".utf8)
+    guard let nl = bytes.firstIndex(of: 0x0A), bytes[nl...].starts(with: mark) else { return (text, nil) }
+    let token = String(decoding: bytes[(nl + mark.count)...], as: UTF8.self)
+    guard safe(token) else { return (text, nil) }
+    return (String(decoding: bytes[..<nl], as: UTF8.self), token)
+}
+
+/// What `generic` keeps (`password_expiry_utc`; an earlier helper kept the refresh token too).
 func extras(of item: Item) -> [String: String] {
     guard let g = item.attributes?.generic, let j = try? JSON.parse(Array(g)), case .object(let o) = j else { return [:] }
     return o.compactMapValues(\.stringValue).filter { Credential.extraKeys.contains($0.key) }
@@ -230,9 +252,10 @@ func get(_ vault: Vault, _ c: Credential, group: String?) throws {
     var found = try matches(vault, c, group: group, exactPath: true)
     if found.isEmpty && c.path == nil { found = try matches(vault, c, group: group, exactPath: false) }
     for item in newestFirst(found) {
-        guard let data = item.data, let password = String(validating: Array(data), as: UTF8.self) else { continue }
+        guard let data = item.data, let (password, refreshToken) = unpackedSecret(data) else { continue }
         let username = item.attributes?.account ?? ""
-        let more = extras(of: item)
+        var more = extras(of: item)
+        if let refreshToken { more["oauth_refresh_token"] = refreshToken }
         guard safe(password), safe(username), more.values.allSatisfy(safe) else { continue }
         // An expired password (an OAuth access token past its password_expiry_utc) is not
         // offered: git would send it (git before 2.41 does not know the field) or drop it
@@ -253,16 +276,19 @@ func store(_ vault: Vault, _ c: Credential, group: String?) throws {
     var attributes = ItemAttributes(accessGroup: group, server: c.server, protocol: c.protocol, port: c.port == 0 ? nil : c.port, path: c.path)
     attributes.account = username
     attributes.label = "git: \(c.protocol)://\(username)@\(c.server)\(c.port == 0 ? "" : ":\(c.port)")\(c.path.map { "/" + $0 } ?? "")"
-    attributes.generic = Data(JSON.object(c.extras.mapValues { .string($0) }).serialized())
+    // The refresh token is a secret: it goes with the password, not in an attribute (which
+    // `vaultctl item list --json` shows, and which only the metadata key encrypts).
+    attributes.generic = Data(JSON.object(c.extras.filter { $0.key != "oauth_refresh_token" }.mapValues { .string($0) }).serialized())
+    let secret = packedSecret(password: password, refreshToken: c.extras["oauth_refresh_token"])
     do {
-        try vault.keychain.add(.internetPassword, attributes: attributes, data: Data(password.utf8))
+        try vault.keychain.add(.internetPassword, attributes: attributes, data: secret)
     } catch let e as VaultError where e.code == .duplicateItem {
         var exact = c
         exact.username = username
         var changes = ItemAttributes()
         changes.generic = attributes.generic
         changes.label = attributes.label
-        try vault.keychain.update(exact.query(accessGroup: group, exactPath: true), attributes: changes, data: Data(password.utf8))
+        try vault.keychain.update(exact.query(accessGroup: group, exactPath: true), attributes: changes, data: secret)
     }
 }
 
@@ -272,7 +298,7 @@ func erase(_ vault: Vault, _ c: Credential, group: String?) throws {
     // the credential get just offered from under a path can be rejected); and the password
     // when git gives one (so a credential changed meanwhile by another git is kept).
     for item in try matches(vault, c, group: group, exactPath: false) {
-        if let p = c.password, item.data != Data(p.utf8) { continue }
+        if let p = c.password, item.data.flatMap(unpackedSecret)?.password != p { continue }
         guard let a = item.attributes else { continue }
         var key = ItemAttributes(
             accessGroup: a.accessGroup, server: a.server ?? "", protocol: a.protocol ?? "", port: a.port ?? 0, path: a.path ?? "",

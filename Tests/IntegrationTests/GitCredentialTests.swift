@@ -426,6 +426,41 @@ import Glibc
         #expect(g.internetItems().isEmpty, "\(g.internetItems())")
     }
 
+    /// An OAuth refresh token is a secret (longer-lived than the password it refreshes): it is
+    /// kept with the password, in the item's secret, as git's own libsecret helper keeps it,
+    /// never in an attribute, which `vaultctl item list --json` prints for every item and
+    /// which is encrypted only under the metadata key. get, and erase with the password,
+    /// work as before; an item stored with the token in `generic` still gives it back.
+    @Test func theRefreshTokenIsKeptInTheSecretNotInAnAttribute() throws {
+        let g = try Git()
+        defer { g.close() }
+        let store = g.helper(
+            "store", Array("protocol=https\nhost=example.org\nusername=bob\npassword=pb\npassword_expiry_utc=2000000000\noauth_refresh_token=rt-secret-1\n\n".utf8))
+        #expect(store.status == 0, "\(store)")
+        let list = g.d.ctl(["item", "list", "internet", "--json"])
+        let generic = (list.jsonArray?.first?["generic"] as? String).flatMap { Data(base64Encoded: $0) }.map { String(decoding: $0, as: UTF8.self) } ?? ""
+        #expect(list.status == 0 && !list.stdoutText.contains("rt-secret") && !generic.contains("rt-secret"), "\(list) generic: \(generic)")
+        #expect(generic.contains("2000000000"), "the expiry is no secret: \(generic)")
+        let get = g.helper("get", Array("protocol=https\nhost=example.org\n\n".utf8))
+        #expect(get.stdoutText == "username=bob\npassword=pb\npassword_expiry_utc=2000000000\noauth_refresh_token=rt-secret-1\n", "\(get)")
+        let (_, filled) = g.fill("url=https://bob@example.org/")
+        #expect(filled["password"] == "pb", "\(filled)")
+        // erase compares the password, not what is kept beside it.
+        #expect(g.reject("protocol=https\nhost=example.org\nusername=bob\npassword=other").status == 0)
+        #expect(g.internetItems().count == 1)
+        #expect(g.reject("protocol=https\nhost=example.org\nusername=bob\npassword=pb").status == 0)
+        #expect(g.internetItems().isEmpty, "\(g.internetItems())")
+
+        // An item stored by an earlier helper, the token in generic: still given back.
+        let add = g.d.ctl(
+            ["item", "add", "internet", "--access-group", "git", "--server", "old.example", "--protocol", "https", "--account", "carol",
+             "--generic", #"{"oauth_refresh_token":"rt-old","password_expiry_utc":"2000000000"}"#],
+            stdin: Data("pc".utf8))
+        #expect(add.status == 0, "\(add)")
+        let oldGet = g.helper("get", Array("protocol=https\nhost=old.example\n\n".utf8))
+        #expect(oldGet.stdoutText == "username=carol\npassword=pc\npassword_expiry_utc=2000000000\noauth_refresh_token=rt-old\n", "\(oldGet)")
+    }
+
     @Test func theReadmeAppInstallLineGivesTheHelperItsGroup() throws {
         let g = try Git()
         defer { g.close() }
