@@ -80,13 +80,18 @@ enum PeerIdentity {
         return nil
     }
 
-    /// The target of `/proc/PID/exe` (without the " (deleted)" suffix the kernel adds).
+    /// The target of `/proc/PID/exe`, without the " (deleted)" suffix the kernel adds to a
+    /// deleted file (one with no link left); a file whose name ends so keeps its name.
     static func executable(pid: pid_t) -> String? {
         var buf = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
         let n = readlink("/proc/\(pid)/exe", &buf, Int(PATH_MAX))
         guard n > 0 else { return nil }
         var path = String(decoding: buf[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        if path.hasSuffix(" (deleted)") { path.removeLast(" (deleted)".count) }
+        if path.hasSuffix(" (deleted)") {
+            var st = stat()
+            guard stat("/proc/\(pid)/exe", &st) == 0 else { return nil }
+            if st.st_nlink == 0 { path.removeLast(" (deleted)".count) }
+        }
         return path
     }
 

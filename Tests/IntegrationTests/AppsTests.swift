@@ -487,6 +487,29 @@ import Glibc
         #expect(eventually(timeout: 10) { d.appShow(Self.appA)?["installed"] as? Bool == false }, "\(d.appShow(Self.appA) ?? [:])")
     }
 
+    /// The kernel marks a deleted executable by adding " (deleted)" to `/proc/PID/exe`; a file
+    /// whose name really ends so is not deleted. vaultd cut the suffix from every such name:
+    /// an app registered at `…/app (deleted)` ran unidentified (as the owner), and another
+    /// program at `…/b/app (deleted)` was taken for B.
+    @Test func aFileNamedLikeADeletedExecutableIsItself() throws {
+        let d = try Self.daemon()
+        defer { d.close() }
+        let a = try d.placeExample("a") + " (deleted)"
+        try FileManager.default.copyItem(atPath: Paths.tool("vault-example"), toPath: a)
+        try d.install(Self.appA, exe: a)
+        let launchA = try d.launch(a)
+        #expect(launchA.appID == Self.appA && launchA.firstLaunch, "\(launchA)")
+
+        let b = try d.placeExample("b")
+        try d.install(Self.appB, exe: b)
+        #expect(d.app(b, ["token", "set"], stdin: Data("token-of-B".utf8)).status == 0)
+        let impostor = b + " (deleted)"
+        try FileManager.default.copyItem(atPath: b, toPath: impostor)
+        #expect(try d.launch(impostor).appID == nil)
+        let read = d.app(impostor, ["token", "get"])
+        #expect(read.status != 0 && !read.stdoutText.contains("token-of-B"), "\(read)")
+    }
+
     /// The first-launch wipe does not depend on the client saying Hello: a reinstalled app
     /// that goes straight to CopyMatching (a raw varlink client, here a copied python3
     /// registered as the app) finds no leftover of the earlier install.
