@@ -372,6 +372,25 @@ import Glibc
 
     /// An app is registered with an executable that is there: not a missing file, a
     /// directory or a file that is not a program.
+    /// A script (`#!`) runs as its interpreter: `/proc/PID/exe` is `/usr/bin/python3` or
+    /// `/bin/sh`, never the script, so an app registered by its script was never identified
+    /// and ran as the owner, with the admin surface, while `app show` said it was installed.
+    /// The install is refused, saying why.
+    @Test func installRefusesAScriptWhichRunsAsItsInterpreter() throws {
+        let d = try Self.daemon()
+        defer { d.close() }
+        let example = try d.placeExample("a")
+        let script = d.root + "/apps/a/run-app"
+        try Data("#!/bin/sh\nexec '\(example)' \"$@\"\n".utf8).write(to: URL(fileURLWithPath: script))
+        chmod(script, 0o755)
+        let r = d.ctl(["app", "install", Self.appA, "--exe", script])
+        #expect(r.status == 1 && r.stderr.contains("is a script") && r.stderr.contains("interpreter"), "\(r)")
+        #expect(d.ctl(["app", "list", "--json"]).jsonArray?.isEmpty == true)
+        // The program itself is fine.
+        try d.install(Self.appA, exe: example)
+        #expect(try d.launch(script).appID == Self.appA)
+    }
+
     @Test func installRefusesAnExecutableThatIsNotThere() throws {
         let d = try Self.daemon()
         defer { d.close() }

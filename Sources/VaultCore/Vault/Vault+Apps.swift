@@ -61,6 +61,13 @@ extension Vault {
             guard stat(e, &st) == 0, st.st_mode & S_IFMT == S_IFREG, access(e, X_OK) == 0 else {
                 throw VaultError.invalidParameter("executable", "the executable \(e) is not an existing executable file")
             }
+            // A script runs as its interpreter: /proc/PID/exe never names it, so the app would
+            // never be identified and would run as the owner.
+            if let interpreter = Self.scriptInterpreter(e) {
+                throw VaultError.invalidParameter(
+                    "executable",
+                    "the executable \(e) is a script: it runs as its interpreter (\(interpreter)), the program vaultd sees; register a program (e.g. a copy of the interpreter for this app)")
+            }
         }
         if let e = executable.map(Self.canonicalPath),
             try locked({ try apps.all() }).contains(where: { $0.installed && $0.resolvedExecutable == e && $0.appID != appID })
@@ -88,6 +95,20 @@ extension Vault {
         }
         log("app \(appID) installed (generation \(record.generation))")
         return record
+    }
+
+    /// The interpreter line of a `#!` script (what follows `#!`, e.g. `/usr/bin/env python3`),
+    /// nil when `path` does not start with `#!`.
+    static func scriptInterpreter(_ path: String) -> String? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { Glibc.close(fd) }
+        var buf = [UInt8](repeating: 0, count: 256)
+        let n = Glibc.read(fd, &buf, buf.count)
+        guard n >= 2, buf[0] == UInt8(ascii: "#"), buf[1] == UInt8(ascii: "!") else { return nil }
+        let line = buf[2..<n].prefix { $0 != 0x0A }
+        let interpreter = String(decoding: line, as: UTF8.self).trimmingCharacters(in: .whitespaces)
+        return interpreter.isEmpty ? "?" : interpreter
     }
 
     /// `path` with symlinks resolved (`realpath`), or only standardized when it does not exist.
