@@ -148,7 +148,7 @@ struct PlistValueTests {
         #"{"strin":"x"}"#, #"{"String":"x"}"#, #"{"string":5}"#, #"{"string":null}"#,
         #"{"integer":"5"}"#, #"{"integer":1.5}"#, #"{"integer":1e3}"#, #"{"integer":18446744073709551616}"#,
         #"{"integer":-9223372036854775809}"#, #"{"integer":true}"#,
-        #"{"real":"Infinity"}"#, #"{"real":"NaN"}"#, #"{"real":"1.5"}"#, #"{"real":true}"#,
+        #"{"real":"Infinity"}"#, #"{"real":"NaN"}"#, #"{"real":"1.5"}"#, #"{"real":true}"#, #"{"real":1e400}"#, #"{"real":-1e309}"#,
         #"{"bool":"true"}"#, #"{"bool":1}"#,
         #"{"date":"2001-01-01"}"#, #"{"date":"2001-02-29T00:00:00Z"}"#, #"{"date":"2001-01-01T00:00:00+01:00"}"#,
         #"{"date":5}"#, #"{"data":"!!"}"#, #"{"data":5}"#,

@@ -94,7 +94,9 @@ extension PlistValue {
                 throw bad("integer out of the range Int64.min...UInt64.max")
             }
         case ("real", .number(let n)):
-            guard let d = Double(n) else { throw bad("not a real") }
+            // A number beyond a double's range reads as infinity: refused, not stored as one
+            // (infinity is the string "inf"; the JSON number meant something else).
+            guard let d = Double(n), d.isFinite else { throw bad("a real must be a finite double (infinity is written \"inf\")") }
             self = .real(d)
         case ("real", .string(let s)):
             switch s {
