@@ -100,6 +100,28 @@ import Testing
         #expect(d.ctl(["defaults", "read", Self.domain, "d"]).status == 1)
     }
 
+    /// `defaults rename D K K` leaves the value where it is, as a rename to its own name must
+    /// (it wrote K and then removed K: the value was gone, and the command said it succeeded).
+    /// A new name that differs only in Unicode normalisation is another key (keys are
+    /// byte-exact): the value moves to it.
+    @Test func renamingAKeyToItsOwnNameKeepsTheValue() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        let prefs = try d.client().preferences
+        try #require(d.ctl(["defaults", "write", Self.domain, "name", "-string", "kept"]).status == 0)
+        let same = d.ctl(["defaults", "rename", Self.domain, "name", "name"])
+        #expect(same.status == 0, "\(same)")
+        #expect(try prefs.value(domain: Self.domain, key: "name") == .string("kept"))
+        #expect(d.ctl(["defaults", "read", Self.domain, "name"]).stdoutText == "kept\n")
+
+        let precomposed = "caf\u{E9}", decomposed = "cafe\u{301}"
+        try #require(d.ctl(["defaults", "write", Self.domain, precomposed, "-int", "7"]).status == 0)
+        let moved = d.ctl(["defaults", "rename", Self.domain, precomposed, decomposed])
+        #expect(moved.status == 0, "\(moved)")
+        let keys = try prefs.values(domain: Self.domain).keys.map { Array($0.unicodeScalars) }.sorted { $0.count < $1.count }
+        #expect(keys == [Array("name".unicodeScalars), Array(decomposed.unicodeScalars)], "\(keys)")
+    }
+
     @Test func missingKeyIsAnError() throws {
         let d = try Daemon()
         defer { d.close() }
