@@ -89,12 +89,13 @@ public struct Preferences: Sendable {
     /// The domain as a property list, `binary` or XML (as Apple writes it: dates in whole
     /// seconds). Throws InvalidPropertyList for XML holding a character XML 1.0 cannot carry
     /// (export binary instead), MissingEntitlement.
+    ///
+    /// The property list is written here, from the domain's values (`values(domain:)`, which
+    /// always fits one message), not by vaultd's `Export`: a domain within the 4 MiB limit can
+    /// take more than the 8 MiB message limit as a plist in base64 (XML of many small keys,
+    /// text full of `&` and `<`), and such an Export reply is ReplyTooLarge.
     public func exportDomain(_ domain: String, binary: Bool) throws -> Data {
-        let r = try connection.call("io.vaultd.Preferences.Export", ["domain": .string(domain), "format": binary ? "binary" : "xml"])
-        guard let text = r["plist"]?.stringValue, let d = Data(base64Encoded: text) else {
-            throw VaultError.protocolViolation("Export returned no property list")
-        }
-        return d
+        try PropertyListCodec.encode(.dict(try values(domain: domain)), format: binary ? .binary : .xml)
     }
 
     /// Removes a whole domain; returns how many keys it had (0 when none). Throws

@@ -366,6 +366,35 @@ import Glibc
         expectEqual(try prefs.values(domain: "com.example.imported"), Self.exactValues, "binary export, then import")
     }
 
+    /// A domain within the 4 MiB limit, with many small keys, exports as XML and as binary
+    /// through vaultctl, whatever size the plist takes: its XML (160,000 keys, about 7.7 MB,
+    /// 10 MB in base64) was one Export reply over the 8 MiB message limit, and `defaults
+    /// export D -` failed with ReplyTooLarge on a domain that reads whole.
+    @Test func aDomainOfManySmallKeysExportsAsXMLAndBinary() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        let domain = "com.example.manykeys"
+        var values: [String: Any] = [:]
+        for i in 0..<160_000 { values[String(format: "key%06d", i)] = 100_000 + i }
+        let plist = try PropertyListSerialization.data(fromPropertyList: values, format: .binary, options: 0)
+        #expect(try d.client().preferences.importDomain(domain, plist: plist) == values.count)
+
+        func check(_ data: Data, _ what: String) {
+            var format = PropertyListSerialization.PropertyListFormat.binary
+            let read = (try? PropertyListSerialization.propertyList(from: data, options: [], format: &format)) as? [String: Any]
+            #expect(read?.count == values.count, "\(what): \(read?.count ?? -1) keys")
+            #expect((read?["key000000"] as? NSNumber)?.intValue == 100_000 && (read?["key159999"] as? NSNumber)?.intValue == 259_999, "\(what)")
+        }
+        let xml = d.ctl(["defaults", "export", domain, "-"])
+        #expect(xml.status == 0 && xml.stderr.isEmpty, "\(xml.status) \(xml.stderr)")
+        #expect(xml.stdout.starts(with: Data("<?xml".utf8)) && xml.stdout.count > 7_000_000, "\(xml.stdout.count) bytes")
+        check(xml.stdout, "XML export")
+        let path = d.root + "/many.plist"
+        let binary = d.ctl(["defaults", "export", domain, path])
+        #expect(binary.status == 0, "\(binary)")
+        check((try? Data(contentsOf: URL(fileURLWithPath: path))) ?? Data(), "binary export")
+    }
+
     @Test func keysWithANULAreKeptWhole() throws {
         let d = try Daemon()
         defer { d.close() }
