@@ -81,9 +81,29 @@ public struct Preferences: Sendable {
     /// number of keys. Throws InvalidPropertyList (not a plist, another root, a date outside
     /// years 0 to 9999, past 64 levels or 8 MiB expanded), InvalidValue (a key over 1 KiB),
     /// DomainTooLarge (over 4 MiB), ReadOnlyDomain, MissingEntitlement.
+    ///
+    /// A file too large to send in base64 in one 8 MiB message (the XML of a domain of many
+    /// small keys takes far more than the domain's 4 MiB) is read here, with the same checks
+    /// vaultd makes, and its values are sent instead; a domain over 4 MiB is DomainTooLarge
+    /// either way.
     @discardableResult
     public func importDomain(_ domain: String, plist: Data) throws -> Int {
-        try connection.call("io.vaultd.Preferences.Import", ["domain": .string(domain), "plist": .string(plist.base64EncodedString())])["keys"]?.intValue ?? 0
+        // The call's envelope and the domain's name (at most 255 bytes, as JSON up to 6 times
+        // that) take less than 4 KiB.
+        if (plist.count + 2) / 3 * 4 + 4096 < Varlink.maximumMessageSize {
+            return try connection.call("io.vaultd.Preferences.Import", ["domain": .string(domain), "plist": .string(plist.base64EncodedString())])["keys"]?.intValue ?? 0
+        }
+        guard case .dict(let values) = try PropertyListCodec.decode(plist) else {
+            throw VaultError(.invalidPropertyList, "the property list's root is not a dictionary; a domain can only be imported from a dictionary")
+        }
+        do {
+            return try connection.call("io.vaultd.Preferences.Import", ["domain": .string(domain), "values": .object(values.mapValues(\.tagged))])["keys"]?.intValue ?? 0
+        } catch let e as VaultError where e.code == .invalidParameter && e.parameters["parameter"] == "message" {
+            throw VaultError(
+                .domainTooLarge,
+                "domain '\(domain)': the property list's values are over \(Varlink.maximumMessageSize) bytes on the wire; a domain may hold \(DomainLimit.maximumBytes) bytes (4 MiB); nothing was written",
+                extra: ["domain": .string(domain), "limit": JSON(DomainLimit.maximumBytes)])
+        }
     }
 
     /// The domain as a property list, `binary` or XML (as Apple writes it: dates in whole

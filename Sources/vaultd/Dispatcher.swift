@@ -176,10 +176,16 @@ struct Dispatcher {
             return ["domains": .array(names.map { .string($0) })]
         case "io.vaultd.Preferences.Import":
             let domain = try vault.resolveDomain(try p.string("domain"), caller: caller, write: true)
-            guard let data = Data(base64Encoded: try p.string("plist")) else {
-                throw VaultError.invalidParameter("plist", "must be base64")
+            switch (try p.optionalString("plist"), p.optionalJSON("values")) {
+            case (let text?, nil):
+                guard let data = Data(base64Encoded: text) else { throw VaultError.invalidParameter("plist", "must be base64") }
+                return ["keys": JSON(try vault.importDomain(domain, plist: data, caller: caller))]
+            case (nil, let json?):
+                guard let object = json.objectValue else { throw VaultError.invalidParameter("values", "must be an object of tagged values") }
+                return ["keys": JSON(try vault.importDomain(domain, values: try object.mapValues { try PlistValue(tagged: $0) }, caller: caller))]
+            default:
+                throw VaultError.invalidParameter("plist", "give either plist or values")
             }
-            return ["keys": JSON(try vault.importDomain(domain, plist: data, caller: caller))]
         case "io.vaultd.Preferences.Export":
             let domain = try vault.resolveDomain(try p.string("domain"), caller: caller, write: false)
             let format = try p.optionalString("format") ?? "xml"

@@ -395,6 +395,48 @@ import Glibc
         check((try? Data(contentsOf: URL(fileURLWithPath: path))) ?? Data(), "binary export")
     }
 
+    /// A real plist file of a domain within the 4 MiB limit imports whatever size the file
+    /// takes: XML of 160,000 small keys (7.7 MB) or of 3 MB of text full of `&` (15 MB, as
+    /// `&amp;`) was sent to vaultd whole in base64, over the 8 MiB message limit, and the
+    /// import failed with "invalid parameter 'message'" (so a domain exported as XML could
+    /// not be imported back).
+    @Test func aDomainWhoseXMLIsLargeImportsFromTheFile() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        let prefs = try d.client().preferences
+        var small: [String: PlistValue] = [:]
+        for i in 0..<160_000 { small[String(format: "key%06d", i)] = .integer(Int64(100_000 + i)) }
+        let ampersands = String(repeating: "a&b", count: 333_333)
+        let text: [String: PlistValue] = ["t1": .string(ampersands), "t2": .string(ampersands + "<"), "t3": .string(ampersands + ">")]
+        for (name, values) in [("small", small), ("text", text)] {
+            let path = d.root + "/\(name).plist"
+            let plist = try PropertyListCodec.encode(.dict(values), format: .xml)
+            try #require(plist.count > 6_500_000, "\(name): \(plist.count) bytes")
+            try plist.write(to: URL(fileURLWithPath: path))
+            let domain = "com.example.\(name)"
+            let imported = d.ctl(["defaults", "import", domain, path])
+            #expect(imported.status == 0, "\(name): \(imported)")
+            let stored = try prefs.values(domain: domain)
+            #expect(stored.count == values.count && stored == values, "\(name): \(stored.count) keys")
+            // And back: exported as XML, imported again from stdin.
+            let xml = d.ctl(["defaults", "export", domain, "-"])
+            let again = d.ctl(["defaults", "import", domain + ".again", "-"], stdin: xml.stdout)
+            #expect(xml.status == 0 && again.status == 0, "\(name): \(again)")
+            #expect(try prefs.values(domain: domain + ".again") == values, "\(name) again")
+        }
+        // A file whose domain is over 4 MiB (6 MB) is still refused as such, naming the
+        // domain, and changes nothing.
+        for copies in [2] {
+            let long = String(repeating: ampersands, count: copies)
+            let over: [String: PlistValue] = ["t1": .string(long), "t2": .string(long), "t3": .string(long)]
+            let path = d.root + "/over.plist"
+            try PropertyListCodec.encode(.dict(over), format: .xml).write(to: URL(fileURLWithPath: path))
+            let refused = d.ctl(["defaults", "import", "com.example.text", path])
+            #expect(refused.status == 1 && refused.stderr.contains("io.vaultd.Preferences.DomainTooLarge") && refused.stderr.contains("com.example.text"), "\(refused)")
+            #expect(try prefs.values(domain: "com.example.text") == text)
+        }
+    }
+
     @Test func keysWithANULAreKeptWhole() throws {
         let d = try Daemon()
         defer { d.close() }

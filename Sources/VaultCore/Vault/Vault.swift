@@ -520,7 +520,14 @@ public final class Vault: @unchecked Sendable {
         guard case .dict(let values) = try PropertyListCodec.decode(plist) else {
             throw VaultError(.invalidPropertyList, "the property list's root is not a dictionary; a domain can only be imported from a dictionary")
         }
-        return try inEventOrder { ticket in
+        return try importDomain(domain, values: values, caller: caller)
+    }
+
+    /// Replaces a domain with `values` (a property list's root dictionary, already decoded).
+    /// Returns the number of keys. Throws as `importDomain(_:plist:caller:)`, but for
+    /// InvalidPropertyList.
+    public func importDomain(_ domain: String, values: [String: PlistValue], caller: Caller = .owner) throws -> Int {
+        try inEventOrder { ticket in
             let old = try locked {
                 try db.write { _ in
                     try admitInWrite(caller)

@@ -24,8 +24,9 @@ extension VarlinkInterfaces {
         method Domains() -> (domains: []string)
 
         # Replaces a domain with the contents of a property list (XML or binary, base64),
-        # whose root must be a dictionary.
-        method Import(domain: string, plist: string) -> (keys: int)
+        # whose root must be a dictionary; or, given `values` instead of `plist`, with those
+        # tagged values (what a client sends for a file too large for one message in base64).
+        method Import(domain: string, plist: ?string, values: ?[string]object) -> (keys: int)
 
         # A domain as a property list, base64; format "xml" or "binary".
         method Export(domain: string, format: ?string) -> (plist: string)
