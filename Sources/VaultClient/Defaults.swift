@@ -46,9 +46,23 @@ public final class Defaults: @unchecked Sendable {
         searchList = own == "NSGlobalDomain" ? [own] : [own, "NSGlobalDomain"]
         argumentDomain = Self.argumentDomain(arguments)
         try startObserving()
+        let entry = LiveInstance(self)
+        Self.live.withLock { $0[ObjectIdentifier(self)] = entry }
     }
 
-    deinit { lock.withLock { observer }?.close() }
+    deinit {
+        Self.live.withLock { _ = $0.removeValue(forKey: ObjectIdentifier(self)) }
+        lock.withLock { observer }?.close()
+    }
+
+    /// Every instance of the process, so that a write through one shows at once in the others
+    /// that read its domain (as UserDefaults instances share one copy per domain in a process).
+    private static let live = Mutex<[ObjectIdentifier: LiveInstance]>([:])
+
+    private final class LiveInstance: @unchecked Sendable {
+        weak var defaults: Defaults?
+        init(_ d: Defaults) { defaults = d }
+    }
 
     /// `-key value` pairs from process arguments (the first word is the program).
     static func argumentDomain(_ arguments: [String]) -> [String: PlistValue] {
@@ -374,8 +388,8 @@ public final class Defaults: @unchecked Sendable {
     // MARK: writing (to vaultd, durable when they return)
 
     /// Sets `key` in this instance's domain; nil removes it. Durable when it returns, and
-    /// visible to this instance at once. Throws `VaultError` (DomainTooLarge: the domain
-    /// would pass 4 MiB; InvalidValue: a key over 1 KiB of UTF-8 or a date outside years 0
+    /// visible at once to this instance and to the process's others that read the domain.
+    /// Throws `VaultError` (DomainTooLarge: the domain would pass 4 MiB; InvalidValue: a key over 1 KiB of UTF-8 or a date outside years 0
     /// to 9999; ReadOnlyDomain; MissingEntitlement: the app's install ended;
     /// ConnectionFailed); on error nothing changes.
     public func set(_ value: PlistValue?, forKey key: String) throws {
@@ -384,13 +398,23 @@ public final class Defaults: @unchecked Sendable {
         applyOwnWrite(value, forKey: key, sequence: sequence)
     }
 
-    /// Puts a write of ours into the copy at once, unless the Observe stream already brought
-    /// it (and maybe a newer write of another process after it: applying ours then would
-    /// leave the copy with an older value than the store's for good).
+    /// Puts a write of ours into this instance's copy and into every other instance of the
+    /// process (on the same vaultd) whose search list holds the domain, at once, each unless
+    /// its Observe stream already brought it (and maybe a newer write of another process
+    /// after it: applying ours then would leave the copy with an older value than the
+    /// store's for good).
     private func applyOwnWrite(_ value: PlistValue?, forKey key: String, sequence: UInt64?) {
+        let domain = domainName, socketPath = vault.connection.socketPath
+        let others = Self.live.withLock { $0.values.compactMap(\.defaults) }.filter {
+            $0 !== self && $0.vault.connection.socketPath == socketPath && $0.searchList.contains(domain)
+        }
+        for d in [self] + others { d.apply(value, domain: domain, key: key, sequence: sequence) }
+    }
+
+    private func apply(_ value: PlistValue?, domain: String, key: String, sequence: UInt64?) {
         lock.withLock {
             if let sequence, sequence <= appliedSequence { return }
-            domains[domainName, default: [:]][key] = value
+            domains[domain, default: [:]][key] = value
         }
     }
 

@@ -131,6 +131,33 @@ import Glibc
         #expect(mine.object(forKey: "k1") == nil)
     }
 
+    /// Two `Defaults` of one process that read a domain see a write through either at once,
+    /// as UserDefaults instances of one suite (and the global domain under every search list)
+    /// share one copy in a process: the other instance showed the old value until the Observe
+    /// event came back from vaultd (`set` in one module, then a read in another: stale).
+    @Test func aWriteThroughOneInstanceShowsAtOnceInTheOthersOfTheProcess() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        let domain = "com.example.two.instances"
+        let writer = try Defaults(vault: try d.client(), suiteName: domain, arguments: [])
+        let reader = try Defaults(vault: try d.client(), suiteName: domain, arguments: [])
+        let global = try Defaults(vault: try d.client(), suiteName: "NSGlobalDomain", arguments: [])
+        var stale: [String] = []
+        for i in 0..<200 {
+            try writer.set(i, forKey: "k")
+            if reader.integer(forKey: "k") != i { stale.append("set \(i): \(String(describing: reader.object(forKey: "k")))") }
+            try global.set("g\(i)", forKey: "g")
+            if reader.string(forKey: "g") != "g\(i)" { stale.append("global \(i): \(String(describing: reader.object(forKey: "g")))") }
+        }
+        try writer.removeObject(forKey: "k")
+        if reader.object(forKey: "k") != nil { stale.append("remove") }
+        #expect(stale.isEmpty, "\(stale.count) stale reads: \(stale.prefix(5))")
+        // And every copy still ends with what the store holds.
+        try #require(d.ctl(["defaults", "write", domain, "k", "-int", "7"]).status == 0)
+        #expect(eventually(timeout: 10) { reader.integer(forKey: "k") == 7 && writer.integer(forKey: "k") == 7 })
+        #expect(reader.string(forKey: "g") == "g199" && writer.string(forKey: "g") == "g199")
+    }
+
     /// An Observe that gets an error once the copy is running (RateLimited: vaultd at its
     /// connection cap when the stream connects again after a restart) is tried again, as a
     /// closed connection is; `Defaults` stopped observing for good on it (only the end of the
