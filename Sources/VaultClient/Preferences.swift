@@ -79,7 +79,7 @@ public struct Preferences: Sendable {
     /// Replaces `domain` with a property list (XML or binary, read by
     /// `PropertyListSerialization`) whose root is a dictionary; all or nothing. Returns the
     /// number of keys. Throws InvalidPropertyList (not a plist, another root, a date outside
-    /// years 0 to 9999, past 64 levels or 8 MiB expanded), InvalidValue (a key over 1 KiB),
+    /// years 0 to 9999, past 64 levels or 12 MiB expanded), InvalidValue (a key over 1 KiB),
     /// DomainTooLarge (over 4 MiB), ReadOnlyDomain, MissingEntitlement.
     ///
     /// A file too large to send in base64 in one 8 MiB message (the XML of a domain of many

@@ -149,6 +149,43 @@ struct PreferencesTests {
         }
     }
 
+    /// A domain within 4 MiB made of many tiny values imports from its own export, binary and
+    /// XML: 300,000 keys holding a bool, and one key holding an array of 550,000 bools, were
+    /// refused as "the property list expands past 8 MiB (an object it refers to many times?)",
+    /// the guard against shared-reference bombs counting up to 3.75 times what the domain
+    /// limit counts for them. What is over 4 MiB is still refused.
+    @Test func aDomainOfManyTinyValuesWithinFourMiBImportsFromItsExport() throws {
+        try withVault(initialize: false) { vault, _ in
+            var keys: [String: PlistValue] = [:]
+            for i in 0..<300_000 { keys[String(format: "k%06d", i)] = .bool(i % 2 == 0) }
+            let bools: [String: PlistValue] = ["list": .array((0..<550_000).map { .bool($0 % 3 == 0) })]
+            for (name, values) in [("keys", keys), ("bools", bools)] {
+                try vault.importDomain(Self.domain, values: values)
+                for format in [PropertyListCodec.Format.binary, .xml] {
+                    let exported = try vault.exportDomain(Self.domain, format: format)
+                    let copy = "\(Self.domain).\(name).\(format.rawValue)"
+                    do {
+                        #expect(try vault.importDomain(copy, plist: exported) == values.count, "\(name), \(format.rawValue)")
+                    } catch {
+                        Issue.record("\(name), \(format.rawValue): \(error)")
+                    }
+                    #expect(try vault.preferenceDomain(copy) == values, "\(name), \(format.rawValue)")
+                }
+            }
+            // Twice as many is over 4 MiB: refused, whichever way it is counted.
+            var over: [String: PlistValue] = [:]
+            for i in 0..<600_000 { over[String(format: "k%06d", i)] = .bool(true) }
+            let plist = try PropertyListCodec.encode(.dict(over), format: .binary)
+            do {
+                _ = try vault.importDomain("com.example.over", plist: plist)
+                Issue.record("a domain over 4 MiB was imported")
+            } catch let e as VaultError {
+                #expect(e.code == .domainTooLarge || e.code == .invalidPropertyList, "\(e)")
+            }
+            #expect(try vault.preferenceDomain("com.example.over").isEmpty)
+        }
+    }
+
     @Test func invalidDomainNamesAndLongKeysAreInvalidValue() throws {
         try withVault(initialize: false) { vault, _ in
             expectVaultError(.invalidValue) { try vault.setPreference(domain: "", key: "k", value: .bool(true)) }

@@ -155,7 +155,7 @@ public enum PropertyListCodec {
             return Int(v)
         }
         let count = try uint(trailer + 8, 8), top = try uint(trailer + 16, 8), table = try uint(trailer + 24, 8)
-        let tooBig = VaultError(.invalidPropertyList, "the property list expands past \(maximumExpandedSize >> 20) MiB (an object it refers to many times?)")
+        let tooBig = tooLargeExpanded
         var sizes = [Int](repeating: -1, count: count)  // -1: not counted yet; -2: being counted
         func expanded(_ i: Int, _ depth: Int) throws -> Int {
             guard depth < PlistValue.maximumDepth else {
@@ -187,7 +187,10 @@ public enum PropertyListCodec {
             case 0xA, 0xD:
                 sizes[i] = -2
                 for r in 0..<(kind == 0xD ? 2 * n : n) {
-                    total += try expanded(try uint(at + r * refSize, refSize), depth + 1)
+                    // A dictionary's keys (its first n references) count their bytes only, as
+                    // `value(from:)` counts them.
+                    let isKey = kind == 0xD && r < n
+                    total += try expanded(try uint(at + r * refSize, refSize), depth + 1) - (isKey ? 16 : 0)
                     if total > maximumExpandedSize { throw tooBig }
                 }
             default: break
@@ -198,11 +201,23 @@ public enum PropertyListCodec {
         if try expanded(top, 0) > maximumExpandedSize { throw tooBig }
     }
 
-    /// The most a converted property list may take, counted as its strings' and data's bytes
-    /// plus 16 per value (twice the 4 MiB a domain may hold). A binary plist can refer to one
-    /// object many times: 40 levels of arrays holding the same array twice are 412 bytes on
-    /// disk and 2^40 values as a tree.
-    public static let maximumExpandedSize = 8 << 20
+    /// The most a converted property list may take, counted as its keys', strings' and data's
+    /// bytes plus 16 per value: 12 MiB, three times the 4 MiB a domain may hold, because a
+    /// domain of the tiniest values (empty dictionaries or data, bools in an array: 12 to 14
+    /// bytes on the wire, counted as 6 to 7) takes up to 2.7 times its size here, and every
+    /// domain within the limit must import from its own export (8 MiB refused 300,000 keys
+    /// holding a bool, 3.9 MB as a domain). A binary plist can refer to one object many
+    /// times: 40 levels of arrays holding the same array twice are 412 bytes on disk and
+    /// 2^40 values as a tree.
+    public static let maximumExpandedSize = 12 << 20
+
+    /// What a property list past `maximumExpandedSize` gets: more than any domain of 4 MiB
+    /// holds (or one object referred to many times).
+    static var tooLargeExpanded: VaultError {
+        VaultError(
+            .invalidPropertyList,
+            "the property list expands past \(maximumExpandedSize >> 20) MiB of values, more than a domain of \(DomainLimit.maximumBytes >> 20) MiB can hold (or it refers to one object many times); nothing was written")
+    }
 
     /// `object` (what `PropertyListSerialization` returns) as a `PlistValue`. Throws
     /// `VaultError` InvalidPropertyList for an unsupported object or date, nesting past
@@ -218,10 +233,7 @@ public enum PropertyListCodec {
         }
         budget -= 16
         if let s = object as? String { budget -= s.utf8.count } else if let d = object as? Data { budget -= d.count }
-        guard budget >= 0 else {
-            throw VaultError(
-                .invalidPropertyList, "the property list expands past \(maximumExpandedSize >> 20) MiB (an object it refers to many times?)")
-        }
+        guard budget >= 0 else { throw tooLargeExpanded }
         switch object {
         case let b as Bool where type(of: object) == Bool.self:
             return .bool(b)
