@@ -317,6 +317,32 @@ struct PropertyListCodecLimitTests {
         return Data(out)
     }
 
+    /// A file that is not a property list is refused saying why and where, as Foundation's
+    /// parser found it ("Encountered empty <integer> on line 5"), and an empty file says it is
+    /// empty: the message was only "The operation could not be completed. The data is not in
+    /// the correct format." Input the parser quotes (an unknown tag's name, an unexpected
+    /// character) is left out: preference text must not reach error messages.
+    @Test(arguments: [
+        ("", "the data is empty", "\u{0}"),
+        ("<dict>\n<key>k</key>\n<integer></integer>\n</dict>", "Encountered empty <integer> on line 5", "\u{0}"),
+        ("<dict>\n<key>k</key>\n<date>2001-01-01T00:00:00.5Z</date>\n</dict>", "Could not interpret <date> at line 5", "\u{0}"),
+        ("<dict>\n<key>k</key>\n<s3cretTag>v</s3cretTag>\n</dict>", "unknown tag on line 5", "s3cretTag"),
+        ("<dict>\n<key>k</key>\n<string>v</strung>\n</dict>", "on line 5", "strung"),
+        ("<dict>\n<key>k</key>\n<integer>12Q</integer>\n</dict>", "in <integer> on line 5", "Q"),
+        ("<dict>\n<key>k</key>\n<data>AA\u{e9}A</data>\n</dict>", "Could not interpret <data> on line 5 (invalid character)", "0xC3"),
+    ])
+    func notAPropertyListSaysWhyAndWhereWithoutTheInput(body: String, reason: String, hidden: String) throws {
+        let text = body.isEmpty ? "" : "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<plist version=\"1.0\">\n" + body + "\n</plist>\n"
+        do {
+            _ = try PropertyListCodec.decode(Data(text.utf8))
+            Issue.record("accepted")
+        } catch let e as VaultError {
+            #expect(e.code == .invalidPropertyList && e.message.hasPrefix("not a property list (XML or binary): "), "\(e)")
+            #expect(e.message.contains(reason), "\(e.message)")
+            #expect(!e.message.contains(hidden), "\(e.message)")
+        }
+    }
+
     @Test func aPlistReferringToOneObjectManyTimesIsRefusedNotExpanded() throws {
         // Small enough to expand: read whole, each copy the same.
         let small = try PropertyListCodec.decode(Self.sharedReferenceBomb(levels: 4))

@@ -16,9 +16,32 @@ public enum PropertyListCodec {
             var format = PropertyListSerialization.PropertyListFormat.binary
             object = try PropertyListSerialization.propertyList(from: data, options: [], format: &format)
         } catch {
-            throw VaultError(.invalidPropertyList, "not a property list (XML or binary): \(error.localizedDescription)")
+            throw VaultError(.invalidPropertyList, "not a property list (XML or binary): \(data.isEmpty ? "the data is empty" : reason(error))")
         }
         return try value(from: object)
+    }
+
+    /// Why Foundation could not read a property list, and where: its parser's own message
+    /// (`NSDebugDescription`, "Encountered empty <integer> on line 4"), without the input it
+    /// quotes in some (an unknown tag's name, an unexpected character: preference text must
+    /// not reach error messages). Its generic description when it gives none.
+    static func reason(_ error: Error) -> String {
+        guard var text = (error as NSError).userInfo[NSDebugDescriptionErrorKey] as? String, !text.isEmpty else {
+            return error.localizedDescription
+        }
+        let quoting: [(String, String)] = [
+            (#"character '.*?' \(0x[0-9A-Fa-f]+\)"#, "character"),  // Unknown character '%c' (0x%x)
+            (#"character '0x[0-9A-Fa-f]+'"#, "character"),  // Unexpected character '0x%x'
+            (#"\(invalid character 0x[0-9A-Fa-f]+\)"#, "(invalid character)"),
+            (#"(nexpected character) .{1,4}? ((at|on) line)"#, "$1 $2"),  // [Uu]nexpected character %c on line
+            (#"unknown tag .*? on line"#, "unknown tag on line"),
+            (#"open tag .*$"#, "its open tag"),  // Close tag on line %d does not match open tag %@
+        ]
+        for (pattern, replacement) in quoting {
+            guard let re = try? NSRegularExpression(pattern: pattern, options: [.dotMatchesLineSeparators]) else { continue }
+            text = re.stringByReplacingMatches(in: text, range: NSRange(text.startIndex..., in: text), withTemplate: replacement)
+        }
+        return text
     }
 
     /// Serializes `value` in `format`: binary through Foundation, XML through `xml(_:)`. Throws
