@@ -122,6 +122,23 @@ import Testing
         #expect(keys == [Array("name".unicodeScalars), Array(decomposed.unicodeScalars)], "\(keys)")
     }
 
+    /// `defaults import D PATH` of a file it cannot read says so and why, as a local failure:
+    /// it said "io.vaultd.Preferences.InvalidPropertyList: cannot read PATH", a vaultd error
+    /// about the property list for a file that was never read (missing, a directory, not
+    /// readable). Nothing is written.
+    @Test func importOfAFileThatCannotBeReadSaysWhy() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        let dir = d.root + "/a-directory"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        for (path, why) in [(d.root + "/absent.plist", "No such file or directory"), (dir, "Is a directory")] {
+            let r = d.ctl(["defaults", "import", Self.domain, path])
+            #expect(r.status == 1, "\(r)")
+            #expect(r.stderr == "vaultctl: cannot read \(path): \(why)\n", "\(r)")
+        }
+        #expect(d.ctl(["defaults", "read", Self.domain]).status == 1, "nothing written")
+    }
+
     @Test func missingKeyIsAnError() throws {
         let d = try Daemon()
         defer { d.close() }

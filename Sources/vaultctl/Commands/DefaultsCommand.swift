@@ -73,10 +73,7 @@ struct DefaultsCommand: Command {
             if words[1] == "-" {
                 data = try Terminal.readAll(fd: STDIN_FILENO)
             } else {
-                guard let d = FileManager.default.contents(atPath: words[1]) else {
-                    throw VaultError(.invalidPropertyList, "cannot read \(words[1])")
-                }
-                data = d
+                data = try Self.readFile(words[1])
             }
             try prefs.importDomain(words[0], plist: data)
         case .export:
@@ -90,6 +87,22 @@ struct DefaultsCommand: Command {
                     throw LocalFailure(description: "cannot write \(words[1]): \(error.localizedDescription)")
                 }
             }
+        }
+    }
+
+    /// A file's bytes; a file that cannot be read is a local failure saying why (strerror).
+    static func readFile(_ path: String) throws -> Data {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw LocalFailure(description: "cannot read \(path): \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        var out = Data()
+        var buffer = [UInt8](repeating: 0, count: 1 << 16)
+        while true {
+            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n < 0 && errno == EINTR { continue }
+            guard n >= 0 else { throw LocalFailure(description: "cannot read \(path): \(String(cString: strerror(errno)))") }
+            if n == 0 { return out }
+            out.append(contentsOf: buffer[..<n])
         }
     }
 
