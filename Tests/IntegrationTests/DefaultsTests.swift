@@ -139,6 +139,19 @@ import Testing
         #expect(d.ctl(["defaults", "read", Self.domain]).status == 1, "nothing written")
     }
 
+    /// `-data` takes hex digits only: "+f+f" and "-0-0" were read as the bytes 0f 0f and 00 00
+    /// (Swift's integer parser takes a sign), "0x00" too is refused, and nothing is written.
+    @Test(arguments: ["+f+f", "-0-0", "0x00", "zz", "abc"])
+    func dataTakesHexDigitsOnly(text: String) throws {
+        let d = try Daemon()
+        defer { d.close() }
+        let w = d.ctl(["defaults", "write", Self.domain, "bytes", "-data", text])
+        #expect(w.status == 64 && w.stderr.hasPrefix("vaultctl: -data needs"), "\(w)")
+        #expect(d.ctl(["defaults", "read", Self.domain, "bytes"]).status == 1, "nothing written")
+        #expect(d.ctl(["defaults", "write", Self.domain, "bytes", "-data", "0aFF 10"]).status == 0)
+        #expect(d.ctl(["defaults", "read", Self.domain, "bytes"]).stdoutText == "{length = 3, bytes = 0x0aff10}\n")
+    }
+
     @Test func missingKeyIsAnError() throws {
         let d = try Daemon()
         defer { d.close() }

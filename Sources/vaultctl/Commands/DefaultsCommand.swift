@@ -215,18 +215,21 @@ struct DefaultsCommand: Command {
             }
             return .date(d)
         case "-data":
-            var bytes: [UInt8] = []
-            let hex = Array(v.utf8.filter { $0 != UInt8(ascii: " ") })
-            guard hex.count % 2 == 0 else { throw UsageError(message: "-data needs an even number of hex digits") }
-            var i = 0
-            while i < hex.count {
-                guard let b = UInt8(String(decoding: hex[i..<(i + 2)], as: UTF8.self), radix: 16) else {
-                    throw UsageError(message: "-data needs hex digits")
+            // Hex digits only (spaces between them allowed): not UInt8(_:radix:), which takes a
+            // sign ("+f" is 15).
+            func nibble(_ c: UInt8) -> UInt8? {
+                switch c {
+                case UInt8(ascii: "0")...UInt8(ascii: "9"): c - UInt8(ascii: "0")
+                case UInt8(ascii: "a")...UInt8(ascii: "f"): c - UInt8(ascii: "a") + 10
+                case UInt8(ascii: "A")...UInt8(ascii: "F"): c - UInt8(ascii: "A") + 10
+                default: nil
                 }
-                bytes.append(b)
-                i += 2
             }
-            return .data(Data(bytes))
+            let digits = v.utf8.filter { $0 != UInt8(ascii: " ") }.map(nibble)
+            guard !digits.contains(nil) else { throw UsageError(message: "-data needs hex digits") }
+            let hex = digits.map { $0! }
+            guard hex.count % 2 == 0 else { throw UsageError(message: "-data needs an even number of hex digits") }
+            return .data(Data(stride(from: 0, to: hex.count, by: 2).map { hex[$0] << 4 | hex[$0 + 1] }))
         default:
             throw UsageError(message: "unknown type flag \(flag)")
         }
