@@ -22,9 +22,9 @@ public final class Defaults: @unchecked Sendable {
     private static let registration = Mutex<[String: PlistValue]>([:])
     private let searchList: [String]
     private var observer: VaultConnection?
-    /// The sequence number of the last change event applied from the current Observe stream
-    /// (0 after a snapshot, or once the stream ended): a write of ours whose number is not
-    /// above it was already applied, and maybe overwritten by a newer one.
+    /// The sequence number of the last change event applied from the current Observe stream,
+    /// or of the last write a snapshot holds (0 once the stream ended): a write of ours whose
+    /// number is not above it was already applied, and maybe overwritten by a newer one.
     private var appliedSequence: UInt64 = 0
     private var watchers: [UUID: AsyncStream<DefaultsChange>.Continuation] = [:]
 
@@ -155,8 +155,11 @@ public final class Defaults: @unchecked Sendable {
         guard let domain = reply["domain"]?.stringValue else { return false }
         if let values = reply["values"]?.objectValue {
             let decoded = values.compactMapValues { try? PlistValue(tagged: $0) }
+            // Every write numbered up to the snapshot's sequence is in it (0 from a vaultd
+            // that sends none): a write of ours at or below it must not be applied over it.
+            let through = Preferences.sequence(in: reply) ?? 0
             let (old, conts): ([String: PlistValue], [AsyncStream<DefaultsChange>.Continuation]) = lock.withLock {
-                defer { domains[domain] = decoded; appliedSequence = 0 }
+                defer { domains[domain] = decoded; appliedSequence = through }
                 return (domains[domain] ?? [:], Array(watchers.values))
             }
             if !conts.isEmpty {

@@ -31,7 +31,9 @@ struct Dispatcher {
     }
 
     /// Sets up a `more` call. Throws like `handle` for bad parameters or permissions.
-    func subscribe(_ call: VarlinkCall, caller: Caller) throws -> Subscription {
+    /// `emittedThrough`: the preference write sequence every write up to which the snapshots
+    /// hold (`Vault.addObserverReportingSequence`, called before this).
+    func subscribe(_ call: VarlinkCall, caller: Caller, emittedThrough: UInt64 = 0) throws -> Subscription {
         let p = Parameters(values: call.parameters)
         switch call.method {
         case "io.vaultd.Vault.Observe":
@@ -62,7 +64,7 @@ struct Dispatcher {
             let initial: [[String: JSON]] = try domains.sorted().map { d in
                 var values = try vault.preferenceDomain(d)
                 if let keys { values = values.filter { keys.contains($0.key) } }
-                return ["domain": .string(d), "values": .object(values.mapValues(\.tagged))]
+                return ["domain": .string(d), "values": .object(values.mapValues(\.tagged)), "sequence": JSON(emittedThrough)]
             }
             let wanted = keys
             return Subscription(initial: initial) { event in

@@ -397,11 +397,11 @@ final class Server: @unchecked Sendable {
         let relay = StreamRelay()
         let queue = relay.queue
         // Observe before taking the snapshot, so no change falls between the two.
-        let token = dispatcher.vault.addObserver { relay.receive($0) }
+        let (token, emittedThrough) = dispatcher.vault.addObserverReportingSequence { relay.receive($0) }
         defer { dispatcher.vault.removeObserver(token) }
         let subscription: Dispatcher.Subscription
         do {
-            subscription = try dispatcher.subscribe(call, caller: caller)
+            subscription = try dispatcher.subscribe(call, caller: caller, emittedThrough: emittedThrough)
         } catch let e as VaultError {
             return (try? send(VarlinkReply(error: e), on: conn)) == true
         } catch {

@@ -158,6 +158,67 @@ import Glibc
         #expect(reader.string(forKey: "g") == "g199" && writer.string(forKey: "g") == "g199")
     }
 
+    /// A snapshot carries the sequence of the writes it surely holds, and a copy does not apply
+    /// a write of its process numbered at or below it: the snapshot already holds it, and maybe
+    /// a newer value of another process. The copy started from a snapshot at 0 and applied
+    /// such a write over the newer value, for good (its event had gone out before the snapshot
+    /// was taken and never came again): a copy made, or remade after a restart, while the
+    /// process wrote. The stand-in for vaultd sends a snapshot holding "newer" as of write 7,
+    /// then answers a Set as write 5.
+    @Test func aWriteTheSnapshotAlreadyHoldsIsNotAppliedOverIt() throws {
+        let dir = try TemporaryDirectory.make(prefix: "vaultd-fake")
+        defer { TemporaryDirectory.remove(dir) }
+        let path = dir + "/vaultd.sock"
+        let listener = try UnixSocket()
+        try listener.bindAndListen(path: path)
+        let server = Thread {
+            while let conn = try? listener.accept() {
+                Thread {
+                    let stream = VarlinkStream(socket: conn)
+                    defer { conn.close() }
+                    while let message = try? stream.receive(), let call = try? VarlinkCall(json: message) {
+                        switch call.method {
+                        case "io.vaultd.Vault.Hello":
+                            _ = try? stream.send(VarlinkReply(parameters: ["appID": "com.example.fake", "generation": "g1", "firstLaunch": false, "wipedCredentials": 0]).json)
+                        case "io.vaultd.Preferences.Observe":
+                            for d in call.parameters["domains"]?.arrayValue?.compactMap(\.stringValue) ?? [] {
+                                let values: [String: JSON] = d == "com.example.fake" ? ["k": PlistValue.string("newer").tagged] : [:]
+                                _ = try? stream.send(VarlinkReply(parameters: ["domain": .string(d), "values": .object(values), "sequence": 7], continues: true).json)
+                            }
+                        case "io.vaultd.Preferences.Set":
+                            _ = try? stream.send(VarlinkReply(parameters: ["sequence": 5]).json)
+                        default:
+                            _ = try? stream.send(VarlinkReply(error: VaultError(.internalError, "not in this stand-in")).json)
+                        }
+                    }
+                }.start()
+            }
+        }
+        server.start()
+        defer { listener.shutdown() }
+        let vault = try Vault.connect(socketPath: path)
+        let defaults = try Defaults(vault: vault)
+        let other = try Defaults(vault: vault)
+        try defaults.set("older", forKey: "k")
+        #expect(defaults.string(forKey: "k") == "newer")
+        #expect(other.string(forKey: "k") == "newer")
+
+        // vaultd's snapshots carry that sequence: at least that of every write already made.
+        let d = try Daemon()
+        defer { d.close() }
+        let prefs = try d.client().preferences
+        for i in 0..<5 { try prefs.set(.integer(Int64(i)), domain: "com.example.seq", key: "k\(i)") }
+        let raw = try VaultConnection(socketPath: d.socketPath)
+        let last = try raw.call("io.vaultd.Preferences.Set", ["domain": "com.example.seq", "key": "last", "value": PlistValue.bool(true).tagged])["sequence"]?.int64Value
+        let observer = try VarlinkConnection(path: d.socketPath)
+        defer { observer.close() }
+        _ = try observer.send(json: ["method": "io.vaultd.Preferences.Observe", "parameters": ["domains": ["com.example.seq", "com.example.none"]], "more": true])
+        for _ in 0..<2 {
+            guard case .reply(let snapshot) = observer.receive(), let p = snapshot["parameters"] as? [String: Any] else { Issue.record("no snapshot"); return }
+            #expect(p["values"] != nil && (p["sequence"] as? NSNumber)?.int64Value ?? -1 >= last ?? .max, "\(p["domain"] ?? "?"): \(p["sequence"] ?? "none"), last write \(last ?? -1)")
+        }
+    }
+
     /// An Observe that gets an error once the copy is running (RateLimited: vaultd at its
     /// connection cap when the stream connects again after a restart) is tried again, as a
     /// closed connection is; `Defaults` stopped observing for good on it (only the end of the

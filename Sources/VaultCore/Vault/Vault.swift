@@ -33,6 +33,8 @@ public final class Vault: @unchecked Sendable {
     /// it waits for the writers of its group (preference writes with 16 clients: 35k/s → 7k/s).
     private let observersLock = NSLock()
     private var observers: [UUID: @Sendable (VaultEvent) -> Void] = [:]
+    /// The highest preference write sequence emitted so far (under `observersLock`).
+    private var emittedThrough: UInt64 = 0
     /// Puts preference and lock-state events in commit order (see `OrderedEvents`).
     private let orderedEvents = OrderedEvents()
 
@@ -116,9 +118,19 @@ public final class Vault: @unchecked Sendable {
     /// than the one that made the change (they are handed out in the order the changes were
     /// made, one thread at a time: `OrderedEvents`); a handler should return quickly.
     public func addObserver(_ handler: @escaping @Sendable (VaultEvent) -> Void) -> UUID {
+        addObserverReportingSequence(handler).id
+    }
+
+    /// `addObserver`, also returning the highest preference write sequence whose events went
+    /// out before `handler` was registered (0: none): those writes have committed, so a
+    /// snapshot read from now on holds them, and `handler` gets every later one.
+    public func addObserverReportingSequence(_ handler: @escaping @Sendable (VaultEvent) -> Void) -> (id: UUID, emittedThrough: UInt64) {
         let id = UUID()
-        observersLock.withLock { observers[id] = handler }
-        return id
+        let through = observersLock.withLock {
+            observers[id] = handler
+            return emittedThrough
+        }
+        return (id, through)
     }
 
     public func removeObserver(_ id: UUID) {
@@ -126,7 +138,10 @@ public final class Vault: @unchecked Sendable {
     }
 
     func emit(_ event: VaultEvent) {
-        let handlers = observersLock.withLock { Array(observers.values) }
+        let handlers = observersLock.withLock {
+            if case .preference(_, _, _, let n) = event { emittedThrough = max(emittedThrough, n) }
+            return Array(observers.values)
+        }
         for h in handlers { h(event) }
     }
 

@@ -33,8 +33,9 @@ extension VarlinkInterfaces {
 
         # Streams changes (call with more) to keys of `domains` (apps: default their own
         # domain), or only to `keys` when given, whoever wrote them. The first reply for each
-        # domain carries `values`, a snapshot; later replies carry `key` and its new `value`
-        # (null when removed), in the order the writes committed, with the write's `sequence`
+        # domain carries `values`, a snapshot, with `sequence`: the snapshot holds every write
+        # numbered up to it; later replies carry `key` and its new `value` (null when
+        # removed), in the order the writes committed, with the write's `sequence`
         # (increasing within one vaultd run; a writer's Set and Remove replies carry it too).
         method Observe(domains: ?[]string, keys: ?[]string) -> (
           domain: string,
