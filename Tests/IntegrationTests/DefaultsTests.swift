@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import VaultProtocol
 
 /// `vaultctl defaults` as defaults(1): typed writes, read-type, read, and durability across
 /// a restart.
@@ -152,6 +153,72 @@ import Testing
         #expect(d.ctl(["defaults", "read", Self.domain, "bytes"]).stdoutText == "{length = 3, bytes = 0x0aff10}\n")
     }
 
+    /// `defaults read` prints a domain as defaults(1) does (macOS's `defaults read
+    /// com.apple.dock`): a string or number is bare only when it is ASCII letters and digits,
+    /// else quoted ("com.apple.Safari", "_CFURLString", "624858776.484993", "-1"); a nested
+    /// container starts after its own level's indent, also as an array element. vaultctl left
+    /// '.', '_', '/' and '$' bare, never quoted numbers, and indented every nested container as
+    /// if it were one level deep, so scripts written against defaults(1)'s output did not match.
+    /// A single value read alone stays bare, as in defaults(1).
+    @Test func aDomainPrintsAsDefaultsReadDoes() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        let safari: [String: PlistValue] = [
+            "GUID": .integer(4_010_545_205),
+            "tile-data": .dict([
+                "bundle-identifier": .string("com.apple.Safari"),
+                "file-data": .dict(["_CFURLString": .string("file:///Applications/Safari.app/"), "_CFURLStringType": .integer(15)]),
+                "file-label": .string("Safari\u{6d4f}\u{89c8}\u{5668}"),
+            ]),
+            "tile-type": .string("file-tile"),
+        ]
+        let dock: [String: PlistValue] = [
+            "autohide": .bool(true), "last-messagetrace-stamp": .real(624_858_776.484993), "loc": .string("zh_CN:CN"),
+            "mod-count": .integer(4216), "orientation": .string("right"), "persistent-apps": .array([.dict(safari)]),
+            "preferreditemsize": .integer(-1), "recent-apps": .array([]), "tilesize": .real(52),
+            "last-analytics-stamp": .array([.real(801_447_579.684121)]),
+        ]
+        try d.client().preferences.importDomain("com.example.dock", plist: try PropertyListCodec.encode(.dict(dock), format: .binary))
+        let expected = """
+            {
+                autohide = 1;
+                "last-analytics-stamp" =     (
+                    "801447579.684121"
+                );
+                "last-messagetrace-stamp" = "624858776.484993";
+                loc = "zh_CN:CN";
+                "mod-count" = 4216;
+                orientation = right;
+                "persistent-apps" =     (
+                            {
+                        GUID = 4010545205;
+                        "tile-data" =             {
+                            "bundle-identifier" = "com.apple.Safari";
+                            "file-data" =                 {
+                                "_CFURLString" = "file:///Applications/Safari.app/";
+                                "_CFURLStringType" = 15;
+                            };
+                            "file-label" = "Safari\\U6d4f\\U89c8\\U5668";
+                        };
+                        "tile-type" = "file-tile";
+                    }
+                );
+                preferreditemsize = "-1";
+                "recent-apps" =     (
+                );
+                tilesize = 52;
+            }
+
+            """
+        let read = d.ctl(["defaults", "read", "com.example.dock"])
+        #expect(read.status == 0 && read.stdoutText == expected, "\(read.stdoutText)")
+        // One value alone is bare.
+        #expect(d.ctl(["defaults", "read", "com.example.dock", "last-messagetrace-stamp"]).stdoutText == "624858776.484993\n")
+        #expect(d.ctl(["defaults", "read", "com.example.dock", "preferreditemsize"]).stdoutText == "-1\n")
+        #expect(d.ctl(["defaults", "read", "com.example.dock", "loc"]).stdoutText == "zh_CN:CN\n")
+        #expect(d.ctl(["defaults", "read", "com.example.dock", "last-analytics-stamp"]).stdoutText == "(\n    \"801447579.684121\"\n)\n")
+    }
+
     @Test func missingKeyIsAnError() throws {
         let d = try Daemon()
         defer { d.close() }
@@ -176,7 +243,7 @@ import Testing
         #expect(d.ctl(["defaults", "read", Self.domain, "panes"]).stdoutText == "{\n    General = 1;\n    OpenWith = 1;\n    Privileges = 0;\n}\n")
         #expect(
             d.ctl(["defaults", "read", Self.domain, "two"]).stdoutText
-                == "{\n    a = 1;\n    b = \"x y\";\n    c = 0.5;\n    d =     (\n        1,\n        2\n    );\n}\n")
+                == "{\n    a = 1;\n    b = \"x y\";\n    c = \"0.5\";\n    d =     (\n        1,\n        2\n    );\n}\n")
         let c = try d.connect()
         let panes = try c.call("io.vaultd.Preferences.Get", ["domain": Self.domain, "key": "panes"]).parameters?["value"] as? [String: Any]
         let dict = panes?["dict"] as? [String: [String: Any]]

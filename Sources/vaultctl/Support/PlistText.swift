@@ -3,41 +3,52 @@ import VaultProtocol
 
 /// The old-style (OpenStep) property-list text that `defaults read` prints.
 enum PlistText {
+    /// `value` as `defaults read` prints it inside a domain, at nesting `level`: a string,
+    /// number or date quoted unless it is ASCII letters and digits only ("com.apple.Safari",
+    /// "_CFURLString", "0.5", "-1" are quoted, as defaults(1) quotes them); a container
+    /// starting after its own level's indent (4 spaces a level), so one nested in a dictionary
+    /// opens after ` = ` and that indent, and one in an array after the element's indent and
+    /// its own (macOS's `defaults read com.apple.dock`).
     static func describe(_ value: PlistValue, level: Int = 0) -> String {
         let pad = String(repeating: "    ", count: level)
         let inner = String(repeating: "    ", count: level + 1)
         switch value {
-        case .string(let s): return quote(s)
+        case .array(let a):
+            if a.isEmpty { return pad + "(\n" + pad + ")" }
+            return pad + "(\n" + a.map { inner + describe($0, level: level + 1) }.joined(separator: ",\n") + "\n" + pad + ")"
+        case .dict(let d):
+            if d.isEmpty { return pad + "{\n" + pad + "}" }
+            var s = pad + "{\n"
+            for k in d.keys.sorted() {
+                s += inner + quote(k) + " = " + describe(d[k]!, level: level + 1) + ";\n"
+            }
+            return s + pad + "}"
+        case .data, .bool: return leaf(value)
+        default: return quote(leaf(value))
+        }
+    }
+
+    /// A value as `defaults read DOMAIN KEY` prints it: a string, number or date bare, a
+    /// container as in a domain.
+    static func describeTop(_ value: PlistValue) -> String {
+        switch value {
+        case .array, .dict: describe(value)
+        default: leaf(value)
+        }
+    }
+
+    /// The text of a value that holds no other, unquoted.
+    private static func leaf(_ value: PlistValue) -> String {
+        switch value {
+        case .string(let s): return s
         case .integer(let i): return String(i)
         case .unsignedInteger(let u): return String(u)
         case .real(let d): return d.isNaN ? "nan" : d.isInfinite ? (d < 0 ? "-inf" : "inf") : formatReal(d)
         case .bool(let b): return b ? "1" : "0"
-        case .date(let d): return quote(dateText(d))
+        case .date(let d): return dateText(d)
         case .data(let d): return "{length = \(d.count), bytes = 0x\(d.map { String(format: "%02x", $0) }.joined())}"
-        case .array(let a):
-            if a.isEmpty { return "(\n\(pad))" }
-            return "(\n" + a.map { inner + describe($0, level: level + 1) }.joined(separator: ",\n") + "\n\(pad))"
-        case .dict(let d):
-            if d.isEmpty { return "{\n\(pad)}" }
-            var s = "{\n"
-            for k in d.keys.sorted() {
-                let v = d[k]!
-                let sep: String
-                switch v {
-                case .array, .dict: sep = " =     "
-                default: sep = " = "
-                }
-                s += inner + quote(k) + sep + describe(v, level: level + 1) + ";\n"
-            }
-            return s + pad + "}"
+        case .array, .dict: return describe(value)
         }
-    }
-
-    /// A value as `defaults read DOMAIN KEY` prints it: strings bare, the rest as text.
-    static func describeTop(_ value: PlistValue) -> String {
-        if case .string(let s) = value { return s }
-        if case .date(let d) = value { return dateText(d) }
-        return describe(value)
     }
 
     static func formatReal(_ d: Double) -> String {
@@ -52,11 +63,9 @@ enum PlistText {
         return String(format: "%04d-%02d-%02d %02d:%02d:%02d +0000", f.year, f.month, f.day, f.hour, f.minute, f.second)
     }
 
-    /// Quotes unless the string is a bare word (letters, digits, '.', '_', '/', '$').
+    /// Quotes unless the string is ASCII letters and digits only, as defaults(1) does.
     static func quote(_ s: String) -> String {
-        let bare = !s.isEmpty && s.unicodeScalars.allSatisfy { c in
-            c.isASCII && (CharacterSet.alphanumerics.contains(c) || ".$/_".unicodeScalars.contains(c))
-        }
+        let bare = !s.isEmpty && s.unicodeScalars.allSatisfy { c in c.isASCII && CharacterSet.alphanumerics.contains(c) }
         if bare { return s }
         var out = "\""
         for c in s.unicodeScalars {
