@@ -166,36 +166,22 @@ import Glibc
     /// process wrote. The stand-in for vaultd sends a snapshot holding "newer" as of write 7,
     /// then answers a Set as write 5.
     @Test func aWriteTheSnapshotAlreadyHoldsIsNotAppliedOverIt() throws {
-        let dir = try TemporaryDirectory.make(prefix: "vaultd-fake")
-        defer { TemporaryDirectory.remove(dir) }
-        let path = dir + "/vaultd.sock"
-        let listener = try UnixSocket()
-        try listener.bindAndListen(path: path)
-        let server = Thread {
-            while let conn = try? listener.accept() {
-                Thread {
-                    let stream = VarlinkStream(socket: conn)
-                    defer { conn.close() }
-                    while let message = try? stream.receive(), let call = try? VarlinkCall(json: message) {
-                        switch call.method {
-                        case "io.vaultd.Vault.Hello":
-                            _ = try? stream.send(VarlinkReply(parameters: ["appID": "com.example.fake", "generation": "g1", "firstLaunch": false, "wipedCredentials": 0]).json)
-                        case "io.vaultd.Preferences.Observe":
-                            for d in call.parameters["domains"]?.arrayValue?.compactMap(\.stringValue) ?? [] {
-                                let values: [String: JSON] = d == "com.example.fake" ? ["k": PlistValue.string("newer").tagged] : [:]
-                                _ = try? stream.send(VarlinkReply(parameters: ["domain": .string(d), "values": .object(values), "sequence": 7], continues: true).json)
-                            }
-                        case "io.vaultd.Preferences.Set":
-                            _ = try? stream.send(VarlinkReply(parameters: ["sequence": 5]).json)
-                        default:
-                            _ = try? stream.send(VarlinkReply(error: VaultError(.internalError, "not in this stand-in")).json)
-                        }
-                    }
-                }.start()
+        let fake = try StandInVaultd { call, stream in
+            switch call.method {
+            case "io.vaultd.Preferences.Observe":
+                for d in call.parameters["domains"]?.arrayValue?.compactMap(\.stringValue) ?? [] {
+                    let values: [String: JSON] = d == "com.example.fake" ? ["k": PlistValue.string("newer").tagged] : [:]
+                    _ = try? stream.send(VarlinkReply(parameters: ["domain": .string(d), "values": .object(values), "sequence": 7], continues: true).json)
+                }
+            case "io.vaultd.Preferences.Set":
+                _ = try? stream.send(VarlinkReply(parameters: ["sequence": 5]).json)
+            default:
+                return nil
             }
+            return true
         }
-        server.start()
-        defer { listener.shutdown() }
+        defer { fake.close() }
+        let path = fake.socketPath
         let vault = try Vault.connect(socketPath: path)
         let defaults = try Defaults(vault: vault)
         let other = try Defaults(vault: vault)
@@ -226,43 +212,24 @@ import Glibc
     /// vaultd that answers the first Observe with snapshots and closes (a restart), the second
     /// with RateLimited, the third with a snapshot holding a new value.
     @Test func observingGoesOnAfterAnErrorReply() throws {
-        let dir = try TemporaryDirectory.make(prefix: "vaultd-fake")
-        defer { TemporaryDirectory.remove(dir) }
-        let path = dir + "/vaultd.sock"
-        let listener = try UnixSocket()
-        try listener.bindAndListen(path: path)
         let observes = Shared(0)
-        let server = Thread {
-            while let conn = try? listener.accept() {
-                Thread {
-                    let stream = VarlinkStream(socket: conn)
-                    defer { conn.close() }
-                    while let message = try? stream.receive(), let call = try? VarlinkCall(json: message) {
-                        switch call.method {
-                        case "io.vaultd.Vault.Hello":
-                            _ = try? stream.send(VarlinkReply(parameters: ["appID": "com.example.fake", "generation": "g1", "firstLaunch": false, "wipedCredentials": 0]).json)
-                        case "io.vaultd.Preferences.Observe":
-                            let n = observes.update { $0 += 1; return $0 }
-                            if n == 2 {
-                                _ = try? stream.send(VarlinkReply(error: VaultError(.rateLimited, "too many connections (VAULTD_MAX_CONNECTIONS)")).json)
-                                return
-                            }
-                            let domains = call.parameters["domains"]?.arrayValue?.compactMap(\.stringValue) ?? []
-                            for d in domains {
-                                let values: [String: JSON] = n >= 3 && d == "com.example.fake" ? ["k": PlistValue.string("after").tagged] : [:]
-                                _ = try? stream.send(VarlinkReply(parameters: ["domain": .string(d), "values": .object(values)], continues: true).json)
-                            }
-                            // The first stream ends as at a restart; the third stays open.
-                            if n == 1 { return }
-                        default:
-                            _ = try? stream.send(VarlinkReply(error: VaultError(.internalError, "not in this stand-in")).json)
-                        }
-                    }
-                }.start()
+        let fake = try StandInVaultd { call, stream in
+            guard call.method == "io.vaultd.Preferences.Observe" else { return nil }
+            let n = observes.update { $0 += 1; return $0 }
+            if n == 2 {
+                _ = try? stream.send(VarlinkReply(error: VaultError(.rateLimited, "too many connections (VAULTD_MAX_CONNECTIONS)")).json)
+                return false
             }
+            let domains = call.parameters["domains"]?.arrayValue?.compactMap(\.stringValue) ?? []
+            for d in domains {
+                let values: [String: JSON] = n >= 3 && d == "com.example.fake" ? ["k": PlistValue.string("after").tagged] : [:]
+                _ = try? stream.send(VarlinkReply(parameters: ["domain": .string(d), "values": .object(values)], continues: true).json)
+            }
+            // The first stream ends as at a restart; the third stays open.
+            return n != 1
         }
-        server.start()
-        defer { listener.shutdown() }
+        defer { fake.close() }
+        let path = fake.socketPath
 
         let vault = try Vault.connect(socketPath: path)
         let defaults = try Defaults(vault: vault)
@@ -271,5 +238,46 @@ import Glibc
         while defaults.string(forKey: "k") == nil && Date() < deadline { usleep(20_000) }
         #expect(defaults.string(forKey: "k") == "after", "observing stopped after \(observes.value) Observe calls")
         #expect(observes.value == 3)
+    }
+}
+
+/// A stand-in for vaultd on a socket of its own: Hello names the app `com.example.fake`;
+/// every other call goes to `answer`, which replies on the stream and returns whether the
+/// connection goes on, or nil for a call it does not answer (InternalError, and on).
+final class StandInVaultd {
+    let socketPath: String
+    private let directory: String
+    private let listener: UnixSocket
+
+    init(_ answer: @escaping @Sendable (VarlinkCall, VarlinkStream) -> Bool?) throws {
+        directory = try TemporaryDirectory.make(prefix: "vaultd-fake")
+        socketPath = directory + "/vaultd.sock"
+        listener = try UnixSocket()
+        try listener.bindAndListen(path: socketPath)
+        let listener = listener
+        Thread {
+            while let conn = try? listener.accept() {
+                Thread {
+                    let stream = VarlinkStream(socket: conn)
+                    defer { conn.close() }
+                    while let message = try? stream.receive(), let call = try? VarlinkCall(json: message) {
+                        if call.method == "io.vaultd.Vault.Hello" {
+                            _ = try? stream.send(VarlinkReply(parameters: ["appID": "com.example.fake", "generation": "g1", "firstLaunch": false, "wipedCredentials": 0]).json)
+                            continue
+                        }
+                        guard let goOn = answer(call, stream) else {
+                            _ = try? stream.send(VarlinkReply(error: VaultError(.internalError, "not in this stand-in")).json)
+                            continue
+                        }
+                        if !goOn { return }
+                    }
+                }.start()
+            }
+        }.start()
+    }
+
+    func close() {
+        listener.shutdown()
+        TemporaryDirectory.remove(directory)
     }
 }
