@@ -64,6 +64,12 @@ struct Limits: Sendable {
 /// serves each connection on its own thread: frames in, dispatch, replies out, in order.
 final class Server: @unchecked Sendable {
     let listener: UnixSocket
+    /// The listener is systemd's (socket activation): systemd keeps the same socket and
+    /// starts the next vaultd on it, so `stop` must leave it able to take connections (a
+    /// `shutdown` would act on systemd's copy too: every later connect refused).
+    let listenerIsShared: Bool
+    /// `stop` writes to `wake[1]` to end the accept loop, which polls the listener and `wake[0]`.
+    private var wake: [Int32] = [-1, -1]
     let dispatcher: Dispatcher
     let identify: (PeerCredentials) -> Caller?
     let limits: Limits
@@ -118,9 +124,19 @@ final class Server: @unchecked Sendable {
     }
 
     init(
-        listener: UnixSocket, dispatcher: Dispatcher, limits: Limits = Limits(), identify: @escaping (PeerCredentials) -> Caller?
+        listener: UnixSocket, listenerIsShared: Bool = false, dispatcher: Dispatcher, limits: Limits = Limits(),
+        identify: @escaping (PeerCredentials) -> Caller?
     ) {
         self.listener = listener
+        self.listenerIsShared = listenerIsShared
+        if pipe(&wake) == 0 {
+            for fd in wake {
+                _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+                _ = fcntl(fd, F_SETFL, O_NONBLOCK)
+            }
+        } else {
+            wake = [-1, -1]
+        }
         self.limits = limits
         self.dispatcher = dispatcher
         self.identify = identify
@@ -136,9 +152,22 @@ final class Server: @unchecked Sendable {
         t.start()
     }
 
+    /// Waits until the listener has a connection to accept (true) or `stop` was called (false).
+    private func waitForConnection() -> Bool {
+        var fds = [pollfd(fd: listener.fd, events: Int16(POLLIN), revents: 0), pollfd(fd: wake[0], events: Int16(POLLIN), revents: 0)]
+        while !stopping.load(ordering: .sequentiallyConsistent) {
+            let n = poll(&fds, nfds_t(wake[0] >= 0 ? 2 : 1), -1)
+            if n < 0 && errno != EINTR { return true }  // accept says what is wrong
+            if fds[1].revents != 0 { return false }
+            if fds[0].revents != 0 { return true }
+        }
+        return false
+    }
+
     private func acceptLoop() {
         while true {
             let conn: UnixSocket
+            guard waitForConnection() else { return }
             do {
                 conn = try listener.accept()
             } catch let e as Errno {
@@ -194,7 +223,9 @@ final class Server: @unchecked Sendable {
     /// connection thread so they exit.
     func stop(timeout: Double) {
         state.withLock { stopping.store(true, ordering: .sequentiallyConsistent) }
-        listener.shutdown()
+        // Connections still queued stay queued: for systemd's socket, the next vaultd takes them.
+        if wake[1] >= 0 { _ = write(wake[1], "x", 1) }
+        if !listenerIsShared { listener.shutdown() }
         let deadline = Date().addingTimeInterval(timeout)
         while callsInProgress.load(ordering: .sequentiallyConsistent) > 0 && Date() < deadline { usleep(5_000) }
         let open = state.withLock { Array(connections.values) }

@@ -83,7 +83,7 @@ let running = RunningApps()
 // The idle auto-lock's clock, touched by every call except those that only look (Status).
 let idle = IdleClock()
 let dispatcher = Dispatcher(vault: vault, runningApps: { running.server?.runningApps ?? [] }, activity: { idle.touch() })
-let server = Server(listener: listener, dispatcher: dispatcher, limits: limits) { peer in
+let server = Server(listener: listener, listenerIsShared: activated != nil, dispatcher: dispatcher, limits: limits) { peer in
     PeerIdentity.caller(for: peer, vault: vault)
 }
 running.server = server

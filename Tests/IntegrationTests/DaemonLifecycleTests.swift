@@ -220,4 +220,50 @@ import Glibc
         #expect(Self.mode(d.socketPath) == nil, "the socket file is still there after SIGTERM")
         #expect(idle.waitForClose(timeout: 5), "the idle client's connection should be closed")
     }
+
+    /// Socket activation (DESIGN §2, dist/systemd): systemd keeps the listening socket and
+    /// starts vaultd again on it when a client comes after a stop (`systemctl --user restart
+    /// vaultd`, or a stop). vaultd's SIGTERM shut the socket down, on systemd's copy too: every
+    /// later connect was refused and the vault unreachable until the socket unit was
+    /// restarted. A stop must leave the shared socket taking connections, for the next vaultd.
+    @Test func aStopLeavesSystemdsSocketTakingConnectionsForTheNextVaultd() throws {
+        let root = try TemporaryDirectory.make(prefix: "vaultd-activation")
+        defer { TemporaryDirectory.remove(root) }
+        mkdir(root + "/home", 0o700)
+        mkdir(root + "/xdg-run", 0o700)
+        let path = root + "/activated.sock"
+        let systemd = try UnixSocket()  // as systemd's vaultd.socket holds it
+        try systemd.bindAndListen(path: path)
+        let log = root + "/vaultd.log"
+        var env = isolatedEnvironment(root: root, socket: nil)
+        env["LISTEN_FDS"] = "1"
+        func activate() throws -> pid_t {
+            let p = try ChildProcess.spawn(
+                "/bin/sh", ["-c", "export LISTEN_PID=$$; exec \"$0\" \"$@\"", Paths.tool("vaultd"), "--data-dir", root + "/data"],
+                environment: env, inputs: [:], passing: [3: systemd.fd], stdout: .file(log, append: true), stderr: .file(log, append: true))
+            try Daemon.waitUntilServing(p, socketPath: path, timeout: 10, log: { (try? String(contentsOfFile: log, encoding: .utf8)) ?? "" }) { _ in }
+            return p
+        }
+        func ctl(_ args: [String]) throws -> ProcessResult {
+            try ChildProcess.run(Paths.tool("vaultctl"), args, environment: isolatedEnvironment(root: root, socket: path).merging(["VAULTCTL_TIMEOUT": "5"]) { $1 }, timeout: 30)
+        }
+        let first = try activate()
+        try #require(try ctl(["defaults", "write", "com.example.activated", "k", "-int", "7"]).status == 0)
+        kill(first, SIGTERM)
+        #expect(ChildProcess.wait(first, timeout: 20) == 0)
+        #expect(Self.mode(path)?.type == S_IFSOCK, "the stopped vaultd removed systemd's socket file")
+
+        // A client now: systemd would queue it and start vaultd; the connect must succeed.
+        let client = try UnixSocket()
+        var connectError: Error?
+        do { try client.connect(path: path) } catch { connectError = error }
+        #expect(connectError == nil, "connect to systemd's socket after the stop: \(String(describing: connectError))")
+        let second = try activate()
+        defer {
+            kill(second, SIGKILL)
+            _ = ChildProcess.wait(second, timeout: 10)
+        }
+        let read = try ctl(["defaults", "read", "com.example.activated", "k"])
+        #expect(read.status == 0 && read.stdoutText == "7\n", "the next vaultd on systemd's socket: \(read)")
+    }
 }

@@ -51,10 +51,11 @@ enum ChildProcess {
     }
 
     /// Starts `executable` (a path, or a name looked up in PATH). `inputs` maps child fds
-    /// (0 for stdin, 3, 4, ...) to bytes that are written into a pipe read by the child.
+    /// (0 for stdin, 3, 4, ...) to bytes that are written into a pipe read by the child;
+    /// `passing` maps child fds to fds of this process the child gets as they are (a socket).
     static func spawn(
         _ executable: String, _ arguments: [String], environment: [String: String], inputs: [Int32: Data],
-        stdout: Output, stderr: Output
+        passing: [Int32: Int32] = [:], stdout: Output, stderr: Output
     ) throws -> pid_t {
         _ = ignoreSIGPIPE
         var actions = posix_spawn_file_actions_t()
@@ -91,6 +92,7 @@ enum ChildProcess {
             for w in writers { close(w.fd) }
             throw HarnessError("pipe2: \(String(cString: strerror(errno)))")
         }
+        for (target, fd) in passing { posix_spawn_file_actions_adddup2(&actions, fd, target) }
         if inputs[0] == nil { posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0) }
         for (fd, output) in [(Int32(1), stdout), (Int32(2), stderr)] {
             switch output {
@@ -100,7 +102,7 @@ enum ChildProcess {
                 posix_spawn_file_actions_addopen(&actions, fd, path, O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC), 0o600)
             }
         }
-        let highest = max(2, inputs.keys.max() ?? 0)
+        let highest = max(2, inputs.keys.max() ?? 0, passing.keys.max() ?? 0)
         _ = addCloseFrom(&actions, highest + 1)
 
         let argv: [UnsafeMutablePointer<CChar>?] = ([executable] + arguments).map { strdup($0) } + [nil]
