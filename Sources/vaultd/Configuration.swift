@@ -20,6 +20,7 @@ struct Configuration {
         usage: vaultd [--socket PATH] [--data-dir DIR] [--cache-dir DIR] [--config FILE]
 
         Serves the vault on a Unix socket (varlink). Runs in the foreground, logs to stderr.
+        SIGTERM or SIGINT: finish the calls in progress and stop. SIGHUP: read --config again.
         Environment: VAULTD_SOCKET, VAULTD_DATA_DIR, VAULTD_CACHE_DIR, XDG_RUNTIME_DIR,
         XDG_DATA_HOME, XDG_CACHE_HOME, XDG_CONFIG_HOME; LISTEN_FDS/LISTEN_PID (socket activation);
         VAULTD_MAX_CONNECTIONS (default 256), VAULTD_PARTIAL_TIMEOUT (seconds a peer may leave

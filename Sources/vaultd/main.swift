@@ -34,12 +34,15 @@ do {
     fail("\(e.message)\n\(Configuration.usage)", code: 64)
 }
 
-let settings: Settings
+let initialSettings: Settings
 do {
-    settings = try Settings.load(configuration.configFile)
+    initialSettings = try Settings.load(configuration.configFile)
 } catch {
     fail("\(error)")
 }
+/// The settings in force: config.plist as read at start, and again on SIGHUP.
+let currentSettings = Mutex(initialSettings)
+var settings: Settings { currentSettings.withLock { $0 } }
 
 let limits: Limits
 do {
@@ -54,6 +57,8 @@ do {
 _ = vault_set_nondumpable()
 CrashOutput.keepSecretsOut()
 signal(SIGPIPE, SIG_IGN)
+// SIGHUP reloads config.plist (below); until then, and never, does it end vaultd uncleanly.
+signal(SIGHUP, SIG_IGN)
 
 let activated = Listener.fromActivation(environment: environment)
 // A daemon already serving the socket is the likelier reason for a store in use, and says so.
@@ -106,17 +111,33 @@ cacheTimer.schedule(deadline: .now() + 0.2, repeating: settings.cacheCheckInterv
 cacheTimer.setEventHandler { vault.enforceCachePolicy(settings.cachePolicy, running: server.runningApps) }
 cacheTimer.resume()
 
-// Idle auto-lock (off unless AutoLockSeconds is set).
+// Idle auto-lock (off unless AutoLockSeconds is set; checked each second, so a reload can turn it on).
 let autoLockTimer = DispatchSource.makeTimerSource(queue: maintenance)
-if settings.autoLockSeconds > 0 {
-    autoLockTimer.schedule(deadline: .now() + 1, repeating: 1)
-    autoLockTimer.setEventHandler {
-        if idle.secondsSinceLastCall() >= settings.autoLockSeconds, vault.isUnlockedWithPassphrase {
-            _ = try? vault.lockVault()
-            log("locked after \(Int(settings.autoLockSeconds)) s without a call")
-        }
+autoLockTimer.schedule(deadline: .now() + 1, repeating: 1)
+autoLockTimer.setEventHandler {
+    let seconds = settings.autoLockSeconds
+    if seconds > 0, idle.secondsSinceLastCall() >= seconds, vault.isUnlockedWithPassphrase {
+        _ = try? vault.lockVault()
+        log("locked after \(Int(seconds)) s without a call")
     }
-    autoLockTimer.resume()
+}
+autoLockTimer.resume()
+
+/// SIGHUP (`systemctl --user reload vaultd`): reads config.plist again. A file that does not
+/// load leaves the settings in force, and says so.
+func reloadSettings() {
+    let path = configuration.configFile ?? "(no config file)"
+    do {
+        let fresh = try Settings.load(configuration.configFile)
+        let old = settings
+        currentSettings.withLock { $0 = fresh }
+        if fresh.cacheCheckInterval != old.cacheCheckInterval {
+            cacheTimer.schedule(deadline: .now() + 0.2, repeating: fresh.cacheCheckInterval)
+        }
+        log("SIGHUP: settings reloaded from \(path) (AutoLockSeconds \(fresh.autoLockSeconds > 0 ? String(Int(fresh.autoLockSeconds)) : "off"))")
+    } catch {
+        log("SIGHUP: settings not reloaded, the ones in force stay: \(error)")
+    }
 }
 log("serving \(activated == nil ? configuration.socketPath : "socket from systemd") (data: \(configuration.dataDirectory))")
 
@@ -149,4 +170,7 @@ for (sig, name) in [(SIGTERM, "SIGTERM"), (SIGINT, "SIGINT")] {
     source.resume()
     signalSources.append(source)
 }
+let hangupSource = DispatchSource.makeSignalSource(signal: SIGHUP, queue: maintenance)
+hangupSource.setEventHandler { reloadSettings() }
+hangupSource.resume()
 dispatchMain()

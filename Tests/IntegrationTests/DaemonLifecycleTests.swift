@@ -266,4 +266,35 @@ import Glibc
         let read = try ctl(["defaults", "read", "com.example.activated", "k"])
         #expect(read.status == 0 && read.stdoutText == "7\n", "the next vaultd on systemd's socket: \(read)")
     }
+
+    /// SIGHUP, as systemd-era daemons take it (`systemctl --user reload`), reads config.plist
+    /// again; a file that does not load keeps the settings in force. It killed vaultd (the
+    /// default action): no clean stop, in-flight calls cut, the socket file left behind.
+    @Test func sighupReloadsTheSettingsAndKeepsServing() throws {
+        let d = try Daemon(start: false)
+        defer { d.close() }
+        let config = d.root + "/config.plist"
+        try Data("not a property list".utf8).write(to: URL(fileURLWithPath: config))
+        try d.start(extraArguments: ["--config", d.root + "/absent.plist"])
+        try #require(d.initialize().status == 0)
+        d.stop()
+        try PropertyListSerialization.data(fromPropertyList: [String: Any](), format: .xml, options: 0).write(to: URL(fileURLWithPath: config))
+        try d.start(extraArguments: ["--config", config])
+        try #require(d.unlock().status == 0)
+
+        // A broken file: nothing changes, vaultd says so and serves on.
+        try Data("<plist><dict><key>AutoLockSeconds</key><string>soon</string></dict></plist>".utf8).write(to: URL(fileURLWithPath: config))
+        d.sendSignal(SIGHUP)
+        let refused = try eventually(timeout: 10) { d.log.contains("SIGHUP: settings not reloaded") }
+        #expect(refused && d.isRunning, "log:\n\(d.log)")
+        // Then AutoLockSeconds = 1: it applies without a restart.
+        try PropertyListSerialization.data(fromPropertyList: ["AutoLockSeconds": 1], format: .xml, options: 0).write(to: URL(fileURLWithPath: config))
+        let vault = try d.client()
+        d.sendSignal(SIGHUP)
+        let locked = try eventually(timeout: 20) { try vault.status().lock.state == .locked }
+        #expect(locked && d.isRunning, "not locked by the reloaded AutoLockSeconds; log:\n\(d.log)")
+        #expect(d.log.contains("SIGHUP: settings reloaded") && d.log.contains("locked after 1 s without a call"), "\(d.log)")
+        #expect(d.stop() == 0)
+        #expect(Self.mode(d.socketPath) == nil)
+    }
 }
