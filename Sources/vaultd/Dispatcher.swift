@@ -13,9 +13,11 @@ struct Dispatcher {
     static let version = "0.1.0"
 
     /// Calls that only look and do not count as activity: a status poller (a panel applet,
-    /// a script waiting for a state) must not keep the vault unlocked forever.
+    /// a script waiting for a state) must not keep the vault unlocked forever. Hello too: every
+    /// VaultClient connection (each `vaultctl status`) says it first, and saying who one is
+    /// uses nothing in the vault.
     static let passiveMethods: Set<String> = [
-        "io.vaultd.Vault.Status", "org.varlink.service.GetInfo", "org.varlink.service.GetInterfaceDescription",
+        "io.vaultd.Vault.Hello", "io.vaultd.Vault.Status", "org.varlink.service.GetInfo", "org.varlink.service.GetInterfaceDescription",
     ]
 
     /// Methods that stream replies and must be called with `more`.

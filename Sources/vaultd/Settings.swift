@@ -4,7 +4,7 @@ import VaultProtocol
 
 /// Settings from the optional `config.plist` (XML or binary; DESIGN §2). Keys:
 /// - `AutoLockSeconds` (integer): lock after this many seconds without a call; 0 = never (default).
-///   Status and org.varlink.service calls only look and do not count.
+///   Hello, Status and org.varlink.service calls only look and do not count.
 /// - `CacheFreeLowWaterBytes`, `CacheFreeHighWaterBytes` (integer): purge when free space on the
 ///   cache volume falls below the low mark, until it reaches the high mark (defaults: 5 % and
 ///   10 % of the volume; a default high mark is at least 5 % of the volume above the low one).

@@ -297,4 +297,34 @@ import Glibc
         #expect(d.stop() == 0)
         #expect(Self.mode(d.socketPath) == nil)
     }
+
+    /// A status poller (a panel applet, a script waiting for a state) runs `vaultctl status`
+    /// now and then: that must not keep the vault unlocked (Status only looks). vaultctl, as
+    /// every VaultClient connection, says Hello first, and Hello counted as use: a poll every
+    /// few seconds kept the vault unlocked for ever despite AutoLockSeconds.
+    @Test func pollingVaultctlStatusDoesNotHoldOffTheIdleAutoLock() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        try #require(d.initialize().status == 0)
+        let config = d.root + "/config.plist"
+        try PropertyListSerialization.data(fromPropertyList: ["AutoLockSeconds": 2], format: .xml, options: 0).write(to: URL(fileURLWithPath: config))
+        d.stop()
+        try d.start(extraArguments: ["--config", config])
+        try #require(d.unlock().status == 0)
+        let unlockedAt = Date()
+        var last = ProcessResult(status: -1, stdout: Data(), stderr: "")
+        while Date().timeIntervalSince(unlockedAt) < 12 {
+            last = d.ctl(["status", "--json"])
+            if last.stdoutText.contains("\"state\":\"locked\"") { break }
+            usleep(300_000)
+        }
+        #expect(last.status == 0 && last.stdoutText.contains("\"state\":\"locked\""), "still unlocked after \(Date().timeIntervalSince(unlockedAt)) s of polling: \(last)")
+        // A real call is use: it is the one that keeps an unlocked vault unlocked.
+        try #require(d.unlock().status == 0)
+        for _ in 0..<6 {
+            #expect(d.ctl(["defaults", "read", "-g"]).status != -1)
+            usleep(700_000)
+        }
+        #expect(d.statusJSON()?["state"] as? String == "unlocked", "locked although used every 0.7 s")
+    }
 }
