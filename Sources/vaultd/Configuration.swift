@@ -15,12 +15,17 @@ struct Configuration {
     var dataDirectory: String
     var cacheDirectory: String
     var configFile: String?
+    /// `--new-device-key`: make a new device.key for an initialised vault whose key is missing
+    /// (a data directory moved to a new device on purpose).
+    var newDeviceKey = false
 
     static let usage = """
-        usage: vaultd [--socket PATH] [--data-dir DIR] [--cache-dir DIR] [--config FILE]
+        usage: vaultd [--socket PATH] [--data-dir DIR] [--cache-dir DIR] [--config FILE] [--new-device-key]
 
         Serves the vault on a Unix socket (varlink). Runs in the foreground, logs to stderr.
         SIGTERM or SIGINT: finish the calls in progress and stop. SIGHUP: read --config again.
+        --new-device-key: the data directory was moved to a new device on purpose and has no
+        device.key: make one (ThisDeviceOnly items made with the old key stay unavailable).
         Environment: VAULTD_SOCKET, VAULTD_DATA_DIR, VAULTD_CACHE_DIR, XDG_RUNTIME_DIR,
         XDG_DATA_HOME, XDG_CACHE_HOME, XDG_CONFIG_HOME; LISTEN_FDS/LISTEN_PID (socket activation);
         VAULTD_MAX_CONNECTIONS (default 256), VAULTD_PARTIAL_TIMEOUT (seconds a peer may leave
@@ -31,11 +36,15 @@ struct Configuration {
 
     static func parse(_ args: [String], environment env: [String: String]) throws -> Configuration {
         var options: [String: String] = [:]
+        var newDeviceKey = false
         var i = 0
         while i < args.count {
             let a = args[i]
             switch a {
             case "-h", "--help": throw UsageError(message: "")
+            case "--new-device-key":
+                newDeviceKey = true
+                i += 1
             case "--socket", "--data-dir", "--cache-dir", "--config":
                 guard i + 1 < args.count else { throw UsageError(message: "\(a) needs a value") }
                 options[a] = args[i + 1]
@@ -60,7 +69,7 @@ struct Configuration {
         let config = options["--config"] ?? ((nonEmpty("XDG_CONFIG_HOME") ?? home + "/.config") + "/vaultd/config.plist")
         return Configuration(
             socketPath: socket, socketPathIsDefault: explicitSocket == nil, dataDirectory: data, cacheDirectory: cache,
-            configFile: config)
+            configFile: config, newDeviceKey: newDeviceKey)
     }
 
     /// `$XDG_RUNTIME_DIR/vaultd/vaultd.sock`, else `/tmp/vaultd-$UID/vaultd.sock`.

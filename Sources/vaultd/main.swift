@@ -72,7 +72,7 @@ if activated == nil {
 
 let vault: Vault
 do {
-    vault = try Vault(dataDirectory: configuration.dataDirectory, cacheDirectory: configuration.cacheDirectory)
+    vault = try Vault(dataDirectory: configuration.dataDirectory, cacheDirectory: configuration.cacheDirectory, newDeviceKey: configuration.newDeviceKey)
 } catch {
     fail("cannot open the vault in \(configuration.dataDirectory): \(error)")
 }

@@ -327,4 +327,44 @@ import Glibc
         }
         #expect(d.statusJSON()?["state"] as? String == "unlocked", "locked although used every 0.7 s")
     }
+
+    /// device.key deleted (or left out of a restore) under an initialised vault: vaultd made a
+    /// new key without a word, every ThisDeviceOnly item became NotAvailableOnThisDevice for
+    /// good, and the old key put back later no longer opened what was added meanwhile. It must
+    /// refuse to start and say what to do; `--new-device-key` is the deliberate move.
+    @Test func aMissingDeviceKeyUnderAnInitialisedVaultIsRefusedNotReplaced() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        try #require(d.initialize().status == 0)
+        try #require(d.ctl(["item", "add", "--service", "dk", "--account", "a", "--accessible", "whenUnlockedThisDeviceOnly"], stdin: Data("bound".utf8)).status == 0)
+        #expect(d.stop() == 0)
+        let keyPath = d.dataDirectory + "/device.key"
+        let original = try Data(contentsOf: URL(fileURLWithPath: keyPath))
+        try #require(unlink(keyPath) == 0)
+
+        let refused = try ChildProcess.run(
+            Paths.tool("vaultd"), ["--socket", d.socketPath, "--data-dir", d.dataDirectory],
+            environment: isolatedEnvironment(root: d.root, socket: nil), timeout: 20)
+        #expect(!refused.timedOut && refused.status == 1, "\(refused)")
+        #expect(refused.stderr.contains("device.key is missing") && refused.stderr.contains("--new-device-key"), "no clear message: \(refused)")
+        #expect(!FileManager.default.fileExists(atPath: keyPath), "a new device.key was made")
+        #expect(Self.mode(d.socketPath) == nil, "the refused vaultd left a socket")
+
+        // The key put back: everything opens, as before.
+        try original.write(to: URL(fileURLWithPath: keyPath))
+        chmod(keyPath, 0o600)
+        try d.start()
+        try #require(d.unlock().status == 0)
+        let get = d.ctl(["item", "get", "--service", "dk", "--account", "a"])
+        #expect(get.status == 0 && get.stdout == Data("bound".utf8), "\(get)")
+
+        // A deliberate move to a new device: a new key, said in the log.
+        #expect(d.stop() == 0)
+        try #require(unlink(keyPath) == 0)
+        try d.start(extraArguments: ["--new-device-key"])
+        #expect(d.log.contains("made a new device key"), "\(d.log)")
+        try #require(d.unlock().status == 0)
+        let moved = d.ctl(["item", "get", "--service", "dk", "--account", "a"])
+        #expect(moved.status == 1 && moved.stderr.contains("NotAvailableOnThisDevice"), "\(moved)")
+    }
 }

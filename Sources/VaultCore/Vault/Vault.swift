@@ -41,14 +41,34 @@ public final class Vault: @unchecked Sendable {
     /// Opens (creating when absent) the vault in `dataDirectory`: creates the directory 0700
     /// and `device.key` 0600, opens the store and runs pending migrations. Throws
     /// `VaultError` InternalError (unreadable files, a newer schema) or StorageFull.
-    public init(dataDirectory: String, cacheDirectory: String? = nil) throws {
+    ///
+    /// `device.key` is made only for a vault not initialised yet, or with `newDeviceKey` (a
+    /// data directory moved to a new device on purpose: its ThisDeviceOnly items stay bound to
+    /// the old key). An initialised vault whose `device.key` is missing (deleted, or left out
+    /// of a restore) is refused with InternalError saying so: a new key would make every
+    /// ThisDeviceOnly item unavailable for good, and the old key, put back later, would no
+    /// longer open what was made meanwhile.
+    public init(dataDirectory: String, cacheDirectory: String? = nil, newDeviceKey: Bool = false) throws {
         self.dataDirectory = dataDirectory
         self.cacheDirectory = cacheDirectory ?? dataDirectory + "/caches"
         try FileSystem.makeDirectory(dataDirectory, mode: 0o700)
-        let deviceKey = try FileSystem.loadOrCreateKey(at: dataDirectory + "/device.key", length: Sodium.keyLength)
+        let keyPath = dataDirectory + "/device.key"
+        var st = stat()
+        let keyMissing = lstat(keyPath, &st) != 0 && errno == ENOENT
         db = try Database(path: dataDirectory + "/vault.sqlite")
         try FileSystem.restrict(dataDirectory + "/vault.sqlite")
         try Schema.migrator.migrate(db)
+        if keyMissing, try db.row("SELECT 1 FROM vault_meta WHERE key = 'wrapped.metadata'") != nil {
+            guard newDeviceKey else {
+                db.close()
+                throw VaultError(
+                    .internalError,
+                    "\(keyPath) is missing, but the vault in \(dataDirectory) is initialised: its ThisDeviceOnly items open only with that key. Put it back (from a backup of this device) and start vaultd again; only if this data directory was moved to a new device on purpose, start vaultd once with --new-device-key (the ThisDeviceOnly items made with the old key then stay unavailable)"
+                )
+            }
+            log("\(keyPath) was missing: made a new device key (--new-device-key); ThisDeviceOnly items made with the old one are not available on this device")
+        }
+        let deviceKey = try FileSystem.loadOrCreateKey(at: keyPath, length: Sodium.keyLength)
         db.checkpointInBackground()
         readers = ReaderPool(path: db.path)
         keys = try KeyHierarchy(db: db, deviceKey: deviceKey)
