@@ -53,12 +53,18 @@ enum Listener {
             throw StartupError(description: "\(path) exists and is not a socket; not touching it")
         }
         let probe = try UnixSocket()
+        // Bounded: a stopped or hung vaultd whose listen backlog is full never takes the
+        // connection, and an unbounded connect waits for ever (SO_SNDTIMEO bounds it: EAGAIN).
+        probe.setTimeouts(receive: 3, send: 3)
         do {
             try probe.connect(path: path)
             throw StartupError(description: "another vaultd is already serving \(path)")
         } catch let e as Errno where e.code == ECONNREFUSED || e.code == ENOENT {
             log("removing stale socket \(path)")
             unlink(path)
+        } catch let e as Errno where e.code == EAGAIN || e.code == EWOULDBLOCK {
+            throw StartupError(
+                description: "another process listens on \(path) but takes no connection (a stopped or hung vaultd?); not touching it: stop that process first")
         }
     }
 

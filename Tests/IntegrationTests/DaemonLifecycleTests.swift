@@ -45,6 +45,32 @@ import Glibc
         #expect(after.status == 0 && after.stdoutText.contains("unlocked"), "vaultd serves again once resumed: \(after)")
     }
 
+    /// Fills the listen backlog of a stopped vaultd at `path` with connections that are then
+    /// closed, as timed-out clients do; returns how many it queued.
+    static func fillBacklog(of path: String) throws -> Int {
+        var queued = 0
+        while queued < 10_000 {
+            let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+            try #require(fd >= 0)
+            var addr = sockaddr_un()
+            addr.sun_family = sa_family_t(AF_UNIX)
+            withUnsafeMutableBytes(of: &addr.sun_path) { p in
+                for (i, b) in path.utf8.enumerated() { p[i] = b }
+            }
+            let rc = withUnsafePointer(to: &addr) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            }
+            let e = errno
+            close(fd)
+            if rc != 0 {
+                try #require(e == EAGAIN, "connect: \(String(cString: strerror(e)))")
+                break
+            }
+            queued += 1
+        }
+        return queued
+    }
+
     /// A stopped vaultd's listen backlog fills up: each connection the kernel queued stays
     /// queued after its client gave up and closed it, so after some 129 timed-out calls
     /// (a status bar polling vaultctl for a few minutes) `connect` itself blocks. The reply
@@ -52,27 +78,7 @@ import Glibc
     /// it is set before the connect).
     @Test func vaultctlGivesUpWhenAStoppedVaultdsBacklogIsFull() throws {
         try Self.withStoppedDaemon { d, _ in
-            // Fill the backlog with connections that are then closed, as timed-out clients do.
-            var queued = 0
-            while queued < 10_000 {
-                let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
-                try #require(fd >= 0)
-                var addr = sockaddr_un()
-                addr.sun_family = sa_family_t(AF_UNIX)
-                withUnsafeMutableBytes(of: &addr.sun_path) { p in
-                    for (i, b) in d.socketPath.utf8.enumerated() { p[i] = b }
-                }
-                let rc = withUnsafePointer(to: &addr) {
-                    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
-                }
-                let e = errno
-                close(fd)
-                if rc != 0 {
-                    try #require(e == EAGAIN, "connect: \(String(cString: strerror(e)))")
-                    break
-                }
-                queued += 1
-            }
+            let queued = try Self.fillBacklog(of: d.socketPath)
             try #require(queued > 0 && queued < 10_000, "backlog \(queued)")
             let started = Date()
             let r = d.run("vaultctl", ["status"], environment: ["VAULTCTL_TIMEOUT": "1"], timeout: 20)
@@ -366,5 +372,24 @@ import Glibc
         try #require(d.unlock().status == 0)
         let moved = d.ctl(["item", "get", "--service", "dk", "--account", "a"])
         #expect(moved.status == 1 && moved.stderr.contains("NotAvailableOnThisDevice"), "\(moved)")
+    }
+
+    /// A second vaultd on the socket of a stopped (or hung) one whose listen backlog is full
+    /// (a panel polled it meanwhile): its check for a live daemon connected with no bound and
+    /// waited for ever, saying nothing. It must give up within seconds, leave the socket
+    /// alone and say why.
+    @Test func aSecondVaultdDoesNotHangOnAStoppedOnesFullBacklog() throws {
+        try Self.withStoppedDaemon { d, _ in
+            let queued = try Self.fillBacklog(of: d.socketPath)
+            try #require(queued > 0 && queued < 10_000, "backlog \(queued)")
+            let started = Date()
+            let second = try ChildProcess.run(
+                Paths.tool("vaultd"), ["--socket", d.socketPath, "--data-dir", d.root + "/data2"],
+                environment: isolatedEnvironment(root: d.root, socket: nil), timeout: 30)
+            #expect(!second.timedOut && second.status == 1, "\(second)")
+            #expect(Date().timeIntervalSince(started) < 15)
+            #expect(second.stderr.contains("stopped or hung"), "no clear message: \(second)")
+            #expect(Self.mode(d.socketPath)?.type == S_IFSOCK, "the first vaultd's socket was removed")
+        }
     }
 }
