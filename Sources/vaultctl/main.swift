@@ -100,7 +100,7 @@ protocol Command {
 }
 
 func printError(_ message: String) {
-    FileHandle.standardError.write(Data("vaultctl: \(message)\n".utf8))
+    StandardOutput.writeError("vaultctl: \(message)\n")
 }
 
 func parseCommand(_ args: inout Arguments) throws -> Command {
@@ -125,29 +125,30 @@ func parseCommand(_ args: inout Arguments) throws -> Command {
 // (Not non-dumpable like vaultd: vaultd identifies a peer through its /proc/PID/exe, which a
 // non-dumpable process hides from a vaultd that is not root.)
 CrashOutput.keepSecretsOut()
+StandardOutput.occupyClosedDescriptors()
 
 var arguments = Arguments(Array(CommandLine.arguments.dropFirst()))
 if arguments.words.first == "--help" || arguments.words.first == "-h" || arguments.words.first == "help" {
     print(toolUsage)
-    exit(0)
+    StandardOutput.exit(0)
 }
 do {
     let socket = try arguments.option("--socket")
     let command = try parseCommand(&arguments)
     try arguments.finish()
     try command.run(Context(socketPath: socket))
-    exit(0)
+    StandardOutput.exit(0)
 } catch let e as UsageError {
     printError("\(e.message)\n\n\(toolUsage)")
-    exit(64)
+    StandardOutput.exit(64)
 } catch let e as VaultError {
     // The varlink error, its message, and the Keychain Services OSStatus where one applies.
     printError(e.status.map { "\(e.description) (OSStatus \($0))" } ?? e.description)
-    exit(1)
+    StandardOutput.exit(1)
 } catch let e as KeyringFailure {
     printError(e.description)
-    exit(1)
+    StandardOutput.exit(1)
 } catch {
     printError("\(error)")
-    exit(1)
+    StandardOutput.exit(1)
 }

@@ -78,7 +78,7 @@ struct DefaultsCommand: Command {
             try prefs.importDomain(words[0], plist: data)
         case .export:
             if words[1] == "-" {
-                FileHandle.standardOutput.write(try prefs.exportDomain(words[0], binary: false))
+                StandardOutput.write(try prefs.exportDomain(words[0], binary: false))
             } else {
                 let data = try prefs.exportDomain(words[0], binary: true)
                 do {
@@ -289,6 +289,6 @@ struct DefaultsCommand: Command {
             }
         }
         // As defaults(1) (on stderr, exit 0).
-        if !found { FileHandle.standardError.write(Data("No domain, key, nor value containing '\(word)'\n".utf8)) }
+        if !found { StandardOutput.writeError("No domain, key, nor value containing '\(word)'\n") }
     }
 }

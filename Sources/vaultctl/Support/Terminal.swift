@@ -78,7 +78,7 @@ enum Terminal {
 
     /// Writes bytes to stdout exactly, plus a newline when stdout is a terminal.
     static func writeSecret(_ data: Data) {
-        FileHandle.standardOutput.write(data)
-        if isTerminal(STDOUT_FILENO) { FileHandle.standardOutput.write(Data("\n".utf8)) }
+        StandardOutput.write(data)
+        if isTerminal(STDOUT_FILENO) { StandardOutput.write(Data("\n".utf8)) }
     }
 }

@@ -1,0 +1,38 @@
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// vaultctl as scripts use it: exit codes, stdout and stderr.
+@Suite struct VaultctlScriptTests {
+    /// vaultctl's output that cannot be written (a full disk, stdout closed) is a failure a
+    /// script can see: exit 1 and a line on stderr. `status`, `item list` and `defaults read`
+    /// exited 0 with their output lost (`vaultctl item list --json > items.json` on a full
+    /// disk left an empty file and "success"); `item get` and `defaults export -` crashed with
+    /// a Foundation fatal error (SIGILL, 132); and with stdout closed the secret of `item get`
+    /// went to the next file vaultctl opened as fd 1, its socket to vaultd, and it said 0.
+    @Test func vaultctlOutputThatCannotBeWrittenIsAFailure() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        try #require(d.initializeWithoutPassphrase().status == 0)
+        try #require(d.ctl(["item", "add", "--service", "out", "--account", "a"], stdin: Data("sekrit".utf8)).status == 0)
+        try #require(d.ctl(["defaults", "write", "com.example.out", "k", "-string", "v"]).status == 0)
+        let commands = [
+            "status", "status --json", "item list", "item list --json", "item get --service out", "item get --service out --json",
+            "defaults read com.example.out", "defaults export com.example.out -", "app list --json",
+        ]
+        for command in commands {
+            for redirect in [">/dev/full", ">&-"] {
+                let r = d.run("sh", ["-c", "\"$0\" \(command) \(redirect)", Paths.tool("vaultctl")])
+                #expect(r.status == 1, "vaultctl \(command) \(redirect): \(r)")
+                #expect(r.stderr.hasPrefix("vaultctl: cannot write to standard output"), "vaultctl \(command) \(redirect): \(r)")
+                #expect(!r.stderr.contains("Fatal error") && !r.stderr.contains("sekrit"), "vaultctl \(command) \(redirect): \(r)")
+            }
+        }
+        // Written whole, it is still 0 and exactly the secret.
+        let get = d.ctl(["item", "get", "--service", "out"])
+        #expect(get.status == 0 && get.stdout == Data("sekrit".utf8) && get.stderr.isEmpty, "\(get)")
+    }
+}
