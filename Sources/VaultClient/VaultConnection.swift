@@ -75,7 +75,18 @@ public final class VaultConnection: @unchecked Sendable {
             // connect blocked for ever). Past it the connect fails with EAGAIN.
             if timeout > 0 { s.setTimeouts(receive: timeout, send: timeout) }
             try s.connect(path: path)
+            // Only our own vaultd is told anything: another user's process listening on the
+            // path (a squatted /tmp/vaultd-$UID, a socket in a shared directory) would get
+            // every secret and passphrase sent. vaultd checks its peers the same way.
+            let server = s.peerUID()
+            guard let uid = server, uid == getuid() else {
+                s.close()
+                throw VaultError.connectionFailed(
+                    "\(path) is served by \(server.map { "uid \($0)" } ?? "an unknown user"), not by this user (uid \(getuid())): refusing to talk to it, as it may be another user's process posing as vaultd; start your own vaultd on a path only you can write to")
+            }
             return VarlinkStream(socket: s)
+        } catch let e as VaultError {
+            throw e
         } catch let e as Errno where e.code == EAGAIN || e.code == EWOULDBLOCK {
             throw VaultError.connectionFailed("vaultd did not take the connection at \(path) within \(timeout) s (is it stopped or hung?)")
         } catch {

@@ -169,4 +169,63 @@ import Glibc
         #expect(again.call("io.vaultd.Preferences.Get", ["domain": "com.example.stale", "key": "k"]).parameters?["value"] == ["integer": 7])
         #expect(Self.permissions(d.socketPath)?.mode == 0o600)
     }
+
+    /// A server of another user posing as vaultd: it listens on the path a client would use
+    /// (/tmp/vaultd-$UID squatted before the owner's vaultd started, a VAULTD_SOCKET in a
+    /// shared directory), answers every call and keeps what it gets. vaultd refuses peers of
+    /// another uid, but the clients trusted whatever answered: `vaultctl item add` sent it
+    /// the secret, `git-credential-vault store` the password. A client must check the
+    /// server's uid (SO_PEERCRED) before it sends anything, and say why it stops.
+    @Test(.enabled(if: getuid() == 0, "needs root to act as another user (setpriv)"))
+    func aServerOfAnotherUserIsNotSentAnything() throws {
+        let root = try TemporaryDirectory.make(prefix: "vaultd-impostor")
+        defer { TemporaryDirectory.remove(root) }
+        chmod(root, 0o755)
+        let shared = root + "/shared"
+        mkdir(shared, 0o777)
+        chmod(shared, 0o1777)
+        let socket = shared + "/vaultd.sock"
+        let received = shared + "/received"
+        let server = """
+            import socket, sys
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.bind(sys.argv[1]); s.listen(8)
+            import os; os.chmod(sys.argv[1], 0o666)
+            while True:
+                c, _ = s.accept()
+                buf = b""
+                while True:
+                    chunk = c.recv(65536)
+                    if not chunk: break
+                    with open(sys.argv[2], "ab") as f: f.write(chunk)
+                    buf += chunk
+                    while b"\\0" in buf:
+                        _, buf = buf.split(b"\\0", 1)
+                        c.sendall(b'{"parameters":{"lock":{"state":"unlocked","unlockedSinceStart":true,"hasPassphrase":false},"items":[],"count":1}}\\0')
+                c.close()
+            """
+        let p = try ChildProcess.spawn(
+            "setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", Self.python, "-c", server, socket, received],
+            environment: ["PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"], inputs: [:], stdout: .devNull, stderr: .file(root + "/server.log", append: true))
+        defer {
+            kill(p, SIGKILL)
+            _ = ChildProcess.wait(p, timeout: 10)
+        }
+        let up = eventually(timeout: 10) { access(socket, F_OK) == 0 }
+        try #require(up, "the impostor did not start: \((try? String(contentsOfFile: root + "/server.log", encoding: .utf8)) ?? "")")
+
+        var env = isolatedEnvironment(root: root, socket: socket)
+        env["VAULTCTL_TIMEOUT"] = "5"
+        let add = try ChildProcess.run(
+            Paths.tool("vaultctl"), ["item", "add", "--service", "impostor", "--account", "a"], environment: env, stdin: Data("imp-secret-1".utf8),
+            timeout: 30)
+        #expect(add.status == 1 && add.stderr.contains("uid 65534"), "\(add)")
+        let git = try ChildProcess.run(
+            Paths.tool("git-credential-vault"), ["store"], environment: env,
+            stdin: Data("protocol=https\nhost=example.org\nusername=bob\npassword=imp-secret-2\n\n".utf8), timeout: 30)
+        // The helper stays quiet when it cannot reach vaultd (git then asks as without it).
+        #expect(!git.timedOut, "\(git)")
+        let got = (try? Data(contentsOf: URL(fileURLWithPath: received))) ?? Data()
+        #expect(got.isEmpty, "the impostor got \(got.count) bytes: \(String(decoding: got, as: UTF8.self).prefix(400))")
+    }
 }

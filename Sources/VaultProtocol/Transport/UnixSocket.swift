@@ -39,6 +39,16 @@ public final class UnixSocket: @unchecked Sendable {
         fd = -1
     }
 
+    /// The uid of the process at the other end, as the kernel recorded it at connect
+    /// (SO_PEERCRED); nil when it cannot be had.
+    public func peerUID() -> uid_t? {
+        // struct ucred { pid_t pid; uid_t uid; gid_t gid; }, which Glibc does not import.
+        var cred: (Int32, UInt32, UInt32) = (0, 0, 0)
+        var len = socklen_t(MemoryLayout<(Int32, UInt32, UInt32)>.size)
+        guard getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0, len == 12 else { return nil }
+        return cred.1
+    }
+
     /// `shutdown(SHUT_RDWR)`: wakes a thread waiting in `receive` on this socket.
     public func shutdown() { _ = Glibc.shutdown(fd, Int32(SHUT_RDWR)) }
 
