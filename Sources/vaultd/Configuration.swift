@@ -60,13 +60,23 @@ struct Configuration {
                 }
             }
         }
-        let home = env["HOME"] ?? String(cString: getpwuid(getuid()).pointee.pw_dir)
         func nonEmpty(_ k: String) -> String? { env[k].flatMap { $0.isEmpty ? nil : $0 } }
+        // HOME, else the passwd entry's; neither (a container's uid without an entry, HOME
+        // unset) is fine when every path is given, and otherwise a clear error.
+        let home = nonEmpty("HOME") ?? getpwuid(getuid()).flatMap { $0.pointee.pw_dir.map { String(cString: $0) } }.flatMap { $0.isEmpty ? nil : $0 }
+        func underHome(_ xdg: String, _ fallback: String, for what: String) throws -> String {
+            if let base = nonEmpty(xdg) { return base }
+            guard let home else {
+                throw UsageError(message: "HOME is not set and uid \(getuid()) has no home in the passwd database, so there is no default \(what): set HOME or \(xdg), or give --\(what)")
+            }
+            return home + fallback
+        }
         let explicitSocket = options["--socket"] ?? nonEmpty("VAULTD_SOCKET")
         let socket = explicitSocket ?? defaultSocketPath(environment: env)
-        let data = options["--data-dir"] ?? nonEmpty("VAULTD_DATA_DIR") ?? ((nonEmpty("XDG_DATA_HOME") ?? home + "/.local/share") + "/vaultd")
-        let cache = options["--cache-dir"] ?? nonEmpty("VAULTD_CACHE_DIR") ?? ((nonEmpty("XDG_CACHE_HOME") ?? home + "/.cache") + "/vaultd")
-        let config = options["--config"] ?? ((nonEmpty("XDG_CONFIG_HOME") ?? home + "/.config") + "/vaultd/config.plist")
+        let data = try options["--data-dir"] ?? nonEmpty("VAULTD_DATA_DIR") ?? (underHome("XDG_DATA_HOME", "/.local/share", for: "data-dir") + "/vaultd")
+        let cache = try options["--cache-dir"] ?? nonEmpty("VAULTD_CACHE_DIR") ?? (underHome("XDG_CACHE_HOME", "/.cache", for: "cache-dir") + "/vaultd")
+        // The config file is optional: without a home for it there is none.
+        let config = options["--config"] ?? (try? underHome("XDG_CONFIG_HOME", "/.config", for: "config")).map { $0 + "/vaultd/config.plist" }
         return Configuration(
             socketPath: socket, socketPathIsDefault: explicitSocket == nil, dataDirectory: data, cacheDirectory: cache,
             configFile: config, newDeviceKey: newDeviceKey)

@@ -392,4 +392,42 @@ import Glibc
             #expect(Self.mode(d.socketPath)?.type == S_IFSOCK, "the first vaultd's socket was removed")
         }
     }
+
+    /// HOME unset for a uid without a passwd entry (a container's arbitrary uid): vaultd
+    /// crashed (a nil passwd entry unwrapped) even with every path given on the command line.
+    /// It must serve when the paths are given, and otherwise say which one it lacks.
+    @Test(.enabled(if: getuid() == 0, "needs root to run as a uid without a passwd entry (setpriv)"))
+    func vaultdWithoutAHomeServesWhenThePathsAreGivenAndSaysWhatIsMissingOtherwise() throws {
+        let uid = 54321
+        try #require(getpwuid(uid_t(uid)) == nil, "uid \(uid) has a passwd entry here")
+        let root = try TemporaryDirectory.make(prefix: "vaultd-nohome")
+        defer { TemporaryDirectory.remove(root) }
+        chmod(root, 0o755)
+        let own = root + "/own"
+        mkdir(own, 0o700)
+        chown(own, uid_t(uid), gid_t(uid))
+        var env = isolatedEnvironment(root: root, socket: nil)
+        for k in ["HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_RUNTIME_DIR"] { env[k] = nil }
+        let asUID = ["--reuid=\(uid)", "--regid=\(uid)", "--clear-groups", Paths.tool("vaultd")]
+
+        let log = own + "/vaultd.log"
+        let p = try ChildProcess.spawn(
+            "setpriv", asUID + ["--socket", own + "/s.sock", "--data-dir", own + "/data", "--cache-dir", own + "/cache"],
+            environment: env, inputs: [:], stdout: .file(log, append: true), stderr: .file(log, append: true))
+        defer {
+            kill(p, SIGKILL)
+            _ = ChildProcess.wait(p, timeout: 10)
+        }
+        let serving = eventually(timeout: 10) { ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").contains("serving") || !ChildProcess.isAlive(p) }
+        let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+        #expect(serving && ChildProcess.isAlive(p) && text.contains("serving \(own)/s.sock"), "log:\n\(text)")
+        #expect(Self.mode(own + "/s.sock")?.type == S_IFSOCK)
+        kill(p, SIGTERM)
+        #expect(ChildProcess.wait(p, timeout: 20) == 0)
+
+        // Without --data-dir there is no default for it: said, not a crash.
+        let missing = try ChildProcess.run("setpriv", asUID + ["--socket", own + "/s.sock"], environment: env, timeout: 20)
+        #expect(missing.status == 64 && missing.stderr.contains("HOME is not set") && missing.stderr.contains("--data-dir"), "\(missing)")
+        #expect(!missing.stderr.contains("Fatal error"), "\(missing)")
+    }
 }
