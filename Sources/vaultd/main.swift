@@ -12,15 +12,17 @@ import Glibc
 // vaultd: the per-user vault daemon. Config, socket, signals; the engine is VaultCore.
 
 func fail(_ message: String, code: Int32 = 1) -> Never {
-    FileHandle.standardError.write(Data("vaultd: \(message)\n".utf8))
+    writeToStandardError("vaultd: \(message)\n")
     exit(code)
 }
+
+occupyClosedStandardDescriptors()
 
 // Buffers of 256 KiB and more (large calls and replies, up to 8 MiB each) get pages of their
 // own, given back to the system when freed. glibc's default raises that threshold as such
 // buffers are freed, and later ones stayed in its heaps: after eight 7 MiB calls at once
 // vaultd kept 149 MiB resident for good; with the fixed threshold it went back to 27 MiB.
-if vault_set_mmap_threshold(256 << 10) != 1 { FileHandle.standardError.write(Data("vaultd: cannot set malloc's mmap threshold\n".utf8)) }
+if vault_set_mmap_threshold(256 << 10) != 1 { log("cannot set malloc's mmap threshold") }
 
 let environment = ProcessInfo.processInfo.environment
 let configuration: Configuration

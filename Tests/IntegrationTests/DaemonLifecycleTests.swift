@@ -430,4 +430,44 @@ import Glibc
         #expect(missing.status == 64 && missing.stderr.contains("HOME is not set") && missing.stderr.contains("--data-dir"), "\(missing)")
         #expect(!missing.stderr.contains("Fatal error"), "\(missing)")
     }
+
+    /// vaultd's log is only a log: a stderr that cannot take a line (its log file on a full
+    /// disk, as scripts/start keeps it in the home; a terminal gone; closed) must not stop
+    /// it. Each log line was written with Foundation's FileHandle, whose failure is a fatal
+    /// error: vaultd died (SIGILL) at its first line, "serving", or at the next one later
+    /// (an auto-lock, a refused peer), cutting the calls in progress and leaving its socket.
+    /// With fds 0-2 closed, a client's socket could also become fd 2 and get log lines.
+    @Test func vaultdKeepsServingWhenItsLogCannotBeWritten() throws {
+        for (name, script) in [("stderr on a full disk", "exec \"$0\" \"$@\" </dev/null >/dev/full 2>/dev/full"), ("stdio closed", "exec \"$0\" \"$@\" <&- >&- 2>&-")] {
+            let d = try Daemon(start: false)
+            defer { d.close() }
+            let p = try ChildProcess.spawn(
+                "/bin/sh", ["-c", script, Paths.tool("vaultd"), "--socket", d.socketPath, "--data-dir", d.dataDirectory],
+                environment: isolatedEnvironment(root: d.root, socket: nil), inputs: [:], stdout: .devNull, stderr: .devNull)
+            defer {
+                kill(p, SIGKILL)
+                _ = ChildProcess.wait(p, timeout: 10)
+            }
+            var exited: Int32?? = nil
+            do {
+                try Daemon.waitUntilServing(p, socketPath: d.socketPath, timeout: 10, log: { "" }) { exited = $0 }
+            } catch {
+                Issue.record("\(name): \(error); exit \(String(describing: exited))")
+                continue
+            }
+            // Calls, a refused second vaultd's stale-socket check, a SIGHUP: each logs or connects.
+            #expect(d.initialize().status == 0, "\(name)")
+            for _ in 0..<3 {
+                let add = d.ctl(["defaults", "write", "com.example.log", "k", "-int", "1"])
+                #expect(add.status == 0 && add.stdout.isEmpty && add.stderr.isEmpty, "\(name): \(add)")
+            }
+            kill(p, SIGHUP)
+            usleep(300_000)
+            let read = d.ctl(["defaults", "read", "com.example.log", "k"])
+            #expect(read.status == 0 && read.stdoutText == "1\n", "\(name): \(read)")
+            kill(p, SIGTERM)
+            #expect(ChildProcess.wait(p, timeout: 20) == 0, "\(name)")
+            #expect(Self.mode(d.socketPath) == nil, "\(name): socket left behind")
+        }
+    }
 }
