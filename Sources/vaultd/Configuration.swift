@@ -15,6 +15,8 @@ struct Configuration {
     var dataDirectory: String
     var cacheDirectory: String
     var configFile: String?
+    /// The config file was named (`--config`): it must exist. The default one may be absent.
+    var configFileIsExplicit = false
     /// `--new-device-key`: make a new device.key for an initialised vault whose key is missing
     /// (a data directory moved to a new device on purpose).
     var newDeviceKey = false
@@ -79,7 +81,7 @@ struct Configuration {
         let config = options["--config"] ?? (try? underHome("XDG_CONFIG_HOME", "/.config", for: "config")).map { $0 + "/vaultd/config.plist" }
         return Configuration(
             socketPath: socket, socketPathIsDefault: explicitSocket == nil, dataDirectory: data, cacheDirectory: cache,
-            configFile: config, newDeviceKey: newDeviceKey)
+            configFile: config, configFileIsExplicit: options["--config"] != nil, newDeviceKey: newDeviceKey)
     }
 
     /// `$XDG_RUNTIME_DIR/vaultd/vaultd.sock`, else `/tmp/vaultd-$UID/vaultd.sock`.

@@ -2,6 +2,10 @@ import Foundation
 import VaultCore
 import VaultProtocol
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// Settings from the optional `config.plist` (XML or binary; DESIGN §2). Keys:
 /// - `AutoLockSeconds` (integer): lock after this many seconds without a call; 0 = never (default).
 ///   Hello, Status and org.varlink.service calls only look and do not count.
@@ -17,11 +21,30 @@ struct Settings {
     var cachePolicy = CachePolicy()
     var cacheCheckInterval: Double = 5
 
-    /// Reads `path`; an absent file gives the defaults. Throws `StartupError` for a file that
+    /// Reads `path`; an absent file gives the defaults, unless it was named (`explicit`).
+    /// Throws `StartupError` for a file that cannot be read (a directory, no permission) or
     /// is not a property-list dictionary or holds a wrong type.
-    static func load(_ path: String?) throws -> Settings {
+    static func load(_ path: String?, explicit: Bool = false) throws -> Settings {
         var s = Settings()
-        guard let path, let data = FileManager.default.contents(atPath: path) else { return s }
+        guard let path else { return s }
+        func unreadable(_ code: Int32) -> StartupError {
+            StartupError(description: "cannot read the config file \(path): \(String(cString: strerror(code)))")
+        }
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        if fd < 0 {
+            if errno == ENOENT && !explicit { return s }
+            throw unreadable(errno)
+        }
+        defer { close(fd) }
+        var data = Data()
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let n = read(fd, &buffer, buffer.count)
+            if n < 0 && errno == EINTR { continue }
+            if n < 0 { throw unreadable(errno) }
+            if n == 0 { break }
+            data.append(contentsOf: buffer[0..<n])
+        }
         guard case .dict(let d) = try PropertyListCodec.decode(data) else {
             throw StartupError(description: "\(path): the root must be a dictionary")
         }

@@ -38,7 +38,7 @@ do {
 
 let initialSettings: Settings
 do {
-    initialSettings = try Settings.load(configuration.configFile)
+    initialSettings = try Settings.load(configuration.configFile, explicit: configuration.configFileIsExplicit)
 } catch {
     fail("\(error)")
 }
@@ -130,7 +130,7 @@ autoLockTimer.resume()
 func reloadSettings() {
     let path = configuration.configFile ?? "(no config file)"
     do {
-        let fresh = try Settings.load(configuration.configFile)
+        let fresh = try Settings.load(configuration.configFile, explicit: configuration.configFileIsExplicit)
         let old = settings
         currentSettings.withLock { $0 = fresh }
         if fresh.cacheCheckInterval != old.cacheCheckInterval {

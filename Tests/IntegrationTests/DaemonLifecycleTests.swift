@@ -281,7 +281,7 @@ import Glibc
         defer { d.close() }
         let config = d.root + "/config.plist"
         try Data("not a property list".utf8).write(to: URL(fileURLWithPath: config))
-        try d.start(extraArguments: ["--config", d.root + "/absent.plist"])
+        try d.start()
         try #require(d.initialize().status == 0)
         d.stop()
         try PropertyListSerialization.data(fromPropertyList: [String: Any](), format: .xml, options: 0).write(to: URL(fileURLWithPath: config))
@@ -469,5 +469,33 @@ import Glibc
             #expect(ChildProcess.wait(p, timeout: 20) == 0, "\(name)")
             #expect(Self.mode(d.socketPath) == nil, "\(name): socket left behind")
         }
+    }
+
+    /// A config file vaultd cannot read is an error, not "no settings": `--config` naming a
+    /// missing file (a typo) or a directory, or a config.plist it cannot open, started vaultd
+    /// on the defaults without a word, so an AutoLockSeconds the user set never locked the
+    /// vault. Only the default path may be absent. (SIGHUP reads the same way.)
+    @Test func aConfigFileThatCannotBeReadIsRefusedNotIgnored() throws {
+        let d = try Daemon(start: false)
+        defer { d.close() }
+        func vaultd(_ args: [String]) throws -> ProcessResult {
+            try ChildProcess.run(
+                Paths.tool("vaultd"), ["--socket", d.socketPath, "--data-dir", d.dataDirectory] + args,
+                environment: isolatedEnvironment(root: d.root, socket: nil), timeout: 5)
+        }
+        for (what, path) in [("a missing file", d.root + "/config.plsit"), ("a directory", d.root + "/home")] {
+            let r = try vaultd(["--config", path])
+            #expect(!r.timedOut && r.status == 1 && r.stderr.contains(path), "\(what): \(r)")
+            #expect(Self.mode(d.socketPath) == nil, "\(what): vaultd served")
+        }
+        // The default config.plist as a directory: the same.
+        let defaultDir = d.root + "/home/.config/vaultd/config.plist"
+        try FileManager.default.createDirectory(atPath: defaultDir, withIntermediateDirectories: true)
+        let r = try vaultd([])
+        #expect(!r.timedOut && r.status == 1 && r.stderr.contains(defaultDir), "\(r)")
+        // Absent at the default path: the defaults, as before.
+        try FileManager.default.removeItem(atPath: defaultDir)
+        try d.start()
+        #expect(Daemon.answers(d.socketPath))
     }
 }
