@@ -85,6 +85,13 @@ do {
 } catch {
     fail("\(error)")
 }
+/// The socket file this vaultd bound (device and inode), so that a stop removes only that
+/// one: the path may hold another vaultd's socket by then (this one's removed meanwhile).
+let boundSocketFile: (dev: UInt64, ino: UInt64)? = {
+    var st = stat()
+    guard activated == nil, lstat(configuration.socketPath, &st) == 0 else { return nil }
+    return (UInt64(st.st_dev), UInt64(st.st_ino))
+}()
 
 let running = RunningApps()
 // The idle auto-lock's clock, touched by every call except those that only look (Status).
@@ -159,7 +166,10 @@ func shutdown(_ signalName: String) -> Never {
     log("\(signalName): stopping")
     server.stop(timeout: 10)
     vault.close()
-    if activated == nil { unlink(configuration.socketPath) }
+    var st = stat()
+    if let bound = boundSocketFile, lstat(configuration.socketPath, &st) == 0, UInt64(st.st_dev) == bound.dev, UInt64(st.st_ino) == bound.ino {
+        unlink(configuration.socketPath)
+    }
     log("stopped")
     exit(0)
 }

@@ -498,4 +498,26 @@ import Glibc
         try d.start()
         #expect(Daemon.answers(d.socketPath))
     }
+
+    /// A stop removes the socket file this vaultd bound, not whatever the path holds by then:
+    /// with its own socket removed (a cleaner of /tmp, a user's rm) and another vaultd (on
+    /// another data directory) serving the path since, the first one's SIGTERM removed the
+    /// second's socket, leaving that vaultd running and unreachable.
+    @Test func aStopRemovesOnlyItsOwnSocketFile() throws {
+        let first = try Daemon()
+        defer { first.close() }
+        try #require(unlink(first.socketPath) == 0)
+        let log = first.root + "/second.log"
+        let second = try ChildProcess.spawn(
+            Paths.tool("vaultd"), ["--socket", first.socketPath, "--data-dir", first.root + "/data2"],
+            environment: isolatedEnvironment(root: first.root, socket: nil), inputs: [:], stdout: .file(log, append: true), stderr: .file(log, append: true))
+        defer {
+            kill(second, SIGKILL)
+            _ = ChildProcess.wait(second, timeout: 10)
+        }
+        try Daemon.waitUntilServing(second, socketPath: first.socketPath, timeout: 10, log: { (try? String(contentsOfFile: log, encoding: .utf8)) ?? "" }) { _ in }
+        #expect(first.stop() == 0)
+        #expect(Self.mode(first.socketPath)?.type == S_IFSOCK, "the first vaultd's stop removed the second one's socket")
+        #expect(Daemon.answers(first.socketPath), "the second vaultd is unreachable")
+    }
 }
