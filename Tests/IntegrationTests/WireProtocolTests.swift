@@ -155,6 +155,72 @@ import Glibc
         #expect((second.parameters?["interfaces"] as? [String])?.contains("io.vaultd.Keychain") == true, "second reply should answer GetInfo: \(second)")
     }
 
+    /// Calls pipelined behind durable adds, on connections whose adds share group commits,
+    /// are answered one by one in order, each seeing the writes before it: the add, a lookup
+    /// of it, the same add again (DuplicateItem), Status. (Issue #8 tried answering an add
+    /// from the thread that settles its group commit while the connection's thread reads on:
+    /// without waiting for that answer before the next call, replies came out of order.)
+    @Test func pipelinedAddsAndReadsKeepTheirOrderWhileOthersWrite() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        let initialized = d.initializeWithoutPassphrase()
+        try #require(initialized.status == 0, "\(initialized)")
+        let failures = LockedList()
+        onThreads(4) { c in
+            do {
+                let conn = try d.connect()
+                for i in 0..<25 {
+                    let account = "c\(c)-\(i)"
+                    let secret = Data("secret of \(account)".utf8).base64EncodedString()
+                    let attributes = ["service": "pipelined", "account": account]
+                    let add = #"{"method":"io.vaultd.Keychain.Add","parameters":{"class":"genericPassword","attributes":\#(Self.json(attributes)),"data":"\#(secret)"}}"#
+                    let get = #"{"method":"io.vaultd.Keychain.CopyMatching","parameters":{"class":"genericPassword","query":\#(Self.json(attributes)),"returnData":true}}"#
+                    let status = #"{"method":"io.vaultd.Vault.Status"}"#
+                    _ = try conn.send(Array([add, get, add, status].map { $0 + "\0" }.joined().utf8))
+                    let replies = (0..<4).map { _ in conn.receive() }
+                    let added = (replies[0].parameters?["attributes"] as? [String: Any])?["account"] as? String
+                    let found = ((replies[1].parameters?["items"] as? [[String: Any]])?.first?["data"]) as? String
+                    if added != account || found != secret || replies[2].errorName != "io.vaultd.Keychain.DuplicateItem"
+                        || replies[3].parameters?["lock"] == nil
+                    {
+                        failures.append("client \(c) round \(i): \(replies)")
+                    }
+                }
+            } catch {
+                failures.append("client \(c): \(error)")
+            }
+        }
+        #expect(failures.all.isEmpty, "\(failures.all.prefix(3))")
+    }
+
+    /// A peer that sends an add and closes at once: the add is kept (it was sent whole) and
+    /// vaultd goes on serving; the reply it could not deliver harms no one.
+    @Test func anAddWhosePeerLeftIsKeptAndVaultdServesOn() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        let initialized = d.initializeWithoutPassphrase()
+        try #require(initialized.status == 0, "\(initialized)")
+        for i in 0..<20 {
+            let c = try d.connect()
+            let add = #"{"method":"io.vaultd.Keychain.Add","parameters":{"class":"genericPassword","attributes":{"service":"left","account":"a\#(i)"},"data":"c2VjcmV0"}}"#
+            _ = try c.send(Array((add + "\0").utf8))
+            c.close()
+        }
+        let probe = try d.connect()
+        var listed: [[String: Any]] = []
+        for _ in 0..<50 {
+            let r = try probe.call("io.vaultd.Keychain.CopyMatching", ["class": "genericPassword", "query": ["service": "left"], "matchLimit": "all"])
+            listed = (r.parameters?["items"] as? [[String: Any]]) ?? []
+            if listed.count == 20 { break }
+            usleep(20_000)
+        }
+        #expect(listed.count == 20, "items kept of 20 adds whose peers left: \(listed.count)")
+    }
+
+    static func json(_ o: [String: String]) -> String {
+        String(decoding: try! JSONSerialization.data(withJSONObject: o, options: [.sortedKeys]), as: UTF8.self)
+    }
+
     /// Framing does not depend on write boundaries: a call dribbled in one byte per write,
     /// then two calls and a half-close (SHUT_WR), as `socat` or a shell client would do.
     @Test func framingIgnoresWriteBoundariesAndHalfClose() throws {
