@@ -7,7 +7,8 @@ import Glibc
 #endif
 
 // vaultctl: the vault's command line, for people and scripts. Exit codes: 0 ok, 1 failure,
-// 64 usage. Secrets are read from fds, stdin or a prompt, never from argv.
+// 64 usage (the reason, then that command's usage lines). Secrets are read from fds, stdin
+// or a prompt, never from argv.
 
 let toolUsage = """
     usage: vaultctl [--socket PATH] COMMAND ...
@@ -99,6 +100,26 @@ protocol Command {
     func run(_ context: Context) throws
 }
 
+/// What a usage error prints after its message: the usage lines of `command` (those that
+/// begin with it, with the lines indented under them), or the synopsis when no command was
+/// recognised, and where the rest is. The whole text (50 lines) buried the one line that
+/// said what was wrong.
+func usage(of command: String?) -> String {
+    var lines: [Substring] = []
+    var within = false
+    for line in toolUsage.split(separator: "\n") {
+        let text = line.drop { $0 == " " }
+        let indent = line.count - text.count
+        // (A line at the commands' indent in capitals, ATTRIBUTES / FILTERS, explains the ones above.)
+        if indent < 2 || (indent == 2 && text.first?.isLowercase == true) {
+            within = indent == 2 && command.map { text == $0 || text.hasPrefix($0 + " ") } == true
+        }
+        if within { lines.append(line) }
+    }
+    let synopsis = lines.isEmpty ? "usage: vaultctl [--socket PATH] COMMAND ...\n" : "usage:\n" + lines.joined(separator: "\n") + "\n"
+    return synopsis + "Run 'vaultctl --help' for every command."
+}
+
 func printError(_ message: String) {
     StandardOutput.writeError("vaultctl: \(message)\n")
 }
@@ -139,7 +160,8 @@ do {
     try command.run(Context(socketPath: socket))
     StandardOutput.exit(0)
 } catch let e as UsageError {
-    printError("\(e.message)\n\n\(toolUsage)")
+    let named = CommandLine.arguments.dropFirst().first { !$0.hasPrefix("-") && toolUsage.contains("\n  \($0) ") }
+    printError("\(e.message)\n\(usage(of: named))")
     StandardOutput.exit(64)
 } catch let e as VaultError {
     // The varlink error, its message, and the Keychain Services OSStatus where one applies.

@@ -35,4 +35,25 @@ import Glibc
         let get = d.ctl(["item", "get", "--service", "out"])
         #expect(get.status == 0 && get.stdout == Data("sekrit".utf8) && get.stderr.isEmpty, "\(get)")
     }
+
+    /// A usage error is exit 64 with its reason first and then the usage of the command it
+    /// concerns, not the whole 50-line text, which buried the reason; an unknown command gets
+    /// the synopsis. No daemon is needed (none runs here).
+    @Test(arguments: [
+        (["item", "get"], "item get needs at least one filter", ["  item get [CLASS] FILTERS", "  ATTRIBUTES / FILTERS:"], "defaults"),
+        (["--socket", "/nowhere", "unlock", "--frob"], "unexpected argument '--frob'", ["  unlock [--passphrase-fd N]", "  unlock --from-keyring"], "item"),
+        (["defaults", "write"], "wrong number of arguments for defaults write", ["  defaults write DOMAIN KEY", "  defaults import"], "item "),
+        (["app"], "app needs install", ["  app install APP_ID", "  [--keep-credentials-on-reinstall]"], "defaults"),
+        (["frob"], "unknown command 'frob'", ["usage: vaultctl [--socket PATH] COMMAND ..."], "item"),
+    ])
+    func aUsageErrorSaysWhyAndShowsThatCommandsUsage(arguments: [String], reason: String, shown: [String], notShown: String) throws {
+        let r = try ChildProcess.run(Paths.tool("vaultctl"), arguments, environment: ["PATH": "/usr/bin:/bin"])
+        #expect(r.status == 64, "\(r)")
+        let lines = r.stderr.split(separator: "\n")
+        #expect(lines.first?.hasPrefix("vaultctl: " + reason) == true, "\(r.stderr)")
+        for s in shown { #expect(r.stderr.contains(s), "missing '\(s)': \(r.stderr)") }
+        #expect(!r.stderr.contains(notShown), "\(r.stderr)")
+        #expect(lines.last == "Run 'vaultctl --help' for every command." && lines.count <= 16, "\(r.stderr)")
+        #expect(r.stdout.isEmpty)
+    }
 }
