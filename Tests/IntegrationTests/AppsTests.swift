@@ -591,7 +591,7 @@ import Glibc
                 stderr: .file(out + ".err", append: false))
             #expect(eventually(timeout: 10) { (try? String(contentsOfFile: out, encoding: .utf8))?.contains("ready") == true })
             try before()
-            FileManager.default.createFile(atPath: go, contents: Data())
+            _ = FileManager.default.createFile(atPath: go, contents: Data())
             if ChildProcess.wait(pid, timeout: 20) == nil { kill(pid, SIGKILL); _ = ChildProcess.wait(pid, timeout: 5) }
             let text = (try? String(contentsOfFile: out, encoding: .utf8)) ?? ""
             return text.split(separator: "\n").map(String.init).filter { $0 != "ready" }
@@ -648,7 +648,7 @@ import Glibc
             return (pid, out, go)
         }
         func finish(_ p: (pid: pid_t, out: String, go: String)) -> String {
-            FileManager.default.createFile(atPath: p.go, contents: Data())
+            _ = FileManager.default.createFile(atPath: p.go, contents: Data())
             if ChildProcess.wait(p.pid, timeout: 20) == nil { kill(p.pid, SIGKILL); _ = ChildProcess.wait(p.pid, timeout: 5) }
             return (try? String(contentsOfFile: p.out, encoding: .utf8)) ?? ""
         }

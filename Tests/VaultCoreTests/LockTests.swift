@@ -326,7 +326,7 @@ struct LockTests {
         try withVault(initialize: false) { vault, dir in
             _ = try vault.initialize(passphrase: secret("p1"), caller: .owner)
             try vault.addGeneric(service: "wps", account: "a", secret: [7], accessible: .whenPasscodeSetThisDeviceOnly)
-            _ = try vault.locked { vault.db.failNextCommit() }
+            vault.locked { vault.db.failNextCommit() }
             let removal = Result { try vault.changePassphrase(old: secret("p1"), new: nil, caller: .owner) }
             #expect((try? removal.get()) == nil, "the removal cannot commit: \(removal)")
             #expect(vault.lockState["hasPassphrase"] == true)
@@ -335,7 +335,7 @@ struct LockTests {
             expectVaultError(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret("p2")) }
             _ = try vault.unlock(passphrase: secret("p1"))
             // A change that does not commit: the old passphrase stays the one.
-            _ = try vault.locked { vault.db.failNextCommit() }
+            vault.locked { vault.db.failNextCommit() }
             let change = Result { try vault.changePassphrase(old: secret("p1"), new: secret("p2"), caller: .owner) }
             #expect((try? change.get()) == nil, "the change cannot commit: \(change)")
             _ = try vault.lockVault()

@@ -160,7 +160,7 @@ struct PreferencesTests {
             for i in 0..<300_000 { keys[String(format: "k%06d", i)] = .bool(i % 2 == 0) }
             let bools: [String: PlistValue] = ["list": .array((0..<550_000).map { .bool($0 % 3 == 0) })]
             for (name, values) in [("keys", keys), ("bools", bools)] {
-                try vault.importDomain(Self.domain, values: values)
+                _ = try vault.importDomain(Self.domain, values: values)
                 for format in [PropertyListCodec.Format.binary, .xml] {
                     let exported = try vault.exportDomain(Self.domain, format: format)
                     let copy = "\(Self.domain).\(name).\(format.rawValue)"
