@@ -80,7 +80,7 @@ struct UnlockCommand: Command {
                 throw UsageError(message: "vaultd did not say which data directory it serves; nothing remembered")
             }
             try RememberedPassphrase.store(passphrase, dataDirectory: dir)
-            print("passphrase remembered in the login keyring: vaultd unlocks itself when it starts (vaultctl forget undoes this)")
+            print("passphrase remembered in the login keyring: a vaultd that starts with that keyring on its session bus unlocks itself (vaultctl forget undoes this)")
         }
     }
 }
