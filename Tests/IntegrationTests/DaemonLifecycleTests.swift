@@ -520,4 +520,40 @@ import Glibc
         #expect(Self.mode(first.socketPath)?.type == S_IFSOCK, "the first vaultd's stop removed the second one's socket")
         #expect(Daemon.answers(first.socketPath), "the second vaultd is unreachable")
     }
+
+    /// Failed passphrase checks left no trace in vaultd's log: someone guessing passphrases
+    /// (Unlock, ChangePassphrase's current one) was invisible in the journal. Each failure is
+    /// logged with its count and the wait it imposes, a guess refused during the wait too, and
+    /// never the passphrase tried.
+    @Test func failedPassphraseChecksAreLoggedWithoutThePassphrase() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        try #require(d.initialize().status == 0)
+        try #require(d.ctl(["lock"]).status == 0)
+        let guesses = ["guess-one-Qx", "guess-two-Qx", "guess-three-Qx", "guess-four-Qx"]
+        for g in guesses.prefix(3) {
+            let r = d.unlock(passphrase: g)
+            try #require(r.status == 1 && r.stderr.contains("AuthFailed"), "\(r)")
+        }
+        // Within the 1 s wait the third failure imposes: refused unchecked, still logged.
+        let limited = d.unlock(passphrase: guesses[3])
+        try #require(limited.status == 1 && limited.stderr.contains("RateLimited"), "\(limited)")
+        usleep(1_300_000)
+        let change = d.ctl(["passphrase", "change", "--passphrase-fd", "3", "--new-passphrase-fd", "4"], fds: [3: passphraseLine(guesses[3]), 4: passphraseLine("new-one-Qx")])
+        try #require(change.status == 1 && change.stderr.contains("AuthFailed"), "\(change)")
+
+        let lines = d.log.split(separator: "\n").map(String.init)
+        let failures = lines.filter { $0.contains("failed: wrong passphrase") }
+        #expect(failures == [
+            "vaultd: Unlock failed: wrong passphrase (1 failed in a row)",
+            "vaultd: Unlock failed: wrong passphrase (2 failed in a row)",
+            "vaultd: Unlock failed: wrong passphrase (3 failed in a row; the next check is allowed in 1 s)",
+            "vaultd: ChangePassphrase failed: wrong passphrase (4 failed in a row; the next check is allowed in 2 s)",
+        ], "\(d.log)")
+        #expect(lines.contains { $0.hasPrefix("vaultd: Unlock refused: too many failed passphrase checks") }, "\(d.log)")
+        for secret in guesses + ["new-one-Qx", Daemon.passphrase] { #expect(!d.log.contains(secret), "the log holds a passphrase: \(d.log)") }
+        // The right one still unlocks (after the wait), and clears the count.
+        usleep(2_200_000)
+        #expect(d.unlock().status == 0)
+    }
 }

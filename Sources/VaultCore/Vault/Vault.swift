@@ -216,10 +216,10 @@ public final class Vault: @unchecked Sendable {
         // One attempt at a time, so parallel guesses cannot all pass the rate limit.
         unlockAttempts.lock()
         defer { unlockAttempts.unlock() }
-        let kek = try passphraseKEK(passphrase)
+        let kek = try passphraseKEK(passphrase, for: "Unlock")
         return try inEventOrder { ticket in
             let state: JSON = try locked {
-                try openKeysCounting(kek)
+                try openKeysCounting(kek, for: "Unlock")
                 ticket.take()
                 return keys.lockState
             }
@@ -261,9 +261,12 @@ public final class Vault: @unchecked Sendable {
         }
         var oldKEK: SecureBytes?
         if hasPassphrase {
-            guard let old else { throw VaultError(.wrongPassphrase, "the current passphrase is required") }
+            guard let old else {
+                log("ChangePassphrase refused: the current passphrase was not given")
+                throw VaultError(.wrongPassphrase, "the current passphrase is required")
+            }
             // A passphrase check like Unlock's, so rate-limited and counted like it.
-            oldKEK = try passphraseKEK(old)
+            oldKEK = try passphraseKEK(old, for: "ChangePassphrase")
         } else if new == nil {
             throw VaultError(.noPassphrase, "the vault has no passphrase to remove")
         }
@@ -274,7 +277,7 @@ public final class Vault: @unchecked Sendable {
                 // Only a ChangePassphrase sets or removes a passphrase once the vault exists,
                 // and this one holds `unlockAttempts`: `hasPassphrase` still holds.
                 if let oldKEK {
-                    try openKeysCounting(oldKEK)
+                    try openKeysCounting(oldKEK, for: "ChangePassphrase")
                     // A locked vault is unlocked now, whatever becomes of the change.
                     ticket.take()
                     ticket.madeSoFar = [.lockState(keys.lockState)]
@@ -303,21 +306,38 @@ public final class Vault: @unchecked Sendable {
     /// Checks the rate limit, then derives `passphrase`'s KEK outside the engine lock (Argon2id
     /// is slow: other callers are served meanwhile). Throws RateLimited, NoPassphrase,
     /// NotInitialized.
-    private func passphraseKEK(_ passphrase: SecureBytes) throws -> SecureBytes {
+    /// `operation` (Unlock, ChangePassphrase) names the call in the log.
+    private func passphraseKEK(_ passphrase: SecureBytes, for operation: String) throws -> SecureBytes {
         let parameters = try locked {
-            try checkRateLimit()
+            do {
+                try checkRateLimit()
+            } catch let e as VaultError where e.code == .rateLimited {
+                // Guesses made during the wait are refused unchecked, but seen in the log.
+                log("\(operation) refused: too many failed passphrase checks; \(e.message)")
+                throw e
+            }
             return try keys.passphraseParameters()
         }
         return try Sodium.argon2id(passphrase: passphrase, parameters: parameters)
     }
 
     /// Opens the keys with a passphrase's KEK (under the engine lock): a wrong one counts for
-    /// the rate limit and throws Vault.AuthFailed, a right one clears the count.
-    private func openKeysCounting(_ kek: SecureBytes) throws {
+    /// the rate limit, is logged (as sshd and polkit log a failed password: someone guessing
+    /// must show in the journal; the count and the wait, never the passphrase) and throws
+    /// Vault.AuthFailed, a right one clears the count.
+    private func openKeysCounting(_ kek: SecureBytes, for operation: String) throws {
         do {
             try changingKeys { try keys.unlock(kek: kek) }
         } catch let e as VaultError where e.code == .wrongPassphrase {
-            try recordFailedUnlock()
+            let n: Int
+            do {
+                n = try recordFailedUnlock()
+            } catch {
+                log("\(operation) failed: wrong passphrase (the failure could not be counted: \(error))")
+                throw error
+            }
+            let wait = Self.failureWait(n)
+            log("\(operation) failed: wrong passphrase (\(n) failed in a row\(wait > 0 ? "; the next check is allowed in \(Int(wait)) s" : ""))")
             throw e
         }
         // Unlocked: a count left behind (a full disk) only costs a later wait; failing here
@@ -336,7 +356,7 @@ public final class Vault: @unchecked Sendable {
             let raw = r[0].blob, let j = try? JSON.parse(raw), let n = j["count"]?.intValue,
             var last = j["last"]?.doubleValue, n >= 3
         else { return 0 }
-        let wait = min(pow(2.0, Double(n - 3)), 900)
+        let wait = Self.failureWait(n)
         let now = Date().timeIntervalSince1970
         if last > now {
             last = now
@@ -357,10 +377,17 @@ public final class Vault: @unchecked Sendable {
         }
     }
 
-    private func recordFailedUnlock() throws {
+    /// The wait after `n` failures in a row (0 below 3).
+    private static func failureWait(_ n: Int) -> Double {
+        n >= 3 ? min(pow(2.0, Double(n - 3)), 900) : 0
+    }
+
+    /// Counts one more failure; returns the count.
+    private func recordFailedUnlock() throws -> Int {
         let r = try db.row("SELECT value FROM vault_meta WHERE key = 'unlock.failures'")
         let n = (r?[0].blob.flatMap { try? JSON.parse($0) }?["count"]?.intValue ?? 0) + 1
         try recordFailures(n, last: Date().timeIntervalSince1970)
+        return n
     }
 
     private func recordFailures(_ n: Int, last: Double) throws {
