@@ -556,4 +556,36 @@ import Glibc
         usleep(2_200_000)
         #expect(d.unlock().status == 0)
     }
+
+    /// A device.key of the wrong length (`cat device.key device.key > k; mv k device.key`, a
+    /// truncated copy, an empty file) was accepted silently: vaultd used its first 32 bytes,
+    /// or failed only for a short one. It must refuse to start, saying the file is damaged,
+    /// and leave the file as it is.
+    @Test func aDeviceKeyOfTheWrongLengthIsRefusedAsDamaged() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        try #require(d.initialize().status == 0)
+        try #require(d.ctl(["item", "add", "--service", "dk", "--account", "a", "--accessible", "whenUnlockedThisDeviceOnly"], stdin: Data("bound".utf8)).status == 0)
+        #expect(d.stop() == 0)
+        let keyPath = d.dataDirectory + "/device.key"
+        let original = try Data(contentsOf: URL(fileURLWithPath: keyPath))
+        try #require(original.count == 32)
+        for damaged in [original + original, original + Data([0x0A]), original.prefix(16), Data()] {
+            try damaged.write(to: URL(fileURLWithPath: keyPath))
+            chmod(keyPath, 0o600)
+            let refused = try ChildProcess.run(
+                Paths.tool("vaultd"), ["--socket", d.socketPath, "--data-dir", d.dataDirectory],
+                environment: isolatedEnvironment(root: d.root, socket: nil), timeout: 10)
+            #expect(!refused.timedOut && refused.status == 1, "\(damaged.count) bytes: \(refused)")
+            #expect(refused.stderr.contains("\(keyPath) is damaged: it holds \(damaged.count) bytes, a device key is exactly 32"), "\(damaged.count) bytes: \(refused)")
+            #expect(try Data(contentsOf: URL(fileURLWithPath: keyPath)) == damaged, "\(damaged.count) bytes: device.key was changed")
+            #expect(Self.mode(d.socketPath) == nil, "\(damaged.count) bytes: the refused vaultd left a socket")
+        }
+        try original.write(to: URL(fileURLWithPath: keyPath))
+        chmod(keyPath, 0o600)
+        try d.start()
+        try #require(d.unlock().status == 0)
+        let get = d.ctl(["item", "get", "--service", "dk", "--account", "a"])
+        #expect(get.status == 0 && get.stdout == Data("bound".utf8), "\(get)")
+    }
 }

@@ -24,14 +24,36 @@ enum FileSystem {
     }
 
     /// Reads the key at `path`, or creates it with `length` random bytes, mode 0600, written
-    /// durably (fsync of the file and its directory).
+    /// durably (fsync of the file and its directory). An existing key must be a regular file of
+    /// exactly `length` bytes (anything else is damaged: a key read from the first bytes of
+    /// a longer file, or a short one, would silently be another key).
     static func loadOrCreateKey(at path: String, length: Int) throws -> SecureBytes {
-        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
         if fd >= 0 {
             defer { close(fd) }
+            var st = stat()
+            guard fstat(fd, &st) == 0 else {
+                throw VaultError(.internalError, "cannot read \(path): \(String(cString: strerror(errno)))")
+            }
+            guard st.st_mode & S_IFMT == S_IFREG else {
+                throw VaultError(.internalError, "\(path) is damaged: it is not a regular file. Put back the device.key from a backup of this device and start vaultd again")
+            }
+            guard st.st_size == off_t(length) else {
+                throw VaultError(
+                    .internalError,
+                    "\(path) is damaged: it holds \(st.st_size) bytes, a device key is exactly \(length). Put back the device.key from a backup of this device and start vaultd again")
+            }
             let key = SecureBytes(count: length)
-            let n = key.withUnsafeMutableBytes { read(fd, $0.baseAddress, length) }
-            guard n == length else { throw VaultError(.internalError, "\(path) is damaged (expected \(length) bytes)") }
+            var got = 0
+            while got < length {
+                let n = key.withUnsafeMutableBytes { read(fd, $0.baseAddress! + got, length - got) }
+                if n < 0 && errno == EINTR { continue }
+                guard n > 0 else { break }
+                got += n
+            }
+            guard got == length else {
+                throw VaultError(.internalError, "\(path) is damaged: could read only \(got) of its \(length) bytes")
+            }
             return key
         }
         guard errno == ENOENT else {

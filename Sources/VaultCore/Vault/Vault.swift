@@ -68,7 +68,14 @@ public final class Vault: @unchecked Sendable {
             }
             log("\(keyPath) was missing: made a new device key (--new-device-key); ThisDeviceOnly items made with the old one are not available on this device")
         }
-        let deviceKey = try FileSystem.loadOrCreateKey(at: keyPath, length: Sodium.keyLength)
+        // A damaged (not 32 bytes), foreign or loose device.key is refused, never replaced.
+        let deviceKey: SecureBytes
+        do {
+            deviceKey = try FileSystem.loadOrCreateKey(at: keyPath, length: Sodium.keyLength)
+        } catch {
+            db.close()
+            throw error
+        }
         db.checkpointInBackground()
         readers = ReaderPool(path: db.path)
         keys = try KeyHierarchy(db: db, deviceKey: deviceKey)
