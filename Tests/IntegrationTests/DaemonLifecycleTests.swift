@@ -588,4 +588,58 @@ import Glibc
         let get = d.ctl(["item", "get", "--service", "dk", "--account", "a"])
         #expect(get.status == 0 && get.stdout == Data("bound".utf8), "\(get)")
     }
+
+    /// A device.key others may read or write (0644, 0660, 0604) was used as it was. vaultd
+    /// refuses it as ssh refuses such a private key, naming the file and the fix, and leaves
+    /// its mode alone; at 0600 (or 0400) it serves.
+    @Test func aDeviceKeyAccessibleByOthersIsRefusedWithTheFix() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        try #require(d.initialize().status == 0)
+        #expect(d.stop() == 0)
+        let keyPath = d.dataDirectory + "/device.key"
+        #expect(Self.mode(keyPath)?.permissions == 0o600)
+        for loose: mode_t in [0o644, 0o660, 0o604, 0o640] {
+            try #require(chmod(keyPath, loose) == 0)
+            let refused = try ChildProcess.run(
+                Paths.tool("vaultd"), ["--socket", d.socketPath, "--data-dir", d.dataDirectory],
+                environment: isolatedEnvironment(root: d.root, socket: nil), timeout: 10)
+            #expect(!refused.timedOut && refused.status == 1, "\(String(loose, radix: 8)): \(refused)")
+            #expect(refused.stderr.contains("\(keyPath) has permissions \(String(loose, radix: 8))") && refused.stderr.contains("chmod 600 \(keyPath)"), "\(String(loose, radix: 8)): \(refused)")
+            #expect(Self.mode(keyPath)?.permissions == loose, "the mode was changed")
+        }
+        try #require(chmod(keyPath, 0o400) == 0)
+        try d.start()
+        #expect(d.unlock().status == 0)
+    }
+
+    /// A first start on a full disk left an empty vault.sqlite with mode 0644 (SQLite's) in the
+    /// 0700 data directory, as the store was tightened only after it had been set up. Every
+    /// file vaultd leaves in its data directory is 0600 from its creation, also when it stops
+    /// half-way. (Root and a private mount namespace: a full tmpfs.)
+    @Test(.enabled(if: ReliabilityFullDiskTests.available))
+    func aFirstStartOnAFullDiskLeavesOnlyPrivateFiles() throws {
+        let d = try Daemon(start: false)
+        defer { d.close() }
+        let disk = d.root + "/disk"
+        try #require(mkdir(disk, 0o700) == 0)
+        let script = """
+            d=$1; shift
+            umask 022
+            mount -t tmpfs -o size=256k,mode=0700 tmpfs "$d" || exit 90
+            mkdir -m 0700 "$d/data" || exit 91
+            head -c 1048576 /dev/zero > "$d/filler" 2>/dev/null
+            "$@" --data-dir "$d/data" 2>&1
+            echo "exit=$?"
+            for f in "$d/data"/*; do [ -e "$f" ] && stat -c 'file %n %a' "$f"; done
+            """
+        let r = try ChildProcess.run(
+            "unshare", ["-m", "sh", "-c", script, "sh", disk, Paths.tool("vaultd"), "--socket", d.socketPath],
+            environment: isolatedEnvironment(root: d.root, socket: nil), timeout: 30)
+        let out = r.stdoutText
+        #expect(r.status == 0 && out.contains("exit=") && !out.contains("exit=0"), "vaultd did not stop on the full disk: \(r)")
+        let files = out.split(separator: "\n").filter { $0.hasPrefix("file ") }
+        #expect(files.contains { $0.contains("/vault.sqlite ") }, "no vault.sqlite left to check: \(r)")
+        for f in files { #expect(f.hasSuffix(" 600"), "not 0600: \(f)") }
+    }
 }

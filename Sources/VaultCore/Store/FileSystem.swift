@@ -19,14 +19,30 @@ enum FileSystem {
         }
     }
 
+    /// Tightens an existing file to 0600 (a store made by an older vaultd, or copied in).
     static func restrict(_ path: String) throws {
         _ = chmod(path, 0o600)
+    }
+
+    /// Creates `path` empty with mode 0600 when absent (an existing file is left as it is), so
+    /// that a file the store opens next (SQLite creates with 0644 and gives its -wal and -shm
+    /// files the database's mode) is private from its creation: a start that fails right
+    /// after (a full disk) must not leave it readable by others.
+    static func createPrivateFile(_ path: String) throws {
+        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        guard fd >= 0 else {
+            let code = errno
+            throw VaultError(code == ENOSPC || code == EDQUOT ? .storageFull : .internalError, "cannot create \(path): \(String(cString: strerror(code)))")
+        }
+        close(fd)
     }
 
     /// Reads the key at `path`, or creates it with `length` random bytes, mode 0600, written
     /// durably (fsync of the file and its directory). An existing key must be a regular file of
     /// exactly `length` bytes (anything else is damaged: a key read from the first bytes of
-    /// a longer file, or a short one, would silently be another key).
+    /// a longer file, or a short one, would silently be another key), owned by this user and
+    /// neither readable nor writable by others (refused as ssh refuses such a private key,
+    /// saying how to fix it; not changed behind the user's back).
     static func loadOrCreateKey(at path: String, length: Int) throws -> SecureBytes {
         let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
         if fd >= 0 {
@@ -37,6 +53,14 @@ enum FileSystem {
             }
             guard st.st_mode & S_IFMT == S_IFREG else {
                 throw VaultError(.internalError, "\(path) is damaged: it is not a regular file. Put back the device.key from a backup of this device and start vaultd again")
+            }
+            guard st.st_uid == getuid() else {
+                throw VaultError(.internalError, "\(path) is owned by uid \(st.st_uid), not by this user (uid \(getuid())): refusing a device key another user controls. Fix: chown \(getuid()) \(path)")
+            }
+            guard st.st_mode & 0o077 == 0 else {
+                throw VaultError(
+                    .internalError,
+                    "\(path) has permissions \(String(st.st_mode & 0o777, radix: 8)): a device key must not be accessible by others. Fix: chmod 600 \(path)")
             }
             guard st.st_size == off_t(length) else {
                 throw VaultError(

@@ -39,7 +39,9 @@ public final class Vault: @unchecked Sendable {
     private let orderedEvents = OrderedEvents()
 
     /// Opens (creating when absent) the vault in `dataDirectory`: creates the directory 0700
-    /// and `device.key` 0600, opens the store and runs pending migrations. Throws
+    /// and `device.key` 0600 (each created with that mode), opens the store and runs pending
+    /// migrations. A `device.key` that is not exactly 32 bytes, not this user's, or accessible
+    /// by others is refused (InternalError naming the file and the fix), never replaced. Throws
     /// `VaultError` InternalError (unreadable files, a newer schema) or StorageFull.
     ///
     /// `device.key` is made only for a vault not initialised yet, or with `newDeviceKey` (a
@@ -55,8 +57,11 @@ public final class Vault: @unchecked Sendable {
         let keyPath = dataDirectory + "/device.key"
         var st = stat()
         let keyMissing = lstat(keyPath, &st) != 0 && errno == ENOENT
-        db = try Database(path: dataDirectory + "/vault.sqlite")
+        // The store is 0600 from its creation (SQLite would make it 0644, and its -wal and
+        // -shm files take its mode); an older, looser one is tightened.
+        try FileSystem.createPrivateFile(dataDirectory + "/vault.sqlite")
         try FileSystem.restrict(dataDirectory + "/vault.sqlite")
+        db = try Database(path: dataDirectory + "/vault.sqlite")
         try Schema.migrator.migrate(db)
         if keyMissing, try db.row("SELECT 1 FROM vault_meta WHERE key = 'wrapped.metadata'") != nil {
             guard newDeviceKey else {
