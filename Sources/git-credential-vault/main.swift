@@ -39,10 +39,10 @@ let answerDeadlineSeconds: UInt32 = 10
 
 /// Ends the process once the deadline passes, whatever the main thread is blocked in.
 func startDeadline(_ action: String) {
-    let message = Data("git-credential-vault: \(action): vaultd did not answer within \(answerDeadlineSeconds) s; gave up\n".utf8)
+    let message = "git-credential-vault: \(action): vaultd did not answer within \(answerDeadlineSeconds) s; gave up\n"
     Thread.detachNewThread {
         sleep(answerDeadlineSeconds)
-        FileHandle.standardError.write(message)
+        StandardOutput.writeError(message)
         _exit(1)
     }
 }
@@ -265,7 +265,7 @@ func get(_ vault: Vault, _ c: Credential, group: String?) throws {
         if !username.isEmpty { out += "username=\(username)\n" }
         out += "password=\(password)\n"
         for k in Credential.extraKeys { if let v = more[k] { out += "\(k)=\(v)\n" } }
-        FileHandle.standardOutput.write(Data(out.utf8))
+        StandardOutput.write(Data(out.utf8))
         return
     }
 }
@@ -318,6 +318,9 @@ func main() -> Int32 {
     // non-dumpable like vaultd: vaultd identifies a peer through its /proc/PID/exe, which a
     // non-dumpable process hides from a vaultd that is not root.)
     CrashOutput.keepSecretsOut()
+    // Output goes through StandardOutput, as vaultctl's: a write that fails (a full disk) is
+    // exit 1 and a line on stderr, never a crash, and a closed fd 0-2 cannot become the socket.
+    StandardOutput.occupyClosedDescriptors()
     signal(SIGPIPE, SIG_IGN)
     let args = Array(CommandLine.arguments.dropFirst())
     let usage = "usage: git-credential-vault get|store|erase   (git runs it: credential.helper = vault)\n"
@@ -326,7 +329,7 @@ func main() -> Int32 {
         return 0
     }
     guard args.count == 1 else {
-        FileHandle.standardError.write(Data(usage.utf8))
+        StandardOutput.writeError(usage)
         return 64
     }
     // Any other operation is ignored, silently, as gitcredentials(7) asks of helpers (room
@@ -335,9 +338,13 @@ func main() -> Int32 {
     let action = args[0]
     let fields: [String: String]
     do {
-        fields = try parseInput(FileHandle.standardInput.readDataToEndOfFile())
+        guard let input = StandardOutput.readInput() else {
+            StandardOutput.writeError("git-credential-vault: cannot read standard input: \(String(cString: strerror(errno)))\n")
+            return 1
+        }
+        fields = try parseInput(input)
     } catch let e as Rejected {
-        FileHandle.standardError.write(Data("git-credential-vault: rejected: \(e.message); nothing \(action == "get" ? "returned" : "changed")\n".utf8))
+        StandardOutput.writeError("git-credential-vault: rejected: \(e.message); nothing \(action == "get" ? "returned" : "changed")\n")
         return 1
     } catch {
         return 1
@@ -362,10 +369,10 @@ func main() -> Int32 {
     } catch let e as VaultError where e.code == .interactionNotAllowed {
         return 0  // locked meanwhile
     } catch {
-        FileHandle.standardError.write(Data("git-credential-vault: \(action): \(error)\n".utf8))
+        StandardOutput.writeError("git-credential-vault: \(action): \(error)\n")
         return 1
     }
     return 0
 }
 
-exit(main())
+StandardOutput.exit(main(), program: "git-credential-vault")

@@ -152,26 +152,26 @@ StandardOutput.occupyClosedDescriptors()
 var arguments = Arguments(Array(CommandLine.arguments.dropFirst()))
 if arguments.words.first == "--help" || arguments.words.first == "-h" || arguments.words.first == "help" {
     print(toolUsage)
-    StandardOutput.exit(0)
+    StandardOutput.exit(0, program: "vaultctl")
 }
 do {
     let socket = try arguments.option("--socket")
     let command = try parseCommand(&arguments)
     try arguments.finish()
     try command.run(Context(socketPath: socket))
-    StandardOutput.exit(0)
+    StandardOutput.exit(0, program: "vaultctl")
 } catch let e as UsageError {
     let named = CommandLine.arguments.dropFirst().first { !$0.hasPrefix("-") && toolUsage.contains("\n  \($0) ") }
     printError("\(e.message)\n\(usage(of: named))")
-    StandardOutput.exit(64)
+    StandardOutput.exit(64, program: "vaultctl")
 } catch let e as VaultError {
     // The varlink error, its message, and the Keychain Services OSStatus where one applies.
     printError(e.status.map { "\(e.description) (OSStatus \($0))" } ?? e.description)
-    StandardOutput.exit(1)
+    StandardOutput.exit(1, program: "vaultctl")
 } catch let e as KeyringFailure {
     printError(e.description)
-    StandardOutput.exit(1)
+    StandardOutput.exit(1, program: "vaultctl")
 } catch {
     printError("\(error)")
-    StandardOutput.exit(1)
+    StandardOutput.exit(1, program: "vaultctl")
 }

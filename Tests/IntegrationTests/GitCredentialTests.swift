@@ -472,4 +472,37 @@ import Glibc
         #expect(f["password"] == "pb", "\(f)")
         #expect(g.internetItems().first?["accessGroup"] as? String == "git")
     }
+
+    /// The helper's output that cannot be written is a failure git can see, as vaultctl's is:
+    /// exit 1 and 'git-credential-vault: cannot write to standard output' on stderr. It wrote
+    /// with Foundation's FileHandle: `get` to a full disk crashed it (SIGILL, 132), as did any
+    /// message on a stderr that could not take it, and with stdout closed its answer could go
+    /// to the next file it opened as fd 1 (its socket to vaultd).
+    @Test func helperOutputThatCannotBeWrittenIsAFailure() throws {
+        let g = try Git()
+        defer { g.close() }
+        try #require(g.approve("protocol=https\nhost=out.example\nusername=u\npassword=sekrit-pw").status == 0)
+        let input = Data("protocol=https\nhost=out.example\n\n".utf8)
+        func helper(_ redirect: String, _ args: String = "get") -> ProcessResult {
+            g.d.run("sh", ["-c", "\"$0\" \(args) \(redirect)", Paths.tool("git-credential-vault")], stdin: input, environment: g.env)
+        }
+        for redirect in [">/dev/full", ">&-"] {
+            let r = helper(redirect)
+            #expect(r.status == 1, "get \(redirect): \(r)")
+            #expect(r.stderr.hasPrefix("git-credential-vault: cannot write to standard output"), "get \(redirect): \(r)")
+            #expect(!r.stderr.contains("Fatal error") && !r.stderr.contains("sekrit"), "get \(redirect): \(r)")
+        }
+        // stderr that cannot be written: the usage error and a rejected input still exit as
+        // they should, not with a crash.
+        #expect(helper("2>/dev/full", "").status == 64)
+        let rejected = g.d.run("sh", ["-c", "\"$0\" store 2>/dev/full", Paths.tool("git-credential-vault")], stdin: Data("host=a\r\n".utf8), environment: g.env)
+        #expect(rejected.status == 1, "\(rejected)")
+        #expect(helper(">/dev/full 2>/dev/full").status == 1)
+        #expect(helper(">&- 2>&-").status == 1)
+        // --help to a full disk is a failure too.
+        #expect(helper(">/dev/full", "--help").status == 1)
+        // Written whole, it is still 0 and the credential.
+        let ok = helper("")
+        #expect(ok.status == 0 && ok.stdoutText == "username=u\npassword=sekrit-pw\n" && ok.stderr.isEmpty, "\(ok)")
+    }
 }

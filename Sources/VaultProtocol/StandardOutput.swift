@@ -1,0 +1,74 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// stdout and stderr as a script (or git) relies on them, for the command-line tools (vaultctl,
+/// git-credential-vault): output that cannot be written (a full disk, a closed stdout) is a
+/// failure, exit 1 with a line on stderr, never a silent 0 or a crash (Foundation's
+/// `FileHandle.write` makes a failed write a fatal error, SIGILL). Everything goes through C's
+/// `stdout` (as `print` does), in order, and is checked once at the end (`finish`).
+public enum StandardOutput {
+    /// Opens /dev/null the other way round on a closed fd 0, 1 or 2 (as gnulib's stdopen): the
+    /// next file the tool opens (its socket to vaultd) must not become stdout and get the
+    /// output, and a write to a closed stdout must still fail (EBADF).
+    public static func occupyClosedDescriptors() {
+        for (fd, flags) in [(STDIN_FILENO, O_WRONLY), (STDOUT_FILENO, O_RDONLY), (STDERR_FILENO, O_RDONLY)] {
+            guard fcntl(fd, F_GETFD) == -1 && errno == EBADF else { continue }
+            let n = open("/dev/null", flags | O_CLOEXEC)
+            if n >= 0 && n != fd {
+                dup2(n, fd)
+                close(n)
+            }
+        }
+    }
+
+    /// Writes `data` to stdout exactly (buffered with what `print` wrote).
+    public static func write(_ data: Data) {
+        guard !data.isEmpty else { return }
+        _ = data.withUnsafeBytes { fwrite($0.baseAddress, 1, $0.count, stdout) }
+    }
+
+    /// A line on stderr; a stderr that cannot take it is not a reason to crash.
+    public static func writeError(_ text: String) {
+        _ = text.withCString { fputs($0, stderr) }
+        fflush(stderr)
+    }
+
+    /// Flushes stdout: nil when everything was written, else why not.
+    public static func finish() -> String? {
+        errno = 0
+        let flushed = fflush(stdout) == 0
+        guard !flushed || ferror(stdout) != 0 else { return nil }
+        let code = errno
+        return code != 0 ? String(cString: strerror(code)) : "a write failed"
+    }
+
+    /// All of stdin, read with read(2); nil when it cannot be read (a closed stdin, an I/O
+    /// error), where Foundation's `readDataToEndOfFile` crashes.
+    public static func readInput() -> Data? {
+        var data = Data()
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let n = buffer.withUnsafeMutableBytes { read(STDIN_FILENO, $0.baseAddress, $0.count) }
+            if n > 0 {
+                data.append(contentsOf: buffer[0..<n])
+            } else if n == 0 {
+                return data
+            } else if errno != EINTR {
+                return nil
+            }
+        }
+    }
+
+    /// Exits with `code` once stdout is flushed; 1 (and why, on stderr, after `program: `)
+    /// when it could not be written whole.
+    public static func exit(_ code: Int32, program: String) -> Never {
+        if let failure = finish() {
+            writeError("\(program): cannot write to standard output: \(failure)\n")
+            Glibc.exit(code == 0 ? 1 : code)
+        }
+        Glibc.exit(code)
+    }
+}
