@@ -46,6 +46,7 @@ let toolUsage = """
       defaults read [DOMAIN [KEY]]
       defaults read-type DOMAIN KEY
       defaults write DOMAIN KEY [-string|-int|-float|-bool|-date|-data] VALUE
+                 (-float: a finite decimal number, e.g. 0.8, -2, 1e-3)
       defaults write DOMAIN KEY -array V... | -array-add V... | -dict K V... | -dict-add K V...
       defaults write DOMAIN '{ KEY = VALUE; ... }'   (the domain becomes this dictionary)
       defaults delete DOMAIN [KEY]

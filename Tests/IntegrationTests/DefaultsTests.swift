@@ -272,4 +272,39 @@ import VaultProtocol
         #expect(d.ctl(["defaults", "write", Self.domain, "s", "a (b"]).status == 0)
         #expect(d.ctl(["defaults", "read", Self.domain, "s"]).stdoutText == "a (b\n")
     }
+
+    /// `-float` takes a finite decimal number only, as defaults(1) does: Double(_:) also took
+    /// hexadecimal ('0x10' was written as 16), 'inf' and 'nan', and rounded '1e400' to
+    /// infinity. Anything else is a usage error saying what is wrong with the value (quoting
+    /// it only when short) and nothing is written.
+    @Test func floatTakesAFiniteDecimalNumberOnly() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        let c = try d.connect()
+        func stored(_ key: String) throws -> [String: Any]? {
+            try c.call("io.vaultd.Preferences.Get", ["domain": Self.domain, "key": key]).parameters?["value"] as? [String: Any]
+        }
+        let long = "1" + String(repeating: "0", count: 400)
+        let refused: [(String, String)] = [
+            ("0x10", "'0x10' is hexadecimal"), ("-0X1p4", "'-0X1p4' is hexadecimal"), ("inf", "'inf' is not finite"),
+            ("-infinity", "'-infinity' is not finite"), ("nan", "'nan' is not finite"), ("NaN", "'NaN' is not finite"),
+            ("1e400", "'1e400' is out of range"), ("-1e309", "'-1e309' is out of range"), (long, "the value is out of range"),
+            ("1.5e", "'1.5e' is not a decimal number"), ("", "the value is empty"), (".", "'.' is not a decimal number"),
+            (" 1", "the value is not a decimal number"), ("1,5", "'1,5' is not a decimal number"), ("1_0", "'1_0' is not a decimal number"),
+            ("12abc" + long, "the value is not a decimal number"),
+        ]
+        for (i, (value, why)) in refused.enumerated() {
+            let r = d.ctl(["defaults", "write", Self.domain, "bad\(i)", "-float", value])
+            #expect(r.status == 64, "\(value.prefix(30)): \(r)")
+            #expect(r.stderr.hasPrefix("vaultctl: -float needs a finite decimal number: \(why)"), "\(value.prefix(30)): \(r.stderr.prefix(200))")
+            #expect(!r.stderr.contains(String(repeating: "0", count: 100)), "the long value was echoed")
+            #expect(try stored("bad\(i)") == nil, "\(value.prefix(30)) was written")
+        }
+        let taken: [(String, Double)] = [("0.5", 0.5), ("-2", -2), ("+3.25", 3.25), (".5", 0.5), ("5.", 5), ("1e3", 1000), ("1E-3", 0.001), ("1.7976931348623157e308", .greatestFiniteMagnitude), ("010", 10)]
+        for (i, (value, expected)) in taken.enumerated() {
+            let r = d.ctl(["defaults", "write", Self.domain, "good\(i)", "-float", value])
+            #expect(r.status == 0, "\(value): \(r)")
+            #expect((try stored("good\(i)")?["real"] as? NSNumber)?.doubleValue.bitPattern == expected.bitPattern, "\(value)")
+        }
+    }
 }

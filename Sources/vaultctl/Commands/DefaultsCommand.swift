@@ -201,8 +201,7 @@ struct DefaultsCommand: Command {
             if let u = UInt64(v) { return .unsignedInteger(u) }
             throw UsageError(message: "'\(v)' is not an integer")
         case "-float":
-            guard let d = Double(v) else { throw UsageError(message: "'\(v)' is not a number") }
-            return .real(d)
+            return .real(try decimalNumber(v))
         case "-bool", "-boolean":
             switch v.lowercased() {
             case "true", "yes", "1": return .bool(true)
@@ -233,6 +232,44 @@ struct DefaultsCommand: Command {
         default:
             throw UsageError(message: "unknown type flag \(flag)")
         }
+    }
+
+    /// A `-float` argument: a finite decimal number, `[+-]digits[.digits][e[+-]digits]` (digits
+    /// on at least one side of the point), as defaults(1) takes. Not Double(_:), which also
+    /// takes hexadecimal (`0x10` is 16), `inf`, `nan`, and rounds `1e400` to infinity. The
+    /// error says what is wrong, quoting the value only when it is short.
+    static func decimalNumber(_ v: String) throws -> Double {
+        let shown = !v.isEmpty && v.count <= 24 && v.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value < 0x7F }) ? "'\(v)'" : "the value"
+        func refuse(_ why: String) -> UsageError { UsageError(message: "-float needs a finite decimal number: \(shown) \(why)") }
+        let u = Array(v.utf8)
+        func isDigit(_ c: UInt8) -> Bool { c >= 48 && c <= 57 }
+        var i = 0
+        if i < u.count, u[i] == UInt8(ascii: "+") || u[i] == UInt8(ascii: "-") { i += 1 }
+        let intStart = i
+        while i < u.count, isDigit(u[i]) { i += 1 }
+        var digits = i - intStart
+        if i < u.count, u[i] == UInt8(ascii: ".") {
+            i += 1
+            let fracStart = i
+            while i < u.count, isDigit(u[i]) { i += 1 }
+            digits += i - fracStart
+        }
+        var valid = digits > 0
+        if valid, i < u.count, u[i] == UInt8(ascii: "e") || u[i] == UInt8(ascii: "E") {
+            i += 1
+            if i < u.count, u[i] == UInt8(ascii: "+") || u[i] == UInt8(ascii: "-") { i += 1 }
+            let expStart = i
+            while i < u.count, isDigit(u[i]) { i += 1 }
+            valid = i > expStart
+        }
+        guard valid, i == u.count else {
+            let lower = v.lowercased().trimmingCharacters(in: CharacterSet(charactersIn: "+-"))
+            if lower.hasPrefix("0x") { throw refuse("is hexadecimal") }
+            if ["inf", "infinity", "nan", "snan"].contains(lower) { throw refuse("is not finite") }
+            throw refuse(v.isEmpty ? "is empty" : "is not a decimal number")
+        }
+        guard let d = Double(v), d.isFinite else { throw refuse("is out of range (beyond ±1.8e308)") }
+        return d
     }
 
     /// A `-date` argument: `yyyy-MM-dd HH:mm:ss`, `yyyy-MM-dd`, or ISO 8601 `yyyy-MM-ddTHH:mm:ss`
