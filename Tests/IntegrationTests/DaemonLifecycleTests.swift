@@ -9,6 +9,25 @@ import Glibc
 
 /// DESIGN §2: socket paths and modes, one daemon per socket, stale sockets, clean shutdown.
 @Suite struct DaemonLifecycleTests {
+    /// vaultd in the foreground on `d`'s socket and data directory (plus `arguments`), to be
+    /// refused at start: its outcome.
+    static func runVaultd(on d: Daemon, _ arguments: [String] = [], timeout: Double) throws -> ProcessResult {
+        try ChildProcess.run(
+            Paths.tool("vaultd"), ["--socket", d.socketPath, "--data-dir", d.dataDirectory] + arguments,
+            environment: isolatedEnvironment(root: d.root, socket: nil), timeout: timeout)
+    }
+
+    /// Puts the device key `original` back at `keyPath` (0600), starts `d` and unlocks it, and
+    /// expects the ThisDeviceOnly item the device-key tests added (`dk`/`a`, "bound") to read.
+    static func putBack(_ original: Data, at keyPath: String, andRead d: Daemon) throws {
+        try original.write(to: URL(fileURLWithPath: keyPath))
+        chmod(keyPath, 0o600)
+        try d.start()
+        try #require(d.unlock().status == 0)
+        let get = d.ctl(["item", "get", "--service", "dk", "--account", "a"])
+        #expect(get.status == 0 && get.stdout == Data("bound".utf8), "\(get)")
+    }
+
     static func mode(_ path: String) -> (type: mode_t, permissions: mode_t)? {
         var st = stat()
         guard lstat(path, &st) == 0 else { return nil }
@@ -348,21 +367,14 @@ import Glibc
         let original = try Data(contentsOf: URL(fileURLWithPath: keyPath))
         try #require(unlink(keyPath) == 0)
 
-        let refused = try ChildProcess.run(
-            Paths.tool("vaultd"), ["--socket", d.socketPath, "--data-dir", d.dataDirectory],
-            environment: isolatedEnvironment(root: d.root, socket: nil), timeout: 20)
+        let refused = try Self.runVaultd(on: d, timeout: 20)
         #expect(!refused.timedOut && refused.status == 1, "\(refused)")
         #expect(refused.stderr.contains("device.key is missing") && refused.stderr.contains("--new-device-key"), "no clear message: \(refused)")
         #expect(!FileManager.default.fileExists(atPath: keyPath), "a new device.key was made")
         #expect(Self.mode(d.socketPath) == nil, "the refused vaultd left a socket")
 
         // The key put back: everything opens, as before.
-        try original.write(to: URL(fileURLWithPath: keyPath))
-        chmod(keyPath, 0o600)
-        try d.start()
-        try #require(d.unlock().status == 0)
-        let get = d.ctl(["item", "get", "--service", "dk", "--account", "a"])
-        #expect(get.status == 0 && get.stdout == Data("bound".utf8), "\(get)")
+        try Self.putBack(original, at: keyPath, andRead: d)
 
         // A deliberate move to a new device: a new key, said in the log.
         #expect(d.stop() == 0)
@@ -478,11 +490,7 @@ import Glibc
     @Test func aConfigFileThatCannotBeReadIsRefusedNotIgnored() throws {
         let d = try Daemon(start: false)
         defer { d.close() }
-        func vaultd(_ args: [String]) throws -> ProcessResult {
-            try ChildProcess.run(
-                Paths.tool("vaultd"), ["--socket", d.socketPath, "--data-dir", d.dataDirectory] + args,
-                environment: isolatedEnvironment(root: d.root, socket: nil), timeout: 5)
-        }
+        func vaultd(_ args: [String]) throws -> ProcessResult { try Self.runVaultd(on: d, args, timeout: 5) }
         for (what, path) in [("a missing file", d.root + "/config.plsit"), ("a directory", d.root + "/home")] {
             let r = try vaultd(["--config", path])
             #expect(!r.timedOut && r.status == 1 && r.stderr.contains(path), "\(what): \(r)")
@@ -573,20 +581,13 @@ import Glibc
         for damaged in [original + original, original + Data([0x0A]), original.prefix(16), Data()] {
             try damaged.write(to: URL(fileURLWithPath: keyPath))
             chmod(keyPath, 0o600)
-            let refused = try ChildProcess.run(
-                Paths.tool("vaultd"), ["--socket", d.socketPath, "--data-dir", d.dataDirectory],
-                environment: isolatedEnvironment(root: d.root, socket: nil), timeout: 10)
+            let refused = try Self.runVaultd(on: d, timeout: 10)
             #expect(!refused.timedOut && refused.status == 1, "\(damaged.count) bytes: \(refused)")
             #expect(refused.stderr.contains("\(keyPath) is damaged: it holds \(damaged.count) bytes, a device key is exactly 32"), "\(damaged.count) bytes: \(refused)")
             #expect(try Data(contentsOf: URL(fileURLWithPath: keyPath)) == damaged, "\(damaged.count) bytes: device.key was changed")
             #expect(Self.mode(d.socketPath) == nil, "\(damaged.count) bytes: the refused vaultd left a socket")
         }
-        try original.write(to: URL(fileURLWithPath: keyPath))
-        chmod(keyPath, 0o600)
-        try d.start()
-        try #require(d.unlock().status == 0)
-        let get = d.ctl(["item", "get", "--service", "dk", "--account", "a"])
-        #expect(get.status == 0 && get.stdout == Data("bound".utf8), "\(get)")
+        try Self.putBack(original, at: keyPath, andRead: d)
     }
 
     /// A device.key others may read or write (0644, 0660, 0604) was used as it was. vaultd
@@ -601,9 +602,7 @@ import Glibc
         #expect(Self.mode(keyPath)?.permissions == 0o600)
         for loose: mode_t in [0o644, 0o660, 0o604, 0o640] {
             try #require(chmod(keyPath, loose) == 0)
-            let refused = try ChildProcess.run(
-                Paths.tool("vaultd"), ["--socket", d.socketPath, "--data-dir", d.dataDirectory],
-                environment: isolatedEnvironment(root: d.root, socket: nil), timeout: 10)
+            let refused = try Self.runVaultd(on: d, timeout: 10)
             #expect(!refused.timedOut && refused.status == 1, "\(String(loose, radix: 8)): \(refused)")
             #expect(refused.stderr.contains("\(keyPath) has permissions \(String(loose, radix: 8))") && refused.stderr.contains("chmod 600 \(keyPath)"), "\(String(loose, radix: 8)): \(refused)")
             #expect(Self.mode(keyPath)?.permissions == loose, "the mode was changed")
