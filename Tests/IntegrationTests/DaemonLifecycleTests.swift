@@ -17,8 +17,18 @@ import Glibc
             environment: isolatedEnvironment(root: d.root, socket: nil), timeout: timeout)
     }
 
+    /// For the device-key tests: initialises `d`, adds a ThisDeviceOnly item (`dk`/`a`,
+    /// "bound") and stops it; returns the device key's path and contents.
+    static func stoppedWithABoundItem(_ d: Daemon) throws -> (keyPath: String, original: Data) {
+        try #require(d.initialize().status == 0)
+        try #require(d.ctl(["item", "add", "--service", "dk", "--account", "a", "--accessible", "whenUnlockedThisDeviceOnly"], stdin: Data("bound".utf8)).status == 0)
+        #expect(d.stop() == 0)
+        let keyPath = d.dataDirectory + "/device.key"
+        return (keyPath, try Data(contentsOf: URL(fileURLWithPath: keyPath)))
+    }
+
     /// Puts the device key `original` back at `keyPath` (0600), starts `d` and unlocks it, and
-    /// expects the ThisDeviceOnly item the device-key tests added (`dk`/`a`, "bound") to read.
+    /// expects the item of `stoppedWithABoundItem` to read.
     static func putBack(_ original: Data, at keyPath: String, andRead d: Daemon) throws {
         try original.write(to: URL(fileURLWithPath: keyPath))
         chmod(keyPath, 0o600)
@@ -360,11 +370,7 @@ import Glibc
     @Test func aMissingDeviceKeyUnderAnInitialisedVaultIsRefusedNotReplaced() throws {
         let d = try Daemon()
         defer { d.close() }
-        try #require(d.initialize().status == 0)
-        try #require(d.ctl(["item", "add", "--service", "dk", "--account", "a", "--accessible", "whenUnlockedThisDeviceOnly"], stdin: Data("bound".utf8)).status == 0)
-        #expect(d.stop() == 0)
-        let keyPath = d.dataDirectory + "/device.key"
-        let original = try Data(contentsOf: URL(fileURLWithPath: keyPath))
+        let (keyPath, original) = try Self.stoppedWithABoundItem(d)
         try #require(unlink(keyPath) == 0)
 
         let refused = try Self.runVaultd(on: d, timeout: 20)
@@ -572,11 +578,7 @@ import Glibc
     @Test func aDeviceKeyOfTheWrongLengthIsRefusedAsDamaged() throws {
         let d = try Daemon()
         defer { d.close() }
-        try #require(d.initialize().status == 0)
-        try #require(d.ctl(["item", "add", "--service", "dk", "--account", "a", "--accessible", "whenUnlockedThisDeviceOnly"], stdin: Data("bound".utf8)).status == 0)
-        #expect(d.stop() == 0)
-        let keyPath = d.dataDirectory + "/device.key"
-        let original = try Data(contentsOf: URL(fileURLWithPath: keyPath))
+        let (keyPath, original) = try Self.stoppedWithABoundItem(d)
         try #require(original.count == 32)
         for damaged in [original + original, original + Data([0x0A]), original.prefix(16), Data()] {
             try damaged.write(to: URL(fileURLWithPath: keyPath))
