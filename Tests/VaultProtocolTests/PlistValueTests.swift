@@ -73,7 +73,14 @@ struct PlistValueTests {
         guard case .real(let sub) = try overTheWire(.real(.leastNonzeroMagnitude)) else { Issue.record("not a real"); return }
         #expect(sub.bitPattern == 1)
         guard case .real(let n) = try overTheWire(.real(.nan)) else { Issue.record("not a real"); return }
-        #expect(n.isNaN)
+        #expect(n.bitPattern == Double.nan.bitPattern)
+        // A NaN keeps its sign and payload (0.0/0.0 on x86-64 has the sign bit; "nan" lost it).
+        for bits: UInt64 in [0xfff8_0000_0000_0000, 0x7ff8_0000_0000_0001, 0x7ff0_0000_0000_0001, 0xffff_ffff_ffff_ffff] {
+            guard case .real(let back) = try overTheWire(.real(Double(bitPattern: bits))) else { Issue.record("not a real"); return }
+            #expect(back.bitPattern == bits, "\(String(bits, radix: 16)) came back as \(String(back.bitPattern, radix: 16))")
+        }
+        #expect(PlistValue.real(Double(bitPattern: 0xfff8_0000_0000_0000)).tagged == ["real": "-nan"])
+        #expect(PlistValue.real(Double(bitPattern: 0x7ff8_0000_0000_0001)).tagged == ["real": "nan(0x7ff8000000000001)"])
         guard case .real(let inf) = try overTheWire(.real(-.infinity)) else { Issue.record("not a real"); return }
         #expect(inf == -.infinity)
         // Equality is by bit pattern.
@@ -149,6 +156,7 @@ struct PlistValueTests {
         #"{"integer":"5"}"#, #"{"integer":1.5}"#, #"{"integer":1e3}"#, #"{"integer":18446744073709551616}"#,
         #"{"integer":-9223372036854775809}"#, #"{"integer":true}"#,
         #"{"real":"Infinity"}"#, #"{"real":"NaN"}"#, #"{"real":"1.5"}"#, #"{"real":true}"#, #"{"real":1e400}"#, #"{"real":-1e309}"#,
+        #"{"real":"nan(0x0000000000000001)"}"#, #"{"real":"nan(0x7ff8)"}"#, #"{"real":"nan(0x7ff800000000000g)"}"#, #"{"real":"+nan"}"#,
         #"{"bool":"true"}"#, #"{"bool":1}"#,
         #"{"date":"2001-01-01"}"#, #"{"date":"2001-02-29T00:00:00Z"}"#, #"{"date":"2001-01-01T00:00:00+01:00"}"#,
         #"{"date":5}"#, #"{"data":"!!"}"#, #"{"data":5}"#,

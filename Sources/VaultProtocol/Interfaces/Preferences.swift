@@ -1,8 +1,8 @@
 extension VarlinkInterfaces {
     static let preferences = """
         # Preferences, as UserDefaults and defaults(1). Values are tagged property-list
-        # values: {"string": s}, {"integer": n}, {"real": x | "inf" | "-inf" | "nan"},
-        # {"bool": b}, {"date": "ISO 8601 UTC"}, {"data": base64}, {"array": [...]},
+        # values: {"string": s}, {"integer": n}, {"real": x | "inf" | "-inf" | "nan" | "-nan"
+        # | "nan(0x" 16 hex digits of a NaN's bits ")"}, {"bool": b}, {"date": "ISO 8601 UTC"}, {"data": base64}, {"array": [...]},
         # {"dict": {...}}. Domains: an app ID, a suite "group.*", or "NSGlobalDomain".
         interface io.vaultd.Preferences
 

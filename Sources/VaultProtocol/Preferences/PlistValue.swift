@@ -3,7 +3,8 @@ import Foundation
 /// A property-list value, as a preference holds it (DESIGN §6).
 ///
 /// On the wire each value is tagged JSON: `{"string": "x"}`, `{"integer": 5}`,
-/// `{"real": 1.5}` (or `"inf"`, `"-inf"`, `"nan"`), `{"bool": true}`,
+/// `{"real": 1.5}` (or `"inf"`, `"-inf"`, `"nan"`, `"-nan"`, `"nan(0x7ff8000000000001)"`: a
+/// NaN's bits kept), `{"bool": true}`,
 /// `{"date": "2001-01-01T00:00:00.5Z"}`, `{"data": "<base64>"}`, `{"array": […]}`,
 /// `{"dict": {…}}`. Integers are exact over the full Int64 range; unsigned values above
 /// Int64.max (which binary plists carry as 128-bit integers) are kept as `.unsignedInteger`,
@@ -60,6 +61,33 @@ extension PlistValue {
     /// `init(tagged:)` (Set) and InvalidPropertyList in an imported plist.
     public static let maximumDepth = 64
 
+    /// A NaN's tagged text, bit-exact (DESIGN §6): "nan" for Swift's `.nan` (0x7ff8000000000000),
+    /// "-nan" for it with the sign bit (what 0.0/0.0 gives on x86-64), else "nan(0x" and the
+    /// 16 hex digits of its bits ")", after C's `nan("n-char-sequence")`.
+    static func nanText(_ d: Double) -> String {
+        switch d.bitPattern {
+        case Double.nan.bitPattern: return "nan"
+        case (-Double.nan).bitPattern: return "-nan"
+        default:
+            let hex = String(d.bitPattern, radix: 16)
+            return "nan(0x" + String(repeating: "0", count: 16 - hex.count) + hex + ")"
+        }
+    }
+
+    /// The NaN `nanText` wrote as `text`; nil for any other text, or bits that are no NaN.
+    static func nan(fromText text: String) -> Double? {
+        switch text {
+        case "nan": return .nan
+        case "-nan": return -.nan
+        default:
+            guard text.hasPrefix("nan(0x"), text.hasSuffix(")"), text.utf8.count == 23 else { return nil }
+            let hex = text.dropFirst(6).dropLast()
+            guard hex.allSatisfy(\.isHexDigit), let bits = UInt64(hex, radix: 16) else { return nil }
+            let d = Double(bitPattern: bits)
+            return d.isNaN ? d : nil
+        }
+    }
+
     /// The tagged-JSON wire form.
     public var tagged: JSON {
         switch self {
@@ -67,7 +95,7 @@ extension PlistValue {
         case .integer(let i): ["integer": JSON(i)]
         case .unsignedInteger(let u): ["integer": JSON(u)]
         case .real(let d):
-            if d.isNaN { ["real": "nan"] } else if d.isInfinite { ["real": .string(d < 0 ? "-inf" : "inf")] } else { ["real": JSON(d)] }
+            if d.isNaN { ["real": .string(Self.nanText(d))] } else if d.isInfinite { ["real": .string(d < 0 ? "-inf" : "inf")] } else { ["real": JSON(d)] }
         case .bool(let b): ["bool": .bool(b)]
         case .date(let d): ["date": .string(PlistDate.format(d))]
         case .data(let d): ["data": .string(d.base64EncodedString())]
@@ -102,8 +130,11 @@ extension PlistValue {
             switch s {
             case "inf", "+inf": self = .real(.infinity)
             case "-inf": self = .real(-.infinity)
-            case "nan": self = .real(.nan)
-            default: throw bad("a real as a string must be inf, -inf or nan")
+            default:
+                guard let nan = Self.nan(fromText: s) else {
+                    throw bad("a real as a string must be inf, -inf, nan, -nan or nan(0x and the 16 hex digits of a NaN's bits)")
+                }
+                self = .real(nan)
             }
         case ("bool", .bool(let b)): self = .bool(b)
         case ("date", .string(let s)):
