@@ -351,6 +351,20 @@ struct PropertyListCodecLimitTests {
         }
     }
 
+    /// The XML declaration's encoding name is input too: Foundation quotes an unknown one
+    /// ("Encountered unknown encoding (%@)"), which reached the message.
+    @Test func anUnknownEncodingIsNamedWithoutQuotingIt() throws {
+        let text = "<?xml version=\"1.0\" encoding=\"s3cret-Enc\"?>\n<plist version=\"1.0\">\n<dict/>\n</plist>\n"
+        do {
+            _ = try PropertyListCodec.decode(Data(text.utf8))
+            Issue.record("accepted")
+        } catch let e as VaultError {
+            #expect(e.code == .invalidPropertyList && e.message.hasPrefix("not a property list (XML or binary): "), "\(e)")
+            #expect(e.message.contains("unknown encoding"), "\(e.message)")
+            #expect(!e.message.contains("s3cret"), "\(e.message)")
+        }
+    }
+
     @Test func aPlistReferringToOneObjectManyTimesIsRefusedNotExpanded() throws {
         // Small enough to expand: read whole, each copy the same.
         let small = try PropertyListCodec.decode(Self.sharedReferenceBomb(levels: 4))

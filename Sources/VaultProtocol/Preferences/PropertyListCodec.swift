@@ -23,8 +23,9 @@ public enum PropertyListCodec {
 
     /// Why Foundation could not read a property list, and where: its parser's own message
     /// (`NSDebugDescription`, "Encountered empty <integer> on line 4"), without the input it
-    /// quotes in some (an unknown tag's name, an unexpected character: preference text must
-    /// not reach error messages). Its generic description when it gives none.
+    /// quotes in some (an unknown tag's name, an unexpected character, the XML declaration's
+    /// unknown encoding name: preference text must not reach error messages). Its generic
+    /// description when it gives none.
     static func reason(_ error: Error) -> String {
         guard var text = (error as NSError).userInfo[NSDebugDescriptionErrorKey] as? String, !text.isEmpty else {
             return error.localizedDescription
@@ -36,6 +37,7 @@ public enum PropertyListCodec {
             (#"(nexpected character) .{1,4}? ((at|on) line)"#, "$1 $2"),  // [Uu]nexpected character %c on line
             (#"unknown tag .*? on line"#, "unknown tag on line"),
             (#"open tag .*$"#, "its open tag"),  // Close tag on line %d does not match open tag %@
+            (#"unknown encoding .*$"#, "unknown encoding"),  // Encountered unknown encoding (%@): the XML declaration's
         ]
         for (pattern, replacement) in quoting {
             guard let re = try? NSRegularExpression(pattern: pattern, options: [.dotMatchesLineSeparators]) else { continue }
