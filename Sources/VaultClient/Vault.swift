@@ -12,8 +12,9 @@ public final class Vault: @unchecked Sendable {
 
     /// Connects to vaultd and says Hello. `replyTimeout`: seconds each call may wait for
     /// vaultd (0: for ever; see `VaultConnection.init`). Throws `VaultError` ConnectionFailed
-    /// (nothing answers, or vaultd refused the peer), RateLimited (vaultd at its connection
-    /// cap: retry after `retryAfter` seconds), MissingEntitlement (the app's install ended).
+    /// (nothing answers, the socket is served by another uid, or vaultd refused the peer),
+    /// RateLimited (vaultd at its connection cap: retry after `retryAfter` seconds),
+    /// MissingEntitlement (the app's install ended).
     public static func connect(socketPath: String? = nil, replyTimeout: Double = 0) throws -> Vault {
         let c = try VaultConnection(socketPath: socketPath, replyTimeout: replyTimeout)
         return Vault(connection: c, launch: LaunchInfo(try c.call("io.vaultd.Vault.Hello")))

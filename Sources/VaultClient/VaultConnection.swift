@@ -56,7 +56,8 @@ public final class VaultConnection: @unchecked Sendable {
     /// securityd); a vaultd that is stopped or hung still accepts connections, so a script
     /// wants a bound. Past it the call throws ConnectionFailed and the connection is shut
     /// (a late reply would otherwise answer the next call). Throws `VaultError`
-    /// ConnectionFailed when nothing answers at `socketPath`.
+    /// ConnectionFailed when nothing answers at `socketPath`, or when what answers is not
+    /// served by this user's uid (SO_PEERCRED; nothing is sent to it).
     public init(socketPath: String? = nil, replyTimeout: Double = 0) throws {
         let path = socketPath ?? Self.defaultSocketPath()
         self.socketPath = path

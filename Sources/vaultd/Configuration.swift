@@ -25,7 +25,7 @@ struct Configuration {
         usage: vaultd [--socket PATH] [--data-dir DIR] [--cache-dir DIR] [--config FILE] [--new-device-key]
 
         Serves the vault on a Unix socket (varlink). Runs in the foreground, logs to stderr.
-        SIGTERM or SIGINT: finish the calls in progress and stop. SIGHUP: read --config again.
+        SIGTERM or SIGINT: finish the calls in progress and stop. SIGHUP: read the config file again.
         --new-device-key: the data directory was moved to a new device on purpose and has no
         device.key: make one (ThisDeviceOnly items made with the old key stay unavailable).
         Environment: VAULTD_SOCKET, VAULTD_DATA_DIR, VAULTD_CACHE_DIR, XDG_RUNTIME_DIR,
