@@ -39,6 +39,8 @@ struct Dispatcher {
         let p = Parameters(values: call.parameters)
         switch call.method {
         case "io.vaultd.Vault.Observe":
+            // An earlier install's connection gets no lock state, as from Status.
+            try vault.checkAdmitted(caller)
             return Subscription(initial: [["lock": vault.lockState]]) { event in
                 if case .lockState(let s) = event { return ["lock": s] }
                 return nil

@@ -568,6 +568,36 @@ import Glibc
     /// to a connection made before an uninstall, like every other call: it kept watching its
     /// groups' item count and which suites exist. And a reinstall whose first call is Status
     /// gets the first launch there (its leftovers wiped), so it does not count them either.
+    /// io.vaultd.Vault.Observe refuses a connection an app made before an uninstall, as Status
+    /// now does: its first reply gave such a connection the vault's lock state (the figure
+    /// Status no longer gives it) before the stream's once-a-second check closed it.
+    @Test func anEarlierInstallsConnectionCannotObserveTheLockState() throws {
+        let d = try Self.daemon()
+        defer { d.close() }
+        let python = try Self.rawPythonApp(d)
+        try d.install("org.example.Raw", exe: python)
+        let script = Self.rawClientScript(imports: "json, os, socket, sys, time", """
+            print(json.dumps(call("io.vaultd.Vault.Hello", {})), flush=True)
+            print("ready", flush=True)
+            while not os.path.exists(sys.argv[2]): time.sleep(0.02)
+            s.sendall(json.dumps({"method": "io.vaultd.Vault.Observe", "parameters": {}, "more": True}).encode() + b'\\0')
+            while b'\\0' not in buf: buf += s.recv(65536)
+            print(buf.partition(b'\\0')[0].decode(), flush=True)
+            """)
+        let out = d.root + "/observe.out", go = d.root + "/observe.go"
+        let pid = try ChildProcess.spawn(
+            python, ["-c", script, d.socketPath, go], environment: d.environment, inputs: [:], stdout: .file(out, append: false),
+            stderr: .file(out + ".err", append: false))
+        #expect(eventually(timeout: 10) { (try? String(contentsOfFile: out, encoding: .utf8))?.contains("ready") == true })
+        #expect(d.ctl(["app", "uninstall", "org.example.Raw"]).status == 0)
+        FileManager.default.createFile(atPath: go, contents: Data())
+        if ChildProcess.wait(pid, timeout: 20) == nil { kill(pid, SIGKILL); _ = ChildProcess.wait(pid, timeout: 5) }
+        let lines = ((try? String(contentsOfFile: out, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
+        #expect(lines.count == 3, "\(lines)")
+        let reply = lines.last ?? ""
+        #expect(reply.contains("io.vaultd.Keychain.MissingEntitlement") && !reply.contains("\"lock\""), "\(reply)")
+    }
+
     @Test func anEarlierInstallsConnectionGetsNoFiguresAndAReinstallCountsNoLeftovers() throws {
         let d = try Self.daemon()
         defer { d.close() }
