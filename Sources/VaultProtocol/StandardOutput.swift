@@ -45,20 +45,16 @@ public enum StandardOutput {
         return code != 0 ? String(cString: strerror(code)) : "a write failed"
     }
 
-    /// All of stdin, read with read(2); nil when it cannot be read (a closed stdin, an I/O
-    /// error), where Foundation's `readDataToEndOfFile` crashes.
+    /// All of stdin (`FileDescriptor.readAll`); nil when it cannot be read (a closed stdin, an
+    /// I/O error: `errno` says which), where Foundation's `readDataToEndOfFile` crashes.
     public static func readInput() -> Data? {
-        var data = Data()
-        var buffer = [UInt8](repeating: 0, count: 65536)
-        while true {
-            let n = buffer.withUnsafeMutableBytes { read(STDIN_FILENO, $0.baseAddress, $0.count) }
-            if n > 0 {
-                data.append(contentsOf: buffer[0..<n])
-            } else if n == 0 {
-                return data
-            } else if errno != EINTR {
-                return nil
-            }
+        do {
+            return try FileDescriptor.readAll(STDIN_FILENO)
+        } catch let e as Errno {
+            errno = e.code
+            return nil
+        } catch {
+            return nil
         }
     }
 

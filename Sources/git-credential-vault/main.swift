@@ -375,4 +375,5 @@ func main() -> Int32 {
     return 0
 }
 
+// Output git could not be given (a full disk, a closed stdout) is exit 1 and a line on stderr.
 StandardOutput.exit(main(), program: "git-credential-vault")

@@ -30,20 +30,12 @@ struct Settings {
         func unreadable(_ code: Int32) -> StartupError {
             StartupError(description: "cannot read the config file \(path): \(String(cString: strerror(code)))")
         }
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        if fd < 0 {
-            if errno == ENOENT && !explicit { return s }
-            throw unreadable(errno)
-        }
-        defer { close(fd) }
-        var data = Data()
-        var buffer = [UInt8](repeating: 0, count: 65536)
-        while true {
-            let n = read(fd, &buffer, buffer.count)
-            if n < 0 && errno == EINTR { continue }
-            if n < 0 { throw unreadable(errno) }
-            if n == 0 { break }
-            data.append(contentsOf: buffer[0..<n])
+        let data: Data
+        do {
+            data = try FileDescriptor.readFile(path)
+        } catch let e as Errno {
+            if e.code == ENOENT && e.call == "open" && !explicit { return s }
+            throw unreadable(e.code)
         }
         guard case .dict(let d) = try PropertyListCodec.decode(data) else {
             throw StartupError(description: "\(path): the root must be a dictionary")

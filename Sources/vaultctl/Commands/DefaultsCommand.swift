@@ -92,17 +92,10 @@ struct DefaultsCommand: Command {
 
     /// A file's bytes; a file that cannot be read is a local failure saying why (strerror).
     static func readFile(_ path: String) throws -> Data {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw LocalFailure(description: "cannot read \(path): \(String(cString: strerror(errno)))") }
-        defer { close(fd) }
-        var out = Data()
-        var buffer = [UInt8](repeating: 0, count: 1 << 16)
-        while true {
-            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if n < 0 && errno == EINTR { continue }
-            guard n >= 0 else { throw LocalFailure(description: "cannot read \(path): \(String(cString: strerror(errno)))") }
-            if n == 0 { return out }
-            out.append(contentsOf: buffer[..<n])
+        do {
+            return try FileDescriptor.readFile(path)
+        } catch let e as Errno {
+            throw LocalFailure(description: "cannot read \(path): \(String(cString: strerror(e.code)))")
         }
     }
 

@@ -12,19 +12,13 @@ enum Terminal {
 
     /// All bytes readable from `fd` until end of file.
     static func readAll(fd: Int32) throws -> Data {
-        var out = Data()
-        var buf = [UInt8](repeating: 0, count: 65536)
-        while true {
-            let n = read(fd, &buf, buf.count)
-            if n < 0 {
-                if errno == EINTR { continue }
-                throw UsageError(message: "cannot read file descriptor \(fd): \(String(cString: strerror(errno)))")
-            }
-            if n == 0 { break }
-            out.append(contentsOf: buf[0..<n])
-            if out.count > 16 << 20 { throw UsageError(message: "input on fd \(fd) is larger than 16 MiB") }
+        do {
+            return try FileDescriptor.readAll(fd, limit: 16 << 20)
+        } catch let e as Errno where e.code == EFBIG {
+            throw UsageError(message: "input on fd \(fd) is larger than 16 MiB")
+        } catch let e as Errno {
+            throw UsageError(message: "cannot read file descriptor \(fd): \(String(cString: strerror(e.code)))")
         }
-        return out
     }
 
     /// A passphrase from `fd` (its first line), or from the terminal without echo.
