@@ -24,11 +24,11 @@ public enum FileDescriptor {
         }
     }
 
-    /// The bytes of the file at `path`. Throws `Errno` ("open" or "read").
-    public static func readFile(_ path: String) throws -> Data {
+    /// The bytes of the file at `path`. Throws `Errno` ("open" or "read"; EFBIG past `limit`).
+    public static func readFile(_ path: String, limit: Int = .max) throws -> Data {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw Errno(code: errno, call: "open") }
         defer { close(fd) }
-        return try readAll(fd)
+        return try readAll(fd, limit: limit)
     }
 }

@@ -21,6 +21,9 @@ struct Settings {
     var cachePolicy = CachePolicy()
     var cacheCheckInterval: Double = 5
 
+    /// The largest config file read (bytes).
+    static let maximumFileSize = 1 << 20
+
     /// Reads `path`; an absent file gives the defaults, unless it was named (`explicit`).
     /// Throws `StartupError` for a file that cannot be read (a directory, no permission) or
     /// is not a property-list dictionary or holds a wrong type.
@@ -32,7 +35,9 @@ struct Settings {
         }
         let data: Data
         do {
-            data = try FileDescriptor.readFile(path)
+            // A settings file is a few hundred bytes: `--config /dev/zero` (or a log file named
+            // by mistake) must not be read for ever.
+            data = try FileDescriptor.readFile(path, limit: Self.maximumFileSize)
         } catch let e as Errno {
             if e.code == ENOENT && e.call == "open" && !explicit { return s }
             throw unreadable(e.code)

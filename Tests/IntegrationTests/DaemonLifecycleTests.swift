@@ -497,7 +497,8 @@ import Glibc
         let d = try Daemon(start: false)
         defer { d.close() }
         func vaultd(_ args: [String]) throws -> ProcessResult { try Self.runVaultd(on: d, args, timeout: 5) }
-        for (what, path) in [("a missing file", d.root + "/config.plsit"), ("a directory", d.root + "/home")] {
+        // (/dev/zero: read for ever before; now refused past 1 MiB.)
+        for (what, path) in [("a missing file", d.root + "/config.plsit"), ("a directory", d.root + "/home"), ("an endless file", "/dev/zero")] {
             let r = try vaultd(["--config", path])
             #expect(!r.timedOut && r.status == 1 && r.stderr.contains(path), "\(what): \(r)")
             #expect(Self.mode(d.socketPath) == nil, "\(what): vaultd served")
