@@ -71,11 +71,21 @@ final class Context {
 
     /// Seconds each call may wait for vaultd: a stopped or hung vaultd still accepts the
     /// connection, and a script must not wait on it for ever (`VAULTCTL_TIMEOUT`; nil when
-    /// it is not set or not a number of seconds).
-    static let configuredTimeout: Double? = {
-        guard let v = ProcessInfo.processInfo.environment["VAULTCTL_TIMEOUT"], let s = Double(v), s.isFinite, s >= 0 else { return nil }
+    /// it is not set). `checkTimeoutSetting` refuses one that is no number of seconds.
+    static let configuredTimeout: Double? = ProcessInfo.processInfo.environment["VAULTCTL_TIMEOUT"].flatMap(seconds)
+
+    private static func seconds(_ text: String) -> Double? {
+        guard let s = Double(text), s.isFinite, s >= 0 else { return nil }
         return s
-    }()
+    }
+
+    /// Throws a UsageError for a `VAULTCTL_TIMEOUT` that is not a number of seconds ≥ 0: it
+    /// fell back to 60 s without a word, so a script's `VAULTCTL_TIMEOUT=5s` waited 60.
+    static func checkTimeoutSetting() throws {
+        if let v = ProcessInfo.processInfo.environment["VAULTCTL_TIMEOUT"], seconds(v) == nil {
+            throw UsageError(message: "VAULTCTL_TIMEOUT must be a number of seconds (0 or more; 0: for ever), not '\(v.prefix(20))'")
+        }
+    }
     /// 60 s by default: more than an unlock's Argon2id or any call but those removing files.
     static let replyTimeout: Double = configuredTimeout ?? 60
 
@@ -156,6 +166,7 @@ if arguments.words.first == "--help" || arguments.words.first == "-h" || argumen
     StandardOutput.exit(0, program: "vaultctl")
 }
 do {
+    try Context.checkTimeoutSetting()
     let socket = try arguments.option("--socket")
     let command = try parseCommand(&arguments)
     try arguments.finish()

@@ -56,4 +56,16 @@ import Glibc
         #expect(lines.last == "Run 'vaultctl --help' for every command." && lines.count <= 16, "\(r.stderr)")
         #expect(r.stdout.isEmpty)
     }
+
+    /// A VAULTCTL_TIMEOUT that is no number of seconds is a usage error naming it: it fell back
+    /// to 60 s without a word, so a script's `VAULTCTL_TIMEOUT=5s` waited 60 on a hung vaultd.
+    @Test(arguments: ["5s", "abc", "-1", "inf", ""])
+    func aTimeoutThatIsNoNumberOfSecondsIsAUsageError(value: String) throws {
+        let r = try ChildProcess.run(Paths.tool("vaultctl"), ["status"], environment: ["PATH": "/usr/bin:/bin", "VAULTCTL_TIMEOUT": value])
+        #expect(r.status == 64 && r.stderr.hasPrefix("vaultctl: VAULTCTL_TIMEOUT must be a number of seconds"), "\(r)")
+        // A number is taken (here: no vaultd at the socket, so exit 1, not 64).
+        let ok = try ChildProcess.run(
+            Paths.tool("vaultctl"), ["--socket", "/nonexistent/vaultd.sock", "status"], environment: ["PATH": "/usr/bin:/bin", "VAULTCTL_TIMEOUT": "2.5"])
+        #expect(ok.status == 1 && ok.stderr.contains("cannot connect"), "\(ok)")
+    }
 }
