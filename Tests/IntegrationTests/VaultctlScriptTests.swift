@@ -68,4 +68,16 @@ import Glibc
             Paths.tool("vaultctl"), ["--socket", "/nonexistent/vaultd.sock", "status"], environment: ["PATH": "/usr/bin:/bin", "VAULTCTL_TIMEOUT": "2.5"])
         #expect(ok.status == 1 && ok.stderr.contains("cannot connect"), "\(ok)")
     }
+
+    /// A rejected typed value is named when short (`'1.5' is not an integer`) and not echoed
+    /// when long or not printable ASCII ("the value"): -int, -bool and -date printed any
+    /// argument whole into the error, as -float no longer did.
+    @Test(arguments: ["-int", "-bool", "-date"])
+    func aRejectedTypedValueIsNamedOnlyWhenShort(flag: String) throws {
+        let long = String(repeating: "x", count: 200)
+        let r = try ChildProcess.run(Paths.tool("vaultctl"), ["defaults", "write", "com.example.v", "k", flag, long], environment: ["PATH": "/usr/bin:/bin"])
+        #expect(r.status == 64 && r.stderr.hasPrefix("vaultctl: the value is not a") && !r.stderr.contains("xxxxxxxxxx"), "\(r)")
+        let short = try ChildProcess.run(Paths.tool("vaultctl"), ["defaults", "write", "com.example.v", "k", flag, "1.5x"], environment: ["PATH": "/usr/bin:/bin"])
+        #expect(short.status == 64 && short.stderr.hasPrefix("vaultctl: '1.5x' is not a"), "\(short)")
+    }
 }

@@ -192,18 +192,18 @@ struct DefaultsCommand: Command {
         case "-int", "-integer":
             if let i = Int64(v) { return .integer(i) }
             if let u = UInt64(v) { return .unsignedInteger(u) }
-            throw UsageError(message: "'\(v)' is not an integer")
+            throw UsageError(message: "\(shown(v)) is not an integer")
         case "-float":
             return .real(try decimalNumber(v))
         case "-bool", "-boolean":
             switch v.lowercased() {
             case "true", "yes", "1": return .bool(true)
             case "false", "no", "0": return .bool(false)
-            default: throw UsageError(message: "'\(v)' is not a boolean (true/false/yes/no)")
+            default: throw UsageError(message: "\(shown(v)) is not a boolean (true/false/yes/no)")
             }
         case "-date":
             guard let d = parseDate(v) else {
-                throw UsageError(message: "'\(v)' is not a date in years 0 to 9999 (use 2026-01-31 12:00:00 +0000 or ISO 8601)")
+                throw UsageError(message: "\(shown(v)) is not a date in years 0 to 9999 (use 2026-01-31 12:00:00 +0000 or ISO 8601)")
             }
             return .date(d)
         case "-data":
@@ -227,13 +227,18 @@ struct DefaultsCommand: Command {
         }
     }
 
+    /// A rejected value as an error names it: quoted when short and printable ASCII, else "the
+    /// value" (a long or binary argument is not echoed whole).
+    static func shown(_ v: String) -> String {
+        !v.isEmpty && v.count <= 24 && v.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value < 0x7F }) ? "'\(v)'" : "the value"
+    }
+
     /// A `-float` argument: a finite decimal number, `[+-]digits[.digits][e[+-]digits]` (digits
     /// on at least one side of the point), as defaults(1) takes. Not Double(_:), which also
     /// takes hexadecimal (`0x10` is 16), `inf`, `nan`, and rounds `1e400` to infinity. The
     /// error says what is wrong, quoting the value only when it is short.
     static func decimalNumber(_ v: String) throws -> Double {
-        let shown = !v.isEmpty && v.count <= 24 && v.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value < 0x7F }) ? "'\(v)'" : "the value"
-        func refuse(_ why: String) -> UsageError { UsageError(message: "-float needs a finite decimal number: \(shown) \(why)") }
+        func refuse(_ why: String) -> UsageError { UsageError(message: "-float needs a finite decimal number: \(shown(v)) \(why)") }
         let u = Array(v.utf8)
         func isDigit(_ c: UInt8) -> Bool { c >= 48 && c <= 57 }
         var i = 0
