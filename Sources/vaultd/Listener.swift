@@ -79,10 +79,12 @@ enum Listener {
         guard st.st_mode & S_IFMT == S_IFDIR else { throw StartupError(description: "\(dir) is not a directory") }
         if strict {
             guard st.st_uid == getuid() else {
-                throw StartupError(description: "refusing socket directory \(dir): it is not owned by uid \(getuid())")
+                // Another user may have made it first (a shared /tmp): say how to get past it.
+                throw StartupError(
+                    description: "refusing socket directory \(dir): it is owned by uid \(st.st_uid), not \(getuid()) (another user may have made it to catch your secrets); remove it, or set XDG_RUNTIME_DIR or VAULTD_SOCKET to a directory of your own")
             }
             guard st.st_mode & 0o777 == 0o700 else {
-                throw StartupError(description: String(format: "refusing socket directory %@: mode %o, expected 700", dir, st.st_mode & 0o777))
+                throw StartupError(description: String(format: "refusing socket directory %@: mode %o, expected 700 (chmod 700 %@)", dir, st.st_mode & 0o777, dir))
             }
         }
     }

@@ -9,6 +9,27 @@ import Glibc
 
 /// DESIGN §2: socket paths and modes, one daemon per socket, stale sockets, clean shutdown.
 @Suite struct DaemonLifecycleTests {
+    /// The default socket directory /tmp/vaultd-$UID made first by another user (a shared
+    /// /tmp), or left with loose permissions: vaultd refuses it and says how to get past it
+    /// (it said only "not owned by uid N"). In a mount namespace of its own with a private
+    /// /tmp, vaultd running as nobody.
+    @Test(.enabled(if: getuid() == 0, "needs root for a mount namespace and to act as nobody (setpriv)"))
+    func aSquattedDefaultSocketDirectoryIsRefusedWithTheWayOut() throws {
+        let script = """
+            set -e
+            mount -t tmpfs tmpfs /tmp
+            mkdir -m 700 /tmp/vaultd-65534; mkdir -m 777 /tmp/h
+            run() { setpriv --reuid=65534 --regid=65534 --clear-groups env -i HOME=/tmp/h XDG_DATA_HOME=/tmp/h/d XDG_CACHE_HOME=/tmp/h/c "$0" 2>&1 || true; }
+            run
+            chown 65534 /tmp/vaultd-65534; chmod 755 /tmp/vaultd-65534
+            run
+            """
+        let r = try ChildProcess.run("unshare", ["-m", "sh", "-c", script, Paths.tool("vaultd")], environment: ["PATH": "/usr/sbin:/usr/bin:/sbin:/bin"], timeout: 20)
+        #expect(r.stdoutText.contains("refusing socket directory /tmp/vaultd-65534: it is owned by uid 0, not 65534"), "\(r)")
+        #expect(r.stdoutText.contains("remove it, or set XDG_RUNTIME_DIR or VAULTD_SOCKET"), "\(r)")
+        #expect(r.stdoutText.contains("mode 755, expected 700 (chmod 700 /tmp/vaultd-65534)"), "\(r)")
+    }
+
     /// vaultd in the foreground on `d`'s socket and data directory (plus `arguments`), to be
     /// refused at start: its outcome.
     static func runVaultd(on d: Daemon, _ arguments: [String] = [], timeout: Double) throws -> ProcessResult {
