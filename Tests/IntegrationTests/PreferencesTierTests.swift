@@ -395,6 +395,27 @@ import Glibc
         check((try? Data(contentsOf: URL(fileURLWithPath: path))) ?? Data(), "binary export")
     }
 
+    /// `defaults import D -` reads as much as `defaults import D FILE`: a domain within 4 MiB
+    /// whose XML is over 16 MiB (3.4 MiB of '&', each `&amp;` as XML) imports from stdin too
+    /// (it stopped at 16 MiB: "input on fd 0 is larger than 16 MiB", while the same file
+    /// imported), and both refuse past 64 MiB saying so.
+    @Test func aLargeXMLImportsFromStdinAsFromAFile() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        let values: [String: PlistValue] = ["amps": .string(String(repeating: "&", count: 3_400_000))]
+        let plist = try PropertyListCodec.encode(.dict(values), format: .xml)
+        try #require(plist.count > 16 << 20, "\(plist.count) bytes")
+        let imported = d.ctl(["defaults", "import", "com.example.stdin", "-"], stdin: plist)
+        #expect(imported.status == 0, "\(imported)")
+        #expect(try d.client().preferences.values(domain: "com.example.stdin") == values)
+        let huge = d.root + "/huge.plist"
+        try Data(count: (64 << 20) + 1).write(to: URL(fileURLWithPath: huge))
+        for source in [huge, "-"] {
+            let r = d.ctl(["defaults", "import", "com.example.huge", source], stdin: source == "-" ? Data(count: (64 << 20) + 1) : nil)
+            #expect(r.status == 1 && r.stderr.contains("File too large (a plist to import may be at most 64 MiB)"), "\(source): \(r)")
+        }
+    }
+
     /// A real plist file of a domain within the 4 MiB limit imports whatever size the file
     /// takes: XML of 160,000 small keys (7.7 MB) or of 3 MB of text full of `&` (15 MB, as
     /// `&amp;`) was sent to vaultd whole in base64, over the 8 MiB message limit, and the

@@ -69,13 +69,7 @@ struct DefaultsCommand: Command {
         case .find:
             try find(prefs, words[0])
         case .import:
-            let data: Data
-            if words[1] == "-" {
-                data = try Terminal.readAll(fd: STDIN_FILENO)
-            } else {
-                data = try Self.readFile(words[1])
-            }
-            try prefs.importDomain(words[0], plist: data)
+            try prefs.importDomain(words[0], plist: try Self.readPlist(words[1]))
         case .export:
             if words[1] == "-" {
                 StandardOutput.write(try prefs.exportDomain(words[0], binary: false))
@@ -90,12 +84,22 @@ struct DefaultsCommand: Command {
         }
     }
 
-    /// A file's bytes; a file that cannot be read is a local failure saying why (strerror).
-    static func readFile(_ path: String) throws -> Data {
+    /// The largest plist `defaults import` reads, from a file or stdin alike (bytes): a domain
+    /// holds at most 4 MiB of values, which as XML can be several times that (`&amp;` for
+    /// each `&`, a key and a tag around each tiny value). Stdin stopped at 16 MiB while a
+    /// file was read whole, however large.
+    static let maximumImportSize = 64 << 20
+
+    /// The plist to import from `path` (`-`: stdin); one that cannot be read is a local
+    /// failure saying why (strerror; "File too large" past `maximumImportSize`).
+    static func readPlist(_ path: String) throws -> Data {
         do {
-            return try FileDescriptor.readFile(path)
+            return path == "-"
+                ? try FileDescriptor.readAll(STDIN_FILENO, limit: maximumImportSize)
+                : try FileDescriptor.readFile(path, limit: maximumImportSize)
         } catch let e as Errno {
-            throw LocalFailure(description: "cannot read \(path): \(String(cString: strerror(e.code)))")
+            let size = e.code == EFBIG ? " (a plist to import may be at most \(maximumImportSize >> 20) MiB)" : ""
+            throw LocalFailure(description: "cannot read \(path == "-" ? "standard input" : path): \(String(cString: strerror(e.code)))\(size)")
         }
     }
 
