@@ -96,6 +96,14 @@ public struct Preferences: Sendable {
         guard case .dict(let values) = try PropertyListCodec.decode(plist) else {
             throw VaultError(.invalidPropertyList, "the property list's root is not a dictionary; a domain can only be imported from a dictionary")
         }
+        return try importDomain(domain, values: values)
+    }
+
+    /// Replaces a domain with `values` (as `importDomain(_:plist:)`, without a plist: what
+    /// `defaults write DOMAIN '{ … }'` writes). Returns the number of keys. Throws
+    /// DomainTooLarge (over 4 MiB), InvalidValue, ReadOnlyDomain, MissingEntitlement.
+    @discardableResult
+    public func importDomain(_ domain: String, values: [String: PlistValue]) throws -> Int {
         do {
             return try connection.call("io.vaultd.Preferences.Import", ["domain": .string(domain), "values": .object(values.mapValues(\.tagged))])["keys"]?.intValue ?? 0
         } catch let e as VaultError where e.code == .invalidParameter && e.parameters["parameter"] == "message" {
@@ -110,12 +118,22 @@ public struct Preferences: Sendable {
     /// seconds). Throws InvalidPropertyList for XML holding a character XML 1.0 cannot carry
     /// (export binary instead), MissingEntitlement.
     ///
-    /// The property list is written here, from the domain's values (`values(domain:)`, which
-    /// always fits one message), not by vaultd's `Export`: a domain within the 4 MiB limit can
-    /// take more than the 8 MiB message limit as a plist in base64 (XML of many small keys,
-    /// text full of `&` and `<`), and such an Export reply is ReplyTooLarge.
+    /// XML is written here, from the domain's values (`values(domain:)`, which always fits one
+    /// message), not by vaultd's `Export`: a domain within the 4 MiB limit can take more than
+    /// the 8 MiB message limit as XML in base64 (many small keys, text full of `&` and `<`),
+    /// and such an Export reply is ReplyTooLarge. A binary plist comes from vaultd's `Export`
+    /// (written there when it fits a reply, here otherwise): Foundation's binary writer fails
+    /// in a program that links the Swift runtime statically, as release vaultctl does, for a
+    /// dictionary holding an array or a dictionary ("property lists cannot contain objects of
+    /// type 'Not A Type'").
     public func exportDomain(_ domain: String, binary: Bool) throws -> Data {
-        try PropertyListCodec.encode(.dict(try values(domain: domain)), format: binary ? .binary : .xml)
+        if binary {
+            do {
+                let reply = try connection.call("io.vaultd.Preferences.Export", ["domain": .string(domain), "format": "binary"])
+                if let text = reply["plist"]?.stringValue, let plist = Data(base64Encoded: text) { return plist }
+            } catch let e as VaultError where e.code == .replyTooLarge {}
+        }
+        return try PropertyListCodec.encode(.dict(try values(domain: domain)), format: binary ? .binary : .xml)
     }
 
     /// Removes a whole domain; returns how many keys it had (0 when none). Throws

@@ -395,6 +395,29 @@ import Glibc
         check((try? Data(contentsOf: URL(fileURLWithPath: path))) ?? Data(), "binary export")
     }
 
+    /// A domain holding arrays and dictionaries, written as defaults(1)'s `'{ … }'` text, exports
+    /// as a binary plist file that reads back whole. Release vaultctl (the Swift runtime
+    /// linked statically) failed both: Foundation's binary writer refused a dictionary holding
+    /// a container there ("An error occurred in the destination for the data"), and both the
+    /// text write and the export went through it in vaultctl (the newcomer pass; scripts/
+    /// release-smoke runs this with the release binaries, which these tests do not use).
+    @Test func nestedContainersWriteAndExportAsBinary() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        let written = d.ctl(["defaults", "write", "com.example.nested", "{ A = (1, 2); B = { c = (x, { d = y; }); }; }"])
+        #expect(written.status == 0, "\(written)")
+        let expected: PlistValue = .dict([
+            "A": .array([.string("1"), .string("2")]),
+            "B": .dict(["c": .array([.string("x"), .dict(["d": .string("y")])])]),
+        ])
+        let path = d.root + "/nested.plist"
+        let exported = d.ctl(["defaults", "export", "com.example.nested", path])
+        #expect(exported.status == 0, "\(exported)")
+        let file = try Data(contentsOf: URL(fileURLWithPath: path))
+        #expect(file.starts(with: Array("bplist00".utf8)), "not a binary plist")
+        #expect(try PropertyListCodec.decode(file) == expected)
+    }
+
     /// `defaults import D -` reads as much as `defaults import D FILE`: a domain within 4 MiB
     /// whose XML is over 16 MiB (3.4 MiB of '&', each `&amp;` as XML) imports from stdin too
     /// (it stopped at 16 MiB: "input on fd 0 is larger than 16 MiB", while the same file

@@ -112,11 +112,10 @@ struct DefaultsCommand: Command {
         if words.count == 2 {
             // defaults(1)'s `write DOMAIN '{ key = value; ... }'`: the domain becomes that
             // dictionary, replacing what it held (as an import does).
-            let value = try Self.parsed(words[1])
-            guard case .dict = value else {
+            guard case .dict(let values) = try Self.parsed(words[1]) else {
                 throw VaultError(.invalidValue, "defaults write \(words[0]) with no key takes a dictionary, e.g. '{ key = value; }'")
             }
-            _ = try prefs.importDomain(words[0], plist: try PropertyListCodec.encode(value, format: .binary))
+            _ = try prefs.importDomain(words[0], values: values)
             return
         }
         let domain = words[0], key = words[1]
