@@ -74,10 +74,12 @@ import Glibc
     /// argument whole into the error, as -float no longer did.
     @Test(arguments: ["-int", "-bool", "-date"])
     func aRejectedTypedValueIsNamedOnlyWhenShort(flag: String) throws {
+        let d = try Daemon()
+        defer { d.close() }
         let long = String(repeating: "x", count: 200)
-        let r = try ChildProcess.run(Paths.tool("vaultctl"), ["defaults", "write", "com.example.v", "k", flag, long], environment: ["PATH": "/usr/bin:/bin"])
+        let r = d.ctl(["defaults", "write", "com.example.v", "k", flag, long])
         #expect(r.status == 64 && r.stderr.hasPrefix("vaultctl: the value is not a") && !r.stderr.contains("xxxxxxxxxx"), "\(r)")
-        let short = try ChildProcess.run(Paths.tool("vaultctl"), ["defaults", "write", "com.example.v", "k", flag, "1.5x"], environment: ["PATH": "/usr/bin:/bin"])
+        let short = d.ctl(["defaults", "write", "com.example.v", "k", flag, "1.5x"])
         #expect(short.status == 64 && short.stderr.hasPrefix("vaultctl: '1.5x' is not a"), "\(short)")
     }
 }
