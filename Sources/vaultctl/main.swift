@@ -106,6 +106,14 @@ final class Context {
     }
 }
 
+/// A command that reads a passphrase or a secret: a stray word on its command line may be
+/// one, and its usage error does not repeat it (`Arguments.finish`).
+protocol ReadsSecret {}
+extension InitCommand: ReadsSecret {}
+extension UnlockCommand: ReadsSecret {}
+extension PassphraseCommand: ReadsSecret {}
+extension ItemCommand: ReadsSecret {}
+
 /// A subcommand: parses and validates its arguments in `init`, acts in `run`.
 protocol Command {
     init(_ arguments: inout Arguments) throws
@@ -169,7 +177,7 @@ do {
     try Context.checkTimeoutSetting()
     let socket = try arguments.option("--socket")
     let command = try parseCommand(&arguments)
-    try arguments.finish()
+    try arguments.finish(showingWords: !(command is ReadsSecret))
     try command.run(Context(socketPath: socket))
     StandardOutput.exit(0, program: "vaultctl")
 } catch let e as UsageError {

@@ -82,4 +82,27 @@ import Glibc
         let short = d.ctl(["defaults", "write", "com.example.v", "k", flag, "1.5x"])
         #expect(short.status == 64 && short.stderr.hasPrefix("vaultctl: '1.5x' is not a"), "\(short)")
     }
+
+    /// A secret typed on vaultctl's command line by mistake is not repeated by its usage
+    /// error: `--passphrase-fd` taken for `--passphrase`, an option vaultctl does not have
+    /// (`--passphrase=…`, `--secret=…`), a stray word after `item add`. Each was quoted back
+    /// in the error ("needs an integer, not 'S3CRET-…'", "unexpected argument '--secret=S3CRET-…'"),
+    /// so it reached the terminal's scrollback, a script's log or a CI job's output besides
+    /// argv. The option is still named. No daemon runs (`--socket /nowhere`).
+    @Test(arguments: [
+        (["unlock", "--passphrase-fd", "S3CRET-fd-7a1c"], "--passphrase-fd needs a file descriptor number"),
+        (["unlock", "--passphrase-fd=S3CRET-fd-7a1c"], "--passphrase-fd needs a file descriptor number"),
+        (["passphrase", "change", "--passphrase-fd", "3", "--new-passphrase-fd", "S3CRET-fd-7a1c"], "--new-passphrase-fd needs a file descriptor number"),
+        (["item", "add", "--service", "s", "--secret-fd", "S3CRET-fd-7a1c"], "--secret-fd needs a file descriptor number"),
+        (["init", "--passphrase=S3CRET-fd-7a1c"], "unexpected argument '--passphrase=…'"),
+        (["item", "add", "--service", "s", "--secret=S3CRET-fd-7a1c"], "unexpected argument '--secret=…'"),
+        (["item", "add", "--service", "s", "S3CRET-fd-7a1c"], "unexpected argument (not repeated here"),
+        (["item", "update", "--service", "s", "--secret-stdin", "S3CRET-fd-7a1c"], "unexpected argument (not repeated here"),
+    ])
+    func aSecretOnTheCommandLineIsNotRepeatedInTheUsageError(arguments: [String], reason: String) throws {
+        let r = try ChildProcess.run(Paths.tool("vaultctl"), ["--socket", "/nowhere"] + arguments, environment: ["PATH": "/usr/bin:/bin"])
+        #expect(r.status == 64, "\(r)")
+        #expect(r.stderr.hasPrefix("vaultctl: " + reason), "\(r.stderr)")
+        #expect(!r.stderr.contains("S3CRET") && !r.stdoutText.contains("S3CRET"), "\(r)")
+    }
 }

@@ -41,9 +41,14 @@ struct Arguments {
     }
 
     /// An integer option.
+    /// The value of a `--…-fd` option is not repeated when it is not a number: someone who
+    /// took `--passphrase-fd` for `--passphrase` typed the secret there.
     mutating func intOption(_ name: String) throws -> Int? {
         guard let v = try option(name) else { return nil }
-        guard let i = Int(v) else { throw UsageError(message: "\(name) needs an integer, not '\(v)'") }
+        guard let i = Int(v) else {
+            if name.hasSuffix("-fd") { throw UsageError(message: "\(name) needs a file descriptor number (what was given is not repeated here)") }
+            throw UsageError(message: "\(name) needs an integer, not '\(v)'")
+        }
         return i
     }
 
@@ -108,8 +113,18 @@ struct Arguments {
         return words.filter { $0 != "--" }
     }
 
-    /// Throws a usage error naming the first word nobody asked for.
-    func finish() throws {
-        if let w = words.first { throw UsageError(message: "unexpected argument '\(w)'") }
+    /// Throws a usage error naming the first word nobody asked for. An unknown `--name=value`
+    /// is named without its value (`--passphrase=…`, `--secret=…`: secrets are never taken from
+    /// argv, and the error must not repeat one to a terminal, a script's log or a CI job's
+    /// output). `showingWords` false: a word that is not an option is not repeated either, for
+    /// the commands that read a secret (`vaultctl item add --service s hunter2`).
+    func finish(showingWords: Bool = true) throws {
+        guard let w = words.first else { return }
+        if w.hasPrefix("-") {
+            if let eq = w.firstIndex(of: "=") { throw UsageError(message: "unexpected argument '\(w[..<eq])=…' (its value is not repeated here)") }
+            throw UsageError(message: "unexpected argument '\(w)'")
+        }
+        if showingWords { throw UsageError(message: "unexpected argument '\(w)'") }
+        throw UsageError(message: "unexpected argument (not repeated here: this command reads its secret from a file descriptor, stdin or a prompt, never from the command line)")
     }
 }
