@@ -98,6 +98,10 @@ import Glibc
         (["item", "add", "--service", "s", "--secret=S3CRET-fd-7a1c"], "unexpected argument '--secret=…'"),
         (["item", "add", "--service", "s", "S3CRET-fd-7a1c"], "unexpected argument (not repeated here"),
         (["item", "update", "--service", "s", "--secret-stdin", "S3CRET-fd-7a1c"], "unexpected argument (not repeated here"),
+        // A stray secret that begins with a dash is not an option's name either.
+        (["item", "add", "--service", "s", "-S3CRET-fd-7a1c"], "unexpected argument (not repeated here"),
+        (["unlock", "-S3CRET-fd-7a1c"], "unexpected argument (not repeated here"),
+        (["init", "-S3CRET=fd-7a1c"], "unexpected argument (not repeated here"),
     ])
     func aSecretOnTheCommandLineIsNotRepeatedInTheUsageError(arguments: [String], reason: String) throws {
         let r = try ChildProcess.run(Paths.tool("vaultctl"), ["--socket", "/nowhere"] + arguments, environment: ["PATH": "/usr/bin:/bin"])

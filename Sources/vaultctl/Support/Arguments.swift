@@ -117,14 +117,24 @@ struct Arguments {
     /// is named without its value (`--passphrase=…`, `--secret=…`: secrets are never taken from
     /// argv, and the error must not repeat one to a terminal, a script's log or a CI job's
     /// output). `showingWords` false: a word that is not an option is not repeated either, for
-    /// the commands that read a secret (`vaultctl item add --service s hunter2`).
+    /// the commands that read a secret (`vaultctl item add --service s hunter2`), nor is one
+    /// that merely begins with a dash (`-hunter2`): only a word shaped like an option's name
+    /// (`--` and lowercase letters, digits, hyphens) is named there.
     func finish(showingWords: Bool = true) throws {
         guard let w = words.first else { return }
-        if w.hasPrefix("-") {
-            if let eq = w.firstIndex(of: "=") { throw UsageError(message: "unexpected argument '\(w[..<eq])=…' (its value is not repeated here)") }
+        let name = w.firstIndex(of: "=").map { w[..<$0] } ?? w[...]
+        if w.hasPrefix("-") && (showingWords || Self.isOptionName(name)) {
+            if name.count < w.count { throw UsageError(message: "unexpected argument '\(name)=…' (its value is not repeated here)") }
             throw UsageError(message: "unexpected argument '\(w)'")
         }
         if showingWords { throw UsageError(message: "unexpected argument '\(w)'") }
         throw UsageError(message: "unexpected argument (not repeated here: this command reads its secret from a file descriptor, stdin or a prompt, never from the command line)")
+    }
+
+    /// `--` then a lowercase letter, then lowercase letters, digits and hyphens.
+    static func isOptionName(_ s: Substring) -> Bool {
+        let u = Array(s.utf8)
+        guard u.count > 2, u[0] == UInt8(ascii: "-"), u[1] == UInt8(ascii: "-"), (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(u[2]) else { return false }
+        return u.dropFirst(3).allSatisfy { (UInt8(ascii: "a")...UInt8(ascii: "z")).contains($0) || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || $0 == UInt8(ascii: "-") }
     }
 }
