@@ -120,11 +120,9 @@ protocol Command {
     func run(_ context: Context) throws
 }
 
-/// What a usage error prints after its message: the usage lines of `command` (those that
-/// begin with it, with the lines indented under them), or the synopsis when no command was
-/// recognised, and where the rest is. The whole text (50 lines) buried the one line that
-/// said what was wrong.
-func usage(of command: String?) -> String {
+/// The usage lines of `command` (those that begin with it, with the lines indented under
+/// them); none when no usage line begins with that word.
+func usageLines(of command: String?) -> [Substring] {
     var lines: [Substring] = []
     var within = false
     for line in toolUsage.split(separator: "\n") {
@@ -136,6 +134,14 @@ func usage(of command: String?) -> String {
         }
         if within { lines.append(line) }
     }
+    return lines
+}
+
+/// What a usage error prints after its message: the usage lines of `command`, or the synopsis
+/// when no command was recognised, and where the rest is. The whole text (50 lines) buried
+/// the one line that said what was wrong.
+func usage(of command: String?) -> String {
+    let lines = usageLines(of: command)
     let synopsis = lines.isEmpty ? "usage: vaultctl [--socket PATH] COMMAND ...\n" : "usage:\n" + lines.joined(separator: "\n") + "\n"
     return synopsis + "Run 'vaultctl --help' for every command."
 }
@@ -181,7 +187,8 @@ do {
     try command.run(Context(socketPath: socket))
     StandardOutput.exit(0, program: "vaultctl")
 } catch let e as UsageError {
-    let named = CommandLine.arguments.dropFirst().first { !$0.hasPrefix("-") && toolUsage.contains("\n  \($0) ") }
+    // The command: the first word with usage lines of its own ("lock" has no argument after it).
+    let named = CommandLine.arguments.dropFirst().first { !$0.hasPrefix("-") && !usageLines(of: $0).isEmpty }
     printError("\(e.message)\n\(usage(of: named))")
     StandardOutput.exit(64, program: "vaultctl")
 } catch let e as VaultError {

@@ -45,6 +45,8 @@ import Glibc
         (["defaults", "write"], "wrong number of arguments for defaults write", ["  defaults write DOMAIN KEY", "  defaults import"], "item "),
         (["app"], "app needs install", ["  app install APP_ID", "  [--keep-credentials-on-reinstall]"], "defaults"),
         (["frob"], "unknown command 'frob'", ["usage: vaultctl [--socket PATH] COMMAND ..."], "item"),
+        // A command whose usage line is the bare word (no arguments), not the synopsis.
+        (["lock", "--frob"], "unexpected argument '--frob'", ["usage:\n  lock\n"], "COMMAND ..."),
     ])
     func aUsageErrorSaysWhyAndShowsThatCommandsUsage(arguments: [String], reason: String, shown: [String], notShown: String) throws {
         let r = try ChildProcess.run(Paths.tool("vaultctl"), arguments, environment: ["PATH": "/usr/bin:/bin"])
