@@ -325,7 +325,7 @@ public final class Vault: @unchecked Sendable {
                 try checkRateLimit()
             } catch let e as VaultError where e.code == .rateLimited {
                 // Guesses made during the wait are refused unchecked, but seen in the log.
-                log("\(operation) refused: too many failed passphrase checks; \(e.message)")
+                log("\(operation) refused: \(e.message)")
                 throw e
             }
             return try keys.passphraseParameters()
