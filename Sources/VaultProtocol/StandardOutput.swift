@@ -45,11 +45,12 @@ public enum StandardOutput {
         return code != 0 ? String(cString: strerror(code)) : "a write failed"
     }
 
-    /// All of stdin (`FileDescriptor.readAll`); nil when it cannot be read (a closed stdin, an
-    /// I/O error: `errno` says which), where Foundation's `readDataToEndOfFile` crashes.
-    public static func readInput() -> Data? {
+    /// All of stdin (`FileDescriptor.readAll`), at most `limit` bytes; nil when it cannot be
+    /// read (a closed stdin, an I/O error; EFBIG past `limit`: `errno` says which), where
+    /// Foundation's `readDataToEndOfFile` crashes.
+    public static func readInput(limit: Int = .max) -> Data? {
         do {
-            return try FileDescriptor.readAll(STDIN_FILENO)
+            return try FileDescriptor.readAll(STDIN_FILENO, limit: limit)
         } catch let e as Errno {
             errno = e.code
             return nil

@@ -338,7 +338,9 @@ func main() -> Int32 {
     let action = args[0]
     let fields: [String: String]
     do {
-        guard let input = StandardOutput.readInput() else {
+        // git sends a few short lines; 1 MiB is far past any credential (a helper fed an
+        // endless stream must not grow without bound).
+        guard let input = StandardOutput.readInput(limit: 1 << 20) else {
             StandardOutput.writeError("git-credential-vault: cannot read standard input: \(String(cString: strerror(errno)))\n")
             return 1
         }

@@ -473,6 +473,15 @@ import Glibc
         #expect(g.internetItems().first?["accessGroup"] as? String == "git")
     }
 
+    /// An endless or huge input is refused past 1 MiB (git sends a few short lines): the
+    /// helper read stdin without a bound, growing for as long as it was fed.
+    @Test func anInputOverOneMiBIsRefusedNotReadForEver() throws {
+        let g = try Git()
+        defer { g.close() }
+        let r = g.d.run("sh", ["-c", "head -c 2000000 /dev/zero | \"$0\" get", Paths.tool("git-credential-vault")], environment: g.env)
+        #expect(r.status == 1 && r.stderr.hasPrefix("git-credential-vault: cannot read standard input: File too large"), "\(r)")
+    }
+
     /// The helper's output that cannot be written is a failure git can see, as vaultctl's is:
     /// exit 1 and 'git-credential-vault: cannot write to standard output' on stderr. It wrote
     /// with Foundation's FileHandle: `get` to a full disk crashed it (SIGILL, 132), as did any
