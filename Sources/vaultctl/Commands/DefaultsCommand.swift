@@ -22,6 +22,12 @@ struct DefaultsCommand: Command {
         ]
         guard counts[verb]!.contains(words.count) else { throw UsageError(message: "wrong number of arguments for defaults \(verb.rawValue)") }
         if !words.isEmpty && verb != .domains && verb != .find { words[0] = Self.domainName(words[0]) }
+        // A value that cannot be what its flag says is a usage error before any connection
+        // (it came only once connected: with no vaultd, exit 1 "cannot connect", not 64).
+        if verb == .write && words.count > 2 {
+            let containers = ["-array", "-array-add", "-dict", "-dict-add"]
+            _ = try Self.values(Array(words.dropFirst(containers.contains(words[2]) ? 3 : 2)))
+        }
     }
 
     static func domainName(_ w: String) -> String {
