@@ -11,6 +11,9 @@ struct DefaultsCommand: Command {
     enum Verb: String, CaseIterable { case read, readType = "read-type", write, delete, rename, domains, find, `import`, export }
     var verb: Verb
     var words: [String]
+    /// `write DOMAIN KEY …`: the value words after the key (and after a container flag),
+    /// parsed in `init`.
+    var writeValues: [PlistValue] = []
 
     init(_ a: inout Arguments) throws {
         verb = try a.verb(of: "defaults")
@@ -26,7 +29,7 @@ struct DefaultsCommand: Command {
         // (it came only once connected: with no vaultd, exit 1 "cannot connect", not 64).
         if verb == .write && words.count > 2 {
             let containers = ["-array", "-array-add", "-dict", "-dict-add"]
-            _ = try Self.values(Array(words.dropFirst(containers.contains(words[2]) ? 3 : 2)))
+            writeValues = try Self.values(Array(words.dropFirst(containers.contains(words[2]) ? 3 : 2)))
         }
     }
 
@@ -125,12 +128,10 @@ struct DefaultsCommand: Command {
             return
         }
         let domain = words[0], key = words[1]
-        var rest = Array(words[2...])
-        let flag = rest[0]
+        let flag = words[2]
         switch flag {
         case "-array", "-array-add":
-            rest.removeFirst()
-            var items = try Self.values(rest)
+            var items = writeValues
             if flag == "-array-add", let existing = try prefs.value(domain: domain, key: key) {
                 guard case .array(let old) = existing else {
                     throw VaultError(.invalidValue, "value for key \(key) is not an array; cannot append to it")
@@ -139,10 +140,9 @@ struct DefaultsCommand: Command {
             }
             try prefs.set(.array(items), domain: domain, key: key)
         case "-dict", "-dict-add":
-            rest.removeFirst()
             // As defaults(1): each key, then its value, each a bare value or a type flag with
             // its value (`-dict General -bool true OpenWith -bool true`).
-            let values = try Self.values(rest)
+            let values = writeValues
             guard values.count % 2 == 0 else { throw UsageError(message: "\(flag) needs KEY VALUE pairs") }
             var dict: [String: PlistValue] = [:]
             if flag == "-dict-add", let existing = try prefs.value(domain: domain, key: key) {
@@ -159,7 +159,7 @@ struct DefaultsCommand: Command {
             }
             try prefs.set(.dict(dict), domain: domain, key: key)
         default:
-            let values = try Self.values(rest)
+            let values = writeValues
             guard values.count == 1 else { throw UsageError(message: "defaults write takes one value (use -array for several)") }
             try prefs.set(values[0], domain: domain, key: key)
         }
