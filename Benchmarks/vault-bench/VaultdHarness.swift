@@ -148,7 +148,8 @@ struct VaultCache {
     /// schema would be migrated at every start, and the start-up figure would time that.
     /// v2: items without the uuid index (migration 2026-11-30-items-uuid-unindexed).
     /// v3: one lookup index for service/server and account (2026-11-30-items-lookup-index).
-    static let format = "v3"
+    /// v4: that index in memory instead (2026-11-30-items-lookup-in-memory).
+    static let format = "v4"
 
     func path(items: Int) -> String { options.cacheRoot + "/vault-\(Self.format)-\(items)-s\(options.secretSize)" }
 

@@ -40,10 +40,16 @@ final class KeychainStore {
 
     private let db: Database
     private let keys: KeyHierarchy
+    /// Finds rows by their keyed hashes, for the writer and the readers.
+    let itemIndex: ItemIndex
 
-    init(db: Database, keys: KeyHierarchy) {
+    /// Over the writer's connection `db`, with migrations done: lists every item in the
+    /// index and installs its triggers. Throws what SQLite throws.
+    init(db: Database, keys: KeyHierarchy) throws {
         self.db = db
         self.keys = keys
+        self.itemIndex = try ItemIndex(loading: db)
+        try itemIndex.keep(on: db)
     }
 
     // MARK: identity and hashing
@@ -92,7 +98,7 @@ final class KeychainStore {
     }
 
     /// The `lookup_hash` column of an item: its service's hash (a generic password) or its
-    /// server's (an internet password), the first column of the `items_lookup` index.
+    /// server's (an internet password), by which `ItemIndex` finds it.
     private static func lookupHash(_ c: ItemClass, _ a: ItemAttributes, index: SecureBytes) -> SQLValue {
         switch c {
         case .genericPassword: return fieldHash("service", a.service, index: index)
@@ -177,8 +183,8 @@ final class KeychainStore {
     /// The stored rows matching the query's indexed parts, restricted to the groups the caller
     /// may see, and their keys, through the writer's connection: under the engine lock.
     func candidates(_ q: ItemQuery, caller: Caller) throws -> Candidates {
-        let (metadata, index) = try keys.metadataKeys()
-        var out = Candidates(rows: try Self.candidateRows(q, caller: caller, index: index, in: db), metadata: metadata)
+        let (metadata, hashKey) = try keys.metadataKeys()
+        var out = Candidates(rows: try Self.candidateRows(q, caller: caller, hashKey: hashKey, itemIndex: itemIndex, in: db), metadata: metadata)
         try addClassKeys(to: &out)
         return out
     }
@@ -208,11 +214,13 @@ final class KeychainStore {
         }
     }
 
-    /// The stored rows matching the query's indexed parts (found through the keyed-hash
-    /// indexes, `index` being the index key), restricted to the groups the caller may see,
-    /// read through `db`: the writer's connection under the engine lock, or a reader's.
-    /// Throws MissingEntitlement (a group not the caller's).
-    static func candidateRows(_ q: ItemQuery, caller: Caller, index: SecureBytes, in db: Database) throws -> [Candidates.Stored] {
+    /// The stored rows matching the query's indexed parts (their keyed hashes, made with
+    /// `hashKey`, the index key, found through `itemIndex`), restricted to the groups the caller
+    /// may see, read through `db`: the writer's connection under the engine lock, or a
+    /// reader's. Throws MissingEntitlement (a group not the caller's).
+    static func candidateRows(
+        _ q: ItemQuery, caller: Caller, hashKey: SecureBytes, itemIndex: ItemIndex, in db: Database
+    ) throws -> [Candidates.Stored] {
         if let g = q.attributes.accessGroup, !caller.mayAccess(group: g) {
             throw VaultError(.missingEntitlement, "the caller is not a member of the requested access group")
         }
@@ -228,24 +236,31 @@ final class KeychainStore {
             args += caller.accessGroups.map { .text($0) }
         }
         if let a = q.attributes.accessible { sql += " AND accessible = ?"; args.append(.text(a.rawValue)) }
-        // Through `items_lookup` (lookup_hash, account_hash, …): the service or the server
-        // first (only a generic password has a service, only an internet password a server:
-        // a query naming both matches nothing), then the account. A query naming only the
-        // account scans the index, which covers it, rather than the table.
-        let key: (field: String, value: String)?
+        // Through `ItemIndex`: the service or the server (only a generic password has a
+        // service, only an internet password a server: a query naming both matches nothing)
+        // and the account. The rows it names are read by id and their hashes checked here.
+        var hashes: [(ItemIndex.Column, SQLValue)] = []
         switch (q.attributes.service, q.attributes.server) {
-        case (let service?, nil): key = ("service", service)
-        case (nil, let server?): key = ("server", server)
-        case (nil, nil): key = nil
+        case (let service?, nil): hashes.append((.lookup, Self.fieldHash("service", service, index: hashKey)))
+        case (nil, let server?): hashes.append((.lookup, Self.fieldHash("server", server, index: hashKey)))
+        case (nil, nil): break
         case (_?, _?): return []
         }
-        if let key {
-            sql += " AND lookup_hash = ?"
-            args.append(Self.fieldHash(key.field, key.value, index: index))
-        }
-        if let account = q.attributes.account {
-            sql += key == nil ? " AND id IN (SELECT id FROM items WHERE account_hash = ?)" : " AND account_hash = ?"
-            args.append(Self.fieldHash("account", account, index: index))
+        if let account = q.attributes.account { hashes.append((.account, Self.fieldHash("account", account, index: hashKey))) }
+        if !hashes.isEmpty {
+            let ids = itemIndex.candidates(hashes.map { ($0.0, $0.1.blob ?? []) })
+            if ids.isEmpty { return [] }
+            if ids.count == 1 {
+                sql += " AND id = ?"
+                args.append(.integer(ids[0]))
+            } else {
+                sql += " AND id IN (SELECT value FROM json_each(?))"
+                args.append(.text(ItemIndex.jsonList(ids)))
+            }
+            for (column, hash) in hashes {
+                sql += " AND \(column.name) = ?"
+                args.append(hash)
+            }
         }
         sql += " ORDER BY id"
         var out: [Candidates.Stored] = []
@@ -333,6 +348,9 @@ final class KeychainStore {
         try store(values, id: id, generation: generation)
     }
 
+    /// Where `encrypt`'s values hold the primary key's hash.
+    private static let primaryKeyHashValue = 5
+
     /// The row values of an encrypted item: pure computation, no store access, so a durable
     /// add runs it before joining a group commit (outside the engine lock). Throws Param
     /// when the attributes are too large.
@@ -359,8 +377,16 @@ final class KeychainStore {
         return values
     }
 
-    /// Inserts (`id` nil) or replaces a row of `encrypt`'s values. Throws DuplicateItem.
+    /// Inserts (`id` nil) or replaces a row of `encrypt`'s values. Throws DuplicateItem when
+    /// another row has its primary key (class, group, sync and the class's key attributes:
+    /// unique, as in SecItemAdd).
     private func store(_ values: [SQLValue], id: Int64?, generation: String?) throws {
+        let primaryKeyHash = values[Self.primaryKeyHashValue]
+        for other in itemIndex.candidates([(.primaryKey, primaryKeyHash.blob ?? [])]) where other != id {
+            if try db.row("SELECT 1 FROM items WHERE id = ? AND primary_key_hash = ?", [.integer(other), primaryKeyHash]) != nil {
+                throw VaultError(.duplicateItem, "an item with the same primary key already exists in this access group")
+            }
+        }
         do {
             if let id {
                 try db.run(
@@ -377,8 +403,9 @@ final class KeychainStore {
                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """, values + [generation.map { .text($0) } ?? .null])
             }
-        } catch is ConstraintViolation {
-            throw VaultError(.duplicateItem, "an item with the same primary key already exists in this access group")
+        } catch let e as ConstraintViolation {
+            // No constraint of `items` is left for a well-formed row to break.
+            throw VaultError(.internalError, "the store refused the item's row (SQLite \(e.code))")
         }
     }
 

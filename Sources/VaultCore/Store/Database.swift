@@ -15,6 +15,14 @@ public final class Database {
     private var checkpointer: Checkpointer?
     private let walSync: WALSync
     public let path: String
+    /// Called on this connection after each transaction of `write` or `writeDeferringSync`
+    /// ends, committed or not, with no transaction open: `rolledBack` is true when any of it
+    /// was undone (a savepoint rolled back, or the whole). `ItemIndex.settle` runs here.
+    var transactionEnded: ((_ db: Database, _ rolledBack: Bool) -> Void)?
+    /// Set by a rollback of the open transaction or of a savepoint in it (`execute` of
+    /// ROLLBACK, or SQLite's own on a full disk: the rollback hook); cleared as it ends.
+    private let rollbackSeen = RollbackSeen()
+    private final class RollbackSeen: @unchecked Sendable { var value = false }
 
     /// SQLite's `unix-excl` VFS: vaultd is the store's only user. It holds a lock on the file
     /// for as long as a connection is open, so no other process (a second vaultd on the same
@@ -80,6 +88,9 @@ public final class Database {
             throw error
         }
         sqlite3_busy_handler(h, Database.busyHandler, nil)
+        sqlite3_rollback_hook(h, { context in
+            context.map { Unmanaged<RollbackSeen>.fromOpaque($0).takeUnretainedValue().value = true }
+        }, Unmanaged.passUnretained(rollbackSeen).toOpaque())
         if readOnly {
             try execute("PRAGMA query_only=ON")
         } else {
@@ -139,6 +150,7 @@ public final class Database {
             }
         }
         try execute("BEGIN IMMEDIATE")
+        defer { ended() }
         do {
             try body()
             try execute("COMMIT")
@@ -146,6 +158,13 @@ public final class Database {
             if isInTransaction { try? execute("ROLLBACK") }
             throw error
         }
+    }
+
+    /// Tells `transactionEnded` that the transaction begun last has ended.
+    private func ended() {
+        let rolledBack = rollbackSeen.value
+        rollbackSeen.value = false
+        transactionEnded?(self, rolledBack)
     }
 
     /// Makes every transaction committed so far durable: fdatasync of the WAL file, which
@@ -211,6 +230,8 @@ public final class Database {
     /// a group commit runs several per batch.
     public func execute(_ sql: String) throws {
         guard let h = handle else { throw VaultError(.internalError, "database is closed") }
+        // ROLLBACK TO a savepoint calls no rollback hook.
+        if sql.hasPrefix("ROLLBACK") { rollbackSeen.value = true }
         guard sql.utf8.contains(UInt8(ascii: ";")) else {
             let s = try statement(sql)
             defer { s.reset() }
@@ -266,6 +287,7 @@ public final class Database {
     /// rolled back when it throws.
     public func write<T>(_ body: (Database) throws -> T) throws -> T {
         try execute("BEGIN IMMEDIATE")
+        defer { ended() }
         do {
             let result = try body(self)
             try execute("COMMIT")
@@ -277,6 +299,29 @@ public final class Database {
     }
 
     var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
+
+    /// Registers an SQL function `name` of `arity` arguments on this connection, for its
+    /// temporary triggers (sqlite3_create_function_v2): `body` gets the arguments and its
+    /// result is NULL. It runs on the thread stepping the statement; it must not use this
+    /// connection.
+    func createFunction(_ name: String, arity: Int32, _ body: @escaping ([SQLValue]) -> Void) throws {
+        guard let h = handle else { throw VaultError(.internalError, "database is closed") }
+        let box = Unmanaged.passRetained(FunctionBody(body)).toOpaque()
+        let rc = sqlite3_create_function_v2(
+            h, name, arity, SQLITE_UTF8, box,
+            { context, count, arguments in
+                let body = Unmanaged<FunctionBody>.fromOpaque(sqlite3_user_data(context)!).takeUnretainedValue()
+                body.call((0..<Int(count)).map { SQLValue(arguments![$0]) })
+                sqlite3_result_null(context)
+            }, nil, nil,
+            { box in box.map { Unmanaged<FunctionBody>.fromOpaque($0).release() } })
+        try check(rc, "registering \(name)")
+    }
+
+    private final class FunctionBody {
+        let call: ([SQLValue]) -> Void
+        init(_ call: @escaping ([SQLValue]) -> Void) { self.call = call }
+    }
 
     /// True inside a transaction (false once SQLite has rolled one back on its own, as it
     /// does on SQLITE_FULL or IOERR in the middle of a statement).
@@ -364,6 +409,23 @@ public enum SQLValue: Equatable, Sendable {
 }
 
 public typealias Row = [SQLValue]
+
+extension SQLValue {
+    /// An SQL function's argument (`Database.createFunction`), copied.
+    init(_ value: OpaquePointer?) {
+        switch sqlite3_value_type(value) {
+        case SQLITE_INTEGER: self = .integer(sqlite3_value_int64(value))
+        case SQLITE_FLOAT: self = .real(sqlite3_value_double(value))
+        case SQLITE_TEXT:
+            let count = Int(sqlite3_value_bytes(value))
+            self = .text(sqlite3_value_text(value).map { String(decoding: UnsafeBufferPointer(start: $0, count: count), as: UTF8.self) } ?? "")
+        case SQLITE_BLOB:
+            let count = Int(sqlite3_value_bytes(value))
+            self = .blob(sqlite3_value_blob(value).map { Array(UnsafeRawBufferPointer(start: $0, count: count)) } ?? [])
+        default: self = .null
+        }
+    }
+}
 
 /// A prepared statement owned by its `Database`; finalized in deinit.
 public final class Statement {

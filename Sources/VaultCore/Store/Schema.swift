@@ -164,6 +164,12 @@ enum Schema {
                 CREATE INDEX items_generation ON items (generation);
                 """)
         }
+        // Issue #8 once more: `items_lookup` cost each added item a page of its own in the WAL
+        // (its key is a random hash), and it is now kept in memory (`ItemIndex`), built from
+        // the table at each start. The uniqueness of `primary_key_hash` is checked there too.
+        m.register("2026-11-30-items-lookup-in-memory") { db in
+            try db.execute("DROP INDEX items_lookup")
+        }
         return m
     }
 }

@@ -84,7 +84,7 @@ public final class Vault: @unchecked Sendable {
         db.checkpointInBackground()
         readers = ReaderPool(path: db.path)
         keys = try KeyHierarchy(db: db, deviceKey: deviceKey)
-        keychain = KeychainStore(db: db, keys: keys)
+        keychain = try KeychainStore(db: db, keys: keys)
         preferences = PreferencesStore(db: db)
         apps = AppRegistry(db: db)
         caches = CacheStore(root: self.cacheDirectory)
@@ -447,7 +447,7 @@ public final class Vault: @unchecked Sendable {
         func lookUp() throws -> [FoundItem] {
             let (metadata, index) = try withKeys { try keychain.metadataKeys() }
             var candidates = KeychainStore.Candidates(
-                rows: try reading { try KeychainStore.candidateRows(query, caller: caller, index: index, in: $0) }, metadata: metadata)
+                rows: try reading { try KeychainStore.candidateRows(query, caller: caller, hashKey: index, itemIndex: keychain.itemIndex, in: $0) }, metadata: metadata)
             try withKeys { try keychain.addClassKeys(to: &candidates) }
             return try KeychainStore.copyMatching(candidates, query, returnData: returnData)
         }
