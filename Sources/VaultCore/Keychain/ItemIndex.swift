@@ -2,12 +2,13 @@ import Foundation
 import Synchronization
 
 /// The keychain's lookup index, kept in memory: for each keyed hash that finds items (the
-/// `lookup_hash` of a service or server, the `account_hash`, the `primary_key_hash`), the ids
-/// of the rows holding it. It stands in for an SQLite index on those columns (issue #8: each
-/// added item wrote a page of that index, on a random key, to the WAL: a third of a group
-/// commit's frames at 1,000 items and more at 100,000, where the checkpoint then synced those
-/// pages scattered over the file; without it, 16 writers' adds went from 16-20k to 23-25k/s
-/// at 1,000 items and from 15-17k to 23k/s at 100,000 in paired runs).
+/// `lookup_hash` of a service or server, and the `account_hash`), the ids of the rows holding
+/// it. It stands in for an SQLite index on those columns (issue #8: each added item wrote a
+/// page of that index, on a random key, to the WAL: a third of a group commit's frames at
+/// 1,000 items and more at 100,000, where the checkpoint then synced those pages scattered
+/// over the file; without it, 16 writers' adds went from 16-20k to 23-25k/s at 1,000 items
+/// and from 15-17k to 23k/s at 100,000 in paired runs). A primary key determines both
+/// hashes, so the rows that may share an item's primary key are found through it too.
 ///
 /// It is a superset of the store: every row a connection can see is listed under each of its
 /// hashes, and an entry may also list a row that no longer holds that hash (deleted, changed,
@@ -19,18 +20,18 @@ import Synchronization
 /// is seen no longer to hold them (`settle`), so a rolled-back delete keeps its entries.
 ///
 /// Keys are a hash's first 8 bytes (the hashes are keyed BLAKE2b: uniform); two hashes that
-/// share them list each other's rows, which the check leaves out. About 30 bytes per row and
-/// hash: 9 MB at 100,000 items. Thread-safe.
+/// share them list each other's rows, which the check leaves out. About 40 bytes per row
+/// (two hash tables of 16-byte entries, at most three-quarters full): 8 MiB at 100,000
+/// items. Thread-safe.
 final class ItemIndex: Sendable {
     /// The hashed columns of `items` it indexes.
     enum Column: Int, CaseIterable {
-        case lookup, account, primaryKey
+        case lookup, account
 
         var name: String {
             switch self {
             case .lookup: return "lookup_hash"
             case .account: return "account_hash"
-            case .primaryKey: return "primary_key_hash"
             }
         }
     }
@@ -38,48 +39,56 @@ final class ItemIndex: Sendable {
     /// A row's keys, by `Column` (nil: the column is NULL).
     private typealias Keys = [UInt64?]
 
-    /// The rows listed under one key: most keys have one.
-    private enum Ids {
-        case one(Int64)
-        case many(Set<Int64>)
+    /// The rows listed under each key of one column. Most keys list one row: it is kept in
+    /// `one`, 16 bytes an entry; a key listing more has `several` there and its rows in
+    /// `more`.
+    private struct Listing {
+        var one: [UInt64: Int64] = [:]
+        var more: [UInt64: Set<Int64>] = [:]
+        /// Not a row id (SQLite gives out positive ones).
+        static let several = Int64.min
 
-        var all: [Int64] {
-            switch self {
-            case .one(let id): return [id]
-            case .many(let ids): return Array(ids)
+        init(capacity: Int = 0) {
+            one.reserveCapacity(capacity)
+        }
+
+        func count(_ key: UInt64) -> Int {
+            guard let id = one[key] else { return 0 }
+            return id == Self.several ? more[key]!.count : 1
+        }
+
+        func ids(_ key: UInt64) -> [Int64] {
+            guard let id = one[key] else { return [] }
+            return id == Self.several ? Array(more[key]!) : [id]
+        }
+
+        mutating func add(_ id: Int64, _ key: UInt64) {
+            switch one[key] {
+            case nil: one[key] = id
+            case Self.several?: more[key]!.insert(id)
+            case let other? where other != id:
+                one[key] = Self.several
+                more[key] = [other, id]
+            default: break
             }
         }
 
-        var count: Int {
-            switch self {
-            case .one: return 1
-            case .many(let ids): return ids.count
-            }
-        }
-
-        func adding(_ id: Int64) -> Ids {
-            switch self {
-            case .one(let old): return old == id ? self : .many([old, id])
-            case .many(var ids):
-                ids.insert(id)
-                return .many(ids)
-            }
-        }
-
-        /// Without `id`; nil when none is left.
-        func removing(_ id: Int64) -> Ids? {
-            switch self {
-            case .one(let old): return old == id ? nil : self
-            case .many(var ids):
-                ids.remove(id)
-                if ids.count == 1 { return .one(ids.first!) }
-                return ids.isEmpty ? nil : .many(ids)
+        mutating func remove(_ id: Int64, _ key: UInt64) {
+            switch one[key] {
+            case id?: one[key] = nil
+            case Self.several?:
+                more[key]!.remove(id)
+                if more[key]!.count == 1 {
+                    one[key] = more[key]!.first!
+                    more[key] = nil
+                }
+            default: break
             }
         }
     }
 
     private struct State {
-        var maps: [[UInt64: Ids]] = Array(repeating: [:], count: Column.allCases.count)
+        var listings: [Listing]
         /// Rows deleted or changed since the last `settle`, with the keys they had.
         var suspects: [(id: Int64, keys: Keys)] = []
         /// Rows inserted or changed since the last `settle`, with their new keys: checked
@@ -87,45 +96,48 @@ final class ItemIndex: Sendable {
         var added: [(id: Int64, keys: Keys)] = []
     }
 
-    private let state = Mutex(State())
+    private let state: Mutex<State>
 
     /// The key of a hash: its first 8 bytes; nil for NULL (or a hash too short to be one).
-    static func key(_ hash: [UInt8]?) -> UInt64? {
+    static func key(_ hash: UnsafeRawBufferPointer?) -> UInt64? {
         guard let hash, hash.count >= 8 else { return nil }
-        return hash.withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) }
+        return hash.loadUnaligned(as: UInt64.self)
+    }
+
+    static func key(_ hash: [UInt8]?) -> UInt64? {
+        hash?.withUnsafeBytes { key($0) }
     }
 
     private static func keys(_ values: ArraySlice<SQLValue>) -> Keys {
         values.map { key($0.blob) }
     }
 
-    /// Lists every row of `db`'s `items` (at open, after the migrations). Throws what SQLite
-    /// throws.
+    /// Lists every row of `db`'s `items` (at open, after the migrations), reading them one
+    /// at a time. Throws what SQLite throws.
     init(loading db: Database) throws {
-        let rows = try db.rows("SELECT id, lookup_hash, account_hash, primary_key_hash FROM items")
-        state.withLock { s in
-            for r in rows {
-                guard let id = r[0].int64 else { continue }
-                Self.list(id, Self.keys(r[1...]), in: &s)
+        let count = Int(try db.row("SELECT COUNT(*) FROM items")?[0].int64 ?? 0)
+        var listings = Column.allCases.map { _ in Listing(capacity: count) }
+        let s = try db.statement("SELECT id, lookup_hash, account_hash FROM items")
+        defer { s.reset() }
+        while try s.step() {
+            let id = s.int64(0)
+            for c in Column.allCases {
+                if let key = s.withBlob(Int32(c.rawValue + 1), Self.key) { listings[c.rawValue].add(id, key) }
             }
         }
+        state = Mutex(State(listings: listings))
     }
 
     private static func list(_ id: Int64, _ keys: Keys, in s: inout State) {
         for (c, key) in keys.enumerated() {
-            guard let key else { continue }
-            s.maps[c][key] = s.maps[c][key].map { $0.adding(id) } ?? .one(id)
+            if let key { s.listings[c].add(id, key) }
         }
-    }
-
-    private static func unlist(_ id: Int64, _ key: UInt64, column c: Int, in s: inout State) {
-        if let ids = s.maps[c][key] { s.maps[c][key] = ids.removing(id) }
     }
 
     /// Installs on the writer's connection `db` the triggers that keep the index, and the
     /// settling after each of its transactions. Throws what SQLite throws.
     func keep(on db: Database) throws {
-        try db.createFunction("vaultd_item_index", arity: 5) { [weak self] args in
+        try db.createFunction("vaultd_item_index", arity: 4) { [weak self] args in
             guard let self, let id = args[1].int64 else { return }
             let keys = Self.keys(args[2...])
             self.state.withLock { s in
@@ -137,17 +149,16 @@ final class ItemIndex: Sendable {
                 }
             }
         }
-        let old = "old.id, old.lookup_hash, old.account_hash, old.primary_key_hash"
-        let new = "new.id, new.lookup_hash, new.account_hash, new.primary_key_hash"
+        let old = "old.id, old.lookup_hash, old.account_hash"
+        let new = "new.id, new.lookup_hash, new.account_hash"
         try db.execute(
             """
             CREATE TEMP TRIGGER items_index_insert AFTER INSERT ON main.items
               BEGIN SELECT vaultd_item_index(1, \(new)); END;
             CREATE TEMP TRIGGER items_index_delete AFTER DELETE ON main.items
               BEGIN SELECT vaultd_item_index(0, \(old)); END;
-            CREATE TEMP TRIGGER items_index_update AFTER UPDATE OF id, lookup_hash, account_hash, primary_key_hash ON main.items
-              WHEN old.id IS NOT new.id OR old.lookup_hash IS NOT new.lookup_hash
-                OR old.account_hash IS NOT new.account_hash OR old.primary_key_hash IS NOT new.primary_key_hash
+            CREATE TEMP TRIGGER items_index_update AFTER UPDATE OF id, lookup_hash, account_hash ON main.items
+              WHEN old.id IS NOT new.id OR old.lookup_hash IS NOT new.lookup_hash OR old.account_hash IS NOT new.account_hash
               BEGIN SELECT vaultd_item_index(0, \(old)), vaultd_item_index(1, \(new)); END;
             """)
         db.transactionEnded = { [weak self] db, rolledBack in self?.settle(db, rolledBack: rolledBack) }
@@ -171,7 +182,7 @@ final class ItemIndex: Sendable {
         let ids = Set(check.map(\.id))
         guard
             let rows = try? db.rows(
-                "SELECT id, lookup_hash, account_hash, primary_key_hash FROM items WHERE id IN (SELECT value FROM json_each(?))",
+                "SELECT id, lookup_hash, account_hash FROM items WHERE id IN (SELECT value FROM json_each(?))",
                 [.text(Self.jsonList(ids))])
         else {
             log("keychain: cannot read the rows a transaction changed; the lookup index keeps their old entries")
@@ -184,7 +195,7 @@ final class ItemIndex: Sendable {
                 let held = now[id]
                 for (c, key) in keys.enumerated() {
                     guard let key, held?[c] != key else { continue }
-                    Self.unlist(id, key, column: c, in: &s)
+                    s.listings[c].remove(id, key)
                 }
             }
         }
@@ -195,12 +206,15 @@ final class ItemIndex: Sendable {
     /// nothing (no row holds it).
     func candidates(_ hashes: [(Column, [UInt8])]) -> [Int64] {
         state.withLock { s in
-            var best: Ids?
+            var best: (column: Int, key: UInt64, count: Int)?
             for (c, hash) in hashes {
-                guard let key = Self.key(hash), let ids = s.maps[c.rawValue][key] else { return [] }
-                if best == nil || ids.count < best!.count { best = ids }
+                guard let key = Self.key(hash) else { return [] }
+                let count = s.listings[c.rawValue].count(key)
+                if count == 0 { return [] }
+                if best == nil || count < best!.count { best = (c.rawValue, key, count) }
             }
-            return best?.all.sorted() ?? []
+            guard let best else { return [] }
+            return s.listings[best.column].ids(best.key).sorted()
         }
     }
 

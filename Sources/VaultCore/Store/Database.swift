@@ -476,6 +476,18 @@ public final class Statement {
         return false
     }
 
+    /// Column `i` of the current row as an integer (0 when NULL).
+    func int64(_ i: Int32) -> Int64 { sqlite3_column_int64(handle, i) }
+
+    /// Column `i` of the current row as bytes, valid only inside `body` (nil when NULL):
+    /// no copy, for reading many rows.
+    func withBlob<T>(_ i: Int32, _ body: (UnsafeRawBufferPointer?) -> T) -> T {
+        guard sqlite3_column_type(handle, i) != SQLITE_NULL else { return body(nil) }
+        let count = Int(sqlite3_column_bytes(handle, i))
+        guard let p = sqlite3_column_blob(handle, i) else { return body(UnsafeRawBufferPointer(start: nil, count: 0)) }
+        return body(UnsafeRawBufferPointer(start: p, count: count))
+    }
+
     func row() -> Row {
         let n = sqlite3_column_count(handle)
         var r: Row = []
