@@ -26,6 +26,13 @@ public final class Defaults: @unchecked Sendable {
     /// or of the last write a snapshot holds (0 once the stream ended): a write of ours whose
     /// number is not above it was already applied, and maybe overwritten by a newer one.
     private var appliedSequence: UInt64 = 0
+    /// The sequence numbers of writes of this process put into the copy before the Observe
+    /// stream brought them, by domain and key. An older change of that key the stream brings
+    /// meanwhile (another instance's write just before ours, still on its way) must not
+    /// replace them: the copy would go back to the older value until the stream brought ours
+    /// (a read after `set` saw the value before it). Dropped once the stream brings them, or
+    /// a newer change, and when the stream ends (snapshots come only at its start).
+    private var ownWrites: [String: [String: UInt64]] = [:]
     private var watchers: [UUID: AsyncStream<DefaultsChange>.Continuation] = [:]
 
     /// The domain this instance reads first and writes.
@@ -139,7 +146,10 @@ public final class Defaults: @unchecked Sendable {
                 initial = false
                 connection = nil
                 // The next vaultd numbers its writes from 1 again.
-                self?.lock.withLock { self?.appliedSequence = 0 }
+                self?.lock.withLock {
+                    self?.appliedSequence = 0
+                    self?.ownWrites = [:]
+                }
                 guard self != nil else { return }
             }
         }
@@ -172,12 +182,17 @@ public final class Defaults: @unchecked Sendable {
         guard let key = reply["key"]?.stringValue else { return false }
         let value = reply["value"].flatMap { $0.isNull ? nil : try? PlistValue(tagged: $0) }
         let sequence = Preferences.sequence(in: reply)
-        let conts: [AsyncStream<DefaultsChange>.Continuation] = lock.withLock {
+        let conts: [AsyncStream<DefaultsChange>.Continuation]? = lock.withLock {
+            defer { if let sequence { appliedSequence = max(appliedSequence, sequence) } }
+            if let own = ownWrites[domain]?[key] {
+                // A change older than our write already in the copy: it stays.
+                if let sequence, sequence < own { return nil }
+                ownWrites[domain]![key] = nil
+            }
             domains[domain, default: [:]][key] = value
-            if let sequence { appliedSequence = max(appliedSequence, sequence) }
             return Array(watchers.values)
         }
-        for c in conts { c.yield(DefaultsChange(domain: domain, key: key, value: value)) }
+        for c in conts ?? [] { c.yield(DefaultsChange(domain: domain, key: key, value: value)) }
         return false
     }
 
@@ -418,6 +433,7 @@ public final class Defaults: @unchecked Sendable {
         lock.withLock {
             if let sequence, sequence <= appliedSequence { return }
             domains[domain, default: [:]][key] = value
+            if let sequence { ownWrites[domain, default: [:]][key] = sequence }
         }
     }
 

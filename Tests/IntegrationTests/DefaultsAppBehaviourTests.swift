@@ -158,6 +158,54 @@ import Glibc
         #expect(reader.string(forKey: "g") == "g199" && writer.string(forKey: "g") == "g199")
     }
 
+    /// A change of another process that the Observe stream brings after a write of ours to the
+    /// same key (numbered before ours, but still on its way) does not replace ours in the
+    /// copy: a read after `set` went back to the older value until the stream brought ours
+    /// (the full suite under load saw "set 74: 73" in the test above). The stand-in for
+    /// vaultd numbers our Set 2, then streams the older change (1), ours (2) and a newer one (3).
+    @Test func anOlderChangeArrivingAfterOurWriteDoesNotReplaceIt() throws {
+        let observe = Shared<VarlinkStream?>(nil)
+        let fake = try StandInVaultd { call, stream in
+            switch call.method {
+            case "io.vaultd.Preferences.Observe":
+                observe.update { $0 = stream }
+                for d in call.parameters["domains"]?.arrayValue?.compactMap(\.stringValue) ?? [] {
+                    _ = try? stream.send(VarlinkReply(parameters: ["domain": .string(d), "values": .object([:]), "sequence": 0], continues: true).json)
+                }
+            case "io.vaultd.Preferences.Set":
+                _ = try? stream.send(VarlinkReply(parameters: ["sequence": 2]).json)
+            default:
+                return nil
+            }
+            return true
+        }
+        defer { fake.close() }
+        let defaults = try Defaults(vault: try Vault.connect(socketPath: fake.socketPath))
+        let events = try #require(observe.value)
+        func change(_ key: String, _ value: String, _ sequence: Int) throws {
+            _ = try events.send(
+                VarlinkReply(
+                    parameters: ["domain": "com.example.fake", "key": .string(key), "value": PlistValue.string(value).tagged, "sequence": JSON(sequence)],
+                    continues: true
+                ).json)
+        }
+        /// Waits until the copy holds `value` for the marker key: every change sent before it is applied.
+        func applied(_ value: String) -> Bool { eventually(timeout: 10) { defaults.string(forKey: "marker") == value } }
+
+        try defaults.set("mine", forKey: "k")
+        #expect(defaults.string(forKey: "k") == "mine")
+        try change("k", "older", 1)
+        try change("marker", "a", 1)
+        #expect(applied("a"))
+        #expect(defaults.string(forKey: "k") == "mine", "an older change replaced our write")
+        // Ours comes, then a newer one, which shows.
+        try change("k", "mine", 2)
+        try change("k", "newer", 3)
+        try change("marker", "b", 3)
+        #expect(applied("b"))
+        #expect(defaults.string(forKey: "k") == "newer")
+    }
+
     /// A snapshot carries the sequence of the writes it surely holds, and a copy does not apply
     /// a write of its process numbered at or below it: the snapshot already holds it, and maybe
     /// a newer value of another process. The copy started from a snapshot at 0 and applied
