@@ -43,11 +43,12 @@ let package = Package(
         // The benchmark: vaultd against gnome-keyring (libsecret) and the bare socket round trip.
         .executableTarget(name: "vault-bench", dependencies: ["VaultClient", "VaultProtocol", "DesktopKeyring", "CSecret"], path: "Benchmarks/vault-bench"),
 
-        .testTarget(name: "VaultProtocolTests", dependencies: ["VaultProtocol"]),
-        .testTarget(name: "VaultCoreTests", dependencies: ["VaultCore"]),
+        .target(name: "TestSupport", path: "Tests/TestSupport"),
+        .testTarget(name: "VaultProtocolTests", dependencies: ["VaultProtocol", "TestSupport"]),
+        .testTarget(name: "VaultCoreTests", dependencies: ["VaultCore", "TestSupport"]),
         .testTarget(
             name: "IntegrationTests",
-            dependencies: ["VaultClient", "VaultProtocol"]
+            dependencies: ["VaultClient", "VaultProtocol", "TestSupport"]
         ),
     ],
     swiftLanguageModes: [.v5]

@@ -41,20 +41,6 @@ enum ReliabilityReport {
     }
 }
 
-/// A small seeded PRNG (SplitMix64), so a failing run can be replayed with VAULTD_SEED.
-struct SeededRandom: RandomNumberGenerator {
-    private var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-    mutating func bytes(_ n: Int) -> [UInt8] { (0..<n).map { _ in UInt8.random(in: 0...255, using: &self) } }
-}
-
 /// A blocking varlink client for the reliability tests: VarlinkConnection (the harness's raw
 /// socket) for connecting, sending and reading messages, and replies decoded with
 /// VaultProtocol's exact JSON (numbers keep their literal text), so values can be compared

@@ -1,6 +1,7 @@
 import Foundation
 import Synchronization
 import Testing
+import TestSupport
 @testable import VaultCore
 import VaultProtocol
 
@@ -39,18 +40,6 @@ struct ItemIndexTests {
                 if internet == true { a.server = name } else { a.service = name }
             }
             return ItemQuery(itemClass: internet.map { $0 ? .internetPassword : .genericPassword }, attributes: a, matchAll: true)
-        }
-    }
-
-    /// SplitMix64: the same operations on every run.
-    struct Seeded: RandomNumberGenerator {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
         }
     }
 
@@ -97,7 +86,7 @@ struct ItemIndexTests {
             var vault = try Vault(dataDirectory: dir)
             _ = try vault.initialize(passphrase: nil, caller: .owner)
             var model: [Key: [UInt8]] = [:]
-            var rng = Seeded(state: 8)
+            var rng = SeededRandom(seed: 8)
             func randomKey() -> Key {
                 Key(internet: Int.random(in: 0..<4, using: &rng) == 0, name: Self.names.randomElement(using: &rng)!, account: Self.accounts.randomElement(using: &rng)!)
             }

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 import VaultProtocol
 
 /// Encodes `value` the way it travels (tagged JSON, serialized) and decodes it back.
@@ -8,18 +9,6 @@ private func overTheWire(_ value: PlistValue) throws -> PlistValue {
 }
 
 private func date(_ t: TimeInterval) -> Date { Date(timeIntervalSinceReferenceDate: t) }
-
-/// A small deterministic generator (SplitMix64), so failures reproduce.
-private struct SplitMix64: RandomNumberGenerator {
-    var state: UInt64
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
 
 @Suite("PlistValue tagged JSON")
 struct PlistValueTests {
@@ -232,7 +221,7 @@ struct PlistDateTests {
 
     /// Every Double in years 0...9999, and every tiny one around 2001-01-01, round-trips.
     @Test func randomDatesRoundTripBitExactly() throws {
-        var rng = SplitMix64(state: 0x5EED_0F_DA7E5)
+        var rng = SeededRandom(seed: 0x5EED_0F_DA7E5)
         let low = -63_145_526_400.0, high = 252_423_993_600.0
         var failures: [Double] = []
         for i in 0..<20_000 {

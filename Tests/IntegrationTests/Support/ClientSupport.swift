@@ -43,22 +43,6 @@ func vaultError<T>(_ body: () throws -> T) -> VaultError? {
     }
 }
 
-/// Deterministic pseudo-random bytes (SplitMix64), for large test payloads.
-func pseudoRandomBytes(count: Int, seed: UInt64) -> Data {
-    var state = seed
-    var out = [UInt8]()
-    out.reserveCapacity(count + 8)
-    while out.count < count {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        z ^= z >> 31
-        withUnsafeBytes(of: z.littleEndian) { out.append(contentsOf: $0) }
-    }
-    return Data(out.prefix(count))
-}
-
 /// A value shared between a test and the threads or tasks it starts.
 final class Shared<T>: @unchecked Sendable {
     private let lock = NSLock()
