@@ -145,7 +145,8 @@ public final class Defaults: @unchecked Sendable {
                 }
                 initial = false
                 connection = nil
-                // The next vaultd numbers its writes from 1 again.
+                // The next vaultd numbers its writes above this one's (an older vaultd,
+                // from 1 again): what this one numbered says nothing about them.
                 self?.lock.withLock {
                     self?.appliedSequence = 0
                     self?.ownWrites = [:]

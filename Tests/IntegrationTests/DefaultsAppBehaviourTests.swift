@@ -253,6 +253,26 @@ import Glibc
         }
     }
 
+    /// A vaultd run numbers its preference writes above the run before it. A `Defaults` copy
+    /// still holding the earlier run's numbers (its stream not yet ended by the restart)
+    /// took a write of ours to the new run, numbered from 1 again, for one its stream had
+    /// passed, and left it out of the copy until the new snapshot.
+    @Test func aRestartedVaultdNumbersItsWritesAboveTheEarlierRun() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        func set(_ i: Int) throws -> Int64 {
+            let c = try d.connect()
+            defer { c.close() }
+            let reply = try c.call("io.vaultd.Preferences.Set", ["domain": "com.example.runs", "key": "k", "value": ["integer": i]])
+            return (reply.parameters?["sequence"] as? NSNumber)?.int64Value ?? -1
+        }
+        let first = try set(1), second = try set(2)
+        #expect(first > 0 && second > first)
+        _ = try d.restart()
+        let third = try set(3)
+        #expect(third > second, "the restarted vaultd numbered its write \(third), the run before it \(second)")
+    }
+
     /// An Observe that gets an error once the copy is running (RateLimited: vaultd at its
     /// connection cap when the stream connects again after a restart) is tried again, as a
     /// closed connection is; `Defaults` stopped observing for good on it (only the end of the

@@ -33,10 +33,11 @@ public final class Vault: @unchecked Sendable {
     /// it waits for the writers of its group (preference writes with 16 clients: 35k/s → 7k/s).
     private let observersLock = NSLock()
     private var observers: [UUID: @Sendable (VaultEvent) -> Void] = [:]
-    /// The highest preference write sequence emitted so far (under `observersLock`).
-    private var emittedThrough: UInt64 = 0
     /// Puts preference and lock-state events in commit order (see `OrderedEvents`).
-    private let orderedEvents = OrderedEvents()
+    private let orderedEvents = OrderedEvents(after: OrderedEvents.runStart())
+    /// The highest preference write sequence emitted so far (under `observersLock`): at
+    /// first the run's start, which every write of earlier runs is numbered below.
+    private var emittedThrough: UInt64 = 0
 
     /// Opens (creating when absent) the vault in `dataDirectory`: creates the directory 0700
     /// and `device.key` 0600 (each created with that mode), opens the store and runs pending
@@ -88,6 +89,7 @@ public final class Vault: @unchecked Sendable {
         preferences = PreferencesStore(db: db)
         apps = AppRegistry(db: db)
         caches = CacheStore(root: self.cacheDirectory)
+        emittedThrough = orderedEvents.start
     }
 
     /// Closes the store. Later calls fail with InternalError.
@@ -636,7 +638,7 @@ final class OrderedEvents: @unchecked Sendable {
         private let events: OrderedEvents
         fileprivate var number: UInt64?
         init(_ events: OrderedEvents) { self.events = events }
-        /// The write's place in the order (from 1), once taken.
+        /// The write's place in the order (from `start` + 1), once taken.
         var sequence: UInt64 { number ?? 0 }
         /// Takes the next number; call it under the engine lock, once the change is made
         /// (later calls keep the first number).
@@ -649,8 +651,28 @@ final class OrderedEvents: @unchecked Sendable {
     }
 
     private let lock = NSLock()
-    private var taken: UInt64 = 0
-    private var nextToEmit: UInt64 = 1
+    /// The number before this run's first.
+    let start: UInt64
+    private var taken: UInt64
+    private var nextToEmit: UInt64
+
+    /// Numbers changes from `start` + 1.
+    init(after start: UInt64 = 0) {
+        self.start = start
+        taken = start
+        nextToEmit = start + 1
+    }
+
+    /// Where a vaultd run starts numbering: the wall clock in microseconds since 1970, so a
+    /// run numbers its writes above an earlier run's (which made fewer than one write per
+    /// microsecond it ran) and a client still holding the earlier run's numbers does not
+    /// take the new run's writes for old ones (a `Defaults` write just after a restart
+    /// missed its own copy). 0 on a clock before 1970.
+    static func runStart() -> UInt64 {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        return now.tv_sec < 0 ? 0 : UInt64(now.tv_sec) * 1_000_000 + UInt64(now.tv_nsec / 1000)
+    }
     private var waiting: [UInt64: [VaultEvent]] = [:]
     /// Set while a thread hands out events (under `lock`): one at a time, so they stay in order.
     private var emitting = false

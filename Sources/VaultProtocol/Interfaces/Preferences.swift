@@ -10,8 +10,8 @@ extension VarlinkInterfaces {
         method Get(domain: ?string, key: string) -> (value: ?object)
 
         # Sets one key; durable when the reply arrives. `sequence`: the write's place in the
-        # order of this vaultd run's preference writes, as Observe reports it (increasing,
-        # not consecutive).
+        # order of preference writes, as Observe reports it (increasing, not consecutive; a
+        # vaultd run numbers from the clock's microseconds at its start, above earlier runs).
         method Set(domain: ?string, key: string, value: object) -> (sequence: int)
 
         # Removes one key (no error when it is absent); `sequence` as for Set.
@@ -36,7 +36,8 @@ extension VarlinkInterfaces {
         # domain carries `values`, a snapshot, with `sequence`: the snapshot holds every write
         # numbered up to it; later replies carry `key` and its new `value` (null when
         # removed), in the order the writes committed, with the write's `sequence`
-        # (increasing within one vaultd run; a writer's Set and Remove replies carry it too).
+        # (increasing, also from one vaultd run to the next; a writer's Set and Remove
+        # replies carry it too).
         method Observe(domains: ?[]string, keys: ?[]string) -> (
           domain: string,
           key: ?string,
