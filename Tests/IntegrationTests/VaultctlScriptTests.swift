@@ -36,6 +36,52 @@ import Glibc
         #expect(get.status == 0 && get.stdout == Data("sekrit".utf8) && get.stderr.isEmpty, "\(get)")
     }
 
+    /// `defaults export DOMAIN PATH` writes to PATH as `> PATH` would: through a symlink (which
+    /// stays one, the file it leads to getting the export), keeping a file's permissions, and
+    /// to a FIFO's reader. It renamed a new 0644 file over PATH itself: the symlink became a
+    /// regular file while its target kept the old content, a 0600 file became 0644, and the
+    /// FIFO was replaced, its reader getting nothing (as root, `defaults export D /dev/stdout`
+    /// replaced the system's /dev/stdout symlink with a regular file).
+    @Test func defaultsExportWritesThroughSymlinksAndFIFOsAndKeepsPermissions() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        try #require(d.initializeWithoutPassphrase().status == 0)
+        try #require(d.ctl(["defaults", "write", "com.example.exp", "k", "-string", "v"]).status == 0)
+        let fm = FileManager.default
+        func isBinaryPlist(_ path: String) -> Bool { (fm.contents(atPath: path) ?? Data()).starts(with: Array("bplist00".utf8)) }
+        func fileType(_ path: String) -> mode_t { var st = stat(); return lstat(path, &st) == 0 ? st.st_mode & S_IFMT : 0 }
+
+        // A symlink to a file (kept in a dotfiles repository, say).
+        try fm.createDirectory(atPath: d.root + "/dot", withIntermediateDirectories: true)
+        try Data("old".utf8).write(to: URL(fileURLWithPath: d.root + "/dot/real.plist"))
+        try fm.createSymbolicLink(atPath: d.root + "/link.plist", withDestinationPath: "dot/real.plist")
+        let viaLink = d.ctl(["defaults", "export", "com.example.exp", d.root + "/link.plist"])
+        #expect(viaLink.status == 0, "\(viaLink)")
+        #expect(fileType(d.root + "/link.plist") == S_IFLNK, "the symlink was replaced by a file")
+        #expect(isBinaryPlist(d.root + "/dot/real.plist"), "the symlink's file kept its old content")
+
+        // A file its owner made private stays private.
+        let privatePath = d.root + "/private.plist"
+        try Data("old".utf8).write(to: URL(fileURLWithPath: privatePath))
+        try #require(chmod(privatePath, 0o600) == 0)
+        let toPrivate = d.ctl(["defaults", "export", "com.example.exp", privatePath])
+        #expect(toPrivate.status == 0, "\(toPrivate)")
+        var st = stat()
+        #expect(stat(privatePath, &st) == 0 && st.st_mode & 0o777 == 0o600, "mode \(String(st.st_mode & 0o777, radix: 8))")
+        #expect(isBinaryPlist(privatePath))
+
+        // A FIFO: its reader gets the plist, and the FIFO stays one.
+        let fifo = d.root + "/fifo"
+        try #require(mkfifo(fifo, 0o600) == 0)
+        let viaFIFO = d.run("sh", [
+            "-c", "timeout 10 cat \"$1\" >\"$2\" & \"$0\" defaults export com.example.exp \"$1\"; s=$?; wait; exit $s",
+            Paths.tool("vaultctl"), fifo, d.root + "/from-fifo",
+        ])
+        #expect(viaFIFO.status == 0, "\(viaFIFO)")
+        #expect(fileType(fifo) == S_IFIFO, "the FIFO was replaced by a file")
+        #expect(isBinaryPlist(d.root + "/from-fifo"), "the FIFO's reader got no plist")
+    }
+
     /// A usage error is exit 64 with its reason first and then the usage of the command it
     /// concerns, not the whole 50-line text, which buried the reason; an unknown command gets
     /// the synopsis. No daemon is needed (none runs here).

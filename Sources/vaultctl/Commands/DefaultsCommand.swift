@@ -84,12 +84,74 @@ struct DefaultsCommand: Command {
                 StandardOutput.write(try prefs.exportDomain(words[0], binary: false))
             } else {
                 let data = try prefs.exportDomain(words[0], binary: true)
-                do {
-                    try data.write(to: URL(fileURLWithPath: words[1]), options: .atomic)
-                } catch {
-                    throw LocalFailure(description: "cannot write \(words[1]): \(error.localizedDescription)")
+                try Self.writeExport(data, to: words[1])
+            }
+        }
+    }
+
+    /// Writes an export to `path` as a shell's `> path` would, and atomically where it can: a
+    /// path that is, or leads by symlinks to, something other than a regular file (a FIFO, a
+    /// terminal), and any path in /dev or /proc (`/dev/stdout`, `/dev/fd/3`), is written
+    /// through, never replaced; otherwise the file the path leads to is replaced by a complete new one renamed over it (a symlink
+    /// stays a symlink), with that file's permissions (a new file: 0666 less the umask).
+    /// Foundation's `.atomic` write renamed a new 0644 file over `path` itself: a symlink
+    /// became a regular file and its target kept the old export, a FIFO's reader got nothing,
+    /// a file made 0600 became readable by others, and as root `/dev/stdout` became a file.
+    /// A failure is a LocalFailure naming the path and strerror.
+    static func writeExport(_ data: Data, to path: String) throws {
+        func failure(_ code: Int32) -> LocalFailure { LocalFailure(description: "cannot write \(path): \(String(cString: strerror(code)))") }
+        var st = stat()
+        let exists = stat(path, &st) == 0
+        func writeAll(_ fd: Int32) throws {
+            try data.withUnsafeBytes { (raw: UnsafeRawBufferPointer) in
+                var done = 0
+                while done < raw.count {
+                    let n = Glibc.write(fd, raw.baseAddress! + done, raw.count - done)
+                    if n < 0 && errno == EINTR { continue }
+                    if n < 0 { throw failure(errno) }
+                    done += n
                 }
             }
+        }
+        func writeThrough(flags: Int32) throws {
+            let fd = open(path, O_WRONLY | O_CLOEXEC | flags, 0o666)
+            guard fd >= 0 else { throw failure(errno) }
+            defer { close(fd) }
+            try writeAll(fd)
+        }
+        if exists && ((st.st_mode & S_IFMT) != S_IFREG || path.hasPrefix("/dev/") || path.hasPrefix("/proc/")) {
+            return try writeThrough(flags: O_TRUNC)
+        }
+        var target = path
+        let mode: mode_t
+        if exists, let resolved = realpath(path, nil) {
+            target = String(cString: resolved)
+            free(resolved)
+            mode = st.st_mode & 0o7777
+        } else {
+            // A symlink whose file does not exist yet: creating that file through it.
+            var link = stat()
+            if lstat(path, &link) == 0 && (link.st_mode & S_IFMT) == S_IFLNK { return try writeThrough(flags: O_CREAT | O_TRUNC) }
+            let mask = umask(0)
+            umask(mask)
+            mode = 0o666 & ~mask
+        }
+        let slash = target.lastIndex(of: "/")
+        let directory = slash.map { String(target[..<$0]) } ?? "."
+        let name = slash.map { String(target[target.index(after: $0)...]) } ?? target
+        var template = Array("\(directory.isEmpty ? "" : directory)/.\(name).XXXXXX".utf8CString)
+        let fd = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
+        guard fd >= 0 else { throw failure(errno) }
+        let temporary = String(cString: template)
+        do {
+            defer { close(fd) }
+            try writeAll(fd)
+            guard fchmod(fd, mode) == 0 else { throw failure(errno) }
+            guard fsync(fd) == 0 else { throw failure(errno) }
+            guard rename(temporary, target) == 0 else { throw failure(errno) }
+        } catch {
+            unlink(temporary)
+            throw error
         }
     }
 
