@@ -24,6 +24,12 @@ struct Settings {
     /// The largest config file read (bytes).
     static let maximumFileSize = 1 << 20
 
+    /// The largest number of seconds a setting takes (about 31 years): timers take it in
+    /// nanoseconds as an Int64.
+    static let maximumSeconds: Double = 1_000_000_000
+    /// The largest number of bytes a setting takes (4 EiB, within Int64).
+    static let maximumBytes: Double = 4_611_686_018_427_387_904
+
     /// Reads `path`; an absent file gives the defaults, unless it was named (`explicit`).
     /// Throws `StartupError` for a file that cannot be read (a directory, no permission) or
     /// is not a property-list dictionary or holds a wrong type.
@@ -45,17 +51,27 @@ struct Settings {
         guard case .dict(let d) = try PropertyListCodec.decode(data) else {
             throw StartupError(description: "\(path): the root must be a dictionary")
         }
-        func number(_ key: String) throws -> Double? {
+        // A number from 0 to `limit`: a negative budget purged every cache at each check, and
+        // a value past Int64 (bytes) or past what a timer takes (seconds), such as 1e30, made
+        // vaultd crash on a conversion trap at start or at the SIGHUP that read it. NaN fails
+        // the range check too.
+        func number(_ key: String, atMost limit: Double) throws -> Double? {
+            let value: Double
             switch d[key] {
             case nil: return nil
-            case .integer(let i)?: return Double(i)
-            case .real(let r)?: return r
+            case .integer(let i)?: value = Double(i)
+            case .real(let r)?: value = r
             default: throw StartupError(description: "\(path): \(key) must be a number")
             }
+            guard value >= 0 && value <= limit else {
+                throw StartupError(description: "\(path): \(key) must be a number from 0 to \(Int64(limit))")
+            }
+            return value
         }
-        func bytes(_ key: String) throws -> Int64? { try number(key).map { Int64($0) } }
-        s.autoLockSeconds = try number("AutoLockSeconds") ?? 0
-        s.cacheCheckInterval = max(0.2, try number("CacheCheckIntervalSeconds") ?? 5)
+        func seconds(_ key: String) throws -> Double? { try number(key, atMost: Self.maximumSeconds) }
+        func bytes(_ key: String) throws -> Int64? { try number(key, atMost: Self.maximumBytes).map { Int64($0) } }
+        s.autoLockSeconds = try seconds("AutoLockSeconds") ?? 0
+        s.cacheCheckInterval = max(0.2, try seconds("CacheCheckIntervalSeconds") ?? 5)
         s.cachePolicy = CachePolicy(
             freeLowWater: try bytes("CacheFreeLowWaterBytes"), freeHighWater: try bytes("CacheFreeHighWaterBytes"),
             budget: try bytes("CacheBudgetBytes"), budgetHighWater: try bytes("CacheBudgetHighWaterBytes"))

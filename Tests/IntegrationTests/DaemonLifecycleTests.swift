@@ -354,6 +354,40 @@ import Glibc
         #expect(Self.mode(d.socketPath) == nil)
     }
 
+    /// A setting out of range is a config error that names it, at start and at SIGHUP, never
+    /// a crash or a surprise: `CacheBudgetBytes` 1e30 and `CacheCheckIntervalSeconds` 1e300
+    /// made vaultd die at start on a Swift conversion trap (SIGILL, a crash report instead of
+    /// the reason); `AutoLockSeconds` 1e300 started, then killed the running vaultd at the
+    /// SIGHUP that read it (its log line made an Int of it); a `CacheBudgetBytes` of -1 was
+    /// taken, and every cache was purged at each check.
+    @Test(arguments: [
+        ("CacheBudgetBytes", "<real>1e30</real>"),
+        ("CacheCheckIntervalSeconds", "<real>1e300</real>"),
+        ("CacheBudgetBytes", "<integer>-1</integer>"),
+        ("AutoLockSeconds", "<real>1e300</real>"),
+    ])
+    func aSettingOutOfRangeIsAConfigErrorAtStartAndAtSIGHUP(key: String, value: String) throws {
+        let d = try Daemon(start: false)
+        defer { d.close() }
+        let config = d.root + "/config.plist"
+        let bad = Data("<plist><dict><key>\(key)</key>\(value)</dict></plist>".utf8)
+        try bad.write(to: URL(fileURLWithPath: config))
+        let started = (try? d.start(extraArguments: ["--config", config])) != nil
+        #expect(!started && d.lastExitStatus == 1, "\(key) \(value): started \(started), exit \(d.lastExitStatus.map(String.init) ?? "none"); log:\n\(d.log)")
+        #expect(d.log.contains("config.plist: \(key) must be a number from 0 to"), "\(d.log)")
+        if started { d.stop() }
+
+        // Read again by a running vaultd: refused, and it serves on with the settings in force.
+        try PropertyListSerialization.data(fromPropertyList: [String: Any](), format: .xml, options: 0).write(to: URL(fileURLWithPath: config))
+        try d.start(extraArguments: ["--config", config])
+        try bad.write(to: URL(fileURLWithPath: config))
+        d.sendSignal(SIGHUP)
+        let refused = eventually(timeout: 10) { d.log.contains("SIGHUP: settings not reloaded") || !d.isRunning }
+        #expect(refused && d.isRunning, "log:\n\(d.log)")
+        #expect(d.log.contains("SIGHUP: settings not reloaded, the ones in force stay: \(config): \(key) must be a number from 0 to"), "\(d.log)")
+        #expect(d.isRunning && (try? d.client().status()) != nil, "vaultd stopped serving; log:\n\(d.log)")
+    }
+
     /// A status poller (a panel applet, a script waiting for a state) runs `vaultctl status`
     /// now and then: that must not keep the vault unlocked (Status only looks). vaultctl, as
     /// every VaultClient connection, says Hello first, and Hello counted as use: a poll every
