@@ -46,7 +46,10 @@ enum Listener {
     /// 0700, as DESIGN §2), then throws `StartupError` when a live daemon answers on `path`
     /// (or `path` is not a socket); removes a stale socket that nothing answers on.
     static func refuseIfServed(path: String, strictDirectory: Bool) throws {
-        try prepareDirectory((path as NSString).deletingLastPathComponent, strict: strictDirectory)
+        // A bare file name (`--socket vaultd.sock`) is in the current directory: its parent was
+        // "" and vaultd stopped with "cannot create : No such file or directory".
+        let directory = (path as NSString).deletingLastPathComponent
+        try prepareDirectory(directory.isEmpty ? "." : directory, strict: strictDirectory)
         var st = stat()
         guard lstat(path, &st) == 0 else { return }
         guard st.st_mode & S_IFMT == S_IFSOCK else {

@@ -354,6 +354,25 @@ import Glibc
         #expect(Self.mode(d.socketPath) == nil)
     }
 
+    /// `--socket NAME`, a bare file name, is a socket in the current directory, as `./NAME`
+    /// is: vaultd took its directory to be "" and stopped at start with "cannot create : No
+    /// such file or directory".
+    @Test func aSocketGivenAsABareFileNameIsInTheCurrentDirectory() throws {
+        let d = try Daemon(start: false)
+        defer { d.close() }
+        let dir = d.root + "/cwd"
+        try #require(mkdir(dir, 0o700) == 0)
+        let script = """
+            ( cd "$1" && exec "$0" --socket vaultd.sock --data-dir data 2>vaultd.log ) & pid=$!
+            for _ in $(seq 100); do [ -S "$1/vaultd.sock" ] && break; kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+            VAULTD_SOCKET="$1/vaultd.sock" "$2" status; s=$?
+            kill $pid 2>/dev/null; wait $pid; cat "$1/vaultd.log" >&2; exit $s
+            """
+        let r = d.run("sh", ["-c", script, Paths.tool("vaultd"), dir, Paths.tool("vaultctl")])
+        #expect(r.status == 0 && r.stdoutText.contains("state: uninitialized"), "\(r)")
+        #expect(r.stderr.contains("vaultd: serving vaultd.sock"), "\(r.stderr)")
+    }
+
     /// A setting out of range is a config error that names it, at start and at SIGHUP, never
     /// a crash or a surprise: `CacheBudgetBytes` 1e30 and `CacheCheckIntervalSeconds` 1e300
     /// made vaultd die at start on a Swift conversion trap (SIGILL, a crash report instead of
