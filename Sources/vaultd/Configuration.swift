@@ -49,13 +49,17 @@ struct Configuration {
                 newDeviceKey = true
                 i += 1
             case "--socket", "--data-dir", "--cache-dir", "--config":
-                guard i + 1 < args.count else { throw UsageError(message: "\(a) needs a value") }
+                // An empty value too (`--cache-dir "$DIR"` with DIR unset): with an empty cache
+                // directory vaultd served, and every cache call then failed ("cannot create
+                // directory : ..."); an empty socket or data directory failed as obscurely.
+                guard i + 1 < args.count, !args[i + 1].isEmpty else { throw UsageError(message: "\(a) needs a value") }
                 options[a] = args[i + 1]
                 i += 2
             default:
                 if let eq = a.firstIndex(of: "="), a.hasPrefix("--"),
                     ["--socket", "--data-dir", "--cache-dir", "--config"].contains(String(a[..<eq]))
                 {
+                    guard eq < a.index(before: a.endIndex) else { throw UsageError(message: "\(a[..<eq]) needs a value") }
                     options[String(a[..<eq])] = String(a[a.index(after: eq)...])
                     i += 1
                 } else {

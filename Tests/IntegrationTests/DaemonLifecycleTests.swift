@@ -354,6 +354,20 @@ import Glibc
         #expect(Self.mode(d.socketPath) == nil)
     }
 
+    /// A path option given an empty value (`--cache-dir "$DIR"` with DIR unset) is a usage
+    /// error naming it. With `--cache-dir ""` vaultd served, and every cache call then failed
+    /// with "cannot create directory : The operation could not be completed"; an empty
+    /// `--data-dir` or `--socket` stopped it with an error naming an empty path.
+    @Test(arguments: [["--cache-dir", ""], ["--cache-dir="], ["--data-dir="], ["--socket", ""]])
+    func aPathOptionWithAnEmptyValueIsAUsageError(option: [String]) throws {
+        let d = try Daemon(start: false)
+        defer { d.close() }
+        let arguments = ["--socket", d.socketPath, "--data-dir", d.dataDirectory] + option
+        let r = d.run("vaultd", arguments, timeout: 5)
+        let name = option[0].split(separator: "=")[0]
+        #expect(r.status == 64 && r.stderr.hasPrefix("vaultd: \(name) needs a value"), "vaultd \(option): \(r)")
+    }
+
     /// `--socket NAME`, a bare file name, is a socket in the current directory, as `./NAME`
     /// is: vaultd took its directory to be "" and stopped at start with "cannot create : No
     /// such file or directory".
