@@ -694,6 +694,54 @@ import Glibc
         #expect(none?.code == .itemNotFound)
     }
 
+    /// Many internet passwords of one server and one account (git's credentials for each
+    /// repository of a host, `credential.useHttpPath`) differ only in their path: each write's
+    /// DuplicateItem check must not read all of them. It read every row listed under the server
+    /// and the account (the in-memory index kept no primary key), so an Update of all of them
+    /// took quadratic time under the engine lock: 10,000 such items, 140 s (1 s before the
+    /// index moved to memory), every other write waiting meanwhile. Timed against as many
+    /// items on as many servers, whose checks read one row each.
+    @Test func writesAmongManyItemsOfOneServerAndAccountCheckDuplicatesWithoutReadingThemAll() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        try #require(d.initializeWithoutPassphrase().status == 0)
+        let vault = try d.client()
+        let n = 2000
+        for i in 0..<n {
+            try vault.keychain.add(
+                .internetPassword, attributes: ItemAttributes(account: "bob", server: "git.example", protocol: "https", path: "org/repo\(i).git"),
+                data: Data("p\(i)".utf8))
+            try vault.keychain.add(
+                .internetPassword, attributes: ItemAttributes(account: "bob", server: "host\(i).example", protocol: "https", path: "org/repo.git"),
+                data: Data("h\(i)".utf8))
+        }
+        func timedUpdate(_ q: ItemAttributes) throws -> Double {
+            let start = Date()
+            let count = try vault.keychain.update(Query(.internetPassword, q), attributes: ItemAttributes(label: "relabelled"))
+            #expect(count == n, "\(q): updated \(count)")
+            return Date().timeIntervalSince(start)
+        }
+        let oneServer = try timedUpdate(ItemAttributes(account: "bob", server: "git.example"))
+        let manyServers = try timedUpdate(ItemAttributes(account: "bob", path: "org/repo.git"))
+        #expect(oneServer < 5 * manyServers + 0.5, "updating \(n) items of one server and account took \(oneServer) s; of \(n) servers \(manyServers) s")
+
+        // Still unique: a path taken is a DuplicateItem, a new one is added.
+        let dup = vaultError {
+            try vault.keychain.add(
+                .internetPassword, attributes: ItemAttributes(account: "bob", server: "git.example", protocol: "https", path: "org/repo7.git"), data: Data())
+        }
+        #expect(dup?.code == .duplicateItem, "\(String(describing: dup))")
+        #expect(throws: Never.self) {
+            try vault.keychain.add(
+                .internetPassword, attributes: ItemAttributes(account: "bob", server: "git.example", protocol: "https", path: "org/new.git"), data: Data())
+        }
+        let moved = vaultError {
+            try vault.keychain.update(
+                Query(.internetPassword, ItemAttributes(account: "bob", server: "git.example", path: "org/new.git")), attributes: ItemAttributes(path: "org/repo8.git"))
+        }
+        #expect(moved?.code == .duplicateItem, "\(String(describing: moved))")
+    }
+
     /// `vaultctl item update` needs a filter, as its usage says and as get and delete do:
     /// without one it replaced the secret (or attributes) of every item of every app.
     @Test func vaultctlItemUpdateWithoutAFilterIsAUsageErrorAndChangesNothing() throws {

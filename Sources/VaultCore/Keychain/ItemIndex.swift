@@ -2,13 +2,15 @@ import Foundation
 import Synchronization
 
 /// The keychain's lookup index, kept in memory: for each keyed hash that finds items (the
-/// `lookup_hash` of a service or server, and the `account_hash`), the ids of the rows holding
-/// it. It stands in for an SQLite index on those columns (issue #8: each added item wrote a
+/// `lookup_hash` of a service or server, the `account_hash`, and the `primary_key_hash` that
+/// DuplicateItem is checked by), the ids of the rows holding it. It stands in for an SQLite
+/// index on those columns (issue #8: each added item wrote a
 /// page of that index, on a random key, to the WAL: a third of a group commit's frames at
 /// 1,000 items and more at 100,000, where the checkpoint then synced those pages scattered
 /// over the file; without it, 16 writers' adds went from 16-20k to 23-25k/s at 1,000 items
-/// and from 15-17k to 23k/s at 100,000 in paired runs). A primary key determines both
-/// hashes, so the rows that may share an item's primary key are found through it too.
+/// and from 15-17k to 23k/s at 100,000 in paired runs). The primary key has a listing of its
+/// own: through the service (server) and account alone, a write among many internet
+/// passwords of one server and account (one per path, port or protocol) read them all.
 ///
 /// It is a superset of the store: every row a connection can see is listed under each of its
 /// hashes, and an entry may also list a row that no longer holds that hash (deleted, changed,
@@ -20,19 +22,24 @@ import Synchronization
 /// is seen no longer to hold them (`settle`), so a rolled-back delete keeps its entries.
 ///
 /// Keys are a hash's first 8 bytes (the hashes are keyed BLAKE2b: uniform); two hashes that
-/// share them list each other's rows, which the check leaves out. About 40 bytes per row
-/// (two hash tables of 16-byte entries, at most three-quarters full): 8 MiB at 100,000
-/// items. Thread-safe.
+/// share them list each other's rows, which the check leaves out. About 60 bytes per row
+/// (three hash tables of 16-byte entries, at most three-quarters full). Thread-safe.
 final class ItemIndex: Sendable {
     /// The hashed columns of `items` it indexes.
     enum Column: Int, CaseIterable {
-        case lookup, account
+        case lookup, account, primaryKey
 
         var name: String {
             switch self {
             case .lookup: return "lookup_hash"
             case .account: return "account_hash"
+            case .primaryKey: return "primary_key_hash"
             }
+        }
+
+        /// `prefix` (a row, `old` or `new`) followed by each column, for SQL.
+        static func list(_ prefix: String) -> String {
+            allCases.map { prefix + $0.name }.joined(separator: ", ")
         }
     }
 
@@ -117,7 +124,7 @@ final class ItemIndex: Sendable {
     init(loading db: Database) throws {
         let count = Int(try db.row("SELECT COUNT(*) FROM items")?[0].int64 ?? 0)
         var listings = Column.allCases.map { _ in Listing(capacity: count) }
-        let s = try db.statement("SELECT id, lookup_hash, account_hash FROM items")
+        let s = try db.statement("SELECT id, \(Column.list("")) FROM items")
         defer { s.reset() }
         while try s.step() {
             let id = s.int64(0)
@@ -137,7 +144,7 @@ final class ItemIndex: Sendable {
     /// Installs on the writer's connection `db` the triggers that keep the index, and the
     /// settling after each of its transactions. Throws what SQLite throws.
     func keep(on db: Database) throws {
-        try db.createFunction("vaultd_item_index", arity: 4) { [weak self] args in
+        try db.createFunction("vaultd_item_index", arity: Int32(2 + Column.allCases.count)) { [weak self] args in
             guard let self, let id = args[1].int64 else { return }
             let keys = Self.keys(args[2...])
             self.state.withLock { s in
@@ -149,16 +156,17 @@ final class ItemIndex: Sendable {
                 }
             }
         }
-        let old = "old.id, old.lookup_hash, old.account_hash"
-        let new = "new.id, new.lookup_hash, new.account_hash"
+        let old = "old.id, " + Column.list("old.")
+        let new = "new.id, " + Column.list("new.")
+        let changed = (["id"] + Column.allCases.map(\.name)).map { "old.\($0) IS NOT new.\($0)" }.joined(separator: " OR ")
         try db.execute(
             """
             CREATE TEMP TRIGGER items_index_insert AFTER INSERT ON main.items
               BEGIN SELECT vaultd_item_index(1, \(new)); END;
             CREATE TEMP TRIGGER items_index_delete AFTER DELETE ON main.items
               BEGIN SELECT vaultd_item_index(0, \(old)); END;
-            CREATE TEMP TRIGGER items_index_update AFTER UPDATE OF id, lookup_hash, account_hash ON main.items
-              WHEN old.id IS NOT new.id OR old.lookup_hash IS NOT new.lookup_hash OR old.account_hash IS NOT new.account_hash
+            CREATE TEMP TRIGGER items_index_update AFTER UPDATE OF id, \(Column.list("")) ON main.items
+              WHEN \(changed)
               BEGIN SELECT vaultd_item_index(0, \(old)), vaultd_item_index(1, \(new)); END;
             """)
         db.transactionEnded = { [weak self] db, rolledBack in self?.settle(db, rolledBack: rolledBack) }
@@ -182,7 +190,7 @@ final class ItemIndex: Sendable {
         let ids = Set(check.map(\.id))
         guard
             let rows = try? db.rows(
-                "SELECT id, lookup_hash, account_hash FROM items WHERE id IN (SELECT value FROM json_each(?))",
+                "SELECT id, \(Column.list("")) FROM items WHERE id IN (SELECT value FROM json_each(?))",
                 [.text(Self.jsonList(ids))])
         else {
             log("keychain: cannot read the rows a transaction changed; the lookup index keeps their old entries")

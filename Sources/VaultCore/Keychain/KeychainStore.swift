@@ -348,9 +348,8 @@ final class KeychainStore {
         try store(values, id: id, generation: generation)
     }
 
-    /// Where `encrypt`'s values hold the lookup hash; the primary key's hash is just before
-    /// it, the account's just after.
-    private static let lookupHashValue = 6
+    /// Where `encrypt`'s values hold the primary key's hash.
+    private static let primaryKeyHashValue = 5
 
     /// The row values of an encrypted item: pure computation, no store access, so a durable
     /// add runs it before joining a group commit (outside the engine lock). Throws Param
@@ -382,14 +381,15 @@ final class KeychainStore {
     /// another row has its primary key (class, group, sync and the class's key attributes:
     /// unique, as in SecItemAdd).
     private func store(_ values: [SQLValue], id: Int64?, generation: String?) throws {
-        // The primary key determines the service (or server) and account hashes: the rows that
-        // may share it are listed under both.
-        let hashes = [(ItemIndex.Column.lookup, values[Self.lookupHashValue]), (.account, values[Self.lookupHashValue + 1])]
-        let others = itemIndex.candidates(hashes.map { ($0.0, $0.1.blob ?? []) }).filter { $0 != id }
+        // Through the primary key's own listing: those of the service (or server) and the
+        // account may hold thousands of rows (one server's internet passwords of one account,
+        // one per path), each read for every write.
+        let primaryKeyHash = values[Self.primaryKeyHashValue]
+        let others = itemIndex.candidates([(.primaryKey, primaryKeyHash.blob ?? [])]).filter { $0 != id }
         if !others.isEmpty,
             try db.row(
                 "SELECT 1 FROM items WHERE id IN (SELECT value FROM json_each(?)) AND primary_key_hash = ?",
-                [.text(ItemIndex.jsonList(others)), values[Self.lookupHashValue - 1]]) != nil
+                [.text(ItemIndex.jsonList(others)), primaryKeyHash]) != nil
         {
             throw VaultError(.duplicateItem, "an item with the same primary key already exists in this access group")
         }
