@@ -4,7 +4,7 @@ import Foundation
 import Glibc
 #endif
 
-/// Whole files and file descriptors read with read(2): a read that fails is an `Errno` to
+/// Whole files and file descriptors read with read(2) (and written with write(2)): a read that fails is an `Errno` to
 /// report, where Foundation's `FileHandle.readDataToEndOfFile` makes it a fatal error and
 /// `FileManager.contents(atPath:)` gives nil without a reason. One helper for vaultd's
 /// config file, vaultctl's input files and fds, and git-credential-vault's stdin.
@@ -21,6 +21,20 @@ public enum FileDescriptor {
             if n == 0 { return out }
             out.append(contentsOf: buffer[0..<n])
             if out.count > limit { throw Errno(code: EFBIG, call: "read") }
+        }
+    }
+
+    /// Writes all of `data` to `fd`, again after a short write or EINTR. Throws `Errno`
+    /// ("write").
+    public static func writeAll(_ fd: Int32, _ data: Data) throws {
+        try data.withUnsafeBytes { (raw: UnsafeRawBufferPointer) in
+            var done = 0
+            while done < raw.count {
+                let n = write(fd, raw.baseAddress! + done, raw.count - done)
+                if n < 0 && errno == EINTR { continue }
+                if n < 0 { throw Errno(code: errno, call: "write") }
+                done += n
+            }
         }
     }
 

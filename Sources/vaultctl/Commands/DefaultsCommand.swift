@@ -103,15 +103,7 @@ struct DefaultsCommand: Command {
         var st = stat()
         let exists = stat(path, &st) == 0
         func writeAll(_ fd: Int32) throws {
-            try data.withUnsafeBytes { (raw: UnsafeRawBufferPointer) in
-                var done = 0
-                while done < raw.count {
-                    let n = Glibc.write(fd, raw.baseAddress! + done, raw.count - done)
-                    if n < 0 && errno == EINTR { continue }
-                    if n < 0 { throw failure(errno) }
-                    done += n
-                }
-            }
+            do { try FileDescriptor.writeAll(fd, data) } catch let e as Errno { throw failure(e.code) }
         }
         func writeThrough(flags: Int32) throws {
             let fd = open(path, O_WRONLY | O_CLOEXEC | flags, 0o666)
