@@ -135,7 +135,9 @@ autoLockTimer.resume()
 /// SIGHUP (`systemctl --user reload vaultd`): reads config.plist again. A file that does not
 /// load leaves the settings in force, and says so.
 func reloadSettings() {
-    let path = configuration.configFile ?? "(no config file)"
+    var source = "from \(configuration.configFile ?? "")"
+    if let file = configuration.configFile, access(file, F_OK) != 0 { source = "(\(file) is absent: the defaults)" }
+    if configuration.configFile == nil { source = "(no config file: the defaults)" }
     do {
         let fresh = try Settings.load(configuration.configFile, explicit: configuration.configFileIsExplicit)
         let old = settings
@@ -143,7 +145,7 @@ func reloadSettings() {
         if fresh.cacheCheckInterval != old.cacheCheckInterval {
             cacheTimer.schedule(deadline: .now() + 0.2, repeating: fresh.cacheCheckInterval)
         }
-        log("SIGHUP: settings reloaded from \(path) (AutoLockSeconds \(fresh.autoLockSeconds > 0 ? String(Int(fresh.autoLockSeconds)) : "off"))")
+        log("SIGHUP: settings reloaded \(source) (AutoLockSeconds \(fresh.autoLockSeconds > 0 ? String(Int(fresh.autoLockSeconds)) : "off"))")
     } catch {
         log("SIGHUP: settings not reloaded, the ones in force stay: \(error)")
     }

@@ -354,6 +354,16 @@ import Glibc
         #expect(Self.mode(d.socketPath) == nil)
     }
 
+    /// SIGHUP with no config file at the default path reloads the defaults and says so: the
+    /// log said "settings reloaded from PATH" of a file that was not there.
+    @Test func sighupWithoutAConfigFileSaysTheDefaultsApply() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        d.sendSignal(SIGHUP)
+        let said = eventually(timeout: 10) { d.log.contains("SIGHUP: settings reloaded") }
+        #expect(said && d.log.contains("is absent: the defaults") && !d.log.contains("reloaded from"), "\(d.log)")
+    }
+
     /// A path option given an empty value (`--cache-dir "$DIR"` with DIR unset) is a usage
     /// error naming it. With `--cache-dir ""` vaultd served, and every cache call then failed
     /// with "cannot create directory : The operation could not be completed"; an empty
