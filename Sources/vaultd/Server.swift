@@ -41,7 +41,7 @@ struct Limits: Sendable {
     }
 
     /// The defaults, with the overrides the environment sets. Throws for a value that is not
-    /// a positive number.
+    /// a positive number (VAULTD_BUSY_POLL_US: not a whole number from 0; above 1000 it is 1000).
     static func fromEnvironment(_ env: [String: String]) throws -> Limits {
         var limits = Limits()
         if let v = env["VAULTD_MAX_CONNECTIONS"], !v.isEmpty {
@@ -55,6 +55,12 @@ struct Limits: Sendable {
                 throw InvalidSetting(description: "VAULTD_PARTIAL_TIMEOUT must be a positive number of seconds, not '\(v)'")
             }
             limits.partialMessageTimeout = t
+        }
+        if let v = env["VAULTD_BUSY_POLL_US"], !v.isEmpty {
+            guard let n = Int(v), n >= 0 else {
+                throw InvalidSetting(description: "VAULTD_BUSY_POLL_US must be a whole number of microseconds (0 turns busy polling off), not '\(v)'")
+            }
+            limits.busyPollMicroseconds = min(n, 1000)
         }
         return limits
     }

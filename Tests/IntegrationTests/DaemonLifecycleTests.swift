@@ -378,6 +378,16 @@ import Glibc
         #expect(r.status == 64 && r.stderr.hasPrefix("vaultd: \(name) needs a value"), "vaultd \(option): \(r)")
     }
 
+    /// A VAULTD_BUSY_POLL_US that is no whole number from 0 is a usage error naming it, as
+    /// VAULTD_MAX_CONNECTIONS is: it fell back to the default silently.
+    @Test(arguments: ["abc", "-5", "1.5", "30us"])
+    func aBusyPollSettingThatIsNoNumberIsAUsageError(value: String) throws {
+        let d = try Daemon(start: false)
+        defer { d.close() }
+        let r = d.run("vaultd", ["--socket", d.socketPath, "--data-dir", d.dataDirectory], environment: ["VAULTD_BUSY_POLL_US": value], timeout: 5)
+        #expect(r.status == 64 && r.stderr.contains("VAULTD_BUSY_POLL_US must be a whole number"), "VAULTD_BUSY_POLL_US=\(value): \(r)")
+    }
+
     /// `--socket NAME`, a bare file name, is a socket in the current directory, as `./NAME`
     /// is: vaultd took its directory to be "" and stopped at start with "cannot create : No
     /// such file or directory".
