@@ -182,6 +182,8 @@ if arguments.words.first == "--help" || arguments.words.first == "-h" || argumen
 do {
     try Context.checkTimeoutSetting()
     let socket = try arguments.option("--socket")
+    // `--socket "$DIR/s"` with DIR unset is "/s"; with the whole value unset, "": no path.
+    if socket?.isEmpty == true { throw UsageError(message: "--socket needs a value (a socket path)") }
     let command = try parseCommand(&arguments)
     try arguments.finish(showingWords: !(command is ReadsSecret))
     try command.run(Context(socketPath: socket))

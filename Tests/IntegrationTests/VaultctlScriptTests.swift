@@ -93,6 +93,8 @@ import Glibc
         (["frob"], "unknown command 'frob'", ["usage: vaultctl [--socket PATH] COMMAND ..."], "item"),
         // A command whose usage line is the bare word (no arguments), not the synopsis.
         (["lock", "--frob"], "unexpected argument '--frob'", ["usage:\n  lock\n"], "COMMAND ..."),
+        // An empty socket path (a variable unset): it said "File name too long".
+        (["--socket", "", "status"], "--socket needs a value", ["  status [--json]"], "defaults"),
     ])
     func aUsageErrorSaysWhyAndShowsThatCommandsUsage(arguments: [String], reason: String, shown: [String], notShown: String) throws {
         let r = try ChildProcess.run(Paths.tool("vaultctl"), arguments, environment: ["PATH": "/usr/bin:/bin"])
