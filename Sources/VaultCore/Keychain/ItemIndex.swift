@@ -4,13 +4,13 @@ import Synchronization
 /// The keychain's lookup index, kept in memory: for each keyed hash that finds items (the
 /// `lookup_hash` of a service or server, the `account_hash`, and the `primary_key_hash` that
 /// DuplicateItem is checked by), the ids of the rows holding it. It stands in for an SQLite
-/// index on those columns (issue #8: each added item wrote a
-/// page of that index, on a random key, to the WAL: a third of a group commit's frames at
-/// 1,000 items and more at 100,000, where the checkpoint then synced those pages scattered
-/// over the file; without it, 16 writers' adds went from 16-20k to 23-25k/s at 1,000 items
-/// and from 15-17k to 23k/s at 100,000 in paired runs). The primary key has a listing of its
-/// own: through the service (server) and account alone, a write among many internet
-/// passwords of one server and account (one per path, port or protocol) read them all.
+/// index on those columns (issue #8: each added item wrote a page of that index, on a random
+/// key, to the WAL: a third of a group commit's frames at 1,000 items and more at 100,000,
+/// where the checkpoint then synced those pages scattered over the file; without it, 16
+/// writers' adds went from 16-20k to 23-25k/s at 1,000 items and from 15-17k to 23k/s at
+/// 100,000 in paired runs). The primary key has a listing of its own: through the service
+/// (server) and account alone, a write among many internet passwords of one server and
+/// account (one per path, port or protocol) read them all.
 ///
 /// It is a superset of the store: every row a connection can see is listed under each of its
 /// hashes, and an entry may also list a row that no longer holds that hash (deleted, changed,
@@ -209,9 +209,9 @@ final class ItemIndex: Sendable {
         }
     }
 
-    /// The ids of the rows that may hold one of `hashes` (each a column and its hash): those
-    /// listed under the column whose list is shortest, ascending. Empty when a hash lists
-    /// nothing (no row holds it).
+    /// The ids of the rows that may hold all of `hashes` (each a column and its hash): those
+    /// listed under the one whose list is shortest, ascending. Empty when a hash lists
+    /// nothing (no row holds it). The caller checks the rows' columns.
     func candidates(_ hashes: [(Column, [UInt8])]) -> [Int64] {
         state.withLock { s in
             var best: (column: Int, key: UInt64, count: Int)?
