@@ -202,6 +202,28 @@ struct ItemIndexTests {
         }
     }
 
+    /// A query naming a service and an account, each held by hundreds of rows and both by
+    /// one: the index names that one row (rows listed under both), not the hundreds of the
+    /// shorter list, which a lookup (on a reader) or an Update or Delete (on the writer,
+    /// under the engine lock) would read one by one.
+    @Test func aServiceAndAnAccountOfManyRowsEachNameTheRowsHoldingBoth() throws {
+        try withVault { vault, _ in
+            let n = 300
+            for i in 0..<n {
+                try vault.addGeneric(service: "tokens", account: "user\(i)", secret: [1])
+                try vault.addGeneric(service: "app\(i)", account: "bob", secret: [2])
+            }
+            try vault.addGeneric(service: "tokens", account: "bob", secret: [3])
+            let rows = try vault.locked { try vault.db.rows("SELECT id, lookup_hash, account_hash FROM items ORDER BY id DESC LIMIT 1") }
+            let (id, service, account) = (rows[0][0].int64!, rows[0][1].blob!, rows[0][2].blob!)
+            let index = vault.keychain.itemIndex
+            #expect(index.candidates([(.lookup, service)]).count == n + 1)
+            #expect(index.candidates([(.account, account)]).count == n + 1)
+            #expect(index.candidates([(.lookup, service), (.account, account)]) == [id])
+            #expect(try vault.readGeneric(service: "tokens", account: "bob") == [3])
+        }
+    }
+
     /// Writers adding at once share group commits, each write in a savepoint of its own: of
     /// writers adding the same items, one each is stored and the others get DuplicateItem.
     @Test func concurrentAddsOfTheSameItemsStoreOneEach() throws {

@@ -69,6 +69,12 @@ final class ItemIndex: Sendable {
             return id == Self.several ? Array(more[key]!) : [id]
         }
 
+        /// Whether `key` lists row `id`.
+        func lists(_ id: Int64, _ key: UInt64) -> Bool {
+            guard let listed = one[key] else { return false }
+            return listed == Self.several ? more[key]!.contains(id) : listed == id
+        }
+
         mutating func add(_ id: Int64, _ key: UInt64) {
             switch one[key] {
             case nil: one[key] = id
@@ -210,19 +216,24 @@ final class ItemIndex: Sendable {
     }
 
     /// The ids of the rows that may hold all of `hashes` (each a column and its hash): those
-    /// listed under the one whose list is shortest, ascending. Empty when a hash lists
-    /// nothing (no row holds it). The caller checks the rows' columns.
+    /// listed under every one of them, ascending; found through the shortest list, and kept
+    /// when each other hash lists them too (in memory: a service and an account of thousands
+    /// of rows each, and one row of both, read thousands of rows by id). Empty when a hash
+    /// lists nothing (no row holds it). The caller checks the rows' columns.
     func candidates(_ hashes: [(Column, [UInt8])]) -> [Int64] {
         state.withLock { s in
-            var best: (column: Int, key: UInt64, count: Int)?
+            var lists: [(column: Int, key: UInt64, count: Int)] = []
             for (c, hash) in hashes {
                 guard let key = Self.key(hash) else { return [] }
                 let count = s.listings[c.rawValue].count(key)
                 if count == 0 { return [] }
-                if best == nil || count < best!.count { best = (c.rawValue, key, count) }
+                lists.append((c.rawValue, key, count))
             }
-            guard let best else { return [] }
-            return s.listings[best.column].ids(best.key).sorted()
+            guard let shortest = lists.indices.min(by: { lists[$0].count < lists[$1].count }) else { return [] }
+            let best = lists.remove(at: shortest)
+            return s.listings[best.column].ids(best.key)
+                .filter { id in lists.allSatisfy { s.listings[$0.column].lists(id, $0.key) } }
+                .sorted()
         }
     }
 
