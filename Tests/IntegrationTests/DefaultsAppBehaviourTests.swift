@@ -169,9 +169,7 @@ import Glibc
             switch call.method {
             case "io.vaultd.Preferences.Observe":
                 observe.update { $0 = stream }
-                for d in call.parameters["domains"]?.arrayValue?.compactMap(\.stringValue) ?? [] {
-                    _ = try? stream.send(VarlinkReply(parameters: ["domain": .string(d), "values": .object([:]), "sequence": 0], continues: true).json)
-                }
+                StandInVaultd.sendSnapshots(answering: call, on: stream, sequence: 0) { _ in [:] }
             case "io.vaultd.Preferences.Set":
                 _ = try? stream.send(VarlinkReply(parameters: ["sequence": 2]).json)
             default:
@@ -217,9 +215,8 @@ import Glibc
         let fake = try StandInVaultd { call, stream in
             switch call.method {
             case "io.vaultd.Preferences.Observe":
-                for d in call.parameters["domains"]?.arrayValue?.compactMap(\.stringValue) ?? [] {
-                    let values: [String: JSON] = d == "com.example.fake" ? ["k": PlistValue.string("newer").tagged] : [:]
-                    _ = try? stream.send(VarlinkReply(parameters: ["domain": .string(d), "values": .object(values), "sequence": 7], continues: true).json)
+                StandInVaultd.sendSnapshots(answering: call, on: stream, sequence: 7) { d in
+                    d == "com.example.fake" ? ["k": PlistValue.string("newer").tagged] : [:]
                 }
             case "io.vaultd.Preferences.Set":
                 _ = try? stream.send(VarlinkReply(parameters: ["sequence": 5]).json)
@@ -288,10 +285,8 @@ import Glibc
                 _ = try? stream.send(VarlinkReply(error: VaultError(.rateLimited, "too many connections (VAULTD_MAX_CONNECTIONS)")).json)
                 return false
             }
-            let domains = call.parameters["domains"]?.arrayValue?.compactMap(\.stringValue) ?? []
-            for d in domains {
-                let values: [String: JSON] = n >= 3 && d == "com.example.fake" ? ["k": PlistValue.string("after").tagged] : [:]
-                _ = try? stream.send(VarlinkReply(parameters: ["domain": .string(d), "values": .object(values)], continues: true).json)
+            StandInVaultd.sendSnapshots(answering: call, on: stream, sequence: nil) { d in
+                n >= 3 && d == "com.example.fake" ? ["k": PlistValue.string("after").tagged] : [:]
             }
             // The first stream ends as at a restart; the third stays open.
             return n != 1
@@ -347,5 +342,15 @@ final class StandInVaultd {
     func close() {
         listener.shutdown()
         TemporaryDirectory.remove(directory)
+    }
+
+    /// Answers an Observe `call` as vaultd starts its stream: one snapshot per domain it names,
+    /// holding `values(domain)`, with `sequence` (none: as a vaultd from before sequences).
+    static func sendSnapshots(answering call: VarlinkCall, on stream: VarlinkStream, sequence: Int?, values: (String) -> [String: JSON]) {
+        for d in call.parameters["domains"]?.arrayValue?.compactMap(\.stringValue) ?? [] {
+            var parameters: [String: JSON] = ["domain": .string(d), "values": .object(values(d))]
+            if let sequence { parameters["sequence"] = JSON(sequence) }
+            _ = try? stream.send(VarlinkReply(parameters: parameters, continues: true).json)
+        }
     }
 }
