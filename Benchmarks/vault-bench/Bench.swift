@@ -63,48 +63,86 @@ enum Bench {
         let largest = options.items.max()!
         // The whole-process comparison runs where the keyring's item count is (or the nearest).
         let processLevel = options.items.min { abs($0 - options.keyringItems) < abs($1 - options.keyringItems) }!
-        for (index, n) in options.items.enumerated() {
+        // Every item count's vaultd runs at once: the timed workloads take their repetitions
+        // in turns across item counts and client counts (`interleave`), so that a slow spell
+        // of the machine does not fall on every repetition of one of them.
+        final class Level {
+            let items: Int
+            let vault: VaultdInstance
+            let data: String
+            var echo: (pid: pid_t, path: String)?
+            init(items: Int, vault: VaultdInstance, data: String) {
+                self.items = items
+                self.vault = vault
+                self.data = data
+            }
+            func stopEcho() {
+                guard let echo else { return }
+                kill(echo.pid, SIGTERM)
+                _ = Spawn.wait(echo.pid, timeout: 5)
+                Children.remove(echo.pid)
+                self.echo = nil
+            }
+        }
+        var levels: [Level] = []
+        defer {
+            for l in levels {
+                l.stopEcho()
+                l.vault.stop()
+                Temp.remove(l.data)
+            }
+        }
+        for n in options.items {
             let data = try cache.prepare(items: n, workRoot: root)
             let instanceRoot = root + "/vaultd-\(n)"
             mkdir(instanceRoot, 0o700)
-            let vault = VaultdInstance(binary: vaultd, root: instanceRoot, dataDirectory: data)
-            try vault.start()
-            defer { vault.stop() }
-            let count = try vault.itemCount()
+            let level = Level(items: n, vault: VaultdInstance(binary: vaultd, root: instanceRoot, dataDirectory: data), data: data)
+            levels.append(level)
+            try level.vault.start()
+            let count = try level.vault.itemCount()
             guard count == n else { throw BenchError("the vault for \(n) items holds \(count)") }
             progress("vaultd with \(n) items")
-            let w = VaultdWorkloads(instance: vault, items: n, options: options)
+        }
+        var timed: [Series] = []
+        for l in levels {
+            let w = VaultdWorkloads(instance: l.vault, items: l.items, options: options)
+            // 5. the floor: the same bytes as a lookup, over a bare socket to another process,
+            // each repetition taken right before the lookups' of the same item and client
+            // count (a VM's wake-up latency drifts with the machine's load, so the ratio
+            // compares neighbours).
+            var floors: [Series] = []
             if options.runs("floor") {
-                // 5. the floor: the same bytes as a lookup, over a bare socket to another
-                // process, measured right before each item count's lookups (a VM's wake-up
-                // latency drifts with the machine's load, so the ratio compares neighbours).
-                let sizes = try Floor.lookupSizes(socketPath: vault.socketPath, index: 0, options: options)
-                let echo = try Floor.start(root: root + "/vaultd-\(n)", request: sizes.request, reply: sizes.reply)
-                defer {
-                    kill(echo.pid, SIGTERM)
-                    _ = Spawn.wait(echo.pid, timeout: 5)
-                    Children.remove(echo.pid)
-                }
-                for c in options.clients {
-                    var e = try Floor.roundTrips(path: echo.path, request: sizes.request, reply: sizes.reply, clients: c, options: options)
-                    e.items = n
-                    entries.append(e)
+                let sizes = try Floor.lookupSizes(socketPath: l.vault.socketPath, index: 0, options: options)
+                let echo = try Floor.start(root: root + "/vaultd-\(l.items)", request: sizes.request, reply: sizes.reply)
+                l.echo = echo
+                floors = options.clients.map { c in
+                    Floor.roundTripSeries(path: echo.path, request: sizes.request, reply: sizes.reply, clients: c, items: l.items, options: options)
                 }
             }
             // 1. lookups.
-            if options.runs("lookup") { entries += try w.lookups() }
+            let lookups = options.runs("lookup") ? w.lookupSeries() : []
+            for i in options.clients.indices {
+                if i < floors.count { timed.append(floors[i]) }
+                if i < lookups.count { timed.append(lookups[i]) }
+            }
             // 2. durable writes.
-            if options.runs("writes") { entries += try w.writes() }
+            if options.runs("writes") { timed += w.writeSeries() }
+        }
+        entries += try interleave(timed, repetitions: options.repetitions)
+        for (index, l) in levels.enumerated() {
+            l.stopEcho()
+            let n = l.items
+            let w = VaultdWorkloads(instance: l.vault, items: n, options: options)
             // 3. preferences (independent of the item count: measured once).
             if index == 0 && options.runs("prefs") { entries += try w.preferences() }
             if n == processLevel && options.runs("process"), let e = try w.itemGetProcess() { entries.append(e) }
-            if n == largest { rss = vault.pid.flatMap(residentBytes) }
-            vault.stop()
+            if n == largest { rss = l.vault.pid.flatMap(residentBytes) }
+            l.vault.stop()
             if n == largest && options.runs("startup") {
                 // 4. start-up: launch to the first answered lookup.
-                startup = try measureStartup(vault, items: n, runs: options.startupRuns)
+                startup = try measureStartup(l.vault, items: n, runs: options.startupRuns)
             }
-            Temp.remove(data)
+            Temp.remove(l.data)
         }
         if options.compareKeyring && options.runs("keyring") {
             do {

@@ -94,23 +94,23 @@ enum Floor {
         throw BenchError("the floor's echo server did not start")
     }
 
-    /// Round trips on `clients` connections.
-    static func roundTrips(path: String, request: Int, reply: Int, clients: Int, options: Options) throws -> Entry {
-        var sockets: [UnixSocket] = []
-        defer { for s in sockets { s.close() } }
-        return try measure(
-            "lookup", system: "floor", items: 0, clients: clients, options: options,
+    /// Round trips on `clients` connections, as a `Series`; the entry's items are `items`
+    /// (the item count whose lookups it is the floor of).
+    static func roundTripSeries(path: String, request: Int, reply: Int, clients: Int, items: Int, options: Options) -> Series {
+        series(
+            "lookup", system: "floor", items: items, clients: clients, options: options,
             note: "bare AF_UNIX round trip, \(request) B request / \(reply) B reply"
         ) { _ in
             let s = try UnixSocket()
             try s.connect(path: path)
-            sockets.append(s)
             let fd = s.fd
             let out = [UInt8](repeating: UInt8(ascii: "q"), count: request)
             var inBuf = [UInt8](repeating: 0, count: reply)
             return { _ in
-                guard writeAll(fd, out), readExactly(fd, &inBuf) else { throw BenchError("floor: the echo server closed the connection") }
-                return true
+                try withExtendedLifetime(s) {
+                    guard writeAll(fd, out), readExactly(fd, &inBuf) else { throw BenchError("floor: the echo server closed the connection") }
+                    return true
+                }
             }
         }
     }

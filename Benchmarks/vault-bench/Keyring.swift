@@ -145,7 +145,7 @@ enum KeyringBench {
         // 2. durable writes: add new items, update them, delete them.
         let store = KeyringStore(options: options)
         for c in options.writeClients {
-            entries += try writeCycle(system: "keyring", items: n, clients: c, options: options, store: store)
+            entries += try interleave([writeSeries(system: "keyring", items: n, clients: c, options: options, store: store)], repetitions: options.repetitions)
         }
 
         // 3. whole processes: secret-tool lookup.

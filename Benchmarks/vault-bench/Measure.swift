@@ -141,26 +141,73 @@ func timedRun(clients: Int, seconds: Double, make: (Int) throws -> Operation) th
 /// copy of the 100,000-item vault, 70 MB, was written back during its four-client lookups).
 func flushEarlierWrites() { sync() }
 
-/// Warm-up, then `repetitions` timed runs; the entry holds the median p50, p99 and ops/s
-/// (and the median CPU time `server` spent per operation, when given). Flushes earlier
-/// writes first.
+/// A measurement made of repetitions, which `interleave` runs in turn with other series'
+/// repetitions: on a shared VM the CPU time per operation rises by a fifth or more for
+/// seconds at a time, and back-to-back repetitions all fell into such a spell together
+/// (one item count's four-client lookups, 57k/s beside 64k and 67k in the same run); taken
+/// in turns, a spell spoils one repetition of several series, and each median leaves it out.
+struct Series {
+    /// Untimed: run before the series' first repetition, and again whenever another series'
+    /// repetition ran in between (another vaultd's, with its own caches).
+    var warmUp: () throws -> Void
+    /// One timed repetition; the series keeps what it measured.
+    var repetition: () throws -> Void
+    /// The entries, from every repetition taken.
+    var entries: () -> [Entry]
+}
+
+/// Runs `repetitions` rounds; each round takes one repetition of every series, in order,
+/// after flushing earlier writes (and warming the series up, see `Series.warmUp`).
+/// Returns every series' entries, in order.
+func interleave(_ series: [Series], repetitions: Int) throws -> [Entry] {
+    var previous: Int?
+    for _ in 0..<repetitions {
+        for (i, s) in series.enumerated() {
+            flushEarlierWrites()
+            if previous != i { try s.warmUp() }
+            try s.repetition()
+            previous = i
+        }
+    }
+    return series.flatMap { $0.entries() }
+}
+
+/// Timed runs of `make`'s operations as a `Series` (see `timedRun`): each repetition runs
+/// for `options.seconds`, the warm-up for `options.warmup`; its entry holds the median p50,
+/// p99 and ops/s of the repetitions (and the median CPU time `server` spent per operation,
+/// when given).
+func series(
+    _ name: String, system: String, items: Int, clients: Int, options: Options, note: String? = nil, server: pid_t? = nil,
+    make: @escaping (Int) throws -> Operation
+) -> Series {
+    final class Taken {
+        var runs: [Run] = []
+        var cpu: [Double] = []
+    }
+    let taken = Taken()
+    return Series(
+        warmUp: { if options.warmup > 0 { _ = try timedRun(clients: clients, seconds: options.warmup, make: make) } },
+        repetition: {
+            let before = server.flatMap(cpuMicroseconds)
+            let run = try timedRun(clients: clients, seconds: options.seconds, make: make)
+            if let b = before, let a = server.flatMap(cpuMicroseconds), !run.latencies.isEmpty { taken.cpu.append((a - b) / Double(run.latencies.count)) }
+            taken.runs.append(run)
+        },
+        entries: {
+            var e = summarize(name, system: system, items: items, clients: clients, runs: taken.runs, note: note)
+            if !taken.cpu.isEmpty { e.server_cpu_us = median(taken.cpu) }
+            return [e]
+        })
+}
+
+/// One `series`, measured alone: warm-up, then `options.repetitions` timed runs.
 func measure(
     _ name: String, system: String, items: Int, clients: Int, options: Options, note: String? = nil, server: pid_t? = nil,
-    make: (Int) throws -> Operation
+    make: @escaping (Int) throws -> Operation
 ) throws -> Entry {
-    flushEarlierWrites()
-    if options.warmup > 0 { _ = try timedRun(clients: clients, seconds: options.warmup, make: make) }
-    var runs: [Run] = []
-    var cpu: [Double] = []
-    for _ in 0..<options.repetitions {
-        let before = server.flatMap(cpuMicroseconds)
-        let run = try timedRun(clients: clients, seconds: options.seconds, make: make)
-        if let b = before, let a = server.flatMap(cpuMicroseconds), !run.latencies.isEmpty { cpu.append((a - b) / Double(run.latencies.count)) }
-        runs.append(run)
-    }
-    var e = summarize(name, system: system, items: items, clients: clients, runs: runs, note: note)
-    if !cpu.isEmpty { e.server_cpu_us = median(cpu) }
-    return e
+    try interleave(
+        [series(name, system: system, items: items, clients: clients, options: options, note: note, server: server, make: make)],
+        repetitions: options.repetitions)[0]
 }
 
 func summarize(_ name: String, system: String, items: Int, clients: Int, runs: [Run], note: String? = nil, opsPerSample: Int = 1) -> Entry {

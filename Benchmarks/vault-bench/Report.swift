@@ -110,13 +110,14 @@ struct Report: Codable {
 
     mutating func judge() {
         var t: [Target] = []
-        let vItems = Set(workloads.filter { $0.system == "vaultd" && $0.name == "lookup" }.map(\.items)).sorted()
+        /// The item counts vaultd's `workload` was measured at (a run may leave out lookups or writes).
+        func counts(_ workload: String) -> [Int] { Set(workloads.filter { $0.system == "vaultd" && $0.name == workload }.map(\.items)).sorted() }
         func v(_ n: String, _ items: Int?, _ c: Int) -> Entry? { find(n, "vaultd", items: items, clients: c) }
         func add(_ name: String, _ value: String, _ met: Bool?) { t.append(Target(target: name, value: value, met: met)) }
         func f(_ x: Double) -> String { Self.num(x) }
 
         // Lookup against the floor, at every item count (the worst counts).
-        let floorRatios: [(Int, Double, Double)] = vItems.compactMap { n in
+        let floorRatios: [(Int, Double, Double)] = counts("lookup").compactMap { n in
             guard let a = v("lookup", n, 1), let fl = find("lookup", "floor", items: n, clients: 1) ?? find("lookup", "floor", clients: 1) else { return nil }
             return (n, a.p50_us / fl.p50_us, fl.p50_us)
         }
@@ -133,14 +134,14 @@ struct Report: Codable {
         }
         for (c, goal) in [(1, 25000.0), (4, 60000.0)] {
             let name = "≥ \(Int(goal / 1000))k lookups/s with \(c) client\(c > 1 ? "s" : "")"
-            let rates = vItems.compactMap { n in v("lookup", n, c).map { (n, $0.ops_per_s) } }
+            let rates = counts("lookup").compactMap { n in v("lookup", n, c).map { (n, $0.ops_per_s) } }
             if rates.isEmpty { add(name, "not measured", nil) } else {
                 add(name, rates.map { "\($0.0): \(f($0.1))/s" }.joined(separator: ", "), rates.allSatisfy { $0.1 >= goal })
             }
         }
         for (c, goal) in [(1, 3000.0), (16, 20000.0)] {
             let name = "durable add ≥ \(Int(goal / 1000))k/s with \(c) client\(c > 1 ? "s" : "")"
-            let rates = vItems.compactMap { n in v("add", n, c).map { (n, $0.ops_per_s) } }
+            let rates = counts("add").compactMap { n in v("add", n, c).map { (n, $0.ops_per_s) } }
             if rates.isEmpty { add(name, "not measured", nil) } else {
                 add(name, rates.map { "\($0.0): \(f($0.1))/s" }.joined(separator: ", "), rates.allSatisfy { $0.1 >= goal })
             }
@@ -155,7 +156,7 @@ struct Report: Codable {
         }
         for w in ["lookup", "add"] {
             let name = "\(w) p50 flat (≤ 1.5×) from the smallest to the largest item count (1 client)"
-            if let lo = vItems.first, let hi = vItems.last, lo != hi, let a = v(w, lo, 1), let b = v(w, hi, 1) {
+            if let lo = counts(w).first, let hi = counts(w).last, lo != hi, let a = v(w, lo, 1), let b = v(w, hi, 1) {
                 add(name, "\(Self.ratio(b.p50_us / a.p50_us))× (\(lo): \(f(a.p50_us)) µs, \(hi): \(f(b.p50_us)) µs)", b.p50_us / a.p50_us <= 1.5)
             } else { add(name, "not measured (needs two item counts)", nil) }
         }

@@ -33,35 +33,37 @@ protocol WriteStore {
 /// and client, so adds are always new items.
 private let nextCycle = LockedValue(0)
 
-/// Add new items for `seconds`, update those items for `seconds`, delete every one of them
-/// (so the store is back to `items` afterwards): a warm-up cycle, then `repetitions` timed
-/// ones; the entries hold the medians. Flushes earlier writes first.
-func writeCycle(system: String, items: Int, clients: Int, options: Options, store: WriteStore, server: pid_t? = nil) throws -> [Entry] {
-    flushEarlierWrites()
-    var adds: [Run] = [], updates: [Run] = [], deletes: [Run] = []
-    var cpu: [[Double]] = [[], [], []]
-    /// Runs `body` and records the server's CPU per operation in `cpu[slot]` when timed.
-    func sampled(_ slot: Int, _ record: Bool, _ body: () throws -> Run) rethrows -> Run {
-        let before = server.flatMap(cpuMicroseconds)
-        let run = try body()
-        if record, let b = before, let a = server.flatMap(cpuMicroseconds), !run.latencies.isEmpty {
-            cpu[slot].append((a - b) / Double(run.latencies.count))
-        }
-        return run
+/// Durable writes as a `Series`: each repetition is one cycle — add new items for
+/// `options.seconds`, update those items for as long, delete every one of them (so the
+/// store is back to `items` afterwards); the warm-up is a cycle of `options.warmup`
+/// seconds. The entries (add, update, delete) hold the medians.
+func writeSeries(system: String, items: Int, clients: Int, options: Options, store: WriteStore, server: pid_t? = nil) -> Series {
+    final class Taken {
+        var runs: [[Run]] = [[], [], []]
+        var cpu: [[Double]] = [[], [], []]
     }
-    let cycles = (options.warmup > 0 ? 1 : 0) + options.repetitions
-    for cycle in 0..<cycles {
-        let timed = !(options.warmup > 0 && cycle == 0)
+    let taken = Taken()
+    func cycle(timed: Bool) throws {
         let seconds = timed ? options.seconds : options.warmup
         let cycleID: Int = {
             let v = nextCycle.value
             nextCycle.value = v + 1
             return v
         }()
+        /// Runs `body`; when timed, keeps its run and the server's CPU per operation in `slot`.
+        func sampled(_ slot: Int, _ body: () throws -> Run) rethrows {
+            let before = server.flatMap(cpuMicroseconds)
+            let run = try body()
+            guard timed else { return }
+            taken.runs[slot].append(run)
+            if let b = before, let a = server.flatMap(cpuMicroseconds), !run.latencies.isEmpty {
+                taken.cpu[slot].append((a - b) / Double(run.latencies.count))
+            }
+        }
         final class Added: @unchecked Sendable { var indices: [Int] = [] }
         let added = (0..<clients).map { _ in Added() }
         let writers = try (0..<clients).map { _ in try store.client() }
-        let add = try sampled(0, timed) { try timedRun(clients: clients, seconds: seconds) { c in
+        try sampled(0) { try timedRun(clients: clients, seconds: seconds) { c in
             let w = writers[c], box = added[c]
             let base = 1_000_000_000 + (cycleID * 256 + c) * 10_000_000
             return { k in
@@ -70,7 +72,7 @@ func writeCycle(system: String, items: Int, clients: Int, options: Options, stor
                 return true
             }
         } }
-        let update = try sampled(1, timed) { try timedRun(clients: clients, seconds: seconds) { c in
+        try sampled(1) { try timedRun(clients: clients, seconds: seconds) { c in
             let w = writers[c], list = added[c].indices
             return { k in
                 guard !list.isEmpty else { return false }
@@ -78,7 +80,7 @@ func writeCycle(system: String, items: Int, clients: Int, options: Options, stor
                 return true
             }
         } }
-        let delete = try sampled(2, timed) { try timedRun(clients: clients, seconds: .infinity) { c in
+        try sampled(2) { try timedRun(clients: clients, seconds: .infinity) { c in
             let w = writers[c], list = added[c].indices
             return { k in
                 guard k < list.count else { return false }
@@ -86,19 +88,19 @@ func writeCycle(system: String, items: Int, clients: Int, options: Options, stor
                 return true
             }
         } }
-        if timed {
-            adds.append(add)
-            updates.append(update)
-            deletes.append(delete)
-        }
     }
-    var entries = [
-        summarize("add", system: system, items: items, clients: clients, runs: adds, note: "durable add of a new item"),
-        summarize("update", system: system, items: items, clients: clients, runs: updates, note: "durable update of an item's secret"),
-        summarize("delete", system: system, items: items, clients: clients, runs: deletes, note: "durable delete of one item"),
-    ]
-    for i in 0..<3 where !cpu[i].isEmpty { entries[i].server_cpu_us = median(cpu[i]) }
-    return entries
+    return Series(
+        warmUp: { if options.warmup > 0 { try cycle(timed: false) } },
+        repetition: { try cycle(timed: true) },
+        entries: {
+            var entries = [
+                summarize("add", system: system, items: items, clients: clients, runs: taken.runs[0], note: "durable add of a new item"),
+                summarize("update", system: system, items: items, clients: clients, runs: taken.runs[1], note: "durable update of an item's secret"),
+                summarize("delete", system: system, items: items, clients: clients, runs: taken.runs[2], note: "durable delete of one item"),
+            ]
+            for i in 0..<3 where !taken.cpu[i].isEmpty { entries[i].server_cpu_us = median(taken.cpu[i]) }
+            return entries
+        })
 }
 
 /// Times whole processes (`make` gives the executable and its arguments for each run):
@@ -149,9 +151,11 @@ struct VaultdWorkloads {
     let items: Int
     let options: Options
 
-    func lookups() throws -> [Entry] {
-        try options.clients.map { c in
-            try measure("lookup", system: "vaultd", items: items, clients: c, options: options, note: "Keychain.copyMatching, returnData", server: instance.pid) { client in
+    /// One lookup series per client count (`Keychain.copyMatching` of a random stored item,
+    /// with its secret).
+    func lookupSeries() -> [Series] {
+        options.clients.map { c in
+            series("lookup", system: "vaultd", items: items, clients: c, options: options, note: "Keychain.copyMatching, returnData", server: instance.pid) { client in
                 let kc = try instance.connect().keychain
                 var rng = XorShift(seed: UInt64(client + 1))
                 let size = options.secretSize
@@ -165,10 +169,11 @@ struct VaultdWorkloads {
         }
     }
 
-    func writes() throws -> [Entry] {
+    /// One durable-writes series per write-client count (`writeSeries`).
+    func writeSeries() -> [Series] {
         let store = VaultdStore(instance: instance, options: options)
-        return try options.writeClients.flatMap { c in
-            try writeCycle(system: "vaultd", items: items, clients: c, options: options, store: store, server: instance.pid)
+        return options.writeClients.map { c in
+            vault_bench.writeSeries(system: "vaultd", items: items, clients: c, options: options, store: store, server: instance.pid)
         }
     }
 
