@@ -50,6 +50,18 @@ struct AtRestTests {
         return all
     }
 
+    /// Every stored item's three ciphertexts are bound to these bytes: a vault written by any
+    /// earlier build opens only while they stay the same.
+    @Test func theAssociatedDataOfAnItemIsItsIdentityInTheStoredFormat() {
+        let uuid: [UInt8] = [0x01, 0x00, 0xFE]
+        let ad = KeychainStore.associatedData(
+            uuid: uuid, itemClass: .internetPassword, accessGroup: "team.shared", accessible: .afterFirstUnlockThisDeviceOnly,
+            synchronizable: true)
+        #expect(ad == Array("vaultd item v1\0".utf8) + uuid + Array("\0internetPassword\0team.shared\0afterFirstUnlockThisDeviceOnly\0\u{31}".utf8))
+        let generic = KeychainStore.associatedData(uuid: [], itemClass: .genericPassword, accessGroup: "", accessible: .whenUnlocked, synchronizable: false)
+        #expect(generic == Array("vaultd item v1\0\0genericPassword\0\0whenUnlocked\00".utf8))
+    }
+
     @Test func nothingTypedAppearsInPlaintextOnDisk() throws {
         try withTemporaryDirectory { tmp in
             let dir = tmp + "/data"

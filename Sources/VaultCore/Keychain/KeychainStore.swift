@@ -64,11 +64,24 @@ final class KeychainStore {
 
     /// Associated data binding every ciphertext of an item to its identity, so rows or
     /// columns cannot be swapped.
-    private static func associatedData(
+    static func associatedData(
         uuid: [UInt8], itemClass: ItemClass, accessGroup: String, accessible: Accessibility, synchronizable: Bool
     ) -> [UInt8] {
-        var ad = Array("vaultd item v1\0".utf8) + uuid
-        ad += Array("\0\(itemClass.rawValue)\0\(accessGroup)\0\(accessible.rawValue)\0\(synchronizable ? 1 : 0)".utf8)
+        // "vaultd item v1\0" uuid "\0" class "\0" group "\0" accessibility "\0" "1" or "0",
+        // appended in place (each lookup builds it for its row: issue #8's profile).
+        var ad: [UInt8] = []
+        ad.reserveCapacity(48 + uuid.count + accessGroup.utf8.count + accessible.rawValue.utf8.count)
+        ad += "vaultd item v1".utf8
+        ad.append(0)
+        ad += uuid
+        ad.append(0)
+        ad += itemClass.rawValue.utf8
+        ad.append(0)
+        ad += accessGroup.utf8
+        ad.append(0)
+        ad += accessible.rawValue.utf8
+        ad.append(0)
+        ad.append(synchronizable ? UInt8(ascii: "1") : UInt8(ascii: "0"))
         return ad
     }
 

@@ -15,6 +15,8 @@ extension VarlinkInterfaces {
     /// nil when all are declared or the method is not one of ours (MethodNotFound follows).
     public static func undeclaredParameter(in call: VarlinkCall) -> String? {
         guard let declared = inputParameters[call.method] else { return nil }
+        // Sorted only when one is undeclared: every call passes here.
+        guard call.parameters.keys.contains(where: { !declared.contains($0) }) else { return nil }
         return call.parameters.keys.sorted().first { !declared.contains($0) }
     }
 

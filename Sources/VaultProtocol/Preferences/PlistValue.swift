@@ -230,7 +230,12 @@ public enum PlistDate {
     }
 
     public static func parse(_ s: String) -> Date? {
-        let u = Array(s.utf8)
+        // In place, without copying the text (every item's two dates are parsed per lookup).
+        var s = s
+        return s.withUTF8 { parse(utf8: $0) }
+    }
+
+    private static func parse(utf8 u: UnsafeBufferPointer<UInt8>) -> Date? {
         guard u.count >= 20, u.last == UInt8(ascii: "Z") else { return nil }
         func num(_ r: Range<Int>) -> Int64? {
             var v: Int64 = 0
