@@ -23,7 +23,8 @@ let toolUsage = """
       passphrase change --passphrase-fd N --new-passphrase-fd M
       passphrase set --new-passphrase-fd M
       passphrase remove --passphrase-fd N
-    Keychain (CLASS is generic (default) or internet):
+    Keychain (CLASS is generic or internet; without it, internet when --server, --protocol,
+    --port, --path, --authentication-type or --security-domain is given, else generic):
       item add [CLASS] ATTRIBUTES [--secret-fd N]       secret from fd N, stdin, or a prompt
       item get [CLASS] FILTERS [--json]                  prints the secret exactly (--json: attributes)
       item update [CLASS] FILTERS [--set-ATTRIBUTE V]... [--secret-fd N | --secret-stdin]

@@ -36,6 +36,36 @@ import Glibc
         #expect(get.status == 0 && get.stdout == Data("sekrit".utf8) && get.stderr.isEmpty, "\(get)")
     }
 
+    /// Without `generic` or `internet`, an internet attribute names an internet password:
+    /// `item get --server github.com` was ItemNotFound (the class defaulted to generic) and
+    /// `item add --server …` was refused (a server on a generic password).
+    @Test func anInternetAttributeWithoutAClassNamesAnInternetPassword() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        try #require(d.initializeWithoutPassphrase().status == 0)
+        let add = d.ctl(["item", "add", "--server", "github.com", "--protocol", "https", "--account", "bob"], stdin: Data("tok-1".utf8))
+        try #require(add.status == 0, "\(add)")
+        try #require(d.ctl(["item", "add", "--service", "github.com", "--account", "bob"], stdin: Data("gen-1".utf8)).status == 0)
+        let list = d.ctl(["item", "list", "--json"])
+        let classes = (try JSONSerialization.jsonObject(with: list.stdout) as? [[String: Any]])?.compactMap { $0["class"] as? String }.sorted()
+        #expect(classes == ["genericPassword", "internetPassword"], "\(list)")
+        for (args, secret) in [
+            (["--server", "github.com"], "tok-1"), (["--protocol", "https", "--account", "bob"], "tok-1"), (["--port", "0"], "tok-1"),
+            (["--service", "github.com"], "gen-1"), (["--account", "bob"], "gen-1"), (["internet", "--account", "bob"], "tok-1"),
+        ] {
+            let get = d.ctl(["item", "get"] + args)
+            #expect(get.status == 0 && get.stdout == Data(secret.utf8), "item get \(args): \(get)")
+        }
+        // Naming a service and a server is no class's item: refused, nothing added.
+        let both = d.ctl(["item", "add", "--service", "s", "--server", "h"], stdin: Data("x".utf8))
+        #expect(both.status == 1, "\(both)")
+        let update = d.ctl(["item", "update", "--server", "github.com", "--set-label", "GitHub"])
+        #expect(update.status == 0 && update.stdout == Data("updated 1 item(s)\n".utf8), "\(update)")
+        let delete = d.ctl(["item", "delete", "--server", "github.com"])
+        #expect(delete.status == 0 && delete.stdout == Data("deleted 1 item(s)\n".utf8), "\(delete)")
+        #expect(d.ctl(["item", "get", "--service", "github.com"]).stdout == Data("gen-1".utf8))
+    }
+
     /// `defaults export DOMAIN PATH` writes to PATH as `> PATH` would: through a symlink (which
     /// stays one, the file it leads to getting the export), keeping a file's permissions, and
     /// to a FIFO's reader. It renamed a new 0644 file over PATH itself: the symlink became a

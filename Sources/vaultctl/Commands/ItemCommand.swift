@@ -40,13 +40,23 @@ struct ItemCommand: Command {
 
     init(_ a: inout Arguments) throws {
         action = try a.verb(of: "item")
-        switch a.positional(oneOf: ["generic", "internet"]) {
-        case "internet": itemClass = .internetPassword
-        case "generic": itemClass = .genericPassword
-        default: itemClass = action == .list ? nil : .genericPassword
-        }
+        let named = a.positional(oneOf: ["generic", "internet"])
         if action == .update { changes = try Self.attributes(&a, prefix: "--set-") }
         attributes = try Self.attributes(&a, prefix: "--")
+        switch named {
+        case "internet": itemClass = .internetPassword
+        case "generic": itemClass = .genericPassword
+        // Without a class: an internet password when its attributes name one (only internet
+        // passwords have a server, protocol, port, path, authentication type or security
+        // domain: `item get --server github.com` means one), otherwise a generic password;
+        // `list` then lists both.
+        default:
+            if attributes.hasInternetAttributes && attributes.service == nil {
+                itemClass = .internetPassword
+            } else {
+                itemClass = action == .list ? nil : .genericPassword
+            }
+        }
         secretFD = try a.intOption("--secret-fd")
         secretStdin = a.flag("--secret-stdin")
         json = a.flag("--json")
