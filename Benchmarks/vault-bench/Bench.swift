@@ -103,7 +103,7 @@ enum Bench {
             guard count == n else { throw BenchError("the vault for \(n) items holds \(count)") }
             progress("vaultd with \(n) items")
         }
-        var timed: [Series] = []
+        var reads: [Series] = [], writes: [Series] = []
         for l in levels {
             let w = VaultdWorkloads(instance: l.vault, items: l.items, options: options)
             // 5. the floor: the same bytes as a lookup, over a bare socket to another process,
@@ -122,15 +122,18 @@ enum Bench {
             // 1. lookups.
             let lookups = options.runs("lookup") ? w.lookupSeries() : []
             for i in options.clients.indices {
-                if i < floors.count { timed.append(floors[i]) }
-                if i < lookups.count { timed.append(lookups[i]) }
+                if i < floors.count { reads.append(floors[i]) }
+                if i < lookups.count { reads.append(lookups[i]) }
             }
             // 2. durable writes.
-            if options.runs("writes") { timed += w.writeSeries() }
+            if options.runs("writes") { writes += w.writeSeries() }
         }
-        entries += try interleave(timed, repetitions: options.repetitions)
+        // Every lookup on a store no write has touched yet (a write cycle leaves frames in the
+        // WAL that later reads look through, and maybe a checkpoint still running).
+        entries += try interleave(reads, repetitions: options.repetitions)
+        for l in levels { l.stopEcho() }
+        entries += try interleave(writes, repetitions: options.repetitions)
         for (index, l) in levels.enumerated() {
-            l.stopEcho()
             let n = l.items
             let w = VaultdWorkloads(instance: l.vault, items: n, options: options)
             // 3. preferences (independent of the item count: measured once).

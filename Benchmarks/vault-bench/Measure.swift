@@ -200,7 +200,8 @@ func series(
         })
 }
 
-/// One `series`, measured alone: warm-up, then `options.repetitions` timed runs.
+/// One `series`, measured alone: warm-up, then `options.repetitions` timed runs, each after
+/// flushing earlier writes.
 func measure(
     _ name: String, system: String, items: Int, clients: Int, options: Options, note: String? = nil, server: pid_t? = nil,
     make: @escaping (Int) throws -> Operation

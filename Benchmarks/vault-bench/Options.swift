@@ -11,9 +11,10 @@ struct Options {
     var writeClients: [Int] = [1, 16]
     /// Length of one timed repetition (seconds).
     var seconds: Double = 0.5
-    /// Untimed warm-up before the repetitions (seconds).
+    /// Untimed warm-up (seconds) before each timed repetition that follows another series'
+    /// (`interleave`); once, when a series is measured alone.
     var warmup: Double = 0.2
-    var repetitions: Int = 3
+    var repetitions: Int = 5
     /// Size of each stored secret (bytes).
     var secretSize: Int = 32
     /// How often whole processes (`vaultctl item get`, `secret-tool lookup`) are run.
@@ -50,7 +51,7 @@ struct Options {
 
     static let usage = """
         usage: vault-bench [--items 1000,10000,100000] [--clients 1,4,16] [--write-clients 1,16]
-                           [--seconds 0.5] [--warmup 0.2] [--reps 3] [--secret-size 32]
+                           [--seconds 0.5] [--warmup 0.2] [--reps 5] [--secret-size 32]
                            [--process-runs 20] [--startup-runs 3]
                            [--compare-keyring] [--keyring-items 1000]
                            [--json] [--quiet] [--vaultd PATH] [--vaultctl PATH]
