@@ -23,8 +23,9 @@ let toolUsage = """
       passphrase change --passphrase-fd N --new-passphrase-fd M
       passphrase set --new-passphrase-fd M
       passphrase remove --passphrase-fd N
-    Keychain (CLASS is generic or internet; without it, internet when --server, --protocol,
-    --port, --path, --authentication-type or --security-domain is given, else generic):
+    Keychain (CLASS is generic or internet, right after the verb; without it, internet when
+        --server, --protocol, --port, --path, --authentication-type or --security-domain is
+        given, else generic, and list lists both; --service is a generic password's only):
       item add [CLASS] ATTRIBUTES [--secret-fd N]       secret from fd N, stdin, or a prompt
       item get [CLASS] FILTERS [--json]                  prints the secret exactly (--json: attributes)
       item update [CLASS] FILTERS [--set-ATTRIBUTE V]... [--secret-fd N | --secret-stdin]
@@ -32,7 +33,7 @@ let toolUsage = """
       item list [CLASS] [FILTERS] [--json]
       ATTRIBUTES / FILTERS: --service --account --label --comment --description
         --access-group --accessible --synchronizable[=yes|no] --server --protocol --port --path
-        --authentication-type --security-domain
+        --authentication-type --security-domain --generic (application data, as text)
     Desktop keyring (Secret Service):
       keyring import --access-group G [--collection NAME] [--dry-run]
       keyring export [CLASS] [FILTERS] [--collection NAME] [--dry-run]

@@ -56,9 +56,22 @@ import Glibc
             let get = d.ctl(["item", "get"] + args)
             #expect(get.status == 0 && get.stdout == Data(secret.utf8), "item get \(args): \(get)")
         }
-        // Naming a service and a server is no class's item: refused, nothing added.
-        let both = d.ctl(["item", "add", "--service", "s", "--server", "h"], stdin: Data("x".utf8))
-        #expect(both.status == 1, "\(both)")
+        // A service is a generic password's, a server (port, path, …) an internet password's:
+        // a command line naming both, or the other class's, is a usage error that says so (it
+        // was ItemNotFound, an empty list, or a Param error about the wrong class).
+        for (args, said) in [
+            (["add", "--service", "s", "--server", "h"], "--service is a generic password's attribute and --server"),
+            (["get", "--service", "github.com", "--port", "443"], "and --port internet passwords'"),
+            (["list", "--service", "github.com", "--path", "/x"], "and --path internet passwords'"),
+            (["get", "generic", "--server", "github.com"], "--server: internet passwords' attributes (use 'item get internet')"),
+            (["update", "generic", "--service", "github.com", "--set-protocol", "ssh"], "--set-protocol: internet passwords'"),
+            (["delete", "internet", "--service", "github.com"], "--service is a generic password's attribute"),
+            (["get", "--server", "github.com", "internet"], "'internet' (the class) comes right after the verb"),
+        ] {
+            let r = d.ctl(["item"] + args, stdin: Data("x".utf8))
+            #expect(r.status == 64 && r.stderr.contains(said), "item \(args): \(r)")
+        }
+        #expect(d.ctl(["item", "list"]).stdoutText.split(separator: "\n").count == 2, "nothing added or deleted")
         let update = d.ctl(["item", "update", "--server", "github.com", "--set-label", "GitHub"])
         #expect(update.status == 0 && update.stdout == Data("updated 1 item(s)\n".utf8), "\(update)")
         let delete = d.ctl(["item", "delete", "--server", "github.com"])

@@ -38,28 +38,48 @@ struct ItemCommand: Command {
         return attrs
     }
 
+    /// The options among `attributes` that only internet passwords have, as given.
+    static func internetOptions(_ attributes: ItemAttributes, prefix: String) -> [String] {
+        var names = stringOptions.filter { [.server, .protocol, .path, .authenticationType, .securityDomain].contains($0.1) && attributes[$0.1] != nil }
+            .map { prefix + $0.0 }
+        if attributes.port != nil { names.append(prefix + "port") }
+        return names
+    }
+
     init(_ a: inout Arguments) throws {
         action = try a.verb(of: "item")
         let named = a.positional(oneOf: ["generic", "internet"])
         if action == .update { changes = try Self.attributes(&a, prefix: "--set-") }
         attributes = try Self.attributes(&a, prefix: "--")
+        // A service is a generic password's; a server, protocol, port, path, authentication
+        // type or security domain an internet password's. No item has both: a command line
+        // naming both (or naming the other class's) is a mistake, told as one (it was
+        // ItemNotFound, an empty list, or a Param error about the wrong class).
+        let given = Self.internetOptions(attributes, prefix: "--") + Self.internetOptions(changes, prefix: "--set-")
+        let internet = !given.isEmpty
+        let internetOptions = given.joined(separator: ", ")
+        let service = attributes.service != nil || changes.service != nil
         switch named {
-        case "internet": itemClass = .internetPassword
-        case "generic": itemClass = .genericPassword
-        // Without a class: an internet password when its attributes name one (only internet
-        // passwords have a server, protocol, port, path, authentication type or security
-        // domain: `item get --server github.com` means one), otherwise a generic password;
-        // `list` then lists both.
+        case "internet":
+            if service { throw UsageError(message: "--service is a generic password's attribute: internet passwords have a --server") }
+            itemClass = .internetPassword
+        case "generic":
+            if internet { throw UsageError(message: "\(internetOptions): internet passwords' attributes (use 'item \(action.rawValue) internet')") }
+            itemClass = .genericPassword
+        // Without a class: an internet password when its attributes name one (`item get
+        // --server github.com`), otherwise a generic password; `list` then lists both.
         default:
-            if attributes.hasInternetAttributes && attributes.service == nil {
-                itemClass = .internetPassword
-            } else {
-                itemClass = action == .list ? nil : .genericPassword
+            if service && internet {
+                throw UsageError(message: "--service is a generic password's attribute and \(internetOptions) internet passwords': give one class's")
             }
+            itemClass = internet ? .internetPassword : (action == .list ? nil : .genericPassword)
         }
         secretFD = try a.intOption("--secret-fd")
         secretStdin = a.flag("--secret-stdin")
         json = a.flag("--json")
+        if let w = a.words.first(where: { $0 == "generic" || $0 == "internet" }) {
+            throw UsageError(message: "'\(w)' (the class) comes right after the verb: vaultctl item \(action.rawValue) \(w) …")
+        }
         switch action {
         case .add:
             if secretStdin { secretFD = 0 }
