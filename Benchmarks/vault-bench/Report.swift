@@ -135,14 +135,14 @@ struct Report: Codable {
         for (c, goal) in [(1, 25000.0), (4, 60000.0)] {
             let name = "≥ \(Int(goal / 1000))k lookups/s with \(c) client\(c > 1 ? "s" : "")"
             let rates = counts("lookup").compactMap { n in v("lookup", n, c).map { (n, $0.ops_per_s) } }
-            if rates.isEmpty { add(name, "not measured", nil) } else {
+            if rates.isEmpty { add(name, "not measured (needs the lookup part with \(c) client\(c > 1 ? "s" : ""): --only lookup, --clients)", nil) } else {
                 add(name, rates.map { "\($0.0): \(f($0.1))/s" }.joined(separator: ", "), rates.allSatisfy { $0.1 >= goal })
             }
         }
         for (c, goal) in [(1, 3000.0), (16, 20000.0)] {
             let name = "durable add ≥ \(Int(goal / 1000))k/s with \(c) client\(c > 1 ? "s" : "")"
             let rates = counts("add").compactMap { n in v("add", n, c).map { (n, $0.ops_per_s) } }
-            if rates.isEmpty { add(name, "not measured", nil) } else {
+            if rates.isEmpty { add(name, "not measured (needs the writes part with \(c) client\(c > 1 ? "s" : ""): --only writes, --write-clients)", nil) } else {
                 add(name, rates.map { "\($0.0): \(f($0.1))/s" }.joined(separator: ", "), rates.allSatisfy { $0.1 >= goal })
             }
         }

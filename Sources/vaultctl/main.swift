@@ -181,6 +181,12 @@ if arguments.words.first == "--help" || arguments.words.first == "-h" || argumen
     print(toolUsage)
     StandardOutput.exit(0, program: "vaultctl")
 }
+// `vaultctl item add --help`: that command's usage lines (as `git commit --help` gives its own).
+let optionWords = arguments.words.prefix { $0 != "--" }
+if optionWords.contains("--help"), let named = optionWords.first(where: { !$0.hasPrefix("-") && !usageLines(of: $0).isEmpty }) {
+    print(usage(of: named))
+    StandardOutput.exit(0, program: "vaultctl")
+}
 do {
     try Context.checkTimeoutSetting()
     let socket = try arguments.option("--socket")

@@ -79,6 +79,18 @@ import Glibc
         #expect(d.ctl(["item", "get", "--service", "github.com"]).stdout == Data("gen-1".utf8))
     }
 
+    /// `--help` after a command prints that command's usage and exits 0 (it was "unexpected
+    /// argument '--help'", exit 64).
+    @Test func helpAfterACommandPrintsItsUsage() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        for (args, first) in [(["item", "add", "--help"], "  item add [CLASS]"), (["defaults", "--help"], "  defaults read [DOMAIN [KEY]]"),
+                              (["cache", "purge", "x", "--help"], "  cache path APP_ID")] {
+            let r = d.ctl(args)
+            #expect(r.status == 0 && r.stdoutText.hasPrefix("usage:\n" + first) && r.stderr.isEmpty, "\(args): \(r)")
+        }
+    }
+
     /// `defaults export DOMAIN PATH` writes to PATH as `> PATH` would: through a symlink (which
     /// stays one, the file it leads to getting the export), keeping a file's permissions, and
     /// to a FIFO's reader. It renamed a new 0644 file over PATH itself: the symlink became a
