@@ -590,7 +590,7 @@ import Glibc
             stderr: .file(out + ".err", append: false))
         #expect(eventually(timeout: 10) { (try? String(contentsOfFile: out, encoding: .utf8))?.contains("ready") == true })
         #expect(d.ctl(["app", "uninstall", "org.example.Raw"]).status == 0)
-        FileManager.default.createFile(atPath: go, contents: Data())
+        try #require(FileManager.default.createFile(atPath: go, contents: Data()))
         if ChildProcess.wait(pid, timeout: 20) == nil { kill(pid, SIGKILL); _ = ChildProcess.wait(pid, timeout: 5) }
         let lines = ((try? String(contentsOfFile: out, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
         #expect(lines.count == 3, "\(lines)")
