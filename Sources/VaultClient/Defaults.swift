@@ -208,17 +208,25 @@ public final class Defaults: @unchecked Sendable {
         }
     }
 
-    /// As `UserDefaults.string(forKey:)`: strings, and numbers (bools as "1"/"0") as text;
-    /// a real as Swift's `description` writes it ("1.0" where NSNumber writes "1").
+    /// As `UserDefaults.string(forKey:)`: strings, and numbers (bools as "1"/"0") as text,
+    /// as `NSNumber.stringValue` writes them (a whole real without ".0": see `text(real:)`).
     public func string(forKey key: String) -> String? {
         switch object(forKey: key) {
         case .string(let s)?: return s
         case .integer(let i)?: return String(i)
         case .unsignedInteger(let u)?: return String(u)
-        case .real(let d)?: return String(d)
+        case .real(let d)?: return Self.text(real: d)
         case .bool(let b)?: return b ? "1" : "0"
         default: return nil
         }
+    }
+
+    /// A real as `NSNumber.stringValue` writes it on Apple's platforms: the shortest digits
+    /// that read back as the same Double, a whole number without a fraction ("1", "-0",
+    /// "123456789", "0.1", "1e+20"). Swift's own `description` writes "1.0".
+    static func text(real d: Double) -> String {
+        let s = String(d)
+        return s.hasSuffix(".0") ? String(s.dropLast(2)) : s
     }
 
     /// The integer for `key`: integers, reals (truncated; beyond Int's range, Int.max or

@@ -26,6 +26,16 @@ import Testing
         #expect(Defaults.double("- 5") == 0)
     }
 
+    /// `string(forKey:)` of a real: as `NSNumber(value:).stringValue` on Apple's platforms
+    /// (it was Swift's "1.0" for 1).
+    @Test func aRealAsTextIsNSNumbersStringValue() {
+        let cases: [(Double, String)] = [
+            (1, "1"), (-0.0, "-0"), (0.1, "0.1"), (2.5, "2.5"), (-3, "-3"), (123_456_789, "123456789"), (1e20, "1e+20"),
+            (1.0 / 3, "0.3333333333333333"), (5e-324, "5e-324"), (.infinity, "inf"),
+        ]
+        for (value, text) in cases { #expect(Defaults.text(real: value) == text, "\(value)") }
+    }
+
     @Test func edgeCases() {
         #expect(["+", "-", ".", "", " ", "-x", "+-1", "٤٢", "４２"].map(Defaults.integer) == [0, 0, 0, 0, 0, 0, 0, 0, 0])
         #expect(Defaults.integer("-9223372036854775808") == .min && Defaults.integer("9223372036854775807") == .max)
