@@ -168,10 +168,12 @@ public struct ItemAttributes: Equatable, Sendable {
         }
     }
 
+    /// The string-valued attributes that may only appear on internet passwords (so may `port`).
+    public static let internetStringAttributes: [StringAttribute] = [.server, .protocol, .path, .authenticationType, .securityDomain]
+
     /// The attributes that may only appear on internet passwords.
     public var hasInternetAttributes: Bool {
-        server != nil || `protocol` != nil || port != nil || path != nil || authenticationType != nil
-            || securityDomain != nil
+        port != nil || Self.internetStringAttributes.contains { self[$0] != nil }
     }
 
     /// A port as kSecAttrPort takes it: an integer in 0...65535. Throws Param otherwise.

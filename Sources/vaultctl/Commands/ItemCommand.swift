@@ -40,7 +40,7 @@ struct ItemCommand: Command {
 
     /// The options among `attributes` that only internet passwords have, as given.
     static func internetOptions(_ attributes: ItemAttributes, prefix: String) -> [String] {
-        var names = stringOptions.filter { [.server, .protocol, .path, .authenticationType, .securityDomain].contains($0.1) && attributes[$0.1] != nil }
+        var names = stringOptions.filter { ItemAttributes.internetStringAttributes.contains($0.1) && attributes[$0.1] != nil }
             .map { prefix + $0.0 }
         if attributes.port != nil { names.append(prefix + "port") }
         return names
