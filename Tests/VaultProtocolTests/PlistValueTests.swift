@@ -240,6 +240,32 @@ struct PlistDateTests {
         #expect(failures.count == 0, "dates that did not round-trip, e.g. \(failures.prefix(5))")
     }
 
+    /// Fractions `format` would not write (any digits, up to the longest accepted) read as
+    /// `Double` reads "0.digits": `parse` reads them with `strtod` in place.
+    @Test func anyFractionDigitsReadAsDoubleReadsThem() throws {
+        var rng = SeededRandom(seed: 0xF4AC_7105)
+        for _ in 0..<5_000 {
+            let count = Int.random(in: 1...(Bool.random(using: &rng) ? 20 : 350), using: &rng)
+            let digits = String((0..<count).map { _ in Character(String(Int.random(in: 0...9, using: &rng))) })
+            let whole = Int64.random(in: 0..<3_000_000_000, using: &rng)
+            let text = PlistDate.format(date(Double(whole))).dropLast() + "." + digits + "Z"
+            let parsed = try #require(PlistDate.parse(String(text)), "\(text)")
+            let expected = Double(whole) + Double("0." + digits)!
+            #expect(parsed.timeIntervalSinceReferenceDate.bitPattern == expected.bitPattern, "\(text)")
+        }
+    }
+
+    /// Month lengths, leap years by the Gregorian rule.
+    @Test(arguments: [
+        ("2000-02-29T00:00:00Z", true), ("2004-02-29T00:00:00Z", true), ("2100-02-29T00:00:00Z", false),
+        ("2001-04-30T00:00:00Z", true), ("2001-06-31T00:00:00Z", false), ("2001-09-31T00:00:00Z", false),
+        ("2001-11-31T00:00:00Z", false), ("2001-12-31T23:59:59Z", true), ("2001-07-31T00:00:00Z", true),
+        ("2001-08-31T00:00:00Z", true), ("2001-02-28T00:00:00Z", true),
+    ])
+    func knowsMonthLengths(text: String, valid: Bool) {
+        #expect((PlistDate.parse(text) != nil) == valid, "\(text)")
+    }
+
     @Test(arguments: [
         "2001-01-01", "2001-01-01T00:00:00", "2001-01-01 00:00:00Z", "2001-01-01T00:00:00+00:00",
         "2001-02-29T00:00:00Z", "1900-02-29T00:00:00Z", "2001-13-01T00:00:00Z", "2001-00-01T00:00:00Z",

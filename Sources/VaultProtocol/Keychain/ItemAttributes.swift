@@ -236,33 +236,48 @@ public struct ItemAttributes: Equatable, Sendable {
         guard case .object(let o) = json else { throw VaultError.param("attributes must be an object") }
         for (name, value) in o {
             if value.isNull { continue }
-            if let k = StringAttribute(rawValue: name) {
+            switch Self.attributesByName[name] {
+            case .string(let k)?:
                 guard let s = value.stringValue else { throw VaultError.param("attribute '\(name)' must be a string") }
                 self[k] = s
-                continue
-            }
-            switch name {
-            case "generic":
+            case .generic?:
                 guard let s = value.stringValue, let d = Data(base64Encoded: s) else {
                     throw VaultError.param("attribute 'generic' must be base64")
                 }
                 generic = d
-            case "accessible":
+            case .accessible?:
                 guard let s = value.stringValue else { throw VaultError.param("attribute 'accessible' must be a string") }
                 accessible = try Accessibility(wire: s)
-            case "synchronizable":
+            case .synchronizable?:
                 guard let b = value.boolValue else { throw VaultError.param("attribute 'synchronizable' must be a boolean") }
                 synchronizable = b
-            case "port":
+            case .port?:
                 port = try Self.checkedPort(value.intValue)
-            case "creationDate", "modificationDate":
+            case .creationDate?, .modificationDate?:
                 guard let s = value.stringValue, let d = PlistDate.parse(s) else {
                     throw VaultError.param("attribute '\(name)' must be an ISO 8601 date")
                 }
                 if name == "creationDate" { creationDate = d } else { modificationDate = d }
-            default:
+            case nil:
                 throw VaultError.param("unknown attribute '\(name)'")
             }
         }
     }
+
+    /// An attribute, by its wire name.
+    private enum Attribute {
+        case string(StringAttribute), generic, accessible, synchronizable, port, creationDate, modificationDate
+    }
+
+    /// Every attribute by its wire name: one hash per name, where matching a name against a
+    /// `switch` of strings compared it with each case in turn (issue #8: 790 instructions a
+    /// name, 4.5 % of a lookup's in vaultd, which parses every candidate's attributes).
+    private static let attributesByName: [String: Attribute] = {
+        var names: [String: Attribute] = [
+            "generic": .generic, "accessible": .accessible, "synchronizable": .synchronizable, "port": .port,
+            "creationDate": .creationDate, "modificationDate": .modificationDate,
+        ]
+        for k in StringAttribute.allCases { names[k.rawValue] = .string(k) }
+        return names
+    }()
 }

@@ -252,21 +252,18 @@ public enum PlistDate {
             (1...12).contains(mo), d >= 1, d <= daysInMonth(y, mo), h < 24, mi < 60, se < 60
         else { return nil }
         var fraction = 0.0
-        var digitText = ""
+        let digits = u[min(20, u.count - 1)..<(u.count - 1)]
         if u.count > 20 {
-            guard u[19] == UInt8(ascii: "."), u.count > 21, u.count - 21 <= maximumFractionDigits else { return nil }
-            let digits = u[20..<(u.count - 1)]
-            digitText = String(decoding: digits, as: UTF8.self)
-            guard digits.allSatisfy({ $0 >= 48 && $0 <= 57 }), let f = Double("0." + digitText) else { return nil }
+            guard u[19] == UInt8(ascii: "."), u.count > 21, u.count - 21 <= maximumFractionDigits,
+                digits.allSatisfy({ $0 >= 48 && $0 <= 57 }), let f = decimalFraction(digits)
+            else { return nil }
             fraction = f
-        } else if u.count != 20 {
-            return nil
         }
         let days = daysFromCivil(y, mo, d) - 11_323
         let whole = days * 86_400 + h * 3600 + mi * 60 + se
         if whole == -1 && fraction != 0 {
             // -1 + 0.ddd = -(1 - 0.ddd), computed exactly in decimal and rounded once.
-            guard let magnitude = Double("0." + complement(digitText)) else { return nil }
+            guard let magnitude = Double("0." + complement(String(decoding: digits, as: UTF8.self))) else { return nil }
             return Date(timeIntervalSinceReferenceDate: -magnitude)
         }
         // Year 0, or a fraction rounding 9999-12-31T23:59:59.999… up to year 10000.
@@ -296,7 +293,33 @@ public enum PlistDate {
 
     private static func isLeap(_ y: Int64) -> Bool { (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 }
     private static func daysInMonth(_ y: Int64, _ m: Int64) -> Int64 {
-        [31, isLeap(y) ? 29 : 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31][Int(m - 1)]
+        switch m {
+        case 2: isLeap(y) ? 29 : 28
+        case 4, 6, 9, 11: 30
+        default: 31
+        }
+    }
+
+    /// The value of "0.`digits`" (ASCII digits), correctly rounded, as `Double("0." + digits)`
+    /// gives it, without making the two Strings: every keychain item's two dates are parsed
+    /// on each lookup (issue #8). `strtod` reads the decimal point of the process's locale
+    /// (an app linking VaultClient may set one whose point is a comma): when it stops before
+    /// the end, `Double`, which reads in the C locale, is asked instead.
+    private static func decimalFraction(_ digits: Slice<UnsafeBufferPointer<UInt8>>) -> Double? {
+        let parsed = withUnsafeTemporaryAllocation(of: CChar.self, capacity: digits.count + 3) { b -> Double? in
+            b[0] = CChar(UInt8(ascii: "0"))
+            b[1] = CChar(UInt8(ascii: "."))
+            var i = 2
+            for c in digits {
+                b[i] = CChar(bitPattern: c)
+                i += 1
+            }
+            b[i] = 0
+            var end: UnsafeMutablePointer<CChar>?
+            let value = strtod(b.baseAddress!, &end)
+            return end == b.baseAddress! + i ? value : nil
+        }
+        return parsed ?? Double("0." + String(decoding: digits, as: UTF8.self))
     }
 
     /// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's algorithm).
