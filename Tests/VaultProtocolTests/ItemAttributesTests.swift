@@ -60,6 +60,31 @@ struct ItemAttributesTests {
         #expect(e?.status == -50)
     }
 
+    /// The engine reads stored attributes from their bytes (`init(jsonObject:)`): the same
+    /// attributes as parsing the JSON, then `init(json:)`; what either refuses, it refuses.
+    @Test func parsingFromBytesMatchesParsingTheObject() throws {
+        let full = Self.full().json.serialized()
+        #expect(try ItemAttributes(jsonObject: full) == Self.full())
+        for text in [
+            #"{"service":"s","account":null,"port":null}"#, #"{}"#, #" { "account" : "a\u00e9\n" , "port" : 443 } "#,
+            #"{"creationDate":"2001-01-01T00:00:00.5Z","synchronizable":true,"generic":"AAEC/w=="}"#,
+        ] {
+            let expected = try ItemAttributes(json: try JSON.parse(text))
+            #expect(try ItemAttributes(jsonObject: Array(text.utf8)) == expected, "\(text)")
+        }
+        let refused = [
+            #"{"service":"a","service":"b"}"#, #"{"port":1,"port":1}"#, #"{"account":null,"account":"x"}"#,
+            #"{"servic":"x"}"#, #"{"port":70000}"#, #"{"service":5}"#, #"["service"]"#, #""service""#, "",
+            #"{"service":"x",}"#, #"{"service":"x"} x"#, #"{"service":"x""#,
+        ]
+        for text in refused {
+            #expect(throws: (any Error).self, "\(text)") { _ = try ItemAttributes(jsonObject: Array(text.utf8)) }
+            #expect(throws: (any Error).self, "\(text)") { _ = try ItemAttributes(json: try JSON.parse(text)) }
+        }
+        // The bytes must be an object (`init(json:)` takes JSON null as no attributes).
+        #expect(throws: JSONSyntaxError.self) { _ = try ItemAttributes(jsonObject: Array("null".utf8)) }
+    }
+
     @Test func portBoundsAreInclusive() throws {
         #expect(try ItemAttributes(json: ["port": 0]).port == 0)
         #expect(try ItemAttributes(json: ["port": 65535]).port == 65535)

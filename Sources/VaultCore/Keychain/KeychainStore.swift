@@ -296,7 +296,7 @@ final class KeychainStore {
         var out: [Row] = []
         for r in c.rows {
             guard let plain = Sodium.openBytes(r.attributes, key: metadata, associatedData: r.associatedData),
-                let json = try? JSON.parse(plain), var attrs = try? ItemAttributes(json: json)
+                var attrs = try? ItemAttributes(jsonObject: plain)
             else {
                 log("keychain: item \(r.id) failed authentication; skipped")
                 continue

@@ -33,6 +33,23 @@ extension JSON {
     }
 
     public static func parse(_ string: String) throws -> JSON { try parse(Array(string.utf8)) }
+
+    /// Parses one complete JSON document that must be an object, handing each member to
+    /// `body` (key, value) in document order instead of building the object: for a caller
+    /// that makes a value of its own from the members, as the engine does with every
+    /// candidate item's stored attributes on each lookup (issue #8). As strict as `parse`,
+    /// except that refusing a repeated key is left to `body`. Throws `JSONSyntaxError` (a
+    /// document that is not an object too) or what `body` throws.
+    public static func parseMembers(_ bytes: [UInt8], _ body: (String, JSON) throws -> Void) throws {
+        try bytes.withUnsafeBufferPointer { buffer in
+            var parser = Parser(bytes: buffer)
+            parser.skipWhitespace()
+            guard parser.index < buffer.count, buffer[parser.index] == UInt8(ascii: "{") else { throw parser.error("expected an object") }
+            try parser.parseMembers(depth: 0) { key, _, value in try body(key, value) }
+            parser.skipWhitespace()
+            guard parser.index == buffer.count else { throw parser.error("trailing bytes after the value") }
+        }
+    }
 }
 
 private struct Parser {
@@ -76,11 +93,22 @@ private struct Parser {
     }
 
     mutating func parseObject(depth: Int) throws -> JSON {
-        index += 1
         // Room for a typical object at once: growing from empty rehashed it three times.
         var result = [String: JSON](minimumCapacity: 12)
+        try parseMembers(depth: depth) { key, keyOffset, value in
+            if result.updateValue(value, forKey: key) != nil {
+                throw JSONSyntaxError(offset: keyOffset, reason: "duplicate key")
+            }
+        }
+        return .object(result)
+    }
+
+    /// Reads an object (at its "{"), handing each member to `body`: its key, the key's
+    /// offset and its value.
+    mutating func parseMembers(depth: Int, _ body: (String, Int, JSON) throws -> Void) throws {
+        index += 1
         skipWhitespace()
-        if index < bytes.count, bytes[index] == UInt8(ascii: "}") { index += 1; return .object(result) }
+        if index < bytes.count, bytes[index] == UInt8(ascii: "}") { index += 1; return }
         while true {
             skipWhitespace()
             guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw error("expected a key") }
@@ -90,14 +118,11 @@ private struct Parser {
             guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw error("expected ':'") }
             index += 1
             skipWhitespace()
-            let value = try parseValue(depth: depth + 1)
-            if result.updateValue(value, forKey: key) != nil {
-                throw JSONSyntaxError(offset: keyOffset, reason: "duplicate key")
-            }
+            try body(key, keyOffset, try parseValue(depth: depth + 1))
             skipWhitespace()
             guard index < bytes.count else { throw error("unexpected end of input in object") }
             if bytes[index] == UInt8(ascii: ",") { index += 1; continue }
-            if bytes[index] == UInt8(ascii: "}") { index += 1; return .object(result) }
+            if bytes[index] == UInt8(ascii: "}") { index += 1; return }
             throw error("expected ',' or '}'")
         }
     }

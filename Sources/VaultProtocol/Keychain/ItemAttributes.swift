@@ -234,34 +234,60 @@ public struct ItemAttributes: Equatable, Sendable {
         self.init()
         guard let json, !json.isNull else { return }
         guard case .object(let o) = json else { throw VaultError.param("attributes must be an object") }
-        for (name, value) in o {
-            if value.isNull { continue }
-            switch Self.attributesByName[name] {
-            case .string(let k)?:
-                guard let s = value.stringValue else { throw VaultError.param("attribute '\(name)' must be a string") }
-                self[k] = s
-            case .generic?:
-                guard let s = value.stringValue, let d = Data(base64Encoded: s) else {
-                    throw VaultError.param("attribute 'generic' must be base64")
-                }
-                generic = d
-            case .accessible?:
-                guard let s = value.stringValue else { throw VaultError.param("attribute 'accessible' must be a string") }
-                accessible = try Accessibility(wire: s)
-            case .synchronizable?:
-                guard let b = value.boolValue else { throw VaultError.param("attribute 'synchronizable' must be a boolean") }
-                synchronizable = b
-            case .port?:
-                port = try Self.checkedPort(value.intValue)
-            case .creationDate?, .modificationDate?:
-                guard let s = value.stringValue, let d = PlistDate.parse(s) else {
-                    throw VaultError.param("attribute '\(name)' must be an ISO 8601 date")
-                }
-                if name == "creationDate" { creationDate = d } else { modificationDate = d }
-            case nil:
-                throw VaultError.param("unknown attribute '\(name)'")
+        for (name, value) in o { try set(name, value, attribute: Self.attributesByName[name]?.attribute) }
+    }
+
+    /// Parses the wire form from its bytes (a JSON object), as `init(json:)` parses the
+    /// object, without building it first: the engine reads every candidate item's stored
+    /// attributes so on each lookup (issue #8). Throws `JSONSyntaxError` for bytes that are
+    /// not one JSON object, and what `init(json:)` throws (Param also for a name given twice).
+    public init(jsonObject bytes: [UInt8]) throws {
+        self.init()
+        var seen: UInt32 = 0
+        try JSON.parseMembers(bytes) { name, value in
+            let named = Self.attributesByName[name]
+            if let bit = named?.bit {
+                guard seen & bit == 0 else { throw VaultError.param("attribute '\(name)' is given twice") }
+                seen |= bit
             }
+            try set(name, value, attribute: named?.attribute)
         }
+    }
+
+    /// Sets `attribute` (nil: an unknown one), named `name`, from its wire value; null sets nothing.
+    private mutating func set(_ name: String, _ value: JSON, attribute: Attribute?) throws {
+        if value.isNull { return }
+        switch attribute {
+        case .string(let k)?:
+            guard let s = value.stringValue else { throw VaultError.param("attribute '\(name)' must be a string") }
+            self[k] = s
+        case .generic?:
+            guard let s = value.stringValue, let d = Data(base64Encoded: s) else {
+                throw VaultError.param("attribute 'generic' must be base64")
+            }
+            generic = d
+        case .accessible?:
+            guard let s = value.stringValue else { throw VaultError.param("attribute 'accessible' must be a string") }
+            accessible = try Accessibility(wire: s)
+        case .synchronizable?:
+            guard let b = value.boolValue else { throw VaultError.param("attribute 'synchronizable' must be a boolean") }
+            synchronizable = b
+        case .port?:
+            port = try Self.checkedPort(value.intValue)
+        case .creationDate?:
+            creationDate = try Self.date(name, value)
+        case .modificationDate?:
+            modificationDate = try Self.date(name, value)
+        case nil:
+            throw VaultError.param("unknown attribute '\(name)'")
+        }
+    }
+
+    private static func date(_ name: String, _ value: JSON) throws -> Date {
+        guard let s = value.stringValue, let d = PlistDate.parse(s) else {
+            throw VaultError.param("attribute '\(name)' must be an ISO 8601 date")
+        }
+        return d
     }
 
     /// An attribute, by its wire name.
@@ -272,12 +298,15 @@ public struct ItemAttributes: Equatable, Sendable {
     /// Every attribute by its wire name: one hash per name, where matching a name against a
     /// `switch` of strings compared it with each case in turn (issue #8: 790 instructions a
     /// name, 4.5 % of a lookup's in vaultd, which parses every candidate's attributes).
-    private static let attributesByName: [String: Attribute] = {
-        var names: [String: Attribute] = [
-            "generic": .generic, "accessible": .accessible, "synchronizable": .synchronizable, "port": .port,
-            "creationDate": .creationDate, "modificationDate": .modificationDate,
+    /// Each with a bit of its own, by which `init(jsonObject:)` tells a repeated name.
+    private static let attributesByName: [String: (attribute: Attribute, bit: UInt32)] = {
+        let others: [(String, Attribute)] = [
+            ("generic", .generic), ("accessible", .accessible), ("synchronizable", .synchronizable), ("port", .port),
+            ("creationDate", .creationDate), ("modificationDate", .modificationDate),
         ]
-        for k in StringAttribute.allCases { names[k.rawValue] = .string(k) }
+        let all = StringAttribute.allCases.map { ($0.rawValue, Attribute.string($0)) } + others
+        var names: [String: (attribute: Attribute, bit: UInt32)] = [:]
+        for (i, (name, attribute)) in all.enumerated() { names[name] = (attribute, 1 << UInt32(i)) }
         return names
     }()
 }
