@@ -237,47 +237,60 @@ final class KeychainStore {
         if let g = q.attributes.accessGroup, !caller.mayAccess(group: g) {
             throw VaultError(.missingEntitlement, "the caller is not a member of the requested access group")
         }
-        var sql = "SELECT id, uuid, item_class, access_group, accessible, synchronizable, attributes, wrapped_key, secret FROM items WHERE 1"
+        // The arguments in the order of the SQL's parts; `shape` says which parts it has.
         var args: [SQLValue] = []
-        if let c = q.itemClass { sql += " AND item_class = ?"; args.append(.text(c.rawValue)) }
+        var shape = 0
+        if let c = q.itemClass {
+            shape |= CandidateSQL.itemClass
+            args.append(.text(c.rawValue))
+        }
         if let g = q.attributes.accessGroup {
-            sql += " AND access_group = ?"
+            shape |= CandidateSQL.accessGroup
             args.append(.text(g))
         } else if !caller.isOwner {
             if caller.accessGroups.isEmpty { return [] }
-            sql += " AND access_group IN (" + caller.accessGroups.map { _ in "?" }.joined(separator: ",") + ")"
+            shape |= caller.accessGroups.count << CandidateSQL.groupCountShift
             args += caller.accessGroups.map { .text($0) }
         }
-        if let a = q.attributes.accessible { sql += " AND accessible = ?"; args.append(.text(a.rawValue)) }
+        if let a = q.attributes.accessible {
+            shape |= CandidateSQL.accessible
+            args.append(.text(a.rawValue))
+        }
         // Through `ItemIndex`: the service or the server (only a generic password has a
         // service, only an internet password a server: a query naming both matches nothing)
         // and the account. The rows it names are read by id and their hashes checked here.
-        var hashes: [(ItemIndex.Column, SQLValue)] = []
+        var lookupHash: SQLValue?
         switch (q.attributes.service, q.attributes.server) {
-        case (let service?, nil): hashes.append((.lookup, Self.fieldHash("service", service, index: hashKey)))
-        case (nil, let server?): hashes.append((.lookup, Self.fieldHash("server", server, index: hashKey)))
+        case (let service?, nil): lookupHash = Self.fieldHash("service", service, index: hashKey)
+        case (nil, let server?): lookupHash = Self.fieldHash("server", server, index: hashKey)
         case (nil, nil): break
         case (_?, _?): return []
         }
-        if let account = q.attributes.account { hashes.append((.account, Self.fieldHash("account", account, index: hashKey))) }
-        if !hashes.isEmpty {
-            let ids = itemIndex.candidates(hashes.map { ($0.0, $0.1.blob ?? []) })
+        let accountHash = q.attributes.account.map { Self.fieldHash("account", $0, index: hashKey) }
+        if lookupHash != nil || accountHash != nil {
+            var hashes: [(ItemIndex.Column, [UInt8])] = []
+            if let h = lookupHash?.blob { hashes.append((.lookup, h)) }
+            if let h = accountHash?.blob { hashes.append((.account, h)) }
+            let ids = itemIndex.candidates(hashes)
             if ids.isEmpty { return [] }
             if ids.count == 1 {
-                sql += " AND id = ?"
+                shape |= CandidateSQL.oneID
                 args.append(.integer(ids[0]))
             } else {
-                sql += " AND id IN (SELECT value FROM json_each(?))"
+                shape |= CandidateSQL.idList
                 args.append(.text(ItemIndex.jsonList(ids)))
             }
-            for (column, hash) in hashes {
-                sql += " AND \(column.name) = ?"
-                args.append(hash)
+            if let h = lookupHash {
+                shape |= CandidateSQL.lookupHash
+                args.append(h)
+            }
+            if let h = accountHash {
+                shape |= CandidateSQL.accountHash
+                args.append(h)
             }
         }
-        sql += " ORDER BY id"
         var out: [Candidates.Stored] = []
-        for r in try db.rows(sql, args) {
+        for r in try db.rows(shape: shape, sql: { CandidateSQL.text(shape) }, args) {
             guard let id = r[0].int64, let uuid = r[1].blob, let cls = r[2].text.flatMap(ItemClass.init(rawValue:)),
                 let group = r[3].text, let acc = r[4].text.flatMap(Accessibility.init(rawValue:)), let sync = r[5].int64,
                 let attrBox = r[6].blob, let wrapped = r[7].blob, let secret = r[8].blob
@@ -288,6 +301,27 @@ final class KeychainStore {
                     wrappedKey: wrapped, secret: secret))
         }
         return out
+    }
+
+    /// The SQL of `candidateRows`, by its shape: a bit for each condition it has (in the
+    /// order their arguments are bound), and the number of access groups of an `IN` list.
+    enum CandidateSQL {
+        static let itemClass = 1, accessGroup = 2, accessible = 4, oneID = 8, idList = 16, lookupHash = 32, accountHash = 64
+        static let groupCountShift = 8
+
+        static func text(_ shape: Int) -> String {
+            var sql = "SELECT id, uuid, item_class, access_group, accessible, synchronizable, attributes, wrapped_key, secret FROM items WHERE 1"
+            if shape & itemClass != 0 { sql += " AND item_class = ?" }
+            if shape & accessGroup != 0 { sql += " AND access_group = ?" }
+            let groups = shape >> groupCountShift
+            if groups > 0 { sql += " AND access_group IN (" + Array(repeating: "?", count: groups).joined(separator: ",") + ")" }
+            if shape & accessible != 0 { sql += " AND accessible = ?" }
+            if shape & oneID != 0 { sql += " AND id = ?" }
+            if shape & idList != 0 { sql += " AND id IN (SELECT value FROM json_each(?))" }
+            if shape & lookupHash != 0 { sql += " AND \(ItemIndex.Column.lookup.name) = ?" }
+            if shape & accountHash != 0 { sql += " AND \(ItemIndex.Column.account.name) = ?" }
+            return sql + " ORDER BY id"
+        }
     }
 
     /// Candidates decrypted, then matched exactly. Needs no lock.
