@@ -177,7 +177,7 @@ struct Dispatcher {
             try vault.checkAdmitted(caller)  // an earlier install's connection: MissingEntitlement
             var names = try vault.preferenceDomains()
             if !caller.isOwner {
-                names = names.filter { $0 == caller.appID || caller.appGroups.contains($0) || $0 == Vault.globalDomain }
+                names = names.filter(caller.mayRead(domain:))
             }
             return ["domains": .array(names.map { .string($0) })]
         case "io.vaultd.Preferences.Import":

@@ -1067,6 +1067,48 @@ import Glibc
         #expect(d.ctl(["defaults", "read", "group.org.example.suite", "colour"]).stdoutText == "green\n")
     }
 
+    /// Groups are compared byte for byte, as the store keeps them (DESIGN §4): an app whose
+    /// group is `café` spelt with U+0301 is not a member of the `café` of another app with the
+    /// precomposed U+00E9, though Swift's `==` calls the two equal. It was: B read, replaced,
+    /// deleted and planted items in A's group, and read and wrote A's app-group suite.
+    @Test func groupsThatDifferOnlyInUnicodeNormalisationAreDifferentGroups() throws {
+        let d = try Self.daemon()
+        defer { d.close() }
+        let a = try d.placeExample("a"), b = try d.placeExample("b")
+        let (nfc, nfd) = ("com.example.caf\u{E9}", "com.example.cafe\u{301}")
+        let (suiteNFC, suiteNFD) = ("group.caf\u{E9}", "group.cafe\u{301}")
+        #expect(Array(nfc.utf8) != Array(nfd.utf8) && Array(suiteNFC.utf8) != Array(suiteNFD.utf8))
+        try d.install(Self.appA, exe: a, ["--access-group", nfc, "--app-group", suiteNFC])
+        try d.install(Self.appB, exe: b, ["--access-group", nfd, "--app-group", suiteNFD])
+
+        let item = ["--access-group", nfc, "--service", "svc", "--account", "acct"]
+        let add = d.app(a, ["item", "add"] + item, stdin: Data("secret of A".utf8))
+        try #require(add.status == 0, "\(add)")
+        Self.expectMissingEntitlement(d.app(b, ["item", "get"] + item), "B reads A's item")
+        Self.expectMissingEntitlement(d.app(b, ["item", "update"] + item, stdin: Data("replaced by B".utf8)), "B updates A's item")
+        Self.expectMissingEntitlement(d.app(b, ["item", "delete"] + item), "B deletes A's item")
+        Self.expectMissingEntitlement(d.app(b, ["item", "list", "--access-group", nfc]), "B lists A's group")
+        Self.expectMissingEntitlement(
+            d.app(b, ["item", "add", "--access-group", nfc, "--service", "planted", "--account", "x"], stdin: Data("p".utf8)),
+            "B adds into A's group")
+        #expect(d.app(a, ["item", "get"] + item).stdoutText == "secret of A")
+        let listed = d.ctl(["item", "list", "--access-group", nfc, "--json"])
+        #expect(listed.status == 0 && !listed.stdoutText.contains("planted"), "\(listed)")
+
+        // B's own group, its default, is the other spelling, and holds what B adds.
+        let own = d.app(b, ["item", "add", "--access-group", nfd, "--service", "svc", "--account", "acct"], stdin: Data("secret of B".utf8))
+        #expect(own.status == 0, "\(own)")
+        #expect(d.app(a, ["item", "get"] + item).stdoutText == "secret of A")
+
+        // App-group suites likewise.
+        #expect(d.app(a, ["defaults", "set", "colour", "blue", "--suite", suiteNFC]).status == 0)
+        let read = d.app(b, ["defaults", "get", "colour", "--suite", suiteNFC])
+        #expect(read.status == 1 && read.stderr.contains(Self.missingEntitlement) && !read.stdoutText.contains("blue"), "\(read)")
+        let write = d.app(b, ["defaults", "set", "colour", "red", "--suite", suiteNFC])
+        #expect(write.status == 1 && write.stderr.contains(Self.missingEntitlement), "\(write)")
+        #expect(d.app(a, ["defaults", "get", "colour", "--suite", suiteNFC]).stdoutText == "blue\n")
+    }
+
     /// An app group's suite goes with the group's last installed app, as iOS removes the
     /// group's shared container (its UserDefaults suite with it); while another member is
     /// installed it stays. It outlived them all, and a reinstall found the old values.

@@ -36,7 +36,7 @@ public struct AppRecord: Sendable, Equatable {
     /// Every keychain access group of the app, in order; the first is the default for Add.
     public var keychainAccessGroups: [String] {
         var out: [String] = []
-        for g in accessGroups + [appID] + appGroups where !out.contains(g) { out.append(g) }
+        for g in accessGroups + [appID] + appGroups where !out.containsBytes(g) { out.append(g) }
         return out
     }
 
@@ -133,8 +133,11 @@ final class AppRegistry {
     /// Needs no class key, so a locked vault cannot be used to skip it.
     func wipeLeftoverCredentials(of app: AppRecord) throws -> Int {
         let everyOther = try all().filter { $0.appID != app.appID }
-        let shared = Array(Set(everyOther.filter(\.installed).flatMap(\.keychainAccessGroups)))
-        let groups = app.keychainAccessGroups.filter { !shared.contains($0) }
+        // Byte for byte (`containsBytes`): a `Set` of strings would keep one of two
+        // canonically equivalent groups (`é`, `e` + U+0301), which are two groups in the store.
+        var shared: [String] = []
+        for g in everyOther.filter(\.installed).flatMap(\.keychainAccessGroups) where !shared.containsBytes(g) { shared.append(g) }
+        let groups = app.keychainAccessGroups.filter { !shared.containsBytes($0) }
         let keep = [app.generation] + everyOther.map(\.generation)
         // SQLite takes an empty list: `x IN ()` is false, `x NOT IN ()` true.
         func marks(_ n: Int) -> String { Array(repeating: "?", count: n).joined(separator: ",") }

@@ -29,12 +29,27 @@ public struct Caller: Sendable, Equatable {
     /// The group an Add without `accessGroup` uses.
     public var defaultAccessGroup: String { accessGroups.first ?? Caller.ownerAccessGroup }
 
-    /// Whether the caller may touch items of `group`.
-    public func mayAccess(group: String) -> Bool { isOwner || accessGroups.contains(group) }
+    /// Whether the caller may touch items of `group`: one of its groups, byte for byte (as
+    /// the store compares them, DESIGN §4), not by Swift's `==`, under which `é` and
+    /// `e` + U+0301 are one string, so an app with one spelling reached the other's items.
+    public func mayAccess(group: String) -> Bool { isOwner || accessGroups.containsBytes(group) }
 
     /// Whether the caller may read preferences `domain`: the owner any, an app its own, its
     /// app groups' suites and NSGlobalDomain (DESIGN §6).
     public func mayRead(domain: String) -> Bool {
-        isOwner || domain == appID || appGroups.contains(domain) || domain == Vault.globalDomain
+        isOwner || appID.map(domain.sameBytes) == true || appGroups.containsBytes(domain) || domain.sameBytes(Vault.globalDomain)
     }
+}
+
+extension String {
+    /// Whether `other` is the same UTF-8 bytes: how access groups, app groups and domains
+    /// are compared, as the store compares them. Swift's `==` (and `Set`, `contains`)
+    /// compares by canonical equivalence: precomposed `é` equals `e` + U+0301, and the
+    /// Kelvin sign U+212A equals `K`.
+    public func sameBytes(_ other: String) -> Bool { utf8.elementsEqual(other.utf8) }
+}
+
+extension Sequence where Element == String {
+    /// Whether an element is the same UTF-8 bytes as `s` (`String.sameBytes`).
+    public func containsBytes(_ s: String) -> Bool { contains { $0.sameBytes(s) } }
 }

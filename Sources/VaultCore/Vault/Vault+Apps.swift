@@ -141,9 +141,9 @@ extension Vault {
                     a.installed = false
                     a.executableMissing = executableMissing
                     try apps.save(a)
-                    let stillShared = Set(try apps.all().filter { $0.installed && $0.appID != appID }.flatMap(\.appGroups))
+                    let stillShared = try apps.all().filter { $0.installed && $0.appID != appID }.flatMap(\.appGroups)
                     var removed: [(domain: String, key: String)] = []
-                    for domain in [appID] + a.appGroups.filter({ !stillShared.contains($0) }) {
+                    for domain in [appID] + a.appGroups.filter({ !stillShared.containsBytes($0) }) {
                         removed += try preferences.storedValues(domain).keys.map { (domain, $0) }
                         _ = try preferences.removeDomain(domain)
                     }
