@@ -966,6 +966,29 @@ import Glibc
         #expect(itself.status == 0 && itself.stdoutText == "token-of-A", "\(itself)")
     }
 
+    /// A program at a path that differs from an app's registered path only in Unicode
+    /// normalisation (`café` with U+0301 against U+00E9: two directories to the kernel) is
+    /// another program, not that app, and may be installed as another app. It was taken for
+    /// the app, and refused as "registered with another app": the registered path was
+    /// compared with Swift's `==`, under which the two paths are equal.
+    @Test func aProgramAtAPathDifferingOnlyInNormalisationIsNotTheApp() throws {
+        let d = try Self.daemon()
+        defer { d.close() }
+        let a = try d.placeExample("caf\u{E9}"), other = try d.placeExample("cafe\u{301}")
+        var sa = stat(), so = stat()
+        try #require(stat(a, &sa) == 0 && stat(other, &so) == 0 && sa.st_ino != so.st_ino, "two files")
+        try d.install(Self.appA, exe: a)
+        #expect(d.app(a, ["token", "set"], stdin: Data("token-of-A".utf8)).status == 0)
+        #expect(try d.launch(other).appID == nil, "the other program is unregistered: the owner's tools")
+        let get = d.app(other, ["token", "get"])
+        #expect(get.status != 0 && !get.stdoutText.contains("token-of-A"), "\(get)")
+        #expect(try d.launch(a).appID == Self.appA)
+        // Nor is its path A's registered one: it may be installed as an app of its own.
+        try d.install(Self.appB, exe: other)
+        #expect(try d.launch(other).appID == Self.appB)
+        #expect(try d.launch(a).appID == Self.appA)
+    }
+
     // MARK: Other users
 
     @Test func aPeerOfAnotherUserIsRefusedAtConnect() throws {

@@ -70,7 +70,7 @@ extension Vault {
             }
         }
         if let e = executable.map(Self.canonicalPath),
-            try locked({ try apps.all() }).contains(where: { $0.installed && $0.resolvedExecutable == e && $0.appID != appID })
+            try locked({ try apps.all() }).contains(where: { $0.installed && $0.resolvedExecutable?.sameBytes(e) == true && $0.appID != appID })
         {
             throw VaultError.invalidParameter("executable", "another installed app is registered with this executable")
         }
@@ -208,7 +208,10 @@ extension Vault {
             }
         }
         // The registered path as `/proc/PID/exe` shows a program: every symlink resolved, now.
-        if let exe = executable, let a = try locked({ try apps.all() }).first(where: { $0.installed && !$0.flatpak && $0.resolvedExecutable == exe }) {
+        // Byte for byte: Swift's `==` equates `é` and `e` + U+0301, two paths to the kernel.
+        if let exe = executable,
+            let a = try locked({ try apps.all() }).first(where: { $0.installed && !$0.flatpak && $0.resolvedExecutable?.sameBytes(exe) == true })
+        {
             // The path is the peer's view (its mount namespace): another file mounted at A's
             // path is not A.
             guard isRegisteredFile(exe) else {
