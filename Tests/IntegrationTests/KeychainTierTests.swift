@@ -286,6 +286,31 @@ import Glibc
         #expect(d.ctl(["item", "get", "internet"] + attrs()).stdout == Data("secret-base".utf8))
     }
 
+    /// `vaultctl item list` shows every attribute of the primary key, so items that differ
+    /// only in one (an internet password's authentication type or security domain, or
+    /// synchronizable) never list as the same line. They did: neither those two nor
+    /// synchronizable were shown.
+    @Test func itemListTellsApartItemsDifferingOnlyInOnePrimaryKeyAttribute() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        try #require(d.initializeWithoutPassphrase().status == 0)
+        let internet = ["internet", "--server", "example.com", "--account", "alice"]
+        let adds: [[String]] = [
+            internet, internet + ["--authentication-type", "httpBasic"], internet + ["--security-domain", "realm"],
+            ["--service", "svc", "--account", "alice"], ["--service", "svc", "--account", "alice", "--synchronizable"],
+        ]
+        for a in adds {
+            let add = d.ctl(["item", "add"] + a, stdin: Data("s".utf8))
+            try #require(add.status == 0, "\(a): \(add)")
+        }
+        let list = d.ctl(["item", "list"])
+        #expect(list.status == 0, "\(list)")
+        let lines = list.stdoutText.split(separator: "\n")
+        #expect(lines.count == adds.count && Set(lines).count == adds.count, "alike lines:\n\(list.stdoutText)")
+        #expect(list.stdoutText.contains(#"authenticationType="httpBasic""#) && list.stdoutText.contains(#"securityDomain="realm""#))
+        #expect(lines.filter { $0.hasSuffix(" synchronizable=yes") }.count == 1, "\(list.stdoutText)")
+    }
+
     @Test func serviceNamesDifferingOnlyInCaseAreDifferentItems() throws {
         let d = try Daemon()
         defer { d.close() }

@@ -143,16 +143,19 @@ struct ItemCommand: Command {
         return .object(o)
     }
 
-    /// One line per item: class, group, service or server, account, label. Values are
-    /// escaped so a newline or NUL in one cannot break the listing.
+    /// One line per item: class, group, its class's primary key (service or server,
+    /// protocol, port, path, account, authentication type, security domain), label,
+    /// accessibility, and `synchronizable=yes` for a synchronizable one, so that two items
+    /// never list alike. Values are escaped so a newline or NUL in one cannot break the listing.
     static func line(_ item: Item) -> String {
         let a = item.attributes ?? ItemAttributes()
         func show(_ s: String?) -> String { JSON.string(s ?? "").text }
+        let tail = "label=\(show(a.label)) accessible=\(a.accessible?.rawValue ?? "")" + (a.synchronizable == true ? " synchronizable=yes" : "")
         switch item.itemClass {
         case .genericPassword:
-            return "generic  group=\(show(a.accessGroup)) service=\(show(a.service)) account=\(show(a.account)) label=\(show(a.label)) accessible=\(a.accessible?.rawValue ?? "")"
+            return "generic  group=\(show(a.accessGroup)) service=\(show(a.service)) account=\(show(a.account)) \(tail)"
         case .internetPassword:
-            return "internet group=\(show(a.accessGroup)) server=\(show(a.server)) protocol=\(show(a.protocol)) port=\(a.port ?? 0) path=\(show(a.path)) account=\(show(a.account)) label=\(show(a.label)) accessible=\(a.accessible?.rawValue ?? "")"
+            return "internet group=\(show(a.accessGroup)) server=\(show(a.server)) protocol=\(show(a.protocol)) port=\(a.port ?? 0) path=\(show(a.path)) account=\(show(a.account)) authenticationType=\(show(a.authenticationType)) securityDomain=\(show(a.securityDomain)) \(tail)"
         }
     }
 }
