@@ -218,6 +218,33 @@ import Glibc
         #expect(list.count == 1 && list.first?["synchronizable"] as? Bool == true, "\(list)")
     }
 
+    /// ThisDeviceOnly items are bound to this device (DESIGN §4) and never leave it, as in
+    /// Keychain Services: an export skips them, saying so. It copied them into the keyring,
+    /// without their accessibility, so a keyring moved elsewhere carried them there and an
+    /// import made them migratable items.
+    @Test func anExportLeavesThisDeviceOnlyItemsOnTheDevice() throws {
+        let k = try Self.initialisedFixture()
+        defer { k.close() }
+        let classes = ["whenUnlocked", "afterFirstUnlock", "whenUnlockedThisDeviceOnly", "afterFirstUnlockThisDeviceOnly", "whenPasscodeSetThisDeviceOnly"]
+        for c in classes {
+            let add = k.ctl(["item", "add", "--access-group", "g", "--service", "tdo.example", "--account", c, "--accessible", c], stdin: Data("secret-\(c)".utf8))
+            try #require(add.status == 0, "\(c): \(add)")
+        }
+        let export = k.ctl(["keyring", "export", "--access-group", "g"])
+        #expect(export.status == 0 && export.stdoutText.contains("2 added, 0 updated, 0 unchanged, 3 skipped"), "\(export)")
+        for c in classes {
+            let lookup = k.run("secret-tool", ["lookup", "xdg:schema", "io.vaultd.Item", "service", "tdo.example", "account", c])
+            if c.hasSuffix("ThisDeviceOnly") {
+                #expect(lookup.status != 0 && !lookup.stdoutText.contains("secret"), "\(c) was exported: \(lookup)")
+                #expect(export.stdoutText.contains("skip generic group=\"g\" service=\"tdo.example\" account=\"\(c)\""), "\(export)")
+            } else {
+                #expect(lookup.status == 0 && lookup.stdoutText == "secret-\(c)", "\(c): \(lookup)")
+            }
+        }
+        let again = k.ctl(["keyring", "export", "--access-group", "g"])
+        #expect(again.status == 0 && again.stdoutText.contains("0 added, 0 updated, 2 unchanged, 3 skipped"), "\(again)")
+    }
+
     /// `export --collection` writes into that collection even when the item was exported into
     /// another one before (it used to say "unchanged" and write nothing); a label changed in
     /// the vault is exported too (it used to be "unchanged" while the secret was).

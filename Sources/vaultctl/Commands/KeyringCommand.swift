@@ -184,6 +184,15 @@ struct KeyringCommand: Command {
             }
             for item in items {
                 guard let a = item.attributes, let data = item.data else { continue }
+                // A ThisDeviceOnly item is bound to this device's device.key (DESIGN §4) and,
+                // as in Keychain Services, never leaves it: a copy in the keyring (a file in
+                // the home directory, which moves with it) would carry it anywhere, and back
+                // in as a migratable item.
+                if a.accessible?.isThisDeviceOnly == true {
+                    counts["skip", default: 0] += 1
+                    print("skip \(Self.describe(item.itemClass, a)): \(a.accessible!.rawValue) items stay on this device")
+                    continue
+                }
                 let attributes = KeyringMapping.exportAttributes(item.itemClass, a)
                 // Only the target collection counts: the same item exported into another one
                 // is not this export's (a lookup over every collection found it there, said
@@ -198,7 +207,7 @@ struct KeyringCommand: Command {
                 counts[verb, default: 0] += 1
                 print("\(dryRun && verb != "unchanged" ? "would \(verb)" : verb) \(Self.describe(item.itemClass, a))")
             }
-            let summary = "\(counts["add", default: 0]) added, \(counts["update", default: 0]) updated, \(counts["unchanged", default: 0]) unchanged"
+            let summary = "\(counts["add", default: 0]) added, \(counts["update", default: 0]) updated, \(counts["unchanged", default: 0]) unchanged, \(counts["skip", default: 0]) skipped"
             print("\(dryRun ? "dry run, nothing changed: " : "")collection \(JSON.string(target.label).text), \(items.count) item(s): \(summary)")
         } catch let e as KeyringError {
             throw KeyringFailure(e)
