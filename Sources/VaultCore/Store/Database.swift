@@ -480,9 +480,16 @@ public final class Statement {
             case .null: rc = sqlite3_bind_null(handle, idx)
             case .integer(let v): rc = sqlite3_bind_int64(handle, idx, v)
             case .real(let v): rc = sqlite3_bind_double(handle, idx, v)
-            case .text(let v):
-                // With its byte count, so a NUL inside the text is kept rather than ending it.
-                rc = v.withCString { sqlite3_bind_text(handle, idx, $0, Int32(v.utf8.count), Statement.transient) }
+            case .text(var v):
+                // With its byte count, so a NUL inside the text is kept rather than ending it
+                // (and its UTF-8 in place: `withCString` copied it).
+                rc = v.withUTF8 { b in
+                    b.withMemoryRebound(to: CChar.self) { c in
+                        // An empty text has no address; a null pointer would bind NULL.
+                        guard let p = c.baseAddress else { return sqlite3_bind_text(handle, idx, "", 0, Statement.transient) }
+                        return sqlite3_bind_text(handle, idx, p, Int32(c.count), Statement.transient)
+                    }
+                }
             case .blob(let v):
                 rc = v.withUnsafeBytes { b in
                     sqlite3_bind_blob(handle, idx, b.baseAddress ?? UnsafeRawPointer(bitPattern: 1), Int32(b.count), Statement.transient)

@@ -40,16 +40,3 @@ public struct Caller: Sendable, Equatable {
         isOwner || appID.map(domain.sameBytes) == true || appGroups.containsBytes(domain) || domain.sameBytes(Vault.globalDomain)
     }
 }
-
-extension String {
-    /// Whether `other` is the same UTF-8 bytes: how access groups, app groups and domains
-    /// are compared, as the store compares them. Swift's `==` (and `Set`, `contains`)
-    /// compares by canonical equivalence: precomposed `é` equals `e` + U+0301, and the
-    /// Kelvin sign U+212A equals `K`.
-    public func sameBytes(_ other: String) -> Bool { utf8.elementsEqual(other.utf8) }
-}
-
-extension Sequence where Element == String {
-    /// Whether an element is the same UTF-8 bytes as `s` (`String.sameBytes`).
-    public func containsBytes(_ s: String) -> Bool { contains { $0.sameBytes(s) } }
-}

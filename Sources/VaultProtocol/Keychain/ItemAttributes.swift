@@ -185,7 +185,7 @@ public struct ItemAttributes: Equatable, Sendable {
     /// True when every attribute set in `query` has the same value here (SecItem matching).
     public func matches(_ query: ItemAttributes) -> Bool {
         for k in StringAttribute.allCases {
-            if let q = query[k], !(self[k].map { $0.utf8.elementsEqual(q.utf8) } ?? false) {
+            if let q = query[k], !(self[k]?.sameBytes(q) ?? false) {
                 return false
             }
         }

@@ -40,7 +40,7 @@ public enum PlistValue: Equatable, Sendable {
     /// Bit-exact equality: reals compare by bit pattern (so nan == nan, -0.0 != 0.0).
     public static func == (a: PlistValue, b: PlistValue) -> Bool {
         switch (a, b) {
-        case (.string(let x), .string(let y)): x.utf8.elementsEqual(y.utf8)
+        case (.string(let x), .string(let y)): x.sameBytes(y)
         case (.integer(let x), .integer(let y)): x == y
         case (.unsignedInteger(let x), .unsignedInteger(let y)): x == y
         case (.real(let x), .real(let y)): x.bitPattern == y.bitPattern || (x.isNaN && y.isNaN)

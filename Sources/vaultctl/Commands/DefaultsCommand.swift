@@ -69,7 +69,7 @@ struct DefaultsCommand: Command {
             guard let v = try prefs.value(domain: words[0], key: words[1]) else { throw notFound(domain: words[0], key: words[1]) }
             // A key renamed to itself stays (removing the old name would remove it). Keys are
             // byte-exact: a name differing only in Unicode normalisation is another key.
-            guard !words[1].utf8.elementsEqual(words[2].utf8) else { return }
+            guard !words[1].sameBytes(words[2]) else { return }
             try prefs.set(v, domain: words[0], key: words[2])
             try prefs.remove(domain: words[0], key: words[1])
         case .domains:

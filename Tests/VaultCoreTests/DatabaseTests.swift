@@ -1,0 +1,43 @@
+import Foundation
+import Testing
+import VaultProtocol
+
+@testable import VaultCore
+
+@Suite struct DatabaseTests {
+    /// Text is bound as its UTF-8 bytes with their count: empty text stays empty text (not
+    /// NULL), a NUL inside is kept, and two spellings of "é" stay two values.
+    @Test func textIsBoundByteForByte() throws {
+        try withTemporaryDirectory { tmp in
+            let db = try Database(path: tmp + "/t.sqlite")
+            defer { db.close() }
+            try db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, x TEXT)")
+            let values = ["", "a\0b", "caf\u{E9}", "cafe\u{301}", String(repeating: "x", count: 100_000)]
+            for (i, v) in values.enumerated() { try db.run("INSERT INTO t VALUES (?, ?)", [.integer(Int64(i)), .text(v)]) }
+            let back = try db.rows("SELECT x, typeof(x), length(CAST(x AS BLOB)) FROM t ORDER BY id")
+            #expect(back.map { $0[1].text } == Array(repeating: "text", count: values.count))
+            #expect(back.map { $0[2].int64 } == values.map { Int64($0.utf8.count) })
+            for (row, value) in zip(back, values) { #expect(row[0].text?.sameBytes(value) == true) }
+            #expect(try db.rows("SELECT id FROM t WHERE x = ?", [.text("cafe\u{301}")]).map { $0[0].int64 } == [3])
+        }
+    }
+
+    /// A statement cached by shape is made once and answers as the same text does.
+    @Test func statementsCachedByShapeAreMadeOnce() throws {
+        try withTemporaryDirectory { tmp in
+            let db = try Database(path: tmp + "/t.sqlite")
+            defer { db.close() }
+            try db.execute("CREATE TABLE t (x INTEGER)")
+            for x in 1...3 { try db.run("INSERT INTO t VALUES (?)", [.integer(Int64(x))]) }
+            var made = 0
+            let sql = { () -> String in
+                made += 1
+                return "SELECT x FROM t WHERE x >= ? ORDER BY x"
+            }
+            #expect(try db.rows(shape: 7, sql: sql, [.integer(2)]).map { $0[0].int64 } == [2, 3])
+            #expect(try db.rows(shape: 7, sql: sql, [.integer(3)]).map { $0[0].int64 } == [3])
+            #expect(made == 1)
+            #expect(try db.rows("SELECT x FROM t WHERE x >= ? ORDER BY x", [.integer(1)]).count == 3)
+        }
+    }
+}
