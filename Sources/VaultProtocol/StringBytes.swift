@@ -22,6 +22,22 @@ extension String {
     }
 }
 
+extension String {
+    /// Whether this string's UTF-8 bytes come before `other`'s (lexicographically, a prefix
+    /// first): code point order, a total order on distinct byte strings.
+    public func bytesPrecede(_ other: String) -> Bool {
+        let a = utf8, b = other.utf8
+        let order = a.withContiguousStorageIfAvailable { pa in
+            b.withContiguousStorageIfAvailable { pb -> Bool in
+                let common = Swift.min(pa.count, pb.count)
+                let c = common == 0 ? 0 : memcmp(pa.baseAddress!, pb.baseAddress!, common)
+                return c != 0 ? c < 0 : pa.count < pb.count
+            }
+        }
+        return (order ?? nil) ?? a.lexicographicallyPrecedes(b)
+    }
+}
+
 extension Sequence where Element == String {
     /// Whether an element is the same UTF-8 bytes as `s` (`String.sameBytes`).
     public func containsBytes(_ s: String) -> Bool { contains { $0.sameBytes(s) } }

@@ -24,6 +24,15 @@ struct JSONTests {
         #expect(parsed.serialized() == value.serialized())
     }
 
+    /// Object keys come out in the order of their UTF-8 bytes: upper case before lower, a
+    /// prefix before what extends it, and non-ASCII by code point.
+    @Test func keysAreWrittenInByteOrder() throws {
+        let o: JSON = ["b": 1, "\u{E9}": 2, "a": 3, "Z": 4, "ab": 5, "\u{1F600}": 6, "\u{FF}": 7, "": 8]
+        #expect(o.text == #"{"":8,"Z":4,"a":3,"ab":5,"b":1,"\#u{E9}":2,"\#u{FF}":7,"\#u{1F600}":6}"#)
+        #expect("a".bytesPrecede("ab") && !"ab".bytesPrecede("a") && !"a".bytesPrecede("a"))
+        #expect("e\u{301}".bytesPrecede("\u{E9}") && !"\u{E9}".bytesPrecede("e\u{301}"))
+    }
+
     @Test func whitespaceAroundTopLevelScalarsIsAccepted() throws {
         #expect(try JSON.parse(" \t\r\n42 \n") == .number("42"))
         #expect(try JSON.parse("\"x\"") == .string("x"))

@@ -213,7 +213,9 @@ public struct ItemAttributes: Equatable, Sendable {
 
     /// The wire form (the `Attributes` type of io.vaultd.Keychain); absent attributes are omitted.
     public var json: JSON {
+        // Room for every attribute at once: growing from empty rehashed it four times.
         var o: [String: JSON] = [:]
+        o.reserveCapacity(17)
         for k in StringAttribute.allCases {
             if let v = self[k] { o[k.rawValue] = .string(v) }
         }
