@@ -71,13 +71,16 @@ public final class Defaults: @unchecked Sendable {
         init(_ d: Defaults) { defaults = d }
     }
 
-    /// `-key value` pairs from process arguments (the first word is the program).
+    /// `-key value` pairs from process arguments (the first word is the program). As
+    /// Foundation's argument domain, a word starting with "-" is never a value: a switch
+    /// with none (`-Verbose -Count 5`) sets nothing, and the next word is looked at as a key
+    /// (Count = "5"); taking "-Count" as Verbose's value lost the Count pair.
     static func argumentDomain(_ arguments: [String]) -> [String: PlistValue] {
         var out: [String: PlistValue] = [:]
         var i = 1
         while i + 1 < arguments.count {
             let a = arguments[i]
-            if a.count > 1, a.hasPrefix("-"), !a.hasPrefix("--") {
+            if a.count > 1, a.hasPrefix("-"), !a.hasPrefix("--"), !arguments[i + 1].hasPrefix("-") {
                 out[String(a.dropFirst())] = PropertyListCodec.parseText(arguments[i + 1])
                 i += 2
             } else {

@@ -685,6 +685,25 @@ import Glibc
         #expect(defaults.object(forKey: "shared") == .string("argument"))
     }
 
+    /// As Foundation's argument domain, a word starting with "-" is never a value: a switch
+    /// given without one (`-Verbose -Count 5`) sets nothing and the next pair still counts.
+    /// "-Count" was taken as Verbose's value, and Count was never set.
+    @Test func anArgumentSwitchWithoutAValueLeavesTheNextPairIntact() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        let defaults = try Defaults(
+            vault: try d.client(), suiteName: "com.example.arguments",
+            arguments: ["/usr/bin/app", "-Verbose", "-Count", "5", "-Name", "x", "-Trailing"])
+        #expect(defaults.object(forKey: "Verbose") == nil)
+        #expect(defaults.object(forKey: "Count") == .string("5"))
+        #expect(defaults.integer(forKey: "Count") == 5)
+        #expect(defaults.object(forKey: "Name") == .string("x"))
+        #expect(defaults.object(forKey: "Trailing") == nil)
+        // (The registration domain is the process's: other tests' registrations show too.)
+        let all = defaults.dictionaryRepresentation()
+        #expect(all["Count"] == .string("5") && all["Name"] == .string("x") && all["Verbose"] == nil && all["Trailing"] == nil)
+    }
+
     @Test func aRegisteredAppReadsItsDomainThenTheGlobalDomain() throws {
         let d = try Daemon()
         defer { d.close() }
