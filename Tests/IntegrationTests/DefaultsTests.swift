@@ -219,6 +219,26 @@ import VaultProtocol
         #expect(d.ctl(["defaults", "read", "com.example.dock", "last-analytics-stamp"]).stdoutText == "(\n    \"801447579.684121\"\n)\n")
     }
 
+    /// A whole real prints without a fraction at any size, and -0.0 as "-0", as
+    /// `NSNumber.stringValue` writes them (what defaults(1) prints, and what
+    /// `Defaults.string(forKey:)` returns): 1e15 up to 2^53 printed as "1000000000000000.0"
+    /// and -0.0 as "0", the text of an integer.
+    @Test func wholeRealsPrintWithoutAFractionAndNegativeZeroKeepsItsSign() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        let reals: [(String, String)] = [
+            ("1e15", "1000000000000000"), ("4503599627370496", "4503599627370496"), ("-1e15", "-1000000000000000"),
+            ("-0", "-0"), ("3", "3"), ("0.5", "0.5"), ("1e16", "1e+16"), ("123456789.125", "123456789.125"),
+        ]
+        for (i, (value, printed)) in reals.enumerated() {
+            try #require(d.ctl(["defaults", "write", Self.domain, "r\(i)", "-float", value]).status == 0)
+            let r = d.ctl(["defaults", "read", Self.domain, "r\(i)"])
+            #expect(r.status == 0 && r.stdoutText == printed + "\n", "\(value): \(r.stdoutText)")
+        }
+        let all = d.ctl(["defaults", "read", Self.domain]).stdoutText
+        #expect(all.contains("    r0 = 1000000000000000;\n") && all.contains("    r3 = \"-0\";\n"), "\(all)")
+    }
+
     @Test func missingKeyIsAnError() throws {
         let d = try Daemon()
         defer { d.close() }

@@ -51,9 +51,13 @@ enum PlistText {
         }
     }
 
+    /// A finite real as `NSNumber.stringValue` writes it (and `Defaults.string(forKey:)`
+    /// returns it): the shortest digits that read back as the same Double, a whole number
+    /// without a fraction ("3", "-0", "1000000000000000", "0.1", "1e+20"). Whole reals from
+    /// 1e15 up to 2^53 were printed with ".0" ("1000000000000000.0") and -0.0 as "0".
     static func formatReal(_ d: Double) -> String {
-        if d == d.rounded(), abs(d) < 1e15 { return String(Int64(d)) }
-        return "\(d)"
+        let s = "\(d)"
+        return s.hasSuffix(".0") ? String(s.dropLast(2)) : s
     }
 
     /// `yyyy-MM-dd HH:mm:ss +0000` in the proleptic Gregorian calendar, as `PlistDate` (and so
