@@ -1042,6 +1042,26 @@ import Glibc
         #expect(list.jsonArray?.isEmpty == true, "\(list)")
     }
 
+    /// An app ID may not be an app group's name (`group.*`): an app's own preferences domain
+    /// and access group are its ID, so `group.example.shared` installed as an app read and
+    /// wrote the suite and items of the apps in that group without being a member, they had
+    /// its private domain, and its uninstall deleted their suite.
+    @Test func anAppIDMayNotNameAnAppGroup() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        let member = try d.placeExample("member"), other = try d.placeExample("other")
+        try #require(d.ctl(["app", "install", "org.example.member", "--exe", member, "--app-group", "group.example.shared"]).status == 0)
+        #expect(d.app(member, ["defaults", "set", "k", "members", "--suite", "group.example.shared"]).status == 0)
+        let r = d.ctl(["app", "install", "group.example.shared", "--exe", other])
+        #expect(r.status == 1, "\(r)")
+        #expect(r.stderr.contains("io.vaultd.Apps.InvalidAppID") && r.stderr.contains("app group"), "\(r)")
+        #expect(d.ctl(["app", "list"]).stdoutText.contains("group.example.shared") == false)
+        // The copy stays unidentified (the owner's tools), and the members' suite is theirs.
+        #expect(d.app(other, ["defaults", "get", "k"]).status != 0)
+        #expect(d.ctl(["app", "uninstall", "group.example.shared"]).status != 0)
+        #expect(d.app(member, ["defaults", "get", "k", "--suite", "group.example.shared"]).stdoutText == "members\n")
+    }
+
     /// Bad Install arguments are varlink's InvalidParameter naming the parameter (they were
     /// io.vaultd.Keychain.Param, an error of another interface), and register nothing.
     @Test(arguments: [

@@ -56,9 +56,16 @@ public struct AppRecord: Sendable, Equatable {
     }
 
     /// Validates a reverse-DNS app ID: two or more dot-separated components of letters,
-    /// digits, '_' and '-', the first not starting with a digit; at most 255 bytes.
-    /// Throws `VaultError` InvalidAppID.
+    /// digits, '_' and '-', the first not starting with a digit; at most 255 bytes; not
+    /// `group.*`, which names app groups (DESIGN §6): an app's own preferences domain and
+    /// keychain access group are its ID, so an app named group.X had the suite and the
+    /// access group of app group group.X as its own (reading and writing them without being
+    /// a member), every member of group.X had that app's private domain and items, and its
+    /// uninstall deleted the members' suite. Throws `VaultError` InvalidAppID.
     public static func validate(appID: String) throws {
+        if appID.hasPrefix("group.") {
+            throw VaultError(.invalidAppID, "'\(appID)' names an app group (group.*), not an app; app IDs must not start with 'group.'")
+        }
         let parts = appID.split(separator: ".", omittingEmptySubsequences: false)
         let ok =
             appID.utf8.count <= 255 && parts.count >= 2
