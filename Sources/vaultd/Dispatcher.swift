@@ -55,24 +55,29 @@ struct Dispatcher {
             } else {
                 names = [try vault.resolveDomain(nil, caller: caller, write: false)]
             }
-            let domains = Set(try names.map { try vault.resolveDomain($0, caller: caller, write: false) })
-            var keys: Set<String>?
+            // Names and keys compare byte for byte, as stored: a `Set<String>` takes two that
+            // differ only in Unicode normalisation for one, and sent a member of one app group
+            // the changes of another group's suite spelled the other way.
+            let domainNames = try names.map { try vault.resolveDomain($0, caller: caller, write: false) }
+            let domains = Set(domainNames.map { Array($0.utf8) })
+            var keys: Set<[UInt8]>?
             if let list = p.optionalJSON("keys") {
                 guard let a = list.arrayValue?.compactMap(\.stringValue), a.count == list.arrayValue?.count else {
                     throw VaultError.invalidParameter("keys", "must be an array of strings")
                 }
                 // A key no preference can have is a mistake, not a key to wait for.
                 for k in a { try Vault.validatePreferenceKey(k) }
-                keys = Set(a)
+                keys = Set(a.map { Array($0.utf8) })
             }
-            let initial: [[String: JSON]] = try domains.sorted().map { d in
+            let initial: [[String: JSON]] = try domains.map { String(decoding: $0, as: UTF8.self) }.sorted().map { d in
                 var values = try vault.preferenceDomain(d)
-                if let keys { values = values.filter { keys.contains($0.key) } }
+                if let keys { values = values.filter { keys.contains(Array($0.key.utf8)) } }
                 return ["domain": .string(d), "values": .object(values.mapValues(\.tagged)), "sequence": JSON(emittedThrough)]
             }
             let wanted = keys
             return Subscription(initial: initial) { event in
-                guard case .preference(let d, let k, let v, let n) = event, domains.contains(d), wanted?.contains(k) ?? true else { return nil }
+                guard case .preference(let d, let k, let v, let n) = event, domains.contains(Array(d.utf8)), wanted?.contains(Array(k.utf8)) ?? true
+                else { return nil }
                 return ["domain": .string(d), "key": .string(k), "value": v?.tagged ?? .null, "sequence": JSON(n)]
             }
         case "io.vaultd.Caches.Observe":

@@ -1062,6 +1062,33 @@ import Glibc
         #expect(d.app(member, ["defaults", "get", "k", "--suite", "group.example.shared"]).stdoutText == "members\n")
     }
 
+    /// App groups whose names differ only in Unicode normalisation (`group.café` with a
+    /// precomposed é, and with e + U+0301) are two groups, as the store keeps them: a member
+    /// of one may not use the other's suite or items. Swift's `==` took them for one name, so
+    /// each member read and wrote the other group's suite and keychain items.
+    @Test func appGroupsDifferingOnlyInNormalisationAreDistinct() throws {
+        let d = try Self.daemon()
+        defer { d.close() }
+        let composed = "group.caf\u{E9}", decomposed = "group.cafe\u{301}"
+        let a = try d.placeExample("a"), b = try d.placeExample("b")
+        try #require(d.ctl(["app", "install", "org.example.decomposed", "--exe", a, "--app-group", decomposed]).status == 0)
+        try #require(d.ctl(["app", "install", "org.example.composed", "--exe", b, "--app-group", composed]).status == 0)
+        #expect(d.app(a, ["defaults", "set", "k", "decomposed only", "--suite", decomposed]).status == 0)
+        let item = ["--access-group", decomposed, "--service", "svc", "--account", "acct"]
+        #expect(d.app(a, ["item", "add"] + item, stdin: Data("secret".utf8)).status == 0)
+
+        let read = d.app(b, ["defaults", "get", "k", "--suite", decomposed])
+        #expect(read.status != 0 && !read.stdoutText.contains("decomposed only"), "\(read)")
+        #expect(read.stderr.contains("MissingEntitlement"), "\(read)")
+        #expect(d.app(b, ["defaults", "set", "k", "overwritten", "--suite", decomposed]).status != 0)
+        let get = d.app(b, ["item", "get"] + item)
+        #expect(get.status != 0 && get.stdoutText.isEmpty, "\(get)")
+        // Each member still has its own group.
+        #expect(d.app(a, ["defaults", "get", "k", "--suite", decomposed]).stdoutText == "decomposed only\n")
+        #expect(d.app(b, ["defaults", "set", "k", "composed", "--suite", composed]).status == 0)
+        #expect(d.app(a, ["item", "get"] + item).stdoutText == "secret")
+    }
+
     /// Bad Install arguments are varlink's InvalidParameter naming the parameter (they were
     /// io.vaultd.Keychain.Param, an error of another interface), and register nothing.
     @Test(arguments: [
