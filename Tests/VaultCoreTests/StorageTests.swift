@@ -62,6 +62,17 @@ struct AtRestTests {
         #expect(generic == Array("vaultd item v1\0\0genericPassword\0\0whenUnlocked\00".utf8))
     }
 
+    /// The index columns hold a keyed hash of "field NUL value": a vault written by any
+    /// earlier build finds its items only while these bytes stay the same.
+    @Test func theIndexHashOfAFieldIsOfItsNameAndValue() throws {
+        let key = SecureBytes(copying: Array(repeating: 7, count: 32))
+        for (field, value) in [("account", "alice@example.org"), ("service", ""), ("server", "caf\u{E9}\0x")] {
+            let expected = Sodium.keyedHash(Array(field.utf8) + [0] + Array(value.utf8), key: key, length: 16)
+            #expect(KeychainStore.fieldHash(field, value, index: key) == .blob(expected))
+        }
+        #expect(KeychainStore.fieldHash("account", nil, index: key) == .null)
+    }
+
     @Test func nothingTypedAppearsInPlaintextOnDisk() throws {
         try withTemporaryDirectory { tmp in
             let dir = tmp + "/data"

@@ -105,9 +105,15 @@ final class KeychainStore {
         return Sodium.keyedHash(material.serialized(), key: index)
     }
 
-    private static func fieldHash(_ field: String, _ value: String?, index: SecureBytes) -> SQLValue {
+    static func fieldHash(_ field: String, _ value: String?, index: SecureBytes) -> SQLValue {
         guard let value else { return .null }
-        return .blob(Sodium.keyedHash(Array("\(field)\0\(value)".utf8), key: index, length: 16))
+        // "field\0value" as bytes, without interpolating a String first.
+        var message: [UInt8] = []
+        message.reserveCapacity(field.utf8.count + 1 + value.utf8.count)
+        message += field.utf8
+        message.append(0)
+        message += value.utf8
+        return .blob(Sodium.keyedHash(message, key: index, length: 16))
     }
 
     /// The `lookup_hash` column of an item: its service's hash (a generic password) or its

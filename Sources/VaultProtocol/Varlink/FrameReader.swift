@@ -1,3 +1,7 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// Splits a byte stream into NUL-terminated varlink frames. It knows nothing of what the
 /// frames mean (framing apart from logic, as sd-varlink's JsonStream).
 public struct FrameReader: Sendable {
@@ -38,7 +42,7 @@ public struct FrameReader: Sendable {
     /// The next complete frame, or nil when more bytes are needed.
     /// Throws `Failure.frameTooLarge` once the pending bytes exceed the limit without a NUL.
     public mutating func nextFrame() throws -> [UInt8]? {
-        if let nul = buffer[max(scanned, start)...].firstIndex(of: 0) {
+        if let nul = Self.firstNUL(in: buffer, from: max(scanned, start)) {
             guard nul - start <= maximumFrameSize else { throw Failure.frameTooLarge(nul - start) }
             let frame = Array(buffer[start..<nul])
             start = nul + 1
@@ -57,5 +61,14 @@ public struct FrameReader: Sendable {
         scanned = buffer.count
         if pendingByteCount > maximumFrameSize { throw Failure.frameTooLarge(pendingByteCount) }
         return nil
+    }
+
+    /// The index of the first NUL in `bytes` at or after `from`: `memchr`, where the
+    /// generic `firstIndex(of:)` took a thousand instructions for a lookup's call (issue #8).
+    private static func firstNUL(in bytes: [UInt8], from: Int) -> Int? {
+        bytes.withUnsafeBufferPointer { b in
+            guard from < b.count, let base = b.baseAddress, let hit = memchr(base + from, 0, b.count - from) else { return nil }
+            return base.distance(to: hit.assumingMemoryBound(to: UInt8.self))
+        }
     }
 }
