@@ -202,6 +202,31 @@ import Glibc
         #expect(try items(k, group: "imported").count == 1)
     }
 
+    /// Any program on the session bus can write a keyring item that looks like one of our
+    /// exports (`xdg:schema io.vaultd.Item`) and names a group. With no such item in the vault
+    /// it is imported into the group the import names, like any keyring item: it used to go
+    /// into the group it named (here `git`, where git-credential-vault then offered it for
+    /// github.com), whatever `--access-group` said.
+    @Test func aKeyringItemNamingAGroupGoesToTheGroupTheImportNames() throws {
+        let k = try Self.initialisedFixture()
+        defer { k.close() }
+        let claim = [
+            "xdg:schema", "io.vaultd.Item", "class", "internetPassword", "access-group", "git", "server", "github.com",
+            "protocol", "https", "account", "victim",
+        ]
+        try #require(k.secretToolStore(label: "innocent", claim, secret: "planted").status == 0)
+        let dry = k.ctl(["keyring", "import", "--access-group", "quarantine", "--dry-run"])
+        #expect(dry.status == 0 && dry.stdoutText.contains("would add internet group=\"quarantine\" server=\"github.com\""), "\(dry)")
+        let r = k.ctl(["keyring", "import", "--access-group", "quarantine"])
+        #expect(r.status == 0 && r.stdoutText.contains("1 added"), "\(r)")
+        #expect(try items(k, group: "git").isEmpty)
+        let got = try items(k, group: "quarantine")
+        #expect(got.count == 1 && got.first?["server"] as? String == "github.com" && got.first?["account"] as? String == "victim", "\(got)")
+        // Imported again: the same item, unchanged.
+        let again = k.ctl(["keyring", "import", "--access-group", "quarantine"])
+        #expect(again.status == 0 && again.stdoutText.contains("0 added, 0 updated, 1 unchanged"), "\(again)")
+    }
+
     /// A synchronizable item exported and imported again is the same item: `synchronizable`
     /// is part of the primary key (DESIGN §4). The import used to look it up and re-add it as
     /// not synchronizable, a second item beside it.

@@ -88,6 +88,18 @@ struct KeyringCommand: Command {
         if secret.count > SecretLimit.maximumBytes {
             return ("fail", mapped, "the secret is \(secret.count) bytes; the vault's limit is \(SecretLimit.maximumBytes) bytes (1 MiB)")
         }
+        // An item vaultd exported goes back to the group it names only while the vault holds
+        // it there (a round trip through the keyring, found unchanged or kept). Otherwise it
+        // is imported like any keyring item, into the group this import names: any program
+        // on the session bus can write an `io.vaultd.Item`, and one naming another group
+        // (an app's, or `git`) must not put a credential there.
+        if mapped.exported, mapped.attributes.accessGroup != accessGroup {
+            do {
+                _ = try keychain.copyMatching(Query(mapped.itemClass, mapped.primaryKey), returnAttributes: true)
+            } catch let e as VaultError where e.code == .itemNotFound {
+                mapped.attributes.accessGroup = accessGroup
+            }
+        }
         var fellBack = false
         while true {
             let key = mapped.itemClass.rawValue + "\u{0}" + mapped.primaryKey.json.text
@@ -296,7 +308,8 @@ enum KeyringMapping {
         if schema == itemSchema, let c = a["class"].flatMap(ItemClass.init(rawValue:)) {
             cls = c
             // An item vaultd exported maps back to its own group, where the vault's copy is
-            // the reference (imported into another group, it was copied there as new).
+            // the reference (`importOne` takes the import's group instead when the vault no
+            // longer holds the item there).
             if let g = a["access-group"], !g.isEmpty { out.accessGroup = g }
             // Part of the primary key (DESIGN §4), as `exportAttributes` writes it.
             if a["synchronizable"] == "true" { out.synchronizable = true }
