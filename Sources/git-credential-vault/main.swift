@@ -181,8 +181,11 @@ struct Credential {
 
     /// `host[:port]`, `[v6]:port`: the port split out when it is a number.
     static func split(_ host: String) -> (String, Int) {
+        // Only a port as git would write it back (`String(p)`): git tells hosts apart by
+        // their text, so `host:0443` and `host:+443` are other hosts than `host:443`, as for
+        // git's credential-store (Int() read them all as port 443, one item for the three).
         guard let colon = host.lastIndex(of: ":"), !host[host.index(after: colon)...].isEmpty,
-            let p = Int(host[host.index(after: colon)...]), (1...65535).contains(p)
+            let p = Int(host[host.index(after: colon)...]), (1...65535).contains(p), String(p) == host[host.index(after: colon)...]
         else { return (host, 0) }
         let name = String(host[..<colon])
         if name.contains(":") && !(name.hasPrefix("[") && name.hasSuffix("]")) { return (host, 0) }
@@ -227,6 +230,13 @@ func extras(of item: Item) -> [String: String] {
     return o.compactMapValues(\.stringValue).filter { Credential.extraKeys.contains($0.key) }
 }
 
+/// Whether this helper stored the item: its `generic` is the helper's JSON object (an item
+/// `vaultctl item add` made has none; one `keyring import` made keeps `secretService` there).
+func isOwn(_ item: Item) -> Bool {
+    guard let g = item.attributes?.generic, let j = try? JSON.parse(Array(g)), case .object(let o) = j else { return false }
+    return o["secretService"] == nil
+}
+
 func matches(_ vault: Vault, _ c: Credential, group: String?, exactPath: Bool) throws -> [Item] {
     do {
         return try vault.keychain.copyMatching(c.query(accessGroup: group, exactPath: exactPath), returnData: true, returnAttributes: true)
@@ -262,7 +272,11 @@ func get(_ vault: Vault, _ c: Credential, group: String?) throws {
         // and not ask on (2.41 and later), either way hiding a valid older match.
         if let expiry = more["password_expiry_utc"], isExpired(expiry) { continue }
         var out = ""
-        if !username.isEmpty { out += "username=\(username)\n" }
+        // An empty username git stored (`username=`, as from `https://@host/`) is given back:
+        // without it git asks for a username (or, without a terminal, fails), while its
+        // credential-store answers `username=`. An item this helper did not store (no
+        // `generic` of ours) and without an account leaves the username to git, as before.
+        if !username.isEmpty || isOwn(item) { out += "username=\(username)\n" }
         out += "password=\(password)\n"
         for k in Credential.extraKeys { if let v = more[k] { out += "\(k)=\(v)\n" } }
         StandardOutput.write(Data(out.utf8))

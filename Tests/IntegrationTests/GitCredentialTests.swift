@@ -426,6 +426,42 @@ import Glibc
         #expect(g.internetItems().isEmpty, "\(g.internetItems())")
     }
 
+    /// An empty username git approved (`username=`, as from `https://@host/`) comes back as
+    /// `username=`, as git's credential-store gives it: the helper used to leave the line out,
+    /// so git asked for a username (here, without a terminal, git failed). A port is split
+    /// out only as git writes it: `host:0443` and `host:+443` are other hosts than
+    /// `host:443` for git and its credential-store (the helper read all three as port 443).
+    @Test func anEmptyUsernameAndAnOddlyWrittenPortAreWhatGitsCredentialStoreMakesOfThem() throws {
+        let g = try Git()
+        defer { g.close() }
+        let file = g.d.root + "/git-credentials"
+        func both(_ action: String, _ input: String) -> (vault: ProcessResult, store: ProcessResult) {
+            (g.helper(action, Array((input + "\n\n").utf8)), g.git(["credential-store", "--file", file, action], input + "\n\n"))
+        }
+        #expect(g.approve("protocol=https\nhost=e.example\nusername=\npassword=tok").status == 0)
+        let (r, got) = g.fill("protocol=https\nhost=e.example")
+        #expect(r.status == 0 && got["username"] == "" && got["password"] == "tok", "\(r)")
+        for input in ["protocol=https\nhost=e.example\nusername=\npassword=tok", "protocol=https\nhost=q.example:0443\nusername=u\npassword=p0443"] {
+            let (v, s) = both("store", input)
+            #expect(v.status == 0 && s.status == 0, "\(input): \(v) \(s)")
+        }
+        for (input, output) in [
+            ("protocol=https\nhost=e.example", "username=\npassword=tok\n"),
+            ("protocol=https\nhost=q.example:0443", "username=u\npassword=p0443\n"),
+            ("protocol=https\nhost=q.example:443", ""),
+            ("protocol=https\nhost=q.example:+443", ""),
+        ] {
+            let (v, s) = both("get", input)
+            #expect(s.stdoutText == output, "credential-store: \(input): \(s)")
+            #expect(v.status == 0 && v.stdoutText == output, "\(input): \(v)")
+        }
+        #expect(g.internetItems().contains { $0["server"] as? String == "q.example:0443" && ($0["port"] as? Int ?? 0) == 0 }, "\(g.internetItems())")
+        // An item without an account that the helper did not store leaves the username to git.
+        let add = g.d.ctl(["item", "add", "internet", "--access-group", "git", "--server", "n.example", "--protocol", "https"], stdin: Data("np".utf8))
+        try #require(add.status == 0, "\(add)")
+        #expect(g.helper("get", Array("protocol=https\nhost=n.example\n\n".utf8)).stdoutText == "password=np\n")
+    }
+
     /// An OAuth refresh token is a secret (longer-lived than the password it refreshes): it is
     /// kept with the password, in the item's secret, as git's own libsecret helper keeps it,
     /// never in an attribute, which `vaultctl item list --json` prints for every item and
