@@ -817,4 +817,16 @@ import Glibc
             #expect(v.sh("test -e \"$1/\(app)\"", v.cacheRoot).status != 0, "\(app)'s cache directory was made")
         }
     }
+
+    /// `cache purge APP` for an app that is neither installed nor has a cache is AppNotFound,
+    /// exit 1, as `cache path` is (a mistyped app ID used to "free 0 bytes", exit 0).
+    @Test func purgingAnAppThatIsNotThereIsAppNotFound() throws {
+        let (v, a, _) = try Self.volume(Self.noAutomaticPurge)
+        defer { v.close() }
+        let none = v.ctl(["cache", "purge", "org.example.NeverRegistered"])
+        #expect(none.status == 1 && none.stderr.contains("io.vaultd.Apps.AppNotFound") && none.stdoutText.isEmpty, "\(none)")
+        #expect(v.inside(a, ["cache", "write", "kept", "5000"]).status == 0)
+        let own = v.ctl(["cache", "purge", Self.appA])
+        #expect(own.status == 0 && own.stdoutText == "freed 8192 bytes in 1 file(s)\n", "\(own)")
+    }
 }

@@ -1,6 +1,10 @@
 import Foundation
 import VaultProtocol
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 extension Vault {
     /// The cache directory of the calling app (or, for the owner, of `appID`), created 0700.
     /// Throws InvalidParameter when the owner names no app, InvalidAppID, AppNotFound when
@@ -32,10 +36,19 @@ extension Vault {
     /// Purges one app's cache (or all), entirely or until `bytes` are freed; apps in
     /// `running` go last; a file a process holds open or has mapped stays. `bytes` counts
     /// bytes allocated on disk. Owner only (else MissingEntitlement); InvalidAppID for a
-    /// malformed `appID`. Observers get a `cachePurge` event per app.
+    /// malformed `appID`, AppNotFound for one neither installed nor with a cache. Observers get a `cachePurge` event per app.
     public func purgeCaches(appID: String?, bytes: Int64?, running: Set<String>, caller: Caller) throws -> PurgeReport {
         try requireOwner(caller)
-        if let appID { try AppRecord.validate(appID: appID) }
+        if let appID {
+            try AppRecord.validate(appID: appID)
+            // As `Directory`: an app that is not installed is AppNotFound (a mistyped app ID
+            // used to "free 0 bytes", exit 0). A cache directory left there without an
+            // install can still be purged.
+            var st = stat()
+            if try !isInstalled(appID) && lstat(caches.root + "/" + appID, &st) != 0 {
+                throw VaultError(.appNotFound, "no installed app \(appID)")
+            }
+        }
         let report = caches.purge(only: appID, running: running) { r in bytes.map { r.freedBytes >= $0 } ?? false }
         announce(report)
         return report
