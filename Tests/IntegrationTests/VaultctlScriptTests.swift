@@ -150,6 +150,10 @@ import Glibc
         (["lock", "--frob"], "unexpected argument '--frob'", ["usage:\n  lock\n"], "COMMAND ..."),
         // An empty socket path (a variable unset): it said "File name too long".
         (["--socket", "", "status"], "--socket needs a value", ["  status [--json]"], "defaults"),
+        // Options a cache action has no use for: they were ignored.
+        (["cache", "path", "com.example.app", "--bytes", "5"], "cache path takes only an APP_ID", ["  cache path APP_ID"], "defaults"),
+        (["cache", "path", "com.example.app", "--json"], "cache path takes only an APP_ID", ["  cache path APP_ID"], "defaults"),
+        (["cache", "purge", "--json"], "cache purge takes only [APP_ID] [--bytes N]", ["cache purge [APP_ID] [--bytes N]"], "defaults"),
     ])
     func aUsageErrorSaysWhyAndShowsThatCommandsUsage(arguments: [String], reason: String, shown: [String], notShown: String) throws {
         let r = try ChildProcess.run(Paths.tool("vaultctl"), arguments, environment: ["PATH": "/usr/bin:/bin"])

@@ -20,6 +20,10 @@ struct CacheCommand: Command {
         appID = a.positional()
         if action == .path && appID == nil { throw UsageError(message: "cache path needs an APP_ID") }
         if action == .usage && (appID != nil || bytes != nil) { throw UsageError(message: "cache usage takes only --json") }
+        // As for usage: an option the action has no use for is an error, not ignored
+        // (`cache path APP --bytes 5` printed the path; `cache purge --json` printed text).
+        if action == .path && (json || bytes != nil) { throw UsageError(message: "cache path takes only an APP_ID") }
+        if action == .purge && json { throw UsageError(message: "cache purge takes only [APP_ID] [--bytes N]") }
     }
 
     func run(_ context: Context) throws {
