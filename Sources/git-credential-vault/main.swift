@@ -299,11 +299,44 @@ func store(_ vault: Vault, _ c: Credential, group: String?) throws {
     } catch let e as VaultError where e.code == .duplicateItem {
         var exact = c
         exact.username = username
-        var changes = ItemAttributes()
-        changes.generic = attributes.generic
-        changes.label = attributes.label
-        try vault.keychain.update(exact.query(accessGroup: group, exactPath: true), attributes: changes, data: secret)
+        // Item by item: each keeps what else its `generic` holds, such as the record of the
+        // keyring item `vaultctl keyring import` made it from (without it, the next import
+        // took the vault's item for another one and added the keyring's old password beside
+        // it, under a made-up key); only the extras git sends are replaced.
+        for item in try matches(vault, exact, group: group, exactPath: true) {
+            guard let key = primaryKey(of: item) else { continue }
+            var changes = ItemAttributes()
+            changes.generic = merged(item.attributes?.generic, extras: c.extras)
+            changes.label = attributes.label
+            do {
+                try vault.keychain.update(Query(.internetPassword, key), attributes: changes, data: secret)
+            } catch let e as VaultError where e.code == .itemNotFound {
+                continue  // gone meanwhile
+            }
+        }
     }
+}
+
+/// An item's `generic` with the extras git keeps there replaced by `extras` (the refresh
+/// token, a secret, never goes there); the rest of a JSON object is kept. Anything else is
+/// no `generic` of ours or of an import's, and is replaced.
+func merged(_ generic: Data?, extras: [String: String]) -> Data {
+    var o: [String: JSON] = [:]
+    if let g = generic, let j = try? JSON.parse(Array(g)), case .object(let existing) = j { o = existing }
+    for k in Credential.extraKeys { o[k] = nil }
+    for (k, v) in extras where k != "oauth_refresh_token" { o[k] = .string(v) }
+    return Data(JSON.object(o).serialized())
+}
+
+/// The whole primary key of an item (DESIGN §4), to act on it alone.
+func primaryKey(of item: Item) -> ItemAttributes? {
+    guard let a = item.attributes else { return nil }
+    var key = ItemAttributes(
+        accessGroup: a.accessGroup, server: a.server ?? "", protocol: a.protocol ?? "", port: a.port ?? 0, path: a.path ?? "",
+        authenticationType: a.authenticationType ?? "", securityDomain: a.securityDomain ?? "")
+    key.account = a.account ?? ""
+    key.synchronizable = a.synchronizable ?? false
+    return key
 }
 
 func erase(_ vault: Vault, _ c: Credential, group: String?) throws {
@@ -313,12 +346,7 @@ func erase(_ vault: Vault, _ c: Credential, group: String?) throws {
     // when git gives one (so a credential changed meanwhile by another git is kept).
     for item in try matches(vault, c, group: group, exactPath: false) {
         if let p = c.password, item.data.flatMap(unpackedSecret)?.password != p { continue }
-        guard let a = item.attributes else { continue }
-        var key = ItemAttributes(
-            accessGroup: a.accessGroup, server: a.server ?? "", protocol: a.protocol ?? "", port: a.port ?? 0, path: a.path ?? "",
-            authenticationType: a.authenticationType ?? "", securityDomain: a.securityDomain ?? "")
-        key.account = a.account ?? ""
-        key.synchronizable = a.synchronizable ?? false
+        guard let key = primaryKey(of: item) else { continue }
         do {
             try vault.keychain.delete(Query(.internetPassword, key))
         } catch let e as VaultError where e.code == .itemNotFound {

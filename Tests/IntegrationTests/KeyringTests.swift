@@ -227,6 +227,37 @@ import Glibc
         #expect(again.status == 0 && again.stdoutText.contains("0 added, 0 updated, 1 unchanged"), "\(again)")
     }
 
+    /// git updating the password of a credential imported from the keyring (in
+    /// git-credential-libsecret's schema) keeps the import's record of the keyring item, so
+    /// the next import finds the vault's item unchanged (the vault's copy kept). The helper
+    /// used to replace `generic` whole, and the next import added the keyring's old password
+    /// beside it, as a generic item under a made-up key.
+    @Test func gitUpdatingAnImportedCredentialKeepsTheNextImportFromAddingItAgain() throws {
+        let k = try Self.initialisedFixture()
+        defer { k.close() }
+        let libsecret = ["xdg:schema", "org.git.Password", "protocol", "https", "server", "gl.example", "user", "ben"]
+        try #require(k.secretToolStore(label: "Git: https://gl.example/", libsecret, secret: "ben-old").status == 0)
+        usleep(1_100_000)  // `modified` is in whole seconds: the import records it a second later
+        let first = k.ctl(["keyring", "import", "--access-group", "git"])
+        #expect(first.status == 0 && first.stdoutText.contains("1 added"), "\(first)")
+        func git(_ verb: String, _ input: String) -> ProcessResult {
+            k.run("git", ["-c", "credential.helper=" + Paths.tool("git-credential-vault"), "credential", verb], stdin: Data((input + "\n\n").utf8))
+        }
+        let approve = git("approve", "protocol=https\nhost=gl.example\nusername=ben\npassword=ben-new")
+        #expect(approve.status == 0, "\(approve)")
+        // An expiry (git 2.41 and later send it; git 2.39 here does not) is kept beside the record.
+        let helper = Paths.tool("git-credential-vault")
+        let store = k.run(helper, ["store"], stdin: Data("protocol=https\nhost=gl.example\nusername=ben\npassword=ben-new\npassword_expiry_utc=4102444800\n\n".utf8))
+        #expect(store.status == 0, "\(store)")
+        let again = k.ctl(["keyring", "import", "--access-group", "git"])
+        #expect(again.status == 0 && again.stdoutText.contains("0 added, 0 updated, 1 unchanged"), "\(again)")
+        #expect(try items(k, group: "git").count == 1)
+        let fill = git("fill", "protocol=https\nhost=gl.example")
+        #expect(fill.status == 0 && fill.stdoutText.contains("username=ben\npassword=ben-new\n"), "\(fill)")
+        let get = k.run(helper, ["get"], stdin: Data("protocol=https\nhost=gl.example\n\n".utf8))
+        #expect(get.stdoutText == "username=ben\npassword=ben-new\npassword_expiry_utc=4102444800\n", "\(get)")
+    }
+
     /// A synchronizable item exported and imported again is the same item: `synchronizable`
     /// is part of the primary key (DESIGN §4). The import used to look it up and re-add it as
     /// not synchronizable, a second item beside it.
