@@ -16,6 +16,8 @@ import Glibc
     static let mib: Int64 = 1024 * 1024
 
     /// Settings with no automatic purge (free-space low-water 0, no budget).
+    /// The cache root's CACHEDIR.TAG takes one page of the tmpfs.
+    static let tagPage: Int64 = 4096
     static let noAutomaticPurge: [String: Any] = ["CacheFreeLowWaterBytes": 0, "CacheCheckIntervalSeconds": 0.2]
 
     /// A volume daemon with an initialised vault and apps A and B installed.
@@ -123,8 +125,9 @@ import Glibc
         #expect(before.freeBytes >= Self.mib, "nothing should be purged above low-water: \(before)")
         #expect(observer.events.isEmpty, "\(observer.events)")
 
-        // B writes 768 KiB more: free space falls to 768 KiB, under the low-water mark.
-        let crossing = v.inside(b, ["cache", "write", "b5", "786432"])
+        // B writes 764 KiB more: free space falls to 768 KiB less the cache root's
+        // CACHEDIR.TAG (one page), under the low-water mark.
+        let crossing = v.inside(b, ["cache", "write", "b5", String(786432 - Self.tagPage)])
         try #require(crossing.status == 0, "\(crossing)")
         let purged = eventually(timeout: 10) { observer.freed(Self.appA) > 0 }
         #expect(purged, "no purge event; log:\n\(v.log)")
@@ -132,7 +135,7 @@ import Glibc
 
         let after = try v.usage()
         #expect(after.freeBytes >= 2 * Self.mib, "freed to the high-water mark: \(after)")
-        #expect(after.files(Self.appB) == 5 && after.bytes(Self.appB) == before.bytes(Self.appB) + 786432, "the running app keeps its files: \(after)")
+        #expect(after.files(Self.appB) == 5 && after.bytes(Self.appB) == before.bytes(Self.appB) + 786432 - Self.tagPage, "the running app keeps its files: \(after)")
         #expect(after.files(Self.appA) == 1, "A: only what high-water needed goes: \(after)")
         // A's oldest first: a6 (the newest) is what remains.
         let left = v.sh("ls \"$1\"", cacheA)
@@ -186,10 +189,11 @@ import Glibc
         try #require(ready, "the holders did not start: \((try? String(contentsOfFile: readerOutput + ".err", encoding: .utf8)) ?? "")")
         Self.touch(v, cacheB, [("open.bin", "2019-01-01"), ("mapped.bin", "2019-01-02")])
         let before = try v.usage()
-        #expect(before.files(Self.appA) == 7 && before.files(Self.appB) == 2 && before.freeBytes == 1_310_720, "\(before)")
+        #expect(before.files(Self.appA) == 7 && before.files(Self.appB) == 2 && before.freeBytes == 1_310_720 - Self.tagPage, "\(before)")
 
-        // 512 KiB outside the cache root: free space 768 KiB, under the low-water mark.
-        try #require(v.sh("head -c 524288 /dev/zero > \"$1/filler\"", v.outside).status == 0)
+        // 508 KiB outside the cache root: free space 768 KiB less the CACHEDIR.TAG's page,
+        // under the low-water mark.
+        try #require(v.sh("head -c \(524288 - Self.tagPage) /dev/zero > \"$1/filler\"", v.outside).status == 0)
         #expect(eventually(timeout: 10) { observer.freed(Self.appA) > 0 }, "no purge; log:\n\(v.log)")
         usleep(600_000)
         let after = try v.usage()
@@ -229,7 +233,7 @@ import Glibc
         let before = try v.usage()
         #expect(du() == 8192 + 53248 + 8192 + 4096, "the files as planned")
         #expect(before.bytes(Self.appA) == du() && before.files(Self.appA) == 6, "\(before) du \(du())")
-        #expect(before.capacityBytes - before.freeBytes == du(), "\(before)")
+        #expect(before.capacityBytes - before.freeBytes == du() + Self.tagPage, "the cache and the root's CACHEDIR.TAG: \(before)")
 
         let purge = v.ctl(["cache", "purge", Self.appA])
         let after = try v.usage()
@@ -828,5 +832,23 @@ import Glibc
         #expect(v.inside(a, ["cache", "write", "kept", "5000"]).status == 0)
         let own = v.ctl(["cache", "purge", Self.appA])
         #expect(own.status == 0 && own.stdoutText == "freed 8192 bytes in 1 file(s)\n", "\(own)")
+    }
+
+    /// The cache root holds a `CACHEDIR.TAG` (https://bford.info/cachedir/), so backup tools
+    /// leave the caches out wherever the root is ("caches are never part of backups", issue
+    /// #6): there was none, and `tar --exclude-caches-all`, borg or restic `--exclude-caches`
+    /// kept every cache. The tag is no app in `cache usage`, and a purge leaves it.
+    @Test func theCacheRootIsTaggedSoBackupsLeaveItOut() throws {
+        let (v, a, _) = try Self.volume(Self.noAutomaticPurge)
+        defer { v.close() }
+        #expect(v.inside(a, ["cache", "write", "in-a-backup", "5000"]).status == 0)
+        let tag = v.sh("head -n 1 \"$1/CACHEDIR.TAG\"", v.cacheRoot)
+        #expect(tag.stdoutText == "Signature: 8a477f597d28d172789f06886806bc55\n", "\(tag)")
+        let backup = v.sh("tar -C \"$1\" --exclude-caches-all -cf - . | tar -tf -", v.volume)
+        #expect(backup.status == 0 && !backup.stdoutText.contains("in-a-backup") && backup.stdoutText.contains("outside"), "\(backup)")
+        let u = try v.usage()
+        #expect(u.apps["CACHEDIR.TAG"] == nil && u.files(Self.appA) == 1, "\(u)")
+        #expect(v.ctl(["cache", "purge"]).stdoutText == "freed 8192 bytes in 1 file(s)\n")
+        #expect(v.sh("test -f \"$1/CACHEDIR.TAG\"", v.cacheRoot).status == 0)
     }
 }

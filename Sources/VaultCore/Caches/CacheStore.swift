@@ -81,7 +81,7 @@ public final class CacheStore: @unchecked Sendable {
     /// Throws InternalError when it cannot be created or is not a plain directory.
     public func directory(for appID: String) throws -> String {
         try AppRecord.validate(appID: appID)
-        try FileSystem.makeDirectory(root, mode: 0o700)
+        try makeRoot()
         let path = root + "/" + appID
         guard mkdir(path, 0o700) == 0 || errno == EEXIST else {
             throw VaultError(.internalError, "cannot create the cache directory of \(appID): \(String(cString: strerror(errno)))")
@@ -102,6 +102,30 @@ public final class CacheStore: @unchecked Sendable {
             throw VaultError(.internalError, "cannot make the cache directory of \(appID) mode 0700: \(String(cString: strerror(errno)))")
         }
         return path
+    }
+
+    /// What a cache directory tag holds (https://bford.info/cachedir/): backup tools
+    /// (`tar --exclude-caches`, borg, restic, …) leave out the directory that has one.
+    static let cacheDirectoryTag = """
+        Signature: 8a477f597d28d172789f06886806bc55
+        # This file is a cache directory tag created by vaultd.
+        # For information about cache directory tags, see:
+        #\thttps://bford.info/cachedir/
+
+        """
+
+    /// Makes the root (0700) and its `CACHEDIR.TAG`, so that caches are never part of a
+    /// backup (issue #6) wherever the root is (`--cache-dir`), not only where backup tools
+    /// leave out `~/.cache` by name. With each `Directory` (a root made by an older vaultd
+    /// gets its tag then); a tag that cannot be written (a full disk) is written at the next.
+    func makeRoot() throws {
+        try FileSystem.makeDirectory(root, mode: 0o700)
+        let fd = open(root + "/CACHEDIR.TAG", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { return }
+        let bytes = Array(Self.cacheDirectoryTag.utf8)
+        let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        close(fd)
+        if written != bytes.count { unlink(root + "/CACHEDIR.TAG") }
     }
 
     /// Removes an app's whole cache directory (at uninstall), however deep, if `still()`,
@@ -127,9 +151,13 @@ public final class CacheStore: @unchecked Sendable {
         var onlyName: Bool
     }
 
-    /// The app directories under the root.
+    /// The app directories under the root: directories named as app IDs (not a file such as
+    /// `CACHEDIR.TAG`, whose name is also one, nor a symlink, which no walk follows).
     private func appDirectories() -> [String] {
-        ((try? FileManager.default.contentsOfDirectory(atPath: root)) ?? []).filter { (try? AppRecord.validate(appID: $0)) != nil }.sorted()
+        ((try? FileManager.default.contentsOfDirectory(atPath: root)) ?? []).filter { name in
+            var st = stat()
+            return (try? AppRecord.validate(appID: name)) != nil && lstat(root + "/" + name, &st) == 0 && st.st_mode & S_IFMT == S_IFDIR
+        }.sorted()
     }
 
     /// Every non-directory entry in every app's cache (symlinks, FIFOs and sockets included,
