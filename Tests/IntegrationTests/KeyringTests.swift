@@ -202,6 +202,25 @@ import Glibc
         #expect(try items(k, group: "imported").count == 1)
     }
 
+    /// An import in the very second the keyring item was written (a script: store, then
+    /// import) still records it, so a later import keeps a change made in the vault since. The
+    /// first import left the item's `modified` unrecorded, and the next one put the keyring's
+    /// old secret back over the vault's (here a `vaultctl item update`; a password git stored
+    /// for an imported credential went the same way).
+    @Test func anImportRightAfterTheKeyringWriteStillKeepsALaterVaultEdit() throws {
+        let k = try Self.initialisedFixture()
+        defer { k.close() }
+        let attributes = ["service", "soon.example", "username", "carol"]
+        try #require(k.secretToolStore(label: "Soon", attributes, secret: "keyring-1").status == 0)
+        #expect(k.ctl(["keyring", "import", "--access-group", "imported"]).stdoutText.contains("1 added"))
+        let edit = k.ctl(["item", "update", "--access-group", "imported", "--service", "soon.example", "--secret-stdin"], stdin: Data("vault-2".utf8))
+        try #require(edit.status == 0, "\(edit)")
+        usleep(1_100_000)
+        let again = k.ctl(["keyring", "import", "--access-group", "imported"])
+        #expect(again.status == 0 && again.stdoutText.contains("0 added, 0 updated, 1 unchanged"), "\(again)")
+        #expect(k.ctl(["item", "get", "--access-group", "imported", "--service", "soon.example"]).stdoutText == "vault-2")
+    }
+
     /// Any program on the session bus can write a keyring item that looks like one of our
     /// exports (`xdg:schema io.vaultd.Item`) and names a group. With no such item in the vault
     /// it is imported into the group the import names, like any keyring item: it used to go

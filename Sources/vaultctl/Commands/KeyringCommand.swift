@@ -51,9 +51,19 @@ struct KeyringCommand: Command {
     // MARK: import
 
     func importItems(_ keyring: DesktopKeyring, _ context: Context) throws {
-        let (info, items): (KeyringCollection, [KeyringItem])
+        var (info, items): (KeyringCollection, [KeyringItem])
         do {
             (info, items) = try keyring.items(inCollection: collection, unlock: true)
+            // An item's `modified` is in whole seconds, and one of this very second is not
+            // recorded (a change later in the second would keep it); an item imported without
+            // it had its keyring copy taken at the next import, over a change made in the vault
+            // since (a `vaultctl item update`, a password git stored). So an import that meets
+            // one waits for the next second and reads the collection again.
+            let now = Date().timeIntervalSince1970
+            if items.contains(where: { Double($0.modified) >= now.rounded(.down) }) {
+                usleep(UInt32(((now.rounded(.down) + 1 - now) * 1_000_000).rounded(.up)) + 10_000)
+                (info, items) = try keyring.items(inCollection: collection, unlock: true)
+            }
         } catch let e as KeyringError {
             throw KeyringFailure(e)
         }
