@@ -19,8 +19,9 @@ import Glibc
 // a password whose expiry has passed. (Items stored with the token in `generic` still give it.)
 //
 // Access group: registered as an app (`vaultctl app install org.git-scm.credential-vault
-// --exe PATH --access-group git`), the helper uses its own groups; run unregistered (as the
-// owner), it uses the group `git` — the same items either way.
+// --exe PATH --access-group git --keep-credentials-on-reinstall`, as the README says), the
+// helper uses its own groups; run unregistered (as the owner), it uses the group `git` — the
+// same items either way.
 //
 // Never harmful: a locked vault (or no vaultd) makes every action a quiet no-op with exit 0,
 // so git falls back to asking and nothing is erased or overwritten; a vaultd that does not

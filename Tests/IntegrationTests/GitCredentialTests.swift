@@ -509,6 +509,40 @@ import Glibc
         #expect(g.internetItems().first?["accessGroup"] as? String == "git")
     }
 
+    /// The README's `app install` line for the helper keeps git's credentials over a reinstall:
+    /// vaultd takes the helper's executable gone and back (a package removed and installed
+    /// again, `make uninstall install`) for an uninstall and a reinstall, and the first launch
+    /// after it wiped every credential the helper had stored (the `git` group is no other
+    /// app's), so git asked for every password again. The line now has
+    /// `--keep-credentials-on-reinstall`; run here as the README writes it.
+    @Test func theReadmeAppInstallLineKeepsGitsCredentialsOverAReinstall() throws {
+        let g = try Git()
+        defer { g.close() }
+        let readme = try String(contentsOf: Paths.repoRoot.appendingPathComponent("README.md"), encoding: .utf8)
+        let line = try #require(readme.split(separator: "\n").first { $0.hasPrefix("    vaultctl app install org.git-scm.credential-vault ") })
+        let dir = g.d.root + "/usr-local-bin"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        let exe = dir + "/git-credential-vault"
+        try FileManager.default.copyItem(atPath: Paths.tool("git-credential-vault"), toPath: exe)
+        let words = line.split(separator: " ").map(String.init)
+        try #require(words.first == "vaultctl" && words.contains("/usr/local/bin/git-credential-vault"), "\(line)")
+        let install = g.d.ctl(words.dropFirst().map { $0 == "/usr/local/bin/git-credential-vault" ? exe : $0 })
+        try #require(install.status == 0, "\(install)")
+        func helper(_ verb: String, _ input: String) -> ProcessResult {
+            g.git(["-c", "credential.helper=", "-c", "credential.helper=" + exe, "credential", verb], input + "\n")
+        }
+        #expect(helper("approve", "protocol=https\nhost=example.org\nusername=bob\npassword=pb").status == 0)
+        #expect(g.internetItems().count == 1)
+
+        try #require(rename(exe, exe + ".aside") == 0)
+        #expect(eventually(timeout: 10) { g.d.appShow("org.git-scm.credential-vault")?["installed"] as? Bool == false })
+        try #require(rename(exe + ".aside", exe) == 0)
+        #expect(eventually(timeout: 10) { g.d.appShow("org.git-scm.credential-vault")?["installed"] as? Bool == true })
+        let fill = helper("fill", "protocol=https\nhost=example.org\n")
+        #expect(fill.status == 0 && fill.stdoutText.contains("password=pb\n"), "\(fill)")
+        #expect(g.internetItems().count == 1)
+    }
+
     /// An endless or huge input is refused past 1 MiB (git sends a few short lines): the
     /// helper read stdin without a bound, growing for as long as it was fed.
     @Test func anInputOverOneMiBIsRefusedNotReadForEver() throws {
