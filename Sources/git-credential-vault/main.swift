@@ -58,13 +58,19 @@ func parseInput(_ data: Data) throws -> [String: String] {
     if let end = bytes.indices.first(where: { bytes[$0] == 0x0A && ($0 == 0 || bytes[$0 - 1] == 0x0A) }) {
         bytes.removeSubrange(end...)
     }
-    guard let text = String(validating: bytes, as: UTF8.self) else { throw Rejected(message: "the input is not UTF-8") }
     var fields: [String: String] = [:]
-    for line in text.split(separator: "\n", omittingEmptySubsequences: true) {
-        guard let eq = line.firstIndex(of: "=") else { throw Rejected(message: "a line is not key=value") }
-        let key = String(line[..<eq])
-        let value = String(line[line.index(after: eq)...])
+    for line in bytes.split(separator: 0x0A, omittingEmptySubsequences: true) {
+        guard let eq = line.firstIndex(of: UInt8(ascii: "=")) else { throw Rejected(message: "a line is not key=value") }
+        guard let key = String(validating: line[..<eq], as: UTF8.self) else { throw Rejected(message: "the input is not UTF-8") }
         if key.isEmpty { throw Rejected(message: "a line has an empty key") }
+        // Only what the helper reads must be UTF-8: a field it does not use (`wwwauth[]`,
+        // which git 2.41 and later fill from the server's WWW-Authenticate header, whose
+        // realm may be Latin-1) must not make it refuse the whole request, as git itself and
+        // its credential-store take any bytes there.
+        guard let value = String(validating: line[(eq + 1)...], as: UTF8.self) else {
+            if Credential.readKeys.contains(key) { throw Rejected(message: "the input is not UTF-8") }
+            continue
+        }
         // As git's credential_read: `url=` clears what came before and sets the fields it
         // holds; a field after it overrides.
         if key == "url" {
@@ -164,6 +170,8 @@ struct Credential {
     var extras: [String: String]
 
     static let extraKeys = ["password_expiry_utc", "oauth_refresh_token"]
+    /// The input fields the helper reads (`url` holds the first five).
+    static let readKeys: Set<String> = Set(["protocol", "host", "path", "username", "password", "url"] + extraKeys)
 
     /// nil when git names nothing to look for: no protocol, or no host (except for a client
     /// certificate's passphrase, `protocol=cert` with the certificate's path and an empty

@@ -265,6 +265,27 @@ import Glibc
         #expect(evil.status == 0 && evil.stdout.isEmpty, "\(evil)")
     }
 
+    /// A field the helper does not read may hold bytes that are not UTF-8: `wwwauth[]` (git
+    /// 2.41 and later pass the server's WWW-Authenticate headers to helpers; a realm may be
+    /// Latin-1). The helper refused the whole request ("the input is not UTF-8"), so git asked
+    /// for the password at every fetch from that server; git's credential-store answers. A
+    /// field the helper reads (a Latin-1 password) is still refused.
+    @Test func aFieldTheHelperDoesNotReadMayHoldAnyBytes() throws {
+        let g = try Git()
+        defer { g.close() }
+        #expect(g.approve("protocol=https\nhost=example.org\nusername=bob\npassword=pb").status == 0)
+        let file = g.d.root + "/git-credentials"
+        #expect(g.git(["credential-store", "--file", file, "store"], "protocol=https\nhost=example.org\nusername=bob\npassword=pb\n\n").status == 0)
+        let input = Array("protocol=https\nhost=example.org\nwwwauth[]=Basic realm=\"caf".utf8) + [0xE9] + Array("\"\ncapability[]=authtype\n\n".utf8)
+        let store = g.d.run("git", ["credential-store", "--file", file, "get"], stdin: Data(input), environment: g.env)
+        #expect(store.stdoutText == "username=bob\npassword=pb\n", "\(store)")
+        let vault = g.helper("get", input)
+        #expect(vault.status == 0 && vault.stdoutText == store.stdoutText, "\(vault)")
+        let latin1 = g.helper("store", Array("protocol=https\nhost=example.org\nusername=bob\npassword=caf".utf8) + [0xE9] + Array("\n\n".utf8))
+        #expect(latin1.status == 1 && latin1.stderr.contains("not UTF-8"), "\(latin1)")
+        #expect(g.fill("protocol=https\nhost=example.org").1["password"] == "pb")
+    }
+
     /// An operation the helper does not know (git may add some) is ignored silently, exit 0,
     /// as gitcredentials(7) asks; `--help` prints the usage on stdout, exit 0; no operation
     /// at all is a usage error.
