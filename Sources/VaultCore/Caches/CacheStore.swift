@@ -164,13 +164,13 @@ public final class CacheStore: @unchecked Sendable {
     /// as entries to remove; their targets are never followed), on the cache's own filesystem,
     /// at any depth (`TreeWalk`). A file with several names (hard links) counts its bytes at
     /// the first name met only, as `du` does.
-    func files() -> [CachedFile] {
+    func files(grantAccess: Bool = false) -> [CachedFile] {
         var out: [CachedFile] = []
         var counted: Set<ino_t> = []
         for app in appDirectories() {
             let fd = open(root + "/" + app, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
             guard fd >= 0 else { continue }
-            TreeWalk.walk(fd, label: app) { _, name, st, directory in
+            TreeWalk.walk(fd, label: app, grantAccess: grantAccess) { _, name, st, directory in
                 let used = max(Double(st.st_atim.tv_sec) + Double(st.st_atim.tv_nsec) / 1e9, Double(st.st_mtim.tv_sec) + Double(st.st_mtim.tv_nsec) / 1e9)
                 let key = EntryKey(directory: directory, name: name, inode: st.st_ino)
                 let first = st.st_nlink < 2 || counted.insert(st.st_ino).inserted
@@ -226,9 +226,9 @@ public final class CacheStore: @unchecked Sendable {
             for f in files { wanted.insert(f.key) }
             let fd = open(root + "/" + app, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
             guard fd >= 0 else { continue }
-            TreeWalk.walk(fd, label: app) { directoryFD, name, st, directory in
+            TreeWalk.walk(fd, label: app, grantAccess: true) { directoryFD, name, st, directory in
                 let key = EntryKey(directory: directory, name: name, inode: st.st_ino)
-                guard wanted.contains(key), unlinkat(directoryFD, name, 0) == 0 else { return }
+                guard wanted.contains(key), TreeWalk.unlink(directoryFD, name) else { return }
                 wanted.remove(key)
                 report.add(st.st_nlink == 1 ? Int64(st.st_blocks) * 512 : 0, of: app, lastName: st.st_nlink == 1)
             }
@@ -246,7 +246,10 @@ public final class CacheStore: @unchecked Sendable {
     func purge(only: String? = nil, running: Set<String>, until enough: (PurgeReport) -> Bool) -> PurgeReport {
         lock.withLock {
             var report = PurgeReport()
-            var all = files().filter { only == nil || $0.appID == only }
+            // Into directories the app made unreadable too, and out of unwritable ones: as
+            // the app's owner vaultd may, and a cache it cannot purge is no cache (running as
+            // the user, not root, such files stayed for good, yet counted in its usage).
+            var all = files(grantAccess: true).filter { only == nil || $0.appID == only }
             var st = stat()
             if !all.isEmpty, stat(root, &st) == 0 {
                 let inUse = OpenFiles.inodes(on: st.st_dev)

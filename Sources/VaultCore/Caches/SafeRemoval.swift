@@ -20,12 +20,14 @@ enum SafeRemoval {
         let fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard fd >= 0 else { return 0 }
         var freed: Int64 = 0
-        TreeWalk.walk(fd, label: label) { directoryFD, name, st, _ in
-            if unlinkat(directoryFD, name, 0) == 0, st.st_mode & S_IFMT == S_IFREG {
+        // Directories the app made unreadable or unwritable are opened up first (they are
+        // ours): an uninstall left them, and what was in them, for the next install.
+        TreeWalk.walk(fd, label: label, grantAccess: true) { directoryFD, name, st, _ in
+            if TreeWalk.unlink(directoryFD, name), st.st_mode & S_IFMT == S_IFREG {
                 freed += Int64(st.st_blocks) * 512
             }
         } leave: { parentFD, name in
-            unlinkat(parentFD, name, AT_REMOVEDIR)
+            _ = TreeWalk.unlink(parentFD, name, flags: AT_REMOVEDIR)
         }
         return freed
     }

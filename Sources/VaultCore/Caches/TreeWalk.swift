@@ -43,9 +43,12 @@ enum TreeWalk {
     /// entries of a directory below the root have been visited: `leave(parentFD, name)`, if
     /// given (to remove it). `label` names the tree in the log: an app ID. `mountID`: the
     /// mount a directory fd is on (tests stand in for a kernel that does not tell).
+    /// `grantAccess`: a directory of ours that may not be read or searched (the app made it
+    /// 0300, 0000, …) is given u+rwx so that the walk goes in (for a purge or a removal, which
+    /// delete what is in it; not for a count, which must change nothing).
     static func walk(
-        _ rootFD: Int32, label: String, mountID: (Int32) -> UInt64? = mountID, entry: (Int32, [CChar], stat, ino_t) -> Void,
-        leave: ((Int32, [CChar]) -> Void)? = nil
+        _ rootFD: Int32, label: String, mountID: (Int32) -> UInt64? = mountID, grantAccess: Bool = false,
+        entry: (Int32, [CChar], stat, ino_t) -> Void, leave: ((Int32, [CChar]) -> Void)? = nil
     ) {
         var st = stat()
         guard fstat(rootFD, &st) == 0, let rootNames = names(in: rootFD) else {
@@ -69,7 +72,10 @@ enum TreeWalk {
                     entry(fd, name, st, levels[top].inode)
                     continue
                 }
-                let sub = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                var sub = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                if sub < 0 && errno == EACCES && grantAccess && grantOwnerAccess(in: fd, to: name, inode: st.st_ino, device: device) {
+                    sub = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                }
                 guard sub >= 0 else { continue }
                 var seen = stat()
                 guard fstat(sub, &seen) == 0, seen.st_dev == device, seen.st_ino == st.st_ino, mountID(sub) == mount,
@@ -119,6 +125,35 @@ enum TreeWalk {
 
     /// The id of the mount `fd` is on; nil when the kernel does not tell (before Linux 5.8:
     /// then the device check stands alone).
+    /// Gives the directory `name` in `parentFD` (the one a walk saw as `inode` on `device`)
+    /// u+rwx when we own it, without following a symlink put in its place: through an
+    /// `O_PATH | O_NOFOLLOW` fd, checked, and `chmod` of its `/proc/self/fd` link, which is
+    /// that inode itself (as glibc's `fchmodat(AT_SYMLINK_NOFOLLOW)`).
+    static func grantOwnerAccess(in parentFD: Int32, to name: [CChar], inode: ino_t, device: dev_t) -> Bool {
+        let p = openat(parentFD, name, pathOnly | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard p >= 0 else { return false }
+        defer { close(p) }
+        var st = stat()
+        guard fstat(p, &st) == 0, st.st_ino == inode, st.st_dev == device, st.st_uid == geteuid(), st.st_mode & S_IFMT == S_IFDIR else { return false }
+        return chmod("/proc/self/fd/\(p)", (st.st_mode & 0o7777) | 0o700) == 0
+    }
+
+    /// O_PATH (Linux: 010000000).
+    static let pathOnly: Int32 = 0o10000000
+
+    /// `unlinkat(directoryFD, name, flags)`; when that is refused (EACCES: the app took the
+    /// write permission from a directory of ours), the directory is given u+rwx and the
+    /// unlink tried again. For purges and removals, which must not be stopped so.
+    static func unlink(_ directoryFD: Int32, _ name: [CChar], flags: Int32 = 0) -> Bool {
+        if unlinkat(directoryFD, name, flags) == 0 { return true }
+        guard errno == EACCES else { return false }
+        var st = stat()
+        guard fstat(directoryFD, &st) == 0, st.st_uid == geteuid(), st.st_mode & 0o700 != 0o700,
+            fchmod(directoryFD, (st.st_mode & 0o7777) | 0o700) == 0
+        else { return false }
+        return unlinkat(directoryFD, name, flags) == 0
+    }
+
     static func mountID(_ fd: Int32) -> UInt64? {
         var id: UInt64 = 0
         return vault_mount_id(fd, &id) == 0 ? id : nil
