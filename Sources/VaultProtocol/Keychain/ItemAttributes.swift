@@ -213,9 +213,18 @@ public struct ItemAttributes: Equatable, Sendable {
 
     /// The wire form (the `Attributes` type of io.vaultd.Keychain); absent attributes are omitted.
     public var json: JSON {
-        // Room for every attribute at once: growing from empty rehashed it four times.
-        var o: [String: JSON] = [:]
-        o.reserveCapacity(17)
+        // Room for the attributes set, made at once: growing from empty rehashed a stored
+        // item's attributes four times, and room for all 17 cost a query of two more than
+        // the rest of its serialization.
+        var count = 0
+        for k in StringAttribute.allCases where self[k] != nil { count += 1 }
+        if generic != nil { count += 1 }
+        if accessible != nil { count += 1 }
+        if synchronizable != nil { count += 1 }
+        if port != nil { count += 1 }
+        if creationDate != nil { count += 1 }
+        if modificationDate != nil { count += 1 }
+        var o = [String: JSON](minimumCapacity: count)
         for k in StringAttribute.allCases {
             if let v = self[k] { o[k.rawValue] = .string(v) }
         }
