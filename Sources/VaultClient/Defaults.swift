@@ -15,11 +15,11 @@ public final class Defaults: @unchecked Sendable {
     /// The persistent domain this instance writes: the app's own (nil) or a suite (`group.*`).
     public let suiteName: String?
     private let lock = NSLock()
-    private var argumentDomain: [String: PlistValue]
-    private var domains: [String: [String: PlistValue]] = [:]
+    private var argumentDomain: PlistDictionary
+    private var domains: ExactDictionary<PlistDictionary> = [:]
     /// The registration domain, one per process: shared by every instance, as UserDefaults'
     /// ("The argument and registration domains are shared between all instances").
-    private static let registration = Mutex<[String: PlistValue]>([:])
+    private static let registration = Mutex<PlistDictionary>([:])
     private let searchList: [String]
     private var observer: VaultConnection?
     /// The sequence number of the last change event applied from the current Observe stream,
@@ -32,7 +32,7 @@ public final class Defaults: @unchecked Sendable {
     /// replace them: the copy would go back to the older value until the stream brought ours
     /// (a read after `set` saw the value before it). Dropped once the stream brings them, or
     /// a newer change, and when the stream ends (snapshots come only at its start).
-    private var ownWrites: [String: [String: UInt64]] = [:]
+    private var ownWrites: ExactDictionary<ExactDictionary<UInt64>> = [:]
     private var watchers: [UUID: AsyncStream<DefaultsChange>.Continuation] = [:]
 
     /// The domain this instance reads first and writes.
@@ -75,8 +75,8 @@ public final class Defaults: @unchecked Sendable {
     /// Foundation's argument domain, a word starting with "-" is never a value: a switch
     /// with none (`-Verbose -Count 5`) sets nothing, and the next word is looked at as a key
     /// (Count = "5"); taking "-Count" as Verbose's value lost the Count pair.
-    static func argumentDomain(_ arguments: [String]) -> [String: PlistValue] {
-        var out: [String: PlistValue] = [:]
+    static func argumentDomain(_ arguments: [String]) -> PlistDictionary {
+        var out: PlistDictionary = [:]
         var i = 1
         while i + 1 < arguments.count {
             let a = arguments[i]
@@ -104,7 +104,7 @@ public final class Defaults: @unchecked Sendable {
         let failure = LockedBox<VaultError?>(nil)
         let expected = searchList.count
         let socketPath = vault.connection.socketPath
-        let parameters: [String: JSON] = ["domains": .array(searchList.map { .string($0) })]
+        let parameters: JSONObject = ["domains": .array(searchList.map { .string($0) })]
         let thread = Thread { [weak self] in
             var connection: VaultConnection? = first
             var initial = true
@@ -165,19 +165,19 @@ public final class Defaults: @unchecked Sendable {
 
     /// Applies one Observe reply; returns true for a snapshot. A snapshot replaces the
     /// domain's copy; its differences from the copy (none at the first) go to watchers.
-    private func apply(_ reply: [String: JSON]) -> Bool {
+    private func apply(_ reply: JSONObject) -> Bool {
         guard let domain = reply["domain"]?.stringValue else { return false }
         if let values = reply["values"]?.objectValue {
             let decoded = values.compactMapValues { try? PlistValue(tagged: $0) }
             // Every write numbered up to the snapshot's sequence is in it (0 from a vaultd
             // that sends none): a write of ours at or below it must not be applied over it.
             let through = Preferences.sequence(in: reply) ?? 0
-            let (old, conts): ([String: PlistValue], [AsyncStream<DefaultsChange>.Continuation]) = lock.withLock {
+            let (old, conts): (PlistDictionary, [AsyncStream<DefaultsChange>.Continuation]) = lock.withLock {
                 defer { domains[domain] = decoded; appliedSequence = through }
                 return (domains[domain] ?? [:], Array(watchers.values))
             }
             if !conts.isEmpty {
-                for key in Set(old.keys).union(decoded.keys) where old[key] != decoded[key] {
+                for key in Set(old.storage.keys).union(decoded.storage.keys).map(\.string) where old[key] != decoded[key] {
                     for c in conts { c.yield(DefaultsChange(domain: domain, key: key, value: decoded[key])) }
                 }
             }
@@ -394,13 +394,13 @@ public final class Defaults: @unchecked Sendable {
     }
 
     /// As `UserDefaults.dictionary(forKey:)`: nil when absent or not a dictionary.
-    public func dictionary(forKey key: String) -> [String: PlistValue]? {
+    public func dictionary(forKey key: String) -> PlistDictionary? {
         if case .dict(let d)? = object(forKey: key) { return d }
         return nil
     }
 
     /// Every key visible through the search list, with the value that wins.
-    public func dictionaryRepresentation() -> [String: PlistValue] {
+    public func dictionaryRepresentation() -> PlistDictionary {
         lock.withLock {
             var out = Self.registration.withLock { $0 }
             for d in searchList.reversed() { out.merge(domains[d] ?? [:]) { $1 } }
@@ -411,7 +411,7 @@ public final class Defaults: @unchecked Sendable {
 
     /// Adds to the registration domain (searched last, never stored; one per process, every
     /// instance sees it, as UserDefaults').
-    public func register(defaults: [String: PlistValue]) {
+    public func register(defaults: PlistDictionary) {
         Self.registration.withLock { $0.merge(defaults) { $1 } }
     }
 
@@ -436,7 +436,7 @@ public final class Defaults: @unchecked Sendable {
     private func applyOwnWrite(_ value: PlistValue?, forKey key: String, sequence: UInt64?) {
         let domain = domainName, socketPath = vault.connection.socketPath
         let others = Self.live.withLock { $0.values.compactMap(\.defaults) }.filter {
-            $0 !== self && $0.vault.connection.socketPath == socketPath && $0.searchList.contains(domain)
+            $0 !== self && $0.vault.connection.socketPath == socketPath && $0.searchList.containsBytes(domain)
         }
         for d in [self] + others { d.apply(value, domain: domain, key: key, sequence: sequence) }
     }

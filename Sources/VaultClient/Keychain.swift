@@ -22,7 +22,7 @@ public struct Query: Sendable {
         self.matchAll = matchAll
     }
 
-    var parameters: [String: JSON] {
+    var parameters: JSONObject {
         ["class": itemClass.map { .string($0.rawValue) } ?? .null, "query": attributes.json, "matchLimit": matchAll ? "all" : "one"]
     }
 }

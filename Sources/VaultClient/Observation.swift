@@ -5,7 +5,7 @@ extension VaultConnection {
     /// Streams the replies of a `more` call on a new connection of its own, as an
     /// `AsyncThrowingStream`. Cancelling the iteration closes that connection.
     static func observe<T: Sendable>(
-        socketPath: String, method: String, parameters: [String: JSON], transform: @escaping @Sendable ([String: JSON]) -> T?
+        socketPath: String, method: String, parameters: JSONObject, transform: @escaping @Sendable (JSONObject) -> T?
     ) -> AsyncThrowingStream<T, Error> {
         AsyncThrowingStream { continuation in
             let connection: VaultConnection

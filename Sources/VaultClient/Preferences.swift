@@ -41,7 +41,7 @@ public struct Preferences: Sendable {
             throw VaultError(
                 .domainTooLarge,
                 "the value is over \(Varlink.maximumMessageSize) bytes on the wire; a domain may hold \(DomainLimit.maximumBytes) bytes (4 MiB); nothing was written",
-                extra: ["limit": JSON(DomainLimit.maximumBytes)].merging(domain.map { ["domain": .string($0)] } ?? [:]) { $1 })
+                extra: (["limit": JSON(DomainLimit.maximumBytes)] as JSONObject).merging(domain.map { ["domain": .string($0)] } ?? [:]) { $1 })
         }
     }
 
@@ -60,12 +60,12 @@ public struct Preferences: Sendable {
 
     /// A write's sequence number in a Set/Remove reply or an Observe event (nil when absent:
     /// a vaultd that sends none).
-    static func sequence(in reply: [String: JSON]) -> UInt64? {
+    static func sequence(in reply: JSONObject) -> UInt64? {
         reply["sequence"]?.int64Value.flatMap { UInt64(exactly: $0) }
     }
 
     /// Every key of a domain (empty when it has none). Throws MissingEntitlement.
-    public func values(domain: String?) throws -> [String: PlistValue] {
+    public func values(domain: String?) throws -> PlistDictionary {
         let r = try connection.call("io.vaultd.Preferences.Domain", ["domain": Self.domain(domain)])
         return try (r["values"]?.objectValue ?? [:]).mapValues { try PlistValue(tagged: $0) }
     }
@@ -103,7 +103,7 @@ public struct Preferences: Sendable {
     /// `defaults write DOMAIN '{ … }'` writes). Returns the number of keys. Throws
     /// DomainTooLarge (over 4 MiB), InvalidValue, ReadOnlyDomain, MissingEntitlement.
     @discardableResult
-    public func importDomain(_ domain: String, values: [String: PlistValue]) throws -> Int {
+    public func importDomain(_ domain: String, values: PlistDictionary) throws -> Int {
         do {
             return try connection.call("io.vaultd.Preferences.Import", ["domain": .string(domain), "values": .object(values.mapValues(\.tagged))])["keys"]?.intValue ?? 0
         } catch let e as VaultError where e.code == .invalidParameter && e.parameters["parameter"] == "message" {

@@ -99,7 +99,7 @@ public struct LaunchInfo: Sendable, Equatable {
     /// does not say.
     public var defaultAccessGroup: String?
 
-    init(_ p: [String: JSON]) {
+    init(_ p: JSONObject) {
         appID = p["appID"]?.stringValue
         generation = p["generation"]?.stringValue
         isFirstLaunch = p["firstLaunch"]?.boolValue ?? false
@@ -145,7 +145,7 @@ public struct VaultStatus: Sendable, Equatable {
     /// vaultd's data directory (given to the owner's tools only; nil for apps).
     public var dataDirectory: String?
 
-    init(_ p: [String: JSON]) {
+    init(_ p: JSONObject) {
         lock = LockState(p["lock"])
         version = p["version"]?.stringValue ?? ""
         items = p["items"]?.intValue ?? 0

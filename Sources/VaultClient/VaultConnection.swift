@@ -102,7 +102,7 @@ public final class VaultConnection: @unchecked Sendable {
     /// `message` for a call over the 8 MiB message limit (nothing is sent; the connection
     /// stays usable).
     @discardableResult
-    public func call(_ method: String, _ parameters: [String: JSON] = [:]) throws -> [String: JSON] {
+    public func call(_ method: String, _ parameters: JSONObject = [:]) throws -> JSONObject {
         try lock.withLock {
             try send(try Self.message(VarlinkCall(method: method, parameters: parameters)), reconnecting: true)
             // The reply is polled for only while no other thread of the app awaits one: then
@@ -120,7 +120,7 @@ public final class VaultConnection: @unchecked Sendable {
     /// MissingEntitlement), ConnectionFailed when the connection closes or breaks (never
     /// reconnects) or a reply takes over `replyTimeout` seconds. The connection is used up
     /// afterwards.
-    public func stream(_ method: String, _ parameters: [String: JSON] = [:], handler: ([String: JSON]) -> Bool) throws {
+    public func stream(_ method: String, _ parameters: JSONObject = [:], handler: (JSONObject) -> Bool) throws {
         try lock.withLock {
             try send(try Self.message(VarlinkCall(method: method, parameters: parameters, more: true)))
             while true {

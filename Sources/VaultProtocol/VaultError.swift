@@ -7,14 +7,14 @@ public struct VaultError: Error, Equatable, CustomStringConvertible, Sendable {
     /// The varlink error name, e.g. `io.vaultd.Keychain.ItemNotFound`.
     public var name: String
     /// Error parameters as sent on the wire; always holds `message`, and `status` when set.
-    public var parameters: [String: JSON]
+    public var parameters: JSONObject
 
-    public init(name: String, parameters: [String: JSON]) {
+    public init(name: String, parameters: JSONObject) {
         self.name = name
         self.parameters = parameters
     }
 
-    public init(_ code: Code, _ message: String, extra: [String: JSON] = [:]) {
+    public init(_ code: Code, _ message: String, extra: JSONObject = [:]) {
         var p = extra
         p["message"] = .string(message)
         if let s = code.status { p["status"] = JSON(Int(s)) }

@@ -236,7 +236,10 @@ func unpackedSecret(_ data: Data) -> (password: String, refreshToken: String?)? 
 /// What `generic` keeps (`password_expiry_utc`; an earlier helper kept the refresh token too).
 func extras(of item: Item) -> [String: String] {
     guard let g = item.attributes?.generic, let j = try? JSON.parse(Array(g)), case .object(let o) = j else { return [:] }
-    return o.compactMapValues(\.stringValue).filter { Credential.extraKeys.contains($0.key) }
+    // Only git's own field names, which are ASCII: nothing for canonical equivalence to merge.
+    var out: [String: String] = [:]
+    for (k, v) in o where Credential.extraKeys.contains(k) { out[k] = v.stringValue }
+    return out
 }
 
 /// Whether this helper stored the item: its `generic` is the helper's JSON object (an item
@@ -301,7 +304,7 @@ func store(_ vault: Vault, _ c: Credential, group: String?) throws {
     attributes.label = "git: \(c.protocol)://\(username)@\(c.server)\(c.port == 0 ? "" : ":\(c.port)")\(c.path.map { "/" + $0 } ?? "")"
     // The refresh token is a secret: it goes with the password, not in an attribute (which
     // `vaultctl item list --json` shows, and which only the metadata key encrypts).
-    attributes.generic = Data(JSON.object(c.extras.filter { $0.key != "oauth_refresh_token" }.mapValues { .string($0) }).serialized())
+    attributes.generic = Data(JSON.object(ExactDictionary(c.extras.filter { $0.key != "oauth_refresh_token" }).mapValues { JSON.string($0) }).serialized())
     let secret = packedSecret(password: password, refreshToken: c.extras["oauth_refresh_token"])
     do {
         try vault.keychain.add(.internetPassword, attributes: attributes, data: secret)
@@ -330,7 +333,7 @@ func store(_ vault: Vault, _ c: Credential, group: String?) throws {
 /// token, a secret, never goes there); the rest of a JSON object is kept. Anything else is
 /// no `generic` of ours or of an import's, and is replaced.
 func merged(_ generic: Data?, extras: [String: String]) -> Data {
-    var o: [String: JSON] = [:]
+    var o: JSONObject = [:]  // byte-keyed: whatever else `generic` holds is kept as it is
     if let g = generic, let j = try? JSON.parse(Array(g)), case .object(let existing) = j { o = existing }
     for k in Credential.extraKeys { o[k] = nil }
     for (k, v) in extras where k != "oauth_refresh_token" { o[k] = .string(v) }

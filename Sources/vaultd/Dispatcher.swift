@@ -28,8 +28,8 @@ struct Dispatcher {
     /// A streaming call's first replies, and how each later event becomes a reply (nil: not
     /// for this subscriber).
     struct Subscription {
-        var initial: [[String: JSON]]
-        var reply: @Sendable (VaultEvent) -> [String: JSON]?
+        var initial: [JSONObject]
+        var reply: @Sendable (VaultEvent) -> JSONObject?
     }
 
     /// Sets up a `more` call. Throws like `handle` for bad parameters or permissions.
@@ -55,28 +55,28 @@ struct Dispatcher {
             } else {
                 names = [try vault.resolveDomain(nil, caller: caller, write: false)]
             }
-            // Names and keys compare byte for byte, as stored: a `Set<String>` takes two that
-            // differ only in Unicode normalisation for one, and sent a member of one app group
-            // the changes of another group's suite spelled the other way.
-            let domainNames = try names.map { try vault.resolveDomain($0, caller: caller, write: false) }
-            let domains = Set(domainNames.map { Array($0.utf8) })
-            var keys: Set<[UInt8]>?
+            // Byte for byte: two domains (or keys) differing only in Unicode normalisation
+            // are two to the store; as Swift `Set<String>`s one would stand for the other (an
+            // observer of its own suite heard another app's writes to the twin suite).
+            let domains = ExactSet(try names.map { ExactString(try vault.resolveDomain($0, caller: caller, write: false)) })
+            var keys: ExactSet?
             if let list = p.optionalJSON("keys") {
                 guard let a = list.arrayValue?.compactMap(\.stringValue), a.count == list.arrayValue?.count else {
                     throw VaultError.invalidParameter("keys", "must be an array of strings")
                 }
                 // A key no preference can have is a mistake, not a key to wait for.
                 for k in a { try Vault.validatePreferenceKey(k) }
-                keys = Set(a.map { Array($0.utf8) })
+                keys = ExactSet(a.map { ExactString($0) })
             }
-            let initial: [[String: JSON]] = try domains.map { String(decoding: $0, as: UTF8.self) }.sorted().map { d in
+            let initial: [JSONObject] = try domains.sorted().map(\.string).map { d in
                 var values = try vault.preferenceDomain(d)
-                if let keys { values = values.filter { keys.contains(Array($0.key.utf8)) } }
+                if let keys { values = values.filter { keys.contains(ExactString($0.key)) } }
                 return ["domain": .string(d), "values": .object(values.mapValues(\.tagged)), "sequence": JSON(emittedThrough)]
             }
             let wanted = keys
             return Subscription(initial: initial) { event in
-                guard case .preference(let d, let k, let v, let n) = event, domains.contains(Array(d.utf8)), wanted?.contains(Array(k.utf8)) ?? true
+                guard case .preference(let d, let k, let v, let n) = event, domains.contains(ExactString(d)),
+                    wanted?.contains(ExactString(k)) ?? true
                 else { return nil }
                 return ["domain": .string(d), "key": .string(k), "value": v?.tagged ?? .null, "sequence": JSON(n)]
             }
@@ -92,7 +92,7 @@ struct Dispatcher {
     }
 
     /// Answers one non-streaming call. Throws `VaultError` for every failure.
-    func handle(_ call: VarlinkCall, caller: Caller) throws -> [String: JSON] {
+    func handle(_ call: VarlinkCall, caller: Caller) throws -> JSONObject {
         if !Self.passiveMethods.contains(call.method) { activity() }
         let p = Parameters(values: call.parameters)
         switch call.method {
@@ -150,7 +150,7 @@ struct Dispatcher {
             return [
                 "items": .array(
                     found.map { item in
-                        var o: [String: JSON] = ["class": .string(item.itemClass.rawValue)]
+                        var o: JSONObject = ["class": .string(item.itemClass.rawValue)]
                         if returnAttributes { o["attributes"] = item.attributes.json }
                         if let d = item.data { o["data"] = .string(d.withUnsafeBytes { Data($0).base64EncodedString() }) }
                         return .object(o)

@@ -5,7 +5,7 @@ import VaultProtocol
 /// Typed access to a call's parameters; a missing or mistyped one throws
 /// `org.varlink.service.InvalidParameter` naming it.
 struct Parameters {
-    let values: [String: JSON]
+    let values: JSONObject
 
     private func present(_ name: String) -> JSON? {
         guard let v = values[name], !v.isNull else { return nil }

@@ -496,7 +496,7 @@ final class Server: @unchecked Sendable {
 final class StreamRelay: @unchecked Sendable {
     let queue = EventQueue()
     private let lock = NSLock()
-    private var reply: (@Sendable (VaultEvent) -> [String: JSON]?)?
+    private var reply: (@Sendable (VaultEvent) -> JSONObject?)?
     private var held: [VaultEvent] = []
 
     func receive(_ event: VaultEvent) {
@@ -506,7 +506,7 @@ final class StreamRelay: @unchecked Sendable {
         }
     }
 
-    func start(_ reply: @escaping @Sendable (VaultEvent) -> [String: JSON]?) {
+    func start(_ reply: @escaping @Sendable (VaultEvent) -> JSONObject?) {
         lock.withLock {
             self.reply = reply
             for e in held { if let r = reply(e) { queue.push(r) } }
@@ -518,7 +518,7 @@ final class StreamRelay: @unchecked Sendable {
 /// Replies waiting to be streamed to one observer.
 final class EventQueue: @unchecked Sendable {
     private let condition = NSCondition()
-    private var items: [[String: JSON]] = []
+    private var items: [JSONObject] = []
     /// An observer this far behind (not reading its stream, during a burst such as the
     /// import of a large domain) is dropped: its stream ends, and a client that connects
     /// again starts from a snapshot. (Dropping the oldest events instead left its copy
@@ -528,7 +528,7 @@ final class EventQueue: @unchecked Sendable {
 
     init(capacity: Int = 100_000) { self.capacity = capacity }
 
-    func push(_ item: [String: JSON]) {
+    func push(_ item: JSONObject) {
         condition.withLock {
             guard !overflowed else { return }
             items.append(item)
@@ -542,7 +542,7 @@ final class EventQueue: @unchecked Sendable {
 
     /// The replies queued, waiting up to `seconds` for one; nil once the queue overflowed
     /// (the stream is to end).
-    func drain(waitingUpTo seconds: Double) -> [[String: JSON]]? {
+    func drain(waitingUpTo seconds: Double) -> [JSONObject]? {
         condition.withLock {
             if items.isEmpty && !overflowed { _ = condition.wait(until: Date().addingTimeInterval(seconds)) }
             if overflowed { return nil }

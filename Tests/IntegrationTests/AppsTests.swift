@@ -1219,7 +1219,7 @@ import Glibc
         #expect(d.ctl(["item", "add", "--service", "owner", "--account", "x"], stdin: Data("s".utf8)).status == 0)
         #expect(d.ctl(["defaults", "write", "-g", "AppleLocale", "en_GB"]).status == 0)
         #expect(d.ctl(["defaults", "write", "org.example.elsewhere", "k", "v"]).status == 0)
-        func figures(_ exe: String) -> [String: Int]? {
+        func figures(_ exe: String) -> ExactDictionary<Int>? {
             let r = d.app(exe, ["status"])
             return (try? JSON.parse(Array(r.stdout)))?.objectValue?.compactMapValues(\.intValue)
         }

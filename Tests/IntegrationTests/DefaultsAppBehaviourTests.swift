@@ -346,9 +346,9 @@ final class StandInVaultd {
 
     /// Answers an Observe `call` as vaultd starts its stream: one snapshot per domain it names,
     /// holding `values(domain)`, with `sequence` (none: as a vaultd from before sequences).
-    static func sendSnapshots(answering call: VarlinkCall, on stream: VarlinkStream, sequence: Int?, values: (String) -> [String: JSON]) {
+    static func sendSnapshots(answering call: VarlinkCall, on stream: VarlinkStream, sequence: Int?, values: (String) -> JSONObject) {
         for d in call.parameters["domains"]?.arrayValue?.compactMap(\.stringValue) ?? [] {
-            var parameters: [String: JSON] = ["domain": .string(d), "values": .object(values(d))]
+            var parameters: JSONObject = ["domain": .string(d), "values": .object(values(d))]
             if let sequence { parameters["sequence"] = JSON(sequence) }
             _ = try? stream.send(VarlinkReply(parameters: parameters, continues: true).json)
         }

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import VaultClient
 import VaultProtocol
 
 /// `vaultctl defaults` as defaults(1): typed writes, read-type, read, and durability across
@@ -163,7 +164,7 @@ import VaultProtocol
     @Test func aDomainPrintsAsDefaultsReadDoes() throws {
         let d = try Daemon()
         defer { d.close() }
-        let safari: [String: PlistValue] = [
+        let safari: PlistDictionary = [
             "GUID": .integer(4_010_545_205),
             "tile-data": .dict([
                 "bundle-identifier": .string("com.apple.Safari"),
@@ -172,7 +173,7 @@ import VaultProtocol
             ]),
             "tile-type": .string("file-tile"),
         ]
-        let dock: [String: PlistValue] = [
+        let dock: PlistDictionary = [
             "autohide": .bool(true), "last-messagetrace-stamp": .real(624_858_776.484993), "loc": .string("zh_CN:CN"),
             "mod-count": .integer(4216), "orientation": .string("right"), "persistent-apps": .array([.dict(safari)]),
             "preferreditemsize": .integer(-1), "recent-apps": .array([]), "tilesize": .real(52),
@@ -326,5 +327,54 @@ import VaultProtocol
             #expect(r.status == 0, "\(value): \(r)")
             #expect((try stored("good\(i)")?["real"] as? NSNumber)?.doubleValue.bitPattern == expected.bitPattern, "\(value)")
         }
+    }
+}
+
+/// Preference keys and dictionary keys that differ only in Unicode normalisation (`é`
+/// U+00E9, `e` + U+0301) are two keys, as the store (SQLite) and Apple's `defaults` keep
+/// them. Swift's `[String: …]` merged them: `defaults read` showed one key with the other's
+/// value, a nested dictionary lost a value, and a Set or Import with both was refused as a
+/// "duplicate key".
+@Suite struct DefaultsNormalisationTests {
+    static let nfc = "caf\u{E9}", nfd = "cafe\u{301}"
+    static let domain = "com.example.normalisation"
+
+    @Test func keysDifferingOnlyInNormalisationAreTwoKeysEverywhere() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        #expect(d.ctl(["defaults", "write", Self.domain, Self.nfc, "-string", "a"]).status == 0)
+        #expect(d.ctl(["defaults", "write", Self.domain, Self.nfd, "-string", "b"]).status == 0)
+        #expect(d.ctl(["defaults", "write", Self.domain, "nested", "-dict", Self.nfc, "x", Self.nfd, "y"]).status == 0)
+        #expect(d.ctl(["defaults", "read", Self.domain, Self.nfc]).stdoutText == "a\n")
+        #expect(d.ctl(["defaults", "read", Self.domain, Self.nfd]).stdoutText == "b\n")
+        let all = d.ctl(["defaults", "read", Self.domain])
+        #expect(all.stdoutText == "{\n    \"cafe\\U0301\" = b;\n    \"caf\\U00e9\" = a;\n    nested =     {\n        \"cafe\\U0301\" = y;\n        \"caf\\U00e9\" = x;\n    };\n}\n", "\(all)")
+        let nested = d.ctl(["defaults", "read", Self.domain, "nested"])
+        #expect(nested.stdoutText == "{\n    \"cafe\\U0301\" = y;\n    \"caf\\U00e9\" = x;\n}\n", "\(nested)")
+
+        // Over the socket: the domain holds both, each with its value.
+        let c = try ExactClient(path: d.socketPath)
+        defer { c.close() }
+        let values = c.call("io.vaultd.Preferences.Domain", ["domain": .string(Self.domain)]).parameters?["values"]?.objectValue
+        #expect(values?.count == 3 && values?[Self.nfc] == ["string": "a"] && values?[Self.nfd] == ["string": "b"], "\(String(describing: values))")
+        // A value holding both keys, and an Import of both: no "duplicate key".
+        let twins: JSON = ["dict": [Self.nfc: ["string": "x"], Self.nfd: ["string": "y"]]]
+        let set = c.call("io.vaultd.Preferences.Set", ["domain": .string(Self.domain), "key": "k", "value": twins])
+        #expect(set.parameters != nil, "\(set)")
+        let got = c.call("io.vaultd.Preferences.Get", ["domain": .string(Self.domain), "key": "k"])
+        #expect(got.parameters?["value"] == twins, "\(got)")
+        let imported = c.call(
+            "io.vaultd.Preferences.Import", ["domain": "com.example.imported", "values": [Self.nfc: ["string": "x"], Self.nfd: ["string": "y"]]])
+        #expect(imported.parameters?["keys"]?.intValue == 2, "\(imported)")
+
+        // The XML export holds both keys; a binary one, which Foundation would merge, is refused.
+        let xml = d.ctl(["defaults", "export", Self.domain, "-"])
+        #expect(xml.status == 0 && xml.stdoutText.components(separatedBy: "<key>").count == 9, "\(xml)")
+        #expect(d.ctl(["defaults", "export", Self.domain, d.root + "/out.plist"]).status != 0)
+
+        // The client library's in-memory copy keeps both too.
+        let defaults = try Defaults(vault: try d.client(), suiteName: Self.domain, arguments: [])
+        #expect(defaults.string(forKey: Self.nfc) == "a" && defaults.string(forKey: Self.nfd) == "b")
+        #expect(defaults.dictionaryRepresentation().count >= 4)
     }
 }

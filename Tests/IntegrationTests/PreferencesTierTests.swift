@@ -206,7 +206,7 @@ import Glibc
         #expect(d.ctl(["defaults", "write", domain, "before", "1"]).status == 0)
         let defaults = try Defaults(vault: try d.client(), suiteName: domain, arguments: [])
         #expect(defaults.object(forKey: "before") == .string("1"))
-        let heard = Shared<[String: PlistValue?]>([:])
+        let heard = Shared<ExactDictionary<PlistValue?>>([:])
         let changes = defaults.changes()
         let watcher = Task(executorPreference: DedicatedExecutor("restart-changes")) {
             for await change in changes where change.domain == domain { heard.update { $0[change.key] = change.value } }
@@ -227,7 +227,7 @@ import Glibc
         let count = 1000
         let vault = try d.client()
         let defaults = try Defaults(vault: vault, suiteName: domain, arguments: [])
-        let latest = Shared<[String: PlistValue]>([:])
+        let latest = Shared<PlistDictionary>([:])
         let changes = defaults.changes()
         let watcher = Task(executorPreference: DedicatedExecutor("defaults-changes")) {
             for await change in changes where change.domain == domain {
@@ -268,7 +268,7 @@ import Glibc
     static let year1: TimeInterval = -63_113_904_000  // 0001-01-01T00:00:00Z
     static let year4001: TimeInterval = 63_113_904_000  // 4001-01-01T00:00:00Z
 
-    static let exactValues: [String: PlistValue] = [
+    static let exactValues: PlistDictionary = [
         "int.min": .integer(.min), "int.max": .integer(.max), "int.zero": .integer(0), "int.minusOne": .integer(-1),
         "uint.aboveInt64Max": .unsignedInteger(UInt64(Int64.max) + 1), "uint.max": .unsignedInteger(.max),
         "real.inf": .real(.infinity), "real.-inf": .real(-.infinity), "real.nan": .real(.nan),
@@ -299,7 +299,7 @@ import Glibc
     ]
 
     /// Values compared one by one, with a message naming the key.
-    private func expectEqual(_ got: [String: PlistValue], _ expected: [String: PlistValue], _ when: String) {
+    private func expectEqual(_ got: PlistDictionary, _ expected: PlistDictionary, _ when: String) {
         #expect(Set(got.keys) == Set(expected.keys), "\(when): keys differ: \(Set(got.keys).symmetricDifference(expected.keys))")
         for (k, v) in expected {
             #expect(got[k] == v, "\(when): \(k.debugDescription): got \(String(describing: got[k])), expected \(v)")
@@ -426,7 +426,7 @@ import Glibc
     @Test func aLargeXMLImportsFromStdinAsFromAFile() throws {
         let d = try Daemon()
         defer { d.close() }
-        let values: [String: PlistValue] = ["amps": .string(String(repeating: "&", count: 3_400_000))]
+        let values: PlistDictionary = ["amps": .string(String(repeating: "&", count: 3_400_000))]
         let plist = try PropertyListCodec.encode(.dict(values), format: .xml)
         try #require(plist.count > 16 << 20, "\(plist.count) bytes")
         let imported = d.ctl(["defaults", "import", "com.example.stdin", "-"], stdin: plist)
@@ -449,10 +449,10 @@ import Glibc
         let d = try Daemon()
         defer { d.close() }
         let prefs = try d.client().preferences
-        var small: [String: PlistValue] = [:]
+        var small: PlistDictionary = [:]
         for i in 0..<160_000 { small[String(format: "key%06d", i)] = .integer(Int64(100_000 + i)) }
         let ampersands = String(repeating: "a&b", count: 333_333)
-        let text: [String: PlistValue] = ["t1": .string(ampersands), "t2": .string(ampersands + "<"), "t3": .string(ampersands + ">")]
+        let text: PlistDictionary = ["t1": .string(ampersands), "t2": .string(ampersands + "<"), "t3": .string(ampersands + ">")]
         for (name, values) in [("small", small), ("text", text)] {
             let path = d.root + "/\(name).plist"
             let plist = try PropertyListCodec.encode(.dict(values), format: .xml)
@@ -473,7 +473,7 @@ import Glibc
         // domain, and changes nothing.
         for copies in [2] {
             let long = String(repeating: ampersands, count: copies)
-            let over: [String: PlistValue] = ["t1": .string(long), "t2": .string(long), "t3": .string(long)]
+            let over: PlistDictionary = ["t1": .string(long), "t2": .string(long), "t3": .string(long)]
             let path = d.root + "/over.plist"
             try PropertyListCodec.encode(.dict(over), format: .xml).write(to: URL(fileURLWithPath: path))
             let refused = d.ctl(["defaults", "import", "com.example.text", path])
@@ -655,7 +655,7 @@ import Glibc
         #expect(defaults.object(forKey: "globalAndRegistered") == .string("g2"), "NSGlobalDomain before the registration domain")
         #expect(defaults.object(forKey: "registeredOnly") == .string("r"))
         #expect(defaults.object(forKey: "absent") == nil)
-        let expected: [String: PlistValue] = [
+        let expected: PlistDictionary = [
             "shared": .string("argument"), "argOnly": .array([.string("1"), .string("2")]), "argDict": .dict(["k": .string("v")]),
             "appOnly": .string("a"), "globalOnly": .string("g"), "globalAndRegistered": .string("g2"), "registeredOnly": .string("r"),
         ]
@@ -762,7 +762,7 @@ import Glibc
         defer { d.close() }
         let defaults = try Defaults(vault: try d.client(), suiteName: "com.example.typed", arguments: [])
         let date = Date(timeIntervalSinceReferenceDate: 1234.5)
-        let values: [String: PlistValue] = [
+        let values: PlistDictionary = [
             "int": .integer(42), "zero": .integer(0), "negative": .integer(-7), "real": .real(3.75), "huge": .real(1e300),
             "nan": .real(.nan), "true": .bool(true), "false": .bool(false), "str42": .string("42"), "str2.5": .string("2.5"),
             "strYES": .string("YES"), "strNo": .string("no"), "strText": .string("hello"), "uint": .unsignedInteger(.max),
@@ -871,5 +871,28 @@ import Glibc
         // Removal by another process shows up too.
         try #require(d.ctl(["defaults", "delete", domain, "live"]).status == 0)
         #expect(eventually(timeout: 5) { defaults.object(forKey: "live") == nil })
+    }
+}
+
+/// An observer of one domain hears that domain's writes only, not those of a domain whose
+/// name differs only in Unicode normalisation (`group.café` with U+00E9, and with `e` +
+/// U+0301): two suites to the store, one to a Swift `Set<String>`, so an app observing its
+/// own suite heard another app's writes to the twin suite, values included.
+@Suite struct ObserveNormalisationTests {
+    @Test func anObserverHearsItsOwnDomainNotItsNormalisationTwin() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        let mine = "group.cafe\u{301}", twin = "group.caf\u{E9}"
+        let observer = try ExactClient(path: d.socketPath)
+        defer { observer.close() }
+        #expect(observer.send(JSON.object(["method": "io.vaultd.Preferences.Observe", "parameters": ["domains": [.string(mine)], "keys": ["k", "caf\u{E9}"]], "more": true]).serialized() + [0]))
+        let snapshot = observer.receive()
+        #expect(snapshot.parameters?["domain"] == .string(mine), "\(snapshot)")
+        #expect(d.ctl(["defaults", "write", twin, "k", "-string", "not yours"]).status == 0)
+        #expect(d.ctl(["defaults", "write", mine, "cafe\u{301}", "-string", "a key not asked for"]).status == 0)
+        #expect(d.ctl(["defaults", "write", mine, "k", "-string", "yours"]).status == 0)
+        let event = observer.receive(timeout: 10)
+        #expect(event.parameters?["domain"] == .string(mine), "\(event)")
+        #expect(event.parameters?["value"] == ["string": "yours"], "\(event)")
     }
 }

@@ -33,7 +33,7 @@ import Glibc
         var random: SeededRandom
         /// Acknowledged state: account → secret, key → value.
         var items: [String: [UInt8]] = [:]
-        var values: [String: JSON] = [:]
+        var values: JSONObject = [:]
         /// The write sent when the connection died, if any.
         var inFlight: Write?
         var acknowledged = 0
@@ -77,7 +77,7 @@ import Glibc
             }
         }
 
-        static func call(for w: Write) -> (String, [String: JSON]) {
+        static func call(for w: Write) -> (String, JSONObject) {
             switch w {
             case .add(let a, let s):
                 return ("io.vaultd.Keychain.Add", ["class": "genericPassword", "attributes": ["service": .string(service), "account": .string(a)], "data": Wire.base64(s)])
@@ -127,7 +127,7 @@ import Glibc
         /// Checks this writer's accounts and keys against what vaultd holds after a restart:
         /// exactly the acknowledged state, except that the write in flight at the kill may
         /// or may not have happened. Returns problems, and the number of entries checked.
-        func verify(items stored: [String: [UInt8]], values storedValues: [String: JSON]) -> ([String], Int) {
+        func verify(items stored: [String: [UInt8]], values storedValues: JSONObject) -> ([String], Int) {
             if let w = inFlight {
                 let tookEffect: Bool
                 switch w {

@@ -40,7 +40,7 @@ import Glibc
         var items: [String: [UInt8]] = [:]
         /// Adds that failed with StorageFull: they must not exist.
         var refused: Set<String> = []
-        var values: [String: JSON] = [:]
+        var values: JSONObject = [:]
         var acknowledged = 0
         var storageFullErrors = 0
         var problems: [String] = []

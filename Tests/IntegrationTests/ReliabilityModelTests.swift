@@ -44,7 +44,7 @@ import Glibc
         case 6: return .string(String(repeating: "v", count: Int.random(in: 0...200, using: &r)))
         case 7: return .array((0..<Int.random(in: 0...4, using: &r)).map { _ in randomValue(&r, depth: depth + 1) })
         default:
-            var d: [String: PlistValue] = [:]
+            var d: PlistDictionary = [:]
             for i in 0..<Int.random(in: 0...4, using: &r) { d["k\(i)"] = randomValue(&r, depth: depth + 1) }
             return .dict(d)
         }
@@ -65,7 +65,7 @@ import Glibc
         let id: Int
         var random: SeededRandom
         var items: [String: Item] = [:]
-        var values: [String: PlistValue] = [:]
+        var values: PlistDictionary = [:]
         /// Shared keychain: secrets of successful Adds, and counts, per account.
         var sharedAdded: [String: [[UInt8]]] = [:]
         var sharedDeleted: [String: Int] = [:]
@@ -127,9 +127,9 @@ import Glibc
                     expect("CopyMatching absent \(a)", isError(o, "io.vaultd.Keychain.ItemNotFound"), o)
                 }
             case 26..<36:  // Update secret and/or label
-                var changes: [String: JSON] = [:]
+                var changes: JSONObject = [:]
                 var new = items[a] ?? Item(secret: [], label: "")
-                var p: [String: JSON] = ["class": "genericPassword", "query": query(a)]
+                var p: JSONObject = ["class": "genericPassword", "query": query(a)]
                 if Bool.random(using: &random) {
                     new.label = "relabel \(calls)"
                     changes["label"] = .string(new.label)

@@ -50,9 +50,9 @@ final class ExactClient {
 
     enum Outcome: CustomStringConvertible {
         /// A reply without error: its parameters.
-        case ok([String: JSON])
+        case ok(JSONObject)
         /// A varlink error reply: its name and parameters.
-        case error(String, [String: JSON])
+        case error(String, JSONObject)
         /// A NUL-terminated message that is not a JSON object.
         case garbage([UInt8])
         /// EOF, ECONNRESET or EPIPE.
@@ -69,7 +69,7 @@ final class ExactClient {
             }
         }
 
-        var parameters: [String: JSON]? { if case .ok(let p) = self { return p }; return nil }
+        var parameters: JSONObject? { if case .ok(let p) = self { return p }; return nil }
         var errorName: String? { if case .error(let n, _) = self { return n }; return nil }
         var isClosed: Bool { if case .closed = self { return true }; return false }
     }
@@ -88,8 +88,8 @@ final class ExactClient {
     @discardableResult
     func send(_ bytes: [UInt8]) -> Bool { (try? connection.send(bytes)) ?? false }
 
-    func call(_ method: String, _ parameters: [String: JSON] = [:], timeout: Double = 30) -> Outcome {
-        var message: [String: JSON] = ["method": .string(method)]
+    func call(_ method: String, _ parameters: JSONObject = [:], timeout: Double = 30) -> Outcome {
+        var message: JSONObject = ["method": .string(method)]
         if !parameters.isEmpty { message["parameters"] = .object(parameters) }
         guard send(JSON.object(message).serialized() + [0]) else { return .closed }
         return receive(timeout: timeout)
@@ -153,7 +153,7 @@ enum Wire {
         }
     }
 
-    static func domain(_ c: ExactClient, _ name: String, timeout: Double = 60) throws -> [String: JSON] {
+    static func domain(_ c: ExactClient, _ name: String, timeout: Double = 60) throws -> JSONObject {
         let r = c.call("io.vaultd.Preferences.Domain", ["domain": .string(name)], timeout: timeout)
         guard let values = r.parameters?["values"]?.objectValue else { throw HarnessError("Domain \(name): \(r)") }
         return values

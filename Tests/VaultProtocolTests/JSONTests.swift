@@ -220,13 +220,39 @@ struct JSONTests {
     /// in UserDefaults): an object holding both must parse, keeping both.
     @Test func keysDifferingOnlyInNormalisationAreDistinct() throws {
         let text = "{\"\u{e9}\":1,\"e\u{301}\":2}"
-        // Known issue: Swift's String compares by canonical equivalence, so two keys that differ
-        // only in Unicode normalisation are one key in `[String: _]` dictionaries (JSON objects,
-        // PlistValue.dict, and Foundation's plist bridging). Each key is stored byte-exact and
-        // reads back byte-exact on its own; only a dictionary holding both spellings merges them.
-        withKnownIssue("String keys compare by canonical equivalence") {
-            let parsed = try JSON.parse(text)
-            #expect(parsed.objectValue?.count == 2)
-        }
+        let parsed = try JSON.parse(text)
+        #expect(parsed.objectValue?.count == 2)
+    }
+}
+
+/// Member names and strings are compared byte for byte, as JSON (RFC 8259) and the store
+/// compare them: Swift's `==` equates precomposed `é` (U+00E9) and `e` + U+0301, and the
+/// Kelvin sign U+212A and `K`.
+@Suite("JSON: names differing only in Unicode normalisation")
+struct JSONNormalisationTests {
+    static let nfc = "caf\u{E9}", nfd = "cafe\u{301}"
+
+    @Test func twoNamesDifferingOnlyInNormalisationAreTwoMembersNotADuplicate() throws {
+        let text = "{\"caf\u{E9}\":1,\"cafe\u{301}\":2,\"\u{212A}\":3,\"K\":4}"
+        let parsed = try JSON.parse(text)
+        let o = try #require(parsed.objectValue)
+        #expect(o.count == 4)
+        #expect(o[Self.nfc]?.intValue == 1 && o[Self.nfd]?.intValue == 2)
+        #expect(o["\u{212A}"]?.intValue == 3 && o["K"]?.intValue == 4)
+        // Written back: both, in byte order, and parsed again to the same object.
+        #expect(parsed.text == "{\"K\":4,\"cafe\u{301}\":2,\"caf\u{E9}\":1,\"\u{212A}\":3}")
+        #expect(try JSON.parse(parsed.serialized()) == parsed)
+        // A real duplicate is still one.
+        #expect(throws: JSONSyntaxError.self) { try JSON.parse("{\"caf\u{E9}\":1,\"caf\u{E9}\":2}") }
+        var seen: [String] = []
+        try JSON.parseMembers(Array(text.utf8)) { k, _ in seen.append(k) }
+        #expect(seen.map { Array($0.utf8) } == ["caf\u{E9}", "cafe\u{301}", "\u{212A}", "K"].map { Array($0.utf8) })
+    }
+
+    @Test func stringsAndObjectsDifferingOnlyInNormalisationAreNotEqual() {
+        #expect(JSON.string(Self.nfc) != JSON.string(Self.nfd))
+        #expect(JSON.object([Self.nfc: 1]) != JSON.object([Self.nfd: 1]))
+        let literal: JSON = [Self.nfc: 1, Self.nfd: 2]
+        #expect(literal.objectValue?.count == 2)
     }
 }

@@ -94,16 +94,10 @@ struct PlistValueTests {
     /// "é" precomposed and decomposed are two different preference keys (as in UserDefaults).
     @Test func dictKeysDifferingOnlyInNormalisationStayDistinct() throws {
         let text = "{\"dict\":{\"\u{e9}\":{\"integer\":1},\"e\u{301}\":{\"integer\":2}}}"
-        // Known issue: Swift's String compares by canonical equivalence, so two keys that differ
-        // only in Unicode normalisation are one key in `[String: _]` dictionaries (JSON objects,
-        // PlistValue.dict, and Foundation's plist bridging). Each key is stored byte-exact and
-        // reads back byte-exact on its own; only a dictionary holding both spellings merges them.
-        withKnownIssue("String keys compare by canonical equivalence") {
-            let value = try PlistValue(tagged: try JSON.parse(text))
-            guard case .dict(let d) = value else { Issue.record("not a dict"); return }
-            #expect(d.count == 2)
-            #expect(Set(d.keys.map { Array($0.utf8) }) == [[0xC3, 0xA9], [0x65, 0xCC, 0x81]])
-        }
+        let value = try PlistValue(tagged: try JSON.parse(text))
+        guard case .dict(let d) = value else { Issue.record("not a dict"); return }
+        #expect(d.count == 2)
+        #expect(Set(d.keys.map { Array($0.utf8) }) == [[0xC3, 0xA9], [0x65, 0xCC, 0x81]])
     }
 
     @Test func emptyKeyAndKeysWithDotsAndSlashes() throws {
@@ -436,5 +430,53 @@ struct PropertyListCodecLimitTests {
         } catch let e as VaultError {
             #expect(e.code == .invalidPropertyList, "\(e)")
         }
+    }
+}
+
+/// Dictionary keys that differ only in Unicode normalisation (`é` U+00E9, `e` + U+0301) are
+/// two keys, as CFDictionary and the store keep them: a `[String: …]` merged them, keeping
+/// one value, sometimes under the other key's bytes.
+@Suite("Property lists: keys differing only in Unicode normalisation")
+struct PlistNormalisationTests {
+    static let nfc = "caf\u{E9}", nfd = "cafe\u{301}"
+    static let twins = PlistValue.dict([nfc: .string("a"), nfd: .dict([nfc: .integer(1), nfd: .integer(2)])])
+
+    @Test func aDictionaryKeepsBothKeysOverTheWire() throws {
+        guard case .dict(let d) = Self.twins else { return }
+        #expect(d.count == 2 && d[Self.nfc] == .string("a"))
+        let back = try overTheWire(Self.twins)
+        #expect(back == Self.twins)
+        guard case .dict(let b) = back, case .dict(let inner)? = b[Self.nfd] else { Issue.record("\(back)"); return }
+        #expect(inner[Self.nfc] == .integer(1) && inner[Self.nfd] == .integer(2))
+        #expect(PlistValue.dict([Self.nfc: .integer(1)]) != .dict([Self.nfd: .integer(1)]))
+        #expect(PlistValue.string(Self.nfc) != .string(Self.nfd))
+    }
+
+    @Test func xmlExportWritesBothKeys() throws {
+        let xml = String(decoding: try PropertyListCodec.encode(Self.twins, format: .xml), as: UTF8.self)
+        #expect(xml.components(separatedBy: "<key>").count == 5, "\(xml)")
+        #expect(Array(xml.utf8).firstRange(of: Array("<key>cafe\u{301}</key>".utf8)) != nil)
+        #expect(Array(xml.utf8).firstRange(of: Array("<key>caf\u{E9}</key>".utf8)) != nil)
+    }
+
+    /// Foundation (swift-corelibs) reads and writes dictionaries as Swift dictionaries, which
+    /// would merge the two keys: refused with a clear error rather than a value lost.
+    @Test func whatFoundationWouldMergeIsRefusedNotMerged() throws {
+        #expect(throws: VaultError.self) { _ = try PropertyListCodec.encode(Self.twins, format: .binary) }
+        let xml = try PropertyListCodec.encode(Self.twins, format: .xml)
+        let binary = Data(base64Encoded: "YnBsaXN0MDDSAQIDBGUAYwBhAGYAZQMBZABjAGEAZgDpUWJRYQgNGCEjAAAAAAAAAQEAAAAAAAAABQAAAAAAAAAAAAAAAAAAACU=")!
+        for data in [xml, binary] {
+            do {
+                let v = try PropertyListCodec.decode(data)
+                Issue.record("accepted as \(v)")
+            } catch let e as VaultError {
+                #expect(e.code == .invalidPropertyList && e.message.contains("Unicode normalisation"), "\(e)")
+                #expect(!e.message.contains("caf"), "\(e.message)")
+            }
+        }
+        // Keys in two different dictionaries are no twins.
+        let apart = PlistValue.dict(["a": .dict([Self.nfc: .integer(1)]), "b": .dict([Self.nfd: .integer(2)])])
+        #expect(try PropertyListCodec.decode(try PropertyListCodec.encode(apart, format: .xml)) == apart)
+        #expect(try PropertyListCodec.decode(try PropertyListCodec.encode(apart, format: .binary)) == apart)
     }
 }

@@ -53,8 +53,8 @@ final class PreferencesStore {
         return try Self.decode(blob)
     }
 
-    func domain(_ domain: String) throws -> [String: PlistValue] {
-        var out: [String: PlistValue] = [:]
+    func domain(_ domain: String) throws -> PlistDictionary {
+        var out: PlistDictionary = [:]
         for r in try db.rows("SELECT key, value FROM preferences WHERE domain = ?", [.text(domain)]) {
             if let k = r[0].text, let blob = r[1].blob { out[k] = try Self.decode(blob) }
         }
@@ -63,8 +63,8 @@ final class PreferencesStore {
 
     /// A domain's values, with nil for one that no longer decodes (a date an older vaultd let
     /// in, outside years 0 to 9999): such a value must never block deleting or replacing the domain.
-    func storedValues(_ domain: String) throws -> [String: PlistValue?] {
-        var out: [String: PlistValue?] = [:]
+    func storedValues(_ domain: String) throws -> ExactDictionary<PlistValue?> {
+        var out: ExactDictionary<PlistValue?> = [:]
         for r in try db.rows("SELECT key, value FROM preferences WHERE domain = ?", [.text(domain)]) {
             if let k = r[0].text { out[k] = r[1].blob.flatMap { try? Self.decode($0) } }
         }
@@ -115,7 +115,7 @@ final class PreferencesStore {
     }
 
     /// Replaces a domain's contents with `values`. Throws DomainTooLarge (nothing written).
-    func replace(domain: String, with values: [String: PlistValue]) throws {
+    func replace(domain: String, with values: PlistDictionary) throws {
         try Self.validate(domain: domain)
         var rows: [(key: String, stored: [UInt8], size: Int)] = []
         for (k, v) in values {

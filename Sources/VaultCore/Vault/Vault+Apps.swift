@@ -193,7 +193,7 @@ extension Vault {
                 if id.hasPrefix("group.") {
                     throw VaultError(.permissionDenied, "a sandbox names \(id), which names an app group (group.*), not an app")
                 }
-                if let other = try locked({ try apps.all() }).first(where: { $0.appID != id && $0.keychainAccessGroups.contains(id) }) {
+                if let other = try locked({ try apps.all() }).first(where: { $0.appID != id && $0.keychainAccessGroups.containsBytes(id) }) {
                     throw VaultError(.permissionDenied, "a sandbox names \(id), an access group of \(other.appID)")
                 }
                 if let a = try locked({ try apps.find(id) }) {

@@ -191,7 +191,7 @@ public final class Vault: @unchecked Sendable {
     /// app only those it could read anyway (items in its access groups; its own domain, its
     /// app groups' suites and NSGlobalDomain, when stored): the whole vault's counts told it
     /// how other apps' items and domains came and went.
-    public func status(caller: Caller = .owner) throws -> [String: JSON] {
+    public func status(caller: Caller = .owner) throws -> JSONObject {
         // An app's connection made before an uninstall or reinstall gets nothing
         // (MissingEntitlement); a new install's first call, this one or any, is its first
         // launch, so the figures never count what that launch wipes.
@@ -514,7 +514,7 @@ public final class Vault: @unchecked Sendable {
         try PreferencesStore.validate(key: key)
     }
 
-    public func preferenceDomain(_ domain: String) throws -> [String: PlistValue] {
+    public func preferenceDomain(_ domain: String) throws -> PlistDictionary {
         try reading { try PreferencesStore(db: $0).domain(domain) }
     }
 
@@ -602,7 +602,7 @@ public final class Vault: @unchecked Sendable {
     /// Replaces a domain with `values` (a property list's root dictionary, already decoded).
     /// Returns the number of keys. Throws as `importDomain(_:plist:caller:)`, but for
     /// InvalidPropertyList.
-    public func importDomain(_ domain: String, values: [String: PlistValue], caller: Caller = .owner) throws -> Int {
+    public func importDomain(_ domain: String, values: PlistDictionary, caller: Caller = .owner) throws -> Int {
         try inEventOrder { ticket in
             let old = try locked {
                 try db.write { _ in
@@ -613,7 +613,8 @@ public final class Vault: @unchecked Sendable {
                     return old
                 }
             }
-            var events: [VaultEvent] = Set(old.keys).subtracting(values.keys).map {
+            // By bytes: a key whose canonically equivalent twin is imported is still removed.
+            var events: [VaultEvent] = old.filter { values[$0.key] == nil }.keys.map {
                 .preference(domain: domain, key: $0, value: nil, sequence: ticket.sequence)
             }
             for (k, v) in values where (old[k] ?? nil) != v { events.append(.preference(domain: domain, key: k, value: v, sequence: ticket.sequence)) }

@@ -3,13 +3,15 @@
 /// Numbers keep their literal text, so an integer of any size and a double with every bit
 /// survive a round trip untouched; the accessors convert exactly or return `nil`.
 public enum JSON: Equatable, Sendable {
+    /// Strings and member names compare byte for byte (`ExactString`), as JSON does: under
+    /// Swift's `==` `"caf\u00e9"` and `"cafe\u0301"` would be one string.
     case null
     case bool(Bool)
     /// The number's literal text as it appears on the wire (validated JSON number syntax).
     case number(String)
     case string(String)
     case array([JSON])
-    case object([String: JSON])
+    case object(JSONObject)
 
     public init(_ value: Int) { self = .number(String(value)) }
     public init(_ value: Int64) { self = .number(String(value)) }
@@ -30,7 +32,19 @@ public enum JSON: Equatable, Sendable {
     public var stringValue: String? { if case .string(let s) = self { return s }; return nil }
     public var boolValue: Bool? { if case .bool(let b) = self { return b }; return nil }
     public var arrayValue: [JSON]? { if case .array(let a) = self { return a }; return nil }
-    public var objectValue: [String: JSON]? { if case .object(let o) = self { return o }; return nil }
+    public var objectValue: JSONObject? { if case .object(let o) = self { return o }; return nil }
+    public static func == (a: JSON, b: JSON) -> Bool {
+        switch (a, b) {
+        case (.null, .null): true
+        case (.bool(let x), .bool(let y)): x == y
+        case (.number(let x), .number(let y)): x.sameBytes(y)
+        case (.string(let x), .string(let y)): x.sameBytes(y)
+        case (.array(let x), .array(let y)): x == y
+        case (.object(let x), .object(let y)): x == y
+        default: false
+        }
+    }
+
     public var isNull: Bool { if case .null = self { return true }; return false }
 
     /// The number as an exact Int64, or nil when it is not an integer literal in range.
@@ -50,7 +64,9 @@ extension JSON: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral, Express
     public init(booleanLiteral value: Bool) { self = .bool(value) }
     public init(arrayLiteral elements: JSON...) { self = .array(elements) }
     public init(dictionaryLiteral elements: (String, JSON)...) {
-        self = .object(Dictionary(elements, uniquingKeysWith: { _, last in last }))
+        var o = JSONObject(minimumCapacity: elements.count)
+        for (k, v) in elements { o[k] = v }
+        self = .object(o)
     }
     public init(nilLiteral: ()) { self = .null }
 }

@@ -94,7 +94,9 @@ private struct Parser {
 
     mutating func parseObject(depth: Int) throws -> JSON {
         // Room for a typical object at once: growing from empty rehashed it three times.
-        var result = [String: JSON](minimumCapacity: 12)
+        // Keyed by bytes: RFC 8259 names are distinct when their code points are, so
+        // "caf\u00e9" and "cafe\u0301" are two members, not a duplicate (nor one lost).
+        var result = JSONObject(minimumCapacity: 12)
         try parseMembers(depth: depth) { key, keyOffset, value in
             if result.updateValue(value, forKey: key) != nil {
                 throw JSONSyntaxError(offset: keyOffset, reason: "duplicate key")

@@ -35,9 +35,11 @@ extension JSON {
                 out.append(UInt8(ascii: ":"))
                 member.value.write(into: &out)
             } else {
-                for (i, member) in o.sorted(by: { $0.key.bytesPrecede($1.key) }).enumerated() {
+                // `ExactString`'s `<` is this byte order; it is total, where Swift's `<` left
+                // two keys differing only in Unicode normalisation unordered.
+                for (i, member) in o.storage.sorted(by: { $0.key < $1.key }).enumerated() {
                     if i > 0 { out.append(UInt8(ascii: ",")) }
-                    JSON.writeString(member.key, into: &out)
+                    JSON.writeString(member.key.string, into: &out)
                     out.append(UInt8(ascii: ":"))
                     member.value.write(into: &out)
                 }

@@ -224,7 +224,7 @@ public struct ItemAttributes: Equatable, Sendable {
         if port != nil { count += 1 }
         if creationDate != nil { count += 1 }
         if modificationDate != nil { count += 1 }
-        var o = [String: JSON](minimumCapacity: count)
+        var o = JSONObject(minimumCapacity: count)
         for k in StringAttribute.allCases {
             if let v = self[k] { o[k.rawValue] = .string(v) }
         }

@@ -21,7 +21,7 @@ public enum PlistValue: Equatable, Sendable {
     case date(Date)
     case data(Data)
     case array([PlistValue])
-    case dict([String: PlistValue])
+    case dict(PlistDictionary)
 
     /// The `defaults read-type` name of the value's type.
     public var typeName: String {

@@ -11,6 +11,7 @@ public enum PropertyListCodec {
     /// date outside years 0 to 9999 (`PlistDate.supportedRange`).
     public static func decode(_ data: Data) throws -> PlistValue {
         try checkBinaryReferences(data)
+        try checkXMLKeys(data)
         let object: Any
         do {
             var format = PropertyListSerialization.PropertyListFormat.binary
@@ -57,6 +58,9 @@ public enum PropertyListCodec {
                 String(format: "a string holds U+%04X, which XML 1.0 cannot carry; export as binary instead", bad.value))
         }
         if format == .xml { return xml(value) }
+        if let key = firstNormalisationTwin(in: value) {
+            throw VaultError(.invalidPropertyList, twinsMessage(key, "cannot be written as a binary property list here (Foundation would merge them); export as XML instead"))
+        }
         do {
             return try PropertyListSerialization.data(fromPropertyList: object(from: value), format: .binary, options: 0)
         } catch {
@@ -179,6 +183,37 @@ public enum PropertyListCodec {
             guard v <= UInt64(b.count) else { throw unreadable }  // counts, offsets and refs are all below the file's size
             return Int(v)
         }
+        /// Refuses a dictionary whose keys (the `n` references at `at`) hold two that
+        /// differ only in Unicode normalisation (`normalisationTwin`).
+        func checkKeys(_ at: Int, _ n: Int) throws {
+            guard n > 1 else { return }
+            var keys: [String] = []
+            keys.reserveCapacity(n)
+            var plain = true  // ASCII keys only: no twins possible
+            for r in 0..<n {
+                let off = try uint(table + (try uint(at + r * refSize, refSize)) * offsetSize, offsetSize)
+                guard off >= 8, off < trailer else { throw unreadable }
+                let kind = b[off] >> 4
+                guard kind == 0x5 || kind == 0x6 else { return }  // not a string key: Foundation refuses it
+                var len = Int(b[off] & 0x0F), start = off + 1
+                if len == 0x0F {
+                    guard start < b.count, b[start] >> 4 == 0x1 else { throw unreadable }
+                    let width = 1 << Int(b[start] & 0x0F)
+                    len = try uint(start + 1, width)
+                    start += 1 + width
+                }
+                let bytes = len * (kind == 0x6 ? 2 : 1)
+                guard start + bytes <= trailer else { throw unreadable }
+                if kind == 0x5 {
+                    keys.append(String(decoding: b[start..<(start + bytes)], as: UTF8.self))
+                } else {
+                    plain = false
+                    let units = stride(from: start, to: start + bytes, by: 2).map { UInt16(b[$0]) << 8 | UInt16(b[$0 + 1]) }
+                    keys.append(String(decoding: units, as: UTF16.self))
+                }
+            }
+            if !plain, let twin = normalisationTwin(keys) { throw VaultError(.invalidPropertyList, twinsMessage(twin, importTwins)) }
+        }
         let count = try uint(trailer + 8, 8), top = try uint(trailer + 16, 8), table = try uint(trailer + 24, 8)
         let tooBig = tooLargeExpanded
         var sizes = [Int](repeating: -1, count: count)  // -1: not counted yet; -2: being counted
@@ -211,6 +246,7 @@ public enum PropertyListCodec {
             case 0x6: total += 2 * n
             case 0xA, 0xD:
                 sizes[i] = -2
+                if kind == 0xD { try checkKeys(at, n) }
                 for r in 0..<(kind == 0xD ? 2 * n : n) {
                     // A dictionary's keys (its first n references) count their bytes only, as
                     // `value(from:)` counts them.
@@ -224,6 +260,85 @@ public enum PropertyListCodec {
             return total
         }
         if try expanded(top, 0) > maximumExpandedSize { throw tooBig }
+    }
+
+    /// A key of `keys` (distinct byte strings) that another one equals under Swift's `==`
+    /// (canonical equivalence: `é` and `e` + U+0301, the Kelvin sign and `K`), or nil.
+    /// Foundation on Linux keeps a dictionary's keys as Swift strings, so it would merge the
+    /// two: one value lost, the other under a key of the first's bytes.
+    static func normalisationTwin<S: Sequence>(_ keys: S) -> String? where S.Element == String {
+        var seen = Set<String>()
+        for k in keys where !seen.insert(k).inserted { return k }
+        return nil
+    }
+
+    /// The first key of a dictionary in `value` that has a normalisation twin there.
+    static func firstNormalisationTwin(in value: PlistValue) -> String? {
+        switch value {
+        case .array(let a): return a.lazy.compactMap(firstNormalisationTwin(in:)).first
+        case .dict(let d):
+            if let k = normalisationTwin(d.keys) { return k }
+            return d.values.lazy.compactMap(firstNormalisationTwin(in:)).first
+        default: return nil
+        }
+    }
+
+    static let importTwins = "cannot be imported here: Foundation would merge them into one, losing a value; nothing was written"
+
+    /// The key is not quoted: preference text must not reach error messages.
+    static func twinsMessage(_ key: String, _ what: String) -> String {
+        "the property list has a dictionary holding two keys that differ only in Unicode normalisation (as precomposed U+00E9 and e followed by U+0301 do); they \(what)"
+    }
+
+    /// `checkBinaryReferences`' key check for an XML plist: refuses one with a `<dict>` whose
+    /// `<key>`s hold normalisation twins (`normalisationTwin`). Runs only on text with a
+    /// non-ASCII byte or a character reference (ASCII keys have no twins).
+    static func checkXMLKeys(_ data: Data) throws {
+        guard !data.starts(with: Array("bplist".utf8)), data.contains(where: { $0 >= 0x80 }) || data.range(of: Data("&#".utf8)) != nil,
+            let text = String(data: data, encoding: .utf8),
+            let re = try? NSRegularExpression(
+                pattern: #"<!--.*?-->|<!\[CDATA\[.*?\]\]>|<dict\s*/>|<dict\s*>|</dict\s*>|<key\s*>(.*?)</key\s*>|<key\s*/>"#,
+                options: [.dotMatchesLineSeparators])
+        else { return }
+        let ns = text as NSString
+        var stack: [[String]] = []
+        for m in re.matches(in: text, range: NSRange(location: 0, length: ns.length)) {
+            let token = ns.substring(with: m.range)
+            if token.hasPrefix("<dict") {
+                if !token.hasSuffix("/>") { stack.append([]) }
+            } else if token.hasPrefix("</dict") {
+                if let keys = stack.popLast(), let twin = normalisationTwin(keys) {
+                    throw VaultError(.invalidPropertyList, twinsMessage(twin, importTwins))
+                }
+            } else if token.hasPrefix("<key"), !stack.isEmpty {
+                let raw = m.range(at: 1).location == NSNotFound ? "" : ns.substring(with: m.range(at: 1))
+                stack[stack.count - 1].append(xmlText(raw))
+            }
+        }
+    }
+
+    /// XML character data with its entity and character references replaced.
+    static func xmlText(_ raw: String) -> String {
+        guard raw.contains("&") else { return raw }
+        var out = "", rest = Substring(raw)
+        while let amp = rest.firstIndex(of: "&") {
+            out += rest[..<amp]
+            guard let semi = rest[amp...].firstIndex(of: ";") else { out += rest[amp...]; return out }
+            let name = rest[rest.index(after: amp)..<semi]
+            switch name {
+            case "amp": out += "&"
+            case "lt": out += "<"
+            case "gt": out += ">"
+            case "quot": out += "\""
+            case "apos": out += "'"
+            default:
+                var v: UInt32?
+                if name.hasPrefix("#x") { v = UInt32(name.dropFirst(2), radix: 16) } else if name.hasPrefix("#") { v = UInt32(name.dropFirst(), radix: 10) }
+                if let v, let u = Unicode.Scalar(v) { out.unicodeScalars.append(u) } else { out += rest[amp...semi] }
+            }
+            rest = rest[rest.index(after: semi)...]
+        }
+        return out + rest
     }
 
     /// The most a converted property list may take, counted as its keys', strings' and data's
@@ -288,7 +403,7 @@ public enum PropertyListCodec {
             for x in a { out.append(try value(from: x, depth: depth + 1, budget: &budget)) }
             return .array(out)
         case let d as [String: Any]:
-            var out: [String: PlistValue] = [:]
+            var out: PlistDictionary = [:]
             out.reserveCapacity(d.count)
             for (k, x) in d {
                 budget -= k.utf8.count
@@ -310,7 +425,12 @@ public enum PropertyListCodec {
         case .date(let d): return d
         case .data(let d): return d
         case .array(let a): return a.map(object(from:))
-        case .dict(let d): return d.mapValues(object(from:))
+        case .dict(let d):
+            // Foundation takes Swift dictionaries; `encode` refuses normalisation twins first.
+            var o: [String: Any] = [:]
+            o.reserveCapacity(d.count)
+            for (k, v) in d { o[k] = object(from: v) }
+            return o
         }
     }
 }

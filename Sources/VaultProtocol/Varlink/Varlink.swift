@@ -9,7 +9,7 @@ public enum Varlink {
 public struct VarlinkCall: Sendable, Equatable {
     /// Fully-qualified method name, e.g. `io.vaultd.Keychain.Add`.
     public var method: String
-    public var parameters: [String: JSON]
+    public var parameters: JSONObject
     /// The caller wants no reply.
     public var oneway: Bool
     /// The caller accepts several replies (`continues: true` on all but the last).
@@ -19,7 +19,7 @@ public struct VarlinkCall: Sendable, Equatable {
     /// InvalidParameter `upgrade`, and the connection stays a varlink one.
     public var upgrade: Bool
 
-    public init(method: String, parameters: [String: JSON] = [:], oneway: Bool = false, more: Bool = false, upgrade: Bool = false) {
+    public init(method: String, parameters: JSONObject = [:], oneway: Bool = false, more: Bool = false, upgrade: Bool = false) {
         self.method = method
         self.parameters = parameters
         self.oneway = oneway
@@ -40,7 +40,7 @@ public struct VarlinkCall: Sendable, Equatable {
         guard let method = o["method"]?.stringValue, !method.isEmpty else {
             throw VaultError.invalidParameter("method", "missing or not a string")
         }
-        var parameters: [String: JSON] = [:]
+        var parameters: JSONObject = [:]
         switch o["parameters"] {
         case nil, .null?: break
         case .object(let p)?: parameters = p
@@ -64,7 +64,7 @@ public struct VarlinkCall: Sendable, Equatable {
     }
 
     public var json: JSON {
-        var o: [String: JSON] = ["method": .string(method)]
+        var o: JSONObject = ["method": .string(method)]
         if !parameters.isEmpty { o["parameters"] = .object(parameters) }
         if oneway { o["oneway"] = true }
         if more { o["more"] = true }
@@ -75,13 +75,13 @@ public struct VarlinkCall: Sendable, Equatable {
 
 /// A reply: either parameters or an error, and whether more replies follow.
 public struct VarlinkReply: Sendable, Equatable {
-    public var parameters: [String: JSON]
+    public var parameters: JSONObject
     /// More replies to the same call follow.
     public var continues: Bool
     /// Fully-qualified error name, when the reply is an error.
     public var error: String?
 
-    public init(parameters: [String: JSON] = [:], continues: Bool = false, error: String? = nil) {
+    public init(parameters: JSONObject = [:], continues: Bool = false, error: String? = nil) {
         self.parameters = parameters
         self.continues = continues
         self.error = error
@@ -110,7 +110,7 @@ public struct VarlinkReply: Sendable, Equatable {
     /// An error's parameters are those its interface declares; the others go to
     /// `extensionMember` (an error no served interface declares is sent as it is).
     public var json: JSON {
-        var o: [String: JSON] = ["parameters": .object(parameters)]
+        var o: JSONObject = ["parameters": .object(parameters)]
         if continues { o["continues"] = true }
         if let error {
             o["error"] = .string(error)

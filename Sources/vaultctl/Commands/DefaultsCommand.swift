@@ -42,7 +42,7 @@ struct DefaultsCommand: Command {
         switch verb {
         case .read:
             if words.isEmpty {
-                var all: [String: PlistValue] = [:]
+                var all: PlistDictionary = [:]
                 for d in try prefs.domains() { all[d] = .dict(try prefs.values(domain: d)) }
                 print(PlistText.describe(.dict(all)))
             } else if words.count == 1 {
@@ -198,7 +198,7 @@ struct DefaultsCommand: Command {
             // its value (`-dict General -bool true OpenWith -bool true`).
             let values = writeValues
             guard values.count % 2 == 0 else { throw UsageError(message: "\(flag) needs KEY VALUE pairs") }
-            var dict: [String: PlistValue] = [:]
+            var dict: PlistDictionary = [:]
             if flag == "-dict-add", let existing = try prefs.value(domain: domain, key: key) {
                 guard case .dict(let old) = existing else {
                     throw VaultError(.invalidValue, "value for key \(key) is not a dictionary; cannot add to it")

@@ -374,7 +374,7 @@ enum KeyringMapping {
     private static func finish(_ m: Mapped, _ item: KeyringItem) -> Mapped {
         var m = m
         if !item.label.isEmpty { m.attributes.label = item.label }
-        var source: [String: JSON] = ["attributes": .object(item.attributes.mapValues { .string($0) })]
+        var source: JSONObject = ["attributes": .object(ExactDictionary<String>(item.attributes).mapValues { JSON.string($0) })]
         if let s = item.schema { source["schema"] = .string(s) }
         // Whole seconds: a change later in the same second would keep the same `modified`,
         // so one of this very second is not recorded (the next import records it).
@@ -386,9 +386,10 @@ enum KeyringMapping {
     /// The keyring attributes an imported item came from (what `finish` kept in `generic`),
     /// less `xdg:schema`, which gnome-keyring reports for an item only once it has reloaded
     /// its file: the identity of a keyring item across imports.
-    static func source(_ generic: Data?) -> [String: String]? {
+    /// Compared byte for byte (names and values), as the keyring compares them.
+    static func source(_ generic: Data?) -> JSONObject? {
         guard let g = generic, let j = try? JSON.parse(Array(g)), let a = j["secretService"]?["attributes"]?.objectValue else { return nil }
-        var out = a.compactMapValues(\.stringValue)
+        var out = a.filter { $0.value.stringValue != nil }
         out["xdg:schema"] = nil
         return out
     }

@@ -19,7 +19,7 @@ enum PlistText {
         case .dict(let d):
             if d.isEmpty { return pad + "{\n" + pad + "}" }
             var s = pad + "{\n"
-            for k in d.keys.sorted() {
+            for k in d.keys.sorted(by: { $0.bytesPrecede($1) }) {
                 s += inner + quote(k) + " = " + describe(d[k]!, level: level + 1) + ";\n"
             }
             return s + pad + "}"
