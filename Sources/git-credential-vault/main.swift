@@ -357,7 +357,9 @@ func erase(_ vault: Vault, _ c: Credential, group: String?) throws {
     // the credential get just offered from under a path can be rejected); and the password
     // when git gives one (so a credential changed meanwhile by another git is kept).
     for item in try matches(vault, c, group: group, exactPath: false) {
-        if let p = c.password, item.data.flatMap(unpackedSecret)?.password != p { continue }
+        // Byte for byte: a password differing only in Unicode normalisation is another
+        // password to the server (Swift's != equates them), so that item is kept.
+        if let p = c.password, item.data.flatMap(unpackedSecret)?.password.sameBytes(p) != true { continue }
         guard let key = primaryKey(of: item) else { continue }
         do {
             try vault.keychain.delete(Query(.internetPassword, key))

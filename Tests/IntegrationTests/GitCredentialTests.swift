@@ -153,6 +153,22 @@ import Glibc
         #expect(!left.contains { $0["server"] as? String == "host.test" && ($0["port"] as? Int ?? 0) == 0 }, "\(left)")
     }
 
+    /// Erase with a password keeps an item whose password differs from it only in Unicode
+    /// normalisation: to the server that is another password (git's credential-store compares
+    /// bytes too). Swift's `!=` equated `café` (U+00E9) and `cafe` + U+0301 and erased it.
+    @Test func eraseKeepsAPasswordDifferingOnlyInNormalisation() throws {
+        let g = try Git()
+        defer { g.close() }
+        #expect(g.helper("store", Array("protocol=https\nhost=host.test\nusername=bob\npassword=cafe\u{301}\n\n".utf8)).status == 0)
+        #expect(g.helper("erase", Array("protocol=https\nhost=host.test\nusername=bob\npassword=caf\u{E9}\n\n".utf8)).status == 0)
+        #expect(g.internetItems().count == 1)
+        let got = g.helper("get", Array("protocol=https\nhost=host.test\n\n".utf8))
+        #expect(Array(got.stdout) == Array("username=bob\npassword=cafe\u{301}\n".utf8), "\(got)")
+        // The very password erases it.
+        #expect(g.helper("erase", Array("protocol=https\nhost=host.test\nusername=bob\npassword=cafe\u{301}\n\n".utf8)).status == 0)
+        #expect(g.internetItems().isEmpty)
+    }
+
     /// `url=` in the helper's own input is read as git's credential_read reads it: it resets the
     /// fields and sets protocol, host (with port), path, username and password from the URL,
     /// %XX-decoded; a later field overrides. Each answer is compared with git's credential-store.
