@@ -21,7 +21,7 @@ let package = Package(
         .target(name: "VaultProtocol"),
         .target(name: "VaultCore", dependencies: ["VaultProtocol", "CSodium", "CSQLite", "CVaultSys"]),
         // The desktop keyring (Secret Service) through libsecret: for vaultctl and vaultd.
-        .target(name: "DesktopKeyring", dependencies: ["CSecret"]),
+        .target(name: "DesktopKeyring", dependencies: ["CSecret", "VaultProtocol"]),
         .executableTarget(name: "vaultd", dependencies: ["VaultCore", "VaultProtocol", "CVaultSys", "CSecret", "DesktopKeyring"]),
         .target(name: "VaultClient", dependencies: ["VaultProtocol"]),
         // Release builds link the Swift runtime and Foundation statically: a vaultctl process

@@ -1,5 +1,6 @@
 import CSecret
 import Foundation
+import VaultProtocol
 
 /// A failure talking to the desktop keyring (Secret Service through libsecret). The message
 /// is libsecret's or ours; it never contains a secret.
@@ -32,8 +33,9 @@ public struct KeyringItem: Sendable {
     public var label: String
     /// The `xdg:schema` attribute, when the writer set one.
     public var schema: String?
-    /// Every attribute, `xdg:schema` included.
-    public var attributes: [String: String]
+    /// Every attribute, `xdg:schema` included. Keyed by bytes, as the keyring keys them: two
+    /// names differing only in Unicode normalisation are two attributes.
+    public var attributes: ExactDictionary<String>
     /// The secret bytes; nil when the item stayed locked.
     public var secret: [UInt8]?
     public var contentType: String?
@@ -191,7 +193,9 @@ public final class DesktopKeyring: @unchecked Sendable {
             let c = p.assumingMemoryBound(to: SecretCollection.self)
             let path = String(cString: vk_object_path(c))
             let label = Self.takeString(secret_collection_get_label(c)) ?? ""
-            if path == alias || label == alias {
+            // Byte for byte, as the keyring's names are: a label differing from the one asked
+            // for only in Unicode normalisation is another collection.
+            if path.sameBytes(alias) || label.sameBytes(alias) {
                 _ = try Self.call(timeout: timeout, what: "cannot load collection '\(alias)'") { cc, e in
                     secret_collection_load_items_sync(c, cc, e)
                 }
@@ -260,7 +264,7 @@ public final class DesktopKeyring: @unchecked Sendable {
             secret = bytes(of: value)
             if let t = secret_value_get_content_type(value) { contentType = String(cString: t) }
         }
-        var attributes: [String: String] = [:]
+        var attributes: ExactDictionary<String> = [:]
         if let table = secret_item_get_attributes(item) {
             attributes = dictionary(table)
             g_hash_table_unref(table)
@@ -350,10 +354,10 @@ public final class DesktopKeyring: @unchecked Sendable {
     }
 
     private final class DictionaryBox {
-        var values: [String: String] = [:]
+        var values: ExactDictionary<String> = [:]
     }
 
-    static func dictionary(_ table: OpaquePointer) -> [String: String] {
+    static func dictionary(_ table: OpaquePointer) -> ExactDictionary<String> {
         let box = DictionaryBox()
         withExtendedLifetime(box) {
             vk_attributes_each(

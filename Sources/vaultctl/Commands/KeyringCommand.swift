@@ -69,7 +69,7 @@ struct KeyringCommand: Command {
         }
         let keychain = try context.vault().keychain
         var counts: [String: Int] = [:]
-        var plannedKeys: Set<String> = []
+        var plannedKeys: ExactSet = []
         for item in items.sorted(by: { $0.path < $1.path }) {
             let (verb, mapped, note) = try importOne(item, keychain: keychain, plannedKeys: &plannedKeys)
             counts[verb, default: 0] += 1
@@ -91,7 +91,7 @@ struct KeyringCommand: Command {
     /// An item the vault refuses does not end the import: the rest are still imported.
     /// `plannedKeys`: in a dry run, the keys earlier items of this run would have added (they
     /// are not in the vault, yet they would take the key, as in the real import).
-    func importOne(_ item: KeyringItem, keychain: Keychain, plannedKeys: inout Set<String>) throws -> (String, KeyringMapping.Mapped?, String?) {
+    func importOne(_ item: KeyringItem, keychain: Keychain, plannedKeys: inout ExactSet) throws -> (String, KeyringMapping.Mapped?, String?) {
         guard var mapped = KeyringMapping.map(item, accessGroup: accessGroup!) else { return ("skip", nil, "vaultd's own unlock secret") }
         let secret = Data(item.secret ?? [])
         // Checked here too, so a dry run predicts it.
@@ -119,9 +119,9 @@ struct KeyringCommand: Command {
             } catch let e as VaultError where e.code == .itemNotFound {
                 existing = nil
             }
-            guard existing != nil || plannedKeys.contains(key) else {
+            guard existing != nil || plannedKeys.contains(ExactString(key)) else {
                 if dryRun {
-                    plannedKeys.insert(key)
+                    plannedKeys.insert(ExactString(key))
                 } else if let refused = try Self.refusal({ try keychain.add(mapped.itemClass, attributes: mapped.attributes, data: secret) }) {
                     return ("fail", mapped, refused)
                 }
@@ -142,7 +142,9 @@ struct KeyringCommand: Command {
                         return ("unchanged", mapped, existing.data == secret ? nil : "changed in the vault since the import; the vault's copy is kept")
                     }
                     // Modified in the keyring (or never recorded): the keyring's copy is taken.
-                    let same = existing.data == secret && existing.attributes?.label == mapped.attributes.label
+                    // The labels byte for byte: one differing only in Unicode normalisation is another label.
+                    let sameLabel = existing.attributes?.label.map { l in mapped.attributes.label?.sameBytes(l) ?? false } ?? (mapped.attributes.label == nil)
+                    let same = existing.data == secret && sameLabel
                     if !dryRun && (!same || recorded != item.modified) {
                         var changes = ItemAttributes()
                         changes.label = mapped.attributes.label
@@ -221,7 +223,7 @@ struct KeyringCommand: Command {
                 // "unchanged" and wrote nothing). Its label is part of what is exported.
                 let label = KeyringMapping.label(item.itemClass, a)
                 let existing = try keyring.search(.item, attributes).first(where: target.holds)
-                let verb = existing == nil ? "add" : existing?.secret == Array(data) && existing?.label == label ? "unchanged" : "update"
+                let verb = existing == nil ? "add" : existing?.secret == Array(data) && existing?.label.sameBytes(label) == true ? "unchanged" : "update"
                 if verb != "unchanged" && !dryRun {
                     // Stored as text/plain only when it is text (`DesktopKeyring.contentType(of:)`).
                     try keyring.store(.item, attributes, label: label, secret: Array(data), collection: target.path)
@@ -366,7 +368,7 @@ enum KeyringMapping {
         var allowed = CharacterSet.alphanumerics
         allowed.insert(charactersIn: "-._~:/@")
         func esc(_ s: String) -> String { s.addingPercentEncoding(withAllowedCharacters: allowed) ?? s }
-        let account = item.attributes.filter { $0.key != "xdg:schema" }.sorted { $0.key < $1.key }
+        let account = item.attributes.filter { $0.key != "xdg:schema" }.sortedByKey()
             .map { "\(esc($0.key))=\(esc($0.value))" }.joined(separator: "&")
         return finish(Mapped(itemClass: .genericPassword, attributes: ItemAttributes(service: schema, account: account, accessGroup: accessGroup)), item)
     }
@@ -374,7 +376,7 @@ enum KeyringMapping {
     private static func finish(_ m: Mapped, _ item: KeyringItem) -> Mapped {
         var m = m
         if !item.label.isEmpty { m.attributes.label = item.label }
-        var source: JSONObject = ["attributes": .object(ExactDictionary<String>(item.attributes).mapValues { JSON.string($0) })]
+        var source: JSONObject = ["attributes": .object(item.attributes.mapValues { JSON.string($0) })]
         if let s = item.schema { source["schema"] = .string(s) }
         // Whole seconds: a change later in the same second would keep the same `modified`,
         // so one of this very second is not recorded (the next import records it).
