@@ -31,7 +31,7 @@ import Testing
     @Test func aRealAsTextIsNSNumbersStringValue() {
         let cases: [(Double, String)] = [
             (1, "1"), (-0.0, "-0"), (0.1, "0.1"), (2.5, "2.5"), (-3, "-3"), (123_456_789, "123456789"), (1e20, "1e+20"),
-            (1.0 / 3, "0.3333333333333333"), (5e-324, "5e-324"), (.infinity, "inf"),
+            (1.0 / 3, "0.3333333333333333"), (.leastNonzeroMagnitude, "5e-324"), (.infinity, "inf"),
         ]
         for (value, text) in cases { #expect(Defaults.text(real: value) == text, "\(value)") }
     }

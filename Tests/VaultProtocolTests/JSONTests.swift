@@ -77,9 +77,9 @@ struct JSONTests {
     }
 
     @Test(arguments: [
-        0.1, 5e-324, -0.0, 0.0, 1.0, -1.5, 0.30000000000000004, Double.greatestFiniteMagnitude,
+        0.1, .leastNonzeroMagnitude, -0.0, 0.0, 1.0, -1.5, 0.30000000000000004, Double.greatestFiniteMagnitude,
         -Double.greatestFiniteMagnitude, Double.leastNormalMagnitude, -Double.leastNonzeroMagnitude, 1e300, 1e-300,
-        123456789.123456789, 9007199254740993.0, 2.2250738585072009e-308,
+        123456789.123456789, 9007199254740993.0, Double(bitPattern: 0x000F_FFFF_FFFF_FFFF),  // 2.2250738585072009e-308, the largest subnormal
     ])
     func doublesRoundTripBitExactly(value: Double) throws {
         let wire = JSON(value).serialized()
@@ -91,7 +91,7 @@ struct JSONTests {
         let back = try #require(try JSON.parse(JSON(-0.0).serialized()).doubleValue)
         #expect(back == 0)
         #expect(back.sign == .minus)
-        #expect(JSON(5e-324).text == "5e-324")
+        #expect(JSON(Double.leastNonzeroMagnitude).text == "5e-324")
         #expect(JSON(0.1).text == "0.1")
     }
 
