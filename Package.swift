@@ -6,6 +6,8 @@ let package = Package(
     platforms: [.macOS(.v14)],
     products: [
         .library(name: "VaultClient", targets: ["VaultClient"]),
+        // The types VaultClient takes and throws (ItemAttributes, PlistValue, VaultError, …).
+        .library(name: "VaultProtocol", targets: ["VaultProtocol"]),
         .executable(name: "vaultd", targets: ["vaultd"]),
         .executable(name: "vaultctl", targets: ["vaultctl"]),
         .executable(name: "git-credential-vault", targets: ["git-credential-vault"]),

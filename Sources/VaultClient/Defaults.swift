@@ -48,7 +48,9 @@ public final class Defaults: @unchecked Sendable {
         self.vault = vault
         self.suiteName = suiteName
         guard let own = suiteName ?? vault.launch.appID else {
-            throw VaultError.invalidParameter("suiteName", "the owner's tools must name a domain")
+            throw VaultError.invalidParameter(
+                "suiteName",
+                "this program is not a registered app, so it runs as the owner's tool and has no domain of its own: name one (suiteName), or register the program (vaultctl app install APP_ID --exe PATH)")
         }
         searchList = own == "NSGlobalDomain" ? [own] : [own, "NSGlobalDomain"]
         argumentDomain = Self.argumentDomain(arguments)

@@ -17,7 +17,11 @@ extension Vault {
             if let appID, appID != own { throw VaultError(.missingEntitlement, "an app may only use its own cache directory") }
             target = own
         } else {
-            guard let appID else { throw VaultError.invalidParameter("appID", "the owner must name an app") }
+            guard let appID else {
+                throw VaultError.invalidParameter(
+                    "appID",
+                    "the caller is not a registered app, so it runs as the owner's tool and has no caches directory of its own: name an app (appID), or register the program (vaultctl app install APP_ID --exe PATH)")
+            }
             try AppRecord.validate(appID: appID)
             guard try isInstalled(appID) else { throw VaultError(.appNotFound, "no installed app \(appID)") }
             target = appID
