@@ -168,7 +168,7 @@ public final class CacheStore: @unchecked Sendable {
         var out: [CachedFile] = []
         var counted: Set<ino_t> = []
         for app in appDirectories() {
-            let fd = open(root + "/" + app, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            let fd = TreeWalk.openDirectory(root + "/" + app, grantAccess: grantAccess)
             guard fd >= 0 else { continue }
             TreeWalk.walk(fd, label: app, grantAccess: grantAccess) { _, name, st, directory in
                 let used = max(Double(st.st_atim.tv_sec) + Double(st.st_atim.tv_nsec) / 1e9, Double(st.st_mtim.tv_sec) + Double(st.st_mtim.tv_nsec) / 1e9)
@@ -224,7 +224,7 @@ public final class CacheStore: @unchecked Sendable {
         for (app, files) in Dictionary(grouping: chosen, by: \.appID).sorted(by: { $0.key < $1.key }) {
             var wanted: Set<EntryKey> = []
             for f in files { wanted.insert(f.key) }
-            let fd = open(root + "/" + app, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            let fd = TreeWalk.openDirectory(root + "/" + app, grantAccess: true)
             guard fd >= 0 else { continue }
             TreeWalk.walk(fd, label: app, grantAccess: true) { directoryFD, name, st, directory in
                 let key = EntryKey(directory: directory, name: name, inode: st.st_ino)

@@ -17,7 +17,8 @@ enum SafeRemoval {
     /// on disk) of the regular files removed.
     @discardableResult
     static func removeContents(of path: String, label: String) -> Int64 {
-        let fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        // The top too: the app may have made its own cache directory unreadable.
+        let fd = TreeWalk.openDirectory(path, grantAccess: true)
         guard fd >= 0 else { return 0 }
         var freed: Int64 = 0
         // Directories the app made unreadable or unwritable are opened up first (they are

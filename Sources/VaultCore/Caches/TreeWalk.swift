@@ -138,6 +138,25 @@ enum TreeWalk {
         return chmod("/proc/self/fd/\(p)", (st.st_mode & 0o7777) | 0o700) == 0
     }
 
+    /// Opens the directory at `path` (a tree's top: an app's cache directory) as `walk` takes
+    /// it, without following a symlink there. With `grantAccess`, one of ours that the app
+    /// made unreadable or unsearchable (0000, 0300: the top of its tree is as much the app's
+    /// as any directory below it) is given u+rwx first, as `walk` does below the top: through
+    /// an `O_PATH | O_NOFOLLOW | O_DIRECTORY` fd, and opened again through that fd, so the
+    /// directory opened is the one checked. -1 when it cannot be opened.
+    static func openDirectory(_ path: String, grantAccess: Bool) -> Int32 {
+        let fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd < 0, errno == EACCES, grantAccess else { return fd }
+        let p = open(path, pathOnly | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard p >= 0 else { return -1 }
+        defer { close(p) }
+        var st = stat()
+        guard fstat(p, &st) == 0, st.st_uid == geteuid(), st.st_mode & S_IFMT == S_IFDIR,
+            chmod("/proc/self/fd/\(p)", (st.st_mode & 0o7777) | 0o700) == 0
+        else { return -1 }
+        return openat(p, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+    }
+
     /// O_PATH (Linux: 010000000).
     static let pathOnly: Int32 = 0o10000000
 
