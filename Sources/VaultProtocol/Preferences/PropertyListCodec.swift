@@ -292,29 +292,124 @@ public enum PropertyListCodec {
 
     /// `checkBinaryReferences`' key check for an XML plist: refuses one with a `<dict>` whose
     /// `<key>`s hold normalisation twins (`normalisationTwin`). Runs only on text with a
-    /// non-ASCII byte or a character reference (ASCII keys have no twins).
+    /// non-ASCII or NUL byte or a character reference (ASCII keys have no twins).
+    ///
+    /// One pass over the text, each byte looked at a bounded number of times: a regular
+    /// expression with lazy `.*?` tried every unclosed `<key>` (or `<!--`) up to the end of
+    /// the text, which made a few MiB of them from any app hours of vaultd's CPU. A key is
+    /// read as Foundation reads it: character data, entity and character references
+    /// replaced, CDATA sections taken as they are, comments left out. Text in UTF-16 or
+    /// UTF-32 (a byte order mark or NULs) or in an 8-bit encoding its declaration names is
+    /// read in it; in one vaultd cannot read, it is refused rather than imported unchecked.
     static func checkXMLKeys(_ data: Data) throws {
-        guard !data.starts(with: Array("bplist".utf8)), data.contains(where: { $0 >= 0x80 }) || data.range(of: Data("&#".utf8)) != nil,
-            let text = String(data: data, encoding: .utf8),
-            let re = try? NSRegularExpression(
-                pattern: #"<!--.*?-->|<!\[CDATA\[.*?\]\]>|<dict\s*/>|<dict\s*>|</dict\s*>|<key\s*>(.*?)</key\s*>|<key\s*/>"#,
-                options: [.dotMatchesLineSeparators])
+        guard !data.starts(with: Array("bplist".utf8)),
+            data.contains(where: { $0 >= 0x80 || $0 == 0 }) || data.range(of: Data("&#".utf8)) != nil
         else { return }
-        let ns = text as NSString
+        guard let text = xmlString(data) else {
+            throw VaultError(.invalidPropertyList, "the property list's text encoding is not one vaultd can check for dictionary keys that differ only in Unicode normalisation; convert it to UTF-8")
+        }
+        let u = Array(text.utf8)
+        func at(_ i: Int, _ s: StaticString) -> Bool {
+            let n = s.utf8CodeUnitCount
+            guard i + n <= u.count else { return false }
+            for k in 0..<n where u[i + k] != s.utf8Start[k] { return false }
+            return true
+        }
+        /// The index of the first `s` at or after `i`, or nil.
+        func find(_ s: StaticString, from i: Int) -> Int? {
+            var j = i
+            while j < u.count {
+                guard let lt = u[j...].firstIndex(of: s.utf8Start[0]) else { return nil }
+                if at(lt, s) { return lt }
+                j = lt + 1
+            }
+            return nil
+        }
+        func isSpace(_ b: UInt8) -> Bool { b == 0x20 || b == 0x09 || b == 0x0A || b == 0x0D }
         var stack: [[String]] = []
-        for m in re.matches(in: text, range: NSRange(location: 0, length: ns.length)) {
-            let token = ns.substring(with: m.range)
-            if token.hasPrefix("<dict") {
-                if !token.hasSuffix("/>") { stack.append([]) }
-            } else if token.hasPrefix("</dict") {
-                if let keys = stack.popLast(), let twin = normalisationTwin(keys) {
-                    throw VaultError(.invalidPropertyList, twinsMessage(twin, importTwins))
+        var i = 0
+        while let lt = u[i...].firstIndex(of: UInt8(ascii: "<")) {
+            if at(lt, "<!--") {
+                guard let e = find("-->", from: lt + 4) else { return }
+                i = e + 3
+                continue
+            }
+            if at(lt, "<![CDATA[") {
+                guard let e = find("]]>", from: lt + 9) else { return }
+                i = e + 3
+                continue
+            }
+            guard let gt = u[lt...].firstIndex(of: UInt8(ascii: ">")) else { return }
+            i = gt + 1
+            var n = lt + 1
+            let closing = n < gt && u[n] == UInt8(ascii: "/")
+            if closing { n += 1 }
+            var nameEnd = n
+            while nameEnd < gt, !isSpace(u[nameEnd]), u[nameEnd] != UInt8(ascii: "/") { nameEnd += 1 }
+            let name = u[n..<nameEnd]
+            let selfClosing = u[gt - 1] == UInt8(ascii: "/")
+            if name.elementsEqual("dict".utf8) {
+                if closing {
+                    if let keys = stack.popLast(), let twin = normalisationTwin(keys) {
+                        throw VaultError(.invalidPropertyList, twinsMessage(twin, importTwins))
+                    }
+                } else if !selfClosing {
+                    stack.append([])
                 }
-            } else if token.hasPrefix("<key"), !stack.isEmpty {
-                let raw = m.range(at: 1).location == NSNotFound ? "" : ns.substring(with: m.range(at: 1))
-                stack[stack.count - 1].append(xmlText(raw))
+            } else if name.elementsEqual("key".utf8), !closing {
+                var key = ""
+                if !selfClosing {
+                    // Up to `</key>`: text (references replaced), CDATA as it is, no comments.
+                    var j = gt + 1, textStart = j
+                    while true {
+                        guard let next = u[j...].firstIndex(of: UInt8(ascii: "<")) else { return }
+                        key += xmlText(String(decoding: u[textStart..<next], as: UTF8.self))
+                        if at(next, "<!--") {
+                            guard let e = find("-->", from: next + 4) else { return }
+                            j = e + 3
+                        } else if at(next, "<![CDATA[") {
+                            guard let e = find("]]>", from: next + 9) else { return }
+                            key += String(decoding: u[(next + 9)..<e], as: UTF8.self)
+                            j = e + 3
+                        } else {
+                            j = next
+                            break
+                        }
+                        textStart = j
+                    }
+                    i = j  // at the `</key>` (or whatever Foundation will refuse)
+                }
+                if !stack.isEmpty { stack[stack.count - 1].append(key) }
             }
         }
+    }
+
+    /// The text of an XML property list, read in its encoding as Foundation reads it: UTF-8;
+    /// UTF-32 or UTF-16 by a byte order mark or, without one, by the NULs of its first
+    /// characters; else the 8-bit encoding its declaration names, when it is one of those
+    /// property lists are found in. nil for another.
+    static func xmlString(_ data: Data) -> String? {
+        if let s = String(data: data, encoding: .utf8) { return s }
+        let b = [UInt8](data.prefix(4))
+        if b.starts(with: [0, 0, 0xFE, 0xFF]) || b.starts(with: [0xFF, 0xFE, 0, 0]) { return String(data: data, encoding: .utf32) }
+        if b.starts(with: [0xFE, 0xFF]) || b.starts(with: [0xFF, 0xFE]) { return String(data: data, encoding: .utf16) }
+        if b.count == 4 && b[0] == 0 && b[1] == 0 { return String(data: data, encoding: .utf32BigEndian) }
+        if b.count == 4 && b[2] == 0 && b[3] == 0 && b[1] == 0 { return String(data: data, encoding: .utf32LittleEndian) }
+        if b.count >= 2 && b[0] == 0 { return String(data: data, encoding: .utf16BigEndian) }
+        if b.count >= 2 && b[1] == 0 { return String(data: data, encoding: .utf16LittleEndian) }
+        // `<?xml … encoding="NAME"?>`, in ASCII.
+        let head = String(decoding: data.prefix(200).prefix(while: { $0 < 0x80 }), as: UTF8.self)
+        guard head.hasPrefix("<?xml"), let declEnd = head.range(of: "?>"),
+            let e = head[..<declEnd.lowerBound].range(of: "encoding")
+        else { return nil }
+        let rest = head[e.upperBound..<declEnd.lowerBound].drop(while: { $0 == " " || $0 == "=" || $0 == "\"" || $0 == "'" })
+        let name = rest.prefix(while: { $0 != "\"" && $0 != "'" && $0 != " " }).lowercased()
+        let encodings: [String: String.Encoding] = [
+            "iso-8859-1": .isoLatin1, "iso_8859-1": .isoLatin1, "latin1": .isoLatin1, "l1": .isoLatin1,
+            "windows-1252": .windowsCP1252, "cp1252": .windowsCP1252,
+            "macintosh": .macOSRoman, "macroman": .macOSRoman, "x-mac-roman": .macOSRoman,
+        ]
+        return encodings[name].flatMap { String(data: data, encoding: $0) }
     }
 
     /// XML character data with its entity and character references replaced.
