@@ -160,14 +160,15 @@ public final class CacheStore: @unchecked Sendable {
         }.sorted()
     }
 
-    /// Every non-directory entry in every app's cache (symlinks, FIFOs and sockets included,
-    /// as entries to remove; their targets are never followed), on the cache's own filesystem,
-    /// at any depth (`TreeWalk`). A file with several names (hard links) counts its bytes at
-    /// the first name met only, as `du` does.
-    func files(grantAccess: Bool = false) -> [CachedFile] {
+    /// Every non-directory entry in every app's cache, or in app `only`'s (symlinks, FIFOs and
+    /// sockets included, as entries to remove; their targets are never followed), on the
+    /// cache's own filesystem, at any depth (`TreeWalk`). A file with several names (hard
+    /// links) counts its bytes at the first name met only, as `du` does. `grantAccess`: give
+    /// the owner access to directories the app made unreadable or unwritable, on the way.
+    func files(of only: String? = nil, grantAccess: Bool = false) -> [CachedFile] {
         var out: [CachedFile] = []
         var counted: Set<ino_t> = []
-        for app in appDirectories() {
+        for app in appDirectories() where only == nil || app == only {
             let fd = TreeWalk.openDirectory(root + "/" + app, grantAccess: grantAccess)
             guard fd >= 0 else { continue }
             TreeWalk.walk(fd, label: app, grantAccess: grantAccess) { _, name, st, directory in
@@ -249,7 +250,8 @@ public final class CacheStore: @unchecked Sendable {
             // Into directories the app made unreadable too, and out of unwritable ones: as
             // the app's owner vaultd may, and a cache it cannot purge is no cache (running as
             // the user, not root, such files stayed for good, yet counted in its usage).
-            var all = files(grantAccess: true).filter { only == nil || $0.appID == only }
+            // Only the app purged: another app's modes are left as that app set them.
+            var all = files(of: only, grantAccess: true)
             var st = stat()
             if !all.isEmpty, stat(root, &st) == 0 {
                 let inUse = OpenFiles.inodes(on: st.st_dev)

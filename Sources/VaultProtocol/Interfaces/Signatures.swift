@@ -16,7 +16,7 @@ extension VarlinkInterfaces {
     public static func undeclaredParameter(in call: VarlinkCall) -> String? {
         guard let declared = inputParameters[call.method] else { return nil }
         // Sorted only when one is undeclared: every call passes here.
-        guard call.parameters.keys.contains(where: { !declared.contains($0) }) else { return nil }
+        guard call.parameters.contains(where: { !declared.contains($0.key) }) else { return nil }
         return call.parameters.keys.sorted().first { !declared.contains($0) }
     }
 

@@ -55,8 +55,11 @@ public struct VarlinkCall: Sendable, Equatable {
         }
         // Other members are refused, except vendor extensions, which varlink requires to be
         // objects named in reverse-domain notation ("com.example.trace": {...}).
-        for key in o.keys.sorted() where !["method", "parameters", "oneway", "more", "upgrade"].contains(key) {
-            guard key.contains("."), o[key]?.objectValue != nil else {
+        // The first such member in sorted order is named (sorted only then: every call passes here).
+        let members = ["method", "parameters", "oneway", "more", "upgrade"]
+        func isExtension(_ key: String, _ value: JSON) -> Bool { key.contains(".") && value.objectValue != nil }
+        if o.contains(where: { !members.contains($0.key) && !isExtension($0.key, $0.value) }) {
+            for (key, value) in o.sortedByKey() where !members.contains(key) && !isExtension(key, value) {
                 throw VaultError.invalidParameter(key, "not a member of a varlink call")
             }
         }

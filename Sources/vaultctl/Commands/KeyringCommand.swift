@@ -103,7 +103,7 @@ struct KeyringCommand: Command {
         // is imported like any keyring item, into the group this import names: any program
         // on the session bus can write an `io.vaultd.Item`, and one naming another group
         // (an app's, or `git`) must not put a credential there.
-        if mapped.exported, mapped.attributes.accessGroup != accessGroup {
+        if mapped.exported, !(mapped.attributes.accessGroup.map { $0.sameBytes(accessGroup!) } ?? false) {
             do {
                 _ = try keychain.copyMatching(Query(mapped.itemClass, mapped.primaryKey), returnAttributes: true)
             } catch let e as VaultError where e.code == .itemNotFound {
@@ -338,7 +338,7 @@ enum KeyringMapping {
                 out.securityDomain = a["security-domain"]
             }
             let l = item.label
-            if !l.isEmpty && l != label(c, out) { out.label = l }
+            if !l.isEmpty && !l.sameBytes(label(c, out)) { out.label = l }
             return Mapped(itemClass: cls, attributes: out, exported: true)
         } else if let internet = schema.flatMap({ internetSchemas[$0] })
             ?? (a["server"] != nil && a["protocol"] != nil && a["service"] == nil ? unnamedInternetSchema : nil)

@@ -2,10 +2,10 @@ import Foundation
 import Testing
 import VaultProtocol
 
-/// Review of e8eda0e: dictionary keys differing only in Unicode normalisation must be two
+/// Dictionary keys differing only in Unicode normalisation must be two
 /// keys or be refused, on every way a property list comes in, never silently merged.
-@Suite("Review: twin keys on the ways in that the twin check does not see")
-struct ReviewTwinKeyTests {
+@Suite("Twin keys on every way a property list comes in")
+struct PlistTwinKeyTests {
     static let nfc = "caf\u{E9}", nfd = "cafe\u{301}"
 
     /// nil when `data` decodes to both keys or is refused as InvalidPropertyList.

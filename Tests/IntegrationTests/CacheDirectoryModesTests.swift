@@ -5,10 +5,10 @@ import Testing
 import Glibc
 #endif
 
-/// Review of 98a1a75: the app's own cache directory (the top of its tree, which the app can
+/// The app's own cache directory (the top of its tree, which the app can
 /// chmod as well as any below it) made unreadable kept everything in it from a purge and an
 /// uninstall, which left it for the next install.
-@Suite struct ReviewCacheModesTests {
+@Suite struct CacheDirectoryModesTests {
     @Test(.enabled(if: getuid() == 0, "needs root to run vaultd as nobody (setpriv)"))
     func theAppsOwnDirectoryMadeUnreadableIsStillPurgedAndRemovedAsAUser() throws {
         let root = try TemporaryDirectory.make(prefix: "vaultd-topmodes")
