@@ -16,6 +16,10 @@ int vault_peer_cred(int fd, pid_t *pid, uid_t *uid, gid_t *gid) {
     return 0;
 }
 
+int vault_set_thread_name(const char *name) {
+    return prctl(PR_SET_NAME, name, 0, 0, 0);
+}
+
 int vault_set_nondumpable(void) {
     return prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
 }

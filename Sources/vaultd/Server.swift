@@ -153,8 +153,11 @@ final class Server: @unchecked Sendable {
 
     /// Runs the accept loop on a new thread.
     func start() {
-        let t = Thread { [self] in acceptLoop() }
-        t.name = "vaultd-accept"
+        let t = Thread { [self] in
+            // Named where /proc shows it (Foundation's `Thread.name` does not name the OS thread).
+            _ = vault_set_thread_name("vaultd-accept")
+            acceptLoop()
+        }
         t.start()
     }
 
@@ -216,6 +219,8 @@ final class Server: @unchecked Sendable {
                 continue
             }
             let t = Thread { [self] in
+                // Each connection's thread is `vaultd-conn` in /proc/PID/task/*/comm.
+                _ = vault_set_thread_name("vaultd-conn")
                 serve(conn, peer: peer)
                 state.withLock { _ = connections.removeValue(forKey: ObjectIdentifier(conn)) }
                 conn.close()

@@ -339,10 +339,15 @@ import Glibc
         let event = s.receive(timeout: 5)
         #expect(event.parameters?["key"] as? String == "k" && event.reply?["continues"] as? Bool == true, "\(event)")
 
-        // A subscriber that closes is gone: its thread ends (the daemon's thread count
-        // comes back down).
-        let threads = { (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(d.pid ?? 0)/task").count) ?? 0 }
+        // A subscriber that closes is gone: its connection's thread ends. (Connection threads
+        // only: libdispatch starts and ends worker threads of its own at any time.)
+        let threads = { () -> Int in
+            let tasks = "/proc/\(d.pid ?? 0)/task"
+            let ids = (try? FileManager.default.contentsOfDirectory(atPath: tasks)) ?? []
+            return ids.filter { (try? String(contentsOfFile: "\(tasks)/\($0)/comm", encoding: .utf8)) == "vaultd-conn\n" }.count
+        }
         let before = threads()
+        #expect(before == 2, "the subscriber's and the writer's connection threads: \(before)")
         s.close()
         #expect(eventually(timeout: 5) { threads() < before }, "the closed subscriber's thread stayed (\(threads()) of \(before))")
     }

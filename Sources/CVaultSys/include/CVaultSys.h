@@ -8,6 +8,10 @@ int vault_peer_cred(int fd, pid_t *pid, uid_t *uid, gid_t *gid);
 /// prctl(PR_SET_DUMPABLE, 0): no core dumps, no ptrace by same-uid non-root processes.
 int vault_set_nondumpable(void);
 
+/// prctl(PR_SET_NAME, name): the calling thread's name in /proc/PID/task/TID/comm (at most
+/// 15 bytes are kept). Returns 0 or -1 (errno set).
+int vault_set_thread_name(const char *name);
+
 /// mallopt(M_MMAP_THRESHOLD, bytes): allocations of at least `bytes` get pages of their own,
 /// unmapped when freed (and glibc stops raising the threshold as they are freed). Returns 1
 /// on success, 0 on failure (as mallopt).
