@@ -852,14 +852,9 @@ import Glibc
         #expect(v.sh("test -f \"$1/CACHEDIR.TAG\"", v.cacheRoot).status == 0)
     }
 
-    /// vaultd runs as the user, not root: a directory the app made unwritable (0500) or
-    /// unreadable (0300, 0000) kept its files from every purge, though `cache usage` counted
-    /// what it could see of them, and an uninstall left them there for the next install. The
-    /// other tests run vaultd as root, whom no mode stops. Here vaultd and vaultctl run as
-    /// nobody: the purge opens up the app's directories (they are the user's) and removes
-    /// everything, and so does an uninstall.
-    @Test(.enabled(if: getuid() == 0, "needs root to run vaultd as nobody (setpriv)"))
-    func directoriesTheAppMadeUnwritableOrUnreadableDoNotKeepTheirFilesAsAUser() throws {
+    /// Runs `steps` (sh) as nobody, with a vaultd of nobody's own started and initialised
+    /// first and the app `com.example.modes` installed: `$3` is vaultctl, `$1` nobody's HOME.
+    static func asNobodyWithAnApp(_ steps: String) throws -> ProcessResult {
         let root = try TemporaryDirectory.make(prefix: "vaultd-modes")
         defer {
             _ = try? ChildProcess.run("chmod", ["-R", "u+rwx", root], environment: ["PATH": "/usr/bin:/bin"])
@@ -879,6 +874,22 @@ import Glibc
             "$3" init --no-passphrase > /dev/null
             cp "$3" "$1/app"
             "$3" app install com.example.modes --exe "$1/app" > /dev/null
+
+            """ + steps
+        return try ChildProcess.run(
+            "setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c", script, "sh", own, Paths.tool("vaultd"), Paths.tool("vaultctl")],
+            environment: ["PATH": "/usr/bin:/bin"], timeout: 60)
+    }
+
+    /// vaultd runs as the user, not root: a directory the app made unwritable (0500) or
+    /// unreadable (0300, 0000) kept its files from every purge, though `cache usage` counted
+    /// what it could see of them, and an uninstall left them there for the next install. The
+    /// other tests run vaultd as root, whom no mode stops. Here vaultd and vaultctl run as
+    /// nobody: the purge opens up the app's directories (they are the user's) and removes
+    /// everything, and so does an uninstall.
+    @Test(.enabled(if: getuid() == 0, "needs root to run vaultd as nobody (setpriv)"))
+    func directoriesTheAppMadeUnwritableOrUnreadableDoNotKeepTheirFilesAsAUser() throws {
+        let r = try Self.asNobodyWithAnApp("""
             C=$("$3" cache path com.example.modes)
             mkdir -p "$C/unwritable" "$C/unreadable/sub" "$C/none"
             head -c 100000 /dev/zero > "$C/unwritable/f"; chmod 500 "$C/unwritable"
@@ -889,10 +900,24 @@ import Glibc
             mkdir "$C/again"; echo a > "$C/again/a"; chmod 500 "$C/again"
             "$3" app uninstall com.example.modes > /dev/null
             test -e "$C" && echo "left: $C" || echo gone
-            """
-        let r = try ChildProcess.run(
-            "setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c", script, "sh", own, Paths.tool("vaultd"), Paths.tool("vaultctl")],
-            environment: ["PATH": "/usr/bin:/bin"], timeout: 60)
+            """)
         #expect(r.status == 0 && r.stdoutText == "freed 208896 bytes in 3 file(s)\n0\ngone\n", "\(r)")
+    }
+
+    /// The same for the app's own cache directory, the top of its tree, which the app can
+    /// chmod as well: made unreadable, it kept everything in it from a purge and an
+    /// uninstall, which left it for the next install.
+    @Test(.enabled(if: getuid() == 0, "needs root to run vaultd as nobody (setpriv)"))
+    func theAppsOwnDirectoryMadeUnreadableIsStillPurgedAndRemovedAsAUser() throws {
+        let r = try Self.asNobodyWithAnApp("""
+            C=$("$3" cache path com.example.modes)
+            head -c 100000 /dev/zero > "$C/f"; chmod 300 "$C"
+            "$3" cache purge com.example.modes
+            chmod 700 "$C"; find "$C" -type f | wc -l
+            echo a > "$C/a"; chmod 0 "$C"
+            "$3" app uninstall com.example.modes > /dev/null
+            test -e "$C" && echo "left: $(stat -c %a "$C")" || echo gone
+            """)
+        #expect(r.status == 0 && r.stdoutText.hasSuffix("\n0\ngone\n"), "\(r)")
     }
 }
