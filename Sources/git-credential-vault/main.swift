@@ -233,19 +233,25 @@ func unpackedSecret(_ data: Data) -> (password: String, refreshToken: String?)? 
     return (String(decoding: bytes[..<nl], as: UTF8.self), token)
 }
 
+/// An item's `generic` as the JSON object the helper (or `keyring import`) keeps there; nil
+/// when it holds none (an item `vaultctl item add` made).
+func genericObject(of item: Item) -> JSONObject? {
+    guard let g = item.attributes?.generic, let j = try? JSON.parse(Array(g)), case .object(let o) = j else { return nil }
+    return o
+}
+
 /// What `generic` keeps (`password_expiry_utc`; an earlier helper kept the refresh token too).
-func extras(of item: Item) -> [String: String] {
-    guard let g = item.attributes?.generic, let j = try? JSON.parse(Array(g)), case .object(let o) = j else { return [:] }
+func extras(_ generic: JSONObject?) -> [String: String] {
     // Only git's own field names, which are ASCII: nothing for canonical equivalence to merge.
     var out: [String: String] = [:]
-    for (k, v) in o where Credential.extraKeys.contains(k) { out[k] = v.stringValue }
+    for (k, v) in generic ?? [:] where Credential.extraKeys.contains(k) { out[k] = v.stringValue }
     return out
 }
 
 /// Whether this helper stored the item: its `generic` is the helper's JSON object (an item
 /// `vaultctl item add` made has none; one `keyring import` made keeps `secretService` there).
-func isOwn(_ item: Item) -> Bool {
-    guard let g = item.attributes?.generic, let j = try? JSON.parse(Array(g)), case .object(let o) = j else { return false }
+func isOwn(_ generic: JSONObject?) -> Bool {
+    guard let o = generic else { return false }
     return o["secretService"] == nil
 }
 
@@ -276,7 +282,8 @@ func get(_ vault: Vault, _ c: Credential, group: String?) throws {
     for item in newestFirst(found) {
         guard let data = item.data, let (password, refreshToken) = unpackedSecret(data) else { continue }
         let username = item.attributes?.account ?? ""
-        var more = extras(of: item)
+        let generic = genericObject(of: item)
+        var more = extras(generic)
         if let refreshToken { more["oauth_refresh_token"] = refreshToken }
         guard safe(password), safe(username), more.values.allSatisfy(safe) else { continue }
         // An expired password (an OAuth access token past its password_expiry_utc) is not
@@ -288,7 +295,7 @@ func get(_ vault: Vault, _ c: Credential, group: String?) throws {
         // without it git asks for a username (or, without a terminal, fails), while its
         // credential-store answers `username=`. An item this helper did not store (no
         // `generic` of ours) and without an account leaves the username to git, as before.
-        if !username.isEmpty || isOwn(item) { out += "username=\(username)\n" }
+        if !username.isEmpty || isOwn(generic) { out += "username=\(username)\n" }
         out += "password=\(password)\n"
         for k in Credential.extraKeys { if let v = more[k] { out += "\(k)=\(v)\n" } }
         StandardOutput.write(Data(out.utf8))
@@ -318,7 +325,7 @@ func store(_ vault: Vault, _ c: Credential, group: String?) throws {
         for item in try matches(vault, exact, group: group, exactPath: true) {
             guard let key = primaryKey(of: item) else { continue }
             var changes = ItemAttributes()
-            changes.generic = merged(item.attributes?.generic, extras: c.extras)
+            changes.generic = merged(item, extras: c.extras)
             changes.label = attributes.label
             do {
                 try vault.keychain.update(Query(.internetPassword, key), attributes: changes, data: secret)
@@ -332,9 +339,8 @@ func store(_ vault: Vault, _ c: Credential, group: String?) throws {
 /// An item's `generic` with the extras git keeps there replaced by `extras` (the refresh
 /// token, a secret, never goes there); the rest of a JSON object is kept. Anything else is
 /// no `generic` of ours or of an import's, and is replaced.
-func merged(_ generic: Data?, extras: [String: String]) -> Data {
-    var o: JSONObject = [:]  // byte-keyed: whatever else `generic` holds is kept as it is
-    if let g = generic, let j = try? JSON.parse(Array(g)), case .object(let existing) = j { o = existing }
+func merged(_ item: Item, extras: [String: String]) -> Data {
+    var o = genericObject(of: item) ?? [:]  // byte-keyed: whatever else it holds is kept as it is
     for k in Credential.extraKeys { o[k] = nil }
     for (k, v) in extras where k != "oauth_refresh_token" { o[k] = .string(v) }
     return Data(JSON.object(o).serialized())
