@@ -52,10 +52,6 @@ public struct ExactDictionary<Value>: Sequence, ExpressibleByDictionaryLiteral {
         storage = .init(minimumCapacity: elements.count)
         for (k, v) in elements { storage[ExactString(k)] = v }
     }
-    @inlinable public init<S: Sequence>(_ pairs: S) where S.Element == (key: String, value: Value) {
-        storage = [:]
-        for (k, v) in pairs { storage[ExactString(k)] = v }
-    }
 
     @inlinable public subscript(key: String) -> Value? {
         get { storage[ExactString(key)] }
