@@ -1,10 +1,10 @@
 import Foundation
 import Testing
 
-/// DESIGN §6: the real application plists in `../shared/corpus/plist/` round-trip through
+/// The real application plists in `Tests/Fixtures/plist/` (MANIFEST.tsv names their sources) round-trip through
 /// `vaultctl defaults import` / `export`, judged by Python's plistlib (an independent reader).
 @Suite struct PlistCorpusTests {
-    static let corpus = Paths.shared.appendingPathComponent("corpus/plist")
+    static let corpus = Paths.fixtures.appendingPathComponent("plist")
 
     /// Every corpus file, with whether its root is a dictionary (read with Foundation here,
     /// only to sort the files; the round trip is judged by plistlib).

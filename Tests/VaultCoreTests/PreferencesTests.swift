@@ -4,12 +4,12 @@ import VaultProtocol
 
 @testable import VaultCore
 
-/// /work/shared/corpus/plist, found from this file: <repo>/Tests/VaultCoreTests/<file> → <repo>/../shared.
+/// The real application plists of `Tests/Fixtures/plist` (their sources in its MANIFEST.tsv),
+/// found from this file: <repo>/Tests/VaultCoreTests/<file> → <repo>/Tests/Fixtures/plist.
 private let corpusDirectory: URL = URL(fileURLWithPath: #filePath)
     .deletingLastPathComponent()  // VaultCoreTests
     .deletingLastPathComponent()  // Tests
-    .deletingLastPathComponent()  // repository root
-    .appendingPathComponent("../shared/corpus/plist", isDirectory: true)
+    .appendingPathComponent("Fixtures/plist", isDirectory: true)
     .standardizedFileURL
 
 private func corpusFiles() -> [String] {

@@ -4,14 +4,14 @@ import Foundation
 import Glibc
 #endif
 
-/// Where the tests find the repository, the shared corpus and the built executables.
+/// Where the tests find the repository, its fixtures and the built executables.
 enum Paths {
     /// The repository root, from this file's path (Tests/IntegrationTests/Support/Daemon.swift).
     static let repoRoot: URL = URL(fileURLWithPath: #filePath)
         .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
 
-    /// `../shared` beside the repository (DESIGN §6: `../shared/corpus/plist/`).
-    static let shared: URL = repoRoot.deletingLastPathComponent().appendingPathComponent("shared")
+    /// `Tests/Fixtures`: the plist corpus (`plist/`, with its MANIFEST.tsv) and other test data.
+    static let fixtures: URL = repoRoot.appendingPathComponent("Tests/Fixtures")
 
     /// The directory holding `vaultd` and `vaultctl`: the build directory the running test
     /// bundle lives in (found by walking up from it), else `<repo>/.build/debug`.
