@@ -440,8 +440,8 @@ public enum PropertyListCodec {
     /// bytes plus 16 per value: 12 MiB, three times the 4 MiB a domain may hold, because a
     /// domain of the tiniest values (empty dictionaries or data, bools in an array: 12 to 14
     /// bytes on the wire, counted as 6 to 7) takes up to 2.7 times its size here, and every
-    /// domain within the limit must import from its own export (8 MiB refused 300,000 keys
-    /// holding a bool, 3.9 MB as a domain). A binary plist can refer to one object many
+    /// domain within the limit must import from its own export (8 MiB would refuse 300,000
+    /// keys holding a bool, 3.9 MB as a domain). A binary plist can refer to one object many
     /// times: 40 levels of arrays holding the same array twice are 412 bytes on disk and
     /// 2^40 values as a tree.
     public static let maximumExpandedSize = 12 << 20
