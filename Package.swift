@@ -26,8 +26,9 @@ let package = Package(
         .target(name: "DesktopKeyring", dependencies: ["CSecret", "VaultProtocol"]),
         .executableTarget(name: "vaultd", dependencies: ["VaultCore", "VaultProtocol", "CVaultSys", "CSecret", "DesktopKeyring"]),
         .target(name: "VaultClient", dependencies: ["VaultProtocol"]),
-        // Release builds link the Swift runtime and Foundation statically: a vaultctl process
-        // then starts in about a third of the time (issue #8: no slower than secret-tool).
+        // Release builds link the Swift runtime and Foundation statically, so a vaultctl
+        // process does not spend its start loading and relocating them (a CLI starts once
+        // per command, and should start no slower than secret-tool).
         .executableTarget(
             name: "vaultctl", dependencies: ["VaultClient", "DesktopKeyring"],
             linkerSettings: [

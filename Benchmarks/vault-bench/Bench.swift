@@ -7,7 +7,7 @@ import Glibc
 #endif
 
 /// vault-bench: vaultd against the desktop keyring (gnome-keyring through libsecret), dconf
-/// and the bare AF_UNIX round trip, on this machine, in one run (issue #8).
+/// and the bare AF_UNIX round trip, on this machine, in one run (docs/benchmarks.md).
 enum Bench {
     nonisolated(unsafe) static var verbose = true
 

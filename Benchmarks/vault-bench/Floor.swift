@@ -34,9 +34,9 @@ enum Floor {
     }
 
     /// A blocking recv, the plain round trip. (Unlike vaultd's receives it is woken once
-    /// more when its peer reads what it sent; on this idle VM that wake-up comes just before
-    /// the reply and spares it the vCPU's wake from halt, so it is the faster floor for one
-    /// client: 42-44 µs, against 48-57 µs when it waited in poll, in the same hour.)
+    /// more when its peer reads what it sent; on an idle VM that wake-up comes just before
+    /// the reply and spares it the vCPU's wake from halt, so for one client it is a faster
+    /// floor than a wait in poll.)
     static func readExactly(_ fd: Int32, _ buf: inout [UInt8]) -> Bool {
         let count = buf.count
         return buf.withUnsafeMutableBytes { b in

@@ -138,14 +138,14 @@ func timedRun(clients: Int, seconds: Double, make: (Int) throws -> Operation) th
 /// Flushes what earlier parts left for the disk (`sync`), before a workload is measured:
 /// durable writes and the copies of cached vaults leave up to hundreds of MB dirty, which
 /// the kernel writes back up to 30 s later, in the middle of whatever is measured then (the
-/// copy of the 100,000-item vault, 70 MB, was written back during its four-client lookups).
+/// copy of a large cached vault would be written back during its own lookups).
 func flushEarlierWrites() { sync() }
 
 /// A measurement made of repetitions, which `interleave` runs in turn with other series'
-/// repetitions: on a shared VM the CPU time per operation rises by a fifth or more for
-/// seconds at a time, and back-to-back repetitions all fell into such a spell together
-/// (one item count's four-client lookups, 57k/s beside 64k and 67k in the same run); taken
-/// in turns, a spell spoils one repetition of several series, and each median leaves it out.
+/// repetitions: on a shared VM the CPU time per operation rises for seconds at a time, and
+/// back-to-back repetitions would all fall into such a spell together, spoiling a whole
+/// series; taken in turns, a spell spoils one repetition of several series, and each median
+/// leaves it out.
 struct Series {
     /// Untimed: run before the series' first repetition, and again whenever another series'
     /// repetition ran in between (another vaultd's, with its own caches).

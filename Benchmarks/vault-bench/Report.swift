@@ -4,7 +4,7 @@ import Foundation
 import Glibc
 #endif
 
-/// One of issue #8's targets, judged from this run's entries.
+/// One of the benchmark's targets (docs/benchmarks.md), judged from this run's entries.
 struct Target: Codable {
     var target: String
     var value: String

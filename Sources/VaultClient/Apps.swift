@@ -45,7 +45,7 @@ public struct AppInfo: Sendable, Equatable {
     }
 }
 
-/// The app registry (DESIGN §5; owner only: apps get PermissionDenied). Throws `VaultError`
+/// The app registry (docs/apps.md; owner only: apps get PermissionDenied). Throws `VaultError`
 /// AppNotFound, InvalidAppID, InvalidParameter, PermissionDenied, ConnectionFailed.
 public struct Apps: Sendable {
     let connection: VaultConnection

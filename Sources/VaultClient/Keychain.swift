@@ -38,7 +38,7 @@ public struct Item: Sendable {
     public var data: Data?
 }
 
-/// The keychain tier, as Keychain Services' SecItem functions (DESIGN §4). Every method
+/// The keychain tier, as Keychain Services' SecItem functions (docs/keychain.md). Every method
 /// throws `VaultError`: the codes each lists, and NotInitialized (no vault yet),
 /// MissingEntitlement (-34018) for an access group not the caller's or an install that
 /// ended since it connected, Param (-50) for a malformed request, and ConnectionFailed.

@@ -1,7 +1,7 @@
 import Foundation
 import VaultProtocol
 
-/// Preference domains by name, as `defaults(1)` sees them (DESIGN §6). Apps name nil for
+/// Preference domains by name, as `defaults(1)` sees them (docs/preferences.md). Apps name nil for
 /// their own domain and may use it, their app groups' suites (`group.*`) and, read-only,
 /// `NSGlobalDomain`; another domain is MissingEntitlement, a write to NSGlobalDomain
 /// ReadOnlyDomain. The owner's tools must name a domain (nil: InvalidParameter `domain`).

@@ -44,7 +44,7 @@ public final class VaultConnection: @unchecked Sendable {
     private var timeout: Double
 
     /// The socket path a client uses: `VAULTD_SOCKET`, else `$XDG_RUNTIME_DIR/vaultd/vaultd.sock`,
-    /// else `/tmp/vaultd-$UID/vaultd.sock` (DESIGN §2).
+    /// else `/tmp/vaultd-$UID/vaultd.sock` (docs/configuration.md).
     public static func defaultSocketPath(environment env: [String: String] = ProcessInfo.processInfo.environment) -> String {
         if let s = env["VAULTD_SOCKET"], !s.isEmpty { return s }
         if let run = env["XDG_RUNTIME_DIR"], !run.isEmpty { return run + "/vaultd/vaultd.sock" }

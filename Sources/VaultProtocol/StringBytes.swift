@@ -4,15 +4,15 @@ import Glibc
 
 extension String {
     /// Whether `other` is the same UTF-8 bytes: how item attributes, access groups, app
-    /// groups and domains are compared, as the store compares them (DESIGN §4). Swift's `==`
+    /// groups and domains are compared, as the store compares them. Swift's `==`
     /// (and `Set`, `contains`) compares by canonical equivalence: precomposed `é` equals
     /// `e` + U+0301, and the Kelvin sign U+212A equals `K`.
     public func sameBytes(_ other: String) -> Bool {
         let a = utf8, b = other.utf8
         guard a.count == b.count else { return false }
-        // Both contiguous (native strings are): one memcmp, where `elementsEqual` went
-        // byte by byte through the generic iterator (issue #8: 1,270 instructions a
-        // comparison, two per candidate item of every lookup).
+        // Both contiguous (native strings are): one memcmp, where `elementsEqual` would go
+        // byte by byte through the generic iterator (two comparisons per candidate item of
+        // every lookup).
         let same = a.withContiguousStorageIfAvailable { pa in
             b.withContiguousStorageIfAvailable { pb in
                 pa.isEmpty || memcmp(pa.baseAddress!, pb.baseAddress!, pa.count) == 0

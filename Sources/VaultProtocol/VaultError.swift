@@ -38,7 +38,7 @@ public struct VaultError: Error, Equatable, CustomStringConvertible, Sendable {
             (error as? VaultError)?.code == code
         }
 
-        // Keychain (Keychain Services OSStatus values, DESIGN §4).
+        // Keychain (Keychain Services OSStatus values; docs/keychain.md).
         /// -25299 (errSecDuplicateItem): Add, or an Update's change, collides with an item of
         /// the same primary key, class, access group and synchronizable.
         public static let duplicateItem = Code("io.vaultd.Keychain.DuplicateItem")
@@ -87,7 +87,7 @@ public struct VaultError: Error, Equatable, CustomStringConvertible, Sendable {
         /// The reply would be over the 8 MiB message limit (`parameters["size"]`, `["limit"]`,
         /// bytes); nothing was done to it. Ask for less (matchLimit one, no data).
         public static let replyTooLarge = Code("io.vaultd.Vault.ReplyTooLarge")
-        // Preferences (DESIGN §6).
+        // Preferences (docs/preferences.md).
         /// A write would take the domain past `DomainLimit.maximumBytes` (4 MiB); nothing was
         /// written. `parameters["limit"]`, and from vaultd `["domain"]`, `["size"]` (bytes).
         public static let domainTooLarge = Code("io.vaultd.Preferences.DomainTooLarge")
@@ -102,7 +102,7 @@ public struct VaultError: Error, Equatable, CustomStringConvertible, Sendable {
         public static let keyNotFound = Code("io.vaultd.Preferences.KeyNotFound")
         /// An app writing `NSGlobalDomain` (apps may only read it).
         public static let readOnlyDomain = Code("io.vaultd.Preferences.ReadOnlyDomain")
-        // Apps (DESIGN §5).
+        // Apps (docs/apps.md).
         /// No registered app has this ID (Show, Uninstall), or, for a cache directory, none is installed.
         public static let appNotFound = Code("io.vaultd.Apps.AppNotFound")
         /// An app ID that is not reverse-DNS (e.g. org.example.App).

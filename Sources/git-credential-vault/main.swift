@@ -19,7 +19,7 @@ import Glibc
 // a password whose expiry has passed. (Items stored with the token in `generic` still give it.)
 //
 // Access group: registered as an app (`vaultctl app install org.git-scm.credential-vault
-// --exe PATH --access-group git --keep-credentials-on-reinstall`, as the README says), the
+// --exe PATH --access-group git --keep-credentials-on-reinstall`, as docs/git.md says), the
 // helper uses its own groups; run unregistered (as the owner), it uses the group `git` — the
 // same items either way.
 //
@@ -240,7 +240,8 @@ func genericObject(of item: Item) -> JSONObject? {
     return o
 }
 
-/// What `generic` keeps (`password_expiry_utc`; an earlier helper kept the refresh token too).
+/// What `generic` keeps (`password_expiry_utc`; also the refresh token, in items an earlier
+/// helper stored).
 func extras(_ generic: JSONObject?) -> [String: String] {
     // Only git's own field names, which are ASCII: nothing for canonical equivalence to merge.
     var out: [String: String] = [:]
@@ -320,8 +321,8 @@ func store(_ vault: Vault, _ c: Credential, group: String?) throws {
         exact.username = username
         // Item by item: each keeps what else its `generic` holds, such as the record of the
         // keyring item `vaultctl keyring import` made it from (without it, the next import
-        // took the vault's item for another one and added the keyring's old password beside
-        // it, under a made-up key); only the extras git sends are replaced.
+        // would take the vault's item for another one and add the keyring's old password
+        // beside it, under a made-up key); only the extras git sends are replaced.
         for item in try matches(vault, exact, group: group, exactPath: true) {
             guard let key = primaryKey(of: item) else { continue }
             var changes = ItemAttributes()
@@ -346,7 +347,7 @@ func merged(_ item: Item, extras: [String: String]) -> Data {
     return Data(JSON.object(o).serialized())
 }
 
-/// The whole primary key of an item (DESIGN §4), to act on it alone.
+/// The whole primary key of an item (docs/keychain.md), to act on it alone.
 func primaryKey(of item: Item) -> ItemAttributes? {
     guard let a = item.attributes else { return nil }
     var key = ItemAttributes(

@@ -91,9 +91,10 @@ final class Context {
     /// 60 s by default: more than an unlock's Argon2id or any call but those removing files.
     static let replyTimeout: Double = configuredTimeout ?? 60
 
-    /// For a call that removes files one by one (`cache purge`, `app uninstall`): 200,000
-    /// files took three minutes on a loaded VM, so it waits as long as that takes, unless
-    /// `VAULTCTL_TIMEOUT` is set. The connection and its Hello keep the usual bound.
+    /// For a call that removes files one by one (`cache purge`, `app uninstall`): hundreds
+    /// of thousands of files can take minutes on a loaded machine, so it waits as long as
+    /// that takes, unless `VAULTCTL_TIMEOUT` is set. The connection and its Hello keep the
+    /// usual bound.
     func vaultForRemovingFiles() throws -> Vault {
         let v = try vault()
         v.connection.replyTimeout = Self.configuredTimeout ?? 0
@@ -140,8 +141,8 @@ func usageLines(of command: String?) -> [Substring] {
 }
 
 /// What a usage error prints after its message: the usage lines of `command`, or the synopsis
-/// when no command was recognised, and where the rest is. The whole text (50 lines) buried
-/// the one line that said what was wrong.
+/// when no command was recognised, and where the rest is. The whole text would bury the one
+/// line that says what is wrong.
 func usage(of command: String?) -> String {
     let lines = usageLines(of: command)
     let synopsis = lines.isEmpty ? "usage: vaultctl [--socket PATH] COMMAND ...\n" : "usage:\n" + lines.joined(separator: "\n") + "\n"

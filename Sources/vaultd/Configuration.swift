@@ -6,10 +6,10 @@ import VaultProtocol
 import Glibc
 #endif
 
-/// vaultd's settings: command line, then environment, then XDG defaults (DESIGN §2).
+/// vaultd's settings: command line, then environment, then XDG defaults (docs/configuration.md).
 struct Configuration {
     var socketPath: String
-    /// True when the socket path was chosen by DESIGN §2's defaults (then its directory must
+    /// True when the socket path was chosen by the defaults (then its directory must
     /// be ours and 0700).
     var socketPathIsDefault: Bool
     var dataDirectory: String

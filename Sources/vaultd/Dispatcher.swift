@@ -2,7 +2,7 @@ import Foundation
 import VaultCore
 import VaultProtocol
 
-/// Routes varlink calls to the engine. Knows the wire shapes of DESIGN §3; knows nothing
+/// Routes varlink calls to the engine. Knows the wire shapes (docs/protocol.md); knows nothing
 /// of sockets or framing.
 struct Dispatcher {
     let vault: Vault

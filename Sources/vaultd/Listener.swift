@@ -12,7 +12,7 @@ struct StartupError: Error, CustomStringConvertible {
 }
 
 /// Creates the listening socket: from systemd socket activation (`LISTEN_FDS`), or bound
-/// at the configured path with the modes of DESIGN §2.
+/// at the configured path: the socket 0600 in a directory 0700 (docs/configuration.md).
 enum Listener {
     /// The socket passed by systemd (fd 3), when LISTEN_PID is this process.
     static func fromActivation(environment env: [String: String]) -> UnixSocket? {
@@ -43,7 +43,7 @@ enum Listener {
     }
 
     /// Checks the socket's directory (created if missing; with `strictDirectory`, ours and
-    /// 0700, as DESIGN §2), then throws `StartupError` when a live daemon answers on `path`
+    /// 0700), then throws `StartupError` when a live daemon answers on `path`
     /// (or `path` is not a socket); removes a stale socket that nothing answers on.
     static func refuseIfServed(path: String, strictDirectory: Bool) throws {
         // A bare file name (`--socket vaultd.sock`) is in the current directory: its parent was

@@ -5,7 +5,7 @@ import VaultCore
 import Glibc
 #endif
 
-/// What the kernel says about a peer process beyond SO_PEERCRED (DESIGN §5): its Flatpak
+/// What the kernel says about a peer process beyond SO_PEERCRED (docs/apps.md): its Flatpak
 /// app ID and its executable. Nothing the client sends is consulted.
 enum PeerIdentity {
     /// Where a peer runs, from `/proc/PID/root`.
@@ -16,8 +16,8 @@ enum PeerIdentity {
         case flatpak(String)
         /// A root directory not vaultd's (a bubblewrap sandbox, a container, a chroot) and no
         /// `/.flatpak-info`: a sandbox vaultd cannot name. It can neither run the host's
-        /// vaultctl nor be told apart from another app, so it gets nothing (README, the
-        /// threat model).
+        /// vaultctl nor be told apart from another app, so it gets nothing
+        /// (docs/threat-model.md).
         case unnamed
         /// A `/.flatpak-info` that names no app.
         case unidentifiable

@@ -211,7 +211,7 @@ final class Server: @unchecked Sendable {
                         log("refused a connection: \(limits.maximumConnections) are open, the most vaultd serves at once (VAULTD_MAX_CONNECTIONS)")
                     }
                 }
-                // Told why before the close (DESIGN §3: over a limit, an error): the refusal
+                // Told why before the close (over a limit, an error): the refusal
                 // is the reply to the first call, or waits for a client whose send fails. A
                 // small message into a new socket's empty buffer; never waited for.
                 if overCap { _ = try? conn.sendAll(tooManyConnections, within: 0) }

@@ -6,7 +6,7 @@ import VaultProtocol
 import Glibc
 #endif
 
-/// Settings from the optional `config.plist` (XML or binary; DESIGN §2). Keys:
+/// Settings from the optional `config.plist` (XML or binary; docs/configuration.md). Keys:
 /// - `AutoLockSeconds` (integer): lock after this many seconds without a call; 0 = never (default).
 ///   Hello, Status and org.varlink.service calls only look and do not count.
 /// - `CacheFreeLowWaterBytes`, `CacheFreeHighWaterBytes` (integer): purge when free space on the

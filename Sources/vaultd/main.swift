@@ -20,8 +20,8 @@ occupyClosedStandardDescriptors()
 
 // Buffers of 256 KiB and more (large calls and replies, up to 8 MiB each) get pages of their
 // own, given back to the system when freed. glibc's default raises that threshold as such
-// buffers are freed, and later ones stayed in its heaps: after eight 7 MiB calls at once
-// vaultd kept 149 MiB resident for good; with the fixed threshold it went back to 27 MiB.
+// buffers are freed, and later ones stay in its heaps: a few large calls at once would
+// leave vaultd holding their memory resident for good.
 if vault_set_mmap_threshold(256 << 10) != 1 { log("cannot set malloc's mmap threshold") }
 
 let environment = ProcessInfo.processInfo.environment
@@ -178,7 +178,7 @@ func shutdown(_ signalName: String) -> Never {
 
 // Signals are handled on a queue of their own, not the main queue: `dispatchMain` parks the
 // main thread in `sigsuspend` on a mask in read-only memory, which valgrind (3.19, Debian
-// 12) writes to and crashes on, and valgrind's callgrind is issue #8's profiler.
+// 12) writes to and crashes on, and scripts/profile runs vaultd under valgrind's callgrind.
 let signalQueue = DispatchQueue(label: "vaultd.signals")
 var signalSources: [DispatchSourceSignal] = []
 for (sig, name) in [(SIGTERM, "SIGTERM"), (SIGINT, "SIGINT")] {

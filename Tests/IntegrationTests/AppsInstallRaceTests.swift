@@ -6,7 +6,7 @@ import Glibc
 #endif
 
 /// Install state against what a running instance of an earlier install does at the same
-/// time (DESIGN §5): an instance connected before an uninstall or reinstall loses the app
+/// time (docs/apps.md): an instance connected before an uninstall or reinstall loses the app
 /// tier, and nothing it does reaches the next install.
 extension AppsTests {
     /// A raw client (the copied python3 registered as org.example.Raw) that says Hello, then
@@ -67,8 +67,8 @@ extension AppsTests {
 
     /// A preference write the app sent as it was being uninstalled either landed before the
     /// uninstall (and went with the domain) or is refused: it never re-creates the domain
-    /// the uninstall removed (it did in 4 of 6 rounds: the check and the write were two
-    /// steps, and the next install read the key). Timing-dependent: several rounds.
+    /// the uninstall removed (were the check and the write two steps, it could, and the
+    /// next install would read the key). Timing-dependent: several rounds.
     @Test func aPreferenceSetRacingAnUninstallDoesNotReviveTheDomain() throws {
         let d = try Self.daemon()
         defer { d.close() }

@@ -6,7 +6,7 @@ import VaultProtocol
 import Glibc
 #endif
 
-/// Issue #4, apps, identity and install state (DESIGN §5), through the real socket: copies of
+/// Apps, identity and install state (docs/apps.md), through the real socket: copies of
 /// vault-example at different paths are different apps; a sandbox (bubblewrap with a
 /// `/.flatpak-info`) is identified by its Flatpak ID; a peer of another uid is refused.
 @Suite struct AppsTests {
@@ -468,9 +468,9 @@ import Glibc
 
     /// An app registered through a symlink that an upgrade repoints (`/opt/notes/current`,
     /// update-alternatives, a Nix or Homebrew profile) is the program the link leads to now:
-    /// the upgrade is not an uninstall (iOS keeps everything over an update). vaultd kept
-    /// only the path the link led to at install, so the old version's removal uninstalled the
-    /// app (its preferences deleted) and the new version ran unidentified, as the owner.
+    /// the upgrade is not an uninstall (iOS keeps everything over an update). Were only the
+    /// path the link led to at install kept, the old version's removal would uninstall the
+    /// app (its preferences deleted) and the new version would run unidentified, as the owner.
     @Test func anAppUpgradedByRepointingItsSymlinkIsStillThatApp() throws {
         let d = try Self.daemon()
         defer { d.close() }
@@ -569,8 +569,8 @@ import Glibc
     /// groups' item count and which suites exist. And a reinstall whose first call is Status
     /// gets the first launch there (its leftovers wiped), so it does not count them either.
     /// io.vaultd.Vault.Observe refuses a connection an app made before an uninstall, as Status
-    /// now does: its first reply gave such a connection the vault's lock state (the figure
-    /// Status no longer gives it) before the stream's once-a-second check closed it.
+    /// does: else its first reply would give such a connection the vault's lock state (what
+    /// Status does not give it) before the stream's once-a-second check closes it.
     @Test func anEarlierInstallsConnectionCannotObserveTheLockState() throws {
         let d = try Self.daemon()
         defer { d.close() }
@@ -968,9 +968,9 @@ import Glibc
 
     /// A program at a path that differs from an app's registered path only in Unicode
     /// normalisation (`café` with U+0301 against U+00E9: two directories to the kernel) is
-    /// another program, not that app, and may be installed as another app. It was taken for
-    /// the app, and refused as "registered with another app": the registered path was
-    /// compared with Swift's `==`, under which the two paths are equal.
+    /// another program, not that app, and may be installed as another app, not refused as
+    /// "registered with another app": the registered path is compared byte for byte, not
+    /// with Swift's `==`, under which the two paths are equal.
     @Test func aProgramAtAPathDifferingOnlyInNormalisationIsNotTheApp() throws {
         let d = try Self.daemon()
         defer { d.close() }
@@ -1137,10 +1137,10 @@ import Glibc
         #expect(d.ctl(["defaults", "read", "group.org.example.suite", "colour"]).stdoutText == "green\n")
     }
 
-    /// Groups are compared byte for byte, as the store keeps them (DESIGN §4): an app whose
-    /// group is `café` spelt with U+0301 is not a member of the `café` of another app with the
-    /// precomposed U+00E9, though Swift's `==` calls the two equal. It was: B read, replaced,
-    /// deleted and planted items in A's group, and read and wrote A's app-group suite.
+    /// Groups are compared byte for byte, as the store keeps them: an app whose group is
+    /// `café` spelt with U+0301 is not a member of the `café` of another app with the
+    /// precomposed U+00E9, though Swift's `==` calls the two equal. Were it one, B could read,
+    /// replace, delete and plant items in A's group, and read and write A's app-group suite.
     @Test func groupsThatDifferOnlyInUnicodeNormalisationAreDifferentGroups() throws {
         let d = try Self.daemon()
         defer { d.close() }

@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 
-/// Issue #8: vault-bench runs end to end with tiny counts and reports every workload. No
+/// vault-bench runs end to end with tiny counts and reports every workload. No
 /// timing is asserted (machines are shared and noisy), only that each number is there.
 @Suite struct BenchSmokeTests {
     @Test func tinyRunReportsEveryWorkloadAsJSON() throws {

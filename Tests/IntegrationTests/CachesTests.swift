@@ -6,7 +6,7 @@ import VaultClient
 import Glibc
 #endif
 
-/// Issue #6, caches (DESIGN §7), on a real small filesystem: every test runs vaultd in a
+/// Caches (docs/caches.md), on a real small filesystem: every test runs vaultd in a
 /// mount namespace of its own whose cache volume is a 4 MiB tmpfs (`CacheVolume`); the apps
 /// (copies of vault-example) run in that namespace too.
 @Suite struct CachesTests {
@@ -243,7 +243,7 @@ import Glibc
 
     /// Many small files can use up a volume's inodes before its bytes: then nothing can be
     /// written ("No space left on device") with most of the bytes free, and vaultd, watching
-    /// bytes only, never purged. Free inodes count as free space: under 5 % of them free,
+    /// bytes only, would never purge. Free inodes count as free space: under 5 % of them free,
     /// the purge goes (in the same order) until 10 % are. A tmpfs of 200 inodes; A (not
     /// running) has 100 old one-byte files, B fills the rest with newer ones until the
     /// volume refuses; A's 20 oldest go, B's stay, and B can write again.
@@ -686,10 +686,10 @@ import Glibc
     }
 
     /// With no budget, and free space above the low-water mark, the periodic check reads no
-    /// cache: it walked every app's whole tree on each check to add up a total it had no use
-    /// for (200,000 empty files: 12 % of a core, for ever, at the default 5 s). A directory
-    /// read updates its atime on this relatime tmpfs when the atime is older than the mtime:
-    /// it must stay as set. With a budget the total is needed, and the walk comes back.
+    /// cache: walking every app's whole tree on each check, to add up a total it has no use
+    /// for, would cost a share of a core for ever with many files. A directory read updates
+    /// its atime on this relatime tmpfs when the atime is older than the mtime: it must stay
+    /// as set. With a budget the total is needed, and the walk comes back.
     @Test func theCheckWalksNoCacheWhenNeitherMarkCanBeCrossed() throws {
         let (v, a, _) = try Self.volume(["CacheCheckIntervalSeconds": 0.2])
         defer { v.close() }
@@ -823,7 +823,7 @@ import Glibc
     }
 
     /// `cache purge APP` for an app that is neither installed nor has a cache is AppNotFound,
-    /// exit 1, as `cache path` is (a mistyped app ID used to "free 0 bytes", exit 0).
+    /// exit 1, as `cache path` is (a mistyped app ID must not "free 0 bytes", exit 0).
     @Test func purgingAnAppThatIsNotThereIsAppNotFound() throws {
         let (v, a, _) = try Self.volume(Self.noAutomaticPurge)
         defer { v.close() }
@@ -835,9 +835,9 @@ import Glibc
     }
 
     /// The cache root holds a `CACHEDIR.TAG` (https://bford.info/cachedir/), so backup tools
-    /// leave the caches out wherever the root is ("caches are never part of backups", issue
-    /// #6): there was none, and `tar --exclude-caches-all`, borg or restic `--exclude-caches`
-    /// kept every cache. The tag is no app in `cache usage`, and a purge leaves it.
+    /// leave the caches out wherever the root is (caches are never part of backups: without
+    /// the tag, `tar --exclude-caches-all`, borg or restic `--exclude-caches` would keep every
+    /// cache). The tag is no app in `cache usage`, and a purge leaves it.
     @Test func theCacheRootIsTaggedSoBackupsLeaveItOut() throws {
         let (v, a, _) = try Self.volume(Self.noAutomaticPurge)
         defer { v.close() }

@@ -5,7 +5,7 @@ import Testing
 import Glibc
 #endif
 
-/// DESIGN §4 keeps secrets off the disk; vaultd marks itself non-dumpable. The clients hold
+/// Secrets stay off the disk; vaultd marks itself non-dumpable. The clients hold
 /// secrets too (git-credential-vault the password git gave it, vaultctl a passphrase), so a
 /// client killed by a signal while holding one must not leave a core file with it in
 /// plaintext. The clients cannot be non-dumpable (vaultd identifies a peer through its

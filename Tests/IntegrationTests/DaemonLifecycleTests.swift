@@ -7,11 +7,12 @@ import VaultProtocol
 import Glibc
 #endif
 
-/// DESIGN §2: socket paths and modes, one daemon per socket, stale sockets, clean shutdown.
+/// Socket paths and modes (docs/configuration.md), one daemon per socket, stale sockets,
+/// clean shutdown.
 @Suite struct DaemonLifecycleTests {
     /// The default socket directory /tmp/vaultd-$UID made first by another user (a shared
     /// /tmp), or left with loose permissions: vaultd refuses it and says how to get past it
-    /// (it said only "not owned by uid N"). In a mount namespace of its own with a private
+    /// (not only "not owned by uid N"). In a mount namespace of its own with a private
     /// /tmp, vaultd running as nobody.
     @Test(.enabled(if: getuid() == 0, "needs root for a mount namespace and to act as nobody (setpriv)"))
     func aSquattedDefaultSocketDirectoryIsRefusedWithTheWayOut() throws {
@@ -67,7 +68,7 @@ import Glibc
 
     /// A stopped (or hung) vaultd still accepts connections, the kernel queues them, but
     /// never answers: vaultctl gives up after `VAULTCTL_TIMEOUT` seconds with ConnectionFailed
-    /// and exit 1, as a script needs, instead of waiting for ever (it did).
+    /// and exit 1, as a script needs, instead of waiting for ever.
     @Test func vaultctlGivesUpOnAVaultdThatDoesNotAnswer() throws {
         try Self.withStoppedDaemon { d, _ in
             let started = Date()
@@ -277,11 +278,12 @@ import Glibc
         #expect(idle.waitForClose(timeout: 5), "the idle client's connection should be closed")
     }
 
-    /// Socket activation (DESIGN §2, dist/systemd): systemd keeps the listening socket and
+    /// Socket activation (dist/systemd): systemd keeps the listening socket and
     /// starts vaultd again on it when a client comes after a stop (`systemctl --user restart
-    /// vaultd`, or a stop). vaultd's SIGTERM shut the socket down, on systemd's copy too: every
-    /// later connect was refused and the vault unreachable until the socket unit was
-    /// restarted. A stop must leave the shared socket taking connections, for the next vaultd.
+    /// vaultd`, or a stop). Were vaultd's SIGTERM to shut the socket down, it would be shut on
+    /// systemd's copy too: every later connect refused and the vault unreachable until the
+    /// socket unit is restarted. A stop must leave the shared socket taking connections, for
+    /// the next vaultd.
     @Test func aStopLeavesSystemdsSocketTakingConnectionsForTheNextVaultd() throws {
         let root = try TemporaryDirectory.make(prefix: "vaultd-activation")
         defer { TemporaryDirectory.remove(root) }
@@ -471,10 +473,10 @@ import Glibc
         #expect(d.statusJSON()?["state"] as? String == "unlocked", "locked although used every 0.7 s")
     }
 
-    /// device.key deleted (or left out of a restore) under an initialised vault: vaultd made a
-    /// new key without a word, every ThisDeviceOnly item became NotAvailableOnThisDevice for
-    /// good, and the old key put back later no longer opened what was added meanwhile. It must
-    /// refuse to start and say what to do; `--new-device-key` is the deliberate move.
+    /// device.key deleted (or left out of a restore) under an initialised vault: a new key
+    /// made without a word would make every ThisDeviceOnly item NotAvailableOnThisDevice for
+    /// good, and the old key put back later would no longer open what was added meanwhile. It
+    /// must refuse to start and say what to do; `--new-device-key` is the deliberate move.
     @Test func aMissingDeviceKeyUnderAnInitialisedVaultIsRefusedNotReplaced() throws {
         let d = try Daemon()
         defer { d.close() }

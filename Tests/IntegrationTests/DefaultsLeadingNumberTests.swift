@@ -27,7 +27,7 @@ import Testing
     }
 
     /// `string(forKey:)` of a real: as `NSNumber(value:).stringValue` on Apple's platforms
-    /// (it was Swift's "1.0" for 1).
+    /// ("1" for 1, not Swift's "1.0").
     @Test func aRealAsTextIsNSNumbersStringValue() {
         let cases: [(Double, String)] = [
             (1, "1"), (-0.0, "-0"), (0.1, "0.1"), (2.5, "2.5"), (-3, "-3"), (123_456_789, "123456789"), (1e20, "1e+20"),

@@ -49,7 +49,7 @@ import VaultProtocol
         }
     }
 
-    /// The values on the wire are exact (tagged JSON, DESIGN §6): full Int64, the Double 0.1,
+    /// The values on the wire are exact (tagged JSON): full Int64, the Double 0.1,
     /// the bytes 00 ff 00.
     @Test func wireValuesAreExact() throws {
         let d = try Daemon()

@@ -5,8 +5,8 @@ import Testing
 import Glibc
 #endif
 
-/// Issue #8 moved the fsync of a group commit out of the engine lock: the COMMIT no longer
-/// waits for the disk, and the leader syncs the WAL afterwards. A SIGKILL cannot tell
+/// The fsync of a group commit runs outside the engine lock: the COMMIT does not wait for
+/// the disk, and the leader syncs the WAL afterwards. A SIGKILL cannot tell
 /// whether an acknowledged write reached the disk (the page cache survives it), so this
 /// watches vaultd with a real `strace`: every durable write's reply must be sent after an
 /// fdatasync of the WAL that began after its request arrived and ended before the reply.

@@ -5,7 +5,7 @@ import Testing
 import Glibc
 #endif
 
-/// Issue #7: git-credential-vault through real git (`credential.helper = vault`, found on PATH).
+/// git-credential-vault through real git (`credential.helper = vault`, found on PATH).
 @Suite struct GitCredentialTests {
     /// A daemon with an initialised (unlocked) vault and a private git configuration whose
     /// helper is `vault`.
@@ -464,10 +464,10 @@ import Glibc
     }
 
     /// An empty username git approved (`username=`, as from `https://@host/`) comes back as
-    /// `username=`, as git's credential-store gives it: the helper used to leave the line out,
-    /// so git asked for a username (here, without a terminal, git failed). A port is split
-    /// out only as git writes it: `host:0443` and `host:+443` are other hosts than
-    /// `host:443` for git and its credential-store (the helper read all three as port 443).
+    /// `username=`, as git's credential-store gives it: without the line git would ask for a
+    /// username (here, without a terminal, git would fail). A port is split out only as git
+    /// writes it: `host:0443` and `host:+443` are other hosts than `host:443` for git and its
+    /// credential-store, so the helper must not read all three as port 443.
     @Test func anEmptyUsernameAndAnOddlyWrittenPortAreWhatGitsCredentialStoreMakesOfThem() throws {
         let g = try Git()
         defer { g.close() }
@@ -548,10 +548,10 @@ import Glibc
 
     /// The README's `app install` line for the helper keeps git's credentials over a reinstall:
     /// vaultd takes the helper's executable gone and back (a package removed and installed
-    /// again, `make uninstall install`) for an uninstall and a reinstall, and the first launch
-    /// after it wiped every credential the helper had stored (the `git` group is no other
-    /// app's), so git asked for every password again. The line now has
-    /// `--keep-credentials-on-reinstall`; run here as the README writes it.
+    /// again, `make uninstall install`) for an uninstall and a reinstall, and without
+    /// `--keep-credentials-on-reinstall` the first launch after it would wipe every credential
+    /// the helper had stored (the `git` group is no other app's), so git would ask for every
+    /// password again. Run here as the README writes it.
     @Test func theReadmeAppInstallLineKeepsGitsCredentialsOverAReinstall() throws {
         let g = try Git()
         defer { g.close() }

@@ -5,7 +5,7 @@ import Testing
 import Glibc
 #endif
 
-/// The Foundation issue's keychain promises, through vaultctl and the real socket.
+/// The keychain's promises, through vaultctl and the real socket.
 @Suite struct KeychainTests {
     /// `printf 'tok-\\n\0x'`: t o k - backslash n NUL x.
     static let secret = Data([0x74, 0x6F, 0x6B, 0x2D, 0x5C, 0x6E, 0x00, 0x78])
@@ -68,7 +68,7 @@ import Glibc
         #expect(get.stdout == Self.secret)
     }
 
-    /// DESIGN §4: nothing a user typed (secret, service, account, label) appears in plaintext
+    /// Nothing a user typed (secret, service, account, label) appears in plaintext
     /// anywhere under the data dir, WAL files included.
     @Test func nothingTypedIsStoredInPlaintext() throws {
         let d = try Daemon()

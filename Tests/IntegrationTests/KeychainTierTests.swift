@@ -8,7 +8,7 @@ import VaultProtocol
 import Glibc
 #endif
 
-/// Issue #3, the keychain tier: secrets, identities, lock states, passphrase changes, updates,
+/// The keychain tier: secrets, identities, lock states, passphrase changes, updates,
 /// rate limiting, lock-state events, idle auto-lock and CredentialStore, through the real
 /// socket, vaultctl processes and the VaultClient library in this process.
 @Suite struct KeychainTierTests {

@@ -5,7 +5,7 @@ import Testing
 import Glibc
 #endif
 
-/// Issue #7: the desktop keyring (a real gnome-keyring-daemon on a private bus) and vaultd.
+/// The desktop keyring (a real gnome-keyring-daemon on a private bus) and vaultd.
 @Suite struct KeyringTests {
     static let passphrase = "correct horse"
     static var passphraseFD: [Int32: Data] { [3: Data((passphrase + "\n").utf8)] }
@@ -55,8 +55,8 @@ import Glibc
     }
 
     /// A keyring item the vault cannot hold (a secret over 1 MiB) is reported and the import
-    /// goes on: it used to end the import at that item (exit 1 naming no item; the items after
-    /// it were never imported), while the dry run said "would add".
+    /// goes on, not ended at that item (exit 1 naming no item, the items after it never
+    /// imported) while the dry run says "would add".
     @Test func anItemTheVaultRefusesIsReportedAndTheRestAreImported() throws {
         let k = try Self.initialisedFixture()
         defer { k.close() }
@@ -176,7 +176,7 @@ import Glibc
     }
 
     /// Importing again takes what changed in the keyring and keeps what changed in the vault:
-    /// an import used to put the keyring's (unchanged) secret back over a vault edit.
+    /// an import must not put the keyring's (unchanged) secret back over a vault edit.
     @Test func aSecondImportKeepsAVaultEditAndTakesAKeyringChange() throws {
         let k = try Self.initialisedFixture()
         defer { k.close() }
@@ -223,9 +223,9 @@ import Glibc
 
     /// Any program on the session bus can write a keyring item that looks like one of our
     /// exports (`xdg:schema io.vaultd.Item`) and names a group. With no such item in the vault
-    /// it is imported into the group the import names, like any keyring item: it used to go
-    /// into the group it named (here `git`, where git-credential-vault then offered it for
-    /// github.com), whatever `--access-group` said.
+    /// it is imported into the group the import names, like any keyring item, not into the
+    /// group it names (here `git`, where git-credential-vault would then offer it for
+    /// github.com), whatever `--access-group` says.
     @Test func aKeyringItemNamingAGroupGoesToTheGroupTheImportNames() throws {
         let k = try Self.initialisedFixture()
         defer { k.close() }
@@ -248,9 +248,9 @@ import Glibc
 
     /// git updating the password of a credential imported from the keyring (in
     /// git-credential-libsecret's schema) keeps the import's record of the keyring item, so
-    /// the next import finds the vault's item unchanged (the vault's copy kept). The helper
-    /// used to replace `generic` whole, and the next import added the keyring's old password
-    /// beside it, as a generic item under a made-up key.
+    /// the next import finds the vault's item unchanged (the vault's copy kept). Were the
+    /// helper to replace `generic` whole, the next import would add the keyring's old
+    /// password beside it, as a generic item under a made-up key.
     @Test func gitUpdatingAnImportedCredentialKeepsTheNextImportFromAddingItAgain() throws {
         let k = try Self.initialisedFixture()
         defer { k.close() }
@@ -278,8 +278,8 @@ import Glibc
     }
 
     /// A synchronizable item exported and imported again is the same item: `synchronizable`
-    /// is part of the primary key (DESIGN §4). The import used to look it up and re-add it as
-    /// not synchronizable, a second item beside it.
+    /// is part of the primary key, so the import must not look it up and re-add it as not
+    /// synchronizable, a second item beside it.
     @Test func aSynchronizableItemSurvivesAnExportAndImportRoundTrip() throws {
         let k = try Self.initialisedFixture()
         defer { k.close() }
@@ -293,10 +293,10 @@ import Glibc
         #expect(list.count == 1 && list.first?["synchronizable"] as? Bool == true, "\(list)")
     }
 
-    /// ThisDeviceOnly items are bound to this device (DESIGN §4) and never leave it, as in
-    /// Keychain Services: an export skips them, saying so. It copied them into the keyring,
-    /// without their accessibility, so a keyring moved elsewhere carried them there and an
-    /// import made them migratable items.
+    /// ThisDeviceOnly items are bound to this device and never leave it, as in Keychain
+    /// Services: an export skips them, saying so. Copied into the keyring, without their
+    /// accessibility, they would go wherever the keyring is moved, and an import would make
+    /// them migratable items.
     @Test func anExportLeavesThisDeviceOnlyItemsOnTheDevice() throws {
         let k = try Self.initialisedFixture()
         defer { k.close() }
@@ -321,8 +321,8 @@ import Glibc
     }
 
     /// `export --collection` writes into that collection even when the item was exported into
-    /// another one before (it used to say "unchanged" and write nothing); a label changed in
-    /// the vault is exported too (it used to be "unchanged" while the secret was).
+    /// another one before (not "unchanged" with nothing written); a label changed in the
+    /// vault is exported too (not "unchanged" because the secret is).
     @Test func anExportIsIdempotentPerCollectionAndCarriesTheLabel() throws {
         let k = try Self.initialisedFixture()
         defer { k.close() }

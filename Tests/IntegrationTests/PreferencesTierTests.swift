@@ -8,7 +8,7 @@ import VaultProtocol
 import Glibc
 #endif
 
-/// Issue #5, the preferences tier: the corpus through plistutil, defaults(1) verbs, a
+/// The preferences tier: the corpus through plistutil, defaults(1) verbs, a
 /// thousand observed and durable writes, exact values, limits, concurrent writers, and the
 /// `Defaults` search list — through the real socket, vaultctl and vault-example processes,
 /// and the VaultClient library in this process.
@@ -825,7 +825,7 @@ import Glibc
         #expect(defaults.url(forKey: "path") == URL(fileURLWithPath: "/var/log"))
         #expect(defaults.url(forKey: "tilde") == URL(fileURLWithPath: NSHomeDirectory() + "/notes"))
         #expect(defaults.url(forKey: "strText") == nil && defaults.url(forKey: "int") == nil && defaults.url(forKey: "absent") == nil)
-        // A ~user that does not expand leaves a relative path: nil, as "notes/x" is (it was a
+        // A ~user that does not expand leaves a relative path: nil, as "notes/x" is (not a
         // file URL relative to the reader's working directory).
         try defaults.set("~no-such-user-of-vaultd/notes", forKey: "tildeUnknown")
         try defaults.set("notes/x", forKey: "relative")

@@ -7,7 +7,7 @@ import VaultProtocol
 import Glibc
 #endif
 
-/// Issue #9, crash harness: clients write keychain items and preferences and record every
+/// Crash harness: clients write keychain items and preferences and record every
 /// acknowledgement; vaultd is SIGKILLed at random moments and restarted (over the stale
 /// socket the kill leaves); every acknowledged write must be there and readable, and
 /// `PRAGMA integrity_check` passes on the database as the kill left it.

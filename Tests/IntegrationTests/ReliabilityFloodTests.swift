@@ -6,7 +6,7 @@ import VaultProtocol
 import Glibc
 #endif
 
-/// Issue #9, floods and slow peers: the connection cap holds while the clients already
+/// Floods and slow peers: the connection cap holds while the clients already
 /// admitted keep being served; a peer that sends half a message and stalls (or trickles it
 /// byte by byte) is dropped after the partial-message timeout and blocks nobody.
 @Suite struct ReliabilityFloodTests {
@@ -91,10 +91,10 @@ import Glibc
             "flood: cap \(Self.cap): \(refused) of \(flood) connections over the cap closed at once while \(Self.cap) admitted clients made \(Self.cap * callsPerClient * 2) calls; vaultd threads \(threadsAtCap) at the cap, \(threadsAfterFlood) after the flood")
     }
 
-    /// DESIGN §3: anything over a limit gets an error. A connection over the cap is told so
+    /// Anything over a limit gets an error. A connection over the cap is told so
     /// (RateLimited, naming VAULTD_MAX_CONNECTIONS) before it is closed, whether its first
-    /// call reached vaultd before the close or not; it was closed with nothing said, and
-    /// vaultctl reported "vaultd closed the connection: send: Broken pipe".
+    /// call reached vaultd before the close or not, so vaultctl does not report only "vaultd
+    /// closed the connection: send: Broken pipe".
     @Test func aConnectionOverTheCapIsToldWhy() throws {
         let d = try CustomDaemon()
         defer { d.close() }

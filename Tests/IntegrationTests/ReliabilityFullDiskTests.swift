@@ -7,7 +7,7 @@ import VaultProtocol
 import Glibc
 #endif
 
-/// Issue #9, full disk: the data directory on a small tmpfs in a private mount namespace
+/// Full disk: the data directory on a small tmpfs in a private mount namespace
 /// (vaultd started inside it; its socket stays outside, on the normal filesystem). Writes
 /// that do not fit fail with io.vaultd.Vault.StorageFull and leave nothing behind; what was
 /// stored before stays intact, also across a SIGKILL and a restart on the full disk; once

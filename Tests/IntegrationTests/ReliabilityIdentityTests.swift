@@ -6,7 +6,7 @@ import VaultProtocol
 import Glibc
 #endif
 
-/// Issue #9, identity: a peer of another uid is refused; the socket directory, the socket and
+/// Identity: a peer of another uid is refused; the socket directory, the socket and
 /// the data files have the documented modes; a second vaultd on the same socket exits while
 /// the first keeps serving; a stale socket from a killed vaultd does not stop a restart.
 @Suite struct ReliabilityIdentityTests {

@@ -7,7 +7,7 @@ import VaultProtocol
 import Glibc
 #endif
 
-/// Issue #9, malformed input: a corpus of bad frames, each on its own connection, each
+/// Malformed input: a corpus of bad frames, each on its own connection, each
 /// answered with a varlink error or a closed connection; then random mutations of good calls;
 /// then the big ones (10,000-deep nesting, a 100 MB stream without a NUL, huge base64
 /// secrets). vaultd never crashes, keeps serving a bystander, and its peak RSS stays bounded.

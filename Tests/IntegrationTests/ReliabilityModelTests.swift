@@ -7,7 +7,7 @@ import VaultProtocol
 import Glibc
 #endif
 
-/// Issue #9, concurrency: 16 clients make random keychain and preference calls against
+/// Concurrency: 16 clients make random keychain and preference calls against
 /// vaultd and, at the same time, against an in-memory model of the same semantics. Every
 /// reply must be the one the model predicts; at the end vaultd's whole state must equal the
 /// model's.

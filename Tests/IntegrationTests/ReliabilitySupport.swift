@@ -6,8 +6,8 @@ import VaultProtocol
 import Glibc
 #endif
 
-/// How hard the reliability suite pushes. CI runs the defaults (which meet the issue's
-/// minimums); `VAULTD_STRESS=1` (or a larger factor) multiplies counts and time limits for
+/// How hard the reliability suite pushes. CI runs the defaults (the suite's minimums);
+/// `VAULTD_STRESS=1` (or a larger factor) multiplies counts and time limits for
 /// longer local runs.
 enum Stress {
     static let factor: Int = {

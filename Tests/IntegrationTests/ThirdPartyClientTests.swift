@@ -143,8 +143,8 @@ import Testing
         #expect(r.stdoutText == "checked 14\n", "\(r.stdoutText)")
     }
 
-    /// The parsed interfaces hold the members DESIGN §3 names (so the whole text parsed, not
-    /// just its first line).
+    /// The parsed interfaces hold the members docs/protocol.md names (so the whole text
+    /// parsed, not just its first line).
     @Test func parsedInterfacesHaveTheirMembers() throws {
         let d = try Daemon()
         defer { d.close() }

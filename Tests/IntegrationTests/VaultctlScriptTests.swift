@@ -79,7 +79,7 @@ import Glibc
         #expect(d.ctl(["item", "get", "--service", "github.com"]).stdout == Data("gen-1".utf8))
     }
 
-    /// `--help` after a command prints that command's usage and exits 0 (it was "unexpected
+    /// `--help` after a command prints that command's usage and exits 0 (not "unexpected
     /// argument '--help'", exit 64).
     @Test func helpAfterACommandPrintsItsUsage() throws {
         let d = try Daemon()
@@ -179,8 +179,8 @@ import Glibc
     }
 
     /// A rejected typed value is named when short (`'1.5' is not an integer`) and not echoed
-    /// when long or not printable ASCII ("the value"): -int, -bool and -date printed any
-    /// argument whole into the error, as -float no longer did.
+    /// when long or not printable ASCII ("the value"), for -int, -bool and -date as for
+    /// -float: none prints any argument whole into the error.
     @Test(arguments: ["-int", "-bool", "-date"])
     func aRejectedTypedValueIsNamedOnlyWhenShort(flag: String) throws {
         let d = try Daemon()

@@ -5,8 +5,8 @@ import Testing
 import Glibc
 #endif
 
-/// DESIGN §3 on the wire, with a raw AF_UNIX client: bad input gets a varlink error or a
-/// closed connection, never a crash, and vaultd keeps serving everyone else.
+/// The protocol (docs/protocol.md) on the wire, with a raw AF_UNIX client: bad input gets a
+/// varlink error or a closed connection, never a crash, and vaultd keeps serving everyone else.
 @Suite struct WireProtocolTests {
     /// What a malformed message must get.
     enum Expected: Sendable {
@@ -157,9 +157,9 @@ import Glibc
 
     /// Calls pipelined behind durable adds, on connections whose adds share group commits,
     /// are answered one by one in order, each seeing the writes before it: the add, a lookup
-    /// of it, the same add again (DuplicateItem), Status. (Issue #8 tried answering an add
-    /// from the thread that settles its group commit while the connection's thread reads on:
-    /// without waiting for that answer before the next call, replies came out of order.)
+    /// of it, the same add again (DuplicateItem), Status. (So an add is answered before its
+    /// connection's next call is taken: answered from the thread that settles its group
+    /// commit while the connection's thread read on, replies would come out of order.)
     @Test func pipelinedAddsAndReadsKeepTheirOrderWhileOthersWrite() throws {
         let d = try Daemon()
         defer { d.close() }

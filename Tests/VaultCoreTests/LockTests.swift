@@ -159,7 +159,8 @@ struct LockTests {
                 expectVaultError(.authFailed) {
                     try vault.addGeneric(service: "p", account: "acct", secret: [1], accessible: .whenPasscodeSetThisDeviceOnly)
                 }
-                // Removing it again: there is none (it said "0 deleted", whatever `old` held).
+                // Removing it again: there is none (NoPassphrase, not "0 deleted", whatever
+                // `old` holds).
                 expectVaultError(.noPassphrase) { _ = try vault.changePassphrase(old: secret("anything"), new: nil, caller: .owner) }
             }
             // After a restart the vault without a passphrase is unlocked, every remaining class opens.

@@ -303,7 +303,7 @@ struct PreferencesTests {
     }
 
     /// A binary plist can hold any Double as a date; one outside years 0 to 9999 is refused as
-    /// InvalidPropertyList and nothing is written (1e300 used to trap in `PlistDate.format`).
+    /// InvalidPropertyList and nothing is written (1e300 must not trap in `PlistDate.format`).
     @Test(arguments: [1e300, 252_423_993_600, -63_200_000_000, .nan])
     func importRefusesDatesOutsideYearsZeroTo9999(t: Double) throws {
         let plist = try PropertyListSerialization.data(

@@ -27,7 +27,7 @@ import VaultProtocol
         }
     }
 
-    /// A read that finds every reader lent out waits for one to come back (it used to read
+    /// A read that finds every reader lent out waits for one to come back (rather than read
     /// under the engine lock, behind a group commit); closing the pool sends it there.
     @Test func aReadWaitsForABusyReaderAndCloseReleasesIt() throws {
         try withTemporaryDirectory { tmp in

@@ -99,8 +99,8 @@ struct TreeWalkTests {
 @Suite("CachePolicy")
 struct CachePolicyTests {
     /// The marks of a 1,000,000-byte volume: the defaults, set ones, and a low mark set above
-    /// the default high one, whose high mark stays 5 % of the volume above it (it was equal:
-    /// each purge stopped where the next began).
+    /// the default high one, whose high mark stays 5 % of the volume above it (were they
+    /// equal, each purge would stop where the next begins).
     @Test(arguments: [
         (CachePolicy(), 50_000, 100_000),
         (CachePolicy(freeLowWater: 200_000), 200_000, 250_000),

@@ -2,7 +2,7 @@ import Foundation
 import Testing
 import VaultProtocol
 
-/// Issue #9 at the unit level: the frame reader under pipelining and the strict call checks
+/// Reliability at the unit level: the frame reader under pipelining and the strict call checks
 /// (unknown call members, undeclared parameters) that the malformed-input corpus relies on.
 @Suite("Reliability: framing and call checks")
 struct ReliabilityProtocolTests {

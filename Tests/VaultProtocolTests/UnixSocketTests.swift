@@ -140,9 +140,9 @@ struct UnixSocketTests {
         #expect(got.withLock { $0 } == [])
     }
 
-    /// Issue #8's profile: a thread asleep in a blocking recv was woken each time its peer
-    /// read what the thread had sent (Linux's unix_write_space), then slept again: one
-    /// context switch for nothing per request and per reply. `receive` waits in poll for
+    /// A thread asleep in a blocking recv is woken each time its peer reads what the thread
+    /// has sent (Linux's unix_write_space), then sleeps again: one context switch for
+    /// nothing per request and per reply. `receive` waits in poll for
     /// POLLIN, which that wake-up does not disturb. (Fails with a blocking recv: the count
     /// goes up by one.)
     @Test func aWaitingReceiveSleepsWhileThePeerReadsWhatItSent() throws {

@@ -1,7 +1,7 @@
 import Foundation
 import VaultProtocol
 
-/// A registered app (DESIGN §5).
+/// A registered app (docs/apps.md).
 public struct AppRecord: Sendable, Equatable {
     /// Reverse-DNS app ID, e.g. `org.example.Notes`.
     public var appID: String
@@ -57,11 +57,11 @@ public struct AppRecord: Sendable, Equatable {
 
     /// Validates a reverse-DNS app ID: two or more dot-separated components of letters,
     /// digits, '_' and '-', the first not starting with a digit; at most 255 bytes; not
-    /// `group.*`, which names app groups (DESIGN §6): an app's own preferences domain and
-    /// keychain access group are its ID, so an app named group.X had the suite and the
-    /// access group of app group group.X as its own (reading and writing them without being
-    /// a member), every member of group.X had that app's private domain and items, and its
-    /// uninstall deleted the members' suite. Throws `VaultError` InvalidAppID.
+    /// `group.*`, which names app groups: an app's own preferences domain and keychain
+    /// access group are its ID, so an app named group.X would have the suite and the access
+    /// group of app group group.X as its own (reading and writing them without being a
+    /// member), every member of group.X would have that app's private domain and items, and
+    /// its uninstall would delete the members' suite. Throws `VaultError` InvalidAppID.
     public static func validate(appID: String) throws {
         if appID.hasPrefix("group.") {
             throw VaultError(.invalidAppID, "'\(appID)' names an app group (group.*), not an app; app IDs must not start with 'group.'")

@@ -5,7 +5,7 @@ import VaultProtocol
 import Glibc
 #endif
 
-/// When vaultd purges caches (DESIGN §7). Sizes in bytes.
+/// When vaultd purges caches (docs/caches.md). Sizes in bytes.
 public struct CachePolicy: Sendable, Equatable {
     /// Purge when free space on the cache volume falls below this.
     public var freeLowWater: Int64?
@@ -86,7 +86,7 @@ public final class CacheStore: @unchecked Sendable {
         guard mkdir(path, 0o700) == 0 || errno == EEXIST else {
             throw VaultError(.internalError, "cannot create the cache directory of \(appID): \(String(cString: strerror(errno)))")
         }
-        // Created 0700 and owned by the user (issue #6), also when it was there already: a
+        // Created 0700 and owned by the user, also when it was there already: a
         // directory someone else owns is refused, a wider mode is narrowed. Through an
         // O_NOFOLLOW fd, so a symlink put there is refused, never followed.
         let fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
@@ -115,9 +115,9 @@ public final class CacheStore: @unchecked Sendable {
         """
 
     /// Makes the root (0700) and its `CACHEDIR.TAG`, so that caches are never part of a
-    /// backup (issue #6) wherever the root is (`--cache-dir`), not only where backup tools
-    /// leave out `~/.cache` by name. With each `Directory` (a root made by an older vaultd
-    /// gets its tag then); a tag that cannot be written (a full disk) is written at the next.
+    /// backup wherever the root is (`--cache-dir`), not only where backup tools leave out
+    /// `~/.cache` by name. With each `Directory` (a root without a tag gets it then); a tag
+    /// that cannot be written (a full disk) is written at the next.
     func makeRoot() throws {
         try FileSystem.makeDirectory(root, mode: 0o700)
         let fd = open(root + "/CACHEDIR.TAG", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
@@ -242,7 +242,7 @@ public final class CacheStore: @unchecked Sendable {
     /// it would free nothing while it is open (yet count as freed), and the app writing or
     /// reading it would lose it. In rounds: the next files in that order, as many as would be enough were
     /// they all removed, go with one walk per app (removing each file from the top of its
-    /// app's directory cost a walk down per file: depth² for a deep chain of files). Another
+    /// app's directory would cost a walk down per file: depth² for a deep chain of files). Another
     /// round follows only when some of them had gone already (the app removed or replaced them).
     func purge(only: String? = nil, running: Set<String>, until enough: (PurgeReport) -> Bool) -> PurgeReport {
         lock.withLock {

@@ -12,8 +12,8 @@ import Glibc
 /// it is a best effort: a file opened after the look is not in it.
 enum OpenFiles {
     /// A dev_t's major and minor numbers, as glibc's major(3) and minor(3) split it (their
-    /// 32-bit parts included: without that the minor kept the major's high bits, and a
-    /// device with a major of 4096 or more was misread).
+    /// 32-bit parts included: without them the minor would keep the major's high bits, and
+    /// a device with a major of 4096 or more would be misread).
     static func split(_ device: dev_t) -> (major: UInt32, minor: UInt32) {
         let major = UInt32(truncatingIfNeeded: (device >> 8) & 0xfff) | (UInt32(truncatingIfNeeded: device >> 32) & ~0xfff)
         let minor = UInt32(truncatingIfNeeded: device & 0xff) | (UInt32(truncatingIfNeeded: device >> 12) & ~0xff)

@@ -22,7 +22,7 @@ enum SafeRemoval {
         guard fd >= 0 else { return 0 }
         var freed: Int64 = 0
         // Directories the app made unreadable or unwritable are opened up first (they are
-        // ours): an uninstall left them, and what was in them, for the next install.
+        // ours): else an uninstall would leave them, and what is in them, for the next install.
         TreeWalk.walk(fd, label: label, grantAccess: true) { directoryFD, name, st, _ in
             if TreeWalk.unlink(directoryFD, name), st.st_mode & S_IFMT == S_IFREG {
                 freed += Int64(st.st_blocks) * 512

@@ -8,7 +8,7 @@ import Foundation
 /// Small buffers (item keys, typical secrets: up to `SecureArena.largestSlot` bytes) are
 /// slots of larger `sodium_malloc` regions (`SecureArena`), because one `sodium_malloc` per
 /// buffer costs an mmap, two mprotects and an mlock, and its free an munlock and an munmap:
-/// most of a lookup's time (issue #8's profile). Larger ones get their own region.
+/// more than the rest of a lookup. Larger ones get their own region.
 public final class SecureBytes: @unchecked Sendable, CustomStringConvertible, CustomDebugStringConvertible {
     private let pointer: UnsafeMutableRawPointer
     /// Length in bytes.
@@ -43,8 +43,7 @@ public final class SecureBytes: @unchecked Sendable, CustomStringConvertible, Cu
         self.init(count: bytes.count)
         let p = pointer.assumingMemoryBound(to: UInt8.self)
         // One copy from contiguous storage (arrays, Data, UTF-8 strings). Element by element
-        // through this unspecialized generic cost runtime metadata lookups per byte: 4 % of
-        // a durable add's CPU (issue #8's profile).
+        // through this unspecialized generic costs runtime metadata lookups per byte.
         let copied: Void? = bytes.withContiguousStorageIfAvailable { b in
             if let base = b.baseAddress { p.update(from: base, count: b.count) }
         }

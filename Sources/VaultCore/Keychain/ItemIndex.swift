@@ -4,13 +4,12 @@ import Synchronization
 /// The keychain's lookup index, kept in memory: for each keyed hash that finds items (the
 /// `lookup_hash` of a service or server, the `account_hash`, and the `primary_key_hash` that
 /// DuplicateItem is checked by), the ids of the rows holding it. It stands in for an SQLite
-/// index on those columns (issue #8: each added item wrote a page of that index, on a random
-/// key, to the WAL: a third of a group commit's frames at 1,000 items and more at 100,000,
-/// where the checkpoint then synced those pages scattered over the file; without it, 16
-/// writers' adds went from 16-20k to 23-25k/s at 1,000 items and from 15-17k to 23k/s at
-/// 100,000 in paired runs). The primary key has a listing of its own: through the service
-/// (server) and account alone, a write among many internet passwords of one server and
-/// account (one per path, port or protocol) read them all.
+/// index on those columns: with one, each added item writes a page of that index, on a
+/// random key, to the WAL (a large share of a group commit's frames, growing with the item
+/// count), and the checkpoint then syncs those pages scattered over the file. The primary
+/// key has a listing of its own: through the service (server) and account alone, a write
+/// among many internet passwords of one server and account (one per path, port or
+/// protocol) would read them all.
 ///
 /// It is a superset of the store: every row a connection can see is listed under each of its
 /// hashes, and an entry may also list a row that no longer holds that hash (deleted, changed,

@@ -31,7 +31,7 @@ struct WriteKeys {
     var classKey: SecureBytes
 }
 
-/// Keychain items in the store, encrypted as DESIGN §4 says: per-item keys wrapped by class
+/// Keychain items in the store, encrypted as docs/keychain.md says: per-item keys wrapped by class
 /// keys, attributes under the metadata key, each ciphertext bound to its row by associated
 /// data. Semantics follow SecItemAdd / CopyMatching / Update / Delete. Not thread-safe.
 final class KeychainStore {
@@ -68,7 +68,7 @@ final class KeychainStore {
         uuid: [UInt8], itemClass: ItemClass, accessGroup: String, accessible: Accessibility, synchronizable: Bool
     ) -> [UInt8] {
         // "vaultd item v1\0" uuid "\0" class "\0" group "\0" accessibility "\0" "1" or "0",
-        // appended in place (each lookup builds it for its row: issue #8's profile).
+        // appended in place into one reserved buffer (each lookup builds it for its row).
         var ad: [UInt8] = []
         ad.reserveCapacity(48 + uuid.count + accessGroup.utf8.count + accessible.rawValue.utf8.count)
         ad += "vaultd item v1".utf8
@@ -158,8 +158,9 @@ final class KeychainStore {
 
     /// A query's candidate rows as stored (found through the keyed-hash indexes), with the
     /// keys needed to decrypt them: what a lookup reads from the store and the key hierarchy.
-    /// The rest (decrypting, matching, the secret) needs neither (issue #8: with several
-    /// clients, lookups queued on the engine lock while others decrypted).
+    /// The rest (decrypting, matching, the secret) needs neither, so it runs outside the
+    /// engine lock (with several clients, lookups would otherwise queue on it while others
+    /// decrypt).
     struct Candidates {
         struct Stored {
             var id: Int64
@@ -507,7 +508,7 @@ final class KeychainStore {
     /// only unavailable items match. With `matchAll`, a match whose class is locked fails the
     /// whole query with its error (InteractionNotAllowed, as securityd's query stops at an
     /// item the keybag cannot open): a partial list would report the locked items as not
-    /// found (DESIGN §4). Items of another device (a moved data directory) never open here,
+    /// found. Items of another device (a moved data directory) never open here,
     /// so they are left out of a list rather than failing every one.
     static func copyMatching(_ c: Candidates, _ q: ItemQuery, returnData: Bool) throws -> [FoundItem] {
         var rows: [Row] = []

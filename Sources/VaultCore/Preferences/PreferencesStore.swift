@@ -12,8 +12,8 @@ final class PreferencesStore {
     /// What an entry counts against the domain limit. 64/127 of the wire size bounds the
     /// whole domain's reply (Preferences.Domain, an Observe snapshot) to 8 MiB less 64 KiB,
     /// room for the reply's envelope within the message limit: JSON writes a control
-    /// character in six bytes, so 4 MiB of them were a 24 MiB reply no client could take.
-    /// Ordinary values count their binary size, as before. `stored`: the value's tagged
+    /// character in six bytes, so 4 MiB of them would be a 24 MiB reply no client could take.
+    /// Ordinary values count their binary size. `stored`: the value's tagged
     /// JSON, as stored and sent.
     static func entrySize(key: String, value: PlistValue, stored: [UInt8]) -> Int {
         let wire = JSON.string(key).serialized().count + stored.count + 2  // `"key":value,`

@@ -6,9 +6,9 @@ import VaultProtocol
 /// Checkpoints the WAL on a thread and SQLite connection of its own, so no writer pays for
 /// copying pages. SQLite's automatic checkpoint runs inside the COMMIT that crosses 1000 WAL
 /// pages: copying those pages into the database and syncing it took a few milliseconds,
-/// under the engine lock, every few group commits (issue #8's profile of durable adds).
+/// under the engine lock, every few group commits.
 ///
-/// A cycle, as measured by issue #8's benchmark:
+/// A cycle:
 /// 1. once the WAL holds `thresholdFrames` more frames than at the last background
 ///    checkpoint, a PASSIVE checkpoint copies them beside the writer;
 /// 2. the WAL can only start over once a writer begins while every frame is copied, which a
@@ -17,8 +17,8 @@ import VaultProtocol
 ///    `writerShare` frames are left; the writer's next commit checkpoints those few on its
 ///    own connection (a RESTART checkpoint, which briefly waits for readers still on the
 ///    cycle's frames: see `checkpointerWALHook`), and its next transaction restarts the WAL.
-///    (Before, every commit past the threshold set off another background checkpoint and
-///    database fsync: three per durable add, half of vaultd's CPU.)
+///    (Otherwise every commit past the threshold would set off another background
+///    checkpoint and database fsync, several per durable add.)
 /// 3. should the checkpointer fall behind (or fail, as on a full disk), the writer
 ///    checkpoints itself (RESTART) from `writerFallbackFrames` on, as SQLite's own would
 ///    (PASSIVE) at 1000.
@@ -26,16 +26,14 @@ final class Checkpointer: @unchecked Sendable {
     /// A background checkpoint starts once the WAL holds this many frames (4 MiB of 4 KiB
     /// pages, SQLite's own automatic checkpoint size). This is also about how much space a
     /// full disk needs freed before writes work again: the frames not yet copied must reach
-    /// the database file before the WAL can start over. At 2000 (8 MiB; 2-4 % more durable
-    /// adds per second) a disk that filled up before the first checkpoint held 8.3 MB of
-    /// WAL against a 1.1 MB database, and freeing 4 MiB was not enough (the full-disk test).
-    /// 250 cost a fifth more CPU per add.
+    /// the database file before the WAL can start over. A larger threshold would need more
+    /// freed than the 4 MiB the full-disk test frees; a smaller one costs more CPU per add
+    /// (more checkpoints, each with a database sync).
     static let thresholdFrames: Int32 = 1000
     /// At most this many frames are left for the writer to copy when it ends a cycle (under
     /// the engine lock: more show as a pause in every writer's latency; the database sync
-    /// that follows writes them back scattered over the file). 16 rather than 64: p99 of
-    /// durable adds with 16 clients at 100,000 items 3.7-4.5 ms against 5.5-6.1 ms, the same
-    /// throughput (paired runs, issue #8).
+    /// that follows writes them back scattered over the file). Small, since a larger share
+    /// lengthens durable adds' tail latency with many clients and gains no throughput.
     static let writerShare: Int32 = 16
     /// From this many frames on the committing writer checkpoints itself.
     static let writerFallbackFrames: Int32 = 2 * thresholdFrames
@@ -92,7 +90,7 @@ final class Checkpointer: @unchecked Sendable {
     /// drop in the count is how a restart is seen). `mayStartRound`: false when the
     /// committing writer checkpoints itself (the fallback): a background round woken then
     /// would take SQLite's checkpoint lock first, and the writer's checkpoint would fail
-    /// until that round ended (83 frames past the fallback in a test under load).
+    /// until that round ended.
     func committed(frames: Int32, mayStartRound: Bool = true) {
         condition.withLock {
             // A smaller count than last time: the WAL started over.
@@ -146,7 +144,7 @@ final class Checkpointer: @unchecked Sendable {
             for round in 0..<8 {
                 // Past the fallback the writer checkpoints itself, and its RESTART fails while
                 // a round here holds SQLite's checkpoint lock: no more chasing then (under
-                // load, rounds chasing a writer let the WAL run to 3,696 frames in a test).
+                // load, rounds chasing a writer would let the WAL grow past the fallback).
                 if round > 0, condition.withLock({ latestFrames }) >= Self.writerFallbackFrames { break }
                 var logFrames: Int32 = 0, copied: Int32 = 0
                 guard sqlite3_wal_checkpoint_v2(handle, nil, SQLITE_CHECKPOINT_PASSIVE, &logFrames, &copied) == SQLITE_OK,
@@ -194,9 +192,9 @@ final class Checkpointer: @unchecked Sendable {
 /// cycle) or the WAL has grown past the fallback.
 ///
 /// That checkpoint is a RESTART: it waits for the lookups still reading frames of the
-/// cycle, so that the next transaction can start the WAL over. (A PASSIVE one stopped short
-/// of any such reader: under two readers that never paused, the WAL grew without end, to
-/// 24,623 frames in a test.) The wait is short, as every writer waits with it (the engine
+/// cycle, so that the next transaction can start the WAL over. (A PASSIVE one stops short
+/// of any such reader: under readers that never pause, the WAL would grow without end.)
+/// The wait is short, as every writer waits with it (the engine
 /// lock): 2 ms at the end of a cycle, 50 ms at the fallback. A lookup that outlasts it, or
 /// one that begins before the next transaction, holds the restart up; then the next commit
 /// tries again, and under lookups that never pause the WAL runs to about

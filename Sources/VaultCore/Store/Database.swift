@@ -30,8 +30,8 @@ public final class Database {
     /// for as long as a connection is open, so no other process (a second vaultd on the same
     /// data directory, or `sqlite3`) can open it meanwhile, and it keeps the WAL index in
     /// this process's memory instead of a `-shm` file shared through file locks. The
-    /// connections of this process (the checkpointer's too) share it. Issue #8's profile:
-    /// the default VFS took 2 fcntl calls per lookup and 6 per durable write.
+    /// connections of this process (the checkpointer's too) share it. The default VFS takes
+    /// fcntl locks on every lookup and several on every durable write.
     static let vfs = "unix-excl"
 
     /// SQLite's busy handler for vaultd's connections. What they wait for is another
@@ -51,8 +51,8 @@ public final class Database {
     }
 
     /// Process-wide SQLite settings, applied once before the first connection opens: no
-    /// memory statistics (issue #8's profile: their global mutex, taken by every allocation
-    /// of every connection, was the most contended lock of four clients' lookups).
+    /// memory statistics: their global mutex is taken by every allocation of every
+    /// connection, so concurrent lookups contend on it.
     private static let configured: Void = {
         let rc = vaultd_sqlite3_disable_memstatus()
         if rc != SQLITE_OK { log("cannot turn SQLite's memory statistics off (\(String(cString: sqlite3_errstr(rc))))") }
@@ -105,7 +105,7 @@ public final class Database {
     deinit { close() }
 
     /// Moves WAL checkpoints to a thread and connection of their own (`Checkpointer`), so
-    /// commits no longer pay for them.
+    /// commits do not pay for them.
     public func checkpointInBackground() {
         guard let h = handle, checkpointer == nil else { return }
         let c = Checkpointer(path: path)
@@ -171,7 +171,7 @@ public final class Database {
     }
 
     /// Makes every transaction committed so far durable: fdatasync of the WAL file, which
-    /// holds them (DESIGN §4: WAL mode). Thread-safe, and meant to be called outside the
+    /// holds them (the store runs in WAL mode). Thread-safe, and meant to be called outside the
     /// engine lock, so readers and the next group commit go on meanwhile. Throws StorageFull
     /// when the disk refuses the data.
     func syncWAL() throws {
@@ -261,8 +261,8 @@ public final class Database {
     /// A prepared statement cached under `shape`, reset and with bindings cleared: for SQL
     /// assembled from parts, `shape` is a number that stands for one text for the life of the
     /// connection (which parts it has), and `sql` makes that text, called only the first
-    /// time. Issue #8: assembling a lookup's text and finding its statement by it took 5 % of
-    /// vaultd's instructions per lookup. Only `KeychainStore.candidateRows` numbers its texts.
+    /// time, so a lookup neither assembles its text nor hashes it to find its statement.
+    /// Only `KeychainStore.candidateRows` numbers its texts.
     public func statement(shape: Int, sql: () -> String) throws -> Statement {
         if let s = statementsByShape[shape] {
             s.reset()
@@ -359,8 +359,7 @@ public final class Database {
 /// replaces the WAL only when the last connection to the database closes, and `Database`
 /// closes this descriptor with its connections. Nothing stats the file per sync: on a kernel
 /// with multigrain timestamps, a stat makes the next write take a fine-grained mtime, which
-/// dirties the inode, and ext4 then writes the inode synchronously in every fdatasync
-/// (issue #8's profile: a third of each sync, when a stat checked the inode per commit).
+/// dirties the inode, and ext4 then writes the inode synchronously in every fdatasync.
 final class WALSync: @unchecked Sendable {
     private let path: String
     private let state = NSCondition()

@@ -5,7 +5,8 @@ import VaultProtocol
 import Glibc
 #endif
 
-/// File-system steps the engine needs, with the modes DESIGN §2 asks for.
+/// File-system steps the engine needs, with private modes: directories 0700, files 0600,
+/// owned by the user (docs/configuration.md lists the paths).
 enum FileSystem {
     /// Creates `path` (and parents) with `mode` when absent; tightens an existing one to `mode`.
     static func makeDirectory(_ path: String, mode: mode_t) throws {

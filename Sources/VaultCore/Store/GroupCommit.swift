@@ -10,7 +10,7 @@ import VaultProtocol
 ///
 /// The COMMIT itself does not wait for the disk: the leader hands the lead on, then syncs
 /// the WAL outside the engine lock, so the next group's transaction and every reader run
-/// during the fsync (issue #8's profile: the fsync, under the engine lock, left a core idle).
+/// during the fsync (an fsync under the engine lock would leave a core idle).
 /// A reader may therefore see a write whose fsync is still in flight, as it may under
 /// SQLite's own `synchronous=NORMAL`; its writer is acknowledged only after the sync.
 ///
@@ -34,9 +34,9 @@ final class GroupCommit: @unchecked Sendable {
         }
     }
 
-    // Each waiting writer sleeps on its own semaphore and is woken exactly once (issue #8's
-    // profile: one condition broadcast per commit woke all 16 writers of a benchmark, each
-    // to find it was not its turn, and a fifth of vaultd's time went to futexes).
+    // Each waiting writer sleeps on its own semaphore and is woken exactly once: one
+    // condition broadcast per commit would wake every waiting writer, each to find it is not
+    // its turn, and spend the daemon's time in futexes.
     private let lock = NSLock()
     private var queue: [Pending] = []
     private var leading = false
@@ -161,8 +161,8 @@ final class GroupCommit: @unchecked Sendable {
                 try db.writeDeferringSync {
                     // The writes run as they arrive, inside the open transaction: the leader
                     // inserts while the others are still on their way, and only the COMMIT
-                    // is left once the last one is in (issue #8: gathering first, then
-                    // running the group, left a core idle for the gathering's length).
+                    // is left once the last one is in (gathering first, then running the
+                    // group, would leave a core idle for the gathering's length).
                     var next = 0
                     while true {
                         while next < batch.count {

@@ -2,8 +2,8 @@ import Foundation
 
 /// Connections that only read, beside the writer's (GRDB's `DatabasePool`): in WAL mode each
 /// reads its own snapshot while the writer writes, so a lookup needs no engine lock, neither
-/// behind a group commit's transaction nor behind other lookups (issue #8's profile: with four
-/// clients, lookups contended for the engine lock, two futex calls per lookup).
+/// behind a group commit's transaction nor behind other lookups (concurrent clients' lookups
+/// would otherwise contend for the engine lock, futex calls on every lookup).
 ///
 /// A snapshot holds every transaction committed when the read began, including one whose
 /// WAL sync is still in flight (as `GroupCommit` says); a write acknowledged before a read
@@ -21,11 +21,10 @@ final class ReaderPool: @unchecked Sendable {
 
     /// `capacity`: the most connections open at once (default: two per CPU, four to eight).
     /// A lookup that finds none free waits for one to come back (a read takes tens of
-    /// microseconds); it used to read on the writer's connection under the engine lock, which
+    /// microseconds) rather than read on the writer's connection under the engine lock, which
     /// a group commit's leader holds while its writers arrive (up to half a millisecond more).
-    /// With one per CPU, four clients' lookups on two CPUs took that path (issue #8: two per
-    /// CPU, 63.9k → 66.9k lookups/s with four clients at 1,000 items in paired runs, the same
-    /// at 100,000; each connection's page cache is up to 2 MiB more).
+    /// Two per CPU, so that more clients than CPUs seldom find none free; each connection's
+    /// page cache costs up to 2 MiB more.
     init(path: String, capacity: Int = min(8, max(4, 2 * ProcessInfo.processInfo.activeProcessorCount))) {
         self.path = path
         self.capacity = capacity

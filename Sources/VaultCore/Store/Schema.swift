@@ -57,11 +57,10 @@ enum Schema {
                 CREATE INDEX items_generation ON items (generation);
                 """)
         }
-        // Issue #8's profile: every index on a random key costs each added item a page of its
-        // own in the WAL (about 10 µs of vaultd's CPU and a tenth of a group commit). No query
-        // looks items up by uuid; it only binds the ciphertexts to their row, and 128 random
-        // bits are unique without an index. The table is rebuilt without it (SQLite cannot
-        // drop a column constraint), as https://sqlite.org/lang_altertable.html#otheralter
+        // An index on a random key costs each added item a page of its own in the WAL. No
+        // query looks items up by uuid; it only binds the ciphertexts to their row, and 128
+        // random bits are unique without an index. The table is rebuilt without it (SQLite
+        // cannot drop a column constraint), as https://sqlite.org/lang_altertable.html#otheralter
         // describes: no foreign key, view or trigger refers to `items`, and ids are kept.
         m.register("2026-11-30-items-uuid-unindexed") { db in
             try db.execute(
@@ -121,11 +120,10 @@ enum Schema {
                 INSERT OR IGNORE INTO app_generations (generation, app_id) SELECT generation, app_id FROM apps;
                 """)
         }
-        // Issue #8's profile, again: with 16 writers a group commit's transaction was half
-        // of a durable add's time, and most of it went to the three indexes on random keys
-        // (service, account, primary key), each writing a page of its own per added item to
-        // the WAL (a trial without two of them: 14.4k → 18.2k adds/s at 1,000 items, 9.8k →
-        // 16.2k at 100,000). One index now serves lookups and the primary key's uniqueness:
+        // With many writers, a group commit's transaction is most of a durable add's time,
+        // and most of it goes to indexes on random keys (service, account, primary key),
+        // each writing a page of its own per added item to the WAL. So one index serves
+        // lookups and the primary key's uniqueness:
         // `lookup_hash` is the keyed hash of the service (generic passwords) or the server
         // (internet passwords), which every item has, so a query naming either, with or
         // without the account, finds its rows through the index's prefix. A query naming
@@ -134,7 +132,7 @@ enum Schema {
         // vault may be locked while it migrates. A primary key (class, group, sync, service
         // or server, account, …) determines all three columns, so the three are unique
         // exactly when `primary_key_hash` is. Ids are kept; the rebuild follows
-        // https://sqlite.org/lang_altertable.html#otheralter as the uuid migration did.
+        // https://sqlite.org/lang_altertable.html#otheralter as the uuid migration does.
         m.register("2026-11-30-items-lookup-index") { db in
             try db.execute(
                 """
@@ -164,9 +162,9 @@ enum Schema {
                 CREATE INDEX items_generation ON items (generation);
                 """)
         }
-        // Issue #8 once more: `items_lookup` cost each added item a page of its own in the WAL
-        // (its key is a random hash), and it is now kept in memory (`ItemIndex`), built from
-        // the table at each start. The uniqueness of `primary_key_hash` is checked there too.
+        // `items_lookup` would cost each added item a page of its own in the WAL (its key is
+        // a random hash), so the index is kept in memory (`ItemIndex`), built from the table
+        // at each start. The uniqueness of `primary_key_hash` is checked there too.
         m.register("2026-11-30-items-lookup-in-memory") { db in
             try db.execute("DROP INDEX items_lookup")
         }

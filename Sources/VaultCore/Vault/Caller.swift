@@ -30,12 +30,12 @@ public struct Caller: Sendable, Equatable {
     public var defaultAccessGroup: String { accessGroups.first ?? Caller.ownerAccessGroup }
 
     /// Whether the caller may touch items of `group`: one of its groups, byte for byte (as
-    /// the store compares them, DESIGN §4), not by Swift's `==`, under which `é` and
-    /// `e` + U+0301 are one string, so an app with one spelling reached the other's items.
+    /// the store compares them), not by Swift's `==`, under which `é` and `e` + U+0301 are
+    /// one string, so an app with one spelling would reach the other's items.
     public func mayAccess(group: String) -> Bool { isOwner || accessGroups.containsBytes(group) }
 
     /// Whether the caller may read preferences `domain`: the owner any, an app its own, its
-    /// app groups' suites and NSGlobalDomain (DESIGN §6).
+    /// app groups' suites and NSGlobalDomain (docs/preferences.md).
     public func mayRead(domain: String) -> Bool {
         isOwner || appID.map(domain.sameBytes) == true || appGroups.containsBytes(domain) || domain.sameBytes(Vault.globalDomain)
     }

@@ -1,7 +1,7 @@
 import Foundation
 import VaultProtocol
 
-/// The vault's key hierarchy (DESIGN §4) and lock state.
+/// The vault's key hierarchy (docs/keychain.md) and lock state.
 ///
 /// - `device.key`: 32 random bytes, 0600, never exported.
 /// - KEK: Argon2id over the passphrase (parameters stored in `vault_meta`); without a

@@ -31,8 +31,8 @@ extension Vault {
         keepCredentialsOnReinstall: Bool
     ) throws -> AppRecord {
         try AppRecord.validate(appID: appID)
-        // Bad arguments are varlink's InvalidParameter, naming Install's parameter (they
-        // were Keychain.Param, an error of another interface).
+        // Bad arguments are varlink's InvalidParameter, naming Install's parameter (not
+        // Keychain.Param, an error of another interface).
         guard flatpak || executable != nil else {
             throw VaultError.invalidParameter("executable", "an app needs an executable path (or a Flatpak ID)")
         }
@@ -51,11 +51,11 @@ extension Vault {
         }
         // Kept as given: a symlink in it is followed each time a peer is identified (and by
         // the scan), so an upgrade that repoints it (`/opt/app/current`, update-alternatives,
-        // a Nix or Homebrew profile) leaves the app installed and identified. Resolved once
-        // here, the old version's removal was an uninstall and the new one ran unidentified.
-        // The file that identifies the app must be there and be a program: an app registered
-        // with a missing one was marked uninstalled a second later, and given a new generation
-        // when the file appeared.
+        // a Nix or Homebrew profile) leaves the app installed and identified. Were it resolved
+        // once here, the old version's removal would be an uninstall and the new one would
+        // run unidentified. The file that identifies the app must be there and be a program:
+        // an app registered with a missing one would be marked uninstalled a second later,
+        // and given a new generation when the file appeared.
         if let e = executable {
             var st = stat()
             guard stat(e, &st) == 0, st.st_mode & S_IFMT == S_IFREG, access(e, X_OK) == 0 else {
@@ -127,7 +127,7 @@ extension Vault {
         return try markUninstalled(appID, executableMissing: false)
     }
 
-    /// Uninstall (DESIGN §5): the app's preferences domain goes, and so does each of its
+    /// Uninstall (docs/apps.md): the app's preferences domain goes, and so does each of its
     /// app-group suites (`group.*`) that no installed app is a member of any more, as iOS
     /// removes an app group's shared container (its UserDefaults suite with it) with the
     /// group's last app. Credentials stay.
@@ -284,8 +284,8 @@ extension Vault {
     /// `admit`'s check again, inside a write (on the writer's connection, engine lock held),
     /// so the write and the check see one state: an uninstall or reinstall that commits
     /// between `admit` and the write would otherwise let the write land after it (a
-    /// preference set re-created the domain the uninstall had just removed, and the next
-    /// install read it). Throws MissingEntitlement, as `admit` does.
+    /// preference set would re-create the domain the uninstall had just removed, and the
+    /// next install would read it). Throws MissingEntitlement, as `admit` does.
     func admitInWrite(_ caller: Caller) throws {
         guard let appID = caller.appID, caller.generation != nil else { return }
         _ = try Self.current(try apps.find(appID), of: caller, appID)

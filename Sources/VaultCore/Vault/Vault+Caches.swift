@@ -46,7 +46,7 @@ extension Vault {
         if let appID {
             try AppRecord.validate(appID: appID)
             // As `Directory`: an app that is not installed is AppNotFound (a mistyped app ID
-            // used to "free 0 bytes", exit 0). A cache directory left there without an
+            // must not "free 0 bytes", exit 0). A cache directory left there without an
             // install can still be purged.
             var st = stat()
             if try !isInstalled(appID) && lstat(caches.root + "/" + appID, &st) != 0 {

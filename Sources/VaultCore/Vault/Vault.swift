@@ -30,7 +30,7 @@ public final class Vault: @unchecked Sendable {
     private let unlockAttempts = NSLock()
     /// Observers, under a lock of their own: a writer emits right after its commit, and on
     /// the engine lock it would wait for the next group's leader, which holds that lock while
-    /// it waits for the writers of its group (preference writes with 16 clients: 35k/s → 7k/s).
+    /// it waits for the writers of its group, which would serialize every write behind it.
     private let observersLock = NSLock()
     private var observers: [UUID: @Sendable (VaultEvent) -> Void] = [:]
     /// Puts preference and lock-state events in commit order (see `OrderedEvents`).
@@ -362,7 +362,7 @@ public final class Vault: @unchecked Sendable {
     // Failed unlocks: after 3 failures each further one doubles the wait (1 s … 15 min),
     // recorded in the store so a restart does not reset it. A last failure later than now
     // (the wall clock went back since) counts from now: counted from the recorded time, the
-    // wait lasted as long as the clock had gone back (an hour, a year) on top. Call it under
+    // wait would last as long as the clock had gone back (an hour, a year) on top. Call it under
     // the engine lock. Such a failure is recorded as now, so that the wait ends;
     // `correctionMayFail`: when that write fails, the wait is still returned (Status).
     private func rateLimitDelay(correctionMayFail: Bool = false) throws -> Double {
@@ -444,8 +444,8 @@ public final class Vault: @unchecked Sendable {
     public func copyMatching(_ query: ItemQuery, returnData: Bool, caller: Caller) throws -> [FoundItem] {
         try admit(caller, launch: true)
         // No engine lock: the query runs on a reader connection, the keys come under the keys
-        // lock, and decrypting and matching need no lock (issue #8: with several clients,
-        // lookups queued on the engine lock behind each other and behind group commits).
+        // lock, and decrypting and matching need no lock (with several clients, lookups would
+        // otherwise queue on the engine lock behind each other and behind group commits).
         func lookUp() throws -> [FoundItem] {
             let (metadata, index) = try withKeys { try keychain.metadataKeys() }
             var candidates = KeychainStore.Candidates(
@@ -527,9 +527,9 @@ public final class Vault: @unchecked Sendable {
     /// succeeded, takes its place in the order with `ticket.take()` (still under the lock:
     /// changes are made there one at a time); it returns its result and events. Each emits
     /// after its change on a thread of its own, and those run in any order: two writes of one
-    /// key emitted in the wrong order left every observer (every `Defaults` copy) with the
-    /// older value for good, and a Lock and an Unlock emitted reversed left observers showing
-    /// the vault unlocked while it was locked.
+    /// key emitted in the wrong order would leave every observer (every `Defaults` copy) with
+    /// the older value for good, and a Lock and an Unlock emitted reversed would leave
+    /// observers showing the vault unlocked while it is locked.
     func inEventOrder<T>(_ write: (OrderedEvents.Ticket) throws -> (T, [VaultEvent])) throws -> T {
         let ticket = OrderedEvents.Ticket(orderedEvents)
         var events: [VaultEvent]?
@@ -668,7 +668,7 @@ final class OrderedEvents: @unchecked Sendable {
     /// run numbers its writes above an earlier run's (which made fewer than one write per
     /// microsecond it ran) and a client still holding the earlier run's numbers does not
     /// take the new run's writes for old ones (a `Defaults` write just after a restart
-    /// missed its own copy). 0 on a clock before 1970.
+    /// would miss its own copy). 0 on a clock before 1970.
     static func runStart() -> UInt64 {
         var now = timespec()
         clock_gettime(CLOCK_REALTIME, &now)

@@ -1,6 +1,6 @@
 extension VarlinkInterfaces {
     static let apps = """
-        # Registered apps and their install state (DESIGN §5). Owner only.
+        # Registered apps and their install state (docs/apps.md). Owner only.
         interface io.vaultd.Apps
 
         # A registered app.

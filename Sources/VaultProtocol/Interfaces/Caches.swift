@@ -1,6 +1,6 @@
 extension VarlinkInterfaces {
     static let caches = """
-        # Per-app cache directories that vaultd may purge when disk space runs low (DESIGN §7).
+        # Per-app cache directories that vaultd may purge when disk space runs low (docs/caches.md).
         interface io.vaultd.Caches
 
         # One app's cache usage. (Not named Usage: a type and a method may not share a name,

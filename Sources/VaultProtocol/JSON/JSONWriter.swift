@@ -28,14 +28,14 @@ extension JSON {
             // Keys in the order of their UTF-8 bytes (code point order), so equal objects
             // serialize alike (the pairs sorted, not the keys: a key's value is not hashed
             // for again). Not String's `<`, whose Unicode comparison (by canonical
-            // equivalence) was a tenth of an add's instructions (issue #8).
+            // equivalence) costs far more, on every object an add or a reply writes.
             // An object of one member (a reply's `parameters`, say) has nothing to sort.
             if o.count == 1, let member = o.first {
                 JSON.writeString(member.key, into: &out)
                 out.append(UInt8(ascii: ":"))
                 member.value.write(into: &out)
             } else {
-                // `ExactString`'s `<` is this byte order; it is total, where Swift's `<` left
+                // `ExactString`'s `<` is this byte order; it is total, where Swift's `<` leaves
                 // two keys differing only in Unicode normalisation unordered.
                 for (i, member) in o.storage.sorted(by: { $0.key < $1.key }).enumerated() {
                     if i > 0 { out.append(UInt8(ascii: ",")) }
@@ -55,8 +55,8 @@ extension JSON {
         var s = s
         s.withUTF8 { bytes in
             guard let base = bytes.baseAddress else { return }
-            // By index through the base pointer: `enumerated()` with a `where` clause cost
-            // about 20 instructions a byte (issue #8: a client's request is a dozen strings).
+            // By index through the base pointer: `enumerated()` with a `where` clause costs
+            // many times more a byte, and a client's request is a dozen strings.
             var start = 0
             for i in 0..<bytes.count {
                 let b = base[i]

@@ -17,7 +17,7 @@ public enum ItemClass: String, CaseIterable, Sendable {
     }
 }
 
-/// kSecAttrAccessible: when an item's secret can be read (DESIGN §4).
+/// kSecAttrAccessible: when an item's secret can be read (docs/keychain.md).
 public enum Accessibility: String, CaseIterable, Sendable {
     /// Only while unlocked; migrates with the data dir. The default.
     case whenUnlocked
@@ -127,8 +127,8 @@ public struct ItemAttributes: Equatable, Sendable {
     }
 
     /// The string-valued attributes; the raw value is the wire name. Read and written through
-    /// `self[attribute]`, a switch (key paths cost a runtime lookup per access, which was a
-    /// tenth of a lookup's client CPU in issue #8's profile).
+    /// `self[attribute]`, a switch (key paths cost a runtime lookup per access, and every
+    /// item a lookup matches, encodes or decodes goes through each attribute).
     public enum StringAttribute: String, CaseIterable, Sendable {
         case service, account, label, comment, description, accessGroup, server, `protocol`, path,
             authenticationType, securityDomain
@@ -213,9 +213,9 @@ public struct ItemAttributes: Equatable, Sendable {
 
     /// The wire form (the `Attributes` type of io.vaultd.Keychain); absent attributes are omitted.
     public var json: JSON {
-        // Room for the attributes set, made at once: growing from empty rehashed a stored
-        // item's attributes four times, and room for all 17 cost a query of two more than
-        // the rest of its serialization.
+        // Room for the attributes set, made at once: growing from empty would rehash a
+        // stored item's attributes several times, and room for all 17 would cost a query of
+        // two attributes more than the rest of its serialization.
         var count = 0
         for k in StringAttribute.allCases where self[k] != nil { count += 1 }
         if generic != nil { count += 1 }
@@ -250,7 +250,7 @@ public struct ItemAttributes: Equatable, Sendable {
 
     /// Parses the wire form from its bytes (a JSON object), as `init(json:)` parses the
     /// object, without building it first: the engine reads every candidate item's stored
-    /// attributes so on each lookup (issue #8). Throws `JSONSyntaxError` for bytes that are
+    /// attributes so on each lookup. Throws `JSONSyntaxError` for bytes that are
     /// not one JSON object, and what `init(json:)` throws (Param also for a name given twice).
     public init(jsonObject bytes: [UInt8]) throws {
         self.init()
@@ -307,8 +307,8 @@ public struct ItemAttributes: Equatable, Sendable {
     }
 
     /// Every attribute by its wire name: one hash per name, where matching a name against a
-    /// `switch` of strings compared it with each case in turn (issue #8: 790 instructions a
-    /// name, 4.5 % of a lookup's in vaultd, which parses every candidate's attributes).
+    /// `switch` of strings would compare it with each case in turn (and vaultd parses every
+    /// candidate's attributes on each lookup).
     /// Each with a bit of its own, by which `init(jsonObject:)` tells a repeated name.
     private static let attributesByName: [String: (attribute: Attribute, bit: UInt32)] = {
         let others: [(String, Attribute)] = [

@@ -1,4 +1,4 @@
-/// The largest secret a keychain item holds (DESIGN §4). vaultd refuses a bigger one, and
+/// The largest secret a keychain item holds. vaultd refuses a bigger one, and
 /// `VaultClient` refuses it before sending: base64 makes a secret over about 6 MiB a message
 /// over varlink's 8 MiB limit, which vaultd could only refuse as a malformed message.
 public enum SecretLimit {

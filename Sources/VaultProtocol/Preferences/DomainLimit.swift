@@ -1,4 +1,4 @@
-/// The most a preference domain holds (DESIGN §6): vaultd refuses a write past it with
+/// The most a preference domain holds: vaultd refuses a write past it with
 /// DomainTooLarge, and `VaultClient` says the same for a value too large to send at all.
 public enum DomainLimit {
     /// 4 MiB, in bytes (how an entry counts: `PreferencesStore.entrySize` in VaultCore).

@@ -1,6 +1,6 @@
 import Foundation
 
-/// A property-list value, as a preference holds it (DESIGN §6).
+/// A property-list value, as a preference holds it (docs/preferences.md).
 ///
 /// On the wire each value is tagged JSON: `{"string": "x"}`, `{"integer": 5}`,
 /// `{"real": 1.5}` (or `"inf"`, `"-inf"`, `"nan"`, `"-nan"`, `"nan(0x7ff8000000000001)"`: a
@@ -61,7 +61,7 @@ extension PlistValue {
     /// `init(tagged:)` (Set) and InvalidPropertyList in an imported plist.
     public static let maximumDepth = 64
 
-    /// A NaN's tagged text, bit-exact (DESIGN §6): "nan" for Swift's `.nan` (0x7ff8000000000000),
+    /// A NaN's tagged text, bit-exact: "nan" for Swift's `.nan` (0x7ff8000000000000),
     /// "-nan" for it with the sign bit (what 0.0/0.0 gives on x86-64), else "nan(0x" and the
     /// 16 hex digits of its bits ")", after C's `nan("n-char-sequence")`.
     static func nanText(_ d: Double) -> String {
@@ -177,8 +177,8 @@ public enum PlistDate {
         let whole = t.rounded(.down)
         let fraction = t - whole  // exact
         let (y, m, d, hh, mm, ss) = fields(Int64(whole))
-        // Written as bytes: every keychain item's two dates go through here on each add and
-        // each reply (issue #8's profile: building it from Strings was 5 % of an add's CPU).
+        // Written as bytes, not built from Strings: every keychain item's two dates go
+        // through here on each add and each reply.
         var text: [UInt8] = []
         text.reserveCapacity(48)
         appendDigits(y, width: 4, then: "-", to: &text)
@@ -302,7 +302,7 @@ public enum PlistDate {
 
     /// The value of "0.`digits`" (ASCII digits), correctly rounded, as `Double("0." + digits)`
     /// gives it, without making the two Strings: every keychain item's two dates are parsed
-    /// on each lookup (issue #8). `strtod` reads the decimal point of the process's locale
+    /// on each lookup. `strtod` reads the decimal point of the process's locale
     /// (an app linking VaultClient may set one whose point is a comma): when it stops before
     /// the end, `Double`, which reads in the C locale, is asked instead.
     private static func decimalFraction(_ digits: Slice<UnsafeBufferPointer<UInt8>>) -> Double? {

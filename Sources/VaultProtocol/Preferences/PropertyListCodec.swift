@@ -164,11 +164,11 @@ public enum PropertyListCodec {
     /// Refuses a binary plist whose tree, every reference followed, would pass
     /// `maximumExpandedSize` or `PlistValue.maximumDepth`, or that refers to itself, before
     /// Foundation reads it: `PropertyListSerialization` builds a separate copy for each
-    /// reference (a 412-byte file took vaultd to 13 GB). It reads only the file's trailer,
-    /// offset table, object markers and references (the format's public layout), counting
-    /// each object once. Whatever it cannot read this way (an integer wider than 8 bytes,
-    /// which Foundation would still take, an offset or reference out of the file) is refused
-    /// too: what this check cannot see through must not reach Foundation.
+    /// reference (a file of a few hundred bytes can expand to gigabytes). It reads only the
+    /// file's trailer, offset table, object markers and references (the format's public
+    /// layout), counting each object once. Whatever it cannot read this way (an integer
+    /// wider than 8 bytes, which Foundation would still take, an offset or reference out of
+    /// the file) is refused too: what this check cannot see through must not reach Foundation.
     static func checkBinaryReferences(_ data: Data) throws {
         let b = [UInt8](data)
         guard b.count >= 8, b.starts(with: Array("bplist0".utf8)) else { return }
@@ -295,8 +295,8 @@ public enum PropertyListCodec {
     /// non-ASCII or NUL byte or a character reference (ASCII keys have no twins).
     ///
     /// One pass over the text, each byte looked at a bounded number of times: a regular
-    /// expression with lazy `.*?` tried every unclosed `<key>` (or `<!--`) up to the end of
-    /// the text, which made a few MiB of them from any app hours of vaultd's CPU. A key is
+    /// expression with lazy `.*?` would try every unclosed `<key>` (or `<!--`) up to the end
+    /// of the text, so a few MiB of them from any app would cost hours of vaultd's CPU. A key is
     /// read as Foundation reads it: character data, entity and character references
     /// replaced, CDATA sections taken as they are, comments left out. Text in UTF-16 or
     /// UTF-32 (a byte order mark or NULs) or in an 8-bit encoding its declaration names is
@@ -440,8 +440,8 @@ public enum PropertyListCodec {
     /// bytes plus 16 per value: 12 MiB, three times the 4 MiB a domain may hold, because a
     /// domain of the tiniest values (empty dictionaries or data, bools in an array: 12 to 14
     /// bytes on the wire, counted as 6 to 7) takes up to 2.7 times its size here, and every
-    /// domain within the limit must import from its own export (8 MiB refused 300,000 keys
-    /// holding a bool, 3.9 MB as a domain). A binary plist can refer to one object many
+    /// domain within the limit must import from its own export (8 MiB would refuse 300,000
+    /// keys holding a bool, 3.9 MB as a domain). A binary plist can refer to one object many
     /// times: 40 levels of arrays holding the same array twice are 412 bytes on disk and
     /// 2^40 values as a tree.
     public static let maximumExpandedSize = 12 << 20

@@ -7,9 +7,8 @@ import Glibc
 /// Adaptive busy polling before a blocking receive, as an adaptive mutex spins before it
 /// sleeps. A thread that sleeps in a receive and is woken a few microseconds later pays for
 /// the sleep twice: the scheduler's wake-up, and on a virtual machine whose idle vCPUs halt
-/// the hypervisor's (about 20 µs each way on the 2-core machine of issue #8, where a bare
-/// AF_UNIX round trip took 44 µs and a lookup 70 µs). When the next message is about to
-/// arrive, polling for it briefly keeps the CPU awake and skips both.
+/// the hypervisor's (each way, on the order of a whole bare AF_UNIX round trip). When the
+/// next message is about to arrive, polling for it briefly keeps the CPU awake and skips both.
 ///
 /// The poll is bounded and backs off, so it costs only where it pays:
 /// - it lasts at most `window` nanoseconds, yielding the CPU to any runnable thread

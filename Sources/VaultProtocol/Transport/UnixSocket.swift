@@ -95,9 +95,9 @@ public final class UnixSocket: @unchecked Sendable {
 
     /// Writes all of `bytes` (`send` with MSG_NOSIGNAL, so a closed peer is an error, not SIGPIPE).
     /// Without `within`, each wait for room is bounded by the send timeout (`setTimeouts`)
-    /// alone, so a peer that reads a little now and then can stretch the write for ever (one
-    /// blocking `send` of 8 MiB took 5.7 s to a peer reading every 0.15 s). `within`: seconds
-    /// the whole write may take; throws `Errno` ETIMEDOUT past them.
+    /// alone, so a peer that reads a little now and then can stretch the write for ever (a
+    /// peer reading a little every fraction of a second holds an 8 MiB `send` for seconds).
+    /// `within`: seconds the whole write may take; throws `Errno` ETIMEDOUT past them.
     public func sendAll(_ bytes: [UInt8], within seconds: Double? = nil) throws {
         let deadline = seconds.map { MonotonicClock.nanoseconds() + UInt64(max(0, $0) * 1e9) }
         // With a deadline the sends do not block: the waits happen in `poll`, bounded by it.
@@ -131,9 +131,8 @@ public final class UnixSocket: @unchecked Sendable {
     /// It waits in `poll` for POLLIN, not in a blocking `recv`. Linux wakes a thread asleep
     /// in an AF_UNIX stream `recv` also when the *peer* reads what this socket sent
     /// (`unix_write_space`: room to write, which `recv`'s wait does not tell apart from
-    /// data), so every request and every reply woke its sender once for nothing; `poll`'s
-    /// wait ignores events it was not asked for. Issue #8's profile: 3.4 context switches
-    /// per lookup with four clients, 2.0 with this; 56k → 64k lookups/s.
+    /// data), so every request and every reply would wake its sender once for nothing (a
+    /// context switch each); `poll`'s wait ignores events it was not asked for.
     public func receive(max: Int = 65536, readable: Bool = false) throws -> [UInt8] {
         // poll ignores a negative descriptor: it would wait out the timeout, or for ever.
         guard fd >= 0 else { throw Errno(code: EBADF, call: "recv") }

@@ -64,7 +64,8 @@ public struct FrameReader: Sendable {
     }
 
     /// The index of the first NUL in `bytes` at or after `from`: `memchr`, where the
-    /// generic `firstIndex(of:)` took a thousand instructions for a lookup's call (issue #8).
+    /// generic `firstIndex(of:)` goes byte by byte through the generic iterator, on every
+    /// frame.
     private static func firstNUL(in bytes: [UInt8], from: Int) -> Int? {
         bytes.withUnsafeBufferPointer { b in
             guard from < b.count, let base = b.baseAddress, let hit = memchr(base + from, 0, b.count - from) else { return nil }

@@ -149,8 +149,7 @@ struct DefaultsCommand: Command {
 
     /// The largest plist `defaults import` reads, from a file or stdin alike (bytes): a domain
     /// holds at most 4 MiB of values, which as XML can be several times that (`&amp;` for
-    /// each `&`, a key and a tag around each tiny value). Stdin stopped at 16 MiB while a
-    /// file was read whole, however large.
+    /// each `&`, a key and a tag around each tiny value).
     static let maximumImportSize = 64 << 20
 
     /// The plist to import from `path` (`-`: stdin); one that cannot be read is a local

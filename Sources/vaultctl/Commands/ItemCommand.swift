@@ -53,7 +53,7 @@ struct ItemCommand: Command {
         attributes = try Self.attributes(&a, prefix: "--")
         // A service is a generic password's; a server, protocol, port, path, authentication
         // type or security domain an internet password's. No item has both: a command line
-        // naming both (or naming the other class's) is a mistake, told as one (it was
+        // naming both (or naming the other class's) is a mistake, told as one (not
         // ItemNotFound, an empty list, or a Param error about the wrong class).
         let given = Self.internetOptions(attributes, prefix: "--") + Self.internetOptions(changes, prefix: "--set-")
         let internet = !given.isEmpty

@@ -56,9 +56,9 @@ struct KeyringCommand: Command {
             (info, items) = try keyring.items(inCollection: collection, unlock: true)
             // An item's `modified` is in whole seconds, and one of this very second is not
             // recorded (a change later in the second would keep it); an item imported without
-            // it had its keyring copy taken at the next import, over a change made in the vault
-            // since (a `vaultctl item update`, a password git stored). So an import that meets
-            // one waits for the next second and reads the collection again.
+            // it would have its keyring copy taken at the next import, over a change made in
+            // the vault since (a `vaultctl item update`, a password git stored). So an import
+            // that meets one waits for the next second and reads the collection again.
             let now = Date().timeIntervalSince1970
             if items.contains(where: { Double($0.modified) >= now.rounded(.down) }) {
                 usleep(UInt32(((now.rounded(.down) + 1 - now) * 1_000_000).rounded(.up)) + 10_000)
@@ -208,7 +208,7 @@ struct KeyringCommand: Command {
             }
             for item in items {
                 guard let a = item.attributes, let data = item.data else { continue }
-                // A ThisDeviceOnly item is bound to this device's device.key (DESIGN §4) and,
+                // A ThisDeviceOnly item is bound to this device's device.key and,
                 // as in Keychain Services, never leaves it: a copy in the keyring (a file in
                 // the home directory, which moves with it) would carry it anywhere, and back
                 // in as a migratable item.
@@ -323,7 +323,7 @@ enum KeyringMapping {
             // the reference (`importOne` takes the import's group instead when the vault no
             // longer holds the item there).
             if let g = a["access-group"], !g.isEmpty { out.accessGroup = g }
-            // Part of the primary key (DESIGN §4), as `exportAttributes` writes it.
+            // Part of the primary key (docs/keychain.md), as `exportAttributes` writes it.
             if a["synchronizable"] == "true" { out.synchronizable = true }
             out.account = a["account"]
             switch c {

@@ -42,7 +42,7 @@ struct Arguments {
 
     /// An integer option.
     /// The value of a `--…-fd` option is not repeated when it is not a number: someone who
-    /// took `--passphrase-fd` for `--passphrase` typed the secret there.
+    /// takes `--passphrase-fd` for `--passphrase` has typed the secret there.
     mutating func intOption(_ name: String) throws -> Int? {
         guard let v = try option(name) else { return nil }
         guard let i = Int(v) else {

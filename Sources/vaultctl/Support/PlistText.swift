@@ -54,7 +54,7 @@ enum PlistText {
     /// A finite real as `NSNumber.stringValue` writes it (and `Defaults.string(forKey:)`
     /// returns it): the shortest digits that read back as the same Double, a whole number
     /// without a fraction ("3", "-0", "1000000000000000", "0.1", "1e+20"). Whole reals from
-    /// 1e15 up to 2^53 were printed with ".0" ("1000000000000000.0") and -0.0 as "0".
+    /// 1e15 up to 2^53 included (never "1000000000000000.0"), and -0.0 as "-0", not "0".
     static func formatReal(_ d: Double) -> String {
         let s = "\(d)"
         return s.hasSuffix(".0") ? String(s.dropLast(2)) : s
