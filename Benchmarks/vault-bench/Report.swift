@@ -72,7 +72,7 @@ struct Report: Codable {
         out += "\n## start-up and memory\n"
         out += "first answer after launch (\(rss_items.map(String.init) ?? "?") items): " + (startup_ms.map { String(format: "%.0f ms", $0) } ?? "not measured") + "\n"
         out += "vaultd RSS after the run (\(rss_items.map(String.init) ?? "?") items): " + (rss_bytes.map { String(format: "%.1f MiB", Double($0) / 1048576) } ?? "not measured") + "\n"
-        out += "\n## targets (issue #8)\n"
+        out += "\n## targets\n"
         for t in targets {
             let mark = t.met.map { $0 ? "met   " : "MISSED" } ?? "n/a   "
             out += "\(mark)  \(t.target): \(t.value)\n"

@@ -27,7 +27,7 @@ struct PlistTwinKeyTests {
 
     /// `defaults write D K '{…}'`, `-dict` values, `-key value` arguments (parseText).
     @Test func openStepTextKeepsBothKeys() {
-        withKnownIssue("old-style text still goes through Foundation unchecked (e8eda0e says so); not fixed here") {
+        withKnownIssue("old-style (OpenStep) text is parsed by Foundation, which merges keys that differ only in Unicode normalisation") {
             let v = PropertyListCodec.parseText("{ \"\(Self.nfc)\" = 1; \"\(Self.nfd)\" = 2; }")
             guard case .dict(let d) = v else { Issue.record("\(v)"); return }
             #expect(d.count == 2, "\(d)")
