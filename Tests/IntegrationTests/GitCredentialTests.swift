@@ -546,22 +546,23 @@ import Glibc
         #expect(g.internetItems().first?["accessGroup"] as? String == "git")
     }
 
-    /// The README's `app install` line for the helper keeps git's credentials over a reinstall:
+    /// docs/git.md's `app install` line for the helper keeps git's credentials over a reinstall:
     /// vaultd takes the helper's executable gone and back (a package removed and installed
     /// again, `make uninstall install`) for an uninstall and a reinstall, and without
     /// `--keep-credentials-on-reinstall` the first launch after it would wipe every credential
     /// the helper had stored (the `git` group is no other app's), so git would ask for every
-    /// password again. Run here as the README writes it.
-    @Test func theReadmeAppInstallLineKeepsGitsCredentialsOverAReinstall() throws {
+    /// password again. Run here as docs/git.md writes it (a line ending in `\` goes on on the next).
+    @Test func theDocumentedAppInstallLineKeepsGitsCredentialsOverAReinstall() throws {
         let g = try Git()
         defer { g.close() }
-        let readme = try String(contentsOf: Paths.repoRoot.appendingPathComponent("README.md"), encoding: .utf8)
-        let line = try #require(readme.split(separator: "\n").first { $0.hasPrefix("    vaultctl app install org.git-scm.credential-vault ") })
+        let page = try String(contentsOf: Paths.repoRoot.appendingPathComponent("docs/git.md"), encoding: .utf8)
+            .replacingOccurrences(of: "\\\n", with: " ")
+        let line = try #require(page.split(separator: "\n").first { $0.hasPrefix("    vaultctl app install org.git-scm.credential-vault ") })
         let dir = g.d.root + "/usr-local-bin"
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         let exe = dir + "/git-credential-vault"
         try FileManager.default.copyItem(atPath: Paths.tool("git-credential-vault"), toPath: exe)
-        let words = line.split(separator: " ").map(String.init)
+        let words = line.split(separator: " ", omittingEmptySubsequences: true).map(String.init)
         try #require(words.first == "vaultctl" && words.contains("/usr/local/bin/git-credential-vault"), "\(line)")
         let install = g.d.ctl(words.dropFirst().map { $0 == "/usr/local/bin/git-credential-vault" ? exe : $0 })
         try #require(install.status == 0, "\(install)")
