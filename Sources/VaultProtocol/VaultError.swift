@@ -95,7 +95,8 @@ public struct VaultError: Error, Equatable, CustomStringConvertible, Sendable {
         /// or a domain name that is empty, over 255 bytes, or holds '/' or a control character.
         public static let invalidValue = Code("io.vaultd.Preferences.InvalidValue")
         /// Import of bytes that are not an XML or binary plist with a dictionary root (or
-        /// that nest past 64 levels or expand past 8 MiB), or an Export as XML of a string
+        /// that nest past 64 levels or expand past `PropertyListCodec.maximumExpandedSize`, 12 MiB),
+        /// or an Export as XML of a string
         /// XML 1.0 cannot carry.
         public static let invalidPropertyList = Code("io.vaultd.Preferences.InvalidPropertyList")
         /// Raised by vaultctl (`defaults read` of an absent key); vaultd's Get answers null instead.

@@ -7,7 +7,7 @@ import Glibc
 #endif
 
 /// Settings from the optional `config.plist` (XML or binary; docs/configuration.md). Keys:
-/// - `AutoLockSeconds` (integer): lock after this many seconds without a call; 0 = never (default).
+/// - `AutoLockSeconds` (a number of seconds): lock after this long without a call; 0 = never (default).
 ///   Hello, Status and org.varlink.service calls only look and do not count.
 /// - `CacheFreeLowWaterBytes`, `CacheFreeHighWaterBytes` (integer): purge when free space on the
 ///   cache volume falls below the low mark, until it reaches the high mark (defaults: 5 % and

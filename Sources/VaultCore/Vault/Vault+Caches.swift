@@ -39,7 +39,7 @@ extension Vault {
 
     /// Purges one app's cache (or all), entirely or until `bytes` are freed; apps in
     /// `running` go last; a file a process holds open or has mapped stays. `bytes` counts
-    /// bytes allocated on disk. Owner only (else MissingEntitlement); InvalidAppID for a
+    /// bytes allocated on disk. Owner only (else PermissionDenied); InvalidAppID for a
     /// malformed `appID`, AppNotFound for one neither installed nor with a cache. Observers get a `cachePurge` event per app.
     public func purgeCaches(appID: String?, bytes: Int64?, running: Set<String>, caller: Caller) throws -> PurgeReport {
         try requireOwner(caller)
