@@ -5,6 +5,7 @@
 #include <malloc.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <linux/rtnetlink.h>
 
 int vault_peer_cred(int fd, pid_t *pid, uid_t *uid, gid_t *gid) {
     struct ucred cred;
@@ -35,3 +36,156 @@ int vault_mount_id(int fd, unsigned long long *id) {
     *id = stx.stx_mnt_id;
     return 0;
 }
+
+#include <errno.h>
+#include <signal.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
+#include <linux/unix_diag.h>
+
+#ifndef SO_PEERPIDFD
+#define SO_PEERPIDFD 77
+#endif
+
+int vault_peer_pidfd(int fd, pid_t *pid, uid_t *uid, gid_t *gid, int *pidfd, int *fallback) {
+    if (vault_peer_cred(fd, pid, uid, gid) != 0) return -1;
+    int p = -1;
+    socklen_t len = sizeof(p);
+    *fallback = 0;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERPIDFD, &p, &len) == 0 && len == sizeof(p) && p >= 0) {
+        (void)fcntl(p, F_SETFD, FD_CLOEXEC);
+        *pidfd = p;
+        return 0;
+    }
+    if (errno != ENOPROTOOPT && errno != EINVAL) return -1;
+    if (*pid <= 0) {
+        errno = ESRCH;
+        return -1;
+    }
+#ifdef SYS_pidfd_open
+    p = (int)syscall(SYS_pidfd_open, *pid, 0);
+    if (p < 0) return -1;
+    (void)fcntl(p, F_SETFD, FD_CLOEXEC);
+    *pidfd = p;
+    *fallback = 1;
+    return 0;
+#else
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+int vault_pidfd_alive(int pidfd) {
+#ifdef SYS_pidfd_send_signal
+    if (syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) == 0) return 1;
+    return errno == EPERM ? 1 : 0;
+#else
+    return 0;
+#endif
+}
+
+int vault_set_passcred(int fd) {
+    int one = 1;
+    return setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &one, sizeof(one));
+}
+
+ssize_t vault_recv_from(int fd, void *buf, size_t len, pid_t *sender) {
+    union {
+        char bytes[CMSG_SPACE(sizeof(struct ucred)) + CMSG_SPACE(16 * sizeof(int))];
+        struct cmsghdr align;
+    } control;
+    struct iovec iov = {.iov_base = buf, .iov_len = len};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.bytes, .msg_controllen = sizeof(control.bytes)};
+    ssize_t n;
+    do {
+        n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+    } while (n < 0 && errno == EINTR);
+    *sender = 0;
+    if (n < 0) return n;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET) continue;
+        if (c->cmsg_type == SCM_CREDENTIALS && c->cmsg_len >= CMSG_LEN(sizeof(struct ucred))) {
+            struct ucred cred;
+            memcpy(&cred, CMSG_DATA(c), sizeof(cred));
+            *sender = cred.pid;
+        } else if (c->cmsg_type == SCM_RIGHTS) {
+            // Descriptors a peer passes are never used: closed at once, so they cost nothing.
+            size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+            for (size_t i = 0; i < count; i++) {
+                int passed;
+                memcpy(&passed, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+                close(passed);
+            }
+        }
+    }
+    return n;
+}
+
+int vault_unix_peer_inode(int fd, unsigned long long *peer) {
+    struct stat st;
+    if (fstat(fd, &st) != 0) return -1;
+    int nl = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+    if (nl < 0) return -1;
+    struct {
+        struct nlmsghdr header;
+        struct unix_diag_req request;
+    } query;
+    memset(&query, 0, sizeof(query));
+    query.header.nlmsg_len = sizeof(query);
+    query.header.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+    query.header.nlmsg_flags = NLM_F_REQUEST;
+    query.request.sdiag_family = AF_UNIX;
+    query.request.udiag_states = ~0U;
+    query.request.udiag_ino = (unsigned int)st.st_ino;
+    query.request.udiag_show = UDIAG_SHOW_PEER;
+    query.request.udiag_cookie[0] = ~0U;
+    query.request.udiag_cookie[1] = ~0U;
+    struct sockaddr_nl kernel = {.nl_family = AF_NETLINK};
+    if (sendto(nl, &query, sizeof(query), 0, (struct sockaddr *)&kernel, sizeof(kernel)) != (ssize_t)sizeof(query)) {
+        int e = errno;
+        close(nl);
+        errno = e;
+        return -1;
+    }
+    union {
+        char bytes[8192];
+        struct nlmsghdr align;
+    } reply;
+    ssize_t n;
+    do {
+        n = recv(nl, reply.bytes, sizeof(reply.bytes), 0);
+    } while (n < 0 && errno == EINTR);
+    int e = errno;
+    close(nl);
+    if (n < 0) {
+        errno = e;
+        return -1;
+    }
+    for (struct nlmsghdr *h = &reply.align; NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n)) {
+        if (h->nlmsg_type == NLMSG_ERROR) {
+            struct nlmsgerr *err = NLMSG_DATA(h);
+            errno = err->error < 0 ? -err->error : EPROTO;
+            return -1;
+        }
+        if (h->nlmsg_type != SOCK_DIAG_BY_FAMILY) continue;
+        struct unix_diag_msg *m = NLMSG_DATA(h);
+        if (m->udiag_ino != (unsigned int)st.st_ino) continue;
+        int left = (int)(h->nlmsg_len - NLMSG_LENGTH(sizeof(*m)));
+        for (struct rtattr *a = (struct rtattr *)(m + 1); RTA_OK(a, left); a = RTA_NEXT(a, left)) {
+            if (a->rta_type == UNIX_DIAG_PEER && RTA_PAYLOAD(a) >= sizeof(unsigned int)) {
+                unsigned int ino;
+                memcpy(&ino, RTA_DATA(a), sizeof(ino));
+                *peer = ino;
+                return 0;
+            }
+        }
+    }
+    errno = ENOENT;
+    return -1;
+}
+
+int vault_o_path(void) { return O_PATH; }

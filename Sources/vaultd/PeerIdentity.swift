@@ -1,43 +1,332 @@
+import CVaultSys
 import Foundation
 import VaultCore
+import VaultProtocol
 
 #if canImport(Glibc)
 import Glibc
 #endif
 
+/// O_PATH: a descriptor that names a file without opening it (no FIFO blocks, no device acts).
+private let O_PATH = vault_o_path()
+
+/// A file's identity: device and inode.
+struct FileID: Equatable {
+    var device: UInt64
+    var inode: UInt64
+
+    init(_ st: stat) {
+        device = UInt64(st.st_dev)
+        inode = UInt64(st.st_ino)
+    }
+
+    /// The file `path` leads to (symlinks followed, as `/proc/PID/exe` is), nil when it
+    /// cannot be looked at.
+    init?(path: String) {
+        var st = stat()
+        guard stat(path, &st) == 0 else { return nil }
+        self.init(st)
+    }
+}
+
+/// The kernel's record of a connected peer: SO_PEERCRED's pid, uid and gid, and a pidfd for
+/// the process that connected (SO_PEERPIDFD). Every `/proc/PID` read about the peer is
+/// followed by a check that the pidfd's process is still alive: while it is, its pid names
+/// it and no other, so what was read was about the connector, not about a process that got
+/// the pid after the connector exited.
+///
+/// What identification leaves open (docs/threat-model.md): the code a process runs is
+/// whatever a same-uid host process makes it run. A host process can start a registered
+/// app's real binary with `LD_PRELOAD`, ptrace it, or exec it with a connection it made
+/// before still open (not close-on-exec) and have what it sent before the exec answered as
+/// that app. That is the owner's power (such a process may as well run vaultctl), so it is
+/// out of scope; a sandbox cannot do it to a host app.
+final class PeerCredentials {
+    let pid: pid_t
+    let uid: uid_t
+    let gid: gid_t
+    /// The connector's pidfd (closed on deinit).
+    let pidfd: Int32
+    /// The kernel has no SO_PEERPIDFD (before Linux 6.5): `pidfd` came from pidfd_open(pid),
+    /// so it names whoever had the pid a moment after the connect.
+    let pidfdFromPID: Bool
+    /// The accepted socket (not owned).
+    let socketFD: Int32
+    /// The executable the peer ran when it was identified (`/proc/PID/exe`), checked again
+    /// at its first message: an exec in between (another program in the same process) ends
+    /// the connection.
+    var identifiedExecutable: FileID?
+    /// Identified as an app by its executable: at identification and at its first message,
+    /// the process must itself hold its end of the connection (`holdsConnection`), so a
+    /// connection made by one program, which then ran another (exec, descriptors closed on
+    /// exec), is not taken for the second.
+    var mustHoldConnection = false
+    /// The first message has been checked (`confirmAtFirstMessage`).
+    var confirmed = false
+
+    /// Nil when the kernel gives no pid or no pidfd for the peer: it cannot be identified,
+    /// and is refused.
+    init?(socket: UnixSocket) {
+        var pid: pid_t = 0, uid: uid_t = 0, gid: gid_t = 0
+        var pidfd: Int32 = -1, fallback: Int32 = 0
+        guard vault_peer_pidfd(socket.fd, &pid, &uid, &gid, &pidfd, &fallback) == 0, pid > 0 else {
+            return nil
+        }
+        self.pid = pid
+        self.uid = uid
+        self.gid = gid
+        self.pidfd = pidfd
+        self.pidfdFromPID = fallback != 0
+        self.socketFD = socket.fd
+    }
+
+    deinit { Glibc.close(pidfd) }
+
+    /// Whether the connector is still alive (so `pid` still names it).
+    var isAlive: Bool { vault_pidfd_alive(pidfd) == 1 }
+
+    /// The executable `/proc/PID/exe` leads to now.
+    var currentExecutable: FileID? { FileID(path: "/proc/\(pid)/exe") }
+
+    /// Whether the peer process holds a descriptor of its end of this connection (one of
+    /// `/proc/PID/fd/*` is `socket:[INODE]`, the inode of the peer's socket from sock_diag).
+    /// At most `limit` descriptors are looked at: a process holding more is not confirmed.
+    func holdsConnection(limit: Int = 65536) -> Bool {
+        var peerInode: UInt64 = 0
+        guard vault_unix_peer_inode(socketFD, &peerInode) == 0 else { return false }
+        let wanted = Array("socket:[\(peerInode)]".utf8)
+        guard let dir = opendir("/proc/\(pid)/fd") else { return false }
+        defer { closedir(dir) }
+        let base = "/proc/\(pid)/fd/"
+        var buf = [CChar](repeating: 0, count: 64)
+        var seen = 0
+        while let entry = readdir(dir) {
+            seen += 1
+            if seen > limit { return false }
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self) }
+            if name == "." || name == ".." { continue }
+            let n = readlink(base + name, &buf, buf.count)
+            guard n == wanted.count else { continue }
+            if buf[0..<n].elementsEqual(wanted.map { CChar(bitPattern: $0) }) { return true }
+        }
+        return false
+    }
+
+    /// At the peer's first message: the same process (alive), running the program it was
+    /// identified with and, for an app identified by executable, still holding its end of
+    /// the connection. Returns why not, or nil.
+    func confirmAtFirstMessage() -> String? {
+        confirmed = true
+        guard let identified = identifiedExecutable else { return nil }
+        guard currentExecutable == identified, isAlive else {
+            return "its process ran another program (exec) or exited after it was identified"
+        }
+        if mustHoldConnection && !holdsConnection() {
+            return "its process no longer holds its end of the connection (handed on, then exec or exit)"
+        }
+        return nil
+    }
+}
+
 /// What the kernel says about a peer process beyond SO_PEERCRED (docs/apps.md): its Flatpak
-/// app ID and its executable. Nothing the client sends is consulted.
+/// app ID, checked against the host's record of the Flatpak instance, and its executable.
+/// Nothing the client sends is consulted, and every failure to find out refuses the peer:
+/// it never makes it the owner.
 enum PeerIdentity {
     /// Where a peer runs, from `/proc/PID/root`.
     enum Sandbox: Equatable {
         /// vaultd's own root directory and no `/.flatpak-info`: a host process.
         case none
-        /// A sandboxed app with this Flatpak ID (`/.flatpak-info`, `[Application] name`).
+        /// A Flatpak app with this ID, confirmed by the host's instance record.
         case flatpak(String)
         /// A root directory not vaultd's (a bubblewrap sandbox, a container, a chroot) and no
         /// `/.flatpak-info`: a sandbox vaultd cannot name. It can neither run the host's
         /// vaultctl nor be told apart from another app, so it gets nothing
         /// (docs/threat-model.md).
         case unnamed
-        /// A `/.flatpak-info` that names no app.
-        case unidentifiable
+        /// A `/.flatpak-info` vaultd does not accept (why).
+        case refused(String)
         /// vaultd may not look at the process's root (`errno`; a process that made itself
         /// non-dumpable, say): it cannot be placed, so it gets nothing.
         case unreadable(Int32)
     }
 
-    /// Only a sandbox can put a file at `/.flatpak-info` (the host's `/` is root's), so its
-    /// presence means a sandboxed app.
-    static func sandbox(pid: pid_t) -> Sandbox {
-        let root = "/proc/\(pid)/root"
-        var peerRoot = stat(), ownRoot = stat(), info = stat()
-        guard stat(root, &peerRoot) == 0 else { return .unreadable(errno) }
-        if stat(root + "/.flatpak-info", &info) == 0 {
-            return flatpakAppID(path: root + "/.flatpak-info").map(Sandbox.flatpak) ?? .unidentifiable
+    /// The largest `.flatpak-info` read (bytes); Flatpak's are a few KiB. A bigger file is
+    /// refused without being read.
+    static let maximumInfoSize = 64 << 10
+
+    /// A `.flatpak-info` keyfile's bytes and its identity.
+    struct InfoFile {
+        var bytes: [UInt8]
+        var file: FileID
+    }
+
+    enum InfoRead: Error {
+        /// No file there (ENOENT).
+        case absent
+        /// Not a regular file, or over `maximumInfoSize` (what it is).
+        case unacceptable(String)
+        /// Another error (errno).
+        case failed(Int32)
+    }
+
+    /// Reads `name` in directory `dirfd` without following a symlink, without opening
+    /// anything but a regular file (a FIFO would block, a device could be endless or act on
+    /// open) and without reading more than `maximumInfoSize` bytes. The name is opened
+    /// O_PATH first, looked at, and only a regular file is opened for reading (through
+    /// /proc/self/fd, the same inode). `owner`: the file must belong to this uid.
+    static func readBounded(_ dirfd: Int32, _ name: String, owner: uid_t? = nil) throws(InfoRead) -> InfoFile {
+        let pathFD = openat(dirfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC)
+        guard pathFD >= 0 else {
+            throw errno == ENOENT ? .absent : .failed(errno)
         }
-        guard errno == ENOENT else { return .unreadable(errno) }
-        guard stat("/", &ownRoot) == 0, peerRoot.st_dev == ownRoot.st_dev, peerRoot.st_ino == ownRoot.st_ino else { return .unnamed }
-        return .none
+        defer { Glibc.close(pathFD) }
+        var st = stat()
+        guard fstat(pathFD, &st) == 0 else { throw .failed(errno) }
+        switch st.st_mode & S_IFMT {
+        case S_IFREG: break
+        case S_IFLNK: throw .unacceptable("a symlink")
+        case S_IFIFO: throw .unacceptable("a FIFO")
+        case S_IFCHR, S_IFBLK: throw .unacceptable("a device")
+        case S_IFDIR: throw .unacceptable("a directory")
+        default: throw .unacceptable("not a regular file")
+        }
+        if let owner, st.st_uid != owner { throw .unacceptable("owned by uid \(st.st_uid)") }
+        guard st.st_size <= maximumInfoSize else { throw .unacceptable("\(st.st_size) bytes, over \(maximumInfoSize)") }
+        let fd = open("/proc/self/fd/\(pathFD)", O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)
+        guard fd >= 0 else { throw .failed(errno) }
+        defer { Glibc.close(fd) }
+        var opened = stat()
+        guard fstat(fd, &opened) == 0, FileID(opened) == FileID(st), opened.st_mode & S_IFMT == S_IFREG else {
+            throw .unacceptable("replaced while it was opened")
+        }
+        // One byte more than the limit: a file that grew past it since the fstat is refused.
+        var bytes = [UInt8](repeating: 0, count: maximumInfoSize + 1)
+        var count = 0
+        while count < bytes.count {
+            let n = bytes.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress! + count, $0.count - count) }
+            if n < 0 && errno == EINTR { continue }
+            guard n >= 0 else { throw .failed(errno) }
+            if n == 0 { break }
+            count += n
+        }
+        guard count <= maximumInfoSize else { throw .unacceptable("over \(maximumInfoSize) bytes") }
+        bytes.removeSubrange(count...)
+        return InfoFile(bytes: bytes, file: FileID(st))
+    }
+
+    /// `group`'s `key` in a GKeyFile-format text (what `/.flatpak-info` is), nil when absent.
+    static func keyFileValue(_ bytes: [UInt8], group: String, key: String) -> String? {
+        guard let text = String(validating: bytes, as: UTF8.self) else { return nil }
+        var section = ""
+        for raw in text.split(whereSeparator: \.isNewline) {
+            let line = raw.trimmingCharacters(in: .whitespaces)
+            if line.hasPrefix("[") && line.hasSuffix("]") {
+                section = String(line.dropFirst().dropLast())
+            } else if section == group, let eq = line.firstIndex(of: "=") {
+                if line[..<eq].trimmingCharacters(in: .whitespaces) == key {
+                    let value = line[line.index(after: eq)...].trimmingCharacters(in: .whitespaces)
+                    return value.isEmpty ? nil : value
+                }
+            }
+        }
+        return nil
+    }
+
+    /// Whether `id` can name a Flatpak instance directory: 1 to 64 ASCII letters, digits,
+    /// '-' and '_' (Flatpak's are decimal numbers). No '/', no "..".
+    static func isInstanceID(_ id: String) -> Bool {
+        !id.isEmpty && id.utf8.count <= 64
+            && id.utf8.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x41 && $0 <= 0x5A) || ($0 >= 0x61 && $0 <= 0x7A) || $0 == 0x2D || $0 == 0x5F }
+    }
+
+    /// vaultd's own runtime directory (`XDG_RUNTIME_DIR`), where Flatpak keeps its record of
+    /// each running instance (`.flatpak/INSTANCE/info`). Without one, no Flatpak identity
+    /// can be checked, and every sandbox is refused.
+    static let runtimeDirectory: String? = {
+        guard let dir = ProcessInfo.processInfo.environment["XDG_RUNTIME_DIR"], dir.hasPrefix("/") else { return nil }
+        return dir
+    }()
+
+    /// Checks a sandbox's `/.flatpak-info` against the host: Flatpak writes each instance's
+    /// info to `$XDG_RUNTIME_DIR/.flatpak/INSTANCE/info` on the host (outside the sandbox,
+    /// which sees it read-only at most) and puts the same bytes at `/.flatpak-info`
+    /// (`bwrap --ro-bind-data`), as xdg-desktop-portal relies on. Accepted only when the
+    /// sandbox's `[Instance] instance-id` names such a directory, owned by vaultd's uid,
+    /// whose `info` is the sandbox's file itself (device and inode) or holds the same bytes.
+    /// A sandbox that writes its own file (with another app's name, or pointing at another
+    /// app's instance) has no host record that matches. Returns the app ID, or why not.
+    enum Verification {
+        case accepted(String)
+        case refused(String)
+    }
+
+    static func verifiedFlatpakID(_ info: InfoFile) -> Verification {
+        guard let name = keyFileValue(info.bytes, group: "Application", key: "name") else {
+            return .refused("its .flatpak-info names no app ([Application] name)")
+        }
+        guard let instance = keyFileValue(info.bytes, group: "Instance", key: "instance-id"), isInstanceID(instance) else {
+            return .refused("its .flatpak-info (app \(logField(name))) has no usable [Instance] instance-id")
+        }
+        guard let runtime = runtimeDirectory else {
+            return .refused("vaultd has no XDG_RUNTIME_DIR, so no Flatpak instance can be checked (app \(logField(name)))")
+        }
+        let me = getuid()
+        var fd = open(runtime, O_PATH | O_DIRECTORY | O_CLOEXEC)
+        for component in [".flatpak", instance] {
+            guard fd >= 0 else { break }
+            let next = openat(fd, component, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            Glibc.close(fd)
+            fd = next
+            var st = stat()
+            if fd >= 0 && (fstat(fd, &st) != 0 || st.st_uid != me) {
+                Glibc.close(fd)
+                fd = -1
+            }
+        }
+        guard fd >= 0 else {
+            return .refused("no Flatpak instance \(logField(instance)) of vaultd's user runs (app \(logField(name)))")
+        }
+        defer { Glibc.close(fd) }
+        let host: InfoFile
+        do {
+            host = try readBounded(fd, "info", owner: me)
+        } catch {
+            return .refused("Flatpak instance \(logField(instance))'s host record cannot be read (\(error)) (app \(logField(name)))")
+        }
+        guard host.file == info.file || host.bytes == info.bytes else {
+            return .refused("its .flatpak-info (app \(logField(name))) is not Flatpak's record of instance \(logField(instance))")
+        }
+        return .accepted(name)
+    }
+
+    /// Where the peer runs. Only a sandbox can put a file at `/.flatpak-info` (the host's `/`
+    /// is root's), so its presence means a sandbox; the file is read through a directory
+    /// handle on the peer's root (`readBounded`), then checked against the host.
+    static func sandbox(_ peer: PeerCredentials) -> Sandbox {
+        let root = open("/proc/\(peer.pid)/root", O_PATH | O_DIRECTORY | O_CLOEXEC)
+        guard root >= 0 else { return .unreadable(errno) }
+        defer { Glibc.close(root) }
+        var peerRoot = stat(), ownRoot = stat()
+        guard fstat(root, &peerRoot) == 0 else { return .unreadable(errno) }
+        let info: InfoFile
+        do throws(InfoRead) {
+            info = try readBounded(root, ".flatpak-info")
+        } catch {
+            switch error {
+            case .absent:
+                guard stat("/", &ownRoot) == 0, FileID(peerRoot) == FileID(ownRoot) else { return .unnamed }
+                return .none
+            case .unacceptable(let what):
+                return .refused("its /.flatpak-info is \(what)")
+            case .failed(let code):
+                return .unreadable(code)
+            }
+        }
+        switch verifiedFlatpakID(info) {
+        case .accepted(let id): return .flatpak(id)
+        case .refused(let why): return .refused(why)
+        }
     }
 
     /// Whether the peer's executable path, a registered app's, names the very file the peer
@@ -54,34 +343,13 @@ enum PeerIdentity {
     /// looked at). `/proc/PID/…` links lead to the peer's own file whatever its mount
     /// namespace shows at that path.
     static func sameFile(_ a: String, _ b: String) -> Bool {
-        var sa = stat(), sb = stat()
-        guard stat(a, &sa) == 0, stat(b, &sb) == 0 else { return false }
-        return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino
-    }
-
-    /// `[Application] name` from a `.flatpak-info` file.
-    static func flatpakAppID(path: String) -> String? {
-        guard let data = FileManager.default.contents(atPath: path), data.count < 1 << 20,
-            let text = String(data: data, encoding: .utf8)
-        else { return nil }
-        var section = ""
-        for raw in text.split(whereSeparator: \.isNewline) {
-            let line = raw.trimmingCharacters(in: .whitespaces)
-            if line.hasPrefix("[") && line.hasSuffix("]") {
-                section = String(line.dropFirst().dropLast())
-            } else if section == "Application", let eq = line.firstIndex(of: "=") {
-                let key = line[..<eq].trimmingCharacters(in: .whitespaces)
-                if key == "name" {
-                    let name = line[line.index(after: eq)...].trimmingCharacters(in: .whitespaces)
-                    return name.isEmpty ? nil : name
-                }
-            }
-        }
-        return nil
+        guard let fa = FileID(path: a), let fb = FileID(path: b) else { return false }
+        return fa == fb
     }
 
     /// The target of `/proc/PID/exe`, without the " (deleted)" suffix the kernel adds to a
-    /// deleted file (one with no link left); a file whose name ends so keeps its name.
+    /// deleted file (one with no link left); a file whose name ends so keeps its name. Nil
+    /// when it cannot be read (the process exited, or may not be looked at).
     static func executable(pid: pid_t) -> String? {
         var buf = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
         let n = readlink("/proc/\(pid)/exe", &buf, Int(PATH_MAX))
@@ -95,33 +363,100 @@ enum PeerIdentity {
         return path
     }
 
-    /// The caller for a connected peer.
+    /// Refusals are logged at most about ten a minute per reason, with a count of the rest.
+    static let refusals = RateLimitedLog()
+
+    /// The caller for a connected peer; nil (refused, logged) when it cannot be identified:
+    /// a `/proc` read that fails, a process gone or changed (exec) before the reads were
+    /// confirmed, a sandbox vaultd cannot name or confirm. An identified host program that
+    /// is no registered app is the owner's tool.
     static func caller(for peer: PeerCredentials, vault: Vault) -> Caller? {
+        let pid = peer.pid
+        func refuse(_ reason: String, _ message: String) -> Caller? {
+            refusals.log(reason, "refused pid \(pid): \(message)")
+            return nil
+        }
         var flatpakID: String?
-        switch sandbox(pid: peer.pid) {
+        switch sandbox(peer) {
         case .none: break
         case .flatpak(let id): flatpakID = id
         case .unnamed:
-            log("refused pid \(peer.pid): a sandbox vaultd cannot name (its root directory is not vaultd's and it has no .flatpak-info)")
-            return nil
-        case .unidentifiable:
-            log("refused pid \(peer.pid): a sandbox whose .flatpak-info names no app")
-            return nil
+            return refuse("unnamed", "a sandbox vaultd cannot name (its root directory is not vaultd's and it has no .flatpak-info)")
+        case .refused(let why):
+            return refuse("flatpak-info", "a sandbox vaultd does not accept: \(why)")
         case .unreadable(ENOENT), .unreadable(ESRCH):
-            // Gone before it could be placed: a client that gave up (a timeout) and exited.
-            log("refused pid \(peer.pid): the process exited before vaultd could identify it")
-            return nil
+            return refuse("exited", "the process exited before vaultd could identify it")
         case .unreadable(let code):
-            log("refused pid \(peer.pid): vaultd may not look at the process (/proc/\(peer.pid)/root: \(String(cString: strerror(code))))")
-            return nil
+            return refuse("unreadable", "vaultd may not look at the process (/proc/\(pid)/root: \(String(cString: strerror(code))))")
         }
+        // The program, as a path (what apps are registered by) and as a file (to notice an
+        // exec before the first message).
+        guard let exe = executable(pid: pid), let exeFile = peer.currentExecutable else {
+            return refuse("exited", "its executable cannot be read (/proc/\(pid)/exe): the process exited or may not be looked at")
+        }
+        let caller: Caller
         do {
-            return try vault.caller(
-                flatpakAppID: flatpakID, executable: executable(pid: peer.pid),
-                isRegisteredFile: { runsRegisteredFile(pid: peer.pid, path: $0) })
+            caller = try vault.caller(
+                flatpakAppID: flatpakID, executable: exe,
+                isRegisteredFile: { runsRegisteredFile(pid: pid, path: $0) })
+        } catch let e as VaultError where e.code == .rateLimited {
+            return refuse("registration-cap", e.message)
         } catch {
-            log("cannot identify peer pid \(peer.pid): \(error)")
-            return nil
+            return refuse("identity", "\(error)")
         }
+        peer.identifiedExecutable = exeFile
+        if caller.appID != nil && flatpakID == nil {
+            peer.mustHoldConnection = true
+            guard peer.holdsConnection() else {
+                return refuse("handed-on", "runs \(logField(exe)) but does not hold its end of the connection (made by another program, then exec)")
+            }
+        }
+        // Everything above was read through `pid`: it was about the connector only if the
+        // connector is still alive now (a pid is not reused while its process lives), and
+        // still runs the program it ran at the first read.
+        guard peer.isAlive else { return refuse("exited", "the process exited while vaultd identified it") }
+        guard peer.currentExecutable == exeFile else { return refuse("exec", "the process ran another program while vaultd identified it") }
+        return caller
+    }
+}
+
+extension PeerIdentity.InfoRead: CustomStringConvertible {
+    var description: String {
+        switch self {
+        case .absent: return "absent"
+        case .unacceptable(let what): return what
+        case .failed(let code): return String(cString: strerror(code))
+        }
+    }
+}
+
+extension UnixSocket {
+    /// `receive(polling:othersBusy:)`, for a connection from `peer`: each chunk's sender
+    /// (SCM_CREDENTIALS; SO_PASSCRED is set on the listener, so every chunk carries one) must
+    /// be the identified process. Data another process sent (the socket handed on, or a
+    /// child that kept a copy) throws `Errno` EPERM ("recv: sender"), and the connection is
+    /// to be closed. A sender the kernel names no pid for (0) is refused too.
+    func receive(from peer: PeerCredentials, polling busyPoll: inout BusyPoll, othersBusy: Bool) throws -> (bytes: [UInt8], sender: pid_t) {
+        guard fd >= 0 else { throw Errno(code: EBADF, call: "recv") }
+        let readable = busyPoll.awaitReadable(fd, othersBusy: othersBusy)
+        var ready = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        if !readable {
+            var n: Int32
+            repeat { n = poll(&ready, 1, receiveTimeoutMilliseconds) } while n < 0 && errno == EINTR
+            if n < 0 { throw Errno(code: errno, call: "poll") }
+            if n == 0 { throw Errno(code: EAGAIN, call: "recv") }
+        }
+        var sender: pid_t = 0
+        let max = 65536
+        let bytes = try [UInt8](unsafeUninitializedCapacity: max) { b, n in
+            n = 0
+            let r = vault_recv_from(fd, b.baseAddress, max, &sender)
+            if r < 0 { throw Errno(code: errno, call: "recv") }
+            n = r
+        }
+        if !bytes.isEmpty && sender != peer.pid {
+            throw Errno(code: EPERM, call: "recv: sender")
+        }
+        return (bytes, sender)
     }
 }

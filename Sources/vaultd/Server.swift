@@ -143,6 +143,9 @@ final class Server: @unchecked Sendable {
         } else {
             wake = [-1, -1]
         }
+        // Every message then carries its sender's pid (SCM_CREDENTIALS), also what a client
+        // sends before its connection is accepted: accepted sockets take the option over.
+        if vault_set_passcred(listener.fd) != 0 { log("cannot set SO_PASSCRED on the listening socket: \(String(cString: strerror(errno)))") }
         self.limits = limits
         self.dispatcher = dispatcher
         self.identify = identify
@@ -187,11 +190,17 @@ final class Server: @unchecked Sendable {
                 }
                 continue
             } catch { continue }
-            guard let peer = PeerCredentials(socket: conn), peer.uid == getuid() else {
-                log("refused a connection from another user")
+            guard let peer = PeerCredentials(socket: conn) else {
+                PeerIdentity.refusals.log("no-pidfd", "refused a connection: the kernel names no process for it (SO_PEERCRED, SO_PEERPIDFD or pidfd_open: \(String(cString: strerror(errno))))")
                 conn.close()
                 continue
             }
+            guard peer.uid == getuid() else {
+                PeerIdentity.refusals.log("other-user", "refused a connection from another user")
+                conn.close()
+                continue
+            }
+            _ = vault_set_passcred(conn.fd)
             var overCap = false
             let admitted: Bool = state.withLock {
                 if stopping.load(ordering: .sequentiallyConsistent) { return false }
@@ -336,10 +345,15 @@ final class Server: @unchecked Sendable {
                     }
                     let chunk: [UInt8]
                     do {
-                        chunk = try conn.receive(polling: &busyPoll, othersBusy: callsInProgress.load(ordering: .relaxed) > 0)
+                        chunk = try conn.receive(from: peer, polling: &busyPoll, othersBusy: callsInProgress.load(ordering: .relaxed) > 0).bytes
                     } catch let e as Errno where e.code == EAGAIN || e.code == EWOULDBLOCK {
                         if stopping.load(ordering: .relaxed) { return }
                         continue
+                    } catch let e as Errno where e.code == EPERM {
+                        // The connection was handed on (or a child kept a copy of it): what
+                        // another process sends is not the identified peer's call.
+                        PeerIdentity.refusals.log("handed-on", "closed the connection of pid \(peer.pid): another process sent on it")
+                        return
                     }
                     if chunk.isEmpty { return }
                     if let dropped = dropping {
@@ -371,6 +385,12 @@ final class Server: @unchecked Sendable {
                 }
                 frame = f
                 partialSince = nil
+                // The peer is checked again at its first call: an exec since it was
+                // identified ends the connection (see `PeerCredentials`).
+                if !peer.confirmed, let why = peer.confirmAtFirstMessage() {
+                    PeerIdentity.refusals.log("exec", "closed the connection of pid \(peer.pid): \(why)")
+                    return
+                }
             } catch FrameReader.Failure.frameTooLarge {
                 _ = try? send(VarlinkReply(error: .invalidParameter("message", "a message may be at most \(Varlink.maximumMessageSize) bytes")), on: conn)
                 return
@@ -554,20 +574,5 @@ final class EventQueue: @unchecked Sendable {
             defer { items.removeAll() }
             return items
         }
-    }
-}
-
-/// The kernel's record of a peer (`SO_PEERCRED`).
-struct PeerCredentials {
-    var pid: pid_t
-    var uid: uid_t
-    var gid: gid_t
-
-    init?(socket: UnixSocket) {
-        var pid: pid_t = 0, uid: uid_t = 0, gid: gid_t = 0
-        guard vault_peer_cred(socket.fd, &pid, &uid, &gid) == 0 else { return nil }
-        self.pid = pid
-        self.uid = uid
-        self.gid = gid
     }
 }

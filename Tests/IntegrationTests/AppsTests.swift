@@ -715,11 +715,37 @@ import Glibc
         case host
     }
 
+    /// Where a test sandbox's `/.flatpak-info` comes from.
+    enum InfoSource {
+        /// As Flatpak makes it: written on the host as the instance's record,
+        /// `$XDG_RUNTIME_DIR/.flatpak/INSTANCE/info` (vaultd's runtime directory), and that
+        /// very file bound read-only at `/.flatpak-info`.
+        case flatpakInstance
+        /// Written by the sandbox itself: no host record has its instance ID.
+        case selfWritten
+        /// Written by the sandbox itself, its instance ID naming instance `id` (another app's).
+        case claimingInstance(String)
+    }
+
+    /// Writes a Flatpak instance's host record for `appID` (as `flatpak run` does) and
+    /// returns its instance ID and the record's path.
+    static func flatpakInstance(_ d: Daemon, appID: String, infoText: String? = nil) throws -> (id: String, info: String) {
+        let id = String(UInt32.random(in: 1...UInt32.max))
+        let dir = d.root + "/xdg-run/.flatpak/" + id
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
+        let info = dir + "/info"
+        let text = infoText ?? "[Application]\nname=\(appID)\nruntime=runtime/org.example.Platform/x86_64/1\n\n[Instance]\ninstance-id=\(id)\n"
+        try Data(text.utf8).write(to: URL(fileURLWithPath: info))
+        return (id, info)
+    }
+
     /// Runs `app ARGS` in a bubblewrap sandbox (`root`), the executable mounted at `inside`
-    /// (default `/app/bin/app`), the socket reachable.
+    /// (default `/app/bin/app`), the socket reachable; a `.flatpak` root gets its
+    /// `/.flatpak-info` from `info` (by default a Flatpak instance's host record).
     static func sandboxed(
         _ d: Daemon, _ app: String, _ arguments: [String], flatpakID: String = "org.example.Sandboxed", inside: String = "/app/bin/app",
-        infoText: String? = nil, root: SandboxRoot = .flatpak, stdin: Data? = nil
+        infoText: String? = nil, info source: InfoSource = .flatpakInstance, root: SandboxRoot = .flatpak, stdin: Data? = nil,
+        extraBwrap: [String] = []
     ) throws -> ProcessResult {
         var bwrap: [String]
         if root == .host {
@@ -731,12 +757,20 @@ import Glibc
                 "--symlink", "usr/bin", "/bin", "--ro-bind", "/etc", "/etc", "--ro-bind", "/opt", "/opt", "--bind", socketDir, socketDir,
             ]
             if root == .flatpak {
-                let info = d.root + "/flatpak-info-\(UUID().uuidString)"
-                let text = infoText ?? "[Application]\nname=\(flatpakID)\n\n[Instance]\ninstance-id=1\n"
-                try Data(text.utf8).write(to: URL(fileURLWithPath: info))
-                bwrap += ["--ro-bind", info, "/.flatpak-info"]
+                switch source {
+                case .flatpakInstance:
+                    bwrap += ["--ro-bind", try Self.flatpakInstance(d, appID: flatpakID, infoText: infoText).info, "/.flatpak-info"]
+                case .selfWritten, .claimingInstance:
+                    var instance = "1"
+                    if case .claimingInstance(let id) = source { instance = id }
+                    let info = d.root + "/flatpak-info-\(UUID().uuidString)"
+                    let text = infoText ?? "[Application]\nname=\(flatpakID)\nruntime=runtime/org.example.Platform/x86_64/1\n\n[Instance]\ninstance-id=\(instance)\n"
+                    try Data(text.utf8).write(to: URL(fileURLWithPath: info))
+                    bwrap += ["--ro-bind", info, "/.flatpak-info"]
+                }
             }
         }
+        bwrap += extraBwrap
         bwrap += [
             "--ro-bind", app, inside, "--dev", "/dev", "--proc", "/proc", "--setenv", "VAULTD_SOCKET", d.socketPath,
             "--setenv", "HOME", "/tmp", inside,

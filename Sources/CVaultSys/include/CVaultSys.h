@@ -23,4 +23,36 @@ int vault_set_mmap_threshold(int bytes);
 /// Linux 5.8) or statx failed.
 int vault_mount_id(int fd, unsigned long long *id);
 
+/// The peer of a connected AF_UNIX socket as a pidfd: SO_PEERCRED (pid, uid, gid) and
+/// SO_PEERPIDFD (Linux 6.5), which names the very process that connected however its pid is
+/// reused later. On a kernel without SO_PEERPIDFD, pidfd_open(pid) (Linux 5.3), with
+/// `*fallback` set to 1: that pidfd names whatever process has the pid now, which may
+/// already be another (the connector gone and its pid reused). Returns 0 with `*pidfd` open
+/// (FD_CLOEXEC; the caller closes it), or -1 (errno set) when neither is possible.
+int vault_peer_pidfd(int fd, pid_t *pid, uid_t *uid, gid_t *gid, int *pidfd, int *fallback);
+
+/// Whether the process `pidfd` names is still alive (pidfd_send_signal with signal 0: no
+/// signal is sent). A zombie counts as alive: its pid is not reused until it is reaped.
+/// Returns 1 or 0.
+int vault_pidfd_alive(int pidfd);
+
+/// setsockopt(SO_PASSCRED): every message received on `fd` then carries the kernel's record
+/// of the process that sent it (SCM_CREDENTIALS). Returns 0 or -1 (errno set).
+int vault_set_passcred(int fd);
+
+/// recvmsg of up to `len` bytes: `*sender` is the pid (in vaultd's pid namespace) of the
+/// process that sent them, from SCM_CREDENTIALS, or 0 when the kernel attached none. On an
+/// AF_UNIX stream socket with SO_PASSCRED, one call never returns bytes of two senders.
+/// Descriptors passed with the data (SCM_RIGHTS) are closed. Returns the byte count, 0 at
+/// the end, or -1 (errno set).
+ssize_t vault_recv_from(int fd, void *buf, size_t len, pid_t *sender);
+
+/// The inode of the socket at the other end of the connected AF_UNIX socket `fd`
+/// (sock_diag, UNIX_DIAG_PEER: what `ss -x` shows), as /proc/PID/fd shows it
+/// ("socket:[INODE]"). Returns 0, or -1 (errno set; ENOENT: the kernel named no peer).
+int vault_unix_peer_inode(int fd, unsigned long long *peer);
+
+/// O_PATH (which Glibc does not import into Swift): an fd that names a file without opening it.
+int vault_o_path(void);
+
 #endif

@@ -8,6 +8,11 @@ public struct Errno: Error, Equatable, CustomStringConvertible, Sendable {
     /// The call that failed, e.g. "connect".
     public var call: String
     public var description: String { "\(call): \(String(cString: strerror(code)))" }
+
+    public init(code: Int32, call: String) {
+        self.code = code
+        self.call = call
+    }
 }
 
 @discardableResult
