@@ -18,13 +18,18 @@ public struct AppInfo: Sendable, Equatable {
     public var keychainAccessGroups: [String]
     /// Its credentials survive a reinstall's first launch (not wiped).
     public var keepCredentialsOnReinstall: Bool
-    /// False once uninstalled (or its executable disappeared); the record stays, with the
-    /// credentials, until a reinstall.
+    /// False once uninstalled (or its executable stayed absent for the grace period); the
+    /// record stays, with the credentials, until a reinstall.
     public var installed: Bool
     /// The current install generation (a lowercase UUID); new on each install.
     public var generation: String
     /// When the current generation was installed.
     public var installedAt: Date?
+    /// Installed, but its executable has been absent since then (nil while it is there).
+    public var missingSince: Date?
+    /// When it counts as uninstalled if its executable stays absent (the grace period,
+    /// vaultd's `UninstallGraceSeconds`, after `missingSince`).
+    public var uninstallAt: Date?
     /// The raw reply, for `--json` output.
     public var json: JSON
 
@@ -42,6 +47,8 @@ public struct AppInfo: Sendable, Equatable {
         installed = j["installed"]?.boolValue ?? false
         generation = j["generation"]?.stringValue ?? ""
         installedAt = j["installedAt"]?.stringValue.flatMap(PlistDate.parse)
+        missingSince = j["missingSince"]?.stringValue.flatMap(PlistDate.parse)
+        uninstallAt = j["uninstallAt"]?.stringValue.flatMap(PlistDate.parse)
     }
 }
 

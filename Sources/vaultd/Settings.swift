@@ -16,8 +16,15 @@ import Glibc
 /// - `CacheBudgetBytes`, `CacheBudgetHighWaterBytes` (integer): purge when all caches exceed
 ///   the budget, until they take at most the high mark (default: no budget; 80 %).
 /// - `CacheCheckIntervalSeconds` (real): how often the policy is checked (default 5).
+/// - `UninstallGraceSeconds` (number): how long a registered app's executable may be absent
+///   ("no such file") before the app counts as uninstalled (default 600; see
+///   `AppSettings.uninstallGraceSeconds`).
+/// - `MaximumAutoRegisteredApps` (integer): the most Flatpak apps registered on first
+///   contact (default 256; see `AppSettings.maximumAutoRegisteredApps`).
 struct Settings {
     var autoLockSeconds: Double = 0
+    var uninstallGraceSeconds: Double = 600
+    var maximumAutoRegisteredApps = 256
     var cachePolicy = CachePolicy()
     var cacheCheckInterval: Double = 5
 
@@ -72,9 +79,17 @@ struct Settings {
         func bytes(_ key: String) throws -> Int64? { try number(key, atMost: Self.maximumBytes).map { Int64($0) } }
         s.autoLockSeconds = try seconds("AutoLockSeconds") ?? 0
         s.cacheCheckInterval = max(0.2, try seconds("CacheCheckIntervalSeconds") ?? 5)
+        s.uninstallGraceSeconds = try seconds("UninstallGraceSeconds") ?? 600
+        s.maximumAutoRegisteredApps = Int(try number("MaximumAutoRegisteredApps", atMost: 1_000_000) ?? 256)
         s.cachePolicy = CachePolicy(
             freeLowWater: try bytes("CacheFreeLowWaterBytes"), freeHighWater: try bytes("CacheFreeHighWaterBytes"),
             budget: try bytes("CacheBudgetBytes"), budgetHighWater: try bytes("CacheBudgetHighWaterBytes"))
         return s
+    }
+
+    /// Puts the settings the engine reads into force.
+    func apply(to vault: Vault) {
+        vault.appSettings.uninstallGraceSeconds = uninstallGraceSeconds
+        vault.appSettings.maximumAutoRegisteredApps = maximumAutoRegisteredApps
     }
 }

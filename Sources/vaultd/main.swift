@@ -93,6 +93,8 @@ let boundSocketFile: (dev: UInt64, ino: UInt64)? = {
     return (UInt64(st.st_dev), UInt64(st.st_ino))
 }()
 
+initialSettings.apply(to: vault)
+
 let running = RunningApps()
 // The idle auto-lock's clock, touched by every call except those that only look (Status).
 let idle = IdleClock()
@@ -106,7 +108,8 @@ server.start()
 // Unlock at login from the passphrase remembered in the login keyring (never blocks serving).
 KeyringUnlock.atStart(vault)
 
-// Uninstall detection: registered executables that vanish or come back, at start and every second.
+// Uninstall detection: registered executables that vanish (for the grace period) or come
+// back, at start and every second.
 vault.scanExecutables()
 let scanTimer = DispatchSource.makeTimerSource(queue: DispatchQueue(label: "vaultd.apps-scan"))
 scanTimer.schedule(deadline: .now() + 1, repeating: 1)
@@ -142,6 +145,7 @@ func reloadSettings() {
         let fresh = try Settings.load(configuration.configFile, explicit: configuration.configFileIsExplicit)
         let old = settings
         currentSettings.withLock { $0 = fresh }
+        fresh.apply(to: vault)
         if fresh.cacheCheckInterval != old.cacheCheckInterval {
             cacheTimer.schedule(deadline: .now() + 0.2, repeating: fresh.cacheCheckInterval)
         }

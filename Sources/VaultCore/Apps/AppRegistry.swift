@@ -28,6 +28,14 @@ public struct AppRecord: Sendable, Equatable {
     /// Credentials wiped at that first launch, while no Hello has reported it yet (the launch
     /// began with another call): the generation's first Hello reports it. Nil once reported.
     public var unreportedLaunchWipe: Int?
+    /// Installed, but its executable has been absent ("no such file") since then: it is
+    /// uninstalled once it has been absent for the whole grace period
+    /// (`AppSettings.uninstallGraceSeconds`), and is the same install if it comes back
+    /// first. Nil while the executable is there.
+    public var missingSince: Date?
+    /// When an absent executable's app counts as uninstalled (`missingSince` plus the grace
+    /// period in force); filled in by `Vault.app` and `Vault.allApps`, not stored.
+    public var uninstallAt: Date?
 
     /// The executable as `/proc/PID/exe` shows the program it leads to now: every symlink
     /// resolved (nil for a Flatpak app).
@@ -52,6 +60,8 @@ public struct AppRecord: Sendable, Equatable {
             "generation": .string(generation), "installedAt": .string(PlistDate.format(installedAt)),
             "keychainAccessGroups": .array(keychainAccessGroups.map { .string($0) }),
             "launchedGeneration": launchedGeneration.map { .string($0) } ?? .null,
+            "missingSince": missingSince.map { .string(PlistDate.format($0)) } ?? .null,
+            "uninstallAt": uninstallAt.map { .string(PlistDate.format($0)) } ?? .null,
         ]
     }
 
@@ -91,7 +101,7 @@ final class AppRegistry {
     init(db: Database) { self.db = db }
 
     private static let columns =
-        "app_id, executable, flatpak, access_groups, app_groups, keep_credentials, installed, generation, installed_at, launched_generation, executable_missing, unreported_launch_wipe"
+        "app_id, executable, flatpak, access_groups, app_groups, keep_credentials, installed, generation, installed_at, launched_generation, executable_missing, unreported_launch_wipe, missing_since"
 
     private static func record(_ r: Row) -> AppRecord? {
         guard let id = r[0].text, let groups = r[3].text, let appGroups = r[4].text, let gen = r[7].text else { return nil }
@@ -102,7 +112,7 @@ final class AppRegistry {
             appID: id, executable: r[1].text, flatpak: r[2].int64 == 1, accessGroups: list(groups), appGroups: list(appGroups),
             keepCredentialsOnReinstall: r[5].int64 == 1, installed: r[6].int64 == 1, generation: gen,
             installedAt: Date(timeIntervalSince1970: r[8].real ?? 0), launchedGeneration: r[9].text, executableMissing: r[10].int64 == 1,
-            unreportedLaunchWipe: r[11].int64.map { Int($0) })
+            unreportedLaunchWipe: r[11].int64.map { Int($0) }, missingSince: r[12].real.map { Date(timeIntervalSince1970: $0) })
     }
 
     func all() throws -> [AppRecord] {
@@ -113,6 +123,12 @@ final class AppRegistry {
         try db.row("SELECT \(Self.columns) FROM apps WHERE app_id = ?", [.text(appID)]).flatMap(Self.record)
     }
 
+    /// How many apps are registered by Flatpak ID (installed or not): the registrations a
+    /// sandbox can cause by connecting.
+    func flatpakCount() throws -> Int {
+        Int(try db.row("SELECT count(*) FROM apps WHERE flatpak = 1")?[0].int64 ?? 0)
+    }
+
     /// Records `a`'s current generation as one of its installs (`app_generations`).
     func recordGeneration(of a: AppRecord) throws {
         try db.run("INSERT OR IGNORE INTO app_generations (generation, app_id) VALUES (?, ?)", [.text(a.generation), .text(a.appID)])
@@ -121,12 +137,12 @@ final class AppRegistry {
     func save(_ a: AppRecord) throws {
         func list(_ l: [String]) -> SQLValue { .text(JSON.array(l.map { .string($0) }).text) }
         try db.run(
-            "INSERT OR REPLACE INTO apps (\(Self.columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO apps (\(Self.columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
                 .text(a.appID), a.executable.map { .text($0) } ?? .null, .integer(a.flatpak ? 1 : 0), list(a.accessGroups),
                 list(a.appGroups), .integer(a.keepCredentialsOnReinstall ? 1 : 0), .integer(a.installed ? 1 : 0),
                 .text(a.generation), .real(a.installedAt.timeIntervalSince1970), a.launchedGeneration.map { .text($0) } ?? .null, .integer(a.executableMissing ? 1 : 0),
-                a.unreportedLaunchWipe.map { .integer(Int64($0)) } ?? .null,
+                a.unreportedLaunchWipe.map { .integer(Int64($0)) } ?? .null, a.missingSince.map { .real($0.timeIntervalSince1970) } ?? .null,
             ])
     }
 
@@ -146,15 +162,16 @@ final class AppRegistry {
         for g in everyOther.filter(\.installed).flatMap(\.keychainAccessGroups) where !shared.containsBytes(g) { shared.append(g) }
         let groups = app.keychainAccessGroups.filter { !shared.containsBytes($0) }
         let keep = [app.generation] + everyOther.map(\.generation)
-        // SQLite takes an empty list: `x IN ()` is false, `x NOT IN ()` true.
-        func marks(_ n: Int) -> String { Array(repeating: "?", count: n).joined(separator: ",") }
+        // One SQL text whatever the lists hold (JSON arrays through json_each): a text per
+        // list length was one more cached statement per registered app.
+        func list(_ l: [String]) -> SQLValue { .text(JSON.array(l.map { .string($0) }).text) }
         return try db.run(
             """
-            DELETE FROM items WHERE generation IS NOT NULL AND generation != ? AND access_group NOT IN (\(marks(shared.count))) AND (
+            DELETE FROM items WHERE generation IS NOT NULL AND generation != ? AND access_group NOT IN (SELECT value FROM json_each(?)) AND (
               generation IN (SELECT generation FROM app_generations WHERE app_id = ?)
-              OR (access_group IN (\(marks(groups.count))) AND generation NOT IN (\(marks(keep.count)))
+              OR (access_group IN (SELECT value FROM json_each(?)) AND generation NOT IN (SELECT value FROM json_each(?))
                   AND generation NOT IN (SELECT generation FROM app_generations)))
             """,
-            [.text(app.generation)] + shared.map { .text($0) } + [.text(app.appID)] + groups.map { .text($0) } + keep.map { .text($0) })
+            [.text(app.generation), list(shared), .text(app.appID), list(groups), list(keep)])
     }
 }

@@ -168,6 +168,12 @@ enum Schema {
         m.register("2026-11-30-items-lookup-in-memory") { db in
             try db.execute("DROP INDEX items_lookup")
         }
+        // An executable that went missing starts a grace period (`missing_since`, Unix
+        // time) instead of uninstalling at once: a rebuild or an upgrade that removes, then
+        // writes the file keeps its app installed.
+        m.register("2026-12-01-apps-missing-since") { db in
+            try db.execute("ALTER TABLE apps ADD COLUMN missing_since REAL")
+        }
         return m
     }
 }

@@ -9,6 +9,34 @@ import Glibc
 /// registration on first contact); the engine lock is not reentrant, so it cannot span them.
 private let registration = NSLock()
 
+/// Settings for the app registry, from config.plist (vaultd sets them at start and on
+/// SIGHUP); read under a lock of their own.
+public final class AppSettings: @unchecked Sendable {
+    private let lock = NSLock()
+    private var _maximumAutoRegisteredApps = 256
+    private var _uninstallGraceSeconds: Double = 600
+
+    /// The most apps registered by Flatpak ID (installed or not; the records stay after an
+    /// uninstall): a sandbox that names a Flatpak app vaultd does not know yet is registered
+    /// on first contact only while fewer are. Beyond it such a sandbox is refused
+    /// (RateLimited, logged), so a sandbox renaming itself at every connection cannot grow
+    /// the registry, the store or the log without bound. `MaximumAutoRegisteredApps`,
+    /// default 256.
+    public var maximumAutoRegisteredApps: Int {
+        get { lock.withLock { _maximumAutoRegisteredApps } }
+        set { lock.withLock { _maximumAutoRegisteredApps = newValue } }
+    }
+
+    /// How long a registered executable may be absent ("no such file") before its app
+    /// counts as uninstalled (seconds; `UninstallGraceSeconds`, default 600). A rebuild or a
+    /// package upgrade removes the file and writes it again: within this it is the same
+    /// install (generation, credentials, preferences, caches).
+    public var uninstallGraceSeconds: Double {
+        get { lock.withLock { _uninstallGraceSeconds } }
+        set { lock.withLock { _uninstallGraceSeconds = newValue } }
+    }
+}
+
 extension Vault {
     /// Registers `appID` (a new install generation each time), identified by `executable`
     /// (`/proc/PID/exe`) or, with `flatpak`, by its Flatpak ID. Owner only. Throws
@@ -140,6 +168,7 @@ extension Vault {
                     guard var a = try apps.find(appID) else { throw VaultError(.appNotFound, "no app \(appID)") }
                     a.installed = false
                     a.executableMissing = executableMissing
+                    a.missingSince = nil
                     try apps.save(a)
                     let stillShared = try apps.all().filter { $0.installed && $0.appID != appID }.flatMap(\.appGroups)
                     var removed: [(domain: String, key: String)] = []
@@ -164,12 +193,21 @@ extension Vault {
     public func app(_ appID: String, caller: Caller) throws -> AppRecord {
         try requireOwner(caller)
         guard let a = try locked({ try apps.find(appID) }) else { throw VaultError(.appNotFound, "no app \(appID)") }
-        return a
+        return withUninstallTime(a)
     }
 
     public func allApps(caller: Caller) throws -> [AppRecord] {
         try requireOwner(caller)
-        return try locked { try apps.all() }
+        return try locked { try apps.all() }.map(withUninstallTime)
+    }
+
+    /// `a` with `uninstallAt` filled in (an installed app whose executable is absent).
+    private func withUninstallTime(_ a: AppRecord) -> AppRecord {
+        var a = a
+        if a.installed, let since = a.missingSince {
+            a.uninstallAt = since.addingTimeInterval(appSettings.uninstallGraceSeconds)
+        }
+        return a
     }
 
     /// The caller for a peer, from what the kernel says of it: its Flatpak app ID (from
@@ -203,6 +241,14 @@ extension Vault {
                         throw VaultError(.permissionDenied, "a sandbox names \(id), an app registered by its executable")
                     }
                     if a.installed { return a.caller }
+                } else {
+                    // A name not seen before adds a record for good: bounded.
+                    let limit = appSettings.maximumAutoRegisteredApps
+                    if try locked({ try apps.flatpakCount() }) >= limit {
+                        throw VaultError(
+                            .rateLimited,
+                            "a sandbox names \(id), a Flatpak app vaultd has not seen, and \(limit) Flatpak apps are registered already, the most registered on first contact (MaximumAutoRegisteredApps in config.plist)")
+                    }
                 }
                 return try register(id, executable: nil, flatpak: true, accessGroups: [], appGroups: [], keepCredentialsOnReinstall: false).caller
             }
@@ -300,18 +346,54 @@ extension Vault {
         return a
     }
 
-    /// Notices registered executables that disappeared (uninstall) or came back (reinstall:
-    /// a new generation). vaultd calls this at start and then periodically.
-    public func scanExecutables() {
+    /// What `stat` says of a registered executable: there, absent ("no such file": ENOENT or
+    /// ENOTDIR, also a symlink whose target is gone), or not known (EACCES, EIO, ELOOP …:
+    /// nothing is concluded from it).
+    enum ExecutableState: Equatable {
+        case present, absent, unknown(Int32)
+    }
+
+    static func executableState(_ path: String) -> ExecutableState {
+        var st = stat()
+        if stat(path, &st) == 0 { return .present }
+        return errno == ENOENT || errno == ENOTDIR ? .absent : .unknown(errno)
+    }
+
+    /// Notices registered executables that disappeared or came back. An installed app's
+    /// executable found absent starts its grace period (`missingSince`); absent for the whole
+    /// period (`AppSettings.uninstallGraceSeconds`), the app is uninstalled (preferences and
+    /// caches go, credentials stay for a reinstall). Back before that, it is the same install:
+    /// nothing changes but the mark. An app uninstalled so is reinstalled (a new generation)
+    /// when its executable comes back. vaultd calls this at start and then every second;
+    /// `now` is the clock (tests pass their own).
+    public func scanExecutables(now: Date = Date()) {
         guard let all = try? locked({ try apps.all() }) else { return }
+        let grace = appSettings.uninstallGraceSeconds
         for listed in all where !listed.flatpak && listed.executable != nil {
             registration.withLock {
                 // Decide on the current record: an install since the listing may have changed it.
-                guard let a = try? locked({ try apps.find(listed.appID) }), !a.flatpak, let exe = a.executable else { return }
-                let exists = access(exe, F_OK) == 0
-                if a.installed && !exists {
-                    _ = try? markUninstalled(a.appID, executableMissing: true)
-                } else if !a.installed && a.executableMissing && exists {
+                guard var a = try? locked({ try apps.find(listed.appID) }), !a.flatpak, let exe = a.executable else { return }
+                let state = Self.executableState(exe)
+                if a.installed {
+                    switch state {
+                    case .present where a.missingSince != nil:
+                        let absent = Int(now.timeIntervalSince(a.missingSince!).rounded())
+                        a.missingSince = nil
+                        if (try? locked({ try apps.save(a) })) != nil {
+                            log("app \(a.appID): its executable is back after about \(absent) s; the same install (generation \(a.generation))")
+                        }
+                    case .absent where a.missingSince == nil:
+                        a.missingSince = now
+                        if (try? locked({ try apps.save(a) })) != nil {
+                            log("app \(a.appID): its executable \(logField(exe)) is missing; it counts as uninstalled in \(Int(grace)) s unless it comes back (UninstallGraceSeconds)")
+                        }
+                    case .absent where now.timeIntervalSince(a.missingSince!) >= grace:
+                        log("app \(a.appID): its executable has been missing for \(Int(grace)) s or more (UninstallGraceSeconds)")
+                        _ = try? markUninstalled(a.appID, executableMissing: true)
+                    default:
+                        break
+                    }
+                } else if a.executableMissing && state == .present {
                     _ = try? register(
                         a.appID, executable: exe, flatpak: false, accessGroups: a.accessGroups, appGroups: a.appGroups,
                         keepCredentialsOnReinstall: a.keepCredentialsOnReinstall)

@@ -22,6 +22,9 @@ public final class Vault: @unchecked Sendable {
     let apps: AppRegistry
     /// The per-app cache directories.
     public let caches: CacheStore
+    /// Limits on registrations made on first contact, and the uninstall grace period
+    /// (config.plist; vaultd sets them at start and on SIGHUP).
+    public let appSettings = AppSettings()
     private let lock = NSLock()
     private let keysLock = NSLock()
     /// Connections for lookups (`reading`).

@@ -25,7 +25,11 @@ extension VarlinkInterfaces {
           # When the current generation was installed, ISO 8601.
           installedAt: string,
           # The generation whose first launch happened last.
-          launchedGeneration: ?string
+          launchedGeneration: ?string,
+          # Installed, but its executable has been absent since then (ISO 8601), or null.
+          missingSince: ?string,
+          # When it counts as uninstalled if its executable stays absent (ISO 8601), or null.
+          uninstallAt: ?string
         )
 
         # Registers an app, or reinstalls it: a new generation either way.

@@ -58,16 +58,24 @@ struct AppCommand: Command {
                 print(JSON.array(all.map(\.json)).text)
             } else {
                 for app in all {
-                    print("\(app.appID)\t\(app.installed ? "installed" : "uninstalled")\t\(app.flatpak ? "flatpak" : app.executable ?? "")")
+                    print("\(app.appID)\t\(Self.state(app))\t\(app.flatpak ? "flatpak" : app.executable ?? "")")
                 }
             }
         }
     }
 
+    /// "installed", "uninstalled", or "installed, executable missing since …, uninstalled at …".
+    static func state(_ app: AppInfo) -> String {
+        guard app.installed else { return "uninstalled" }
+        guard let since = app.missingSince else { return "installed" }
+        let at = app.uninstallAt.map { ", counts as uninstalled at \(PlistDate.format($0)) unless it comes back" } ?? ""
+        return "installed, executable missing since \(PlistDate.format(since))\(at)"
+    }
+
     static func describe(_ app: AppInfo) -> String {
         """
         app ID: \(app.appID)
-        state: \(app.installed ? "installed" : "uninstalled")
+        state: \(state(app))
         identified by: \(app.flatpak ? "Flatpak ID" : "executable \(app.executable ?? "")")
         keychain access groups: \(app.keychainAccessGroups.joined(separator: ", "))
         app groups: \(app.appGroups.joined(separator: ", "))
