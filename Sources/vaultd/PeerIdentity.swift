@@ -379,7 +379,14 @@ enum PeerIdentity {
         var flatpakID: String?
         switch sandbox(peer) {
         case .none: break
-        case .flatpak(let id): flatpakID = id
+        case .flatpak(let id):
+            // Only what an app ID can hold (ASCII letters, digits, '.', '_', '-'; at most 255
+            // bytes) goes on: every message below names it as it is, never the file's raw text.
+            let fits = id.utf8.count <= 255 && id.utf8.allSatisfy { $0 < 0x80 && (isalnum(Int32($0)) != 0 || $0 == 0x2E || $0 == 0x5F || $0 == 0x2D) }
+            guard fits else {
+                return refuse("flatpak-info", "its .flatpak-info names \(logField(id)), which is not a reverse-DNS app ID")
+            }
+            flatpakID = id
         case .unnamed:
             return refuse("unnamed", "a sandbox vaultd cannot name (its root directory is not vaultd's and it has no .flatpak-info)")
         case .refused(let why):

@@ -16,9 +16,22 @@ import Glibc
     static let tokenFilter = ["--service", "token", "--account", "token"]
     static let missingEntitlement = "io.vaultd.Keychain.MissingEntitlement"
 
-    /// A daemon with a vault (no passphrase: always unlocked).
-    static func daemon() throws -> Daemon {
-        let d = try Daemon()
+    /// A daemon with a vault (no passphrase: always unlocked), started with `config` as its
+    /// config.plist when given.
+    static func daemon(config: [String: Any]? = nil) throws -> Daemon {
+        let d = try Daemon(start: false)
+        do {
+            var extra: [String] = []
+            if let config {
+                let path = d.root + "/config.plist"
+                try PropertyListSerialization.data(fromPropertyList: config, format: .xml, options: 0).write(to: URL(fileURLWithPath: path))
+                extra = ["--config", path]
+            }
+            try d.start(extraArguments: extra)
+        } catch {
+            d.close()
+            throw error
+        }
         let i = d.ctl(["init", "--no-passphrase"])
         guard i.status == 0 else {
             d.close()
@@ -419,8 +432,10 @@ import Glibc
         #expect(d.ctl(["app", "list", "--json"]).jsonArray?.isEmpty == true)
     }
 
+    /// Deleted for good (past the grace period, none here: UninstallGraceSeconds 0), the app is
+    /// uninstalled; its executable's return is a reinstall, a new generation.
     @Test func aDeletedExecutableIsUninstalledAndItsReturnIsANewGeneration() throws {
-        let d = try Self.daemon()
+        let d = try Self.daemon(config: ["UninstallGraceSeconds": 0])
         defer { d.close() }
         let a = try d.placeExample("a")
         try d.install(Self.appA, exe: a)
@@ -452,7 +467,7 @@ import Glibc
     /// vaultd matches `/proc/PID/exe`, which has every symlink resolved: an app registered
     /// through a symlinked path is still recognised (else it would run as the owner).
     @Test func anAppRegisteredThroughASymlinkedPathIsRecognised() throws {
-        let d = try Self.daemon()
+        let d = try Self.daemon(config: ["UninstallGraceSeconds": 0])
         defer { d.close() }
         let real = try d.placeExample("real")
         let linkDir = d.root + "/apps/current"
@@ -472,7 +487,7 @@ import Glibc
     /// path the link led to at install kept, the old version's removal would uninstall the
     /// app (its preferences deleted) and the new version would run unidentified, as the owner.
     @Test func anAppUpgradedByRepointingItsSymlinkIsStillThatApp() throws {
-        let d = try Self.daemon()
+        let d = try Self.daemon(config: ["UninstallGraceSeconds": 0])
         defer { d.close() }
         let v1 = try d.placeExample("notes-1.0")
         let v2 = try d.placeExample("notes-1.1")
