@@ -56,9 +56,9 @@ final class PeerCredentials {
     /// at its first message: an exec in between (another program in the same process) ends
     /// the connection.
     var identifiedExecutable: FileID?
-    /// Identified as an app by its executable: at identification and at its first message,
-    /// the process must itself hold its end of the connection (`holdsConnection`), so a
-    /// connection made by one program, which then ran another (exec, descriptors closed on
+    /// Identified as an app by its executable: at its first message, before anything is
+    /// served, the process must itself hold its end of the connection (`holdsConnection`), so
+    /// a connection made by one program, which then ran another (exec, descriptors closed on
     /// exec), is not taken for the second.
     var mustHoldConnection = false
     /// The first message has been checked (`confirmAtFirstMessage`).
@@ -412,12 +412,9 @@ enum PeerIdentity {
             return refuse("identity", "\(error)")
         }
         peer.identifiedExecutable = exeFile
-        if caller.appID != nil && flatpakID == nil {
-            peer.mustHoldConnection = true
-            guard peer.holdsConnection() else {
-                return refuse("handed-on", "runs \(logField(exe)) but does not hold its end of the connection (made by another program, then exec)")
-            }
-        }
+        // Checked at the first message (`confirmAtFirstMessage`), before anything is served:
+        // once is enough, and it costs a sock_diag query and a walk of /proc/PID/fd.
+        peer.mustHoldConnection = caller.appID != nil && flatpakID == nil
         // Everything above was read through `pid`: it was about the connector only if the
         // connector is still alive now (a pid is not reused while its process lives), and
         // still runs the program it ran at the first read.
