@@ -20,15 +20,7 @@ import Glibc
     /// config.plist when given.
     static func daemon(config: [String: Any]? = nil) throws -> Daemon {
         let d = try Daemon(start: false)
-        do {
-            var extra: [String] = []
-            if let config {
-                let path = d.root + "/config.plist"
-                try PropertyListSerialization.data(fromPropertyList: config, format: .xml, options: 0).write(to: URL(fileURLWithPath: path))
-                extra = ["--config", path]
-            }
-            try d.start(extraArguments: extra)
-        } catch {
+        do { try d.start(config: config) } catch {
             d.close()
             throw error
         }

@@ -32,7 +32,7 @@ import Glibc
                 if line.contains("<unfinished") { openSync[tid] = i } else if line.hasSuffix("= 0") { syncs.append((i, i)) }
             } else if line.contains("<... fdatasync resumed>"), let start = openSync.removeValue(forKey: tid) {
                 if line.hasSuffix("= 0") { syncs.append((start, i)) }
-            } else if line.contains("recvfrom") && !line.contains("<unfinished") {
+            } else if (line.contains("recvfrom(") || line.contains("recvmsg(")) && !line.contains("<unfinished") {
                 for method in ["io.vaultd.Keychain.Add", "io.vaultd.Keychain.Update", "io.vaultd.Preferences.Set"]
                 where line.contains(method) {
                     pending[tid] = writes.count
@@ -55,7 +55,7 @@ import Glibc
         try #require(initialized.status == 0, "\(initialized)")
         let tracePath = d.root + "/strace.txt"
         let tracer = try ChildProcess.spawn(
-            Self.strace!, ["-f", "-y", "-qq", "-s", "256", "-e", "trace=recvfrom,sendto,fdatasync", "-o", tracePath, "-p", String(pid)],
+            Self.strace!, ["-f", "-y", "-qq", "-s", "256", "-e", "trace=recvfrom,recvmsg,sendto,fdatasync", "-o", tracePath, "-p", String(pid)],
             environment: ProcessInfo.processInfo.environment, inputs: [:], stdout: .devNull, stderr: .file(d.root + "/strace.err", append: false))
         defer {
             kill(tracer, SIGKILL)

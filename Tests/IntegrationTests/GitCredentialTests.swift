@@ -13,8 +13,13 @@ import Glibc
         let d: Daemon
         let env: [String: String]
 
-        init() throws {
-            d = try Daemon()
+        /// `config`: vaultd's config.plist settings.
+        init(config: [String: Any]? = nil) throws {
+            d = try Daemon(start: false)
+            do { try d.start(config: config) } catch {
+                d.close()
+                throw error
+            }
             let i = d.initialize()
             try #require(i.status == 0, "\(i)")
             env = [
@@ -547,13 +552,14 @@ import Glibc
     }
 
     /// docs/git.md's `app install` line for the helper keeps git's credentials over a reinstall:
-    /// vaultd takes the helper's executable gone and back (a package removed and installed
-    /// again, `make uninstall install`) for an uninstall and a reinstall, and without
-    /// `--keep-credentials-on-reinstall` the first launch after it would wipe every credential
-    /// the helper had stored (the `git` group is no other app's), so git would ask for every
-    /// password again. Run here as docs/git.md writes it (a line ending in `\` goes on on the next).
+    /// The helper's executable gone and back (a package removed and installed again, `make
+    /// uninstall install`) within the grace period is the same install; past it, an uninstall
+    /// and a reinstall, whose first launch without `--keep-credentials-on-reinstall` would wipe
+    /// every credential the helper had stored (the `git` group is no other app's). Run here as
+    /// docs/git.md writes it (a line ending in `\` goes on on the next), with
+    /// UninstallGraceSeconds 1, so both happen.
     @Test func theDocumentedAppInstallLineKeepsGitsCredentialsOverAReinstall() throws {
-        let g = try Git()
+        let g = try Git(config: ["UninstallGraceSeconds": 1])
         defer { g.close() }
         let page = try String(contentsOf: Paths.repoRoot.appendingPathComponent("docs/git.md"), encoding: .utf8)
             .replacingOccurrences(of: "\\\n", with: " ")
@@ -573,6 +579,7 @@ import Glibc
         #expect(g.internetItems().count == 1)
 
         try #require(rename(exe, exe + ".aside") == 0)
+        #expect(eventually(timeout: 10) { g.d.appShow("org.git-scm.credential-vault")?["missingSince"] is String })
         #expect(eventually(timeout: 10) { g.d.appShow("org.git-scm.credential-vault")?["installed"] as? Bool == false })
         try #require(rename(exe + ".aside", exe) == 0)
         #expect(eventually(timeout: 10) { g.d.appShow("org.git-scm.credential-vault")?["installed"] as? Bool == true })

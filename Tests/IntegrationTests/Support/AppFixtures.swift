@@ -22,6 +22,14 @@ extension Daemon {
         }
     }
 
+    /// Starts vaultd with `config` written as its config.plist (`--config`); no config: plain `start`.
+    func start(config: [String: Any]?) throws {
+        guard let config else { return try start() }
+        let path = root + "/config.plist"
+        try PropertyListSerialization.data(fromPropertyList: config, format: .xml, options: 0).write(to: URL(fileURLWithPath: path))
+        try start(extraArguments: ["--config", path])
+    }
+
     /// `vaultctl app install ID --exe PATH EXTRA... --json`; the app's JSON.
     @discardableResult
     func install(_ appID: String, exe: String, _ extra: [String] = []) throws -> [String: Any] {
