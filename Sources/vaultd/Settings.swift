@@ -16,8 +16,12 @@ import Glibc
 /// - `CacheBudgetBytes`, `CacheBudgetHighWaterBytes` (integer): purge when all caches exceed
 ///   the budget, until they take at most the high mark (default: no budget; 80 %).
 /// - `CacheCheckIntervalSeconds` (real): how often the policy is checked (default 5).
+/// - `AppStorageQuotaBytes` (integer): what each app may store in the items it adds and its
+///   own preferences domain (default 64 MiB; 0 = no limit; the owner has none). Writes past
+///   it are refused with QuotaExceeded. See `StorageQuota` for what counts.
 struct Settings {
     var autoLockSeconds: Double = 0
+    var appStorageQuota: Int64 = StorageQuota.defaultBytes
     var cachePolicy = CachePolicy()
     var cacheCheckInterval: Double = 5
 
@@ -72,6 +76,7 @@ struct Settings {
         func bytes(_ key: String) throws -> Int64? { try number(key, atMost: Self.maximumBytes).map { Int64($0) } }
         s.autoLockSeconds = try seconds("AutoLockSeconds") ?? 0
         s.cacheCheckInterval = max(0.2, try seconds("CacheCheckIntervalSeconds") ?? 5)
+        s.appStorageQuota = try bytes("AppStorageQuotaBytes") ?? StorageQuota.defaultBytes
         s.cachePolicy = CachePolicy(
             freeLowWater: try bytes("CacheFreeLowWaterBytes"), freeHighWater: try bytes("CacheFreeHighWaterBytes"),
             budget: try bytes("CacheBudgetBytes"), budgetHighWater: try bytes("CacheBudgetHighWaterBytes"))

@@ -78,6 +78,7 @@ do {
 } catch {
     fail("cannot open the vault in \(configuration.dataDirectory): \(error)")
 }
+vault.quota.bytesPerApp = settings.appStorageQuota
 
 let listener: UnixSocket
 do {
@@ -142,6 +143,7 @@ func reloadSettings() {
         let fresh = try Settings.load(configuration.configFile, explicit: configuration.configFileIsExplicit)
         let old = settings
         currentSettings.withLock { $0 = fresh }
+        vault.quota.bytesPerApp = fresh.appStorageQuota
         if fresh.cacheCheckInterval != old.cacheCheckInterval {
             cacheTimer.schedule(deadline: .now() + 0.2, repeating: fresh.cacheCheckInterval)
         }
