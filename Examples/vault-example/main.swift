@@ -15,6 +15,7 @@ let usage = """
       defaults fill N [--prefix P] [--value V] [--suite group.X]   sets P0…P(N-1) to V0…V(N-1), one by one
       cache path | cache write NAME BYTES
       wait SECONDS                            stay connected (a running app), printing the launch info first
+      hold N                                  open N more connections that never call, print {"held": N}, keep them until killed
     """
 
 struct Usage: Error { var message: String }
@@ -46,7 +47,7 @@ func run(_ args: [String]) throws {
     // A command, or a verb the command does not have (the rest of the arguments are checked below).
     let verbs = ["token": ["set", "get", "delete"], "item": ["add", "get", "update", "delete", "list"],
                  "defaults": ["set", "get", "fill"], "cache": ["path", "write"]]
-    guard verbs[args[0]] != nil || ["launch", "status", "wait"].contains(args[0]) else {
+    guard verbs[args[0]] != nil || ["launch", "status", "wait", "hold"].contains(args[0]) else {
         throw Usage(message: "unknown command '\(args[0])'")
     }
     if let known = verbs[args[0]], args.count < 2 || !known.contains(args[1]) {
@@ -54,6 +55,9 @@ func run(_ args: [String]) throws {
     }
     if args[0] == "wait", args.count < 2 || !(Double(args[1]).map { $0 >= 0 } ?? false) {
         throw Usage(message: "wait needs a number of seconds")
+    }
+    if args[0] == "hold", args.count < 2 || !(Int(args[1]).map { $0 >= 0 } ?? false) {
+        throw Usage(message: "hold needs a number of connections")
     }
     let vault = try Vault.connect()
     let command = args.removeFirst()
@@ -70,6 +74,14 @@ func run(_ args: [String]) throws {
         fflush(stdout)
         Thread.sleep(forTimeInterval: s)
         withExtendedLifetime(vault) {}
+    case ("hold", let count?):
+        // Connections that never call (idle, or over vaultd's cap for this app): what a
+        // misbehaving app can do to the daemon.
+        let held = try (0..<Int(count)!).map { _ in try VaultConnection(socketPath: vault.connection.socketPath) }
+        print(JSON.object(["held": JSON(held.count)]).text)
+        fflush(stdout)
+        while true { pause() }
+        withExtendedLifetime((vault, held)) {}
     case ("token", let verb?):
         guard let appID = vault.launch.appID else { throw VaultError(.missingEntitlement, "this program is not a registered app") }
         let attrs = ItemAttributes(service: "token", account: "token", accessGroup: appID)

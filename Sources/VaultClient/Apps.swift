@@ -80,7 +80,7 @@ public struct Apps: Sendable {
     /// launch (as iOS). Its open connections get MissingEntitlement from then on. Throws AppNotFound.
     @discardableResult
     public func uninstall(_ appID: String) throws -> AppInfo {
-        AppInfo(try connection.call("io.vaultd.Apps.Uninstall", ["appID": .string(appID)])["app"])
+        AppInfo(try connection.call("io.vaultd.Apps.Uninstall", ["appID": .string(appID)], removingFiles: true)["app"])
     }
 
     /// Every registered app, installed or not. Owner only (PermissionDenied for apps).

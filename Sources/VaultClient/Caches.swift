@@ -46,12 +46,13 @@ extension Vault {
     /// freed: apps without an open connection first, least recently used files first.
     /// Removes files (never the app directories, never through a symlink). Returns bytes
     /// freed (allocated on disk) and files removed. Owner only: PermissionDenied for apps;
-    /// InvalidAppID, InvalidParameter `bytes` (negative). A large purge can take minutes:
-    /// raise `VaultConnection.replyTimeout`.
+    /// InvalidAppID, InvalidParameter `bytes` (negative). A large purge can take minutes: it
+    /// waits `VaultConnection.fileRemovalTimeout` (15 min by default) for its reply.
     @discardableResult
     public func purgeCaches(appID: String? = nil, bytes: Int64? = nil) throws -> (freedBytes: Int64, removedFiles: Int) {
         let r = try connection.call(
-            "io.vaultd.Caches.Purge", ["appID": appID.map { .string($0) } ?? .null, "bytes": bytes.map { JSON($0) } ?? .null])
+            "io.vaultd.Caches.Purge", ["appID": appID.map { .string($0) } ?? .null, "bytes": bytes.map { JSON($0) } ?? .null],
+            removingFiles: true)
         return (r["freedBytes"]?.int64Value ?? 0, r["removedFiles"]?.intValue ?? 0)
     }
 

@@ -11,11 +11,11 @@ public final class Vault: @unchecked Sendable {
     public let launch: LaunchInfo
 
     /// Connects to vaultd and says Hello. `replyTimeout`: seconds each call may wait for
-    /// vaultd (0: for ever; see `VaultConnection.init`). Throws `VaultError` ConnectionFailed
+    /// vaultd (nil: `VAULT_TIMEOUT`, else 60; 0: for ever; see `VaultConnection.init`). Throws `VaultError` ConnectionFailed
     /// (nothing answers, the socket is served by another uid, or vaultd refused the peer),
     /// RateLimited (vaultd at its connection cap: retry after `retryAfter` seconds),
     /// MissingEntitlement (the app's install ended).
-    public static func connect(socketPath: String? = nil, replyTimeout: Double = 0) throws -> Vault {
+    public static func connect(socketPath: String? = nil, replyTimeout: Double? = nil) throws -> Vault {
         let c = try VaultConnection(socketPath: socketPath, replyTimeout: replyTimeout)
         return Vault(connection: c, launch: LaunchInfo(try c.call("io.vaultd.Vault.Hello")))
     }

@@ -28,9 +28,10 @@ public final class VaultConnection: @unchecked Sendable {
     private let lock = NSLock()
     /// The socket path this connection was made to.
     public let socketPath: String
-    /// Seconds a call waits for vaultd to take its request and to answer (0: for ever).
-    /// Setting it applies to the calls after (vaultctl lifts it for a cache purge, which
-    /// removes files one by one: minutes for a large cache).
+    /// Seconds a call waits for vaultd to take its request and to answer (0: for ever; by
+    /// default `defaultReplyTimeout`). Setting it applies to the calls after (vaultctl
+    /// lifts it for a cache purge, which removes files one by one: minutes for a large
+    /// cache).
     public var replyTimeout: Double {
         get { lock.withLock { timeout } }
         set {
@@ -43,6 +44,33 @@ public final class VaultConnection: @unchecked Sendable {
     /// `replyTimeout`'s value (under `lock`).
     private var timeout: Double
 
+    /// Seconds a call waits for vaultd when the connection names no `replyTimeout` and
+    /// `VAULT_TIMEOUT` is not set: 60, more than any call but those removing files takes
+    /// (an unlock's Argon2id included). A hung vaultd (stopped, deadlocked) still accepts
+    /// connections, so without a bound every call of an app would wait for ever.
+    public static let defaultReplyTimeout: Double = 60
+
+    /// Seconds the calls that remove files one by one (a cache purge, an app's uninstall)
+    /// wait for their reply instead of `replyTimeout` (0: for ever; by default 900, as
+    /// 200,000 files took three minutes on a loaded machine).
+    public var fileRemovalTimeout: Double {
+        get { lock.withLock { removalTimeout } }
+        set { lock.withLock { removalTimeout = max(0, newValue) } }
+    }
+    /// `fileRemovalTimeout`'s value (under `lock`).
+    private var removalTimeout: Double = 900
+
+    /// The reply timeout from the environment: `VAULT_TIMEOUT` (seconds, 0: for ever), else
+    /// `defaultReplyTimeout`. Throws InvalidParameter `VAULT_TIMEOUT` for a value that is
+    /// not a number of seconds from 0: a typo must not quietly mean 60 s, nor for ever.
+    public static func replyTimeout(environment env: [String: String] = ProcessInfo.processInfo.environment) throws -> Double {
+        guard let v = env["VAULT_TIMEOUT"], !v.isEmpty else { return defaultReplyTimeout }
+        guard let t = Double(v), t.isFinite, t >= 0 else {
+            throw VaultError.invalidParameter("VAULT_TIMEOUT", "must be a number of seconds (0 or more; 0: for ever), not '\(v.prefix(20))'")
+        }
+        return t
+    }
+
     /// The socket path a client uses: `VAULTD_SOCKET`, else `$XDG_RUNTIME_DIR/vaultd/vaultd.sock`,
     /// else `/tmp/vaultd-$UID/vaultd.sock` (docs/configuration.md).
     public static func defaultSocketPath(environment env: [String: String] = ProcessInfo.processInfo.environment) -> String {
@@ -52,16 +80,18 @@ public final class VaultConnection: @unchecked Sendable {
     }
 
     /// Connects to vaultd at `socketPath` (default: `defaultSocketPath()`). `replyTimeout`:
-    /// seconds each call may wait for vaultd (0, the default: for ever, as an XPC call to
-    /// securityd); a vaultd that is stopped or hung still accepts connections, so a script
-    /// wants a bound. Past it the call throws ConnectionFailed and the connection is shut
-    /// (a late reply would otherwise answer the next call). Throws `VaultError`
-    /// ConnectionFailed when nothing answers at `socketPath`, or when what answers is not
-    /// served by this user's uid (SO_PEERCRED; nothing is sent to it).
-    public init(socketPath: String? = nil, replyTimeout: Double = 0) throws {
+    /// seconds each call may wait for vaultd (nil, the default: `VAULT_TIMEOUT`, else
+    /// `defaultReplyTimeout`, 60; 0: for ever); a vaultd that is stopped or hung still
+    /// accepts connections, so a call needs a bound. Past it the call throws
+    /// ConnectionFailed and the connection is shut (a late reply would otherwise answer the
+    /// next call). An Observe stream waits that long for its first reply, then for ever for
+    /// events. Throws `VaultError` ConnectionFailed when nothing answers at `socketPath`, or
+    /// when what answers is not served by this user's uid (SO_PEERCRED; nothing is sent to
+    /// it); InvalidParameter `VAULT_TIMEOUT` for a value that is not a number of seconds.
+    public init(socketPath: String? = nil, replyTimeout: Double? = nil) throws {
         let path = socketPath ?? Self.defaultSocketPath()
         self.socketPath = path
-        let timeout = max(0, replyTimeout)
+        let timeout = max(0, try replyTimeout ?? Self.replyTimeout())
         self.timeout = timeout
         stream = try Self.open(path, timeout: timeout)
     }
@@ -103,8 +133,17 @@ public final class VaultConnection: @unchecked Sendable {
     /// stays usable).
     @discardableResult
     public func call(_ method: String, _ parameters: JSONObject = [:]) throws -> JSONObject {
+        try call(method, parameters, removingFiles: false)
+    }
+
+    /// `call`; `removingFiles`: a call that removes files one by one (a purge, an
+    /// uninstall) waits `fileRemovalTimeout` for its reply instead of `replyTimeout`.
+    func call(_ method: String, _ parameters: JSONObject, removingFiles: Bool) throws -> JSONObject {
         try lock.withLock {
             try send(try Self.message(VarlinkCall(method: method, parameters: parameters)), reconnecting: true)
+            let wait = removingFiles ? removalTimeout : timeout
+            if wait != timeout { stream.socket.setTimeouts(receive: wait, send: timeout) }
+            defer { if wait != timeout { stream.socket.setTimeouts(receive: timeout, send: timeout) } }
             // The reply is polled for only while no other thread of the app awaits one: then
             // the CPU is better left to those threads (see `BusyPoll`).
             let waiting = callsAwaitingReplies.add(1, ordering: .relaxed).newValue
@@ -123,9 +162,14 @@ public final class VaultConnection: @unchecked Sendable {
     public func stream(_ method: String, _ parameters: JSONObject = [:], handler: (JSONObject) -> Bool) throws {
         try lock.withLock {
             try send(try Self.message(VarlinkCall(method: method, parameters: parameters, more: true)))
+            var first = true
             while true {
                 let reply = try receiveReply()
                 if let e = reply.vaultError { throw e }
+                // Events come when something changes, which may be never: past the first
+                // reply (vaultd took the call), the stream waits for them without a bound.
+                if first && timeout > 0 { stream.socket.setTimeouts(receive: 0, send: timeout) }
+                first = false
                 if !handler(reply.parameters) || !reply.continues { return }
             }
         }

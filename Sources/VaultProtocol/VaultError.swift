@@ -70,8 +70,9 @@ public struct VaultError: Error, Equatable, CustomStringConvertible, Sendable {
         /// -25293: a wrong (or, for ChangePassphrase, missing) passphrase; counted for the rate limit.
         public static let wrongPassphrase = Code("io.vaultd.Vault.AuthFailed")
         /// Wait `parameters["retryAfter"]` seconds: too many wrong passphrases (1 s doubling
-        /// to 15 min after the third), vaultd at its connection cap, or its 64 MiB of
-        /// messages in flight held by other connections.
+        /// to 15 min after the third), vaultd at its connection cap (or the caller's identity
+        /// at its share of it), its 64 MiB of messages in flight held by other connections,
+        /// or an Observe stream that fell behind unread (observe again).
         public static let rateLimited = Code("io.vaultd.Vault.RateLimited")
         /// Lock or Unlock on a vault without a passphrase (it is always unlocked).
         public static let noPassphrase = Code("io.vaultd.Vault.NoPassphrase")
@@ -80,6 +81,10 @@ public struct VaultError: Error, Equatable, CustomStringConvertible, Sendable {
         public static let keyringUnavailable = Code("io.vaultd.Vault.KeyringUnavailable")
         /// The disk holding the data directory is full (or failed a write); nothing was written.
         public static let storageFull = Code("io.vaultd.Vault.StorageFull")
+        /// A write would take an app past its storage quota (`parameters["limit"]` bytes, by
+        /// default 64 MiB: the items it added and its own preferences domain; `["size"]` what
+        /// it would store, `["appID"]`); nothing was written.
+        public static let quotaExceeded = Code("io.vaultd.Vault.QuotaExceeded")
         /// vaultd failed unexpectedly (a damaged store, a failed sync); the message says where.
         public static let internalError = Code("io.vaultd.Vault.InternalError")
         /// An owner-only method (Init, Unlock, Lock, ChangePassphrase, Apps, cache Purge) called by an app.

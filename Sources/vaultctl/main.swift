@@ -59,8 +59,8 @@ let toolUsage = """
       defaults export DOMAIN PATH|-         (- writes XML to stdout; a path gets binary)
 
     Environment: VAULTD_SOCKET (default $XDG_RUNTIME_DIR/vaultd/vaultd.sock, else /tmp/vaultd-$UID/vaultd.sock)
-                 VAULTCTL_TIMEOUT seconds each call may wait for vaultd (default 60, and for ever
-                   for cache purge and app uninstall, which remove files one by one; 0: for ever)
+                 VAULTCTL_TIMEOUT seconds each call may wait for vaultd (default VAULT_TIMEOUT, else 60,
+                   and for ever for cache purge and app uninstall, which remove files one by one; 0: for ever)
                  VAULT_BUSY_POLL_US microseconds to poll for a reply before sleeping (default 50; 0: never)
     """
 
@@ -72,9 +72,13 @@ final class Context {
     init(socketPath: String?) { self.socketPath = socketPath }
 
     /// Seconds each call may wait for vaultd: a stopped or hung vaultd still accepts the
-    /// connection, and a script must not wait on it for ever (`VAULTCTL_TIMEOUT`; nil when
-    /// it is not set). `checkTimeoutSetting` refuses one that is no number of seconds.
-    static let configuredTimeout: Double? = ProcessInfo.processInfo.environment["VAULTCTL_TIMEOUT"].flatMap(seconds)
+    /// connection, and a script must not wait on it for ever (`VAULTCTL_TIMEOUT`, else
+    /// VaultClient's `VAULT_TIMEOUT`; nil when neither is set). `checkTimeoutSetting`
+    /// refuses one that is no number of seconds.
+    static let configuredTimeout: Double? = {
+        let env = ProcessInfo.processInfo.environment
+        return (env["VAULTCTL_TIMEOUT"].flatMap { $0.isEmpty ? nil : $0 } ?? env["VAULT_TIMEOUT"]).flatMap(seconds)
+    }()
 
     private static func seconds(_ text: String) -> Double? {
         guard let s = Double(text), s.isFinite, s >= 0 else { return nil }
@@ -84,12 +88,15 @@ final class Context {
     /// Throws a UsageError for a `VAULTCTL_TIMEOUT` that is not a number of seconds ≥ 0: it
     /// fell back to 60 s without a word, so a script's `VAULTCTL_TIMEOUT=5s` waited 60.
     static func checkTimeoutSetting() throws {
-        if let v = ProcessInfo.processInfo.environment["VAULTCTL_TIMEOUT"], seconds(v) == nil {
-            throw UsageError(message: "VAULTCTL_TIMEOUT must be a number of seconds (0 or more; 0: for ever), not '\(v.prefix(20))'")
+        for name in ["VAULTCTL_TIMEOUT", "VAULT_TIMEOUT"] {
+            if let v = ProcessInfo.processInfo.environment[name], !v.isEmpty, seconds(v) == nil {
+                throw UsageError(message: "\(name) must be a number of seconds (0 or more; 0: for ever), not '\(v.prefix(20))'")
+            }
         }
     }
-    /// 60 s by default: more than an unlock's Argon2id or any call but those removing files.
-    static let replyTimeout: Double = configuredTimeout ?? 60
+    /// 60 s by default (VaultClient's `defaultReplyTimeout`): more than an unlock's Argon2id
+    /// or any call but those removing files.
+    static let replyTimeout: Double = configuredTimeout ?? VaultConnection.defaultReplyTimeout
 
     /// For a call that removes files one by one (`cache purge`, `app uninstall`): hundreds
     /// of thousands of files can take minutes on a loaded machine, so it waits as long as
@@ -97,7 +104,7 @@ final class Context {
     /// usual bound.
     func vaultForRemovingFiles() throws -> Vault {
         let v = try vault()
-        v.connection.replyTimeout = Self.configuredTimeout ?? 0
+        v.connection.fileRemovalTimeout = ProcessInfo.processInfo.environment["VAULTCTL_TIMEOUT"].flatMap(Self.seconds) ?? 0
         return v
     }
 

@@ -8,19 +8,45 @@ import VaultProtocol
 import Glibc
 #endif
 
-/// Named limits (as sd-varlink's): what one daemon accepts before it refuses. The first two
-/// can be lowered (or raised) for tests and small machines through the environment:
-/// `VAULTD_MAX_CONNECTIONS`, `VAULTD_PARTIAL_TIMEOUT` (seconds).
+/// Named limits (as sd-varlink's): what one daemon accepts before it refuses. Some can be
+/// lowered (or raised) for tests and small machines through the environment:
+/// `VAULTD_MAX_CONNECTIONS`, `VAULTD_MAX_CONNECTIONS_PER_PEER`, `VAULTD_PARTIAL_TIMEOUT`,
+/// `VAULTD_IDLE_TIMEOUT` (seconds).
 struct Limits: Sendable {
     /// Connections served at once; further ones are closed at once.
     var maximumConnections = 256
+    /// Connections served at once for one identity: one app (a registered executable, a
+    /// Flatpak app ID), or the owner's tools together. The one over it is answered
+    /// RateLimited and closed, so no peer can take every connection: well under
+    /// `maximumConnections`, which only a few identities together can reach.
+    var maximumConnectionsPerPeer = 32
+    /// A connection with no call in progress, no unfinished message and no stream is closed
+    /// after this long without a call (seconds), so idle connections give their slot back
+    /// (a client connects again on its next call: `VaultConnection` does).
+    var idleTimeout = 60.0
     /// A peer that leaves half a message unfinished this long is dropped (seconds), however
     /// slowly it keeps trickling bytes.
     var partialMessageTimeout = 10.0
     /// A reply its peer has not read whole within this long is given up and the peer
     /// dropped (seconds), however slowly it keeps reading.
     var sendTimeout = 30.0
-    /// Bytes of messages in flight that vaultd holds for all connections together: the
+    /// A reply over `messageAllowance` (it holds the message budget while it is sent) is
+    /// given up, and its peer dropped, when the peer takes no byte of it for this long
+    /// (seconds), or reads it slower than `minimumSendRate`: a peer that does not read its
+    /// replies holds the budget other clients' large replies need for about this long.
+    var stalledSendTimeout = 1.0
+    /// Bytes per second a peer must read a reply over `messageAllowance` at, on average
+    /// (past the first `stalledSendTimeout` seconds): an 8 MiB reply may take 5 s, enough
+    /// for a client on a loaded machine, while a peer that trickles holds it no longer.
+    var minimumSendRate = 2 << 20
+    /// How long a reply waits for room in the message budget that other connections hold
+    /// before it is RateLimited (seconds): past `stalledSendTimeout`, so peers that do not
+    /// read give their share back first.
+    var budgetWait = 2.0
+    /// Bytes of events queued for one Observe stream whose peer does not read them; past
+    /// this the stream is ended (RateLimited, when the peer can still take it) and the
+    /// events dropped: a client that connects again starts from a snapshot.
+    var observerQueueBytes = 4 << 20    /// Bytes of messages in flight that vaultd holds for all connections together: the
     /// unfinished calls it is receiving and the replies it is sending, beyond the first
     /// `messageAllowance` of each (which always fit: ordinary calls and replies are never
     /// held up). Without it 256 connections each sending 8 MiB without its end held 2 GB,
@@ -49,6 +75,18 @@ struct Limits: Sendable {
                 throw InvalidSetting(description: "VAULTD_MAX_CONNECTIONS must be a positive integer, not '\(v)'")
             }
             limits.maximumConnections = n
+        }
+        if let v = env["VAULTD_MAX_CONNECTIONS_PER_PEER"], !v.isEmpty {
+            guard let n = Int(v), n >= 1 else {
+                throw InvalidSetting(description: "VAULTD_MAX_CONNECTIONS_PER_PEER must be a positive integer, not '\(v)'")
+            }
+            limits.maximumConnectionsPerPeer = n
+        }
+        if let v = env["VAULTD_IDLE_TIMEOUT"], !v.isEmpty {
+            guard let t = Double(v), t.isFinite, t > 0 else {
+                throw InvalidSetting(description: "VAULTD_IDLE_TIMEOUT must be a positive number of seconds, not '\(v)'")
+            }
+            limits.idleTimeout = t
         }
         if let v = env["VAULTD_PARTIAL_TIMEOUT"], !v.isEmpty {
             guard let t = Double(v), t.isFinite, t > 0 else {
@@ -82,6 +120,10 @@ final class Server: @unchecked Sendable {
     private let state = NSCondition()
     private var connections: [ObjectIdentifier: UnixSocket] = [:]
     private var appConnections: [String: Int] = [:]
+    /// Open connections per identity (`identityKey`), for `maximumConnectionsPerPeer`.
+    private var identityConnections: [String: Int] = [:]
+    /// When a refusal over `maximumConnectionsPerPeer` was last logged (under `state`).
+    private var lastPeerRefusalLog: UInt64 = 0
     /// When the accept loop last logged a refusal over `maximumConnections` (its thread only).
     private var lastRefusalLog: UInt64 = 0
     /// What a connection over `maximumConnections` is sent before it is closed (the accept
@@ -98,6 +140,10 @@ final class Server: @unchecked Sendable {
     /// while no other call is being served.
     private let callsInProgress = Atomic<Int>(0)
     private let stopping = Atomic<Bool>(false)
+    /// When an observer's drop was last logged (all connections).
+    private static let lastObserverDropLog = Mutex<UInt64>(0)
+    /// `identityConnections`' key for the owner's tools (an app ID is reverse-DNS, never this).
+    static let ownerIdentity = "(owner)"
     /// Bytes counted against `Limits.messageBudget`, all connections together.
     private let messageBytes = Atomic<Int>(0)
 
@@ -111,6 +157,19 @@ final class Server: @unchecked Sendable {
                 expected: current, desired: current + bytes, ordering: .relaxed)
             if exchanged { return true }
             current = original
+        }
+        return false
+    }
+
+    /// `reserveMessageBytes`, waiting up to `seconds` for other connections to give bytes
+    /// back (a peer that does not read its reply gives it up after `stalledSendTimeout`).
+    private func reserveMessageBytes(_ bytes: Int, waitingUpTo seconds: Double) -> Bool {
+        if reserveMessageBytes(bytes) { return true }
+        guard bytes <= limits.messageBudget else { return false }
+        let deadline = MonotonicClock.nanoseconds() + UInt64(seconds * 1e9)
+        while MonotonicClock.nanoseconds() < deadline && !stopping.load(ordering: .relaxed) {
+            usleep(10_000)
+            if reserveMessageBytes(bytes) { return true }
         }
         return false
     }
@@ -273,7 +332,13 @@ final class Server: @unchecked Sendable {
     /// reply went as it was: after ReplyTooLarge the call is over, a stream too.
     @discardableResult
     private func send(_ reply: VarlinkReply, on conn: UnixSocket) throws -> Bool {
-        var bytes = reply.json.serialized()
+        try send(serialized: reply.json.serialized(), on: conn)
+    }
+
+    /// `send` of a reply serialized already (without its NUL).
+    @discardableResult
+    private func send(serialized reply: [UInt8], on conn: UnixSocket) throws -> Bool {
+        var bytes = reply
         var fits = bytes.count < Varlink.maximumMessageSize
         if !fits {
             let error = VaultError(
@@ -282,17 +347,23 @@ final class Server: @unchecked Sendable {
                 extra: ["size": JSON(bytes.count), "limit": JSON(Varlink.maximumMessageSize)])
             bytes = VarlinkReply(error: error).json.serialized()
         }
-        // A large reply counts against the message budget until it is sent: a peer that
-        // does not read holds it for up to the send timeout.
+        // A large reply counts against the message budget until it is sent; its peer must
+        // read it at once and briskly (`stalledSendTimeout`, `minimumSendRate`), or it is
+        // given up: a peer that does not read holds the budget about a second.
         var counted = bytes.count - limits.messageAllowance
-        if !reserveMessageBytes(counted) {
+        if !reserveMessageBytes(counted, waitingUpTo: limits.budgetWait) {
             bytes = overBudget("a \(bytes.count)-byte reply").json.serialized()
             fits = false
             counted = 0
         }
         defer { releaseMessageBytes(counted) }
         bytes.append(0)
-        try conn.sendAll(bytes, within: limits.sendTimeout)
+        if counted > 0 {
+            let within = min(limits.sendTimeout, limits.stalledSendTimeout + Double(bytes.count) / Double(limits.minimumSendRate))
+            try conn.sendAll(bytes, within: within, stalledAfter: limits.stalledSendTimeout)
+        } else {
+            try conn.sendAll(bytes, within: limits.sendTimeout)
+        }
         return fits
     }
 
@@ -303,17 +374,49 @@ final class Server: @unchecked Sendable {
         var partialSince: Date?
         // The caller is resolved once per connection, from the kernel's credentials.
         guard let caller = identify(peer) else { return }
-        if let app = caller.appID {
-            state.withLock { appConnections[app, default: 0] += 1 }
+        // Each identity has its own share of the connections: one app (or sandbox) holding
+        // as many as it likes leaves room for every other and for the owner's tools.
+        let identity = caller.appID ?? Self.ownerIdentity
+        var logRefusal = false
+        let admitted: Bool = state.withLock {
+            guard identityConnections[identity, default: 0] < limits.maximumConnectionsPerPeer else {
+                let now = MonotonicClock.nanoseconds()
+                if lastPeerRefusalLog == 0 || now &- lastPeerRefusalLog >= 60_000_000_000 {
+                    lastPeerRefusalLog = now
+                    logRefusal = true
+                }
+                return false
+            }
+            identityConnections[identity, default: 0] += 1
+            if let app = caller.appID { appConnections[app, default: 0] += 1 }
+            return true
+        }
+        guard admitted else {
+            // Said once a minute at most (a flood must not fill the log); the app ID is
+            // one vaultd registered, bounded and printable.
+            if logRefusal {
+                log("refused connections of \(caller.appID.map { "app \($0)" } ?? "the owner's tools"): \(limits.maximumConnectionsPerPeer) are open, the most one identity holds (VAULTD_MAX_CONNECTIONS_PER_PEER)")
+            }
+            let refusal = VaultError(
+                .rateLimited,
+                "\(limits.maximumConnectionsPerPeer) connections of this \(caller.appID == nil ? "user's tools" : "app") are open, the most vaultd serves for one (VAULTD_MAX_CONNECTIONS_PER_PEER); close one or try again shortly",
+                extra: ["retryAfter": JSON(1.0)])
+            _ = try? conn.sendAll(VarlinkReply(error: refusal).json.serialized() + [0], within: 0)
+            return
         }
         defer {
-            if let app = caller.appID {
-                state.withLock {
+            state.withLock {
+                identityConnections[identity]! -= 1
+                if identityConnections[identity] == 0 { identityConnections[identity] = nil }
+                if let app = caller.appID {
                     appConnections[app]! -= 1
                     if appConnections[app] == 0 { appConnections[app] = nil }
                 }
             }
         }
+        // When the connection last finished a call (or opened): idle past `idleTimeout`, it closes.
+        var idleSince = MonotonicClock.nanoseconds()
+        let idleNanoseconds = UInt64(min(limits.idleTimeout, Settings.maximumSeconds) * 1e9)
         // What this connection's incoming bytes count against the message budget: its
         // unread bytes past the allowance, including the call being served (given back
         // once it was answered, at the top of the loop).
@@ -348,6 +451,11 @@ final class Server: @unchecked Sendable {
                         chunk = try conn.receive(from: peer, polling: &busyPoll, othersBusy: callsInProgress.load(ordering: .relaxed) > 0).bytes
                     } catch let e as Errno where e.code == EAGAIN || e.code == EWOULDBLOCK {
                         if stopping.load(ordering: .relaxed) { return }
+                        if reader.pendingByteCount == 0 && dropping == nil
+                            && MonotonicClock.nanoseconds() &- idleSince > idleNanoseconds
+                        {
+                            return
+                        }
                         continue
                     } catch let e as Errno where e.code == EPERM {
                         // The connection was handed on (or a child kept a copy of it): what
@@ -397,6 +505,25 @@ final class Server: @unchecked Sendable {
             } catch {
                 return
             }
+            // The tree a message parses into can cost many times its bytes (`[{},{},…]`): it
+            // is counted against the message budget before it is built, and held until the
+            // call is answered. One that could never fit is refused outright; one that does
+            // not fit now waits for room, as a reply does, then is RateLimited.
+            let treeBytes = JSON.estimatedTreeBytes(frame)
+            let treeCounted = treeBytes - limits.messageAllowance
+            if treeCounted > limits.messageBudget {
+                _ = try? send(VarlinkReply(error: .invalidParameter(
+                    "message",
+                    "its \(frame.count) bytes hold so many JSON values that they would take \(treeBytes >> 20) MiB to parse, over the \(limits.messageBudget >> 20) MiB vaultd holds for messages in flight: send fewer, larger values")), on: conn)
+                return
+            }
+            guard reserveMessageBytes(treeCounted, waitingUpTo: limits.budgetWait) else {
+                _ = try? send(overBudget("a \(frame.count)-byte call of \(treeBytes >> 20) MiB parsed"), on: conn)
+                return
+            }
+            defer { idleSince = MonotonicClock.nanoseconds() }
+            var treeReserved = treeCounted
+            defer { releaseMessageBytes(treeReserved) }
             let call: VarlinkCall
             do {
                 call = try VarlinkCall(json: try JSON.parse(frame))
@@ -431,6 +558,8 @@ final class Server: @unchecked Sendable {
                 // The stream outlives the call: its bytes are not held meanwhile.
                 releaseMessageBytes(counted)
                 counted = 0
+                releaseMessageBytes(treeReserved)
+                treeReserved = 0
                 // A stream refused before it began (an error without `continues`, the call's
                 // final reply) leaves the connection free for the next call, as any reply does.
                 if stream(call, on: conn, caller: caller) { continue }
@@ -451,12 +580,12 @@ final class Server: @unchecked Sendable {
     }
 
     /// Serves a `more` call: its first replies, then one per event, until the peer closes, the
-    /// observer falls `EventQueue.capacity` events behind, or (an app's stream) its install ends
+    /// observer falls `observerQueueBytes` behind, or (an app's stream) its install ends
     /// or cannot be checked. Returns true when the call was refused before it streamed (one
     /// error reply without `continues`, its final reply), after which the connection serves
     /// the next call (varlink.org/Method-Call); false when it is to close.
     private func stream(_ call: VarlinkCall, on conn: UnixSocket, caller: Caller) -> Bool {
-        let relay = StreamRelay()
+        let relay = StreamRelay(capacityBytes: limits.observerQueueBytes)
         let queue = relay.queue
         // Observe before taking the snapshot, so no change falls between the two.
         let (token, emittedThrough) = dispatcher.vault.addObserverReportingSequence { relay.receive($0) }
@@ -475,7 +604,22 @@ final class Server: @unchecked Sendable {
         }
         while !stopping.load(ordering: .relaxed) {
             guard let batch = queue.drain(waitingUpTo: 1) else {
-                log("an observer fell \(queue.capacity) events behind; its stream was closed (a client that connects again starts from a snapshot)")
+                // Said once a minute at most: a client that reconnects and stalls again
+                // must not fill the log.
+                let now = MonotonicClock.nanoseconds()
+                if Self.lastObserverDropLog.withLock({ last in
+                    guard last == 0 || now &- last >= 60_000_000_000 else { return false }
+                    last = now
+                    return true
+                }) {
+                    log("an observer fell \(queue.capacityBytes >> 20) MiB of events behind; its stream was closed (a client that connects again starts from a snapshot)")
+                }
+                // Told why, if its socket still has room (it is not read, so never waited for).
+                let error = VaultError(
+                    .rateLimited,
+                    "this Observe stream fell \(queue.capacityBytes >> 20) MiB of events behind (it was not read); observe again, starting from a snapshot",
+                    extra: ["retryAfter": JSON(0.0)])
+                _ = try? conn.sendAll(VarlinkReply(error: error).json.serialized() + [0], within: 0)
                 return false
             }
             // An app's stream ends when its install does (uninstall or reinstall), as its
@@ -497,8 +641,8 @@ final class Server: @unchecked Sendable {
                     return false
                 }
             }
-            for params in batch {
-                guard (try? send(VarlinkReply(parameters: params, continues: true), on: conn)) == true else { return false }
+            for reply in batch {
+                guard (try? send(serialized: reply, on: conn)) == true else { return false }
             }
             if peerClosed(conn) { return false }
         }
@@ -519,47 +663,60 @@ final class Server: @unchecked Sendable {
 /// subscription is ready are held and replayed, so none falls between observing and the
 /// snapshot the stream starts with.
 final class StreamRelay: @unchecked Sendable {
-    let queue = EventQueue()
+    let queue: EventQueue
     private let lock = NSLock()
     private var reply: (@Sendable (VaultEvent) -> JSONObject?)?
     private var held: [VaultEvent] = []
 
+    init(capacityBytes: Int) { queue = EventQueue(capacityBytes: capacityBytes) }
+
     func receive(_ event: VaultEvent) {
         lock.withLock {
             guard let reply else { return held.append(event) }
-            if let r = reply(event) { queue.push(r) }
+            if let r = reply(event) { queue.push(Self.message(r)) }
         }
     }
 
     func start(_ reply: @escaping @Sendable (VaultEvent) -> JSONObject?) {
         lock.withLock {
             self.reply = reply
-            for e in held { if let r = reply(e) { queue.push(r) } }
+            for e in held { if let r = reply(e) { queue.push(Self.message(r)) } }
             held.removeAll()
         }
     }
+
+    /// A stream reply, serialized (without its NUL): what it costs while it waits is its size.
+    private static func message(_ parameters: JSONObject) -> [UInt8] {
+        VarlinkReply(parameters: parameters, continues: true).json.serialized()
+    }
 }
 
-/// Replies waiting to be streamed to one observer.
+/// Replies waiting to be streamed to one observer, serialized.
 final class EventQueue: @unchecked Sendable {
     private let condition = NSCondition()
-    private var items: [JSONObject] = []
-    /// An observer this far behind (not reading its stream, during a burst such as the
-    /// import of a large domain) is dropped: its stream ends, and a client that connects
+    private var items: [[UInt8]] = []
+    /// Bytes of `items`, each counted with a 64-byte overhead (so a flood of tiny events is
+    /// bounded too).
+    private var bytes = 0
+    /// An observer this far behind (bytes: not reading its stream, during a burst such as
+    /// the import of a large domain) is dropped: its stream ends, and a client that connects
     /// again starts from a snapshot. (Dropping the oldest events instead left its copy
-    /// missing changes for good.)
-    let capacity: Int
+    /// missing changes for good.) Counted in bytes, not events: 100,000 events of 512 KiB
+    /// values would have been 50 GB.
+    let capacityBytes: Int
     private var overflowed = false
 
-    init(capacity: Int = 100_000) { self.capacity = capacity }
+    init(capacityBytes: Int) { self.capacityBytes = capacityBytes }
 
-    func push(_ item: JSONObject) {
+    func push(_ item: [UInt8]) {
         condition.withLock {
             guard !overflowed else { return }
             items.append(item)
-            if items.count > capacity {
+            bytes += item.count + 64
+            if bytes > capacityBytes {
                 overflowed = true
-                items.removeAll()
+                items = []
+                bytes = 0
             }
             condition.signal()
         }
@@ -567,11 +724,14 @@ final class EventQueue: @unchecked Sendable {
 
     /// The replies queued, waiting up to `seconds` for one; nil once the queue overflowed
     /// (the stream is to end).
-    func drain(waitingUpTo seconds: Double) -> [JSONObject]? {
+    func drain(waitingUpTo seconds: Double) -> [[UInt8]]? {
         condition.withLock {
             if items.isEmpty && !overflowed { _ = condition.wait(until: Date().addingTimeInterval(seconds)) }
             if overflowed { return nil }
-            defer { items.removeAll() }
+            defer {
+                items = []
+                bytes = 0
+            }
             return items
         }
     }

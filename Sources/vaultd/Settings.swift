@@ -21,10 +21,14 @@ import Glibc
 ///   `AppSettings.uninstallGraceSeconds`).
 /// - `MaximumAutoRegisteredApps` (integer): the most Flatpak apps registered on first
 ///   contact (default 256; see `AppSettings.maximumAutoRegisteredApps`).
+/// - `AppStorageQuotaBytes` (integer): what each app may store in the items it adds and its
+///   own preferences domain (default 64 MiB; 0 = no limit; the owner has none). Writes past
+///   it are refused with QuotaExceeded. See `StorageQuota` for what counts.
 struct Settings {
     var autoLockSeconds: Double = 0
     var uninstallGraceSeconds: Double = 600
     var maximumAutoRegisteredApps = 256
+    var appStorageQuota: Int64 = StorageQuota.defaultBytes
     var cachePolicy = CachePolicy()
     var cacheCheckInterval: Double = 5
 
@@ -81,6 +85,7 @@ struct Settings {
         s.cacheCheckInterval = max(0.2, try seconds("CacheCheckIntervalSeconds") ?? 5)
         s.uninstallGraceSeconds = try seconds("UninstallGraceSeconds") ?? 600
         s.maximumAutoRegisteredApps = Int(try number("MaximumAutoRegisteredApps", atMost: 1_000_000) ?? 256)
+        s.appStorageQuota = try bytes("AppStorageQuotaBytes") ?? StorageQuota.defaultBytes
         s.cachePolicy = CachePolicy(
             freeLowWater: try bytes("CacheFreeLowWaterBytes"), freeHighWater: try bytes("CacheFreeHighWaterBytes"),
             budget: try bytes("CacheBudgetBytes"), budgetHighWater: try bytes("CacheBudgetHighWaterBytes"))
@@ -91,5 +96,6 @@ struct Settings {
     func apply(to vault: Vault) {
         vault.appSettings.uninstallGraceSeconds = uninstallGraceSeconds
         vault.appSettings.maximumAutoRegisteredApps = maximumAutoRegisteredApps
+        vault.quota.bytesPerApp = appStorageQuota
     }
 }

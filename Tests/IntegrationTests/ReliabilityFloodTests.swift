@@ -205,56 +205,6 @@ import Glibc
         ReliabilityReport.record("unfinished messages: 8 × 8 MiB held, the 9th refused with RateLimited; vaultd RSS \(rssMiB) MiB meanwhile")
     }
 
-    /// Large replies to peers that do not read them count against the same 64 MiB: ten
-    /// clients ask for five 1 MiB secrets each (a 7 MB reply) and read nothing; nine replies
-    /// are held (59 MiB), the tenth is RateLimited instead of a tenth 7 MB held for the send
-    /// timeout. Once read, the budget is free again.
-    @Test(.timeLimit(.minutes(3))) func largeRepliesToPeersThatDoNotReadAreHeldWithinTheBudget() throws {
-        let d = try CustomDaemon()
-        defer { d.close() }
-        try d.start()
-        let c = try Self.admittedConnection(d)
-        try Wire.initWithoutPassphrase(c)
-        for i in 0..<5 {
-            let secret = [UInt8](repeating: UInt8(i), count: 1 << 20)
-            let r = c.call("io.vaultd.Keychain.Add", ["class": "genericPassword", "attributes": ["service": "big", "account": .string("a\(i)")], "data": Wire.base64(secret)])
-            try #require(r.parameters != nil, "\(r)")
-        }
-        let ask = JSON.object([
-            "method": "io.vaultd.Keychain.CopyMatching",
-            "parameters": ["class": "genericPassword", "query": ["service": "big"], "matchLimit": "all", "returnData": true],
-        ]).serialized() + [0]
-        let readers = try (0..<10).map { _ in try ExactClient(path: d.socketPath) }
-        defer { for r in readers { r.close() } }
-        for r in readers { try #require(r.send(ask)) }
-        // Each has a reply (its first bytes, or the whole error) waiting once vaultd answered.
-        let deadline = Date().addingTimeInterval(60)
-        var waiting = readers.map { pollfd(fd: $0.fd, events: Int16(POLLIN), revents: 0) }
-        while Date() < deadline {
-            _ = poll(&waiting, nfds_t(waiting.count), 100)
-            if waiting.allSatisfy({ $0.revents & Int16(POLLIN) != 0 }) { break }
-        }
-        usleep(200_000)
-        var answered = 0
-        var refused = 0
-        for (i, r) in readers.enumerated() {
-            switch r.receive(timeout: 30) {
-            case .ok(let p):
-                if p["items"]?.arrayValue?.count == 5 { answered += 1 } else { Issue.record("reader \(i): \(JSON.object(p).text.prefix(200))") }
-            case .error("io.vaultd.Vault.RateLimited", let p):
-                refused += 1
-                #expect(p["retryAfter"] == JSON(1.0))
-            case let other: Issue.record("reader \(i): \(other)")
-            }
-        }
-        #expect(answered == 9 && refused == 1, "answered \(answered), refused \(refused)")
-        #expect(d.log.contains("-byte reply: messages in flight for other connections hold 64 MiB"), "log:\n\(d.log)")
-        // Read, the replies gave their bytes back: all five secrets come at once again.
-        let again = readers[0].call("io.vaultd.Keychain.CopyMatching", ["class": "genericPassword", "query": ["service": "big"], "matchLimit": "all", "returnData": true])
-        #expect(again.parameters?["items"]?.arrayValue?.count == 5, "\(again.errorName ?? "")")
-        ReliabilityReport.record("large replies: 10 peers not reading 7 MB replies: \(answered) held, \(refused) RateLimited")
-    }
-
     @Test(.timeLimit(.minutes(3))) func stallingAndTricklingPeersAreDroppedAndBlockNobody() throws {
         let d = try CustomDaemon()
         defer { d.close() }

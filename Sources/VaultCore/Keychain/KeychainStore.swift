@@ -40,14 +40,17 @@ final class KeychainStore {
 
     private let db: Database
     private let keys: KeyHierarchy
+    /// Each app's storage quota, checked by adds and updates.
+    private let quota: StorageQuota
     /// Finds rows by their keyed hashes, for the writer and the readers.
     let itemIndex: ItemIndex
 
     /// Over the writer's connection `db`, with migrations done: lists every item in the
     /// index and installs its triggers. Throws what SQLite throws.
-    init(db: Database, keys: KeyHierarchy) throws {
+    init(db: Database, keys: KeyHierarchy, quota: StorageQuota) throws {
         self.db = db
         self.keys = keys
+        self.quota = quota
         self.itemIndex = try ItemIndex(loading: db)
         try itemIndex.keep(on: db)
     }
@@ -499,6 +502,9 @@ final class KeychainStore {
         guard try keys.classKey(accessible).constantTimeEquals(classKey) else {
             throw VaultError(.interactionNotAllowed, "the vault's keys changed while the item was being added; add it again")
         }
+        // The bytes the row takes (what `app_usage` counts: attributes, wrapped key, secret).
+        let bytes = values[(Self.primaryKeyHashValue + 3)...].reduce(Int64(0)) { $0 + Int64($1.blob?.count ?? 0) }
+        try quota.checkItems(generation: generation, adding: bytes, in: db)
         try store(values, id: nil, generation: generation)
     }
 
@@ -557,6 +563,9 @@ final class KeychainStore {
             throw VaultError(.missingEntitlement, "the caller is not a member of the target access group")
         }
         let now = Date()
+        // A change that grows items counts against the apps that added them (QuotaExceeded
+        // rolls the whole update back).
+        let before = try StorageQuota.itemBytes(ofAppsWriting: rows.map { $0.id }, in: db)
         for r in rows {
             var a = r.attributes
             a.apply(changes)
@@ -566,6 +575,7 @@ final class KeychainStore {
             let s = try secret ?? decryptSecret(r)
             try write(id: r.id, itemClass: r.itemClass, attributes: a, secret: s, generation: nil)
         }
+        try quota.checkGrowth(before: before, after: try StorageQuota.itemBytes(ofAppsWriting: rows.map { $0.id }, in: db), in: db)
         return rows.count
     }
 

@@ -91,13 +91,23 @@ final class PreferencesStore {
         }
     }
 
-    /// Sets one key. Throws DomainTooLarge (nothing written) or InvalidValue.
-    func set(domain: String, key: String, value: PlistValue) throws {
+    /// QuotaExceeded (through `quota`) when a write would grow the domain to `total` bytes,
+    /// past `room` (what its app's quota leaves it). A write that does not grow it passes.
+    private func checkRoom(domain: String, total: Int, room: (app: String, bytes: Int64, quota: StorageQuota)?) throws {
+        guard let room, Int64(total) > room.bytes, total > (try size(of: domain, excluding: nil)) else { return }
+        throw room.quota.exceeded(room.app, total: Int64(total) + (room.quota.bytesPerApp - room.bytes))
+    }
+
+    /// Sets one key. Throws DomainTooLarge (nothing written) or InvalidValue; QuotaExceeded
+    /// when the domain would pass `room` (an app writing its own domain).
+    func set(domain: String, key: String, value: PlistValue, room: (app: String, bytes: Int64, quota: StorageQuota)? = nil) throws {
         try Self.validate(domain: domain)
         try Self.validate(key: key)
         let stored = value.tagged.serialized()
         let entrySize = Self.entrySize(key: key, value: value, stored: stored)
-        try checkSize(domain: domain, total: try size(of: domain, excluding: key) + entrySize)
+        let total = try size(of: domain, excluding: key) + entrySize
+        try checkSize(domain: domain, total: total)
+        try checkRoom(domain: domain, total: total, room: room)
         try db.run(
             "INSERT OR REPLACE INTO preferences (domain, key, value, size) VALUES (?, ?, ?, ?)",
             [.text(domain), .text(key), .blob(stored), .integer(Int64(entrySize))])
@@ -114,8 +124,9 @@ final class PreferencesStore {
         try db.run("DELETE FROM preferences WHERE domain = ?", [.text(domain)])
     }
 
-    /// Replaces a domain's contents with `values`. Throws DomainTooLarge (nothing written).
-    func replace(domain: String, with values: PlistDictionary) throws {
+    /// Replaces a domain's contents with `values`. Throws DomainTooLarge (nothing written);
+    /// QuotaExceeded as `set`.
+    func replace(domain: String, with values: PlistDictionary, room: (app: String, bytes: Int64, quota: StorageQuota)? = nil) throws {
         try Self.validate(domain: domain)
         var rows: [(key: String, stored: [UInt8], size: Int)] = []
         for (k, v) in values {
@@ -123,7 +134,9 @@ final class PreferencesStore {
             let stored = v.tagged.serialized()
             rows.append((k, stored, Self.entrySize(key: k, value: v, stored: stored)))
         }
-        try checkSize(domain: domain, total: rows.reduce(0) { $0 + $1.size })
+        let total = rows.reduce(0) { $0 + $1.size }
+        try checkSize(domain: domain, total: total)
+        try checkRoom(domain: domain, total: total, room: room)
         try db.run("DELETE FROM preferences WHERE domain = ?", [.text(domain)])
         for r in rows {
             try db.run(

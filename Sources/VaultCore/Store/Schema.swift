@@ -174,6 +174,39 @@ enum Schema {
         m.register("2026-12-01-apps-missing-since") { db in
             try db.execute("ALTER TABLE apps ADD COLUMN missing_since REAL")
         }
+        // Each app's storage quota (`StorageQuota`): the bytes of the items it added, kept by
+        // triggers in the transaction of every change to `items` (a rebuild of `items` drops
+        // them: make them again after one).
+        m.register("2026-12-01-app-usage") { db in
+            try db.execute(
+                """
+                CREATE TABLE app_usage (
+                  app_id TEXT PRIMARY KEY NOT NULL,
+                  bytes INTEGER NOT NULL                  -- attributes, wrapped key and secret of the items it added
+                );
+                INSERT INTO app_usage (app_id, bytes)
+                  SELECT g.app_id, SUM(length(i.attributes) + length(i.wrapped_key) + length(i.secret))
+                  FROM items i JOIN app_generations g ON g.generation = i.generation GROUP BY g.app_id;
+                CREATE TRIGGER items_usage_insert AFTER INSERT ON items WHEN NEW.generation IS NOT NULL BEGIN
+                  INSERT INTO app_usage (app_id, bytes)
+                    SELECT app_id, length(NEW.attributes) + length(NEW.wrapped_key) + length(NEW.secret)
+                    FROM app_generations WHERE generation = NEW.generation
+                    ON CONFLICT (app_id) DO UPDATE SET bytes = bytes + excluded.bytes;
+                END;
+                CREATE TRIGGER items_usage_delete AFTER DELETE ON items WHEN OLD.generation IS NOT NULL BEGIN
+                  UPDATE app_usage SET bytes = bytes - (length(OLD.attributes) + length(OLD.wrapped_key) + length(OLD.secret))
+                    WHERE app_id = (SELECT app_id FROM app_generations WHERE generation = OLD.generation);
+                END;
+                CREATE TRIGGER items_usage_update AFTER UPDATE OF attributes, wrapped_key, secret, generation ON items BEGIN
+                  UPDATE app_usage SET bytes = bytes - (length(OLD.attributes) + length(OLD.wrapped_key) + length(OLD.secret))
+                    WHERE OLD.generation IS NOT NULL AND app_id = (SELECT app_id FROM app_generations WHERE generation = OLD.generation);
+                  INSERT INTO app_usage (app_id, bytes)
+                    SELECT app_id, length(NEW.attributes) + length(NEW.wrapped_key) + length(NEW.secret)
+                    FROM app_generations WHERE generation = NEW.generation
+                    ON CONFLICT (app_id) DO UPDATE SET bytes = bytes + excluded.bytes;
+                END;
+                """)
+        }
         return m
     }
 }

@@ -20,6 +20,8 @@ public final class Vault: @unchecked Sendable {
     let keychain: KeychainStore
     let preferences: PreferencesStore
     let apps: AppRegistry
+    /// Each app's storage quota (`StorageQuota`); vaultd sets it from its settings.
+    public let quota = StorageQuota()
     /// The per-app cache directories.
     public let caches: CacheStore
     /// Limits on registrations made on first contact, and the uninstall grace period
@@ -88,7 +90,7 @@ public final class Vault: @unchecked Sendable {
         db.checkpointInBackground()
         readers = ReaderPool(path: db.path)
         keys = try KeyHierarchy(db: db, deviceKey: deviceKey)
-        keychain = try KeychainStore(db: db, keys: keys)
+        keychain = try KeychainStore(db: db, keys: keys, quota: quota)
         preferences = PreferencesStore(db: db)
         apps = AppRegistry(db: db)
         caches = CacheStore(root: self.cacheDirectory)
@@ -505,6 +507,13 @@ public final class Vault: @unchecked Sendable {
         return d
     }
 
+    /// What an app's quota leaves its own preferences domain, when `caller` is that app
+    /// writing it (nil: no limit; the owner's writes and app-group suites have none).
+    private func quotaRoom(_ caller: Caller, _ domain: String) throws -> (app: String, bytes: Int64, quota: StorageQuota)? {
+        guard let app = caller.appID, app.sameBytes(domain), let room = try quota.domainRoom(for: app, in: db) else { return nil }
+        return (app, room, quota)
+    }
+
     /// The domain every app reads after its own (`defaults -g`).
     public static let globalDomain = "NSGlobalDomain"
 
@@ -553,7 +562,7 @@ public final class Vault: @unchecked Sendable {
         try inEventOrder { ticket in
             try transaction {
                 try self.admitInWrite(caller)
-                try self.preferences.set(domain: domain, key: key, value: value)
+                try self.preferences.set(domain: domain, key: key, value: value, room: try self.quotaRoom(caller, domain))
                 ticket.take()
             }
             return (ticket.sequence, [.preference(domain: domain, key: key, value: value, sequence: ticket.sequence)])
@@ -611,7 +620,7 @@ public final class Vault: @unchecked Sendable {
                 try db.write { _ in
                     try admitInWrite(caller)
                     let old = try preferences.storedValues(domain)
-                    try preferences.replace(domain: domain, with: values)
+                    try preferences.replace(domain: domain, with: values, room: try quotaRoom(caller, domain))
                     ticket.take()
                     return old
                 }

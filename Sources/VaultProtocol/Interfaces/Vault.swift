@@ -73,7 +73,9 @@ extension VarlinkInterfaces {
         error AuthFailed (status: int, message: string)
         # Too many failed unlocks, or vaultd holds its limit of other connections' messages in
         # flight (64 MiB of calls being received and replies being sent) and cannot take or
-        # send a large one now: wait retryAfter seconds.
+        # send a large one now, or the caller's identity has its share of connections open, or
+        # an Observe stream fell a few MiB of events behind unread (observe again): wait
+        # retryAfter seconds.
         error RateLimited (retryAfter: float, message: string)
         # The vault has no passphrase (it is always unlocked), so it cannot be locked or unlocked.
         error NoPassphrase (message: string)
@@ -82,6 +84,9 @@ extension VarlinkInterfaces {
         error KeyringUnavailable (message: string)
         # The disk holding the data directory is full; nothing was written.
         error StorageFull (message: string)
+        # The write would take the app past its storage quota (bytes of the items it added and
+        # of its own preferences domain; 64 MiB unless configured); nothing was written.
+        error QuotaExceeded (appID: string, size: int, limit: int, message: string)
         # The caller may not use this method (e.g. an app calling an owner-only method).
         error PermissionDenied (message: string)
         # vaultd failed in a way it did not expect; the message says where.

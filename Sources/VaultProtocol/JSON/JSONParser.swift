@@ -52,6 +52,86 @@ extension JSON {
     }
 }
 
+extension JSON {
+    /// Objects this shallow (the message, its parameters) are allocated with room for 12
+    /// members at once.
+    static let reservedObjectDepth = 1
+
+    private static func isNumberByte(_ b: UInt8) -> Bool {
+        (b >= UInt8(ascii: "0") && b <= UInt8(ascii: "9")) || b == UInt8(ascii: ".") || b == UInt8(ascii: "e")
+            || b == UInt8(ascii: "E") || b == UInt8(ascii: "+") || b == UInt8(ascii: "-")
+    }
+
+    /// Bytes of memory, at most, that `parse(bytes)` allocates for the tree it builds (or
+    /// for the part it builds before it finds an error): one pass over the bytes, so a caller
+    /// can count the tree against a budget before building it. A tree costs far more than
+    /// its text for many small values (a `{}` of 3 bytes is a 24-byte array element; a
+    /// member is a hash-table bucket of 40 bytes at a load of at most 3/4, in a table that
+    /// doubles), so the text's size alone does not bound it.
+    /// The figures are upper bounds of Swift's layouts on 64-bit Linux, malloc's rounding
+    /// and the slack of doubling growth included. (It allocates nothing of the message's
+    /// size: a flag per nesting level.)
+    public static func estimatedTreeBytes(_ bytes: [UInt8]) -> Int {
+        // Per array element: 24-byte stride, up to twice that after doubling growth.
+        let elementBytes = 48
+        // Per object member: a 40-byte bucket, at most 3/4 full, up to twice after doubling.
+        let memberBytes = 112
+        // A non-empty array or object: its heap header and malloc's rounding.
+        let containerBytes = 80
+        // A reserved object (`reservedObjectDepth`): 16 buckets at once.
+        let reservedObjectBytes = 80 + 16 * 40
+        // A string or number over 15 UTF-8 bytes (shorter ones are stored inline): its
+        // bytes, a 32-byte header and malloc's rounding. Its text's length bounds it.
+        let stringOverhead = 48
+        return bytes.withUnsafeBufferPointer { b -> Int in
+            var total = 0
+            var i = 0
+            let n = b.count
+            // Open containers: whether each is an object (a bit per level, as deep as the
+            // parser goes: past that it stops, and so does this).
+            var isObject = [Bool](repeating: false, count: maximumDepth + 1)
+            var depth = 0
+            // Starts a value's container; false past the parser's depth limit.
+            func open(_ object: Bool, at index: Int) -> Bool {
+                guard depth < maximumDepth else { return false }
+                isObject[depth] = object
+                var j = index + 1
+                while j < n, b[j] == 0x20 || b[j] == 0x09 || b[j] == 0x0A || b[j] == 0x0D { j += 1 }
+                let empty = j < n && b[j] == (object ? UInt8(ascii: "}") : UInt8(ascii: "]"))
+                if !empty {
+                    total += object && depth <= reservedObjectDepth ? reservedObjectBytes : containerBytes
+                    total += object ? memberBytes : elementBytes
+                }
+                depth += 1
+                return true
+            }
+            while i < n {
+                let c = b[i]
+                switch c {
+                case UInt8(ascii: "\""):
+                    let start = i
+                    i += 1
+                    while i < n, b[i] != UInt8(ascii: "\"") { i += b[i] == UInt8(ascii: "\\") ? 2 : 1 }
+                    if i - start - 1 > 15 { total += i - start - 1 + stringOverhead }
+                case UInt8(ascii: "{"), UInt8(ascii: "["):
+                    guard open(c == UInt8(ascii: "{"), at: i) else { return total }
+                case UInt8(ascii: "}"), UInt8(ascii: "]"):
+                    if depth > 0 { depth -= 1 }
+                case UInt8(ascii: ","):
+                    if depth > 0 { total += isObject[depth - 1] ? memberBytes : elementBytes }
+                case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"):
+                    let start = i
+                    while i + 1 < n, Self.isNumberByte(b[i + 1]) { i += 1 }
+                    if i - start + 1 > 15 { total += i - start + 1 + stringOverhead }
+                default: break
+                }
+                i += 1
+            }
+            return total
+        }
+    }
+}
+
 private struct Parser {
     let bytes: UnsafeBufferPointer<UInt8>
     var index = 0
@@ -93,10 +173,13 @@ private struct Parser {
     }
 
     mutating func parseObject(depth: Int) throws -> JSON {
-        // Room for a typical object at once: growing from empty rehashed it three times.
+        // A message and its parameters get room for a typical object at once (growing from
+        // empty rehashed it three times); deeper objects grow as they fill, and an empty one
+        // allocates nothing, so a message of many small objects costs what `estimatedTreeBytes`
+        // says (12 buckets each made `[{},{},…]` cost 230 times its size).
         // Keyed by bytes: RFC 8259 names are distinct when their code points are, so
         // "caf\u00e9" and "cafe\u0301" are two members, not a duplicate (nor one lost).
-        var result = JSONObject(minimumCapacity: 12)
+        var result = depth <= JSON.reservedObjectDepth ? JSONObject(minimumCapacity: 12) : JSONObject()
         try parseMembers(depth: depth) { key, keyOffset, value in
             if result.updateValue(value, forKey: key) != nil {
                 throw JSONSyntaxError(offset: keyOffset, reason: "duplicate key")

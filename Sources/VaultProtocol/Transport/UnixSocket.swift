@@ -103,8 +103,12 @@ public final class UnixSocket: @unchecked Sendable {
     /// alone, so a peer that reads a little now and then can stretch the write for ever (a
     /// peer reading a little every fraction of a second holds an 8 MiB `send` for seconds).
     /// `within`: seconds the whole write may take; throws `Errno` ETIMEDOUT past them.
-    public func sendAll(_ bytes: [UInt8], within seconds: Double? = nil) throws {
+    /// `stalledAfter` (with `within`): seconds the peer may take no byte at all; ETIMEDOUT
+    /// too past them.
+    public func sendAll(_ bytes: [UInt8], within seconds: Double? = nil, stalledAfter stall: Double? = nil) throws {
         let deadline = seconds.map { MonotonicClock.nanoseconds() + UInt64(max(0, $0) * 1e9) }
+        let stallNanoseconds = stall.map { UInt64(max(0, $0) * 1e9) }
+        var lastProgress = MonotonicClock.nanoseconds()
         // With a deadline the sends do not block: the waits happen in `poll`, bounded by it.
         let flags = Int32(MSG_NOSIGNAL) | (deadline == nil ? 0 : Int32(MSG_DONTWAIT))
         try bytes.withUnsafeBytes { b in
@@ -113,11 +117,13 @@ public final class UnixSocket: @unchecked Sendable {
                 let n = send(fd, b.baseAddress! + off, b.count - off, flags)
                 if n >= 0 {
                     off += n
+                    if stallNanoseconds != nil { lastProgress = MonotonicClock.nanoseconds() }
                     continue
                 }
                 let code = errno
                 if code == EINTR { continue }
-                guard let deadline, code == EAGAIN || code == EWOULDBLOCK else { throw Errno(code: code, call: "send") }
+                guard var deadline, code == EAGAIN || code == EWOULDBLOCK else { throw Errno(code: code, call: "send") }
+                if let s = stallNanoseconds { deadline = min(deadline, lastProgress + s) }
                 let now = MonotonicClock.nanoseconds()
                 guard now < deadline else { throw Errno(code: ETIMEDOUT, call: "send") }
                 var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
