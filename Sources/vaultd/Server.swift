@@ -261,27 +261,38 @@ final class Server: @unchecked Sendable {
 
     /// Sends `reply`, or ReplyTooLarge in its place when it would be a message over the
     /// varlink limit (the peer would have to refuse it: `FrameReader`). Returns whether the
-    /// reply went as it was: after ReplyTooLarge the call is over, a stream too.
+    /// reply went as it was: after ReplyTooLarge the call is over, a stream too. A reply
+    /// holding `secrets`' place-holders is sent from secure memory with the secrets in
+    /// their place (`CallSecrets.reply`), wiped once sent.
     @discardableResult
-    private func send(_ reply: VarlinkReply, on conn: UnixSocket) throws -> Bool {
+    private func send(_ reply: VarlinkReply, on conn: UnixSocket, secrets: CallSecrets? = nil) throws -> Bool {
         var bytes = reply.json.serialized()
-        var fits = bytes.count < Varlink.maximumMessageSize
+        var secure = secrets?.reply(substitutedInto: bytes)
+        // The size with the secrets in (and the NUL `secure` ends with).
+        let size = secure.map { $0.count - 1 } ?? bytes.count
+        var fits = size < Varlink.maximumMessageSize
         if !fits {
+            secure = nil
             let error = VaultError(
                 .replyTooLarge,
-                "the answer would be \(bytes.count) bytes, over the \(Varlink.maximumMessageSize)-byte message limit: ask for less (keychain: matchLimit one, no data, a narrower query; preferences: export as binary)",
-                extra: ["size": JSON(bytes.count), "limit": JSON(Varlink.maximumMessageSize)])
+                "the answer would be \(size) bytes, over the \(Varlink.maximumMessageSize)-byte message limit: ask for less (keychain: matchLimit one, no data, a narrower query; preferences: export as binary)",
+                extra: ["size": JSON(size), "limit": JSON(Varlink.maximumMessageSize)])
             bytes = VarlinkReply(error: error).json.serialized()
         }
         // A large reply counts against the message budget until it is sent: a peer that
         // does not read holds it for up to the send timeout.
-        var counted = bytes.count - limits.messageAllowance
+        var counted = (secure.map { $0.count - 1 } ?? bytes.count) - limits.messageAllowance
         if !reserveMessageBytes(counted) {
-            bytes = overBudget("a \(bytes.count)-byte reply").json.serialized()
+            secure = nil
+            bytes = overBudget("a \(size)-byte reply").json.serialized()
             fits = false
             counted = 0
         }
         defer { releaseMessageBytes(counted) }
+        if let secure {
+            try secure.withUnsafeBytes { try conn.sendAll($0, within: limits.sendTimeout) }
+            return fits
+        }
         bytes.append(0)
         try conn.sendAll(bytes, within: limits.sendTimeout)
         return fits
@@ -290,6 +301,8 @@ final class Server: @unchecked Sendable {
     private func serve(_ conn: UnixSocket, peer: PeerCredentials) {
         conn.setTimeouts(receive: min(1, limits.partialMessageTimeout), send: limits.sendTimeout)
         var reader = FrameReader()
+        // What is left of a message when the connection ends is wiped too (`FrameReader`).
+        defer { reader.reset() }
         var busyPoll = BusyPoll(windowMicroseconds: limits.busyPollMicroseconds, limit: .oneLessThanCPUs)
         var partialSince: Date?
         // The caller is resolved once per connection, from the kernel's credentials.
@@ -319,7 +332,7 @@ final class Server: @unchecked Sendable {
                 releaseMessageBytes(counted - held)
                 counted = held
             }
-            let frame: [UInt8]
+            var frame: [UInt8]
             do {
                 guard let f = try reader.nextFrame() else {
                     // Half a message is waiting: the peer has partialMessageTimeout to finish
@@ -334,13 +347,15 @@ final class Server: @unchecked Sendable {
                     } else {
                         partialSince = nil
                     }
-                    let chunk: [UInt8]
+                    var chunk: [UInt8]
                     do {
                         chunk = try conn.receive(polling: &busyPoll, othersBusy: callsInProgress.load(ordering: .relaxed) > 0)
                     } catch let e as Errno where e.code == EAGAIN || e.code == EWOULDBLOCK {
                         if stopping.load(ordering: .relaxed) { return }
                         continue
                     }
+                    // It may hold a secret: wiped once copied into the reader (or dropped).
+                    defer { chunk.wipe() }
                     if chunk.isEmpty { return }
                     if let dropped = dropping {
                         guard let end = chunk.firstIndex(of: 0) else {
@@ -360,7 +375,7 @@ final class Server: @unchecked Sendable {
                     if wanted > counted && !chunk.contains(0) {
                         guard reserveMessageBytes(wanted - counted) else {
                             dropping = reader.pendingByteCount
-                            reader = FrameReader()
+                            reader.reset()
                             releaseMessageBytes(counted)
                             counted = 0
                             continue
@@ -378,8 +393,12 @@ final class Server: @unchecked Sendable {
                 return
             }
             let call: VarlinkCall
+            let secrets: CallSecrets
             do {
-                call = try VarlinkCall(json: try JSON.parse(frame))
+                // The secret parameters go from the frame into secure memory, and the frame
+                // is wiped, whatever the parse found.
+                defer { frame.wipe() }
+                (call, secrets) = try CallSecrets.parse(frame)
             } catch let e as VaultError {
                 _ = try? send(VarlinkReply(error: e), on: conn)
                 return
@@ -418,13 +437,13 @@ final class Server: @unchecked Sendable {
             }
             let reply: VarlinkReply
             do {
-                reply = VarlinkReply(parameters: try dispatcher.handle(call, caller: caller))
+                reply = VarlinkReply(parameters: try dispatcher.handle(call, caller: caller, secrets: secrets))
             } catch let e as VaultError {
                 reply = VarlinkReply(error: e)
             } catch {
                 reply = VarlinkReply(error: VaultError(.internalError, "\(error)"))
             }
-            let sent = call.oneway || (try? send(reply, on: conn)) != nil
+            let sent = call.oneway || (try? send(reply, on: conn, secrets: secrets)) != nil
             endCall()
             if !sent { return }
         }

@@ -99,25 +99,29 @@ public final class UnixSocket: @unchecked Sendable {
     /// peer reading a little every fraction of a second holds an 8 MiB `send` for seconds).
     /// `within`: seconds the whole write may take; throws `Errno` ETIMEDOUT past them.
     public func sendAll(_ bytes: [UInt8], within seconds: Double? = nil) throws {
+        try bytes.withUnsafeBytes { try sendAll($0, within: seconds) }
+    }
+
+    /// `sendAll` of bytes that are not an array (a reply in secure memory).
+    public func sendAll(_ b: UnsafeRawBufferPointer, within seconds: Double? = nil) throws {
+        guard b.count > 0 else { return }
         let deadline = seconds.map { MonotonicClock.nanoseconds() + UInt64(max(0, $0) * 1e9) }
         // With a deadline the sends do not block: the waits happen in `poll`, bounded by it.
         let flags = Int32(MSG_NOSIGNAL) | (deadline == nil ? 0 : Int32(MSG_DONTWAIT))
-        try bytes.withUnsafeBytes { b in
-            var off = 0
-            while off < b.count {
-                let n = send(fd, b.baseAddress! + off, b.count - off, flags)
-                if n >= 0 {
-                    off += n
-                    continue
-                }
-                let code = errno
-                if code == EINTR { continue }
-                guard let deadline, code == EAGAIN || code == EWOULDBLOCK else { throw Errno(code: code, call: "send") }
-                let now = MonotonicClock.nanoseconds()
-                guard now < deadline else { throw Errno(code: ETIMEDOUT, call: "send") }
-                var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
-                _ = poll(&p, 1, Int32(min((deadline - now) / 1_000_000 + 1, UInt64(Int32.max))))
+        var off = 0
+        while off < b.count {
+            let n = send(fd, b.baseAddress! + off, b.count - off, flags)
+            if n >= 0 {
+                off += n
+                continue
             }
+            let code = errno
+            if code == EINTR { continue }
+            guard let deadline, code == EAGAIN || code == EWOULDBLOCK else { throw Errno(code: code, call: "send") }
+            let now = MonotonicClock.nanoseconds()
+            guard now < deadline else { throw Errno(code: ETIMEDOUT, call: "send") }
+            var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+            _ = poll(&p, 1, Int32(min((deadline - now) / 1_000_000 + 1, UInt64(Int32.max))))
         }
     }
 
