@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import TestSupport
+import VaultProtocol
 
 #if canImport(Glibc)
 import Glibc
@@ -128,5 +129,57 @@ import Glibc
         }
         ReliabilityReport.record(
             "memory after lock: \(bytes >> 20) MiB of vaultd's readable memory scanned; the passphrase and 4 secrets (raw and base64) found \(hits.filter { $0.key != control }.values.map(\.count).reduce(0, +)) times; the control found \(hits[control]?.count ?? 0) times")
+    }
+}
+
+/// The secret parameters, taken from the message's bytes, mean what they meant as strings:
+/// escapes in a passphrase or in base64, bad base64, a reply carrying several secrets.
+@Suite struct SecretParameterWireTests {
+    @Test func secretParametersOnTheWire() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        let c = try ExactClient(path: d.socketPath)
+        func raw(_ text: String) -> ExactClient.Outcome {
+            guard c.send(Array(text.utf8) + [0]) else { return .closed }
+            return c.receive()
+        }
+        // "päss\"word" with its ä and quote escaped; unlocked later as plain UTF-8 by vaultctl.
+        #expect(raw(#"{"method":"io.vaultd.Vault.Init","parameters":{"passphrase":"p\u00e4ss\"word"}}"#).parameters != nil)
+        #expect(d.ctl(["lock"]).status == 0)
+        #expect(d.ctl(["unlock", "--passphrase-fd", "3"], fds: [3: Data("p\u{e4}ss\"word".utf8)]).status == 0)
+        // base64 with an escaped character ("c2VjcmV0" = "secret"), and bad base64.
+        let add = raw(#"{"method":"io.vaultd.Keychain.Add","parameters":{"class":"genericPassword","attributes":{"service":"wire","account":"a"},"data":"c2Vj\u0063mV0"}}"#)
+        #expect(add.parameters != nil, "\(add)")
+        #expect(d.ctl(["item", "get", "--service", "wire", "--account", "a"]).stdoutText == "secret")
+        for bad in ["c2VjcmV0\\n", "c2VjcmV", "not base64!"] {
+            let outcome = raw(#"{"method":"io.vaultd.Keychain.Add","parameters":{"class":"genericPassword","attributes":{"service":"wire","account":"bad"},"data":""# + bad + #""}}"#)
+            guard case .error("org.varlink.service.InvalidParameter", let p) = outcome else {
+                Issue.record("\(bad): \(outcome)")
+                continue
+            }
+            #expect(p["parameter"] == "data")
+        }
+        #expect(c.call("io.vaultd.Keychain.Add", ["class": "genericPassword", "attributes": ["service": "wire", "account": "b"], "data": 5]).errorName == "org.varlink.service.InvalidParameter")
+        // Update's secret, and a reply carrying several secrets (each put in its place).
+        #expect(c.call("io.vaultd.Keychain.Update", ["query": ["service": "wire", "account": "a"], "data": Wire.base64(Array("changed".utf8))]).parameters?["count"] == 1)
+        var expected: [String: [UInt8]] = ["a": Array("changed".utf8)]
+        for i in 0..<5 {
+            let s = (0..<(i * 700 + 1)).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ i) }
+            expected["n\(i)"] = s
+            #expect(Self.add(c, "n\(i)", s).parameters != nil)
+        }
+        let found = c.call("io.vaultd.Keychain.CopyMatching", ["query": ["service": "wire"], "matchLimit": "all", "returnData": true, "returnAttributes": true])
+        let items = try #require(found.parameters?["items"]?.arrayValue, "\(found)")
+        var got: [String: [UInt8]] = [:]
+        for item in items {
+            if let account = item["attributes"]?["account"]?.stringValue, let data = item["data"]?.stringValue, let bytes = Data(base64Encoded: data) {
+                got[account] = Array(bytes)
+            }
+        }
+        #expect(got == expected)
+    }
+
+    static func add(_ c: ExactClient, _ account: String, _ secret: [UInt8]) -> ExactClient.Outcome {
+        c.call("io.vaultd.Keychain.Add", ["class": "genericPassword", "attributes": ["service": "wire", "account": .string(account)], "data": Wire.base64(secret)])
     }
 }

@@ -106,3 +106,34 @@ struct PassphraseTests {
         }
     }
 }
+
+/// Base64 straight into secure memory (`sodium_base642bin`), and back (`sodium_bin2base64`).
+@Suite("SecureBytes base64")
+struct SecureBase64Tests {
+    static func decode(_ text: String) -> [UInt8]? {
+        let bytes = Array(text.utf8)
+        return bytes.withUnsafeBufferPointer { SecureBytes.decodingBase64($0) }.map { plain($0)! }
+    }
+
+    @Test func decodesWhatFoundationEncodesAndRefusesTheRest() {
+        var random = SystemRandomNumberGenerator()
+        for n in [0, 1, 2, 3, 4, 31, 32, 33, 1024, 1025, 70_000] {
+            let data = (0..<n).map { _ in UInt8.random(in: 0...255, using: &random) }
+            let text = Data(data).base64EncodedString()
+            #expect(Self.decode(text) == data, "\(n) bytes")
+            let s = SecureBytes(copying: data)
+            var out = [UInt8](repeating: 0, count: SecureBytes.base64Length(of: n))
+            out.withUnsafeMutableBytes { s.writeBase64(to: $0.baseAddress!) }
+            #expect(String(decoding: out, as: UTF8.self) == text, "\(n) bytes back")
+        }
+        for bad in ["c2VjcmV0\n", "c2VjcmV", "c2Vjc mV0", "c2VjcmV0=", "====", "c2Vj*mV0", "QR==", "c2VjcmV0c2Vj\u{e9}"] {
+            #expect(Self.decode(bad) == nil, "\(bad)")
+        }
+    }
+
+    @Test func aJSONStringIsUnescapedIntoSecureMemory() {
+        let text = Array(#"p\u00e4ss\"word\\"#.utf8)
+        let s = text.withUnsafeBufferPointer { SecureBytes.unescapingJSONString($0) }
+        #expect(plain(s) == Array("p\u{e4}ss\"word\\".utf8))
+    }
+}

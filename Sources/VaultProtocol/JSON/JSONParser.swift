@@ -318,8 +318,14 @@ private struct Parser {
         index += 1  // opening quote
         let start = index
         var escaped = false
+        var seen: UInt8 = 0  // every byte so far, or-ed: below 0x80 while all are ASCII
         while index < bytes.count {
             let b = bytes[index]
+            seen |= b
+            if b == UInt8(ascii: "\""), seen < 0x80 {
+                index += 1
+                return (start..<(index - 1), escaped)
+            }
             if b == UInt8(ascii: "\"") {
                 let range = start..<index
                 var iterator = UnsafeBufferPointer(rebasing: bytes[range]).makeIterator()
