@@ -20,7 +20,8 @@ let package = Package(
         // What Glibc does not import into Swift (struct ucred, prctl).
         .target(name: "CVaultSys"),
 
-        .target(name: "VaultProtocol"),
+        // CSodium for sodium_memzero: message buffers that carried secrets are wiped.
+        .target(name: "VaultProtocol", dependencies: ["CSodium"]),
         .target(name: "VaultCore", dependencies: ["VaultProtocol", "CSodium", "CSQLite", "CVaultSys"]),
         // The desktop keyring (Secret Service) through libsecret: for vaultctl and vaultd.
         .target(name: "DesktopKeyring", dependencies: ["CSecret", "VaultProtocol"]),

@@ -91,10 +91,14 @@ struct Dispatcher {
         }
     }
 
-    /// Answers one non-streaming call. Throws `VaultError` for every failure.
-    func handle(_ call: VarlinkCall, caller: Caller) throws -> JSONObject {
+    /// Answers one non-streaming call. Throws `VaultError` for every failure. `secrets`: the
+    /// call's secret parameters, decoded from its message (`CallSecrets.parse`), and where the
+    /// reply's secrets go (a reply carrying one must be sent with `CallSecrets.reply`); nil
+    /// for a call made otherwise (its secret parameters are in `call.parameters`; its reply
+    /// carries secrets as base64 strings).
+    func handle(_ call: VarlinkCall, caller: Caller, secrets: CallSecrets? = nil) throws -> JSONObject {
         if !Self.passiveMethods.contains(call.method) { activity() }
-        let p = Parameters(values: call.parameters)
+        let p = Parameters(values: call.parameters, secrets: secrets)
         switch call.method {
         case "org.varlink.service.GetInfo":
             return [
@@ -152,7 +156,9 @@ struct Dispatcher {
                     found.map { item in
                         var o: JSONObject = ["class": .string(item.itemClass.rawValue)]
                         if returnAttributes { o["attributes"] = item.attributes.json }
-                        if let d = item.data { o["data"] = .string(d.withUnsafeBytes { Data($0).base64EncodedString() }) }
+                        if let d = item.data {
+                            o["data"] = secrets?.replyPlaceholder(for: d) ?? .string(d.withUnsafeBytes { Data($0).base64EncodedString() })
+                        }
                         return .object(o)
                     })
             ]

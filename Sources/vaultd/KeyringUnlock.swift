@@ -33,7 +33,7 @@ enum KeyringUnlock {
             throw VaultError(.keyringUnavailable, "login keyring: the keyring holding the remembered passphrase is locked")
         }
         let passphrase = SecureBytes(copying: bytes)
-        for i in bytes.indices { bytes[i] = 0 }
+        bytes.wipe()
         do {
             return try vault.unlock(passphrase: passphrase)
         } catch let e as VaultError where e.code == .wrongPassphrase {

@@ -329,47 +329,59 @@ final class Server: @unchecked Sendable {
 
     /// Sends `reply`, or ReplyTooLarge in its place when it would be a message over the
     /// varlink limit (the peer would have to refuse it: `FrameReader`). Returns whether the
-    /// reply went as it was: after ReplyTooLarge the call is over, a stream too.
+    /// reply went as it was: after ReplyTooLarge the call is over, a stream too. A reply
+    /// holding `secrets`' place-holders is sent from secure memory with the secrets in
+    /// their place (`CallSecrets.reply`), wiped once sent.
     @discardableResult
-    private func send(_ reply: VarlinkReply, on conn: UnixSocket) throws -> Bool {
-        try send(serialized: reply.json.serialized(), on: conn)
+    private func send(_ reply: VarlinkReply, on conn: UnixSocket, secrets: CallSecrets? = nil) throws -> Bool {
+        try send(serialized: reply.json.serialized(), on: conn, secrets: secrets)
     }
 
     /// `send` of a reply serialized already (without its NUL).
     @discardableResult
-    private func send(serialized reply: [UInt8], on conn: UnixSocket) throws -> Bool {
+    private func send(serialized reply: [UInt8], on conn: UnixSocket, secrets: CallSecrets? = nil) throws -> Bool {
         var bytes = reply
-        var fits = bytes.count < Varlink.maximumMessageSize
+        var secure = secrets?.reply(substitutedInto: bytes)
+        // The size with the secrets in (and the NUL `secure` ends with).
+        let size = secure.map { $0.count - 1 } ?? bytes.count
+        var fits = size < Varlink.maximumMessageSize
         if !fits {
+            secure = nil
             let error = VaultError(
                 .replyTooLarge,
-                "the answer would be \(bytes.count) bytes, over the \(Varlink.maximumMessageSize)-byte message limit: ask for less (keychain: matchLimit one, no data, a narrower query; preferences: export as binary)",
-                extra: ["size": JSON(bytes.count), "limit": JSON(Varlink.maximumMessageSize)])
+                "the answer would be \(size) bytes, over the \(Varlink.maximumMessageSize)-byte message limit: ask for less (keychain: matchLimit one, no data, a narrower query; preferences: export as binary)",
+                extra: ["size": JSON(size), "limit": JSON(Varlink.maximumMessageSize)])
             bytes = VarlinkReply(error: error).json.serialized()
         }
         // A large reply counts against the message budget until it is sent; its peer must
         // read it at once and briskly (`stalledSendTimeout`, `minimumSendRate`), or it is
         // given up: a peer that does not read holds the budget about a second.
-        var counted = bytes.count - limits.messageAllowance
+        var counted = (secure.map { $0.count - 1 } ?? bytes.count) - limits.messageAllowance
         if !reserveMessageBytes(counted, waitingUpTo: limits.budgetWait) {
-            bytes = overBudget("a \(bytes.count)-byte reply").json.serialized()
+            secure = nil
+            bytes = overBudget("a \(size)-byte reply").json.serialized()
             fits = false
             counted = 0
         }
         defer { releaseMessageBytes(counted) }
-        bytes.append(0)
-        if counted > 0 {
-            let within = min(limits.sendTimeout, limits.stalledSendTimeout + Double(bytes.count) / Double(limits.minimumSendRate))
-            try conn.sendAll(bytes, within: within, stalledAfter: limits.stalledSendTimeout)
-        } else {
-            try conn.sendAll(bytes, within: limits.sendTimeout)
+        let total = secure?.count ?? bytes.count + 1
+        let within = counted > 0
+            ? min(limits.sendTimeout, limits.stalledSendTimeout + Double(total) / Double(limits.minimumSendRate)) : limits.sendTimeout
+        let stall = counted > 0 ? limits.stalledSendTimeout : nil
+        if let secure {
+            try secure.withUnsafeBytes { try conn.sendAll($0, within: within, stalledAfter: stall) }
+            return fits
         }
+        bytes.append(0)
+        try conn.sendAll(bytes, within: within, stalledAfter: stall)
         return fits
     }
 
     private func serve(_ conn: UnixSocket, peer: PeerCredentials) {
         conn.setTimeouts(receive: min(1, limits.partialMessageTimeout), send: limits.sendTimeout)
         var reader = FrameReader()
+        // What is left of a message when the connection ends is wiped too (`FrameReader`).
+        defer { reader.reset() }
         var busyPoll = BusyPoll(windowMicroseconds: limits.busyPollMicroseconds, limit: .oneLessThanCPUs)
         var partialSince: Date?
         // The caller is resolved once per connection, from the kernel's credentials.
@@ -431,7 +443,7 @@ final class Server: @unchecked Sendable {
                 releaseMessageBytes(counted - held)
                 counted = held
             }
-            let frame: [UInt8]
+            var frame: [UInt8]
             do {
                 guard let f = try reader.nextFrame() else {
                     // Half a message is waiting: the peer has partialMessageTimeout to finish
@@ -446,7 +458,7 @@ final class Server: @unchecked Sendable {
                     } else {
                         partialSince = nil
                     }
-                    let chunk: [UInt8]
+                    var chunk: [UInt8]
                     do {
                         chunk = try conn.receive(from: peer, polling: &busyPoll, othersBusy: callsInProgress.load(ordering: .relaxed) > 0).bytes
                     } catch let e as Errno where e.code == EAGAIN || e.code == EWOULDBLOCK {
@@ -463,6 +475,8 @@ final class Server: @unchecked Sendable {
                         PeerIdentity.refusals.log("handed-on", "closed the connection of pid \(peer.pid): another process sent on it")
                         return
                     }
+                    // It may hold a secret: wiped once copied into the reader (or dropped).
+                    defer { chunk.wipe() }
                     if chunk.isEmpty { return }
                     if let dropped = dropping {
                         guard let end = chunk.firstIndex(of: 0) else {
@@ -482,7 +496,7 @@ final class Server: @unchecked Sendable {
                     if wanted > counted && !chunk.contains(0) {
                         guard reserveMessageBytes(wanted - counted) else {
                             dropping = reader.pendingByteCount
-                            reader = FrameReader()
+                            reader.reset()
                             releaseMessageBytes(counted)
                             counted = 0
                             continue
@@ -525,8 +539,12 @@ final class Server: @unchecked Sendable {
             var treeReserved = treeCounted
             defer { releaseMessageBytes(treeReserved) }
             let call: VarlinkCall
+            let secrets: CallSecrets
             do {
-                call = try VarlinkCall(json: try JSON.parse(frame))
+                // The secret parameters go from the frame into secure memory, and the frame
+                // is wiped, whatever the parse found.
+                defer { frame.wipe() }
+                (call, secrets) = try CallSecrets.parse(frame)
             } catch let e as VaultError {
                 _ = try? send(VarlinkReply(error: e), on: conn)
                 return
@@ -567,13 +585,13 @@ final class Server: @unchecked Sendable {
             }
             let reply: VarlinkReply
             do {
-                reply = VarlinkReply(parameters: try dispatcher.handle(call, caller: caller))
+                reply = VarlinkReply(parameters: try dispatcher.handle(call, caller: caller, secrets: secrets))
             } catch let e as VaultError {
                 reply = VarlinkReply(error: e)
             } catch {
                 reply = VarlinkReply(error: VaultError(.internalError, "\(error)"))
             }
-            let sent = call.oneway || (try? send(reply, on: conn)) != nil
+            let sent = call.oneway || (try? send(reply, on: conn, secrets: secrets)) != nil
             endCall()
             if !sent { return }
         }

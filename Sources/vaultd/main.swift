@@ -72,9 +72,22 @@ if activated == nil {
     }
 }
 
+// For tests only: VAULTD_ARGON2_TEST_COST=min, VAULTD_UNLOCK_DELAY_TEST_SCALE (PassphrasePolicy).
+let passphrasePolicy: PassphrasePolicy
+do {
+    passphrasePolicy = try PassphrasePolicy.fromEnvironment(environment)
+} catch {
+    fail((error as? VaultError)?.message ?? "\(error)", code: 64)
+}
+if passphrasePolicy.kdfCost != .moderate || passphrasePolicy.unlockDelayScale != 1 {
+    log("test settings: Argon2id cost \(passphrasePolicy.kdfCost.rawValue), unlock waits scaled by \(passphrasePolicy.unlockDelayScale)")
+}
+
 let vault: Vault
 do {
-    vault = try Vault(dataDirectory: configuration.dataDirectory, cacheDirectory: configuration.cacheDirectory, newDeviceKey: configuration.newDeviceKey)
+    vault = try Vault(
+        dataDirectory: configuration.dataDirectory, cacheDirectory: configuration.cacheDirectory, newDeviceKey: configuration.newDeviceKey,
+        passphrasePolicy: passphrasePolicy)
 } catch {
     fail("cannot open the vault in \(configuration.dataDirectory): \(error)")
 }

@@ -83,7 +83,7 @@ struct ItemIndexTests {
     @Test func randomOperationsFindWhatTheModelHoldsThroughFailuresAndReopening() throws {
         try withTemporaryDirectory { tmp in
             let dir = tmp + "/data"
-            var vault = try Vault(dataDirectory: dir)
+            var vault = try Vault(dataDirectory: dir, passphrasePolicy: .tests)
             _ = try vault.initialize(passphrase: nil, caller: .owner)
             var model: [Key: [UInt8]] = [:]
             var rng = SeededRandom(seed: 8)
@@ -165,7 +165,7 @@ struct ItemIndexTests {
                 default:
                     // Reopened: the index is built again from the table.
                     vault.close()
-                    vault = try Vault(dataDirectory: dir)
+                    vault = try Vault(dataDirectory: dir, passphrasePolicy: .tests)
                     counts["reopen", default: 0] += 1
                 }
                 if step % 5 == 0 || step > 590 { try Self.expectAllQueries(vault, model, label) }

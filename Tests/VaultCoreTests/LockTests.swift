@@ -3,7 +3,7 @@ import Testing
 @testable import VaultCore
 import VaultProtocol
 
-/// Vaults with a passphrase (Argon2id costs ~0.3 s a derivation, so these are few and do a lot).
+/// Vaults with a passphrase (at the tests' MIN Argon2id cost: `PassphrasePolicy.tests`).
 @Suite("Lock states, passphrases and device binding")
 struct LockTests {
     /// Adds one item per accessibility class, service = the class name, secret = "secret-<class>".
@@ -55,7 +55,7 @@ struct LockTests {
         try withTemporaryDirectory { tmp in
             let dir = tmp + "/data"
             do {
-                let vault = try Vault(dataDirectory: dir)
+                let vault = try Vault(dataDirectory: dir, passphrasePolicy: .tests)
                 defer { vault.close() }
                 let state = try vault.initialize(passphrase: secret("correct horse"), caller: .owner)
                 #expect(state["state"] == "unlocked")
@@ -87,7 +87,7 @@ struct LockTests {
             }
 
             // Restart: a new engine on the same directory has never been unlocked.
-            let vault = try Vault(dataDirectory: dir)
+            let vault = try Vault(dataDirectory: dir, passphrasePolicy: .tests)
             defer { vault.close() }
             #expect(vault.lockState["state"] == "locked")
             #expect(vault.lockState["unlockedSinceStart"] == false)
@@ -123,7 +123,7 @@ struct LockTests {
         try withTemporaryDirectory { tmp in
             let dir = tmp + "/data"
             do {
-                let vault = try Vault(dataDirectory: dir)
+                let vault = try Vault(dataDirectory: dir, passphrasePolicy: .tests)
                 defer { vault.close() }
                 _ = try vault.initialize(passphrase: secret("p1"), caller: .owner)
                 try Self.addOnePerClass(vault)
@@ -165,7 +165,7 @@ struct LockTests {
             }
             // After a restart the vault without a passphrase is unlocked, every remaining class opens.
             do {
-                let vault = try Vault(dataDirectory: dir)
+                let vault = try Vault(dataDirectory: dir, passphrasePolicy: .tests)
                 defer { vault.close() }
                 #expect(vault.lockState["state"] == "unlocked")
                 #expect(vault.lockState["hasPassphrase"] == false)
@@ -177,7 +177,7 @@ struct LockTests {
                     service: Accessibility.whenPasscodeSetThisDeviceOnly.rawValue, account: "acct",
                     secret: Array("secret-whenPasscodeSetThisDeviceOnly".utf8), accessible: .whenPasscodeSetThisDeviceOnly)
             }
-            let vault = try Vault(dataDirectory: dir)
+            let vault = try Vault(dataDirectory: dir, passphrasePolicy: .tests)
             defer { vault.close() }
             #expect(vault.lockState["state"] == "locked")
             _ = try vault.unlock(passphrase: secret("p3"))
@@ -189,7 +189,7 @@ struct LockTests {
     /// rate limit as Unlock, or it would be an unlimited passphrase-guessing oracle.
     @Test func wrongPassphrasesInChangePassphraseAreRateLimited() throws {
         try withTemporaryDirectory { tmp in
-            let vault = try Vault(dataDirectory: tmp + "/data")
+            let vault = try Vault(dataDirectory: tmp + "/data", passphrasePolicy: .tests)
             defer { vault.close() }
             _ = try vault.initialize(passphrase: secret("right"), caller: .owner)
             for guess in ["guess1", "guess2", "guess3"] {
@@ -205,7 +205,7 @@ struct LockTests {
             #expect((try vault.status()["retryAfter"]?.doubleValue ?? 0) > 0)
             // The wait survives a restart.
             vault.close()
-            let restarted = try Vault(dataDirectory: tmp + "/data")
+            let restarted = try Vault(dataDirectory: tmp + "/data", passphrasePolicy: .tests)
             defer { restarted.close() }
             expectVaultError(.rateLimited) { _ = try restarted.unlock(passphrase: secret("right")) }
         }
@@ -349,7 +349,7 @@ struct LockTests {
         try withTemporaryDirectory { tmp in
             let original = tmp + "/original", copy = tmp + "/copy"
             do {
-                let vault = try Vault(dataDirectory: original)
+                let vault = try Vault(dataDirectory: original, passphrasePolicy: .tests)
                 defer { vault.close() }
                 _ = try vault.initialize(passphrase: secret("pass"), caller: .owner)
                 try Self.addOnePerClass(vault)
@@ -362,7 +362,7 @@ struct LockTests {
             try Data(otherKey).write(to: URL(fileURLWithPath: copy + "/device.key"))
 
             do {
-                let moved = try Vault(dataDirectory: copy)
+                let moved = try Vault(dataDirectory: copy, passphrasePolicy: .tests)
                 defer { moved.close() }
                 #expect(moved.lockState["state"] == "locked")
                 _ = try moved.unlock(passphrase: secret("pass"))
@@ -375,7 +375,7 @@ struct LockTests {
                 }
             }
             // The original, with its own device key, still opens everything.
-            let vault = try Vault(dataDirectory: original)
+            let vault = try Vault(dataDirectory: original, passphrasePolicy: .tests)
             defer { vault.close() }
             _ = try vault.unlock(passphrase: secret("pass"))
             for a in Accessibility.allCases { Self.expectReadable(vault, a) }
@@ -385,9 +385,9 @@ struct LockTests {
     @Test func damagedDeviceKeyIsRefused() throws {
         try withTemporaryDirectory { tmp in
             let dir = tmp + "/data"
-            do { let v = try Vault(dataDirectory: dir); v.close() }
+            do { let v = try Vault(dataDirectory: dir, passphrasePolicy: .tests); v.close() }
             try Data(repeating: 1, count: 31).write(to: URL(fileURLWithPath: dir + "/device.key"))
-            expectVaultError(.internalError) { _ = try Vault(dataDirectory: dir) }
+            expectVaultError(.internalError) { _ = try Vault(dataDirectory: dir, passphrasePolicy: .tests) }
         }
     }
 

@@ -21,7 +21,7 @@ struct OrderedEventsTests {
     /// not deadlock (the events were emitted holding the lock that `Ticket.take` needs).
     @Test func anObserverMayWriteAPreference() throws {
         let url = FileManager.default.temporaryDirectory.appendingPathComponent("vaultcore-tests-\(UUID().uuidString)")
-        let vault = try Vault(dataDirectory: url.path + "/data")
+        let vault = try Vault(dataDirectory: url.path + "/data", passphrasePolicy: .tests)
         _ = try vault.initialize(passphrase: nil, caller: .owner)
         let mirrored = LockedList()
         _ = vault.addObserver { event in
@@ -45,7 +45,7 @@ struct OrderedEventsTests {
     /// for each other.
     @Test func anObserverMayTakeTheEngineLockWhileOthersWrite() throws {
         let url = FileManager.default.temporaryDirectory.appendingPathComponent("vaultcore-tests-\(UUID().uuidString)")
-        let vault = try Vault(dataDirectory: url.path + "/data")
+        let vault = try Vault(dataDirectory: url.path + "/data", passphrasePolicy: .tests)
         _ = try vault.initialize(passphrase: nil, caller: .owner)
         _ = vault.addObserver { event in
             guard case .preference = event else { return }

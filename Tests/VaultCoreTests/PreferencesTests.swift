@@ -45,7 +45,7 @@ struct PreferencesTests {
         try withTemporaryDirectory { tmp in
             let dir = tmp + "/data"
             do {
-                let vault = try Vault(dataDirectory: dir)
+                let vault = try Vault(dataDirectory: dir, passphrasePolicy: .tests)
                 defer { vault.close() }
                 for (key, value) in Self.values {
                     try vault.setPreference(domain: Self.domain, key: key, value: value)
@@ -67,7 +67,7 @@ struct PreferencesTests {
                 try vault.removePreference(domain: Self.domain, key: "string")  // absent: no error
             }
             // Durable: a restarted engine reads the same values.
-            let vault = try Vault(dataDirectory: dir)
+            let vault = try Vault(dataDirectory: dir, passphrasePolicy: .tests)
             defer { vault.close() }
             for (key, value) in Self.values where key != "string" {
                 #expect(try vault.preference(domain: Self.domain, key: key) == value, "key '\(key)' after restart")
@@ -323,14 +323,14 @@ struct PreferencesTests {
             let dir = tmp + "/data"
             let controls = PlistValue.string(String(repeating: "\u{1}", count: 1_000_000))
             do {
-                let vault = try Vault(dataDirectory: dir)
+                let vault = try Vault(dataDirectory: dir, passphrasePolicy: .tests)
                 defer { vault.close() }
                 try vault.setPreference(domain: Self.domain, key: "k1", value: controls)
                 // As an older vaultd counted it: the binary size only.
                 _ = try vault.db.run("UPDATE preferences SET size = ? WHERE key = 'k1'", [.integer(Int64(2 + controls.storageSize))])
                 _ = try vault.db.run("DELETE FROM schema_migrations WHERE name = '2026-11-30-preferences-wire-size'")
             }
-            let vault = try Vault(dataDirectory: dir)
+            let vault = try Vault(dataDirectory: dir, passphrasePolicy: .tests)
             defer { vault.close() }
             let size = try #require(try vault.db.row("SELECT size FROM preferences WHERE key = 'k1'")?[0].int64)
             #expect(size > 3_000_000, "recounted: \(size)")

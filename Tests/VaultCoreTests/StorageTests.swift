@@ -76,7 +76,7 @@ struct AtRestTests {
     @Test func nothingTypedAppearsInPlaintextOnDisk() throws {
         try withTemporaryDirectory { tmp in
             let dir = tmp + "/data"
-            let vault = try Vault(dataDirectory: dir)
+            let vault = try Vault(dataDirectory: dir, passphrasePolicy: .tests)
             var closed = false
             defer { if !closed { vault.close() } }
             _ = try vault.initialize(passphrase: nil, caller: .owner)
@@ -115,7 +115,7 @@ struct AtRestTests {
             #expect(after.values.contains { Self.contains($0, Array("CONTROL-MARKER-VISIBLE".utf8)) })
 
             // And the data is really there: reopened, it decrypts.
-            let reopened = try Vault(dataDirectory: dir)
+            let reopened = try Vault(dataDirectory: dir, passphrasePolicy: .tests)
             defer { reopened.close() }
             #expect(try reopened.readGeneric(service: "svc-PLAINTEXT-CHECK") == Array("secret2-PLAINTEXT-CHECK".utf8))
         }
@@ -203,7 +203,7 @@ struct MigratorTests {
             let dir = tmp + "/data"
             var current: [[SQLValue]] = []
             do {
-                let v = try Vault(dataDirectory: dir)
+                let v = try Vault(dataDirectory: dir, passphrasePolicy: .tests)
                 _ = try v.initialize(passphrase: nil, caller: .owner)
                 for i in 0..<50 { try v.addGeneric(service: "svc\(i % 7)", account: "acct\(i % 20)", secret: [UInt8(i), 1, 2]) }
                 _ = try v.addItem(
@@ -245,7 +245,7 @@ struct MigratorTests {
                 try? FileManager.default.removeItem(atPath: old + "-wal")
             }
             #expect(current.count == 51)
-            let v = try Vault(dataDirectory: dir)
+            let v = try Vault(dataDirectory: dir, passphrasePolicy: .tests)
             for i in 0..<20 {
                 // acct i holds the items i, i + 20, i + 40 (those below 50), each under svc (n % 7).
                 let expected = stride(from: i, to: 50, by: 20).map { [UInt8($0), 1, 2] }
@@ -292,18 +292,18 @@ struct MigratorTests {
         try withTemporaryDirectory { tmp in
             let dir = tmp + "/data"
             do {
-                let v = try Vault(dataDirectory: dir)
+                let v = try Vault(dataDirectory: dir, passphrasePolicy: .tests)
                 v.close()
             }
             // Reopening runs the shipped migrations again: a no-op.
             do {
-                let v = try Vault(dataDirectory: dir)
+                let v = try Vault(dataDirectory: dir, passphrasePolicy: .tests)
                 _ = try v.initialize(passphrase: nil, caller: .owner)
                 try v.addGeneric(service: "s", account: "a", secret: [1])
                 v.close()
             }
             do {
-                let v = try Vault(dataDirectory: dir)
+                let v = try Vault(dataDirectory: dir, passphrasePolicy: .tests)
                 #expect(try v.readGeneric(service: "s") == [1])
                 v.close()
             }
@@ -312,7 +312,7 @@ struct MigratorTests {
                 try db.run("INSERT INTO schema_migrations (name, applied_at) VALUES ('2099-01-01-future', 0)")
                 db.close()
             }
-            expectVaultError(.internalError) { _ = try Vault(dataDirectory: dir) }
+            expectVaultError(.internalError) { _ = try Vault(dataDirectory: dir, passphrasePolicy: .tests) }
         }
     }
 }

@@ -17,7 +17,7 @@ func withTemporaryDirectory<T>(_ body: (String) throws -> T) throws -> T {
 func withVault<T>(initialize: Bool = true, _ body: (Vault, String) throws -> T) throws -> T {
     try withTemporaryDirectory { tmp in
         let dir = tmp + "/data"
-        let vault = try Vault(dataDirectory: dir)
+        let vault = try Vault(dataDirectory: dir, passphrasePolicy: .tests)
         defer { vault.close() }
         if initialize { _ = try vault.initialize(passphrase: nil, caller: .owner) }
         return try body(vault, dir)
@@ -70,4 +70,10 @@ extension Vault {
     }
 
     func lockStateName() -> String? { lockState["state"]?.stringValue }
+}
+
+extension PassphrasePolicy {
+    /// Argon2id at libsodium's MIN cost: the unit tests init and unlock many vaults and check
+    /// nothing of the cost (PassphraseTests checks the real one).
+    static let tests = PassphrasePolicy(kdfCost: .minimum)
 }

@@ -1,5 +1,6 @@
 internal import CSodium
 import Foundation
+import VaultProtocol
 
 /// Key material in `sodium_malloc` memory: guarded pages, locked against swap, wiped
 /// (zeroed) on release. Compared in constant time; prints as `[REDACTED]`; its bytes are
@@ -68,7 +69,7 @@ public final class SecureBytes: @unchecked Sendable, CustomStringConvertible, Cu
         try body(UnsafeRawBufferPointer(start: pointer, count: count))
     }
 
-    func withUnsafeMutableBytes<R>(_ body: (UnsafeMutableRawBufferPointer) throws -> R) rethrows -> R {
+    public func withUnsafeMutableBytes<R>(_ body: (UnsafeMutableRawBufferPointer) throws -> R) rethrows -> R {
         try body(UnsafeMutableRawBufferPointer(start: pointer, count: count))
     }
 
@@ -77,16 +78,54 @@ public final class SecureBytes: @unchecked Sendable, CustomStringConvertible, Cu
         count == other.count && sodium_memcmp(pointer, other.pointer, count) == 0
     }
 
+    /// The bytes that the base64 text `text` (RFC 4648 with padding: libsodium's
+    /// `sodium_base64_VARIANT_ORIGINAL`) encodes, decoded by `sodium_base642bin` straight
+    /// into secure memory; nil when `text` is not exactly that (no whitespace, no other
+    /// characters, the padding bits zero).
+    public static func decodingBase64(_ text: UnsafeBufferPointer<UInt8>) -> SecureBytes? {
+        guard text.count % 4 == 0 else { return nil }
+        var padding = 0
+        while padding < 2, padding < text.count, text[text.count - 1 - padding] == UInt8(ascii: "=") { padding += 1 }
+        let out = SecureBytes(count: text.count / 4 * 3 - padding)
+        guard text.count > 0 else { return out }
+        var decoded = 0
+        var end: UnsafePointer<CChar>?
+        let rc = text.withMemoryRebound(to: CChar.self) { t in
+            sodium_base642bin(
+                out.pointer.assumingMemoryBound(to: UInt8.self), out.count, t.baseAddress, t.count, nil, &decoded, &end,
+                sodium_base64_VARIANT_ORIGINAL)
+        }
+        guard rc == 0, decoded == out.count, end == text.withMemoryRebound(to: CChar.self, { $0.baseAddress! + $0.count }) else { return nil }
+        return out
+    }
+
+    /// The string a JSON string's text (between its quotes, already validated: as
+    /// `JSON.parseCall` leaves a member in a message) stands for, unescaped straight into
+    /// secure memory: its UTF-8 bytes.
+    public static func unescapingJSONString(_ text: UnsafeBufferPointer<UInt8>) -> SecureBytes {
+        let scratch = SecureBytes(count: text.count)
+        let n = JSON.unescape(text, into: scratch.pointer.assumingMemoryBound(to: UInt8.self))
+        return SecureBytes(copying: UnsafeBufferPointer(start: scratch.pointer.assumingMemoryBound(to: UInt8.self), count: n))
+    }
+
+    /// Length of `base64` of `count` bytes (with padding, without a NUL).
+    public static func base64Length(of count: Int) -> Int { (count + 2) / 3 * 4 }
+
+    /// Writes these bytes as base64 (`sodium_bin2base64`, VARIANT_ORIGINAL) to `out`, which
+    /// has room for `base64Length(of: count)` bytes; no NUL is left after them.
+    public func writeBase64(to out: UnsafeMutableRawPointer) {
+        let length = Self.base64Length(of: count)
+        // sodium_bin2base64 writes a NUL after the text: into a scratch buffer of secure memory
+        // one byte longer, then copied.
+        let scratch = SecureBytes(count: length + 1)
+        _ = sodium_bin2base64(scratch.pointer.assumingMemoryBound(to: CChar.self), length + 1, pointer.assumingMemoryBound(to: UInt8.self), count, sodium_base64_VARIANT_ORIGINAL)
+        out.copyMemory(from: scratch.pointer, byteCount: length)
+    }
+
     public var description: String { "[REDACTED]" }
     public var debugDescription: String { "[REDACTED]" }
 }
 
-extension Array where Element == UInt8 {
-    /// Overwrites the array's storage with zeros (`sodium_memzero`).
-    public mutating func wipe() {
-        withUnsafeMutableBytes { b in if let p = b.baseAddress { sodium_memzero(p, b.count) } }
-    }
-}
 
 /// Slots for small `SecureBytes`, carved from `sodium_malloc` regions (each guarded by
 /// inaccessible pages and locked against swap). A released slot is zeroed before it is

@@ -74,6 +74,25 @@ public enum Sodium {
         open(box, key: key, associatedData: associatedData)?.withUnsafeBytes { Array($0) }
     }
 
+    /// How costly a new passphrase's Argon2id is.
+    public enum KDFCost: String, Sendable {
+        /// libsodium's MODERATE limits: 3 passes over 256 MiB (about 0.5 to 1 s on a laptop
+        /// core). The cost of every vault vaultd creates, and the least it keeps: a vault
+        /// stored with less is re-wrapped at this cost at its next unlock.
+        case moderate
+        /// libsodium's MIN limits (1 pass, 8 KiB): for tests only (`VAULTD_ARGON2_TEST_COST=min`),
+        /// which init and unlock many vaults and check nothing of the cost.
+        case minimum
+
+        /// (passes, bytes) of this cost.
+        public var limits: (opsLimit: UInt64, memLimit: UInt64) {
+            switch self {
+            case .moderate: (UInt64(crypto_pwhash_opslimit_moderate()), UInt64(crypto_pwhash_memlimit_moderate()))
+            case .minimum: (UInt64(crypto_pwhash_opslimit_min()), UInt64(crypto_pwhash_memlimit_min()))
+            }
+        }
+    }
+
     /// Argon2id parameters, stored with the vault so they can be raised later.
     public struct KDFParameters: Equatable, Sendable {
         /// Passes (crypto_pwhash opslimit).
@@ -82,26 +101,46 @@ public enum Sodium {
         public var memLimit: UInt64
         public var salt: [UInt8]
 
-        /// libsodium's INTERACTIVE limits (2 passes, 64 MiB) with a fresh 16-byte salt.
-        public static func interactive() -> KDFParameters {
+        public init(opsLimit: UInt64, memLimit: UInt64, salt: [UInt8]) {
+            self.opsLimit = opsLimit
+            self.memLimit = memLimit
+            self.salt = salt
+        }
+
+        /// `cost`'s limits with a fresh 16-byte salt (`crypto_pwhash_SALTBYTES`).
+        public static func fresh(_ cost: KDFCost) -> KDFParameters {
             initialize()
-            return KDFParameters(
-                opsLimit: UInt64(crypto_pwhash_OPSLIMIT_INTERACTIVE), memLimit: UInt64(crypto_pwhash_MEMLIMIT_INTERACTIVE),
-                salt: randomBytes(Int(crypto_pwhash_SALTBYTES)))
+            let (ops, mem) = cost.limits
+            return KDFParameters(opsLimit: ops, memLimit: mem, salt: randomBytes(Int(crypto_pwhash_SALTBYTES)))
+        }
+
+        /// Whether these parameters cost less than `cost` in passes or in memory (a KEK
+        /// derived with them is cheaper to guess than one derived at `cost`).
+        public func isWeaker(than cost: KDFCost) -> Bool {
+            let (ops, mem) = cost.limits
+            return opsLimit < ops || memLimit < mem
         }
     }
 
-    /// Derives a 32-byte key from a passphrase with Argon2id (`crypto_pwhash`, ALG_ARGON2ID13).
-    /// Throws `VaultError` InternalError when libsodium cannot allocate the memory.
+    /// One Argon2id derivation at a time, process-wide: each takes its `memLimit` (256 MiB at
+    /// MODERATE) for as long as it runs, so concurrent Init, Unlock and ChangePassphrase calls
+    /// must not add those up.
+    private static let derivationLock = NSLock()
+
+    /// Derives a 32-byte key from a passphrase with Argon2id (`crypto_pwhash`, ALG_ARGON2ID13),
+    /// waiting for any derivation already running (`derivationLock`). Throws `VaultError`
+    /// InternalError when libsodium cannot allocate the memory.
     public static func argon2id(passphrase: SecureBytes, parameters: KDFParameters) throws -> SecureBytes {
         initialize()
         let out = SecureBytes(count: keyLength)
-        let rc = out.withUnsafeMutableBytes { o in
-            passphrase.withUnsafeBytes { p in
-                crypto_pwhash(
-                    o.bindMemory(to: UInt8.self).baseAddress!, UInt64(keyLength),
-                    p.bindMemory(to: CChar.self).baseAddress!, UInt64(p.count),
-                    parameters.salt, parameters.opsLimit, Int(parameters.memLimit), crypto_pwhash_ALG_ARGON2ID13)
+        let rc = derivationLock.withLock {
+            out.withUnsafeMutableBytes { o in
+                passphrase.withUnsafeBytes { p in
+                    crypto_pwhash(
+                        o.bindMemory(to: UInt8.self).baseAddress!, UInt64(keyLength),
+                        p.bindMemory(to: CChar.self).baseAddress!, UInt64(p.count),
+                        parameters.salt, parameters.opsLimit, Int(parameters.memLimit), crypto_pwhash_ALG_ARGON2ID13)
+                }
             }
         }
         guard rc == 0 else { throw VaultError(.internalError, "Argon2id failed (out of memory?)") }

@@ -1,19 +1,30 @@
 import Foundation
 import VaultProtocol
 
-/// The vault's key hierarchy (docs/keychain.md) and lock state.
+/// The vault's key hierarchy (docs/keychain.md) and lock state. Every key is 32 bytes, every wrapping
+/// XChaCha20-Poly1305-IETF (`Sodium.seal`) with the key's `vault_meta` name bound in as
+/// associated data (`ad`).
 ///
-/// - `device.key`: 32 random bytes, 0600, never exported.
-/// - KEK: Argon2id over the passphrase (parameters stored in `vault_meta`); without a
-///   passphrase, a BLAKE2b derivation of the device key.
+/// - `device.key`: 32 random bytes in the data directory, 0600, never exported.
+/// - KEK (key-encryption key): with a passphrase, Argon2id (`crypto_pwhash`, ALG_ARGON2ID13)
+///   of the passphrase, with the salt, passes and memory stored in `vault_meta` `kdf` (the
+///   KEK itself is never stored; new ones at `Sodium.KDFCost.moderate`, and a vault stored
+///   with less is re-wrapped at its next unlock: `Vault.unlock`). Without a passphrase, a
+///   random KEK stored in `vault_meta` `kek.nopassphrase` beside the keys it wraps: such a
+///   vault is protected by nothing but the file permissions of the data directory (and, for
+///   ThisDeviceOnly classes, of `device.key`); whoever can read `vault.sqlite` (and
+///   `device.key`) can read every secret.
 /// - Class keys, one per accessibility class, random, wrapped by the KEK; the ThisDeviceOnly
-///   ones by a key combining the KEK with the device key, so they open on this device only.
-///   A data directory moved to another device (another `device.key`) gets there, on its first
-///   unlock, a ThisDeviceOnly key of that device's own per class (`class.NAME@DEVICE`), as a
-///   restored iPhone starts its ThisDeviceOnly items afresh: the other device's items stay
-///   NotAvailableOnThisDevice, new ones are that device's.
-/// - The metadata key (encrypts attributes) and the index key (keyed hashes for uniqueness and
-///   lookups), wrapped by the KEK: available from the first unlock.
+///   ones by BLAKE2b of the KEK keyed with the device key (`wrappingKey`), so they open on
+///   this device only. A data directory moved to another device (another `device.key`) gets
+///   there, on its first unlock, a ThisDeviceOnly key of that device's own per class
+///   (`class.NAME@DEVICE`), as a restored iPhone starts its ThisDeviceOnly items afresh: the
+///   other device's items stay NotAvailableOnThisDevice, new ones are that device's.
+/// - The metadata key (encrypts items' attributes) and the index key (keyed BLAKE2b hashes
+///   of items' primary keys, services, servers and accounts, for uniqueness and lookups),
+///   wrapped by the KEK: available from the first unlock.
+/// - Below them (`KeychainStore`): one random item key per item, wrapped by its class key,
+///   encrypting the item's secret.
 ///
 /// Not thread-safe: `Vault` changes it holding both its engine and keys locks, and reads it
 /// holding either.
@@ -229,9 +240,10 @@ final class KeyHierarchy {
         let kek: SecureBytes
         let parameters: Sodium.KDFParameters
 
-        /// Derives it (Argon2id, about 0.3 s): before any lock is taken.
-        init(deriving passphrase: SecureBytes) throws {
-            parameters = Sodium.KDFParameters.interactive()
+        /// Derives it at `cost` (Argon2id: at MODERATE, 256 MiB and about a second): before
+        /// any lock is taken.
+        init(deriving passphrase: SecureBytes, cost: Sodium.KDFCost) throws {
+            parameters = Sodium.KDFParameters.fresh(cost)
             kek = try Sodium.argon2id(passphrase: passphrase, parameters: parameters)
         }
     }
@@ -264,6 +276,13 @@ final class KeyHierarchy {
         try requireInitialized()
         guard let p = try kdfParameters() else { throw VaultError(.noPassphrase, "the vault has no passphrase, so it is always unlocked") }
         return p
+    }
+
+    /// Whether the stored Argon2id parameters cost less than `cost` (a vault made before the
+    /// cost was raised): its keys are to be re-wrapped under a KEK derived at `cost`
+    /// (`rewrap`). False without a passphrase.
+    func kdfIsWeaker(than cost: Sodium.KDFCost) throws -> Bool {
+        try kdfParameters()?.isWeaker(than: cost) ?? false
     }
 
     /// Unlocks with the KEK derived with `passphraseParameters`. Throws `Vault.AuthFailed` when it is wrong.

@@ -33,6 +33,13 @@ public final class Vault: @unchecked Sendable {
     private let readers: ReaderPool
     private let groupCommit = GroupCommit()
     private let unlockAttempts = NSLock()
+    /// The Argon2id cost and the unlock rate limit's time scale.
+    public let passphrasePolicy: PassphrasePolicy
+    /// Failed passphrase checks in a row, as this process counted them, and the wall-clock
+    /// time of the last (seconds since 1970), under the engine lock. With the count stored in
+    /// `vault_meta` (`unlock.failures`), the larger wins (`failureRecord`): a failure that
+    /// could not be stored (a full disk) still counts, until vaultd exits.
+    private var failures = FailureRecord(count: 0, last: 0)
     /// Observers, under a lock of their own: a writer emits right after its commit, and on
     /// the engine lock it would wait for the next group's leader, which holds that lock while
     /// it waits for the writers of its group, which would serialize every write behind it.
@@ -56,8 +63,11 @@ public final class Vault: @unchecked Sendable {
     /// of a restore) is refused with InternalError saying so: a new key would make every
     /// ThisDeviceOnly item unavailable for good, and the old key, put back later, would no
     /// longer open what was made meanwhile.
-    public init(dataDirectory: String, cacheDirectory: String? = nil, newDeviceKey: Bool = false) throws {
+    /// `passphrasePolicy`: the Argon2id cost of new passphrase keys and the rate limit's time
+    /// scale (the defaults for real vaults; tests lower them).
+    public init(dataDirectory: String, cacheDirectory: String? = nil, newDeviceKey: Bool = false, passphrasePolicy: PassphrasePolicy = PassphrasePolicy()) throws {
         self.dataDirectory = dataDirectory
+        self.passphrasePolicy = passphrasePolicy
         self.cacheDirectory = cacheDirectory ?? dataDirectory + "/caches"
         try FileSystem.makeDirectory(dataDirectory, mode: 0o700)
         let keyPath = dataDirectory + "/device.key"
@@ -207,8 +217,7 @@ public final class Vault: @unchecked Sendable {
                 "lock": keys.lockState,
                 "items": JSON(try keychain.count(inGroups: caller.isOwner ? nil : caller.accessGroups)),
                 "domains": JSON(readable.count),
-                // Status only looks: a correction it cannot write (a full disk) does not fail it.
-                "retryAfter": JSON(try rateLimitDelay(correctionMayFail: true)),
+                "retryAfter": JSON(try rateLimitDelay()),
             ]
         }
     }
@@ -218,7 +227,7 @@ public final class Vault: @unchecked Sendable {
     public func initialize(passphrase: SecureBytes?, caller: Caller) throws -> JSON {
         try requireOwner(caller)
         if let p = passphrase, p.count == 0 { throw VaultError.param("the passphrase must not be empty") }
-        let kek = try passphrase.map { try KeyHierarchy.PassphraseKEK(deriving: $0) }
+        let kek = try passphrase.map { try KeyHierarchy.PassphraseKEK(deriving: $0, cost: passphrasePolicy.kdfCost) }
         return try inEventOrder { ticket in
             let state = try locked {
                 try writingKeys { try changingKeys { try keys.initialize(passphrase: kek) } }
@@ -231,18 +240,48 @@ public final class Vault: @unchecked Sendable {
 
     /// Unlocks with the passphrase. Throws Vault.AuthFailed (wrong passphrase; counted),
     /// RateLimited (too many failures: wait `retryAfter` seconds), NoPassphrase, NotInitialized.
+    /// A vault whose stored Argon2id parameters cost less than `passphrasePolicy.kdfCost` (made
+    /// before the cost was raised) is re-wrapped under a KEK derived at that cost once the
+    /// passphrase proved right (`strengthenKDF`).
     public func unlock(passphrase: SecureBytes) throws -> JSON {
         // One attempt at a time, so parallel guesses cannot all pass the rate limit.
         unlockAttempts.lock()
         defer { unlockAttempts.unlock() }
         let kek = try passphraseKEK(passphrase, for: "Unlock")
-        return try inEventOrder { ticket in
+        let state: JSON = try inEventOrder { ticket in
             let state: JSON = try locked {
                 try openKeysCounting(kek, for: "Unlock")
                 ticket.take()
                 return keys.lockState
             }
             return (state, [.lockState(state)])
+        }
+        strengthenKDF(passphrase)
+        return state
+    }
+
+    /// Re-wraps this device's keys under a KEK of `passphrase` (just proved right) derived
+    /// at `passphrasePolicy.kdfCost` when the stored parameters cost less: the new salt and
+    /// parameters and the re-wrapped keys are stored in one transaction, so a crash leaves
+    /// either the old wrapping or the new. Derived outside the engine lock, as Unlock derives.
+    /// A failure (a full disk, a Lock in between) leaves the old wrapping, which still opens,
+    /// and is logged: the next unlock tries again. Call it holding `unlockAttempts`.
+    private func strengthenKDF(_ passphrase: SecureBytes) {
+        let cost = passphrasePolicy.kdfCost
+        guard (try? locked({ try keys.kdfIsWeaker(than: cost) })) == true else { return }
+        do {
+            let stronger = try KeyHierarchy.PassphraseKEK(deriving: passphrase, cost: cost)
+            try locked {
+                guard keys.state == .unlocked, try keys.kdfIsWeaker(than: cost) else { return }
+                try writingKeys { try changingKeys { try keys.rewrap(newPassphrase: stronger) } }
+                // The keys wrapped under the weaker KEK stay in the WAL's old frames until it
+                // wraps round (as after ChangePassphrase).
+                do { try db.truncateWAL() } catch { log("the keys wrapped under the earlier Argon2id cost may stay in the write-ahead log for a while: \(error)") }
+            }
+            let (ops, mem) = cost.limits
+            log("re-wrapped the vault's keys under Argon2id at \(ops) passes over \(mem >> 20) MiB")
+        } catch {
+            log("could not re-wrap the vault's keys at the stronger Argon2id cost (they stay as they were; the next unlock tries again): \(error)")
         }
     }
 
@@ -290,7 +329,7 @@ public final class Vault: @unchecked Sendable {
             throw VaultError(.noPassphrase, "the vault has no passphrase to remove")
         }
         // After the rate limit's check: a refused call does not spend an Argon2id on it.
-        let newKEK = try new.map { try KeyHierarchy.PassphraseKEK(deriving: $0) }
+        let newKEK = try new.map { try KeyHierarchy.PassphraseKEK(deriving: $0, cost: passphrasePolicy.kdfCost) }
         return try inEventOrder { ticket in
             let result: (JSON, Int) = try locked {
                 // Only a ChangePassphrase sets or removes a passphrase once the vault exists,
@@ -348,15 +387,11 @@ public final class Vault: @unchecked Sendable {
         do {
             try changingKeys { try keys.unlock(kek: kek) }
         } catch let e as VaultError where e.code == .wrongPassphrase {
-            let n: Int
-            do {
-                n = try recordFailedUnlock()
-            } catch {
-                log("\(operation) failed: wrong passphrase (the failure could not be counted: \(error))")
-                throw error
-            }
-            let wait = Self.failureWait(n)
-            log("\(operation) failed: wrong passphrase (\(n) failed in a row\(wait > 0 ? "; the next check is allowed in \(Int(wait)) s" : ""))")
+            let (n, stored) = recordFailedUnlock()
+            let wait = failureWait(n)
+            log(
+                "\(operation) failed: wrong passphrase (\(n) failed in a row\(wait > 0 ? "; the next check is allowed in \(wait) s" : "")\(stored ? "" : "; counted in memory only, the store could not take it"))"
+            )
             throw e
         }
         // Unlocked: a count left behind (a full disk) only costs a later wait; failing here
@@ -364,29 +399,53 @@ public final class Vault: @unchecked Sendable {
         do { try resetFailedUnlocks() } catch { log("could not clear the failed-unlock count: \(error)") }
     }
 
-    // Failed unlocks: after 3 failures each further one doubles the wait (1 s … 15 min),
-    // recorded in the store so a restart does not reset it. A last failure later than now
-    // (the wall clock went back since) counts from now: counted from the recorded time, the
-    // wait would last as long as the clock had gone back (an hour, a year) on top. Call it under
-    // the engine lock. Such a failure is recorded as now, so that the wait ends;
-    // `correctionMayFail`: when that write fails, the wait is still returned (Status).
-    private func rateLimitDelay(correctionMayFail: Bool = false) throws -> Double {
-        guard let r = try db.row("SELECT value FROM vault_meta WHERE key = 'unlock.failures'"),
-            let raw = r[0].blob, let j = try? JSON.parse(raw), let n = j["count"]?.intValue,
-            var last = j["last"]?.doubleValue, n >= 3
-        else { return 0 }
-        let wait = Self.failureWait(n)
-        let now = Date().timeIntervalSince1970
-        if last > now {
-            last = now
-            do {
-                try recordFailures(n, last: now)
-            } catch where correctionMayFail {}
-        }
-        return max(0, last + wait - now)
+    /// A count of failed passphrase checks in a row and the wall-clock time of the last
+    /// (seconds since 1970).
+    struct FailureRecord {
+        var count: Int
+        var last: Double
     }
 
-    /// Throws RateLimited (with `retryAfter`) while failed passphrase checks impose a wait.
+    /// The failed checks to rate-limit by: the stored record or the one in memory, whichever
+    /// counts more (the one in memory on a tie: it has the clock corrections `rateLimitDelay`
+    /// made). A damaged stored record counts as three failures just now (a wait, never none).
+    /// Throws when the store cannot be read: a check whose count is unknown is refused.
+    /// Call it under the engine lock; the result becomes the record in memory.
+    private func failureRecord() throws -> FailureRecord {
+        var stored = FailureRecord(count: 0, last: 0)
+        if let r = try db.row("SELECT value FROM vault_meta WHERE key = 'unlock.failures'") {
+            if let raw = r[0].blob, let j = try? JSON.parse(raw), let n = j["count"]?.intValue, let last = j["last"]?.doubleValue {
+                stored = FailureRecord(count: n, last: last)
+            } else {
+                stored = FailureRecord(count: 3, last: Date().timeIntervalSince1970)
+            }
+        }
+        if stored.count > failures.count { failures = stored }
+        return failures
+    }
+
+    // Failed unlocks: after 3 failures each further one doubles the wait (1 s … 15 min,
+    // `unlockWait`), recorded in the store so a restart does not reset it, and in memory so a
+    // store that cannot take it (a full disk) does not either. A last failure later than now
+    // (the wall clock went back since) counts from now: counted from the recorded time, the
+    // wait would last as long as the clock had gone back (an hour, a year) on top. Call it
+    // under the engine lock. Such a failure is recorded as now, so that the wait ends (in memory
+    // at once; in the store when it can take it).
+    private func rateLimitDelay() throws -> Double {
+        var record = try failureRecord()
+        guard record.count >= 3 else { return 0 }
+        let wait = failureWait(record.count)
+        let now = Date().timeIntervalSince1970
+        if record.last > now {
+            record.last = now
+            failures = record
+            do { try storeFailures(record) } catch { log("could not store the corrected time of the last failed unlock: \(error)") }
+        }
+        return max(0, record.last + wait - now)
+    }
+
+    /// Throws RateLimited (with `retryAfter`) while failed passphrase checks impose a wait,
+    /// and whatever reading the count threw (the check is then refused, not allowed).
     private func checkRateLimit() throws {
         let delay = try rateLimitDelay()
         if delay > 0 {
@@ -396,25 +455,37 @@ public final class Vault: @unchecked Sendable {
         }
     }
 
-    /// The wait after `n` failures in a row (0 below 3).
-    private static func failureWait(_ n: Int) -> Double {
-        n >= 3 ? min(pow(2.0, Double(n - 3)), 900) : 0
+    /// The wait in seconds after `n` failed passphrase checks in a row, as vaultd imposes it:
+    /// none below 3, then 1 s doubling with each failure, at most 15 min (900 s).
+    public static func unlockWait(afterFailures n: Int) -> Double {
+        n >= 3 ? min(pow(2.0, Double(min(n, 64) - 3)), 900) : 0
     }
 
-    /// Counts one more failure; returns the count.
-    private func recordFailedUnlock() throws -> Int {
-        let r = try db.row("SELECT value FROM vault_meta WHERE key = 'unlock.failures'")
-        let n = (r?[0].blob.flatMap { try? JSON.parse($0) }?["count"]?.intValue ?? 0) + 1
-        try recordFailures(n, last: Date().timeIntervalSince1970)
-        return n
+    /// `unlockWait`, scaled by `passphrasePolicy.unlockDelayScale` (1 but in tests).
+    private func failureWait(_ n: Int) -> Double {
+        Self.unlockWait(afterFailures: n) * passphrasePolicy.unlockDelayScale
     }
 
-    private func recordFailures(_ n: Int, last: Double) throws {
-        let j: JSON = ["count": JSON(n), "last": JSON(last)]
+    /// Counts one more failure, in memory first (that cannot fail), then in the store.
+    /// Returns the count and whether the store took it. Call it under the engine lock, after
+    /// `failureRecord` (the rate limit's check) in the same attempt.
+    private func recordFailedUnlock() -> (count: Int, stored: Bool) {
+        failures = FailureRecord(count: failures.count + 1, last: Date().timeIntervalSince1970)
+        do {
+            try storeFailures(failures)
+            return (failures.count, true)
+        } catch {
+            return (failures.count, false)
+        }
+    }
+
+    private func storeFailures(_ record: FailureRecord) throws {
+        let j: JSON = ["count": JSON(record.count), "last": JSON(record.last)]
         try db.run("INSERT OR REPLACE INTO vault_meta (key, value) VALUES ('unlock.failures', ?)", [.blob(j.serialized())])
     }
 
     private func resetFailedUnlocks() throws {
+        failures = FailureRecord(count: 0, last: 0)
         // Only when there is a count: a DELETE of nothing is still a write transaction.
         guard try db.row("SELECT 1 FROM vault_meta WHERE key = 'unlock.failures'") != nil else { return }
         try db.run("DELETE FROM vault_meta WHERE key = 'unlock.failures'")
@@ -637,6 +708,40 @@ public final class Vault: @unchecked Sendable {
     /// A domain as a property list in `format`.
     public func exportDomain(_ domain: String, format: PropertyListCodec.Format) throws -> Data {
         try PropertyListCodec.encode(.dict(try preferenceDomain(domain)), format: format)
+    }
+}
+
+/// How a vault treats passphrases: the Argon2id cost of new KEKs and the rate limit's scale.
+public struct PassphrasePolicy: Sendable {
+    /// The Argon2id cost of every KEK derived from now on, and the least a stored one may
+    /// have before it is re-wrapped at the next unlock.
+    public var kdfCost: Sodium.KDFCost
+    /// Factor on the failed-unlock waits (`Vault.unlockWait`): 1 (the documented schedule)
+    /// but in tests, which set it in (0, 1] to check the schedule's shape in seconds, not hours.
+    public var unlockDelayScale: Double
+
+    public init(kdfCost: Sodium.KDFCost = .moderate, unlockDelayScale: Double = 1) {
+        self.kdfCost = kdfCost
+        self.unlockDelayScale = unlockDelayScale
+    }
+
+    /// The settings for tests only, from the environment: `VAULTD_ARGON2_TEST_COST=min`
+    /// (libsodium's MIN limits, never less) and `VAULTD_UNLOCK_DELAY_TEST_SCALE` (a factor
+    /// in (0, 1] on the waits). Unset, the real defaults. Throws for any other value.
+    public static func fromEnvironment(_ env: [String: String]) throws -> PassphrasePolicy {
+        var p = PassphrasePolicy()
+        switch env["VAULTD_ARGON2_TEST_COST"] {
+        case nil, "": break
+        case "min": p.kdfCost = .minimum
+        case let v?: throw VaultError(.param, "VAULTD_ARGON2_TEST_COST (for tests only) must be min, not '\(v)'")
+        }
+        if let v = env["VAULTD_UNLOCK_DELAY_TEST_SCALE"], !v.isEmpty {
+            guard let f = Double(v), f > 0, f <= 1 else {
+                throw VaultError(.param, "VAULTD_UNLOCK_DELAY_TEST_SCALE (for tests only) must be a number in (0, 1], not '\(v)'")
+            }
+            p.unlockDelayScale = f
+        }
+        return p
     }
 }
 

@@ -132,9 +132,101 @@ extension JSON {
     }
 }
 
+/// A string member of a varlink call's `parameters` left in the message's bytes
+/// (`JSON.parseCall`): its name, and where its text is (between its quotes, escapes as sent).
+public struct RawStringMember: Sendable, Equatable {
+    public var name: String
+    /// Byte offsets of the text in the message.
+    public var range: Range<Int>
+    /// Whether the text has escapes (`JSON.unescape` turns it into the string's UTF-8).
+    public var escaped: Bool
+}
+
+extension JSON {
+    /// Parses a varlink call's message as `parse` does (as strictly), except that every string
+    /// member of its top-level `parameters` object named in `rawMembers` is left out of the
+    /// tree and returned as where its text is in `bytes` instead: a secret is then never copied
+    /// into a `String` (whose storage is freed without being wiped). vaultd decodes such a
+    /// member from `bytes` straight into secure memory and then wipes `bytes`. Members of
+    /// other types stay in the tree. Throws `JSONSyntaxError`.
+    public static func parseCall(_ bytes: UnsafeBufferPointer<UInt8>, rawMembers: Set<String>) throws -> (JSON, [RawStringMember]) {
+        var parser = Parser(bytes: bytes)
+        parser.rawMembers = rawMembers
+        parser.skipWhitespace()
+        let value = try parser.parseValue(depth: 0)
+        parser.skipWhitespace()
+        guard parser.index == bytes.count else { throw parser.error("trailing bytes after the value") }
+        return (value, parser.raws)
+    }
+
+    /// Writes the UTF-8 of the JSON string whose text (between its quotes) is `text`, which
+    /// `parseCall` validated, to `out`, which has room for `text.count` bytes (a string is
+    /// never longer than its text). Returns the bytes written. Nothing is allocated.
+    public static func unescape(_ text: UnsafeBufferPointer<UInt8>, into out: UnsafeMutablePointer<UInt8>) -> Int {
+        var i = 0
+        var n = 0
+        func hex4(_ at: Int) -> UInt32 {
+            var v: UInt32 = 0
+            for k in 0..<4 {
+                let b = text[at + k]
+                let d: UInt32 =
+                    switch b {
+                    case UInt8(ascii: "0")...UInt8(ascii: "9"): UInt32(b - UInt8(ascii: "0"))
+                    case UInt8(ascii: "a")...UInt8(ascii: "f"): UInt32(b - UInt8(ascii: "a") + 10)
+                    default: UInt32(b - UInt8(ascii: "A") + 10)
+                    }
+                v = v << 4 | d
+            }
+            return v
+        }
+        while i < text.count {
+            let b = text[i]
+            guard b == UInt8(ascii: "\\"), i + 1 < text.count else {
+                out[n] = b
+                n += 1
+                i += 1
+                continue
+            }
+            let e = text[i + 1]
+            i += 2
+            let simple: UInt8? =
+                switch e {
+                case UInt8(ascii: "b"): 0x08
+                case UInt8(ascii: "f"): 0x0C
+                case UInt8(ascii: "n"): 0x0A
+                case UInt8(ascii: "r"): 0x0D
+                case UInt8(ascii: "t"): 0x09
+                case UInt8(ascii: "u"): nil
+                default: e  // " \\ /
+                }
+            if let simple {
+                out[n] = simple
+                n += 1
+                continue
+            }
+            var scalar = hex4(i)
+            i += 4
+            if scalar >= 0xD800, scalar < 0xDC00, i + 6 <= text.count {
+                scalar = 0x10000 + ((scalar - 0xD800) << 10) + (hex4(i + 2) - 0xDC00)
+                i += 6
+            }
+            guard let u = Unicode.Scalar(scalar), let utf8 = UTF8.encode(u) else { continue }
+            for c in utf8 {
+                out[n] = c
+                n += 1
+            }
+        }
+        return n
+    }
+}
+
 private struct Parser {
     let bytes: UnsafeBufferPointer<UInt8>
     var index = 0
+    /// `JSON.parseCall`: the members of the top-level `parameters` object to leave in the
+    /// bytes (nil: none), and those left so far.
+    var rawMembers: Set<String>?
+    var raws: [RawStringMember] = []
 
     init(bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
 
@@ -172,7 +264,7 @@ private struct Parser {
         }
     }
 
-    mutating func parseObject(depth: Int) throws -> JSON {
+    mutating func parseObject(depth: Int, capturing: Bool = false) throws -> JSON {
         // A message and its parameters get room for a typical object at once (growing from
         // empty rehashed it three times); deeper objects grow as they fill, and an empty one
         // allocates nothing, so a message of many small objects costs what `estimatedTreeBytes`
@@ -180,17 +272,28 @@ private struct Parser {
         // Keyed by bytes: RFC 8259 names are distinct when their code points are, so
         // "caf\u00e9" and "cafe\u0301" are two members, not a duplicate (nor one lost).
         var result = depth <= JSON.reservedObjectDepth ? JSONObject(minimumCapacity: 12) : JSONObject()
-        try parseMembers(depth: depth) { key, keyOffset, value in
-            if result.updateValue(value, forKey: key) != nil {
+        // Members left in the bytes (`capturing`), for the duplicate check.
+        var left: Set<String> = []
+        try parseMembers(depth: depth, capturing: capturing) { key, keyOffset, value in
+            guard let value else {
+                if !left.insert(key).inserted || result[key] != nil { throw JSONSyntaxError(offset: keyOffset, reason: "duplicate key") }
+                return
+            }
+            if left.contains(key) || result.updateValue(value, forKey: key) != nil {
                 throw JSONSyntaxError(offset: keyOffset, reason: "duplicate key")
             }
         }
         return .object(result)
     }
 
-    /// Reads an object (at its "{"), handing each member to `body`: its key, the key's
-    /// offset and its value.
     mutating func parseMembers(depth: Int, _ body: (String, Int, JSON) throws -> Void) throws {
+        try parseMembers(depth: depth, capturing: false) { key, offset, value in if let value { try body(key, offset, value) } }
+    }
+
+    /// Reads an object (at its "{"), handing each member to `body`: its key, the key's
+    /// offset and its value; nil for a string member left in the bytes (`capturing`: this is
+    /// the call's `parameters`, and `rawMembers` names the member; recorded in `raws`).
+    mutating func parseMembers(depth: Int, capturing: Bool, _ body: (String, Int, JSON?) throws -> Void) throws {
         index += 1
         skipWhitespace()
         if index < bytes.count, bytes[index] == UInt8(ascii: "}") { index += 1; return }
@@ -203,6 +306,27 @@ private struct Parser {
             guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw error("expected ':'") }
             index += 1
             skipWhitespace()
+            if let rawMembers, index < bytes.count {
+                if capturing, bytes[index] == UInt8(ascii: "\""), rawMembers.contains(key) {
+                    let (range, escaped) = try scanString()
+                    raws.append(RawStringMember(name: key, range: range, escaped: escaped))
+                    try body(key, keyOffset, nil)
+                    skipWhitespace()
+                    guard index < bytes.count else { throw error("unexpected end of input in object") }
+                    if bytes[index] == UInt8(ascii: ",") { index += 1; continue }
+                    if bytes[index] == UInt8(ascii: "}") { index += 1; return }
+                    throw error("expected ',' or '}'")
+                }
+                if depth == 0, !capturing, key == "parameters", bytes[index] == UInt8(ascii: "{") {
+                    guard depth + 1 < JSON.maximumDepth else { throw error("nesting deeper than \(JSON.maximumDepth)") }
+                    try body(key, keyOffset, try parseObject(depth: depth + 1, capturing: true))
+                    skipWhitespace()
+                    guard index < bytes.count else { throw error("unexpected end of input in object") }
+                    if bytes[index] == UInt8(ascii: ",") { index += 1; continue }
+                    if bytes[index] == UInt8(ascii: "}") { index += 1; return }
+                    throw error("expected ',' or '}'")
+                }
+            }
             try body(key, keyOffset, try parseValue(depth: depth + 1))
             skipWhitespace()
             guard index < bytes.count else { throw error("unexpected end of input in object") }
@@ -269,6 +393,64 @@ private struct Parser {
             index += 1
         }
         return v
+    }
+
+    /// Checks a string (at its opening quote) as `parseString` does, without making it: its
+    /// text's range (between the quotes) and whether it has escapes.
+    mutating func scanString() throws -> (Range<Int>, Bool) {
+        index += 1  // opening quote
+        let start = index
+        var escaped = false
+        var seen: UInt8 = 0  // every byte so far, or-ed: below 0x80 while all are ASCII
+        while index < bytes.count {
+            let b = bytes[index]
+            seen |= b
+            if b == UInt8(ascii: "\""), seen < 0x80 {
+                index += 1
+                return (start..<(index - 1), escaped)
+            }
+            if b == UInt8(ascii: "\"") {
+                let range = start..<index
+                var iterator = UnsafeBufferPointer(rebasing: bytes[range]).makeIterator()
+                var utf8 = Unicode.UTF8.ForwardParser()
+                while true {
+                    switch utf8.parseScalar(from: &iterator) {
+                    case .valid: continue
+                    case .emptyInput: break
+                    case .error: throw JSONSyntaxError(offset: start, reason: "invalid UTF-8 in string")
+                    }
+                    break
+                }
+                index += 1
+                return (range, escaped)
+            }
+            if b < 0x20 { throw error("control character in string") }
+            index += 1
+            guard b == UInt8(ascii: "\\") else { continue }
+            escaped = true
+            guard index < bytes.count else { break }
+            let e = bytes[index]
+            index += 1
+            switch e {
+            case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"), UInt8(ascii: "b"), UInt8(ascii: "f"), UInt8(ascii: "n"),
+                UInt8(ascii: "r"), UInt8(ascii: "t"):
+                continue
+            case UInt8(ascii: "u"):
+                let scalar = try parseHex4()
+                if scalar >= 0xD800, scalar < 0xDC00 {
+                    guard index + 2 <= bytes.count, bytes[index] == UInt8(ascii: "\\"), bytes[index + 1] == UInt8(ascii: "u")
+                    else { throw error("unpaired surrogate") }
+                    index += 2
+                    let low = try parseHex4()
+                    guard low >= 0xDC00, low < 0xE000 else { throw error("unpaired surrogate") }
+                } else if scalar >= 0xDC00, scalar < 0xE000 {
+                    throw error("unpaired surrogate")
+                }
+            default:
+                throw error("unknown escape")
+            }
+        }
+        throw error("unterminated string")
     }
 
     mutating func parseString() throws -> String {

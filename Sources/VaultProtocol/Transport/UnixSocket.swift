@@ -106,29 +106,33 @@ public final class UnixSocket: @unchecked Sendable {
     /// `stalledAfter` (with `within`): seconds the peer may take no byte at all; ETIMEDOUT
     /// too past them.
     public func sendAll(_ bytes: [UInt8], within seconds: Double? = nil, stalledAfter stall: Double? = nil) throws {
+        try bytes.withUnsafeBytes { try sendAll($0, within: seconds, stalledAfter: stall) }
+    }
+
+    /// `sendAll` of bytes that are not an array (a reply in secure memory).
+    public func sendAll(_ b: UnsafeRawBufferPointer, within seconds: Double? = nil, stalledAfter stall: Double? = nil) throws {
+        guard b.count > 0 else { return }
         let deadline = seconds.map { MonotonicClock.nanoseconds() + UInt64(max(0, $0) * 1e9) }
         let stallNanoseconds = stall.map { UInt64(max(0, $0) * 1e9) }
         var lastProgress = MonotonicClock.nanoseconds()
         // With a deadline the sends do not block: the waits happen in `poll`, bounded by it.
         let flags = Int32(MSG_NOSIGNAL) | (deadline == nil ? 0 : Int32(MSG_DONTWAIT))
-        try bytes.withUnsafeBytes { b in
-            var off = 0
-            while off < b.count {
-                let n = send(fd, b.baseAddress! + off, b.count - off, flags)
-                if n >= 0 {
-                    off += n
-                    if stallNanoseconds != nil { lastProgress = MonotonicClock.nanoseconds() }
-                    continue
-                }
-                let code = errno
-                if code == EINTR { continue }
-                guard var deadline, code == EAGAIN || code == EWOULDBLOCK else { throw Errno(code: code, call: "send") }
-                if let s = stallNanoseconds { deadline = min(deadline, lastProgress + s) }
-                let now = MonotonicClock.nanoseconds()
-                guard now < deadline else { throw Errno(code: ETIMEDOUT, call: "send") }
-                var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
-                _ = poll(&p, 1, Int32(min((deadline - now) / 1_000_000 + 1, UInt64(Int32.max))))
+        var off = 0
+        while off < b.count {
+            let n = send(fd, b.baseAddress! + off, b.count - off, flags)
+            if n >= 0 {
+                off += n
+                if stallNanoseconds != nil { lastProgress = MonotonicClock.nanoseconds() }
+                continue
             }
+            let code = errno
+            if code == EINTR { continue }
+            guard var deadline, code == EAGAIN || code == EWOULDBLOCK else { throw Errno(code: code, call: "send") }
+            if let s = stallNanoseconds { deadline = min(deadline, lastProgress + s) }
+            let now = MonotonicClock.nanoseconds()
+            guard now < deadline else { throw Errno(code: ETIMEDOUT, call: "send") }
+            var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+            _ = poll(&p, 1, Int32(min((deadline - now) / 1_000_000 + 1, UInt64(Int32.max))))
         }
     }
 
