@@ -32,7 +32,7 @@ import Glibc
                 if line.contains("<unfinished") { openSync[tid] = i } else if line.hasSuffix("= 0") { syncs.append((i, i)) }
             } else if line.contains("<... fdatasync resumed>"), let start = openSync.removeValue(forKey: tid) {
                 if line.hasSuffix("= 0") { syncs.append((start, i)) }
-            } else if (line.contains("recvfrom(") || line.contains("recvmsg(")) && !line.contains("<unfinished") {
+            } else if (line.contains("recvfrom") || line.contains("recvmsg")) && !line.contains("<unfinished") {
                 for method in ["io.vaultd.Keychain.Add", "io.vaultd.Keychain.Update", "io.vaultd.Preferences.Set"]
                 where line.contains(method) {
                     pending[tid] = writes.count
