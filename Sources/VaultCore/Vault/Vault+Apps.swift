@@ -18,7 +18,7 @@ extension Vault {
         _ appID: String, executable: String?, flatpak: Bool = false, accessGroups: [String] = [], appGroups: [String] = [],
         keepCredentialsOnReinstall: Bool = false, caller: Caller
     ) throws -> AppRecord {
-        try requireOwner(caller)
+        _ = try authorize(.installApp, for: caller)
         return try registration.withLock {
             try register(
                 appID, executable: executable, flatpak: flatpak, accessGroups: accessGroups, appGroups: appGroups,
@@ -123,7 +123,7 @@ extension Vault {
     /// Throws AppNotFound.
     @discardableResult
     public func uninstallApp(_ appID: String, caller: Caller) throws -> AppRecord {
-        try requireOwner(caller)
+        _ = try authorize(.uninstallApp, for: caller)
         return try markUninstalled(appID, executableMissing: false)
     }
 
@@ -162,13 +162,13 @@ extension Vault {
     }
 
     public func app(_ appID: String, caller: Caller) throws -> AppRecord {
-        try requireOwner(caller)
+        _ = try authorize(.showApp, for: caller)
         guard let a = try locked({ try apps.find(appID) }) else { throw VaultError(.appNotFound, "no app \(appID)") }
         return a
     }
 
     public func allApps(caller: Caller) throws -> [AppRecord] {
-        try requireOwner(caller)
+        _ = try authorize(.listApps, for: caller)
         return try locked { try apps.all() }
     }
 
@@ -227,13 +227,13 @@ extension Vault {
     /// Returns whether this was the first launch and how many items were wiped (also when
     /// an earlier call of this generation did the wipe: the first Hello reports it).
     public func hello(_ caller: Caller) throws -> (firstLaunch: Bool, wiped: Int) {
-        try admit(caller)
+        _ = try authorize(.hello, for: caller)
         return try launch(caller, reporting: true)
     }
 
     /// The first launch of the caller's generation, once: wipes the leftovers, and reports it
     /// now (`reporting`: a Hello) or keeps it for the first Hello.
-    private func launch(_ caller: Caller, reporting: Bool) throws -> (firstLaunch: Bool, wiped: Int) {
+    func launch(_ caller: Caller, reporting: Bool) throws -> (firstLaunch: Bool, wiped: Int) {
         guard let appID = caller.appID else { return (false, 0) }
         return try locked {
             try db.write { _ in
@@ -254,50 +254,9 @@ extension Vault {
         }
     }
 
-    /// Admits a call by an app (the owner always passes). The connection's app must still be
-    /// installed under the generation it was identified with: an instance connected before an
-    /// uninstall or a reinstall gets MissingEntitlement, so it cannot re-create what the
-    /// uninstall removed. With `launch` (keychain calls), a generation that has not launched
-    /// yet launches now, Hello or not: the leftovers of earlier installs are wiped first, as
-    /// Hello would (a client that skips Hello must not see them); the first Hello after it
-    /// still reports the first launch and the count wiped (`unreportedLaunchWipe`).
-    /// (A caller not made from a registration, with no generation, as unit tests build, is
-    /// not checked: vaultd's app callers always come from `AppRecord.caller`.)
-    func admit(_ caller: Caller, launch: Bool = false) throws {
-        guard let appID = caller.appID, caller.generation != nil else { return }
-        let a = try Self.current(try reading({ try AppRegistry(db: $0).find(appID) }), of: caller, appID)
-        if launch && a.launchedGeneration != a.generation { _ = try self.launch(caller, reporting: false) }
-    }
-
     /// Whether `appID` is registered and installed (under the engine lock).
     func isInstalled(_ appID: String) throws -> Bool {
         try locked { try apps.find(appID)?.installed ?? false }
-    }
-
-    /// Whether a connection's app may still be served: throws MissingEntitlement when the
-    /// app was uninstalled or reinstalled after the connection was identified (see `admit`).
-    /// The owner always passes. vaultd checks a stream with it before each batch of events.
-    public func checkAdmitted(_ caller: Caller) throws {
-        try admit(caller)
-    }
-
-    /// `admit`'s check again, inside a write (on the writer's connection, engine lock held),
-    /// so the write and the check see one state: an uninstall or reinstall that commits
-    /// between `admit` and the write would otherwise let the write land after it (a
-    /// preference set would re-create the domain the uninstall had just removed, and the
-    /// next install would read it). Throws MissingEntitlement, as `admit` does.
-    func admitInWrite(_ caller: Caller) throws {
-        guard let appID = caller.appID, caller.generation != nil else { return }
-        _ = try Self.current(try apps.find(appID), of: caller, appID)
-    }
-
-    /// `record`, when it is `caller`'s install (installed, the same generation); throws
-    /// MissingEntitlement otherwise (`admit`, `admitInWrite`).
-    private static func current(_ record: AppRecord?, of caller: Caller, _ appID: String) throws -> AppRecord {
-        guard let a = record, a.installed, a.generation == caller.generation else {
-            throw VaultError(.missingEntitlement, "\(appID) was uninstalled or reinstalled after this connection was made; reconnect")
-        }
-        return a
     }
 
     /// Notices registered executables that disappeared (uninstall) or came back (reinstall:
