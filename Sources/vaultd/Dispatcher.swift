@@ -4,7 +4,8 @@ import VaultProtocol
 
 /// Routes varlink calls to the engine. Knows the wire shapes (docs/protocol.md); knows nothing
 /// of sockets or framing. It never authorizes nor filters: each engine operation takes the
-/// caller and asks the policy (VaultCore/Policy).
+/// caller and asks the policy (VaultCore/Policy), and a method the policy has no decision for
+/// is refused before its parameters are read (`requirePolicyDecision`).
 struct Dispatcher {
     let vault: Vault
     /// App IDs with an open connection (their caches are purged last).
@@ -54,10 +55,25 @@ struct Dispatcher {
         func recheck() throws { try vault.recheck(grant) }
     }
 
+    /// Refuses `method` unless the policy has a decision for it (`Policy.varlinkMethods`):
+    /// fail closed, so a method added to an interface without one is never served. A method
+    /// no interface declares is InterfaceNotFound or MethodNotFound, as before.
+    static func requirePolicyDecision(_ call: VarlinkCall) throws {
+        guard Policy.decision(forVarlinkMethod: call.method) == nil else { return }
+        if VarlinkInterfaces.inputParameters[call.method] != nil {
+            throw VaultError(.permissionDenied, "\(call.method) has no decision in vaultd's policy, so it is refused")
+        }
+        if VarlinkInterfaces.description(of: call.interface) == nil {
+            throw VaultError(.interfaceNotFound, "no interface \(call.interface)", extra: ["interface": .string(call.interface)])
+        }
+        throw VaultError(.methodNotFound, "no method \(call.method)", extra: ["method": .string(call.method)])
+    }
+
     /// Sets up a `more` call. Throws like `handle` for bad parameters or permissions.
     /// `emittedThrough`: the preference write sequence every write up to which the snapshots
     /// hold (`Vault.addObserverReportingSequence`, called before this).
     func subscribe(_ call: VarlinkCall, caller: Caller, emittedThrough: UInt64 = 0) throws -> Subscription {
+        try Self.requirePolicyDecision(call)
         let p = Parameters(values: call.parameters)
         switch call.method {
         case "io.vaultd.Vault.Observe":
@@ -110,6 +126,7 @@ struct Dispatcher {
 
     /// Answers one non-streaming call. Throws `VaultError` for every failure.
     func handle(_ call: VarlinkCall, caller: Caller) throws -> JSONObject {
+        try Self.requirePolicyDecision(call)
         if !Self.passiveMethods.contains(call.method) { activity() }
         let p = Parameters(values: call.parameters)
         switch call.method {
