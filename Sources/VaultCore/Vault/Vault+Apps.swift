@@ -187,24 +187,11 @@ extension Vault {
         if let id = flatpakAppID {
             // Look and register as one step, so two first contacts make one generation.
             return try registration.withLock {
-                // A sandbox writes its own .flatpak-info: the name it gives must not be a group
-                // it would then be in, an app group (`group.*`) or another app's access group,
-                // installed or not, registered before this contact or since.
-                if id.hasPrefix("group.") {
-                    throw VaultError(.permissionDenied, "a sandbox names \(id), which names an app group (group.*), not an app")
+                switch try Policy.flatpakClaim(id, registered: try locked { try apps.all() }) {
+                case .installed(let a): return a.caller
+                case .register:
+                    return try register(id, executable: nil, flatpak: true, accessGroups: [], appGroups: [], keepCredentialsOnReinstall: false).caller
                 }
-                if let other = try locked({ try apps.all() }).first(where: { $0.appID != id && $0.keychainAccessGroups.containsBytes(id) }) {
-                    throw VaultError(.permissionDenied, "a sandbox names \(id), an access group of \(other.appID)")
-                }
-                if let a = try locked({ try apps.find(id) }) {
-                    // Installed or not: an uninstalled app's ID taken over by a sandbox would
-                    // wipe the credentials that app kept for its reinstall.
-                    guard a.flatpak else {
-                        throw VaultError(.permissionDenied, "a sandbox names \(id), an app registered by its executable")
-                    }
-                    if a.installed { return a.caller }
-                }
-                return try register(id, executable: nil, flatpak: true, accessGroups: [], appGroups: [], keepCredentialsOnReinstall: false).caller
             }
         }
         // The registered path as `/proc/PID/exe` shows a program: every symlink resolved, now.
