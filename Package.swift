@@ -52,7 +52,8 @@ let package = Package(
         .testTarget(name: "VaultCoreTests", dependencies: ["VaultCore", "TestSupport"]),
         .testTarget(
             name: "IntegrationTests",
-            dependencies: ["VaultClient", "VaultProtocol", "TestSupport"]
+            // VaultCore for its policy table only: the tests call vaultd through the socket.
+            dependencies: ["VaultClient", "VaultProtocol", "VaultCore", "TestSupport"]
         ),
     ],
     swiftLanguageModes: [.v5]

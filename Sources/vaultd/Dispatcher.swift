@@ -3,7 +3,9 @@ import VaultCore
 import VaultProtocol
 
 /// Routes varlink calls to the engine. Knows the wire shapes (docs/protocol.md); knows nothing
-/// of sockets or framing.
+/// of sockets or framing. It never authorizes nor filters: each engine operation takes the
+/// caller and asks the policy (VaultCore/Policy), and a method the policy has no decision for
+/// is refused before its parameters are read (`requirePolicyDecision`).
 struct Dispatcher {
     let vault: Vault
     /// App IDs with an open connection (their caches are purged last).
@@ -29,36 +31,69 @@ struct Dispatcher {
     /// for this subscriber).
     struct Subscription {
         var initial: [JSONObject]
-        var reply: @Sendable (VaultEvent) -> JSONObject?
+        /// What the policy granted the subscriber: which events it is sent (`Policy.visible`).
+        let grant: Grant
+        let vault: Vault
+        /// An event the subscriber may see as its reply, nil when it did not ask for it.
+        let map: @Sendable (VaultEvent) -> JSONObject?
+
+        init(initial: [JSONObject], grant: Grant, vault: Vault, map: @escaping @Sendable (VaultEvent) -> JSONObject?) {
+            self.initial = initial
+            self.grant = grant
+            self.vault = vault
+            self.map = map
+        }
+
+        /// The reply for `event`; nil when the policy does not show it to the subscriber, or
+        /// it is not what the subscriber asked for.
+        var reply: @Sendable (VaultEvent) -> JSONObject? {
+            { [grant, map] event in Policy.visible(event, to: grant) ? map(event) : nil }
+        }
+
+        /// Throws once the subscriber may no longer be served (MissingEntitlement: its app's
+        /// install ended; `Vault.recheck`).
+        func recheck() throws { try vault.recheck(grant) }
+    }
+
+    /// Refuses `method` unless the policy has a decision for it (`Policy.varlinkMethods`):
+    /// fail closed, so a method added to an interface without one is never served. A method
+    /// no interface declares is InterfaceNotFound or MethodNotFound, as before.
+    static func requirePolicyDecision(_ call: VarlinkCall) throws {
+        guard Policy.decision(forVarlinkMethod: call.method) == nil else { return }
+        if VarlinkInterfaces.inputParameters[call.method] != nil {
+            throw VaultError(.permissionDenied, "\(call.method) has no decision in vaultd's policy, so it is refused")
+        }
+        if VarlinkInterfaces.description(of: call.interface) == nil {
+            throw VaultError(.interfaceNotFound, "no interface \(call.interface)", extra: ["interface": .string(call.interface)])
+        }
+        throw VaultError(.methodNotFound, "no method \(call.method)", extra: ["method": .string(call.method)])
     }
 
     /// Sets up a `more` call. Throws like `handle` for bad parameters or permissions.
     /// `emittedThrough`: the preference write sequence every write up to which the snapshots
     /// hold (`Vault.addObserverReportingSequence`, called before this).
     func subscribe(_ call: VarlinkCall, caller: Caller, emittedThrough: UInt64 = 0) throws -> Subscription {
+        try Self.requirePolicyDecision(call)
         let p = Parameters(values: call.parameters)
         switch call.method {
         case "io.vaultd.Vault.Observe":
             // An earlier install's connection gets no lock state, as from Status.
-            try vault.checkAdmitted(caller)
-            return Subscription(initial: [["lock": vault.lockState]]) { event in
+            let grant = try vault.subscribe(.observeLockState, caller: caller)
+            return Subscription(initial: [["lock": vault.lockState]], grant: grant, vault: vault) { event in
                 if case .lockState(let s) = event { return ["lock": s] }
                 return nil
             }
         case "io.vaultd.Preferences.Observe":
-            let names: [String]
+            var names: [String]?
             if let list = p.optionalJSON("domains") {
                 guard let a = list.arrayValue?.compactMap(\.stringValue), a.count == list.arrayValue?.count else {
                     throw VaultError.invalidParameter("domains", "must be an array of strings")
                 }
                 names = a
-            } else {
-                names = [try vault.resolveDomain(nil, caller: caller, write: false)]
             }
-            // Byte for byte: two domains (or keys) differing only in Unicode normalisation
-            // are two to the store; as Swift `Set<String>`s one would stand for the other (an
-            // observer of its own suite heard another app's writes to the twin suite).
-            let domains = ExactSet(try names.map { ExactString(try vault.resolveDomain($0, caller: caller, write: false)) })
+            let grant = try vault.subscribe(.observePreferences(domains: names), caller: caller)
+            // Byte for byte: two keys differing only in Unicode normalisation are two to the
+            // store; as a Swift `Set<String>` one would stand for the other.
             var keys: ExactSet?
             if let list = p.optionalJSON("keys") {
                 guard let a = list.arrayValue?.compactMap(\.stringValue), a.count == list.arrayValue?.count else {
@@ -68,22 +103,20 @@ struct Dispatcher {
                 for k in a { try Vault.validatePreferenceKey(k) }
                 keys = ExactSet(a.map { ExactString($0) })
             }
-            let initial: [JSONObject] = try domains.sorted().map(\.string).map { d in
-                var values = try vault.preferenceDomain(d)
+            let initial: [JSONObject] = try vault.preferenceSnapshot(grant).map { d, all in
+                var values = all
                 if let keys { values = values.filter { keys.contains(ExactString($0.key)) } }
                 return ["domain": .string(d), "values": .object(values.mapValues(\.tagged)), "sequence": JSON(emittedThrough)]
             }
             let wanted = keys
-            return Subscription(initial: initial) { event in
-                guard case .preference(let d, let k, let v, let n) = event, domains.contains(ExactString(d)),
-                    wanted?.contains(ExactString(k)) ?? true
-                else { return nil }
+            return Subscription(initial: initial, grant: grant, vault: vault) { event in
+                guard case .preference(let d, let k, let v, let n) = event, wanted?.contains(ExactString(k)) ?? true else { return nil }
                 return ["domain": .string(d), "key": .string(k), "value": v?.tagged ?? .null, "sequence": JSON(n)]
             }
         case "io.vaultd.Caches.Observe":
-            let own = caller.appID
-            return Subscription(initial: []) { event in
-                guard case .cachePurge(let app, let freed) = event, own == nil || own == app else { return nil }
+            let grant = try vault.subscribe(.observeCachePurges, caller: caller)
+            return Subscription(initial: [], grant: grant, vault: vault) { event in
+                guard case .cachePurge(let app, let freed) = event else { return nil }
                 return ["appID": .string(app), "freedBytes": JSON(freed)]
             }
         default:
@@ -97,6 +130,7 @@ struct Dispatcher {
     /// for a call made otherwise (its secret parameters are in `call.parameters`; its reply
     /// carries secrets as base64 strings).
     func handle(_ call: VarlinkCall, caller: Caller, secrets: CallSecrets? = nil) throws -> JSONObject {
+        try Self.requirePolicyDecision(call)
         if !Self.passiveMethods.contains(call.method) { activity() }
         let p = Parameters(values: call.parameters, secrets: secrets)
         switch call.method {
@@ -123,20 +157,16 @@ struct Dispatcher {
         case "io.vaultd.Vault.Status":
             var s = try vault.status(caller: caller)
             s["version"] = .string(Self.version)
-            s["dataDirectory"] = caller.isOwner ? .string(vault.dataDirectory) : .null
             return s
         case "io.vaultd.Vault.Init":
             return ["lock": try vault.initialize(passphrase: try p.passphrase("passphrase"), caller: caller)]
         case "io.vaultd.Vault.Unlock":
-            try vault.requireOwner(caller)  // apps may not lock, nor try passphrases
             guard let pass = try p.passphrase("passphrase") else { throw VaultError.invalidParameter("passphrase", "missing") }
-            return ["lock": try vault.unlock(passphrase: pass)]
+            return ["lock": try vault.unlock(passphrase: pass, caller: caller)]
         case "io.vaultd.Vault.UnlockFromKeyring":
-            try vault.requireOwner(caller)
-            return ["lock": try KeyringUnlock.unlock(vault, timeout: 5)]
+            return ["lock": try KeyringUnlock.unlock(vault, caller: caller, timeout: 5)]
         case "io.vaultd.Vault.Lock":
-            try vault.requireOwner(caller)  // apps may not lock, nor try passphrases
-            return ["lock": try vault.lockVault()]
+            return ["lock": try vault.lockVault(caller: caller)]
         case "io.vaultd.Vault.ChangePassphrase":
             let (state, deleted) = try vault.changePassphrase(old: try p.passphrase("old"), new: try p.passphrase("new"), caller: caller)
             return ["lock": state, "deletedItems": JSON(deleted)]
@@ -170,29 +200,21 @@ struct Dispatcher {
             return ["count": JSON(try vault.deleteItems(try query(p), caller: caller))]
 
         case "io.vaultd.Preferences.Get":
-            let domain = try vault.resolveDomain(try p.optionalString("domain"), caller: caller, write: false)
-            let value = try vault.preference(domain: domain, key: try p.string("key"))
+            let value = try vault.preference(domain: try p.optionalString("domain"), key: try p.string("key"), caller: caller)
             return ["value": value?.tagged ?? .null]
         case "io.vaultd.Preferences.Set":
-            let domain = try vault.resolveDomain(try p.optionalString("domain"), caller: caller, write: true)
-            let n = try vault.setPreference(domain: domain, key: try p.string("key"), value: try PlistValue(tagged: try p.json("value")), caller: caller)
+            let n = try vault.setPreference(
+                domain: try p.optionalString("domain"), key: try p.string("key"), value: try PlistValue(tagged: try p.json("value")), caller: caller)
             return ["sequence": JSON(n)]
         case "io.vaultd.Preferences.Remove":
-            let domain = try vault.resolveDomain(try p.optionalString("domain"), caller: caller, write: true)
-            let n = try vault.removePreference(domain: domain, key: try p.string("key"), caller: caller)
+            let n = try vault.removePreference(domain: try p.optionalString("domain"), key: try p.string("key"), caller: caller)
             return ["sequence": JSON(n)]
         case "io.vaultd.Preferences.Domain":
-            let domain = try vault.resolveDomain(try p.optionalString("domain"), caller: caller, write: false)
-            return ["values": .object(try vault.preferenceDomain(domain).mapValues(\.tagged))]
+            return ["values": .object(try vault.preferenceDomain(try p.optionalString("domain"), caller: caller).mapValues(\.tagged))]
         case "io.vaultd.Preferences.Domains":
-            try vault.checkAdmitted(caller)  // an earlier install's connection: MissingEntitlement
-            var names = try vault.preferenceDomains()
-            if !caller.isOwner {
-                names = names.filter(caller.mayRead(domain:))
-            }
-            return ["domains": .array(names.map { .string($0) })]
+            return ["domains": .array(try vault.preferenceDomains(caller: caller).map { .string($0) })]
         case "io.vaultd.Preferences.Import":
-            let domain = try vault.resolveDomain(try p.string("domain"), caller: caller, write: true)
+            let domain = try p.string("domain")
             switch (try p.optionalString("plist"), p.optionalJSON("values")) {
             case (let text?, nil):
                 guard let data = Data(base64Encoded: text) else { throw VaultError.invalidParameter("plist", "must be base64") }
@@ -204,22 +226,19 @@ struct Dispatcher {
                 throw VaultError.invalidParameter("plist", "give either plist or values")
             }
         case "io.vaultd.Preferences.Export":
-            let domain = try vault.resolveDomain(try p.string("domain"), caller: caller, write: false)
+            let domain = try p.string("domain")
             let format = try p.optionalString("format") ?? "xml"
             guard let f = PropertyListCodec.Format(rawValue: format) else {
                 throw VaultError.invalidParameter("format", "must be xml or binary")
             }
-            return ["plist": .string(try vault.exportDomain(domain, format: f).base64EncodedString())]
+            return ["plist": .string(try vault.exportDomain(domain, format: f, caller: caller).base64EncodedString())]
         case "io.vaultd.Preferences.RemoveDomain":
-            let domain = try vault.resolveDomain(try p.string("domain"), caller: caller, write: true)
-            return ["keys": JSON(try vault.removeDomain(domain, caller: caller))]
+            return ["keys": JSON(try vault.removeDomain(try p.string("domain"), caller: caller))]
 
         case "io.vaultd.Caches.Directory":
             return ["path": .string(try vault.cacheDirectory(for: try p.optionalString("appID"), caller: caller))]
         case "io.vaultd.Caches.Usage":
-            try vault.checkAdmitted(caller)  // an earlier install's connection: MissingEntitlement
-            var usage = vault.caches.usage()
-            if let own = caller.appID { usage = usage.filter { $0.appID == own } }
+            let usage = try vault.cacheUsage(caller: caller)
             let space = vault.caches.volumeSpace()
             return [
                 "apps": .array(usage.map { ["appID": .string($0.appID), "bytes": JSON($0.bytes), "files": JSON($0.files)] }),

@@ -9,16 +9,21 @@ import VaultProtocol
 /// keyring (so it never prompts) and is bounded by a deadline: a locked or absent keyring
 /// leaves the vault locked, with the reason logged or returned.
 enum KeyringUnlock {
-    /// Unlocks `vault` with the remembered passphrase. Throws KeyringUnavailable (no bus, no
+    /// Unlocks `vault` for `caller` with the remembered passphrase (the engine decides whether
+    /// the caller may, before the keyring is asked). Throws KeyringUnavailable (no bus, no
     /// Secret Service, keyring locked, nothing remembered, timed out) or the engine's errors
-    /// (AuthFailed when the remembered passphrase is no longer the vault's, RateLimited, ...).
-    static func unlock(_ vault: Vault, timeout: Double) throws -> JSON {
-        let state = vault.lockState
-        if state["hasPassphrase"]?.boolValue != true {
-            if state["state"]?.stringValue == "uninitialized" { throw VaultError(.notInitialized, "the vault has not been initialised") }
-            throw VaultError(.noPassphrase, "the vault has no passphrase: it is always unlocked")
+    /// (PermissionDenied for an app, AuthFailed when the remembered passphrase is no longer
+    /// the vault's, RateLimited, ...).
+    static func unlock(_ vault: Vault, caller: Caller, timeout: Double) throws -> JSON {
+        do {
+            return try vault.unlockFromKeyring(caller: caller) { try rememberedPassphrase(vault, timeout: timeout) }
+        } catch let e as VaultError where e.code == .wrongPassphrase {
+            throw VaultError(.wrongPassphrase, "the passphrase remembered in the login keyring is not the vault's (changed? run vaultctl unlock --remember again)")
         }
-        if state["state"]?.stringValue == "unlocked" { return state }
+    }
+
+    /// The passphrase remembered for `vault` in the login keyring. Throws KeyringUnavailable.
+    private static func rememberedPassphrase(_ vault: Vault, timeout: Double) throws -> SecureBytes {
         let found: [KeyringItem]
         do {
             let keyring = try DesktopKeyring(timeout: timeout)
@@ -34,11 +39,7 @@ enum KeyringUnlock {
         }
         let passphrase = SecureBytes(copying: bytes)
         bytes.wipe()
-        do {
-            return try vault.unlock(passphrase: passphrase)
-        } catch let e as VaultError where e.code == .wrongPassphrase {
-            throw VaultError(.wrongPassphrase, "the passphrase remembered in the login keyring is not the vault's (changed? run vaultctl unlock --remember again)")
-        }
+        return passphrase
     }
 
     /// At start: when the vault is locked and has a passphrase, tries the keyring on a thread
@@ -52,7 +53,8 @@ enum KeyringUnlock {
         }
         let t = Thread {
             do {
-                _ = try unlock(vault, timeout: timeout)
+                // At the owner's login, for the owner.
+                _ = try unlock(vault, caller: .owner, timeout: timeout)
                 log("unlocked with the passphrase remembered in the login keyring")
             } catch let e as VaultError {
                 log("\(e.message); staying locked")

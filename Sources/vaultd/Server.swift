@@ -646,18 +646,16 @@ final class Server: @unchecked Sendable {
             // Another error (the store failing for a moment) closes the stream without an
             // error reply: a client ends its observation for good on one, but connects again
             // (and starts from a snapshot) when the connection just closes.
-            if caller.appID != nil {
-                do {
-                    try dispatcher.vault.checkAdmitted(caller)
-                } catch let e as VaultError where e.code == .missingEntitlement {
-                    // The connection's identity is stale: every further call would get the
-                    // same error (which says to reconnect), so it closes.
-                    _ = try? send(VarlinkReply(error: e), on: conn)
-                    return false
-                } catch {
-                    log("could not check an app's stream against its install (\(error)); closed it")
-                    return false
-                }
+            do {
+                try subscription.recheck()
+            } catch let e as VaultError where e.code == .missingEntitlement {
+                // The connection's identity is stale: every further call would get the
+                // same error (which says to reconnect), so it closes.
+                _ = try? send(VarlinkReply(error: e), on: conn)
+                return false
+            } catch {
+                log("could not check an app's stream against its install (\(error)); closed it")
+                return false
             }
             for reply in batch {
                 guard (try? send(serialized: reply, on: conn)) == true else { return false }

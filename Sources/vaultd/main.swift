@@ -142,7 +142,8 @@ autoLockTimer.schedule(deadline: .now() + 1, repeating: 1)
 autoLockTimer.setEventHandler {
     let seconds = settings.autoLockSeconds
     if seconds > 0, idle.secondsSinceLastCall() >= seconds, vault.isUnlockedWithPassphrase {
-        _ = try? vault.lockVault()
+        // The owner's setting, carried out on the owner's behalf.
+        _ = try? vault.lockVault(caller: .owner)
         log("locked after \(Int(seconds)) s without a call")
     }
 }

@@ -46,7 +46,7 @@ struct KeychainTests {
                 ItemQuery(attributes: ItemAttributes(service: "svc"), matchAll: true), returnData: true, caller: .owner)
             #expect(all.count == secrets.count)
             #expect(Set(all.compactMap(\.attributes.account)) == Set(secrets.map(\.0)))
-            #expect(try vault.status()["items"] == JSON(secrets.count))
+            #expect(try vault.status(caller: .owner)["items"] == JSON(secrets.count))
         }
     }
 
@@ -62,7 +62,7 @@ struct KeychainTests {
             }
             #expect(e?.status == -50)
             expectVaultError(.itemNotFound) { _ = try vault.readGeneric(service: "big", account: "over") }
-            #expect(try vault.status()["items"] == 1)
+            #expect(try vault.status(caller: .owner)["items"] == 1)
 
             // Update with a too-large secret changes nothing either.
             expectVaultError(.secretTooLarge) {
@@ -83,7 +83,7 @@ struct KeychainTests {
             #expect(e?.status == -25299)
             #expect(e?.name == "io.vaultd.Keychain.DuplicateItem")
             #expect(try vault.readGeneric(service: "svc", account: "acct") == Array("first".utf8))
-            #expect(try vault.status()["items"] == 1)
+            #expect(try vault.status(caller: .owner)["items"] == 1)
 
             // Not duplicates: another account, another access group, synchronizable, the other class.
             try vault.addGeneric(service: "svc", account: "acct2", secret: [2])
@@ -94,7 +94,7 @@ struct KeychainTests {
             _ = try vault.addItem(
                 .internetPassword, attributes: ItemAttributes(account: "acct", server: "svc"), secret: secret([5]),
                 caller: .owner)
-            #expect(try vault.status()["items"] == 5)
+            #expect(try vault.status(caller: .owner)["items"] == 5)
             // Absent service/account are the empty string for uniqueness.
             try vault.addGeneric(service: "", account: "", secret: [6])
             expectVaultError(.duplicateItem) {
@@ -113,7 +113,7 @@ struct KeychainTests {
                 #expect(try vault.readGeneric(service: s, account: "a") == [UInt8(i)], "service \(s)")
             }
             expectVaultError(.itemNotFound) { _ = try vault.readGeneric(service: "sERVICE") }
-            #expect(try vault.status()["items"] == JSON(services.count))
+            #expect(try vault.status(caller: .owner)["items"] == JSON(services.count))
         }
     }
 
@@ -130,7 +130,7 @@ struct KeychainTests {
             // Delete acts on every match.
             try vault.addGeneric(service: "svc", account: "x", secret: [3])
             #expect(try vault.deleteItems(ItemQuery(attributes: ItemAttributes(service: "svc")), caller: .owner) == 2)
-            #expect(try vault.status()["items"] == 0)
+            #expect(try vault.status(caller: .owner)["items"] == 0)
         }
     }
 
@@ -221,7 +221,7 @@ struct KeychainTests {
             for (name, attrs) in variants {
                 _ = try vault.addItem(.internetPassword, attributes: attrs, secret: secret(name), caller: .owner)
             }
-            #expect(try vault.status()["items"] == JSON(variants.count))
+            #expect(try vault.status(caller: .owner)["items"] == JSON(variants.count))
             expectVaultError(.duplicateItem) {
                 _ = try vault.addItem(.internetPassword, attributes: base, secret: secret("again"), caller: .owner)
             }
@@ -283,7 +283,7 @@ struct KeychainTests {
                     .internetPassword, attributes: ItemAttributes(service: "s", server: "example.org"), secret: secret("x"),
                     caller: .owner)
             }
-            #expect(try vault.status()["items"] == 0)
+            #expect(try vault.status(caller: .owner)["items"] == 0)
         }
     }
 
@@ -297,7 +297,7 @@ struct KeychainTests {
                     secret: secret("x"), caller: .owner)
             }
             #expect(e?.status == -50)
-            #expect(try vault.status()["items"] == 0)
+            #expect(try vault.status(caller: .owner)["items"] == 0)
             // Update into the contradiction is refused too (whenPasscodeSet items need a passphrase vault).
             guard accessible != .whenPasscodeSetThisDeviceOnly else { return }
             try vault.addGeneric(service: "s", account: "a", secret: [1], accessible: accessible)
@@ -315,7 +315,7 @@ struct KeychainTests {
                 try vault.addGeneric(service: "s", account: "a", secret: [1], accessible: .whenPasscodeSetThisDeviceOnly)
             }
             #expect(e?.status == -25293)
-            #expect(try vault.status()["items"] == 0)
+            #expect(try vault.status(caller: .owner)["items"] == 0)
         }
     }
 
@@ -360,8 +360,8 @@ struct KeychainTests {
             #expect(vault.lockStateName() == "uninitialized")
             expectVaultError(.notInitialized) { try vault.addGeneric(service: "s", account: "a", secret: [1]) }
             expectVaultError(.notInitialized) { _ = try vault.readGeneric(service: "s") }
-            expectVaultError(.notInitialized) { _ = try vault.unlock(passphrase: secret("p")) }
-            expectVaultError(.notInitialized) { _ = try vault.lockVault() }
+            expectVaultError(.notInitialized) { _ = try vault.unlock(passphrase: secret("p"), caller: .owner) }
+            expectVaultError(.notInitialized) { _ = try vault.lockVault(caller: .owner) }
             // Not "unlock the vault first" (InteractionNotAllowed): there is nothing to unlock.
             expectVaultError(.notInitialized) { _ = try vault.changePassphrase(old: nil, new: secret("p"), caller: .owner) }
             expectVaultError(.notInitialized) { _ = try vault.changePassphrase(old: nil, new: nil, caller: .owner) }
@@ -369,7 +369,7 @@ struct KeychainTests {
             _ = try vault.initialize(passphrase: nil, caller: .owner)
             #expect(vault.lockStateName() == "unlocked")
             expectVaultError(.alreadyInitialized) { _ = try vault.initialize(passphrase: nil, caller: .owner) }
-            expectVaultError(.noPassphrase) { _ = try vault.lockVault() }
+            expectVaultError(.noPassphrase) { _ = try vault.lockVault(caller: .owner) }
             #expect(vault.lockStateName() == "unlocked")
         }
     }

@@ -30,7 +30,7 @@ struct LockTests {
             func prepared() throws -> (values: [SQLValue], classKey: SecureBytes) {
                 let stored = try KeychainStore.addedAttributes(
                     itemClass: .genericPassword, attributes: ItemAttributes(service: "race", account: "a", accessible: a),
-                    secretSize: 1, caller: .owner)
+                    secretSize: 1, accessGroup: Caller.ownerAccessGroup)
                 let keys = try vault.locked { try vault.keychain.writeKeys(accessible: a) }
                 return (try KeychainStore.encrypt(itemClass: .genericPassword, attributes: stored, secret: secret([7]), keys: keys), keys.classKey)
             }
@@ -63,7 +63,7 @@ struct LockTests {
                 try Self.addOnePerClass(vault)
                 for a in Accessibility.allCases { Self.expectReadable(vault, a) }
 
-                let locked = try vault.lockVault()
+                let locked = try vault.lockVault(caller: .owner)
                 #expect(locked["state"] == "locked")
                 #expect(locked["unlockedSinceStart"] == true)
                 // afterFirstUnlock classes still read; whenUnlocked classes are InteractionNotAllowed.
@@ -83,7 +83,7 @@ struct LockTests {
                     try vault.addGeneric(service: "new", account: "acct", secret: [1], accessible: .whenUnlocked)
                 }
                 try vault.addGeneric(service: "new-afu", account: "acct", secret: [2], accessible: .afterFirstUnlock)
-                #expect(try vault.status()["items"] == JSON(Accessibility.allCases.count + 1))
+                #expect(try vault.status(caller: .owner)["items"] == JSON(Accessibility.allCases.count + 1))
             }
 
             // Restart: a new engine on the same directory has never been unlocked.
@@ -98,18 +98,18 @@ struct LockTests {
                 try vault.addGeneric(service: "x", account: "acct", secret: [1], accessible: .afterFirstUnlock)
             }
 
-            let wrong = expectVaultError(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret("correct horsE")) }
+            let wrong = expectVaultError(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret("correct horsE"), caller: .owner) }
             #expect(wrong?.name == "io.vaultd.Vault.AuthFailed")
             #expect(wrong?.status == -25293)
             #expect(vault.lockState["state"] == "locked")
             Self.expectReadableNot(vault, .afterFirstUnlock)
 
-            let state = try vault.unlock(passphrase: secret("correct horse"))
+            let state = try vault.unlock(passphrase: secret("correct horse"), caller: .owner)
             #expect(state["state"] == "unlocked")
             #expect(state["unlockedSinceStart"] == true)
             for a in Accessibility.allCases { Self.expectReadable(vault, a) }
             #expect(try vault.readGeneric(service: "new-afu", account: "acct") == [2])
-            #expect(try vault.status()["retryAfter"]?.doubleValue == 0)
+            #expect(try vault.status(caller: .owner)["retryAfter"]?.doubleValue == 0)
         }
     }
 
@@ -136,9 +136,9 @@ struct LockTests {
                 let (changed, deletedByChange) = try vault.changePassphrase(old: secret("p1"), new: secret("p2"), caller: .owner)
                 #expect(deletedByChange == 0)
                 #expect(changed["hasPassphrase"] == true)
-                _ = try vault.lockVault()
-                expectVaultError(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret("p1")) }
-                _ = try vault.unlock(passphrase: secret("p2"))
+                _ = try vault.lockVault(caller: .owner)
+                expectVaultError(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret("p1"), caller: .owner) }
+                _ = try vault.unlock(passphrase: secret("p2"), caller: .owner)
                 for a in Accessibility.allCases { Self.expectReadable(vault, a) }
 
                 // Only the owner may change it.
@@ -154,8 +154,8 @@ struct LockTests {
                 expectVaultError(.itemNotFound) { _ = try vault.readGeneric(service: Accessibility.whenPasscodeSetThisDeviceOnly.rawValue) }
                 expectVaultError(.itemNotFound) { _ = try vault.readGeneric(service: "second-passcode") }
                 for a in Accessibility.allCases where a != .whenPasscodeSetThisDeviceOnly { Self.expectReadable(vault, a) }
-                #expect(try vault.status()["items"] == JSON(Accessibility.allCases.count - 1))
-                expectVaultError(.noPassphrase) { _ = try vault.lockVault() }
+                #expect(try vault.status(caller: .owner)["items"] == JSON(Accessibility.allCases.count - 1))
+                expectVaultError(.noPassphrase) { _ = try vault.lockVault(caller: .owner) }
                 expectVaultError(.authFailed) {
                     try vault.addGeneric(service: "p", account: "acct", secret: [1], accessible: .whenPasscodeSetThisDeviceOnly)
                 }
@@ -180,7 +180,7 @@ struct LockTests {
             let vault = try Vault(dataDirectory: dir, passphrasePolicy: .tests)
             defer { vault.close() }
             #expect(vault.lockState["state"] == "locked")
-            _ = try vault.unlock(passphrase: secret("p3"))
+            _ = try vault.unlock(passphrase: secret("p3"), caller: .owner)
             for a in Accessibility.allCases { Self.expectReadable(vault, a) }
         }
     }
@@ -201,13 +201,13 @@ struct LockTests {
                 _ = try vault.changePassphrase(old: secret("guess4"), new: secret("mine"), caller: .owner)
             }
             #expect((limited?.parameters["retryAfter"]?.doubleValue ?? 0) > 0)
-            expectVaultError(.rateLimited) { _ = try vault.unlock(passphrase: secret("right")) }
-            #expect((try vault.status()["retryAfter"]?.doubleValue ?? 0) > 0)
+            expectVaultError(.rateLimited) { _ = try vault.unlock(passphrase: secret("right"), caller: .owner) }
+            #expect((try vault.status(caller: .owner)["retryAfter"]?.doubleValue ?? 0) > 0)
             // The wait survives a restart.
             vault.close()
             let restarted = try Vault(dataDirectory: tmp + "/data", passphrasePolicy: .tests)
             defer { restarted.close() }
-            expectVaultError(.rateLimited) { _ = try restarted.unlock(passphrase: secret("right")) }
+            expectVaultError(.rateLimited) { _ = try restarted.unlock(passphrase: secret("right"), caller: .owner) }
         }
     }
 
@@ -240,8 +240,8 @@ struct LockTests {
             let withP1 = try keyMaterial()
             _ = try vault.changePassphrase(old: secret("p1"), new: secret("p2"), caller: .owner)
             try expectGone(withP1, "after changing it")
-            _ = try vault.lockVault()
-            _ = try vault.unlock(passphrase: secret("p2"))
+            _ = try vault.lockVault(caller: .owner)
+            _ = try vault.unlock(passphrase: secret("p2"), caller: .owner)
             #expect(try vault.readGeneric(service: "s") == [1])
         }
     }
@@ -251,7 +251,7 @@ struct LockTests {
     static func failThriceThenSetTheClockBack(_ vault: Vault) throws {
         _ = try vault.initialize(passphrase: secret("right"), caller: .owner)
         for guess in ["guess1", "guess2", "guess3"] {
-            expectVaultError(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret(guess)) }
+            expectVaultError(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret(guess), caller: .owner) }
         }
         let record: JSON = ["count": 3, "last": JSON(Date().timeIntervalSince1970 + 3600)]
         _ = try vault.locked {
@@ -266,10 +266,10 @@ struct LockTests {
     @Test func theUnlockWaitNeverExceedsItsDelayWhenTheClockGoesBack() throws {
         try withVault(initialize: false) { vault, _ in
             try Self.failThriceThenSetTheClockBack(vault)
-            let wait = try #require(try vault.status()["retryAfter"]?.doubleValue)
+            let wait = try #require(try vault.status(caller: .owner)["retryAfter"]?.doubleValue)
             #expect(wait > 0 && wait <= 1, "retryAfter \(wait) s after three failures")
             usleep(1_100_000)
-            _ = try vault.unlock(passphrase: secret("right"))
+            _ = try vault.unlock(passphrase: secret("right"), caller: .owner)
             #expect(vault.lockState["state"] == "unlocked")
         }
     }
@@ -283,7 +283,7 @@ struct LockTests {
             // Every write of the writer's connection fails from here on, as on a full disk.
             _ = try vault.locked { try vault.db.execute("PRAGMA query_only=ON") }
             defer { _ = try? vault.locked { try vault.db.execute("PRAGMA query_only=OFF") } }
-            let status = try vault.status()
+            let status = try vault.status(caller: .owner)
             let wait = try #require(status["retryAfter"]?.doubleValue)
             #expect(wait > 0 && wait <= 1, "retryAfter \(wait) s after three failures")
             #expect(status["lock"]?["state"] == "unlocked")
@@ -297,7 +297,7 @@ struct LockTests {
     @Test func anUnlockThatHappenedIsAnnouncedEvenWhenTheRestFails() throws {
         try withVault(initialize: false) { vault, _ in
             _ = try vault.initialize(passphrase: secret("right"), caller: .owner)
-            _ = try vault.lockVault()
+            _ = try vault.lockVault(caller: .owner)
             let states = LockedList()
             _ = vault.addObserver { event in
                 if case .lockState(let s) = event, let state = s["state"]?.stringValue { states.append(state) }
@@ -309,12 +309,12 @@ struct LockTests {
             #expect((try? change.get()) == nil, "the change cannot be written: \(change)")
             #expect(vault.lockState["state"] == "unlocked")
             #expect(states.items == ["unlocked"])
-            _ = try vault.lockVault()
+            _ = try vault.lockVault(caller: .owner)
             // One failure recorded first, so the right passphrase has a count to clear.
             _ = try vault.locked { try vault.db.execute("PRAGMA query_only=OFF") }
-            expectVaultError(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret("wrong")) }
+            expectVaultError(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret("wrong"), caller: .owner) }
             _ = try vault.locked { try vault.db.execute("PRAGMA query_only=ON") }
-            let state = try vault.unlock(passphrase: secret("right"))
+            let state = try vault.unlock(passphrase: secret("right"), caller: .owner)
             #expect(state["state"] == "unlocked")
             #expect(states.items == ["unlocked", "locked", "unlocked"])
         }
@@ -332,15 +332,15 @@ struct LockTests {
             #expect((try? removal.get()) == nil, "the removal cannot commit: \(removal)")
             #expect(vault.lockState["hasPassphrase"] == true)
             #expect(try vault.readGeneric(service: "wps") == [7])
-            _ = try vault.lockVault()
-            expectVaultError(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret("p2")) }
-            _ = try vault.unlock(passphrase: secret("p1"))
+            _ = try vault.lockVault(caller: .owner)
+            expectVaultError(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret("p2"), caller: .owner) }
+            _ = try vault.unlock(passphrase: secret("p1"), caller: .owner)
             // A change that does not commit: the old passphrase stays the one.
             vault.locked { vault.db.failNextCommit() }
             let change = Result { try vault.changePassphrase(old: secret("p1"), new: secret("p2"), caller: .owner) }
             #expect((try? change.get()) == nil, "the change cannot commit: \(change)")
-            _ = try vault.lockVault()
-            _ = try vault.unlock(passphrase: secret("p1"))
+            _ = try vault.lockVault(caller: .owner)
+            _ = try vault.unlock(passphrase: secret("p1"), caller: .owner)
             #expect(try vault.readGeneric(service: "wps") == [7])
         }
     }
@@ -365,7 +365,7 @@ struct LockTests {
                 let moved = try Vault(dataDirectory: copy, passphrasePolicy: .tests)
                 defer { moved.close() }
                 #expect(moved.lockState["state"] == "locked")
-                _ = try moved.unlock(passphrase: secret("pass"))
+                _ = try moved.unlock(passphrase: secret("pass"), caller: .owner)
                 #expect(moved.lockState["state"] == "unlocked")
                 Self.expectReadable(moved, .whenUnlocked)
                 Self.expectReadable(moved, .afterFirstUnlock)
@@ -377,7 +377,7 @@ struct LockTests {
             // The original, with its own device key, still opens everything.
             let vault = try Vault(dataDirectory: original, passphrasePolicy: .tests)
             defer { vault.close() }
-            _ = try vault.unlock(passphrase: secret("pass"))
+            _ = try vault.unlock(passphrase: secret("pass"), caller: .owner)
             for a in Accessibility.allCases { Self.expectReadable(vault, a) }
         }
     }

@@ -26,10 +26,10 @@ struct OrderedEventsTests {
         let mirrored = LockedList()
         _ = vault.addObserver { event in
             guard case .preference(let d, let k, let v, _) = event, d == "org.example.a" else { return }
-            if let v { _ = try? vault.setPreference(domain: "org.example.b", key: k, value: v) }
+            if let v { _ = try? vault.setPreference(domain: "org.example.b", key: k, value: v, caller: .owner) }
             mirrored.append(k)
         }
-        let ok = finishes(within: 10) { _ = try? vault.setPreference(domain: "org.example.a", key: "colour", value: .string("red")) }
+        let ok = finishes(within: 10) { _ = try? vault.setPreference(domain: "org.example.a", key: "colour", value: .string("red"), caller: .owner) }
         #expect(ok, "a preference write whose observer writes another preference deadlocked")
         guard ok else { return }  // the stuck thread holds the engine lock: leave the vault open
         defer {
@@ -37,7 +37,7 @@ struct OrderedEventsTests {
             try? FileManager.default.removeItem(at: url)
         }
         #expect(mirrored.items == ["colour"])
-        #expect(try vault.preference(domain: "org.example.b", key: "colour") == .string("red"))
+        #expect(try vault.preference(domain: "org.example.b", key: "colour", caller: .owner) == .string("red"))
     }
 
     /// A handler that takes the engine lock (reads the lock state) while another thread
@@ -53,7 +53,7 @@ struct OrderedEventsTests {
         }
         let ok = finishes(within: 20) {
             DispatchQueue.concurrentPerform(iterations: 8) { t in
-                for i in 0..<1000 { _ = try? vault.setPreference(domain: "org.example.a", key: "k\(t)", value: .integer(Int64(i))) }
+                for i in 0..<1000 { _ = try? vault.setPreference(domain: "org.example.a", key: "k\(t)", value: .integer(Int64(i)), caller: .owner) }
             }
         }
         #expect(ok, "writers and an observer that reads the lock state deadlocked")
@@ -75,7 +75,7 @@ struct OrderedEventsTests {
             }
             let writers = 8, writes = 400
             DispatchQueue.concurrentPerform(iterations: writers) { t in
-                for i in 0..<writes { _ = try? vault.setPreference(domain: "org.example.order", key: "k\(t)", value: .integer(Int64(i))) }
+                for i in 0..<writes { _ = try? vault.setPreference(domain: "org.example.order", key: "k\(t)", value: .integer(Int64(i)), caller: .owner) }
             }
             let seen = sequences.items
             #expect(seen.count == writers * writes, "events handed out by the time every writer returned")
@@ -97,11 +97,11 @@ extension OrderedEventsTests {
                 _ = vault.addObserver { event in
                     guard case .lockState(let state) = event, let s = state["state"]?.stringValue else { return }
                     list.append(s)
-                    if i == 2 && s == "unlocked" { _ = try? vault.lockVault() }
+                    if i == 2 && s == "unlocked" { _ = try? vault.lockVault(caller: .owner) }
                 }
             }
             for _ in 0..<20 {
-                _ = try vault.unlock(passphrase: secret("correct horse"))
+                _ = try vault.unlock(passphrase: secret("correct horse"), caller: .owner)
                 #expect(vault.lockState["state"]?.stringValue == "locked")
             }
             for (i, list) in seen.enumerated() {
@@ -135,7 +135,7 @@ struct UninstallThenInstallTests {
         try withVault { vault, _ in
             let app = "org.example.reinstalled"
             _ = try vault.installApp(app, executable: "/bin/true", caller: .owner)
-            try vault.setPreference(domain: app, key: "colour", value: .string("red"))
+            try vault.setPreference(domain: app, key: "colour", value: .string("red"), caller: .owner)
             let kept = LockedList()
             _ = vault.addObserver { event in
                 guard case .preference(app, "colour", nil, _) = event, kept.items.isEmpty else { return }

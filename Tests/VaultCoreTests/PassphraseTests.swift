@@ -65,18 +65,18 @@ struct PassphraseTests {
             let vault = try Vault(dataDirectory: dir, passphrasePolicy: PassphrasePolicy())
             defer { vault.close() }
             let before = try Self.storedKDF(vault)
-            expectVaultError(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret("wrong")) }
+            expectVaultError(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret("wrong"), caller: .owner) }
             #expect(try Self.storedKDF(vault) == before, "a wrong passphrase re-wrapped the keys")
             let start = Date()
-            _ = try vault.unlock(passphrase: secret("right"))
+            _ = try vault.unlock(passphrase: secret("right"), caller: .owner)
             let took = Date().timeIntervalSince(start)
             let after = try Self.storedKDF(vault)
             #expect(after["opsLimit"] == 3 && after["memLimit"] == JSON(256 << 20), "\(after.text)")
             #expect(after["salt"] != before["salt"])
             for a in Accessibility.allCases { LockTests.expectReadable(vault, a) }
-            _ = try vault.lockVault()
+            _ = try vault.lockVault(caller: .owner)
             let unlockStart = Date()
-            _ = try vault.unlock(passphrase: secret("right"))
+            _ = try vault.unlock(passphrase: secret("right"), caller: .owner)
             let unlockTook = Date().timeIntervalSince(unlockStart)
             #expect(try Self.storedKDF(vault) == after, "re-wrapped a second time")
             for a in Accessibility.allCases { LockTests.expectReadable(vault, a) }
@@ -90,16 +90,16 @@ struct PassphraseTests {
     @Test func failuresTheStoreCannotTakeStillCount() throws {
         try withVault(initialize: false) { vault, _ in
             _ = try vault.initialize(passphrase: secret("right"), caller: .owner)
-            _ = try vault.lockVault()
+            _ = try vault.lockVault(caller: .owner)
             _ = try vault.locked { try vault.db.execute("PRAGMA query_only=ON") }
             defer { _ = try? vault.locked { try vault.db.execute("PRAGMA query_only=OFF") } }
             for guess in ["guess1", "guess2", "guess3"] {
-                expectVaultError(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret(guess)) }
+                expectVaultError(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret(guess), caller: .owner) }
             }
-            let limited = expectVaultError(.rateLimited) { _ = try vault.unlock(passphrase: secret("guess4")) }
+            let limited = expectVaultError(.rateLimited) { _ = try vault.unlock(passphrase: secret("guess4"), caller: .owner) }
             let wait = limited?.parameters["retryAfter"]?.doubleValue ?? 0
             #expect(wait > 0.5 && wait <= 1, "retryAfter \(wait)")
-            expectVaultError(.rateLimited) { _ = try vault.unlock(passphrase: secret("right")) }
+            expectVaultError(.rateLimited) { _ = try vault.unlock(passphrase: secret("right"), caller: .owner) }
             #expect(vault.lockState["state"] == "locked")
             // Nothing of it reached the store.
             #expect(try vault.reading { try $0.row("SELECT 1 FROM vault_meta WHERE key = 'unlock.failures'") } == nil)

@@ -48,29 +48,29 @@ struct PreferencesTests {
                 let vault = try Vault(dataDirectory: dir, passphrasePolicy: .tests)
                 defer { vault.close() }
                 for (key, value) in Self.values {
-                    try vault.setPreference(domain: Self.domain, key: key, value: value)
+                    try vault.setPreference(domain: Self.domain, key: key, value: value, caller: .owner)
                 }
                 for (key, value) in Self.values {
-                    #expect(try vault.preference(domain: Self.domain, key: key) == value, "key '\(key)'")
+                    #expect(try vault.preference(domain: Self.domain, key: key, caller: .owner) == value, "key '\(key)'")
                 }
-                #expect(try vault.preference(domain: Self.domain, key: "absent") == nil)
-                #expect(try vault.preference(domain: "com.example.other", key: "string") == nil)
-                let all = try vault.preferenceDomain(Self.domain)
+                #expect(try vault.preference(domain: Self.domain, key: "absent", caller: .owner) == nil)
+                #expect(try vault.preference(domain: "com.example.other", key: "string", caller: .owner) == nil)
+                let all = try vault.preferenceDomain(Self.domain, caller: .owner)
                 #expect(all.count == Self.values.count)
-                #expect(try vault.preferenceDomains() == [Self.domain])
+                #expect(try vault.preferenceDomains(caller: .owner) == [Self.domain])
 
                 // Overwrite changes the type too; remove deletes.
-                try vault.setPreference(domain: Self.domain, key: "string", value: .integer(42))
-                #expect(try vault.preference(domain: Self.domain, key: "string") == .integer(42))
-                try vault.removePreference(domain: Self.domain, key: "string")
-                #expect(try vault.preference(domain: Self.domain, key: "string") == nil)
-                try vault.removePreference(domain: Self.domain, key: "string")  // absent: no error
+                try vault.setPreference(domain: Self.domain, key: "string", value: .integer(42), caller: .owner)
+                #expect(try vault.preference(domain: Self.domain, key: "string", caller: .owner) == .integer(42))
+                try vault.removePreference(domain: Self.domain, key: "string", caller: .owner)
+                #expect(try vault.preference(domain: Self.domain, key: "string", caller: .owner) == nil)
+                try vault.removePreference(domain: Self.domain, key: "string", caller: .owner)  // absent: no error
             }
             // Durable: a restarted engine reads the same values.
             let vault = try Vault(dataDirectory: dir, passphrasePolicy: .tests)
             defer { vault.close() }
             for (key, value) in Self.values where key != "string" {
-                #expect(try vault.preference(domain: Self.domain, key: key) == value, "key '\(key)' after restart")
+                #expect(try vault.preference(domain: Self.domain, key: key, caller: .owner) == value, "key '\(key)' after restart")
             }
         }
     }
@@ -78,15 +78,15 @@ struct PreferencesTests {
     @Test func realsAndDatesAreBitExact() throws {
         try withVault(initialize: false) { vault, _ in
             for (i, t) in [-0.0, .leastNonzeroMagnitude, 0.1, 1.0 / 3.0, -1e-300].enumerated() {
-                try vault.setPreference(domain: Self.domain, key: "r\(i)", value: .real(t))
-                guard case .real(let back)? = try vault.preference(domain: Self.domain, key: "r\(i)") else {
+                try vault.setPreference(domain: Self.domain, key: "r\(i)", value: .real(t), caller: .owner)
+                guard case .real(let back)? = try vault.preference(domain: Self.domain, key: "r\(i)", caller: .owner) else {
                     Issue.record("r\(i) is not a real"); continue
                 }
                 #expect(back.bitPattern == t.bitPattern)
             }
             let now = Date()
-            try vault.setPreference(domain: Self.domain, key: "d", value: .date(now))
-            guard case .date(let back)? = try vault.preference(domain: Self.domain, key: "d") else {
+            try vault.setPreference(domain: Self.domain, key: "d", value: .date(now), caller: .owner)
+            guard case .date(let back)? = try vault.preference(domain: Self.domain, key: "d", caller: .owner) else {
                 Issue.record("not a date"); return
             }
             #expect(back.timeIntervalSinceReferenceDate.bitPattern == now.timeIntervalSinceReferenceDate.bitPattern)
@@ -96,12 +96,12 @@ struct PreferencesTests {
     /// UserDefaults keys are compared by bytes: "é" precomposed and decomposed are two keys.
     @Test func keysDifferingOnlyInNormalisationAreDistinct() throws {
         try withVault(initialize: false) { vault, _ in
-            try vault.setPreference(domain: Self.domain, key: "\u{e9}", value: .integer(1))
-            try vault.setPreference(domain: Self.domain, key: "e\u{301}", value: .integer(2))
-            #expect(try vault.preference(domain: Self.domain, key: "\u{e9}") == .integer(1))
-            #expect(try vault.preference(domain: Self.domain, key: "e\u{301}") == .integer(2))
+            try vault.setPreference(domain: Self.domain, key: "\u{e9}", value: .integer(1), caller: .owner)
+            try vault.setPreference(domain: Self.domain, key: "e\u{301}", value: .integer(2), caller: .owner)
+            #expect(try vault.preference(domain: Self.domain, key: "\u{e9}", caller: .owner) == .integer(1))
+            #expect(try vault.preference(domain: Self.domain, key: "e\u{301}", caller: .owner) == .integer(2))
             // A domain's dictionary holds both (it merged them, keyed by Swift `String`s).
-            let values = try vault.preferenceDomain(Self.domain)
+            let values = try vault.preferenceDomain(Self.domain, caller: .owner)
             #expect(values.count == 2 && values["\u{e9}"] == .integer(1) && values["e\u{301}"] == .integer(2))
         }
     }
@@ -109,38 +109,38 @@ struct PreferencesTests {
     @Test func domainOverFourMiBIsRefusedAndUnchanged() throws {
         try withVault(initialize: false) { vault, _ in
             let mib4 = 4 << 20
-            try vault.setPreference(domain: Self.domain, key: "small", value: .string("x"))
+            try vault.setPreference(domain: Self.domain, key: "small", value: .string("x"), caller: .owner)
             // Nearly the whole budget in one value: accepted.
             let nearlyAll = PlistValue.data(Data(repeating: 0xAB, count: mib4 - 1024))
-            try vault.setPreference(domain: Self.domain, key: "big", value: nearlyAll)
-            let before = try vault.preferenceDomain(Self.domain)
+            try vault.setPreference(domain: Self.domain, key: "big", value: nearlyAll, caller: .owner)
+            let before = try vault.preferenceDomain(Self.domain, caller: .owner)
             #expect(before.count == 2)
 
             let e = expectVaultError(.domainTooLarge) {
-                try vault.setPreference(domain: Self.domain, key: "more", value: .data(Data(count: 2048)))
+                try vault.setPreference(domain: Self.domain, key: "more", value: .data(Data(count: 2048)), caller: .owner)
             }
             #expect(e?.parameters["limit"] == JSON(mib4))
             #expect(e?.parameters["domain"] == JSON.string(Self.domain))
             #expect((e?.parameters["size"]?.intValue ?? 0) > mib4)
-            #expect(try vault.preferenceDomain(Self.domain) == before)
-            #expect(try vault.preference(domain: Self.domain, key: "more") == nil)
+            #expect(try vault.preferenceDomain(Self.domain, caller: .owner) == before)
+            #expect(try vault.preference(domain: Self.domain, key: "more", caller: .owner) == nil)
 
             // Growing an existing key past the limit is refused too, and keeps the old value.
             expectVaultError(.domainTooLarge) {
-                try vault.setPreference(domain: Self.domain, key: "big", value: .data(Data(count: mib4 + 1)))
+                try vault.setPreference(domain: Self.domain, key: "big", value: .data(Data(count: mib4 + 1)), caller: .owner)
             }
-            #expect(try vault.preference(domain: Self.domain, key: "big") == nearlyAll)
+            #expect(try vault.preference(domain: Self.domain, key: "big", caller: .owner) == nearlyAll)
             // Replacing a key counts its new size, not old + new.
-            try vault.setPreference(domain: Self.domain, key: "big", value: .data(Data(count: mib4 - 2048)))
+            try vault.setPreference(domain: Self.domain, key: "big", value: .data(Data(count: mib4 - 2048)), caller: .owner)
             // Other domains have their own budget.
-            try vault.setPreference(domain: "com.example.other", key: "more", value: .data(Data(count: 2048)))
+            try vault.setPreference(domain: "com.example.other", key: "more", value: .data(Data(count: 2048)), caller: .owner)
 
             // Import over the limit leaves the domain as it was.
             let huge = try PropertyListCodec.encode(
                 .dict(["a": .data(Data(count: mib4 / 2 + 10)), "b": .data(Data(count: mib4 / 2 + 10))]), format: .binary)
-            let snapshot = try vault.preferenceDomain(Self.domain)
-            expectVaultError(.domainTooLarge) { _ = try vault.importDomain(Self.domain, plist: huge) }
-            #expect(try vault.preferenceDomain(Self.domain) == snapshot)
+            let snapshot = try vault.preferenceDomain(Self.domain, caller: .owner)
+            expectVaultError(.domainTooLarge) { _ = try vault.importDomain(Self.domain, plist: huge, caller: .owner) }
+            #expect(try vault.preferenceDomain(Self.domain, caller: .owner) == snapshot)
         }
     }
 
@@ -155,16 +155,16 @@ struct PreferencesTests {
             for i in 0..<300_000 { keys[String(format: "k%06d", i)] = .bool(i % 2 == 0) }
             let bools: PlistDictionary = ["list": .array((0..<550_000).map { .bool($0 % 3 == 0) })]
             for (name, values) in [("keys", keys), ("bools", bools)] {
-                _ = try vault.importDomain(Self.domain, values: values)
+                _ = try vault.importDomain(Self.domain, values: values, caller: .owner)
                 for format in [PropertyListCodec.Format.binary, .xml] {
-                    let exported = try vault.exportDomain(Self.domain, format: format)
+                    let exported = try vault.exportDomain(Self.domain, format: format, caller: .owner)
                     let copy = "\(Self.domain).\(name).\(format.rawValue)"
                     do {
-                        #expect(try vault.importDomain(copy, plist: exported) == values.count, "\(name), \(format.rawValue)")
+                        #expect(try vault.importDomain(copy, plist: exported, caller: .owner) == values.count, "\(name), \(format.rawValue)")
                     } catch {
                         Issue.record("\(name), \(format.rawValue): \(error)")
                     }
-                    #expect(try vault.preferenceDomain(copy) == values, "\(name), \(format.rawValue)")
+                    #expect(try vault.preferenceDomain(copy, caller: .owner) == values, "\(name), \(format.rawValue)")
                 }
             }
             // Twice as many is over 4 MiB: refused, whichever way it is counted.
@@ -172,25 +172,25 @@ struct PreferencesTests {
             for i in 0..<600_000 { over[String(format: "k%06d", i)] = .bool(true) }
             let plist = try PropertyListCodec.encode(.dict(over), format: .binary)
             do {
-                _ = try vault.importDomain("com.example.over", plist: plist)
+                _ = try vault.importDomain("com.example.over", plist: plist, caller: .owner)
                 Issue.record("a domain over 4 MiB was imported")
             } catch let e as VaultError {
                 #expect(e.code == .domainTooLarge || e.code == .invalidPropertyList, "\(e)")
             }
-            #expect(try vault.preferenceDomain("com.example.over").isEmpty)
+            #expect(try vault.preferenceDomain("com.example.over", caller: .owner).isEmpty)
         }
     }
 
     @Test func invalidDomainNamesAndLongKeysAreInvalidValue() throws {
         try withVault(initialize: false) { vault, _ in
-            expectVaultError(.invalidValue) { try vault.setPreference(domain: "", key: "k", value: .bool(true)) }
-            expectVaultError(.invalidValue) { try vault.setPreference(domain: "a/b", key: "k", value: .bool(true)) }
-            expectVaultError(.invalidValue) { try vault.setPreference(domain: "a\nb", key: "k", value: .bool(true)) }
+            expectVaultError(.invalidValue) { try vault.setPreference(domain: "", key: "k", value: .bool(true), caller: .owner) }
+            expectVaultError(.invalidValue) { try vault.setPreference(domain: "a/b", key: "k", value: .bool(true), caller: .owner) }
+            expectVaultError(.invalidValue) { try vault.setPreference(domain: "a\nb", key: "k", value: .bool(true), caller: .owner) }
             expectVaultError(.invalidValue) {
-                try vault.setPreference(domain: Self.domain, key: String(repeating: "k", count: 1025), value: .bool(true))
+                try vault.setPreference(domain: Self.domain, key: String(repeating: "k", count: 1025), value: .bool(true), caller: .owner)
             }
-            try vault.setPreference(domain: Self.domain, key: String(repeating: "k", count: 1024), value: .bool(true))
-            #expect(try vault.preferenceDomain(Self.domain).count == 1)
+            try vault.setPreference(domain: Self.domain, key: String(repeating: "k", count: 1024), value: .bool(true), caller: .owner)
+            #expect(try vault.preferenceDomain(Self.domain, caller: .owner).count == 1)
         }
     }
 
@@ -206,29 +206,29 @@ struct PreferencesTests {
         let decoded = try PropertyListCodec.decode(data)
         try withVault(initialize: false) { vault, _ in
             let domain = "com.example.corpus"
-            try vault.setPreference(domain: domain, key: "preexisting", value: .string("kept unless imported over"))
+            try vault.setPreference(domain: domain, key: "preexisting", value: .string("kept unless imported over"), caller: .owner)
             guard case .dict(let values) = decoded else {
                 // The array-root file: refused, the domain left alone.
                 #expect(file.hasPrefix("com.sogou.inputmethod.symbolSubsitute"))
-                let before = try vault.preferenceDomain(domain)
-                expectVaultError(.invalidPropertyList) { _ = try vault.importDomain(domain, plist: data) }
-                #expect(try vault.preferenceDomain(domain) == before)
-                #expect(try vault.preference(domain: domain, key: "preexisting") == .string("kept unless imported over"))
+                let before = try vault.preferenceDomain(domain, caller: .owner)
+                expectVaultError(.invalidPropertyList) { _ = try vault.importDomain(domain, plist: data, caller: .owner) }
+                #expect(try vault.preferenceDomain(domain, caller: .owner) == before)
+                #expect(try vault.preference(domain: domain, key: "preexisting", caller: .owner) == .string("kept unless imported over"))
                 return
             }
             #expect(!values.isEmpty)
-            #expect(try vault.importDomain(domain, plist: data) == values.count)
+            #expect(try vault.importDomain(domain, plist: data, caller: .owner) == values.count)
             // Import replaces the domain.
-            #expect(try vault.preferenceDomain(domain) == values)
+            #expect(try vault.preferenceDomain(domain, caller: .owner) == values)
             for (key, value) in values {
-                #expect(try vault.preference(domain: domain, key: key) == value, "key '\(key)'")
+                #expect(try vault.preference(domain: domain, key: key, caller: .owner) == value, "key '\(key)'")
             }
-            let exported = try vault.exportDomain(domain, format: .binary)
+            let exported = try vault.exportDomain(domain, format: .binary, caller: .owner)
             #expect(exported.starts(with: Array("bplist00".utf8)))
             #expect(try PropertyListCodec.decode(exported) == .dict(values))
             // And a second import of our own export is a fixed point.
-            #expect(try vault.importDomain(domain + ".again", plist: exported) == values.count)
-            #expect(try vault.preferenceDomain(domain + ".again") == values)
+            #expect(try vault.importDomain(domain + ".again", plist: exported, caller: .owner) == values.count)
+            #expect(try vault.preferenceDomain(domain + ".again", caller: .owner) == values)
         }
     }
 
@@ -257,8 +257,8 @@ struct PreferencesTests {
     func corpusValuesAreDecodedExactly(file: String, path: [String], expected: PlistValue) throws {
         let data = try Data(contentsOf: corpusDirectory.appendingPathComponent(file))
         try withVault(initialize: false) { vault, _ in
-            _ = try vault.importDomain("com.example.corpus", plist: data)
-            let top = try vault.preference(domain: "com.example.corpus", key: path[0])
+            _ = try vault.importDomain("com.example.corpus", plist: data, caller: .owner)
+            let top = try vault.preference(domain: "com.example.corpus", key: path[0], caller: .owner)
             #expect(Self.value(top, at: Array(path.dropFirst())) == expected)
         }
     }
@@ -266,9 +266,9 @@ struct PreferencesTests {
     @Test func corpusDatesKeepTheirFractions() throws {
         let data = try Data(contentsOf: corpusDirectory.appendingPathComponent("at.obdev.LaunchBar__gooqiao-Mackup.plist"))
         try withVault(initialize: false) { vault, _ in
-            _ = try vault.importDomain("com.example.launchbar", plist: data)
+            _ = try vault.importDomain("com.example.launchbar", plist: data, caller: .owner)
             #expect(PlistDate.format(date(63_113_904_000)) == "4001-01-01T00:00:00Z")
-            guard case .date(let d)? = try vault.preference(domain: "com.example.launchbar", key: "SoftwareUpdateLastCheck") else {
+            guard case .date(let d)? = try vault.preference(domain: "com.example.launchbar", key: "SoftwareUpdateLastCheck", caller: .owner) else {
                 Issue.record("SoftwareUpdateLastCheck is not a date"); return
             }
             // 2020-03-31T02:11:19.731837 (to the microsecond, as Python's plistlib shows it).
@@ -286,19 +286,19 @@ struct PreferencesTests {
         }
         #expect(!items.isEmpty)
         try withVault(initialize: false) { vault, _ in
-            try vault.setPreference(domain: "com.sogou.inputmethod", key: "k", value: .integer(1))
-            let e = expectVaultError(.invalidPropertyList) { _ = try vault.importDomain("com.sogou.inputmethod", plist: data) }
+            try vault.setPreference(domain: "com.sogou.inputmethod", key: "k", value: .integer(1), caller: .owner)
+            let e = expectVaultError(.invalidPropertyList) { _ = try vault.importDomain("com.sogou.inputmethod", plist: data, caller: .owner) }
             #expect(e?.name == "io.vaultd.Preferences.InvalidPropertyList")
-            #expect(try vault.preferenceDomain("com.sogou.inputmethod") == ["k": .integer(1)])
+            #expect(try vault.preferenceDomain("com.sogou.inputmethod", caller: .owner) == ["k": .integer(1)])
         }
     }
 
     @Test func garbageIsNotAPropertyList() throws {
         try withVault(initialize: false) { vault, _ throws in
             for bad in [Data(), Data("not a plist".utf8), Data("bplist00".utf8) + Data(repeating: 0xFF, count: 40), Data("<plist><dict><key>a</key></dict></plist>".utf8)] {
-                expectVaultError(.invalidPropertyList) { _ = try vault.importDomain(Self.domain, plist: bad) }
+                expectVaultError(.invalidPropertyList) { _ = try vault.importDomain(Self.domain, plist: bad, caller: .owner) }
             }
-            #expect(try vault.preferenceDomains() == [])
+            #expect(try vault.preferenceDomains(caller: .owner) == [])
         }
     }
 
@@ -309,9 +309,9 @@ struct PreferencesTests {
         let plist = try PropertyListSerialization.data(
             fromPropertyList: ["ok": 1, "when": date(t)] as [String: Any], format: .binary, options: 0)
         try withVault(initialize: false) { vault, _ in
-            try vault.setPreference(domain: Self.domain, key: "k", value: .integer(1))
-            expectVaultError(.invalidPropertyList) { _ = try vault.importDomain(Self.domain, plist: plist) }
-            #expect(try vault.preferenceDomain(Self.domain) == ["k": .integer(1)])
+            try vault.setPreference(domain: Self.domain, key: "k", value: .integer(1), caller: .owner)
+            expectVaultError(.invalidPropertyList) { _ = try vault.importDomain(Self.domain, plist: plist, caller: .owner) }
+            #expect(try vault.preferenceDomain(Self.domain, caller: .owner) == ["k": .integer(1)])
         }
     }
 
@@ -325,7 +325,7 @@ struct PreferencesTests {
             do {
                 let vault = try Vault(dataDirectory: dir, passphrasePolicy: .tests)
                 defer { vault.close() }
-                try vault.setPreference(domain: Self.domain, key: "k1", value: controls)
+                try vault.setPreference(domain: Self.domain, key: "k1", value: controls, caller: .owner)
                 // As an older vaultd counted it: the binary size only.
                 _ = try vault.db.run("UPDATE preferences SET size = ? WHERE key = 'k1'", [.integer(Int64(2 + controls.storageSize))])
                 _ = try vault.db.run("DELETE FROM schema_migrations WHERE name = '2026-11-30-preferences-wire-size'")
@@ -334,8 +334,8 @@ struct PreferencesTests {
             defer { vault.close() }
             let size = try #require(try vault.db.row("SELECT size FROM preferences WHERE key = 'k1'")?[0].int64)
             #expect(size > 3_000_000, "recounted: \(size)")
-            expectVaultError(.domainTooLarge) { try vault.setPreference(domain: Self.domain, key: "k2", value: controls) }
-            #expect(try vault.preferenceDomain(Self.domain) == ["k1": controls])
+            expectVaultError(.domainTooLarge) { try vault.setPreference(domain: Self.domain, key: "k2", value: controls, caller: .owner) }
+            #expect(try vault.preferenceDomain(Self.domain, caller: .owner) == ["k1": controls])
         }
     }
 
@@ -349,13 +349,13 @@ struct PreferencesTests {
                     [.text(Self.domain), .blob(Array(#"{"date":"10000-01-01T00:00:00Z"}"#.utf8))])
             }
             try storeBadDate()
-            expectVaultError(.invalidValue) { _ = try vault.preferenceDomain(Self.domain) }
+            expectVaultError(.invalidValue) { _ = try vault.preferenceDomain(Self.domain, caller: .owner) }
             let plist = try PropertyListCodec.encode(.dict(["good": .integer(2)]), format: .binary)
-            #expect(try vault.importDomain(Self.domain, plist: plist) == 1)
-            #expect(try vault.preferenceDomain(Self.domain) == ["good": .integer(2)])
+            #expect(try vault.importDomain(Self.domain, plist: plist, caller: .owner) == 1)
+            #expect(try vault.preferenceDomain(Self.domain, caller: .owner) == ["good": .integer(2)])
             try storeBadDate()
-            #expect(try vault.removeDomain(Self.domain) == 2)
-            #expect(try vault.preferenceDomains() == [])
+            #expect(try vault.removeDomain(Self.domain, caller: .owner) == 2)
+            #expect(try vault.preferenceDomains(caller: .owner) == [])
         }
     }
 

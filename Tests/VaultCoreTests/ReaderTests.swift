@@ -97,7 +97,7 @@ import VaultProtocol
             try vault.addGeneric(service: "s", account: "a", secret: [1], accessGroup: "shared")
             // Its first launch writes (it wipes what earlier installs left): done before.
             #expect(try vault.hello(app.caller).firstLaunch)
-            try vault.setPreference(domain: "org.example.Reader", key: "k", value: .string("v"))
+            try vault.setPreference(domain: "org.example.Reader", key: "k", value: .string("v"), caller: .owner)
             let inside = DispatchSemaphore(value: 0)
             let release = DispatchSemaphore(value: 0)
             let writerDone = DispatchSemaphore(value: 0)
@@ -122,7 +122,7 @@ import VaultProtocol
                     let data = try? vault.copyMatching(query, returnData: true, caller: caller).first.flatMap { plain($0.data) }
                     found.withLock { $0.append(data) }
                 }
-                let preference = try? vault.preference(domain: "org.example.Reader", key: "k")
+                let preference = try? vault.preference(domain: "org.example.Reader", key: "k", caller: .owner)
                 found.withLock { $0.append(preference == .string("v") ? [2] : nil) }
                 lookedUp.signal()
             }

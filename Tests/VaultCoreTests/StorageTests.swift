@@ -102,7 +102,7 @@ struct AtRestTests {
             _ = try vault.deleteItems(ItemQuery(attributes: ItemAttributes(service: "deleted-PLAINTEXT-CHECK")), caller: .owner)
             // A positive control: preferences are not encrypted, so this marker must be found,
             // which shows the scan really reads the store (and its WAL) while open.
-            try vault.setPreference(domain: "com.example.control", key: "k", value: .string("CONTROL-MARKER-VISIBLE"))
+            try vault.setPreference(domain: "com.example.control", key: "k", value: .string("CONTROL-MARKER-VISIBLE"), caller: .owner)
 
             let open = try Self.expectNoMarkers(in: dir)
             #expect(open.keys.contains("vault.sqlite-wal"), "the store runs in WAL mode: \(open.keys.sorted())")

@@ -240,13 +240,10 @@ final class KeychainStore {
     /// The stored rows matching the query's indexed parts (their keyed hashes, made with
     /// `hashKey`, the index key, found through `itemIndex`), restricted to the groups the caller
     /// may see, read through `db`: the writer's connection under the engine lock, or a
-    /// reader's. Throws MissingEntitlement (a group not the caller's).
+    /// reader's. A group the query names was granted by the policy (`Vault.authorize`).
     static func candidateRows(
         _ q: ItemQuery, caller: Caller, hashKey: SecureBytes, itemIndex: ItemIndex, in db: Database
     ) throws -> [Candidates.Stored] {
-        if let g = q.attributes.accessGroup, !caller.mayAccess(group: g) {
-            throw VaultError(.missingEntitlement, "the caller is not a member of the requested access group")
-        }
         // The arguments in the order of the SQL's parts; `shape` says which parts it has.
         var args: [SQLValue] = []
         var shape = 0
@@ -257,10 +254,10 @@ final class KeychainStore {
         if let g = q.attributes.accessGroup {
             shape |= CandidateSQL.accessGroup
             args.append(.text(g))
-        } else if !caller.isOwner {
-            if caller.accessGroups.isEmpty { return [] }
-            shape |= caller.accessGroups.count << CandidateSQL.groupCountShift
-            args += caller.accessGroups.map { .text($0) }
+        } else if let groups = caller.visibleAccessGroups {
+            if groups.isEmpty { return [] }
+            shape |= groups.count << CandidateSQL.groupCountShift
+            args += groups.map { .text($0) }
         }
         if let a = q.attributes.accessible {
             shape |= CandidateSQL.accessible
@@ -474,17 +471,14 @@ final class KeychainStore {
 
     // MARK: SecItem operations
 
-    /// The attributes an Add stores (checked, normalized, dated). Throws SecretTooLarge,
-    /// MissingEntitlement, Param.
-    static func addedAttributes(itemClass: ItemClass, attributes input: ItemAttributes, secretSize: Int, caller: Caller) throws -> ItemAttributes {
+    /// The attributes an Add stores in `accessGroup` (the one the policy granted: `Grant`),
+    /// checked, normalized, dated. Throws SecretTooLarge, Param.
+    static func addedAttributes(itemClass: ItemClass, attributes input: ItemAttributes, secretSize: Int, accessGroup: String) throws -> ItemAttributes {
         try SecretLimit.check(secretSize)
         var a = input
         a.creationDate = nil
         a.modificationDate = nil
-        if a.accessGroup == nil { a.accessGroup = caller.defaultAccessGroup }
-        guard caller.mayAccess(group: a.accessGroup!) else {
-            throw VaultError(.missingEntitlement, "the caller is not a member of the requested access group")
-        }
+        a.accessGroup = accessGroup
         try validate(itemClass, a)
         normalize(itemClass, &a)
         let now = Date()
@@ -543,8 +537,9 @@ final class KeychainStore {
     }
 
     /// SecItemUpdate: sets `changes` on every match and, when `secret` is given, replaces its
-    /// secret. Throws ItemNotFound, DuplicateItem (a change would collide), MissingEntitlement,
-    /// Param, or the class-key error when any match is unavailable.
+    /// secret. Throws ItemNotFound, DuplicateItem (a change would collide), Param, or the
+    /// class-key error when any match is unavailable. The groups of `q` and `changes` were
+    /// granted by the policy (`Vault.authorize`).
     func update(_ q: ItemQuery, changes: ItemAttributes, secret: SecureBytes?, caller: Caller) throws -> Int {
         // As SecItemUpdate: an update that changes nothing is errSecParam (the dates are
         // read-only: `apply` leaves them, so they change nothing).
@@ -559,9 +554,6 @@ final class KeychainStore {
         if let e = otherDevice.first { throw Self.otherDeviceError(e.accessible) }
         if let error { throw error }
         if rows.isEmpty { throw VaultError(.itemNotFound, "no item matches the query") }
-        if let g = changes.accessGroup, !caller.mayAccess(group: g) {
-            throw VaultError(.missingEntitlement, "the caller is not a member of the target access group")
-        }
         let now = Date()
         // A change that grows items counts against the apps that added them (QuotaExceeded
         // rolls the whole update back).

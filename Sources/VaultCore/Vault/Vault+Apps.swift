@@ -46,7 +46,7 @@ extension Vault {
         _ appID: String, executable: String?, flatpak: Bool = false, accessGroups: [String] = [], appGroups: [String] = [],
         keepCredentialsOnReinstall: Bool = false, caller: Caller
     ) throws -> AppRecord {
-        try requireOwner(caller)
+        _ = try authorize(.installApp, for: caller)
         return try registration.withLock {
             try register(
                 appID, executable: executable, flatpak: flatpak, accessGroups: accessGroups, appGroups: appGroups,
@@ -151,7 +151,7 @@ extension Vault {
     /// Throws AppNotFound.
     @discardableResult
     public func uninstallApp(_ appID: String, caller: Caller) throws -> AppRecord {
-        try requireOwner(caller)
+        _ = try authorize(.uninstallApp, for: caller)
         return try markUninstalled(appID, executableMissing: false)
     }
 
@@ -191,13 +191,13 @@ extension Vault {
     }
 
     public func app(_ appID: String, caller: Caller) throws -> AppRecord {
-        try requireOwner(caller)
+        _ = try authorize(.showApp, for: caller)
         guard let a = try locked({ try apps.find(appID) }) else { throw VaultError(.appNotFound, "no app \(appID)") }
         return withUninstallTime(a)
     }
 
     public func allApps(caller: Caller) throws -> [AppRecord] {
-        try requireOwner(caller)
+        _ = try authorize(.listApps, for: caller)
         return try locked { try apps.all() }.map(withUninstallTime)
     }
 
@@ -225,32 +225,11 @@ extension Vault {
         if let id = flatpakAppID {
             // Look and register as one step, so two first contacts make one generation.
             return try registration.withLock {
-                // A sandbox writes its own .flatpak-info: the name it gives must not be a group
-                // it would then be in, an app group (`group.*`) or another app's access group,
-                // installed or not, registered before this contact or since.
-                if id.hasPrefix("group.") {
-                    throw VaultError(.permissionDenied, "a sandbox names \(id), which names an app group (group.*), not an app")
+                switch try Policy.flatpakClaim(id, registered: try locked { try apps.all() }, maximumAutoRegistered: appSettings.maximumAutoRegisteredApps) {
+                case .installed(let a): return a.caller
+                case .register:
+                    return try register(id, executable: nil, flatpak: true, accessGroups: [], appGroups: [], keepCredentialsOnReinstall: false).caller
                 }
-                if let other = try locked({ try apps.all() }).first(where: { $0.appID != id && $0.keychainAccessGroups.containsBytes(id) }) {
-                    throw VaultError(.permissionDenied, "a sandbox names \(id), an access group of \(other.appID)")
-                }
-                if let a = try locked({ try apps.find(id) }) {
-                    // Installed or not: an uninstalled app's ID taken over by a sandbox would
-                    // wipe the credentials that app kept for its reinstall.
-                    guard a.flatpak else {
-                        throw VaultError(.permissionDenied, "a sandbox names \(id), an app registered by its executable")
-                    }
-                    if a.installed { return a.caller }
-                } else {
-                    // A name not seen before adds a record for good: bounded.
-                    let limit = appSettings.maximumAutoRegisteredApps
-                    if try locked({ try apps.flatpakCount() }) >= limit {
-                        throw VaultError(
-                            .rateLimited,
-                            "a sandbox names \(id), a Flatpak app vaultd has not seen, and \(limit) Flatpak apps are registered already, the most registered on first contact (MaximumAutoRegisteredApps in config.plist)")
-                    }
-                }
-                return try register(id, executable: nil, flatpak: true, accessGroups: [], appGroups: [], keepCredentialsOnReinstall: false).caller
             }
         }
         // The registered path as `/proc/PID/exe` shows a program: every symlink resolved, now.
@@ -273,13 +252,13 @@ extension Vault {
     /// Returns whether this was the first launch and how many items were wiped (also when
     /// an earlier call of this generation did the wipe: the first Hello reports it).
     public func hello(_ caller: Caller) throws -> (firstLaunch: Bool, wiped: Int) {
-        try admit(caller)
+        _ = try authorize(.hello, for: caller)
         return try launch(caller, reporting: true)
     }
 
     /// The first launch of the caller's generation, once: wipes the leftovers, and reports it
     /// now (`reporting`: a Hello) or keeps it for the first Hello.
-    private func launch(_ caller: Caller, reporting: Bool) throws -> (firstLaunch: Bool, wiped: Int) {
+    func launch(_ caller: Caller, reporting: Bool) throws -> (firstLaunch: Bool, wiped: Int) {
         guard let appID = caller.appID else { return (false, 0) }
         return try locked {
             try db.write { _ in
@@ -300,50 +279,9 @@ extension Vault {
         }
     }
 
-    /// Admits a call by an app (the owner always passes). The connection's app must still be
-    /// installed under the generation it was identified with: an instance connected before an
-    /// uninstall or a reinstall gets MissingEntitlement, so it cannot re-create what the
-    /// uninstall removed. With `launch` (keychain calls), a generation that has not launched
-    /// yet launches now, Hello or not: the leftovers of earlier installs are wiped first, as
-    /// Hello would (a client that skips Hello must not see them); the first Hello after it
-    /// still reports the first launch and the count wiped (`unreportedLaunchWipe`).
-    /// (A caller not made from a registration, with no generation, as unit tests build, is
-    /// not checked: vaultd's app callers always come from `AppRecord.caller`.)
-    func admit(_ caller: Caller, launch: Bool = false) throws {
-        guard let appID = caller.appID, caller.generation != nil else { return }
-        let a = try Self.current(try reading({ try AppRegistry(db: $0).find(appID) }), of: caller, appID)
-        if launch && a.launchedGeneration != a.generation { _ = try self.launch(caller, reporting: false) }
-    }
-
     /// Whether `appID` is registered and installed (under the engine lock).
     func isInstalled(_ appID: String) throws -> Bool {
         try locked { try apps.find(appID)?.installed ?? false }
-    }
-
-    /// Whether a connection's app may still be served: throws MissingEntitlement when the
-    /// app was uninstalled or reinstalled after the connection was identified (see `admit`).
-    /// The owner always passes. vaultd checks a stream with it before each batch of events.
-    public func checkAdmitted(_ caller: Caller) throws {
-        try admit(caller)
-    }
-
-    /// `admit`'s check again, inside a write (on the writer's connection, engine lock held),
-    /// so the write and the check see one state: an uninstall or reinstall that commits
-    /// between `admit` and the write would otherwise let the write land after it (a
-    /// preference set would re-create the domain the uninstall had just removed, and the
-    /// next install would read it). Throws MissingEntitlement, as `admit` does.
-    func admitInWrite(_ caller: Caller) throws {
-        guard let appID = caller.appID, caller.generation != nil else { return }
-        _ = try Self.current(try apps.find(appID), of: caller, appID)
-    }
-
-    /// `record`, when it is `caller`'s install (installed, the same generation); throws
-    /// MissingEntitlement otherwise (`admit`, `admitInWrite`).
-    private static func current(_ record: AppRecord?, of caller: Caller, _ appID: String) throws -> AppRecord {
-        guard let a = record, a.installed, a.generation == caller.generation else {
-            throw VaultError(.missingEntitlement, "\(appID) was uninstalled or reinstalled after this connection was made; reconnect")
-        }
-        return a
     }
 
     /// What `stat` says of a registered executable: there, absent ("no such file": ENOENT or

@@ -11,20 +11,10 @@ extension Vault {
     /// the owner names an app that is not installed (an uninstall removed its directory; a
     /// query must not make it again), MissingEntitlement when an app names another app.
     public func cacheDirectory(for appID: String?, caller: Caller) throws -> String {
-        let target: String
-        if let own = caller.appID {
-            try admit(caller)
-            if let appID, appID != own { throw VaultError(.missingEntitlement, "an app may only use its own cache directory") }
-            target = own
-        } else {
-            guard let appID else {
-                throw VaultError.invalidParameter(
-                    "appID",
-                    "the caller is not a registered app, so it runs as the owner's tool and has no caches directory of its own: name an app (appID), or register the program (vaultctl app install APP_ID --exe PATH)")
-            }
-            try AppRecord.validate(appID: appID)
-            guard try isInstalled(appID) else { throw VaultError(.appNotFound, "no installed app \(appID)") }
-            target = appID
+        let target = try authorize(.cacheDirectory(appID: appID), for: caller).appID!
+        if caller.isOwner {
+            try AppRecord.validate(appID: target)
+            guard try isInstalled(target) else { throw VaultError(.appNotFound, "no installed app \(target)") }
         }
         let path = try caches.directory(for: target)
         // An uninstall between the check and the mkdir removed the directory before it was
@@ -42,7 +32,7 @@ extension Vault {
     /// bytes allocated on disk. Owner only (else PermissionDenied); InvalidAppID for a
     /// malformed `appID`, AppNotFound for one neither installed nor with a cache. Observers get a `cachePurge` event per app.
     public func purgeCaches(appID: String?, bytes: Int64?, running: Set<String>, caller: Caller) throws -> PurgeReport {
-        try requireOwner(caller)
+        _ = try authorize(.purgeCaches, for: caller)
         if let appID {
             try AppRecord.validate(appID: appID)
             // As `Directory`: an app that is not installed is AppNotFound (a mistyped app ID
@@ -56,6 +46,12 @@ extension Vault {
         let report = caches.purge(only: appID, running: running) { r in bytes.map { r.freedBytes >= $0 } ?? false }
         announce(report)
         return report
+    }
+
+    /// The cache usage of every app the caller sees (an app: its own; `Policy.seesCache`).
+    public func cacheUsage(caller: Caller) throws -> [CacheUsage] {
+        let grant = try authorize(.cacheUsage, for: caller)
+        return caches.usage().filter { Policy.seesCache(of: $0.appID, grant.caller) }
     }
 
     /// Applies the purge policy (free-space marks and budget); returns what it purged, if anything.

@@ -206,18 +206,20 @@ public final class Vault: @unchecked Sendable {
     /// app only those it could read anyway (items in its access groups; its own domain, its
     /// app groups' suites and NSGlobalDomain, when stored): the whole vault's counts told it
     /// how other apps' items and domains came and went.
-    public func status(caller: Caller = .owner) throws -> JSONObject {
+    /// The data directory is told to the owner only.
+    public func status(caller: Caller) throws -> JSONObject {
         // An app's connection made before an uninstall or reinstall gets nothing
         // (MissingEntitlement); a new install's first call, this one or any, is its first
         // launch, so the figures never count what that launch wipes.
-        try admit(caller, launch: true)
+        _ = try authorize(.status, for: caller)
         return try locked {
-            let readable = try preferences.domains().filter(caller.mayRead(domain:))
+            let readable = Policy.visibleDomains(try preferences.domains(), to: caller)
             return [
                 "lock": keys.lockState,
-                "items": JSON(try keychain.count(inGroups: caller.isOwner ? nil : caller.accessGroups)),
+                "items": JSON(try keychain.count(inGroups: caller.visibleAccessGroups)),
                 "domains": JSON(readable.count),
                 "retryAfter": JSON(try rateLimitDelay()),
+                "dataDirectory": caller.isOwner ? .string(dataDirectory) : .null,
             ]
         }
     }
@@ -225,7 +227,7 @@ public final class Vault: @unchecked Sendable {
     /// Creates the vault, with a passphrase or without (then always unlocked). Owner only.
     /// Throws AlreadyInitialized, PermissionDenied.
     public func initialize(passphrase: SecureBytes?, caller: Caller) throws -> JSON {
-        try requireOwner(caller)
+        _ = try authorize(.initialize, for: caller)
         if let p = passphrase, p.count == 0 { throw VaultError.param("the passphrase must not be empty") }
         let kek = try passphrase.map { try KeyHierarchy.PassphraseKEK(deriving: $0, cost: passphrasePolicy.kdfCost) }
         return try inEventOrder { ticket in
@@ -238,12 +240,33 @@ public final class Vault: @unchecked Sendable {
         }
     }
 
-    /// Unlocks with the passphrase. Throws Vault.AuthFailed (wrong passphrase; counted),
-    /// RateLimited (too many failures: wait `retryAfter` seconds), NoPassphrase, NotInitialized.
-    /// A vault whose stored Argon2id parameters cost less than `passphrasePolicy.kdfCost` (made
-    /// before the cost was raised) is re-wrapped under a KEK derived at that cost once the
-    /// passphrase proved right (`strengthenKDF`).
-    public func unlock(passphrase: SecureBytes) throws -> JSON {
+    /// Unlocks with the passphrase. Owner only. Throws PermissionDenied, Vault.AuthFailed
+    /// (wrong passphrase; counted), RateLimited (too many failures: wait `retryAfter`
+    /// seconds), NoPassphrase, NotInitialized. A vault whose stored Argon2id parameters cost
+    /// less than `passphrasePolicy.kdfCost` (made before the cost was raised) is re-wrapped
+    /// under a KEK derived at that cost once the passphrase proved right (`strengthenKDF`).
+    public func unlock(passphrase: SecureBytes, caller: Caller) throws -> JSON {
+        _ = try authorize(.unlock, for: caller)
+        return try unlockAuthorized(passphrase: passphrase)
+    }
+
+    /// Unlock with the passphrase remembered in the login keyring, which `lookUp` reads (a
+    /// front-end's keyring client); it is asked only once the caller may unlock and the vault
+    /// is locked with a passphrase. Owner only. Throws PermissionDenied, NotInitialized,
+    /// NoPassphrase, what `lookUp` throws, and Unlock's errors. A vault already unlocked is
+    /// left so.
+    public func unlockFromKeyring(caller: Caller, lookUp: () throws -> SecureBytes) throws -> JSON {
+        _ = try authorize(.unlockFromKeyring, for: caller)
+        let state = lockState
+        if state["hasPassphrase"]?.boolValue != true {
+            if state["state"]?.stringValue == "uninitialized" { throw VaultError(.notInitialized, "the vault has not been initialised") }
+            throw VaultError(.noPassphrase, "the vault has no passphrase: it is always unlocked")
+        }
+        if state["state"]?.stringValue == "unlocked" { return state }
+        return try unlockAuthorized(passphrase: try lookUp())
+    }
+
+    private func unlockAuthorized(passphrase: SecureBytes) throws -> JSON {
         // One attempt at a time, so parallel guesses cannot all pass the rate limit.
         unlockAttempts.lock()
         defer { unlockAttempts.unlock() }
@@ -285,9 +308,11 @@ public final class Vault: @unchecked Sendable {
         }
     }
 
-    /// Locks (wipes whenUnlocked class keys). Throws NoPassphrase, NotInitialized.
-    public func lockVault() throws -> JSON {
-        try inEventOrder { ticket in
+    /// Locks (wipes whenUnlocked class keys). Owner only. Throws PermissionDenied,
+    /// NoPassphrase, NotInitialized.
+    public func lockVault(caller: Caller) throws -> JSON {
+        _ = try authorize(.lock, for: caller)
+        return try inEventOrder { ticket in
             let state = try locked {
                 try changingKeys { try keys.lock() }
                 ticket.take()
@@ -305,7 +330,7 @@ public final class Vault: @unchecked Sendable {
     /// (empty `new`), Vault.AuthFailed (`old` wrong or missing), RateLimited, NotInitialized,
     /// NoPassphrase (removing a passphrase the vault does not have).
     public func changePassphrase(old: SecureBytes?, new: SecureBytes?, caller: Caller) throws -> (JSON, Int) {
-        try requireOwner(caller)
+        _ = try authorize(.changePassphrase, for: caller)
         if let p = new, p.count == 0 { throw VaultError.param("the new passphrase must not be empty") }
         // One passphrase check at a time, Unlock's included: a ChangePassphrase guess beside an
         // Unlock guess got two tries through one slot of the rate limit.
@@ -491,21 +516,17 @@ public final class Vault: @unchecked Sendable {
         try db.run("DELETE FROM vault_meta WHERE key = 'unlock.failures'")
     }
 
-    /// Throws PermissionDenied unless the caller is the owner's own tools.
-    public func requireOwner(_ caller: Caller) throws {
-        guard caller.isOwner else { throw VaultError(.permissionDenied, "only the vault's owner (vaultctl) may do this") }
-    }
-
     // MARK: keychain
 
     /// SecItemAdd. Returns the stored attributes. Throws DuplicateItem, Param, SecretTooLarge,
     /// MissingEntitlement (group not the caller's), InteractionNotAllowed (class key locked),
     /// AuthFailed (whenPasscodeSet without a passphrase).
     public func addItem(_ itemClass: ItemClass, attributes: ItemAttributes, secret: SecureBytes, caller: Caller) throws -> ItemAttributes {
-        try admit(caller, launch: true)
+        let grant = try authorize(.addItem(accessGroup: attributes.accessGroup), for: caller)
         // Checking, hashing and encrypting happen here, before the write joins a group
         // commit: the leader's transaction, under the engine lock, only runs the INSERT.
-        let stored = try KeychainStore.addedAttributes(itemClass: itemClass, attributes: attributes, secretSize: secret.count, caller: caller)
+        let stored = try KeychainStore.addedAttributes(
+            itemClass: itemClass, attributes: attributes, secretSize: secret.count, accessGroup: grant.accessGroup!)
         let accessible = stored.accessible ?? .whenUnlocked
         let keys = try withKeys { try keychain.writeKeys(accessible: accessible) }
         let values = try KeychainStore.encrypt(itemClass: itemClass, attributes: stored, secret: secret, keys: keys)
@@ -518,7 +539,7 @@ public final class Vault: @unchecked Sendable {
 
     /// SecItemCopyMatching; see `KeychainStore.copyMatching`.
     public func copyMatching(_ query: ItemQuery, returnData: Bool, caller: Caller) throws -> [FoundItem] {
-        try admit(caller, launch: true)
+        _ = try authorize(.copyItems(accessGroup: query.attributes.accessGroup), for: caller)
         // No engine lock: the query runs on a reader connection, the keys come under the keys
         // lock, and decrypting and matching need no lock (with several clients, lookups would
         // otherwise queue on the engine lock behind each other and behind group commits).
@@ -542,7 +563,7 @@ public final class Vault: @unchecked Sendable {
 
     /// SecItemUpdate; see `KeychainStore.update`. All matches change, or none.
     public func updateItems(_ query: ItemQuery, changes: ItemAttributes, secret: SecureBytes?, caller: Caller) throws -> Int {
-        try admit(caller, launch: true)
+        _ = try authorize(.updateItems(accessGroup: query.attributes.accessGroup, newAccessGroup: changes.accessGroup), for: caller)
         return try transaction {
             try self.admitInWrite(caller)
             return try self.keychain.update(query, changes: changes, secret: secret, caller: caller)
@@ -551,7 +572,7 @@ public final class Vault: @unchecked Sendable {
 
     /// SecItemDelete; see `KeychainStore.delete`.
     public func deleteItems(_ query: ItemQuery, caller: Caller) throws -> Int {
-        try admit(caller, launch: true)
+        _ = try authorize(.deleteItems(accessGroup: query.attributes.accessGroup), for: caller)
         return try transaction {
             try self.admitInWrite(caller)
             return try self.keychain.delete(query, caller: caller)
@@ -559,24 +580,6 @@ public final class Vault: @unchecked Sendable {
     }
 
     // MARK: preferences
-
-    /// Resolves the domain a caller names (nil: its own) and checks it may read or write it.
-    /// Apps: their own domain and their app groups' suites; NSGlobalDomain read-only. Throws
-    /// MissingEntitlement / ReadOnlyDomain / InvalidValue.
-    public func resolveDomain(_ domain: String?, caller: Caller, write: Bool) throws -> String {
-        try admit(caller)
-        if caller.isOwner {
-            guard let domain else { throw VaultError.invalidParameter("domain", "the owner must name a domain") }
-            try PreferencesStore.validate(domain: domain)
-            return domain
-        }
-        let d = domain ?? caller.appID!
-        guard caller.mayRead(domain: d) else { throw VaultError(.missingEntitlement, "the caller may not use this preferences domain") }
-        if write && d == Self.globalDomain {
-            throw VaultError(.readOnlyDomain, "apps may read NSGlobalDomain but not write it", extra: ["domain": .string(d)])
-        }
-        return d
-    }
 
     /// What an app's quota leaves its own preferences domain, when `caller` is that app
     /// writing it (nil: no limit; the owner's writes and app-group suites have none).
@@ -588,8 +591,10 @@ public final class Vault: @unchecked Sendable {
     /// The domain every app reads after its own (`defaults -g`).
     public static let globalDomain = "NSGlobalDomain"
 
-    public func preference(domain: String, key: String) throws -> PlistValue? {
-        try reading { try PreferencesStore(db: $0).get(domain: domain, key: key) }
+    /// One key of `domain` (nil: the caller's own), nil when absent.
+    public func preference(domain: String?, key: String, caller: Caller) throws -> PlistValue? {
+        let d = try authorize(.readPreferences(domain: domain), for: caller).domain
+        return try reading { try PreferencesStore(db: $0).get(domain: d, key: key) }
     }
 
     /// Checks a preference key against the key limit (1 KiB of UTF-8). Throws InvalidValue.
@@ -597,12 +602,26 @@ public final class Vault: @unchecked Sendable {
         try PreferencesStore.validate(key: key)
     }
 
-    public func preferenceDomain(_ domain: String) throws -> PlistDictionary {
+    /// Every key of `domain` (nil: the caller's own).
+    public func preferenceDomain(_ domain: String?, caller: Caller) throws -> PlistDictionary {
+        let d = try authorize(.readPreferences(domain: domain), for: caller).domain
+        return try preferenceValues(d)
+    }
+
+    private func preferenceValues(_ domain: String) throws -> PlistDictionary {
         try reading { try PreferencesStore(db: $0).domain(domain) }
     }
 
-    public func preferenceDomains() throws -> [String] {
-        try reading { try PreferencesStore(db: $0).domains() }
+    /// The first replies of a preferences Observe: every domain `grant` holds, with its values.
+    public func preferenceSnapshot(_ grant: Grant) throws -> [(domain: String, values: PlistDictionary)] {
+        precondition(grant.kind == .observePreferences, "a snapshot of the domains an Observe was granted")
+        return try grant.domainSet.sorted().map(\.string).map { ($0, try preferenceValues($0)) }
+    }
+
+    /// The stored domains the caller may read (`Policy.visibleDomains`).
+    public func preferenceDomains(caller: Caller) throws -> [String] {
+        let grant = try authorize(.listDomains, for: caller)
+        return Policy.visibleDomains(try reading { try PreferencesStore(db: $0).domains() }, to: grant.caller)
     }
 
     /// Runs a preference write or a lock-state change and then emits its events in the order
@@ -624,13 +643,15 @@ public final class Vault: @unchecked Sendable {
         return result
     }
 
-    /// Sets one key, durably. Returns the write's sequence number, which its event carries
-    /// (observers order their own writes against events with it). Throws DomainTooLarge
-    /// (nothing written), InvalidValue; MissingEntitlement when `caller`'s install is no
-    /// longer current (see `admit`).
+    /// Sets one key of `domain` (nil: the caller's own), durably. Returns the write's sequence
+    /// number, which its event carries (observers order their own writes against events with
+    /// it). Throws DomainTooLarge (nothing written), InvalidValue; the policy's errors
+    /// (`Policy.resolve`); MissingEntitlement when `caller`'s install is no longer current
+    /// (see `admit`).
     @discardableResult
-    public func setPreference(domain: String, key: String, value: PlistValue, caller: Caller = .owner) throws -> UInt64 {
-        try inEventOrder { ticket in
+    public func setPreference(domain named: String?, key: String, value: PlistValue, caller: Caller) throws -> UInt64 {
+        let domain = try authorize(.writePreferences(domain: named), for: caller).domain
+        return try inEventOrder { ticket in
             try transaction {
                 try self.admitInWrite(caller)
                 try self.preferences.set(domain: domain, key: key, value: value, room: try self.quotaRoom(caller, domain))
@@ -643,8 +664,9 @@ public final class Vault: @unchecked Sendable {
     /// Removes one key, durably (no error when it is absent). Returns the write's sequence
     /// number, as `setPreference`; throws MissingEntitlement as it does.
     @discardableResult
-    public func removePreference(domain: String, key: String, caller: Caller = .owner) throws -> UInt64 {
-        try inEventOrder { ticket in
+    public func removePreference(domain named: String?, key: String, caller: Caller) throws -> UInt64 {
+        let domain = try authorize(.writePreferences(domain: named), for: caller).domain
+        return try inEventOrder { ticket in
             let existed = try transaction {
                 try self.admitInWrite(caller)
                 let existed = try self.preferences.remove(domain: domain, key: key)
@@ -657,8 +679,9 @@ public final class Vault: @unchecked Sendable {
 
     /// Removes a whole domain; returns the number of keys it had. Throws MissingEntitlement
     /// when `caller`'s install is no longer current (see `admit`).
-    public func removeDomain(_ domain: String, caller: Caller = .owner) throws -> Int {
-        try inEventOrder { ticket in
+    public func removeDomain(_ named: String?, caller: Caller) throws -> Int {
+        let domain = try authorize(.writePreferences(domain: named), for: caller).domain
+        return try inEventOrder { ticket in
             let (count, keys) = try locked {
                 try db.write { _ in
                     try admitInWrite(caller)
@@ -675,18 +698,24 @@ public final class Vault: @unchecked Sendable {
     /// Replaces a domain with a property list's contents (root must be a dictionary).
     /// Returns the number of keys. Throws InvalidPropertyList, DomainTooLarge (nothing changed),
     /// MissingEntitlement when `caller`'s install is no longer current (see `admit`).
-    public func importDomain(_ domain: String, plist: Data, caller: Caller = .owner) throws -> Int {
+    public func importDomain(_ named: String?, plist: Data, caller: Caller) throws -> Int {
+        let grant = try authorize(.writePreferences(domain: named), for: caller)
         guard case .dict(let values) = try PropertyListCodec.decode(plist) else {
             throw VaultError(.invalidPropertyList, "the property list's root is not a dictionary; a domain can only be imported from a dictionary")
         }
-        return try importDomain(domain, values: values, caller: caller)
+        return try importDomain(grant, values: values)
     }
 
     /// Replaces a domain with `values` (a property list's root dictionary, already decoded).
     /// Returns the number of keys. Throws as `importDomain(_:plist:caller:)`, but for
     /// InvalidPropertyList.
-    public func importDomain(_ domain: String, values: PlistDictionary, caller: Caller = .owner) throws -> Int {
-        try inEventOrder { ticket in
+    public func importDomain(_ named: String?, values: PlistDictionary, caller: Caller) throws -> Int {
+        try importDomain(try authorize(.writePreferences(domain: named), for: caller), values: values)
+    }
+
+    private func importDomain(_ grant: Grant, values: PlistDictionary) throws -> Int {
+        let (domain, caller) = (grant.domain, grant.caller)
+        return try inEventOrder { ticket in
             let old = try locked {
                 try db.write { _ in
                     try admitInWrite(caller)
@@ -705,9 +734,9 @@ public final class Vault: @unchecked Sendable {
         }
     }
 
-    /// A domain as a property list in `format`.
-    public func exportDomain(_ domain: String, format: PropertyListCodec.Format) throws -> Data {
-        try PropertyListCodec.encode(.dict(try preferenceDomain(domain)), format: format)
+    /// A domain (nil: the caller's own) as a property list in `format`.
+    public func exportDomain(_ domain: String?, format: PropertyListCodec.Format, caller: Caller) throws -> Data {
+        try PropertyListCodec.encode(.dict(try preferenceDomain(domain, caller: caller)), format: format)
     }
 }
 

@@ -34,6 +34,10 @@ public struct Caller: Sendable, Equatable {
     /// one string, so an app with one spelling would reach the other's items.
     public func mayAccess(group: String) -> Bool { isOwner || accessGroups.containsBytes(group) }
 
+    /// The access groups whose items the caller sees when it names none: nil, every group
+    /// (the owner); an app, its own groups.
+    public var visibleAccessGroups: [String]? { isOwner ? nil : accessGroups }
+
     /// Whether the caller may read preferences `domain`: the owner any, an app its own, its
     /// app groups' suites and NSGlobalDomain (docs/preferences.md).
     public func mayRead(domain: String) -> Bool {

@@ -1,0 +1,37 @@
+import VaultProtocol
+
+extension Vault {
+    /// Admits a call by an app (the owner always passes). The connection's app must still be
+    /// installed under the generation it was identified with: an instance connected before an
+    /// uninstall or a reinstall gets MissingEntitlement, so it cannot re-create what the
+    /// uninstall removed. With `launch` (keychain calls), a generation that has not launched
+    /// yet launches now, Hello or not: the leftovers of earlier installs are wiped first, as
+    /// Hello would (a client that skips Hello must not see them); the first Hello after it
+    /// still reports the first launch and the count wiped (`unreportedLaunchWipe`).
+    /// (A caller not made from a registration, with no generation, as unit tests build, is
+    /// not checked: vaultd's app callers always come from `AppRecord.caller`.)
+    func admit(_ caller: Caller, launch: Bool = false) throws {
+        guard let appID = caller.appID, caller.generation != nil else { return }
+        let a = try Self.current(try reading({ try AppRegistry(db: $0).find(appID) }), of: caller, appID)
+        if launch && a.launchedGeneration != a.generation { _ = try self.launch(caller, reporting: false) }
+    }
+
+    /// `admit`'s check again, inside a write (on the writer's connection, engine lock held),
+    /// so the write and the check see one state: an uninstall or reinstall that commits
+    /// between `admit` and the write would otherwise let the write land after it (a
+    /// preference set would re-create the domain the uninstall had just removed, and the
+    /// next install would read it). Throws MissingEntitlement, as `admit` does.
+    func admitInWrite(_ caller: Caller) throws {
+        guard let appID = caller.appID, caller.generation != nil else { return }
+        _ = try Self.current(try apps.find(appID), of: caller, appID)
+    }
+
+    /// `record`, when it is `caller`'s install (installed, the same generation); throws
+    /// MissingEntitlement otherwise (`admit`, `admitInWrite`).
+    private static func current(_ record: AppRecord?, of caller: Caller, _ appID: String) throws -> AppRecord {
+        guard let a = record, a.installed, a.generation == caller.generation else {
+            throw VaultError(.missingEntitlement, "\(appID) was uninstalled or reinstalled after this connection was made; reconnect")
+        }
+        return a
+    }
+}

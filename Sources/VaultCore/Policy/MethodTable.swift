@@ -1,0 +1,58 @@
+extension Policy {
+    /// The policy's decision for one front-end method.
+    public enum MethodDecision: Sendable, Equatable {
+        /// The method is this engine operation: the engine authorizes it (`Vault.authorize`).
+        case operation(Operation.Kind)
+        /// No decision needed: the method describes the service to anyone who may connect
+        /// (org.varlink.service), and touches nothing in the vault.
+        case open
+    }
+
+    /// Every varlink method vaultd serves and its decision, by fully-qualified name. A front-end
+    /// dispatches only a method listed here (`decision(forVarlinkMethod:)`): one declared in an
+    /// interface but missing here is refused, never served unguarded; a test holds this table
+    /// and the interface descriptions to each other, both ways.
+    public static let varlinkMethods: [String: MethodDecision] = [
+        "org.varlink.service.GetInfo": .open,
+        "org.varlink.service.GetInterfaceDescription": .open,
+
+        "io.vaultd.Vault.Hello": .operation(.hello),
+        "io.vaultd.Vault.Status": .operation(.status),
+        "io.vaultd.Vault.Init": .operation(.initialize),
+        "io.vaultd.Vault.Unlock": .operation(.unlock),
+        "io.vaultd.Vault.UnlockFromKeyring": .operation(.unlockFromKeyring),
+        "io.vaultd.Vault.Lock": .operation(.lock),
+        "io.vaultd.Vault.ChangePassphrase": .operation(.changePassphrase),
+        "io.vaultd.Vault.Observe": .operation(.observeLockState),
+
+        "io.vaultd.Keychain.Add": .operation(.addItem),
+        "io.vaultd.Keychain.CopyMatching": .operation(.copyItems),
+        "io.vaultd.Keychain.Update": .operation(.updateItems),
+        "io.vaultd.Keychain.Delete": .operation(.deleteItems),
+
+        "io.vaultd.Preferences.Get": .operation(.readPreferences),
+        "io.vaultd.Preferences.Set": .operation(.writePreferences),
+        "io.vaultd.Preferences.Remove": .operation(.writePreferences),
+        "io.vaultd.Preferences.Domain": .operation(.readPreferences),
+        "io.vaultd.Preferences.Domains": .operation(.listDomains),
+        "io.vaultd.Preferences.Import": .operation(.writePreferences),
+        "io.vaultd.Preferences.Export": .operation(.readPreferences),
+        "io.vaultd.Preferences.RemoveDomain": .operation(.writePreferences),
+        "io.vaultd.Preferences.Observe": .operation(.observePreferences),
+
+        "io.vaultd.Caches.Directory": .operation(.cacheDirectory),
+        "io.vaultd.Caches.Usage": .operation(.cacheUsage),
+        "io.vaultd.Caches.Purge": .operation(.purgeCaches),
+        "io.vaultd.Caches.Observe": .operation(.observeCachePurges),
+
+        "io.vaultd.Apps.Install": .operation(.installApp),
+        "io.vaultd.Apps.Uninstall": .operation(.uninstallApp),
+        "io.vaultd.Apps.List": .operation(.listApps),
+        "io.vaultd.Apps.Show": .operation(.showApp),
+    ]
+
+    /// The decision for `method`, nil when the policy has none (the front-end refuses it).
+    public static func decision(forVarlinkMethod method: String) -> MethodDecision? {
+        varlinkMethods[method]
+    }
+}

@@ -1,0 +1,118 @@
+/// Every operation of the engine, as the policy decides on it: what is done and, where the
+/// decision depends on it, on what (the access group, the preferences domain, the app), as
+/// the caller named it. Each engine operation passes one to `Vault.authorize` before it does
+/// anything; front-ends (varlink, D-Bus) only name the engine operation they call.
+public enum Operation: Sendable, Equatable {
+    // The vault's life-cycle (io.vaultd.Vault).
+    case hello
+    case status
+    case initialize
+    case unlock
+    /// Unlock with the passphrase remembered in the login keyring.
+    case unlockFromKeyring
+    case lock
+    case changePassphrase
+    case observeLockState
+
+    // Keychain items (SecItem*). `accessGroup`: the group the call names (in the query, or an
+    // Add's attributes); nil: every group the caller may see (an Add: its default group).
+    case addItem(accessGroup: String?)
+    case copyItems(accessGroup: String?)
+    /// `newAccessGroup`: the group the update moves the matches to, if it names one.
+    case updateItems(accessGroup: String?, newAccessGroup: String?)
+    case deleteItems(accessGroup: String?)
+
+    // Preferences. `domain`: the domain or suite the call names; nil: the caller's own.
+    case readPreferences(domain: String?)
+    case writePreferences(domain: String?)
+    /// The list of stored domains (only those the caller may read are shown).
+    case listDomains
+    /// `domains`: nil, the caller's own.
+    case observePreferences(domains: [String]?)
+
+    // Caches. `appID`: the app the call names (an app may name only itself).
+    case cacheDirectory(appID: String?)
+    case cacheUsage
+    case purgeCaches
+    case observeCachePurges
+
+    // The app registry.
+    case installApp
+    case uninstallApp
+    case listApps
+    case showApp
+
+    /// The operation without what it acts on: what the method table names.
+    public var kind: Kind {
+        switch self {
+        case .hello: .hello
+        case .status: .status
+        case .initialize: .initialize
+        case .unlock: .unlock
+        case .unlockFromKeyring: .unlockFromKeyring
+        case .lock: .lock
+        case .changePassphrase: .changePassphrase
+        case .observeLockState: .observeLockState
+        case .addItem: .addItem
+        case .copyItems: .copyItems
+        case .updateItems: .updateItems
+        case .deleteItems: .deleteItems
+        case .readPreferences: .readPreferences
+        case .writePreferences: .writePreferences
+        case .listDomains: .listDomains
+        case .observePreferences: .observePreferences
+        case .cacheDirectory: .cacheDirectory
+        case .cacheUsage: .cacheUsage
+        case .purgeCaches: .purgeCaches
+        case .observeCachePurges: .observeCachePurges
+        case .installApp: .installApp
+        case .uninstallApp: .uninstallApp
+        case .listApps: .listApps
+        case .showApp: .showApp
+        }
+    }
+
+    /// An operation's kind: one per case of `Operation`.
+    public enum Kind: String, Sendable, CaseIterable {
+        case hello, status, initialize, unlock, unlockFromKeyring, lock, changePassphrase, observeLockState
+        case addItem, copyItems, updateItems, deleteItems
+        case readPreferences, writePreferences, listDomains, observePreferences
+        case cacheDirectory, cacheUsage, purgeCaches, observeCachePurges
+        case installApp, uninstallApp, listApps, showApp
+
+        /// Who may call it (see `Audience`).
+        public var audience: Audience {
+            switch self {
+            // Apps may not lock, unlock, nor try passphrases; the registry and the purge of
+            // caches are the owner's.
+            case .initialize, .unlock, .unlockFromKeyring, .lock, .changePassphrase, .purgeCaches,
+                .installApp, .uninstallApp, .listApps, .showApp:
+                .owner
+            case .hello, .status, .observeLockState, .addItem, .copyItems, .updateItems, .deleteItems,
+                .readPreferences, .writePreferences, .listDomains, .observePreferences,
+                .cacheDirectory, .cacheUsage, .observeCachePurges:
+                .admitted
+            }
+        }
+
+        /// Whether an app's first call of a new install generation launches it (wipes what
+        /// earlier installs left, `Vault.admit`): the keychain calls, and Status, whose
+        /// figures must not count what that launch wipes.
+        var launchesApp: Bool {
+            switch self {
+            case .status, .addItem, .copyItems, .updateItems, .deleteItems: true
+            default: false
+            }
+        }
+    }
+
+    /// Who may perform an operation.
+    public enum Audience: String, Sendable {
+        /// The owner's own tools only (an app: PermissionDenied, whatever its install).
+        case owner
+        /// The owner, and an app whose install generation is still current (an earlier
+        /// install's connection: MissingEntitlement); what an app may touch is then decided
+        /// on the operation's target (groups, domains, its own cache).
+        case admitted
+    }
+}

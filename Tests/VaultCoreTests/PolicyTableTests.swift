@@ -1,0 +1,82 @@
+import Testing
+import VaultCore
+import VaultProtocol
+
+/// The policy's method table against the interface descriptions: no method ships without a
+/// decision, and the table names no method that does not exist.
+@Suite struct PolicyTableTests {
+    /// Every method the interface descriptions declare, fully qualified.
+    static let declared = Set(VarlinkInterfaces.inputParameters.keys)
+
+    @Test func everyDeclaredMethodHasAPolicyDecision() {
+        // The descriptions were parsed at all (a parser that found nothing would pass below):
+        // the 31 methods of today, or more.
+        #expect(Self.declared.contains("io.vaultd.Keychain.Add") && Self.declared.count >= 31, "\(Self.declared.sorted())")
+        for method in Self.declared.sorted() {
+            #expect(Policy.decision(forVarlinkMethod: method) != nil, "\(method) is declared but has no policy decision")
+        }
+    }
+
+    @Test func everyPolicyEntryNamesADeclaredMethod() {
+        for method in Policy.varlinkMethods.keys.sorted() {
+            #expect(Self.declared.contains(method), "the policy decides \(method), which no interface declares")
+        }
+    }
+
+    /// Only the service's own description is open to anyone; everything else is an engine
+    /// operation, which the engine authorizes.
+    @Test func onlyTheServiceDescriptionNeedsNoDecision() {
+        let open = Policy.varlinkMethods.filter { $0.value == .open }.keys.sorted()
+        #expect(open == ["org.varlink.service.GetInfo", "org.varlink.service.GetInterfaceDescription"])
+    }
+
+    /// Every operation kind is some method's: an operation no front-end method names would be
+    /// one the table (and docs/policy.md) does not show.
+    @Test func everyOperationKindIsSomeMethods() {
+        let named = Set(Policy.varlinkMethods.values.compactMap { d -> VaultCore.Operation.Kind? in
+            if case .operation(let k) = d { return k }
+            return nil
+        })
+        #expect(named == Set(VaultCore.Operation.Kind.allCases), "not named by any method: \(Set(VaultCore.Operation.Kind.allCases).subtracting(named))")
+    }
+
+    /// Owner-only operations refuse an app in the engine itself, whatever front-end calls.
+    @Test func theEngineRefusesAnAppEveryOwnerOnlyOperation() throws {
+        try withVault { vault, _ in
+            let app = Caller(appID: "org.example.App", accessGroups: ["org.example.App"])
+            expectVaultError(.permissionDenied) { _ = try vault.unlock(passphrase: secret("p"), caller: app) }
+            expectVaultError(.permissionDenied) { _ = try vault.unlockFromKeyring(caller: app) { Issue.record("the keyring was asked"); return secret("p") } }
+            expectVaultError(.permissionDenied) { _ = try vault.lockVault(caller: app) }
+            expectVaultError(.permissionDenied) { _ = try vault.initialize(passphrase: nil, caller: app) }
+            expectVaultError(.permissionDenied) { _ = try vault.changePassphrase(old: nil, new: secret("n"), caller: app) }
+            expectVaultError(.permissionDenied) { _ = try vault.purgeCaches(appID: nil, bytes: nil, running: [], caller: app) }
+            expectVaultError(.permissionDenied) { _ = try vault.installApp("org.example.B", executable: "/usr/bin/true", caller: app) }
+            expectVaultError(.permissionDenied) { _ = try vault.uninstallApp("org.example.App", caller: app) }
+            expectVaultError(.permissionDenied) { _ = try vault.allApps(caller: app) }
+            expectVaultError(.permissionDenied) { _ = try vault.app("org.example.App", caller: app) }
+            // The kinds refused above are exactly the owner-only ones.
+            let ownerOnly = Set(VaultCore.Operation.Kind.allCases.filter { $0.audience == .owner })
+            #expect(
+                ownerOnly == [.unlock, .unlockFromKeyring, .lock, .initialize, .changePassphrase, .purgeCaches, .installApp, .uninstallApp, .listApps, .showApp])
+        }
+    }
+
+    /// What a subscription is sent is the policy's: another app's domain and cache stay unseen.
+    @Test func anAppsSubscriptionSeesOnlyWhatItMayRead() throws {
+        try withVault { vault, _ in
+            let app = Caller(appID: "org.example.App", accessGroups: ["org.example.App"], appGroups: ["group.org.example"])
+            let prefs = try vault.subscribe(.observePreferences(domains: nil), caller: app)
+            #expect(prefs.domains == ["org.example.App"])
+            #expect(Policy.visible(.preference(domain: "org.example.App", key: "k", value: nil, sequence: 1), to: prefs))
+            #expect(!Policy.visible(.preference(domain: "org.example.Other", key: "k", value: nil, sequence: 1), to: prefs))
+            #expect(!Policy.visible(.lockState(["state": "unlocked"]), to: prefs))
+            expectVaultError(.missingEntitlement) { _ = try vault.subscribe(.observePreferences(domains: ["org.example.Other"]), caller: app) }
+            let caches = try vault.subscribe(.observeCachePurges, caller: app)
+            #expect(Policy.visible(.cachePurge(appID: "org.example.App", freedBytes: 1), to: caches))
+            #expect(!Policy.visible(.cachePurge(appID: "org.example.Other", freedBytes: 1), to: caches))
+            let owners = try vault.subscribe(.observeCachePurges, caller: .owner)
+            #expect(Policy.visible(.cachePurge(appID: "org.example.Other", freedBytes: 1), to: owners))
+            expectVaultError(.internalError) { _ = try vault.subscribe(.status, caller: .owner) }
+        }
+    }
+}
