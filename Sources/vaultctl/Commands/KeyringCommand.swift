@@ -239,11 +239,13 @@ struct KeyringCommand: Command {
     }
 }
 
-/// A keyring failure as vaultctl reports it (exit 1).
+/// A keyring failure as vaultctl reports it: exit 36 (`ExitCode.locked`) for a collection
+/// that stays locked, else 1.
 struct KeyringFailure: Error, CustomStringConvertible {
     var error: KeyringError
     init(_ e: KeyringError) { error = e }
     var description: String { "keyring: \(error.message)" }
+    var exitCode: ExitCode { error.kind == .locked ? .locked : .failure }
 }
 
 /// How keyring items become vault items and back.
@@ -255,22 +257,7 @@ enum KeyringMapping {
         /// An `io.vaultd.Item` (written by `keyring export`), not a foreign item.
         var exported = false
         /// The exact primary key (every key attribute set) to find the item again.
-        var primaryKey: ItemAttributes {
-            var k = ItemAttributes(accessGroup: attributes.accessGroup, synchronizable: attributes.synchronizable ?? false)
-            k.account = attributes.account ?? ""
-            switch itemClass {
-            case .genericPassword:
-                k.service = attributes.service ?? ""
-            case .internetPassword:
-                k.server = attributes.server ?? ""
-                k.protocol = attributes.protocol ?? ""
-                k.port = attributes.port ?? 0
-                k.path = attributes.path ?? ""
-                k.authenticationType = attributes.authenticationType ?? ""
-                k.securityDomain = attributes.securityDomain ?? ""
-            }
-            return k
-        }
+        var primaryKey: ItemAttributes { ItemCommand.primaryKey(itemClass, attributes) }
     }
 
     static let unlockSchema = "io.vaultd.Unlock"
