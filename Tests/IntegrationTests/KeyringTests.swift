@@ -553,8 +553,7 @@ import Glibc
     /// The round trip: items `keyring import` took from secret-tool, python keyring and git's
     /// libsecret helper are exported under their own schema and attributes, so each program
     /// finds its item again; while the original is there it is the item exported to (no copy
-    /// beside it), and once deleted in the keyring the export puts it back (it said
-    /// "unchanged" and wrote nothing, or wrote an `io.vaultd.Item` copy nobody looked up).
+    /// beside it), and once deleted in the keyring the export puts it back.
     /// Items born in the vault stay `io.vaultd.Item`s.
     @Test func anExportWritesImportedItemsBackUnderTheirOwnAttributes() throws {
         let k = try Self.initialisedFixture()
@@ -623,8 +622,8 @@ import Glibc
         #expect(k.run("secret-tool", ["search", "--all", "service", "nul.example"]).stdoutText.isEmpty)
     }
 
-    /// An import that finds nothing says so, naming the collection and its item count: an
-    /// empty, damaged or newly created keyring made a quiet "0 item(s)".
+    /// An import that finds nothing says so on stderr, naming the collection and its item
+    /// count: an empty, damaged or newly created keyring is not a quiet "0 item(s)".
     @Test func anImportOfAnEmptyKeyringWarns() throws {
         let k = try Self.initialisedFixture()
         defer { k.close() }

@@ -10,7 +10,7 @@ import Glibc
 @Suite struct VaultctlInputTests {
     /// Each kind of failure has its own status (`ExitCode`, the table in `vaultctl --help`),
     /// the same from vault-example: a script tells "not found" from "locked" from "vaultd
-    /// is not running" without reading stderr. Everything was 1, usage 64.
+    /// is not running" without reading stderr.
     @Test func eachKindOfFailureHasItsOwnExitStatus() throws {
         let d = try Daemon()
         defer { d.close() }
@@ -62,8 +62,7 @@ import Glibc
     /// One rule for every secret and passphrase: an fd, else stdin when it is not a terminal,
     /// else a prompt; one final newline removed from fd and stdin input (so `3<<<x` is `x`
     /// for `--secret-fd` as for `--passphrase-fd`; `--raw` keeps it); empty refused unless
-    /// `--allow-empty`. A passphrase from fd kept only its first line and a secret every byte;
-    /// an empty stdin stored an empty secret.
+    /// `--allow-empty`; a passphrase with a line break left in it is refused, not cut.
     @Test func secretsAndPassphrasesAreReadByOneRule() throws {
         let d = try Daemon()
         defer { d.close() }
@@ -121,8 +120,8 @@ import Glibc
         #expect(both.status == 64 && both.stderr.contains("no terminal to ask for the new passphrase on: give it on stdin or with --new-passphrase-fd N"), "\(both)")
     }
 
-    /// At a terminal, a new secret or passphrase is asked twice and must match (it was asked
-    /// once for `item add` and `passphrase change`); an existing one once. Typed through a real
+    /// At a terminal, a new secret or passphrase (`init`, `item add`, the new one of
+    /// `passphrase change`) is asked twice and must match; an existing one once. Typed through a real
     /// pseudo-terminal.
     @Test func aPromptAsksTwiceForANewSecretOrPassphrase() throws {
         let d = try Daemon()
@@ -154,8 +153,8 @@ import Glibc
 
     /// `item delete` and `item update` that match several items list them and ask; `--yes`
     /// acts without asking; without it and without a terminal they refuse (exit 1) with the
-    /// list; `--dry-run` lists and changes nothing. One filter used to change every match in
-    /// every group, unseen.
+    /// list; `--dry-run` lists and changes nothing. One filter never changes matches in
+    /// several groups unseen.
     @Test func deleteAndUpdateOfSeveralItemsListThemAndAsk() throws {
         let d = try Daemon()
         defer { d.close() }
@@ -235,7 +234,7 @@ import Glibc
 
     /// `defaults read` shows data over 24 bytes abbreviated as macOS 10.15 and later do
     /// (CFData's description: the first 16 and last 8 bytes in groups of four); 24 bytes or
-    /// fewer whole. `defaults export` keeps every byte. It printed every byte of any size.
+    /// fewer whole. `defaults export` keeps every byte.
     @Test func defaultsReadAbbreviatesLongDataAndExportKeepsIt() throws {
         let d = try Daemon()
         defer { d.close() }
@@ -256,8 +255,7 @@ import Glibc
 
     /// `--json` shows `generic` as it was given: text when it is UTF-8 (as `--generic` takes
     /// it), `genericBase64` otherwise (as `--generic-base64` takes it), so a value read back
-    /// can be written back; dates have at most six fraction digits. Every `generic` was
-    /// base64 (`--generic` took text), and dates had up to 20 digits.
+    /// can be written back; dates have at most six fraction digits.
     @Test func jsonShowsGenericAsGivenAndDatesToTheMicrosecond() throws {
         let d = try Daemon()
         defer { d.close() }
@@ -285,7 +283,7 @@ import Glibc
 
     /// With no vaultd at the socket, git-credential-vault `store` and `erase` exit 69 with one
     /// line on stderr (git shows it: the credential was not kept); `get` stays silent with
-    /// exit 0, so git prompts, as git's own helpers do. All three were silent, exit 0.
+    /// exit 0, so git prompts, as git's own helpers do.
     @Test func gitsHelperSaysWhenVaultdIsNotReachable() throws {
         let d = try Daemon(start: false)
         defer { d.close() }

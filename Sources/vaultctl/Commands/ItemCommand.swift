@@ -237,7 +237,7 @@ struct ItemCommand: Command {
         print("\(verb)d \(n) item(s)")
     }
 
-    /// The whole primary key of an item of class `c` with `a` (DESIGN §4: class, access group,
+    /// The whole primary key of an item of class `c` with `a` (class, access group,
     /// synchronizable, account, and service or server, protocol, port, path, authentication
     /// type and security domain), each absent one as its empty value: a query matching that
     /// item alone.
