@@ -3,7 +3,8 @@ import VaultClient
 import VaultProtocol
 
 // vault-example: a small app built on VaultClient. vaultd identifies it by its executable
-// path, so copies at different paths, registered separately, are different apps.
+// path, so copies at different paths, registered separately, are different apps. Exit
+// statuses as vaultctl's (`ExitCode`).
 
 let usage = """
     usage: vault-example COMMAND
@@ -151,12 +152,13 @@ do {
     exit(0)
 } catch let e as Usage {
     FileHandle.standardError.write(Data("vault-example: \(e.message)\n\(usage)\n".utf8))
-    exit(64)
+    exit(ExitCode.usage.rawValue)
 } catch let e as VaultError {
     // The Keychain OSStatus too, where one applies (e.g. -34018 for MissingEntitlement).
     let status = e.status.map { " (status \($0))" } ?? ""
     FileHandle.standardError.write(Data("vault-example: \(e.description)\(status)\n".utf8))
-    exit(1)
+    // The statuses vaultctl exits with (`ExitCode`: 44 not found, 77 not permitted, ...).
+    exit(ExitCode(e).rawValue)
 } catch {
     FileHandle.standardError.write(Data("vault-example: \(error)\n".utf8))
     exit(1)

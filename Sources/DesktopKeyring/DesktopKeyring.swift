@@ -292,6 +292,43 @@ public final class DesktopKeyring: @unchecked Sendable {
         }
     }
 
+    /// Searches every collection for items with exactly these attributes (no schema: the
+    /// attributes, `xdg:schema` among them when given, are matched as they are), as `search`
+    /// loads and never unlocks.
+    public func search(attributes: [String: String], loadSecrets: Bool = true) throws -> [KeyringItem] {
+        let table = Self.table(attributes)
+        defer { g_hash_table_unref(table) }
+        let flags = SecretSearchFlags(rawValue: SECRET_SEARCH_ALL.rawValue | (loadSecrets ? SECRET_SEARCH_LOAD_SECRETS.rawValue : 0))
+        let list: UnsafeMutablePointer<GList>? = try Self.call(timeout: timeout, what: "cannot search the keyring") { c, e in
+            secret_service_search_sync(service, nil, table, flags, c, e)
+        }
+        defer { vk_list_free_objects(list) }
+        return (0..<vk_list_length(list)).compactMap { i in
+            vk_list_nth(list, i).map { Self.read($0.assumingMemoryBound(to: SecretItem.self)) }
+        }
+    }
+
+    /// Stores (or replaces the item with exactly these attributes in `collection`) a secret
+    /// under attributes given as they are, `xdg:schema` included: how an item another program
+    /// wrote (secret-tool, python keyring, git's libsecret helper) is written back so that
+    /// program finds it. A NUL byte in a name or value is refused: libsecret would cut the
+    /// string there and merge distinct items into one.
+    public func store(attributes: [String: String], label: String, secret: [UInt8], collection: String? = nil) throws {
+        if let bad = attributes.first(where: { $0.key.utf8.contains(0) || $0.value.utf8.contains(0) }) {
+            throw KeyringError(.failed, "attribute '\(bad.key.replacingOccurrences(of: "\u{0}", with: "\\0"))' holds a NUL byte, which the Secret Service cannot carry")
+        }
+        let table = Self.table(attributes)
+        defer { g_hash_table_unref(table) }
+        let value = (secret + [0]).withUnsafeBufferPointer { b in
+            b.withMemoryRebound(to: CChar.self) { c in secret_value_new(c.baseAddress!, gssize(secret.count), Self.contentType(of: secret)) }
+        }
+        defer { secret_value_unref(UnsafeMutableRawPointer(value)) }
+        let ok = try Self.call(timeout: timeout, kind: .failed, what: "cannot store in the keyring") { c, e in
+            secret_service_store_sync(service, nil, table, collection, label, value, c, e)
+        }
+        if ok == 0 { throw KeyringError(.failed, "cannot store in the keyring") }
+    }
+
     // MARK: passwords by schema
 
     /// The content type a secret is stored with: `text/plain` when it is text as libsecret

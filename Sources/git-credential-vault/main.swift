@@ -23,10 +23,12 @@ import Glibc
 // helper uses its own groups; run unregistered (as the owner), it uses the group `git` — the
 // same items either way.
 //
-// Never harmful: a locked vault (or no vaultd) makes every action a quiet no-op with exit 0,
-// so git falls back to asking and nothing is erased or overwritten; a vaultd that does not
-// answer within `answerDeadlineSeconds` makes the helper give up (exit 1, one line on
-// stderr). Input with CR, NUL or a line that is not key=value is rejected whole: nothing is
+// Never harmful: a locked vault makes every action a quiet no-op with exit 0, so git falls
+// back to asking and nothing is erased or overwritten. No vaultd at the socket: `get` is as
+// quiet (git prompts, as with its own helpers), while `store` and `erase` say in one line on
+// stderr that nothing was stored or erased and exit 69 (`ExitCode.unavailable`), as does a
+// vaultd that does not answer within `answerDeadlineSeconds`. Other failures exit with
+// vaultctl's statuses (`ExitCode`). Input with CR, NUL or a line that is not key=value is rejected whole: nothing is
 // stored, erased or returned.
 // `url=` is read as git reads it (protocol, host with port, path, username, password), and a
 // URL git would not parse, or whose decoded fields hold LF, CR or NUL, is rejected the same way.
@@ -35,7 +37,7 @@ let ownerAccessGroup = "git"
 
 /// How long the helper waits for vaultd, connect to last reply. A vaultd that accepts but
 /// does not answer (stopped, hung) must not hang git, which waits for its helper: past this
-/// the helper gives up, says so, and exits 1 (git goes on as without a helper's answer).
+/// the helper gives up, says so, and exits 69 (git goes on as without a helper's answer).
 let answerDeadlineSeconds: UInt32 = 10
 
 /// Ends the process once the deadline passes, whatever the main thread is blocked in.
@@ -44,7 +46,7 @@ func startDeadline(_ action: String) {
     Thread.detachNewThread {
         sleep(answerDeadlineSeconds)
         StandardOutput.writeError(message)
-        _exit(1)
+        _exit(ExitCode.unavailable.rawValue)
     }
 }
 
@@ -393,7 +395,7 @@ func main() -> Int32 {
     }
     guard args.count == 1 else {
         StandardOutput.writeError(usage)
-        return 64
+        return ExitCode.usage.rawValue
     }
     // Any other operation is ignored, silently, as gitcredentials(7) asks of helpers (room
     // for operations git adds later).
@@ -410,7 +412,7 @@ func main() -> Int32 {
         fields = try parseInput(input)
     } catch let e as Rejected {
         StandardOutput.writeError("git-credential-vault: rejected: \(e.message); nothing \(action == "get" ? "returned" : "changed")\n")
-        return 1
+        return ExitCode.badInput.rawValue
     } catch {
         return 1
     }
@@ -421,6 +423,12 @@ func main() -> Int32 {
         vault = try Vault.connect()
         // A locked vault: do nothing at all, quietly (git asks the user instead).
         guard try vault.status().lock.state == .unlocked else { return 0 }
+    } catch let e as VaultError where e.code == .connectionFailed && action != "get" {
+        // git shows a helper's stderr: the one line says the credential was not kept (or not
+        // erased). Its message is the socket path and strerror, one line.
+        let why = e.message.split(whereSeparator: \.isNewline).joined(separator: " ")
+        StandardOutput.writeError("git-credential-vault: \(action): vaultd is not reachable (\(why)); nothing \(action == "store" ? "stored" : "erased")\n")
+        return ExitCode.unavailable.rawValue
     } catch {
         return 0
     }
@@ -435,7 +443,7 @@ func main() -> Int32 {
         return 0  // locked meanwhile
     } catch {
         StandardOutput.writeError("git-credential-vault: \(action): \(error)\n")
-        return 1
+        return (error as? VaultError).map { ExitCode($0).rawValue } ?? ExitCode.failure.rawValue
     }
     return 0
 }

@@ -6,9 +6,9 @@ import VaultProtocol
 import Glibc
 #endif
 
-// vaultctl: the vault's command line, for people and scripts. Exit codes: 0 ok, 1 failure,
-// 64 usage (the reason, then that command's usage lines). Secrets are read from fds, stdin
-// or a prompt, never from argv.
+// vaultctl: the vault's command line, for people and scripts. Exit statuses: `ExitCode` (a
+// usage error prints the reason, then that command's usage lines). Secrets are read from fds,
+// stdin or a prompt, never from argv (`Terminal.read`).
 
 let toolUsage = """
     usage: vaultctl [--socket PATH] COMMAND ...
@@ -26,24 +26,27 @@ let toolUsage = """
     Keychain (CLASS is generic or internet, right after the verb; without it, internet when
         --server, --protocol, --port, --path, --authentication-type or --security-domain is
         given, else generic, and list lists both; --service is a generic password's only):
-      item add [CLASS] ATTRIBUTES [--secret-fd N]       secret from fd N, stdin, or a prompt
+      item add [CLASS] ATTRIBUTES [--secret-fd N] [--update] [--allow-empty] [--raw] [--json]
+        --update: replace the secret and given attributes of an item with that key (security -U)
       item get [CLASS] FILTERS [--json]                  prints the secret exactly (--json: attributes)
       item update [CLASS] FILTERS [--set-ATTRIBUTE V]... [--secret-fd N | --secret-stdin]
-      item delete [CLASS] FILTERS
+                  [--allow-empty] [--raw] [--yes] [--dry-run]
+      item delete [CLASS] FILTERS [--yes] [--dry-run]   several matches: listed, asked (--yes: not)
       item list [CLASS] [FILTERS] [--json]
       ATTRIBUTES / FILTERS: --service --account --label --comment --description
         --access-group --accessible --synchronizable[=yes|no] --server --protocol --port --path
-        --authentication-type --security-domain --generic (application data, as text)
+        --authentication-type --security-domain --generic TEXT --generic-base64 B64
     Desktop keyring (Secret Service):
       keyring import --access-group G [--collection NAME] [--dry-run]
-      keyring export [CLASS] [FILTERS] [--collection NAME] [--dry-run]
+      keyring export [CLASS] [FILTERS] [--all-groups] [--collection NAME] [--dry-run]
         NAME: an alias (default, login), a label or an object path; default: the default collection
+        without --access-group or --all-groups: the owner's groups only (user, and those of no app)
     Apps:
       app install APP_ID --exe PATH [--access-group G]... [--app-group group.X]...
                   [--keep-credentials-on-reinstall]
-      app uninstall APP_ID | app show APP_ID [--json] | app list [--json]
+      app uninstall APP_ID [--dry-run] | app show APP_ID [--json] | app list [--json]
     Caches:
-      cache path APP_ID | cache usage [--json] | cache purge [APP_ID] [--bytes N]
+      cache path APP_ID | cache usage [--json] | cache purge [APP_ID] [--bytes N] [--dry-run]
     Preferences (as defaults(1); DOMAIN may be -g for NSGlobalDomain):
       defaults read [DOMAIN [KEY]]
       defaults read-type DOMAIN KEY
@@ -57,6 +60,15 @@ let toolUsage = """
       defaults find WORD
       defaults import DOMAIN PATH|-
       defaults export DOMAIN PATH|-         (- writes XML to stdout; a path gets binary)
+    Shell:
+      completions bash|zsh|fish             the completion script for that shell
+      --version                             vaultctl's version
+
+    Secrets and passphrases: from the fd of --secret-fd / --passphrase-fd / --new-passphrase-fd,
+        else stdin when it is not a terminal, else a prompt (a new one is asked twice). One final
+        newline of fd or stdin input is removed (--raw: none); empty is refused (--allow-empty).
+    Exit status: 0 ok, 1 other failure, 36 locked, 44 not found, 45 duplicate item, 64 usage,
+        65 bad input, 69 vaultd not reachable, 77 not permitted
 
     Environment: VAULTD_SOCKET (default $XDG_RUNTIME_DIR/vaultd/vaultd.sock, else /tmp/vaultd-$UID/vaultd.sock)
                  VAULTCTL_TIMEOUT seconds each call may wait for vaultd (default VAULT_TIMEOUT, else 60,
@@ -174,6 +186,7 @@ func parseCommand(_ args: inout Arguments) throws -> Command {
     case "defaults": return try DefaultsCommand(&args)
     case "app": return try AppCommand(&args)
     case "cache": return try CacheCommand(&args)
+    case "completions": return try CompletionsCommand(&args)
     default: throw UsageError(message: "unknown command '\(word)'")
     }
 }
@@ -187,6 +200,10 @@ StandardOutput.occupyClosedDescriptors()
 var arguments = Arguments(Array(CommandLine.arguments.dropFirst()))
 if arguments.words.first == "--help" || arguments.words.first == "-h" || arguments.words.first == "help" {
     print(toolUsage)
+    StandardOutput.exit(0, program: "vaultctl")
+}
+if arguments.words == ["--version"] || arguments.words == ["-V"] {
+    print("vaultctl \(VaultVersion.current)")
     StandardOutput.exit(0, program: "vaultctl")
 }
 // `vaultctl item add --help`: that command's usage lines (as `git commit --help` gives its own).
@@ -208,15 +225,18 @@ do {
     // The command: the first word with usage lines of its own ("lock" has no argument after it).
     let named = CommandLine.arguments.dropFirst().first { !$0.hasPrefix("-") && !usageLines(of: $0).isEmpty }
     printError("\(e.message)\n\(usage(of: named))")
-    StandardOutput.exit(64, program: "vaultctl")
+    StandardOutput.exit(ExitCode.usage.rawValue, program: "vaultctl")
 } catch let e as VaultError {
     // The varlink error, its message, and the Keychain Services OSStatus where one applies.
     printError(e.status.map { "\(e.description) (OSStatus \($0))" } ?? e.description)
-    StandardOutput.exit(1, program: "vaultctl")
+    StandardOutput.exit(ExitCode(e).rawValue, program: "vaultctl")
 } catch let e as KeyringFailure {
     printError(e.description)
-    StandardOutput.exit(1, program: "vaultctl")
+    StandardOutput.exit(e.exitCode.rawValue, program: "vaultctl")
+} catch let e as InputError {
+    printError(e.message)
+    StandardOutput.exit(ExitCode.badInput.rawValue, program: "vaultctl")
 } catch {
     printError("\(error)")
-    StandardOutput.exit(1, program: "vaultctl")
+    StandardOutput.exit(ExitCode.failure.rawValue, program: "vaultctl")
 }

@@ -12,7 +12,7 @@ struct Dispatcher {
     let runningApps: @Sendable () -> Set<String>
     /// Called for every call that counts as use of the vault (the idle auto-lock's clock).
     var activity: @Sendable () -> Void = {}
-    static let version = "0.1.0"
+    static let version = VaultVersion.current
 
     /// Calls that only look and do not count as activity: a status poller (a panel applet,
     /// a script waiting for a state) must not keep the vault unlocked forever. Hello too: every

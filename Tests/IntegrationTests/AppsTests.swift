@@ -34,7 +34,7 @@ import Glibc
 
     /// Asserts that an app's command was refused with MissingEntitlement (-34018).
     static func expectMissingEntitlement(_ r: ProcessResult, _ what: String, sourceLocation: SourceLocation = #_sourceLocation) {
-        #expect(r.status == 1, "\(what): \(r)", sourceLocation: sourceLocation)
+        #expect(r.status == 77, "\(what): \(r)", sourceLocation: sourceLocation)
         #expect(r.stderr.contains(missingEntitlement), "\(what): \(r)", sourceLocation: sourceLocation)
         #expect(r.stderr.contains("-34018"), "\(what): \(r)", sourceLocation: sourceLocation)
         #expect(r.stdout.isEmpty, "\(what) printed something: \(r)", sourceLocation: sourceLocation)
@@ -94,7 +94,7 @@ import Glibc
         let list = d.app(b, ["item", "list"])
         #expect(!list.stdoutText.contains(Self.appA) && !list.stdoutText.contains("token"), "\(list)")
         let own = d.app(b, ["token", "get"])
-        #expect(own.status == 1 && own.stderr.contains("io.vaultd.Keychain.ItemNotFound"), "\(own)")
+        #expect(own.status == 44 && own.stderr.contains("io.vaultd.Keychain.ItemNotFound"), "\(own)")
         #expect(!own.stdoutText.contains("token-of-A"))
 
         // A's token is unchanged, and nothing was planted in A's group.
@@ -212,7 +212,7 @@ import Glibc
         #expect(again.appID == Self.appA && again.firstLaunch && again.wiped == 1, "\(again)")
         #expect(again.generation == reinstalled["generation"] as? String)
         let gone = d.app(a, ["token", "get"])
-        #expect(gone.status == 1 && gone.stderr.contains("io.vaultd.Keychain.ItemNotFound"), "\(gone)")
+        #expect(gone.status == 44 && gone.stderr.contains("io.vaultd.Keychain.ItemNotFound"), "\(gone)")
         #expect(d.ctl(["item", "list", "--access-group", Self.appA]).stdoutText.isEmpty)
         let second = try d.launch(a)
         #expect(!second.firstLaunch && second.wiped == 0, "\(second)")
@@ -334,7 +334,7 @@ import Glibc
         #expect(d.app(b, ["item", "get"] + shared).stdoutText == "shared")
         #expect(d.app(b, ["item", "get"] + suite).stdoutText == "suite")
         #expect(d.app(a, ["item", "get"] + shared).stdoutText == "shared")
-        #expect(d.app(a, ["token", "get"]).status == 1)
+        #expect(d.app(a, ["token", "get"]).status == 44, "the wiped token is not found")
     }
 
     /// B, uninstalled, shared a group with A: A's reinstall wipes A's own leftovers there,
@@ -389,7 +389,7 @@ import Glibc
         try Data("#!/bin/sh\nexec '\(example)' \"$@\"\n".utf8).write(to: URL(fileURLWithPath: script))
         chmod(script, 0o755)
         let r = d.ctl(["app", "install", Self.appA, "--exe", script])
-        #expect(r.status == 1 && r.stderr.contains("is a script") && r.stderr.contains("interpreter"), "\(r)")
+        #expect(r.status == 65 && r.stderr.contains("is a script") && r.stderr.contains("interpreter"), "\(r)")
         #expect(d.ctl(["app", "list", "--json"]).jsonArray?.isEmpty == true)
         // The program itself is fine.
         try d.install(Self.appA, exe: example)
@@ -403,7 +403,7 @@ import Glibc
         try Data("x".utf8).write(to: URL(fileURLWithPath: notProgram))
         for exe in [d.root + "/missing", d.root, notProgram] {
             let r = d.ctl(["app", "install", Self.appA, "--exe", exe])
-            #expect(r.status == 1 && r.stderr.contains("not an existing executable file"), "\(exe): \(r)")
+            #expect(r.status == 65 && r.stderr.contains("not an existing executable file"), "\(exe): \(r)")
         }
         #expect(d.ctl(["app", "list", "--json"]).jsonArray?.isEmpty == true)
     }
@@ -823,7 +823,7 @@ import Glibc
         let listed = try Self.sandboxed(d, sandboxedApp, ["item", "list"])
         #expect(!listed.stdoutText.contains("owner-svc") && !listed.stdoutText.contains(Self.appA), "\(listed)")
         let prefs = try Self.sandboxed(d, sandboxedApp, ["defaults", "get", "colour", "--suite", Self.appA])
-        #expect(prefs.status == 1 && prefs.stderr.contains(Self.missingEntitlement), "\(prefs)")
+        #expect(prefs.status == 77 && prefs.stderr.contains(Self.missingEntitlement), "\(prefs)")
         // It is an app, not the owner: owner-only calls are refused.
         let cache = try Self.sandboxed(d, sandboxedApp, ["cache", "path"])
         #expect(cache.status == 0 && cache.stdoutText.contains("/org.example.Sandboxed"), "\(cache)")
@@ -1077,7 +1077,7 @@ import Glibc
         defer { d.close() }
         let a = try d.placeExample("a")
         let r = d.ctl(["app", "install", id, "--exe", a])
-        #expect(r.status == 1, "\(r)")
+        #expect(r.status == 65, "\(r)")
         #expect(r.stderr.contains("io.vaultd.Apps.InvalidAppID"), "\(r)")
         let list = d.ctl(["app", "list", "--json"])
         #expect(list.jsonArray?.isEmpty == true, "\(list)")
@@ -1094,7 +1094,7 @@ import Glibc
         try #require(d.ctl(["app", "install", "org.example.member", "--exe", member, "--app-group", "group.example.shared"]).status == 0)
         #expect(d.app(member, ["defaults", "set", "k", "members", "--suite", "group.example.shared"]).status == 0)
         let r = d.ctl(["app", "install", "group.example.shared", "--exe", other])
-        #expect(r.status == 1, "\(r)")
+        #expect(r.status == 65, "\(r)")
         #expect(r.stderr.contains("io.vaultd.Apps.InvalidAppID") && r.stderr.contains("app group"), "\(r)")
         #expect(d.ctl(["app", "list"]).stdoutText.contains("group.example.shared") == false)
         // The copy stays unidentified (the owner's tools), and the members' suite is theirs.
@@ -1147,7 +1147,7 @@ import Glibc
         let a = try d.placeExample("a")
         let args = extra.first == "--exe" ? ["app", "install", Self.appA] + extra : ["app", "install", Self.appA, "--exe", a] + extra
         let r = d.ctl(args)
-        #expect(r.status == 1, "\(r)")
+        #expect(r.status == 65, "\(r)")
         #expect(r.stderr.contains("org.varlink.service.InvalidParameter") && r.stderr.contains("'\(parameter)'"), "\(r)")
         #expect(d.ctl(["app", "list", "--json"]).jsonArray?.isEmpty == true)
     }
@@ -1169,12 +1169,12 @@ import Glibc
         #expect(d.ctl(["defaults", "read", "group.org.example.suite", "colour"]).stdoutText == "green\n")
 
         let read = d.app(c, ["defaults", "get", "colour"] + suite)
-        #expect(read.status == 1 && read.stderr.contains(Self.missingEntitlement) && !read.stdoutText.contains("green"), "\(read)")
+        #expect(read.status == 77 && read.stderr.contains(Self.missingEntitlement) && !read.stdoutText.contains("green"), "\(read)")
         let write = d.app(c, ["defaults", "set", "colour", "red"] + suite)
-        #expect(write.status == 1 && write.stderr.contains(Self.missingEntitlement), "\(write)")
+        #expect(write.status == 77 && write.stderr.contains(Self.missingEntitlement), "\(write)")
         // Nor another app's own domain.
         let other = d.app(c, ["defaults", "get", "colour", "--suite", Self.appA])
-        #expect(other.status == 1 && other.stderr.contains(Self.missingEntitlement), "\(other)")
+        #expect(other.status == 77 && other.stderr.contains(Self.missingEntitlement), "\(other)")
         #expect(d.ctl(["defaults", "read", "group.org.example.suite", "colour"]).stdoutText == "green\n")
     }
 
@@ -1214,9 +1214,9 @@ import Glibc
         // App-group suites likewise.
         #expect(d.app(a, ["defaults", "set", "colour", "blue", "--suite", suiteNFC]).status == 0)
         let read = d.app(b, ["defaults", "get", "colour", "--suite", suiteNFC])
-        #expect(read.status == 1 && read.stderr.contains(Self.missingEntitlement) && !read.stdoutText.contains("blue"), "\(read)")
+        #expect(read.status == 77 && read.stderr.contains(Self.missingEntitlement) && !read.stdoutText.contains("blue"), "\(read)")
         let write = d.app(b, ["defaults", "set", "colour", "red", "--suite", suiteNFC])
-        #expect(write.status == 1 && write.stderr.contains(Self.missingEntitlement), "\(write)")
+        #expect(write.status == 77 && write.stderr.contains(Self.missingEntitlement), "\(write)")
         #expect(d.app(a, ["defaults", "get", "colour", "--suite", suiteNFC]).stdoutText == "blue\n")
     }
 
@@ -1281,7 +1281,7 @@ import Glibc
         #expect(d.app(a, ["defaults", "get", "AppleLocale"]).stdoutText == "en_GB\n", "through the search list")
         #expect(d.app(a, ["defaults", "get", "AppleLocale", "--suite", "NSGlobalDomain"]).stdoutText == "en_GB\n")
         let write = d.app(a, ["defaults", "set", "AppleLocale", "fr_FR", "--suite", "NSGlobalDomain"])
-        #expect(write.status == 1, "\(write)")
+        #expect(write.status == 77, "\(write)")
         #expect(write.stderr.contains("io.vaultd.Preferences.ReadOnlyDomain"), "\(write)")
         #expect(d.ctl(["defaults", "read", "-g", "AppleLocale"]).stdoutText == "en_GB\n")
         // The app's own domain shadows the global one for that app only.

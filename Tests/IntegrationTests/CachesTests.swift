@@ -769,7 +769,7 @@ import Glibc
         #expect(v.inside(a, ["cache", "path"]).stdoutText == path.stdoutText, "the app and vaultctl agree")
         #expect(v.sh("stat -c '%F %a' \"$1\"", v.cacheRoot + "/" + Self.appA).stdoutText == "directory 700\n")
         let bad = v.ctl(["cache", "path", "notreverse"])
-        #expect(bad.status == 1 && bad.stderr.contains("io.vaultd.Apps.InvalidAppID"), "\(bad)")
+        #expect(bad.status == 65 && bad.stderr.contains("io.vaultd.Apps.InvalidAppID"), "\(bad)")
 
         for (name, size) in [("a1", 100_000), ("a2", 200_000), ("a3", 300_000)] {
             #expect(v.inside(a, ["cache", "write", name, String(size)]).status == 0)
@@ -817,7 +817,7 @@ import Glibc
         // directory: AppNotFound.
         for app in [Self.appA, "org.example.NeverRegistered"] {
             let gone = v.ctl(["cache", "path", app])
-            #expect(gone.status == 1 && gone.stderr.contains("io.vaultd.Apps.AppNotFound") && gone.stdoutText.isEmpty, "\(gone)")
+            #expect(gone.status == 44 && gone.stderr.contains("io.vaultd.Apps.AppNotFound") && gone.stdoutText.isEmpty, "\(gone)")
             #expect(v.sh("test -e \"$1/\(app)\"", v.cacheRoot).status != 0, "\(app)'s cache directory was made")
         }
     }
@@ -828,7 +828,7 @@ import Glibc
         let (v, a, _) = try Self.volume(Self.noAutomaticPurge)
         defer { v.close() }
         let none = v.ctl(["cache", "purge", "org.example.NeverRegistered"])
-        #expect(none.status == 1 && none.stderr.contains("io.vaultd.Apps.AppNotFound") && none.stdoutText.isEmpty, "\(none)")
+        #expect(none.status == 44 && none.stderr.contains("io.vaultd.Apps.AppNotFound") && none.stdoutText.isEmpty, "\(none)")
         #expect(v.inside(a, ["cache", "write", "kept", "5000"]).status == 0)
         let own = v.ctl(["cache", "purge", Self.appA])
         #expect(own.status == 0 && own.stdoutText == "freed 8192 bytes in 1 file(s)\n", "\(own)")

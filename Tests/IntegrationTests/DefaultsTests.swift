@@ -99,7 +99,7 @@ import VaultProtocol
         defer { d.close() }
         let w = d.ctl(["defaults", "write", Self.domain, "d", "-date", write])
         #expect(w.status != 0, "\(w)")
-        #expect(d.ctl(["defaults", "read", Self.domain, "d"]).status == 1)
+        #expect(d.ctl(["defaults", "read", Self.domain, "d"]).status == 44)
     }
 
     /// `defaults rename D K K` leaves the value where it is, as a rename to its own name must
@@ -138,7 +138,7 @@ import VaultProtocol
             #expect(r.status == 1, "\(r)")
             #expect(r.stderr == "vaultctl: cannot read \(path): \(why)\n", "\(r)")
         }
-        #expect(d.ctl(["defaults", "read", Self.domain]).status == 1, "nothing written")
+        #expect(d.ctl(["defaults", "read", Self.domain]).status == 44, "nothing written")
     }
 
     /// `-data` takes hex digits only: "+f+f" and "-0-0" were read as the bytes 0f 0f and 00 00
@@ -149,7 +149,7 @@ import VaultProtocol
         defer { d.close() }
         let w = d.ctl(["defaults", "write", Self.domain, "bytes", "-data", text])
         #expect(w.status == 64 && w.stderr.hasPrefix("vaultctl: -data needs"), "\(w)")
-        #expect(d.ctl(["defaults", "read", Self.domain, "bytes"]).status == 1, "nothing written")
+        #expect(d.ctl(["defaults", "read", Self.domain, "bytes"]).status == 44, "nothing written")
         #expect(d.ctl(["defaults", "write", Self.domain, "bytes", "-data", "0aFF 10"]).status == 0)
         #expect(d.ctl(["defaults", "read", Self.domain, "bytes"]).stdoutText == "{length = 3, bytes = 0x0aff10}\n")
     }
@@ -244,7 +244,7 @@ import VaultProtocol
         let d = try Daemon()
         defer { d.close() }
         let r = d.ctl(["defaults", "read", Self.domain, "absent"])
-        #expect(r.status == 1, "\(r)")
+        #expect(r.status == 44, "\(r)")
         #expect(r.stdout.isEmpty)
         #expect(r.stderr.contains("does not exist"), "\(r)")
     }
@@ -272,7 +272,7 @@ import VaultProtocol
         // A key left without its value is still a usage error, and nothing is written.
         let odd = d.ctl(["defaults", "write", Self.domain, "odd", "-dict", "a", "-bool", "true", "b"])
         #expect(odd.status == 64, "\(odd)")
-        #expect(d.ctl(["defaults", "read", Self.domain, "odd"]).status == 1)
+        #expect(d.ctl(["defaults", "read", Self.domain, "odd"]).status == 44)
     }
 
     /// A value that starts as a property list (`(`, `{`, `<`, `"`) and does not parse is
@@ -284,11 +284,11 @@ import VaultProtocol
         defer { d.close() }
         for args in [["v", text], ["v", "-array", "ok", text], ["v", "-dict", "k", text]] {
             let w = d.ctl(["defaults", "write", Self.domain] + args)
-            #expect(w.status == 1 && w.stderr.contains("Could not parse"), "\(args): \(w)")
-            #expect(d.ctl(["defaults", "read", Self.domain, "v"]).status == 1, "\(args): nothing written")
+            #expect(w.status == 65 && w.stderr.contains("Could not parse"), "\(args): \(w)")
+            #expect(d.ctl(["defaults", "read", Self.domain, "v"]).status == 44, "\(args): nothing written")
         }
         let whole = d.ctl(["defaults", "write", Self.domain, text])
-        #expect(whole.status == 1 && whole.stderr.contains("Could not parse"), "\(whole)")
+        #expect(whole.status == 65 && whole.stderr.contains("Could not parse"), "\(whole)")
         // Text that does not start as a property list stays a string, as in defaults(1).
         #expect(d.ctl(["defaults", "write", Self.domain, "s", "a (b"]).status == 0)
         #expect(d.ctl(["defaults", "read", Self.domain, "s"]).stdoutText == "a (b\n")

@@ -39,9 +39,10 @@ import Glibc
 
         for (name, bytes) in Self.secrets {
             // vaultctl: the secret on stdin, and on --secret-fd 3.
-            let viaStdin = d.ctl(["item", "add"] + service + ["--account", name + "-stdin"], stdin: bytes)
+            // `--raw --allow-empty`: every byte, an empty secret and a final newline included.
+            let viaStdin = d.ctl(["item", "add"] + service + ["--account", name + "-stdin", "--raw", "--allow-empty"], stdin: bytes)
             #expect(viaStdin.status == 0, "\(name) add (stdin): \(viaStdin)")
-            let viaFD = d.ctl(["item", "add"] + service + ["--account", name + "-fd", "--secret-fd", "3"], fds: [3: bytes])
+            let viaFD = d.ctl(["item", "add"] + service + ["--account", name + "-fd", "--secret-fd", "3", "--raw", "--allow-empty"], fds: [3: bytes])
             #expect(viaFD.status == 0, "\(name) add (fd): \(viaFD)")
             // VaultClient: CredentialStore.set.
             #expect(throws: Never.self, "\(name) CredentialStore.set") { try store.set(bytes, for: name + "-client") }
@@ -68,8 +69,8 @@ import Glibc
         let update = d.ctl(["item", "update"] + service + ["--account", "empty-fd", "--secret-stdin"], stdin: Data("from update".utf8))
         #expect(update.status == 0, "\(update)")
         #expect(d.ctl(["item", "get"] + service + ["--account", "empty-fd"]).stdout == Data("from update".utf8))
-        // ...and a secret can be set back to empty, and is then found empty.
-        let toEmpty = d.ctl(["item", "update"] + service + ["--account", "one-byte-fd", "--secret-stdin"], stdin: Data())
+        // ...and a secret can be set back to empty (`--allow-empty`), and is then found empty.
+        let toEmpty = d.ctl(["item", "update"] + service + ["--account", "one-byte-fd", "--secret-stdin", "--allow-empty"], stdin: Data())
         #expect(toEmpty.status == 0, "\(toEmpty)")
         let emptied = d.ctl(["item", "get"] + service + ["--account", "one-byte-fd"])
         #expect(emptied.status == 0 && emptied.stdout.isEmpty, "\(emptied)")
@@ -88,10 +89,10 @@ import Glibc
         try #require(d.initializeWithoutPassphrase().status == 0)
         let key = option[0] == "--port" ? ["internet", "--server", "example.org", "--account", "a"] : ["--service", "tier.param", "--account", "a"]
         let r = d.ctl(["item", "add"] + key + option, stdin: Data("x".utf8))
-        #expect(r.status == 1, "\(r)")
+        #expect(r.status == 65, "\(r)")
         #expect(r.stderr.contains("io.vaultd.Keychain.Param") && r.stderr.contains("-50"), "\(r)")
         let u = d.ctl(["item", "update"] + key + ["--set-" + option[0].dropFirst(2), option[1]])
-        #expect(u.status == 1 && u.stderr.contains("io.vaultd.Keychain.Param"), "\(u)")
+        #expect(u.status == 65 && u.stderr.contains("io.vaultd.Keychain.Param"), "\(u)")
         #expect(d.ctl(["item", "list"]).stdoutText.isEmpty, "nothing stored")
     }
 
@@ -124,13 +125,13 @@ import Glibc
         let itemsBefore = try vault.status().items
 
         let add = d.ctl(["item", "add", "--service", "tier.limit", "--account", "big"], stdin: tooLarge)
-        #expect(add.status == 1, "\(add)")
+        #expect(add.status == 65, "\(add)")
         #expect(add.stderr.contains("io.vaultd.Keychain.SecretTooLarge"), "\(add)")
         #expect(add.stderr.contains("1048577") && add.stderr.contains("1048576"), "the error should give the size and the limit: \(add)")
         let viaFD = d.ctl(["item", "add", "--service", "tier.limit", "--account", "big", "--secret-fd", "3"], fds: [3: tooLarge])
-        #expect(viaFD.status == 1 && viaFD.stderr.contains("SecretTooLarge"), "\(viaFD)")
+        #expect(viaFD.status == 65 && viaFD.stderr.contains("SecretTooLarge"), "\(viaFD)")
         let get = d.ctl(["item", "get", "--service", "tier.limit", "--account", "big"])
-        #expect(get.status == 1 && get.stderr.contains("io.vaultd.Keychain.ItemNotFound"), "nothing may be stored: \(get)")
+        #expect(get.status == 44 && get.stderr.contains("io.vaultd.Keychain.ItemNotFound"), "nothing may be stored: \(get)")
 
         let attrs = ItemAttributes(service: "tier.limit", account: "client")
         #expect(vaultError { try vault.keychain.add(attributes: attrs, data: tooLarge) }?.code == .secretTooLarge)
@@ -144,7 +145,7 @@ import Glibc
         try store.set(limit, for: "exact")
         #expect(vaultError { try vault.keychain.update(Query(.genericPassword, ItemAttributes(service: "tier.limit", account: "exact")), data: tooLarge) }?.code == .secretTooLarge)
         let viaCtl = d.ctl(["item", "update", "--service", "tier.limit", "--account", "exact", "--secret-stdin"], stdin: tooLarge)
-        #expect(viaCtl.status == 1 && viaCtl.stderr.contains("SecretTooLarge"), "\(viaCtl)")
+        #expect(viaCtl.status == 65 && viaCtl.stderr.contains("SecretTooLarge"), "\(viaCtl)")
         #expect(try store.data(for: "exact") == limit)
 
         // Far over the limit (base64 makes 6 MiB and more a message over varlink's 8 MiB):
@@ -152,10 +153,10 @@ import Glibc
         for size in [6 << 20, 8 << 20, 9 << 20] {
             let huge = Data(count: size)
             let r = d.ctl(["item", "add", "--service", "tier.limit", "--account", "huge"], stdin: huge)
-            #expect(r.status == 1 && r.stderr.contains("io.vaultd.Keychain.SecretTooLarge"), "\(size): \(r)")
+            #expect(r.status == 65 && r.stderr.contains("io.vaultd.Keychain.SecretTooLarge"), "\(size): \(r)")
             #expect(r.stderr.contains("\(size)") && r.stderr.contains("1048576"), "\(size): \(r)")
             let u = d.ctl(["item", "update", "--service", "tier.limit", "--account", "exact", "--secret-stdin"], stdin: huge)
-            #expect(u.status == 1 && u.stderr.contains("io.vaultd.Keychain.SecretTooLarge"), "\(size): \(u)")
+            #expect(u.status == 65 && u.stderr.contains("io.vaultd.Keychain.SecretTooLarge"), "\(size): \(u)")
             #expect(vaultError { try vault.keychain.add(attributes: attrs, data: huge) }?.code == .secretTooLarge)
         }
         #expect(try store.data(for: "exact") == limit)
@@ -258,7 +259,7 @@ import Glibc
             #expect(add.status == 0, "\(name): \(add)")
         }
         let again = d.ctl(["item", "add", "internet"] + attrs(), stdin: Data("other".utf8))
-        #expect(again.status == 1 && again.stderr.contains("io.vaultd.Keychain.DuplicateItem"), "\(again)")
+        #expect(again.status == 45 && again.stderr.contains("io.vaultd.Keychain.DuplicateItem"), "\(again)")
 
         for (name, a) in items {
             let get = d.ctl(["item", "get", "internet"] + a)
@@ -274,7 +275,7 @@ import Glibc
         let list443 = (try? JSONSerialization.jsonObject(with: at443.stdout)) as? [[String: Any]] ?? []
         #expect(list443.count == 4 && list443.allSatisfy { $0["port"] as? Int == 443 }, "\(at443)")
         let otherPort = d.ctl(["item", "get", "internet", "--server", "example.com", "--port", "9443"])
-        #expect(otherPort.status == 1 && otherPort.stderr.contains("ItemNotFound"), "\(otherPort)")
+        #expect(otherPort.status == 44 && otherPort.stderr.contains("ItemNotFound"), "\(otherPort)")
 
         let vault = try d.client()
         let q = Query(.internetPassword, ItemAttributes(server: "example.com", protocol: "https", port: 8443), matchAll: true)
@@ -329,7 +330,7 @@ import Glibc
         let left = try vault.keychain.copyMatching(Query(.genericPassword, matchAll: true)).compactMap { $0.attributes?.service }
         #expect(Set(left) == ["Example.Service", "EXAMPLE.SERVICE"])
         let gone = d.ctl(["item", "get", "--service", "example.service", "--account", "alice"])
-        #expect(gone.status == 1 && gone.stderr.contains("ItemNotFound"), "\(gone)")
+        #expect(gone.status == 44 && gone.stderr.contains("ItemNotFound"), "\(gone)")
     }
 
     // MARK: lock states
@@ -358,21 +359,21 @@ import Glibc
             if c.readableAfterLock {
                 #expect(get.status == 0 && get.stdout == Data(c.account.utf8), "\(c.accessible) after lock: \(get)")
             } else {
-                #expect(get.status == 1 && get.stderr.contains("io.vaultd.Keychain.InteractionNotAllowed"), "\(c.accessible) after lock: \(get)")
+                #expect(get.status == 36 && get.stderr.contains("io.vaultd.Keychain.InteractionNotAllowed"), "\(c.accessible) after lock: \(get)")
                 #expect(!get.stderr.contains("ItemNotFound") && get.stdout.isEmpty)
                 #expect(status(c.account) == Self.interactionNotAllowed, "\(c.accessible)")
             }
         }
         // A query that matches only locked items: InteractionNotAllowed, for get and for list.
         let onlyLocked = d.ctl(["item", "list", "--service", "tier.lock", "--accessible", "whenUnlocked"])
-        #expect(onlyLocked.status == 1 && onlyLocked.stderr.contains("InteractionNotAllowed"), "\(onlyLocked)")
+        #expect(onlyLocked.status == 36 && onlyLocked.stderr.contains("InteractionNotAllowed"), "\(onlyLocked)")
         let lockedByAccount = d.ctl(["item", "get", "--account", "wu"])
         #expect(lockedByAccount.stderr.contains("InteractionNotAllowed"), "\(lockedByAccount)")
         #expect(vaultError { try vault.keychain.copyMatching(Query(.genericPassword, ItemAttributes(service: "tier.lock", accessible: .whenUnlocked), matchAll: true)) }?.status == Self.interactionNotAllowed)
         // A list that matches locked items beside readable ones fails too: a partial list
         // would report the locked ones as not found (it returned the afterFirstUnlock ones).
         let mixed = d.ctl(["item", "list", "--service", "tier.lock"])
-        #expect(mixed.status == 1 && mixed.stderr.contains("InteractionNotAllowed") && mixed.stdout.isEmpty, "\(mixed)")
+        #expect(mixed.status == 36 && mixed.stderr.contains("InteractionNotAllowed") && mixed.stdout.isEmpty, "\(mixed)")
         #expect(vaultError { try vault.keychain.copyMatching(Query(.genericPassword, ItemAttributes(service: "tier.lock"), matchAll: true)) }?.status == Self.interactionNotAllowed)
         let accounts = Result { try CredentialStore(vault: vault, service: "tier.lock", accessGroup: "user").allAccounts() }
         #expect((try? accounts.get()) == nil, "allAccounts while locked: \(accounts)")
@@ -385,7 +386,7 @@ import Glibc
         let fresh = try d.client()
         for c in classes {
             let get = d.ctl(["item", "get", "--service", "tier.lock", "--account", c.account])
-            #expect(get.status == 1 && get.stderr.contains("io.vaultd.Keychain.InteractionNotAllowed"), "\(c.accessible) after restart: \(get)")
+            #expect(get.status == 36 && get.stderr.contains("io.vaultd.Keychain.InteractionNotAllowed"), "\(c.accessible) after restart: \(get)")
             let e = vaultError { try fresh.keychain.copyMatching(Query(.genericPassword, ItemAttributes(service: "tier.lock", account: c.account)), returnData: true) }
             #expect(e?.code == .interactionNotAllowed && e?.status == Self.interactionNotAllowed, "\(c.accessible): \(String(describing: e))")
         }
@@ -448,7 +449,7 @@ import Glibc
         }
 
         // An update cannot re-encrypt them: NotAvailableOnThisDevice, and nothing changes.
-        let update = d.ctl(["item", "update", "--service", "tier.moved", "--set-label", "relabelled"])
+        let update = d.ctl(["item", "update", "--service", "tier.moved", "--set-label", "relabelled", "--yes"])
         #expect(update.status == 1 && update.stderr.contains("io.vaultd.Keychain.NotAvailableOnThisDevice"), "\(update)")
         #expect(!d.ctl(["item", "list", "--service", "tier.moved"]).stdoutText.contains("relabelled"))
 
@@ -457,8 +458,8 @@ import Glibc
         let one = d.ctl(["item", "delete", "--service", "tier.moved", "--account", Accessibility.whenUnlockedThisDeviceOnly.rawValue])
         #expect(one.status == 0 && one.stdoutText.contains("deleted 1"), "\(one)")
         let gone = get(Accessibility.whenUnlockedThisDeviceOnly.rawValue)
-        #expect(gone.status == 1 && gone.stderr.contains("ItemNotFound"), "\(gone)")
-        let all = d.ctl(["item", "delete", "--service", "tier.moved"])
+        #expect(gone.status == 44 && gone.stderr.contains("ItemNotFound"), "\(gone)")
+        let all = d.ctl(["item", "delete", "--service", "tier.moved", "--yes"])
         #expect(all.status == 0 && all.stdoutText.contains("deleted \(Accessibility.allCases.count - 1 + deviceOnly.count)"), "\(all)")
         #expect(d.statusJSON()?["items"] as? Int == 0)
 
@@ -589,7 +590,7 @@ import Glibc
         #expect(remove.status == 0, "\(remove)")
         #expect(remove.stdoutText.contains("1 whenPasscodeSetThisDeviceOnly item(s) deleted"), "\(remove)")
         let gone = d.ctl(["item", "get", "--service", "tier.pass", "--account", "whenPasscodeSetThisDeviceOnly"])
-        #expect(gone.status == 1 && gone.stderr.contains("ItemNotFound"), "\(gone)")
+        #expect(gone.status == 44 && gone.stderr.contains("ItemNotFound"), "\(gone)")
         readable(d, others, "after removal")
         #expect(d.statusJSON()?["hasPassphrase"] as? Bool == false)
         #expect(d.statusJSON()?["items"] as? Int == others.count + 1)
@@ -702,9 +703,9 @@ import Glibc
         #expect(all?.code == .duplicateItem && all?.status == -25299, "\(String(describing: all))")
         // One item would take another's key.
         let one = d.ctl(["item", "update", "--service", "tier.update", "--account", "a", "--set-account", "b", "--set-label", "collided"])
-        #expect(one.status == 1 && one.stderr.contains("io.vaultd.Keychain.DuplicateItem"), "\(one)")
+        #expect(one.status == 45 && one.stderr.contains("io.vaultd.Keychain.DuplicateItem"), "\(one)")
         let across = d.ctl(["item", "update", "--service", "tier.other", "--set-service", "tier.update", "--set-label", "collided"])
-        #expect(across.status == 1 && across.stderr.contains("DuplicateItem"), "\(across)")
+        #expect(across.status == 45 && across.stderr.contains("DuplicateItem"), "\(across)")
         now = try snapshot()
         #expect(now.count == 4)
         for account in ["a", "b", "c"] {
@@ -828,10 +829,10 @@ import Glibc
         let up = d.ctl(["item", "get", "--service", "tier.move", "--account", "up"])
         #expect(up.status == 0 && up.stdout == Data("up".utf8), "now afterFirstUnlock: \(up)")
         let down = d.ctl(["item", "get", "--service", "tier.move", "--account", "down"])
-        #expect(down.status == 1 && down.stderr.contains("InteractionNotAllowed"), "now whenUnlocked: \(down)")
+        #expect(down.status == 36 && down.stderr.contains("InteractionNotAllowed"), "now whenUnlocked: \(down)")
         // While locked, an update touching a locked item is refused, and changes nothing.
         let touch = d.ctl(["item", "update", "--service", "tier.move", "--set-label", "while locked"])
-        #expect(touch.status == 1 && touch.stderr.contains("InteractionNotAllowed"), "\(touch)")
+        #expect(touch.status == 36 && touch.stderr.contains("InteractionNotAllowed"), "\(touch)")
 
         #expect(try d.restart() == 0)
         try #require(d.unlock().status == 0)
@@ -840,7 +841,7 @@ import Glibc
         #expect(!labels.stdoutText.contains("while locked"), "\(labels)")
         // Synchronizable + ThisDeviceOnly is contradictory: Param.
         let contradictory = d.ctl(["item", "update", "--service", "tier.move", "--account", "up", "--set-accessible", "afterFirstUnlockThisDeviceOnly", "--set-synchronizable"])
-        #expect(contradictory.status == 1 && contradictory.stderr.contains("io.vaultd.Keychain.Param"), "\(contradictory)")
+        #expect(contradictory.status == 65 && contradictory.stderr.contains("io.vaultd.Keychain.Param"), "\(contradictory)")
     }
 
     /// kSecAttrSynchronizable from the command line: `--synchronizable[=yes|no]` as filter and
@@ -867,7 +868,7 @@ import Glibc
 
         // Making the synchronizable one local collides with the local one (same primary key).
         let collide = d.ctl(["item", "update", "--service", "tier.sync", "--synchronizable", "--set-synchronizable=no"])
-        #expect(collide.status == 1 && collide.stderr.contains("DuplicateItem"), "\(collide)")
+        #expect(collide.status == 45 && collide.stderr.contains("DuplicateItem"), "\(collide)")
         #expect(d.ctl(["item", "delete", "--service", "tier.sync", "--synchronizable=no"]).stdoutText.contains("deleted 1"))
         let local = d.ctl(["item", "update", "--service", "tier.sync", "--set-synchronizable=no"])
         #expect(local.status == 0 && local.stdoutText.contains("updated 1"), "\(local)")
@@ -994,7 +995,7 @@ import Glibc
         let status = try vault.status().lock
         #expect(status.unlockedSinceStart && status.hasPassphrase)
         let wu = d.ctl(["item", "get", "--service", "tier.idle", "--account", "wu"])
-        #expect(wu.status == 1 && wu.stderr.contains("InteractionNotAllowed"), "\(wu)")
+        #expect(wu.status == 36 && wu.stderr.contains("InteractionNotAllowed"), "\(wu)")
         #expect(d.ctl(["item", "get", "--service", "tier.idle", "--account", "afu"]).stdout == Data("afu".utf8))
         #expect(d.log.contains("locked after 2 s without a call"), "\(d.log)")
 

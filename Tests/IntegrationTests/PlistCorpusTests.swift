@@ -122,7 +122,7 @@ import Testing
 
         try #require(d.ctl(["defaults", "import", domain, dictionary]).status == 0)
         let refused = d.ctl(["defaults", "import", domain, array])
-        #expect(refused.status == 1, "\(refused)")
+        #expect(refused.status == 65, "\(refused)")
         #expect(refused.stderr.contains("io.vaultd.Preferences.InvalidPropertyList"), "\(refused)")
 
         let out = d.root + "/after.plist"

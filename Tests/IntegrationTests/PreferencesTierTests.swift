@@ -37,7 +37,7 @@ import Glibc
         // (no parser could read it back), and nothing is written to stdout.
         let xml = d.ctl(["defaults", "export", domain, "-"])
         if PlistCorpusTests.notRepresentableInXML.contains(name) {
-            #expect(xml.status == 1, "\(xml)")
+            #expect(xml.status == 65, "\(xml)")
             #expect(xml.stderr.contains("io.vaultd.Preferences.InvalidPropertyList"), "\(xml)")
             #expect(xml.stderr.contains("U+0019"), "\(xml)")
             #expect(xml.stdout.isEmpty)
@@ -68,7 +68,7 @@ import Glibc
         #expect(values == ["name": .string("a b"), "list": .array([.string("x"), .string("y")]), "nested": .dict(["k": .string("v")])], "\(values)")
         for bad in ["(x, y)", "plain", "{ unclosed"] {
             let r = d.ctl(["defaults", "write", domain, bad])
-            #expect(r.status == 1, "\(bad): \(r)")
+            #expect(r.status == 65, "\(bad): \(r)")
         }
         #expect(try vault.preferences.values(domain: domain) == values)
     }
@@ -89,7 +89,7 @@ import Glibc
 
         #expect(d.ctl(["defaults", "write", domain, "name", "-string", "hello"]).status == 0)
         let notArray = d.ctl(["defaults", "write", domain, "name", "-array-add", "x"])
-        #expect(notArray.status == 1 && notArray.stderr.contains("not an array"), "\(notArray)")
+        #expect(notArray.status == 65 && notArray.stderr.contains("not an array"), "\(notArray)")
         #expect(try value("name") == .string("hello"), "a refused -array-add must not change the value")
 
         #expect(d.ctl(["defaults", "write", domain, "dict", "-dict-add", "a", "1"]).status == 0)
@@ -97,10 +97,10 @@ import Glibc
         #expect(d.ctl(["defaults", "write", domain, "dict", "-dict-add", "b", "2", "a", "3"]).status == 0)
         #expect(try value("dict") == .dict(["a": .string("3"), "b": .string("2")]))
         let notDict = d.ctl(["defaults", "write", domain, "name", "-dict-add", "k", "v"])
-        #expect(notDict.status == 1 && notDict.stderr.contains("not a dictionary"), "\(notDict)")
+        #expect(notDict.status == 65 && notDict.stderr.contains("not a dictionary"), "\(notDict)")
         #expect(try value("name") == .string("hello"))
         let listNotDict = d.ctl(["defaults", "write", domain, "list", "-dict-add", "k", "v"])
-        #expect(listNotDict.status == 1, "\(listNotDict)")
+        #expect(listNotDict.status == 65, "\(listNotDict)")
         #expect(try value("list") == .array([.string("x"), .string("y"), .integer(3)]))
         let odd = d.ctl(["defaults", "write", domain, "dict", "-dict-add", "k"])
         #expect(odd.status == 64, "\(odd)")
@@ -120,7 +120,7 @@ import Glibc
         #expect(try prefs.value(domain: domain, key: "greeting") == .string("hello"))
         #expect(try prefs.value(domain: domain, key: "name") == nil)
         let renameMissing = d.ctl(["defaults", "rename", domain, "name", "other"])
-        #expect(renameMissing.status == 1 && renameMissing.stderr.contains("does not exist"), "\(renameMissing)")
+        #expect(renameMissing.status == 44 && renameMissing.stderr.contains("does not exist"), "\(renameMissing)")
         #expect(try prefs.value(domain: domain, key: "other") == nil)
 
         // read-type for every type
@@ -143,13 +143,13 @@ import Glibc
         #expect(try prefs.value(domain: domain, key: "array") == .array([]))
         #expect(try prefs.value(domain: domain, key: "dictionary") == .dict([:]))
         let missingType = d.ctl(["defaults", "read-type", domain, "absent"])
-        #expect(missingType.status == 1 && missingType.stderr.contains("does not exist"), "\(missingType)")
+        #expect(missingType.status == 44 && missingType.stderr.contains("does not exist"), "\(missingType)")
 
         // delete KEY
         #expect(d.ctl(["defaults", "delete", domain, "greeting"]).status == 0)
         #expect(try prefs.value(domain: domain, key: "greeting") == nil)
         let deleteMissing = d.ctl(["defaults", "delete", domain, "greeting"])
-        #expect(deleteMissing.status == 1 && deleteMissing.stderr.contains("does not exist"), "\(deleteMissing)")
+        #expect(deleteMissing.status == 44 && deleteMissing.stderr.contains("does not exist"), "\(deleteMissing)")
 
         // find WORD: in keys, values, nested values and domain names; case-insensitive.
         try #require(d.ctl(["defaults", "write", "com.example.values", "k", "-string", "a NEEDLE here"]).status == 0)
@@ -188,9 +188,9 @@ import Glibc
         #expect(!(try prefs.domains().contains(domain)))
         #expect(!d.ctl(["defaults", "domains"]).stdoutText.contains(domain))
         let readGone = d.ctl(["defaults", "read", domain])
-        #expect(readGone.status == 1 && readGone.stderr.contains("does not exist"), "\(readGone)")
+        #expect(readGone.status == 44 && readGone.stderr.contains("does not exist"), "\(readGone)")
         let deleteAgain = d.ctl(["defaults", "delete", domain])
-        #expect(deleteAgain.status == 1, "\(deleteAgain)")
+        #expect(deleteAgain.status == 44, "\(deleteAgain)")
         #expect(try prefs.value(domain: "com.example.values", key: "k") == .string("a NEEDLE here"), "other domains stay")
     }
 
@@ -477,7 +477,7 @@ import Glibc
             let path = d.root + "/over.plist"
             try PropertyListCodec.encode(.dict(over), format: .xml).write(to: URL(fileURLWithPath: path))
             let refused = d.ctl(["defaults", "import", "com.example.text", path])
-            #expect(refused.status == 1 && refused.stderr.contains("io.vaultd.Preferences.DomainTooLarge") && refused.stderr.contains("com.example.text"), "\(refused)")
+            #expect(refused.status == 65 && refused.stderr.contains("io.vaultd.Preferences.DomainTooLarge") && refused.stderr.contains("com.example.text"), "\(refused)")
             #expect(try prefs.values(domain: "com.example.text") == text)
         }
     }
@@ -541,11 +541,11 @@ import Glibc
         let file = d.root + "/big.plist"
         try PropertyListSerialization.data(fromPropertyList: big, format: .binary, options: 0).write(to: URL(fileURLWithPath: file))
         let imported = d.ctl(["defaults", "import", domain, file])
-        #expect(imported.status == 1 && imported.stderr.contains("io.vaultd.Preferences.DomainTooLarge") && imported.stderr.contains(domain), "\(imported)")
+        #expect(imported.status == 65 && imported.stderr.contains("io.vaultd.Preferences.DomainTooLarge") && imported.stderr.contains(domain), "\(imported)")
         expectEqual(try prefs.values(domain: domain), now, "after the refused import")
         // The same into a new domain creates nothing.
         let fresh = d.ctl(["defaults", "import", "com.example.big2", file])
-        #expect(fresh.status == 1, "\(fresh)")
+        #expect(fresh.status == 65, "\(fresh)")
         #expect(!(try prefs.domains().contains("com.example.big2")))
     }
 
@@ -582,12 +582,12 @@ import Glibc
         let euros = String(repeating: "€", count: 342)
         #expect(vaultError { try prefs.set(.string("x"), domain: domain, key: euros) }?.code == .invalidValue)
         let ctl = d.ctl(["defaults", "write", domain, over, "x"])
-        #expect(ctl.status == 1 && ctl.stderr.contains("io.vaultd.Preferences.InvalidValue"), "\(ctl)")
+        #expect(ctl.status == 65 && ctl.stderr.contains("io.vaultd.Preferences.InvalidValue"), "\(ctl)")
         // Nor through an import.
         let file = d.root + "/longkey.plist"
         try PropertyListSerialization.data(fromPropertyList: [over: "x", "short": "y"], format: .xml, options: 0).write(to: URL(fileURLWithPath: file))
         let imported = d.ctl(["defaults", "import", domain, file])
-        #expect(imported.status == 1 && imported.stderr.contains("InvalidValue"), "\(imported)")
+        #expect(imported.status == 65 && imported.stderr.contains("InvalidValue"), "\(imported)")
         #expect(try prefs.values(domain: domain) == [exact: .string("fits")])
     }
 
@@ -664,7 +664,7 @@ import Glibc
         // The registration domain is never stored.
         #expect(try vault.preferences.values(domain: app).keys.sorted() == ["appOnly", "shared"])
         #expect(try vault.preferences.value(domain: "NSGlobalDomain", key: "registeredOnly") == nil)
-        #expect(d.ctl(["defaults", "read", app, "registeredOnly"]).status == 1)
+        #expect(d.ctl(["defaults", "read", app, "registeredOnly"]).status == 44)
         let other = try Defaults(vault: vault, suiteName: app, arguments: ["/usr/bin/app"])
         // The registration domain is the process's, shared by every instance (as UserDefaults').
         #expect(other.object(forKey: "registeredOnly") == .string("r"))

@@ -12,10 +12,13 @@ struct AppCommand: Command {
     var appGroups: [String] = []
     var keep = false
     var json = false
+    /// `app uninstall --dry-run`: say what the uninstall would remove, remove nothing.
+    var dryRun = false
 
     init(_ a: inout Arguments) throws {
         action = try a.verb(of: "app")
         json = a.flag("--json")
+        if action == .uninstall { dryRun = a.flag("--dry-run") }
         if action == .install {
             executable = try a.option("--exe")
             accessGroups = try a.options("--access-group")
@@ -47,6 +50,17 @@ struct AppCommand: Command {
                 print("installed \(app.appID) (generation \(app.generation))")
             }
         case .uninstall:
+            if dryRun {
+                // What io.vaultd.Apps.Uninstall does: the preferences domain and the cache
+                // directory go, the credentials stay (a reinstall's first launch decides).
+                let app = try apps.show(appID!)
+                let vault = try context.vault()
+                let domain = (try? vault.preferences.values(domain: app.appID))?.count ?? 0
+                let cache = (try? vault.cacheUsage())?.apps.first { $0.appID == app.appID }
+                print("would uninstall \(app.appID)\(app.installed ? "" : " (already uninstalled)"): its preferences domain (\(domain) key(s)) and its cache (\(cache?.bytes ?? 0) bytes in \(cache?.files ?? 0) file(s)) would be removed; its credentials would be kept until a reinstall's first launch")
+                print("dry run, nothing changed")
+                return
+            }
             let app = try apps.uninstall(appID!)
             json ? print(app.json.text) : print("uninstalled \(app.appID); its credentials are kept until a reinstall's first launch")
         case .show:

@@ -13,6 +13,8 @@ struct KeyringCommand: Command {
     var dryRun: Bool
     var itemClass: ItemClass?
     var filters = ItemAttributes()
+    /// `keyring export --all-groups`: apps' private groups too.
+    var allGroups = false
 
     init(_ a: inout Arguments) throws {
         action = try a.verb(of: "keyring")
@@ -31,6 +33,8 @@ struct KeyringCommand: Command {
             default: itemClass = nil
             }
             filters = try ItemCommand.attributes(&a, prefix: "--")
+            allGroups = a.flag("--all-groups")
+            if allGroups && filters.accessGroup != nil { throw UsageError(message: "--all-groups and --access-group exclude each other") }
         }
     }
 
@@ -66,6 +70,11 @@ struct KeyringCommand: Command {
             }
         } catch let e as KeyringError {
             throw KeyringFailure(e)
+        }
+        // A keyring that is empty, damaged (gnome-keyring starts a new one beside a file it
+        // cannot read) or newly created holds nothing: said, not a quiet "0 item(s)".
+        if items.isEmpty {
+            printError("warning: collection \(JSON.string(info.label).text) (\(info.path)) holds 0 items: nothing to import (is this the keyring you meant? an empty, damaged or newly created keyring holds none)")
         }
         let keychain = try context.vault().keychain
         var counts: [String: Int] = [:]
@@ -191,12 +200,26 @@ struct KeyringCommand: Command {
     // MARK: export
 
     func exportItems(_ keyring: DesktopKeyring, _ context: Context) throws {
-        let keychain = try context.vault().keychain
-        let items: [Item]
+        let vault = try context.vault()
+        let keychain = vault.keychain
+        var items: [Item]
         do {
             items = try keychain.copyMatching(Query(itemClass, filters, matchAll: true), returnData: true, returnAttributes: true)
         } catch let e as VaultError where e.code == .itemNotFound {
             items = []
+        }
+        // The exported copies are readable by every program of the user: without a group
+        // named, only the owner's own groups go (`user`, and every group no registered app
+        // holds); an app's private group needs --access-group G or --all-groups.
+        var appsOnly = 0
+        if filters.accessGroup == nil && !allGroups {
+            var appGroups: ExactSet = []
+            for app in try vault.apps.list() {
+                for g in app.keychainAccessGroups where g != "user" { appGroups.insert(ExactString(g)) }
+            }
+            let before = items.count
+            items.removeAll { item in item.attributes?.accessGroup.map { appGroups.contains(ExactString($0)) } ?? false }
+            appsOnly = before - items.count
         }
         var counts: [String: Int] = [:]
         do {
@@ -217,33 +240,61 @@ struct KeyringCommand: Command {
                     print("skip \(Self.describe(item.itemClass, a)): \(a.accessible!.rawValue) items stay on this device")
                     continue
                 }
-                let attributes = KeyringMapping.exportAttributes(item.itemClass, a)
+                // An item `keyring import` made goes back under the schema and attributes it
+                // came with (kept in its `generic`), so the program that wrote it (secret-tool,
+                // python keyring, git's libsecret helper) finds it again, and the original,
+                // when still there, is the item replaced; an item born in the vault is an
+                // `io.vaultd.Item` with its class and primary key.
+                let original = KeyringMapping.originalAttributes(a.generic)
+                let attributes = original ?? KeyringMapping.exportAttributes(item.itemClass, a)
+                // libsecret cuts a string at a NUL byte: two items differing after it would
+                // become one keyring entry with one of their secrets.
+                if let bad = attributes.first(where: { $0.key.utf8.contains(0) || $0.value.utf8.contains(0) }) {
+                    counts["fail", default: 0] += 1
+                    print("cannot export \(Self.describe(item.itemClass, a)): its attribute \(JSON.string(bad.key).text) holds a NUL byte, which the Secret Service cannot carry")
+                    continue
+                }
                 // Only the target collection counts: the same item exported into another one
-                // is not this export's (a lookup over every collection found it there, said
-                // "unchanged" and wrote nothing). Its label is part of what is exported.
+                // is not this export's. Its label is part of what is exported.
                 let label = KeyringMapping.label(item.itemClass, a)
-                let existing = try keyring.search(.item, attributes).first(where: target.holds)
+                let found = try original != nil ? keyring.search(attributes: attributes) : keyring.search(.item, attributes)
+                let existing = found.first(where: target.holds)
                 let verb = existing == nil ? "add" : existing?.secret == Array(data) && existing?.label.sameBytes(label) == true ? "unchanged" : "update"
                 if verb != "unchanged" && !dryRun {
                     // Stored as text/plain only when it is text (`DesktopKeyring.contentType(of:)`).
-                    try keyring.store(.item, attributes, label: label, secret: Array(data), collection: target.path)
+                    if original != nil {
+                        try keyring.store(attributes: attributes, label: label, secret: Array(data), collection: target.path)
+                    } else {
+                        try keyring.store(.item, attributes, label: label, secret: Array(data), collection: target.path)
+                    }
                 }
                 counts[verb, default: 0] += 1
-                print("\(dryRun && verb != "unchanged" ? "would \(verb)" : verb) \(Self.describe(item.itemClass, a))")
+                let schema = original.map { " as \($0["xdg:schema"] ?? "its original attributes")" } ?? ""
+                print("\(dryRun && verb != "unchanged" ? "would \(verb)" : verb) \(Self.describe(item.itemClass, a))\(schema)")
             }
-            let summary = "\(counts["add", default: 0]) added, \(counts["update", default: 0]) updated, \(counts["unchanged", default: 0]) unchanged, \(counts["skip", default: 0]) skipped"
+            let failed = counts["fail", default: 0]
+            var summary = "\(counts["add", default: 0]) added, \(counts["update", default: 0]) updated, \(counts["unchanged", default: 0]) unchanged, \(counts["skip", default: 0]) skipped"
+            if failed > 0 { summary += ", \(failed) not exported" }
             print("\(dryRun ? "dry run, nothing changed: " : "")collection \(JSON.string(target.label).text), \(items.count) item(s): \(summary)")
+            if appsOnly > 0 {
+                print("\(appsOnly) item(s) in apps' private groups not exported (give --access-group G or --all-groups)")
+            }
+            if failed > 0 {
+                throw KeyringError(.failed, "\(failed) item(s) \(dryRun ? "could not be" : "were not") exported (the lines \"cannot export\" say why)")
+            }
         } catch let e as KeyringError {
             throw KeyringFailure(e)
         }
     }
 }
 
-/// A keyring failure as vaultctl reports it (exit 1).
+/// A keyring failure as vaultctl reports it: exit 36 (`ExitCode.locked`) for a collection
+/// that stays locked, else 1.
 struct KeyringFailure: Error, CustomStringConvertible {
     var error: KeyringError
     init(_ e: KeyringError) { error = e }
     var description: String { "keyring: \(error.message)" }
+    var exitCode: ExitCode { error.kind == .locked ? .locked : .failure }
 }
 
 /// How keyring items become vault items and back.
@@ -255,22 +306,7 @@ enum KeyringMapping {
         /// An `io.vaultd.Item` (written by `keyring export`), not a foreign item.
         var exported = false
         /// The exact primary key (every key attribute set) to find the item again.
-        var primaryKey: ItemAttributes {
-            var k = ItemAttributes(accessGroup: attributes.accessGroup, synchronizable: attributes.synchronizable ?? false)
-            k.account = attributes.account ?? ""
-            switch itemClass {
-            case .genericPassword:
-                k.service = attributes.service ?? ""
-            case .internetPassword:
-                k.server = attributes.server ?? ""
-                k.protocol = attributes.protocol ?? ""
-                k.port = attributes.port ?? 0
-                k.path = attributes.path ?? ""
-                k.authenticationType = attributes.authenticationType ?? ""
-                k.securityDomain = attributes.securityDomain ?? ""
-            }
-            return k
-        }
+        var primaryKey: ItemAttributes { ItemCommand.primaryKey(itemClass, attributes) }
     }
 
     static let unlockSchema = "io.vaultd.Unlock"
@@ -394,6 +430,16 @@ enum KeyringMapping {
         var out = a.filter { $0.value.stringValue != nil }
         out["xdg:schema"] = nil
         return out
+    }
+
+    /// Every attribute of the keyring item an imported item came from, `xdg:schema` included,
+    /// as `finish` kept them in `generic`: what `keyring export` writes it back under. nil for
+    /// an item that did not come from an import.
+    static func originalAttributes(_ generic: Data?) -> [String: String]? {
+        guard let g = generic, let j = try? JSON.parse(Array(g)), let a = j["secretService"]?["attributes"]?.objectValue else { return nil }
+        var out: [String: String] = [:]
+        for (k, v) in a { if let s = v.stringValue { out[k] = s } }
+        return out.isEmpty ? nil : out
     }
 
     /// The keyring item's `modified` (seconds since 1970, as the Secret Service reports it)

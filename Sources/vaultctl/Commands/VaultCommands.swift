@@ -38,12 +38,9 @@ struct InitCommand: Command {
     func run(_ context: Context) throws {
         var passphrase: String?
         if !noPassphrase {
-            passphrase = try Terminal.passphrase(fd: passphraseFD, prompt: "New vault passphrase: ")
-            if passphraseFD == nil {
-                let again = try Terminal.passphrase(fd: nil, prompt: "Repeat the passphrase: ")
-                guard again == passphrase else { throw UsageError(message: "the passphrases differ") }
-            }
-            if passphrase!.isEmpty { throw UsageError(message: "the passphrase is empty (use --no-passphrase for a vault without one)") }
+            passphrase = try Terminal.passphrase(
+                .init(name: "new vault passphrase", fdOption: "--passphrase-fd", isNew: true, emptyHint: "use --no-passphrase for a vault without one"),
+                fd: passphraseFD)
         }
         let state = try context.vault().initialize(passphrase: passphrase)
         print("vault initialised \(state.hasPassphrase ? "with a passphrase" : "without a passphrase (always unlocked)"); state: \(state.state.rawValue)")
@@ -71,7 +68,7 @@ struct UnlockCommand: Command {
             print("state: \(state.state.rawValue)")
             return
         }
-        let passphrase = try Terminal.passphrase(fd: passphraseFD, prompt: "Vault passphrase: ")
+        let passphrase = try Terminal.passphrase(.init(name: "vault passphrase", fdOption: "--passphrase-fd"), fd: passphraseFD)
         let state = try context.vault().unlock(passphrase: passphrase)
         print("state: \(state.state.rawValue)")
         if remember {
@@ -108,11 +105,12 @@ struct PassphraseCommand: Command {
     }
 
     func run(_ context: Context) throws {
-        let old = action == .set ? nil : try Terminal.passphrase(fd: oldFD, prompt: "Current passphrase: ")
+        let old = action == .set ? nil : try Terminal.passphrase(.init(name: "current passphrase", fdOption: "--passphrase-fd"), fd: oldFD)
         var new: String?
         if action != .remove {
-            new = try Terminal.passphrase(fd: newFD, prompt: "New passphrase: ")
-            if new!.isEmpty { throw UsageError(message: "the new passphrase is empty") }
+            new = try Terminal.passphrase(
+                .init(name: "new passphrase", fdOption: "--new-passphrase-fd", isNew: true, emptyHint: "passphrase remove makes a vault without one"),
+                fd: newFD)
         }
         let deleted = try context.vault().changePassphrase(old: old, new: new)
         switch action {

@@ -138,3 +138,17 @@ struct Arguments {
         return u.dropFirst(3).allSatisfy { (UInt8(ascii: "a")...UInt8(ascii: "z")).contains($0) || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || $0 == UInt8(ascii: "-") }
     }
 }
+
+/// Input vaultctl itself refuses (an empty secret without --allow-empty, two typed entries
+/// that differ, a passphrase with a line break): printed as it is, exit 65 (`ExitCode.badInput`).
+struct InputError: Error, CustomStringConvertible {
+    var message: String
+    var description: String { message }
+}
+
+/// A command that would act on more than it was asked to be sure of (several items without
+/// --yes and without a terminal to ask on), or a question answered no: exit 1.
+struct Refusal: Error, CustomStringConvertible {
+    var message: String
+    var description: String { message }
+}

@@ -46,9 +46,21 @@ enum PlistText {
         case .real(let d): return d.isNaN ? "nan" : d.isInfinite ? (d < 0 ? "-inf" : "inf") : formatReal(d)
         case .bool(let b): return b ? "1" : "0"
         case .date(let d): return dateText(d)
-        case .data(let d): return "{length = \(d.count), bytes = 0x\(d.map { String(format: "%02x", $0) }.joined())}"
+        case .data(let d): return dataText(d)
         case .array, .dict: return describe(value)
         }
+    }
+
+    /// Data as `defaults read` prints it since macOS 10.15 (CFData's description): up to 24
+    /// bytes whole (`{length = 3, bytes = 0x0102ff}`); longer, the first 16 and the last 8 in
+    /// groups of four (`{length = 32, bytes = 0x00010203 04050607 08090a0b 0c0d0e0f ...
+    /// 18191a1b 1c1d1e1f }`). `defaults export` writes every byte.
+    static func dataText(_ d: Data) -> String {
+        let b = [UInt8](d)
+        func hex(_ s: ArraySlice<UInt8>) -> String { s.map { String(format: "%02x", $0) }.joined() }
+        guard b.count > 24 else { return "{length = \(b.count), bytes = 0x\(hex(b[...]))}" }
+        func groups(_ range: Range<Int>) -> String { stride(from: range.lowerBound, to: range.upperBound, by: 4).map { hex(b[$0..<($0 + 4)]) + " " }.joined() }
+        return "{length = \(b.count), bytes = 0x\(groups(0..<16))... \(groups((b.count - 8)..<b.count))}"
     }
 
     /// A finite real as `NSNumber.stringValue` writes it (and `Defaults.string(forKey:)`
