@@ -78,7 +78,9 @@ import Glibc
     @Test(.timeLimit(.minutes(2))) func idleConnectionsCloseAndTheOneOverTheShareIsToldWhy() throws {
         let d = try CustomDaemon()
         defer { d.close() }
-        try d.start(environment: ["VAULTD_IDLE_TIMEOUT": "1", "VAULTD_MAX_CONNECTIONS_PER_PEER": "4"])
+        // 5 s: long enough that the idle connections are still open when the one over the
+        // share arrives on a loaded machine (the refusal proves they were).
+        try d.start(environment: ["VAULTD_IDLE_TIMEOUT": "5", "VAULTD_MAX_CONNECTIONS_PER_PEER": "4"])
         // The start's own probe has gone (its thread gave the slot back).
         let pid = try #require(d.pid)
         #expect(eventually(timeout: 10) { Self.connectionThreads(pid) == 0 })
@@ -91,15 +93,15 @@ import Glibc
         #expect(refusal.errorName == "io.vaultd.Vault.RateLimited", "the 5th connection: \(refusal)")
         #expect(over.closes(within: 10))
         var closed = 0
-        let took = Self.seconds { closed = idle.filter { $0.closes(within: 10) }.count }
+        let took = Self.seconds { closed = idle.filter { $0.closes(within: 20) }.count }
         #expect(closed == 3, "\(closed) of 3 idle connections closed")
-        #expect(took >= 0.5 && took < 5, "idle connections closed after \(took) s (timeout 1 s)")
+        #expect(took < 15, "idle connections closed \(took) s after the refusal (timeout 5 s)")
         // The observer, idle as long, still streams: a lock-state change reaches it.
         let c = try d.connect()
         try Wire.initWithoutPassphrase(c)
         let event = observer.receive(timeout: 10)
         #expect(event.parameters?["lock"] != nil, "the observer after the idle ones closed: \(event)")
-        ReliabilityReport.record("idle timeout 1 s: 3 idle connections closed within \(String(format: "%.2f", took)) s; the observer stays")
+        ReliabilityReport.record("idle timeout 5 s: 3 idle connections closed within \(String(format: "%.2f", took)) s; the observer stays")
     }
 
     /// Four 8 MiB messages of tiny JSON values at once (`[{},{},…]` and kin): each is
