@@ -436,21 +436,28 @@ private struct Parser {
                 UInt8(ascii: "r"), UInt8(ascii: "t"):
                 continue
             case UInt8(ascii: "u"):
-                let scalar = try parseHex4()
-                if scalar >= 0xD800, scalar < 0xDC00 {
-                    guard index + 2 <= bytes.count, bytes[index] == UInt8(ascii: "\\"), bytes[index + 1] == UInt8(ascii: "u")
-                    else { throw error("unpaired surrogate") }
-                    index += 2
-                    let low = try parseHex4()
-                    guard low >= 0xDC00, low < 0xE000 else { throw error("unpaired surrogate") }
-                } else if scalar >= 0xDC00, scalar < 0xE000 {
-                    throw error("unpaired surrogate")
-                }
+                _ = try parseUnicodeEscape()
             default:
                 throw error("unknown escape")
             }
         }
         throw error("unterminated string")
+    }
+
+    /// The code point of a `\u` escape whose `u` was just read: four hex digits, or a
+    /// surrogate pair of two such escapes (RFC 8259 §7); a lone surrogate is an error.
+    mutating func parseUnicodeEscape() throws -> UInt32 {
+        let scalar = try parseHex4()
+        if scalar >= 0xD800, scalar < 0xDC00 {
+            guard index + 2 <= bytes.count, bytes[index] == UInt8(ascii: "\\"), bytes[index + 1] == UInt8(ascii: "u")
+            else { throw error("unpaired surrogate") }
+            index += 2
+            let low = try parseHex4()
+            guard low >= 0xDC00, low < 0xE000 else { throw error("unpaired surrogate") }
+            return 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
+        }
+        if scalar >= 0xDC00, scalar < 0xE000 { throw error("unpaired surrogate") }
+        return scalar
     }
 
     mutating func parseString() throws -> String {
@@ -508,18 +515,7 @@ private struct Parser {
             case UInt8(ascii: "r"): out.append(0x0D)
             case UInt8(ascii: "t"): out.append(0x09)
             case UInt8(ascii: "u"):
-                var scalar = try parseHex4()
-                if scalar >= 0xD800, scalar < 0xDC00 {
-                    guard index + 2 <= bytes.count, bytes[index] == UInt8(ascii: "\\"), bytes[index + 1] == UInt8(ascii: "u")
-                    else { throw error("unpaired surrogate") }
-                    index += 2
-                    let low = try parseHex4()
-                    guard low >= 0xDC00, low < 0xE000 else { throw error("unpaired surrogate") }
-                    scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
-                } else if scalar >= 0xDC00, scalar < 0xE000 {
-                    throw error("unpaired surrogate")
-                }
-                guard let u = Unicode.Scalar(scalar) else { throw error("invalid \\u escape") }
+                guard let u = Unicode.Scalar(try parseUnicodeEscape()) else { throw error("invalid \\u escape") }
                 out.append(contentsOf: UTF8.encode(u)!)
             default:
                 throw error("unknown escape")
