@@ -89,7 +89,7 @@ final class Context {
     /// refuses one that is no number of seconds.
     static let configuredTimeout: Double? = {
         let env = ProcessInfo.processInfo.environment
-        return (env["VAULTCTL_TIMEOUT"].flatMap { $0.isEmpty ? nil : $0 } ?? env["VAULT_TIMEOUT"]).flatMap(seconds)
+        return (env["VAULTCTL_TIMEOUT"] ?? env["VAULT_TIMEOUT"]).flatMap(seconds)
     }()
 
     private static func seconds(_ text: String) -> Double? {
@@ -100,8 +100,10 @@ final class Context {
     /// Throws a UsageError for a `VAULTCTL_TIMEOUT` that is not a number of seconds ≥ 0: it
     /// fell back to 60 s without a word, so a script's `VAULTCTL_TIMEOUT=5s` waited 60.
     static func checkTimeoutSetting() throws {
+        // An empty VAULT_TIMEOUT is unset, as VaultClient takes it; an empty VAULTCTL_TIMEOUT
+        // is no number (as it always was).
         for name in ["VAULTCTL_TIMEOUT", "VAULT_TIMEOUT"] {
-            if let v = ProcessInfo.processInfo.environment[name], !v.isEmpty, seconds(v) == nil {
+            if let v = ProcessInfo.processInfo.environment[name], name == "VAULTCTL_TIMEOUT" || !v.isEmpty, seconds(v) == nil {
                 throw UsageError(message: "\(name) must be a number of seconds (0 or more; 0: for ever), not '\(v.prefix(20))'")
             }
         }

@@ -723,10 +723,11 @@ import Glibc
         #expect(d.ctl(["defaults", "read", "-g", "globalOnly"]).stdoutText == "g\n", "an app's write goes to its own domain")
     }
 
-    /// An observer that reads nothing while a burst of more than 100,000 changes goes out
-    /// (the import of a large domain) is dropped: its stream ends after what was already on
-    /// its socket, so a client that connects again starts from a snapshot. (vaultd dropped the
-    /// oldest events and went on: the observer's copy missed them for good.)
+    /// An observer that reads nothing while a burst of 120,000 changes goes out (the import
+    /// of a large domain) is dropped once 4 MiB of them wait: its stream ends after what was
+    /// already on its socket, with RateLimited (observe again), so a client that connects
+    /// again starts from a snapshot. (vaultd dropped the oldest events and went on: the
+    /// observer's copy missed them for good.)
     @Test func anObserverTooFarBehindIsClosedRatherThanLeftWithAGap() throws {
         let d = try Daemon()
         defer { d.close() }
@@ -742,19 +743,21 @@ import Glibc
         let plist = try PropertyListSerialization.data(fromPropertyList: values, format: .binary, options: 0)
         #expect(try d.client().preferences.importDomain(domain, plist: plist) == count)
 
-        var events = 0, ended = false
+        var events = 0, ended = false, told: String?
         reading: while true {
             switch observer.receive(timeout: 20) {
             case .reply(let r) where r["error"] == nil: events += 1
+            case .reply(let r) where told == nil: told = r["error"] as? String
             case .closed: ended = true; break reading
             default: break reading
             }
         }
         #expect(ended, "the stream went on after \(events) events")
+        #expect(told == "io.vaultd.Vault.RateLimited", "\(String(describing: told))")
         #expect(events > 0 && events < count, "\(events)")
         let defaults = try Defaults(vault: try d.client(), suiteName: domain, arguments: [])
         #expect(defaults.integer(forKey: "k0") == 0 && defaults.integer(forKey: "k\(count - 1)") == count - 1)
-        #expect(d.log.contains("an observer fell 100000 events behind"), "\(d.log.suffix(500))")
+        #expect(d.log.contains("an observer fell 4 MiB of events behind"), "\(d.log.suffix(500))")
     }
 
     @Test func typedGettersConvertAsUserDefaults() throws {

@@ -113,7 +113,7 @@ import Glibc
         try d.start()
         let pid = try #require(d.pid)
         let before = ProcStatus.rss(pid) ?? 0
-        func message(_ element: String, bytes: Int) -> [UInt8] {
+        @Sendable func message(_ element: String, bytes: Int) -> [UInt8] {
             let head = Array(#"{"method":"io.vaultd.Preferences.Set","parameters":{"domain":"com.example.tiny","key":"k","value":{"array":["#.utf8)
             let tail = Array("]}}}".utf8)
             let e = Array(element.utf8)

@@ -527,10 +527,22 @@ final class KeychainStore {
         if rows.isEmpty {
             throw error ?? VaultError(.itemNotFound, "no item matches the query")
         }
+        // The secrets alone, in base64, would make the reply larger than a message may be:
+        // ReplyTooLarge as soon as that is known, before more of them are decrypted and held
+        // (a query of every item with its data built a tree of all of them, then was refused).
+        var replyBytes = 0
         return try (q.matchAll ? rows : [rows[0]]).map { r in
             var data: SecureBytes?
             if returnData, case .success(let classKey)? = c.key(of: r.stored) {
-                data = try secret(of: r.stored, classKey: classKey)
+                let s = try secret(of: r.stored, classKey: classKey)
+                replyBytes += (s.count + 2) / 3 * 4
+                if replyBytes >= Varlink.maximumMessageSize {
+                    throw VaultError(
+                        .replyTooLarge,
+                        "the answer would be over \(replyBytes) bytes, over the \(Varlink.maximumMessageSize)-byte message limit: ask for less (matchLimit one, no data, a narrower query)",
+                        extra: ["size": JSON(replyBytes), "limit": JSON(Varlink.maximumMessageSize)])
+                }
+                data = s
             }
             return FoundItem(itemClass: r.itemClass, attributes: r.attributes, data: data)
         }
