@@ -414,8 +414,10 @@ public final class Vault: @unchecked Sendable {
         } catch let e as VaultError where e.code == .wrongPassphrase {
             let (n, stored) = recordFailedUnlock()
             let wait = failureWait(n)
+            // Whole seconds as such ("1 s"); a test's scaled waits with their fraction.
+            let waitText = wait == wait.rounded() ? String(Int(wait)) : String(wait)
             log(
-                "\(operation) failed: wrong passphrase (\(n) failed in a row\(wait > 0 ? "; the next check is allowed in \(wait) s" : "")\(stored ? "" : "; counted in memory only, the store could not take it"))"
+                "\(operation) failed: wrong passphrase (\(n) failed in a row\(wait > 0 ? "; the next check is allowed in \(waitText) s" : "")\(stored ? "" : "; counted in memory only, the store could not take it"))"
             )
             throw e
         }
