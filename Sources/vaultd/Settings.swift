@@ -31,6 +31,17 @@ struct Settings {
     var appStorageQuota: Int64 = StorageQuota.defaultBytes
     var cachePolicy = CachePolicy()
     var cacheCheckInterval: Double = 5
+    /// Keys of the file that name no setting (a misspelt `AutoLockSecs`, say): ignored, and
+    /// named in the log at start and at SIGHUP (`unknownKeysMessage`), so a setting that
+    /// does not take effect is seen.
+    var unknownKeys: [String] = []
+
+    /// Every key `load` reads.
+    static let knownKeys: [String] = [
+        "AutoLockSeconds", "CacheCheckIntervalSeconds", "UninstallGraceSeconds", "MaximumAutoRegisteredApps",
+        "AppStorageQuotaBytes", "CacheFreeLowWaterBytes", "CacheFreeHighWaterBytes", "CacheBudgetBytes",
+        "CacheBudgetHighWaterBytes",
+    ]
 
     /// The largest config file read (bytes).
     static let maximumFileSize = 1 << 20
@@ -89,7 +100,43 @@ struct Settings {
         s.cachePolicy = CachePolicy(
             freeLowWater: try bytes("CacheFreeLowWaterBytes"), freeHighWater: try bytes("CacheFreeHighWaterBytes"),
             budget: try bytes("CacheBudgetBytes"), budgetHighWater: try bytes("CacheBudgetHighWaterBytes"))
+        // Compared byte for byte, as the lookups above compare them.
+        s.unknownKeys = d.keys.filter { k in !Self.knownKeys.contains { $0.utf8.elementsEqual(k.utf8) } }.sorted()
         return s
+    }
+
+    /// The log line naming `unknownKeys` (each with the setting it is closest to, when one is
+    /// within three edits or differs only in case), or nil when every key is known. At most
+    /// 20 keys are named, each escaped and bounded (`logField`): the file is the user's, but
+    /// it may be anything.
+    func unknownKeysMessage(_ path: String) -> String? {
+        guard !unknownKeys.isEmpty else { return nil }
+        let named = unknownKeys.prefix(20).map { key -> String in
+            let guess = Self.knownKeys.min { Self.editDistance(key, $0) < Self.editDistance(key, $1) }
+            if let guess, key.lowercased() == guess.lowercased() || Self.editDistance(key, guess) <= 3 {
+                return "\(logField(key)) (did you mean \(guess)?)"
+            }
+            return logField(key)
+        }
+        let more = unknownKeys.count > 20 ? " and \(unknownKeys.count - 20) more" : ""
+        return "\(logField(path)): ignored \(unknownKeys.count == 1 ? "a key that is no setting" : "keys that are no settings"): \(named.joined(separator: ", "))\(more)"
+    }
+
+    /// Levenshtein distance over Unicode scalars, for suggestions only (keys of at most 64
+    /// scalars are compared; a longer one is no near miss).
+    static func editDistance(_ a: String, _ b: String) -> Int {
+        let x = Array(a.unicodeScalars), y = Array(b.unicodeScalars)
+        guard x.count <= 64, y.count <= 64 else { return Int.max }
+        guard !x.isEmpty, !y.isEmpty else { return max(x.count, y.count) }
+        var previous = Array(0...y.count)
+        for i in 1...x.count {
+            var current = [i] + [Int](repeating: 0, count: y.count)
+            for j in 1...y.count {
+                current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (x[i - 1] == y[j - 1] ? 0 : 1))
+            }
+            previous = current
+        }
+        return previous[y.count]
     }
 
     /// Puts the settings the engine reads into force.

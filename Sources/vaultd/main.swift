@@ -42,6 +42,7 @@ do {
 } catch {
     fail("\(error)")
 }
+if let file = configuration.configFile, let message = initialSettings.unknownKeysMessage(file) { log(message) }
 /// The settings in force: config.plist as read at start, and again on SIGHUP.
 let currentSettings = Mutex(initialSettings)
 var settings: Settings { currentSettings.withLock { $0 } }
@@ -164,6 +165,7 @@ func reloadSettings() {
             cacheTimer.schedule(deadline: .now() + 0.2, repeating: fresh.cacheCheckInterval)
         }
         log("SIGHUP: settings reloaded \(source) (AutoLockSeconds \(fresh.autoLockSeconds > 0 ? String(Int(fresh.autoLockSeconds)) : "off"))")
+        if let file = configuration.configFile, let message = fresh.unknownKeysMessage(file) { log("SIGHUP: \(message)") }
     } catch {
         log("SIGHUP: settings not reloaded, the ones in force stay: \(error)")
     }

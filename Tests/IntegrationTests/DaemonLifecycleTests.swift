@@ -356,6 +356,30 @@ import Glibc
         #expect(Self.mode(d.socketPath) == nil)
     }
 
+    /// A key of config.plist that names no setting (a misspelt one) is named in the log, at
+    /// start and at SIGHUP, with the setting it is closest to; the known ones still apply, and
+    /// a key with a control character is logged escaped, on one line.
+    @Test func unknownSettingsAreNamedInTheLogAtStartAndAtSIGHUP() throws {
+        let d = try Daemon(start: false)
+        defer { d.close() }
+        let config = d.root + "/config.plist"
+        try PropertyListSerialization.data(
+            fromPropertyList: ["AutoLockSecs": 5, "CacheCheckIntervalSeconds": 5, "cachebudgetbytes": 1, "Weird\nKey": 1], format: .xml, options: 0
+        ).write(to: URL(fileURLWithPath: config))
+        try d.start(extraArguments: ["--config", config])
+        let named = eventually(timeout: 10) { d.log.contains("AutoLockSecs") }
+        #expect(named, "log:\n\(d.log)")
+        let line = d.log.split(separator: "\n").first { $0.contains("AutoLockSecs") }.map(String.init) ?? ""
+        #expect(line.contains("\"AutoLockSecs\" (did you mean AutoLockSeconds?)"), "\(line)")
+        #expect(line.contains("\"cachebudgetbytes\" (did you mean CacheBudgetBytes?)"), "\(line)")
+        #expect(line.contains("\"Weird\\nKey\""), "\(line)")
+        #expect(!line.contains("\"CacheCheckIntervalSeconds\""), "\(line)")
+        d.sendSignal(SIGHUP)
+        let again = eventually(timeout: 10) { d.log.contains("SIGHUP: ") && d.log.split(separator: "\n").contains { $0.hasPrefix("vaultd: SIGHUP: ") && $0.contains("AutoLockSecs") } }
+        #expect(again, "log:\n\(d.log)")
+        #expect(d.isRunning)
+    }
+
     /// SIGHUP with no config file at the default path reloads the defaults and says so: the
     /// log said "settings reloaded from PATH" of a file that was not there.
     @Test func sighupWithoutAConfigFileSaysTheDefaultsApply() throws {
