@@ -370,11 +370,14 @@ enum PeerIdentity {
     /// a `/proc` read that fails, a process gone or changed (exec) before the reads were
     /// confirmed, a sandbox vaultd cannot name or confirm. An identified host program that
     /// is no registered app is the owner's tool.
-    static func caller(for peer: PeerCredentials, vault: Vault) -> Caller? {
+    static func caller(for peer: PeerCredentials, vault: Vault) -> Result<Caller, VaultError> {
         let pid = peer.pid
-        func refuse(_ reason: String, _ message: String) -> Caller? {
+        // Logged (rate-limited per reason), and told to the peer before the close, so its
+        // client reports why rather than a reset connection. The message names only what
+        // the peer's own sandbox or process shows, escaped where the peer chose it.
+        func refuse(_ reason: String, _ message: String, code: VaultError.Code = .permissionDenied) -> Result<Caller, VaultError> {
             refusals.log(reason, "refused pid \(pid): \(message)")
-            return nil
+            return .failure(VaultError(code, "vaultd does not serve this process: \(message)"))
         }
         var flatpakID: String?
         switch sandbox(peer) {
@@ -407,7 +410,7 @@ enum PeerIdentity {
                 flatpakAppID: flatpakID, executable: exe,
                 isRegisteredFile: { runsRegisteredFile(pid: pid, path: $0) })
         } catch let e as VaultError where e.code == .rateLimited {
-            return refuse("registration-cap", e.message)
+            return refuse("registration-cap", e.message, code: .rateLimited)
         } catch {
             return refuse("identity", "\(error)")
         }
@@ -420,7 +423,7 @@ enum PeerIdentity {
         // still runs the program it ran at the first read.
         guard peer.isAlive else { return refuse("exited", "the process exited while vaultd identified it") }
         guard peer.currentExecutable == exeFile else { return refuse("exec", "the process ran another program while vaultd identified it") }
-        return caller
+        return .success(caller)
     }
 }
 

@@ -115,7 +115,7 @@ final class Server: @unchecked Sendable {
     /// `stop` writes to `wake[1]` to end the accept loop, which polls the listener and `wake[0]`.
     private var wake: [Int32] = [-1, -1]
     let dispatcher: Dispatcher
-    let identify: (PeerCredentials) -> Caller?
+    let identify: (PeerCredentials) -> Result<Caller, VaultError>
     let limits: Limits
     private let state = NSCondition()
     private var connections: [ObjectIdentifier: UnixSocket] = [:]
@@ -190,7 +190,7 @@ final class Server: @unchecked Sendable {
 
     init(
         listener: UnixSocket, listenerIsShared: Bool = false, dispatcher: Dispatcher, limits: Limits = Limits(),
-        identify: @escaping (PeerCredentials) -> Caller?
+        identify: @escaping (PeerCredentials) -> Result<Caller, VaultError>
     ) {
         self.listener = listener
         self.listenerIsShared = listenerIsShared
@@ -385,7 +385,14 @@ final class Server: @unchecked Sendable {
         var busyPoll = BusyPoll(windowMicroseconds: limits.busyPollMicroseconds, limit: .oneLessThanCPUs)
         var partialSince: Date?
         // The caller is resolved once per connection, from the kernel's credentials.
-        guard let caller = identify(peer) else { return }
+        let caller: Caller
+        switch identify(peer) {
+        case .success(let c): caller = c
+        case .failure(let refusal):
+            // The reason, as the reply to whatever the peer sends first, then the close.
+            _ = try? conn.sendAll(VarlinkReply(error: refusal).json.serialized() + [0], within: 1)
+            return
+        }
         // Each identity has its own share of the connections: one app (or sandbox) holding
         // as many as it likes leaves room for every other and for the owner's tools.
         let identity = caller.appID ?? Self.ownerIdentity

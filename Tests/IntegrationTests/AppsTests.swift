@@ -939,6 +939,8 @@ import Glibc
         let app = try d.placeExample("unnamed")
         let launch = try Self.sandboxed(d, app, ["launch"], root: .unnamed)
         #expect(launch.status != 0, "\(launch)")
+        // The app is told why, not left with a reset connection.
+        #expect(launch.stderr.contains("a sandbox vaultd cannot name") && !launch.stderr.contains("reset by peer"), "\(launch)")
         for args in [
             ["item", "get", "--access-group", "user", "--service", "owner-svc", "--account", "me"],
             ["item", "get", "--access-group", Self.appA] + Self.tokenFilter,
