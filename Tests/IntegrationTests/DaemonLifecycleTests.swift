@@ -13,14 +13,17 @@ import Glibc
     /// The default socket directory /tmp/vaultd-$UID made first by another user (a shared
     /// /tmp), or left with loose permissions: vaultd refuses it and says how to get past it
     /// (not only "not owned by uid N"). In a mount namespace of its own with a private
-    /// /tmp, vaultd running as nobody.
+    /// /tmp, vaultd running as nobody (a copy of it, made inside: the build may itself be
+    /// under the /tmp the tmpfs hides).
     @Test(.enabled(if: getuid() == 0, "needs root for a mount namespace and to act as nobody (setpriv)"))
     func aSquattedDefaultSocketDirectoryIsRefusedWithTheWayOut() throws {
         let script = """
             set -e
+            exec 3<"$0"
             mount -t tmpfs tmpfs /tmp
+            cat <&3 >/tmp/vaultd; chmod 755 /tmp/vaultd
             mkdir -m 700 /tmp/vaultd-65534; mkdir -m 777 /tmp/h
-            run() { setpriv --reuid=65534 --regid=65534 --clear-groups env -i HOME=/tmp/h XDG_DATA_HOME=/tmp/h/d XDG_CACHE_HOME=/tmp/h/c "$0" 2>&1 || true; }
+            run() { setpriv --reuid=65534 --regid=65534 --clear-groups env -i HOME=/tmp/h XDG_DATA_HOME=/tmp/h/d XDG_CACHE_HOME=/tmp/h/c /tmp/vaultd 2>&1 || true; }
             run
             chown 65534 /tmp/vaultd-65534; chmod 755 /tmp/vaultd-65534
             run
