@@ -29,7 +29,7 @@ import Glibc
     /// One registered app holds 300 idle connections (never a call): it keeps its share (32),
     /// the rest are refused at once, and the owner's `vaultctl status` and another app are
     /// served within a second.
-    @Test(.timeLimit(.minutes(3))) func idleConnectionsOfOneAppLeaveRoomForEveryoneElse() throws {
+    @Test(.timeLimit(.minutes(10))) func idleConnectionsOfOneAppLeaveRoomForEveryoneElse() throws {
         let d = try Daemon()
         defer { d.close() }
         #expect(d.initialize().status == 0)
@@ -75,7 +75,7 @@ import Glibc
 
     /// Idle connections (no call, no stream) are closed after VAULTD_IDLE_TIMEOUT; a stream
     /// is not idle. The connection over an identity's share is answered RateLimited at once.
-    @Test(.timeLimit(.minutes(2))) func idleConnectionsCloseAndTheOneOverTheShareIsToldWhy() throws {
+    @Test(.timeLimit(.minutes(10))) func idleConnectionsCloseAndTheOneOverTheShareIsToldWhy() throws {
         let d = try CustomDaemon()
         defer { d.close() }
         // 5 s: long enough that the idle connections are still open when the one over the
@@ -110,7 +110,7 @@ import Glibc
     /// Four 8 MiB messages of tiny JSON values at once (`[{},{},…]` and kin): each is
     /// refused before its tree is built, and vaultd's peak RSS stays under 256 MiB. A
     /// smaller one of the same kind is parsed and answered.
-    @Test(.timeLimit(.minutes(3))) func messagesOfManyTinyValuesAreCountedBeforeTheyAreParsed() throws {
+    @Test(.timeLimit(.minutes(10))) func messagesOfManyTinyValuesAreCountedBeforeTheyAreParsed() throws {
         let d = try CustomDaemon()
         defer { d.close() }
         try d.start()
@@ -217,7 +217,7 @@ import Glibc
 
     /// Ten peers ask for a 5 MiB reply and never read it: each is given up within about a
     /// second (not the 30 s send timeout), so a client that reads gets the same large reply.
-    @Test(.timeLimit(.minutes(3))) func peersThatDoNotReadTheirRepliesHoldTheBudgetAboutASecond() throws {
+    @Test(.timeLimit(.minutes(10))) func peersThatDoNotReadTheirRepliesHoldTheBudgetAboutASecond() throws {
         let d = try CustomDaemon()
         defer { d.close() }
         try d.start()
@@ -276,7 +276,7 @@ import Glibc
     /// A hung vaultd (SIGSTOP): VaultClient calls fail with ConnectionFailed within the
     /// reply timeout (VAULT_TIMEOUT), from an app (vault-example), from vaultctl, and on a
     /// connection made before the hang.
-    @Test(.timeLimit(.minutes(2))) func aHungVaultdFailsEveryCallInBoundedTime() throws {
+    @Test(.timeLimit(.minutes(10))) func aHungVaultdFailsEveryCallInBoundedTime() throws {
         let d = try Daemon()
         defer {
             if let p = d.pid { kill(p, SIGCONT) }
@@ -310,7 +310,7 @@ import Glibc
     /// An app writing past its storage quota (AppStorageQuotaBytes, 4 MiB here) gets
     /// QuotaExceeded, and nothing it stored before is lost; another app still writes; a
     /// delete gives room back; the count survives kill -9 (it is kept in the store).
-    @Test(.timeLimit(.minutes(3))) func anAppPastItsQuotaIsRefusedAndOthersStillWrite() throws {
+    @Test(.timeLimit(.minutes(10))) func anAppPastItsQuotaIsRefusedAndOthersStillWrite() throws {
         let d = try Daemon(start: false)
         defer { d.close() }
         let quota = 4 << 20
