@@ -28,7 +28,9 @@ fi
 sanitizers=fuzzer,address
 echo "fuzz: building $bin (-sanitize=$sanitizers)"
 mapfile -t sources < <(find Sources/VaultProtocol -name '*.swift' | sort)
+# VaultProtocol wipes and decodes secrets with libsodium: its module map and library.
 if ! swiftc -sanitize=$sanitizers -parse-as-library -O -g -module-name FrameFuzzer \
+    -I Sources/CSodium -lsodium \
     "${sources[@]}" Fuzz/FrameFuzzer.swift -o "$bin" >"$work/build.log" 2>&1; then
   grep -v "Cannot export local symbol" "$work/build.log" | tail -n 40
   echo "fuzz: FAILED to build the fuzzer"
