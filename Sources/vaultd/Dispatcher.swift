@@ -55,6 +55,25 @@ struct Dispatcher {
         func recheck() throws { try vault.recheck(grant) }
     }
 
+    /// The most memory the reply to `call` can take while `handle` builds it and the server
+    /// sends it (bytes), for the methods whose replies grow with what the store holds; 0 for
+    /// the others, whose replies are small or bounded by the message limit, and are counted
+    /// once serialized (`Server.send`). Read from the call's parameters before anything runs
+    /// (`handle` refuses a parameter of the wrong type before it looks anything up).
+    static func replyBound(_ call: VarlinkCall) -> Int {
+        switch call.method {
+        case "io.vaultd.Keychain.CopyMatching":
+            let p = Parameters(values: call.parameters)
+            return ReplyLimit.copyMatchingBytes(
+                matchAll: (try? p.optionalString("matchLimit")) == "all", returnData: (try? p.optionalBool("returnData")) == true)
+        default:
+            return 0
+        }
+    }
+
+    /// The largest `replyBound` of any call: a reply budget smaller than it could serve none.
+    static let largestReplyBound = ReplyLimit.copyMatchingBytes(matchAll: true, returnData: true)
+
     /// Refuses `method` unless the policy has a decision for it (`Policy.varlinkMethods`):
     /// fail closed, so a method added to an interface without one is never served. A method
     /// no interface declares is InterfaceNotFound or MethodNotFound, as before.

@@ -11,7 +11,7 @@ import Glibc
 /// Named limits (as sd-varlink's): what one daemon accepts before it refuses. Some can be
 /// lowered (or raised) for tests and small machines through the environment:
 /// `VAULTD_MAX_CONNECTIONS`, `VAULTD_MAX_CONNECTIONS_PER_PEER`, `VAULTD_PARTIAL_TIMEOUT`,
-/// `VAULTD_IDLE_TIMEOUT` (seconds).
+/// `VAULTD_IDLE_TIMEOUT` (seconds), `VAULTD_REPLY_BUDGET_MIB`.
 struct Limits: Sendable {
     /// Connections served at once; further ones are closed at once.
     var maximumConnections = 256
@@ -58,6 +58,14 @@ struct Limits: Sendable {
     var messageBudget = 64 << 20
     /// Bytes of each message that do not count against the budget.
     var messageAllowance = 64 << 10
+    /// Bytes that the replies being built and sent may take, all connections together, as
+    /// counted before each is built: a call whose reply grows with what the store holds (a
+    /// CopyMatching) first reserves the most its reply can take (`Dispatcher.replyBound`:
+    /// from matchLimit, returnData and the item limits in `ReplyLimit`), waits up to
+    /// `budgetWait` for room, else is answered RateLimited without being looked up; the
+    /// reservation is given back once the reply is sent. Such a reply does not count against
+    /// `messageBudget` too. At least `Dispatcher.largestReplyBound`, so any call can be served.
+    var replyBudget = 128 << 20
     /// How long a connection's thread polls for the next call before it sleeps
     /// (microseconds; `VAULTD_BUSY_POLL_US`, 0 turns it off). See `BusyPoll`.
     var busyPollMicroseconds = BusyPoll.window(fromEnvironment: "VAULTD_BUSY_POLL_US", default: 30)
@@ -93,6 +101,13 @@ struct Limits: Sendable {
                 throw InvalidSetting(description: "VAULTD_PARTIAL_TIMEOUT must be a positive number of seconds, not '\(v)'")
             }
             limits.partialMessageTimeout = t
+        }
+        if let v = env["VAULTD_REPLY_BUDGET_MIB"], !v.isEmpty {
+            let least = (Dispatcher.largestReplyBound + (1 << 20) - 1) >> 20
+            guard let n = Int(v), n >= least, n <= 1 << 20 else {
+                throw InvalidSetting(description: "VAULTD_REPLY_BUDGET_MIB must be a whole number of MiB from \(least) (the largest reply vaultd builds) to 1048576, not '\(v)'")
+            }
+            limits.replyBudget = n << 20
         }
         if let v = env["VAULTD_BUSY_POLL_US"], !v.isEmpty {
             guard let n = Int(v), n >= 0 else {
@@ -142,18 +157,21 @@ final class Server: @unchecked Sendable {
     private let stopping = Atomic<Bool>(false)
     /// When an observer's drop was last logged (all connections).
     private static let lastObserverDropLog = Mutex<UInt64>(0)
+    /// When a refusal over the reply budget was last logged (all connections).
+    private static let lastReplyBudgetLog = Mutex<UInt64>(0)
     /// `identityConnections`' key for the owner's tools (an app ID is reverse-DNS, never this).
     static let ownerIdentity = "(owner)"
     /// Bytes counted against `Limits.messageBudget`, all connections together.
     private let messageBytes = Atomic<Int>(0)
+    /// Bytes counted against `Limits.replyBudget`, all connections together.
+    private let replyBytes = Atomic<Int>(0)
 
-    /// Counts `bytes` more against the message budget; false (nothing counted) when that
-    /// would pass it.
-    private func reserveMessageBytes(_ bytes: Int) -> Bool {
+    /// Counts `bytes` more in `counter`; false (nothing counted) when that would pass `budget`.
+    private static func reserve(_ bytes: Int, in counter: borrowing Atomic<Int>, budget: Int) -> Bool {
         guard bytes > 0 else { return true }
-        var current = messageBytes.load(ordering: .relaxed)
-        while current + bytes <= limits.messageBudget {
-            let (exchanged, original) = messageBytes.weakCompareExchange(
+        var current = counter.load(ordering: .relaxed)
+        while current + bytes <= budget {
+            let (exchanged, original) = counter.weakCompareExchange(
                 expected: current, desired: current + bytes, ordering: .relaxed)
             if exchanged { return true }
             current = original
@@ -161,21 +179,44 @@ final class Server: @unchecked Sendable {
         return false
     }
 
-    /// `reserveMessageBytes`, waiting up to `seconds` for other connections to give bytes
+    /// Counts `bytes` more against the message budget; false (nothing counted) when that
+    /// would pass it.
+    private func reserveMessageBytes(_ bytes: Int) -> Bool {
+        Self.reserve(bytes, in: messageBytes, budget: limits.messageBudget)
+    }
+
+    /// `attempt` until it succeeds, for up to `seconds`, while other connections give bytes
     /// back (a peer that does not read its reply gives it up after `stalledSendTimeout`).
-    private func reserveMessageBytes(_ bytes: Int, waitingUpTo seconds: Double) -> Bool {
-        if reserveMessageBytes(bytes) { return true }
-        guard bytes <= limits.messageBudget else { return false }
+    private func retry(waitingUpTo seconds: Double, _ attempt: () -> Bool) -> Bool {
+        if attempt() { return true }
         let deadline = MonotonicClock.nanoseconds() + UInt64(seconds * 1e9)
         while MonotonicClock.nanoseconds() < deadline && !stopping.load(ordering: .relaxed) {
             usleep(10_000)
-            if reserveMessageBytes(bytes) { return true }
+            if attempt() { return true }
         }
         return false
     }
 
+    /// `reserveMessageBytes`, waiting up to `seconds` for room.
+    private func reserveMessageBytes(_ bytes: Int, waitingUpTo seconds: Double) -> Bool {
+        if reserveMessageBytes(bytes) { return true }
+        guard bytes <= limits.messageBudget else { return false }
+        return retry(waitingUpTo: seconds) { reserveMessageBytes(bytes) }
+    }
+
     private func releaseMessageBytes(_ bytes: Int) {
         if bytes > 0 { messageBytes.subtract(bytes, ordering: .relaxed) }
+    }
+
+    /// Counts `bytes` against the reply budget, waiting up to `seconds` for room; false
+    /// (nothing counted) when there was none.
+    private func reserveReplyBytes(_ bytes: Int, waitingUpTo seconds: Double) -> Bool {
+        guard bytes <= limits.replyBudget else { return false }
+        return retry(waitingUpTo: seconds) { Self.reserve(bytes, in: replyBytes, budget: limits.replyBudget) }
+    }
+
+    private func releaseReplyBytes(_ bytes: Int) {
+        if bytes > 0 { replyBytes.subtract(bytes, ordering: .relaxed) }
     }
 
     /// RateLimited, for a message over the budget: `what` it was.
@@ -185,6 +226,25 @@ final class Server: @unchecked Sendable {
         return VarlinkReply(
             error: VaultError(
                 .rateLimited, "vaultd holds \(mib) MiB of other connections' messages in flight; ask again in a second",
+                extra: ["retryAfter": JSON(1.0)]))
+    }
+
+    /// RateLimited, for a call whose reply does not fit the reply budget now.
+    private func overReplyBudget(_ method: String, _ bytes: Int) -> VarlinkReply {
+        let mib = limits.replyBudget >> 20
+        // Said once a minute at most: many connections asking at once must not fill the log.
+        let now = MonotonicClock.nanoseconds()
+        if Self.lastReplyBudgetLog.withLock({ last in
+            guard last == 0 || now &- last >= 60_000_000_000 else { return false }
+            last = now
+            return true
+        }) {
+            log("refused a \(method) call: replies being built and sent for other connections hold the \(mib) MiB reply budget")
+        }
+        return VarlinkReply(
+            error: VaultError(
+                .rateLimited,
+                "vaultd is building and sending \(mib) MiB of other connections' replies, its reply budget, and this reply may take \((bytes + (1 << 20) - 1) >> 20) MiB; ask again in a second (or ask for less: matchLimit one, no data)",
                 extra: ["retryAfter": JSON(1.0)]))
     }
 
@@ -332,14 +392,16 @@ final class Server: @unchecked Sendable {
     /// reply went as it was: after ReplyTooLarge the call is over, a stream too. A reply
     /// holding `secrets`' place-holders is sent from secure memory with the secrets in
     /// their place (`CallSecrets.reply`), wiped once sent.
+    /// `reserved`: bytes of the reply budget held for this reply since before it was built;
+    /// a reply within them is not counted against the message budget again.
     @discardableResult
-    private func send(_ reply: VarlinkReply, on conn: UnixSocket, secrets: CallSecrets? = nil) throws -> Bool {
-        try send(serialized: reply.json.serialized(), on: conn, secrets: secrets)
+    private func send(_ reply: VarlinkReply, on conn: UnixSocket, secrets: CallSecrets? = nil, reserved: Int = 0) throws -> Bool {
+        try send(serialized: reply.json.serialized(), on: conn, secrets: secrets, reserved: reserved)
     }
 
     /// `send` of a reply serialized already (without its NUL).
     @discardableResult
-    private func send(serialized reply: [UInt8], on conn: UnixSocket, secrets: CallSecrets? = nil) throws -> Bool {
+    private func send(serialized reply: [UInt8], on conn: UnixSocket, secrets: CallSecrets? = nil, reserved: Int = 0) throws -> Bool {
         var bytes = reply
         var secure = secrets?.reply(substitutedInto: bytes)
         // The size with the secrets in (and the NUL `secure` ends with).
@@ -353,10 +415,11 @@ final class Server: @unchecked Sendable {
                 extra: ["size": JSON(size), "limit": JSON(Varlink.maximumMessageSize)])
             bytes = VarlinkReply(error: error).json.serialized()
         }
-        // A large reply counts against the message budget until it is sent; its peer must
-        // read it at once and briskly (`stalledSendTimeout`, `minimumSendRate`), or it is
-        // given up: a peer that does not read holds the budget about a second.
-        var counted = (secure.map { $0.count - 1 } ?? bytes.count) - limits.messageAllowance
+        // A large reply counts against the message budget until it is sent (unless the reply
+        // budget holds it already); its peer must read it at once and briskly
+        // (`stalledSendTimeout`, `minimumSendRate`), or it is given up: a peer that does not
+        // read holds the budget about a second.
+        var counted = (secure.map { $0.count - 1 } ?? bytes.count) - max(limits.messageAllowance, reserved)
         if !reserveMessageBytes(counted, waitingUpTo: limits.budgetWait) {
             secure = nil
             bytes = overBudget("a \(size)-byte reply").json.serialized()
@@ -365,9 +428,10 @@ final class Server: @unchecked Sendable {
         }
         defer { releaseMessageBytes(counted) }
         let total = secure?.count ?? bytes.count + 1
-        let within = counted > 0
+        let large = total - 1 > limits.messageAllowance
+        let within = large
             ? min(limits.sendTimeout, limits.stalledSendTimeout + Double(total) / Double(limits.minimumSendRate)) : limits.sendTimeout
-        let stall = counted > 0 ? limits.stalledSendTimeout : nil
+        let stall = large ? limits.stalledSendTimeout : nil
         if let secure {
             try secure.withUnsafeBytes { try conn.sendAll($0, within: within, stalledAfter: stall) }
             return fits
@@ -590,6 +654,17 @@ final class Server: @unchecked Sendable {
                 if stream(call, on: conn, caller: caller) { continue }
                 return
             }
+            // A reply that grows with what the store holds is counted before it is built: the
+            // most it can take, against the reply budget, until it is sent. Without room within
+            // `budgetWait` the call is refused before anything is looked up.
+            let replyBound = Dispatcher.replyBound(call)
+            guard reserveReplyBytes(replyBound, waitingUpTo: limits.budgetWait) else {
+                let sent = call.oneway || (try? send(overReplyBudget(call.method, replyBound), on: conn)) != nil
+                endCall()
+                if !sent { return }
+                continue
+            }
+            defer { releaseReplyBytes(replyBound) }
             let reply: VarlinkReply
             do {
                 reply = VarlinkReply(parameters: try dispatcher.handle(call, caller: caller, secrets: secrets))
@@ -598,7 +673,7 @@ final class Server: @unchecked Sendable {
             } catch {
                 reply = VarlinkReply(error: VaultError(.internalError, "\(error)"))
             }
-            let sent = call.oneway || (try? send(reply, on: conn, secrets: secrets)) != nil
+            let sent = call.oneway || (try? send(reply, on: conn, secrets: secrets, reserved: replyBound)) != nil
             endCall()
             if !sent { return }
         }

@@ -273,6 +273,62 @@ import Glibc
             "unread replies: 10 peers not reading 7 MB replies; a reading client's 7 MB reply in \(String(format: "%.2f", took)) s (\(String(format: "%.2f", baseline)) s with nobody holding the budget); \(dropped) dropped, \(toldToWait) told RateLimited, within \(String(format: "%.2f", droppedIn)) s more")
     }
 
+    /// 24 connections at once ask for five 1 MiB items with their data (a 7 MB reply each):
+    /// each call reserves the most its reply can take against the reply budget before the
+    /// lookup (VAULTD_REPLY_BUDGET_MIB 40: room for one such reply at a time), so vaultd's
+    /// peak RSS grows by well under what 24 replies built at once take, while every caller
+    /// gets the five items whole or RateLimited naming the reply budget.
+    @Test(.timeLimit(.minutes(10))) func largeRepliesAreCountedBeforeTheyAreBuilt() throws {
+        let d = try CustomDaemon()
+        defer { d.close() }
+        try d.start(environment: ["VAULTD_REPLY_BUDGET_MIB": "40"])
+        let pid = try #require(d.pid)
+        let c = try d.connect()
+        try Wire.initWithoutPassphrase(c)
+        @Sendable func secret(_ i: Int) -> [UInt8] { (0..<(1 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ i &* 7) } }
+        for i in 0..<5 {
+            let r = c.call("io.vaultd.Keychain.Add", ["class": "genericPassword", "attributes": ["service": "large", "account": .string("a\(i)")], "data": Wire.base64(secret(i))])
+            try #require(r.parameters != nil, "\(r)")
+        }
+        let expected = Set((0..<5).map { Data(secret($0)).base64EncodedString() })
+        let query: JSONObject = ["class": "genericPassword", "query": ["service": "large"], "matchLimit": "all", "returnData": true]
+        let alone = c.call("io.vaultd.Keychain.CopyMatching", query, timeout: 60)
+        let one = try #require(alone.parameters?["items"]?.arrayValue, "\(alone)")
+        #expect(Set(one.compactMap { $0["data"]?.stringValue }) == expected)
+        c.close()
+        // The peak from here on (writing 5 to clear_refs resets VmHWM to the current RSS).
+        try "5".write(toFile: "/proc/\(pid)/clear_refs", atomically: false, encoding: .utf8)
+        let before = ProcStatus.peakRSS(pid) ?? 0
+        let outcomes = Locked<[String]>([])
+        onThreads(24) { _ in
+            guard let client = try? d.connect() else { return outcomes.withLock { $0.append("no connection") } }
+            defer { client.close() }
+            let r = client.call("io.vaultd.Keychain.CopyMatching", query, timeout: 120)
+            let outcome: String
+            switch r {
+            case .ok(let p):
+                let data = p["items"]?.arrayValue?.compactMap { $0["data"]?.stringValue } ?? []
+                outcome = data.count == 5 && Set(data) == expected ? "ok" : "wrong items: \(data.count)"
+            case .error(let name, let p) where name == "io.vaultd.Vault.RateLimited":
+                outcome = (p["message"]?.stringValue ?? "").contains("reply budget") ? "limited" : "unclear: \(r)"
+            default:
+                outcome = "\(r)"
+            }
+            outcomes.withLock { $0.append(outcome) }
+        }
+        let all = outcomes.get
+        let served = all.filter { $0 == "ok" }.count, limited = all.filter { $0 == "limited" }.count
+        #expect(served + limited == 24, "outcomes other than the items or RateLimited: \(all.filter { $0 != "ok" && $0 != "limited" })")
+        #expect(served >= 1, "no caller got its reply: \(all)")
+        let grew = ((ProcStatus.peakRSS(pid) ?? 0) - before) >> 10
+        // One reply at a time takes about 20 MiB (the sealed rows, the secrets, the reply in
+        // secure memory); 24 built at once took over 400 MiB.
+        #expect(grew < 128, "vaultd's peak RSS grew by \(grew) MiB")
+        #expect(d.log.contains("hold the 40 MiB reply budget") == (limited > 0), "log:\n\(d.log)")
+        ReliabilityReport.record(
+            "reply budget 40 MiB: 24 concurrent CopyMatching of 5 x 1 MiB with data: \(served) served whole, \(limited) told RateLimited; vaultd peak RSS +\(grew) MiB")
+    }
+
     /// A hung vaultd (SIGSTOP): VaultClient calls fail with ConnectionFailed within the
     /// reply timeout (VAULT_TIMEOUT), from an app (vault-example), from vaultctl, and on a
     /// connection made before the hang.

@@ -36,7 +36,7 @@ struct WriteKeys {
 /// data. Semantics follow SecItemAdd / CopyMatching / Update / Delete. Not thread-safe.
 final class KeychainStore {
     /// An item's attributes, serialized, may take at most this many bytes (64 KiB).
-    static let maximumAttributesSize = 64 << 10
+    static let maximumAttributesSize = ReplyLimit.maximumAttributesBytes
 
     private let db: Database
     private let keys: KeyHierarchy
@@ -531,6 +531,10 @@ final class KeychainStore {
         // ReplyTooLarge as soon as that is known, before more of them are decrypted and held
         // (a query of every item with its data built a tree of all of them, then was refused).
         var replyBytes = 0
+        // What the reply's items will take in memory while it is built and sent
+        // (`ReplyLimit.itemBytes`): past `ReplyLimit.maximumBuildBytes`, ReplyTooLarge too, so
+        // the bound vaultd reserved for the reply before the lookup (its reply budget) holds.
+        var buildBytes = 0
         return try (q.matchAll ? rows : [rows[0]]).map { r in
             var data: SecureBytes?
             if returnData, case .success(let classKey)? = c.key(of: r.stored) {
@@ -543,6 +547,13 @@ final class KeychainStore {
                         extra: ["size": JSON(replyBytes), "limit": JSON(Varlink.maximumMessageSize)])
                 }
                 data = s
+            }
+            buildBytes += ReplyLimit.itemBytes(attributes: r.stored.attributes.count, secret: data?.count ?? 0)
+            if buildBytes > ReplyLimit.maximumBuildBytes {
+                throw VaultError(
+                    .replyTooLarge,
+                    "the answer would hold more items than vaultd builds one reply of (\(ReplyLimit.maximumBuildBytes >> 20) MiB in memory): ask for less (a narrower query, no data)",
+                    extra: ["size": JSON(buildBytes), "limit": JSON(ReplyLimit.maximumBuildBytes)])
             }
             return FoundItem(itemClass: r.itemClass, attributes: r.attributes, data: data)
         }
