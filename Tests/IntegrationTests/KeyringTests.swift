@@ -279,6 +279,63 @@ import Glibc
         #expect(get.stdoutText == "username=ben\npassword=ben-new\npassword_expiry_utc=4102444800\n", "\(get)")
     }
 
+    /// Where git's libsecret credential helper's source is: Debian's git package ships it
+    /// with its documentation; scripts/install-deps puts it in /usr/local/src when a system
+    /// leaves /usr/share/doc out.
+    static let libsecretHelperSource = [
+        "/usr/share/doc/git/contrib/credential/libsecret/git-credential-libsecret.c",
+        "/usr/local/src/git/contrib/credential/libsecret/git-credential-libsecret.c",
+    ].first { FileManager.default.fileExists(atPath: $0) }
+
+    /// git's own libsecret helper, built from git's source (as its Makefile does) into the
+    /// fixture's directory, stores two credentials; they are imported, deleted in the keyring,
+    /// and exported back: the helper's `get`, and git itself with the helper, find each under
+    /// its original attributes (user, port, path), with its secret.
+    @Test func gitsOwnLibsecretHelperFindsWhatTheExportWroteBack() throws {
+        let source = try #require(Self.libsecretHelperSource, "git-credential-libsecret.c is missing: run scripts/install-deps")
+        let k = try Self.initialisedFixture()
+        defer { k.close() }
+        let helper = k.root + "/git-credential-libsecret"
+        let cc = k.run("sh", ["-c", "cc -O2 -Wall -o \"$1\" \"$2\" $(pkg-config --cflags --libs libsecret-1 glib-2.0)", "sh", helper, source])
+        try #require(cc.status == 0, "building git-credential-libsecret: \(cc)")
+        func libsecret(_ verb: String, _ input: String) -> ProcessResult { k.run(helper, [verb], stdin: Data((input + "\n").utf8)) }
+        let plain = "protocol=https\nhost=git.example.org\nusername=erin\n"
+        let withPath = "protocol=https\nhost=code.example.org:8443\npath=team/repo.git\nusername=fay\n"
+        try #require(libsecret("store", plain + "password=erin-pw").status == 0)
+        try #require(libsecret("store", withPath + "password=fay-pw").status == 0)
+        // The helper's own lookups, before anything else touched its items.
+        func found() -> [String] {
+            [
+                libsecret("get", "protocol=https\nhost=git.example.org").stdoutText,
+                libsecret("get", "protocol=https\nhost=code.example.org:8443\npath=team/repo.git").stdoutText,
+            ]
+        }
+        let expected = ["username=erin\npassword=erin-pw\n", "username=fay\npassword=fay-pw\n"]
+        try #require(found() == expected, "the helper does not find what it stored: \(found())")
+
+        let imported = k.ctl(["keyring", "import", "--access-group", "git"])
+        #expect(imported.status == 0 && imported.stdoutText.contains("2 added"), "\(imported)")
+        let items = try items(k, group: "git")
+        let withPort = items.first { $0["server"] as? String == "code.example.org" }
+        #expect(withPort?["class"] as? String == "internetPassword" && withPort?["port"] as? Int == 8443 && withPort?["path"] as? String == "team/repo.git",
+                "\(items)")
+        // Gone from the keyring: the helper finds nothing (git would prompt).
+        try #require(libsecret("erase", plain).status == 0 && libsecret("erase", withPath).status == 0)
+        #expect(found() == ["", ""], "erased, yet found: \(found())")
+
+        let export = k.ctl(["keyring", "export", "--access-group", "git"])
+        #expect(export.status == 0 && export.stdoutText.contains("2 added, 0 updated, 0 unchanged"), "\(export)")
+        #expect(found() == expected, "after the export: \(found())")
+        // And git itself, with the helper as its credential helper.
+        let fill = k.run(
+            "git", ["-c", "credential.helper=" + helper, "-c", "credential.useHttpPath=true", "credential", "fill"],
+            stdin: Data("url=https://code.example.org:8443/team/repo.git\n\n".utf8))
+        #expect(fill.status == 0 && fill.stdoutText.contains("username=fay\npassword=fay-pw\n"), "git credential fill: \(fill)")
+        // No io.vaultd.Item copy beside them: they went back as git's own items.
+        let search = k.run("secret-tool", ["search", "--all", "xdg:schema", "io.vaultd.Item"])
+        #expect(search.stdoutText.isEmpty, "\(search)")
+    }
+
     /// A synchronizable item exported and imported again is the same item: `synchronizable`
     /// is part of the primary key, so the import must not look it up and re-add it as not
     /// synchronizable, a second item beside it.

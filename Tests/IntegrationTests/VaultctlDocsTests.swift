@@ -9,8 +9,14 @@ import Testing
     /// without a verb): what the completions and the man page must know.
     static func usageCommands() throws -> [String] {
         let help = try ChildProcess.run(Paths.tool("vaultctl"), ["--help"], environment: env)
+        return commands(inUsage: help.stdoutText)
+    }
+
+    /// "command verb" (or "command") for every line of a usage text as `vaultctl --help`
+    /// prints it: a command's line is indented two spaces, its continuations more.
+    static func commands(inUsage text: String) -> [String] {
         var out: [String] = []
-        for line in help.stdoutText.split(separator: "\n") {
+        for line in text.split(separator: "\n") {
             guard line.hasPrefix("  "), !line.hasPrefix("   "), let first = line.dropFirst(2).first, first.isLowercase else { continue }
             for alternative in line.dropFirst(2).components(separatedBy: "   ")[0].components(separatedBy: " | ") {
                 let words = alternative.split(separator: " ")
@@ -21,6 +27,15 @@ import Testing
             }
         }
         return out
+    }
+
+    /// The commands of the usage docs/cli.md shows (its code block from `usage: vaultctl`).
+    static func documentedCommands() throws -> [String] {
+        let cli = try String(contentsOf: Paths.repoRoot.appendingPathComponent("docs/cli.md"), encoding: .utf8)
+        let lines = cli.components(separatedBy: "\n")
+        guard let start = lines.firstIndex(where: { $0.hasPrefix("    usage: vaultctl") }) else { return [] }
+        let block = lines[(start + 1)...].prefix { $0.hasPrefix("    ") || $0.isEmpty }.map { String($0.dropFirst(4)) }
+        return commands(inUsage: block.joined(separator: "\n"))
     }
 
     @Test func versionIsVaultdsVersion() throws {
@@ -60,6 +75,81 @@ import Testing
         #expect(try complete(["init", "--p"]) == ["--passphrase-fd"])
     }
 
+    /// Installed by scripts/install-docs (zsh's site-functions, fish's vendor completions),
+    /// the zsh and fish completions load in the real shells and complete
+    /// a command, a verb and options as bash's does: zsh through compinit on a pty (zpty; the
+    /// matches are what compadd accepts for the word typed), fish with `complete --do-complete`.
+    @Test func zshAndFishCompleteFromTheirInstalledScripts() throws {
+        let prefix = try TemporaryDirectory.make(prefix: "vaultd-compl")
+        defer { TemporaryDirectory.remove(prefix) }
+        var env = Self.env
+        env["PREFIX"] = prefix
+        let install = try ChildProcess.run(Paths.repoRoot.appendingPathComponent("scripts/install-docs").path, [Paths.tool("vaultctl")], environment: env)
+        try #require(install.status == 0, "\(install)")
+        // A user's shell: vaultctl on PATH (fish loads a command's completions once it is one),
+        // an empty home, the prefix among the data directories (where fish finds vendor
+        // completions).
+        env["PATH"] = URL(fileURLWithPath: Paths.tool("vaultctl")).deletingLastPathComponent().path + ":" + Self.env["PATH"]!
+        env["HOME"] = prefix
+        env["XDG_CONFIG_HOME"] = prefix + "/config"
+        env["XDG_DATA_HOME"] = prefix + "/data"
+        env["XDG_DATA_DIRS"] = prefix + "/share:/usr/share"
+        env["TERM"] = "xterm"
+        let fpath = prefix + "/share/zsh/site-functions"
+        // Types LINE and Tab into an interactive zsh on a pty, then ^X, bound to a widget that
+        // prints the end marker. Each match compadd accepts is printed between markers (built
+        // from two strings, so the echo of the definitions never matches).
+        let probe = """
+            zmodload zsh/zpty
+            zpty z zsh -f -i
+            zpty -w z "PS1='' PS2=''; fpath=(${(q)1} \\$fpath); autoload -Uz compinit; compinit -u -D"
+            zpty -w z 'compadd () {
+              if [[ ${@[1,(i)(-|--)]} == *-(O|A|D)\\ * ]]; then builtin compadd "$@"; return $?; fi
+              local -a __hits; builtin compadd -A __hits "$@"; local h
+              for h in $__hits; do print -r -- "<ma""tch>$h</ma""tch>"; done
+              builtin compadd "$@"
+            }'
+            zpty -w z 'finish() { print -r -- "<do""ne>"; }; zle -N finish; bindkey "^X" finish'
+            zpty -n -w z "$2"$'\\t\\C-x'
+            out=
+            while zpty -r z line; do
+              out+=$line
+              [[ $line == *'<done>'* ]] && break
+            done
+            zpty -d z
+            print -r -- $out
+            """
+        func zsh(_ line: String) throws -> [String] {
+            let r = try ChildProcess.run("/usr/bin/zsh", ["-f", "-c", probe, "zsh", fpath, line], environment: env, timeout: 30)
+            #expect(r.status == 0 && r.stdoutText.contains("<done>"), "zsh on '\(line)': \(r)")
+            var seen: [String] = []
+            for part in r.stdoutText.components(separatedBy: "<match>").dropFirst() {
+                guard let end = part.range(of: "</match>") else { continue }
+                let m = String(part[..<end.lowerBound])
+                if !seen.contains(m) { seen.append(m) }
+            }
+            return seen.sorted()
+        }
+        func fish(_ line: String) throws -> [String] {
+            let r = try ChildProcess.run("/usr/bin/fish", ["-c", "complete --do-complete $argv[1]", line], environment: env, timeout: 30)
+            #expect(r.status == 0 && r.stderr.isEmpty, "fish on '\(line)': \(r)")
+            return r.stdoutText.split(separator: "\n").map { String($0.split(separator: "\t").first ?? "") }.sorted()
+        }
+        let cases: [(String, [String])] = [
+            ("vaultctl ke", ["keyring"]),
+            ("vaultctl --socket /x item ", ["add", "delete", "get", "list", "update"]),
+            ("vaultctl item delete --service s --d", ["--description", "--dry-run"]),
+            ("vaultctl item update --set-acc", ["--set-access-group", "--set-accessible", "--set-account"]),
+            ("vaultctl completions ", ["bash", "fish", "zsh"]),
+            ("vaultctl init --p", ["--passphrase-fd"]),
+            ("vaultctl defaults write d k -ar", ["-array", "-array-add"]),
+        ]
+        for (line, expected) in cases {
+            #expect(try zsh(line) == expected, "zsh: '\(line)'")
+            #expect(try fish(line) == expected, "fish: '\(line)'")
+        }
+    }
+
     /// The man pages render without warnings, vaultctl(1) names every command its usage
     /// lists and the exit statuses, and installed as scripts/setup installs them
     /// (scripts/install-docs) `man vaultctl`, `man 8 vaultd` and `man git-credential-vault` work.
@@ -90,5 +180,16 @@ import Testing
         for file in ["bash-completion/completions/vaultctl", "zsh/site-functions/_vaultctl", "fish/vendor_completions.d/vaultctl.fish"] {
             #expect(FileManager.default.fileExists(atPath: prefix + "/share/" + file), "\(file)")
         }
+        // `man -M DIR vaultctl`, as a user names the directory: the page, its NAME section,
+        // and every command of the usage docs/cli.md shows.
+        let page = try ChildProcess.run("/usr/bin/man", ["-M", prefix + "/share/man", "vaultctl"], environment: Self.env)
+        try #require(page.status == 0 && page.stdoutText.hasPrefix("VAULTCTL(1)"), "man -M: \(page)")
+        let pageLines = page.stdoutText.components(separatedBy: "\n")
+        let name = pageLines.firstIndex(of: "NAME").map { pageLines[($0 + 1)...].first ?? "" } ?? ""
+        #expect(name.trimmingCharacters(in: .whitespaces).hasPrefix("vaultctl"), "NAME section: '\(name)'")
+        let documented = try Self.documentedCommands()
+        #expect(documented.contains("keyring export") && documented.contains("defaults read") && documented.count > 20, "\(documented)")
+        let pageText = page.stdoutText.replacingOccurrences(of: "\u{2010}", with: "-").split(whereSeparator: { $0 == " " || $0 == "\n" }).joined(separator: " ")
+        for c in documented { #expect(pageText.contains(c), "man -M vaultctl lacks '\(c)' of docs/cli.md") }
     }
 }
