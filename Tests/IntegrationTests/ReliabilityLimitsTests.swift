@@ -321,8 +321,9 @@ import Glibc
         #expect(served + limited == 24, "outcomes other than the items or RateLimited: \(all.filter { $0 != "ok" && $0 != "limited" })")
         #expect(served >= 1, "no caller got its reply: \(all)")
         let grew = ((ProcStatus.peakRSS(pid) ?? 0) - before) >> 10
-        // One reply at a time takes about 20 MiB (the sealed rows, the secrets, the reply in
-        // secure memory); 24 built at once took over 400 MiB.
+        // One reply at a time takes about 15 MiB (the sealed rows, the secrets, the reply in
+        // secure memory); 24 built at once, with a budget too large to hold any back, took
+        // more than ten times that.
         #expect(grew < 128, "vaultd's peak RSS grew by \(grew) MiB")
         #expect(d.log.contains("hold the 40 MiB reply budget") == (limited > 0), "log:\n\(d.log)")
         ReliabilityReport.record(
