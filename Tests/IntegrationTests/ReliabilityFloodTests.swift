@@ -266,7 +266,11 @@ import Glibc
     }
 
     @Test func invalidLimitsAreRefusedAtStart() throws {
-        for (k, v) in [("VAULTD_MAX_CONNECTIONS", "0"), ("VAULTD_MAX_CONNECTIONS", "many"), ("VAULTD_PARTIAL_TIMEOUT", "-1")] {
+        for (k, v) in [
+            ("VAULTD_MAX_CONNECTIONS", "0"), ("VAULTD_MAX_CONNECTIONS", "many"), ("VAULTD_PARTIAL_TIMEOUT", "-1"),
+            // Below the largest reply's reservation, no CopyMatching of all items could run.
+            ("VAULTD_REPLY_BUDGET_MIB", "34"), ("VAULTD_REPLY_BUDGET_MIB", "1.5"),
+        ] {
             let d = try CustomDaemon()
             defer { d.close() }
             let env = isolatedEnvironment(root: d.root, socket: nil).merging([k: v]) { $1 }
