@@ -159,6 +159,17 @@ final class Server: @unchecked Sendable {
     private static let lastObserverDropLog = Mutex<UInt64>(0)
     /// When a refusal over the reply budget was last logged (all connections).
     private static let lastReplyBudgetLog = Mutex<UInt64>(0)
+
+    /// True when `last` (a monotonic time in ns, 0: never) is a minute or more ago, and then
+    /// sets it to now: what is logged this way is said once a minute at most.
+    private static func onceAMinute(_ last: borrowing Mutex<UInt64>) -> Bool {
+        let now = MonotonicClock.nanoseconds()
+        return last.withLock { t in
+            guard t == 0 || now &- t >= 60_000_000_000 else { return false }
+            t = now
+            return true
+        }
+    }
     /// `identityConnections`' key for the owner's tools (an app ID is reverse-DNS, never this).
     static let ownerIdentity = "(owner)"
     /// Bytes counted against `Limits.messageBudget`, all connections together.
@@ -233,12 +244,7 @@ final class Server: @unchecked Sendable {
     private func overReplyBudget(_ method: String, _ bytes: Int) -> VarlinkReply {
         let mib = limits.replyBudget >> 20
         // Said once a minute at most: many connections asking at once must not fill the log.
-        let now = MonotonicClock.nanoseconds()
-        if Self.lastReplyBudgetLog.withLock({ last in
-            guard last == 0 || now &- last >= 60_000_000_000 else { return false }
-            last = now
-            return true
-        }) {
+        if Self.onceAMinute(Self.lastReplyBudgetLog) {
             log("refused a \(method) call: replies being built and sent for other connections hold the \(mib) MiB reply budget")
         }
         return VarlinkReply(
@@ -706,12 +712,7 @@ final class Server: @unchecked Sendable {
             guard let batch = queue.drain(waitingUpTo: 1) else {
                 // Said once a minute at most: a client that reconnects and stalls again
                 // must not fill the log.
-                let now = MonotonicClock.nanoseconds()
-                if Self.lastObserverDropLog.withLock({ last in
-                    guard last == 0 || now &- last >= 60_000_000_000 else { return false }
-                    last = now
-                    return true
-                }) {
+                if Self.onceAMinute(Self.lastObserverDropLog) {
                     log("an observer fell \(queue.capacityBytes >> 20) MiB of events behind; its stream was closed (a client that connects again starts from a snapshot)")
                 }
                 // Told why, if its socket still has room (it is not read, so never waited for).

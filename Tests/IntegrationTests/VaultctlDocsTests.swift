@@ -38,6 +38,20 @@ import Testing
         return commands(inUsage: block.joined(separator: "\n"))
     }
 
+    /// A new directory with the man pages and completions installed under it as scripts/setup
+    /// installs them (scripts/install-docs with PREFIX); the caller removes it.
+    static func installDocs() throws -> String {
+        let prefix = try TemporaryDirectory.make(prefix: "vaultd-docs")
+        var env = Self.env
+        env["PREFIX"] = prefix
+        let install = try ChildProcess.run(Paths.repoRoot.appendingPathComponent("scripts/install-docs").path, [Paths.tool("vaultctl")], environment: env)
+        guard install.status == 0 else {
+            TemporaryDirectory.remove(prefix)
+            throw HarnessError("scripts/install-docs: \(install)")
+        }
+        return prefix
+    }
+
     @Test func versionIsVaultdsVersion() throws {
         let d = try Daemon()
         defer { d.close() }
@@ -80,12 +94,9 @@ import Testing
     /// a command, a verb and options as bash's does: zsh through compinit on a pty (zpty; the
     /// matches are what compadd accepts for the word typed), fish with `complete --do-complete`.
     @Test func zshAndFishCompleteFromTheirInstalledScripts() throws {
-        let prefix = try TemporaryDirectory.make(prefix: "vaultd-compl")
+        let prefix = try Self.installDocs()
         defer { TemporaryDirectory.remove(prefix) }
         var env = Self.env
-        env["PREFIX"] = prefix
-        let install = try ChildProcess.run(Paths.repoRoot.appendingPathComponent("scripts/install-docs").path, [Paths.tool("vaultctl")], environment: env)
-        try #require(install.status == 0, "\(install)")
         // A user's shell: vaultctl on PATH (fish loads a command's completions once it is one),
         // an empty home, the prefix among the data directories (where fish finds vendor
         // completions).
@@ -166,12 +177,9 @@ import Testing
         for c in try Self.usageCommands() { #expect(text.contains(c), "vaultctl(1) lacks '\(c)'") }
         for status in ["36", "44", "45", "64", "65", "69", "77"] { #expect(text.contains(status), "exit status \(status)") }
 
-        let prefix = try TemporaryDirectory.make(prefix: "vaultd-man")
+        let prefix = try Self.installDocs()
         defer { TemporaryDirectory.remove(prefix) }
         var env = Self.env
-        env["PREFIX"] = prefix
-        let install = try ChildProcess.run(Paths.repoRoot.appendingPathComponent("scripts/install-docs").path, [Paths.tool("vaultctl")], environment: env)
-        try #require(install.status == 0, "\(install)")
         env["MANPATH"] = prefix + "/share/man"
         for (args, title) in [(["vaultctl"], "VAULTCTL(1)"), (["8", "vaultd"], "VAULTD(8)"), (["git-credential-vault"], "GIT-CREDENTIAL-VAULT(1)")] {
             let r = try ChildProcess.run("/usr/bin/man", args, environment: env)
