@@ -56,10 +56,11 @@ struct Dispatcher {
     }
 
     /// The most memory the reply to `call` can take while `handle` builds it and the server
-    /// sends it (bytes), for the methods whose replies grow with what the store holds; 0 for
-    /// the others, whose replies are small or bounded by the message limit, and are counted
-    /// once serialized (`Server.send`). Read from the call's parameters before anything runs
-    /// (`handle` refuses a parameter of the wrong type before it looks anything up).
+    /// sends it (bytes), for the keychain lookups, whose replies grow with what the store
+    /// holds; 0 for the others: their replies are small, or (preference reads) reserved by
+    /// `handle` once the store says what they hold (`ReplyReserving`). Read from the call's
+    /// parameters before anything runs (`handle` refuses a parameter of the wrong type before
+    /// it looks anything up).
     static func replyBound(_ call: VarlinkCall) -> Int {
         switch call.method {
         case "io.vaultd.Keychain.CopyMatching":
@@ -147,8 +148,10 @@ struct Dispatcher {
     /// call's secret parameters, decoded from its message (`CallSecrets.parse`), and where the
     /// reply's secrets go (a reply carrying one must be sent with `CallSecrets.reply`); nil
     /// for a call made otherwise (its secret parameters are in `call.parameters`; its reply
-    /// carries secrets as base64 strings).
-    func handle(_ call: VarlinkCall, caller: Caller, secrets: CallSecrets? = nil) throws -> JSONObject {
+    /// carries secrets as base64 strings). `reply`: where a preference read reserves what its
+    /// reply takes before it builds it (the server's reply budget; `replyBound` covers the
+    /// other calls).
+    func handle(_ call: VarlinkCall, caller: Caller, secrets: CallSecrets? = nil, reply: ReplyReserving? = nil) throws -> JSONObject {
         try Self.requirePolicyDecision(call)
         if !Self.passiveMethods.contains(call.method) { activity() }
         let p = Parameters(values: call.parameters, secrets: secrets)
@@ -219,7 +222,7 @@ struct Dispatcher {
             return ["count": JSON(try vault.deleteItems(try query(p), caller: caller))]
 
         case "io.vaultd.Preferences.Get":
-            let value = try vault.preference(domain: try p.optionalString("domain"), key: try p.string("key"), caller: caller)
+            let value = try vault.preference(domain: try p.optionalString("domain"), key: try p.string("key"), caller: caller, reply: reply)
             return ["value": value?.tagged ?? .null]
         case "io.vaultd.Preferences.Set":
             let n = try vault.setPreference(
@@ -229,7 +232,7 @@ struct Dispatcher {
             let n = try vault.removePreference(domain: try p.optionalString("domain"), key: try p.string("key"), caller: caller)
             return ["sequence": JSON(n)]
         case "io.vaultd.Preferences.Domain":
-            return ["values": .object(try vault.preferenceDomain(try p.optionalString("domain"), caller: caller).mapValues(\.tagged))]
+            return ["values": .object(try vault.preferenceDomain(try p.optionalString("domain"), caller: caller, reply: reply).mapValues(\.tagged))]
         case "io.vaultd.Preferences.Domains":
             return ["domains": .array(try vault.preferenceDomains(caller: caller).map { .string($0) })]
         case "io.vaultd.Preferences.Import":
@@ -250,7 +253,7 @@ struct Dispatcher {
             guard let f = PropertyListCodec.Format(rawValue: format) else {
                 throw VaultError.invalidParameter("format", "must be xml or binary")
             }
-            return ["plist": .string(try vault.exportDomain(domain, format: f, caller: caller).base64EncodedString())]
+            return ["plist": .string(try vault.exportDomain(domain, format: f, caller: caller, reply: reply).base64EncodedString())]
         case "io.vaultd.Preferences.RemoveDomain":
             return ["keys": JSON(try vault.removeDomain(try p.string("domain"), caller: caller))]
 

@@ -59,12 +59,14 @@ struct Limits: Sendable {
     /// Bytes of each message that do not count against the budget.
     var messageAllowance = 64 << 10
     /// Bytes that the replies being built and sent may take, all connections together, as
-    /// counted before each is built: a call whose reply grows with what the store holds (a
-    /// CopyMatching) first reserves the most its reply can take (`Dispatcher.replyBound`:
-    /// from matchLimit, returnData and the item limits in `ReplyLimit`), waits up to
-    /// `budgetWait` for room, else is answered RateLimited without being looked up; the
-    /// reservation is given back once the reply is sent. Such a reply does not count against
-    /// `messageBudget` too. At least `Dispatcher.largestReplyBound`, so any call can be served.
+    /// counted before each is built: a call whose reply grows with what the store holds
+    /// first reserves the most its reply can take (a CopyMatching: `Dispatcher.replyBound`,
+    /// from matchLimit, returnData and the item limits in `ReplyLimit`; a preference read:
+    /// from what the domain counts, `PreferencesStore.replyBytes`; one that may take more
+    /// than the whole budget holds all of it), waits up to `budgetWait` for room, else is
+    /// answered RateLimited without being looked up; the reservation is given back once the
+    /// reply is sent. Such a reply does not count against `messageBudget` too. At least
+    /// `Dispatcher.largestReplyBound`, so any lookup can be served.
     var replyBudget = 128 << 20
     /// How long a connection's thread polls for the next call before it sleeps
     /// (microseconds; `VAULTD_BUSY_POLL_US`, 0 turns it off). See `BusyPoll`.
@@ -196,38 +198,71 @@ final class Server: @unchecked Sendable {
         Self.reserve(bytes, in: messageBytes, budget: limits.messageBudget)
     }
 
-    /// `attempt` until it succeeds, for up to `seconds`, while other connections give bytes
+    /// `reserveMessageBytes`, waiting up to `seconds` for other connections to give bytes
     /// back (a peer that does not read its reply gives it up after `stalledSendTimeout`).
-    private func retry(waitingUpTo seconds: Double, _ attempt: () -> Bool) -> Bool {
-        if attempt() { return true }
-        let deadline = MonotonicClock.nanoseconds() + UInt64(seconds * 1e9)
-        while MonotonicClock.nanoseconds() < deadline && !stopping.load(ordering: .relaxed) {
-            usleep(10_000)
-            if attempt() { return true }
-        }
-        return false
-    }
-
-    /// `reserveMessageBytes`, waiting up to `seconds` for room.
     private func reserveMessageBytes(_ bytes: Int, waitingUpTo seconds: Double) -> Bool {
         if reserveMessageBytes(bytes) { return true }
         guard bytes <= limits.messageBudget else { return false }
-        return retry(waitingUpTo: seconds) { reserveMessageBytes(bytes) }
+        let deadline = MonotonicClock.nanoseconds() + UInt64(seconds * 1e9)
+        while MonotonicClock.nanoseconds() < deadline && !stopping.load(ordering: .relaxed) {
+            usleep(10_000)
+            if reserveMessageBytes(bytes) { return true }
+        }
+        return false
     }
 
     private func releaseMessageBytes(_ bytes: Int) {
         if bytes > 0 { messageBytes.subtract(bytes, ordering: .relaxed) }
     }
 
-    /// Counts `bytes` against the reply budget, waiting up to `seconds` for room; false
-    /// (nothing counted) when there was none.
-    private func reserveReplyBytes(_ bytes: Int, waitingUpTo seconds: Double) -> Bool {
-        guard bytes <= limits.replyBudget else { return false }
-        return retry(waitingUpTo: seconds) { Self.reserve(bytes, in: replyBytes, budget: limits.replyBudget) }
-    }
+    /// The reply budget one call holds for its reply (`Limits.replyBudget`): what
+    /// `Dispatcher.replyBound` says before the call runs, and what a preference read adds
+    /// once the store says what its reply holds (`ReplyReserving`). A reply that may take
+    /// more than the whole budget holds all of it: it is built alone. Given back once the
+    /// reply is sent (`release`). Used on its connection's thread only.
+    private final class ReplyReservation: ReplyReserving {
+        let server: Server
+        let method: String
+        /// Bytes held.
+        private(set) var bytes = 0
+        /// Until when this reply may wait for room (monotonic ns; from its first wait).
+        private var deadline: UInt64?
 
-    private func releaseReplyBytes(_ bytes: Int) {
-        if bytes > 0 { replyBytes.subtract(bytes, ordering: .relaxed) }
+        init(_ server: Server, method: String) {
+            self.server = server
+            self.method = method
+        }
+
+        private func wanted(_ total: Int) -> Int { min(total, server.limits.replyBudget) }
+
+        func reserveNow(_ total: Int) -> Bool {
+            let more = wanted(total) - bytes
+            guard more > 0 else { return true }
+            guard Server.reserve(more, in: server.replyBytes, budget: server.limits.replyBudget) else { return false }
+            bytes += more
+            return true
+        }
+
+        func waitForRoom(_ total: Int) throws {
+            let deadline = self.deadline ?? MonotonicClock.nanoseconds() + UInt64(server.limits.budgetWait * 1e9)
+            self.deadline = deadline
+            while server.replyBytes.load(ordering: .relaxed) + wanted(total) - bytes > server.limits.replyBudget {
+                if MonotonicClock.nanoseconds() >= deadline || server.stopping.load(ordering: .relaxed) {
+                    throw server.overReplyBudget(method, total)
+                }
+                usleep(10_000)
+            }
+        }
+
+        /// `reserveNow`, waiting up to `Limits.budgetWait` for room. Throws RateLimited.
+        func reserve(_ total: Int) throws {
+            while !reserveNow(total) { try waitForRoom(total) }
+        }
+
+        func release() {
+            if bytes > 0 { server.replyBytes.subtract(bytes, ordering: .relaxed) }
+            bytes = 0
+        }
     }
 
     /// RateLimited, for a message over the budget: `what` it was.
@@ -241,17 +276,16 @@ final class Server: @unchecked Sendable {
     }
 
     /// RateLimited, for a call whose reply does not fit the reply budget now.
-    private func overReplyBudget(_ method: String, _ bytes: Int) -> VarlinkReply {
+    private func overReplyBudget(_ method: String, _ bytes: Int) -> VaultError {
         let mib = limits.replyBudget >> 20
         // Said once a minute at most: many connections asking at once must not fill the log.
         if Self.onceAMinute(Self.lastReplyBudgetLog) {
             log("refused a \(method) call: replies being built and sent for other connections hold the \(mib) MiB reply budget")
         }
-        return VarlinkReply(
-            error: VaultError(
-                .rateLimited,
-                "vaultd is building and sending \(mib) MiB of other connections' replies, its reply budget, and this reply may take \((bytes + (1 << 20) - 1) >> 20) MiB; ask again in a second (or ask for less: matchLimit one, no data)",
-                extra: ["retryAfter": JSON(1.0)]))
+        return VaultError(
+            .rateLimited,
+            "vaultd is building and sending \(mib) MiB of other connections' replies, its reply budget, and this reply may take \((bytes + (1 << 20) - 1) >> 20) MiB; ask again in a second (or ask for less)",
+            extra: ["retryAfter": JSON(1.0)])
     }
 
     init(
@@ -661,25 +695,29 @@ final class Server: @unchecked Sendable {
                 return
             }
             // A reply that grows with what the store holds is counted before it is built: the
-            // most it can take, against the reply budget, until it is sent. Without room within
+            // most it can take, against the reply budget, until it is sent (a keychain lookup
+            // here; a preference read once the store says what it holds). Without room within
             // `budgetWait` the call is refused before anything is looked up.
-            let replyBound = Dispatcher.replyBound(call)
-            guard reserveReplyBytes(replyBound, waitingUpTo: limits.budgetWait) else {
-                let sent = call.oneway || (try? send(overReplyBudget(call.method, replyBound), on: conn)) != nil
+            let reservation = ReplyReservation(self, method: call.method)
+            defer { reservation.release() }
+            do {
+                try reservation.reserve(Dispatcher.replyBound(call))
+            } catch {
+                let refusal = error as? VaultError ?? VaultError(.internalError, "\(error)")
+                let sent = call.oneway || (try? send(VarlinkReply(error: refusal), on: conn)) != nil
                 endCall()
                 if !sent { return }
                 continue
             }
-            defer { releaseReplyBytes(replyBound) }
             let reply: VarlinkReply
             do {
-                reply = VarlinkReply(parameters: try dispatcher.handle(call, caller: caller, secrets: secrets))
+                reply = VarlinkReply(parameters: try dispatcher.handle(call, caller: caller, secrets: secrets, reply: reservation))
             } catch let e as VaultError {
                 reply = VarlinkReply(error: e)
             } catch {
                 reply = VarlinkReply(error: VaultError(.internalError, "\(error)"))
             }
-            let sent = call.oneway || (try? send(reply, on: conn, secrets: secrets, reserved: replyBound)) != nil
+            let sent = call.oneway || (try? send(reply, on: conn, secrets: secrets, reserved: reservation.bytes)) != nil
             endCall()
             if !sent { return }
         }

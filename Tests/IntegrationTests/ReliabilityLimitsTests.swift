@@ -20,6 +20,34 @@ import Glibc
         }.count
     }
 
+    /// A call's outcome under the reply budget: what `ok` says of its reply ("ok" when it is
+    /// right), "limited" for RateLimited naming the reply budget, else the outcome itself.
+    static func budgetOutcome(_ r: ExactClient.Outcome, _ ok: (JSONObject) -> String) -> String {
+        switch r {
+        case .ok(let p): return ok(p)
+        case .error(let name, let p) where name == "io.vaultd.Vault.RateLimited":
+            return (p["message"]?.stringValue ?? "").contains("reply budget") ? "limited" : "unclear: \(r)"
+        default: return "\(r)"
+        }
+    }
+
+    /// `n` connections to `d` each make one call (`body`, its `budgetOutcome`) at once. Every
+    /// outcome must be "ok" or "limited", and one at least "ok"; returns how many of each.
+    static func atOnce(_ n: Int, on d: CustomDaemon, _ body: @escaping @Sendable (ExactClient) -> String) -> (served: Int, limited: Int) {
+        let outcomes = Locked<[String]>([])
+        onThreads(n) { _ in
+            guard let client = try? d.connect() else { return outcomes.withLock { $0.append("no connection") } }
+            defer { client.close() }
+            let outcome = body(client)
+            outcomes.withLock { $0.append(outcome) }
+        }
+        let all = outcomes.get
+        let served = all.filter { $0 == "ok" }.count, limited = all.filter { $0 == "limited" }.count
+        #expect(served + limited == n, "outcomes other than the reply or RateLimited: \(all.filter { $0 != "ok" && $0 != "limited" })")
+        #expect(served >= 1, "no caller got its reply: \(all)")
+        return (served, limited)
+    }
+
     static func seconds(_ body: () throws -> Void) rethrows -> Double {
         let start = Date()
         try body()
@@ -299,27 +327,12 @@ import Glibc
         // The peak from here on (writing 5 to clear_refs resets VmHWM to the current RSS).
         try "5".write(toFile: "/proc/\(pid)/clear_refs", atomically: false, encoding: .utf8)
         let before = ProcStatus.peakRSS(pid) ?? 0
-        let outcomes = Locked<[String]>([])
-        onThreads(24) { _ in
-            guard let client = try? d.connect() else { return outcomes.withLock { $0.append("no connection") } }
-            defer { client.close() }
-            let r = client.call("io.vaultd.Keychain.CopyMatching", query, timeout: 120)
-            let outcome: String
-            switch r {
-            case .ok(let p):
+        let (served, limited) = Self.atOnce(24, on: d) { client in
+            Self.budgetOutcome(client.call("io.vaultd.Keychain.CopyMatching", query, timeout: 120)) { p in
                 let data = p["items"]?.arrayValue?.compactMap { $0["data"]?.stringValue } ?? []
-                outcome = data.count == 5 && Set(data) == expected ? "ok" : "wrong items: \(data.count)"
-            case .error(let name, let p) where name == "io.vaultd.Vault.RateLimited":
-                outcome = (p["message"]?.stringValue ?? "").contains("reply budget") ? "limited" : "unclear: \(r)"
-            default:
-                outcome = "\(r)"
+                return data.count == 5 && Set(data) == expected ? "ok" : "wrong items: \(data.count)"
             }
-            outcomes.withLock { $0.append(outcome) }
         }
-        let all = outcomes.get
-        let served = all.filter { $0 == "ok" }.count, limited = all.filter { $0 == "limited" }.count
-        #expect(served + limited == 24, "outcomes other than the items or RateLimited: \(all.filter { $0 != "ok" && $0 != "limited" })")
-        #expect(served >= 1, "no caller got its reply: \(all)")
         let grew = ((ProcStatus.peakRSS(pid) ?? 0) - before) >> 10
         // One reply at a time takes about 15 MiB (the sealed rows, the secrets, the reply in
         // secure memory); 24 built at once, with a budget too large to hold any back, took
@@ -328,6 +341,43 @@ import Glibc
         #expect(d.log.contains("hold the 40 MiB reply budget") == (limited > 0), "log:\n\(d.log)")
         ReliabilityReport.record(
             "reply budget 40 MiB: 24 concurrent CopyMatching of 5 x 1 MiB with data: \(served) served whole, \(limited) told RateLimited; vaultd peak RSS +\(grew) MiB")
+    }
+
+    /// One preference value of 200,000 empty dictionaries (under 2 MB as the domain limit
+    /// counts it, and about 100 MiB of JSON objects to answer with): 8 connections ask for it
+    /// at once. Each read reserves the most its reply can take before the value is read (here
+    /// more than the whole reply budget, so each is built alone), so vaultd's peak RSS grows
+    /// by about one such reply, not eight; each caller gets the value or RateLimited naming
+    /// the reply budget, and a small domain is read meanwhile.
+    @Test(.timeLimit(.minutes(10))) func preferenceRepliesAreCountedBeforeTheyAreBuilt() throws {
+        let d = try CustomDaemon()
+        defer { d.close() }
+        try d.start()
+        let pid = try #require(d.pid)
+        let c = try d.connect()
+        try Wire.initWithoutPassphrase(c)
+        let members = 200_000
+        var nested = JSONObject(minimumCapacity: members)
+        for i in 0..<members { nested[String(i, radix: 16)] = ["dict": .object([:])] }
+        let set = c.call("io.vaultd.Preferences.Set", ["domain": "com.example.nested", "key": "k", "value": ["dict": .object(nested)]], timeout: 120)
+        try #require(set.parameters != nil, "\(set)")
+        nested = [:]
+        try #require(c.call("io.vaultd.Preferences.Set", ["domain": "com.example.small", "key": "k", "value": ["integer": 7]]).parameters != nil)
+        try "5".write(toFile: "/proc/\(pid)/clear_refs", atomically: false, encoding: .utf8)
+        let before = ProcStatus.peakRSS(pid) ?? 0
+        let (served, limited) = Self.atOnce(8, on: d) { client in
+            Self.budgetOutcome(client.call("io.vaultd.Preferences.Get", ["domain": "com.example.nested", "key": "k"], timeout: 120)) { p in
+                let n = p["value"]?["dict"]?.objectValue?.count
+                return n == members ? "ok" : "wrong value: \(n.map(String.init) ?? "none") members"
+            }
+        }
+        let small = c.call("io.vaultd.Preferences.Domain", ["domain": "com.example.small"])
+        #expect(small.parameters?["values"]?["k"]?["integer"] == JSON(7), "\(small)")
+        let grew = ((ProcStatus.peakRSS(pid) ?? 0) - before) >> 10
+        // One such reply takes about 100 MiB; eight built at once took over 800.
+        #expect(grew < 256, "vaultd's peak RSS grew by \(grew) MiB")
+        ReliabilityReport.record(
+            "reply budget: 8 concurrent Preferences.Get of 200,000 empty dictionaries: \(served) served, \(limited) told RateLimited; vaultd peak RSS +\(grew) MiB")
     }
 
     /// A hung vaultd (SIGSTOP): VaultClient calls fail with ConnectionFailed within the

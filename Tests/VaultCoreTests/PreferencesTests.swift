@@ -400,3 +400,53 @@ struct PreferencesTests {
         #expect(try PropertyListCodec.decode(try PropertyListCodec.encode(frac, format: .binary)) == frac)
     }
 }
+
+/// A reply budget for one read, as vaultd's server keeps it: records what the read asked for,
+/// and refuses the first `refusals` reservations (the read then waits and asks again).
+private final class RecordingReservation: ReplyReserving {
+    var asked: [Int] = []
+    var waited: [Int] = []
+    var refusals: Int
+    init(refusals: Int) { self.refusals = refusals }
+    func reserveNow(_ bytes: Int) -> Bool {
+        asked.append(bytes)
+        if refusals > 0 {
+            refusals -= 1
+            return false
+        }
+        return true
+    }
+    func waitForRoom(_ bytes: Int) throws { waited.append(bytes) }
+}
+
+@Suite("Preference reply reservations")
+struct PreferenceReplyReservationTests {
+    /// A preference read reserves what its reply can take, from what the domain (or the one
+    /// entry) counts against the domain limit, before it reads; refused, it waits and asks
+    /// again, and reads the same values.
+    @Test func aReadReservesWhatTheDomainCountsBeforeItReads() throws {
+        try withVault { vault, _ in
+            let domain = "com.example.reserve"
+            try vault.setPreference(domain: domain, key: "a", value: .string(String(repeating: "x", count: 1000)), caller: .owner)
+            try vault.setPreference(domain: domain, key: "b", value: .array((0..<100).map { .integer($0) }), caller: .owner)
+            let sizes = try vault.reading { db in
+                (try PreferencesStore(db: db).size(of: domain, key: nil), try PreferencesStore(db: db).size(of: domain, key: "a"))
+            }
+            #expect(sizes.0 > sizes.1 && sizes.1 >= 1000, "\(sizes)")
+
+            let whole = RecordingReservation(refusals: 2)
+            let values = try vault.preferenceDomain(domain, caller: .owner, reply: whole)
+            #expect(values == (try vault.preferenceDomain(domain, caller: .owner)))
+            let wanted = PreferencesStore.replyBytes(counted: sizes.0)
+            #expect(whole.asked == [wanted, wanted, wanted] && whole.waited == [wanted, wanted])
+
+            let one = RecordingReservation(refusals: 0)
+            #expect(try vault.preference(domain: domain, key: "a", caller: .owner, reply: one) == .string(String(repeating: "x", count: 1000)))
+            #expect(one.asked == [PreferencesStore.replyBytes(counted: sizes.1)] && one.waited.isEmpty)
+            // An absent key reserves only the reply around nothing.
+            let none = RecordingReservation(refusals: 0)
+            #expect(try vault.preference(domain: domain, key: "missing", caller: .owner, reply: none) == nil)
+            #expect(none.asked == [PreferencesStore.replyBytes(counted: 0)])
+        }
+    }
+}

@@ -75,6 +75,21 @@ final class PreferencesStore {
         try db.rows("SELECT DISTINCT domain FROM preferences ORDER BY domain").compactMap { $0[0].text }
     }
 
+    /// What `domain` counts against the domain limit (`entrySize` summed), or its entry `key`.
+    func size(of domain: String, key: String?) throws -> Int {
+        let r = try key.map { try db.row("SELECT COALESCE(SUM(size), 0) FROM preferences WHERE domain = ? AND key = ?", [.text(domain), .text($0)]) }
+            ?? db.row("SELECT COALESCE(SUM(size), 0) FROM preferences WHERE domain = ?", [.text(domain)])
+        return Int(r?[0].int64 ?? 0)
+    }
+
+    /// The most memory a reply holding entries that count `size` bytes against the domain
+    /// limit takes while it is built and sent: the decoded values, their tagged-JSON tree (a
+    /// 1- or 2-byte value is a JSON object of its own), the serialized reply. That is from
+    /// about 5 times the counted size (long strings) to about 50 times (nested empty
+    /// dictionaries, the costliest shape): counted at 96 times, and 64 KiB for the reply
+    /// around them.
+    static func replyBytes(counted size: Int) -> Int { size * 96 + (64 << 10) }
+
     private func size(of domain: String, excluding key: String?) throws -> Int {
         let r = try db.row(
             "SELECT COALESCE(SUM(size), 0) FROM preferences WHERE domain = ? AND key IS NOT ?",

@@ -309,11 +309,23 @@ public final class Database {
         return try s.step() ? s.row() : nil
     }
 
+    /// Runs `body`, which only reads, in one read transaction (BEGIN DEFERRED): every
+    /// statement in it reads the same snapshot.
+    func readTransaction<T>(_ body: (Database) throws -> T) throws -> T {
+        try transaction("BEGIN DEFERRED", body)
+    }
+
     /// Runs `body` in one IMMEDIATE transaction: committed (durably) when it returns,
     /// rolled back when it throws.
     public func write<T>(_ body: (Database) throws -> T) throws -> T {
-        try execute("BEGIN IMMEDIATE")
-        defer { ended() }
+        try transaction("BEGIN IMMEDIATE", body, then: ended)
+    }
+
+    /// Runs `body` after `begin`: committed when it returns, rolled back when it throws;
+    /// then `then`, once the transaction began.
+    private func transaction<T>(_ begin: String, _ body: (Database) throws -> T, then: (() -> Void)? = nil) throws -> T {
+        try execute(begin)
+        defer { then?() }
         do {
             let result = try body(self)
             try execute("COMMIT")

@@ -594,9 +594,31 @@ public final class Vault: @unchecked Sendable {
     public static let globalDomain = "NSGlobalDomain"
 
     /// One key of `domain` (nil: the caller's own), nil when absent.
-    public func preference(domain: String?, key: String, caller: Caller) throws -> PlistValue? {
+    /// `reply`: where its reply's memory is reserved before the value is read (`ReplyReserving`).
+    public func preference(domain: String?, key: String, caller: Caller, reply: ReplyReserving? = nil) throws -> PlistValue? {
         let d = try authorize(.readPreferences(domain: domain), for: caller).domain
-        return try reading { try PreferencesStore(db: $0).get(domain: d, key: key) }
+        return try readingPreferences(d, key: key, reply: reply) { try $0.get(domain: d, key: key) }
+    }
+
+    /// `read` on a reader, after `reply` (when given) reserved the most its reply can take
+    /// (`PreferencesStore.replyBytes` of what `domain`, or its entry `key`, counts), read in the
+    /// same snapshot as the values, so a write in between cannot make the reply larger than
+    /// reserved. Without room it waits outside the snapshot, and tries again.
+    private func readingPreferences<T>(_ domain: String, key: String?, reply: ReplyReserving?, _ read: (PreferencesStore) throws -> T) throws -> T {
+        guard let reply else { return try reading { try read(PreferencesStore(db: $0)) } }
+        while true {
+            var needed = 0
+            var result: T?
+            try reading { db in
+                try db.readTransaction { db in
+                    let store = PreferencesStore(db: db)
+                    needed = PreferencesStore.replyBytes(counted: try store.size(of: domain, key: key))
+                    if reply.reserveNow(needed) { result = try read(store) }
+                }
+            }
+            if let result { return result }
+            try reply.waitForRoom(needed)
+        }
     }
 
     /// Checks a preference key against the key limit (1 KiB of UTF-8). Throws InvalidValue.
@@ -605,9 +627,10 @@ public final class Vault: @unchecked Sendable {
     }
 
     /// Every key of `domain` (nil: the caller's own).
-    public func preferenceDomain(_ domain: String?, caller: Caller) throws -> PlistDictionary {
+    /// `reply`: where its reply's memory is reserved before the values are read (`ReplyReserving`).
+    public func preferenceDomain(_ domain: String?, caller: Caller, reply: ReplyReserving? = nil) throws -> PlistDictionary {
         let d = try authorize(.readPreferences(domain: domain), for: caller).domain
-        return try preferenceValues(d)
+        return try readingPreferences(d, key: nil, reply: reply) { try $0.domain(d) }
     }
 
     private func preferenceValues(_ domain: String) throws -> PlistDictionary {
@@ -737,8 +760,8 @@ public final class Vault: @unchecked Sendable {
     }
 
     /// A domain (nil: the caller's own) as a property list in `format`.
-    public func exportDomain(_ domain: String?, format: PropertyListCodec.Format, caller: Caller) throws -> Data {
-        try PropertyListCodec.encode(.dict(try preferenceDomain(domain, caller: caller)), format: format)
+    public func exportDomain(_ domain: String?, format: PropertyListCodec.Format, caller: Caller, reply: ReplyReserving? = nil) throws -> Data {
+        try PropertyListCodec.encode(.dict(try preferenceDomain(domain, caller: caller, reply: reply)), format: format)
     }
 }
 
