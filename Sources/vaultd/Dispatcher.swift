@@ -91,8 +91,9 @@ struct Dispatcher {
 
     /// Sets up a `more` call. Throws like `handle` for bad parameters or permissions.
     /// `emittedThrough`: the preference write sequence every write up to which the snapshots
-    /// hold (`Vault.addObserverReportingSequence`, called before this).
-    func subscribe(_ call: VarlinkCall, caller: Caller, emittedThrough: UInt64 = 0) throws -> Subscription {
+    /// hold (`Vault.addObserverReportingSequence`, called before this). `reply`: where the
+    /// first replies' memory is reserved before they are built (the server's reply budget).
+    func subscribe(_ call: VarlinkCall, caller: Caller, emittedThrough: UInt64 = 0, reply: ReplyReserving? = nil) throws -> Subscription {
         try Self.requirePolicyDecision(call)
         let p = Parameters(values: call.parameters)
         switch call.method {
@@ -123,7 +124,7 @@ struct Dispatcher {
                 for k in a { try Vault.validatePreferenceKey(k) }
                 keys = ExactSet(a.map { ExactString($0) })
             }
-            let initial: [JSONObject] = try vault.preferenceSnapshot(grant).map { d, all in
+            let initial: [JSONObject] = try vault.preferenceSnapshot(grant, reply: reply).map { d, all in
                 var values = all
                 if let keys { values = values.filter { keys.contains(ExactString($0.key)) } }
                 return ["domain": .string(d), "values": .object(values.mapValues(\.tagged)), "sequence": JSON(emittedThrough)]

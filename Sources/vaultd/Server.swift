@@ -734,9 +734,13 @@ final class Server: @unchecked Sendable {
         // Observe before taking the snapshot, so no change falls between the two.
         let (token, emittedThrough) = dispatcher.vault.addObserverReportingSequence { relay.receive($0) }
         defer { dispatcher.vault.removeObserver(token) }
-        let subscription: Dispatcher.Subscription
+        // The first replies (a preferences Observe: a snapshot of every domain it watches)
+        // count against the reply budget before they are built, until they are sent.
+        let reservation = ReplyReservation(self, method: call.method)
+        defer { reservation.release() }
+        var subscription: Dispatcher.Subscription
         do {
-            subscription = try dispatcher.subscribe(call, caller: caller, emittedThrough: emittedThrough)
+            subscription = try dispatcher.subscribe(call, caller: caller, emittedThrough: emittedThrough, reply: reservation)
         } catch let e as VaultError {
             return (try? send(VarlinkReply(error: e), on: conn)) == true
         } catch {
@@ -744,8 +748,11 @@ final class Server: @unchecked Sendable {
         }
         relay.start(subscription.reply)
         for reply in subscription.initial {
-            guard (try? send(VarlinkReply(parameters: reply, continues: true), on: conn)) == true else { return false }
+            guard (try? send(VarlinkReply(parameters: reply, continues: true), on: conn, reserved: reservation.bytes)) == true else { return false }
         }
+        // Sent: the stream no longer holds them, nor their share of the budget.
+        subscription.initial = []
+        reservation.release()
         while !stopping.load(ordering: .relaxed) {
             guard let batch = queue.drain(waitingUpTo: 1) else {
                 // Said once a minute at most: a client that reconnects and stalls again

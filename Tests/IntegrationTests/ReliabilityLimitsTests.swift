@@ -348,7 +348,8 @@ import Glibc
     /// at once. Each read reserves the most its reply can take before the value is read (here
     /// more than the whole reply budget, so each is built alone), so vaultd's peak RSS grows
     /// by about one such reply, not eight; each caller gets the value or RateLimited naming
-    /// the reply budget, and a small domain is read meanwhile.
+    /// the reply budget, and a small domain is read meanwhile. The same for 8 Observe streams
+    /// of the domain, whose first reply is its snapshot.
     @Test(.timeLimit(.minutes(10))) func preferenceRepliesAreCountedBeforeTheyAreBuilt() throws {
         let d = try CustomDaemon()
         defer { d.close() }
@@ -376,8 +377,25 @@ import Glibc
         let grew = ((ProcStatus.peakRSS(pid) ?? 0) - before) >> 10
         // One such reply takes about 100 MiB; eight built at once took over 800.
         #expect(grew < 256, "vaultd's peak RSS grew by \(grew) MiB")
+
+        // The same for 8 Observe streams of the domain starting at once: their first reply
+        // is its snapshot, reserved before it is built and given back once sent.
+        try "5".write(toFile: "/proc/\(pid)/clear_refs", atomically: false, encoding: .utf8)
+        let beforeObserve = ProcStatus.peakRSS(pid) ?? 0
+        let observe = JSON.object([
+            "method": "io.vaultd.Preferences.Observe", "parameters": ["domains": ["com.example.nested"]], "more": true,
+        ]).serialized() + [0]
+        let (observed, observeLimited) = Self.atOnce(8, on: d) { client in
+            guard client.send(observe) else { return "closed" }
+            return Self.budgetOutcome(client.receive(timeout: 120)) { p in
+                let n = p["values"]?["k"]?["dict"]?.objectValue?.count
+                return p["domain"] == "com.example.nested" && n == members ? "ok" : "wrong snapshot: \(n.map(String.init) ?? "none") members"
+            }
+        }
+        let grewObserving = ((ProcStatus.peakRSS(pid) ?? 0) - beforeObserve) >> 10
+        #expect(grewObserving < 256, "vaultd's peak RSS grew by \(grewObserving) MiB")
         ReliabilityReport.record(
-            "reply budget: 8 concurrent Preferences.Get of 200,000 empty dictionaries: \(served) served, \(limited) told RateLimited; vaultd peak RSS +\(grew) MiB")
+            "reply budget: 8 concurrent Preferences.Get of 200,000 empty dictionaries: \(served) served, \(limited) told RateLimited; vaultd peak RSS +\(grew) MiB; 8 Observe of it: \(observed) snapshots sent, \(observeLimited) RateLimited, +\(grewObserving) MiB")
     }
 
     /// A hung vaultd (SIGSTOP): VaultClient calls fail with ConnectionFailed within the

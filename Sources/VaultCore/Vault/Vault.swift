@@ -597,27 +597,35 @@ public final class Vault: @unchecked Sendable {
     /// `reply`: where its reply's memory is reserved before the value is read (`ReplyReserving`).
     public func preference(domain: String?, key: String, caller: Caller, reply: ReplyReserving? = nil) throws -> PlistValue? {
         let d = try authorize(.readPreferences(domain: domain), for: caller).domain
-        return try readingPreferences(d, key: key, reply: reply) { try $0.get(domain: d, key: key) }
+        var held = 0
+        return try readingPreferences(d, key: key, reply: reply, holding: &held) { try $0.get(domain: d, key: key) }
     }
 
     /// `read` on a reader, after `reply` (when given) reserved the most its reply can take
     /// (`PreferencesStore.replyBytes` of what `domain`, or its entry `key`, counts), read in the
     /// same snapshot as the values, so a write in between cannot make the reply larger than
-    /// reserved. Without room it waits outside the snapshot, and tries again.
-    private func readingPreferences<T>(_ domain: String, key: String?, reply: ReplyReserving?, _ read: (PreferencesStore) throws -> T) throws -> T {
+    /// reserved. Without room it waits outside the snapshot, and tries again. `held`: what
+    /// `reply` holds for earlier parts of the same reply; this read's bytes are added to it.
+    private func readingPreferences<T>(
+        _ domain: String, key: String?, reply: ReplyReserving?, holding held: inout Int, _ read: (PreferencesStore) throws -> T
+    ) throws -> T {
         guard let reply else { return try reading { try read(PreferencesStore(db: $0)) } }
+        let base = held
         while true {
-            var needed = 0
+            var total = base
             var result: T?
             try reading { db in
                 try db.readTransaction { db in
                     let store = PreferencesStore(db: db)
-                    needed = PreferencesStore.replyBytes(counted: try store.size(of: domain, key: key))
-                    if reply.reserveNow(needed) { result = try read(store) }
+                    total = base + PreferencesStore.replyBytes(counted: try store.size(of: domain, key: key))
+                    if reply.reserveNow(total) { result = try read(store) }
                 }
             }
-            if let result { return result }
-            try reply.waitForRoom(needed)
+            if let result {
+                held = total
+                return result
+            }
+            try reply.waitForRoom(total)
         }
     }
 
@@ -630,17 +638,19 @@ public final class Vault: @unchecked Sendable {
     /// `reply`: where its reply's memory is reserved before the values are read (`ReplyReserving`).
     public func preferenceDomain(_ domain: String?, caller: Caller, reply: ReplyReserving? = nil) throws -> PlistDictionary {
         let d = try authorize(.readPreferences(domain: domain), for: caller).domain
-        return try readingPreferences(d, key: nil, reply: reply) { try $0.domain(d) }
-    }
-
-    private func preferenceValues(_ domain: String) throws -> PlistDictionary {
-        try reading { try PreferencesStore(db: $0).domain(domain) }
+        var held = 0
+        return try readingPreferences(d, key: nil, reply: reply, holding: &held) { try $0.domain(d) }
     }
 
     /// The first replies of a preferences Observe: every domain `grant` holds, with its values.
-    public func preferenceSnapshot(_ grant: Grant) throws -> [(domain: String, values: PlistDictionary)] {
+    /// `reply`: where their memory is reserved, all of them together, each domain's before it
+    /// is read (`ReplyReserving`).
+    public func preferenceSnapshot(_ grant: Grant, reply: ReplyReserving? = nil) throws -> [(domain: String, values: PlistDictionary)] {
         precondition(grant.kind == .observePreferences, "a snapshot of the domains an Observe was granted")
-        return try grant.domainSet.sorted().map(\.string).map { ($0, try preferenceValues($0)) }
+        var held = 0
+        return try grant.domainSet.sorted().map(\.string).map { d in
+            (d, try readingPreferences(d, key: nil, reply: reply, holding: &held) { try $0.domain(d) })
+        }
     }
 
     /// The stored domains the caller may read (`Policy.visibleDomains`).
