@@ -83,11 +83,11 @@ final class PreferencesStore {
     }
 
     /// The most memory a reply holding entries that count `size` bytes against the domain
-    /// limit takes while it is built and sent: the decoded values, their tagged-JSON tree (a
-    /// 1- or 2-byte value is a JSON object of its own), the serialized reply. That is from
-    /// about 5 times the counted size (long strings) to about 50 times (nested empty
-    /// dictionaries, the costliest shape): counted at 96 times, and 64 KiB for the reply
-    /// around them.
+    /// limit takes while it is built and sent: the decoded values, their tagged-JSON tree and
+    /// the serialized reply. Long strings cost a few times what they count; a value that
+    /// counts a byte or two (a bool, an empty dictionary in a dictionary) is a JSON object of
+    /// its own, hundreds of bytes in the tree, the costliest shape (docs/protocol.md, the
+    /// reply budget). Counted at 96 times, and 64 KiB for the reply around them.
     static func replyBytes(counted size: Int) -> Int { size * 96 + (64 << 10) }
 
     private func size(of domain: String, excluding key: String?) throws -> Int {
