@@ -107,7 +107,7 @@ struct Limits: Sendable {
         if let v = env["VAULTD_REPLY_BUDGET_MIB"], !v.isEmpty {
             let least = (Dispatcher.largestReplyBound + (1 << 20) - 1) >> 20
             guard let n = Int(v), n >= least, n <= 1 << 20 else {
-                throw InvalidSetting(description: "VAULTD_REPLY_BUDGET_MIB must be a whole number of MiB from \(least) (the largest reply vaultd builds) to 1048576, not '\(v)'")
+                throw InvalidSetting(description: "VAULTD_REPLY_BUDGET_MIB must be a whole number of MiB from \(least) (the most one keychain lookup reserves) to 1048576, not '\(v)'")
             }
             limits.replyBudget = n << 20
         }
