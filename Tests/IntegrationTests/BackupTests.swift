@@ -320,4 +320,50 @@ struct BackupTests {
         let again = Self.restore(b, second, ["--merge"])
         #expect(again.stdoutText.contains("items: 0 added, 0 replaced, 3 kept") && again.stdoutText.contains("preferences: 0 added, 0 replaced, 3 kept"), "\(again)")
     }
+
+    /// vaultd SIGKILLed at random moments of a restore into a new vault: after a restart the
+    /// vault is as before (not initialised, empty) or as after (every item), and the store
+    /// passes SQLite's integrity check.
+    @Test func aRestoreKilledHalfwayLeavesBeforeOrAfter() throws {
+        let a = try Daemon()
+        defer { a.close() }
+        try #require(a.initializeWithoutPassphrase().status == 0)
+        let av = try a.client()
+        let count = 1500
+        for i in 0..<count {
+            _ = try av.keychain.add(attributes: ItemAttributes(service: "bulk", account: "a\(i)", comment: String(repeating: "c", count: 200)), data: Data("v\(i)".utf8))
+        }
+        let file = a.root + "/bulk.age"
+        try #require(Self.backup(a, file).status == 0)
+
+        // How long a whole restore takes here, to kill within it.
+        let timing = try Daemon()
+        defer { timing.close() }
+        let start = Date()
+        try #require(Self.restore(timing, file, ["--no-passphrase"]).status == 0)
+        let duration = Date().timeIntervalSince(start)
+        #expect(timing.statusJSON()?["items"] as? Int == count)
+
+        let seed = UInt64(ProcessInfo.processInfo.environment["VAULTD_SEED"] ?? "") ?? UInt64.random(in: 1...UInt64.max)
+        print("reliability: restore killed halfway, seed \(seed), a whole restore takes \(String(format: "%.2f", duration)) s")
+        var random = SeededRandom(seed: seed)
+        var outcomes: [String] = []
+        for _ in 0..<4 {
+            let b = try Daemon()
+            defer { b.close() }
+            let pid = try ChildProcess.spawn(
+                Paths.tool("vaultctl"), ["restore", file, "--passphrase-fd", "3", "--no-passphrase"], environment: b.environment,
+                inputs: [3: passphraseLine(Self.backupPassphrase)], stdout: .devNull, stderr: .devNull)
+            usleep(useconds_t(Double.random(in: 0.2...1.0, using: &random) * duration * 1_000_000))
+            b.kill()
+            _ = ChildProcess.wait(pid, timeout: 30)
+            #expect(b.run("sqlite3", [b.dataDirectory + "/vault.sqlite", "PRAGMA integrity_check"]).stdoutText == "ok\n")
+            try b.start()
+            let status = try #require(b.statusJSON())
+            let state = status["state"] as? String, items = status["items"] as? Int
+            #expect((state == "uninitialized" && items == 0) || (state == "unlocked" && items == count), "\(status)")
+            outcomes.append(state == "uninitialized" ? "before" : "after")
+        }
+        print("reliability: restore killed halfway: \(outcomes.joined(separator: ", "))")
+    }
 }
