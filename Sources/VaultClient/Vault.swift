@@ -130,8 +130,13 @@ public struct LaunchInfo: Sendable, Equatable {
     /// the app's first access group, or `user` for the owner's tools. nil from a vaultd that
     /// does not say.
     public var defaultAccessGroup: String?
+    /// The app's ThisDeviceOnly items that were made with another `device.key` (the vault
+    /// moved to this device, or a backup restored here) and cannot be read here
+    /// (NotAvailableOnThisDevice): add them again (an add with the same key replaces them).
+    public var unavailableItems: Int
 
     init(_ p: JSONObject) {
+        unavailableItems = p["unavailableItems"]?.intValue ?? 0
         appID = p["appID"]?.stringValue
         generation = p["generation"]?.stringValue
         isFirstLaunch = p["firstLaunch"]?.boolValue ?? false
@@ -169,6 +174,8 @@ public struct VaultStatus: Sendable, Equatable {
     /// Keychain items in the vault: every app's and group's for the owner's tools, those in
     /// its access groups for an app.
     public var items: Int
+    /// Of `items`, those made with another `device.key`: NotAvailableOnThisDevice here.
+    public var unavailableItems: Int
     /// Preference domains holding at least one key: every one for the owner's tools, those it
     /// may read for an app (its own, its app groups' suites, NSGlobalDomain).
     public var domains: Int
@@ -181,6 +188,7 @@ public struct VaultStatus: Sendable, Equatable {
         lock = LockState(p["lock"])
         version = p["version"]?.stringValue ?? ""
         items = p["items"]?.intValue ?? 0
+        unavailableItems = p["unavailableItems"]?.intValue ?? 0
         domains = p["domains"]?.intValue ?? 0
         retryAfter = p["retryAfter"]?.doubleValue ?? 0
         dataDirectory = p["dataDirectory"]?.stringValue

@@ -153,6 +153,7 @@ struct Dispatcher {
                 "appID": caller.appID.map { .string($0) } ?? .null, "generation": caller.generation.map { .string($0) } ?? .null,
                 "firstLaunch": .bool(firstLaunch), "wipedCredentials": JSON(wiped),
                 "defaultAccessGroup": .string(caller.defaultAccessGroup),
+                "unavailableItems": JSON(try vault.unavailableItems(caller: caller)),
             ]
         case "io.vaultd.Vault.Status":
             var s = try vault.status(caller: caller)

@@ -441,11 +441,20 @@ final class KeychainStore {
         let primaryKeyHash = values[Self.primaryKeyHashValue]
         let others = itemIndex.candidates([(.primaryKey, primaryKeyHash.blob ?? [])]).filter { $0 != id }
         if !others.isEmpty,
-            try db.row(
-                "SELECT 1 FROM items WHERE id IN (SELECT value FROM json_each(?)) AND primary_key_hash = ?",
-                [.text(ItemIndex.jsonList(others)), primaryKeyHash]) != nil
+            let r = try db.row(
+                "SELECT id, uuid, item_class, access_group, accessible, synchronizable, wrapped_key FROM items WHERE id IN (SELECT value FROM json_each(?)) AND primary_key_hash = ?",
+                [.text(ItemIndex.jsonList(others)), primaryKeyHash])
         {
-            throw VaultError(.duplicateItem, "an item with the same primary key already exists in this access group")
+            // An add over another device's ThisDeviceOnly item (which no unlock here opens)
+            // replaces it, as an iPhone restored from a backup lets its apps add such items
+            // afresh; any other collision is SecItemAdd's DuplicateItem.
+            guard id == nil, let old = r[0].int64, let uuid = r[1].blob, let cls = r[2].text.flatMap(ItemClass.init(rawValue:)), let group = r[3].text,
+                let acc = r[4].text.flatMap(Accessibility.init(rawValue:)), let sync = r[5].int64, let wrapped = r[6].blob,
+                isOtherDevice(uuid: uuid, itemClass: cls, accessGroup: group, accessible: acc, synchronizable: sync != 0, wrappedKey: wrapped)
+            else {
+                throw VaultError(.duplicateItem, "an item with the same primary key already exists in this access group")
+            }
+            try db.run("DELETE FROM items WHERE id = ?", [.integer(old)])
         }
         do {
             if let id {
@@ -598,6 +607,45 @@ final class KeychainStore {
     /// Deletes every item of one accessibility class (used when the passphrase is removed).
     func deleteAll(accessible: Accessibility) throws -> Int {
         try db.run("DELETE FROM items WHERE accessible = ?", [.text(accessible.rawValue)])
+    }
+
+    /// Whether a stored row is another device's ThisDeviceOnly item (a data directory moved
+    /// here, or a backup restored here): in a foreign class, and its item key does not open
+    /// with this device's class key. False when that cannot be told (the class is locked).
+    private func isOtherDevice(uuid: [UInt8], itemClass: ItemClass, accessGroup: String, accessible: Accessibility, synchronizable: Bool, wrappedKey: [UInt8]) -> Bool {
+        guard keys.isForeign(accessible) else { return false }
+        do {
+            let k = try keys.classKey(accessible)
+            let ad = Self.associatedData(uuid: uuid, itemClass: itemClass, accessGroup: accessGroup, accessible: accessible, synchronizable: synchronizable)
+            return Sodium.open(wrappedKey, key: k, associatedData: ad) == nil
+        } catch let e as VaultError where e.code == .notAvailableOnThisDevice {
+            return true
+        } catch {
+            return false
+        }
+    }
+
+    /// Items that are another device's and never open here (NotAvailableOnThisDevice), of
+    /// all of them or of those in `groups`. Only the foreign classes' rows are read (one
+    /// small decryption each); those of a class locked now are not counted.
+    func unavailableCount(inGroups groups: [String]? = nil) throws -> Int {
+        if let groups, groups.isEmpty { return 0 }
+        var n = 0
+        for a in Accessibility.allCases where keys.isForeign(a) {
+            var sql = "SELECT uuid, item_class, access_group, synchronizable, wrapped_key FROM items WHERE accessible = ?"
+            var args: [SQLValue] = [.text(a.rawValue)]
+            if let groups {
+                sql += " AND access_group IN (SELECT value FROM json_each(?))"
+                args.append(.text(JSON.array(groups.map { .string($0) }).text))
+            }
+            for r in try db.rows(sql, args) {
+                guard let uuid = r[0].blob, let cls = r[1].text.flatMap(ItemClass.init(rawValue:)), let group = r[2].text, let sync = r[3].int64,
+                    let wrapped = r[4].blob
+                else { continue }
+                if isOtherDevice(uuid: uuid, itemClass: cls, accessGroup: group, accessible: a, synchronizable: sync != 0, wrappedKey: wrapped) { n += 1 }
+            }
+        }
+        return n
     }
 
     /// Items stored: all of them, or those in `groups` (an app's access groups).

@@ -216,7 +216,7 @@ let checkpointerWALHook: @convention(c) (UnsafeMutableRawPointer?, OpaquePointer
     let rc = withUnsafeMutablePointer(to: &deadline) { d in
         sqlite3_busy_handler(db, restartBusyHandler, d)
         defer { sqlite3_busy_handler(db, Database.busyHandler, nil) }
-        return checkpointer.identity.checkpoint { sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_RESTART, nil, nil) } ?? SQLITE_ABORT
+        return checkpointer.identity.checkpoint(waiting: false) { sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_RESTART, nil, nil) } ?? SQLITE_BUSY
     }
     // Busy (a background round is copying, or a reader outlasted the wait): the next commit
     // tries again.

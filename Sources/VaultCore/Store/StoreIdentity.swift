@@ -104,8 +104,14 @@ final class StoreIdentity: @unchecked Sendable {
     /// Runs one checkpoint of vaultd's (`body`): checked first (nothing runs once a change
     /// was seen: copying the WAL into another file would corrupt it), then the files
     /// recorded as the checkpoint left them. Returns nil when it did not run.
-    func checkpoint<T>(_ body: () throws -> T) rethrows -> T? {
-        checkpointLock.lock()
+    /// `waiting`: false for the writer's own checkpoint under the engine lock, which must not
+    /// wait for a background round (nil then, as when SQLite finds its checkpoint lock taken).
+    func checkpoint<T>(waiting: Bool = true, _ body: () throws -> T) rethrows -> T? {
+        if waiting {
+            checkpointLock.lock()
+        } else if !checkpointLock.try() {
+            return nil
+        }
         defer { checkpointLock.unlock() }
         if failure != nil { return nil }
         if let what = change(full: true) {

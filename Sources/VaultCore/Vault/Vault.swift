@@ -217,6 +217,7 @@ public final class Vault: @unchecked Sendable {
             return [
                 "lock": keys.lockState,
                 "items": JSON(try keychain.count(inGroups: caller.visibleAccessGroups)),
+                "unavailableItems": JSON(try keychain.unavailableCount(inGroups: caller.visibleAccessGroups)),
                 "domains": JSON(readable.count),
                 "retryAfter": JSON(try rateLimitDelay()),
                 "dataDirectory": caller.isOwner ? .string(dataDirectory) : .null,

@@ -25,7 +25,11 @@ extension VarlinkInterfaces {
           wipedCredentials: int,
           # The keychain access group an Add without one uses: the app's first access group,
           # or "user" for the owner's tools.
-          defaultAccessGroup: ?string
+          defaultAccessGroup: ?string,
+          # The caller's ThisDeviceOnly items made with another device.key (a data directory
+          # moved here, or a backup restored here): NotAvailableOnThisDevice; an Add with the
+          # same primary key replaces one, a Delete removes it.
+          unavailableItems: int
         )
 
         # The vault's state and figures.
@@ -35,6 +39,8 @@ extension VarlinkInterfaces {
           version: string,
           # Keychain items stored (for an app: those in its access groups).
           items: int,
+          # Of those, ThisDeviceOnly items made with another device.key (NotAvailableOnThisDevice).
+          unavailableItems: int,
           # Preference domains stored (for an app: those it may read).
           domains: int,
           # Seconds to wait before the next Unlock is accepted (rate limit), 0 when none.
