@@ -366,4 +366,36 @@ struct BackupTests {
         }
         print("reliability: restore killed halfway: \(outcomes.joined(separator: ", "))")
     }
+
+    /// `--recipient age1…`: a backup to age-keygen's key opens with `age -d -i KEYFILE` and
+    /// restores with `--identity KEYFILE`; another key is refused, nothing changed.
+    @Test func aBackupToAKeyOpensWithItsIdentity() throws {
+        let a = try Daemon()
+        defer { a.close() }
+        try #require(a.initializeWithoutPassphrase().status == 0)
+        try Self.populate(a)
+        var keys: [String] = []
+        for name in ["key", "other"] {
+            let keygen = a.run("age-keygen", ["-o", a.root + "/\(name).txt"])
+            try #require(keygen.status == 0, "\(keygen)")
+            keys.append(String(try #require(keygen.stderr.split(separator: "\n").first { $0.hasPrefix("Public key: ") }).dropFirst(12)))
+        }
+        let file = a.root + "/keyed.age"
+        let r = a.ctl(["backup", file, "--recipient", keys[0]])
+        #expect(r.status == 0 && r.stdoutText.contains("--identity KEYFILE"), "\(r)")
+        let opened = a.run("age", ["-d", "-i", a.root + "/key.txt", "-o", a.root + "/keyed.plain", file])
+        #expect(opened.status == 0, "\(opened)")
+        #expect(FileManager.default.contents(atPath: a.root + "/keyed.plain")?.starts(with: Data("vaultd backup 1\n".utf8)) == true)
+        #expect(a.ctl(["backup", file, "--recipient", keys[0], "--passphrase-fd", "3"], fds: [3: passphraseLine("x")]).status == 64)
+        #expect(a.ctl(["backup", a.root + "/bad.age", "--recipient", "age1notakey"]).status == 65)
+
+        let b = try Daemon()
+        defer { b.close() }
+        let wrong = b.ctl(["restore", file, "--identity", a.root + "/other.txt", "--no-passphrase"])
+        #expect(wrong.status == 1 && wrong.stderr.contains("BackupAuthFailed"), "\(wrong)")
+        #expect(b.statusJSON()?["state"] as? String == "uninitialized")
+        let restored = b.ctl(["restore", file, "--identity", a.root + "/key.txt", "--no-passphrase"])
+        #expect(restored.status == 0 && restored.stdoutText.contains("items: 3 added"), "\(restored)")
+        #expect(try Self.preferences(try b.client()) == Self.preferences(try a.client()))
+    }
 }
