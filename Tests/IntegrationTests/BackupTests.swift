@@ -229,6 +229,15 @@ struct BackupTests {
         #expect(r.status == 36 && r.stderr.contains("InteractionNotAllowed"), "\(r)")
         #expect(!FileManager.default.fileExists(atPath: a.root + "/locked.age"))
         #expect((try FileManager.default.contentsOfDirectory(atPath: a.root)).filter { $0.contains(".tmp-") }.isEmpty)
+        // Nor into the data directory, where it could be renamed over the live store.
+        try #require(a.unlock().status == 0)
+        let inside = Self.backup(a, a.dataDirectory + "/vault.sqlite")
+        #expect(inside.status == 65 && inside.stderr.contains("data directory"), "\(inside)")
+        #expect(Self.add(a).status == 0, "the store is untouched")
+    }
+
+    static func add(_ d: Daemon) -> ProcessResult {
+        d.ctl(["item", "add", "--service", "after", "--account", "x", "--secret-fd", "3"], fds: [3: Data("v".utf8)])
     }
 
     /// ThisDeviceOnly items: absent from a default backup; with --include-device-bound,

@@ -260,7 +260,9 @@ extension Vault {
     /// device's ThisDeviceOnly items, NotAvailableOnThisDevice here: what Hello reports, so an
     /// app moved to a new device learns which of its credentials to ask for again.
     public func unavailableItems(caller: Caller) throws -> Int {
-        try locked { try keychain.unavailableCount(inGroups: caller.visibleAccessGroups) }
+        // Nearly always no class holds another device's items: answered without the engine lock.
+        guard withKeys({ Accessibility.allCases.contains(where: keys.isForeign) }) else { return 0 }
+        return try locked { try keychain.unavailableCount(inGroups: caller.visibleAccessGroups) }
     }
 
     /// The first launch of the caller's generation, once: wipes the leftovers, and reports it

@@ -114,6 +114,11 @@ extension Vault {
     public func backup(to path: String, recipients: [Age.Recipient], includeDeviceBound: Bool, caller: Caller) throws -> BackupSummary {
         _ = try authorize(.backup, for: caller)
         guard path.hasPrefix("/") else { throw VaultError.param("the backup's path must be absolute") }
+        // Renamed over vault.sqlite or beside it, a backup would replace or crowd the live store.
+        let directory = Self.canonicalPath((path as NSString).deletingLastPathComponent)
+        guard directory != Self.canonicalPath(dataDirectory) else {
+            throw VaultError.param("a backup must not be written into vaultd's data directory (\(dataDirectory)): give a path elsewhere")
+        }
         // All of it or nothing: a backup without the locked classes' items would look whole.
         let (metadata, classKeys, deviceID, deviceBackupKey) = try withKeys {
             try keys.requireInitialized()
