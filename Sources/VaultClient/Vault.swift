@@ -82,6 +82,38 @@ public final class Vault: @unchecked Sendable {
     }
 }
 
+extension Vault {
+    /// `io.vaultd.Vault.Backup`: vaultd writes a backup of the whole vault to `path`
+    /// (absolute, as vaultd sees the file system), an age v1 file encrypted with `passphrase`
+    /// (scrypt) or to `recipients` (`age1…` keys), 0600, atomically. Owner only. Returns
+    /// its reply (`items`, `deviceBoundItems`, `leftOutItems`, `preferences`, `domains`,
+    /// `apps`, `bytes`). Throws InteractionNotAllowed (locked; nothing written),
+    /// PermissionDenied, Param, StorageFull.
+    public func backup(to path: String, passphrase: String?, recipients: [String] = [], includeDeviceBound: Bool = false) throws -> JSONObject {
+        try connection.call(
+            "io.vaultd.Vault.Backup",
+            [
+                "path": .string(path), "passphrase": passphrase.map { .string($0) } ?? .null,
+                "recipients": recipients.isEmpty ? .null : .array(recipients.map { .string($0) }), "includeDeviceBound": .bool(includeDeviceBound),
+            ])
+    }
+
+    /// `io.vaultd.Vault.Restore`: vaultd restores the backup at `path`, opened with
+    /// `passphrase` or `identity` (an age identity file's text); into an uninitialised vault
+    /// it creates one with `newPassphrase` (nil: none). Owner only. Returns its reply
+    /// (`items`, `preferences`, `apps`: each `added`, `replaced`, `kept`; `unavailableItems`;
+    /// `lock`). Throws BackupAuthFailed, BackupUnreadable, NotEmpty (without `merge`),
+    /// InteractionNotAllowed, PermissionDenied.
+    public func restore(from path: String, passphrase: String?, identity: String? = nil, newPassphrase: String? = nil, merge: Bool = false) throws -> JSONObject {
+        try connection.call(
+            "io.vaultd.Vault.Restore",
+            [
+                "path": .string(path), "passphrase": passphrase.map { .string($0) } ?? .null, "identity": identity.map { .string($0) } ?? .null,
+                "newPassphrase": newPassphrase.map { .string($0) } ?? .null, "merge": .bool(merge),
+            ])
+    }
+}
+
 /// `io.vaultd.Vault.Hello`: who vaultd says the caller is.
 public struct LaunchInfo: Sendable, Equatable {
     /// The app ID (reverse-DNS), or nil for the owner's tools (an unidentified peer).
@@ -98,8 +130,13 @@ public struct LaunchInfo: Sendable, Equatable {
     /// the app's first access group, or `user` for the owner's tools. nil from a vaultd that
     /// does not say.
     public var defaultAccessGroup: String?
+    /// The app's ThisDeviceOnly items that were made with another `device.key` (the vault
+    /// moved to this device, or a backup restored here) and cannot be read here
+    /// (NotAvailableOnThisDevice): add them again (an add with the same key replaces them).
+    public var unavailableItems: Int
 
     init(_ p: JSONObject) {
+        unavailableItems = p["unavailableItems"]?.intValue ?? 0
         appID = p["appID"]?.stringValue
         generation = p["generation"]?.stringValue
         isFirstLaunch = p["firstLaunch"]?.boolValue ?? false
@@ -137,6 +174,8 @@ public struct VaultStatus: Sendable, Equatable {
     /// Keychain items in the vault: every app's and group's for the owner's tools, those in
     /// its access groups for an app.
     public var items: Int
+    /// Of `items`, those made with another `device.key`: NotAvailableOnThisDevice here.
+    public var unavailableItems: Int
     /// Preference domains holding at least one key: every one for the owner's tools, those it
     /// may read for an app (its own, its app groups' suites, NSGlobalDomain).
     public var domains: Int
@@ -149,6 +188,7 @@ public struct VaultStatus: Sendable, Equatable {
         lock = LockState(p["lock"])
         version = p["version"]?.stringValue ?? ""
         items = p["items"]?.intValue ?? 0
+        unavailableItems = p["unavailableItems"]?.intValue ?? 0
         domains = p["domains"]?.intValue ?? 0
         retryAfter = p["retryAfter"]?.doubleValue ?? 0
         dataDirectory = p["dataDirectory"]?.stringValue

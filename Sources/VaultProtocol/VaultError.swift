@@ -85,6 +85,16 @@ public struct VaultError: Error, Equatable, CustomStringConvertible, Sendable {
         /// default 64 MiB: the items it added and its own preferences domain; `["size"]` what
         /// it would store, `["appID"]`); nothing was written.
         public static let quotaExceeded = Code("io.vaultd.Vault.QuotaExceeded")
+        /// Restore (or Backup's check) of a file that is not a readable vaultd backup: not an
+        /// age file, malformed, altered, truncated, over the limits. Nothing was changed.
+        public static let backupUnreadable = Code("io.vaultd.Vault.BackupUnreadable")
+        /// The passphrase or identity does not open the backup file. Nothing was changed.
+        public static let backupAuthFailed = Code("io.vaultd.Vault.BackupAuthFailed")
+        /// Restore without merge into a vault that holds items, preferences or apps.
+        public static let notEmpty = Code("io.vaultd.Vault.NotEmpty")
+        /// The database file was replaced or truncated under vaultd while it ran: no more
+        /// writes are served until it restarts.
+        public static let storeReplaced = Code("io.vaultd.Vault.StoreReplaced")
         /// vaultd failed unexpectedly (a damaged store, a failed sync); the message says where.
         public static let internalError = Code("io.vaultd.Vault.InternalError")
         /// An owner-only method (Init, Unlock, Lock, ChangePassphrase, Apps, cache Purge) called by an app.

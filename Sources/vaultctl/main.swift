@@ -23,6 +23,12 @@ let toolUsage = """
       passphrase change --passphrase-fd N --new-passphrase-fd M
       passphrase set --new-passphrase-fd M
       passphrase remove --passphrase-fd N
+      backup FILE [--passphrase-fd N | --recipient age1...]... [--include-device-bound]
+        an age file (age -d opens it) of every item, preference and app; the backup passphrase
+        is asked twice; ThisDeviceOnly items only with --include-device-bound (this device only)
+      restore FILE [--passphrase-fd N | --identity KEYFILE] [--merge]
+              [--new-passphrase-fd M | --no-passphrase]
+        into a new vault (then its new passphrase), an empty one, or --merge: newer one wins
     Keychain (CLASS is generic or internet, right after the verb; without it, internet when
         --server, --protocol, --port, --path, --authentication-type or --security-domain is
         given, else generic, and list lists both; --service is a generic password's only):
@@ -136,6 +142,8 @@ protocol ReadsSecret {}
 extension InitCommand: ReadsSecret {}
 extension UnlockCommand: ReadsSecret {}
 extension PassphraseCommand: ReadsSecret {}
+extension BackupCommand: ReadsSecret {}
+extension RestoreCommand: ReadsSecret {}
 extension ItemCommand: ReadsSecret {}
 
 /// A subcommand: parses and validates its arguments in `init`, acts in `run`.
@@ -184,6 +192,8 @@ func parseCommand(_ args: inout Arguments) throws -> Command {
     case "forget": return try ForgetCommand(&args)
     case "keyring": return try KeyringCommand(&args)
     case "passphrase": return try PassphraseCommand(&args)
+    case "backup": return try BackupCommand(&args)
+    case "restore": return try RestoreCommand(&args)
     case "item": return try ItemCommand(&args)
     case "defaults": return try DefaultsCommand(&args)
     case "app": return try AppCommand(&args)

@@ -176,6 +176,7 @@ struct Dispatcher {
                 "appID": caller.appID.map { .string($0) } ?? .null, "generation": caller.generation.map { .string($0) } ?? .null,
                 "firstLaunch": .bool(firstLaunch), "wipedCredentials": JSON(wiped),
                 "defaultAccessGroup": .string(caller.defaultAccessGroup),
+                "unavailableItems": JSON(try vault.unavailableItems(caller: caller)),
             ]
         case "io.vaultd.Vault.Status":
             var s = try vault.status(caller: caller)
@@ -193,6 +194,31 @@ struct Dispatcher {
         case "io.vaultd.Vault.ChangePassphrase":
             let (state, deleted) = try vault.changePassphrase(old: try p.passphrase("old"), new: try p.passphrase("new"), caller: caller)
             return ["lock": state, "deletedItems": JSON(deleted)]
+        case "io.vaultd.Vault.Backup":
+            let passphrase = try p.passphrase("passphrase")
+            var recipients: [Age.Recipient]
+            if let list = p.optionalJSON("recipients") {
+                guard let a = list.arrayValue, a.allSatisfy({ $0.stringValue != nil }), !a.isEmpty else {
+                    throw VaultError.invalidParameter("recipients", "must be a non-empty array of age1… strings")
+                }
+                recipients = try a.compactMap(\.stringValue).map { .x25519(try Age.parseRecipient($0)) }
+                if passphrase != nil { throw VaultError.invalidParameter("passphrase", "give either a passphrase or recipients, not both") }
+            } else {
+                guard let passphrase, passphrase.count > 0 else { throw VaultError.invalidParameter("passphrase", "give a backup passphrase or recipients") }
+                recipients = [.passphrase(passphrase)]
+            }
+            let summary = try vault.backup(
+                to: try p.string("path"), recipients: recipients, includeDeviceBound: try p.optionalBool("includeDeviceBound") ?? false, caller: caller)
+            return summary.json
+        case "io.vaultd.Vault.Restore":
+            var identities: [Age.Identity] = []
+            if let pass = try p.passphrase("passphrase") { identities.append(.passphrase(pass)) }
+            if let text = try p.passphrase("identity") { identities += try Age.parseIdentities(text).map { .x25519($0) } }
+            guard !identities.isEmpty else { throw VaultError.invalidParameter("passphrase", "give the backup's passphrase or an identity") }
+            let summary = try vault.restore(
+                from: try p.string("path"), identities: identities, newPassphrase: try p.passphrase("newPassphrase"),
+                merge: try p.optionalBool("merge") ?? false, caller: caller)
+            return summary.json
 
         case "io.vaultd.Keychain.Add":
             let cls = try ItemClass(wire: try p.string("class"))

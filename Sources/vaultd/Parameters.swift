@@ -93,6 +93,8 @@ final class CallSecrets {
         "io.vaultd.Vault.Init": ["passphrase": .text],
         "io.vaultd.Vault.Unlock": ["passphrase": .text],
         "io.vaultd.Vault.ChangePassphrase": ["old": .text, "new": .text],
+        "io.vaultd.Vault.Backup": ["passphrase": .text],
+        "io.vaultd.Vault.Restore": ["passphrase": .text, "identity": .text, "newPassphrase": .text],
         "io.vaultd.Keychain.Add": ["data": .base64],
         "io.vaultd.Keychain.Update": ["data": .base64],
     ]

@@ -68,7 +68,7 @@ import Glibc
                 // The last bytes again at the front, so a needle across two chunks is found.
                 let keep = min(overlap, filled)
                 if keep > 0 {
-                    buffer.withUnsafeMutableBytes { b in memmove(b.baseAddress!, b.baseAddress! + filled - keep, keep) }
+                    buffer.withUnsafeMutableBytes { b in _ = memmove(b.baseAddress!, b.baseAddress! + filled - keep, keep) }
                 }
                 carried = keep
                 at += UInt64(n)

@@ -54,10 +54,15 @@ import VaultProtocol
             expectVaultError(.permissionDenied) { _ = try vault.uninstallApp("org.example.App", caller: app) }
             expectVaultError(.permissionDenied) { _ = try vault.allApps(caller: app) }
             expectVaultError(.permissionDenied) { _ = try vault.app("org.example.App", caller: app) }
+            expectVaultError(.permissionDenied) { _ = try vault.backup(to: "/nonexistent/b.age", recipients: [.passphrase(secret("p"))], includeDeviceBound: false, caller: app) }
+            expectVaultError(.permissionDenied) { _ = try vault.restore(from: "/nonexistent/b.age", identities: [], newPassphrase: nil, merge: true, caller: app) }
             // The kinds refused above are exactly the owner-only ones.
             let ownerOnly = Set(VaultCore.Operation.Kind.allCases.filter { $0.audience == .owner })
             #expect(
-                ownerOnly == [.unlock, .unlockFromKeyring, .lock, .initialize, .changePassphrase, .purgeCaches, .installApp, .uninstallApp, .listApps, .showApp])
+                ownerOnly == [
+                    .unlock, .unlockFromKeyring, .lock, .initialize, .changePassphrase, .backup, .restore, .purgeCaches, .installApp, .uninstallApp,
+                    .listApps, .showApp,
+                ])
         }
     }
 

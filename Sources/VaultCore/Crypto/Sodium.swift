@@ -122,10 +122,10 @@ public enum Sodium {
         }
     }
 
-    /// One Argon2id derivation at a time, process-wide: each takes its `memLimit` (256 MiB at
+    /// One Argon2id (or scrypt) derivation at a time, process-wide: each takes its `memLimit` (256 MiB at
     /// MODERATE) for as long as it runs, so concurrent Init, Unlock and ChangePassphrase calls
     /// must not add those up.
-    private static let derivationLock = NSLock()
+    static let derivationLock = NSLock()
 
     /// Derives a 32-byte key from a passphrase with Argon2id (`crypto_pwhash`, ALG_ARGON2ID13),
     /// waiting for any derivation already running (`derivationLock`). Throws `VaultError`

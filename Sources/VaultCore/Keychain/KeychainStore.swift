@@ -441,11 +441,20 @@ final class KeychainStore {
         let primaryKeyHash = values[Self.primaryKeyHashValue]
         let others = itemIndex.candidates([(.primaryKey, primaryKeyHash.blob ?? [])]).filter { $0 != id }
         if !others.isEmpty,
-            try db.row(
-                "SELECT 1 FROM items WHERE id IN (SELECT value FROM json_each(?)) AND primary_key_hash = ?",
-                [.text(ItemIndex.jsonList(others)), primaryKeyHash]) != nil
+            let r = try db.row(
+                "SELECT id, uuid, item_class, access_group, accessible, synchronizable, wrapped_key FROM items WHERE id IN (SELECT value FROM json_each(?)) AND primary_key_hash = ?",
+                [.text(ItemIndex.jsonList(others)), primaryKeyHash])
         {
-            throw VaultError(.duplicateItem, "an item with the same primary key already exists in this access group")
+            // An add over another device's ThisDeviceOnly item (which no unlock here opens)
+            // replaces it, as an iPhone restored from a backup lets its apps add such items
+            // afresh; any other collision is SecItemAdd's DuplicateItem.
+            guard id == nil, let old = r[0].int64, let uuid = r[1].blob, let cls = r[2].text.flatMap(ItemClass.init(rawValue:)), let group = r[3].text,
+                let acc = r[4].text.flatMap(Accessibility.init(rawValue:)), let sync = r[5].int64, let wrapped = r[6].blob,
+                isOtherDevice(uuid: uuid, itemClass: cls, accessGroup: group, accessible: acc, synchronizable: sync != 0, wrappedKey: wrapped)
+            else {
+                throw VaultError(.duplicateItem, "an item with the same primary key already exists in this access group")
+            }
+            try db.run("DELETE FROM items WHERE id = ?", [.integer(old)])
         }
         do {
             if let id {
@@ -611,11 +620,102 @@ final class KeychainStore {
         try db.run("DELETE FROM items WHERE accessible = ?", [.text(accessible.rawValue)])
     }
 
+    /// Whether a stored row is another device's ThisDeviceOnly item (a data directory moved
+    /// here, or a backup restored here): in a foreign class, and its item key does not open
+    /// with this device's class key. False when that cannot be told (the class is locked).
+    private func isOtherDevice(uuid: [UInt8], itemClass: ItemClass, accessGroup: String, accessible: Accessibility, synchronizable: Bool, wrappedKey: [UInt8]) -> Bool {
+        guard keys.isForeign(accessible) else { return false }
+        do {
+            let k = try keys.classKey(accessible)
+            let ad = Self.associatedData(uuid: uuid, itemClass: itemClass, accessGroup: accessGroup, accessible: accessible, synchronizable: synchronizable)
+            return Sodium.open(wrappedKey, key: k, associatedData: ad) == nil
+        } catch let e as VaultError where e.code == .notAvailableOnThisDevice {
+            return true
+        } catch {
+            return false
+        }
+    }
+
+    /// Items that are another device's and never open here (NotAvailableOnThisDevice), of
+    /// all of them or of those in `groups`. Only the foreign classes' rows are read (one
+    /// small decryption each); those of a class locked now are not counted.
+    func unavailableCount(inGroups groups: [String]? = nil) throws -> Int {
+        if let groups, groups.isEmpty { return 0 }
+        var n = 0
+        for a in Accessibility.allCases where keys.isForeign(a) {
+            var sql = "SELECT uuid, item_class, access_group, synchronizable, wrapped_key FROM items WHERE accessible = ?"
+            var args: [SQLValue] = [.text(a.rawValue)]
+            if let groups {
+                sql += " AND access_group IN (SELECT value FROM json_each(?))"
+                args.append(.text(JSON.array(groups.map { .string($0) }).text))
+            }
+            for r in try db.rows(sql, args) {
+                guard let uuid = r[0].blob, let cls = r[1].text.flatMap(ItemClass.init(rawValue:)), let group = r[2].text, let sync = r[3].int64,
+                    let wrapped = r[4].blob
+                else { continue }
+                if isOtherDevice(uuid: uuid, itemClass: cls, accessGroup: group, accessible: a, synchronizable: sync != 0, wrappedKey: wrapped) { n += 1 }
+            }
+        }
+        return n
+    }
+
     /// Items stored: all of them, or those in `groups` (an app's access groups).
     func count(inGroups groups: [String]? = nil) throws -> Int {
         guard let groups else { return Int(try db.row("SELECT COUNT(*) FROM items")?[0].int64 ?? 0) }
         if groups.isEmpty { return 0 }
         let marks = Array(repeating: "?", count: groups.count).joined(separator: ", ")
         return Int(try db.row("SELECT COUNT(*) FROM items WHERE access_group IN (\(marks))", groups.map { .text($0) })?[0].int64 ?? 0)
+    }
+}
+
+// MARK: restoring a backup
+
+extension KeychainStore {
+    /// What a restore did with one item.
+    enum RestoreOutcome { case added, replaced, kept }
+
+    /// Writes one item of a backup with its dates and generation as they were. Added when no
+    /// item has its primary key; when one has it and `merge` is set, replaced when the
+    /// backup's modification date is later than the stored one's, else kept (SecItemAdd's
+    /// DuplicateItem without `merge`). `unavailable`: the item was sealed by another
+    /// device's key, so it is stored with an item key that opens nowhere and reads
+    /// NotAvailableOnThisDevice here (its class must be foreign: `KeyHierarchy.noteForeignDevice`),
+    /// as the item of a data directory moved from that device would. Throws Param for
+    /// attributes an Add refuses, the class-key error (InteractionNotAllowed).
+    func restore(
+        _ itemClass: ItemClass, attributes input: ItemAttributes, secret: SecureBytes, generation: String?, merge: Bool, unavailable: Bool
+    ) throws -> RestoreOutcome {
+        var a = input
+        try Self.validate(itemClass, a)
+        Self.normalize(itemClass, &a)
+        let keys = try writeKeys(accessible: a.accessible ?? .whenUnlocked)
+        var values = try Self.encrypt(itemClass: itemClass, attributes: a, secret: secret, keys: keys)
+        let wrappedKeyValue = Self.primaryKeyHashValue + 4
+        if unavailable { values[wrappedKeyValue] = .blob(Sodium.randomBytes(values[wrappedKeyValue].blob?.count ?? 72)) }
+        let primaryKeyHash = values[Self.primaryKeyHashValue]
+        let ids = itemIndex.candidates([(.primaryKey, primaryKeyHash.blob ?? [])])
+        if !ids.isEmpty,
+            let r = try db.row(
+                "SELECT id, uuid, item_class, access_group, accessible, synchronizable, attributes FROM items WHERE id IN (SELECT value FROM json_each(?)) AND primary_key_hash = ?",
+                [.text(ItemIndex.jsonList(ids)), primaryKeyHash])
+        {
+            guard merge else { throw VaultError(.duplicateItem, "the backup holds two items with the same primary key") }
+            // The stored item's modification date; one that does not decrypt counts as oldest.
+            var stored: Date?
+            if let id = r[0].int64, let uuid = r[1].blob, let cls = r[2].text.flatMap(ItemClass.init(rawValue:)), let group = r[3].text,
+                let acc = r[4].text.flatMap(Accessibility.init(rawValue:)), let sync = r[5].int64, let box = r[6].blob,
+                let plain = Sodium.openBytes(box, key: keys.metadata, associatedData: Self.associatedData(uuid: uuid, itemClass: cls, accessGroup: group, accessible: acc, synchronizable: sync != 0))
+            {
+                stored = (try? ItemAttributes(jsonObject: plain))?.modificationDate
+                guard let theirs = a.modificationDate, stored.map({ theirs > $0 }) ?? true else { return .kept }
+                try db.run("DELETE FROM items WHERE id = ?", [.integer(id)])
+            } else if let id = r[0].int64 {
+                try db.run("DELETE FROM items WHERE id = ?", [.integer(id)])
+            }
+            try store(values, id: nil, generation: generation)
+            return .replaced
+        }
+        try store(values, id: nil, generation: generation)
+        return .added
     }
 }

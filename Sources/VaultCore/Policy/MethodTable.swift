@@ -24,6 +24,8 @@ extension Policy {
         "io.vaultd.Vault.Lock": .operation(.lock),
         "io.vaultd.Vault.ChangePassphrase": .operation(.changePassphrase),
         "io.vaultd.Vault.Observe": .operation(.observeLockState),
+        "io.vaultd.Vault.Backup": .operation(.backup),
+        "io.vaultd.Vault.Restore": .operation(.restore),
 
         "io.vaultd.Keychain.Add": .operation(.addItem),
         "io.vaultd.Keychain.CopyMatching": .operation(.copyItems),

@@ -13,6 +13,10 @@ public enum Operation: Sendable, Equatable {
     case lock
     case changePassphrase
     case observeLockState
+    /// A backup of the whole vault written to a file, and a restore from one (owner only:
+    /// they read and write every item, domain and registration).
+    case backup
+    case restore
 
     // Keychain items (SecItem*). `accessGroup`: the group the call names (in the query, or an
     // Add's attributes); nil: every group the caller may see (an Add: its default group).
@@ -53,6 +57,8 @@ public enum Operation: Sendable, Equatable {
         case .lock: .lock
         case .changePassphrase: .changePassphrase
         case .observeLockState: .observeLockState
+        case .backup: .backup
+        case .restore: .restore
         case .addItem: .addItem
         case .copyItems: .copyItems
         case .updateItems: .updateItems
@@ -74,7 +80,7 @@ public enum Operation: Sendable, Equatable {
 
     /// An operation's kind: one per case of `Operation`.
     public enum Kind: String, Sendable, CaseIterable {
-        case hello, status, initialize, unlock, unlockFromKeyring, lock, changePassphrase, observeLockState
+        case hello, status, initialize, unlock, unlockFromKeyring, lock, changePassphrase, observeLockState, backup, restore
         case addItem, copyItems, updateItems, deleteItems
         case readPreferences, writePreferences, listDomains, observePreferences
         case cacheDirectory, cacheUsage, purgeCaches, observeCachePurges
@@ -84,8 +90,8 @@ public enum Operation: Sendable, Equatable {
         public var audience: Audience {
             switch self {
             // Apps may not lock, unlock, nor try passphrases; the registry and the purge of
-            // caches are the owner's.
-            case .initialize, .unlock, .unlockFromKeyring, .lock, .changePassphrase, .purgeCaches,
+            // caches are the owner's, and so are backups and restores, which hold everything.
+            case .initialize, .unlock, .unlockFromKeyring, .lock, .changePassphrase, .backup, .restore, .purgeCaches,
                 .installApp, .uninstallApp, .listApps, .showApp:
                 .owner
             case .hello, .status, .observeLockState, .addItem, .copyItems, .updateItems, .deleteItems,

@@ -93,7 +93,7 @@ public enum Policy {
             grant.domains = try named.map { try resolve(domain: $0, for: caller, write: false) }
         case .cacheDirectory(let appID):
             grant.appID = try cacheApp(appID, for: caller)
-        case .hello, .status, .initialize, .unlock, .unlockFromKeyring, .lock, .changePassphrase, .observeLockState,
+        case .hello, .status, .initialize, .unlock, .unlockFromKeyring, .lock, .changePassphrase, .observeLockState, .backup, .restore,
             .listDomains, .cacheUsage, .purgeCaches, .observeCachePurges, .installApp, .uninstallApp, .listApps, .showApp:
             break
         }

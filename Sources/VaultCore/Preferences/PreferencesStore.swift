@@ -124,8 +124,8 @@ final class PreferencesStore {
         try checkSize(domain: domain, total: total)
         try checkRoom(domain: domain, total: total, room: room)
         try db.run(
-            "INSERT OR REPLACE INTO preferences (domain, key, value, size) VALUES (?, ?, ?, ?)",
-            [.text(domain), .text(key), .blob(stored), .integer(Int64(entrySize))])
+            "INSERT OR REPLACE INTO preferences (domain, key, value, size, modified) VALUES (?, ?, ?, ?, ?)",
+            [.text(domain), .text(key), .blob(stored), .integer(Int64(entrySize)), .real(Date().timeIntervalSince1970)])
     }
 
     /// Removes one key; returns whether it existed.
@@ -153,10 +153,11 @@ final class PreferencesStore {
         try checkSize(domain: domain, total: total)
         try checkRoom(domain: domain, total: total, room: room)
         try db.run("DELETE FROM preferences WHERE domain = ?", [.text(domain)])
+        let now = Date().timeIntervalSince1970
         for r in rows {
             try db.run(
-                "INSERT INTO preferences (domain, key, value, size) VALUES (?, ?, ?, ?)",
-                [.text(domain), .text(r.key), .blob(r.stored), .integer(Int64(r.size))])
+                "INSERT INTO preferences (domain, key, value, size, modified) VALUES (?, ?, ?, ?, ?)",
+                [.text(domain), .text(r.key), .blob(r.stored), .integer(Int64(r.size)), .real(now)])
         }
     }
 }

@@ -64,8 +64,12 @@ final class Checkpointer: @unchecked Sendable {
     private var excluded = false
     private var handle: OpaquePointer?
 
-    init(path: String) {
+    /// The writer's watch on the store's files: each checkpoint runs through it.
+    let identity: StoreIdentity
+
+    init(path: String, identity: StoreIdentity) {
         self.path = path
+        self.identity = identity
     }
 
     /// Opens the checkpointer's connection and starts its thread. Without a connection there
@@ -147,7 +151,8 @@ final class Checkpointer: @unchecked Sendable {
                 // load, rounds chasing a writer would let the WAL grow past the fallback).
                 if round > 0, condition.withLock({ latestFrames }) >= Self.writerFallbackFrames { break }
                 var logFrames: Int32 = 0, copied: Int32 = 0
-                guard sqlite3_wal_checkpoint_v2(handle, nil, SQLITE_CHECKPOINT_PASSIVE, &logFrames, &copied) == SQLITE_OK,
+                // Never into a file that is not the store's any more (`StoreIdentity`).
+                guard identity.checkpoint({ sqlite3_wal_checkpoint_v2(handle, nil, SQLITE_CHECKPOINT_PASSIVE, &logFrames, &copied) }) == SQLITE_OK,
                     logFrames > 0, copied == logFrames
                 else { break }
                 if condition.withLock({ latestFrames }) - copied <= Self.writerShare {
@@ -211,7 +216,7 @@ let checkpointerWALHook: @convention(c) (UnsafeMutableRawPointer?, OpaquePointer
     let rc = withUnsafeMutablePointer(to: &deadline) { d in
         sqlite3_busy_handler(db, restartBusyHandler, d)
         defer { sqlite3_busy_handler(db, Database.busyHandler, nil) }
-        return sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_RESTART, nil, nil)
+        return checkpointer.identity.checkpoint(waiting: false) { sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_RESTART, nil, nil) } ?? SQLITE_BUSY
     }
     // Busy (a background round is copying, or a reader outlasted the wait): the next commit
     // tries again.

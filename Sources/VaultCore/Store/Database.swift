@@ -15,6 +15,10 @@ public final class Database {
     /// Statements cached by the number their SQL text is known by (`statement(shape:sql:)`).
     private var statementsByShape: [Int: Statement] = [:]
     private var checkpointer: Checkpointer?
+    /// The writer's watch on its files (`StoreIdentity`), from `checkpointInBackground` on.
+    private(set) var identity: StoreIdentity?
+    /// Set once `storeReplaced` has put the store's WAL aside.
+    private var replacementHandled = false
     private let walSync: WALSync
     public let path: String
     /// Called on this connection after each transaction of `write` or `writeDeferringSync`
@@ -108,7 +112,9 @@ public final class Database {
     /// commits do not pay for them.
     public func checkpointInBackground() {
         guard let h = handle, checkpointer == nil else { return }
-        let c = Checkpointer(path: path)
+        let identity = StoreIdentity(path: path)
+        self.identity = identity
+        let c = Checkpointer(path: path, identity: identity)
         c.start()
         checkpointer = c
         sqlite3_wal_hook(h, checkpointerWALHook, Unmanaged.passUnretained(c).toOpaque())
@@ -117,8 +123,10 @@ public final class Database {
     /// The WAL's runs seen by the background checkpointer; nil without one.
     var walRuns: Checkpointer.Runs? { checkpointer?.endedRuns }
 
-    /// Finalizes cached statements and closes the connection. Idempotent.
+    /// Finalizes cached statements and closes the connection. Idempotent. A store found
+    /// replaced is not checkpointed on the way (`storeReplaced`).
     public func close() {
+        if identity?.failure != nil { storeReplaced() }
         if let c = checkpointer, let h = handle {
             sqlite3_wal_hook(h, nil, nil)
             c.stop()
@@ -137,6 +145,7 @@ public final class Database {
     /// The caller must call `syncWAL()` before it acknowledges the transaction. Throws what
     /// `body` or COMMIT throws (StorageFull on a full disk), having rolled back.
     func writeDeferringSync(_ body: () throws -> Void) throws {
+        try checkIdentity()
         try execute("PRAGMA synchronous=NORMAL")
         // SQLite refuses to change the level inside a transaction: restored once it ended.
         // Every other write of this connection relies on FULL; should it not come back,
@@ -188,8 +197,54 @@ public final class Database {
         guard let h = handle else { throw VaultError(.internalError, "the store is closed") }
         // Not beside a background round: it holds SQLite's checkpoint lock, and this
         // checkpoint would fail at once, leaving the frames it is meant to drop.
-        let truncate = { try self.check(sqlite3_wal_checkpoint_v2(h, nil, SQLITE_CHECKPOINT_TRUNCATE, nil, nil), "truncating the write-ahead log") }
+        let truncate = {
+            let checkpoint = { try self.check(sqlite3_wal_checkpoint_v2(h, nil, SQLITE_CHECKPOINT_TRUNCATE, nil, nil), "truncating the write-ahead log") }
+            guard let identity = self.identity else { return try checkpoint() }
+            if try identity.checkpoint(checkpoint) == nil { try self.checkIdentity() }
+        }
         if let c = checkpointer { try c.excluding(truncate) } else { try truncate() }
+    }
+
+    /// Before a write: throws StoreReplaced once `identity` has seen the files changed
+    /// underneath, having put the WAL aside (`storeReplaced`).
+    private func checkIdentity() throws {
+        guard let identity else { return }
+        do {
+            try identity.checkWrite()
+        } catch {
+            storeReplaced()
+            throw error
+        }
+    }
+
+    /// What the writer's connection does, once, when its files were changed underneath:
+    /// logs what was seen; when the database file at the path is another one (renamed over
+    /// it) while this connection still has the one it opened, copies that (every
+    /// acknowledged write in it) to `vault.sqlite.displaced-TIME` beside it (VACUUM INTO);
+    /// moves the WAL, whose frames belong to the database vaultd opened, aside to
+    /// `vault.sqlite-wal.displaced-TIME`, so the next start does not lay them over the file
+    /// now at the path (which would make it malformed); and closes without a checkpoint.
+    /// Reads may still be served; no write is.
+    func storeReplaced() {
+        guard !replacementHandled, let identity, let what = identity.failure, let h = handle else { return }
+        replacementHandled = true
+        _ = vaultd_sqlite3_no_checkpoint_on_close(h)
+        let stamp = String(Int(Date().timeIntervalSince1970))
+        var saved = ""
+        if StoreIdentity.Fingerprint(path).map({ $0.inode != identity.openedInode }) ?? true {
+            let copy = path + ".displaced-" + stamp
+            do {
+                try execute("VACUUM INTO '\(copy.replacingOccurrences(of: "'", with: "''"))'")
+                saved = "; the store vaultd had open, with every write it acknowledged, was copied to \(copy)"
+            } catch {
+                saved = "; the store vaultd had open could not be copied aside (\(error))"
+            }
+        }
+        let walAside = path + "-wal.displaced-" + stamp
+        let moved = rename(path + "-wal", walAside) == 0
+        log(
+            "STORE REPLACED: \(what). vaultd serves no more writes and will not checkpoint into that file\(saved)\(moved ? "; its write-ahead log was moved to \(walAside)" : ""). Stop vaultd; to keep what vaultd had, put the displaced copy back as \(path); to keep the file now there, just start vaultd again"
+        )
     }
 
     /// Makes the next COMMIT of this connection fail (SQLite rolls the transaction back), as a
@@ -318,7 +373,8 @@ public final class Database {
     /// Runs `body` in one IMMEDIATE transaction: committed (durably) when it returns,
     /// rolled back when it throws.
     public func write<T>(_ body: (Database) throws -> T) throws -> T {
-        try transaction("BEGIN IMMEDIATE", body, then: ended)
+        try checkIdentity()
+        return try transaction("BEGIN IMMEDIATE", body, then: ended)
     }
 
     /// Runs `body` after `begin`: committed when it returns, rolled back when it throws;

@@ -100,4 +100,73 @@ enum FileSystem {
         if dir >= 0 { fsync(dir); close(dir) }
         return key
     }
+
+    /// Writes `bytes` to `path` atomically and durably, mode 0600: into a new temporary file
+    /// beside it (`mkstemp`, 0600), fsynced, renamed over `path`, then the directory fsynced;
+    /// a reader sees the old file or the whole new one, and a crash leaves no partial `path`.
+    /// The temporary file is removed on failure. Throws StorageFull (no space), InternalError.
+    static func writeAtomically(_ bytes: [UInt8], to path: String) throws {
+        let dir = (path as NSString).deletingLastPathComponent
+        let name = (path as NSString).lastPathComponent
+        var template = Array("\(dir.isEmpty ? "." : dir)/.\(name).tmp-XXXXXX".utf8CString)
+        let fd = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
+        if fd >= 0 { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        func failure(_ what: String, _ code: Int32) -> VaultError {
+            VaultError(code == ENOSPC || code == EDQUOT ? .storageFull : .internalError, "cannot \(what) \(path): \(String(cString: strerror(code)))")
+        }
+        guard fd >= 0 else { throw failure("create a file beside", errno) }
+        let tmp = String(cString: template.withUnsafeBufferPointer { $0.baseAddress! })
+        var done = false
+        defer { if !done { unlink(tmp) } }
+        var written = 0
+        while written < bytes.count {
+            let n = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + written, bytes.count - written) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else {
+                let code = errno
+                close(fd)
+                throw failure("write", code)
+            }
+            written += n
+        }
+        guard fchmod(fd, 0o600) == 0, fsync(fd) == 0 else {
+            let code = errno
+            close(fd)
+            throw failure("write", code)
+        }
+        close(fd)
+        guard rename(tmp, path) == 0 else { throw failure("write", errno) }
+        done = true
+        let d = open(dir.isEmpty ? "." : dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if d >= 0 {
+            fsync(d)
+            close(d)
+        }
+    }
+
+    /// The bytes of the regular file at `path`, refused beyond `limit` bytes before any is
+    /// read. Throws Param (absent, not a regular file, over the limit), InternalError.
+    static func readFile(_ path: String, limit: Int) throws -> [UInt8] {
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
+        guard fd >= 0 else { throw VaultError.param("cannot open \(path): \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else { throw VaultError.param("\(path) is not a regular file") }
+        guard st.st_size <= off_t(limit) else { throw VaultError.param("\(path) is \(st.st_size) bytes; at most \(limit) are read") }
+        var out = [UInt8](repeating: 0, count: Int(st.st_size))
+        var got = 0
+        let size = out.count
+        while got < size {
+            let n = out.withUnsafeMutableBytes { read(fd, $0.baseAddress! + got, size - got) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else {
+                if n == 0 { break }
+                throw VaultError(.internalError, "cannot read \(path): \(String(cString: strerror(errno)))")
+            }
+            got += n
+        }
+        // A file that shrank while read is read as it now is (and then fails its checks).
+        if got < out.count { out.removeLast(out.count - got) }
+        return out
+    }
 }

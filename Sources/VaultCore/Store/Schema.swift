@@ -207,6 +207,11 @@ enum Schema {
                 END;
                 """)
         }
+        // When each preference was last written (Unix time; NULL for those written before):
+        // a restore that merges keeps, per key, the one written last.
+        m.register("2026-12-01-preferences-modified") { db in
+            try db.execute("ALTER TABLE preferences ADD COLUMN modified REAL")
+        }
         return m
     }
 }

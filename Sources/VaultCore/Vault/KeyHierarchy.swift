@@ -155,8 +155,34 @@ final class KeyHierarchy {
     /// class's own key was made on another device: `class.NAME@` and a keyed hash of the
     /// device key (which it does not reveal).
     private func deviceName(_ a: Accessibility) -> String {
-        let id = Sodium.keyedHash(Array("vaultd device id v1".utf8), key: deviceKey, length: 16)
-        return Self.deviceNamePrefix(a) + id.map { String(format: "%02x", $0) }.joined()
+        Self.deviceNamePrefix(a) + deviceID
+    }
+
+    /// This device's name among devices: a keyed hash of its device key (which it does not
+    /// reveal), 32 hex digits.
+    var deviceID: String {
+        Sodium.keyedHash(Array("vaultd device id v1".utf8), key: deviceKey, length: 16).map { String(format: "%02x", $0) }.joined()
+    }
+
+    /// The key a backup seals ThisDeviceOnly secrets under: derived from the device key
+    /// alone, so such a record opens only where the same `device.key` is, whatever the
+    /// vault's passphrase there.
+    func deviceBackupKey() -> SecureBytes {
+        Sodium.combine(SecureBytes(count: 0), key: deviceKey, context: "vaultd backup device-bound v1")
+    }
+
+    /// Records that ThisDeviceOnly class `a` holds items another device (`id`, its
+    /// `deviceID`) made, as a data directory moved from there leaves a `class.NAME@DEVICE`
+    /// key behind: the class becomes foreign, and its items whose key does not open here
+    /// are NotAvailableOnThisDevice (`isForeign`). A restore of such items stores them so.
+    /// The entry is a placeholder (that device's key is not known here); like a moved
+    /// directory's, it is never opened nor re-wrapped. Runs inside the caller's transaction.
+    func noteForeignDevice(_ a: Accessibility, deviceID id: String) throws {
+        precondition(a.isThisDeviceOnly)
+        let name = Self.deviceNamePrefix(a) + id
+        guard name != deviceName(a) else { return }
+        if try meta("wrapped.\(name)") == nil { try setMeta("wrapped.\(name)", Sodium.randomBytes(72)) }
+        foreignClasses.insert(a)
     }
 
     /// What every device's own key of class `a` is named with (`deviceName`): `class.NAME@`.

@@ -256,6 +256,15 @@ extension Vault {
         return try launch(caller, reporting: true)
     }
 
+    /// The caller's items (those of its access groups; all for the owner) that are another
+    /// device's ThisDeviceOnly items, NotAvailableOnThisDevice here: what Hello reports, so an
+    /// app moved to a new device learns which of its credentials to ask for again.
+    public func unavailableItems(caller: Caller) throws -> Int {
+        // Nearly always no class holds another device's items: answered without the engine lock.
+        guard withKeys({ Accessibility.allCases.contains(where: keys.isForeign) }) else { return 0 }
+        return try locked { try keychain.unavailableCount(inGroups: caller.visibleAccessGroups) }
+    }
+
     /// The first launch of the caller's generation, once: wipes the leftovers, and reports it
     /// now (`reporting`: a Hello) or keeps it for the first Hello.
     func launch(_ caller: Caller, reporting: Bool) throws -> (firstLaunch: Bool, wiped: Int) {

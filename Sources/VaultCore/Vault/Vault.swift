@@ -142,14 +142,14 @@ public final class Vault: @unchecked Sendable {
 
     /// Runs `body`, which changes the key hierarchy, under the keys lock too. Call it holding
     /// the engine lock (`locked`), and derive passphrase keys before: lookups wait meanwhile.
-    private func changingKeys<T>(_ body: () throws -> T) rethrows -> T {
+    func changingKeys<T>(_ body: () throws -> T) rethrows -> T {
         try withKeys(body)
     }
 
     /// `db.write` of a change to the stored keys that `body` makes (with `changingKeys`): when
     /// the transaction does not commit (a disk filling at the COMMIT itself), the keys in
     /// memory are put back as they were, as the store is. Call it holding the engine lock.
-    private func writingKeys<T>(_ body: () throws -> T) throws -> T {
+    func writingKeys<T>(_ body: () throws -> T) throws -> T {
         let saved = withKeys { keys.snapshot() }
         do {
             return try db.write { _ in try body() }
@@ -217,6 +217,7 @@ public final class Vault: @unchecked Sendable {
             return [
                 "lock": keys.lockState,
                 "items": JSON(try keychain.count(inGroups: caller.visibleAccessGroups)),
+                "unavailableItems": JSON(try keychain.unavailableCount(inGroups: caller.visibleAccessGroups)),
                 "domains": JSON(readable.count),
                 "retryAfter": JSON(try rateLimitDelay()),
                 "dataDirectory": caller.isOwner ? .string(dataDirectory) : .null,

@@ -25,7 +25,11 @@ extension VarlinkInterfaces {
           wipedCredentials: int,
           # The keychain access group an Add without one uses: the app's first access group,
           # or "user" for the owner's tools.
-          defaultAccessGroup: ?string
+          defaultAccessGroup: ?string,
+          # The caller's ThisDeviceOnly items made with another device.key (a data directory
+          # moved here, or a backup restored here): NotAvailableOnThisDevice; an Add with the
+          # same primary key replaces one, a Delete removes it.
+          unavailableItems: int
         )
 
         # The vault's state and figures.
@@ -35,6 +39,8 @@ extension VarlinkInterfaces {
           version: string,
           # Keychain items stored (for an app: those in its access groups).
           items: int,
+          # Of those, ThisDeviceOnly items made with another device.key (NotAvailableOnThisDevice).
+          unavailableItems: int,
           # Preference domains stored (for an app: those it may read).
           domains: int,
           # Seconds to wait before the next Unlock is accepted (rate limit), 0 when none.
@@ -65,6 +71,48 @@ extension VarlinkInterfaces {
         # Streams lock-state changes (call with more): the current state first, then each change.
         method Observe() -> (lock: LockState)
 
+        # What a restore did to one kind of record: added (absent before), replaced (an older
+        # one, by modification date), kept (the vault's was as new or newer).
+        type RestoreCounts (added: int, replaced: int, kept: int)
+
+        # Writes a backup of the whole vault to path (absolute, in vaultd's file system),
+        # taken in one read transaction while writers go on: every item with its attributes
+        # and dates, every preference, the app registrations and their generations; never
+        # caches or device.key. Encrypted in vaultd as an age v1 file (scrypt with
+        # passphrase, or to the age1… recipients), written atomically with mode 0600.
+        # ThisDeviceOnly items only with includeDeviceBound, still sealed by this device's
+        # key. A locked vault is InteractionNotAllowed, and nothing is written. Owner only.
+        method Backup(path: string, passphrase: ?string, recipients: ?[]string, includeDeviceBound: ?bool) -> (
+          # Items written (device-bound ones included).
+          items: int,
+          # ThisDeviceOnly items written, sealed by this device's key.
+          deviceBoundItems: int,
+          # ThisDeviceOnly items left out (without includeDeviceBound, or unavailable here).
+          leftOutItems: int,
+          preferences: int,
+          domains: int,
+          apps: int,
+          # The file's size in bytes.
+          bytes: int
+        )
+
+        # Restores the backup at path: the whole file is opened and checked (authentication,
+        # format, counts) before anything changes, then applied in one transaction. Into an
+        # uninitialised vault (a new device), which newPassphrase then protects (null: none);
+        # into an initialised empty one; or, with merge, into one holding data (the newer
+        # modification date wins per item and per preference key; apps absent are added).
+        # passphrase opens a passphrase backup, identity (an age identity file's text) one
+        # made to a recipient. Owner only.
+        method Restore(path: string, passphrase: ?string, identity: ?string, newPassphrase: ?string, merge: ?bool) -> (
+          items: RestoreCounts,
+          preferences: RestoreCounts,
+          apps: RestoreCounts,
+          # ThisDeviceOnly items from the backup that were sealed by another device's key:
+          # stored, NotAvailableOnThisDevice.
+          unavailableItems: int,
+          lock: LockState
+        )
+
         # The vault has not been initialised yet.
         error NotInitialized (message: string)
         # Init on a vault that exists.
@@ -89,6 +137,16 @@ extension VarlinkInterfaces {
         error QuotaExceeded (appID: string, size: int, limit: int, message: string)
         # The caller may not use this method (e.g. an app calling an owner-only method).
         error PermissionDenied (message: string)
+        # The backup file cannot be read as one: not an age file, malformed, altered,
+        # truncated, over the size limits, or not a vaultd backup; nothing was changed.
+        error BackupUnreadable (message: string)
+        # The passphrase or identity given does not open the backup file; nothing was changed.
+        error BackupAuthFailed (message: string)
+        # Restore without merge into a vault that holds items, preferences or apps.
+        error NotEmpty (message: string)
+        # vaultd found its database file replaced or truncated underneath it while it ran;
+        # it serves no more writes until it is restarted (the message says what it saw).
+        error StoreReplaced (message: string)
         # vaultd failed in a way it did not expect; the message says where.
         error InternalError (message: string)
         # The answer to a call would be a message over the size limit (8 MiB; e.g. the secrets

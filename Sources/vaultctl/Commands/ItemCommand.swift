@@ -180,13 +180,20 @@ struct ItemCommand: Command {
             let items: [Item]
             do {
                 items = try keychain.copyMatching(Query(itemClass, attributes, matchAll: true))
-            } catch let e as VaultError where e.code == .itemNotFound {
+            } catch let e as VaultError where e.code == .itemNotFound || e.code == .notAvailableOnThisDevice {
+                // Only items another device made match: none to list (they are counted below).
                 items = []
             }
             if json {
                 print(JSON.array(items.map(Self.json)).text)
             } else {
                 for item in items { print(Self.line(item)) }
+                // What status counts but no list can show: said on stderr, so a script
+                // reading the list is not misled either way.
+                if let n = try? context.vault().status().unavailableItems, n > 0 {
+                    FileHandle.standardError.write(
+                        Data("vaultctl: \(n) ThisDeviceOnly item(s) made on another device are not available on this one and not listed (item delete with their attributes removes them; adding one anew replaces it)\n".utf8))
+                }
             }
         }
     }

@@ -12,6 +12,7 @@ struct StatusCommand: Command {
             let j: JSON = [
                 "state": .string(s.lock.state.rawValue), "unlockedSinceStart": .bool(s.lock.unlockedSinceStart),
                 "hasPassphrase": .bool(s.lock.hasPassphrase), "version": .string(s.version), "items": JSON(s.items),
+                "unavailableItems": JSON(s.unavailableItems),
                 "domains": JSON(s.domains), "retryAfter": JSON(s.retryAfter),
             ]
             print(j.text)
@@ -19,7 +20,7 @@ struct StatusCommand: Command {
         }
         print("state: \(s.lock.state.rawValue)\(s.lock.state == .locked && s.lock.unlockedSinceStart ? " (after first unlock)" : "")")
         print("passphrase: \(s.lock.hasPassphrase ? "set" : "none")")
-        print("items: \(s.items)")
+        print("items: \(s.items)\(s.unavailableItems > 0 ? " (\(s.unavailableItems) made on another device, not available on this one)" : "")")
         print("domains: \(s.domains)")
         if s.retryAfter > 0 { print("unlock possible in: \(Int(s.retryAfter.rounded(.up))) s") }
         print("vaultd: \(s.version)")

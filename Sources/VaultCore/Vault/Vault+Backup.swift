@@ -1,0 +1,367 @@
+import Foundation
+import VaultProtocol
+
+/// What `Vault.backup` wrote (io.vaultd.Vault.Backup's reply).
+public struct BackupSummary: Sendable, Equatable {
+    /// Items written, device-bound ones included.
+    public var items = 0
+    /// ThisDeviceOnly items written, sealed by this device's key.
+    public var deviceBoundItems = 0
+    /// ThisDeviceOnly items left out: without `includeDeviceBound`, or another device's
+    /// (unavailable here, so not readable for a backup either).
+    public var leftOutItems = 0
+    public var preferences = 0
+    public var domains = 0
+    public var apps = 0
+    /// The file's size.
+    public var bytes = 0
+
+    public var json: JSONObject {
+        [
+            "items": JSON(items), "deviceBoundItems": JSON(deviceBoundItems), "leftOutItems": JSON(leftOutItems),
+            "preferences": JSON(preferences), "domains": JSON(domains), "apps": JSON(apps), "bytes": JSON(bytes),
+        ]
+    }
+}
+
+/// What `Vault.restore` did (io.vaultd.Vault.Restore's reply).
+public struct RestoreSummary: Sendable {
+    /// Per kind of record: added (absent before), replaced (older, by modification date),
+    /// kept (the vault's was as new or newer).
+    public struct Counts: Sendable, Equatable {
+        public var added = 0
+        public var replaced = 0
+        public var kept = 0
+        public var json: JSON { ["added": JSON(added), "replaced": JSON(replaced), "kept": JSON(kept)] }
+    }
+    public var items = Counts()
+    public var preferences = Counts()
+    public var apps = Counts()
+    /// ThisDeviceOnly items sealed by another device's key: stored NotAvailableOnThisDevice.
+    public var unavailableItems = 0
+    /// The lock state after the restore.
+    public var lock: JSON = .null
+
+    public var json: JSONObject {
+        ["items": items.json, "preferences": preferences.json, "apps": apps.json, "unavailableItems": JSON(unavailableItems), "lock": lock]
+    }
+}
+
+extension Vault {
+    /// The largest backup file a restore reads (1 GiB), and the most its plaintext may hold.
+    public static let maximumBackupSize = 1 << 30
+
+    /// The associated data sealing a device-bound item's secret in a backup: its identity
+    /// and exact stored attributes, so a sealed secret cannot be moved onto another record.
+    static func deviceBoundAssociatedData(_ r: BackupArchive.ItemRecord) -> [UInt8] {
+        var ad = Array("vaultd backup device-bound item v1".utf8)
+        for part in [r.itemClass.rawValue, r.accessGroup, r.accessible.rawValue, r.synchronizable ? "1" : "0"] {
+            ad.append(0)
+            ad += part.utf8
+        }
+        ad.append(0)
+        return ad + r.attributes
+    }
+
+    /// One item row as a backup reads it.
+    private struct StoredItem {
+        var row: KeychainStore.Candidates.Stored
+        var generation: String?
+    }
+
+    /// Every item and every row of the copied tables, read in one transaction on `db`: one
+    /// commit's state, whatever writers commit meanwhile (a WAL reader's snapshot).
+    private static func snapshot(_ db: Database) throws -> (items: [StoredItem], rows: [BackupArchive.TableRow]) {
+        try db.readTransaction { db in try snapshotInTransaction(db) }
+    }
+
+    private static func snapshotInTransaction(_ db: Database) throws -> (items: [StoredItem], rows: [BackupArchive.TableRow]) {
+        var items: [StoredItem] = []
+        for r in try db.rows("SELECT id, uuid, item_class, access_group, accessible, synchronizable, attributes, wrapped_key, secret, generation FROM items ORDER BY id") {
+            guard let id = r[0].int64, let uuid = r[1].blob, let cls = r[2].text.flatMap(ItemClass.init(rawValue:)), let group = r[3].text,
+                let acc = r[4].text.flatMap(Accessibility.init(rawValue:)), let sync = r[5].int64, let attrs = r[6].blob,
+                let wrapped = r[7].blob, let secret = r[8].blob
+            else { throw VaultError(.internalError, "item row \(r.first?.int64 ?? -1) is malformed; no backup was written") }
+            items.append(
+                StoredItem(
+                    row: .init(
+                        id: id, uuid: uuid, itemClass: cls, accessGroup: group, accessible: acc, synchronizable: sync != 0, attributes: attrs,
+                        wrappedKey: wrapped, secret: secret), generation: r[9].text))
+        }
+        var rows: [BackupArchive.TableRow] = []
+        for table in BackupArchive.tables {
+            let columns = try tableColumns(table, db)
+            for r in try db.rows("SELECT \(columns.joined(separator: ", ")) FROM \(table)") {
+                rows.append(BackupArchive.TableRow(table: table, columns: Array(zip(columns, r)).map { ($0.0, $0.1) }))
+            }
+        }
+        return (items, rows)
+    }
+
+    /// The columns of `table`, in order (`PRAGMA table_info`).
+    private static func tableColumns(_ table: String, _ db: Database) throws -> [String] {
+        try db.rows("PRAGMA table_info(\(table))").compactMap { $0[1].text }
+    }
+
+    /// Writes a backup of the whole vault to `path` (absolute), encrypted to `recipients`
+    /// (age v1: a passphrase through scrypt, or X25519 public keys): every item with its
+    /// attributes, dates and generation, every preference, the app registrations and their
+    /// generations, read in one read transaction while writers go on. Never caches nor
+    /// `device.key`. ThisDeviceOnly items only with `includeDeviceBound`, their secrets then
+    /// sealed by a key of this device's `device.key` (`KeyHierarchy.deviceBackupKey`). The
+    /// plaintext is built in secure memory, encrypted here, and wiped; only the file leaves.
+    /// Owner only. Throws PermissionDenied, InteractionNotAllowed (locked: nothing written),
+    /// Param (a relative path, bad recipients), StorageFull, InternalError (a damaged item).
+    public func backup(to path: String, recipients: [Age.Recipient], includeDeviceBound: Bool, caller: Caller) throws -> BackupSummary {
+        _ = try authorize(.backup, for: caller)
+        guard path.hasPrefix("/") else { throw VaultError.param("the backup's path must be absolute") }
+        // Renamed over vault.sqlite or beside it, a backup would replace or crowd the live store.
+        let directory = Self.canonicalPath((path as NSString).deletingLastPathComponent)
+        guard directory != Self.canonicalPath(dataDirectory) else {
+            throw VaultError.param("a backup must not be written into vaultd's data directory (\(dataDirectory)): give a path elsewhere")
+        }
+        // All of it or nothing: a backup without the locked classes' items would look whole.
+        let (metadata, classKeys, deviceID, deviceBackupKey) = try withKeys {
+            try keys.requireInitialized()
+            guard keys.state == .unlocked else {
+                throw VaultError(.interactionNotAllowed, "the vault is locked: unlock it to back it up (its items' keys are not in memory); nothing was written")
+            }
+            var found: [Accessibility: SecureBytes] = [:]
+            for a in Accessibility.allCases { found[a] = try? keys.classKey(a) }
+            return (try keys.metadataKeys().metadata, found, keys.deviceID, keys.deviceBackupKey())
+        }
+        let (items, rows) = try reading { try Self.snapshot($0) }
+        var summary = BackupSummary()
+        var archive = BackupArchive(header: [
+            "format": JSON(BackupArchive.format), "created": .string(PlistDate.format(Date())), "vaultd": .string(VaultVersion.current),
+            "device": .string(deviceID),
+        ])
+        for item in items {
+            let r = item.row
+            let ad = r.associatedData
+            guard let attributes = Sodium.openBytes(r.attributes, key: metadata, associatedData: ad) else {
+                throw VaultError(.internalError, "item \(r.id) failed authentication (the vault file was altered or damaged); no backup was written")
+            }
+            if r.accessible.isThisDeviceOnly && !includeDeviceBound {
+                summary.leftOutItems += 1
+                continue
+            }
+            guard let classKey = classKeys[r.accessible], let itemKey = Sodium.open(r.wrappedKey, key: classKey, associatedData: ad) else {
+                // Only another device's ThisDeviceOnly item opens with no key here.
+                guard r.accessible.isThisDeviceOnly else {
+                    throw VaultError(.internalError, "item \(r.id) failed authentication (the vault file was altered or damaged); no backup was written")
+                }
+                summary.leftOutItems += 1
+                continue
+            }
+            guard let secret = Sodium.open(r.secret, key: itemKey, associatedData: ad) else {
+                throw VaultError(.internalError, "item \(r.id) failed authentication (the vault file was altered or damaged); no backup was written")
+            }
+            var record = BackupArchive.ItemRecord(
+                itemClass: r.itemClass, accessGroup: r.accessGroup, accessible: r.accessible, synchronizable: r.synchronizable,
+                generation: item.generation, attributes: attributes, secret: secret, deviceBound: r.accessible.isThisDeviceOnly)
+            if record.deviceBound {
+                record.secret = SecureBytes(copying: Sodium.seal(secret, key: deviceBackupKey, associatedData: Self.deviceBoundAssociatedData(record)))
+                summary.deviceBoundItems += 1
+            }
+            summary.items += 1
+            archive.items.append(record)
+        }
+        archive.rows = rows
+        let preferences = rows.filter { $0.table == "preferences" }
+        summary.preferences = preferences.count
+        var domains = Set<ExactString>()
+        for p in preferences { if let d = p.value("domain")?.text { domains.insert(ExactString(d)) } }
+        summary.domains = domains.count
+        summary.apps = rows.filter { $0.table == "apps" }.count
+        let file = try Age.encrypt(archive.serialized(), to: recipients)
+        try FileSystem.writeAtomically(file, to: path)
+        summary.bytes = file.count
+        log("backup written to \(path): \(summary.items) items (\(summary.deviceBoundItems) device-bound, \(summary.leftOutItems) ThisDeviceOnly left out), \(summary.preferences) preferences in \(summary.domains) domains, \(summary.apps) apps, \(file.count) bytes")
+        return summary
+    }
+
+    /// An archive's contents, checked before anything is written: item attributes parsed,
+    /// preference values decoded and their domains and keys valid, app IDs valid, every row's
+    /// columns known to this vaultd's tables. Throws BackupUnreadable.
+    private func check(_ archive: BackupArchive) throws -> [ItemAttributes] {
+        func bad(_ why: String) -> VaultError { VaultError(.backupUnreadable, "the backup holds \(why); nothing was changed") }
+        let attributes = try archive.items.map { r -> ItemAttributes in
+            guard var a = try? ItemAttributes(jsonObject: r.attributes) else { throw bad("an item whose attributes do not parse") }
+            a.accessGroup = r.accessGroup
+            a.accessible = r.accessible
+            a.synchronizable = r.synchronizable
+            return a
+        }
+        let known = try reading { db in try Dictionary(uniqueKeysWithValues: BackupArchive.tables.map { ($0, Set(try Self.tableColumns($0, db))) }) }
+        for row in archive.rows {
+            for c in row.columns where !(known[row.table]?.contains(c.name) ?? false) {
+                throw bad("a column \(row.table).\(c.name) this vaultd does not have (a backup of a newer vaultd?)")
+            }
+            switch row.table {
+            case "preferences":
+                guard let d = row.value("domain")?.text, let k = row.value("key")?.text, let v = row.value("value")?.blob,
+                    (try? PreferencesStore.validate(domain: d)) != nil, (try? PreferencesStore.validate(key: k)) != nil,
+                    (try? PreferencesStore.decode(v)) != nil
+                else { throw bad("a malformed preference") }
+            case "apps":
+                guard let id = row.value("app_id")?.text, (try? AppRecord.validate(appID: id)) != nil, row.value("generation")?.text != nil else {
+                    throw bad("a malformed app registration")
+                }
+            default:
+                guard row.value("generation")?.text != nil, row.value("app_id")?.text != nil else { throw bad("a malformed app generation") }
+            }
+        }
+        return attributes
+    }
+
+    /// Restores the backup at `path` (absolute). The whole file is opened (`identities`: its
+    /// passphrase or X25519 keys), authenticated and checked (format, counts, every record)
+    /// before anything changes; then everything is written in one transaction, so a failure
+    /// or a crash leaves the vault as it was, or restored.
+    ///
+    /// Into an uninitialised vault (a new device), which is created with `newPassphrase`
+    /// (nil: none); into an initialised one that holds no item, preference nor app; or with
+    /// `merge` into one that does: per item (by primary key) and per preference key, the
+    /// later modification date wins (a tie keeps the vault's); apps it lacks are added.
+    /// Device-bound items open again where the same `device.key` sealed them; elsewhere they
+    /// are stored NotAvailableOnThisDevice. Owner only. Throws PermissionDenied,
+    /// BackupAuthFailed (wrong passphrase or key), BackupUnreadable (not a backup, altered,
+    /// truncated, too large), NotEmpty, InteractionNotAllowed (locked), Param, StorageFull,
+    /// DomainTooLarge (a merged domain over 4 MiB).
+    public func restore(from path: String, identities: [Age.Identity], newPassphrase: SecureBytes?, merge: Bool, caller: Caller) throws -> RestoreSummary {
+        _ = try authorize(.restore, for: caller)
+        guard path.hasPrefix("/") else { throw VaultError.param("the backup's path must be absolute") }
+        if let p = newPassphrase, p.count == 0 { throw VaultError.param("the new passphrase must not be empty") }
+        let file = try FileSystem.readFile(path, limit: Self.maximumBackupSize)
+        let payload: SecureBytes
+        do {
+            payload = try Age.decrypt(file, with: identities, maximumSize: Self.maximumBackupSize)
+        } catch let f as Age.Failure {
+            throw VaultError(f.kind == .noMatch ? .backupAuthFailed : .backupUnreadable, f.message + "; nothing was changed")
+        }
+        let archive = try BackupArchive.parse(payload)
+        let attributes = try check(archive)
+        let uninitialized = locked { keys.state == .uninitialized }
+        if !uninitialized && newPassphrase != nil {
+            throw VaultError.param("the vault is initialised: a new passphrase is for a restore into a new vault only (vaultctl passphrase change changes this one's)")
+        }
+        let kek = uninitialized ? try newPassphrase.map { try KeyHierarchy.PassphraseKEK(deriving: $0, cost: passphrasePolicy.kdfCost) } : nil
+        let result: RestoreSummary = try inEventOrder { ticket in
+            try locked {
+                try writingKeys {
+                    var events: [VaultEvent] = []
+                    if keys.state == .uninitialized {
+                        try changingKeys { try keys.initialize(passphrase: kek) }
+                    } else {
+                        guard keys.state == .unlocked else {
+                            throw VaultError(.interactionNotAllowed, "the vault is locked: unlock it to restore into it; nothing was changed")
+                        }
+                        if !merge,
+                            let n = try db.row("SELECT (SELECT count(*) FROM items) + (SELECT count(*) FROM preferences) + (SELECT count(*) FROM apps)")?[0].int64,
+                            n > 0
+                        {
+                            throw VaultError(.notEmpty, "the vault already holds items, preferences or apps: restore --merge merges into it; nothing was changed")
+                        }
+                    }
+                    var summary = RestoreSummary()
+                    var changed: [(String, String, PlistValue)] = []
+                    try apply(archive, attributes: attributes, merge: merge, into: &summary, changedPreferences: &changed)
+                    ticket.take()
+                    summary.lock = keys.lockState
+                    if uninitialized { events.append(.lockState(summary.lock)) }
+                    events += changed.map { .preference(domain: $0.0, key: $0.1, value: $0.2, sequence: ticket.sequence) }
+                    return (summary, events)
+                }
+            }
+        }
+        log("restored the backup \(path): items \(result.items.added) added, \(result.items.replaced) replaced, \(result.items.kept) kept (\(result.unavailableItems) unavailable on this device); preferences \(result.preferences.added) added, \(result.preferences.replaced) replaced, \(result.preferences.kept) kept; apps \(result.apps.added) added, \(result.apps.kept) kept")
+        return result
+    }
+
+    /// Writes a checked archive in the caller's transaction (under the engine lock): apps and
+    /// their generations first (the storage-quota triggers then count the items they own),
+    /// then items, then preferences, counting what each did.
+    private func apply(
+        _ archive: BackupArchive, attributes: [ItemAttributes], merge: Bool, into summary: inout RestoreSummary,
+        changedPreferences: inout [(String, String, PlistValue)]
+    ) throws {
+        for row in archive.rows where row.table == "apps" {
+            if try db.row("SELECT 1 FROM apps WHERE app_id = ?", [row.value("app_id")!]) != nil {
+                summary.apps.kept += 1
+                continue
+            }
+            try insert(row)
+            summary.apps.added += 1
+        }
+        for row in archive.rows where row.table == "app_generations" { try insert(row, orIgnore: true) }
+
+        let (deviceID, deviceBackupKey) = withKeys { (keys.deviceID, keys.deviceBackupKey()) }
+        for (record, a) in zip(archive.items, attributes) {
+            var secret = record.secret
+            var unavailable = false
+            if record.deviceBound {
+                if let opened = Sodium.open(
+                    record.secret.withUnsafeBytes { Array($0) }, key: deviceBackupKey, associatedData: Self.deviceBoundAssociatedData(record))
+                {
+                    secret = opened
+                } else {
+                    // Sealed by another device's key: stored so, NotAvailableOnThisDevice here.
+                    guard let other = archive.deviceID, other != deviceID, other.utf8.count <= 64 else {
+                        throw VaultError(.backupUnreadable, "a device-bound item of the backup does not open with this device's key, which sealed it; nothing was changed")
+                    }
+                    try changingKeys { try keys.noteForeignDevice(record.accessible, deviceID: other) }
+                    secret = SecureBytes.random(count: 16)
+                    unavailable = true
+                    summary.unavailableItems += 1
+                }
+            }
+            switch try keychain.restore(record.itemClass, attributes: a, secret: secret, generation: record.generation, merge: merge, unavailable: unavailable) {
+            case .added: summary.items.added += 1
+            case .replaced: summary.items.replaced += 1
+            case .kept: summary.items.kept += 1
+            }
+        }
+
+        var domains: [String] = []
+        for row in archive.rows where row.table == "preferences" {
+            let (domain, key, stored) = (row.value("domain")!.text!, row.value("key")!.text!, row.value("value")!.blob!)
+            let theirs = row.value("modified")?.real ?? -Double.infinity
+            if let existing = try db.row("SELECT modified FROM preferences WHERE domain = ? AND key = ?", [.text(domain), .text(key)]) {
+                guard theirs > existing[0].real ?? -Double.infinity else {
+                    summary.preferences.kept += 1
+                    continue
+                }
+                summary.preferences.replaced += 1
+            } else {
+                summary.preferences.added += 1
+            }
+            let value = try PreferencesStore.decode(stored)
+            try db.run(
+                "INSERT OR REPLACE INTO preferences (domain, key, value, size, modified) VALUES (?, ?, ?, ?, ?)",
+                [
+                    .text(domain), .text(key), .blob(stored), .integer(Int64(PreferencesStore.entrySize(key: key, value: value, stored: stored))),
+                    row.value("modified") ?? .null,
+                ])
+            changedPreferences.append((domain, key, value))
+            if !domains.containsBytes(domain) { domains.append(domain) }
+        }
+        // A merge can grow a domain past its limit: refused whole, as an Import would be.
+        for d in domains {
+            let size = Int(try db.row("SELECT COALESCE(SUM(size), 0) FROM preferences WHERE domain = ?", [.text(d)])?[0].int64 ?? 0)
+            if size > PreferencesStore.maximumDomainSize {
+                throw VaultError(
+                    .domainTooLarge, "domain '\(d)' would hold \(size) bytes after the restore; the limit is \(PreferencesStore.maximumDomainSize) bytes (4 MiB); nothing was changed",
+                    extra: ["domain": .string(d), "size": JSON(size), "limit": JSON(PreferencesStore.maximumDomainSize)])
+            }
+        }
+    }
+
+    /// Inserts a copied table's row as it was (its columns were checked against the table).
+    private func insert(_ row: BackupArchive.TableRow, orIgnore: Bool = false) throws {
+        let names = row.columns.map(\.name)
+        try db.run(
+            "INSERT \(orIgnore ? "OR IGNORE " : "")INTO \(row.table) (\(names.joined(separator: ", "))) VALUES (\(Array(repeating: "?", count: names.count).joined(separator: ", ")))",
+            row.columns.map(\.value))
+    }
+}
