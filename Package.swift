@@ -17,6 +17,8 @@ let package = Package(
         .systemLibrary(name: "CSodium", pkgConfig: "libsodium", providers: [.apt(["libsodium-dev"])]),
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         .systemLibrary(name: "CSecret", pkgConfig: "libsecret-1", providers: [.apt(["libsecret-1-dev"])]),
+        // GLib's GDBus: vaultd's Secret Service front-end on the session bus.
+        .systemLibrary(name: "CGio", pkgConfig: "gio-2.0", providers: [.apt(["libglib2.0-dev"])]),
         // What Glibc does not import into Swift (struct ucred, prctl).
         .target(name: "CVaultSys"),
 
@@ -25,7 +27,7 @@ let package = Package(
         .target(name: "VaultCore", dependencies: ["VaultProtocol", "CSodium", "CSQLite", "CVaultSys"]),
         // The desktop keyring (Secret Service) through libsecret: for vaultctl and vaultd.
         .target(name: "DesktopKeyring", dependencies: ["CSecret", "VaultProtocol"]),
-        .executableTarget(name: "vaultd", dependencies: ["VaultCore", "VaultProtocol", "CVaultSys", "CSecret", "DesktopKeyring"]),
+        .executableTarget(name: "vaultd", dependencies: ["VaultCore", "VaultProtocol", "CVaultSys", "CSecret", "CGio", "DesktopKeyring"]),
         .target(name: "VaultClient", dependencies: ["VaultProtocol"]),
         // Release builds link the Swift runtime and Foundation statically, so a vaultctl
         // process does not spend its start loading and relocating them (a CLI starts once
