@@ -94,6 +94,15 @@ int vault_pidfd_open(pid_t pid) {
 #endif
 }
 
+int vault_pidfd_signal(int pidfd, int sig) {
+#ifdef SYS_pidfd_send_signal
+    return (int)syscall(SYS_pidfd_send_signal, pidfd, sig, NULL, 0);
+#else
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
 int vault_pidfd_alive(int pidfd) {
 #ifdef SYS_pidfd_send_signal
     if (syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) == 0) return 1;

@@ -41,6 +41,10 @@ int vault_pidfd_open(pid_t pid);
 /// Returns 1 or 0.
 int vault_pidfd_alive(int pidfd);
 
+/// pidfd_send_signal(pidfd, sig): signals the process `pidfd` names, never another that got
+/// its pid. Returns 0, or -1 (errno set).
+int vault_pidfd_signal(int pidfd, int sig);
+
 /// setsockopt(SO_PASSCRED): every message received on `fd` then carries the kernel's record
 /// of the process that sent it (SCM_CREDENTIALS). Returns 0 or -1 (errno set).
 int vault_set_passcred(int fd);

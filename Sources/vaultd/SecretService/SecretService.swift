@@ -74,6 +74,8 @@ final class SecretService: @unchecked Sendable {
     static let maximumSecretsReply = Varlink.maximumMessageSize
     /// How long a bus query of vaultd's own (credentials, a name's owner) may take (ms).
     static let busCallTimeout: Int32 = 5000
+    /// Prompts that wait are logged, at most a burst of 10 every 6 s.
+    static let promptLog = RateLimitedLog()
 
     let vault: Vault
     let replace: Bool
@@ -309,41 +311,93 @@ final class SecretService: @unchecked Sendable {
         return GV(owned: result)
     }
 
-    /// Asks for `org.freedesktop.secrets`: taking it over from its owner with `replace`, and
-    /// letting a later `--replace` (of vaultd or another provider) take it. Logs the outcome.
+    /// Asks for `org.freedesktop.secrets`, letting a later `--replace` (of vaultd or another
+    /// provider) take it. With `replace`, it is taken over: at once from an owner that lets
+    /// itself be replaced, else, as gnome-keyring-daemon's `--replace` does, by stopping the
+    /// owner (SIGTERM through a pidfd, to a process of vaultd's own user only) and asking
+    /// again once the bus says the name is free (at most `replaceWait` seconds). Logs the
+    /// outcome, naming the owner when it is another process.
     private func requestName() -> Bool {
-        // DBUS_NAME_FLAG_ALLOW_REPLACEMENT 1, REPLACE_EXISTING 2, DO_NOT_QUEUE 4.
-        let flags: UInt32 = 1 | 4 | (replace ? 2 : 0)
-        let answer: UInt32
-        do {
-            answer = try busCall("RequestName", [.string(Self.busName), GV(new: g_variant_new_uint32(flags))], reply: "(u)").child(0).uint32
-        } catch {
-            log("secret service: \(BusError(error).message)")
+        switch askForName() {
+        case .owned?:
+            log("secret service: serving \(Self.busName) on the session bus")
+            return true
+        case nil:
+            return false
+        case .taken?:
+            break
+        }
+        let owner = nameOwner()
+        guard replace else {
+            log("secret service: \(Self.busName) is already provided by \(owner.description): not serving (vaultd --secret-service --replace takes it over)")
             return false
         }
-        switch answer {
-        case 1, 4:
-            log("secret service: serving \(Self.busName) on the session bus\(replace ? " (replacing any other provider)" : "")")
-            return true
-        default:
-            let owner = nameOwnerDescription()
-            if replace {
-                log("secret service: \(Self.busName) is provided by \(owner), which does not let itself be replaced: not serving")
-            } else {
-                log("secret service: \(Self.busName) is already provided by \(owner): not serving (vaultd --secret-service --replace takes it over)")
-            }
+        guard let pid = owner.pid, let uid = owner.uid, uid == getuid(), pid != getpid() else {
+            log("secret service: \(Self.busName) is provided by \(owner.description), which vaultd may not stop: not serving")
             return false
+        }
+        let pidfd = vault_pidfd_open(pid)
+        // The pidfd is the owner's only if the bus still names that pid as the owner now.
+        guard pidfd >= 0 else {
+            log("secret service: cannot open \(owner.description) to stop it: not serving")
+            return false
+        }
+        defer { close(pidfd) }
+        guard nameOwner().pid == pid, vault_pidfd_signal(pidfd, SIGTERM) == 0 else {
+            log("secret service: \(Self.busName)'s owner changed or cannot be stopped (\(owner.description)): not serving")
+            return false
+        }
+        let deadline = MonotonicClock.nanoseconds() + UInt64(Self.replaceWait * 1e9)
+        while MonotonicClock.nanoseconds() < deadline {
+            usleep(50_000)
+            switch askForName() {
+            case .owned?:
+                log("secret service: serving \(Self.busName) on the session bus, taken over from \(owner.description) (stopped with SIGTERM)")
+                return true
+            case nil: return false
+            case .taken?: continue
+            }
+        }
+        log("secret service: \(owner.description) did not give up \(Self.busName) within \(Int(Self.replaceWait)) s of SIGTERM: not serving")
+        return false
+    }
+
+    /// How long `--replace` waits for a stopped owner to leave the name (seconds).
+    static let replaceWait = 5.0
+
+    private enum NameRequest { case owned, taken }
+
+    /// RequestName (DBUS_NAME_FLAG_ALLOW_REPLACEMENT 1, REPLACE_EXISTING 2 with `replace`,
+    /// DO_NOT_QUEUE 4); nil when the bus did not answer (logged).
+    private func askForName() -> NameRequest? {
+        let flags: UInt32 = 1 | 4 | (replace ? 2 : 0)
+        do {
+            let answer = try busCall("RequestName", [.string(Self.busName), GV(new: g_variant_new_uint32(flags))], reply: "(u)").child(0).uint32
+            // 1: the primary owner now; 4: already was.
+            return answer == 1 || answer == 4 ? .owned : .taken
+        } catch {
+            log("secret service: \(BusError(error).message)")
+            return nil
         }
     }
 
-    /// "pid N (EXE)" of the name's owner, or what is known.
-    private func nameOwnerDescription() -> String {
-        guard let unique = try? busCall("GetNameOwner", [.string(Self.busName)], reply: "(s)").child(0).string else { return "another connection" }
-        guard let pid = try? busCall("GetConnectionUnixProcessID", [.string(unique)], reply: "(u)").child(0).uint32 else {
-            return "connection \(unique)"
+    /// The connection owning the name, its pid and uid (as the bus has them) and executable.
+    private struct NameOwner: CustomStringConvertible {
+        var unique: String?
+        var pid: pid_t?
+        var uid: uid_t?
+        var executable: String?
+        var description: String {
+            guard let unique else { return "another connection" }
+            guard let pid else { return "connection \(unique)" }
+            return "pid \(pid)\(executable.map { " (\(logField($0)))" } ?? ""), connection \(unique)"
         }
-        let exe = PeerIdentity.executable(pid: pid_t(pid)).map { " (\(logField($0)))" } ?? ""
-        return "pid \(pid)\(exe), connection \(unique)"
+    }
+
+    private func nameOwner() -> NameOwner {
+        guard let unique = try? busCall("GetNameOwner", [.string(Self.busName)], reply: "(s)").child(0).string else { return NameOwner() }
+        guard let c = try? credentials(unique) else { return NameOwner(unique: unique) }
+        return NameOwner(unique: unique, pid: c.pid, uid: c.uid, executable: PeerIdentity.executable(pid: c.pid))
     }
 
     /// NameOwnerChanged (a connection left: its identity, sessions and prompts go) and
@@ -568,6 +622,7 @@ final class SecretService: @unchecked Sendable {
             complete(id, dismissed: false)
             return
         }
+        _ = Self.promptLog.log("prompt", "secret service: a prompt waits for the vault's unlock (vaultctl unlock) for at most \(Int(promptTimeout)) s")
         DispatchQueue.global().asyncAfter(deadline: .now() + promptTimeout) { [weak self] in self?.complete(id, dismissed: true) }
     }
 
@@ -579,7 +634,9 @@ final class SecretService: @unchecked Sendable {
     /// Ends prompt `id` once, with the Completed signal to its owner.
     private func complete(_ id: String, dismissed: Bool) {
         guard let p = lock.withLock({ prompts.removeValue(forKey: id) }) else { return }
-        let result: GV = dismissed ? .variant(.string("")) : .variant(.objectPaths(p.objects))
+        // Dismissed: an empty list, of the type a completed Unlock gives (libsecret 0.20 waits
+        // for ever on a dismissed prompt whose result is of another type).
+        let result: GV = .variant(.objectPaths(dismissed ? [] : p.objects))
         emit(to: p.owner, path: SecretServicePath.prompt(id).path, SecretServiceIntrospection.prompt, "Completed", [.bool(dismissed), result])
     }
 

@@ -1,0 +1,245 @@
+import Foundation
+import Testing
+import VaultCore
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// vaultd as the desktop's Secret Service, on a private bus with no other provider, through
+/// unchanged clients: libsecret's `secret-tool` (copied to act as two registered apps),
+/// python's `keyring`, and GDBus's own introspection.
+@Suite struct SecretServiceTests {
+    static let passphrase = "correct horse"
+    static var passphraseFD: [Int32: Data] { [3: Data((passphrase + "\n").utf8)] }
+
+    /// A private bus with vaultd serving the Secret Service on it, its vault initialised
+    /// (with `passphrase`, or without one).
+    static func fixture(passphrase: Bool = false, config: [String: Any]? = nil) throws -> KeyringFixture {
+        let k = try KeyringFixture(keyring: false)
+        do {
+            var arguments = ["--secret-service"]
+            if let config {
+                let path = k.root + "/config.plist"
+                try PropertyListSerialization.data(fromPropertyList: config, format: .xml, options: 0).write(to: URL(fileURLWithPath: path))
+                arguments += ["--config", path]
+            }
+            try k.startVaultd(arguments: arguments)
+            #expect(k.log.contains("secret service: serving org.freedesktop.secrets on the session bus"), "\(k.log)")
+            let r = passphrase ? k.ctl(["init", "--passphrase-fd", "3"], fds: passphraseFD) : k.ctl(["init", "--no-passphrase"])
+            guard r.status == 0 else { throw HarnessError("vaultctl init: \(r)") }
+        } catch {
+            k.close()
+            throw error
+        }
+        return k
+    }
+
+    /// The vault's Secret Service items as `vaultctl item list --json` shows them (the owner's view).
+    static func items(_ k: KeyringFixture) throws -> [[String: Any]] {
+        let r = k.ctl(["item", "list", "--service", Vault.secretServiceService, "--json"])
+        if r.status != 0 && r.stderr.contains("ItemNotFound") { return [] }
+        try #require(r.status == 0, "\(r)")
+        return try #require(try JSONSerialization.jsonObject(with: r.stdout) as? [[String: Any]])
+    }
+
+    /// `secret-tool` (or a copy at `tool`) with the secret on stdin for `store`.
+    static func secretTool(_ k: KeyringFixture, tool: String = "secret-tool", _ arguments: [String], stdin: String? = nil) -> ProcessResult {
+        k.run(tool, arguments, stdin: stdin.map { Data($0.utf8) }, timeout: 30)
+    }
+
+    @Test func secretToolStoresLooksUpSearchesAndClearsInTheVault() throws {
+        let k = try Self.fixture()
+        defer { k.close() }
+        var r = Self.secretTool(k, ["store", "--label=Example login", "service", "example.com", "user", "alice"], stdin: "s3cret")
+        try #require(r.status == 0, "\(r)")
+        r = Self.secretTool(k, ["lookup", "service", "example.com", "user", "alice"])
+        #expect(r.status == 0 && r.stdoutText == "s3cret", "\(r)")
+        // Exact matches only: a value that is a prefix, or another attribute, finds nothing.
+        r = Self.secretTool(k, ["lookup", "service", "example", "user", "alice"])
+        #expect(r.status == 1 && r.stdout.isEmpty, "\(r)")
+
+        // A real vault item: the owner's vaultctl lists it, with its lookup attributes.
+        let stored = try Self.items(k)
+        try #require(stored.count == 1, "\(stored)")
+        #expect(stored[0]["label"] as? String == "Example login")
+        #expect(stored[0]["accessGroup"] as? String == Caller.ownerAccessGroup)
+        #expect(stored[0]["lookupAttributes"] as? [String: String] == ["service": "example.com", "user": "alice"])
+
+        // libsecret stores with replace: the same attributes again replace the secret.
+        r = Self.secretTool(k, ["store", "--label=Example login", "service", "example.com", "user", "alice"], stdin: "n3w")
+        try #require(r.status == 0, "\(r)")
+        #expect(try Self.items(k).count == 1)
+        #expect(Self.secretTool(k, ["lookup", "service", "example.com", "user", "alice"]).stdoutText == "n3w")
+        r = Self.secretTool(k, ["store", "--label=Bob", "service", "example.com", "user", "bob"], stdin: "b0b")
+        try #require(r.status == 0, "\(r)")
+
+        // secret-tool prints each item's path, label and secret on stdout, its dates and
+        // attributes on stderr.
+        r = Self.secretTool(k, ["search", "--all", "service", "example.com"])
+        #expect(r.status == 0, "\(r)")
+        let shown = r.stdoutText + r.stderr
+        #expect(shown.components(separatedBy: "label = ").count - 1 == 2, "\(shown)")
+        #expect(shown.contains("secret = n3w") && shown.contains("secret = b0b") && shown.contains("attribute.user = bob"), "\(shown)")
+
+        r = Self.secretTool(k, ["clear", "service", "example.com", "user", "alice"])
+        #expect(r.status == 0, "\(r)")
+        #expect(Self.secretTool(k, ["lookup", "service", "example.com", "user", "alice"]).status == 1)
+        #expect(Self.secretTool(k, ["lookup", "service", "example.com", "user", "bob"]).stdoutText == "b0b")
+        #expect(try Self.items(k).map { $0["label"] as? String } == ["Bob"])
+    }
+
+    /// Two copies of secret-tool registered as two apps: what one stores, the other can
+    /// neither look up, search nor clear; the owner's secret-tool (unregistered) sees both.
+    @Test func twoRegisteredSecretToolsCannotSeeEachOthersSecrets() throws {
+        let k = try Self.fixture()
+        defer { k.close() }
+        let a = k.root + "/a/secret-tool", b = k.root + "/b/secret-tool"
+        for path in [a, b] {
+            mkdir((path as NSString).deletingLastPathComponent, 0o755)
+            try FileManager.default.copyItem(atPath: "/usr/bin/secret-tool", toPath: path)
+        }
+        for (id, exe) in [("com.example.A", a), ("com.example.B", b)] {
+            let r = k.ctl(["app", "install", id, "--exe", exe])
+            try #require(r.status == 0, "\(r)")
+        }
+        var r = Self.secretTool(k, tool: a, ["store", "--label=A's token", "service", "shared.example", "user", "me"], stdin: "a-secret")
+        try #require(r.status == 0, "\(r)")
+        #expect(Self.secretTool(k, tool: a, ["lookup", "service", "shared.example", "user", "me"]).stdoutText == "a-secret")
+
+        // B: nothing to look up, search or clear, and A's item survives B's clear.
+        r = Self.secretTool(k, tool: b, ["lookup", "service", "shared.example", "user", "me"])
+        #expect(r.status == 1 && r.stdout.isEmpty, "\(r)")
+        r = Self.secretTool(k, tool: b, ["search", "--all", "service", "shared.example"])
+        #expect(!(r.stdoutText + r.stderr).contains("a-secret") && !(r.stdoutText + r.stderr).contains("label"), "\(r)")
+        _ = Self.secretTool(k, tool: b, ["clear", "service", "shared.example"])
+        #expect(Self.secretTool(k, tool: a, ["lookup", "service", "shared.example", "user", "me"]).stdoutText == "a-secret")
+
+        // B stores under the same attributes: its own item, in its own group.
+        r = Self.secretTool(k, tool: b, ["store", "--label=B's token", "service", "shared.example", "user", "me"], stdin: "b-secret")
+        try #require(r.status == 0, "\(r)")
+        #expect(Self.secretTool(k, tool: b, ["lookup", "service", "shared.example", "user", "me"]).stdoutText == "b-secret")
+        #expect(Self.secretTool(k, tool: a, ["lookup", "service", "shared.example", "user", "me"]).stdoutText == "a-secret")
+        r = Self.secretTool(k, tool: a, ["search", "--all", "service", "shared.example"])
+        #expect(r.stdoutText.contains("a-secret") && !r.stdoutText.contains("b-secret"), "\(r)")
+
+        // The owner's secret-tool sees both; vaultctl shows each in its app's group.
+        r = Self.secretTool(k, ["search", "--all", "service", "shared.example"])
+        #expect(r.stdoutText.contains("secret = a-secret") && r.stdoutText.contains("secret = b-secret"), "\(r)")
+        let groups = try Self.items(k).compactMap { $0["accessGroup"] as? String }.sorted()
+        #expect(groups == ["com.example.A", "com.example.B"], "\(groups)")
+
+        // B clearing its own leaves A's.
+        r = Self.secretTool(k, tool: b, ["clear", "service", "shared.example", "user", "me"])
+        #expect(r.status == 0, "\(r)")
+        #expect(try Self.items(k).compactMap { $0["accessGroup"] as? String } == ["com.example.A"])
+    }
+
+    /// python's keyring, with its SecretService backend (secretstorage, which falls back to a
+    /// plain session): set, get, delete.
+    @Test func pythonKeyringSetsGetsAndDeletes() throws {
+        let k = try Self.fixture()
+        defer { k.close() }
+        let script = """
+            import keyring, sys
+            kr = keyring.get_keyring()
+            print(type(kr).__module__ + "." + type(kr).__name__)
+            keyring.set_password("svc.example", "carol", sys.stdin.read())
+            print(keyring.get_password("svc.example", "carol"))
+            keyring.delete_password("svc.example", "carol")
+            print(keyring.get_password("svc.example", "carol"))
+            """
+        let r = k.run("python3", ["-c", script], stdin: Data("pa55".utf8), timeout: 60)
+        #expect(r.status == 0, "\(r)")
+        #expect(r.stdoutText == "keyring.backends.SecretService.Keyring\npa55\nNone\n", "\(r)")
+        #expect(try Self.items(k).isEmpty)
+    }
+
+    /// A locked vault: a lookup gets a prompt that is dismissed after the configured timeout
+    /// (secret-tool ends without a secret, never hangs); a lookup waiting on a prompt gets
+    /// the secret once `vaultctl unlock` unlocks the vault.
+    @Test func aLockedVaultPromptsAndALookupSucceedsAfterUnlock() throws {
+        let k = try Self.fixture(passphrase: true, config: ["SecretServicePromptTimeoutSeconds": 2])
+        defer { k.close() }
+        var r = Self.secretTool(k, ["store", "--label=L", "service", "locked.example"], stdin: "behind-the-lock")
+        try #require(r.status == 0, "\(r)")
+        try #require(k.ctl(["lock"]).status == 0)
+
+        r = Self.secretTool(k, ["lookup", "service", "locked.example"])
+        #expect(r.status != 0 && r.stdout.isEmpty && !r.timedOut, "\(r)")
+        #expect(k.log.contains("secret service: a prompt waits for the vault's unlock"), "\(k.log)")
+
+        // Again, unlocking while the prompt waits.
+        let out = k.root + "/lookup.out"
+        let pid = try ChildProcess.spawn(
+            "secret-tool", ["lookup", "service", "locked.example"], environment: k.environment, inputs: [:],
+            stdout: .file(out, append: false), stderr: .file(out + ".err", append: false))
+        defer { kill(pid, SIGKILL) }
+        let before = k.log.components(separatedBy: "a prompt waits").count
+        let deadline = Date().addingTimeInterval(20)
+        while k.log.components(separatedBy: "a prompt waits").count == before && Date() < deadline { usleep(10_000) }
+        r = k.ctl(["unlock", "--passphrase-fd", "3"], fds: Self.passphraseFD)
+        try #require(r.status == 0, "\(r)")
+        #expect(ChildProcess.wait(pid, timeout: 20) == 0)
+        #expect((try? String(contentsOfFile: out, encoding: .utf8)) == "behind-the-lock")
+    }
+
+    /// Another provider owns the name: vaultd says which process and serves its socket
+    /// alone; with --replace it stops that provider and takes the name over.
+    @Test func anotherProviderIsReportedAndReplaceTakesTheNameOver() throws {
+        let k = try KeyringFixture()
+        defer { k.close() }
+        let keyring = try #require(k.keyringPID)
+        try k.startVaultd(arguments: ["--secret-service"])
+        #expect(k.log.contains("org.freedesktop.secrets is already provided by pid \(keyring) (\"/usr/bin/gnome-keyring-daemon\")"), "\(k.log)")
+        #expect(k.ctl(["init", "--no-passphrase"]).status == 0)
+        k.stopVaultd()
+
+        try k.startVaultd(arguments: ["--secret-service", "--replace"])
+        #expect(k.log.contains("taken over from pid \(keyring)"), "\(k.log)")
+        let r = Self.secretTool(k, ["store", "--label=after replace", "service", "replaced.example"], stdin: "mine")
+        #expect(r.status == 0, "\(r)")
+        #expect(try Self.items(k).map { $0["label"] as? String } == ["after replace"])
+    }
+
+    /// Every method and property interface vaultd's objects declare on the bus has a decision
+    /// in the policy's Secret Service table, and the table names nothing they do not declare.
+    @Test func everyMethodOnTheBusHasAPolicyDecision() throws {
+        let k = try Self.fixture()
+        defer { k.close() }
+        var declared: Set<String> = []
+        for path in ["/org/freedesktop/secrets", "/org/freedesktop/secrets/aliases/default", "/org/freedesktop/secrets/session/none", "/org/freedesktop/secrets/prompt/none"] {
+            let r = k.run("gdbus", ["introspect", "--session", "--dest", "org.freedesktop.secrets", "--object-path", path, "--xml"])
+            try #require(r.status == 0, "\(r)")
+            var interface = ""
+            for line in r.stdoutText.split(separator: "\n") {
+                if let name = Self.attribute(line, "interface name=") { interface = name }
+                if interface.hasPrefix("org.freedesktop.Secret."), let m = Self.attribute(line, "method name=") { declared.insert(interface + "." + m) }
+                if interface.hasPrefix("org.freedesktop.Secret."), line.contains("<property ") {
+                    declared.insert(interface + ".Get")
+                    if line.contains("readwrite") { declared.insert(interface + ".Set") }
+                }
+            }
+        }
+        // The item interface, from an item's own path.
+        var r = Self.secretTool(k, ["store", "--label=x", "k", "v"], stdin: "x")
+        try #require(r.status == 0, "\(r)")
+        r = k.run("gdbus", ["call", "--session", "--dest", "org.freedesktop.secrets", "--object-path", "/org/freedesktop/secrets", "--method", "org.freedesktop.Secret.Service.SearchItems", "{'k': 'v'}"])
+        let path = try #require(r.stdoutText.split(separator: "'").first(where: { $0.hasPrefix("/org/freedesktop/secrets/collection/") }), "\(r)")
+        r = k.run("gdbus", ["introspect", "--session", "--dest", "org.freedesktop.secrets", "--object-path", String(path), "--xml"])
+        #expect(r.stdoutText.contains("org.freedesktop.Secret.Item"), "\(r)")
+        for m in ["Delete", "GetSecret", "SetSecret", "Get", "Set"] { declared.insert("org.freedesktop.Secret.Item." + m) }
+        #expect(declared.count == 22, "\(declared.sorted())")
+        for m in declared.sorted() {
+            let dot = m.lastIndex(of: ".")!
+            #expect(Policy.decision(forSecretService: String(m[..<dot]), String(m[m.index(after: dot)...])) != nil, "\(m) has no policy decision")
+        }
+        #expect(Set(Policy.secretServiceMethods.keys) == declared, "\(Set(Policy.secretServiceMethods.keys).symmetricDifference(declared).sorted())")
+    }
+
+    static func attribute(_ line: Substring, _ prefix: String) -> String? {
+        guard let r = line.range(of: prefix + "\"") else { return nil }
+        let rest = line[r.upperBound...]
+        return rest.firstIndex(of: "\"").map { String(rest[..<$0]) }
+    }
+}
