@@ -70,7 +70,7 @@ extension Policy {
         "org.freedesktop.Secret.Service.Unlock": .operation(.requestUnlock),
         "org.freedesktop.Secret.Service.Lock": .operation(.lock),
         "org.freedesktop.Secret.Service.GetSecrets": .operation(.copyItems),
-        "org.freedesktop.Secret.Service.ReadAlias": .operation(.listAccessGroups),
+        "org.freedesktop.Secret.Service.ReadAlias": .operation(.useAccessGroup),
         "org.freedesktop.Secret.Service.SetAlias": .operation(.setAlias),
         "org.freedesktop.Secret.Service.Get": .operation(.listAccessGroups),
         "org.freedesktop.Secret.Collection.Delete": .operation(.deleteItems),
