@@ -1,6 +1,7 @@
 import CGio
 import CVaultSys
 import Foundation
+import SecretSession
 import VaultCore
 import VaultProtocol
 
@@ -93,8 +94,8 @@ final class SecretService: @unchecked Sendable {
     /// timers use it).
     private let lock = NSLock()
     private var peers: [String: BusPeer] = [:]
-    /// Session ID → the unique name of the connection that opened it.
-    private var sessions: [String: String] = [:]
+    /// Session ID → the session.
+    private var sessions: [String: Session] = [:]
     private var prompts: [String: Prompt] = [:]
     private var nextID: UInt64 = 0
     /// Collections (encoded groups) whose item subtree is registered.
@@ -108,6 +109,16 @@ final class SecretService: @unchecked Sendable {
         init(caller: Caller, credentials: PeerCredentials) {
             self.caller = caller
             self.credentials = credentials
+        }
+    }
+
+    /// A transport session: the connection that opened it, and for an encrypted one its key.
+    final class Session {
+        let owner: String
+        let dh: DHSession?
+        init(owner: String, dh: DHSession?) {
+            self.owner = owner
+            self.dh = dh
         }
     }
 
@@ -426,7 +437,7 @@ final class SecretService: @unchecked Sendable {
     private func forget(_ sender: String) {
         lock.withLock {
             peers[sender] = nil
-            sessions = sessions.filter { $0.value != sender }
+            sessions = sessions.filter { $0.value.owner != sender }
             prompts = prompts.filter { $0.value.owner != sender }
         }
     }
@@ -568,31 +579,33 @@ final class SecretService: @unchecked Sendable {
 
     // MARK: sessions, prompts, signals
 
-    /// A new session ID for `sender` (LimitsExceeded past `maximumSessionsPerPeer`).
-    func openSession(for sender: String) throws -> String {
+    /// A new session ID for `sender` (LimitsExceeded past `maximumSessionsPerPeer`); `dh`, its
+    /// key when encrypted.
+    func openSession(for sender: String, dh: DHSession?) throws -> String {
         try lock.withLock {
-            guard sessions.values.filter({ $0 == sender }).count < Self.maximumSessionsPerPeer else {
+            guard sessions.values.filter({ $0.owner == sender }).count < Self.maximumSessionsPerPeer else {
                 throw BusError.limitsExceeded("at most \(Self.maximumSessionsPerPeer) open sessions per connection")
             }
             nextID += 1
             let id = "s\(nextID)"
-            sessions[id] = sender
+            sessions[id] = Session(owner: sender, dh: dh)
             return id
         }
     }
 
     func closeSession(_ id: String, for sender: String) throws {
         try lock.withLock {
-            guard sessions[id] == sender else { throw BusError.noSuchObject("no such session") }
+            guard sessions[id]?.owner == sender else { throw BusError.noSuchObject("no such session") }
             sessions[id] = nil
         }
     }
 
-    /// Checks that session `path` is one `sender` opened (NoSession otherwise).
-    func requireSession(_ path: String, for sender: String) throws {
-        guard case .session(let id)? = SecretServicePath(path), lock.withLock({ sessions[id] == sender }) else {
+    /// Session `path`, which `sender` must have opened (NoSession otherwise).
+    func session(_ path: String, for sender: String) throws -> Session {
+        guard case .session(let id)? = SecretServicePath(path), let s = lock.withLock({ sessions[id] }), s.owner == sender else {
             throw BusError.noSession("the session \(path) is not one this connection opened")
         }
+        return s
     }
 
     /// A prompt for `sender` that completes with `objects` once the vault is unlocked.

@@ -1,5 +1,6 @@
 import CGio
 import Foundation
+import SecretSession
 import VaultCore
 import VaultProtocol
 
@@ -67,10 +68,20 @@ extension SecretService {
         return out
     }
 
-    /// The value of a `(oayays)` secret sent in session `sender` opened (a plain session:
-    /// no parameters), copied into sodium memory.
+    /// The value of a `(oayays)` secret sent in a session `sender` opened, into sodium memory:
+    /// decrypted in an encrypted session (its parameters are the IV), as it is in a plain one
+    /// (no parameters).
     func secret(_ s: GV, sender: String) throws -> SecureBytes {
-        try requireSession(s.child(0).string, for: sender)
+        let session = try session(s.child(0).string, for: sender)
+        if let dh = session.dh {
+            let iv = s.child(1).withBytes { Array($0) }
+            let ciphertext = s.child(2).withBytes { Array($0) }
+            do {
+                return try dh.decrypt(iv: iv, ciphertext: ciphertext)
+            } catch {
+                throw BusError.invalidArgs("\(error)")
+            }
+        }
         guard s.child(1).withBytes({ $0.isEmpty }) else {
             throw BusError.invalidArgs("a plain session's secret has no parameters")
         }
@@ -83,10 +94,16 @@ extension SecretService {
         }
     }
 
-    /// A `(oayays)` secret for session `session`.
-    static func secretValue(_ data: SecureBytes, session: String) -> GV {
-        data.withUnsafeBytes { bytes in
-            GV.tuple([.objectPath(session), .array("y", []), .bytes(bytes), .string(contentType)])
+    /// A `(oayays)` secret for session `path` (`session`): encrypted in an encrypted one.
+    static func secretValue(_ data: SecureBytes, session: Session, path: String) throws -> GV {
+        if let dh = session.dh {
+            let (iv, ciphertext) = try dh.encrypt(data)
+            return iv.withUnsafeBytes { i in
+                ciphertext.withUnsafeBytes { c in GV.tuple([.objectPath(path), .bytes(i), .bytes(c), .string(contentType)]) }
+            }
+        }
+        return data.withUnsafeBytes { bytes in
+            GV.tuple([.objectPath(path), .array("y", []), .bytes(bytes), .string(contentType)])
         }
     }
 
@@ -99,24 +116,38 @@ extension SecretService {
         switch (interface, method, target) {
         // Service
         case (SecretServiceIntrospection.service, "OpenSession", .service):
-            guard p.child(0).string == "plain" else {
-                throw BusError.notSupported("vaultd offers the plain algorithm (the bus is the user's own)")
+            switch p.child(0).string {
+            case "plain":
+                let id = try openSession(for: sender, dh: nil)
+                return .tuple([.variant(.string("")), .objectPath(SecretServicePath.session(id).path)])
+            case DHSession.algorithm:
+                let input = p.child(1).unboxed
+                guard input.isOfType("ay") else { throw BusError.invalidArgs("the input of \(DHSession.algorithm) is the client's public key (ay)") }
+                let dh: DHSession
+                do {
+                    dh = try DHSession(peerPublicKey: input.withBytes { Array($0) })
+                } catch {
+                    throw BusError.invalidArgs("\(error)")
+                }
+                let id = try openSession(for: sender, dh: dh)
+                let output = dh.publicKey.withUnsafeBytes { GV.bytes($0) }
+                return .tuple([.variant(output), .objectPath(SecretServicePath.session(id).path)])
+            default:
+                throw BusError.notSupported("vaultd offers the algorithms plain and \(DHSession.algorithm)")
             }
-            let id = try openSession(for: sender)
-            return .tuple([.variant(.string("")), .objectPath(SecretServicePath.session(id).path)])
         case (SecretServiceIntrospection.service, "SearchItems", .service):
             let found = try find(Self.query(group: nil, attributes: try Self.attributes(p.child(0))), caller: caller)
             return .tuple([.objectPaths(found.filter { !$0.isLocked }.map(path)), .objectPaths(found.filter(\.isLocked).map(path))])
         case (SecretServiceIntrospection.service, "GetSecrets", .service):
-            let session = p.child(1).string
-            try requireSession(session, for: sender)
+            let path = p.child(1).string
+            let session = try session(path, for: sender)
             var entries: [GV] = []
             var bytes = 0
-            for path in p.child(0).children.map(\.string) {
-                guard let t = SecretServicePath(path), let found = try? item(t, secret: true, caller: caller), let data = found.data else { continue }
+            for itemPath in p.child(0).children.map(\.string) {
+                guard let t = SecretServicePath(itemPath), let found = try? item(t, secret: true, caller: caller), let data = found.data else { continue }
                 bytes += data.count
                 guard bytes <= Self.maximumSecretsReply else { throw BusError.limitsExceeded("the secrets asked for are over \(Self.maximumSecretsReply) bytes: ask for fewer") }
-                entries.append(.dictEntry(.objectPath(path), Self.secretValue(data, session: session)))
+                entries.append(.dictEntry(.objectPath(itemPath), try Self.secretValue(data, session: session, path: path)))
             }
             return .tuple([.array("{o(oayays)}", entries)])
         case (SecretServiceIntrospection.service, "Unlock", .service):
@@ -164,11 +195,11 @@ extension SecretService {
 
         // Item
         case (SecretServiceIntrospection.item, "GetSecret", .item):
-            let session = p.child(0).string
-            try requireSession(session, for: sender)
+            let path = p.child(0).string
+            let session = try session(path, for: sender)
             let found = try item(target, secret: true, caller: caller)
             guard let data = found.data else { throw BusError(VaultError(.interactionNotAllowed, "the item is locked: unlock the vault (vaultctl unlock)")) }
-            return .tuple([Self.secretValue(data, session: session)])
+            return .tuple([try Self.secretValue(data, session: session, path: path)])
         case (SecretServiceIntrospection.item, "SetSecret", .item(let g, let id)):
             let s = try secret(p.child(0), sender: sender)
             _ = try vault.updateItems(Self.query(group: g, id: id), changes: ItemAttributes(), secret: s, caller: caller)
