@@ -128,7 +128,9 @@ let server = Server(listener: listener, listenerIsShared: activated != nil, disp
 running.server = server
 server.start()
 
-// Unlock at login from the passphrase remembered in the login keyring (never blocks serving).
+// Unlock at login from the passphrase remembered in the login keyring (never blocks serving);
+// not when vaultd is that keyring.
+KeyringUnlock.isOwnKeyring = secretService != nil
 KeyringUnlock.atStart(vault)
 
 // Uninstall detection: registered executables that vanish (for the grace period) or come

@@ -186,6 +186,16 @@ import Glibc
         #expect((try? String(contentsOfFile: out, encoding: .utf8)) == "behind-the-lock")
     }
 
+    /// Once vaultd is the keyring, keeping its passphrase in the login keyring would lock it
+    /// inside itself: `unlock --remember` is refused saying why, and nothing is stored.
+    @Test func rememberingThePassphraseInItselfIsRefused() throws {
+        let k = try Self.fixture(passphrase: true)
+        defer { k.close() }
+        let r = k.ctl(["unlock", "--remember", "--passphrase-fd", "3"], fds: Self.passphraseFD)
+        #expect(r.status != 0 && r.stderr.contains("vaultd is this session's Secret Service"), "\(r)")
+        #expect(try Self.items(k).isEmpty)
+    }
+
     /// Another provider owns the name: vaultd says which process and serves its socket
     /// alone; with --replace it stops that provider and takes the name over.
     @Test func anotherProviderIsReportedAndReplaceTakesTheNameOver() throws {

@@ -71,6 +71,9 @@ final class SecretService: @unchecked Sendable {
     static let maximumPeers = 1024
     static let maximumSessionsPerPeer = 64
     static let maximumPromptsPerPeer = 16
+    /// The most collections whose items' subtree is registered (the owner may name any
+    /// number of groups); past it, a new collection's items are not served (logged).
+    static let maximumCollections = 4096
     /// The most bytes of secrets one GetSecrets returns.
     static let maximumSecretsReply = Varlink.maximumMessageSize
     /// How long a bus query of vaultd's own (credentials, a name's owner) may take (ms).
@@ -294,8 +297,17 @@ final class SecretService: @unchecked Sendable {
     func collectionPath(_ group: String) -> String {
         let path = SecretServicePath.collection(group).path
         let element = SecretServicePath.encode(group)
-        let isNew = lock.withLock { registeredCollections.insert(element).inserted }
-        if isNew { _ = registerSubtree(path) }
+        let isNew = lock.withLock { () -> Bool? in
+            if registeredCollections.contains(element) { return false }
+            guard registeredCollections.count < Self.maximumCollections else { return nil }
+            registeredCollections.insert(element)
+            return true
+        }
+        switch isNew {
+        case true?: _ = registerSubtree(path)
+        case nil: _ = Self.promptLog.log("collections", "secret service: over \(Self.maximumCollections) collections named; the items of \(logField(group)) are not served")
+        case false?: break
+        }
         return path
     }
 

@@ -12,6 +12,8 @@ extension SecretService {
     static let collectionLabel = "org.freedesktop.Secret.Collection.Label"
     /// Every secret is given out as this: vaultd keeps no content type (as gnome-keyring).
     static let contentType = "text/plain"
+    /// The schema of the vault passphrase `vaultctl unlock --remember` keeps in the login keyring.
+    static let unlockSchema = "io.vaultd.Unlock"
 
     // MARK: queries
 
@@ -230,6 +232,8 @@ extension SecretService {
         let properties = p.child(0)
         let label = properties.lookup(Self.itemLabel, "s")?.string ?? ""
         let attributes = try properties.lookup(Self.itemAttributes, "a{ss}").map(Self.attributes) ?? [:]
+        // `vaultctl unlock --remember` storing the vault's passphrase in the vault it unlocks.
+        if attributes["xdg:schema"] == Self.unlockSchema { throw BusError.notSupported(KeyringUnlock.circle) }
         let secret = try secret(p.child(1), sender: sender)
         if p.child(2).bool, let existing = try find(Self.query(group: group, attributes: attributes), caller: caller).first(where: { $0.attributes.lookupAttributes == attributes }) {
             var changes = ItemAttributes(label: label)
