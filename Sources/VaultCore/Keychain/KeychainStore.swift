@@ -352,16 +352,17 @@ final class KeychainStore {
     /// order their arguments are bound), and the number of access groups of an `IN` list.
     enum CandidateSQL {
         static let itemClass = 1, accessGroup = 2, accessible = 4, oneID = 8, idList = 16, lookupHash = 32, accountHash = 64
-        /// The number of access groups of an `IN` list (8 bits), then the number of lookup
+        /// The number of access groups of an `IN` list (24 bits), then the number of lookup
         /// attributes' hashes (at most `ItemAttributes.maximumLookupAttributes`).
         static let groupCountShift = 8
-        static let lookupAttributeCountShift = 16
+        static let groupCountMask = (1 << 24) - 1
+        static let lookupAttributeCountShift = 32
 
         static func text(_ shape: Int) -> String {
             var sql = "SELECT id, uuid, item_class, access_group, accessible, synchronizable, attributes, wrapped_key, secret FROM items WHERE 1"
             if shape & itemClass != 0 { sql += " AND item_class = ?" }
             if shape & accessGroup != 0 { sql += " AND access_group = ?" }
-            let groups = (shape >> groupCountShift) & 0xff
+            let groups = (shape >> groupCountShift) & groupCountMask
             if groups > 0 { sql += " AND access_group IN (" + Array(repeating: "?", count: groups).joined(separator: ",") + ")" }
             if shape & accessible != 0 { sql += " AND accessible = ?" }
             for _ in 0..<(shape >> lookupAttributeCountShift) {
