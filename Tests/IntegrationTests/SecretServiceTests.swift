@@ -157,6 +157,28 @@ import Glibc
         #expect(try Self.items(k).isEmpty)
     }
 
+    /// python keyring's own tests of its SecretService backend, from the source distribution
+    /// of the installed version (scripts/install-deps puts it in
+    /// `~/.cache/vaultd-tests/`), run with pytest against vaultd.
+    @Test func pythonKeyringsOwnSecretServiceTestsPass() throws {
+        let version = try #require(
+            try? ChildProcess.run("python3", ["-c", "import importlib.metadata as m; print(m.version('keyring'))"], environment: ProcessInfo.processInfo.environment)
+                .stdoutText.trimmingCharacters(in: .whitespacesAndNewlines))
+        let home = ProcessInfo.processInfo.environment["XDG_CACHE_HOME"] ?? ((ProcessInfo.processInfo.environment["HOME"] ?? "") + "/.cache")
+        let sdist = home + "/vaultd-tests/keyring-\(version).tar.gz"
+        try #require(FileManager.default.fileExists(atPath: sdist), "\(sdist) is missing: run scripts/install-deps")
+        let k = try Self.fixture()
+        defer { k.close() }
+        var r = k.run("tar", ["xzf", sdist, "-C", k.root])
+        try #require(r.status == 0, "\(r)")
+        let source = k.root + "/keyring-\(version)"
+        // The sdist's own pytest.ini asks for plugins it does not ship: none is read.
+        r = k.run("python3", ["-m", "pytest", "-p", "no:cacheprovider", "-c", "/dev/null", "--rootdir", source, source + "/tests/backends/test_SecretService.py", "-q"], timeout: 300)
+        #expect(r.status == 0, "\(r)")
+        let summary = r.stdoutText.split(separator: "\n").last.map(String.init) ?? ""
+        #expect(summary.contains(" passed") && !summary.contains("failed") && !summary.contains("skipped") && !summary.contains("error"), "\(r)")
+    }
+
     /// A locked vault: a lookup gets a prompt that is dismissed after the configured timeout
     /// (secret-tool ends without a secret, never hangs); a lookup waiting on a prompt gets
     /// the secret once `vaultctl unlock` unlocks the vault.
