@@ -177,6 +177,32 @@ import Glibc
         #expect(r.status == 0, "\(r)")
         let summary = r.stdoutText.split(separator: "\n").last.map(String.init) ?? ""
         #expect(summary.contains(" passed") && !summary.contains("failed") && !summary.contains("skipped") && !summary.contains("error"), "\(r)")
+        // The suite stores in the session collection, which is memory only: nothing in the store.
+        #expect(try Self.items(k).isEmpty)
+    }
+
+    /// The in-memory `session` collection: items made there are found and read like any
+    /// other, are not in the store, and are gone when vaultd restarts.
+    @Test func theSessionCollectionLivesInMemoryOnly() throws {
+        let k = try Self.fixture()
+        defer { k.close() }
+        let script = """
+            import secretstorage, sys
+            conn = secretstorage.dbus_init()
+            if sys.argv[1] == "create":
+                c = secretstorage.Collection(conn, "/org/freedesktop/secrets/collection/session")
+                item = c.create_item("temporary", {"k": "session-v"}, b"in-memory")
+                print(item.item_path.startswith("/org/freedesktop/secrets/collection/session/"), item.get_secret().decode())
+            found = list(secretstorage.search_items(conn, {"k": "session-v"}))
+            print(len(found), [i.get_secret().decode() for i in found])
+            """
+        var r = k.run("python3", ["-c", script, "create"])
+        #expect(r.stdoutText == "True in-memory\n1 ['in-memory']\n", "\(r)")
+        #expect(try Self.items(k).isEmpty)
+        k.stopVaultd()
+        try k.startVaultd(arguments: ["--secret-service"])
+        r = k.run("python3", ["-c", script, "search"])
+        #expect(r.stdoutText == "0 []\n", "\(r)")
     }
 
     /// A locked vault: a lookup gets a prompt that is dismissed after the configured timeout

@@ -74,6 +74,27 @@ import VaultProtocol
         }
     }
 
+    @Test func sessionItemsAreEachCallersOwn() throws {
+        try withVault { vault, _ in
+            let a = Caller(appID: "org.example.A", accessGroups: ["org.example.A"])
+            let b = Caller(appID: "org.example.B", accessGroups: ["org.example.B"])
+            let idA = try vault.addSessionItem(label: "a", attributes: ["k": "v"], secret: secret("sa"), replace: true, caller: a)
+            _ = try vault.addSessionItem(label: "b", attributes: ["k": "v"], secret: secret("sb"), replace: true, caller: b)
+            // Replace: the same attributes of the same caller's are one item.
+            #expect(try vault.addSessionItem(label: "a2", attributes: ["k": "v"], secret: secret("sa2"), replace: true, caller: a) == idA)
+            let seenByA = try vault.sessionItems(matching: ["k": "v"], secrets: true, caller: a)
+            #expect(seenByA.map { plain($0.data) } == [Array("sa2".utf8)])
+            #expect(seenByA.first?.attributes.label == "a2")
+            #expect(try vault.sessionItems(matching: [:], secrets: false, caller: .owner).count == 2)
+            // B can neither change nor delete A's.
+            expectVaultError(.itemNotFound) { try vault.updateSessionItem(idA, secret: secret("x"), caller: b) }
+            #expect(try vault.deleteSessionItems(idA, caller: b) == 0)
+            #expect(try vault.deleteSessionItems(nil, caller: b) == 1)
+            #expect(try vault.sessionItems(matching: [:], secrets: false, caller: .owner).count == 1)
+            #expect(try vault.sessionItems(matching: ["k": "other"], secrets: false, caller: a).isEmpty)
+        }
+    }
+
     @Test func theAttributesAreNotInTheStoreInClear() throws {
         try withVault { vault, dir in
             try Self.add(vault, "one", ["distinctive-name-q7": "distinctive-value-z9"])

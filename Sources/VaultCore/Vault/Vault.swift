@@ -22,6 +22,8 @@ public final class Vault: @unchecked Sendable {
     let apps: AppRegistry
     /// Each app's storage quota (`StorageQuota`); vaultd sets it from its settings.
     public let quota = StorageQuota()
+    /// The Secret Service's `session` collection: items kept in memory only, until vaultd stops.
+    let sessionItems = SessionItems()
     /// The per-app cache directories.
     public let caches: CacheStore
     /// Limits on registrations made on first contact, and the uninstall grace period

@@ -25,14 +25,23 @@ extension SecretService {
         return ItemQuery(itemClass: .genericPassword, attributes: a, matchAll: true)
     }
 
-    /// The matches, locked ones too (none: empty).
+    /// The matches, locked ones too (none: empty): of the session collection (its group
+    /// named `Vault.sessionCollection`), of the store, or of both (no group named).
     func find(_ q: ItemQuery, secrets: Bool = false, caller: Caller) throws -> [FoundItem] {
+        let session = { try self.vault.sessionItems(matching: q.attributes.lookupAttributes ?? [:], id: q.attributes.account, secrets: secrets, caller: caller) }
+        if let g = q.attributes.accessGroup, Self.isSession(g) { return try session() }
+        let stored: [FoundItem]
         do {
-            return try vault.copyMatching(q, returnData: secrets, includingLocked: true, caller: caller)
+            stored = try vault.copyMatching(q, returnData: secrets, includingLocked: true, caller: caller)
         } catch let e as VaultError where e.code == .itemNotFound {
-            return []
+            stored = []
         }
+        return q.attributes.accessGroup == nil ? stored + (try session()) : stored
     }
+
+    /// Whether a collection's group is the in-memory session collection (which hides an
+    /// access group of that name from the Secret Service).
+    static func isSession(_ group: String) -> Bool { group.sameBytes(Vault.sessionCollection) }
 
     func path(of item: FoundItem) -> String {
         itemPath(item.attributes.accessGroup ?? "", item.attributes.account ?? "")
@@ -189,7 +198,10 @@ extension SecretService {
         case (SecretServiceIntrospection.collection, "Delete", _):
             let g = try group(of: target, caller: caller)
             let items = try find(Self.query(group: g), caller: caller)
-            if !items.isEmpty {
+            if Self.isSession(g) {
+                try vault.deleteSessionItems(nil, caller: caller)
+                for i in items { itemSignal("ItemDeleted", group: caller.defaultAccessGroup, item: path(of: i)) }
+            } else if !items.isEmpty {
                 _ = try vault.deleteItems(Self.query(group: g), caller: caller)
                 for i in items { itemSignal("ItemDeleted", group: g, item: path(of: i)) }
             }
@@ -204,12 +216,20 @@ extension SecretService {
             return .tuple([try Self.secretValue(data, session: session, path: path)])
         case (SecretServiceIntrospection.item, "SetSecret", .item(let g, let id)):
             let s = try secret(p.child(0), sender: sender)
-            _ = try vault.updateItems(Self.query(group: g, id: id), changes: ItemAttributes(), secret: s, caller: caller)
-            itemSignal("ItemChanged", group: g, item: target.path)
+            if Self.isSession(g) {
+                try vault.updateSessionItem(id, secret: s, caller: caller)
+            } else {
+                _ = try vault.updateItems(Self.query(group: g, id: id), changes: ItemAttributes(), secret: s, caller: caller)
+            }
+            itemSignal("ItemChanged", group: Self.isSession(g) ? caller.defaultAccessGroup : g, item: target.path)
             return nil
         case (SecretServiceIntrospection.item, "Delete", .item(let g, let id)):
-            _ = try vault.deleteItems(Self.query(group: g, id: id), caller: caller)
-            itemSignal("ItemDeleted", group: g, item: target.path)
+            if Self.isSession(g) {
+                guard try vault.deleteSessionItems(id, caller: caller) > 0 else { throw BusError.noSuchObject("no such item") }
+            } else {
+                _ = try vault.deleteItems(Self.query(group: g, id: id), caller: caller)
+            }
+            itemSignal("ItemDeleted", group: Self.isSession(g) ? caller.defaultAccessGroup : g, item: target.path)
             return .tuple([.objectPath("/")])
 
         case (SecretServiceIntrospection.session, "Close", .session(let id)):
@@ -235,6 +255,12 @@ extension SecretService {
         // `vaultctl unlock --remember` storing the vault's passphrase in the vault it unlocks.
         if attributes["xdg:schema"] == Self.unlockSchema { throw BusError.notSupported(KeyringUnlock.circle) }
         let secret = try secret(p.child(1), sender: sender)
+        if Self.isSession(group) {
+            let id = try vault.addSessionItem(label: label, attributes: attributes, secret: secret, replace: p.child(2).bool, caller: caller)
+            let path = itemPath(group, id)
+            itemSignal("ItemCreated", group: caller.defaultAccessGroup, item: path)
+            return .tuple([.objectPath(path), .objectPath("/")])
+        }
         if p.child(2).bool, let existing = try find(Self.query(group: group, attributes: attributes), caller: caller).first(where: { $0.attributes.lookupAttributes == attributes }) {
             var changes = ItemAttributes(label: label)
             changes.lookupAttributes = attributes
@@ -259,13 +285,16 @@ extension SecretService {
     func property(_ name: String, of target: SecretServicePath, caller: Caller) throws -> GV {
         switch (target, name) {
         case (.service, "Collections"):
-            return .objectPaths(try vault.accessGroups(caller: caller).map(collectionPath))
+            let groups = try vault.accessGroups(caller: caller).filter { !Self.isSession($0) }
+            return .objectPaths((groups + [Vault.sessionCollection]).map(collectionPath))
         case (.collection, "Items"), (.alias, "Items"):
             return .objectPaths(try find(Self.query(group: try group(of: target, caller: caller)), caller: caller).map(path))
         case (.collection, "Label"), (.alias, "Label"):
-            return .string(try vault.accessGroup(try group(of: target, caller: caller), caller: caller))
+            let g = try group(of: target, caller: caller)
+            return .string(Self.isSession(g) ? g : try vault.accessGroup(g, caller: caller))
         case (.collection, "Locked"), (.alias, "Locked"):
-            _ = try vault.accessGroup(try group(of: target, caller: caller), caller: caller)
+            let g = try group(of: target, caller: caller)
+            if !Self.isSession(g) { _ = try vault.accessGroup(g, caller: caller) }
             return .bool(!(try vault.requestUnlock(caller: caller)))
         case (.collection, "Created"), (.alias, "Created"), (.collection, "Modified"), (.alias, "Modified"):
             // A group has no dates of its own: its items' earliest creation, latest change.
@@ -292,9 +321,14 @@ extension SecretService {
         case (.item(let g, let id), "Label"), (.item(let g, let id), "Attributes"):
             var changes = ItemAttributes()
             if name == "Label" { changes.label = value.string } else { changes.lookupAttributes = try Self.attributes(value) }
-            _ = try vault.updateItems(Self.query(group: g, id: id), changes: changes, secret: nil, caller: caller)
-            itemPropertiesChanged(group: g, item: target.path, [name])
-            itemSignal("ItemChanged", group: g, item: target.path)
+            if Self.isSession(g) {
+                try vault.updateSessionItem(id, label: changes.label, attributes: changes.lookupAttributes, caller: caller)
+            } else {
+                _ = try vault.updateItems(Self.query(group: g, id: id), changes: changes, secret: nil, caller: caller)
+            }
+            let signalled = Self.isSession(g) ? caller.defaultAccessGroup : g
+            itemPropertiesChanged(group: signalled, item: target.path, [name])
+            itemSignal("ItemChanged", group: signalled, item: target.path)
         case (.collection, "Label"), (.alias, "Label"):
             _ = try vault.accessGroup(try group(of: target, caller: caller), caller: caller)
             throw BusError.notSupported("a collection's label is its access group's name")
