@@ -6,7 +6,7 @@ import VaultCore
 /// defines it and gnome-keyring and libsecret implement it: a Diffie-Hellman exchange in the
 /// 1024-bit MODP group of RFC 2409 (the Second Oakley Group, generator 2), the shared secret
 /// (big-endian, padded to 128 bytes) through HKDF-SHA256 (RFC 5869; no salt, no info) to a
-/// 16-byte AES-128 key, and each secret AES-128-CBC encrypted with PKCS #7 padding under a
+/// 16-byte AES-128 key, and each secret AES-128-CBC encrypted with PKCS7 padding under a
 /// fresh 16-byte IV (the secret's `parameters`). libgcrypt gives the modular arithmetic and
 /// AES (libsodium has neither 1024-bit DH nor AES-CBC), libsodium the HMAC-SHA256 and the
 /// randomness.
@@ -36,7 +36,7 @@ public final class DHSession {
             switch self {
             case .unavailable: "libgcrypt cannot be initialised"
             case .badPublicKey: "the peer's public key is not a value of the group (1 < y < p - 1)"
-            case .badCiphertext: "the secret is not AES-128-CBC with PKCS #7 padding under this session's key"
+            case .badCiphertext: "the secret is not AES-128-CBC with PKCS7 padding under this session's key"
             }
         }
     }
@@ -143,7 +143,7 @@ public final class DHSession {
         sodium_memzero(&state, MemoryLayout<crypto_auth_hmacsha256_state>.size)
     }
 
-    /// AES-128-CBC of `input` with PKCS #7 padding added (encrypt), in sodium memory.
+    /// AES-128-CBC of `input` with PKCS7 padding added (encrypt), in sodium memory.
     static func aesCBC(encrypt: Bool, key: SecureBytes, iv: [UInt8], _ input: SecureBytes) throws -> [UInt8] {
         let pad = blockLength - input.count % blockLength
         var buffer = [UInt8](repeating: UInt8(pad), count: input.count + pad)
@@ -202,7 +202,7 @@ public final class DHSession {
 
 /// The cipher alone, for the known-answer test of AES-128-CBC.
 public enum DHSessionTesting {
-    /// AES-128-CBC of `plaintext` with PKCS #7 padding.
+    /// AES-128-CBC of `plaintext` with PKCS7 padding.
     public static func encrypt(key: SecureBytes, iv: [UInt8], _ plaintext: [UInt8]) throws -> [UInt8] {
         try DHSession.aesCBC(encrypt: true, key: key, iv: iv, SecureBytes(copying: plaintext))
     }

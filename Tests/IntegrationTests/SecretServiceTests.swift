@@ -235,13 +235,18 @@ import Glibc
     }
 
     /// Once vaultd is the keyring, keeping its passphrase in the login keyring would lock it
-    /// inside itself: `unlock --remember` is refused saying why, and nothing is stored.
+    /// inside itself: `unlock --remember` is refused saying why, nothing is stored, and vaultd
+    /// does not ask itself for the passphrase at start.
     @Test func rememberingThePassphraseInItselfIsRefused() throws {
         let k = try Self.fixture(passphrase: true)
         defer { k.close() }
         let r = k.ctl(["unlock", "--remember", "--passphrase-fd", "3"], fds: Self.passphraseFD)
         #expect(r.status != 0 && r.stderr.contains("vaultd is this session's Secret Service"), "\(r)")
         #expect(try Self.items(k).isEmpty)
+        // Nor does a locked vaultd look for its passphrase in itself at start.
+        k.stopVaultd()
+        try k.startVaultd(arguments: ["--secret-service"])
+        #expect(k.waitForLog("locked; vaultd is this session's Secret Service", timeout: 10), "\(k.log)")
     }
 
     /// Another provider owns the name: vaultd says which process and serves its socket

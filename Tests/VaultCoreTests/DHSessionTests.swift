@@ -54,7 +54,7 @@ import VaultCore
 
     @Test func aesCBCMatchesSP800_38A() throws {
         // F.2.1 CBC-AES128.Encrypt, first block: the session's cipher is AES-128-CBC; the
-        // second block of its output is the PKCS #7 padding's.
+        // second block of its output is the PKCS7 padding's.
         let key = SecureBytes(copying: Self.hex("2b7e151628aed2a6abf7158809cf4f3c"))
         let out = try DHSessionTesting.encrypt(key: key, iv: Self.hex("000102030405060708090a0b0c0d0e0f"), Self.hex("6bc1bee22e409f96e93d7e117393172a"))
         #expect(Array(out.prefix(16)) == Self.hex("7649abac8119b246cee98e9b12e9197d"))

@@ -152,10 +152,14 @@ final class SecretService: @unchecked Sendable {
     @discardableResult
     func start() -> Bool {
         let done = DispatchSemaphore(value: 0)
+        // Written by the bus thread before it signals `done`, read after the wait.
         nonisolated(unsafe) var owned = false
         let thread = Thread { [self] in
             vault_set_thread_name("vaultd-dbus")
-            owned = self.run { done.signal() }
+            self.run { serving in
+                owned = serving
+                done.signal()
+            }
         }
         thread.stackSize = 1 << 20
         thread.start()
@@ -172,16 +176,19 @@ final class SecretService: @unchecked Sendable {
         return nil
     }
 
-    /// The bus thread: connect, register, ask for the name, then serve until the bus goes.
-    private func run(started: () -> Void) -> Bool {
+    /// The bus thread: connect, register, ask for the name, then serve (for as long as vaultd
+    /// runs; calls after the bus went away just fail).
+    /// `started` is called once, with whether vaultd owns the name, before it serves.
+    private func run(started: (Bool) -> Void) {
+        var serving = false
         var startedCalled = false
         func report() {
-            if !startedCalled { startedCalled = true; started() }
+            if !startedCalled { startedCalled = true; started(serving) }
         }
         defer { report() }
         guard let address = Self.sessionBusAddress() else {
             log("secret service: no session bus (DBUS_SESSION_BUS_ADDRESS and XDG_RUNTIME_DIR/bus are unset): not serving")
-            return false
+            return
         }
         let ctx = g_main_context_new()
         context = ctx
@@ -192,17 +199,17 @@ final class SecretService: @unchecked Sendable {
         guard let conn = g_dbus_connection_new_for_address_sync(address, flags, nil, nil, &err) else {
             log("secret service: cannot connect to the session bus (\(logField(address))): \(String(cString: cg_error_message(err)))")
             g_error_free(err)
-            return false
+            return
         }
         connection = conn
         g_dbus_connection_set_exit_on_close(conn, 0)
-        guard registerObjects() else { return false }
+        guard registerObjects() else { return }
         subscribeToBus()
-        let owned = requestName()
-        guard owned else {
+        guard requestName() else {
             g_dbus_connection_close_sync(conn, nil, nil)
-            return false
+            return
         }
+        serving = true
         observer = vault.addObserver { [weak self] event in
             if case .lockState = event { self?.lockStateChanged() }
         }
@@ -210,7 +217,6 @@ final class SecretService: @unchecked Sendable {
         let l = g_main_loop_new(ctx, 0)
         loop = l
         g_main_loop_run(l)
-        return true
     }
 
     private var userData: gpointer { Unmanaged.passUnretained(self).toOpaque() }
