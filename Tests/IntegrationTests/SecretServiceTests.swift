@@ -267,6 +267,29 @@ import Glibc
         #expect(try Self.items(k).map { $0["label"] as? String } == ["after replace"])
     }
 
+    /// The switch-over: gnome-keyring's items imported as Secret Service items (idempotent),
+    /// then vaultd replacing it: the same lookups find the same secrets.
+    @Test func keyringItemsImportedAsSecretServiceItemsAreFoundAfterTheSwitch() throws {
+        let k = try KeyringFixture()
+        defer { k.close() }
+        var r = Self.secretTool(k, ["store", "--label=Mail", "service", "mail.example", "user", "dora"], stdin: "imap-pw")
+        try #require(r.status == 0, "\(r)")
+        try k.startVaultd()
+        try #require(k.ctl(["init", "--no-passphrase"]).status == 0)
+        r = k.ctl(["keyring", "import", "--access-group", Caller.ownerAccessGroup, "--secret-service"])
+        #expect(r.status == 0 && r.stdoutText.contains("add Secret Service item \"Mail\""), "\(r)")
+        r = k.ctl(["keyring", "import", "--access-group", Caller.ownerAccessGroup, "--secret-service"])
+        #expect(r.status == 0 && r.stdoutText.contains("unchanged Secret Service item \"Mail\"") && r.stdoutText.contains("0 added"), "\(r)")
+
+        k.stopVaultd()
+        try k.startVaultd(arguments: ["--secret-service", "--replace"])
+        #expect(k.log.contains("taken over from pid"), "\(k.log)")
+        r = Self.secretTool(k, ["lookup", "service", "mail.example", "user", "dora"])
+        #expect(r.status == 0 && r.stdoutText == "imap-pw", "\(r)")
+        let stored = try Self.items(k)
+        #expect(stored.count == 1 && stored.first?["label"] as? String == "Mail", "\(stored)")
+    }
+
     /// Every method and property interface vaultd's objects declare on the bus has a decision
     /// in the policy's Secret Service table, and the table names nothing they do not declare.
     @Test func everyMethodOnTheBusHasAPolicyDecision() throws {
