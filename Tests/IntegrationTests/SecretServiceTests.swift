@@ -155,6 +155,16 @@ import Glibc
         #expect(r.status == 0, "\(r)")
         #expect(r.stdoutText == "keyring.backends.SecretService.Keyring\nTrue\npa55\nNone\n", "\(r)")
         #expect(try Self.items(k).isEmpty)
+        // One process storing many: secretstorage opens a session for each item and closes
+        // none; past vaultd's 64 per connection the oldest are closed, and every store works.
+        let many = """
+            import keyring
+            for i in range(100): keyring.set_password("many.example", "user%d" % i, "pw%d" % i)
+            print(sum(keyring.get_password("many.example", "user%d" % i) == "pw%d" % i for i in range(100)))
+            """
+        let m = k.run("python3", ["-c", many], timeout: 120)
+        #expect(m.status == 0 && m.stdoutText == "100\n", "\(m)")
+        #expect(try Self.items(k).count == 100)
     }
 
     /// python keyring's own tests of its SecretService backend, from the source distribution

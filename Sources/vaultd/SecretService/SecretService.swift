@@ -67,7 +67,9 @@ final class SecretService: @unchecked Sendable {
     static let busName = "org.freedesktop.secrets"
 
     /// The most peers whose identity is kept (one per bus connection that called), sessions
-    /// per peer and prompts per peer: a client that opens more gets LimitsExceeded.
+    /// per peer (past it, opening one closes that peer's oldest: secretstorage opens one for
+    /// every item it makes and never closes them) and prompts per peer (past it,
+    /// LimitsExceeded).
     static let maximumPeers = 1024
     static let maximumSessionsPerPeer = 64
     static let maximumPromptsPerPeer = 16
@@ -119,9 +121,12 @@ final class SecretService: @unchecked Sendable {
     final class Session {
         let owner: String
         let dh: DHSession?
-        init(owner: String, dh: DHSession?) {
+        /// Its place in the order sessions were opened.
+        let number: UInt64
+        init(owner: String, dh: DHSession?, number: UInt64) {
             self.owner = owner
             self.dh = dh
+            self.number = number
         }
     }
 
@@ -597,16 +602,17 @@ final class SecretService: @unchecked Sendable {
 
     // MARK: sessions, prompts, signals
 
-    /// A new session ID for `sender` (LimitsExceeded past `maximumSessionsPerPeer`); `dh`, its
-    /// key when encrypted.
+    /// A new session ID for `sender`; `dh`, its key when encrypted. Past
+    /// `maximumSessionsPerPeer` of that connection's, its oldest is closed.
     func openSession(for sender: String, dh: DHSession?) throws -> String {
-        try lock.withLock {
-            guard sessions.values.filter({ $0.owner == sender }).count < Self.maximumSessionsPerPeer else {
-                throw BusError.limitsExceeded("at most \(Self.maximumSessionsPerPeer) open sessions per connection")
+        lock.withLock {
+            let own = sessions.filter { $0.value.owner == sender }
+            if own.count >= Self.maximumSessionsPerPeer, let oldest = own.min(by: { $0.value.number < $1.value.number }) {
+                sessions[oldest.key] = nil
             }
             nextID += 1
             let id = "s\(nextID)"
-            sessions[id] = Session(owner: sender, dh: dh)
+            sessions[id] = Session(owner: sender, dh: dh, number: nextID)
             return id
         }
     }
