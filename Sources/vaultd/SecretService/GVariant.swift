@@ -63,7 +63,6 @@ final class GV {
 
     // MARK: reading values
 
-    var typeString: String { String(cString: g_variant_get_type_string(raw)) }
     func isOfType(_ type: String) -> Bool { g_variant_is_of_type(raw, cg_type(type)) != 0 }
     var count: Int { Int(g_variant_n_children(raw)) }
     func child(_ i: Int) -> GV { GV(owned: g_variant_get_child_value(raw, gsize(i))) }
