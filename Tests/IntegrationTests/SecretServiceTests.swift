@@ -167,6 +167,23 @@ import Glibc
         #expect(try Self.items(k).count == 100)
     }
 
+    /// A bus client vaultd cannot identify (in a sandbox of its own root, without a Flatpak
+    /// record) is refused, never served as the owner: the owner's secret stays unseen.
+    @Test func aClientVaultdCannotIdentifyIsRefused() throws {
+        let k = try Self.fixture()
+        defer { k.close() }
+        var r = Self.secretTool(k, ["store", "--label=owner's", "service", "owner.example"], stdin: "owner-secret")
+        try #require(r.status == 0, "\(r)")
+        r = k.run("bwrap", [
+            "--tmpfs", "/", "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
+            "--symlink", "usr/bin", "/bin", "--ro-bind", "/etc", "/etc", "--bind", k.root, k.root, "--dev", "/dev", "--proc", "/proc",
+            "--setenv", "DBUS_SESSION_BUS_ADDRESS", k.busAddress, "/usr/bin/secret-tool", "lookup", "service", "owner.example",
+        ])
+        #expect(r.status != 0 && !r.stdoutText.contains("owner-secret"), "\(r)")
+        #expect(r.stderr.contains("vaultd does not serve this process"), "\(r)")
+        #expect(k.log.contains("a sandbox vaultd cannot name"), "\(k.log)")
+    }
+
     /// python keyring's own tests of its SecretService backend, from the source distribution
     /// of the installed version (scripts/install-deps puts it in
     /// `~/.cache/vaultd-tests/`), run with pytest against vaultd.
