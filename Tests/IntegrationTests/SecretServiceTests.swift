@@ -89,6 +89,31 @@ import Glibc
         #expect(try Self.items(k).map { $0["label"] as? String } == ["Bob"])
     }
 
+    /// libsecret's C password API with a schema, as apps link it (a small client built here
+    /// from Tests/Fixtures/libsecret): store, look up, clear; the schema's name is stored as
+    /// the `xdg:schema` attribute and an integer attribute as its decimal text.
+    @Test func libsecretsPasswordAPIStoresLooksUpAndClears() throws {
+        let k = try Self.fixture()
+        defer { k.close() }
+        let client = k.root + "/password-client"
+        let flags = try #require(try? ChildProcess.run("pkg-config", ["--cflags", "--libs", "libsecret-1"], environment: ProcessInfo.processInfo.environment))
+        var r = try ChildProcess.run(
+            "cc", ["-o", client, Paths.fixtures.appendingPathComponent("libsecret/password-client.c").path]
+                + flags.stdoutText.split(whereSeparator: \.isWhitespace).map(String.init),
+            environment: ProcessInfo.processInfo.environment)
+        try #require(r.status == 0, "\(r)")
+        r = k.run(client, ["store", "imap.example", "993"], stdin: Data("c-secret".utf8))
+        #expect(r.stdoutText == "stored\n", "\(r)")
+        r = k.run(client, ["lookup", "imap.example", "993"])
+        #expect(r.stdoutText == "c-secret\n", "\(r)")
+        #expect(k.run(client, ["lookup", "imap.example", "994"]).stdoutText == "none\n")
+        let stored = try Self.items(k)
+        #expect(stored.first?["lookupAttributes"] as? [String: String] == ["xdg:schema": "org.example.Password", "server": "imap.example", "port": "993"], "\(stored)")
+        #expect(k.run(client, ["clear", "imap.example", "993"]).stdoutText == "cleared\n")
+        #expect(k.run(client, ["lookup", "imap.example", "993"]).stdoutText == "none\n")
+        #expect(try Self.items(k).isEmpty)
+    }
+
     /// Two copies of secret-tool registered as two apps: what one stores, the other can
     /// neither look up, search nor clear; the owner's secret-tool (unregistered) sees both.
     @Test func twoRegisteredSecretToolsCannotSeeEachOthersSecrets() throws {
