@@ -591,7 +591,7 @@ final class SecretService: @unchecked Sendable {
         case SecretServicePath.aliasRoot: names = SecretServicePath.aliases
         case SecretServicePath.collectionRoot:
             if let caller = try? caller(sender), let groups = try? vault.accessGroups(caller: caller) {
-                names = groups.map(SecretServicePath.encode)
+                names = (groups.filter { !$0.sameBytes(Vault.sessionCollection) } + [Vault.sessionCollection]).map(SecretServicePath.encode)
             }
         default: break
         }
