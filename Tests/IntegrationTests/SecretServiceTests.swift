@@ -340,6 +340,30 @@ import Glibc
         #expect(r.status == 0 && r.stdoutText == "imap-pw", "\(r)")
         let stored = try Self.items(k)
         #expect(stored.count == 1 && stored.first?["label"] as? String == "Mail", "\(stored)")
+
+        // And back: an item stored through vaultd goes to a new gnome-keyring with its own
+        // attributes, where the same lookup finds it.
+        r = Self.secretTool(k, ["store", "--label=New", "service", "new.example", "user", "dora"], stdin: "made-in-vaultd")
+        try #require(r.status == 0, "\(r)")
+        k.stopVaultd()
+        let keyring = try ChildProcess.spawn(
+            "gnome-keyring-daemon", ["--foreground", "--unlock", "--components=secrets"], environment: k.environment,
+            inputs: [0: Data(KeyringFixture.keyringPassword.utf8)], stdout: .file(k.root + "/keyring2.log", append: true),
+            stderr: .file(k.root + "/keyring2.log", append: true))
+        defer {
+            kill(keyring, SIGTERM)
+            _ = ChildProcess.wait(keyring, timeout: 10)
+        }
+        let deadline = Date().addingTimeInterval(15)
+        while !k.run("dbus-send", ["--session", "--print-reply", "--dest=org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus.NameHasOwner", "string:org.freedesktop.secrets"]).stdoutText.contains("boolean true"), Date() < deadline {
+            usleep(50_000)
+        }
+        try k.startVaultd()
+        r = k.ctl(["keyring", "export", "--service", Vault.secretServiceService])
+        // "Mail" is still in gnome-keyring's file, as it was imported: the same item, unchanged.
+        #expect(r.status == 0 && r.stdoutText.contains("1 added, 0 updated, 1 unchanged"), "\(r)")
+        r = Self.secretTool(k, ["lookup", "service", "new.example", "user", "dora"])
+        #expect(r.status == 0 && r.stdoutText == "made-in-vaultd", "\(r)")
     }
 
     /// Every method and property interface vaultd's objects declare on the bus has a decision

@@ -299,11 +299,13 @@ struct KeyringCommand: Command {
                     continue
                 }
                 // An item `keyring import` made goes back under the schema and attributes it
-                // came with (kept in its `generic`), so the program that wrote it (secret-tool,
-                // python keyring, git's libsecret helper) finds it again, and the original,
-                // when still there, is the item replaced; an item born in the vault is an
-                // `io.vaultd.Item` with its class and primary key.
-                let original = KeyringMapping.originalAttributes(a.generic)
+                // came with (kept in its `generic`), and an item of vaultd's Secret Service
+                // under its own (its lookup attributes), so the program that wrote it
+                // (secret-tool, python keyring, git's libsecret helper) finds it again, and the
+                // original, when still there, is the item replaced; an item born in the vault
+                // is an `io.vaultd.Item` with its class and primary key.
+                let original = a.lookupAttributes.map { l in Dictionary(l.map { ($0.key, $0.value) }, uniquingKeysWith: { first, _ in first }) }
+                    ?? KeyringMapping.originalAttributes(a.generic)
                 let attributes = original ?? KeyringMapping.exportAttributes(item.itemClass, a)
                 // libsecret cuts a string at a NUL byte: two items differing after it would
                 // become one keyring entry with one of their secrets.
