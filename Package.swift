@@ -17,6 +17,10 @@ let package = Package(
         .systemLibrary(name: "CSodium", pkgConfig: "libsodium", providers: [.apt(["libsodium-dev"])]),
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
         .systemLibrary(name: "CSecret", pkgConfig: "libsecret-1", providers: [.apt(["libsecret-1-dev"])]),
+        // GLib's GDBus: vaultd's Secret Service front-end on the session bus.
+        .systemLibrary(name: "CGio", pkgConfig: "gio-2.0", providers: [.apt(["libglib2.0-dev"])]),
+        // libgcrypt: the Secret Service's DH session (1024-bit MODP, AES-128-CBC), which libsodium lacks.
+        .systemLibrary(name: "CGcrypt", pkgConfig: "libgcrypt", providers: [.apt(["libgcrypt20-dev"])]),
         // What Glibc does not import into Swift (struct ucred, prctl).
         .target(name: "CVaultSys"),
 
@@ -25,7 +29,9 @@ let package = Package(
         .target(name: "VaultCore", dependencies: ["VaultProtocol", "CSodium", "CSQLite", "CVaultSys"]),
         // The desktop keyring (Secret Service) through libsecret: for vaultctl and vaultd.
         .target(name: "DesktopKeyring", dependencies: ["CSecret", "VaultProtocol"]),
-        .executableTarget(name: "vaultd", dependencies: ["VaultCore", "VaultProtocol", "CVaultSys", "CSecret", "DesktopKeyring"]),
+        // The Secret Service's encrypted session: its key exchange and cipher.
+        .target(name: "SecretSession", dependencies: ["VaultCore", "CGcrypt", "CSodium"]),
+        .executableTarget(name: "vaultd", dependencies: ["VaultCore", "VaultProtocol", "CVaultSys", "CSecret", "CGio", "SecretSession", "DesktopKeyring"]),
         .target(name: "VaultClient", dependencies: ["VaultProtocol"]),
         // Release builds link the Swift runtime and Foundation statically, so a vaultctl
         // process does not spend its start loading and relocating them (a CLI starts once
@@ -49,7 +55,7 @@ let package = Package(
 
         .target(name: "TestSupport", path: "Tests/TestSupport"),
         .testTarget(name: "VaultProtocolTests", dependencies: ["VaultProtocol", "TestSupport"]),
-        .testTarget(name: "VaultCoreTests", dependencies: ["VaultCore", "TestSupport"]),
+        .testTarget(name: "VaultCoreTests", dependencies: ["VaultCore", "SecretSession", "TestSupport"]),
         .testTarget(
             name: "IntegrationTests",
             // VaultCore for its policy table only: the tests call vaultd through the socket.

@@ -79,6 +79,30 @@ int vault_peer_pidfd(int fd, pid_t *pid, uid_t *uid, gid_t *gid, int *pidfd, int
 #endif
 }
 
+int vault_pidfd_open(pid_t pid) {
+    if (pid <= 0) {
+        errno = ESRCH;
+        return -1;
+    }
+#ifdef SYS_pidfd_open
+    int p = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (p >= 0) (void)fcntl(p, F_SETFD, FD_CLOEXEC);
+    return p;
+#else
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+int vault_pidfd_signal(int pidfd, int sig) {
+#ifdef SYS_pidfd_send_signal
+    return (int)syscall(SYS_pidfd_send_signal, pidfd, sig, NULL, 0);
+#else
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
 int vault_pidfd_alive(int pidfd) {
 #ifdef SYS_pidfd_send_signal
     if (syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) == 0) return 1;

@@ -43,7 +43,7 @@ let toolUsage = """
         --access-group --accessible --synchronizable[=yes|no] --server --protocol --port --path
         --authentication-type --security-domain --generic TEXT --generic-base64 B64
     Desktop keyring (Secret Service):
-      keyring import --access-group G [--collection NAME] [--dry-run]
+      keyring import --access-group G [--secret-service] [--collection NAME] [--dry-run]
       keyring export [CLASS] [FILTERS] [--all-groups] [--collection NAME] [--dry-run]
         NAME: an alias (default, login), a label or an object path; default: the default collection
         without --access-group or --all-groups: the owner's groups only (user, and those of no app)

@@ -20,14 +20,22 @@ struct Configuration {
     /// `--new-device-key`: make a new device.key for an initialised vault whose key is missing
     /// (a data directory moved to a new device on purpose).
     var newDeviceKey = false
+    /// `--secret-service`: serve the Secret Service on the session bus (also the config
+    /// file's `SecretService`); `--replace`: take `org.freedesktop.secrets` over from the
+    /// provider that owns it.
+    var secretService = false
+    var replaceSecretService = false
 
     static let usage = """
         usage: vaultd [--socket PATH] [--data-dir DIR] [--cache-dir DIR] [--config FILE] [--new-device-key]
+                     [--secret-service [--replace]]
 
         Serves the vault on a Unix socket (varlink). Runs in the foreground, logs to stderr.
         SIGTERM or SIGINT: finish the calls in progress and stop. SIGHUP: read the config file again.
         --new-device-key: the data directory was moved to a new device on purpose and has no
         device.key: make one (ThisDeviceOnly items made with the old key stay unavailable).
+        --secret-service: also be the desktop's Secret Service (org.freedesktop.secrets on the
+        session bus; docs/secret-service.md); --replace: take the name over from its owner.
         Environment: VAULTD_SOCKET, VAULTD_DATA_DIR, VAULTD_CACHE_DIR, XDG_RUNTIME_DIR,
         XDG_DATA_HOME, XDG_CACHE_HOME, XDG_CONFIG_HOME; LISTEN_FDS/LISTEN_PID (socket activation);
         VAULTD_MAX_CONNECTIONS (default 256), VAULTD_MAX_CONNECTIONS_PER_PEER (one app's or the
@@ -42,6 +50,7 @@ struct Configuration {
     static func parse(_ args: [String], environment env: [String: String]) throws -> Configuration {
         var options: [String: String] = [:]
         var newDeviceKey = false
+        var secretService = false, replace = false
         var i = 0
         while i < args.count {
             let a = args[i]
@@ -49,6 +58,12 @@ struct Configuration {
             case "-h", "--help": throw UsageError(message: "")
             case "--new-device-key":
                 newDeviceKey = true
+                i += 1
+            case "--secret-service":
+                secretService = true
+                i += 1
+            case "--replace":
+                replace = true
                 i += 1
             case "--socket", "--data-dir", "--cache-dir", "--config":
                 // An empty value too (`--cache-dir "$DIR"` with DIR unset): with an empty cache
@@ -86,9 +101,11 @@ struct Configuration {
         let cache = try options["--cache-dir"] ?? nonEmpty("VAULTD_CACHE_DIR") ?? (underHome("XDG_CACHE_HOME", "/.cache", for: "cache-dir") + "/vaultd")
         // The config file is optional: without a home for it there is none.
         let config = options["--config"] ?? (try? underHome("XDG_CONFIG_HOME", "/.config", for: "config")).map { $0 + "/vaultd/config.plist" }
+        guard !replace || secretService else { throw UsageError(message: "--replace goes with --secret-service") }
         return Configuration(
             socketPath: socket, socketPathIsDefault: explicitSocket == nil, dataDirectory: data, cacheDirectory: cache,
-            configFile: config, configFileIsExplicit: options["--config"] != nil, newDeviceKey: newDeviceKey)
+            configFile: config, configFileIsExplicit: options["--config"] != nil, newDeviceKey: newDeviceKey,
+            secretService: secretService, replaceSecretService: replace)
     }
 
     /// `$XDG_RUNTIME_DIR/vaultd/vaultd.sock`, else `/tmp/vaultd-$UID/vaultd.sock`.

@@ -9,6 +9,13 @@ import VaultProtocol
 /// keyring (so it never prompts) and is bounded by a deadline: a locked or absent keyring
 /// leaves the vault locked, with the reason logged or returned.
 enum KeyringUnlock {
+    /// Why no passphrase is looked up in a login keyring: vaultd is that keyring (it serves the
+    /// Secret Service), and the passphrase would be kept in the vault it unlocks.
+    static let circle = "vaultd is this session's Secret Service, so the login keyring is the vault itself: a passphrase kept there could never unlock it (unlock with vaultctl unlock; docs/secret-service.md)"
+
+    /// Set at start when vaultd serves the Secret Service: the keyring is never asked.
+    nonisolated(unsafe) static var isOwnKeyring = false
+
     /// Unlocks `vault` for `caller` with the remembered passphrase (the engine decides whether
     /// the caller may, before the keyring is asked). Throws KeyringUnavailable (no bus, no
     /// Secret Service, keyring locked, nothing remembered, timed out) or the engine's errors
@@ -24,6 +31,7 @@ enum KeyringUnlock {
 
     /// The passphrase remembered for `vault` in the login keyring. Throws KeyringUnavailable.
     private static func rememberedPassphrase(_ vault: Vault, timeout: Double) throws -> SecureBytes {
+        guard !isOwnKeyring else { throw VaultError(.keyringUnavailable, circle) }
         let found: [KeyringItem]
         do {
             let keyring = try DesktopKeyring(timeout: timeout)
@@ -47,6 +55,10 @@ enum KeyringUnlock {
     static func atStart(_ vault: Vault, timeout: Double = 5) {
         let state = vault.lockState
         guard state["hasPassphrase"]?.boolValue == true, state["state"]?.stringValue == "locked" else { return }
+        guard !isOwnKeyring else {
+            log("locked; \(circle)")
+            return
+        }
         guard DesktopKeyring.sessionBusConfigured() else {
             log("locked; no session bus, so no passphrase remembered in a login keyring (vaultctl unlock --remember) can be asked for")
             return

@@ -80,6 +80,19 @@ final class PeerCredentials {
         self.socketFD = socket.fd
     }
 
+    /// A peer known from elsewhere than a socket of vaultd's (a D-Bus connection, whose
+    /// credentials the bus gives): `pidfd` (owned) came from pidfd_open(pid), and the
+    /// caller checks after the identification that `pid` still names the connection's
+    /// process. There is no socket: `holdsConnection` is never true.
+    init(pid: pid_t, uid: uid_t, pidfd: Int32) {
+        self.pid = pid
+        self.uid = uid
+        self.gid = 0
+        self.pidfd = pidfd
+        self.pidfdFromPID = true
+        self.socketFD = -1
+    }
+
     deinit { Glibc.close(pidfd) }
 
     /// Whether the connector is still alive (so `pid` still names it).
@@ -92,6 +105,7 @@ final class PeerCredentials {
     /// `/proc/PID/fd/*` is `socket:[INODE]`, the inode of the peer's socket from sock_diag).
     /// At most `limit` descriptors are looked at: a process holding more is not confirmed.
     func holdsConnection(limit: Int = 65536) -> Bool {
+        guard socketFD >= 0 else { return false }
         var peerInode: UInt64 = 0
         guard vault_unix_peer_inode(socketFD, &peerInode) == 0 else { return false }
         let wanted = Array("socket:[\(peerInode)]".utf8)

@@ -24,6 +24,10 @@ import Glibc
 /// - `AppStorageQuotaBytes` (integer): what each app may store in the items it adds and its
 ///   own preferences domain (default 64 MiB; 0 = no limit; the owner has none). Writes past
 ///   it are refused with QuotaExceeded. See `StorageQuota` for what counts.
+/// - `SecretService` (boolean): serve the Secret Service on the session bus, as
+///   `--secret-service` (default false). Read at start only.
+/// - `SecretServicePromptTimeoutSeconds` (number): how long a Secret Service prompt waits
+///   for the vault's unlock before it is dismissed (default 60).
 struct Settings {
     var autoLockSeconds: Double = 0
     var uninstallGraceSeconds: Double = 600
@@ -31,6 +35,8 @@ struct Settings {
     var appStorageQuota: Int64 = StorageQuota.defaultBytes
     var cachePolicy = CachePolicy()
     var cacheCheckInterval: Double = 5
+    var secretService = false
+    var secretServicePromptTimeout: Double = 60
     /// Keys of the file that name no setting (a misspelt `AutoLockSecs`, say): ignored, and
     /// named in the log at start and at SIGHUP (`unknownKeysMessage`), so a setting that
     /// does not take effect is seen.
@@ -40,7 +46,7 @@ struct Settings {
     static let knownKeys: [String] = [
         "AutoLockSeconds", "CacheCheckIntervalSeconds", "UninstallGraceSeconds", "MaximumAutoRegisteredApps",
         "AppStorageQuotaBytes", "CacheFreeLowWaterBytes", "CacheFreeHighWaterBytes", "CacheBudgetBytes",
-        "CacheBudgetHighWaterBytes",
+        "CacheBudgetHighWaterBytes", "SecretService", "SecretServicePromptTimeoutSeconds",
     ]
 
     /// The largest config file read (bytes).
@@ -97,6 +103,12 @@ struct Settings {
         s.uninstallGraceSeconds = try seconds("UninstallGraceSeconds") ?? 600
         s.maximumAutoRegisteredApps = Int(try number("MaximumAutoRegisteredApps", atMost: 1_000_000) ?? 256)
         s.appStorageQuota = try bytes("AppStorageQuotaBytes") ?? StorageQuota.defaultBytes
+        switch d["SecretService"] {
+        case nil: break
+        case .bool(let b)?: s.secretService = b
+        default: throw StartupError(description: "\(path): SecretService must be a boolean")
+        }
+        s.secretServicePromptTimeout = try seconds("SecretServicePromptTimeoutSeconds") ?? 60
         s.cachePolicy = CachePolicy(
             freeLowWater: try bytes("CacheFreeLowWaterBytes"), freeHighWater: try bytes("CacheFreeHighWaterBytes"),
             budget: try bytes("CacheBudgetBytes"), budgetHighWater: try bytes("CacheBudgetHighWaterBytes"))

@@ -93,6 +93,15 @@ do {
     fail("cannot open the vault in \(configuration.dataDirectory): \(error)")
 }
 
+// The Secret Service on the session bus (a second front-end), before the socket is bound: once
+// the socket answers, the bus name is vaultd's (or the log says why not). Returns once the bus
+// has answered the name request; a failure is logged, and the socket is served regardless.
+let secretService: SecretService? = {
+    guard configuration.secretService || initialSettings.secretService else { return nil }
+    let s = SecretService(vault: vault, replace: configuration.replaceSecretService, promptTimeout: initialSettings.secretServicePromptTimeout)
+    return s.start() ? s : nil
+}()
+
 let listener: UnixSocket
 do {
     listener = try activated ?? Listener.bind(path: configuration.socketPath, strictDirectory: configuration.socketPathIsDefault)
@@ -119,7 +128,9 @@ let server = Server(listener: listener, listenerIsShared: activated != nil, disp
 running.server = server
 server.start()
 
-// Unlock at login from the passphrase remembered in the login keyring (never blocks serving).
+// Unlock at login from the passphrase remembered in the login keyring (never blocks serving);
+// not when vaultd is that keyring.
+KeyringUnlock.isOwnKeyring = secretService != nil
 KeyringUnlock.atStart(vault)
 
 // Uninstall detection: registered executables that vanish (for the grace period) or come

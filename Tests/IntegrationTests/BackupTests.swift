@@ -92,7 +92,10 @@ struct BackupTests {
         try Self.populate(a)
         let file = a.root + "/vault.age"
 
-        // 8 writers, each adding items w<N>-<i> and setting its own key, in order, until told to stop.
+        // 8 writers, each adding items w<N>-<i> and setting its own key, in order, until told
+        // to stop or at `writesEach` (so that one CopyMatching with data can read them all back
+        // within the size vaultd builds a reply of, `ReplyLimit.maximumBuildBytes`).
+        let writesEach = 400
         let stop = Shared(false)
         let acknowledged = Shared([Int](repeating: 0, count: 8))
         let failures = Shared([String]())
@@ -102,7 +105,7 @@ struct BackupTests {
                 do {
                     let v = try a.client()
                     var i = 0
-                    while !stop.value {
+                    while !stop.value && i < writesEach {
                         _ = try v.keychain.add(attributes: ItemAttributes(service: "writer", account: "w\(w)-\(i)"), data: Data("v\(w)-\(i)".utf8))
                         try v.preferences.set(.integer(Int64(i)), domain: "org.example.writers", key: "w\(w)")
                         i += 1

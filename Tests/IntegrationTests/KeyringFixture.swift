@@ -18,11 +18,13 @@ final class KeyringFixture: @unchecked Sendable {
     static let keyringPassword = "login-pw"
 
     private var busPID: pid_t?
-    private var keyringPID: pid_t?
+    private(set) var keyringPID: pid_t?
     private var monitorPID: pid_t?
     private(set) var vaultdPID: pid_t?
 
-    init() throws {
+    /// `keyring`: start gnome-keyring-daemon on the bus (false: the bus alone, for vaultd's
+    /// own Secret Service).
+    init(keyring: Bool = true) throws {
         root = try TemporaryDirectory.make(prefix: "vaultd-kr")
         busAddress = "unix:path=\(root)/bus"
         socketPath = root + "/run/vaultd.sock"
@@ -31,7 +33,7 @@ final class KeyringFixture: @unchecked Sendable {
         for d in ["home", "xdg-run"] { mkdir(root + "/" + d, 0o700) }
         do {
             try startBus()
-            try startKeyring()
+            if keyring { try startKeyring() }
         } catch {
             close()
             throw error
@@ -125,13 +127,13 @@ final class KeyringFixture: @unchecked Sendable {
     /// Starts vaultd on the private bus and waits until it answers. Returns the seconds it
     /// took to answer.
     @discardableResult
-    func startVaultd(environment extra: [String: String] = [:]) throws -> Double {
+    func startVaultd(arguments: [String] = [], environment extra: [String: String] = [:]) throws -> Double {
         precondition(vaultdPID == nil)
         var env = environment.merging(extra) { $1 }
         env["VAULTD_SOCKET"] = nil
         let started = Date()
         let p = try ChildProcess.spawn(
-            Paths.tool("vaultd"), ["--socket", socketPath, "--data-dir", dataDirectory], environment: env.filter { !$0.value.isEmpty },
+            Paths.tool("vaultd"), ["--socket", socketPath, "--data-dir", dataDirectory] + arguments, environment: env.filter { !$0.value.isEmpty },
             inputs: [:], stdout: .file(vaultdLog, append: true), stderr: .file(vaultdLog, append: true))
         vaultdPID = p
         try Daemon.waitUntilServing(p, socketPath: socketPath, timeout: 15, interval: 10_000, log: { log }) { _ in vaultdPID = nil }

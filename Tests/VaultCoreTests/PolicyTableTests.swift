@@ -30,10 +30,10 @@ import VaultProtocol
         #expect(open == ["org.varlink.service.GetInfo", "org.varlink.service.GetInterfaceDescription"])
     }
 
-    /// Every operation kind is some method's: an operation no front-end method names would be
-    /// one the table (and docs/policy.md) does not show.
+    /// Every operation kind is some method's (of varlink or the Secret Service): an operation no
+    /// front-end method names would be one the tables (and docs/architecture.md) do not show.
     @Test func everyOperationKindIsSomeMethods() {
-        let named = Set(Policy.varlinkMethods.values.compactMap { d -> VaultCore.Operation.Kind? in
+        let named = Set((Array(Policy.varlinkMethods.values) + Array(Policy.secretServiceMethods.values)).compactMap { d -> VaultCore.Operation.Kind? in
             if case .operation(let k) = d { return k }
             return nil
         })
@@ -56,12 +56,13 @@ import VaultProtocol
             expectVaultError(.permissionDenied) { _ = try vault.app("org.example.App", caller: app) }
             expectVaultError(.permissionDenied) { _ = try vault.backup(to: "/nonexistent/b.age", recipients: [.passphrase(secret("p"))], includeDeviceBound: false, caller: app) }
             expectVaultError(.permissionDenied) { _ = try vault.restore(from: "/nonexistent/b.age", identities: [], newPassphrase: nil, merge: true, caller: app) }
+            expectVaultError(.permissionDenied) { try vault.setAlias(caller: app) }
             // The kinds refused above are exactly the owner-only ones.
             let ownerOnly = Set(VaultCore.Operation.Kind.allCases.filter { $0.audience == .owner })
             #expect(
                 ownerOnly == [
                     .unlock, .unlockFromKeyring, .lock, .initialize, .changePassphrase, .backup, .restore, .purgeCaches, .installApp, .uninstallApp,
-                    .listApps, .showApp,
+                    .listApps, .showApp, .setAlias,
                 ])
         }
     }

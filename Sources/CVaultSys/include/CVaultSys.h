@@ -31,10 +31,19 @@ int vault_mount_id(int fd, unsigned long long *id);
 /// (FD_CLOEXEC; the caller closes it), or -1 (errno set) when neither is possible.
 int vault_peer_pidfd(int fd, pid_t *pid, uid_t *uid, gid_t *gid, int *pidfd, int *fallback);
 
+/// pidfd_open(pid) (Linux 5.3), FD_CLOEXEC: a pidfd for whatever process has `pid` now (the
+/// caller checks afterwards that it is the one it meant). Returns the descriptor, or -1
+/// (errno set).
+int vault_pidfd_open(pid_t pid);
+
 /// Whether the process `pidfd` names is still alive (pidfd_send_signal with signal 0: no
 /// signal is sent). A zombie counts as alive: its pid is not reused until it is reaped.
 /// Returns 1 or 0.
 int vault_pidfd_alive(int pidfd);
+
+/// pidfd_send_signal(pidfd, sig): signals the process `pidfd` names, never another that got
+/// its pid. Returns 0, or -1 (errno set).
+int vault_pidfd_signal(int pidfd, int sig);
 
 /// setsockopt(SO_PASSCRED): every message received on `fd` then carries the kernel's record
 /// of the process that sent it (SCM_CREDENTIALS). Returns 0 or -1 (errno set).

@@ -7,6 +7,9 @@ public struct FoundItem {
     public var attributes: ItemAttributes
     /// The secret, when `returnData` was requested.
     public var data: SecureBytes?
+    /// Its class key is not available now (the vault is locked): listed only by a query
+    /// that asks for locked items too (`includingLocked`), without its secret.
+    public var isLocked = false
 }
 
 /// What a keychain query asks for (SecItemCopyMatching's dictionary).
@@ -117,6 +120,23 @@ final class KeychainStore {
         message.append(0)
         message += value.utf8
         return .blob(Sodium.keyedHash(message, key: index, length: 16))
+    }
+
+    /// The keyed hash of each lookup attribute (name and value) of a map, as
+    /// `item_lookup_attributes` holds them: "lookup\0", the name's length (4 bytes, big
+    /// endian), the name, the value; 16 bytes each, under the index key.
+    static func lookupAttributeHashes(_ map: ExactDictionary<String>, index: SecureBytes) -> [[UInt8]] {
+        map.map { name, value in
+            var message: [UInt8] = []
+            message.reserveCapacity(11 + name.utf8.count + value.utf8.count)
+            message += "lookup".utf8
+            message.append(0)
+            let n = UInt32(name.utf8.count)
+            message += [UInt8(n >> 24), UInt8(n >> 16 & 0xff), UInt8(n >> 8 & 0xff), UInt8(n & 0xff)]
+            message += name.utf8
+            message += value.utf8
+            return Sodium.keyedHash(message, key: index, length: 16)
+        }
     }
 
     /// The `lookup_hash` column of an item: its service's hash (a generic password) or its
@@ -263,6 +283,19 @@ final class KeychainStore {
             shape |= CandidateSQL.accessible
             args.append(.text(a.rawValue))
         }
+        // Lookup attributes: the rows holding every pair's hash (exact matches, checked again
+        // once decrypted). With them, the service alone is checked on its column rather than
+        // listed from the index: every Secret Service item has the same one.
+        if let wanted = q.attributes.lookupAttributes, !wanted.isEmpty {
+            let hashes = Self.lookupAttributeHashes(wanted, index: hashKey)
+            shape |= hashes.count << CandidateSQL.lookupAttributeCountShift
+            args += hashes.map { .blob($0) }
+            if q.attributes.account == nil, q.attributes.server == nil, let service = q.attributes.service {
+                shape |= CandidateSQL.lookupHash
+                args.append(Self.fieldHash("service", service, index: hashKey))
+                return try rows(shape: shape, args, in: db)
+            }
+        }
         // Through `ItemIndex`: the service or the server (only a generic password has a
         // service, only an internet password a server: a query naming both matches nothing)
         // and the account. The rows it names are read by id and their hashes checked here.
@@ -296,6 +329,11 @@ final class KeychainStore {
                 args.append(h)
             }
         }
+        return try rows(shape: shape, args, in: db)
+    }
+
+    /// The rows of `candidateRows`'s SQL of `shape`, bound to `args`.
+    private static func rows(shape: Int, _ args: [SQLValue], in db: Database) throws -> [Candidates.Stored] {
         var out: [Candidates.Stored] = []
         for r in try db.rows(shape: shape, sql: { CandidateSQL.text(shape) }, args) {
             guard let id = r[0].int64, let uuid = r[1].blob, let cls = r[2].text.flatMap(ItemClass.init(rawValue:)),
@@ -314,15 +352,22 @@ final class KeychainStore {
     /// order their arguments are bound), and the number of access groups of an `IN` list.
     enum CandidateSQL {
         static let itemClass = 1, accessGroup = 2, accessible = 4, oneID = 8, idList = 16, lookupHash = 32, accountHash = 64
+        /// The number of access groups of an `IN` list (24 bits), then the number of lookup
+        /// attributes' hashes (at most `ItemAttributes.maximumLookupAttributes`).
         static let groupCountShift = 8
+        static let groupCountMask = (1 << 24) - 1
+        static let lookupAttributeCountShift = 32
 
         static func text(_ shape: Int) -> String {
             var sql = "SELECT id, uuid, item_class, access_group, accessible, synchronizable, attributes, wrapped_key, secret FROM items WHERE 1"
             if shape & itemClass != 0 { sql += " AND item_class = ?" }
             if shape & accessGroup != 0 { sql += " AND access_group = ?" }
-            let groups = shape >> groupCountShift
+            let groups = (shape >> groupCountShift) & groupCountMask
             if groups > 0 { sql += " AND access_group IN (" + Array(repeating: "?", count: groups).joined(separator: ",") + ")" }
             if shape & accessible != 0 { sql += " AND accessible = ?" }
+            for _ in 0..<(shape >> lookupAttributeCountShift) {
+                sql += " AND id IN (SELECT item_id FROM item_lookup_attributes WHERE hash = ?)"
+            }
             if shape & oneID != 0 { sql += " AND id = ?" }
             if shape & idList != 0 { sql += " AND id IN (SELECT value FROM json_each(?))" }
             if shape & lookupHash != 0 { sql += " AND \(ItemIndex.Column.lookup.name) = ?" }
@@ -402,8 +447,11 @@ final class KeychainStore {
         try store(values, id: id, generation: generation)
     }
 
-    /// Where `encrypt`'s values hold the primary key's hash.
+    /// Where `encrypt`'s values hold the primary key's hash, where the columns end, and
+    /// which hold the bytes an item takes (attributes, wrapped key, secret: `app_usage`).
     private static let primaryKeyHashValue = 5
+    private static let columnValues = 11
+    private static let sizedValues = 8..<11
 
     /// The row values of an encrypted item: pure computation, no store access, so a durable
     /// add runs it before joining a group commit (outside the engine lock). Throws Param
@@ -427,6 +475,8 @@ final class KeychainStore {
             .blob(Sodium.seal(attrPlain, key: metadata, associatedData: ad)),
             .blob(Sodium.seal(itemKey, key: classKey, associatedData: ad)),
             .blob(Sodium.seal(secret, key: itemKey, associatedData: ad)),
+            // Not a column: the lookup attributes' hashes, 16 bytes each, for `store`.
+            a.lookupAttributes.map { .blob(Self.lookupAttributeHashes($0, index: index).flatMap { $0 }) } ?? .null,
         ]
         return values
     }
@@ -456,21 +506,33 @@ final class KeychainStore {
             }
             try db.run("DELETE FROM items WHERE id = ?", [.integer(old)])
         }
+        let columns = Array(values[..<Self.columnValues])
+        let rowID: Int64
         do {
             if let id {
+                rowID = id
                 try db.run(
                     """
                     UPDATE items SET uuid = ?, item_class = ?, access_group = ?, accessible = ?, synchronizable = ?,
                       primary_key_hash = ?, lookup_hash = ?, account_hash = ?, attributes = ?,
                       wrapped_key = ?, secret = ? WHERE id = ?
-                    """, values + [.integer(id)])
+                    """, columns + [.integer(id)])
+                try db.run("DELETE FROM item_lookup_attributes WHERE item_id = ?", [.integer(id)])
             } else {
                 try db.run(
                     """
                     INSERT INTO items (uuid, item_class, access_group, accessible, synchronizable, primary_key_hash,
                       lookup_hash, account_hash, attributes, wrapped_key, secret, generation)
                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                    """, values + [generation.map { .text($0) } ?? .null])
+                    """, columns + [generation.map { .text($0) } ?? .null])
+                rowID = db.lastInsertRowID
+            }
+            if let hashes = values[Self.columnValues].blob {
+                for start in stride(from: 0, to: hashes.count, by: 16) {
+                    try db.run(
+                        "INSERT OR IGNORE INTO item_lookup_attributes (hash, item_id) VALUES (?, ?)",
+                        [.blob(Array(hashes[start..<start + 16])), .integer(rowID)])
+                }
             }
         } catch let e as ConstraintViolation {
             // No constraint of `items` is left for a well-formed row to break.
@@ -506,7 +568,7 @@ final class KeychainStore {
             throw VaultError(.interactionNotAllowed, "the vault's keys changed while the item was being added; add it again")
         }
         // The bytes the row takes (what `app_usage` counts: attributes, wrapped key, secret).
-        let bytes = values[(Self.primaryKeyHashValue + 3)...].reduce(Int64(0)) { $0 + Int64($1.blob?.count ?? 0) }
+        let bytes = values[Self.sizedValues].reduce(Int64(0)) { $0 + Int64($1.blob?.count ?? 0) }
         try quota.checkItems(generation: generation, adding: bytes, in: db)
         try store(values, id: nil, generation: generation)
     }
@@ -519,13 +581,18 @@ final class KeychainStore {
     /// item the keybag cannot open): a partial list would report the locked items as not
     /// found. Items of another device (a moved data directory) never open here,
     /// so they are left out of a list rather than failing every one.
-    static func copyMatching(_ c: Candidates, _ q: ItemQuery, returnData: Bool) throws -> [FoundItem] {
+    /// `includingLocked` (the Secret Service's searches, which answer with the unlocked and
+    /// the locked matches): a locked match is listed, marked `isLocked`, instead.
+    static func copyMatching(_ c: Candidates, _ q: ItemQuery, returnData: Bool, includingLocked: Bool = false) throws -> [FoundItem] {
         var rows: [Row] = []
+        var lockedRows: [Row] = []
         var error: VaultError?
         var locked: VaultError?
         for r in decode(c, q) {
             switch c.key(of: r.stored) {
             case .success?: rows.append(r)
+            case .failure(let e)? where includingLocked && e.code != .notAvailableOnThisDevice:
+                lockedRows.append(r)
             case .failure(let e)?:
                 if error == nil || e.code == .notAvailableOnThisDevice { error = e }
                 if locked == nil && e.code != .notAvailableOnThisDevice { locked = e }
@@ -533,18 +600,30 @@ final class KeychainStore {
             }
         }
         if q.matchAll, let locked { throw locked }
+        if includingLocked {
+            let lockedItems = lockedRows.map { FoundItem(itemClass: $0.itemClass, attributes: $0.attributes, data: nil, isLocked: true) }
+            if rows.isEmpty && lockedItems.isEmpty { throw error ?? VaultError(.itemNotFound, "no item matches the query") }
+            if !q.matchAll && rows.isEmpty { return [lockedItems[0]] }
+            return try Self.found(c, q.matchAll ? rows : [rows[0]], returnData: returnData) + (q.matchAll ? lockedItems : [])
+        }
         if rows.isEmpty {
             throw error ?? VaultError(.itemNotFound, "no item matches the query")
         }
         // The secrets alone, in base64, would make the reply larger than a message may be:
         // ReplyTooLarge as soon as that is known, before more of them are decrypted and held
         // (a query of every item with its data built a tree of all of them, then was refused).
+        return try Self.found(c, q.matchAll ? rows : [rows[0]], returnData: returnData)
+    }
+
+    /// Available rows as found items, with their secrets when `returnData`. Throws
+    /// ReplyTooLarge when the secrets alone would be over a message's size.
+    private static func found(_ c: Candidates, _ rows: [Row], returnData: Bool) throws -> [FoundItem] {
         var replyBytes = 0
         // What the reply's items will take in memory while it is built and sent
         // (`ReplyLimit.itemBytes`): past `ReplyLimit.maximumBuildBytes`, ReplyTooLarge too, so
         // the bound vaultd reserved for the reply before the lookup (its reply budget) holds.
         var buildBytes = 0
-        return try (q.matchAll ? rows : [rows[0]]).map { r in
+        return try rows.map { r in
             var data: SecureBytes?
             if returnData, case .success(let classKey)? = c.key(of: r.stored) {
                 let s = try secret(of: r.stored, classKey: classKey)

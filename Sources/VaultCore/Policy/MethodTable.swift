@@ -58,3 +58,40 @@ extension Policy {
         varlinkMethods[method]
     }
 }
+
+extension Policy {
+    /// Every Secret Service (D-Bus) method vaultd serves and its decision, by interface and
+    /// member ("org.freedesktop.Secret.Item.GetSecret"); properties as "<interface>.Get" (a
+    /// read of any property) and "<interface>.Set". As with `varlinkMethods`, the front-end
+    /// dispatches only what is listed here, and the engine operation it calls authorizes.
+    /// `.open` methods touch nothing in the vault: a transport session, a prompt's own state.
+    public static let secretServiceMethods: [String: MethodDecision] = [
+        "org.freedesktop.Secret.Service.OpenSession": .open,
+        "org.freedesktop.Secret.Service.CreateCollection": .operation(.useAccessGroup),
+        "org.freedesktop.Secret.Service.SearchItems": .operation(.copyItems),
+        "org.freedesktop.Secret.Service.Unlock": .operation(.requestUnlock),
+        "org.freedesktop.Secret.Service.Lock": .operation(.lock),
+        "org.freedesktop.Secret.Service.GetSecrets": .operation(.copyItems),
+        "org.freedesktop.Secret.Service.ReadAlias": .operation(.useAccessGroup),
+        "org.freedesktop.Secret.Service.SetAlias": .operation(.setAlias),
+        "org.freedesktop.Secret.Service.Get": .operation(.listAccessGroups),
+        "org.freedesktop.Secret.Collection.Delete": .operation(.deleteItems),
+        "org.freedesktop.Secret.Collection.SearchItems": .operation(.copyItems),
+        "org.freedesktop.Secret.Collection.CreateItem": .operation(.addItem),
+        "org.freedesktop.Secret.Collection.Get": .operation(.copyItems),
+        "org.freedesktop.Secret.Collection.Set": .operation(.useAccessGroup),
+        "org.freedesktop.Secret.Item.Delete": .operation(.deleteItems),
+        "org.freedesktop.Secret.Item.GetSecret": .operation(.copyItems),
+        "org.freedesktop.Secret.Item.SetSecret": .operation(.updateItems),
+        "org.freedesktop.Secret.Item.Get": .operation(.copyItems),
+        "org.freedesktop.Secret.Item.Set": .operation(.updateItems),
+        "org.freedesktop.Secret.Session.Close": .open,
+        "org.freedesktop.Secret.Prompt.Prompt": .operation(.requestUnlock),
+        "org.freedesktop.Secret.Prompt.Dismiss": .open,
+    ]
+
+    /// The decision for Secret Service `member` of `interface`, nil when the policy has none.
+    public static func decision(forSecretService interface: String, _ member: String) -> MethodDecision? {
+        secretServiceMethods[interface + "." + member]
+    }
+}

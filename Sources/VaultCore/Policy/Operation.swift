@@ -25,6 +25,16 @@ public enum Operation: Sendable, Equatable {
     /// `newAccessGroup`: the group the update moves the matches to, if it names one.
     case updateItems(accessGroup: String?, newAccessGroup: String?)
     case deleteItems(accessGroup: String?)
+    /// The access groups the caller sees as Secret Service collections.
+    case listAccessGroups
+    /// A Secret Service collection used as such (CreateCollection, its own properties):
+    /// `accessGroup`, the group the collection is.
+    case useAccessGroup(accessGroup: String)
+    /// A Secret Service Unlock: asks for the vault to be unlocked (a prompt that the owner's
+    /// unlock completes); unlocks nothing itself.
+    case requestUnlock
+    /// A Secret Service SetAlias (which collection `default` or `login` names).
+    case setAlias
 
     // Preferences. `domain`: the domain or suite the call names; nil: the caller's own.
     case readPreferences(domain: String?)
@@ -63,6 +73,10 @@ public enum Operation: Sendable, Equatable {
         case .copyItems: .copyItems
         case .updateItems: .updateItems
         case .deleteItems: .deleteItems
+        case .listAccessGroups: .listAccessGroups
+        case .useAccessGroup: .useAccessGroup
+        case .requestUnlock: .requestUnlock
+        case .setAlias: .setAlias
         case .readPreferences: .readPreferences
         case .writePreferences: .writePreferences
         case .listDomains: .listDomains
@@ -82,6 +96,7 @@ public enum Operation: Sendable, Equatable {
     public enum Kind: String, Sendable, CaseIterable {
         case hello, status, initialize, unlock, unlockFromKeyring, lock, changePassphrase, observeLockState, backup, restore
         case addItem, copyItems, updateItems, deleteItems
+        case listAccessGroups, useAccessGroup, requestUnlock, setAlias
         case readPreferences, writePreferences, listDomains, observePreferences
         case cacheDirectory, cacheUsage, purgeCaches, observeCachePurges
         case installApp, uninstallApp, listApps, showApp
@@ -92,11 +107,11 @@ public enum Operation: Sendable, Equatable {
             // Apps may not lock, unlock, nor try passphrases; the registry and the purge of
             // caches are the owner's, and so are backups and restores, which hold everything.
             case .initialize, .unlock, .unlockFromKeyring, .lock, .changePassphrase, .backup, .restore, .purgeCaches,
-                .installApp, .uninstallApp, .listApps, .showApp:
+                .installApp, .uninstallApp, .listApps, .showApp, .setAlias:
                 .owner
             case .hello, .status, .observeLockState, .addItem, .copyItems, .updateItems, .deleteItems,
                 .readPreferences, .writePreferences, .listDomains, .observePreferences,
-                .cacheDirectory, .cacheUsage, .observeCachePurges:
+                .cacheDirectory, .cacheUsage, .observeCachePurges, .listAccessGroups, .useAccessGroup, .requestUnlock:
                 .admitted
             }
         }
@@ -106,7 +121,7 @@ public enum Operation: Sendable, Equatable {
         /// figures must not count what that launch wipes.
         var launchesApp: Bool {
             switch self {
-            case .status, .addItem, .copyItems, .updateItems, .deleteItems: true
+            case .status, .addItem, .copyItems, .updateItems, .deleteItems, .listAccessGroups: true
             default: false
             }
         }

@@ -93,8 +93,12 @@ public enum Policy {
             grant.domains = try named.map { try resolve(domain: $0, for: caller, write: false) }
         case .cacheDirectory(let appID):
             grant.appID = try cacheApp(appID, for: caller)
+        case .useAccessGroup(let group):
+            try requireAccess(to: group, for: caller, "the caller is not a member of the requested access group")
+            grant.accessGroup = group
         case .hello, .status, .initialize, .unlock, .unlockFromKeyring, .lock, .changePassphrase, .observeLockState, .backup, .restore,
-            .listDomains, .cacheUsage, .purgeCaches, .observeCachePurges, .installApp, .uninstallApp, .listApps, .showApp:
+            .listDomains, .cacheUsage, .purgeCaches, .observeCachePurges, .installApp, .uninstallApp, .listApps, .showApp,
+            .listAccessGroups, .requestUnlock, .setAlias:
             break
         }
         return grant
@@ -141,6 +145,22 @@ public enum Policy {
     /// The preference domains of `all` that `caller` may read (the owner: all of them).
     static func visibleDomains(_ all: [String], to caller: Caller) -> [String] {
         caller.isOwner ? all : all.filter(caller.mayRead(domain:))
+    }
+
+    /// The access groups `caller` sees as Secret Service collections, given the groups that
+    /// hold items (`stored`): the owner every one of them and its own default group; an app
+    /// its own groups, whether or not they hold items. Each once, in the order given (an
+    /// app's default group first).
+    static func visibleAccessGroups(stored: [String], to caller: Caller) -> [String] {
+        var out: [String] = []
+        for g in (caller.isOwner ? [Caller.ownerAccessGroup] + stored : caller.accessGroups) where !out.containsBytes(g) { out.append(g) }
+        return out
+    }
+
+    /// Whether `caller` is told of a change to an item of access group `group` (the Secret
+    /// Service's ItemCreated, ItemDeleted, ItemChanged signals): one of its groups.
+    public static func seesItem(inAccessGroup group: String, _ caller: Caller) -> Bool {
+        caller.mayAccess(group: group)
     }
 
     /// Whether `caller` sees the cache of `appID` in a listing or event: the owner every app's,

@@ -212,6 +212,24 @@ enum Schema {
         m.register("2026-12-01-preferences-modified") { db in
             try db.execute("ALTER TABLE preferences ADD COLUMN modified REAL")
         }
+        // The Secret Service's lookup attributes (`ItemAttributes.lookupAttributes`): a keyed
+        // hash of each name and value of an item (`KeychainStore.lookupAttributeHashes`),
+        // by which a search finds the items having all of those it names, exactly. Rows go
+        // with their item (the trigger; a rebuild of `items` drops it: make it again).
+        m.register("2026-12-01-item-lookup-attributes") { db in
+            try db.execute(
+                """
+                CREATE TABLE item_lookup_attributes (
+                  hash BLOB NOT NULL,                     -- keyed BLAKE2b of one name and value
+                  item_id INTEGER NOT NULL,               -- items.id
+                  PRIMARY KEY (hash, item_id)
+                ) WITHOUT ROWID;
+                CREATE INDEX item_lookup_attributes_item ON item_lookup_attributes (item_id);
+                CREATE TRIGGER items_lookup_attributes_delete AFTER DELETE ON items BEGIN
+                  DELETE FROM item_lookup_attributes WHERE item_id = OLD.id;
+                END;
+                """)
+        }
         return m
     }
 }

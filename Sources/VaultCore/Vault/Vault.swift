@@ -22,6 +22,8 @@ public final class Vault: @unchecked Sendable {
     let apps: AppRegistry
     /// Each app's storage quota (`StorageQuota`); vaultd sets it from its settings.
     public let quota = StorageQuota()
+    /// The Secret Service's `session` collection: items kept in memory only, until vaultd stops.
+    let sessionItems = SessionItems()
     /// The per-app cache directories.
     public let caches: CacheStore
     /// Limits on registrations made on first contact, and the uninstall grace period
@@ -541,7 +543,8 @@ public final class Vault: @unchecked Sendable {
     }
 
     /// SecItemCopyMatching; see `KeychainStore.copyMatching`.
-    public func copyMatching(_ query: ItemQuery, returnData: Bool, caller: Caller) throws -> [FoundItem] {
+    /// `includingLocked`: locked matches are listed (`FoundItem.isLocked`) rather than failing.
+    public func copyMatching(_ query: ItemQuery, returnData: Bool, includingLocked: Bool = false, caller: Caller) throws -> [FoundItem] {
         _ = try authorize(.copyItems(accessGroup: query.attributes.accessGroup), for: caller)
         // No engine lock: the query runs on a reader connection, the keys come under the keys
         // lock, and decrypting and matching need no lock (with several clients, lookups would
@@ -551,7 +554,7 @@ public final class Vault: @unchecked Sendable {
             var candidates = KeychainStore.Candidates(
                 rows: try reading { try KeychainStore.candidateRows(query, caller: caller, hashKey: index, itemIndex: keychain.itemIndex, in: $0) }, metadata: metadata)
             try withKeys { try keychain.addClassKeys(to: &candidates) }
-            return try KeychainStore.copyMatching(candidates, query, returnData: returnData)
+            return try KeychainStore.copyMatching(candidates, query, returnData: returnData, includingLocked: includingLocked)
         }
         // The rows come from one snapshot and the class keys a moment later: should the
         // passphrase be removed and set again in between (a new whenPasscodeSet key), a row

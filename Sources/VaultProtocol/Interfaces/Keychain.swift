@@ -41,7 +41,10 @@ extension VarlinkInterfaces {
           # kSecAttrCreationDate, ISO 8601; kept by vaultd, ignored on input.
           creationDate: ?string,
           # kSecAttrModificationDate, ISO 8601; kept by vaultd, ignored on input.
-          modificationDate: ?string
+          modificationDate: ?string,
+          # The Secret Service's lookup attributes (at most 64). In a query, an item
+          # matches when it has every name and value given, exactly.
+          lookupAttributes: ?[string]string
         )
 
         # One result of CopyMatching.

@@ -101,6 +101,15 @@ public struct ItemAttributes: Equatable, Sendable {
     /// kSecAttrModificationDate: set by vaultd on Add and each Update; otherwise as
     /// `creationDate`.
     public var modificationDate: Date?
+    /// The Secret Service's lookup attributes (org.freedesktop.Secret.Item `Attributes`): any
+    /// names and values, byte for byte; encrypted with the other attributes, and indexed by a
+    /// keyed hash per name and value, for exact matching only. In a query, an item matches
+    /// when it has every pair the query names (an empty map: every item that has a map).
+    /// At most `maximumLookupAttributes` pairs.
+    public var lookupAttributes: ExactDictionary<String>?
+
+    /// The most lookup attributes an item or query may name.
+    public static let maximumLookupAttributes = 64
 
     public init(
         service: String? = nil, account: String? = nil, label: String? = nil, comment: String? = nil,
@@ -198,6 +207,10 @@ public struct ItemAttributes: Equatable, Sendable {
         // The dates are read-only but searchable (kSecAttrCreationDate): exact, as stored.
         if let d = query.creationDate, creationDate != d { return false }
         if let d = query.modificationDate, modificationDate != d { return false }
+        if let wanted = query.lookupAttributes {
+            guard let have = lookupAttributes else { return false }
+            for (k, v) in wanted where !(have[k]?.sameBytes(v) ?? false) { return false }
+        }
         return true
     }
 
@@ -209,6 +222,8 @@ public struct ItemAttributes: Equatable, Sendable {
         if let a = changes.accessible { accessible = a }
         if let s = changes.synchronizable { synchronizable = s }
         if let p = changes.port { port = p }
+        // The whole map, as the Secret Service's `Attributes` property is set.
+        if let l = changes.lookupAttributes { lookupAttributes = l }
     }
 
     /// The wire form (the `Attributes` type of io.vaultd.Keychain); absent attributes are omitted.
@@ -224,6 +239,7 @@ public struct ItemAttributes: Equatable, Sendable {
         if port != nil { count += 1 }
         if creationDate != nil { count += 1 }
         if modificationDate != nil { count += 1 }
+        if lookupAttributes != nil { count += 1 }
         var o = JSONObject(minimumCapacity: count)
         for k in StringAttribute.allCases {
             if let v = self[k] { o[k.rawValue] = .string(v) }
@@ -234,6 +250,7 @@ public struct ItemAttributes: Equatable, Sendable {
         if let p = port { o["port"] = JSON(p) }
         if let d = creationDate { o["creationDate"] = .string(PlistDate.format(d)) }
         if let d = modificationDate { o["modificationDate"] = .string(PlistDate.format(d)) }
+        if let l = lookupAttributes { o["lookupAttributes"] = .object(l.mapValues { .string($0) }) }
         return .object(o)
     }
 
@@ -289,6 +306,17 @@ public struct ItemAttributes: Equatable, Sendable {
             creationDate = try Self.date(name, value)
         case .modificationDate?:
             modificationDate = try Self.date(name, value)
+        case .lookupAttributes?:
+            guard case .object(let o) = value else { throw VaultError.param("attribute 'lookupAttributes' must be an object of strings") }
+            guard o.count <= Self.maximumLookupAttributes else {
+                throw VaultError.param("at most \(Self.maximumLookupAttributes) lookup attributes")
+            }
+            var map = ExactDictionary<String>(minimumCapacity: o.count)
+            for (k, v) in o {
+                guard let s = v.stringValue else { throw VaultError.param("lookup attribute values must be strings") }
+                map[k] = s
+            }
+            lookupAttributes = map
         case nil:
             throw VaultError.param("unknown attribute '\(name)'")
         }
@@ -303,7 +331,7 @@ public struct ItemAttributes: Equatable, Sendable {
 
     /// An attribute, by its wire name.
     private enum Attribute {
-        case string(StringAttribute), generic, accessible, synchronizable, port, creationDate, modificationDate
+        case string(StringAttribute), generic, accessible, synchronizable, port, creationDate, modificationDate, lookupAttributes
     }
 
     /// Every attribute by its wire name: one hash per name, where matching a name against a
@@ -313,7 +341,7 @@ public struct ItemAttributes: Equatable, Sendable {
     private static let attributesByName: [String: (attribute: Attribute, bit: UInt32)] = {
         let others: [(String, Attribute)] = [
             ("generic", .generic), ("accessible", .accessible), ("synchronizable", .synchronizable), ("port", .port),
-            ("creationDate", .creationDate), ("modificationDate", .modificationDate),
+            ("creationDate", .creationDate), ("modificationDate", .modificationDate), ("lookupAttributes", .lookupAttributes),
         ]
         let all = StringAttribute.allCases.map { ($0.rawValue, Attribute.string($0)) } + others
         var names: [String: (attribute: Attribute, bit: UInt32)] = [:]

@@ -15,6 +15,10 @@ struct KeyringCommand: Command {
     var filters = ItemAttributes()
     /// `keyring export --all-groups`: apps' private groups too.
     var allGroups = false
+    /// `keyring import --secret-service`: as items of vaultd's own Secret Service (its label
+    /// and every attribute kept as they are), which the same clients then find once vaultd is
+    /// the desktop's keyring.
+    var asSecretService = false
 
     init(_ a: inout Arguments) throws {
         action = try a.verb(of: "keyring")
@@ -26,6 +30,7 @@ struct KeyringCommand: Command {
             guard let g = accessGroup, !g.isEmpty else {
                 throw UsageError(message: "keyring import needs --access-group G (the vault group the items go to)")
             }
+            asSecretService = a.flag("--secret-service")
         case .export:
             switch a.positional(oneOf: ["generic", "internet"]) {
             case "internet": itemClass = .internetPassword
@@ -80,6 +85,13 @@ struct KeyringCommand: Command {
         var counts: [String: Int] = [:]
         var plannedKeys: ExactSet = []
         for item in items.sorted(by: { $0.path < $1.path }) {
+            if asSecretService {
+                let (verb, note) = try importAsSecretServiceItem(item, keychain: keychain)
+                counts[verb, default: 0] += 1
+                let shown = verb == "fail" ? "cannot import" : dryRun && verb != "unchanged" && verb != "skip" ? "would \(verb)" : verb
+                print("\(shown) Secret Service item \(JSON.string(item.label).text)\(note.map { ": " + $0 } ?? "")")
+                continue
+            }
             let (verb, mapped, note) = try importOne(item, keychain: keychain, plannedKeys: &plannedKeys)
             counts[verb, default: 0] += 1
             let shown = verb == "fail" ? "cannot import" : dryRun && verb != "unchanged" && verb != "skip" ? "would \(verb)" : verb
@@ -172,6 +184,52 @@ struct KeyringCommand: Command {
         }
     }
 
+    /// Imports one keyring item as an item of vaultd's Secret Service (docs/secret-service.md):
+    /// a generic password of service `org.freedesktop.secrets` in the import's group, with the
+    /// keyring item's label and its attributes as lookup attributes (`xdg:schema` included).
+    /// An item of the group with exactly those attributes is the same item: "unchanged", or
+    /// "update" (its secret or label taken from the keyring); otherwise "add", under a new ID.
+    func importAsSecretServiceItem(_ item: KeyringItem, keychain: Keychain) throws -> (String, String?) {
+        var attributes = item.attributes
+        if let s = item.schema, attributes["xdg:schema"] == nil { attributes["xdg:schema"] = s }
+        if attributes["xdg:schema"] == KeyringMapping.unlockSchema { return ("skip", "vaultd's own unlock secret") }
+        let secret = Data(item.secret ?? [])
+        if secret.count > SecretLimit.maximumBytes {
+            return ("fail", "the secret is \(secret.count) bytes; the vault's limit is \(SecretLimit.maximumBytes) bytes (1 MiB)")
+        }
+        var query = ItemAttributes(service: Self.secretServiceService, accessGroup: accessGroup)
+        query.lookupAttributes = attributes
+        let existing: Item?
+        do {
+            existing = try keychain.copyMatching(Query(.genericPassword, query, matchAll: true), returnData: true, returnAttributes: true)
+                .first { $0.attributes?.lookupAttributes == attributes }
+        } catch let e as VaultError where e.code == .itemNotFound {
+            existing = nil
+        }
+        if let existing, let account = existing.attributes?.account {
+            let sameLabel = existing.attributes?.label.map { $0.sameBytes(item.label) } ?? item.label.isEmpty
+            if existing.data == secret && sameLabel { return ("unchanged", nil) }
+            if !dryRun {
+                let q = Query(.genericPassword, ItemAttributes(service: Self.secretServiceService, account: account, accessGroup: accessGroup))
+                if let refused = try Self.refusal({ _ = try keychain.update(q, attributes: ItemAttributes(label: item.label), data: secret) }) {
+                    return ("fail", refused)
+                }
+            }
+            return ("update", nil)
+        }
+        if !dryRun {
+            // The item's ID (the account; its object path's last element): 128 random bits, in hex.
+            let id = UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")
+            var a = ItemAttributes(service: Self.secretServiceService, account: id, label: item.label, accessGroup: accessGroup)
+            a.lookupAttributes = attributes
+            if let refused = try Self.refusal({ _ = try keychain.add(.genericPassword, attributes: a, data: secret) }) { return ("fail", refused) }
+        }
+        return ("add", nil)
+    }
+
+    /// The service of vaultd's Secret Service items (`Vault.secretServiceService`).
+    static let secretServiceService = "org.freedesktop.secrets"
+
     /// Runs one write of one item; returns the vault's message when the vault refuses that item
     /// (`Param`, `SecretTooLarge`, `DuplicateItem`), nil when it was written. Other errors
     /// (locked, connection lost, ...) concern every item and are thrown.
@@ -241,11 +299,13 @@ struct KeyringCommand: Command {
                     continue
                 }
                 // An item `keyring import` made goes back under the schema and attributes it
-                // came with (kept in its `generic`), so the program that wrote it (secret-tool,
-                // python keyring, git's libsecret helper) finds it again, and the original,
-                // when still there, is the item replaced; an item born in the vault is an
-                // `io.vaultd.Item` with its class and primary key.
-                let original = KeyringMapping.originalAttributes(a.generic)
+                // came with (kept in its `generic`), and an item of vaultd's Secret Service
+                // under its own (its lookup attributes), so the program that wrote it
+                // (secret-tool, python keyring, git's libsecret helper) finds it again, and the
+                // original, when still there, is the item replaced; an item born in the vault
+                // is an `io.vaultd.Item` with its class and primary key.
+                let original = a.lookupAttributes.map { l in Dictionary(l.map { ($0.key, $0.value) }, uniquingKeysWith: { first, _ in first }) }
+                    ?? KeyringMapping.originalAttributes(a.generic)
                 let attributes = original ?? KeyringMapping.exportAttributes(item.itemClass, a)
                 // libsecret cuts a string at a NUL byte: two items differing after it would
                 // become one keyring entry with one of their secrets.

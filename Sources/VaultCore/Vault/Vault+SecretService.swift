@@ -1,0 +1,153 @@
+import Foundation
+import VaultProtocol
+
+/// What the Secret Service front-end needs beyond the SecItem operations: its collections
+/// are access groups, and its items are generic passwords of one service
+/// (`secretServiceService`) with lookup attributes. Every operation is authorized here, as
+/// every other engine operation is; the front-end decides nothing.
+extension Vault {
+    /// The `service` of every item made through the Secret Service (its `account` is the
+    /// item's own ID, its lookup attributes what the client gave).
+    public static let secretServiceService = "org.freedesktop.secrets"
+
+    /// The access groups `caller` sees as collections (`Policy.visibleAccessGroups`): the
+    /// owner its default group and every group holding items; an app its own groups.
+    public func accessGroups(caller: Caller) throws -> [String] {
+        _ = try authorize(.listAccessGroups, for: caller)
+        let stored: [String] =
+            caller.isOwner
+            ? try reading { db in try db.rows("SELECT DISTINCT access_group FROM items ORDER BY access_group").compactMap { $0[0].text } }
+            : []
+        return Policy.visibleAccessGroups(stored: stored, to: caller)
+    }
+
+    /// A collection used as such (CreateCollection, its label, its lock state): the group it
+    /// is, once the policy grants it (an app only one of its own groups: MissingEntitlement).
+    /// Nothing is stored: a group exists while it holds items, and an app's groups always.
+    public func accessGroup(_ group: String, caller: Caller) throws -> String {
+        guard !group.isEmpty else { throw VaultError.param("the access group must not be empty") }
+        return try authorize(.useAccessGroup(accessGroup: group), for: caller).accessGroup!
+    }
+
+    /// Unlock: whether the vault's keychain is open now (an unlocked vault, or one without a
+    /// passphrase). It unlocks nothing: only the owner's unlock (a passphrase) does.
+    public func requestUnlock(caller: Caller) throws -> Bool {
+        _ = try authorize(.requestUnlock, for: caller)
+        return isKeychainOpen
+    }
+
+    /// Whether items of the default accessibility (`whenUnlocked`) can be read now.
+    public var isKeychainOpen: Bool { withKeys { (try? keys.classKey(.whenUnlocked)) != nil } }
+
+    /// SetAlias: only the owner may point an alias (`default`, `login`) at a collection.
+    public func setAlias(caller: Caller) throws {
+        _ = try authorize(.setAlias, for: caller)
+    }
+}
+
+/// The Secret Service's `session` collection: items that live in vaultd's memory only (their
+/// secrets in sodium memory) and are gone when it stops, as gnome-keyring's. Each belongs to
+/// the access group of the caller that made it (its default group), so an app sees only its
+/// own, and the owner every one; it is usable while the keychain is open. At most
+/// `maximumItems` items and `maximumBytes` bytes of secrets and attributes in all.
+final class SessionItems: @unchecked Sendable {
+    static let maximumItems = 4096
+    static let maximumBytes = 16 << 20
+
+    struct Item {
+        var accessGroup: String
+        var label: String
+        var attributes: ExactDictionary<String>
+        var secret: SecureBytes
+        var created: Date
+        var modified: Date
+
+        var bytes: Int { secret.count + label.utf8.count + attributes.reduce(0) { $0 + $1.key.utf8.count + $1.value.utf8.count } }
+    }
+
+    let lock = NSLock()
+    var items: [String: Item] = [:]
+
+    var bytes: Int { items.values.reduce(0) { $0 + $1.bytes } }
+}
+
+extension Vault {
+    /// The collection name (and path element) of the in-memory collection.
+    public static let sessionCollection = "session"
+
+    /// The session collection's items the caller sees (`Caller.mayAccess`) having every pair
+    /// of `attributes` (exactly), and item `id` when given; as found items of access group
+    /// `sessionCollection`, with their secrets when `secrets`. Locked (no secret) while the
+    /// keychain is not open.
+    public func sessionItems(matching attributes: ExactDictionary<String>, id: String? = nil, secrets: Bool, caller: Caller) throws -> [FoundItem] {
+        _ = try authorize(.copyItems(accessGroup: nil), for: caller)
+        let open = isKeychainOpen
+        return sessionItems.lock.withLock {
+            sessionItems.items.filter { key, item in
+                (id.map(key.sameBytes) ?? true) && caller.mayAccess(group: item.accessGroup)
+                    && attributes.allSatisfy { item.attributes[$0.key]?.sameBytes($0.value) == true }
+            }
+            .sorted { $0.key < $1.key }
+            .map { key, item in
+                var a = ItemAttributes(service: Vault.secretServiceService, account: key, label: item.label, accessGroup: Vault.sessionCollection)
+                a.lookupAttributes = item.attributes
+                a.creationDate = item.created
+                a.modificationDate = item.modified
+                return FoundItem(itemClass: .genericPassword, attributes: a, data: open && secrets ? SecureBytes(copying: item.secret.withUnsafeBytes { Array($0) }) : nil, isLocked: !open)
+            }
+        }
+    }
+
+    /// CreateItem in the session collection: a new item of the caller's default group, or,
+    /// with `replace`, the new secret and label on one of its items with exactly these
+    /// attributes. Returns its ID. Throws InteractionNotAllowed while the keychain is not open,
+    /// SecretTooLarge, QuotaExceeded past the collection's bounds.
+    public func addSessionItem(label: String, attributes: ExactDictionary<String>, secret: SecureBytes, replace: Bool, caller: Caller) throws -> String {
+        let group = try authorize(.addItem(accessGroup: nil), for: caller).accessGroup!
+        try SecretLimit.check(secret.count)
+        guard isKeychainOpen else { throw VaultError(.interactionNotAllowed, "the vault is locked: unlock it (vaultctl unlock)") }
+        return try sessionItems.lock.withLock {
+            let now = Date()
+            if replace, let (id, _) = sessionItems.items.first(where: { $0.value.accessGroup.sameBytes(group) && $0.value.attributes == attributes }) {
+                sessionItems.items[id]!.secret = secret
+                sessionItems.items[id]!.label = label
+                sessionItems.items[id]!.modified = now
+                return id
+            }
+            let item = SessionItems.Item(accessGroup: group, label: label, attributes: attributes, secret: secret, created: now, modified: now)
+            guard sessionItems.items.count < SessionItems.maximumItems, sessionItems.bytes + item.bytes <= SessionItems.maximumBytes else {
+                throw VaultError(.quotaExceeded, "the session collection is full (\(SessionItems.maximumItems) items, \(SessionItems.maximumBytes) bytes)")
+            }
+            let id = Sodium.randomBytes(16).map { String(format: "%02x", $0) }.joined()
+            sessionItems.items[id] = item
+            return id
+        }
+    }
+
+    /// Changes session item `id` (its label, attributes or secret). Throws ItemNotFound for one
+    /// the caller does not see, InteractionNotAllowed while the keychain is not open.
+    public func updateSessionItem(_ id: String, label: String? = nil, attributes: ExactDictionary<String>? = nil, secret: SecureBytes? = nil, caller: Caller) throws {
+        _ = try authorize(.updateItems(accessGroup: nil, newAccessGroup: nil), for: caller)
+        if let secret { try SecretLimit.check(secret.count) }
+        guard isKeychainOpen else { throw VaultError(.interactionNotAllowed, "the vault is locked: unlock it (vaultctl unlock)") }
+        try sessionItems.lock.withLock {
+            guard var item = sessionItems.items[id], caller.mayAccess(group: item.accessGroup) else { throw VaultError(.itemNotFound, "no such item") }
+            if let label { item.label = label }
+            if let attributes { item.attributes = attributes }
+            if let secret { item.secret = secret }
+            item.modified = Date()
+            sessionItems.items[id] = item
+        }
+    }
+
+    /// Deletes session item `id`, or every one the caller sees (nil). Returns how many.
+    @discardableResult
+    public func deleteSessionItems(_ id: String?, caller: Caller) throws -> Int {
+        _ = try authorize(.deleteItems(accessGroup: nil), for: caller)
+        return sessionItems.lock.withLock {
+            let doomed = sessionItems.items.filter { key, item in (id.map(key.sameBytes) ?? true) && caller.mayAccess(group: item.accessGroup) }.map(\.key)
+            for k in doomed { sessionItems.items[k] = nil }
+            return doomed.count
+        }
+    }
+}

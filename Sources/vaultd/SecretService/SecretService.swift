@@ -1,0 +1,725 @@
+import CGio
+import CVaultSys
+import Foundation
+import SecretSession
+import VaultCore
+import VaultProtocol
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A D-Bus error reply: its name (org.freedesktop.Secret.Error.*, org.freedesktop.DBus.Error.*)
+/// and a message for people.
+struct BusError: Error {
+    var name: String
+    var message: String
+
+    static func invalidArgs(_ m: String) -> BusError { BusError(name: "org.freedesktop.DBus.Error.InvalidArgs", message: m) }
+    static func noSuchObject(_ m: String = "no such object") -> BusError { BusError(name: "org.freedesktop.Secret.Error.NoSuchObject", message: m) }
+    static func noSession(_ m: String) -> BusError { BusError(name: "org.freedesktop.Secret.Error.NoSession", message: m) }
+    static func accessDenied(_ m: String) -> BusError { BusError(name: "org.freedesktop.DBus.Error.AccessDenied", message: m) }
+    static func notSupported(_ m: String) -> BusError { BusError(name: "org.freedesktop.DBus.Error.NotSupported", message: m) }
+    static func limitsExceeded(_ m: String) -> BusError { BusError(name: "org.freedesktop.DBus.Error.LimitsExceeded", message: m) }
+}
+
+extension BusError {
+
+    /// The reply for an engine error. A group or item the caller may not use is NoSuchObject,
+    /// as one that does not exist: a client learns nothing of other apps' collections.
+    init(_ e: VaultError) {
+        switch e.code {
+        case .interactionNotAllowed: self.init(name: "org.freedesktop.Secret.Error.IsLocked", message: e.message)
+        case .itemNotFound, .missingEntitlement, .notAvailableOnThisDevice: self.init(name: "org.freedesktop.Secret.Error.NoSuchObject", message: e.message)
+        case .permissionDenied: self.init(name: "org.freedesktop.DBus.Error.AccessDenied", message: e.message)
+        case .param, .invalidParameter, .secretTooLarge, .invalidValue: self.init(name: "org.freedesktop.DBus.Error.InvalidArgs", message: e.message)
+        case .quotaExceeded, .storageFull, .replyTooLarge, .rateLimited: self.init(name: "org.freedesktop.DBus.Error.LimitsExceeded", message: e.message)
+        case .noPassphrase: self.init(name: "org.freedesktop.DBus.Error.NotSupported", message: e.message)
+        default: self.init(name: "org.freedesktop.DBus.Error.Failed", message: e.message)
+        }
+    }
+
+    init(_ error: Error) {
+        if let b = error as? BusError {
+            self = b
+        } else if let v = error as? VaultError {
+            self.init(v)
+        } else {
+            self.init(name: "org.freedesktop.DBus.Error.Failed", message: "\(error)")
+        }
+    }
+}
+
+/// vaultd's second front-end: the freedesktop Secret Service on the session bus, through
+/// GLib's GDBus (docs/secret-service.md). It owns `org.freedesktop.secrets`, identifies each
+/// calling connection from the bus's credentials through `PeerIdentity` (as the socket
+/// identifies its peers), and turns each call into engine operations made with that
+/// `Caller`: collections are access groups, items are generic passwords of service
+/// `Vault.secretServiceService` with lookup attributes. It authorizes nothing itself: a
+/// method without an entry in `Policy.secretServiceMethods` is refused, and the engine
+/// decides every other one.
+///
+/// Threads: one, `vaultd-dbus`, runs a GMainContext of its own; every method call and
+/// property access is handled on it, each with one bounded engine call or a few (reads on
+/// a reader connection; writes wait for their group commit). A prompt's wait is no call:
+/// it ends from the engine's lock-state event or a timer.
+final class SecretService: @unchecked Sendable {
+    static let busName = "org.freedesktop.secrets"
+
+    /// The most peers whose identity is kept (one per bus connection that called), sessions
+    /// per peer (past it, opening one closes that peer's oldest: secretstorage opens one for
+    /// every item it makes and never closes them) and prompts per peer (past it,
+    /// LimitsExceeded).
+    static let maximumPeers = 1024
+    static let maximumSessionsPerPeer = 64
+    static let maximumPromptsPerPeer = 16
+    /// The most collections whose items' subtree is registered (the owner may name any
+    /// number of groups); past it, a new collection's items are not served (logged).
+    static let maximumCollections = 4096
+    /// The most bytes of secrets one GetSecrets returns.
+    static let maximumSecretsReply = Varlink.maximumMessageSize
+    /// How long a bus query of vaultd's own (credentials, a name's owner) may take (ms).
+    static let busCallTimeout: Int32 = 5000
+    /// Prompts that wait are logged, at most a burst of 10 every 6 s.
+    static let promptLog = RateLimitedLog()
+
+    let vault: Vault
+    let replace: Bool
+    /// Seconds after which a prompt the vault's unlock did not complete is dismissed.
+    let promptTimeout: Double
+
+    private var connection: OpaquePointer?
+    private var context: OpaquePointer?
+    private var loop: OpaquePointer?
+    private var nodeInfo: UnsafeMutablePointer<GDBusNodeInfo>?
+    private let interfaceVTable = UnsafeMutablePointer<GDBusInterfaceVTable>.allocate(capacity: 1)
+    private let subtreeVTable = UnsafeMutablePointer<GDBusSubtreeVTable>.allocate(capacity: 1)
+
+    /// Guards everything below (the bus thread, the engine's event thread and the prompt
+    /// timers use it).
+    private let lock = NSLock()
+    private var peers: [String: BusPeer] = [:]
+    /// Session ID → the session.
+    private var sessions: [String: Session] = [:]
+    private var prompts: [String: Prompt] = [:]
+    private var nextID: UInt64 = 0
+    /// Collections (encoded groups) whose item subtree is registered.
+    private var registeredCollections: Set<String> = []
+    private var observer: UUID?
+
+    /// An identified connection.
+    final class BusPeer {
+        let caller: Caller
+        let credentials: PeerCredentials
+        init(caller: Caller, credentials: PeerCredentials) {
+            self.caller = caller
+            self.credentials = credentials
+        }
+    }
+
+    /// A transport session: the connection that opened it, and for an encrypted one its key.
+    final class Session {
+        let owner: String
+        let dh: DHSession?
+        /// Its place in the order sessions were opened.
+        let number: UInt64
+        init(owner: String, dh: DHSession?, number: UInt64) {
+            self.owner = owner
+            self.dh = dh
+            self.number = number
+        }
+    }
+
+    /// A prompt: made by Unlock on a locked vault, completed by the vault's unlock, or
+    /// dismissed (Dismiss, or `promptTimeout` after Prompt was called).
+    final class Prompt {
+        let owner: String
+        /// What Completed's result lists when the vault is unlocked.
+        let objects: [String]
+        var started = false
+        init(owner: String, objects: [String]) {
+            self.owner = owner
+            self.objects = objects
+        }
+    }
+
+    init(vault: Vault, replace: Bool, promptTimeout: Double) {
+        self.vault = vault
+        self.replace = replace
+        self.promptTimeout = promptTimeout
+    }
+
+    // MARK: start
+
+    /// Connects to the session bus and serves on a thread of its own. Returns once the name
+    /// request is answered (or failed): whether vaultd now owns `org.freedesktop.secrets`.
+    /// What happened is logged, with the process that owns the name when another does.
+    @discardableResult
+    func start() -> Bool {
+        let done = DispatchSemaphore(value: 0)
+        // Written by the bus thread before it signals `done`, read after the wait.
+        nonisolated(unsafe) var owned = false
+        let thread = Thread { [self] in
+            vault_set_thread_name("vaultd-dbus")
+            self.run { serving in
+                owned = serving
+                done.signal()
+            }
+        }
+        thread.stackSize = 1 << 20
+        thread.start()
+        done.wait()
+        return owned
+    }
+
+    /// The session bus's address: DBUS_SESSION_BUS_ADDRESS, else `$XDG_RUNTIME_DIR/bus` (as
+    /// systemd's user bus); nil when neither (GLib's own fallback would start a bus).
+    static func sessionBusAddress() -> String? {
+        let env = ProcessInfo.processInfo.environment
+        if let a = env["DBUS_SESSION_BUS_ADDRESS"], !a.isEmpty { return a }
+        if let run = env["XDG_RUNTIME_DIR"], run.hasPrefix("/"), access(run + "/bus", F_OK) == 0 { return "unix:path=" + run + "/bus" }
+        return nil
+    }
+
+    /// The bus thread: connect, register, ask for the name, then serve (for as long as vaultd
+    /// runs; calls after the bus went away just fail).
+    /// `started` is called once, with whether vaultd owns the name, before it serves.
+    private func run(started: (Bool) -> Void) {
+        var serving = false
+        var startedCalled = false
+        func report() {
+            if !startedCalled { startedCalled = true; started(serving) }
+        }
+        defer { report() }
+        guard let address = Self.sessionBusAddress() else {
+            log("secret service: no session bus (DBUS_SESSION_BUS_ADDRESS and XDG_RUNTIME_DIR/bus are unset): not serving")
+            return
+        }
+        let ctx = g_main_context_new()
+        context = ctx
+        g_main_context_push_thread_default(ctx)
+        var err: UnsafeMutablePointer<GError>?
+        let flags = GDBusConnectionFlags(
+            rawValue: G_DBUS_CONNECTION_FLAGS_AUTHENTICATION_CLIENT.rawValue | G_DBUS_CONNECTION_FLAGS_MESSAGE_BUS_CONNECTION.rawValue)
+        guard let conn = g_dbus_connection_new_for_address_sync(address, flags, nil, nil, &err) else {
+            log("secret service: cannot connect to the session bus (\(logField(address))): \(String(cString: cg_error_message(err)))")
+            g_error_free(err)
+            return
+        }
+        connection = conn
+        g_dbus_connection_set_exit_on_close(conn, 0)
+        guard registerObjects() else { return }
+        subscribeToBus()
+        guard requestName() else {
+            g_dbus_connection_close_sync(conn, nil, nil)
+            return
+        }
+        serving = true
+        observer = vault.addObserver { [weak self] event in
+            if case .lockState = event { self?.lockStateChanged() }
+        }
+        report()
+        let l = g_main_loop_new(ctx, 0)
+        loop = l
+        g_main_loop_run(l)
+    }
+
+    private var userData: gpointer { Unmanaged.passUnretained(self).toOpaque() }
+
+    private static func this(_ p: gpointer?) -> SecretService { Unmanaged<SecretService>.fromOpaque(p!).takeUnretainedValue() }
+
+    /// The interfaces' descriptions and the callbacks of every object, registered as subtrees
+    /// (GDBus dispatches a subtree's direct children: one for the service and its folders,
+    /// one per collection for its items, made as collections are named: `ensureRegistered`).
+    private func registerObjects() -> Bool {
+        var err: UnsafeMutablePointer<GError>?
+        guard let info = g_dbus_node_info_new_for_xml(SecretServiceIntrospection.xml, &err) else {
+            log("secret service: bad introspection data: \(String(cString: cg_error_message(err)))")
+            g_error_free(err)
+            return false
+        }
+        nodeInfo = info
+        interfaceVTable.initialize(to: GDBusInterfaceVTable())
+        interfaceVTable.pointee.method_call = { _, sender, path, interface, method, parameters, invocation, user in
+            SecretService.this(user).methodCall(
+                sender: sender.map { String(cString: $0) } ?? "", path: String(cString: path!), interface: String(cString: interface!),
+                method: String(cString: method!), parameters: GV(borrowing: parameters!), invocation: invocation!)
+        }
+        interfaceVTable.pointee.get_property = { _, sender, path, interface, property, error, user in
+            SecretService.this(user).getProperty(
+                sender: sender.map { String(cString: $0) } ?? "", path: String(cString: path!), interface: String(cString: interface!),
+                property: String(cString: property!), error: error)
+        }
+        interfaceVTable.pointee.set_property = { _, sender, path, interface, property, value, error, user in
+            SecretService.this(user).setProperty(
+                sender: sender.map { String(cString: $0) } ?? "", path: String(cString: path!), interface: String(cString: interface!),
+                property: String(cString: property!), value: GV(borrowing: value!), error: error) ? 1 : 0
+        }
+        subtreeVTable.initialize(to: GDBusSubtreeVTable())
+        subtreeVTable.pointee.enumerate = { _, sender, path, user in
+            SecretService.this(user).enumerate(sender: sender.map { String(cString: $0) } ?? "", path: String(cString: path!))
+        }
+        subtreeVTable.pointee.introspect = { _, _, path, node, user in
+            let this = SecretService.this(user)
+            return this.introspect(path: this.fullPath(path, node))
+        }
+        subtreeVTable.pointee.dispatch = { _, _, _, _, _, outUserData, user in
+            outUserData?.pointee = user
+            return UnsafePointer(SecretService.this(user).interfaceVTable)
+        }
+        for path in Self.fixedSubtrees {
+            guard registerSubtree(path) else { return false }
+        }
+        return true
+    }
+
+    /// The object a subtree callback is about. GDBus names it by the subtree's path and the
+    /// child (`node`, nil for the subtree's own path), except that GLib 2.74 gives a method
+    /// call's full path with the child: a path that is no subtree of vaultd's is taken whole.
+    private func fullPath(_ path: UnsafePointer<gchar>?, _ node: UnsafePointer<gchar>?) -> String {
+        let base = String(cString: path!)
+        guard let node else { return base }
+        return isSubtree(base) ? base + "/" + String(cString: node) : base
+    }
+
+    /// Whether a subtree is registered at `path`.
+    private func isSubtree(_ path: String) -> Bool {
+        if Self.fixedSubtrees.contains(path) { return true }
+        guard path.hasPrefix(SecretServicePath.collectionRoot + "/") else { return false }
+        let element = String(path.dropFirst(SecretServicePath.collectionRoot.count + 1))
+        return lock.withLock { registeredCollections.contains(element) }
+    }
+
+    private static let fixedSubtrees = [SecretServicePath.root, SecretServicePath.collectionRoot, SecretServicePath.aliasRoot, SecretServicePath.sessionRoot, SecretServicePath.promptRoot]
+
+    private func registerSubtree(_ path: String) -> Bool {
+        var err: UnsafeMutablePointer<GError>?
+        let id = g_dbus_connection_register_subtree(
+            connection, path, subtreeVTable, G_DBUS_SUBTREE_FLAGS_DISPATCH_TO_UNENUMERATED_NODES, userData, nil, &err)
+        if id == 0 {
+            log("secret service: cannot register \(path): \(String(cString: cg_error_message(err)))")
+            g_error_free(err)
+            return false
+        }
+        return true
+    }
+
+    /// The path of collection `group`, with its items' subtree registered (on the bus thread).
+    func collectionPath(_ group: String) -> String {
+        let path = SecretServicePath.collection(group).path
+        let element = SecretServicePath.encode(group)
+        let isNew = lock.withLock { () -> Bool? in
+            if registeredCollections.contains(element) { return false }
+            guard registeredCollections.count < Self.maximumCollections else { return nil }
+            registeredCollections.insert(element)
+            return true
+        }
+        switch isNew {
+        case true?: _ = registerSubtree(path)
+        case nil: _ = Self.promptLog.log("collections", "secret service: over \(Self.maximumCollections) collections named; the items of \(logField(group)) are not served")
+        case false?: break
+        }
+        return path
+    }
+
+    func itemPath(_ group: String, _ id: String) -> String {
+        _ = collectionPath(group)
+        return SecretServicePath.item(collection: group, id: id).path
+    }
+
+    // MARK: the bus
+
+    /// A call of vaultd's own to the bus daemon, bounded by `busCallTimeout`.
+    private func busCall(_ method: String, _ arguments: [GV], reply: String) throws -> GV {
+        var err: UnsafeMutablePointer<GError>?
+        let result = GV.tuple(arguments).pass {
+            g_dbus_connection_call_sync(
+                connection, "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus", method, $0,
+                cg_type(reply), G_DBUS_CALL_FLAGS_NONE, Self.busCallTimeout, nil, &err)
+        }
+        guard let result else {
+            let message = String(cString: cg_error_message(err))
+            g_error_free(err)
+            throw BusError(name: "org.freedesktop.DBus.Error.Failed", message: "the bus did not answer \(method): \(message)")
+        }
+        return GV(owned: result)
+    }
+
+    /// Asks for `org.freedesktop.secrets`, letting a later `--replace` (of vaultd or another
+    /// provider) take it. With `replace`, it is taken over: at once from an owner that lets
+    /// itself be replaced, else, as gnome-keyring-daemon's `--replace` does, by stopping the
+    /// owner (SIGTERM through a pidfd, to a process of vaultd's own user only) and asking
+    /// again once the bus says the name is free (at most `replaceWait` seconds). Logs the
+    /// outcome, naming the owner when it is another process.
+    private func requestName() -> Bool {
+        switch askForName() {
+        case .owned?:
+            log("secret service: serving \(Self.busName) on the session bus")
+            return true
+        case nil:
+            return false
+        case .taken?:
+            break
+        }
+        let owner = nameOwner()
+        guard replace else {
+            log("secret service: \(Self.busName) is already provided by \(owner.description): not serving (vaultd --secret-service --replace takes it over)")
+            return false
+        }
+        guard let pid = owner.pid, let uid = owner.uid, uid == getuid(), pid != getpid() else {
+            log("secret service: \(Self.busName) is provided by \(owner.description), which vaultd may not stop: not serving")
+            return false
+        }
+        let pidfd = vault_pidfd_open(pid)
+        // The pidfd is the owner's only if the bus still names that pid as the owner now.
+        guard pidfd >= 0 else {
+            log("secret service: cannot open \(owner.description) to stop it: not serving")
+            return false
+        }
+        defer { close(pidfd) }
+        guard nameOwner().pid == pid, vault_pidfd_signal(pidfd, SIGTERM) == 0 else {
+            log("secret service: \(Self.busName)'s owner changed or cannot be stopped (\(owner.description)): not serving")
+            return false
+        }
+        let deadline = MonotonicClock.nanoseconds() + UInt64(Self.replaceWait * 1e9)
+        while MonotonicClock.nanoseconds() < deadline {
+            usleep(50_000)
+            switch askForName() {
+            case .owned?:
+                log("secret service: serving \(Self.busName) on the session bus, taken over from \(owner.description) (stopped with SIGTERM)")
+                return true
+            case nil: return false
+            case .taken?: continue
+            }
+        }
+        log("secret service: \(owner.description) did not give up \(Self.busName) within \(Int(Self.replaceWait)) s of SIGTERM: not serving")
+        return false
+    }
+
+    /// How long `--replace` waits for a stopped owner to leave the name (seconds).
+    static let replaceWait = 5.0
+
+    private enum NameRequest { case owned, taken }
+
+    /// RequestName (DBUS_NAME_FLAG_ALLOW_REPLACEMENT 1, REPLACE_EXISTING 2 with `replace`,
+    /// DO_NOT_QUEUE 4); nil when the bus did not answer (logged).
+    private func askForName() -> NameRequest? {
+        let flags: UInt32 = 1 | 4 | (replace ? 2 : 0)
+        do {
+            let answer = try busCall("RequestName", [.string(Self.busName), GV(new: g_variant_new_uint32(flags))], reply: "(u)").child(0).uint32
+            // 1: the primary owner now; 4: already was.
+            return answer == 1 || answer == 4 ? .owned : .taken
+        } catch {
+            log("secret service: \(BusError(error).message)")
+            return nil
+        }
+    }
+
+    /// The connection owning the name, its pid and uid (as the bus has them) and executable.
+    private struct NameOwner: CustomStringConvertible {
+        var unique: String?
+        var pid: pid_t?
+        var uid: uid_t?
+        var executable: String?
+        var description: String {
+            guard let unique else { return "another connection" }
+            guard let pid else { return "connection \(unique)" }
+            return "pid \(pid)\(executable.map { " (\(logField($0)))" } ?? ""), connection \(unique)"
+        }
+    }
+
+    private func nameOwner() -> NameOwner {
+        guard let unique = try? busCall("GetNameOwner", [.string(Self.busName)], reply: "(s)").child(0).string else { return NameOwner() }
+        guard let c = try? credentials(unique) else { return NameOwner(unique: unique) }
+        return NameOwner(unique: unique, pid: c.pid, uid: c.uid, executable: PeerIdentity.executable(pid: c.pid))
+    }
+
+    /// NameOwnerChanged (a connection left: its identity, sessions and prompts go) and
+    /// NameLost (another provider took the name with its own replace).
+    private func subscribeToBus() {
+        _ = g_dbus_connection_signal_subscribe(
+            connection, "org.freedesktop.DBus", "org.freedesktop.DBus", "NameOwnerChanged", "/org/freedesktop/DBus", nil,
+            G_DBUS_SIGNAL_FLAGS_NONE,
+            { _, _, _, _, _, parameters, user in
+                let p = GV(borrowing: parameters!)
+                guard p.count == 3 else { return }
+                let name = p.child(0).string, newOwner = p.child(2).string
+                if name.hasPrefix(":") && newOwner.isEmpty { SecretService.this(user).forget(name) }
+            }, userData, nil)
+        _ = g_dbus_connection_signal_subscribe(
+            connection, "org.freedesktop.DBus", "org.freedesktop.DBus", "NameLost", "/org/freedesktop/DBus", nil, G_DBUS_SIGNAL_FLAGS_NONE,
+            { _, _, _, _, _, parameters, _ in
+                let p = GV(borrowing: parameters!)
+                if p.count == 1, p.child(0).string == SecretService.busName {
+                    log("secret service: another provider took over \(SecretService.busName) (its --replace): vaultd no longer serves it")
+                }
+            }, userData, nil)
+    }
+
+    /// A connection left the bus.
+    private func forget(_ sender: String) {
+        lock.withLock {
+            peers[sender] = nil
+            sessions = sessions.filter { $0.value.owner != sender }
+            prompts = prompts.filter { $0.value.owner != sender }
+        }
+    }
+
+    // MARK: identity
+
+    /// The `Caller` of connection `sender`, identified once from the bus's credentials
+    /// (GetConnectionCredentials: its uid and pid) through `PeerIdentity.caller`, the
+    /// socket's identification, and checked at each call: the same process (its pidfd
+    /// alive) running the same program. Every failure refuses the call (AccessDenied); none
+    /// makes the peer the owner.
+    func caller(_ sender: String) throws -> Caller {
+        if let p = lock.withLock({ peers[sender] }) {
+            guard p.credentials.isAlive, p.credentials.currentExecutable == p.credentials.identifiedExecutable else {
+                lock.withLock { peers[sender] = nil }
+                throw BusError.accessDenied("vaultd does not serve this connection: its process exited or ran another program since it was identified")
+            }
+            return p.caller
+        }
+        guard sender.hasPrefix(":") else { throw BusError.accessDenied("vaultd serves only calls with a unique sender name") }
+        let (pid, uid) = try credentials(sender)
+        guard uid == getuid() else { throw BusError.accessDenied("vaultd serves only its own user (the connection is uid \(uid))") }
+        let pidfd = vault_pidfd_open(pid)
+        guard pidfd >= 0 else { throw BusError.accessDenied("vaultd does not serve this connection: its process \(pid) cannot be opened (pidfd_open: \(String(cString: strerror(errno))))") }
+        let peer = PeerCredentials(pid: pid, uid: uid, pidfd: pidfd)
+        let caller: Caller
+        switch PeerIdentity.caller(for: peer, vault: vault) {
+        case .success(let c): caller = c
+        case .failure(let e): throw BusError.accessDenied(e.message)
+        }
+        // The pidfd was opened from the pid the bus gave: it named the connection's process
+        // only if the bus still gives that pid now (the connection is still there, so its
+        // process's pid was not reused before the pidfd was opened).
+        guard let again = try? credentials(sender), again.pid == pid else {
+            throw BusError.accessDenied("vaultd does not serve this connection: it left the bus while vaultd identified it")
+        }
+        lock.withLock {
+            if peers.count < Self.maximumPeers { peers[sender] = BusPeer(caller: caller, credentials: peer) }
+        }
+        return caller
+    }
+
+    /// The uid and pid the bus records for connection `sender` (it took them from the
+    /// kernel, SO_PEERCRED, when the connection was made).
+    private func credentials(_ sender: String) throws -> (pid: pid_t, uid: uid_t) {
+        let reply: GV
+        do {
+            reply = try busCall("GetConnectionCredentials", [.string(sender)], reply: "(a{sv})").child(0)
+        } catch {
+            throw BusError.accessDenied("vaultd cannot identify this connection: \(BusError(error).message)")
+        }
+        guard let pid = reply.lookup("ProcessID", "u"), let uid = reply.lookup("UnixUserID", "u") else {
+            throw BusError.accessDenied("vaultd cannot identify this connection: the bus gives no pid or uid for it")
+        }
+        return (pid_t(pid.uint32), uid_t(uid.uint32))
+    }
+
+    // MARK: dispatch
+
+    private func methodCall(sender: String, path: String, interface: String, method: String, parameters: GV, invocation: OpaquePointer) {
+        do {
+            guard Policy.decision(forSecretService: interface, method) != nil else {
+                throw BusError.accessDenied("\(interface).\(method) has no policy decision")
+            }
+            let caller = try caller(sender)
+            guard let target = SecretServicePath(path) else { throw BusError.noSuchObject() }
+            let reply = try handle(method, of: interface, on: target, parameters, sender: sender, caller: caller)
+            if let reply {
+                reply.pass { g_dbus_method_invocation_return_value(invocation, $0) }
+            } else {
+                g_dbus_method_invocation_return_value(invocation, nil)
+            }
+        } catch {
+            let e = BusError(error)
+            g_dbus_method_invocation_return_dbus_error(invocation, e.name, e.message)
+        }
+    }
+
+    private func getProperty(sender: String, path: String, interface: String, property name: String, error out: UnsafeMutablePointer<UnsafeMutablePointer<GError>?>?) -> OpaquePointer? {
+        do {
+            guard Policy.decision(forSecretService: interface, "Get") != nil else { throw BusError.accessDenied("no policy decision for \(interface) properties") }
+            let caller = try caller(sender)
+            guard let target = SecretServicePath(path) else { throw BusError.noSuchObject() }
+            // GDBus takes the reference it is given.
+            return try property(name, of: target, caller: caller).retained
+        } catch {
+            let e = BusError(error)
+            out?.pointee = g_dbus_error_new_for_dbus_error(e.name, e.message)
+            return nil
+        }
+    }
+
+    private func setProperty(sender: String, path: String, interface: String, property: String, value: GV, error out: UnsafeMutablePointer<UnsafeMutablePointer<GError>?>?) -> Bool {
+        do {
+            guard Policy.decision(forSecretService: interface, "Set") != nil else { throw BusError.accessDenied("no policy decision for \(interface) properties") }
+            let caller = try caller(sender)
+            guard let target = SecretServicePath(path) else { throw BusError.noSuchObject() }
+            try setProperty(property, of: target, to: value, caller: caller)
+            return true
+        } catch {
+            let e = BusError(error)
+            out?.pointee = g_dbus_error_new_for_dbus_error(e.name, e.message)
+            return false
+        }
+    }
+
+    /// The interfaces of the object at `path` (none for a path that is no object).
+    private func introspect(path: String) -> UnsafeMutablePointer<UnsafeMutablePointer<GDBusInterfaceInfo>?>? {
+        let name: String
+        switch SecretServicePath(path) {
+        case .service?: name = SecretServiceIntrospection.service
+        case .collection?, .alias?: name = SecretServiceIntrospection.collection
+        case .item?: name = SecretServiceIntrospection.item
+        case .session?: name = SecretServiceIntrospection.session
+        case .prompt?: name = SecretServiceIntrospection.prompt
+        case .inner?, nil: return nil
+        }
+        guard let info = g_dbus_node_info_lookup_interface(nodeInfo, name) else { return nil }
+        var infos: [UnsafeMutablePointer<GDBusInterfaceInfo>?] = [info]
+        return cg_interfaces_new(&infos, 1)
+    }
+
+    /// The children introspection lists under `path` (the folders, the aliases, and the
+    /// caller's collections); items are listed by their collection's Items property.
+    private func enumerate(sender: String, path: String) -> UnsafeMutablePointer<UnsafeMutablePointer<gchar>?>? {
+        var names: [String] = []
+        switch path {
+        case SecretServicePath.aliasRoot: names = SecretServicePath.aliases
+        case SecretServicePath.collectionRoot:
+            if let caller = try? caller(sender), let groups = try? vault.accessGroups(caller: caller) {
+                names = (groups.filter { !$0.sameBytes(Vault.sessionCollection) } + [Vault.sessionCollection]).map(SecretServicePath.encode)
+            }
+        default: break
+        }
+        let strv = cg_strv_new(guint(names.count))!
+        for (i, n) in names.enumerated() { strv[i] = g_strdup(n) }
+        return strv
+    }
+
+    // MARK: sessions, prompts, signals
+
+    /// A new session ID for `sender`; `dh`, its key when encrypted. Past
+    /// `maximumSessionsPerPeer` of that connection's, its oldest is closed.
+    func openSession(for sender: String, dh: DHSession?) throws -> String {
+        lock.withLock {
+            let own = sessions.filter { $0.value.owner == sender }
+            if own.count >= Self.maximumSessionsPerPeer, let oldest = own.min(by: { $0.value.number < $1.value.number }) {
+                sessions[oldest.key] = nil
+            }
+            nextID += 1
+            let id = "s\(nextID)"
+            sessions[id] = Session(owner: sender, dh: dh, number: nextID)
+            return id
+        }
+    }
+
+    func closeSession(_ id: String, for sender: String) throws {
+        try lock.withLock {
+            guard sessions[id]?.owner == sender else { throw BusError.noSuchObject("no such session") }
+            sessions[id] = nil
+        }
+    }
+
+    /// Session `path`, which `sender` must have opened (NoSession otherwise).
+    func session(_ path: String, for sender: String) throws -> Session {
+        guard case .session(let id)? = SecretServicePath(path), let s = lock.withLock({ sessions[id] }), s.owner == sender else {
+            throw BusError.noSession("the session \(path) is not one this connection opened")
+        }
+        return s
+    }
+
+    /// A prompt for `sender` that completes with `objects` once the vault is unlocked.
+    func makePrompt(for sender: String, objects: [String]) throws -> String {
+        try lock.withLock {
+            guard prompts.values.filter({ $0.owner == sender }).count < Self.maximumPromptsPerPeer else {
+                throw BusError.limitsExceeded("at most \(Self.maximumPromptsPerPeer) prompts per connection")
+            }
+            nextID += 1
+            let id = "p\(nextID)"
+            prompts[id] = Prompt(owner: sender, objects: objects)
+            return SecretServicePath.prompt(id).path
+        }
+    }
+
+    /// Prompt.Prompt: completes at once when the vault is open, else at its unlock, or is
+    /// dismissed after `promptTimeout` seconds. vaultd shows no dialog: the unlock is the
+    /// owner's (`vaultctl unlock`, or a desktop agent calling it).
+    func startPrompt(_ id: String, for sender: String) throws {
+        let start: Bool = try lock.withLock {
+            guard let p = prompts[id], p.owner == sender else { throw BusError.noSuchObject("no such prompt") }
+            defer { p.started = true }
+            return !p.started
+        }
+        guard start else { return }
+        if vault.isKeychainOpen {
+            complete(id, dismissed: false)
+            return
+        }
+        _ = Self.promptLog.log("prompt", "secret service: a prompt waits for the vault's unlock (vaultctl unlock) for at most \(Int(promptTimeout)) s")
+        DispatchQueue.global().asyncAfter(deadline: .now() + promptTimeout) { [weak self] in self?.complete(id, dismissed: true) }
+    }
+
+    func dismissPrompt(_ id: String, for sender: String) throws {
+        guard lock.withLock({ prompts[id]?.owner == sender }) else { throw BusError.noSuchObject("no such prompt") }
+        complete(id, dismissed: true)
+    }
+
+    /// Ends prompt `id` once, with the Completed signal to its owner.
+    private func complete(_ id: String, dismissed: Bool) {
+        guard let p = lock.withLock({ prompts.removeValue(forKey: id) }) else { return }
+        // Dismissed: an empty list, of the type a completed Unlock gives (libsecret 0.20 waits
+        // for ever on a dismissed prompt whose result is of another type).
+        let result: GV = .variant(.objectPaths(dismissed ? [] : p.objects))
+        emit(to: p.owner, path: SecretServicePath.prompt(id).path, SecretServiceIntrospection.prompt, "Completed", [.bool(dismissed), result])
+    }
+
+    /// The vault's lock state changed: started prompts complete once it is open.
+    private func lockStateChanged() {
+        guard vault.isKeychainOpen else { return }
+        let started = lock.withLock { prompts.filter { $0.value.started }.map(\.key) }
+        for id in started { complete(id, dismissed: false) }
+    }
+
+    /// A signal to one connection (GDBus may be called from any thread for this).
+    func emit(to destination: String, path: String, _ interface: String, _ name: String, _ arguments: [GV]) {
+        var err: UnsafeMutablePointer<GError>?
+        if GV.tuple(arguments).pass({ g_dbus_connection_emit_signal(connection, destination, path, interface, name, $0, &err) }) == 0 {
+            g_error_free(err)
+        }
+    }
+
+    /// ItemCreated, ItemDeleted or ItemChanged of `item` in `group`, to each identified
+    /// connection the policy lets see that group's items (`Policy.seesItem`), from the
+    /// collection and from the `default` alias when it is that connection's default group;
+    /// and the collection's Items property, invalidated.
+    func itemSignal(_ name: String, group: String, item: String) {
+        let targets = lock.withLock { peers.filter { Policy.seesItem(inAccessGroup: group, $0.value.caller) } }
+        let collection = collectionPath(group)
+        for (sender, peer) in targets {
+            var paths = [collection]
+            if peer.caller.defaultAccessGroup.sameBytes(group) { paths += SecretServicePath.aliases.map { SecretServicePath.alias($0).path } }
+            for path in paths {
+                emit(to: sender, path: path, SecretServiceIntrospection.collection, name, [.objectPath(item)])
+                if name != "ItemChanged" {
+                    emit(
+                        to: sender, path: path, "org.freedesktop.DBus.Properties", "PropertiesChanged",
+                        [.string(SecretServiceIntrospection.collection), .array("{sv}", []), .array("s", [.string("Items")])])
+                }
+            }
+        }
+    }
+
+    /// PropertiesChanged of an item's `properties`, invalidated, to the connections that see it.
+    func itemPropertiesChanged(group: String, item: String, _ properties: [String]) {
+        let targets = lock.withLock { peers.filter { Policy.seesItem(inAccessGroup: group, $0.value.caller) }.map(\.key) }
+        for sender in targets {
+            emit(
+                to: sender, path: item, "org.freedesktop.DBus.Properties", "PropertiesChanged",
+                [.string(SecretServiceIntrospection.item), .array("{sv}", []), .array("s", properties.map { GV.string($0) })])
+        }
+    }
+}

@@ -1,0 +1,339 @@
+import CGio
+import Foundation
+import SecretSession
+import VaultCore
+import VaultProtocol
+
+/// The Secret Service's methods and properties, each as engine operations made with the
+/// caller's `Caller` (the engine authorizes them; see `Policy.secretServiceMethods`).
+extension SecretService {
+    static let itemLabel = "org.freedesktop.Secret.Item.Label"
+    static let itemAttributes = "org.freedesktop.Secret.Item.Attributes"
+    static let collectionLabel = "org.freedesktop.Secret.Collection.Label"
+    /// Every secret is given out as this: vaultd keeps no content type (as gnome-keyring).
+    static let contentType = "text/plain"
+    /// The schema of the vault passphrase `vaultctl unlock --remember` keeps in the login keyring.
+    static let unlockSchema = "io.vaultd.Unlock"
+
+    // MARK: queries
+
+    /// The Secret Service items of `group` (nil: every group the caller sees) having every
+    /// lookup attribute of `attributes`, and of item `id` when given.
+    static func query(group: String?, id: String? = nil, attributes: ExactDictionary<String> = [:]) -> ItemQuery {
+        var a = ItemAttributes(service: Vault.secretServiceService, account: id, accessGroup: group)
+        a.lookupAttributes = attributes
+        return ItemQuery(itemClass: .genericPassword, attributes: a, matchAll: true)
+    }
+
+    /// The matches, locked ones too (none: empty): of the session collection (its group
+    /// named `Vault.sessionCollection`), of the store, or of both (no group named).
+    func find(_ q: ItemQuery, secrets: Bool = false, caller: Caller) throws -> [FoundItem] {
+        let session = { try self.vault.sessionItems(matching: q.attributes.lookupAttributes ?? [:], id: q.attributes.account, secrets: secrets, caller: caller) }
+        if let g = q.attributes.accessGroup, Self.isSession(g) { return try session() }
+        let stored: [FoundItem]
+        do {
+            stored = try vault.copyMatching(q, returnData: secrets, includingLocked: true, caller: caller)
+        } catch let e as VaultError where e.code == .itemNotFound {
+            stored = []
+        }
+        return q.attributes.accessGroup == nil ? stored + (try session()) : stored
+    }
+
+    /// Whether a collection's group is the in-memory session collection (which hides an
+    /// access group of that name from the Secret Service).
+    static func isSession(_ group: String) -> Bool { group.sameBytes(Vault.sessionCollection) }
+
+    func path(of item: FoundItem) -> String {
+        itemPath(item.attributes.accessGroup ?? "", item.attributes.account ?? "")
+    }
+
+    /// The access group a collection path stands for: the collection's own, or for an alias
+    /// (`default`, `login`) the caller's default group (`Caller.defaultAccessGroup`). Other
+    /// aliases name nothing (NoSuchObject).
+    func group(of target: SecretServicePath, caller: Caller) throws -> String {
+        switch target {
+        case .collection(let g): return g
+        case .alias(let a) where SecretServicePath.aliases.contains(a): return caller.defaultAccessGroup
+        default: throw BusError.noSuchObject()
+        }
+    }
+
+    /// The one item at `target` (NoSuchObject when there is none the caller may see).
+    func item(_ target: SecretServicePath, secret: Bool = false, caller: Caller) throws -> FoundItem {
+        guard case .item(let g, let id) = target else { throw BusError.noSuchObject() }
+        guard let found = try find(Self.query(group: g, id: id), secrets: secret, caller: caller).first else {
+            throw BusError.noSuchObject("no such item")
+        }
+        return found
+    }
+
+    // MARK: wire values
+
+    /// An `a{ss}` as lookup attributes (at most `ItemAttributes.maximumLookupAttributes`).
+    static func attributes(_ v: GV) throws -> ExactDictionary<String> {
+        guard v.count <= ItemAttributes.maximumLookupAttributes else {
+            throw BusError.invalidArgs("at most \(ItemAttributes.maximumLookupAttributes) attributes")
+        }
+        var out = ExactDictionary<String>(minimumCapacity: v.count)
+        for entry in v.children { out[entry.child(0).string] = entry.child(1).string }
+        return out
+    }
+
+    /// The value of a `(oayays)` secret sent in a session `sender` opened, into sodium memory:
+    /// decrypted in an encrypted session (its parameters are the IV), as it is in a plain one
+    /// (no parameters).
+    func secret(_ s: GV, sender: String) throws -> SecureBytes {
+        let session = try session(s.child(0).string, for: sender)
+        if let dh = session.dh {
+            let iv = s.child(1).withBytes { Array($0) }
+            let ciphertext = s.child(2).withBytes { Array($0) }
+            do {
+                return try dh.decrypt(iv: iv, ciphertext: ciphertext)
+            } catch {
+                throw BusError.invalidArgs("\(error)")
+            }
+        }
+        guard s.child(1).withBytes({ $0.isEmpty }) else {
+            throw BusError.invalidArgs("a plain session's secret has no parameters")
+        }
+        return s.child(2).withBytes { bytes in
+            let out = SecureBytes(count: bytes.count)
+            out.withUnsafeMutableBytes { dst in
+                if let base = bytes.baseAddress, bytes.count > 0 { dst.baseAddress!.copyMemory(from: base, byteCount: bytes.count) }
+            }
+            return out
+        }
+    }
+
+    /// A `(oayays)` secret for session `path` (`session`): encrypted in an encrypted one.
+    static func secretValue(_ data: SecureBytes, session: Session, path: String) throws -> GV {
+        if let dh = session.dh {
+            let (iv, ciphertext) = try dh.encrypt(data)
+            return iv.withUnsafeBytes { i in
+                ciphertext.withUnsafeBytes { c in GV.tuple([.objectPath(path), .bytes(i), .bytes(c), .string(contentType)]) }
+            }
+        }
+        return data.withUnsafeBytes { bytes in
+            GV.tuple([.objectPath(path), .array("y", []), .bytes(bytes), .string(contentType)])
+        }
+    }
+
+    static func seconds(_ d: Date?) -> GV { .uint64(UInt64(max(0, d?.timeIntervalSince1970 ?? 0))) }
+
+    // MARK: methods
+
+    /// Handles one call; returns its reply's out arguments (a tuple), nil for none.
+    func handle(_ method: String, of interface: String, on target: SecretServicePath, _ p: GV, sender: String, caller: Caller) throws -> GV? {
+        switch (interface, method, target) {
+        // Service
+        case (SecretServiceIntrospection.service, "OpenSession", .service):
+            switch p.child(0).string {
+            case "plain":
+                let id = try openSession(for: sender, dh: nil)
+                return .tuple([.variant(.string("")), .objectPath(SecretServicePath.session(id).path)])
+            case DHSession.algorithm:
+                let input = p.child(1).unboxed
+                guard input.isOfType("ay") else { throw BusError.invalidArgs("the input of \(DHSession.algorithm) is the client's public key (ay)") }
+                let dh: DHSession
+                do {
+                    dh = try DHSession(peerPublicKey: input.withBytes { Array($0) })
+                } catch {
+                    throw BusError.invalidArgs("\(error)")
+                }
+                let id = try openSession(for: sender, dh: dh)
+                let output = dh.publicKey.withUnsafeBytes { GV.bytes($0) }
+                return .tuple([.variant(output), .objectPath(SecretServicePath.session(id).path)])
+            default:
+                throw BusError.notSupported("vaultd offers the algorithms plain and \(DHSession.algorithm)")
+            }
+        case (SecretServiceIntrospection.service, "SearchItems", .service):
+            let found = try find(Self.query(group: nil, attributes: try Self.attributes(p.child(0))), caller: caller)
+            return .tuple([.objectPaths(found.filter { !$0.isLocked }.map(path)), .objectPaths(found.filter(\.isLocked).map(path))])
+        case (SecretServiceIntrospection.service, "GetSecrets", .service):
+            let path = p.child(1).string
+            let session = try session(path, for: sender)
+            var entries: [GV] = []
+            var bytes = 0
+            for itemPath in p.child(0).children.map(\.string) {
+                guard let t = SecretServicePath(itemPath), let found = try? item(t, secret: true, caller: caller), let data = found.data else { continue }
+                bytes += data.count
+                guard bytes <= Self.maximumSecretsReply else { throw BusError.limitsExceeded("the secrets asked for are over \(Self.maximumSecretsReply) bytes: ask for fewer") }
+                entries.append(.dictEntry(.objectPath(itemPath), try Self.secretValue(data, session: session, path: path)))
+            }
+            return .tuple([.array("{o(oayays)}", entries)])
+        case (SecretServiceIntrospection.service, "Unlock", .service):
+            let objects = p.child(0).children.map(\.string).filter { SecretServicePath($0) != nil }
+            if try vault.requestUnlock(caller: caller) { return .tuple([.objectPaths(objects), .objectPath("/")]) }
+            return .tuple([.objectPaths([]), .objectPath(try makePrompt(for: sender, objects: objects))])
+        case (SecretServiceIntrospection.service, "Lock", .service):
+            _ = try vault.lockVault(caller: caller)
+            return .tuple([.objectPaths(p.child(0).children.map(\.string).filter { SecretServicePath($0) != nil }), .objectPath("/")])
+        case (SecretServiceIntrospection.service, "ReadAlias", .service):
+            let name = p.child(0).string
+            guard SecretServicePath.aliases.contains(name) else { return .tuple([.objectPath("/")]) }
+            let group = try vault.accessGroup(caller.defaultAccessGroup, caller: caller)
+            return .tuple([.objectPath(collectionPath(group))])
+        case (SecretServiceIntrospection.service, "SetAlias", .service):
+            try vault.setAlias(caller: caller)
+            let name = p.child(0).string, to = p.child(1).string
+            // An alias names the caller's default group; pointing it there again is a no-op.
+            guard SecretServicePath.aliases.contains(name), to == SecretServicePath.collection(caller.defaultAccessGroup).path else {
+                throw BusError.notSupported("vaultd's aliases default and login always name the default access group")
+            }
+            return nil
+        case (SecretServiceIntrospection.service, "CreateCollection", .service):
+            let alias = p.child(1).string
+            let label = p.child(0).lookup(Self.collectionLabel, "s")?.string ?? ""
+            // An alias of vaultd's is the caller's default group, which always exists.
+            let wanted = SecretServicePath.aliases.contains(alias) || label.isEmpty ? caller.defaultAccessGroup : label
+            let group = try vault.accessGroup(wanted, caller: caller)
+            return .tuple([.objectPath(collectionPath(group)), .objectPath("/")])
+
+        // Collection (its own path or an alias)
+        case (SecretServiceIntrospection.collection, "SearchItems", _):
+            let g = try group(of: target, caller: caller)
+            return .tuple([.objectPaths(try find(Self.query(group: g, attributes: try Self.attributes(p.child(0))), caller: caller).map(path))])
+        case (SecretServiceIntrospection.collection, "CreateItem", _):
+            return try createItem(in: try group(of: target, caller: caller), p, sender: sender, caller: caller)
+        case (SecretServiceIntrospection.collection, "Delete", _):
+            let g = try group(of: target, caller: caller)
+            let items = try find(Self.query(group: g), caller: caller)
+            if Self.isSession(g) {
+                try vault.deleteSessionItems(nil, caller: caller)
+                for i in items { itemSignal("ItemDeleted", group: caller.defaultAccessGroup, item: path(of: i)) }
+            } else if !items.isEmpty {
+                _ = try vault.deleteItems(Self.query(group: g), caller: caller)
+                for i in items { itemSignal("ItemDeleted", group: g, item: path(of: i)) }
+            }
+            return .tuple([.objectPath("/")])
+
+        // Item
+        case (SecretServiceIntrospection.item, "GetSecret", .item):
+            let path = p.child(0).string
+            let session = try session(path, for: sender)
+            let found = try item(target, secret: true, caller: caller)
+            guard let data = found.data else { throw BusError(VaultError(.interactionNotAllowed, "the item is locked: unlock the vault (vaultctl unlock)")) }
+            return .tuple([try Self.secretValue(data, session: session, path: path)])
+        case (SecretServiceIntrospection.item, "SetSecret", .item(let g, let id)):
+            let s = try secret(p.child(0), sender: sender)
+            if Self.isSession(g) {
+                try vault.updateSessionItem(id, secret: s, caller: caller)
+            } else {
+                _ = try vault.updateItems(Self.query(group: g, id: id), changes: ItemAttributes(), secret: s, caller: caller)
+            }
+            itemSignal("ItemChanged", group: Self.isSession(g) ? caller.defaultAccessGroup : g, item: target.path)
+            return nil
+        case (SecretServiceIntrospection.item, "Delete", .item(let g, let id)):
+            if Self.isSession(g) {
+                guard try vault.deleteSessionItems(id, caller: caller) > 0 else { throw BusError.noSuchObject("no such item") }
+            } else {
+                _ = try vault.deleteItems(Self.query(group: g, id: id), caller: caller)
+            }
+            itemSignal("ItemDeleted", group: Self.isSession(g) ? caller.defaultAccessGroup : g, item: target.path)
+            return .tuple([.objectPath("/")])
+
+        case (SecretServiceIntrospection.session, "Close", .session(let id)):
+            try closeSession(id, for: sender)
+            return nil
+        case (SecretServiceIntrospection.prompt, "Prompt", .prompt(let id)):
+            try startPrompt(id, for: sender)
+            return nil
+        case (SecretServiceIntrospection.prompt, "Dismiss", .prompt(let id)):
+            try dismissPrompt(id, for: sender)
+            return nil
+        default:
+            throw BusError(name: "org.freedesktop.DBus.Error.UnknownMethod", message: "no method \(interface).\(method) at this object")
+        }
+    }
+
+    /// CreateItem(properties, secret, replace) in `group`: with `replace`, an item of the
+    /// group whose attributes are exactly these gets the new secret and label instead.
+    private func createItem(in group: String, _ p: GV, sender: String, caller: Caller) throws -> GV {
+        let properties = p.child(0)
+        let label = properties.lookup(Self.itemLabel, "s")?.string ?? ""
+        let attributes = try properties.lookup(Self.itemAttributes, "a{ss}").map(Self.attributes) ?? [:]
+        // `vaultctl unlock --remember` storing the vault's passphrase in the vault it unlocks.
+        if attributes["xdg:schema"] == Self.unlockSchema { throw BusError.notSupported(KeyringUnlock.circle) }
+        let secret = try secret(p.child(1), sender: sender)
+        if Self.isSession(group) {
+            let id = try vault.addSessionItem(label: label, attributes: attributes, secret: secret, replace: p.child(2).bool, caller: caller)
+            let path = itemPath(group, id)
+            itemSignal("ItemCreated", group: caller.defaultAccessGroup, item: path)
+            return .tuple([.objectPath(path), .objectPath("/")])
+        }
+        if p.child(2).bool, let existing = try find(Self.query(group: group, attributes: attributes), caller: caller).first(where: { $0.attributes.lookupAttributes == attributes }) {
+            var changes = ItemAttributes(label: label)
+            changes.lookupAttributes = attributes
+            let id = existing.attributes.account ?? ""
+            _ = try vault.updateItems(Self.query(group: group, id: id), changes: changes, secret: secret, caller: caller)
+            let path = itemPath(group, id)
+            itemSignal("ItemChanged", group: group, item: path)
+            return .tuple([.objectPath(path), .objectPath("/")])
+        }
+        // The item's ID: 128 random bits, in hex (a path element as it is).
+        let id = UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")
+        var a = ItemAttributes(service: Vault.secretServiceService, account: id, label: label, accessGroup: group)
+        a.lookupAttributes = attributes
+        _ = try vault.addItem(.genericPassword, attributes: a, secret: secret, caller: caller)
+        let path = itemPath(group, id)
+        itemSignal("ItemCreated", group: group, item: path)
+        return .tuple([.objectPath(path), .objectPath("/")])
+    }
+
+    // MARK: properties
+
+    func property(_ name: String, of target: SecretServicePath, caller: Caller) throws -> GV {
+        switch (target, name) {
+        case (.service, "Collections"):
+            let groups = try vault.accessGroups(caller: caller).filter { !Self.isSession($0) }
+            return .objectPaths((groups + [Vault.sessionCollection]).map(collectionPath))
+        case (.collection, "Items"), (.alias, "Items"):
+            return .objectPaths(try find(Self.query(group: try group(of: target, caller: caller)), caller: caller).map(path))
+        case (.collection, "Label"), (.alias, "Label"):
+            let g = try group(of: target, caller: caller)
+            return .string(Self.isSession(g) ? g : try vault.accessGroup(g, caller: caller))
+        case (.collection, "Locked"), (.alias, "Locked"):
+            let g = try group(of: target, caller: caller)
+            if !Self.isSession(g) { _ = try vault.accessGroup(g, caller: caller) }
+            return .bool(!(try vault.requestUnlock(caller: caller)))
+        case (.collection, "Created"), (.alias, "Created"), (.collection, "Modified"), (.alias, "Modified"):
+            // A group has no dates of its own: its items' earliest creation, latest change.
+            let items = try find(Self.query(group: try group(of: target, caller: caller)), caller: caller)
+            let dates = items.compactMap { name == "Created" ? $0.attributes.creationDate : $0.attributes.modificationDate }
+            return Self.seconds(name == "Created" ? dates.min() : dates.max())
+        case (.item, _):
+            let found = try item(target, caller: caller)
+            switch name {
+            case "Locked": return .bool(found.isLocked)
+            case "Attributes": return .stringDictionary(found.attributes.lookupAttributes ?? [:])
+            case "Label": return .string(found.attributes.label ?? "")
+            case "Created": return Self.seconds(found.attributes.creationDate)
+            case "Modified": return Self.seconds(found.attributes.modificationDate)
+            default: break
+            }
+        default: break
+        }
+        throw BusError(name: "org.freedesktop.DBus.Error.UnknownProperty", message: "no property \(name) here")
+    }
+
+    func setProperty(_ name: String, of target: SecretServicePath, to value: GV, caller: Caller) throws {
+        switch (target, name) {
+        case (.item(let g, let id), "Label"), (.item(let g, let id), "Attributes"):
+            var changes = ItemAttributes()
+            if name == "Label" { changes.label = value.string } else { changes.lookupAttributes = try Self.attributes(value) }
+            if Self.isSession(g) {
+                try vault.updateSessionItem(id, label: changes.label, attributes: changes.lookupAttributes, caller: caller)
+            } else {
+                _ = try vault.updateItems(Self.query(group: g, id: id), changes: changes, secret: nil, caller: caller)
+            }
+            let signalled = Self.isSession(g) ? caller.defaultAccessGroup : g
+            itemPropertiesChanged(group: signalled, item: target.path, [name])
+            itemSignal("ItemChanged", group: signalled, item: target.path)
+        case (.collection, "Label"), (.alias, "Label"):
+            _ = try vault.accessGroup(try group(of: target, caller: caller), caller: caller)
+            throw BusError.notSupported("a collection's label is its access group's name")
+        default:
+            throw BusError(name: "org.freedesktop.DBus.Error.PropertyReadOnly", message: "\(name) cannot be set")
+        }
+    }
+}
