@@ -80,7 +80,7 @@ public final class DHSession {
         gcry_mpi_powm(shared, y, priv, p)
         var ikm = try Self.bytes(shared, padded: true)
         defer { sodium_memzero(&ikm, ikm.count) }
-        key = Self.hkdfSHA256(ikm: ikm, salt: [], info: [], length: Self.keyLength)
+        key = ikm.withUnsafeBytes { Sodium.hkdfSHA256(ikm: $0, salt: [], info: [], length: Self.keyLength) }
     }
 
     // MARK: secrets
@@ -108,40 +108,6 @@ public final class DHSession {
     }
 
     // MARK: primitives
-
-    /// HKDF-SHA256 (RFC 5869) over libsodium's HMAC-SHA256: extract with `salt` (empty: 32
-    /// zero bytes, which HMAC treats as the empty key), expand with `info` to `length` bytes
-    /// (at most 255 * 32).
-    public static func hkdfSHA256(ikm: [UInt8], salt: [UInt8], info: [UInt8], length: Int) -> SecureBytes {
-        precondition(length <= 255 * 32)
-        var prk = [UInt8](repeating: 0, count: 32)
-        defer { sodium_memzero(&prk, prk.count) }
-        hmac(key: salt, [ikm], into: &prk)
-        let out = SecureBytes(count: length)
-        var t: [UInt8] = []
-        defer { sodium_memzero(&t, t.count) }
-        var done = 0
-        var counter: UInt8 = 1
-        while done < length {
-            var block = [UInt8](repeating: 0, count: 32)
-            hmac(key: prk, [t, info, [counter]], into: &block)
-            t = block
-            sodium_memzero(&block, block.count)
-            let n = min(32, length - done)
-            out.withUnsafeMutableBytes { o in t.withUnsafeBytes { o.baseAddress!.advanced(by: done).copyMemory(from: $0.baseAddress!, byteCount: n) } }
-            done += n
-            counter &+= 1
-        }
-        return out
-    }
-
-    private static func hmac(key: [UInt8], _ parts: [[UInt8]], into out: inout [UInt8]) {
-        var state = crypto_auth_hmacsha256_state()
-        _ = crypto_auth_hmacsha256_init(&state, key, key.count)
-        for p in parts { _ = crypto_auth_hmacsha256_update(&state, p, UInt64(p.count)) }
-        _ = crypto_auth_hmacsha256_final(&state, &out)
-        sodium_memzero(&state, MemoryLayout<crypto_auth_hmacsha256_state>.size)
-    }
 
     /// AES-128-CBC of `input` with PKCS7 padding added (encrypt), in sodium memory.
     static func aesCBC(encrypt: Bool, key: SecureBytes, iv: [UInt8], _ input: SecureBytes) throws -> [UInt8] {

@@ -163,7 +163,7 @@ public enum Age {
         }
         header += Array("---".utf8)
         let macKey = AgePrimitives.hkdf(ikm: fileKey, salt: [], info: "header")
-        let mac = header.withUnsafeBytes { h in macKey.withUnsafeBytes { AgePrimitives.hmacSHA256(key: $0, [h]) } }
+        let mac = header.withUnsafeBytes { h in macKey.withUnsafeBytes { Sodium.hmacSHA256(key: $0, [h]) } }
         header += Array((" " + base64(mac.withUnsafeBytes { Array($0) }) + "\n").utf8)
 
         let nonce = Sodium.randomBytes(16)
@@ -314,7 +314,7 @@ public enum Age {
         let fileKey = try unwrap(stanzas, identities)
         let macKey = AgePrimitives.hkdf(ikm: fileKey, salt: [], info: "header")
         let expected = file.withUnsafeBytes { f in
-            macKey.withUnsafeBytes { AgePrimitives.hmacSHA256(key: $0, [UnsafeRawBufferPointer(rebasing: f[..<macked])]) }
+            macKey.withUnsafeBytes { Sodium.hmacSHA256(key: $0, [UnsafeRawBufferPointer(rebasing: f[..<macked])]) }
         }
         let macOK = expected.withUnsafeBytes { e in mac.withUnsafeBytes { AgePrimitives.equal(e, $0) } }
         guard macOK else { throw Failure(.altered, "the file's header does not authenticate: the file was altered") }

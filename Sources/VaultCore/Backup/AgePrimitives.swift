@@ -3,8 +3,7 @@ import Foundation
 import VaultProtocol
 
 /// The primitives the age v1 format is made of, each a libsodium call: HMAC-SHA-256 and
-/// HKDF-SHA-256 over it (RFC 5869; libsodium has no HKDF, and libgcrypt's arrives after
-/// Debian 12's 1.10), ChaCha20-Poly1305 with a 12-byte nonce (RFC 8439,
+/// HKDF-SHA-256 over it (`Sodium.hmacSHA256`, `Sodium.hkdfSHA256`), ChaCha20-Poly1305 with a 12-byte nonce (RFC 8439,
 /// `crypto_aead_chacha20poly1305_ietf_*`), scrypt (`crypto_pwhash_scryptsalsa208sha256_ll`)
 /// and X25519 (`crypto_scalarmult`).
 enum AgePrimitives {
@@ -16,49 +15,8 @@ enum AgePrimitives {
         b.bindMemory(to: UInt8.self).baseAddress ?? UnsafePointer(nothing)
     }
 
-    /// HMAC-SHA-256 of the concatenation of `message`'s parts, keyed with `key` (any length).
-    static func hmacSHA256(key: UnsafeRawBufferPointer, _ message: [UnsafeRawBufferPointer]) -> SecureBytes {
-        Sodium.initialize()
-        var state = crypto_auth_hmacsha256_state()
-        defer { withUnsafeMutableBytes(of: &state) { $0.wipe() } }
-        _ = crypto_auth_hmacsha256_init(&state, bytes(key), key.count)
-        for part in message where part.count > 0 {
-            _ = crypto_auth_hmacsha256_update(&state, bytes(part), UInt64(part.count))
-        }
-        let out = SecureBytes(count: Int(crypto_auth_hmacsha256_BYTES))
-        out.withUnsafeMutableBytes { _ = crypto_auth_hmacsha256_final(&state, $0.bindMemory(to: UInt8.self).baseAddress!) }
-        return out
-    }
-
-    /// HKDF-SHA-256 (RFC 5869): extract with `salt` (empty: 32 zero bytes, as the RFC says),
-    /// then expand with `info` to `length` bytes (at most 255 × 32).
-    static func hkdf(ikm: UnsafeRawBufferPointer, salt: [UInt8], info: [UInt8], length: Int) -> SecureBytes {
-        precondition(length > 0 && length <= 255 * 32)
-        let saltKey = salt.isEmpty ? [UInt8](repeating: 0, count: 32) : salt
-        let prk = saltKey.withUnsafeBytes { s in hmacSHA256(key: s, [ikm]) }
-        let out = SecureBytes(count: length)
-        var previous = SecureBytes(count: 0)
-        var filled = 0
-        var counter: UInt8 = 1
-        while filled < length {
-            let t = prk.withUnsafeBytes { k in
-                previous.withUnsafeBytes { p in
-                    info.withUnsafeBytes { i in
-                        withUnsafeBytes(of: counter) { c in hmacSHA256(key: k, [p, i, c]) }
-                    }
-                }
-            }
-            let n = min(32, length - filled)
-            out.withUnsafeMutableBytes { o in t.withUnsafeBytes { o.baseAddress!.advanced(by: filled).copyMemory(from: $0.baseAddress!, byteCount: n) } }
-            filled += n
-            previous = t
-            counter &+= 1
-        }
-        return out
-    }
-
     static func hkdf(ikm: SecureBytes, salt: [UInt8], info: String, length: Int = 32) -> SecureBytes {
-        ikm.withUnsafeBytes { hkdf(ikm: $0, salt: salt, info: Array(info.utf8), length: length) }
+        ikm.withUnsafeBytes { Sodium.hkdfSHA256(ikm: $0, salt: salt, info: Array(info.utf8), length: length) }
     }
 
     static let aeadKeyLength = Int(crypto_aead_chacha20poly1305_ietf_KEYBYTES)
