@@ -54,10 +54,19 @@ import VaultProtocol
             expectVaultError(.permissionDenied) { _ = try vault.uninstallApp("org.example.App", caller: app) }
             expectVaultError(.permissionDenied) { _ = try vault.allApps(caller: app) }
             expectVaultError(.permissionDenied) { _ = try vault.app("org.example.App", caller: app) }
+            let sync = SyncService(vault: vault)
+            expectVaultError(.permissionDenied) { _ = try sync.initialize(folder: "/tmp", caller: app) }
+            expectVaultError(.permissionDenied) { _ = try sync.join(folder: "/tmp", caller: app) }
+            expectVaultError(.permissionDenied) { _ = try sync.approve(code: "00", caller: app) }
+            expectVaultError(.permissionDenied) { _ = try sync.status(caller: app) }
+            expectVaultError(.permissionDenied) { try sync.leave(caller: app) }
             // The kinds refused above are exactly the owner-only ones.
             let ownerOnly = Set(VaultCore.Operation.Kind.allCases.filter { $0.audience == .owner })
             #expect(
-                ownerOnly == [.unlock, .unlockFromKeyring, .lock, .initialize, .changePassphrase, .purgeCaches, .installApp, .uninstallApp, .listApps, .showApp])
+                ownerOnly == [
+                    .unlock, .unlockFromKeyring, .lock, .initialize, .changePassphrase, .purgeCaches, .installApp, .uninstallApp, .listApps, .showApp,
+                    .syncInit, .syncJoin, .syncApprove, .syncStatus, .syncLeave,
+                ])
         }
     }
 

@@ -42,6 +42,13 @@ public enum Operation: Sendable, Equatable {
     case listApps
     case showApp
 
+    // Sync between the owner's devices (io.vaultd.Sync): the owner's alone.
+    case syncInit
+    case syncJoin
+    case syncApprove
+    case syncStatus
+    case syncLeave
+
     /// The operation without what it acts on: what the method table names.
     public var kind: Kind {
         switch self {
@@ -69,6 +76,11 @@ public enum Operation: Sendable, Equatable {
         case .uninstallApp: .uninstallApp
         case .listApps: .listApps
         case .showApp: .showApp
+        case .syncInit: .syncInit
+        case .syncJoin: .syncJoin
+        case .syncApprove: .syncApprove
+        case .syncStatus: .syncStatus
+        case .syncLeave: .syncLeave
         }
     }
 
@@ -79,6 +91,7 @@ public enum Operation: Sendable, Equatable {
         case readPreferences, writePreferences, listDomains, observePreferences
         case cacheDirectory, cacheUsage, purgeCaches, observeCachePurges
         case installApp, uninstallApp, listApps, showApp
+        case syncInit, syncJoin, syncApprove, syncStatus, syncLeave
 
         /// Who may call it (see `Audience`).
         public var audience: Audience {
@@ -86,7 +99,8 @@ public enum Operation: Sendable, Equatable {
             // Apps may not lock, unlock, nor try passphrases; the registry and the purge of
             // caches are the owner's.
             case .initialize, .unlock, .unlockFromKeyring, .lock, .changePassphrase, .purgeCaches,
-                .installApp, .uninstallApp, .listApps, .showApp:
+                .installApp, .uninstallApp, .listApps, .showApp,
+                .syncInit, .syncJoin, .syncApprove, .syncStatus, .syncLeave:
                 .owner
             case .hello, .status, .observeLockState, .addItem, .copyItems, .updateItems, .deleteItems,
                 .readPreferences, .writePreferences, .listDomains, .observePreferences,

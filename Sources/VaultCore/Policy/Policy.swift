@@ -94,7 +94,8 @@ public enum Policy {
         case .cacheDirectory(let appID):
             grant.appID = try cacheApp(appID, for: caller)
         case .hello, .status, .initialize, .unlock, .unlockFromKeyring, .lock, .changePassphrase, .observeLockState,
-            .listDomains, .cacheUsage, .purgeCaches, .observeCachePurges, .installApp, .uninstallApp, .listApps, .showApp:
+            .listDomains, .cacheUsage, .purgeCaches, .observeCachePurges, .installApp, .uninstallApp, .listApps, .showApp,
+            .syncInit, .syncJoin, .syncApprove, .syncStatus, .syncLeave:
             break
         }
         return grant

@@ -207,6 +207,18 @@ enum Schema {
                 END;
                 """)
         }
+        // Sync (docs/sync.md): each synchronized item's field hashes after the last pass,
+        // by the hash of its key (both keyed with the index key: nothing of an item in clear),
+        // from which a pass tells local changes from merged ones.
+        m.register("2026-12-02-sync-baseline") { db in
+            try db.execute(
+                """
+                CREATE TABLE sync_baseline (
+                  key_hash BLOB PRIMARY KEY NOT NULL,     -- keyed BLAKE2b of the item's sync key
+                  fields BLOB NOT NULL                    -- (u8 field tag, 16-byte keyed BLAKE2b of its value) per field
+                ) WITHOUT ROWID;
+                """)
+        }
         return m
     }
 }
