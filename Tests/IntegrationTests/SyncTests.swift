@@ -165,6 +165,61 @@ import Glibc
         // Logged once, not on every pass.
         #expect(b.log.components(separatedBy: "ignored segment").count == 2, "\(b.log)")
     }
+
+    /// 1,000 changes made on A (400 adds, 400 updates, 200 deletions, through one varlink
+    /// connection), then a third device joins: it gets the 200 items that are left, each as
+    /// last updated, and none of the deleted ones.
+    @Test func aThirdDeviceJoiningAfterAThousandChangesGetsThemAll() throws {
+        let folder = try TemporaryDirectory.make(prefix: "vaultd-sync")
+        defer { TemporaryDirectory.remove(folder) }
+        let (a, b) = try Self.pair(folder: folder)
+        let c = try Daemon()
+        defer {
+            a.close()
+            b.close()
+            c.close()
+        }
+        let conn = try a.connect()
+        func call(_ method: String, _ parameters: [String: Any]) throws {
+            guard case .reply(let r) = try conn.call(method, parameters, timeout: 60), r["error"] == nil else {
+                throw HarnessError("\(method) failed")
+            }
+        }
+        func query(_ i: Int) -> [String: Any] { ["service": "svc\(i).example.com", "account": "user\(i)"] }
+        for i in 0..<400 {
+            var attributes = query(i)
+            attributes["synchronizable"] = true
+            try call("io.vaultd.Keychain.Add", ["class": "genericPassword", "attributes": attributes, "data": Data("pw-\(i)".utf8).base64EncodedString()])
+        }
+        for i in 0..<400 {
+            try call("io.vaultd.Keychain.Update", ["class": "genericPassword", "query": query(i), "attributes": ["label": "updated \(i)"]])
+        }
+        for i in 200..<400 { try call("io.vaultd.Keychain.Delete", ["class": "genericPassword", "query": query(i)]) }
+
+        let onB = eventually(timeout: 120) { b.syncStatus()?["items"] as? Int == 200 && b.pending() == 0 && a.pending() == 0 }
+        #expect(onB, "B: \(String(describing: b.syncStatus()))")
+
+        try #require(c.initialize().status == 0)
+        let join = c.ctl(["sync", "join", folder])
+        let code = try #require(join.stdoutText.split(separator: "\n").first { $0.contains("sync approve") }?.split(separator: " ").last.map(String.init))
+        try #require(b.ctl(["sync", "approve", code]).status == 0)
+        let start = Date()
+        let onC = eventually(timeout: 120) { (c.ctl(["item", "list", "--json"]).jsonArray?.count ?? 0) == 200 }
+        let seconds = Date().timeIntervalSince(start)
+        #expect(onC, "C: \(String(describing: c.syncStatus()))\n\(c.log)")
+        let list = c.ctl(["item", "list", "--json"]).jsonArray ?? []
+        let labels = Set(list.compactMap { $0["label"] as? String })
+        #expect(labels == Set((0..<200).map { "updated \($0)" }))
+        #expect(c.secret(["--service", "svc7.example.com", "--account", "user7"]) == "pw-7")
+        #expect(c.ctl(["item", "get", "--service", "svc300.example.com", "--account", "user300"]).status == 44)
+        var bytes = 0
+        var segments = 0
+        for name in FileManager.default.subpaths(atPath: folder) ?? [] where name.hasSuffix(".seg") {
+            segments += 1
+            bytes += (try? FileManager.default.attributesOfItem(atPath: folder + "/" + name)[.size] as? Int) ?? 0
+        }
+        print("sync: a third device got 200 items from 1,000 changes in \(Int(seconds * 1000)) ms; the folder holds \(segments) segments, \(bytes) bytes")
+    }
 }
 
 extension Daemon {

@@ -26,9 +26,17 @@ struct SyncFolder {
 
     /// Makes `devices/` and this device's directory (0700; the folder's engine carries files,
     /// not modes, and the files are encrypted: the mode keeps other local users out).
+    /// Either must be a directory, not a link to one (an engine carries links too: one put in
+    /// place of this device's directory would send its writes elsewhere).
     func makeDeviceDirectory(_ d: SyncDeviceID) throws {
-        for p in [devicesPath, directory(d)] where mkdir(p, 0o700) != 0 && errno != EEXIST {
-            throw VaultError(.internalError, "cannot make \(p): \(String(cString: strerror(errno)))")
+        for p in [devicesPath, directory(d)] {
+            if mkdir(p, 0o700) != 0 && errno != EEXIST {
+                throw VaultError(.internalError, "cannot make \(p): \(String(cString: strerror(errno)))")
+            }
+            var st = stat()
+            guard lstat(p, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else {
+                throw VaultError(.internalError, "\(p) is not a directory (a link or a file is in its place)")
+            }
         }
     }
 
@@ -61,7 +69,9 @@ struct SyncFolder {
     private func listDevice(_ device: SyncDeviceID) -> Entry {
         var entry = Entry()
         let path = directory(device)
-        guard let dir = opendir(path) else { return entry }
+        // A link in the place of a device's directory is not followed.
+        var st = stat()
+        guard lstat(path, &st) == 0, st.st_mode & S_IFMT == S_IFDIR, let dir = opendir(path) else { return entry }
         defer { closedir(dir) }
         var seen = 0
         while let e = readdir(dir), seen < SyncService.maximumEntriesPerDevice {

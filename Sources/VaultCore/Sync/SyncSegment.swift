@@ -38,7 +38,10 @@ enum SyncWire {
 
     /// The record of `c`. It may hold a secret: the caller wipes it once encrypted.
     static func encode(_ c: SyncChange) -> [UInt8] {
+        // Room for all of it at once: a buffer that grew would leave copies of the secret in
+        // the blocks it outgrew, which the wipe does not reach.
         var out: [UInt8] = []
+        out.reserveCapacity(SyncBaseline.estimatedSize(c))
         out.append(c.kind == .delete ? 2 : 1)
         appendU64(c.timestamp.wall, to: &out)
         appendU32(c.timestamp.counter, to: &out)

@@ -380,7 +380,10 @@ enum SyncBaseline {
 
     static func fieldHash(_ f: SyncField, _ v: SyncValue?, _ hashKey: SecureBytes) -> [UInt8]? {
         guard let v else { return nil }
-        var message: [UInt8] = [f.rawValue]
+        var message: [UInt8] = []
+        // Reserved whole: growing would leave unwiped copies of a secret behind.
+        message.reserveCapacity(1 + v.withBytes { $0.count })
+        message.append(f.rawValue)
         v.withBytes { message += $0 }
         defer { message.wipe() }
         return Sodium.keyedHash(message, key: hashKey, length: 16)
@@ -405,9 +408,11 @@ enum SyncBaseline {
         return out
     }
 
-    /// About how many bytes a change's record takes (to cut segments near their target size).
+    /// How many bytes a change's record takes at most (to cut segments near their target
+    /// size, and to reserve a record's buffer whole).
     static func estimatedSize(_ c: SyncChange) -> Int {
         var n = 32 + c.key.accessGroup.utf8.count + c.key.primaryKey.reduce(0) { $0 + $1.utf8.count + 4 }
+        // Per field: tag, presence, length, value.
         if case .write(let f) = c.kind {
             for v in f.values { n += 6 + (v?.withBytes { $0.count } ?? 0) }
         }
