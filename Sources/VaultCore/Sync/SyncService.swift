@@ -39,6 +39,11 @@ public final class SyncService: @unchecked Sendable {
     /// Why the last pass did not finish (nil: it did).
     private var lastProblem: String?
     private var lastPass: Date?
+    /// The local rows the last pass read, by row id; valid only after a pass that finished
+    /// (every item then matched the merged vault, or could not be stored): the next pass
+    /// looks only at the items changed here or in the merge since.
+    private var localCache: [Int64: LocalSyncRow] = [:]
+    private var cacheValid = false
 
     private var watcher: SyncWatcher?
 
@@ -179,6 +184,8 @@ public final class SyncService: @unchecked Sendable {
         loadedFor = nil
         nextSequence = 1
         lastProblem = nil
+        localCache = [:]
+        cacheValid = false
     }
 
     // MARK: running
@@ -249,6 +256,12 @@ public final class SyncService: @unchecked Sendable {
         if clock == nil { clock = HybridClock(device: me) }
         try folder.makeDeviceDirectory(me)
 
+        // A pass that throws leaves the cache invalid: the next one looks at every item.
+        let wasValid = cacheValid
+        cacheValid = false
+        // The keys the merge changed in this pass.
+        var touched = Set<SyncItemKey>()
+
         // 1. Every new segment of every device.
         let listing = try folder.list()
         for (device, entry) in listing.sorted(by: { $0.key < $1.key }) {
@@ -259,6 +272,7 @@ public final class SyncService: @unchecked Sendable {
                     let s = try SyncSegment.open(bytes, key: groupKey, device: device, sequence: seq)
                     for c in s.changes {
                         merged.apply(c)
+                        touched.insert(c.key)
                         // This device's own changes bound its clock without the drift limit.
                         if device == me { clock!.observe(c.timestamp, physical: UInt64.max / 2) } else { clock!.observe(c.timestamp) }
                         lastSeen[device] = max(lastSeen[device] ?? 0, c.timestamp.wall)
@@ -279,15 +293,26 @@ public final class SyncService: @unchecked Sendable {
         nextSequence = max(nextSequence, try vault.syncStoredSequence(), (listing[me]?.segments.keys.max() ?? 0) + 1)
 
         // 2. What changed here since the last pass, against the baseline.
-        let local = try vault.syncLocalItems()
+        let (rows, changedRows) = try vault.syncLocalItems(reusing: wasValid ? localCache : [:])
+        var local: [SyncItemKey: LocalSyncItem] = [:]
+        for r in rows.values { local[r.key] = r.item }
         let hashKey = try vault.syncHashKey()
         let baseline = try vault.syncBaseline()
         var exported: [SyncChange] = []
         var localChanges: [SyncLocalChange] = []
         var newBaseline: [([UInt8], [UInt8]?)] = []
+        // Every item after a failed pass or at start; else those changed since the last pass:
+        // by the merge, or here (a row written, or gone).
+        var keys: Set<SyncItemKey>
+        if wasValid {
+            keys = touched
+            for id in changedRows { keys.insert(rows[id]!.key) }
+            for (id, r) in localCache where rows[id]?.uuid != r.uuid { keys.insert(r.key) }
+        } else {
+            keys = Set(local.keys).union(merged.items.keys)
+        }
         var seenHashes = Set<[UInt8]>()
-        let keys = Set(local.keys).union(merged.items.keys)
-        for key in keys.sorted() {
+        for key in keys {
             let h = SyncBaseline.keyHash(key, hashKey)
             seenHashes.insert(h)
             let mine = local[key]?.fields
@@ -331,7 +356,8 @@ public final class SyncService: @unchecked Sendable {
             let after = target.map { SyncBaseline.encode($0, hashKey) }
             if after != baseline[h] { newBaseline.append((h, after)) }
         }
-        for h in baseline.keys where !seenHashes.contains(h) { newBaseline.append((h, nil)) }
+        // Entries of items neither here nor in the merge (a full pass sees every key).
+        if !wasValid { for h in baseline.keys where !seenHashes.contains(h) { newBaseline.append((h, nil)) } }
 
         // 4. This device's changes into the folder first (durably), then the keychain and the
         // baseline in one transaction: a crash between the two exports them again, harmlessly.
@@ -355,6 +381,8 @@ public final class SyncService: @unchecked Sendable {
             lastSeen[me] = max(lastSeen[me] ?? 0, exported.map(\.timestamp.wall).max() ?? 0)
         }
         if !localChanges.isEmpty || !newBaseline.isEmpty { try vault.applySync(localChanges, baseline: newBaseline) }
+        localCache = rows
+        cacheValid = true
     }
 
     /// The group key from a grant sealed to this joining device, when one is in the folder.

@@ -31,6 +31,14 @@ struct LocalSyncItem {
     var fields: [SyncField: SyncValue]
 }
 
+/// A synchronizable row of this keychain as a pass last read it: its uuid (new with every
+/// write), its sync key and its fields.
+struct LocalSyncRow {
+    var uuid: [UInt8]
+    var key: SyncItemKey
+    var item: LocalSyncItem
+}
+
 /// One change to this device's keychain that the merge asks for.
 enum SyncLocalChange {
     /// Replace (or add) the item `key` with these fields; `replacing`: the row it replaces.
@@ -109,17 +117,29 @@ extension Vault {
         }
     }
 
-    /// Every synchronizable item of this keychain, decrypted, by its sync key. Throws
+    /// Every synchronizable item of this keychain, decrypted, by its row id, and the rows that
+    /// are new or changed since `cache` (every write gives a row a new uuid: a row whose uuid is
+    /// the cached one is taken from the cache, not read or decrypted again). Throws
     /// InteractionNotAllowed while a class key it needs is locked (the pass waits for the unlock).
-    func syncLocalItems() throws -> [SyncItemKey: LocalSyncItem] {
+    func syncLocalItems(reusing cache: [Int64: LocalSyncRow]) throws -> (rows: [Int64: LocalSyncRow], changed: Set<Int64>) {
         let (metadata, _) = try withKeys { try keychain.metadataKeys() }
-        let rows: [KeychainStore.Candidates.Stored] = try reading { db in
-            try db.rows(
-                "SELECT id, uuid, item_class, access_group, accessible, synchronizable, attributes, wrapped_key, secret FROM items WHERE synchronizable = 1"
+        var out: [Int64: LocalSyncRow] = [:]
+        let stored: [KeychainStore.Candidates.Stored] = try reading { db in
+            var changed: [Int64] = []
+            for r in try db.rows("SELECT id, uuid FROM items WHERE synchronizable = 1") {
+                guard let id = r[0].int64, let uuid = r[1].blob else { continue }
+                if let c = cache[id], c.uuid == uuid { out[id] = c } else { changed.append(id) }
+            }
+            if changed.isEmpty { return [] }
+            return try db.rows(
+                """
+                SELECT id, uuid, item_class, access_group, accessible, attributes, wrapped_key, secret FROM items
+                WHERE synchronizable = 1 AND id IN (SELECT value FROM json_each(?))
+                """, [.text(ItemIndex.jsonList(changed))]
             ).compactMap { r in
                 guard let id = r[0].int64, let uuid = r[1].blob, let cls = r[2].text.flatMap(ItemClass.init(rawValue:)),
                     let group = r[3].text, let acc = r[4].text.flatMap(Accessibility.init(rawValue:)),
-                    let attrBox = r[6].blob, let wrapped = r[7].blob, let secret = r[8].blob
+                    let attrBox = r[5].blob, let wrapped = r[6].blob, let secret = r[7].blob
                 else { return nil }
                 return KeychainStore.Candidates.Stored(
                     id: id, uuid: uuid, itemClass: cls, accessGroup: group, accessible: acc, synchronizable: true, attributes: attrBox,
@@ -127,8 +147,8 @@ extension Vault {
             }
         }
         var classKeys: [Accessibility: SecureBytes] = [:]
-        var out: [SyncItemKey: LocalSyncItem] = [:]
-        for r in rows {
+        var changed = Set<Int64>()
+        for r in stored {
             // Synchronizable items are never ThisDeviceOnly (`KeychainStore.validate`).
             guard !r.accessible.isThisDeviceOnly else { continue }
             if classKeys[r.accessible] == nil { classKeys[r.accessible] = try withKeys { try keys.classKey(r.accessible) } }
@@ -144,9 +164,10 @@ extension Vault {
             a.accessible = r.accessible
             a.synchronizable = true
             let key = SyncItemKey(itemClass: r.itemClass, attributes: a)
-            out[key] = LocalSyncItem(id: r.id, fields: Self.syncFields(of: a, secret: secret))
+            out[r.id] = LocalSyncRow(uuid: r.uuid, key: key, item: LocalSyncItem(id: r.id, fields: Self.syncFields(of: a, secret: secret)))
+            changed.insert(r.id)
         }
-        return out
+        return (out, changed)
     }
 
     /// An item's fields, as the merge sees them.
