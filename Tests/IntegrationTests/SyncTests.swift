@@ -40,14 +40,23 @@ import Glibc
 
     static let work = ["--service", "api.example.com", "--account", "alice"]
 
-    @Test func itemsAddedChangedAndDeletedOnEitherSideConverge() throws {
+    /// Runs `body` with a pair of devices in a new folder (`pair`), closed and removed after.
+    static func withPair(_ body: (Daemon, Daemon, String) throws -> Void) throws {
         let folder = try TemporaryDirectory.make(prefix: "vaultd-sync")
         defer { TemporaryDirectory.remove(folder) }
-        let (a, b) = try Self.pair(folder: folder)
+        let (a, b) = try pair(folder: folder)
         defer {
             a.close()
             b.close()
         }
+        try body(a, b, folder)
+    }
+
+    @Test func itemsAddedChangedAndDeletedOnEitherSideConverge() throws {
+        try Self.withPair { a, b, folder in try itemsConverge(a, b, folder) }
+    }
+
+    func itemsConverge(_ a: Daemon, _ b: Daemon, _ folder: String) throws {
 
         // Added on A: a synchronizable item, one that is not, and a ThisDeviceOnly one
         // (which cannot be synchronizable: refused, as SecItemAdd refuses it).
@@ -131,13 +140,10 @@ import Glibc
     }
 
     @Test func aTamperedSegmentIsIgnoredAndLoggedAndSyncGoesOn() throws {
-        let folder = try TemporaryDirectory.make(prefix: "vaultd-sync")
-        defer { TemporaryDirectory.remove(folder) }
-        let (a, b) = try Self.pair(folder: folder)
-        defer {
-            a.close()
-            b.close()
-        }
+        try Self.withPair { a, b, folder in try tamperedSegment(a, b, folder) }
+    }
+
+    func tamperedSegment(_ a: Daemon, _ b: Daemon, _ folder: String) throws {
         try #require(a.ctl(["item", "add"] + Self.work + ["--synchronizable"], stdin: Data("first".utf8)).status == 0)
         var crossed = eventually(timeout: Self.timeout) { b.secret(Self.work) == "first" }
         try #require(crossed, "\(b.log)")

@@ -44,23 +44,14 @@ enum SyncHex {
 
     /// Hex digits (either case) to bytes; nil for an odd length or another character.
     static func decode(_ text: String) -> [UInt8]? {
-        let u = Array(text.utf8)
-        guard u.count % 2 == 0 else { return nil }
-        func nibble(_ c: UInt8) -> UInt8? {
-            switch c {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): c - UInt8(ascii: "0")
-            case UInt8(ascii: "a")...UInt8(ascii: "f"): c - UInt8(ascii: "a") + 10
-            case UInt8(ascii: "A")...UInt8(ascii: "F"): c - UInt8(ascii: "A") + 10
-            default: nil
-            }
-        }
+        let chars = Array(text)
+        // isHexDigit first: UInt8(_:radix:) alone takes a sign ("+f" is 15).
+        guard chars.count % 2 == 0, chars.allSatisfy(\.isHexDigit) else { return nil }
         var out: [UInt8] = []
-        out.reserveCapacity(u.count / 2)
-        var i = 0
-        while i < u.count {
-            guard let h = nibble(u[i]), let l = nibble(u[i + 1]) else { return nil }
-            out.append(h << 4 | l)
-            i += 2
+        out.reserveCapacity(chars.count / 2)
+        for i in stride(from: 0, to: chars.count, by: 2) {
+            guard let b = UInt8(String(chars[i...i + 1]), radix: 16) else { return nil }
+            out.append(b)
         }
         return out
     }
@@ -224,9 +215,11 @@ public enum SyncValue: Equatable, Sendable {
         }
     }
 
-    /// Equal bytes (in constant time for secrets); the kind (plain or secret) does not count.
+    /// Equal bytes (two secrets compared in constant time); the kind (plain or secret) does
+    /// not count.
     public static func == (a: SyncValue, b: SyncValue) -> Bool {
-        a.withBytes { x in b.withBytes { y in x.count == y.count && (x.count == 0 || memcmp(x.baseAddress!, y.baseAddress!, x.count) == 0) } }
+        if case .secret(let x) = a, case .secret(let y) = b { return x.constantTimeEquals(y) }
+        return a.withBytes { x in b.withBytes { y in x.count == y.count && (x.count == 0 || memcmp(x.baseAddress!, y.baseAddress!, x.count) == 0) } }
     }
 
     /// A total order on values, by bytes: it decides between two writes of one field with one

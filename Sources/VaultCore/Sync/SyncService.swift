@@ -45,7 +45,9 @@ public final class SyncService: @unchecked Sendable {
     private var localCache: [Int64: LocalSyncRow] = [:]
     private var cacheValid = false
 
+    /// Set once by `start`; read by `wake` from any thread, under `watcherLock`.
     private var watcher: SyncWatcher?
+    private let watcherLock = NSLock()
 
     public init(vault: Vault) {
         self.vault = vault
@@ -121,8 +123,11 @@ public final class SyncService: @unchecked Sendable {
             guard SyncPairing.fingerprint(ofPublicKey: pk) == Array(raw.suffix(16)) else {
                 throw VaultError.param("the join request in the folder does not match the code: do not approve it (someone else may have written it)")
             }
-            try f.writeFile(SyncPairing.grantFile(groupKey: groupKey, to: pk), device: config.device, name: SyncFolder.grantName(device))
-            log("sync: approved device \(device)")
+            // Approved before (the same code given again): the grant is in place already.
+            if f.readSmallFile(device: config.device, name: SyncFolder.grantName(device), limit: 256) == nil {
+                try f.writeFile(SyncPairing.grantFile(groupKey: groupKey, to: pk), device: config.device, name: SyncFolder.grantName(device))
+                log("sync: approved device \(device)")
+            }
             return ["deviceID": .string(device.description)]
         }
     }
@@ -200,12 +205,12 @@ public final class SyncService: @unchecked Sendable {
             }
         }
         let w = SyncWatcher { [weak self] in self?.folderToWatch() }
-        watcher = w
+        watcherLock.withLock { watcher = w }
         w.run { [weak self] in self?.runPass() }
     }
 
-    /// Asks for a pass soon (from any thread; never blocks).
-    func wake() { watcher?.wake() }
+    /// Asks for a pass soon (from any thread; never waits for one).
+    func wake() { watcherLock.withLock { watcher }?.wake() }
 
     private func folderToWatch() -> String? {
         (try? vault.syncConfig())?.map { $0.folder + "/devices" } ?? nil
@@ -297,7 +302,6 @@ public final class SyncService: @unchecked Sendable {
         var local: [SyncItemKey: LocalSyncItem] = [:]
         for r in rows.values { local[r.key] = r.item }
         let hashKey = try vault.syncHashKey()
-        let baseline = try vault.syncBaseline()
         var exported: [SyncChange] = []
         var localChanges: [SyncLocalChange] = []
         var newBaseline: [([UInt8], [UInt8]?)] = []
@@ -311,9 +315,11 @@ public final class SyncService: @unchecked Sendable {
         } else {
             keys = Set(local.keys).union(merged.items.keys)
         }
+        let hashes = Dictionary(uniqueKeysWithValues: keys.map { ($0, SyncBaseline.keyHash($0, hashKey)) })
+        let baseline = try vault.syncBaseline(wasValid ? Array(hashes.values) : nil)
         var seenHashes = Set<[UInt8]>()
         for key in keys {
-            let h = SyncBaseline.keyHash(key, hashKey)
+            let h = hashes[key]!
             seenHashes.insert(h)
             let mine = local[key]?.fields
             let before = baseline[h].map(SyncBaseline.parse)

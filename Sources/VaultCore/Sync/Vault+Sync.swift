@@ -107,10 +107,22 @@ extension Vault {
 
     /// The baseline: each synchronized item's field hashes as they stood after the last
     /// pass, by the hash of its key (`SyncBaseline`).
-    func syncBaseline() throws -> [[UInt8]: [UInt8]] {
-        try locked {
+    /// `keys`: only those entries (nil: all).
+    func syncBaseline(_ keys: [[UInt8]]? = nil) throws -> [[UInt8]: [UInt8]] {
+        try reading { db in
             var out: [[UInt8]: [UInt8]] = [:]
-            for r in try db.rows("SELECT key_hash, fields FROM sync_baseline") {
+            let rows: [Row]
+            if let keys {
+                if keys.isEmpty { return [:] }
+                // The hashes as a JSON array of hex strings, matched against hex(key_hash).
+                let list = JSON.array(keys.map { .string(SyncHex.encode($0).uppercased()) }).serialized()
+                rows = try db.rows(
+                    "SELECT key_hash, fields FROM sync_baseline WHERE hex(key_hash) IN (SELECT value FROM json_each(?))",
+                    [.text(String(decoding: list, as: UTF8.self))])
+            } else {
+                rows = try db.rows("SELECT key_hash, fields FROM sync_baseline")
+            }
+            for r in rows {
                 if let k = r[0].blob, let f = r[1].blob { out[k] = f }
             }
             return out
