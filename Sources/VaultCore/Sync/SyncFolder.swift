@@ -214,7 +214,8 @@ final class SyncWatcher: @unchecked Sendable {
             paths += names.filter { SyncDeviceID(hex: $0) != nil }.prefix(SyncService.maximumDevices).map { devices + "/" + $0 }
         }
         for p in paths where !watched.contains(p) {
-            let mask = UInt32(IN_CREATE | IN_MOVED_TO | IN_CLOSE_WRITE | IN_DELETE)
+            // Not through a link (one in the place of a directory is not read either).
+            let mask = UInt32(IN_CREATE | IN_MOVED_TO | IN_CLOSE_WRITE | IN_DELETE | IN_DONT_FOLLOW)
             if inotify_add_watch(inotifyFD, p, mask) >= 0 { watched.insert(p) }
         }
     }

@@ -44,6 +44,9 @@ public final class SyncService: @unchecked Sendable {
     /// looks only at the items changed here or in the merge since.
     private var localCache: [Int64: LocalSyncRow] = [:]
     private var cacheValid = false
+    /// Keys whose local rows the last pass wrote, after it read the rows: the next pass looks
+    /// at them (a row written and then deleted before any pass read it is in no cache).
+    private var writtenByLastPass = Set<SyncItemKey>()
 
     /// Set once by `start`; read by `wake` from any thread, under `watcherLock`.
     private var watcher: SyncWatcher?
@@ -191,6 +194,7 @@ public final class SyncService: @unchecked Sendable {
         lastProblem = nil
         localCache = [:]
         cacheValid = false
+        writtenByLastPass = []
     }
 
     // MARK: running
@@ -309,7 +313,7 @@ public final class SyncService: @unchecked Sendable {
         // by the merge, or here (a row written, or gone).
         var keys: Set<SyncItemKey>
         if wasValid {
-            keys = touched
+            keys = touched.union(writtenByLastPass)
             for id in changedRows { keys.insert(rows[id]!.key) }
             for (id, r) in localCache where rows[id]?.uuid != r.uuid { keys.insert(r.key) }
         } else {
@@ -388,6 +392,12 @@ public final class SyncService: @unchecked Sendable {
         }
         if !localChanges.isEmpty || !newBaseline.isEmpty { try vault.applySync(localChanges, baseline: newBaseline) }
         localCache = rows
+        writtenByLastPass = Set(localChanges.compactMap { c -> SyncItemKey? in
+            switch c {
+            case .put(let key, _, _): key
+            case .delete(let id): rows[id]?.key
+            }
+        })
         cacheValid = true
     }
 
