@@ -222,6 +222,8 @@ extension Vault {
         }
         guard case .secret(let secret)? = fields[.secret] else { throw SyncFormatError("an item without a secret") }
         guard secret.count <= SecretLimit.maximumBytes else { throw SyncFormatError("a secret over the limit") }
+        // What `KeychainStore.encrypt` would refuse, refused here: a pass must not fail on it.
+        guard a.json.serialized().count <= KeychainStore.maximumAttributesSize else { throw SyncFormatError("attributes over the limit") }
         return (a, secret)
     }
 
