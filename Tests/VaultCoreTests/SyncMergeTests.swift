@@ -219,6 +219,15 @@ import VaultProtocol
         }
     }
 
+    /// Records are padded: secrets of 1 and 100 bytes make segments of one size.
+    @Test func aSegmentsSizeTellsAnItemsSizeOnlyToTheBlock() throws {
+        let k = Self.keys[0]
+        let small = SyncSegment(device: Self.devices[0], sequence: 1, changes: [add(k, stamp(1, 0, 0), label: "a", secret: "x")])
+        let large = SyncSegment(device: Self.devices[0], sequence: 1, changes: [add(k, stamp(1, 0, 0), label: "a", secret: String(repeating: "y", count: 100))])
+        #expect(small.sealed(key: Self.groupKey).count == large.sealed(key: Self.groupKey).count)
+        #expect(try SyncSegment.open(large.sealed(key: Self.groupKey), key: Self.groupKey, device: Self.devices[0], sequence: 1) == large)
+    }
+
     @Test func anAlteredCutRenamedOrForeignSegmentOpensAsNothing() {
         let s = Self.history(seed: 9, perDevice: 6)[0]
         let file = s.sealed(key: Self.groupKey)

@@ -163,7 +163,7 @@ enum SyncWire {
 ///
 ///     "VDSYNC1\0" · 24-byte secretstream header · (u32 length · message) × N
 ///
-/// one message per record, then an empty message tagged FINAL, each with the associated data
+/// one message per record (padded to a multiple of 256 bytes), then an empty message tagged FINAL, each with the associated data
 /// "vaultd sync segment v1" · device ID · u64 sequence, so a segment renamed to another
 /// device or sequence fails to open. A segment cut short (no FINAL), with bytes after FINAL,
 /// or with any message that fails to authenticate opens as nothing.
@@ -185,6 +185,24 @@ public struct SyncSegment: Equatable, Sendable {
     public static let maximumChanges = 200_000
     /// How much record plaintext a writer puts in one segment before starting the next (4 MiB).
     public static let targetPlaintextBytes = 4 << 20
+
+    /// Records are padded to a multiple of this many bytes (ISO/IEC 7816-4, `sodium_pad`), so
+    /// the message lengths the folder shows tell an item's size only to 256 bytes.
+    static let paddingBlock = 256
+
+    /// Pads a record in place (its buffer reserved whole first, so no copy is left unwiped).
+    static func pad(_ record: inout [UInt8]) {
+        let n = record.count
+        let total = (n / paddingBlock + 1) * paddingBlock
+        var padded = [UInt8](repeating: 0, count: total)
+        padded.withUnsafeMutableBufferPointer { p in
+            for i in 0..<n { p[i] = record[i] }
+            var out = 0
+            _ = sodium_pad(&out, p.baseAddress!, n, paddingBlock, total)
+        }
+        record.wipe()
+        record = padded
+    }
 
     static var headerBytes: Int { Int(crypto_secretstream_xchacha20poly1305_headerbytes()) }
     static var aBytes: Int { Int(crypto_secretstream_xchacha20poly1305_abytes()) }
@@ -232,6 +250,7 @@ public struct SyncSegment: Equatable, Sendable {
         }
         for change in changes {
             var record = SyncWire.encode(change)
+            Self.pad(&record)
             push(record, tag: 0)
             record.wipe()
         }
@@ -264,7 +283,7 @@ public struct SyncSegment: Equatable, Sendable {
             guard file.count - at >= 4 else { throw SyncFormatError("the segment is cut short (no final message)") }
             let n = Int(UInt32(file[at]) | UInt32(file[at + 1]) << 8 | UInt32(file[at + 2]) << 16 | UInt32(file[at + 3]) << 24)
             at += 4
-            guard n >= aBytes, n <= SyncWire.maximumRecordBytes + aBytes, n <= file.count - at else {
+            guard n >= aBytes, n <= SyncWire.maximumRecordBytes + paddingBlock + aBytes, n <= file.count - at else {
                 throw SyncFormatError("a message's length is out of bounds")
             }
             let plain = SecureBytes(count: n - aBytes)
@@ -284,7 +303,14 @@ public struct SyncSegment: Equatable, Sendable {
             }
             guard tag == 0 else { throw SyncFormatError("an unexpected message tag") }
             guard segment.changes.count < maximumChanges else { throw SyncFormatError("more than \(maximumChanges) changes") }
-            segment.changes.append(try plain.withUnsafeBytes { try SyncWire.decode($0, device: device) })
+            segment.changes.append(
+                try plain.withUnsafeBytes { p in
+                    var n = 0
+                    guard p.count > 0, sodium_unpad(&n, p.bindMemory(to: UInt8.self).baseAddress!, p.count, paddingBlock) == 0 else {
+                        throw SyncFormatError("a record's padding is malformed")
+                    }
+                    return try SyncWire.decode(UnsafeRawBufferPointer(rebasing: p[..<n]), device: device)
+                })
         }
     }
 }

@@ -239,7 +239,7 @@ public final class SyncService: @unchecked Sendable {
         }
     }
 
-    /// Runs a pass now, in the caller's thread (tests, and `sync status` callers who want one).
+    /// Runs a pass now, in the caller's thread, throwing what it fails with (tests).
     public func passNow() throws {
         try lock.withLock { try pass() }
     }
