@@ -172,6 +172,46 @@ import Glibc
         #expect(b.log.components(separatedBy: "ignored segment").count == 2, "\(b.log)")
     }
 
+    /// Bad input is refused with the usage or input status, saying why; an app may not sync;
+    /// `sync status` prints the group; `sync leave` forgets it and keeps the items.
+    @Test func theCommandsRefuseBadInputAndLeaveForgetsTheGroup() throws {
+        try Self.withPair { a, b, folder in
+            #expect(a.ctl(["sync", "init"]).status == 64)
+            #expect(a.ctl(["sync", "frobnicate"]).status == 64)
+            let c = try Daemon()
+            defer { c.close() }
+            try #require(c.initialize().status == 0)
+            let missing = c.ctl(["sync", "init", folder + "/no-such-dir"])
+            #expect(missing.status == 65 && missing.stderr.contains("is not a directory"), "\(missing)")
+            let taken = c.ctl(["sync", "init", folder])
+            #expect(taken.status == 65 && taken.stderr.contains("already holds a sync group"), "\(taken)")
+            #expect(a.ctl(["sync", "approve", "12345"]).status == 65)
+            let unknown = a.ctl(["sync", "approve", String(repeating: "ab", count: 32)])
+            #expect(unknown.status == 65 && unknown.stderr.contains("no join request"), "\(unknown)")
+            let again = a.ctl(["sync", "init", folder])
+            #expect(again.status == 65 && again.stderr.contains("already syncs"), "\(again)")
+
+            let text = a.ctl(["sync", "status"])
+            #expect(text.status == 0 && text.stdoutText.contains("sync: member") && text.stdoutText.contains("group fingerprint: "), "\(text)")
+            #expect(text.stdoutText.components(separatedBy: " segments, ").count == 3, "two device lines: \(text)")
+
+            try #require(a.ctl(["item", "add"] + Self.work + ["--synchronizable"], stdin: Data("kept".utf8)).status == 0)
+            let crossed = eventually(timeout: Self.timeout) { b.secret(Self.work) == "kept" }
+            try #require(crossed, "\(b.log)")
+            let leave = b.ctl(["sync", "leave"])
+            #expect(leave.status == 0, "\(leave)")
+            #expect(b.syncStatus()?["state"] as? String == "off")
+            #expect(b.ctl(["sync", "status"]).stdoutText.hasPrefix("sync: off"))
+            #expect(b.secret(Self.work) == "kept")
+            #expect(b.ctl(["sync", "leave"]).status != 0)
+            // B no longer follows the group: A's next change stays A's.
+            try #require(a.ctl(["item", "update"] + Self.work + ["--secret-stdin"], stdin: Data("after".utf8)).status == 0)
+            let written = eventually(timeout: Self.timeout) { a.pending() == 0 && (a.syncStatus()?["lastPass"] as? String) != nil }
+            #expect(written)
+            #expect(b.secret(Self.work) == "kept")
+        }
+    }
+
     /// 1,000 changes made on A (400 adds, 400 updates, 200 deletions, through one varlink
     /// connection), then a third device joins: it gets the 200 items that are left, each as
     /// last updated, and none of the deleted ones.
