@@ -22,6 +22,7 @@ struct Dispatcher {
     /// uses nothing in the vault.
     static let passiveMethods: Set<String> = [
         "io.vaultd.Vault.Hello", "io.vaultd.Vault.Status", "org.varlink.service.GetInfo", "org.varlink.service.GetInterfaceDescription",
+        "io.vaultd.Sync.Status",
     ]
 
     /// Methods that stream replies and must be called with `more`.

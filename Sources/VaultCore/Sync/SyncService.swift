@@ -171,6 +171,8 @@ public final class SyncService: @unchecked Sendable {
         try lock.withLock {
             guard let config = try vault.syncConfig() else { throw VaultError(.notInitialized, "this device does not sync") }
             try vault.storeSync(config: nil)
+            // A request to join that was never approved goes too (its key pair is forgotten).
+            SyncFolder(root: config.folder).removeFile(device: config.device, name: SyncFolder.joinName)
             resetState()
             log("sync: device \(config.device) left the sync group in \(logField(config.folder))")
         }
