@@ -11,7 +11,8 @@ import Glibc
 /// reads every new segment of every device, merges (`SyncVault`), exports what changed here
 /// since the last pass as a new segment, and brings the local keychain to the merged state.
 ///
-/// One pass runs at a time (under `lock`), on the watcher's thread or in a varlink call.
+/// One pass runs at a time (under `lock`, which the owner's operations take too), on the
+/// watcher's thread (or in `passNow`).
 public final class SyncService: @unchecked Sendable {
     let vault: Vault
     private let lock = NSLock()
