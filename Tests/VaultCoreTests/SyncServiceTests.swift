@@ -67,6 +67,29 @@ import Glibc
         }
     }
 
+    /// The folder's segments lost (emptied, or a new copy of it), both devices restarted: no
+    /// item is taken for deleted (only a deletion deletes); each is written to the folder again.
+    @Test func aFolderThatLostItsSegmentsDeletesNothing() throws {
+        try Self.withPair { a, sa, b, sb, folder in
+            try Self.add(a, service: "precious", secret: "keep me")
+            try sa.passNow()
+            try sb.passNow()
+            #expect(Self.secretOf(b, service: "precious") == "keep me")
+            for name in FileManager.default.subpaths(atPath: folder) ?? [] where name.hasSuffix(".seg") {
+                try FileManager.default.removeItem(atPath: folder + "/" + name)
+            }
+            // New services: a vaultd started again reads the folder anew.
+            let sa2 = SyncService(vault: a), sb2 = SyncService(vault: b)
+            try sb2.passNow()
+            try sa2.passNow()
+            try sb2.passNow()
+            #expect(Self.secretOf(a, service: "precious") == "keep me")
+            #expect(Self.secretOf(b, service: "precious") == "keep me")
+            #expect((FileManager.default.subpaths(atPath: folder) ?? []).contains { $0.hasSuffix(".seg") })
+            #expect(try sa2.status(caller: .owner)["items"]?.intValue == 1)
+        }
+    }
+
     /// A segment sealed under the group key by a device of the group that holds an item this
     /// keychain must not store (a ThisDeviceOnly accessibility) beside a good one: the good
     /// one is stored, the other is not, and the log says so without its content.

@@ -341,6 +341,13 @@ public final class SyncService: @unchecked Sendable {
                     for f in SyncField.allCases { all[f] = .some(m[f]) }
                     exported.append(SyncChange(key: key, timestamp: clock!.tick(), kind: .write(all)))
                 }
+            case (let m?, _?) where merged.items[key] == nil:
+                // Synced before, but no segment of the folder holds any of its history (the
+                // folder was emptied or replaced, its segments lost): only a deletion deletes,
+                // so the item is written again whole, not taken for deleted.
+                var all: [SyncField: SyncValue?] = [:]
+                for f in SyncField.allCases { all[f] = .some(m[f]) }
+                exported.append(SyncChange(key: key, timestamp: clock!.tick(), kind: .write(all)))
             case (let m?, let b?):
                 var changed: [SyncField: SyncValue?] = [:]
                 for f in SyncField.allCases where SyncBaseline.fieldHash(f, m[f], hashKey) != b[f] { changed[f] = .some(m[f]) }
