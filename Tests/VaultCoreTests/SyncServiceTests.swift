@@ -90,6 +90,33 @@ import Glibc
         }
     }
 
+    /// The folder lost A's latest segment (a label change) but kept the older ones: A still
+    /// holds the change, sees the folder no longer does, and writes it again; B, which had
+    /// reverted to nothing newer, gets it back. Nothing reverts.
+    @Test func aLostLatestSegmentIsWrittenAgainNotReverted() throws {
+        try Self.withPair { a, sa, b, sb, folder in
+            try Self.add(a, service: "svc", secret: "s")
+            try sa.passNow()
+            try sb.passNow()
+            let q = ItemQuery(itemClass: .genericPassword, attributes: ItemAttributes(service: "svc"))
+            _ = try a.updateItems(q, changes: ItemAttributes(label: "newer"), secret: nil, caller: .owner)
+            try sa.passNow()
+            try sb.passNow()
+            func label(_ v: Vault) -> String? { try? v.copyMatching(q, returnData: false, caller: .owner).first?.attributes.label }
+            #expect(label(b) == "newer")
+            let aID = try #require(SyncDeviceID(hex: try sa.status(caller: .owner)["deviceID"]?.stringValue ?? ""))
+            let dir = folder + "/devices/" + aID.description
+            let latest = try #require(try FileManager.default.contentsOfDirectory(atPath: dir).filter { $0.hasSuffix(".seg") }.sorted().last)
+            try FileManager.default.removeItem(atPath: dir + "/" + latest)
+            let sa2 = SyncService(vault: a), sb2 = SyncService(vault: b)
+            try sa2.passNow()
+            try sb2.passNow()
+            try sa2.passNow()
+            #expect(label(a) == "newer")
+            #expect(label(b) == "newer")
+        }
+    }
+
     /// A segment sealed under the group key by a device of the group that holds an item this
     /// keychain must not store (a ThisDeviceOnly accessibility) beside a good one: the good
     /// one is stored, the other is not, and the log says so without its content.

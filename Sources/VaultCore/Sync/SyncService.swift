@@ -350,7 +350,20 @@ public final class SyncService: @unchecked Sendable {
                 exported.append(SyncChange(key: key, timestamp: clock!.tick(), kind: .write(all)))
             case (let m?, let b?):
                 var changed: [SyncField: SyncValue?] = [:]
-                for f in SyncField.allCases where SyncBaseline.fieldHash(f, m[f], hashKey) != b[f] { changed[f] = .some(m[f]) }
+                let state = merged.items[key]
+                for f in SyncField.allCases {
+                    let was = b[f]
+                    if SyncBaseline.fieldHash(f, m[f], hashKey) != was?.hash ?? nil {
+                        // Changed here since the last pass.
+                        changed[f] = .some(m[f])
+                    } else if let was {
+                        // Unchanged here, but the write it came from is in no segment any more
+                        // (the folder lost it), and nothing later, a deletion included, covers
+                        // it: this device's copy is written again.
+                        let covered = [state?.fields[f]?.timestamp, state?.tombstone].compactMap { $0 }.max()
+                        if !(covered.map { was.timestamp <= $0 } ?? false) { changed[f] = .some(m[f]) }
+                    }
+                }
                 if !changed.isEmpty { exported.append(SyncChange(key: key, timestamp: clock!.tick(), kind: .write(changed))) }
             case (nil, nil):
                 break
@@ -373,7 +386,7 @@ public final class SyncService: @unchecked Sendable {
                     localChanges.append(.delete(id))
                 }
             }
-            let after = target.map { SyncBaseline.encode($0, hashKey) }
+            let after = target == nil ? nil : merged.items[key].map { SyncBaseline.encode($0, hashKey) }
             if after != baseline[h] { newBaseline.append((h, after)) }
         }
         // Entries of items neither here nor in the merge (a full pass sees every key).
@@ -425,8 +438,9 @@ public final class SyncService: @unchecked Sendable {
     }
 }
 
-/// The baseline's encoding: for each field an item has, its tag and a 16-byte BLAKE2b of its
-/// value keyed with the index key, so the store holds nothing of the item in clear.
+/// The baseline's encoding: for each field of a live item, its tag, the timestamp of the write
+/// that won it and a 16-byte BLAKE2b of its value keyed with the index key, so the store holds
+/// nothing of the item in clear.
 enum SyncBaseline {
     static func keyHash(_ key: SyncItemKey, _ hashKey: SecureBytes) -> [UInt8] {
         Sodium.keyedHash(Array("sync key\0".utf8) + key.canonicalBytes, key: hashKey)
@@ -443,21 +457,45 @@ enum SyncBaseline {
         return Sodium.keyedHash(message, key: hashKey, length: 16)
     }
 
-    static func encode(_ fields: [SyncField: SyncValue], _ hashKey: SecureBytes) -> [UInt8] {
+    /// One field as the baseline holds it: the timestamp of the write that won it, and its
+    /// value's hash (nil: the write removed the attribute).
+    struct Field: Equatable {
+        var timestamp: SyncTimestamp
+        var hash: [UInt8]?
+    }
+
+    /// Bytes per field: tag, wall, counter, device, hash (16 zero bytes for no value).
+    static let entryBytes = 1 + 8 + 4 + 16 + 16
+
+    /// The baseline of a live merged item: each field written since its latest deletion.
+    static func encode(_ state: SyncItemState, _ hashKey: SecureBytes) -> [UInt8] {
         var out: [UInt8] = []
-        for f in fields.keys.sorted() {
+        for f in state.fields.keys.sorted() {
+            let s = state.fields[f]!
+            if let t = state.tombstone, !(t < s.timestamp) { continue }
             out.append(f.rawValue)
-            out += fieldHash(f, fields[f], hashKey)!
+            SyncWire.appendU64(s.timestamp.wall, to: &out)
+            SyncWire.appendU32(s.timestamp.counter, to: &out)
+            out += s.timestamp.device.bytes
+            out += fieldHash(f, s.value, hashKey) ?? [UInt8](repeating: 0, count: 16)
         }
         return out
     }
 
-    static func parse(_ b: [UInt8]) -> [SyncField: [UInt8]] {
-        var out: [SyncField: [UInt8]] = [:]
-        var i = 0
-        while i + 17 <= b.count {
-            if let f = SyncField(rawValue: b[i]) { out[f] = Array(b[(i + 1)..<(i + 17)]) }
-            i += 17
+    static func parse(_ b: [UInt8]) -> [SyncField: Field] {
+        var out: [SyncField: Field] = [:]
+        b.withUnsafeBytes { raw in
+            var i = 0
+            while i + entryBytes <= raw.count {
+                var r = SyncWire.Reader(bytes: UnsafeRawBufferPointer(rebasing: raw[i..<(i + entryBytes)]))
+                if let tag = try? r.u8(), let f = SyncField(rawValue: tag), let wall = try? r.u64(), let counter = try? r.u32(),
+                    let device = SyncDeviceID(bytes: Array(raw[(i + 13)..<(i + 29)]))
+                {
+                    let hash = Array(raw[(i + 29)..<(i + entryBytes)])
+                    out[f] = Field(timestamp: SyncTimestamp(wall: wall, counter: counter, device: device), hash: hash.allSatisfy { $0 == 0 } ? nil : hash)
+                }
+                i += entryBytes
+            }
         }
         return out
     }

@@ -105,8 +105,8 @@ extension Vault {
     /// The index key, with which sync hashes item keys and fields for its baseline.
     func syncHashKey() throws -> SecureBytes { try withKeys { try keychain.metadataKeys() }.index }
 
-    /// The baseline: each synchronized item's field hashes as they stood after the last
-    /// pass, by the hash of its key (`SyncBaseline`).
+    /// The baseline: each synchronized item's fields as they stood after the last pass (the
+    /// winning write's timestamp, the value's hash), by the hash of its key (`SyncBaseline`).
     /// `keys`: only those entries (nil: all).
     func syncBaseline(_ keys: [[UInt8]]? = nil) throws -> [[UInt8]: [UInt8]] {
         try reading { db in
