@@ -53,6 +53,12 @@ let toolUsage = """
       app uninstall APP_ID [--dry-run] | app show APP_ID [--json] | app list [--json]
     Caches:
       cache path APP_ID | cache usage [--json] | cache purge [APP_ID] [--bytes N] [--dry-run]
+    Sync (synchronizable items between your devices, through a folder Syncthing replicates):
+      sync init FOLDER                      make a sync group in FOLDER, on the first device
+      sync join FOLDER                      ask to join the group in FOLDER; prints the pairing code
+      sync approve CODE                     on a device of the group: let the joining one in
+      sync status [--json]                  devices, last seen, pending segments
+      sync leave                            stop syncing on this device (its items stay)
     Preferences (as defaults(1); DOMAIN may be -g for NSGlobalDomain):
       defaults read [DOMAIN [KEY]]
       defaults read-type DOMAIN KEY
@@ -198,6 +204,7 @@ func parseCommand(_ args: inout Arguments) throws -> Command {
     case "defaults": return try DefaultsCommand(&args)
     case "app": return try AppCommand(&args)
     case "cache": return try CacheCommand(&args)
+    case "sync": return try SyncCommand(&args)
     case "completions": return try CompletionsCommand(&args)
     default: throw UsageError(message: "unknown command '\(word)'")
     }

@@ -12,6 +12,8 @@ struct Dispatcher {
     let runningApps: @Sendable () -> Set<String>
     /// Called for every call that counts as use of the vault (the idle auto-lock's clock).
     var activity: @Sendable () -> Void = {}
+    /// The sync of synchronizable items (io.vaultd.Sync; nil: not served).
+    var sync: SyncService?
     static let version = VaultVersion.current
 
     /// Calls that only look and do not count as activity: a status poller (a panel applet,
@@ -20,6 +22,7 @@ struct Dispatcher {
     /// uses nothing in the vault.
     static let passiveMethods: Set<String> = [
         "io.vaultd.Vault.Hello", "io.vaultd.Vault.Status", "org.varlink.service.GetInfo", "org.varlink.service.GetInterfaceDescription",
+        "io.vaultd.Sync.Status",
     ]
 
     /// Methods that stream replies and must be called with `more`.
@@ -322,6 +325,9 @@ struct Dispatcher {
             return ["apps": .array(try vault.allApps(caller: caller).map(\.json))]
         case "io.vaultd.Apps.Show":
             return ["app": try vault.app(try p.string("appID"), caller: caller).json]
+
+        case let m where m.hasPrefix("io.vaultd.Sync."):
+            return try handleSync(call.method, p, caller: caller)
 
         default:
             if Self.streamingMethods.contains(call.method) {

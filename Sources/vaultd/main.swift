@@ -121,12 +121,16 @@ initialSettings.apply(to: vault)
 let running = RunningApps()
 // The idle auto-lock's clock, touched by every call except those that only look (Status).
 let idle = IdleClock()
-let dispatcher = Dispatcher(vault: vault, runningApps: { running.server?.runningApps ?? [] }, activity: { idle.touch() })
+// Sync of synchronizable items through a replicated folder (docs/sync.md): its watcher
+// starts with the server, and passes only once `vaultctl sync init` or `join` configured it.
+let syncService = SyncService(vault: vault)
+let dispatcher = Dispatcher(vault: vault, runningApps: { running.server?.runningApps ?? [] }, activity: { idle.touch() }, sync: syncService)
 let server = Server(listener: listener, listenerIsShared: activated != nil, dispatcher: dispatcher, limits: limits) { peer in
     PeerIdentity.caller(for: peer, vault: vault)
 }
 running.server = server
 server.start()
+syncService.start()
 
 // Unlock at login from the passphrase remembered in the login keyring (never blocks serving);
 // not when vaultd is that keyring.

@@ -54,6 +54,11 @@ import Glibc
         "io.vaultd.Apps.Uninstall": ["appID": app],
         "io.vaultd.Apps.List": [:],
         "io.vaultd.Apps.Show": ["appID": app],
+        "io.vaultd.Sync.Init": ["folder": "/tmp"],
+        "io.vaultd.Sync.Join": ["folder": "/tmp"],
+        "io.vaultd.Sync.Approve": ["code": "00"],
+        "io.vaultd.Sync.Status": [:],
+        "io.vaultd.Sync.Leave": [:],
     ]
 
     /// Every declared method, in a fixed order, with its policy decision.
@@ -125,7 +130,7 @@ import Glibc
         let python = try AppsTests.rawPythonApp(d)
         try d.install(Self.app, exe: python)
         let ownerOnly = Self.methods.filter { Self.audience($0.decision) == .owner }.map(\.name)
-        #expect(ownerOnly.count == 12, "\(ownerOnly)")
+        #expect(ownerOnly.count == 17, "\(ownerOnly)")
         let replies = try Self.run(d, python: python, "owner-only", ownerOnly.map { ($0, false) }) {}
         for m in ownerOnly {
             #expect(replies[m]?["error"] as? String == Self.permissionDenied, "\(m): \(replies[m] ?? [:])")

@@ -4,7 +4,7 @@ import Testing
 /// The reference third-party client (`python3 -m varlink.cli`, the `varlink` Python package)
 /// against vaultd. Its CLI exits 0 even when the reply is an error, so the output is checked.
 @Suite struct ThirdPartyClientTests {
-    static let interfaces = ["org.varlink.service", "io.vaultd.Vault", "io.vaultd.Keychain", "io.vaultd.Preferences", "io.vaultd.Caches", "io.vaultd.Apps"]
+    static let interfaces = ["org.varlink.service", "io.vaultd.Vault", "io.vaultd.Keychain", "io.vaultd.Preferences", "io.vaultd.Caches", "io.vaultd.Apps", "io.vaultd.Sync"]
 
     @Test func infoListsTheInterfaces() throws {
         let d = try Daemon()
@@ -169,6 +169,7 @@ import Testing
             "io.vaultd.Preferences": ["Get", "Set", "Remove", "Domain", "Domains", "Import", "Export", "InvalidPropertyList"],
             "io.vaultd.Caches": ["Directory", "Usage", "Purge", "Observe", "AppUsage"],
             "io.vaultd.Apps": ["Install", "Uninstall", "List", "Show"],
+            "io.vaultd.Sync": ["Init", "Join", "Approve", "Status", "Leave", "SyncDevice"],
         ]
         for (interface, names) in expected {
             let have = members[interface] ?? []

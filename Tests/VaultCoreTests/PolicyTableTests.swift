@@ -57,12 +57,18 @@ import VaultProtocol
             expectVaultError(.permissionDenied) { _ = try vault.backup(to: "/nonexistent/b.age", recipients: [.passphrase(secret("p"))], includeDeviceBound: false, caller: app) }
             expectVaultError(.permissionDenied) { _ = try vault.restore(from: "/nonexistent/b.age", identities: [], newPassphrase: nil, merge: true, caller: app) }
             expectVaultError(.permissionDenied) { try vault.setAlias(caller: app) }
+            let sync = SyncService(vault: vault)
+            expectVaultError(.permissionDenied) { _ = try sync.initialize(folder: "/tmp", caller: app) }
+            expectVaultError(.permissionDenied) { _ = try sync.join(folder: "/tmp", caller: app) }
+            expectVaultError(.permissionDenied) { _ = try sync.approve(code: "00", caller: app) }
+            expectVaultError(.permissionDenied) { _ = try sync.status(caller: app) }
+            expectVaultError(.permissionDenied) { try sync.leave(caller: app) }
             // The kinds refused above are exactly the owner-only ones.
             let ownerOnly = Set(VaultCore.Operation.Kind.allCases.filter { $0.audience == .owner })
             #expect(
                 ownerOnly == [
                     .unlock, .unlockFromKeyring, .lock, .initialize, .changePassphrase, .backup, .restore, .purgeCaches, .installApp, .uninstallApp,
-                    .listApps, .showApp, .setAlias,
+                    .listApps, .showApp, .setAlias, .syncInit, .syncJoin, .syncApprove, .syncStatus, .syncLeave,
                 ])
         }
     }

@@ -51,6 +51,12 @@ extension Policy {
         "io.vaultd.Apps.Uninstall": .operation(.uninstallApp),
         "io.vaultd.Apps.List": .operation(.listApps),
         "io.vaultd.Apps.Show": .operation(.showApp),
+
+        "io.vaultd.Sync.Init": .operation(.syncInit),
+        "io.vaultd.Sync.Join": .operation(.syncJoin),
+        "io.vaultd.Sync.Approve": .operation(.syncApprove),
+        "io.vaultd.Sync.Status": .operation(.syncStatus),
+        "io.vaultd.Sync.Leave": .operation(.syncLeave),
     ]
 
     /// The decision for `method`, nil when the policy has none (the front-end refuses it).

@@ -56,6 +56,13 @@ public enum Operation: Sendable, Equatable {
     case listApps
     case showApp
 
+    // Sync between the owner's devices (io.vaultd.Sync): the owner's alone.
+    case syncInit
+    case syncJoin
+    case syncApprove
+    case syncStatus
+    case syncLeave
+
     /// The operation without what it acts on: what the method table names.
     public var kind: Kind {
         switch self {
@@ -89,6 +96,11 @@ public enum Operation: Sendable, Equatable {
         case .uninstallApp: .uninstallApp
         case .listApps: .listApps
         case .showApp: .showApp
+        case .syncInit: .syncInit
+        case .syncJoin: .syncJoin
+        case .syncApprove: .syncApprove
+        case .syncStatus: .syncStatus
+        case .syncLeave: .syncLeave
         }
     }
 
@@ -100,14 +112,17 @@ public enum Operation: Sendable, Equatable {
         case readPreferences, writePreferences, listDomains, observePreferences
         case cacheDirectory, cacheUsage, purgeCaches, observeCachePurges
         case installApp, uninstallApp, listApps, showApp
+        case syncInit, syncJoin, syncApprove, syncStatus, syncLeave
 
         /// Who may call it (see `Audience`).
         public var audience: Audience {
             switch self {
             // Apps may not lock, unlock, nor try passphrases; the registry and the purge of
-            // caches are the owner's, and so are backups and restores, which hold everything.
+            // caches are the owner's, and so are backups and restores, which hold everything, and
+            // sync, which carries the owner's synchronizable items to other devices.
             case .initialize, .unlock, .unlockFromKeyring, .lock, .changePassphrase, .backup, .restore, .purgeCaches,
-                .installApp, .uninstallApp, .listApps, .showApp, .setAlias:
+                .installApp, .uninstallApp, .listApps, .showApp, .setAlias,
+                .syncInit, .syncJoin, .syncApprove, .syncStatus, .syncLeave:
                 .owner
             case .hello, .status, .observeLockState, .addItem, .copyItems, .updateItems, .deleteItems,
                 .readPreferences, .writePreferences, .listDomains, .observePreferences,

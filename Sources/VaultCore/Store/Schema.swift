@@ -230,6 +230,19 @@ enum Schema {
                 END;
                 """)
         }
+        // Sync (docs/sync.md): each synchronized item's fields after the last pass (the
+        // timestamp of the write that won each, and its value's hash), by the hash of its key
+        // (hashes keyed with the index key: nothing of an item in clear), from which a pass
+        // tells local changes from merged ones, and writes the folder lost from those it had.
+        m.register("2026-12-02-sync-baseline") { db in
+            try db.execute(
+                """
+                CREATE TABLE sync_baseline (
+                  key_hash BLOB PRIMARY KEY NOT NULL,     -- keyed BLAKE2b of the item's sync key
+                  fields BLOB NOT NULL                    -- per field: u8 tag, the winning write's timestamp, 16-byte keyed BLAKE2b of its value
+                ) WITHOUT ROWID;
+                """)
+        }
         return m
     }
 }

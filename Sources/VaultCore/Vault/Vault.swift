@@ -539,6 +539,7 @@ public final class Vault: @unchecked Sendable {
             try self.admitInWrite(caller)
             try self.keychain.insert(values, generation: caller.generation, classKey: keys.classKey, accessible: accessible)
         }
+        if stored.synchronizable == true { emit(.keychainChanged) }
         return stored
     }
 
@@ -570,19 +571,23 @@ public final class Vault: @unchecked Sendable {
     /// SecItemUpdate; see `KeychainStore.update`. All matches change, or none.
     public func updateItems(_ query: ItemQuery, changes: ItemAttributes, secret: SecureBytes?, caller: Caller) throws -> Int {
         _ = try authorize(.updateItems(accessGroup: query.attributes.accessGroup, newAccessGroup: changes.accessGroup), for: caller)
-        return try transaction {
+        let n = try transaction {
             try self.admitInWrite(caller)
             return try self.keychain.update(query, changes: changes, secret: secret, caller: caller)
         }
+        emit(.keychainChanged)
+        return n
     }
 
     /// SecItemDelete; see `KeychainStore.delete`.
     public func deleteItems(_ query: ItemQuery, caller: Caller) throws -> Int {
         _ = try authorize(.deleteItems(accessGroup: query.attributes.accessGroup), for: caller)
-        return try transaction {
+        let n = try transaction {
             try self.admitInWrite(caller)
             return try self.keychain.delete(query, caller: caller)
         }
+        emit(.keychainChanged)
+        return n
     }
 
     // MARK: preferences
@@ -899,4 +904,7 @@ public enum VaultEvent: Sendable {
     case preference(domain: String, key: String, value: PlistValue?, sequence: UInt64)
     /// Files were purged from an app's cache.
     case cachePurge(appID: String, freedBytes: Int64)
+    /// Keychain items were added, updated or deleted (sync exports the synchronizable ones;
+    /// no subscription is sent it).
+    case keychainChanged
 }

@@ -11,6 +11,7 @@ public enum VarlinkInterfaces {
         ("io.vaultd.Preferences", preferences),
         ("io.vaultd.Caches", caches),
         ("io.vaultd.Apps", apps),
+        ("io.vaultd.Sync", sync),
     ]
 
     public static func description(of name: String) -> String? {

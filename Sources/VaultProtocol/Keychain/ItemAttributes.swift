@@ -80,8 +80,9 @@ public struct ItemAttributes: Equatable, Sendable {
     public var accessGroup: String?
     /// kSecAttrAccessible. Add without it: `whenUnlocked`.
     public var accessible: Accessibility?
-    /// kSecAttrSynchronizable: part of the primary key (absent: false); vaultd syncs
-    /// nothing. In a query nil matches both, unlike SecItem (where absent means false).
+    /// kSecAttrSynchronizable: part of the primary key (absent: false); such items sync
+    /// between the owner's devices once sync is set up (docs/sync.md). In a query nil matches
+    /// both, unlike SecItem (where absent means false).
     public var synchronizable: Bool?
     /// kSecAttrServer: internet passwords; part of their primary key (absent: "").
     public var server: String?

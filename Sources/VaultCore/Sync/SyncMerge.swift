@@ -1,0 +1,343 @@
+import Foundation
+import VaultProtocol
+
+// The conflict-free model of synchronized keychain items (docs/sync.md): every device appends
+// changes, each stamped with a hybrid logical clock; the vault all devices agree on is a pure
+// function of the set of changes, whatever order they arrive in and however often.
+
+/// A device of a sync group: 16 random bytes, written as 32 lowercase hex digits (the name
+/// of its directory in the sync folder).
+public struct SyncDeviceID: Hashable, Comparable, Sendable, CustomStringConvertible {
+    public let bytes: [UInt8]
+
+    /// Exactly 16 bytes; nil otherwise.
+    public init?(bytes: [UInt8]) {
+        guard bytes.count == 16 else { return nil }
+        self.bytes = bytes
+    }
+
+    /// Parses 32 lowercase hex digits (the only spelling a directory name may have); nil otherwise.
+    public init?(hex: String) {
+        guard let b = SyncHex.decode(hex), b.count == 16, SyncHex.encode(b) == hex else { return nil }
+        bytes = b
+    }
+
+    public static func random() -> SyncDeviceID { SyncDeviceID(bytes: Sodium.randomBytes(16))! }
+
+    public var description: String { SyncHex.encode(bytes) }
+
+    public static func < (a: SyncDeviceID, b: SyncDeviceID) -> Bool { a.bytes.lexicographicallyPrecedes(b.bytes) }
+}
+
+/// Lowercase hex, for device IDs, sequence numbers and pairing codes.
+enum SyncHex {
+    static func encode(_ bytes: [UInt8]) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        var out: [UInt8] = []
+        out.reserveCapacity(bytes.count * 2)
+        for b in bytes {
+            out.append(digits[Int(b >> 4)])
+            out.append(digits[Int(b & 15)])
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// Hex digits (either case) to bytes; nil for an odd length or another character.
+    static func decode(_ text: String) -> [UInt8]? {
+        let chars = Array(text)
+        // isHexDigit first: UInt8(_:radix:) alone takes a sign ("+f" is 15).
+        guard chars.count % 2 == 0, chars.allSatisfy(\.isHexDigit) else { return nil }
+        var out: [UInt8] = []
+        out.reserveCapacity(chars.count / 2)
+        for i in stride(from: 0, to: chars.count, by: 2) {
+            guard let b = UInt8(String(chars[i...i + 1]), radix: 16) else { return nil }
+            out.append(b)
+        }
+        return out
+    }
+}
+
+/// A hybrid logical clock reading (Kulkarni et al., "Logical Physical Clocks", 2014): wall-clock
+/// milliseconds since 1970, a counter that orders events within one millisecond (or while the
+/// wall clock lags a time already seen), and the device that made it, which breaks the last
+/// ties. Ordered by (wall, counter, device): a total order, the same on every device.
+public struct SyncTimestamp: Hashable, Comparable, Sendable {
+    public var wall: UInt64
+    public var counter: UInt32
+    public var device: SyncDeviceID
+
+    public init(wall: UInt64, counter: UInt32, device: SyncDeviceID) {
+        self.wall = wall
+        self.counter = counter
+        self.device = device
+    }
+
+    public static func < (a: SyncTimestamp, b: SyncTimestamp) -> Bool {
+        if a.wall != b.wall { return a.wall < b.wall }
+        if a.counter != b.counter { return a.counter < b.counter }
+        return a.device < b.device
+    }
+}
+
+/// One device's hybrid logical clock: each local change reads it (`tick`), each change read
+/// from another device advances it (`observe`), so a change made after seeing another is
+/// ordered after it even when this device's wall clock is behind.
+public struct HybridClock: Sendable {
+    public let device: SyncDeviceID
+    /// The latest reading made or observed.
+    public private(set) var last: (wall: UInt64, counter: UInt32)
+    /// How far ahead of the local wall clock a peer's reading may pull this clock (one day, in
+    /// milliseconds): a device whose clock is years ahead would otherwise make every later
+    /// local change lose to its writes for as long.
+    public static let maximumDrift: UInt64 = 86_400_000
+
+    public init(device: SyncDeviceID, last: (wall: UInt64, counter: UInt32) = (0, 0)) {
+        self.device = device
+        self.last = last
+    }
+
+    /// The wall clock in milliseconds since 1970 (0 before 1970).
+    public static func now() -> UInt64 {
+        var t = timespec()
+        clock_gettime(CLOCK_REALTIME, &t)
+        return t.tv_sec < 0 ? 0 : UInt64(t.tv_sec) * 1000 + UInt64(t.tv_nsec / 1_000_000)
+    }
+
+    /// The reading for a local change at wall-clock time `physical` (ms): later than every
+    /// reading made or observed before.
+    public mutating func tick(physical: UInt64 = HybridClock.now()) -> SyncTimestamp {
+        if physical > last.wall {
+            last = (physical, 0)
+        } else if last.counter == UInt32.max {
+            last = (last.wall + 1, 0)
+        } else {
+            last.counter += 1
+        }
+        return SyncTimestamp(wall: last.wall, counter: last.counter, device: device)
+    }
+
+    /// Takes in a reading from another device. A reading more than `maximumDrift` ahead of
+    /// `physical` is not taken in (returns false): the change still merges, by its reading.
+    @discardableResult
+    public mutating func observe(_ t: SyncTimestamp, physical: UInt64 = HybridClock.now()) -> Bool {
+        guard t.wall <= physical &+ Self.maximumDrift else { return false }
+        if t.wall > last.wall || (t.wall == last.wall && t.counter > last.counter) { last = (t.wall, t.counter) }
+        return true
+    }
+}
+
+/// What identifies a synchronized item on every device: its class, access group and the
+/// primary-key attributes of its class (as `SecItemAdd`'s uniqueness: class, group,
+/// synchronizable, primary key; synchronizable is always true here). Two devices adding an
+/// item with one identity add one item.
+public struct SyncItemKey: Hashable, Comparable, Sendable {
+    public var itemClass: ItemClass
+    public var accessGroup: String
+    /// The class's primary-key attributes in `KeychainStore`'s fixed order (a generic password:
+    /// service, account; an internet password: server, protocol, port in decimal, path, account,
+    /// authenticationType, securityDomain), absent ones as "".
+    public var primaryKey: [String]
+
+    public init(itemClass: ItemClass, accessGroup: String, primaryKey: [String]) {
+        self.itemClass = itemClass
+        self.accessGroup = accessGroup
+        self.primaryKey = primaryKey
+    }
+
+    /// The number of primary-key attributes of each class.
+    static func primaryKeyCount(_ c: ItemClass) -> Int { c == .genericPassword ? 2 : 7 }
+
+    /// The key of an item with attributes `a` (normalized, as stored).
+    public init(itemClass c: ItemClass, attributes a: ItemAttributes) {
+        itemClass = c
+        accessGroup = a.accessGroup ?? ""
+        switch c {
+        case .genericPassword:
+            primaryKey = [a.service ?? "", a.account ?? ""]
+        case .internetPassword:
+            primaryKey = [
+                a.server ?? "", a.protocol ?? "", String(a.port ?? 0), a.path ?? "", a.account ?? "", a.authenticationType ?? "",
+                a.securityDomain ?? "",
+            ]
+        }
+    }
+
+    /// The identity's attributes (synchronizable true), onto which the fields are set.
+    public var attributes: ItemAttributes {
+        var a = ItemAttributes(accessGroup: accessGroup, synchronizable: true)
+        switch itemClass {
+        case .genericPassword:
+            a.service = primaryKey[0]
+            a.account = primaryKey[1]
+        case .internetPassword:
+            a.server = primaryKey[0]
+            a.protocol = primaryKey[1]
+            a.port = Int(primaryKey[2]) ?? 0
+            a.path = primaryKey[3]
+            a.account = primaryKey[4]
+            a.authenticationType = primaryKey[5]
+            a.securityDomain = primaryKey[6]
+        }
+        return a
+    }
+
+    /// Bytes naming the key uniquely (each part length-prefixed), for hashing and ordering.
+    var canonicalBytes: [UInt8] {
+        var out: [UInt8] = []
+        SyncWire.appendBytes(Array(itemClass.rawValue.utf8), to: &out)
+        SyncWire.appendBytes(Array(accessGroup.utf8), to: &out)
+        for p in primaryKey { SyncWire.appendBytes(Array(p.utf8), to: &out) }
+        return out
+    }
+
+    public static func < (a: SyncItemKey, b: SyncItemKey) -> Bool { a.canonicalBytes.lexicographicallyPrecedes(b.canonicalBytes) }
+}
+
+/// The parts of a synchronized item that change, each merged on its own (last writer wins per
+/// field): the attributes outside its identity, and the secret. The raw value is the wire tag.
+public enum SyncField: UInt8, CaseIterable, Sendable, Comparable {
+    case label = 1, comment, description, generic, accessible, creationDate, modificationDate, secret
+
+    public static func < (a: SyncField, b: SyncField) -> Bool { a.rawValue < b.rawValue }
+}
+
+/// A field's value: plain bytes (an attribute: UTF-8 text, `generic`'s raw bytes, a date in
+/// ISO 8601 as stored), or the secret, held in secure memory.
+public enum SyncValue: Equatable, Sendable {
+    case bytes([UInt8])
+    case secret(SecureBytes)
+
+    /// The value's bytes, in a closure (a secret's are not copied out).
+    func withBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+        switch self {
+        case .bytes(let b): return try b.withUnsafeBytes(body)
+        case .secret(let s): return try s.withUnsafeBytes(body)
+        }
+    }
+
+    /// Equal bytes (two secrets compared in constant time); the kind (plain or secret) does
+    /// not count.
+    public static func == (a: SyncValue, b: SyncValue) -> Bool {
+        if case .secret(let x) = a, case .secret(let y) = b { return x.constantTimeEquals(y) }
+        return a.withBytes { x in b.withBytes { y in x.count == y.count && (x.count == 0 || memcmp(x.baseAddress!, y.baseAddress!, x.count) == 0) } }
+    }
+
+    /// A total order on values, by bytes: it decides between two writes of one field with one
+    /// timestamp (only a device that reuses a reading makes those), the same way everywhere.
+    static func precedes(_ a: SyncValue?, _ b: SyncValue?) -> Bool {
+        switch (a, b) {
+        case (nil, nil), (_?, nil): return false
+        case (nil, _?): return true
+        case (let x?, let y?):
+            return x.withBytes { p in y.withBytes { q in p.lexicographicallyPrecedes(q) } }
+        }
+    }
+}
+
+/// One change one device made to one item: fields written (a value, or nil: the attribute
+/// removed) or the item deleted. An add, and any change exported when the other devices had
+/// no live copy of the item, writes every field (`isComplete`).
+public struct SyncChange: Equatable, Sendable {
+    public enum Kind: Equatable, Sendable {
+        case write([SyncField: SyncValue?])
+        case delete
+    }
+
+    public var key: SyncItemKey
+    public var timestamp: SyncTimestamp
+    public var kind: Kind
+
+    public init(key: SyncItemKey, timestamp: SyncTimestamp, kind: Kind) {
+        self.key = key
+        self.timestamp = timestamp
+        self.kind = kind
+    }
+}
+
+/// A field's merged value and the timestamp of the write it came from.
+public struct SyncStamped: Equatable, Sendable {
+    public var timestamp: SyncTimestamp
+    public var value: SyncValue?
+
+    /// Whether this write wins over `other`: the later timestamp; on one timestamp, the larger value.
+    func wins(over other: SyncStamped) -> Bool {
+        if timestamp != other.timestamp { return other.timestamp < timestamp }
+        return SyncValue.precedes(other.value, value)
+    }
+}
+
+/// One item's merged history: the winning write of each field and the latest deletion. A
+/// join-semilattice (each part is a maximum), so merging is commutative, associative and
+/// idempotent.
+public struct SyncItemState: Equatable, Sendable {
+    public var fields: [SyncField: SyncStamped] = [:]
+    /// The latest deletion: writes stamped before it no longer count.
+    public var tombstone: SyncTimestamp?
+
+    public init() {}
+
+    /// Merges one change in.
+    public mutating func apply(_ change: SyncChange) {
+        switch change.kind {
+        case .delete:
+            if tombstone.map({ $0 < change.timestamp }) ?? true { tombstone = change.timestamp }
+        case .write(let written):
+            for (field, value) in written {
+                let stamped = SyncStamped(timestamp: change.timestamp, value: value)
+                if fields[field].map({ stamped.wins(over: $0) }) ?? true { fields[field] = stamped }
+            }
+        }
+    }
+
+    /// The item as the merge leaves it: nil when deleted, else each field written after the
+    /// latest deletion. An item is live only while its secret was written after the latest
+    /// deletion: an attribute change made without having seen a deletion (concurrently, or
+    /// earlier) does not bring the item back, and an add after it (which writes every field)
+    /// does.
+    public var live: [SyncField: SyncValue]? {
+        func counts(_ s: SyncStamped) -> Bool { tombstone.map { $0 < s.timestamp } ?? true }
+        guard let secret = fields[.secret], counts(secret), secret.value != nil else { return nil }
+        var out: [SyncField: SyncValue] = [:]
+        for (f, s) in fields where counts(s) {
+            if let v = s.value { out[f] = v }
+        }
+        return out
+    }
+
+    /// The latest timestamp this item's history holds (nil: none).
+    var latest: SyncTimestamp? {
+        ([tombstone].compactMap { $0 } + fields.values.map(\.timestamp)).max()
+    }
+}
+
+/// The merged vault of a sync group: each item's merged history. `merge` is the pure
+/// function the engine and the property tests share.
+public struct SyncVault: Equatable, Sendable {
+    public var items: [SyncItemKey: SyncItemState] = [:]
+
+    public init() {}
+
+    public mutating func apply(_ change: SyncChange) {
+        items[change.key, default: SyncItemState()].apply(change)
+    }
+
+    public mutating func apply<S: Sequence>(_ changes: S) where S.Element == SyncChange {
+        for c in changes { apply(c) }
+    }
+
+    /// The vault the changes make, in whatever order they come.
+    public static func merge<S: Sequence>(_ changes: S) -> SyncVault where S.Element == SyncChange {
+        var v = SyncVault()
+        v.apply(changes)
+        return v
+    }
+
+    /// Every live item and its fields (what each device's keychain converges to).
+    public var liveItems: [SyncItemKey: [SyncField: SyncValue]] {
+        var out: [SyncItemKey: [SyncField: SyncValue]] = [:]
+        for (k, s) in items {
+            if let l = s.live { out[k] = l }
+        }
+        return out
+    }
+}

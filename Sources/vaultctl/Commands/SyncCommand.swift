@@ -1,0 +1,78 @@
+import Foundation
+import VaultClient
+import VaultProtocol
+
+/// `vaultctl sync init FOLDER | join FOLDER | approve CODE | status [--json] | leave`: the
+/// io.vaultd.Sync methods (docs/sync.md).
+struct SyncCommand: Command {
+    enum Action: String, CaseIterable { case `init`, join, approve, status, leave }
+    var action: Action
+    var argument: String?
+    var json = false
+
+    init(_ a: inout Arguments) throws {
+        action = try a.verb(of: "sync")
+        if action == .status { json = a.flag("--json") }
+        switch action {
+        case .`init`, .join:
+            guard let folder = a.positional() else { throw UsageError(message: "sync \(action.rawValue) needs a FOLDER") }
+            // vaultd resolves nothing against vaultctl's working directory: the path goes absolute.
+            argument = folder.hasPrefix("/") ? folder : FileManager.default.currentDirectoryPath + "/" + folder
+        case .approve:
+            guard let code = a.positional() else { throw UsageError(message: "sync approve needs the CODE sync join printed") }
+            argument = code
+        case .status, .leave:
+            break
+        }
+    }
+
+    func run(_ context: Context) throws {
+        let c = try context.vault().connection
+        switch action {
+        case .`init`:
+            let r = try c.call("io.vaultd.Sync.Init", ["folder": .string(argument!)])
+            print("made a sync group in \(argument!)")
+            print("this device: \(r["deviceID"]?.stringValue ?? "?")")
+            print("group fingerprint: \(r["fingerprint"]?.stringValue ?? "?")")
+            print("Next, on another device whose copy of the folder Syncthing keeps: vaultctl sync join FOLDER")
+        case .join:
+            let r = try c.call("io.vaultd.Sync.Join", ["folder": .string(argument!)])
+            print("asked to join the sync group in \(argument!) as device \(r["deviceID"]?.stringValue ?? "?")")
+            print("On a device of the group, run:")
+            print("  vaultctl sync approve \(r["code"]?.stringValue ?? "?")")
+        case .approve:
+            let r = try c.call("io.vaultd.Sync.Approve", ["code": .string(argument!)])
+            print("approved device \(r["deviceID"]?.stringValue ?? "?"); it joins once the folder has carried the approval to it")
+        case .status:
+            let r = try c.call("io.vaultd.Sync.Status")
+            if json {
+                print(JSON.object(r).text)
+                return
+            }
+            let state = r["state"]?.stringValue ?? "?"
+            guard state != "off" else {
+                print("sync: off (vaultctl sync init FOLDER or sync join FOLDER)")
+                return
+            }
+            print("sync: \(state == "joining" ? "joining (waiting for sync approve on a device of the group)" : "member")")
+            print("folder: \(r["folder"]?.stringValue ?? "?")")
+            print("this device: \(r["deviceID"]?.stringValue ?? "?")")
+            if let f = r["fingerprint"]?.stringValue { print("group fingerprint: \(f)") }
+            if let n = r["items"]?.intValue { print("synchronized items: \(n)") }
+            if let p = r["problem"]?.stringValue { print("problem: \(p)") }
+            print("devices:")
+            for d in r["devices"]?.arrayValue ?? [] {
+                let id = d["deviceID"]?.stringValue ?? "?"
+                let me = d["thisDevice"]?.boolValue == true ? " (this device)" : ""
+                let seen = d["lastSeen"]?.stringValue ?? "never"
+                let rejected = d["rejected"]?.intValue ?? 0
+                print(
+                    "  \(id)\(me)\tlast seen \(seen)\t\(d["segments"]?.intValue ?? 0) segments, \(d["pending"]?.intValue ?? 0) pending\(rejected > 0 ? ", \(rejected) rejected" : "")"
+                )
+            }
+        case .leave:
+            _ = try c.call("io.vaultd.Sync.Leave")
+            print("this device no longer syncs; its items stay in its keychain")
+        }
+    }
+}
