@@ -113,7 +113,8 @@ final class PamLogin: @unchecked Sendable {
         guard locked.status == 0, locked.stdoutText.contains("state: locked") else { throw HarnessError("lock: \(locked)") }
     }
 
-    /// The vault's state as `vaultctl status` prints it (`locked`, `unlocked`).
+    /// The vault's state as `vaultctl status` prints it (`unlocked`; `locked (after first
+    /// unlock)` for the vault `startLockedVault` leaves).
     func state() -> String {
         let r = ctl(["status"])
         let line = r.stdoutText.split(separator: "\n").first { $0.hasPrefix("state: ") }
@@ -173,7 +174,8 @@ final class PamLogin: @unchecked Sendable {
 /// The PAM stack can be tested where the test may add a service file and a user (root on CI).
 private let pamWritable = getuid() == 0 && access("/etc/pam.d", W_OK) == 0
 
-@Suite("PamUnlock", .enabled(if: pamWritable, "needs root and a writable /etc/pam.d (a service file and a test user are added, then removed)"))
+/// One test at a time: useradd and userdel lock /etc/passwd and fail when another holds it.
+@Suite("PamUnlock", .serialized, .enabled(if: pamWritable, "needs root and a writable /etc/pam.d (a service file and a test user are added, then removed)"))
 struct PamUnlockTests {
     static let password = "login pass, with spaces"
 
@@ -181,7 +183,7 @@ struct PamUnlockTests {
         let login = try PamLogin()
         try login.startLockedVault(passphrase: Self.password)
         try login.writeService()
-        #expect(login.state() == "locked")
+        #expect(login.state() == "locked (after first unlock)")
         let (r, _) = try login.login(password: Self.password)
         #expect(r.status == 0, "\(r)")
         #expect(r.stdoutText.contains("successfully authenticated"), "\(r)")
@@ -199,7 +201,7 @@ struct PamUnlockTests {
         let (r, _) = try login.login(password: "not the vault passphrase")
         #expect(r.status == 0, "\(r)")
         #expect(r.stdoutText.contains("successfully authenticated"), "\(r)")
-        #expect(login.state() == "locked")
+        #expect(login.state() == "locked (after first unlock)")
         #expect(login.pamLog.contains("the login password did not unlock the vault of \(login.name), which stays locked"), "\(login.pamLog)")
         #expect(!login.pamLog.contains("not the vault passphrase"))
         // The vault still opens with its own passphrase: nothing was changed.
@@ -233,6 +235,6 @@ struct PamUnlockTests {
         // The helper's bound, plus timeout's KILL grace (1 s) and the processes' start.
         #expect(seconds < Double(PamLogin.helperTimeout + 3), "took \(seconds) s")
         #expect(login.pamLog.contains("the vault of \(login.name) stays locked") || login.pamLog.contains("vaultd of \(login.name) did not answer"), "\(login.pamLog)")
-        #expect(login.state() == "locked")
+        #expect(login.state() == "locked (after first unlock)")
     }
 }
