@@ -204,9 +204,41 @@ struct PamUnlockTests {
         #expect(login.state() == "locked (after first unlock)")
         #expect(login.pamLog.contains("the login password did not unlock the vault of \(login.name), which stays locked"), "\(login.pamLog)")
         #expect(!login.pamLog.contains("not the vault passphrase"))
+        // One login, one failed check, as vaultd counts them.
+        #expect(login.vaultdLog.contains("failed: wrong passphrase (1 failed in a row)"), "\(login.vaultdLog)")
         // The vault still opens with its own passphrase: nothing was changed.
         let unlocked = login.ctl(["unlock", "--passphrase-fd", "3"], fds: [3: Data((Self.password + "\n").utf8)])
         #expect(unlocked.status == 0 && unlocked.stdoutText.contains("state: unlocked"), "\(unlocked)")
+    }
+
+    @Test func anUnlockedVaultIsLeftAloneAndNoPasswordIsTried() throws {
+        let login = try PamLogin()
+        try login.startLockedVault(passphrase: Self.password)
+        try login.writeService()
+        let unlocked = login.ctl(["unlock", "--passphrase-fd", "3"], fds: [3: Data((Self.password + "\n").utf8)])
+        #expect(unlocked.status == 0, "\(unlocked)")
+        // A lock screen whose password is not the vault's: nothing is sent, nothing counted.
+        for _ in 0..<4 {
+            let (r, _) = try login.login(password: "another password")
+            #expect(r.status == 0 && r.stdoutText.contains("successfully authenticated"), "\(r)")
+        }
+        #expect(login.state() == "unlocked")
+        #expect(login.pamLog.components(separatedBy: "the vault of \(login.name) is already unlocked").count == 5, "\(login.pamLog)")
+        #expect(!login.vaultdLog.contains("wrong passphrase"), "\(login.vaultdLog)")
+    }
+
+    /// Older Linux-PAM wrote a NUL after the password; the helper removes it. Run as
+    /// pam_exec runs it (root, PAM_TYPE and PAM_USER set), with such a stdin.
+    @Test func aPasswordFollowedByANULAsOlderPamExecWritesItUnlocks() throws {
+        let login = try PamLogin()
+        try login.startLockedVault(passphrase: Self.password)
+        let r = try ChildProcess.run(
+            PamLogin.helper, ["--timeout", "\(PamLogin.helperTimeout)", Paths.tool("vaultctl")],
+            environment: ["PATH": "/usr/bin:/bin", "PAM_TYPE": "auth", "PAM_USER": login.name, "PAM_SERVICE": login.service],
+            stdin: Data(Self.password.utf8) + [0], timeout: 30)
+        #expect(r.status == 0, "\(r)")
+        #expect(r.stderr == "vaultd-pam-unlock: the vault of \(login.name) is unlocked\n", "\(r)")
+        #expect(login.state() == "unlocked")
     }
 
     @Test func noVaultdRunningLetsTheLoginThroughAtOnce() throws {
