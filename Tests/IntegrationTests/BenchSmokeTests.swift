@@ -14,7 +14,7 @@ import Testing
         let r = try ChildProcess.run(
             bench,
             [
-                "--items", "50,100", "--clients", "1,2", "--write-clients", "1,2", "--seconds", "0.2", "--warmup", "0.05",
+                "--items", "50,100", "--ss-items", "20", "--clients", "1,2", "--write-clients", "1,2", "--seconds", "0.2", "--warmup", "0.05",
                 "--reps", "1", "--process-runs", "2", "--startup-runs", "1", "--no-cache", "--json",
                 "--vaultd", Paths.binaries + "/vaultd", "--vaultctl", Paths.binaries + "/vaultctl",
             ],
@@ -28,6 +28,8 @@ import Testing
         for (name, system, count) in [
             ("lookup", "vaultd", 4), ("lookup", "floor", 4), ("add", "vaultd", 4), ("update", "vaultd", 4), ("delete", "vaultd", 4),
             ("prefs-get", "vaultd", 1), ("prefs-set", "vaultd", 2), ("defaults-read", "vaultd", 1), ("item-get-process", "vaultd", 1),
+            // vaultd's Secret Service through libsecret on a private bus, at the one --ss-items count.
+            ("ss-ping", "vaultd", 2), ("ss-lookup", "vaultd", 2), ("ss-store", "vaultd", 2), ("ss-replace", "vaultd", 2), ("ss-clear", "vaultd", 2),
         ] {
             let found = entries(name, system)
             #expect(found.count == count, "\(name) on \(system): \(found.count) entries, expected \(count)")
@@ -40,9 +42,44 @@ import Testing
             }
         }
         #expect(Set(entries("lookup", "vaultd").compactMap { ($0["items"] as? NSNumber)?.intValue }) == [50, 100])
+        #expect(Set(entries("ss-lookup", "vaultd").compactMap { ($0["items"] as? NSNumber)?.intValue }) == [20])
         #expect(((json["rss_bytes"] as? NSNumber)?.intValue ?? 0) > 0)
         #expect(((json["startup_ms"] as? NSNumber)?.doubleValue ?? 0) > 0)
         #expect((json["targets"] as? [Any])?.isEmpty == false)
+    }
+
+    /// The Secret Service workloads alone, against vaultd and gnome-keyring, each on a private
+    /// bus: both systems' rows, and the targets judged from them.
+    @Test func secretServiceWorkloadsRunAgainstVaultdAndTheKeyring() throws {
+        let bench = Paths.binaries + "/vault-bench"
+        try #require(FileManager.default.isExecutableFile(atPath: bench), "vault-bench is not built next to vaultd (\(Paths.binaries))")
+        let root = try TemporaryDirectory.make(prefix: "vault-bench-ss")
+        defer { TemporaryDirectory.remove(root) }
+        var env = isolatedEnvironment(root: root, socket: nil)
+        env["TMPDIR"] = root
+        let r = try ChildProcess.run(
+            bench,
+            [
+                "--only", "ss", "--compare-keyring", "--ss-items", "20", "--clients", "1", "--write-clients", "1", "--seconds", "0.1",
+                "--warmup", "0.02", "--reps", "1", "--no-cache", "--json", "--vaultd", Paths.binaries + "/vaultd",
+            ],
+            environment: env, timeout: 300)
+        try #require(r.status == 0, "\(r)")
+        let json = try #require(try JSONSerialization.jsonObject(with: r.stdout) as? [String: Any], "not a JSON object: \(r)")
+        let workloads = try #require(json["workloads"] as? [[String: Any]])
+        let rows = Set(workloads.compactMap { e in (e["name"] as? String).flatMap { n in (e["system"] as? String).map { "\(n) \($0)" } } })
+        var expected: Set<String> = []
+        for name in ["ss-ping", "ss-lookup", "ss-store", "ss-replace", "ss-clear"] { expected.formUnion(["\(name) vaultd", "\(name) keyring"]) }
+        // --only ss: the socket's workloads are not run.
+        #expect(rows == expected, "\(rows.symmetricDifference(expected))")
+        for e in workloads {
+            #expect(((e["p50_us"] as? NSNumber)?.doubleValue ?? 0) > 0, "\(e)")
+            #expect((e["items"] as? NSNumber)?.intValue == 20, "\(e)")
+        }
+        let targets = try #require(json["targets"] as? [[String: Any]])
+        let lookup = try #require(targets.first { ($0["target"] as? String)?.hasPrefix("Secret Service lookup ≥ 5×") == true })
+        // Judged from this run's rows at 20 items is not the target's 1,000: not judged.
+        #expect(lookup["met"] == nil, "\(lookup)")
     }
 
     @Test func usageErrorsExitWith64() throws {
