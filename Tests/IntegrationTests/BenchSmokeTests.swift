@@ -69,7 +69,7 @@ import Testing
         }
         let targets = try #require(json["targets"] as? [[String: Any]])
         let lookup = try #require(targets.first { ($0["target"] as? String)?.hasPrefix("Secret Service lookup ≥ 5×") == true })
-        // Judged from this run's rows at 20 items is not the target's 1,000: not judged.
+        // This run measured 20 items, not the target's 1,000: the target is left unjudged.
         #expect(lookup["met"] == nil, "\(lookup)")
     }
 
