@@ -33,6 +33,12 @@ enum Bench {
                 try KeyringBench.inner(options, results: results, pidFile: options.pidFile)
                 return 0
             }
+            if let results = options.innerSecretServiceResults {
+                // This run starts vaultd: it goes if the run is interrupted.
+                Children.stopOnSignals()
+                try SecretServiceBench.inner(options, results: results)
+                return 0
+            }
             Children.stopOnSignals()
             let report = try run(options)
             if options.json {
@@ -92,7 +98,9 @@ enum Bench {
                 Temp.remove(l.data)
             }
         }
-        for n in options.items {
+        // The socket's vaultds, unless only the parts that start their own run.
+        let socketParts = ["lookup", "writes", "prefs", "process", "startup", "floor"]
+        for n in options.items where socketParts.contains(where: options.runs) {
             let data = try cache.prepare(items: n, workRoot: root)
             let instanceRoot = root + "/vaultd-\(n)"
             mkdir(instanceRoot, 0o700)
@@ -147,6 +155,8 @@ enum Bench {
             }
             Temp.remove(l.data)
         }
+        // 6. the Secret Service workloads, each system on a private bus of its own.
+        if options.runs("ss") { entries += try SecretServiceBench.run(options, vaultd: vaultd) }
         if options.compareKeyring && options.runs("keyring") {
             do {
                 entries += try KeyringBench.run(options)
@@ -165,6 +175,7 @@ enum Bench {
                 "write-clients": options.writeClients.map(String.init).joined(separator: ","), "seconds": String(options.seconds),
                 "reps": String(options.repetitions), "warmup": String(options.warmup), "secret-size": String(options.secretSize),
                 "keyring-items": options.compareKeyring ? String(options.keyringItems) : "-",
+                "ss-items": options.runs("ss") ? options.ssItems.map(String.init).joined(separator: ",") : "-",
                 "duration-s": String(format: "%.0f", Date().timeIntervalSince(started)),
                 "load-avg": "\(loadBefore) -> \(loadAverage())",
             ],

@@ -37,22 +37,32 @@ enum KeyringBench {
             warn("--compare-keyring: skipped, \(why)")
             return []
         }
-        let root = try Temp.directory("vault-bench-keyring")
+        return try onPrivateBus(options, keyringItems: options.keyringItems, inner: ["--inner-keyring"])
+    }
+
+    /// Re-executes the bench with `inner` (its mode flag, followed by the results file) and
+    /// `extra` on a private bus of `dbus-run-session`, in a temporary HOME; with
+    /// `keyringItems`, gnome-keyring is unlocked on that bus first, its keyring holding up to
+    /// that many items from the cache (`--keyring-have`). Returns the inner run's entries.
+    /// Processes the inner run lists in its `--pid-file` that outlive the bus are stopped.
+    static func onPrivateBus(_ options: Options, keyringItems: Int?, inner: [String], extra: [String] = []) throws -> [Entry] {
+        let root = try Temp.directory("vault-bench-bus")
         defer { Temp.remove(root) }
         let home = root + "/home", runtime = root + "/run"
         for d in [home, runtime] { mkdir(d, 0o700) }
-        let keyrings = home + "/.local/share/keyrings"
         var have = 0
-        if options.useCache, let (n, dir) = bestCachedKeyring(options) {
-            try copyDirectory(dir, to: keyrings)
-            have = n
-        }
-        if have < options.keyringItems {
-            let perStore = options.keyringItems > 2000 ? " (about 30 minutes for 10,000: each store rewrites the whole keyring file)" : ""
-            progress("the keyring holds \(have) items; filling it to \(options.keyringItems)\(perStore)")
+        if let items = keyringItems {
+            if options.useCache, let (n, dir) = bestCachedKeyring(options, items: items) {
+                try copyDirectory(dir, to: home + "/.local/share/keyrings")
+                have = n
+            }
+            if have < items {
+                let perStore = items > 2000 ? " (about 30 minutes for 10,000: each store rewrites the whole keyring file)" : ""
+                progress("the keyring holds \(have) items; filling it to \(items)\(perStore)")
+            }
         }
         var env = ProcessInfo.processInfo.environment
-        for k in ["DBUS_SESSION_BUS_ADDRESS", "GNOME_KEYRING_CONTROL", "SSH_AUTH_SOCK", "VAULTD_SOCKET"] { env[k] = nil }
+        for k in ["DBUS_SESSION_BUS_ADDRESS", "GNOME_KEYRING_CONTROL", "SSH_AUTH_SOCK", "VAULTD_SOCKET", "DISPLAY", "WAYLAND_DISPLAY"] { env[k] = nil }
         env["HOME"] = home
         env["XDG_RUNTIME_DIR"] = runtime
         env["XDG_DATA_HOME"] = home + "/.local/share"
@@ -60,13 +70,11 @@ enum KeyringBench {
         env["XDG_CACHE_HOME"] = home + "/.cache"
         let results = root + "/results.json"
         let pids = root + "/pids"
-        let script = """
-            echo -n \(password) | gnome-keyring-daemon --unlock --components=secrets >/dev/null 2>&1
-            exec "$@"
-            """
+        let unlock = keyringItems == nil ? "" : "echo -n \(password) | gnome-keyring-daemon --unlock --components=secrets >/dev/null 2>&1\n"
+        let script = unlock + "exec \"$@\""
         let args =
-            ["--", "sh", "-c", script, "sh", Spawn.selfPath, "--inner-keyring", results, "--keyring-have", String(have)]
-            + options.measurementArguments + ["--pid-file", pids]
+            ["--", "sh", "-c", script, "sh", Spawn.selfPath] + inner + [results, "--keyring-have", String(have)]
+            + options.measurementArguments + extra + ["--pid-file", pids]
         let session = try Spawn.start(Spawn.which("dbus-run-session")!, args, environment: env, stdout: .devNull, stderr: .inherit)
         Children.add(session)
         let status = Spawn.wait(session) ?? -1
@@ -77,19 +85,19 @@ enum KeyringBench {
                 kill(p, SIGTERM)
             }
         }
-        guard status == 0 else { throw BenchError("the keyring run failed (exit \(status))") }
+        guard status == 0 else { throw BenchError("the run on a private bus (\(inner.joined(separator: " "))) failed (exit \(status))") }
         let data = try Data(contentsOf: URL(fileURLWithPath: results))
         return try JSONDecoder().decode([Entry].self, from: data)
     }
 
-    /// The largest cached keyring with at most `keyringItems` items.
-    static func bestCachedKeyring(_ options: Options) -> (Int, String)? {
+    /// The largest cached keyring with at most `items` items.
+    static func bestCachedKeyring(_ options: Options, items: Int) -> (Int, String)? {
         let prefix = "keyring-\(format)-"
         let suffix = "-s\(options.secretSize)"
         guard let names = try? FileManager.default.contentsOfDirectory(atPath: options.cacheRoot) else { return nil }
         var best: (Int, String)?
         for name in names where name.hasPrefix(prefix) && name.hasSuffix(suffix) {
-            guard let n = Int(name.dropFirst(prefix.count).dropLast(suffix.count)), n <= options.keyringItems,
+            guard let n = Int(name.dropFirst(prefix.count).dropLast(suffix.count)), n <= items,
                 FileManager.default.fileExists(atPath: options.cacheRoot + "/" + name + "/login.keyring")
             else { continue }
             if n > (best?.0 ?? -1) { best = (n, options.cacheRoot + "/" + name) }
@@ -102,27 +110,8 @@ enum KeyringBench {
     static func inner(_ options: Options, results: String, pidFile: String?) throws {
         let n = options.keyringItems
         let keyring = try DesktopKeyring(timeout: nil)
-        var have = options.keyringHave
-        if have > 0, (try? keyring.lookup(.item, attributes(have - 1))).flatMap({ $0 }) == nil {
-            warn("the cached keyring lacks its items; filling from scratch")
-            have = 0
-        }
         if let pidFile { recordServicePIDs(pidFile) }
-        if have < n {
-            let t0 = Date()
-            for i in have..<n {
-                try keyring.store(.item, attributes(i), label: "vault-bench \(i)", secret: Array(BenchItem.secret(i, size: options.secretSize)))
-                if (i + 1) % 250 == 0 {
-                    let rate = Double(i + 1 - have) / Date().timeIntervalSince(t0)
-                    progress(String(format: "  keyring: %d of %d items (%.1f stores/s)", i + 1, n, rate))
-                }
-            }
-            progress(String(format: "  keyring: filled %d items in %.0f s", n - have, Date().timeIntervalSince(t0)))
-            if options.useCache {
-                let dir = (ProcessInfo.processInfo.environment["XDG_DATA_HOME"] ?? NSHomeDirectory() + "/.local/share") + "/keyrings"
-                try publishDirectory(dir, as: cachePath(options, items: n))
-            }
-        }
+        try fill(keyring, to: n, options: options)
         if let pidFile { recordServicePIDs(pidFile) }
         var entries: [Entry] = []
 
@@ -164,6 +153,31 @@ enum KeyringBench {
 
         let data = try JSONEncoder().encode(entries)
         try data.write(to: URL(fileURLWithPath: results))
+    }
+
+    /// Fills the keyring (holding the cached items 0..<`keyringHave`, checked) to items
+    /// 0..<`n` through libsecret, one store at a time, and caches the result.
+    static func fill(_ keyring: DesktopKeyring, to n: Int, options: Options) throws {
+        var have = options.keyringHave
+        if have > 0, (try? keyring.lookup(.item, attributes(have - 1))).flatMap({ $0 }) == nil {
+            warn("the cached keyring lacks its items; filling from scratch")
+            have = 0
+        }
+        if have < n {
+            let t0 = Date()
+            for i in have..<n {
+                try keyring.store(.item, attributes(i), label: "vault-bench \(i)", secret: Array(BenchItem.secret(i, size: options.secretSize)))
+                if (i + 1) % 250 == 0 {
+                    let rate = Double(i + 1 - have) / Date().timeIntervalSince(t0)
+                    progress(String(format: "  keyring: %d of %d items (%.1f stores/s)", i + 1, n, rate))
+                }
+            }
+            progress(String(format: "  keyring: filled %d items in %.0f s", n - have, Date().timeIntervalSince(t0)))
+            if options.useCache {
+                let dir = (ProcessInfo.processInfo.environment["XDG_DATA_HOME"] ?? NSHomeDirectory() + "/.local/share") + "/keyrings"
+                try publishDirectory(dir, as: cachePath(options, items: n))
+            }
+        }
     }
 
     /// Writes the pids owning the keyring and dconf names on this bus (to stop leftovers).

@@ -21,6 +21,9 @@ struct Options {
     var processRuns: Int = 20
     /// Start-ups measured (median reported).
     var startupRuns: Int = 3
+    /// Item counts the Secret Service workloads are measured at (vaultd's front-end and,
+    /// with `compareKeyring`, gnome-keyring, each on a private bus).
+    var ssItems: [Int] = [1000]
     var compareKeyring = false
     var keyringItems: Int = 1000
     var json = false
@@ -31,9 +34,9 @@ struct Options {
     var useCache = true
     /// Print progress to stderr.
     var verbose = true
-    /// `--only lookup,writes,prefs,process,startup,floor,keyring`: run just these parts.
+    /// `--only lookup,writes,prefs,process,startup,floor,keyring,ss`: run just these parts.
     var only: Set<String>?
-    static let parts: Set<String> = ["lookup", "writes", "prefs", "process", "startup", "floor", "keyring"]
+    static let parts: Set<String> = ["lookup", "writes", "prefs", "process", "startup", "floor", "keyring", "ss"]
 
     /// Whether a part of the run is selected.
     func runs(_ part: String) -> Bool { only?.contains(part) ?? true }
@@ -44,6 +47,11 @@ struct Options {
     var innerKeyringResults: String?
     /// `--keyring-have N`: the keyring file copied in already holds items 0..<N.
     var keyringHave: Int = 0
+    /// `--inner-ss FILE`: run the Secret Service workloads of `ssSystem` (vaultd or keyring)
+    /// at `ssCount` items on the current (private) bus, write results to FILE.
+    var innerSecretServiceResults: String?
+    var ssSystem = "vaultd"
+    var ssCount = 1000
     /// `--pid-file FILE`: where the inner run records the bus services' pids.
     var pidFile: String?
     /// `--echo-server PATH REQUEST REPLY`: serve the floor's round trips.
@@ -53,9 +61,10 @@ struct Options {
         usage: vault-bench [--items 1000,10000,100000] [--clients 1,4,16] [--write-clients 1,16]
                            [--seconds 0.5] [--warmup 0.2] [--reps 5] [--secret-size 32]
                            [--process-runs 20] [--startup-runs 3]
+                           [--ss-items 1000,10000]
                            [--compare-keyring] [--keyring-items 1000]
                            [--json] [--quiet] [--vaultd PATH] [--vaultctl PATH]
-                           [--only lookup,writes,prefs,process,startup,floor,keyring]
+                           [--only lookup,writes,prefs,process,startup,floor,keyring,ss]
                            [--cache-dir DIR | --no-cache]
 
         Starts its own vaultd in a temporary directory (found next to this executable, or
@@ -63,6 +72,11 @@ struct Options {
         and RSS; with --compare-keyring, also gnome-keyring-daemon (through libsecret) on a
         private dbus-run-session bus, secret-tool, and dconf when dconf-cli is installed. The
         floor is a bare AF_UNIX round trip of the lookup's request and reply sizes.
+
+        The Secret Service workloads (ss-*) look up, store and clear through libsecret
+        against vaultd --secret-service on a private bus of its own, at each --ss-items count
+        (default 1000), and against gnome-keyring with --compare-keyring; ss-ping is the
+        bus's round trip to the provider (Peer.Ping), their floor.
 
         Filled vaults (per item count) and keyrings are cached in --cache-dir (default
         $XDG_CACHE_HOME/vault-bench) and copied for each run; --no-cache fills from scratch.
@@ -111,6 +125,7 @@ struct Options {
             case "--secret-size": o.secretSize = try int(a)
             case "--process-runs": o.processRuns = try int(a)
             case "--startup-runs": o.startupRuns = try int(a)
+            case "--ss-items": o.ssItems = Array(Set(try list(a))).sorted()
             case "--compare-keyring": o.compareKeyring = true
             case "--keyring-items": o.keyringItems = try int(a)
             case "--json": o.json = true
@@ -128,6 +143,9 @@ struct Options {
             case "--no-cache": o.useCache = false
             case "--inner-keyring": o.innerKeyringResults = try value(a)
             case "--keyring-have": o.keyringHave = try int(a, minimum: 0)
+            case "--inner-ss": o.innerSecretServiceResults = try value(a)
+            case "--ss-system": o.ssSystem = try value(a)
+            case "--ss-count": o.ssCount = try int(a)
             case "--pid-file": o.pidFile = try value(a)
             case "--echo-server":
                 let path = try value(a)

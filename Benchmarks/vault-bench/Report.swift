@@ -27,11 +27,22 @@ struct Report: Codable {
     var targets: [Target]
 
     /// The workloads in the order the tables show them, and their comparison systems.
-    static let order = ["lookup", "add", "update", "delete", "prefs-get", "prefs-set", "defaults-read", "item-get-process"]
+    static let order = [
+        "lookup", "add", "update", "delete", "prefs-get", "prefs-set", "defaults-read", "item-get-process", "ss-ping", "ss-lookup", "ss-store",
+        "ss-replace", "ss-clear",
+    ]
     static func counterpart(_ name: String) -> String { name.hasPrefix("prefs") || name.hasPrefix("defaults") ? "dconf" : "keyring" }
 
     func find(_ name: String, _ system: String, items: Int? = nil, clients: Int) -> Entry? {
         workloads.first { $0.name == name && $0.system == system && $0.clients == clients && (items == nil || $0.items == items) }
+    }
+
+    /// The floor of vaultd's entry `e`: for a Secret Service workload, the bus's round trip
+    /// to vaultd (`ss-ping`) at the same item and client count; else the `floor` entry of the
+    /// same workload.
+    func floorEntry(of e: Entry) -> Entry? {
+        if e.name.hasPrefix("ss-") { return e.name == "ss-ping" ? nil : find("ss-ping", "vaultd", items: e.items, clients: e.clients) }
+        return find(e.name, "floor", items: e.items, clients: e.clients) ?? find(e.name, "floor", clients: e.clients)
     }
 
     // MARK: tables
@@ -59,7 +70,7 @@ struct Report: Codable {
                 } else {
                     cells += ["", ""]
                 }
-                if e.system == "vaultd", let f = find(name, "floor", items: e.items, clients: e.clients) ?? find(name, "floor", clients: e.clients) {
+                if e.system == "vaultd", let f = floorEntry(of: e) {
                     cells.append(Self.ratio(e.p50_us / f.p50_us))
                 } else {
                     cells.append("")
@@ -131,6 +142,19 @@ struct Report: Codable {
             if let a = v("lookup", n, 1), let k = find("lookup", "keyring", items: n, clients: 1) {
                 add(name, "\(Self.ratio(k.p50_us / a.p50_us))× (\(f(a.p50_us)) vs \(f(k.p50_us)) µs)", k.p50_us / a.p50_us >= goal)
             } else { add(name, "not measured (needs --compare-keyring\(n > 1000 ? " --keyring-items \(n)" : ""))", nil) }
+        }
+        // Through libsecret on the bus: vaultd's Secret Service against gnome-keyring's.
+        for (n, goal) in [(1000, 5.0), (10000, 50.0)] {
+            let name = "Secret Service lookup ≥ \(Int(goal))× faster than gnome-keyring's at \(n) items (p50, 1 client)"
+            if let a = v("ss-lookup", n, 1), let k = find("ss-lookup", "keyring", items: n, clients: 1) {
+                add(name, "\(Self.ratio(k.p50_us / a.p50_us))× (\(f(a.p50_us)) vs \(f(k.p50_us)) µs)", k.p50_us / a.p50_us >= goal)
+            } else { add(name, "not measured (needs --compare-keyring --ss-items \(n))", nil) }
+        }
+        do {
+            let name = "Secret Service store ≥ 100× gnome-keyring's at 1000 items (ops/s, 1 client)"
+            if let a = v("ss-store", 1000, 1), let k = find("ss-store", "keyring", items: 1000, clients: 1) {
+                add(name, "\(Self.ratio(a.ops_per_s / k.ops_per_s))× (\(f(a.ops_per_s)) vs \(f(k.ops_per_s))/s)", a.ops_per_s / k.ops_per_s >= 100)
+            } else { add(name, "not measured (needs --compare-keyring and 1000 in --ss-items)", nil) }
         }
         for (c, goal) in [(1, 25000.0), (4, 60000.0)] {
             let name = "≥ \(Int(goal / 1000))k lookups/s with \(c) client\(c > 1 ? "s" : "")"

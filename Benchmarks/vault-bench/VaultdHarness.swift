@@ -27,21 +27,29 @@ final class VaultdInstance {
     let root: String
     let socketPath: String
     let dataDirectory: String
+    /// Flags given to vaultd after its socket and directories (`--secret-service`).
+    let extraArguments: [String]
+    /// Whether vaultd sees this process's session bus (`DBUS_SESSION_BUS_ADDRESS`): only the
+    /// Secret Service workloads' vaultd, on the private bus they run on.
+    let seesSessionBus: Bool
     private(set) var pid: pid_t?
 
-    init(binary: String, root: String, dataDirectory: String) {
+    init(binary: String, root: String, dataDirectory: String, extraArguments: [String] = [], seesSessionBus: Bool = false) {
         self.binary = binary
         self.root = root
         self.socketPath = root + "/run/vaultd.sock"
         self.dataDirectory = dataDirectory
+        self.extraArguments = extraArguments
+        self.seesSessionBus = seesSessionBus
         for d in ["run", "home", "xdg-run"] { mkdir(root + "/" + d, 0o700) }
     }
 
     var environment: [String: String] {
         var env = ProcessInfo.processInfo.environment
-        for k in ["VAULTD_SOCKET", "VAULTD_DATA_DIR", "VAULTD_CACHE_DIR", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES", "DBUS_SESSION_BUS_ADDRESS"] {
+        for k in ["VAULTD_SOCKET", "VAULTD_DATA_DIR", "VAULTD_CACHE_DIR", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES"] {
             env[k] = nil
         }
+        if !seesSessionBus { env["DBUS_SESSION_BUS_ADDRESS"] = nil }
         env["HOME"] = root + "/home"
         env["XDG_RUNTIME_DIR"] = root + "/xdg-run"
         env["XDG_DATA_HOME"] = root + "/home/.local/share"
@@ -56,7 +64,7 @@ final class VaultdInstance {
         precondition(pid == nil)
         let t = now()
         let p = try Spawn.start(
-            binary, ["--socket", socketPath, "--data-dir", dataDirectory, "--cache-dir", root + "/caches"], environment: environment,
+            binary, ["--socket", socketPath, "--data-dir", dataDirectory, "--cache-dir", root + "/caches"] + extraArguments, environment: environment,
             stdout: .file(root + "/vaultd.log"), stderr: .file(root + "/vaultd.log"))
         pid = p
         Children.add(p)

@@ -36,8 +36,11 @@ private let nextCycle = LockedValue(0)
 /// Durable writes as a `Series`: each repetition is one cycle — add new items for
 /// `options.seconds`, update those items for as long, delete every one of them (so the
 /// store is back to `items` afterwards); the warm-up is a cycle of `options.warmup`
-/// seconds. The entries (add, update, delete) hold the medians.
-func writeSeries(system: String, items: Int, clients: Int, options: Options, store: WriteStore, server: pid_t? = nil) -> Series {
+/// seconds. The entries (add, update, delete, or the `names` given) hold the medians.
+func writeSeries(
+    system: String, items: Int, clients: Int, options: Options, store: WriteStore, server: pid_t? = nil,
+    names: [(name: String, note: String)] = WriteNames.durable
+) -> Series {
     final class Taken {
         var runs: [[Run]] = [[], [], []]
         var cpu: [[Double]] = [[], [], []]
@@ -93,14 +96,20 @@ func writeSeries(system: String, items: Int, clients: Int, options: Options, sto
         warmUp: { if options.warmup > 0 { try cycle(timed: false) } },
         repetition: { try cycle(timed: true) },
         entries: {
-            var entries = [
-                summarize("add", system: system, items: items, clients: clients, runs: taken.runs[0], note: "durable add of a new item"),
-                summarize("update", system: system, items: items, clients: clients, runs: taken.runs[1], note: "durable update of an item's secret"),
-                summarize("delete", system: system, items: items, clients: clients, runs: taken.runs[2], note: "durable delete of one item"),
-            ]
+            var entries = (0..<3).map { i in
+                summarize(names[i].name, system: system, items: items, clients: clients, runs: taken.runs[i], note: names[i].note)
+            }
             for i in 0..<3 where !taken.cpu[i].isEmpty { entries[i].server_cpu_us = median(taken.cpu[i]) }
             return entries
         })
+}
+
+/// The entries' names and notes of `writeSeries`'s add, update and delete.
+enum WriteNames {
+    static let durable = [
+        (name: "add", note: "durable add of a new item"), (name: "update", note: "durable update of an item's secret"),
+        (name: "delete", note: "durable delete of one item"),
+    ]
 }
 
 /// Times whole processes (`make` gives the executable and its arguments for each run):
