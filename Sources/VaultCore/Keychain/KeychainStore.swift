@@ -126,16 +126,30 @@ final class KeychainStore {
     /// `item_lookup_attributes` holds them: "lookup\0", the name's length (4 bytes, big
     /// endian), the name, the value; 16 bytes each, under the index key.
     static func lookupAttributeHashes(_ map: ExactDictionary<String>, index: SecureBytes) -> [[UInt8]] {
-        map.map { name, value in
-            var message: [UInt8] = []
-            message.reserveCapacity(11 + name.utf8.count + value.utf8.count)
-            message += "lookup".utf8
-            message.append(0)
-            let n = UInt32(name.utf8.count)
-            message += [UInt8(n >> 24), UInt8(n >> 16 & 0xff), UInt8(n >> 8 & 0xff), UInt8(n & 0xff)]
-            message += name.utf8
-            message += value.utf8
-            return Sodium.keyedHash(message, key: index, length: 16)
+        map.map { name, value in lookupAttributeHash(name, value, index: index) }
+    }
+
+    /// The keyed hash of one lookup attribute, as `lookupAttributeHashes`.
+    static func lookupAttributeHash(_ name: String, _ value: String, index: SecureBytes) -> [UInt8] {
+        var message: [UInt8] = []
+        message.reserveCapacity(11 + name.utf8.count + value.utf8.count)
+        message += "lookup".utf8
+        message.append(0)
+        let n = UInt32(name.utf8.count)
+        message += [UInt8(n >> 24), UInt8(n >> 16 & 0xff), UInt8(n >> 8 & 0xff), UInt8(n & 0xff)]
+        message += name.utf8
+        message += value.utf8
+        return Sodium.keyedHash(message, key: index, length: 16)
+    }
+
+    /// A search's lookup attributes in the order `CandidateSQL` uses them: the first finds the
+    /// rows, each other one is probed for those rows only. libsecret names `xdg:schema` in
+    /// every search and every item of a schema has it, so it goes last: found first, it would
+    /// list every item of the schema on each lookup.
+    static func searchOrder(_ wanted: ExactDictionary<String>) -> [(name: String, value: String)] {
+        wanted.map { (name: $0, value: $1) }.sorted { a, b in
+            let (aSchema, bSchema) = (a.name == "xdg:schema", b.name == "xdg:schema")
+            return aSchema != bSchema ? bSchema : a.name.bytesPrecede(b.name)
         }
     }
 
@@ -287,7 +301,7 @@ final class KeychainStore {
         // once decrypted). With them, the service alone is checked on its column rather than
         // listed from the index: every Secret Service item has the same one.
         if let wanted = q.attributes.lookupAttributes, !wanted.isEmpty {
-            let hashes = Self.lookupAttributeHashes(wanted, index: hashKey)
+            let hashes = Self.searchOrder(wanted).map { Self.lookupAttributeHash($0.name, $0.value, index: hashKey) }
             shape |= hashes.count << CandidateSQL.lookupAttributeCountShift
             args += hashes.map { .blob($0) }
             if q.attributes.account == nil, q.attributes.server == nil, let service = q.attributes.service {
@@ -365,8 +379,13 @@ final class KeychainStore {
             let groups = (shape >> groupCountShift) & groupCountMask
             if groups > 0 { sql += " AND access_group IN (" + Array(repeating: "?", count: groups).joined(separator: ",") + ")" }
             if shape & accessible != 0 { sql += " AND accessible = ?" }
-            for _ in 0..<(shape >> lookupAttributeCountShift) {
-                sql += " AND id IN (SELECT item_id FROM item_lookup_attributes WHERE hash = ?)"
+            // The first lookup attribute lists its rows (the primary key's prefix, hash); each
+            // other is a probe of the primary key (hash, item_id) for one row: the cost follows
+            // the first attribute's rows, not the store's (`searchOrder`).
+            for i in 0..<(shape >> lookupAttributeCountShift) {
+                sql += i == 0
+                    ? " AND id IN (SELECT item_id FROM item_lookup_attributes WHERE hash = ?)"
+                    : " AND EXISTS (SELECT 1 FROM item_lookup_attributes WHERE hash = ? AND item_id = items.id)"
             }
             if shape & oneID != 0 { sql += " AND id = ?" }
             if shape & idList != 0 { sql += " AND id IN (SELECT value FROM json_each(?))" }
