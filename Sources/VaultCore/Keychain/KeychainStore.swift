@@ -126,32 +126,36 @@ final class KeychainStore {
     /// `item_lookup_attributes` holds them: "lookup\0", the name's length (4 bytes, big
     /// endian), the name, the value; 16 bytes each, under the index key.
     static func lookupAttributeHashes(_ map: ExactDictionary<String>, index: SecureBytes) -> [[UInt8]] {
-        map.map { name, value in lookupAttributeHash(name, value, index: index) }
-    }
-
-    /// The keyed hash of one lookup attribute, as `lookupAttributeHashes`.
-    static func lookupAttributeHash(_ name: String, _ value: String, index: SecureBytes) -> [UInt8] {
-        var message: [UInt8] = []
-        message.reserveCapacity(11 + name.utf8.count + value.utf8.count)
-        message += "lookup".utf8
-        message.append(0)
-        let n = UInt32(name.utf8.count)
-        message += [UInt8(n >> 24), UInt8(n >> 16 & 0xff), UInt8(n >> 8 & 0xff), UInt8(n & 0xff)]
-        message += name.utf8
-        message += value.utf8
-        return Sodium.keyedHash(message, key: index, length: 16)
-    }
-
-    /// A search's lookup attributes in the order `CandidateSQL` uses them: the first finds the
-    /// rows, each other one is probed for those rows only. libsecret names `xdg:schema` in
-    /// every search and every item of a schema has it, so it goes last: found first, it would
-    /// list every item of the schema on each lookup.
-    static func searchOrder(_ wanted: ExactDictionary<String>) -> [(name: String, value: String)] {
-        wanted.map { (name: $0, value: $1) }.sorted { a, b in
-            let (aSchema, bSchema) = (a.name == "xdg:schema", b.name == "xdg:schema")
-            return aSchema != bSchema ? bSchema : a.name.bytesPrecede(b.name)
+        map.map { name, value in
+            var message: [UInt8] = []
+            message.reserveCapacity(11 + name.utf8.count + value.utf8.count)
+            message += "lookup".utf8
+            message.append(0)
+            let n = UInt32(name.utf8.count)
+            message += [UInt8(n >> 24), UInt8(n >> 16 & 0xff), UInt8(n >> 8 & 0xff), UInt8(n & 0xff)]
+            message += name.utf8
+            message += value.utf8
+            return Sodium.keyedHash(message, key: index, length: 16)
         }
     }
+
+    /// `hashes` (of a search's lookup attributes) in the order `CandidateSQL` uses them: the
+    /// first lists its rows, each other is probed for those rows only, so the rarest goes
+    /// first. Apps' schemas have pairs most items share (libsecret's `xdg:schema` is on every
+    /// item of a schema): found first, one would list all of them on each lookup. Each pair's
+    /// rows are counted up to `rarityCap` (a walk of the primary key's prefix that stops
+    /// there); equal counts keep their order.
+    static func rarestFirst(_ hashes: [[UInt8]], in db: Database) throws -> [[UInt8]] {
+        guard hashes.count > 1 else { return hashes }
+        let counts = try hashes.map { h in
+            try db.row(
+                "SELECT count(*) FROM (SELECT 1 FROM item_lookup_attributes WHERE hash = ? LIMIT \(rarityCap))", [.blob(h)])?[0].int64 ?? 0
+        }
+        return hashes.indices.sorted { (counts[$0], $0) < (counts[$1], $1) }.map { hashes[$0] }
+    }
+
+    /// How many rows of one lookup pair `rarestFirst` counts at most.
+    static let rarityCap = 64
 
     /// The `lookup_hash` column of an item: its service's hash (a generic password) or its
     /// server's (an internet password), by which `ItemIndex` finds it.
@@ -301,7 +305,7 @@ final class KeychainStore {
         // once decrypted). With them, the service alone is checked on its column rather than
         // listed from the index: every Secret Service item has the same one.
         if let wanted = q.attributes.lookupAttributes, !wanted.isEmpty {
-            let hashes = Self.searchOrder(wanted).map { Self.lookupAttributeHash($0.name, $0.value, index: hashKey) }
+            let hashes = try Self.rarestFirst(Self.lookupAttributeHashes(wanted, index: hashKey), in: db)
             shape |= hashes.count << CandidateSQL.lookupAttributeCountShift
             args += hashes.map { .blob($0) }
             if q.attributes.account == nil, q.attributes.server == nil, let service = q.attributes.service {
@@ -381,7 +385,7 @@ final class KeychainStore {
             if shape & accessible != 0 { sql += " AND accessible = ?" }
             // The first lookup attribute lists its rows (the primary key's prefix, hash); each
             // other is a probe of the primary key (hash, item_id) for one row: the cost follows
-            // the first attribute's rows, not the store's (`searchOrder`).
+            // the first attribute's rows, not the store's (`rarestFirst`).
             for i in 0..<(shape >> lookupAttributeCountShift) {
                 sql += i == 0
                     ? " AND id IN (SELECT item_id FROM item_lookup_attributes WHERE hash = ?)"
