@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 import VaultProtocol
 
 #if canImport(Glibc)
@@ -795,7 +796,7 @@ import Glibc
         return a
     }
 
-    @Test func aSandboxedAppIsIdentifiedByItsFlatpakIDAndKeptToItsOwnGroup() throws {
+    @Test(.tags(.system)) func aSandboxedAppIsIdentifiedByItsFlatpakIDAndKeptToItsOwnGroup() throws {
         let d = try Self.daemon()
         defer { d.close() }
         let a = try Self.appAWithTokenBesideAnOwnerItem(d)
@@ -838,7 +839,7 @@ import Glibc
 
     /// The Flatpak identity comes first: a sandbox running A's very executable at A's own path
     /// is the sandboxed app, not A; and a sandbox cannot take over a registered app's ID.
-    @Test func aSandboxCannotPassForARegisteredApp() throws {
+    @Test(.tags(.system)) func aSandboxCannotPassForARegisteredApp() throws {
         let d = try Self.daemon()
         defer { d.close() }
         let a = try d.placeExample("a")
@@ -875,7 +876,7 @@ import Glibc
     /// another app's access group. It named itself `group.org.example.suite` and read A's
     /// shared item and the suite, or `team.example.shared` and read A's team item. Refused,
     /// also when the group was registered after the sandbox first came.
-    @Test func aSandboxCannotNameItselfAfterAnotherAppsGroup() throws {
+    @Test(.tags(.system)) func aSandboxCannotNameItselfAfterAnotherAppsGroup() throws {
         let d = try Self.daemon()
         defer { d.close() }
         let sandboxedApp = try d.placeExample("sandboxed")
@@ -914,7 +915,7 @@ import Glibc
 
     /// A sandbox whose `/.flatpak-info` names no usable app is neither the owner (admin
     /// surface) nor an app: it is refused.
-    @Test(arguments: ["", "[Application]\n", "[Instance]\nname=org.example.Sandboxed\n", "[Application]\nname=not an app id\n"])
+    @Test(.tags(.system), arguments: ["", "[Application]\n", "[Instance]\nname=org.example.Sandboxed\n", "[Application]\nname=not an app id\n"])
     func aSandboxVaultdCannotIdentifyIsRefused(_ infoText: String) throws {
         let d = try Self.daemon()
         defer { d.close() }
@@ -932,7 +933,7 @@ import Glibc
     /// A bubblewrap sandbox without `/.flatpak-info` (its root is not the host's) can neither
     /// run the host's vaultctl nor be told apart from another app: it is refused, not taken
     /// for the owner.
-    @Test func aSandboxWithoutFlatpakInfoIsRefused() throws {
+    @Test(.tags(.system)) func aSandboxWithoutFlatpakInfoIsRefused() throws {
         let d = try Self.daemon()
         defer { d.close() }
         let a = try Self.appAWithTokenBesideAnOwnerItem(d)
@@ -994,7 +995,7 @@ import Glibc
 
     /// Another file mounted over a registered app's path (in a sandbox that keeps the host's
     /// root) is not that app: vaultd compares the files, not the paths the peer sees.
-    @Test func anotherFileAtARegisteredAppsPathIsNotThatApp() throws {
+    @Test(.tags(.system)) func anotherFileAtARegisteredAppsPathIsNotThatApp() throws {
         let d = try Self.daemon()
         defer { d.close() }
         let a = try d.placeExample("a")

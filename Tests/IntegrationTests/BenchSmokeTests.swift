@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 
 /// vault-bench runs end to end with tiny counts and reports every workload. No
 /// timing is asserted (machines are shared and noisy), only that each number is there.
@@ -52,7 +53,7 @@ import Testing
 
     /// The Secret Service workloads alone, against vaultd and gnome-keyring, each on a private
     /// bus: both systems' rows, and the targets judged from them.
-    @Test func secretServiceWorkloadsRunAgainstVaultdAndTheKeyring() throws {
+    @Test(.tags(.system)) func secretServiceWorkloadsRunAgainstVaultdAndTheKeyring() throws {
         let json = try Self.runBench([
             "--only", "ss", "--compare-keyring", "--ss-items", "20", "--clients", "1", "--write-clients", "1", "--seconds", "0.1",
             "--warmup", "0.02", "--reps", "1",

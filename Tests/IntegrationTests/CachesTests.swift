@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 import VaultClient
 
 #if canImport(Glibc)
@@ -9,7 +10,7 @@ import Glibc
 /// Caches (docs/caches.md), on a real small filesystem: every test runs vaultd in a
 /// mount namespace of its own whose cache volume is a 4 MiB tmpfs (`CacheVolume`); the apps
 /// (copies of vault-example) run in that namespace too.
-@Suite struct CachesTests {
+@Suite(.tags(.system)) struct CachesTests {
     static let appA = "org.example.A"
     static let appB = "org.example.B"
     static let kib: Int64 = 1024

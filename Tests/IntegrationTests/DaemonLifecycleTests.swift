@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 import VaultClient
 import VaultProtocol
 
@@ -15,7 +16,7 @@ import Glibc
     /// (not only "not owned by uid N"). In a mount namespace of its own with a private
     /// /tmp, vaultd running as nobody (a copy of it, made inside: the build may itself be
     /// under the /tmp the tmpfs hides).
-    @Test(.enabled(if: getuid() == 0, "needs root for a mount namespace and to act as nobody (setpriv)"))
+    @Test(.tags(.system), .enabled(if: getuid() == 0, "needs root for a mount namespace and to act as nobody (setpriv)"))
     func aSquattedDefaultSocketDirectoryIsRefusedWithTheWayOut() throws {
         let script = """
             set -e
@@ -551,7 +552,7 @@ import Glibc
     /// HOME unset for a uid without a passwd entry (a container's arbitrary uid): vaultd
     /// crashed (a nil passwd entry unwrapped) even with every path given on the command line.
     /// It must serve when the paths are given, and otherwise say which one it lacks.
-    @Test(.enabled(if: getuid() == 0, "needs root to run as a uid without a passwd entry (setpriv)"))
+    @Test(.tags(.system), .enabled(if: getuid() == 0, "needs root to run as a uid without a passwd entry (setpriv)"))
     func vaultdWithoutAHomeServesWhenThePathsAreGivenAndSaysWhatIsMissingOtherwise() throws {
         let uid = 54321
         try #require(getpwuid(uid_t(uid)) == nil, "uid \(uid) has a passwd entry here")

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 
 #if canImport(Glibc)
 import Glibc
@@ -10,7 +11,7 @@ import Glibc
 /// whether an acknowledged write reached the disk (the page cache survives it), so this
 /// watches vaultd with a real `strace`: every durable write's reply must be sent after an
 /// fdatasync of the WAL that began after its request arrived and ended before the reply.
-@Suite struct DurableAcknowledgementTests {
+@Suite(.tags(.system)) struct DurableAcknowledgementTests {
     static let strace = ["/usr/bin/strace", "/bin/strace"].first { FileManager.default.isExecutableFile(atPath: $0) }
 
     /// One write seen in the trace: the line its request was read on and its reply sent on.

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 import VaultProtocol
 
 #if canImport(Glibc)
@@ -19,7 +20,7 @@ import Glibc
     /// A sandbox with a self-written `/.flatpak-info` naming an auto-registered Flatpak app
     /// (with no host record, or pointing at another app's instance), or naming a group the
     /// owner keeps items in, reads none of their items.
-    @Test func aSelfWrittenFlatpakInfoGetsNoneOfTheItemsOfTheAppOrGroupItNames() throws {
+    @Test(.tags(.system)) func aSelfWrittenFlatpakInfoGetsNoneOfTheItemsOfTheAppOrGroupItNames() throws {
         let d = try Self.daemon()
         defer { d.close() }
         let app = try d.placeExample("sandboxed")
@@ -81,7 +82,7 @@ import Glibc
     /// `/.flatpak-info` a FIFO, /dev/zero, a symlink to a host file, a 3 GiB sparse file: each
     /// connection refused within 1 s, vaultd's RSS grows by under 16 MiB, another client is
     /// served throughout.
-    @Test func aFlatpakInfoThatIsNoRegularFileIsRefusedAtOnce() throws {
+    @Test(.tags(.system)) func aFlatpakInfoThatIsNoRegularFileIsRefusedAtOnce() throws {
         let d = try Self.daemon()
         defer { d.close() }
         let pid = try #require(d.pid)
@@ -148,7 +149,7 @@ import Glibc
     /// the host check) registers at most MaximumAutoRegisteredApps apps; the rest are
     /// refused, and the log stays bounded (rate-limited, with a count of what it left out);
     /// a name made to forge log lines is escaped.
-    @Test func registrationsOnFirstContactAndTheirRefusalsAreBounded() throws {
+    @Test(.tags(.system)) func registrationsOnFirstContactAndTheirRefusalsAreBounded() throws {
         let d = try Self.daemon(config: ["MaximumAutoRegisteredApps": 5])
         defer { d.close() }
         let app = try d.placeExample("renamer")

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 import VaultClient
 import VaultProtocol
 
@@ -8,7 +9,7 @@ import Glibc
 #endif
 
 /// The desktop keyring (a real gnome-keyring-daemon on a private bus) and vaultd.
-@Suite struct KeyringTests {
+@Suite(.tags(.system)) struct KeyringTests {
     static let passphrase = "correct horse"
     static var passphraseFD: [Int32: Data] { [3: Data((passphrase + "\n").utf8)] }
 

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 
 #if canImport(Glibc)
 import Glibc
@@ -175,7 +176,7 @@ final class PamLogin: @unchecked Sendable {
 private let pamWritable = getuid() == 0 && access("/etc/pam.d", W_OK) == 0
 
 /// One test at a time: useradd and userdel lock /etc/passwd and fail when another holds it.
-@Suite("PamUnlock", .serialized, .enabled(if: pamWritable, "needs root and a writable /etc/pam.d (a service file and a test user are added, then removed)"))
+@Suite("PamUnlock", .serialized, .tags(.system), .enabled(if: pamWritable, "needs root and a writable /etc/pam.d (a service file and a test user are added, then removed)"))
 struct PamUnlockTests {
     static let password = "login pass, with spaces"
 

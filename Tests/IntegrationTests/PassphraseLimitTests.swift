@@ -13,7 +13,7 @@ import Glibc
 /// passphrase afterwards waits its turn. The waits are scaled down a thousandfold
 /// (`VAULTD_UNLOCK_DELAY_TEST_SCALE`, for tests only): 1 ms doubling after three failures, at
 /// most 0.9 s; the real schedule is PassphraseTests'.
-@Suite struct PassphraseLimitTests {
+@Suite(.tags(.system)) struct PassphraseLimitTests {
     static let scale = 0.001
     static let rateLimited = "io.vaultd.Vault.RateLimited"
     static let authFailed = "io.vaultd.Vault.AuthFailed"

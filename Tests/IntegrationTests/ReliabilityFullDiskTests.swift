@@ -12,7 +12,7 @@ import Glibc
 /// that do not fit fail with io.vaultd.Vault.StorageFull and leave nothing behind; what was
 /// stored before stays intact, also across a SIGKILL and a restart on the full disk; once
 /// space is freed, writes work again without a restart.
-@Suite struct ReliabilityFullDiskTests {
+@Suite(.tags(.system)) struct ReliabilityFullDiskTests {
     static let available: Bool = {
         guard getuid() == 0 else { return false }
         let r = try? ChildProcess.run("unshare", ["-m", "true"], environment: ProcessInfo.processInfo.environment, timeout: 10)

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 import VaultProtocol
 
 #if canImport(Glibc)
@@ -45,7 +46,7 @@ import Glibc
         print("received", len(data), "bytes:", data[:200])
         """
 
-    @Test(.enabled(if: getuid() == 0, "needs root to act as another user (setpriv)"))
+    @Test(.tags(.system), .enabled(if: getuid() == 0, "needs root to act as another user (setpriv)"))
     func peerOfAnotherUserIsRefused() throws {
         let d = try Daemon()
         defer { d.close() }
@@ -176,7 +177,7 @@ import Glibc
     /// another uid, but the clients trusted whatever answered: `vaultctl item add` sent it
     /// the secret, `git-credential-vault store` the password. A client must check the
     /// server's uid (SO_PEERCRED) before it sends anything, and say why it stops.
-    @Test(.enabled(if: getuid() == 0, "needs root to act as another user (setpriv)"))
+    @Test(.tags(.system), .enabled(if: getuid() == 0, "needs root to act as another user (setpriv)"))
     func aServerOfAnotherUserIsNotSentAnything() throws {
         let root = try TemporaryDirectory.make(prefix: "vaultd-impostor")
         defer { TemporaryDirectory.remove(root) }

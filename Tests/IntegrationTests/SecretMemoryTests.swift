@@ -81,7 +81,7 @@ import Glibc
         label + "-" + (0..<24).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
     }
 
-    @Test(.enabled(if: getuid() == 0, "needs root to read a non-dumpable process's memory"), .timeLimit(.minutes(3)))
+    @Test(.tags(.system), .enabled(if: getuid() == 0, "needs root to read a non-dumpable process's memory"), .timeLimit(.minutes(3)))
     func afterLockNoPassphraseNorSecretIsInVaultdsMemory() throws {
         let d = try Daemon()
         defer { d.close() }

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 import VaultCore
 
 #if canImport(Glibc)
@@ -9,7 +10,7 @@ import Glibc
 /// vaultd as the desktop's Secret Service, on a private bus with no other provider, through
 /// unchanged clients: libsecret's `secret-tool` (copied to act as two registered apps),
 /// python's `keyring`, and GDBus's own introspection.
-@Suite struct SecretServiceTests {
+@Suite(.tags(.system)) struct SecretServiceTests {
     static let passphrase = "correct horse"
     static var passphraseFD: [Int32: Data] { [3: Data((passphrase + "\n").utf8)] }
 

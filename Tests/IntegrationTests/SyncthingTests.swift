@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 
 #if canImport(Glibc)
 import Glibc
@@ -119,7 +120,7 @@ final class SyncthingPair: @unchecked Sendable {
 }
 
 /// Two vaultds whose sync folders two real Syncthing instances replicate on loopback.
-@Suite(.serialized) struct SyncthingTests {
+@Suite(.serialized, .tags(.system)) struct SyncthingTests {
     static let timeout = 60.0
 
     /// Seconds `condition` took to hold (nil: not within `timeout`).
