@@ -60,8 +60,10 @@ do {
 _ = vault_set_nondumpable()
 CrashOutput.keepSecretsOut()
 signal(SIGPIPE, SIG_IGN)
-// SIGHUP reloads config.plist (below); until then, and never, does it end vaultd uncleanly.
+// SIGHUP reloads config.plist and SIGUSR1 runs the periodic tasks (below); until then, and
+// never, does either end vaultd uncleanly.
 signal(SIGHUP, SIG_IGN)
+signal(SIGUSR1, SIG_IGN)
 
 let activated = Listener.fromActivation(environment: environment)
 // A daemon already serving the socket is the likelier reason for a store in use, and says so.
@@ -140,7 +142,8 @@ KeyringUnlock.atStart(vault)
 // Uninstall detection: registered executables that vanish (for the grace period) or come
 // back, at start and every second.
 vault.scanExecutables()
-let scanTimer = DispatchSource.makeTimerSource(queue: DispatchQueue(label: "vaultd.apps-scan"))
+let scanQueue = DispatchQueue(label: "vaultd.apps-scan")
+let scanTimer = DispatchSource.makeTimerSource(queue: scanQueue)
 scanTimer.schedule(deadline: .now() + 1, repeating: 1)
 scanTimer.setEventHandler { vault.scanExecutables() }
 scanTimer.resume()
@@ -155,7 +158,7 @@ cacheTimer.resume()
 // Idle auto-lock (off unless AutoLockSeconds is set; checked each second, so a reload can turn it on).
 let autoLockTimer = DispatchSource.makeTimerSource(queue: maintenance)
 autoLockTimer.schedule(deadline: .now() + 1, repeating: 1)
-autoLockTimer.setEventHandler {
+func checkIdleLock() {
     let seconds = settings.autoLockSeconds
     if seconds > 0, idle.secondsSinceLastCall() >= seconds, vault.isUnlockedWithPassphrase {
         // The owner's setting, carried out on the owner's behalf.
@@ -163,7 +166,25 @@ autoLockTimer.setEventHandler {
         log("locked after \(Int(seconds)) s without a call")
     }
 }
+autoLockTimer.setEventHandler { checkIdleLock() }
 autoLockTimer.resume()
+
+/// SIGUSR1 (`systemctl --user kill -s USR1 vaultd`): runs each periodic task once, now, on the
+/// queue its timer runs on (the executable scan, then the cache policy and the idle-lock
+/// check), and logs `periodic tasks ran (N)` when all are done, N counting from 1. For an
+/// owner who wants a purge now, and the tick tests wait for instead of sleeping through the
+/// timers. The signal needs the owner's uid (or root), and signals coalesce, so a burst runs
+/// the tasks once or twice, never a backlog.
+let periodicPasses = Atomic<Int>(0)
+let tickSource = DispatchSource.makeSignalSource(signal: SIGUSR1, queue: maintenance)
+tickSource.setEventHandler {
+    scanQueue.sync { vault.scanExecutables() }
+    _ = vault.enforceCachePolicy(settings.cachePolicy, running: server.runningApps)
+    checkIdleLock()
+    let n = periodicPasses.add(1, ordering: .relaxed).newValue
+    log("SIGUSR1: periodic tasks ran (\(n))")
+}
+tickSource.resume()
 
 /// SIGHUP (`systemctl --user reload vaultd`): reads config.plist again. A file that does not
 /// load leaves the settings in force, and says so.

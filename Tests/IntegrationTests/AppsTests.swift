@@ -498,7 +498,7 @@ import Glibc
         try FileManager.default.createSymbolicLink(atPath: current + ".new", withDestinationPath: "notes-1.1")
         try #require(rename(current + ".new", current) == 0)
         try FileManager.default.removeItem(atPath: (v1 as NSString).deletingLastPathComponent)
-        usleep(3_000_000)  // three of vaultd's scans
+        for _ in 0..<3 { try d.tick() }  // three of vaultd's scans
 
         let shown = d.appShow(Self.appA)
         #expect(shown?["installed"] as? Bool == true && shown?["generation"] as? String == first.generation, "\(shown ?? [:])")

@@ -120,7 +120,7 @@ import Glibc
             try #require(w.status == 0, "\(w)")
         }
         Self.touch(v, cacheB, (1...4).map { ("b\($0)", "2020-01-01 00:0\($0):00") })
-        usleep(600_000)
+        try v.tick()  // a check of the policy, after the writes
         let before = try v.usage()
         #expect(before.files(Self.appA) == 6 && before.files(Self.appB) == 4, "\(before)")
         #expect(before.freeBytes >= Self.mib, "nothing should be purged above low-water: \(before)")
@@ -132,7 +132,7 @@ import Glibc
         try #require(crossing.status == 0, "\(crossing)")
         let purged = eventually(timeout: 10) { observer.freed(Self.appA) > 0 }
         #expect(purged, "no purge event; log:\n\(v.log)")
-        usleep(300_000)
+        try v.tick()  // one more check: it must purge nothing more
 
         let after = try v.usage()
         #expect(after.freeBytes >= 2 * Self.mib, "freed to the high-water mark: \(after)")
@@ -196,7 +196,7 @@ import Glibc
         // under the low-water mark.
         try #require(v.sh("head -c \(524288 - Self.tagPage) /dev/zero > \"$1/filler\"", v.outside).status == 0)
         #expect(eventually(timeout: 10) { observer.freed(Self.appA) > 0 }, "no purge; log:\n\(v.log)")
-        usleep(600_000)
+        try v.tick()  // one more check: it must purge nothing more
         let after = try v.usage()
         #expect(v.sh("ls \"$1\"", cacheA).stdoutText == "a6\na7\n", "A's five oldest go: \(after)")
         #expect(v.sh("ls \"$1\"", cacheB).stdoutText == "mapped.bin\nopen.bin\n", "B's files in use stay: \(after)")
@@ -276,7 +276,7 @@ import Glibc
         let written = Int(fill.stdoutText.split(separator: " ")[0])!
         let freeInodes = { Int(v.sh("stat -f -c %d \"$1\"", v.volume).stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)) ?? -1 }
         #expect(eventually(timeout: 10) { freeInodes() >= 20 }, "free inodes \(freeInodes()); log:\n\(v.log)")
-        usleep(600_000)
+        try v.tick()  // one more check: it must purge nothing more
         #expect(freeInodes() == 20, "only to the high-water mark")
         let leftA = v.sh("ls \"$1\"", cacheA).stdoutText.split(separator: "\n")
         #expect(leftA.count == 80 && leftA.first == "a020", "A's twenty oldest go: \(leftA.prefix(3))")
@@ -697,7 +697,7 @@ import Glibc
         let dir = try #require(v.cachePath(of: a))
         let setup = v.sh("mkdir \"$1/sub\" && touch \"$1/sub/f\" && touch -a -d '2020-01-01' \"$1/sub\"", dir)
         try #require(setup.status == 0, "\(setup)")
-        usleep(1_500_000)  // seven checks
+        for _ in 0..<7 { try v.tick() }  // seven checks
         let atime = v.sh("stat -c %X \"$1/sub\"", dir).stdoutText
         #expect(atime == "\(1_577_836_800)\n", "a check read the cache: atime \(atime)")
         #expect(v.ctl(["status"]).status == 0)

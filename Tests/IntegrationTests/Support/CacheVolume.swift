@@ -57,6 +57,9 @@ final class CacheVolume: @unchecked Sendable {
 
     var log: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
 
+    /// Runs vaultd's periodic tasks once and waits until they ran (`Daemon.tick`).
+    func tick() throws { try Daemon.tick(pid, log: { log }) }
+
     private func start(options: String) throws {
         // unshare execs sh, which execs vaultd: the pid we get is vaultd's.
         let script = """

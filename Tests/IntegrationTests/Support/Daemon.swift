@@ -151,6 +151,25 @@ final class Daemon: @unchecked Sendable {
         return r["error"] == nil && r["parameters"] != nil
     }
 
+    /// Runs vaultd's periodic tasks once (SIGUSR1: the executable scan, the cache policy, the
+    /// idle-lock check) and waits until its log says they ran: a test waits for this event,
+    /// not for the timers. Throws when vaultd does not report within `timeout` seconds.
+    func tick(timeout: Double = 20) throws {
+        try Daemon.tick(pid, log: { log }, timeout: timeout)
+    }
+
+    static func tick(_ pid: pid_t?, log: () -> String, timeout: Double = 20) throws {
+        guard let pid else { throw HarnessError("vaultd is not running") }
+        let mark = "SIGUSR1: periodic tasks ran ("
+        let before = log().components(separatedBy: mark).count
+        Glibc.kill(pid, SIGUSR1)
+        let deadline = Date().addingTimeInterval(timeout)
+        while log().components(separatedBy: mark).count == before {
+            if Date() > deadline { throw HarnessError("vaultd did not run its periodic tasks within \(timeout) s; log:\n\(log())") }
+            usleep(5_000)
+        }
+    }
+
     /// SIGTERM, then waits for the exit. Returns the exit status (nil when it did not exit
     /// within `timeout`; it is then SIGKILLed).
     @discardableResult
