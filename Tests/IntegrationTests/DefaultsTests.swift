@@ -345,6 +345,10 @@ import VaultProtocol
         #expect(d.ctl(["defaults", "write", Self.domain, Self.nfc, "-string", "a"]).status == 0)
         #expect(d.ctl(["defaults", "write", Self.domain, Self.nfd, "-string", "b"]).status == 0)
         #expect(d.ctl(["defaults", "write", Self.domain, "nested", "-dict", Self.nfc, "x", Self.nfd, "y"]).status == 0)
+        // Old-style text, as `defaults write D K '{…}'` takes it, keeps both too.
+        #expect(d.ctl(["defaults", "write", Self.domain, "text", "{ \"\(Self.nfc)\" = x; \"\(Self.nfd)\" = y; }"]).status == 0)
+        #expect(d.ctl(["defaults", "read", Self.domain, "text"]).stdoutText == "{\n    \"cafe\\U0301\" = y;\n    \"caf\\U00e9\" = x;\n}\n")
+        #expect(d.ctl(["defaults", "delete", Self.domain, "text"]).status == 0)
         #expect(d.ctl(["defaults", "read", Self.domain, Self.nfc]).stdoutText == "a\n")
         #expect(d.ctl(["defaults", "read", Self.domain, Self.nfd]).stdoutText == "b\n")
         let all = d.ctl(["defaults", "read", Self.domain])

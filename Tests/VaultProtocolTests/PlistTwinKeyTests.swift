@@ -27,11 +27,32 @@ struct PlistTwinKeyTests {
 
     /// `defaults write D K '{…}'`, `-dict` values, `-key value` arguments (parseText).
     @Test func openStepTextKeepsBothKeys() {
-        withKnownIssue("old-style (OpenStep) text is parsed by Foundation, which merges keys that differ only in Unicode normalisation") {
-            let v = PropertyListCodec.parseText("{ \"\(Self.nfc)\" = 1; \"\(Self.nfd)\" = 2; }")
-            guard case .dict(let d) = v else { Issue.record("\(v)"); return }
-            #expect(d.count == 2, "\(d)")
+        let v = PropertyListCodec.parseText("{ \"\(Self.nfc)\" = 1; \"\(Self.nfd)\" = (\"\(Self.nfd)\", \"\(Self.nfc)\"); }")
+        guard case .dict(let d) = v else { Issue.record("\(v)"); return }
+        #expect(d.count == 2, "\(d)")
+        #expect(d[Self.nfc] == .string("1"), "\(d)")
+        guard case .array(let a)? = d[Self.nfd], a.count == 2, case .string(let first) = a[0], case .string(let second) = a[1] else {
+            Issue.record("\(d)")
+            return
         }
+        #expect(Array(first.utf8) == Array(Self.nfd.utf8) && Array(second.utf8) == Array(Self.nfc.utf8), "every string keeps its bytes")
+    }
+
+    /// The same through `\U` escapes, in either quote: an escape names the scalar it names, a
+    /// surrogate pair of escapes one scalar, and an escaped backslash stays text.
+    @Test func openStepEscapesKeepTwinsApartAndStringsExact() {
+        let v = PropertyListCodec.parseText(#"{ "caf\U00e9" = a; 'cafe\U0301' = b; "\\U00e9" = c; e = "\UD83D\UDE00"; k = "\U00e9\"x"; }"#)
+        guard case .dict(let d) = v else { Issue.record("\(v)"); return }
+        #expect(d.count == 5, "\(d)")
+        #expect(d[Self.nfc] == .string("a") && d[Self.nfd] == .string("b"), "\(d)")
+        #expect(d[#"\U00e9"#] == .string("c"), "\(d)")
+        #expect(d["e"] == .string("\u{1F600}"), "\(d)")
+        #expect(d["k"] == .string("\u{E9}\"x"), "\(d)")
+        // Private-use scalars of the text itself come back as they were.
+        let pua = "\u{F0001}\u{F1001}\u{F0000}"
+        #expect(PropertyListCodec.parseText("(\"\(pua)\", \"\(Self.nfd)\")") == .array([.string(pua), .string(Self.nfd)]))
+        // What does not parse is still the plain string, unchanged.
+        #expect(PropertyListCodec.parseText("{ \(Self.nfd) = ") == .string("{ \(Self.nfd) = "))
     }
 
     @Test func xmlKeyInCDATA() {

@@ -150,15 +150,117 @@ public enum PropertyListCodec {
     /// Parses a value written as old-style (OpenStep) property-list text, as `defaults write`
     /// and `-key value` arguments take it: `(a, b)`, `{k = v;}`, `<68656c6c6f>`, `"text"`.
     /// Anything else, or anything that does not parse, is the plain string.
+    ///
+    /// Foundation parses the text into `[String: Any]`, whose keys compare by Swift's `==`
+    /// (canonical equivalence), so `"caf\u{E9}"` and `"cafe\u{301}"` would become one key, as
+    /// they never do in a `PlistDictionary` (nor in CFPropertyList, which compares UTF-16 code
+    /// units). So the text goes through Foundation with every non-ASCII scalar carried as two
+    /// supplementary private-use scalars (`OpaqueScalars`), which no normalisation relates,
+    /// and each string of the result is turned back: twins stay two keys, and every string
+    /// keeps its bytes.
     public static func parseText(_ text: String) -> PlistValue {
         var format = PropertyListSerialization.PropertyListFormat.openStep
         if let first = text.first, "({<\"".contains(first),
-            let o = try? PropertyListSerialization.propertyList(from: Data(text.utf8), options: [], format: &format),
+            let o = try? PropertyListSerialization.propertyList(from: Data(OpaqueScalars.hide(text).utf8), options: [], format: &format),
             let v = try? value(from: o)
         {
-            return v
+            return OpaqueScalars.reveal(v)
         }
         return .string(text)
+    }
+
+    /// Non-ASCII scalars carried through Foundation's old-style parser as pairs of private-use
+    /// scalars: a scalar `v` (at most 0x10FFFF, 21 bits) becomes U+F0000 + `v >> 10` (at most
+    /// U+F043F) and U+F1000 + `v & 0x3FF` (at most U+F13FF), both in Supplementary
+    /// Private Use Area-A, which has no decompositions and no combining classes. Every
+    /// non-ASCII scalar of the text is carried this way, private-use ones included, so the
+    /// pairs read back unambiguously.
+    enum OpaqueScalars {
+        static let high: UInt32 = 0xF0000, low: UInt32 = 0xF1000
+
+        static func hide(_ v: UInt32, into out: inout String.UnicodeScalarView) {
+            out.append(Unicode.Scalar(high + (v >> 10))!)
+            out.append(Unicode.Scalar(low + (v & 0x3FF))!)
+        }
+
+        /// The text with each non-ASCII scalar, and each `\U` escape of a quoted string that
+        /// names one (CFPropertyList's `\U` and one to four hex digits), as a pair; every
+        /// other escape is left for Foundation, so `\\U00E9` stays a backslash and text.
+        static func hide(_ text: String) -> String {
+            var out = String.UnicodeScalarView()
+            let scalars = Array(text.unicodeScalars)
+            var quote: Unicode.Scalar?
+            var i = 0
+            while i < scalars.count {
+                let c = scalars[i]
+                if quote != nil, c == "\\", i + 1 < scalars.count {
+                    var j = i + 2, v: UInt32 = 0
+                    if scalars[i + 1] == "U" {
+                        while j < scalars.count, j < i + 6, let d = hexValue(scalars[j]) {
+                            v = v << 4 | d
+                            j += 1
+                        }
+                    }
+                    // A surrogate's escape is Foundation's to pair with the next one.
+                    if j > i + 2, v >= 0x80, Unicode.Scalar(v) != nil {
+                        hide(v, into: &out)
+                        i = j
+                    } else {
+                        out.append(c)
+                        let escaped = scalars[i + 1]
+                        if escaped.isASCII { out.append(escaped) } else { hide(escaped.value, into: &out) }
+                        i += 2
+                    }
+                    continue
+                }
+                if c == "\"" || c == "'" {
+                    if quote == nil { quote = c } else if quote == c { quote = nil }
+                }
+                if c.isASCII { out.append(c) } else { hide(c.value, into: &out) }
+                i += 1
+            }
+            return String(out)
+        }
+
+        static func hexValue(_ c: Unicode.Scalar) -> UInt32? {
+            switch c.value {
+            case 0x30...0x39: c.value - 0x30
+            case 0x41...0x46: c.value - 0x41 + 10
+            case 0x61...0x66: c.value - 0x61 + 10
+            default: nil
+            }
+        }
+
+        static func reveal(_ s: String) -> String {
+            guard s.unicodeScalars.contains(where: { !$0.isASCII }) else { return s }
+            var out = String.UnicodeScalarView()
+            var pending: Unicode.Scalar?
+            for c in s.unicodeScalars {
+                if let h = pending {
+                    pending = nil
+                    if (low...(low + 0x3FF)).contains(c.value), let r = Unicode.Scalar(((h.value - high) << 10) | (c.value - low)) {
+                        out.append(r)
+                        continue
+                    }
+                    out.append(h)  // not a pair: cannot come from `hide`, kept as it came
+                }
+                if (high...(high + 0x43F)).contains(c.value) { pending = c } else { out.append(c) }
+            }
+            if let h = pending { out.append(h) }
+            return String(out)
+        }
+
+        static func reveal(_ v: PlistValue) -> PlistValue {
+            switch v {
+            case .string(let s): return .string(reveal(s))
+            case .array(let a): return .array(a.map(reveal))
+            case .dict(let d):
+                var out = PlistDictionary(minimumCapacity: d.count)
+                for (k, value) in d { out[reveal(k)] = reveal(value) }
+                return .dict(out)
+            default: return v
+            }
+        }
     }
 
     /// Refuses a binary plist whose tree, every reference followed, would pass
