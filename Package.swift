@@ -25,7 +25,7 @@ let package = Package(
         .target(name: "CVaultSys"),
 
         // CSodium for sodium_memzero: message buffers that carried secrets are wiped.
-        .target(name: "VaultProtocol", dependencies: ["CSodium"]),
+        .target(name: "VaultProtocol", dependencies: ["CSodium", "CVaultSys"], swiftSettings: [.swiftLanguageMode(.v6)]),
         .target(name: "VaultCore", dependencies: ["VaultProtocol", "CSodium", "CSQLite", "CVaultSys"]),
         // The desktop keyring (Secret Service) through libsecret: for vaultctl and vaultd.
         .target(name: "DesktopKeyring", dependencies: ["CSecret", "VaultProtocol"]),
