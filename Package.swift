@@ -25,7 +25,7 @@ let package = Package(
         .target(name: "CVaultSys"),
 
         // CSodium for sodium_memzero: message buffers that carried secrets are wiped.
-        .target(name: "VaultProtocol", dependencies: ["CSodium", "CVaultSys"], swiftSettings: [.swiftLanguageMode(.v6)]),
+        .target(name: "VaultProtocol", dependencies: ["CSodium", "CVaultSys"]),
         .target(name: "VaultCore", dependencies: ["VaultProtocol", "CSodium", "CSQLite", "CVaultSys"]),
         // The desktop keyring (Secret Service) through libsecret: for vaultctl and vaultd.
         .target(name: "DesktopKeyring", dependencies: ["CSecret", "VaultProtocol"]),
@@ -62,5 +62,7 @@ let package = Package(
             dependencies: ["VaultClient", "VaultProtocol", "VaultCore", "TestSupport"]
         ),
     ],
-    swiftLanguageModes: [.v5]
+    // Complete concurrency checking: each `@unchecked Sendable` says which lock or queue
+    // makes it safe.
+    swiftLanguageModes: [.v6]
 )

@@ -22,7 +22,11 @@ enum BenchItem {
 
 /// One vaultd of the bench: its own temporary directory (socket, HOME, XDG dirs) and a data
 /// directory it may be pointed at.
-final class VaultdInstance {
+///
+/// `@unchecked Sendable`: everything but `pid` is set at init and never changes; `pid`
+/// changes only in `start` and `stop`, which the bench's main thread calls while no client
+/// thread is running.
+final class VaultdInstance: @unchecked Sendable {
     let binary: String
     let root: String
     let socketPath: String

@@ -9,6 +9,8 @@ import VaultProtocol
 /// Search list, first match wins: the argument domain (`-key value` in the process
 /// arguments, value as old-style plist text), the app's domain (or the suite), the global
 /// domain (`NSGlobalDomain`), the registration domain (`register(defaults:)`, never stored).
+///
+/// `@unchecked Sendable`: the domains it caches are read and written under `lock`.
 public final class Defaults: @unchecked Sendable {
     /// The handle writes go through.
     public let vault: Vault

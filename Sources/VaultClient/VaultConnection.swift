@@ -17,6 +17,9 @@ private let callsAwaitingReplies = Atomic<Int>(0)
 /// restarted cfprefsd or securityd recovers: only a call whose request could not be sent is
 /// sent again (vaultd never saw it whole), never one that was sent and got no reply (that
 /// one throws ConnectionFailed: it may or may not have been done).
+///
+/// `@unchecked Sendable`: a call runs under `lock`; `stream` is replaced under `lock` and
+/// `streamLock` and closed under `streamLock`; `closed` is atomic.
 public final class VaultConnection: @unchecked Sendable {
     /// The current connection; replaced (under `lock` and `streamLock`) when a call finds
     /// that vaultd closed it.

@@ -41,7 +41,11 @@ struct FileID: Equatable {
 /// before still open (not close-on-exec) and have what it sent before the exec answered as
 /// that app. That is the owner's power (such a process may as well run vaultctl), so it is
 /// out of scope; a sandbox cannot do it to a host app.
-final class PeerCredentials {
+///
+/// `@unchecked Sendable` without a lock: the accept loop makes it and hands it to the
+/// connection's thread before that thread starts, and from then on only that thread reads or
+/// writes its `var`s.
+final class PeerCredentials: @unchecked Sendable {
     let pid: pid_t
     let uid: uid_t
     let gid: gid_t

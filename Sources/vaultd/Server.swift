@@ -806,6 +806,9 @@ final class Server: @unchecked Sendable {
 /// Turns engine events into one stream's replies. Events that arrive before the
 /// subscription is ready are held and replayed, so none falls between observing and the
 /// snapshot the stream starts with.
+///
+/// `@unchecked Sendable`: `reply` and `held` are read and written under `lock`; `queue` is
+/// an `EventQueue`, safe on its own.
 final class StreamRelay: @unchecked Sendable {
     let queue: EventQueue
     private let lock = NSLock()
@@ -836,6 +839,9 @@ final class StreamRelay: @unchecked Sendable {
 }
 
 /// Replies waiting to be streamed to one observer, serialized.
+///
+/// `@unchecked Sendable`: its items, byte count and state are read and written under
+/// `condition`.
 final class EventQueue: @unchecked Sendable {
     private let condition = NSCondition()
     private var items: [[UInt8]] = []

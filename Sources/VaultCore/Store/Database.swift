@@ -28,6 +28,8 @@ public final class Database {
     /// Set by a rollback of the open transaction or of a savepoint in it (`execute` of
     /// ROLLBACK, or SQLite's own on a full disk: the rollback hook); cleared as it ends.
     private let rollbackSeen = RollbackSeen()
+    /// `@unchecked Sendable`: set by the rollback hook, which SQLite runs on the thread using
+    /// the connection, and read by that thread; one thread uses a connection at a time.
     private final class RollbackSeen: @unchecked Sendable { var value = false }
 
     /// SQLite's `unix-excl` VFS: vaultd is the store's only user. It holds a lock on the file
@@ -260,6 +262,7 @@ public final class Database {
     }
 
     /// `failNextCommit`'s flag (the commit hook's context, alive as long as the connection).
+    /// `@unchecked Sendable`: as `RollbackSeen`, touched only by the thread using the connection.
     private final class CommitVeto: @unchecked Sendable { var armed = false }
     private let commitVeto = CommitVeto()
 
@@ -428,6 +431,7 @@ public final class Database {
 /// closes this descriptor with its connections. Nothing stats the file per sync: on a kernel
 /// with multigrain timestamps, a stat makes the next write take a fine-grained mtime, which
 /// dirties the inode, and ext4 then writes the inode synchronously in every fdatasync.
+/// `@unchecked Sendable`: `fd`, `closed` and `syncing` are read and written under `state`.
 final class WALSync: @unchecked Sendable {
     private let path: String
     private let state = NSCondition()
