@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Makes one stored-schema fixture (Tests/Fixtures/stores/<schema>/) with a given vaultd.
 
-    make-fixture.py --vaultd PATH/TO/vaultd --commit SHA --out Tests/Fixtures/stores/NAME
+    make-fixture.py --vaultd PATH/TO/vaultd --commit SHA --out Tests/Fixtures/stores/NN-MIGRATION [--migration MIGRATION]
 
 Starts that vaultd on a fresh data directory, initialises it with the test passphrase,
 fills it through the socket with what the version's interfaces offer (it reads them with
@@ -176,6 +176,7 @@ def main():
     ap.add_argument("--vaultd", required=True)
     ap.add_argument("--commit", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--migration", help="the migration this schema version added (default: the last applied)")
     args = ap.parse_args()
 
     root = tempfile.mkdtemp(prefix="vaultd-fixture-")
@@ -285,7 +286,8 @@ def main():
     busy, log_frames, done = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
     assert busy == 0 and log_frames == done, (busy, log_frames, done)
     manifest["migrations"] = [r[0] for r in db.execute("SELECT name FROM schema_migrations ORDER BY rowid")]
-    manifest["migration"] = manifest["migrations"][-1]
+    manifest["migration"] = args.migration or manifest["migrations"][-1]
+    assert manifest["migration"] in manifest["migrations"], manifest["migrations"]
     manifest["journalMode"] = mode
     db.close()
 
