@@ -13,6 +13,8 @@ import Glibc
 /// them; the store then holds today's every migration, in order.
 @Suite struct StoredSchemaTests {
     static let stores = Paths.fixtures.appendingPathComponent("stores")
+    /// The fixtures' app that added items and preferences itself (make-fixture.py's perl client).
+    static let writingApp = "com.example.fixture.perl"
 
     /// The fixture directories (each has a manifest.json), oldest schema first: NN-MIGRATION,
     /// the number of migrations of its schema and the one that version added.
@@ -159,6 +161,19 @@ import Glibc
         let stored = try #require(m["migrations"] as? [String])
         #expect(Array(applied.prefix(stored.count)) == stored, "\(name): applied \(applied)")
         #expect(try db.row("PRAGMA integrity_check")?[0].text == "ok")
+        // The items an app added keep their install generation, and each app's quota counts
+        // exactly the bytes of its items (the usage migration's sum, then its triggers).
+        if apps.contains(where: { $0["appID"] as? String == Self.writingApp }) {
+            let generation = try #require(apps.first { $0["appID"] as? String == Self.writingApp }?["generation"] as? String)
+            #expect(try db.row("SELECT count(*) FROM items WHERE generation = ?", [.text(generation)])?[0].int64 == 2)
+            let usage = try db.rows(
+                """
+                SELECT u.app_id, u.bytes, (SELECT SUM(length(i.attributes) + length(i.wrapped_key) + length(i.secret))
+                  FROM items i JOIN app_generations g ON g.generation = i.generation WHERE g.app_id = u.app_id) FROM app_usage u
+                """)
+            #expect(usage.map { $0[0].text } == [Self.writingApp], "\(name): \(usage)")
+            for r in usage { #expect(r[1].int64 != nil && r[1].int64 == r[2].int64, "\(name): \(r)") }
+        }
     }
 
     /// Every shipped schema version has a fixture (a new migration needs one made with the
@@ -173,6 +188,10 @@ import Glibc
             let added = try #require(m["migration"] as? String)
             #expect(name == String(format: "%02d-", migrations.count) + added, "\(name): its manifest says \(added), \(migrations.count) migrations")
             #expect(migrations.contains(added))
+            // Everything in vault.sqlite: no WAL or shared-memory file beside it (a reader
+            // such as sqlite3 leaves them behind; delete them).
+            let files = try FileManager.default.contentsOfDirectory(atPath: Self.stores.path + "/" + name + "/data").sorted()
+            #expect(files == m["dataFiles"] as? [String], "\(name): data/ holds \(files)")
             #expect(Set(migrations).isSubset(of: Set(known)), "\(name): \(migrations)")
         }
     }

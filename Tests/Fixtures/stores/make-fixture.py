@@ -8,7 +8,8 @@ fills it through the socket with what the version's interfaces offer (it reads t
 org.varlink.service.GetInterfaceDescription, so the same script serves every version):
 keychain items of every class and accessibility (synchronizable and not), preferences of
 every property-list type in an app domain, a suite and NSGlobalDomain, registered apps
-(installed, reinstalled, uninstalled) and files in apps' cache directories. It
+(installed, reinstalled, uninstalled, and one, perl, that adds items and preferences of its
+own through the socket as the app) and files in apps' cache directories. It
 reads everything back through the same vaultd, stops it with SIGTERM (a clean stop),
 checkpoints the WAL into vault.sqlite, and writes:
 
@@ -63,6 +64,37 @@ class Varlink:
                 return reply
             raise RuntimeError(f"{method}({params}): {reply}")
         return reply.get("parameters", {})
+
+
+# An app's client: perl, registered as an app by its executable (/proc/PID/exe), passing the
+# messages the generator writes (one JSON object a line) to the socket, and each reply back.
+APP_EXECUTABLE = "/usr/bin/perl"
+APP_PIPE = r"""
+use IO::Socket::UNIX;
+$| = 1;
+my $s = IO::Socket::UNIX->new(Type => SOCK_STREAM(), Peer => $ARGV[0]) or die "connect: $!";
+$s->autoflush(1);
+while (my $line = <STDIN>) {
+    chomp $line;
+    print $s $line, "\0";
+    local $/ = "\0";
+    my $reply = <$s>;
+    chop $reply;
+    print $reply, "\n";
+}
+"""
+
+
+def as_app(sock, messages):
+    """Sends `messages` (method, parameters) on one connection of the app's client; returns the replies' parameters."""
+    text = "".join(json.dumps({"method": m, "parameters": p}) + "\n" for m, p in messages)
+    out = subprocess.run([APP_EXECUTABLE, "-e", APP_PIPE, sock], input=text.encode(), capture_output=True, check=True).stdout
+    replies = [json.loads(line) for line in out.decode().splitlines()]
+    assert len(replies) == len(messages), (messages, replies)
+    for (m, p), r in zip(messages, replies):
+        if "error" in r:
+            raise RuntimeError(f"as the app: {m}({p}): {r}")
+    return [r.get("parameters", {}) for r in replies]
 
 
 def wait_for_socket(path, proc, timeout=30):
@@ -133,6 +165,18 @@ def item_specs(keychain_idl):
                                        "accessGroup": "com.example.fixture.alpha", "port": 0},
                   "p\u00e4ss \U0001F511".encode()))
     return specs
+
+
+# Written by the app (its domain is None: the app's own), read back by the owner.
+APP_ITEMS = [
+    ("genericPassword", {"service": "app.example", "account": "app-user", "accessible": "afterFirstUnlock"}, b"written by the app"),
+    ("internetPassword", {"server": "app.example.org", "account": "app-user", "accessGroup": "group.com.example.shared",
+                          "protocol": "https"}, b"shared by the app \x00"),
+]
+APP_PREFERENCES = {
+    None: {"app.string": {"string": "set by the app"}, "app.count": {"integer": 7}},
+    "group.com.example.shared": {"app.suite": {"bool": True}},
+}
 
 
 def preference_values():
@@ -218,14 +262,32 @@ def main():
                 {"appID": "com.example.fixture.beta", "executable": "/usr/bin/false"},  # a reinstall
                 {"appID": "com.example.fixture.gamma", "executable": "/usr/bin/head", "appGroups": ["group.com.example.shared"]},
                 {"appID": "com.example.fixture.delta", "executable": "/usr/bin/yes"},
+                {"appID": "com.example.fixture.perl", "executable": APP_EXECUTABLE,
+                 "accessGroups": ["com.example.fixture.perl.extra"], "appGroups": ["group.com.example.shared"]},
             ]
             for p in installs:
                 v.call("io.vaultd.Apps.Install", p)
             v.call("io.vaultd.Apps.Uninstall", {"appID": "com.example.fixture.delta"})
 
+            # What the app itself writes: items of its install generation (in its default group
+            # and a shared one) and preferences in its own domain and its suite.
+            messages = [("io.vaultd.Vault.Hello", {})]
+            for cls, a, secret in APP_ITEMS:
+                messages.append(("io.vaultd.Keychain.Add", {"class": cls, "attributes": a, "data": b64(secret)}))
+            for domain, values in APP_PREFERENCES.items():
+                for key, value in values.items():
+                    messages.append(("io.vaultd.Preferences.Set", {"domain": domain, "key": key, "value": value}))
+            hello = as_app(sock, messages)[0]
+            assert hello.get("appID") == "com.example.fixture.perl" and hello.get("firstLaunch") is True, hello
+            app_written = True
+        else:
+            app_written = False
+
         items = []
-        for cls, a, secret in item_specs(idl.get("io.vaultd.Keychain", "")):
-            v.call("io.vaultd.Keychain.Add", {"class": cls, "attributes": a, "data": b64(secret)})
+        owner_items = item_specs(idl.get("io.vaultd.Keychain", ""))
+        for n, (cls, a, secret) in enumerate(owner_items + (APP_ITEMS if app_written else [])):
+            if n < len(owner_items):
+                v.call("io.vaultd.Keychain.Add", {"class": cls, "attributes": a, "data": b64(secret)})
             got = v.call("io.vaultd.Keychain.CopyMatching", {
                 "class": cls, "query": {k: a[k] for k in ("service", "server", "account", "accessGroup", "synchronizable") if k in a},
                 "matchLimit": "all", "returnData": True, "returnAttributes": True})["items"]
@@ -242,11 +304,16 @@ def main():
 
         prefs = {}
         domains = ["com.example.fixture.alpha", "group.com.example.shared", "NSGlobalDomain"]
+        if app_written:
+            prefs["com.example.fixture.perl"] = v.call("io.vaultd.Preferences.Domain", {"domain": "com.example.fixture.perl"})["values"]
+            assert prefs["com.example.fixture.perl"] == APP_PREFERENCES[None], prefs
         for i, domain in enumerate(domains):
             values = preference_values()
             values["domain.marker"] = {"string": domain}
             for key, value in values.items():
                 v.call("io.vaultd.Preferences.Set", {"domain": domain, "key": key, "value": value})
+            if app_written:
+                values.update(APP_PREFERENCES.get(domain, {}))
             got = v.call("io.vaultd.Preferences.Domain", {"domain": domain})["values"]
             assert set(got) == set(values), (domain, set(got) ^ set(values))
             for key, value in values.items():
