@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import VaultCore
+import VaultProtocol
 
 #if canImport(Glibc)
 import Glibc
@@ -173,6 +174,37 @@ import Glibc
                 """)
             #expect(usage.map { $0[0].text } == [Self.writingApp], "\(name): \(usage)")
             for r in usage { #expect(r[1].int64 != nil && r[1].int64 == r[2].int64, "\(name): \(r)") }
+        }
+    }
+
+    /// The oldest store's passphrase was derived at libsodium's INTERACTIVE cost (2 passes,
+    /// 64 MiB), as vaultd then made vaults: today's vaultd, at its real cost, re-wraps it at
+    /// MODERATE at the first unlock, and it opens again after a restart.
+    @Test func anOldStoreIsRewrappedAtTodaysCost() throws {
+        let name = try #require(Self.fixtures.first)
+        let m = try Self.manifest(name)
+        let passphrase = try #require(m["passphrase"] as? String)
+        let d = try Daemon(start: false)
+        defer { d.close() }
+        try Self.copyTree(Self.stores.path + "/" + name + "/data", d.dataDirectory)
+        func kdf() throws -> (UInt64?, UInt64?) {
+            let db = try Database(path: d.dataDirectory + "/vault.sqlite")
+            defer { db.close() }
+            let j = try JSON.parse(try #require(try db.row("SELECT value FROM vault_meta WHERE key = 'kdf'")?[0].blob))
+            return (j["opsLimit"]?.uint64Value, j["memLimit"]?.uint64Value)
+        }
+        #expect(try kdf() == (2, 64 * 1024 * 1024))
+        let realCost = ["VAULTD_ARGON2_TEST_COST": ""]
+        for _ in 0..<2 {
+            try d.start(environment: realCost)
+            let c = try d.connect()
+            let r = try c.call("io.vaultd.Vault.Unlock", ["passphrase": passphrase], timeout: 60)
+            #expect(r.errorName == nil, "\(r)")
+            let found = try c.call("io.vaultd.Keychain.CopyMatching", ["matchLimit": "all"]).parameters?["items"] as? [[String: Any]]
+            #expect(found?.count == (m["items"] as? [Any])?.count)
+            c.close()
+            #expect(d.stop() == 0, "\(d.log)")
+            #expect(try kdf() == (Sodium.KDFCost.moderate.limits.opsLimit, Sodium.KDFCost.moderate.limits.memLimit))
         }
     }
 
