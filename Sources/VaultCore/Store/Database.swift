@@ -397,6 +397,32 @@ public final class Database {
 
     var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
 
+    /// Calls `body` with the SQL text of each statement this connection starts from now on
+    /// (SQLite's `SQLITE_TRACE_STMT`: the text as prepared, before binding; a trigger's as a
+    /// `-- TRIGGER name` comment), until `stopTracing`. For the test that holds each shipped
+    /// migration to the statements it ran when it shipped.
+    func traceStatements(_ body: @escaping (String) -> Void) {
+        let tracer = StatementTracer(body)
+        self.tracer = tracer
+        sqlite3_trace_v2(handle, UInt32(SQLITE_TRACE_STMT), { _, context, _, text in
+            if let context, let text {
+                Unmanaged<StatementTracer>.fromOpaque(context).takeUnretainedValue().body(String(cString: text.assumingMemoryBound(to: CChar.self)))
+            }
+            return 0
+        }, Unmanaged.passUnretained(tracer).toOpaque())
+    }
+
+    func stopTracing() {
+        sqlite3_trace_v2(handle, 0, nil, nil)
+        tracer = nil
+    }
+
+    private var tracer: StatementTracer?
+    private final class StatementTracer {
+        let body: (String) -> Void
+        init(_ body: @escaping (String) -> Void) { self.body = body }
+    }
+
     /// Registers an SQL function `name` of `arity` arguments on this connection, for its
     /// temporary triggers (sqlite3_create_function_v2): `body` gets the arguments and its
     /// result is NULL. It runs on the thread stepping the statement; it must not use this
