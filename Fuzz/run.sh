@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the frame/request fuzzer (Fuzz/FrameFuzzer.swift + Sources/VaultProtocol, with
+# Builds the frame/request/IDL fuzzer (Fuzz/FrameFuzzer.swift + Sources/VaultProtocol, with
 # libFuzzer and AddressSanitizer) and runs it for a bounded time.
 #
 #   Fuzz/run.sh [SECONDS]        default 60 (FUZZ_SECONDS); corpus in Fuzz/corpus (seeded)
@@ -41,6 +41,8 @@ fi
 corpus=$work/corpus
 mkdir -p "$corpus"
 cp Fuzz/seeds/* "$corpus"/ 2>/dev/null || true
+# The interface descriptions, for the IDL parser.
+cp Sources/VaultProtocol/Interfaces/*.varlink "$corpus"/
 
 echo "fuzz: running for $seconds s"
 log=$work/fuzz.log

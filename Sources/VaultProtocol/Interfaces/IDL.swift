@@ -40,6 +40,11 @@ public enum VarlinkIDL {
     public struct Field: Equatable, Sendable {
         public let name: String
         public let type: FieldType
+
+        public init(name: String, type: FieldType) {
+            self.name = name
+            self.type = type
+        }
     }
 
     public struct Method: Equatable, Sendable {
@@ -72,6 +77,13 @@ public enum VarlinkIDL {
         public let line: Int
         public let column: Int
         public let reason: String
+
+        public init(line: Int, column: Int, reason: String) {
+            self.line = line
+            self.column = column
+            self.reason = reason
+        }
+
         public var description: String { "line \(line), column \(column): \(reason)" }
     }
 
