@@ -123,7 +123,7 @@ import VaultProtocol
     }
 
     @Test func aParseErrorSaysWhere() {
-        #expect(throws: VarlinkIDL.ParseError(line: 3, column: 10, reason: "expected a type, found ''")) {
+        #expect(throws: VarlinkIDL.ParseError(line: 3, column: 13, reason: "expected a type, found ''")) {
             try VarlinkIDL.parse("interface org.example\n# comment\nmethod A(x: ) -> ()")
         }
     }
