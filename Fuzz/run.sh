@@ -47,6 +47,7 @@ cp Sources/VaultProtocol/Interfaces/*.varlink "$corpus"/
 echo "fuzz: running for $seconds s"
 log=$work/fuzz.log
 set +e
+LSAN_OPTIONS="suppressions=$PWD/Fuzz/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}" \
 "$bin" "$corpus" -max_total_time="$seconds" -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
   -artifact_prefix=Fuzz/artifacts/ -print_final_stats=1 >"$log" 2>&1
 status=$?
