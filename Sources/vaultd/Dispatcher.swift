@@ -50,8 +50,8 @@ struct Dispatcher {
     /// sends it (bytes), for the keychain lookups, whose replies grow with what the store
     /// holds; 0 for the others: their replies are small, or (preference reads) reserved by
     /// `handle` once the store says what they hold (`ReplyReserving`). Read from the call's
-    /// parameters before anything runs (`handle` refuses a parameter of the wrong type before
-    /// it looks anything up).
+    /// parameters before anything runs (their types were checked against the declaration:
+    /// `VarlinkValidation.callRefusal`).
     static func replyBound(_ call: VarlinkCall) -> Int {
         switch VarlinkMethod(rawValue: call.method) {
         case .keychainCopyMatching?:

@@ -110,6 +110,9 @@ import VaultProtocol
         ("interface org.example\nmethod A(x: int) -> (a, b)", "not an enum"),
         ("interface org.example\nsignal A()", "expected 'type', 'method' or 'error'"),
         ("interface org.example\nmethod A(x: int -> ()", "expected ')'"),
+        // Nesting is bounded: the parser recurses once per level.
+        ("interface org.example\nmethod A(x: " + String(repeating: "[]", count: 100_000) + "int) -> ()", "nest deeper than 64"),
+        ("interface org.example\nmethod A(x: " + String(repeating: "(a: ", count: 100_000) + "int) -> ()", "nest deeper than 64"),
     ])
     func refusesWhatTheGrammarDoesNot(_ text: String, _ reason: String) {
         do {

@@ -100,13 +100,21 @@ public enum VarlinkIDL {
     struct Parser {
         let bytes: [UInt8]
         var i = 0
+        /// How deep the type being parsed nests (`?`, `[]`, `[string]`, parentheses), at most
+        /// `maximumDepth`: the parser recurses once per level.
+        var depth = 0
+        static let maximumDepth = 64
 
         init(_ bytes: [UInt8]) { self.bytes = bytes }
 
-        func fail(_ reason: String) -> ParseError {
+        func fail(_ reason: String) -> ParseError { fail(reason, at: i) }
+
+        /// The error at byte `offset`: its line and column counted only now, when parsing
+        /// has failed (counting them on the way would make the parse quadratic).
+        func fail(_ reason: String, at offset: Int) -> ParseError {
             var line = 1
             var column = 1
-            for b in bytes[..<min(i, bytes.count)] {
+            for b in bytes[..<min(offset, bytes.count)] {
                 if b == UInt8(ascii: "\n") {
                     line += 1
                     column = 1
@@ -206,14 +214,15 @@ public enum VarlinkIDL {
             var errors: [String: ErrorDeclaration] = [:]
             var order: [String] = []
             var declared: Set<String> = []
-            var used: [(String, ParseError)] = []
-            func declare(_ n: String, _ at: ParseError) throws {
-                guard declared.insert(n).inserted else { throw ParseError(line: at.line, column: at.column, reason: "'\(n)' is declared twice") }
+            var used: [(String, Int)] = []
+            func declare(_ n: String, _ at: Int) throws {
+                guard declared.insert(n).inserted else { throw fail("'\(n)' is declared twice", at: at) }
             }
             while true {
                 skipSpace()
                 if atEnd { break }
-                let here = fail("")
+                skipSpace()
+                let here = i
                 let keyword = word()
                 switch keyword {
                 case "type":
@@ -239,13 +248,13 @@ public enum VarlinkIDL {
                 }
             }
             for (n, at) in used where types[n] == nil {
-                throw ParseError(line: at.line, column: at.column, reason: "type '\(n)' is not declared")
+                throw fail("type '\(n)' is not declared", at: at)
             }
             return Interface(name: name, text: text, types: types, methods: methods, errors: errors, methodOrder: order)
         }
 
         /// A struct: `(` fields `)`; the empty struct `()` included.
-        mutating func structure(_ used: inout [(String, ParseError)]) throws -> [Field] {
+        mutating func structure(_ used: inout [(String, Int)]) throws -> [Field] {
             skipSpace()
             guard next == UInt8(ascii: "(") else { throw fail("expected '('") }
             guard case .structure(let fields) = try parenthesized(&used) else { throw fail("expected a struct (name: type, ...), not an enum") }
@@ -254,7 +263,7 @@ public enum VarlinkIDL {
 
         /// `(...)`: a struct when its first name is followed by ':', an enum otherwise; `()` is
         /// the empty struct.
-        mutating func parenthesized(_ used: inout [(String, ParseError)]) throws -> FieldType {
+        mutating func parenthesized(_ used: inout [(String, Int)]) throws -> FieldType {
             try expect("(")
             if accept(")") { return .structure([]) }
             var fields: [Field] = []
@@ -278,7 +287,10 @@ public enum VarlinkIDL {
             return isStruct == true ? .structure(fields) : .enumeration(names)
         }
 
-        mutating func type(_ used: inout [(String, ParseError)]) throws -> FieldType {
+        mutating func type(_ used: inout [(String, Int)]) throws -> FieldType {
+            depth += 1
+            defer { depth -= 1 }
+            guard depth <= Self.maximumDepth else { throw fail("types nest deeper than \(Self.maximumDepth) levels") }
             if accept("?") {
                 skipSpace()
                 if next == UInt8(ascii: "?") { throw fail("'??' is not a type") }
@@ -288,7 +300,8 @@ public enum VarlinkIDL {
             if accept("[string]") { return .map(try type(&used)) }
             skipSpace()
             if next == UInt8(ascii: "(") { return try parenthesized(&used) }
-            let here = fail("")
+            skipSpace()
+            let here = i
             let w = word()
             switch w {
             case "bool": return .bool
