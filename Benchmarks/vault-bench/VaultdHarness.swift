@@ -85,7 +85,7 @@ final class VaultdInstance: @unchecked Sendable {
                 pid = nil
                 throw BenchError("vaultd exited (status \(status)) before serving; log:\n\(log)")
             }
-            if let c = try? VaultConnection(socketPath: socketPath), (try? c.call("io.vaultd.Vault.Status")) != nil { return }
+            if let c = try? VaultConnection(socketPath: socketPath), (try? c.call(.vaultStatus)) != nil { return }
             usleep(5000)
         }
         throw BenchError("vaultd did not answer within \(Int(timeout)) s; log:\n\(log)")

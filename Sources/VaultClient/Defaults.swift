@@ -124,7 +124,7 @@ public final class Defaults: @unchecked Sendable {
                 }
                 var snapshots = 0
                 do {
-                    try current.stream("io.vaultd.Preferences.Observe", parameters) { reply in
+                    try current.stream(.preferencesObserve, parameters) { reply in
                         guard let self else { return false }
                         if self.apply(reply) {
                             snapshots += 1

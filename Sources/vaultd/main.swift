@@ -126,6 +126,9 @@ let idle = IdleClock()
 // Sync of synchronizable items through a replicated folder (docs/sync.md): its watcher
 // starts with the server, and passes only once `vaultctl sync init` or `join` configured it.
 let syncService = SyncService(vault: vault)
+// The interface descriptions are parsed now, before the first call, along with the dispatch
+// table built from them (a description that does not parse stops vaultd here).
+_ = (VarlinkInterfaces.parsed, Dispatcher.table)
 let dispatcher = Dispatcher(vault: vault, runningApps: { running.server?.runningApps ?? [] }, activity: { idle.touch() }, sync: syncService)
 let server = Server(listener: listener, listenerIsShared: activated != nil, dispatcher: dispatcher, limits: limits) { @Sendable peer in
     PeerIdentity.caller(for: peer, vault: vault)
