@@ -11,6 +11,7 @@ extension Dispatcher {
         case "io.vaultd.Sync.Join": return try sync.join(folder: try p.string("folder"), caller: caller)
         case "io.vaultd.Sync.Approve": return try sync.approve(code: try p.string("code"), caller: caller)
         case "io.vaultd.Sync.Status": return try sync.status(caller: caller)
+        case "io.vaultd.Sync.Remove": return try sync.remove(device: try p.string("device"), caller: caller)
         case "io.vaultd.Sync.Leave":
             try sync.leave(caller: caller)
             return [:]

@@ -59,6 +59,7 @@ import Glibc
         "io.vaultd.Sync.Approve": ["code": "00"],
         "io.vaultd.Sync.Status": [:],
         "io.vaultd.Sync.Leave": [:],
+        "io.vaultd.Sync.Remove": ["device": "00"],
     ]
 
     /// Every declared method, in a fixed order, with its policy decision.
