@@ -299,7 +299,7 @@ import VaultProtocol
         let (box, _) = SyncPairing.keyPair()
         let control: [SyncControl] = [
             .member(SyncMember(device: Self.devices[1], boxKey: box, signKey: forger.publicKey)),
-            .remove(Self.devices[2], cutoff: 9),
+            .remove(Self.devices[2], cutoff: 9, pins: [3: [UInt8](repeating: 1, count: 16)]),
             .rotate(generation: 2, excludes: [Self.devices[2]], boxes: [Self.devices[1]: SyncPairing.seal(Self.groupKey, to: box)]),
             .snapshot,
         ]

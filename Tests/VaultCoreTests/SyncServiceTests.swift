@@ -294,12 +294,20 @@ import Glibc
                 #expect(try Self.rejected(s, cID) == 1)
                 #expect(try Self.rejected(s, bID) == 1)
             }
+            // C puts another version of its segment from before the removal in place (signed
+            // by it, under the old key): no one applies it, even reading the folder anew.
+            let cFirst = try #require(Self.segmentFiles(folder, cID).first { seq in
+                (try? SyncFolder(root: folder).readSegment(device: cID, sequence: seq)).map { _ in true } ?? false
+            })
+            try FileManager.default.removeItem(atPath: folder + "/devices/" + cID.description + "/" + SyncSegment.fileName(cFirst))
+            try Self.write([Self.addChange("before", secret: "rewritten by C", device: cID, wall: 1)], as: cID, seq: cFirst, with: c, folder: folder)
             // A new service (vaultd started again) reads the folder anew to the same result.
             let sb2 = SyncService(vault: b)
             try sb2.passNow()
             #expect(Self.secretOf(b, service: "evil") == nil)
             #expect(Self.secretOf(b, service: "before") == "from C")
             #expect(Self.secretOf(b, service: "after") == "not for C")
+            #expect(try Self.rejected(sb2, cID) == 2)
         }
     }
 

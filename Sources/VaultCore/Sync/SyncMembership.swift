@@ -13,6 +13,9 @@ struct SyncMembership: Equatable {
     var removed: [SyncDeviceID: UInt64] = [:]
     /// Every key made (held here or not), with the devices it excludes.
     var keys: [SyncKeyID: Set<SyncDeviceID>] = [:]
+    /// The segment files of each removed device that count (sequence → file hashes; two
+    /// removers may each pin one).
+    var pins: [SyncDeviceID: [UInt64: Set<[UInt8]>]] = [:]
 
     /// A current member: approved and not removed.
     func isMember(_ d: SyncDeviceID) -> Bool { members[d] != nil && removed[d] == nil }
@@ -24,6 +27,14 @@ struct SyncMembership: Equatable {
         return removed[device].map { sequence <= $0 } ?? true
     }
 
+    /// Whether the segment file of that hash may be applied: any file of a member; of a
+    /// removed device, only one its removal pinned.
+    func accepts(_ device: SyncDeviceID, sequence: UInt64, hash: [UInt8]?) -> Bool {
+        guard accepts(device, sequence: sequence) else { return false }
+        guard removed[device] != nil else { return true }
+        return hash.map { pins[device]?[sequence]?.contains($0) == true } ?? false
+    }
+
     var currentMembers: [SyncMember] { members.values.filter { removed[$0.device] == nil }.sorted { $0.device < $1.device } }
 
     /// Takes in one group record written by `author`; returns whether anything changed.
@@ -33,10 +44,11 @@ struct SyncMembership: Equatable {
         case .member(let m):
             // A device's keys are fixed at its approval: a second record cannot replace them.
             if members[m.device] == nil { members[m.device] = m }
-        case .remove(let d, let cutoff):
+        case .remove(let d, let cutoff, let p):
             // Two removals of one device (made at once on two devices): the later cutoff,
-            // so every device keeps the changes either remover had merged.
+            // and the pins of both, so every device keeps the changes either remover had merged.
             removed[d] = max(removed[d] ?? 0, cutoff)
+            for (seq, h) in p { pins[d, default: [:]][seq, default: []].insert(h) }
         case .rotate(let generation, let excludes, _):
             keys[SyncKeyID(generation: generation, rotator: author), default: []].formUnion(excludes)
         case .snapshot:
@@ -50,6 +62,7 @@ struct SyncMembership: Equatable {
         for (d, m) in o.members where members[d] == nil { members[d] = m }
         for (d, c) in o.removed { removed[d] = max(removed[d] ?? 0, c) }
         for (k, e) in o.keys { keys[k, default: []].formUnion(e) }
+        for (d, p) in o.pins { for (seq, h) in p { pins[d, default: [:]][seq, default: []].formUnion(h) } }
     }
 
     var json: JSON {
@@ -63,7 +76,13 @@ struct SyncMembership: Equatable {
             ["generation": JSON(Int(id.generation)), "rotator": .string(id.rotator.description),
              "excludes": .array(keys[id]!.sorted().map { .string($0.description) })]
         }
-        return ["members": .object(m), "removed": .object(r), "keys": .array(k)]
+        var p = JSONObject()
+        for (d, bySeq) in pins {
+            var o = JSONObject()
+            for (seq, hs) in bySeq { o[String(seq)] = .array(hs.map { .string(SyncHex.encode($0)) }.sorted { $0.stringValue! < $1.stringValue! }) }
+            p[d.description] = .object(o)
+        }
+        return ["members": .object(m), "removed": .object(r), "keys": .array(k), "pins": .object(p)]
     }
 
     init() {}
@@ -93,6 +112,18 @@ struct SyncMembership: Equatable {
                 set.insert(d)
             }
             keys[SyncKeyID(generation: g32, rotator: rot), default: []].formUnion(set)
+        }
+        if let p = j["pins"]?.objectValue {
+            for name in p.keys {
+                guard let d = SyncDeviceID(hex: name), let bySeq = p[name]?.objectValue else { return nil }
+                for seqText in bySeq.keys {
+                    guard let seq = UInt64(seqText), let hs = bySeq[seqText]?.arrayValue else { return nil }
+                    for h in hs {
+                        guard let b = h.stringValue.flatMap(SyncHex.decode), b.count == SyncSegment.fileHashBytes else { return nil }
+                        pins[d, default: [:]][seq, default: []].insert(b)
+                    }
+                }
+            }
         }
     }
 }

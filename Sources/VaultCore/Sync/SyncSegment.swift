@@ -18,7 +18,7 @@ public struct SyncFormatError: Error, CustomStringConvertible, Sendable {
 /// and the group's own records (`SyncControl`):
 ///
 ///     u8 3 (member) · device 16 · crypto_box public key 32 · crypto_sign public key 32
-///     u8 4 (remove) · device 16 · u64 cutoff sequence
+///     u8 4 (remove) · device 16 · u64 cutoff sequence · u32 n · (u64 sequence · file hash 16) × n
 ///     u8 5 (rotate) · u32 generation · u32 n · excluded device 16 × n · u32 m · (device 16 · sealed key 80) × m
 ///     u8 6 (snapshot)
 ///
@@ -120,10 +120,15 @@ enum SyncWire {
         case .member(let m):
             out.append(3)
             out += m.device.bytes + m.boxKey + m.signKey
-        case .remove(let d, let cutoff):
+        case .remove(let d, let cutoff, let pins):
             out.append(4)
             out += d.bytes
             appendU64(cutoff, to: &out)
+            appendU32(UInt32(pins.count), to: &out)
+            for seq in pins.keys.sorted() {
+                appendU64(seq, to: &out)
+                out += pins[seq]!
+            }
         case .rotate(let generation, let excludes, let boxes):
             out.append(5)
             appendU32(generation, to: &out)
@@ -152,7 +157,16 @@ enum SyncWire {
         case 3:
             return .member(SyncMember(device: try device(), boxKey: try bytes(SyncPairing.publicKeyBytes), signKey: try bytes(SyncSigning.publicKeyBytes)))
         case 4:
-            return .remove(try device(), cutoff: try r.u64())
+            let d = try device()
+            let cutoff = try r.u64()
+            let n = Int(try r.u32())
+            guard n <= SyncControl.maximumPins else { throw SyncFormatError("a removal pins too many segments") }
+            var pins: [UInt64: [UInt8]] = [:]
+            for _ in 0..<n {
+                let seq = try r.u64()
+                pins[seq] = try bytes(SyncSegment.fileHashBytes)
+            }
+            return .remove(d, cutoff: cutoff, pins: pins)
         case 5:
             let generation = try r.u32()
             let n = Int(try r.u32())
@@ -242,14 +256,19 @@ public struct SyncMember: Hashable, Sendable {
 public enum SyncControl: Equatable, Sendable {
     /// A device approved into the group, with its keys.
     case member(SyncMember)
-    /// A device removed (or leaving): its segments after `cutoff` are never applied.
-    case remove(SyncDeviceID, cutoff: UInt64)
+    /// A device removed (or leaving): its segments after `cutoff` are never applied, nor any
+    /// whose file is not the one `pins` names for its sequence (BLAKE2b of the file, as the
+    /// remover merged it), so it cannot put in other versions of its earlier segments either.
+    case remove(SyncDeviceID, cutoff: UInt64, pins: [UInt64: [UInt8]])
     /// A new group key of this generation, made by the segment's device, sealed
     /// (crypto_box_seal) to each remaining member; `excludes`: the removed devices it was made
     /// to keep out.
     case rotate(generation: UInt32, excludes: Set<SyncDeviceID>, boxes: [SyncDeviceID: [UInt8]])
     /// This segment is a snapshot: it replaces every earlier segment of its device.
     case snapshot
+
+    /// The most segments a removal pins (its record within `SyncWire.maximumRecordBytes`).
+    static let maximumPins = 40_000
 }
 
 /// What one record of a segment holds.
@@ -396,6 +415,15 @@ public struct SyncSegment: Equatable, Sendable {
         let hex = String(name.prefix(16))
         guard hex.utf8.allSatisfy({ (48...57).contains($0) || (97...102).contains($0) }) else { return nil }
         return UInt64(hex, radix: 16)
+    }
+
+    static let fileHashBytes = 16
+
+    /// A segment file's hash, as a removal pins it (BLAKE2b, 16 bytes, unkeyed).
+    static func fileHash(_ file: [UInt8]) -> [UInt8] {
+        var out = [UInt8](repeating: 0, count: fileHashBytes)
+        _ = crypto_generichash(&out, fileHashBytes, file, UInt64(file.count), nil, 0)
+        return out
     }
 
     static func nameBytes(_ device: SyncDeviceID, _ sequence: UInt64) -> [UInt8] {

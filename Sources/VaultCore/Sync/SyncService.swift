@@ -39,6 +39,8 @@ public final class SyncService: @unchecked Sendable {
     private var applied: [SyncDeviceID: Set<UInt64>] = [:]
     /// Each device's latest snapshot: its segments before it are not read.
     private var floor: [SyncDeviceID: UInt64] = [:]
+    /// The hash of each segment file merged (what a removal pins).
+    private var fileHashes: [SyncDeviceID: [UInt64: [UInt8]]] = [:]
     /// Segments refused, with the size they had (a file that changes size is tried again).
     private var rejected: [SyncDeviceID: [UInt64: Int]] = [:]
     private var rejectionsLogged = 0
@@ -182,7 +184,7 @@ public final class SyncService: @unchecked Sendable {
             guard membership.members[device] != nil else { throw VaultError.param("device \(device) is not a member of the group") }
             if membership.removed[device] == nil {
                 let cutoff = applied[device]?.max() ?? 0
-                var records: [SyncControl] = [.remove(device, cutoff: cutoff)]
+                var records: [SyncControl] = [.remove(device, cutoff: cutoff, pins: pins(device))]
                 var view = membership
                 _ = view.apply(records[0], author: config.device)
                 let (rotate, newKey) = makeRotation(view, me: config.device)
@@ -192,6 +194,13 @@ public final class SyncService: @unchecked Sendable {
             }
             return ["deviceID": .string(device.description), "generation": JSON(Int(keyring.current?.id.generation ?? 0))]
         }
+    }
+
+    /// The hashes of the segments of `device` merged here, from its latest snapshot on.
+    private func pins(_ device: SyncDeviceID) -> [UInt64: [UInt8]] {
+        var out: [UInt64: [UInt8]] = [:]
+        for seq in (applied[device] ?? []).sorted().suffix(SyncControl.maximumPins) { out[seq] = fileHashes[device]?[seq] }
+        return out
     }
 
     /// The config and folder of a member, with the membership and keys loaded. Throws
@@ -261,8 +270,10 @@ public final class SyncService: @unchecked Sendable {
         }
         var s = segment
         s.sequence = nextSequence
-        try folder.writeFile(s.sealed(key: key, keyID: id, signingKey: sign), device: me, name: SyncSegment.fileName(s.sequence))
+        let file = s.sealed(key: key, keyID: id, signingKey: sign)
+        try folder.writeFile(file, device: me, name: SyncSegment.fileName(s.sequence))
         applied[me, default: []].insert(s.sequence)
+        fileHashes[me, default: [:]][s.sequence] = SyncSegment.fileHash(file)
         nextSequence = s.sequence + 1
         try vault.storeSyncSequence(nextSequence)
     }
@@ -319,7 +330,9 @@ public final class SyncService: @unchecked Sendable {
             if config.state == .member, (try? memberState()) != nil {
                 let folder = SyncFolder(root: config.folder)
                 try? pass()
-                try writeControl([.remove(config.device, cutoff: nextSequence)], config: config, folder: folder)
+                // The leaving record's own segment comes after the cutoff: the others apply it
+                // once (it is how they learn of the leaving) and never again.
+                try writeControl([.remove(config.device, cutoff: nextSequence - 1, pins: pins(config.device))], config: config, folder: folder)
             }
             try vault.storeSync(config: nil)
             // A request to join that was never approved goes too (its key pair is forgotten).
@@ -352,6 +365,7 @@ public final class SyncService: @unchecked Sendable {
         perDevice = [:]
         controlOf = [:]
         floor = [:]
+        fileHashes = [:]
         acks = [:]
         clock = nil
         applied = [:]
@@ -460,6 +474,11 @@ public final class SyncService: @unchecked Sendable {
                     let s: SyncSegment
                     do {
                         let bytes = try folder.readSegment(device: device, sequence: seq)
+                        let hash = SyncSegment.fileHash(bytes)
+                        guard membership.accepts(device, sequence: seq, hash: hash) else {
+                            throw SyncFormatError("it is not a segment the device's removal kept")
+                        }
+                        fileHashes[device, default: [:]][seq] = hash
                         guard let id = SyncSegment.keyID(of: bytes) else { throw SyncFormatError("not a vaultd sync segment") }
                         guard let key = keyring.keys[id] else { continue }
                         s = try SyncSegment.open(bytes, key: key, device: device, sequence: seq, verifyKey: member.signKey)
@@ -481,7 +500,9 @@ public final class SyncService: @unchecked Sendable {
                     for c in s.control {
                         if c == .snapshot { continue }
                         controlOf[device, default: []].append(c)
-                        if membership.apply(c, author: device), case .remove(let d, let cutoff) = c, applied[d]?.contains(where: { $0 > cutoff }) == true {
+                        if membership.apply(c, author: device), case .remove(let d, _, _) = c,
+                            applied[d]?.contains(where: { !membership.accepts(d, sequence: $0, hash: fileHashes[d]?[$0]) }) == true
+                        {
                             // Changes of the removed device merged here that its remover had not
                             // merged: they no longer count, here as on every other device.
                             rebuild = true
