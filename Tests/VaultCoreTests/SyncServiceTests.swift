@@ -305,7 +305,9 @@ import Glibc
             let sb2 = SyncService(vault: b)
             try sb2.passNow()
             #expect(Self.secretOf(b, service: "evil") == nil)
-            #expect(Self.secretOf(b, service: "before") == "from C")
+            // C took its own change out of the folder (as any device may withhold its files):
+            // its other version is not applied in its place.
+            #expect(Self.secretOf(b, service: "before") != "rewritten by C")
             #expect(Self.secretOf(b, service: "after") == "not for C")
             #expect(try Self.rejected(sb2, cID) == 2)
         }
@@ -384,6 +386,36 @@ import Glibc
             try sa.passNow()
             try sb2.passNow()
             #expect(Self.secretOf(b, service: "later") == "l")
+        }
+    }
+
+    /// A device approved while another made a new key (C left; B rotated before its next
+    /// write; A, not having read that yet, approved D with the old key only): B shares its key
+    /// with D once it reads D's approval, and D reads what B wrote under it.
+    @Test func aDeviceApprovedDuringARotationGetsTheNewKey() throws {
+        try Self.withTrio { a, sa, b, sb, c, sc, folder in
+            try sc.leave(caller: .owner)
+            try sb.passNow()
+            try Self.add(b, service: "under the new key", secret: "gen 2")
+            try sb.passNow()
+            #expect(try sb.status(caller: .owner)["keyGeneration"]?.intValue == 2)
+            try withTemporaryDirectory { tmp in
+                let d = try Vault(dataDirectory: tmp + "/d", passphrasePolicy: .tests)
+                defer { d.close() }
+                _ = try d.initialize(passphrase: nil, caller: .owner)
+                let sd = SyncService(vault: d)
+                let code = try #require(try sd.join(folder: folder, caller: .owner)["code"]?.stringValue)
+                // A approves from what it had read: the first key only.
+                _ = try sa.approve(code: code, caller: .owner)
+                try sd.passNow()
+                #expect(try sd.status(caller: .owner)["state"]?.stringValue == "member")
+                #expect(Self.secretOf(d, service: "under the new key") == nil)
+                try sb.passNow()
+                try sd.passNow()
+                #expect(Self.secretOf(d, service: "under the new key") == "gen 2")
+                #expect(try sd.status(caller: .owner)["devices"]?.arrayValue?.reduce(0) { $0 + ($1["pending"]?.intValue ?? 0) } == 0)
+                _ = (a, c)
+            }
         }
     }
 }

@@ -51,7 +51,7 @@ struct SyncMembership: Equatable {
             for (seq, h) in p { pins[d, default: [:]][seq, default: []].insert(h) }
         case .rotate(let generation, let excludes, _):
             keys[SyncKeyID(generation: generation, rotator: author), default: []].formUnion(excludes)
-        case .snapshot:
+        case .snapshot, .share:
             break
         }
         return self != before

@@ -21,6 +21,7 @@ public struct SyncFormatError: Error, CustomStringConvertible, Sendable {
 ///     u8 4 (remove) · device 16 · u64 cutoff sequence · u32 n · (u64 sequence · file hash 16) × n
 ///     u8 5 (rotate) · u32 generation · u32 n · excluded device 16 × n · u32 m · (device 16 · sealed key 80) × m
 ///     u8 6 (snapshot)
+///     u8 7 (share) · device 16 · u32 n · (key ID 20 · sealed key 80) × n
 ///
 /// The device of a record's timestamp is the segment's: a record cannot claim another's.
 enum SyncWire {
@@ -138,6 +139,11 @@ enum SyncWire {
             for d in boxes.keys.sorted() { out += d.bytes + boxes[d]! }
         case .snapshot:
             out.append(6)
+        case .share(let d, let boxes):
+            out.append(7)
+            out += d.bytes
+            appendU32(UInt32(boxes.count), to: &out)
+            for id in boxes.keys.sorted() { out += id.bytes + boxes[id]! }
         }
         return out
     }
@@ -183,6 +189,16 @@ enum SyncWire {
             return .rotate(generation: generation, excludes: excludes, boxes: boxes)
         case 6:
             return .snapshot
+        case 7:
+            let d = try device()
+            let n = Int(try r.u32())
+            guard n <= 1 << 16 else { throw SyncFormatError("a share of too many keys") }
+            var boxes: [SyncKeyID: [UInt8]] = [:]
+            for _ in 0..<n {
+                let g = try r.u32()
+                boxes[SyncKeyID(generation: g, rotator: try device())] = try bytes(Sodium.keyLength + SyncPairing.sealBytes)
+            }
+            return .share(d, boxes)
         default:
             throw SyncFormatError("unknown record kind \(kind)")
         }
@@ -266,6 +282,9 @@ public enum SyncControl: Equatable, Sendable {
     case rotate(generation: UInt32, excludes: Set<SyncDeviceID>, boxes: [SyncDeviceID: [UInt8]])
     /// This segment is a snapshot: it replaces every earlier segment of its device.
     case snapshot
+    /// Group keys sealed to a member approved elsewhere, which its approver may not have had
+    /// (a key made at the same time as the approval).
+    case share(SyncDeviceID, [SyncKeyID: [UInt8]])
 
     /// The most segments a removal pins (its record within `SyncWire.maximumRecordBytes`).
     static let maximumPins = 40_000

@@ -41,6 +41,8 @@ public final class SyncService: @unchecked Sendable {
     private var floor: [SyncDeviceID: UInt64] = [:]
     /// The hash of each segment file merged (what a removal pins).
     private var fileHashes: [SyncDeviceID: [UInt64: [UInt8]]] = [:]
+    /// The key each member's approval was sealed under (one it holds: its grant had it).
+    private var approvedUnder: [SyncDeviceID: SyncKeyID] = [:]
     /// Segments refused, with the size they had (a file that changes size is tried again).
     private var rejected: [SyncDeviceID: [UInt64: Int]] = [:]
     private var rejectionsLogged = 0
@@ -249,11 +251,13 @@ public final class SyncService: @unchecked Sendable {
         return !membership.keys.keys.contains { $0 > current }
     }
 
-    /// Writes group records as this device's next segment, under the current key (the
-    /// records of a rotation must be readable by those who do not have the new key yet), and
+    /// Writes group records as this device's next segment, under the current key or `under`
+    /// (the records of a rotation must be readable by those who do not have the new key yet), and
     /// takes them in here; `newKey`: the key a rotation among them made, held from then on.
-    private func writeControl(_ records: [SyncControl], config: SyncConfig, folder: SyncFolder, newKey: (SyncKeyID, SecureBytes)? = nil) throws {
-        try writeSegment(SyncSegment(device: config.device, sequence: 0, control: records, changes: []), folder: folder)
+    private func writeControl(
+        _ records: [SyncControl], config: SyncConfig, folder: SyncFolder, newKey: (SyncKeyID, SecureBytes)? = nil, under: SyncKeyID? = nil
+    ) throws {
+        try writeSegment(SyncSegment(device: config.device, sequence: 0, control: records, changes: []), folder: folder, under: under)
         for r in records {
             _ = membership.apply(r, author: config.device)
             controlOf[config.device, default: []].append(r)
@@ -263,9 +267,11 @@ public final class SyncService: @unchecked Sendable {
     }
 
     /// Seals, signs and writes `segment` as this device's next sequence (durably), under
-    /// the current key.
-    private func writeSegment(_ segment: SyncSegment, folder: SyncFolder) throws {
-        guard let (id, key) = keyring.current, let me = loadedFor?.device, let sign = try vault.syncSecret("signSecret") else {
+    /// the current key (or `under`).
+    private func writeSegment(_ segment: SyncSegment, folder: SyncFolder, under: SyncKeyID? = nil) throws {
+        guard let (id, key) = under.flatMap({ u in keyring.keys[u].map { (u, $0) } }) ?? keyring.current, let me = loadedFor?.device,
+            let sign = try vault.syncSecret("signSecret")
+        else {
             throw VaultError(.internalError, "the sync keys are missing")
         }
         var s = segment
@@ -366,6 +372,7 @@ public final class SyncService: @unchecked Sendable {
         controlOf = [:]
         floor = [:]
         fileHashes = [:]
+        approvedUnder = [:]
         acks = [:]
         clock = nil
         applied = [:]
@@ -446,7 +453,7 @@ public final class SyncService: @unchecked Sendable {
         try folder.makeDeviceDirectory(me)
 
         // A pass that throws leaves the cache invalid: the next one looks at every item.
-        var wasValid = cacheValid
+        let wasValid = cacheValid
         cacheValid = false
         // The keys the merge changed in this pass.
         var touched = Set<SyncItemKey>()
@@ -472,6 +479,7 @@ public final class SyncService: @unchecked Sendable {
                         continue
                     }
                     let s: SyncSegment
+                    var sealedUnder: SyncKeyID?
                     do {
                         let bytes = try folder.readSegment(device: device, sequence: seq)
                         let hash = SyncSegment.fileHash(bytes)
@@ -481,6 +489,7 @@ public final class SyncService: @unchecked Sendable {
                         fileHashes[device, default: [:]][seq] = hash
                         guard let id = SyncSegment.keyID(of: bytes) else { throw SyncFormatError("not a vaultd sync segment") }
                         guard let key = keyring.keys[id] else { continue }
+                        sealedUnder = id
                         s = try SyncSegment.open(bytes, key: key, device: device, sequence: seq, verifyKey: member.signKey)
                     } catch {
                         reject(device, seq, size, "\(error)")
@@ -500,6 +509,7 @@ public final class SyncService: @unchecked Sendable {
                     for c in s.control {
                         if c == .snapshot { continue }
                         controlOf[device, default: []].append(c)
+                        if case .member(let m) = c, approvedUnder[m.device] == nil { approvedUnder[m.device] = sealedUnder }
                         if membership.apply(c, author: device), case .remove(let d, _, _) = c,
                             applied[d]?.contains(where: { !membership.accepts(d, sequence: $0, hash: fileHashes[d]?[$0]) }) == true
                         {
@@ -507,17 +517,22 @@ public final class SyncService: @unchecked Sendable {
                             // merged: they no longer count, here as on every other device.
                             rebuild = true
                         }
-                        if case .rotate(let generation, _, let boxes) = c, let box = boxes[me], let boxSecret = try vault.syncSecret("boxSecret"),
-                            let key = SyncPairing.unseal(box[...], publicKey: SyncPairing.publicKey(of: boxSecret), secretKey: boxSecret),
-                            key.count == Sodium.keyLength
-                        {
-                            keyring.keys[SyncKeyID(generation: generation, rotator: device)] = key
+                        var sealed: [SyncKeyID: [UInt8]] = [:]
+                        if case .rotate(let generation, _, let boxes) = c, let box = boxes[me] { sealed[SyncKeyID(generation: generation, rotator: device)] = box }
+                        if case .share(let d, let boxes) = c, d == me { sealed = boxes }
+                        if !sealed.isEmpty, let boxSecret = try vault.syncSecret("boxSecret") {
+                            for (id, box) in sealed where keyring.keys[id] == nil {
+                                if let key = SyncPairing.unseal(box[...], publicKey: SyncPairing.publicKey(of: boxSecret), secretKey: boxSecret), key.count == Sodium.keyLength {
+                                    keyring.keys[id] = key
+                                }
+                            }
                         }
                     }
                     for c in s.changes {
+                        let was = merged.items[c.key]
                         merged.apply(c)
                         perDevice[device, default: SyncVault()].apply(c)
-                        touched.insert(c.key)
+                        if merged.items[c.key] != was { touched.insert(c.key) }
                         // This device's own changes bound its clock without the drift limit.
                         if device == me { clock!.observe(c.timestamp, physical: UInt64.max / 2) } else { clock!.observe(c.timestamp) }
                         lastSeen[device] = max(lastSeen[device] ?? 0, c.timestamp.wall)
@@ -534,9 +549,11 @@ public final class SyncService: @unchecked Sendable {
             return try pass()
         }
         if snapshotRead {
+            // A snapshot leaves the live items as they were; what it dropped goes from the merge.
+            let before = merged
             merged = SyncVault()
             for v in perDevice.values { merged.join(v) }
-            wasValid = false
+            for (k, s) in before.items where merged.items[k] != s { touched.insert(k) }
         }
         if membership.removed[me] != nil {
             // Removed (or left): nothing more is written; the items stay as they are.
@@ -545,6 +562,15 @@ public final class SyncService: @unchecked Sendable {
         }
         nextSequence = max(nextSequence, try vault.syncStoredSequence(), (listing[me]?.segments.keys.max() ?? 0) + 1)
         readAcks(listing, folder)
+
+        // Members another device approved since: every key held here, sealed to each (its
+        // approver may not have had a key made here at the same time).
+        let newcomers = membership.currentMembers.filter { membershipBefore.members[$0.device] == nil && $0.device != me }
+        for m in newcomers {
+            // Under the key its approval came under, which its grant gave it.
+            guard let under = approvedUnder[m.device], keyring.keys[under] != nil else { continue }
+            try writeControl([.share(m.device, keyring.keys.mapValues { SyncPairing.seal($0, to: m.boxKey) })], config: config, folder: folder, under: under)
+        }
 
         // 2. What changed here since the last pass, against the baseline.
         let (rows, changedRows) = try vault.syncLocalItems(reusing: wasValid ? localCache : [:])
@@ -726,6 +752,11 @@ public final class SyncService: @unchecked Sendable {
         let me = config.device
         let mine = (applied[me] ?? []).filter { $0 >= (floor[me] ?? 0) }
         guard mine.count >= compactionThreshold, let last = mine.max() else { return }
+        // Not before the segments since the last snapshot are as large as it: rewriting
+        // everything then costs each change a constant share, however large the vault.
+        let sizes = (try? folder.list()[me]?.segments) ?? [:]
+        let snapshotBytes = floor[me].flatMap { sizes[$0] } ?? 0
+        guard sizes.filter({ $0.key > (floor[me] ?? 0) }).values.reduce(0, +) >= snapshotBytes else { return }
         let others = membership.currentMembers.map(\.device).filter { $0 != me }
         guard others.allSatisfy({ (acks[$0]?[me] ?? 0) >= last }) else { return }
         // Deletions may go once every change of every device that could predate them is merged
@@ -738,7 +769,12 @@ public final class SyncService: @unchecked Sendable {
         let snapshot = SyncCompaction.snapshot(own: own, others: rest, dropTombstones: drop, now: HybridClock.now())
         let changes = snapshot.changes
         guard changes.reduce(0, { $0 + SyncBaseline.estimatedSize($1) }) < SyncSegment.maximumFileBytes / 2, changes.count < SyncSegment.maximumChanges / 2 else { return }
-        let control = (controlOf[me] ?? []).filter { if case .rotate = $0 { return false } else { return true } }
+        let control = (controlOf[me] ?? []).filter {
+            switch $0 {
+            case .member, .remove: true
+            case .rotate, .share, .snapshot: false
+            }
+        }
         let seq = nextSequence
         try writeSegment(SyncSegment(device: me, sequence: 0, control: control + [.snapshot], changes: changes), folder: folder)
         for n in mine where n < seq { folder.removeFile(device: me, name: SyncSegment.fileName(n)) }
