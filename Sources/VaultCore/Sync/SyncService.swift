@@ -696,7 +696,8 @@ public final class SyncService: @unchecked Sendable {
         })
         cacheValid = true
         try writeAck(listing, config: config, folder: folder)
-        try compactIfDue(config: config, folder: folder)
+        // Only in a pass with nothing new, here or in the folder: a change never waits for it.
+        if exported.isEmpty && touched.isEmpty && localChanges.isEmpty { try compactIfDue(config: config, folder: folder) }
     }
 
     private func reject(_ device: SyncDeviceID, _ seq: UInt64, _ size: Int, _ why: String) {
