@@ -212,7 +212,8 @@ public final class SyncService: @unchecked Sendable {
             throw VaultError(.notInitialized, "this device is not in a sync group: sync init or sync join first")
         }
         try load(config)
-        nextSequence = max(nextSequence, try vault.syncStoredSequence())
+        let own = (try? SyncFolder(root: config.folder).list()[config.device]?.segments.keys.max()) ?? nil
+        nextSequence = max(nextSequence, try vault.syncStoredSequence(), (own ?? 0) + 1)
         guard membership.isMember(config.device) else { throw VaultError(.notInitialized, "this device was removed from the sync group") }
         return (config, SyncFolder(root: config.folder))
     }
@@ -492,6 +493,8 @@ public final class SyncService: @unchecked Sendable {
                         sealedUnder = id
                         s = try SyncSegment.open(bytes, key: key, device: device, sequence: seq, verifyKey: member.signKey)
                     } catch {
+                        // Gone since it was listed (its device compacted it away): nothing to refuse.
+                        if access(folder.directory(device) + "/" + SyncSegment.fileName(seq), F_OK) != 0 && errno == ENOENT { continue }
                         reject(device, seq, size, "\(error)")
                         continue
                     }
