@@ -83,13 +83,19 @@ def run(bin, n):
             return len(sizes), sum(sizes)
         nsegs, size = folder_size()
         # Compaction follows in the passes after (once B's ack covers A's segments): wait until
-        # the folder has not changed for 3 s, then measure it again and time one update.
+        # A's segments are one snapshot (at most 120 s) and the folder has not changed for 3 s,
+        # then measure it again and time one update.
+        a_dir = os.path.join(folder, "devices", a.status()["deviceID"])
+        end = time.monotonic() + 120
+        while time.monotonic() < end and sum(f.endswith(".seg") for f in os.listdir(a_dir)) > 1:
+            time.sleep(0.1)
         last, since = None, time.monotonic()
         while time.monotonic() - since < 3:
             cur = folder_size()
             if cur != last:
                 last, since = cur, time.monotonic()
             time.sleep(0.1)
+        wait(lambda: pending(b.status()) == 0)
         csegs, csize = last
         with a.client.open("io.vaultd.Keychain") as k:
             t3 = time.monotonic()

@@ -355,11 +355,12 @@ public struct SyncVault: Equatable, Sendable {
     }
 
     /// The changes that make this vault (`merge(changes) == self`): per item its deletion,
-    /// then one write per timestamp with the fields it won, in key order.
+    /// then one write per timestamp with the fields it won (items in no particular order:
+    /// the merge does not depend on it).
     public var changes: [SyncChange] {
         var out: [SyncChange] = []
-        for k in items.keys.sorted() {
-            let s = items[k]!
+        out.reserveCapacity(items.count)
+        for (k, s) in items {
             if let t = s.tombstone { out.append(SyncChange(key: k, timestamp: t, kind: .delete)) }
             var byStamp: [SyncTimestamp: [SyncField: SyncValue?]] = [:]
             for (f, v) in s.fields { byStamp[v.timestamp, default: [:]][f] = .some(v.value) }
