@@ -418,4 +418,31 @@ import Glibc
             }
         }
     }
+
+    /// An acknowledgement is taken in only signed by its device, and only as it grows: an
+    /// older one put back, or one signed by another device, changes nothing.
+    @Test func anOlderOrForgedAckChangesNothing() throws {
+        try Self.withPair { a, sa, b, sb, folder in
+            let aID = try Self.deviceID(sa), bID = try Self.deviceID(sb)
+            try Self.add(a, service: "one", secret: "1")
+            try sa.passNow()
+            try sb.passNow()
+            let f = SyncFolder(root: folder)
+            let old = try #require(f.readSmallFile(device: bID, name: SyncAck.name, limit: SyncAck.maximumBytes))
+            try Self.add(a, service: "two", secret: "2")
+            try sa.passNow()
+            try sb.passNow()
+            try sa.passNow()
+            let newer = try #require(sa.acks[bID]?[aID])
+            #expect(newer >= 2)
+            try f.writeFile(old, device: bID, name: SyncAck.name)
+            try sa.passNow()
+            #expect(sa.acks[bID]?[aID] == newer)
+            let (_, aSign) = try Self.keys(a)
+            try f.writeFile(SyncAck.file([aID: 999], device: bID, signingKey: aSign), device: bID, name: SyncAck.name)
+            let sa2 = SyncService(vault: a)
+            try sa2.passNow()
+            #expect(sa2.acks[bID]?[aID] == nil)
+        }
+    }
 }

@@ -49,7 +49,7 @@ public final class SyncService: @unchecked Sendable {
     /// The latest wall-clock time (ms) of a change read from each device.
     private var lastSeen: [SyncDeviceID: UInt64] = [:]
     /// The largest acknowledgement read from each device, of each device.
-    private var acks: [SyncDeviceID: [SyncDeviceID: UInt64]] = [:]
+    private(set) var acks: [SyncDeviceID: [SyncDeviceID: UInt64]] = [:]
     private var ackWritten: [SyncDeviceID: UInt64]?
     /// The membership and the keys held, as stored (loaded at the first pass of a config).
     private var membership = SyncMembership()
