@@ -59,6 +59,7 @@ let toolUsage = """
       sync approve CODE                     on a device of the group: let the joining one in
       sync status [--json]                  devices, last seen, pending segments
       sync leave                            stop syncing on this device (its items stay)
+      sync remove DEVICE                    on a device that stays: remove another, rotating the group key
     Preferences (as defaults(1); DOMAIN may be -g for NSGlobalDomain):
       defaults read [DOMAIN [KEY]]
       defaults read-type DOMAIN KEY

@@ -90,6 +90,7 @@ extension Dispatcher {
         case .syncApprove: Entry(route: .call { try $0.syncApprove($1) })
         case .syncStatus: Entry(route: .call { try $0.syncStatus($1) }, passive: true)
         case .syncLeave: Entry(route: .call { try $0.syncLeave($1) })
+        case .syncRemove: Entry(route: .call { try $0.syncRemove($1) })
         }
     }
 }

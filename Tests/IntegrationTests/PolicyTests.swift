@@ -59,6 +59,7 @@ import Glibc
         "io.vaultd.Sync.Approve": ["code": "00"],
         "io.vaultd.Sync.Status": [:],
         "io.vaultd.Sync.Leave": [:],
+        "io.vaultd.Sync.Remove": ["device": "00"],
     ] }
 
     /// Every declared method, in a fixed order, with its policy decision.
@@ -130,7 +131,7 @@ import Glibc
         let python = try AppsTests.rawPythonApp(d)
         try d.install(Self.app, exe: python)
         let ownerOnly = Self.methods.filter { Self.audience($0.decision) == .owner }.map(\.name)
-        #expect(ownerOnly.count == 17, "\(ownerOnly)")
+        #expect(ownerOnly.count == 18, "\(ownerOnly)")
         let replies = try Self.run(d, python: python, "owner-only", ownerOnly.map { ($0, false) }) {}
         for m in ownerOnly {
             #expect(replies[m]?["error"] as? String == Self.permissionDenied, "\(m): \(replies[m] ?? [:])")

@@ -128,7 +128,7 @@ import Glibc
                 #expect(name == "devices" || name.range(of: #"^devices/[0-9a-f]{32}$"#, options: .regularExpression) != nil, "\(name)")
                 continue
             }
-            #expect(name.range(of: #"^devices/[0-9a-f]{32}/([0-9a-f]{16}\.seg|grant-[0-9a-f]{32})$"#, options: .regularExpression) != nil, "\(name)")
+            #expect(name.range(of: #"^devices/[0-9a-f]{32}/([0-9a-f]{16}\.seg|grant-[0-9a-f]{32}|ack)$"#, options: .regularExpression) != nil, "\(name)")
             let bytes = try Data(contentsOf: URL(fileURLWithPath: folder + "/" + name))
             for n in needles { #expect(bytes.range(of: Data(n.utf8)) == nil, "\(n) is in \(name)") }
             files += 1
@@ -265,6 +265,57 @@ import Glibc
             bytes += (try? FileManager.default.attributesOfItem(atPath: folder + "/" + name)[.size] as? Int) ?? 0
         }
         print("sync: a third device got 200 items from 1,000 changes in \(Int(seconds * 1000)) ms; the folder holds \(segments) segments, \(bytes) bytes")
+    }
+}
+
+extension SyncTests {
+    /// Three devices; `vaultctl sync remove` on A removes C: B follows the removal and the new
+    /// key, C's status says it was removed, what A adds afterwards reaches B and not C, and
+    /// what C adds afterwards reaches no one.
+    @Test func aRemovedDeviceGetsNothingWrittenAfterItsRemoval() throws {
+        let folder = try TemporaryDirectory.make(prefix: "vaultd-sync")
+        defer { TemporaryDirectory.remove(folder) }
+        let (a, b) = try Self.pair(folder: folder)
+        let c = try Daemon()
+        defer {
+            a.close()
+            b.close()
+            c.close()
+        }
+        try #require(c.initialize().status == 0)
+        let join = c.ctl(["sync", "join", folder])
+        let code = try #require(join.stdoutText.split(separator: "\n").first { $0.contains("sync approve") }?.split(separator: " ").last.map(String.init))
+        try #require(b.ctl(["sync", "approve", code]).status == 0)
+        let before = ["--service", "before.example.com", "--account", "c"]
+        try #require(c.ctl(["item", "add"] + before + ["--synchronizable"], stdin: Data("from C".utf8)).status == 0)
+        let crossed = eventually(timeout: Self.timeout) { a.secret(before) == "from C" && b.secret(before) == "from C" }
+        try #require(crossed, "\(a.log)\n\(c.log)")
+        let cID = try #require(c.syncStatus()?["deviceID"] as? String)
+
+        #expect(a.ctl(["sync", "remove", "nonsense"]).status == 65)
+        let mine = try #require(a.syncStatus()?["deviceID"] as? String)
+        #expect(a.ctl(["sync", "remove", mine]).stderr.contains("sync leave"))
+        let removed = a.ctl(["sync", "remove", cID])
+        #expect(removed.status == 0 && removed.stdoutText.contains("generation 2"), "\(removed)")
+        let after = ["--service", "after.example.com", "--account", "a"]
+        try #require(a.ctl(["item", "add"] + after + ["--synchronizable"], stdin: Data("not for C".utf8)).status == 0)
+        let onB = eventually(timeout: Self.timeout) { b.secret(after) == "not for C" }
+        #expect(onB, "\(b.log)")
+        let told = eventually(timeout: Self.timeout) { c.syncStatus()?["state"] as? String == "removed" }
+        #expect(told, "\(String(describing: c.syncStatus()))")
+        #expect(b.syncStatus()?["keyGeneration"] as? Int == 2)
+        let cOnB = (b.syncStatus()?["devices"] as? [[String: Any]])?.first { $0["deviceID"] as? String == cID }
+        #expect(cOnB?["membership"] as? String == "removed")
+        #expect(b.secret(before) == "from C")
+        let late = ["--service", "late.example.com", "--account", "c"]
+        try #require(c.ctl(["item", "add"] + late + ["--synchronizable"], stdin: Data("from removed C".utf8)).status == 0)
+        // A change after C's: once it has crossed, C's would have too.
+        let last = ["--service", "last.example.com", "--account", "a"]
+        try #require(a.ctl(["item", "add"] + last + ["--synchronizable"], stdin: Data("x".utf8)).status == 0)
+        let lastOnB = eventually(timeout: Self.timeout) { b.secret(last) == "x" }
+        #expect(lastOnB)
+        #expect(c.secret(after) == nil && c.secret(last) == nil)
+        #expect(b.secret(late) == nil && a.secret(late) == nil)
     }
 }
 

@@ -63,12 +63,13 @@ import VaultProtocol
             expectVaultError(.permissionDenied) { _ = try sync.approve(code: "00", caller: app) }
             expectVaultError(.permissionDenied) { _ = try sync.status(caller: app) }
             expectVaultError(.permissionDenied) { try sync.leave(caller: app) }
+            expectVaultError(.permissionDenied) { try sync.remove(device: String(repeating: "ab", count: 16), caller: app) }
             // The kinds refused above are exactly the owner-only ones.
             let ownerOnly = Set(VaultCore.Operation.Kind.allCases.filter { $0.audience == .owner })
             #expect(
                 ownerOnly == [
                     .unlock, .unlockFromKeyring, .lock, .initialize, .changePassphrase, .backup, .restore, .purgeCaches, .installApp, .uninstallApp,
-                    .listApps, .showApp, .setAlias, .syncInit, .syncJoin, .syncApprove, .syncStatus, .syncLeave,
+                    .listApps, .showApp, .setAlias, .syncInit, .syncJoin, .syncApprove, .syncStatus, .syncLeave, .syncRemove,
                 ])
         }
     }

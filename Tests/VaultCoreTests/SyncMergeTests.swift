@@ -202,18 +202,20 @@ import VaultProtocol
     // MARK: segments
 
     static let groupKey = SecureBytes(copying: [UInt8](repeating: 7, count: 32))
+    static let keyID = SyncKeyID(generation: 1, rotator: devices[0])
+    static let signing = SyncSigning.keyPair()
 
     @Test(arguments: 0..<5) func aSegmentOpensToWhatWasSealed(seed: UInt64) throws {
         for s in Self.history(seed: seed, perDevice: 8) {
-            let file = s.sealed(key: Self.groupKey)
-            #expect(try SyncSegment.open(file, key: Self.groupKey, device: s.device, sequence: s.sequence) == s)
+            let file = s.sealed(key: Self.groupKey, keyID: Self.keyID, signingKey: Self.signing.secretKey)
+            #expect(try SyncSegment.open(file, key: Self.groupKey, device: s.device, sequence: s.sequence, verifyKey: Self.signing.publicKey) == s)
         }
     }
 
     @Test func nothingOfAnItemIsInTheSegmentsBytes() {
         let k = SyncItemKey(itemClass: .genericPassword, accessGroup: "com.example.group", primaryKey: ["api.example.com", "alice"])
         let s = SyncSegment(device: Self.devices[0], sequence: 1, changes: [add(k, stamp(1, 0, 0), label: "Alice's key", secret: "hunter2-secret")])
-        let file = s.sealed(key: Self.groupKey)
+        let file = s.sealed(key: Self.groupKey, keyID: Self.keyID, signingKey: Self.signing.secretKey)
         for needle in ["com.example.group", "api.example.com", "alice", "Alice's key", "hunter2-secret"] {
             #expect(file.firstRange(of: Array(needle.utf8)) == nil, "\(needle) is in the segment")
         }
@@ -224,33 +226,33 @@ import VaultProtocol
         let k = Self.keys[0]
         let small = SyncSegment(device: Self.devices[0], sequence: 1, changes: [add(k, stamp(1, 0, 0), label: "a", secret: "x")])
         let large = SyncSegment(device: Self.devices[0], sequence: 1, changes: [add(k, stamp(1, 0, 0), label: "a", secret: String(repeating: "y", count: 100))])
-        #expect(small.sealed(key: Self.groupKey).count == large.sealed(key: Self.groupKey).count)
-        #expect(try SyncSegment.open(large.sealed(key: Self.groupKey), key: Self.groupKey, device: Self.devices[0], sequence: 1) == large)
+        #expect(small.sealed(key: Self.groupKey, keyID: Self.keyID, signingKey: Self.signing.secretKey).count == large.sealed(key: Self.groupKey, keyID: Self.keyID, signingKey: Self.signing.secretKey).count)
+        #expect(try SyncSegment.open(large.sealed(key: Self.groupKey, keyID: Self.keyID, signingKey: Self.signing.secretKey), key: Self.groupKey, device: Self.devices[0], sequence: 1, verifyKey: Self.signing.publicKey) == large)
     }
 
     @Test func anAlteredCutRenamedOrForeignSegmentOpensAsNothing() {
         let s = Self.history(seed: 9, perDevice: 6)[0]
-        let file = s.sealed(key: Self.groupKey)
+        let file = s.sealed(key: Self.groupKey, keyID: Self.keyID, signingKey: Self.signing.secretKey)
         var rng = SeededRandom(seed: 1)
         for _ in 0..<50 {
             var bad = file
             let i = Int.random(in: 0..<bad.count, using: &rng)
             bad[i] ^= UInt8.random(in: 1...255, using: &rng)
-            #expect(throws: SyncFormatError.self) { try SyncSegment.open(bad, key: Self.groupKey, device: s.device, sequence: s.sequence) }
+            #expect(throws: SyncFormatError.self) { try SyncSegment.open(bad, key: Self.groupKey, device: s.device, sequence: s.sequence, verifyKey: Self.signing.publicKey) }
         }
         for cut in [0, 8, 40, file.count - 1] {
-            #expect(throws: SyncFormatError.self) { try SyncSegment.open(Array(file.prefix(cut)), key: Self.groupKey, device: s.device, sequence: s.sequence) }
+            #expect(throws: SyncFormatError.self) { try SyncSegment.open(Array(file.prefix(cut)), key: Self.groupKey, device: s.device, sequence: s.sequence, verifyKey: Self.signing.publicKey) }
         }
-        #expect(throws: SyncFormatError.self) { try SyncSegment.open(file + [0], key: Self.groupKey, device: s.device, sequence: s.sequence) }
-        #expect(throws: SyncFormatError.self) { try SyncSegment.open(file, key: Self.groupKey, device: Self.devices[2], sequence: s.sequence) }
-        #expect(throws: SyncFormatError.self) { try SyncSegment.open(file, key: Self.groupKey, device: s.device, sequence: s.sequence + 1) }
+        #expect(throws: SyncFormatError.self) { try SyncSegment.open(file + [0], key: Self.groupKey, device: s.device, sequence: s.sequence, verifyKey: Self.signing.publicKey) }
+        #expect(throws: SyncFormatError.self) { try SyncSegment.open(file, key: Self.groupKey, device: Self.devices[2], sequence: s.sequence, verifyKey: Self.signing.publicKey) }
+        #expect(throws: SyncFormatError.self) { try SyncSegment.open(file, key: Self.groupKey, device: s.device, sequence: s.sequence + 1, verifyKey: Self.signing.publicKey) }
         let other = SecureBytes(copying: [UInt8](repeating: 8, count: 32))
-        #expect(throws: SyncFormatError.self) { try SyncSegment.open(file, key: other, device: s.device, sequence: s.sequence) }
+        #expect(throws: SyncFormatError.self) { try SyncSegment.open(file, key: other, device: s.device, sequence: s.sequence, verifyKey: Self.signing.publicKey) }
         // A length prefix claiming more than a record may be is refused before anything is allocated.
         var huge = file
         let at = SyncSegment.magic.count + SyncSegment.headerBytes
         huge.replaceSubrange(at..<(at + 4), with: [0xFF, 0xFF, 0xFF, 0x7F])
-        #expect(throws: SyncFormatError.self) { try SyncSegment.open(huge, key: Self.groupKey, device: s.device, sequence: s.sequence) }
+        #expect(throws: SyncFormatError.self) { try SyncSegment.open(huge, key: Self.groupKey, device: s.device, sequence: s.sequence, verifyKey: Self.signing.publicKey) }
     }
 
     @Test func segmentFileNamesCarryOnlyTheSequence() {
@@ -269,10 +271,120 @@ import VaultProtocol
     @Test func aGrantOpensOnlyWithTheJoinersKey() throws {
         let (pk, sk) = SyncPairing.keyPair()
         #expect(SyncPairing.publicKey(of: sk) == pk)
-        let grant = SyncPairing.grantFile(groupKey: Self.groupKey, to: pk)
-        #expect(SyncPairing.openGrant(grant, publicKey: pk, secretKey: sk)?.constantTimeEquals(Self.groupKey) == true)
+        var ring = SyncKeyring()
+        ring.keys[Self.keyID] = Self.groupKey
+        var view = SyncMembership()
+        view.members[Self.devices[1]] = SyncMember(device: Self.devices[1], boxKey: pk, signKey: Self.signing.publicKey)
+        view.removed[Self.devices[2]] = 4
+        view.keys[Self.keyID] = [Self.devices[2]]
+        let grant = SyncPairing.grantFile(keyring: ring, membership: view, to: pk)
+        let opened = try #require(SyncPairing.openGrant(grant, publicKey: pk, secretKey: sk))
+        #expect(opened.0.keys[Self.keyID]?.constantTimeEquals(Self.groupKey) == true)
+        #expect(opened.1 == view)
         let (pk2, sk2) = SyncPairing.keyPair()
         #expect(SyncPairing.openGrant(grant, publicKey: pk2, secretKey: sk2) == nil)
         #expect(grant.firstRange(of: Array(repeating: 7, count: 8)) == nil)
+    }
+
+    /// A segment signed with another device's key (a member forging another's segment, with
+    /// the group key) opens as nothing; the group records come back as written.
+    @Test func aSegmentSignedByAnotherDeviceOpensAsNothing() throws {
+        let s = Self.history(seed: 3, perDevice: 4)[0]
+        let forger = SyncSigning.keyPair()
+        let forged = s.sealed(key: Self.groupKey, keyID: Self.keyID, signingKey: forger.secretKey)
+        #expect(throws: SyncFormatError.self) {
+            try SyncSegment.open(forged, key: Self.groupKey, device: s.device, sequence: s.sequence, verifyKey: Self.signing.publicKey)
+        }
+        #expect(SyncSigning.publicKey(of: forger.secretKey) == forger.publicKey)
+        let (box, _) = SyncPairing.keyPair()
+        let control: [SyncControl] = [
+            .member(SyncMember(device: Self.devices[1], boxKey: box, signKey: forger.publicKey)),
+            .remove(Self.devices[2], cutoff: 9, pins: [3: [UInt8](repeating: 1, count: 16)]),
+            .rotate(generation: 2, excludes: [Self.devices[2]], boxes: [Self.devices[1]: SyncPairing.seal(Self.groupKey, to: box)]),
+            .snapshot,
+        ]
+        let c = SyncSegment(device: Self.devices[0], sequence: 5, control: control, changes: s.changes)
+        let file = c.sealed(key: Self.groupKey, keyID: Self.keyID, signingKey: Self.signing.secretKey)
+        #expect(SyncSegment.keyID(of: file) == Self.keyID)
+        #expect(try SyncSegment.open(file, key: Self.groupKey, device: Self.devices[0], sequence: 5, verifyKey: Self.signing.publicKey) == c)
+    }
+
+    // MARK: compaction
+
+    /// Equal as far as any later change can tell: the same live items, now and after the same
+    /// later changes (stamped after everything in the history, as changes made by a device
+    /// that has merged it are).
+    func expectSameMerge(_ a: SyncVault, _ b: SyncVault, later: [SyncChange], _ note: String) {
+        #expect(a.liveItems == b.liveItems, "\(note)")
+        var a2 = a, b2 = b
+        a2.apply(later)
+        b2.apply(later)
+        #expect(a2.liveItems == b2.liveItems, "\(note): after later changes")
+        // Whatever an item's state keeps, it keeps the same but for deletions dropped.
+        for (k, s) in a.items where b.items[k] != s {
+            #expect((b.items[k]?.fields ?? [:]) == s.fields, "\(note): \(k)")
+        }
+        #expect(Set(b.items.keys).isSubset(of: a.items.keys), "\(note)")
+    }
+
+    /// Later changes: every key written or deleted, stamped after the history.
+    static func later(seed: UInt64) -> [SyncChange] {
+        var rng = SeededRandom(seed: seed ^ 0x5555)
+        var clock = HybridClock(device: devices[1], last: (10_000, 0))
+        return keys.map { k in
+            let t = clock.tick(physical: 10_000)
+            if Bool.random(using: &rng) { return SyncChange(key: k, timestamp: t, kind: .delete) }
+            var fields: [SyncField: SyncValue?] = [:]
+            for f in SyncField.allCases where Bool.random(using: &rng) || f == .label { fields[f] = value(f, 7) }
+            return SyncChange(key: k, timestamp: t, kind: .write(fields))
+        }
+    }
+
+    /// Compaction never changes the merge: any device's segments replaced by its snapshot
+    /// (deletions dropped or not), then the same for the next device on what is left, give the
+    /// vault of the whole history; a snapshot's changes merge back to the snapshot, and
+    /// compacting again changes nothing.
+    @Test(arguments: 0..<40) func compactionNeverChangesTheMerge(seed: UInt64) {
+        let segments = Self.history(seed: seed)
+        let reference = Self.merged(segments)
+        var rng = SeededRandom(seed: seed &+ 77)
+        var own: [SyncDeviceID: SyncVault] = [:]
+        for s in segments { own[s.device, default: SyncVault()].apply(s.changes) }
+        var dropped = 0
+        for d in Self.devices.shuffled(using: &rng) {
+            let drop = Bool.random(using: &rng)
+            let others = own.filter { $0.key != d }.map(\.value)
+            let snap = SyncCompaction.snapshot(own: own[d]!, others: others, dropTombstones: drop, now: .max)
+            #expect(SyncVault.merge(snap.changes) == snap)
+            #expect(SyncCompaction.snapshot(own: snap, others: others, dropTombstones: drop, now: .max) == snap)
+            dropped += own[d]!.items.count - snap.items.count
+            own[d] = snap
+            var v = SyncVault()
+            for o in own.values { v.join(o) }
+            expectSameMerge(reference, v, later: Self.later(seed: seed), "seed \(seed), after \(d)")
+        }
+        // A snapshot merged with segments in any order is the same vault as joined.
+        var joined = SyncVault()
+        for o in own.values { joined.join(o) }
+        #expect(SyncVault.merge(own.values.flatMap(\.changes).shuffled(using: &rng)) == joined)
+        _ = dropped
+    }
+
+    /// A deletion every device has merged, whose item nobody wrote before it but its own
+    /// device, is dropped with the item; one that another device's older write still needs
+    /// stays; one stamped in the future stays.
+    @Test func aDeletionIsDroppedOnlyWhenNothingItCoversIsLeft() {
+        let k = Self.keys[0], k2 = Self.keys[1]
+        var a = SyncVault()
+        a.apply(add(k, stamp(10, 0, 0), label: "x", secret: "s"))
+        a.apply(SyncChange(key: k, timestamp: stamp(20, 0, 0), kind: .delete))
+        a.apply(SyncChange(key: k2, timestamp: stamp(30, 0, 0), kind: .delete))
+        var b = SyncVault()
+        b.apply(add(k2, stamp(25, 0, 1), label: "y", secret: "s"))
+        let snap = SyncCompaction.snapshot(own: a, others: [b], dropTombstones: true, now: 1_000)
+        #expect(snap.items[k] == nil)
+        #expect(snap.items[k2]?.tombstone == stamp(30, 0, 0))
+        #expect(SyncCompaction.snapshot(own: a, others: [b], dropTombstones: false, now: 1_000).items[k]?.tombstone == stamp(20, 0, 0))
+        #expect(SyncCompaction.snapshot(own: a, others: [b], dropTombstones: true, now: 15).items[k]?.tombstone == stamp(20, 0, 0))
     }
 }

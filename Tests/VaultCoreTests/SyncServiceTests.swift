@@ -35,6 +35,53 @@ import Glibc
         }
     }
 
+    /// Three vaults in one group: A made it, B and C joined through it.
+    static func withTrio(_ body: (Vault, SyncService, Vault, SyncService, Vault, SyncService, String) throws -> Void) throws {
+        try withPair { a, sa, b, sb, folder in
+            try withTemporaryDirectory { tmp in
+                let c = try Vault(dataDirectory: tmp + "/c", passphrasePolicy: .tests)
+                defer { c.close() }
+                _ = try c.initialize(passphrase: nil, caller: .owner)
+                let sc = SyncService(vault: c)
+                let code = try #require(try sc.join(folder: folder, caller: .owner)["code"]?.stringValue)
+                _ = try sa.approve(code: code, caller: .owner)
+                try sc.passNow()
+                try sb.passNow()
+                #expect(try sc.status(caller: .owner)["state"]?.stringValue == "member")
+                try body(a, sa, b, sb, c, sc, folder)
+            }
+        }
+    }
+
+    static func deviceID(_ s: SyncService) throws -> SyncDeviceID {
+        try #require(SyncDeviceID(hex: try s.status(caller: .owner)["deviceID"]?.stringValue ?? ""))
+    }
+
+    /// The group keys a vault holds, and its signing key.
+    static func keys(_ v: Vault) throws -> (SyncKeyring, SecureBytes) {
+        let ring = try #require(try v.syncSecret("keyring").flatMap { SyncKeyring(encoded: $0) })
+        return (ring, try #require(try v.syncSecret("signSecret")))
+    }
+
+    /// A segment of `changes` written in the folder as device `device`'s sequence `seq`,
+    /// sealed under `v`'s current key and signed with `v`'s signing key.
+    static func write(_ changes: [SyncChange], as device: SyncDeviceID, seq: UInt64, with v: Vault, folder: String) throws {
+        let (ring, sign) = try keys(v)
+        let (id, key) = try #require(ring.current)
+        let f = SyncFolder(root: folder)
+        try f.makeDeviceDirectory(device)
+        try f.writeFile(SyncSegment(device: device, sequence: seq, changes: changes).sealed(key: key, keyID: id, signingKey: sign), device: device, name: SyncSegment.fileName(seq))
+    }
+
+    static func addChange(_ service: String, secret s: String, device: SyncDeviceID, wall: UInt64 = HybridClock.now(), accessible: String? = nil) -> SyncChange {
+        var fields: [SyncField: SyncValue?] = [:]
+        for field in SyncField.allCases { fields[field] = .some(nil) }
+        if let accessible { fields[.accessible] = .bytes(Array(accessible.utf8)) }
+        fields[.secret] = .secret(secret(s))
+        let k = SyncItemKey(itemClass: .genericPassword, accessGroup: Caller.ownerAccessGroup, primaryKey: [service, "acct"])
+        return SyncChange(key: k, timestamp: SyncTimestamp(wall: wall, counter: 0, device: device), kind: .write(fields))
+    }
+
     static func add(_ v: Vault, service: String, secret s: String, sync: Bool = true) throws {
         _ = try v.addItem(.genericPassword, attributes: ItemAttributes(service: service, account: "acct", synchronizable: sync), secret: secret(s), caller: .owner)
     }
@@ -117,48 +164,35 @@ import Glibc
         }
     }
 
-    /// A segment sealed under the group key by a device of the group that holds an item this
-    /// keychain must not store (a ThisDeviceOnly accessibility) beside a good one: the good
-    /// one is stored, the other is not, and the log says so without its content.
+    /// A segment of a member (A's signing key, A's name) that holds an item this keychain
+    /// must not store (a ThisDeviceOnly accessibility) beside a good one: the good one is
+    /// stored, the other is not, and the log says so without its content.
     @Test func aPeersUnstorableItemIsLeftOutAndTheRestApplied() throws {
-        try Self.withPair { _, _, b, sb, folder in
-            let key = try #require(try b.syncSecret("groupKey"))
-            let peer = SyncDeviceID.random()
-            let f = SyncFolder(root: folder)
-            try f.makeDeviceDirectory(peer)
-            func write(_ service: String, accessible: String, secret s: String, wall: UInt64) -> SyncChange {
-                var fields: [SyncField: SyncValue?] = [:]
-                for field in SyncField.allCases { fields[field] = .some(nil) }
-                fields[.accessible] = .bytes(Array(accessible.utf8))
-                fields[.secret] = .secret(secret(s))
-                let k = SyncItemKey(itemClass: .genericPassword, accessGroup: Caller.ownerAccessGroup, primaryKey: [service, "acct"])
-                return SyncChange(key: k, timestamp: SyncTimestamp(wall: wall, counter: 0, device: peer), kind: .write(fields))
-            }
-            let segment = SyncSegment(device: peer, sequence: 1, changes: [
-                write("bound", accessible: "whenUnlockedThisDeviceOnly", secret: "x", wall: 1),
-                write("fine", accessible: "afterFirstUnlock", secret: "ok", wall: 2),
-            ])
-            try f.writeFile(segment.sealed(key: key), device: peer, name: SyncSegment.fileName(1))
+        try Self.withPair { a, sa, b, sb, folder in
+            let aID = try Self.deviceID(sa)
+            try Self.write([
+                Self.addChange("bound", secret: "x", device: aID, wall: 1, accessible: "whenUnlockedThisDeviceOnly"),
+                Self.addChange("fine", secret: "ok", device: aID, wall: 2, accessible: "afterFirstUnlock"),
+            ], as: aID, seq: 1000, with: a, folder: folder)
             try sb.passNow()
             #expect(Self.secretOf(b, service: "fine") == "ok")
             #expect(Self.secretOf(b, service: "bound") == nil)
-            #expect(try Self.rejected(sb, peer) == 0)
+            #expect(try Self.rejected(sb, aID) == 0)
         }
     }
 
     /// A segment file over the size bound is refused before a byte of it is read (a sparse
     /// file: its size is all there is), counted, and tried again only once its size changes.
     @Test func aSegmentOverItsBoundIsRefusedUnread() throws {
-        try Self.withPair { _, _, _, sb, folder in
-            let peer = SyncDeviceID.random()
+        try Self.withPair { _, sa, _, sb, folder in
+            let peer = try Self.deviceID(sa)
             let f = SyncFolder(root: folder)
-            try f.makeDeviceDirectory(peer)
-            let path = f.directory(peer) + "/" + SyncSegment.fileName(1)
+            let path = f.directory(peer) + "/" + SyncSegment.fileName(1000)
             let fd = open(path, O_WRONLY | O_CREAT, 0o600)
             try #require(fd >= 0)
             #expect(ftruncate(fd, off_t(SyncSegment.maximumFileBytes + 1)) == 0)
             close(fd)
-            #expect(throws: SyncFormatError.self) { _ = try f.readSegment(device: peer, sequence: 1) }
+            #expect(throws: SyncFormatError.self) { _ = try f.readSegment(device: peer, sequence: 1000) }
             try sb.passNow()
             try sb.passNow()
             #expect(try Self.rejected(sb, peer) == 1)
@@ -173,13 +207,10 @@ import Glibc
             try FileManager.default.createDirectory(atPath: elsewhere, withIntermediateDirectories: true)
             let peer = SyncDeviceID.random()
             #expect(symlink(elsewhere, folder + "/devices/" + peer.description) == 0)
-            let key = try #require(try b.syncSecret("groupKey"))
-            var fields: [SyncField: SyncValue?] = [:]
-            for field in SyncField.allCases { fields[field] = .some(nil) }
-            fields[.secret] = .secret(secret("linked"))
-            let k = SyncItemKey(itemClass: .genericPassword, accessGroup: Caller.ownerAccessGroup, primaryKey: ["linked", "acct"])
-            let s = SyncSegment(device: peer, sequence: 1, changes: [SyncChange(key: k, timestamp: SyncTimestamp(wall: 5, counter: 0, device: peer), kind: .write(fields))])
-            try Data(s.sealed(key: key)).write(to: URL(fileURLWithPath: elsewhere + "/" + SyncSegment.fileName(1)))
+            let (ring, sign) = try Self.keys(b)
+            let (id, key) = try #require(ring.current)
+            let s = SyncSegment(device: peer, sequence: 1, changes: [Self.addChange("linked", secret: "linked", device: peer, wall: 5)])
+            try Data(s.sealed(key: key, keyID: id, signingKey: sign)).write(to: URL(fileURLWithPath: elsewhere + "/" + SyncSegment.fileName(1)))
             try sb.passNow()
             #expect(Self.secretOf(b, service: "linked") == nil)
             #expect(try SyncFolder(root: folder).list()[peer]?.segments.isEmpty == true)
@@ -192,6 +223,226 @@ import Glibc
             try Self.add(a, service: "after", secret: "s")
             #expect(throws: VaultError.self) { try sa.passNow() }
             #expect(try FileManager.default.contentsOfDirectory(atPath: elsewhere) == [SyncSegment.fileName(1)])
+        }
+    }
+
+    static func segmentFiles(_ folder: String, _ d: SyncDeviceID) -> [UInt64] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: folder + "/devices/" + d.description)) ?? []).compactMap(SyncSegment.sequence(ofFileName:)).sorted()
+    }
+
+    static func member(_ s: SyncService, _ d: SyncDeviceID) throws -> String? {
+        try s.status(caller: .owner)["devices"]?.arrayValue?.first { $0["deviceID"]?.stringValue == d.description }?["membership"]?.stringValue
+    }
+
+    /// A removes C: the removal and a new key (generation 2, sealed to A and B) go into the
+    /// folder; B follows the removal. What A writes after it opens under no key C's data
+    /// directory holds; C's later writes in its own name (signed by it, under the old key)
+    /// and its writes in B's name (under the old key, signed by C) are applied by no one.
+    @Test func aRemovedDeviceOpensNothingWrittenAfterAndItsWritesAreNotApplied() throws {
+        try Self.withTrio { a, sa, b, sb, c, sc, folder in
+            try Self.add(c, service: "before", secret: "from C")
+            try sc.passNow()
+            try sa.passNow()
+            try sb.passNow()
+            #expect(Self.secretOf(b, service: "before") == "from C")
+            let aID = try Self.deviceID(sa), bID = try Self.deviceID(sb), cID = try Self.deviceID(sc)
+            let removed = try sa.remove(device: cID.description, caller: .owner)
+            #expect(removed["generation"]?.intValue == 2)
+            let removalSeq = try #require(Self.segmentFiles(folder, aID).last)
+            try Self.add(a, service: "after", secret: "not for C")
+            try sa.passNow()
+            try sb.passNow()
+            try sc.passNow()
+            #expect(Self.secretOf(b, service: "after") == "not for C")
+            #expect(Self.secretOf(c, service: "after") == nil)
+            #expect(Self.secretOf(b, service: "before") == "from C")
+            // Membership converged: both remaining devices see C removed, hold one key.
+            for s in [sa, sb] {
+                #expect(try Self.member(s, cID) == "removed")
+                #expect(try s.status(caller: .owner)["keyGeneration"]?.intValue == 2)
+            }
+            #expect(try sc.status(caller: .owner)["state"]?.stringValue == "removed")
+
+            // C's keys, from its own data directory, open nothing A wrote after the removal.
+            let (cRing, cSign) = try Self.keys(c)
+            #expect(cRing.keys.keys.map(\.generation) == [1])
+            let later = Self.segmentFiles(folder, aID).filter { $0 > removalSeq }
+            #expect(!later.isEmpty)
+            let f = SyncFolder(root: folder)
+            for seq in later {
+                let bytes = try f.readSegment(device: aID, sequence: seq)
+                #expect(SyncSegment.keyID(of: bytes)?.generation == 2)
+                for (id, key) in cRing.keys {
+                    #expect(throws: SyncFormatError.self) {
+                        _ = try SyncSegment.open(bytes, key: key, device: aID, sequence: seq, verifyKey: SyncSigning.publicKey(of: try Self.keys(a).1))
+                    }
+                    _ = id
+                }
+            }
+
+            // C writes on: its own name, a later sequence, under the key it holds.
+            let cNext = (Self.segmentFiles(folder, cID).last ?? 0) + 1
+            try Self.write([Self.addChange("evil", secret: "from removed C", device: cID)], as: cID, seq: cNext, with: c, folder: folder)
+            // And in B's name (B's directory and a sequence B has not used), signed by C.
+            let bNext = (Self.segmentFiles(folder, bID).last ?? 0) + 50
+            try Self.write([Self.addChange("forged", secret: "not B's", device: bID)], as: bID, seq: bNext, with: c, folder: folder)
+            _ = cSign
+            for (v, s) in [(a, sa), (b, sb)] {
+                try s.passNow()
+                #expect(Self.secretOf(v, service: "evil") == nil)
+                #expect(Self.secretOf(v, service: "forged") == nil)
+                #expect(try Self.rejected(s, cID) == 1)
+                #expect(try Self.rejected(s, bID) == 1)
+            }
+            // C puts another version of its segment from before the removal in place (signed
+            // by it, under the old key): no one applies it, even reading the folder anew.
+            let cFirst = try #require(Self.segmentFiles(folder, cID).first { seq in
+                (try? SyncFolder(root: folder).readSegment(device: cID, sequence: seq)).map { _ in true } ?? false
+            })
+            try FileManager.default.removeItem(atPath: folder + "/devices/" + cID.description + "/" + SyncSegment.fileName(cFirst))
+            try Self.write([Self.addChange("before", secret: "rewritten by C", device: cID, wall: 1)], as: cID, seq: cFirst, with: c, folder: folder)
+            // A new service (vaultd started again) reads the folder anew to the same result.
+            let sb2 = SyncService(vault: b)
+            try sb2.passNow()
+            #expect(Self.secretOf(b, service: "evil") == nil)
+            // C took its own change out of the folder (as any device may withhold its files):
+            // its other version is not applied in its place.
+            #expect(Self.secretOf(b, service: "before") != "rewritten by C")
+            #expect(Self.secretOf(b, service: "after") == "not for C")
+            #expect(try Self.rejected(sb2, cID) == 2)
+        }
+    }
+
+    /// C leaves: its leaving is recorded, signed, and the next device to write makes a new key
+    /// without it first; what C's old keys hold opens nothing written after.
+    @Test func aDeviceThatLeftCannotReadWhatIsWrittenAfter() throws {
+        try Self.withTrio { a, sa, b, sb, c, sc, folder in
+            let aID = try Self.deviceID(sa), cID = try Self.deviceID(sc)
+            let (cRing, _) = try Self.keys(c)
+            try sc.leave(caller: .owner)
+            try sa.passNow()
+            #expect(try Self.member(sa, cID) == "removed")
+            let before = Self.segmentFiles(folder, aID).last ?? 0
+            try Self.add(a, service: "after leave", secret: "s")
+            try sa.passNow()
+            try sb.passNow()
+            #expect(Self.secretOf(b, service: "after leave") == "s")
+            #expect(try sa.status(caller: .owner)["keyGeneration"]?.intValue == 2)
+            #expect(try sb.status(caller: .owner)["keyGeneration"]?.intValue == 2)
+            let f = SyncFolder(root: folder)
+            for seq in Self.segmentFiles(folder, aID) where seq > before {
+                let bytes = try f.readSegment(device: aID, sequence: seq)
+                let id = try #require(SyncSegment.keyID(of: bytes))
+                // The rotation's own record is under the old key; everything after, under the new one.
+                if id.generation == 2 { #expect(cRing.keys[id] == nil) }
+            }
+            #expect(Self.segmentFiles(folder, aID).contains { seq in
+                (try? f.readSegment(device: aID, sequence: seq)).flatMap(SyncSegment.keyID(of:))?.generation == 2
+            })
+        }
+    }
+
+    /// With a low threshold, A's segments are replaced by one snapshot once B has
+    /// acknowledged them; a deletion both merged goes with it; B and a device joining
+    /// afterwards see the same items; an old segment put back in the folder changes nothing.
+    @Test func compactionReplacesSegmentsWithoutChangingTheMerge() throws {
+        try Self.withPair { a, sa, b, sb, folder in
+            sa.compactionThreshold = 4
+            let aID = try Self.deviceID(sa)
+            for i in 0..<3 {
+                try Self.add(a, service: "keep\(i)", secret: "k\(i)")
+                try Self.add(a, service: "drop\(i)", secret: "d\(i)")
+                try sa.passNow()
+                try sb.passNow()
+            }
+            let q = ItemQuery(itemClass: .genericPassword, attributes: ItemAttributes(service: "drop1"))
+            _ = try a.deleteItems(q, caller: .owner)
+            try sa.passNow()
+            try sb.passNow()
+            #expect(Self.secretOf(b, service: "drop1") == nil)
+            let old = Self.segmentFiles(folder, aID)
+            #expect(old.count >= 4)
+            let saved = try SyncFolder(root: folder).readSegment(device: aID, sequence: old[0])
+            // B's acknowledgement is in; A's next pass compacts.
+            try sa.passNow()
+            let now = Self.segmentFiles(folder, aID)
+            #expect(now.count == 1 && now[0] > old.last!, "\(now)")
+            try sb.passNow()
+            for (v, name) in [(a, "A"), (b, "B")] {
+                for i in 0..<3 { #expect(Self.secretOf(v, service: "keep\(i)") == "k\(i)", "\(name)") }
+                #expect(Self.secretOf(v, service: "drop1") == nil, "\(name)")
+                #expect(Self.secretOf(v, service: "drop0") == "d0", "\(name)")
+            }
+            // The replayed old segment (its add of drop1 included) changes nothing, for B and
+            // for a reader starting over.
+            try SyncFolder(root: folder).writeFile(saved, device: aID, name: SyncSegment.fileName(old[0]))
+            try sb.passNow()
+            let sb2 = SyncService(vault: b)
+            try sb2.passNow()
+            #expect(Self.secretOf(b, service: "drop1") == nil)
+            #expect(try sb2.status(caller: .owner)["items"]?.intValue == 5)
+            // A later change still crosses.
+            try Self.add(a, service: "later", secret: "l")
+            try sa.passNow()
+            try sb2.passNow()
+            #expect(Self.secretOf(b, service: "later") == "l")
+        }
+    }
+
+    /// A device approved while another made a new key (C left; B rotated before its next
+    /// write; A, not having read that yet, approved D with the old key only): B shares its key
+    /// with D once it reads D's approval, and D reads what B wrote under it.
+    @Test func aDeviceApprovedDuringARotationGetsTheNewKey() throws {
+        try Self.withTrio { a, sa, b, sb, c, sc, folder in
+            try sc.leave(caller: .owner)
+            try sb.passNow()
+            try Self.add(b, service: "under the new key", secret: "gen 2")
+            try sb.passNow()
+            #expect(try sb.status(caller: .owner)["keyGeneration"]?.intValue == 2)
+            try withTemporaryDirectory { tmp in
+                let d = try Vault(dataDirectory: tmp + "/d", passphrasePolicy: .tests)
+                defer { d.close() }
+                _ = try d.initialize(passphrase: nil, caller: .owner)
+                let sd = SyncService(vault: d)
+                let code = try #require(try sd.join(folder: folder, caller: .owner)["code"]?.stringValue)
+                // A approves from what it had read: the first key only.
+                _ = try sa.approve(code: code, caller: .owner)
+                try sd.passNow()
+                #expect(try sd.status(caller: .owner)["state"]?.stringValue == "member")
+                #expect(Self.secretOf(d, service: "under the new key") == nil)
+                try sb.passNow()
+                try sd.passNow()
+                #expect(Self.secretOf(d, service: "under the new key") == "gen 2")
+                #expect(try sd.status(caller: .owner)["devices"]?.arrayValue?.reduce(0) { $0 + ($1["pending"]?.intValue ?? 0) } == 0)
+                _ = (a, c)
+            }
+        }
+    }
+
+    /// An acknowledgement is taken in only signed by its device, and only as it grows: an
+    /// older one put back, or one signed by another device, changes nothing.
+    @Test func anOlderOrForgedAckChangesNothing() throws {
+        try Self.withPair { a, sa, b, sb, folder in
+            let aID = try Self.deviceID(sa), bID = try Self.deviceID(sb)
+            try Self.add(a, service: "one", secret: "1")
+            try sa.passNow()
+            try sb.passNow()
+            let f = SyncFolder(root: folder)
+            let old = try #require(f.readSmallFile(device: bID, name: SyncAck.name, limit: SyncAck.maximumBytes))
+            try Self.add(a, service: "two", secret: "2")
+            try sa.passNow()
+            try sb.passNow()
+            try sa.passNow()
+            let newer = try #require(sa.acks[bID]?[aID])
+            #expect(newer >= 2)
+            try f.writeFile(old, device: bID, name: SyncAck.name)
+            try sa.passNow()
+            #expect(sa.acks[bID]?[aID] == newer)
+            let (_, aSign) = try Self.keys(a)
+            try f.writeFile(SyncAck.file([aID: 999], device: bID, signingKey: aSign), device: bID, name: SyncAck.name)
+            let sa2 = SyncService(vault: a)
+            try sa2.passNow()
+            #expect(sa2.acks[bID]?[aID] == nil)
         }
     }
 }

@@ -57,6 +57,7 @@ extension Policy {
         "io.vaultd.Sync.Approve": .operation(.syncApprove),
         "io.vaultd.Sync.Status": .operation(.syncStatus),
         "io.vaultd.Sync.Leave": .operation(.syncLeave),
+        "io.vaultd.Sync.Remove": .operation(.syncRemove),
     ]
 
     /// The decision for `method`, nil when the policy has none (the front-end refuses it).

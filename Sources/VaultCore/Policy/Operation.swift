@@ -62,6 +62,7 @@ public enum Operation: Sendable, Equatable {
     case syncApprove
     case syncStatus
     case syncLeave
+    case syncRemove
 
     /// The operation without what it acts on: what the method table names.
     public var kind: Kind {
@@ -101,6 +102,7 @@ public enum Operation: Sendable, Equatable {
         case .syncApprove: .syncApprove
         case .syncStatus: .syncStatus
         case .syncLeave: .syncLeave
+        case .syncRemove: .syncRemove
         }
     }
 
@@ -112,7 +114,7 @@ public enum Operation: Sendable, Equatable {
         case readPreferences, writePreferences, listDomains, observePreferences
         case cacheDirectory, cacheUsage, purgeCaches, observeCachePurges
         case installApp, uninstallApp, listApps, showApp
-        case syncInit, syncJoin, syncApprove, syncStatus, syncLeave
+        case syncInit, syncJoin, syncApprove, syncStatus, syncLeave, syncRemove
 
         /// Who may call it (see `Audience`).
         public var audience: Audience {
@@ -122,7 +124,7 @@ public enum Operation: Sendable, Equatable {
             // sync, which carries the owner's synchronizable items to other devices.
             case .initialize, .unlock, .unlockFromKeyring, .lock, .changePassphrase, .backup, .restore, .purgeCaches,
                 .installApp, .uninstallApp, .listApps, .showApp, .setAlias,
-                .syncInit, .syncJoin, .syncApprove, .syncStatus, .syncLeave:
+                .syncInit, .syncJoin, .syncApprove, .syncStatus, .syncLeave, .syncRemove:
                 .owner
             case .hello, .status, .observeLockState, .addItem, .copyItems, .updateItems, .deleteItems,
                 .readPreferences, .writePreferences, .listDomains, .observePreferences,

@@ -10,7 +10,8 @@ import Glibc
 ///
 ///     devices/DEVICE_ID/0000000000000001.seg   segments, append-only, never changed once written
 ///     devices/DEVICE_ID/join                   a joining device's public key
-///     devices/DEVICE_ID/grant-OTHER_ID         the group key sealed to device OTHER_ID
+///     devices/DEVICE_ID/grant-OTHER_ID         the group's keys and membership sealed to device OTHER_ID
+///     devices/DEVICE_ID/ack                    what the device has merged of each device (signed)
 ///
 /// Nothing else is read; other names (an engine's temporary files) are skipped. Every read is
 /// bounded before it starts: the number of device directories and entries listed, and the
@@ -135,9 +136,11 @@ struct SyncFolder {
         }
         if failure == 0 && fsync(fd) != 0 { failure = errno }
         close(fd)
-        if failure == 0 && name != Self.joinName && link(tmp, dir + "/" + name) != 0 { failure = errno }
-        // The join file is this device's to replace (a second `sync join` after a leave).
-        if failure == 0 && name == Self.joinName && rename(tmp, dir + "/" + name) != 0 { failure = errno }
+        // The join and ack files are this device's to replace (a second `sync join` after a
+        // leave; each new acknowledgement); anything else is written once.
+        let replaceable = name == Self.joinName || name == SyncAck.name
+        if failure == 0 && !replaceable && link(tmp, dir + "/" + name) != 0 { failure = errno }
+        if failure == 0 && replaceable && rename(tmp, dir + "/" + name) != 0 { failure = errno }
         guard failure == 0 else {
             throw VaultError(.internalError, "cannot write \(name) in \(dir): \(String(cString: strerror(failure)))")
         }

@@ -276,17 +276,34 @@ public struct SyncItemState: Equatable, Sendable {
 
     public init() {}
 
-    /// Merges one change in.
+    /// Merges one change in. A write stamped before the latest deletion is not kept (it can
+    /// never count again), so the state is the same whatever order the changes come in.
     public mutating func apply(_ change: SyncChange) {
         switch change.kind {
         case .delete:
-            if tombstone.map({ $0 < change.timestamp }) ?? true { tombstone = change.timestamp }
+            setTombstone(change.timestamp)
         case .write(let written):
             for (field, value) in written {
-                let stamped = SyncStamped(timestamp: change.timestamp, value: value)
-                if fields[field].map({ stamped.wins(over: $0) }) ?? true { fields[field] = stamped }
+                put(field, SyncStamped(timestamp: change.timestamp, value: value))
             }
         }
+    }
+
+    mutating func setTombstone(_ t: SyncTimestamp) {
+        guard tombstone.map({ $0 < t }) ?? true else { return }
+        tombstone = t
+        fields = fields.filter { t < $0.value.timestamp }
+    }
+
+    mutating func put(_ field: SyncField, _ stamped: SyncStamped) {
+        if let t = tombstone, !(t < stamped.timestamp) { return }
+        if fields[field].map({ stamped.wins(over: $0) }) ?? true { fields[field] = stamped }
+    }
+
+    /// The join of two histories (each part its maximum): what merging both sets of changes gives.
+    public mutating func join(_ other: SyncItemState) {
+        if let t = other.tombstone { setTombstone(t) }
+        for (f, s) in other.fields { put(f, s) }
     }
 
     /// The item as the merge leaves it: nil when deleted, else each field written after the
@@ -332,11 +349,67 @@ public struct SyncVault: Equatable, Sendable {
         return v
     }
 
+    /// The join of two merged vaults: the vault of both sets of changes.
+    public mutating func join(_ other: SyncVault) {
+        for (k, s) in other.items { items[k, default: SyncItemState()].join(s) }
+    }
+
+    /// The changes that make this vault (`merge(changes) == self`): per item its deletion,
+    /// then one write per timestamp with the fields it won (items in no particular order:
+    /// the merge does not depend on it).
+    public var changes: [SyncChange] {
+        var out: [SyncChange] = []
+        out.reserveCapacity(items.count)
+        for (k, s) in items {
+            if let t = s.tombstone { out.append(SyncChange(key: k, timestamp: t, kind: .delete)) }
+            var byStamp: [SyncTimestamp: [SyncField: SyncValue?]] = [:]
+            for (f, v) in s.fields { byStamp[v.timestamp, default: [:]][f] = .some(v.value) }
+            for t in byStamp.keys.sorted() { out.append(SyncChange(key: k, timestamp: t, kind: .write(byStamp[t]!))) }
+        }
+        return out
+    }
+
     /// Every live item and its fields (what each device's keychain converges to).
     public var liveItems: [SyncItemKey: [SyncField: SyncValue]] {
         var out: [SyncItemKey: [SyncField: SyncValue]] = [:]
         for (k, s) in items {
             if let l = s.live { out[k] = l }
+        }
+        return out
+    }
+}
+
+/// Compaction of one device's changes (docs/sync.md): the snapshot that replaces its segments.
+public enum SyncCompaction {
+    /// The vault a device's snapshot holds, from `own` (the merge of its own current
+    /// segments) and `others` (each other device's, as far as read). Merging the snapshot with
+    /// `others` gives the same live items as merging `own` with them, whatever other changes
+    /// come later, stamped after what is there (a device that has merged a deletion stamps
+    /// its later changes after it):
+    ///
+    /// - a write or deletion of `own` that a later deletion of the group covers is left out
+    ///   (it can never count again);
+    /// - with `dropTombstones` (every member has merged every segment of this device), a
+    ///   deletion of `own` that is the item's latest and that no other device's changes
+    ///   predate, stamped at most `now` (ms), is left out too, with the item: nothing it
+    ///   could still cover is left anywhere.
+    public static func snapshot(own: SyncVault, others: [SyncVault], dropTombstones: Bool, now: UInt64) -> SyncVault {
+        var all = own
+        for o in others { all.join(o) }
+        var out = SyncVault()
+        for (k, mine) in own.items {
+            let group = all.items[k]!
+            var s = SyncItemState()
+            if let t = mine.tombstone, t == group.tombstone {
+                // Writes of other devices stamped before it, which it must go on covering.
+                let covers = others.contains { o in
+                    guard let theirs = o.items[k] else { return false }
+                    return theirs.fields.values.contains { $0.timestamp < t }
+                }
+                if !dropTombstones || covers || t.wall > now { s.tombstone = t }
+            }
+            for (f, v) in mine.fields where group.tombstone.map({ $0 < v.timestamp }) ?? true { s.fields[f] = v }
+            if s.tombstone != nil || !s.fields.isEmpty { out.items[k] = s }
         }
         return out
     }

@@ -24,16 +24,36 @@ public final class SyncService: @unchecked Sendable {
     /// Rejected segments logged by name per run; later ones are only counted (`sync status`).
     public static let maximumLoggedRejections = 20
 
+    /// A device's segments compacted into a snapshot once it has this many (tests lower it).
+    public var compactionThreshold = 64
+
     // The merged state and what was read, under `lock`. Rebuilt from the folder at start.
     private var merged = SyncVault()
+    /// The merge of each device's own segments (from its latest snapshot on): what compaction
+    /// reads, and what `merged` is rebuilt from when a snapshot replaces segments.
+    private var perDevice: [SyncDeviceID: SyncVault] = [:]
+    /// Each device's group records from its current segments (a snapshot keeps them).
+    private var controlOf: [SyncDeviceID: [SyncControl]] = [:]
     private var clock: HybridClock?
     /// Segments merged, per device.
     private var applied: [SyncDeviceID: Set<UInt64>] = [:]
+    /// Each device's latest snapshot: its segments before it are not read.
+    private var floor: [SyncDeviceID: UInt64] = [:]
+    /// The hash of each segment file merged (what a removal pins).
+    private var fileHashes: [SyncDeviceID: [UInt64: [UInt8]]] = [:]
+    /// The key each member's approval was sealed under (one it holds: its grant had it).
+    private var approvedUnder: [SyncDeviceID: SyncKeyID] = [:]
     /// Segments refused, with the size they had (a file that changes size is tried again).
     private var rejected: [SyncDeviceID: [UInt64: Int]] = [:]
     private var rejectionsLogged = 0
     /// The latest wall-clock time (ms) of a change read from each device.
     private var lastSeen: [SyncDeviceID: UInt64] = [:]
+    /// The largest acknowledgement read from each device, of each device.
+    private(set) var acks: [SyncDeviceID: [SyncDeviceID: UInt64]] = [:]
+    private var ackWritten: [SyncDeviceID: UInt64]?
+    /// The membership and the keys held, as stored (loaded at the first pass of a config).
+    private var membership = SyncMembership()
+    private var keyring = SyncKeyring()
     /// The config the state above was read under (a new one starts it over).
     private var loadedFor: SyncConfig?
     private var nextSequence: UInt64 = 1
@@ -72,9 +92,17 @@ public final class SyncService: @unchecked Sendable {
             }
             let device = SyncDeviceID.random()
             let groupKey = SecureBytes.random(count: Sodium.keyLength)
+            let (boxPK, boxSK) = SyncPairing.keyPair()
+            let (signPK, signSK) = SyncSigning.keyPair()
             try SyncFolder(root: folder).makeDeviceDirectory(device)
             let config = SyncConfig(folder: folder, device: device, state: .member)
-            try vault.storeSync(config: config, secrets: ["groupKey": groupKey])
+            var ring = SyncKeyring()
+            let first = SyncKeyID(generation: 1, rotator: device)
+            ring.keys[first] = groupKey
+            var view = SyncMembership()
+            view.members[device] = SyncMember(device: device, boxKey: boxPK, signKey: signPK)
+            view.keys[first] = []
+            try vault.storeSync(config: config, secrets: ["keyring": ring.encoded(), "boxSecret": boxSK, "signSecret": signSK], membership: view)
             log("sync: made a sync group in \(logField(folder)) as device \(device)")
             wake()
             return ["deviceID": .string(device.description), "fingerprint": .string(SyncPairing.groupFingerprint(groupKey))]
@@ -89,51 +117,172 @@ public final class SyncService: @unchecked Sendable {
             guard try vault.syncConfig() == nil else { throw VaultError.param("this device already syncs; run sync leave first") }
             let folder = try Self.checkedFolder(folder)
             let device = SyncDeviceID.random()
-            let (pk, sk) = SyncPairing.keyPair()
+            let (boxPK, boxSK) = SyncPairing.keyPair()
+            let (signPK, signSK) = SyncSigning.keyPair()
             let f = SyncFolder(root: folder)
             try f.makeDeviceDirectory(device)
-            try f.writeFile(SyncPairing.joinFile(publicKey: pk), device: device, name: SyncFolder.joinName)
-            try vault.storeSync(config: SyncConfig(folder: folder, device: device, state: .joining), secrets: ["joinSecret": sk])
+            try f.writeFile(SyncPairing.joinFile(boxKey: boxPK, signKey: signPK), device: device, name: SyncFolder.joinName)
+            try vault.storeSync(config: SyncConfig(folder: folder, device: device, state: .joining), secrets: ["boxSecret": boxSK, "signSecret": signSK])
             log("sync: asked to join the sync group in \(logField(folder)) as device \(device)")
             wake()
-            return ["deviceID": .string(device.description), "code": .string(Self.code(device: device, publicKey: pk))]
+            return ["deviceID": .string(device.description), "code": .string(Self.code(device: device, boxKey: boxPK, signKey: signPK))]
         }
     }
 
     /// A pairing code: the device ID and 16 bytes of its public key's hash, 64 hex digits in
     /// groups of 8 (so a public key put in the folder by anyone else is not approved).
-    static func code(device: SyncDeviceID, publicKey: [UInt8]) -> String {
-        let hex = Array(SyncHex.encode(device.bytes + SyncPairing.fingerprint(ofPublicKey: publicKey)))
+    static func code(device: SyncDeviceID, boxKey: [UInt8], signKey: [UInt8]) -> String {
+        let hex = Array(SyncHex.encode(device.bytes + SyncPairing.fingerprint(boxKey: boxKey, signKey: signKey)))
         return stride(from: 0, to: hex.count, by: 8).map { String(hex[$0..<min($0 + 8, hex.count)]) }.joined(separator: "-")
     }
 
-    /// Seals the group key to the device whose pairing code `code` is (its join file in the
-    /// folder must hold the public key the code names). Throws Param (a malformed code, no such
-    /// request in the folder, a key that does not match), NotInitialized (not a member).
+    /// Lets the device whose pairing code `code` is into the group (its join file in the
+    /// folder must hold the public keys the code names): writes a member record for it in
+    /// this device's next segment, then the group's keys and membership sealed to it. Throws
+    /// Param (a malformed code, no such request in the folder, keys that do not match, a device
+    /// removed before), NotInitialized (not a member).
     public func approve(code: String, caller: Caller) throws -> JSONObject {
         try vault.authorizeSync(.syncApprove, caller: caller)
         return try lock.withLock {
-            guard let config = try vault.syncConfig(), config.state == .member, let groupKey = try vault.syncSecret("groupKey") else {
-                throw VaultError(.notInitialized, "this device is not in a sync group: sync init or sync join first")
-            }
+            let (config, folder) = try memberState()
             let digits = code.filter { $0 != "-" && $0 != " " }
             guard digits.utf8.count == 64, let raw = SyncHex.decode(digits), let device = SyncDeviceID(bytes: Array(raw.prefix(16))) else {
                 throw VaultError.param("a pairing code is 64 hex digits, as sync join printed it")
             }
-            let f = SyncFolder(root: config.folder)
-            guard let file = f.readSmallFile(device: device, name: SyncFolder.joinName, limit: 64), let pk = SyncPairing.publicKey(ofJoinFile: file) else {
+            guard let file = folder.readSmallFile(device: device, name: SyncFolder.joinName, limit: 256), let keys = SyncPairing.keys(ofJoinFile: file) else {
                 throw VaultError.param("no join request of device \(device) in the folder yet (has the folder finished syncing?)")
             }
-            guard SyncPairing.fingerprint(ofPublicKey: pk) == Array(raw.suffix(16)) else {
+            guard SyncPairing.fingerprint(boxKey: keys.boxKey, signKey: keys.signKey) == Array(raw.suffix(16)) else {
                 throw VaultError.param("the join request in the folder does not match the code: do not approve it (someone else may have written it)")
             }
-            // Approved before (the same code given again): the grant is in place already.
-            if f.readSmallFile(device: config.device, name: SyncFolder.grantName(device), limit: 256) == nil {
-                try f.writeFile(SyncPairing.grantFile(groupKey: groupKey, to: pk), device: config.device, name: SyncFolder.grantName(device))
+            guard membership.removed[device] == nil else { throw VaultError.param("device \(device) was removed from the group; join again as a new device") }
+            // Approved before (the same code given again): the member record and grant are in place.
+            if membership.members[device] == nil {
+                let member = SyncMember(device: device, boxKey: keys.boxKey, signKey: keys.signKey)
+                try writeControl([.member(member)], config: config, folder: folder)
                 log("sync: approved device \(device)")
+            }
+            if folder.readSmallFile(device: config.device, name: SyncFolder.grantName(device), limit: SyncPairing.maximumGrantBytes) == nil {
+                try folder.writeFile(
+                    SyncPairing.grantFile(keyring: keyring, membership: membership, to: keys.boxKey), device: config.device, name: SyncFolder.grantName(device))
             }
             return ["deviceID": .string(device.description)]
         }
+    }
+
+    /// Removes `device` from the group, on a device that stays: a removal record (its
+    /// segments after the last one merged here are never applied) and a new group key sealed
+    /// to every remaining member, in one segment under the current key; every later segment
+    /// is sealed under the new key, which the removed device never gets. Throws Param (not a
+    /// device ID, not a member, this device: use leave), NotInitialized (not a member).
+    public func remove(device text: String, caller: Caller) throws -> JSONObject {
+        try vault.authorizeSync(.syncRemove, caller: caller)
+        return try lock.withLock {
+            guard let device = SyncDeviceID(hex: text.lowercased()) else { throw VaultError.param("a device ID is 32 hex digits, as sync status shows it") }
+            let (config, folder) = try memberState()
+            guard device != config.device else { throw VaultError.param("this device cannot remove itself: run sync leave") }
+            // Everything in the folder merged first: the cutoff keeps what the device wrote so far.
+            try pass()
+            guard membership.members[device] != nil else { throw VaultError.param("device \(device) is not a member of the group") }
+            if membership.removed[device] == nil {
+                let cutoff = applied[device]?.max() ?? 0
+                var records: [SyncControl] = [.remove(device, cutoff: cutoff, pins: pins(device))]
+                var view = membership
+                _ = view.apply(records[0], author: config.device)
+                let (rotate, newKey) = makeRotation(view, me: config.device)
+                records.append(rotate)
+                try writeControl(records, config: config, folder: folder, newKey: newKey)
+                log("sync: removed device \(device) (its segments after \(cutoff) are ignored) and rotated the group key")
+            }
+            return ["deviceID": .string(device.description), "generation": JSON(Int(keyring.current?.id.generation ?? 0))]
+        }
+    }
+
+    /// The hashes of the segments of `device` merged here, from its latest snapshot on.
+    private func pins(_ device: SyncDeviceID) -> [UInt64: [UInt8]] {
+        var out: [UInt64: [UInt8]] = [:]
+        for seq in (applied[device] ?? []).sorted().suffix(SyncControl.maximumPins) { out[seq] = fileHashes[device]?[seq] }
+        return out
+    }
+
+    /// The config and folder of a member, with the membership and keys loaded. Throws
+    /// NotInitialized otherwise.
+    private func memberState() throws -> (SyncConfig, SyncFolder) {
+        guard let config = try vault.syncConfig(), config.state == .member else {
+            throw VaultError(.notInitialized, "this device is not in a sync group: sync init or sync join first")
+        }
+        try load(config)
+        let own = (try? SyncFolder(root: config.folder).list()[config.device]?.segments.keys.max()) ?? nil
+        nextSequence = max(nextSequence, try vault.syncStoredSequence(), (own ?? 0) + 1)
+        guard membership.isMember(config.device) else { throw VaultError(.notInitialized, "this device was removed from the sync group") }
+        return (config, SyncFolder(root: config.folder))
+    }
+
+    /// Loads the stored membership and keys when the config changed (or at the first use).
+    private func load(_ config: SyncConfig) throws {
+        if config != loadedFor {
+            resetState()
+            loadedFor = config
+        }
+        if keyring.keys.isEmpty {
+            guard let raw = try vault.syncSecret("keyring"), let ring = SyncKeyring(encoded: raw), let view = try vault.syncMembership() else {
+                throw VaultError(.internalError, "this device's sync keys are missing or from an older version: run sync leave, then sync join again")
+            }
+            keyring = ring
+            membership = view
+        }
+    }
+
+    /// A new group key for the members of `view`: the rotate record (the key sealed to each of
+    /// them, the removed devices named) and the key.
+    private func makeRotation(_ view: SyncMembership, me: SyncDeviceID) -> (SyncControl, (SyncKeyID, SecureBytes)) {
+        let key = SecureBytes.random(count: Sodium.keyLength)
+        let generation = (view.keys.keys.map(\.generation).max() ?? 0) + 1
+        var boxes: [SyncDeviceID: [UInt8]] = [:]
+        for m in view.currentMembers { boxes[m.device] = SyncPairing.seal(key, to: m.boxKey) }
+        return (.rotate(generation: generation, excludes: Set(view.removed.keys), boxes: boxes), (SyncKeyID(generation: generation, rotator: me), key))
+    }
+
+    /// Whether the current key keeps every removed device out: it was made after each
+    /// removal (it excludes them), and no later key exists that this device was not given.
+    private func currentKeyIsSafe() -> Bool {
+        guard let current = keyring.current?.id else { return false }
+        let excludes = membership.keys[current] ?? []
+        guard membership.removed.keys.allSatisfy({ excludes.contains($0) }) else { return false }
+        return !membership.keys.keys.contains { $0 > current }
+    }
+
+    /// Writes group records as this device's next segment, under the current key or `under`
+    /// (the records of a rotation must be readable by those who do not have the new key yet), and
+    /// takes them in here; `newKey`: the key a rotation among them made, held from then on.
+    private func writeControl(
+        _ records: [SyncControl], config: SyncConfig, folder: SyncFolder, newKey: (SyncKeyID, SecureBytes)? = nil, under: SyncKeyID? = nil
+    ) throws {
+        try writeSegment(SyncSegment(device: config.device, sequence: 0, control: records, changes: []), folder: folder, under: under)
+        for r in records {
+            _ = membership.apply(r, author: config.device)
+            controlOf[config.device, default: []].append(r)
+        }
+        if let (id, key) = newKey { keyring.keys[id] = key }
+        try vault.storeSync(config: config, secrets: ["keyring": keyring.encoded()], membership: membership)
+    }
+
+    /// Seals, signs and writes `segment` as this device's next sequence (durably), under
+    /// the current key (or `under`).
+    private func writeSegment(_ segment: SyncSegment, folder: SyncFolder, under: SyncKeyID? = nil) throws {
+        guard let (id, key) = under.flatMap({ u in keyring.keys[u].map { (u, $0) } }) ?? keyring.current, let me = loadedFor?.device,
+            let sign = try vault.syncSecret("signSecret")
+        else {
+            throw VaultError(.internalError, "the sync keys are missing")
+        }
+        var s = segment
+        s.sequence = nextSequence
+        let file = s.sealed(key: key, keyID: id, signingKey: sign)
+        try folder.writeFile(file, device: me, name: SyncSegment.fileName(s.sequence))
+        applied[me, default: []].insert(s.sequence)
+        fileHashes[me, default: [:]][s.sequence] = SyncSegment.fileHash(file)
+        nextSequence = s.sequence + 1
+        try vault.storeSyncSequence(nextSequence)
     }
 
     /// The sync state: the folder, this device, its group's fingerprint, and every device in
@@ -143,34 +292,55 @@ public final class SyncService: @unchecked Sendable {
         return try lock.withLock {
             guard let config = try vault.syncConfig() else { return ["state": "off", "devices": .array([JSON]())] }
             var fingerprint: JSON = .null
-            if config.state == .member, let k = try? vault.syncSecret("groupKey") { fingerprint = .string(SyncPairing.groupFingerprint(k)) }
+            var generation: JSON = .null
+            var state = config.state.rawValue
+            if config.state == .member, (try? load(config)) != nil {
+                // The group's first key names the group; the current one, its generation.
+                if let first = keyring.keys.keys.min(), let k = keyring.keys[first] { fingerprint = .string(SyncPairing.groupFingerprint(k)) }
+                generation = keyring.current.map { JSON(Int($0.id.generation)) } ?? .null
+                if membership.removed[config.device] != nil { state = "removed" }
+            }
             let listing: [SyncDeviceID: SyncFolder.Entry] = (try? SyncFolder(root: config.folder).list()) ?? [:]
             let devices: [JSON] = listing.keys.sorted().map { d in
                 let segments = listing[d]?.segments ?? [:]
                 let read = applied[d] ?? []
                 let refused = rejected[d]?.count ?? 0
+                let current = segments.filter { $0.key >= (floor[d] ?? 0) }
+                let role = membership.removed[d] != nil ? "removed" : membership.members[d] != nil ? "member" : "unknown"
                 return [
-                    "deviceID": .string(d.description), "thisDevice": .bool(d == config.device), "segments": JSON(segments.count),
-                    "pending": JSON(segments.filter { !read.contains($0.key) }.count), "rejected": JSON(refused),
+                    "deviceID": .string(d.description), "thisDevice": .bool(d == config.device), "segments": JSON(current.count),
+                    "pending": JSON(current.filter { !read.contains($0.key) && rejected[d]?[$0.key] == nil }.count), "rejected": JSON(refused),
+                    "membership": .string(role),
                     "lastSeen": lastSeen[d].map { .string(PlistDate.format(Date(timeIntervalSince1970: Double($0) / 1000))) } ?? .null,
                 ]
             }
             return [
-                "state": .string(config.state.rawValue), "folder": .string(config.folder), "deviceID": .string(config.device.description),
-                "fingerprint": fingerprint, "devices": .array(devices), "items": JSON(merged.liveItems.count),
+                "state": .string(state), "folder": .string(config.folder), "deviceID": .string(config.device.description),
+                "fingerprint": fingerprint, "keyGeneration": generation, "devices": .array(devices), "items": JSON(merged.liveItems.count),
                 "problem": lastProblem.map { .string($0) } ?? .null,
                 "lastPass": lastPass.map { .string(PlistDate.format($0)) } ?? .null,
             ]
         }
     }
 
-    /// Stops syncing on this device: forgets the group key, the settings and the baseline.
-    /// The items stay in this keychain; this device's segments stay in the folder (the other
-    /// devices keep what they merged). Throws NotInitialized when it did not sync.
+    /// Stops syncing on this device: records its leaving in the folder (its last segment),
+    /// then forgets the group keys, the settings and the baseline. The items stay in this
+    /// keychain; this device's segments stay in the folder (the other devices keep what they
+    /// merged). Throws NotInitialized when it did not sync.
     public func leave(caller: Caller) throws {
         try vault.authorizeSync(.syncLeave, caller: caller)
         try lock.withLock {
             guard let config = try vault.syncConfig() else { throw VaultError(.notInitialized, "this device does not sync") }
+            // A member records its leaving, signed, so the others stop accepting its segments
+            // and make a new key without it before they next write. (A removed device, or one
+            // whose keys are gone, just forgets.)
+            if config.state == .member, (try? memberState()) != nil {
+                let folder = SyncFolder(root: config.folder)
+                try? pass()
+                // The leaving record's own segment comes after the cutoff: the others apply it
+                // once (it is how they learn of the leaving) and never again.
+                try writeControl([.remove(config.device, cutoff: nextSequence - 1, pins: pins(config.device))], config: config, folder: folder)
+            }
             try vault.storeSync(config: nil)
             // A request to join that was never approved goes too (its key pair is forgotten).
             SyncFolder(root: config.folder).removeFile(device: config.device, name: SyncFolder.joinName)
@@ -187,14 +357,28 @@ public final class SyncService: @unchecked Sendable {
     }
 
     private func resetState() {
+        resetReadState()
+        membership = SyncMembership()
+        keyring = SyncKeyring()
+        loadedFor = nil
+        nextSequence = 1
+        lastProblem = nil
+        ackWritten = nil
+    }
+
+    /// Forgets what was read from the folder (kept: the membership and keys, which only grow).
+    private func resetReadState() {
         merged = SyncVault()
+        perDevice = [:]
+        controlOf = [:]
+        floor = [:]
+        fileHashes = [:]
+        approvedUnder = [:]
+        acks = [:]
         clock = nil
         applied = [:]
         rejected = [:]
         lastSeen = [:]
-        loadedFor = nil
-        nextSequence = 1
-        lastProblem = nil
         localCache = [:]
         cacheValid = false
         writtenByLastPass = []
@@ -256,14 +440,15 @@ public final class SyncService: @unchecked Sendable {
         }
         let folder = SyncFolder(root: config.folder)
         if config.state == .joining {
-            guard let key = try acceptGrant(config, folder) else { return }
+            guard let (ring, view) = try acceptGrant(config, folder) else { return }
             config.state = .member
-            try vault.storeSync(config: config, secrets: ["groupKey": key, "joinSecret": nil])
+            try vault.storeSync(config: config, secrets: ["keyring": ring.encoded()], membership: view)
             folder.removeFile(device: config.device, name: SyncFolder.joinName)
+            resetState()
             loadedFor = config
-            log("sync: joined the sync group (fingerprint \(SyncPairing.groupFingerprint(key)))")
+            log("sync: joined the sync group (fingerprint \(ring.keys.keys.min().flatMap { ring.keys[$0] }.map(SyncPairing.groupFingerprint) ?? "?"))")
         }
-        guard let groupKey = try vault.syncSecret("groupKey") else { throw VaultError(.internalError, "the sync group key is missing") }
+        try load(config)
         let me = config.device
         if clock == nil { clock = HybridClock(device: me) }
         try folder.makeDeviceDirectory(me)
@@ -274,35 +459,121 @@ public final class SyncService: @unchecked Sendable {
         // The keys the merge changed in this pass.
         var touched = Set<SyncItemKey>()
 
-        // 1. Every new segment of every device.
+        // 1. Every new segment of every device that may write (a member, or a removed device
+        // before its cutoff), signed by it and sealed under a key held here. Segments of a
+        // device not (yet) known to be a member, or under a key not (yet) held, stay pending:
+        // a later record may let them in. Rounds go on while a round lets new ones in.
         let listing = try folder.list()
-        for (device, entry) in listing.sorted(by: { $0.key < $1.key }) {
-            for (seq, size) in entry.segments.sorted(by: { $0.key < $1.key }) {
-                if applied[device]?.contains(seq) == true || rejected[device]?[seq] == size { continue }
-                do {
-                    let bytes = try folder.readSegment(device: device, sequence: seq)
-                    let s = try SyncSegment.open(bytes, key: groupKey, device: device, sequence: seq)
+        let membershipBefore = membership
+        let keysBefore = Set(keyring.keys.keys)
+        var rebuild = false
+        var snapshotRead = false
+        var progress = true
+        while progress {
+            progress = false
+            for (device, entry) in listing.sorted(by: { $0.key < $1.key }) {
+                for (seq, size) in entry.segments.sorted(by: { $0.key < $1.key }) {
+                    if seq < (floor[device] ?? 0) || applied[device]?.contains(seq) == true || rejected[device]?[seq] == size { continue }
+                    guard let member = membership.members[device] else { continue }
+                    guard membership.accepts(device, sequence: seq) else {
+                        reject(device, seq, size, "it was written after the device was removed from the group")
+                        continue
+                    }
+                    let s: SyncSegment
+                    var sealedUnder: SyncKeyID?
+                    do {
+                        let bytes = try folder.readSegment(device: device, sequence: seq)
+                        let hash = SyncSegment.fileHash(bytes)
+                        guard membership.accepts(device, sequence: seq, hash: hash) else {
+                            throw SyncFormatError("it is not a segment the device's removal kept")
+                        }
+                        fileHashes[device, default: [:]][seq] = hash
+                        guard let id = SyncSegment.keyID(of: bytes) else { throw SyncFormatError("not a vaultd sync segment") }
+                        guard let key = keyring.keys[id] else { continue }
+                        sealedUnder = id
+                        s = try SyncSegment.open(bytes, key: key, device: device, sequence: seq, verifyKey: member.signKey)
+                    } catch {
+                        // Gone since it was listed (its device compacted it away): nothing to refuse.
+                        if access(folder.directory(device) + "/" + SyncSegment.fileName(seq), F_OK) != 0 && errno == ENOENT { continue }
+                        reject(device, seq, size, "\(error)")
+                        continue
+                    }
+                    progress = true
+                    applied[device, default: []].insert(seq)
+                    rejected[device]?[seq] = nil
+                    if s.control.contains(.snapshot) {
+                        // It replaces every earlier segment of its device.
+                        floor[device] = seq
+                        perDevice[device] = SyncVault()
+                        controlOf[device] = []
+                        applied[device] = applied[device]!.filter { $0 >= seq }
+                        snapshotRead = true
+                    }
+                    for c in s.control {
+                        if c == .snapshot { continue }
+                        controlOf[device, default: []].append(c)
+                        if case .member(let m) = c, approvedUnder[m.device] == nil { approvedUnder[m.device] = sealedUnder }
+                        if membership.apply(c, author: device), case .remove(let d, _, _) = c,
+                            applied[d]?.contains(where: { !membership.accepts(d, sequence: $0, hash: fileHashes[d]?[$0]) }) == true
+                        {
+                            // Changes of the removed device merged here that its remover had not
+                            // merged: they no longer count, here as on every other device.
+                            rebuild = true
+                        }
+                        var sealed: [SyncKeyID: [UInt8]] = [:]
+                        if case .rotate(let generation, _, let boxes) = c, let box = boxes[me] { sealed[SyncKeyID(generation: generation, rotator: device)] = box }
+                        if case .share(let d, let boxes) = c, d == me { sealed = boxes }
+                        if !sealed.isEmpty, let boxSecret = try vault.syncSecret("boxSecret") {
+                            for (id, box) in sealed where keyring.keys[id] == nil {
+                                if let key = SyncPairing.unseal(box[...], publicKey: SyncPairing.publicKey(of: boxSecret), secretKey: boxSecret), key.count == Sodium.keyLength {
+                                    keyring.keys[id] = key
+                                }
+                            }
+                        }
+                    }
                     for c in s.changes {
+                        let was = merged.items[c.key]
                         merged.apply(c)
-                        touched.insert(c.key)
+                        perDevice[device, default: SyncVault()].apply(c)
+                        if merged.items[c.key] != was { touched.insert(c.key) }
                         // This device's own changes bound its clock without the drift limit.
                         if device == me { clock!.observe(c.timestamp, physical: UInt64.max / 2) } else { clock!.observe(c.timestamp) }
                         lastSeen[device] = max(lastSeen[device] ?? 0, c.timestamp.wall)
                     }
-                    applied[device, default: []].insert(seq)
-                    rejected[device]?[seq] = nil
-                } catch {
-                    rejected[device, default: [:]][seq] = size
-                    if rejectionsLogged < Self.maximumLoggedRejections {
-                        log("sync: ignored segment \(SyncSegment.fileName(seq)) of device \(device): \(error)")
-                    } else if rejectionsLogged == Self.maximumLoggedRejections {
-                        log("sync: further ignored segments are counted in sync status, not logged")
-                    }
-                    rejectionsLogged += 1
                 }
             }
         }
+        if membership != membershipBefore || Set(keyring.keys.keys) != keysBefore {
+            try vault.storeSync(config: config, secrets: ["keyring": keyring.encoded()], membership: membership)
+        }
+        if rebuild {
+            // Read everything again under the membership as it now stands.
+            resetReadState()
+            return try pass()
+        }
+        if snapshotRead {
+            // A snapshot leaves the live items as they were; what it dropped goes from the merge.
+            let before = merged
+            merged = SyncVault()
+            for v in perDevice.values { merged.join(v) }
+            for (k, s) in before.items where merged.items[k] != s { touched.insert(k) }
+        }
+        if membership.removed[me] != nil {
+            // Removed (or left): nothing more is written; the items stay as they are.
+            lastProblem = "this device was removed from the sync group"
+            return
+        }
         nextSequence = max(nextSequence, try vault.syncStoredSequence(), (listing[me]?.segments.keys.max() ?? 0) + 1)
+        readAcks(listing, folder)
+
+        // Members another device approved since: every key held here, sealed to each (its
+        // approver may not have had a key made here at the same time).
+        let newcomers = membership.currentMembers.filter { membershipBefore.members[$0.device] == nil && $0.device != me }
+        for m in newcomers {
+            // Under the key its approval came under, which its grant gave it.
+            guard let under = approvedUnder[m.device], keyring.keys[under] != nil else { continue }
+            try writeControl([.share(m.device, keyring.keys.mapValues { SyncPairing.seal($0, to: m.boxKey) })], config: config, folder: folder, under: under)
+        }
 
         // 2. What changed here since the last pass, against the baseline.
         let (rows, changedRows) = try vault.syncLocalItems(reusing: wasValid ? localCache : [:])
@@ -341,7 +612,7 @@ public final class SyncService: @unchecked Sendable {
                     for f in SyncField.allCases { all[f] = .some(m[f]) }
                     exported.append(SyncChange(key: key, timestamp: clock!.tick(), kind: .write(all)))
                 }
-            case (let m?, _?) where merged.items[key] == nil:
+            case (let m?, let b?) where merged.items[key] == nil && b.values.contains(where: { membership.removed[$0.timestamp.device] == nil }):
                 // Synced before, but no segment of the folder holds any of its history (the
                 // folder was emptied or replaced, its segments lost): only a deletion deletes,
                 // so the item is written again whole, not taken for deleted.
@@ -360,8 +631,9 @@ public final class SyncService: @unchecked Sendable {
                         // Unchanged here, but the write it came from is in no segment any more
                         // (the folder lost it), and nothing later, a deletion included, covers
                         // it: this device's copy is written again.
+                        // A write of a removed device is not: it may be one made after its cutoff.
                         let covered = [state?.fields[f]?.timestamp, state?.tombstone].compactMap { $0 }.max()
-                        if !(covered.map { was.timestamp <= $0 } ?? false) { changed[f] = .some(m[f]) }
+                        if !(covered.map { was.timestamp <= $0 } ?? false), membership.removed[was.timestamp.device] == nil { changed[f] = .some(m[f]) }
                     }
                 }
                 if !changed.isEmpty { exported.append(SyncChange(key: key, timestamp: clock!.tick(), kind: .write(changed))) }
@@ -395,6 +667,13 @@ public final class SyncService: @unchecked Sendable {
         // 4. This device's changes into the folder first (durably), then the keychain and the
         // baseline in one transaction: a crash between the two exports them again, harmlessly.
         if !exported.isEmpty {
+            if !currentKeyIsSafe() {
+                // A device was removed (or left) since the current key was made, or a later key
+                // was made without this device: a new one first, for the members as they are.
+                let (rotate, newKey) = makeRotation(membership, me: me)
+                try writeControl([rotate], config: config, folder: folder, newKey: newKey)
+                log("sync: rotated the group key to generation \(newKey.0.generation)")
+            }
             var start = 0
             while start < exported.count {
                 var end = start
@@ -403,12 +682,9 @@ public final class SyncService: @unchecked Sendable {
                     bytes += SyncBaseline.estimatedSize(exported[end])
                     end += 1
                 }
-                let seq = nextSequence
-                let segment = SyncSegment(device: me, sequence: seq, changes: Array(exported[start..<end]))
-                try folder.writeFile(segment.sealed(key: groupKey), device: me, name: SyncSegment.fileName(seq))
-                applied[me, default: []].insert(seq)
-                nextSequence = seq + 1
-                try vault.storeSyncSequence(nextSequence)
+                let part = Array(exported[start..<end])
+                try writeSegment(SyncSegment(device: me, sequence: 0, changes: part), folder: folder)
+                for c in part { perDevice[me, default: SyncVault()].apply(c) }
                 start = end
             }
             lastSeen[me] = max(lastSeen[me] ?? 0, exported.map(\.timestamp.wall).max() ?? 0)
@@ -422,16 +698,112 @@ public final class SyncService: @unchecked Sendable {
             }
         })
         cacheValid = true
+        try writeAck(listing, config: config, folder: folder)
+        // Only in a pass with nothing new, here or in the folder: a change never waits for it.
+        if exported.isEmpty && touched.isEmpty && localChanges.isEmpty { try compactIfDue(config: config, folder: folder) }
     }
 
-    /// The group key from a grant sealed to this joining device, when one is in the folder.
-    private func acceptGrant(_ config: SyncConfig, _ folder: SyncFolder) throws -> SecureBytes? {
-        guard let sk = try vault.syncSecret("joinSecret") else { throw VaultError(.internalError, "the sync join key is missing") }
+    private func reject(_ device: SyncDeviceID, _ seq: UInt64, _ size: Int, _ why: String) {
+        rejected[device, default: [:]][seq] = size
+        if rejectionsLogged < Self.maximumLoggedRejections {
+            log("sync: ignored segment \(SyncSegment.fileName(seq)) of device \(device): \(why)")
+        } else if rejectionsLogged == Self.maximumLoggedRejections {
+            log("sync: further ignored segments are counted in sync status, not logged")
+        }
+        rejectionsLogged += 1
+    }
+
+    /// The sequence up to which every segment of `d` from its latest snapshot on is merged here.
+    private func contiguous(_ d: SyncDeviceID) -> UInt64 {
+        guard let done = applied[d] else { return 0 }
+        var n = max(floor[d] ?? 1, 1)
+        guard done.contains(n) else { return 0 }
+        while done.contains(n + 1) { n += 1 }
+        return n
+    }
+
+    /// Takes in each member's acknowledgement file (signed by it; the largest value seen of
+    /// each device kept, so an older file put back changes nothing).
+    private func readAcks(_ listing: [SyncDeviceID: SyncFolder.Entry], _ folder: SyncFolder) {
+        for d in listing.keys where membership.isMember(d) {
+            guard let f = folder.readSmallFile(device: d, name: SyncAck.name, limit: SyncAck.maximumBytes),
+                let a = SyncAck.parse(f, device: d, verifyKey: membership.members[d]!.signKey)
+            else { continue }
+            for (x, n) in a { acks[d, default: [:]][x] = max(acks[d]?[x] ?? 0, n) }
+        }
+    }
+
+    /// Writes this device's acknowledgement when it changed.
+    private func writeAck(_ listing: [SyncDeviceID: SyncFolder.Entry], config: SyncConfig, folder: SyncFolder) throws {
+        var mine: [SyncDeviceID: UInt64] = [:]
+        for d in Set(listing.keys).union(applied.keys) where membership.members[d] != nil {
+            let n = contiguous(d)
+            if n > 0 { mine[d] = n }
+        }
+        guard mine != ackWritten, let sign = try vault.syncSecret("signSecret") else { return }
+        try folder.writeFile(SyncAck.file(mine, device: config.device, signingKey: sign), device: config.device, name: SyncAck.name)
+        ackWritten = mine
+        acks[config.device] = mine
+    }
+
+    /// Replaces this device's segments by one snapshot once it has `compactionThreshold` of
+    /// them and every other member has acknowledged them all (so every record in them, a key
+    /// rotation's included, has reached every member): the snapshot holds this device's
+    /// member and removal records and `SyncCompaction.snapshot` of its changes, deletions
+    /// every device has merged left out when nothing they cover is left in the folder. The
+    /// merge is the same after it; the older segments are then deleted.
+    private func compactIfDue(config: SyncConfig, folder: SyncFolder) throws {
+        let me = config.device
+        let mine = (applied[me] ?? []).filter { $0 >= (floor[me] ?? 0) }
+        guard mine.count >= compactionThreshold, let last = mine.max() else { return }
+        // Not before the segments since the last snapshot are as large as it: rewriting
+        // everything then costs each change a constant share, however large the vault.
+        let sizes = (try? folder.list()[me]?.segments) ?? [:]
+        let snapshotBytes = floor[me].flatMap { sizes[$0] } ?? 0
+        guard sizes.filter({ $0.key > (floor[me] ?? 0) }).values.reduce(0, +) >= snapshotBytes else { return }
+        let others = membership.currentMembers.map(\.device).filter { $0 != me }
+        guard others.allSatisfy({ (acks[$0]?[me] ?? 0) >= last }) else { return }
+        // Deletions may go once every change of every device that could predate them is merged
+        // here: each member's up to its own acknowledgement (which followed its reading them),
+        // each removed device's up to its cutoff.
+        let drop = others.allSatisfy { contiguous($0) >= (acks[$0]?[$0] ?? 0) }
+            && membership.removed.allSatisfy { d, cutoff in applied[d] == nil || contiguous(d) >= cutoff }
+        let own = perDevice[me] ?? SyncVault()
+        let rest = perDevice.filter { $0.key != me }.map(\.value)
+        let snapshot = SyncCompaction.snapshot(own: own, others: rest, dropTombstones: drop, now: HybridClock.now())
+        let changes = snapshot.changes
+        guard changes.reduce(0, { $0 + SyncBaseline.estimatedSize($1) }) < SyncSegment.maximumFileBytes / 2, changes.count < SyncSegment.maximumChanges / 2 else { return }
+        let control = (controlOf[me] ?? []).filter {
+            switch $0 {
+            case .member, .remove: true
+            case .rotate, .share, .snapshot: false
+            }
+        }
+        let seq = nextSequence
+        try writeSegment(SyncSegment(device: me, sequence: 0, control: control + [.snapshot], changes: changes), folder: folder)
+        for n in mine where n < seq { folder.removeFile(device: me, name: SyncSegment.fileName(n)) }
+        floor[me] = seq
+        applied[me] = [seq]
+        perDevice[me] = snapshot
+        controlOf[me] = control
+        merged = SyncVault()
+        for v in perDevice.values { merged.join(v) }
+        log("sync: compacted \(mine.count) segments into snapshot \(SyncSegment.fileName(seq)) (\(changes.count) records)")
+    }
+
+    /// The group's keys and membership from a grant sealed to this joining device, when one
+    /// is in the folder.
+    private func acceptGrant(_ config: SyncConfig, _ folder: SyncFolder) throws -> (SyncKeyring, SyncMembership)? {
+        guard let sk = try vault.syncSecret("boxSecret") else { throw VaultError(.internalError, "the sync join key is missing") }
         let pk = SyncPairing.publicKey(of: sk)
         let name = SyncFolder.grantName(config.device)
         for device in try folder.list().keys where device != config.device {
-            if let f = folder.readSmallFile(device: device, name: name, limit: 256), let key = SyncPairing.openGrant(f, publicKey: pk, secretKey: sk) {
-                return key
+            if let f = folder.readSmallFile(device: device, name: name, limit: SyncPairing.maximumGrantBytes),
+                let (ring, view) = SyncPairing.openGrant(f, publicKey: pk, secretKey: sk), !ring.keys.isEmpty,
+                let sign = try vault.syncSecret("signSecret"), view.isMember(config.device),
+                view.members[config.device]?.signKey == SyncSigning.publicKey(of: sign), view.members[config.device]?.boxKey == pk
+            {
+                return (ring, view)
             }
         }
         return nil

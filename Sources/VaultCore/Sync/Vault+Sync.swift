@@ -58,8 +58,18 @@ extension Vault {
         }
     }
 
+    /// The group's membership as this device knows it ('sync.members'; public keys and IDs,
+    /// nothing secret), nil when absent.
+    func syncMembership() throws -> SyncMembership? {
+        try locked {
+            guard let raw = try db.row("SELECT value FROM vault_meta WHERE key = 'sync.members'")?[0].blob else { return nil }
+            return SyncMembership(try JSON.parse(raw))
+        }
+    }
+
     /// A key stored sealed under the metadata key (available from the first unlock):
-    /// 'sync.groupKey' or 'sync.joinSecret'. nil when absent. Throws InteractionNotAllowed
+    /// 'sync.keyring' (the group keys), 'sync.boxSecret' (this device's crypto_box secret
+    /// key), 'sync.signSecret' (its crypto_sign secret key). nil when absent. Throws InteractionNotAllowed
     /// before the first unlock, InternalError when it does not open.
     func syncSecret(_ name: String) throws -> SecureBytes? {
         let (metadata, _) = try withKeys { try keychain.metadataKeys() }
@@ -70,9 +80,9 @@ extension Vault {
         return key
     }
 
-    /// Stores the settings and the given sealed keys (nil: removed) in one transaction;
+    /// Stores the settings, the given sealed keys (nil: removed) and the membership in one transaction;
     /// `config` nil removes everything sync keeps in the store (settings, keys, baseline).
-    func storeSync(config: SyncConfig?, secrets: [String: SecureBytes?] = [:]) throws {
+    func storeSync(config: SyncConfig?, secrets: [String: SecureBytes?] = [:], membership: SyncMembership? = nil) throws {
         let (metadata, _) = try withKeys { try keychain.metadataKeys() }
         try locked {
             try db.write { db in
@@ -82,6 +92,9 @@ extension Vault {
                     return
                 }
                 try db.run("INSERT OR REPLACE INTO vault_meta (key, value) VALUES ('sync.config', ?)", [.blob(config.json.serialized())])
+                if let membership {
+                    try db.run("INSERT OR REPLACE INTO vault_meta (key, value) VALUES ('sync.members', ?)", [.blob(membership.json.serialized())])
+                }
                 for (name, key) in secrets {
                     if let key {
                         let box = Sodium.seal(key, key: metadata, associatedData: Self.syncKeyAD(name))

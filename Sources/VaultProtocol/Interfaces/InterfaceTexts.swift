@@ -265,7 +265,10 @@ type SyncDevice (
   # Segments refused: they failed to authenticate or are malformed (logged).
   rejected: int,
   # The latest change read from it (its hybrid clock's wall time, ISO 8601), or null.
-  lastSeen: ?string
+  lastSeen: ?string,
+  # member, removed (it left or was removed), or unknown (not approved, as far as
+  # this device has read).
+  membership: string
 )
 
 # Makes a new sync group in `folder` (an existing directory, absolute): the group key
@@ -280,12 +283,14 @@ method Join(folder: string) -> (deviceID: string, code: string)
 # Seals the group key to the device whose pairing code this is, in the folder.
 method Approve(code: string) -> (deviceID: string)
 
-# The sync state: off, joining (waiting for an approval) or member.
+# The sync state: off, joining (waiting for an approval), member or removed.
 method Status() -> (
   state: string,
   folder: ?string,
   deviceID: ?string,
   fingerprint: ?string,
+  # The generation of the group key this device writes under, or null.
+  keyGeneration: ?int,
   devices: []SyncDevice,
   # Live synchronized items of the merged group.
   items: ?int,
@@ -295,8 +300,14 @@ method Status() -> (
   lastPass: ?string
 )
 
-# Stops syncing here: forgets the group key and the sync state (the items stay).
+# Stops syncing here: records the leaving in the folder, then forgets the group keys
+# and the sync state (the items stay).
 method Leave() -> ()
+
+# Removes another device from the group: its later segments are ignored, and a new
+# group key (of `generation`) sealed to the remaining members keeps it out of what is
+# written from now on.
+method Remove(device: string) -> (deviceID: string, generation: int)
 
 """#,
         "io.vaultd.Vault": #"""

@@ -48,6 +48,7 @@ public enum VarlinkMethod: String, CaseIterable, Sendable {
     case syncApprove = "io.vaultd.Sync.Approve"
     case syncStatus = "io.vaultd.Sync.Status"
     case syncLeave = "io.vaultd.Sync.Leave"
+    case syncRemove = "io.vaultd.Sync.Remove"
 
     /// The fully-qualified name, e.g. `io.vaultd.Keychain.Add`.
     public var name: String { rawValue }

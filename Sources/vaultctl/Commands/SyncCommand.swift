@@ -2,10 +2,10 @@ import Foundation
 import VaultClient
 import VaultProtocol
 
-/// `vaultctl sync init FOLDER | join FOLDER | approve CODE | status [--json] | leave`: the
+/// `vaultctl sync init FOLDER | join FOLDER | approve CODE | status [--json] | leave | remove DEVICE`: the
 /// io.vaultd.Sync methods (docs/sync.md).
 struct SyncCommand: Command {
-    enum Action: String, CaseIterable { case `init`, join, approve, status, leave }
+    enum Action: String, CaseIterable { case `init`, join, approve, status, leave, remove }
     var action: Action
     var argument: String?
     var json = false
@@ -21,6 +21,9 @@ struct SyncCommand: Command {
         case .approve:
             guard let code = a.positional() else { throw UsageError(message: "sync approve needs the CODE sync join printed") }
             argument = code
+        case .remove:
+            guard let device = a.positional() else { throw UsageError(message: "sync remove needs the DEVICE ID sync status shows") }
+            argument = device
         case .status, .leave:
             break
         }
@@ -54,16 +57,17 @@ struct SyncCommand: Command {
                 print("sync: off (vaultctl sync init FOLDER or sync join FOLDER)")
                 return
             }
-            print("sync: \(state == "joining" ? "joining (waiting for sync approve on a device of the group)" : "member")")
+            print("sync: \(state == "joining" ? "joining (waiting for sync approve on a device of the group)" : state == "removed" ? "removed (this device left or was removed; run sync leave)" : "member")")
             print("folder: \(r["folder"]?.stringValue ?? "?")")
             print("this device: \(r["deviceID"]?.stringValue ?? "?")")
             if let f = r["fingerprint"]?.stringValue { print("group fingerprint: \(f)") }
+            if let g = r["keyGeneration"]?.intValue { print("group key generation: \(g)") }
             if let n = r["items"]?.intValue { print("synchronized items: \(n)") }
             if let p = r["problem"]?.stringValue { print("problem: \(p)") }
             print("devices:")
             for d in r["devices"]?.arrayValue ?? [] {
                 let id = d["deviceID"]?.stringValue ?? "?"
-                let me = d["thisDevice"]?.boolValue == true ? " (this device)" : ""
+                let me = d["thisDevice"]?.boolValue == true ? " (this device)" : d["membership"]?.stringValue == "removed" ? " (removed)" : ""
                 let seen = d["lastSeen"]?.stringValue ?? "never"
                 let rejected = d["rejected"]?.intValue ?? 0
                 print(
@@ -73,6 +77,9 @@ struct SyncCommand: Command {
         case .leave:
             _ = try c.call(.syncLeave)
             print("this device no longer syncs; its items stay in its keychain")
+        case .remove:
+            let r = try c.call("io.vaultd.Sync.Remove", ["device": .string(argument!)])
+            print("removed device \(r["deviceID"]?.stringValue ?? "?"); the group key is now generation \(r["generation"]?.intValue ?? 0), which it does not have")
         }
     }
 }
