@@ -164,7 +164,7 @@ extension SecretService {
         case (SecretServiceIntrospection.service, "Unlock", .service):
             let objects = p.child(0).children.map(\.string).filter { SecretServicePath($0) != nil }
             if try vault.requestUnlock(caller: caller) { return .tuple([.objectPaths(objects), .objectPath("/")]) }
-            return .tuple([.objectPaths([]), .objectPath(try makePrompt(for: sender, objects: objects))])
+            return .tuple([.objectPaths([]), .objectPath(try makePrompt(for: sender, objects: objects, caller: caller))])
         case (SecretServiceIntrospection.service, "Lock", .service):
             _ = try vault.lockVault(caller: caller)
             return .tuple([.objectPaths(p.child(0).children.map(\.string).filter { SecretServicePath($0) != nil }), .objectPath("/")])
@@ -236,10 +236,18 @@ extension SecretService {
             try closeSession(id, for: sender)
             return nil
         case (SecretServiceIntrospection.prompt, "Prompt", .prompt(let id)):
-            try startPrompt(id, for: sender)
+            try startPrompt(id, window: p.child(0).string, for: sender)
             return nil
         case (SecretServiceIntrospection.prompt, "Dismiss", .prompt(let id)):
             try dismissPrompt(id, for: sender)
+            return nil
+
+        // vaultd's own: the prompter agent
+        case (SecretServiceIntrospection.prompting, "RegisterPrompter", .service):
+            try prompter.register(sender: sender, path: p.child(0).string, caller: caller)
+            return nil
+        case (SecretServiceIntrospection.prompting, "UnregisterPrompter", .service):
+            try prompter.unregister(sender: sender, caller: caller)
             return nil
         default:
             throw BusError(name: "org.freedesktop.DBus.Error.UnknownMethod", message: "no method \(interface).\(method) at this object")
