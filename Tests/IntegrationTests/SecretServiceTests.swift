@@ -287,6 +287,137 @@ import Glibc
         #expect((try? String(contentsOfFile: out, encoding: .utf8)) == "behind-the-lock")
     }
 
+    /// A prompter agent in python (jeepney, which secretstorage brings): it registers itself
+    /// with vaultd (printing "registered", or "refused NAME"), then answers each
+    /// AskPassphrase with the next line of its stdin as the passphrase, and dismisses once
+    /// they run out (with the argument `silent`, it never answers); it prints "asked ATTEMPT
+    /// WARNING" for each question, "cancelled" for each Cancel.
+    static let prompterScript = """
+        import sys
+        from jeepney import DBusAddress, HeaderFields, MessageType, new_method_call, new_method_return, new_error
+        from jeepney.io.blocking import open_dbus_connection
+        silent = sys.argv[1:] == ["silent"]
+        answers = [] if silent else sys.stdin.read().splitlines()
+        conn = open_dbus_connection(bus="SESSION")
+        service = DBusAddress("/org/freedesktop/secrets", bus_name="org.freedesktop.secrets", interface="io.vaultd.Secret.Prompting")
+        reply = conn.send_and_get_reply(new_method_call(service, "RegisterPrompter", "o", ("/org/example/Prompter",)), timeout=10)
+        if reply.header.message_type == MessageType.error:
+            print("refused", reply.header.fields.get(HeaderFields.error_name), flush=True)
+            sys.exit(3)
+        print("registered", flush=True)
+        while True:
+            msg = conn.receive()
+            if msg.header.message_type != MessageType.method_call: continue
+            member = msg.header.fields.get(HeaderFields.member)
+            if member == "AskPassphrase":
+                prompt, window, details = msg.body
+                print("asked", details["attempt"][1], details.get("warning", ("s", "-"))[1], flush=True)
+                if silent: pass
+                elif answers: conn.send(new_method_return(msg, "bay", (False, answers.pop(0).encode())))
+                else: conn.send(new_method_return(msg, "bay", (True, b"")))
+            elif member == "Cancel":
+                print("cancelled", flush=True)
+            else:
+                conn.send(new_error(msg, "org.freedesktop.DBus.Error.UnknownMethod"))
+        """
+
+    /// A running prompter (`prompterScript`) with `answers` on its stdin; its stdout file.
+    static func startPrompter(_ k: KeyringFixture, answers: [String], name: String, silent: Bool = false) throws -> (pid: pid_t, out: String) {
+        let script = k.root + "/prompter.py", out = k.root + "/\(name).out"
+        try prompterScript.write(toFile: script, atomically: true, encoding: .utf8)
+        let pid = try ChildProcess.spawn(
+            Paths.tool("python3"), [script] + (silent ? ["silent"] : []), environment: k.environment, inputs: [0: Data(answers.map { $0 + "\n" }.joined().utf8)],
+            stdout: .file(out, append: false), stderr: .file(out + ".err", append: false))
+        let deadline = Date().addingTimeInterval(20)
+        while !text(out).contains("registered") && Date() < deadline { usleep(10_000) }
+        #expect(text(out) == "registered\n", "\(text(out)) \(text(out + ".err"))")
+        return (pid, out)
+    }
+
+    static func text(_ path: String) -> String { (try? String(contentsOfFile: path, encoding: .utf8)) ?? "" }
+
+    static func stopPrompter(_ k: KeyringFixture, _ pid: pid_t) {
+        kill(pid, SIGTERM)
+        _ = ChildProcess.wait(pid, timeout: 10)
+    }
+
+    /// A registered prompter agent unlocks a locked vault for `secret-tool lookup`: asked for
+    /// the passphrase, a wrong one is asked for again with a warning, the right one unlocks
+    /// and the lookup gets its secret; a prompter that dismisses ends the lookup at once (not
+    /// at the prompt's timeout) with the vault still locked; three wrong passphrases dismiss
+    /// it too. An app (a registered copy of gdbus) may not register as the prompter.
+    @Test func aPrompterAgentUnlocksForALookupOrDismisses() throws {
+        let k = try Self.fixture(passphrase: true, config: ["SecretServicePromptTimeoutSeconds": 60])
+        defer { k.close() }
+        var r = Self.secretTool(k, ["store", "--label=P", "service", "prompted.example"], stdin: "behind-the-prompt")
+        try #require(r.status == 0, "\(r)")
+
+        // An app may not be the prompter.
+        let gdbus = k.root + "/app/gdbus"
+        mkdir(k.root + "/app", 0o755)
+        try FileManager.default.copyItem(atPath: "/usr/bin/gdbus", toPath: gdbus)
+        try #require(k.ctl(["app", "install", "com.example.Prompter", "--exe", gdbus]).status == 0)
+        r = k.run(gdbus, ["call", "--session", "--dest", "org.freedesktop.secrets", "--object-path", "/org/freedesktop/secrets", "--method", "io.vaultd.Secret.Prompting.RegisterPrompter", "/org/example/Prompter"])
+        #expect(r.status != 0 && r.stderr.contains("org.freedesktop.DBus.Error.AccessDenied"), "\(r)")
+
+        // A wrong passphrase, then the right one.
+        try #require(k.ctl(["lock"]).status == 0)
+        var p = try Self.startPrompter(k, answers: ["wrong horse", Self.passphrase], name: "right")
+        r = Self.secretTool(k, ["lookup", "service", "prompted.example"])
+        #expect(r.status == 0 && r.stdoutText == "behind-the-prompt", "\(r) \(k.log)")
+        #expect(Self.text(p.out) == "registered\nasked 1 -\nasked 2 The passphrase was wrong (attempt 2 of 3)\n", "\(Self.text(p.out))")
+        #expect(k.state() == "unlocked")
+        #expect(k.log.contains("the vault was unlocked with the prompter's passphrase"), "\(k.log)")
+        Self.stopPrompter(k, p.pid)
+        #expect(k.waitForLog("the prompter left the bus", timeout: 10), "\(k.log)")
+
+        // Dismissed: the lookup ends well before the prompt's 60 s timeout.
+        try #require(k.ctl(["lock"]).status == 0)
+        p = try Self.startPrompter(k, answers: [], name: "dismiss")
+        var started = Date()
+        r = Self.secretTool(k, ["lookup", "service", "prompted.example"])
+        #expect(r.status != 0 && r.stdout.isEmpty && Date().timeIntervalSince(started) < 30, "\(r)")
+        #expect(Self.text(p.out) == "registered\nasked 1 -\n", "\(Self.text(p.out))")
+        #expect(k.state() == "locked")
+        Self.stopPrompter(k, p.pid)
+        #expect(k.waitForLog("the prompter left the bus", timeout: 10), "\(k.log)")
+
+        // Three wrong passphrases: dismissed, still locked.
+        p = try Self.startPrompter(k, answers: ["w1", "w2", "w3", Self.passphrase], name: "wrong")
+        started = Date()
+        r = Self.secretTool(k, ["lookup", "service", "prompted.example"])
+        #expect(r.status != 0 && r.stdout.isEmpty && Date().timeIntervalSince(started) < 30, "\(r)")
+        #expect(Self.text(p.out).components(separatedBy: "asked ").count - 1 == 3, "\(Self.text(p.out))")
+        #expect(k.state() == "locked")
+        Self.stopPrompter(k, p.pid)
+    }
+
+    /// A prompt the vault's unlock completes while the prompter is asked: the prompter is
+    /// told to close its dialog (Cancel), and the lookup gets its secret.
+    @Test func anUnlockWhileThePrompterAsksCancelsItsQuestion() throws {
+        let k = try Self.fixture(passphrase: true, config: ["SecretServicePromptTimeoutSeconds": 60])
+        defer { k.close() }
+        var r = Self.secretTool(k, ["store", "--label=C", "service", "cancelled.example"], stdin: "after-cancel")
+        try #require(r.status == 0, "\(r)")
+        try #require(k.ctl(["lock"]).status == 0)
+        let (pid, out) = try Self.startPrompter(k, answers: [], name: "silent", silent: true)
+        defer { Self.stopPrompter(k, pid) }
+        let lookup = k.root + "/lookup.out"
+        let client = try ChildProcess.spawn(
+            "secret-tool", ["lookup", "service", "cancelled.example"], environment: k.environment, inputs: [:],
+            stdout: .file(lookup, append: false), stderr: .file(lookup + ".err", append: false))
+        defer { kill(client, SIGKILL) }
+        var deadline = Date().addingTimeInterval(20)
+        while !Self.text(out).contains("asked 1") && Date() < deadline { usleep(10_000) }
+        r = k.ctl(["unlock", "--passphrase-fd", "3"], fds: Self.passphraseFD)
+        try #require(r.status == 0, "\(r)")
+        #expect(ChildProcess.wait(client, timeout: 20) == 0)
+        #expect(Self.text(lookup) == "after-cancel")
+        deadline = Date().addingTimeInterval(10)
+        while !Self.text(out).contains("cancelled") && Date() < deadline { usleep(10_000) }
+        #expect(Self.text(out) == "registered\nasked 1 -\ncancelled\n", "\(Self.text(out))")
+    }
+
     /// Once vaultd is the keyring, keeping its passphrase in the login keyring would lock it
     /// inside itself: `unlock --remember` is refused saying why, nothing is stored, and vaultd
     /// does not ask itself for the passphrase at start.
@@ -379,8 +510,9 @@ import Glibc
             var interface = ""
             for line in r.stdoutText.split(separator: "\n") {
                 if let name = Self.attribute(line, "interface name=") { interface = name }
-                if interface.hasPrefix("org.freedesktop.Secret."), let m = Self.attribute(line, "method name=") { declared.insert(interface + "." + m) }
-                if interface.hasPrefix("org.freedesktop.Secret."), line.contains("<property ") {
+                let served = interface.hasPrefix("org.freedesktop.Secret.") || interface.hasPrefix("io.vaultd.")
+                if served, let m = Self.attribute(line, "method name=") { declared.insert(interface + "." + m) }
+                if served, line.contains("<property ") {
                     declared.insert(interface + ".Get")
                     if line.contains("readwrite") { declared.insert(interface + ".Set") }
                 }
@@ -394,7 +526,7 @@ import Glibc
         r = k.run("gdbus", ["introspect", "--session", "--dest", "org.freedesktop.secrets", "--object-path", String(path), "--xml"])
         #expect(r.stdoutText.contains("org.freedesktop.Secret.Item"), "\(r)")
         for m in ["Delete", "GetSecret", "SetSecret", "Get", "Set"] { declared.insert("org.freedesktop.Secret.Item." + m) }
-        #expect(declared.count == 22, "\(declared.sorted())")
+        #expect(declared.count == 24, "\(declared.sorted())")
         for m in declared.sorted() {
             let dot = m.lastIndex(of: ".")!
             #expect(Policy.decision(forSecretService: String(m[..<dot]), String(m[m.index(after: dot)...])) != nil, "\(m) has no policy decision")

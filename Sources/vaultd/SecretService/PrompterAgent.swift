@@ -36,6 +36,10 @@ final class PrompterAgent: @unchecked Sendable {
     /// The longest passphrase taken from a prompter (bytes); a longer one dismisses the prompt.
     static let maximumPassphrase = 64 << 10
 
+    /// AskPassphrase's reply type, made once (a type string lent by Swift lives only for
+    /// the call it is passed to).
+    nonisolated(unsafe) static let replyType = g_variant_type_new("(bay)")
+
     unowned let service: SecretService
 
     /// Guards everything below; never held across a bus or engine call.
@@ -197,7 +201,7 @@ final class PrompterAgent: @unchecked Sendable {
         let reply = Unmanaged.passRetained(Reply(self, a.token)).toOpaque()
         GV.tuple([.objectPath(SecretServicePath.prompt(a.prompt).path), .string(details.windowID), .array("{sv}", entries)]).pass {
             g_dbus_connection_call(
-                service.connection, a.agent.sender, a.agent.path, Self.interface, "AskPassphrase", $0, cg_type("(bay)"),
+                service.connection, a.agent.sender, a.agent.path, Self.interface, "AskPassphrase", $0, Self.replyType,
                 G_DBUS_CALL_FLAGS_NO_AUTO_START, timeout, cancellable,
                 { source, result, data in
                     let r = Unmanaged<Reply>.fromOpaque(data!).takeRetainedValue()
@@ -230,8 +234,8 @@ final class PrompterAgent: @unchecked Sendable {
         guard let a = current else { return }
         if value == nil {
             // Cancelled calls never get here: `ended` cleared `asking` first.
-            let name = cg_error_dbus_name(error).map { p in defer { g_free(p) }; return String(cString: p) } ?? "no reply"
-            log("secret service: the prompter did not answer (\(logField(name))): the prompt waits for vaultctl unlock")
+            let name = cg_error_dbus_name(error).map { p in defer { g_free(p) }; return String(cString: p) }
+            log("secret service: the prompter did not answer (\(logField(name ?? String(cString: cg_error_message(error))))): the prompt waits for vaultctl unlock")
         } else if let passphrase {
             DispatchQueue.global().async { [self] in tryUnlock(a, passphrase) }
             return
@@ -252,7 +256,7 @@ final class PrompterAgent: @unchecked Sendable {
             _ = try service.vault.unlock(passphrase: passphrase, caller: caller)
             log("secret service: the vault was unlocked with the prompter's passphrase")
             service.complete(a.prompt, dismissed: false)
-        } catch let e as VaultError where e.code == .authFailed && a.attempt < Self.maximumAttempts {
+        } catch let e as VaultError where e.code == .wrongPassphrase && a.attempt < Self.maximumAttempts {
             retry = "The passphrase was wrong (attempt \(a.attempt + 1) of \(Self.maximumAttempts))"
         } catch {
             log("secret service: the prompter's passphrase did not unlock the vault (\(BusError(error).message)): the prompt is dismissed")

@@ -344,10 +344,14 @@ final class SecretService: @unchecked Sendable {
     /// A call of vaultd's own to the bus daemon, bounded by `busCallTimeout`.
     private func busCall(_ method: String, _ arguments: [GV], reply: String) throws -> GV {
         var err: UnsafeMutablePointer<GError>?
-        let result = GV.tuple(arguments).pass {
-            g_dbus_connection_call_sync(
-                connection, "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus", method, $0,
-                cg_type(reply), G_DBUS_CALL_FLAGS_NONE, Self.busCallTimeout, nil, &err)
+        // The type string is lent for the whole call (one passed straight to cg_type would
+        // live only for cg_type's own call).
+        let result = reply.withCString { type in
+            GV.tuple(arguments).pass {
+                g_dbus_connection_call_sync(
+                    connection, "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus", method, $0,
+                    cg_type(type), G_DBUS_CALL_FLAGS_NONE, Self.busCallTimeout, nil, &err)
+            }
         }
         guard let result else {
             let message = String(cString: cg_error_message(err))
