@@ -106,6 +106,8 @@ final class SecretService: @unchecked Sendable {
     /// Collections (encoded groups) whose item subtree is registered.
     private var registeredCollections: Set<String> = []
     private var observer: UUID?
+    /// What the filter answering reads on GDBus's worker thread keeps (`InlineReads.swift`).
+    let inline = Locked(InlineState())
     /// The registered prompter agent, which prompts ask for the passphrase.
     private(set) lazy var prompter = PrompterAgent(service: self)
 
@@ -221,6 +223,7 @@ final class SecretService: @unchecked Sendable {
         connection = conn
         g_dbus_connection_set_exit_on_close(conn, 0)
         guard registerObjects() else { return }
+        addInlineFilter()
         subscribeToBus()
         guard requestName() else {
             g_dbus_connection_close_sync(conn, nil, nil)
@@ -238,7 +241,7 @@ final class SecretService: @unchecked Sendable {
 
     private var userData: gpointer { Unmanaged.passUnretained(self).toOpaque() }
 
-    private static func this(_ p: gpointer?) -> SecretService { Unmanaged<SecretService>.fromOpaque(p!).takeUnretainedValue() }
+    static func this(_ p: gpointer?) -> SecretService { Unmanaged<SecretService>.fromOpaque(p!).takeUnretainedValue() }
 
     /// The interfaces' descriptions and the callbacks of every object, registered as subtrees
     /// (GDBus dispatches a subtree's direct children: one for the service and its folders,
@@ -479,6 +482,7 @@ final class SecretService: @unchecked Sendable {
             sessions = sessions.filter { $0.value.owner != sender }
             prompts = prompts.filter { $0.value.owner != sender }
         }
+        inline.withLock { $0.forget(sender) }
         prompter.connectionLeft(sender)
     }
 
@@ -518,6 +522,15 @@ final class SecretService: @unchecked Sendable {
             if peers.count < Self.maximumPeers { peers[sender] = BusPeer(caller: caller, credentials: peer) }
         }
         return caller
+    }
+
+    /// The `Caller` of a connection identified already that still passes the per-call check
+    /// (as `caller`); nil otherwise. It never asks the bus (it runs on GDBus's worker thread).
+    func identifiedCaller(_ sender: String) -> Caller? {
+        guard let p = lock.withLock({ peers[sender] }), p.credentials.isAlive,
+            p.credentials.currentExecutable == p.credentials.identifiedExecutable
+        else { return nil }
+        return p.caller
     }
 
     /// The uid and pid the bus records for connection `sender` (it took them from the
