@@ -455,6 +455,77 @@ import Glibc
         #expect(r.status == 0 && r.stdoutText == "20\n", "\(r)")
     }
 
+    /// The item signals: a client that has called vaultd gets ItemCreated from the collection
+    /// and both aliases of its default group, after the reply to the CreateItem that made the
+    /// item; an app (a registered copy of python) gets none for the owner's item.
+    @Test func itemSignalsFollowTheReplyAndReachOnlyWhoSeesTheItem() throws {
+        let k = try Self.fixture()
+        defer { k.close() }
+        // jeepney for the app's python, whose own library has none: its directory alone.
+        let found = k.run("python3", ["-c", "import jeepney, os; print(os.path.dirname(jeepney.__file__))"])
+        let jeepney = found.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)
+        try #require(found.status == 0 && !jeepney.isEmpty, "\(found)")
+        let lib = k.root + "/pylib"
+        mkdir(lib, 0o755)
+        try FileManager.default.createSymbolicLink(atPath: lib + "/jeepney", withDestinationPath: jeepney)
+        let app = k.root + "/app/python3"
+        mkdir(k.root + "/app", 0o755)
+        try FileManager.default.copyItem(atPath: URL(fileURLWithPath: "/usr/bin/python3").resolvingSymlinksInPath().path, toPath: app)
+        try #require(k.ctl(["app", "install", "com.example.Listener", "--exe", app]).status == 0)
+        let script = """
+            import sys
+            from jeepney import DBusAddress, HeaderFields, MessageType, MatchRule, message_bus, new_method_call
+            from jeepney.io.blocking import open_dbus_connection, Proxy
+            conn = open_dbus_connection(bus="SESSION")
+            Proxy(message_bus, conn).AddMatch(MatchRule(type="signal", interface="org.freedesktop.Secret.Collection"))
+            service = DBusAddress("/org/freedesktop/secrets", bus_name="org.freedesktop.secrets", interface="org.freedesktop.Secret.Service")
+            session = conn.send_and_get_reply(new_method_call(service, "OpenSession", "sv", ("plain", ("s", ""))), timeout=10).body[1]
+            if sys.argv[1] == "listen":
+                print("ready", flush=True)
+                seen = []
+                try:
+                    while True:
+                        m = conn.receive(timeout=float(sys.argv[2]))
+                        if m.header.message_type == MessageType.signal:
+                            print(m.header.fields[HeaderFields.member], m.header.fields[HeaderFields.path], m.body[0], flush=True)
+                except TimeoutError:
+                    pass
+            else:
+                default = DBusAddress("/org/freedesktop/secrets/aliases/default", bus_name="org.freedesktop.secrets", interface="org.freedesktop.Secret.Collection")
+                properties = {"org.freedesktop.Secret.Item.Label": ("s", "signalled"), "org.freedesktop.Secret.Item.Attributes": ("a{ss}", {"sig": "1"})}
+                conn.send(new_method_call(default, "CreateItem", "a{sv}(oayays)b", (properties, (session, b"", b"v", "text/plain"), True)))
+                order = []
+                while len(order) < 4:
+                    m = conn.receive(timeout=10)
+                    if m.header.message_type == MessageType.method_return: order.append("reply " + m.body[0])
+                    elif m.header.message_type == MessageType.signal and m.header.fields[HeaderFields.member] == "ItemCreated":
+                        order.append("ItemCreated " + m.header.fields[HeaderFields.path] + " " + m.body[0])
+                print("\\n".join(order))
+            """
+        let listenerOut = k.root + "/listener.out"
+        var env = k.environment
+        env["PYTHONPATH"] = lib
+        let listener = try ChildProcess.spawn(
+            app, ["-c", script, "listen", "8"], environment: env, inputs: [:], stdout: .file(listenerOut, append: false),
+            stderr: .file(listenerOut + ".err", append: false))
+        defer { kill(listener, SIGKILL) }
+        let deadline = Date().addingTimeInterval(20)
+        while !Self.text(listenerOut).contains("ready") && Date() < deadline { usleep(10_000) }
+        try #require(Self.text(listenerOut) == "ready\n", "\(Self.text(listenerOut)) \(Self.text(listenerOut + ".err"))")
+
+        let r = k.run("python3", ["-c", script, "create"], timeout: 60)
+        try #require(r.status == 0, "\(r)")
+        let lines = r.stdoutText.split(separator: "\n").map(String.init)
+        let item = try #require(lines.first?.dropFirst("reply ".count)).description
+        #expect(lines.first?.hasPrefix("reply /org/freedesktop/secrets/collection/user/") == true, "\(lines)")
+        #expect(
+            Set(lines.dropFirst()) == Set(["collection/user", "aliases/default", "aliases/login"].map { "ItemCreated /org/freedesktop/secrets/\($0) \(item)" }),
+            "\(lines)")
+        // The app's connection saw nothing of the owner's item.
+        #expect(ChildProcess.wait(listener, timeout: 20) == 0)
+        #expect(Self.text(listenerOut) == "ready\n", "\(Self.text(listenerOut))")
+    }
+
     /// Once vaultd is the keyring, keeping its passphrase in the login keyring would lock it
     /// inside itself: `unlock --remember` is refused saying why, nothing is stored, and vaultd
     /// does not ask itself for the passphrase at start.

@@ -755,8 +755,13 @@ final class SecretService: @unchecked Sendable {
     /// ItemCreated, ItemDeleted or ItemChanged of `item` in `group`, to each identified
     /// connection the policy lets see that group's items (`Policy.seesItem`), from the
     /// collection and from the `default` alias when it is that connection's default group;
-    /// and the collection's Items property, invalidated.
+    /// and the collection's Items property, invalidated. Sent once the current call's reply is
+    /// queued (from the bus thread's next iteration): the reply is not held behind them.
     func itemSignal(_ name: String, group: String, item: String) {
+        onBusThread { [self] in sendItemSignal(name, group: group, item: item) }
+    }
+
+    private func sendItemSignal(_ name: String, group: String, item: String) {
         let targets = lock.withLock { peers.filter { Policy.seesItem(inAccessGroup: group, $0.value.caller) } }
         let collection = collectionPath(group)
         for (sender, peer) in targets {
@@ -773,8 +778,13 @@ final class SecretService: @unchecked Sendable {
         }
     }
 
-    /// PropertiesChanged of an item's `properties`, invalidated, to the connections that see it.
+    /// PropertiesChanged of an item's `properties`, invalidated, to the connections that see
+    /// it, after the current call's reply (as `itemSignal`).
     func itemPropertiesChanged(group: String, item: String, _ properties: [String]) {
+        onBusThread { [self] in sendItemPropertiesChanged(group: group, item: item, properties) }
+    }
+
+    private func sendItemPropertiesChanged(group: String, item: String, _ properties: [String]) {
         let targets = lock.withLock { peers.filter { Policy.seesItem(inAccessGroup: group, $0.value.caller) }.map(\.key) }
         for sender in targets {
             emit(
