@@ -1,5 +1,10 @@
 // swift-tools-version:6.0
+import Foundation
 import PackageDescription
+
+/// The interface descriptions, one file per interface (Sources/VaultProtocol/Interfaces/*.varlink).
+let interfaceFiles = ((try? FileManager.default.contentsOfDirectory(atPath: Context.packageDirectory + "/Sources/VaultProtocol/Interfaces")) ?? [])
+    .filter { $0.hasSuffix(".varlink") }.sorted().map { "Interfaces/" + $0 }
 
 let package = Package(
     name: "vaultd",
@@ -25,7 +30,11 @@ let package = Package(
         .target(name: "CVaultSys"),
 
         // CSodium for sodium_memzero: message buffers that carried secrets are wiped.
-        .target(name: "VaultProtocol", dependencies: ["CSodium"]),
+        // The interface descriptions (Interfaces/*.varlink) are compiled in, as
+        // Interfaces/InterfaceTexts.swift (scripts/generate-interfaces; a test holds the two
+        // together), not shipped as a resource bundle: installed binaries and the fuzzer's
+        // swiftc build then need nothing beside them (docs/architecture.md).
+        .target(name: "VaultProtocol", dependencies: ["CSodium", "CVaultSys"], exclude: ["Interfaces/README.md"] + interfaceFiles),
         .target(name: "VaultCore", dependencies: ["VaultProtocol", "CSodium", "CSQLite", "CVaultSys"]),
         // The desktop keyring (Secret Service) through libsecret: for vaultctl and vaultd.
         .target(name: "DesktopKeyring", dependencies: ["CSecret", "VaultProtocol"]),
@@ -62,5 +71,7 @@ let package = Package(
             dependencies: ["VaultClient", "VaultProtocol", "VaultCore", "TestSupport"]
         ),
     ],
-    swiftLanguageModes: [.v5]
+    // Complete concurrency checking: each `@unchecked Sendable` says which lock or queue
+    // makes it safe.
+    swiftLanguageModes: [.v6]
 )

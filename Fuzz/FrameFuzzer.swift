@@ -1,8 +1,9 @@
 // Coverage-guided fuzz target (libFuzzer) for what vaultd does with a peer's bytes before any
 // engine code runs: framing (FrameReader), JSON parsing, call decoding (VarlinkCall), the
-// undeclared-parameter check, and the parameter decoders that take raw JSON (PlistValue's
-// tagged form, ItemAttributes). Built by Fuzz/run.sh together with Sources/VaultProtocol,
-// outside Package.swift.
+// check of a call against its method's declaration (VarlinkValidation), and the parameter
+// decoders that take raw JSON (PlistValue's tagged form, ItemAttributes); and the IDL parser
+// (VarlinkIDL), given the input as an interface description. Built by Fuzz/run.sh together
+// with Sources/VaultProtocol, outside Package.swift.
 //
 // Invariants checked (a violation traps, which libFuzzer reports as a crash):
 // - nothing crashes, hangs or leaks (AddressSanitizer, libFuzzer's -timeout/-rss_limit_mb);
@@ -53,12 +54,18 @@ public func fuzzOneInput(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
 
         if let call = try? VarlinkCall(json: json) {
             _ = VarlinkInterfaces.undeclaredParameter(in: call)
+            // The check every call passes before dispatch, against its method's declaration.
+            _ = VarlinkValidation.callRefusal(call)
             let decoded = try? VarlinkCall(json: call.json)
             precondition(decoded == call, "VarlinkCall round trip changed the call")
             for (_, v) in call.parameters { exercise(v) }
         }
         exercise(json)
         if case .object(let o) = json { for (_, v) in o { exercise(v) } }
+    }
+    // The input as an interface description: the IDL parser refuses it or parses it, never traps.
+    if let text = String(validating: bytes, as: UTF8.self), let i = try? VarlinkIDL.parse(text) {
+        precondition(i.text == text)
     }
     return 0
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the frame/request fuzzer (Fuzz/FrameFuzzer.swift + Sources/VaultProtocol, with
+# Builds the frame/request/IDL fuzzer (Fuzz/FrameFuzzer.swift + Sources/VaultProtocol, with
 # libFuzzer and AddressSanitizer) and runs it for a bounded time.
 #
 #   Fuzz/run.sh [SECONDS]        default 60 (FUZZ_SECONDS); corpus in Fuzz/corpus (seeded)
@@ -28,9 +28,12 @@ fi
 sanitizers=fuzzer,address
 echo "fuzz: building $bin (-sanitize=$sanitizers)"
 mapfile -t sources < <(find Sources/VaultProtocol -name '*.swift' | sort)
-# VaultProtocol wipes and decodes secrets with libsodium: its module map and library.
+# VaultProtocol wipes and decodes secrets with libsodium: its module map and library. It reads
+# C's stdout and stderr through CVaultSys's header (static inline functions, nothing to link);
+# SwiftPM makes that target's module map, so here one is written.
+printf 'module CVaultSys {\n  header "%s"\n  export *\n}\n' "$PWD/Sources/CVaultSys/include/CVaultSys.h" >"$work/CVaultSys.modulemap"
 if ! swiftc -sanitize=$sanitizers -parse-as-library -O -g -module-name FrameFuzzer \
-    -I Sources/CSodium -lsodium \
+    -I Sources/CSodium -lsodium -Xcc -fmodule-map-file="$work/CVaultSys.modulemap" \
     "${sources[@]}" Fuzz/FrameFuzzer.swift -o "$bin" >"$work/build.log" 2>&1; then
   grep -v "Cannot export local symbol" "$work/build.log" | tail -n 40
   echo "fuzz: FAILED to build the fuzzer"
@@ -41,10 +44,13 @@ fi
 corpus=$work/corpus
 mkdir -p "$corpus"
 cp Fuzz/seeds/* "$corpus"/ 2>/dev/null || true
+# The interface descriptions, for the IDL parser.
+cp Sources/VaultProtocol/Interfaces/*.varlink "$corpus"/
 
 echo "fuzz: running for $seconds s"
 log=$work/fuzz.log
 set +e
+LSAN_OPTIONS="suppressions=$PWD/Fuzz/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}" \
 "$bin" "$corpus" -max_total_time="$seconds" -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
   -artifact_prefix=Fuzz/artifacts/ -print_final_stats=1 >"$log" 2>&1
 status=$?

@@ -224,7 +224,7 @@ enum Bench {
     /// One CopyMatching with data on a bare connection (no Hello): true when the secret came.
     private static func Keychain_copy(_ c: VaultConnection, _ q: Query) throws -> Bool {
         let r = try c.call(
-            "io.vaultd.Keychain.CopyMatching",
+            .keychainCopyMatching,
             ["class": "genericPassword", "query": q.attributes.json, "matchLimit": "one", "returnData": true, "returnAttributes": false])
         return r["items"]?.arrayValue?.first?["data"]?.stringValue != nil
     }

@@ -64,7 +64,7 @@ enum Floor {
     /// with one real call to vaultd.
     static func lookupSizes(socketPath: String, index: Int, options: Options) throws -> (request: Int, reply: Int) {
         let call = VarlinkCall(
-            method: "io.vaultd.Keychain.CopyMatching",
+            method: VarlinkMethod.keychainCopyMatching.name,
             parameters: [
                 "class": "genericPassword", "query": BenchItem.attributes(index).json, "matchLimit": "one", "returnData": true,
                 "returnAttributes": false,

@@ -85,9 +85,10 @@ func timedRun(clients: Int, seconds: Double, make: (Int) throws -> Operation) th
     let budget: UInt64 = seconds.isFinite ? UInt64(seconds * 1e9) : UInt64.max
     for c in 0..<clients {
         done.enter()
-        let op = operations[c]
+        let handoff = Handoff(value: operations[c])
         let slot = slots[c]
         let t = Thread {
+            let op = handoff.value
             slot.latencies.reserveCapacity(seconds.isFinite ? min(2_000_000, Int(seconds * 200_000) + 16) : 1024)
             ready.signal()
             go.wait()
@@ -221,6 +222,14 @@ func summarize(_ name: String, system: String, items: Int, clients: Int, runs: [
     return e
 }
 
+/// A value handed to the one thread that uses it from then on (a client's operation and
+/// connection): `@unchecked Sendable` because the thread that made it never touches it again.
+struct Handoff<T>: @unchecked Sendable {
+    let value: T
+}
+
+/// A value shared between the bench's threads. `@unchecked Sendable`: `stored` is only read
+/// and written under `lock`.
 final class LockedValue<T>: @unchecked Sendable {
     private let lock = NSLock()
     private var stored: T

@@ -22,7 +22,11 @@ enum BenchItem {
 
 /// One vaultd of the bench: its own temporary directory (socket, HOME, XDG dirs) and a data
 /// directory it may be pointed at.
-final class VaultdInstance {
+///
+/// `@unchecked Sendable`: everything but `pid` is set at init and never changes; `pid`
+/// changes only in `start` and `stop`, which the bench's main thread calls while no client
+/// thread is running.
+final class VaultdInstance: @unchecked Sendable {
     let binary: String
     let root: String
     let socketPath: String
@@ -81,7 +85,7 @@ final class VaultdInstance {
                 pid = nil
                 throw BenchError("vaultd exited (status \(status)) before serving; log:\n\(log)")
             }
-            if let c = try? VaultConnection(socketPath: socketPath), (try? c.call("io.vaultd.Vault.Status")) != nil { return }
+            if let c = try? VaultConnection(socketPath: socketPath), (try? c.call(.vaultStatus)) != nil { return }
             usleep(5000)
         }
         throw BenchError("vaultd did not answer within \(Int(timeout)) s; log:\n\(log)")

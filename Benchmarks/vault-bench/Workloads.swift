@@ -63,6 +63,8 @@ func writeSeries(
                 taken.cpu[slot].append((a - b) / Double(run.latencies.count))
             }
         }
+        /// `@unchecked Sendable`: each client's box is appended to by that client's thread alone,
+        /// and read after the run.
         final class Added: @unchecked Sendable { var indices: [Int] = [] }
         let added = (0..<clients).map { _ in Added() }
         let writers = try (0..<clients).map { _ in try store.client() }

@@ -72,7 +72,7 @@ func run(_ args: [String]) throws {
         guard let s = Double(seconds), s >= 0 else { throw Usage(message: "wait needs a number of seconds") }
         // Print, flush, then keep the connection open: vaultd counts the app as running.
         print(launchJSON(vault.launch).text)
-        fflush(stdout)
+        fflush(nil)  // every output stream: stdout is a C global Swift 6 will not read
         Thread.sleep(forTimeInterval: s)
         withExtendedLifetime(vault) {}
     case ("hold", let count?):
@@ -80,7 +80,7 @@ func run(_ args: [String]) throws {
         // misbehaving app can do to the daemon.
         let held = try (0..<Int(count)!).map { _ in try VaultConnection(socketPath: vault.connection.socketPath) }
         print(JSON.object(["held": JSON(held.count)]).text)
-        fflush(stdout)
+        fflush(nil)  // every output stream: stdout is a C global Swift 6 will not read
         while true { pause() }
         withExtendedLifetime((vault, held)) {}
     case ("token", let verb?):

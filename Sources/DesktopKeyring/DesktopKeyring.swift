@@ -137,6 +137,8 @@ public final class DesktopKeyring: @unchecked Sendable {
     }
 
     /// Holds a reference on the cancellable until the timer is done with it.
+    /// `@unchecked Sendable`: `pointer` never changes, and GLib's GCancellable may be cancelled
+    /// from any thread.
     private final class CancellableBox: @unchecked Sendable {
         let pointer: UnsafeMutablePointer<GCancellable>
         init(_ p: UnsafeMutablePointer<GCancellable>) {

@@ -69,7 +69,7 @@ public struct Apps: Sendable {
     ) throws -> AppInfo {
         AppInfo(
             try connection.call(
-                "io.vaultd.Apps.Install",
+                .appsInstall,
                 [
                     "appID": .string(appID), "executable": .string(executable), "accessGroups": .array(accessGroups.map { .string($0) }),
                     "appGroups": .array(appGroups.map { .string($0) }), "keepCredentialsOnReinstall": .bool(keepCredentialsOnReinstall),
@@ -80,17 +80,17 @@ public struct Apps: Sendable {
     /// launch (as iOS). Its open connections get MissingEntitlement from then on. Throws AppNotFound.
     @discardableResult
     public func uninstall(_ appID: String) throws -> AppInfo {
-        AppInfo(try connection.call("io.vaultd.Apps.Uninstall", ["appID": .string(appID)], removingFiles: true)["app"])
+        AppInfo(try connection.call(.appsUninstall, ["appID": .string(appID)], removingFiles: true)["app"])
     }
 
     /// Every registered app, installed or not. Owner only (PermissionDenied for apps).
     public func list() throws -> [AppInfo] {
-        (try connection.call("io.vaultd.Apps.List")["apps"]?.arrayValue ?? []).map { AppInfo($0) }
+        (try connection.call(.appsList)["apps"]?.arrayValue ?? []).map { AppInfo($0) }
     }
 
     /// One registered app, installed or not. Throws AppNotFound; owner only.
     public func show(_ appID: String) throws -> AppInfo {
-        AppInfo(try connection.call("io.vaultd.Apps.Show", ["appID": .string(appID)])["app"])
+        AppInfo(try connection.call(.appsShow, ["appID": .string(appID)])["app"])
     }
 }
 

@@ -27,7 +27,7 @@ extension Vault {
     /// InvalidParameter `appID`; not installed: AppNotFound; not reverse-DNS: InvalidAppID).
     /// An app naming another app: MissingEntitlement.
     public func cachesDirectory(appID: String? = nil) throws -> URL {
-        let r = try connection.call("io.vaultd.Caches.Directory", ["appID": appID.map { .string($0) } ?? .null])
+        let r = try connection.call(.cachesDirectory, ["appID": appID.map { .string($0) } ?? .null])
         guard let path = r["path"]?.stringValue else { throw VaultError.protocolViolation("Directory returned no path") }
         return URL(fileURLWithPath: path, isDirectory: true)
     }
@@ -35,7 +35,7 @@ extension Vault {
     /// Cache usage per app (apps see only their own; bytes allocated on disk), and the
     /// cache volume's bytes available to vaultd and total bytes (`statvfs`; 0 when unknown).
     public func cacheUsage() throws -> (apps: [CacheUsage], freeBytes: Int64, capacityBytes: Int64) {
-        let r = try connection.call("io.vaultd.Caches.Usage")
+        let r = try connection.call(.cachesUsage)
         let apps = (r["apps"]?.arrayValue ?? []).map {
             CacheUsage(appID: $0["appID"]?.stringValue ?? "", bytes: $0["bytes"]?.int64Value ?? 0, files: $0["files"]?.intValue ?? 0)
         }
@@ -51,7 +51,7 @@ extension Vault {
     @discardableResult
     public func purgeCaches(appID: String? = nil, bytes: Int64? = nil) throws -> (freedBytes: Int64, removedFiles: Int) {
         let r = try connection.call(
-            "io.vaultd.Caches.Purge", ["appID": appID.map { .string($0) } ?? .null, "bytes": bytes.map { JSON($0) } ?? .null],
+            .cachesPurge, ["appID": appID.map { .string($0) } ?? .null, "bytes": bytes.map { JSON($0) } ?? .null],
             removingFiles: true)
         return (r["freedBytes"]?.int64Value ?? 0, r["removedFiles"]?.intValue ?? 0)
     }
@@ -60,7 +60,7 @@ extension Vault {
     /// per purge: an app sees its own, the owner every app's. Ends, without reconnecting, when
     /// vaultd stops (ConnectionFailed).
     public func purgeEvents() -> AsyncThrowingStream<PurgeEvent, Error> {
-        VaultConnection.observe(socketPath: connection.socketPath, method: "io.vaultd.Caches.Observe", parameters: [:]) {
+        VaultConnection.observe(socketPath: connection.socketPath, method: .cachesObserve, parameters: [:]) {
             guard let app = $0["appID"]?.stringValue else { return nil }
             return PurgeEvent(appID: app, freedBytes: $0["freedBytes"]?.int64Value ?? 0)
         }

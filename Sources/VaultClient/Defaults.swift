@@ -9,6 +9,8 @@ import VaultProtocol
 /// Search list, first match wins: the argument domain (`-key value` in the process
 /// arguments, value as old-style plist text), the app's domain (or the suite), the global
 /// domain (`NSGlobalDomain`), the registration domain (`register(defaults:)`, never stored).
+///
+/// `@unchecked Sendable`: the domains it caches are read and written under `lock`.
 public final class Defaults: @unchecked Sendable {
     /// The handle writes go through.
     public let vault: Vault
@@ -122,7 +124,7 @@ public final class Defaults: @unchecked Sendable {
                 }
                 var snapshots = 0
                 do {
-                    try current.stream("io.vaultd.Preferences.Observe", parameters) { reply in
+                    try current.stream(.preferencesObserve, parameters) { reply in
                         guard let self else { return false }
                         if self.apply(reply) {
                             snapshots += 1

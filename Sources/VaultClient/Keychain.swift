@@ -55,7 +55,7 @@ public struct Keychain: Sendable {
     public func add(_ itemClass: ItemClass = .genericPassword, attributes: ItemAttributes, data: Data) throws -> ItemAttributes {
         try SecretLimit.check(data.count)
         let r = try connection.call(
-            "io.vaultd.Keychain.Add",
+            .keychainAdd,
             ["class": .string(itemClass.rawValue), "attributes": attributes.json, "data": .string(data.base64EncodedString())])
         return try ItemAttributes(json: r["attributes"])
     }
@@ -72,7 +72,7 @@ public struct Keychain: Sendable {
         var p = query.parameters
         p["returnData"] = .bool(returnData)
         p["returnAttributes"] = .bool(returnAttributes)
-        let r = try connection.call("io.vaultd.Keychain.CopyMatching", p)
+        let r = try connection.call(.keychainCopyMatching, p)
         return try (r["items"]?.arrayValue ?? []).map { j in
             Item(
                 itemClass: try ItemClass(wire: j["class"]?.stringValue ?? ""),
@@ -94,7 +94,7 @@ public struct Keychain: Sendable {
         p["matchLimit"] = nil  // not a parameter of Update (it acts on every match)
         p["attributes"] = attributes.json
         if let data { p["data"] = .string(data.base64EncodedString()) }
-        return try connection.call("io.vaultd.Keychain.Update", p)["count"]?.intValue ?? 0
+        return try connection.call(.keychainUpdate, p)["count"]?.intValue ?? 0
     }
 
     /// As `SecItemDelete`: deletes every match; returns how many. Throws ItemNotFound
@@ -104,6 +104,6 @@ public struct Keychain: Sendable {
     public func delete(_ query: Query) throws -> Int {
         var p = query.parameters
         p["matchLimit"] = nil  // not a parameter of Delete (it acts on every match)
-        return try connection.call("io.vaultd.Keychain.Delete", p)["count"]?.intValue ?? 0
+        return try connection.call(.keychainDelete, p)["count"]?.intValue ?? 0
     }
 }

@@ -17,7 +17,7 @@ public struct Preferences: Sendable {
     /// such key (as CFPreferencesCopyAppValue; no KeyNotFound). Reads one domain only, not the
     /// search list (`Defaults` does that).
     public func value(domain: String?, key: String) throws -> PlistValue? {
-        let r = try connection.call("io.vaultd.Preferences.Get", ["domain": Self.domain(domain), "key": .string(key)])
+        let r = try connection.call(.preferencesGet, ["domain": Self.domain(domain), "key": .string(key)])
         guard let v = r["value"], !v.isNull else { return nil }
         return try PlistValue(tagged: v)
     }
@@ -35,7 +35,7 @@ public struct Preferences: Sendable {
     @discardableResult
     func setReturningSequence(_ value: PlistValue, domain: String?, key: String) throws -> UInt64? {
         do {
-            let r = try connection.call("io.vaultd.Preferences.Set", ["domain": Self.domain(domain), "key": .string(key), "value": value.tagged])
+            let r = try connection.call(.preferencesSet, ["domain": Self.domain(domain), "key": .string(key), "value": value.tagged])
             return Self.sequence(in: r)
         } catch let e as VaultError where e.code == .invalidParameter && e.parameters["parameter"] == "message" {
             throw VaultError(
@@ -54,7 +54,7 @@ public struct Preferences: Sendable {
     /// `remove`, returning the write's sequence number as `setReturningSequence`.
     @discardableResult
     func removeReturningSequence(domain: String?, key: String) throws -> UInt64? {
-        let r = try connection.call("io.vaultd.Preferences.Remove", ["domain": Self.domain(domain), "key": .string(key)])
+        let r = try connection.call(.preferencesRemove, ["domain": Self.domain(domain), "key": .string(key)])
         return Self.sequence(in: r)
     }
 
@@ -66,14 +66,14 @@ public struct Preferences: Sendable {
 
     /// Every key of a domain (empty when it has none). Throws MissingEntitlement.
     public func values(domain: String?) throws -> PlistDictionary {
-        let r = try connection.call("io.vaultd.Preferences.Domain", ["domain": Self.domain(domain)])
+        let r = try connection.call(.preferencesDomain, ["domain": Self.domain(domain)])
         return try (r["values"]?.objectValue ?? [:]).mapValues { try PlistValue(tagged: $0) }
     }
 
     /// Names of the domains holding keys, sorted: every domain for the owner's tools; for an
     /// app only its own, its suites' and NSGlobalDomain.
     public func domains() throws -> [String] {
-        try connection.call("io.vaultd.Preferences.Domains")["domains"]?.arrayValue?.compactMap(\.stringValue) ?? []
+        try connection.call(.preferencesDomains)["domains"]?.arrayValue?.compactMap(\.stringValue) ?? []
     }
 
     /// Replaces `domain` with a property list (XML or binary, read by
@@ -91,7 +91,7 @@ public struct Preferences: Sendable {
         // The call's envelope and the domain's name (at most 255 bytes, as JSON up to 6 times
         // that) take less than 4 KiB.
         if (plist.count + 2) / 3 * 4 + 4096 < Varlink.maximumMessageSize {
-            return try connection.call("io.vaultd.Preferences.Import", ["domain": .string(domain), "plist": .string(plist.base64EncodedString())])["keys"]?.intValue ?? 0
+            return try connection.call(.preferencesImport, ["domain": .string(domain), "plist": .string(plist.base64EncodedString())])["keys"]?.intValue ?? 0
         }
         guard case .dict(let values) = try PropertyListCodec.decode(plist) else {
             throw VaultError(.invalidPropertyList, "the property list's root is not a dictionary; a domain can only be imported from a dictionary")
@@ -105,7 +105,7 @@ public struct Preferences: Sendable {
     @discardableResult
     public func importDomain(_ domain: String, values: PlistDictionary) throws -> Int {
         do {
-            return try connection.call("io.vaultd.Preferences.Import", ["domain": .string(domain), "values": .object(values.mapValues(\.tagged))])["keys"]?.intValue ?? 0
+            return try connection.call(.preferencesImport, ["domain": .string(domain), "values": .object(values.mapValues(\.tagged))])["keys"]?.intValue ?? 0
         } catch let e as VaultError where e.code == .invalidParameter && e.parameters["parameter"] == "message" {
             throw VaultError(
                 .domainTooLarge,
@@ -129,7 +129,7 @@ public struct Preferences: Sendable {
     public func exportDomain(_ domain: String, binary: Bool) throws -> Data {
         if binary {
             do {
-                let reply = try connection.call("io.vaultd.Preferences.Export", ["domain": .string(domain), "format": "binary"])
+                let reply = try connection.call(.preferencesExport, ["domain": .string(domain), "format": "binary"])
                 if let text = reply["plist"]?.stringValue, let plist = Data(base64Encoded: text) { return plist }
             } catch let e as VaultError where e.code == .replyTooLarge {}
         }
@@ -140,6 +140,6 @@ public struct Preferences: Sendable {
     /// ReadOnlyDomain, MissingEntitlement.
     @discardableResult
     public func removeDomain(_ domain: String) throws -> Int {
-        try connection.call("io.vaultd.Preferences.RemoveDomain", ["domain": .string(domain)])["keys"]?.intValue ?? 0
+        try connection.call(.preferencesRemoveDomain, ["domain": .string(domain)])["keys"]?.intValue ?? 0
     }
 }

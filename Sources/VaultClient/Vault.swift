@@ -17,7 +17,7 @@ public final class Vault: @unchecked Sendable {
     /// MissingEntitlement (the app's install ended).
     public static func connect(socketPath: String? = nil, replyTimeout: Double? = nil) throws -> Vault {
         let c = try VaultConnection(socketPath: socketPath, replyTimeout: replyTimeout)
-        return Vault(connection: c, launch: LaunchInfo(try c.call("io.vaultd.Vault.Hello")))
+        return Vault(connection: c, launch: LaunchInfo(try c.call(.vaultHello)))
     }
 
     init(connection: VaultConnection, launch: LaunchInfo) {
@@ -33,13 +33,13 @@ public final class Vault: @unchecked Sendable {
 
     /// `io.vaultd.Vault.Status`; answered in every lock state, and does not count as
     /// activity for the idle auto-lock.
-    public func status() throws -> VaultStatus { VaultStatus(try connection.call("io.vaultd.Vault.Status")) }
+    public func status() throws -> VaultStatus { VaultStatus(try connection.call(.vaultStatus)) }
 
     /// Creates the vault; nil passphrase: always unlocked (never locks). Owner only. Throws
     /// AlreadyInitialized, PermissionDenied, Param (-50: an empty passphrase).
     @discardableResult
     public func initialize(passphrase: String?) throws -> LockState {
-        LockState(try connection.call("io.vaultd.Vault.Init", ["passphrase": passphrase.map { .string($0) } ?? .null])["lock"])
+        LockState(try connection.call(.vaultInit, ["passphrase": passphrase.map { .string($0) } ?? .null])["lock"])
     }
 
     /// Unlocks (the passphrase through Argon2id). Owner only. Throws `VaultError` with code
@@ -48,7 +48,7 @@ public final class Vault: @unchecked Sendable {
     /// `parameters["retryAfter"]` seconds), `.noPassphrase`, `.notInitialized`, `.permissionDenied`.
     @discardableResult
     public func unlock(passphrase: String) throws -> LockState {
-        LockState(try connection.call("io.vaultd.Vault.Unlock", ["passphrase": .string(passphrase)])["lock"])
+        LockState(try connection.call(.vaultUnlock, ["passphrase": .string(passphrase)])["lock"])
     }
 
     /// Unlocks with the passphrase remembered in the login keyring (`vaultctl unlock
@@ -59,14 +59,14 @@ public final class Vault: @unchecked Sendable {
     /// `.rateLimited`, `.noPassphrase`, `.notInitialized`, `.permissionDenied`.
     @discardableResult
     public func unlockFromKeyring() throws -> LockState {
-        LockState(try connection.call("io.vaultd.Vault.UnlockFromKeyring")["lock"])
+        LockState(try connection.call(.vaultUnlockFromKeyring)["lock"])
     }
 
     /// Locks: the whenUnlocked* classes' keys (whenPasscodeSetThisDeviceOnly too) are wiped;
     /// afterFirstUnlock* items stay usable. Owner only. Throws `.noPassphrase`,
     /// `.notInitialized`, `.permissionDenied`.
     @discardableResult
-    public func lock() throws -> LockState { LockState(try connection.call("io.vaultd.Vault.Lock")["lock"]) }
+    public func lock() throws -> LockState { LockState(try connection.call(.vaultLock)["lock"]) }
 
     /// Changes (both), sets (`old` nil) or removes (`new` nil) the passphrase. Returns the
     /// number of whenPasscodeSetThisDeviceOnly items deleted by a removal. Owner only. With a
@@ -77,7 +77,7 @@ public final class Vault: @unchecked Sendable {
     @discardableResult
     public func changePassphrase(old: String?, new: String?) throws -> Int {
         let r = try connection.call(
-            "io.vaultd.Vault.ChangePassphrase", ["old": old.map { .string($0) } ?? .null, "new": new.map { .string($0) } ?? .null])
+            .vaultChangePassphrase, ["old": old.map { .string($0) } ?? .null, "new": new.map { .string($0) } ?? .null])
         return r["deletedItems"]?.intValue ?? 0
     }
 }
@@ -91,7 +91,7 @@ extension Vault {
     /// PermissionDenied, Param, StorageFull.
     public func backup(to path: String, passphrase: String?, recipients: [String] = [], includeDeviceBound: Bool = false) throws -> JSONObject {
         try connection.call(
-            "io.vaultd.Vault.Backup",
+            .vaultBackup,
             [
                 "path": .string(path), "passphrase": passphrase.map { .string($0) } ?? .null,
                 "recipients": recipients.isEmpty ? .null : .array(recipients.map { .string($0) }), "includeDeviceBound": .bool(includeDeviceBound),
@@ -106,7 +106,7 @@ extension Vault {
     /// InteractionNotAllowed, PermissionDenied.
     public func restore(from path: String, passphrase: String?, identity: String? = nil, newPassphrase: String? = nil, merge: Bool = false) throws -> JSONObject {
         try connection.call(
-            "io.vaultd.Vault.Restore",
+            .vaultRestore,
             [
                 "path": .string(path), "passphrase": passphrase.map { .string($0) } ?? .null, "identity": identity.map { .string($0) } ?? .null,
                 "newPassphrase": newPassphrase.map { .string($0) } ?? .null, "merge": .bool(merge),

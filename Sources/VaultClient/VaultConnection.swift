@@ -17,6 +17,9 @@ private let callsAwaitingReplies = Atomic<Int>(0)
 /// restarted cfprefsd or securityd recovers: only a call whose request could not be sent is
 /// sent again (vaultd never saw it whole), never one that was sent and got no reply (that
 /// one throws ConnectionFailed: it may or may not have been done).
+///
+/// `@unchecked Sendable`: a call runs under `lock`; `stream` is replaced under `lock` and
+/// `streamLock` and closed under `streamLock`; `closed` is atomic.
 public final class VaultConnection: @unchecked Sendable {
     /// The current connection; replaced (under `lock` and `streamLock`) when a call finds
     /// that vaultd closed it.
@@ -136,6 +139,17 @@ public final class VaultConnection: @unchecked Sendable {
         try call(method, parameters, removingFiles: false)
     }
 
+    /// `call(_:_:)` of one of the declared methods (`VarlinkMethod`: the names the interface
+    /// descriptions declare, which vaultd dispatches by).
+    @discardableResult
+    public func call(_ method: VarlinkMethod, _ parameters: JSONObject = [:]) throws -> JSONObject {
+        try call(method.name, parameters, removingFiles: false)
+    }
+
+    func call(_ method: VarlinkMethod, _ parameters: JSONObject, removingFiles: Bool) throws -> JSONObject {
+        try call(method.name, parameters, removingFiles: removingFiles)
+    }
+
     /// `call`; `removingFiles`: a call that removes files one by one (a purge, an
     /// uninstall) waits `fileRemovalTimeout` for its reply instead of `replyTimeout`.
     func call(_ method: String, _ parameters: JSONObject, removingFiles: Bool) throws -> JSONObject {
@@ -159,6 +173,11 @@ public final class VaultConnection: @unchecked Sendable {
     /// MissingEntitlement), ConnectionFailed when the connection closes or breaks (never
     /// reconnects) or a reply takes over `replyTimeout` seconds. The connection is used up
     /// afterwards.
+    public func stream(_ method: VarlinkMethod, _ parameters: JSONObject = [:], handler: (JSONObject) -> Bool) throws {
+        try stream(method.name, parameters, handler: handler)
+    }
+
+    /// `stream(_:_:handler:)` of a method named by its fully-qualified name.
     public func stream(_ method: String, _ parameters: JSONObject = [:], handler: (JSONObject) -> Bool) throws {
         try lock.withLock {
             try send(try Self.message(VarlinkCall(method: method, parameters: parameters, more: true)))

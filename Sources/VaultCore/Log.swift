@@ -88,6 +88,8 @@ public func logField(bytes: [UInt8], limit: Int = 160) -> String {
 /// reason says how many were suppressed. For refusals a peer can repeat at will (a
 /// connection flood, a sandbox renaming itself): the log stays bounded. `reason` is one of
 /// a few fixed words chosen by vaultd, never a peer's value.
+///
+/// `@unchecked Sendable`: `buckets` is read and written under `lock`.
 public final class RateLimitedLog: @unchecked Sendable {
     private struct Bucket {
         var tokens: Double

@@ -1,3 +1,4 @@
+import CVaultSys
 import Foundation
 
 #if canImport(Glibc)
@@ -27,20 +28,20 @@ public enum StandardOutput {
     /// Writes `data` to stdout exactly (buffered with what `print` wrote).
     public static func write(_ data: Data) {
         guard !data.isEmpty else { return }
-        _ = data.withUnsafeBytes { fwrite($0.baseAddress, 1, $0.count, stdout) }
+        _ = data.withUnsafeBytes { fwrite($0.baseAddress, 1, $0.count, vault_stdout()) }
     }
 
     /// A line on stderr; a stderr that cannot take it is not a reason to crash.
     public static func writeError(_ text: String) {
-        _ = text.withCString { fputs($0, stderr) }
-        fflush(stderr)
+        _ = text.withCString { fputs($0, vault_stderr()) }
+        fflush(vault_stderr())
     }
 
     /// Flushes stdout: nil when everything was written, else why not.
     public static func finish() -> String? {
         errno = 0
-        let flushed = fflush(stdout) == 0
-        guard !flushed || ferror(stdout) != 0 else { return nil }
+        let flushed = fflush(vault_stdout()) == 0
+        guard !flushed || ferror(vault_stdout()) != 0 else { return nil }
         let code = errno
         return code != 0 ? String(cString: strerror(code)) : "a write failed"
     }

@@ -88,15 +88,15 @@ final class CallSecrets {
         case text
     }
 
-    /// The secret parameters of each method.
+    /// The secret parameters of each method (each declared as a string).
     static let parameters: [String: [String: Encoding]] = [
-        "io.vaultd.Vault.Init": ["passphrase": .text],
-        "io.vaultd.Vault.Unlock": ["passphrase": .text],
-        "io.vaultd.Vault.ChangePassphrase": ["old": .text, "new": .text],
-        "io.vaultd.Vault.Backup": ["passphrase": .text],
-        "io.vaultd.Vault.Restore": ["passphrase": .text, "identity": .text, "newPassphrase": .text],
-        "io.vaultd.Keychain.Add": ["data": .base64],
-        "io.vaultd.Keychain.Update": ["data": .base64],
+        VarlinkMethod.vaultInit.name: ["passphrase": .text],
+        VarlinkMethod.vaultUnlock.name: ["passphrase": .text],
+        VarlinkMethod.vaultChangePassphrase.name: ["old": .text, "new": .text],
+        VarlinkMethod.vaultBackup.name: ["passphrase": .text],
+        VarlinkMethod.vaultRestore.name: ["passphrase": .text, "identity": .text, "newPassphrase": .text],
+        VarlinkMethod.keychainAdd.name: ["data": .base64],
+        VarlinkMethod.keychainUpdate.name: ["data": .base64],
     ]
     /// Every name a secret parameter has, whatever the method (the parser does not know the
     /// method yet when it meets `parameters`).
@@ -104,6 +104,10 @@ final class CallSecrets {
 
     /// The secret parameters given, decoded, or the error that says why one is not (not base64).
     private(set) var request: [String: Result<SecureBytes, VaultError>] = [:]
+
+    /// The names of the secret parameters given: present in the call, as strings, though not
+    /// in its `parameters` (`VarlinkValidation.callRefusal`).
+    var names: VarlinkValidation.SecretNames { Set(request.keys.map { ExactString($0) }) }
 
     /// The secrets to write into the reply, by their place-holder's number.
     private var replySecrets: [SecureBytes] = []

@@ -41,7 +41,11 @@ struct FileID: Equatable {
 /// before still open (not close-on-exec) and have what it sent before the exec answered as
 /// that app. That is the owner's power (such a process may as well run vaultctl), so it is
 /// out of scope; a sandbox cannot do it to a host app.
-final class PeerCredentials {
+///
+/// `@unchecked Sendable` without a lock: the accept loop makes it and hands it to the
+/// connection's thread before that thread starts, and from then on only that thread reads or
+/// writes its `var`s.
+final class PeerCredentials: @unchecked Sendable {
     let pid: pid_t
     let uid: uid_t
     let gid: gid_t
@@ -389,9 +393,9 @@ enum PeerIdentity {
         // Logged (rate-limited per reason), and told to the peer before the close, so its
         // client reports why rather than a reset connection. The message names only what
         // the peer's own sandbox or process shows, escaped where the peer chose it.
-        func refuse(_ reason: String, _ message: String, code: VaultError.Code = .permissionDenied) -> Result<Caller, VaultError> {
+        func refuse(_ reason: String, _ message: String, code: VaultError.Code = .permissionDenied, extra: JSONObject = [:]) -> Result<Caller, VaultError> {
             refusals.log(reason, "refused pid \(pid): \(message)")
-            return .failure(VaultError(code, "vaultd does not serve this process: \(message)"))
+            return .failure(VaultError(code, "vaultd does not serve this process: \(message)", extra: extra))
         }
         var flatpakID: String?
         switch sandbox(peer) {
@@ -424,7 +428,8 @@ enum PeerIdentity {
                 flatpakAppID: flatpakID, executable: exe,
                 isRegisteredFile: { runsRegisteredFile(pid: pid, path: $0) })
         } catch let e as VaultError where e.code == .rateLimited {
-            return refuse("registration-cap", e.message, code: .rateLimited)
+            // With the error's declared parameters (its retryAfter).
+            return refuse("registration-cap", e.message, code: .rateLimited, extra: e.parameters.filter { $0.key != "message" })
         } catch {
             return refuse("identity", "\(error)")
         }

@@ -151,7 +151,7 @@ final class Server: @unchecked Sendable {
                 .rateLimited,
                 "vaultd is serving \(limits.maximumConnections) connections, the most it serves at once (VAULTD_MAX_CONNECTIONS); try again shortly",
                 extra: ["retryAfter": JSON(1.0)])
-        ).json.serialized() + [0]
+        ).checkedJSON.serialized() + [0]
     /// Calls being served. Counted without a lock, as is `stopping`: every call touches
     /// them, from every connection's thread. A connection also polls for its next call only
     /// while no other call is being served.
@@ -436,7 +436,7 @@ final class Server: @unchecked Sendable {
     /// a reply within them is not counted against the message budget again.
     @discardableResult
     private func send(_ reply: VarlinkReply, on conn: UnixSocket, secrets: CallSecrets? = nil, reserved: Int = 0) throws -> Bool {
-        try send(serialized: reply.json.serialized(), on: conn, secrets: secrets, reserved: reserved)
+        try send(serialized: reply.checkedJSON.serialized(), on: conn, secrets: secrets, reserved: reserved)
     }
 
     /// `send` of a reply serialized already (without its NUL).
@@ -453,7 +453,7 @@ final class Server: @unchecked Sendable {
                 .replyTooLarge,
                 "the answer would be \(size) bytes, over the \(Varlink.maximumMessageSize)-byte message limit: ask for less (keychain: matchLimit one, no data, a narrower query; preferences: export as binary)",
                 extra: ["size": JSON(size), "limit": JSON(Varlink.maximumMessageSize)])
-            bytes = VarlinkReply(error: error).json.serialized()
+            bytes = VarlinkReply(error: error).checkedJSON.serialized()
         }
         // A large reply counts against the message budget until it is sent (unless the reply
         // budget holds it already); its peer must read it at once and briskly
@@ -462,7 +462,7 @@ final class Server: @unchecked Sendable {
         var counted = (secure.map { $0.count - 1 } ?? bytes.count) - max(limits.messageAllowance, reserved)
         if !reserveMessageBytes(counted, waitingUpTo: limits.budgetWait) {
             secure = nil
-            bytes = overBudget("a \(size)-byte reply").json.serialized()
+            bytes = overBudget("a \(size)-byte reply").checkedJSON.serialized()
             fits = false
             counted = 0
         }
@@ -494,7 +494,7 @@ final class Server: @unchecked Sendable {
         case .success(let c): caller = c
         case .failure(let refusal):
             // The reason, as the reply to whatever the peer sends first, then the close.
-            _ = try? conn.sendAll(VarlinkReply(error: refusal).json.serialized() + [0], within: 1)
+            _ = try? conn.sendAll(VarlinkReply(error: refusal).checkedJSON.serialized() + [0], within: 1)
             return
         }
         // Each identity has its own share of the connections: one app (or sandbox) holding
@@ -524,7 +524,7 @@ final class Server: @unchecked Sendable {
                 .rateLimited,
                 "\(limits.maximumConnectionsPerPeer) connections of this \(caller.appID == nil ? "user's tools" : "app") are open, the most vaultd serves for one (VAULTD_MAX_CONNECTIONS_PER_PEER); close one or try again shortly",
                 extra: ["retryAfter": JSON(1.0)])
-            _ = try? conn.sendAll(VarlinkReply(error: refusal).json.serialized() + [0], within: 0)
+            _ = try? conn.sendAll(VarlinkReply(error: refusal).checkedJSON.serialized() + [0], within: 0)
             return
         }
         defer {
@@ -664,14 +664,15 @@ final class Server: @unchecked Sendable {
                 return
             }
             guard beginCall() else { return }
-            // A parameter the method does not declare is refused before anything runs (as
-            // sd-varlink and the reference implementation do); the connection stays usable.
+            // Parameters that do not match the method's declaration (one it does not declare,
+            // a required one missing, one of the wrong type) are refused before anything runs
+            // (as sd-varlink and the reference implementation do); the connection stays usable.
             // So is an upgrade of the connection, which none of vaultd's methods offers: the
             // refusal is not the reply confirming an upgrade, so the connection goes on as a
             // varlink one (varlink.org/Method-Call). (Unknown methods go on to MethodNotFound.)
             var refusal: VaultError?
-            if let unknown = VarlinkInterfaces.undeclaredParameter(in: call) {
-                refusal = .invalidParameter(unknown, "not a parameter of \(call.method)")
+            if let invalid = VarlinkValidation.callRefusal(call, secrets: secrets.names) {
+                refusal = invalid
             } else if call.upgrade && VarlinkInterfaces.inputParameters[call.method] != nil {
                 refusal = .invalidParameter("upgrade", "\(call.method) does not upgrade the connection to another protocol")
             }
@@ -765,7 +766,7 @@ final class Server: @unchecked Sendable {
                     .rateLimited,
                     "this Observe stream fell \(queue.capacityBytes >> 20) MiB of events behind (it was not read); observe again, starting from a snapshot",
                     extra: ["retryAfter": JSON(0.0)])
-                _ = try? conn.sendAll(VarlinkReply(error: error).json.serialized() + [0], within: 0)
+                _ = try? conn.sendAll(VarlinkReply(error: error).checkedJSON.serialized() + [0], within: 0)
                 return false
             }
             // An app's stream ends when its install does (uninstall or reinstall), as its
@@ -806,6 +807,9 @@ final class Server: @unchecked Sendable {
 /// Turns engine events into one stream's replies. Events that arrive before the
 /// subscription is ready are held and replayed, so none falls between observing and the
 /// snapshot the stream starts with.
+///
+/// `@unchecked Sendable`: `reply` and `held` are read and written under `lock`; `queue` is
+/// an `EventQueue`, safe on its own.
 final class StreamRelay: @unchecked Sendable {
     let queue: EventQueue
     private let lock = NSLock()
@@ -836,6 +840,9 @@ final class StreamRelay: @unchecked Sendable {
 }
 
 /// Replies waiting to be streamed to one observer, serialized.
+///
+/// `@unchecked Sendable`: its items, byte count and state are read and written under
+/// `condition`.
 final class EventQueue: @unchecked Sendable {
     private let condition = NSCondition()
     private var items: [[UInt8]] = []
@@ -878,5 +885,22 @@ final class EventQueue: @unchecked Sendable {
             }
             return items
         }
+    }
+}
+
+extension VarlinkReply {
+    /// `json`, the form sent. In debug builds and tests an error reply is first checked
+    /// against its error's declaration (its name declared by a served interface, its
+    /// parameters of the declared types): a mismatch is a bug in vaultd, said on stderr, then
+    /// an assertion failure. (Replies to calls are checked by `Dispatcher`, which knows the method.)
+    var checkedJSON: JSON {
+        let json = self.json
+        #if DEBUG
+            if let error, let problem = VarlinkValidation.errorProblem(name: error, parameters: json["parameters"]?.objectValue ?? [:]) {
+                log("an error reply does not match its declaration: \(problem)")
+                assertionFailure("an error reply does not match its declaration: \(problem)")
+            }
+        #endif
+        return json
     }
 }

@@ -45,7 +45,7 @@ do {
 if let file = configuration.configFile, let message = initialSettings.unknownKeysMessage(file) { log(message) }
 /// The settings in force: config.plist as read at start, and again on SIGHUP.
 let currentSettings = Mutex(initialSettings)
-var settings: Settings { currentSettings.withLock { $0 } }
+nonisolated var settings: Settings { currentSettings.withLock { $0 } }
 
 let limits: Limits
 do {
@@ -126,9 +126,26 @@ let idle = IdleClock()
 // Sync of synchronizable items through a replicated folder (docs/sync.md): its watcher
 // starts with the server, and passes only once `vaultctl sync init` or `join` configured it.
 let syncService = SyncService(vault: vault)
+// The interface descriptions are parsed now, before the first call, along with the dispatch
+// table built from them (a description that does not parse stops vaultd here).
+_ = (VarlinkInterfaces.parsed, Dispatcher.table)
 let dispatcher = Dispatcher(vault: vault, runningApps: { running.server?.runningApps ?? [] }, activity: { idle.touch() }, sync: syncService)
-let server = Server(listener: listener, listenerIsShared: activated != nil, dispatcher: dispatcher, limits: limits) { peer in
+let server = Server(listener: listener, listenerIsShared: activated != nil, dispatcher: dispatcher, limits: limits) { @Sendable peer in
     PeerIdentity.caller(for: peer, vault: vault)
+}
+// SIGTERM and SIGINT stop vaultd cleanly from the moment it can answer a call, so they are
+// handled before the server starts. Signals are handled on a queue of their own, not the
+// main queue: `dispatchMain` parks the main thread in `sigsuspend` on a mask in read-only
+// memory, which valgrind (3.19, Debian 12) writes to and crashes on, and scripts/profile runs
+// vaultd under valgrind's callgrind.
+let signalQueue = DispatchQueue(label: "vaultd.signals")
+var signalSources: [DispatchSourceSignal] = []
+for (sig, name) in [(SIGTERM, "SIGTERM"), (SIGINT, "SIGINT")] {
+    signal(sig, SIG_IGN)
+    let source = DispatchSource.makeSignalSource(signal: sig, queue: signalQueue)
+    source.setEventHandler { @Sendable in shutdown(name) }
+    source.resume()
+    signalSources.append(source)
 }
 running.server = server
 server.start()
@@ -145,14 +162,15 @@ vault.scanExecutables()
 let scanQueue = DispatchQueue(label: "vaultd.apps-scan")
 let scanTimer = DispatchSource.makeTimerSource(queue: scanQueue)
 scanTimer.schedule(deadline: .now() + 1, repeating: 1)
-scanTimer.setEventHandler { vault.scanExecutables() }
+scanTimer.setEventHandler { @Sendable in vault.scanExecutables() }
 scanTimer.resume()
 
 // The cache policy: purge when free space or the budget crosses its mark.
 let maintenance = DispatchQueue(label: "vaultd.maintenance")
-let cacheTimer = DispatchSource.makeTimerSource(queue: maintenance)
+// Rescheduled by a SIGHUP on the maintenance queue; a dispatch source may be used from any thread.
+nonisolated(unsafe) let cacheTimer = DispatchSource.makeTimerSource(queue: maintenance)
 cacheTimer.schedule(deadline: .now() + 0.2, repeating: settings.cacheCheckInterval)
-cacheTimer.setEventHandler { vault.enforceCachePolicy(settings.cachePolicy, running: server.runningApps) }
+cacheTimer.setEventHandler { @Sendable in _ = vault.enforceCachePolicy(settings.cachePolicy, running: server.runningApps) }
 cacheTimer.resume()
 
 // Idle auto-lock (off unless AutoLockSeconds is set; checked each second, so a reload can turn it on).
@@ -166,7 +184,7 @@ func checkIdleLock() {
         log("locked after \(Int(seconds)) s without a call")
     }
 }
-autoLockTimer.setEventHandler { checkIdleLock() }
+autoLockTimer.setEventHandler { @Sendable in checkIdleLock() }
 autoLockTimer.resume()
 
 /// SIGUSR1 (`systemctl --user kill -s USR1 vaultd`): runs each periodic task once, now, on the
@@ -177,7 +195,7 @@ autoLockTimer.resume()
 /// the tasks once or twice, never a backlog.
 let periodicPasses = Atomic<Int>(0)
 let tickSource = DispatchSource.makeSignalSource(signal: SIGUSR1, queue: maintenance)
-tickSource.setEventHandler {
+tickSource.setEventHandler { @Sendable in
     scanQueue.sync { vault.scanExecutables() }
     _ = vault.enforceCachePolicy(settings.cachePolicy, running: server.runningApps)
     checkIdleLock()
@@ -232,19 +250,7 @@ func shutdown(_ signalName: String) -> Never {
     exit(0)
 }
 
-// Signals are handled on a queue of their own, not the main queue: `dispatchMain` parks the
-// main thread in `sigsuspend` on a mask in read-only memory, which valgrind (3.19, Debian
-// 12) writes to and crashes on, and scripts/profile runs vaultd under valgrind's callgrind.
-let signalQueue = DispatchQueue(label: "vaultd.signals")
-var signalSources: [DispatchSourceSignal] = []
-for (sig, name) in [(SIGTERM, "SIGTERM"), (SIGINT, "SIGINT")] {
-    signal(sig, SIG_IGN)
-    let source = DispatchSource.makeSignalSource(signal: sig, queue: signalQueue)
-    source.setEventHandler { shutdown(name) }
-    source.resume()
-    signalSources.append(source)
-}
 let hangupSource = DispatchSource.makeSignalSource(signal: SIGHUP, queue: maintenance)
-hangupSource.setEventHandler { reloadSettings() }
+hangupSource.setEventHandler { @Sendable in reloadSettings() }
 hangupSource.resume()
 while true { pause() }

@@ -19,7 +19,7 @@ import Glibc
     /// Settings with no automatic purge (free-space low-water 0, no budget).
     /// The cache root's CACHEDIR.TAG takes one page of the tmpfs.
     static let tagPage: Int64 = 4096
-    static let noAutomaticPurge: [String: Any] = ["CacheFreeLowWaterBytes": 0, "CacheCheckIntervalSeconds": 0.2]
+    static var noAutomaticPurge: [String: Any] { ["CacheFreeLowWaterBytes": 0, "CacheCheckIntervalSeconds": 0.2] }
 
     /// A volume daemon with an initialised vault and apps A and B installed.
     static func volume(_ settings: [String: Any], inodes: Int? = nil) throws -> (CacheVolume, a: String, b: String) {
@@ -38,6 +38,7 @@ import Glibc
     }
 
     /// Collects purge events from `Vault.purgeEvents()` (VaultClient) in this process.
+    /// `@unchecked Sendable`: its state is read and written under `lock`.
     final class PurgeObserver: @unchecked Sendable {
         private let lock = NSLock()
         private var seen: [PurgeEvent] = []

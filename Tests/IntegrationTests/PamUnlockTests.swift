@@ -14,6 +14,9 @@ import Glibc
 /// the default socket in `/run/user/UID`, as the user's systemd would start it, and refuses
 /// peers of any other uid. Everything is removed afterwards: the service file, the runtime
 /// directory, the user.
+///
+/// `@unchecked Sendable`: set up and torn down by the suite's one thread (the suite is
+/// serialized); its tests only read it.
 final class PamLogin: @unchecked Sendable {
     static let helper = Paths.repoRoot.appendingPathComponent("dist/pam/vaultd-pam-unlock").path
     /// The helper's bound on an unlock (its `--timeout`), in seconds.

@@ -20,6 +20,9 @@ import Glibc
 
     /// One writer. It owns its accounts and keys (so its own view of them is exact); at a kill
     /// it has at most one write in flight, whose effect is unknown until the restart.
+    ///
+    /// `@unchecked Sendable`: each writer is run by one thread, and read by the test once that
+    /// thread has stopped.
     final class Writer: @unchecked Sendable {
         enum Write {
             case add(String, [UInt8])

@@ -35,6 +35,7 @@ import Glibc
         """
 
     /// What the test knows about the vault's content.
+    /// `@unchecked Sendable`: its state is read and written under `lock`.
     final class Model: @unchecked Sendable {
         private let lock = NSLock()
         var items: [String: [UInt8]] = [:]

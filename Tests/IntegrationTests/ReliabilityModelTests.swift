@@ -50,6 +50,8 @@ import Glibc
         }
     }
 
+    /// `@unchecked Sendable`: each client is run by one thread, and read by the test once that
+    /// thread has stopped.
     final class Client: @unchecked Sendable {
         struct Item: Equatable {
             var secret: [UInt8]

@@ -45,7 +45,10 @@ enum ReliabilityReport {
 /// socket) for connecting, sending and reading messages, and replies decoded with
 /// VaultProtocol's exact JSON (numbers keep their literal text), so values can be compared
 /// with `==`.
-final class ExactClient {
+///
+/// `@unchecked Sendable` without a lock: a test hands a client to the one thread that calls
+/// through it (a connection carries one call at a time).
+final class ExactClient: @unchecked Sendable {
     let connection: VarlinkConnection
 
     enum Outcome: CustomStringConvertible {
@@ -163,6 +166,9 @@ enum Wire {
 /// A vaultd started by the reliability tests where the harness's `Daemon` does not reach:
 /// with extra environment (VAULTD_MAX_CONNECTIONS, ...) or inside a wrapper command (a mount
 /// namespace). It reuses the harness's process and environment helpers.
+///
+/// `@unchecked Sendable`: the paths never change; `pid` changes only in start and stop, on
+/// the test's thread, while the threads it hands the daemon to only connect to it.
 final class CustomDaemon: @unchecked Sendable {
     let root: String
     let socketPath: String

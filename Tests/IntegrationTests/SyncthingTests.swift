@@ -8,6 +8,8 @@ import Glibc
 
 /// Two Syncthing instances on loopback, each with its own home and folder, sharing the folder
 /// between them: GUI, discovery, relays, NAT and upgrades off; started and stopped by the test.
+///
+/// `@unchecked Sendable`: `pids` changes only in start and stop, on the test's thread.
 final class SyncthingPair: @unchecked Sendable {
     let root: String
     /// Each instance's copy of the shared folder.

@@ -94,6 +94,7 @@ import Glibc
     }
 }
 
+/// `@unchecked Sendable`: its state is read and written under `lock`.
 final class LockedResult: @unchecked Sendable {
     private let lock = NSLock()
     private var stored = ""

@@ -10,6 +10,7 @@ import VaultProtocol
 /// fail with StorageFull, and none may be stored. (`max_page_count` makes SQLite report
 /// SQLITE_FULL exactly as a full disk does, without needing one.)
 @Suite struct ReliabilityGroupCommitTests {
+    /// `@unchecked Sendable`: its state is read and written under `lock`.
     final class Outcomes: @unchecked Sendable {
         let lock = NSLock()
         var results: [Int: Result<Void, Error>] = [:]
@@ -18,7 +19,9 @@ import VaultProtocol
 
     @Test func diskFullInTheMiddleOfAGroupFailsTheWholeGroupWithStorageFull() throws {
         try withTemporaryDirectory { dir in
-            let db = try Database(path: dir + "/t.sqlite")
+            // Shared by the writers' threads; the group commit runs it under `engine`, as the
+            // Vault runs it under its lock.
+            nonisolated(unsafe) let db = try Database(path: dir + "/t.sqlite")
             try db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v BLOB)")
             let pages = try #require(try db.row("PRAGMA page_count")?[0].int64)
             try db.execute("PRAGMA max_page_count = \(pages + 40)")  // ~160 KiB more
@@ -176,6 +179,7 @@ import VaultProtocol
         }
     }
 
+    /// `@unchecked Sendable`: its state is read and written under `lock`.
     final class Returned: @unchecked Sendable {
         let lock = NSLock()
         var results: [String: Result<Void, VaultError>] = [:]

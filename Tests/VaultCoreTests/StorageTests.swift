@@ -124,6 +124,7 @@ struct AtRestTests {
 
 @Suite("Migrator")
 struct MigratorTests {
+    /// `@unchecked Sendable`: the migrations it counts run on the test's thread.
     final class Counter: @unchecked Sendable { var runs: [String: Int] = [:] }
 
     static func migrator(_ counter: Counter, names: [String]) -> Migrator {

@@ -182,7 +182,7 @@ struct PlistDateTests {
         (-0.1, "2000-12-31T23:59:59.9Z"),
         (-1.25, "2000-12-31T23:59:58.75Z"),
         (-63_113_904_000 + 0.25, "0001-01-01T00:00:00.25Z"),
-    ])
+    ] as [(Double, String)])
     func formatsExactly(t: Double, text: String) throws {
         #expect(PlistDate.format(date(t)) == text)
         let parsed = try #require(PlistDate.parse(text))

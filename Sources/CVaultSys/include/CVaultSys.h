@@ -1,6 +1,12 @@
 #ifndef CVAULTSYS_H
 #define CVAULTSYS_H
+#include <stdio.h>
 #include <sys/types.h>
+
+/// C's stdout and stderr streams. glibc declares them as mutable globals, which Swift 6 refuses
+/// to read; they are set before main and never reassigned, and each FILE has its own lock.
+static inline FILE *vault_stdout(void) { return stdout; }
+static inline FILE *vault_stderr(void) { return stderr; }
 
 /// getsockopt(fd, SOL_SOCKET, SO_PEERCRED): the kernel's record of the peer. Returns 0 or -1 (errno set).
 int vault_peer_cred(int fd, pid_t *pid, uid_t *uid, gid_t *gid);

@@ -71,6 +71,8 @@ public struct PurgeReport: Sendable, Equatable {
 /// Per-app cache directories under one root, and the purge that empties them safely: no
 /// symlink is ever followed, nothing outside the root is touched, the app directories
 /// themselves stay so apps can write again at once.
+///
+/// `@unchecked Sendable`: `root` never changes, and a purge or a walk runs under `lock`.
 public final class CacheStore: @unchecked Sendable {
     public let root: String
     private let lock = NSLock()

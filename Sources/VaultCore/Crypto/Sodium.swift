@@ -29,8 +29,14 @@ public enum Sodium {
     /// not encrypted (vaultd binds ciphertexts to their row's identity with it).
     public static func seal<P: ContiguousBytes>(_ plaintext: P, key: SecureBytes, associatedData: [UInt8]) -> [UInt8] {
         initialize()
-        precondition(key.count == keyLength)
-        let nonce = randomBytes(nonceLength)
+        return seal(plaintext, key: key, associatedData: associatedData, nonce: randomBytes(nonceLength))
+    }
+
+    /// `seal` with the given 24-byte nonce: for the known-answer tests only (a nonce must
+    /// never repeat under one key; `seal` draws a random one).
+    static func seal<P: ContiguousBytes>(_ plaintext: P, key: SecureBytes, associatedData: [UInt8], nonce: [UInt8]) -> [UInt8] {
+        initialize()
+        precondition(key.count == keyLength && nonce.count == nonceLength)
         return plaintext.withUnsafeBytes { pt in
             var out = [UInt8](repeating: 0, count: nonceLength + pt.count + tagLength)
             out.withUnsafeMutableBufferPointer { o in
@@ -154,6 +160,14 @@ public enum Sodium {
         key.withUnsafeBytes { k in
             _ = crypto_generichash(&out, length, message, UInt64(message.count), k.bindMemory(to: UInt8.self).baseAddress, k.count)
         }
+        return out
+    }
+
+    /// SHA-256 (`crypto_hash_sha256`) of `message`.
+    public static func sha256(_ message: [UInt8]) -> [UInt8] {
+        initialize()
+        var out = [UInt8](repeating: 0, count: Int(crypto_hash_sha256_BYTES))
+        _ = crypto_hash_sha256(&out, message, UInt64(message.count))
         return out
     }
 

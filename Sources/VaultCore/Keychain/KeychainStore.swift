@@ -104,7 +104,7 @@ final class KeychainStore {
         }
     }
 
-    private static func primaryKeyHash(_ c: ItemClass, _ a: ItemAttributes, index: SecureBytes) -> [UInt8] {
+    static func primaryKeyHash(_ c: ItemClass, _ a: ItemAttributes, index: SecureBytes) -> [UInt8] {
         let material: JSON = .array(
             [.string("pk"), .string(c.rawValue), .string(a.accessGroup ?? ""), .bool(a.synchronizable ?? false)]
                 + primaryKey(c, a))
@@ -159,7 +159,7 @@ final class KeychainStore {
 
     /// The `lookup_hash` column of an item: its service's hash (a generic password) or its
     /// server's (an internet password), by which `ItemIndex` finds it.
-    private static func lookupHash(_ c: ItemClass, _ a: ItemAttributes, index: SecureBytes) -> SQLValue {
+    static func lookupHash(_ c: ItemClass, _ a: ItemAttributes, index: SecureBytes) -> SQLValue {
         switch c {
         case .genericPassword: return fieldHash("service", a.service, index: index)
         case .internetPassword: return fieldHash("server", a.server, index: index)
@@ -478,15 +478,23 @@ final class KeychainStore {
 
     /// The row values of an encrypted item: pure computation, no store access, so a durable
     /// add runs it before joining a group commit (outside the engine lock). Throws Param
-    /// when the attributes are too large.
-    static func encrypt(itemClass: ItemClass, attributes a: ItemAttributes, secret: SecureBytes, keys k: WriteKeys) throws -> [SQLValue] {
+    /// when the attributes are too large. `fixed` is for the known-answer tests only: it
+    /// gives the uuid, the item key and the three nonces (in that order) instead of
+    /// `randombytes_buf`.
+    static func encrypt(
+        itemClass: ItemClass, attributes a: ItemAttributes, secret: SecureBytes, keys k: WriteKeys, fixed: ((Int) -> [UInt8])? = nil
+    ) throws -> [SQLValue] {
         let (metadata, index, classKey) = (k.metadata, k.index, k.classKey)
         let accessible = a.accessible ?? .whenUnlocked
         let group = a.accessGroup!
         let sync = a.synchronizable ?? false
-        let uuid = Sodium.randomBytes(16)
+        let uuid = fixed?(16) ?? Sodium.randomBytes(16)
         let ad = Self.associatedData(uuid: uuid, itemClass: itemClass, accessGroup: group, accessible: accessible, synchronizable: sync)
-        let itemKey = SecureBytes.random(count: Sodium.keyLength)
+        let itemKey = fixed.map { SecureBytes(copying: $0(Sodium.keyLength)) } ?? SecureBytes.random(count: Sodium.keyLength)
+        func seal<P: ContiguousBytes>(_ plaintext: P, key: SecureBytes) -> [UInt8] {
+            guard let fixed else { return Sodium.seal(plaintext, key: key, associatedData: ad) }
+            return Sodium.seal(plaintext, key: key, associatedData: ad, nonce: fixed(Sodium.nonceLength))
+        }
         let attrPlain = a.json.serialized()
         guard attrPlain.count <= Self.maximumAttributesSize else {
             throw VaultError.param("the attributes take \(attrPlain.count) bytes; the limit is \(Self.maximumAttributesSize)")
@@ -495,9 +503,9 @@ final class KeychainStore {
             .blob(uuid), .text(itemClass.rawValue), .text(group), .text(accessible.rawValue), .integer(sync ? 1 : 0),
             .blob(Self.primaryKeyHash(itemClass, a, index: index)),
             Self.lookupHash(itemClass, a, index: index), Self.fieldHash("account", a.account, index: index),
-            .blob(Sodium.seal(attrPlain, key: metadata, associatedData: ad)),
-            .blob(Sodium.seal(itemKey, key: classKey, associatedData: ad)),
-            .blob(Sodium.seal(secret, key: itemKey, associatedData: ad)),
+            .blob(seal(attrPlain, key: metadata)),
+            .blob(seal(itemKey, key: classKey)),
+            .blob(seal(secret, key: itemKey)),
             // Not a column: the lookup attributes' hashes, 16 bytes each, for `store`.
             a.lookupAttributes.map { .blob(Self.lookupAttributeHashes($0, index: index).flatMap { $0 }) } ?? .null,
         ]

@@ -33,9 +33,12 @@ extension Policy {
         } else if registered.count(where: \.flatpak) >= limit {
             // A name not seen before adds a record for good: bounded, so a sandbox that
             // renames itself on every connection cannot grow the registry.
+            // retryAfter 0, as the error's declaration requires one: no wait frees a place
+            // (the owner uninstalls apps or raises the limit).
             throw VaultError(
                 .rateLimited,
-                "a sandbox names \(id), a Flatpak app vaultd has not seen, and \(limit) Flatpak apps are registered already, the most registered on first contact (MaximumAutoRegisteredApps in config.plist)")
+                "a sandbox names \(id), a Flatpak app vaultd has not seen, and \(limit) Flatpak apps are registered already, the most registered on first contact (MaximumAutoRegisteredApps in config.plist)",
+                extra: ["retryAfter": JSON(0.0)])
         }
         return .register
     }

@@ -22,6 +22,9 @@ import VaultProtocol
 /// 3. should the checkpointer fall behind (or fail, as on a full disk), the writer
 ///    checkpoints itself (RESTART) from `writerFallbackFrames` on, as SQLite's own would
 ///    (PASSIVE) at 1000.
+///
+/// `@unchecked Sendable`: its counters, flags and `handle` are read and written under
+/// `condition` (`caughtUp` is atomic); its own thread alone runs the checkpoints.
 final class Checkpointer: @unchecked Sendable {
     /// A background checkpoint starts once the WAL holds this many frames (4 MiB of 4 KiB
     /// pages, SQLite's own automatic checkpoint size). This is also about how much space a

@@ -28,6 +28,8 @@ public final class Database {
     /// Set by a rollback of the open transaction or of a savepoint in it (`execute` of
     /// ROLLBACK, or SQLite's own on a full disk: the rollback hook); cleared as it ends.
     private let rollbackSeen = RollbackSeen()
+    /// `@unchecked Sendable`: set by the rollback hook, which SQLite runs on the thread using
+    /// the connection, and read by that thread; one thread uses a connection at a time.
     private final class RollbackSeen: @unchecked Sendable { var value = false }
 
     /// SQLite's `unix-excl` VFS: vaultd is the store's only user. It holds a lock on the file
@@ -260,6 +262,7 @@ public final class Database {
     }
 
     /// `failNextCommit`'s flag (the commit hook's context, alive as long as the connection).
+    /// `@unchecked Sendable`: as `RollbackSeen`, touched only by the thread using the connection.
     private final class CommitVeto: @unchecked Sendable { var armed = false }
     private let commitVeto = CommitVeto()
 
@@ -394,6 +397,32 @@ public final class Database {
 
     var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
 
+    /// Calls `body` with the SQL text of each statement this connection starts from now on
+    /// (SQLite's `SQLITE_TRACE_STMT`: the text as prepared, before binding; a trigger's as a
+    /// `-- TRIGGER name` comment), until `stopTracing`. For the test that holds each shipped
+    /// migration to the statements it ran when it shipped.
+    func traceStatements(_ body: @escaping (String) -> Void) {
+        let tracer = StatementTracer(body)
+        self.tracer = tracer
+        sqlite3_trace_v2(handle, UInt32(SQLITE_TRACE_STMT), { _, context, _, text in
+            if let context, let text {
+                Unmanaged<StatementTracer>.fromOpaque(context).takeUnretainedValue().body(String(cString: text.assumingMemoryBound(to: CChar.self)))
+            }
+            return 0
+        }, Unmanaged.passUnretained(tracer).toOpaque())
+    }
+
+    func stopTracing() {
+        sqlite3_trace_v2(handle, 0, nil, nil)
+        tracer = nil
+    }
+
+    private var tracer: StatementTracer?
+    private final class StatementTracer {
+        let body: (String) -> Void
+        init(_ body: @escaping (String) -> Void) { self.body = body }
+    }
+
     /// Registers an SQL function `name` of `arity` arguments on this connection, for its
     /// temporary triggers (sqlite3_create_function_v2): `body` gets the arguments and its
     /// result is NULL. It runs on the thread stepping the statement; it must not use this
@@ -428,6 +457,7 @@ public final class Database {
 /// closes this descriptor with its connections. Nothing stats the file per sync: on a kernel
 /// with multigrain timestamps, a stat makes the next write take a fine-grained mtime, which
 /// dirties the inode, and ext4 then writes the inode synchronously in every fdatasync.
+/// `@unchecked Sendable`: `fd`, `closed` and `syncing` are read and written under `state`.
 final class WALSync: @unchecked Sendable {
     private let path: String
     private let state = NSCondition()

@@ -18,6 +18,9 @@ import VaultProtocol
 /// have dropped the dirty pages, so a later fsync's success proves nothing about them). The
 /// batch learns that its writes are committed but not known to be on disk, and every later
 /// write is refused until vaultd restarts and recovers from what the disk holds.
+///
+/// `@unchecked Sendable`: the queue, the leader and the counts are read and written under
+/// `lock`, `settledThrough` under `settled`; a `Pending` is touched under `lock` only.
 final class GroupCommit: @unchecked Sendable {
     private final class Pending {
         /// Runs the write (in a savepoint of its own when `true`); returns its error, if it

@@ -21,6 +21,8 @@ import Glibc
 /// Once it has seen a change, it stays failed (`failure`): every later write is refused
 /// with StoreReplaced, no checkpoint runs, and the writer's connection puts the WAL aside
 /// (`Database.storeReplaced`). Thread-safe.
+/// `@unchecked Sendable`: its state is read and written under `lock` (`checkpointLock` keeps
+/// one check around a checkpoint at a time).
 final class StoreIdentity: @unchecked Sendable {
     struct Fingerprint: Equatable {
         var device: UInt64

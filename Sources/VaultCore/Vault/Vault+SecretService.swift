@@ -56,6 +56,8 @@ extension Vault {
 /// the access group of the caller that made it (its default group), so an app sees only its
 /// own, and the owner every one; it is usable while the keychain is open. At most
 /// `maximumItems` items and `maximumBytes` bytes of secrets and attributes in all.
+///
+/// `@unchecked Sendable`: the items and their totals are read and written under `lock`.
 final class SessionItems: @unchecked Sendable {
     static let maximumItems = 4096
     static let maximumBytes = 16 << 20

@@ -26,6 +26,11 @@ func valueOrErrno<T: BinaryInteger>(_ call: String, _ body: () -> T) throws -> T
 }
 
 /// An owned AF_UNIX SOCK_STREAM socket; closed on `close()` or deinit.
+///
+/// `@unchecked Sendable` without a lock: the only state is `fd`, which changes once, in
+/// `close()`, and its owner calls that after the thread using the socket is done with it
+/// (another thread may only `shutdown()` it, which reads `fd` and wakes that thread). The
+/// kernel serialises what the system calls on one fd do.
 public final class UnixSocket: @unchecked Sendable {
     public private(set) var fd: Int32
 
@@ -189,6 +194,10 @@ public final class UnixSocket: @unchecked Sendable {
 }
 
 /// Sends a call and reads replies over one connection: the client side of varlink framing.
+///
+/// `@unchecked Sendable` without a lock: a stream, its `reader` and `busyPoll` belong to one
+/// thread at a time (a VaultClient connection is used under its own lock; a test's
+/// connection by the thread that made it); it may be handed to another thread between calls.
 public final class VarlinkStream: @unchecked Sendable {
     public let socket: UnixSocket
     private var reader = FrameReader()

@@ -30,21 +30,21 @@ struct SyncCommand: Command {
         let c = try context.vault().connection
         switch action {
         case .`init`:
-            let r = try c.call("io.vaultd.Sync.Init", ["folder": .string(argument!)])
+            let r = try c.call(.syncInit, ["folder": .string(argument!)])
             print("made a sync group in \(argument!)")
             print("this device: \(r["deviceID"]?.stringValue ?? "?")")
             print("group fingerprint: \(r["fingerprint"]?.stringValue ?? "?")")
             print("Next, on another device whose copy of the folder Syncthing keeps: vaultctl sync join FOLDER")
         case .join:
-            let r = try c.call("io.vaultd.Sync.Join", ["folder": .string(argument!)])
+            let r = try c.call(.syncJoin, ["folder": .string(argument!)])
             print("asked to join the sync group in \(argument!) as device \(r["deviceID"]?.stringValue ?? "?")")
             print("On a device of the group, run:")
             print("  vaultctl sync approve \(r["code"]?.stringValue ?? "?")")
         case .approve:
-            let r = try c.call("io.vaultd.Sync.Approve", ["code": .string(argument!)])
+            let r = try c.call(.syncApprove, ["code": .string(argument!)])
             print("approved device \(r["deviceID"]?.stringValue ?? "?"); it joins once the folder has carried the approval to it")
         case .status:
-            let r = try c.call("io.vaultd.Sync.Status")
+            let r = try c.call(.syncStatus)
             if json {
                 print(JSON.object(r).text)
                 return
@@ -71,7 +71,7 @@ struct SyncCommand: Command {
                 )
             }
         case .leave:
-            _ = try c.call("io.vaultd.Sync.Leave")
+            _ = try c.call(.syncLeave)
             print("this device no longer syncs; its items stay in its keychain")
         }
     }

@@ -13,6 +13,9 @@ import Glibc
 ///     let v = try CacheVolume(settings: ["CacheFreeLowWaterBytes": 1 << 20])
 ///     v.inside(appPath, ["cache", "write", "f", "1000"])
 ///     v.sh("ls -la \"$1\"", v.cacheRoot)
+///
+/// `@unchecked Sendable`: the paths never change; `pid` changes only in start and close, on
+/// the test's thread, and `children` under `lock`.
 final class CacheVolume: @unchecked Sendable {
     let root: String
     let socketPath: String

@@ -39,7 +39,8 @@ enum ChildProcess {
     // GNU extensions the Glibc module does not import (no _GNU_SOURCE), looked up at run time.
     private typealias Pipe2 = @convention(c) (UnsafeMutablePointer<Int32>, Int32) -> Int32
     private typealias AddCloseFrom = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32
-    private static let libc = dlopen(nil, RTLD_NOW)
+    /// dlopen's handle of the process's own symbols: set once, only passed to dlsym.
+    nonisolated(unsafe) private static let libc = dlopen(nil, RTLD_NOW)
     private static let pipe2: Pipe2 = unsafeBitCast(dlsym(libc, "pipe2")!, to: Pipe2.self)
     private static let addCloseFrom: AddCloseFrom = unsafeBitCast(
         dlsym(libc, "posix_spawn_file_actions_addclosefrom_np")!, to: AddCloseFrom.self)

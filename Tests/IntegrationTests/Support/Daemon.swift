@@ -73,6 +73,9 @@ func isolatedEnvironment(root: String, socket: String?) -> [String: String] {
 ///     try d.restart()                       // SIGTERM, then start on the same data dir
 ///
 /// The daemon is SIGKILLed (if still running) and the directory removed on `close()` or deinit.
+///
+/// `@unchecked Sendable`: the paths never change; `pid` changes only in start, stop, kill and
+/// close, on the test's thread, while the threads it hands the daemon to only call it.
 final class Daemon: @unchecked Sendable {
     let root: String
     let socketPath: String
