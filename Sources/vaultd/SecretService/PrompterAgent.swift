@@ -51,8 +51,9 @@ final class PrompterAgent: @unchecked Sendable {
     private var asking: Asking?
     private var nextToken: UInt64 = 0
 
-    /// The prompt being asked for: which attempt, and the pending call's cancellable.
-    final class Asking {
+    /// The prompt being asked for: which attempt, and the pending call's cancellable (its
+    /// mutable fields are read and written under the agent's lock).
+    final class Asking: @unchecked Sendable {
         let prompt: String
         let agent: (sender: String, path: String)
         let token: UInt64
@@ -69,7 +70,7 @@ final class PrompterAgent: @unchecked Sendable {
     }
 
     /// What one pending AskPassphrase call's reply is matched against.
-    final class Reply {
+    final class Reply: @unchecked Sendable {
         let agent: PrompterAgent
         let token: UInt64
         init(_ agent: PrompterAgent, _ token: UInt64) {

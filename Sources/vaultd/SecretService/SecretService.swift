@@ -717,7 +717,7 @@ final class SecretService: @unchecked Sendable {
         g_source_unref(source)
     }
 
-    final class Thunk {
+    final class Thunk: @unchecked Sendable {
         let body: () -> Void
         init(_ body: @escaping () -> Void) { self.body = body }
     }
