@@ -57,6 +57,7 @@ import VaultProtocol
             expectVaultError(.permissionDenied) { _ = try vault.backup(to: "/nonexistent/b.age", recipients: [.passphrase(secret("p"))], includeDeviceBound: false, caller: app) }
             expectVaultError(.permissionDenied) { _ = try vault.restore(from: "/nonexistent/b.age", identities: [], newPassphrase: nil, merge: true, caller: app) }
             expectVaultError(.permissionDenied) { try vault.setAlias(caller: app) }
+            expectVaultError(.permissionDenied) { try vault.registerPrompter(caller: app) }
             let sync = SyncService(vault: vault)
             expectVaultError(.permissionDenied) { _ = try sync.initialize(folder: "/tmp", caller: app) }
             expectVaultError(.permissionDenied) { _ = try sync.join(folder: "/tmp", caller: app) }
@@ -69,7 +70,7 @@ import VaultProtocol
             #expect(
                 ownerOnly == [
                     .unlock, .unlockFromKeyring, .lock, .initialize, .changePassphrase, .backup, .restore, .purgeCaches, .installApp, .uninstallApp,
-                    .listApps, .showApp, .setAlias, .syncInit, .syncJoin, .syncApprove, .syncStatus, .syncLeave, .syncRemove,
+                    .listApps, .showApp, .setAlias, .registerPrompter, .syncInit, .syncJoin, .syncApprove, .syncStatus, .syncLeave, .syncRemove,
                 ])
         }
     }

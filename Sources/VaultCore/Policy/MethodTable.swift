@@ -95,6 +95,8 @@ extension Policy {
         "org.freedesktop.Secret.Session.Close": .open,
         "org.freedesktop.Secret.Prompt.Prompt": .operation(.requestUnlock),
         "org.freedesktop.Secret.Prompt.Dismiss": .open,
+        "io.vaultd.Secret.Prompting.RegisterPrompter": .operation(.registerPrompter),
+        "io.vaultd.Secret.Prompting.UnregisterPrompter": .operation(.registerPrompter),
     ]
 
     /// The decision for Secret Service `member` of `interface`, nil when the policy has none.

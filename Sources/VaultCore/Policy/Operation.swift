@@ -35,6 +35,9 @@ public enum Operation: Sendable, Equatable {
     case requestUnlock
     /// A Secret Service SetAlias (which collection `default` or `login` names).
     case setAlias
+    /// A process registering itself as the Secret Service's prompter: the agent vaultd asks
+    /// for the passphrase when a client's prompt unlocks the vault (a desktop's dialog).
+    case registerPrompter
 
     // Preferences. `domain`: the domain or suite the call names; nil: the caller's own.
     case readPreferences(domain: String?)
@@ -85,6 +88,7 @@ public enum Operation: Sendable, Equatable {
         case .useAccessGroup: .useAccessGroup
         case .requestUnlock: .requestUnlock
         case .setAlias: .setAlias
+        case .registerPrompter: .registerPrompter
         case .readPreferences: .readPreferences
         case .writePreferences: .writePreferences
         case .listDomains: .listDomains
@@ -110,7 +114,7 @@ public enum Operation: Sendable, Equatable {
     public enum Kind: String, Sendable, CaseIterable {
         case hello, status, initialize, unlock, unlockFromKeyring, lock, changePassphrase, observeLockState, backup, restore
         case addItem, copyItems, updateItems, deleteItems
-        case listAccessGroups, useAccessGroup, requestUnlock, setAlias
+        case listAccessGroups, useAccessGroup, requestUnlock, setAlias, registerPrompter
         case readPreferences, writePreferences, listDomains, observePreferences
         case cacheDirectory, cacheUsage, purgeCaches, observeCachePurges
         case installApp, uninstallApp, listApps, showApp
@@ -121,9 +125,10 @@ public enum Operation: Sendable, Equatable {
             switch self {
             // Apps may not lock, unlock, nor try passphrases; the registry and the purge of
             // caches are the owner's, and so are backups and restores, which hold everything, and
-            // sync, which carries the owner's synchronizable items to other devices.
+            // sync, which carries the owner's synchronizable items to other devices. The
+            // prompter is handed the vault's passphrase: the owner's program alone.
             case .initialize, .unlock, .unlockFromKeyring, .lock, .changePassphrase, .backup, .restore, .purgeCaches,
-                .installApp, .uninstallApp, .listApps, .showApp, .setAlias,
+                .installApp, .uninstallApp, .listApps, .showApp, .setAlias, .registerPrompter,
                 .syncInit, .syncJoin, .syncApprove, .syncStatus, .syncLeave, .syncRemove:
                 .owner
             case .hello, .status, .observeLockState, .addItem, .copyItems, .updateItems, .deleteItems,

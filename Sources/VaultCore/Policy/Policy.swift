@@ -98,7 +98,7 @@ public enum Policy {
             grant.accessGroup = group
         case .hello, .status, .initialize, .unlock, .unlockFromKeyring, .lock, .changePassphrase, .observeLockState, .backup, .restore,
             .listDomains, .cacheUsage, .purgeCaches, .observeCachePurges, .installApp, .uninstallApp, .listApps, .showApp,
-            .listAccessGroups, .requestUnlock, .setAlias, .syncInit, .syncJoin, .syncApprove, .syncStatus, .syncLeave, .syncRemove:
+            .listAccessGroups, .requestUnlock, .setAlias, .registerPrompter, .syncInit, .syncJoin, .syncApprove, .syncStatus, .syncLeave, .syncRemove:
             break
         }
         return grant

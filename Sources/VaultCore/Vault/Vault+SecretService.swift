@@ -39,6 +39,12 @@ extension Vault {
     /// Whether items of the default accessibility (`whenUnlocked`) can be read now.
     public var isKeychainOpen: Bool { withKeys { (try? keys.classKey(.whenUnlocked)) != nil } }
 
+    /// RegisterPrompter (and its undoing): only the owner's program may be the agent vaultd
+    /// asks for the passphrase, which it then unlocks with through `unlock(passphrase:caller:)`.
+    public func registerPrompter(caller: Caller) throws {
+        _ = try authorize(.registerPrompter, for: caller)
+    }
+
     /// SetAlias: only the owner may point an alias (`default`, `login`) at a collection.
     public func setAlias(caller: Caller) throws {
         _ = try authorize(.setAlias, for: caller)

@@ -8,6 +8,8 @@ enum SecretServiceIntrospection {
     static let item = "org.freedesktop.Secret.Item"
     static let session = "org.freedesktop.Secret.Session"
     static let prompt = "org.freedesktop.Secret.Prompt"
+    /// vaultd's own, on the service's object: a desktop's passphrase dialog registers there.
+    static let prompting = "io.vaultd.Secret.Prompting"
 
     static let xml = """
         <node>
@@ -56,6 +58,12 @@ enum SecretServiceIntrospection {
             <signal name="CollectionDeleted"><arg name="collection" type="o"/></signal>
             <signal name="CollectionChanged"><arg name="collection" type="o"/></signal>
             <property name="Collections" type="ao" access="read"/>
+          </interface>
+          <interface name="io.vaultd.Secret.Prompting">
+            <method name="RegisterPrompter">
+              <arg name="prompter" type="o" direction="in"/>
+            </method>
+            <method name="UnregisterPrompter"/>
           </interface>
           <interface name="org.freedesktop.Secret.Collection">
             <method name="Delete">

@@ -88,7 +88,7 @@ final class SecretService: @unchecked Sendable {
     /// Seconds after which a prompt the vault's unlock did not complete is dismissed.
     let promptTimeout: Double
 
-    private var connection: OpaquePointer?
+    private(set) var connection: OpaquePointer?
     private var context: OpaquePointer?
     private var loop: OpaquePointer?
     private var nodeInfo: UnsafeMutablePointer<GDBusNodeInfo>?
@@ -106,6 +106,10 @@ final class SecretService: @unchecked Sendable {
     /// Collections (encoded groups) whose item subtree is registered.
     private var registeredCollections: Set<String> = []
     private var observer: UUID?
+    /// What the filter answering reads on GDBus's worker thread keeps (`InlineReads.swift`).
+    let inline = Locked(InlineState())
+    /// The registered prompter agent, which prompts ask for the passphrase.
+    private(set) lazy var prompter = PrompterAgent(service: self)
 
     /// An identified connection.
     final class BusPeer {
@@ -136,12 +140,22 @@ final class SecretService: @unchecked Sendable {
         let owner: String
         /// What Completed's result lists when the vault is unlocked.
         let objects: [String]
+        /// The app that asked (nil: the owner's program), as a prompter is told.
+        let appID: String?
         var started = false
-        init(owner: String, objects: [String]) {
+        /// Set by Prompt: the window the client named (for a prompter to set its dialog's
+        /// parent), and when the prompt is dismissed (MonotonicClock nanoseconds).
+        var windowID = ""
+        var deadline: UInt64 = 0
+        init(owner: String, objects: [String], appID: String?) {
             self.owner = owner
             self.objects = objects
+            self.appID = appID
         }
     }
+
+    /// The most bytes of a window ID a prompt keeps (longer: none).
+    static let maximumWindowID = 256
 
     init(vault: Vault, replace: Bool, promptTimeout: Double) {
         self.vault = vault
@@ -209,6 +223,7 @@ final class SecretService: @unchecked Sendable {
         connection = conn
         g_dbus_connection_set_exit_on_close(conn, 0)
         guard registerObjects() else { return }
+        addInlineFilter()
         subscribeToBus()
         guard requestName() else {
             g_dbus_connection_close_sync(conn, nil, nil)
@@ -226,7 +241,7 @@ final class SecretService: @unchecked Sendable {
 
     private var userData: gpointer { Unmanaged.passUnretained(self).toOpaque() }
 
-    private static func this(_ p: gpointer?) -> SecretService { Unmanaged<SecretService>.fromOpaque(p!).takeUnretainedValue() }
+    static func this(_ p: gpointer?) -> SecretService { Unmanaged<SecretService>.fromOpaque(p!).takeUnretainedValue() }
 
     /// The interfaces' descriptions and the callbacks of every object, registered as subtrees
     /// (GDBus dispatches a subtree's direct children: one for the service and its folders,
@@ -332,10 +347,14 @@ final class SecretService: @unchecked Sendable {
     /// A call of vaultd's own to the bus daemon, bounded by `busCallTimeout`.
     private func busCall(_ method: String, _ arguments: [GV], reply: String) throws -> GV {
         var err: UnsafeMutablePointer<GError>?
-        let result = GV.tuple(arguments).pass {
-            g_dbus_connection_call_sync(
-                connection, "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus", method, $0,
-                cg_type(reply), G_DBUS_CALL_FLAGS_NONE, Self.busCallTimeout, nil, &err)
+        // The type string is lent for the whole call (one passed straight to cg_type would
+        // live only for cg_type's own call).
+        let result = reply.withCString { type in
+            GV.tuple(arguments).pass {
+                g_dbus_connection_call_sync(
+                    connection, "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus", method, $0,
+                    cg_type(type), G_DBUS_CALL_FLAGS_NONE, Self.busCallTimeout, nil, &err)
+            }
         }
         guard let result else {
             let message = String(cString: cg_error_message(err))
@@ -463,6 +482,8 @@ final class SecretService: @unchecked Sendable {
             sessions = sessions.filter { $0.value.owner != sender }
             prompts = prompts.filter { $0.value.owner != sender }
         }
+        inline.withLock { $0.forget(sender) }
+        prompter.connectionLeft(sender)
     }
 
     // MARK: identity
@@ -501,6 +522,15 @@ final class SecretService: @unchecked Sendable {
             if peers.count < Self.maximumPeers { peers[sender] = BusPeer(caller: caller, credentials: peer) }
         }
         return caller
+    }
+
+    /// The `Caller` of a connection identified already that still passes the per-call check
+    /// (as `caller`); nil otherwise. It never asks the bus (it runs on GDBus's worker thread).
+    func identifiedCaller(_ sender: String) -> Caller? {
+        guard let p = lock.withLock({ peers[sender] }), p.credentials.isAlive,
+            p.credentials.currentExecutable == p.credentials.identifiedExecutable
+        else { return nil }
+        return p.caller
     }
 
     /// The uid and pid the bus records for connection `sender` (it took them from the
@@ -569,18 +599,17 @@ final class SecretService: @unchecked Sendable {
 
     /// The interfaces of the object at `path` (none for a path that is no object).
     private func introspect(path: String) -> UnsafeMutablePointer<UnsafeMutablePointer<GDBusInterfaceInfo>?>? {
-        let name: String
+        let names: [String]
         switch SecretServicePath(path) {
-        case .service?: name = SecretServiceIntrospection.service
-        case .collection?, .alias?: name = SecretServiceIntrospection.collection
-        case .item?: name = SecretServiceIntrospection.item
-        case .session?: name = SecretServiceIntrospection.session
-        case .prompt?: name = SecretServiceIntrospection.prompt
+        case .service?: names = [SecretServiceIntrospection.service, SecretServiceIntrospection.prompting]
+        case .collection?, .alias?: names = [SecretServiceIntrospection.collection]
+        case .item?: names = [SecretServiceIntrospection.item]
+        case .session?: names = [SecretServiceIntrospection.session]
+        case .prompt?: names = [SecretServiceIntrospection.prompt]
         case .inner?, nil: return nil
         }
-        guard let info = g_dbus_node_info_lookup_interface(nodeInfo, name) else { return nil }
-        var infos: [UnsafeMutablePointer<GDBusInterfaceInfo>?] = [info]
-        return cg_interfaces_new(&infos, 1)
+        var infos: [UnsafeMutablePointer<GDBusInterfaceInfo>?] = names.compactMap { g_dbus_node_info_lookup_interface(nodeInfo, $0) }
+        return cg_interfaces_new(&infos, guint(infos.count))
     }
 
     /// The children introspection lists under `path` (the folders, the aliases, and the
@@ -633,25 +662,31 @@ final class SecretService: @unchecked Sendable {
     }
 
     /// A prompt for `sender` that completes with `objects` once the vault is unlocked.
-    func makePrompt(for sender: String, objects: [String]) throws -> String {
+    func makePrompt(for sender: String, objects: [String], caller: Caller) throws -> String {
         try lock.withLock {
             guard prompts.values.filter({ $0.owner == sender }).count < Self.maximumPromptsPerPeer else {
                 throw BusError.limitsExceeded("at most \(Self.maximumPromptsPerPeer) prompts per connection")
             }
             nextID += 1
             let id = "p\(nextID)"
-            prompts[id] = Prompt(owner: sender, objects: objects)
+            prompts[id] = Prompt(owner: sender, objects: objects, appID: caller.isOwner ? nil : caller.appID)
             return SecretServicePath.prompt(id).path
         }
     }
 
     /// Prompt.Prompt: completes at once when the vault is open, else at its unlock, or is
-    /// dismissed after `promptTimeout` seconds. vaultd shows no dialog: the unlock is the
-    /// owner's (`vaultctl unlock`, or a desktop agent calling it).
-    func startPrompt(_ id: String, for sender: String) throws {
+    /// dismissed after `promptTimeout` seconds. vaultd shows no dialog of its own: the
+    /// registered prompter agent (`PrompterAgent`) is asked for the passphrase when there is
+    /// one; any unlock of the owner's (`vaultctl unlock`) completes it too.
+    func startPrompt(_ id: String, window: String, for sender: String) throws {
+        let deadline = MonotonicClock.nanoseconds() + UInt64(promptTimeout * 1e9)
         let start: Bool = try lock.withLock {
             guard let p = prompts[id], p.owner == sender else { throw BusError.noSuchObject("no such prompt") }
             defer { p.started = true }
+            if !p.started {
+                p.windowID = window.utf8.count <= Self.maximumWindowID ? window : ""
+                p.deadline = deadline
+            }
             return !p.started
         }
         guard start else { return }
@@ -659,8 +694,32 @@ final class SecretService: @unchecked Sendable {
             complete(id, dismissed: false)
             return
         }
-        _ = Self.promptLog.log("prompt", "secret service: a prompt waits for the vault's unlock (vaultctl unlock) for at most \(Int(promptTimeout)) s")
+        let how = prompter.isRegistered ? "the prompter is asked for the passphrase" : "no prompter is registered"
+        _ = Self.promptLog.log("prompt", "secret service: a prompt waits for the vault's unlock (\(how); vaultctl unlock) for at most \(Int(promptTimeout)) s")
         DispatchQueue.global().asyncAfter(deadline: .now() + promptTimeout) { [weak self] in self?.complete(id, dismissed: true) }
+        prompter.enqueue(id)
+    }
+
+    /// What a prompter is told of started prompt `id`; nil once it has ended.
+    func promptDetails(_ id: String) -> (windowID: String, appID: String?, deadline: UInt64)? {
+        lock.withLock { prompts[id].flatMap { $0.started ? ($0.windowID, $0.appID, $0.deadline) : nil } }
+    }
+
+    /// Runs `body` on the bus thread, later (never inline, so no caller's lock is held).
+    func onBusThread(_ body: @escaping () -> Void) {
+        guard let context else { return }
+        let source = g_idle_source_new()
+        g_source_set_callback(source, { data in
+            Unmanaged<Thunk>.fromOpaque(data!).takeRetainedValue().body()
+            return 0
+        }, Unmanaged.passRetained(Thunk(body)).toOpaque(), nil)
+        g_source_attach(source, context)
+        g_source_unref(source)
+    }
+
+    final class Thunk: @unchecked Sendable {
+        let body: () -> Void
+        init(_ body: @escaping () -> Void) { self.body = body }
     }
 
     func dismissPrompt(_ id: String, for sender: String) throws {
@@ -668,9 +727,10 @@ final class SecretService: @unchecked Sendable {
         complete(id, dismissed: true)
     }
 
-    /// Ends prompt `id` once, with the Completed signal to its owner.
-    private func complete(_ id: String, dismissed: Bool) {
+    /// Ends prompt `id` once, with the Completed signal to its owner (any thread).
+    func complete(_ id: String, dismissed: Bool) {
         guard let p = lock.withLock({ prompts.removeValue(forKey: id) }) else { return }
+        prompter.ended(id)
         // Dismissed: an empty list, of the type a completed Unlock gives (libsecret 0.20 waits
         // for ever on a dismissed prompt whose result is of another type).
         let result: GV = .variant(.objectPaths(dismissed ? [] : p.objects))
@@ -695,8 +755,13 @@ final class SecretService: @unchecked Sendable {
     /// ItemCreated, ItemDeleted or ItemChanged of `item` in `group`, to each identified
     /// connection the policy lets see that group's items (`Policy.seesItem`), from the
     /// collection and from the `default` alias when it is that connection's default group;
-    /// and the collection's Items property, invalidated.
+    /// and the collection's Items property, invalidated. Sent once the current call's reply is
+    /// queued (from the bus thread's next iteration): the reply is not held behind them.
     func itemSignal(_ name: String, group: String, item: String) {
+        onBusThread { [self] in sendItemSignal(name, group: group, item: item) }
+    }
+
+    private func sendItemSignal(_ name: String, group: String, item: String) {
         let targets = lock.withLock { peers.filter { Policy.seesItem(inAccessGroup: group, $0.value.caller) } }
         let collection = collectionPath(group)
         for (sender, peer) in targets {
@@ -713,8 +778,13 @@ final class SecretService: @unchecked Sendable {
         }
     }
 
-    /// PropertiesChanged of an item's `properties`, invalidated, to the connections that see it.
+    /// PropertiesChanged of an item's `properties`, invalidated, to the connections that see
+    /// it, after the current call's reply (as `itemSignal`).
     func itemPropertiesChanged(group: String, item: String, _ properties: [String]) {
+        onBusThread { [self] in sendItemPropertiesChanged(group: group, item: item, properties) }
+    }
+
+    private func sendItemPropertiesChanged(group: String, item: String, _ properties: [String]) {
         let targets = lock.withLock { peers.filter { Policy.seesItem(inAccessGroup: group, $0.value.caller) }.map(\.key) }
         for sender in targets {
             emit(

@@ -118,6 +118,12 @@ extension SecretService {
         }
     }
 
+    /// Two lowercase hex digits.
+    static func hexByte(_ b: UInt8) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        return String(decoding: [digits[Int(b >> 4)], digits[Int(b & 15)]], as: UTF8.self)
+    }
+
     static func seconds(_ d: Date?) -> GV { .uint64(UInt64(max(0, d?.timeIntervalSince1970 ?? 0))) }
 
     // MARK: methods
@@ -164,7 +170,7 @@ extension SecretService {
         case (SecretServiceIntrospection.service, "Unlock", .service):
             let objects = p.child(0).children.map(\.string).filter { SecretServicePath($0) != nil }
             if try vault.requestUnlock(caller: caller) { return .tuple([.objectPaths(objects), .objectPath("/")]) }
-            return .tuple([.objectPaths([]), .objectPath(try makePrompt(for: sender, objects: objects))])
+            return .tuple([.objectPaths([]), .objectPath(try makePrompt(for: sender, objects: objects, caller: caller))])
         case (SecretServiceIntrospection.service, "Lock", .service):
             _ = try vault.lockVault(caller: caller)
             return .tuple([.objectPaths(p.child(0).children.map(\.string).filter { SecretServicePath($0) != nil }), .objectPath("/")])
@@ -236,10 +242,18 @@ extension SecretService {
             try closeSession(id, for: sender)
             return nil
         case (SecretServiceIntrospection.prompt, "Prompt", .prompt(let id)):
-            try startPrompt(id, for: sender)
+            try startPrompt(id, window: p.child(0).string, for: sender)
             return nil
         case (SecretServiceIntrospection.prompt, "Dismiss", .prompt(let id)):
             try dismissPrompt(id, for: sender)
+            return nil
+
+        // vaultd's own: the prompter agent
+        case (SecretServiceIntrospection.prompting, "RegisterPrompter", .service):
+            try prompter.register(sender: sender, path: p.child(0).string, caller: caller)
+            return nil
+        case (SecretServiceIntrospection.prompting, "UnregisterPrompter", .service):
+            try prompter.unregister(sender: sender, caller: caller)
             return nil
         default:
             throw BusError(name: "org.freedesktop.DBus.Error.UnknownMethod", message: "no method \(interface).\(method) at this object")
@@ -271,7 +285,7 @@ extension SecretService {
             return .tuple([.objectPath(path), .objectPath("/")])
         }
         // The item's ID: 128 random bits, in hex (a path element as it is).
-        let id = UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")
+        let id = Sodium.randomBytes(16).map(Self.hexByte).joined()
         var a = ItemAttributes(service: Vault.secretServiceService, account: id, label: label, accessGroup: group)
         a.lookupAttributes = attributes
         _ = try vault.addItem(.genericPassword, attributes: a, secret: secret, caller: caller)

@@ -1,0 +1,160 @@
+import CGio
+import Foundation
+import VaultCore
+import VaultProtocol
+
+/// The reads libsecret makes for every lookup (`Service.SearchItems`, `Service.GetSecrets`,
+/// `Item.GetSecret`), answered on GDBus's own worker thread, in a message filter, instead of
+/// being handed to the `vaultd-dbus` thread and back: each hand-over wakes another thread
+/// twice, which costs more than the read itself. Everything else takes the usual way.
+///
+/// A call is answered here only when all of these hold, else it is passed on unchanged:
+/// - it is one of those three methods, at its object, with the exact argument signature
+///   (anything else gets GDBus's own checks);
+/// - its connection is identified already (`SecretService.identifiedCaller`: a first call,
+///   which asks the bus for credentials, never runs on the worker thread) and still passes
+///   the per-call check;
+/// - the connection has no call handed on whose reply is not yet sent, and has never sent a
+///   call that wants no reply: a client's calls are answered in the order it sent them, as
+///   when every call goes to one thread (a read never overtakes that client's earlier write).
+///
+/// The same `handle` answers it, with the same policy decision and caller; only the thread
+/// differs. Reads are bounded (reply sizes, the engine's reader connections), so the worker
+/// thread is held for one read at most.
+extension SecretService {
+    /// The most calls of one connection awaiting their reply that are tracked; past it, that
+    /// connection's calls all take the usual way until vaultd forgets it.
+    static let maximumTrackedCalls = 1024
+
+    /// The filter GDBus runs on its worker thread for every message in and out; none with
+    /// `VAULTD_SECRET_SERVICE_INLINE=0` (every call goes to the bus thread, for comparing).
+    func addInlineFilter() {
+        guard ProcessInfo.processInfo.environment["VAULTD_SECRET_SERVICE_INLINE"] != "0" else { return }
+        _ = g_dbus_connection_add_filter(
+            connection,
+            { _, message, incoming, user in
+                guard let message else { return nil }
+                return SecretService.this(user).filter(message, incoming: incoming != 0)
+            }, Unmanaged.passUnretained(self).toOpaque(), nil)
+    }
+
+    /// Which calls are answered on the worker thread: interface, member, argument signature.
+    private static let inlineMethods: Set<String> = [
+        SecretServiceIntrospection.service + ".SearchItems(a{ss})",
+        SecretServiceIntrospection.service + ".GetSecrets(aoo)",
+        SecretServiceIntrospection.item + ".GetSecret(o)",
+    ]
+
+    private func filter(_ message: OpaquePointer, incoming: Bool) -> OpaquePointer? {
+        let type = g_dbus_message_get_message_type(message)
+        if !incoming {
+            // A reply going out ends the wait of the call it answers.
+            if type == G_DBUS_MESSAGE_TYPE_METHOD_RETURN || type == G_DBUS_MESSAGE_TYPE_ERROR, let d = g_dbus_message_get_destination(message) {
+                let serial = g_dbus_message_get_reply_serial(message)
+                let destination = String(cString: d)
+                inline.withLock { state in
+                    if var waiting = state.awaitingReply[destination], waiting.remove(serial) != nil {
+                        state.awaitingReply[destination] = waiting.isEmpty ? nil : waiting
+                    }
+                }
+            }
+            return message
+        }
+        guard type == G_DBUS_MESSAGE_TYPE_METHOD_CALL, let s = g_dbus_message_get_sender(message) else { return message }
+        let sender = String(cString: s)
+        let wantsNoReply = (g_dbus_message_get_flags(message).rawValue & G_DBUS_MESSAGE_FLAGS_NO_REPLY_EXPECTED.rawValue) != 0
+        let serial = g_dbus_message_get_serial(message)
+        // Whether this call may be answered here, as far as order goes; if not, it is recorded
+        // as awaiting its reply (or its connection as one that must always take the usual way).
+        let inOrder: Bool = inline.withLock { state in
+            if wantsNoReply || state.unordered.contains(sender) {
+                if !state.unordered.contains(sender) {
+                    if state.unordered.count >= Self.maximumPeers { state.disabled = true } else { state.unordered.insert(sender) }
+                }
+                return false
+            }
+            let waiting = state.awaitingReply[sender]
+            if waiting == nil && !state.disabled && isInlineCandidate(message) { return true }
+            var w = waiting ?? []
+            if w.count >= Self.maximumTrackedCalls {
+                state.awaitingReply[sender] = nil
+                if state.unordered.count >= Self.maximumPeers { state.disabled = true } else { state.unordered.insert(sender) }
+                return false
+            }
+            w.insert(serial)
+            state.awaitingReply[sender] = w
+            return false
+        }
+        guard inOrder else { return message }
+        guard let caller = identifiedCaller(sender) else {
+            // Not identified yet (or no longer passing the check): the usual way, in order.
+            inline.withLock { state in state.awaitingReply[sender, default: []].insert(serial) }
+            return message
+        }
+        let path = String(cString: g_dbus_message_get_path(message)!)
+        let interface = String(cString: g_dbus_message_get_interface(message)!)
+        let member = String(cString: g_dbus_message_get_member(message)!)
+        let body = GV(borrowing: g_dbus_message_get_body(message)!)
+        let reply: OpaquePointer
+        do {
+            guard Policy.decision(forSecretService: interface, member) != nil else {
+                throw BusError.accessDenied("\(interface).\(member) has no policy decision")
+            }
+            guard let target = SecretServicePath(path) else { throw BusError.noSuchObject() }
+            let out = try handle(member, of: interface, on: target, body, sender: sender, caller: caller)
+            reply = g_dbus_message_new_method_reply(message)
+            if let out { out.pass { g_dbus_message_set_body(reply, $0) } }
+        } catch {
+            let e = BusError(error)
+            reply = g_dbus_message_new_method_error_literal(message, e.name, e.message)
+        }
+        var err: UnsafeMutablePointer<GError>?
+        if g_dbus_connection_send_message(connection, reply, G_DBUS_SEND_MESSAGE_FLAGS_NONE, nil, &err) == 0 { g_error_free(err) }
+        g_object_unref(UnsafeMutableRawPointer(reply))
+        g_object_unref(UnsafeMutableRawPointer(message))
+        return nil
+    }
+
+    /// Whether `message` is one of `inlineMethods` at an object of its kind.
+    private func isInlineCandidate(_ message: OpaquePointer) -> Bool {
+        guard let i = g_dbus_message_get_interface(message), let m = g_dbus_message_get_member(message), let p = g_dbus_message_get_path(message) else {
+            return false
+        }
+        let signature = g_dbus_message_get_signature(message).map { String(cString: $0) } ?? ""
+        let interface = String(cString: i)
+        guard Self.inlineMethods.contains(interface + "." + String(cString: m) + "(" + signature + ")") else { return false }
+        switch SecretServicePath(String(cString: p)) {
+        case .service?: return interface == SecretServiceIntrospection.service
+        case .item?: return interface == SecretServiceIntrospection.item
+        default: return false
+        }
+    }
+}
+
+/// What the inline filter keeps, under `SecretService.inline`.
+struct InlineState {
+    /// Per connection, the serials of its calls handed on whose reply has not gone out.
+    var awaitingReply: [String: Set<UInt32>] = [:]
+    /// Connections whose calls always take the usual way (one sent a call wanting no reply,
+    /// whose end the filter cannot see, or had too many calls awaiting replies).
+    var unordered: Set<String> = []
+    /// Set when `unordered` is full: no call is answered inline any more.
+    var disabled = false
+
+    mutating func forget(_ sender: String) {
+        awaitingReply[sender] = nil
+        unordered.remove(sender)
+    }
+}
+
+/// A value behind a lock.
+final class Locked<Value>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value: Value
+    init(_ value: Value) { self.value = value }
+    func withLock<T>(_ body: (inout Value) throws -> T) rethrows -> T {
+        lock.lock()
+        defer { lock.unlock() }
+        return try body(&value)
+    }
+}
