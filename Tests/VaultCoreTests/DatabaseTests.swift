@@ -22,6 +22,22 @@ import VaultProtocol
         }
     }
 
+    /// `execute` runs one statement and refuses a text of several, running none of it (a
+    /// semicolon inside a literal is not a separator); `executeScript` runs a script whole.
+    @Test func executeRunsOneStatementAndScriptsAreExplicit() throws {
+        try withTemporaryDirectory { tmp in
+            let db = try Database(path: tmp + "/t.sqlite")
+            defer { db.close() }
+            try db.execute("CREATE TABLE t (x TEXT);")
+            try db.execute("INSERT INTO t VALUES ('a;b')")
+            let e = expectVaultError(.internalError) { try db.execute("INSERT INTO t VALUES ('c'); DROP TABLE t") }
+            #expect(e?.message.contains("more than one statement") == true)
+            #expect(try db.rows("SELECT x FROM t").map { $0[0].text } == ["a;b"])
+            try db.executeScript("INSERT INTO t VALUES ('d'); INSERT INTO t VALUES ('e;f');")
+            #expect(try db.rows("SELECT x FROM t ORDER BY x").map { $0[0].text } == ["a;b", "d", "e;f"])
+        }
+    }
+
     /// A statement cached by shape is made once and answers as the same text does.
     @Test func statementsCachedByShapeAreMadeOnce() throws {
         try withTemporaryDirectory { tmp in

@@ -47,6 +47,9 @@ final class KeychainStore {
     private let quota: StorageQuota
     /// Finds rows by their keyed hashes, for the writer and the readers.
     let itemIndex: ItemIndex
+    /// Tests only: `store` finds no other row of an item's primary key through `itemIndex`
+    /// (as a fault in the index would), so only the store's own uniqueness stops a second one.
+    var bypassIndexForTesting = false
 
     /// Over the writer's connection `db`, with migrations done: lists every item in the
     /// index and installs its triggers. Throws what SQLite throws.
@@ -512,7 +515,7 @@ final class KeychainStore {
         // account may hold thousands of rows (one server's internet passwords of one account,
         // one per path), each read for every write.
         let primaryKeyHash = values[Self.primaryKeyHashValue]
-        let others = itemIndex.candidates([(.primaryKey, primaryKeyHash.blob ?? [])]).filter { $0 != id }
+        let others = bypassIndexForTesting ? [] : itemIndex.candidates([(.primaryKey, primaryKeyHash.blob ?? [])]).filter { $0 != id }
         if !others.isEmpty,
             let r = try db.row(
                 "SELECT id, uuid, item_class, access_group, accessible, synchronizable, wrapped_key FROM items WHERE id IN (SELECT value FROM json_each(?)) AND primary_key_hash = ?",
@@ -557,8 +560,13 @@ final class KeychainStore {
                         [.blob(Array(hashes[start..<start + 16])), .integer(rowID)])
                 }
             }
+        } catch let e as ConstraintViolation where e.isUniqueness {
+            // `items_primary_key` (the only UNIQUE index of `items`) holds this primary key:
+            // the lookup index missed the row holding it, which the check above relies on.
+            // SecItemAdd's answer all the same, never a second item.
+            log("keychain: the store's uniqueness of primary keys refused a row the lookup index did not know of (a fault in the index)")
+            throw VaultError(.duplicateItem, "an item with the same primary key already exists in this access group")
         } catch let e as ConstraintViolation {
-            // No constraint of `items` is left for a well-formed row to break.
             throw VaultError(.internalError, "the store refused the item's row (SQLite \(e.code))")
         }
     }

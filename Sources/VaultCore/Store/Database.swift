@@ -283,19 +283,25 @@ public final class Database {
         }
     }
 
-    /// Runs SQL without results (several statements allowed).
-    /// A single statement (BEGIN, COMMIT, SAVEPOINT, a PRAGMA …) is prepared once and cached:
-    /// a group commit runs several per batch.
+    /// Runs one SQL statement without results (BEGIN, COMMIT, SAVEPOINT, a PRAGMA, DDL …),
+    /// prepared once and cached: a group commit runs several per batch. Text holding more
+    /// than one statement is refused (InternalError), never half run: a script of several
+    /// goes through `executeScript`, which only migrations use.
     public func execute(_ sql: String) throws {
-        guard let h = handle else { throw VaultError(.internalError, "database is closed") }
         // ROLLBACK TO a savepoint calls no rollback hook.
         if sql.hasPrefix("ROLLBACK") { rollbackSeen.value = true }
-        guard sql.utf8.contains(UInt8(ascii: ";")) else {
-            let s = try statement(sql)
-            defer { s.reset() }
-            while try s.step() {}
-            return
-        }
+        let s = try statement(sql)
+        defer { s.reset() }
+        while try s.step() {}
+    }
+
+    /// Runs `sql`, a script of statements separated by semicolons, in order
+    /// (sqlite3_exec): for schema migrations (`Migrator`), whose texts are scripts. Stops at
+    /// the first failing statement and throws its error; the caller's transaction rolls the
+    /// rest back.
+    func executeScript(_ sql: String) throws {
+        guard let h = handle else { throw VaultError(.internalError, "database is closed") }
+        if sql.hasPrefix("ROLLBACK") { rollbackSeen.value = true }
         try check(sqlite3_exec(h, sql, nil, nil, nil), "exec")
     }
 
@@ -307,8 +313,27 @@ public final class Database {
         }
         guard let h = handle else { throw VaultError(.internalError, "database is closed") }
         var st: OpaquePointer?
-        try check(sqlite3_prepare_v3(h, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &st, nil), "prepare")
-        let s = Statement(handle: st!, database: self)
+        var rest = false
+        try sql.withCString { text in
+            var tail: UnsafePointer<CChar>?
+            try check(sqlite3_prepare_v3(h, text, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &st, &tail), "prepare")
+            // What SQLite did not read (sqlite3_prepare's tail): only blanks and semicolons
+            // may follow the statement.
+            var p = tail
+            while let c = p?.pointee, c != 0 {
+                if !(c == 0x20 || c == 0x0A || c == 0x09 || c == 0x0D || c == 0x3B) {
+                    rest = true
+                    break
+                }
+                p = p?.advanced(by: 1)
+            }
+        }
+        guard let st else { throw VaultError(.internalError, "storage error in prepare: no statement in the SQL text") }
+        guard !rest else {
+            sqlite3_finalize(st)
+            throw VaultError(.internalError, "storage error in prepare: the SQL text holds more than one statement")
+        }
+        let s = Statement(handle: st, database: self)
         statementCache[sql] = s
         return s
     }
@@ -617,5 +642,9 @@ public final class Statement {
 
 /// A UNIQUE / CHECK / FOREIGN KEY constraint failed.
 public struct ConstraintViolation: Error {
+    /// SQLite's extended result code.
     public var code: Int32
+    /// A UNIQUE index (or PRIMARY KEY) refused a second row with its key.
+    /// (SQLITE_CONSTRAINT_UNIQUE, SQLITE_CONSTRAINT_PRIMARYKEY: macros Swift does not import.)
+    public var isUniqueness: Bool { code == SQLITE_CONSTRAINT | (8 << 8) || code == SQLITE_CONSTRAINT | (6 << 8) }
 }
