@@ -213,6 +213,8 @@ struct Dispatcher {
             let summary = try vault.backup(
                 to: try p.string("path"), recipients: recipients, includeDeviceBound: try p.optionalBool("includeDeviceBound") ?? false, caller: caller)
             return summary.json
+        case "io.vaultd.Vault.Check":
+            return try vault.checkStore(caller: caller).json
         case "io.vaultd.Vault.Restore":
             var identities: [Age.Identity] = []
             if let pass = try p.passphrase("passphrase") { identities.append(.passphrase(pass)) }
@@ -232,8 +234,9 @@ struct Dispatcher {
             let q = try query(p)
             let returnData = try p.optionalBool("returnData") ?? false
             let returnAttributes = try p.optionalBool("returnAttributes") ?? !returnData
-            let found = try vault.copyMatching(q, returnData: returnData, caller: caller)
-            return [
+            let matches = try vault.copyMatchingReportingDamage(q, returnData: returnData, caller: caller)
+            let found = matches.items
+            var reply: JSONObject = [
                 "items": .array(
                     found.map { item in
                         var o: JSONObject = ["class": .string(item.itemClass.rawValue)]
@@ -244,6 +247,8 @@ struct Dispatcher {
                         return .object(o)
                     })
             ]
+            if !matches.damaged.isEmpty { reply["damaged"] = .array(matches.damaged.prefix(1000).map(\.json)) }
+            return reply
         case "io.vaultd.Keychain.Update":
             let changes = try ItemAttributes(json: p.optionalJSON("attributes"))
             let n = try vault.updateItems(try query(p), changes: changes, secret: try p.optionalSecret("data"), caller: caller)

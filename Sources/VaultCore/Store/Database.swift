@@ -208,6 +208,11 @@ public final class Database {
     /// Before a write: throws StoreReplaced once `identity` has seen the files changed
     /// underneath, having put the WAL aside (`storeReplaced`).
     private func checkIdentity() throws {
+        if damageSeen {
+            throw VaultError(
+                .storeDamaged,
+                "the store is damaged (SQLite reported it malformed earlier): vaultd writes nothing more to it; stopped and started again it refuses it. Keep a copy of the data directory, then restore a backup (`vaultctl restore`, docs/backup.md)")
+        }
         guard let identity else { return }
         do {
             try identity.checkWrite()
@@ -247,6 +252,12 @@ public final class Database {
         )
     }
 
+    /// SQLite's `PRAGMA quick_check` of the whole file (at most `lines` lines): ["ok"] when
+    /// sound. Throws StoreDamaged when SQLite cannot read the file at all.
+    func quickCheck(lines: Int = 10) throws -> [String] {
+        try rows("PRAGMA quick_check(\(lines))").compactMap { $0[0].text }
+    }
+
     /// Makes the next COMMIT of this connection fail (SQLite rolls the transaction back), as a
     /// disk that fills at that very commit would: for tests of what a failed commit leaves.
     func failNextCommit() {
@@ -269,6 +280,10 @@ public final class Database {
         switch primary {
         case SQLITE_FULL:
             return VaultError(.storageFull, "the disk holding the vault is full; nothing was written")
+        case SQLITE_CORRUPT, SQLITE_NOTADB:
+            return VaultError(
+                .storeDamaged,
+                "the store is damaged: SQLite reports it malformed in \(context) (\(detail)). vaultd writes nothing more to it; stopped and started again it refuses it. Keep a copy of the data directory, then restore a backup (`vaultctl restore`, docs/backup.md)")
         case SQLITE_IOERR where rc == SQLITE_IOERR | (3 << 8) || rc == SQLITE_IOERR | (4 << 8):
             // SQLITE_IOERR_WRITE / _FSYNC: a WAL write or sync failed, as on a full disk.
             return VaultError(.storageFull, "cannot write to the vault's disk (\(detail)); nothing was written")
@@ -279,9 +294,19 @@ public final class Database {
 
     func check(_ rc: Int32, _ context: String) throws {
         guard rc == SQLITE_OK || rc == SQLITE_DONE || rc == SQLITE_ROW else {
-            throw Database.error(rc, handle, context: context)
+            let e = Database.error(rc, handle, context: context)
+            if e.code == .storeDamaged && !damageSeen {
+                damageSeen = true
+                log("STORE DAMAGED: \(path): \(e.message)")
+            }
+            throw e
         }
     }
+
+    /// Set once SQLite reported this connection's file malformed (SQLITE_CORRUPT,
+    /// SQLITE_NOTADB): no write is begun on it afterwards (a write into a damaged b-tree
+    /// can spread the damage).
+    private(set) var damageSeen = false
 
     /// Runs one SQL statement without results (BEGIN, COMMIT, SAVEPOINT, a PRAGMA, DDL …),
     /// prepared once and cached: a group commit runs several per batch. Text holding more

@@ -57,18 +57,35 @@ extension VarlinkInterfaces {
           data: ?string
         )
 
+        # An item that cannot be read: its row is malformed, or its attributes or secret
+        # fail authentication (the store was altered or damaged on disk). Named by what its
+        # row holds in clear, never by its attributes or secret.
+        type DamagedItem (
+          # Its row id in the store.
+          id: int,
+          # The uuid its ciphertexts are bound to, hex ("" when unreadable).
+          uuid: string,
+          # As stored; absent when unreadable.
+          class: ?string,
+          accessGroup: ?string,
+          # "row" (malformed columns), "attributes" or "secret".
+          damaged: string
+        )
+
         # Adds an item (SecItemAdd). data is the secret, base64, at most 1 MiB decoded.
         method Add(class: string, attributes: Attributes, data: string) -> (attributes: Attributes)
 
         # Finds items (SecItemCopyMatching). class null matches both classes. matchLimit is
         # "one" (default) or "all". Without returnData and returnAttributes, attributes are returned.
+        # damaged: the damaged items the query may match (whose clear columns match), left
+        # out of items; absent when none. Only damaged ones match: ItemDamaged.
         method CopyMatching(
           class: ?string,
           query: ?Attributes,
           matchLimit: ?string,
           returnData: ?bool,
           returnAttributes: ?bool
-        ) -> (items: []Item)
+        ) -> (items: []Item, damaged: ?[]DamagedItem)
 
         # Changes every matching item (SecItemUpdate): attributes given in `attributes` are
         # set, and the secret is replaced when data is given.
@@ -91,6 +108,10 @@ extension VarlinkInterfaces {
         error Param (status: int, message: string)
         # A ThisDeviceOnly item whose class key was made on another device (errSecNotAvailable, -25291).
         error NotAvailableOnThisDevice (status: int, message: string)
+        # The only matches are damaged, an Add collides with a damaged item, or an Update
+        # would change one (errSecDecode, -26275); nothing was changed. A Delete naming only
+        # service or server, account, accessGroup, accessible or synchronizable removes them.
+        error ItemDamaged (status: int, message: string, items: []DamagedItem)
         # The secret is larger than 1 MiB (errSecParam, -50).
         error SecretTooLarge (status: int, message: string, limit: int)
 

@@ -93,7 +93,31 @@ extension VarlinkInterfaces {
           domains: int,
           apps: int,
           # The file's size in bytes.
-          bytes: int
+          bytes: int,
+          # Damaged items left out of the backup (the rest is written); absent when none.
+          damagedItems: ?[]DamagedItem
+        )
+
+        # An item that cannot be read (as io.vaultd.Keychain's DamagedItem): its row is
+        # malformed, or its attributes or secret fail authentication.
+        type DamagedItem (id: int, uuid: string, class: ?string, accessGroup: ?string, damaged: string)
+
+        # Checks the store (vaultctl doctor): SQLite's integrity check (its first 100 lines;
+        # ["ok"] when sound) and every item's row, attributes and, for the classes whose key
+        # is in memory, secret. Names damaged items by what their rows hold in clear, never
+        # their secrets. Owner only.
+        method Check() -> (
+          # PRAGMA integrity_check's lines, at most 100: ["ok"] when the file is sound.
+          integrity: []string,
+          # Item rows read.
+          items: int,
+          # Items whose secret was not checked: their class key is not in memory (locked),
+          # or another device's (NotAvailableOnThisDevice).
+          secretsUnchecked: int,
+          damaged: []DamagedItem,
+          # Rows the primary key's uniqueness set aside when it was added (a second row of
+          # one primary key; kept in items_set_aside, not served).
+          setAside: int
         )
 
         # Restores the backup at path: the whole file is opened and checked (authentication,
@@ -147,6 +171,9 @@ extension VarlinkInterfaces {
         # vaultd found its database file replaced or truncated underneath it while it ran;
         # it serves no more writes until it is restarted (the message says what it saw).
         error StoreReplaced (message: string)
+        # SQLite reports the store malformed: vaultd writes nothing more until it restarts,
+        # and does not start on such a store; the message says what to do (restore a backup).
+        error StoreDamaged (message: string)
         # vaultd failed in a way it did not expect; the message says where.
         error InternalError (message: string)
         # The answer to a call would be a message over the size limit (8 MiB; e.g. the secrets
