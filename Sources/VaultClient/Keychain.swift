@@ -90,12 +90,18 @@ public struct Keychain: Sendable {
         return (items, r["damaged"]?.arrayValue ?? [])
     }
 
-    /// "item 3 (uuid 0a1b…, genericPassword in access group user): its attributes are damaged",
-    /// of one of the wire's `DamagedItem`s.
+    /// "item 3 (uuid 0a1b…, genericPassword in access group user): its attributes fail
+    /// authentication", of one of the wire's `DamagedItem`s (as vaultd's messages say it).
     public static func describeDamaged(_ j: JSON) -> String {
         let name = [j["class"]?.stringValue, j["accessGroup"]?.stringValue.map { "in access group \($0)" }].compactMap { $0 }.joined(separator: " ")
         let uuid = j["uuid"]?.stringValue ?? ""
-        return "item \(j["id"]?.intValue ?? -1) (uuid \(uuid.isEmpty ? "unreadable" : uuid)\(name.isEmpty ? "" : ", " + name)): its \(j["damaged"]?.stringValue ?? "row") is damaged"
+        let what: String
+        switch j["damaged"]?.stringValue {
+        case "attributes": what = "its attributes fail authentication"
+        case "secret": what = "its secret fails authentication"
+        default: what = "its row is malformed"
+        }
+        return "item \(j["id"]?.intValue ?? -1) (uuid \(uuid.isEmpty ? "unreadable" : uuid)\(name.isEmpty ? "" : ", " + name)): \(what)"
     }
 
     /// As `SecItemUpdate`: sets `attributes` on every match (its dates are ignored;
