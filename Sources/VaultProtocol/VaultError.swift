@@ -107,7 +107,7 @@ public struct VaultError: Error, Equatable, CustomStringConvertible, Sendable {
         /// a call: nothing more is written until vaultd restarts, and a start refuses such a
         /// store. The message says what to do (`vaultctl doctor`, restore a backup).
         public static let storeDamaged = Code("io.vaultd.Vault.StoreDamaged")
-        /// vaultd failed unexpectedly (a damaged store, a failed sync); the message says where.
+        /// vaultd failed unexpectedly (a failed sync, a row it cannot read); the message says where.
         public static let internalError = Code("io.vaultd.Vault.InternalError")
         /// An owner-only method (Init, Unlock, Lock, ChangePassphrase, Apps, cache Purge) called by an app.
         public static let permissionDenied = Code("io.vaultd.Vault.PermissionDenied")

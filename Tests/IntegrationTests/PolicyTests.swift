@@ -33,6 +33,7 @@ import Glibc
         "io.vaultd.Vault.Observe": [:],
         "io.vaultd.Vault.Backup": ["path": "/tmp/policy-test-backup.age", "passphrase": "guess"],
         "io.vaultd.Vault.Restore": ["path": "/tmp/policy-test-backup.age", "passphrase": "guess"],
+        "io.vaultd.Vault.Check": [:],
         "io.vaultd.Keychain.Add": ["class": "genericPassword", "attributes": ["service": "p", "account": "p"], "data": "eg=="],
         "io.vaultd.Keychain.CopyMatching": ["class": "genericPassword", "query": ["service": "p"], "returnData": true],
         "io.vaultd.Keychain.Update": ["class": "genericPassword", "query": ["service": "p"], "attributes": ["label": "x"]],
@@ -130,7 +131,7 @@ import Glibc
         let python = try AppsTests.rawPythonApp(d)
         try d.install(Self.app, exe: python)
         let ownerOnly = Self.methods.filter { Self.audience($0.decision) == .owner }.map(\.name)
-        #expect(ownerOnly.count == 17, "\(ownerOnly)")
+        #expect(ownerOnly.count == 18, "\(ownerOnly)")
         let replies = try Self.run(d, python: python, "owner-only", ownerOnly.map { ($0, false) }) {}
         for m in ownerOnly {
             #expect(replies[m]?["error"] as? String == Self.permissionDenied, "\(m): \(replies[m] ?? [:])")
