@@ -35,9 +35,13 @@ struct DamagedStoreTests {
     /// Zeroes 8 bytes in the middle of `column` of item row `id`, found in the file by its
     /// bytes (read through sqlite3); vaultd must be stopped (the WAL checkpointed away).
     static func damage(_ d: Daemon, id: Int, column: String) throws {
-        let store = d.dataDirectory + "/vault.sqlite"
+        try damage(store: d.dataDirectory + "/vault.sqlite", id: id, column: column) { sqlite(d, $0) }
+    }
+
+    /// `damage` of the store at `store`, read through `sqlite` (sqlite3 on it).
+    static func damage(store: String, id: Int, column: String, sqlite: (String) -> String) throws {
         #expect(!FileManager.default.fileExists(atPath: store + "-wal") || ((try? FileManager.default.attributesOfItem(atPath: store + "-wal")[.size] as? Int) ?? 0) == 0)
-        let value = bytes(hex: sqlite(d, "SELECT hex(\(column)) FROM items WHERE id = \(id)"))
+        let value = bytes(hex: sqlite("SELECT hex(\(column)) FROM items WHERE id = \(id)"))
         try #require(value.count >= 32, "\(column) of item \(id)")
         var file = try Data(contentsOf: URL(fileURLWithPath: store))
         let found = try #require(file.range(of: value), "the bytes of \(column) of item \(id) in the file")
