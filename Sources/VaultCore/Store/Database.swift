@@ -383,10 +383,21 @@ public final class Database {
         try rows(of: try statement(shape: shape, sql: sql), arguments)
     }
 
+    /// Set on the vault's writer connection: every statement that writes runs inside a
+    /// transaction (`Vault.transaction`, `write`, `writeDeferringSync`), never in SQLite's
+    /// autocommit, so each mutation has one path with its durability and its `ItemIndex`
+    /// settling. Checked by `run` in debug builds (tests), where a write outside throws.
+    var writesNeedTransaction = false
+
     /// Runs `sql` with `arguments`; returns the number of rows changed.
     @discardableResult
     public func run(_ sql: String, _ arguments: [SQLValue] = []) throws -> Int {
         let s = try statement(sql)
+        #if DEBUG
+        if writesNeedTransaction && !isInTransaction && !s.isReadOnly {
+            throw VaultError(.internalError, "a write outside a transaction on the vault's writer connection: \(sql.prefix(80))")
+        }
+        #endif
         try s.bind(arguments)
         while try s.step() {}
         return Int(sqlite3_changes(handle))
@@ -425,6 +436,14 @@ public final class Database {
     public func write<T>(_ body: (Database) throws -> T) throws -> T {
         try checkIdentity()
         return try transaction("BEGIN IMMEDIATE", body, then: ended)
+    }
+
+    /// Runs `body` inside the transaction this connection has open, or, when none is, in
+    /// one of its own (`write`): for a change that belongs to its caller's transaction when
+    /// there is one (a key made while the vault is created) and stands alone otherwise (the
+    /// same key made at an unlock).
+    func inTransaction<T>(_ body: (Database) throws -> T) throws -> T {
+        isInTransaction ? try body(self) : try write(body)
     }
 
     /// Runs `body` after `begin`: committed when it returns, rolled back when it throws;
@@ -586,6 +605,9 @@ public final class Statement {
         sqlite3_reset(handle)
         sqlite3_clear_bindings(handle)
     }
+
+    /// Whether it makes no direct change to the database file (sqlite3_stmt_readonly).
+    var isReadOnly: Bool { sqlite3_stmt_readonly(handle) != 0 }
 
     private static let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
 

@@ -99,6 +99,7 @@ public final class Vault: @unchecked Sendable {
             throw error
         }
         db.checkpointInBackground()
+        db.writesNeedTransaction = true
         readers = ReaderPool(path: db.path)
         keys = try KeyHierarchy(db: db, deviceKey: deviceKey)
         keychain = try KeychainStore(db: db, keys: keys, quota: quota)
@@ -536,14 +537,14 @@ public final class Vault: @unchecked Sendable {
 
     private func storeFailures(_ record: FailureRecord) throws {
         let j: JSON = ["count": JSON(record.count), "last": JSON(record.last)]
-        try db.run("INSERT OR REPLACE INTO vault_meta (key, value) VALUES ('unlock.failures', ?)", [.blob(j.serialized())])
+        try db.write { db in try db.run("INSERT OR REPLACE INTO vault_meta (key, value) VALUES ('unlock.failures', ?)", [.blob(j.serialized())]) }
     }
 
     private func resetFailedUnlocks() throws {
         failures = FailureRecord(count: 0, last: 0)
         // Only when there is a count: a DELETE of nothing is still a write transaction.
         guard try db.row("SELECT 1 FROM vault_meta WHERE key = 'unlock.failures'") != nil else { return }
-        try db.run("DELETE FROM vault_meta WHERE key = 'unlock.failures'")
+        try db.write { db in try db.run("DELETE FROM vault_meta WHERE key = 'unlock.failures'") }
     }
 
     // MARK: keychain
