@@ -38,6 +38,38 @@ import VaultProtocol
         }
     }
 
+    /// A file SQLite finds malformed in the middle of a query (its table's page zeroed
+    /// underneath): StoreDamaged, saying what to do, not a crash; the connection begins no
+    /// write afterwards; `quickCheck` does not pass it.
+    @Test func damageMetAtRuntimeIsStoreDamagedAndStopsWrites() throws {
+        try withTemporaryDirectory { tmp in
+            let path = tmp + "/t.sqlite"
+            do {
+                let db = try Database(path: path)
+                try db.execute("CREATE TABLE t (x BLOB)")
+                try db.write { db in for _ in 0..<50 { try db.run("INSERT INTO t VALUES (randomblob(200))") } }
+                db.close()
+            }
+            let root = try { () -> Int in
+                let db = try Database(path: path)
+                defer { db.close() }
+                return Int(try #require(try db.row("SELECT rootpage FROM sqlite_master WHERE name = 't'")?[0].int64))
+            }()
+            var file = try Data(contentsOf: URL(fileURLWithPath: path))
+            let at = (root - 1) * 4096
+            file.replaceSubrange(at..<at + 12, with: Data(count: 12))
+            try file.write(to: URL(fileURLWithPath: path))
+            let db = try Database(path: path)
+            defer { db.close() }
+            let e = expectVaultError(.storeDamaged) { _ = try db.rows("SELECT count(*), sum(length(x)) FROM t") }
+            #expect(e?.message.contains("restore a backup") == true, "\(String(describing: e))")
+            #expect(db.damageSeen)
+            expectVaultError(.storeDamaged) { _ = try db.write { db in try db.run("INSERT INTO t VALUES (x'00')") } }
+            // It reports the page, or cannot read it (StoreDamaged): never "ok".
+            #expect((try? db.quickCheck()) != ["ok"])
+        }
+    }
+
     /// A statement cached by shape is made once and answers as the same text does.
     @Test func statementsCachedByShapeAreMadeOnce() throws {
         try withTemporaryDirectory { tmp in
