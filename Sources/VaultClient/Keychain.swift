@@ -69,16 +69,39 @@ public struct Keychain: Sendable {
     /// list); ReplyTooLarge when
     /// the reply would pass 8 MiB (many large secrets).
     public func copyMatching(_ query: Query, returnData: Bool = false, returnAttributes: Bool = true) throws -> [Item] {
+        try copyMatchingReportingDamage(query, returnData: returnData, returnAttributes: returnAttributes).items
+    }
+
+    /// `copyMatching`, with the damaged items the query met (left out of `items`: their
+    /// rows, attributes or secrets do not read; each the wire's `DamagedItem`: `id`, `uuid`,
+    /// `class`, `accessGroup`, `damaged`). Throws as `copyMatching`, and ItemDamaged
+    /// (-26275) when only damaged items match.
+    public func copyMatchingReportingDamage(_ query: Query, returnData: Bool = false, returnAttributes: Bool = true) throws -> (items: [Item], damaged: [JSON]) {
         var p = query.parameters
         p["returnData"] = .bool(returnData)
         p["returnAttributes"] = .bool(returnAttributes)
         let r = try connection.call(.keychainCopyMatching, p)
-        return try (r["items"]?.arrayValue ?? []).map { j in
+        let items = try (r["items"]?.arrayValue ?? []).map { j in
             Item(
                 itemClass: try ItemClass(wire: j["class"]?.stringValue ?? ""),
                 attributes: try j["attributes"].map { try ItemAttributes(json: $0) },
                 data: j["data"]?.stringValue.flatMap { Data(base64Encoded: $0) })
         }
+        return (items, r["damaged"]?.arrayValue ?? [])
+    }
+
+    /// "item 3 (uuid 0a1b…, genericPassword in access group user): its attributes fail
+    /// authentication", of one of the wire's `DamagedItem`s (as vaultd's messages say it).
+    public static func describeDamaged(_ j: JSON) -> String {
+        let name = [j["class"]?.stringValue, j["accessGroup"]?.stringValue.map { "in access group \($0)" }].compactMap { $0 }.joined(separator: " ")
+        let uuid = j["uuid"]?.stringValue ?? ""
+        let what: String
+        switch j["damaged"]?.stringValue {
+        case "attributes": what = "its attributes fail authentication"
+        case "secret": what = "its secret fails authentication"
+        default: what = "its row is malformed"
+        }
+        return "item \(j["id"]?.intValue ?? -1) (uuid \(uuid.isEmpty ? "unreadable" : uuid)\(name.isEmpty ? "" : ", " + name)): \(what)"
     }
 
     /// As `SecItemUpdate`: sets `attributes` on every match (its dates are ignored;

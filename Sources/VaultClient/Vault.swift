@@ -83,6 +83,13 @@ public final class Vault: @unchecked Sendable {
 }
 
 extension Vault {
+    /// `io.vaultd.Vault.Check`: SQLite's integrity check of the store and every item's row,
+    /// attributes and secret (`integrity`, `items`, `secretsUnchecked`, `damaged`,
+    /// `setAside`). Owner only.
+    public func check() throws -> JSONObject {
+        try connection.call(.vaultCheck)
+    }
+
     /// `io.vaultd.Vault.Backup`: vaultd writes a backup of the whole vault to `path`
     /// (absolute, as vaultd sees the file system), an age v1 file encrypted with `passphrase`
     /// (scrypt) or to `recipients` (`age1…` keys), 0600, atomically. Owner only. Returns

@@ -55,6 +55,14 @@ public struct VaultError: Error, Equatable, CustomStringConvertible, Sendable {
         /// -25293 (errSecAuthFailed): a whenPasscodeSetThisDeviceOnly item on a vault without
         /// a passphrase. (A wrong passphrase is `wrongPassphrase`.)
         public static let authFailed = Code("io.vaultd.Keychain.AuthFailed")
+        /// -26275 (errSecDecode, as securityd reports an item that does not decode): the only
+        /// items a call matched are damaged (their row's columns malformed, or their
+        /// attributes or secret failing authentication: bytes of the store altered on disk),
+        /// or an Add collides with a damaged item, or an Update would change one.
+        /// `parameters["items"]` lists them (`DamagedItem`: id, uuid, class, access group,
+        /// what is damaged). A Delete naming only service, server, account, access group,
+        /// accessibility or synchronizable removes them.
+        public static let itemDamaged = Code("io.vaultd.Keychain.ItemDamaged")
         /// -50 (errSecParam): a malformed or contradictory keychain request (see `ItemAttributes`).
         public static let param = Code("io.vaultd.Keychain.Param")
         /// -25291 (errSecNotAvailable): a ThisDeviceOnly item made on another device (a moved
@@ -95,7 +103,11 @@ public struct VaultError: Error, Equatable, CustomStringConvertible, Sendable {
         /// The database file was replaced or truncated under vaultd while it ran: no more
         /// writes are served until it restarts.
         public static let storeReplaced = Code("io.vaultd.Vault.StoreReplaced")
-        /// vaultd failed unexpectedly (a damaged store, a failed sync); the message says where.
+        /// SQLite reports the store malformed (SQLITE_CORRUPT, SQLITE_NOTADB) in the middle of
+        /// a call: nothing more is written until vaultd restarts, and a start refuses such a
+        /// store. The message says what to do (`vaultctl doctor`, restore a backup).
+        public static let storeDamaged = Code("io.vaultd.Vault.StoreDamaged")
+        /// vaultd failed unexpectedly (a failed sync, a row it cannot read); the message says where.
         public static let internalError = Code("io.vaultd.Vault.InternalError")
         /// An owner-only method (Init, Unlock, Lock, ChangePassphrase, Apps, cache Purge) called by an app.
         public static let permissionDenied = Code("io.vaultd.Vault.PermissionDenied")
@@ -145,6 +157,7 @@ public struct VaultError: Error, Equatable, CustomStringConvertible, Sendable {
             duplicateItem.name: -25299, itemNotFound.name: -25300, interactionNotAllowed.name: -25308,
             missingEntitlement.name: -34018, authFailed.name: -25293, param.name: -50,
             notAvailableOnThisDevice.name: -25291, secretTooLarge.name: -50, wrongPassphrase.name: -25293,
+            itemDamaged.name: -26275,
         ]
     }
 

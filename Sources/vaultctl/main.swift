@@ -29,6 +29,8 @@ let toolUsage = """
       restore FILE [--passphrase-fd N | --identity KEYFILE] [--merge]
               [--new-passphrase-fd M | --no-passphrase]
         into a new vault (then its new passphrase), an empty one, or --merge: newer one wins
+      doctor [--json]                       check the store: SQLite's integrity check, every item
+                                            (damaged ones named; exit 1 when any)
     Keychain (CLASS is generic or internet, right after the verb; without it, internet when
         --server, --protocol, --port, --path, --authentication-type or --security-domain is
         given, else generic, and list lists both; --service is a generic password's only):
@@ -201,6 +203,7 @@ func parseCommand(_ args: inout Arguments) throws -> Command {
     case "passphrase": return try PassphraseCommand(&args)
     case "backup": return try BackupCommand(&args)
     case "restore": return try RestoreCommand(&args)
+    case "doctor": return try DoctorCommand(&args)
     case "item": return try ItemCommand(&args)
     case "defaults": return try DefaultsCommand(&args)
     case "app": return try AppCommand(&args)

@@ -59,6 +59,7 @@ extension Dispatcher {
         case .vaultObserve: Entry(route: .stream { try $0.vaultObserve($1) })
         case .vaultBackup: Entry(route: .call { try $0.vaultBackup($1) })
         case .vaultRestore: Entry(route: .call { try $0.vaultRestore($1) })
+        case .vaultCheck: Entry(route: .call { try $0.vaultCheck($1) })
 
         case .keychainAdd: Entry(route: .call { try $0.keychainAdd($1) })
         case .keychainCopyMatching: Entry(route: .call { try $0.keychainCopyMatching($1) })
@@ -192,6 +193,9 @@ extension Dispatcher {
         return summary.json
     }
 
+    // io.vaultd.Vault.Check
+    func vaultCheck(_ r: Request) throws -> JSONObject { try vault.checkStore(caller: r.caller).json }
+
     // io.vaultd.Vault.Restore
     func vaultRestore(_ r: Request) throws -> JSONObject {
         let p = r.p
@@ -223,10 +227,10 @@ extension Dispatcher {
         let q = try query(p)
         let returnData = try p.optionalBool("returnData") ?? false
         let returnAttributes = try p.optionalBool("returnAttributes") ?? !returnData
-        let found = try vault.copyMatching(q, returnData: returnData, caller: caller)
-        return [
+        let matches = try vault.copyMatchingReportingDamage(q, returnData: returnData, caller: caller)
+        var reply: JSONObject = [
             "items": .array(
-                found.map { item in
+                matches.items.map { item in
                     var o: JSONObject = ["class": .string(item.itemClass.rawValue)]
                     if returnAttributes { o["attributes"] = item.attributes.json }
                     if let d = item.data {
@@ -235,6 +239,9 @@ extension Dispatcher {
                     return .object(o)
                 })
         ]
+        // At most 1,000 named: a store damaged throughout must not make a reply past the limit.
+        if !matches.damaged.isEmpty { reply["damaged"] = .array(matches.damaged.prefix(1000).map(\.json)) }
+        return reply
     }
 
     // io.vaultd.Keychain.Update

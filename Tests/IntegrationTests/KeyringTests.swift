@@ -380,6 +380,32 @@ import Glibc
         #expect(again.status == 0 && again.stdoutText.contains("0 added, 0 updated, 2 unchanged, 3 skipped"), "\(again)")
     }
 
+    /// A damaged item (its attributes' bytes zeroed on disk) is not exported, and is named;
+    /// every other item is, and the exit status says not all were.
+    @Test func anExportSkipsADamagedItemAndExportsTheRest() throws {
+        let k = try Self.initialisedFixture()
+        defer { k.close() }
+        for account in ["one", "two", "three"] {
+            let add = k.ctl(["item", "add", "--access-group", "g", "--service", "dmg.example", "--account", account], stdin: Data("secret-\(account)".utf8))
+            try #require(add.status == 0, "\(add)")
+        }
+        #expect(k.stopVaultd() == 0)
+        let store = k.dataDirectory + "/vault.sqlite"
+        func sqlite(_ sql: String) -> String { k.run("sqlite3", [store, sql]).stdoutText.trimmingCharacters(in: .whitespacesAndNewlines) }
+        let uuid = sqlite("SELECT lower(hex(uuid)) FROM items WHERE id = 2")
+        try DamagedStoreTests.damage(store: store, id: 2, column: "attributes", sqlite: sqlite)
+        try k.startVaultd()
+        #expect(k.ctl(["unlock", "--passphrase-fd", "3"], fds: Self.passphraseFD).status == 0)
+        let export = k.ctl(["keyring", "export", "--access-group", "g"])
+        #expect(export.status == 1, "\(export)")
+        #expect(export.stdoutText.contains("cannot export item 2 (uuid \(uuid), genericPassword in access group g): its attributes fail authentication"), "\(export)")
+        #expect(export.stdoutText.contains("2 added, 0 updated, 0 unchanged, 0 skipped, 1 not exported"), "\(export)")
+        for (account, exported) in [("one", true), ("two", false), ("three", true)] {
+            let lookup = k.run("secret-tool", ["lookup", "xdg:schema", "io.vaultd.Item", "service", "dmg.example", "account", account])
+            #expect(exported ? lookup.stdoutText == "secret-\(account)" : lookup.status != 0, "\(account): \(lookup)")
+        }
+    }
+
     /// `export --collection` writes into that collection even when the item was exported into
     /// another one before (not "unchanged" with nothing written); a label changed in the
     /// vault is exported too (not "unchanged" because the secret is).

@@ -33,6 +33,7 @@ import Glibc
         "io.vaultd.Vault.Observe": [:],
         "io.vaultd.Vault.Backup": ["path": "/tmp/policy-test-backup.age", "passphrase": "guess"],
         "io.vaultd.Vault.Restore": ["path": "/tmp/policy-test-backup.age", "passphrase": "guess"],
+        "io.vaultd.Vault.Check": [:],
         "io.vaultd.Keychain.Add": ["class": "genericPassword", "attributes": ["service": "p", "account": "p"], "data": "eg=="],
         "io.vaultd.Keychain.CopyMatching": ["class": "genericPassword", "query": ["service": "p"], "returnData": true],
         "io.vaultd.Keychain.Update": ["class": "genericPassword", "query": ["service": "p"], "attributes": ["label": "x"]],

@@ -255,7 +255,7 @@ struct LockTests {
         }
         let record: JSON = ["count": 3, "last": JSON(Date().timeIntervalSince1970 + 3600)]
         _ = try vault.locked {
-            try vault.db.run("UPDATE vault_meta SET value = ? WHERE key = 'unlock.failures'", [.blob(record.serialized())])
+            try vault.db.write { db in try db.run("UPDATE vault_meta SET value = ? WHERE key = 'unlock.failures'", [.blob(record.serialized())]) }
         }
     }
 

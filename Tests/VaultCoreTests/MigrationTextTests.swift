@@ -28,6 +28,7 @@ import Testing
         ("2026-12-01-preferences-modified", "1fbaf3b41aef7b9d7589135d8e302568e062f3602830eadf951998c80d77c840"),
         ("2026-12-01-item-lookup-attributes", "df7a88ac857f7aca8e314ee9c2e42d787f16241e19e46780cc1625086cfedbe9"),
         ("2026-12-02-sync-baseline", "8418a30efe75e0193defb0243eb53a18aee14f8b4b33af59b29647526fdc4504"),
+        ("2026-12-02-items-primary-key-unique", "2fda04e31c52ecf7419d5858a0e7a01577ace1e5deca494311100679a0c5f5fe"),
     ]
 
     static let oldestFixture = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
@@ -43,7 +44,7 @@ import Testing
                 try db.write { db in
                     db.traceStatements { texts.append($0) }
                     defer { db.stopTracing() }
-                    try m.migrate(db)
+                    try m.migrate(MigrationDatabase(db))
                 }
                 for t in texts where !(seen[m.name]?.contains(t) ?? false) { seen[m.name, default: []].append(t) }
             }

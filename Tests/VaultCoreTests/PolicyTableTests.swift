@@ -58,6 +58,7 @@ import VaultProtocol
             expectVaultError(.permissionDenied) { _ = try vault.restore(from: "/nonexistent/b.age", identities: [], newPassphrase: nil, merge: true, caller: app) }
             expectVaultError(.permissionDenied) { try vault.setAlias(caller: app) }
             expectVaultError(.permissionDenied) { try vault.registerPrompter(caller: app) }
+            expectVaultError(.permissionDenied) { _ = try vault.checkStore(caller: app) }
             let sync = SyncService(vault: vault)
             expectVaultError(.permissionDenied) { _ = try sync.initialize(folder: "/tmp", caller: app) }
             expectVaultError(.permissionDenied) { _ = try sync.join(folder: "/tmp", caller: app) }
@@ -69,7 +70,7 @@ import VaultProtocol
             let ownerOnly = Set(VaultCore.Operation.Kind.allCases.filter { $0.audience == .owner })
             #expect(
                 ownerOnly == [
-                    .unlock, .unlockFromKeyring, .lock, .initialize, .changePassphrase, .backup, .restore, .purgeCaches, .installApp, .uninstallApp,
+                    .unlock, .unlockFromKeyring, .lock, .initialize, .changePassphrase, .backup, .restore, .checkStore, .purgeCaches, .installApp, .uninstallApp,
                     .listApps, .showApp, .setAlias, .registerPrompter, .syncInit, .syncJoin, .syncApprove, .syncStatus, .syncLeave, .syncRemove,
                 ])
         }

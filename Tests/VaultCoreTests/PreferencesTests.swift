@@ -327,8 +327,12 @@ struct PreferencesTests {
                 defer { vault.close() }
                 try vault.setPreference(domain: Self.domain, key: "k1", value: controls, caller: .owner)
                 // As an older vaultd counted it: the binary size only.
-                _ = try vault.db.run("UPDATE preferences SET size = ? WHERE key = 'k1'", [.integer(Int64(2 + controls.storageSize))])
-                _ = try vault.db.run("DELETE FROM schema_migrations WHERE name = '2026-11-30-preferences-wire-size'")
+                try vault.locked {
+                    try vault.db.write { db in
+                        _ = try db.run("UPDATE preferences SET size = ? WHERE key = 'k1'", [.integer(Int64(2 + controls.storageSize))])
+                        _ = try db.run("DELETE FROM schema_migrations WHERE name = '2026-11-30-preferences-wire-size'")
+                    }
+                }
             }
             let vault = try Vault(dataDirectory: dir, passphrasePolicy: .tests)
             defer { vault.close() }
@@ -344,9 +348,13 @@ struct PreferencesTests {
     @Test func anUndecodableStoredValueDoesNotBlockDeleteOrImport() throws {
         try withVault(initialize: false) { vault, _ in
             func storeBadDate() throws {
-                _ = try vault.db.run(
-                    "INSERT INTO preferences (domain, key, value, size) VALUES (?, 'bad', ?, 12)",
-                    [.text(Self.domain), .blob(Array(#"{"date":"10000-01-01T00:00:00Z"}"#.utf8))])
+                _ = try vault.locked {
+                    try vault.db.write { db in
+                        try db.run(
+                            "INSERT INTO preferences (domain, key, value, size) VALUES (?, 'bad', ?, 12)",
+                            [.text(Self.domain), .blob(Array(#"{"date":"10000-01-01T00:00:00Z"}"#.utf8))])
+                    }
+                }
             }
             try storeBadDate()
             expectVaultError(.invalidValue) { _ = try vault.preferenceDomain(Self.domain, caller: .owner) }

@@ -222,7 +222,7 @@ struct MigratorTests {
                 #expect(shipped.migrations.map(\.name) == ["2026-11-29-initial", "2026-11-29-apps"])
                 try shipped.migrate(db)
                 #expect(try db.rows("PRAGMA index_list(items)").contains { $0[1].text == "sqlite_autoindex_items_1" })
-                try db.execute(
+                try db.executeScript(
                     """
                     ATTACH '\(dir)/vault.sqlite' AS cur;
                     INSERT INTO main.vault_meta SELECT * FROM cur.vault_meta;
@@ -280,8 +280,9 @@ struct MigratorTests {
             #expect(try db.rows("SELECT \(columns) FROM items ORDER BY id") == current)
             #expect(try db.row("PRAGMA integrity_check")?[0].text == "ok")
             let indexes = try db.rows("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'items' ORDER BY name").compactMap { $0[0].text }
-            // The lookup index is kept in memory (`ItemIndex`), not in the file.
-            #expect(indexes == ["items_generation", "items_group"])
+            // The lookup index is kept in memory (`ItemIndex`), not in the file; the primary
+            // key's uniqueness is held by SQLite too.
+            #expect(indexes == ["items_generation", "items_group", "items_primary_key"])
             let applied = try Schema.migrator.applied(in: db)
             #expect(
                 applied.contains("2026-11-30-items-uuid-unindexed") && applied.contains("2026-11-30-items-lookup-index")

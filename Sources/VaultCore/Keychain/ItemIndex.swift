@@ -164,15 +164,13 @@ final class ItemIndex: Sendable {
         let old = "old.id, " + Column.list("old.")
         let new = "new.id, " + Column.list("new.")
         let changed = (["id"] + Column.allCases.map(\.name)).map { "old.\($0) IS NOT new.\($0)" }.joined(separator: " OR ")
+        try db.execute("CREATE TEMP TRIGGER items_index_insert AFTER INSERT ON main.items BEGIN SELECT vaultd_item_index(1, \(new)); END")
+        try db.execute("CREATE TEMP TRIGGER items_index_delete AFTER DELETE ON main.items BEGIN SELECT vaultd_item_index(0, \(old)); END")
         try db.execute(
             """
-            CREATE TEMP TRIGGER items_index_insert AFTER INSERT ON main.items
-              BEGIN SELECT vaultd_item_index(1, \(new)); END;
-            CREATE TEMP TRIGGER items_index_delete AFTER DELETE ON main.items
-              BEGIN SELECT vaultd_item_index(0, \(old)); END;
             CREATE TEMP TRIGGER items_index_update AFTER UPDATE OF id, \(Column.list("")) ON main.items
               WHEN \(changed)
-              BEGIN SELECT vaultd_item_index(0, \(old)), vaultd_item_index(1, \(new)); END;
+              BEGIN SELECT vaultd_item_index(0, \(old)), vaultd_item_index(1, \(new)); END
             """)
         db.transactionEnded = { [weak self] db, rolledBack in self?.settle(db, rolledBack: rolledBack) }
     }

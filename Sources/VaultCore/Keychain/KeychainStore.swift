@@ -12,6 +12,13 @@ public struct FoundItem {
     public var isLocked = false
 }
 
+/// What a lookup found: the matches, and the damaged items it met, which it left out
+/// (`DamagedItem`; a client sees them in CopyMatching's `damaged`).
+public struct ItemMatches {
+    public var items: [FoundItem]
+    public var damaged: [DamagedItem]
+}
+
 /// What a keychain query asks for (SecItemCopyMatching's dictionary).
 public struct ItemQuery: Sendable {
     /// nil matches both classes.
@@ -47,6 +54,9 @@ final class KeychainStore {
     private let quota: StorageQuota
     /// Finds rows by their keyed hashes, for the writer and the readers.
     let itemIndex: ItemIndex
+    /// Tests only: `store` finds no other row of an item's primary key through `itemIndex`
+    /// (as a fault in the index would), so only the store's own uniqueness stops a second one.
+    var bypassIndexForTesting = false
 
     /// Over the writer's connection `db`, with migrations done: lists every item in the
     /// index and installs its triggers. Throws what SQLite throws.
@@ -221,6 +231,8 @@ final class KeychainStore {
             }
         }
         var rows: [Stored] = []
+        /// Rows the query's conditions on clear columns matched whose columns are malformed.
+        var malformed: [DamagedItem] = []
         var metadata: SecureBytes?
         /// Each candidate class's key, or the error it is unavailable with.
         var classKeys: [Accessibility: Result<SecureBytes, VaultError>] = [:]
@@ -245,7 +257,8 @@ final class KeychainStore {
     /// may see, and their keys, through the writer's connection: under the engine lock.
     func candidates(_ q: ItemQuery, caller: Caller) throws -> Candidates {
         let (metadata, hashKey) = try keys.metadataKeys()
-        var out = Candidates(rows: try Self.candidateRows(q, caller: caller, hashKey: hashKey, itemIndex: itemIndex, in: db), metadata: metadata)
+        let found = try Self.candidateRows(q, caller: caller, hashKey: hashKey, itemIndex: itemIndex, in: db)
+        var out = Candidates(rows: found.rows, malformed: found.malformed, metadata: metadata)
         try addClassKeys(to: &out)
         return out
     }
@@ -281,7 +294,7 @@ final class KeychainStore {
     /// reader's. A group the query names was granted by the policy (`Vault.authorize`).
     static func candidateRows(
         _ q: ItemQuery, caller: Caller, hashKey: SecureBytes, itemIndex: ItemIndex, in db: Database
-    ) throws -> [Candidates.Stored] {
+    ) throws -> (rows: [Candidates.Stored], malformed: [DamagedItem]) {
         // The arguments in the order of the SQL's parts; `shape` says which parts it has.
         var args: [SQLValue] = []
         var shape = 0
@@ -293,7 +306,7 @@ final class KeychainStore {
             shape |= CandidateSQL.accessGroup
             args.append(.text(g))
         } else if let groups = caller.visibleAccessGroups {
-            if groups.isEmpty { return [] }
+            if groups.isEmpty { return ([], []) }
             shape |= groups.count << CandidateSQL.groupCountShift
             args += groups.map { .text($0) }
         }
@@ -322,7 +335,7 @@ final class KeychainStore {
         case (let service?, nil): lookupHash = Self.fieldHash("service", service, index: hashKey)
         case (nil, let server?): lookupHash = Self.fieldHash("server", server, index: hashKey)
         case (nil, nil): break
-        case (_?, _?): return []
+        case (_?, _?): return ([], [])
         }
         let accountHash = q.attributes.account.map { Self.fieldHash("account", $0, index: hashKey) }
         if lookupHash != nil || accountHash != nil {
@@ -330,7 +343,7 @@ final class KeychainStore {
             if let h = lookupHash?.blob { hashes.append((.lookup, h)) }
             if let h = accountHash?.blob { hashes.append((.account, h)) }
             let ids = itemIndex.candidates(hashes)
-            if ids.isEmpty { return [] }
+            if ids.isEmpty { return ([], []) }
             if ids.count == 1 {
                 shape |= CandidateSQL.oneID
                 args.append(.integer(ids[0]))
@@ -351,19 +364,32 @@ final class KeychainStore {
     }
 
     /// The rows of `candidateRows`'s SQL of `shape`, bound to `args`.
-    private static func rows(shape: Int, _ args: [SQLValue], in db: Database) throws -> [Candidates.Stored] {
+    private static func rows(shape: Int, _ args: [SQLValue], in db: Database) throws -> (rows: [Candidates.Stored], malformed: [DamagedItem]) {
         var out: [Candidates.Stored] = []
+        var malformed: [DamagedItem] = []
         for r in try db.rows(shape: shape, sql: { CandidateSQL.text(shape) }, args) {
-            guard let id = r[0].int64, let uuid = r[1].blob, let cls = r[2].text.flatMap(ItemClass.init(rawValue:)),
-                let group = r[3].text, let acc = r[4].text.flatMap(Accessibility.init(rawValue:)), let sync = r[5].int64,
-                let attrBox = r[6].blob, let wrapped = r[7].blob, let secret = r[8].blob
-            else { continue }
-            out.append(
-                Candidates.Stored(
-                    id: id, uuid: uuid, itemClass: cls, accessGroup: group, accessible: acc, synchronizable: sync != 0, attributes: attrBox,
-                    wrappedKey: wrapped, secret: secret))
+            switch stored(r) {
+            case .success(let row): out.append(row)
+            case .failure(let damaged): malformed.append(damaged)
+            }
         }
-        return out
+        return (out, malformed)
+    }
+
+    /// A row of `id, uuid, item_class, access_group, accessible, synchronizable, attributes,
+    /// wrapped_key, secret` as stored, or, when a column is missing or of the wrong type (or
+    /// the class or accessibility unknown), the damaged item it is.
+    static func stored(_ r: [SQLValue]) -> Result<Candidates.Stored, DamagedItem> {
+        guard let id = r[0].int64, let uuid = r[1].blob, let cls = r[2].text.flatMap(ItemClass.init(rawValue:)),
+            let group = r[3].text, let acc = r[4].text.flatMap(Accessibility.init(rawValue:)), let sync = r[5].int64,
+            let attrBox = r[6].blob, let wrapped = r[7].blob, let secret = r[8].blob
+        else {
+            return .failure(DamagedItem(id: r[0].int64 ?? -1, uuid: r[1].blob, itemClass: r[2].text, accessGroup: r[3].text, part: .row))
+        }
+        return .success(
+            Candidates.Stored(
+                id: id, uuid: uuid, itemClass: cls, accessGroup: group, accessible: acc, synchronizable: sync != 0, attributes: attrBox,
+                wrappedKey: wrapped, secret: secret))
     }
 
     /// The SQL of `candidateRows`, by its shape: a bit for each condition it has (in the
@@ -399,15 +425,18 @@ final class KeychainStore {
         }
     }
 
-    /// Candidates decrypted, then matched exactly. Needs no lock.
-    private static func decode(_ c: Candidates, _ q: ItemQuery) -> [Row] {
-        guard let metadata = c.metadata else { return [] }
+    /// Candidates decrypted, then matched exactly, and the damaged ones that may match: the
+    /// malformed rows and those whose attributes do not open, when their clear columns match
+    /// (`mayMatch`). Needs no lock.
+    private static func decode(_ c: Candidates, _ q: ItemQuery) -> (rows: [Row], damaged: [DamagedItem]) {
+        guard let metadata = c.metadata else { return ([], []) }
         var out: [Row] = []
+        var damaged = c.malformed
         for r in c.rows {
             guard let plain = Sodium.openBytes(r.attributes, key: metadata, associatedData: r.associatedData),
                 var attrs = try? ItemAttributes(jsonObject: plain)
             else {
-                log("keychain: item \(r.id) failed authentication; skipped")
+                if mayMatch(r, q) { damaged.append(DamagedItem(r, .attributes)) }
                 continue
             }
             attrs.accessGroup = r.accessGroup
@@ -416,18 +445,44 @@ final class KeychainStore {
             guard attrs.matches(q.attributes) else { continue }
             out.append(Row(stored: r, attributes: attrs))
         }
-        return out
+        if !damaged.isEmpty { log("keychain: \(damaged.count) damaged item(s) met by a query: \(damaged.prefix(4).map(\.description).joined(separator: "; "))") }
+        return (out, damaged)
+    }
+
+    /// Whether a row whose attributes do not open may match `q`: its clear columns (class,
+    /// access group, accessibility: the SQL checked them; synchronizable here) and keyed
+    /// hashes (service or server, account, lookup attributes: the SQL checked those named)
+    /// match; what only its attributes hold cannot be told.
+    private static func mayMatch(_ r: Candidates.Stored, _ q: ItemQuery) -> Bool {
+        q.attributes.synchronizable.map { $0 == r.synchronizable } ?? true
+    }
+
+    /// Whether every attribute `a` names is one a damaged row is matched by for certain:
+    /// a clear column (access group, accessibility, synchronizable) or a keyed hash the
+    /// query's SQL checks (service or server, account). A Delete of such a query removes
+    /// the damaged items it meets; any other attribute could not be checked on them.
+    static func namesOnlyClearAttributes(_ a: ItemAttributes) -> Bool {
+        var rest = a
+        rest.service = nil
+        rest.server = nil
+        rest.account = nil
+        rest.accessGroup = nil
+        rest.accessible = nil
+        rest.synchronizable = nil
+        return rest == ItemAttributes()
     }
 
     /// Every row matching the query (its indexed parts, then exactly, decrypted), restricted
     /// to the groups the caller may see, split into those whose key is available, those that
     /// can never be read here (NotAvailableOnThisDevice: made on another device), and the
-    /// error of the others (the vault is locked), if any.
-    private func matchingRows(_ q: ItemQuery, caller: Caller) throws -> (available: [Row], otherDevice: [Row], error: VaultError?) {
+    /// error of the others (the vault is locked), if any; and the damaged items that may
+    /// match (`decode`).
+    private func matchingRows(_ q: ItemQuery, caller: Caller) throws -> (available: [Row], otherDevice: [Row], error: VaultError?, damaged: [DamagedItem]) {
         let c = try candidates(ItemQuery(itemClass: q.itemClass, attributes: q.attributes, matchAll: true), caller: caller)
         var ok: [Row] = [], other: [Row] = []
         var firstError: VaultError?
-        for r in Self.decode(c, q) {
+        let (decoded, damaged) = Self.decode(c, q)
+        for r in decoded {
             switch c.key(of: r.stored) {
             case .success?: ok.append(r)
             case .failure(let e)? where e.code == .notAvailableOnThisDevice: other.append(r)
@@ -435,22 +490,24 @@ final class KeychainStore {
             case nil: break
             }
         }
-        return (ok, other, firstError)
+        return (ok, other, firstError, damaged)
     }
 
+    /// A row's secret, for an Update. Throws ItemDamaged when it does not open, the
+    /// class-key error.
     private func decryptSecret(_ r: Row) throws -> SecureBytes {
-        try Self.secret(of: r.stored, classKey: try keys.classKey(r.accessible))
+        guard let s = Self.openSecret(of: r.stored, classKey: try keys.classKey(r.accessible)) else {
+            throw DamagedItem.error([DamagedItem(r.stored, .secret)], DamagedItem.advice)
+        }
+        return s
     }
 
-    /// A row's secret: its item key unwrapped with `classKey`, then the secret opened with it.
-    private static func secret(of r: Candidates.Stored, classKey: SecureBytes) throws -> SecureBytes {
+    /// A row's secret: its item key unwrapped with `classKey`, then the secret opened with
+    /// it; nil when either fails authentication.
+    static func openSecret(of r: Candidates.Stored, classKey: SecureBytes) -> SecureBytes? {
         let ad = r.associatedData
-        guard let itemKey = Sodium.open(r.wrappedKey, key: classKey, associatedData: ad),
-            let secret = Sodium.open(r.secret, key: itemKey, associatedData: ad)
-        else {
-            throw VaultError(.internalError, "item \(r.id) failed authentication (the vault file was altered or damaged)")
-        }
-        return secret
+        guard let itemKey = Sodium.open(r.wrappedKey, key: classKey, associatedData: ad) else { return nil }
+        return Sodium.open(r.secret, key: itemKey, associatedData: ad)
     }
 
     // MARK: writing rows
@@ -520,12 +577,22 @@ final class KeychainStore {
         // account may hold thousands of rows (one server's internet passwords of one account,
         // one per path), each read for every write.
         let primaryKeyHash = values[Self.primaryKeyHashValue]
-        let others = itemIndex.candidates([(.primaryKey, primaryKeyHash.blob ?? [])]).filter { $0 != id }
+        let others = bypassIndexForTesting ? [] : itemIndex.candidates([(.primaryKey, primaryKeyHash.blob ?? [])]).filter { $0 != id }
         if !others.isEmpty,
             let r = try db.row(
-                "SELECT id, uuid, item_class, access_group, accessible, synchronizable, wrapped_key FROM items WHERE id IN (SELECT value FROM json_each(?)) AND primary_key_hash = ?",
+                "SELECT id, uuid, item_class, access_group, accessible, synchronizable, wrapped_key, attributes, secret FROM items WHERE id IN (SELECT value FROM json_each(?)) AND primary_key_hash = ?",
                 [.text(ItemIndex.jsonList(others)), primaryKeyHash])
         {
+            // The item holding this primary key is damaged: said so, rather than
+            // DuplicateItem for an item no lookup finds.
+            switch Self.stored([r[0], r[1], r[2], r[3], r[4], r[5], r[7], r[6], r[8]]) {
+            case .failure(let d):
+                throw DamagedItem.error([d], DamagedItem.advice)
+            case .success(let row):
+                if Sodium.openBytes(row.attributes, key: try keys.metadataKeys().metadata, associatedData: row.associatedData) == nil {
+                    throw DamagedItem.error([DamagedItem(row, .attributes)], "It holds this item's primary key. " + DamagedItem.advice)
+                }
+            }
             // An add over another device's ThisDeviceOnly item (which no unlock here opens)
             // replaces it, as an iPhone restored from a backup lets its apps add such items
             // afresh; any other collision is SecItemAdd's DuplicateItem.
@@ -565,8 +632,13 @@ final class KeychainStore {
                         [.blob(Array(hashes[start..<start + 16])), .integer(rowID)])
                 }
             }
+        } catch let e as ConstraintViolation where e.isUniqueness {
+            // `items_primary_key` (the only UNIQUE index of `items`) holds this primary key:
+            // the lookup index missed the row holding it, which the check above relies on.
+            // SecItemAdd's answer all the same, never a second item.
+            log("keychain: the store's uniqueness of primary keys refused a row the lookup index did not know of (a fault in the index)")
+            throw VaultError(.duplicateItem, "an item with the same primary key already exists in this access group")
         } catch let e as ConstraintViolation {
-            // No constraint of `items` is left for a well-formed row to break.
             throw VaultError(.internalError, "the store refused the item's row (SQLite \(e.code))")
         }
     }
@@ -605,21 +677,25 @@ final class KeychainStore {
     }
 
     /// SecItemCopyMatching's work after the candidates are read, without a lock. Returns
-    /// available matches (one, or all with `matchAll`); throws ItemNotFound when nothing
-    /// matches, or the class-key error (InteractionNotAllowed, NotAvailableOnThisDevice) when
-    /// only unavailable items match. With `matchAll`, a match whose class is locked fails the
+    /// available matches (one, or all with `matchAll`) and the damaged items the query met
+    /// (`decode`; and those whose secret does not open, when `returnData`), which are left
+    /// out of the matches, never fail the others; throws ItemNotFound when nothing
+    /// matches, ItemDamaged when only damaged items do, or the class-key error
+    /// (InteractionNotAllowed, NotAvailableOnThisDevice) when only unavailable items match.
+    /// With `matchAll`, a match whose class is locked fails the
     /// whole query with its error (InteractionNotAllowed, as securityd's query stops at an
     /// item the keybag cannot open): a partial list would report the locked items as not
     /// found. Items of another device (a moved data directory) never open here,
     /// so they are left out of a list rather than failing every one.
     /// `includingLocked` (the Secret Service's searches, which answer with the unlocked and
     /// the locked matches): a locked match is listed, marked `isLocked`, instead.
-    static func copyMatching(_ c: Candidates, _ q: ItemQuery, returnData: Bool, includingLocked: Bool = false) throws -> [FoundItem] {
+    static func copyMatching(_ c: Candidates, _ q: ItemQuery, returnData: Bool, includingLocked: Bool = false) throws -> ItemMatches {
         var rows: [Row] = []
         var lockedRows: [Row] = []
         var error: VaultError?
         var locked: VaultError?
-        for r in decode(c, q) {
+        var (decoded, damaged) = decode(c, q)
+        for r in decoded {
             switch c.key(of: r.stored) {
             case .success?: rows.append(r)
             case .failure(let e)? where includingLocked && e.code != .notAvailableOnThisDevice:
@@ -631,33 +707,41 @@ final class KeychainStore {
             }
         }
         if q.matchAll, let locked { throw locked }
-        if includingLocked {
-            let lockedItems = lockedRows.map { FoundItem(itemClass: $0.itemClass, attributes: $0.attributes, data: nil, isLocked: true) }
-            if rows.isEmpty && lockedItems.isEmpty { throw error ?? VaultError(.itemNotFound, "no item matches the query") }
-            if !q.matchAll && rows.isEmpty { return [lockedItems[0]] }
-            return try Self.found(c, q.matchAll ? rows : [rows[0]], returnData: returnData) + (q.matchAll ? lockedItems : [])
-        }
-        if rows.isEmpty {
-            throw error ?? VaultError(.itemNotFound, "no item matches the query")
+        func nothing() -> VaultError {
+            error ?? (damaged.isEmpty ? VaultError(.itemNotFound, "no item matches the query") : DamagedItem.error(damaged, DamagedItem.advice))
         }
         // The secrets alone, in base64, would make the reply larger than a message may be:
         // ReplyTooLarge as soon as that is known, before more of them are decrypted and held
         // (a query of every item with its data built a tree of all of them, then was refused).
-        return try Self.found(c, q.matchAll ? rows : [rows[0]], returnData: returnData)
+        let items = try Self.found(c, rows, returnData: returnData, one: !q.matchAll, damaged: &damaged)
+        if includingLocked {
+            let lockedItems = lockedRows.map { FoundItem(itemClass: $0.itemClass, attributes: $0.attributes, data: nil, isLocked: true) }
+            if items.isEmpty && lockedItems.isEmpty { throw nothing() }
+            if !q.matchAll && items.isEmpty { return ItemMatches(items: [lockedItems[0]], damaged: damaged) }
+            return ItemMatches(items: items + (q.matchAll ? lockedItems : []), damaged: damaged)
+        }
+        if items.isEmpty { throw nothing() }
+        return ItemMatches(items: items, damaged: damaged)
     }
 
-    /// Available rows as found items, with their secrets when `returnData`. Throws
-    /// ReplyTooLarge when the secrets alone would be over a message's size.
-    private static func found(_ c: Candidates, _ rows: [Row], returnData: Bool) throws -> [FoundItem] {
+    /// Available rows as found items, with their secrets when `returnData` (`one`: the
+    /// first whose secret opens); a row whose secret does not open is added to `damaged`
+    /// instead. Throws ReplyTooLarge when the secrets alone would be over a message's size.
+    private static func found(_ c: Candidates, _ rows: [Row], returnData: Bool, one: Bool, damaged: inout [DamagedItem]) throws -> [FoundItem] {
         var replyBytes = 0
         // What the reply's items will take in memory while it is built and sent
         // (`ReplyLimit.itemBytes`): past `ReplyLimit.maximumBuildBytes`, ReplyTooLarge too, so
         // the bound vaultd reserved for the reply before the lookup (its reply budget) holds.
         var buildBytes = 0
-        return try rows.map { r in
+        var out: [FoundItem] = []
+        for r in rows {
             var data: SecureBytes?
             if returnData, case .success(let classKey)? = c.key(of: r.stored) {
-                let s = try secret(of: r.stored, classKey: classKey)
+                guard let s = openSecret(of: r.stored, classKey: classKey) else {
+                    damaged.append(DamagedItem(r.stored, .secret))
+                    log("keychain: \(DamagedItem(r.stored, .secret).description)")
+                    continue
+                }
                 replyBytes += (s.count + 2) / 3 * 4
                 if replyBytes >= Varlink.maximumMessageSize {
                     throw VaultError(
@@ -674,8 +758,10 @@ final class KeychainStore {
                     "the answer would hold more items than vaultd builds one reply of (\(ReplyLimit.maximumBuildBytes >> 20) MiB in memory): ask for less (a narrower query, no data)",
                     extra: ["size": JSON(buildBytes), "limit": JSON(ReplyLimit.maximumBuildBytes)])
             }
-            return FoundItem(itemClass: r.itemClass, attributes: r.attributes, data: data)
+            out.append(FoundItem(itemClass: r.itemClass, attributes: r.attributes, data: data))
+            if one { break }
         }
+        return out
     }
 
     /// SecItemUpdate: sets `changes` on every match and, when `secret` is given, replaces its
@@ -692,9 +778,15 @@ final class KeychainStore {
             throw VaultError.param("nothing to update: give attributes to change, a new secret, or both")
         }
         if let secret { try SecretLimit.check(secret.count) }
-        let (rows, otherDevice, error) = try matchingRows(q, caller: caller)
+        let (rows, otherDevice, error, damaged) = try matchingRows(q, caller: caller)
         if let e = otherDevice.first { throw Self.otherDeviceError(e.accessible) }
         if let error { throw error }
+        // All matches change or none: a damaged item that matches for certain (the query
+        // names only what its clear columns tell) cannot be changed, so nothing is; one that
+        // may match (the query names more) is left alone, unless nothing else matches.
+        if !damaged.isEmpty && (rows.isEmpty || Self.namesOnlyClearAttributes(q.attributes)) {
+            throw DamagedItem.error(damaged, "Nothing was changed. " + DamagedItem.advice)
+        }
         if rows.isEmpty { throw VaultError(.itemNotFound, "no item matches the query") }
         let now = Date()
         // A change that grows items counts against the apps that added them (QuotaExceeded
@@ -716,13 +808,24 @@ final class KeychainStore {
     /// SecItemDelete: deletes every match. Throws ItemNotFound, or the class-key error when a
     /// match is unavailable (the vault is locked; nothing is deleted then). Items made on
     /// another device (NotAvailableOnThisDevice) are deleted: no unlock here will open them.
+    /// Damaged items (`DamagedItem`) are deleted when the query names only what their clear
+    /// columns tell (service or server, account, access group, accessibility,
+    /// synchronizable: they match for certain); a query naming more leaves them, and throws
+    /// ItemDamaged when nothing else matches.
     func delete(_ q: ItemQuery, caller: Caller) throws -> Int {
-        let (available, otherDevice, error) = try matchingRows(q, caller: caller)
+        let (available, otherDevice, error, damaged) = try matchingRows(q, caller: caller)
         if let error { throw error }
-        let rows = available + otherDevice
-        if rows.isEmpty { throw VaultError(.itemNotFound, "no item matches the query") }
-        for r in rows { try db.run("DELETE FROM items WHERE id = ?", [.integer(r.id)]) }
-        return rows.count
+        let ids = (available + otherDevice).map(\.id)
+        let damagedIDs = Self.namesOnlyClearAttributes(q.attributes) ? damaged.map(\.id) : []
+        if ids.isEmpty && damagedIDs.isEmpty {
+            if !damaged.isEmpty {
+                throw DamagedItem.error(damaged, "Nothing was deleted: a Delete removes a damaged item when it names only its service or server, account, access group, accessibility or synchronizable")
+            }
+            throw VaultError(.itemNotFound, "no item matches the query")
+        }
+        for id in ids + damagedIDs { try db.run("DELETE FROM items WHERE id = ?", [.integer(id)]) }
+        if !damagedIDs.isEmpty { log("keychain: deleted \(damagedIDs.count) damaged item(s): \(damaged.prefix(4).map(\.description).joined(separator: "; "))") }
+        return ids.count + damagedIDs.count
     }
 
     /// Deletes every item of one accessibility class (used when the passphrase is removed).

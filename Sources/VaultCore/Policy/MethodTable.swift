@@ -26,6 +26,7 @@ extension Policy {
         "io.vaultd.Vault.Observe": .operation(.observeLockState),
         "io.vaultd.Vault.Backup": .operation(.backup),
         "io.vaultd.Vault.Restore": .operation(.restore),
+        "io.vaultd.Vault.Check": .operation(.checkStore),
 
         "io.vaultd.Keychain.Add": .operation(.addItem),
         "io.vaultd.Keychain.CopyMatching": .operation(.copyItems),

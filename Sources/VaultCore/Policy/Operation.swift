@@ -17,6 +17,9 @@ public enum Operation: Sendable, Equatable {
     /// they read and write every item, domain and registration).
     case backup
     case restore
+    /// A check of the store (`vaultctl doctor`): it names every damaged item, of every
+    /// access group (owner only).
+    case checkStore
 
     // Keychain items (SecItem*). `accessGroup`: the group the call names (in the query, or an
     // Add's attributes); nil: every group the caller may see (an Add: its default group).
@@ -80,6 +83,7 @@ public enum Operation: Sendable, Equatable {
         case .observeLockState: .observeLockState
         case .backup: .backup
         case .restore: .restore
+        case .checkStore: .checkStore
         case .addItem: .addItem
         case .copyItems: .copyItems
         case .updateItems: .updateItems
@@ -112,7 +116,7 @@ public enum Operation: Sendable, Equatable {
 
     /// An operation's kind: one per case of `Operation`.
     public enum Kind: String, Sendable, CaseIterable {
-        case hello, status, initialize, unlock, unlockFromKeyring, lock, changePassphrase, observeLockState, backup, restore
+        case hello, status, initialize, unlock, unlockFromKeyring, lock, changePassphrase, observeLockState, backup, restore, checkStore
         case addItem, copyItems, updateItems, deleteItems
         case listAccessGroups, useAccessGroup, requestUnlock, setAlias, registerPrompter
         case readPreferences, writePreferences, listDomains, observePreferences
@@ -127,7 +131,7 @@ public enum Operation: Sendable, Equatable {
             // caches are the owner's, and so are backups and restores, which hold everything, and
             // sync, which carries the owner's synchronizable items to other devices. The
             // prompter is handed the vault's passphrase: the owner's program alone.
-            case .initialize, .unlock, .unlockFromKeyring, .lock, .changePassphrase, .backup, .restore, .purgeCaches,
+            case .initialize, .unlock, .unlockFromKeyring, .lock, .changePassphrase, .backup, .restore, .checkStore, .purgeCaches,
                 .installApp, .uninstallApp, .listApps, .showApp, .setAlias, .registerPrompter,
                 .syncInit, .syncJoin, .syncApprove, .syncStatus, .syncLeave, .syncRemove:
                 .owner

@@ -96,7 +96,7 @@ public enum Policy {
         case .useAccessGroup(let group):
             try requireAccess(to: group, for: caller, "the caller is not a member of the requested access group")
             grant.accessGroup = group
-        case .hello, .status, .initialize, .unlock, .unlockFromKeyring, .lock, .changePassphrase, .observeLockState, .backup, .restore,
+        case .hello, .status, .initialize, .unlock, .unlockFromKeyring, .lock, .changePassphrase, .observeLockState, .backup, .restore, .checkStore,
             .listDomains, .cacheUsage, .purgeCaches, .observeCachePurges, .installApp, .uninstallApp, .listApps, .showApp,
             .listAccessGroups, .requestUnlock, .setAlias, .registerPrompter, .syncInit, .syncJoin, .syncApprove, .syncStatus, .syncLeave, .syncRemove:
             break

@@ -210,6 +210,11 @@ public final class Database {
     /// Before a write: throws StoreReplaced once `identity` has seen the files changed
     /// underneath, having put the WAL aside (`storeReplaced`).
     private func checkIdentity() throws {
+        if damageSeen {
+            throw VaultError(
+                .storeDamaged,
+                "the store is damaged (SQLite reported it malformed earlier): vaultd writes nothing more to it; stopped and started again it refuses it. Keep a copy of the data directory, then restore a backup (`vaultctl restore`, docs/backup.md)")
+        }
         guard let identity else { return }
         do {
             try identity.checkWrite()
@@ -249,6 +254,12 @@ public final class Database {
         )
     }
 
+    /// SQLite's `PRAGMA quick_check` of the whole file (at most `lines` lines): ["ok"] when
+    /// sound. Throws StoreDamaged when SQLite cannot read the file at all.
+    func quickCheck(lines: Int = 10) throws -> [String] {
+        try rows("PRAGMA quick_check(\(lines))").compactMap { $0[0].text }
+    }
+
     /// Makes the next COMMIT of this connection fail (SQLite rolls the transaction back), as a
     /// disk that fills at that very commit would: for tests of what a failed commit leaves.
     func failNextCommit() {
@@ -272,6 +283,10 @@ public final class Database {
         switch primary {
         case SQLITE_FULL:
             return VaultError(.storageFull, "the disk holding the vault is full; nothing was written")
+        case SQLITE_CORRUPT, SQLITE_NOTADB:
+            return VaultError(
+                .storeDamaged,
+                "the store is damaged: SQLite reports it malformed in \(context) (\(detail)). vaultd writes nothing more to it; stopped and started again it refuses it. Keep a copy of the data directory, then restore a backup (`vaultctl restore`, docs/backup.md)")
         case SQLITE_IOERR where rc == SQLITE_IOERR | (3 << 8) || rc == SQLITE_IOERR | (4 << 8):
             // SQLITE_IOERR_WRITE / _FSYNC: a WAL write or sync failed, as on a full disk.
             return VaultError(.storageFull, "cannot write to the vault's disk (\(detail)); nothing was written")
@@ -282,23 +297,39 @@ public final class Database {
 
     func check(_ rc: Int32, _ context: String) throws {
         guard rc == SQLITE_OK || rc == SQLITE_DONE || rc == SQLITE_ROW else {
-            throw Database.error(rc, handle, context: context)
+            let e = Database.error(rc, handle, context: context)
+            if e.code == .storeDamaged && !damageSeen {
+                damageSeen = true
+                log("STORE DAMAGED: \(path): \(e.message)")
+            }
+            throw e
         }
     }
 
-    /// Runs SQL without results (several statements allowed).
-    /// A single statement (BEGIN, COMMIT, SAVEPOINT, a PRAGMA …) is prepared once and cached:
-    /// a group commit runs several per batch.
+    /// Set once SQLite reported this connection's file malformed (SQLITE_CORRUPT,
+    /// SQLITE_NOTADB): no write is begun on it afterwards (a write into a damaged b-tree
+    /// can spread the damage).
+    private(set) var damageSeen = false
+
+    /// Runs one SQL statement without results (BEGIN, COMMIT, SAVEPOINT, a PRAGMA, DDL …),
+    /// prepared once and cached: a group commit runs several per batch. Text holding more
+    /// than one statement is refused (InternalError), never half run: a script of several
+    /// goes through `executeScript`, which only migrations use.
     public func execute(_ sql: String) throws {
-        guard let h = handle else { throw VaultError(.internalError, "database is closed") }
         // ROLLBACK TO a savepoint calls no rollback hook.
         if sql.hasPrefix("ROLLBACK") { rollbackSeen.value = true }
-        guard sql.utf8.contains(UInt8(ascii: ";")) else {
-            let s = try statement(sql)
-            defer { s.reset() }
-            while try s.step() {}
-            return
-        }
+        let s = try statement(sql)
+        defer { s.reset() }
+        while try s.step() {}
+    }
+
+    /// Runs `sql`, a script of statements separated by semicolons, in order
+    /// (sqlite3_exec): for schema migrations (`Migrator`), whose texts are scripts. Stops at
+    /// the first failing statement and throws its error; the caller's transaction rolls the
+    /// rest back.
+    func executeScript(_ sql: String) throws {
+        guard let h = handle else { throw VaultError(.internalError, "database is closed") }
+        if sql.hasPrefix("ROLLBACK") { rollbackSeen.value = true }
         try check(sqlite3_exec(h, sql, nil, nil, nil), "exec")
     }
 
@@ -310,8 +341,27 @@ public final class Database {
         }
         guard let h = handle else { throw VaultError(.internalError, "database is closed") }
         var st: OpaquePointer?
-        try check(sqlite3_prepare_v3(h, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &st, nil), "prepare")
-        let s = Statement(handle: st!, database: self)
+        var rest = false
+        try sql.withCString { text in
+            var tail: UnsafePointer<CChar>?
+            try check(sqlite3_prepare_v3(h, text, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &st, &tail), "prepare")
+            // What SQLite did not read (sqlite3_prepare's tail): only blanks and semicolons
+            // may follow the statement.
+            var p = tail
+            while let c = p?.pointee, c != 0 {
+                if !(c == 0x20 || c == 0x0A || c == 0x09 || c == 0x0D || c == 0x3B) {
+                    rest = true
+                    break
+                }
+                p = p?.advanced(by: 1)
+            }
+        }
+        guard let st else { throw VaultError(.internalError, "storage error in prepare: no statement in the SQL text") }
+        guard !rest else {
+            sqlite3_finalize(st)
+            throw VaultError(.internalError, "storage error in prepare: the SQL text holds more than one statement")
+        }
+        let s = Statement(handle: st, database: self)
         statementCache[sql] = s
         return s
     }
@@ -336,10 +386,21 @@ public final class Database {
         try rows(of: try statement(shape: shape, sql: sql), arguments)
     }
 
+    /// Set on the vault's writer connection: every statement that writes runs inside a
+    /// transaction (`Vault.transaction`, `write`, `writeDeferringSync`), never in SQLite's
+    /// autocommit, so each mutation has one path with its durability and its `ItemIndex`
+    /// settling. Checked by `run` in debug builds (tests), where a write outside throws.
+    var writesNeedTransaction = false
+
     /// Runs `sql` with `arguments`; returns the number of rows changed.
     @discardableResult
     public func run(_ sql: String, _ arguments: [SQLValue] = []) throws -> Int {
         let s = try statement(sql)
+        #if DEBUG
+        if writesNeedTransaction && !isInTransaction && !s.isReadOnly {
+            throw VaultError(.internalError, "a write outside a transaction on the vault's writer connection: \(sql.prefix(80))")
+        }
+        #endif
         try s.bind(arguments)
         while try s.step() {}
         return Int(sqlite3_changes(handle))
@@ -378,6 +439,14 @@ public final class Database {
     public func write<T>(_ body: (Database) throws -> T) throws -> T {
         try checkIdentity()
         return try transaction("BEGIN IMMEDIATE", body, then: ended)
+    }
+
+    /// Runs `body` inside the transaction this connection has open, or, when none is, in
+    /// one of its own (`write`): for a change that belongs to its caller's transaction when
+    /// there is one (a key made while the vault is created) and stands alone otherwise (the
+    /// same key made at an unlock).
+    func inTransaction<T>(_ body: (Database) throws -> T) throws -> T {
+        isInTransaction ? try body(self) : try write(body)
     }
 
     /// Runs `body` after `begin`: committed when it returns, rolled back when it throws;
@@ -567,6 +636,9 @@ public final class Statement {
         sqlite3_clear_bindings(handle)
     }
 
+    /// Whether it makes no direct change to the database file (sqlite3_stmt_readonly).
+    var isReadOnly: Bool { sqlite3_stmt_readonly(handle) != 0 }
+
     private static let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
 
     func bind(_ arguments: [SQLValue]) throws {
@@ -647,5 +719,9 @@ public final class Statement {
 
 /// A UNIQUE / CHECK / FOREIGN KEY constraint failed.
 public struct ConstraintViolation: Error {
+    /// SQLite's extended result code.
     public var code: Int32
+    /// A UNIQUE index (or PRIMARY KEY) refused a second row with its key.
+    /// (SQLITE_CONSTRAINT_UNIQUE, SQLITE_CONSTRAINT_PRIMARYKEY: macros Swift does not import.)
+    public var isUniqueness: Bool { code == SQLITE_CONSTRAINT | (8 << 8) || code == SQLITE_CONSTRAINT | (6 << 8) }
 }

@@ -5,12 +5,12 @@ import VaultProtocol
 /// Each migration runs once, in order, in its own transaction, and its name is recorded in
 /// `schema_migrations`. Shipped migrations are never edited: add a new one instead.
 public struct Migrator {
-    public typealias Migration = (name: String, migrate: (Database) throws -> Void)
+    public typealias Migration = (name: String, migrate: (MigrationDatabase) throws -> Void)
     public private(set) var migrations: [Migration] = []
 
     public init() {}
 
-    public mutating func register(_ name: String, _ migrate: @escaping (Database) throws -> Void) {
+    public mutating func register(_ name: String, _ migrate: @escaping (MigrationDatabase) throws -> Void) {
         precondition(!migrations.contains { $0.name == name }, "duplicate migration \(name)")
         migrations.append((name, migrate))
     }
@@ -31,9 +31,24 @@ public struct Migrator {
         }
         for m in migrations where !done.contains(m.name) {
             try db.write { db in
-                try m.migrate(db)
+                try m.migrate(MigrationDatabase(db))
                 try db.run("INSERT INTO schema_migrations (name, applied_at) VALUES (?, julianday('now'))", [.text(m.name)])
             }
         }
     }
+}
+
+/// The database as a migration sees it, inside the migration's transaction: `execute` runs
+/// a script (several statements, as the shipped migrations' texts are), the others one
+/// statement each, as `Database`'s do.
+public struct MigrationDatabase {
+    let db: Database
+    init(_ db: Database) { self.db = db }
+
+    /// Runs a script of statements (`Database.executeScript`).
+    public func execute(_ sql: String) throws { try db.executeScript(sql) }
+    @discardableResult
+    public func run(_ sql: String, _ arguments: [SQLValue] = []) throws -> Int { try db.run(sql, arguments) }
+    public func rows(_ sql: String, _ arguments: [SQLValue] = []) throws -> [Row] { try db.rows(sql, arguments) }
+    public func row(_ sql: String, _ arguments: [SQLValue] = []) throws -> Row? { try db.row(sql, arguments) }
 }

@@ -243,6 +243,42 @@ enum Schema {
                 ) WITHOUT ROWID;
                 """)
         }
+        // One item per primary key, held by SQLite again (`ItemIndex` stays the fast path
+        // DuplicateItem is found by; this index catches what a fault in it would let
+        // through, `KeychainStore.store`). `primary_key_hash` is keyed over the class, group,
+        // synchronizable and the class's key attributes, so it is unique per class. A store
+        // that already holds several rows of one primary key keeps the one added last (the
+        // highest id: the app's last write, which its Add was told had succeeded) and moves
+        // the others, as they were (still encrypted and bound to their uuid), to
+        // `items_set_aside`: nothing is deleted; the log says how many, `vaultctl doctor`
+        // lists them. The vault may be locked here: nothing is decrypted.
+        m.register("2026-12-02-items-primary-key-unique") { db in
+            try db.execute(
+                """
+                CREATE TABLE items_set_aside (
+                  id INTEGER PRIMARY KEY,                 -- its id in items
+                  kept_id INTEGER NOT NULL,               -- the row of the same primary key left in items
+                  set_aside_at REAL NOT NULL,             -- Unix time
+                  uuid BLOB, item_class TEXT, access_group TEXT, accessible TEXT, synchronizable INTEGER,
+                  primary_key_hash BLOB, lookup_hash BLOB, account_hash BLOB,
+                  attributes BLOB, wrapped_key BLOB, secret BLOB, generation TEXT
+                );
+                CREATE TEMP TABLE kept AS
+                  SELECT primary_key_hash AS hash, max(id) AS id FROM items GROUP BY primary_key_hash HAVING count(*) > 1;
+                INSERT INTO items_set_aside (id, kept_id, set_aside_at, uuid, item_class, access_group, accessible, synchronizable,
+                  primary_key_hash, lookup_hash, account_hash, attributes, wrapped_key, secret, generation)
+                SELECT i.id, k.id, (julianday('now') - 2440587.5) * 86400.0, i.uuid, i.item_class, i.access_group, i.accessible, i.synchronizable,
+                  i.primary_key_hash, i.lookup_hash, i.account_hash, i.attributes, i.wrapped_key, i.secret, i.generation
+                FROM items i JOIN kept k ON k.hash = i.primary_key_hash WHERE i.id < k.id;
+                DELETE FROM items WHERE id IN (SELECT id FROM items_set_aside);
+                DROP TABLE kept;
+                CREATE UNIQUE INDEX items_primary_key ON items (primary_key_hash);
+                """)
+            let moved = try db.row("SELECT count(*) FROM items_set_aside")?[0].int64 ?? 0
+            if moved > 0 {
+                log("keychain: \(moved) item row(s) had the primary key of a later one; the later one of each is kept, the others were moved to items_set_aside (see `vaultctl doctor`)")
+            }
+        }
         return m
     }
 }

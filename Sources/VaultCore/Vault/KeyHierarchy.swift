@@ -251,7 +251,8 @@ final class KeyHierarchy {
             var k = try unwrap(name: own, kek: kek, deviceBound: true)
             if k == nil {
                 let fresh = SecureBytes.random(count: Sodium.keyLength)
-                try wrap(fresh, name: own, kek: kek, deviceBound: true)
+                // In the caller's transaction, or (an Unlock, a start) one of its own.
+                try db.inTransaction { _ in try wrap(fresh, name: own, kek: kek, deviceBound: true) }
                 k = fresh
             }
             classKeys[a] = k

@@ -326,12 +326,12 @@ extension Vault {
                     case .present where a.missingSince != nil:
                         let absent = Int(now.timeIntervalSince(a.missingSince!).rounded())
                         a.missingSince = nil
-                        if (try? locked({ try apps.save(a) })) != nil {
+                        if (try? locked({ try db.write { _ in try apps.save(a) } })) != nil {
                             log("app \(a.appID): its executable is back after about \(absent) s; the same install (generation \(a.generation))")
                         }
                     case .absent where a.missingSince == nil:
                         a.missingSince = now
-                        if (try? locked({ try apps.save(a) })) != nil {
+                        if (try? locked({ try db.write { _ in try apps.save(a) } })) != nil {
                             log("app \(a.appID): its executable \(logField(exe)) is missing; it counts as uninstalled in \(Int(grace)) s unless it comes back (UninstallGraceSeconds)")
                         }
                     case .absent where now.timeIntervalSince(a.missingSince!) >= grace:

@@ -15,12 +15,16 @@ public struct BackupSummary: Sendable, Equatable {
     public var apps = 0
     /// The file's size.
     public var bytes = 0
+    /// Damaged items (`DamagedItem`) left out: the rest is written.
+    public var damagedItems: [DamagedItem] = []
 
     public var json: JSONObject {
-        [
+        var o: JSONObject = [
             "items": JSON(items), "deviceBoundItems": JSON(deviceBoundItems), "leftOutItems": JSON(leftOutItems),
             "preferences": JSON(preferences), "domains": JSON(domains), "apps": JSON(apps), "bytes": JSON(bytes),
         ]
+        if !damagedItems.isEmpty { o["damagedItems"] = .array(damagedItems.prefix(1000).map(\.json)) }
+        return o
     }
 }
 
@@ -70,23 +74,20 @@ extension Vault {
     }
 
     /// Every item and every row of the copied tables, read in one transaction on `db`: one
-    /// commit's state, whatever writers commit meanwhile (a WAL reader's snapshot).
-    private static func snapshot(_ db: Database) throws -> (items: [StoredItem], rows: [BackupArchive.TableRow]) {
+    /// commit's state, whatever writers commit meanwhile (a WAL reader's snapshot). Rows
+    /// with malformed columns are returned as damaged items.
+    private static func snapshot(_ db: Database) throws -> (items: [StoredItem], malformed: [DamagedItem], rows: [BackupArchive.TableRow]) {
         try db.readTransaction { db in try snapshotInTransaction(db) }
     }
 
-    private static func snapshotInTransaction(_ db: Database) throws -> (items: [StoredItem], rows: [BackupArchive.TableRow]) {
+    private static func snapshotInTransaction(_ db: Database) throws -> (items: [StoredItem], malformed: [DamagedItem], rows: [BackupArchive.TableRow]) {
         var items: [StoredItem] = []
+        var malformed: [DamagedItem] = []
         for r in try db.rows("SELECT id, uuid, item_class, access_group, accessible, synchronizable, attributes, wrapped_key, secret, generation FROM items ORDER BY id") {
-            guard let id = r[0].int64, let uuid = r[1].blob, let cls = r[2].text.flatMap(ItemClass.init(rawValue:)), let group = r[3].text,
-                let acc = r[4].text.flatMap(Accessibility.init(rawValue:)), let sync = r[5].int64, let attrs = r[6].blob,
-                let wrapped = r[7].blob, let secret = r[8].blob
-            else { throw VaultError(.internalError, "item row \(r.first?.int64 ?? -1) is malformed; no backup was written") }
-            items.append(
-                StoredItem(
-                    row: .init(
-                        id: id, uuid: uuid, itemClass: cls, accessGroup: group, accessible: acc, synchronizable: sync != 0, attributes: attrs,
-                        wrappedKey: wrapped, secret: secret), generation: r[9].text))
+            switch KeychainStore.stored(r) {
+            case .success(let row): items.append(StoredItem(row: row, generation: r[9].text))
+            case .failure(let d): malformed.append(d)
+            }
         }
         var rows: [BackupArchive.TableRow] = []
         for table in BackupArchive.tables {
@@ -95,7 +96,7 @@ extension Vault {
                 rows.append(BackupArchive.TableRow(table: table, columns: Array(zip(columns, r)).map { ($0.0, $0.1) }))
             }
         }
-        return (items, rows)
+        return (items, malformed, rows)
     }
 
     /// The columns of `table`, in order (`PRAGMA table_info`).
@@ -110,8 +111,10 @@ extension Vault {
     /// `device.key`. ThisDeviceOnly items only with `includeDeviceBound`, their secrets then
     /// sealed by a key of this device's `device.key` (`KeyHierarchy.deviceBackupKey`). The
     /// plaintext is built in secure memory, encrypted here, and wiped; only the file leaves.
+    /// Damaged items (`DamagedItem`) are left out, the rest written, and named in the
+    /// summary and the log.
     /// Owner only. Throws PermissionDenied, InteractionNotAllowed (locked: nothing written),
-    /// Param (a relative path, bad recipients), StorageFull, InternalError (a damaged item).
+    /// Param (a relative path, bad recipients), StorageFull.
     public func backup(to path: String, recipients: [Age.Recipient], includeDeviceBound: Bool, caller: Caller) throws -> BackupSummary {
         _ = try authorize(.backup, for: caller)
         guard path.hasPrefix("/") else { throw VaultError.param("the backup's path must be absolute") }
@@ -130,8 +133,9 @@ extension Vault {
             for a in Accessibility.allCases { found[a] = try? keys.classKey(a) }
             return (try keys.metadataKeys().metadata, found, keys.deviceID, keys.deviceBackupKey())
         }
-        let (items, rows) = try reading { try Self.snapshot($0) }
+        let (items, malformed, rows) = try reading { try Self.snapshot($0) }
         var summary = BackupSummary()
+        summary.damagedItems = malformed
         var archive = BackupArchive(header: [
             "format": JSON(BackupArchive.format), "created": .string(PlistDate.format(Date())), "vaultd": .string(VaultVersion.current),
             "device": .string(deviceID),
@@ -139,8 +143,9 @@ extension Vault {
         for item in items {
             let r = item.row
             let ad = r.associatedData
-            guard let attributes = Sodium.openBytes(r.attributes, key: metadata, associatedData: ad) else {
-                throw VaultError(.internalError, "item \(r.id) failed authentication (the vault file was altered or damaged); no backup was written")
+            guard let attributes = Sodium.openBytes(r.attributes, key: metadata, associatedData: ad), (try? ItemAttributes(jsonObject: attributes)) != nil else {
+                summary.damagedItems.append(DamagedItem(r, .attributes))
+                continue
             }
             if r.accessible.isThisDeviceOnly && !includeDeviceBound {
                 summary.leftOutItems += 1
@@ -149,13 +154,15 @@ extension Vault {
             guard let classKey = classKeys[r.accessible], let itemKey = Sodium.open(r.wrappedKey, key: classKey, associatedData: ad) else {
                 // Only another device's ThisDeviceOnly item opens with no key here.
                 guard r.accessible.isThisDeviceOnly else {
-                    throw VaultError(.internalError, "item \(r.id) failed authentication (the vault file was altered or damaged); no backup was written")
+                    summary.damagedItems.append(DamagedItem(r, .secret))
+                    continue
                 }
                 summary.leftOutItems += 1
                 continue
             }
             guard let secret = Sodium.open(r.secret, key: itemKey, associatedData: ad) else {
-                throw VaultError(.internalError, "item \(r.id) failed authentication (the vault file was altered or damaged); no backup was written")
+                summary.damagedItems.append(DamagedItem(r, .secret))
+                continue
             }
             var record = BackupArchive.ItemRecord(
                 itemClass: r.itemClass, accessGroup: r.accessGroup, accessible: r.accessible, synchronizable: r.synchronizable,
@@ -178,6 +185,9 @@ extension Vault {
         try FileSystem.writeAtomically(file, to: path)
         summary.bytes = file.count
         log("backup written to \(path): \(summary.items) items (\(summary.deviceBoundItems) device-bound, \(summary.leftOutItems) ThisDeviceOnly left out), \(summary.preferences) preferences in \(summary.domains) domains, \(summary.apps) apps, \(file.count) bytes")
+        if !summary.damagedItems.isEmpty {
+            log("backup: \(summary.damagedItems.count) damaged item(s) left out: \(summary.damagedItems.prefix(16).map(\.description).joined(separator: "; "))")
+        }
         return summary
     }
 

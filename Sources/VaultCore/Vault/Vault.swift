@@ -79,8 +79,7 @@ public final class Vault: @unchecked Sendable {
         // -shm files take its mode); an older, looser one is tightened.
         try FileSystem.createPrivateFile(dataDirectory + "/vault.sqlite")
         try FileSystem.restrict(dataDirectory + "/vault.sqlite")
-        db = try Database(path: dataDirectory + "/vault.sqlite")
-        try Schema.migrator.migrate(db)
+        db = try Self.openStore(dataDirectory + "/vault.sqlite")
         if keyMissing, try db.row("SELECT 1 FROM vault_meta WHERE key = 'wrapped.metadata'") != nil {
             guard newDeviceKey else {
                 db.close()
@@ -100,6 +99,7 @@ public final class Vault: @unchecked Sendable {
             throw error
         }
         db.checkpointInBackground()
+        db.writesNeedTransaction = true
         readers = ReaderPool(path: db.path)
         keys = try KeyHierarchy(db: db, deviceKey: deviceKey)
         keychain = try KeychainStore(db: db, keys: keys, quota: quota)
@@ -107,6 +107,32 @@ public final class Vault: @unchecked Sendable {
         apps = AppRegistry(db: db)
         caches = CacheStore(root: self.cacheDirectory)
         emittedThrough = orderedEvents.start
+    }
+
+    /// Opens the store and runs pending migrations, having checked it (`PRAGMA quick_check`):
+    /// a file SQLite reports malformed, at the check or at any statement before vaultd
+    /// serves it, is refused with StoreDamaged saying what to do; vaultd never serves it.
+    private static func openStore(_ path: String) throws -> Database {
+        var opened: Database?
+        do {
+            let db = try Database(path: path)
+            opened = db
+            let problems = try db.quickCheck()
+            guard problems == ["ok"] else {
+                throw VaultError(.storeDamaged, "SQLite's check of the file finds it malformed: \(problems.prefix(3).joined(separator: "; "))")
+            }
+            try Schema.migrator.migrate(db)
+            return db
+        } catch let e as VaultError where e.code == .storeDamaged {
+            opened?.close()
+            throw VaultError(
+                .storeDamaged,
+                "the store \(path) is damaged (\(e.message.prefix(400))); vaultd does not serve a damaged store. Keep the damaged files for inspection: stop here, move \(path) (and \(path)-wal, if there) out of the data directory, start vaultd (it makes an empty vault beside device.key) and restore your latest backup into it: `vaultctl restore FILE` (docs/backup.md)"
+            )
+        } catch {
+            opened?.close()
+            throw error
+        }
     }
 
     /// Closes the store. Later calls fail with InternalError.
@@ -511,14 +537,14 @@ public final class Vault: @unchecked Sendable {
 
     private func storeFailures(_ record: FailureRecord) throws {
         let j: JSON = ["count": JSON(record.count), "last": JSON(record.last)]
-        try db.run("INSERT OR REPLACE INTO vault_meta (key, value) VALUES ('unlock.failures', ?)", [.blob(j.serialized())])
+        try db.write { db in try db.run("INSERT OR REPLACE INTO vault_meta (key, value) VALUES ('unlock.failures', ?)", [.blob(j.serialized())]) }
     }
 
     private func resetFailedUnlocks() throws {
         failures = FailureRecord(count: 0, last: 0)
         // Only when there is a count: a DELETE of nothing is still a write transaction.
         guard try db.row("SELECT 1 FROM vault_meta WHERE key = 'unlock.failures'") != nil else { return }
-        try db.run("DELETE FROM vault_meta WHERE key = 'unlock.failures'")
+        try db.write { db in try db.run("DELETE FROM vault_meta WHERE key = 'unlock.failures'") }
     }
 
     // MARK: keychain
@@ -543,29 +569,37 @@ public final class Vault: @unchecked Sendable {
         return stored
     }
 
-    /// SecItemCopyMatching; see `KeychainStore.copyMatching`.
+    /// SecItemCopyMatching; see `KeychainStore.copyMatching`. The damaged items it met are
+    /// left out (and logged); `copyMatchingReportingDamage` returns them too.
     /// `includingLocked`: locked matches are listed (`FoundItem.isLocked`) rather than failing.
     public func copyMatching(_ query: ItemQuery, returnData: Bool, includingLocked: Bool = false, caller: Caller) throws -> [FoundItem] {
+        try copyMatchingReportingDamage(query, returnData: returnData, includingLocked: includingLocked, caller: caller).items
+    }
+
+    /// SecItemCopyMatching, with the damaged items the query met (`ItemMatches.damaged`).
+    public func copyMatchingReportingDamage(_ query: ItemQuery, returnData: Bool, includingLocked: Bool = false, caller: Caller) throws -> ItemMatches {
         _ = try authorize(.copyItems(accessGroup: query.attributes.accessGroup), for: caller)
         // No engine lock: the query runs on a reader connection, the keys come under the keys
         // lock, and decrypting and matching need no lock (with several clients, lookups would
         // otherwise queue on the engine lock behind each other and behind group commits).
-        func lookUp() throws -> [FoundItem] {
+        func lookUp() throws -> ItemMatches {
             let (metadata, index) = try withKeys { try keychain.metadataKeys() }
-            var candidates = KeychainStore.Candidates(
-                rows: try reading { try KeychainStore.candidateRows(query, caller: caller, hashKey: index, itemIndex: keychain.itemIndex, in: $0) }, metadata: metadata)
+            let found = try reading { try KeychainStore.candidateRows(query, caller: caller, hashKey: index, itemIndex: keychain.itemIndex, in: $0) }
+            var candidates = KeychainStore.Candidates(rows: found.rows, malformed: found.malformed, metadata: metadata)
             try withKeys { try keychain.addClassKeys(to: &candidates) }
             return try KeychainStore.copyMatching(candidates, query, returnData: returnData, includingLocked: includingLocked)
         }
         // The rows come from one snapshot and the class keys a moment later: should the
         // passphrase be removed and set again in between (a new whenPasscodeSet key), a row
-        // fails authentication (InternalError). A second lookup reads both anew; a damaged
-        // row fails it again.
+        // fails authentication (reported damaged). A second lookup reads both anew; a
+        // damaged row is damaged again.
+        let first: ItemMatches
         do {
-            return try lookUp()
-        } catch let e as VaultError where e.code == .internalError {
+            first = try lookUp()
+        } catch let e as VaultError where e.code == .itemDamaged {
             return try lookUp()
         }
+        return first.damaged.isEmpty ? first : try lookUp()
     }
 
     /// SecItemUpdate; see `KeychainStore.update`. All matches change, or none.

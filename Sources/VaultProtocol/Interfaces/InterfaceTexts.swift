@@ -147,18 +147,35 @@ type Item (
   data: ?string
 )
 
+# An item that cannot be read: its row is malformed, or its attributes or secret
+# fail authentication (the store was altered or damaged on disk). Named by what its
+# row holds in clear, never by its attributes or secret.
+type DamagedItem (
+  # Its row id in the store.
+  id: int,
+  # The uuid its ciphertexts are bound to, hex ("" when unreadable).
+  uuid: string,
+  # As stored; absent when unreadable.
+  class: ?string,
+  accessGroup: ?string,
+  # "row" (malformed columns), "attributes" or "secret".
+  damaged: string
+)
+
 # Adds an item (SecItemAdd). data is the secret, base64, at most 1 MiB decoded.
 method Add(class: string, attributes: Attributes, data: string) -> (attributes: Attributes)
 
 # Finds items (SecItemCopyMatching). class null matches both classes. matchLimit is
 # "one" (default) or "all". Without returnData and returnAttributes, attributes are returned.
+# damaged: the damaged items the query may match (whose clear columns match), left
+# out of items; absent when none. Only damaged ones match: ItemDamaged.
 method CopyMatching(
   class: ?string,
   query: ?Attributes,
   matchLimit: ?string,
   returnData: ?bool,
   returnAttributes: ?bool
-) -> (items: []Item)
+) -> (items: []Item, damaged: ?[]DamagedItem)
 
 # Changes every matching item (SecItemUpdate): attributes given in `attributes` are
 # set, and the secret is replaced when data is given.
@@ -181,6 +198,10 @@ error AuthFailed (status: int, message: string)
 error Param (status: int, message: string)
 # A ThisDeviceOnly item whose class key was made on another device (errSecNotAvailable, -25291).
 error NotAvailableOnThisDevice (status: int, message: string)
+# The only matches are damaged, an Add collides with a damaged item, or an Update
+# would change one (errSecDecode, -26275); nothing was changed. A Delete naming only
+# service or server, account, accessGroup, accessible or synchronizable removes them.
+error ItemDamaged (status: int, message: string, items: []DamagedItem)
 # The secret is larger than 1 MiB (errSecParam, -50).
 error SecretTooLarge (status: int, message: string, limit: int)
 
@@ -404,8 +425,33 @@ method Backup(path: string, passphrase: ?string, recipients: ?[]string, includeD
   domains: int,
   apps: int,
   # The file's size in bytes.
-  bytes: int
+  bytes: int,
+  # Damaged items left out of the backup (the rest is written); absent when none.
+  damagedItems: ?[]DamagedItem
 )
+
+# An item that cannot be read (as io.vaultd.Keychain's DamagedItem): its row is
+# malformed, or its attributes or secret fail authentication.
+type DamagedItem (id: int, uuid: string, class: ?string, accessGroup: ?string, damaged: string)
+
+# Checks the store (vaultctl doctor): SQLite's integrity check (its first 100 lines;
+# ["ok"] when sound) and every item's row, attributes and, for the classes whose key
+# is in memory, secret. Names damaged items by what their rows hold in clear, never
+# their secrets. Owner only.
+method Check() -> (
+  # PRAGMA integrity_check's lines, at most 100: ["ok"] when the file is sound.
+  integrity: []string,
+  # Item rows read.
+  items: int,
+  # Items whose secret was not checked: their class key is not in memory (locked),
+  # or another device's (NotAvailableOnThisDevice).
+  secretsUnchecked: int,
+  damaged: []DamagedItem,
+  # Rows the primary key's uniqueness set aside when it was added (a second row of
+  # one primary key; kept in items_set_aside, not served).
+  setAside: int
+)
+
 
 # Restores the backup at path: the whole file is opened and checked (authentication,
 # format, counts) before anything changes, then applied in one transaction. Into an
@@ -458,6 +504,9 @@ error NotEmpty (message: string)
 # vaultd found its database file replaced or truncated underneath it while it ran;
 # it serves no more writes until it is restarted (the message says what it saw).
 error StoreReplaced (message: string)
+# SQLite reports the store malformed: vaultd writes nothing more until it restarts,
+# and does not start on such a store; the message says what to do (restore a backup).
+error StoreDamaged (message: string)
 # vaultd failed in a way it did not expect; the message says where.
 error InternalError (message: string)
 # The answer to a call would be a message over the size limit (8 MiB; e.g. the secrets

@@ -17,6 +17,7 @@ public enum VarlinkMethod: String, CaseIterable, Sendable {
     case vaultObserve = "io.vaultd.Vault.Observe"
     case vaultBackup = "io.vaultd.Vault.Backup"
     case vaultRestore = "io.vaultd.Vault.Restore"
+    case vaultCheck = "io.vaultd.Vault.Check"
     // io.vaultd.Keychain
     case keychainAdd = "io.vaultd.Keychain.Add"
     case keychainCopyMatching = "io.vaultd.Keychain.CopyMatching"

@@ -45,6 +45,11 @@ struct BackupCommand: Command {
             print("\(n("leftOutItems")) ThisDeviceOnly item(s) left out\(includeDeviceBound ? " (made on another device)" : " (--include-device-bound includes them)")")
         }
         print(passphrase != nil ? "open it with: vaultctl restore \(file)  (or age -d)" : "open it with: vaultctl restore --identity KEYFILE \(file)  (or age -d -i KEYFILE)")
+        // Written without the damaged items: named, and the exit status says not all of it is in.
+        if let damaged = r["damagedItems"]?.arrayValue, !damaged.isEmpty {
+            for d in damaged { printError("damaged, not in the backup: \(Keychain.describeDamaged(d))") }
+            throw Refusal(message: "the backup was written without \(damaged.count) damaged item(s) (vaultctl doctor lists them)")
+        }
     }
 }
 

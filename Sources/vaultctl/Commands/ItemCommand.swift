@@ -177,13 +177,17 @@ struct ItemCommand: Command {
         case .update, .delete:
             try changeMany(keychain)
         case .list:
-            let items: [Item]
+            var items: [Item] = []
+            var damaged: [JSON] = []
             do {
-                items = try keychain.copyMatching(Query(itemClass, attributes, matchAll: true))
+                (items, damaged) = try keychain.copyMatchingReportingDamage(Query(itemClass, attributes, matchAll: true))
             } catch let e as VaultError where e.code == .itemNotFound || e.code == .notAvailableOnThisDevice {
                 // Only items another device made match: none to list (they are counted below).
                 items = []
+            } catch let e as VaultError where e.code == .itemDamaged {
+                damaged = e.parameters["items"]?.arrayValue ?? []
             }
+
             if json {
                 print(JSON.array(items.map(Self.json)).text)
             } else {
@@ -195,6 +199,12 @@ struct ItemCommand: Command {
                         Data("vaultctl: \(n) ThisDeviceOnly item(s) made on another device are not available on this one and not listed (item delete with their attributes removes them; adding one anew replaces it)\n".utf8))
                 }
             }
+            // Damaged items (the store altered on disk) are not listed: named on stderr, and
+            // the exit status is 1, once every readable item is listed.
+            if !damaged.isEmpty {
+                for d in damaged { StandardOutput.writeError("vaultctl: damaged, not listed: \(Keychain.describeDamaged(d))\n") }
+                throw Refusal(message: "\(damaged.count) damaged item(s) not listed (vaultctl doctor lists every one; item delete with their service or server and account removes them)")
+            }
         }
     }
 
@@ -205,9 +215,13 @@ struct ItemCommand: Command {
     /// `--dry-run` lists them and changes nothing.
     func changeMany(_ keychain: Keychain) throws {
         let verb = action == .delete ? "delete" : "update"
-        let matched: [Item]
+        var matched: [Item] = []
+        var damaged: [JSON] = []
         do {
-            matched = try keychain.copyMatching(Query(itemClass, attributes, matchAll: true))
+            (matched, damaged) = try keychain.copyMatchingReportingDamage(Query(itemClass, attributes, matchAll: true))
+        } catch let e as VaultError where e.code == .itemDamaged && action == .delete {
+            // Only damaged items match: a Delete may remove them (vaultd says whether).
+            damaged = e.parameters["items"]?.arrayValue ?? []
         } catch let e as VaultError where e.code == .itemNotFound && dryRun {
             matched = []
         } catch let e as VaultError where e.code == .notAvailableOnThisDevice && !dryRun {
@@ -215,6 +229,7 @@ struct ItemCommand: Command {
             // only delete them (or refuse their update); the call itself says what it did.
             matched = []
         }
+        for d in damaged { StandardOutput.writeError("vaultctl: damaged: \(Keychain.describeDamaged(d))\n") }
         if dryRun {
             for item in matched { print("would \(verb) \(Self.line(item))") }
             print("dry run, nothing changed: \(matched.count) item(s) would be \(verb)d")
@@ -238,7 +253,7 @@ struct ItemCommand: Command {
         let n = action == .delete
             ? try keychain.delete(Query(itemClass, attributes))
             : try keychain.update(Query(itemClass, attributes), attributes: changes, data: secret)
-        if n != matched.count && !matched.isEmpty {
+        if n != matched.count && !matched.isEmpty && damaged.isEmpty {
             StandardOutput.writeError("vaultctl: \(n) item(s) matched when \(verb)d, \(matched.count) when listed (items changed meanwhile)\n")
         }
         print("\(verb)d \(n) item(s)")

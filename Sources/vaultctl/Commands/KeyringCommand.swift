@@ -260,11 +260,16 @@ struct KeyringCommand: Command {
     func exportItems(_ keyring: DesktopKeyring, _ context: Context) throws {
         let vault = try context.vault()
         let keychain = vault.keychain
-        var items: [Item]
+        var items: [Item] = []
+        // Damaged items (the store altered on disk) are not exported: named, counted as not
+        // exported; every other item still is.
+        var damaged: [JSON] = []
         do {
-            items = try keychain.copyMatching(Query(itemClass, filters, matchAll: true), returnData: true, returnAttributes: true)
+            (items, damaged) = try keychain.copyMatchingReportingDamage(Query(itemClass, filters, matchAll: true), returnData: true, returnAttributes: true)
         } catch let e as VaultError where e.code == .itemNotFound {
             items = []
+        } catch let e as VaultError where e.code == .itemDamaged {
+            damaged = e.parameters["items"]?.arrayValue ?? []
         }
         // The exported copies are readable by every program of the user: without a group
         // named, only the owner's own groups go (`user`, and every group no registered app
@@ -280,6 +285,10 @@ struct KeyringCommand: Command {
             appsOnly = before - items.count
         }
         var counts: [String: Int] = [:]
+        for d in damaged {
+            counts["fail", default: 0] += 1
+            print("cannot export \(Keychain.describeDamaged(d)) (vaultctl doctor lists damaged items)")
+        }
         do {
             let target = try keyring.collection(named: collection)
             // A locked collection neither shows what it holds nor takes new items: a dry run

@@ -78,7 +78,7 @@ struct SyncCommand: Command {
             _ = try c.call(.syncLeave)
             print("this device no longer syncs; its items stay in its keychain")
         case .remove:
-            let r = try c.call("io.vaultd.Sync.Remove", ["device": .string(argument!)])
+            let r = try c.call(.syncRemove, ["device": .string(argument!)])
             print("removed device \(r["deviceID"]?.stringValue ?? "?"); the group key is now generation \(r["generation"]?.intValue ?? 0), which it does not have")
         }
     }

@@ -124,3 +124,36 @@ struct PassphraseCommand: Command {
         }
     }
 }
+
+/// `vaultctl doctor [--json]`: vaultd checks its store (io.vaultd.Vault.Check): SQLite's
+/// integrity check, and every item's row, attributes and secret. Exit 0 when all is sound,
+/// 1 when anything is damaged (each damaged item named, never its secret).
+struct DoctorCommand: Command {
+    var json: Bool
+    init(_ a: inout Arguments) throws { json = a.flag("--json") }
+
+    func run(_ context: Context) throws {
+        let r = try context.vault().check()
+        let integrity = r["integrity"]?.arrayValue?.compactMap(\.stringValue) ?? []
+        let damaged = r["damaged"]?.arrayValue ?? []
+        let sound = integrity == ["ok"] && damaged.isEmpty
+        if json {
+            print(JSON.object(r).text)
+        } else {
+            print("store integrity: \(integrity == ["ok"] ? "ok" : "FAILED")")
+            if integrity != ["ok"] { for line in integrity { print("  \(line)") } }
+            let unchecked = r["secretsUnchecked"]?.intValue ?? 0
+            print("items: \(r["items"]?.intValue ?? 0) checked, \(damaged.count) damaged\(unchecked > 0 ? ", \(unchecked) secret(s) not checked (locked class, or made on another device)" : "")")
+            for d in damaged { print("  damaged: \(Keychain.describeDamaged(d))") }
+            if let aside = r["setAside"]?.intValue, aside > 0 {
+                print("\(aside) row(s) set aside in items_set_aside (a second row of one primary key, kept when uniqueness was added)")
+            }
+        }
+        guard sound else {
+            throw Refusal(
+                message: damaged.isEmpty
+                    ? "the store's file is damaged: keep a copy of the data directory and restore a backup (vaultctl restore, docs/backup.md)"
+                    : "\(damaged.count) damaged item(s): delete each (item delete with its service or server and account) and add it again, or restore a backup (docs/backup.md)")
+        }
+    }
+}
