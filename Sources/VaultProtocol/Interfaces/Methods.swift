@@ -16,8 +16,8 @@ public enum VarlinkMethod: String, CaseIterable, Sendable {
     case vaultChangePassphrase = "io.vaultd.Vault.ChangePassphrase"
     case vaultObserve = "io.vaultd.Vault.Observe"
     case vaultBackup = "io.vaultd.Vault.Backup"
-    case vaultRestore = "io.vaultd.Vault.Restore"
     case vaultCheck = "io.vaultd.Vault.Check"
+    case vaultRestore = "io.vaultd.Vault.Restore"
     // io.vaultd.Keychain
     case keychainAdd = "io.vaultd.Keychain.Add"
     case keychainCopyMatching = "io.vaultd.Keychain.CopyMatching"
