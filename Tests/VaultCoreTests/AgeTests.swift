@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 @testable import VaultCore
 import VaultProtocol
 
@@ -9,16 +10,7 @@ import VaultProtocol
 /// IntegrationTests (`AgeInteropTests`).
 @Suite("age v1 format")
 struct AgeTests {
-    static func hex(_ s: String) -> [UInt8] {
-        var out: [UInt8] = []
-        var i = s.startIndex
-        while i < s.endIndex {
-            let j = s.index(i, offsetBy: 2)
-            out.append(UInt8(s[i..<j], radix: 16)!)
-            i = j
-        }
-        return out
-    }
+    static func hex(_ s: String) -> [UInt8] { Hex.bytes(s) }
 
     /// RFC 5869 appendix A, test cases 1 to 3 (SHA-256).
     @Test func hkdfMatchesRFC5869() {

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 @testable import VaultCore
 import VaultProtocol
 
@@ -16,16 +17,7 @@ import Glibc
     static func seq(_ start: Int, _ n: Int) -> [UInt8] { (0..<n).map { UInt8((start + $0) % 256) } }
     static func hex(_ b: [UInt8]) -> String { b.map { String(format: "%02x", $0) }.joined() }
     static func hex(_ s: SecureBytes?) -> String { hex(plain(s) ?? []) }
-    static func bytes(_ hex: String) -> [UInt8] {
-        var out: [UInt8] = []
-        var i = hex.startIndex
-        while i < hex.endIndex {
-            let j = hex.index(i, offsetBy: 2)
-            out.append(UInt8(hex[i..<j], radix: 16)!)
-            i = j
-        }
-        return out
-    }
+    static func bytes(_ hex: String) -> [UInt8] { Hex.bytes(hex) }
 
     // The inputs (known-answers.py has the same).
     static let passphrase = Array("correct horse battery staple".utf8)

@@ -1,6 +1,7 @@
 import Foundation
 import SecretSession
 import Testing
+import TestSupport
 import VaultCore
 
 /// The Secret Service's dh-ietf1024-sha256-aes128-cbc-pkcs7 session against published vectors
@@ -8,12 +9,7 @@ import VaultCore
 /// and between two parties.
 /// (libsecret's and python secretstorage's own implementations talk to it in SecretServiceTests.)
 @Suite struct DHSessionTests {
-    static func hex(_ s: String) -> [UInt8] {
-        var out: [UInt8] = []
-        var it = s.unicodeScalars.makeIterator()
-        while let h = it.next(), let l = it.next() { out.append(UInt8(String([Character(h), Character(l)]), radix: 16)!) }
-        return out
-    }
+    static func hex(_ s: String) -> [UInt8] { Hex.bytes(s) }
 
     static func bytes(_ s: SecureBytes) -> [UInt8] { s.withUnsafeBytes { Array($0) } }
 
