@@ -1,3 +1,5 @@
+import Foundation
+
 /// Every failure vaultd reports, as a varlink error: a fully-qualified `name`, the Keychain
 /// Services OSStatus `status` where one applies, and a human `message`.
 ///
@@ -167,4 +169,9 @@ public struct VaultError: Error, Equatable, CustomStringConvertible, Sendable {
     public static func protocolViolation(_ why: String) -> VaultError { VaultError(.protocolViolation, why) }
     public static func connectionFailed(_ why: String) -> VaultError { VaultError(.connectionFailed, why) }
     public static func param(_ why: String) -> VaultError { VaultError(.param, why) }
+}
+
+extension VaultError: LocalizedError {
+    /// The message alone: what `localizedDescription` shows (the name is in `description`).
+    public var errorDescription: String? { message }
 }

@@ -11,11 +11,11 @@ extension Dispatcher {
         return sync
     }
 
-    func syncInit(_ r: Request) throws -> JSONObject { try requireSync(r).initialize(folder: try r.p.string("folder"), caller: r.caller) }
-    func syncJoin(_ r: Request) throws -> JSONObject { try requireSync(r).join(folder: try r.p.string("folder"), caller: r.caller) }
-    func syncApprove(_ r: Request) throws -> JSONObject { try requireSync(r).approve(code: try r.p.string("code"), caller: r.caller) }
-    func syncStatus(_ r: Request) throws -> JSONObject { try requireSync(r).status(caller: r.caller) }
-    func syncRemove(_ r: Request) throws -> JSONObject { try requireSync(r).remove(device: try r.p.string("device"), caller: r.caller) }
+    func syncInit(_ r: Request) throws -> JSONObject { try requireSync(r).initialize(folder: try r.p.string("folder"), caller: r.caller).wire }
+    func syncJoin(_ r: Request) throws -> JSONObject { try requireSync(r).join(folder: try r.p.string("folder"), caller: r.caller).wire }
+    func syncApprove(_ r: Request) throws -> JSONObject { try requireSync(r).approve(code: try r.p.string("code"), caller: r.caller).wire }
+    func syncStatus(_ r: Request) throws -> JSONObject { try requireSync(r).status(caller: r.caller).wire }
+    func syncRemove(_ r: Request) throws -> JSONObject { try requireSync(r).remove(device: try r.p.string("device"), caller: r.caller).wire }
     func syncLeave(_ r: Request) throws -> JSONObject {
         try requireSync(r).leave(caller: r.caller)
         return [:]

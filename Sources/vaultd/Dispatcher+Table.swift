@@ -132,7 +132,7 @@ extension Dispatcher {
     // io.vaultd.Vault.Status
     func vaultStatus(_ r: Request) throws -> JSONObject {
         let caller = r.caller
-        var s = try vault.status(caller: caller)
+        var s = try vault.status(caller: caller).wire
         s["version"] = .string(Self.version)
         return s
     }
@@ -141,7 +141,7 @@ extension Dispatcher {
     func vaultInit(_ r: Request) throws -> JSONObject {
         let p = r.p
         let caller = r.caller
-        return ["lock": try vault.initialize(passphrase: try p.passphrase("passphrase"), caller: caller)]
+        return ["lock": try vault.initialize(passphrase: try p.passphrase("passphrase"), caller: caller).wire]
     }
 
     // io.vaultd.Vault.Unlock
@@ -149,27 +149,27 @@ extension Dispatcher {
         let p = r.p
         let caller = r.caller
         guard let pass = try p.passphrase("passphrase") else { throw VaultError.invalidParameter("passphrase", "missing") }
-        return ["lock": try vault.unlock(passphrase: pass, caller: caller)]
+        return ["lock": try vault.unlock(passphrase: pass, caller: caller).wire]
     }
 
     // io.vaultd.Vault.UnlockFromKeyring
     func vaultUnlockFromKeyring(_ r: Request) throws -> JSONObject {
         let caller = r.caller
-        return ["lock": try KeyringUnlock.unlock(vault, caller: caller, timeout: 5)]
+        return ["lock": try KeyringUnlock.unlock(vault, caller: caller, timeout: 5).wire]
     }
 
     // io.vaultd.Vault.Lock
     func vaultLock(_ r: Request) throws -> JSONObject {
         let caller = r.caller
-        return ["lock": try vault.lockVault(caller: caller)]
+        return ["lock": try vault.lockVault(caller: caller).wire]
     }
 
     // io.vaultd.Vault.ChangePassphrase
     func vaultChangePassphrase(_ r: Request) throws -> JSONObject {
         let p = r.p
         let caller = r.caller
-        let (state, deleted) = try vault.changePassphrase(old: try p.passphrase("old"), new: try p.passphrase("new"), caller: caller)
-        return ["lock": state, "deletedItems": JSON(deleted)]
+        let change = try vault.changePassphrase(old: try p.passphrase("old"), new: try p.passphrase("new"), caller: caller)
+        return ["lock": change.lock.wire, "deletedItems": JSON(change.deletedItems)]
     }
 
     // io.vaultd.Vault.Backup
@@ -190,11 +190,11 @@ extension Dispatcher {
         }
         let summary = try vault.backup(
             to: try p.string("path"), recipients: recipients, includeDeviceBound: try p.optionalBool("includeDeviceBound") ?? false, caller: caller)
-        return summary.json
+        return summary.wire
     }
 
     // io.vaultd.Vault.Check
-    func vaultCheck(_ r: Request) throws -> JSONObject { try vault.checkStore(caller: r.caller).json }
+    func vaultCheck(_ r: Request) throws -> JSONObject { try vault.checkStore(caller: r.caller).wire }
 
     // io.vaultd.Vault.Restore
     func vaultRestore(_ r: Request) throws -> JSONObject {
@@ -207,7 +207,7 @@ extension Dispatcher {
         let summary = try vault.restore(
             from: try p.string("path"), identities: identities, newPassphrase: try p.passphrase("newPassphrase"),
             merge: try p.optionalBool("merge") ?? false, caller: caller)
-        return summary.json
+        return summary.wire
     }
 
     // io.vaultd.Keychain.Add
@@ -240,7 +240,7 @@ extension Dispatcher {
                 })
         ]
         // At most 1,000 named: a store damaged throughout must not make a reply past the limit.
-        if !matches.damaged.isEmpty { reply["damaged"] = .array(matches.damaged.prefix(1000).map(\.json)) }
+        if !matches.damaged.isEmpty { reply["damaged"] = DamagedItem.wire(matches.damaged) }
         return reply
     }
 
@@ -381,27 +381,27 @@ extension Dispatcher {
             try p.string("appID"), executable: try p.optionalString("executable"), accessGroups: try list("accessGroups"),
             appGroups: try list("appGroups"), keepCredentialsOnReinstall: try p.optionalBool("keepCredentialsOnReinstall") ?? false,
             caller: caller)
-        return ["app": app.json]
+        return ["app": app.wire]
     }
 
     // io.vaultd.Apps.Uninstall
     func appsUninstall(_ r: Request) throws -> JSONObject {
         let p = r.p
         let caller = r.caller
-        return ["app": try vault.uninstallApp(try p.string("appID"), caller: caller).json]
+        return ["app": try vault.uninstallApp(try p.string("appID"), caller: caller).wire]
     }
 
     // io.vaultd.Apps.List
     func appsList(_ r: Request) throws -> JSONObject {
         let caller = r.caller
-        return ["apps": .array(try vault.allApps(caller: caller).map(\.json))]
+        return ["apps": .array(try vault.allApps(caller: caller).map(\.wire))]
     }
 
     // io.vaultd.Apps.Show
     func appsShow(_ r: Request) throws -> JSONObject {
         let p = r.p
         let caller = r.caller
-        return ["app": try vault.app(try p.string("appID"), caller: caller).json]
+        return ["app": try vault.app(try p.string("appID"), caller: caller).wire]
     }
 
     // io.vaultd.Vault.Observe
@@ -409,8 +409,8 @@ extension Dispatcher {
         let caller = r.caller
         // An earlier install's connection gets no lock state, as from Status.
         let grant = try vault.subscribe(.observeLockState, caller: caller)
-        return Subscription(initial: [["lock": vault.lockState]], grant: grant, vault: vault) { event in
-            if case .lockState(let s) = event { return ["lock": s] }
+        return Subscription(initial: [["lock": vault.lockState.wire]], grant: grant, vault: vault) { event in
+            if case .lockState(let s) = event { return ["lock": s.wire] }
             return nil
         }
     }

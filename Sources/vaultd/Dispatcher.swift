@@ -43,7 +43,9 @@ struct Dispatcher {
 
         /// Throws once the subscriber may no longer be served (MissingEntitlement: its app's
         /// install ended; `Vault.recheck`).
-        func recheck() throws { try vault.recheck(grant) }
+        func recheck() throws {
+            do { try vault.recheck(grant) } catch { throw VaultError.wire(error) }
+        }
     }
 
     /// The most memory the reply to `call` can take while `handle` builds it and the server
@@ -85,6 +87,10 @@ struct Dispatcher {
     /// hold (`Vault.addObserverReportingSequence`, called before this). `reply`: where the
     /// first replies' memory is reserved before they are built (the server's reply budget).
     func subscribe(_ call: VarlinkCall, caller: Caller, emittedThrough: UInt64 = 0, reply: ReplyReserving? = nil) throws -> Subscription {
+        do { return try subscribing(call, caller: caller, emittedThrough: emittedThrough, reply: reply) } catch { throw VaultError.wire(error) }
+    }
+
+    private func subscribing(_ call: VarlinkCall, caller: Caller, emittedThrough: UInt64, reply: ReplyReserving?) throws -> Subscription {
         try Self.requirePolicyDecision(call)
         guard case .stream(let serve)? = Self.table[call.method]?.route else {
             throw VaultError(.methodNotFound, "no streaming method \(call.method)", extra: ["method": .string(call.method)])
@@ -113,6 +119,10 @@ struct Dispatcher {
     /// reply takes before it builds it (the server's reply budget; `replyBound` covers the
     /// other calls).
     func handle(_ call: VarlinkCall, caller: Caller, secrets: CallSecrets? = nil, reply: ReplyReserving? = nil) throws -> JSONObject {
+        do { return try handling(call, caller: caller, secrets: secrets, reply: reply) } catch { throw VaultError.wire(error) }
+    }
+
+    private func handling(_ call: VarlinkCall, caller: Caller, secrets: CallSecrets?, reply: ReplyReserving?) throws -> JSONObject {
         try Self.requirePolicyDecision(call)
         guard let entry = Self.table[call.method] else {
             // Declared with a policy decision but not in the table: impossible while the

@@ -21,29 +21,29 @@ enum KeyringUnlock {
     /// Secret Service, keyring locked, nothing remembered, timed out) or the engine's errors
     /// (PermissionDenied for an app, AuthFailed when the remembered passphrase is no longer
     /// the vault's, RateLimited, ...).
-    static func unlock(_ vault: Vault, caller: Caller, timeout: Double) throws -> JSON {
+    static func unlock(_ vault: Vault, caller: Caller, timeout: Double) throws -> LockState {
         do {
             return try vault.unlockFromKeyring(caller: caller) { try rememberedPassphrase(vault, timeout: timeout) }
-        } catch let e as VaultError where e.code == .wrongPassphrase {
-            throw VaultError(.wrongPassphrase, "the passphrase remembered in the login keyring is not the vault's (changed? run vaultctl unlock --remember again)")
+        } catch let e as VaultFailure where e.code == .wrongPassphrase {
+            throw VaultFailure(.wrongPassphrase, "the passphrase remembered in the login keyring is not the vault's (changed? run vaultctl unlock --remember again)")
         }
     }
 
     /// The passphrase remembered for `vault` in the login keyring. Throws KeyringUnavailable.
     private static func rememberedPassphrase(_ vault: Vault, timeout: Double) throws -> SecureBytes {
-        guard !isOwnKeyring else { throw VaultError(.keyringUnavailable, circle) }
+        guard !isOwnKeyring else { throw VaultFailure(.keyringUnavailable, circle) }
         let found: [KeyringItem]
         do {
             let keyring = try DesktopKeyring(timeout: timeout)
             found = try keyring.search(.unlock, ["vault": vault.dataDirectory])
         } catch let e as KeyringError {
-            throw VaultError(.keyringUnavailable, "login keyring: \(e.message)")
+            throw VaultFailure(.keyringUnavailable, "login keyring: \(e.message)")
         }
         guard !found.isEmpty else {
-            throw VaultError(.keyringUnavailable, "login keyring: no passphrase remembered for this vault (vaultctl unlock --remember)")
+            throw VaultFailure(.keyringUnavailable, "login keyring: no passphrase remembered for this vault (vaultctl unlock --remember)")
         }
         guard var bytes = found.first(where: { !$0.isLocked && $0.secret != nil })?.secret else {
-            throw VaultError(.keyringUnavailable, "login keyring: the keyring holding the remembered passphrase is locked")
+            throw VaultFailure(.keyringUnavailable, "login keyring: the keyring holding the remembered passphrase is locked")
         }
         let passphrase = SecureBytes(copying: bytes)
         bytes.wipe()
@@ -54,7 +54,7 @@ enum KeyringUnlock {
     /// of its own, so serving never waits for it, and logs the outcome.
     static func atStart(_ vault: Vault, timeout: Double = 5) {
         let state = vault.lockState
-        guard state["hasPassphrase"]?.boolValue == true, state["state"]?.stringValue == "locked" else { return }
+        guard state.hasPassphrase, state.state == .locked else { return }
         guard !isOwnKeyring else {
             log("locked; \(circle)")
             return
@@ -68,7 +68,7 @@ enum KeyringUnlock {
                 // At the owner's login, for the owner.
                 _ = try unlock(vault, caller: .owner, timeout: timeout)
                 log("unlocked with the passphrase remembered in the login keyring")
-            } catch let e as VaultError {
+            } catch let e as VaultFailure {
                 log("\(e.message); staying locked")
             } catch {
                 log("login keyring: \(error); staying locked")

@@ -427,9 +427,9 @@ enum PeerIdentity {
             caller = try vault.caller(
                 flatpakAppID: flatpakID, executable: exe,
                 isRegisteredFile: { runsRegisteredFile(pid: pid, path: $0) })
-        } catch let e as VaultError where e.code == .rateLimited {
+        } catch let e as VaultFailure where e.code == .rateLimited {
             // With the error's declared parameters (its retryAfter).
-            return refuse("registration-cap", e.message, code: .rateLimited, extra: e.parameters.filter { $0.key != "message" })
+            return refuse("registration-cap", e.message, code: .rateLimited, extra: VaultError(e).parameters.filter { $0.key != "message" })
         } catch {
             return refuse("identity", "\(error)")
         }

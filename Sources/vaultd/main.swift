@@ -80,7 +80,7 @@ let passphrasePolicy: PassphrasePolicy
 do {
     passphrasePolicy = try PassphrasePolicy.fromEnvironment(environment)
 } catch {
-    fail((error as? VaultError)?.message ?? "\(error)", code: 64)
+    fail((error as? VaultFailure)?.message ?? "\(error)", code: 64)
 }
 if passphrasePolicy.kdfCost != .moderate || passphrasePolicy.unlockDelayScale != 1 {
     log("test settings: Argon2id cost \(passphrasePolicy.kdfCost.rawValue), unlock waits scaled by \(passphrasePolicy.unlockDelayScale)")

@@ -42,8 +42,8 @@ struct AgeTests {
         let text = Age.recipientText(key)
         #expect(text.hasPrefix("age1"))
         #expect(try Age.parseRecipient(text) == key)
-        #expect(throws: VaultError.self) { try Age.parseRecipient(text.uppercased()) }
-        #expect(throws: VaultError.self) { try Age.parseRecipient("age1qqqq") }
+        #expect(throws: VaultFailure.self) { try Age.parseRecipient(text.uppercased()) }
+        #expect(throws: VaultFailure.self) { try Age.parseRecipient("age1qqqq") }
     }
 
     static func identity() -> (SecureBytes, [UInt8]) {
@@ -126,7 +126,7 @@ struct AgeTests {
         #expect(ContinuousClock.now - start < .seconds(5))
         // A work factor with a leading zero, a scrypt stanza beside another: malformed.
         Self.failure(.malformed) { _ = try Age.decrypt(Array(String(decoding: file, as: UTF8.self).replacingOccurrences(of: " 10\n", with: " 010\n").utf8), with: [.passphrase(secret("right"))]) }
-        #expect(throws: VaultError.self) { _ = try Age.encrypt(secret("x"), to: [.passphrase(secret("a")), .x25519(Self.identity().1)]) }
+        #expect(throws: VaultFailure.self) { _ = try Age.encrypt(secret("x"), to: [.passphrase(secret("a")), .x25519(Self.identity().1)]) }
     }
 
     @Test func identityFilesAsAgeKeygenWritesThem() throws {
@@ -136,8 +136,8 @@ struct AgeTests {
         let keys = try Age.parseIdentities(secret(file))
         #expect(keys.count == 1)
         #expect(keys[0].constantTimeEquals(secretKey))
-        #expect(throws: VaultError.self) { _ = try Age.parseIdentities(secret("# nothing\n")) }
-        #expect(throws: VaultError.self) { _ = try Age.parseIdentities(secret("AGE-SECRET-KEY-1QQQQ\n")) }
+        #expect(throws: VaultFailure.self) { _ = try Age.parseIdentities(secret("# nothing\n")) }
+        #expect(throws: VaultFailure.self) { _ = try Age.parseIdentities(secret("AGE-SECRET-KEY-1QQQQ\n")) }
     }
 }
 

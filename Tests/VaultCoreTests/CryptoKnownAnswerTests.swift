@@ -123,7 +123,7 @@ import Glibc
             // A wrong passphrase opens nothing.
             let wrong = try Sodium.argon2id(passphrase: secret("correct horse battery stapler"), parameters: p)
             let other = try KeyHierarchy(db: db, deviceKey: secret(Self.deviceKey))
-            expectVaultError(.wrongPassphrase) { try other.unlock(kek: wrong) }
+            expectFailure(.wrongPassphrase) { try other.unlock(kek: wrong) }
             // Another device key opens the migratable keys, not the ThisDeviceOnly ones
             // (as a data directory moved without its device.key).
             let elsewhere = try KeyHierarchy(db: db, deviceKey: secret(Self.seq(0x21, 32)))

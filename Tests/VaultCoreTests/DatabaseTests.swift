@@ -30,7 +30,7 @@ import VaultProtocol
             defer { db.close() }
             try db.execute("CREATE TABLE t (x TEXT);")
             try db.execute("INSERT INTO t VALUES ('a;b')")
-            let e = expectVaultError(.internalError) { try db.execute("INSERT INTO t VALUES ('c'); DROP TABLE t") }
+            let e = expectFailure(.internalError) { try db.execute("INSERT INTO t VALUES ('c'); DROP TABLE t") }
             #expect(e?.message.contains("more than one statement") == true)
             #expect(try db.rows("SELECT x FROM t").map { $0[0].text } == ["a;b"])
             try db.executeScript("INSERT INTO t VALUES ('d'); INSERT INTO t VALUES ('e;f');")
@@ -61,10 +61,10 @@ import VaultProtocol
             try file.write(to: URL(fileURLWithPath: path))
             let db = try Database(path: path)
             defer { db.close() }
-            let e = expectVaultError(.storeDamaged) { _ = try db.rows("SELECT count(*), sum(length(x)) FROM t") }
+            let e = expectFailure(.storeDamaged) { _ = try db.rows("SELECT count(*), sum(length(x)) FROM t") }
             #expect(e?.message.contains("restore a backup") == true, "\(String(describing: e))")
             #expect(db.damageSeen)
-            expectVaultError(.storeDamaged) { _ = try db.write { db in try db.run("INSERT INTO t VALUES (x'00')") } }
+            expectFailure(.storeDamaged) { _ = try db.write { db in try db.run("INSERT INTO t VALUES (x'00')") } }
             // It reports the page, or cannot read it (StoreDamaged): never "ok".
             #expect((try? db.quickCheck()) != ["ok"])
         }

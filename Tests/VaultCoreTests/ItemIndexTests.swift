@@ -57,7 +57,7 @@ struct ItemIndexTests {
                 out[k] = plain(f.data)
             }
             return out
-        } catch let e as VaultError where e.code == .itemNotFound {
+        } catch let e as VaultFailure where e.code == .itemNotFound {
             return [:]
         }
     }
@@ -235,7 +235,7 @@ struct ItemIndexTests {
                     do {
                         try vault.addGeneric(service: "svc\(i % 10)", account: "acct\(i)", secret: [UInt8(w)])
                         stored.withLock { $0 += 1 }
-                    } catch let e as VaultError where e.code == .duplicateItem {
+                    } catch let e as VaultFailure where e.code == .duplicateItem {
                         duplicates.withLock { $0 += 1 }
                     } catch {
                         other.withLock { $0.append("\(error)") }
@@ -258,8 +258,8 @@ struct ItemIndexTests {
     }
 }
 
-/// The `VaultError` code a result failed with; nil when it succeeded or failed otherwise.
-private func code<T>(_ result: Result<T, Error>) -> VaultError.Code? {
-    if case .failure(let e as VaultError) = result { return e.code }
+/// The `VaultFailure` code a result failed with; nil when it succeeded or failed otherwise.
+private func code<T>(_ result: Result<T, Error>) -> VaultFailure.Code? {
+    if case .failure(let e as VaultFailure) = result { return e.code }
     return nil
 }

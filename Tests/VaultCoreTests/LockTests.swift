@@ -40,10 +40,10 @@ struct LockTests {
             // Removing the passphrase drops the class key.
             let early = try prepared()
             _ = try vault.changePassphrase(old: secret("p1"), new: nil, caller: .owner)
-            expectVaultError(.authFailed) { try insert(early) }
+            expectFailure(.authFailed) { try insert(early) }
             // Setting one again makes a new key of that class.
             _ = try vault.changePassphrase(old: nil, new: secret("p2"), caller: .owner)
-            expectVaultError(.interactionNotAllowed) { try insert(early) }
+            expectFailure(.interactionNotAllowed) { try insert(early) }
             #expect(try vault.keychain.count() == 0)
             // Fetched after the change, the keys are current.
             try insert(try prepared())
@@ -58,63 +58,60 @@ struct LockTests {
                 let vault = try Vault(dataDirectory: dir, passphrasePolicy: .tests)
                 defer { vault.close() }
                 let state = try vault.initialize(passphrase: secret("correct horse"), caller: .owner)
-                #expect(state["state"] == "unlocked")
-                #expect(state["hasPassphrase"] == true)
+                #expect(state.state == .unlocked)
+                #expect(state.hasPassphrase)
                 try Self.addOnePerClass(vault)
                 for a in Accessibility.allCases { Self.expectReadable(vault, a) }
 
                 let locked = try vault.lockVault(caller: .owner)
-                #expect(locked["state"] == "locked")
-                #expect(locked["unlockedSinceStart"] == true)
+                #expect(locked.state == .locked)
+                #expect(locked.unlockedSinceStart)
                 // afterFirstUnlock classes still read; whenUnlocked classes are InteractionNotAllowed.
                 Self.expectReadable(vault, .afterFirstUnlock)
                 Self.expectReadable(vault, .afterFirstUnlockThisDeviceOnly)
                 for a in [Accessibility.whenUnlocked, .whenUnlockedThisDeviceOnly, .whenPasscodeSetThisDeviceOnly] {
-                    let e = expectVaultError(.interactionNotAllowed) { _ = try vault.readGeneric(service: a.rawValue) }
-                    #expect(e?.status == -25308)
+                    let e = expectFailure(.interactionNotAllowed) { _ = try vault.readGeneric(service: a.rawValue) }
                 }
                 // Locked is never reported as not found: not for delete, update or add either.
                 let wu = ItemQuery(attributes: ItemAttributes(service: Accessibility.whenUnlocked.rawValue))
-                expectVaultError(.interactionNotAllowed) { _ = try vault.deleteItems(wu, caller: .owner) }
-                expectVaultError(.interactionNotAllowed) {
+                expectFailure(.interactionNotAllowed) { _ = try vault.deleteItems(wu, caller: .owner) }
+                expectFailure(.interactionNotAllowed) {
                     _ = try vault.updateItems(wu, changes: ItemAttributes(label: "x"), secret: nil, caller: .owner)
                 }
-                expectVaultError(.interactionNotAllowed) {
+                expectFailure(.interactionNotAllowed) {
                     try vault.addGeneric(service: "new", account: "acct", secret: [1], accessible: .whenUnlocked)
                 }
                 try vault.addGeneric(service: "new-afu", account: "acct", secret: [2], accessible: .afterFirstUnlock)
-                #expect(try vault.status(caller: .owner)["items"] == JSON(Accessibility.allCases.count + 1))
+                #expect(try vault.status(caller: .owner).items == Accessibility.allCases.count + 1)
             }
 
             // Restart: a new engine on the same directory has never been unlocked.
             let vault = try Vault(dataDirectory: dir, passphrasePolicy: .tests)
             defer { vault.close() }
-            #expect(vault.lockState["state"] == "locked")
-            #expect(vault.lockState["unlockedSinceStart"] == false)
+            #expect(vault.lockState.state == .locked)
+            #expect(vault.lockState.unlockedSinceStart == false)
             for a in Accessibility.allCases {
-                expectVaultError(.interactionNotAllowed) { _ = try vault.readGeneric(service: a.rawValue) }
+                expectFailure(.interactionNotAllowed) { _ = try vault.readGeneric(service: a.rawValue) }
             }
-            expectVaultError(.interactionNotAllowed) {
+            expectFailure(.interactionNotAllowed) {
                 try vault.addGeneric(service: "x", account: "acct", secret: [1], accessible: .afterFirstUnlock)
             }
 
-            let wrong = expectVaultError(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret("correct horsE"), caller: .owner) }
-            #expect(wrong?.name == "io.vaultd.Vault.AuthFailed")
-            #expect(wrong?.status == -25293)
-            #expect(vault.lockState["state"] == "locked")
+            let wrong = expectFailure(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret("correct horsE"), caller: .owner) }
+            #expect(vault.lockState.state == .locked)
             Self.expectReadableNot(vault, .afterFirstUnlock)
 
             let state = try vault.unlock(passphrase: secret("correct horse"), caller: .owner)
-            #expect(state["state"] == "unlocked")
-            #expect(state["unlockedSinceStart"] == true)
+            #expect(state.state == .unlocked)
+            #expect(state.unlockedSinceStart)
             for a in Accessibility.allCases { Self.expectReadable(vault, a) }
             #expect(try vault.readGeneric(service: "new-afu", account: "acct") == [2])
-            #expect(try vault.status(caller: .owner)["retryAfter"]?.doubleValue == 0)
+            #expect(try vault.status(caller: .owner).retryAfter == 0)
         }
     }
 
     static func expectReadableNot(_ vault: Vault, _ a: Accessibility, sourceLocation: SourceLocation = #_sourceLocation) {
-        expectVaultError(.interactionNotAllowed, sourceLocation: sourceLocation) {
+        expectFailure(.interactionNotAllowed, sourceLocation: sourceLocation) {
             _ = try vault.readGeneric(service: a.rawValue)
         }
     }
@@ -130,56 +127,56 @@ struct LockTests {
                 try vault.addGeneric(service: "second-passcode", account: "acct", secret: [9], accessible: .whenPasscodeSetThisDeviceOnly)
 
                 // Change: the old passphrase stops working, the new one opens everything.
-                expectVaultError(.wrongPassphrase) {
+                expectFailure(.wrongPassphrase) {
                     _ = try vault.changePassphrase(old: secret("not p1"), new: secret("p2"), caller: .owner)
                 }
-                let (changed, deletedByChange) = try vault.changePassphrase(old: secret("p1"), new: secret("p2"), caller: .owner)
-                #expect(deletedByChange == 0)
-                #expect(changed["hasPassphrase"] == true)
+                let change = try vault.changePassphrase(old: secret("p1"), new: secret("p2"), caller: .owner)
+                #expect(change.deletedItems == 0)
+                #expect(change.lock.hasPassphrase)
                 _ = try vault.lockVault(caller: .owner)
-                expectVaultError(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret("p1"), caller: .owner) }
+                expectFailure(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret("p1"), caller: .owner) }
                 _ = try vault.unlock(passphrase: secret("p2"), caller: .owner)
                 for a in Accessibility.allCases { Self.expectReadable(vault, a) }
 
                 // Only the owner may change it.
-                expectVaultError(.permissionDenied) {
+                expectFailure(.permissionDenied) {
                     _ = try vault.changePassphrase(old: secret("p2"), new: nil, caller: Caller(appID: "org.example.A", accessGroups: ["org.example.A"]))
                 }
 
                 // Remove: deletes exactly the whenPasscodeSet items.
-                let (removed, deleted) = try vault.changePassphrase(old: secret("p2"), new: nil, caller: .owner)
-                #expect(deleted == 2)
-                #expect(removed["hasPassphrase"] == false)
-                #expect(removed["state"] == "unlocked")
-                expectVaultError(.itemNotFound) { _ = try vault.readGeneric(service: Accessibility.whenPasscodeSetThisDeviceOnly.rawValue) }
-                expectVaultError(.itemNotFound) { _ = try vault.readGeneric(service: "second-passcode") }
+                let removed = try vault.changePassphrase(old: secret("p2"), new: nil, caller: .owner)
+                #expect(removed.deletedItems == 2)
+                #expect(removed.lock.hasPassphrase == false)
+                #expect(removed.lock.state == .unlocked)
+                expectFailure(.itemNotFound) { _ = try vault.readGeneric(service: Accessibility.whenPasscodeSetThisDeviceOnly.rawValue) }
+                expectFailure(.itemNotFound) { _ = try vault.readGeneric(service: "second-passcode") }
                 for a in Accessibility.allCases where a != .whenPasscodeSetThisDeviceOnly { Self.expectReadable(vault, a) }
-                #expect(try vault.status(caller: .owner)["items"] == JSON(Accessibility.allCases.count - 1))
-                expectVaultError(.noPassphrase) { _ = try vault.lockVault(caller: .owner) }
-                expectVaultError(.authFailed) {
+                #expect(try vault.status(caller: .owner).items == Accessibility.allCases.count - 1)
+                expectFailure(.noPassphrase) { _ = try vault.lockVault(caller: .owner) }
+                expectFailure(.authFailed) {
                     try vault.addGeneric(service: "p", account: "acct", secret: [1], accessible: .whenPasscodeSetThisDeviceOnly)
                 }
                 // Removing it again: there is none (NoPassphrase, not "0 deleted", whatever
                 // `old` holds).
-                expectVaultError(.noPassphrase) { _ = try vault.changePassphrase(old: secret("anything"), new: nil, caller: .owner) }
+                expectFailure(.noPassphrase) { _ = try vault.changePassphrase(old: secret("anything"), new: nil, caller: .owner) }
             }
             // After a restart the vault without a passphrase is unlocked, every remaining class opens.
             do {
                 let vault = try Vault(dataDirectory: dir, passphrasePolicy: .tests)
                 defer { vault.close() }
-                #expect(vault.lockState["state"] == "unlocked")
-                #expect(vault.lockState["hasPassphrase"] == false)
+                #expect(vault.lockState.state == .unlocked)
+                #expect(vault.lockState.hasPassphrase == false)
                 for a in Accessibility.allCases where a != .whenPasscodeSetThisDeviceOnly { Self.expectReadable(vault, a) }
                 // Setting a passphrase again (no old one) makes whenPasscodeSet usable again.
-                let (set, _) = try vault.changePassphrase(old: nil, new: secret("p3"), caller: .owner)
-                #expect(set["hasPassphrase"] == true)
+                let set = try vault.changePassphrase(old: nil, new: secret("p3"), caller: .owner)
+                #expect(set.lock.hasPassphrase)
                 try vault.addGeneric(
                     service: Accessibility.whenPasscodeSetThisDeviceOnly.rawValue, account: "acct",
                     secret: Array("secret-whenPasscodeSetThisDeviceOnly".utf8), accessible: .whenPasscodeSetThisDeviceOnly)
             }
             let vault = try Vault(dataDirectory: dir, passphrasePolicy: .tests)
             defer { vault.close() }
-            #expect(vault.lockState["state"] == "locked")
+            #expect(vault.lockState.state == .locked)
             _ = try vault.unlock(passphrase: secret("p3"), caller: .owner)
             for a in Accessibility.allCases { Self.expectReadable(vault, a) }
         }
@@ -193,21 +190,21 @@ struct LockTests {
             defer { vault.close() }
             _ = try vault.initialize(passphrase: secret("right"), caller: .owner)
             for guess in ["guess1", "guess2", "guess3"] {
-                expectVaultError(.wrongPassphrase) {
+                expectFailure(.wrongPassphrase) {
                     _ = try vault.changePassphrase(old: secret(guess), new: secret("mine"), caller: .owner)
                 }
             }
-            let limited = expectVaultError(.rateLimited) {
+            let limited = expectFailure(.rateLimited) {
                 _ = try vault.changePassphrase(old: secret("guess4"), new: secret("mine"), caller: .owner)
             }
-            #expect((limited?.parameters["retryAfter"]?.doubleValue ?? 0) > 0)
-            expectVaultError(.rateLimited) { _ = try vault.unlock(passphrase: secret("right"), caller: .owner) }
-            #expect((try vault.status(caller: .owner)["retryAfter"]?.doubleValue ?? 0) > 0)
+            #expect((limited?.details.retryAfter ?? 0) > 0)
+            expectFailure(.rateLimited) { _ = try vault.unlock(passphrase: secret("right"), caller: .owner) }
+            #expect((try vault.status(caller: .owner).retryAfter ?? 0) > 0)
             // The wait survives a restart.
             vault.close()
             let restarted = try Vault(dataDirectory: tmp + "/data", passphrasePolicy: .tests)
             defer { restarted.close() }
-            expectVaultError(.rateLimited) { _ = try restarted.unlock(passphrase: secret("right"), caller: .owner) }
+            expectFailure(.rateLimited) { _ = try restarted.unlock(passphrase: secret("right"), caller: .owner) }
         }
     }
 
@@ -251,7 +248,7 @@ struct LockTests {
     static func failThriceThenSetTheClockBack(_ vault: Vault) throws {
         _ = try vault.initialize(passphrase: secret("right"), caller: .owner)
         for guess in ["guess1", "guess2", "guess3"] {
-            expectVaultError(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret(guess), caller: .owner) }
+            expectFailure(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret(guess), caller: .owner) }
         }
         let record: JSON = ["count": 3, "last": JSON(Date().timeIntervalSince1970 + 3600)]
         _ = try vault.locked {
@@ -266,11 +263,11 @@ struct LockTests {
     @Test func theUnlockWaitNeverExceedsItsDelayWhenTheClockGoesBack() throws {
         try withVault(initialize: false) { vault, _ in
             try Self.failThriceThenSetTheClockBack(vault)
-            let wait = try #require(try vault.status(caller: .owner)["retryAfter"]?.doubleValue)
+            let wait = try #require(try vault.status(caller: .owner).retryAfter)
             #expect(wait > 0 && wait <= 1, "retryAfter \(wait) s after three failures")
             usleep(1_100_000)
             _ = try vault.unlock(passphrase: secret("right"), caller: .owner)
-            #expect(vault.lockState["state"] == "unlocked")
+            #expect(vault.lockState.state == .unlocked)
         }
     }
 
@@ -284,9 +281,9 @@ struct LockTests {
             _ = try vault.locked { try vault.db.execute("PRAGMA query_only=ON") }
             defer { _ = try? vault.locked { try vault.db.execute("PRAGMA query_only=OFF") } }
             let status = try vault.status(caller: .owner)
-            let wait = try #require(status["retryAfter"]?.doubleValue)
+            let wait = status.retryAfter
             #expect(wait > 0 && wait <= 1, "retryAfter \(wait) s after three failures")
-            #expect(status["lock"]?["state"] == "unlocked")
+            #expect(status.lock.state == .unlocked)
         }
     }
 
@@ -300,22 +297,22 @@ struct LockTests {
             _ = try vault.lockVault(caller: .owner)
             let states = LockedList()
             _ = vault.addObserver { event in
-                if case .lockState(let s) = event, let state = s["state"]?.stringValue { states.append(state) }
+                if case .lockState(let s) = event { states.append(s.state.rawValue) }
             }
             // Every write of the writer's connection fails from here on, as on a full disk.
             _ = try vault.locked { try vault.db.execute("PRAGMA query_only=ON") }
             defer { _ = try? vault.locked { try vault.db.execute("PRAGMA query_only=OFF") } }
             let change = Result { try vault.changePassphrase(old: secret("right"), new: secret("new"), caller: .owner) }
             #expect((try? change.get()) == nil, "the change cannot be written: \(change)")
-            #expect(vault.lockState["state"] == "unlocked")
+            #expect(vault.lockState.state == .unlocked)
             #expect(states.items == ["unlocked"])
             _ = try vault.lockVault(caller: .owner)
             // One failure recorded first, so the right passphrase has a count to clear.
             _ = try vault.locked { try vault.db.execute("PRAGMA query_only=OFF") }
-            expectVaultError(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret("wrong"), caller: .owner) }
+            expectFailure(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret("wrong"), caller: .owner) }
             _ = try vault.locked { try vault.db.execute("PRAGMA query_only=ON") }
             let state = try vault.unlock(passphrase: secret("right"), caller: .owner)
-            #expect(state["state"] == "unlocked")
+            #expect(state.state == .unlocked)
             #expect(states.items == ["unlocked", "locked", "unlocked"])
         }
     }
@@ -330,10 +327,10 @@ struct LockTests {
             vault.locked { vault.db.failNextCommit() }
             let removal = Result { try vault.changePassphrase(old: secret("p1"), new: nil, caller: .owner) }
             #expect((try? removal.get()) == nil, "the removal cannot commit: \(removal)")
-            #expect(vault.lockState["hasPassphrase"] == true)
+            #expect(vault.lockState.hasPassphrase == true)
             #expect(try vault.readGeneric(service: "wps") == [7])
             _ = try vault.lockVault(caller: .owner)
-            expectVaultError(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret("p2"), caller: .owner) }
+            expectFailure(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret("p2"), caller: .owner) }
             _ = try vault.unlock(passphrase: secret("p1"), caller: .owner)
             // A change that does not commit: the old passphrase stays the one.
             vault.locked { vault.db.failNextCommit() }
@@ -364,14 +361,13 @@ struct LockTests {
             do {
                 let moved = try Vault(dataDirectory: copy, passphrasePolicy: .tests)
                 defer { moved.close() }
-                #expect(moved.lockState["state"] == "locked")
+                #expect(moved.lockState.state == .locked)
                 _ = try moved.unlock(passphrase: secret("pass"), caller: .owner)
-                #expect(moved.lockState["state"] == "unlocked")
+                #expect(moved.lockState.state == .unlocked)
                 Self.expectReadable(moved, .whenUnlocked)
                 Self.expectReadable(moved, .afterFirstUnlock)
                 for a in Accessibility.allCases where a.isThisDeviceOnly {
-                    let e = expectVaultError(.notAvailableOnThisDevice) { _ = try moved.readGeneric(service: a.rawValue) }
-                    #expect(e?.status == -25291)
+                    let e = expectFailure(.notAvailableOnThisDevice) { _ = try moved.readGeneric(service: a.rawValue) }
                 }
             }
             // The original, with its own device key, still opens everything.
@@ -387,7 +383,7 @@ struct LockTests {
             let dir = tmp + "/data"
             do { let v = try Vault(dataDirectory: dir, passphrasePolicy: .tests); v.close() }
             try Data(repeating: 1, count: 31).write(to: URL(fileURLWithPath: dir + "/device.key"))
-            expectVaultError(.internalError) { _ = try Vault(dataDirectory: dir, passphrasePolicy: .tests) }
+            expectFailure(.internalError) { _ = try Vault(dataDirectory: dir, passphrasePolicy: .tests) }
         }
     }
 

@@ -18,7 +18,7 @@ import VaultProtocol
         do {
             return try vault.copyMatching(ItemQuery(itemClass: .genericPassword, attributes: a, matchAll: true), returnData: false, includingLocked: true, caller: caller)
                 .compactMap { $0.attributes.account }.sorted()
-        } catch let e as VaultError where e.code == .itemNotFound {
+        } catch let e as VaultFailure where e.code == .itemNotFound {
             return []
         }
     }
@@ -70,7 +70,7 @@ import VaultProtocol
             #expect(try Self.search(vault, ["svc": "shared"]) == ["a1", "b1"])
             #expect(try vault.accessGroups(caller: a) == ["org.example.A"])
             #expect(try vault.accessGroups(caller: .owner) == ["user", "org.example.A", "org.example.B"])
-            expectVaultError(.missingEntitlement) { _ = try vault.accessGroup("org.example.B", caller: a) }
+            expectFailure(.missingEntitlement) { _ = try vault.accessGroup("org.example.B", caller: a) }
         }
     }
 
@@ -87,7 +87,7 @@ import VaultProtocol
             #expect(seenByA.first?.attributes.label == "a2")
             #expect(try vault.sessionItems(matching: [:], secrets: false, caller: .owner).count == 2)
             // B can neither change nor delete A's.
-            expectVaultError(.itemNotFound) { try vault.updateSessionItem(idA, secret: secret("x"), caller: b) }
+            expectFailure(.itemNotFound) { try vault.updateSessionItem(idA, secret: secret("x"), caller: b) }
             #expect(try vault.deleteSessionItems(idA, caller: b) == 0)
             #expect(try vault.deleteSessionItems(nil, caller: b) == 1)
             #expect(try vault.sessionItems(matching: [:], secrets: false, caller: .owner).count == 1)
@@ -114,7 +114,7 @@ import VaultProtocol
             var a = ItemAttributes(service: Vault.secretServiceService, account: "x")
             a.lookupAttributes = ExactDictionary(many)
             // The wire form is what bounds them (the engine takes what its front-ends parsed).
-            #expect(throws: VaultError.self) { _ = try ItemAttributes(json: a.json) }
+            #expect(throws: VaultFailure.self) { _ = try ItemAttributes(json: a.json) }
         }
     }
 }

@@ -95,14 +95,14 @@ extension OrderedEventsTests {
             let seen = (0..<6).map { _ in LockedList() }
             for (i, list) in seen.enumerated() {
                 _ = vault.addObserver { event in
-                    guard case .lockState(let state) = event, let s = state["state"]?.stringValue else { return }
+                    guard case .lockState(let state) = event else { return }; let s = state.state.rawValue
                     list.append(s)
                     if i == 2 && s == "unlocked" { _ = try? vault.lockVault(caller: .owner) }
                 }
             }
             for _ in 0..<20 {
                 _ = try vault.unlock(passphrase: secret("correct horse"), caller: .owner)
-                #expect(vault.lockState["state"]?.stringValue == "locked")
+                #expect(vault.lockState.state == .locked)
             }
             for (i, list) in seen.enumerated() {
                 #expect(list.items == Array(repeating: ["unlocked", "locked"], count: 20).flatMap { $0 }, "observer \(i)")

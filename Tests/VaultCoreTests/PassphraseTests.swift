@@ -23,9 +23,9 @@ struct PassphraseTests {
         #expect(try PassphrasePolicy.fromEnvironment([:]).kdfCost == .moderate)
         #expect(try PassphrasePolicy.fromEnvironment([:]).unlockDelayScale == 1)
         #expect(try PassphrasePolicy.fromEnvironment(["VAULTD_ARGON2_TEST_COST": "min"]).kdfCost == .minimum)
-        #expect(throws: VaultError.self) { try PassphrasePolicy.fromEnvironment(["VAULTD_ARGON2_TEST_COST": "0"]) }
-        #expect(throws: VaultError.self) { try PassphrasePolicy.fromEnvironment(["VAULTD_UNLOCK_DELAY_TEST_SCALE": "2"]) }
-        #expect(throws: VaultError.self) { try PassphrasePolicy.fromEnvironment(["VAULTD_UNLOCK_DELAY_TEST_SCALE": "0"]) }
+        #expect(throws: VaultFailure.self) { try PassphrasePolicy.fromEnvironment(["VAULTD_ARGON2_TEST_COST": "0"]) }
+        #expect(throws: VaultFailure.self) { try PassphrasePolicy.fromEnvironment(["VAULTD_UNLOCK_DELAY_TEST_SCALE": "2"]) }
+        #expect(throws: VaultFailure.self) { try PassphrasePolicy.fromEnvironment(["VAULTD_UNLOCK_DELAY_TEST_SCALE": "0"]) }
     }
 
     /// MODERATE is libsodium's: 3 passes over 256 MiB. The tests' cost is libsodium's MIN,
@@ -65,7 +65,7 @@ struct PassphraseTests {
             let vault = try Vault(dataDirectory: dir, passphrasePolicy: PassphrasePolicy())
             defer { vault.close() }
             let before = try Self.storedKDF(vault)
-            expectVaultError(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret("wrong"), caller: .owner) }
+            expectFailure(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret("wrong"), caller: .owner) }
             #expect(try Self.storedKDF(vault) == before, "a wrong passphrase re-wrapped the keys")
             let start = Date()
             _ = try vault.unlock(passphrase: secret("right"), caller: .owner)
@@ -94,13 +94,13 @@ struct PassphraseTests {
             _ = try vault.locked { try vault.db.execute("PRAGMA query_only=ON") }
             defer { _ = try? vault.locked { try vault.db.execute("PRAGMA query_only=OFF") } }
             for guess in ["guess1", "guess2", "guess3"] {
-                expectVaultError(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret(guess), caller: .owner) }
+                expectFailure(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret(guess), caller: .owner) }
             }
-            let limited = expectVaultError(.rateLimited) { _ = try vault.unlock(passphrase: secret("guess4"), caller: .owner) }
-            let wait = limited?.parameters["retryAfter"]?.doubleValue ?? 0
+            let limited = expectFailure(.rateLimited) { _ = try vault.unlock(passphrase: secret("guess4"), caller: .owner) }
+            let wait = limited?.details.retryAfter ?? 0
             #expect(wait > 0.5 && wait <= 1, "retryAfter \(wait)")
-            expectVaultError(.rateLimited) { _ = try vault.unlock(passphrase: secret("right"), caller: .owner) }
-            #expect(vault.lockState["state"] == "locked")
+            expectFailure(.rateLimited) { _ = try vault.unlock(passphrase: secret("right"), caller: .owner) }
+            #expect(vault.lockState.state == .locked)
             // Nothing of it reached the store.
             #expect(try vault.reading { try $0.row("SELECT 1 FROM vault_meta WHERE key = 'unlock.failures'") } == nil)
         }

@@ -44,28 +44,28 @@ import VaultProtocol
     @Test func theEngineRefusesAnAppEveryOwnerOnlyOperation() throws {
         try withVault { vault, _ in
             let app = Caller(appID: "org.example.App", accessGroups: ["org.example.App"])
-            expectVaultError(.permissionDenied) { _ = try vault.unlock(passphrase: secret("p"), caller: app) }
-            expectVaultError(.permissionDenied) { _ = try vault.unlockFromKeyring(caller: app) { Issue.record("the keyring was asked"); return secret("p") } }
-            expectVaultError(.permissionDenied) { _ = try vault.lockVault(caller: app) }
-            expectVaultError(.permissionDenied) { _ = try vault.initialize(passphrase: nil, caller: app) }
-            expectVaultError(.permissionDenied) { _ = try vault.changePassphrase(old: nil, new: secret("n"), caller: app) }
-            expectVaultError(.permissionDenied) { _ = try vault.purgeCaches(appID: nil, bytes: nil, running: [], caller: app) }
-            expectVaultError(.permissionDenied) { _ = try vault.installApp("org.example.B", executable: "/usr/bin/true", caller: app) }
-            expectVaultError(.permissionDenied) { _ = try vault.uninstallApp("org.example.App", caller: app) }
-            expectVaultError(.permissionDenied) { _ = try vault.allApps(caller: app) }
-            expectVaultError(.permissionDenied) { _ = try vault.app("org.example.App", caller: app) }
-            expectVaultError(.permissionDenied) { _ = try vault.backup(to: "/nonexistent/b.age", recipients: [.passphrase(secret("p"))], includeDeviceBound: false, caller: app) }
-            expectVaultError(.permissionDenied) { _ = try vault.restore(from: "/nonexistent/b.age", identities: [], newPassphrase: nil, merge: true, caller: app) }
-            expectVaultError(.permissionDenied) { try vault.setAlias(caller: app) }
-            expectVaultError(.permissionDenied) { try vault.registerPrompter(caller: app) }
-            expectVaultError(.permissionDenied) { _ = try vault.checkStore(caller: app) }
+            expectFailure(.permissionDenied) { _ = try vault.unlock(passphrase: secret("p"), caller: app) }
+            expectFailure(.permissionDenied) { _ = try vault.unlockFromKeyring(caller: app) { Issue.record("the keyring was asked"); return secret("p") } }
+            expectFailure(.permissionDenied) { _ = try vault.lockVault(caller: app) }
+            expectFailure(.permissionDenied) { _ = try vault.initialize(passphrase: nil, caller: app) }
+            expectFailure(.permissionDenied) { _ = try vault.changePassphrase(old: nil, new: secret("n"), caller: app) }
+            expectFailure(.permissionDenied) { _ = try vault.purgeCaches(appID: nil, bytes: nil, running: [], caller: app) }
+            expectFailure(.permissionDenied) { _ = try vault.installApp("org.example.B", executable: "/usr/bin/true", caller: app) }
+            expectFailure(.permissionDenied) { _ = try vault.uninstallApp("org.example.App", caller: app) }
+            expectFailure(.permissionDenied) { _ = try vault.allApps(caller: app) }
+            expectFailure(.permissionDenied) { _ = try vault.app("org.example.App", caller: app) }
+            expectFailure(.permissionDenied) { _ = try vault.backup(to: "/nonexistent/b.age", recipients: [.passphrase(secret("p"))], includeDeviceBound: false, caller: app) }
+            expectFailure(.permissionDenied) { _ = try vault.restore(from: "/nonexistent/b.age", identities: [], newPassphrase: nil, merge: true, caller: app) }
+            expectFailure(.permissionDenied) { try vault.setAlias(caller: app) }
+            expectFailure(.permissionDenied) { try vault.registerPrompter(caller: app) }
+            expectFailure(.permissionDenied) { _ = try vault.checkStore(caller: app) }
             let sync = SyncService(vault: vault)
-            expectVaultError(.permissionDenied) { _ = try sync.initialize(folder: "/tmp", caller: app) }
-            expectVaultError(.permissionDenied) { _ = try sync.join(folder: "/tmp", caller: app) }
-            expectVaultError(.permissionDenied) { _ = try sync.approve(code: "00", caller: app) }
-            expectVaultError(.permissionDenied) { _ = try sync.status(caller: app) }
-            expectVaultError(.permissionDenied) { try sync.leave(caller: app) }
-            expectVaultError(.permissionDenied) { try sync.remove(device: String(repeating: "ab", count: 16), caller: app) }
+            expectFailure(.permissionDenied) { _ = try sync.initialize(folder: "/tmp", caller: app) }
+            expectFailure(.permissionDenied) { _ = try sync.join(folder: "/tmp", caller: app) }
+            expectFailure(.permissionDenied) { _ = try sync.approve(code: "00", caller: app) }
+            expectFailure(.permissionDenied) { _ = try sync.status(caller: app) }
+            expectFailure(.permissionDenied) { try sync.leave(caller: app) }
+            expectFailure(.permissionDenied) { try sync.remove(device: String(repeating: "ab", count: 16), caller: app) }
             // The kinds refused above are exactly the owner-only ones.
             let ownerOnly = Set(VaultCore.Operation.Kind.allCases.filter { $0.audience == .owner })
             #expect(
@@ -84,14 +84,14 @@ import VaultProtocol
             #expect(prefs.domains == ["org.example.App"])
             #expect(Policy.visible(.preference(domain: "org.example.App", key: "k", value: nil, sequence: 1), to: prefs))
             #expect(!Policy.visible(.preference(domain: "org.example.Other", key: "k", value: nil, sequence: 1), to: prefs))
-            #expect(!Policy.visible(.lockState(["state": "unlocked"]), to: prefs))
-            expectVaultError(.missingEntitlement) { _ = try vault.subscribe(.observePreferences(domains: ["org.example.Other"]), caller: app) }
+            #expect(!Policy.visible(.lockState(LockState(state: .unlocked, unlockedSinceStart: true, hasPassphrase: true)), to: prefs))
+            expectFailure(.missingEntitlement) { _ = try vault.subscribe(.observePreferences(domains: ["org.example.Other"]), caller: app) }
             let caches = try vault.subscribe(.observeCachePurges, caller: app)
             #expect(Policy.visible(.cachePurge(appID: "org.example.App", freedBytes: 1), to: caches))
             #expect(!Policy.visible(.cachePurge(appID: "org.example.Other", freedBytes: 1), to: caches))
             let owners = try vault.subscribe(.observeCachePurges, caller: .owner)
             #expect(Policy.visible(.cachePurge(appID: "org.example.Other", freedBytes: 1), to: owners))
-            expectVaultError(.internalError) { _ = try vault.subscribe(.status, caller: .owner) }
+            expectFailure(.internalError) { _ = try vault.subscribe(.status, caller: .owner) }
         }
     }
 }

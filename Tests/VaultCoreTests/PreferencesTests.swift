@@ -116,17 +116,17 @@ struct PreferencesTests {
             let before = try vault.preferenceDomain(Self.domain, caller: .owner)
             #expect(before.count == 2)
 
-            let e = expectVaultError(.domainTooLarge) {
+            let e = expectFailure(.domainTooLarge) {
                 try vault.setPreference(domain: Self.domain, key: "more", value: .data(Data(count: 2048)), caller: .owner)
             }
-            #expect(e?.parameters["limit"] == JSON(mib4))
-            #expect(e?.parameters["domain"] == JSON.string(Self.domain))
-            #expect((e?.parameters["size"]?.intValue ?? 0) > mib4)
+            #expect(e?.details.limit == Int64(mib4))
+            #expect(e?.details.domain == Self.domain)
+            #expect((e?.details.size ?? 0) > Int64(mib4))
             #expect(try vault.preferenceDomain(Self.domain, caller: .owner) == before)
             #expect(try vault.preference(domain: Self.domain, key: "more", caller: .owner) == nil)
 
             // Growing an existing key past the limit is refused too, and keeps the old value.
-            expectVaultError(.domainTooLarge) {
+            expectFailure(.domainTooLarge) {
                 try vault.setPreference(domain: Self.domain, key: "big", value: .data(Data(count: mib4 + 1)), caller: .owner)
             }
             #expect(try vault.preference(domain: Self.domain, key: "big", caller: .owner) == nearlyAll)
@@ -139,7 +139,7 @@ struct PreferencesTests {
             let huge = try PropertyListCodec.encode(
                 .dict(["a": .data(Data(count: mib4 / 2 + 10)), "b": .data(Data(count: mib4 / 2 + 10))]), format: .binary)
             let snapshot = try vault.preferenceDomain(Self.domain, caller: .owner)
-            expectVaultError(.domainTooLarge) { _ = try vault.importDomain(Self.domain, plist: huge, caller: .owner) }
+            expectFailure(.domainTooLarge) { _ = try vault.importDomain(Self.domain, plist: huge, caller: .owner) }
             #expect(try vault.preferenceDomain(Self.domain, caller: .owner) == snapshot)
         }
     }
@@ -174,7 +174,7 @@ struct PreferencesTests {
             do {
                 _ = try vault.importDomain("com.example.over", plist: plist, caller: .owner)
                 Issue.record("a domain over 4 MiB was imported")
-            } catch let e as VaultError {
+            } catch let e as VaultFailure {
                 #expect(e.code == .domainTooLarge || e.code == .invalidPropertyList, "\(e)")
             }
             #expect(try vault.preferenceDomain("com.example.over", caller: .owner).isEmpty)
@@ -183,10 +183,10 @@ struct PreferencesTests {
 
     @Test func invalidDomainNamesAndLongKeysAreInvalidValue() throws {
         try withVault(initialize: false) { vault, _ in
-            expectVaultError(.invalidValue) { try vault.setPreference(domain: "", key: "k", value: .bool(true), caller: .owner) }
-            expectVaultError(.invalidValue) { try vault.setPreference(domain: "a/b", key: "k", value: .bool(true), caller: .owner) }
-            expectVaultError(.invalidValue) { try vault.setPreference(domain: "a\nb", key: "k", value: .bool(true), caller: .owner) }
-            expectVaultError(.invalidValue) {
+            expectFailure(.invalidValue) { try vault.setPreference(domain: "", key: "k", value: .bool(true), caller: .owner) }
+            expectFailure(.invalidValue) { try vault.setPreference(domain: "a/b", key: "k", value: .bool(true), caller: .owner) }
+            expectFailure(.invalidValue) { try vault.setPreference(domain: "a\nb", key: "k", value: .bool(true), caller: .owner) }
+            expectFailure(.invalidValue) {
                 try vault.setPreference(domain: Self.domain, key: String(repeating: "k", count: 1025), value: .bool(true), caller: .owner)
             }
             try vault.setPreference(domain: Self.domain, key: String(repeating: "k", count: 1024), value: .bool(true), caller: .owner)
@@ -211,7 +211,7 @@ struct PreferencesTests {
                 // The array-root file: refused, the domain left alone.
                 #expect(file.hasPrefix("com.sogou.inputmethod.symbolSubsitute"))
                 let before = try vault.preferenceDomain(domain, caller: .owner)
-                expectVaultError(.invalidPropertyList) { _ = try vault.importDomain(domain, plist: data, caller: .owner) }
+                expectFailure(.invalidPropertyList) { _ = try vault.importDomain(domain, plist: data, caller: .owner) }
                 #expect(try vault.preferenceDomain(domain, caller: .owner) == before)
                 #expect(try vault.preference(domain: domain, key: "preexisting", caller: .owner) == .string("kept unless imported over"))
                 return
@@ -287,8 +287,7 @@ struct PreferencesTests {
         #expect(!items.isEmpty)
         try withVault(initialize: false) { vault, _ in
             try vault.setPreference(domain: "com.sogou.inputmethod", key: "k", value: .integer(1), caller: .owner)
-            let e = expectVaultError(.invalidPropertyList) { _ = try vault.importDomain("com.sogou.inputmethod", plist: data, caller: .owner) }
-            #expect(e?.name == "io.vaultd.Preferences.InvalidPropertyList")
+            let e = expectFailure(.invalidPropertyList) { _ = try vault.importDomain("com.sogou.inputmethod", plist: data, caller: .owner) }
             #expect(try vault.preferenceDomain("com.sogou.inputmethod", caller: .owner) == ["k": .integer(1)])
         }
     }
@@ -296,7 +295,7 @@ struct PreferencesTests {
     @Test func garbageIsNotAPropertyList() throws {
         try withVault(initialize: false) { vault, _ throws in
             for bad in [Data(), Data("not a plist".utf8), Data("bplist00".utf8) + Data(repeating: 0xFF, count: 40), Data("<plist><dict><key>a</key></dict></plist>".utf8)] {
-                expectVaultError(.invalidPropertyList) { _ = try vault.importDomain(Self.domain, plist: bad, caller: .owner) }
+                expectFailure(.invalidPropertyList) { _ = try vault.importDomain(Self.domain, plist: bad, caller: .owner) }
             }
             #expect(try vault.preferenceDomains(caller: .owner) == [])
         }
@@ -310,7 +309,7 @@ struct PreferencesTests {
             fromPropertyList: ["ok": 1, "when": date(t)] as [String: Any], format: .binary, options: 0)
         try withVault(initialize: false) { vault, _ in
             try vault.setPreference(domain: Self.domain, key: "k", value: .integer(1), caller: .owner)
-            expectVaultError(.invalidPropertyList) { _ = try vault.importDomain(Self.domain, plist: plist, caller: .owner) }
+            expectFailure(.invalidPropertyList) { _ = try vault.importDomain(Self.domain, plist: plist, caller: .owner) }
             #expect(try vault.preferenceDomain(Self.domain, caller: .owner) == ["k": .integer(1)])
         }
     }
@@ -338,7 +337,7 @@ struct PreferencesTests {
             defer { vault.close() }
             let size = try #require(try vault.db.row("SELECT size FROM preferences WHERE key = 'k1'")?[0].int64)
             #expect(size > 3_000_000, "recounted: \(size)")
-            expectVaultError(.domainTooLarge) { try vault.setPreference(domain: Self.domain, key: "k2", value: controls, caller: .owner) }
+            expectFailure(.domainTooLarge) { try vault.setPreference(domain: Self.domain, key: "k2", value: controls, caller: .owner) }
             #expect(try vault.preferenceDomain(Self.domain, caller: .owner) == ["k1": controls])
         }
     }
@@ -357,7 +356,7 @@ struct PreferencesTests {
                 }
             }
             try storeBadDate()
-            expectVaultError(.invalidValue) { _ = try vault.preferenceDomain(Self.domain, caller: .owner) }
+            expectFailure(.invalidValue) { _ = try vault.preferenceDomain(Self.domain, caller: .owner) }
             let plist = try PropertyListCodec.encode(.dict(["good": .integer(2)]), format: .binary)
             #expect(try vault.importDomain(Self.domain, plist: plist, caller: .owner) == 1)
             #expect(try vault.preferenceDomain(Self.domain, caller: .owner) == ["good": .integer(2)])

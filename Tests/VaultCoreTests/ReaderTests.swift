@@ -20,7 +20,7 @@ import VaultProtocol
             try db.run("INSERT INTO t VALUES (2)")
             #expect(try pool.read { try $0.rows("SELECT x FROM t ORDER BY x").map { $0[0].int64 } } == [1, 2])
             // Readers are query_only.
-            #expect(throws: VaultError.self) { _ = try pool.read { try $0.run("INSERT INTO t VALUES (3)") } }
+            #expect(throws: VaultFailure.self) { _ = try pool.read { try $0.run("INSERT INTO t VALUES (3)") } }
             #expect(try db.rows("SELECT x FROM t").count == 2)
             pool.close()
             #expect(try pool.read { _ in 0 } == nil)

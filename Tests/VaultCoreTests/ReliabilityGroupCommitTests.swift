@@ -57,7 +57,7 @@ import VaultProtocol
             #expect((try? outcomes.results[1]?.get()) != nil, "the first, lone write should succeed: \(String(describing: outcomes.results[1]))")
             for i in 2...4 {
                 switch outcomes.results[i] {
-                case .failure(let e as VaultError)?:
+                case .failure(let e as VaultFailure)?:
                     #expect(e.code == .storageFull, "write \(i): \(e)")
                 case let other:
                     Issue.record("write \(i) of the group that ran out of space: \(String(describing: other))")
@@ -174,7 +174,7 @@ import VaultProtocol
                 return (calls, gates[calls], failing.contains(calls))
             }
             gate?.wait()
-            if fails { throw VaultError(.storageFull, "EIO from the test disk (sync \(n))") }
+            if fails { throw VaultFailure(.storageFull, "EIO from the test disk (sync \(n))") }
             try db.syncWAL()
         }
     }
@@ -182,9 +182,9 @@ import VaultProtocol
     /// `@unchecked Sendable`: its state is read and written under `lock`.
     final class Returned: @unchecked Sendable {
         let lock = NSLock()
-        var results: [String: Result<Void, VaultError>] = [:]
-        func set(_ k: String, _ r: Result<Void, VaultError>) { lock.withLock { results[k] = r } }
-        var all: [String: Result<Void, VaultError>] { lock.withLock { results } }
+        var results: [String: Result<Void, VaultFailure>] = [:]
+        func set(_ k: String, _ r: Result<Void, VaultFailure>) { lock.withLock { results[k] = r } }
+        var all: [String: Result<Void, VaultFailure>] { lock.withLock { results } }
     }
 
     /// A store, a group commit whose first sync waits for `gate` (and fails when told), and
@@ -221,10 +221,10 @@ import VaultProtocol
                     _ = try self.db.run("INSERT INTO t (k) VALUES (?)", [.text(key)])
                 }
                 returned.set(key, .success(()))
-            } catch let e as VaultError {
+            } catch let e as VaultFailure {
                 returned.set(key, .failure(e))
             } catch {
-                returned.set(key, .failure(VaultError(.internalError, "\(error)")))
+                returned.set(key, .failure(VaultFailure(.internalError, "\(error)")))
             }
         }
 

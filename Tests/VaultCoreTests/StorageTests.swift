@@ -167,11 +167,11 @@ struct MigratorTests {
             try Self.migrator(counter, names: ["one", "two"]).migrate(db)
             // An older build, which knows only "one", must refuse the newer database.
             let older = Self.migrator(counter, names: ["one"])
-            let e = expectVaultError(.internalError) { try older.migrate(db) }
+            let e = expectFailure(.internalError) { try older.migrate(db) }
             #expect(e?.message.contains("two") == true)
             // Also when the unknown one was recorded by hand.
             try db.run("INSERT INTO schema_migrations (name, applied_at) VALUES ('2099-01-01-future', 0)")
-            expectVaultError(.internalError) { try Self.migrator(counter, names: ["one", "two"]).migrate(db) }
+            expectFailure(.internalError) { try Self.migrator(counter, names: ["one", "two"]).migrate(db) }
             #expect(counter.runs == ["one": 1, "two": 1])
         }
     }
@@ -267,8 +267,8 @@ struct MigratorTests {
             let web = try v.copyMatching(
                 ItemQuery(itemClass: .internetPassword, attributes: ItemAttributes(server: "example.com")), returnData: true, caller: .owner)
             #expect(web.count == 1 && plain(web.first?.data) == Array("web".utf8))
-            expectVaultError(.duplicateItem) { try v.addGeneric(service: "svc3", account: "acct3", secret: [9]) }
-            expectVaultError(.duplicateItem) {
+            expectFailure(.duplicateItem) { try v.addGeneric(service: "svc3", account: "acct3", secret: [9]) }
+            expectFailure(.duplicateItem) {
                 _ = try v.addItem(
                     .internetPassword, attributes: ItemAttributes(account: "acct3", server: "example.com", port: 443),
                     secret: secret("again"), caller: .owner)
@@ -314,7 +314,7 @@ struct MigratorTests {
                 try db.run("INSERT INTO schema_migrations (name, applied_at) VALUES ('2099-01-01-future', 0)")
                 db.close()
             }
-            expectVaultError(.internalError) { _ = try Vault(dataDirectory: dir, passphrasePolicy: .tests) }
+            expectFailure(.internalError) { _ = try Vault(dataDirectory: dir, passphrasePolicy: .tests) }
         }
     }
 }

@@ -24,15 +24,15 @@ func withVault<T>(initialize: Bool = true, _ body: (Vault, String) throws -> T) 
     }
 }
 
-/// Runs `body`, expects it to throw a `VaultError` with `code`, and returns that error.
+/// Runs `body`, expects it to throw a `VaultFailure` with `code`, and returns that error.
 @discardableResult
-func expectVaultError(
-    _ code: VaultError.Code, sourceLocation: SourceLocation = #_sourceLocation, _ body: () throws -> Void
-) -> VaultError? {
+func expectFailure(
+    _ code: VaultFailure.Code, sourceLocation: SourceLocation = #_sourceLocation, _ body: () throws -> Void
+) -> VaultFailure? {
     do {
         try body()
         Issue.record("expected \(code), but nothing was thrown", sourceLocation: sourceLocation)
-    } catch let e as VaultError {
+    } catch let e as VaultFailure {
         #expect(e.code == code, "got \(e)", sourceLocation: sourceLocation)
         return e
     } catch {
@@ -69,7 +69,7 @@ extension Vault {
         return try #require(plain(found.first?.data))
     }
 
-    func lockStateName() -> String? { lockState["state"]?.stringValue }
+    func lockStateName() -> String? { lockState.state.rawValue }
 }
 
 extension PassphrasePolicy {

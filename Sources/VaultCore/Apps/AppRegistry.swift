@@ -52,29 +52,16 @@ public struct AppRecord: Sendable, Equatable {
         Caller(appID: appID, accessGroups: keychainAccessGroups, appGroups: appGroups, generation: generation)
     }
 
-    public var json: JSON {
-        [
-            "appID": .string(appID), "executable": executable.map { .string($0) } ?? .null, "flatpak": .bool(flatpak),
-            "accessGroups": .array(accessGroups.map { .string($0) }), "appGroups": .array(appGroups.map { .string($0) }),
-            "keepCredentialsOnReinstall": .bool(keepCredentialsOnReinstall), "installed": .bool(installed),
-            "generation": .string(generation), "installedAt": .string(PlistDate.format(installedAt)),
-            "keychainAccessGroups": .array(keychainAccessGroups.map { .string($0) }),
-            "launchedGeneration": launchedGeneration.map { .string($0) } ?? .null,
-            "missingSince": missingSince.map { .string(PlistDate.format($0)) } ?? .null,
-            "uninstallAt": uninstallAt.map { .string(PlistDate.format($0)) } ?? .null,
-        ]
-    }
-
     /// Validates a reverse-DNS app ID: two or more dot-separated components of letters,
     /// digits, '_' and '-', the first not starting with a digit; at most 255 bytes; not
     /// `group.*`, which names app groups: an app's own preferences domain and keychain
     /// access group are its ID, so an app named group.X would have the suite and the access
     /// group of app group group.X as its own (reading and writing them without being a
     /// member), every member of group.X would have that app's private domain and items, and
-    /// its uninstall would delete the members' suite. Throws `VaultError` InvalidAppID.
+    /// its uninstall would delete the members' suite. Throws `VaultFailure` InvalidAppID.
     public static func validate(appID: String) throws {
         if appID.hasPrefix("group.") {
-            throw VaultError(.invalidAppID, "'\(appID)' names an app group (group.*), not an app; app IDs must not start with 'group.'")
+            throw VaultFailure(.invalidAppID, "'\(appID)' names an app group (group.*), not an app; app IDs must not start with 'group.'")
         }
         let parts = appID.split(separator: ".", omittingEmptySubsequences: false)
         let ok =
@@ -84,7 +71,7 @@ public struct AppRecord: Sendable, Equatable {
             }
             && !(parts[0].first?.isNumber ?? true)
         guard ok else {
-            throw VaultError(.invalidAppID, "'\(appID)' is not a reverse-DNS app ID (e.g. org.example.App)")
+            throw VaultFailure(.invalidAppID, "'\(appID)' is not a reverse-DNS app ID (e.g. org.example.App)")
         }
     }
 

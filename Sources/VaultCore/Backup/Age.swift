@@ -70,7 +70,7 @@ public enum Age {
     /// The X25519 public key of an `age1…` recipient. Throws Param when it is not one.
     public static func parseRecipient(_ text: String) throws -> [UInt8] {
         guard let (hrp, data) = Bech32.decode(Array(text.utf8)), hrp == "age", data.count == 32, text == text.lowercased() else {
-            throw VaultError.param("'\(text.prefix(80))' is not an age X25519 recipient (age1…)")
+            throw VaultFailure.param("'\(text.prefix(80))' is not an age X25519 recipient (age1…)")
         }
         return data
     }
@@ -96,14 +96,14 @@ public enum Age {
                 start = end + 1
                 if line.isEmpty || line.first == UInt8(ascii: "#") { continue }
                 guard var (hrp, data) = Bech32.decode(line), hrp == "age-secret-key-", data.count == 32 else {
-                    throw VaultError.param("line \(lineNumber) of the identity file is not an age identity (AGE-SECRET-KEY-1…)")
+                    throw VaultFailure.param("line \(lineNumber) of the identity file is not an age identity (AGE-SECRET-KEY-1…)")
                 }
                 keys.append(SecureBytes(copying: data))
                 data.wipe()
                 hrp = ""
             }
         }
-        guard !keys.isEmpty else { throw VaultError.param("the identity file holds no age identity (AGE-SECRET-KEY-1…)") }
+        guard !keys.isEmpty else { throw VaultFailure.param("the identity file holds no age identity (AGE-SECRET-KEY-1…)") }
         return keys
     }
 
@@ -141,10 +141,10 @@ public enum Age {
     /// recipients age refuses (none, or a passphrase beside another recipient), and
     /// InternalError when scrypt cannot allocate its memory.
     public static func encrypt(_ plaintext: SecureBytes, to recipients: [Recipient]) throws -> [UInt8] {
-        guard !recipients.isEmpty else { throw VaultError.param("no recipient to encrypt to") }
+        guard !recipients.isEmpty else { throw VaultFailure.param("no recipient to encrypt to") }
         let hasPassphrase = recipients.contains { if case .passphrase = $0 { true } else { false } }
         if hasPassphrase && recipients.count > 1 {
-            throw VaultError.param("a passphrase must be a file's only recipient (as age requires)")
+            throw VaultFailure.param("a passphrase must be a file's only recipient (as age requires)")
         }
         let fileKey = SecureBytes.random(count: fileKeyLength)
         var header = intro
@@ -194,11 +194,11 @@ public enum Age {
             let key = try AgePrimitives.scrypt(passphrase: passphrase, salt: Array("age-encryption.org/v1/scrypt".utf8) + salt, logN: workFactor)
             return ("scrypt", [base64(salt), String(workFactor)], AgePrimitives.seal(fileKey, key: key, nonce: zeroNonce))
         case .x25519(let recipient):
-            guard recipient.count == 32 else { throw VaultError.param("an X25519 recipient is 32 bytes") }
+            guard recipient.count == 32 else { throw VaultFailure.param("an X25519 recipient is 32 bytes") }
             let ephemeral = SecureBytes.random(count: 32)
             let share = AgePrimitives.x25519Public(of: ephemeral)
             guard let shared = AgePrimitives.x25519(ephemeral, recipient) else {
-                throw VaultError.param("the X25519 recipient is a low-order point")
+                throw VaultFailure.param("the X25519 recipient is a low-order point")
             }
             let key = AgePrimitives.hkdf(ikm: shared, salt: share + recipient, info: "age-encryption.org/v1/X25519")
             return ("X25519", [base64(share)], AgePrimitives.seal(fileKey, key: key, nonce: zeroNonce))

@@ -78,7 +78,7 @@ enum AgePrimitives {
                 }
             }
         }
-        guard rc == 0 else { throw VaultError(.internalError, "scrypt failed (out of memory?)") }
+        guard rc == 0 else { throw VaultFailure(.internalError, "scrypt failed (out of memory?)") }
         return out
     }
 

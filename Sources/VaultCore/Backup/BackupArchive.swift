@@ -129,7 +129,7 @@ struct BackupArchive {
     /// the header first, the counts last and matching. Throws BackupUnreadable saying what
     /// is wrong.
     static func parse(_ payload: SecureBytes) throws -> BackupArchive {
-        func bad(_ why: String) -> VaultError { VaultError(.backupUnreadable, "the file is not a vaultd backup, or a damaged one: \(why); nothing was changed") }
+        func bad(_ why: String) -> VaultFailure { VaultFailure(.backupUnreadable, "the file is not a vaultd backup, or a damaged one: \(why); nothing was changed") }
         return try payload.withUnsafeBytes { raw -> BackupArchive in
             let b = raw.bindMemory(to: UInt8.self)
             guard b.count >= magic.count, Array(b[..<magic.count]) == magic else {

@@ -86,22 +86,22 @@ public final class CacheStore: @unchecked Sendable {
         try makeRoot()
         let path = root + "/" + appID
         guard mkdir(path, 0o700) == 0 || errno == EEXIST else {
-            throw VaultError(.internalError, "cannot create the cache directory of \(appID): \(String(cString: strerror(errno)))")
+            throw VaultFailure(.internalError, "cannot create the cache directory of \(appID): \(String(cString: strerror(errno)))")
         }
         // Created 0700 and owned by the user, also when it was there already: a
         // directory someone else owns is refused, a wider mode is narrowed. Through an
         // O_NOFOLLOW fd, so a symlink put there is refused, never followed.
         let fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard fd >= 0 else {
-            throw VaultError(.internalError, "the cache path of \(appID) is not a directory (\(String(cString: strerror(errno))))")
+            throw VaultFailure(.internalError, "the cache path of \(appID) is not a directory (\(String(cString: strerror(errno))))")
         }
         defer { close(fd) }
         var st = stat()
         guard fstat(fd, &st) == 0, st.st_uid == getuid() else {
-            throw VaultError(.internalError, "the cache directory of \(appID) is not owned by this user")
+            throw VaultFailure(.internalError, "the cache directory of \(appID) is not owned by this user")
         }
         if st.st_mode & 0o7777 != 0o700 && fchmod(fd, 0o700) != 0 {
-            throw VaultError(.internalError, "cannot make the cache directory of \(appID) mode 0700: \(String(cString: strerror(errno)))")
+            throw VaultFailure(.internalError, "cannot make the cache directory of \(appID) mode 0700: \(String(cString: strerror(errno)))")
         }
         return path
     }

@@ -134,7 +134,7 @@ public enum Sodium {
     static let derivationLock = NSLock()
 
     /// Derives a 32-byte key from a passphrase with Argon2id (`crypto_pwhash`, ALG_ARGON2ID13),
-    /// waiting for any derivation already running (`derivationLock`). Throws `VaultError`
+    /// waiting for any derivation already running (`derivationLock`). Throws `VaultFailure`
     /// InternalError when libsodium cannot allocate the memory.
     public static func argon2id(passphrase: SecureBytes, parameters: KDFParameters) throws -> SecureBytes {
         initialize()
@@ -149,7 +149,7 @@ public enum Sodium {
                 }
             }
         }
-        guard rc == 0 else { throw VaultError(.internalError, "Argon2id failed (out of memory?)") }
+        guard rc == 0 else { throw VaultFailure(.internalError, "Argon2id failed (out of memory?)") }
         return out
     }
 

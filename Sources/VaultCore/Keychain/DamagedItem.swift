@@ -39,14 +39,6 @@ public struct DamagedItem: Error, Sendable, Equatable {
         self.init(id: r.id, uuid: r.uuid, itemClass: r.itemClass.rawValue, accessGroup: r.accessGroup, part: part)
     }
 
-    /// The wire form (`DamagedItem` of io.vaultd.Keychain and io.vaultd.Vault).
-    public var json: JSON {
-        var o: JSONObject = ["id": JSON(Int(id)), "uuid": .string(uuid), "damaged": .string(part.rawValue)]
-        if let itemClass { o["class"] = .string(itemClass) }
-        if let accessGroup { o["accessGroup"] = .string(accessGroup) }
-        return .object(o)
-    }
-
     /// "item 3 (uuid 0a1b…, genericPassword in access group user): its attributes fail
     /// authentication".
     public var description: String {
@@ -62,12 +54,12 @@ public struct DamagedItem: Error, Sendable, Equatable {
 
     /// ItemDamaged naming `items` (at most 16 in the message, all of them, up to 1,000, in
     /// `items`), with `advice` after them.
-    static func error(_ items: [DamagedItem], _ advice: String) -> VaultError {
+    static func error(_ items: [DamagedItem], _ advice: String) -> VaultFailure {
         let named = items.prefix(16).map(\.description).joined(separator: "; ")
         let more = items.count > 16 ? " and \(items.count - 16) more" : ""
-        return VaultError(
+        return VaultFailure(
             .itemDamaged, "damaged in the store (altered or damaged on disk): \(named)\(more). \(advice)",
-            extra: ["items": .array(items.prefix(1000).map(\.json))])
+            .init(damaged: Array(items.prefix(VaultFailure.maximumDamagedItems))))
     }
 
     /// What an ItemDamaged error says to do.

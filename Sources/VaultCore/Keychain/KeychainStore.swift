@@ -194,15 +194,15 @@ final class KeychainStore {
 
     private static func validate(_ c: ItemClass, _ a: ItemAttributes) throws {
         if c == .genericPassword && a.hasInternetAttributes {
-            throw VaultError.param("internet-password attributes (server, protocol, port, path, authenticationType, securityDomain) on a generic password")
+            throw VaultFailure.param("internet-password attributes (server, protocol, port, path, authenticationType, securityDomain) on a generic password")
         }
         if c == .internetPassword && a.service != nil {
-            throw VaultError.param("attribute 'service' belongs to generic passwords; internet passwords use 'server'")
+            throw VaultFailure.param("attribute 'service' belongs to generic passwords; internet passwords use 'server'")
         }
         if (a.synchronizable ?? false) && (a.accessible?.isThisDeviceOnly ?? false) {
-            throw VaultError.param("a synchronizable item cannot be ThisDeviceOnly")
+            throw VaultFailure.param("a synchronizable item cannot be ThisDeviceOnly")
         }
-        if let g = a.accessGroup, g.isEmpty { throw VaultError.param("the access group must not be empty") }
+        if let g = a.accessGroup, g.isEmpty { throw VaultFailure.param("the access group must not be empty") }
     }
 
     // MARK: reading rows
@@ -235,22 +235,22 @@ final class KeychainStore {
         var malformed: [DamagedItem] = []
         var metadata: SecureBytes?
         /// Each candidate class's key, or the error it is unavailable with.
-        var classKeys: [Accessibility: Result<SecureBytes, VaultError>] = [:]
+        var classKeys: [Accessibility: Result<SecureBytes, VaultFailure>] = [:]
         /// Rows made on another device (a moved data directory) in a class this device has a
         /// key of its own for: their item key does not open with it (`KeyHierarchy.isForeign`).
         var otherDevice: Set<Int64> = []
 
         /// The key that opens row `r`'s item key, or the error it is unavailable with
         /// (nil: `r` is not a candidate).
-        func key(of r: Stored) -> Result<SecureBytes, VaultError>? {
+        func key(of r: Stored) -> Result<SecureBytes, VaultFailure>? {
             if otherDevice.contains(r.id) { return .failure(KeychainStore.otherDeviceError(r.accessible)) }
             return classKeys[r.accessible]
         }
     }
 
     /// What an item made on another device is read with: NotAvailableOnThisDevice.
-    static func otherDeviceError(_ a: Accessibility) -> VaultError {
-        VaultError(.notAvailableOnThisDevice, "the item is bound to another device (\(a.rawValue)) and is not available on this device")
+    static func otherDeviceError(_ a: Accessibility) -> VaultFailure {
+        VaultFailure(.notAvailableOnThisDevice, "the item is bound to another device (\(a.rawValue)) and is not available on this device")
     }
 
     /// The stored rows matching the query's indexed parts, restricted to the groups the caller
@@ -275,7 +275,7 @@ final class KeychainStore {
         for r in c.rows where c.classKeys[r.accessible] == nil {
             do {
                 c.classKeys[r.accessible] = .success(try keys.classKey(r.accessible))
-            } catch let e as VaultError {
+            } catch let e as VaultFailure {
                 c.classKeys[r.accessible] = .failure(e)
             }
         }
@@ -477,10 +477,10 @@ final class KeychainStore {
     /// can never be read here (NotAvailableOnThisDevice: made on another device), and the
     /// error of the others (the vault is locked), if any; and the damaged items that may
     /// match (`decode`).
-    private func matchingRows(_ q: ItemQuery, caller: Caller) throws -> (available: [Row], otherDevice: [Row], error: VaultError?, damaged: [DamagedItem]) {
+    private func matchingRows(_ q: ItemQuery, caller: Caller) throws -> (available: [Row], otherDevice: [Row], error: VaultFailure?, damaged: [DamagedItem]) {
         let c = try candidates(ItemQuery(itemClass: q.itemClass, attributes: q.attributes, matchAll: true), caller: caller)
         var ok: [Row] = [], other: [Row] = []
-        var firstError: VaultError?
+        var firstError: VaultFailure?
         let (decoded, damaged) = Self.decode(c, q)
         for r in decoded {
             switch c.key(of: r.stored) {
@@ -554,7 +554,7 @@ final class KeychainStore {
         }
         let attrPlain = a.json.serialized()
         guard attrPlain.count <= Self.maximumAttributesSize else {
-            throw VaultError.param("the attributes take \(attrPlain.count) bytes; the limit is \(Self.maximumAttributesSize)")
+            throw VaultFailure.param("the attributes take \(attrPlain.count) bytes; the limit is \(Self.maximumAttributesSize)")
         }
         let values: [SQLValue] = [
             .blob(uuid), .text(itemClass.rawValue), .text(group), .text(accessible.rawValue), .integer(sync ? 1 : 0),
@@ -600,7 +600,7 @@ final class KeychainStore {
                 let acc = r[4].text.flatMap(Accessibility.init(rawValue:)), let sync = r[5].int64, let wrapped = r[6].blob,
                 isOtherDevice(uuid: uuid, itemClass: cls, accessGroup: group, accessible: acc, synchronizable: sync != 0, wrappedKey: wrapped)
             else {
-                throw VaultError(.duplicateItem, "an item with the same primary key already exists in this access group")
+                throw VaultFailure(.duplicateItem, "an item with the same primary key already exists in this access group")
             }
             try db.run("DELETE FROM items WHERE id = ?", [.integer(old)])
         }
@@ -637,9 +637,9 @@ final class KeychainStore {
             // the lookup index missed the row holding it, which the check above relies on.
             // SecItemAdd's answer all the same, never a second item.
             log("keychain: the store's uniqueness of primary keys refused a row the lookup index did not know of (a fault in the index)")
-            throw VaultError(.duplicateItem, "an item with the same primary key already exists in this access group")
+            throw VaultFailure(.duplicateItem, "an item with the same primary key already exists in this access group")
         } catch let e as ConstraintViolation {
-            throw VaultError(.internalError, "the store refused the item's row (SQLite \(e.code))")
+            throw VaultFailure(.internalError, "the store refused the item's row (SQLite \(e.code))")
         }
     }
 
@@ -648,7 +648,7 @@ final class KeychainStore {
     /// The attributes an Add stores in `accessGroup` (the one the policy granted: `Grant`),
     /// checked, normalized, dated. Throws SecretTooLarge, Param.
     static func addedAttributes(itemClass: ItemClass, attributes input: ItemAttributes, secretSize: Int, accessGroup: String) throws -> ItemAttributes {
-        try SecretLimit.check(secretSize)
+        try VaultFailure.checkSecretSize(secretSize)
         var a = input
         a.creationDate = nil
         a.modificationDate = nil
@@ -668,7 +668,7 @@ final class KeychainStore {
     /// engine lock, so the keys cannot change until the transaction ends.
     func insert(_ values: [SQLValue], generation: String?, classKey: SecureBytes, accessible: Accessibility) throws {
         guard try keys.classKey(accessible).constantTimeEquals(classKey) else {
-            throw VaultError(.interactionNotAllowed, "the vault's keys changed while the item was being added; add it again")
+            throw VaultFailure(.interactionNotAllowed, "the vault's keys changed while the item was being added; add it again")
         }
         // The bytes the row takes (what `app_usage` counts: attributes, wrapped key, secret).
         let bytes = values[Self.sizedValues].reduce(Int64(0)) { $0 + Int64($1.blob?.count ?? 0) }
@@ -692,8 +692,8 @@ final class KeychainStore {
     static func copyMatching(_ c: Candidates, _ q: ItemQuery, returnData: Bool, includingLocked: Bool = false) throws -> ItemMatches {
         var rows: [Row] = []
         var lockedRows: [Row] = []
-        var error: VaultError?
-        var locked: VaultError?
+        var error: VaultFailure?
+        var locked: VaultFailure?
         var (decoded, damaged) = decode(c, q)
         for r in decoded {
             switch c.key(of: r.stored) {
@@ -707,8 +707,8 @@ final class KeychainStore {
             }
         }
         if q.matchAll, let locked { throw locked }
-        func nothing() -> VaultError {
-            error ?? (damaged.isEmpty ? VaultError(.itemNotFound, "no item matches the query") : DamagedItem.error(damaged, DamagedItem.advice))
+        func nothing() -> VaultFailure {
+            error ?? (damaged.isEmpty ? VaultFailure(.itemNotFound, "no item matches the query") : DamagedItem.error(damaged, DamagedItem.advice))
         }
         // The secrets alone, in base64, would make the reply larger than a message may be:
         // ReplyTooLarge as soon as that is known, before more of them are decrypted and held
@@ -744,19 +744,19 @@ final class KeychainStore {
                 }
                 replyBytes += (s.count + 2) / 3 * 4
                 if replyBytes >= Varlink.maximumMessageSize {
-                    throw VaultError(
+                    throw VaultFailure(
                         .replyTooLarge,
                         "the answer would be over \(replyBytes) bytes, over the \(Varlink.maximumMessageSize)-byte message limit: ask for less (matchLimit one, no data, a narrower query)",
-                        extra: ["size": JSON(replyBytes), "limit": JSON(Varlink.maximumMessageSize)])
+                        .init(limit: Int64(Varlink.maximumMessageSize), size: Int64(replyBytes)))
                 }
                 data = s
             }
             buildBytes += ReplyLimit.itemBytes(attributes: r.stored.attributes.count, secret: data?.count ?? 0)
             if buildBytes > ReplyLimit.maximumBuildBytes {
-                throw VaultError(
+                throw VaultFailure(
                     .replyTooLarge,
                     "the answer would hold more items than vaultd builds one reply of (\(ReplyLimit.maximumBuildBytes >> 20) MiB in memory): ask for less (a narrower query, no data)",
-                    extra: ["size": JSON(buildBytes), "limit": JSON(ReplyLimit.maximumBuildBytes)])
+                    .init(limit: Int64(ReplyLimit.maximumBuildBytes), size: Int64(buildBytes)))
             }
             out.append(FoundItem(itemClass: r.itemClass, attributes: r.attributes, data: data))
             if one { break }
@@ -775,9 +775,9 @@ final class KeychainStore {
         settable.creationDate = nil
         settable.modificationDate = nil
         if secret == nil && settable == ItemAttributes() {
-            throw VaultError.param("nothing to update: give attributes to change, a new secret, or both")
+            throw VaultFailure.param("nothing to update: give attributes to change, a new secret, or both")
         }
-        if let secret { try SecretLimit.check(secret.count) }
+        if let secret { try VaultFailure.checkSecretSize(secret.count) }
         let (rows, otherDevice, error, damaged) = try matchingRows(q, caller: caller)
         if let e = otherDevice.first { throw Self.otherDeviceError(e.accessible) }
         if let error { throw error }
@@ -787,7 +787,7 @@ final class KeychainStore {
         if !damaged.isEmpty && (rows.isEmpty || Self.namesOnlyClearAttributes(q.attributes)) {
             throw DamagedItem.error(damaged, "Nothing was changed. " + DamagedItem.advice)
         }
-        if rows.isEmpty { throw VaultError(.itemNotFound, "no item matches the query") }
+        if rows.isEmpty { throw VaultFailure(.itemNotFound, "no item matches the query") }
         let now = Date()
         // A change that grows items counts against the apps that added them (QuotaExceeded
         // rolls the whole update back).
@@ -821,7 +821,7 @@ final class KeychainStore {
             if !damaged.isEmpty {
                 throw DamagedItem.error(damaged, "Nothing was deleted: a Delete removes a damaged item when it names only its service or server, account, access group, accessibility or synchronizable")
             }
-            throw VaultError(.itemNotFound, "no item matches the query")
+            throw VaultFailure(.itemNotFound, "no item matches the query")
         }
         for id in ids + damagedIDs { try db.run("DELETE FROM items WHERE id = ?", [.integer(id)]) }
         if !damagedIDs.isEmpty { log("keychain: deleted \(damagedIDs.count) damaged item(s): \(damaged.prefix(4).map(\.description).joined(separator: "; "))") }
@@ -842,7 +842,7 @@ final class KeychainStore {
             let k = try keys.classKey(accessible)
             let ad = Self.associatedData(uuid: uuid, itemClass: itemClass, accessGroup: accessGroup, accessible: accessible, synchronizable: synchronizable)
             return Sodium.open(wrappedKey, key: k, associatedData: ad) == nil
-        } catch let e as VaultError where e.code == .notAvailableOnThisDevice {
+        } catch let e as VaultFailure where e.code == .notAvailableOnThisDevice {
             return true
         } catch {
             return false
@@ -912,7 +912,7 @@ extension KeychainStore {
                 "SELECT id, uuid, item_class, access_group, accessible, synchronizable, attributes FROM items WHERE id IN (SELECT value FROM json_each(?)) AND primary_key_hash = ?",
                 [.text(ItemIndex.jsonList(ids)), primaryKeyHash])
         {
-            guard merge else { throw VaultError(.duplicateItem, "the backup holds two items with the same primary key") }
+            guard merge else { throw VaultFailure(.duplicateItem, "the backup holds two items with the same primary key") }
             // The stored item's modification date; one that does not decrypt counts as oldest.
             var stored: Date?
             if let id = r[0].int64, let uuid = r[1].blob, let cls = r[2].text.flatMap(ItemClass.init(rawValue:)), let group = r[3].text,

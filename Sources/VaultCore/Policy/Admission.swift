@@ -30,7 +30,7 @@ extension Vault {
     /// MissingEntitlement otherwise (`admit`, `admitInWrite`).
     private static func current(_ record: AppRecord?, of caller: Caller, _ appID: String) throws -> AppRecord {
         guard let a = record, a.installed, a.generation == caller.generation else {
-            throw VaultError(.missingEntitlement, "\(appID) was uninstalled or reinstalled after this connection was made; reconnect")
+            throw VaultFailure(.missingEntitlement, "\(appID) was uninstalled or reinstalled after this connection was made; reconnect")
         }
         return a
     }

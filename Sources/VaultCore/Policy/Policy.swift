@@ -40,7 +40,7 @@ extension Vault {
     func authorize(_ operation: Operation, for caller: Caller) throws -> Grant {
         switch operation.kind.audience {
         case .owner:
-            guard caller.isOwner else { throw VaultError(.permissionDenied, "only the vault's owner (vaultctl) may do this") }
+            guard caller.isOwner else { throw VaultFailure(.permissionDenied, "only the vault's owner (vaultctl) may do this") }
         case .admitted:
             try admit(caller, launch: operation.kind.launchesApp)
         }
@@ -52,7 +52,7 @@ extension Vault {
     public func subscribe(_ operation: Operation, caller: Caller) throws -> Grant {
         switch operation.kind {
         case .observeLockState, .observePreferences, .observeCachePurges: return try authorize(operation, for: caller)
-        default: throw VaultError(.internalError, "\(operation.kind) is not a subscription")
+        default: throw VaultFailure(.internalError, "\(operation.kind) is not a subscription")
         }
     }
 
@@ -105,7 +105,7 @@ public enum Policy {
     }
 
     private static func requireAccess(to group: String, for caller: Caller, _ message: String) throws {
-        guard caller.mayAccess(group: group) else { throw VaultError(.missingEntitlement, message) }
+        guard caller.mayAccess(group: group) else { throw VaultFailure(.missingEntitlement, message) }
     }
 
     /// Resolves the domain a caller names (nil: its own) and checks it may read or write it.
@@ -113,14 +113,14 @@ public enum Policy {
     /// MissingEntitlement / ReadOnlyDomain / InvalidValue.
     static func resolve(domain: String?, for caller: Caller, write: Bool) throws -> String {
         if caller.isOwner {
-            guard let domain else { throw VaultError.invalidParameter("domain", "the owner must name a domain") }
+            guard let domain else { throw VaultFailure.invalidParameter("domain", "the owner must name a domain") }
             try PreferencesStore.validate(domain: domain)
             return domain
         }
         let d = domain ?? caller.appID!
-        guard caller.mayRead(domain: d) else { throw VaultError(.missingEntitlement, "the caller may not use this preferences domain") }
+        guard caller.mayRead(domain: d) else { throw VaultFailure(.missingEntitlement, "the caller may not use this preferences domain") }
         if write && d == Vault.globalDomain {
-            throw VaultError(.readOnlyDomain, "apps may read NSGlobalDomain but not write it", extra: ["domain": .string(d)])
+            throw VaultFailure(.readOnlyDomain, "apps may read NSGlobalDomain but not write it", .init(domain: d))
         }
         return d
     }
@@ -129,11 +129,11 @@ public enum Policy {
     /// MissingEntitlement); the owner must name one (InvalidParameter).
     static func cacheApp(_ appID: String?, for caller: Caller) throws -> String {
         if let own = caller.appID {
-            if let appID, appID != own { throw VaultError(.missingEntitlement, "an app may only use its own cache directory") }
+            if let appID, appID != own { throw VaultFailure(.missingEntitlement, "an app may only use its own cache directory") }
             return own
         }
         guard let appID else {
-            throw VaultError.invalidParameter(
+            throw VaultFailure.invalidParameter(
                 "appID",
                 "the caller is not a registered app, so it runs as the owner's tool and has no caches directory of its own: name an app (appID), or register the program (vaultctl app install APP_ID --exe PATH)")
         }

@@ -18,16 +18,16 @@ extension Policy {
     /// apps are registered already.
     static func flatpakClaim(_ id: String, registered: [AppRecord], maximumAutoRegistered limit: Int) throws -> FlatpakClaim {
         if id.hasPrefix("group.") {
-            throw VaultError(.permissionDenied, "a sandbox names \(id), which names an app group (group.*), not an app")
+            throw VaultFailure(.permissionDenied, "a sandbox names \(id), which names an app group (group.*), not an app")
         }
         if let other = registered.first(where: { $0.appID != id && $0.keychainAccessGroups.containsBytes(id) }) {
-            throw VaultError(.permissionDenied, "a sandbox names \(id), an access group of \(other.appID)")
+            throw VaultFailure(.permissionDenied, "a sandbox names \(id), an access group of \(other.appID)")
         }
         if let a = registered.first(where: { $0.appID.sameBytes(id) }) {
             // Installed or not: an uninstalled app's ID taken over by a sandbox would
             // wipe the credentials that app kept for its reinstall.
             guard a.flatpak else {
-                throw VaultError(.permissionDenied, "a sandbox names \(id), an app registered by its executable")
+                throw VaultFailure(.permissionDenied, "a sandbox names \(id), an app registered by its executable")
             }
             if a.installed { return .installed(a) }
         } else if registered.count(where: \.flatpak) >= limit {
@@ -35,10 +35,10 @@ extension Policy {
             // renames itself on every connection cannot grow the registry.
             // retryAfter 0, as the error's declaration requires one: no wait frees a place
             // (the owner uninstalls apps or raises the limit).
-            throw VaultError(
+            throw VaultFailure(
                 .rateLimited,
                 "a sandbox names \(id), a Flatpak app vaultd has not seen, and \(limit) Flatpak apps are registered already, the most registered on first contact (MaximumAutoRegisteredApps in config.plist)",
-                extra: ["retryAfter": JSON(0.0)])
+                .init(retryAfter: 0))
         }
         return .register
     }

@@ -32,18 +32,19 @@ final class PreferencesStore {
         guard !domain.isEmpty, domain.utf8.count <= maximumDomainNameLength,
             !domain.unicodeScalars.contains(where: { $0.value < 0x20 || $0 == "/" })
         else {
-            throw VaultError(.invalidValue, "invalid domain name: it must be 1 to \(maximumDomainNameLength) bytes, without '/' or control characters")
+            throw VaultFailure(.invalidValue, "invalid domain name: it must be 1 to \(maximumDomainNameLength) bytes, without '/' or control characters")
         }
     }
 
     static func validate(key: String) throws {
         guard key.utf8.count <= maximumKeyLength else {
-            throw VaultError(.invalidValue, "the key is \(key.utf8.count) bytes; keys may be at most \(maximumKeyLength) bytes")
+            throw VaultFailure(.invalidValue, "the key is \(key.utf8.count) bytes; keys may be at most \(maximumKeyLength) bytes")
         }
     }
 
     static func decode(_ blob: [UInt8]) throws -> PlistValue {
-        try PlistValue(tagged: try JSON.parse(blob))
+        // Stored by this engine: a value that does not decode is damage, not a caller's mistake.
+        try VaultFailure.rethrowing(as: .internalError) { try PlistValue(tagged: try JSON.parse(blob)) }
     }
 
     func get(domain: String, key: String) throws -> PlistValue? {
@@ -99,10 +100,10 @@ final class PreferencesStore {
 
     private func checkSize(domain: String, total: Int) throws {
         guard total <= Self.maximumDomainSize else {
-            throw VaultError(
+            throw VaultFailure(
                 .domainTooLarge,
                 "domain '\(domain)' would hold \(total) bytes; the limit is \(Self.maximumDomainSize) bytes (4 MiB); nothing was written",
-                extra: ["domain": .string(domain), "size": JSON(total), "limit": JSON(Self.maximumDomainSize)])
+                .init(limit: Int64(Self.maximumDomainSize), size: Int64(total), domain: domain))
         }
     }
 

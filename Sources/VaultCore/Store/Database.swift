@@ -68,7 +68,7 @@ public final class Database {
     /// committed transaction is on disk when `write` returns; `secure_delete` overwrites freed
     /// content. `readOnly`: a connection of `ReaderPool`, which creates nothing (the database
     /// must exist) and is `query_only` (any write fails).
-    /// Throws `VaultError` StorageFull / InternalError (also when another process has the
+    /// Throws `VaultFailure` StorageFull / InternalError (also when another process has the
     /// store open).
     public init(path: String, readOnly: Bool = false) throws {
         _ = Database.configured
@@ -91,7 +91,7 @@ public final class Database {
             let busy = sqlite3_errcode(h) & 0xFF == SQLITE_BUSY
             close()
             if busy {
-                throw VaultError(.internalError, "\(path) is in use by another process (another vaultd on the same data directory?)")
+                throw VaultFailure(.internalError, "\(path) is in use by another process (another vaultd on the same data directory?)")
             }
             throw error
         }
@@ -196,7 +196,7 @@ public final class Database {
     /// outside a transaction; it waits for readers as the busy handler does. Throws
     /// InternalError (busy: a reader outlasted the wait, or an I/O error).
     func truncateWAL() throws {
-        guard let h = handle else { throw VaultError(.internalError, "the store is closed") }
+        guard let h = handle else { throw VaultFailure(.internalError, "the store is closed") }
         // Not beside a background round: it holds SQLite's checkpoint lock, and this
         // checkpoint would fail at once, leaving the frames it is meant to drop.
         let truncate = {
@@ -211,7 +211,7 @@ public final class Database {
     /// underneath, having put the WAL aside (`storeReplaced`).
     private func checkIdentity() throws {
         if damageSeen {
-            throw VaultError(
+            throw VaultFailure(
                 .storeDamaged,
                 "the store is damaged (SQLite reported it malformed earlier): vaultd writes nothing more to it; stopped and started again it refuses it. Keep a copy of the data directory, then restore a backup (`vaultctl restore`, docs/backup.md)")
         }
@@ -277,21 +277,21 @@ public final class Database {
     private final class CommitVeto: @unchecked Sendable { var armed = false }
     private let commitVeto = CommitVeto()
 
-    static func error(_ rc: Int32, _ h: OpaquePointer?, context: String) -> VaultError {
+    static func error(_ rc: Int32, _ h: OpaquePointer?, context: String) -> VaultFailure {
         let primary = rc & 0xFF
         let detail = h.map { String(cString: sqlite3_errmsg($0)) } ?? String(cString: sqlite3_errstr(rc))
         switch primary {
         case SQLITE_FULL:
-            return VaultError(.storageFull, "the disk holding the vault is full; nothing was written")
+            return VaultFailure(.storageFull, "the disk holding the vault is full; nothing was written")
         case SQLITE_CORRUPT, SQLITE_NOTADB:
-            return VaultError(
+            return VaultFailure(
                 .storeDamaged,
                 "the store is damaged: SQLite reports it malformed in \(context) (\(detail)). vaultd writes nothing more to it; stopped and started again it refuses it. Keep a copy of the data directory, then restore a backup (`vaultctl restore`, docs/backup.md)")
         case SQLITE_IOERR where rc == SQLITE_IOERR | (3 << 8) || rc == SQLITE_IOERR | (4 << 8):
             // SQLITE_IOERR_WRITE / _FSYNC: a WAL write or sync failed, as on a full disk.
-            return VaultError(.storageFull, "cannot write to the vault's disk (\(detail)); nothing was written")
+            return VaultFailure(.storageFull, "cannot write to the vault's disk (\(detail)); nothing was written")
         default:
-            return VaultError(.internalError, "storage error in \(context): \(detail) (SQLite \(rc))")
+            return VaultFailure(.internalError, "storage error in \(context): \(detail) (SQLite \(rc))")
         }
     }
 
@@ -328,7 +328,7 @@ public final class Database {
     /// the first failing statement and throws its error; the caller's transaction rolls the
     /// rest back.
     func executeScript(_ sql: String) throws {
-        guard let h = handle else { throw VaultError(.internalError, "database is closed") }
+        guard let h = handle else { throw VaultFailure(.internalError, "database is closed") }
         if sql.hasPrefix("ROLLBACK") { rollbackSeen.value = true }
         try check(sqlite3_exec(h, sql, nil, nil, nil), "exec")
     }
@@ -339,7 +339,7 @@ public final class Database {
             s.reset()
             return s
         }
-        guard let h = handle else { throw VaultError(.internalError, "database is closed") }
+        guard let h = handle else { throw VaultFailure(.internalError, "database is closed") }
         var st: OpaquePointer?
         var rest = false
         try sql.withCString { text in
@@ -356,10 +356,10 @@ public final class Database {
                 p = p?.advanced(by: 1)
             }
         }
-        guard let st else { throw VaultError(.internalError, "storage error in prepare: no statement in the SQL text") }
+        guard let st else { throw VaultFailure(.internalError, "storage error in prepare: no statement in the SQL text") }
         guard !rest else {
             sqlite3_finalize(st)
-            throw VaultError(.internalError, "storage error in prepare: the SQL text holds more than one statement")
+            throw VaultFailure(.internalError, "storage error in prepare: the SQL text holds more than one statement")
         }
         let s = Statement(handle: st, database: self)
         statementCache[sql] = s
@@ -398,7 +398,7 @@ public final class Database {
         let s = try statement(sql)
         #if DEBUG
         if writesNeedTransaction && !isInTransaction && !s.isReadOnly {
-            throw VaultError(.internalError, "a write outside a transaction on the vault's writer connection: \(sql.prefix(80))")
+            throw VaultFailure(.internalError, "a write outside a transaction on the vault's writer connection: \(sql.prefix(80))")
         }
         #endif
         try s.bind(arguments)
@@ -497,7 +497,7 @@ public final class Database {
     /// result is NULL. It runs on the thread stepping the statement; it must not use this
     /// connection.
     func createFunction(_ name: String, arity: Int32, _ body: @escaping ([SQLValue]) -> Void) throws {
-        guard let h = handle else { throw VaultError(.internalError, "database is closed") }
+        guard let h = handle else { throw VaultFailure(.internalError, "database is closed") }
         let box = Unmanaged.passRetained(FunctionBody(body)).toOpaque()
         let rc = sqlite3_create_function_v2(
             h, name, arity, SQLITE_UTF8, box,
@@ -540,11 +540,11 @@ final class WALSync: @unchecked Sendable {
 
     func sync() throws {
         let fd: Int32 = try state.withLock {
-            guard !closed else { throw VaultError(.internalError, "the store is closed") }
+            guard !closed else { throw VaultFailure(.internalError, "the store is closed") }
             if self.fd < 0 {
                 self.fd = open(path, O_RDONLY | O_CLOEXEC)
                 guard self.fd >= 0 else {
-                    throw VaultError(.internalError, "cannot open the write-ahead log to sync it: \(String(cString: strerror(errno)))")
+                    throw VaultFailure(.internalError, "cannot open the write-ahead log to sync it: \(String(cString: strerror(errno)))")
                 }
             }
             syncing += 1
@@ -559,7 +559,7 @@ final class WALSync: @unchecked Sendable {
         while fdatasync(fd) != 0 {
             if errno == EINTR { continue }
             let reason = String(cString: strerror(errno))
-            throw VaultError(.storageFull, "cannot make the write durable on the vault's disk (\(reason))")
+            throw VaultFailure(.storageFull, "cannot make the write durable on the vault's disk (\(reason))")
         }
     }
 

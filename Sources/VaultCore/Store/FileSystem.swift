@@ -13,10 +13,10 @@ enum FileSystem {
         do {
             try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true, attributes: [.posixPermissions: Int(mode)])
         } catch {
-            throw VaultError(.internalError, "cannot create directory \(path): \(error.localizedDescription)")
+            throw VaultFailure(.internalError, "cannot create directory \(path): \(error.localizedDescription)")
         }
         guard chmod(path, mode) == 0 else {
-            throw VaultError(.internalError, "cannot set mode of \(path): \(String(cString: strerror(errno)))")
+            throw VaultFailure(.internalError, "cannot set mode of \(path): \(String(cString: strerror(errno)))")
         }
     }
 
@@ -33,7 +33,7 @@ enum FileSystem {
         let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
         guard fd >= 0 else {
             let code = errno
-            throw VaultError(code == ENOSPC || code == EDQUOT ? .storageFull : .internalError, "cannot create \(path): \(String(cString: strerror(code)))")
+            throw VaultFailure(code == ENOSPC || code == EDQUOT ? .storageFull : .internalError, "cannot create \(path): \(String(cString: strerror(code)))")
         }
         close(fd)
     }
@@ -50,21 +50,21 @@ enum FileSystem {
             defer { close(fd) }
             var st = stat()
             guard fstat(fd, &st) == 0 else {
-                throw VaultError(.internalError, "cannot read \(path): \(String(cString: strerror(errno)))")
+                throw VaultFailure(.internalError, "cannot read \(path): \(String(cString: strerror(errno)))")
             }
             guard st.st_mode & S_IFMT == S_IFREG else {
-                throw VaultError(.internalError, "\(path) is damaged: it is not a regular file. Put back the device.key from a backup of this device and start vaultd again")
+                throw VaultFailure(.internalError, "\(path) is damaged: it is not a regular file. Put back the device.key from a backup of this device and start vaultd again")
             }
             guard st.st_uid == getuid() else {
-                throw VaultError(.internalError, "\(path) is owned by uid \(st.st_uid), not by this user (uid \(getuid())): refusing a device key another user controls. Fix: chown \(getuid()) \(path)")
+                throw VaultFailure(.internalError, "\(path) is owned by uid \(st.st_uid), not by this user (uid \(getuid())): refusing a device key another user controls. Fix: chown \(getuid()) \(path)")
             }
             guard st.st_mode & 0o077 == 0 else {
-                throw VaultError(
+                throw VaultFailure(
                     .internalError,
                     "\(path) has permissions \(String(st.st_mode & 0o777, radix: 8)): a device key must not be accessible by others. Fix: chmod 600 \(path)")
             }
             guard st.st_size == off_t(length) else {
-                throw VaultError(
+                throw VaultFailure(
                     .internalError,
                     "\(path) is damaged: it holds \(st.st_size) bytes, a device key is exactly \(length). Put back the device.key from a backup of this device and start vaultd again")
             }
@@ -77,24 +77,24 @@ enum FileSystem {
                 got += n
             }
             guard got == length else {
-                throw VaultError(.internalError, "\(path) is damaged: could read only \(got) of its \(length) bytes")
+                throw VaultFailure(.internalError, "\(path) is damaged: could read only \(got) of its \(length) bytes")
             }
             return key
         }
         guard errno == ENOENT else {
-            throw VaultError(.internalError, "cannot read \(path): \(String(cString: strerror(errno)))")
+            throw VaultFailure(.internalError, "cannot read \(path): \(String(cString: strerror(errno)))")
         }
         let key = SecureBytes.random(count: length)
         let tmp = path + ".tmp"
         unlink(tmp)
         let wfd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600)
-        guard wfd >= 0 else { throw VaultError(.internalError, "cannot create \(path): \(String(cString: strerror(errno)))") }
+        guard wfd >= 0 else { throw VaultFailure(.internalError, "cannot create \(path): \(String(cString: strerror(errno)))") }
         let written = key.withUnsafeBytes { write(wfd, $0.baseAddress, length) }
         let synced = fsync(wfd) == 0
         close(wfd)
         guard written == length, synced, rename(tmp, path) == 0 else {
             unlink(tmp)
-            throw VaultError(.storageFull, "cannot write \(path): \(String(cString: strerror(errno)))")
+            throw VaultFailure(.storageFull, "cannot write \(path): \(String(cString: strerror(errno)))")
         }
         let dir = open((path as NSString).deletingLastPathComponent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         if dir >= 0 { fsync(dir); close(dir) }
@@ -111,8 +111,8 @@ enum FileSystem {
         var template = Array("\(dir.isEmpty ? "." : dir)/.\(name).tmp-XXXXXX".utf8CString)
         let fd = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
         if fd >= 0 { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
-        func failure(_ what: String, _ code: Int32) -> VaultError {
-            VaultError(code == ENOSPC || code == EDQUOT ? .storageFull : .internalError, "cannot \(what) \(path): \(String(cString: strerror(code)))")
+        func failure(_ what: String, _ code: Int32) -> VaultFailure {
+            VaultFailure(code == ENOSPC || code == EDQUOT ? .storageFull : .internalError, "cannot \(what) \(path): \(String(cString: strerror(code)))")
         }
         guard fd >= 0 else { throw failure("create a file beside", errno) }
         let tmp = String(cString: template.withUnsafeBufferPointer { $0.baseAddress! })
@@ -148,11 +148,11 @@ enum FileSystem {
     /// read. Throws Param (absent, not a regular file, over the limit), InternalError.
     static func readFile(_ path: String, limit: Int) throws -> [UInt8] {
         let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
-        guard fd >= 0 else { throw VaultError.param("cannot open \(path): \(String(cString: strerror(errno)))") }
+        guard fd >= 0 else { throw VaultFailure.param("cannot open \(path): \(String(cString: strerror(errno)))") }
         defer { close(fd) }
         var st = stat()
-        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else { throw VaultError.param("\(path) is not a regular file") }
-        guard st.st_size <= off_t(limit) else { throw VaultError.param("\(path) is \(st.st_size) bytes; at most \(limit) are read") }
+        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else { throw VaultFailure.param("\(path) is not a regular file") }
+        guard st.st_size <= off_t(limit) else { throw VaultFailure.param("\(path) is \(st.st_size) bytes; at most \(limit) are read") }
         var out = [UInt8](repeating: 0, count: Int(st.st_size))
         var got = 0
         let size = out.count
@@ -161,7 +161,7 @@ enum FileSystem {
             if n < 0 && errno == EINTR { continue }
             guard n > 0 else {
                 if n == 0 { break }
-                throw VaultError(.internalError, "cannot read \(path): \(String(cString: strerror(errno)))")
+                throw VaultFailure(.internalError, "cannot read \(path): \(String(cString: strerror(errno)))")
             }
             got += n
         }

@@ -62,7 +62,7 @@ final class GroupCommit: @unchecked Sendable {
     private var settledThrough = 0
     private let settled = NSCondition()
     /// Set (under `settled`) when a sync failed: no write is accepted afterwards.
-    private var syncFailure: VaultError?
+    private var syncFailure: VaultFailure?
 
     init(sync: @escaping (Database) throws -> Void = { try $0.syncWAL() }) {
         self.sync = sync
@@ -180,7 +180,7 @@ final class GroupCommit: @unchecked Sendable {
                             // RELEASE commits.
                             let error = p.run(savepoint)
                             if !db.isInTransaction {
-                                throw error ?? VaultError(.internalError, "the transaction ended in the middle of a group commit")
+                                throw error ?? VaultFailure(.internalError, "the transaction ended in the middle of a group commit")
                             }
                             // Without a savepoint, a failed write rolls the whole transaction back.
                             if !savepoint, let error { throw error }
@@ -213,12 +213,12 @@ final class GroupCommit: @unchecked Sendable {
         while settledThrough < sequence - 1 { settled.wait() }
         if let syncError, syncFailure == nil {
             log("the disk failed to sync the write-ahead log (\(syncError)); refusing writes until vaultd restarts")
-            syncFailure = VaultError(.internalError, "the vault's disk failed a sync earlier; no write is accepted until vaultd restarts")
-            failure = VaultError(
+            syncFailure = VaultFailure(.internalError, "the vault's disk failed a sync earlier; no write is accepted until vaultd restarts")
+            failure = VaultFailure(
                 .internalError,
                 "the disk failed to confirm this write (\(syncError)): it may or may not be kept; no write is accepted until vaultd restarts")
         } else if failure == nil, let earlier = syncFailure {
-            failure = VaultError(.internalError, "\(earlier.message); this write may or may not be kept")
+            failure = VaultFailure(.internalError, "\(earlier.message); this write may or may not be kept")
         }
         settledThrough = sequence
         settled.broadcast()

@@ -21,13 +21,13 @@ public struct Migrator {
         return try db.rows("SELECT name FROM schema_migrations ORDER BY rowid").compactMap { $0[0].text }
     }
 
-    /// Applies the pending migrations. Throws `VaultError` InternalError when the database
+    /// Applies the pending migrations. Throws `VaultFailure` InternalError when the database
     /// carries a migration this build does not know (it was written by a newer vaultd).
     public func migrate(_ db: Database) throws {
         let done = try applied(in: db)
         let known = Set(migrations.map(\.name))
         if let unknown = done.first(where: { !known.contains($0) }) {
-            throw VaultError(.internalError, "the vault was written by a newer vaultd (unknown migration '\(unknown)')")
+            throw VaultFailure(.internalError, "the vault was written by a newer vaultd (unknown migration '\(unknown)')")
         }
         for m in migrations where !done.contains(m.name) {
             try db.write { db in

@@ -49,12 +49,12 @@ public final class StorageQuota: Sendable {
     }
 
     /// QuotaExceeded for `appID`, which would store `total` bytes.
-    func exceeded(_ appID: String, total: Int64) -> VaultError {
+    func exceeded(_ appID: String, total: Int64) -> VaultFailure {
         let limit = bytesPerApp
-        return VaultError(
+        return VaultFailure(
             .quotaExceeded,
             "app \(appID) would store \(total) bytes in items and preferences; its quota is \(limit) bytes (\(limit >> 20) MiB, AppStorageQuotaBytes); nothing was written: delete some of its items or preferences",
-            extra: ["appID": .string(appID), "size": JSON(total), "limit": JSON(limit)])
+            .init(limit: Int64(limit), size: Int64(total), appID: appID))
     }
 
     /// Throws QuotaExceeded when the app of `generation` would pass its quota with

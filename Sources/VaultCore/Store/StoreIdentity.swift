@@ -129,7 +129,7 @@ final class StoreIdentity: @unchecked Sendable {
         return result
     }
 
-    static func error(_ what: String) -> VaultError {
-        VaultError(.storeReplaced, "\(what); vaultd serves no more writes to it (restart vaultd; see its log)")
+    static func error(_ what: String) -> VaultFailure {
+        VaultFailure(.storeReplaced, "\(what); vaultd serves no more writes to it (restart vaultd; see its log)")
     }
 }

@@ -32,11 +32,11 @@ struct SyncFolder {
     func makeDeviceDirectory(_ d: SyncDeviceID) throws {
         for p in [devicesPath, directory(d)] {
             if mkdir(p, 0o700) != 0 && errno != EEXIST {
-                throw VaultError(.internalError, "cannot make \(p): \(String(cString: strerror(errno)))")
+                throw VaultFailure(.internalError, "cannot make \(p): \(String(cString: strerror(errno)))")
             }
             var st = stat()
             guard lstat(p, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else {
-                throw VaultError(.internalError, "\(p) is not a directory (a link or a file is in its place)")
+                throw VaultFailure(.internalError, "\(p) is not a directory (a link or a file is in its place)")
             }
         }
     }
@@ -52,7 +52,7 @@ struct SyncFolder {
     func list() throws -> [SyncDeviceID: Entry] {
         guard let dir = opendir(devicesPath) else {
             if errno == ENOENT { return [:] }
-            throw VaultError(.internalError, "cannot read \(devicesPath): \(String(cString: strerror(errno)))")
+            throw VaultFailure(.internalError, "cannot read \(devicesPath): \(String(cString: strerror(errno)))")
         }
         defer { closedir(dir) }
         var out: [SyncDeviceID: Entry] = [:]
@@ -60,7 +60,7 @@ struct SyncFolder {
             let name = withUnsafeBytes(of: e.pointee.d_name) { String(cString: $0.bindMemory(to: CChar.self).baseAddress!) }
             guard let device = SyncDeviceID(hex: name) else { continue }
             guard out.count < SyncService.maximumDevices else {
-                throw VaultError.param("the sync folder holds more than \(SyncService.maximumDevices) device directories")
+                throw VaultFailure.param("the sync folder holds more than \(SyncService.maximumDevices) device directories")
             }
             out[device] = listDevice(device)
         }
@@ -121,7 +121,7 @@ struct SyncFolder {
         let dir = directory(device)
         let tmp = dir + "/.tmp-" + SyncHex.encode(Sodium.randomBytes(8))
         let fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600)
-        guard fd >= 0 else { throw VaultError(.internalError, "cannot write in \(dir): \(String(cString: strerror(errno)))") }
+        guard fd >= 0 else { throw VaultFailure(.internalError, "cannot write in \(dir): \(String(cString: strerror(errno)))") }
         defer { unlink(tmp) }
         var at = 0
         var failure: Int32 = 0
@@ -142,7 +142,7 @@ struct SyncFolder {
         if failure == 0 && !replaceable && link(tmp, dir + "/" + name) != 0 { failure = errno }
         if failure == 0 && replaceable && rename(tmp, dir + "/" + name) != 0 { failure = errno }
         guard failure == 0 else {
-            throw VaultError(.internalError, "cannot write \(name) in \(dir): \(String(cString: strerror(failure)))")
+            throw VaultFailure(.internalError, "cannot write \(name) in \(dir): \(String(cString: strerror(failure)))")
         }
         let dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         if dfd >= 0 {

@@ -82,13 +82,13 @@ public final class SyncService: @unchecked Sendable {
     /// Makes a new sync group in `folder` (an existing directory): its group key, this
     /// device's ID and directory. Throws Param (not a directory, already a sync group's
     /// folder, this device already syncing), the lock errors (before the first unlock).
-    public func initialize(folder: String, caller: Caller) throws -> JSONObject {
+    public func initialize(folder: String, caller: Caller) throws -> SyncEnrolment {
         try vault.authorizeSync(.syncInit, caller: caller)
         return try lock.withLock {
-            guard try vault.syncConfig() == nil else { throw VaultError.param("this device already syncs; run sync leave first") }
+            guard try vault.syncConfig() == nil else { throw VaultFailure.param("this device already syncs; run sync leave first") }
             let folder = try Self.checkedFolder(folder)
             if let names = try? FileManager.default.contentsOfDirectory(atPath: folder + "/devices"), names.contains(where: { SyncDeviceID(hex: $0) != nil }) {
-                throw VaultError.param("\(folder) already holds a sync group: run sync join on this device, and sync approve on one already in it")
+                throw VaultFailure.param("\(folder) already holds a sync group: run sync join on this device, and sync approve on one already in it")
             }
             let device = SyncDeviceID.random()
             let groupKey = SecureBytes.random(count: Sodium.keyLength)
@@ -105,16 +105,16 @@ public final class SyncService: @unchecked Sendable {
             try vault.storeSync(config: config, secrets: ["keyring": ring.encoded(), "boxSecret": boxSK, "signSecret": signSK], membership: view)
             log("sync: made a sync group in \(logField(folder)) as device \(device)")
             wake()
-            return ["deviceID": .string(device.description), "fingerprint": .string(SyncPairing.groupFingerprint(groupKey))]
+            return SyncEnrolment(deviceID: device.description, fingerprint: SyncPairing.groupFingerprint(groupKey))
         }
     }
 
     /// Asks to join the group syncing through `folder`: a key pair whose public half goes into
     /// the folder, and the pairing code to give `sync approve` on a device of the group.
-    public func join(folder: String, caller: Caller) throws -> JSONObject {
+    public func join(folder: String, caller: Caller) throws -> SyncEnrolment {
         try vault.authorizeSync(.syncJoin, caller: caller)
         return try lock.withLock {
-            guard try vault.syncConfig() == nil else { throw VaultError.param("this device already syncs; run sync leave first") }
+            guard try vault.syncConfig() == nil else { throw VaultFailure.param("this device already syncs; run sync leave first") }
             let folder = try Self.checkedFolder(folder)
             let device = SyncDeviceID.random()
             let (boxPK, boxSK) = SyncPairing.keyPair()
@@ -125,7 +125,7 @@ public final class SyncService: @unchecked Sendable {
             try vault.storeSync(config: SyncConfig(folder: folder, device: device, state: .joining), secrets: ["boxSecret": boxSK, "signSecret": signSK])
             log("sync: asked to join the sync group in \(logField(folder)) as device \(device)")
             wake()
-            return ["deviceID": .string(device.description), "code": .string(Self.code(device: device, boxKey: boxPK, signKey: signPK))]
+            return SyncEnrolment(deviceID: device.description, code: Self.code(device: device, boxKey: boxPK, signKey: signPK))
         }
     }
 
@@ -141,21 +141,21 @@ public final class SyncService: @unchecked Sendable {
     /// this device's next segment, then the group's keys and membership sealed to it. Throws
     /// Param (a malformed code, no such request in the folder, keys that do not match, a device
     /// removed before), NotInitialized (not a member).
-    public func approve(code: String, caller: Caller) throws -> JSONObject {
+    public func approve(code: String, caller: Caller) throws -> SyncEnrolment {
         try vault.authorizeSync(.syncApprove, caller: caller)
         return try lock.withLock {
             let (config, folder) = try memberState()
             let digits = code.filter { $0 != "-" && $0 != " " }
             guard digits.utf8.count == 64, let raw = SyncHex.decode(digits), let device = SyncDeviceID(bytes: Array(raw.prefix(16))) else {
-                throw VaultError.param("a pairing code is 64 hex digits, as sync join printed it")
+                throw VaultFailure.param("a pairing code is 64 hex digits, as sync join printed it")
             }
             guard let file = folder.readSmallFile(device: device, name: SyncFolder.joinName, limit: 256), let keys = SyncPairing.keys(ofJoinFile: file) else {
-                throw VaultError.param("no join request of device \(device) in the folder yet (has the folder finished syncing?)")
+                throw VaultFailure.param("no join request of device \(device) in the folder yet (has the folder finished syncing?)")
             }
             guard SyncPairing.fingerprint(boxKey: keys.boxKey, signKey: keys.signKey) == Array(raw.suffix(16)) else {
-                throw VaultError.param("the join request in the folder does not match the code: do not approve it (someone else may have written it)")
+                throw VaultFailure.param("the join request in the folder does not match the code: do not approve it (someone else may have written it)")
             }
-            guard membership.removed[device] == nil else { throw VaultError.param("device \(device) was removed from the group; join again as a new device") }
+            guard membership.removed[device] == nil else { throw VaultFailure.param("device \(device) was removed from the group; join again as a new device") }
             // Approved before (the same code given again): the member record and grant are in place.
             if membership.members[device] == nil {
                 let member = SyncMember(device: device, boxKey: keys.boxKey, signKey: keys.signKey)
@@ -166,7 +166,7 @@ public final class SyncService: @unchecked Sendable {
                 try folder.writeFile(
                     SyncPairing.grantFile(keyring: keyring, membership: membership, to: keys.boxKey), device: config.device, name: SyncFolder.grantName(device))
             }
-            return ["deviceID": .string(device.description)]
+            return SyncEnrolment(deviceID: device.description)
         }
     }
 
@@ -175,15 +175,15 @@ public final class SyncService: @unchecked Sendable {
     /// to every remaining member, in one segment under the current key; every later segment
     /// is sealed under the new key, which the removed device never gets. Throws Param (not a
     /// device ID, not a member, this device: use leave), NotInitialized (not a member).
-    public func remove(device text: String, caller: Caller) throws -> JSONObject {
+    public func remove(device text: String, caller: Caller) throws -> SyncEnrolment {
         try vault.authorizeSync(.syncRemove, caller: caller)
         return try lock.withLock {
-            guard let device = SyncDeviceID(hex: text.lowercased()) else { throw VaultError.param("a device ID is 32 hex digits, as sync status shows it") }
+            guard let device = SyncDeviceID(hex: text.lowercased()) else { throw VaultFailure.param("a device ID is 32 hex digits, as sync status shows it") }
             let (config, folder) = try memberState()
-            guard device != config.device else { throw VaultError.param("this device cannot remove itself: run sync leave") }
+            guard device != config.device else { throw VaultFailure.param("this device cannot remove itself: run sync leave") }
             // Everything in the folder merged first: the cutoff keeps what the device wrote so far.
             try pass()
-            guard membership.members[device] != nil else { throw VaultError.param("device \(device) is not a member of the group") }
+            guard membership.members[device] != nil else { throw VaultFailure.param("device \(device) is not a member of the group") }
             if membership.removed[device] == nil {
                 let cutoff = applied[device]?.max() ?? 0
                 var records: [SyncControl] = [.remove(device, cutoff: cutoff, pins: pins(device))]
@@ -194,7 +194,7 @@ public final class SyncService: @unchecked Sendable {
                 try writeControl(records, config: config, folder: folder, newKey: newKey)
                 log("sync: removed device \(device) (its segments after \(cutoff) are ignored) and rotated the group key")
             }
-            return ["deviceID": .string(device.description), "generation": JSON(Int(keyring.current?.id.generation ?? 0))]
+            return SyncEnrolment(deviceID: device.description, keyGeneration: Int(keyring.current?.id.generation ?? 0))
         }
     }
 
@@ -209,12 +209,12 @@ public final class SyncService: @unchecked Sendable {
     /// NotInitialized otherwise.
     private func memberState() throws -> (SyncConfig, SyncFolder) {
         guard let config = try vault.syncConfig(), config.state == .member else {
-            throw VaultError(.notInitialized, "this device is not in a sync group: sync init or sync join first")
+            throw VaultFailure(.notInitialized, "this device is not in a sync group: sync init or sync join first")
         }
         try load(config)
         let own = (try? SyncFolder(root: config.folder).list()[config.device]?.segments.keys.max()) ?? nil
         nextSequence = max(nextSequence, try vault.syncStoredSequence(), (own ?? 0) + 1)
-        guard membership.isMember(config.device) else { throw VaultError(.notInitialized, "this device was removed from the sync group") }
+        guard membership.isMember(config.device) else { throw VaultFailure(.notInitialized, "this device was removed from the sync group") }
         return (config, SyncFolder(root: config.folder))
     }
 
@@ -226,7 +226,7 @@ public final class SyncService: @unchecked Sendable {
         }
         if keyring.keys.isEmpty {
             guard let raw = try vault.syncSecret("keyring"), let ring = SyncKeyring(encoded: raw), let view = try vault.syncMembership() else {
-                throw VaultError(.internalError, "this device's sync keys are missing or from an older version: run sync leave, then sync join again")
+                throw VaultFailure(.internalError, "this device's sync keys are missing or from an older version: run sync leave, then sync join again")
             }
             keyring = ring
             membership = view
@@ -273,7 +273,7 @@ public final class SyncService: @unchecked Sendable {
         guard let (id, key) = under.flatMap({ u in keyring.keys[u].map { (u, $0) } }) ?? keyring.current, let me = loadedFor?.device,
             let sign = try vault.syncSecret("signSecret")
         else {
-            throw VaultError(.internalError, "the sync keys are missing")
+            throw VaultFailure(.internalError, "the sync keys are missing")
         }
         var s = segment
         s.sequence = nextSequence
@@ -287,39 +287,35 @@ public final class SyncService: @unchecked Sendable {
 
     /// The sync state: the folder, this device, its group's fingerprint, and every device in
     /// the folder with its segments, those read, those pending, and when it last wrote.
-    public func status(caller: Caller) throws -> JSONObject {
+    public func status(caller: Caller) throws -> SyncStatus {
         try vault.authorizeSync(.syncStatus, caller: caller)
         return try lock.withLock {
-            guard let config = try vault.syncConfig() else { return ["state": "off", "devices": .array([JSON]())] }
-            var fingerprint: JSON = .null
-            var generation: JSON = .null
-            var state = config.state.rawValue
+            guard let config = try vault.syncConfig() else { return SyncStatus(state: "off") }
+            var status = SyncStatus(state: config.state.rawValue)
+            status.folder = config.folder
+            status.deviceID = config.device.description
             if config.state == .member, (try? load(config)) != nil {
                 // The group's first key names the group; the current one, its generation.
-                if let first = keyring.keys.keys.min(), let k = keyring.keys[first] { fingerprint = .string(SyncPairing.groupFingerprint(k)) }
-                generation = keyring.current.map { JSON(Int($0.id.generation)) } ?? .null
-                if membership.removed[config.device] != nil { state = "removed" }
+                if let first = keyring.keys.keys.min(), let k = keyring.keys[first] { status.fingerprint = SyncPairing.groupFingerprint(k) }
+                status.keyGeneration = keyring.current.map { Int($0.id.generation) }
+                if membership.removed[config.device] != nil { status.state = "removed" }
             }
             let listing: [SyncDeviceID: SyncFolder.Entry] = (try? SyncFolder(root: config.folder).list()) ?? [:]
-            let devices: [JSON] = listing.keys.sorted().map { d in
+            status.devices = listing.keys.sorted().map { d in
                 let segments = listing[d]?.segments ?? [:]
                 let read = applied[d] ?? []
-                let refused = rejected[d]?.count ?? 0
                 let current = segments.filter { $0.key >= (floor[d] ?? 0) }
-                let role = membership.removed[d] != nil ? "removed" : membership.members[d] != nil ? "member" : "unknown"
-                return [
-                    "deviceID": .string(d.description), "thisDevice": .bool(d == config.device), "segments": JSON(current.count),
-                    "pending": JSON(current.filter { !read.contains($0.key) && rejected[d]?[$0.key] == nil }.count), "rejected": JSON(refused),
-                    "membership": .string(role),
-                    "lastSeen": lastSeen[d].map { .string(PlistDate.format(Date(timeIntervalSince1970: Double($0) / 1000))) } ?? .null,
-                ]
+                return SyncStatus.Device(
+                    deviceID: d.description, thisDevice: d == config.device, segments: current.count,
+                    pending: current.filter { !read.contains($0.key) && rejected[d]?[$0.key] == nil }.count,
+                    rejected: rejected[d]?.count ?? 0,
+                    membership: membership.removed[d] != nil ? "removed" : membership.members[d] != nil ? "member" : "unknown",
+                    lastSeen: lastSeen[d].map { Date(timeIntervalSince1970: Double($0) / 1000) })
             }
-            return [
-                "state": .string(state), "folder": .string(config.folder), "deviceID": .string(config.device.description),
-                "fingerprint": fingerprint, "keyGeneration": generation, "devices": .array(devices), "items": JSON(merged.liveItems.count),
-                "problem": lastProblem.map { .string($0) } ?? .null,
-                "lastPass": lastPass.map { .string(PlistDate.format($0)) } ?? .null,
-            ]
+            status.items = merged.liveItems.count
+            status.problem = lastProblem
+            status.lastPass = lastPass
+            return status
         }
     }
 
@@ -330,7 +326,7 @@ public final class SyncService: @unchecked Sendable {
     public func leave(caller: Caller) throws {
         try vault.authorizeSync(.syncLeave, caller: caller)
         try lock.withLock {
-            guard let config = try vault.syncConfig() else { throw VaultError(.notInitialized, "this device does not sync") }
+            guard let config = try vault.syncConfig() else { throw VaultFailure(.notInitialized, "this device does not sync") }
             // A member records its leaving, signed, so the others stop accepting its segments
             // and make a new key without it before they next write. (A removed device, or one
             // whose keys are gone, just forgets.)
@@ -350,9 +346,9 @@ public final class SyncService: @unchecked Sendable {
     }
 
     static func checkedFolder(_ path: String) throws -> String {
-        guard path.hasPrefix("/") else { throw VaultError.param("the sync folder must be an absolute path") }
+        guard path.hasPrefix("/") else { throw VaultFailure.param("the sync folder must be an absolute path") }
         var st = stat()
-        guard stat(path, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else { throw VaultError.param("\(path) is not a directory") }
+        guard stat(path, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else { throw VaultFailure.param("\(path) is not a directory") }
         return URL(fileURLWithPath: path).standardizedFileURL.path
     }
 
@@ -415,7 +411,7 @@ public final class SyncService: @unchecked Sendable {
                 if lastProblem != nil { log("sync: passes succeed again") }
                 lastProblem = nil
                 lastPass = Date()
-            } catch let e as VaultError where e.code == .interactionNotAllowed || e.code == .notInitialized {
+            } catch let e as VaultFailure where e.code == .interactionNotAllowed || e.code == .notInitialized {
                 // Locked, or not initialised yet: the unlock wakes the next pass.
                 lastProblem = "waiting for the vault to be unlocked"
             } catch {
@@ -794,7 +790,7 @@ public final class SyncService: @unchecked Sendable {
     /// The group's keys and membership from a grant sealed to this joining device, when one
     /// is in the folder.
     private func acceptGrant(_ config: SyncConfig, _ folder: SyncFolder) throws -> (SyncKeyring, SyncMembership)? {
-        guard let sk = try vault.syncSecret("boxSecret") else { throw VaultError(.internalError, "the sync join key is missing") }
+        guard let sk = try vault.syncSecret("boxSecret") else { throw VaultFailure(.internalError, "the sync join key is missing") }
         let pk = SyncPairing.publicKey(of: sk)
         let name = SyncFolder.grantName(config.device)
         for device in try folder.list().keys where device != config.device {

@@ -54,7 +54,7 @@ extension Vault {
     func syncConfig() throws -> SyncConfig? {
         try locked {
             guard let raw = try db.row("SELECT value FROM vault_meta WHERE key = 'sync.config'")?[0].blob else { return nil }
-            return SyncConfig(try JSON.parse(raw))
+            return SyncConfig(try VaultFailure.rethrowing(as: .internalError) { try JSON.parse(raw) })
         }
     }
 
@@ -63,7 +63,7 @@ extension Vault {
     func syncMembership() throws -> SyncMembership? {
         try locked {
             guard let raw = try db.row("SELECT value FROM vault_meta WHERE key = 'sync.members'")?[0].blob else { return nil }
-            return SyncMembership(try JSON.parse(raw))
+            return SyncMembership(try VaultFailure.rethrowing(as: .internalError) { try JSON.parse(raw) })
         }
     }
 
@@ -75,7 +75,7 @@ extension Vault {
         let (metadata, _) = try withKeys { try keychain.metadataKeys() }
         guard let box = try locked({ try db.row("SELECT value FROM vault_meta WHERE key = ?", [.text("sync.\(name)")])?[0].blob }) else { return nil }
         guard let key = Sodium.open(box, key: metadata, associatedData: Self.syncKeyAD(name)) else {
-            throw VaultError(.internalError, "the stored sync \(name) failed authentication (the vault file was altered or damaged)")
+            throw VaultFailure(.internalError, "the stored sync \(name) failed authentication (the vault file was altered or damaged)")
         }
         return key
     }
@@ -111,7 +111,7 @@ extension Vault {
     func syncStoredSequence() throws -> UInt64 {
         try locked {
             guard let raw = try db.row("SELECT value FROM vault_meta WHERE key = 'sync.sequence'")?[0].blob else { return 1 }
-            return UInt64(try JSON.parse(raw).int64Value ?? 1)
+            return UInt64(try VaultFailure.rethrowing(as: .internalError) { try JSON.parse(raw) }.int64Value ?? 1)
         }
     }
 
@@ -182,9 +182,9 @@ extension Vault {
                 let itemKey = Sodium.open(r.wrappedKey, key: classKeys[r.accessible]!, associatedData: ad),
                 let secret = Sodium.open(r.secret, key: itemKey, associatedData: ad)
             else {
-                throw VaultError(.internalError, "item \(r.id) failed authentication (the vault file was altered or damaged)")
+                throw VaultFailure(.internalError, "item \(r.id) failed authentication (the vault file was altered or damaged)")
             }
-            var a = try ItemAttributes(jsonObject: plain)
+            var a = try VaultFailure.rethrowing(as: .internalError) { try ItemAttributes(jsonObject: plain) }
             a.accessGroup = r.accessGroup
             a.accessible = r.accessible
             a.synchronizable = true

@@ -29,7 +29,7 @@ import VaultProtocol
 /// Not thread-safe: `Vault` changes it holding both its engine and keys locks, and reads it
 /// holding either.
 final class KeyHierarchy {
-    enum State: String { case uninitialized, locked, unlocked }
+    typealias State = LockState.State
 
     private let db: Database
     private let deviceKey: SecureBytes
@@ -96,9 +96,7 @@ final class KeyHierarchy {
         }
     }
 
-    var lockState: JSON {
-        ["state": .string(state.rawValue), "unlockedSinceStart": .bool(unlockedSinceStart), "hasPassphrase": .bool(hasPassphrase)]
-    }
+    var lockState: LockState { LockState(state: state, unlockedSinceStart: unlockedSinceStart, hasPassphrase: hasPassphrase) }
 
     // MARK: vault_meta
 
@@ -123,7 +121,7 @@ final class KeyHierarchy {
         if !create, let stored = try meta("kek.nopassphrase"), stored.count == Sodium.keyLength {
             return SecureBytes(copying: stored)
         }
-        guard create else { throw VaultError(.internalError, "the vault's key-encryption key is missing") }
+        guard create else { throw VaultFailure(.internalError, "the vault's key-encryption key is missing") }
         let kek = SecureBytes.random(count: Sodium.keyLength)
         try setMeta("kek.nopassphrase", kek.withUnsafeBytes { Array($0) })
         return kek
@@ -228,7 +226,7 @@ final class KeyHierarchy {
     private func openAll(kek: SecureBytes) throws {
         guard let metadata = try unwrap(name: "metadata", kek: kek, deviceBound: false),
             let index = try unwrap(name: "index", kek: kek, deviceBound: false)
-        else { throw VaultError(.wrongPassphrase, "wrong passphrase") }
+        else { throw VaultFailure(.wrongPassphrase, "wrong passphrase") }
         metadataKey = metadata
         indexKey = index
         foreignClasses = []
@@ -278,7 +276,7 @@ final class KeyHierarchy {
     /// Creates the vault: new class, metadata and index keys, wrapped by the KEK of
     /// `passphrase` (or of the device key when nil). Runs inside the caller's transaction.
     func initialize(passphrase: PassphraseKEK?) throws {
-        guard state == .uninitialized else { throw VaultError(.alreadyInitialized, "the vault is already initialised") }
+        guard state == .uninitialized else { throw VaultFailure(.alreadyInitialized, "the vault is already initialised") }
         let kdf = passphrase?.parameters
         let kek = try passphrase?.kek ?? noPassphraseKEK(create: true)
         try storeKDF(kdf)
@@ -294,14 +292,14 @@ final class KeyHierarchy {
 
     /// Throws NotInitialized before `initialize`.
     func requireInitialized() throws {
-        guard state != .uninitialized else { throw VaultError(.notInitialized, "the vault is not initialised: run vaultctl init") }
+        guard state != .uninitialized else { throw VaultFailure(.notInitialized, "the vault is not initialised: run vaultctl init") }
     }
 
     /// The Argon2id parameters to derive the KEK from the passphrase with. Throws
     /// NotInitialized, or NoPassphrase when the vault has none.
     func passphraseParameters() throws -> Sodium.KDFParameters {
         try requireInitialized()
-        guard let p = try kdfParameters() else { throw VaultError(.noPassphrase, "the vault has no passphrase, so it is always unlocked") }
+        guard let p = try kdfParameters() else { throw VaultFailure(.noPassphrase, "the vault has no passphrase, so it is always unlocked") }
         return p
     }
 
@@ -321,7 +319,7 @@ final class KeyHierarchy {
     /// without a passphrase (it is always unlocked).
     func lock() throws {
         try requireInitialized()
-        guard hasPassphrase else { throw VaultError(.noPassphrase, "the vault has no passphrase, so it is always unlocked; set one with vaultctl passphrase set") }
+        guard hasPassphrase else { throw VaultFailure(.noPassphrase, "the vault has no passphrase, so it is always unlocked; set one with vaultctl passphrase set") }
         for a in Accessibility.allCases where !a.isAfterFirstUnlock { classKeys[a] = nil }
         state = .locked
     }
@@ -335,7 +333,7 @@ final class KeyHierarchy {
     func rewrap(newPassphrase: PassphraseKEK?) throws {
         try requireInitialized()
         guard state == .unlocked, let metadataKey, let indexKey else {
-            throw VaultError(.interactionNotAllowed, "unlock the vault before changing its passphrase")
+            throw VaultFailure(.interactionNotAllowed, "unlock the vault before changing its passphrase")
         }
         let kdf = newPassphrase?.parameters
         let kek = try newPassphrase?.kek ?? noPassphraseKEK(create: true)
@@ -375,15 +373,15 @@ final class KeyHierarchy {
             throw KeychainStore.otherDeviceError(a)
         }
         if a == .whenPasscodeSetThisDeviceOnly && !hasPassphrase && state != .uninitialized {
-            throw VaultError(.authFailed, "whenPasscodeSetThisDeviceOnly items need a vault passphrase")
+            throw VaultFailure(.authFailed, "whenPasscodeSetThisDeviceOnly items need a vault passphrase")
         }
         throw interactionNotAllowed()
     }
 
-    func interactionNotAllowed() -> VaultError {
+    func interactionNotAllowed() -> VaultFailure {
         switch state {
-        case .uninitialized: VaultError(.notInitialized, "the vault is not initialised: run vaultctl init")
-        default: VaultError(.interactionNotAllowed, "the vault is locked")
+        case .uninitialized: VaultFailure(.notInitialized, "the vault is not initialised: run vaultctl init")
+        default: VaultFailure(.interactionNotAllowed, "the vault is locked")
         }
     }
 

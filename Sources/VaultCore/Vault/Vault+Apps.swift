@@ -62,19 +62,19 @@ extension Vault {
         // Bad arguments are varlink's InvalidParameter, naming Install's parameter (not
         // Keychain.Param, an error of another interface).
         guard flatpak || executable != nil else {
-            throw VaultError.invalidParameter("executable", "an app needs an executable path (or a Flatpak ID)")
+            throw VaultFailure.invalidParameter("executable", "an app needs an executable path (or a Flatpak ID)")
         }
-        if let e = executable, !e.hasPrefix("/") { throw VaultError.invalidParameter("executable", "the executable path must be absolute") }
+        if let e = executable, !e.hasPrefix("/") { throw VaultFailure.invalidParameter("executable", "the executable path must be absolute") }
         // No file has a NUL in its path; realpath and stat would cut it there and register
         // the file named by what comes before.
-        if let e = executable, e.utf8.contains(0) { throw VaultError.invalidParameter("executable", "the executable path contains a NUL byte") }
+        if let e = executable, e.utf8.contains(0) { throw VaultFailure.invalidParameter("executable", "the executable path contains a NUL byte") }
         for g in accessGroups where !AppRecord.isValid(group: g) {
-            throw VaultError.invalidParameter("accessGroups", "invalid access group name (1 to 255 bytes, no control characters)")
+            throw VaultFailure.invalidParameter("accessGroups", "invalid access group name (1 to 255 bytes, no control characters)")
         }
         for g in appGroups {
-            guard g.hasPrefix("group."), g.count > 6 else { throw VaultError.invalidParameter("appGroups", "app groups must start with 'group.'") }
+            guard g.hasPrefix("group."), g.count > 6 else { throw VaultFailure.invalidParameter("appGroups", "app groups must start with 'group.'") }
             guard AppRecord.isValid(group: g) else {
-                throw VaultError.invalidParameter("appGroups", "invalid app group name (1 to 255 bytes, no control characters)")
+                throw VaultFailure.invalidParameter("appGroups", "invalid app group name (1 to 255 bytes, no control characters)")
             }
         }
         // Kept as given: a symlink in it is followed each time a peer is identified (and by
@@ -87,12 +87,12 @@ extension Vault {
         if let e = executable {
             var st = stat()
             guard stat(e, &st) == 0, st.st_mode & S_IFMT == S_IFREG, access(e, X_OK) == 0 else {
-                throw VaultError.invalidParameter("executable", "the executable \(e) is not an existing executable file")
+                throw VaultFailure.invalidParameter("executable", "the executable \(e) is not an existing executable file")
             }
             // A script runs as its interpreter: /proc/PID/exe never names it, so the app would
             // never be identified and would run as the owner.
             if let interpreter = Self.scriptInterpreter(e) {
-                throw VaultError.invalidParameter(
+                throw VaultFailure.invalidParameter(
                     "executable",
                     "the executable \(e) is a script: it runs as its interpreter (\(interpreter)), the program vaultd sees; register a program (e.g. a copy of the interpreter for this app)")
             }
@@ -100,7 +100,7 @@ extension Vault {
         if let e = executable.map(Self.canonicalPath),
             try locked({ try apps.all() }).contains(where: { $0.installed && $0.resolvedExecutable?.sameBytes(e) == true && $0.appID != appID })
         {
-            throw VaultError.invalidParameter("executable", "another installed app is registered with this executable")
+            throw VaultFailure.invalidParameter("executable", "another installed app is registered with this executable")
         }
         let earlier = try locked { try apps.find(appID) }
         // What an earlier, uninstalled install left in its cache directory goes before the
@@ -165,7 +165,7 @@ extension Vault {
         let record: AppRecord = try inEventOrder { ticket in
             let (a, removed): (AppRecord, [(domain: String, key: String)]) = try locked {
                 try db.write { _ in
-                    guard var a = try apps.find(appID) else { throw VaultError(.appNotFound, "no app \(appID)") }
+                    guard var a = try apps.find(appID) else { throw VaultFailure(.appNotFound, "no app \(appID)") }
                     a.installed = false
                     a.executableMissing = executableMissing
                     a.missingSince = nil
@@ -192,7 +192,7 @@ extension Vault {
 
     public func app(_ appID: String, caller: Caller) throws -> AppRecord {
         _ = try authorize(.showApp, for: caller)
-        guard let a = try locked({ try apps.find(appID) }) else { throw VaultError(.appNotFound, "no app \(appID)") }
+        guard let a = try locked({ try apps.find(appID) }) else { throw VaultFailure(.appNotFound, "no app \(appID)") }
         return withUninstallTime(a)
     }
 
@@ -240,7 +240,7 @@ extension Vault {
             // The path is the peer's view (its mount namespace): another file mounted at A's
             // path is not A.
             guard isRegisteredFile(exe) else {
-                throw VaultError(.permissionDenied, "the peer's executable is at \(a.appID)'s registered path but is another file")
+                throw VaultFailure(.permissionDenied, "the peer's executable is at \(a.appID)'s registered path but is another file")
             }
             return a.caller
         }

@@ -1,7 +1,7 @@
 import Foundation
 import VaultProtocol
 
-/// What `Vault.backup` wrote (io.vaultd.Vault.Backup's reply).
+/// What `Vault.backup` wrote.
 public struct BackupSummary: Sendable, Equatable {
     /// Items written, device-bound ones included.
     public var items = 0
@@ -17,18 +17,9 @@ public struct BackupSummary: Sendable, Equatable {
     public var bytes = 0
     /// Damaged items (`DamagedItem`) left out: the rest is written.
     public var damagedItems: [DamagedItem] = []
-
-    public var json: JSONObject {
-        var o: JSONObject = [
-            "items": JSON(items), "deviceBoundItems": JSON(deviceBoundItems), "leftOutItems": JSON(leftOutItems),
-            "preferences": JSON(preferences), "domains": JSON(domains), "apps": JSON(apps), "bytes": JSON(bytes),
-        ]
-        if !damagedItems.isEmpty { o["damagedItems"] = .array(damagedItems.prefix(1000).map(\.json)) }
-        return o
-    }
 }
 
-/// What `Vault.restore` did (io.vaultd.Vault.Restore's reply).
+/// What `Vault.restore` did.
 public struct RestoreSummary: Sendable {
     /// Per kind of record: added (absent before), replaced (older, by modification date),
     /// kept (the vault's was as new or newer).
@@ -36,7 +27,6 @@ public struct RestoreSummary: Sendable {
         public var added = 0
         public var replaced = 0
         public var kept = 0
-        public var json: JSON { ["added": JSON(added), "replaced": JSON(replaced), "kept": JSON(kept)] }
     }
     public var items = Counts()
     public var preferences = Counts()
@@ -44,11 +34,7 @@ public struct RestoreSummary: Sendable {
     /// ThisDeviceOnly items sealed by another device's key: stored NotAvailableOnThisDevice.
     public var unavailableItems = 0
     /// The lock state after the restore.
-    public var lock: JSON = .null
-
-    public var json: JSONObject {
-        ["items": items.json, "preferences": preferences.json, "apps": apps.json, "unavailableItems": JSON(unavailableItems), "lock": lock]
-    }
+    public var lock = LockState(state: .uninitialized, unlockedSinceStart: false, hasPassphrase: false)
 }
 
 extension Vault {
@@ -117,17 +103,17 @@ extension Vault {
     /// Param (a relative path, bad recipients), StorageFull.
     public func backup(to path: String, recipients: [Age.Recipient], includeDeviceBound: Bool, caller: Caller) throws -> BackupSummary {
         _ = try authorize(.backup, for: caller)
-        guard path.hasPrefix("/") else { throw VaultError.param("the backup's path must be absolute") }
+        guard path.hasPrefix("/") else { throw VaultFailure.param("the backup's path must be absolute") }
         // Renamed over vault.sqlite or beside it, a backup would replace or crowd the live store.
         let directory = Self.canonicalPath((path as NSString).deletingLastPathComponent)
         guard directory != Self.canonicalPath(dataDirectory) else {
-            throw VaultError.param("a backup must not be written into vaultd's data directory (\(dataDirectory)): give a path elsewhere")
+            throw VaultFailure.param("a backup must not be written into vaultd's data directory (\(dataDirectory)): give a path elsewhere")
         }
         // All of it or nothing: a backup without the locked classes' items would look whole.
         let (metadata, classKeys, deviceID, deviceBackupKey) = try withKeys {
             try keys.requireInitialized()
             guard keys.state == .unlocked else {
-                throw VaultError(.interactionNotAllowed, "the vault is locked: unlock it to back it up (its items' keys are not in memory); nothing was written")
+                throw VaultFailure(.interactionNotAllowed, "the vault is locked: unlock it to back it up (its items' keys are not in memory); nothing was written")
             }
             var found: [Accessibility: SecureBytes] = [:]
             for a in Accessibility.allCases { found[a] = try? keys.classKey(a) }
@@ -195,7 +181,7 @@ extension Vault {
     /// preference values decoded and their domains and keys valid, app IDs valid, every row's
     /// columns known to this vaultd's tables. Throws BackupUnreadable.
     private func check(_ archive: BackupArchive) throws -> [ItemAttributes] {
-        func bad(_ why: String) -> VaultError { VaultError(.backupUnreadable, "the backup holds \(why); nothing was changed") }
+        func bad(_ why: String) -> VaultFailure { VaultFailure(.backupUnreadable, "the backup holds \(why); nothing was changed") }
         let attributes = try archive.items.map { r -> ItemAttributes in
             guard var a = try? ItemAttributes(jsonObject: r.attributes) else { throw bad("an item whose attributes do not parse") }
             a.accessGroup = r.accessGroup
@@ -241,20 +227,20 @@ extension Vault {
     /// DomainTooLarge (a merged domain over 4 MiB).
     public func restore(from path: String, identities: [Age.Identity], newPassphrase: SecureBytes?, merge: Bool, caller: Caller) throws -> RestoreSummary {
         _ = try authorize(.restore, for: caller)
-        guard path.hasPrefix("/") else { throw VaultError.param("the backup's path must be absolute") }
-        if let p = newPassphrase, p.count == 0 { throw VaultError.param("the new passphrase must not be empty") }
+        guard path.hasPrefix("/") else { throw VaultFailure.param("the backup's path must be absolute") }
+        if let p = newPassphrase, p.count == 0 { throw VaultFailure.param("the new passphrase must not be empty") }
         let file = try FileSystem.readFile(path, limit: Self.maximumBackupSize)
         let payload: SecureBytes
         do {
             payload = try Age.decrypt(file, with: identities, maximumSize: Self.maximumBackupSize)
         } catch let f as Age.Failure {
-            throw VaultError(f.kind == .noMatch ? .backupAuthFailed : .backupUnreadable, f.message + "; nothing was changed")
+            throw VaultFailure(f.kind == .noMatch ? .backupAuthFailed : .backupUnreadable, f.message + "; nothing was changed")
         }
         let archive = try BackupArchive.parse(payload)
         let attributes = try check(archive)
         let uninitialized = locked { keys.state == .uninitialized }
         if !uninitialized && newPassphrase != nil {
-            throw VaultError.param("the vault is initialised: a new passphrase is for a restore into a new vault only (vaultctl passphrase change changes this one's)")
+            throw VaultFailure.param("the vault is initialised: a new passphrase is for a restore into a new vault only (vaultctl passphrase change changes this one's)")
         }
         let kek = uninitialized ? try newPassphrase.map { try KeyHierarchy.PassphraseKEK(deriving: $0, cost: passphrasePolicy.kdfCost) } : nil
         let result: RestoreSummary = try inEventOrder { ticket in
@@ -265,13 +251,13 @@ extension Vault {
                         try changingKeys { try keys.initialize(passphrase: kek) }
                     } else {
                         guard keys.state == .unlocked else {
-                            throw VaultError(.interactionNotAllowed, "the vault is locked: unlock it to restore into it; nothing was changed")
+                            throw VaultFailure(.interactionNotAllowed, "the vault is locked: unlock it to restore into it; nothing was changed")
                         }
                         if !merge,
                             let n = try db.row("SELECT (SELECT count(*) FROM items) + (SELECT count(*) FROM preferences) + (SELECT count(*) FROM apps)")?[0].int64,
                             n > 0
                         {
-                            throw VaultError(.notEmpty, "the vault already holds items, preferences or apps: restore --merge merges into it; nothing was changed")
+                            throw VaultFailure(.notEmpty, "the vault already holds items, preferences or apps: restore --merge merges into it; nothing was changed")
                         }
                     }
                     var summary = RestoreSummary()
@@ -318,7 +304,7 @@ extension Vault {
                 } else {
                     // Sealed by another device's key: stored so, NotAvailableOnThisDevice here.
                     guard let other = archive.deviceID, other != deviceID, other.utf8.count <= 64 else {
-                        throw VaultError(.backupUnreadable, "a device-bound item of the backup does not open with this device's key, which sealed it; nothing was changed")
+                        throw VaultFailure(.backupUnreadable, "a device-bound item of the backup does not open with this device's key, which sealed it; nothing was changed")
                     }
                     try changingKeys { try keys.noteForeignDevice(record.accessible, deviceID: other) }
                     secret = SecureBytes.random(count: 16)
@@ -360,9 +346,9 @@ extension Vault {
         for d in domains {
             let size = Int(try db.row("SELECT COALESCE(SUM(size), 0) FROM preferences WHERE domain = ?", [.text(d)])?[0].int64 ?? 0)
             if size > PreferencesStore.maximumDomainSize {
-                throw VaultError(
+                throw VaultFailure(
                     .domainTooLarge, "domain '\(d)' would hold \(size) bytes after the restore; the limit is \(PreferencesStore.maximumDomainSize) bytes (4 MiB); nothing was changed",
-                    extra: ["domain": .string(d), "size": JSON(size), "limit": JSON(PreferencesStore.maximumDomainSize)])
+                    .init(limit: Int64(PreferencesStore.maximumDomainSize), size: Int64(size), domain: d))
             }
         }
     }

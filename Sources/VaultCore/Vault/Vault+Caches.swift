@@ -14,7 +14,7 @@ extension Vault {
         let target = try authorize(.cacheDirectory(appID: appID), for: caller).appID!
         if caller.isOwner {
             try AppRecord.validate(appID: target)
-            guard try isInstalled(target) else { throw VaultError(.appNotFound, "no installed app \(target)") }
+            guard try isInstalled(target) else { throw VaultFailure(.appNotFound, "no installed app \(target)") }
         }
         let path = try caches.directory(for: target)
         // An uninstall between the check and the mkdir removed the directory before it was
@@ -22,7 +22,7 @@ extension Vault {
         guard try isInstalled(target) else {
             caches.removeDirectory(of: target) { (try? self.isInstalled(target)) != true }
             if caller.appID != nil { try admit(caller) }  // MissingEntitlement: the install is over
-            throw VaultError(.appNotFound, "no installed app \(target)")
+            throw VaultFailure(.appNotFound, "no installed app \(target)")
         }
         return path
     }
@@ -40,7 +40,7 @@ extension Vault {
             // install can still be purged.
             var st = stat()
             if try !isInstalled(appID) && lstat(caches.root + "/" + appID, &st) != 0 {
-                throw VaultError(.appNotFound, "no installed app \(appID)")
+                throw VaultFailure(.appNotFound, "no installed app \(appID)")
             }
         }
         let report = caches.purge(only: appID, running: running) { r in bytes.map { r.freedBytes >= $0 } ?? false }

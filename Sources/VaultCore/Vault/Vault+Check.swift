@@ -1,7 +1,7 @@
 import Foundation
 import VaultProtocol
 
-/// What `Vault.checkStore` found (io.vaultd.Vault.Check's reply).
+/// What `Vault.checkStore` found.
 public struct StoreCheck: Sendable {
     /// SQLite's `PRAGMA integrity_check` lines, at most `Vault.integrityCheckLines`:
     /// ["ok"] when the file is sound.
@@ -16,13 +16,6 @@ public struct StoreCheck: Sendable {
     public var setAside = 0
 
     public var isSound: Bool { integrity == ["ok"] && damaged.isEmpty }
-
-    public var json: JSONObject {
-        [
-            "integrity": .array(integrity.map { .string($0) }), "items": JSON(items), "secretsUnchecked": JSON(secretsUnchecked),
-            "damaged": .array(damaged.prefix(1000).map(\.json)), "setAside": JSON(setAside),
-        ]
-    }
 }
 
 extension Vault {

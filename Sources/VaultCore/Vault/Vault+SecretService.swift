@@ -25,7 +25,7 @@ extension Vault {
     /// is, once the policy grants it (an app only one of its own groups: MissingEntitlement).
     /// Nothing is stored: a group exists while it holds items, and an app's groups always.
     public func accessGroup(_ group: String, caller: Caller) throws -> String {
-        guard !group.isEmpty else { throw VaultError.param("the access group must not be empty") }
+        guard !group.isEmpty else { throw VaultFailure.param("the access group must not be empty") }
         return try authorize(.useAccessGroup(accessGroup: group), for: caller).accessGroup!
     }
 
@@ -112,8 +112,8 @@ extension Vault {
     /// SecretTooLarge, QuotaExceeded past the collection's bounds.
     public func addSessionItem(label: String, attributes: ExactDictionary<String>, secret: SecureBytes, replace: Bool, caller: Caller) throws -> String {
         let group = try authorize(.addItem(accessGroup: nil), for: caller).accessGroup!
-        try SecretLimit.check(secret.count)
-        guard isKeychainOpen else { throw VaultError(.interactionNotAllowed, "the vault is locked: unlock it (vaultctl unlock)") }
+        try VaultFailure.checkSecretSize(secret.count)
+        guard isKeychainOpen else { throw VaultFailure(.interactionNotAllowed, "the vault is locked: unlock it (vaultctl unlock)") }
         return try sessionItems.lock.withLock {
             let now = Date()
             if replace, let (id, _) = sessionItems.items.first(where: { $0.value.accessGroup.sameBytes(group) && $0.value.attributes == attributes }) {
@@ -124,7 +124,7 @@ extension Vault {
             }
             let item = SessionItems.Item(accessGroup: group, label: label, attributes: attributes, secret: secret, created: now, modified: now)
             guard sessionItems.items.count < SessionItems.maximumItems, sessionItems.bytes + item.bytes <= SessionItems.maximumBytes else {
-                throw VaultError(.quotaExceeded, "the session collection is full (\(SessionItems.maximumItems) items, \(SessionItems.maximumBytes) bytes)")
+                throw VaultFailure(.quotaExceeded, "the session collection is full (\(SessionItems.maximumItems) items, \(SessionItems.maximumBytes) bytes)")
             }
             let id = Sodium.randomBytes(16).map { String(format: "%02x", $0) }.joined()
             sessionItems.items[id] = item
@@ -136,10 +136,10 @@ extension Vault {
     /// the caller does not see, InteractionNotAllowed while the keychain is not open.
     public func updateSessionItem(_ id: String, label: String? = nil, attributes: ExactDictionary<String>? = nil, secret: SecureBytes? = nil, caller: Caller) throws {
         _ = try authorize(.updateItems(accessGroup: nil, newAccessGroup: nil), for: caller)
-        if let secret { try SecretLimit.check(secret.count) }
-        guard isKeychainOpen else { throw VaultError(.interactionNotAllowed, "the vault is locked: unlock it (vaultctl unlock)") }
+        if let secret { try VaultFailure.checkSecretSize(secret.count) }
+        guard isKeychainOpen else { throw VaultFailure(.interactionNotAllowed, "the vault is locked: unlock it (vaultctl unlock)") }
         try sessionItems.lock.withLock {
-            guard var item = sessionItems.items[id], caller.mayAccess(group: item.accessGroup) else { throw VaultError(.itemNotFound, "no such item") }
+            guard var item = sessionItems.items[id], caller.mayAccess(group: item.accessGroup) else { throw VaultFailure(.itemNotFound, "no such item") }
             if let label { item.label = label }
             if let attributes { item.attributes = attributes }
             if let secret { item.secret = secret }

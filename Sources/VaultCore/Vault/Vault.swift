@@ -57,7 +57,7 @@ public final class Vault: @unchecked Sendable {
     /// and `device.key` 0600 (each created with that mode), opens the store and runs pending
     /// migrations. A `device.key` that is not exactly 32 bytes, not this user's, or accessible
     /// by others is refused (InternalError naming the file and the fix), never replaced. Throws
-    /// `VaultError` InternalError (unreadable files, a newer schema) or StorageFull.
+    /// `VaultFailure` InternalError (unreadable files, a newer schema) or StorageFull.
     ///
     /// `device.key` is made only for a vault not initialised yet, or with `newDeviceKey` (a
     /// data directory moved to a new device on purpose: its ThisDeviceOnly items stay bound to
@@ -83,7 +83,7 @@ public final class Vault: @unchecked Sendable {
         if keyMissing, try db.row("SELECT 1 FROM vault_meta WHERE key = 'wrapped.metadata'") != nil {
             guard newDeviceKey else {
                 db.close()
-                throw VaultError(
+                throw VaultFailure(
                     .internalError,
                     "\(keyPath) is missing, but the vault in \(dataDirectory) is initialised: its ThisDeviceOnly items open only with that key. Put it back (from a backup of this device) and start vaultd again; only if this data directory was moved to a new device on purpose, start vaultd once with --new-device-key (the ThisDeviceOnly items made with the old key then stay unavailable)"
                 )
@@ -119,13 +119,13 @@ public final class Vault: @unchecked Sendable {
             opened = db
             let problems = try db.quickCheck()
             guard problems == ["ok"] else {
-                throw VaultError(.storeDamaged, "SQLite's check of the file finds it malformed: \(problems.prefix(3).joined(separator: "; "))")
+                throw VaultFailure(.storeDamaged, "SQLite's check of the file finds it malformed: \(problems.prefix(3).joined(separator: "; "))")
             }
             try Schema.migrator.migrate(db)
             return db
-        } catch let e as VaultError where e.code == .storeDamaged {
+        } catch let e as VaultFailure where e.code == .storeDamaged {
             opened?.close()
-            throw VaultError(
+            throw VaultFailure(
                 .storeDamaged,
                 "the store \(path) is damaged (\(e.message.prefix(400))); vaultd does not serve a damaged store. Keep the damaged files for inspection: stop here, move \(path) (and \(path)-wal, if there) out of the data directory, start vaultd (it makes an empty vault beside device.key) and restore your latest backup into it: `vaultctl restore FILE` (docs/backup.md)"
             )
@@ -227,37 +227,36 @@ public final class Vault: @unchecked Sendable {
     /// True when the vault has a passphrase and is unlocked (so it can be auto-locked).
     public var isUnlockedWithPassphrase: Bool { locked { keys.hasPassphrase && keys.state == .unlocked } }
 
-    /// The lock state as the io.vaultd.Vault `LockState` type.
-    public var lockState: JSON { locked { keys.lockState } }
+    /// The lock state now.
+    public var lockState: LockState { locked { keys.lockState } }
 
-    /// io.vaultd.Vault.Status parameters. The owner's tools get the whole vault's figures; an
+    /// The vault's status. The owner's tools get the whole vault's figures; an
     /// app only those it could read anyway (items in its access groups; its own domain, its
     /// app groups' suites and NSGlobalDomain, when stored): the whole vault's counts told it
     /// how other apps' items and domains came and went.
     /// The data directory is told to the owner only.
-    public func status(caller: Caller) throws -> JSONObject {
+    public func status(caller: Caller) throws -> VaultStatus {
         // An app's connection made before an uninstall or reinstall gets nothing
         // (MissingEntitlement); a new install's first call, this one or any, is its first
         // launch, so the figures never count what that launch wipes.
         _ = try authorize(.status, for: caller)
         return try locked {
             let readable = Policy.visibleDomains(try preferences.domains(), to: caller)
-            return [
-                "lock": keys.lockState,
-                "items": JSON(try keychain.count(inGroups: caller.visibleAccessGroups)),
-                "unavailableItems": JSON(try keychain.unavailableCount(inGroups: caller.visibleAccessGroups)),
-                "domains": JSON(readable.count),
-                "retryAfter": JSON(try rateLimitDelay()),
-                "dataDirectory": caller.isOwner ? .string(dataDirectory) : .null,
-            ]
+            return VaultStatus(
+                lock: keys.lockState,
+                items: try keychain.count(inGroups: caller.visibleAccessGroups),
+                unavailableItems: try keychain.unavailableCount(inGroups: caller.visibleAccessGroups),
+                domains: readable.count,
+                retryAfter: try rateLimitDelay(),
+                dataDirectory: caller.isOwner ? dataDirectory : nil)
         }
     }
 
     /// Creates the vault, with a passphrase or without (then always unlocked). Owner only.
     /// Throws AlreadyInitialized, PermissionDenied.
-    public func initialize(passphrase: SecureBytes?, caller: Caller) throws -> JSON {
+    public func initialize(passphrase: SecureBytes?, caller: Caller) throws -> LockState {
         _ = try authorize(.initialize, for: caller)
-        if let p = passphrase, p.count == 0 { throw VaultError.param("the passphrase must not be empty") }
+        if let p = passphrase, p.count == 0 { throw VaultFailure.param("the passphrase must not be empty") }
         let kek = try passphrase.map { try KeyHierarchy.PassphraseKEK(deriving: $0, cost: passphrasePolicy.kdfCost) }
         return try inEventOrder { ticket in
             let state = try locked {
@@ -274,7 +273,7 @@ public final class Vault: @unchecked Sendable {
     /// seconds), NoPassphrase, NotInitialized. A vault whose stored Argon2id parameters cost
     /// less than `passphrasePolicy.kdfCost` (made before the cost was raised) is re-wrapped
     /// under a KEK derived at that cost once the passphrase proved right (`strengthenKDF`).
-    public func unlock(passphrase: SecureBytes, caller: Caller) throws -> JSON {
+    public func unlock(passphrase: SecureBytes, caller: Caller) throws -> LockState {
         _ = try authorize(.unlock, for: caller)
         return try unlockAuthorized(passphrase: passphrase)
     }
@@ -284,24 +283,24 @@ public final class Vault: @unchecked Sendable {
     /// is locked with a passphrase. Owner only. Throws PermissionDenied, NotInitialized,
     /// NoPassphrase, what `lookUp` throws, and Unlock's errors. A vault already unlocked is
     /// left so.
-    public func unlockFromKeyring(caller: Caller, lookUp: () throws -> SecureBytes) throws -> JSON {
+    public func unlockFromKeyring(caller: Caller, lookUp: () throws -> SecureBytes) throws -> LockState {
         _ = try authorize(.unlockFromKeyring, for: caller)
         let state = lockState
-        if state["hasPassphrase"]?.boolValue != true {
-            if state["state"]?.stringValue == "uninitialized" { throw VaultError(.notInitialized, "the vault has not been initialised") }
-            throw VaultError(.noPassphrase, "the vault has no passphrase: it is always unlocked")
+        if !state.hasPassphrase {
+            if state.state == .uninitialized { throw VaultFailure(.notInitialized, "the vault has not been initialised") }
+            throw VaultFailure(.noPassphrase, "the vault has no passphrase: it is always unlocked")
         }
-        if state["state"]?.stringValue == "unlocked" { return state }
+        if state.state == .unlocked { return state }
         return try unlockAuthorized(passphrase: try lookUp())
     }
 
-    private func unlockAuthorized(passphrase: SecureBytes) throws -> JSON {
+    private func unlockAuthorized(passphrase: SecureBytes) throws -> LockState {
         // One attempt at a time, so parallel guesses cannot all pass the rate limit.
         unlockAttempts.lock()
         defer { unlockAttempts.unlock() }
         let kek = try passphraseKEK(passphrase, for: "Unlock")
-        let state: JSON = try inEventOrder { ticket in
-            let state: JSON = try locked {
+        let state: LockState = try inEventOrder { ticket in
+            let state: LockState = try locked {
                 try openKeysCounting(kek, for: "Unlock")
                 ticket.take()
                 return keys.lockState
@@ -339,7 +338,7 @@ public final class Vault: @unchecked Sendable {
 
     /// Locks (wipes whenUnlocked class keys). Owner only. Throws PermissionDenied,
     /// NoPassphrase, NotInitialized.
-    public func lockVault(caller: Caller) throws -> JSON {
+    public func lockVault(caller: Caller) throws -> LockState {
         _ = try authorize(.lock, for: caller)
         return try inEventOrder { ticket in
             let state = try locked {
@@ -358,9 +357,9 @@ public final class Vault: @unchecked Sendable {
     /// unlocks a locked vault; without one, `old` is ignored. Throws PermissionDenied, Param
     /// (empty `new`), Vault.AuthFailed (`old` wrong or missing), RateLimited, NotInitialized,
     /// NoPassphrase (removing a passphrase the vault does not have).
-    public func changePassphrase(old: SecureBytes?, new: SecureBytes?, caller: Caller) throws -> (JSON, Int) {
+    public func changePassphrase(old: SecureBytes?, new: SecureBytes?, caller: Caller) throws -> PassphraseChange {
         _ = try authorize(.changePassphrase, for: caller)
-        if let p = new, p.count == 0 { throw VaultError.param("the new passphrase must not be empty") }
+        if let p = new, p.count == 0 { throw VaultFailure.param("the new passphrase must not be empty") }
         // One passphrase check at a time, Unlock's included: a ChangePassphrase guess beside an
         // Unlock guess got two tries through one slot of the rate limit.
         unlockAttempts.lock()
@@ -375,17 +374,17 @@ public final class Vault: @unchecked Sendable {
         if hasPassphrase {
             guard let old else {
                 log("ChangePassphrase refused: the current passphrase was not given")
-                throw VaultError(.wrongPassphrase, "the current passphrase is required")
+                throw VaultFailure(.wrongPassphrase, "the current passphrase is required")
             }
             // A passphrase check like Unlock's, so rate-limited and counted like it.
             oldKEK = try passphraseKEK(old, for: "ChangePassphrase")
         } else if new == nil {
-            throw VaultError(.noPassphrase, "the vault has no passphrase to remove")
+            throw VaultFailure(.noPassphrase, "the vault has no passphrase to remove")
         }
         // After the rate limit's check: a refused call does not spend an Argon2id on it.
         let newKEK = try new.map { try KeyHierarchy.PassphraseKEK(deriving: $0, cost: passphrasePolicy.kdfCost) }
         return try inEventOrder { ticket in
-            let result: (JSON, Int) = try locked {
+            let result: PassphraseChange = try locked {
                 // Only a ChangePassphrase sets or removes a passphrase once the vault exists,
                 // and this one holds `unlockAttempts`: `hasPassphrase` still holds.
                 if let oldKEK {
@@ -398,7 +397,7 @@ public final class Vault: @unchecked Sendable {
                     var deleted = 0
                     if new == nil { deleted = try keychain.deleteAll(accessible: .whenPasscodeSetThisDeviceOnly) }
                     try changingKeys { try keys.rewrap(newPassphrase: newKEK) }
-                    return (keys.lockState, deleted)
+                    return PassphraseChange(lock: keys.lockState, deletedItems: deleted)
                 }
                 // The replaced keys (wrapped under the old KEK; without a passphrase the KEK
                 // itself) stay in the WAL's old frames until it wraps round, and a crash leaves
@@ -411,7 +410,7 @@ public final class Vault: @unchecked Sendable {
                 ticket.take()
                 return result
             }
-            return (result, [.lockState(result.0)])
+            return (result, [.lockState(result.lock)])
         }
     }
 
@@ -423,7 +422,7 @@ public final class Vault: @unchecked Sendable {
         let parameters = try locked {
             do {
                 try checkRateLimit()
-            } catch let e as VaultError where e.code == .rateLimited {
+            } catch let e as VaultFailure where e.code == .rateLimited {
                 // Guesses made during the wait are refused unchecked, but seen in the log.
                 log("\(operation) refused: \(e.message)")
                 throw e
@@ -440,7 +439,7 @@ public final class Vault: @unchecked Sendable {
     private func openKeysCounting(_ kek: SecureBytes, for operation: String) throws {
         do {
             try changingKeys { try keys.unlock(kek: kek) }
-        } catch let e as VaultError where e.code == .wrongPassphrase {
+        } catch let e as VaultFailure where e.code == .wrongPassphrase {
             let (n, stored) = recordFailedUnlock()
             let wait = failureWait(n)
             // Whole seconds as such ("1 s"); a test's scaled waits with their fraction.
@@ -505,9 +504,9 @@ public final class Vault: @unchecked Sendable {
     private func checkRateLimit() throws {
         let delay = try rateLimitDelay()
         if delay > 0 {
-            throw VaultError(
+            throw VaultFailure(
                 .rateLimited, "too many failed unlocks; try again in \(Int(delay.rounded(.up))) s",
-                extra: ["retryAfter": JSON(delay)])
+                .init(retryAfter: delay))
         }
     }
 
@@ -596,7 +595,7 @@ public final class Vault: @unchecked Sendable {
         let first: ItemMatches
         do {
             first = try lookUp()
-        } catch let e as VaultError where e.code == .itemDamaged {
+        } catch let e as VaultFailure where e.code == .itemDamaged {
             return try lookUp()
         }
         return first.damaged.isEmpty ? first : try lookUp()
@@ -778,8 +777,8 @@ public final class Vault: @unchecked Sendable {
     /// MissingEntitlement when `caller`'s install is no longer current (see `admit`).
     public func importDomain(_ named: String?, plist: Data, caller: Caller) throws -> Int {
         let grant = try authorize(.writePreferences(domain: named), for: caller)
-        guard case .dict(let values) = try PropertyListCodec.decode(plist) else {
-            throw VaultError(.invalidPropertyList, "the property list's root is not a dictionary; a domain can only be imported from a dictionary")
+        guard case .dict(let values) = try VaultFailure.rethrowing(as: .invalidPropertyList, { try PropertyListCodec.decode(plist) }) else {
+            throw VaultFailure(.invalidPropertyList, "the property list's root is not a dictionary; a domain can only be imported from a dictionary")
         }
         return try importDomain(grant, values: values)
     }
@@ -814,7 +813,8 @@ public final class Vault: @unchecked Sendable {
 
     /// A domain (nil: the caller's own) as a property list in `format`.
     public func exportDomain(_ domain: String?, format: PropertyListCodec.Format, caller: Caller, reply: ReplyReserving? = nil) throws -> Data {
-        try PropertyListCodec.encode(.dict(try preferenceDomain(domain, caller: caller, reply: reply)), format: format)
+        let values = try preferenceDomain(domain, caller: caller, reply: reply)
+        return try VaultFailure.rethrowing(as: .invalidPropertyList) { try PropertyListCodec.encode(.dict(values), format: format) }
     }
 }
 
@@ -840,11 +840,11 @@ public struct PassphrasePolicy: Sendable {
         switch env["VAULTD_ARGON2_TEST_COST"] {
         case nil, "": break
         case "min": p.kdfCost = .minimum
-        case let v?: throw VaultError(.param, "VAULTD_ARGON2_TEST_COST (for tests only) must be min, not '\(v)'")
+        case let v?: throw VaultFailure(.param, "VAULTD_ARGON2_TEST_COST (for tests only) must be min, not '\(v)'")
         }
         if let v = env["VAULTD_UNLOCK_DELAY_TEST_SCALE"], !v.isEmpty {
             guard let f = Double(v), f > 0, f <= 1 else {
-                throw VaultError(.param, "VAULTD_UNLOCK_DELAY_TEST_SCALE (for tests only) must be a number in (0, 1], not '\(v)'")
+                throw VaultFailure(.param, "VAULTD_UNLOCK_DELAY_TEST_SCALE (for tests only) must be a number in (0, 1], not '\(v)'")
             }
             p.unlockDelayScale = f
         }
@@ -930,8 +930,8 @@ final class OrderedEvents: @unchecked Sendable {
 
 /// Something that changed in the vault, for observers.
 public enum VaultEvent: Sendable {
-    /// The lock state changed (io.vaultd.Vault `LockState`).
-    case lockState(JSON)
+    /// The lock state changed.
+    case lockState(LockState)
     /// A preference was set (value) or removed (nil). `sequence`: the write's place in the
     /// commit order of this vaultd's run (`OrderedEvents`; increasing, not consecutive), also
     /// in the writer's reply.

@@ -257,7 +257,7 @@ final class PrompterAgent: @unchecked Sendable {
             _ = try service.vault.unlock(passphrase: passphrase, caller: caller)
             log("secret service: the vault was unlocked with the prompter's passphrase")
             service.complete(a.prompt, dismissed: false)
-        } catch let e as VaultError where e.code == .wrongPassphrase && a.attempt < Self.maximumAttempts {
+        } catch let e as VaultFailure where e.code == .wrongPassphrase && a.attempt < Self.maximumAttempts {
             retry = "The passphrase was wrong (attempt \(a.attempt + 1) of \(Self.maximumAttempts))"
         } catch {
             log("secret service: the prompter's passphrase did not unlock the vault (\(BusError(error).message)): the prompt is dismissed")

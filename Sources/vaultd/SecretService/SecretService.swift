@@ -27,7 +27,7 @@ extension BusError {
 
     /// The reply for an engine error. A group or item the caller may not use is NoSuchObject,
     /// as one that does not exist: a client learns nothing of other apps' collections.
-    init(_ e: VaultError) {
+    init(_ e: VaultFailure) {
         switch e.code {
         case .interactionNotAllowed: self.init(name: "org.freedesktop.Secret.Error.IsLocked", message: e.message)
         case .itemNotFound, .missingEntitlement, .notAvailableOnThisDevice: self.init(name: "org.freedesktop.Secret.Error.NoSuchObject", message: e.message)
@@ -42,8 +42,10 @@ extension BusError {
     init(_ error: Error) {
         if let b = error as? BusError {
             self = b
+        } else if let f = error as? VaultFailure {
+            self.init(f)
         } else if let v = error as? VaultError {
-            self.init(v)
+            self.init(name: "org.freedesktop.DBus.Error.Failed", message: v.message)
         } else {
             self.init(name: "org.freedesktop.DBus.Error.Failed", message: "\(error)")
         }

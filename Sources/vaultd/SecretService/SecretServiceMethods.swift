@@ -33,7 +33,7 @@ extension SecretService {
         let stored: [FoundItem]
         do {
             stored = try vault.copyMatching(q, returnData: secrets, includingLocked: true, caller: caller)
-        } catch let e as VaultError where e.code == .itemNotFound {
+        } catch let e as VaultFailure where e.code == .itemNotFound {
             stored = []
         }
         return q.attributes.accessGroup == nil ? stored + (try session()) : stored
@@ -218,7 +218,7 @@ extension SecretService {
             let path = p.child(0).string
             let session = try session(path, for: sender)
             let found = try item(target, secret: true, caller: caller)
-            guard let data = found.data else { throw BusError(VaultError(.interactionNotAllowed, "the item is locked: unlock the vault (vaultctl unlock)")) }
+            guard let data = found.data else { throw BusError(VaultFailure(.interactionNotAllowed, "the item is locked: unlock the vault (vaultctl unlock)")) }
             return .tuple([try Self.secretValue(data, session: session, path: path)])
         case (SecretServiceIntrospection.item, "SetSecret", .item(let g, let id)):
             let s = try secret(p.child(0), sender: sender)

@@ -1,0 +1,126 @@
+import Foundation
+import VaultCore
+import VaultProtocol
+
+// The engine's typed results in the shapes of the varlink interfaces
+// (`Sources/VaultProtocol/Interfaces/*.varlink`): every field name of a reply the engine's
+// values make is written here, and the reply checks of debug builds hold them against the
+// IDL. Nulls are written where the IDL's field is optional and the engine has no value.
+
+extension JSON {
+    fileprivate init(optional s: String?) { self = s.map { .string($0) } ?? .null }
+    fileprivate init(optional n: Int?) { self = n.map { JSON($0) } ?? .null }
+    fileprivate init(optional d: Date?) { self = d.map { .string(PlistDate.format($0)) } ?? .null }
+}
+
+extension LockState {
+    /// io.vaultd.Vault `LockState`.
+    var wire: JSON {
+        ["state": .string(state.rawValue), "unlockedSinceStart": .bool(unlockedSinceStart), "hasPassphrase": .bool(hasPassphrase)]
+    }
+}
+
+extension VaultStatus {
+    /// io.vaultd.Vault.Status's reply, less `version` (the daemon's, added by the dispatcher).
+    var wire: JSONObject {
+        [
+            "lock": lock.wire, "items": JSON(items), "unavailableItems": JSON(unavailableItems), "domains": JSON(domains),
+            "retryAfter": JSON(retryAfter), "dataDirectory": JSON(optional: dataDirectory),
+        ]
+    }
+}
+
+extension DamagedItem {
+    /// io.vaultd.Keychain and io.vaultd.Vault `DamagedItem`.
+    var wire: JSON {
+        var o: JSONObject = ["id": JSON(Int(id)), "uuid": .string(uuid), "damaged": .string(part.rawValue)]
+        if let itemClass { o["class"] = .string(itemClass) }
+        if let accessGroup { o["accessGroup"] = .string(accessGroup) }
+        return .object(o)
+    }
+
+    /// A list of them, at most `VaultFailure.maximumDamagedItems` (the rest are counted in
+    /// the message or the log, never sent: a reply stays bounded).
+    static func wire(_ items: [DamagedItem]) -> JSON { .array(items.prefix(VaultFailure.maximumDamagedItems).map(\.wire)) }
+}
+
+extension BackupSummary {
+    /// io.vaultd.Vault.Backup's reply.
+    var wire: JSONObject {
+        var o: JSONObject = [
+            "items": JSON(items), "deviceBoundItems": JSON(deviceBoundItems), "leftOutItems": JSON(leftOutItems),
+            "preferences": JSON(preferences), "domains": JSON(domains), "apps": JSON(apps), "bytes": JSON(bytes),
+        ]
+        if !damagedItems.isEmpty { o["damagedItems"] = DamagedItem.wire(damagedItems) }
+        return o
+    }
+}
+
+extension RestoreSummary.Counts {
+    var wire: JSON { ["added": JSON(added), "replaced": JSON(replaced), "kept": JSON(kept)] }
+}
+
+extension RestoreSummary {
+    /// io.vaultd.Vault.Restore's reply.
+    var wire: JSONObject {
+        [
+            "items": items.wire, "preferences": preferences.wire, "apps": apps.wire, "unavailableItems": JSON(unavailableItems),
+            "lock": lock.wire,
+        ]
+    }
+}
+
+extension StoreCheck {
+    /// io.vaultd.Vault.Check's reply.
+    var wire: JSONObject {
+        [
+            "integrity": .array(integrity.map { .string($0) }), "items": JSON(items), "secretsUnchecked": JSON(secretsUnchecked),
+            "damaged": DamagedItem.wire(damaged), "setAside": JSON(setAside),
+        ]
+    }
+}
+
+extension AppRecord {
+    /// io.vaultd.Apps `App`.
+    var wire: JSON {
+        [
+            "appID": .string(appID), "executable": JSON(optional: executable), "flatpak": .bool(flatpak),
+            "accessGroups": .array(accessGroups.map { .string($0) }), "appGroups": .array(appGroups.map { .string($0) }),
+            "keepCredentialsOnReinstall": .bool(keepCredentialsOnReinstall), "installed": .bool(installed),
+            "generation": .string(generation), "installedAt": .string(PlistDate.format(installedAt)),
+            "keychainAccessGroups": .array(keychainAccessGroups.map { .string($0) }),
+            "launchedGeneration": JSON(optional: launchedGeneration),
+            "missingSince": JSON(optional: missingSince), "uninstallAt": JSON(optional: uninstallAt),
+        ]
+    }
+}
+
+extension SyncEnrolment {
+    /// io.vaultd.Sync Init's, Join's, Approve's and Remove's replies: the fields each fills.
+    var wire: JSONObject {
+        var o: JSONObject = ["deviceID": .string(deviceID)]
+        if let fingerprint { o["fingerprint"] = .string(fingerprint) }
+        if let code { o["code"] = .string(code) }
+        if let keyGeneration { o["generation"] = JSON(keyGeneration) }
+        return o
+    }
+}
+
+extension SyncStatus {
+    /// io.vaultd.Sync.Status's reply: the state and no device when this device does not sync.
+    var wire: JSONObject {
+        guard let folder, let deviceID else { return ["state": .string(state), "devices": .array([])] }
+        let devices: [JSON] = self.devices.map { d in
+            [
+                "deviceID": .string(d.deviceID), "thisDevice": .bool(d.thisDevice), "segments": JSON(d.segments),
+                "pending": JSON(d.pending), "rejected": JSON(d.rejected), "membership": .string(d.membership),
+                "lastSeen": JSON(optional: d.lastSeen),
+            ]
+        }
+        return [
+            "state": .string(state), "folder": .string(folder), "deviceID": .string(deviceID),
+            "fingerprint": JSON(optional: fingerprint), "keyGeneration": JSON(optional: keyGeneration), "devices": .array(devices),
+            "items": JSON(optional: items), "problem": JSON(optional: problem), "lastPass": JSON(optional: lastPass),
+        ]
+    }
+}
