@@ -70,6 +70,8 @@ let package = Package(
             // VaultCore for its policy table only: the tests call vaultd through the socket.
             dependencies: ["VaultClient", "VaultProtocol", "VaultCore", "TestSupport"]
         ),
+        // vaultd's own code that needs no socket: the wire mapping of the engine's results and failures.
+        .testTarget(name: "VaultdTests", dependencies: ["vaultd", "VaultCore", "VaultProtocol", "TestSupport"]),
     ],
     // Complete concurrency checking: each `@unchecked Sendable` says which lock or queue
     // makes it safe.

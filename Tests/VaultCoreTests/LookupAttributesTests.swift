@@ -114,7 +114,7 @@ import VaultProtocol
             var a = ItemAttributes(service: Vault.secretServiceService, account: "x")
             a.lookupAttributes = ExactDictionary(many)
             // The wire form is what bounds them (the engine takes what its front-ends parsed).
-            #expect(throws: VaultFailure.self) { _ = try ItemAttributes(json: a.json) }
+            #expect(throws: VaultError.self) { _ = try ItemAttributes(json: a.json) }
         }
     }
 }

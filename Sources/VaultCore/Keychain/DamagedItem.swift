@@ -26,7 +26,7 @@ public struct DamagedItem: Error, Sendable, Equatable {
     public var accessGroup: String?
     public var part: Part
 
-    init(id: Int64, uuid: [UInt8]?, itemClass: String?, accessGroup: String?, part: Part) {
+    public init(id: Int64, uuid: [UInt8]?, itemClass: String?, accessGroup: String?, part: Part) {
         self.id = id
         self.uuid = uuid.map { $0.map { String(format: "%02x", $0) }.joined() } ?? ""
         // Clear columns, yet of a damaged row: bounded in what they put in a reply or a log.

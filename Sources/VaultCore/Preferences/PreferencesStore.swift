@@ -43,8 +43,9 @@ final class PreferencesStore {
     }
 
     static func decode(_ blob: [UInt8]) throws -> PlistValue {
-        // Stored by this engine: a value that does not decode is damage, not a caller's mistake.
-        try VaultFailure.rethrowing(as: .internalError) { try PlistValue(tagged: try JSON.parse(blob)) }
+        // A value an earlier vaultd stored that today's checks refuse (a date out of range)
+        // is the invalid value it is; it never blocks removing or re-importing its domain.
+        try VaultFailure.rethrowing(as: .invalidValue) { try PlistValue(tagged: try JSON.parse(blob)) }
     }
 
     func get(domain: String, key: String) throws -> PlistValue? {

@@ -48,7 +48,8 @@ extension VaultFailure.Code {
 }
 
 extension VaultError {
-    /// `failure` as the varlink error it is sent as, its details as the error's parameters.
+    /// `failure` as the varlink error it is sent as, its details as the error's parameters:
+    /// those its declaration names (the IDL's `error` line), never another.
     init(_ failure: VaultFailure) {
         let d = failure.details
         var extra: JSONObject = [:]
@@ -59,7 +60,9 @@ extension VaultError {
         if let v = d.appID { extra["appID"] = .string(v) }
         if let v = d.parameter { extra["parameter"] = .string(v) }
         if failure.code == .itemDamaged { extra["items"] = DamagedItem.wire(d.damaged) }
-        self.init(failure.code.wire, failure.message, extra: extra)
+        let code = failure.code.wire
+        let declared = VarlinkInterfaces.errorParameters[code.name] ?? []
+        self.init(code, failure.message, extra: extra.filter { declared.contains($0.key) })
     }
 
     /// Any error met while answering a call, as the varlink error sent for it: the engine's
