@@ -606,6 +606,104 @@ import Glibc
         #expect(r.status == 0 && r.stdoutText == "made-in-vaultd", "\(r)")
     }
 
+    /// Bytes of one item's attributes and of another's secret zeroed on disk, vaultd stopped
+    /// (as DamagedStoreTests does), then started again: each damaged item is listed among the
+    /// locked results (the one whose ID does not read at `damaged_itemROW`), shown locked
+    /// with a label naming it, and reading its secret is io.vaultd.Keychain.ItemDamaged
+    /// naming it by row id and uuid; every other item is found and read (a GetSecrets of
+    /// them all returns the readable ones), and each damaged one is deleted by Item.Delete.
+    @Test func aDamagedItemIsReportedAndKeepsNoOtherFromBeingRead() throws {
+        let k = try Self.fixture()
+        defer { k.close() }
+        for (n, secret) in [("1", "one"), ("2", "two"), ("3", "three"), ("4", "four")] {
+            let r = Self.secretTool(k, ["store", "--label=Item \(n)", "set", "g", "n", n], stdin: secret)
+            try #require(r.status == 0, "\(r)")
+        }
+        #expect(k.stopVaultd() == 0)
+        let store = k.dataDirectory + "/vault.sqlite"
+        func sqlite(_ sql: String) -> String { k.run("sqlite3", [store, sql]).stdoutText.trimmingCharacters(in: .whitespacesAndNewlines) }
+        let uuid2 = sqlite("SELECT lower(hex(uuid)) FROM items WHERE id = 2")
+        let uuid3 = sqlite("SELECT lower(hex(uuid)) FROM items WHERE id = 3")
+        try #require(uuid2.count == 32 && uuid3.count == 32)
+        // Item 2 (n=2): its attributes; item 3 (n=3): its secret.
+        try DamagedStoreTests.damage(store: store, id: 2, column: "attributes", sqlite: sqlite)
+        try DamagedStoreTests.damage(store: store, id: 3, column: "secret", sqlite: sqlite)
+        try k.startVaultd(arguments: ["--secret-service"])
+        let named2 = "item 2 (uuid \(uuid2), genericPassword in access group user): its attributes fail authentication"
+        let named3 = "item 3 (uuid \(uuid3), genericPassword in access group user): its secret fails authentication"
+
+        // secret-tool: the others read; a lookup of a damaged one fails naming it.
+        #expect(Self.secretTool(k, ["lookup", "n", "1"]).stdoutText == "one")
+        #expect(Self.secretTool(k, ["lookup", "n", "4"]).stdoutText == "four")
+        var r = Self.secretTool(k, ["lookup", "n", "2"])
+        #expect(r.status == 1 && r.stdout.isEmpty && r.stderr.contains(named2), "\(r)")
+        r = Self.secretTool(k, ["lookup", "n", "3"])
+        #expect(r.status == 1 && r.stdout.isEmpty && r.stderr.contains(named3), "\(r)")
+        #expect(!r.stderr.contains("three") && !r.stderr.contains("two"), "no secret in the message")
+        r = Self.secretTool(k, ["search", "--all", "set", "g"])
+        let shown = r.stdoutText + r.stderr
+        #expect(shown.contains("secret = one") && shown.contains("secret = four"), "\(r)")
+        #expect(shown.contains("[/damaged_item2]") && shown.contains("label = damaged: \(named2)"), "\(r)")
+        #expect(shown.contains(named3) && !shown.contains("secret = three"), "\(r)")
+
+        // The calls themselves.
+        let script = """
+            import json
+            from jeepney import DBusAddress, MessageType, HeaderFields, new_method_call
+            from jeepney.io.blocking import open_dbus_connection
+            conn = open_dbus_connection(bus="SESSION")
+            root = "/org/freedesktop/secrets"
+            service = DBusAddress(root, bus_name="org.freedesktop.secrets", interface="org.freedesktop.Secret.Service")
+            def call(address, method, signature, body):
+                m = conn.send_and_get_reply(new_method_call(address, method, signature, body), timeout=20)
+                if m.header.message_type == MessageType.error:
+                    return {"error": m.header.fields[HeaderFields.error_name], "message": m.body[0] if m.body else ""}
+                return m.body
+            def item(path, interface="org.freedesktop.Secret.Item"):
+                return DBusAddress(path, bus_name="org.freedesktop.secrets", interface=interface)
+            session = call(service, "OpenSession", "sv", ("plain", ("s", "")))[1]
+            unlocked, locked = call(service, "SearchItems", "a{ss}", ({"set": "g"},))
+            out = {"unlocked": len(unlocked), "locked": locked}
+            damaged = locked[0]
+            out["lockedProperty"] = call(item(damaged, "org.freedesktop.DBus.Properties"), "Get", "ss", ("org.freedesktop.Secret.Item", "Locked"))[0][1]
+            everything = call(service, "GetSecrets", "aoo", (unlocked + locked, session))[0]
+            out["read"] = sorted(v[2].decode() for v in everything.values())
+            out["getSecretsOfDamaged"] = call(service, "GetSecrets", "aoo", ([damaged], session))
+            out["getSecret"] = call(item(damaged), "GetSecret", "o", (session,))
+            out["delete"] = call(item(damaged), "Delete", "", ())
+            # The one whose secret is damaged, at its own path.
+            hurt = [p for p in unlocked if p not in everything][0]
+            out["getSecret3"] = call(item(hurt), "GetSecret", "o", (session,))
+            out["delete3"] = call(item(hurt), "Delete", "", ())
+            unlocked, locked = call(service, "SearchItems", "a{ss}", ({"set": "g"},))
+            out["after"] = [len(unlocked), locked]
+            out["deleteAgain"] = call(item(damaged), "Delete", "", ())
+            print(json.dumps(out))
+            """
+        r = k.run("python3", ["-c", script], timeout: 60)
+        try #require(r.status == 0, "\(r)")
+        let out = try #require(try JSONSerialization.jsonObject(with: r.stdout) as? [String: Any], "\(r)")
+        let damagedPath = "/org/freedesktop/secrets/collection/user/damaged_item2"
+        #expect(out["unlocked"] as? Int == 3 && out["locked"] as? [String] == [damagedPath], "\(out)")
+        #expect(out["lockedProperty"] as? Bool == true, "\(out)")
+        #expect(out["read"] as? [String] == ["four", "one"], "\(out)")
+        for key in ["getSecretsOfDamaged", "getSecret"] {
+            let e = out[key] as? [String: Any]
+            #expect(e?["error"] as? String == "io.vaultd.Keychain.ItemDamaged" && (e?["message"] as? String)?.contains(named2) == true, "\(key): \(out)")
+        }
+        let e3 = out["getSecret3"] as? [String: Any]
+        #expect(e3?["error"] as? String == "io.vaultd.Keychain.ItemDamaged" && (e3?["message"] as? String)?.contains(named3) == true, "\(out)")
+        #expect(out["delete"] as? [String] == ["/"] && out["delete3"] as? [String] == ["/"], "\(out)")
+        #expect((out["after"] as? [Any])?.first as? Int == 2 && (out["after"] as? [Any])?.last as? [String] == [], "\(out)")
+        #expect((out["deleteAgain"] as? [String: Any])?["error"] as? String == "org.freedesktop.Secret.Error.NoSuchObject", "\(out)")
+
+        // Gone from the store; the others untouched.
+        r = k.ctl(["doctor"])
+        #expect(r.status == 0 && r.stdoutText.contains("items: 2 checked, 0 damaged"), "\(r)")
+        #expect(Self.secretTool(k, ["lookup", "n", "1"]).stdoutText == "one")
+        #expect(k.log.contains("keychain: deleted 1 damaged item(s): \(named2)"), "\(k.log)")
+    }
+
     /// Every method and property interface vaultd's objects declare on the bus has a decision
     /// in the policy's Secret Service table, and the table names nothing they do not declare.
     @Test func everyMethodOnTheBusHasAPolicyDecision() throws {

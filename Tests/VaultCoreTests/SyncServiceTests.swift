@@ -167,6 +167,61 @@ import Glibc
     /// A segment of a member (A's signing key, A's name) that holds an item this keychain
     /// must not store (a ThisDeviceOnly accessibility) beside a good one: the good one is
     /// stored, the other is not, and the log says so without its content.
+    /// A's copy of a synced item damaged (8 bytes of its attributes or its secret zeroed in
+    /// the store, as on disk), then A's sync started again (a pass that reads every item):
+    /// the pass does not fail; the item is held (no deletion of it is exported, B's change
+    /// of it is not written over it) and named in the status; every other item syncs both
+    /// ways; deleted on A, it takes the group's copy back.
+    @Test(arguments: ["attributes", "secret"])
+    func aDamagedItemIsHeldReportedAndTheOthersSync(_ column: String) throws {
+        try Self.withPair { a, sa, b, sb, _ in
+            try Self.add(a, service: "hurt", secret: "h")
+            try Self.add(a, service: "fine", secret: "f")
+            try sa.passNow()
+            try sb.passNow()
+            #expect(Self.secretOf(b, service: "hurt") == "h")
+            let (id, uuid, value): (Int64, String, [UInt8]) = try a.reading { db in
+                let r = try #require(try db.row("SELECT id, lower(hex(uuid)), \(column) FROM items ORDER BY id LIMIT 1"))
+                return (try #require(r[0].int64), try #require(r[1].text), try #require(r[2].blob))
+            }
+            var altered = value
+            altered.replaceSubrange(value.count / 2..<value.count / 2 + 8, with: [UInt8](repeating: 0, count: 8))
+            _ = try a.transaction { try a.db.run("UPDATE items SET \(column) = ? WHERE id = ?", [.blob(altered), .integer(id)]) }
+
+            let sa2 = SyncService(vault: a)
+            try sa2.passNow()
+            let named = try sa2.status(caller: .owner).damaged
+            #expect(named.map(\.id) == [Int64(id)], "\(named)")
+            #expect(named.first?.uuid == uuid && named.first?.part.rawValue == column, "\(named)")
+            #expect(named.first?.accessGroup == Caller.ownerAccessGroup && named.first?.itemClass == "genericPassword")
+            try sb.passNow()
+            #expect(Self.secretOf(b, service: "hurt") == "h", "no deletion of the damaged item reached B")
+            #expect(try sb.status(caller: .owner).damaged.isEmpty)
+
+            // The others sync both ways; B's change of the damaged item is not written over it.
+            try Self.add(b, service: "from-b", secret: "b")
+            _ = try b.updateItems(ItemQuery(itemClass: .genericPassword, attributes: ItemAttributes(service: "hurt")), changes: ItemAttributes(), secret: secret("h2"), caller: .owner)
+            try sb.passNow()
+            try sa2.passNow()
+            #expect(Self.secretOf(a, service: "from-b") == "b")
+            #expect(Self.secretOf(a, service: "fine") == "f")
+            try Self.add(a, service: "from-a", secret: "a")
+            try sa2.passNow()
+            try sb.passNow()
+            #expect(Self.secretOf(b, service: "from-a") == "a")
+            #expect(try sa2.status(caller: .owner).damaged.count == 1)
+            #expect(try a.checkStore(caller: .owner).damaged.map(\.id) == [id], "the damaged row is left as it was")
+
+            // Deleted on A (a Delete naming its service), it comes back from the group.
+            #expect(try a.deleteItems(ItemQuery(itemClass: .genericPassword, attributes: ItemAttributes(service: "hurt")), caller: .owner) == 1)
+            try sa2.passNow()
+            #expect(Self.secretOf(a, service: "hurt") == "h2")
+            #expect(try sa2.status(caller: .owner).damaged.isEmpty)
+            try sb.passNow()
+            #expect(Self.secretOf(b, service: "hurt") == "h2")
+        }
+    }
+
     @Test func aPeersUnstorableItemIsLeftOutAndTheRestApplied() throws {
         try Self.withPair { a, sa, b, sb, folder in
             let aID = try Self.deviceID(sa)

@@ -688,7 +688,9 @@ final class KeychainStore {
     /// found. Items of another device (a moved data directory) never open here,
     /// so they are left out of a list rather than failing every one.
     /// `includingLocked` (the Secret Service's searches, which answer with the unlocked and
-    /// the locked matches): a locked match is listed, marked `isLocked`, instead.
+    /// the locked matches): a locked match is listed, marked `isLocked`, instead, and when
+    /// only damaged items match they are returned (no items) rather than thrown, for the
+    /// front-end to list them (docs/secret-service.md, "Damaged items").
     static func copyMatching(_ c: Candidates, _ q: ItemQuery, returnData: Bool, includingLocked: Bool = false) throws -> ItemMatches {
         var rows: [Row] = []
         var lockedRows: [Row] = []
@@ -716,8 +718,8 @@ final class KeychainStore {
         let items = try Self.found(c, rows, returnData: returnData, one: !q.matchAll, damaged: &damaged)
         if includingLocked {
             let lockedItems = lockedRows.map { FoundItem(itemClass: $0.itemClass, attributes: $0.attributes, data: nil, isLocked: true) }
-            if items.isEmpty && lockedItems.isEmpty { throw nothing() }
-            if !q.matchAll && items.isEmpty { return ItemMatches(items: [lockedItems[0]], damaged: damaged) }
+            if items.isEmpty && lockedItems.isEmpty && damaged.isEmpty { throw nothing() }
+            if !q.matchAll && items.isEmpty { return ItemMatches(items: Array(lockedItems.prefix(1)), damaged: damaged) }
             return ItemMatches(items: items + (q.matchAll ? lockedItems : []), damaged: damaged)
         }
         if items.isEmpty { throw nothing() }

@@ -68,6 +68,11 @@ public final class SyncService: @unchecked Sendable {
     /// Keys whose local rows the last pass wrote, after it read the rows: the next pass looks
     /// at them (a row written and then deleted before any pass read it is in no cache).
     private var writtenByLastPass = Set<SyncItemKey>()
+    /// The damaged synchronizable rows of this keychain the last pass met (`DamagedSyncRow`),
+    /// and the keys it held for them: held keys are looked at again by the next pass, so an
+    /// item whose damaged row was deleted here takes the group's copy back.
+    private var damagedRows: [DamagedSyncRow] = []
+    private var heldByLastPass = Set<SyncItemKey>()
 
     /// Set once by `start`; read by `wake` from any thread, under `watcherLock`.
     private var watcher: SyncWatcher?
@@ -315,6 +320,8 @@ public final class SyncService: @unchecked Sendable {
             status.items = merged.liveItems.count
             status.problem = lastProblem
             status.lastPass = lastPass
+            // At most 1,000 named, as CopyMatching's `damaged`.
+            status.damaged = damagedRows.prefix(VaultFailure.maximumDamagedItems).map(\.item)
             return status
         }
     }
@@ -360,6 +367,7 @@ public final class SyncService: @unchecked Sendable {
         nextSequence = 1
         lastProblem = nil
         ackWritten = nil
+        damagedRows = []
     }
 
     /// Forgets what was read from the folder (kept: the membership and keys, which only grow).
@@ -378,6 +386,7 @@ public final class SyncService: @unchecked Sendable {
         localCache = [:]
         cacheValid = false
         writtenByLastPass = []
+        heldByLastPass = []
     }
 
     // MARK: running
@@ -572,10 +581,18 @@ public final class SyncService: @unchecked Sendable {
         }
 
         // 2. What changed here since the last pass, against the baseline.
-        let (rows, changedRows) = try vault.syncLocalItems(reusing: wasValid ? localCache : [:])
+        let (rows, changedRows, damaged) = try vault.syncLocalItems(reusing: wasValid ? localCache : [:])
         var local: [SyncItemKey: LocalSyncItem] = [:]
         for r in rows.values { local[r.key] = r.item }
         let hashKey = try vault.syncHashKey()
+        reportDamaged(damaged)
+        // A damaged row holds its item: the pass cannot read it, so it neither exports it (its
+        // absence is no deletion) nor writes the group's copy over it (a put would meet its
+        // primary key). Known by its primary key's hash; a row whose hash does not read could
+        // be any item absent here, so while one is there no item absent here is touched.
+        let damagedKeys = Set(damaged.compactMap(\.primaryKeyHash))
+        let unplacedDamage = damaged.contains { $0.primaryKeyHash == nil }
+        var held = Set<SyncItemKey>()
         var exported: [SyncChange] = []
         var localChanges: [SyncLocalChange] = []
         var newBaseline: [([UInt8], [UInt8]?)] = []
@@ -583,7 +600,7 @@ public final class SyncService: @unchecked Sendable {
         // by the merge, or here (a row written, or gone).
         var keys: Set<SyncItemKey>
         if wasValid {
-            keys = touched.union(writtenByLastPass)
+            keys = touched.union(writtenByLastPass).union(heldByLastPass)
             for id in changedRows { keys.insert(rows[id]!.key) }
             for (id, r) in localCache where rows[id]?.uuid != r.uuid { keys.insert(r.key) }
         } else {
@@ -595,6 +612,17 @@ public final class SyncService: @unchecked Sendable {
         for key in keys {
             let h = hashes[key]!
             seenHashes.insert(h)
+            if !damaged.isEmpty {
+                let isDamaged = damagedKeys.contains(Vault.syncPrimaryKeyHash(key, index: hashKey))
+                if isDamaged || (unplacedDamage && local[key] == nil) {
+                    held.insert(key)
+                    // What the baseline said of it goes: once the damaged row is deleted here,
+                    // the item is absent with no baseline, and the group's copy comes back
+                    // (a deletion here would take it from every device).
+                    if isDamaged, baseline[h] != nil { newBaseline.append((h, nil)) }
+                    continue
+                }
+            }
             let mine = local[key]?.fields
             let before = baseline[h].map(SyncBaseline.parse)
             switch (mine, before) {
@@ -687,6 +715,7 @@ public final class SyncService: @unchecked Sendable {
         }
         if !localChanges.isEmpty || !newBaseline.isEmpty { try vault.applySync(localChanges, baseline: newBaseline) }
         localCache = rows
+        heldByLastPass = held
         writtenByLastPass = Set(localChanges.compactMap { c -> SyncItemKey? in
             switch c {
             case .put(let key, _, _): key
@@ -697,6 +726,22 @@ public final class SyncService: @unchecked Sendable {
         try writeAck(listing, config: config, folder: folder)
         // Only in a pass with nothing new, here or in the folder: a change never waits for it.
         if exported.isEmpty && touched.isEmpty && localChanges.isEmpty { try compactIfDue(config: config, folder: folder) }
+    }
+
+    /// Keeps the damaged rows a pass met for `status`, and logs them when they differ from
+    /// the last pass's (once, not at every pass).
+    private func reportDamaged(_ damaged: [DamagedSyncRow]) {
+        if damaged != damagedRows {
+            if damaged.isEmpty {
+                log("sync: no damaged item is held any more")
+            } else {
+                let named = damaged.prefix(4).map(\.item.description).joined(separator: "; ")
+                log(
+                    "sync: \(damaged.count) damaged item(s) of this keychain not synced, held as they are (the others sync): \(named)\(damaged.count > 4 ? " and \(damaged.count - 4) more" : ""); `vaultctl doctor` lists them, and deleting one here takes the group's copy back"
+                )
+            }
+        }
+        damagedRows = damaged
     }
 
     private func reject(_ device: SyncDeviceID, _ seq: UInt64, _ size: Int, _ why: String) {

@@ -50,6 +50,8 @@ public struct SyncStatus: Sendable, Equatable {
     /// The last pass's problem, if it failed.
     public var problem: String?
     public var lastPass: Date?
+    /// Synchronizable items this device holds back because they are damaged here (docs/sync.md).
+    public var damaged: [DamagedItem] = []
 
     public init(state: String) { self.state = state }
 }

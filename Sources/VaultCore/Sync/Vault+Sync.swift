@@ -39,6 +39,14 @@ struct LocalSyncRow {
     var item: LocalSyncItem
 }
 
+/// A synchronizable row of this keychain that does not read (`DamagedItem`), with the keyed
+/// hash of its primary key (`primary_key_hash`) when that column reads: the item a pass
+/// holds as it is, neither exported nor overwritten (docs/sync.md, "Damaged items").
+struct DamagedSyncRow: Equatable {
+    var item: DamagedItem
+    var primaryKeyHash: [UInt8]?
+}
+
 /// One change to this device's keychain that the merge asks for.
 enum SyncLocalChange {
     /// Replace (or add) the item `key` with these fields; `replacing`: the row it replaces.
@@ -144,47 +152,55 @@ extension Vault {
 
     /// Every synchronizable item of this keychain, decrypted, by its row id, and the rows that
     /// are new or changed since `cache` (every write gives a row a new uuid: a row whose uuid is
-    /// the cached one is taken from the cache, not read or decrypted again). Throws
+    /// the cached one is taken from the cache, not read or decrypted again), and the rows that
+    /// do not read (`DamagedSyncRow`: a column malformed, the attributes or the secret failing
+    /// authentication), which are in neither and are read again by every pass. Throws
     /// InteractionNotAllowed while a class key it needs is locked (the pass waits for the unlock).
-    func syncLocalItems(reusing cache: [Int64: LocalSyncRow]) throws -> (rows: [Int64: LocalSyncRow], changed: Set<Int64>) {
+    func syncLocalItems(reusing cache: [Int64: LocalSyncRow]) throws -> (rows: [Int64: LocalSyncRow], changed: Set<Int64>, damaged: [DamagedSyncRow]) {
         let (metadata, _) = try withKeys { try keychain.metadataKeys() }
         var out: [Int64: LocalSyncRow] = [:]
-        let stored: [KeychainStore.Candidates.Stored] = try reading { db in
+        var damaged: [DamagedSyncRow] = []
+        let stored: [(KeychainStore.Candidates.Stored, [UInt8]?)] = try reading { db in
             var changed: [Int64] = []
             for r in try db.rows("SELECT id, uuid FROM items WHERE synchronizable = 1") {
-                guard let id = r[0].int64, let uuid = r[1].blob else { continue }
+                guard let id = r[0].int64, let uuid = r[1].blob else {
+                    damaged.append(DamagedSyncRow(item: DamagedItem(id: r[0].int64 ?? -1, uuid: r[1].blob, itemClass: nil, accessGroup: nil, part: .row), primaryKeyHash: nil))
+                    continue
+                }
                 if let c = cache[id], c.uuid == uuid { out[id] = c } else { changed.append(id) }
             }
             if changed.isEmpty { return [] }
             return try db.rows(
                 """
-                SELECT id, uuid, item_class, access_group, accessible, attributes, wrapped_key, secret FROM items
+                SELECT id, uuid, item_class, access_group, accessible, synchronizable, attributes, wrapped_key, secret, primary_key_hash FROM items
                 WHERE synchronizable = 1 AND id IN (SELECT value FROM json_each(?))
                 """, [.text(ItemIndex.jsonList(changed))]
             ).compactMap { r in
-                guard let id = r[0].int64, let uuid = r[1].blob, let cls = r[2].text.flatMap(ItemClass.init(rawValue:)),
-                    let group = r[3].text, let acc = r[4].text.flatMap(Accessibility.init(rawValue:)),
-                    let attrBox = r[5].blob, let wrapped = r[6].blob, let secret = r[7].blob
-                else { return nil }
-                return KeychainStore.Candidates.Stored(
-                    id: id, uuid: uuid, itemClass: cls, accessGroup: group, accessible: acc, synchronizable: true, attributes: attrBox,
-                    wrappedKey: wrapped, secret: secret)
+                switch KeychainStore.stored(Array(r[0..<9])) {
+                case .success(let row): return (row, r[9].blob)
+                case .failure(let d):
+                    damaged.append(DamagedSyncRow(item: d, primaryKeyHash: r[9].blob))
+                    return nil
+                }
             }
         }
         var classKeys: [Accessibility: SecureBytes] = [:]
         var changed = Set<Int64>()
-        for r in stored {
+        for (r, primaryKeyHash) in stored {
             // Synchronizable items are never ThisDeviceOnly (`KeychainStore.validate`).
             guard !r.accessible.isThisDeviceOnly else { continue }
             if classKeys[r.accessible] == nil { classKeys[r.accessible] = try withKeys { try keys.classKey(r.accessible) } }
             let ad = r.associatedData
-            guard let plain = Sodium.openBytes(r.attributes, key: metadata, associatedData: ad),
-                let itemKey = Sodium.open(r.wrappedKey, key: classKeys[r.accessible]!, associatedData: ad),
+            guard let plain = Sodium.openBytes(r.attributes, key: metadata, associatedData: ad), var a = try? ItemAttributes(jsonObject: plain) else {
+                damaged.append(DamagedSyncRow(item: DamagedItem(r, .attributes), primaryKeyHash: primaryKeyHash))
+                continue
+            }
+            guard let itemKey = Sodium.open(r.wrappedKey, key: classKeys[r.accessible]!, associatedData: ad),
                 let secret = Sodium.open(r.secret, key: itemKey, associatedData: ad)
             else {
-                throw VaultFailure(.internalError, "item \(r.id) failed authentication (the vault file was altered or damaged)")
+                damaged.append(DamagedSyncRow(item: DamagedItem(r, .secret), primaryKeyHash: primaryKeyHash))
+                continue
             }
-            var a = try VaultFailure.rethrowing(as: .internalError) { try ItemAttributes(jsonObject: plain) }
             a.accessGroup = r.accessGroup
             a.accessible = r.accessible
             a.synchronizable = true
@@ -192,7 +208,13 @@ extension Vault {
             out[r.id] = LocalSyncRow(uuid: r.uuid, key: key, item: LocalSyncItem(id: r.id, fields: Self.syncFields(of: a, secret: secret)))
             changed.insert(r.id)
         }
-        return (out, changed)
+        return (out, changed, damaged.sorted { $0.item.id < $1.item.id })
+    }
+
+    /// The keyed hash of `key`'s primary key, as `items.primary_key_hash` holds it (`index`:
+    /// the index key, `syncHashKey`): how a pass tells which item a damaged row is.
+    static func syncPrimaryKeyHash(_ key: SyncItemKey, index: SecureBytes) -> [UInt8] {
+        KeychainStore.primaryKeyHash(key.itemClass, key.attributes, index: index)
     }
 
     /// An item's fields, as the merge sees them.

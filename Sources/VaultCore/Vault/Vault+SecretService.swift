@@ -49,6 +49,41 @@ extension Vault {
     public func setAlias(caller: Caller) throws {
         _ = try authorize(.setAlias, for: caller)
     }
+
+    /// The Secret Service items of `group` (generic passwords of `secretServiceService`).
+    static func secretServiceQuery(_ group: String) -> ItemQuery {
+        ItemQuery(itemClass: .genericPassword, attributes: ItemAttributes(service: secretServiceService, accessGroup: group), matchAll: true)
+    }
+
+    /// The damaged Secret Service item of `group` whose row is `id` (`DamagedItem`), nil when
+    /// there is none (deleted, or readable again). Its Secret Service ID (its account) is in
+    /// its attributes, which do not read: the front-end names it by its row id, and this
+    /// finds it among the damaged items a read of the group meets. Throws as `copyMatching`.
+    public func damagedSecretServiceItem(_ id: Int64, accessGroup group: String, caller: Caller) throws -> DamagedItem? {
+        try copyMatchingReportingDamage(Self.secretServiceQuery(group), returnData: false, includingLocked: true, caller: caller).damaged.first { $0.id == id }
+    }
+
+    /// Item.Delete of a damaged Secret Service item named by its row id (`damagedSecretServiceItem`):
+    /// deletes that row, and only while it is still that damaged item (the same uuid), as a
+    /// SecItemDelete naming a damaged item's service and account would. Returns what was
+    /// deleted; throws ItemNotFound when it is not (or no longer) such an item, the policy's
+    /// refusal for a group the caller may not delete from.
+    public func deleteDamagedSecretServiceItem(_ id: Int64, accessGroup group: String, caller: Caller) throws -> DamagedItem {
+        _ = try authorize(.deleteItems(accessGroup: group), for: caller)
+        guard let d = try damagedSecretServiceItem(id, accessGroup: group, caller: caller) else {
+            throw VaultFailure(.itemNotFound, "no damaged item \(id) in this collection")
+        }
+        let n = try transaction {
+            try self.admitInWrite(caller)
+            // A row whose uuid column does not read is named by its id alone.
+            if d.uuid.isEmpty { return try self.db.run("DELETE FROM items WHERE id = ?", [.integer(d.id)]) }
+            return try self.db.run("DELETE FROM items WHERE id = ? AND lower(hex(uuid)) = ?", [.integer(d.id), .text(d.uuid)])
+        }
+        guard n == 1 else { throw VaultFailure(.itemNotFound, "no damaged item \(id) in this collection") }
+        log("keychain: deleted 1 damaged item(s): \(d.description)")
+        emit(.keychainChanged)
+        return d
+    }
 }
 
 /// The Secret Service's `session` collection: items that live in vaultd's memory only (their

@@ -292,6 +292,11 @@ type SyncDevice (
   membership: string
 )
 
+# A synchronizable item of this keychain that cannot be read (as io.vaultd.Keychain's
+# DamagedItem): its row is malformed, or its attributes or secret fail authentication.
+# Sync holds it as it is: it is neither exported nor overwritten; the others sync.
+type DamagedItem (id: int, uuid: string, class: ?string, accessGroup: ?string, damaged: string)
+
 # Makes a new sync group in `folder` (an existing directory, absolute): the group key
 # and this device's directory. `fingerprint` identifies the group key (compare it on
 # every device).
@@ -318,7 +323,10 @@ method Status() -> (
   # Why the last pass did not finish, or null.
   problem: ?string,
   # When the last pass finished (ISO 8601), or null.
-  lastPass: ?string
+  lastPass: ?string,
+  # The damaged items the last pass met and held (at most 1,000 named); absent when
+  # this device syncs nothing.
+  damaged: ?[]DamagedItem
 )
 
 # Stops syncing here: records the leaving in the folder, then forgets the group keys

@@ -64,6 +64,11 @@ struct SyncCommand: Command {
             if let g = r["keyGeneration"]?.intValue { print("group key generation: \(g)") }
             if let n = r["items"]?.intValue { print("synchronized items: \(n)") }
             if let p = r["problem"]?.stringValue { print("problem: \(p)") }
+            let damaged = r["damaged"]?.arrayValue ?? []
+            if !damaged.isEmpty {
+                print("damaged items held, not synced: \(damaged.count) (vaultctl doctor lists them; deleting one here takes the group's copy back)")
+                for d in damaged { print("  damaged: \(Keychain.describeDamaged(d))") }
+            }
             print("devices:")
             for d in r["devices"]?.arrayValue ?? [] {
                 let id = d["deviceID"]?.stringValue ?? "?"

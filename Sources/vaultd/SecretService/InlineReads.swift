@@ -125,7 +125,7 @@ extension SecretService {
         guard Self.inlineMethods.contains(interface + "." + String(cString: m) + "(" + signature + ")") else { return false }
         switch SecretServicePath(String(cString: p)) {
         case .service?: return interface == SecretServiceIntrospection.service
-        case .item?: return interface == SecretServiceIntrospection.item
+        case .item?, .damaged?: return interface == SecretServiceIntrospection.item
         default: return false
         }
     }

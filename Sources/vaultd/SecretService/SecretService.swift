@@ -31,6 +31,8 @@ extension BusError {
         switch e.code {
         case .interactionNotAllowed: self.init(name: "org.freedesktop.Secret.Error.IsLocked", message: e.message)
         case .itemNotFound, .missingEntitlement, .notAvailableOnThisDevice: self.init(name: "org.freedesktop.Secret.Error.NoSuchObject", message: e.message)
+        // vaultd's own name, as on the socket: the item is there but does not read.
+        case .itemDamaged: self.init(name: VaultError.Code.itemDamaged.name, message: e.message)
         case .permissionDenied: self.init(name: "org.freedesktop.DBus.Error.AccessDenied", message: e.message)
         case .param, .invalidParameter, .secretTooLarge, .invalidValue: self.init(name: "org.freedesktop.DBus.Error.InvalidArgs", message: e.message)
         case .quotaExceeded, .storageFull, .replyTooLarge, .rateLimited: self.init(name: "org.freedesktop.DBus.Error.LimitsExceeded", message: e.message)
@@ -605,7 +607,7 @@ final class SecretService: @unchecked Sendable {
         switch SecretServicePath(path) {
         case .service?: names = [SecretServiceIntrospection.service, SecretServiceIntrospection.prompting]
         case .collection?, .alias?: names = [SecretServiceIntrospection.collection]
-        case .item?: names = [SecretServiceIntrospection.item]
+        case .item?, .damaged?: names = [SecretServiceIntrospection.item]
         case .session?: names = [SecretServiceIntrospection.session]
         case .prompt?: names = [SecretServiceIntrospection.prompt]
         case .inner?, nil: return nil

@@ -28,15 +28,41 @@ extension SecretService {
     /// The matches, locked ones too (none: empty): of the session collection (its group
     /// named `Vault.sessionCollection`), of the store, or of both (no group named).
     func find(_ q: ItemQuery, secrets: Bool = false, caller: Caller) throws -> [FoundItem] {
+        try findReportingDamage(q, secrets: secrets, caller: caller).items
+    }
+
+    /// `find`, with the damaged items of the store the query met (`DamagedItem`; with
+    /// `secrets`, those whose secret does not open too), which never keep the others from
+    /// being found (docs/secret-service.md, "Damaged items").
+    func findReportingDamage(_ q: ItemQuery, secrets: Bool = false, caller: Caller) throws -> (items: [FoundItem], damaged: [DamagedItem]) {
         let session = { try self.vault.sessionItems(matching: q.attributes.lookupAttributes ?? [:], id: q.attributes.account, secrets: secrets, caller: caller) }
-        if let g = q.attributes.accessGroup, Self.isSession(g) { return try session() }
-        let stored: [FoundItem]
+        if let g = q.attributes.accessGroup, Self.isSession(g) { return (try session(), []) }
+        var stored: (items: [FoundItem], damaged: [DamagedItem]) = ([], [])
         do {
-            stored = try vault.copyMatching(q, returnData: secrets, includingLocked: true, caller: caller)
-        } catch let e as VaultFailure where e.code == .itemNotFound {
-            stored = []
-        }
-        return q.attributes.accessGroup == nil ? stored + (try session()) : stored
+            let m = try vault.copyMatchingReportingDamage(q, returnData: secrets, includingLocked: true, caller: caller)
+            stored = (m.items, m.damaged)
+        } catch let e as VaultFailure where e.code == .itemNotFound {}
+        if q.attributes.accessGroup == nil { stored.items += try session() }
+        return stored
+    }
+
+    /// The path a search lists a damaged item at: by its row id, as its ID (its account) is
+    /// in its attributes. nil for one whose group does not read or is `session` (hidden from
+    /// the Secret Service): the engine logs it and `vaultctl doctor` names it.
+    func path(ofDamaged d: DamagedItem) -> String? {
+        guard let g = d.accessGroup, !Self.isSession(g) else { return nil }
+        _ = collectionPath(g)
+        return SecretServicePath.damaged(collection: g, row: d.id).path
+    }
+
+    /// ItemDamaged (vaultd's own error name, as on the socket) naming `items` by their row
+    /// id and uuid, never by what they hold.
+    static func damagedError(_ items: [DamagedItem]) -> BusError {
+        let named = items.prefix(16).map(\.description).joined(separator: "; ")
+        let more = items.count > 16 ? " and \(items.count - 16) more" : ""
+        return BusError(
+            name: VaultError.Code.itemDamaged.name,
+            message: "damaged in the store (altered or damaged on disk): \(named)\(more). Delete it (Item.Delete, or secret-tool clear with its attributes) and store it again, or restore it from a backup; `vaultctl doctor` lists every damaged item")
     }
 
     /// Whether a collection's group is the in-memory session collection (which hides an
@@ -58,13 +84,34 @@ extension SecretService {
         }
     }
 
-    /// The one item at `target` (NoSuchObject when there is none the caller may see).
-    func item(_ target: SecretServicePath, secret: Bool = false, caller: Caller) throws -> FoundItem {
-        guard case .item(let g, let id) = target else { throw BusError.noSuchObject() }
-        guard let found = try find(Self.query(group: g, id: id), secrets: secret, caller: caller).first else {
-            throw BusError.noSuchObject("no such item")
+    /// What stands at an item path: the item, or a damaged one (its row or attributes do not
+    /// read, or with `secret` its secret).
+    enum StoredItem {
+        case item(FoundItem)
+        case damaged(DamagedItem)
+    }
+
+    /// What is at `target` (NoSuchObject when nothing the caller may see is).
+    func stored(_ target: SecretServicePath, secret: Bool = false, caller: Caller) throws -> StoredItem {
+        switch target {
+        case .item(let g, let id):
+            let (items, damaged) = try findReportingDamage(Self.query(group: g, id: id), secrets: secret, caller: caller)
+            if let found = items.first { return .item(found) }
+            if let d = damaged.first { return .damaged(d) }
+        case .damaged(let g, let row) where !Self.isSession(g):
+            if let d = try vault.damagedSecretServiceItem(row, accessGroup: g, caller: caller) { return .damaged(d) }
+        default: break
         }
-        return found
+        throw BusError.noSuchObject("no such item")
+    }
+
+    /// The one item at `target` (NoSuchObject when there is none the caller may see,
+    /// ItemDamaged when it is damaged).
+    func item(_ target: SecretServicePath, secret: Bool = false, caller: Caller) throws -> FoundItem {
+        switch try stored(target, secret: secret, caller: caller) {
+        case .item(let found): return found
+        case .damaged(let d): throw Self.damagedError([d])
+        }
     }
 
     // MARK: wire values
@@ -153,19 +200,42 @@ extension SecretService {
                 throw BusError.notSupported("vaultd offers the algorithms plain and \(DHSession.algorithm)")
             }
         case (SecretServiceIntrospection.service, "SearchItems", .service):
-            let found = try find(Self.query(group: nil, attributes: try Self.attributes(p.child(0))), caller: caller)
-            return .tuple([.objectPaths(found.filter { !$0.isLocked }.map(path)), .objectPaths(found.filter(\.isLocked).map(path))])
+            // A damaged item is listed among the locked: libsecret reads no secret of those
+            // without unlocking them first, and then GetSecrets names it as damaged.
+            let (found, damaged) = try findReportingDamage(Self.query(group: nil, attributes: try Self.attributes(p.child(0))), caller: caller)
+            return .tuple([
+                .objectPaths(found.filter { !$0.isLocked }.map(path)), .objectPaths(found.filter(\.isLocked).map(path) + damaged.compactMap(path(ofDamaged:))),
+            ])
         case (SecretServiceIntrospection.service, "GetSecrets", .service):
             let path = p.child(1).string
             let session = try session(path, for: sender)
             var entries: [GV] = []
             var bytes = 0
+            var damaged: [DamagedItem] = []
+            var locked = false
             for itemPath in p.child(0).children.map(\.string) {
-                guard let t = SecretServicePath(itemPath), let found = try? item(t, secret: true, caller: caller), let data = found.data else { continue }
+                guard let t = SecretServicePath(itemPath) else { continue }
+                let data: SecureBytes
+                switch try? stored(t, secret: true, caller: caller) {
+                case .item(let found)?:
+                    guard let d = found.data else {
+                        locked = true
+                        continue
+                    }
+                    data = d
+                case .damaged(let d)?:
+                    // Left out, as a locked item is: it never keeps the others from being read.
+                    damaged.append(d)
+                    continue
+                case nil: continue
+                }
                 bytes += data.count
                 guard bytes <= Self.maximumSecretsReply else { throw BusError.limitsExceeded("the secrets asked for are over \(Self.maximumSecretsReply) bytes: ask for fewer") }
                 entries.append(.dictEntry(.objectPath(itemPath), try Self.secretValue(data, session: session, path: path)))
             }
+            // Nothing but damaged items asked for (a lookup of one): the error names them, as
+            // CopyMatching's ItemDamaged does, rather than an answer of nothing.
+            if entries.isEmpty && !locked && !damaged.isEmpty { throw Self.damagedError(damaged) }
             return .tuple([.array("{o(oayays)}", entries)])
         case (SecretServiceIntrospection.service, "Unlock", .service):
             let objects = p.child(0).children.map(\.string).filter { SecretServicePath($0) != nil }
@@ -198,18 +268,27 @@ extension SecretService {
         // Collection (its own path or an alias)
         case (SecretServiceIntrospection.collection, "SearchItems", _):
             let g = try group(of: target, caller: caller)
-            return .tuple([.objectPaths(try find(Self.query(group: g, attributes: try Self.attributes(p.child(0))), caller: caller).map(path))])
+            let (found, damaged) = try findReportingDamage(Self.query(group: g, attributes: try Self.attributes(p.child(0))), caller: caller)
+            return .tuple([.objectPaths(found.map(path) + damaged.compactMap(path(ofDamaged:)))])
         case (SecretServiceIntrospection.collection, "CreateItem", _):
             return try createItem(in: try group(of: target, caller: caller), p, sender: sender, caller: caller)
         case (SecretServiceIntrospection.collection, "Delete", _):
             let g = try group(of: target, caller: caller)
-            let items = try find(Self.query(group: g), caller: caller)
+            let (items, damaged) = try findReportingDamage(Self.query(group: g), caller: caller)
             if Self.isSession(g) {
                 try vault.deleteSessionItems(nil, caller: caller)
                 for i in items { itemSignal("ItemDeleted", group: caller.defaultAccessGroup, item: path(of: i)) }
-            } else if !items.isEmpty {
-                _ = try vault.deleteItems(Self.query(group: g), caller: caller)
-                for i in items { itemSignal("ItemDeleted", group: g, item: path(of: i)) }
+            } else {
+                if !items.isEmpty {
+                    _ = try vault.deleteItems(Self.query(group: g), caller: caller)
+                    for i in items { itemSignal("ItemDeleted", group: g, item: path(of: i)) }
+                }
+                // The damaged ones too, each by its row (the query above names lookup
+                // attributes, which a damaged item's cannot be checked against).
+                for d in damaged {
+                    _ = try vault.deleteDamagedSecretServiceItem(d.id, accessGroup: g, caller: caller)
+                    if let p = path(ofDamaged: d) { itemSignal("ItemDeleted", group: g, item: p) }
+                }
             }
             return .tuple([.objectPath("/")])
 
@@ -220,6 +299,10 @@ extension SecretService {
             let found = try item(target, secret: true, caller: caller)
             guard let data = found.data else { throw BusError(VaultFailure(.interactionNotAllowed, "the item is locked: unlock the vault (vaultctl unlock)")) }
             return .tuple([try Self.secretValue(data, session: session, path: path)])
+        case (SecretServiceIntrospection.item, "SetSecret", .damaged), (SecretServiceIntrospection.item, "GetSecret", .damaged):
+            // Nothing of it reads: named as damaged (or NoSuchObject once it is gone).
+            _ = try item(target, caller: caller)
+            throw BusError.noSuchObject("no such item")
         case (SecretServiceIntrospection.item, "SetSecret", .item(let g, let id)):
             let s = try secret(p.child(0), sender: sender)
             if Self.isSession(g) {
@@ -233,9 +316,20 @@ extension SecretService {
             if Self.isSession(g) {
                 guard try vault.deleteSessionItems(id, caller: caller) > 0 else { throw BusError.noSuchObject("no such item") }
             } else {
-                _ = try vault.deleteItems(Self.query(group: g, id: id), caller: caller)
+                do {
+                    _ = try vault.deleteItems(Self.query(group: g, id: id), caller: caller)
+                } catch let e as VaultError where e.code == .itemDamaged {
+                    // The item at this path is damaged: a query naming only its service,
+                    // account and group, which its row tells in clear, deletes it.
+                    _ = try vault.deleteItems(ItemQuery(itemClass: .genericPassword, attributes: ItemAttributes(service: Vault.secretServiceService, account: id, accessGroup: g), matchAll: true), caller: caller)
+                }
             }
             itemSignal("ItemDeleted", group: Self.isSession(g) ? caller.defaultAccessGroup : g, item: target.path)
+            return .tuple([.objectPath("/")])
+        case (SecretServiceIntrospection.item, "Delete", .damaged(let g, let row)):
+            guard !Self.isSession(g) else { throw BusError.noSuchObject("no such item") }
+            _ = try vault.deleteDamagedSecretServiceItem(row, accessGroup: g, caller: caller)
+            itemSignal("ItemDeleted", group: g, item: target.path)
             return .tuple([.objectPath("/")])
 
         case (SecretServiceIntrospection.session, "Close", .session(let id)):
@@ -302,7 +396,8 @@ extension SecretService {
             let groups = try vault.accessGroups(caller: caller).filter { !Self.isSession($0) }
             return .objectPaths((groups + [Vault.sessionCollection]).map(collectionPath))
         case (.collection, "Items"), (.alias, "Items"):
-            return .objectPaths(try find(Self.query(group: try group(of: target, caller: caller)), caller: caller).map(path))
+            let (found, damaged) = try findReportingDamage(Self.query(group: try group(of: target, caller: caller)), caller: caller)
+            return .objectPaths(found.map(path) + damaged.compactMap(path(ofDamaged:)))
         case (.collection, "Label"), (.alias, "Label"):
             let g = try group(of: target, caller: caller)
             return .string(Self.isSession(g) ? g : try vault.accessGroup(g, caller: caller))
@@ -315,8 +410,20 @@ extension SecretService {
             let items = try find(Self.query(group: try group(of: target, caller: caller)), caller: caller)
             let dates = items.compactMap { name == "Created" ? $0.attributes.creationDate : $0.attributes.modificationDate }
             return Self.seconds(name == "Created" ? dates.min() : dates.max())
-        case (.item, _):
-            let found = try item(target, caller: caller)
+        case (.item, _), (.damaged, _):
+            let found: FoundItem
+            switch try stored(target, caller: caller) {
+            case .item(let f): found = f
+            case .damaged(let d):
+                // Shown, as a locked item whose label says what is wrong: nothing of it reads.
+                switch name {
+                case "Locked": return .bool(true)
+                case "Attributes": return .stringDictionary([:])
+                case "Label": return .string("damaged: " + d.description)
+                case "Created", "Modified": return Self.seconds(nil)
+                default: throw BusError(name: "org.freedesktop.DBus.Error.UnknownProperty", message: "no property \(name) here")
+                }
+            }
             switch name {
             case "Locked": return .bool(found.isLocked)
             case "Attributes": return .stringDictionary(found.attributes.lookupAttributes ?? [:])
@@ -346,6 +453,9 @@ extension SecretService {
         case (.collection, "Label"), (.alias, "Label"):
             _ = try vault.accessGroup(try group(of: target, caller: caller), caller: caller)
             throw BusError.notSupported("a collection's label is its access group's name")
+        case (.damaged, "Label"), (.damaged, "Attributes"):
+            _ = try item(target, caller: caller)
+            throw BusError.noSuchObject("no such item")
         default:
             throw BusError(name: "org.freedesktop.DBus.Error.PropertyReadOnly", message: "\(name) cannot be set")
         }

@@ -3,10 +3,15 @@
 /// `.../collection/GROUP/ID` (an item: its `account`), `.../aliases/NAME`, `.../session/ID`,
 /// `.../prompt/ID`. A path element holds only `[A-Za-z0-9_]`, so a group or item ID is
 /// written with every other byte, and `_`, as `_` and two lowercase hex digits (`encode`).
+/// A damaged item whose ID does not read (it is in its attributes) is
+/// `.../collection/GROUP/damaged_itemROW`, by its row id: `_i` is no escape `encode` writes,
+/// so that element is never an item ID's.
 enum SecretServicePath: Equatable {
     case service
     case collection(String)
     case item(collection: String, id: String)
+    /// A damaged item of the collection, by its row id (`items.id`).
+    case damaged(collection: String, row: Int64)
     case alias(String)
     case session(String)
     case prompt(String)
@@ -20,6 +25,8 @@ enum SecretServicePath: Equatable {
     static let promptRoot = root + "/prompt"
     /// The aliases every caller has: both name its default access group.
     static let aliases = ["default", "login"]
+    /// The start of a damaged item's path element (its row id follows, in decimal).
+    static let damagedPrefix = "damaged_item"
 
     /// Reads an object path; nil for one outside the service or one no element decodes.
     init?(_ path: String) {
@@ -32,7 +39,14 @@ enum SecretServicePath: Equatable {
             guard let g = Self.decode(parts[1]) else { return nil }
             self = .collection(g)
         case ("collection", 3):
-            guard let g = Self.decode(parts[1]), let id = Self.decode(parts[2]) else { return nil }
+            guard let g = Self.decode(parts[1]) else { return nil }
+            if parts[2].hasPrefix(Self.damagedPrefix) {
+                let digits = parts[2].dropFirst(Self.damagedPrefix.count)
+                guard !digits.isEmpty, digits.count <= 18, digits.allSatisfy({ $0.isASCII && $0.isNumber }), let row = Int64(digits) else { return nil }
+                self = .damaged(collection: g, row: row)
+                return
+            }
+            guard let id = Self.decode(parts[2]) else { return nil }
             self = .item(collection: g, id: id)
         case ("aliases", 2): self = .alias(parts[1])
         case ("session", 2): self = .session(parts[1])
@@ -46,6 +60,7 @@ enum SecretServicePath: Equatable {
         case .service: Self.root
         case .collection(let g): Self.collectionRoot + "/" + Self.encode(g)
         case .item(let g, let id): Self.collectionRoot + "/" + Self.encode(g) + "/" + Self.encode(id)
+        case .damaged(let g, let row): Self.collectionRoot + "/" + Self.encode(g) + "/" + Self.damagedPrefix + String(row)
         case .alias(let a): Self.aliasRoot + "/" + Self.encode(a)
         case .session(let s): Self.sessionRoot + "/" + s
         case .prompt(let p): Self.promptRoot + "/" + p
