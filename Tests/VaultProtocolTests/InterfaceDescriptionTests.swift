@@ -266,6 +266,22 @@ import VaultProtocol
         }
     }
 
+    /// The engine speaks no protocol: VaultCore throws no varlink error (its failures are
+    /// `VaultFailure`, which the front-ends map) and its public declarations take and
+    /// return no JSON (docs/architecture.md, "The engine's API").
+    @Test func theEngineNamesNoWireErrorAndNoJSONInItsAPI() throws {
+        let root = Self.repoRoot.appendingPathComponent("Sources/VaultCore")
+        var files = 0
+        for case let file as String in FileManager.default.enumerator(atPath: root.path)! where file.hasSuffix(".swift") {
+            files += 1
+            let text = try String(contentsOf: root.appendingPathComponent(file), encoding: .utf8)
+            #expect(Self.matches(#"(\bVaultError\b)"#, in: text).isEmpty, "Sources/VaultCore/\(file) names VaultError")
+            let publicJSON = Self.matches(#"(public [^\n{]*\bJSON(Object)?\b[^\n{]*)"#, in: text)
+            #expect(publicJSON.isEmpty, "Sources/VaultCore/\(file): \(publicJSON)")
+        }
+        #expect(files > 40)
+    }
+
     static func matches(_ pattern: String, in text: String) -> [String] {
         let re = try! NSRegularExpression(pattern: pattern)
         return re.matches(in: text, range: NSRange(text.startIndex..., in: text)).compactMap { m in
