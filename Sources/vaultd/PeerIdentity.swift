@@ -431,7 +431,7 @@ enum PeerIdentity {
             // With the error's declared parameters (its retryAfter).
             return refuse("registration-cap", e.message, code: .rateLimited, extra: VaultError(e).parameters.filter { $0.key != "message" })
         } catch {
-            return refuse("identity", "\(error)")
+            return refuse("identity", "\(VaultError.wire(error))")
         }
         peer.identifiedExecutable = exeFile
         // Checked at the first message (`confirmAtFirstMessage`), before anything is served:

@@ -704,7 +704,7 @@ final class Server: @unchecked Sendable {
             do {
                 try reservation.reserve(Dispatcher.replyBound(call))
             } catch {
-                let refusal = error as? VaultError ?? VaultError(.internalError, "\(error)")
+                let refusal = VaultError.wire(error)
                 let sent = call.oneway || (try? send(VarlinkReply(error: refusal), on: conn)) != nil
                 endCall()
                 if !sent { return }
@@ -716,7 +716,7 @@ final class Server: @unchecked Sendable {
             } catch let e as VaultError {
                 reply = VarlinkReply(error: e)
             } catch {
-                reply = VarlinkReply(error: VaultError(.internalError, "\(error)"))
+                reply = VarlinkReply(error: VaultError.wire(error))
             }
             let sent = call.oneway || (try? send(reply, on: conn, secrets: secrets, reserved: reservation.bytes)) != nil
             endCall()

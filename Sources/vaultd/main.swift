@@ -92,7 +92,8 @@ do {
         dataDirectory: configuration.dataDirectory, cacheDirectory: configuration.cacheDirectory, newDeviceKey: configuration.newDeviceKey,
         passphrasePolicy: passphrasePolicy)
 } catch {
-    fail("cannot open the vault in \(configuration.dataDirectory): \(error)")
+    // Named as a client would see it (io.vaultd.Vault.StoreDamaged: …).
+    fail("cannot open the vault in \(configuration.dataDirectory): \(VaultError.wire(error))")
 }
 
 // The Secret Service on the session bus (a second front-end), before the socket is bound: once
