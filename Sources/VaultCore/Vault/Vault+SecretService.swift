@@ -16,7 +16,7 @@ extension Vault {
         _ = try authorize(.listAccessGroups, for: caller)
         let stored: [String] =
             caller.isOwner
-            ? try reading { db in try db.rows("SELECT DISTINCT access_group FROM items ORDER BY access_group").compactMap { $0[0].text } }
+            ? try read { db in try db.rows("SELECT DISTINCT access_group FROM items ORDER BY access_group").compactMap { $0[0].text } }
             : []
         return Policy.visibleAccessGroups(stored: stored, to: caller)
     }
