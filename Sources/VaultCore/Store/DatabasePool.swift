@@ -96,6 +96,9 @@ final class DatabasePool: @unchecked Sendable {
         try locked { try body(Exclusive(db: writer, pool: self)) }
     }
 
+    /// Write transactions ended so far on the write path (`GroupCommit.transactionsEnded`).
+    var writeTransactions: Int { groupCommit.transactionsEnded }
+
     /// Closes the readers, then the writer's connection. Later calls fail with InternalError.
     func close() {
         readers.close()

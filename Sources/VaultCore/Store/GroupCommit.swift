@@ -236,6 +236,10 @@ final class GroupCommit: @unchecked Sendable {
         return result!
     }
 
+    /// Write transactions ended so far, a group's or `writeHoldingDatabase`'s (committed or
+    /// not): what a test counts to see a mutation take the write path.
+    var transactionsEnded: Int { lock.withLock { commits } }
+
     /// The next number in commit order; take it holding the engine lock, right after the
     /// transaction ended (committed or not).
     private func nextSequence() -> Int {
