@@ -78,9 +78,10 @@ final class DatabasePool: @unchecked Sendable {
 
         /// Runs `body` in a transaction of its own on the write path, now, keeping the engine
         /// lock (`GroupCommit.writeHoldingDatabase`): returns once it is committed and on
-        /// disk; throws having rolled it back.
-        func write<T>(_ body: (Database) throws -> T) throws -> T {
-            try pool.groupCommit.writeHoldingDatabase(db) { try body(db) }
+        /// disk; throws having rolled it back, or (a failed sync) committed but not known to
+        /// be on disk. `undo` runs, still under the lock, when it did not commit.
+        func write<T>(_ body: (Database) throws -> T, undo: () -> Void = {}) throws -> T {
+            try pool.groupCommit.writeHoldingDatabase(db, { try body(db) }, undo: undo)
         }
 
         /// Copies every committed frame into the database file and truncates the WAL

@@ -56,7 +56,8 @@ final class GroupCommit: @unchecked Sendable {
     static let gatherDelay = 0.0005
     /// Makes the committed WAL durable (`Database.syncWAL`; tests stand in for the disk).
     private let sync: (Database) throws -> Void
-    /// Groups committed so far (under `lock`); each group's number, in commit order.
+    /// Write transactions ended so far, the groups' and `writeHoldingDatabase`'s (under
+    /// `lock`); each one's number, in commit order.
     private var commits = 0
     /// Every group up to this number has its sync's outcome (under `settled`).
     private var settledThrough = 0
@@ -222,8 +223,10 @@ final class GroupCommit: @unchecked Sendable {
     /// engine lock here, as `synchronous=FULL` would run it), a failed sync refuses every
     /// later write, and an earlier group's failed sync fails this write too. Throws what
     /// `body` throws (rolled back), the COMMIT's error, or InternalError once a sync has
-    /// failed.
-    func writeHoldingDatabase<T>(_ db: Database, _ body: () throws -> T) throws -> T {
+    /// failed. `undo` runs (under the engine lock still) when the transaction ran and did not
+    /// commit: for memory changed with it, which must be as the store is. A commit whose sync
+    /// then fails is in the store as SQLite sees it, so `undo` does not run for it.
+    func writeHoldingDatabase<T>(_ db: Database, _ body: () throws -> T, undo: () -> Void = {}) throws -> T {
         if let refused = settled.withLock({ syncFailure }) { throw refused }
         var result: T?
         var failure: Error?
@@ -231,6 +234,7 @@ final class GroupCommit: @unchecked Sendable {
             try db.writeDeferringSync { result = try body() }
         } catch {
             failure = error
+            undo()
         }
         if let failure = settle(db, nextSequence(), failure) { throw failure }
         return result!

@@ -186,12 +186,7 @@ public final class Vault: @unchecked Sendable {
     /// runs in.
     func writingKeys<T>(in x: DatabasePool.Exclusive, _ body: (Database) throws -> T) throws -> T {
         let saved = withKeys { keys.snapshot() }
-        do {
-            return try x.write(body)
-        } catch {
-            withKeys { keys.restore(saved) }
-            throw error
-        }
+        return try x.write(body, undo: { withKeys { keys.restore(saved) } })
     }
 
     // MARK: observation
