@@ -105,15 +105,16 @@ import Glibc
     /// and the KEK of the passphrase opens every key to its known bytes.
     @Test func keyHierarchyOpensTheKnownStore() throws {
         try withTemporaryDirectory { dir in
-            let db = try Self.knownStore(dir + "/vault.sqlite")
-            defer { db.close() }
-            let keys = try KeyHierarchy(db: db, deviceKey: secret(Self.deviceKey))
+            let store = DatabasePool(writer: try Self.knownStore(dir + "/vault.sqlite"))
+            defer { store.close() }
+            try store.exclusive { x in
+            let keys = try KeyHierarchy(in: x, deviceKey: secret(Self.deviceKey))
             #expect(keys.state == .locked && keys.hasPassphrase)
             #expect(keys.deviceID == Self.deviceID)
             #expect(Self.hex(keys.deviceBackupKey()) == Self.deviceBackupKey)
-            let p = try keys.passphraseParameters()
+            let p = try keys.passphraseParameters(in: x.db)
             #expect(p == Self.kdf)
-            try keys.unlock(kek: try Sodium.argon2id(passphrase: secret(Self.passphrase), parameters: p))
+            try keys.unlock(kek: try Sodium.argon2id(passphrase: secret(Self.passphrase), parameters: p), in: x)
             #expect(keys.state == .unlocked && keys.foreignClasses.isEmpty)
             #expect(Self.hex(keys.metadataKey) == Self.hex(Self.metadataKey))
             #expect(Self.hex(keys.indexKey) == Self.hex(Self.indexKey))
@@ -122,15 +123,16 @@ import Glibc
             }
             // A wrong passphrase opens nothing.
             let wrong = try Sodium.argon2id(passphrase: secret("correct horse battery stapler"), parameters: p)
-            let other = try KeyHierarchy(db: db, deviceKey: secret(Self.deviceKey))
-            expectFailure(.wrongPassphrase) { try other.unlock(kek: wrong) }
+            let other = try KeyHierarchy(in: x, deviceKey: secret(Self.deviceKey))
+            expectFailure(.wrongPassphrase) { try other.unlock(kek: wrong, in: x) }
             // Another device key opens the migratable keys, not the ThisDeviceOnly ones
             // (as a data directory moved without its device.key).
-            let elsewhere = try KeyHierarchy(db: db, deviceKey: secret(Self.seq(0x21, 32)))
-            try db.write { _ in try elsewhere.unlock(kek: try Sodium.argon2id(passphrase: secret(Self.passphrase), parameters: p)) }
+            let elsewhere = try KeyHierarchy(in: x, deviceKey: secret(Self.seq(0x21, 32)))
+            try elsewhere.unlock(kek: try Sodium.argon2id(passphrase: secret(Self.passphrase), parameters: p), in: x)
             #expect(Self.hex(elsewhere.classKeys[.whenUnlocked]) == Self.hex(Self.classKey(.whenUnlocked)))
             #expect(elsewhere.foreignClasses == Set(Accessibility.allCases.filter(\.isThisDeviceOnly)))
             #expect(Self.hex(elsewhere.classKeys[.whenUnlockedThisDeviceOnly]) != Self.hex(Self.classKey(.whenUnlockedThisDeviceOnly)))
+            }
         }
     }
 
@@ -138,12 +140,14 @@ import Glibc
     /// nonces): each new box opens with the known derivation and associated data.
     @Test func keyHierarchyWrapsAsKnown() throws {
         try withTemporaryDirectory { dir in
-            let db = try Self.knownStore(dir + "/vault.sqlite")
-            defer { db.close() }
-            let keys = try KeyHierarchy(db: db, deviceKey: secret(Self.deviceKey))
-            try keys.unlock(kek: try Sodium.argon2id(passphrase: secret(Self.passphrase), parameters: Self.kdf))
+            let store = DatabasePool(writer: try Self.knownStore(dir + "/vault.sqlite"))
+            defer { store.close() }
+            try store.exclusive { x in
+            let db = x.db
+            let keys = try KeyHierarchy(in: x, deviceKey: secret(Self.deviceKey))
+            try keys.unlock(kek: try Sodium.argon2id(passphrase: secret(Self.passphrase), parameters: Self.kdf), in: x)
             let next = try KeyHierarchy.PassphraseKEK(deriving: secret("another passphrase"), cost: .minimum)
-            try db.write { _ in try keys.rewrap(newPassphrase: next) }
+            try x.write { db in try keys.rewrap(newPassphrase: next, in: db) }
             let bound = Sodium.combine(next.kek, key: secret(Self.deviceKey), context: "vaultd device-bound v1")
             for w in Self.wrapped {
                 let box = try #require(try db.row("SELECT value FROM vault_meta WHERE key = ?", [.text("wrapped." + w.name)])?[0].blob)
@@ -156,6 +160,7 @@ import Glibc
             #expect(j["algorithm"]?.stringValue == "argon2id13")
             #expect(j["salt"]?.stringValue == Data(next.parameters.salt).base64EncodedString())
             #expect(j["opsLimit"]?.uint64Value == next.parameters.opsLimit && j["memLimit"]?.uint64Value == next.parameters.memLimit)
+            }
         }
     }
 

@@ -158,7 +158,7 @@ struct ItemIndexTests {
                     // A write whose COMMIT fails (as on a disk filling then) changes nothing.
                     let q = randomQuery()
                     guard model.keys.contains(where: q.matches) else { continue }
-                    vault.locked { vault.db.failNextCommit() }
+                    _ = try? vault.exclusive { $0.db.failNextCommit() }
                     let result = Result { try vault.deleteItems(q.itemQuery, caller: .owner) }
                     #expect((try? result.get()) == nil, "\(label): delete of \(q) whose commit fails: \(result)")
                     counts["failed commit", default: 0] += 1
@@ -191,7 +191,7 @@ struct ItemIndexTests {
                     .internetPassword, attributes: ItemAttributes(account: "bob", server: "git.example", path: "org/repo\(i).git"),
                     secret: secret([UInt8(i % 256)]), caller: .owner)
             }
-            let rows = try vault.locked { try vault.db.rows("SELECT id, primary_key_hash, lookup_hash, account_hash FROM items") }
+            let rows = try vault.exclusive { try $0.db.rows("SELECT id, primary_key_hash, lookup_hash, account_hash FROM items") }
             #expect(rows.count == n)
             let index = vault.keychain.itemIndex
             for r in rows {
@@ -214,7 +214,7 @@ struct ItemIndexTests {
                 try vault.addGeneric(service: "app\(i)", account: "bob", secret: [2])
             }
             try vault.addGeneric(service: "tokens", account: "bob", secret: [3])
-            let rows = try vault.locked { try vault.db.rows("SELECT id, lookup_hash, account_hash FROM items ORDER BY id DESC LIMIT 1") }
+            let rows = try vault.exclusive { try $0.db.rows("SELECT id, lookup_hash, account_hash FROM items ORDER BY id DESC LIMIT 1") }
             let (id, service, account) = (rows[0][0].int64!, rows[0][1].blob!, rows[0][2].blob!)
             let index = vault.keychain.itemIndex
             #expect(index.candidates([(.lookup, service)]).count == n + 1)

@@ -35,7 +35,7 @@ struct LockTests {
                 return (try KeychainStore.encrypt(itemClass: .genericPassword, attributes: stored, secret: secret([7]), keys: keys), keys.classKey)
             }
             func insert(_ p: (values: [SQLValue], classKey: SecureBytes)) throws {
-                try vault.transaction { try vault.keychain.insert(p.values, generation: nil, classKey: p.classKey, accessible: a) }
+                try vault.write { db in try vault.keychain.insert(p.values, generation: nil, classKey: p.classKey, accessible: a, in: db) }
             }
             // Removing the passphrase drops the class key.
             let early = try prepared()
@@ -44,7 +44,7 @@ struct LockTests {
             // Setting one again makes a new key of that class.
             _ = try vault.changePassphrase(old: nil, new: secret("p2"), caller: .owner)
             expectFailure(.interactionNotAllowed) { try insert(early) }
-            #expect(try vault.keychain.count() == 0)
+            #expect(try vault.read { try vault.keychain.count(in: $0) } == 0)
             // Fetched after the change, the keys are current.
             try insert(try prepared())
             #expect(try vault.readGeneric(service: "race") == [7])
@@ -218,7 +218,7 @@ struct LockTests {
             try vault.addGeneric(service: "s", account: "a", secret: [1])
             func keyMaterial() throws -> [String: [UInt8]] {
                 var m: [String: [UInt8]] = [:]
-                for r in try vault.reading({ try $0.rows("SELECT key, value FROM vault_meta") }) {
+                for r in try vault.read({ try $0.rows("SELECT key, value FROM vault_meta") }) {
                     if let k = r[0].text, let v = r[1].blob, k == "kek.nopassphrase" || k.hasPrefix("wrapped.") { m[k] = v }
                 }
                 return m
@@ -251,9 +251,7 @@ struct LockTests {
             expectFailure(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret(guess), caller: .owner) }
         }
         let record: JSON = ["count": 3, "last": JSON(Date().timeIntervalSince1970 + 3600)]
-        _ = try vault.locked {
-            try vault.db.write { db in try db.run("UPDATE vault_meta SET value = ? WHERE key = 'unlock.failures'", [.blob(record.serialized())]) }
-        }
+        _ = try vault.write { db in try db.run("UPDATE vault_meta SET value = ? WHERE key = 'unlock.failures'", [.blob(record.serialized())]) }
     }
 
     /// The wait after failed unlocks is at most the documented one (1 s after three failures),
@@ -278,8 +276,8 @@ struct LockTests {
         try withVault(initialize: false) { vault, _ in
             try Self.failThriceThenSetTheClockBack(vault)
             // Every write of the writer's connection fails from here on, as on a full disk.
-            _ = try vault.locked { try vault.db.execute("PRAGMA query_only=ON") }
-            defer { _ = try? vault.locked { try vault.db.execute("PRAGMA query_only=OFF") } }
+            _ = try vault.exclusive { try $0.db.execute("PRAGMA query_only=ON") }
+            defer { _ = try? vault.exclusive { try $0.db.execute("PRAGMA query_only=OFF") } }
             let status = try vault.status(caller: .owner)
             let wait = status.retryAfter
             #expect(wait > 0 && wait <= 1, "retryAfter \(wait) s after three failures")
@@ -300,17 +298,17 @@ struct LockTests {
                 if case .lockState(let s) = event { states.append(s.state.rawValue) }
             }
             // Every write of the writer's connection fails from here on, as on a full disk.
-            _ = try vault.locked { try vault.db.execute("PRAGMA query_only=ON") }
-            defer { _ = try? vault.locked { try vault.db.execute("PRAGMA query_only=OFF") } }
+            _ = try vault.exclusive { try $0.db.execute("PRAGMA query_only=ON") }
+            defer { _ = try? vault.exclusive { try $0.db.execute("PRAGMA query_only=OFF") } }
             let change = Result { try vault.changePassphrase(old: secret("right"), new: secret("new"), caller: .owner) }
             #expect((try? change.get()) == nil, "the change cannot be written: \(change)")
             #expect(vault.lockState.state == .unlocked)
             #expect(states.items == ["unlocked"])
             _ = try vault.lockVault(caller: .owner)
             // One failure recorded first, so the right passphrase has a count to clear.
-            _ = try vault.locked { try vault.db.execute("PRAGMA query_only=OFF") }
+            _ = try vault.exclusive { try $0.db.execute("PRAGMA query_only=OFF") }
             expectFailure(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret("wrong"), caller: .owner) }
-            _ = try vault.locked { try vault.db.execute("PRAGMA query_only=ON") }
+            _ = try vault.exclusive { try $0.db.execute("PRAGMA query_only=ON") }
             let state = try vault.unlock(passphrase: secret("right"), caller: .owner)
             #expect(state.state == .unlocked)
             #expect(states.items == ["unlocked", "locked", "unlocked"])
@@ -324,7 +322,7 @@ struct LockTests {
         try withVault(initialize: false) { vault, dir in
             _ = try vault.initialize(passphrase: secret("p1"), caller: .owner)
             try vault.addGeneric(service: "wps", account: "a", secret: [7], accessible: .whenPasscodeSetThisDeviceOnly)
-            vault.locked { vault.db.failNextCommit() }
+            _ = try? vault.exclusive { $0.db.failNextCommit() }
             let removal = Result { try vault.changePassphrase(old: secret("p1"), new: nil, caller: .owner) }
             #expect((try? removal.get()) == nil, "the removal cannot commit: \(removal)")
             #expect(vault.lockState.hasPassphrase == true)
@@ -333,7 +331,7 @@ struct LockTests {
             expectFailure(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret("p2"), caller: .owner) }
             _ = try vault.unlock(passphrase: secret("p1"), caller: .owner)
             // A change that does not commit: the old passphrase stays the one.
-            vault.locked { vault.db.failNextCommit() }
+            _ = try? vault.exclusive { $0.db.failNextCommit() }
             let change = Result { try vault.changePassphrase(old: secret("p1"), new: secret("p2"), caller: .owner) }
             #expect((try? change.get()) == nil, "the change cannot commit: \(change)")
             _ = try vault.lockVault(caller: .owner)

@@ -43,7 +43,7 @@ struct PassphraseTests {
     }
 
     static func storedKDF(_ vault: Vault) throws -> JSON {
-        let raw = try #require(try vault.reading { try $0.row("SELECT value FROM vault_meta WHERE key = 'kdf'") }?[0].blob)
+        let raw = try #require(try vault.read { try $0.row("SELECT value FROM vault_meta WHERE key = 'kdf'") }?[0].blob)
         return try JSON.parse(raw)
     }
 
@@ -91,8 +91,8 @@ struct PassphraseTests {
         try withVault(initialize: false) { vault, _ in
             _ = try vault.initialize(passphrase: secret("right"), caller: .owner)
             _ = try vault.lockVault(caller: .owner)
-            _ = try vault.locked { try vault.db.execute("PRAGMA query_only=ON") }
-            defer { _ = try? vault.locked { try vault.db.execute("PRAGMA query_only=OFF") } }
+            _ = try vault.exclusive { try $0.db.execute("PRAGMA query_only=ON") }
+            defer { _ = try? vault.exclusive { try $0.db.execute("PRAGMA query_only=OFF") } }
             for guess in ["guess1", "guess2", "guess3"] {
                 expectFailure(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret(guess), caller: .owner) }
             }
@@ -102,7 +102,7 @@ struct PassphraseTests {
             expectFailure(.rateLimited) { _ = try vault.unlock(passphrase: secret("right"), caller: .owner) }
             #expect(vault.lockState.state == .locked)
             // Nothing of it reached the store.
-            #expect(try vault.reading { try $0.row("SELECT 1 FROM vault_meta WHERE key = 'unlock.failures'") } == nil)
+            #expect(try vault.read { try $0.row("SELECT 1 FROM vault_meta WHERE key = 'unlock.failures'") } == nil)
         }
     }
 }

@@ -326,16 +326,14 @@ struct PreferencesTests {
                 defer { vault.close() }
                 try vault.setPreference(domain: Self.domain, key: "k1", value: controls, caller: .owner)
                 // As an older vaultd counted it: the binary size only.
-                try vault.locked {
-                    try vault.db.write { db in
-                        _ = try db.run("UPDATE preferences SET size = ? WHERE key = 'k1'", [.integer(Int64(2 + controls.storageSize))])
-                        _ = try db.run("DELETE FROM schema_migrations WHERE name = '2026-11-30-preferences-wire-size'")
-                    }
+                try vault.write { db in
+                    _ = try db.run("UPDATE preferences SET size = ? WHERE key = 'k1'", [.integer(Int64(2 + controls.storageSize))])
+                    _ = try db.run("DELETE FROM schema_migrations WHERE name = '2026-11-30-preferences-wire-size'")
                 }
             }
             let vault = try Vault(dataDirectory: dir, passphrasePolicy: .tests)
             defer { vault.close() }
-            let size = try #require(try vault.db.row("SELECT size FROM preferences WHERE key = 'k1'")?[0].int64)
+            let size = try #require(try vault.read { try $0.row("SELECT size FROM preferences WHERE key = 'k1'") }?[0].int64)
             #expect(size > 3_000_000, "recounted: \(size)")
             expectFailure(.domainTooLarge) { try vault.setPreference(domain: Self.domain, key: "k2", value: controls, caller: .owner) }
             #expect(try vault.preferenceDomain(Self.domain, caller: .owner) == ["k1": controls])
@@ -347,12 +345,10 @@ struct PreferencesTests {
     @Test func anUndecodableStoredValueDoesNotBlockDeleteOrImport() throws {
         try withVault(initialize: false) { vault, _ in
             func storeBadDate() throws {
-                _ = try vault.locked {
-                    try vault.db.write { db in
-                        try db.run(
-                            "INSERT INTO preferences (domain, key, value, size) VALUES (?, 'bad', ?, 12)",
-                            [.text(Self.domain), .blob(Array(#"{"date":"10000-01-01T00:00:00Z"}"#.utf8))])
-                    }
+                _ = try vault.write { db in
+                    try db.run(
+                        "INSERT INTO preferences (domain, key, value, size) VALUES (?, 'bad', ?, 12)",
+                        [.text(Self.domain), .blob(Array(#"{"date":"10000-01-01T00:00:00Z"}"#.utf8))])
                 }
             }
             try storeBadDate()
@@ -436,8 +432,8 @@ struct PreferenceReplyReservationTests {
             let domain = "com.example.reserve"
             try vault.setPreference(domain: domain, key: "a", value: .string(String(repeating: "x", count: 1000)), caller: .owner)
             try vault.setPreference(domain: domain, key: "b", value: .array((0..<100).map { .integer($0) }), caller: .owner)
-            let sizes = try vault.reading { db in
-                (try PreferencesStore(db: db).size(of: domain, key: nil), try PreferencesStore(db: db).size(of: domain, key: "a"))
+            let sizes = try vault.read { db in
+                (try vault.preferences.size(of: domain, key: nil, in: db), try vault.preferences.size(of: domain, key: "a", in: db))
             }
             #expect(sizes.0 > sizes.1 && sizes.1 >= 1000, "\(sizes)")
 

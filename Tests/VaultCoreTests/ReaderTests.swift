@@ -104,10 +104,10 @@ import VaultProtocol
             let written = Atomic<Bool>(false)
             Thread.detachNewThread {
                 do {
-                    try vault.transaction {
+                    try vault.write { db in
                         inside.signal()
                         release.wait()
-                        _ = try vault.db.run("INSERT INTO vault_meta (key, value) VALUES ('reader-test', x'00')")
+                        _ = try db.run("INSERT INTO vault_meta (key, value) VALUES ('reader-test', x'00')")
                     }
                     written.store(true, ordering: .releasing)
                 } catch {}

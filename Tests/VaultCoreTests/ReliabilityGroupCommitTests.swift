@@ -291,6 +291,66 @@ import VaultProtocol
             #expect(disk.lock.withLock { disk.calls } == 2, "a refused write still reached the disk")
         }
     }
+
+    /// A write that holds the engine lock (`writeHoldingDatabase`, `Exclusive.write`) is on the
+    /// same path: committed after a group whose sync is still out, it waits for that group's
+    /// outcome and shares its failure, and it is refused once a sync failed. Its `undo` runs
+    /// when its transaction does not commit, not when its sync fails.
+    @Test func aWriteHoldingTheLockSettlesInTheGroupsOrder() throws {
+        try withTemporaryDirectory { dir in
+            let s = try Scenario(dir, firstSyncFails: true)
+            let (disk, held) = (s.disk, Returned())
+            let undone = Returned()
+            @Sendable func writeHolding(_ key: String, fail: Bool = false) {
+                do {
+                    try s.engine.withLock {
+                        try s.group.writeHoldingDatabase(
+                            s.db,
+                            {
+                                _ = try s.db.run("INSERT INTO t (k) VALUES (?)", [.text(key)])
+                                if fail { throw VaultFailure(.param, "refused by the test") }
+                            },
+                            undo: { undone.set(key, .success(())) })
+                    }
+                    held.set(key, .success(()))
+                } catch let e as VaultFailure {
+                    held.set(key, .failure(e))
+                } catch {
+                    held.set(key, .failure(VaultFailure(.internalError, "\(error)")))
+                }
+            }
+            writeHolding("rolled back", fail: true)
+            #expect(undone.all.keys.sorted() == ["rolled back"], "undo runs for a transaction that did not commit")
+            try s.startFirstGroup("a")
+            let finished = DispatchGroup()
+            finished.enter()
+            Thread {
+                writeHolding("x")
+                finished.leave()
+            }.start()
+            let deadline = Date().addingTimeInterval(10)
+            while disk.lock.withLock({ disk.calls }) < 2 && Date() < deadline { usleep(5_000) }
+            usleep(100_000)
+            #expect(held.all["x"] == nil, "x was acknowledged before the earlier group's sync was known: \(held.all)")
+            s.gate.signal()
+            s.done.wait()
+            finished.wait()
+            guard case .failure(let e)? = held.all["x"] else {
+                Issue.record("x should have failed with the earlier group: \(String(describing: held.all["x"]))")
+                return
+            }
+            #expect(e.code == .internalError && e.message.contains("may or may not be kept"), "\(e)")
+            #expect(undone.all["x"] == nil, "undo ran for a transaction that committed")
+            #expect(try s.rows() == ["a", "x"])
+            writeHolding("y")
+            guard case .failure(let refused)? = held.all["y"] else {
+                Issue.record("a write after a failed sync was accepted: \(String(describing: held.all["y"]))")
+                return
+            }
+            #expect(refused.message.contains("no write is accepted until vaultd restarts"), "\(refused)")
+            #expect(try s.rows() == ["a", "x"], "the refused write was stored")
+        }
+    }
 }
 
 /// `Database.truncateWAL` (after a passphrase change, so the keys it replaced leave the WAL)

@@ -71,11 +71,11 @@ struct StoreUniquenessTests {
             #expect(try v.readGeneric(service: "svc", account: "acct") == Array("first".utf8))
             #expect(try v.readGeneric(service: "svc", account: "keep") == [7])
             expectFailure(.duplicateItem) { try v.addGeneric(service: "svc", account: "acct", secret: [1]) }
-            let aside = try v.reading { db in try db.rows("SELECT id, \(columns) FROM items_set_aside") }
+            let aside = try v.read { db in try db.rows("SELECT id, \(columns) FROM items_set_aside") }
             #expect(aside == [duplicated])
-            let kept = try v.reading { db in try db.rows("SELECT kept_id FROM items_set_aside") }
+            let kept = try v.read { db in try db.rows("SELECT kept_id FROM items_set_aside") }
             #expect(kept == [[.integer(10)]])
-            #expect(try v.reading { db in try db.rows("SELECT id FROM items ORDER BY id") } == [[.integer(2)], [.integer(10)]])
+            #expect(try v.read { db in try db.rows("SELECT id FROM items ORDER BY id") } == [[.integer(2)], [.integer(10)]])
         }
     }
 }

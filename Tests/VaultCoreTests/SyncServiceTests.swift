@@ -180,13 +180,13 @@ import Glibc
             try sa.passNow()
             try sb.passNow()
             #expect(Self.secretOf(b, service: "hurt") == "h")
-            let (id, uuid, value): (Int64, String, [UInt8]) = try a.reading { db in
+            let (id, uuid, value): (Int64, String, [UInt8]) = try a.read { db in
                 let r = try #require(try db.row("SELECT id, lower(hex(uuid)), \(column) FROM items ORDER BY id LIMIT 1"))
                 return (try #require(r[0].int64), try #require(r[1].text), try #require(r[2].blob))
             }
             var altered = value
             altered.replaceSubrange(value.count / 2..<value.count / 2 + 8, with: [UInt8](repeating: 0, count: 8))
-            _ = try a.transaction { try a.db.run("UPDATE items SET \(column) = ? WHERE id = ?", [.blob(altered), .integer(id)]) }
+            _ = try a.write { db in try db.run("UPDATE items SET \(column) = ? WHERE id = ?", [.blob(altered), .integer(id)]) }
 
             let sa2 = SyncService(vault: a)
             try sa2.passNow()

@@ -81,11 +81,11 @@ public struct AppRecord: Sendable, Equatable {
     }
 }
 
-/// The apps table, through one connection (the writer's under the engine lock, or a reader's).
-final class AppRegistry {
-    private let db: Database
-
-    init(db: Database) { self.db = db }
+/// The apps table. It holds no connection: each operation reads or writes through the one it
+/// is handed (`in db:`: a write's transaction, a reader's snapshot, the writer's under the
+/// engine lock).
+struct AppRegistry {
+    init() {}
 
     private static let columns =
         "app_id, executable, flatpak, access_groups, app_groups, keep_credentials, installed, generation, installed_at, launched_generation, executable_missing, unreported_launch_wipe, missing_since"
@@ -102,26 +102,26 @@ final class AppRegistry {
             unreportedLaunchWipe: r[11].int64.map { Int($0) }, missingSince: r[12].real.map { Date(timeIntervalSince1970: $0) })
     }
 
-    func all() throws -> [AppRecord] {
+    func all(in db: Database) throws -> [AppRecord] {
         try db.rows("SELECT \(Self.columns) FROM apps ORDER BY app_id").compactMap(Self.record)
     }
 
-    func find(_ appID: String) throws -> AppRecord? {
+    func find(_ appID: String, in db: Database) throws -> AppRecord? {
         try db.row("SELECT \(Self.columns) FROM apps WHERE app_id = ?", [.text(appID)]).flatMap(Self.record)
     }
 
     /// How many apps are registered by Flatpak ID (installed or not): the registrations a
     /// sandbox can cause by connecting.
-    func flatpakCount() throws -> Int {
+    func flatpakCount(in db: Database) throws -> Int {
         Int(try db.row("SELECT count(*) FROM apps WHERE flatpak = 1")?[0].int64 ?? 0)
     }
 
     /// Records `a`'s current generation as one of its installs (`app_generations`).
-    func recordGeneration(of a: AppRecord) throws {
+    func recordGeneration(of a: AppRecord, in db: Database) throws {
         try db.run("INSERT OR IGNORE INTO app_generations (generation, app_id) VALUES (?, ?)", [.text(a.generation), .text(a.appID)])
     }
 
-    func save(_ a: AppRecord) throws {
+    func save(_ a: AppRecord, in db: Database) throws {
         func list(_ l: [String]) -> SQLValue { .text(JSON.array(l.map { .string($0) }).text) }
         try db.run(
             "INSERT OR REPLACE INTO apps (\(Self.columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -141,8 +141,8 @@ final class AppRegistry {
     /// and is not another app's last install (an app uninstalled now but sharing a group: its
     /// leftovers are for its own next first launch). The owner's items (no generation) stay.
     /// Needs no class key, so a locked vault cannot be used to skip it.
-    func wipeLeftoverCredentials(of app: AppRecord) throws -> Int {
-        let everyOther = try all().filter { $0.appID != app.appID }
+    func wipeLeftoverCredentials(of app: AppRecord, in db: Database) throws -> Int {
+        let everyOther = try all(in: db).filter { $0.appID != app.appID }
         // Byte for byte (`containsBytes`): a `Set` of strings would keep one of two
         // canonically equivalent groups (`é`, `e` + U+0301), which are two groups in the store.
         var shared: [String] = []

@@ -43,12 +43,13 @@ struct WriteKeys {
 
 /// Keychain items in the store, encrypted as docs/keychain.md says: per-item keys wrapped by class
 /// keys, attributes under the metadata key, each ciphertext bound to its row by associated
-/// data. Semantics follow SecItemAdd / CopyMatching / Update / Delete. Not thread-safe.
+/// data. Semantics follow SecItemAdd / CopyMatching / Update / Delete. Not thread-safe. It holds
+/// no connection: each operation reads or writes through the one it is handed (`in db:`, a
+/// transaction `DatabasePool.write` or `read` gave its caller).
 final class KeychainStore {
     /// An item's attributes, serialized, may take at most this many bytes (64 KiB).
     static let maximumAttributesSize = ReplyLimit.maximumAttributesBytes
 
-    private let db: Database
     private let keys: KeyHierarchy
     /// Each app's storage quota, checked by adds and updates.
     private let quota: StorageQuota
@@ -58,10 +59,9 @@ final class KeychainStore {
     /// (as a fault in the index would), so only the store's own uniqueness stops a second one.
     var bypassIndexForTesting = false
 
-    /// Over the writer's connection `db`, with migrations done: lists every item in the
-    /// index and installs its triggers. Throws what SQLite throws.
-    init(db: Database, keys: KeyHierarchy, quota: StorageQuota) throws {
-        self.db = db
+    /// Over the writer's connection `db` (outside a transaction, with migrations done): lists
+    /// every item in the index and installs its triggers. Throws what SQLite throws.
+    init(loading db: Database, keys: KeyHierarchy, quota: StorageQuota) throws {
         self.keys = keys
         self.quota = quota
         self.itemIndex = try ItemIndex(loading: db)
@@ -255,7 +255,7 @@ final class KeychainStore {
 
     /// The stored rows matching the query's indexed parts, restricted to the groups the caller
     /// may see, and their keys, through the writer's connection: under the engine lock.
-    func candidates(_ q: ItemQuery, caller: Caller) throws -> Candidates {
+    func candidates(_ q: ItemQuery, caller: Caller, in db: Database) throws -> Candidates {
         let (metadata, hashKey) = try keys.metadataKeys()
         let found = try Self.candidateRows(q, caller: caller, hashKey: hashKey, itemIndex: itemIndex, in: db)
         var out = Candidates(rows: found.rows, malformed: found.malformed, metadata: metadata)
@@ -477,8 +477,8 @@ final class KeychainStore {
     /// can never be read here (NotAvailableOnThisDevice: made on another device), and the
     /// error of the others (the vault is locked), if any; and the damaged items that may
     /// match (`decode`).
-    private func matchingRows(_ q: ItemQuery, caller: Caller) throws -> (available: [Row], otherDevice: [Row], error: VaultFailure?, damaged: [DamagedItem]) {
-        let c = try candidates(ItemQuery(itemClass: q.itemClass, attributes: q.attributes, matchAll: true), caller: caller)
+    private func matchingRows(_ q: ItemQuery, caller: Caller, in db: Database) throws -> (available: [Row], otherDevice: [Row], error: VaultFailure?, damaged: [DamagedItem]) {
+        let c = try candidates(ItemQuery(itemClass: q.itemClass, attributes: q.attributes, matchAll: true), caller: caller, in: db)
         var ok: [Row] = [], other: [Row] = []
         var firstError: VaultFailure?
         let (decoded, damaged) = Self.decode(c, q)
@@ -521,10 +521,10 @@ final class KeychainStore {
 
     /// Encrypts and writes an item (insert when `id` is nil, else replace that row).
     private func write(
-        id: Int64?, itemClass: ItemClass, attributes a: ItemAttributes, secret: SecureBytes, generation: String?
+        id: Int64?, itemClass: ItemClass, attributes a: ItemAttributes, secret: SecureBytes, generation: String?, in db: Database
     ) throws {
         let values = try Self.encrypt(itemClass: itemClass, attributes: a, secret: secret, keys: try writeKeys(accessible: a.accessible ?? .whenUnlocked))
-        try store(values, id: id, generation: generation)
+        try store(values, id: id, generation: generation, in: db)
     }
 
     /// Where `encrypt`'s values hold the primary key's hash, where the columns end, and
@@ -572,7 +572,7 @@ final class KeychainStore {
     /// Inserts (`id` nil) or replaces a row of `encrypt`'s values. Throws DuplicateItem when
     /// another row has its primary key (class, group, sync and the class's key attributes:
     /// unique, as in SecItemAdd).
-    private func store(_ values: [SQLValue], id: Int64?, generation: String?) throws {
+    private func store(_ values: [SQLValue], id: Int64?, generation: String?, in db: Database) throws {
         // Through the primary key's own listing: those of the service (or server) and the
         // account may hold thousands of rows (one server's internet passwords of one account,
         // one per path), each read for every write.
@@ -666,14 +666,14 @@ final class KeychainStore {
     /// that key is no longer the class's: the vault was locked, or the class key replaced
     /// (a passphrase removed and set again), after the keys were fetched. Run it under the
     /// engine lock, so the keys cannot change until the transaction ends.
-    func insert(_ values: [SQLValue], generation: String?, classKey: SecureBytes, accessible: Accessibility) throws {
+    func insert(_ values: [SQLValue], generation: String?, classKey: SecureBytes, accessible: Accessibility, in db: Database) throws {
         guard try keys.classKey(accessible).constantTimeEquals(classKey) else {
             throw VaultFailure(.interactionNotAllowed, "the vault's keys changed while the item was being added; add it again")
         }
         // The bytes the row takes (what `app_usage` counts: attributes, wrapped key, secret).
         let bytes = values[Self.sizedValues].reduce(Int64(0)) { $0 + Int64($1.blob?.count ?? 0) }
         try quota.checkItems(generation: generation, adding: bytes, in: db)
-        try store(values, id: nil, generation: generation)
+        try store(values, id: nil, generation: generation, in: db)
     }
 
     /// SecItemCopyMatching's work after the candidates are read, without a lock. Returns
@@ -770,7 +770,7 @@ final class KeychainStore {
     /// secret. Throws ItemNotFound, DuplicateItem (a change would collide), Param, or the
     /// class-key error when any match is unavailable. The groups of `q` and `changes` were
     /// granted by the policy (`Vault.authorize`).
-    func update(_ q: ItemQuery, changes: ItemAttributes, secret: SecureBytes?, caller: Caller) throws -> Int {
+    func update(_ q: ItemQuery, changes: ItemAttributes, secret: SecureBytes?, caller: Caller, in db: Database) throws -> Int {
         // As SecItemUpdate: an update that changes nothing is errSecParam (the dates are
         // read-only: `apply` leaves them, so they change nothing).
         var settable = changes
@@ -780,7 +780,7 @@ final class KeychainStore {
             throw VaultFailure.param("nothing to update: give attributes to change, a new secret, or both")
         }
         if let secret { try VaultFailure.checkSecretSize(secret.count) }
-        let (rows, otherDevice, error, damaged) = try matchingRows(q, caller: caller)
+        let (rows, otherDevice, error, damaged) = try matchingRows(q, caller: caller, in: db)
         if let e = otherDevice.first { throw Self.otherDeviceError(e.accessible) }
         if let error { throw error }
         // All matches change or none: a damaged item that matches for certain (the query
@@ -801,7 +801,7 @@ final class KeychainStore {
             Self.normalize(r.itemClass, &a)
             a.modificationDate = now
             let s = try secret ?? decryptSecret(r)
-            try write(id: r.id, itemClass: r.itemClass, attributes: a, secret: s, generation: nil)
+            try write(id: r.id, itemClass: r.itemClass, attributes: a, secret: s, generation: nil, in: db)
         }
         try quota.checkGrowth(before: before, after: try StorageQuota.itemBytes(ofAppsWriting: rows.map { $0.id }, in: db), in: db)
         return rows.count
@@ -814,8 +814,8 @@ final class KeychainStore {
     /// columns tell (service or server, account, access group, accessibility,
     /// synchronizable: they match for certain); a query naming more leaves them, and throws
     /// ItemDamaged when nothing else matches.
-    func delete(_ q: ItemQuery, caller: Caller) throws -> Int {
-        let (available, otherDevice, error, damaged) = try matchingRows(q, caller: caller)
+    func delete(_ q: ItemQuery, caller: Caller, in db: Database) throws -> Int {
+        let (available, otherDevice, error, damaged) = try matchingRows(q, caller: caller, in: db)
         if let error { throw error }
         let ids = (available + otherDevice).map(\.id)
         let damagedIDs = Self.namesOnlyClearAttributes(q.attributes) ? damaged.map(\.id) : []
@@ -831,7 +831,7 @@ final class KeychainStore {
     }
 
     /// Deletes every item of one accessibility class (used when the passphrase is removed).
-    func deleteAll(accessible: Accessibility) throws -> Int {
+    func deleteAll(accessible: Accessibility, in db: Database) throws -> Int {
         try db.run("DELETE FROM items WHERE accessible = ?", [.text(accessible.rawValue)])
     }
 
@@ -854,7 +854,7 @@ final class KeychainStore {
     /// Items that are another device's and never open here (NotAvailableOnThisDevice), of
     /// all of them or of those in `groups`. Only the foreign classes' rows are read (one
     /// small decryption each); those of a class locked now are not counted.
-    func unavailableCount(inGroups groups: [String]? = nil) throws -> Int {
+    func unavailableCount(inGroups groups: [String]? = nil, in db: Database) throws -> Int {
         if let groups, groups.isEmpty { return 0 }
         var n = 0
         for a in Accessibility.allCases where keys.isForeign(a) {
@@ -875,7 +875,7 @@ final class KeychainStore {
     }
 
     /// Items stored: all of them, or those in `groups` (an app's access groups).
-    func count(inGroups groups: [String]? = nil) throws -> Int {
+    func count(inGroups groups: [String]? = nil, in db: Database) throws -> Int {
         guard let groups else { return Int(try db.row("SELECT COUNT(*) FROM items")?[0].int64 ?? 0) }
         if groups.isEmpty { return 0 }
         let marks = Array(repeating: "?", count: groups.count).joined(separator: ", ")
@@ -898,7 +898,8 @@ extension KeychainStore {
     /// as the item of a data directory moved from that device would. Throws Param for
     /// attributes an Add refuses, the class-key error (InteractionNotAllowed).
     func restore(
-        _ itemClass: ItemClass, attributes input: ItemAttributes, secret: SecureBytes, generation: String?, merge: Bool, unavailable: Bool
+        _ itemClass: ItemClass, attributes input: ItemAttributes, secret: SecureBytes, generation: String?, merge: Bool, unavailable: Bool,
+        in db: Database
     ) throws -> RestoreOutcome {
         var a = input
         try Self.validate(itemClass, a)
@@ -927,10 +928,10 @@ extension KeychainStore {
             } else if let id = r[0].int64 {
                 try db.run("DELETE FROM items WHERE id = ?", [.integer(id)])
             }
-            try store(values, id: nil, generation: generation)
+            try store(values, id: nil, generation: generation, in: db)
             return .replaced
         }
-        try store(values, id: nil, generation: generation)
+        try store(values, id: nil, generation: generation, in: db)
         return .added
     }
 }

@@ -12,18 +12,18 @@ extension Vault {
     /// not checked: vaultd's app callers always come from `AppRecord.caller`.)
     func admit(_ caller: Caller, launch: Bool = false) throws {
         guard let appID = caller.appID, caller.generation != nil else { return }
-        let a = try Self.current(try reading({ try AppRegistry(db: $0).find(appID) }), of: caller, appID)
+        let a = try Self.current(try read({ try apps.find(appID, in: $0) }), of: caller, appID)
         if launch && a.launchedGeneration != a.generation { _ = try self.launch(caller, reporting: false) }
     }
 
-    /// `admit`'s check again, inside a write (on the writer's connection, engine lock held),
+    /// `admit`'s check again, inside a write (in its transaction, `db`, engine lock held),
     /// so the write and the check see one state: an uninstall or reinstall that commits
     /// between `admit` and the write would otherwise let the write land after it (a
     /// preference set would re-create the domain the uninstall had just removed, and the
     /// next install would read it). Throws MissingEntitlement, as `admit` does.
-    func admitInWrite(_ caller: Caller) throws {
+    func admitInWrite(_ caller: Caller, in db: Database) throws {
         guard let appID = caller.appID, caller.generation != nil else { return }
-        _ = try Self.current(try apps.find(appID), of: caller, appID)
+        _ = try Self.current(try apps.find(appID, in: db), of: caller, appID)
     }
 
     /// `record`, when it is `caller`'s install (installed, the same generation); throws

@@ -2,8 +2,10 @@ import Foundation
 import VaultProtocol
 
 /// Preference domains in the store: one row per (domain, key), so a write touches one row,
-/// never the whole domain. Values are stored as tagged JSON. Not thread-safe.
-final class PreferencesStore {
+/// never the whole domain. Values are stored as tagged JSON. It holds no connection: each
+/// operation reads or writes through the one it is handed (`in db:`), a transaction
+/// `DatabasePool.write` or `read` gave its caller.
+struct PreferencesStore {
     /// A domain may hold at most this many bytes (4 MiB), counted per entry as its key plus its
     /// value's binary-plist size (`PlistValue.storageSize`), or about half its size on the
     /// wire when that is more (`entrySize`).
@@ -24,9 +26,7 @@ final class PreferencesStore {
     /// A domain name may be at most this many UTF-8 bytes.
     static let maximumDomainNameLength = 255
 
-    private let db: Database
-
-    init(db: Database) { self.db = db }
+    init() {}
 
     static func validate(domain: String) throws {
         guard !domain.isEmpty, domain.utf8.count <= maximumDomainNameLength,
@@ -48,14 +48,14 @@ final class PreferencesStore {
         try VaultFailure.rethrowing(as: .invalidValue) { try PlistValue(tagged: try JSON.parse(blob)) }
     }
 
-    func get(domain: String, key: String) throws -> PlistValue? {
+    func get(domain: String, key: String, in db: Database) throws -> PlistValue? {
         guard let r = try db.row("SELECT value FROM preferences WHERE domain = ? AND key = ?", [.text(domain), .text(key)]),
             let blob = r[0].blob
         else { return nil }
         return try Self.decode(blob)
     }
 
-    func domain(_ domain: String) throws -> PlistDictionary {
+    func domain(_ domain: String, in db: Database) throws -> PlistDictionary {
         var out: PlistDictionary = [:]
         for r in try db.rows("SELECT key, value FROM preferences WHERE domain = ?", [.text(domain)]) {
             if let k = r[0].text, let blob = r[1].blob { out[k] = try Self.decode(blob) }
@@ -65,7 +65,7 @@ final class PreferencesStore {
 
     /// A domain's values, with nil for one that no longer decodes (a date an older vaultd let
     /// in, outside years 0 to 9999): such a value must never block deleting or replacing the domain.
-    func storedValues(_ domain: String) throws -> ExactDictionary<PlistValue?> {
+    func storedValues(_ domain: String, in db: Database) throws -> ExactDictionary<PlistValue?> {
         var out: ExactDictionary<PlistValue?> = [:]
         for r in try db.rows("SELECT key, value FROM preferences WHERE domain = ?", [.text(domain)]) {
             if let k = r[0].text { out[k] = r[1].blob.flatMap { try? Self.decode($0) } }
@@ -73,12 +73,12 @@ final class PreferencesStore {
         return out
     }
 
-    func domains() throws -> [String] {
+    func domains(in db: Database) throws -> [String] {
         try db.rows("SELECT DISTINCT domain FROM preferences ORDER BY domain").compactMap { $0[0].text }
     }
 
     /// What `domain` counts against the domain limit (`entrySize` summed), or its entry `key`.
-    func size(of domain: String, key: String?) throws -> Int {
+    func size(of domain: String, key: String?, in db: Database) throws -> Int {
         let r = try key.map { try db.row("SELECT COALESCE(SUM(size), 0) FROM preferences WHERE domain = ? AND key = ?", [.text(domain), .text($0)]) }
             ?? db.row("SELECT COALESCE(SUM(size), 0) FROM preferences WHERE domain = ?", [.text(domain)])
         return Int(r?[0].int64 ?? 0)
@@ -92,7 +92,7 @@ final class PreferencesStore {
     /// reply budget). Counted at 96 times, and 64 KiB for the reply around them.
     static func replyBytes(counted size: Int) -> Int { size * 96 + (64 << 10) }
 
-    private func size(of domain: String, excluding key: String?) throws -> Int {
+    private func size(of domain: String, excluding key: String?, in db: Database) throws -> Int {
         let r = try db.row(
             "SELECT COALESCE(SUM(size), 0) FROM preferences WHERE domain = ? AND key IS NOT ?",
             [.text(domain), key.map { .text($0) } ?? .null])
@@ -110,21 +110,21 @@ final class PreferencesStore {
 
     /// QuotaExceeded (through `quota`) when a write would grow the domain to `total` bytes,
     /// past `room` (what its app's quota leaves it). A write that does not grow it passes.
-    private func checkRoom(domain: String, total: Int, room: (app: String, bytes: Int64, quota: StorageQuota)?) throws {
-        guard let room, Int64(total) > room.bytes, total > (try size(of: domain, excluding: nil)) else { return }
+    private func checkRoom(domain: String, total: Int, room: (app: String, bytes: Int64, quota: StorageQuota)?, in db: Database) throws {
+        guard let room, Int64(total) > room.bytes, total > (try size(of: domain, excluding: nil, in: db)) else { return }
         throw room.quota.exceeded(room.app, total: Int64(total) + (room.quota.bytesPerApp - room.bytes))
     }
 
     /// Sets one key. Throws DomainTooLarge (nothing written) or InvalidValue; QuotaExceeded
     /// when the domain would pass `room` (an app writing its own domain).
-    func set(domain: String, key: String, value: PlistValue, room: (app: String, bytes: Int64, quota: StorageQuota)? = nil) throws {
+    func set(domain: String, key: String, value: PlistValue, room: (app: String, bytes: Int64, quota: StorageQuota)? = nil, in db: Database) throws {
         try Self.validate(domain: domain)
         try Self.validate(key: key)
         let stored = value.tagged.serialized()
         let entrySize = Self.entrySize(key: key, value: value, stored: stored)
-        let total = try size(of: domain, excluding: key) + entrySize
+        let total = try size(of: domain, excluding: key, in: db) + entrySize
         try checkSize(domain: domain, total: total)
-        try checkRoom(domain: domain, total: total, room: room)
+        try checkRoom(domain: domain, total: total, room: room, in: db)
         try db.run(
             "INSERT OR REPLACE INTO preferences (domain, key, value, size, modified) VALUES (?, ?, ?, ?, ?)",
             [.text(domain), .text(key), .blob(stored), .integer(Int64(entrySize)), .real(Date().timeIntervalSince1970)])
@@ -132,18 +132,18 @@ final class PreferencesStore {
 
     /// Removes one key; returns whether it existed.
     @discardableResult
-    func remove(domain: String, key: String) throws -> Bool {
+    func remove(domain: String, key: String, in db: Database) throws -> Bool {
         try db.run("DELETE FROM preferences WHERE domain = ? AND key = ?", [.text(domain), .text(key)]) > 0
     }
 
     /// Removes a whole domain; returns the number of keys removed.
-    func removeDomain(_ domain: String) throws -> Int {
+    func removeDomain(_ domain: String, in db: Database) throws -> Int {
         try db.run("DELETE FROM preferences WHERE domain = ?", [.text(domain)])
     }
 
     /// Replaces a domain's contents with `values`. Throws DomainTooLarge (nothing written);
     /// QuotaExceeded as `set`.
-    func replace(domain: String, with values: PlistDictionary, room: (app: String, bytes: Int64, quota: StorageQuota)? = nil) throws {
+    func replace(domain: String, with values: PlistDictionary, room: (app: String, bytes: Int64, quota: StorageQuota)? = nil, in db: Database) throws {
         try Self.validate(domain: domain)
         var rows: [(key: String, stored: [UInt8], size: Int)] = []
         for (k, v) in values {
@@ -153,7 +153,7 @@ final class PreferencesStore {
         }
         let total = rows.reduce(0) { $0 + $1.size }
         try checkSize(domain: domain, total: total)
-        try checkRoom(domain: domain, total: total, room: room)
+        try checkRoom(domain: domain, total: total, room: room, in: db)
         try db.run("DELETE FROM preferences WHERE domain = ?", [.text(domain)])
         let now = Date().timeIntervalSince1970
         for r in rows {

@@ -164,7 +164,11 @@ public final class Database {
             }
         }
         try execute("BEGIN IMMEDIATE")
-        defer { ended() }
+        inWritePath = true
+        defer {
+            inWritePath = false
+            ended()
+        }
         do {
             try body()
             try execute("COMMIT")
@@ -386,19 +390,25 @@ public final class Database {
         try rows(of: try statement(shape: shape, sql: sql), arguments)
     }
 
-    /// Set on the vault's writer connection: every statement that writes runs inside a
-    /// transaction (`Vault.transaction`, `write`, `writeDeferringSync`), never in SQLite's
-    /// autocommit, so each mutation has one path with its durability and its `ItemIndex`
-    /// settling. Checked by `run` in debug builds (tests), where a write outside throws.
+    /// Set on the vault's writer connection once its migrations ran (`DatabasePool`): every
+    /// statement that writes runs inside a transaction of the one write path, `GroupCommit`'s
+    /// (`writeDeferringSync`, which its groups and `writeHoldingDatabase` both use), never
+    /// in SQLite's autocommit nor in a transaction begun elsewhere (`write`,
+    /// `readTransaction`), so each mutation has its durability (the fsync before the reply),
+    /// its place in the commit order and its `ItemIndex` settling. Checked in debug builds
+    /// (tests), where such a write, or `write` itself, throws.
     var writesNeedTransaction = false
+
+    /// True while `writeDeferringSync` runs its body: the write path's transaction is open.
+    private var inWritePath = false
 
     /// Runs `sql` with `arguments`; returns the number of rows changed.
     @discardableResult
     public func run(_ sql: String, _ arguments: [SQLValue] = []) throws -> Int {
         let s = try statement(sql)
         #if DEBUG
-        if writesNeedTransaction && !isInTransaction && !s.isReadOnly {
-            throw VaultFailure(.internalError, "a write outside a transaction on the vault's writer connection: \(sql.prefix(80))")
+        if writesNeedTransaction && !s.isReadOnly && !(inWritePath && isInTransaction) {
+            throw VaultFailure(.internalError, "a write outside the write path's transaction on the vault's writer connection: \(sql.prefix(80))")
         }
         #endif
         try s.bind(arguments)
@@ -436,17 +446,16 @@ public final class Database {
 
     /// Runs `body` in one IMMEDIATE transaction: committed (durably) when it returns,
     /// rolled back when it throws.
+    /// Not on the vault's writer connection, whose writes go through `GroupCommit`
+    /// (`DatabasePool.write`): there it throws in debug builds.
     public func write<T>(_ body: (Database) throws -> T) throws -> T {
+        #if DEBUG
+        if writesNeedTransaction {
+            throw VaultFailure(.internalError, "a write transaction begun outside the write path on the vault's writer connection")
+        }
+        #endif
         try checkIdentity()
         return try transaction("BEGIN IMMEDIATE", body, then: ended)
-    }
-
-    /// Runs `body` inside the transaction this connection has open, or, when none is, in
-    /// one of its own (`write`): for a change that belongs to its caller's transaction when
-    /// there is one (a key made while the vault is created) and stands alone otherwise (the
-    /// same key made at an unlock).
-    func inTransaction<T>(_ body: (Database) throws -> T) throws -> T {
-        isInTransaction ? try body(self) : try write(body)
     }
 
     /// Runs `body` after `begin`: committed when it returns, rolled back when it throws;

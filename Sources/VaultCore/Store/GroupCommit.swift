@@ -56,7 +56,8 @@ final class GroupCommit: @unchecked Sendable {
     static let gatherDelay = 0.0005
     /// Makes the committed WAL durable (`Database.syncWAL`; tests stand in for the disk).
     private let sync: (Database) throws -> Void
-    /// Groups committed so far (under `lock`); each group's number, in commit order.
+    /// Write transactions ended so far, the groups' and `writeHoldingDatabase`'s (under
+    /// `lock`); each one's number, in commit order.
     private var commits = 0
     /// Every group up to this number has its sync's outcome (under `settled`).
     private var settledThrough = 0
@@ -159,8 +160,12 @@ final class GroupCommit: @unchecked Sendable {
         lock.unlock()
         let deadline = DispatchTime.now() + Self.gatherDelay
         var failure: Error?
+        var sequence: Int?
         do {
             try withDatabase {
+                // Numbered while the engine lock is held: the commit order is the WAL's
+                // (`writeHoldingDatabase` takes its number under that lock too).
+                defer { sequence = nextSequence() }
                 try db.writeDeferringSync {
                     // The writes run as they arrive, inside the open transaction: the leader
                     // inserts while the others are still on their way, and only the COMMIT
@@ -193,16 +198,66 @@ final class GroupCommit: @unchecked Sendable {
         } catch {
             failure = error
         }
+        let number = sequence ?? nextSequence()
         // The lead passes on before the fsync: the next group runs its transaction (and
         // readers read) while this one's WAL frames go to disk.
         lock.lock()
         activeWriters = batch.count + queue.count
         let next = queue.first
         if next == nil { leading = false }
-        commits += 1
-        let sequence = commits
         lock.unlock()
         next?.wake.signal()
+        if let failure = settle(db, number, failure) { for p in batch { p.fail(failure) } }
+        lock.lock()
+        for p in batch { p.done = true }
+        lock.unlock()
+        // The leader is in its own batch; it returns instead of waiting.
+        for p in batch { p.wake.signal() }
+    }
+
+    /// Runs `body` in a transaction of its own, now, for a caller that holds the engine lock
+    /// already (`withDatabase`'s) and must keep it past the write: a change of the keys, whose
+    /// memory changes with the store's, or of the failed-unlock count. It is numbered and
+    /// settled in the same commit order as the groups, so the same rules hold: returns once
+    /// the transaction is committed and its WAL frames are on disk (the fsync runs under the
+    /// engine lock here, as `synchronous=FULL` would run it), a failed sync refuses every
+    /// later write, and an earlier group's failed sync fails this write too. Throws what
+    /// `body` throws (rolled back), the COMMIT's error, or InternalError once a sync has
+    /// failed. `undo` runs (under the engine lock still) when the transaction ran and did not
+    /// commit: for memory changed with it, which must be as the store is. A commit whose sync
+    /// then fails is in the store as SQLite sees it, so `undo` does not run for it.
+    func writeHoldingDatabase<T>(_ db: Database, _ body: () throws -> T, undo: () -> Void = {}) throws -> T {
+        if let refused = settled.withLock({ syncFailure }) { throw refused }
+        var result: T?
+        var failure: Error?
+        do {
+            try db.writeDeferringSync { result = try body() }
+        } catch {
+            failure = error
+            undo()
+        }
+        if let failure = settle(db, nextSequence(), failure) { throw failure }
+        return result!
+    }
+
+    /// Write transactions ended so far, a group's or `writeHoldingDatabase`'s (committed or
+    /// not): what a test counts to see a mutation take the write path.
+    var transactionsEnded: Int { lock.withLock { commits } }
+
+    /// The next number in commit order; take it holding the engine lock, right after the
+    /// transaction ended (committed or not).
+    private func nextSequence() -> Int {
+        lock.withLock {
+            commits += 1
+            return commits
+        }
+    }
+
+    /// The end of every write transaction, a group's or `writeHoldingDatabase`'s: syncs the
+    /// WAL when the transaction committed (`failure` nil), then settles its outcome in commit
+    /// order; returns the error its writers are to get, if any.
+    private func settle(_ db: Database, _ sequence: Int, _ failure: Error?) -> Error? {
+        var failure = failure
         var syncError: Error?
         if failure == nil {
             do { try sync(db) } catch { syncError = error }
@@ -223,11 +278,6 @@ final class GroupCommit: @unchecked Sendable {
         settledThrough = sequence
         settled.broadcast()
         settled.unlock()
-        if let failure { for p in batch { p.fail(failure) } }
-        lock.lock()
-        for p in batch { p.done = true }
-        lock.unlock()
-        // The leader is in its own batch; it returns instead of waiting.
-        for p in batch { p.wake.signal() }
+        return failure
     }
 }

@@ -60,8 +60,8 @@ extension Vault {
 
     /// The sync settings, nil when this device syncs nothing.
     func syncConfig() throws -> SyncConfig? {
-        try locked {
-            guard let raw = try db.row("SELECT value FROM vault_meta WHERE key = 'sync.config'")?[0].blob else { return nil }
+        try exclusive { x in
+            guard let raw = try x.db.row("SELECT value FROM vault_meta WHERE key = 'sync.config'")?[0].blob else { return nil }
             return SyncConfig(try VaultFailure.rethrowing(as: .internalError) { try JSON.parse(raw) })
         }
     }
@@ -69,8 +69,8 @@ extension Vault {
     /// The group's membership as this device knows it ('sync.members'; public keys and IDs,
     /// nothing secret), nil when absent.
     func syncMembership() throws -> SyncMembership? {
-        try locked {
-            guard let raw = try db.row("SELECT value FROM vault_meta WHERE key = 'sync.members'")?[0].blob else { return nil }
+        try exclusive { x in
+            guard let raw = try x.db.row("SELECT value FROM vault_meta WHERE key = 'sync.members'")?[0].blob else { return nil }
             return SyncMembership(try VaultFailure.rethrowing(as: .internalError) { try JSON.parse(raw) })
         }
     }
@@ -81,7 +81,7 @@ extension Vault {
     /// before the first unlock, InternalError when it does not open.
     func syncSecret(_ name: String) throws -> SecureBytes? {
         let (metadata, _) = try withKeys { try keychain.metadataKeys() }
-        guard let box = try locked({ try db.row("SELECT value FROM vault_meta WHERE key = ?", [.text("sync.\(name)")])?[0].blob }) else { return nil }
+        guard let box = try exclusive({ x in try x.db.row("SELECT value FROM vault_meta WHERE key = ?", [.text("sync.\(name)")])?[0].blob }) else { return nil }
         guard let key = Sodium.open(box, key: metadata, associatedData: Self.syncKeyAD(name)) else {
             throw VaultFailure(.internalError, "the stored sync \(name) failed authentication (the vault file was altered or damaged)")
         }
@@ -92,24 +92,22 @@ extension Vault {
     /// `config` nil removes everything sync keeps in the store (settings, keys, baseline).
     func storeSync(config: SyncConfig?, secrets: [String: SecureBytes?] = [:], membership: SyncMembership? = nil) throws {
         let (metadata, _) = try withKeys { try keychain.metadataKeys() }
-        try locked {
-            try db.write { db in
-                guard let config else {
-                    try db.run("DELETE FROM vault_meta WHERE key LIKE 'sync.%'")
-                    try db.run("DELETE FROM sync_baseline")
-                    return
-                }
-                try db.run("INSERT OR REPLACE INTO vault_meta (key, value) VALUES ('sync.config', ?)", [.blob(config.json.serialized())])
-                if let membership {
-                    try db.run("INSERT OR REPLACE INTO vault_meta (key, value) VALUES ('sync.members', ?)", [.blob(membership.json.serialized())])
-                }
-                for (name, key) in secrets {
-                    if let key {
-                        let box = Sodium.seal(key, key: metadata, associatedData: Self.syncKeyAD(name))
-                        try db.run("INSERT OR REPLACE INTO vault_meta (key, value) VALUES (?, ?)", [.text("sync.\(name)"), .blob(box)])
-                    } else {
-                        try db.run("DELETE FROM vault_meta WHERE key = ?", [.text("sync.\(name)")])
-                    }
+        try write { db in
+            guard let config else {
+                try db.run("DELETE FROM vault_meta WHERE key LIKE 'sync.%'")
+                try db.run("DELETE FROM sync_baseline")
+                return
+            }
+            try db.run("INSERT OR REPLACE INTO vault_meta (key, value) VALUES ('sync.config', ?)", [.blob(config.json.serialized())])
+            if let membership {
+                try db.run("INSERT OR REPLACE INTO vault_meta (key, value) VALUES ('sync.members', ?)", [.blob(membership.json.serialized())])
+            }
+            for (name, key) in secrets {
+                if let key {
+                    let box = Sodium.seal(key, key: metadata, associatedData: Self.syncKeyAD(name))
+                    try db.run("INSERT OR REPLACE INTO vault_meta (key, value) VALUES (?, ?)", [.text("sync.\(name)"), .blob(box)])
+                } else {
+                    try db.run("DELETE FROM vault_meta WHERE key = ?", [.text("sync.\(name)")])
                 }
             }
         }
@@ -117,8 +115,8 @@ extension Vault {
 
     /// The next sequence number this device writes ('sync.sequence'; 1 when none was stored).
     func syncStoredSequence() throws -> UInt64 {
-        try locked {
-            guard let raw = try db.row("SELECT value FROM vault_meta WHERE key = 'sync.sequence'")?[0].blob else { return 1 }
+        try exclusive { x in
+            guard let raw = try x.db.row("SELECT value FROM vault_meta WHERE key = 'sync.sequence'")?[0].blob else { return 1 }
             return UInt64(try VaultFailure.rethrowing(as: .internalError) { try JSON.parse(raw) }.int64Value ?? 1)
         }
     }
@@ -130,7 +128,7 @@ extension Vault {
     /// winning write's timestamp, the value's hash), by the hash of its key (`SyncBaseline`).
     /// `keys`: only those entries (nil: all).
     func syncBaseline(_ keys: [[UInt8]]? = nil) throws -> [[UInt8]: [UInt8]] {
-        try reading { db in
+        try read { db in
             var out: [[UInt8]: [UInt8]] = [:]
             let rows: [Row]
             if let keys {
@@ -160,7 +158,7 @@ extension Vault {
         let (metadata, _) = try withKeys { try keychain.metadataKeys() }
         var out: [Int64: LocalSyncRow] = [:]
         var damaged: [DamagedSyncRow] = []
-        let stored: [(KeychainStore.Candidates.Stored, [UInt8]?)] = try reading { db in
+        let stored: [(KeychainStore.Candidates.Stored, [UInt8]?)] = try read { db in
             var changed: [Int64] = []
             for r in try db.rows("SELECT id, uuid FROM items WHERE synchronizable = 1") {
                 guard let id = r[0].int64, let uuid = r[1].blob else {
@@ -280,17 +278,17 @@ extension Vault {
                 prepared.append((try KeychainStore.encrypt(itemClass: key.itemClass, attributes: a, secret: secret, keys: k), k.classKey, accessible, replacing))
             }
         }
-        try transaction {
-            for id in deletes { try self.db.run("DELETE FROM items WHERE id = ?", [.integer(id)]) }
+        try write { [prepared] db in
+            for id in deletes { try db.run("DELETE FROM items WHERE id = ?", [.integer(id)]) }
             for p in prepared {
-                if let id = p.replacing { try self.db.run("DELETE FROM items WHERE id = ?", [.integer(id)]) }
-                try self.keychain.insert(p.values, generation: nil, classKey: p.classKey, accessible: p.accessible)
+                if let id = p.replacing { try db.run("DELETE FROM items WHERE id = ?", [.integer(id)]) }
+                try self.keychain.insert(p.values, generation: nil, classKey: p.classKey, accessible: p.accessible, in: db)
             }
             for (k, f) in baseline {
                 if let f {
-                    try self.db.run("INSERT OR REPLACE INTO sync_baseline (key_hash, fields) VALUES (?, ?)", [.blob(k), .blob(f)])
+                    try db.run("INSERT OR REPLACE INTO sync_baseline (key_hash, fields) VALUES (?, ?)", [.blob(k), .blob(f)])
                 } else {
-                    try self.db.run("DELETE FROM sync_baseline WHERE key_hash = ?", [.blob(k)])
+                    try db.run("DELETE FROM sync_baseline WHERE key_hash = ?", [.blob(k)])
                 }
             }
         }
@@ -298,10 +296,8 @@ extension Vault {
 
     /// Records the next sequence this device will write, once a segment is in the folder.
     func storeSyncSequence(_ next: UInt64) throws {
-        _ = try locked {
-            try db.write { db in
-                try db.run("INSERT OR REPLACE INTO vault_meta (key, value) VALUES ('sync.sequence', ?)", [.blob(JSON(Int64(next)).serialized())])
-            }
+        _ = try write { db in
+            try db.run("INSERT OR REPLACE INTO vault_meta (key, value) VALUES ('sync.sequence', ?)", [.blob(JSON(Int64(next)).serialized())])
         }
     }
 

@@ -27,11 +27,15 @@ import VaultProtocol
 ///   encrypting the item's secret.
 ///
 /// Not thread-safe: `Vault` changes it holding both its engine and keys locks, and reads it
-/// holding either.
+/// holding either. It holds no connection: what reads or writes `vault_meta` takes the one
+/// it is handed (`in db:`, or an `exclusive` section's, `DatabasePool.Exclusive`).
 final class KeyHierarchy {
     typealias State = LockState.State
 
-    private let db: Database
+    /// How `openAll` stores a key it made: in the caller's transaction when it has one (the
+    /// vault being created), or in one of its own on the write path (an Unlock, a start).
+    typealias Store = (_ write: (Database) throws -> Void) throws -> Void
+
     private let deviceKey: SecureBytes
     private(set) var classKeys: [Accessibility: SecureBytes] = [:]
     /// Classes with a wrapped key made on another device (one that does not open with this
@@ -78,17 +82,18 @@ final class KeyHierarchy {
         hasPassphrase = s.hasPassphrase
     }
 
-    init(db: Database, deviceKey: SecureBytes) throws {
-        self.db = db
+    /// Reads the stored keys' state through `x` (the writer's, under the engine lock).
+    init(in x: DatabasePool.Exclusive, deviceKey: SecureBytes) throws {
+        let db = x.db
         self.deviceKey = deviceKey
-        if try meta("wrapped.metadata") != nil {
-            hasPassphrase = try meta("kdf") != nil
+        if try meta(db, "wrapped.metadata") != nil {
+            hasPassphrase = try meta(db, "kdf") != nil
             state = .locked
             if !hasPassphrase {
                 // Always unlocked. A failure here (a damaged store) must not stop vaultd from
                 // serving the rest: it stays locked and says why.
                 do {
-                    try openAll(kek: try noPassphraseKEK())
+                    try openAll(kek: try noPassphraseKEK(db), in: db, store: { try x.write($0) })
                 } catch {
                     log("the vault has no passphrase but its keys do not open: \(error)")
                 }
@@ -100,11 +105,11 @@ final class KeyHierarchy {
 
     // MARK: vault_meta
 
-    private func meta(_ key: String) throws -> [UInt8]? {
+    private func meta(_ db: Database, _ key: String) throws -> [UInt8]? {
         try db.row("SELECT value FROM vault_meta WHERE key = ?", [.text(key)])?[0].blob
     }
 
-    private func setMeta(_ key: String, _ value: [UInt8]?) throws {
+    private func setMeta(_ db: Database, _ key: String, _ value: [UInt8]?) throws {
         if let value {
             try db.run("INSERT OR REPLACE INTO vault_meta (key, value) VALUES (?, ?)", [.text(key), .blob(value)])
         } else {
@@ -117,28 +122,28 @@ final class KeyHierarchy {
     /// The KEK of a vault without a passphrase: random, stored in `vault_meta` beside the keys
     /// it wraps (there is no secret to derive it from), so migratable items move with the data
     /// dir while ThisDeviceOnly ones stay bound to `device.key`. `create` makes a new one.
-    private func noPassphraseKEK(create: Bool = false) throws -> SecureBytes {
-        if !create, let stored = try meta("kek.nopassphrase"), stored.count == Sodium.keyLength {
+    private func noPassphraseKEK(_ db: Database, create: Bool = false) throws -> SecureBytes {
+        if !create, let stored = try meta(db, "kek.nopassphrase"), stored.count == Sodium.keyLength {
             return SecureBytes(copying: stored)
         }
         guard create else { throw VaultFailure(.internalError, "the vault's key-encryption key is missing") }
         let kek = SecureBytes.random(count: Sodium.keyLength)
-        try setMeta("kek.nopassphrase", kek.withUnsafeBytes { Array($0) })
+        try setMeta(db, "kek.nopassphrase", kek.withUnsafeBytes { Array($0) })
         return kek
     }
 
-    private func kdfParameters() throws -> Sodium.KDFParameters? {
-        guard let raw = try meta("kdf"), let j = try? JSON.parse(raw), let ops = j["opsLimit"]?.uint64Value,
+    private func kdfParameters(_ db: Database) throws -> Sodium.KDFParameters? {
+        guard let raw = try meta(db, "kdf"), let j = try? JSON.parse(raw), let ops = j["opsLimit"]?.uint64Value,
             let mem = j["memLimit"]?.uint64Value, let saltText = j["salt"]?.stringValue,
             let salt = Data(base64Encoded: saltText)
         else { return nil }
         return Sodium.KDFParameters(opsLimit: ops, memLimit: mem, salt: Array(salt))
     }
 
-    private func storeKDF(_ p: Sodium.KDFParameters?) throws {
-        guard let p else { return try setMeta("kdf", nil) }
+    private func storeKDF(_ db: Database, _ p: Sodium.KDFParameters?) throws {
+        guard let p else { return try setMeta(db, "kdf", nil) }
         let j: JSON = ["opsLimit": JSON(p.opsLimit), "memLimit": JSON(p.memLimit), "salt": .string(Data(p.salt).base64EncodedString()), "algorithm": "argon2id13"]
-        try setMeta("kdf", j.serialized())
+        try setMeta(db, "kdf", j.serialized())
     }
 
     private func wrappingKey(for name: String, kek: SecureBytes, deviceBound: Bool) -> SecureBytes {
@@ -175,11 +180,11 @@ final class KeyHierarchy {
     /// are NotAvailableOnThisDevice (`isForeign`). A restore of such items stores them so.
     /// The entry is a placeholder (that device's key is not known here); like a moved
     /// directory's, it is never opened nor re-wrapped. Runs inside the caller's transaction.
-    func noteForeignDevice(_ a: Accessibility, deviceID id: String) throws {
+    func noteForeignDevice(_ a: Accessibility, deviceID id: String, in db: Database) throws {
         precondition(a.isThisDeviceOnly)
         let name = Self.deviceNamePrefix(a) + id
         guard name != deviceName(a) else { return }
-        if try meta("wrapped.\(name)") == nil { try setMeta("wrapped.\(name)", Sodium.randomBytes(72)) }
+        if try meta(db, "wrapped.\(name)") == nil { try setMeta(db, "wrapped.\(name)", Sodium.randomBytes(72)) }
         foreignClasses.insert(a)
     }
 
@@ -200,13 +205,13 @@ final class KeyHierarchy {
         return (sql, args)
     }
 
-    private func wrap(_ key: SecureBytes, name: String, kek: SecureBytes, deviceBound: Bool) throws {
+    private func wrap(_ db: Database, _ key: SecureBytes, name: String, kek: SecureBytes, deviceBound: Bool) throws {
         let box = Sodium.seal(key, key: wrappingKey(for: name, kek: kek, deviceBound: deviceBound), associatedData: Self.ad(name))
-        try setMeta("wrapped.\(name)", box)
+        try setMeta(db, "wrapped.\(name)", box)
     }
 
-    private func unwrap(name: String, kek: SecureBytes, deviceBound: Bool) throws -> SecureBytes? {
-        guard let box = try meta("wrapped.\(name)") else { return nil }
+    private func unwrap(_ db: Database, name: String, kek: SecureBytes, deviceBound: Bool) throws -> SecureBytes? {
+        guard let box = try meta(db, "wrapped.\(name)") else { return nil }
         return Sodium.open(box, key: wrappingKey(for: name, kek: kek, deviceBound: deviceBound), associatedData: Self.ad(name))
     }
 
@@ -223,9 +228,9 @@ final class KeyHierarchy {
     /// way, and are then NotAvailableOnThisDevice and deletable). A class whose key opens but
     /// for which other devices made keys of their own (the data directory moved away and back)
     /// is foreign too: the items those devices made are NotAvailableOnThisDevice here.
-    private func openAll(kek: SecureBytes) throws {
-        guard let metadata = try unwrap(name: "metadata", kek: kek, deviceBound: false),
-            let index = try unwrap(name: "index", kek: kek, deviceBound: false)
+    private func openAll(kek: SecureBytes, in db: Database, store: Store) throws {
+        guard let metadata = try unwrap(db, name: "metadata", kek: kek, deviceBound: false),
+            let index = try unwrap(db, name: "index", kek: kek, deviceBound: false)
         else { throw VaultFailure(.wrongPassphrase, "wrong passphrase") }
         metadataKey = metadata
         indexKey = index
@@ -233,8 +238,8 @@ final class KeyHierarchy {
         localNames = [:]
         for a in Accessibility.allCases {
             let name = Self.name(a)
-            guard try meta("wrapped.\(name)") != nil else { continue }
-            if let k = try unwrap(name: name, kek: kek, deviceBound: a.isThisDeviceOnly) {
+            guard try meta(db, "wrapped.\(name)") != nil else { continue }
+            if let k = try unwrap(db, name: name, kek: kek, deviceBound: a.isThisDeviceOnly) {
                 classKeys[a] = k
                 localNames[a] = name
                 if a.isThisDeviceOnly {
@@ -246,11 +251,11 @@ final class KeyHierarchy {
             foreignClasses.insert(a)
             guard a.isThisDeviceOnly else { continue }
             let own = deviceName(a)
-            var k = try unwrap(name: own, kek: kek, deviceBound: true)
+            var k = try unwrap(db, name: own, kek: kek, deviceBound: true)
             if k == nil {
                 let fresh = SecureBytes.random(count: Sodium.keyLength)
                 // In the caller's transaction, or (an Unlock, a start) one of its own.
-                try db.inTransaction { _ in try wrap(fresh, name: own, kek: kek, deviceBound: true) }
+                try store { db in try wrap(db, fresh, name: own, kek: kek, deviceBound: true) }
                 k = fresh
             }
             classKeys[a] = k
@@ -275,19 +280,19 @@ final class KeyHierarchy {
 
     /// Creates the vault: new class, metadata and index keys, wrapped by the KEK of
     /// `passphrase` (or of the device key when nil). Runs inside the caller's transaction.
-    func initialize(passphrase: PassphraseKEK?) throws {
+    func initialize(passphrase: PassphraseKEK?, in db: Database) throws {
         guard state == .uninitialized else { throw VaultFailure(.alreadyInitialized, "the vault is already initialised") }
         let kdf = passphrase?.parameters
-        let kek = try passphrase?.kek ?? noPassphraseKEK(create: true)
-        try storeKDF(kdf)
-        try wrap(SecureBytes.random(count: Sodium.keyLength), name: "metadata", kek: kek, deviceBound: false)
-        try wrap(SecureBytes.random(count: Sodium.keyLength), name: "index", kek: kek, deviceBound: false)
+        let kek = try passphrase?.kek ?? noPassphraseKEK(db, create: true)
+        try storeKDF(db, kdf)
+        try wrap(db, SecureBytes.random(count: Sodium.keyLength), name: "metadata", kek: kek, deviceBound: false)
+        try wrap(db, SecureBytes.random(count: Sodium.keyLength), name: "index", kek: kek, deviceBound: false)
         for a in classes(withPassphrase: passphrase != nil) {
-            try wrap(SecureBytes.random(count: Sodium.keyLength), name: Self.name(a), kek: kek, deviceBound: a.isThisDeviceOnly)
+            try wrap(db, SecureBytes.random(count: Sodium.keyLength), name: Self.name(a), kek: kek, deviceBound: a.isThisDeviceOnly)
         }
         hasPassphrase = passphrase != nil
         state = .locked
-        try openAll(kek: kek)
+        try openAll(kek: kek, in: db, store: { try $0(db) })
     }
 
     /// Throws NotInitialized before `initialize`.
@@ -297,22 +302,24 @@ final class KeyHierarchy {
 
     /// The Argon2id parameters to derive the KEK from the passphrase with. Throws
     /// NotInitialized, or NoPassphrase when the vault has none.
-    func passphraseParameters() throws -> Sodium.KDFParameters {
+    func passphraseParameters(in db: Database) throws -> Sodium.KDFParameters {
         try requireInitialized()
-        guard let p = try kdfParameters() else { throw VaultFailure(.noPassphrase, "the vault has no passphrase, so it is always unlocked") }
+        guard let p = try kdfParameters(db) else { throw VaultFailure(.noPassphrase, "the vault has no passphrase, so it is always unlocked") }
         return p
     }
 
     /// Whether the stored Argon2id parameters cost less than `cost` (a vault made before the
     /// cost was raised): its keys are to be re-wrapped under a KEK derived at `cost`
     /// (`rewrap`). False without a passphrase.
-    func kdfIsWeaker(than cost: Sodium.KDFCost) throws -> Bool {
-        try kdfParameters()?.isWeaker(than: cost) ?? false
+    func kdfIsWeaker(than cost: Sodium.KDFCost, in db: Database) throws -> Bool {
+        try kdfParameters(db)?.isWeaker(than: cost) ?? false
     }
 
     /// Unlocks with the KEK derived with `passphraseParameters`. Throws `Vault.AuthFailed` when it is wrong.
-    func unlock(kek: SecureBytes) throws {
-        try openAll(kek: kek)
+    /// A ThisDeviceOnly key it makes (the first unlock on this device) is stored through
+    /// `x.write`, in a transaction of its own.
+    func unlock(kek: SecureBytes, in x: DatabasePool.Exclusive) throws {
+        try openAll(kek: kek, in: x.db, store: { try x.write($0) })
     }
 
     /// Wipes the keys of classes usable only while unlocked. Throws NoPassphrase on a vault
@@ -330,17 +337,17 @@ final class KeyHierarchy {
     /// NotInitialized before `initialize`, InteractionNotAllowed while locked. Adding a
     /// passphrase creates the whenPasscodeSet class key; removing it drops every key of that
     /// class, other devices' too (the caller deletes all its items).
-    func rewrap(newPassphrase: PassphraseKEK?) throws {
+    func rewrap(newPassphrase: PassphraseKEK?, in db: Database) throws {
         try requireInitialized()
         guard state == .unlocked, let metadataKey, let indexKey else {
             throw VaultFailure(.interactionNotAllowed, "unlock the vault before changing its passphrase")
         }
         let kdf = newPassphrase?.parameters
-        let kek = try newPassphrase?.kek ?? noPassphraseKEK(create: true)
-        if newPassphrase != nil { try setMeta("kek.nopassphrase", nil) }
-        try storeKDF(kdf)
-        try wrap(metadataKey, name: "metadata", kek: kek, deviceBound: false)
-        try wrap(indexKey, name: "index", kek: kek, deviceBound: false)
+        let kek = try newPassphrase?.kek ?? noPassphraseKEK(db, create: true)
+        if newPassphrase != nil { try setMeta(db, "kek.nopassphrase", nil) }
+        try storeKDF(db, kdf)
+        try wrap(db, metadataKey, name: "metadata", kek: kek, deviceBound: false)
+        try wrap(db, indexKey, name: "index", kek: kek, deviceBound: false)
         if newPassphrase == nil {
             // Every key of the class, other devices' too: their items are deleted with it.
             let wps = Accessibility.whenPasscodeSetThisDeviceOnly
@@ -356,7 +363,7 @@ final class KeyHierarchy {
         // wrapped as they were (their items are NotAvailableOnThisDevice anyway).
         for (a, key) in classKeys {
             let name = localNames[a] ?? (foreignClasses.contains(a) ? deviceName(a) : Self.name(a))
-            try wrap(key, name: name, kek: kek, deviceBound: a.isThisDeviceOnly)
+            try wrap(db, key, name: name, kek: kek, deviceBound: a.isThisDeviceOnly)
             localNames[a] = name
         }
         hasPassphrase = newPassphrase != nil

@@ -98,11 +98,11 @@ extension Vault {
             }
         }
         if let e = executable.map(Self.canonicalPath),
-            try locked({ try apps.all() }).contains(where: { $0.installed && $0.resolvedExecutable?.sameBytes(e) == true && $0.appID != appID })
+            try exclusive({ try apps.all(in: $0.db) }).contains(where: { $0.installed && $0.resolvedExecutable?.sameBytes(e) == true && $0.appID != appID })
         {
             throw VaultFailure.invalidParameter("executable", "another installed app is registered with this executable")
         }
-        let earlier = try locked { try apps.find(appID) }
+        let earlier = try exclusive { try apps.find(appID, in: $0.db) }
         // What an earlier, uninstalled install left in its cache directory goes before the
         // new install can see it: the uninstall's removal may not have finished (vaultd
         // killed during it), or an instance still running after the uninstall made the
@@ -115,11 +115,9 @@ extension Vault {
             appID: appID, executable: executable, flatpak: flatpak, accessGroups: accessGroups, appGroups: appGroups,
             keepCredentialsOnReinstall: keepCredentialsOnReinstall, installed: true, generation: UUID().uuidString.lowercased(),
             installedAt: Date(), launchedGeneration: earlier?.launchedGeneration)
-        try locked {
-            try db.write { _ in
-                try apps.save(record)
-                try apps.recordGeneration(of: record)
-            }
+        try write { db in
+            try self.apps.save(record, in: db)
+            try self.apps.recordGeneration(of: record, in: db)
         }
         log("app \(appID) installed (generation \(record.generation))")
         return record
@@ -163,22 +161,20 @@ extension Vault {
         // Observers of the domains learn that their keys went, as with any other removal (in
         // commit order with other preference writes: `inEventOrder`).
         let record: AppRecord = try inEventOrder { ticket in
-            let (a, removed): (AppRecord, [(domain: String, key: String)]) = try locked {
-                try db.write { _ in
-                    guard var a = try apps.find(appID) else { throw VaultFailure(.appNotFound, "no app \(appID)") }
-                    a.installed = false
-                    a.executableMissing = executableMissing
-                    a.missingSince = nil
-                    try apps.save(a)
-                    let stillShared = try apps.all().filter { $0.installed && $0.appID != appID }.flatMap(\.appGroups)
-                    var removed: [(domain: String, key: String)] = []
-                    for domain in [appID] + a.appGroups.filter({ !stillShared.containsBytes($0) }) {
-                        removed += try preferences.storedValues(domain).keys.map { (domain, $0) }
-                        _ = try preferences.removeDomain(domain)
-                    }
-                    ticket.take()
-                    return (a, removed)
+            let (a, removed): (AppRecord, [(domain: String, key: String)]) = try write { db in
+                guard var a = try self.apps.find(appID, in: db) else { throw VaultFailure(.appNotFound, "no app \(appID)") }
+                a.installed = false
+                a.executableMissing = executableMissing
+                a.missingSince = nil
+                try self.apps.save(a, in: db)
+                let stillShared = try self.apps.all(in: db).filter { $0.installed && $0.appID != appID }.flatMap(\.appGroups)
+                var removed: [(domain: String, key: String)] = []
+                for domain in [appID] + a.appGroups.filter({ !stillShared.containsBytes($0) }) {
+                    removed += try self.preferences.storedValues(domain, in: db).keys.map { (domain, $0) }
+                    _ = try self.preferences.removeDomain(domain, in: db)
                 }
+                ticket.take()
+                return (a, removed)
             }
             return (a, removed.map { .preference(domain: $0.domain, key: $0.key, value: nil, sequence: ticket.sequence) })
         }
@@ -192,13 +188,13 @@ extension Vault {
 
     public func app(_ appID: String, caller: Caller) throws -> AppRecord {
         _ = try authorize(.showApp, for: caller)
-        guard let a = try locked({ try apps.find(appID) }) else { throw VaultFailure(.appNotFound, "no app \(appID)") }
+        guard let a = try exclusive({ try apps.find(appID, in: $0.db) }) else { throw VaultFailure(.appNotFound, "no app \(appID)") }
         return withUninstallTime(a)
     }
 
     public func allApps(caller: Caller) throws -> [AppRecord] {
         _ = try authorize(.listApps, for: caller)
-        return try locked { try apps.all() }.map(withUninstallTime)
+        return try exclusive { try apps.all(in: $0.db) }.map(withUninstallTime)
     }
 
     /// `a` with `uninstallAt` filled in (an installed app whose executable is absent).
@@ -225,7 +221,7 @@ extension Vault {
         if let id = flatpakAppID {
             // Look and register as one step, so two first contacts make one generation.
             return try registration.withLock {
-                switch try Policy.flatpakClaim(id, registered: try locked { try apps.all() }, maximumAutoRegistered: appSettings.maximumAutoRegisteredApps) {
+                switch try Policy.flatpakClaim(id, registered: try exclusive { try apps.all(in: $0.db) }, maximumAutoRegistered: appSettings.maximumAutoRegisteredApps) {
                 case .installed(let a): return a.caller
                 case .register:
                     return try register(id, executable: nil, flatpak: true, accessGroups: [], appGroups: [], keepCredentialsOnReinstall: false).caller
@@ -235,7 +231,7 @@ extension Vault {
         // The registered path as `/proc/PID/exe` shows a program: every symlink resolved, now.
         // Byte for byte: Swift's `==` equates `é` and `e` + U+0301, two paths to the kernel.
         if let exe = executable,
-            let a = try locked({ try apps.all() }).first(where: { $0.installed && !$0.flatpak && $0.resolvedExecutable?.sameBytes(exe) == true })
+            let a = try exclusive({ try apps.all(in: $0.db) }).first(where: { $0.installed && !$0.flatpak && $0.resolvedExecutable?.sameBytes(exe) == true })
         {
             // The path is the peer's view (its mount namespace): another file mounted at A's
             // path is not A.
@@ -262,35 +258,33 @@ extension Vault {
     public func unavailableItems(caller: Caller) throws -> Int {
         // Nearly always no class holds another device's items: answered without the engine lock.
         guard withKeys({ Accessibility.allCases.contains(where: keys.isForeign) }) else { return 0 }
-        return try locked { try keychain.unavailableCount(inGroups: caller.visibleAccessGroups) }
+        return try exclusive { try keychain.unavailableCount(inGroups: caller.visibleAccessGroups, in: $0.db) }
     }
 
     /// The first launch of the caller's generation, once: wipes the leftovers, and reports it
     /// now (`reporting`: a Hello) or keeps it for the first Hello.
     func launch(_ caller: Caller, reporting: Bool) throws -> (firstLaunch: Bool, wiped: Int) {
         guard let appID = caller.appID else { return (false, 0) }
-        return try locked {
-            try db.write { _ in
-                guard var a = try apps.find(appID), a.installed, a.generation == caller.generation else { return (false, 0) }
-                if a.launchedGeneration == a.generation {
-                    guard reporting, let wiped = a.unreportedLaunchWipe else { return (false, 0) }
-                    a.unreportedLaunchWipe = nil
-                    try apps.save(a)
-                    return (true, wiped)
-                }
-                let wiped = a.keepCredentialsOnReinstall ? 0 : try apps.wipeLeftoverCredentials(of: a)
-                a.launchedGeneration = a.generation
-                a.unreportedLaunchWipe = reporting ? nil : wiped
-                try apps.save(a)
-                if wiped > 0 { log("app \(appID): first launch of a new install; wiped \(wiped) leftover credential(s)") }
+        return try write { db in
+            guard var a = try self.apps.find(appID, in: db), a.installed, a.generation == caller.generation else { return (false, 0) }
+            if a.launchedGeneration == a.generation {
+                guard reporting, let wiped = a.unreportedLaunchWipe else { return (false, 0) }
+                a.unreportedLaunchWipe = nil
+                try self.apps.save(a, in: db)
                 return (true, wiped)
             }
+            let wiped = a.keepCredentialsOnReinstall ? 0 : try self.apps.wipeLeftoverCredentials(of: a, in: db)
+            a.launchedGeneration = a.generation
+            a.unreportedLaunchWipe = reporting ? nil : wiped
+            try self.apps.save(a, in: db)
+            if wiped > 0 { log("app \(appID): first launch of a new install; wiped \(wiped) leftover credential(s)") }
+            return (true, wiped)
         }
     }
 
     /// Whether `appID` is registered and installed (under the engine lock).
     func isInstalled(_ appID: String) throws -> Bool {
-        try locked { try apps.find(appID)?.installed ?? false }
+        try exclusive { try apps.find(appID, in: $0.db)?.installed ?? false }
     }
 
     /// What `stat` says of a registered executable: there, absent ("no such file": ENOENT or
@@ -314,24 +308,24 @@ extension Vault {
     /// when its executable comes back. vaultd calls this at start and then every second;
     /// `now` is the clock (tests pass their own).
     public func scanExecutables(now: Date = Date()) {
-        guard let all = try? locked({ try apps.all() }) else { return }
+        guard let all = try? exclusive({ try apps.all(in: $0.db) }) else { return }
         let grace = appSettings.uninstallGraceSeconds
         for listed in all where !listed.flatpak && listed.executable != nil {
             registration.withLock {
                 // Decide on the current record: an install since the listing may have changed it.
-                guard var a = try? locked({ try apps.find(listed.appID) }), !a.flatpak, let exe = a.executable else { return }
+                guard var a = try? exclusive({ try apps.find(listed.appID, in: $0.db) }), !a.flatpak, let exe = a.executable else { return }
                 let state = Self.executableState(exe)
                 if a.installed {
                     switch state {
                     case .present where a.missingSince != nil:
                         let absent = Int(now.timeIntervalSince(a.missingSince!).rounded())
                         a.missingSince = nil
-                        if (try? locked({ try db.write { _ in try apps.save(a) } })) != nil {
+                        if (try? write({ [a] db in try self.apps.save(a, in: db) })) != nil {
                             log("app \(a.appID): its executable is back after about \(absent) s; the same install (generation \(a.generation))")
                         }
                     case .absent where a.missingSince == nil:
                         a.missingSince = now
-                        if (try? locked({ try db.write { _ in try apps.save(a) } })) != nil {
+                        if (try? write({ [a] db in try self.apps.save(a, in: db) })) != nil {
                             log("app \(a.appID): its executable \(logField(exe)) is missing; it counts as uninstalled in \(Int(grace)) s unless it comes back (UninstallGraceSeconds)")
                         }
                     case .absent where now.timeIntervalSince(a.missingSince!) >= grace:

@@ -119,7 +119,7 @@ extension Vault {
             for a in Accessibility.allCases { found[a] = try? keys.classKey(a) }
             return (try keys.metadataKeys().metadata, found, keys.deviceID, keys.deviceBackupKey())
         }
-        let (items, malformed, rows) = try reading { try Self.snapshot($0) }
+        let (items, malformed, rows) = try read { try Self.snapshot($0) }
         var summary = BackupSummary()
         summary.damagedItems = malformed
         var archive = BackupArchive(header: [
@@ -189,7 +189,7 @@ extension Vault {
             a.synchronizable = r.synchronizable
             return a
         }
-        let known = try reading { db in try Dictionary(uniqueKeysWithValues: BackupArchive.tables.map { ($0, Set(try Self.tableColumns($0, db))) }) }
+        let known = try read { db in try Dictionary(uniqueKeysWithValues: BackupArchive.tables.map { ($0, Set(try Self.tableColumns($0, db))) }) }
         for row in archive.rows {
             for c in row.columns where !(known[row.table]?.contains(c.name) ?? false) {
                 throw bad("a column \(row.table).\(c.name) this vaultd does not have (a backup of a newer vaultd?)")
@@ -244,11 +244,11 @@ extension Vault {
         }
         let kek = uninitialized ? try newPassphrase.map { try KeyHierarchy.PassphraseKEK(deriving: $0, cost: passphrasePolicy.kdfCost) } : nil
         let result: RestoreSummary = try inEventOrder { ticket in
-            try locked {
-                try writingKeys {
+            try exclusive { x in
+                try writingKeys(in: x) { db in
                     var events: [VaultEvent] = []
                     if keys.state == .uninitialized {
-                        try changingKeys { try keys.initialize(passphrase: kek) }
+                        try changingKeys { try keys.initialize(passphrase: kek, in: db) }
                     } else {
                         guard keys.state == .unlocked else {
                             throw VaultFailure(.interactionNotAllowed, "the vault is locked: unlock it to restore into it; nothing was changed")
@@ -262,7 +262,7 @@ extension Vault {
                     }
                     var summary = RestoreSummary()
                     var changed: [(String, String, PlistValue)] = []
-                    try apply(archive, attributes: attributes, merge: merge, into: &summary, changedPreferences: &changed)
+                    try apply(archive, attributes: attributes, merge: merge, into: &summary, changedPreferences: &changed, in: db)
                     ticket.take()
                     summary.lock = keys.lockState
                     if uninitialized { events.append(.lockState(summary.lock)) }
@@ -280,17 +280,17 @@ extension Vault {
     /// then items, then preferences, counting what each did.
     private func apply(
         _ archive: BackupArchive, attributes: [ItemAttributes], merge: Bool, into summary: inout RestoreSummary,
-        changedPreferences: inout [(String, String, PlistValue)]
+        changedPreferences: inout [(String, String, PlistValue)], in db: Database
     ) throws {
         for row in archive.rows where row.table == "apps" {
             if try db.row("SELECT 1 FROM apps WHERE app_id = ?", [row.value("app_id")!]) != nil {
                 summary.apps.kept += 1
                 continue
             }
-            try insert(row)
+            try insert(row, in: db)
             summary.apps.added += 1
         }
-        for row in archive.rows where row.table == "app_generations" { try insert(row, orIgnore: true) }
+        for row in archive.rows where row.table == "app_generations" { try insert(row, orIgnore: true, in: db) }
 
         let (deviceID, deviceBackupKey) = withKeys { (keys.deviceID, keys.deviceBackupKey()) }
         for (record, a) in zip(archive.items, attributes) {
@@ -306,13 +306,13 @@ extension Vault {
                     guard let other = archive.deviceID, other != deviceID, other.utf8.count <= 64 else {
                         throw VaultFailure(.backupUnreadable, "a device-bound item of the backup does not open with this device's key, which sealed it; nothing was changed")
                     }
-                    try changingKeys { try keys.noteForeignDevice(record.accessible, deviceID: other) }
+                    try changingKeys { try keys.noteForeignDevice(record.accessible, deviceID: other, in: db) }
                     secret = SecureBytes.random(count: 16)
                     unavailable = true
                     summary.unavailableItems += 1
                 }
             }
-            switch try keychain.restore(record.itemClass, attributes: a, secret: secret, generation: record.generation, merge: merge, unavailable: unavailable) {
+            switch try keychain.restore(record.itemClass, attributes: a, secret: secret, generation: record.generation, merge: merge, unavailable: unavailable, in: db) {
             case .added: summary.items.added += 1
             case .replaced: summary.items.replaced += 1
             case .kept: summary.items.kept += 1
@@ -354,7 +354,7 @@ extension Vault {
     }
 
     /// Inserts a copied table's row as it was (its columns were checked against the table).
-    private func insert(_ row: BackupArchive.TableRow, orIgnore: Bool = false) throws {
+    private func insert(_ row: BackupArchive.TableRow, orIgnore: Bool = false, in db: Database) throws {
         let names = row.columns.map(\.name)
         try db.run(
             "INSERT \(orIgnore ? "OR IGNORE " : "")INTO \(row.table) (\(names.joined(separator: ", "))) VALUES (\(Array(repeating: "?", count: names.count).joined(separator: ", ")))",

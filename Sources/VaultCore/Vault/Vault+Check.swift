@@ -39,7 +39,7 @@ extension Vault {
                 if keys.isForeign(a) { foreign.insert(a) }
             }
         }
-        return try reading { db in
+        return try read { db in
             try db.readTransaction { db in
                 var check = StoreCheck()
                 // Bounded: a badly damaged file would list every page.

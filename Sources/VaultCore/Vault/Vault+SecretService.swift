@@ -16,7 +16,7 @@ extension Vault {
         _ = try authorize(.listAccessGroups, for: caller)
         let stored: [String] =
             caller.isOwner
-            ? try reading { db in try db.rows("SELECT DISTINCT access_group FROM items ORDER BY access_group").compactMap { $0[0].text } }
+            ? try read { db in try db.rows("SELECT DISTINCT access_group FROM items ORDER BY access_group").compactMap { $0[0].text } }
             : []
         return Policy.visibleAccessGroups(stored: stored, to: caller)
     }
@@ -73,11 +73,11 @@ extension Vault {
         guard let d = try damagedSecretServiceItem(id, accessGroup: group, caller: caller) else {
             throw VaultFailure(.itemNotFound, "no damaged item \(id) in this collection")
         }
-        let n = try transaction {
-            try self.admitInWrite(caller)
+        let n = try write { db in
+            try self.admitInWrite(caller, in: db)
             // A row whose uuid column does not read is named by its id alone.
-            if d.uuid.isEmpty { return try self.db.run("DELETE FROM items WHERE id = ?", [.integer(d.id)]) }
-            return try self.db.run("DELETE FROM items WHERE id = ? AND lower(hex(uuid)) = ?", [.integer(d.id), .text(d.uuid)])
+            if d.uuid.isEmpty { return try db.run("DELETE FROM items WHERE id = ?", [.integer(d.id)]) }
+            return try db.run("DELETE FROM items WHERE id = ? AND lower(hex(uuid)) = ?", [.integer(d.id), .text(d.uuid)])
         }
         guard n == 1 else { throw VaultFailure(.itemNotFound, "no damaged item \(id) in this collection") }
         log("keychain: deleted 1 damaged item(s): \(d.description)")

@@ -15,7 +15,8 @@ public final class Vault: @unchecked Sendable {
     public let dataDirectory: String
     /// Where per-app cache directories live (`<cacheDirectory>/<app-id>/`).
     public let cacheDirectory: String
-    let db: Database
+    /// The store, reached only through `read`, `write` and `exclusive` (`DatabasePool`).
+    let store: DatabasePool
     let keys: KeyHierarchy
     let keychain: KeychainStore
     let preferences: PreferencesStore
@@ -29,11 +30,7 @@ public final class Vault: @unchecked Sendable {
     /// Limits on registrations made on first contact, and the uninstall grace period
     /// (config.plist; vaultd sets them at start and on SIGHUP).
     public let appSettings = AppSettings()
-    private let lock = NSLock()
     private let keysLock = NSLock()
-    /// Connections for lookups (`reading`).
-    private let readers: ReaderPool
-    private let groupCommit = GroupCommit()
     private let unlockAttempts = NSLock()
     /// The Argon2id cost and the unlock rate limit's time scale.
     public let passphrasePolicy: PassphrasePolicy
@@ -79,7 +76,7 @@ public final class Vault: @unchecked Sendable {
         // -shm files take its mode); an older, looser one is tightened.
         try FileSystem.createPrivateFile(dataDirectory + "/vault.sqlite")
         try FileSystem.restrict(dataDirectory + "/vault.sqlite")
-        db = try Self.openStore(dataDirectory + "/vault.sqlite")
+        let db = try Self.openStore(dataDirectory + "/vault.sqlite")
         if keyMissing, try db.row("SELECT 1 FROM vault_meta WHERE key = 'wrapped.metadata'") != nil {
             guard newDeviceKey else {
                 db.close()
@@ -99,12 +96,14 @@ public final class Vault: @unchecked Sendable {
             throw error
         }
         db.checkpointInBackground()
-        db.writesNeedTransaction = true
-        readers = ReaderPool(path: db.path)
-        keys = try KeyHierarchy(db: db, deviceKey: deviceKey)
-        keychain = try KeychainStore(db: db, keys: keys, quota: quota)
-        preferences = PreferencesStore(db: db)
-        apps = AppRegistry(db: db)
+        let store = DatabasePool(writer: db)
+        self.store = store
+        let keys = try store.exclusive { x in try KeyHierarchy(in: x, deviceKey: deviceKey) }
+        self.keys = keys
+        let quota = self.quota
+        keychain = try store.exclusive { x in try KeychainStore(loading: x.db, keys: keys, quota: quota) }
+        preferences = PreferencesStore()
+        apps = AppRegistry()
         caches = CacheStore(root: self.cacheDirectory)
         emittedThrough = orderedEvents.start
     }
@@ -137,30 +136,37 @@ public final class Vault: @unchecked Sendable {
 
     /// Closes the store. Later calls fail with InternalError.
     public func close() {
-        readers.close()
-        lock.withLock { db.close() }
+        store.close()
     }
 
-    /// Runs `body` as a durable write in the next group transaction (`GroupCommit`),
-    /// returning once that transaction has committed and its WAL frames are on disk (the
-    /// fsync runs outside the engine lock).
-    func transaction<T>(_ body: @escaping () throws -> T) throws -> T {
-        try groupCommit.write(db, withDatabase: { run in try locked { try run() } }, body)
+    /// Every mutation's one way into the store: `body` runs with the transaction's connection
+    /// as a durable write in the next group transaction (`GroupCommit`, under the engine
+    /// lock), and this returns once that transaction has committed and its WAL frames are on
+    /// disk (the fsync runs outside the engine lock). Call it not holding the engine lock; a
+    /// section that holds it writes through `exclusive`'s `write`.
+    func write<T>(_ body: @escaping (Database) throws -> T) throws -> T {
+        try store.write(body)
     }
 
+    /// Runs `body` under the engine lock, without the store (the keys, the failed-unlock
+    /// count in memory).
     func locked<T>(_ body: () throws -> T) rethrows -> T {
-        lock.lock()
-        defer { lock.unlock() }
-        return try body()
+        try store.locked(body)
+    }
+
+    /// Runs `body` under the engine lock with the writer's connection
+    /// (`DatabasePool.Exclusive`): it reads what the last commit left and writes through
+    /// `x.write`, on the same write path, without letting the lock go.
+    func exclusive<T>(_ body: (DatabasePool.Exclusive) throws -> T) throws -> T {
+        try store.exclusive(body)
     }
 
     /// Runs `body` with a reader connection (a snapshot of every committed transaction),
     /// waiting for one when every reader is lent out; with the writer's under the engine lock
     /// only when no reader could be opened or the pool is closed (`ReaderPool.read`). `body`
-    /// must not call `reading` again.
-    func reading<T>(_ body: (Database) throws -> T) throws -> T {
-        if let result = try readers.read(body) { return result }
-        return try locked { try body(db) }
+    /// must not call `read` again.
+    func read<T>(_ body: (Database) throws -> T) throws -> T {
+        try store.read(body)
     }
 
     /// Runs `body`, which reads the key hierarchy, under the keys lock alone.
@@ -174,17 +180,13 @@ public final class Vault: @unchecked Sendable {
         try withKeys(body)
     }
 
-    /// `db.write` of a change to the stored keys that `body` makes (with `changingKeys`): when
+    /// `x.write` of a change to the stored keys that `body` makes (with `changingKeys`): when
     /// the transaction does not commit (a disk filling at the COMMIT itself), the keys in
-    /// memory are put back as they were, as the store is. Call it holding the engine lock.
-    func writingKeys<T>(_ body: () throws -> T) throws -> T {
+    /// memory are put back as they were, as the store is. `x`: the `exclusive` section it
+    /// runs in.
+    func writingKeys<T>(in x: DatabasePool.Exclusive, _ body: (Database) throws -> T) throws -> T {
         let saved = withKeys { keys.snapshot() }
-        do {
-            return try db.write { _ in try body() }
-        } catch {
-            withKeys { keys.restore(saved) }
-            throw error
-        }
+        return try x.write(body, undo: { withKeys { keys.restore(saved) } })
     }
 
     // MARK: observation
@@ -240,14 +242,14 @@ public final class Vault: @unchecked Sendable {
         // (MissingEntitlement); a new install's first call, this one or any, is its first
         // launch, so the figures never count what that launch wipes.
         _ = try authorize(.status, for: caller)
-        return try locked {
-            let readable = Policy.visibleDomains(try preferences.domains(), to: caller)
+        return try exclusive { x in
+            let readable = Policy.visibleDomains(try preferences.domains(in: x.db), to: caller)
             return VaultStatus(
                 lock: keys.lockState,
-                items: try keychain.count(inGroups: caller.visibleAccessGroups),
-                unavailableItems: try keychain.unavailableCount(inGroups: caller.visibleAccessGroups),
+                items: try keychain.count(inGroups: caller.visibleAccessGroups, in: x.db),
+                unavailableItems: try keychain.unavailableCount(inGroups: caller.visibleAccessGroups, in: x.db),
                 domains: readable.count,
-                retryAfter: try rateLimitDelay(),
+                retryAfter: try rateLimitDelay(x),
                 dataDirectory: caller.isOwner ? dataDirectory : nil)
         }
     }
@@ -259,8 +261,8 @@ public final class Vault: @unchecked Sendable {
         if let p = passphrase, p.count == 0 { throw VaultFailure.param("the passphrase must not be empty") }
         let kek = try passphrase.map { try KeyHierarchy.PassphraseKEK(deriving: $0, cost: passphrasePolicy.kdfCost) }
         return try inEventOrder { ticket in
-            let state = try locked {
-                try writingKeys { try changingKeys { try keys.initialize(passphrase: kek) } }
+            let state = try exclusive { x in
+                try writingKeys(in: x) { db in try changingKeys { try keys.initialize(passphrase: kek, in: db) } }
                 ticket.take()
                 return keys.lockState
             }
@@ -300,8 +302,8 @@ public final class Vault: @unchecked Sendable {
         defer { unlockAttempts.unlock() }
         let kek = try passphraseKEK(passphrase, for: "Unlock")
         let state: LockState = try inEventOrder { ticket in
-            let state: LockState = try locked {
-                try openKeysCounting(kek, for: "Unlock")
+            let state: LockState = try exclusive { x in
+                try openKeysCounting(kek, for: "Unlock", in: x)
                 ticket.take()
                 return keys.lockState
             }
@@ -319,15 +321,15 @@ public final class Vault: @unchecked Sendable {
     /// and is logged: the next unlock tries again. Call it holding `unlockAttempts`.
     private func strengthenKDF(_ passphrase: SecureBytes) {
         let cost = passphrasePolicy.kdfCost
-        guard (try? locked({ try keys.kdfIsWeaker(than: cost) })) == true else { return }
+        guard (try? exclusive({ x in try keys.kdfIsWeaker(than: cost, in: x.db) })) == true else { return }
         do {
             let stronger = try KeyHierarchy.PassphraseKEK(deriving: passphrase, cost: cost)
-            try locked {
-                guard keys.state == .unlocked, try keys.kdfIsWeaker(than: cost) else { return }
-                try writingKeys { try changingKeys { try keys.rewrap(newPassphrase: stronger) } }
+            try exclusive { x in
+                guard keys.state == .unlocked, try keys.kdfIsWeaker(than: cost, in: x.db) else { return }
+                try writingKeys(in: x) { db in try changingKeys { try keys.rewrap(newPassphrase: stronger, in: db) } }
                 // The keys wrapped under the weaker KEK stay in the WAL's old frames until it
                 // wraps round (as after ChangePassphrase).
-                do { try db.truncateWAL() } catch { log("the keys wrapped under the earlier Argon2id cost may stay in the write-ahead log for a while: \(error)") }
+                do { try x.truncateWAL() } catch { log("the keys wrapped under the earlier Argon2id cost may stay in the write-ahead log for a while: \(error)") }
             }
             let (ops, mem) = cost.limits
             log("re-wrapped the vault's keys under Argon2id at \(ops) passes over \(mem >> 20) MiB")
@@ -384,26 +386,26 @@ public final class Vault: @unchecked Sendable {
         // After the rate limit's check: a refused call does not spend an Argon2id on it.
         let newKEK = try new.map { try KeyHierarchy.PassphraseKEK(deriving: $0, cost: passphrasePolicy.kdfCost) }
         return try inEventOrder { ticket in
-            let result: PassphraseChange = try locked {
+            let result: PassphraseChange = try exclusive { x in
                 // Only a ChangePassphrase sets or removes a passphrase once the vault exists,
                 // and this one holds `unlockAttempts`: `hasPassphrase` still holds.
                 if let oldKEK {
-                    try openKeysCounting(oldKEK, for: "ChangePassphrase")
+                    try openKeysCounting(oldKEK, for: "ChangePassphrase", in: x)
                     // A locked vault is unlocked now, whatever becomes of the change.
                     ticket.take()
                     ticket.madeSoFar = [.lockState(keys.lockState)]
                 }
-                let result = try writingKeys {
+                let result = try writingKeys(in: x) { db in
                     var deleted = 0
-                    if new == nil { deleted = try keychain.deleteAll(accessible: .whenPasscodeSetThisDeviceOnly) }
-                    try changingKeys { try keys.rewrap(newPassphrase: newKEK) }
+                    if new == nil { deleted = try keychain.deleteAll(accessible: .whenPasscodeSetThisDeviceOnly, in: db) }
+                    try changingKeys { try keys.rewrap(newPassphrase: newKEK, in: db) }
                     return PassphraseChange(lock: keys.lockState, deletedItems: deleted)
                 }
                 // The replaced keys (wrapped under the old KEK; without a passphrase the KEK
                 // itself) stay in the WAL's old frames until it wraps round, and a crash leaves
                 // them there: with them the old passphrase, or none, still opens every item.
                 do {
-                    try db.truncateWAL()
+                    try x.truncateWAL()
                 } catch {
                     log("the passphrase changed, but the keys it replaced may stay in the write-ahead log for a while: \(error)")
                 }
@@ -419,15 +421,15 @@ public final class Vault: @unchecked Sendable {
     /// NotInitialized.
     /// `operation` (Unlock, ChangePassphrase) names the call in the log.
     private func passphraseKEK(_ passphrase: SecureBytes, for operation: String) throws -> SecureBytes {
-        let parameters = try locked {
+        let parameters = try exclusive { x in
             do {
-                try checkRateLimit()
+                try checkRateLimit(x)
             } catch let e as VaultFailure where e.code == .rateLimited {
                 // Guesses made during the wait are refused unchecked, but seen in the log.
                 log("\(operation) refused: \(e.message)")
                 throw e
             }
-            return try keys.passphraseParameters()
+            return try keys.passphraseParameters(in: x.db)
         }
         return try Sodium.argon2id(passphrase: passphrase, parameters: parameters)
     }
@@ -436,11 +438,11 @@ public final class Vault: @unchecked Sendable {
     /// the rate limit, is logged (as sshd and polkit log a failed password: someone guessing
     /// must show in the journal; the count and the wait, never the passphrase) and throws
     /// Vault.AuthFailed, a right one clears the count.
-    private func openKeysCounting(_ kek: SecureBytes, for operation: String) throws {
+    private func openKeysCounting(_ kek: SecureBytes, for operation: String, in x: DatabasePool.Exclusive) throws {
         do {
-            try changingKeys { try keys.unlock(kek: kek) }
+            try changingKeys { try keys.unlock(kek: kek, in: x) }
         } catch let e as VaultFailure where e.code == .wrongPassphrase {
-            let (n, stored) = recordFailedUnlock()
+            let (n, stored) = recordFailedUnlock(x)
             let wait = failureWait(n)
             // Whole seconds as such ("1 s"); a test's scaled waits with their fraction.
             let waitText = wait == wait.rounded() ? String(Int(wait)) : String(wait)
@@ -451,7 +453,7 @@ public final class Vault: @unchecked Sendable {
         }
         // Unlocked: a count left behind (a full disk) only costs a later wait; failing here
         // reported an unlocked vault as not unlocked, to observers too.
-        do { try resetFailedUnlocks() } catch { log("could not clear the failed-unlock count: \(error)") }
+        do { try resetFailedUnlocks(x) } catch { log("could not clear the failed-unlock count: \(error)") }
     }
 
     /// A count of failed passphrase checks in a row and the wall-clock time of the last
@@ -466,9 +468,9 @@ public final class Vault: @unchecked Sendable {
     /// made). A damaged stored record counts as three failures just now (a wait, never none).
     /// Throws when the store cannot be read: a check whose count is unknown is refused.
     /// Call it under the engine lock; the result becomes the record in memory.
-    private func failureRecord() throws -> FailureRecord {
+    private func failureRecord(_ x: DatabasePool.Exclusive) throws -> FailureRecord {
         var stored = FailureRecord(count: 0, last: 0)
-        if let r = try db.row("SELECT value FROM vault_meta WHERE key = 'unlock.failures'") {
+        if let r = try x.db.row("SELECT value FROM vault_meta WHERE key = 'unlock.failures'") {
             if let raw = r[0].blob, let j = try? JSON.parse(raw), let n = j["count"]?.intValue, let last = j["last"]?.doubleValue {
                 stored = FailureRecord(count: n, last: last)
             } else {
@@ -486,23 +488,23 @@ public final class Vault: @unchecked Sendable {
     // wait would last as long as the clock had gone back (an hour, a year) on top. Call it
     // under the engine lock. Such a failure is recorded as now, so that the wait ends (in memory
     // at once; in the store when it can take it).
-    private func rateLimitDelay() throws -> Double {
-        var record = try failureRecord()
+    private func rateLimitDelay(_ x: DatabasePool.Exclusive) throws -> Double {
+        var record = try failureRecord(x)
         guard record.count >= 3 else { return 0 }
         let wait = failureWait(record.count)
         let now = Date().timeIntervalSince1970
         if record.last > now {
             record.last = now
             failures = record
-            do { try storeFailures(record) } catch { log("could not store the corrected time of the last failed unlock: \(error)") }
+            do { try storeFailures(record, x) } catch { log("could not store the corrected time of the last failed unlock: \(error)") }
         }
         return max(0, record.last + wait - now)
     }
 
     /// Throws RateLimited (with `retryAfter`) while failed passphrase checks impose a wait,
     /// and whatever reading the count threw (the check is then refused, not allowed).
-    private func checkRateLimit() throws {
-        let delay = try rateLimitDelay()
+    private func checkRateLimit(_ x: DatabasePool.Exclusive) throws {
+        let delay = try rateLimitDelay(x)
         if delay > 0 {
             throw VaultFailure(
                 .rateLimited, "too many failed unlocks; try again in \(Int(delay.rounded(.up))) s",
@@ -524,26 +526,26 @@ public final class Vault: @unchecked Sendable {
     /// Counts one more failure, in memory first (that cannot fail), then in the store.
     /// Returns the count and whether the store took it. Call it under the engine lock, after
     /// `failureRecord` (the rate limit's check) in the same attempt.
-    private func recordFailedUnlock() -> (count: Int, stored: Bool) {
+    private func recordFailedUnlock(_ x: DatabasePool.Exclusive) -> (count: Int, stored: Bool) {
         failures = FailureRecord(count: failures.count + 1, last: Date().timeIntervalSince1970)
         do {
-            try storeFailures(failures)
+            try storeFailures(failures, x)
             return (failures.count, true)
         } catch {
             return (failures.count, false)
         }
     }
 
-    private func storeFailures(_ record: FailureRecord) throws {
+    private func storeFailures(_ record: FailureRecord, _ x: DatabasePool.Exclusive) throws {
         let j: JSON = ["count": JSON(record.count), "last": JSON(record.last)]
-        try db.write { db in try db.run("INSERT OR REPLACE INTO vault_meta (key, value) VALUES ('unlock.failures', ?)", [.blob(j.serialized())]) }
+        try x.write { db in try db.run("INSERT OR REPLACE INTO vault_meta (key, value) VALUES ('unlock.failures', ?)", [.blob(j.serialized())]) }
     }
 
-    private func resetFailedUnlocks() throws {
+    private func resetFailedUnlocks(_ x: DatabasePool.Exclusive) throws {
         failures = FailureRecord(count: 0, last: 0)
         // Only when there is a count: a DELETE of nothing is still a write transaction.
-        guard try db.row("SELECT 1 FROM vault_meta WHERE key = 'unlock.failures'") != nil else { return }
-        try db.write { db in try db.run("DELETE FROM vault_meta WHERE key = 'unlock.failures'") }
+        guard try x.db.row("SELECT 1 FROM vault_meta WHERE key = 'unlock.failures'") != nil else { return }
+        try x.write { db in try db.run("DELETE FROM vault_meta WHERE key = 'unlock.failures'") }
     }
 
     // MARK: keychain
@@ -560,9 +562,9 @@ public final class Vault: @unchecked Sendable {
         let accessible = stored.accessible ?? .whenUnlocked
         let keys = try withKeys { try keychain.writeKeys(accessible: accessible) }
         let values = try KeychainStore.encrypt(itemClass: itemClass, attributes: stored, secret: secret, keys: keys)
-        try transaction {
-            try self.admitInWrite(caller)
-            try self.keychain.insert(values, generation: caller.generation, classKey: keys.classKey, accessible: accessible)
+        try write { db in
+            try self.admitInWrite(caller, in: db)
+            try self.keychain.insert(values, generation: caller.generation, classKey: keys.classKey, accessible: accessible, in: db)
         }
         if stored.synchronizable == true { emit(.keychainChanged) }
         return stored
@@ -583,7 +585,7 @@ public final class Vault: @unchecked Sendable {
         // otherwise queue on the engine lock behind each other and behind group commits).
         func lookUp() throws -> ItemMatches {
             let (metadata, index) = try withKeys { try keychain.metadataKeys() }
-            let found = try reading { try KeychainStore.candidateRows(query, caller: caller, hashKey: index, itemIndex: keychain.itemIndex, in: $0) }
+            let found = try read { try KeychainStore.candidateRows(query, caller: caller, hashKey: index, itemIndex: keychain.itemIndex, in: $0) }
             var candidates = KeychainStore.Candidates(rows: found.rows, malformed: found.malformed, metadata: metadata)
             try withKeys { try keychain.addClassKeys(to: &candidates) }
             return try KeychainStore.copyMatching(candidates, query, returnData: returnData, includingLocked: includingLocked)
@@ -604,9 +606,9 @@ public final class Vault: @unchecked Sendable {
     /// SecItemUpdate; see `KeychainStore.update`. All matches change, or none.
     public func updateItems(_ query: ItemQuery, changes: ItemAttributes, secret: SecureBytes?, caller: Caller) throws -> Int {
         _ = try authorize(.updateItems(accessGroup: query.attributes.accessGroup, newAccessGroup: changes.accessGroup), for: caller)
-        let n = try transaction {
-            try self.admitInWrite(caller)
-            return try self.keychain.update(query, changes: changes, secret: secret, caller: caller)
+        let n = try write { db in
+            try self.admitInWrite(caller, in: db)
+            return try self.keychain.update(query, changes: changes, secret: secret, caller: caller, in: db)
         }
         emit(.keychainChanged)
         return n
@@ -615,9 +617,9 @@ public final class Vault: @unchecked Sendable {
     /// SecItemDelete; see `KeychainStore.delete`.
     public func deleteItems(_ query: ItemQuery, caller: Caller) throws -> Int {
         _ = try authorize(.deleteItems(accessGroup: query.attributes.accessGroup), for: caller)
-        let n = try transaction {
-            try self.admitInWrite(caller)
-            return try self.keychain.delete(query, caller: caller)
+        let n = try write { db in
+            try self.admitInWrite(caller, in: db)
+            return try self.keychain.delete(query, caller: caller, in: db)
         }
         emit(.keychainChanged)
         return n
@@ -627,7 +629,7 @@ public final class Vault: @unchecked Sendable {
 
     /// What an app's quota leaves its own preferences domain, when `caller` is that app
     /// writing it (nil: no limit; the owner's writes and app-group suites have none).
-    private func quotaRoom(_ caller: Caller, _ domain: String) throws -> (app: String, bytes: Int64, quota: StorageQuota)? {
+    private func quotaRoom(_ caller: Caller, _ domain: String, in db: Database) throws -> (app: String, bytes: Int64, quota: StorageQuota)? {
         guard let app = caller.appID, app.sameBytes(domain), let room = try quota.domainRoom(for: app, in: db) else { return nil }
         return (app, room, quota)
     }
@@ -640,7 +642,7 @@ public final class Vault: @unchecked Sendable {
     public func preference(domain: String?, key: String, caller: Caller, reply: ReplyReserving? = nil) throws -> PlistValue? {
         let d = try authorize(.readPreferences(domain: domain), for: caller).domain
         var held = 0
-        return try readingPreferences(d, key: key, reply: reply, holding: &held) { try $0.get(domain: d, key: key) }
+        return try readingPreferences(d, key: key, reply: reply, holding: &held) { try preferences.get(domain: d, key: key, in: $0) }
     }
 
     /// `read` on a reader, after `reply` (when given) reserved the most its reply can take
@@ -649,18 +651,17 @@ public final class Vault: @unchecked Sendable {
     /// reserved. Without room it waits outside the snapshot, and tries again. `held`: what
     /// `reply` holds for earlier parts of the same reply; this read's bytes are added to it.
     private func readingPreferences<T>(
-        _ domain: String, key: String?, reply: ReplyReserving?, holding held: inout Int, _ read: (PreferencesStore) throws -> T
+        _ domain: String, key: String?, reply: ReplyReserving?, holding held: inout Int, _ values: (Database) throws -> T
     ) throws -> T {
-        guard let reply else { return try reading { try read(PreferencesStore(db: $0)) } }
+        guard let reply else { return try read { try values($0) } }
         let base = held
         while true {
             var total = base
             var result: T?
-            try reading { db in
+            try read { db in
                 try db.readTransaction { db in
-                    let store = PreferencesStore(db: db)
-                    total = base + PreferencesStore.replyBytes(counted: try store.size(of: domain, key: key))
-                    if reply.reserveNow(total) { result = try read(store) }
+                    total = base + PreferencesStore.replyBytes(counted: try preferences.size(of: domain, key: key, in: db))
+                    if reply.reserveNow(total) { result = try values(db) }
                 }
             }
             if let result {
@@ -681,7 +682,7 @@ public final class Vault: @unchecked Sendable {
     public func preferenceDomain(_ domain: String?, caller: Caller, reply: ReplyReserving? = nil) throws -> PlistDictionary {
         let d = try authorize(.readPreferences(domain: domain), for: caller).domain
         var held = 0
-        return try readingPreferences(d, key: nil, reply: reply, holding: &held) { try $0.domain(d) }
+        return try readingPreferences(d, key: nil, reply: reply, holding: &held) { try preferences.domain(d, in: $0) }
     }
 
     /// The first replies of a preferences Observe: every domain `grant` holds, with its values.
@@ -691,14 +692,14 @@ public final class Vault: @unchecked Sendable {
         precondition(grant.kind == .observePreferences, "a snapshot of the domains an Observe was granted")
         var held = 0
         return try grant.domainSet.sorted().map(\.string).map { d in
-            (d, try readingPreferences(d, key: nil, reply: reply, holding: &held) { try $0.domain(d) })
+            (d, try readingPreferences(d, key: nil, reply: reply, holding: &held) { try preferences.domain(d, in: $0) })
         }
     }
 
     /// The stored domains the caller may read (`Policy.visibleDomains`).
     public func preferenceDomains(caller: Caller) throws -> [String] {
         let grant = try authorize(.listDomains, for: caller)
-        return Policy.visibleDomains(try reading { try PreferencesStore(db: $0).domains() }, to: grant.caller)
+        return Policy.visibleDomains(try read { try preferences.domains(in: $0) }, to: grant.caller)
     }
 
     /// Runs a preference write or a lock-state change and then emits its events in the order
@@ -729,9 +730,9 @@ public final class Vault: @unchecked Sendable {
     public func setPreference(domain named: String?, key: String, value: PlistValue, caller: Caller) throws -> UInt64 {
         let domain = try authorize(.writePreferences(domain: named), for: caller).domain
         return try inEventOrder { ticket in
-            try transaction {
-                try self.admitInWrite(caller)
-                try self.preferences.set(domain: domain, key: key, value: value, room: try self.quotaRoom(caller, domain))
+            try write { db in
+                try self.admitInWrite(caller, in: db)
+                try self.preferences.set(domain: domain, key: key, value: value, room: try self.quotaRoom(caller, domain, in: db), in: db)
                 ticket.take()
             }
             return (ticket.sequence, [.preference(domain: domain, key: key, value: value, sequence: ticket.sequence)])
@@ -744,9 +745,9 @@ public final class Vault: @unchecked Sendable {
     public func removePreference(domain named: String?, key: String, caller: Caller) throws -> UInt64 {
         let domain = try authorize(.writePreferences(domain: named), for: caller).domain
         return try inEventOrder { ticket in
-            let existed = try transaction {
-                try self.admitInWrite(caller)
-                let existed = try self.preferences.remove(domain: domain, key: key)
+            let existed = try write { db in
+                try self.admitInWrite(caller, in: db)
+                let existed = try self.preferences.remove(domain: domain, key: key, in: db)
                 ticket.take()
                 return existed
             }
@@ -759,14 +760,12 @@ public final class Vault: @unchecked Sendable {
     public func removeDomain(_ named: String?, caller: Caller) throws -> Int {
         let domain = try authorize(.writePreferences(domain: named), for: caller).domain
         return try inEventOrder { ticket in
-            let (count, keys) = try locked {
-                try db.write { _ in
-                    try admitInWrite(caller)
-                    let keys = try preferences.storedValues(domain).keys
-                    let count = try preferences.removeDomain(domain)
-                    ticket.take()
-                    return (count, Array(keys))
-                }
+            let (count, keys) = try write { db in
+                try self.admitInWrite(caller, in: db)
+                let keys = try self.preferences.storedValues(domain, in: db).keys
+                let count = try self.preferences.removeDomain(domain, in: db)
+                ticket.take()
+                return (count, Array(keys))
             }
             return (count, keys.map { .preference(domain: domain, key: $0, value: nil, sequence: ticket.sequence) })
         }
@@ -793,14 +792,12 @@ public final class Vault: @unchecked Sendable {
     private func importDomain(_ grant: Grant, values: PlistDictionary) throws -> Int {
         let (domain, caller) = (grant.domain, grant.caller)
         return try inEventOrder { ticket in
-            let old = try locked {
-                try db.write { _ in
-                    try admitInWrite(caller)
-                    let old = try preferences.storedValues(domain)
-                    try preferences.replace(domain: domain, with: values, room: try quotaRoom(caller, domain))
-                    ticket.take()
-                    return old
-                }
+            let old = try write { db in
+                try self.admitInWrite(caller, in: db)
+                let old = try self.preferences.storedValues(domain, in: db)
+                try self.preferences.replace(domain: domain, with: values, room: try self.quotaRoom(caller, domain, in: db), in: db)
+                ticket.take()
+                return old
             }
             // By bytes: a key whose canonically equivalent twin is imported is still removed.
             var events: [VaultEvent] = old.filter { values[$0.key] == nil }.keys.map {
