@@ -253,7 +253,7 @@ struct LockTests {
         for guess in ["guess1", "guess2", "guess3"] {
             expectVaultError(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret(guess), caller: .owner) }
         }
-        let record: JSON = ["count": 3, "last": JSON(Date().timeIntervalSince1970 + 3600)]
+        let record: JSON = ["count": 3, "last": JSON(vault.clock.now.timeIntervalSince1970 + 3600)]
         _ = try vault.locked {
             try vault.db.write { db in try db.run("UPDATE vault_meta SET value = ? WHERE key = 'unlock.failures'", [.blob(record.serialized())]) }
         }
@@ -264,11 +264,17 @@ struct LockTests {
     /// ahead, a machine booted with a wrong time): the failures are then in the future, and
     /// the wait counted from them locked the owner out for as long as the clock had gone back.
     @Test func theUnlockWaitNeverExceedsItsDelayWhenTheClockGoesBack() throws {
-        try withVault(initialize: false) { vault, _ in
+        let clock = ManualClock()
+        try withVault(initialize: false, clock: clock) { vault, _ in
             try Self.failThriceThenSetTheClockBack(vault)
+            // Counted from now (the clock stands still): exactly the 1 s three failures impose.
             let wait = try #require(try vault.status(caller: .owner)["retryAfter"]?.doubleValue)
-            #expect(wait > 0 && wait <= 1, "retryAfter \(wait) s after three failures")
-            usleep(1_100_000)
+            #expect(wait == 1, "retryAfter \(wait) s after three failures")
+            clock.advance(by: 0.5)
+            expectVaultError(.rateLimited) { _ = try vault.unlock(passphrase: secret("right"), caller: .owner) }
+            #expect(try vault.status(caller: .owner)["retryAfter"]?.doubleValue == 0.5)
+            clock.advance(by: 0.5)
+            #expect(try vault.status(caller: .owner)["retryAfter"]?.doubleValue == 0)
             _ = try vault.unlock(passphrase: secret("right"), caller: .owner)
             #expect(vault.lockState["state"] == "unlocked")
         }
