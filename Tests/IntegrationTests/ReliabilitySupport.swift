@@ -193,16 +193,22 @@ final class CustomDaemon: @unchecked Sendable {
     var command: [String] { [Paths.tool("vaultd"), "--socket", socketPath, "--data-dir", dataDirectory] }
 
     /// Starts `wrapper + command` (or the command alone) with `environment` added, and waits
-    /// until Status answers.
+    /// until Status answers. Its clock is the test clock in `root` (`TestClock`).
     func start(environment extra: [String: String] = [:], wrapper: [String] = [], timeout: Double = 15) throws {
         precondition(pid == nil, "vaultd is already running")
-        let env = isolatedEnvironment(root: root, socket: nil).merging(extra) { $1 }
+        let env = isolatedEnvironment(root: root, socket: nil).merging(TestClock.environment(root: root)) { $1 }.merging(extra) { $1 }
         let argv = wrapper + command
         let p = try ChildProcess.spawn(
             argv[0], Array(argv.dropFirst()), environment: env, inputs: [:], stdout: .file(logPath, append: true),
             stderr: .file(logPath, append: true))
         pid = p
         try Daemon.waitUntilServing(p, socketPath: socketPath, timeout: timeout, log: { log }) { _ in pid = nil }
+    }
+
+    /// Moves vaultd's clock `seconds` ahead and waits for its periodic tasks (`Daemon.advanceClock`).
+    func advanceClock(by seconds: Double, timeout: Double = 20) throws {
+        try TestClock.advance(root: root, by: seconds)
+        try Daemon.tick(pid, log: { log }, timeout: timeout)
     }
 
     func kill() {
