@@ -506,6 +506,35 @@ import Glibc
         }
     }
 
+    /// The test clock (`VAULTD_TEST_CLOCK_FILE`, debug builds) only goes forward: a smaller
+    /// number, or one that is not a number, is refused, said in the log, and leaves the clock
+    /// where it was, so an interval measured on it (the time since the last call) never goes
+    /// negative. A relative path stops vaultd at start, as a bad test variable does.
+    @Test func theTestClockOnlyGoesForward() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        #expect(d.log.contains("test settings: the clock runs 0.0 s ahead of the system's"), "\(d.log)")
+        try d.advanceClock(by: 100)
+        #expect(d.log.contains("test clock: 100.0 s ahead of the system's"), "\(d.log)")
+        for (text, said) in [("50", "test clock: refused \"50\" s (from 0 to 1e9, and the clock does not go back); it stays 100.0 s ahead"), ("soon", "does not hold a number of seconds; the clock stays 100.0 s ahead")] {
+            try Data(text.utf8).write(to: URL(fileURLWithPath: TestClock.path(root: d.root)), options: .atomic)
+            try d.tick()
+            #expect(d.log.contains(said), "\(text): \(d.log)")
+        }
+        try Data("250.5".utf8).write(to: URL(fileURLWithPath: TestClock.path(root: d.root)), options: .atomic)
+        try d.tick()
+        #expect(d.log.contains("test clock: 250.5 s ahead of the system's"), "\(d.log)")
+        // Kept across a restart: read at start.
+        try d.restart()
+        #expect(d.log.contains("test settings: the clock runs 250.5 s ahead of the system's"), "\(d.log)")
+
+        d.stop()
+        let relative = try ChildProcess.run(
+            Paths.tool("vaultd"), ["--socket", d.socketPath, "--data-dir", d.dataDirectory],
+            environment: isolatedEnvironment(root: d.root, socket: nil).merging(["VAULTD_TEST_CLOCK_FILE": "test-clock"]) { $1 }, timeout: 20)
+        #expect(!relative.timedOut && relative.status == 64 && relative.stderr.contains("VAULTD_TEST_CLOCK_FILE (for tests only) must be an absolute path"), "\(relative)")
+    }
+
     /// device.key deleted (or left out of a restore) under an initialised vault: a new key
     /// made without a word would make every ThisDeviceOnly item NotAvailableOnThisDevice for
     /// good, and the old key put back later would no longer open what was added meanwhile. It
