@@ -87,6 +87,16 @@ final class ExactClient: @unchecked Sendable {
     var fd: Int32 { connection.fd }
     func close() { connection.close() }
 
+    /// Bytes sent that the peer has not read yet (SIOCOUTQ, 0x5411 in linux/sockios.h: for a
+    /// Unix socket, what its queue still holds for the peer); -1 when the kernel does not say.
+    var unreadBytes: Int {
+        var n: Int32 = 0
+        return ioctl(fd, 0x5411, &n) == 0 ? Int(n) : -1
+    }
+
+    /// Waits until the peer has read every byte sent (true), or `timeout` seconds pass.
+    func waitUntilRead(timeout: Double = 20) -> Bool { eventually(timeout: timeout) { unreadBytes == 0 } }
+
     /// Sends raw bytes; false when the peer had closed.
     @discardableResult
     func send(_ bytes: [UInt8]) -> Bool { (try? connection.send(bytes)) ?? false }
