@@ -85,12 +85,25 @@ do {
 if passphrasePolicy.kdfCost != .moderate || passphrasePolicy.unlockDelayScale != 1 {
     log("test settings: Argon2id cost \(passphrasePolicy.kdfCost.rawValue), unlock waits scaled by \(passphrasePolicy.unlockDelayScale)")
 }
+// For tests only, and only in debug builds: VAULTD_TEST_CLOCK_FILE, a clock the tests move
+// (TestClock). Otherwise the system's.
+let testClockFile: String?
+do {
+    testClockFile = try TestClock.file(from: environment)
+} catch {
+    fail("\(error)", code: 64)
+}
+let testClock = testClockFile.map { _ in OffsetClock() }
+if let testClockFile, let testClock {
+    TestClock.update(testClock, from: testClockFile)
+    log("test settings: the clock runs \(testClock.offsetSeconds) s ahead of the system's, and as far ahead as \(logField(testClockFile)) says at each SIGUSR1")
+}
 
 let vault: Vault
 do {
     vault = try Vault(
         dataDirectory: configuration.dataDirectory, cacheDirectory: configuration.cacheDirectory, newDeviceKey: configuration.newDeviceKey,
-        passphrasePolicy: passphrasePolicy)
+        passphrasePolicy: passphrasePolicy, clock: testClock ?? SystemClock())
 } catch {
     // Named as a client would see it (io.vaultd.Vault.StoreDamaged: …).
     fail("cannot open the vault in \(configuration.dataDirectory): \(VaultError.wire(error))")
@@ -123,7 +136,7 @@ initialSettings.apply(to: vault)
 
 let running = RunningApps()
 // The idle auto-lock's clock, touched by every call except those that only look (Status).
-let idle = IdleClock()
+let idle = IdleClock(vault.clock)
 // Sync of synchronizable items through a replicated folder (docs/sync.md): its watcher
 // starts with the server, and passes only once `vaultctl sync init` or `join` configured it.
 let syncService = SyncService(vault: vault)
@@ -190,13 +203,16 @@ autoLockTimer.resume()
 
 /// SIGUSR1 (`systemctl --user kill -s USR1 vaultd`): runs each periodic task once, now, on the
 /// queue its timer runs on (the executable scan, then the cache policy and the idle-lock
-/// check), and logs `periodic tasks ran (N)` when all are done, N counting from 1. For an
+/// check), and logs `periodic tasks ran (N)` when all are done, N counting from 1. A test
+/// clock (`VAULTD_TEST_CLOCK_FILE`, debug builds) reads its file first. For an
 /// owner who wants a purge now, and the tick tests wait for instead of sleeping through the
 /// timers. The signal needs the owner's uid (or root), and signals coalesce, so a burst runs
 /// the tasks once or twice, never a backlog.
 let periodicPasses = Atomic<Int>(0)
 let tickSource = DispatchSource.makeSignalSource(signal: SIGUSR1, queue: maintenance)
 tickSource.setEventHandler { @Sendable in
+    // A test's clock is moved first, so the tasks run at the time the test set.
+    if let testClockFile, let testClock { TestClock.update(testClock, from: testClockFile) }
     scanQueue.sync { vault.scanExecutables() }
     _ = vault.enforceCachePolicy(settings.cachePolicy, running: server.runningApps)
     checkIdleLock()
@@ -229,11 +245,20 @@ log("serving \(activated == nil ? configuration.socketPath : "socket from system
 
 /// When the last call arrived (for the idle auto-lock).
 final class IdleClock: Sendable {
-    /// CLOCK_MONOTONIC nanoseconds of the last call: touched by every call, so no lock, and
-    /// not moved by changes to the wall clock.
-    private let last = Atomic<UInt64>(MonotonicClock.nanoseconds())
-    func touch() { last.store(MonotonicClock.nanoseconds(), ordering: .relaxed) }
-    func secondsSinceLastCall() -> Double { Double(MonotonicClock.nanoseconds() &- last.load(ordering: .relaxed)) / 1e9 }
+    /// The vault's clock (the system's, but a test's).
+    private let clock: any VaultClock
+    /// The clock's monotonic nanoseconds at the last call: touched by every call, so no lock,
+    /// and not moved by changes to the wall clock.
+    private let last: Atomic<UInt64>
+    init(_ clock: any VaultClock) {
+        self.clock = clock
+        last = Atomic(clock.monotonicNanoseconds)
+    }
+    func touch() { last.store(clock.monotonicNanoseconds, ordering: .relaxed) }
+    func secondsSinceLastCall() -> Double {
+        let now = clock.monotonicNanoseconds, then = last.load(ordering: .relaxed)
+        return now > then ? Double(now - then) / 1e9 : 0
+    }
 }
 
 /// Lets the dispatcher ask the server which apps are connected.

@@ -474,31 +474,65 @@ import Glibc
     /// A status poller (a panel applet, a script waiting for a state) runs `vaultctl status`
     /// now and then: that must not keep the vault unlocked (Status only looks). vaultctl, as
     /// every VaultClient connection, says Hello first, and Hello counted as use: a poll every
-    /// few seconds kept the vault unlocked for ever despite AutoLockSeconds.
+    /// few seconds kept the vault unlocked for ever despite AutoLockSeconds. The time passes
+    /// on vaultd's test clock, in steps of a third of the auto-lock's delay, each checked by
+    /// the auto-lock at once (`advanceClock`).
     @Test func pollingVaultctlStatusDoesNotHoldOffTheIdleAutoLock() throws {
         let d = try Daemon()
         defer { d.close() }
         try #require(d.initialize().status == 0)
         let config = d.root + "/config.plist"
-        try PropertyListSerialization.data(fromPropertyList: ["AutoLockSeconds": 2], format: .xml, options: 0).write(to: URL(fileURLWithPath: config))
+        try PropertyListSerialization.data(fromPropertyList: ["AutoLockSeconds": 600], format: .xml, options: 0).write(to: URL(fileURLWithPath: config))
         d.stop()
         try d.start(extraArguments: ["--config", config])
         try #require(d.unlock().status == 0)
-        let unlockedAt = Date()
-        var last = ProcessResult(status: -1, stdout: Data(), stderr: "")
-        while Date().timeIntervalSince(unlockedAt) < 12 {
-            last = d.ctl(["status", "--json"])
-            if last.stdoutText.contains("\"state\":\"locked\"") { break }
-            usleep(300_000)
+        // Polled after each step: unlocked for the first two (400 s without a call), locked
+        // once the third makes 600 s; the polls in between did not count.
+        var states: [String] = []
+        for _ in 0..<3 {
+            try d.advanceClock(by: 200)
+            let poll = d.ctl(["status", "--json"])
+            #expect(poll.status == 0, "\(poll)")
+            states.append(poll.stdoutText.contains("\"state\":\"locked\"") ? "locked" : poll.stdoutText.contains("\"state\":\"unlocked\"") ? "unlocked" : poll.stdoutText)
         }
-        #expect(last.status == 0 && last.stdoutText.contains("\"state\":\"locked\""), "still unlocked after \(Date().timeIntervalSince(unlockedAt)) s of polling: \(last)")
+        #expect(states == ["unlocked", "unlocked", "locked"], "polled every 200 s with AutoLockSeconds 600; log:\n\(d.log)")
+        #expect(d.log.contains("locked after 600 s without a call"), "\(d.log)")
         // A real call is use: it is the one that keeps an unlocked vault unlocked.
         try #require(d.unlock().status == 0)
-        for _ in 0..<6 {
+        for step in 0..<4 {
             #expect(d.ctl(["defaults", "read", "-g"]).status != -1)
-            usleep(700_000)
+            try d.advanceClock(by: 400)
+            #expect(d.statusJSON()?["state"] as? String == "unlocked", "locked although used every 400 s (step \(step)); log:\n\(d.log)")
         }
-        #expect(d.statusJSON()?["state"] as? String == "unlocked", "locked although used every 0.7 s")
+    }
+
+    /// The test clock (`VAULTD_TEST_CLOCK_FILE`, debug builds) only goes forward: a smaller
+    /// number, or one that is not a number, is refused, said in the log, and leaves the clock
+    /// where it was, so an interval measured on it (the time since the last call) never goes
+    /// negative. A relative path stops vaultd at start, as a bad test variable does.
+    @Test func theTestClockOnlyGoesForward() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        #expect(d.log.contains("test settings: the clock runs 0.0 s ahead of the system's"), "\(d.log)")
+        try d.advanceClock(by: 100)
+        #expect(d.log.contains("test clock: 100.0 s ahead of the system's"), "\(d.log)")
+        for (text, said) in [("50", "test clock: refused \"50\" s (from 0 to 1e9, and the clock does not go back); it stays 100.0 s ahead"), ("soon", "does not hold a number of seconds; the clock stays 100.0 s ahead")] {
+            try Data(text.utf8).write(to: URL(fileURLWithPath: TestClock.path(root: d.root)), options: .atomic)
+            try d.tick()
+            #expect(d.log.contains(said), "\(text): \(d.log)")
+        }
+        try Data("250.5".utf8).write(to: URL(fileURLWithPath: TestClock.path(root: d.root)), options: .atomic)
+        try d.tick()
+        #expect(d.log.contains("test clock: 250.5 s ahead of the system's"), "\(d.log)")
+        // Kept across a restart: read at start.
+        try d.restart()
+        #expect(d.log.contains("test settings: the clock runs 250.5 s ahead of the system's"), "\(d.log)")
+
+        d.stop()
+        let relative = try ChildProcess.run(
+            Paths.tool("vaultd"), ["--socket", d.socketPath, "--data-dir", d.dataDirectory],
+            environment: isolatedEnvironment(root: d.root, socket: nil).merging(["VAULTD_TEST_CLOCK_FILE": "test-clock"]) { $1 }, timeout: 20)
+        #expect(!relative.timedOut && relative.status == 64 && relative.stderr.contains("VAULTD_TEST_CLOCK_FILE (for tests only) must be an absolute path"), "\(relative)")
     }
 
     /// device.key deleted (or left out of a restore) under an initialised vault: a new key
@@ -597,9 +631,12 @@ import Glibc
         for (name, script) in [("stderr on a full disk", "exec \"$0\" \"$@\" </dev/null >/dev/full 2>/dev/full"), ("stdio closed", "exec \"$0\" \"$@\" <&- >&- 2>&-")] {
             let d = try Daemon(start: false)
             defer { d.close() }
+            let config = d.root + "/config.plist"
+            try PropertyListSerialization.data(fromPropertyList: ["AutoLockSeconds": 0], format: .xml, options: 0).write(to: URL(fileURLWithPath: config))
             let p = try ChildProcess.spawn(
-                "/bin/sh", ["-c", script, Paths.tool("vaultd"), "--socket", d.socketPath, "--data-dir", d.dataDirectory],
-                environment: isolatedEnvironment(root: d.root, socket: nil), inputs: [:], stdout: .devNull, stderr: .devNull)
+                "/bin/sh", ["-c", script, Paths.tool("vaultd"), "--socket", d.socketPath, "--data-dir", d.dataDirectory, "--config", config],
+                environment: isolatedEnvironment(root: d.root, socket: nil).merging(TestClock.environment(root: d.root)) { $1 }, inputs: [:],
+                stdout: .devNull, stderr: .devNull)
             defer {
                 kill(p, SIGKILL)
                 _ = ChildProcess.wait(p, timeout: 10)
@@ -617,8 +654,17 @@ import Glibc
                 let add = d.ctl(["defaults", "write", "com.example.log", "k", "-int", "1"])
                 #expect(add.status == 0 && add.stdout.isEmpty && add.stderr.isEmpty, "\(name): \(add)")
             }
+            // The SIGHUP turns the auto-lock on; its log line cannot be read here, so the
+            // event waited for is its effect: the auto-lock, run by SIGUSR1 with vaultd's
+            // clock moved past the delay, locks the vault (and logs that too).
+            try PropertyListSerialization.data(fromPropertyList: ["AutoLockSeconds": 60], format: .xml, options: 0).write(to: URL(fileURLWithPath: config))
             kill(p, SIGHUP)
-            usleep(300_000)
+            let locked = eventually(timeout: 10) {
+                try? TestClock.advance(root: d.root, by: 120)
+                kill(p, SIGUSR1)
+                return d.statusJSON()?["state"] as? String == "locked"
+            }
+            #expect(locked, "\(name): the settings SIGHUP read did not lock the vault")
             let read = d.ctl(["defaults", "read", "com.example.log", "k"])
             #expect(read.status == 0 && read.stdoutText == "1\n", "\(name): \(read)")
             kill(p, SIGTERM)
@@ -688,10 +734,11 @@ import Glibc
             let r = d.unlock(passphrase: g)
             try #require(r.status == 1 && r.stderr.contains("AuthFailed"), "\(r)")
         }
-        // Within the 1 s wait the third failure imposes: refused unchecked, still logged.
+        // Within the 1 s wait the third failure imposes (vaultd's clock stands still but for
+        // the test's moves): refused unchecked, still logged.
         let limited = d.unlock(passphrase: guesses[3])
         try #require(limited.status == 1 && limited.stderr.contains("RateLimited"), "\(limited)")
-        usleep(1_300_000)
+        try d.advanceClock(by: 1)
         let change = d.ctl(["passphrase", "change", "--passphrase-fd", "3", "--new-passphrase-fd", "4"], fds: [3: passphraseLine(guesses[3]), 4: passphraseLine("new-one-Qx")])
         try #require(change.status == 1 && change.stderr.contains("AuthFailed"), "\(change)")
 
@@ -707,7 +754,9 @@ import Glibc
         #expect(lines.contains { $0.hasPrefix("vaultd: Unlock refused: too many failed unlocks; try again in ") && $0.components(separatedBy: "too many").count == 2 }, "\(d.log)")
         for secret in guesses + ["new-one-Qx", Daemon.passphrase] { #expect(!d.log.contains(secret), "the log holds a passphrase: \(d.log)") }
         // The right one still unlocks (after the wait), and clears the count.
-        usleep(2_200_000)
+        let early = d.unlock()
+        #expect(early.status == 1 && early.stderr.contains("RateLimited"), "\(early)")
+        try d.advanceClock(by: 2)
         #expect(d.unlock().status == 0)
     }
 

@@ -557,10 +557,10 @@ import Glibc
     /// uninstall install`) within the grace period is the same install; past it, an uninstall
     /// and a reinstall, whose first launch without `--keep-credentials-on-reinstall` would wipe
     /// every credential the helper had stored (the `git` group is no other app's). Run here as
-    /// docs/git.md writes it (a line ending in `\` goes on on the next), with
-    /// UninstallGraceSeconds 1, so both happen.
+    /// docs/git.md writes it (a line ending in `\` goes on on the next), with the default
+    /// UninstallGraceSeconds (600 s) passed on vaultd's test clock, so both happen.
     @Test func theDocumentedAppInstallLineKeepsGitsCredentialsOverAReinstall() throws {
-        let g = try Git(config: ["UninstallGraceSeconds": 1])
+        let g = try Git()
         defer { g.close() }
         let page = try String(contentsOf: Paths.repoRoot.appendingPathComponent("docs/git.md"), encoding: .utf8)
             .replacingOccurrences(of: "\\\n", with: " ")
@@ -580,10 +580,13 @@ import Glibc
         #expect(g.internetItems().count == 1)
 
         try #require(rename(exe, exe + ".aside") == 0)
-        #expect(eventually(timeout: 10) { g.d.appShow("org.git-scm.credential-vault")?["missingSince"] is String })
-        #expect(eventually(timeout: 10) { g.d.appShow("org.git-scm.credential-vault")?["installed"] as? Bool == false })
+        try g.d.tick()
+        #expect(g.d.appShow("org.git-scm.credential-vault")?["missingSince"] is String)
+        try g.d.advanceClock(by: 601)
+        #expect(g.d.appShow("org.git-scm.credential-vault")?["installed"] as? Bool == false)
         try #require(rename(exe + ".aside", exe) == 0)
-        #expect(eventually(timeout: 10) { g.d.appShow("org.git-scm.credential-vault")?["installed"] as? Bool == true })
+        try g.d.tick()
+        #expect(g.d.appShow("org.git-scm.credential-vault")?["installed"] as? Bool == true)
         let fill = helper("fill", "protocol=https\nhost=example.org\n")
         #expect(fill.status == 0 && fill.stdoutText.contains("password=pb\n"), "\(fill)")
         #expect(g.internetItems().count == 1)

@@ -280,31 +280,41 @@ import Glibc
         #expect(d.log.contains("its executable is back after about"), "log:\n\(d.log)")
     }
 
-    /// Absent for the whole grace period (UninstallGraceSeconds, 1 s here): uninstalled, and
-    /// reinstalled (a new generation) when it comes back. An error other than "no such file"
-    /// (a symlink loop: ELOOP) changes nothing, however long it lasts.
+    /// Absent for the whole grace period (UninstallGraceSeconds, the default 600 s, passed on
+    /// vaultd's test clock): uninstalled, and reinstalled (a new generation) when it comes
+    /// back. An error other than "no such file" (a symlink loop: ELOOP) changes nothing,
+    /// however long it lasts.
     @Test func anExecutableAbsentForTheGracePeriodIsUninstalled() throws {
-        let d = try Self.daemon(config: ["UninstallGraceSeconds": 1])
+        let d = try Self.daemon()
         defer { d.close() }
         let a = try d.placeExample("a")
         let installed = try d.install(AppsTests.appA, exe: a)
         #expect(d.ctl(["defaults", "write", AppsTests.appA, "colour", "blue"]).status == 0)
 
-        // Not "no such file": stat fails with ELOOP. Three scans past the grace period later, still installed.
+        // Not "no such file": stat fails with ELOOP. Three scans, each 700 s on, later: still installed.
         let away = a + ".away"
         #expect(rename(a, away) == 0 && symlink(a, a) == 0)
-        let loopSince = Date()
-        #expect(eventually(timeout: 3.5) { Date().timeIntervalSince(loopSince) > 3 && d.appShow(AppsTests.appA)?["installed"] as? Bool == true })
+        for _ in 0..<3 { try d.advanceClock(by: 700) }
         let during = d.appShow(AppsTests.appA) ?? [:]
         #expect(during["installed"] as? Bool == true && during["missingSince"] is NSNull, "\(during)")
         #expect(unlink(a) == 0)
 
-        var shown: [String: Any] = [:]
-        #expect(eventually(timeout: 15) { shown = d.appShow(AppsTests.appA) ?? [:]; return shown["installed"] as? Bool == false }, "\(shown)")
+        // Missing from the next scan on; installed until the grace period has passed.
+        try d.tick()
+        var shown = d.appShow(AppsTests.appA) ?? [:]
+        #expect(shown["installed"] as? Bool == true && shown["missingSince"] is String, "\(shown)")
+        try d.advanceClock(by: 590)
+        shown = d.appShow(AppsTests.appA) ?? [:]
+        #expect(shown["installed"] as? Bool == true, "uninstalled 590 s into a grace period of 600 s: \(shown)")
+        try d.advanceClock(by: 11)
+        shown = d.appShow(AppsTests.appA) ?? [:]
+        #expect(shown["installed"] as? Bool == false, "\(shown)")
         #expect(d.ctl(["defaults", "read", AppsTests.appA]).stdoutText.isEmpty, "the uninstall removes the preferences")
-        #expect(d.log.contains("has been missing for 1 s or more"), "log:\n\(d.log)")
+        #expect(d.log.contains("has been missing for 600 s or more"), "log:\n\(d.log)")
         #expect(rename(away, a) == 0)
-        #expect(eventually(timeout: 10) { shown = d.appShow(AppsTests.appA) ?? [:]; return shown["installed"] as? Bool == true }, "\(shown)")
+        try d.tick()
+        shown = d.appShow(AppsTests.appA) ?? [:]
+        #expect(shown["installed"] as? Bool == true, "\(shown)")
         #expect(shown["generation"] as? String != installed["generation"] as? String, "a reinstall is a new generation")
     }
 }

@@ -888,8 +888,8 @@ import Glibc
         try #require(d.ctl(["lock"]).status == 0)
         let vault = try d.client()
 
-        // Fail until six wrong passphrases have counted (waiting out each delay, so every
-        // attempt is a real check), then the next delay is several seconds.
+        // Fail until six wrong passphrases have counted (waiting out each delay on vaultd's
+        // test clock, so every attempt is a real check), then the next delay is 8 s.
         var failures = 0
         var rateLimited = 0
         let deadline = Date().addingTimeInterval(60)
@@ -901,7 +901,7 @@ import Glibc
                 rateLimited += 1
                 let wait = e?.parameters["retryAfter"]?.doubleValue ?? 0
                 #expect(wait > 0, "RateLimited must carry retryAfter > 0: \(String(describing: e))")
-                usleep(useconds_t(min(max(wait, 0.05), 10) * 1_000_000) + 20_000)
+                try d.advanceClock(by: wait + 0.001)
             } else {
                 Issue.record("unexpected answer to a wrong passphrase: \(String(describing: e))")
                 return
@@ -926,7 +926,8 @@ import Glibc
 
         // Once the wait is over, the right passphrase unlocks and the count starts over.
         let wait = try fresh.status().retryAfter
-        usleep(useconds_t(min(wait, 30) * 1_000_000) + 100_000)
+        #expect(wait > 0 && wait <= 8, "after six failures (8 s, less the restart): \(wait)")
+        try d.advanceClock(by: wait + 0.001)
         #expect(vaultError { try fresh.unlock(passphrase: Daemon.passphrase) } == nil)
         #expect(try fresh.status().retryAfter == 0)
     }
@@ -959,12 +960,15 @@ import Glibc
         try #require(d.unlock().status == 0)
         try #require(waitFor(3), "no event for unlock: \(seen.value)")
         #expect(seen.value[2].state == .unlocked)
-        // A wrong passphrase changes nothing, so it is no event.
+        // A wrong passphrase changes nothing, so it is no event: the next event is the lock's.
         _ = d.unlock(passphrase: "wrong")
         try #require(d.ctl(["lock"]).status == 0)
         try #require(waitFor(4))
-        usleep(200_000)
         #expect(seen.value.map(\.state) == [.unlocked, .locked, .unlocked, .locked])
+        // Nor did one come after it: the unlock that follows is the fifth event.
+        try #require(d.unlock().status == 0)
+        try #require(waitFor(5))
+        #expect(seen.value.map(\.state) == [.unlocked, .locked, .unlocked, .locked, .unlocked])
         #expect(failure.value == nil)
     }
 

@@ -185,7 +185,6 @@ import Glibc
         defer { k.close() }
         let attributes = ["service", "edit.example", "username", "carol"]
         try #require(k.secretToolStore(label: "Edit", attributes, secret: "keyring-1").status == 0)
-        usleep(1_100_000)  // `modified` is in whole seconds: the import records it a second later
         #expect(k.ctl(["keyring", "import", "--access-group", "imported"]).stdoutText.contains("1 added"))
         func secret() -> String { k.ctl(["item", "get", "--access-group", "imported", "--service", "edit.example"]).stdoutText }
 
@@ -218,7 +217,6 @@ import Glibc
         #expect(k.ctl(["keyring", "import", "--access-group", "imported"]).stdoutText.contains("1 added"))
         let edit = k.ctl(["item", "update", "--access-group", "imported", "--service", "soon.example", "--secret-stdin"], stdin: Data("vault-2".utf8))
         try #require(edit.status == 0, "\(edit)")
-        usleep(1_100_000)
         let again = k.ctl(["keyring", "import", "--access-group", "imported"])
         #expect(again.status == 0 && again.stdoutText.contains("0 added, 0 updated, 1 unchanged"), "\(again)")
         #expect(k.ctl(["item", "get", "--access-group", "imported", "--service", "soon.example"]).stdoutText == "vault-2")
@@ -259,7 +257,6 @@ import Glibc
         defer { k.close() }
         let libsecret = ["xdg:schema", "org.git.Password", "protocol", "https", "server", "gl.example", "user", "ben"]
         try #require(k.secretToolStore(label: "Git: https://gl.example/", libsecret, secret: "ben-old").status == 0)
-        usleep(1_100_000)  // `modified` is in whole seconds: the import records it a second later
         let first = k.ctl(["keyring", "import", "--access-group", "git"])
         #expect(first.status == 0 && first.stdoutText.contains("1 added"), "\(first)")
         func git(_ verb: String, _ input: String) -> ProcessResult {

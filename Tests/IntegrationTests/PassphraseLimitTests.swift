@@ -10,16 +10,16 @@ import Glibc
 /// The passphrase-guess limit on a full disk: the data directory on a tmpfs in a private
 /// mount namespace, filled, so that vaultd cannot store the failure count. Guesses are rate
 /// limited exactly as on a disk with room (the count is kept in memory too), and the right
-/// passphrase afterwards waits its turn. The waits are scaled down a thousandfold
-/// (`VAULTD_UNLOCK_DELAY_TEST_SCALE`, for tests only): 1 ms doubling after three failures, at
-/// most 0.9 s; the real schedule is PassphraseTests'.
+/// passphrase afterwards waits its turn. The waits are the real ones (1 s doubling after three
+/// failures, at most 15 min), waited out on vaultd's test clock: each refusal moves it on by the
+/// `retryAfter` it gave (`CustomDaemon.advanceClock`), and the next guess is sent once vaultd
+/// has taken the new time.
 @Suite(.tags(.system)) struct PassphraseLimitTests {
-    static let scale = 0.001
     static let rateLimited = "io.vaultd.Vault.RateLimited"
     static let authFailed = "io.vaultd.Vault.AuthFailed"
 
-    /// The documented wait after `n` failures, scaled (as `Vault.unlockWait`).
-    static func wait(_ n: Int) -> Double { n >= 3 ? min(pow(2.0, Double(n - 3)), 900) * scale : 0 }
+    /// The documented wait after `n` failures (as `Vault.unlockWait`).
+    static func wait(_ n: Int) -> Double { n >= 3 ? min(pow(2.0, Double(n - 3)), 900) : 0 }
 
     /// What 30 wrong guesses and then the right passphrase met.
     struct Run {
@@ -30,13 +30,18 @@ import Glibc
         /// The right passphrase's refusals before it unlocked, and the first one's retryAfter.
         var rightRefusals = 0
         var rightFirstRetryAfter = 0.0
+        /// The seconds vaultd's clock was moved on, and those the run took.
+        var waited = 0.0
         var seconds = 0.0
         var problems: [String] = []
     }
 
     /// Sends `Unlock(passphrase)` until it is checked: each RateLimited reply is waited out
-    /// for the `retryAfter` it gives. Returns the outcome and the refusals.
-    static func unlockInTurn(_ c: ExactClient, _ passphrase: String, firstRetryAfter: inout Double) -> (ExactClient.Outcome, Int) {
+    /// on vaultd's clock, moved on by the `retryAfter` it gives (`advance`). Returns the
+    /// outcome and the refusals.
+    static func unlockInTurn(
+        _ c: ExactClient, _ passphrase: String, firstRetryAfter: inout Double, waited: inout Double, advance: (Double) throws -> Void
+    ) throws -> (ExactClient.Outcome, Int) {
         var refusals = 0
         while true {
             let outcome = c.call("io.vaultd.Vault.Unlock", ["passphrase": .string(passphrase)])
@@ -44,16 +49,17 @@ import Glibc
             let r = p["retryAfter"]?.doubleValue ?? 0
             if refusals == 0 { firstRetryAfter = r }
             refusals += 1
-            usleep(useconds_t(max(0, r) * 1e6) + 500)
+            try advance(max(0, r) + 0.001)
+            waited += max(0, r) + 0.001
         }
     }
 
-    static func guessThirtyThenTheRightOne(_ c: ExactClient, right: String) -> Run {
+    static func guessThirtyThenTheRightOne(_ c: ExactClient, right: String, advance: (Double) throws -> Void) throws -> Run {
         var run = Run()
         let start = Date()
         for n in 1...30 {
             var first = 0.0
-            let (outcome, refusals) = unlockInTurn(c, "wrong guess \(n)", firstRetryAfter: &first)
+            let (outcome, refusals) = try unlockInTurn(c, "wrong guess \(n)", firstRetryAfter: &first, waited: &run.waited, advance: advance)
             run.refusals.append(refusals)
             guard case .error(Self.authFailed, _) = outcome else {
                 run.problems.append("guess \(n): \(outcome)")
@@ -62,7 +68,7 @@ import Glibc
             run.retryAfter.append(c.call("io.vaultd.Vault.Status").parameters?["retryAfter"]?.doubleValue ?? -1)
         }
         var first = 0.0
-        let (outcome, refusals) = unlockInTurn(c, right, firstRetryAfter: &first)
+        let (outcome, refusals) = try unlockInTurn(c, right, firstRetryAfter: &first, waited: &run.waited, advance: advance)
         run.rightRefusals = refusals
         run.rightFirstRetryAfter = first
         if outcome.parameters?["lock"]?["state"] != "unlocked" { run.problems.append("the right passphrase: \(outcome)") }
@@ -72,7 +78,8 @@ import Glibc
 
     /// What both disks must show: every guess checked and refused, the first three at once;
     /// after each failure a wait of the documented length (never longer; shorter only by the
-    /// time the Status call took); the right passphrase refused while the last wait lasted.
+    /// time the Status call took), each guess after the third refused until it is waited out;
+    /// the right passphrase refused while the last wait lasted.
     static func expectTheSchedule(_ run: Run, _ disk: String) {
         for p in run.problems { Issue.record("\(disk): \(p)") }
         #expect(run.refusals.count == 30 && run.retryAfter.count == 30, "\(disk): \(run.refusals.count) guesses checked")
@@ -81,10 +88,13 @@ import Glibc
             let n = i + 1
             #expect(r <= Self.wait(n) + 1e-9 && r >= Self.wait(n) - 0.25, "\(disk): retryAfter \(r) s after \(n) failures; expected \(Self.wait(n))")
         }
-        // Waits of 0.1 s and more are met by the next guess.
-        for n in 11...29 { #expect(run.refusals[n] >= 1, "\(disk): guess \(n + 1) was not refused during the wait of \(Self.wait(n)) s") }
+        // Each wait (1 s and more) is met by the next guess: only the test's clock ends it.
+        for n in 3...29 { #expect(run.refusals[n] >= 1, "\(disk): guess \(n + 1) was not refused during the wait of \(Self.wait(n)) s") }
         #expect(run.rightRefusals >= 1, "\(disk): the right passphrase did not wait its turn")
-        #expect(run.rightFirstRetryAfter > 0.5 && run.rightFirstRetryAfter <= 0.9, "\(disk): the right passphrase's first retryAfter \(run.rightFirstRetryAfter)")
+        #expect(run.rightFirstRetryAfter > 899 && run.rightFirstRetryAfter <= 900, "\(disk): the right passphrase's first retryAfter \(run.rightFirstRetryAfter)")
+        // The clock was moved on by the waits, and no more: the documented schedule's sum.
+        let schedule = (3...30).map(Self.wait).reduce(0, +)
+        #expect(run.waited <= schedule + 1 && run.waited >= schedule - 30, "\(disk): waited \(run.waited) s on vaultd's clock; the schedule's waits add up to \(schedule) s")
     }
 
     static let script = """
@@ -97,16 +107,15 @@ import Glibc
     @Test(.enabled(if: ReliabilityFullDiskTests.available, "needs root and mount namespaces (unshare -m)"), .timeLimit(.minutes(3)))
     func thirtyWrongPassphrasesOnAFullDiskAreRateLimitedAsOnADiskWithRoom() throws {
         let right = "the right passphrase"
-        let environment = ["VAULTD_UNLOCK_DELAY_TEST_SCALE": String(Self.scale)]
 
         // A disk with room.
         let roomy = try CustomDaemon()
         defer { roomy.close() }
-        try roomy.start(environment: environment)
+        try roomy.start()
         let rc = try roomy.connect()
         try #require(rc.call("io.vaultd.Vault.Init", ["passphrase": .string(right)]).parameters != nil)
         try #require(rc.call("io.vaultd.Vault.Lock").parameters != nil)
-        let withRoom = Self.guessThirtyThenTheRightOne(rc, right: right)
+        let withRoom = try Self.guessThirtyThenTheRightOne(rc, right: right) { try roomy.advanceClock(by: $0) }
         Self.expectTheSchedule(withRoom, "disk with room")
 
         // A full one.
@@ -121,7 +130,7 @@ import Glibc
             d.close()
         }
         try Self.script.write(toFile: root + "/ns.sh", atomically: true, encoding: .utf8)
-        try d.start(environment: environment, wrapper: ["unshare", "-m", "sh", root + "/ns.sh", disk])
+        try d.start(wrapper: ["unshare", "-m", "sh", root + "/ns.sh", disk])
         holder = (try? String(contentsOfFile: disk + ".holder", encoding: .utf8)).flatMap { pid_t($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
         let namespaceHolder = try #require(holder, "the namespace holder did not start")
         let c = try d.connect()
@@ -142,7 +151,7 @@ import Glibc
             n += 1
         }
         try #require(refusedInARow == 3, "the disk did not fill")
-        let full = Self.guessThirtyThenTheRightOne(c, right: right)
+        let full = try Self.guessThirtyThenTheRightOne(c, right: right) { try d.advanceClock(by: $0) }
         Self.expectTheSchedule(full, "full disk")
         #expect(d.isRunning)
         let log = d.log
@@ -151,6 +160,6 @@ import Glibc
         #expect(inMemoryOnly >= 1, "every failure was stored on the full disk: the test did not test the full disk")
         func f(_ x: Double) -> String { String(format: "%.3f", x) }
         ReliabilityReport.record(
-            "wrong passphrases (waits scaled by \(Self.scale)): 30 guesses then the right one took \(f(withRoom.seconds)) s with room and \(f(full.seconds)) s on the full disk (\(inMemoryOnly) of 30 failures counted in memory only, the store full); refusals per guess with room \(withRoom.refusals), full \(full.refusals); the right one was refused \(withRoom.rightRefusals) and \(full.rightRefusals) times, first retryAfter \(f(withRoom.rightFirstRetryAfter)) and \(f(full.rightFirstRetryAfter)) s")
+            "wrong passphrases (the real waits, on vaultd's test clock: \(f(withRoom.waited)) s with room, \(f(full.waited)) s on the full disk): 30 guesses then the right one took \(f(withRoom.seconds)) s with room and \(f(full.seconds)) s on the full disk (\(inMemoryOnly) of 30 failures counted in memory only, the store full); refusals per guess with room \(withRoom.refusals), full \(full.refusals); the right one was refused \(withRoom.rightRefusals) and \(full.rightRefusals) times, first retryAfter \(f(withRoom.rightFirstRetryAfter)) and \(f(full.rightFirstRetryAfter)) s")
     }
 }

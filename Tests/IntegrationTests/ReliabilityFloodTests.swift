@@ -144,8 +144,8 @@ import Glibc
             try #require(h.send(unfinished), "holder \(i) could not send its unfinished message")
             holders.append(h)
         }
-        // Every byte sent is read before the next holder's count is judged.
-        usleep(200_000)
+        // Every byte sent is read (so counted) before the next call's count is judged.
+        for (i, h) in holders.enumerated() { try #require(h.waitUntilRead(), "vaultd did not read holder \(i)'s bytes (\(h.unreadBytes) left)") }
         // A whole 7 MiB call over the budget: vaultd reads it to its end without keeping it
         // (so the sender's write completes, as a client's must to read the answer), then
         // answers RateLimited and closes.
@@ -198,7 +198,11 @@ import Glibc
             try #require(c.send(observe.serialized() + [0]), "stream \(i)")
             streams.append(c)
         }
-        usleep(500_000)
+        // Each stream open: its call read whole and its first reply (the snapshot) sent.
+        for (i, c) in streams.enumerated() {
+            let first = c.receive(timeout: 20)
+            try #require(first.parameters != nil, "stream \(i): \(first)")
+        }
         let during = bystander.call("io.vaultd.Preferences.Set", ["domain": "com.example.budget2", "key": "big", "value": ["string": .string(big)]])
         #expect(during.parameters != nil, "a 3 MiB message while 8 streams of nearly 8 MiB calls are open: \(during)")
         #expect(d.isRunning, "vaultd died; log:\n\(d.log)")

@@ -143,7 +143,9 @@ import Glibc
         let second = try ChildProcess.run(
             Paths.tool("vaultd"), ["--socket", d.socketPath, "--data-dir", d.root + "/data2"],
             environment: isolatedEnvironment(root: d.root, socket: nil), timeout: 20)
-        usleep(200_000)
+        // The first vaultd serves on after the second one's exit: more calls answered since.
+        let atExit = served.get
+        #expect(eventually(timeout: 20) { served.get >= atExit + 5 || !failures.all.isEmpty }, "served \(served.get) calls, \(atExit) at the second vaultd's exit")
         done.withLock { $0 = true }
         group.wait()
         #expect(!second.timedOut && second.status != 0, "the second vaultd did not exit: \(second)")

@@ -87,6 +87,16 @@ final class ExactClient: @unchecked Sendable {
     var fd: Int32 { connection.fd }
     func close() { connection.close() }
 
+    /// Bytes sent that the peer has not read yet (SIOCOUTQ, 0x5411 in linux/sockios.h: for a
+    /// Unix socket, what its queue still holds for the peer); -1 when the kernel does not say.
+    var unreadBytes: Int {
+        var n: Int32 = 0
+        return ioctl(fd, 0x5411, &n) == 0 ? Int(n) : -1
+    }
+
+    /// Waits until the peer has read every byte sent (true), or `timeout` seconds pass.
+    func waitUntilRead(timeout: Double = 20) -> Bool { eventually(timeout: timeout) { unreadBytes == 0 } }
+
     /// Sends raw bytes; false when the peer had closed.
     @discardableResult
     func send(_ bytes: [UInt8]) -> Bool { (try? connection.send(bytes)) ?? false }
@@ -193,16 +203,22 @@ final class CustomDaemon: @unchecked Sendable {
     var command: [String] { [Paths.tool("vaultd"), "--socket", socketPath, "--data-dir", dataDirectory] }
 
     /// Starts `wrapper + command` (or the command alone) with `environment` added, and waits
-    /// until Status answers.
+    /// until Status answers. Its clock is the test clock in `root` (`TestClock`).
     func start(environment extra: [String: String] = [:], wrapper: [String] = [], timeout: Double = 15) throws {
         precondition(pid == nil, "vaultd is already running")
-        let env = isolatedEnvironment(root: root, socket: nil).merging(extra) { $1 }
+        let env = isolatedEnvironment(root: root, socket: nil).merging(TestClock.environment(root: root)) { $1 }.merging(extra) { $1 }
         let argv = wrapper + command
         let p = try ChildProcess.spawn(
             argv[0], Array(argv.dropFirst()), environment: env, inputs: [:], stdout: .file(logPath, append: true),
             stderr: .file(logPath, append: true))
         pid = p
         try Daemon.waitUntilServing(p, socketPath: socketPath, timeout: timeout, log: { log }) { _ in pid = nil }
+    }
+
+    /// Moves vaultd's clock `seconds` ahead and waits for its periodic tasks (`Daemon.advanceClock`).
+    func advanceClock(by seconds: Double, timeout: Double = 20) throws {
+        try TestClock.advance(root: root, by: seconds)
+        try Daemon.tick(pid, log: { log }, timeout: timeout)
     }
 
     func kill() {

@@ -250,7 +250,7 @@ struct LockTests {
         for guess in ["guess1", "guess2", "guess3"] {
             expectFailure(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret(guess), caller: .owner) }
         }
-        let record: JSON = ["count": 3, "last": JSON(Date().timeIntervalSince1970 + 3600)]
+        let record: JSON = ["count": 3, "last": JSON(vault.clock.now.timeIntervalSince1970 + 3600)]
         _ = try vault.write { db in try db.run("UPDATE vault_meta SET value = ? WHERE key = 'unlock.failures'", [.blob(record.serialized())]) }
     }
 
@@ -259,11 +259,17 @@ struct LockTests {
     /// ahead, a machine booted with a wrong time): the failures are then in the future, and
     /// the wait counted from them locked the owner out for as long as the clock had gone back.
     @Test func theUnlockWaitNeverExceedsItsDelayWhenTheClockGoesBack() throws {
-        try withVault(initialize: false) { vault, _ in
+        let clock = ManualClock()
+        try withVault(initialize: false, clock: clock) { vault, _ in
             try Self.failThriceThenSetTheClockBack(vault)
-            let wait = try #require(try vault.status(caller: .owner).retryAfter)
-            #expect(wait > 0 && wait <= 1, "retryAfter \(wait) s after three failures")
-            usleep(1_100_000)
+            // Counted from now (the clock stands still): exactly the 1 s three failures impose.
+            let wait = try vault.status(caller: .owner).retryAfter
+            #expect(wait == 1, "retryAfter \(wait) s after three failures")
+            clock.advance(by: 0.5)
+            expectFailure(.rateLimited) { _ = try vault.unlock(passphrase: secret("right"), caller: .owner) }
+            #expect(try vault.status(caller: .owner).retryAfter == 0.5)
+            clock.advance(by: 0.5)
+            #expect(try vault.status(caller: .owner).retryAfter == 0)
             _ = try vault.unlock(passphrase: secret("right"), caller: .owner)
             #expect(vault.lockState.state == .unlocked)
         }

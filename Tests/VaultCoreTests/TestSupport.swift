@@ -14,10 +14,11 @@ func withTemporaryDirectory<T>(_ body: (String) throws -> T) throws -> T {
 
 /// Runs `body` with a vault in a fresh temporary data directory, initialised without a
 /// passphrase (always unlocked) unless `initialize` is false.
-func withVault<T>(initialize: Bool = true, _ body: (Vault, String) throws -> T) throws -> T {
+/// `clock`: the vault's (the system's unless a test passes a `ManualClock`).
+func withVault<T>(initialize: Bool = true, clock: any VaultClock = SystemClock(), _ body: (Vault, String) throws -> T) throws -> T {
     try withTemporaryDirectory { tmp in
         let dir = tmp + "/data"
-        let vault = try Vault(dataDirectory: dir, passphrasePolicy: .tests)
+        let vault = try Vault(dataDirectory: dir, passphrasePolicy: .tests, clock: clock)
         defer { vault.close() }
         if initialize { _ = try vault.initialize(passphrase: nil, caller: .owner) }
         return try body(vault, dir)
@@ -76,4 +77,26 @@ extension PassphrasePolicy {
     /// Argon2id at libsodium's MIN cost: the unit tests init and unlock many vaults and check
     /// nothing of the cost (PassphraseTests checks the real one).
     static let tests = PassphrasePolicy(kdfCost: .minimum)
+}
+
+/// A clock that stands still until the test moves it: the wall clock starts at the system's
+/// time (its whole second, so that sums of halves and quarters stay exact), the monotonic one
+/// at the system's, and both move only by `advance`. A wait on it ends when the test says, so
+/// what it brings is checked without sleeping through it.
+final class ManualClock: VaultClock, @unchecked Sendable {
+    // `@unchecked Sendable`: both values are read and written under `lock`.
+    private let lock = NSLock()
+    private var wall = Date(timeIntervalSince1970: Date().timeIntervalSince1970.rounded(.down))
+    private var monotonic = MonotonicClock.nanoseconds()
+
+    var now: Date { lock.withLock { wall } }
+    var monotonicNanoseconds: UInt64 { lock.withLock { monotonic } }
+
+    /// Moves both clocks `seconds` ahead.
+    func advance(by seconds: Double) {
+        lock.withLock {
+            wall = wall.addingTimeInterval(seconds)
+            monotonic += UInt64(seconds * 1e9)
+        }
+    }
 }

@@ -306,8 +306,9 @@ extension Vault {
     /// caches go, credentials stay for a reinstall). Back before that, it is the same install:
     /// nothing changes but the mark. An app uninstalled so is reinstalled (a new generation)
     /// when its executable comes back. vaultd calls this at start and then every second;
-    /// `now` is the clock (tests pass their own).
-    public func scanExecutables(now: Date = Date()) {
+    /// `now` is the time of the scan (nil: `clock.now`; tests pass their own or move the clock).
+    public func scanExecutables(now: Date? = nil) {
+        let now = now ?? clock.now
         guard let all = try? exclusive({ try apps.all(in: $0.db) }) else { return }
         let grace = appSettings.uninstallGraceSeconds
         for listed in all where !listed.flatpak && listed.executable != nil {

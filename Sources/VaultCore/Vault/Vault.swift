@@ -34,8 +34,11 @@ public final class Vault: @unchecked Sendable {
     private let unlockAttempts = NSLock()
     /// The Argon2id cost and the unlock rate limit's time scale.
     public let passphrasePolicy: PassphrasePolicy
+    /// The time the rate limit and the executable scan go by (vaultd's idle auto-lock too):
+    /// the system's, but in tests.
+    public let clock: any VaultClock
     /// Failed passphrase checks in a row, as this process counted them, and the wall-clock
-    /// time of the last (seconds since 1970), under the engine lock. With the count stored in
+    /// time of the last (seconds since 1970, on `clock`), under the engine lock. With the count stored in
     /// `vault_meta` (`unlock.failures`), the larger wins (`failureRecord`): a failure that
     /// could not be stored (a full disk) still counts, until vaultd exits.
     private var failures = FailureRecord(count: 0, last: 0)
@@ -63,10 +66,15 @@ public final class Vault: @unchecked Sendable {
     /// ThisDeviceOnly item unavailable for good, and the old key, put back later, would no
     /// longer open what was made meanwhile.
     /// `passphrasePolicy`: the Argon2id cost of new passphrase keys and the rate limit's time
-    /// scale (the defaults for real vaults; tests lower them).
-    public init(dataDirectory: String, cacheDirectory: String? = nil, newDeviceKey: Bool = false, passphrasePolicy: PassphrasePolicy = PassphrasePolicy()) throws {
+    /// scale (the defaults for real vaults; tests lower them). `clock`: the system's, but in
+    /// tests, which move it instead of waiting.
+    public init(
+        dataDirectory: String, cacheDirectory: String? = nil, newDeviceKey: Bool = false, passphrasePolicy: PassphrasePolicy = PassphrasePolicy(),
+        clock: any VaultClock = SystemClock()
+    ) throws {
         self.dataDirectory = dataDirectory
         self.passphrasePolicy = passphrasePolicy
+        self.clock = clock
         self.cacheDirectory = cacheDirectory ?? dataDirectory + "/caches"
         try FileSystem.makeDirectory(dataDirectory, mode: 0o700)
         let keyPath = dataDirectory + "/device.key"
@@ -474,7 +482,7 @@ public final class Vault: @unchecked Sendable {
             if let raw = r[0].blob, let j = try? JSON.parse(raw), let n = j["count"]?.intValue, let last = j["last"]?.doubleValue {
                 stored = FailureRecord(count: n, last: last)
             } else {
-                stored = FailureRecord(count: 3, last: Date().timeIntervalSince1970)
+                stored = FailureRecord(count: 3, last: clock.now.timeIntervalSince1970)
             }
         }
         if stored.count > failures.count { failures = stored }
@@ -492,7 +500,7 @@ public final class Vault: @unchecked Sendable {
         var record = try failureRecord(x)
         guard record.count >= 3 else { return 0 }
         let wait = failureWait(record.count)
-        let now = Date().timeIntervalSince1970
+        let now = clock.now.timeIntervalSince1970
         if record.last > now {
             record.last = now
             failures = record
@@ -527,7 +535,7 @@ public final class Vault: @unchecked Sendable {
     /// Returns the count and whether the store took it. Call it under the engine lock, after
     /// `failureRecord` (the rate limit's check) in the same attempt.
     private func recordFailedUnlock(_ x: DatabasePool.Exclusive) -> (count: Int, stored: Bool) {
-        failures = FailureRecord(count: failures.count + 1, last: Date().timeIntervalSince1970)
+        failures = FailureRecord(count: failures.count + 1, last: clock.now.timeIntervalSince1970)
         do {
             try storeFailures(failures, x)
             return (failures.count, true)

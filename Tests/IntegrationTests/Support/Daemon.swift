@@ -110,11 +110,12 @@ final class Daemon: @unchecked Sendable {
     var isRunning: Bool { pid.map(ChildProcess.isAlive) ?? false }
 
     /// Spawns vaultd with `--socket` and `--data-dir` (and `extraArguments`) and waits until
-    /// a Status call on the socket answers (up to `timeout` seconds).
+    /// a Status call on the socket answers (up to `timeout` seconds). Its clock is the test
+    /// clock in `root` (`TestClock`), which `advanceClock` moves.
     /// `environment` is added to vaultd's (e.g. `VAULTD_ARGON2_TEST_COST: ""` for the real cost).
     func start(extraArguments: [String] = [], environment extra: [String: String] = [:], timeout: Double = 10) throws {
         precondition(pid == nil, "vaultd is already running")
-        let env = isolatedEnvironment(root: root, socket: nil).merging(extra) { $1 }
+        let env = isolatedEnvironment(root: root, socket: nil).merging(TestClock.environment(root: root)) { $1 }.merging(extra) { $1 }
         let p = try ChildProcess.spawn(
             Paths.tool("vaultd"), ["--socket", socketPath, "--data-dir", dataDirectory] + extraArguments,
             environment: env, inputs: [:], stdout: .file(logPath, append: true), stderr: .file(logPath, append: true))
@@ -167,10 +168,25 @@ final class Daemon: @unchecked Sendable {
         let before = log().components(separatedBy: mark).count
         Glibc.kill(pid, SIGUSR1)
         let deadline = Date().addingTimeInterval(timeout)
+        var sent = Date()
         while log().components(separatedBy: mark).count == before {
             if Date() > deadline { throw HarnessError("vaultd did not run its periodic tasks within \(timeout) s; log:\n\(log())") }
+            // Sent again each second: a vaultd that had only just started answering ignored
+            // a signal that came before its handler was in place. (A pass more does no harm.)
+            if Date().timeIntervalSince(sent) > 1 {
+                Glibc.kill(pid, SIGUSR1)
+                sent = Date()
+            }
             usleep(5_000)
         }
+    }
+
+    /// Moves vaultd's clock `seconds` ahead (`TestClock`) and waits until its periodic tasks
+    /// ran at the new time (`tick`): the idle auto-lock, the executable scan's grace period and
+    /// the failed-unlock waits have then moved on by that much.
+    func advanceClock(by seconds: Double, timeout: Double = 20) throws {
+        try TestClock.advance(root: root, by: seconds)
+        try tick(timeout: timeout)
     }
 
     /// SIGTERM, then waits for the exit. Returns the exit status (nil when it did not exit
@@ -251,4 +267,28 @@ final class Daemon: @unchecked Sendable {
 
     /// A raw varlink connection to this daemon.
     func connect() throws -> VarlinkConnection { try VarlinkConnection(path: socketPath) }
+}
+
+/// vaultd's test clock (`VAULTD_TEST_CLOCK_FILE`, which debug builds of vaultd honour): the
+/// file `test-clock` in a test's directory holds how many seconds vaultd's clock runs ahead
+/// of the system's. vaultd reads it at start and at each SIGUSR1, and it only grows, so it
+/// holds across restarts of the same test's vaultd (stored times, such as the last failed
+/// unlock, stay in its past).
+enum TestClock {
+    static func path(root: String) -> String { root + "/test-clock" }
+
+    /// What a vaultd started in `root` gets in its environment.
+    static func environment(root: String) -> [String: String] { ["VAULTD_TEST_CLOCK_FILE": path(root: root)] }
+
+    /// The offset the file holds now (0 when absent).
+    static func offset(root: String) -> Double {
+        (try? String(contentsOfFile: path(root: root), encoding: .utf8)).flatMap { Double($0.trimmingCharacters(in: .whitespacesAndNewlines)) } ?? 0
+    }
+
+    /// Writes an offset `seconds` larger (whole, by a rename, so vaultd never reads half a
+    /// number). vaultd takes it at its next SIGUSR1 (`Daemon.tick`).
+    static func advance(root: String, by seconds: Double) throws {
+        let file = path(root: root)
+        try Data("\(offset(root: root) + seconds)\n".utf8).write(to: URL(fileURLWithPath: file), options: .atomic)
+    }
 }
