@@ -280,6 +280,13 @@ import VaultProtocol
             #expect(publicJSON.isEmpty, "Sources/VaultCore/\(file): \(publicJSON)")
         }
         #expect(files > 40)
+        // The Secret Service front-end gets the engine's failures as they are (`VaultFailure`),
+        // never as varlink errors: a `catch` of a VaultError there would never match.
+        let secretService = Self.repoRoot.appendingPathComponent("Sources/vaultd/SecretService")
+        for case let file as String in FileManager.default.enumerator(atPath: secretService.path)! where file.hasSuffix(".swift") {
+            let text = try String(contentsOf: secretService.appendingPathComponent(file), encoding: .utf8)
+            #expect(Self.matches(#"(as\?? VaultError)"#, in: text).isEmpty, "Sources/vaultd/SecretService/\(file) matches a VaultError")
+        }
     }
 
     static func matches(_ pattern: String, in text: String) -> [String] {

@@ -745,11 +745,11 @@ final class KeychainStore {
                     continue
                 }
                 replyBytes += (s.count + 2) / 3 * 4
-                if replyBytes >= Varlink.maximumMessageSize {
+                if replyBytes >= ReplyLimit.maximumReplyBytes {
                     throw VaultFailure(
                         .replyTooLarge,
-                        "the answer would be over \(replyBytes) bytes, over the \(Varlink.maximumMessageSize)-byte message limit: ask for less (matchLimit one, no data, a narrower query)",
-                        .init(limit: Int64(Varlink.maximumMessageSize), size: Int64(replyBytes)))
+                        "the answer would be over \(replyBytes) bytes, over the \(ReplyLimit.maximumReplyBytes)-byte message limit: ask for less (matchLimit one, no data, a narrower query)",
+                        .init(limit: Int64(ReplyLimit.maximumReplyBytes), size: Int64(replyBytes)))
                 }
                 data = s
             }

@@ -15,6 +15,10 @@ public enum ReplyLimit {
     /// their data. (A reply is also at most `Varlink.maximumMessageSize` on the wire.)
     public static let maximumBuildBytes = 32 << 20
 
+    /// The most one serialized reply may take (8 MiB, the protocol's message limit): the
+    /// secrets of one lookup, in base64, must fit in it.
+    public static let maximumReplyBytes = Varlink.maximumMessageSize
+
     /// Bytes one item with `attributes` bytes of stored (serialized or sealed) attributes and
     /// a secret of `secret` bytes (0: without its data) takes in a reply being built: four
     /// copies of its attributes, 2 KiB of JSON objects and strings around them, and the secret

@@ -46,10 +46,9 @@ extension BusError {
             self = b
         } else if let f = error as? VaultFailure {
             self.init(f)
-        } else if let v = error as? VaultError {
-            self.init(name: "org.freedesktop.DBus.Error.Failed", message: v.message)
         } else {
-            self.init(name: "org.freedesktop.DBus.Error.Failed", message: "\(error)")
+            // A shared codec's error (VaultProtocol's, a LocalizedError) by its message.
+            self.init(name: "org.freedesktop.DBus.Error.Failed", message: (error as? LocalizedError)?.errorDescription ?? "\(error)")
         }
     }
 }

@@ -318,7 +318,7 @@ extension SecretService {
             } else {
                 do {
                     _ = try vault.deleteItems(Self.query(group: g, id: id), caller: caller)
-                } catch let e as VaultError where e.code == .itemDamaged {
+                } catch let e as VaultFailure where e.code == .itemDamaged {
                     // The item at this path is damaged: a query naming only its service,
                     // account and group, which its row tells in clear, deletes it.
                     _ = try vault.deleteItems(ItemQuery(itemClass: .genericPassword, attributes: ItemAttributes(service: Vault.secretServiceService, account: id, accessGroup: g), matchAll: true), caller: caller)
