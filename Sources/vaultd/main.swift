@@ -75,15 +75,15 @@ if activated == nil {
     }
 }
 
-// For tests only: VAULTD_ARGON2_TEST_COST=min, VAULTD_UNLOCK_DELAY_TEST_SCALE (PassphrasePolicy).
+// For tests only: VAULTD_ARGON2_TEST_COST=min (PassphrasePolicy).
 let passphrasePolicy: PassphrasePolicy
 do {
     passphrasePolicy = try PassphrasePolicy.fromEnvironment(environment)
 } catch {
     fail((error as? VaultFailure)?.message ?? "\(error)", code: 64)
 }
-if passphrasePolicy.kdfCost != .moderate || passphrasePolicy.unlockDelayScale != 1 {
-    log("test settings: Argon2id cost \(passphrasePolicy.kdfCost.rawValue), unlock waits scaled by \(passphrasePolicy.unlockDelayScale)")
+if passphrasePolicy.kdfCost != .moderate {
+    log("test settings: Argon2id cost \(passphrasePolicy.kdfCost.rawValue)")
 }
 // For tests only, and only in debug builds: VAULTD_TEST_CLOCK_FILE, a clock the tests move
 // (TestClock). Otherwise the system's.

@@ -32,7 +32,7 @@ public final class Vault: @unchecked Sendable {
     public let appSettings = AppSettings()
     private let keysLock = NSLock()
     private let unlockAttempts = NSLock()
-    /// The Argon2id cost and the unlock rate limit's time scale.
+    /// The Argon2id cost of new passphrase keys.
     public let passphrasePolicy: PassphrasePolicy
     /// The time the rate limit and the executable scan go by (vaultd's idle auto-lock too):
     /// the system's, but in tests.
@@ -65,9 +65,9 @@ public final class Vault: @unchecked Sendable {
     /// of a restore) is refused with InternalError saying so: a new key would make every
     /// ThisDeviceOnly item unavailable for good, and the old key, put back later, would no
     /// longer open what was made meanwhile.
-    /// `passphrasePolicy`: the Argon2id cost of new passphrase keys and the rate limit's time
-    /// scale (the defaults for real vaults; tests lower them). `clock`: the system's, but in
-    /// tests, which move it instead of waiting.
+    /// `passphrasePolicy`: the Argon2id cost of new passphrase keys (the default for real
+    /// vaults; tests lower it). `clock`: the system's, but in tests, which move it instead of
+    /// waiting.
     public init(
         dataDirectory: String, cacheDirectory: String? = nil, newDeviceKey: Bool = false, passphrasePolicy: PassphrasePolicy = PassphrasePolicy(),
         clock: any VaultClock = SystemClock()
@@ -451,9 +451,9 @@ public final class Vault: @unchecked Sendable {
             try changingKeys { try keys.unlock(kek: kek, in: x) }
         } catch let e as VaultFailure where e.code == .wrongPassphrase {
             let (n, stored) = recordFailedUnlock(x)
-            let wait = failureWait(n)
-            // Whole seconds as such ("1 s"); a test's scaled waits with their fraction.
-            let waitText = wait == wait.rounded() ? String(Int(wait)) : String(wait)
+            // The schedule's waits are whole seconds (1 s to 900 s).
+            let wait = Self.unlockWait(afterFailures: n)
+            let waitText = String(Int(wait))
             log(
                 "\(operation) failed: wrong passphrase (\(n) failed in a row\(wait > 0 ? "; the next check is allowed in \(waitText) s" : "")\(stored ? "" : "; counted in memory only, the store could not take it"))"
             )
@@ -499,7 +499,7 @@ public final class Vault: @unchecked Sendable {
     private func rateLimitDelay(_ x: DatabasePool.Exclusive) throws -> Double {
         var record = try failureRecord(x)
         guard record.count >= 3 else { return 0 }
-        let wait = failureWait(record.count)
+        let wait = Self.unlockWait(afterFailures: record.count)
         let now = clock.now.timeIntervalSince1970
         if record.last > now {
             record.last = now
@@ -524,11 +524,6 @@ public final class Vault: @unchecked Sendable {
     /// none below 3, then 1 s doubling with each failure, at most 15 min (900 s).
     public static func unlockWait(afterFailures n: Int) -> Double {
         n >= 3 ? min(pow(2.0, Double(min(n, 64) - 3)), 900) : 0
-    }
-
-    /// `unlockWait`, scaled by `passphrasePolicy.unlockDelayScale` (1 but in tests).
-    private func failureWait(_ n: Int) -> Double {
-        Self.unlockWait(afterFailures: n) * passphrasePolicy.unlockDelayScale
     }
 
     /// Counts one more failure, in memory first (that cannot fail), then in the store.
@@ -823,35 +818,27 @@ public final class Vault: @unchecked Sendable {
     }
 }
 
-/// How a vault treats passphrases: the Argon2id cost of new KEKs and the rate limit's scale.
+/// How a vault treats passphrases: the Argon2id cost of new KEKs. The failed-unlock waits
+/// (`Vault.unlockWait`) are not part of it: they are always the documented schedule, and
+/// tests move the vault's clock to get through them.
 public struct PassphrasePolicy: Sendable {
     /// The Argon2id cost of every KEK derived from now on, and the least a stored one may
     /// have before it is re-wrapped at the next unlock.
     public var kdfCost: Sodium.KDFCost
-    /// Factor on the failed-unlock waits (`Vault.unlockWait`): 1 (the documented schedule)
-    /// but in tests, which set it in (0, 1] to check the schedule's shape in seconds, not hours.
-    public var unlockDelayScale: Double
 
-    public init(kdfCost: Sodium.KDFCost = .moderate, unlockDelayScale: Double = 1) {
+    public init(kdfCost: Sodium.KDFCost = .moderate) {
         self.kdfCost = kdfCost
-        self.unlockDelayScale = unlockDelayScale
     }
 
     /// The settings for tests only, from the environment: `VAULTD_ARGON2_TEST_COST=min`
-    /// (libsodium's MIN limits, never less) and `VAULTD_UNLOCK_DELAY_TEST_SCALE` (a factor
-    /// in (0, 1] on the waits). Unset, the real defaults. Throws for any other value.
+    /// (libsodium's MIN limits, never less). Unset or empty, the real default. Throws for
+    /// any other value.
     public static func fromEnvironment(_ env: [String: String]) throws -> PassphrasePolicy {
         var p = PassphrasePolicy()
         switch env["VAULTD_ARGON2_TEST_COST"] {
         case nil, "": break
         case "min": p.kdfCost = .minimum
         case let v?: throw VaultFailure(.param, "VAULTD_ARGON2_TEST_COST (for tests only) must be min, not '\(v)'")
-        }
-        if let v = env["VAULTD_UNLOCK_DELAY_TEST_SCALE"], !v.isEmpty {
-            guard let f = Double(v), f > 0, f <= 1 else {
-                throw VaultFailure(.param, "VAULTD_UNLOCK_DELAY_TEST_SCALE (for tests only) must be a number in (0, 1], not '\(v)'")
-            }
-            p.unlockDelayScale = f
         }
         return p
     }
