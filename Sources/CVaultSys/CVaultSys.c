@@ -38,6 +38,7 @@ int vault_mount_id(int fd, unsigned long long *id) {
 }
 
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <string.h>
 #include <unistd.h>
@@ -104,12 +105,13 @@ int vault_pidfd_signal(int pidfd, int sig) {
 }
 
 int vault_pidfd_alive(int pidfd) {
-#ifdef SYS_pidfd_send_signal
-    if (syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) == 0) return 1;
-    return errno == EPERM ? 1 : 0;
-#else
-    return 0;
-#endif
+    struct pollfd p = {.fd = pidfd, .events = POLLIN, .revents = 0};
+    int n;
+    do {
+        n = poll(&p, 1, 0);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) return 0;
+    return (p.revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL)) == 0 ? 1 : 0;
 }
 
 int vault_set_passcred(int fd) {

@@ -42,9 +42,9 @@ int vault_peer_pidfd(int fd, pid_t *pid, uid_t *uid, gid_t *gid, int *pidfd, int
 /// (errno set).
 int vault_pidfd_open(pid_t pid);
 
-/// Whether the process `pidfd` names is still alive (pidfd_send_signal with signal 0: no
-/// signal is sent). A zombie counts as alive: its pid is not reused until it is reaped.
-/// Returns 1 or 0.
+/// Whether the process `pidfd` names has not terminated: a pidfd polls readable once its
+/// process exits (pidfd_open(2)), so a zombie counts as gone. A failing poll counts as gone
+/// too (fails closed). Returns 1 or 0.
 int vault_pidfd_alive(int pidfd);
 
 /// pidfd_send_signal(pidfd, sig): signals the process `pidfd` names, never another that got
