@@ -42,3 +42,31 @@ extension Sequence where Element == String {
     /// Whether an element is the same UTF-8 bytes as `s` (`String.sameBytes`).
     public func containsBytes(_ s: String) -> Bool { contains { $0.sameBytes(s) } }
 }
+
+extension String {
+    /// `bytes` as lowercase hexadecimal, two digits a byte (as `sodium_bin2hex`): written in
+    /// one pass into the string's own storage, without Foundation's formatter, so it may
+    /// stand on a per-call path.
+    public init(lowercaseHex bytes: UnsafeRawBufferPointer) {
+        self.init(unsafeUninitializedCapacity: bytes.count * 2) { out in
+            var i = 0
+            for b in bytes {
+                out[i] = hexDigit(b >> 4)
+                out[i + 1] = hexDigit(b & 15)
+                i += 2
+            }
+            return i
+        }
+    }
+
+    public init(lowercaseHex bytes: [UInt8]) {
+        self = bytes.withUnsafeBytes { String(lowercaseHex: $0) }
+    }
+
+    public init(lowercaseHex bytes: ArraySlice<UInt8>) {
+        self = bytes.withUnsafeBytes { String(lowercaseHex: $0) }
+    }
+}
+
+/// The lowercase hexadecimal digit of `v` (0...15).
+@inline(__always) private func hexDigit(_ v: UInt8) -> UInt8 { v < 10 ? 0x30 + v : 0x57 + v }

@@ -107,13 +107,17 @@ final class CallSecrets {
 
     /// The names of the secret parameters given: present in the call, as strings, though not
     /// in its `parameters` (`VarlinkValidation.callRefusal`).
-    var names: VarlinkValidation.SecretNames { Set(request.keys.map { ExactString($0) }) }
+    var names: VarlinkValidation.SecretNames { request.isEmpty ? [] : Set(request.keys.map { ExactString($0) }) }
 
     /// The secrets to write into the reply, by their place-holder's number.
     private var replySecrets: [SecureBytes] = []
-    /// 128 random bits in hex, in every place-holder of this call's reply: an attribute
-    /// value cannot be mistaken for one.
-    private lazy var token: String = Sodium.randomBytes(16).map { String(format: "%02x", $0) }.joined()
+    /// 128 random bits in hex, drawn once per process, in every place-holder: an attribute
+    /// value cannot be mistaken for one, since no peer ever sees the token (every
+    /// place-holder is replaced before its reply is sent, or the reply is not sent). Drawn
+    /// once, so a call costs no `getrandom`.
+    private static let token: String = String(lowercaseHex: Sodium.randomBytes(16))
+    /// `"vaultd.secret.TOKEN.`: what each place-holder starts with, its opening quote included.
+    private static let quotedPrefix: [UInt8] = Array("\"vaultd.secret.\(token).".utf8)
 
     /// Parses a call's message (`JSON.parseCall`), decoding its secret parameters from
     /// `frame` into secure memory. A member that is a secret's name but not the method's
@@ -157,7 +161,7 @@ final class CallSecrets {
     /// `reply(substitutedInto:)` replaces with the secret's base64.
     func replyPlaceholder(for secret: SecureBytes) -> JSON {
         replySecrets.append(secret)
-        return .string("vaultd.secret.\(token).\(replySecrets.count - 1)")
+        return .string("vaultd.secret.\(Self.token).\(replySecrets.count - 1)")
     }
 
     var carriesReplySecrets: Bool { !replySecrets.isEmpty }
@@ -167,7 +171,7 @@ final class CallSecrets {
     /// secrets never reach memory that is freed unwiped. Nil when `reply` holds none.
     func reply(substitutedInto reply: [UInt8]) -> SecureBytes? {
         guard !replySecrets.isEmpty else { return nil }
-        let prefix = Array("\"vaultd.secret.\(token).".utf8)
+        let prefix = Self.quotedPrefix
         // The place-holders in `reply`: where each starts and ends (its quotes included) and its number.
         var found: [(range: Range<Int>, secret: Int)] = []
         reply.withUnsafeBufferPointer { r in

@@ -28,7 +28,7 @@ public struct DamagedItem: Error, Sendable, Equatable {
 
     public init(id: Int64, uuid: [UInt8]?, itemClass: String?, accessGroup: String?, part: Part) {
         self.id = id
-        self.uuid = uuid.map { $0.map { String(format: "%02x", $0) }.joined() } ?? ""
+        self.uuid = uuid.map { String(lowercaseHex: $0) } ?? ""
         // Clear columns, yet of a damaged row: bounded in what they put in a reply or a log.
         self.itemClass = itemClass.map { String($0.prefix(64)) }
         self.accessGroup = accessGroup.map { String($0.prefix(256)) }

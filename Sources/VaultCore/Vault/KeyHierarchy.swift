@@ -164,7 +164,7 @@ final class KeyHierarchy {
     /// This device's name among devices: a keyed hash of its device key (which it does not
     /// reveal), 32 hex digits.
     var deviceID: String {
-        Sodium.keyedHash(Array("vaultd device id v1".utf8), key: deviceKey, length: 16).map { String(format: "%02x", $0) }.joined()
+        String(lowercaseHex: Sodium.keyedHash(Array("vaultd device id v1".utf8), key: deviceKey, length: 16))
     }
 
     /// The key a backup seals ThisDeviceOnly secrets under: derived from the device key

@@ -161,7 +161,7 @@ extension Vault {
             guard sessionItems.items.count < SessionItems.maximumItems, sessionItems.bytes + item.bytes <= SessionItems.maximumBytes else {
                 throw VaultFailure(.quotaExceeded, "the session collection is full (\(SessionItems.maximumItems) items, \(SessionItems.maximumBytes) bytes)")
             }
-            let id = Sodium.randomBytes(16).map { String(format: "%02x", $0) }.joined()
+            let id = String(lowercaseHex: Sodium.randomBytes(16))
             sessionItems.items[id] = item
             return id
         }

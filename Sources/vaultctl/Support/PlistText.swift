@@ -57,7 +57,7 @@ enum PlistText {
     /// 18191a1b 1c1d1e1f }`). `defaults export` writes every byte.
     static func dataText(_ d: Data) -> String {
         let b = [UInt8](d)
-        func hex(_ s: ArraySlice<UInt8>) -> String { s.map { String(format: "%02x", $0) }.joined() }
+        func hex(_ s: ArraySlice<UInt8>) -> String { String(lowercaseHex: s) }
         guard b.count > 24 else { return "{length = \(b.count), bytes = 0x\(hex(b[...]))}" }
         func groups(_ range: Range<Int>) -> String { stride(from: range.lowerBound, to: range.upperBound, by: 4).map { hex(b[$0..<($0 + 4)]) + " " }.joined() }
         return "{length = \(b.count), bytes = 0x\(groups(0..<16))... \(groups((b.count - 8)..<b.count))}"

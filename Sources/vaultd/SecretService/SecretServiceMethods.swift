@@ -165,12 +165,6 @@ extension SecretService {
         }
     }
 
-    /// Two lowercase hex digits.
-    static func hexByte(_ b: UInt8) -> String {
-        let digits = Array("0123456789abcdef".utf8)
-        return String(decoding: [digits[Int(b >> 4)], digits[Int(b & 15)]], as: UTF8.self)
-    }
-
     static func seconds(_ d: Date?) -> GV { .uint64(UInt64(max(0, d?.timeIntervalSince1970 ?? 0))) }
 
     // MARK: methods
@@ -379,7 +373,7 @@ extension SecretService {
             return .tuple([.objectPath(path), .objectPath("/")])
         }
         // The item's ID: 128 random bits, in hex (a path element as it is).
-        let id = Sodium.randomBytes(16).map(Self.hexByte).joined()
+        let id = String(lowercaseHex: Sodium.randomBytes(16))
         var a = ItemAttributes(service: Vault.secretServiceService, account: id, label: label, accessGroup: group)
         a.lookupAttributes = attributes
         _ = try vault.addItem(.genericPassword, attributes: a, secret: secret, caller: caller)
