@@ -40,12 +40,11 @@ public enum VarlinkInterfaces {
 
     /// The declaration of the fully-qualified method `name` ("io.vaultd.Keychain.Add") and its
     /// interface; nil when no served interface declares it.
-    public static func method(_ name: String) -> (VarlinkIDL.Interface, VarlinkIDL.Method)? {
-        guard let dot = name.lastIndex(of: "."), let interface = byName[String(name[..<dot])],
-            let method = interface.methods[String(name[name.index(after: dot)...])]
-        else { return nil }
-        return (interface, method)
-    }
+    public static func method(_ name: String) -> (VarlinkIDL.Interface, VarlinkIDL.Method)? { methodsByName[name] }
+
+    /// Every declared method by its fully-qualified name, with its interface: one lookup a call.
+    private static let methodsByName: [String: (VarlinkIDL.Interface, VarlinkIDL.Method)] = Dictionary(
+        uniqueKeysWithValues: parsed.flatMap { i in i.methods.values.map { (i.name + "." + $0.name, (i, $0)) } })
 
     /// Every declared method, fully qualified, in the order of `names` and of each description.
     public static let methodNames: [String] = parsed.flatMap { i in i.methodOrder.map { i.name + "." + $0 } }
