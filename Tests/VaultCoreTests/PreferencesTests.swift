@@ -446,10 +446,15 @@ struct PreferenceReplyReservationTests {
             let one = RecordingReservation(refusals: 0)
             #expect(try vault.preference(domain: domain, key: "a", caller: .owner, reply: one) == .string(String(repeating: "x", count: 1000)))
             #expect(one.asked == [PreferencesStore.replyBytes(counted: sizes.1)] && one.waited.isEmpty)
-            // An absent key reserves only the reply around nothing.
+            // An absent key reserves nothing: its reply holds no value, only its fixed frame.
             let none = RecordingReservation(refusals: 0)
             #expect(try vault.preference(domain: domain, key: "missing", caller: .owner, reply: none) == nil)
-            #expect(none.asked == [PreferencesStore.replyBytes(counted: 0)])
+            #expect(none.asked.isEmpty && none.waited.isEmpty)
+            // One key refused room waits, and is read again once there is room.
+            let waiting = RecordingReservation(refusals: 1)
+            #expect(try vault.preference(domain: domain, key: "a", caller: .owner, reply: waiting) == .string(String(repeating: "x", count: 1000)))
+            let one1 = PreferencesStore.replyBytes(counted: sizes.1)
+            #expect(waiting.asked == [one1, one1] && waiting.waited == [one1])
         }
     }
 }

@@ -48,11 +48,14 @@ struct PreferencesStore {
         try VaultFailure.rethrowing(as: .invalidValue) { try PlistValue(tagged: try JSON.parse(blob)) }
     }
 
-    func get(domain: String, key: String, in db: Database) throws -> PlistValue? {
-        guard let r = try db.row("SELECT value FROM preferences WHERE domain = ? AND key = ?", [.text(domain), .text(key)]),
-            let blob = r[0].blob
+    /// One entry's stored bytes and what they count against the domain limit (`size`), from
+    /// one statement: a reader can reserve its reply from the count before it decodes the
+    /// bytes, with no second query and no explicit transaction. Nil when the key is not set.
+    func stored(domain: String, key: String, in db: Database) throws -> (blob: [UInt8], size: Int)? {
+        guard let r = try db.row("SELECT value, size FROM preferences WHERE domain = ? AND key = ?", [.text(domain), .text(key)]),
+            let blob = r[0].blob, let size = r[1].int64
         else { return nil }
-        return try Self.decode(blob)
+        return (blob, Int(size))
     }
 
     func domain(_ domain: String, in db: Database) throws -> PlistDictionary {

@@ -644,8 +644,14 @@ public final class Vault: @unchecked Sendable {
     /// `reply`: where its reply's memory is reserved before the value is read (`ReplyReserving`).
     public func preference(domain: String?, key: String, caller: Caller, reply: ReplyReserving? = nil) throws -> PlistValue? {
         let d = try authorize(.readPreferences(domain: domain), for: caller).domain
-        var held = 0
-        return try readingPreferences(d, key: key, reply: reply, holding: &held) { try preferences.get(domain: d, key: key, in: $0) }
+        // One key: the row's count reserves the reply before its bytes are decoded (the
+        // decoded value and its reply are what can cost many times the bytes).
+        while true {
+            guard let stored = try read({ try preferences.stored(domain: d, key: key, in: $0) }) else { return nil }
+            let total = PreferencesStore.replyBytes(counted: stored.size)
+            if reply?.reserveNow(total) ?? true { return try PreferencesStore.decode(stored.blob) }
+            try reply?.waitForRoom(total)
+        }
     }
 
     /// `read` on a reader, after `reply` (when given) reserved the most its reply can take
