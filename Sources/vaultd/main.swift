@@ -75,12 +75,12 @@ if activated == nil {
     }
 }
 
-// For tests only: VAULTD_ARGON2_TEST_COST=min (PassphrasePolicy).
+// For tests only, and only in debug builds: VAULTD_ARGON2_TEST_COST=min (TestCost).
 let passphrasePolicy: PassphrasePolicy
 do {
-    passphrasePolicy = try PassphrasePolicy.fromEnvironment(environment)
+    passphrasePolicy = try TestCost.policy(from: environment)
 } catch {
-    fail((error as? VaultFailure)?.message ?? "\(error)", code: 64)
+    fail("\(error)", code: 64)
 }
 if passphrasePolicy.kdfCost != .moderate {
     log("test settings: Argon2id cost \(passphrasePolicy.kdfCost.rawValue)")
