@@ -552,6 +552,27 @@ import Glibc
         }
     }
 
+    /// SIGHUP and SIGUSR1 sent once each the moment vaultd first answers are both handled:
+    /// their handlers are in place before the socket serves. (They were made after it, while
+    /// both signals were ignored: a reload sent as soon as vaultd answered was lost.) Each is
+    /// sent once, with no resending, over several starts.
+    @Test func signalsSentAsSoonAsVaultdAnswersAreHandled() throws {
+        let d = try Daemon(start: false)
+        defer { d.close() }
+        for run in 1...5 {
+            let reloads = d.log.components(separatedBy: "SIGHUP: settings reloaded").count
+            try d.start()
+            d.sendSignal(SIGHUP)
+            d.sendSignal(SIGUSR1)
+            let handled = eventually(timeout: 20) {
+                d.log.components(separatedBy: "SIGHUP: settings reloaded").count == reloads + 1
+                    && d.log.components(separatedBy: "SIGUSR1: periodic tasks ran (1)").count == run + 1
+            }
+            #expect(handled, "start \(run): a signal sent as vaultd first answered was lost; log:\n\(d.log)")
+            #expect(d.stop() == 0)
+        }
+    }
+
     /// device.key deleted (or left out of a restore) under an initialised vault: a new key
     /// made without a word would make every ThisDeviceOnly item NotAvailableOnThisDevice for
     /// good, and the old key put back later would no longer open what was added meanwhile. It
