@@ -268,7 +268,8 @@ import Glibc
             try Data(s.sealed(key: key, keyID: id, signingKey: sign)).write(to: URL(fileURLWithPath: elsewhere + "/" + SyncSegment.fileName(1)))
             try sb.passNow()
             #expect(Self.secretOf(b, service: "linked") == nil)
-            #expect(try SyncFolder(root: folder).list()[peer]?.segments.isEmpty == true)
+            #expect(try SyncFolder(root: folder).scan().links == [peer])
+            #expect(try SyncFolder(root: folder).list()[peer] == nil)
 
             // A's own directory replaced by a link: A's next export refuses to write through it.
             let aID = try #require(SyncDeviceID(hex: try sa.status(caller: .owner).deviceID ?? ""))

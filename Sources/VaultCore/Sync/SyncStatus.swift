@@ -45,6 +45,8 @@ public struct SyncStatus: Sendable, Equatable {
     public var fingerprint: String?
     public var keyGeneration: Int?
     public var devices: [Device] = []
+    /// Device directories in the folder past the `SyncService.maximumDevices` read: ignored.
+    public var ignoredDevices = 0
     /// Live items of the merged state.
     public var items: Int?
     /// The last pass's problem, if it failed.
