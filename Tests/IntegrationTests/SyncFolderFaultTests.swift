@@ -159,4 +159,34 @@ extension SyncTests {
             #expect(recovered, "\(String(describing: a.syncStatus()))")
         }
     }
+
+    /// `sync leave` on B: A lists B as left, with nothing rejected and no segment of it
+    /// ignored (its leaving segment was refused as "written after the device was removed"
+    /// and counted as rejected), also once A reads the folder anew after a restart.
+    @Test func aDeviceThatLeftIsListedAsLeftNotRejected() throws {
+        try Self.withPair { a, b, folder in
+            try #require(b.ctl(["item", "add"] + Self.work + ["--synchronizable"], stdin: Data("from B".utf8)).status == 0)
+            let crossed = eventually(timeout: Self.timeout) { a.secret(Self.work) == "from B" }
+            try #require(crossed, "\(a.log)")
+            let bID = try #require(b.syncStatus()?["deviceID"] as? String)
+            let leave = b.ctl(["sync", "leave"])
+            try #require(leave.status == 0, "\(leave)")
+            let left = eventually(timeout: Self.timeout) { Self.device(a, bID)?["membership"] as? String == "left" }
+            #expect(left, "\(String(describing: a.syncStatus()))\n\(a.log)")
+            #expect(a.log.contains("sync: device \(bID) left the sync group"), "\(a.log)")
+            let text = a.ctl(["sync", "status"]).stdoutText
+            #expect(text.contains("\(bID) (left)") && !text.contains("rejected"), "\(text)")
+
+            // Read anew: the same.
+            #expect(a.stop() == 0)
+            try a.start()
+            try #require(a.unlock().status == 0)
+            let passed = eventually(timeout: Self.timeout) { a.syncStatus()?["lastPass"] is String }
+            #expect(passed, "\(String(describing: a.syncStatus()))")
+            let entry = Self.device(a, bID)
+            #expect(entry?["membership"] as? String == "left" && entry?["rejected"] as? Int == 0 && entry?["pending"] as? Int == 0, "\(String(describing: entry))")
+            #expect(!a.log.contains("ignored segment"), "\(a.log)")
+            #expect(a.secret(Self.work) == "from B")
+        }
+    }
 }

@@ -355,7 +355,7 @@ public final class SyncService: @unchecked Sendable {
                     deviceID: d.description, thisDevice: d == config.device, segments: current.count,
                     pending: current.filter { !read.contains($0.key) && rejected[d]?[$0.key] == nil }.count,
                     rejected: rejected[d]?.count ?? 0,
-                    membership: membership.removed[d] != nil ? "removed" : membership.members[d] != nil ? "member" : "unknown",
+                    membership: membership.standing(d),
                     lastSeen: lastSeen[d].map { Date(timeIntervalSince1970: Double($0) / 1000) })
             }
             status.items = merged.liveItems.count
@@ -384,6 +384,7 @@ public final class SyncService: @unchecked Sendable {
                 // The leaving record's own segment comes after the cutoff: the others apply it
                 // once (it is how they learn of the leaving) and never again.
                 try writeControl([.remove(config.device, cutoff: nextSequence - 1, pins: pins(config.device))], config: config, folder: folder)
+                log("sync: recorded this device's leaving in the folder")
             }
             try vault.storeSync(config: nil)
             // A request to join that was never approved goes too (its key pair is forgotten).
@@ -537,7 +538,7 @@ public final class SyncService: @unchecked Sendable {
                     if seq < (floor[device] ?? 0) || applied[device]?.contains(seq) == true || rejected[device]?[seq] == version { continue }
                     guard let member = membership.members[device] else { continue }
                     guard membership.accepts(device, sequence: seq) else {
-                        reject(device, seq, version, "it was written after the device was removed from the group")
+                        reject(device, seq, version, "it was written after the device \(membership.left[device] != nil ? "left" : "was removed from") the group")
                         continue
                     }
                     let s: SyncSegment
@@ -553,6 +554,7 @@ public final class SyncService: @unchecked Sendable {
                         guard let key = keyring.keys[id] else { continue }
                         sealedUnder = id
                         s = try SyncSegment.open(bytes, key: key, device: device, sequence: seq, verifyKey: member.signKey)
+                        try Self.checkLeaving(s)
                     } catch {
                         // Gone since it was listed (its device compacted it away): nothing to refuse.
                         if !folder.exists(device: device, name: SyncSegment.fileName(seq)) { continue }
@@ -574,7 +576,9 @@ public final class SyncService: @unchecked Sendable {
                         if c == .snapshot { continue }
                         controlOf[device, default: []].append(c)
                         if case .member(let m) = c, approvedUnder[m.device] == nil { approvedUnder[m.device] = sealedUnder }
-                        if membership.apply(c, author: device), case .remove(let d, _, _) = c,
+                        let changed = membership.apply(c, author: device)
+                        if changed, case .remove(let d, _, _) = c, d == device { log("sync: device \(device) left the sync group") }
+                        if changed, case .remove(let d, _, _) = c,
                             applied[d]?.contains(where: { !membership.accepts(d, sequence: $0, hash: fileHashes[d]?[$0]) }) == true
                         {
                             // Changes of the removed device merged here that its remover had not
@@ -826,6 +830,15 @@ public final class SyncService: @unchecked Sendable {
     /// the membership names.
     private func preferred(_ config: SyncConfig) -> Set<SyncDeviceID> {
         Set(membership.members.keys).union(membership.removed.keys).union([config.device])
+    }
+
+    /// A segment that records its writer's own leaving holds nothing else (vaultd writes it
+    /// so): it is read after the writer's cutoff, where only the leaving may be. Throws
+    /// `SyncFormatError` for one that holds more.
+    static func checkLeaving(_ s: SyncSegment) throws {
+        let leaves = s.control.contains { if case .remove(let d, _, _) = $0 { d == s.device } else { false } }
+        guard leaves else { return }
+        guard s.changes.isEmpty, s.control.count == 1 else { throw SyncFormatError("a segment recording its device's leaving holds other records") }
     }
 
     private func reject(_ device: SyncDeviceID, _ seq: UInt64, _ version: SyncFolder.FileVersion, _ why: String) {

@@ -287,8 +287,8 @@ type SyncDevice (
   rejected: int,
   # The latest change read from it (its hybrid clock's wall time, ISO 8601), or null.
   lastSeen: ?string,
-  # member, removed (it left or was removed), or unknown (not approved, as far as
-  # this device has read).
+  # member, left (it recorded its own leaving), removed (another device removed it),
+  # or unknown (not approved, as far as this device has read).
   membership: string
 )
 

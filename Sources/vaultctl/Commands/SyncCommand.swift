@@ -75,7 +75,8 @@ struct SyncCommand: Command {
             print("devices:")
             for d in r["devices"]?.arrayValue ?? [] {
                 let id = d["deviceID"]?.stringValue ?? "?"
-                let me = d["thisDevice"]?.boolValue == true ? " (this device)" : d["membership"]?.stringValue == "removed" ? " (removed)" : ""
+                let standing = d["membership"]?.stringValue ?? ""
+                let me = d["thisDevice"]?.boolValue == true ? " (this device)" : ["removed", "left"].contains(standing) ? " (\(standing))" : ""
                 let seen = d["lastSeen"]?.stringValue ?? "never"
                 let rejected = d["rejected"]?.intValue ?? 0
                 print(
