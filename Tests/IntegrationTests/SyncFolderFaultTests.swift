@@ -63,6 +63,7 @@ extension SyncTests {
             crossed = eventually(timeout: Self.timeout) { b.secret(Self.work) == "second" }
             #expect(crossed, "A's change after the planting did not cross: A \(a.log)\nB \(b.log)")
             #expect(Self.isRegularFile(dir + "/" + nextName), "A's next segment was not written under its own next number")
+            #expect(a.log.contains("sync: moved \"\(nextName)\" out of this device's way: this device did not write it"), "\(a.log)")
             let acked = eventually(timeout: Self.timeout) { Self.isRegularFile(dir + "/ack") }
             #expect(acked, "A's ack was not written in place of the directory")
 

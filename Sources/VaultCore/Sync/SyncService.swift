@@ -325,7 +325,7 @@ public final class SyncService: @unchecked Sendable {
             nextSequence = sequence + 1
             return
         }
-        log("sync: removed \(logField(name)) from this device's directory: this device did not write it (its sequence is this device's next)")
+        log("sync: moved \(logField(name)) out of this device's way: this device did not write it, and its name is this device's next segment's")
         if !folder.clear(device: me, name: name) { throw VaultFailure(.internalError, "cannot remove \(name), which this device did not write, from its directory") }
     }
 
