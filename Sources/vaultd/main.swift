@@ -18,6 +18,18 @@ func fail(_ message: String, code: Int32 = 1) -> Never {
 
 occupyClosedStandardDescriptors()
 
+// The signals vaultd handles (SIGHUP, SIGUSR1, SIGTERM, SIGINT) are blocked in every thread,
+// from before the first one exists (a thread inherits its creator's mask). Their dispatch
+// sources are made before the socket serves, but libdispatch registers a source on a thread
+// of its own after `resume` returns; until then a signal that is not blocked would be
+// discarded (ignored) or end vaultd (default action). Blocked, it stays pending, and the
+// source's signalfd reads it once registered: a signal sent as soon as vaultd answers is
+// handled, never lost. (vaultd starts no child process, which would inherit the mask.)
+var handledSignals = sigset_t()
+sigemptyset(&handledSignals)
+for sig in [SIGHUP, SIGUSR1, SIGTERM, SIGINT] { sigaddset(&handledSignals, sig) }
+pthread_sigmask(SIG_BLOCK, &handledSignals, nil)
+
 // Buffers of 256 KiB and more (large calls and replies, up to 8 MiB each) get pages of their
 // own, given back to the system when freed. glibc's default raises that threshold as such
 // buffers are freed, and later ones stay in its heaps: a few large calls at once would
@@ -60,8 +72,9 @@ do {
 _ = vault_set_nondumpable()
 CrashOutput.keepSecretsOut()
 signal(SIGPIPE, SIG_IGN)
-// SIGHUP reloads config.plist and SIGUSR1 runs the periodic tasks (below); until then, and
-// never, does either end vaultd uncleanly.
+// SIGHUP reloads config.plist and SIGUSR1 runs the periodic tasks, through dispatch sources
+// made before the socket serves (below); neither ends vaultd uncleanly, and one sent before
+// its source is registered waits, blocked (above).
 signal(SIGHUP, SIG_IGN)
 signal(SIGUSR1, SIG_IGN)
 
@@ -75,12 +88,12 @@ if activated == nil {
     }
 }
 
-// For tests only: VAULTD_ARGON2_TEST_COST=min (PassphrasePolicy).
+// For tests only, and only in debug builds: VAULTD_ARGON2_TEST_COST=min (TestCost).
 let passphrasePolicy: PassphrasePolicy
 do {
-    passphrasePolicy = try PassphrasePolicy.fromEnvironment(environment)
+    passphrasePolicy = try TestCost.policy(from: environment)
 } catch {
-    fail((error as? VaultFailure)?.message ?? "\(error)", code: 64)
+    fail("\(error)", code: 64)
 }
 if passphrasePolicy.kdfCost != .moderate {
     log("test settings: Argon2id cost \(passphrasePolicy.kdfCost.rawValue)")
@@ -162,13 +175,6 @@ for (sig, name) in [(SIGTERM, "SIGTERM"), (SIGINT, "SIGINT")] {
     signalSources.append(source)
 }
 running.server = server
-server.start()
-syncService.start()
-
-// Unlock at login from the passphrase remembered in the login keyring (never blocks serving);
-// not when vaultd is that keyring.
-KeyringUnlock.isOwnKeyring = secretService != nil
-KeyringUnlock.atStart(vault)
 
 // Uninstall detection: registered executables that vanish (for the grace period) or come
 // back, at start and every second.
@@ -241,6 +247,20 @@ func reloadSettings() {
         log("SIGHUP: settings not reloaded, the ones in force stay: \(error)")
     }
 }
+let hangupSource = DispatchSource.makeSignalSource(signal: SIGHUP, queue: maintenance)
+hangupSource.setEventHandler { @Sendable in reloadSettings() }
+hangupSource.resume()
+
+// Served only now: every signal vaultd takes has its handler, so one sent as soon as vaultd
+// answers (a reload, a tick) is handled, not lost.
+server.start()
+syncService.start()
+
+// Unlock at login from the passphrase remembered in the login keyring (never blocks serving);
+// not when vaultd is that keyring.
+KeyringUnlock.isOwnKeyring = secretService != nil
+KeyringUnlock.atStart(vault)
+
 log("serving \(activated == nil ? configuration.socketPath : "socket from systemd") (data: \(configuration.dataDirectory))")
 
 /// When the last call arrived (for the idle auto-lock).
@@ -276,7 +296,4 @@ func shutdown(_ signalName: String) -> Never {
     exit(0)
 }
 
-let hangupSource = DispatchSource.makeSignalSource(signal: SIGHUP, queue: maintenance)
-hangupSource.setEventHandler { @Sendable in reloadSettings() }
-hangupSource.resume()
 while true { pause() }

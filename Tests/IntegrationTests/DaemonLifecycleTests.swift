@@ -535,6 +535,44 @@ import Glibc
         #expect(!relative.timedOut && relative.status == 64 && relative.stderr.contains("VAULTD_TEST_CLOCK_FILE (for tests only) must be an absolute path"), "\(relative)")
     }
 
+    /// A debug vaultd honours the tests' passphrase cost (`VAULTD_ARGON2_TEST_COST=min`, and
+    /// says so in its log) and stops at start, with the usage status and the reason, for any
+    /// other value. (A release vaultd refuses it whatever its value: scripts/release-smoke.)
+    @Test func theTestPassphraseCostIsMinOrRefused() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        #expect(d.log.contains("test settings: Argon2id cost min"), "\(d.log)")
+        d.stop()
+        for value in ["moderate", "0"] {
+            let r = try ChildProcess.run(
+                Paths.tool("vaultd"), ["--socket", d.socketPath, "--data-dir", d.dataDirectory],
+                environment: isolatedEnvironment(root: d.root, socket: nil).merging(["VAULTD_ARGON2_TEST_COST": value]) { $1 }, timeout: 20)
+            #expect(!r.timedOut && r.status == 64 && r.stderr.contains("VAULTD_ARGON2_TEST_COST (for tests only) must be min, not '\(value)'"), "\(r)")
+            #expect(Self.mode(d.socketPath) == nil, "\(value): vaultd served")
+        }
+    }
+
+    /// SIGHUP and SIGUSR1 sent once each the moment vaultd first answers are both handled:
+    /// their handlers are in place before the socket serves. (They were made after it, while
+    /// both signals were ignored: a reload sent as soon as vaultd answered was lost.) Each is
+    /// sent once, with no resending, over several starts.
+    @Test func signalsSentAsSoonAsVaultdAnswersAreHandled() throws {
+        let d = try Daemon(start: false)
+        defer { d.close() }
+        for run in 1...5 {
+            let reloads = d.log.components(separatedBy: "SIGHUP: settings reloaded").count
+            try d.start()
+            d.sendSignal(SIGHUP)
+            d.sendSignal(SIGUSR1)
+            let handled = eventually(timeout: 20) {
+                d.log.components(separatedBy: "SIGHUP: settings reloaded").count == reloads + 1
+                    && d.log.components(separatedBy: "SIGUSR1: periodic tasks ran (1)").count == run + 1
+            }
+            #expect(handled, "start \(run): a signal sent as vaultd first answered was lost; log:\n\(d.log)")
+            #expect(d.stop() == 0)
+        }
+    }
+
     /// device.key deleted (or left out of a restore) under an initialised vault: a new key
     /// made without a word would make every ThisDeviceOnly item NotAvailableOnThisDevice for
     /// good, and the old key put back later would no longer open what was added meanwhile. It

@@ -164,7 +164,9 @@ import Glibc
         #expect(b.log.contains("ignored segment \(forged) of device \(aID)"), "\(b.log)")
         #expect(b.secret(Self.work) == "first")
 
-        // A's next change still crosses (it writes past the forged name).
+        // A's next change still crosses: the forged file, which A did not write, is moved out
+        // of the way, and A writes its own segment under that name (another file, so B reads
+        // it, though it refused the forged one of the same size).
         try #require(a.ctl(["item", "update"] + Self.work + ["--secret-stdin"], stdin: Data("second".utf8)).status == 0)
         crossed = eventually(timeout: Self.timeout) { b.secret(Self.work) == "second" }
         #expect(crossed, "\(b.log)")

@@ -258,7 +258,13 @@ import VaultProtocol
     @Test func segmentFileNamesCarryOnlyTheSequence() {
         #expect(SyncSegment.fileName(0x1f) == "000000000000001f.seg")
         #expect(SyncSegment.sequence(ofFileName: "000000000000001f.seg") == 0x1f)
-        for bad in ["00000000000001F.seg", "000000000000001F.seg", ".syncthing.000000000000001f.seg.tmp", "x.seg", "000000000000001f.seg~"] {
+        // Sequences run from 1 to 2⁶²: a name outside (0, or one a writer would need 2⁶² segments to
+        // reach) is no segment's, so nothing read from a name overflows when counted on from.
+        #expect(SyncSegment.sequence(ofFileName: "4000000000000000.seg") == SyncSegment.maximumSequence)
+        for bad in [
+            "00000000000001F.seg", "000000000000001F.seg", ".syncthing.000000000000001f.seg.tmp", "x.seg", "000000000000001f.seg~",
+            "0000000000000000.seg", "4000000000000001.seg", "7fffffffffffffff.seg", "ffffffffffffffff.seg", "-000000000000001.seg", "+00000000000001f.seg",
+        ] {
             #expect(SyncSegment.sequence(ofFileName: bad) == nil, "\(bad)")
         }
         let d = SyncDeviceID(bytes: [UInt8](repeating: 0xab, count: 16))!

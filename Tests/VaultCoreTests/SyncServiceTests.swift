@@ -268,7 +268,8 @@ import Glibc
             try Data(s.sealed(key: key, keyID: id, signingKey: sign)).write(to: URL(fileURLWithPath: elsewhere + "/" + SyncSegment.fileName(1)))
             try sb.passNow()
             #expect(Self.secretOf(b, service: "linked") == nil)
-            #expect(try SyncFolder(root: folder).list()[peer]?.segments.isEmpty == true)
+            #expect(try SyncFolder(root: folder).scan().links == [peer])
+            #expect(try SyncFolder(root: folder).list()[peer] == nil)
 
             // A's own directory replaced by a link: A's next export refuses to write through it.
             let aID = try #require(SyncDeviceID(hex: try sa.status(caller: .owner).deviceID ?? ""))
@@ -376,7 +377,9 @@ import Glibc
             let (cRing, _) = try Self.keys(c)
             try sc.leave(caller: .owner)
             try sa.passNow()
-            #expect(try Self.member(sa, cID) == "removed")
+            // Left, not removed, and its leaving segment read, not refused.
+            #expect(try Self.member(sa, cID) == "left")
+            #expect(try Self.rejected(sa, cID) == 0)
             let before = Self.segmentFiles(folder, aID).last ?? 0
             try Self.add(a, service: "after leave", secret: "s")
             try sa.passNow()
@@ -394,6 +397,12 @@ import Glibc
             #expect(Self.segmentFiles(folder, aID).contains { seq in
                 (try? f.readSegment(device: aID, sequence: seq)).flatMap(SyncSegment.keyID(of:))?.generation == 2
             })
+            // Read anew (a vaultd started again): still left, its leaving not refused.
+            let again = SyncService(vault: a)
+            try again.passNow()
+            #expect(try Self.member(again, cID) == "left")
+            #expect(try Self.rejected(again, cID) == 0)
+            #expect(try again.status(caller: .owner).devices.first { $0.deviceID == cID.description }?.pending == 0)
         }
     }
 

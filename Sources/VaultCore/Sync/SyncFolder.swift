@@ -16,86 +16,210 @@ import Glibc
 /// Nothing else is read; other names (an engine's temporary files) are skipped. Every read is
 /// bounded before it starts: the number of device directories and entries listed, and the
 /// size of each file.
-struct SyncFolder {
+///
+/// The folder is opened once, when the value is made, without following a link, and every
+/// later step works relative to that descriptor (`openat` and its kin, none following a
+/// link): a folder, `devices/` or a device directory replaced by a symbolic link (an engine
+/// carries links too) is refused, not followed, and a folder swapped while a pass runs is not
+/// half read from one and half from the other.
+final class SyncFolder {
     let root: String
     var devicesPath: String { root + "/devices" }
+    /// The folder, opened without following a link; -1 when it could not be (`refusal` says why).
+    private let rootFD: Int32
+    private let refusal: String?
 
     static let joinName = "join"
+    static let devicesName = "devices"
     static func grantName(_ to: SyncDeviceID) -> String { "grant-" + to.description }
 
+    init(root: String) {
+        self.root = root
+        let fd = open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        rootFD = fd
+        refusal = fd >= 0 ? nil : Self.describe(path: root, errno: errno)
+    }
+
+    deinit {
+        if rootFD >= 0 { close(rootFD) }
+    }
+
+    /// Why `path` did not open as a directory: a link (refused, not followed), something
+    /// else in its place, or the system's reason.
+    static func describe(path: String, errno e: Int32) -> String {
+        var st = stat()
+        if lstat(path, &st) == 0 && st.st_mode & S_IFMT == S_IFLNK {
+            return "\(path) is a symbolic link: a sync folder and the directories in it must be directories, not links to one (not followed)"
+        }
+        if e == ENOTDIR { return "\(path) is not a directory" }
+        return "cannot open \(path): \(String(cString: strerror(e)))"
+    }
+
     func directory(_ d: SyncDeviceID) -> String { devicesPath + "/" + d.description }
+
+    /// The folder's descriptor, or InternalError saying why the folder is refused.
+    private func rootDescriptor() throws -> Int32 {
+        guard rootFD >= 0 else { throw VaultFailure(.internalError, refusal ?? "cannot open the sync folder \(root)") }
+        return rootFD
+    }
+
+    /// `name` in the directory `parent`, opened as a directory without following a link
+    /// (the caller closes it); -1 with errno set otherwise.
+    private static func openDirectory(_ parent: Int32, _ name: String) -> Int32 {
+        openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+    }
+
+    /// `devices/`, opened (the caller closes it); nil when there is none yet. Throws
+    /// InternalError when it is a link or cannot be opened.
+    private func openDevices() throws -> Int32? {
+        let fd = Self.openDirectory(try rootDescriptor(), Self.devicesName)
+        if fd < 0 && errno == ENOENT { return nil }
+        guard fd >= 0 else { throw VaultFailure(.internalError, Self.describe(path: devicesPath, errno: errno)) }
+        return fd
+    }
+
+    /// Runs `body` with device `d`'s directory opened (not through a link). Throws
+    /// InternalError when it is absent, a link or not a directory.
+    private func withDevice<T>(_ d: SyncDeviceID, _ body: (Int32) throws -> T) throws -> T {
+        guard let devices = try openDevices() else { throw VaultFailure(.internalError, "\(devicesPath) does not exist") }
+        defer { close(devices) }
+        let fd = Self.openDirectory(devices, d.description)
+        guard fd >= 0 else { throw VaultFailure(.internalError, Self.describe(path: directory(d), errno: errno)) }
+        defer { close(fd) }
+        return try body(fd)
+    }
 
     /// Makes `devices/` and this device's directory (0700; the folder's engine carries files,
     /// not modes, and the files are encrypted: the mode keeps other local users out).
     /// Either must be a directory, not a link to one (an engine carries links too: one put in
-    /// place of this device's directory would send its writes elsewhere).
+    /// place of this device's directory would send its writes elsewhere). Throws
+    /// InternalError otherwise.
     func makeDeviceDirectory(_ d: SyncDeviceID) throws {
-        for p in [devicesPath, directory(d)] {
-            if mkdir(p, 0o700) != 0 && errno != EEXIST {
-                throw VaultFailure(.internalError, "cannot make \(p): \(String(cString: strerror(errno)))")
-            }
-            var st = stat()
-            guard lstat(p, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else {
-                throw VaultFailure(.internalError, "\(p) is not a directory (a link or a file is in its place)")
-            }
+        let rootFD = try rootDescriptor()
+        if mkdirat(rootFD, Self.devicesName, 0o700) != 0 && errno != EEXIST {
+            throw VaultFailure(.internalError, "cannot make \(devicesPath): \(String(cString: strerror(errno)))")
         }
+        guard let devices = try openDevices() else { throw VaultFailure(.internalError, "\(devicesPath) vanished as it was made") }
+        defer { close(devices) }
+        if mkdirat(devices, d.description, 0o700) != 0 && errno != EEXIST {
+            throw VaultFailure(.internalError, "cannot make \(directory(d)): \(String(cString: strerror(errno)))")
+        }
+        let fd = Self.openDirectory(devices, d.description)
+        guard fd >= 0 else { throw VaultFailure(.internalError, Self.describe(path: directory(d), errno: errno)) }
+        close(fd)
     }
 
     struct Entry {
         /// Segment sequence → file size in bytes.
         var segments: [UInt64: Int] = [:]
+        /// Segment sequence → which file holds it now.
+        var versions: [UInt64: FileVersion] = [:]
     }
 
-    /// Each device directory and its segments. Throws InternalError when `devices/` cannot be
-    /// read, Param when it holds more than `SyncService.maximumDevices` device directories. A
-    /// directory's entries past `maximumEntriesPerDevice` are not listed.
-    func list() throws -> [SyncDeviceID: Entry] {
-        guard let dir = opendir(devicesPath) else {
-            if errno == ENOENT { return [:] }
-            throw VaultFailure(.internalError, "cannot read \(devicesPath): \(String(cString: strerror(errno)))")
-        }
-        defer { closedir(dir) }
-        var out: [SyncDeviceID: Entry] = [:]
-        while let e = readdir(dir) {
-            let name = withUnsafeBytes(of: e.pointee.d_name) { String(cString: $0.bindMemory(to: CChar.self).baseAddress!) }
-            guard let device = SyncDeviceID(hex: name) else { continue }
-            guard out.count < SyncService.maximumDevices else {
-                throw VaultFailure.param("the sync folder holds more than \(SyncService.maximumDevices) device directories")
+    /// Which file a name held when listed: a file put in its place (renamed over it, or
+    /// removed and written again) is another version, whatever its size.
+    struct FileVersion: Hashable {
+        var size: Int
+        var inode: UInt64
+        var changed: Int
+    }
+
+    /// What `scan` found in `devices/`.
+    struct Listing {
+        /// The device directories read, at most `SyncService.maximumDevices`.
+        var devices: [SyncDeviceID: Entry] = [:]
+        /// Device directories past that bound, not read.
+        var ignored = 0
+        /// Names of devices whose directory is a link (not followed, not read).
+        var links: [SyncDeviceID] = []
+    }
+
+    /// Each device directory and its segments (`scan`'s devices).
+    func list(preferring: Set<SyncDeviceID> = []) throws -> [SyncDeviceID: Entry] {
+        try scan(preferring: preferring).devices
+    }
+
+    /// Each device directory and its segments: at most `SyncService.maximumDevices`, the
+    /// `preferring` ones first (this device and the members: directories anyone can add never
+    /// push them out), then the others by name; the rest are counted as ignored. Throws
+    /// InternalError when the folder or `devices/` cannot be read or is a link. At most
+    /// `maximumEntriesPerDevice` entries of `devices/` and of each directory are looked at.
+    func scan(preferring: Set<SyncDeviceID> = []) throws -> Listing {
+        var out = Listing()
+        guard let devices = try openDevices() else { return out }
+        defer { close(devices) }
+        var found: [SyncDeviceID] = []
+        Self.forEachName(in: devices) { name in
+            guard let device = SyncDeviceID(hex: name) else { return }
+            var st = stat()
+            guard fstatat(devices, name, &st, AT_SYMLINK_NOFOLLOW) == 0 else { return }
+            switch st.st_mode & S_IFMT {
+            case S_IFDIR: found.append(device)
+            case S_IFLNK: out.links.append(device)
+            default: break
             }
-            out[device] = listDevice(device)
         }
+        let chosen = Self.choose(found, preferring: preferring)
+        out.ignored = found.count - chosen.count
+        for device in chosen { out.devices[device] = listDevice(devices, device) }
         return out
     }
 
-    private func listDevice(_ device: SyncDeviceID) -> Entry {
-        var entry = Entry()
-        let path = directory(device)
-        // A link in the place of a device's directory is not followed.
-        var st = stat()
-        guard lstat(path, &st) == 0, st.st_mode & S_IFMT == S_IFDIR, let dir = opendir(path) else { return entry }
+    /// At most `SyncService.maximumDevices` of `found`: the preferred ones first, each part
+    /// in the order of their names.
+    static func choose(_ found: [SyncDeviceID], preferring: Set<SyncDeviceID>) -> [SyncDeviceID] {
+        let first = found.filter { preferring.contains($0) }.sorted()
+        let rest = found.filter { !preferring.contains($0) }.sorted()
+        return Array((first + rest).prefix(SyncService.maximumDevices))
+    }
+
+    /// Calls `body` with each name in the directory `fd` (not `.` and `..`), at most
+    /// `maximumEntriesPerDevice` of them. The descriptor stays open.
+    private static func forEachName(in fd: Int32, _ body: (String) -> Void) {
+        let own = fcntl(fd, F_DUPFD_CLOEXEC, 0)
+        guard own >= 0, let dir = fdopendir(own) else {
+            if own >= 0 { close(own) }
+            return
+        }
         defer { closedir(dir) }
+        // The copy shares the original's position: from the start, whoever read it before.
+        rewinddir(dir)
         var seen = 0
-        while let e = readdir(dir), seen < SyncService.maximumEntriesPerDevice {
+        while seen < SyncService.maximumEntriesPerDevice, let e = readdir(dir) {
             seen += 1
             let name = withUnsafeBytes(of: e.pointee.d_name) { String(cString: $0.bindMemory(to: CChar.self).baseAddress!) }
-            guard let seq = SyncSegment.sequence(ofFileName: name) else { continue }
+            if name != "." && name != ".." { body(name) }
+        }
+    }
+
+    /// A device directory's segments: regular files whose name is a segment's, with their
+    /// size. A link in the place of the directory is not followed (nothing listed).
+    private func listDevice(_ devices: Int32, _ device: SyncDeviceID) -> Entry {
+        var entry = Entry()
+        let fd = Self.openDirectory(devices, device.description)
+        guard fd >= 0 else { return entry }
+        defer { close(fd) }
+        Self.forEachName(in: fd) { name in
+            guard let seq = SyncSegment.sequence(ofFileName: name) else { return }
             var st = stat()
-            guard lstat(path + "/" + name, &st) == 0, st.st_mode & S_IFMT == S_IFREG else { continue }
-            entry.segments[seq] = Int(st.st_size)
+            guard fstatat(fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0, st.st_mode & S_IFMT == S_IFREG, let size = Int(exactly: st.st_size) else { return }
+            entry.segments[seq] = size
+            entry.versions[seq] = FileVersion(size: size, inode: UInt64(st.st_ino), changed: st.st_ctim.tv_sec * 1_000_000_000 + st.st_ctim.tv_nsec)
         }
         return entry
     }
 
-    /// A file's bytes, at most `limit`: opened without following a link, a regular file, its
-    /// size checked before it is read. Throws `SyncFormatError` otherwise.
-    static func read(_ path: String, limit: Int) throws -> [UInt8] {
-        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
+    /// A file's bytes, at most `limit`: opened relative to `directory` without following a
+    /// link, a regular file, its size checked before it is read. Throws `SyncFormatError`
+    /// otherwise.
+    static func read(_ name: String, in directory: Int32, limit: Int) throws -> [UInt8] {
+        let fd = openat(directory, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
         guard fd >= 0 else { throw SyncFormatError("cannot open: \(String(cString: strerror(errno)))") }
         defer { close(fd) }
         var st = stat()
         guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else { throw SyncFormatError("not a regular file") }
-        guard st.st_size <= limit else { throw SyncFormatError("\(st.st_size) bytes, over the \(limit)-byte limit") }
-        var out = [UInt8](repeating: 0, count: Int(st.st_size))
+        guard st.st_size <= limit, let size = Int(exactly: st.st_size) else { throw SyncFormatError("\(st.st_size) bytes, over the \(limit)-byte limit") }
+        var out = [UInt8](repeating: 0, count: size)
         var at = 0
         while at < out.count {
             let n = out.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress! + at, $0.count - at) }
@@ -106,27 +230,69 @@ struct SyncFolder {
         return out
     }
 
+    /// A file of device `device`'s directory, at most `limit` bytes. Throws
+    /// `SyncFormatError` (or InternalError: the folder or directory refused).
+    func readFile(device: SyncDeviceID, name: String, limit: Int) throws -> [UInt8] {
+        try withDevice(device) { try Self.read(name, in: $0, limit: limit) }
+    }
+
     func readSegment(device: SyncDeviceID, sequence: UInt64) throws -> [UInt8] {
-        try Self.read(directory(device) + "/" + SyncSegment.fileName(sequence), limit: SyncSegment.maximumFileBytes)
+        try readFile(device: device, name: SyncSegment.fileName(sequence), limit: SyncSegment.maximumFileBytes)
     }
 
     func readSmallFile(device: SyncDeviceID, name: String, limit: Int) -> [UInt8]? {
-        try? Self.read(directory(device) + "/" + name, limit: limit)
+        try? readFile(device: device, name: name, limit: limit)
+    }
+
+    /// Whether `name` is in device `device`'s directory (false too when it cannot be looked at).
+    func exists(device: SyncDeviceID, name: String) -> Bool {
+        (try? withDevice(device) { fd -> Bool in
+            var st = stat()
+            return fstatat(fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0
+        }) ?? false
+    }
+
+    /// Device directories anyone may have written a file `name` in, looked for by name (no
+    /// bound on devices past the entries looked at): a joining device's grant may be in any
+    /// of them, however many directories the folder holds.
+    func devicesHolding(_ name: String) throws -> [SyncDeviceID] {
+        guard let devices = try openDevices() else { return [] }
+        defer { close(devices) }
+        var out: [SyncDeviceID] = []
+        Self.forEachName(in: devices) { dir in
+            guard let d = SyncDeviceID(hex: dir) else { return }
+            var st = stat()
+            let fd = Self.openDirectory(devices, dir)
+            guard fd >= 0 else { return }
+            defer { close(fd) }
+            if fstatat(fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_mode & S_IFMT == S_IFREG { out.append(d) }
+        }
+        return out.sorted()
     }
 
     /// Writes a new file `name` in this device's directory whole or not at all: into a
     /// temporary file, fsynced, linked to its name (which fails rather than replace a file:
-    /// segments are immutable), the directory fsynced. Throws InternalError.
+    /// segments are immutable), the directory fsynced. Throws InternalError; EEXIST (the name
+    /// is taken) as `NameTaken`.
     func writeFile(_ bytes: [UInt8], device: SyncDeviceID, name: String) throws {
-        let dir = directory(device)
-        let tmp = dir + "/.tmp-" + SyncHex.encode(Sodium.randomBytes(8))
-        let fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600)
-        guard fd >= 0 else { throw VaultFailure(.internalError, "cannot write in \(dir): \(String(cString: strerror(errno)))") }
-        defer { unlink(tmp) }
+        try withDevice(device) { dir in try Self.write(bytes, name: name, in: dir, path: directory(device)) }
+    }
+
+    /// A segment's name in this device's directory already holds a file.
+    struct NameTaken: Error, CustomStringConvertible {
+        var name: String
+        var description: String { "\(name) already exists" }
+    }
+
+    private static func write(_ bytes: [UInt8], name: String, in dir: Int32, path: String) throws {
+        let tmp = ".tmp-" + SyncHex.encode(Sodium.randomBytes(8))
+        let fd = openat(dir, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        guard fd >= 0 else { throw VaultFailure(.internalError, "cannot write in \(path): \(String(cString: strerror(errno)))") }
+        defer { unlinkat(dir, tmp, 0) }
         var at = 0
         var failure: Int32 = 0
         while at < bytes.count {
-            let n = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + at, $0.count - at) }
+            let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + at, $0.count - at) }
             if n < 0 && errno == EINTR { continue }
             if n <= 0 {
                 failure = errno
@@ -138,21 +304,40 @@ struct SyncFolder {
         close(fd)
         // The join and ack files are this device's to replace (a second `sync join` after a
         // leave; each new acknowledgement); anything else is written once.
-        let replaceable = name == Self.joinName || name == SyncAck.name
-        if failure == 0 && !replaceable && link(tmp, dir + "/" + name) != 0 { failure = errno }
-        if failure == 0 && replaceable && rename(tmp, dir + "/" + name) != 0 { failure = errno }
+        if failure == 0 && !isReplaceable(name) && linkat(dir, tmp, dir, name, 0) != 0 { failure = errno }
+        if failure == 0 && isReplaceable(name) && renameat(dir, tmp, dir, name) != 0 {
+            // A directory in the place of the file (anyone can make one): moved out of the way.
+            failure = errno
+            if [EISDIR, ENOTEMPTY, EEXIST].contains(failure) && clear(name, in: dir) && renameat(dir, tmp, dir, name) == 0 { failure = 0 }
+        }
+        if failure == EEXIST { throw NameTaken(name: name) }
         guard failure == 0 else {
-            throw VaultFailure(.internalError, "cannot write \(name) in \(dir): \(String(cString: strerror(failure)))")
+            throw VaultFailure(.internalError, "cannot write \(name) in \(path): \(String(cString: strerror(failure)))")
         }
-        let dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if dfd >= 0 {
-            fsync(dfd)
-            close(dfd)
-        }
+        fsync(dir)
+    }
+
+    /// The files of this device's that it replaces as they change (a second `sync join` after
+    /// a leave; each new acknowledgement; a grant written again); anything else is written once.
+    static func isReplaceable(_ name: String) -> Bool {
+        name == joinName || name == SyncAck.name || name.hasPrefix("grant-")
     }
 
     func removeFile(device: SyncDeviceID, name: String) {
-        unlink(directory(device) + "/" + name)
+        _ = try? withDevice(device) { unlinkat($0, name, 0) }
+    }
+
+    /// Takes whatever holds `name` in this device's directory out of the way: a file is
+    /// removed, an empty directory too, and any other directory is renamed to a temporary
+    /// name (skipped by every reader). Returns whether the name is free.
+    func clear(device: SyncDeviceID, name: String) -> Bool {
+        (try? withDevice(device) { Self.clear(name, in: $0) }) ?? false
+    }
+
+    private static func clear(_ name: String, in dir: Int32) -> Bool {
+        if unlinkat(dir, name, 0) == 0 || errno == ENOENT { return true }
+        if unlinkat(dir, name, AT_REMOVEDIR) == 0 { return true }
+        return renameat(dir, name, dir, ".tmp-moved-" + SyncHex.encode(Sodium.randomBytes(8))) == 0
     }
 }
 
@@ -161,7 +346,8 @@ struct SyncFolder {
 /// own changes (`wake`, through a pipe), and a 60 s timeout for what inotify cannot see (a network file
 /// system, an overflowed queue).
 final class SyncWatcher: @unchecked Sendable {
-    private let path: () -> String?
+    /// What to watch: the folder, `devices/` and the device directories read.
+    private let paths: () -> [String]
     /// The wake-up pipe's read end (drained by the watcher) and write end.
     private let wakeFD: Int32
     private let wakeWriteFD: Int32
@@ -169,8 +355,8 @@ final class SyncWatcher: @unchecked Sendable {
     /// Watched paths, by watch descriptor (touched by the watcher's thread only).
     private var watched: Set<String> = []
 
-    init(path: @escaping () -> String?) {
-        self.path = path
+    init(paths: @escaping () -> [String]) {
+        self.paths = paths
         var ends: [Int32] = [-1, -1]
         _ = pipe(&ends)
         for fd in ends where fd >= 0 {
@@ -208,15 +394,11 @@ final class SyncWatcher: @unchecked Sendable {
         while buffer.withUnsafeMutableBytes({ read(fd, $0.baseAddress!, $0.count) }) > 0 {}
     }
 
-    /// Adds watches on the folder, `devices/` and every device directory not yet watched.
+    /// Adds watches on the paths the service names (the folder, `devices/` and the device
+    /// directories its last pass read) not yet watched.
     private func watch() {
-        guard inotifyFD >= 0, let devices = path() else { return }
-        let root = (devices as NSString).deletingLastPathComponent
-        var paths = [root, devices]
-        if let names = try? FileManager.default.contentsOfDirectory(atPath: devices) {
-            paths += names.filter { SyncDeviceID(hex: $0) != nil }.prefix(SyncService.maximumDevices).map { devices + "/" + $0 }
-        }
-        for p in paths where !watched.contains(p) {
+        guard inotifyFD >= 0 else { return }
+        for p in paths() where !watched.contains(p) {
             // Not through a link (one in the place of a directory is not read either).
             let mask = UInt32(IN_CREATE | IN_MOVED_TO | IN_CLOSE_WRITE | IN_DELETE | IN_DONT_FOLLOW)
             if inotify_add_watch(inotifyFD, p, mask) >= 0 { watched.insert(p) }

@@ -11,6 +11,9 @@ struct SyncMembership: Equatable {
     var members: [SyncDeviceID: SyncMember] = [:]
     /// Removed devices: their segments after this sequence are never applied.
     var removed: [SyncDeviceID: UInt64] = [:]
+    /// The devices that left (wrote their own removal), with the cutoff they gave it: the
+    /// segment just after that cutoff is the one holding the leaving, read as such.
+    var left: [SyncDeviceID: UInt64] = [:]
     /// Every key made (held here or not), with the devices it excludes.
     var keys: [SyncKeyID: Set<SyncDeviceID>] = [:]
     /// The segment files of each removed device that count (sequence → file hashes; two
@@ -24,7 +27,23 @@ struct SyncMembership: Equatable {
     /// one and the segment comes before its removal's cutoff.
     func accepts(_ device: SyncDeviceID, sequence: UInt64) -> Bool {
         guard members[device] != nil else { return false }
-        return removed[device].map { sequence <= $0 } ?? true
+        return removed[device].map { sequence <= $0 } ?? true || isLeaving(device, sequence: sequence)
+    }
+
+    /// Whether `sequence` is where `device`, which left, wrote its leaving (the segment after
+    /// the cutoff it gave): read, but only as the leaving (`SyncService` checks it holds
+    /// nothing else).
+    func isLeaving(_ device: SyncDeviceID, sequence: UInt64) -> Bool {
+        guard let cutoff = left[device], cutoff < SyncSegment.maximumSequence else { return false }
+        return sequence == cutoff + 1 && sequence > (removed[device] ?? 0)
+    }
+
+    /// How `sync status` names a device: "member", "left" (it wrote its own removal),
+    /// "removed" (another device removed it) or "unknown" (not approved, as far as read here).
+    func standing(_ d: SyncDeviceID) -> String {
+        if left[d] != nil { return "left" }
+        if removed[d] != nil { return "removed" }
+        return members[d] != nil ? "member" : "unknown"
     }
 
     /// Whether the segment file of that hash may be applied: any file of a member; of a
@@ -32,6 +51,7 @@ struct SyncMembership: Equatable {
     func accepts(_ device: SyncDeviceID, sequence: UInt64, hash: [UInt8]?) -> Bool {
         guard accepts(device, sequence: sequence) else { return false }
         guard removed[device] != nil else { return true }
+        if isLeaving(device, sequence: sequence) { return true }
         return hash.map { pins[device]?[sequence]?.contains($0) == true } ?? false
     }
 
@@ -48,6 +68,7 @@ struct SyncMembership: Equatable {
             // Two removals of one device (made at once on two devices): the later cutoff,
             // and the pins of both, so every device keeps the changes either remover had merged.
             removed[d] = max(removed[d] ?? 0, cutoff)
+            if author == d { left[d] = max(left[d] ?? 0, cutoff) }
             for (seq, h) in p { pins[d, default: [:]][seq, default: []].insert(h) }
         case .rotate(let generation, let excludes, _):
             keys[SyncKeyID(generation: generation, rotator: author), default: []].formUnion(excludes)
@@ -61,6 +82,7 @@ struct SyncMembership: Equatable {
     mutating func join(_ o: SyncMembership) {
         for (d, m) in o.members where members[d] == nil { members[d] = m }
         for (d, c) in o.removed { removed[d] = max(removed[d] ?? 0, c) }
+        for (d, c) in o.left { left[d] = max(left[d] ?? 0, c) }
         for (k, e) in o.keys { keys[k, default: []].formUnion(e) }
         for (d, p) in o.pins { for (seq, h) in p { pins[d, default: [:]][seq, default: []].formUnion(h) } }
     }
@@ -72,6 +94,8 @@ struct SyncMembership: Equatable {
         }
         var r = JSONObject()
         for (d, c) in removed { r[d.description] = JSON(c) }
+        var l = JSONObject()
+        for (d, c) in left { l[d.description] = JSON(c) }
         let k: [JSON] = keys.keys.sorted().map { id in
             ["generation": JSON(Int(id.generation)), "rotator": .string(id.rotator.description),
              "excludes": .array(keys[id]!.sorted().map { .string($0.description) })]
@@ -82,7 +106,7 @@ struct SyncMembership: Equatable {
             for (seq, hs) in bySeq { o[String(seq)] = .array(hs.map { .string(SyncHex.encode($0)) }.sorted { $0.stringValue! < $1.stringValue! }) }
             p[d.description] = .object(o)
         }
-        return ["members": .object(m), "removed": .object(r), "keys": .array(k), "pins": .object(p)]
+        return ["members": .object(m), "removed": .object(r), "left": .object(l), "keys": .array(k), "pins": .object(p)]
     }
 
     init() {}
@@ -101,6 +125,14 @@ struct SyncMembership: Equatable {
         for name in r.keys {
             guard let d = SyncDeviceID(hex: name), let c = r[name]?.uint64Value else { return nil }
             removed[d] = c
+        }
+        // Absent in a membership stored before leaving was told apart from removal.
+        if let l = j["left"]?.objectValue {
+            guard l.count <= SyncService.maximumDevices * 4 else { return nil }
+            for name in l.keys {
+                guard let d = SyncDeviceID(hex: name), let c = l[name]?.uint64Value else { return nil }
+                left[d] = c
+            }
         }
         for e in k {
             guard let g = e["generation"]?.intValue, let g32 = UInt32(exactly: g), let rot = e["rotator"]?.stringValue.flatMap(SyncDeviceID.init(hex:)),

@@ -427,13 +427,27 @@ public struct SyncSegment: Equatable, Sendable {
         return String(repeating: "0", count: 16 - hex.count) + hex + ".seg"
     }
 
-    /// The sequence a segment file name stands for; nil for any other name.
+    /// The largest sequence a segment may have (2⁶²). A device starts at 1 and counts up by
+    /// one a segment, so no writer comes near it; a name above it is no segment, and every
+    /// sequence read from a name can be added to without overflowing.
+    public static let maximumSequence: UInt64 = 1 << 62
+
+    /// The sequence a segment file name stands for: 16 lowercase hex digits from 1 to
+    /// `maximumSequence`, then ".seg"; nil for any other name.
     public static func sequence(ofFileName name: String) -> UInt64? {
         let u = Array(name.utf8)
         guard u.count == 20, name.hasSuffix(".seg") else { return nil }
         let hex = String(name.prefix(16))
-        guard hex.utf8.allSatisfy({ (48...57).contains($0) || (97...102).contains($0) }) else { return nil }
-        return UInt64(hex, radix: 16)
+        guard hex.utf8.allSatisfy({ (48...57).contains($0) || (97...102).contains($0) }), let n = UInt64(hex, radix: 16) else { return nil }
+        return (1...maximumSequence).contains(n) ? n : nil
+    }
+
+    /// Whether `file` is a whole segment signed with `verifyKey` for the name of `device`'s
+    /// sequence `sequence` (the signature only: nothing is decrypted).
+    static func isSigned(_ file: [UInt8], device: SyncDeviceID, sequence: UInt64, verifyKey: [UInt8]) -> Bool {
+        guard file.count <= maximumFileBytes, keyID(of: file) != nil, file.count >= prefixBytes + SyncSigning.signatureBytes else { return false }
+        let body = file.count - SyncSigning.signatureBytes
+        return SyncSigning.verify([nameBytes(device, sequence)[...], file[..<body]], signature: file[body...], publicKey: verifyKey)
     }
 
     static let fileHashBytes = 16

@@ -17,7 +17,8 @@ public final class SyncService: @unchecked Sendable {
     let vault: Vault
     private let lock = NSLock()
 
-    /// The devices directory's subdirectories read at most (a folder with more is refused).
+    /// The devices directory's subdirectories read at most: this device and the members
+    /// first, then others by name; the rest are ignored and counted in `sync status`.
     public static let maximumDevices = 256
     /// Entries of one device's directory listed at most.
     public static let maximumEntriesPerDevice = 200_000
@@ -43,8 +44,9 @@ public final class SyncService: @unchecked Sendable {
     private var fileHashes: [SyncDeviceID: [UInt64: [UInt8]]] = [:]
     /// The key each member's approval was sealed under (one it holds: its grant had it).
     private var approvedUnder: [SyncDeviceID: SyncKeyID] = [:]
-    /// Segments refused, with the size they had (a file that changes size is tried again).
-    private var rejected: [SyncDeviceID: [UInt64: Int]] = [:]
+    /// Segments refused, with the file they were (another file under the name, or the file
+    /// changed, is tried again).
+    private var rejected: [SyncDeviceID: [UInt64: SyncFolder.FileVersion]] = [:]
     private var rejectionsLogged = 0
     /// The latest wall-clock time (ms) of a change read from each device.
     private var lastSeen: [SyncDeviceID: UInt64] = [:]
@@ -60,6 +62,12 @@ public final class SyncService: @unchecked Sendable {
     /// Why the last pass did not finish (nil: it did).
     private var lastProblem: String?
     private var lastPass: Date?
+    /// Device directories the last listing left unread (over `maximumDevices`).
+    private var ignoredDevices = 0
+    /// Device names whose directory was a link, logged once each.
+    private var linksLogged = Set<SyncDeviceID>()
+    /// What the watcher watches: the folder, `devices/` and the device directories read.
+    private var watchPaths: [String] = []
     /// The local rows the last pass read, by row id; valid only after a pass that finished
     /// (every item then matched the merged vault, or could not be stored): the next pass
     /// looks only at the items changed here or in the merge since.
@@ -92,7 +100,7 @@ public final class SyncService: @unchecked Sendable {
         return try lock.withLock {
             guard try vault.syncConfig() == nil else { throw VaultFailure.param("this device already syncs; run sync leave first") }
             let folder = try Self.checkedFolder(folder)
-            if let names = try? FileManager.default.contentsOfDirectory(atPath: folder + "/devices"), names.contains(where: { SyncDeviceID(hex: $0) != nil }) {
+            if let found = try? SyncFolder(root: folder).scan(), !found.devices.isEmpty || found.ignored > 0 {
                 throw VaultFailure.param("\(folder) already holds a sync group: run sync join on this device, and sync approve on one already in it")
             }
             let device = SyncDeviceID.random()
@@ -167,10 +175,9 @@ public final class SyncService: @unchecked Sendable {
                 try writeControl([.member(member)], config: config, folder: folder)
                 log("sync: approved device \(device)")
             }
-            if folder.readSmallFile(device: config.device, name: SyncFolder.grantName(device), limit: SyncPairing.maximumGrantBytes) == nil {
-                try folder.writeFile(
-                    SyncPairing.grantFile(keyring: keyring, membership: membership, to: keys.boxKey), device: config.device, name: SyncFolder.grantName(device))
-            }
+            // Written (again) whatever holds its name: a file there may not be this device's.
+            try folder.writeFile(
+                SyncPairing.grantFile(keyring: keyring, membership: membership, to: keys.boxKey), device: config.device, name: SyncFolder.grantName(device))
             return SyncEnrolment(deviceID: device.description)
         }
     }
@@ -194,7 +201,7 @@ public final class SyncService: @unchecked Sendable {
                 var records: [SyncControl] = [.remove(device, cutoff: cutoff, pins: pins(device))]
                 var view = membership
                 _ = view.apply(records[0], author: config.device)
-                let (rotate, newKey) = makeRotation(view, me: config.device)
+                let (rotate, newKey) = try makeRotation(view, me: config.device)
                 records.append(rotate)
                 try writeControl(records, config: config, folder: folder, newKey: newKey)
                 log("sync: removed device \(device) (its segments after \(cutoff) are ignored) and rotated the group key")
@@ -217,8 +224,9 @@ public final class SyncService: @unchecked Sendable {
             throw VaultFailure(.notInitialized, "this device is not in a sync group: sync init or sync join first")
         }
         try load(config)
-        let own = (try? SyncFolder(root: config.folder).list()[config.device]?.segments.keys.max()) ?? nil
-        nextSequence = max(nextSequence, try vault.syncStoredSequence(), (own ?? 0) + 1)
+        // The stored sequence and the segments of this device read here (signed with its
+        // key); never a name in the folder, which anyone can write.
+        nextSequence = max(nextSequence, try vault.syncStoredSequence(), (applied[config.device]?.max() ?? 0) + 1)
         guard membership.isMember(config.device) else { throw VaultFailure(.notInitialized, "this device was removed from the sync group") }
         return (config, SyncFolder(root: config.folder))
     }
@@ -240,9 +248,14 @@ public final class SyncService: @unchecked Sendable {
 
     /// A new group key for the members of `view`: the rotate record (the key sealed to each of
     /// them, the removed devices named) and the key.
-    private func makeRotation(_ view: SyncMembership, me: SyncDeviceID) -> (SyncControl, (SyncKeyID, SecureBytes)) {
+    /// Throws InternalError when the generations are used up (a member wrote the largest one).
+    private func makeRotation(_ view: SyncMembership, me: SyncDeviceID) throws -> (SyncControl, (SyncKeyID, SecureBytes)) {
+        let latest = view.keys.keys.map(\.generation).max() ?? 0
+        guard latest < UInt32.max else {
+            throw VaultFailure(.internalError, "the group key's generation is at its largest (\(latest)): no new key can be made; make a new sync group")
+        }
         let key = SecureBytes.random(count: Sodium.keyLength)
-        let generation = (view.keys.keys.map(\.generation).max() ?? 0) + 1
+        let generation = latest + 1
         var boxes: [SyncDeviceID: [UInt8]] = [:]
         for m in view.currentMembers { boxes[m.device] = SyncPairing.seal(key, to: m.boxKey) }
         return (.rotate(generation: generation, excludes: Set(view.removed.keys), boxes: boxes), (SyncKeyID(generation: generation, rotator: me), key))
@@ -281,13 +294,39 @@ public final class SyncService: @unchecked Sendable {
             throw VaultFailure(.internalError, "the sync keys are missing")
         }
         var s = segment
-        s.sequence = nextSequence
-        let file = s.sealed(key: key, keyID: id, signingKey: sign)
-        try folder.writeFile(file, device: me, name: SyncSegment.fileName(s.sequence))
+        var file: [UInt8] = []
+        while true {
+            guard nextSequence <= SyncSegment.maximumSequence else {
+                throw VaultFailure(.internalError, "this device's segment numbers are used up: leave the sync group and join it again")
+            }
+            s.sequence = nextSequence
+            file = s.sealed(key: key, keyID: id, signingKey: sign)
+            do {
+                try folder.writeFile(file, device: me, name: SyncSegment.fileName(s.sequence))
+                break
+            } catch let taken as SyncFolder.NameTaken {
+                try makeRoom(taken.name, sequence: s.sequence, folder: folder, me: me, sign: sign)
+            }
+        }
         applied[me, default: []].insert(s.sequence)
         fileHashes[me, default: [:]][s.sequence] = SyncSegment.fileHash(file)
         nextSequence = s.sequence + 1
         try vault.storeSyncSequence(nextSequence)
+    }
+
+    /// The name of this device's next segment is taken. A segment this device signed (written
+    /// before a crash kept its sequence from the store) is kept, and the next number tried; a
+    /// file it did not write (anyone can put one in its directory) is removed, so its
+    /// sequence is this device's again: a name in the folder never sets this device's
+    /// sequence, and none it did not write stops it writing.
+    private func makeRoom(_ name: String, sequence: UInt64, folder: SyncFolder, me: SyncDeviceID, sign: SecureBytes) throws {
+        let there = try? folder.readSegment(device: me, sequence: sequence)
+        if let there, SyncSegment.isSigned(there, device: me, sequence: sequence, verifyKey: SyncSigning.publicKey(of: sign)) {
+            nextSequence = sequence + 1
+            return
+        }
+        log("sync: moved \(logField(name)) out of this device's way: this device did not write it, and its name is this device's next segment's")
+        if !folder.clear(device: me, name: name) { throw VaultFailure(.internalError, "cannot remove \(name), which this device did not write, from its directory") }
     }
 
     /// The sync state: the folder, this device, its group's fingerprint, and every device in
@@ -305,7 +344,9 @@ public final class SyncService: @unchecked Sendable {
                 status.keyGeneration = keyring.current.map { Int($0.id.generation) }
                 if membership.removed[config.device] != nil { status.state = "removed" }
             }
-            let listing: [SyncDeviceID: SyncFolder.Entry] = (try? SyncFolder(root: config.folder).list()) ?? [:]
+            let scan = try? SyncFolder(root: config.folder).scan(preferring: preferred(config))
+            let listing = scan?.devices ?? [:]
+            status.ignoredDevices = scan?.ignored ?? 0
             status.devices = listing.keys.sorted().map { d in
                 let segments = listing[d]?.segments ?? [:]
                 let read = applied[d] ?? []
@@ -314,7 +355,7 @@ public final class SyncService: @unchecked Sendable {
                     deviceID: d.description, thisDevice: d == config.device, segments: current.count,
                     pending: current.filter { !read.contains($0.key) && rejected[d]?[$0.key] == nil }.count,
                     rejected: rejected[d]?.count ?? 0,
-                    membership: membership.removed[d] != nil ? "removed" : membership.members[d] != nil ? "member" : "unknown",
+                    membership: membership.standing(d),
                     lastSeen: lastSeen[d].map { Date(timeIntervalSince1970: Double($0) / 1000) })
             }
             status.items = merged.liveItems.count
@@ -343,6 +384,7 @@ public final class SyncService: @unchecked Sendable {
                 // The leaving record's own segment comes after the cutoff: the others apply it
                 // once (it is how they learn of the leaving) and never again.
                 try writeControl([.remove(config.device, cutoff: nextSequence - 1, pins: pins(config.device))], config: config, folder: folder)
+                log("sync: recorded this device's leaving in the folder")
             }
             try vault.storeSync(config: nil)
             // A request to join that was never approved goes too (its key pair is forgotten).
@@ -352,11 +394,17 @@ public final class SyncService: @unchecked Sendable {
         }
     }
 
+    /// The folder as it is kept: an absolute path to a directory, with every link on the way
+    /// resolved now (`realpath`). From then on the folder is opened without following a link:
+    /// one put in its place later is refused, not followed.
     static func checkedFolder(_ path: String) throws -> String {
         guard path.hasPrefix("/") else { throw VaultFailure.param("the sync folder must be an absolute path") }
         var st = stat()
-        guard stat(path, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else { throw VaultFailure.param("\(path) is not a directory") }
-        return URL(fileURLWithPath: path).standardizedFileURL.path
+        guard stat(path, &st) == 0, st.st_mode & S_IFMT == S_IFDIR, let resolved = realpath(path, nil) else {
+            throw VaultFailure.param("\(path) is not a directory")
+        }
+        defer { free(resolved) }
+        return String(cString: resolved)
     }
 
     private func resetState() {
@@ -368,6 +416,8 @@ public final class SyncService: @unchecked Sendable {
         lastProblem = nil
         ackWritten = nil
         damagedRows = []
+        ignoredDevices = 0
+        watchPaths = []
     }
 
     /// Forgets what was read from the folder (kept: the membership and keys, which only grow).
@@ -400,7 +450,7 @@ public final class SyncService: @unchecked Sendable {
             default: break
             }
         }
-        let w = SyncWatcher { [weak self] in self?.folderToWatch() }
+        let w = SyncWatcher { [weak self] in self?.pathsToWatch() ?? [] }
         watcherLock.withLock { watcher = w }
         w.run { [weak self] in self?.runPass() }
     }
@@ -408,8 +458,12 @@ public final class SyncService: @unchecked Sendable {
     /// Asks for a pass soon (from any thread; never waits for one).
     func wake() { watcherLock.withLock { watcher }?.wake() }
 
-    private func folderToWatch() -> String? {
-        (try? vault.syncConfig())?.map { $0.folder + "/devices" } ?? nil
+    /// What the watcher watches: what the last pass read, or the folder and `devices/` before
+    /// one did.
+    private func pathsToWatch() -> [String] {
+        if let paths = lock.withLock({ watchPaths.isEmpty ? nil : watchPaths }) { return paths }
+        guard let config = (try? vault.syncConfig()) ?? nil else { return [] }
+        return [config.folder, config.folder + "/devices"]
     }
 
     /// One pass; failures are logged once each (until a pass succeeds) and left for the next.
@@ -445,6 +499,8 @@ public final class SyncService: @unchecked Sendable {
         }
         let folder = SyncFolder(root: config.folder)
         if config.state == .joining {
+            // The directories read are watched: the grant comes in one of them.
+            _ = try read(folder, config)
             guard let (ring, view) = try acceptGrant(config, folder) else { return }
             config.state = .member
             try vault.storeSync(config: config, secrets: ["keyring": ring.encoded()], membership: view)
@@ -468,7 +524,7 @@ public final class SyncService: @unchecked Sendable {
         // before its cutoff), signed by it and sealed under a key held here. Segments of a
         // device not (yet) known to be a member, or under a key not (yet) held, stay pending:
         // a later record may let them in. Rounds go on while a round lets new ones in.
-        let listing = try folder.list()
+        let listing = try read(folder, config)
         let membershipBefore = membership
         let keysBefore = Set(keyring.keys.keys)
         var rebuild = false
@@ -478,10 +534,11 @@ public final class SyncService: @unchecked Sendable {
             progress = false
             for (device, entry) in listing.sorted(by: { $0.key < $1.key }) {
                 for (seq, size) in entry.segments.sorted(by: { $0.key < $1.key }) {
-                    if seq < (floor[device] ?? 0) || applied[device]?.contains(seq) == true || rejected[device]?[seq] == size { continue }
+                    let version = entry.versions[seq] ?? SyncFolder.FileVersion(size: size, inode: 0, changed: 0)
+                    if seq < (floor[device] ?? 0) || applied[device]?.contains(seq) == true || rejected[device]?[seq] == version { continue }
                     guard let member = membership.members[device] else { continue }
                     guard membership.accepts(device, sequence: seq) else {
-                        reject(device, seq, size, "it was written after the device was removed from the group")
+                        reject(device, seq, version, "it was written after the device \(membership.left[device] != nil ? "left" : "was removed from") the group")
                         continue
                     }
                     let s: SyncSegment
@@ -497,10 +554,11 @@ public final class SyncService: @unchecked Sendable {
                         guard let key = keyring.keys[id] else { continue }
                         sealedUnder = id
                         s = try SyncSegment.open(bytes, key: key, device: device, sequence: seq, verifyKey: member.signKey)
+                        try Self.checkLeaving(s)
                     } catch {
                         // Gone since it was listed (its device compacted it away): nothing to refuse.
-                        if access(folder.directory(device) + "/" + SyncSegment.fileName(seq), F_OK) != 0 && errno == ENOENT { continue }
-                        reject(device, seq, size, "\(error)")
+                        if !folder.exists(device: device, name: SyncSegment.fileName(seq)) { continue }
+                        reject(device, seq, version, "\(error)")
                         continue
                     }
                     progress = true
@@ -518,7 +576,9 @@ public final class SyncService: @unchecked Sendable {
                         if c == .snapshot { continue }
                         controlOf[device, default: []].append(c)
                         if case .member(let m) = c, approvedUnder[m.device] == nil { approvedUnder[m.device] = sealedUnder }
-                        if membership.apply(c, author: device), case .remove(let d, _, _) = c,
+                        let changed = membership.apply(c, author: device)
+                        if changed, case .remove(let d, _, _) = c, d == device { log("sync: device \(device) left the sync group") }
+                        if changed, case .remove(let d, _, _) = c,
                             applied[d]?.contains(where: { !membership.accepts(d, sequence: $0, hash: fileHashes[d]?[$0]) }) == true
                         {
                             // Changes of the removed device merged here that its remover had not
@@ -568,7 +628,9 @@ public final class SyncService: @unchecked Sendable {
             lastProblem = "this device was removed from the sync group"
             return
         }
-        nextSequence = max(nextSequence, try vault.syncStoredSequence(), (listing[me]?.segments.keys.max() ?? 0) + 1)
+        // The stored sequence and this device's own segments read above (signed with its key):
+        // a name in the folder, which anyone can write, never sets it.
+        nextSequence = max(nextSequence, try vault.syncStoredSequence(), (applied[me]?.max() ?? 0) + 1)
         readAcks(listing, folder)
 
         // Members another device approved since: every key held here, sealed to each (its
@@ -694,7 +756,7 @@ public final class SyncService: @unchecked Sendable {
             if !currentKeyIsSafe() {
                 // A device was removed (or left) since the current key was made, or a later key
                 // was made without this device: a new one first, for the members as they are.
-                let (rotate, newKey) = makeRotation(membership, me: me)
+                let (rotate, newKey) = try makeRotation(membership, me: me)
                 try writeControl([rotate], config: config, folder: folder, newKey: newKey)
                 log("sync: rotated the group key to generation \(newKey.0.generation)")
             }
@@ -744,8 +806,43 @@ public final class SyncService: @unchecked Sendable {
         damagedRows = damaged
     }
 
-    private func reject(_ device: SyncDeviceID, _ seq: UInt64, _ size: Int, _ why: String) {
-        rejected[device, default: [:]][seq] = size
+    /// Reads `devices/`: this device's directory and the members' first, the others up to
+    /// `maximumDevices`; the rest counted (`sync status`) and logged when their number
+    /// changes, links in the place of device directories logged once each. Sets what the
+    /// watcher watches.
+    private func read(_ folder: SyncFolder, _ config: SyncConfig) throws -> [SyncDeviceID: SyncFolder.Entry] {
+        let scan = try folder.scan(preferring: preferred(config))
+        if scan.ignored != ignoredDevices {
+            if scan.ignored > 0 {
+                log("sync: the folder holds \(scan.ignored) device directories past the \(Self.maximumDevices) read; they are ignored (this device's and the members' are read first)")
+            }
+            ignoredDevices = scan.ignored
+        }
+        for d in scan.links where !linksLogged.contains(d) {
+            log("sync: \(logField(folder.directory(d))) is a symbolic link, not a directory: not followed, its files are not read")
+            linksLogged.insert(d)
+        }
+        watchPaths = [folder.root, folder.devicesPath] + scan.devices.keys.sorted().map(folder.directory)
+        return scan.devices
+    }
+
+    /// The devices whose directories are read before any other: this one and every device
+    /// the membership names.
+    private func preferred(_ config: SyncConfig) -> Set<SyncDeviceID> {
+        Set(membership.members.keys).union(membership.removed.keys).union([config.device])
+    }
+
+    /// A segment that records its writer's own leaving holds nothing else (vaultd writes it
+    /// so): it is read after the writer's cutoff, where only the leaving may be. Throws
+    /// `SyncFormatError` for one that holds more.
+    static func checkLeaving(_ s: SyncSegment) throws {
+        let leaves = s.control.contains { if case .remove(let d, _, _) = $0 { d == s.device } else { false } }
+        guard leaves else { return }
+        guard s.changes.isEmpty, s.control.count == 1 else { throw SyncFormatError("a segment recording its device's leaving holds other records") }
+    }
+
+    private func reject(_ device: SyncDeviceID, _ seq: UInt64, _ version: SyncFolder.FileVersion, _ why: String) {
+        rejected[device, default: [:]][seq] = version
         if rejectionsLogged < Self.maximumLoggedRejections {
             log("sync: ignored segment \(SyncSegment.fileName(seq)) of device \(device): \(why)")
         } else if rejectionsLogged == Self.maximumLoggedRejections {
@@ -799,7 +896,9 @@ public final class SyncService: @unchecked Sendable {
         guard mine.count >= compactionThreshold, let last = mine.max() else { return }
         // Not before the segments since the last snapshot are as large as it: rewriting
         // everything then costs each change a constant share, however large the vault.
-        let sizes = (try? folder.list()[me]?.segments) ?? [:]
+        // Only segments this device wrote and read back count (each within the segment bound,
+        // so the sum cannot overflow); a file anyone put in its directory has any size.
+        let sizes = ((try? folder.list(preferring: [me])[me]?.segments) ?? [:]).filter { mine.contains($0.key) }
         let snapshotBytes = floor[me].flatMap { sizes[$0] } ?? 0
         guard sizes.filter({ $0.key > (floor[me] ?? 0) }).values.reduce(0, +) >= snapshotBytes else { return }
         let others = membership.currentMembers.map(\.device).filter { $0 != me }
@@ -838,7 +937,9 @@ public final class SyncService: @unchecked Sendable {
         guard let sk = try vault.syncSecret("boxSecret") else { throw VaultFailure(.internalError, "the sync join key is missing") }
         let pk = SyncPairing.publicKey(of: sk)
         let name = SyncFolder.grantName(config.device)
-        for device in try folder.list().keys where device != config.device {
+        // Looked for in every device directory by name: a grant's is its approver's, which
+        // may be past the directories a listing reads.
+        for device in try folder.devicesHolding(name) where device != config.device {
             if let f = folder.readSmallFile(device: device, name: name, limit: SyncPairing.maximumGrantBytes),
                 let (ring, view) = SyncPairing.openGrant(f, publicKey: pk, secretKey: sk), !ring.keys.isEmpty,
                 let sign = try vault.syncSecret("signSecret"), view.isMember(config.device),

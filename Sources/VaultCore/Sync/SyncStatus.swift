@@ -32,7 +32,8 @@ public struct SyncStatus: Sendable, Equatable {
         public var pending: Int
         /// Segments refused (bad signature, unknown key, rewritten).
         public var rejected: Int
-        /// "member", "removed" or "unknown" (not in the replicated membership).
+        /// "member", "left" (it recorded its own leaving), "removed" (another device removed
+        /// it) or "unknown" (not in the replicated membership).
         public var membership: String
         /// When it last wrote a segment read here.
         public var lastSeen: Date?
@@ -45,6 +46,8 @@ public struct SyncStatus: Sendable, Equatable {
     public var fingerprint: String?
     public var keyGeneration: Int?
     public var devices: [Device] = []
+    /// Device directories in the folder past the `SyncService.maximumDevices` read: ignored.
+    public var ignoredDevices = 0
     /// Live items of the merged state.
     public var items: Int?
     /// The last pass's problem, if it failed.

@@ -117,7 +117,10 @@ extension Vault {
     func syncStoredSequence() throws -> UInt64 {
         try exclusive { x in
             guard let raw = try x.db.row("SELECT value FROM vault_meta WHERE key = 'sync.sequence'")?[0].blob else { return 1 }
-            return UInt64(try VaultFailure.rethrowing(as: .internalError) { try JSON.parse(raw) }.int64Value ?? 1)
+            // A number out of the sequences' range (a store written otherwise than by vaultd)
+            // counts as none: the pass goes by the segments it reads of this device instead.
+            let n = try VaultFailure.rethrowing(as: .internalError) { try JSON.parse(raw) }.uint64Value ?? 1
+            return (1...SyncSegment.maximumSequence).contains(n) ? n : 1
         }
     }
 
@@ -297,7 +300,7 @@ extension Vault {
     /// Records the next sequence this device will write, once a segment is in the folder.
     func storeSyncSequence(_ next: UInt64) throws {
         _ = try write { db in
-            try db.run("INSERT OR REPLACE INTO vault_meta (key, value) VALUES ('sync.sequence', ?)", [.blob(JSON(Int64(next)).serialized())])
+            try db.run("INSERT OR REPLACE INTO vault_meta (key, value) VALUES ('sync.sequence', ?)", [.blob(JSON(next).serialized())])
         }
     }
 

@@ -287,8 +287,8 @@ type SyncDevice (
   rejected: int,
   # The latest change read from it (its hybrid clock's wall time, ISO 8601), or null.
   lastSeen: ?string,
-  # member, removed (it left or was removed), or unknown (not approved, as far as
-  # this device has read).
+  # member, left (it recorded its own leaving), removed (another device removed it),
+  # or unknown (not approved, as far as this device has read).
   membership: string
 )
 
@@ -318,6 +318,10 @@ method Status() -> (
   # The generation of the group key this device writes under, or null.
   keyGeneration: ?int,
   devices: []SyncDevice,
+  # Device directories in the folder past the 256 read (this device's and the
+  # members' first): ignored, neither read nor listed in `devices`; absent when this
+  # device syncs nothing.
+  ignoredDevices: ?int,
   # Live synchronized items of the merged group.
   items: ?int,
   # Why the last pass did not finish, or null.

@@ -64,6 +64,9 @@ struct SyncCommand: Command {
             if let g = r["keyGeneration"]?.intValue { print("group key generation: \(g)") }
             if let n = r["items"]?.intValue { print("synchronized items: \(n)") }
             if let p = r["problem"]?.stringValue { print("problem: \(p)") }
+            if let n = r["ignoredDevices"]?.intValue, n > 0 {
+                print("ignored device directories: \(n) (the folder holds more than 256; this device's and the members' are read first)")
+            }
             let damaged = r["damaged"]?.arrayValue ?? []
             if !damaged.isEmpty {
                 print("damaged items held, not synced: \(damaged.count) (vaultctl doctor lists them; deleting one here takes the group's copy back)")
@@ -72,7 +75,8 @@ struct SyncCommand: Command {
             print("devices:")
             for d in r["devices"]?.arrayValue ?? [] {
                 let id = d["deviceID"]?.stringValue ?? "?"
-                let me = d["thisDevice"]?.boolValue == true ? " (this device)" : d["membership"]?.stringValue == "removed" ? " (removed)" : ""
+                let standing = d["membership"]?.stringValue ?? ""
+                let me = d["thisDevice"]?.boolValue == true ? " (this device)" : ["removed", "left"].contains(standing) ? " (\(standing))" : ""
                 let seen = d["lastSeen"]?.stringValue ?? "never"
                 let rejected = d["rejected"]?.intValue ?? 0
                 print(

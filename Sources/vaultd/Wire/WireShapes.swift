@@ -121,7 +121,7 @@ extension SyncStatus {
             "state": .string(state), "folder": .string(folder), "deviceID": .string(deviceID),
             "fingerprint": JSON(optional: fingerprint), "keyGeneration": JSON(optional: keyGeneration), "devices": .array(devices),
             "items": JSON(optional: items), "problem": JSON(optional: problem), "lastPass": JSON(optional: lastPass),
-            "damaged": DamagedItem.wire(damaged),
+            "damaged": DamagedItem.wire(damaged), "ignoredDevices": JSON(ignoredDevices),
         ]
     }
 }
