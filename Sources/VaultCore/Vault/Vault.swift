@@ -680,9 +680,17 @@ public final class Vault: @unchecked Sendable {
         try PreferencesStore.validate(key: key)
     }
 
-    /// Every key of `domain` (nil: the caller's own).
+    /// Every key of `domain` (nil: the caller's own) whose value reads; a damaged value is
+    /// left out (`preferenceDomainReportingDamage` names it).
     /// `reply`: where its reply's memory is reserved before the values are read (`ReplyReserving`).
     public func preferenceDomain(_ domain: String?, caller: Caller, reply: ReplyReserving? = nil) throws -> PlistDictionary {
+        try preferenceDomainReportingDamage(domain, caller: caller, reply: reply).values
+    }
+
+    /// Every key of `domain` (nil: the caller's own): the values that read, and the keys of
+    /// those that do not (damaged on disk, `DamagedValue`). Not logged: the reply names them,
+    /// and a client reading a domain in a loop must not fill the log.
+    public func preferenceDomainReportingDamage(_ domain: String?, caller: Caller, reply: ReplyReserving? = nil) throws -> DomainValues {
         let d = try authorize(.readPreferences(domain: domain), for: caller).domain
         var held = 0
         return try readingPreferences(d, key: nil, reply: reply, holding: &held) { try preferences.domain(d, in: $0) }
@@ -695,7 +703,7 @@ public final class Vault: @unchecked Sendable {
         precondition(grant.kind == .observePreferences, "a snapshot of the domains an Observe was granted")
         var held = 0
         return try grant.domainSet.sorted().map(\.string).map { d in
-            (d, try readingPreferences(d, key: nil, reply: reply, holding: &held) { try preferences.domain(d, in: $0) })
+            (d, try readingPreferences(d, key: nil, reply: reply, holding: &held) { try preferences.domain(d, in: $0).values })
         }
     }
 
@@ -811,10 +819,19 @@ public final class Vault: @unchecked Sendable {
         }
     }
 
-    /// A domain (nil: the caller's own) as a property list in `format`.
+    /// A domain (nil: the caller's own) as a property list in `format`, without its damaged
+    /// values (`exportDomainReportingDamage` names them).
     public func exportDomain(_ domain: String?, format: PropertyListCodec.Format, caller: Caller, reply: ReplyReserving? = nil) throws -> Data {
-        let values = try preferenceDomain(domain, caller: caller, reply: reply)
-        return try VaultFailure.rethrowing(as: .invalidPropertyList) { try PropertyListCodec.encode(.dict(values), format: format) }
+        try exportDomainReportingDamage(domain, format: format, caller: caller, reply: reply).plist
+    }
+
+    /// A domain as a property list in `format`, and the keys of the damaged values left out of it.
+    public func exportDomainReportingDamage(
+        _ domain: String?, format: PropertyListCodec.Format, caller: Caller, reply: ReplyReserving? = nil
+    ) throws -> (plist: Data, damaged: [String]) {
+        let found = try preferenceDomainReportingDamage(domain, caller: caller, reply: reply)
+        let plist = try VaultFailure.rethrowing(as: .invalidPropertyList) { try PropertyListCodec.encode(.dict(found.values), format: format) }
+        return (plist, found.damaged)
     }
 }
 
