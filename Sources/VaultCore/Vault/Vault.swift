@@ -20,6 +20,8 @@ public final class Vault: @unchecked Sendable {
     let keys: KeyHierarchy
     let keychain: KeychainStore
     let preferences: PreferencesStore
+    /// Space kept for deletes on a full disk (`StorageReserve`, `writeMakingRoom`).
+    let reserve: StorageReserve
     let apps: AppRegistry
     /// Each app's storage quota (`StorageQuota`); vaultd sets it from its settings.
     public let quota = StorageQuota()
@@ -77,6 +79,7 @@ public final class Vault: @unchecked Sendable {
         self.clock = clock
         self.cacheDirectory = cacheDirectory ?? dataDirectory + "/caches"
         try FileSystem.makeDirectory(dataDirectory, mode: 0o700)
+        reserve = StorageReserve(directory: dataDirectory)
         let keyPath = dataDirectory + "/device.key"
         var st = stat()
         let keyMissing = lstat(keyPath, &st) != 0 && errno == ENOENT
@@ -114,6 +117,7 @@ public final class Vault: @unchecked Sendable {
         apps = AppRegistry()
         caches = CacheStore(root: self.cacheDirectory)
         emittedThrough = orderedEvents.start
+        reserve.replenish()
     }
 
     /// Opens the store and runs pending migrations, having checked it (`PRAGMA quick_check`):
@@ -154,6 +158,28 @@ public final class Vault: @unchecked Sendable {
     /// section that holds it writes through `exclusive`'s `write`.
     func write<T>(_ body: @escaping (Database) throws -> T) throws -> T {
         try store.write(body)
+    }
+
+    /// `write` of a change that makes room (a delete, a removal): on a full disk, where it is
+    /// refused like any other write (SQLite needs room for its WAL frames), the space reserve
+    /// is given back to the file system and the write tried once more. The reserve is filled
+    /// again by `replenishReserve`, at the next periodic pass.
+    func writeMakingRoom<T>(_ body: @escaping (Database) throws -> T) throws -> T {
+        do {
+            return try write(body)
+        } catch let full as VaultFailure where full.code == .storageFull {
+            let freed = reserve.release()
+            guard freed > 0 else { throw full }
+            log("the disk is full: gave the space reserve (\(freed) bytes, \(reserve.path)) back for a delete; it is filled again once there is room")
+            return try write(body)
+        }
+    }
+
+    /// Fills the space reserve again, as far as the disk allows (at start and at each
+    /// periodic pass). Returns the bytes it holds.
+    @discardableResult
+    public func replenishReserve() -> Int {
+        reserve.replenish()
     }
 
     /// Runs `body` under the engine lock, without the store (the keys, the failed-unlock
@@ -620,7 +646,7 @@ public final class Vault: @unchecked Sendable {
     /// SecItemDelete; see `KeychainStore.delete`.
     public func deleteItems(_ query: ItemQuery, caller: Caller) throws -> Int {
         _ = try authorize(.deleteItems(accessGroup: query.attributes.accessGroup), for: caller)
-        let n = try write { db in
+        let n = try writeMakingRoom { db in
             try self.admitInWrite(caller, in: db)
             return try self.keychain.delete(query, caller: caller, in: db)
         }
@@ -756,7 +782,7 @@ public final class Vault: @unchecked Sendable {
     public func removePreference(domain named: String?, key: String, caller: Caller) throws -> UInt64 {
         let domain = try authorize(.writePreferences(domain: named), for: caller).domain
         return try inEventOrder { ticket in
-            let existed = try write { db in
+            let existed = try writeMakingRoom { db in
                 try self.admitInWrite(caller, in: db)
                 let existed = try self.preferences.remove(domain: domain, key: key, in: db)
                 ticket.take()
@@ -771,7 +797,7 @@ public final class Vault: @unchecked Sendable {
     public func removeDomain(_ named: String?, caller: Caller) throws -> Int {
         let domain = try authorize(.writePreferences(domain: named), for: caller).domain
         return try inEventOrder { ticket in
-            let (count, keys) = try write { db in
+            let (count, keys) = try writeMakingRoom { db in
                 try self.admitInWrite(caller, in: db)
                 let keys = try self.preferences.storedValues(domain, in: db).keys
                 let count = try self.preferences.removeDomain(domain, in: db)
