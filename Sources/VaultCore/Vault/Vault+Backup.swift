@@ -87,17 +87,20 @@ extension Vault {
         return (items, malformed, rows)
     }
 
-    /// `rows` without the preferences whose value does not decode (which a restore would
-    /// refuse, and the whole backup with them), and those left out, by domain and key.
+    /// `rows` without the preferences that do not read (a value that does not decode, a
+    /// domain or key that is not text: a restore would refuse them, and the whole backup with
+    /// them), and those left out, by domain and key.
     private static func withoutDamagedValues(_ rows: [BackupArchive.TableRow]) -> ([BackupArchive.TableRow], [DamagedValue]) {
         var kept: [BackupArchive.TableRow] = []
         var damaged: [DamagedValue] = []
         for row in rows {
-            guard row.table == "preferences", row.value("value")?.blob.flatMap({ PreferencesStore.decode($0) }) == nil else {
+            let domain = row.value("domain")?.text, key = row.value("key")?.text
+            let reads = domain != nil && key != nil && row.value("value")?.blob.flatMap({ PreferencesStore.decode($0) }) != nil
+            guard row.table == "preferences", !reads else {
                 kept.append(row)
                 continue
             }
-            damaged.append(DamagedValue(domain: row.value("domain")?.text ?? "(unreadable)", key: row.value("key")?.text ?? "(unreadable)"))
+            damaged.append(DamagedValue(domain: domain ?? "(unreadable)", key: key ?? "(unreadable)"))
         }
         return (kept, damaged)
     }
