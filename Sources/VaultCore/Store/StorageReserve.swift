@@ -26,7 +26,9 @@ final class StorageReserve: @unchecked Sendable {
     }
 
     /// Allocates the file's blocks up to `bytes` (mode 0600), as far as the disk allows;
-    /// returns the bytes it then holds. Never fails: a reserve is a help, not a need.
+    /// returns the bytes it then holds. Blocks already there are kept (posix_fallocate of an
+    /// allocated range changes nothing), a hole is filled. Never fails: a reserve is a help,
+    /// not a need.
     @discardableResult
     func replenish() -> Int {
         lock.withLock {
@@ -35,26 +37,26 @@ final class StorageReserve: @unchecked Sendable {
             defer { close(fd) }
             var st = stat()
             guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else { return 0 }
-            var held = Int(st.st_blocks) * 512
-            // Whole chunks, so a nearly full disk still gets part of the reserve.
+            // In chunks, so a nearly full disk still gets part of the reserve.
             let chunk = 64 << 10
+            var held = 0
             while held < Self.bytes {
                 let length = min(chunk, Self.bytes - held)
                 guard posix_fallocate(fd, off_t(held), off_t(length)) == 0 else { break }
                 held += length
             }
-            return min(held, Self.bytes)
+            return held
         }
     }
 
     /// Gives the reserve's blocks back to the file system (the file truncated to nothing);
-    /// returns the bytes it held (0: nothing to give).
+    /// returns the bytes it held, its size (0: nothing to give).
     func release() -> Int {
         lock.withLock {
             var st = stat()
-            guard lstat(path, &st) == 0, st.st_mode & S_IFMT == S_IFREG, st.st_blocks > 0 else { return 0 }
+            guard lstat(path, &st) == 0, st.st_mode & S_IFMT == S_IFREG, st.st_size > 0 else { return 0 }
             guard truncate(path, 0) == 0 else { return 0 }
-            return Int(st.st_blocks) * 512
+            return Int(st.st_size)
         }
     }
 }
