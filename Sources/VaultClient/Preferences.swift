@@ -15,7 +15,8 @@ public struct Preferences: Sendable {
 
     /// The value of `key` in `domain` (nil: the app's own), or nil when the domain has no
     /// such key (as CFPreferencesCopyAppValue; no KeyNotFound). Reads one domain only, not the
-    /// search list (`Defaults` does that).
+    /// search list (`Defaults` does that). Throws ValueDamaged (naming domain and key) when
+    /// the stored value does not read.
     public func value(domain: String?, key: String) throws -> PlistValue? {
         let r = try connection.call(.preferencesGet, ["domain": Self.domain(domain), "key": .string(key)])
         guard let v = r["value"], !v.isNull else { return nil }
@@ -64,10 +65,23 @@ public struct Preferences: Sendable {
         reply["sequence"]?.int64Value.flatMap { UInt64(exactly: $0) }
     }
 
-    /// Every key of a domain (empty when it has none). Throws MissingEntitlement.
+    /// Every key of a domain (empty when it has none) whose stored value reads: a value
+    /// damaged on disk is left out (`valuesReportingDamage` names it). Throws MissingEntitlement.
     public func values(domain: String?) throws -> PlistDictionary {
+        try valuesReportingDamage(domain: domain).values
+    }
+
+    /// Every key of a domain whose stored value reads, and the keys of those that do not
+    /// (damaged on disk; `ValueDamaged` for a `value(domain:key:)` of one), sorted.
+    public func valuesReportingDamage(domain: String?) throws -> (values: PlistDictionary, damaged: [String]) {
         let r = try connection.call(.preferencesDomain, ["domain": Self.domain(domain)])
-        return try (r["values"]?.objectValue ?? [:]).mapValues { try PlistValue(tagged: $0) }
+        let values = try (r["values"]?.objectValue ?? [:]).mapValues { try PlistValue(tagged: $0) }
+        return (values, Self.damagedKeys(in: r))
+    }
+
+    /// A Domain or Export reply's `damaged` keys (none when absent).
+    static func damagedKeys(in reply: JSONObject) -> [String] {
+        reply["damaged"]?.arrayValue?.compactMap(\.stringValue) ?? []
     }
 
     /// Names of the domains holding keys, sorted: every domain for the owner's tools; for an
@@ -127,13 +141,19 @@ public struct Preferences: Sendable {
     /// dictionary holding an array or a dictionary ("property lists cannot contain objects of
     /// type 'Not A Type'").
     public func exportDomain(_ domain: String, binary: Bool) throws -> Data {
+        try exportDomainReportingDamage(domain, binary: binary).plist
+    }
+
+    /// `exportDomain`, and the keys of the values damaged on disk that it left out.
+    public func exportDomainReportingDamage(_ domain: String, binary: Bool) throws -> (plist: Data, damaged: [String]) {
         if binary {
             do {
                 let reply = try connection.call(.preferencesExport, ["domain": .string(domain), "format": "binary"])
-                if let text = reply["plist"]?.stringValue, let plist = Data(base64Encoded: text) { return plist }
+                if let text = reply["plist"]?.stringValue, let plist = Data(base64Encoded: text) { return (plist, Self.damagedKeys(in: reply)) }
             } catch let e as VaultError where e.code == .replyTooLarge {}
         }
-        return try PropertyListCodec.encode(.dict(try values(domain: domain)), format: binary ? .binary : .xml)
+        let found = try valuesReportingDamage(domain: domain)
+        return (try PropertyListCodec.encode(.dict(found.values), format: binary ? .binary : .xml), found.damaged)
     }
 
     /// Removes a whole domain; returns how many keys it had (0 when none). Throws

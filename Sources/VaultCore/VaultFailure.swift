@@ -75,6 +75,9 @@ public struct VaultFailure: Error, Sendable, Equatable, CustomStringConvertible 
         case invalidPropertyList
         /// An app writing `NSGlobalDomain` (`details.domain`).
         case readOnlyDomain
+        /// A stored preference value that does not decode: damaged on disk (`details.domain`,
+        /// `.key`).
+        case valueDamaged
         // Apps.
         case appNotFound
         case invalidAppID
@@ -93,6 +96,8 @@ public struct VaultFailure: Error, Sendable, Equatable, CustomStringConvertible 
         public var size: Int64?
         /// The preferences domain concerned.
         public var domain: String?
+        /// The preference key concerned (valueDamaged).
+        public var key: String?
         /// The app concerned.
         public var appID: String?
         /// The request's parameter concerned (invalidParameter).
@@ -101,13 +106,14 @@ public struct VaultFailure: Error, Sendable, Equatable, CustomStringConvertible 
         public var damaged: [DamagedItem] = []
 
         public init(
-            retryAfter: Double? = nil, limit: Int64? = nil, size: Int64? = nil, domain: String? = nil, appID: String? = nil,
-            parameter: String? = nil, damaged: [DamagedItem] = []
+            retryAfter: Double? = nil, limit: Int64? = nil, size: Int64? = nil, domain: String? = nil, key: String? = nil,
+            appID: String? = nil, parameter: String? = nil, damaged: [DamagedItem] = []
         ) {
             self.retryAfter = retryAfter
             self.limit = limit
             self.size = size
             self.domain = domain
+            self.key = key
             self.appID = appID
             self.parameter = parameter
             self.damaged = damaged

@@ -21,6 +21,9 @@ public enum ExitCode: Int32, CaseIterable, Sendable {
     case badInput = 65
     /// EX_USAGE: a wrong command line (the reason and the command's usage on stderr).
     case usage = 64
+    /// EX_IOERR: a stored preference value vaultd cannot read (damaged on disk): a read of
+    /// that key, or a read, find or export that left such a value out, naming it.
+    case damaged = 74
     /// EX_UNAVAILABLE: nothing answers at vaultd's socket, vaultd closed the connection, or
     /// it did not answer in time.
     case unavailable = 69
@@ -34,6 +37,7 @@ public enum ExitCode: Int32, CaseIterable, Sendable {
         case .missingEntitlement, .permissionDenied, .permissionDeniedVarlink, .readOnlyDomain: self = .notPermitted
         case .param, .invalidParameter, .invalidValue, .invalidPropertyList, .secretTooLarge, .domainTooLarge, .invalidAppID:
             self = .badInput
+        case .valueDamaged: self = .damaged
         case .connectionFailed: self = .unavailable
         default: self = .failure
         }

@@ -128,6 +128,11 @@ public struct VaultError: Error, Equatable, CustomStringConvertible, Sendable {
         /// or an Export as XML of a string
         /// XML 1.0 cannot carry.
         public static let invalidPropertyList = Code("io.vaultd.Preferences.InvalidPropertyList")
+        /// A stored preference value that does not decode (its bytes altered or damaged on
+        /// disk): a Get of that key, named by `parameters["domain"]` and `["key"]`. A domain's
+        /// other keys still read (Domain, Export and Backup name damaged keys in `damaged`),
+        /// and a Set, Remove, RemoveDomain or Import replaces or removes the value.
+        public static let valueDamaged = Code("io.vaultd.Preferences.ValueDamaged")
         /// Raised by vaultctl (`defaults read` of an absent key); vaultd's Get answers null instead.
         public static let keyNotFound = Code("io.vaultd.Preferences.KeyNotFound")
         /// An app writing `NSGlobalDomain` (apps may only read it).

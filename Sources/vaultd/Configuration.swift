@@ -38,8 +38,8 @@ struct Configuration {
         session bus; docs/secret-service.md); --replace: take the name over from its owner.
         Environment: VAULTD_SOCKET, VAULTD_DATA_DIR, VAULTD_CACHE_DIR, XDG_RUNTIME_DIR,
         XDG_DATA_HOME, XDG_CACHE_HOME, XDG_CONFIG_HOME; LISTEN_FDS/LISTEN_PID (socket activation);
-        VAULTD_MAX_CONNECTIONS (default 256), VAULTD_MAX_CONNECTIONS_PER_PEER (one app's or the
-        owner's tools', default 32), VAULTD_PARTIAL_TIMEOUT (seconds a peer may leave half a
+        VAULTD_MAX_CONNECTIONS (default 256), VAULTD_MAX_CONNECTIONS_PER_PEER (one app's or
+        one program's of the owner, default 32), VAULTD_PARTIAL_TIMEOUT (seconds a peer may leave half a
         message unfinished, default 10), VAULTD_IDLE_TIMEOUT (seconds an idle connection stays
         open, default 60), VAULTD_BUSY_POLL_US (microseconds a connection polls for the next call
         before it sleeps, default 30; 0: never), VAULTD_SECRET_SERVICE_INLINE (0: every Secret

@@ -289,7 +289,10 @@ extension Dispatcher {
     func preferencesDomain(_ r: Request) throws -> JSONObject {
         let p = r.p
         let caller = r.caller
-        return ["values": .object(try vault.preferenceDomain(try p.optionalString("domain"), caller: caller, reply: r.reply).mapValues(\.tagged))]
+        let found = try vault.preferenceDomainReportingDamage(try p.optionalString("domain"), caller: caller, reply: r.reply)
+        var reply: JSONObject = ["values": .object(found.values.mapValues(\.tagged))]
+        if !found.damaged.isEmpty { reply["damaged"] = .array(found.damaged.map { .string($0) }) }
+        return reply
     }
 
     // io.vaultd.Preferences.Domains
@@ -324,7 +327,10 @@ extension Dispatcher {
         guard let f = PropertyListCodec.Format(rawValue: format) else {
             throw VaultError.invalidParameter("format", "must be xml or binary")
         }
-        return ["plist": .string(try vault.exportDomain(domain, format: f, caller: caller, reply: r.reply).base64EncodedString())]
+        let export = try vault.exportDomainReportingDamage(domain, format: f, caller: caller, reply: r.reply)
+        var reply: JSONObject = ["plist": .string(export.plist.base64EncodedString())]
+        if !export.damaged.isEmpty { reply["damaged"] = .array(export.damaged.map { .string($0) }) }
+        return reply
     }
 
     // io.vaultd.Preferences.RemoveDomain

@@ -268,18 +268,21 @@ enum PeerIdentity {
 
     /// Checks a sandbox's `/.flatpak-info` against the host: Flatpak writes each instance's
     /// info to `$XDG_RUNTIME_DIR/.flatpak/INSTANCE/info` on the host (outside the sandbox,
-    /// which sees it read-only at most) and puts the same bytes at `/.flatpak-info`
-    /// (`bwrap --ro-bind-data`), as xdg-desktop-portal relies on. Accepted only when the
-    /// sandbox's `[Instance] instance-id` names such a directory, owned by vaultd's uid,
-    /// whose `info` is the sandbox's file itself (device and inode) or holds the same bytes.
-    /// A sandbox that writes its own file (with another app's name, or pointing at another
-    /// app's instance) has no host record that matches. Returns the app ID, or why not.
+    /// which sees it read-only at most) and puts a copy of its bytes at `/.flatpak-info`
+    /// (`bwrap --file` and `--ro-bind-data`: never the host file itself, so its device and
+    /// inode never match the record's), as xdg-desktop-portal relies on. Accepted only when
+    /// the sandbox's `[Instance] instance-id` names such a directory, owned by vaultd's uid,
+    /// whose `info` holds the same bytes, and, for a peer on vaultd's socket, when the peer
+    /// runs in that instance's sandbox (`instanceMismatch`). A sandbox that writes its own
+    /// file (with another app's name, or pointing at another app's instance), or shows a copy
+    /// of another instance's record (or that record itself, bound in), is refused. Returns the
+    /// app ID, or why not.
     enum Verification {
         case accepted(String)
         case refused(String)
     }
 
-    static func verifiedFlatpakID(_ info: InfoFile) -> Verification {
+    static func verifiedFlatpakID(_ info: InfoFile, peer: PeerCredentials) -> Verification {
         guard let name = keyFileValue(info.bytes, group: "Application", key: "name") else {
             return .refused("its .flatpak-info names no app ([Application] name)")
         }
@@ -312,10 +315,39 @@ enum PeerIdentity {
         } catch {
             return .refused("Flatpak instance \(logField(instance))'s host record cannot be read (\(error)) (app \(logField(name)))")
         }
-        guard host.file == info.file || host.bytes == info.bytes else {
+        guard host.bytes == info.bytes else {
             return .refused("its .flatpak-info (app \(logField(name))) is not Flatpak's record of instance \(logField(instance))")
         }
+        // A D-Bus peer of a Flatpak app is its xdg-dbus-proxy, which Flatpak runs in a sandbox
+        // of its own (another mount namespace) with a copy of the record: only the bytes
+        // confirm it (docs/threat-model.md).
+        if peer.socketFD >= 0, let why = instanceMismatch(fd, pid: peer.pid) {
+            return .refused("\(why) (app \(logField(name)), instance \(logField(instance)))")
+        }
         return .accepted(name)
+    }
+
+    /// Why process `pid` does not run in the sandbox of the Flatpak instance whose directory
+    /// is `dir`, nil when it does. bwrap records the sandbox's first process there
+    /// (`bwrapinfo.json`'s `child-pid`, written through `--info-fd` before that process
+    /// runs); the peer must share its mount namespace (the device and inode of
+    /// `/proc/PID/ns/mnt`). Another sandbox showing a copy of the instance's record, or the
+    /// record itself bound in, has a mount namespace of its own.
+    static func instanceMismatch(_ dir: Int32, pid: pid_t) -> String? {
+        let record: InfoFile
+        do {
+            record = try readBounded(dir, "bwrapinfo.json", owner: getuid())
+        } catch {
+            return "its instance's bwrapinfo.json cannot be read (\(error))"
+        }
+        guard let child = (try? JSON.parse(record.bytes))?["child-pid"]?.int64Value, child > 0, child <= Int64(Int32.max) else {
+            return "its instance's bwrapinfo.json names no child-pid"
+        }
+        guard let sandbox = FileID(path: "/proc/\(child)/ns/mnt"), let peer = FileID(path: "/proc/\(pid)/ns/mnt") else {
+            return "its instance's sandbox (pid \(child)) is not running, or may not be looked at"
+        }
+        guard sandbox == peer else { return "it does not run in its instance's sandbox (another mount namespace than pid \(child))" }
+        return nil
     }
 
     /// Where the peer runs. Only a sandbox can put a file at `/.flatpak-info` (the host's `/`
@@ -341,7 +373,7 @@ enum PeerIdentity {
                 return .unreadable(code)
             }
         }
-        switch verifiedFlatpakID(info) {
+        switch verifiedFlatpakID(info, peer: peer) {
         case .accepted(let id): return .flatpak(id)
         case .refused(let why): return .refused(why)
         }

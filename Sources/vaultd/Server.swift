@@ -16,9 +16,11 @@ struct Limits: Sendable {
     /// Connections served at once; further ones are closed at once.
     var maximumConnections = 256
     /// Connections served at once for one identity: one app (a registered executable, a
-    /// Flatpak app ID), or the owner's tools together. The one over it is answered
-    /// RateLimited and closed, so no peer can take every connection: well under
-    /// `maximumConnections`, which only a few identities together can reach.
+    /// Flatpak app ID), or one program of the owner's (an unregistered executable, by the
+    /// file the kernel says the process runs: device and inode of `/proc/PID/exe`). The one
+    /// over it is answered RateLimited and closed, so no program can take every connection,
+    /// nor lock vaultctl, git-credential-vault or the PAM helper out: well under
+    /// `maximumConnections`, which only several identities together can reach.
     var maximumConnectionsPerPeer = 32
     /// A connection with no call in progress, no unfinished message and no stream is closed
     /// after this long without a call (seconds), so idle connections give their slot back
@@ -172,8 +174,13 @@ final class Server: @unchecked Sendable {
             return true
         }
     }
-    /// `identityConnections`' key for the owner's tools (an app ID is reverse-DNS, never this).
-    static let ownerIdentity = "(owner)"
+    /// `identityConnections`' key for an app, or for one program of the owner's: its
+    /// executable's device and inode, as identified (an app ID is reverse-DNS, never this).
+    static func identityKey(_ caller: Caller, _ peer: PeerCredentials) -> String {
+        if let app = caller.appID { return app }
+        guard let exe = peer.identifiedExecutable else { return "(owner)" }
+        return "(owner) \(exe.device):\(exe.inode)"
+    }
     /// Bytes counted against `Limits.messageBudget`, all connections together.
     private let messageBytes = Atomic<Int>(0)
     /// Bytes counted against `Limits.replyBudget`, all connections together.
@@ -497,9 +504,9 @@ final class Server: @unchecked Sendable {
             _ = try? conn.sendAll(VarlinkReply(error: refusal).checkedJSON.serialized() + [0], within: 1)
             return
         }
-        // Each identity has its own share of the connections: one app (or sandbox) holding
-        // as many as it likes leaves room for every other and for the owner's tools.
-        let identity = caller.appID ?? Self.ownerIdentity
+        // Each identity has its own share of the connections: one app (or sandbox), or one
+        // program of the owner's, holding as many as it likes leaves room for every other.
+        let identity = Self.identityKey(caller, peer)
         var logRefusal = false
         let admitted: Bool = state.withLock {
             guard identityConnections[identity, default: 0] < limits.maximumConnectionsPerPeer else {
@@ -518,11 +525,11 @@ final class Server: @unchecked Sendable {
             // Said once a minute at most (a flood must not fill the log); the app ID is
             // one vaultd registered, bounded and printable.
             if logRefusal {
-                log("refused connections of \(caller.appID.map { "app \($0)" } ?? "the owner's tools"): \(limits.maximumConnectionsPerPeer) are open, the most one identity holds (VAULTD_MAX_CONNECTIONS_PER_PEER)")
+                log("refused connections of \(caller.appID.map { "app \($0)" } ?? "a program of the owner's (\(identity))"): \(limits.maximumConnectionsPerPeer) are open, the most one identity holds (VAULTD_MAX_CONNECTIONS_PER_PEER)")
             }
             let refusal = VaultError(
                 .rateLimited,
-                "\(limits.maximumConnectionsPerPeer) connections of this \(caller.appID == nil ? "user's tools" : "app") are open, the most vaultd serves for one (VAULTD_MAX_CONNECTIONS_PER_PEER); close one or try again shortly",
+                "\(limits.maximumConnectionsPerPeer) connections of this \(caller.appID == nil ? "program" : "app") are open, the most vaultd serves for one (VAULTD_MAX_CONNECTIONS_PER_PEER); close one or try again shortly",
                 extra: ["retryAfter": JSON(1.0)])
             _ = try? conn.sendAll(VarlinkReply(error: refusal).checkedJSON.serialized() + [0], within: 0)
             return

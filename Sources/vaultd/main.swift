@@ -190,7 +190,10 @@ let maintenance = DispatchQueue(label: "vaultd.maintenance")
 // Rescheduled by a SIGHUP on the maintenance queue; a dispatch source may be used from any thread.
 nonisolated(unsafe) let cacheTimer = DispatchSource.makeTimerSource(queue: maintenance)
 cacheTimer.schedule(deadline: .now() + 0.2, repeating: settings.cacheCheckInterval)
-cacheTimer.setEventHandler { @Sendable in _ = vault.enforceCachePolicy(settings.cachePolicy, running: server.runningApps) }
+cacheTimer.setEventHandler { @Sendable in
+    _ = vault.enforceCachePolicy(settings.cachePolicy, running: server.runningApps)
+    vault.replenishReserve()
+}
 cacheTimer.resume()
 
 // Idle auto-lock (off unless AutoLockSeconds is set; checked each second, so a reload can turn it on).
@@ -208,8 +211,8 @@ autoLockTimer.setEventHandler { @Sendable in checkIdleLock() }
 autoLockTimer.resume()
 
 /// SIGUSR1 (`systemctl --user kill -s USR1 vaultd`): runs each periodic task once, now, on the
-/// queue its timer runs on (the executable scan, then the cache policy and the idle-lock
-/// check), and logs `periodic tasks ran (N)` when all are done, N counting from 1. A test
+/// queue its timer runs on (the executable scan, then the cache policy, the space reserve
+/// (`Vault.replenishReserve`) and the idle-lock check), and logs `periodic tasks ran (N)` when all are done, N counting from 1. A test
 /// clock (`VAULTD_TEST_CLOCK_FILE`, debug builds) reads its file first. For an
 /// owner who wants a purge now, and the tick tests wait for instead of sleeping through the
 /// timers. The signal needs the owner's uid (or root), and signals coalesce, so a burst runs
@@ -221,6 +224,7 @@ tickSource.setEventHandler { @Sendable in
     if let testClockFile, let testClock { TestClock.update(testClock, from: testClockFile) }
     scanQueue.sync { vault.scanExecutables() }
     _ = vault.enforceCachePolicy(settings.cachePolicy, running: server.runningApps)
+    vault.replenishReserve()
     checkIdleLock()
     let n = periodicPasses.add(1, ordering: .relaxed).newValue
     log("SIGUSR1: periodic tasks ran (\(n))")

@@ -726,13 +726,18 @@ import Glibc
     /// Where a test sandbox's `/.flatpak-info` comes from.
     enum InfoSource {
         /// As Flatpak makes it: written on the host as the instance's record,
-        /// `$XDG_RUNTIME_DIR/.flatpak/INSTANCE/info` (vaultd's runtime directory), and that
-        /// very file bound read-only at `/.flatpak-info`.
+        /// `$XDG_RUNTIME_DIR/.flatpak/INSTANCE/info` (vaultd's runtime directory), its bytes
+        /// copied to `/.flatpak-info` (`bwrap --ro-bind-data`), and the sandbox's first
+        /// process recorded in `bwrapinfo.json` beside it (`bwrap --info-fd`).
         case flatpakInstance
         /// Written by the sandbox itself: no host record has its instance ID.
         case selfWritten
         /// Written by the sandbox itself, its instance ID naming instance `id` (another app's).
         case claimingInstance(String)
+        /// A byte-identical copy of instance `id`'s host record, in a sandbox of its own.
+        case copyOfInstance(String)
+        /// Instance `id`'s host record itself, bound read-only into a sandbox of its own.
+        case recordOfInstance(String)
     }
 
     /// Writes a Flatpak instance's host record for `appID` (as `flatpak run` does) and
@@ -767,7 +772,9 @@ import Glibc
             if root == .flatpak {
                 switch source {
                 case .flatpakInstance:
-                    bwrap += ["--ro-bind", try Self.flatpakInstance(d, appID: flatpakID, infoText: infoText).info, "/.flatpak-info"]
+                    let instance = try Self.flatpakInstance(d, appID: flatpakID, infoText: infoText)
+                    bwrap += ["--ro-bind-data", "4", "/.flatpak-info"]
+                    return Self.runAsFlatpak(d, instance, bwrap + extraBwrap + Self.tail(d, app, inside) + arguments, stdin: stdin)
                 case .selfWritten, .claimingInstance:
                     var instance = "1"
                     if case .claimingInstance(let id) = source { instance = id }
@@ -775,15 +782,37 @@ import Glibc
                     let text = infoText ?? "[Application]\nname=\(flatpakID)\nruntime=runtime/org.example.Platform/x86_64/1\n\n[Instance]\ninstance-id=\(instance)\n"
                     try Data(text.utf8).write(to: URL(fileURLWithPath: info))
                     bwrap += ["--ro-bind", info, "/.flatpak-info"]
+                case .copyOfInstance(let id):
+                    let copy = d.root + "/flatpak-info-\(UUID().uuidString)"
+                    try FileManager.default.copyItem(atPath: Self.instanceDirectory(d, id) + "/info", toPath: copy)
+                    bwrap += ["--ro-bind", copy, "/.flatpak-info"]
+                case .recordOfInstance(let id):
+                    bwrap += ["--ro-bind", Self.instanceDirectory(d, id) + "/info", "/.flatpak-info"]
                 }
             }
         }
-        bwrap += extraBwrap
-        bwrap += [
+        bwrap += extraBwrap + Self.tail(d, app, inside)
+        return d.run("bwrap", bwrap + arguments, stdin: stdin)
+    }
+
+    /// The end of a test sandbox's bwrap arguments: the executable at `inside`, /dev, /proc,
+    /// the socket's path in the environment, and the command.
+    static func tail(_ d: Daemon, _ app: String, _ inside: String) -> [String] {
+        [
             "--ro-bind", app, inside, "--dev", "/dev", "--proc", "/proc", "--setenv", "VAULTD_SOCKET", d.socketPath,
             "--setenv", "HOME", "/tmp", inside,
         ]
-        return d.run("bwrap", bwrap + arguments, stdin: stdin)
+    }
+
+    /// `$XDG_RUNTIME_DIR/.flatpak/ID` of `d`'s vaultd.
+    static func instanceDirectory(_ d: Daemon, _ id: String) -> String { d.root + "/xdg-run/.flatpak/" + id }
+
+    /// bwrap `arguments` as `flatpak run` runs it for `instance`: fd 3 writes the sandbox's
+    /// `bwrapinfo.json` in the instance's directory (`--info-fd 3`, its first process as
+    /// `child-pid`), fd 4 reads the instance's record (for `--ro-bind-data 4 /.flatpak-info`).
+    static func runAsFlatpak(_ d: Daemon, _ instance: (id: String, info: String), _ arguments: [String], stdin: Data? = nil) -> ProcessResult {
+        let wrapper = #"i=$1; r=$2; shift 2; exec bwrap --info-fd 3 "$@" 3>"$i" 4<"$r""#
+        return d.run("sh", ["-c", wrapper, "sh", instanceDirectory(d, instance.id) + "/bwrapinfo.json", instance.info] + arguments, stdin: stdin)
     }
 
     /// App A installed with its token ("token-of-A"), and an owner item (owner-svc/me, "owner

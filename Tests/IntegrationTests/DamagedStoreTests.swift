@@ -40,11 +40,17 @@ struct DamagedStoreTests {
 
     /// `damage` of the store at `store`, read through `sqlite` (sqlite3 on it).
     static func damage(store: String, id: Int, column: String, sqlite: (String) -> String) throws {
+        try damage(store: store, table: "items", row: "id = \(id)", column: column, sqlite: sqlite)
+    }
+
+    /// Zeroes 8 bytes in the middle of `column` of the row of `table` that `row` (an SQL
+    /// condition) selects, in the store at `store`, read through `sqlite`.
+    static func damage(store: String, table: String, row: String, column: String, sqlite: (String) -> String) throws {
         #expect(!FileManager.default.fileExists(atPath: store + "-wal") || ((try? FileManager.default.attributesOfItem(atPath: store + "-wal")[.size] as? Int) ?? 0) == 0)
-        let value = bytes(hex: sqlite("SELECT hex(\(column)) FROM items WHERE id = \(id)"))
-        try #require(value.count >= 32, "\(column) of item \(id)")
+        let value = bytes(hex: sqlite("SELECT hex(\(column)) FROM \(table) WHERE \(row)"))
+        try #require(value.count >= 32, "\(column) of \(table) where \(row)")
         var file = try Data(contentsOf: URL(fileURLWithPath: store))
-        let found = try #require(file.range(of: value), "the bytes of \(column) of item \(id) in the file")
+        let found = try #require(file.range(of: value), "the bytes of \(column) of \(table) where \(row) in the file")
         #expect(file[found.upperBound...].range(of: value) == nil, "one copy only")
         let at = found.lowerBound + value.count / 2
         file.replaceSubrange(at..<at + 8, with: Data(count: 8))

@@ -52,6 +52,51 @@ import Glibc
         #expect(d.ctl(["item", "get", "--access-group", "team.example.owned", "--service", "s", "--account", "a"]).stdoutText == "owned-secret")
     }
 
+    /// A sandbox showing a byte-identical copy of a running Flatpak instance's host record,
+    /// or that record itself bound in, is refused: it does not run in the instance's sandbox
+    /// (its mount namespace is not that of the instance's first process, which bwrap records
+    /// in `bwrapinfo.json`). The app's own instances are served throughout.
+    @Test(.tags(.system)) func aCopyOfARunningInstancesRecordGetsNothing() throws {
+        let d = try Self.daemon()
+        defer { d.close() }
+        let app = try d.placeExample("sandboxed")
+        let set = try AppsTests.sandboxed(d, app, ["token", "set"], flatpakID: Self.victim, stdin: Data("victim-token".utf8))
+        try #require(set.status == 0, "\(set)")
+        // An instance of the victim that keeps running (its sandbox sleeps), as flatpak run makes it.
+        let instance = try AppsTests.flatpakInstance(d, appID: Self.victim)
+        let sleeper = try ChildProcess.spawn(
+            "sh",
+            [
+                "-c", #"i=$1; r=$2; shift 2; exec bwrap --info-fd 3 "$@" 3>"$i" 4<"$r""#, "sh", AppsTests.instanceDirectory(d, instance.id) + "/bwrapinfo.json",
+                instance.info, "--die-with-parent", "--tmpfs", "/", "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib", "--symlink",
+                "usr/lib64", "/lib64", "--ro-bind-data", "4", "/.flatpak-info", "--proc", "/proc", "--dev", "/dev", "/usr/bin/sleep", "600",
+            ],
+            environment: d.environment, inputs: [:], stdout: .file(d.root + "/sleeper.out", append: false),
+            stderr: .file(d.root + "/sleeper.err", append: false))
+        defer {
+            kill(sleeper, SIGKILL)
+            _ = ChildProcess.wait(sleeper, timeout: 10)
+        }
+        let recorded = eventually(timeout: 10) {
+            ((try? String(contentsOfFile: AppsTests.instanceDirectory(d, instance.id) + "/bwrapinfo.json", encoding: .utf8)) ?? "").contains("child-pid")
+        }
+        try #require(recorded, "bwrap recorded no child-pid")
+
+        for (what, source) in [("a copy of its record", AppsTests.InfoSource.copyOfInstance(instance.id)), ("its record bound in", .recordOfInstance(instance.id))] {
+            let token = try AppsTests.sandboxed(d, app, ["token", "get"], flatpakID: Self.victim, info: source)
+            #expect(token.status != 0 && !token.stdoutText.contains("victim-token"), "\(what): \(token)")
+            #expect(token.stderr.contains("does not run in its instance's sandbox"), "\(what): \(token)")
+        }
+        #expect(d.log.contains("it does not run in its instance's sandbox (another mount namespace than pid"), "log:\n\(d.log)")
+        // The app's own instance is served.
+        #expect(try AppsTests.sandboxed(d, app, ["token", "get"], flatpakID: Self.victim).stdoutText == "victim-token")
+        // Once the instance has ended, a copy of its record is refused too.
+        kill(sleeper, SIGKILL)
+        _ = ChildProcess.wait(sleeper, timeout: 10)
+        let late = try AppsTests.sandboxed(d, app, ["token", "get"], flatpakID: Self.victim, info: .copyOfInstance(instance.id))
+        #expect(late.status != 0 && late.stderr.contains("is not running"), "after the instance ended: \(late)")
+    }
+
     /// Python in a sandbox: connects, sends Status, prints the seconds until vaultd closed the
     /// connection (or answered), the byte count and the bytes that came back.
     static let timedClient = """

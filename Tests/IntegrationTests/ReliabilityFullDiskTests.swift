@@ -214,4 +214,101 @@ import Glibc
         ReliabilityReport.record(
             "full disk (16 MiB tmpfs): \(filled.0) writes acknowledged while filling, \(m.storageFullErrors) refused with StorageFull in all; all acknowledged intact after a SIGKILL + restart on the full disk; writes worked again once 4 MiB were freed; 1 MiB secrets into 3 MiB freed: \(big.0) acknowledged, \(big.1) refused")
     }
+    /// vaultctl against `d` (its socket is outside the tmpfs, so vaultctl runs on the host).
+    static func ctl(_ d: CustomDaemon, _ arguments: [String], stdin: Data? = nil) throws -> ProcessResult {
+        var env = isolatedEnvironment(root: d.root, socket: d.socketPath)
+        env["VAULTD_SOCKET"] = d.socketPath
+        return try ChildProcess.run(Paths.tool("vaultctl"), arguments, environment: env, stdin: stdin, timeout: 60)
+    }
+
+    /// The size in bytes of the blocks `path` (in the namespace of `holder`) holds.
+    static func allocated(_ path: String, holder: pid_t) throws -> Int? {
+        let r = try ChildProcess.run(
+            "nsenter", ["--mount=/proc/\(holder)/ns/mnt", "stat", "-c", "%b %B", path], environment: ProcessInfo.processInfo.environment, timeout: 20)
+        let parts = r.stdoutText.split(separator: " ").compactMap { Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+        return parts.count == 2 ? parts[0] * parts[1] : nil
+    }
+
+    /// On a disk so full that an Add is refused, deleting still works, item by item, and so do
+    /// removing preference keys and a domain, uninstalling an app and locking: vaultd gives its
+    /// space reserve (`space.reserve`, 1 MiB) back for them. Once space is freed, a periodic
+    /// pass fills the reserve again.
+    @Test(.enabled(if: available, "needs root and mount namespaces (unshare -m)"), .timeLimit(.minutes(3)))
+    func deletingAndLockingWorkOnAFullDisk() throws {
+        let root = try TemporaryDirectory.make(prefix: "vaultd-disk")
+        let disk = root + "/disk"
+        mkdir(disk, 0o700)
+        let d = try CustomDaemon(dataDirectory: disk + "/data", root: root)
+        var holder: pid_t?
+        defer {
+            d.kill()
+            if let h = holder { kill(h, SIGKILL) }
+            d.close()
+        }
+        try Self.script.write(toFile: root + "/ns.sh", atomically: true, encoding: .utf8)
+        try d.start(wrapper: ["unshare", "-m", "sh", root + "/ns.sh", disk])
+        holder = (try? String(contentsOfFile: disk + ".holder", encoding: .utf8)).flatMap { pid_t($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+        let namespaceHolder = try #require(holder, "the namespace holder did not start")
+        let reservePath = d.dataDirectory + "/space.reserve"
+        #expect(try Self.allocated(reservePath, holder: namespaceHolder) ?? 0 >= 1 << 20, "the reserve at start")
+
+        let initialized = try Self.ctl(d, ["init", "--passphrase-fd", "0"], stdin: Data("correct horse\n".utf8))
+        try #require(initialized.status == 0, "\(initialized)")
+        let c = try d.connect()
+        for i in 0..<3 {
+            let v: JSON = ["string": .string("value \(i)")]
+            try #require(c.call("io.vaultd.Preferences.Set", ["domain": "com.example.disk", "key": .string("k\(i)"), "value": v]).parameters != nil)
+            try #require(c.call("io.vaultd.Preferences.Set", ["domain": "com.example.gone", "key": .string("k\(i)"), "value": v]).parameters != nil)
+        }
+        let install = try Self.ctl(d, ["app", "install", "org.example.Gone", "--exe", "/usr/bin/true"])
+        try #require(install.status == 0, "\(install)")
+        // Fill it until three Adds in a row are refused.
+        var random = SeededRandom(seed: Stress.seed())
+        var stored: [String] = []
+        var refusedInARow = 0
+        while refusedInARow < 3 && stored.count < 2000 {
+            let account = "fill-\(stored.count + refusedInARow)"
+            switch Self.add(c, account, random.bytes(32_768)) {
+            case .ok:
+                stored.append(account)
+                refusedInARow = 0
+            case .error(Self.storageFull, _): refusedInARow += 1
+            case let other: Issue.record("Add while filling: \(other)")
+            }
+        }
+        try #require(refusedInARow == 3 && stored.count > 10, "the disk never filled: \(stored.count) stored")
+        let refused = Self.add(c, "one-more", [1, 2, 3])
+        #expect(refused.errorName == Self.storageFull, "an Add on the full disk: \(refused)")
+
+        // Deletes, one item at a time through vaultctl, then the other removals, then Lock.
+        for account in stored.prefix(5) {
+            let delete = try Self.ctl(d, ["item", "delete", "--service", "disk", "--account", account])
+            #expect(delete.status == 0 && delete.stdoutText.contains("deleted 1 item(s)"), "item delete on a full disk: \(delete)")
+        }
+        #expect(d.log.contains("the disk is full: gave the space reserve (1048576 bytes"), "log:\n\(d.log)")
+        let removeKey = try Self.ctl(d, ["defaults", "delete", "com.example.disk", "k0"])
+        #expect(removeKey.status == 0, "defaults delete KEY on a full disk: \(removeKey)")
+        let removeDomain = try Self.ctl(d, ["defaults", "delete", "com.example.gone"])
+        #expect(removeDomain.status == 0, "defaults delete DOMAIN on a full disk: \(removeDomain)")
+        let uninstall = try Self.ctl(d, ["app", "uninstall", "org.example.Gone"])
+        #expect(uninstall.status == 0, "app uninstall on a full disk: \(uninstall)")
+        // What was deleted is gone; what was not is there.
+        let accounts = Set(try Wire.allGenericPasswords(c).map(\.account))
+        #expect(accounts == Set(stored.dropFirst(5)), "\(accounts.count) items, \(stored.count - 5) expected")
+        #expect(try Wire.domain(c, "com.example.disk").keys.sorted() == ["k1", "k2"])
+        #expect(try Wire.domain(c, "com.example.gone").isEmpty)
+        let lock = try Self.ctl(d, ["lock"])
+        #expect(lock.status == 0, "lock on a full disk: \(lock)")
+        let status = try Self.ctl(d, ["status"])
+        #expect(status.stdoutText.contains("state: locked"), "\(status)")
+
+        // Room again (4 MiB freed): the next periodic pass fills the reserve.
+        let rm = try ChildProcess.run(
+            "nsenter", ["--mount=/proc/\(namespaceHolder)/ns/mnt", "rm", disk + "/filler1"], environment: ProcessInfo.processInfo.environment, timeout: 20)
+        try #require(rm.status == 0, "\(rm)")
+        try Daemon.tick(d.pid, log: { d.log })
+        #expect(try Self.allocated(reservePath, holder: namespaceHolder) ?? 0 >= 1 << 20, "the reserve after space was freed")
+        #expect(d.isRunning)
+        ReliabilityReport.record("full disk: \(stored.count) items filled it; 5 item deletes, a key, a domain, an uninstall and a lock worked on it; the 1 MiB reserve came back once 4 MiB were freed")
+    }
 }

@@ -135,6 +135,45 @@ import Glibc
         ReliabilityReport.record("idle timeout 5 s: 3 idle connections closed within \(String(format: "%.2f", took)) s; the observer stays")
     }
 
+    /// An unregistered program (a copy of vault-example no app is registered with: a program
+    /// of the owner's) opening 300 connections and holding them locks no other program out:
+    /// vaultd serves it its share (32), and vaultctl, another executable of the same user, is
+    /// still served at once. The share is per executable file (device and inode of
+    /// /proc/PID/exe), not the owner's tools together.
+    @Test(.timeLimit(.minutes(10))) func oneProgramHoldingItsShareLeavesVaultctlServed() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        #expect(d.initialize().status == 0)
+        let hog = try d.placeExample("unregistered-hog")
+        let pid = try #require(d.pid)
+        let out = d.root + "/hog.out"
+        let child = try ChildProcess.spawn(
+            hog, ["hold", "300"], environment: d.environment, inputs: [:],
+            stdout: .file(out, append: false), stderr: .file(out + ".err", append: false))
+        defer {
+            kill(child, SIGKILL)
+            _ = ChildProcess.wait(child, timeout: 10)
+        }
+        let held = eventually(timeout: 60) { ((try? String(contentsOfFile: out, encoding: .utf8)) ?? "").contains("\"held\":300") }
+        try #require(held, "the program did not open its 300 connections: \((try? String(contentsOfFile: out + ".err", encoding: .utf8)) ?? "")")
+        let settled = eventually(timeout: 30) { Self.connectionThreads(pid) <= 32 }
+        let threads = Self.connectionThreads(pid)
+        #expect(settled && threads >= 31, "vaultd serves \(threads) connections for one program (its share is 32)")
+        #expect(d.log.contains("refused connections of a program of the owner's"), "log:\n\(d.log)")
+
+        var status = ProcessResult(status: -1, stdout: Data(), stderr: "")
+        let ownerTime = Self.seconds { status = d.ctl(["status"]) }
+        #expect(status.status == 0, "vaultctl status while another program holds its share: \(status)")
+        #expect(ownerTime < 1, "vaultctl status took \(ownerTime) s")
+        let add = d.ctl(["item", "add", "--service", "s", "--account", "a"], stdin: Data("v".utf8))
+        #expect(add.status == 0, "\(add)")
+        // The hog itself is told why it gets no more.
+        let refused = d.app(hog, ["status"])
+        #expect(refused.status != 0 && refused.stderr.contains("RateLimited") && refused.stderr.contains("connections of this program are open"), "\(refused)")
+        ReliabilityReport.record(
+            "per-program share: an unregistered program holding 300 kept \(threads) served; vaultctl status \(String(format: "%.3f", ownerTime)) s")
+    }
+
     /// Four 8 MiB messages of tiny JSON values at once (`[{},{},…]` and kin): each is
     /// refused before its tree is built, and vaultd's peak RSS stays under 256 MiB. A
     /// smaller one of the same kind is parsed and answered.

@@ -175,7 +175,7 @@ import Testing
         // As rendered: hyphens may come out as U+2010 and words be spread; compare words.
         let text = rendered.stdoutText.replacingOccurrences(of: "\u{2010}", with: "-").split(whereSeparator: { $0 == " " || $0 == "\n" }).joined(separator: " ")
         for c in try Self.usageCommands() { #expect(text.contains(c), "vaultctl(1) lacks '\(c)'") }
-        for status in ["36", "44", "45", "64", "65", "69", "77"] { #expect(text.contains(status), "exit status \(status)") }
+        for status in ["36", "44", "45", "64", "65", "69", "74", "77"] { #expect(text.contains(status), "exit status \(status)") }
 
         let prefix = try Self.installDocs()
         defer { TemporaryDirectory.remove(prefix) }

@@ -340,8 +340,9 @@ struct PreferencesTests {
         }
     }
 
-    /// A value stored before dates were checked on the way in, which no longer decodes, does
-    /// not block deleting or re-importing its domain.
+    /// A value stored before dates were checked on the way in, which no longer decodes, is
+    /// reported as damaged (ValueDamaged for its key, named beside the rest of its domain) and
+    /// does not block reading the other keys, deleting or re-importing its domain.
     @Test func anUndecodableStoredValueDoesNotBlockDeleteOrImport() throws {
         try withVault(initialize: false) { vault, _ in
             func storeBadDate() throws {
@@ -352,7 +353,10 @@ struct PreferencesTests {
                 }
             }
             try storeBadDate()
-            expectFailure(.invalidValue) { _ = try vault.preferenceDomain(Self.domain, caller: .owner) }
+            _ = try vault.setPreference(domain: Self.domain, key: "ok", value: .integer(1), caller: .owner)
+            expectFailure(.valueDamaged) { _ = try vault.preference(domain: Self.domain, key: "bad", caller: .owner) }
+            #expect(try vault.preference(domain: Self.domain, key: "ok", caller: .owner) == .integer(1))
+            #expect(try vault.preferenceDomainReportingDamage(Self.domain, caller: .owner) == DomainValues(values: ["ok": .integer(1)], damaged: ["bad"]))
             let plist = try PropertyListCodec.encode(.dict(["good": .integer(2)]), format: .binary)
             #expect(try vault.importDomain(Self.domain, plist: plist, caller: .owner) == 1)
             #expect(try vault.preferenceDomain(Self.domain, caller: .owner) == ["good": .integer(2)])

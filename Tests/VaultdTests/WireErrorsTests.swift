@@ -40,6 +40,7 @@ import VaultProtocol
         .invalidValue: ("io.vaultd.Preferences.InvalidValue", nil),
         .invalidPropertyList: ("io.vaultd.Preferences.InvalidPropertyList", nil),
         .readOnlyDomain: ("io.vaultd.Preferences.ReadOnlyDomain", nil),
+        .valueDamaged: ("io.vaultd.Preferences.ValueDamaged", nil),
         .appNotFound: ("io.vaultd.Apps.AppNotFound", nil),
         .invalidAppID: ("io.vaultd.Apps.InvalidAppID", nil),
         .invalidParameter: ("org.varlink.service.InvalidParameter", nil),
@@ -63,7 +64,7 @@ import VaultProtocol
     @Test func detailsBecomeTheDeclaredParameters() throws {
         let damaged = DamagedItem(id: 3, uuid: [0x0a, 0x1b], itemClass: "genericPassword", accessGroup: "user", part: .attributes)
         let all = VaultFailure.Details(
-            retryAfter: 2.5, limit: 4096, size: 5000, domain: "com.example.d", appID: "org.example.A", parameter: "key", damaged: [damaged])
+            retryAfter: 2.5, limit: 4096, size: 5000, domain: "com.example.d", key: "Volume", appID: "org.example.A", parameter: "key", damaged: [damaged])
         let cases: [(VaultFailure.Code, JSONObject)] = [
             (.rateLimited, ["retryAfter": JSON(2.5)]),
             (.quotaExceeded, ["limit": JSON(4096), "size": JSON(5000), "appID": "org.example.A"]),
@@ -71,6 +72,7 @@ import VaultProtocol
             (.secretTooLarge, ["limit": JSON(4096)]),
             (.replyTooLarge, ["limit": JSON(4096), "size": JSON(5000)]),
             (.readOnlyDomain, ["domain": "com.example.d"]),
+            (.valueDamaged, ["domain": "com.example.d", "key": "Volume"]),
             (.invalidParameter, ["parameter": "key"]),
             (.itemDamaged, ["items": .array([damaged.wire])]),
             (.itemNotFound, [:]),

@@ -42,27 +42,39 @@ struct PreferencesStore {
         }
     }
 
-    static func decode(_ blob: [UInt8]) throws -> PlistValue {
-        // A value an earlier vaultd stored that today's checks refuse (a date out of range)
-        // is the invalid value it is; it never blocks removing or re-importing its domain.
-        try VaultFailure.rethrowing(as: .invalidValue) { try PlistValue(tagged: try JSON.parse(blob)) }
+    /// A stored value, nil when it does not decode: its bytes were altered or damaged on disk,
+    /// or an earlier vaultd let in what today's checks refuse (a date outside years 0 to
+    /// 9999). Such a value never blocks removing, replacing or re-importing its domain, nor
+    /// reading its other keys.
+    static func decode(_ blob: [UInt8]) -> PlistValue? {
+        guard let json = try? JSON.parse(blob) else { return nil }
+        return try? PlistValue(tagged: json)
     }
 
     /// One entry's stored bytes and what they count against the domain limit (`size`), from
     /// one statement: a reader can reserve its reply from the count before it decodes the
-    /// bytes, with no second query and no explicit transaction. Nil when the key is not set.
-    func stored(domain: String, key: String, in db: Database) throws -> (blob: [UInt8], size: Int)? {
-        guard let r = try db.row("SELECT value, size FROM preferences WHERE domain = ? AND key = ?", [.text(domain), .text(key)]),
-            let blob = r[0].blob, let size = r[1].int64
-        else { return nil }
-        return (blob, Int(size))
+    /// bytes, with no second query and no explicit transaction. Nil when the key is not set;
+    /// a nil `blob` when the row's value is not bytes at all (damaged: `DamagedValue`).
+    func stored(domain: String, key: String, in db: Database) throws -> (blob: [UInt8]?, size: Int)? {
+        guard let r = try db.row("SELECT value, size FROM preferences WHERE domain = ? AND key = ?", [.text(domain), .text(key)]) else {
+            return nil
+        }
+        return (r[0].blob, Int(max(0, r[1].int64 ?? 0)))
     }
 
-    func domain(_ domain: String, in db: Database) throws -> PlistDictionary {
-        var out: PlistDictionary = [:]
+    /// A domain's keys and values: those whose stored value does not decode are named in
+    /// `damaged` instead, so the others still read.
+    func domain(_ domain: String, in db: Database) throws -> DomainValues {
+        var out = DomainValues()
         for r in try db.rows("SELECT key, value FROM preferences WHERE domain = ?", [.text(domain)]) {
-            if let k = r[0].text, let blob = r[1].blob { out[k] = try Self.decode(blob) }
+            guard let k = r[0].text else { continue }
+            if let blob = r[1].blob, let value = Self.decode(blob) {
+                out.values[k] = value
+            } else {
+                out.damaged.append(k)
+            }
         }
+        out.damaged.sort { Array($0.utf8).lexicographicallyPrecedes(Array($1.utf8)) }
         return out
     }
 
@@ -71,9 +83,28 @@ struct PreferencesStore {
     func storedValues(_ domain: String, in db: Database) throws -> ExactDictionary<PlistValue?> {
         var out: ExactDictionary<PlistValue?> = [:]
         for r in try db.rows("SELECT key, value FROM preferences WHERE domain = ?", [.text(domain)]) {
-            if let k = r[0].text { out[k] = r[1].blob.flatMap { try? Self.decode($0) } }
+            if let k = r[0].text { out[k] = r[1].blob.flatMap { Self.decode($0) } }
         }
         return out
+    }
+
+    /// Every stored value that does not decode, in domain and key order, and how many values
+    /// were read (`Vault.checkStore`). Values are never kept: each is decoded and dropped.
+    func damagedValues(in db: Database) throws -> (checked: Int, damaged: [DamagedValue]) {
+        let s = try db.statement("SELECT domain, key, value FROM preferences ORDER BY domain, key")
+        defer { s.reset() }
+        var checked = 0
+        var damaged: [DamagedValue] = []
+        while try s.step() {
+            checked += 1
+            let r = s.row()
+            guard let domain = r[0].text, let key = r[1].text else {
+                damaged.append(DamagedValue(domain: r[0].text ?? "(unreadable)", key: r[1].text ?? "(unreadable)"))
+                continue
+            }
+            if r[2].blob.flatMap({ Self.decode($0) }) == nil { damaged.append(DamagedValue(domain: domain, key: key)) }
+        }
+        return (checked, damaged)
     }
 
     func domains(in db: Database) throws -> [String] {

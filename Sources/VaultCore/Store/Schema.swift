@@ -99,7 +99,7 @@ enum Schema {
         // that no longer decodes keeps its count.
         m.register("2026-11-30-preferences-wire-size") { db in
             for r in try db.rows("SELECT domain, key, value FROM preferences") {
-                guard let domain = r[0].text, let key = r[1].text, let blob = r[2].blob, let value = try? PreferencesStore.decode(blob) else { continue }
+                guard let domain = r[0].text, let key = r[1].text, let blob = r[2].blob, let value = PreferencesStore.decode(blob) else { continue }
                 try db.run(
                     "UPDATE preferences SET size = ? WHERE domain = ? AND key = ?",
                     [.integer(Int64(PreferencesStore.entrySize(key: key, value: value, stored: blob))), .text(domain), .text(key)])

@@ -161,7 +161,7 @@ extension Vault {
         // Observers of the domains learn that their keys went, as with any other removal (in
         // commit order with other preference writes: `inEventOrder`).
         let record: AppRecord = try inEventOrder { ticket in
-            let (a, removed): (AppRecord, [(domain: String, key: String)]) = try write { db in
+            let (a, removed): (AppRecord, [(domain: String, key: String)]) = try writeMakingRoom { db in
                 guard var a = try self.apps.find(appID, in: db) else { throw VaultFailure(.appNotFound, "no app \(appID)") }
                 a.installed = false
                 a.executableMissing = executableMissing

@@ -17,6 +17,8 @@ public struct BackupSummary: Sendable, Equatable {
     public var bytes = 0
     /// Damaged items (`DamagedItem`) left out: the rest is written.
     public var damagedItems: [DamagedItem] = []
+    /// Preference values that do not decode (`DamagedValue`), left out: the rest is written.
+    public var damagedValues: [DamagedValue] = []
 }
 
 /// What `Vault.restore` did.
@@ -83,6 +85,24 @@ extension Vault {
             }
         }
         return (items, malformed, rows)
+    }
+
+    /// `rows` without the preferences that do not read (a value that does not decode, a
+    /// domain or key that is not text: a restore would refuse them, and the whole backup with
+    /// them), and those left out, by domain and key.
+    private static func withoutDamagedValues(_ rows: [BackupArchive.TableRow]) -> ([BackupArchive.TableRow], [DamagedValue]) {
+        var kept: [BackupArchive.TableRow] = []
+        var damaged: [DamagedValue] = []
+        for row in rows {
+            let domain = row.value("domain")?.text, key = row.value("key")?.text
+            let reads = domain != nil && key != nil && row.value("value")?.blob.flatMap({ PreferencesStore.decode($0) }) != nil
+            guard row.table == "preferences", !reads else {
+                kept.append(row)
+                continue
+            }
+            damaged.append(DamagedValue(domain: domain ?? "(unreadable)", key: key ?? "(unreadable)"))
+        }
+        return (kept, damaged)
     }
 
     /// The columns of `table`, in order (`PRAGMA table_info`).
@@ -160,19 +180,22 @@ extension Vault {
             summary.items += 1
             archive.items.append(record)
         }
-        archive.rows = rows
-        let preferences = rows.filter { $0.table == "preferences" }
+        (archive.rows, summary.damagedValues) = Self.withoutDamagedValues(rows)
+        let preferences = archive.rows.filter { $0.table == "preferences" }
         summary.preferences = preferences.count
         var domains = Set<ExactString>()
         for p in preferences { if let d = p.value("domain")?.text { domains.insert(ExactString(d)) } }
         summary.domains = domains.count
-        summary.apps = rows.filter { $0.table == "apps" }.count
+        summary.apps = archive.rows.filter { $0.table == "apps" }.count
         let file = try Age.encrypt(archive.serialized(), to: recipients)
         try FileSystem.writeAtomically(file, to: path)
         summary.bytes = file.count
         log("backup written to \(path): \(summary.items) items (\(summary.deviceBoundItems) device-bound, \(summary.leftOutItems) ThisDeviceOnly left out), \(summary.preferences) preferences in \(summary.domains) domains, \(summary.apps) apps, \(file.count) bytes")
         if !summary.damagedItems.isEmpty {
             log("backup: \(summary.damagedItems.count) damaged item(s) left out: \(summary.damagedItems.prefix(16).map(\.description).joined(separator: "; "))")
+        }
+        if !summary.damagedValues.isEmpty {
+            log("backup: \(summary.damagedValues.count) damaged preference value(s) left out: \(summary.damagedValues.prefix(16).map(\.description).joined(separator: "; "))")
         }
         return summary
     }
@@ -198,7 +221,7 @@ extension Vault {
             case "preferences":
                 guard let d = row.value("domain")?.text, let k = row.value("key")?.text, let v = row.value("value")?.blob,
                     (try? PreferencesStore.validate(domain: d)) != nil, (try? PreferencesStore.validate(key: k)) != nil,
-                    (try? PreferencesStore.decode(v)) != nil
+                    PreferencesStore.decode(v) != nil
                 else { throw bad("a malformed preference") }
             case "apps":
                 guard let id = row.value("app_id")?.text, (try? AppRecord.validate(appID: id)) != nil, row.value("generation")?.text != nil else {
@@ -332,7 +355,8 @@ extension Vault {
             } else {
                 summary.preferences.added += 1
             }
-            let value = try PreferencesStore.decode(stored)
+            // Checked with the whole archive before anything was written (`check`).
+            guard let value = PreferencesStore.decode(stored) else { throw VaultFailure(.backupUnreadable, "a preference value that does not decode; nothing was changed") }
             try db.run(
                 "INSERT OR REPLACE INTO preferences (domain, key, value, size, modified) VALUES (?, ?, ?, ?, ?)",
                 [

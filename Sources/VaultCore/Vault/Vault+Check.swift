@@ -12,10 +12,15 @@ public struct StoreCheck: Sendable {
     /// device's (NotAvailableOnThisDevice).
     public var secretsUnchecked = 0
     public var damaged: [DamagedItem] = []
+    /// Preference values read.
+    public var preferences = 0
+    /// Preference values that do not decode (`DamagedValue`), at most
+    /// `VaultFailure.maximumDamagedItems`.
+    public var damagedValues: [DamagedValue] = []
     /// Rows set aside when the primary key's uniqueness was added (`items_set_aside`).
     public var setAside = 0
 
-    public var isSound: Bool { integrity == ["ok"] && damaged.isEmpty }
+    public var isSound: Bool { integrity == ["ok"] && damaged.isEmpty && damagedValues.isEmpty }
 }
 
 extension Vault {
@@ -25,8 +30,9 @@ extension Vault {
     /// Checks the store (`vaultctl doctor`): SQLite's integrity check of the whole file, and
     /// every item's row, attributes (with the metadata key: before the first unlock none is
     /// in memory, so only the rows are checked) and secret (for each class whose key is in
-    /// memory), read in one snapshot on a reader while writers go on. Names damaged items
-    /// by their clear columns, never anything they hold. Owner only. Throws
+    /// memory), and every preference value, read in one snapshot on a reader while writers go
+    /// on. Names damaged items by their clear columns, damaged values by domain and key,
+    /// never anything they hold. Owner only. Throws
     /// PermissionDenied, StoreDamaged (SQLite cannot read the file at all).
     public func checkStore(caller: Caller) throws -> StoreCheck {
         _ = try authorize(.checkStore, for: caller)
@@ -76,6 +82,9 @@ extension Vault {
                     }
                 }
                 check.setAside = Int(try db.row("SELECT count(*) FROM items_set_aside")?[0].int64 ?? 0)
+                let values = try preferences.damagedValues(in: db)
+                check.preferences = values.checked
+                check.damagedValues = Array(values.damaged.prefix(VaultFailure.maximumDamagedItems))
                 return check
             }
         }

@@ -20,6 +20,8 @@ public final class Vault: @unchecked Sendable {
     let keys: KeyHierarchy
     let keychain: KeychainStore
     let preferences: PreferencesStore
+    /// Space kept for deletes on a full disk (`StorageReserve`, `writeMakingRoom`).
+    let reserve: StorageReserve
     let apps: AppRegistry
     /// Each app's storage quota (`StorageQuota`); vaultd sets it from its settings.
     public let quota = StorageQuota()
@@ -77,6 +79,7 @@ public final class Vault: @unchecked Sendable {
         self.clock = clock
         self.cacheDirectory = cacheDirectory ?? dataDirectory + "/caches"
         try FileSystem.makeDirectory(dataDirectory, mode: 0o700)
+        reserve = StorageReserve(directory: dataDirectory)
         let keyPath = dataDirectory + "/device.key"
         var st = stat()
         let keyMissing = lstat(keyPath, &st) != 0 && errno == ENOENT
@@ -114,6 +117,7 @@ public final class Vault: @unchecked Sendable {
         apps = AppRegistry()
         caches = CacheStore(root: self.cacheDirectory)
         emittedThrough = orderedEvents.start
+        reserve.replenish()
     }
 
     /// Opens the store and runs pending migrations, having checked it (`PRAGMA quick_check`):
@@ -154,6 +158,28 @@ public final class Vault: @unchecked Sendable {
     /// section that holds it writes through `exclusive`'s `write`.
     func write<T>(_ body: @escaping (Database) throws -> T) throws -> T {
         try store.write(body)
+    }
+
+    /// `write` of a change that makes room (a delete, a removal): on a full disk, where it is
+    /// refused like any other write (SQLite needs room for its WAL frames), the space reserve
+    /// is given back to the file system and the write tried once more. The reserve is filled
+    /// again by `replenishReserve`, at the next periodic pass.
+    func writeMakingRoom<T>(_ body: @escaping (Database) throws -> T) throws -> T {
+        do {
+            return try write(body)
+        } catch let full as VaultFailure where full.code == .storageFull {
+            let freed = reserve.release()
+            guard freed > 0 else { throw full }
+            log("the disk is full: gave the space reserve (\(freed) bytes, \(reserve.path)) back for a delete; it is filled again once there is room")
+            return try write(body)
+        }
+    }
+
+    /// Fills the space reserve again, as far as the disk allows (at start and at each
+    /// periodic pass). Returns the bytes it holds.
+    @discardableResult
+    public func replenishReserve() -> Int {
+        reserve.replenish()
     }
 
     /// Runs `body` under the engine lock, without the store (the keys, the failed-unlock
@@ -620,7 +646,7 @@ public final class Vault: @unchecked Sendable {
     /// SecItemDelete; see `KeychainStore.delete`.
     public func deleteItems(_ query: ItemQuery, caller: Caller) throws -> Int {
         _ = try authorize(.deleteItems(accessGroup: query.attributes.accessGroup), for: caller)
-        let n = try write { db in
+        let n = try writeMakingRoom { db in
             try self.admitInWrite(caller, in: db)
             return try self.keychain.delete(query, caller: caller, in: db)
         }
@@ -649,7 +675,11 @@ public final class Vault: @unchecked Sendable {
         while true {
             guard let stored = try read({ try preferences.stored(domain: d, key: key, in: $0) }) else { return nil }
             let total = PreferencesStore.replyBytes(counted: stored.size)
-            if reply?.reserveNow(total) ?? true { return try PreferencesStore.decode(stored.blob) }
+            if reply?.reserveNow(total) ?? true {
+                // A value that does not decode is reported, never read as absent (ValueDamaged).
+                guard let value = stored.blob.flatMap(PreferencesStore.decode) else { throw DamagedValue(domain: d, key: key).failure }
+                return value
+            }
             try reply?.waitForRoom(total)
         }
     }
@@ -686,9 +716,17 @@ public final class Vault: @unchecked Sendable {
         try PreferencesStore.validate(key: key)
     }
 
-    /// Every key of `domain` (nil: the caller's own).
+    /// Every key of `domain` (nil: the caller's own) whose value reads; a damaged value is
+    /// left out (`preferenceDomainReportingDamage` names it).
     /// `reply`: where its reply's memory is reserved before the values are read (`ReplyReserving`).
     public func preferenceDomain(_ domain: String?, caller: Caller, reply: ReplyReserving? = nil) throws -> PlistDictionary {
+        try preferenceDomainReportingDamage(domain, caller: caller, reply: reply).values
+    }
+
+    /// Every key of `domain` (nil: the caller's own): the values that read, and the keys of
+    /// those that do not (damaged on disk, `DamagedValue`). Not logged: the reply names them,
+    /// and a client reading a domain in a loop must not fill the log.
+    public func preferenceDomainReportingDamage(_ domain: String?, caller: Caller, reply: ReplyReserving? = nil) throws -> DomainValues {
         let d = try authorize(.readPreferences(domain: domain), for: caller).domain
         var held = 0
         return try readingPreferences(d, key: nil, reply: reply, holding: &held) { try preferences.domain(d, in: $0) }
@@ -701,7 +739,7 @@ public final class Vault: @unchecked Sendable {
         precondition(grant.kind == .observePreferences, "a snapshot of the domains an Observe was granted")
         var held = 0
         return try grant.domainSet.sorted().map(\.string).map { d in
-            (d, try readingPreferences(d, key: nil, reply: reply, holding: &held) { try preferences.domain(d, in: $0) })
+            (d, try readingPreferences(d, key: nil, reply: reply, holding: &held) { try preferences.domain(d, in: $0).values })
         }
     }
 
@@ -754,7 +792,7 @@ public final class Vault: @unchecked Sendable {
     public func removePreference(domain named: String?, key: String, caller: Caller) throws -> UInt64 {
         let domain = try authorize(.writePreferences(domain: named), for: caller).domain
         return try inEventOrder { ticket in
-            let existed = try write { db in
+            let existed = try writeMakingRoom { db in
                 try self.admitInWrite(caller, in: db)
                 let existed = try self.preferences.remove(domain: domain, key: key, in: db)
                 ticket.take()
@@ -769,7 +807,7 @@ public final class Vault: @unchecked Sendable {
     public func removeDomain(_ named: String?, caller: Caller) throws -> Int {
         let domain = try authorize(.writePreferences(domain: named), for: caller).domain
         return try inEventOrder { ticket in
-            let (count, keys) = try write { db in
+            let (count, keys) = try writeMakingRoom { db in
                 try self.admitInWrite(caller, in: db)
                 let keys = try self.preferences.storedValues(domain, in: db).keys
                 let count = try self.preferences.removeDomain(domain, in: db)
@@ -817,10 +855,19 @@ public final class Vault: @unchecked Sendable {
         }
     }
 
-    /// A domain (nil: the caller's own) as a property list in `format`.
+    /// A domain (nil: the caller's own) as a property list in `format`, without its damaged
+    /// values (`exportDomainReportingDamage` names them).
     public func exportDomain(_ domain: String?, format: PropertyListCodec.Format, caller: Caller, reply: ReplyReserving? = nil) throws -> Data {
-        let values = try preferenceDomain(domain, caller: caller, reply: reply)
-        return try VaultFailure.rethrowing(as: .invalidPropertyList) { try PropertyListCodec.encode(.dict(values), format: format) }
+        try exportDomainReportingDamage(domain, format: format, caller: caller, reply: reply).plist
+    }
+
+    /// A domain as a property list in `format`, and the keys of the damaged values left out of it.
+    public func exportDomainReportingDamage(
+        _ domain: String?, format: PropertyListCodec.Format, caller: Caller, reply: ReplyReserving? = nil
+    ) throws -> (plist: Data, damaged: [String]) {
+        let found = try preferenceDomainReportingDamage(domain, caller: caller, reply: reply)
+        let plist = try VaultFailure.rethrowing(as: .invalidPropertyList) { try PropertyListCodec.encode(.dict(found.values), format: format) }
+        return (plist, found.damaged)
     }
 }
 

@@ -213,7 +213,8 @@ error SecretTooLarge (status: int, message: string, limit: int)
 # {"dict": {...}}. Domains: an app ID, a suite "group.*", or "NSGlobalDomain".
 interface io.vaultd.Preferences
 
-# The value of one key, or null when the domain has no such key.
+# The value of one key, or null when the domain has no such key. A stored value that
+# does not read (damaged on disk) is ValueDamaged, naming the domain and key.
 method Get(domain: ?string, key: string) -> (value: ?object)
 
 # Sets one key; durable when the reply arrives. `sequence`: the write's place in the
@@ -224,8 +225,9 @@ method Set(domain: ?string, key: string, value: object) -> (sequence: int)
 # Removes one key (no error when it is absent); `sequence` as for Set.
 method Remove(domain: ?string, key: string) -> (sequence: int)
 
-# Every key of one domain.
-method Domain(domain: ?string) -> (values: [string]object)
+# Every key of one domain. `damaged`: keys whose stored value does not read (damaged
+# on disk), left out of `values`; absent when none.
+method Domain(domain: ?string) -> (values: [string]object, damaged: ?[]string)
 
 # The names of all domains holding at least one key.
 method Domains() -> (domains: []string)
@@ -235,8 +237,9 @@ method Domains() -> (domains: []string)
 # tagged values (what a client sends for a file too large for one message in base64).
 method Import(domain: string, plist: ?string, values: ?[string]object) -> (keys: int)
 
-# A domain as a property list, base64; format "xml" or "binary".
-method Export(domain: string, format: ?string) -> (plist: string)
+# A domain as a property list, base64; format "xml" or "binary". `damaged`: keys
+# whose stored value does not read, left out of the plist; absent when none.
+method Export(domain: string, format: ?string) -> (plist: string, damaged: ?[]string)
 
 # Streams changes (call with more) to keys of `domains` (apps: default their own
 # domain), or only to `keys` when given, whoever wrote them. The first reply for each
@@ -262,6 +265,9 @@ error DomainTooLarge (domain: string, size: int, limit: int, message: string)
 error InvalidValue (message: string)
 # A property list that cannot be parsed, or whose root is not a dictionary.
 error InvalidPropertyList (message: string)
+# The stored value of `key` in `domain` does not read (altered or damaged on disk);
+# Set, Remove, RemoveDomain or Import replace or remove it.
+error ValueDamaged (domain: string, key: string, message: string)
 # The caller may read but not write this domain.
 error ReadOnlyDomain (domain: string, message: string)
 
@@ -439,16 +445,21 @@ method Backup(path: string, passphrase: ?string, recipients: ?[]string, includeD
   # The file's size in bytes.
   bytes: int,
   # Damaged items left out of the backup (the rest is written); absent when none.
-  damagedItems: ?[]DamagedItem
+  damagedItems: ?[]DamagedItem,
+  # Preference values that do not read, left out of the backup; absent when none.
+  damagedValues: ?[]DamagedValue
 )
+
+# A preference value that does not read (damaged on disk), by its domain and key.
+type DamagedValue (domain: string, key: string)
 
 # An item that cannot be read (as io.vaultd.Keychain's DamagedItem): its row is
 # malformed, or its attributes or secret fail authentication.
 type DamagedItem (id: int, uuid: string, class: ?string, accessGroup: ?string, damaged: string)
 
 # Checks the store (vaultctl doctor): SQLite's integrity check (its first 100 lines;
-# ["ok"] when sound) and every item's row, attributes and, for the classes whose key
-# is in memory, secret. Names damaged items by what their rows hold in clear, never
+# ["ok"] when sound), every item's row, attributes and, for the classes whose key
+# is in memory, secret, and every preference value. Names damaged items by what their rows hold in clear, never
 # their secrets. Owner only.
 method Check() -> (
   # PRAGMA integrity_check's lines, at most 100: ["ok"] when the file is sound.
@@ -459,6 +470,10 @@ method Check() -> (
   # or another device's (NotAvailableOnThisDevice).
   secretsUnchecked: int,
   damaged: []DamagedItem,
+  # Preference values read (every key of every domain).
+  preferences: int,
+  # Preference values that do not read.
+  damagedValues: []DamagedValue,
   # Rows the primary key's uniqueness set aside when it was added (a second row of
   # one primary key; kept in items_set_aside, not served).
   setAside: int

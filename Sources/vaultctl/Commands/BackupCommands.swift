@@ -45,10 +45,15 @@ struct BackupCommand: Command {
             print("\(n("leftOutItems")) ThisDeviceOnly item(s) left out\(includeDeviceBound ? " (made on another device)" : " (--include-device-bound includes them)")")
         }
         print(passphrase != nil ? "open it with: vaultctl restore \(file)  (or age -d)" : "open it with: vaultctl restore --identity KEYFILE \(file)  (or age -d -i KEYFILE)")
-        // Written without the damaged items: named, and the exit status says not all of it is in.
-        if let damaged = r["damagedItems"]?.arrayValue, !damaged.isEmpty {
-            for d in damaged { printError("damaged, not in the backup: \(Keychain.describeDamaged(d))") }
-            throw Refusal(message: "the backup was written without \(damaged.count) damaged item(s) (vaultctl doctor lists them)")
+        // Written without the damaged items and values: named, and the exit status says not
+        // all of it is in.
+        let damaged = r["damagedItems"]?.arrayValue ?? []
+        let damagedValues = r["damagedValues"]?.arrayValue ?? []
+        for d in damaged { printError("damaged, not in the backup: \(Keychain.describeDamaged(d))") }
+        for d in damagedValues { printError("damaged, not in the backup: \(DoctorCommand.describeDamagedValue(d))") }
+        guard damaged.isEmpty && damagedValues.isEmpty else {
+            let what = [damaged.isEmpty ? nil : "\(damaged.count) damaged item(s)", damagedValues.isEmpty ? nil : "\(damagedValues.count) damaged preference value(s)"]
+            throw Refusal(message: "the backup was written without \(what.compactMap { $0 }.joined(separator: " and ")) (vaultctl doctor lists them)")
         }
     }
 }

@@ -41,18 +41,20 @@ struct DefaultsCommand: Command {
         let prefs = try context.vault().preferences
         switch verb {
         case .read:
+            var damaged: [DamagedValueName] = []
             if words.isEmpty {
                 var all: PlistDictionary = [:]
-                for d in try prefs.domains() { all[d] = .dict(try prefs.values(domain: d)) }
+                for d in try prefs.domains() { all[d] = .dict(try Self.readable(prefs, d, noting: &damaged)) }
                 print(PlistText.describe(.dict(all)))
             } else if words.count == 1 {
-                let values = try prefs.values(domain: words[0])
-                guard !values.isEmpty else { throw notFound(domain: words[0], key: nil) }
+                let values = try Self.readable(prefs, words[0], noting: &damaged)
+                guard !values.isEmpty || !damaged.isEmpty else { throw notFound(domain: words[0], key: nil) }
                 print(PlistText.describe(.dict(values)))
             } else {
                 guard let v = try prefs.value(domain: words[0], key: words[1]) else { throw notFound(domain: words[0], key: words[1]) }
                 print(PlistText.describeTop(v))
             }
+            try Self.report(damaged, "not shown")
         case .readType:
             guard let v = try prefs.value(domain: words[0], key: words[1]) else { throw notFound(domain: words[0], key: words[1]) }
             print("Type is \(v.typeName)")
@@ -62,7 +64,10 @@ struct DefaultsCommand: Command {
             if words.count == 1 {
                 guard try prefs.removeDomain(words[0]) > 0 else { throw notFound(domain: words[0], key: nil) }
             } else {
-                guard try prefs.value(domain: words[0], key: words[1]) != nil else { throw notFound(domain: words[0], key: words[1]) }
+                // A damaged value is there to delete: deleting it is how it is mended.
+                do {
+                    guard try prefs.value(domain: words[0], key: words[1]) != nil else { throw notFound(domain: words[0], key: words[1]) }
+                } catch let e as VaultError where e.code == .valueDamaged {}
                 try prefs.remove(domain: words[0], key: words[1])
             }
         case .rename:
@@ -80,13 +85,39 @@ struct DefaultsCommand: Command {
         case .import:
             try prefs.importDomain(words[0], plist: try Self.readPlist(words[1]))
         case .export:
+            let export = try prefs.exportDomainReportingDamage(words[0], binary: words[1] != "-")
             if words[1] == "-" {
-                StandardOutput.write(try prefs.exportDomain(words[0], binary: false))
+                StandardOutput.write(export.plist)
             } else {
-                let data = try prefs.exportDomain(words[0], binary: true)
-                try Self.writeExport(data, to: words[1])
+                try Self.writeExport(export.plist, to: words[1])
             }
+            try Self.report(export.damaged.map { DamagedValueName(domain: words[0], key: $0) }, "not exported")
         }
+    }
+
+    /// A stored value vaultd cannot read (damaged on disk), by domain and key.
+    struct DamagedValueName {
+        var domain: String
+        var key: String
+        /// `key "K" of domain "D"`, each quoted as JSON (they may hold anything).
+        var description: String { "key \(JSON.string(key).text) of domain \(JSON.string(domain).text)" }
+    }
+
+    /// `domain`'s values that read; the keys of those that do not are added to `damaged`.
+    static func readable(_ prefs: Preferences, _ domain: String, noting damaged: inout [DamagedValueName]) throws -> PlistDictionary {
+        let found = try prefs.valuesReportingDamage(domain: domain)
+        damaged += found.damaged.map { DamagedValueName(domain: domain, key: $0) }
+        return found.values
+    }
+
+    /// Names each damaged value on stderr (`what`: "not shown", "not exported", …), then
+    /// fails with ValueDamaged (exit 74) when there was any: the output is not all of it.
+    static func report(_ damaged: [DamagedValueName], _ what: String) throws {
+        guard !damaged.isEmpty else { return }
+        for d in damaged { StandardOutput.writeError("vaultctl: damaged, \(what): \(d.description)\n") }
+        throw VaultError(
+            .valueDamaged,
+            "\(damaged.count) stored value(s) do not read (damaged on disk) and were \(what): write each again, delete it (defaults delete DOMAIN KEY) or restore a backup; vaultctl doctor lists them")
     }
 
     /// Writes an export to `path` as a shell's `> path` would, and atomically where it can: a
@@ -374,8 +405,9 @@ struct DefaultsCommand: Command {
             }
         }
         var found = false
+        var damaged: [DamagedValueName] = []
         for domain in try prefs.domains() {
-            let values = try prefs.values(domain: domain)
+            let values = try Self.readable(prefs, domain, noting: &damaged)
             let hits = values.filter { $0.key.lowercased().contains(needle) || contains($0.value) }
             if domain.lowercased().contains(needle) {
                 print("Found \(values.count) keys in domain '\(domain)': \(PlistText.describe(.dict(values)))")
@@ -385,7 +417,9 @@ struct DefaultsCommand: Command {
                 found = true
             }
         }
-        // As defaults(1) (on stderr, exit 0).
+        // As defaults(1) (on stderr, exit 0). Damaged values were not searched: named, and
+        // the exit status says so.
         if !found { StandardOutput.writeError("No domain, key, nor value containing '\(word)'\n") }
+        try Self.report(damaged, "not searched")
     }
 }

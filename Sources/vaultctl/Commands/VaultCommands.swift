@@ -136,7 +136,8 @@ struct DoctorCommand: Command {
         let r = try context.vault().check()
         let integrity = r["integrity"]?.arrayValue?.compactMap(\.stringValue) ?? []
         let damaged = r["damaged"]?.arrayValue ?? []
-        let sound = integrity == ["ok"] && damaged.isEmpty
+        let damagedValues = r["damagedValues"]?.arrayValue ?? []
+        let sound = integrity == ["ok"] && damaged.isEmpty && damagedValues.isEmpty
         if json {
             print(JSON.object(r).text)
         } else {
@@ -145,15 +146,28 @@ struct DoctorCommand: Command {
             let unchecked = r["secretsUnchecked"]?.intValue ?? 0
             print("items: \(r["items"]?.intValue ?? 0) checked, \(damaged.count) damaged\(unchecked > 0 ? ", \(unchecked) secret(s) not checked (locked class, or made on another device)" : "")")
             for d in damaged { print("  damaged: \(Keychain.describeDamaged(d))") }
+            print("preferences: \(r["preferences"]?.intValue ?? 0) checked, \(damagedValues.count) damaged")
+            for d in damagedValues { print("  damaged: \(Self.describeDamagedValue(d))") }
             if let aside = r["setAside"]?.intValue, aside > 0 {
                 print("\(aside) row(s) set aside in items_set_aside (a second row of one primary key, kept when uniqueness was added)")
             }
         }
-        guard sound else {
-            throw Refusal(
-                message: damaged.isEmpty
-                    ? "the store's file is damaged: keep a copy of the data directory and restore a backup (vaultctl restore, docs/backup.md)"
-                    : "\(damaged.count) damaged item(s): delete each (item delete with its service or server and account) and add it again, or restore a backup (docs/backup.md)")
+        guard sound else { throw Refusal(message: Self.advice(integrity: integrity, items: damaged.count, values: damagedValues.count)) }
+    }
+
+    /// What to do about what the check found.
+    static func advice(integrity: [String], items: Int, values: Int) -> String {
+        guard integrity == ["ok"] else {
+            return "the store's file is damaged: keep a copy of the data directory and restore a backup (vaultctl restore, docs/backup.md)"
         }
+        var parts: [String] = []
+        if items > 0 { parts.append("\(items) damaged item(s): delete each (item delete with its service or server and account) and add it again") }
+        if values > 0 { parts.append("\(values) damaged preference value(s): write each again or delete it (defaults delete DOMAIN KEY)") }
+        return parts.joined(separator: "; ") + "; or restore a backup (docs/backup.md)"
+    }
+
+    /// `key "K" of domain "D"` for a Check or Backup reply's DamagedValue.
+    static func describeDamagedValue(_ d: JSON) -> String {
+        "key \(JSON.string(d["key"]?.stringValue ?? "").text) of domain \(JSON.string(d["domain"]?.stringValue ?? "").text)"
     }
 }

@@ -40,6 +40,7 @@ extension VaultFailure.Code {
         case .invalidValue: .invalidValue
         case .invalidPropertyList: .invalidPropertyList
         case .readOnlyDomain: .readOnlyDomain
+        case .valueDamaged: .valueDamaged
         case .appNotFound: .appNotFound
         case .invalidAppID: .invalidAppID
         case .invalidParameter: .invalidParameter
@@ -57,6 +58,7 @@ extension VaultError {
         if let v = d.limit { extra["limit"] = JSON(v) }
         if let v = d.size { extra["size"] = JSON(v) }
         if let v = d.domain { extra["domain"] = .string(v) }
+        if let v = d.key { extra["key"] = .string(v) }
         if let v = d.appID { extra["appID"] = .string(v) }
         if let v = d.parameter { extra["parameter"] = .string(v) }
         if failure.code == .itemDamaged { extra["items"] = DamagedItem.wire(d.damaged) }

@@ -44,6 +44,14 @@ extension DamagedItem {
     static func wire(_ items: [DamagedItem]) -> JSON { .array(items.prefix(VaultFailure.maximumDamagedItems).map(\.wire)) }
 }
 
+extension DamagedValue {
+    /// io.vaultd.Vault `DamagedValue`.
+    var wire: JSON { ["domain": .string(domain), "key": .string(key)] }
+
+    /// A list of them, at most `VaultFailure.maximumDamagedItems` (a reply stays bounded).
+    static func wire(_ values: [DamagedValue]) -> JSON { .array(values.prefix(VaultFailure.maximumDamagedItems).map(\.wire)) }
+}
+
 extension BackupSummary {
     /// io.vaultd.Vault.Backup's reply.
     var wire: JSONObject {
@@ -52,6 +60,7 @@ extension BackupSummary {
             "preferences": JSON(preferences), "domains": JSON(domains), "apps": JSON(apps), "bytes": JSON(bytes),
         ]
         if !damagedItems.isEmpty { o["damagedItems"] = DamagedItem.wire(damagedItems) }
+        if !damagedValues.isEmpty { o["damagedValues"] = DamagedValue.wire(damagedValues) }
         return o
     }
 }
@@ -76,6 +85,7 @@ extension StoreCheck {
         [
             "integrity": .array(integrity.map { .string($0) }), "items": JSON(items), "secretsUnchecked": JSON(secretsUnchecked),
             "damaged": DamagedItem.wire(damaged), "setAside": JSON(setAside),
+            "preferences": JSON(preferences), "damagedValues": DamagedValue.wire(damagedValues),
         ]
     }
 }
