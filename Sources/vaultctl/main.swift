@@ -210,7 +210,9 @@ func parseCommand(_ args: inout Arguments) throws -> Command {
     case "cache": return try CacheCommand(&args)
     case "sync": return try SyncCommand(&args)
     case "completions": return try CompletionsCommand(&args)
-    default: throw UsageError(message: "unknown command '\(word)'")
+    default:
+        let hint = Arguments.closest(to: word, among: CommandTable.parse(toolUsage).commands).map { " (did you mean \($0)?)" } ?? ""
+        throw UsageError(message: "unknown command '\(word)'\(hint)")
     }
 }
 
@@ -221,6 +223,8 @@ CrashOutput.keepSecretsOut()
 StandardOutput.occupyClosedDescriptors()
 
 var arguments = Arguments(Array(CommandLine.arguments.dropFirst()))
+/// Whether the command line is being parsed (a usage error then may come from a mistyped option).
+var parsing = false
 if arguments.words.first == "--help" || arguments.words.first == "-h" || arguments.words.first == "help" {
     print(toolUsage)
     StandardOutput.exit(0, program: "vaultctl")
@@ -240,13 +244,24 @@ do {
     let socket = try arguments.option("--socket")
     // `--socket "$DIR/s"` with DIR unset is "/s"; with the whole value unset, "": no path.
     if socket?.isEmpty == true { throw UsageError(message: "--socket needs a value (a socket path)") }
+    parsing = true
     let command = try parseCommand(&arguments)
     try arguments.finish(showingWords: !(command is ReadsSecret))
+    parsing = false
     try command.run(Context(socketPath: socket))
     StandardOutput.exit(0, program: "vaultctl")
-} catch let e as UsageError {
+} catch var e as UsageError {
     // The command: the first word with usage lines of its own ("lock" has no argument after it).
     let named = CommandLine.arguments.dropFirst().first { !$0.hasPrefix("-") && !usageLines(of: $0).isEmpty }
+    // A mistyped option (`item get --servce x`) leaves the command without what it needs ("needs
+    // at least one filter"): the option no usage line names is the reason given, with the one
+    // meant. A command reading a secret names only a word shaped like an option's name.
+    if parsing, let unknown = arguments.unknownOption(
+        showingWords: !["init", "unlock", "passphrase", "backup", "restore", "item"].contains(named ?? ""),
+        knownOptions: CommandTable.parse(toolUsage).allOptions)
+    {
+        e = unknown
+    }
     printError("\(e.message)\n\(usage(of: named))")
     StandardOutput.exit(ExitCode.usage.rawValue, program: "vaultctl")
 } catch let e as VaultError {

@@ -142,18 +142,27 @@ import Glibc
     /// the synopsis. No daemon is needed (none runs here).
     @Test(arguments: [
         (["item", "get"], "item get needs at least one filter", ["  item get [CLASS] FILTERS", "  ATTRIBUTES / FILTERS:"], "defaults"),
-        (["--socket", "/nowhere", "unlock", "--frob"], "unexpected argument '--frob'", ["  unlock [--passphrase-fd N]", "  unlock --from-keyring"], "item"),
+        (["--socket", "/nowhere", "unlock", "--frob"], "unknown option '--frob'", ["  unlock [--passphrase-fd N]", "  unlock --from-keyring"], "item"),
         (["defaults", "write"], "wrong number of arguments for defaults write", ["  defaults write DOMAIN KEY", "  defaults import"], "item "),
         (["app"], "app needs install", ["  app install APP_ID", "  [--keep-credentials-on-reinstall]"], "defaults"),
         (["frob"], "unknown command 'frob'", ["usage: vaultctl [--socket PATH] COMMAND ..."], "item"),
         // A command whose usage line is the bare word (no arguments), not the synopsis.
-        (["lock", "--frob"], "unexpected argument '--frob'", ["usage:\n  lock\n"], "COMMAND ..."),
+        (["lock", "--frob"], "unknown option '--frob'", ["usage:\n  lock\n"], "COMMAND ..."),
         // An empty socket path (a variable unset): it said "File name too long".
         (["--socket", "", "status"], "--socket needs a value", ["  status [--json]"], "defaults"),
         // Options a cache action has no use for: they were ignored.
         (["cache", "path", "com.example.app", "--bytes", "5"], "cache path takes only an APP_ID", ["  cache path APP_ID"], "defaults"),
         (["cache", "path", "com.example.app", "--json"], "cache path takes only an APP_ID", ["  cache path APP_ID"], "defaults"),
         (["cache", "purge", "--json"], "cache purge takes only [APP_ID] [--bytes N]", ["cache purge [APP_ID] [--bytes N]"], "defaults"),
+        // A mistyped option is named, with the one meant, not what its absence caused ("needs
+        // at least one filter"); so are a mistyped command and verb.
+        (["item", "get", "--servce", "x"], "unknown option '--servce' (did you mean --service?)", ["  item get [CLASS] FILTERS"], "defaults"),
+        (["item", "delete", "--acount=x", "--service", "s"], "unknown option '--acount=…' (did you mean --account?)", ["  item delete"], "defaults"),
+        (["status", "--jsno"], "unknown option '--jsno' (did you mean --json?)", ["  status [--json]"], "defaults"),
+        (["itme", "list"], "unknown command 'itme' (did you mean item?)", ["usage: vaultctl [--socket PATH] COMMAND ..."], "defaults"),
+        (["item", "gte", "--service", "x"], "item needs add, get, update, delete or list (did you mean item get?)", ["  item get [CLASS] FILTERS"], "defaults"),
+        (["defaults", "raed", "d"], "defaults needs read, read-type, write, delete, rename, domains, find, import or export (did you mean defaults read?)", ["  defaults read [DOMAIN [KEY]]"], "item"),
+        (["sync", "status", "--jsn"], "unknown option '--jsn' (did you mean --json?)", ["  sync status [--json]"], "defaults"),
     ])
     func aUsageErrorSaysWhyAndShowsThatCommandsUsage(arguments: [String], reason: String, shown: [String], notShown: String) throws {
         let r = try ChildProcess.run(Paths.tool("vaultctl"), arguments, environment: ["PATH": "/usr/bin:/bin"])
@@ -208,14 +217,19 @@ import Glibc
         (["unlock", "--passphrase-fd=S3CRET-fd-7a1c"], "--passphrase-fd needs a file descriptor number"),
         (["passphrase", "change", "--passphrase-fd", "3", "--new-passphrase-fd", "S3CRET-fd-7a1c"], "--new-passphrase-fd needs a file descriptor number"),
         (["item", "add", "--service", "s", "--secret-fd", "S3CRET-fd-7a1c"], "--secret-fd needs a file descriptor number"),
-        (["init", "--passphrase=S3CRET-fd-7a1c"], "unexpected argument '--passphrase=…'"),
-        (["item", "add", "--service", "s", "--secret=S3CRET-fd-7a1c"], "unexpected argument '--secret=…'"),
+        (["init", "--passphrase=S3CRET-fd-7a1c"], "unknown option '--passphrase=…'"),
+        (["item", "add", "--service", "s", "--secret=S3CRET-fd-7a1c"], "unknown option '--secret=…'"),
         (["item", "add", "--service", "s", "S3CRET-fd-7a1c"], "unexpected argument (not repeated here"),
         (["item", "update", "--service", "s", "--secret-stdin", "S3CRET-fd-7a1c"], "unexpected argument (not repeated here"),
         // A stray secret that begins with a dash is not an option's name either.
         (["item", "add", "--service", "s", "-S3CRET-fd-7a1c"], "unexpected argument (not repeated here"),
         (["unlock", "-S3CRET-fd-7a1c"], "unexpected argument (not repeated here"),
         (["init", "-S3CRET=fd-7a1c"], "unexpected argument (not repeated here"),
+        // A mistyped option's value is not repeated either, and neither is the word after a
+        // command that takes a verb: the verb it is nearest to is named.
+        (["item", "add", "--service", "s", "--acount=S3CRET-fd-7a1c"], "unknown option '--acount=…' (did you mean --account?)"),
+        (["passphrase", "S3CRET-fd-7a1c"], "passphrase needs change, set or remove"),
+        (["passphrase", "chnage"], "passphrase needs change, set or remove (did you mean passphrase change?)"),
     ])
     func aSecretOnTheCommandLineIsNotRepeatedInTheUsageError(arguments: [String], reason: String) throws {
         let r = try ChildProcess.run(Paths.tool("vaultctl"), ["--socket", "/nowhere"] + arguments, environment: ["PATH": "/usr/bin:/bin"])

@@ -120,6 +120,11 @@ struct CommandTable {
         return table
     }
 
+    /// Every option some usage line names, and the global ones.
+    var allOptions: Set<String> {
+        Set(entries.flatMap { $0.options.filter { $0.hasPrefix("--") } } + Self.globalOptions)
+    }
+
     /// The commands that take a verb after them.
     var commandsWithVerbs: [String] { commands.filter { !verbs(of: $0).isEmpty } }
 
