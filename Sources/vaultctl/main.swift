@@ -62,8 +62,9 @@ let toolUsage = """
       sync status [--json]                  devices, last seen, pending segments
       sync leave                            stop syncing on this device (its items stay)
       sync remove DEVICE                    on a device that stays: remove another, rotating the group key
-    Preferences (as defaults(1); DOMAIN may be -g for NSGlobalDomain):
-      defaults read [DOMAIN [KEY]]
+    Preferences (as defaults(1); DOMAIN may be -g for NSGlobalDomain, or -app NAME for an app's;
+        -currentHost or -host NAME before the verb: that host's by-host preferences):
+      defaults read [DOMAIN [KEY]] [--json]
       defaults read-type DOMAIN KEY
       defaults write DOMAIN KEY [-string|-int|-float|-bool|-date|-data] VALUE
                  (-float: a finite decimal number, e.g. 0.8, -2, 1e-3)
@@ -71,8 +72,8 @@ let toolUsage = """
       defaults write DOMAIN '{ KEY = VALUE; ... }'   (the domain becomes this dictionary)
       defaults delete DOMAIN [KEY]
       defaults rename DOMAIN OLD NEW
-      defaults domains
-      defaults find WORD
+      defaults domains [--json]
+      defaults find WORD [--json]
       defaults import DOMAIN PATH|-
       defaults export DOMAIN PATH|-         (- writes XML to stdout; a path gets binary)
     Shell:

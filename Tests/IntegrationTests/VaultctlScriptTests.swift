@@ -196,14 +196,14 @@ import Glibc
         defer { d.close() }
         let long = String(repeating: "x", count: 200)
         let r = d.ctl(["defaults", "write", "com.example.v", "k", flag, long])
-        #expect(r.status == 64 && r.stderr.hasPrefix("vaultctl: the value is not a") && !r.stderr.contains("xxxxxxxxxx"), "\(r)")
+        #expect(r.status == 65 && r.stderr.hasPrefix("vaultctl: the value is not a") && !r.stderr.contains("xxxxxxxxxx"), "\(r)")
         let short = d.ctl(["defaults", "write", "com.example.v", "k", flag, "1.5x"])
-        #expect(short.status == 64 && short.stderr.hasPrefix("vaultctl: '1.5x' is not a"), "\(short)")
-        // Checked before connecting: with no vaultd at the socket, still the usage error.
+        #expect(short.status == 65 && short.stderr.hasPrefix("vaultctl: '1.5x' is not a"), "\(short)")
+        // Checked before connecting: with no vaultd at the socket, still bad input (65), not 69.
         let unserved = try ChildProcess.run(
             Paths.tool("vaultctl"), ["--socket", "/nonexistent/vaultd.sock", "defaults", "write", "com.example.v", "k", "-dict", "a", flag, "1.5x"],
             environment: ["PATH": "/usr/bin:/bin"])
-        #expect(unserved.status == 64 && unserved.stderr.hasPrefix("vaultctl: '1.5x' is not a"), "\(unserved)")
+        #expect(unserved.status == 65 && unserved.stderr.hasPrefix("vaultctl: '1.5x' is not a"), "\(unserved)")
     }
 
     /// A secret typed on vaultctl's command line by mistake is not repeated by its usage
