@@ -238,3 +238,35 @@ import Glibc
         #expect(!r.stderr.contains("S3CRET") && !r.stdoutText.contains("S3CRET"), "\(r)")
     }
 }
+
+/// `vaultctl item list` of the Secret Service's items.
+@Suite struct VaultctlSecretServiceListTests {
+    /// An item of vaultd's Secret Service (service `org.freedesktop.secrets`, its ID as the
+    /// account) lists with its lookup attributes, what its clients find it by; it listed with
+    /// only its random-looking account. `--json` has them as `lookupAttributes`.
+    @Test func secretServiceItemsListWithTheirLookupAttributes() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        try #require(d.initialize().status == 0)
+        let c = try d.connect()
+        let id = "0123456789abcdef0123456789abcdef"
+        _ = try c.call(
+            "io.vaultd.Keychain.Add",
+            [
+                "class": "genericPassword", "data": "czNjcmV0",
+                "attributes": [
+                    "service": "org.freedesktop.secrets", "account": id, "label": "Mail", "accessGroup": "user",
+                    "lookupAttributes": ["xdg:schema": "org.example.Password", "user": "alice\nbob"],
+                ],
+            ])
+        try #require(d.ctl(["item", "add", "--service", "plain.example", "--account", "a"], stdin: Data("x".utf8)).status == 0)
+        let list = d.ctl(["item", "list"])
+        let line = list.stdoutText.split(separator: "\n").first { $0.contains(id) }.map(String.init) ?? ""
+        #expect(line.hasSuffix(#"attributes={"user":"alice\nbob","xdg:schema":"org.example.Password"}"#), "\(list)")
+        #expect(line.contains(#"service="org.freedesktop.secrets" account="\#(id)""#) && line.contains(#"label="Mail""#), "\(line)")
+        let plain = list.stdoutText.split(separator: "\n").first { $0.contains("plain.example") }.map(String.init) ?? ""
+        #expect(!plain.contains("attributes="), "\(plain)")
+        let json = d.ctl(["item", "list", "--service", "org.freedesktop.secrets", "--json"]).jsonArray
+        #expect((json?.first?["lookupAttributes"] as? [String: String]) == ["xdg:schema": "org.example.Password", "user": "alice\nbob"], "\(String(describing: json))")
+    }
+}
