@@ -211,6 +211,7 @@ func parseCommand(_ args: inout Arguments) throws -> Command {
     case "cache": return try CacheCommand(&args)
     case "sync": return try SyncCommand(&args)
     case "completions": return try CompletionsCommand(&args)
+    case CompleteCommand.name: return try CompleteCommand(&args)
     default:
         let hint = Arguments.closest(to: word, among: CommandTable.parse(toolUsage).commands).map { " (did you mean \($0)?)" } ?? ""
         throw UsageError(message: "unknown command '\(word)'\(hint)")
