@@ -58,7 +58,8 @@ let toolUsage = """
     Sync (synchronizable items between your devices, through a folder Syncthing replicates):
       sync init FOLDER                      make a sync group in FOLDER, on the first device
       sync join FOLDER                      ask to join the group in FOLDER; prints the pairing code
-      sync approve CODE                     on a device of the group: let the joining one in
+      sync approve CODE [--wait SECONDS]    on a device of the group: let the joining one in
+                                            (waits up to 120 s for its request to arrive; 0: not)
       sync status [--json]                  devices, last seen, pending segments
       sync leave                            stop syncing on this device (its items stay)
       sync remove DEVICE                    on a device that stays: remove another, rotating the group key
