@@ -324,8 +324,9 @@ struct KeyringCommand: Command {
                     continue
                 }
                 // Only the target collection counts: the same item exported into another one
-                // is not this export's. Its label is part of what is exported.
-                let label = KeyringMapping.label(item.itemClass, a)
+                // is not this export's. Its label is part of what is exported, as the keyring
+                // keeps it (`KeyringMapping.keyringLabel`), so an unchanged item compares equal.
+                let label = KeyringMapping.keyringLabel(KeyringMapping.label(item.itemClass, a))
                 let found = try original != nil ? keyring.search(attributes: attributes) : keyring.search(.item, attributes)
                 let existing = found.first(where: target.holds)
                 let verb = existing == nil ? "add" : existing?.secret == Array(data) && existing?.label.sameBytes(label) == true ? "unchanged" : "update"
@@ -536,6 +537,17 @@ enum KeyringMapping {
             out["security-domain"] = a.securityDomain ?? ""
         }
         return out
+    }
+
+    /// A label as the Secret Service can carry it: libsecret passes it as a C string, cut at
+    /// its first NUL, so each NUL is written as U+2400 (␀) instead. The whole label reaches the
+    /// keyring, and an export of an unchanged item finds it equal (the label cut short differed
+    /// every time, so each export updated the item again).
+    static func keyringLabel(_ label: String) -> String {
+        guard label.utf8.contains(0) else { return label }
+        var out = String.UnicodeScalarView()
+        for c in label.unicodeScalars { out.append(c == "\u{0}" ? "\u{2400}" : c) }
+        return String(out)
     }
 
     static func label(_ c: ItemClass, _ a: ItemAttributes) -> String {
