@@ -23,11 +23,11 @@ let toolUsage = """
       passphrase change --passphrase-fd N --new-passphrase-fd M
       passphrase set --new-passphrase-fd M
       passphrase remove --passphrase-fd N
-      backup FILE [--passphrase-fd N | --recipient age1...]... [--include-device-bound]
+      backup FILE [--passphrase-fd N | --recipient age1...]... [--include-device-bound] [--json]
         an age file (age -d opens it) of every item, preference and app; the backup passphrase
         is asked twice; ThisDeviceOnly items only with --include-device-bound (this device only)
       restore FILE [--passphrase-fd N | --identity KEYFILE] [--merge]
-              [--new-passphrase-fd M | --no-passphrase]
+              [--new-passphrase-fd M | --no-passphrase] [--json]
         into a new vault (then its new passphrase), an empty one, or --merge: newer one wins
       doctor [--json]                       check the store: SQLite's integrity check, every item
                                             (damaged ones named; exit 1 when any)
@@ -45,8 +45,8 @@ let toolUsage = """
         --access-group --accessible --synchronizable[=yes|no] --server --protocol --port --path
         --authentication-type --security-domain --generic TEXT --generic-base64 B64
     Desktop keyring (Secret Service):
-      keyring import --access-group G [--secret-service] [--collection NAME] [--dry-run]
-      keyring export [CLASS] [FILTERS] [--all-groups] [--collection NAME] [--dry-run]
+      keyring import --access-group G [--secret-service] [--collection NAME] [--dry-run] [--json]
+      keyring export [CLASS] [FILTERS] [--all-groups] [--collection NAME] [--dry-run] [--json]
         NAME: an alias (default, login), a label or an object path; default: the default collection
         without --access-group or --all-groups: the owner's groups only (user, and those of no app)
     Apps:
