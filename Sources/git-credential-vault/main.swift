@@ -23,8 +23,8 @@ import Glibc
 // helper uses its own groups; run unregistered (as the owner), it uses the group `git` — the
 // same items either way.
 //
-// Never harmful: a locked vault makes every action a quiet no-op with exit 0, so git falls
-// back to asking and nothing is erased or overwritten. No vaultd at the socket: `get` is as
+// Never harmful: a locked vault makes every action a no-op with exit 0, so git falls back to
+// asking and nothing is erased or overwritten (`store` and `erase` say so in one line on stderr). No vaultd at the socket: `get` is as
 // quiet (git prompts, as with its own helpers), while `store` and `erase` say in one line on
 // stderr that nothing was stored or erased and exit 69 (`ExitCode.unavailable`), as does a
 // vaultd that does not answer within `answerDeadlineSeconds`. Other failures exit with
@@ -421,8 +421,14 @@ func main() -> Int32 {
     let vault: Vault
     do {
         vault = try Vault.connect()
-        // A locked vault: do nothing at all, quietly (git asks the user instead).
-        guard try vault.status().lock.state == .unlocked else { return 0 }
+        // A locked vault: nothing is read, stored or erased (exit 0: git asks the user
+        // instead). `get` stays quiet, as without a helper; `store` and `erase` say in one line
+        // on stderr that nothing was kept or removed, or a credential git was told is saved
+        // would be missing at the next `get` without a word.
+        guard try vault.status().lock.state == .unlocked else {
+            lockedNotice(action)
+            return 0
+        }
     } catch let e as VaultError where e.code == .connectionFailed && action != "get" {
         // git shows a helper's stderr: the one line says the credential was not kept (or not
         // erased). Its message is the socket path and strerror, one line.
@@ -440,12 +446,20 @@ func main() -> Int32 {
         default: try erase(vault, credential, group: group)
         }
     } catch let e as VaultError where e.code == .interactionNotAllowed {
-        return 0  // locked meanwhile
+        lockedNotice(action)  // locked meanwhile
+        return 0
     } catch {
         StandardOutput.writeError("git-credential-vault: \(action): \(error)\n")
         return (error as? VaultError).map { ExitCode($0).rawValue } ?? ExitCode.failure.rawValue
     }
     return 0
+}
+
+/// The line `store` and `erase` print when the vault is locked (nothing for `get`).
+func lockedNotice(_ action: String) {
+    guard action != "get" else { return }
+    let what = action == "store" ? "nothing stored" : "nothing erased"
+    StandardOutput.writeError("git-credential-vault: \(action): the vault is locked; \(what) (vaultctl unlock, then run the git command again)\n")
 }
 
 // Output git could not be given (a full disk, a closed stdout) is exit 1 and a line on stderr.

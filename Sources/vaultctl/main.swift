@@ -23,11 +23,11 @@ let toolUsage = """
       passphrase change --passphrase-fd N --new-passphrase-fd M
       passphrase set --new-passphrase-fd M
       passphrase remove --passphrase-fd N
-      backup FILE [--passphrase-fd N | --recipient age1...]... [--include-device-bound]
+      backup FILE [--passphrase-fd N | --recipient age1...]... [--include-device-bound] [--json]
         an age file (age -d opens it) of every item, preference and app; the backup passphrase
         is asked twice; ThisDeviceOnly items only with --include-device-bound (this device only)
       restore FILE [--passphrase-fd N | --identity KEYFILE] [--merge]
-              [--new-passphrase-fd M | --no-passphrase]
+              [--new-passphrase-fd M | --no-passphrase] [--json]
         into a new vault (then its new passphrase), an empty one, or --merge: newer one wins
       doctor [--json]                       check the store: SQLite's integrity check, every item
                                             (damaged ones named; exit 1 when any)
@@ -45,8 +45,8 @@ let toolUsage = """
         --access-group --accessible --synchronizable[=yes|no] --server --protocol --port --path
         --authentication-type --security-domain --generic TEXT --generic-base64 B64
     Desktop keyring (Secret Service):
-      keyring import --access-group G [--secret-service] [--collection NAME] [--dry-run]
-      keyring export [CLASS] [FILTERS] [--all-groups] [--collection NAME] [--dry-run]
+      keyring import --access-group G [--secret-service] [--collection NAME] [--dry-run] [--json]
+      keyring export [CLASS] [FILTERS] [--all-groups] [--collection NAME] [--dry-run] [--json]
         NAME: an alias (default, login), a label or an object path; default: the default collection
         without --access-group or --all-groups: the owner's groups only (user, and those of no app)
     Apps:
@@ -58,12 +58,14 @@ let toolUsage = """
     Sync (synchronizable items between your devices, through a folder Syncthing replicates):
       sync init FOLDER                      make a sync group in FOLDER, on the first device
       sync join FOLDER                      ask to join the group in FOLDER; prints the pairing code
-      sync approve CODE                     on a device of the group: let the joining one in
+      sync approve CODE [--wait SECONDS]    on a device of the group: let the joining one in
+                                            (waits up to 120 s for its request to arrive; 0: not)
       sync status [--json]                  devices, last seen, pending segments
       sync leave                            stop syncing on this device (its items stay)
       sync remove DEVICE                    on a device that stays: remove another, rotating the group key
-    Preferences (as defaults(1); DOMAIN may be -g for NSGlobalDomain):
-      defaults read [DOMAIN [KEY]]
+    Preferences (as defaults(1); DOMAIN may be -g for NSGlobalDomain, or -app NAME for an app's;
+        -currentHost or -host NAME before the verb: that host's by-host preferences):
+      defaults read [DOMAIN [KEY]] [--json]
       defaults read-type DOMAIN KEY
       defaults write DOMAIN KEY [-string|-int|-float|-bool|-date|-data] VALUE
                  (-float: a finite decimal number, e.g. 0.8, -2, 1e-3)
@@ -71,8 +73,8 @@ let toolUsage = """
       defaults write DOMAIN '{ KEY = VALUE; ... }'   (the domain becomes this dictionary)
       defaults delete DOMAIN [KEY]
       defaults rename DOMAIN OLD NEW
-      defaults domains
-      defaults find WORD
+      defaults domains [--json]
+      defaults find WORD [--json]
       defaults import DOMAIN PATH|-
       defaults export DOMAIN PATH|-         (- writes XML to stdout; a path gets binary)
     Shell:
@@ -210,7 +212,10 @@ func parseCommand(_ args: inout Arguments) throws -> Command {
     case "cache": return try CacheCommand(&args)
     case "sync": return try SyncCommand(&args)
     case "completions": return try CompletionsCommand(&args)
-    default: throw UsageError(message: "unknown command '\(word)'")
+    case CompleteCommand.name: return try CompleteCommand(&args)
+    default:
+        let hint = Arguments.closest(to: word, among: CommandTable.parse(toolUsage).commands).map { " (did you mean \($0)?)" } ?? ""
+        throw UsageError(message: "unknown command '\(word)'\(hint)")
     }
 }
 
@@ -221,6 +226,8 @@ CrashOutput.keepSecretsOut()
 StandardOutput.occupyClosedDescriptors()
 
 var arguments = Arguments(Array(CommandLine.arguments.dropFirst()))
+/// Whether the command line is being parsed (a usage error then may come from a mistyped option).
+var parsing = false
 if arguments.words.first == "--help" || arguments.words.first == "-h" || arguments.words.first == "help" {
     print(toolUsage)
     StandardOutput.exit(0, program: "vaultctl")
@@ -240,13 +247,24 @@ do {
     let socket = try arguments.option("--socket")
     // `--socket "$DIR/s"` with DIR unset is "/s"; with the whole value unset, "": no path.
     if socket?.isEmpty == true { throw UsageError(message: "--socket needs a value (a socket path)") }
+    parsing = true
     let command = try parseCommand(&arguments)
     try arguments.finish(showingWords: !(command is ReadsSecret))
+    parsing = false
     try command.run(Context(socketPath: socket))
     StandardOutput.exit(0, program: "vaultctl")
-} catch let e as UsageError {
+} catch var e as UsageError {
     // The command: the first word with usage lines of its own ("lock" has no argument after it).
     let named = CommandLine.arguments.dropFirst().first { !$0.hasPrefix("-") && !usageLines(of: $0).isEmpty }
+    // A mistyped option (`item get --servce x`) leaves the command without what it needs ("needs
+    // at least one filter"): the option no usage line names is the reason given, with the one
+    // meant. A command reading a secret names only a word shaped like an option's name.
+    if parsing, let unknown = arguments.unknownOption(
+        showingWords: !["init", "unlock", "passphrase", "backup", "restore", "item"].contains(named ?? ""),
+        knownOptions: CommandTable.parse(toolUsage).allOptions)
+    {
+        e = unknown
+    }
     printError("\(e.message)\n\(usage(of: named))")
     StandardOutput.exit(ExitCode.usage.rawValue, program: "vaultctl")
 } catch let e as VaultError {

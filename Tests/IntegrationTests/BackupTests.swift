@@ -381,6 +381,29 @@ struct BackupTests {
 
     /// `--recipient age1…`: a backup to age-keygen's key opens with `age -d -i KEYFILE` and
     /// restores with `--identity KEYFILE`; another key is refused, nothing changed.
+    /// `--json` prints each command's result as one object: the backup's counts, size and file;
+    /// the restore's counts per kind, the file, and whether it made the vault.
+    @Test func backupAndRestorePrintJSON() throws {
+        let a = try Daemon()
+        defer { a.close() }
+        try #require(a.initializeWithoutPassphrase().status == 0)
+        try Self.populate(a)
+        let file = a.root + "/json.age"
+        let made = Self.backup(a, file, ["--json"])
+        let m = try #require(made.jsonObject, "\(made)")
+        #expect(made.status == 0 && m["file"] as? String == file && m["items"] as? Int == 3, "\(m)")
+        let size = (try? FileManager.default.attributesOfItem(atPath: file)[.size] as? Int) ?? -1
+        #expect(m["bytes"] as? Int == size && (m["preferences"] as? Int ?? 0) > 0 && m["apps"] != nil, "\(m), file of \(size) bytes")
+
+        let b = try Daemon()
+        defer { b.close() }
+        let restored = b.ctl(["restore", file, "--passphrase-fd", "3", "--no-passphrase", "--json"], fds: [3: passphraseLine(Self.backupPassphrase)])
+        let r = try #require(restored.jsonObject, "\(restored)")
+        #expect(restored.status == 0 && r["file"] as? String == file && r["initialised"] as? Bool == true, "\(r)")
+        #expect((r["items"] as? [String: Int]) == ["added": 3, "replaced": 0, "kept": 0], "\(r)")
+        #expect((r["preferences"] as? [String: Int])?["added"] == m["preferences"] as? Int, "\(r)")
+    }
+
     @Test func aBackupToAKeyOpensWithItsIdentity() throws {
         let a = try Daemon()
         defer { a.close() }

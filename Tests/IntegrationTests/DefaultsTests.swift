@@ -148,7 +148,7 @@ import VaultProtocol
         let d = try Daemon()
         defer { d.close() }
         let w = d.ctl(["defaults", "write", Self.domain, "bytes", "-data", text])
-        #expect(w.status == 64 && w.stderr.hasPrefix("vaultctl: -data needs"), "\(w)")
+        #expect(w.status == 65 && w.stderr.hasPrefix("vaultctl: -data needs"), "\(w)")
         #expect(d.ctl(["defaults", "read", Self.domain, "bytes"]).status == 44, "nothing written")
         #expect(d.ctl(["defaults", "write", Self.domain, "bytes", "-data", "0aFF 10"]).status == 0)
         #expect(d.ctl(["defaults", "read", Self.domain, "bytes"]).stdoutText == "{length = 3, bytes = 0x0aff10}\n")
@@ -296,7 +296,8 @@ import VaultProtocol
 
     /// `-float` takes a finite decimal number only, as defaults(1) does: Double(_:) also took
     /// hexadecimal ('0x10' was written as 16), 'inf' and 'nan', and rounded '1e400' to
-    /// infinity. Anything else is a usage error saying what is wrong with the value (quoting
+    /// infinity. Anything else is bad input (exit 65, as the exit-code table says of a bad
+    /// value) saying what is wrong with the value (quoting
     /// it only when short) and nothing is written.
     @Test func floatTakesAFiniteDecimalNumberOnly() throws {
         let d = try Daemon()
@@ -316,7 +317,7 @@ import VaultProtocol
         ]
         for (i, (value, why)) in refused.enumerated() {
             let r = d.ctl(["defaults", "write", Self.domain, "bad\(i)", "-float", value])
-            #expect(r.status == 64, "\(value.prefix(30)): \(r)")
+            #expect(r.status == 65, "\(value.prefix(30)): \(r)")
             #expect(r.stderr.hasPrefix("vaultctl: -float needs a finite decimal number: \(why)"), "\(value.prefix(30)): \(r.stderr.prefix(200))")
             #expect(!r.stderr.contains(String(repeating: "0", count: 100)), "the long value was echoed")
             #expect(try stored("bad\(i)") == nil, "\(value.prefix(30)) was written")
@@ -380,5 +381,89 @@ import VaultProtocol
         let defaults = try Defaults(vault: try d.client(), suiteName: Self.domain, arguments: [])
         #expect(defaults.string(forKey: Self.nfc) == "a" && defaults.string(forKey: Self.nfd) == "b")
         #expect(defaults.dictionaryRepresentation().count >= 4)
+    }
+}
+
+/// defaults(1)'s domain forms and `--json`: `-currentHost` and `-host NAME` (by-host
+/// preferences), `-app NAME`, and JSON output of read, domains and find.
+@Suite struct DefaultsDomainFormTests {
+    /// A by-host write goes to `DOMAIN@host:HOST` (HOST: /etc/machine-id for -currentHost, NAME
+    /// for -host NAME), apart from the domain's own values and another host's; the host option
+    /// goes before the verb, and `domains` lists by-host domains only with one.
+    @Test func byHostPreferencesAreKeptPerHost() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        let machineID = try String(contentsOfFile: "/etc/machine-id", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+        try #require(machineID.count == 32)
+        #expect(d.ctl(["defaults", "-currentHost", "write", "com.example.bh", "Saver", "-int", "5"]).status == 0)
+        #expect(d.ctl(["defaults", "-host", "studio", "write", "com.example.bh", "Saver", "-int", "7"]).status == 0)
+        #expect(d.ctl(["defaults", "write", "com.example.bh", "Saver", "-int", "1"]).status == 0)
+        #expect(d.ctl(["defaults", "write", "com.example.plain", "K", "v"]).status == 0)
+
+        let c = try d.connect()
+        func stored(_ domain: String) throws -> Any? {
+            (try c.call("io.vaultd.Preferences.Get", ["domain": domain, "key": "Saver"]).parameters?["value"] as? [String: Any])?["integer"]
+        }
+        #expect(try stored("com.example.bh@host:" + machineID) as? Int == 5)
+        #expect(try stored("com.example.bh@host:studio") as? Int == 7)
+        #expect(try stored("com.example.bh") as? Int == 1)
+
+        #expect(d.ctl(["defaults", "-currentHost", "read", "com.example.bh", "Saver"]).stdoutText == "5\n")
+        #expect(d.ctl(["defaults", "-host", "studio", "read", "com.example.bh", "Saver"]).stdoutText == "7\n")
+        #expect(d.ctl(["defaults", "read", "com.example.bh", "Saver"]).stdoutText == "1\n")
+        #expect(d.ctl(["defaults", "-currentHost", "read", "com.example.plain"]).status == 44)
+        #expect(d.ctl(["defaults", "domains"]).stdoutText == "com.example.bh, com.example.plain\n")
+        #expect(d.ctl(["defaults", "-currentHost", "domains"]).stdoutText == "com.example.bh\n")
+        #expect(d.ctl(["defaults", "-host", "studio", "delete", "com.example.bh", "Saver"]).status == 0)
+        #expect(try stored("com.example.bh@host:studio") == nil && stored("com.example.bh@host:" + machineID) as? Int == 5)
+        let late = d.ctl(["defaults", "read", "-currentHost", "com.example.bh"])
+        #expect(late.status == 64 && late.stderr.hasPrefix("vaultctl: -currentHost goes before the verb"), "\(late)")
+    }
+
+    /// `-app NAME` stands for an app's domain: its ID, its executable's path or file name, or
+    /// the last component of its ID; an unknown name is AppNotFound (44), as defaults(1) says
+    /// it could not find the application. It was taken as the domain "-app".
+    @Test func appNamesTheDomainOfAnApp() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        let exe = try d.placeExample("notes")
+        let install = d.ctl(["app", "install", "org.example.Notes", "--exe", exe])
+        try #require(install.status == 0, "\(install)")
+        #expect(d.ctl(["defaults", "write", "-app", "org.example.Notes", "Font", "-string", "Menlo"]).status == 0)
+        let c = try d.connect()
+        let font = try c.call("io.vaultd.Preferences.Get", ["domain": "org.example.Notes", "key": "Font"]).parameters?["value"] as? [String: Any]
+        #expect(font?["string"] as? String == "Menlo", "\(String(describing: font))")
+        for name in ["org.example.Notes", "Notes", "notes", exe, URL(fileURLWithPath: exe).lastPathComponent] {
+            let r = d.ctl(["defaults", "read", "-app", name, "Font"])
+            #expect(r.status == 0 && r.stdoutText == "Menlo\n", "-app \(name): \(r)")
+        }
+        let missing = d.ctl(["defaults", "read", "-app", "Safari"])
+        #expect(missing.status == 44 && missing.stderr.contains("Couldn't find an application named \"Safari\""), "\(missing)")
+        #expect(d.ctl(["defaults", "domains"]).stdoutText == "org.example.Notes\n")
+    }
+
+    /// `--json` on read, domains and find: values in the tagged JSON that keeps their types.
+    @Test func readDomainsAndFindPrintJSON() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        #expect(d.ctl(["defaults", "write", "com.example.j", "Volume", "-float", "0.5"]).status == 0)
+        #expect(d.ctl(["defaults", "write", "com.example.j", "Name", "-string", "x"]).status == 0)
+        #expect(d.ctl(["defaults", "write", "com.example.k", "When", "-date", "2026-01-31"]).status == 0)
+        func json(_ args: [String]) -> Any? {
+            let r = d.ctl(["defaults"] + args)
+            #expect(r.status == 0, "\(args): \(r)")
+            return try? JSONSerialization.jsonObject(with: r.stdout, options: [.fragmentsAllowed])
+        }
+        let domain = json(["read", "com.example.j", "--json"]) as? [String: [String: Any]]
+        #expect(domain?["Volume"]?["real"] as? Double == 0.5 && domain?["Name"]?["string"] as? String == "x", "\(String(describing: domain))")
+        let one = json(["read", "com.example.k", "When", "--json"]) as? [String: String]
+        #expect(one == ["date": "2026-01-31T00:00:00Z"], "\(String(describing: one))")
+        let all = json(["read", "--json"]) as? [String: [String: Any]]
+        #expect(Set(all?.keys.map { $0 } ?? []) == ["com.example.j", "com.example.k"], "\(String(describing: all))")
+        #expect(json(["domains", "--json"]) as? [String] == ["com.example.j", "com.example.k"])
+        let found = json(["find", "volu", "--json"]) as? [String: [String: [String: Double]]]
+        #expect(found == ["com.example.j": ["Volume": ["real": 0.5]]], "\(String(describing: found))")
+        let none = d.ctl(["defaults", "find", "nothing-like-it", "--json"])
+        #expect(none.status == 0 && none.stdoutText == "{}\n" && none.stderr.contains("No domain, key, nor value containing"), "\(none)")
     }
 }

@@ -322,7 +322,11 @@ import Glibc
         #expect(g.internetItems().isEmpty)
     }
 
-    @Test func aLockedVaultMakesTheHelperAQuietNoOp() throws {
+    /// While the vault is locked the helper changes nothing and exits 0 (git then asks);
+    /// `get` says nothing, as without a helper, while `store` and `erase` say on stderr that
+    /// nothing was stored or erased (a credential git saved would otherwise be missing later
+    /// without a word), never repeating the password; `git credential approve` shows the line.
+    @Test func aLockedVaultMakesTheHelperANoOpThatSaysSoOnStore() throws {
         let g = try Git()
         defer { g.close() }
         #expect(g.approve("protocol=https\nhost=example.org\nusername=bob\npassword=pb").status == 0)
@@ -336,10 +340,13 @@ import Glibc
 
         // store and erase change nothing while locked.
         let store = g.helper("store", Array("protocol=https\nhost=example.org\nusername=bob\npassword=overwritten\n\n".utf8))
-        #expect(store.status == 0, "\(store)")
+        #expect(store.status == 0 && store.stdout.isEmpty, "\(store)")
+        #expect(store.stderr == "git-credential-vault: store: the vault is locked; nothing stored (vaultctl unlock, then run the git command again)\n", "\(store)")
+        let approve = g.approve("protocol=https\nhost=example.org\nusername=bob\npassword=overwritten")
+        #expect(approve.status == 0 && approve.stderr.contains("store: the vault is locked; nothing stored") && !approve.stderr.contains("overwritten"), "\(approve)")
         #expect(g.reject("protocol=https\nhost=example.org\nusername=bob\npassword=pb").status == 0)
         let erase = g.helper("erase", Array("protocol=https\nhost=example.org\nusername=bob\n\n".utf8))
-        #expect(erase.status == 0, "\(erase)")
+        #expect(erase.status == 0 && erase.stderr.hasPrefix("git-credential-vault: erase: the vault is locked; nothing erased"), "\(erase)")
 
         try #require(g.d.unlock().status == 0)
         let (_, after) = g.fill("url=https://bob@example.org/")

@@ -703,6 +703,45 @@ import Glibc
         #expect(k.run("secret-tool", ["search", "--all", "service", "nul.example"]).stdoutText.isEmpty)
     }
 
+    /// A label with a NUL byte reaches the keyring whole, the NUL as U+2400 (libsecret cut it
+    /// there, so the keyring's label never matched and every export updated the item again);
+    /// an export of unchanged items changes nothing. `--json` gives the counts and each item's
+    /// result, for export and import alike.
+    @Test func aLabelWithANulIsExportedWholeAndOnceAndJSONSaysSo() throws {
+        let k = try Self.initialisedFixture()
+        defer { k.close() }
+        let vault = try Vault.connect(socketPath: k.socketPath)
+        _ = try vault.keychain.add(
+            attributes: ItemAttributes(service: "label.example", account: "a", label: "before\u{0}after", accessGroup: "g"), data: Data("ls".utf8))
+        let first = k.ctl(["keyring", "export", "--access-group", "g"])
+        #expect(first.status == 0 && first.stdoutText.contains("1 added, 0 updated, 0 unchanged"), "\(first)")
+        let label = k.run(
+            "python3",
+            ["-c", "import secretstorage\nfor i in secretstorage.search_items(secretstorage.dbus_init(), {'service': 'label.example'}): print(i.get_label())"]
+        ).stdoutText
+        #expect(label == "before\u{2400}after\n", "\(label)")
+        for _ in 0..<2 {
+            let again = k.ctl(["keyring", "export", "--access-group", "g"])
+            #expect(again.status == 0 && again.stdoutText.contains("0 added, 0 updated, 1 unchanged"), "\(again)")
+        }
+        let json = k.ctl(["keyring", "export", "--access-group", "g", "--json"])
+        let o = try #require(json.jsonObject, "\(json)")
+        #expect(o["added"] as? Int == 0 && o["updated"] as? Int == 0 && o["unchanged"] as? Int == 1 && o["failed"] as? Int == 0, "\(o)")
+        #expect(o["dryRun"] as? Bool == false && o["items"] as? Int == 1 && (o["collection"] as? String)?.isEmpty == false, "\(o)")
+        let result = (o["results"] as? [[String: Any]])?.first
+        #expect(result?["action"] as? String == "unchanged" && result?["label"] as? String == "before\u{2400}after", "\(String(describing: result))")
+        #expect((result?["item"] as? [String: Any])?["service"] as? String == "label.example", "\(String(describing: result))")
+        #expect(!json.stdoutText.contains("ls\""), "a secret in the JSON: \(json)")
+
+        // Imported back, the exported item is the vault's own, unchanged (in its group `g`).
+        let imported = k.ctl(["keyring", "import", "--access-group", "imported", "--dry-run", "--json"])
+        let i = try #require(imported.jsonObject, "\(imported)")
+        #expect(i["dryRun"] as? Bool == true && i["unchanged"] as? Int == 1 && i["added"] as? Int == 0 && i["items"] as? Int == 1, "\(i)")
+        let entry = (i["results"] as? [[String: Any]])?.first
+        #expect(entry?["action"] as? String == "unchanged" && entry?["from"] as? String == "before\u{2400}after", "\(String(describing: entry))")
+        #expect((entry?["item"] as? [String: Any])?["accessGroup"] as? String == "g", "\(String(describing: entry))")
+    }
+
     /// An import that finds nothing says so on stderr, naming the collection and its item
     /// count: an empty, damaged or newly created keyring is not a quiet "0 item(s)".
     @Test func anImportOfAnEmptyKeyringWarns() throws {

@@ -101,6 +101,17 @@ import Testing
         let bytes = FileManager.default.contents(atPath: binary) ?? Data()
         #expect(bytes.starts(with: Data("bplist00".utf8)), "export to a path should write a binary plist")
         #expect(Self.compare(d, original: original, copy: binary) == "EQUAL")
+        // The same domain exports to the same bytes: again, after a restart of vaultd (a new
+        // process, whose dictionaries iterate in another order), and after importing the
+        // export itself into another domain.
+        let again = d.root + "/export-again.plist"
+        _ = try d.restart()
+        try #require(d.ctl(["defaults", "export", domain, again]).status == 0)
+        #expect(FileManager.default.contents(atPath: again) == bytes, "a second export of the unchanged domain differs")
+        try #require(d.ctl(["defaults", "import", domain + ".copy", binary]).status == 0)
+        let copied = d.root + "/export-copy.plist"
+        try #require(d.ctl(["defaults", "export", domain + ".copy", copied]).status == 0)
+        #expect(FileManager.default.contents(atPath: copied) == bytes, "the export of the imported export differs")
 
         guard !Self.notRepresentableInXML.contains(name) else { return }
         let xml = d.ctl(["defaults", "export", domain, "-"])

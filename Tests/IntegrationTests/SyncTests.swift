@@ -188,14 +188,26 @@ import Glibc
             let taken = c.ctl(["sync", "init", folder])
             #expect(taken.status == 65 && taken.stderr.contains("already holds a sync group"), "\(taken)")
             #expect(a.ctl(["sync", "approve", "12345"]).status == 65)
-            let unknown = a.ctl(["sync", "approve", String(repeating: "ab", count: 32)])
-            #expect(unknown.status == 65 && unknown.stderr.contains("no join request"), "\(unknown)")
+            let unknown = a.ctl(["sync", "approve", "--wait", "0", String(repeating: "ab", count: 32)])
+            #expect(unknown.status == 65 && unknown.stderr.contains("no join request") && !unknown.stderr.contains("waiting"), "\(unknown)")
+            // With a wait, it says what it waits for, and past the bound what to check.
+            let waited = a.ctl(["sync", "approve", "--wait", "1", String(repeating: "ab", count: 32)])
+            #expect(waited.status == 65 && waited.stderr.contains("waiting up to 1 s for the join request"), "\(waited)")
+            #expect(waited.stderr.contains("none arrived within 1 s (is the folder shared"), "\(waited)")
             let again = a.ctl(["sync", "init", folder])
             #expect(again.status == 65 && again.stderr.contains("already syncs"), "\(again)")
 
             let text = a.ctl(["sync", "status"])
             #expect(text.status == 0 && text.stdoutText.contains("sync: member") && text.stdoutText.contains("group fingerprint: "), "\(text)")
             #expect(text.stdoutText.components(separatedBy: " segments, ").count == 3, "two device lines: \(text)")
+            // Times in whole seconds or milliseconds (they printed the Double's exact
+            // decimal: `…:51.2239999771118164Z`), in the text and the JSON alike.
+            let time = #/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{3})?Z$/#
+            let seen = text.stdoutText.split(separator: "\n").compactMap { $0.firstMatch(of: #/last seen (\S+)/#).map { String($0.1) } }
+            #expect(seen.count == 2 && seen.allSatisfy { $0 == "never" || $0.wholeMatch(of: time) != nil }, "\(text)")
+            let devices = (a.syncStatus()?["devices"] as? [[String: Any]]) ?? []
+            for d in devices { if let t = d["lastSeen"] as? String { #expect(t.wholeMatch(of: time) != nil, "lastSeen \(t)") } }
+            if let t = a.syncStatus()?["lastPass"] as? String { #expect(t.wholeMatch(of: time) != nil, "lastPass \(t)") }
 
             try #require(a.ctl(["item", "add"] + Self.work + ["--synchronizable"], stdin: Data("kept".utf8)).status == 0)
             let crossed = eventually(timeout: Self.timeout) { b.secret(Self.work) == "kept" }
@@ -212,6 +224,52 @@ import Glibc
             #expect(written)
             #expect(b.secret(Self.work) == "kept")
         }
+    }
+
+    /// `sync approve` run before the join request has reached this device's copy of the
+    /// folder waits for it (saying so on stderr) and approves it once it arrives, instead of
+    /// failing: here B joins through its own copy of the folder, and the join file is carried
+    /// to A's by hand once A's approve says it is waiting, as Syncthing would carry it.
+    @Test func anApprovalWaitsForTheJoinRequestToArrive() throws {
+        let folderA = try TemporaryDirectory.make(prefix: "vaultd-sync")
+        let folderB = try TemporaryDirectory.make(prefix: "vaultd-sync")
+        defer {
+            TemporaryDirectory.remove(folderA)
+            TemporaryDirectory.remove(folderB)
+        }
+        let a = try Daemon()
+        let b = try Daemon()
+        defer {
+            a.close()
+            b.close()
+        }
+        for d in [a, b] { try #require(d.initialize().status == 0) }
+        try #require(a.ctl(["sync", "init", folderA]).status == 0)
+        // B's copy: what the folder held when B's Syncthing had carried A's first files.
+        try #require(ChildProcess.run("/bin/cp", ["-a", folderA + "/.", folderB], environment: ["PATH": "/usr/bin:/bin"]).status == 0)
+        let join = b.ctl(["sync", "join", folderB])
+        try #require(join.status == 0, "\(join)")
+        let code = try #require(join.stdoutText.split(separator: "\n").first { $0.contains("sync approve") }?.split(separator: " ").last.map(String.init))
+        let deviceB = try #require(b.syncStatus()?["deviceID"] as? String)
+
+        let out = a.root + "/approve.out", err = a.root + "/approve.err"
+        let pid = try ChildProcess.spawn(
+            Paths.tool("vaultctl"), ["--socket", a.socketPath, "sync", "approve", "--wait", "60", code], environment: a.environment, inputs: [:],
+            stdout: .file(out, append: false), stderr: .file(err, append: false))
+        let waiting = eventually(timeout: Self.timeout) { (try? String(contentsOfFile: err, encoding: .utf8))?.contains("waiting up to 60 s") == true }
+        #expect(waiting, "approve did not say it waits: \((try? String(contentsOfFile: err, encoding: .utf8)) ?? "")")
+        #expect(ChildProcess.isAlive(pid), "approve ended before the join request arrived")
+        // The join request arrives (by a rename, as Syncthing writes a finished file).
+        let from = folderB + "/devices/" + deviceB + "/join", into = folderA + "/devices/" + deviceB
+        try FileManager.default.createDirectory(atPath: into, withIntermediateDirectories: true)
+        try FileManager.default.copyItem(atPath: from, toPath: into + "/.join.tmp")
+        try #require(rename(into + "/.join.tmp", into + "/join") == 0)
+        let status = ChildProcess.wait(pid, timeout: Self.timeout)
+        let output = (try? String(contentsOfFile: out, encoding: .utf8)) ?? ""
+        #expect(status == 0 && output.hasPrefix("approved device \(deviceB)"), "status \(String(describing: status)): \(output)")
+        // A wrote the member record and the grant for B into its own copy of the folder.
+        let grants = (try? FileManager.default.contentsOfDirectory(atPath: folderA + "/devices/" + (a.syncStatus()?["deviceID"] as? String ?? "?"))) ?? []
+        #expect(grants.contains("grant-" + deviceB), "\(grants)")
     }
 
     /// 1,000 changes made on A (400 adds, 400 updates, 200 deletions, through one varlink

@@ -52,6 +52,132 @@ import Testing
         return prefix
     }
 
+    /// Types LINE and Tab into an interactive zsh on a pty, then ^X, bound to a widget that
+    /// prints the end marker. Each match compadd accepts is printed between markers (built
+    /// from two strings, so the echo of the definitions never matches).
+    static let zshProbe = """
+        zmodload zsh/zpty
+        zpty z zsh -f -i
+        zpty -w z "PS1='' PS2=''; fpath=(${(q)1} \\$fpath); autoload -Uz compinit; compinit -u -D"
+        zpty -w z 'compadd () {
+          if [[ ${@[1,(i)(-|--)]} == *-(O|A|D)\\ * ]]; then builtin compadd "$@"; return $?; fi
+          local -a __hits; builtin compadd -A __hits "$@"; local h
+          for h in $__hits; do print -r -- "<ma""tch>$h</ma""tch>"; done
+          builtin compadd "$@"
+        }'
+        zpty -w z 'finish() { print -r -- "<do""ne>"; }; zle -N finish; bindkey "^X" finish'
+        zpty -n -w z "$2"$'\\t\\C-x'
+        out=
+        while zpty -r z line; do
+          out+=$line
+          [[ $line == *'<done>'* ]] && break
+        done
+        zpty -d z
+        print -r -- $out
+        """
+
+    /// What the installed zsh completion offers for `line` (sorted, once each).
+    static func zshComplete(_ line: String, fpath: String, env: [String: String]) throws -> [String] {
+        let r = try ChildProcess.run("/usr/bin/zsh", ["-f", "-c", zshProbe, "zsh", fpath, line], environment: env, timeout: 30)
+        #expect(r.status == 0 && r.stdoutText.contains("<done>"), "zsh on '\(line)': \(r)")
+        var seen: [String] = []
+        for part in r.stdoutText.components(separatedBy: "<match>").dropFirst() {
+            guard let end = part.range(of: "</match>") else { continue }
+            let m = String(part[..<end.lowerBound])
+            if !seen.contains(m) { seen.append(m) }
+        }
+        return seen.sorted()
+    }
+
+    /// What the installed fish completion offers for `line` (sorted).
+    static func fishComplete(_ line: String, env: [String: String]) throws -> [String] {
+        let r = try ChildProcess.run("/usr/bin/fish", ["-c", "complete --do-complete $argv[1]", line], environment: env, timeout: 30)
+        #expect(r.status == 0 && r.stderr.isEmpty, "fish on '\(line)': \(r)")
+        return r.stdoutText.split(separator: "\n").map { String($0.split(separator: "\t").first ?? "") }.sorted()
+    }
+
+    /// A user's shell environment for the completions installed under `prefix`: vaultctl on
+    /// PATH (fish loads a command's completions once it is one), an empty home, the prefix
+    /// among the data directories (where fish finds vendor completions).
+    static func shellEnvironment(prefix: String) -> [String: String] {
+        var env = Self.env
+        env["PATH"] = URL(fileURLWithPath: Paths.tool("vaultctl")).deletingLastPathComponent().path + ":" + Self.env["PATH"]!
+        env["HOME"] = prefix
+        env["XDG_CONFIG_HOME"] = prefix + "/config"
+        env["XDG_DATA_HOME"] = prefix + "/data"
+        env["XDG_DATA_DIRS"] = prefix + "/share:/usr/share"
+        env["TERM"] = "xterm"
+        return env
+    }
+
+    /// The completions offer names from the running vaultd (the hidden `vaultctl __complete`):
+    /// domains where a `defaults` verb takes one, services after `--service`, servers after
+    /// `--server`, app IDs after `app show`, `cache path` and `-app`; in bash as
+    /// bash-completion loads it, zsh and fish as installed. With no vaultd at the socket they
+    /// offer nothing for those, print nothing on stderr, and `__complete` exits 0 at once.
+    @Test func completionsOfferNamesFromTheRunningVaultd() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        try #require(d.initialize().status == 0)
+        #expect(d.ctl(["defaults", "write", "com.example.alpha", "k", "v"]).status == 0)
+        #expect(d.ctl(["defaults", "write", "com.example.beta", "k", "v"]).status == 0)
+        #expect(d.ctl(["item", "add", "--service", "api.example.com", "--account", "a"], stdin: Data("x".utf8)).status == 0)
+        #expect(d.ctl(["item", "add", "--server", "git.example.org", "--protocol", "https", "--account", "a"], stdin: Data("x".utf8)).status == 0)
+        let exe = try d.placeExample("c")
+        #expect(d.ctl(["app", "install", "org.example.Comp", "--exe", exe]).status == 0)
+        let domains = d.ctl(["__complete", "domains"])
+        #expect(domains.status == 0 && domains.stdoutText == "-g\ncom.example.alpha\ncom.example.beta\n", "\(domains)")
+        let names = d.ctl(["__complete", "services"])
+        #expect(names.status == 0 && names.stdoutText == "api.example.com\n", "\(names)")
+
+        let prefix = try Self.installDocs()
+        defer { TemporaryDirectory.remove(prefix) }
+        var env = Self.shellEnvironment(prefix: prefix)
+        env["VAULTD_SOCKET"] = d.socketPath
+        let fpath = prefix + "/share/zsh/site-functions"
+        // bash as bash-completion loads it: from share/bash-completion/completions, on first use.
+        func bash(_ line: String) throws -> [String] {
+            let probe = """
+                source /usr/share/bash-completion/bash_completion
+                BASH_COMPLETION_USER_DIR=\(prefix)/share/bash-completion
+                __load_completion vaultctl || exit 3
+                read -ra COMP_WORDS <<<"$1"
+                [[ $1 == *' ' ]] && COMP_WORDS+=('')
+                COMP_CWORD=$((${#COMP_WORDS[@]} - 1))
+                COMP_LINE=$1 COMP_POINT=${#1}
+                _vaultctl
+                printf '%s\\n' "${COMPREPLY[@]}"
+                """
+            let r = try ChildProcess.run("/bin/bash", ["-c", probe, "bash", line], environment: env, timeout: 30)
+            #expect(r.status == 0 && r.stderr.isEmpty, "bash on '\(line)': \(r)")
+            return r.stdoutText.split(separator: "\n").map(String.init).sorted()
+        }
+        let cases: [(String, [String])] = [
+            ("vaultctl defaults read ", ["-g", "com.example.alpha", "com.example.beta"]),
+            ("vaultctl defaults export com.example.a", ["com.example.alpha"]),
+            ("vaultctl item get --service ", ["api.example.com"]),
+            ("vaultctl item delete internet --server g", ["git.example.org"]),
+            ("vaultctl app show ", ["org.example.Comp"]),
+            ("vaultctl cache path org.", ["org.example.Comp"]),
+            ("vaultctl defaults read -app ", ["org.example.Comp"]),
+        ]
+        for (line, expected) in cases {
+            #expect(try bash(line) == expected, "bash: '\(line)'")
+            #expect(try Self.zshComplete(line, fpath: fpath, env: env) == expected, "zsh: '\(line)'")
+            #expect(try Self.fishComplete(line, env: env) == expected, "fish: '\(line)'")
+        }
+
+        // No vaultd at the socket: nothing offered, nothing said, at once.
+        env["VAULTD_SOCKET"] = d.root + "/nowhere.sock"
+        let quiet = try ChildProcess.run(Paths.tool("vaultctl"), ["__complete", "domains"], environment: env, timeout: 10)
+        #expect(quiet.status == 0 && quiet.stdout.isEmpty && quiet.stderr.isEmpty, "\(quiet)")
+        for line in ["vaultctl defaults read ", "vaultctl item get --service "] {
+            #expect(try bash(line) == [], "bash: '\(line)'")
+            #expect(try Self.zshComplete(line, fpath: fpath, env: env) == [], "zsh: '\(line)'")
+            #expect(try Self.fishComplete(line, env: env) == [], "fish: '\(line)'")
+        }
+    }
+
     @Test func versionIsVaultdsVersion() throws {
         let d = try Daemon()
         defer { d.close() }
@@ -96,56 +222,10 @@ import Testing
     @Test func zshAndFishCompleteFromTheirInstalledScripts() throws {
         let prefix = try Self.installDocs()
         defer { TemporaryDirectory.remove(prefix) }
-        var env = Self.env
-        // A user's shell: vaultctl on PATH (fish loads a command's completions once it is one),
-        // an empty home, the prefix among the data directories (where fish finds vendor
-        // completions).
-        env["PATH"] = URL(fileURLWithPath: Paths.tool("vaultctl")).deletingLastPathComponent().path + ":" + Self.env["PATH"]!
-        env["HOME"] = prefix
-        env["XDG_CONFIG_HOME"] = prefix + "/config"
-        env["XDG_DATA_HOME"] = prefix + "/data"
-        env["XDG_DATA_DIRS"] = prefix + "/share:/usr/share"
-        env["TERM"] = "xterm"
+        let env = Self.shellEnvironment(prefix: prefix)
         let fpath = prefix + "/share/zsh/site-functions"
-        // Types LINE and Tab into an interactive zsh on a pty, then ^X, bound to a widget that
-        // prints the end marker. Each match compadd accepts is printed between markers (built
-        // from two strings, so the echo of the definitions never matches).
-        let probe = """
-            zmodload zsh/zpty
-            zpty z zsh -f -i
-            zpty -w z "PS1='' PS2=''; fpath=(${(q)1} \\$fpath); autoload -Uz compinit; compinit -u -D"
-            zpty -w z 'compadd () {
-              if [[ ${@[1,(i)(-|--)]} == *-(O|A|D)\\ * ]]; then builtin compadd "$@"; return $?; fi
-              local -a __hits; builtin compadd -A __hits "$@"; local h
-              for h in $__hits; do print -r -- "<ma""tch>$h</ma""tch>"; done
-              builtin compadd "$@"
-            }'
-            zpty -w z 'finish() { print -r -- "<do""ne>"; }; zle -N finish; bindkey "^X" finish'
-            zpty -n -w z "$2"$'\\t\\C-x'
-            out=
-            while zpty -r z line; do
-              out+=$line
-              [[ $line == *'<done>'* ]] && break
-            done
-            zpty -d z
-            print -r -- $out
-            """
-        func zsh(_ line: String) throws -> [String] {
-            let r = try ChildProcess.run("/usr/bin/zsh", ["-f", "-c", probe, "zsh", fpath, line], environment: env, timeout: 30)
-            #expect(r.status == 0 && r.stdoutText.contains("<done>"), "zsh on '\(line)': \(r)")
-            var seen: [String] = []
-            for part in r.stdoutText.components(separatedBy: "<match>").dropFirst() {
-                guard let end = part.range(of: "</match>") else { continue }
-                let m = String(part[..<end.lowerBound])
-                if !seen.contains(m) { seen.append(m) }
-            }
-            return seen.sorted()
-        }
-        func fish(_ line: String) throws -> [String] {
-            let r = try ChildProcess.run("/usr/bin/fish", ["-c", "complete --do-complete $argv[1]", line], environment: env, timeout: 30)
-            #expect(r.status == 0 && r.stderr.isEmpty, "fish on '\(line)': \(r)")
-            return r.stdoutText.split(separator: "\n").map { String($0.split(separator: "\t").first ?? "") }.sorted()
-        }
+        func zsh(_ line: String) throws -> [String] { try Self.zshComplete(line, fpath: fpath, env: env) }
+        func fish(_ line: String) throws -> [String] { try Self.fishComplete(line, env: env) }
         let cases: [(String, [String])] = [
             ("vaultctl ke", ["keyring"]),
             ("vaultctl --socket /x item ", ["add", "delete", "get", "list", "update"]),

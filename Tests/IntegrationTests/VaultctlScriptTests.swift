@@ -142,18 +142,27 @@ import Glibc
     /// the synopsis. No daemon is needed (none runs here).
     @Test(arguments: [
         (["item", "get"], "item get needs at least one filter", ["  item get [CLASS] FILTERS", "  ATTRIBUTES / FILTERS:"], "defaults"),
-        (["--socket", "/nowhere", "unlock", "--frob"], "unexpected argument '--frob'", ["  unlock [--passphrase-fd N]", "  unlock --from-keyring"], "item"),
+        (["--socket", "/nowhere", "unlock", "--frob"], "unknown option '--frob'", ["  unlock [--passphrase-fd N]", "  unlock --from-keyring"], "item"),
         (["defaults", "write"], "wrong number of arguments for defaults write", ["  defaults write DOMAIN KEY", "  defaults import"], "item "),
         (["app"], "app needs install", ["  app install APP_ID", "  [--keep-credentials-on-reinstall]"], "defaults"),
         (["frob"], "unknown command 'frob'", ["usage: vaultctl [--socket PATH] COMMAND ..."], "item"),
         // A command whose usage line is the bare word (no arguments), not the synopsis.
-        (["lock", "--frob"], "unexpected argument '--frob'", ["usage:\n  lock\n"], "COMMAND ..."),
+        (["lock", "--frob"], "unknown option '--frob'", ["usage:\n  lock\n"], "COMMAND ..."),
         // An empty socket path (a variable unset): it said "File name too long".
         (["--socket", "", "status"], "--socket needs a value", ["  status [--json]"], "defaults"),
         // Options a cache action has no use for: they were ignored.
         (["cache", "path", "com.example.app", "--bytes", "5"], "cache path takes only an APP_ID", ["  cache path APP_ID"], "defaults"),
         (["cache", "path", "com.example.app", "--json"], "cache path takes only an APP_ID", ["  cache path APP_ID"], "defaults"),
         (["cache", "purge", "--json"], "cache purge takes only [APP_ID] [--bytes N]", ["cache purge [APP_ID] [--bytes N]"], "defaults"),
+        // A mistyped option is named, with the one meant, not what its absence caused ("needs
+        // at least one filter"); so are a mistyped command and verb.
+        (["item", "get", "--servce", "x"], "unknown option '--servce' (did you mean --service?)", ["  item get [CLASS] FILTERS"], "defaults"),
+        (["item", "delete", "--acount=x", "--service", "s"], "unknown option '--acount=…' (did you mean --account?)", ["  item delete"], "defaults"),
+        (["status", "--jsno"], "unknown option '--jsno' (did you mean --json?)", ["  status [--json]"], "defaults"),
+        (["itme", "list"], "unknown command 'itme' (did you mean item?)", ["usage: vaultctl [--socket PATH] COMMAND ..."], "defaults"),
+        (["item", "gte", "--service", "x"], "item needs add, get, update, delete or list (did you mean item get?)", ["  item get [CLASS] FILTERS"], "defaults"),
+        (["defaults", "raed", "d"], "defaults needs read, read-type, write, delete, rename, domains, find, import or export (did you mean defaults read?)", ["  defaults read [DOMAIN [KEY]]"], "item"),
+        (["sync", "status", "--jsn"], "unknown option '--jsn' (did you mean --json?)", ["  sync status [--json]"], "defaults"),
     ])
     func aUsageErrorSaysWhyAndShowsThatCommandsUsage(arguments: [String], reason: String, shown: [String], notShown: String) throws {
         let r = try ChildProcess.run(Paths.tool("vaultctl"), arguments, environment: ["PATH": "/usr/bin:/bin"])
@@ -187,14 +196,14 @@ import Glibc
         defer { d.close() }
         let long = String(repeating: "x", count: 200)
         let r = d.ctl(["defaults", "write", "com.example.v", "k", flag, long])
-        #expect(r.status == 64 && r.stderr.hasPrefix("vaultctl: the value is not a") && !r.stderr.contains("xxxxxxxxxx"), "\(r)")
+        #expect(r.status == 65 && r.stderr.hasPrefix("vaultctl: the value is not a") && !r.stderr.contains("xxxxxxxxxx"), "\(r)")
         let short = d.ctl(["defaults", "write", "com.example.v", "k", flag, "1.5x"])
-        #expect(short.status == 64 && short.stderr.hasPrefix("vaultctl: '1.5x' is not a"), "\(short)")
-        // Checked before connecting: with no vaultd at the socket, still the usage error.
+        #expect(short.status == 65 && short.stderr.hasPrefix("vaultctl: '1.5x' is not a"), "\(short)")
+        // Checked before connecting: with no vaultd at the socket, still bad input (65), not 69.
         let unserved = try ChildProcess.run(
             Paths.tool("vaultctl"), ["--socket", "/nonexistent/vaultd.sock", "defaults", "write", "com.example.v", "k", "-dict", "a", flag, "1.5x"],
             environment: ["PATH": "/usr/bin:/bin"])
-        #expect(unserved.status == 64 && unserved.stderr.hasPrefix("vaultctl: '1.5x' is not a"), "\(unserved)")
+        #expect(unserved.status == 65 && unserved.stderr.hasPrefix("vaultctl: '1.5x' is not a"), "\(unserved)")
     }
 
     /// A secret typed on vaultctl's command line by mistake is not repeated by its usage
@@ -208,19 +217,56 @@ import Glibc
         (["unlock", "--passphrase-fd=S3CRET-fd-7a1c"], "--passphrase-fd needs a file descriptor number"),
         (["passphrase", "change", "--passphrase-fd", "3", "--new-passphrase-fd", "S3CRET-fd-7a1c"], "--new-passphrase-fd needs a file descriptor number"),
         (["item", "add", "--service", "s", "--secret-fd", "S3CRET-fd-7a1c"], "--secret-fd needs a file descriptor number"),
-        (["init", "--passphrase=S3CRET-fd-7a1c"], "unexpected argument '--passphrase=…'"),
-        (["item", "add", "--service", "s", "--secret=S3CRET-fd-7a1c"], "unexpected argument '--secret=…'"),
+        (["init", "--passphrase=S3CRET-fd-7a1c"], "unknown option '--passphrase=…'"),
+        (["item", "add", "--service", "s", "--secret=S3CRET-fd-7a1c"], "unknown option '--secret=…'"),
         (["item", "add", "--service", "s", "S3CRET-fd-7a1c"], "unexpected argument (not repeated here"),
         (["item", "update", "--service", "s", "--secret-stdin", "S3CRET-fd-7a1c"], "unexpected argument (not repeated here"),
         // A stray secret that begins with a dash is not an option's name either.
         (["item", "add", "--service", "s", "-S3CRET-fd-7a1c"], "unexpected argument (not repeated here"),
         (["unlock", "-S3CRET-fd-7a1c"], "unexpected argument (not repeated here"),
         (["init", "-S3CRET=fd-7a1c"], "unexpected argument (not repeated here"),
+        // A mistyped option's value is not repeated either, and neither is the word after a
+        // command that takes a verb: the verb it is nearest to is named.
+        (["item", "add", "--service", "s", "--acount=S3CRET-fd-7a1c"], "unknown option '--acount=…' (did you mean --account?)"),
+        (["passphrase", "S3CRET-fd-7a1c"], "passphrase needs change, set or remove"),
+        (["passphrase", "chnage"], "passphrase needs change, set or remove (did you mean passphrase change?)"),
     ])
     func aSecretOnTheCommandLineIsNotRepeatedInTheUsageError(arguments: [String], reason: String) throws {
         let r = try ChildProcess.run(Paths.tool("vaultctl"), ["--socket", "/nowhere"] + arguments, environment: ["PATH": "/usr/bin:/bin"])
         #expect(r.status == 64, "\(r)")
         #expect(r.stderr.hasPrefix("vaultctl: " + reason), "\(r.stderr)")
         #expect(!r.stderr.contains("S3CRET") && !r.stdoutText.contains("S3CRET"), "\(r)")
+    }
+}
+
+/// `vaultctl item list` of the Secret Service's items.
+@Suite struct VaultctlSecretServiceListTests {
+    /// An item of vaultd's Secret Service (service `org.freedesktop.secrets`, its ID as the
+    /// account) lists with its lookup attributes, what its clients find it by; it listed with
+    /// only its random-looking account. `--json` has them as `lookupAttributes`.
+    @Test func secretServiceItemsListWithTheirLookupAttributes() throws {
+        let d = try Daemon()
+        defer { d.close() }
+        try #require(d.initialize().status == 0)
+        let c = try d.connect()
+        let id = "0123456789abcdef0123456789abcdef"
+        _ = try c.call(
+            "io.vaultd.Keychain.Add",
+            [
+                "class": "genericPassword", "data": "czNjcmV0",
+                "attributes": [
+                    "service": "org.freedesktop.secrets", "account": id, "label": "Mail", "accessGroup": "user",
+                    "lookupAttributes": ["xdg:schema": "org.example.Password", "user": "alice\nbob"],
+                ],
+            ])
+        try #require(d.ctl(["item", "add", "--service", "plain.example", "--account", "a"], stdin: Data("x".utf8)).status == 0)
+        let list = d.ctl(["item", "list"])
+        let line = list.stdoutText.split(separator: "\n").first { $0.contains(id) }.map(String.init) ?? ""
+        #expect(line.hasSuffix(#"attributes={"user":"alice\nbob","xdg:schema":"org.example.Password"}"#), "\(list)")
+        #expect(line.contains(#"service="org.freedesktop.secrets" account="\#(id)""#) && line.contains(#"label="Mail""#), "\(line)")
+        let plain = list.stdoutText.split(separator: "\n").first { $0.contains("plain.example") }.map(String.init) ?? ""
+        #expect(!plain.contains("attributes="), "\(plain)")
+        let json = d.ctl(["item", "list", "--service", "org.freedesktop.secrets", "--json"]).jsonArray
+        #expect((json?.first?["lookupAttributes"] as? [String: String]) == ["xdg:schema": "org.example.Password", "user": "alice\nbob"], "\(String(describing: json))")
     }
 }

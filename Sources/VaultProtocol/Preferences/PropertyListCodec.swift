@@ -1,7 +1,8 @@
 import Foundation
 
-/// Reads and writes property-list files (XML and binary) through Foundation's
-/// `PropertyListSerialization`, converting to and from `PlistValue`.
+/// Reads and writes property-list files as `PlistValue`s: XML through Foundation's
+/// `PropertyListSerialization` (read) and `xml(_:)` (written), binary through
+/// `BinaryPropertyList`.
 public enum PropertyListCodec {
     public enum Format: String, Sendable {
         case xml, binary
@@ -11,6 +12,9 @@ public enum PropertyListCodec {
     /// date outside years 0 to 9999 (`PlistDate.supportedRange`).
     public static func decode(_ data: Data) throws -> PlistValue {
         try checkBinaryReferences(data)
+        // A binary plist is read here (`BinaryPropertyList`: reals bit for bit), once the
+        // check above has bounded it.
+        if data.starts(with: Array("bplist00".utf8)) { return try BinaryPropertyList.decode(data) }
         try checkXMLKeys(data)
         let object: Any
         do {
@@ -47,10 +51,11 @@ public enum PropertyListCodec {
         return text
     }
 
-    /// Serializes `value` in `format`: binary through Foundation, XML through `xml(_:)`. Throws
-    /// `VaultError` InvalidPropertyList when it cannot be written: as XML, a key or string
-    /// holding a character XML 1.0 cannot carry (e.g. U+0019; export as binary instead), or
-    /// when Foundation refuses.
+    /// Serializes `value` in `format`: binary through `BinaryPropertyList` (the same bytes for
+    /// the same values, reals bit for bit), XML through `xml(_:)`. Throws `VaultError`
+    /// InvalidPropertyList when it cannot be written: as XML, a key or string holding a
+    /// character XML 1.0 cannot carry (e.g. U+0019; export as binary instead); as binary, a
+    /// dictionary holding normalisation twins (Foundation, reading it, would merge them).
     public static func encode(_ value: PlistValue, format: Format) throws -> Data {
         if format == .xml, let bad = firstNonXMLCharacter(in: value) {
             throw VaultError(
@@ -61,11 +66,7 @@ public enum PropertyListCodec {
         if let key = firstNormalisationTwin(in: value) {
             throw VaultError(.invalidPropertyList, twinsMessage(key, "cannot be written as a binary property list here (Foundation would merge them); export as XML instead"))
         }
-        do {
-            return try PropertyListSerialization.data(fromPropertyList: object(from: value), format: .binary, options: 0)
-        } catch {
-            throw VaultError(.invalidPropertyList, "cannot write the property list as \(format.rawValue): \(error.localizedDescription)")
-        }
+        return BinaryPropertyList.encode(value)
     }
 
     /// An XML plist as Apple writes one, for a value whose strings XML 1.0 can carry.

@@ -16,11 +16,15 @@ struct BackupCommand: Command {
     var passphraseFD: Int?
     var recipients: [String]
     var includeDeviceBound: Bool
+    /// `--json`: vaultd's reply (the counts, the size, the damaged items left out) with the
+    /// file, as one JSON object, instead of the lines.
+    var json: Bool
 
     init(_ a: inout Arguments) throws {
         passphraseFD = try a.intOption("--passphrase-fd")
         recipients = try a.options("--recipient")
         includeDeviceBound = a.flag("--include-device-bound")
+        json = a.flag("--json")
         guard let f = a.positional() else { throw UsageError(message: "backup needs a FILE to write") }
         file = f
         if passphraseFD != nil && !recipients.isEmpty {
@@ -37,6 +41,14 @@ struct BackupCommand: Command {
         }
         let r = try context.vault().backup(to: absolute(file), passphrase: passphrase, recipients: recipients, includeDeviceBound: includeDeviceBound)
         func n(_ k: String) -> Int { r[k]?.intValue ?? 0 }
+        let damaged = r["damagedItems"]?.arrayValue ?? []
+        if json {
+            var o = r
+            o["file"] = .string(file)
+            print(JSON.object(o).text)
+            if !damaged.isEmpty { throw Refusal(message: "the backup was written without \(damaged.count) damaged item(s) (vaultctl doctor lists them)") }
+            return
+        }
         var line = "backup written to \(file): \(n("items")) items"
         if n("deviceBoundItems") > 0 { line += " (\(n("deviceBoundItems")) ThisDeviceOnly, sealed to this device)" }
         line += ", \(n("preferences")) preferences in \(n("domains")) domains, \(n("apps")) apps; \(n("bytes")) bytes"
@@ -67,10 +79,14 @@ struct RestoreCommand: Command {
     var merge: Bool
     var newPassphraseFD: Int?
     var noPassphrase: Bool
+    /// `--json`: vaultd's reply (added, replaced and kept counts of items, preferences and
+    /// apps) with the file and whether the restore made the vault, as one JSON object.
+    var json: Bool
 
     init(_ a: inout Arguments) throws {
         passphraseFD = try a.intOption("--passphrase-fd")
         identity = try a.option("--identity")
+        json = a.flag("--json")
         merge = a.flag("--merge")
         newPassphraseFD = try a.intOption("--new-passphrase-fd")
         noPassphrase = a.flag("--no-passphrase")
@@ -107,6 +123,13 @@ struct RestoreCommand: Command {
             throw UsageError(message: "the vault exists: --new-passphrase-fd and --no-passphrase are for a restore into a new vault (vaultctl passphrase change changes this one's)")
         }
         let r = try vault.restore(from: absolute(file), passphrase: passphrase, identity: identityText, newPassphrase: newPassphrase, merge: merge)
+        if json {
+            var o = r
+            o["file"] = .string(file)
+            o["initialised"] = .bool(uninitialized)
+            print(JSON.object(o).text)
+            return
+        }
         func counts(_ k: String) -> String {
             let c = r[k]
             return "\(c?["added"]?.intValue ?? 0) added, \(c?["replaced"]?.intValue ?? 0) replaced, \(c?["kept"]?.intValue ?? 0) kept"

@@ -6,7 +6,8 @@ import VaultProtocol
 import Glibc
 #endif
 
-/// `vaultctl defaults …`, with defaults(1)'s verbs, type flags and output.
+/// `vaultctl defaults [-currentHost | -host NAME] VERB …`, with defaults(1)'s verbs, type
+/// flags, domain forms (`-g`, `-app NAME`) and output.
 struct DefaultsCommand: Command {
     enum Verb: String, CaseIterable { case read, readType = "read-type", write, delete, rename, domains, find, `import`, export }
     var verb: Verb
@@ -14,19 +15,61 @@ struct DefaultsCommand: Command {
     /// `write DOMAIN KEY …`: the value words after the key (and after a container flag),
     /// parsed in `init`.
     var writeValues: [PlistValue] = []
+    /// `-currentHost` or `-host NAME`: the by-host preferences of that host (`Host`).
+    var host: Host?
+    /// `-app NAME` in place of the domain: the app's domain, found when run (`appDomain`).
+    var appName: String?
+    /// `read`, `domains`, `find` with `--json`: JSON instead of defaults(1)'s text.
+    var json = false
+
+    /// Whose by-host preferences: defaults(1) keeps them apart from the domain's own
+    /// (~/Library/Preferences/ByHost/DOMAIN.HOSTUUID.plist). Here a by-host domain is the
+    /// domain named `DOMAIN@host:HOST` (`byHostSeparator`), HOST being this machine's ID
+    /// (/etc/machine-id, as the hardware UUID is on macOS) for `-currentHost`, or NAME as
+    /// given for `-host NAME`.
+    enum Host: Equatable {
+        case current
+        case named(String)
+    }
+
+    /// What joins a domain and a host in a by-host domain's name.
+    static let byHostSeparator = "@host:"
 
     init(_ a: inout Arguments) throws {
+        // defaults(1)'s host options come before the verb.
+        while let w = a.positional(oneOf: ["-currentHost", "-host"]) {
+            guard host == nil else { throw UsageError(message: "-currentHost and -host NAME exclude each other and are given once") }
+            if w == "-currentHost" {
+                host = .current
+            } else {
+                guard let name = a.positional(), !name.isEmpty, !name.hasPrefix("-") else { throw UsageError(message: "-host needs a host NAME") }
+                host = .named(name)
+            }
+        }
         verb = try a.verb(of: "defaults")
         // defaults(1) options start with a single dash; take the words as they come.
         words = a.rest()
+        if [.read, .domains, .find].contains(verb), let i = words.firstIndex(of: "--json") {
+            json = true
+            words.remove(at: i)
+        }
+        if ["-currentHost", "-host"].contains(words.first ?? "") {
+            throw UsageError(message: "\(words[0]) goes before the verb: vaultctl defaults \(words[0]) \(verb.rawValue) …")
+        }
+        // `-app NAME` stands for the domain: NAME holds its place until `run` finds the app.
+        if verb != .domains && verb != .find && words.first == "-app" {
+            guard words.count >= 2, !words[1].isEmpty else { throw UsageError(message: "-app needs an app's ID or name") }
+            appName = words[1]
+            words.removeFirst()
+        }
         let counts: [Verb: ClosedRange<Int>] = [
             .read: 0...2, .readType: 2...2, .write: 2...Int.max, .delete: 1...2, .rename: 3...3, .domains: 0...0,
             .find: 1...1, .import: 2...2, .export: 2...2,
         ]
         guard counts[verb]!.contains(words.count) else { throw UsageError(message: "wrong number of arguments for defaults \(verb.rawValue)") }
-        if !words.isEmpty && verb != .domains && verb != .find { words[0] = Self.domainName(words[0]) }
-        // A value that cannot be what its flag says is a usage error before any connection
-        // (it came only once connected: with no vaultd, exit 1 "cannot connect", not 64).
+        if !words.isEmpty && verb != .domains && verb != .find && appName == nil { words[0] = Self.domainName(words[0]) }
+        // A value that cannot be what its flag says is refused before any connection (it came
+        // only once connected: with no vaultd, exit 1 "cannot connect", not 65).
         if verb == .write && words.count > 2 {
             let containers = ["-array", "-array-add", "-dict", "-dict-add"]
             writeValues = try Self.values(Array(words.dropFirst(containers.contains(words[2]) ? 3 : 2)))
@@ -37,49 +80,126 @@ struct DefaultsCommand: Command {
         ["-g", "-globalDomain", "NSGlobalDomain"].contains(w) ? "NSGlobalDomain" : w
     }
 
+    /// This machine's ID (/etc/machine-id, else D-Bus's copy), which keys `-currentHost`.
+    static func machineID() throws -> String {
+        for path in ["/etc/machine-id", "/var/lib/dbus/machine-id"] {
+            guard let data = try? FileDescriptor.readFile(path, limit: 4096) else { continue }
+            let id = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+            if id.utf8.count == 32 && id.utf8.allSatisfy({ (48...57).contains($0) || (97...102).contains($0) }) { return id }
+        }
+        throw LocalFailure(description: "this machine has no machine ID (/etc/machine-id) to key -currentHost preferences by; name the host with -host NAME")
+    }
+
+    /// The suffix of this command's by-host domains (`@host:HOST`), nil without a host option.
+    func hostSuffix() throws -> String? {
+        switch host {
+        case nil: return nil
+        case .current: return Self.byHostSeparator + (try Self.machineID())
+        case .named(let name): return Self.byHostSeparator + name
+        }
+    }
+
+    /// The domain `-app NAME` names, as defaults(1) finds an application's: the app whose ID is
+    /// NAME; else the one whose executable is NAME (a path), or whose executable's file name
+    /// is NAME; else the one whose ID's last component is NAME (`Notes` for org.example.Notes),
+    /// letter case aside. Several apps matching: refused, naming them (exit 64); none:
+    /// AppNotFound (exit 44).
+    static func appDomain(_ name: String, _ apps: [AppInfo]) throws -> String {
+        if let exact = apps.first(where: { $0.appID.sameBytes(name) }) { return exact.appID }
+        let tests: [(AppInfo) -> Bool] = [
+            { $0.executable.map { $0.sameBytes(name) } ?? false },
+            { $0.executable.map { ($0.split(separator: "/").last.map(String.init) ?? $0).sameBytes(name) } ?? false },
+            { ($0.appID.split(separator: ".").last.map(String.init) ?? $0.appID).lowercased() == name.lowercased() },
+        ]
+        for test in tests {
+            let found = apps.filter(test)
+            if found.count == 1 { return found[0].appID }
+            if found.count > 1 {
+                throw UsageError(message: "-app \(name) matches \(found.count) apps (\(found.map(\.appID).joined(separator: ", "))): give the app ID")
+            }
+        }
+        throw VaultError(.appNotFound, "Couldn't find an application named \"\(name)\"; defaults unchanged (vaultctl app list lists the apps)")
+    }
+
+    /// The domains this command lists (`read` without a domain, `domains`, `find`): without a
+    /// host option the domains that are no host's; with one, that host's, named without the
+    /// suffix, as defaults(1) lists ByHost domains. Each with the name it is shown by.
+    func listedDomains(_ prefs: Preferences) throws -> [(shown: String, stored: String)] {
+        let suffix = try hostSuffix()
+        return try prefs.domains().compactMap { (d: String) -> (shown: String, stored: String)? in
+            guard let suffix else { return d.contains(Self.byHostSeparator) ? nil : (d, d) }
+            return d.hasSuffix(suffix) && d.utf8.count > suffix.utf8.count ? (String(d.dropLast(suffix.count)), d) : nil
+        }
+    }
+
+    /// A value as `--json` prints it: vaultd's tagged JSON, which keeps every plist type
+    /// (`{"real": 0.8}`, `{"date": "…"}`, `{"data": "<base64>"}`; docs/preferences.md).
+    static func jsonObject(_ values: PlistDictionary) -> JSON {
+        var o = JSONObject()
+        for (k, v) in values { o[k] = v.tagged }
+        return .object(o)
+    }
+
     func run(_ context: Context) throws {
-        let prefs = try context.vault().preferences
+        let vault = try context.vault()
+        let prefs = vault.preferences
+        var words = self.words
+        // The domain named: `-app NAME`'s, `-g`'s, or as given; a host's by-host one with a host option.
+        if verb != .domains && verb != .find && (!words.isEmpty || appName != nil) {
+            var domain = try appName.map { try Self.appDomain($0, vault.apps.list()) } ?? words[0]
+            if let suffix = try hostSuffix() { domain += suffix }
+            words[0] = domain  // (after `-app`, NAME holds the domain's place)
+        }
+        // Errors name the domain as it was given (without the host suffix).
+        let given = appName ?? self.words.first ?? ""
+        func notFound(_ key: String?) -> VaultError { self.notFound(domain: given, key: key) }
         switch verb {
         case .read:
             var damaged: [DamagedValueName] = []
             if words.isEmpty {
                 var all: PlistDictionary = [:]
-                for d in try prefs.domains() { all[d] = .dict(try Self.readable(prefs, d, noting: &damaged)) }
-                print(PlistText.describe(.dict(all)))
+                var object = JSONObject()
+                for d in try listedDomains(prefs) {
+                    let values = try Self.readable(prefs, d.stored, noting: &damaged)
+                    all[d.shown] = .dict(values)
+                    object[d.shown] = Self.jsonObject(values)
+                }
+                print(json ? JSON.object(object).text : PlistText.describe(.dict(all)))
             } else if words.count == 1 {
                 let values = try Self.readable(prefs, words[0], noting: &damaged)
-                guard !values.isEmpty || !damaged.isEmpty else { throw notFound(domain: words[0], key: nil) }
-                print(PlistText.describe(.dict(values)))
+                guard !values.isEmpty || !damaged.isEmpty else { throw notFound(nil) }
+                print(json ? Self.jsonObject(values).text : PlistText.describe(.dict(values)))
             } else {
-                guard let v = try prefs.value(domain: words[0], key: words[1]) else { throw notFound(domain: words[0], key: words[1]) }
-                print(PlistText.describeTop(v))
+                guard let v = try prefs.value(domain: words[0], key: words[1]) else { throw notFound(words[1]) }
+                print(json ? v.tagged.text : PlistText.describeTop(v))
             }
             try Self.report(damaged, "not shown")
         case .readType:
-            guard let v = try prefs.value(domain: words[0], key: words[1]) else { throw notFound(domain: words[0], key: words[1]) }
+            guard let v = try prefs.value(domain: words[0], key: words[1]) else { throw notFound(words[1]) }
             print("Type is \(v.typeName)")
         case .write:
-            try write(prefs)
+            try write(prefs, words)
         case .delete:
             if words.count == 1 {
-                guard try prefs.removeDomain(words[0]) > 0 else { throw notFound(domain: words[0], key: nil) }
+                guard try prefs.removeDomain(words[0]) > 0 else { throw notFound(nil) }
             } else {
                 // A damaged value is there to delete: deleting it is how it is mended.
                 do {
-                    guard try prefs.value(domain: words[0], key: words[1]) != nil else { throw notFound(domain: words[0], key: words[1]) }
+                    guard try prefs.value(domain: words[0], key: words[1]) != nil else { throw notFound(words[1]) }
                 } catch let e as VaultError where e.code == .valueDamaged {}
                 try prefs.remove(domain: words[0], key: words[1])
             }
         case .rename:
-            guard let v = try prefs.value(domain: words[0], key: words[1]) else { throw notFound(domain: words[0], key: words[1]) }
+            guard let v = try prefs.value(domain: words[0], key: words[1]) else { throw notFound(words[1]) }
             // A key renamed to itself stays (removing the old name would remove it). Keys are
             // byte-exact: a name differing only in Unicode normalisation is another key.
             guard !words[1].sameBytes(words[2]) else { return }
             try prefs.set(v, domain: words[0], key: words[2])
             try prefs.remove(domain: words[0], key: words[1])
         case .domains:
-            // As defaults(1): every domain but the global one, sorted.
-            print(try prefs.domains().filter { $0 != "NSGlobalDomain" }.sorted().joined(separator: ", "))
+            // As defaults(1): every domain but the global one, sorted (by bytes).
+            let names = try listedDomains(prefs).map(\.shown).filter { $0 != "NSGlobalDomain" }.sorted { $0.bytesPrecede($1) }
+            print(json ? JSON.array(names.map { .string($0) }).text : names.joined(separator: ", "))
         case .find:
             try find(prefs, words[0])
         case .import:
@@ -201,7 +321,7 @@ struct DefaultsCommand: Command {
         return VaultError(.keyNotFound, what)
     }
 
-    private func write(_ prefs: Preferences) throws {
+    private func write(_ prefs: Preferences, _ words: [String]) throws {
         if words.count == 2 {
             // defaults(1)'s `write DOMAIN '{ key = value; ... }'`: the domain becomes that
             // dictionary, replacing what it held (as an import does).
@@ -279,24 +399,27 @@ struct DefaultsCommand: Command {
         return value
     }
 
+    /// The value of a type flag. A value that cannot be what the flag says (`-int abc`, `-float
+    /// nan`, `-data 0g`) is bad input, exit 65 (EX_DATAERR), as vaultd's InvalidValue is: the
+    /// command line's shape is right, the data is not.
     static func typedValue(_ flag: String, _ v: String) throws -> PlistValue {
         switch flag {
         case "-string": return .string(v)
         case "-int", "-integer":
             if let i = Int64(v) { return .integer(i) }
             if let u = UInt64(v) { return .unsignedInteger(u) }
-            throw UsageError(message: "\(shown(v)) is not an integer")
+            throw InputError(message: "\(shown(v)) is not an integer")
         case "-float":
             return .real(try decimalNumber(v))
         case "-bool", "-boolean":
             switch v.lowercased() {
             case "true", "yes", "1": return .bool(true)
             case "false", "no", "0": return .bool(false)
-            default: throw UsageError(message: "\(shown(v)) is not a boolean (true/false/yes/no)")
+            default: throw InputError(message: "\(shown(v)) is not a boolean (true/false/yes/no)")
             }
         case "-date":
             guard let d = parseDate(v) else {
-                throw UsageError(message: "\(shown(v)) is not a date in years 0 to 9999 (use 2026-01-31 12:00:00 +0000 or ISO 8601)")
+                throw InputError(message: "\(shown(v)) is not a date in years 0 to 9999 (use 2026-01-31 12:00:00 +0000 or ISO 8601)")
             }
             return .date(d)
         case "-data":
@@ -311,9 +434,9 @@ struct DefaultsCommand: Command {
                 }
             }
             let digits = v.utf8.filter { $0 != UInt8(ascii: " ") }.map(nibble)
-            guard !digits.contains(nil) else { throw UsageError(message: "-data needs hex digits") }
+            guard !digits.contains(nil) else { throw InputError(message: "-data needs hex digits") }
             let hex = digits.map { $0! }
-            guard hex.count % 2 == 0 else { throw UsageError(message: "-data needs an even number of hex digits") }
+            guard hex.count % 2 == 0 else { throw InputError(message: "-data needs an even number of hex digits") }
             return .data(Data(stride(from: 0, to: hex.count, by: 2).map { hex[$0] << 4 | hex[$0 + 1] }))
         default:
             throw UsageError(message: "unknown type flag \(flag)")
@@ -331,7 +454,7 @@ struct DefaultsCommand: Command {
     /// takes hexadecimal (`0x10` is 16), `inf`, `nan`, and rounds `1e400` to infinity. The
     /// error says what is wrong, quoting the value only when it is short.
     static func decimalNumber(_ v: String) throws -> Double {
-        func refuse(_ why: String) -> UsageError { UsageError(message: "-float needs a finite decimal number: \(shown(v)) \(why)") }
+        func refuse(_ why: String) -> InputError { InputError(message: "-float needs a finite decimal number: \(shown(v)) \(why)") }
         let u = Array(v.utf8)
         func isDigit(_ c: UInt8) -> Bool { c >= 48 && c <= 57 }
         var i = 0
@@ -404,22 +527,21 @@ struct DefaultsCommand: Command {
             default: return false
             }
         }
-        var found = false
+        var found = JSONObject()
         var damaged: [DamagedValueName] = []
-        for domain in try prefs.domains() {
-            let values = try Self.readable(prefs, domain, noting: &damaged)
-            let hits = values.filter { $0.key.lowercased().contains(needle) || contains($0.value) }
-            if domain.lowercased().contains(needle) {
-                print("Found \(values.count) keys in domain '\(domain)': \(PlistText.describe(.dict(values)))")
-                found = true
-            } else if !hits.isEmpty {
-                print("Found \(hits.count) keys in domain '\(domain)': \(PlistText.describe(.dict(hits)))")
-                found = true
-            }
+        for domain in try listedDomains(prefs) {
+            let values = try Self.readable(prefs, domain.stored, noting: &damaged)
+            var hits = values.filter { $0.key.lowercased().contains(needle) || contains($0.value) }
+            if domain.shown.lowercased().contains(needle) { hits = values }
+            guard !hits.isEmpty else { continue }
+            found[domain.shown] = Self.jsonObject(hits)
+            if !json { print("Found \(hits.count) keys in domain '\(domain.shown)': \(PlistText.describe(.dict(hits)))") }
         }
+        // --json: every domain with a hit, and its matching keys ({} when none).
+        if json { print(JSON.object(found).text) }
         // As defaults(1) (on stderr, exit 0). Damaged values were not searched: named, and
         // the exit status says so.
-        if !found { StandardOutput.writeError("No domain, key, nor value containing '\(word)'\n") }
+        if found.isEmpty { StandardOutput.writeError("No domain, key, nor value containing '\(word)'\n") }
         try Self.report(damaged, "not searched")
     }
 }

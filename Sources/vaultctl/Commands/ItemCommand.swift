@@ -323,10 +323,14 @@ struct ItemCommand: Command {
     /// protocol, port, path, account, authentication type, security domain), label,
     /// accessibility, and `synchronizable=yes` for a synchronizable one, so that two items
     /// never list alike. Values are escaped so a newline or NUL in one cannot break the listing.
+    /// An item of the Secret Service (service `org.freedesktop.secrets`, whose account is its
+    /// ID, the last element of its object path) ends with its lookup attributes, as a JSON
+    /// object (`attributes={"user":"alice","xdg:schema":"…"}`): what its clients find it by.
     static func line(_ item: Item) -> String {
         let a = item.attributes ?? ItemAttributes()
         func show(_ s: String?) -> String { JSON.string(s ?? "").text }
-        let tail = "label=\(show(a.label)) accessible=\(a.accessible?.rawValue ?? "")" + (a.synchronizable == true ? " synchronizable=yes" : "")
+        var tail = "label=\(show(a.label)) accessible=\(a.accessible?.rawValue ?? "")" + (a.synchronizable == true ? " synchronizable=yes" : "")
+        if let l = a.lookupAttributes { tail += " attributes=" + JSON.object(l.mapValues { .string($0) }).text }
         switch item.itemClass {
         case .genericPassword:
             return "generic  group=\(show(a.accessGroup)) service=\(show(a.service)) account=\(show(a.account)) \(tail)"

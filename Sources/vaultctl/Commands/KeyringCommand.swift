@@ -19,11 +19,19 @@ struct KeyringCommand: Command {
     /// and every attribute kept as they are), which the same clients then find once vaultd is
     /// the desktop's keyring.
     var asSecretService = false
+    /// `--json`: one JSON object (the counts and each item's result) instead of the lines.
+    var json = false
+    /// Each item's result, for `--json`.
+    final class Report {
+        var results: [JSON] = []
+    }
+    let report = Report()
 
     init(_ a: inout Arguments) throws {
         action = try a.verb(of: "keyring")
         collection = try a.option("--collection")
         dryRun = a.flag("--dry-run")
+        json = a.flag("--json")
         switch action {
         case .import:
             accessGroup = try a.option("--access-group")
@@ -89,18 +97,24 @@ struct KeyringCommand: Command {
                 let (verb, note) = try importAsSecretServiceItem(item, keychain: keychain)
                 counts[verb, default: 0] += 1
                 let shown = verb == "fail" ? "cannot import" : dryRun && verb != "unchanged" && verb != "skip" ? "would \(verb)" : verb
-                print("\(shown) Secret Service item \(JSON.string(item.label).text)\(note.map { ": " + $0 } ?? "")")
+                say("\(shown) Secret Service item \(JSON.string(item.label).text)\(note.map { ": " + $0 } ?? "")",
+                    verb, from: item, item: nil, note: note)
                 continue
             }
             let (verb, mapped, note) = try importOne(item, keychain: keychain, plannedKeys: &plannedKeys)
             counts[verb, default: 0] += 1
             let shown = verb == "fail" ? "cannot import" : dryRun && verb != "unchanged" && verb != "skip" ? "would \(verb)" : verb
-            print("\(shown) \(mapped.map { Self.describe($0) + " " } ?? "")from \(JSON.string(item.label).text)\(note.map { ": " + $0 } ?? "")")
+            say("\(shown) \(mapped.map { Self.describe($0) + " " } ?? "")from \(JSON.string(item.label).text)\(note.map { ": " + $0 } ?? "")",
+                verb, from: item, item: mapped.map { ($0.itemClass, $0.attributes) }, note: note)
         }
         var summary = ["add", "update", "unchanged", "skip"].map { "\(counts[$0, default: 0]) \($0 == "add" ? "added" : $0 == "update" ? "updated" : $0 == "skip" ? "skipped" : $0)" }
         let failed = counts["fail", default: 0]
         if failed > 0 { summary.append("\(failed) not imported") }
-        print("\(dryRun ? "dry run, nothing changed: " : "")collection \(JSON.string(info.label).text), \(items.count) item(s): \(summary.joined(separator: ", "))")
+        if json {
+            print(summaryJSON(info, items: items.count, counts: counts).text)
+        } else {
+            print("\(dryRun ? "dry run, nothing changed: " : "")collection \(JSON.string(info.label).text), \(items.count) item(s): \(summary.joined(separator: ", "))")
+        }
         // Every other item was imported; the exit status still says that not all were.
         if failed > 0 {
             throw KeyringFailure(KeyringError(.failed, "\(failed) item(s) \(dryRun ? "could not be" : "were not") imported (the lines \"cannot import\" say why)"))
@@ -255,6 +269,41 @@ struct KeyringCommand: Command {
         }
     }
 
+    // MARK: output
+
+    /// One item's result: its line, or with `--json` its entry in `results`: `action` (add,
+    /// update, unchanged, skip, fail), the keyring item's label (`from`, an import's), the
+    /// vault item's class and key attributes (`item`), the label written (an export's) and why
+    /// (`note`). Never a secret.
+    func say(_ line: String, _ action: String, from: KeyringItem? = nil, item: (ItemClass, ItemAttributes)? = nil, label: String? = nil, note: String? = nil) {
+        guard json else {
+            print(line)
+            return
+        }
+        var o: JSONObject = ["action": .string(action)]
+        if let from { o["from"] = .string(from.label) }
+        if let item {
+            let (c, a) = item
+            var key = ItemCommand.primaryKey(c, a).json.objectValue ?? [:]
+            key["class"] = .string(c.rawValue)
+            o["item"] = .object(key)
+        }
+        if let label { o["label"] = .string(label) }
+        if let note { o["note"] = .string(note) }
+        report.results.append(.object(o))
+    }
+
+    /// `--json`'s object: the collection, whether it was a dry run, the item count, each count
+    /// (`added`, `updated`, `unchanged`, `skipped`, `failed`) and each item's result.
+    func summaryJSON(_ c: KeyringCollection, items: Int, counts: [String: Int]) -> JSON {
+        [
+            "collection": .string(c.label), "path": .string(c.path), "dryRun": .bool(dryRun), "items": JSON(items),
+            "added": JSON(counts["add", default: 0]), "updated": JSON(counts["update", default: 0]),
+            "unchanged": JSON(counts["unchanged", default: 0]), "skipped": JSON(counts["skip", default: 0]),
+            "failed": JSON(counts["fail", default: 0]), "results": .array(report.results),
+        ]
+    }
+
     // MARK: export
 
     func exportItems(_ keyring: DesktopKeyring, _ context: Context) throws {
@@ -287,7 +336,7 @@ struct KeyringCommand: Command {
         var counts: [String: Int] = [:]
         for d in damaged {
             counts["fail", default: 0] += 1
-            print("cannot export \(Keychain.describeDamaged(d)) (vaultctl doctor lists damaged items)")
+            say("cannot export \(Keychain.describeDamaged(d)) (vaultctl doctor lists damaged items)", "fail", note: "damaged: \(Keychain.describeDamaged(d))")
         }
         do {
             let target = try keyring.collection(named: collection)
@@ -304,7 +353,8 @@ struct KeyringCommand: Command {
                 // in as a migratable item.
                 if a.accessible?.isThisDeviceOnly == true {
                     counts["skip", default: 0] += 1
-                    print("skip \(Self.describe(item.itemClass, a)): \(a.accessible!.rawValue) items stay on this device")
+                    say("skip \(Self.describe(item.itemClass, a)): \(a.accessible!.rawValue) items stay on this device", "skip",
+                        item: (item.itemClass, a), note: "\(a.accessible!.rawValue) items stay on this device")
                     continue
                 }
                 // An item `keyring import` made goes back under the schema and attributes it
@@ -320,12 +370,14 @@ struct KeyringCommand: Command {
                 // become one keyring entry with one of their secrets.
                 if let bad = attributes.first(where: { $0.key.utf8.contains(0) || $0.value.utf8.contains(0) }) {
                     counts["fail", default: 0] += 1
-                    print("cannot export \(Self.describe(item.itemClass, a)): its attribute \(JSON.string(bad.key).text) holds a NUL byte, which the Secret Service cannot carry")
+                    let why = "its attribute \(JSON.string(bad.key).text) holds a NUL byte, which the Secret Service cannot carry"
+                    say("cannot export \(Self.describe(item.itemClass, a)): \(why)", "fail", item: (item.itemClass, a), note: why)
                     continue
                 }
                 // Only the target collection counts: the same item exported into another one
-                // is not this export's. Its label is part of what is exported.
-                let label = KeyringMapping.label(item.itemClass, a)
+                // is not this export's. Its label is part of what is exported, as the keyring
+                // keeps it (`KeyringMapping.keyringLabel`), so an unchanged item compares equal.
+                let label = KeyringMapping.keyringLabel(KeyringMapping.label(item.itemClass, a))
                 let found = try original != nil ? keyring.search(attributes: attributes) : keyring.search(.item, attributes)
                 let existing = found.first(where: target.holds)
                 let verb = existing == nil ? "add" : existing?.secret == Array(data) && existing?.label.sameBytes(label) == true ? "unchanged" : "update"
@@ -339,14 +391,20 @@ struct KeyringCommand: Command {
                 }
                 counts[verb, default: 0] += 1
                 let schema = original.map { " as \($0["xdg:schema"] ?? "its original attributes")" } ?? ""
-                print("\(dryRun && verb != "unchanged" ? "would \(verb)" : verb) \(Self.describe(item.itemClass, a))\(schema)")
+                say("\(dryRun && verb != "unchanged" ? "would \(verb)" : verb) \(Self.describe(item.itemClass, a))\(schema)", verb, item: (item.itemClass, a), label: label)
             }
             let failed = counts["fail", default: 0]
             var summary = "\(counts["add", default: 0]) added, \(counts["update", default: 0]) updated, \(counts["unchanged", default: 0]) unchanged, \(counts["skip", default: 0]) skipped"
             if failed > 0 { summary += ", \(failed) not exported" }
-            print("\(dryRun ? "dry run, nothing changed: " : "")collection \(JSON.string(target.label).text), \(items.count) item(s): \(summary)")
-            if appsOnly > 0 {
-                print("\(appsOnly) item(s) in apps' private groups not exported (give --access-group G or --all-groups)")
+            if json {
+                var o = summaryJSON(target, items: items.count, counts: counts).objectValue ?? [:]
+                o["appGroupItems"] = JSON(appsOnly)
+                print(JSON.object(o).text)
+            } else {
+                print("\(dryRun ? "dry run, nothing changed: " : "")collection \(JSON.string(target.label).text), \(items.count) item(s): \(summary)")
+                if appsOnly > 0 {
+                    print("\(appsOnly) item(s) in apps' private groups not exported (give --access-group G or --all-groups)")
+                }
             }
             if failed > 0 {
                 throw KeyringError(.failed, "\(failed) item(s) \(dryRun ? "could not be" : "were not") exported (the lines \"cannot export\" say why)")
@@ -536,6 +594,17 @@ enum KeyringMapping {
             out["security-domain"] = a.securityDomain ?? ""
         }
         return out
+    }
+
+    /// A label as the Secret Service can carry it: libsecret passes it as a C string, cut at
+    /// its first NUL, so each NUL is written as U+2400 (␀) instead. The whole label reaches the
+    /// keyring, and an export of an unchanged item finds it equal (the label cut short differed
+    /// every time, so each export updated the item again).
+    static func keyringLabel(_ label: String) -> String {
+        guard label.utf8.contains(0) else { return label }
+        var out = String.UnicodeScalarView()
+        for c in label.unicodeScalars { out.append(c == "\u{0}" ? "\u{2400}" : c) }
+        return String(out)
     }
 
     static func label(_ c: ItemClass, _ a: ItemAttributes) -> String {

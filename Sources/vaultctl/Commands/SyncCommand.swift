@@ -9,6 +9,12 @@ struct SyncCommand: Command {
     var action: Action
     var argument: String?
     var json = false
+    /// `sync approve --wait SECONDS`: how long to wait for the join request to arrive in the
+    /// folder (Syncthing carries it some seconds after `sync join` wrote it); 0: not at all.
+    var wait = 120.0
+
+    /// What vaultd says when the folder does not hold the join request of the code yet.
+    static let notArrived = "no join request of device"
 
     init(_ a: inout Arguments) throws {
         action = try a.verb(of: "sync")
@@ -19,6 +25,10 @@ struct SyncCommand: Command {
             // vaultd resolves nothing against vaultctl's working directory: the path goes absolute.
             argument = folder.hasPrefix("/") ? folder : FileManager.default.currentDirectoryPath + "/" + folder
         case .approve:
+            if let w = try a.option("--wait") {
+                guard let seconds = Double(w), seconds.isFinite, seconds >= 0 else { throw UsageError(message: "--wait needs a number of seconds, not '\(w.prefix(20))'") }
+                wait = seconds
+            }
             guard let code = a.positional() else { throw UsageError(message: "sync approve needs the CODE sync join printed") }
             argument = code
         case .remove:
@@ -44,7 +54,7 @@ struct SyncCommand: Command {
             print("On a device of the group, run:")
             print("  vaultctl sync approve \(r["code"]?.stringValue ?? "?")")
         case .approve:
-            let r = try c.call(.syncApprove, ["code": .string(argument!)])
+            let r = try approveWhenArrived(c)
             print("approved device \(r["deviceID"]?.stringValue ?? "?"); it joins once the folder has carried the approval to it")
         case .status:
             let r = try c.call(.syncStatus)
@@ -89,6 +99,29 @@ struct SyncCommand: Command {
         case .remove:
             let r = try c.call(.syncRemove, ["device": .string(argument!)])
             print("removed device \(r["deviceID"]?.stringValue ?? "?"); the group key is now generation \(r["generation"]?.intValue ?? 0), which it does not have")
+        }
+    }
+
+    /// Approves the code, waiting up to `wait` seconds for its join request to arrive in the
+    /// folder: `sync join` writes it on the other device, and Syncthing brings it here after
+    /// its watcher's delay (10 s by default) and the transfer. Asks vaultd again once a second,
+    /// having said once on stderr what it waits for; past the bound, the error says what to check.
+    func approveWhenArrived(_ c: VaultConnection) throws -> JSONObject {
+        let deadline = Date().addingTimeInterval(wait)
+        var said = false
+        while true {
+            do {
+                return try c.call(.syncApprove, ["code": .string(argument!)])
+            } catch let e as VaultError where e.message.hasPrefix(Self.notArrived) && wait > 0 {
+                guard Date() < deadline else {
+                    throw VaultError(e.code, "\(e.message): none arrived within \(Int(wait)) s (is the folder shared with the joining device, and has Syncthing finished syncing it?)")
+                }
+                if !said {
+                    StandardOutput.writeError("vaultctl: waiting up to \(Int(wait)) s for the join request to arrive in the folder (Syncthing carries it after its watcher delay, 10 s by default)...\n")
+                    said = true
+                }
+                usleep(UInt32(min(1.0, max(0.05, deadline.timeIntervalSinceNow)) * 1_000_000))
+            }
         }
     }
 }

@@ -12,8 +12,15 @@ struct LocalFailure: Error, CustomStringConvertible {
 /// Options take `--name value` or `--name=value`; anything left over is a usage error.
 struct Arguments {
     private(set) var words: [String]
+    /// Every option name a command asked for (`option`, `options`, `flag`, …), in order:
+    /// what an unknown option is compared with to suggest the one meant.
+    private(set) var asked: [String] = []
 
     init(_ words: [String]) { self.words = words }
+
+    private mutating func note(_ name: String) {
+        if !asked.contains(name) { asked.append(name) }
+    }
 
     /// Removes and returns the value of `--name` (the last one when repeated).
     mutating func option(_ name: String) throws -> String? {
@@ -22,6 +29,7 @@ struct Arguments {
 
     /// Removes and returns every value of a repeatable `--name`.
     mutating func options(_ name: String) throws -> [String] {
+        note(name)
         var values: [String] = []
         var i = 0
         while i < words.count {
@@ -55,6 +63,7 @@ struct Arguments {
     /// A yes/no option: `--name` alone is yes; `--name=yes|no` (also true/false, 1/0) says
     /// which; nil when absent (the last one when repeated).
     mutating func booleanOption(_ name: String) throws -> Bool? {
+        note(name)
         var value: Bool?
         var i = 0
         while i < words.count, words[i] != "--" {
@@ -77,6 +86,7 @@ struct Arguments {
 
     /// Removes `--name` and returns whether it was there.
     mutating func flag(_ name: String) -> Bool {
+        note(name)
         guard let i = words.prefix(while: { $0 != "--" }).firstIndex(of: name) else { return false }
         words.remove(at: i)
         return true
@@ -101,10 +111,14 @@ struct Arguments {
     /// Removes the next word as one of `T`'s cases (a subcommand's verb); anything else is a
     /// usage error listing them, e.g. "cache needs path, usage or purge".
     mutating func verb<T: RawRepresentable & CaseIterable>(of command: String) throws -> T where T.RawValue == String {
-        if let w = positional(), let v = T(rawValue: w) { return v }
+        let given = positional()
+        if let w = given, let v = T(rawValue: w) { return v }
         let names = T.allCases.map(\.rawValue)
         let list = names.count > 1 ? names.dropLast().joined(separator: ", ") + " or " + names.last! : names.joined()
-        throw UsageError(message: "\(command) needs \(list)")
+        // The word given is not repeated (after `passphrase` it may be one); the verb it is
+        // closest to is named.
+        let hint = given.flatMap { Self.closest(to: $0, among: names) }.map { " (did you mean \(command) \($0)?)" } ?? ""
+        throw UsageError(message: "\(command) needs \(list)\(hint)")
     }
 
     /// Everything left, in order (for commands taking free arguments).
@@ -121,6 +135,7 @@ struct Arguments {
     /// that merely begins with a dash (`-hunter2`): only a word shaped like an option's name
     /// (`--` and lowercase letters, digits, hyphens) is named there.
     func finish(showingWords: Bool = true) throws {
+        if let unknown = unknownOption(showingWords: showingWords) { throw unknown }
         guard let w = words.first else { return }
         let name = w.firstIndex(of: "=").map { w[..<$0] } ?? w[...]
         if w.hasPrefix("-") && (showingWords || Self.isOptionName(name)) {
@@ -129,6 +144,61 @@ struct Arguments {
         }
         if showingWords { throw UsageError(message: "unexpected argument '\(w)'") }
         throw UsageError(message: "unexpected argument (not repeated here: this command reads its secret from a file descriptor, stdin or a prompt, never from the command line)")
+    }
+
+    /// The first word left before `--` that is an option nobody asked for and that no usage
+    /// line names (`knownOptions`), as a usage error naming it and the closest option of the
+    /// command (or any command): "unknown option '--servce' (did you mean --service?)". Nil
+    /// when there is none. A command that stops at a missing filter has not asked for every
+    /// option it takes, so an option some usage line names is not called unknown here; `finish`
+    /// names the words left over once the command has asked for all of its own.
+    /// As in `finish`, a value after `=` is never repeated, and for a command reading a secret
+    /// only a word shaped like an option's name is named.
+    func unknownOption(showingWords: Bool = true, knownOptions: Set<String> = []) -> UsageError? {
+        for w in words.prefix(while: { $0 != "--" }) where w.hasPrefix("--") {
+            let name = String(w.firstIndex(of: "=").map { w[..<$0] } ?? w[...])
+            guard !asked.contains(name), !knownOptions.contains(name) else { continue }
+            guard showingWords || Self.isOptionName(name[...]) else { continue }
+            let candidates = asked + knownOptions.sorted()
+            let hint = Self.closest(to: name, among: candidates).map { " (did you mean \($0)?)" } ?? ""
+            let shown = name.count < w.count ? "\(name)=…" : name
+            return UsageError(message: "unknown option '\(shown)'\(hint)")
+        }
+        return nil
+    }
+
+    /// The candidate nearest to `word` by edit distance (insertions, deletions, substitutions
+    /// and swaps of two neighbours, each 1), when it is near enough to be a typo: at most 1 for
+    /// words of up to 4 characters, 2 up to 8, else 3. The first of equally near ones.
+    static func closest(to word: String, among candidates: [String]) -> String? {
+        let limit = word.count <= 4 ? 1 : word.count <= 8 ? 2 : 3
+        var best: (String, Int)?
+        for c in candidates where c != word {
+            let d = editDistance(word, c)
+            if d <= limit && d < (best?.1 ?? Int.max) { best = (c, d) }
+        }
+        return best?.0
+    }
+
+    /// The optimal-string-alignment distance between `a` and `b` (Levenshtein, with a swap of
+    /// two neighbouring characters counting 1: `--sevrice` is one step from `--service`).
+    static func editDistance(_ a: String, _ b: String) -> Int {
+        let x = Array(a), y = Array(b)
+        if x.isEmpty { return y.count }
+        if y.isEmpty { return x.count }
+        var d = [[Int]](repeating: [Int](repeating: 0, count: y.count + 1), count: x.count + 1)
+        for i in 0...x.count { d[i][0] = i }
+        for j in 0...y.count { d[0][j] = j }
+        for i in 1...x.count {
+            for j in 1...y.count {
+                let cost = x[i - 1] == y[j - 1] ? 0 : 1
+                d[i][j] = min(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost)
+                if i > 1 && j > 1 && x[i - 1] == y[j - 2] && x[i - 2] == y[j - 1] {
+                    d[i][j] = min(d[i][j], d[i - 2][j - 2] + 1)
+                }
+            }
+        }
+        return d[x.count][y.count]
     }
 
     /// `--` then a lowercase letter, then lowercase letters, digits and hyphens.

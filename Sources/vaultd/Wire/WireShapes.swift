@@ -117,6 +117,20 @@ extension SyncEnrolment {
 }
 
 extension SyncStatus {
+    /// A time sync records in milliseconds since 1970, as ISO 8601 UTC with the milliseconds
+    /// (`2026-12-06T22:11:51.224Z`, or whole seconds: `…:51Z`). `PlistDate.format` writes the
+    /// Double's exact decimal, which for a millisecond count is `51.2239999771118164`.
+    static func millisecondText(_ d: Date) -> String {
+        let ms = (d.timeIntervalSince1970 * 1000).rounded()
+        let seconds = (ms / 1000).rounded(.down)
+        let fraction = Int(ms - seconds * 1000)
+        var text = PlistDate.format(Date(timeIntervalSince1970: seconds))
+        guard fraction > 0, text.hasSuffix("Z") else { return text }
+        text.removeLast()
+        let digits = String(fraction)
+        return text + "." + String(repeating: "0", count: 3 - digits.count) + digits + "Z"
+    }
+
     /// io.vaultd.Sync.Status's reply: the state and no device when this device does not sync.
     var wire: JSONObject {
         guard let folder, let deviceID else { return ["state": .string(state), "devices": .array([])] }
@@ -124,13 +138,13 @@ extension SyncStatus {
             [
                 "deviceID": .string(d.deviceID), "thisDevice": .bool(d.thisDevice), "segments": JSON(d.segments),
                 "pending": JSON(d.pending), "rejected": JSON(d.rejected), "membership": .string(d.membership),
-                "lastSeen": JSON(optional: d.lastSeen),
+                "lastSeen": d.lastSeen.map { .string(Self.millisecondText($0)) } ?? .null,
             ]
         }
         return [
             "state": .string(state), "folder": .string(folder), "deviceID": .string(deviceID),
             "fingerprint": JSON(optional: fingerprint), "keyGeneration": JSON(optional: keyGeneration), "devices": .array(devices),
-            "items": JSON(optional: items), "problem": JSON(optional: problem), "lastPass": JSON(optional: lastPass),
+            "items": JSON(optional: items), "problem": JSON(optional: problem), "lastPass": lastPass.map { .string(Self.millisecondText($0)) } ?? .null,
             "damaged": DamagedItem.wire(damaged), "ignoredDevices": JSON(ignoredDevices),
         ]
     }
