@@ -228,6 +228,9 @@ import Glibc
                 m = conn.send_and_get_reply(new_method_call(DBusAddress(path, bus_name="org.freedesktop.secrets", interface=interface), method, signature, body), timeout=20)
                 if m.header.message_type == MessageType.error: raise SystemExit("error %s %s" % (m.header.fields[HeaderFields.error_name], m.body))
                 return m.body
+            # As a client keeping them does: the service's collections, and the Items of the
+            # collection about to be made (the owner's group "work", empty so far).
+            call(root + "/collection/work", "org.freedesktop.DBus.Properties", "Get", "ss", ("org.freedesktop.Secret.Collection", "Items"))
             print(json.dumps(call(root, "org.freedesktop.DBus.Properties", "Get", "ss", ("org.freedesktop.Secret.Service", "Collections"))[0][1]), flush=True)
             def plain(v):
                 if isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], str): return plain(v[1])

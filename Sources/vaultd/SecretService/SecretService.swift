@@ -151,6 +151,13 @@ final class SecretService: @unchecked Sendable {
         /// The service's Collections as this connection was last given them (nil: never),
         /// under the service's lock.
         var collections: [String]?
+        /// The collections whose Items this connection read (`itemsRead`): it is sent their
+        /// Items, Created and Modified when they change, each costing a read of the whole
+        /// collection; one that never read them (a program that stores or looks up, keeping
+        /// no collection) has no copy to keep current. At most `maximumItemsReaders`, past
+        /// which it is sent every collection's.
+        var itemsRead: [String] = []
+        var readsAllItems = false
         init(caller: Caller, credentials: PeerCredentials) {
             self.caller = caller
             self.credentials = credentials
@@ -859,12 +866,13 @@ final class SecretService: @unchecked Sendable {
                 if !Self.isSession(collection) && !(created.isEmpty && deleted.isEmpty) {
                     collectionsChanged(sender, peer, collectionsSeen)
                 }
-                guard let values = views.value(for: peer.caller, { try collectionValues(collection, caller: peer.caller) }) else { continue }
+                let reader = lock.withLock { peer.readsAllItems || peer.itemsRead.containsBytes(collection) }
+                let values = reader ? views.value(for: peer.caller, { try collectionValues(collection, caller: peer.caller) }) : nil
                 for path in collectionPaths(collection, for: peer.caller) {
                     for item in created { emit(to: sender, path: path, SecretServiceIntrospection.collection, "ItemCreated", [.objectPath(item)]) }
                     for item in deleted { emit(to: sender, path: path, SecretServiceIntrospection.collection, "ItemDeleted", [.objectPath(item)]) }
                     for item in changed { emit(to: sender, path: path, SecretServiceIntrospection.collection, "ItemChanged", [.objectPath(item)]) }
-                    propertiesChanged(to: sender, path: path, SecretServiceIntrospection.collection, values)
+                    if let values { propertiesChanged(to: sender, path: path, SecretServiceIntrospection.collection, values) }
                 }
                 let items = itemValues.value(for: peer.caller) {
                     var out: [String: [(String, GV)]] = [:]
@@ -938,6 +946,17 @@ final class SecretService: @unchecked Sendable {
         }
         propertiesChanged(to: sender, path: SecretServicePath.root, SecretServiceIntrospection.service, [("Collections", .objectPaths(now.map(collectionPath)))])
     }
+
+    /// Records that `sender` read the Items of `group`'s collection (see `BusPeer.itemsRead`).
+    func itemsRead(_ group: String, by sender: String) {
+        lock.withLock {
+            guard let p = peers[sender], !p.readsAllItems, !p.itemsRead.containsBytes(group) else { return }
+            if p.itemsRead.count >= Self.maximumItemsReaders { p.readsAllItems = true } else { p.itemsRead.append(group) }
+        }
+    }
+
+    /// The most collections whose readers are tracked per connection.
+    static let maximumItemsReaders = 256
 
     /// Records the Collections `sender` was given, which `collectionsChanged` compares with.
     func collectionsGiven(_ groups: [String], to sender: String) {

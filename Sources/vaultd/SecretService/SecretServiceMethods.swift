@@ -425,7 +425,9 @@ extension SecretService {
             if let sender { collectionsGiven(groups, to: sender) }
             return .objectPaths(groups.map(collectionPath))
         case (.collection, "Items"), (.alias, "Items"), (.collection, "Created"), (.alias, "Created"), (.collection, "Modified"), (.alias, "Modified"):
-            let values = try collectionValues(try group(of: target, caller: caller), caller: caller)
+            let g = try group(of: target, caller: caller)
+            let values = try collectionValues(g, caller: caller)
+            if let sender, name == "Items" { itemsRead(g, by: sender) }
             return values.first { $0.0 == name }!.1
         case (.collection, "Label"), (.alias, "Label"):
             let g = try group(of: target, caller: caller)
