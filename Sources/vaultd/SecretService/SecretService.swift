@@ -951,12 +951,19 @@ final class SecretService: @unchecked Sendable {
     func itemsRead(_ group: String, by sender: String) {
         lock.withLock {
             guard let p = peers[sender], !p.readsAllItems, !p.itemsRead.containsBytes(group) else { return }
-            if p.itemsRead.count >= Self.maximumItemsReaders { p.readsAllItems = true } else { p.itemsRead.append(group) }
+            // Bounded in number and in bytes (the owner may name a group of any length).
+            if p.itemsRead.count >= Self.maximumItemsReaders || group.utf8.count > Self.maximumTrackedGroupBytes {
+                p.readsAllItems = true
+            } else {
+                p.itemsRead.append(group)
+            }
         }
     }
 
-    /// The most collections whose readers are tracked per connection.
+    /// The most collections whose readers are tracked per connection, and the longest group
+    /// name tracked.
     static let maximumItemsReaders = 256
+    static let maximumTrackedGroupBytes = 1024
 
     /// Records the Collections `sender` was given, which `collectionsChanged` compares with.
     func collectionsGiven(_ groups: [String], to sender: String) {
