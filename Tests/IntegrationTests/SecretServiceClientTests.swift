@@ -146,6 +146,28 @@ import Glibc
         #expect(Self.text(out).hasSuffix("exit\n"), "\(Self.text(out))")
     }
 
+    /// A libsecret client started while the vault has stayed locked since vaultd started
+    /// (its items' IDs cannot be read yet) gets its collection, locked and without items, and
+    /// follows the unlock to the collection's items.
+    @Test func aClientOfAVaultLockedSinceStartFollowsItsUnlock() throws {
+        let k = try SecretServiceTests.fixture(passphrase: true)
+        defer { k.close() }
+        let r = SecretServiceTests.secretTool(k, ["store", "--label=kept", "kept", "1"], stdin: "k")
+        try #require(r.status == 0, "\(r)")
+        k.stopVaultd()
+        try k.startVaultd(arguments: ["--secret-service"])
+        try #require(k.state() == "locked")
+        let script = k.root + "/client.py", out = k.root + "/client.out"
+        try Self.libsecretClient.write(toFile: script, atomically: true, encoding: .utf8)
+        let client = try ChildProcess.spawn(
+            Self.systemPython, [script], environment: k.environment, inputs: [:], stdout: .file(out, append: false), stderr: .file(out + ".err", append: false))
+        defer { kill(client, SIGKILL) }
+        let seen = try #require(Self.waitForLine(out, "locked=True label=user items=", from: 0), "\(Self.text(out)) \(Self.text(out + ".err"))")
+        try #require(k.ctl(["unlock", "--passphrase-fd", "3"], fds: SecretServiceTests.passphraseFD).status == 0)
+        #expect(Self.waitForLine(out, "locked=False label=user items=kept", from: seen) != nil, "\(Self.text(out)) \(Self.text(out + ".err"))")
+        #expect(kill(client, 0) == 0)
+    }
+
     /// seahorse, under Xvfb, keeps vaultd's collections and items open while other programs
     /// make 20 changes (secret-tool storing, replacing and clearing) and the vault is locked
     /// and unlocked: after each, a call to seahorse's own application object (answered on its

@@ -904,8 +904,12 @@ final class SecretService: @unchecked Sendable {
                     return out
                 }
                 for c in collections {
+                    // A reader of its Items gets them too: locked since vaultd started, they
+                    // were given as none (`collectionValues`).
+                    let reader = lock.withLock { peer.readsAllItems || peer.itemsRead.containsBytes(c) }
+                    let values = reader ? ((try? collectionValues(c, caller: peer.caller)) ?? []) : []
                     for path in collectionPaths(c, for: peer.caller) {
-                        propertiesChanged(to: sender, path: path, SecretServiceIntrospection.collection, [("Locked", locked)])
+                        propertiesChanged(to: sender, path: path, SecretServiceIntrospection.collection, [("Locked", locked)] + values)
                     }
                     for (item, isLocked) in seen?[c] ?? [] {
                         propertiesChanged(to: sender, path: item, SecretServiceIntrospection.item, [("Locked", .bool(isLocked))])

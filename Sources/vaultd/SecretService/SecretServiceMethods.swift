@@ -465,8 +465,18 @@ extension SecretService {
 
     /// A collection's Items, Created and Modified, from one read of its items. A group has
     /// no dates of its own: its items' earliest creation and latest change (0 when empty).
+    /// While the vault has stayed locked since vaultd started, its items' IDs (in their
+    /// encrypted attributes) cannot be read: no items then, and dates 0, until the unlock
+    /// sends the real values (`notify(.lockState)`); an error here would fail the whole
+    /// GetAll a client makes of the collection, and libsecret then has no collection at all.
     func collectionValues(_ group: String, caller: Caller) throws -> [(String, GV)] {
-        let (found, damaged) = try findReportingDamage(Self.query(group: group), caller: caller)
+        let found: [FoundItem], damaged: [DamagedItem]
+        do {
+            (found, damaged) = try findReportingDamage(Self.query(group: group), caller: caller)
+        } catch let e as VaultFailure where e.code == .interactionNotAllowed {
+            if !Self.isSession(group) { _ = try vault.accessGroup(group, caller: caller) }
+            (found, damaged) = ([], [])
+        }
         return [
             ("Items", .objectPaths(found.map(path) + damaged.compactMap(path(ofDamaged:)))),
             ("Created", Self.seconds(found.compactMap(\.attributes.creationDate).min())),
