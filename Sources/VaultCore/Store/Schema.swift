@@ -279,6 +279,18 @@ enum Schema {
                 log("keychain: \(moved) item row(s) had the primary key of a later one; the later one of each is kept, the others were moved to items_set_aside (see `vaultctl doctor`)")
             }
         }
+        // The Secret Service's collection labels (`Vault.setCollectionLabel`): a display
+        // name beside an access group, which keeps its name. A group without a row is
+        // labelled with its name. In the clear, as `items.access_group` is.
+        m.register("2026-12-06-collection-labels") { db in
+            try db.execute(
+                """
+                CREATE TABLE collection_labels (
+                  access_group TEXT PRIMARY KEY NOT NULL,
+                  label TEXT NOT NULL
+                ) WITHOUT ROWID;
+                """)
+        }
         return m
     }
 }

@@ -29,6 +29,55 @@ extension Vault {
         return try authorize(.useAccessGroup(accessGroup: group), for: caller).accessGroup!
     }
 
+    /// The most bytes of a collection's label (`setCollectionLabel`).
+    public static let maximumCollectionLabelBytes = 4096
+
+    /// A collection's label (Secret Service `Collection.Label`): the display name set for
+    /// access group `group` (`setCollectionLabel`), else the group's own name. Authorized as
+    /// the collection's use (an app only one of its own groups: MissingEntitlement).
+    public func collectionLabel(_ group: String, caller: Caller) throws -> String {
+        let g = try accessGroup(group, caller: caller)
+        let stored = try read { db in try db.row("SELECT label FROM collection_labels WHERE access_group = ?", [.text(g)])?[0].text }
+        return stored ?? g
+    }
+
+    /// Sets the display name of access group `group`'s collection; the group's own name
+    /// removes it. The group keeps its name (items and apps name it so). Returns whether the
+    /// label changed. Throws Param for an empty label or one over
+    /// `maximumCollectionLabelBytes`; MissingEntitlement for a group not the caller's. Kept in
+    /// the clear, as the group's name is.
+    @discardableResult
+    public func setCollectionLabel(_ group: String, to label: String, caller: Caller) throws -> Bool {
+        let g = try accessGroup(group, caller: caller)
+        guard !label.isEmpty else { throw VaultFailure.param("a collection's label must not be empty") }
+        guard label.utf8.count <= Self.maximumCollectionLabelBytes else {
+            throw VaultFailure.param("a collection's label takes at most \(Self.maximumCollectionLabelBytes) bytes")
+        }
+        return try write { db in
+            try self.admitInWrite(caller, in: db)
+            let before = try db.row("SELECT label FROM collection_labels WHERE access_group = ?", [.text(g)])?[0].text ?? g
+            guard !before.sameBytes(label) else { return false }
+            if label.sameBytes(g) {
+                _ = try db.run("DELETE FROM collection_labels WHERE access_group = ?", [.text(g)])
+            } else {
+                _ = try db.run(
+                    "INSERT INTO collection_labels (access_group, label) VALUES (?, ?) ON CONFLICT (access_group) DO UPDATE SET label = excluded.label",
+                    [.text(g), .text(label)])
+            }
+            return true
+        }
+    }
+
+    /// Forgets the display name of `group`'s collection (Collection.Delete: a collection made
+    /// again starts with its group's name). Authorized as deleting the group's items.
+    public func removeCollectionLabel(_ group: String, caller: Caller) throws {
+        _ = try authorize(.deleteItems(accessGroup: group), for: caller)
+        _ = try write { db in
+            try self.admitInWrite(caller, in: db)
+            return try db.run("DELETE FROM collection_labels WHERE access_group = ?", [.text(group)])
+        }
+    }
+
     /// Unlock: whether the vault's keychain is open now (an unlocked vault, or one without a
     /// passphrase). It unlocks nothing: only the owner's unlock (a passphrase) does.
     public func requestUnlock(caller: Caller) throws -> Bool {
@@ -102,10 +151,14 @@ final class SessionItems: @unchecked Sendable {
         var label: String
         var attributes: ExactDictionary<String>
         var secret: SecureBytes
+        /// The secret's content type, as its client gave it (nil: none given).
+        var contentType: String?
         var created: Date
         var modified: Date
 
-        var bytes: Int { secret.count + label.utf8.count + attributes.reduce(0) { $0 + $1.key.utf8.count + $1.value.utf8.count } }
+        var bytes: Int {
+            secret.count + label.utf8.count + (contentType?.utf8.count ?? 0) + attributes.reduce(0) { $0 + $1.key.utf8.count + $1.value.utf8.count }
+        }
     }
 
     let lock = NSLock()
@@ -134,6 +187,7 @@ extension Vault {
             .map { key, item in
                 var a = ItemAttributes(service: Vault.secretServiceService, account: key, label: item.label, accessGroup: Vault.sessionCollection)
                 a.lookupAttributes = item.attributes
+                a.contentType = item.contentType
                 a.creationDate = item.created
                 a.modificationDate = item.modified
                 return FoundItem(itemClass: .genericPassword, attributes: a, data: open && secrets ? SecureBytes(copying: item.secret.withUnsafeBytes { Array($0) }) : nil, isLocked: !open)
@@ -145,7 +199,7 @@ extension Vault {
     /// with `replace`, the new secret and label on one of its items with exactly these
     /// attributes. Returns its ID. Throws InteractionNotAllowed while the keychain is not open,
     /// SecretTooLarge, QuotaExceeded past the collection's bounds.
-    public func addSessionItem(label: String, attributes: ExactDictionary<String>, secret: SecureBytes, replace: Bool, caller: Caller) throws -> String {
+    public func addSessionItem(label: String, attributes: ExactDictionary<String>, secret: SecureBytes, contentType: String? = nil, replace: Bool, caller: Caller) throws -> String {
         let group = try authorize(.addItem(accessGroup: nil), for: caller).accessGroup!
         try VaultFailure.checkSecretSize(secret.count)
         guard isKeychainOpen else { throw VaultFailure(.interactionNotAllowed, "the vault is locked: unlock it (vaultctl unlock)") }
@@ -153,11 +207,12 @@ extension Vault {
             let now = Date()
             if replace, let (id, _) = sessionItems.items.first(where: { $0.value.accessGroup.sameBytes(group) && $0.value.attributes == attributes }) {
                 sessionItems.items[id]!.secret = secret
+                sessionItems.items[id]!.contentType = contentType
                 sessionItems.items[id]!.label = label
                 sessionItems.items[id]!.modified = now
                 return id
             }
-            let item = SessionItems.Item(accessGroup: group, label: label, attributes: attributes, secret: secret, created: now, modified: now)
+            let item = SessionItems.Item(accessGroup: group, label: label, attributes: attributes, secret: secret, contentType: contentType, created: now, modified: now)
             guard sessionItems.items.count < SessionItems.maximumItems, sessionItems.bytes + item.bytes <= SessionItems.maximumBytes else {
                 throw VaultFailure(.quotaExceeded, "the session collection is full (\(SessionItems.maximumItems) items, \(SessionItems.maximumBytes) bytes)")
             }
@@ -167,9 +222,10 @@ extension Vault {
         }
     }
 
-    /// Changes session item `id` (its label, attributes or secret). Throws ItemNotFound for one
-    /// the caller does not see, InteractionNotAllowed while the keychain is not open.
-    public func updateSessionItem(_ id: String, label: String? = nil, attributes: ExactDictionary<String>? = nil, secret: SecureBytes? = nil, caller: Caller) throws {
+    /// Changes session item `id` (its label, attributes, or secret with its content type).
+    /// Throws ItemNotFound for one the caller does not see, InteractionNotAllowed while the
+    /// keychain is not open.
+    public func updateSessionItem(_ id: String, label: String? = nil, attributes: ExactDictionary<String>? = nil, secret: SecureBytes? = nil, contentType: String? = nil, caller: Caller) throws {
         _ = try authorize(.updateItems(accessGroup: nil, newAccessGroup: nil), for: caller)
         if let secret { try VaultFailure.checkSecretSize(secret.count) }
         guard isKeychainOpen else { throw VaultFailure(.interactionNotAllowed, "the vault is locked: unlock it (vaultctl unlock)") }
@@ -177,7 +233,10 @@ extension Vault {
             guard var item = sessionItems.items[id], caller.mayAccess(group: item.accessGroup) else { throw VaultFailure(.itemNotFound, "no such item") }
             if let label { item.label = label }
             if let attributes { item.attributes = attributes }
-            if let secret { item.secret = secret }
+            if let secret {
+                item.secret = secret
+                item.contentType = contentType
+            }
             item.modified = Date()
             sessionItems.items[id] = item
         }

@@ -134,7 +134,10 @@ type Attributes (
   modificationDate: ?string,
   # The Secret Service's lookup attributes (at most 64). In a query, an item
   # matches when it has every name and value given, exactly.
-  lookupAttributes: ?[string]string
+  lookupAttributes: ?[string]string,
+  # The Secret Service's content type of the secret, e.g. "text/plain; charset=utf8"
+  # (at most 1024 bytes).
+  contentType: ?string
 )
 
 # One result of CopyMatching.

@@ -96,6 +96,10 @@ public struct ItemAttributes: Equatable, Sendable {
     public var authenticationType: String?
     /// kSecAttrSecurityDomain: internet passwords; primary key (absent: "").
     public var securityDomain: String?
+    /// The Secret Service's content type of the secret (`text/plain; charset=utf8`,
+    /// `application/octet-stream`), as its client gave it: kept with the item and given back
+    /// with its secret. At most `maximumContentTypeBytes`.
+    public var contentType: String?
     /// kSecAttrCreationDate: set by vaultd on Add; ignored in Add and Update input; in a
     /// query it matches exactly (to the bit, as stored).
     public var creationDate: Date?
@@ -141,8 +145,11 @@ public struct ItemAttributes: Equatable, Sendable {
     /// item a lookup matches, encodes or decodes goes through each attribute).
     public enum StringAttribute: String, CaseIterable, Sendable {
         case service, account, label, comment, description, accessGroup, server, `protocol`, path,
-            authenticationType, securityDomain
+            authenticationType, securityDomain, contentType
     }
+
+    /// The most bytes of a content type.
+    public static let maximumContentTypeBytes = 1024
 
     /// The value of a string-valued attribute.
     public subscript(_ attribute: StringAttribute) -> String? {
@@ -159,6 +166,7 @@ public struct ItemAttributes: Equatable, Sendable {
             case .path: path
             case .authenticationType: authenticationType
             case .securityDomain: securityDomain
+            case .contentType: contentType
             }
         }
         set {
@@ -174,6 +182,7 @@ public struct ItemAttributes: Equatable, Sendable {
             case .path: path = newValue
             case .authenticationType: authenticationType = newValue
             case .securityDomain: securityDomain = newValue
+            case .contentType: contentType = newValue
             }
         }
     }
@@ -230,7 +239,7 @@ public struct ItemAttributes: Equatable, Sendable {
     /// The wire form (the `Attributes` type of io.vaultd.Keychain); absent attributes are omitted.
     public var json: JSON {
         // Room for the attributes set, made at once: growing from empty would rehash a
-        // stored item's attributes several times, and room for all 17 would cost a query of
+        // stored item's attributes several times, and room for all 18 would cost a query of
         // two attributes more than the rest of its serialization.
         var count = 0
         for k in StringAttribute.allCases where self[k] != nil { count += 1 }
@@ -289,6 +298,9 @@ public struct ItemAttributes: Equatable, Sendable {
         switch attribute {
         case .string(let k)?:
             guard let s = value.stringValue else { throw VaultError.param("attribute '\(name)' must be a string") }
+            if k == .contentType && s.utf8.count > Self.maximumContentTypeBytes {
+                throw VaultError.param("attribute 'contentType' takes at most \(Self.maximumContentTypeBytes) bytes")
+            }
             self[k] = s
         case .generic?:
             guard let s = value.stringValue, let d = Data(base64Encoded: s) else {

@@ -26,10 +26,13 @@ extension SecretService {
     /// connection's calls all take the usual way until vaultd forgets it.
     static let maximumTrackedCalls = 1024
 
-    /// The filter GDBus runs on its worker thread for every message in and out; none with
-    /// `VAULTD_SECRET_SERVICE_INLINE=0` (every call goes to the bus thread, for comparing).
-    func addInlineFilter() {
-        guard ProcessInfo.processInfo.environment["VAULTD_SECRET_SERVICE_INLINE"] != "0" else { return }
+    /// The filter GDBus runs on its worker thread for every message in and out, before it
+    /// dispatches a call: it answers the inline reads (none with
+    /// `VAULTD_SECRET_SERVICE_INLINE=0`: every call then goes to the bus thread, for
+    /// comparing), and hands the calls vaultd dispatches itself (`OwnDispatch.swift`: those to
+    /// an item's path, and Introspect of the collections' folder) to the bus thread.
+    func addFilter() {
+        inlineEnabled = ProcessInfo.processInfo.environment["VAULTD_SECRET_SERVICE_INLINE"] != "0"
         _ = g_dbus_connection_add_filter(
             connection,
             { _, message, incoming, user in
@@ -62,6 +65,16 @@ extension SecretService {
         }
         guard type == G_DBUS_MESSAGE_TYPE_METHOD_CALL, let s = g_dbus_message_get_sender(message) else { return message }
         let sender = String(cString: s)
+        let own = isOwnDispatch(message)
+        // Taken from GDBus: answered on the bus thread (the filter owns `message`, which the
+        // bus thread unrefs once it has answered), in order with the calls GDBus hands there.
+        // GDBus hands a subtree's call over in two steps (at G_PRIORITY_HIGH, then the
+        // handler at G_PRIORITY_DEFAULT); so does this, so that neither overtakes the other.
+        func handOver() -> OpaquePointer? {
+            onBusThread(priority: -100) { [self] in onBusThread(priority: 0) { [self] in dispatchOwn(message, sender: sender) } }
+            return nil
+        }
+        guard inlineEnabled else { return own ? handOver() : message }
         let wantsNoReply = (g_dbus_message_get_flags(message).rawValue & G_DBUS_MESSAGE_FLAGS_NO_REPLY_EXPECTED.rawValue) != 0
         let serial = g_dbus_message_get_serial(message)
         // Whether this call may be answered here, as far as order goes; if not, it is recorded
@@ -85,11 +98,11 @@ extension SecretService {
             state.awaitingReply[sender] = w
             return false
         }
-        guard inOrder else { return message }
+        guard inOrder else { return own ? handOver() : message }
         guard let caller = identifiedCaller(sender) else {
             // Not identified yet (or no longer passing the check): the usual way, in order.
             inline.withLock { state in state.awaitingReply[sender, default: []].insert(serial) }
-            return message
+            return own ? handOver() : message
         }
         let path = String(cString: g_dbus_message_get_path(message)!)
         let interface = String(cString: g_dbus_message_get_interface(message)!)
@@ -100,13 +113,13 @@ extension SecretService {
             guard Policy.decision(forSecretService: interface, member) != nil else {
                 throw BusError.accessDenied("\(interface).\(member) has no policy decision")
             }
-            guard let target = SecretServicePath(path) else { throw BusError.noSuchObject() }
+            guard let target = SecretServicePath(path) else { throw BusError.noSuchObject }
             let out = try handle(member, of: interface, on: target, body, sender: sender, caller: caller)
             reply = g_dbus_message_new_method_reply(message)
             if let out { out.pass { g_dbus_message_set_body(reply, $0) } }
         } catch {
             let e = BusError(error)
-            reply = g_dbus_message_new_method_error_literal(message, e.name, e.message)
+            reply = g_dbus_message_new_method_error_literal(message, e.name.rawValue, e.message)
         }
         var err: UnsafeMutablePointer<GError>?
         if g_dbus_connection_send_message(connection, reply, G_DBUS_SEND_MESSAGE_FLAGS_NONE, nil, &err) == 0 { g_error_free(err) }

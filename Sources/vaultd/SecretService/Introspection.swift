@@ -11,6 +11,51 @@ enum SecretServiceIntrospection {
     /// vaultd's own, on the service's object: a desktop's passphrase dialog registers there.
     static let prompting = "io.vaultd.Secret.Prompting"
 
+    /// The document type GDBus starts its introspection data with.
+    static let doctype = """
+        <!DOCTYPE node PUBLIC "-//freedesktop//DTD D-BUS Object Introspection 1.0//EN"
+                              "http://www.freedesktop.org/standards/dbus/1.0/introspect.dtd">
+
+        """
+
+    /// The interfaces GDBus adds to every object's introspection data; vaultd writes them
+    /// for the objects it dispatches itself (`OwnDispatch.swift`).
+    static let standardInterfaces = """
+          <interface name="org.freedesktop.DBus.Properties">
+            <method name="Get">
+              <arg type="s" name="interface_name" direction="in"/>
+              <arg type="s" name="property_name" direction="in"/>
+              <arg type="v" name="value" direction="out"/>
+            </method>
+            <method name="GetAll">
+              <arg type="s" name="interface_name" direction="in"/>
+              <arg type="a{sv}" name="properties" direction="out"/>
+            </method>
+            <method name="Set">
+              <arg type="s" name="interface_name" direction="in"/>
+              <arg type="s" name="property_name" direction="in"/>
+              <arg type="v" name="value" direction="in"/>
+            </method>
+            <signal name="PropertiesChanged">
+              <arg type="s" name="interface_name"/>
+              <arg type="a{sv}" name="changed_properties"/>
+              <arg type="as" name="invalidated_properties"/>
+            </signal>
+          </interface>
+          <interface name="org.freedesktop.DBus.Introspectable">
+            <method name="Introspect">
+              <arg type="s" name="xml_data" direction="out"/>
+            </method>
+          </interface>
+          <interface name="org.freedesktop.DBus.Peer">
+            <method name="Ping"/>
+            <method name="GetMachineId">
+              <arg type="s" name="machine_uuid" direction="out"/>
+            </method>
+          </interface>
+
+        """
+
     static let xml = """
         <node>
           <interface name="org.freedesktop.Secret.Service">

@@ -9,35 +9,68 @@ import VaultProtocol
 import Glibc
 #endif
 
-/// A D-Bus error reply: its name (org.freedesktop.Secret.Error.*, org.freedesktop.DBus.Error.*)
-/// and a message for people.
-struct BusError: Error {
-    var name: String
+/// A D-Bus error reply: its name, one of `Name` (the only names the front-end sends), and a
+/// message for people. Every reply goes out through `g_dbus_method_invocation_return_dbus_error`
+/// or a message of its own (`InlineReads`) with that name, property calls included
+/// (`SecretService.propertyCall`): never as a GError GDBus would have to name itself.
+struct BusError: Error, Equatable {
+    /// Every error name the Secret Service front-end sends: the specification's own
+    /// (org.freedesktop.Secret.Error.*), the bus's standard ones (org.freedesktop.DBus.Error.*),
+    /// and vaultd's ItemDamaged, the name the socket gives a damaged item too.
+    enum Name: String, CaseIterable {
+        case noSuchObject = "org.freedesktop.Secret.Error.NoSuchObject"
+        case noSession = "org.freedesktop.Secret.Error.NoSession"
+        case isLocked = "org.freedesktop.Secret.Error.IsLocked"
+        case invalidArgs = "org.freedesktop.DBus.Error.InvalidArgs"
+        case accessDenied = "org.freedesktop.DBus.Error.AccessDenied"
+        case notSupported = "org.freedesktop.DBus.Error.NotSupported"
+        case limitsExceeded = "org.freedesktop.DBus.Error.LimitsExceeded"
+        case unknownMethod = "org.freedesktop.DBus.Error.UnknownMethod"
+        case unknownProperty = "org.freedesktop.DBus.Error.UnknownProperty"
+        case propertyReadOnly = "org.freedesktop.DBus.Error.PropertyReadOnly"
+        case failed = "org.freedesktop.DBus.Error.Failed"
+        case itemDamaged = "io.vaultd.Keychain.ItemDamaged"
+    }
+
+    var name: Name
     var message: String
 
-    static func invalidArgs(_ m: String) -> BusError { BusError(name: "org.freedesktop.DBus.Error.InvalidArgs", message: m) }
-    static func noSuchObject(_ m: String = "no such object") -> BusError { BusError(name: "org.freedesktop.Secret.Error.NoSuchObject", message: m) }
-    static func noSession(_ m: String) -> BusError { BusError(name: "org.freedesktop.Secret.Error.NoSession", message: m) }
-    static func accessDenied(_ m: String) -> BusError { BusError(name: "org.freedesktop.DBus.Error.AccessDenied", message: m) }
-    static func notSupported(_ m: String) -> BusError { BusError(name: "org.freedesktop.DBus.Error.NotSupported", message: m) }
-    static func limitsExceeded(_ m: String) -> BusError { BusError(name: "org.freedesktop.DBus.Error.LimitsExceeded", message: m) }
+    init(_ name: Name, _ message: String) {
+        self.name = name
+        self.message = message
+    }
+
+    /// The one answer for an object the caller may not see, whether it does not exist or is
+    /// another app's: the same name and the same words, so no reply tells the two apart.
+    static let noSuchObject = BusError(.noSuchObject, "no such object, or not one this program may use")
+    static func invalidArgs(_ m: String) -> BusError { BusError(.invalidArgs, m) }
+    static func noSession(_ m: String) -> BusError { BusError(.noSession, m) }
+    static func accessDenied(_ m: String) -> BusError { BusError(.accessDenied, m) }
+    static func notSupported(_ m: String) -> BusError { BusError(.notSupported, m) }
+    static func limitsExceeded(_ m: String) -> BusError { BusError(.limitsExceeded, m) }
+    static func unknownProperty(_ name: String) -> BusError { BusError(.unknownProperty, "no property \(name) here") }
+    static func propertyReadOnly(_ name: String) -> BusError { BusError(.propertyReadOnly, "\(name) cannot be set") }
+    /// A session or prompt of another connection, or one that ended: these belong to a
+    /// connection, not to an access group, so saying which is no oracle.
+    static func noSuchObject(_ m: String) -> BusError { BusError(.noSuchObject, m) }
 }
 
 extension BusError {
 
     /// The reply for an engine error. A group or item the caller may not use is NoSuchObject,
-    /// as one that does not exist: a client learns nothing of other apps' collections.
+    /// as one that does not exist, with the same message (`noSuchObject`): a client learns
+    /// nothing of other apps' collections.
     init(_ e: VaultFailure) {
         switch e.code {
-        case .interactionNotAllowed: self.init(name: "org.freedesktop.Secret.Error.IsLocked", message: e.message)
-        case .itemNotFound, .missingEntitlement, .notAvailableOnThisDevice: self.init(name: "org.freedesktop.Secret.Error.NoSuchObject", message: e.message)
+        case .interactionNotAllowed: self.init(.isLocked, e.message)
+        case .itemNotFound, .missingEntitlement, .notAvailableOnThisDevice: self = .noSuchObject
         // vaultd's own name, as on the socket: the item is there but does not read.
-        case .itemDamaged: self.init(name: VaultError.Code.itemDamaged.name, message: e.message)
-        case .permissionDenied: self.init(name: "org.freedesktop.DBus.Error.AccessDenied", message: e.message)
-        case .param, .invalidParameter, .secretTooLarge, .invalidValue: self.init(name: "org.freedesktop.DBus.Error.InvalidArgs", message: e.message)
-        case .quotaExceeded, .storageFull, .replyTooLarge, .rateLimited: self.init(name: "org.freedesktop.DBus.Error.LimitsExceeded", message: e.message)
-        case .noPassphrase: self.init(name: "org.freedesktop.DBus.Error.NotSupported", message: e.message)
-        default: self.init(name: "org.freedesktop.DBus.Error.Failed", message: e.message)
+        case .itemDamaged: self.init(.itemDamaged, e.message)
+        case .permissionDenied: self.init(.accessDenied, e.message)
+        case .param, .invalidParameter, .secretTooLarge, .invalidValue: self.init(.invalidArgs, e.message)
+        case .quotaExceeded, .storageFull, .replyTooLarge, .rateLimited: self.init(.limitsExceeded, e.message)
+        case .noPassphrase: self.init(.notSupported, e.message)
+        default: self.init(.failed, e.message)
         }
     }
 
@@ -48,7 +81,7 @@ extension BusError {
             self.init(f)
         } else {
             // A shared codec's error (VaultProtocol's, a LocalizedError) by its message.
-            self.init(name: "org.freedesktop.DBus.Error.Failed", message: (error as? LocalizedError)?.errorDescription ?? "\(error)")
+            self.init(.failed, (error as? LocalizedError)?.errorDescription ?? "\(error)")
         }
     }
 }
@@ -76,9 +109,6 @@ final class SecretService: @unchecked Sendable {
     static let maximumPeers = 1024
     static let maximumSessionsPerPeer = 64
     static let maximumPromptsPerPeer = 16
-    /// The most collections whose items' subtree is registered (the owner may name any
-    /// number of groups); past it, a new collection's items are not served (logged).
-    static let maximumCollections = 4096
     /// The most bytes of secrets one GetSecrets returns.
     static let maximumSecretsReply = Varlink.maximumMessageSize
     /// How long a bus query of vaultd's own (credentials, a name's owner) may take (ms).
@@ -94,7 +124,7 @@ final class SecretService: @unchecked Sendable {
     private(set) var connection: OpaquePointer?
     private var context: OpaquePointer?
     private var loop: OpaquePointer?
-    private var nodeInfo: UnsafeMutablePointer<GDBusNodeInfo>?
+    private(set) var nodeInfo: UnsafeMutablePointer<GDBusNodeInfo>?
     private let interfaceVTable = UnsafeMutablePointer<GDBusInterfaceVTable>.allocate(capacity: 1)
     private let subtreeVTable = UnsafeMutablePointer<GDBusSubtreeVTable>.allocate(capacity: 1)
 
@@ -106,8 +136,8 @@ final class SecretService: @unchecked Sendable {
     private var sessions: [String: Session] = [:]
     private var prompts: [String: Prompt] = [:]
     private var nextID: UInt64 = 0
-    /// Collections (encoded groups) whose item subtree is registered.
-    private var registeredCollections: Set<String> = []
+    /// Whether the filter answers the inline reads (`InlineReads.swift`); set before it runs.
+    var inlineEnabled = true
     private var observer: UUID?
     /// What the filter answering reads on GDBus's worker thread keeps (`InlineReads.swift`).
     let inline = Locked(InlineState())
@@ -118,6 +148,16 @@ final class SecretService: @unchecked Sendable {
     final class BusPeer {
         let caller: Caller
         let credentials: PeerCredentials
+        /// The service's Collections as this connection was last given them (nil: never),
+        /// under the service's lock.
+        var collections: [String]?
+        /// The collections whose Items this connection read (`itemsRead`): it is sent their
+        /// Items, Created and Modified when they change, each costing a read of the whole
+        /// collection; one that never read them (a program that stores or looks up, keeping
+        /// no collection) has no copy to keep current. At most `maximumItemsReaders`, past
+        /// which it is sent every collection's.
+        var itemsRead: [String] = []
+        var readsAllItems = false
         init(caller: Caller, credentials: PeerCredentials) {
             self.caller = caller
             self.credentials = credentials
@@ -226,7 +266,7 @@ final class SecretService: @unchecked Sendable {
         connection = conn
         g_dbus_connection_set_exit_on_close(conn, 0)
         guard registerObjects() else { return }
-        addInlineFilter()
+        addFilter()
         subscribeToBus()
         guard requestName() else {
             g_dbus_connection_close_sync(conn, nil, nil)
@@ -248,7 +288,7 @@ final class SecretService: @unchecked Sendable {
 
     /// The interfaces' descriptions and the callbacks of every object, registered as subtrees
     /// (GDBus dispatches a subtree's direct children: one for the service and its folders,
-    /// one per collection for its items, made as collections are named: `ensureRegistered`).
+    /// and items' calls, which reach no subtree, dispatched by vaultd itself: `OwnDispatch.swift`).
     private func registerObjects() -> Bool {
         var err: UnsafeMutablePointer<GError>?
         guard let info = g_dbus_node_info_new_for_xml(SecretServiceIntrospection.xml, &err) else {
@@ -263,16 +303,8 @@ final class SecretService: @unchecked Sendable {
                 sender: sender.map { String(cString: $0) } ?? "", path: String(cString: path!), interface: String(cString: interface!),
                 method: String(cString: method!), parameters: GV(borrowing: parameters!), invocation: invocation!)
         }
-        interfaceVTable.pointee.get_property = { _, sender, path, interface, property, error, user in
-            SecretService.this(user).getProperty(
-                sender: sender.map { String(cString: $0) } ?? "", path: String(cString: path!), interface: String(cString: interface!),
-                property: String(cString: property!), error: error)
-        }
-        interfaceVTable.pointee.set_property = { _, sender, path, interface, property, value, error, user in
-            SecretService.this(user).setProperty(
-                sender: sender.map { String(cString: $0) } ?? "", path: String(cString: path!), interface: String(cString: interface!),
-                property: String(cString: property!), value: GV(borrowing: value!), error: error) ? 1 : 0
-        }
+        // No get_property or set_property: GDBus then hands Properties calls to method_call
+        // (`propertyCall`), whose errors carry their own names.
         subtreeVTable.initialize(to: GDBusSubtreeVTable())
         subtreeVTable.pointee.enumerate = { _, sender, path, user in
             SecretService.this(user).enumerate(sender: sender.map { String(cString: $0) } ?? "", path: String(cString: path!))
@@ -286,7 +318,7 @@ final class SecretService: @unchecked Sendable {
             return UnsafePointer(SecretService.this(user).interfaceVTable)
         }
         for path in Self.fixedSubtrees {
-            guard registerSubtree(path) else { return false }
+            guard registerSubtree(path) != 0 else { return false }
         }
         return true
     }
@@ -302,47 +334,33 @@ final class SecretService: @unchecked Sendable {
 
     /// Whether a subtree is registered at `path`.
     private func isSubtree(_ path: String) -> Bool {
-        if Self.fixedSubtrees.contains(path) { return true }
-        guard path.hasPrefix(SecretServicePath.collectionRoot + "/") else { return false }
-        let element = String(path.dropFirst(SecretServicePath.collectionRoot.count + 1))
-        return lock.withLock { registeredCollections.contains(element) }
+        Self.fixedSubtrees.contains(path)
     }
 
+    /// The subtrees: the service and its folders. GDBus hands a subtree only its direct
+    /// children, so an item's path (`…/collection/GROUP/ID`) reaches none: vaultd dispatches
+    /// those calls itself (`OwnDispatch.swift`), the same way whichever collection they name.
     private static let fixedSubtrees = [SecretServicePath.root, SecretServicePath.collectionRoot, SecretServicePath.aliasRoot, SecretServicePath.sessionRoot, SecretServicePath.promptRoot]
 
-    private func registerSubtree(_ path: String) -> Bool {
+    @discardableResult
+    private func registerSubtree(_ path: String) -> guint {
         var err: UnsafeMutablePointer<GError>?
         let id = g_dbus_connection_register_subtree(
             connection, path, subtreeVTable, G_DBUS_SUBTREE_FLAGS_DISPATCH_TO_UNENUMERATED_NODES, userData, nil, &err)
         if id == 0 {
             log("secret service: cannot register \(path): \(String(cString: cg_error_message(err)))")
             g_error_free(err)
-            return false
         }
-        return true
+        return id
     }
 
-    /// The path of collection `group`, with its items' subtree registered (on the bus thread).
+    /// The path of collection `group`.
     func collectionPath(_ group: String) -> String {
-        let path = SecretServicePath.collection(group).path
-        let element = SecretServicePath.encode(group)
-        let isNew = lock.withLock { () -> Bool? in
-            if registeredCollections.contains(element) { return false }
-            guard registeredCollections.count < Self.maximumCollections else { return nil }
-            registeredCollections.insert(element)
-            return true
-        }
-        switch isNew {
-        case true?: _ = registerSubtree(path)
-        case nil: _ = Self.promptLog.log("collections", "secret service: over \(Self.maximumCollections) collections named; the items of \(logField(group)) are not served")
-        case false?: break
-        }
-        return path
+        SecretServicePath.collection(group).path
     }
 
     func itemPath(_ group: String, _ id: String) -> String {
-        _ = collectionPath(group)
-        return SecretServicePath.item(collection: group, id: id).path
+        SecretServicePath.item(collection: group, id: id).path
     }
 
     // MARK: the bus
@@ -362,7 +380,7 @@ final class SecretService: @unchecked Sendable {
         guard let result else {
             let message = String(cString: cg_error_message(err))
             g_error_free(err)
-            throw BusError(name: "org.freedesktop.DBus.Error.Failed", message: "the bus did not answer \(method): \(message)")
+            throw BusError(.failed, "the bus did not answer \(method): \(message)")
         }
         return GV(owned: result)
     }
@@ -555,12 +573,17 @@ final class SecretService: @unchecked Sendable {
 
     private func methodCall(sender: String, path: String, interface: String, method: String, parameters: GV, invocation: OpaquePointer) {
         do {
-            guard Policy.decision(forSecretService: interface, method) != nil else {
-                throw BusError.accessDenied("\(interface).\(method) has no policy decision")
+            let reply: GV?
+            if interface == Self.propertiesInterface {
+                reply = try propertyCall(method, sender: sender, path: path, parameters)
+            } else {
+                guard Policy.decision(forSecretService: interface, method) != nil else {
+                    throw BusError.accessDenied("\(interface).\(method) has no policy decision")
+                }
+                let caller = try caller(sender)
+                guard let target = SecretServicePath(path) else { throw BusError.noSuchObject }
+                reply = try handle(method, of: interface, on: target, parameters, sender: sender, caller: caller)
             }
-            let caller = try caller(sender)
-            guard let target = SecretServicePath(path) else { throw BusError.noSuchObject() }
-            let reply = try handle(method, of: interface, on: target, parameters, sender: sender, caller: caller)
             if let reply {
                 reply.pass { g_dbus_method_invocation_return_value(invocation, $0) }
             } else {
@@ -568,36 +591,57 @@ final class SecretService: @unchecked Sendable {
             }
         } catch {
             let e = BusError(error)
-            g_dbus_method_invocation_return_dbus_error(invocation, e.name, e.message)
+            g_dbus_method_invocation_return_dbus_error(invocation, e.name.rawValue, e.message)
         }
     }
 
-    private func getProperty(sender: String, path: String, interface: String, property name: String, error out: UnsafeMutablePointer<UnsafeMutablePointer<GError>?>?) -> OpaquePointer? {
-        do {
-            guard Policy.decision(forSecretService: interface, "Get") != nil else { throw BusError.accessDenied("no policy decision for \(interface) properties") }
-            let caller = try caller(sender)
-            guard let target = SecretServicePath(path) else { throw BusError.noSuchObject() }
-            // GDBus takes the reference it is given.
-            return try property(name, of: target, caller: caller).retained
-        } catch {
-            let e = BusError(error)
-            out?.pointee = g_dbus_error_new_for_dbus_error(e.name, e.message)
+    static let propertiesInterface = "org.freedesktop.DBus.Properties"
+
+    /// org.freedesktop.DBus.Properties' Get, GetAll and Set. The interface vtable has no
+    /// property callbacks, so GDBus hands these calls to `methodCall` (after checking that
+    /// the property exists on the object's interfaces, may be read or written, and that a
+    /// value to set has its type), and each one is answered, error included, as a method
+    /// call is: a property callback's GError would reach the client under a name GDBus makes
+    /// up from the error's domain. GetAll is all or nothing: an object the caller may not see
+    /// is NoSuchObject, as for Get (GDBus's own GetAll leaves out each property that fails,
+    /// which answered `{}` for another app's collection).
+    func propertyCall(_ method: String, sender: String, path: String, _ p: GV) throws -> GV? {
+        let interface = p.child(0).string
+        let decision = method == "Set" ? "Set" : "Get"
+        guard Policy.decision(forSecretService: interface, decision) != nil else {
+            throw BusError.accessDenied("no policy decision for \(interface) properties")
+        }
+        let caller = try caller(sender)
+        guard let target = SecretServicePath(path) else { throw BusError.noSuchObject }
+        switch method {
+        case "Get":
+            return .tuple([.variant(try property(p.child(1).string, of: target, caller: caller, sender: sender))])
+        case "GetAll":
+            let names = readableProperties(of: interface)
+            var entries: [GV] = []
+            for name in names {
+                entries.append(.dictEntry(.string(name), .variant(try property(name, of: target, caller: caller, sender: sender))))
+            }
+            return .tuple([.array("{sv}", entries)])
+        case "Set":
+            try setProperty(p.child(1).string, of: target, to: p.child(2).unboxed, caller: caller)
             return nil
+        default:
+            throw BusError(.unknownMethod, "no method \(Self.propertiesInterface).\(method)")
         }
     }
 
-    private func setProperty(sender: String, path: String, interface: String, property: String, value: GV, error out: UnsafeMutablePointer<UnsafeMutablePointer<GError>?>?) -> Bool {
-        do {
-            guard Policy.decision(forSecretService: interface, "Set") != nil else { throw BusError.accessDenied("no policy decision for \(interface) properties") }
-            let caller = try caller(sender)
-            guard let target = SecretServicePath(path) else { throw BusError.noSuchObject() }
-            try setProperty(property, of: target, to: value, caller: caller)
-            return true
-        } catch {
-            let e = BusError(error)
-            out?.pointee = g_dbus_error_new_for_dbus_error(e.name, e.message)
-            return false
+    /// The readable properties `interface` declares (`Introspection.swift`), in its order.
+    private func readableProperties(of interface: String) -> [String] {
+        guard let info = g_dbus_node_info_lookup_interface(nodeInfo, interface), let properties = info.pointee.properties else { return [] }
+        var names: [String] = []
+        var i = 0
+        while let p = properties[i] {
+            // G_DBUS_PROPERTY_INFO_FLAGS_READABLE: (1 << 0).
+            if p.pointee.flags.rawValue & 1 != 0 { names.append(String(cString: p.pointee.name)) }
+            i += 1
         }
+        return names
     }
 
     /// The interfaces of the object at `path` (none for a path that is no object).
@@ -615,21 +659,25 @@ final class SecretService: @unchecked Sendable {
         return cg_interfaces_new(&infos, guint(infos.count))
     }
 
-    /// The children introspection lists under `path` (the folders, the aliases, and the
-    /// caller's collections); items are listed by their collection's Items property.
+    /// The children GDBus lists under a subtree's own path: the aliases under theirs. The
+    /// collections' folder is answered by `introspectCollections` instead.
     private func enumerate(sender: String, path: String) -> UnsafeMutablePointer<UnsafeMutablePointer<gchar>?>? {
-        var names: [String] = []
-        switch path {
-        case SecretServicePath.aliasRoot: names = SecretServicePath.aliases
-        case SecretServicePath.collectionRoot:
-            if let caller = try? caller(sender), let groups = try? vault.accessGroups(caller: caller) {
-                names = (groups.filter { !$0.sameBytes(Vault.sessionCollection) } + [Vault.sessionCollection]).map(SecretServicePath.encode)
-            }
-        default: break
-        }
+        let names = path == SecretServicePath.aliasRoot ? SecretServicePath.aliases : []
         let strv = cg_strv_new(guint(names.count))!
         for (i, n) in names.enumerated() { strv[i] = g_strdup(n) }
         return strv
+    }
+
+    /// The path elements of the collections `caller` sees, as `Service.Collections` lists
+    /// them (its access groups, and `session` once).
+    func enumerateCollections(caller: Caller) throws -> [String] {
+        try visibleCollections(caller: caller).map(SecretServicePath.encode)
+    }
+
+    /// The collections (groups) `caller` sees: its access groups (`Vault.accessGroups`,
+    /// which the policy decides), and the session collection, once.
+    func visibleCollections(caller: Caller) throws -> [String] {
+        try vault.accessGroups(caller: caller).filter { !Self.isSession($0) } + [Vault.sessionCollection]
     }
 
     // MARK: sessions, prompts, signals
@@ -708,10 +756,13 @@ final class SecretService: @unchecked Sendable {
         lock.withLock { prompts[id].flatMap { $0.started ? ($0.windowID, $0.appID, $0.deadline) : nil } }
     }
 
-    /// Runs `body` on the bus thread, later (never inline, so no caller's lock is held).
-    func onBusThread(_ body: @escaping () -> Void) {
+    /// Runs `body` on the bus thread, later (never inline, so no caller's lock is held); at
+    /// `priority` 0 (G_PRIORITY_DEFAULT, GDBus's own for the calls it hands there) in turn
+    /// with those calls, else after them (G_PRIORITY_DEFAULT_IDLE).
+    func onBusThread(priority: Int32 = 200, _ body: @escaping () -> Void) {
         guard let context else { return }
         let source = g_idle_source_new()
+        g_source_set_priority(source, gint(priority))
         g_source_set_callback(source, { data in
             Unmanaged<Thunk>.fromOpaque(data!).takeRetainedValue().body()
             return 0
@@ -740,8 +791,10 @@ final class SecretService: @unchecked Sendable {
         emit(to: p.owner, path: SecretServicePath.prompt(id).path, SecretServiceIntrospection.prompt, "Completed", [.bool(dismissed), result])
     }
 
-    /// The vault's lock state changed: started prompts complete once it is open.
+    /// The vault's lock state changed: started prompts complete once it is open, and every
+    /// identified connection is told the new `Locked` of what it sees (`notify`).
     private func lockStateChanged() {
+        notify(.lockState)
         guard vault.isKeychainOpen else { return }
         let started = lock.withLock { prompts.filter { $0.value.started }.map(\.key) }
         for id in started { complete(id, dismissed: false) }
@@ -755,44 +808,176 @@ final class SecretService: @unchecked Sendable {
         }
     }
 
-    /// ItemCreated, ItemDeleted or ItemChanged of `item` in `group`, to each identified
-    /// connection the policy lets see that group's items (`Policy.seesItem`), from the
-    /// collection and from the `default` alias when it is that connection's default group;
-    /// and the collection's Items property, invalidated. Sent once the current call's reply is
-    /// queued (from the bus thread's next iteration): the reply is not held behind them.
-    func itemSignal(_ name: String, group: String, item: String) {
-        onBusThread { [self] in sendItemSignal(name, group: group, item: item) }
+    // MARK: change signals
+
+    /// A change the connections that see it are told of (`notify`).
+    enum Change {
+        /// Items of `collection` (an access group, or the session collection) were made,
+        /// deleted or changed (their secret, label or attributes). `group` is the access
+        /// group whose visibility decides who is told: the collection's own, or for the
+        /// session collection the default group of the caller whose items they are.
+        case items(collection: String, group: String, created: [String] = [], deleted: [String] = [], changed: [String] = [])
+        /// A collection's label was set.
+        case label(group: String)
+        /// The vault was locked or unlocked.
+        case lockState
     }
 
-    private func sendItemSignal(_ name: String, group: String, item: String) {
-        let targets = lock.withLock { peers.filter { Policy.seesItem(inAccessGroup: group, $0.value.caller) } }
-        let collection = collectionPath(group)
-        for (sender, peer) in targets {
-            var paths = [collection]
-            if peer.caller.defaultAccessGroup.sameBytes(group) { paths += SecretServicePath.aliases.map { SecretServicePath.alias($0).path } }
-            for path in paths {
-                emit(to: sender, path: path, SecretServiceIntrospection.collection, name, [.objectPath(item)])
-                if name != "ItemChanged" {
-                    emit(
-                        to: sender, path: path, "org.freedesktop.DBus.Properties", "PropertiesChanged",
-                        [.string(SecretServiceIntrospection.collection), .array("{sv}", []), .array("s", [.string("Items")])])
+    /// Tells each identified connection that may see it of `change`, as gnome-keyring does:
+    /// the specification's signals (ItemCreated, ItemDeleted, ItemChanged from the collection
+    /// and, for a connection's default group, from its aliases; CollectionCreated,
+    /// CollectionDeleted, CollectionChanged from the service) and PropertiesChanged with the
+    /// new value of every property that changed (the collection's Items, Created and
+    /// Modified; the item's properties; the service's Collections; Locked of each collection
+    /// and item), never a property invalidated without its value: libsecret reads its cached
+    /// value at the next signal, and finds none. Who sees what is the policy's
+    /// (`Policy.seesItem`, and the engine's answers to each connection's `Caller`); nothing
+    /// is broadcast. Sent from the bus thread's next iteration, after the current call's reply.
+    func notify(_ change: Change) {
+        onBusThread { [self] in send(change) }
+    }
+
+    /// Values computed once per `Caller` while one change is sent (connections of one app,
+    /// or of the owner, see the same).
+    private final class PerCaller<Value> {
+        private var entries: [(Caller, Value?)] = []
+        func value(for caller: Caller, _ make: () throws -> Value) -> Value? {
+            if let e = entries.first(where: { $0.0 == caller }) { return e.1 }
+            let v = try? make()
+            entries.append((caller, v))
+            return v
+        }
+    }
+
+    private func send(_ change: Change) {
+        let targets: [(String, BusPeer)]
+        switch change {
+        case .items(_, let group, _, _, _), .label(let group):
+            targets = lock.withLock { peers.filter { Policy.seesItem(inAccessGroup: group, $0.value.caller) }.map { ($0.key, $0.value) } }
+        case .lockState:
+            targets = lock.withLock { peers.map { ($0.key, $0.value) } }
+        }
+        let collectionsSeen = PerCaller<[String]>()
+        switch change {
+        case .items(let collection, _, let created, let deleted, let changed):
+            let views = PerCaller<[(String, GV)]>()
+            let itemValues = PerCaller<[String: [(String, GV)]]>()
+            for (sender, peer) in targets {
+                if !Self.isSession(collection) && !(created.isEmpty && deleted.isEmpty) {
+                    collectionsChanged(sender, peer, collectionsSeen)
+                }
+                let reader = lock.withLock { peer.readsAllItems || peer.itemsRead.containsBytes(collection) }
+                let values = reader ? views.value(for: peer.caller, { try collectionValues(collection, caller: peer.caller) }) : nil
+                for path in collectionPaths(collection, for: peer.caller) {
+                    for item in created { emit(to: sender, path: path, SecretServiceIntrospection.collection, "ItemCreated", [.objectPath(item)]) }
+                    for item in deleted { emit(to: sender, path: path, SecretServiceIntrospection.collection, "ItemDeleted", [.objectPath(item)]) }
+                    for item in changed { emit(to: sender, path: path, SecretServiceIntrospection.collection, "ItemChanged", [.objectPath(item)]) }
+                    if let values { propertiesChanged(to: sender, path: path, SecretServiceIntrospection.collection, values) }
+                }
+                let items = itemValues.value(for: peer.caller) {
+                    var out: [String: [(String, GV)]] = [:]
+                    for item in changed {
+                        guard let target = SecretServicePath(item) else { continue }
+                        out[item] = try readableProperties(of: SecretServiceIntrospection.item).map { ($0, try property($0, of: target, caller: peer.caller)) }
+                    }
+                    return out
+                }
+                for (item, values) in items ?? [:] { propertiesChanged(to: sender, path: item, SecretServiceIntrospection.item, values) }
+            }
+        case .label(let group):
+            let labels = PerCaller<GV>()
+            for (sender, peer) in targets {
+                guard let label = labels.value(for: peer.caller, { try property("Label", of: .collection(group), caller: peer.caller) }) else { continue }
+                for path in collectionPaths(group, for: peer.caller) {
+                    propertiesChanged(to: sender, path: path, SecretServiceIntrospection.collection, [("Label", label)])
+                }
+                emit(to: sender, path: SecretServicePath.root, SecretServiceIntrospection.service, "CollectionChanged", [.objectPath(collectionPath(group))])
+            }
+        case .lockState:
+            let locked = GV.bool(!vault.isKeychainOpen)
+            let items = PerCaller<[String: [(String, Bool)]]>()
+            for (sender, peer) in targets {
+                guard let collections = collectionsSeen.value(for: peer.caller, { try visibleCollections(caller: peer.caller) }) else { continue }
+                let seen = items.value(for: peer.caller) {
+                    var out: [String: [(String, Bool)]] = [:]
+                    for c in collections { out[c] = try find(Self.query(group: c), caller: peer.caller).map { (path(of: $0), $0.isLocked) } }
+                    return out
+                }
+                for c in collections {
+                    // A reader of its Items gets them too: locked since vaultd started, they
+                    // were given as none (`collectionValues`).
+                    let reader = lock.withLock { peer.readsAllItems || peer.itemsRead.containsBytes(c) }
+                    let values = reader ? ((try? collectionValues(c, caller: peer.caller)) ?? []) : []
+                    for path in collectionPaths(c, for: peer.caller) {
+                        propertiesChanged(to: sender, path: path, SecretServiceIntrospection.collection, [("Locked", locked)] + values)
+                    }
+                    for (item, isLocked) in seen?[c] ?? [] {
+                        propertiesChanged(to: sender, path: item, SecretServiceIntrospection.item, [("Locked", .bool(isLocked))])
+                    }
+                    emit(to: sender, path: SecretServicePath.root, SecretServiceIntrospection.service, "CollectionChanged", [.objectPath(collectionPath(c))])
                 }
             }
         }
     }
 
-    /// PropertiesChanged of an item's `properties`, invalidated, to the connections that see
-    /// it, after the current call's reply (as `itemSignal`).
-    func itemPropertiesChanged(group: String, item: String, _ properties: [String]) {
-        onBusThread { [self] in sendItemPropertiesChanged(group: group, item: item, properties) }
+    /// The paths a connection of `caller` knows collection `collection` by: its own, and the
+    /// aliases when it is that caller's default group.
+    private func collectionPaths(_ collection: String, for caller: Caller) -> [String] {
+        var paths = [collectionPath(collection)]
+        if !Self.isSession(collection) && caller.defaultAccessGroup.sameBytes(collection) {
+            paths += SecretServicePath.aliases.map { SecretServicePath.alias($0).path }
+        }
+        return paths
     }
 
-    private func sendItemPropertiesChanged(group: String, item: String, _ properties: [String]) {
-        let targets = lock.withLock { peers.filter { Policy.seesItem(inAccessGroup: group, $0.value.caller) }.map(\.key) }
-        for sender in targets {
-            emit(
-                to: sender, path: item, "org.freedesktop.DBus.Properties", "PropertiesChanged",
-                [.string(SecretServiceIntrospection.item), .array("{sv}", []), .array("s", properties.map { GV.string($0) })])
+    /// The service's Collections as `sender` sees them now; when they differ from what it
+    /// was last given (its read of the property, or an earlier signal), CollectionCreated and
+    /// CollectionDeleted for each difference, then PropertiesChanged with the new value.
+    private func collectionsChanged(_ sender: String, _ peer: BusPeer, _ seen: PerCaller<[String]>) {
+        // Nothing to compare with (it never read them): it is told nothing.
+        guard lock.withLock({ peer.collections != nil }) else { return }
+        guard let now = seen.value(for: peer.caller, { try visibleCollections(caller: peer.caller) }) else { return }
+        let before: [String]? = lock.withLock {
+            defer { peer.collections = now }
+            return peer.collections
         }
+        guard let before, !before.elementsEqual(now, by: { $0.sameBytes($1) }) else { return }
+        for g in now where !before.containsBytes(g) {
+            emit(to: sender, path: SecretServicePath.root, SecretServiceIntrospection.service, "CollectionCreated", [.objectPath(collectionPath(g))])
+        }
+        for g in before where !now.containsBytes(g) {
+            emit(to: sender, path: SecretServicePath.root, SecretServiceIntrospection.service, "CollectionDeleted", [.objectPath(collectionPath(g))])
+        }
+        propertiesChanged(to: sender, path: SecretServicePath.root, SecretServiceIntrospection.service, [("Collections", .objectPaths(now.map(collectionPath)))])
+    }
+
+    /// Records that `sender` read the Items of `group`'s collection (see `BusPeer.itemsRead`).
+    func itemsRead(_ group: String, by sender: String) {
+        lock.withLock {
+            guard let p = peers[sender], !p.readsAllItems, !p.itemsRead.containsBytes(group) else { return }
+            // Bounded in number and in bytes (the owner may name a group of any length).
+            if p.itemsRead.count >= Self.maximumItemsReaders || group.utf8.count > Self.maximumTrackedGroupBytes {
+                p.readsAllItems = true
+            } else {
+                p.itemsRead.append(group)
+            }
+        }
+    }
+
+    /// The most collections whose readers are tracked per connection, and the longest group
+    /// name tracked.
+    static let maximumItemsReaders = 256
+    static let maximumTrackedGroupBytes = 1024
+
+    /// Records the Collections `sender` was given, which `collectionsChanged` compares with.
+    func collectionsGiven(_ groups: [String], to sender: String) {
+        lock.withLock { peers[sender]?.collections = groups }
+    }
+
+    /// PropertiesChanged of `interface` at `path` with these values, none invalidated.
+    private func propertiesChanged(to sender: String, path: String, _ interface: String, _ values: [(String, GV)]) {
+        emit(
+            to: sender, path: path, Self.propertiesInterface, "PropertiesChanged",
+            [.string(interface), .array("{sv}", values.map { .dictEntry(.string($0.0), .variant($0.1)) }), .array("s", [])])
     }
 }

@@ -10,8 +10,8 @@ extension SecretService {
     static let itemLabel = "org.freedesktop.Secret.Item.Label"
     static let itemAttributes = "org.freedesktop.Secret.Item.Attributes"
     static let collectionLabel = "org.freedesktop.Secret.Collection.Label"
-    /// Every secret is given out as this: vaultd keeps no content type (as gnome-keyring).
-    static let contentType = "text/plain"
+    /// The content type of a secret stored without one (as gnome-keyring gives every secret).
+    static let defaultContentType = "text/plain"
     /// The schema of the vault passphrase `vaultctl unlock --remember` keeps in the login keyring.
     static let unlockSchema = "io.vaultd.Unlock"
 
@@ -61,8 +61,7 @@ extension SecretService {
         let named = items.prefix(16).map(\.description).joined(separator: "; ")
         let more = items.count > 16 ? " and \(items.count - 16) more" : ""
         return BusError(
-            name: VaultError.Code.itemDamaged.name,
-            message: "damaged in the store (altered or damaged on disk): \(named)\(more). Delete it (Item.Delete, or secret-tool clear with its attributes) and store it again, or restore it from a backup; `vaultctl doctor` lists every damaged item")
+            .itemDamaged, "damaged in the store (altered or damaged on disk): \(named)\(more). Delete it (Item.Delete, or secret-tool clear with its attributes) and store it again, or restore it from a backup; `vaultctl doctor` lists every damaged item")
     }
 
     /// Whether a collection's group is the in-memory session collection (which hides an
@@ -80,7 +79,7 @@ extension SecretService {
         switch target {
         case .collection(let g): return g
         case .alias(let a) where SecretServicePath.aliases.contains(a): return caller.defaultAccessGroup
-        default: throw BusError.noSuchObject()
+        default: throw BusError.noSuchObject
         }
     }
 
@@ -102,7 +101,7 @@ extension SecretService {
             if let d = try vault.damagedSecretServiceItem(row, accessGroup: g, caller: caller) { return .damaged(d) }
         default: break
         }
-        throw BusError.noSuchObject("no such item")
+        throw BusError.noSuchObject
     }
 
     /// The one item at `target` (NoSuchObject when there is none the caller may see,
@@ -152,8 +151,20 @@ extension SecretService {
         }
     }
 
-    /// A `(oayays)` secret for session `path` (`session`): encrypted in an encrypted one.
-    static func secretValue(_ data: SecureBytes, session: Session, path: String) throws -> GV {
+    /// The content type of a `(oayays)` secret, to be stored with it: nil for none (""). At
+    /// most `ItemAttributes.maximumContentTypeBytes` (InvalidArgs).
+    static func contentType(_ s: GV) throws -> String? {
+        let type = s.child(3).string
+        guard type.utf8.count <= ItemAttributes.maximumContentTypeBytes else {
+            throw BusError.invalidArgs("a content type takes at most \(ItemAttributes.maximumContentTypeBytes) bytes")
+        }
+        return type.isEmpty ? nil : type
+    }
+
+    /// A `(oayays)` secret for session `path` (`session`): encrypted in an encrypted one; with
+    /// the content type it was stored with (`defaultContentType` when none was given).
+    static func secretValue(_ data: SecureBytes, contentType: String?, session: Session, path: String) throws -> GV {
+        let contentType = contentType.flatMap { $0.isEmpty ? nil : $0 } ?? defaultContentType
         if let dh = session.dh {
             let (iv, ciphertext) = try dh.encrypt(data)
             return iv.withUnsafeBytes { i in
@@ -210,6 +221,7 @@ extension SecretService {
             for itemPath in p.child(0).children.map(\.string) {
                 guard let t = SecretServicePath(itemPath) else { continue }
                 let data: SecureBytes
+                let contentType: String?
                 switch try? stored(t, secret: true, caller: caller) {
                 case .item(let found)?:
                     guard let d = found.data else {
@@ -217,6 +229,7 @@ extension SecretService {
                         continue
                     }
                     data = d
+                    contentType = found.attributes.contentType
                 case .damaged(let d)?:
                     // Left out, as a locked item is: it never keeps the others from being read.
                     damaged.append(d)
@@ -225,7 +238,7 @@ extension SecretService {
                 }
                 bytes += data.count
                 guard bytes <= Self.maximumSecretsReply else { throw BusError.limitsExceeded("the secrets asked for are over \(Self.maximumSecretsReply) bytes: ask for fewer") }
-                entries.append(.dictEntry(.objectPath(itemPath), try Self.secretValue(data, session: session, path: path)))
+                entries.append(.dictEntry(.objectPath(itemPath), try Self.secretValue(data, contentType: contentType, session: session, path: path)))
             }
             // Nothing but damaged items asked for (a lookup of one): the error names them, as
             // CopyMatching's ItemDamaged does, rather than an answer of nothing.
@@ -271,18 +284,22 @@ extension SecretService {
             let (items, damaged) = try findReportingDamage(Self.query(group: g), caller: caller)
             if Self.isSession(g) {
                 try vault.deleteSessionItems(nil, caller: caller)
-                for i in items { itemSignal("ItemDeleted", group: caller.defaultAccessGroup, item: path(of: i)) }
+                notify(.items(collection: g, group: caller.defaultAccessGroup, deleted: items.map(path)))
             } else {
+                var deleted: [String] = []
+                defer { if !deleted.isEmpty { notify(.items(collection: g, group: g, deleted: deleted)) } }
                 if !items.isEmpty {
                     _ = try vault.deleteItems(Self.query(group: g), caller: caller)
-                    for i in items { itemSignal("ItemDeleted", group: g, item: path(of: i)) }
+                    deleted = items.map(path)
                 }
                 // The damaged ones too, each by its row (the query above names lookup
                 // attributes, which a damaged item's cannot be checked against).
                 for d in damaged {
                     _ = try vault.deleteDamagedSecretServiceItem(d.id, accessGroup: g, caller: caller)
-                    if let p = path(ofDamaged: d) { itemSignal("ItemDeleted", group: g, item: p) }
+                    if let p = path(ofDamaged: d) { deleted.append(p) }
                 }
+                try vault.removeCollectionLabel(g, caller: caller)
+                notify(.label(group: g))
             }
             return .tuple([.objectPath("/")])
 
@@ -292,23 +309,28 @@ extension SecretService {
             let session = try session(path, for: sender)
             let found = try item(target, secret: true, caller: caller)
             guard let data = found.data else { throw BusError(VaultFailure(.interactionNotAllowed, "the item is locked: unlock the vault (vaultctl unlock)")) }
-            return .tuple([try Self.secretValue(data, session: session, path: path)])
+            return .tuple([try Self.secretValue(data, contentType: found.attributes.contentType, session: session, path: path)])
         case (SecretServiceIntrospection.item, "SetSecret", .damaged), (SecretServiceIntrospection.item, "GetSecret", .damaged):
             // Nothing of it reads: named as damaged (or NoSuchObject once it is gone).
             _ = try item(target, caller: caller)
-            throw BusError.noSuchObject("no such item")
+            throw BusError.noSuchObject
         case (SecretServiceIntrospection.item, "SetSecret", .item(let g, let id)):
             let s = try secret(p.child(0), sender: sender)
+            let type = try Self.contentType(p.child(0))
             if Self.isSession(g) {
-                try vault.updateSessionItem(id, secret: s, caller: caller)
+                try vault.updateSessionItem(id, secret: s, contentType: type, caller: caller)
             } else {
-                _ = try vault.updateItems(Self.query(group: g, id: id), changes: ItemAttributes(), secret: s, caller: caller)
+                // The content type goes with the secret; "" is stored as none (given back as
+                // `defaultContentType`), as an item made without one.
+                var changes = ItemAttributes()
+                changes.contentType = type ?? ""
+                _ = try vault.updateItems(Self.query(group: g, id: id), changes: changes, secret: s, caller: caller)
             }
-            itemSignal("ItemChanged", group: Self.isSession(g) ? caller.defaultAccessGroup : g, item: target.path)
+            notify(.items(collection: g, group: Self.isSession(g) ? caller.defaultAccessGroup : g, changed: [target.path]))
             return nil
         case (SecretServiceIntrospection.item, "Delete", .item(let g, let id)):
             if Self.isSession(g) {
-                guard try vault.deleteSessionItems(id, caller: caller) > 0 else { throw BusError.noSuchObject("no such item") }
+                guard try vault.deleteSessionItems(id, caller: caller) > 0 else { throw BusError.noSuchObject }
             } else {
                 do {
                     _ = try vault.deleteItems(Self.query(group: g, id: id), caller: caller)
@@ -318,12 +340,12 @@ extension SecretService {
                     _ = try vault.deleteItems(ItemQuery(itemClass: .genericPassword, attributes: ItemAttributes(service: Vault.secretServiceService, account: id, accessGroup: g), matchAll: true), caller: caller)
                 }
             }
-            itemSignal("ItemDeleted", group: Self.isSession(g) ? caller.defaultAccessGroup : g, item: target.path)
+            notify(.items(collection: g, group: Self.isSession(g) ? caller.defaultAccessGroup : g, deleted: [target.path]))
             return .tuple([.objectPath("/")])
         case (SecretServiceIntrospection.item, "Delete", .damaged(let g, let row)):
-            guard !Self.isSession(g) else { throw BusError.noSuchObject("no such item") }
+            guard !Self.isSession(g) else { throw BusError.noSuchObject }
             _ = try vault.deleteDamagedSecretServiceItem(row, accessGroup: g, caller: caller)
-            itemSignal("ItemDeleted", group: g, item: target.path)
+            notify(.items(collection: g, group: g, deleted: [target.path]))
             return .tuple([.objectPath("/")])
 
         case (SecretServiceIntrospection.session, "Close", .session(let id)):
@@ -344,7 +366,7 @@ extension SecretService {
             try prompter.unregister(sender: sender, caller: caller)
             return nil
         default:
-            throw BusError(name: "org.freedesktop.DBus.Error.UnknownMethod", message: "no method \(interface).\(method) at this object")
+            throw BusError(.unknownMethod, "no method \(interface).\(method) at this object")
         }
     }
 
@@ -357,53 +379,57 @@ extension SecretService {
         // `vaultctl unlock --remember` storing the vault's passphrase in the vault it unlocks.
         if attributes["xdg:schema"] == Self.unlockSchema { throw BusError.notSupported(KeyringUnlock.circle) }
         let secret = try secret(p.child(1), sender: sender)
+        let contentType = try Self.contentType(p.child(1))
         if Self.isSession(group) {
-            let id = try vault.addSessionItem(label: label, attributes: attributes, secret: secret, replace: p.child(2).bool, caller: caller)
+            let id = try vault.addSessionItem(label: label, attributes: attributes, secret: secret, contentType: contentType, replace: p.child(2).bool, caller: caller)
             let path = itemPath(group, id)
-            itemSignal("ItemCreated", group: caller.defaultAccessGroup, item: path)
+            notify(.items(collection: group, group: caller.defaultAccessGroup, created: [path]))
             return .tuple([.objectPath(path), .objectPath("/")])
         }
         if p.child(2).bool, let existing = try find(Self.query(group: group, attributes: attributes), caller: caller).first(where: { $0.attributes.lookupAttributes == attributes }) {
             var changes = ItemAttributes(label: label)
             changes.lookupAttributes = attributes
+            changes.contentType = contentType ?? ""
             let id = existing.attributes.account ?? ""
             _ = try vault.updateItems(Self.query(group: group, id: id), changes: changes, secret: secret, caller: caller)
             let path = itemPath(group, id)
-            itemSignal("ItemChanged", group: group, item: path)
+            notify(.items(collection: group, group: group, changed: [path]))
             return .tuple([.objectPath(path), .objectPath("/")])
         }
         // The item's ID: 128 random bits, in hex (a path element as it is).
         let id = String(lowercaseHex: Sodium.randomBytes(16))
         var a = ItemAttributes(service: Vault.secretServiceService, account: id, label: label, accessGroup: group)
         a.lookupAttributes = attributes
+        a.contentType = contentType
         _ = try vault.addItem(.genericPassword, attributes: a, secret: secret, caller: caller)
         let path = itemPath(group, id)
-        itemSignal("ItemCreated", group: group, item: path)
+        notify(.items(collection: group, group: group, created: [path]))
         return .tuple([.objectPath(path), .objectPath("/")])
     }
 
     // MARK: properties
 
-    func property(_ name: String, of target: SecretServicePath, caller: Caller) throws -> GV {
+    /// Property `name` of the object at `target`, as `caller` sees it. `sender`, when given,
+    /// is the connection it is read for: the Collections it is given are remembered, so that
+    /// a later change tells it what was created or deleted (`notify`).
+    func property(_ name: String, of target: SecretServicePath, caller: Caller, sender: String? = nil) throws -> GV {
         switch (target, name) {
         case (.service, "Collections"):
-            let groups = try vault.accessGroups(caller: caller).filter { !Self.isSession($0) }
-            return .objectPaths((groups + [Vault.sessionCollection]).map(collectionPath))
-        case (.collection, "Items"), (.alias, "Items"):
-            let (found, damaged) = try findReportingDamage(Self.query(group: try group(of: target, caller: caller)), caller: caller)
-            return .objectPaths(found.map(path) + damaged.compactMap(path(ofDamaged:)))
+            let groups = try visibleCollections(caller: caller)
+            if let sender { collectionsGiven(groups, to: sender) }
+            return .objectPaths(groups.map(collectionPath))
+        case (.collection, "Items"), (.alias, "Items"), (.collection, "Created"), (.alias, "Created"), (.collection, "Modified"), (.alias, "Modified"):
+            let g = try group(of: target, caller: caller)
+            let values = try collectionValues(g, caller: caller)
+            if let sender, name == "Items" { itemsRead(g, by: sender) }
+            return values.first { $0.0 == name }!.1
         case (.collection, "Label"), (.alias, "Label"):
             let g = try group(of: target, caller: caller)
-            return .string(Self.isSession(g) ? g : try vault.accessGroup(g, caller: caller))
+            return .string(Self.isSession(g) ? g : try vault.collectionLabel(g, caller: caller))
         case (.collection, "Locked"), (.alias, "Locked"):
             let g = try group(of: target, caller: caller)
             if !Self.isSession(g) { _ = try vault.accessGroup(g, caller: caller) }
             return .bool(!(try vault.requestUnlock(caller: caller)))
-        case (.collection, "Created"), (.alias, "Created"), (.collection, "Modified"), (.alias, "Modified"):
-            // A group has no dates of its own: its items' earliest creation, latest change.
-            let items = try find(Self.query(group: try group(of: target, caller: caller)), caller: caller)
-            let dates = items.compactMap { name == "Created" ? $0.attributes.creationDate : $0.attributes.modificationDate }
-            return Self.seconds(name == "Created" ? dates.min() : dates.max())
         case (.item, _), (.damaged, _):
             let found: FoundItem
             switch try stored(target, caller: caller) {
@@ -415,7 +441,7 @@ extension SecretService {
                 case "Attributes": return .stringDictionary([:])
                 case "Label": return .string("damaged: " + d.description)
                 case "Created", "Modified": return Self.seconds(nil)
-                default: throw BusError(name: "org.freedesktop.DBus.Error.UnknownProperty", message: "no property \(name) here")
+                default: throw BusError.unknownProperty(name)
                 }
             }
             switch name {
@@ -428,7 +454,28 @@ extension SecretService {
             }
         default: break
         }
-        throw BusError(name: "org.freedesktop.DBus.Error.UnknownProperty", message: "no property \(name) here")
+        throw BusError.unknownProperty(name)
+    }
+
+    /// A collection's Items, Created and Modified, from one read of its items. A group has
+    /// no dates of its own: its items' earliest creation and latest change (0 when empty).
+    /// While the vault has stayed locked since vaultd started, its items' IDs (in their
+    /// encrypted attributes) cannot be read: no items then, and dates 0, until the unlock
+    /// sends the real values (`notify(.lockState)`); an error here would fail the whole
+    /// GetAll a client makes of the collection, and libsecret then has no collection at all.
+    func collectionValues(_ group: String, caller: Caller) throws -> [(String, GV)] {
+        let found: [FoundItem], damaged: [DamagedItem]
+        do {
+            (found, damaged) = try findReportingDamage(Self.query(group: group), caller: caller)
+        } catch let e as VaultFailure where e.code == .interactionNotAllowed {
+            if !Self.isSession(group) { _ = try vault.accessGroup(group, caller: caller) }
+            (found, damaged) = ([], [])
+        }
+        return [
+            ("Items", .objectPaths(found.map(path) + damaged.compactMap(path(ofDamaged:)))),
+            ("Created", Self.seconds(found.compactMap(\.attributes.creationDate).min())),
+            ("Modified", Self.seconds(found.compactMap(\.attributes.modificationDate).max())),
+        ]
     }
 
     func setProperty(_ name: String, of target: SecretServicePath, to value: GV, caller: Caller) throws {
@@ -441,17 +488,21 @@ extension SecretService {
             } else {
                 _ = try vault.updateItems(Self.query(group: g, id: id), changes: changes, secret: nil, caller: caller)
             }
-            let signalled = Self.isSession(g) ? caller.defaultAccessGroup : g
-            itemPropertiesChanged(group: signalled, item: target.path, [name])
-            itemSignal("ItemChanged", group: signalled, item: target.path)
+            notify(.items(collection: g, group: Self.isSession(g) ? caller.defaultAccessGroup : g, changed: [target.path]))
         case (.collection, "Label"), (.alias, "Label"):
-            _ = try vault.accessGroup(try group(of: target, caller: caller), caller: caller)
-            throw BusError.notSupported("a collection's label is its access group's name")
+            let g = try group(of: target, caller: caller)
+            guard !Self.isSession(g) else {
+                // One collection for every caller, each seeing its own items there: a label
+                // one app set would be read by the others.
+                guard value.string == g else { throw BusError.notSupported("the session collection's label is \(g)") }
+                return
+            }
+            if try vault.setCollectionLabel(g, to: value.string, caller: caller) { notify(.label(group: g)) }
         case (.damaged, "Label"), (.damaged, "Attributes"):
             _ = try item(target, caller: caller)
-            throw BusError.noSuchObject("no such item")
+            throw BusError.noSuchObject
         default:
-            throw BusError(name: "org.freedesktop.DBus.Error.PropertyReadOnly", message: "\(name) cannot be set")
+            throw BusError.propertyReadOnly(name)
         }
     }
 }
