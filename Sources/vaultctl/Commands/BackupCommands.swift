@@ -41,12 +41,17 @@ struct BackupCommand: Command {
         }
         let r = try context.vault().backup(to: absolute(file), passphrase: passphrase, recipients: recipients, includeDeviceBound: includeDeviceBound)
         func n(_ k: String) -> Int { r[k]?.intValue ?? 0 }
+        // Written without the damaged items and values: named, and the exit status says not
+        // all of it is in.
         let damaged = r["damagedItems"]?.arrayValue ?? []
+        let damagedValues = r["damagedValues"]?.arrayValue ?? []
+        let incomplete = [damaged.isEmpty ? nil : "\(damaged.count) damaged item(s)", damagedValues.isEmpty ? nil : "\(damagedValues.count) damaged preference value(s)"]
+            .compactMap { $0 }
         if json {
             var o = r
             o["file"] = .string(file)
             print(JSON.object(o).text)
-            if !damaged.isEmpty { throw Refusal(message: "the backup was written without \(damaged.count) damaged item(s) (vaultctl doctor lists them)") }
+            if !incomplete.isEmpty { throw Refusal(message: "the backup was written without \(incomplete.joined(separator: " and ")) (vaultctl doctor lists them)") }
             return
         }
         var line = "backup written to \(file): \(n("items")) items"
@@ -57,15 +62,10 @@ struct BackupCommand: Command {
             print("\(n("leftOutItems")) ThisDeviceOnly item(s) left out\(includeDeviceBound ? " (made on another device)" : " (--include-device-bound includes them)")")
         }
         print(passphrase != nil ? "open it with: vaultctl restore \(file)  (or age -d)" : "open it with: vaultctl restore --identity KEYFILE \(file)  (or age -d -i KEYFILE)")
-        // Written without the damaged items and values: named, and the exit status says not
-        // all of it is in.
-        let damaged = r["damagedItems"]?.arrayValue ?? []
-        let damagedValues = r["damagedValues"]?.arrayValue ?? []
         for d in damaged { printError("damaged, not in the backup: \(Keychain.describeDamaged(d))") }
         for d in damagedValues { printError("damaged, not in the backup: \(DoctorCommand.describeDamagedValue(d))") }
-        guard damaged.isEmpty && damagedValues.isEmpty else {
-            let what = [damaged.isEmpty ? nil : "\(damaged.count) damaged item(s)", damagedValues.isEmpty ? nil : "\(damagedValues.count) damaged preference value(s)"]
-            throw Refusal(message: "the backup was written without \(what.compactMap { $0 }.joined(separator: " and ")) (vaultctl doctor lists them)")
+        guard incomplete.isEmpty else {
+            throw Refusal(message: "the backup was written without \(incomplete.joined(separator: " and ")) (vaultctl doctor lists them)")
         }
     }
 }
