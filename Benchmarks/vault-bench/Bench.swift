@@ -133,8 +133,8 @@ enum Bench {
                 if i < floors.count { reads.append(floors[i]) }
                 if i < lookups.count { reads.append(lookups[i]) }
             }
-            // 2. durable writes.
-            if options.runs("writes") { writes += w.writeSeries() }
+            // 2. durable writes, each repetition after the disk's own floor (fdatasync).
+            if options.runs("writes") { writes += [Floor.fdatasyncSeries(directory: l.data, items: l.items, options: options)] + w.writeSeries() }
         }
         // Every lookup on a store no write has touched yet (a write cycle leaves frames in the
         // WAL that later reads look through, and maybe a checkpoint still running).

@@ -114,4 +114,25 @@ enum Floor {
             }
         }
     }
+
+    /// The floor of a durable write: one 4 KiB `pwrite` and its `fdatasync`, one client, on a
+    /// file in `directory` (the vault's data directory: the same file system and disk). A
+    /// durable add, update or delete pays at least one of these; the group commit shares one
+    /// among the writes that gather while the last one runs.
+    static func fdatasyncSeries(directory: String, items: Int, options: Options) -> Series {
+        series("fdatasync", system: "floor", items: items, clients: 1, options: options, note: "pwrite of 4 KiB + fdatasync, in the data directory") { _ in
+            let path = directory + "/floor-fdatasync"
+            let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+            guard fd >= 0 else { throw BenchError("floor: cannot open \(path): \(String(cString: strerror(errno)))") }
+            let page = [UInt8](repeating: 0x5A, count: 4096)
+            var offset: off_t = 0
+            return { _ in
+                let written = page.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, offset) }
+                guard written == page.count, fdatasync(fd) == 0 else { throw BenchError("floor: fdatasync: \(String(cString: strerror(errno)))") }
+                // Sixteen pages in turn, as a WAL's frames go on being rewritten once checkpointed.
+                offset = (offset + 4096) % (16 * 4096)
+                return true
+            }
+        }
+    }
 }

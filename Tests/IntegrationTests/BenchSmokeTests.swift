@@ -30,6 +30,8 @@ import TestSupport
         }
         for (name, system, count) in [
             ("lookup", "vaultd", 4), ("lookup", "floor", 4), ("add", "vaultd", 4), ("update", "vaultd", 4), ("delete", "vaultd", 4),
+            // The disk's floor of a durable write, once per item count.
+            ("fdatasync", "floor", 2),
             ("prefs-get", "vaultd", 1), ("prefs-set", "vaultd", 2), ("defaults-read", "vaultd", 1), ("item-get-process", "vaultd", 1),
             // vaultd's Secret Service through libsecret on a private bus, at the one --ss-items count.
             ("ss-ping", "vaultd", 2), ("ss-lookup", "vaultd", 2), ("ss-store", "vaultd", 2), ("ss-replace", "vaultd", 2), ("ss-clear", "vaultd", 2),
