@@ -59,7 +59,6 @@ struct BackupCommand: Command {
         print(passphrase != nil ? "open it with: vaultctl restore \(file)  (or age -d)" : "open it with: vaultctl restore --identity KEYFILE \(file)  (or age -d -i KEYFILE)")
         // Written without the damaged items and values: named, and the exit status says not
         // all of it is in.
-        let damaged = r["damagedItems"]?.arrayValue ?? []
         let damagedValues = r["damagedValues"]?.arrayValue ?? []
         for d in damaged { printError("damaged, not in the backup: \(Keychain.describeDamaged(d))") }
         for d in damagedValues { printError("damaged, not in the backup: \(DoctorCommand.describeDamagedValue(d))") }
