@@ -147,12 +147,17 @@ import Glibc
     }
 
     /// A libsecret client started while the vault has stayed locked since vaultd started
-    /// (its items' IDs cannot be read yet) gets its collection, locked and without items, and
-    /// follows the unlock to the collection's items.
+    /// (its items' IDs and its collection's label cannot be read yet) gets its collection,
+    /// locked, without items and labelled with its group's name, and follows the unlock to
+    /// the collection's items and label.
     @Test func aClientOfAVaultLockedSinceStartFollowsItsUnlock() throws {
         let k = try SecretServiceTests.fixture(passphrase: true)
         defer { k.close() }
-        let r = SecretServiceTests.secretTool(k, ["store", "--label=kept", "kept", "1"], stdin: "k")
+        var r = SecretServiceTests.secretTool(k, ["store", "--label=kept", "kept", "1"], stdin: "k")
+        try #require(r.status == 0, "\(r)")
+        // A collection label, sealed under the metadata key: read as the group's name until
+        // the unlock, whose signals carry it.
+        r = Self.setProperty(k, "/org/freedesktop/secrets/collection/user", "org.freedesktop.Secret.Collection", "Label", "<'Kept'>")
         try #require(r.status == 0, "\(r)")
         k.stopVaultd()
         try k.startVaultd(arguments: ["--secret-service"])
@@ -164,7 +169,7 @@ import Glibc
         defer { kill(client, SIGKILL) }
         let seen = try #require(Self.waitForLine(out, "locked=True label=user items=", from: 0), "\(Self.text(out)) \(Self.text(out + ".err"))")
         try #require(k.ctl(["unlock", "--passphrase-fd", "3"], fds: SecretServiceTests.passphraseFD).status == 0)
-        #expect(Self.waitForLine(out, "locked=False label=user items=kept", from: seen) != nil, "\(Self.text(out)) \(Self.text(out + ".err"))")
+        #expect(Self.waitForLine(out, "locked=False label=Kept items=kept", from: seen) != nil, "\(Self.text(out)) \(Self.text(out + ".err"))")
         #expect(kill(client, 0) == 0)
     }
 
@@ -373,6 +378,58 @@ import Glibc
         #expect(r.status != 0 && r.stderr.contains("org.freedesktop.DBus.Error.InvalidArgs"), "\(r)")
         r = Self.setProperty(k, path, "org.freedesktop.Secret.Collection", "Label", "<'user'>")
         #expect(r.status == 0 && label() == "(<'user'>,)\n", "\(r)")
+    }
+
+    /// A collection's label is what a user typed, so, as an item's attributes
+    /// (`KeychainTests.nothingTypedIsStoredInPlaintext`), it appears nowhere in the data
+    /// directory's files (vault.sqlite, its WAL and shared memory), neither while vaultd runs
+    /// nor after it stopped, nor a label it replaced. Sealed under the metadata key, it reads
+    /// as the group's name while the vault has stayed locked since vaultd started, and cannot
+    /// be set then (IsLocked); from the first unlock it reads as set, locked again or not.
+    @Test func collectionLabelsAreNotStoredInPlaintext() throws {
+        let k = try SecretServiceTests.fixture(passphrase: true)
+        defer { k.close() }
+        let path = "/org/freedesktop/secrets/collection/user"
+        func label() -> ProcessResult {
+            k.run("gdbus", ["call", "--session", "--dest", "org.freedesktop.secrets", "--object-path", path, "--method", "org.freedesktop.DBus.Properties.Get", "org.freedesktop.Secret.Collection", "Label"])
+        }
+        let replaced = "Wombat-Collection-5519 first label", kept = "Quokka-Collection-7731 label kept"
+        // An item too, so the vault's files hold more than the label.
+        var r = SecretServiceTests.secretTool(k, ["store", "--label=item", "scan", "1"], stdin: "s")
+        try #require(r.status == 0, "\(r)")
+        for value in [replaced, kept] {
+            r = Self.setProperty(k, path, "org.freedesktop.Secret.Collection", "Label", "<'\(value)'>")
+            try #require(r.status == 0, "\(r)")
+        }
+        #expect(label().stdoutText == "(<'\(kept)'>,)\n")
+
+        let needles: [(String, Data)] = [("the label", Data(kept.utf8)), ("the replaced label", Data(replaced.utf8))]
+        // The scanner itself finds what is there.
+        #expect(PlaintextScan.find(needles, in: Data("..\(kept)..".utf8)) == ["the label"])
+        func scan(_ when: String) throws {
+            let found = try PlaintextScan.scan(directory: k.dataDirectory, for: needles)
+            #expect(found.files.contains("vault.sqlite") && found.bytesScanned > 0, "\(when): the data directory should hold the vault: \(found.files)")
+            #expect(found.hits.isEmpty, "plaintext found \(when): \(found.hits) in \(found.files)")
+        }
+        try scan("while vaultd runs")
+        #expect(k.stopVaultd() == 0)
+        try scan("after vaultd stopped")
+
+        // Locked since vaultd started: the group's name, and no label can be set.
+        try k.startVaultd(arguments: ["--secret-service"])
+        try #require(k.state() == "locked")
+        #expect(label().stdoutText == "(<'user'>,)\n")
+        r = Self.setProperty(k, path, "org.freedesktop.Secret.Collection", "Label", "<'Another label'>")
+        #expect(r.status != 0 && r.stderr.contains("org.freedesktop.Secret.Error.IsLocked"), "\(r)")
+        // From the first unlock, the label as set; locked again, still.
+        r = k.ctl(["unlock", "--passphrase-fd", "3"], fds: SecretServiceTests.passphraseFD)
+        try #require(r.status == 0, "\(r)")
+        #expect(label().stdoutText == "(<'\(kept)'>,)\n")
+        try #require(k.ctl(["lock"]).status == 0)
+        #expect(label().stdoutText == "(<'\(kept)'>,)\n")
+        try scan("after the restart")
+        #expect(k.stopVaultd() == 0)
+        try scan("at the end")
     }
 
     // MARK: an app, probing

@@ -188,6 +188,23 @@ import Glibc
         #expect(Set(hashes.map(Self.hex)) == [Self.hex(Array(known[0..<16])), Self.hex(Array(known[16..<32]))])
     }
 
+    /// A Secret Service collection's label (`Vault.sealCollectionLabel`, nonce counting from
+    /// 0xA0): the known box, which opens only in its own access group's row.
+    static let collectionLabelBox = "a0a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3b4b5b6b72019b58c5d81b827467ff410056dcede67f4e19f5493b8a9f5a5dcdf15a8a7"
+
+    @Test func collectionLabelEncryption() {
+        let metadata = secret(Self.metadataKey)
+        let box = Vault.sealCollectionLabel("Kät collection", accessGroup: "com.example.kat", metadata: metadata, nonce: Self.seq(0xA0, 24))
+        #expect(Self.hex(box) == Self.collectionLabelBox)
+        #expect(Vault.openCollectionLabel(Self.bytes(Self.collectionLabelBox), accessGroup: "com.example.kat", metadata: metadata) == "Kät collection")
+        #expect(Vault.openCollectionLabel(Self.bytes(Self.collectionLabelBox), accessGroup: "com.example.other", metadata: metadata) == nil)
+        #expect(Vault.openCollectionLabel(Self.bytes(Self.collectionLabelBox), accessGroup: "com.example.kat", metadata: secret(Self.indexKey)) == nil)
+        // A random nonce otherwise: two boxes of one label differ, and each opens.
+        let a = Vault.sealCollectionLabel("Work", accessGroup: "g", metadata: metadata), b = Vault.sealCollectionLabel("Work", accessGroup: "g", metadata: metadata)
+        #expect(a != b && a.count == 24 + 4 + 16)
+        #expect(Vault.openCollectionLabel(a, accessGroup: "g", metadata: metadata) == "Work")
+    }
+
     /// A data directory of known bytes (device.key, vault_meta, one item's row) opens through
     /// Vault: the passphrase unlocks it and the item reads back with its attributes and secret.
     @Test func vaultReadsTheKnownStore() throws {

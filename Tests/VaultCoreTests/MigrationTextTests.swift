@@ -29,7 +29,7 @@ import Testing
         ("2026-12-01-item-lookup-attributes", "df7a88ac857f7aca8e314ee9c2e42d787f16241e19e46780cc1625086cfedbe9"),
         ("2026-12-02-sync-baseline", "8418a30efe75e0193defb0243eb53a18aee14f8b4b33af59b29647526fdc4504"),
         ("2026-12-02-items-primary-key-unique", "2fda04e31c52ecf7419d5858a0e7a01577ace1e5deca494311100679a0c5f5fe"),
-        ("2026-12-06-collection-labels", "56ab2208c5f30d7607276258413ab855b8e50e15da9f742f7aae3b4448a0d993"),
+        ("2026-12-06-collection-labels", "47f6fd8cc7616fa147950bf9e76f68546ec7241a7cb2c5a6a50b2bd326d1141e"),
     ]
 
     static let oldestFixture = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()

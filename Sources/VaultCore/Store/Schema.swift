@@ -281,13 +281,16 @@ enum Schema {
         }
         // The Secret Service's collection labels (`Vault.setCollectionLabel`): a display
         // name beside an access group, which keeps its name. A group without a row is
-        // labelled with its name. In the clear, as `items.access_group` is.
+        // labelled with its name. The label is what a user typed, so it is sealed under the
+        // metadata key as items' attributes are, bound to its access group
+        // (`Vault.collectionLabelAssociatedData`); the group is in the clear, as
+        // `items.access_group` is.
         m.register("2026-12-06-collection-labels") { db in
             try db.execute(
                 """
                 CREATE TABLE collection_labels (
                   access_group TEXT PRIMARY KEY NOT NULL,
-                  label TEXT NOT NULL
+                  label BLOB NOT NULL                     -- AEAD under the metadata key, bound to access_group
                 ) WITHOUT ROWID;
                 """)
         }

@@ -35,17 +35,31 @@ extension Vault {
     /// A collection's label (Secret Service `Collection.Label`): the display name set for
     /// access group `group` (`setCollectionLabel`), else the group's own name. Authorized as
     /// the collection's use (an app only one of its own groups: MissingEntitlement).
+    ///
+    /// The stored label is sealed under the metadata key, which is in memory only from the
+    /// first unlock: before it (a vault locked since vaultd started) the label reads as the
+    /// group's name, as a group without one does, and the Secret Service sends the real one
+    /// at the unlock. A label that does not open (the file altered or damaged) reads as the
+    /// group's name too, and is logged; setting one replaces it.
     public func collectionLabel(_ group: String, caller: Caller) throws -> String {
         let g = try accessGroup(group, caller: caller)
-        let stored = try read { db in try db.row("SELECT label FROM collection_labels WHERE access_group = ?", [.text(g)])?[0].text }
-        return stored ?? g
+        guard let box = try read({ db in try db.row("SELECT label FROM collection_labels WHERE access_group = ?", [.text(g)])?[0].blob }) else {
+            return g
+        }
+        guard let metadata = withKeys({ try? keychain.metadataKeys().metadata }) else { return g }
+        guard let label = Self.openCollectionLabel(box, accessGroup: g, metadata: metadata) else {
+            log("secret service: the label of collection \(g) failed authentication (the vault file was altered or damaged); it reads as the group's name until one is set")
+            return g
+        }
+        return label
     }
 
     /// Sets the display name of access group `group`'s collection; the group's own name
     /// removes it. The group keeps its name (items and apps name it so). Returns whether the
     /// label changed. Throws Param for an empty label or one over
-    /// `maximumCollectionLabelBytes`; MissingEntitlement for a group not the caller's. Kept in
-    /// the clear, as the group's name is.
+    /// `maximumCollectionLabelBytes`; MissingEntitlement for a group not the caller's;
+    /// InteractionNotAllowed before the first unlock (the label is sealed under the metadata
+    /// key, `collectionLabel`).
     @discardableResult
     public func setCollectionLabel(_ group: String, to label: String, caller: Caller) throws -> Bool {
         let g = try accessGroup(group, caller: caller)
@@ -53,19 +67,50 @@ extension Vault {
         guard label.utf8.count <= Self.maximumCollectionLabelBytes else {
             throw VaultFailure.param("a collection's label takes at most \(Self.maximumCollectionLabelBytes) bytes")
         }
+        let metadata = try withKeys { try keychain.metadataKeys().metadata }
         return try write { db in
             try self.admitInWrite(caller, in: db)
-            let before = try db.row("SELECT label FROM collection_labels WHERE access_group = ?", [.text(g)])?[0].text ?? g
-            guard !before.sameBytes(label) else { return false }
+            // The label now: the group's name without a row; nil when the row does not open
+            // (damaged), which any label then replaces.
+            let before: String?
+            if let box = try db.row("SELECT label FROM collection_labels WHERE access_group = ?", [.text(g)])?[0].blob {
+                before = Self.openCollectionLabel(box, accessGroup: g, metadata: metadata)
+            } else {
+                before = g
+            }
+            if let before, before.sameBytes(label) { return false }
             if label.sameBytes(g) {
                 _ = try db.run("DELETE FROM collection_labels WHERE access_group = ?", [.text(g)])
             } else {
                 _ = try db.run(
                     "INSERT INTO collection_labels (access_group, label) VALUES (?, ?) ON CONFLICT (access_group) DO UPDATE SET label = excluded.label",
-                    [.text(g), .text(label)])
+                    [.text(g), .blob(Self.sealCollectionLabel(label, accessGroup: g, metadata: metadata))])
             }
             return true
         }
+    }
+
+    /// Associated data of a collection's sealed label: "vaultd collection label v1", a NUL,
+    /// then the access group's UTF-8. A label box opens only in its own group's row, and no
+    /// item's box (whose associated data starts "vaultd item v1") opens as a label.
+    static func collectionLabelAssociatedData(_ accessGroup: String) -> [UInt8] {
+        Array("vaultd collection label v1".utf8) + [0] + Array(accessGroup.utf8)
+    }
+
+    /// `label`'s UTF-8 sealed under the metadata key (XChaCha20-Poly1305, nonce ‖ ciphertext
+    /// ‖ tag), bound to `accessGroup`. `nonce`: tests only (known answers); a random one
+    /// otherwise.
+    static func sealCollectionLabel(_ label: String, accessGroup: String, metadata: SecureBytes, nonce: [UInt8]? = nil) -> [UInt8] {
+        let ad = collectionLabelAssociatedData(accessGroup)
+        guard let nonce else { return Sodium.seal(Array(label.utf8), key: metadata, associatedData: ad) }
+        return Sodium.seal(Array(label.utf8), key: metadata, associatedData: ad, nonce: nonce)
+    }
+
+    /// The label `box` holds (`sealCollectionLabel`), nil when it does not open in
+    /// `accessGroup`'s row or is not UTF-8.
+    static func openCollectionLabel(_ box: [UInt8], accessGroup: String, metadata: SecureBytes) -> String? {
+        guard let plain = Sodium.openBytes(box, key: metadata, associatedData: collectionLabelAssociatedData(accessGroup)) else { return nil }
+        return String(validating: plain, as: UTF8.self)
     }
 
     /// Forgets the display name of `group`'s collection (Collection.Delete: a collection made

@@ -896,6 +896,7 @@ final class SecretService: @unchecked Sendable {
         case .lockState:
             let locked = GV.bool(!vault.isKeychainOpen)
             let items = PerCaller<[String: [(String, Bool)]]>()
+            let labels = PerCaller<[String: GV]>()
             for (sender, peer) in targets {
                 guard let collections = collectionsSeen.value(for: peer.caller, { try visibleCollections(caller: peer.caller) }) else { continue }
                 let seen = items.value(for: peer.caller) {
@@ -903,13 +904,21 @@ final class SecretService: @unchecked Sendable {
                     for c in collections { out[c] = try find(Self.query(group: c), caller: peer.caller).map { (path(of: $0), $0.isLocked) } }
                     return out
                 }
+                // Each collection's Label: locked since vaultd started, a set label was given
+                // as the group's name (`Vault.collectionLabel`).
+                let label = labels.value(for: peer.caller) {
+                    var out: [String: GV] = [:]
+                    for c in collections { out[c] = try? property("Label", of: .collection(c), caller: peer.caller) }
+                    return out
+                }
                 for c in collections {
                     // A reader of its Items gets them too: locked since vaultd started, they
                     // were given as none (`collectionValues`).
                     let reader = lock.withLock { peer.readsAllItems || peer.itemsRead.containsBytes(c) }
                     let values = reader ? ((try? collectionValues(c, caller: peer.caller)) ?? []) : []
+                    let named = label?[c].map { [("Label", $0)] } ?? []
                     for path in collectionPaths(c, for: peer.caller) {
-                        propertiesChanged(to: sender, path: path, SecretServiceIntrospection.collection, [("Locked", locked)] + values)
+                        propertiesChanged(to: sender, path: path, SecretServiceIntrospection.collection, [("Locked", locked)] + named + values)
                     }
                     for (item, isLocked) in seen?[c] ?? [] {
                         propertiesChanged(to: sender, path: item, SecretServiceIntrospection.item, [("Locked", .bool(isLocked))])

@@ -5,9 +5,10 @@
 
 Prints, for the fixed inputs below, each value of vaultd's key hierarchy (docs/keychain.md)
 as hex: the Argon2id KEK, the device-bound wrapping key, the device ID and backup key, the
-wrapped metadata, index and class keys, and one generic password's row (hashes and the
-three ciphertexts). Python's `cryptography` (Argon2id, ChaCha20-Poly1305, HKDF) and
-`hashlib` (BLAKE2b, SHA-256) compute them; XChaCha20 is HChaCha20 (RFC draft
+wrapped metadata, index and class keys, one generic password's row (hashes and the
+three ciphertexts) and one Secret Service collection's sealed label. Python's
+`cryptography` (Argon2id, ChaCha20-Poly1305, HKDF) and `hashlib` (BLAKE2b, SHA-256) compute
+them; XChaCha20 is HChaCha20 (RFC draft
 irtf-cfrg-xchacha, section 2.2, written out here) then ChaCha20-Poly1305 with the last 8
 bytes of the nonce. The test asserts that vaultd computes exactly these bytes, so a change
 to any derivation, wrapping or encoding cannot pass silently.
@@ -119,6 +120,11 @@ def main():
     for name, value in [("xdg:schema", "org.example.Kat"), ("user", "alice")]:
         lookup += blake2b(b"lookup\0" + struct.pack(">I", len(name.encode())) + name.encode() + value.encode(), INDEX_KEY, 16)
     show("item.lookupAttributeHashes", lookup)
+
+    # A Secret Service collection's label (Vault.sealCollectionLabel): its UTF-8 under the
+    # metadata key, bound to its access group, with a nonce counting from 0xA0.
+    label_ad = b"vaultd collection label v1\0" + group.encode()
+    show("collectionLabel", xchacha_seal(METADATA_KEY, seq(0xA0, 24), "Kät collection".encode(), label_ad))
 
     # HKDF-SHA-256 (RFC 5869) and SHA-256, as Sodium.hkdfSHA256 and Sodium.sha256 compute them.
     show("hkdf", HKDF(algorithm=hashes.SHA256(), length=80, salt=seq(0x10, 13), info=b"vaultd kat").derive(seq(0x30, 22)))
