@@ -67,17 +67,24 @@ public final class StorageQuota: Sendable {
     }
 
     /// The bytes of items of each app that wrote one of the rows `ids` (as `app_usage` holds them).
+    /// One indexed lookup per row (the rows an update changes, usually one), through the
+    /// primary keys of `items`, `app_generations` and `app_usage`, so an update pays for the
+    /// rows it changes, not for every app's usage: an owner's row, with no generation, costs
+    /// one probe.
     static func itemBytes(ofAppsWriting ids: [Int64], in db: Database) throws -> [String: Int64] {
-        guard !ids.isEmpty else { return [:] }
         var result: [String: Int64] = [:]
-        for r in try db.rows(
-            """
-            SELECT u.app_id, u.bytes FROM app_usage u WHERE u.app_id IN (
-              SELECT g.app_id FROM items i JOIN app_generations g ON g.generation = i.generation
-              WHERE i.id IN (SELECT value FROM json_each(?)))
-            """, [.text(ItemIndex.jsonList(ids))])
-        {
-            if let app = r[0].text { result[app] = r[1].int64 ?? 0 }
+        for id in ids {
+            guard
+                let r = try db.row(
+                    """
+                    SELECT u.app_id, u.bytes FROM items i
+                      JOIN app_generations g ON g.generation = i.generation
+                      JOIN app_usage u ON u.app_id = g.app_id
+                    WHERE i.id = ?
+                    """, [.integer(id)]),
+                let app = r[0].text
+            else { continue }
+            result[app] = r[1].int64 ?? 0
         }
         return result
     }
