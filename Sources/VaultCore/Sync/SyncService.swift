@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import VaultProtocol
 
 #if canImport(Glibc)
@@ -85,6 +86,10 @@ public final class SyncService: @unchecked Sendable {
     /// Set once by `start`; read by `wake` from any thread, under `watcherLock`.
     private var watcher: SyncWatcher?
     private let watcherLock = NSLock()
+    /// Whether this device is in (or joining) a sync group, as the last pass found at its
+    /// start: the vault's changes wake the watcher only then, so a vault that does not sync
+    /// pays no thread wake-up per write. True until the first pass says otherwise.
+    private let enrolled = Atomic<Bool>(true)
 
     public init(vault: Vault) {
         self.vault = vault
@@ -446,7 +451,8 @@ public final class SyncService: @unchecked Sendable {
     public func start() {
         _ = vault.addObserver { [weak self] event in
             switch event {
-            case .keychainChanged, .lockState: self?.wake()
+            case .keychainChanged, .lockState:
+                if self?.enrolled.load(ordering: .acquiring) == true { self?.wake() }
             default: break
             }
         }
@@ -492,7 +498,10 @@ public final class SyncService: @unchecked Sendable {
 
     /// A pass, under `lock`.
     private func pass() throws {
-        guard var config = try vault.syncConfig() else { return }
+        let found = try vault.syncConfig()
+        // Before anything is read: a change made after this wakes the next pass.
+        enrolled.store(found != nil, ordering: .releasing)
+        guard var config = found else { return }
         if config != loadedFor {
             resetState()
             loadedFor = config
