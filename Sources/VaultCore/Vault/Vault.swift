@@ -685,12 +685,12 @@ public final class Vault: @unchecked Sendable {
     }
 
     /// `read` on a reader, after `reply` (when given) reserved the most its reply can take
-    /// (`PreferencesStore.replyBytes` of what `domain`, or its entry `key`, counts), read in the
+    /// (`PreferencesStore.replyBytes` of what the whole `domain` counts), read in the
     /// same snapshot as the values, so a write in between cannot make the reply larger than
     /// reserved. Without room it waits outside the snapshot, and tries again. `held`: what
     /// `reply` holds for earlier parts of the same reply; this read's bytes are added to it.
     private func readingPreferences<T>(
-        _ domain: String, key: String?, reply: ReplyReserving?, holding held: inout Int, _ values: (Database) throws -> T
+        _ domain: String, reply: ReplyReserving?, holding held: inout Int, _ values: (Database) throws -> T
     ) throws -> T {
         guard let reply else { return try read { try values($0) } }
         let base = held
@@ -699,7 +699,7 @@ public final class Vault: @unchecked Sendable {
             var result: T?
             try read { db in
                 try db.readTransaction { db in
-                    total = base + PreferencesStore.replyBytes(counted: try preferences.size(of: domain, key: key, in: db))
+                    total = base + PreferencesStore.replyBytes(counted: try preferences.size(of: domain, key: nil, in: db))
                     if reply.reserveNow(total) { result = try values(db) }
                 }
             }
@@ -729,7 +729,7 @@ public final class Vault: @unchecked Sendable {
     public func preferenceDomainReportingDamage(_ domain: String?, caller: Caller, reply: ReplyReserving? = nil) throws -> DomainValues {
         let d = try authorize(.readPreferences(domain: domain), for: caller).domain
         var held = 0
-        return try readingPreferences(d, key: nil, reply: reply, holding: &held) { try preferences.domain(d, in: $0) }
+        return try readingPreferences(d, reply: reply, holding: &held) { try preferences.domain(d, in: $0) }
     }
 
     /// The first replies of a preferences Observe: every domain `grant` holds, with its values.
@@ -739,7 +739,7 @@ public final class Vault: @unchecked Sendable {
         precondition(grant.kind == .observePreferences, "a snapshot of the domains an Observe was granted")
         var held = 0
         return try grant.domainSet.sorted().map(\.string).map { d in
-            (d, try readingPreferences(d, key: nil, reply: reply, holding: &held) { try preferences.domain(d, in: $0).values })
+            (d, try readingPreferences(d, reply: reply, holding: &held) { try preferences.domain(d, in: $0).values })
         }
     }
 
