@@ -205,8 +205,14 @@ import Glibc
         let out = k.root + "/seahorse.out"
         let seahorse = try ChildProcess.spawn("/usr/bin/seahorse", [], environment: env, inputs: [:], stdout: .file(out, append: false), stderr: .file(out, append: false))
         defer { kill(seahorse, SIGKILL) }
-        // Serving: its application object answers on the bus (its main loop runs).
+        // Serving: its application object answers on the bus (its main loop runs). Asked only
+        // once the name has an owner: a call to an unowned name makes the bus start another
+        // seahorse from its activation file, which races the one under test for the name.
         func roundTrip() -> Bool {
+            let owned = k.run(
+                "gdbus", ["call", "--session", "--dest", "org.freedesktop.DBus", "--object-path", "/org/freedesktop/DBus",
+                    "--method", "org.freedesktop.DBus.NameHasOwner", "org.gnome.seahorse.Application"], timeout: 20)
+            guard owned.status == 0 && owned.stdoutText.contains("true") else { return false }
             let r = k.run("gdbus", ["call", "--session", "--dest", "org.gnome.seahorse.Application", "--object-path", "/org/gnome/seahorse/Application", "--method", "org.gtk.Actions.List"], timeout: 20)
             return r.status == 0 && r.stdoutText.contains("[")
         }
