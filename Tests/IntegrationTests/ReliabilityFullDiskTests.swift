@@ -86,22 +86,34 @@ import Glibc
         for p in problems.prefix(10) { Issue.record("\(when): \(p)") }
     }
 
-    @Test(.enabled(if: available, "needs root and mount namespaces (unshare -m)"), .timeLimit(.minutes(3)))
-    func writesThatDoNotFitFailCleanlyAndWorkAgainOnceSpaceIsFreed() throws {
+    /// vaultd started in a mount namespace of its own on a small tmpfs (`script`): the test's
+    /// directory, the tmpfs's mount point, the daemon, and the pid that holds the namespace
+    /// (for `nsenter`). The caller kills both.
+    static func startOnSmallDisk() throws -> (root: String, disk: String, daemon: CustomDaemon, holder: pid_t) {
         let root = try TemporaryDirectory.make(prefix: "vaultd-disk")
         let disk = root + "/disk"
         mkdir(disk, 0o700)
         let d = try CustomDaemon(dataDirectory: disk + "/data", root: root)
-        var holder: pid_t?
+        do {
+            try Self.script.write(toFile: root + "/ns.sh", atomically: true, encoding: .utf8)
+            try d.start(wrapper: ["unshare", "-m", "sh", root + "/ns.sh", disk])
+            let holder = (try? String(contentsOfFile: disk + ".holder", encoding: .utf8)).flatMap { pid_t($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+            return (root, disk, d, try #require(holder, "the namespace holder did not start"))
+        } catch {
+            d.kill()
+            d.close()
+            throw error
+        }
+    }
+
+    @Test(.enabled(if: available, "needs root and mount namespaces (unshare -m)"), .timeLimit(.minutes(3)))
+    func writesThatDoNotFitFailCleanlyAndWorkAgainOnceSpaceIsFreed() throws {
+        let (root, disk, d, namespaceHolder) = try Self.startOnSmallDisk()
         defer {
             d.kill()
-            if let h = holder { kill(h, SIGKILL) }
+            kill(namespaceHolder, SIGKILL)
             d.close()
         }
-        try Self.script.write(toFile: root + "/ns.sh", atomically: true, encoding: .utf8)
-        try d.start(wrapper: ["unshare", "-m", "sh", root + "/ns.sh", disk])
-        holder = (try? String(contentsOfFile: disk + ".holder", encoding: .utf8)).flatMap { pid_t($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
-        let namespaceHolder = try #require(holder, "the namespace holder did not start")
         // The tmpfs is vaultd's alone: the host sees an empty directory.
         #expect((try? FileManager.default.contentsOfDirectory(atPath: disk))?.isEmpty == true)
 
@@ -235,20 +247,12 @@ import Glibc
     /// pass fills the reserve again.
     @Test(.enabled(if: available, "needs root and mount namespaces (unshare -m)"), .timeLimit(.minutes(3)))
     func deletingAndLockingWorkOnAFullDisk() throws {
-        let root = try TemporaryDirectory.make(prefix: "vaultd-disk")
-        let disk = root + "/disk"
-        mkdir(disk, 0o700)
-        let d = try CustomDaemon(dataDirectory: disk + "/data", root: root)
-        var holder: pid_t?
+        let (root, disk, d, namespaceHolder) = try Self.startOnSmallDisk()
         defer {
             d.kill()
-            if let h = holder { kill(h, SIGKILL) }
+            kill(namespaceHolder, SIGKILL)
             d.close()
         }
-        try Self.script.write(toFile: root + "/ns.sh", atomically: true, encoding: .utf8)
-        try d.start(wrapper: ["unshare", "-m", "sh", root + "/ns.sh", disk])
-        holder = (try? String(contentsOfFile: disk + ".holder", encoding: .utf8)).flatMap { pid_t($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
-        let namespaceHolder = try #require(holder, "the namespace holder did not start")
         let reservePath = d.dataDirectory + "/space.reserve"
         #expect(try Self.allocated(reservePath, holder: namespaceHolder) ?? 0 >= 1 << 20, "the reserve at start")
 

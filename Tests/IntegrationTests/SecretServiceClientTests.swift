@@ -289,13 +289,7 @@ import Glibc
         // The owner stores into a group of its choosing through CreateCollection's label.
         let maker = """
             import sys
-            from jeepney import DBusAddress, new_method_call
-            from jeepney.io.blocking import open_dbus_connection
-            conn = open_dbus_connection(bus="SESSION")
-            def call(path, interface, method, signature, body):
-                return conn.send_and_get_reply(new_method_call(DBusAddress(path, bus_name="org.freedesktop.secrets", interface=interface), method, signature, body), timeout=20).body
-            root = "/org/freedesktop/secrets"
-            session = call(root, "org.freedesktop.Secret.Service", "OpenSession", "sv", ("plain", ("s", "")))[1]
+            \(Self.jeepneySession)
             collection = call(root, "org.freedesktop.Secret.Service", "CreateCollection", "a{sv}s", ({"org.freedesktop.Secret.Collection.Label": ("s", "work")}, ""))[0]
             properties = {"org.freedesktop.Secret.Item.Label": ("s", "w1"), "org.freedesktop.Secret.Item.Attributes": ("a{ss}", {"w": "1"})}
             item = call(collection, "org.freedesktop.Secret.Collection", "CreateItem", "a{sv}(oayays)b", (properties, (session, b"", b"one", "text/plain"), False))[0]
@@ -464,6 +458,19 @@ import Glibc
 
     /// Every call of a probe, on three objects each: another app's collection and item, and
     /// ones that do not exist. Prints, per call, the reply with the path replaced by `P`.
+    /// The start of a python script speaking to vaultd's Secret Service through jeepney on the
+    /// session bus: `call(path, interface, method, signature, body)` returns a reply's body,
+    /// `root` is the service's path and `session` a plain session opened on it.
+    static let jeepneySession = """
+        from jeepney import DBusAddress, new_method_call
+        from jeepney.io.blocking import open_dbus_connection
+        conn = open_dbus_connection(bus="SESSION")
+        def call(path, interface, method, signature, body):
+            return conn.send_and_get_reply(new_method_call(DBusAddress(path, bus_name="org.freedesktop.secrets", interface=interface), method, signature, body), timeout=20).body
+        root = "/org/freedesktop/secrets"
+        session = call(root, "org.freedesktop.Secret.Service", "OpenSession", "sv", ("plain", ("s", "")))[1]
+        """
+
     static let probeScript = """
         import json, sys
         from jeepney import DBusAddress, HeaderFields, MessageType, new_method_call
@@ -531,13 +538,7 @@ import Glibc
         _ = try Self.pythonApp(k, "com.example.Other")
         // The other app's item, stored by the owner in that app's group.
         let maker = """
-            from jeepney import DBusAddress, new_method_call
-            from jeepney.io.blocking import open_dbus_connection
-            conn = open_dbus_connection(bus="SESSION")
-            def call(path, interface, method, signature, body):
-                return conn.send_and_get_reply(new_method_call(DBusAddress(path, bus_name="org.freedesktop.secrets", interface=interface), method, signature, body), timeout=20).body
-            root = "/org/freedesktop/secrets"
-            session = call(root, "org.freedesktop.Secret.Service", "OpenSession", "sv", ("plain", ("s", "")))[1]
+            \(Self.jeepneySession)
             c = call(root, "org.freedesktop.Secret.Service", "CreateCollection", "a{sv}s", ({"org.freedesktop.Secret.Collection.Label": ("s", "com.example.Other")}, ""))[0]
             item = call(c, "org.freedesktop.Secret.Collection", "CreateItem", "a{sv}(oayays)b", ({"org.freedesktop.Secret.Item.Label": ("s", "theirs")}, (session, b"", b"their-secret", "text/plain"), False))[0]
             # The owner reads what it sees: every collection and item path named to it.
