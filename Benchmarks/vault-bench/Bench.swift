@@ -202,7 +202,7 @@ enum Bench {
             while answered == nil && now() < deadline {
                 if let c = try? VaultConnection(socketPath: vault.socketPath) {
                     let q = Query(.genericPassword, BenchItem.attributes(i))
-                    if let r = try? Keychain_copy(c, q), r {
+                    if let r = try? keychainCopy(c, q), r {
                         answered = now()
                         break
                     }
@@ -222,7 +222,7 @@ enum Bench {
     }
 
     /// One CopyMatching with data on a bare connection (no Hello): true when the secret came.
-    private static func Keychain_copy(_ c: VaultConnection, _ q: Query) throws -> Bool {
+    private static func keychainCopy(_ c: VaultConnection, _ q: Query) throws -> Bool {
         let r = try c.call(
             .keychainCopyMatching,
             ["class": "genericPassword", "query": q.attributes.json, "matchLimit": "one", "returnData": true, "returnAttributes": false])

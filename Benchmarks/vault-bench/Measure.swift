@@ -16,8 +16,11 @@ struct Entry: Codable {
     var system: String
     var items: Int
     var clients: Int
+    // swift-format-ignore: AlwaysUseLowerCamelCase
     var p50_us: Double
+    // swift-format-ignore: AlwaysUseLowerCamelCase
     var p99_us: Double
+    // swift-format-ignore: AlwaysUseLowerCamelCase
     var ops_per_s: Double
     /// Operations timed, over all repetitions.
     var ops: Int
@@ -25,6 +28,7 @@ struct Entry: Codable {
     var note: String?
     /// The server's CPU time (user + system, all threads) per operation, in µs, when the
     /// server is a process of the bench (vaultd): robust where wall-clock rates are noisy.
+    // swift-format-ignore: AlwaysUseLowerCamelCase
     var server_cpu_us: Double?
 }
 

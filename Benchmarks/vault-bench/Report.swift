@@ -19,10 +19,13 @@ struct Report: Codable {
     var settings: [String: String]
     var workloads: [Entry]
     /// vaultd's resident set size after the run at the largest item count.
+    // swift-format-ignore: AlwaysUseLowerCamelCase
     var rss_bytes: Int?
     /// Items in the vault whose RSS and start-up are reported.
+    // swift-format-ignore: AlwaysUseLowerCamelCase
     var rss_items: Int?
     /// Launch to the first answered lookup, median, at the largest item count.
+    // swift-format-ignore: AlwaysUseLowerCamelCase
     var startup_ms: Double?
     var targets: [Target]
 

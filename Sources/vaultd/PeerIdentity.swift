@@ -7,8 +7,8 @@ import VaultProtocol
 import Glibc
 #endif
 
-/// O_PATH: a descriptor that names a file without opening it (no FIFO blocks, no device acts).
-private let O_PATH = vault_o_path()
+/// `O_PATH`: a descriptor that names a file without opening it (no FIFO blocks, no device acts).
+private let openPathOnly = vault_o_path()
 
 /// A file's identity: device and inode.
 struct FileID: Equatable {
@@ -191,10 +191,10 @@ enum PeerIdentity {
     /// Reads `name` in directory `dirfd` without following a symlink, without opening
     /// anything but a regular file (a FIFO would block, a device could be endless or act on
     /// open) and without reading more than `maximumInfoSize` bytes. The name is opened
-    /// O_PATH first, looked at, and only a regular file is opened for reading (through
+    /// Opened O_PATH first, looked at, and only a regular file is opened for reading (through
     /// /proc/self/fd, the same inode). `owner`: the file must belong to this uid.
     static func readBounded(_ dirfd: Int32, _ name: String, owner: uid_t? = nil) throws(InfoRead) -> InfoFile {
-        let pathFD = openat(dirfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC)
+        let pathFD = openat(dirfd, name, openPathOnly | O_NOFOLLOW | O_CLOEXEC)
         guard pathFD >= 0 else {
             throw errno == ENOENT ? .absent : .failed(errno)
         }
@@ -293,10 +293,10 @@ enum PeerIdentity {
             return .refused("vaultd has no XDG_RUNTIME_DIR, so no Flatpak instance can be checked (app \(logField(name)))")
         }
         let me = getuid()
-        var fd = open(runtime, O_PATH | O_DIRECTORY | O_CLOEXEC)
+        var fd = open(runtime, openPathOnly | O_DIRECTORY | O_CLOEXEC)
         for component in [".flatpak", instance] {
             guard fd >= 0 else { break }
-            let next = openat(fd, component, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            let next = openat(fd, component, openPathOnly | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
             Glibc.close(fd)
             fd = next
             var st = stat()
@@ -354,7 +354,7 @@ enum PeerIdentity {
     /// is root's), so its presence means a sandbox; the file is read through a directory
     /// handle on the peer's root (`readBounded`), then checked against the host.
     static func sandbox(_ peer: PeerCredentials) -> Sandbox {
-        let root = open("/proc/\(peer.pid)/root", O_PATH | O_DIRECTORY | O_CLOEXEC)
+        let root = open("/proc/\(peer.pid)/root", openPathOnly | O_DIRECTORY | O_CLOEXEC)
         guard root >= 0 else { return .unreadable(errno) }
         defer { Glibc.close(root) }
         var peerRoot = stat(), ownRoot = stat()

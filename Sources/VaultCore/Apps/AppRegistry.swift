@@ -85,8 +85,6 @@ public struct AppRecord: Sendable, Equatable {
 /// is handed (`in db:`: a write's transaction, a reader's snapshot, the writer's under the
 /// engine lock).
 struct AppRegistry {
-    init() {}
-
     private static let columns =
         "app_id, executable, flatpak, access_groups, app_groups, keep_credentials, installed, generation, installed_at, launched_generation, executable_missing, unreported_launch_wipe, missing_since"
 

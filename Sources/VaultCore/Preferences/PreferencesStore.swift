@@ -26,8 +26,6 @@ struct PreferencesStore {
     /// A domain name may be at most this many UTF-8 bytes.
     static let maximumDomainNameLength = 255
 
-    init() {}
-
     static func validate(domain: String) throws {
         guard !domain.isEmpty, domain.utf8.count <= maximumDomainNameLength,
             !domain.unicodeScalars.contains(where: { $0.value < 0x20 || $0 == "/" })
