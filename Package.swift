@@ -3,7 +3,9 @@ import Foundation
 import PackageDescription
 
 /// The interface descriptions, one file per interface (Sources/VaultProtocol/Interfaces/*.varlink).
-let interfaceFiles = ((try? FileManager.default.contentsOfDirectory(atPath: Context.packageDirectory + "/Sources/VaultProtocol/Interfaces")) ?? [])
+let interfaceFiles =
+    ((try? FileManager.default.contentsOfDirectory(
+        atPath: Context.packageDirectory + "/Sources/VaultProtocol/Interfaces")) ?? [])
     .filter { $0.hasSuffix(".varlink") }.sorted().map { "Interfaces/" + $0 }
 
 let package = Package(
@@ -19,13 +21,17 @@ let package = Package(
     ],
     targets: [
         // C libraries from Debian packages, one systemLibrary target each.
-        .systemLibrary(name: "CSodium", pkgConfig: "libsodium", providers: [.apt(["libsodium-dev"])]),
-        .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
-        .systemLibrary(name: "CSecret", pkgConfig: "libsecret-1", providers: [.apt(["libsecret-1-dev"])]),
+        .systemLibrary(
+            name: "CSodium", pkgConfig: "libsodium", providers: [.apt(["libsodium-dev"])]),
+        .systemLibrary(
+            name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+        .systemLibrary(
+            name: "CSecret", pkgConfig: "libsecret-1", providers: [.apt(["libsecret-1-dev"])]),
         // GLib's GDBus: vaultd's Secret Service front-end on the session bus.
         .systemLibrary(name: "CGio", pkgConfig: "gio-2.0", providers: [.apt(["libglib2.0-dev"])]),
         // libgcrypt: the Secret Service's DH session (1024-bit MODP, AES-128-CBC), which libsodium lacks.
-        .systemLibrary(name: "CGcrypt", pkgConfig: "libgcrypt", providers: [.apt(["libgcrypt20-dev"])]),
+        .systemLibrary(
+            name: "CGcrypt", pkgConfig: "libgcrypt", providers: [.apt(["libgcrypt20-dev"])]),
         // What Glibc does not import into Swift (struct ucred, prctl).
         .target(name: "CVaultSys"),
 
@@ -34,13 +40,21 @@ let package = Package(
         // Interfaces/InterfaceTexts.swift (scripts/generate-interfaces; a test holds the two
         // together), not shipped as a resource bundle: installed binaries and the fuzzer's
         // swiftc build then need nothing beside them (docs/architecture.md).
-        .target(name: "VaultProtocol", dependencies: ["CSodium", "CVaultSys"], exclude: ["Interfaces/README.md"] + interfaceFiles),
-        .target(name: "VaultCore", dependencies: ["VaultProtocol", "CSodium", "CSQLite", "CVaultSys"]),
+        .target(
+            name: "VaultProtocol", dependencies: ["CSodium", "CVaultSys"],
+            exclude: ["Interfaces/README.md"] + interfaceFiles),
+        .target(
+            name: "VaultCore", dependencies: ["VaultProtocol", "CSodium", "CSQLite", "CVaultSys"]),
         // The desktop keyring (Secret Service) through libsecret: for vaultctl and vaultd.
         .target(name: "DesktopKeyring", dependencies: ["CSecret", "VaultProtocol"]),
         // The Secret Service's encrypted session: its key exchange and cipher.
         .target(name: "SecretSession", dependencies: ["VaultCore", "CGcrypt", "CSodium"]),
-        .executableTarget(name: "vaultd", dependencies: ["VaultCore", "VaultProtocol", "CVaultSys", "CSecret", "CGio", "SecretSession", "DesktopKeyring"]),
+        .executableTarget(
+            name: "vaultd",
+            dependencies: [
+                "VaultCore", "VaultProtocol", "CVaultSys", "CSecret", "CGio", "SecretSession",
+                "DesktopKeyring",
+            ]),
         .target(name: "VaultClient", dependencies: ["VaultProtocol"]),
         // Release builds link the Swift runtime and Foundation statically, so a vaultctl
         // process does not spend its start loading and relocating them (a CLI starts once
@@ -58,20 +72,27 @@ let package = Package(
             ]),
         .executableTarget(name: "git-credential-vault", dependencies: ["VaultClient"]),
         // An app that uses VaultClient as a real one would; tests copy it to act as several apps.
-        .executableTarget(name: "vault-example", dependencies: ["VaultClient"], path: "Examples/vault-example"),
+        .executableTarget(
+            name: "vault-example", dependencies: ["VaultClient"], path: "Examples/vault-example"),
         // The benchmark: vaultd against gnome-keyring (libsecret) and the bare socket round trip.
-        .executableTarget(name: "vault-bench", dependencies: ["VaultClient", "VaultProtocol", "DesktopKeyring", "CSecret"], path: "Benchmarks/vault-bench"),
+        .executableTarget(
+            name: "vault-bench",
+            dependencies: ["VaultClient", "VaultProtocol", "DesktopKeyring", "CSecret"],
+            path: "Benchmarks/vault-bench"),
 
         .target(name: "TestSupport", path: "Tests/TestSupport"),
         .testTarget(name: "VaultProtocolTests", dependencies: ["VaultProtocol", "TestSupport"]),
-        .testTarget(name: "VaultCoreTests", dependencies: ["VaultCore", "SecretSession", "TestSupport"]),
+        .testTarget(
+            name: "VaultCoreTests", dependencies: ["VaultCore", "SecretSession", "TestSupport"]),
         .testTarget(
             name: "IntegrationTests",
             // VaultCore for its policy table only: the tests call vaultd through the socket.
             dependencies: ["VaultClient", "VaultProtocol", "VaultCore", "TestSupport"]
         ),
         // vaultd's own code that needs no socket: the wire mapping of the engine's results and failures.
-        .testTarget(name: "VaultdTests", dependencies: ["vaultd", "VaultCore", "VaultProtocol", "TestSupport"]),
+        .testTarget(
+            name: "VaultdTests",
+            dependencies: ["vaultd", "VaultCore", "VaultProtocol", "TestSupport"]),
     ],
     // Complete concurrency checking: each `@unchecked Sendable` says which lock or queue
     // makes it safe.

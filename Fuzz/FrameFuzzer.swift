@@ -49,7 +49,10 @@ public func fuzzOneInput(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
     for frame in framesWhole + [bytes] {
         guard let json = try? JSON.parse(frame) else { continue }
         let text = json.serialized()
-        guard let again = try? JSON.parse(text) else { preconditionFailure("serialized JSON does not parse: \(String(decoding: text, as: UTF8.self))") }
+        guard let again = try? JSON.parse(text) else {
+            preconditionFailure(
+                "serialized JSON does not parse: \(String(decoding: text, as: UTF8.self))")
+        }
         precondition(again == json, "JSON round trip changed the value")
 
         if let call = try? VarlinkCall(json: json) {
@@ -74,7 +77,9 @@ public func fuzzOneInput(_ data: UnsafePointer<UInt8>, _ size: Int) -> CInt {
 func exercise(_ v: JSON) {
     if let p = try? PlistValue(tagged: v) {
         let t = p.tagged
-        guard let back = try? PlistValue(tagged: t) else { preconditionFailure("re-encoded plist value does not decode: \(t.text)") }
+        guard let back = try? PlistValue(tagged: t) else {
+            preconditionFailure("re-encoded plist value does not decode: \(t.text)")
+        }
         precondition(back == p, "plist round trip changed the value")
     }
     _ = try? ItemAttributes(json: v)

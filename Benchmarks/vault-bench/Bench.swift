@@ -27,7 +27,9 @@ enum Bench {
         }
         verbose = options.verbose
         signal(SIGPIPE, SIG_IGN)
-        if let e = options.echoServer { Floor.serve(path: e.path, request: e.request, reply: e.reply) }
+        if let e = options.echoServer {
+            Floor.serve(path: e.path, request: e.request, reply: e.reply)
+        }
         do {
             if let results = options.innerKeyringResults {
                 try KeyringBench.inner(options, results: results, pidFile: options.pidFile)
@@ -55,8 +57,11 @@ enum Bench {
     }
 
     static func run(_ options: Options) throws -> Report {
-        guard let vaultd = options.vaultdPath ?? Spawn.sibling("vaultd") ?? Spawn.which("vaultd") else {
-            throw BenchError("no vaultd next to vault-bench or in PATH; build it (swift build -c release) or give --vaultd PATH")
+        guard let vaultd = options.vaultdPath ?? Spawn.sibling("vaultd") ?? Spawn.which("vaultd")
+        else {
+            throw BenchError(
+                "no vaultd next to vault-bench or in PATH; build it (swift build -c release) or give --vaultd PATH"
+            )
         }
         let started = Date()
         let loadBefore = loadAverage()
@@ -68,7 +73,9 @@ enum Bench {
         var startup: Double?
         let largest = options.items.max()!
         // The whole-process comparison runs where the keyring's item count is (or the nearest).
-        let processLevel = options.items.min { abs($0 - options.keyringItems) < abs($1 - options.keyringItems) }!
+        let processLevel = options.items.min {
+            abs($0 - options.keyringItems) < abs($1 - options.keyringItems)
+        }!
         // Every item count's vaultd runs at once: the timed workloads take their repetitions
         // in turns across item counts and client counts (`interleave`), so that a slow spell
         // of the machine does not fall on every repetition of one of them.
@@ -104,14 +111,18 @@ enum Bench {
             let data = try cache.prepare(items: n, workRoot: root)
             let instanceRoot = root + "/vaultd-\(n)"
             mkdir(instanceRoot, 0o700)
-            let level = Level(items: n, vault: VaultdInstance(binary: vaultd, root: instanceRoot, dataDirectory: data), data: data)
+            let level = Level(
+                items: n,
+                vault: VaultdInstance(binary: vaultd, root: instanceRoot, dataDirectory: data),
+                data: data)
             levels.append(level)
             try level.vault.start()
             let count = try level.vault.itemCount()
             guard count == n else { throw BenchError("the vault for \(n) items holds \(count)") }
             progress("vaultd with \(n) items")
         }
-        var reads: [Series] = [], writes: [Series] = []
+        var reads: [Series] = []
+        var writes: [Series] = []
         for l in levels {
             let w = VaultdWorkloads(instance: l.vault, items: l.items, options: options)
             // 5. the floor: the same bytes as a lookup, over a bare socket to another process,
@@ -120,11 +131,15 @@ enum Bench {
             // compares neighbours).
             var floors: [Series] = []
             if options.runs("floor") {
-                let sizes = try Floor.lookupSizes(socketPath: l.vault.socketPath, index: 0, options: options)
-                let echo = try Floor.start(root: root + "/vaultd-\(l.items)", request: sizes.request, reply: sizes.reply)
+                let sizes = try Floor.lookupSizes(
+                    socketPath: l.vault.socketPath, index: 0, options: options)
+                let echo = try Floor.start(
+                    root: root + "/vaultd-\(l.items)", request: sizes.request, reply: sizes.reply)
                 l.echo = echo
                 floors = options.clients.map { c in
-                    Floor.roundTripSeries(path: echo.path, request: sizes.request, reply: sizes.reply, clients: c, items: l.items, options: options)
+                    Floor.roundTripSeries(
+                        path: echo.path, request: sizes.request, reply: sizes.reply, clients: c,
+                        items: l.items, options: options)
                 }
             }
             // 1. lookups.
@@ -134,7 +149,11 @@ enum Bench {
                 if i < lookups.count { reads.append(lookups[i]) }
             }
             // 2. durable writes, each repetition after the disk's own floor (fdatasync).
-            if options.runs("writes") { writes += [Floor.fdatasyncSeries(directory: l.data, items: l.items, options: options)] + w.writeSeries() }
+            if options.runs("writes") {
+                writes +=
+                    [Floor.fdatasyncSeries(directory: l.data, items: l.items, options: options)]
+                    + w.writeSeries()
+            }
         }
         // Every lookup on a store no write has touched yet (a write cycle leaves frames in the
         // WAL that later reads look through, and maybe a checkpoint still running).
@@ -146,7 +165,9 @@ enum Bench {
             let w = VaultdWorkloads(instance: l.vault, items: n, options: options)
             // 3. preferences (independent of the item count: measured once).
             if index == 0 && options.runs("prefs") { entries += try w.preferences() }
-            if n == processLevel && options.runs("process"), let e = try w.itemGetProcess() { entries.append(e) }
+            if n == processLevel && options.runs("process"), let e = try w.itemGetProcess() {
+                entries.append(e)
+            }
             if n == largest { rss = l.vault.pid.flatMap(residentBytes) }
             l.vault.stop()
             if n == largest && options.runs("startup") {
@@ -171,22 +192,28 @@ enum Bench {
         var report = Report(
             date: f.string(from: started) + " UTC", machine: Report.machineDescription(),
             settings: [
-                "items": options.items.map(String.init).joined(separator: ","), "clients": options.clients.map(String.init).joined(separator: ","),
-                "write-clients": options.writeClients.map(String.init).joined(separator: ","), "seconds": String(options.seconds),
-                "reps": String(options.repetitions), "warmup": String(options.warmup), "secret-size": String(options.secretSize),
+                "items": options.items.map(String.init).joined(separator: ","),
+                "clients": options.clients.map(String.init).joined(separator: ","),
+                "write-clients": options.writeClients.map(String.init).joined(separator: ","),
+                "seconds": String(options.seconds),
+                "reps": String(options.repetitions), "warmup": String(options.warmup),
+                "secret-size": String(options.secretSize),
                 "keyring-items": options.compareKeyring ? String(options.keyringItems) : "-",
-                "ss-items": options.runs("ss") ? options.ssItems.map(String.init).joined(separator: ",") : "-",
+                "ss-items": options.runs("ss")
+                    ? options.ssItems.map(String.init).joined(separator: ",") : "-",
                 "duration-s": String(format: "%.0f", Date().timeIntervalSince(started)),
                 "load-avg": "\(loadBefore) -> \(loadAverage())",
             ],
-            workloads: entries, rss_bytes: rss, rss_items: largest, startup_ms: startup, targets: [])
+            workloads: entries, rss_bytes: rss, rss_items: largest, startup_ms: startup, targets: []
+        )
         report.judge()
         return report
     }
 
     /// The 1-minute load average (other work on the machine skews every number).
     static func loadAverage() -> String {
-        (try? String(contentsOfFile: "/proc/loadavg", encoding: .utf8))?.split(separator: " ").first.map(String.init) ?? "?"
+        (try? String(contentsOfFile: "/proc/loadavg", encoding: .utf8))?.split(separator: " ").first
+            .map(String.init) ?? "?"
     }
 
     /// Launch to the first answered lookup (a random item, with its secret), in ms; median
@@ -208,12 +235,15 @@ enum Bench {
                     }
                 }
                 if let p = vault.pid, let status = Spawn.wait(p, timeout: 0) {
-                    throw BenchError("vaultd exited (status \(status)) during start-up; log:\n\(vault.log)")
+                    throw BenchError(
+                        "vaultd exited (status \(status)) during start-up; log:\n\(vault.log)")
                 }
                 usleep(200)
             }
             vault.stop()
-            guard let a = answered else { throw BenchError("vaultd did not answer within 60 s of its launch") }
+            guard let a = answered else {
+                throw BenchError("vaultd did not answer within 60 s of its launch")
+            }
             times.append(Double(a - t0) / 1e6)
         }
         let m = median(times)
@@ -225,7 +255,10 @@ enum Bench {
     private static func keychainCopy(_ c: VaultConnection, _ q: Query) throws -> Bool {
         let r = try c.call(
             .keychainCopyMatching,
-            ["class": "genericPassword", "query": q.attributes.json, "matchLimit": "one", "returnData": true, "returnAttributes": false])
+            [
+                "class": "genericPassword", "query": q.attributes.json, "matchLimit": "one",
+                "returnData": true, "returnAttributes": false,
+            ])
         return r["items"]?.arrayValue?.first?["data"]?.stringValue != nil
     }
 }

@@ -11,11 +11,14 @@ import Glibc
 /// private session, and only when libdconf and dconf-service are installed.
 enum Dconf {
     private typealias New = @convention(c) () -> UnsafeMutableRawPointer?
-    private typealias Read = @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<CChar>) -> OpaquePointer?
-    private typealias WriteSync = @convention(c) (
-        UnsafeMutableRawPointer?, UnsafePointer<CChar>, OpaquePointer?, UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?,
-        UnsafeMutableRawPointer?, UnsafeMutablePointer<UnsafeMutablePointer<GError>?>?
-    ) -> Int32
+    private typealias Read =
+        @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<CChar>) -> OpaquePointer?
+    private typealias WriteSync =
+        @convention(c) (
+            UnsafeMutableRawPointer?, UnsafePointer<CChar>, OpaquePointer?,
+            UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?,
+            UnsafeMutableRawPointer?, UnsafeMutablePointer<UnsafeMutablePointer<GError>?>?
+        ) -> Int32
 
     private struct Library {
         let new: New
@@ -24,11 +27,13 @@ enum Dconf {
     }
 
     private static func load() -> Library? {
-        guard let h = dlopen("libdconf.so.1", RTLD_NOW), let n = dlsym(h, "dconf_client_new"), let r = dlsym(h, "dconf_client_read"),
+        guard let h = dlopen("libdconf.so.1", RTLD_NOW), let n = dlsym(h, "dconf_client_new"),
+            let r = dlsym(h, "dconf_client_read"),
             let w = dlsym(h, "dconf_client_write_sync")
         else { return nil }
         return Library(
-            new: unsafeBitCast(n, to: New.self), read: unsafeBitCast(r, to: Read.self), writeSync: unsafeBitCast(w, to: WriteSync.self))
+            new: unsafeBitCast(n, to: New.self), read: unsafeBitCast(r, to: Read.self),
+            writeSync: unsafeBitCast(w, to: WriteSync.self))
     }
 
     static func measure(_ options: Options) -> [Entry] {
@@ -57,17 +62,24 @@ enum Dconf {
             guard seen else { throw BenchError("dconf does not read back what it wrote") }
             var entries: [Entry] = []
             entries.append(
-                try batchedReads("defaults-read", system: "dconf", options: options, note: "dconf_client_read (mmap)") {
+                try batchedReads(
+                    "defaults-read", system: "dconf", options: options,
+                    note: "dconf_client_read (mmap)"
+                ) {
                     guard let v = lib.read(setup, key) else { return false }
                     g_variant_unref(v)
                     return true
                 })
             for clients in options.writeClients {
                 entries.append(
-                    try vault_bench.measure("prefs-set", system: "dconf", items: 0, clients: clients, options: options, note: "dconf_client_write_sync") { client in
+                    try vault_bench.measure(
+                        "prefs-set", system: "dconf", items: 0, clients: clients, options: options,
+                        note: "dconf_client_write_sync"
+                    ) { client in
                         let c = lib.new()
                         return { k in
-                            try write(lib, c, "/io/vaultd/bench/k\(client)", Int32(truncatingIfNeeded: k))
+                            try write(
+                                lib, c, "/io/vaultd/bench/k\(client)", Int32(truncatingIfNeeded: k))
                             return true
                         }
                     })
@@ -79,7 +91,9 @@ enum Dconf {
         }
     }
 
-    private static func write(_ lib: Library, _ client: UnsafeMutableRawPointer?, _ key: String, _ value: Int32) throws {
+    private static func write(
+        _ lib: Library, _ client: UnsafeMutableRawPointer?, _ key: String, _ value: Int32
+    ) throws {
         var error: UnsafeMutablePointer<GError>?
         let ok = lib.writeSync(client, key, g_variant_new_int32(value), nil, nil, &error)
         if let error {

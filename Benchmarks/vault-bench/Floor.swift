@@ -43,7 +43,13 @@ enum Floor {
             var off = 0
             while off < count {
                 let n = recv(fd, b.baseAddress! + off, count - off, 0)
-                if n > 0 { off += n } else if n < 0 && errno == EINTR { continue } else { return false }
+                if n > 0 {
+                    off += n
+                } else if n < 0 && errno == EINTR {
+                    continue
+                } else {
+                    return false
+                }
             }
             return true
         }
@@ -54,7 +60,13 @@ enum Floor {
             var off = 0
             while off < b.count {
                 let n = send(fd, b.baseAddress! + off, b.count - off, Int32(MSG_NOSIGNAL))
-                if n > 0 { off += n } else if n < 0 && errno == EINTR { continue } else { return false }
+                if n > 0 {
+                    off += n
+                } else if n < 0 && errno == EINTR {
+                    continue
+                } else {
+                    return false
+                }
             }
             return true
         }
@@ -62,18 +74,23 @@ enum Floor {
 
     /// The byte sizes of a lookup's request and reply on the wire (with their NULs), measured
     /// with one real call to vaultd.
-    static func lookupSizes(socketPath: String, index: Int, options: Options) throws -> (request: Int, reply: Int) {
+    static func lookupSizes(socketPath: String, index: Int, options: Options) throws -> (
+        request: Int, reply: Int
+    ) {
         let call = VarlinkCall(
             method: VarlinkMethod.keychainCopyMatching.name,
             parameters: [
-                "class": "genericPassword", "query": BenchItem.attributes(index).json, "matchLimit": "one", "returnData": true,
+                "class": "genericPassword", "query": BenchItem.attributes(index).json,
+                "matchLimit": "one", "returnData": true,
                 "returnAttributes": false,
             ])
         let s = try UnixSocket()
         try s.connect(path: socketPath)
         let stream = VarlinkStream(socket: s)
         try stream.send(call.json)
-        guard let reply = try stream.receive() else { throw BenchError("vaultd closed the connection") }
+        guard let reply = try stream.receive() else {
+            throw BenchError("vaultd closed the connection")
+        }
         guard reply["error"] == nil else { throw BenchError("lookup failed: \(reply.text)") }
         return (call.json.serialized().count + 1, reply.serialized().count + 1)
     }
@@ -82,7 +99,8 @@ enum Floor {
     static func start(root: String, request: Int, reply: Int) throws -> (pid: pid_t, path: String) {
         let path = root + "/floor.sock"
         let pid = try Spawn.start(
-            Spawn.selfPath, ["--echo-server", path, String(request), String(reply)], environment: ProcessInfo.processInfo.environment,
+            Spawn.selfPath, ["--echo-server", path, String(request), String(reply)],
+            environment: ProcessInfo.processInfo.environment,
             stdout: .devNull, stderr: .inherit)
         Children.add(pid)
         for _ in 0..<2000 {
@@ -96,7 +114,9 @@ enum Floor {
 
     /// Round trips on `clients` connections, as a `Series`; the entry's items are `items`
     /// (the item count whose lookups it is the floor of).
-    static func roundTripSeries(path: String, request: Int, reply: Int, clients: Int, items: Int, options: Options) -> Series {
+    static func roundTripSeries(
+        path: String, request: Int, reply: Int, clients: Int, items: Int, options: Options
+    ) -> Series {
         series(
             "lookup", system: "floor", items: items, clients: clients, options: options,
             note: "bare AF_UNIX round trip, \(request) B request / \(reply) B reply"
@@ -108,7 +128,9 @@ enum Floor {
             var inBuf = [UInt8](repeating: 0, count: reply)
             return { _ in
                 try withExtendedLifetime(s) {
-                    guard writeAll(fd, out), readExactly(fd, &inBuf) else { throw BenchError("floor: the echo server closed the connection") }
+                    guard writeAll(fd, out), readExactly(fd, &inBuf) else {
+                        throw BenchError("floor: the echo server closed the connection")
+                    }
                     return true
                 }
             }
@@ -120,15 +142,22 @@ enum Floor {
     /// durable add, update or delete pays at least one of these; the group commit shares one
     /// among the writes that gather while the last one runs.
     static func fdatasyncSeries(directory: String, items: Int, options: Options) -> Series {
-        series("fdatasync", system: "floor", items: items, clients: 1, options: options, note: "pwrite of 4 KiB + fdatasync, in the data directory") { _ in
+        series(
+            "fdatasync", system: "floor", items: items, clients: 1, options: options,
+            note: "pwrite of 4 KiB + fdatasync, in the data directory"
+        ) { _ in
             let path = directory + "/floor-fdatasync"
             let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-            guard fd >= 0 else { throw BenchError("floor: cannot open \(path): \(String(cString: strerror(errno)))") }
+            guard fd >= 0 else {
+                throw BenchError("floor: cannot open \(path): \(String(cString: strerror(errno)))")
+            }
             let page = [UInt8](repeating: 0x5A, count: 4096)
             var offset: off_t = 0
             return { _ in
                 let written = page.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, offset) }
-                guard written == page.count, fdatasync(fd) == 0 else { throw BenchError("floor: fdatasync: \(String(cString: strerror(errno)))") }
+                guard written == page.count, fdatasync(fd) == 0 else {
+                    throw BenchError("floor: fdatasync: \(String(cString: strerror(errno)))")
+                }
                 // Sixteen pages in turn, as a WAL's frames go on being rewritten once checkpointed.
                 offset = (offset + 4096) % (16 * 4096)
                 return true

@@ -20,13 +20,20 @@ enum KeyringBench {
     }
 
     static func attributes(_ i: Int) -> [String: String] {
-        ["class": "genericPassword", "service": BenchItem.service(i), "account": BenchItem.account(i)]
+        [
+            "class": "genericPassword", "service": BenchItem.service(i),
+            "account": BenchItem.account(i),
+        ]
     }
 
     /// Why the keyring cannot be measured here, or nil when it can.
     static func missingTools() -> String? {
-        let missing = ["dbus-run-session", "gnome-keyring-daemon", "secret-tool"].filter { Spawn.which($0) == nil }
-        return missing.isEmpty ? nil : "missing \(missing.joined(separator: ", ")) (Debian: gnome-keyring libsecret-tools dbus)"
+        let missing = ["dbus-run-session", "gnome-keyring-daemon", "secret-tool"].filter {
+            Spawn.which($0) == nil
+        }
+        return missing.isEmpty
+            ? nil
+            : "missing \(missing.joined(separator: ", ")) (Debian: gnome-keyring libsecret-tools dbus)"
     }
 
     // MARK: outer
@@ -37,7 +44,8 @@ enum KeyringBench {
             warn("--compare-keyring: skipped, \(why)")
             return []
         }
-        return try onPrivateBus(options, keyringItems: options.keyringItems, inner: ["--inner-keyring"])
+        return try onPrivateBus(
+            options, keyringItems: options.keyringItems, inner: ["--inner-keyring"])
     }
 
     /// Re-executes the bench with `inner` (its mode flag, followed by the results file) and
@@ -45,10 +53,13 @@ enum KeyringBench {
     /// `keyringItems`, gnome-keyring is unlocked on that bus first, its keyring holding up to
     /// that many items from the cache (`--keyring-have`). Returns the inner run's entries.
     /// Processes the inner run lists in its `--pid-file` that outlive the bus are stopped.
-    static func onPrivateBus(_ options: Options, keyringItems: Int?, inner: [String], extra: [String] = []) throws -> [Entry] {
+    static func onPrivateBus(
+        _ options: Options, keyringItems: Int?, inner: [String], extra: [String] = []
+    ) throws -> [Entry] {
         let root = try Temp.directory("vault-bench-bus")
         defer { Temp.remove(root) }
-        let home = root + "/home", runtime = root + "/run"
+        let home = root + "/home"
+        let runtime = root + "/run"
         for d in [home, runtime] { mkdir(d, 0o700) }
         var have = 0
         if let items = keyringItems {
@@ -57,12 +68,18 @@ enum KeyringBench {
                 have = n
             }
             if have < items {
-                let perStore = items > 2000 ? " (about 30 minutes for 10,000: each store rewrites the whole keyring file)" : ""
+                let perStore =
+                    items > 2000
+                    ? " (about 30 minutes for 10,000: each store rewrites the whole keyring file)"
+                    : ""
                 progress("the keyring holds \(have) items; filling it to \(items)\(perStore)")
             }
         }
         var env = ProcessInfo.processInfo.environment
-        for k in ["DBUS_SESSION_BUS_ADDRESS", "GNOME_KEYRING_CONTROL", "SSH_AUTH_SOCK", "VAULTD_SOCKET", "DISPLAY", "WAYLAND_DISPLAY"] { env[k] = nil }
+        for k in [
+            "DBUS_SESSION_BUS_ADDRESS", "GNOME_KEYRING_CONTROL", "SSH_AUTH_SOCK", "VAULTD_SOCKET",
+            "DISPLAY", "WAYLAND_DISPLAY",
+        ] { env[k] = nil }
         env["HOME"] = home
         env["XDG_RUNTIME_DIR"] = runtime
         env["XDG_DATA_HOME"] = home + "/.local/share"
@@ -70,12 +87,19 @@ enum KeyringBench {
         env["XDG_CACHE_HOME"] = home + "/.cache"
         let results = root + "/results.json"
         let pids = root + "/pids"
-        let unlock = keyringItems == nil ? "" : "echo -n \(password) | gnome-keyring-daemon --unlock --components=secrets >/dev/null 2>&1\n"
+        let unlock =
+            keyringItems == nil
+            ? ""
+            : "echo -n \(password) | gnome-keyring-daemon --unlock --components=secrets >/dev/null 2>&1\n"
         let script = unlock + "exec \"$@\""
         let args =
-            ["--", "sh", "-c", script, "sh", Spawn.selfPath] + inner + [results, "--keyring-have", String(have)]
+            ["--", "sh", "-c", script, "sh", Spawn.selfPath] + inner + [
+                results, "--keyring-have", String(have),
+            ]
             + options.measurementArguments + extra + ["--pid-file", pids]
-        let session = try Spawn.start(Spawn.which("dbus-run-session")!, args, environment: env, stdout: .devNull, stderr: .inherit)
+        let session = try Spawn.start(
+            Spawn.which("dbus-run-session")!, args, environment: env, stdout: .devNull,
+            stderr: .inherit)
         Children.add(session)
         let status = Spawn.wait(session) ?? -1
         Children.remove(session)
@@ -85,7 +109,11 @@ enum KeyringBench {
                 kill(p, SIGTERM)
             }
         }
-        guard status == 0 else { throw BenchError("the run on a private bus (\(inner.joined(separator: " "))) failed (exit \(status))") }
+        guard status == 0 else {
+            throw BenchError(
+                "the run on a private bus (\(inner.joined(separator: " "))) failed (exit \(status))"
+            )
+        }
         let data = try Data(contentsOf: URL(fileURLWithPath: results))
         return try JSONDecoder().decode([Entry].self, from: data)
     }
@@ -94,11 +122,13 @@ enum KeyringBench {
     static func bestCachedKeyring(_ options: Options, items: Int) -> (Int, String)? {
         let prefix = "keyring-\(format)-"
         let suffix = "-s\(options.secretSize)"
-        guard let names = try? FileManager.default.contentsOfDirectory(atPath: options.cacheRoot) else { return nil }
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: options.cacheRoot)
+        else { return nil }
         var best: (Int, String)?
         for name in names where name.hasPrefix(prefix) && name.hasSuffix(suffix) {
             guard let n = Int(name.dropFirst(prefix.count).dropLast(suffix.count)), n <= items,
-                FileManager.default.fileExists(atPath: options.cacheRoot + "/" + name + "/login.keyring")
+                FileManager.default.fileExists(
+                    atPath: options.cacheRoot + "/" + name + "/login.keyring")
             else { continue }
             if n > (best?.0 ?? -1) { best = (n, options.cacheRoot + "/" + name) }
         }
@@ -118,12 +148,17 @@ enum KeyringBench {
         // 1. lookups of a random existing item, with its secret.
         for c in options.clients {
             entries.append(
-                try measure("lookup", system: "keyring", items: n, clients: c, options: options, note: "secret_password_lookupv_sync") { client in
+                try measure(
+                    "lookup", system: "keyring", items: n, clients: c, options: options,
+                    note: "secret_password_lookupv_sync"
+                ) { client in
                     let k = try DesktopKeyring(timeout: nil)
                     var rng = XorShift(seed: UInt64(client + 1))
                     return { _ in
                         let i = rng.next(below: n)
-                        guard let s = try k.lookup(.item, attributes(i)), s.count == options.secretSize else {
+                        guard let s = try k.lookup(.item, attributes(i)),
+                            s.count == options.secretSize
+                        else {
                             throw BenchError("keyring lookup of item \(i) found nothing")
                         }
                         return true
@@ -134,16 +169,29 @@ enum KeyringBench {
         // 2. durable writes: add new items, update them, delete them.
         let store = KeyringStore(options: options)
         for c in options.writeClients {
-            entries += try interleave([writeSeries(system: "keyring", items: n, clients: c, options: options, store: store)], repetitions: options.repetitions)
+            entries += try interleave(
+                [
+                    writeSeries(
+                        system: "keyring", items: n, clients: c, options: options, store: store)
+                ], repetitions: options.repetitions)
         }
 
         // 3. whole processes: secret-tool lookup.
         if let tool = Spawn.which("secret-tool") {
             var rng = XorShift(seed: 99)
             entries.append(
-                try processRuns("item-get-process", system: "keyring", items: n, options: options, note: "secret-tool lookup") {
+                try processRuns(
+                    "item-get-process", system: "keyring", items: n, options: options,
+                    note: "secret-tool lookup"
+                ) {
                     let i = rng.next(below: n)
-                    return (tool, ["lookup", "service", BenchItem.service(i), "account", BenchItem.account(i)])
+                    return (
+                        tool,
+                        [
+                            "lookup", "service", BenchItem.service(i), "account",
+                            BenchItem.account(i),
+                        ]
+                    )
                 })
         }
 
@@ -166,15 +214,23 @@ enum KeyringBench {
         if have < n {
             let t0 = Date()
             for i in have..<n {
-                try keyring.store(.item, attributes(i), label: "vault-bench \(i)", secret: Array(BenchItem.secret(i, size: options.secretSize)))
+                try keyring.store(
+                    .item, attributes(i), label: "vault-bench \(i)",
+                    secret: Array(BenchItem.secret(i, size: options.secretSize)))
                 if (i + 1) % 250 == 0 {
                     let rate = Double(i + 1 - have) / Date().timeIntervalSince(t0)
-                    progress(String(format: "  keyring: %d of %d items (%.1f stores/s)", i + 1, n, rate))
+                    progress(
+                        String(format: "  keyring: %d of %d items (%.1f stores/s)", i + 1, n, rate))
                 }
             }
-            progress(String(format: "  keyring: filled %d items in %.0f s", n - have, Date().timeIntervalSince(t0)))
+            progress(
+                String(
+                    format: "  keyring: filled %d items in %.0f s", n - have,
+                    Date().timeIntervalSince(t0)))
             if options.useCache {
-                let dir = (ProcessInfo.processInfo.environment["XDG_DATA_HOME"] ?? NSHomeDirectory() + "/.local/share") + "/keyrings"
+                let dir =
+                    (ProcessInfo.processInfo.environment["XDG_DATA_HOME"] ?? NSHomeDirectory()
+                        + "/.local/share") + "/keyrings"
                 try publishDirectory(dir, as: cachePath(options, items: n))
             }
         }
@@ -188,17 +244,23 @@ enum KeyringBench {
             guard let send = Spawn.which("dbus-send"),
                 (try? Spawn.run(
                     send,
-                    ["--session", "--print-reply", "--dest=org.freedesktop.DBus", "/", "org.freedesktop.DBus.GetConnectionUnixProcessID", "string:\(name)"],
+                    [
+                        "--session", "--print-reply", "--dest=org.freedesktop.DBus", "/",
+                        "org.freedesktop.DBus.GetConnectionUnixProcessID", "string:\(name)",
+                    ],
                     environment: ProcessInfo.processInfo.environment, stdout: .file(out))) == 0,
                 let text = try? String(contentsOfFile: out, encoding: .utf8)
             else { continue }
             try? FileManager.default.removeItem(atPath: out)
-            if let last = text.split(separator: " ").last.map({ $0.trimmingCharacters(in: .whitespacesAndNewlines) }), pid_t(last) != nil {
+            if let last = text.split(separator: " ").last.map({
+                $0.trimmingCharacters(in: .whitespacesAndNewlines)
+            }), pid_t(last) != nil {
                 pids.append(last)
             }
         }
         let old = (try? String(contentsOfFile: file, encoding: .utf8)) ?? ""
-        try? (old + pids.map { $0 + "\n" }.joined()).write(toFile: file, atomically: true, encoding: .utf8)
+        try? (old + pids.map { $0 + "\n" }.joined()).write(
+            toFile: file, atomically: true, encoding: .utf8)
     }
 }
 
@@ -209,12 +271,20 @@ struct KeyringStore: WriteStore {
         let k = try DesktopKeyring(timeout: nil)
         let size = options.secretSize
         return WriteClient(
-            add: { i in try k.store(.item, KeyringBench.attributes(i), label: "vault-bench \(i)", secret: Array(BenchItem.secret(i, size: size))) },
+            add: { i in
+                try k.store(
+                    .item, KeyringBench.attributes(i), label: "vault-bench \(i)",
+                    secret: Array(BenchItem.secret(i, size: size)))
+            },
             update: { i in
-                try k.store(.item, KeyringBench.attributes(i), label: "vault-bench \(i)", secret: Array(BenchItem.secret(i + 1, size: size)))
+                try k.store(
+                    .item, KeyringBench.attributes(i), label: "vault-bench \(i)",
+                    secret: Array(BenchItem.secret(i + 1, size: size)))
             },
             delete: { i in
-                guard try k.clear(.item, KeyringBench.attributes(i)) else { throw BenchError("keyring: item \(i) was not there to delete") }
+                guard try k.clear(.item, KeyringBench.attributes(i)) else {
+                    throw BenchError("keyring: item \(i) was not there to delete")
+                }
             })
     }
 }

@@ -34,10 +34,14 @@ struct Entry: Codable {
 
 /// A process's CPU time (user + system, all its threads), in µs, from /proc/PID/stat.
 func cpuMicroseconds(_ pid: pid_t) -> Double? {
-    guard let s = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8), let close = s.lastIndex(of: ")") else { return nil }
+    guard let s = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+        let close = s.lastIndex(of: ")")
+    else { return nil }
     let fields = s[s.index(after: close)...].split(separator: " ")
     // After the command: state is field 3, utime 14, stime 15 (1-based in proc(5)).
-    guard fields.count > 12, let u = Double(fields[11]), let k = Double(fields[12]) else { return nil }
+    guard fields.count > 12, let u = Double(fields[11]), let k = Double(fields[12]) else {
+        return nil
+    }
     return (u + k) * 1e6 / Double(sysconf(Int32(_SC_CLK_TCK)))
 }
 
@@ -50,12 +54,15 @@ struct Run {
 
     var p50: Double { percentile(0.50) }
     var p99: Double { percentile(0.99) }
-    var opsPerSecond: Double { elapsed == 0 ? 0 : Double(latencies.count) / (Double(elapsed) / 1e9) }
+    var opsPerSecond: Double {
+        elapsed == 0 ? 0 : Double(latencies.count) / (Double(elapsed) / 1e9)
+    }
 
     /// Microseconds at the given fraction of the sorted latencies (nearest rank).
     func percentile(_ q: Double) -> Double {
         guard !latencies.isEmpty else { return 0 }
-        let i = min(latencies.count - 1, max(0, Int((q * Double(latencies.count)).rounded(.up)) - 1))
+        let i = min(
+            latencies.count - 1, max(0, Int((q * Double(latencies.count)).rounded(.up)) - 1))
         return Double(latencies[i]) / 1000
     }
 }
@@ -93,7 +100,8 @@ func timedRun(clients: Int, seconds: Double, make: (Int) throws -> Operation) th
         let slot = slots[c]
         let t = Thread {
             let op = handoff.value
-            slot.latencies.reserveCapacity(seconds.isFinite ? min(2_000_000, Int(seconds * 200_000) + 16) : 1024)
+            slot.latencies.reserveCapacity(
+                seconds.isFinite ? min(2_000_000, Int(seconds * 200_000) + 16) : 1024)
             ready.signal()
             go.wait()
             let deadline = budget == .max ? UInt64.max : start.value + budget
@@ -111,10 +119,16 @@ func timedRun(clients: Int, seconds: Double, make: (Int) throws -> Operation) th
                     continue
                 }
                 let t1 = now()
-                if !more { slot.end = t0; break }
+                if !more {
+                    slot.end = t0
+                    break
+                }
                 slot.latencies.append(t1 - t0)
                 i += 1
-                if t1 >= deadline { slot.end = t1; break }
+                if t1 >= deadline {
+                    slot.end = t1
+                    break
+                }
             }
             if slot.end == 0 { slot.end = now() }
             done.leave()
@@ -182,7 +196,8 @@ func interleave(_ series: [Series], repetitions: Int) throws -> [Entry] {
 /// p99 and ops/s of the repetitions (and the median CPU time `server` spent per operation,
 /// when given).
 func series(
-    _ name: String, system: String, items: Int, clients: Int, options: Options, note: String? = nil, server: pid_t? = nil,
+    _ name: String, system: String, items: Int, clients: Int, options: Options, note: String? = nil,
+    server: pid_t? = nil,
     make: @escaping (Int) throws -> Operation
 ) -> Series {
     final class Taken {
@@ -191,15 +206,22 @@ func series(
     }
     let taken = Taken()
     return Series(
-        warmUp: { if options.warmup > 0 { _ = try timedRun(clients: clients, seconds: options.warmup, make: make) } },
+        warmUp: {
+            if options.warmup > 0 {
+                _ = try timedRun(clients: clients, seconds: options.warmup, make: make)
+            }
+        },
         repetition: {
             let before = server.flatMap(cpuMicroseconds)
             let run = try timedRun(clients: clients, seconds: options.seconds, make: make)
-            if let b = before, let a = server.flatMap(cpuMicroseconds), !run.latencies.isEmpty { taken.cpu.append((a - b) / Double(run.latencies.count)) }
+            if let b = before, let a = server.flatMap(cpuMicroseconds), !run.latencies.isEmpty {
+                taken.cpu.append((a - b) / Double(run.latencies.count))
+            }
             taken.runs.append(run)
         },
         entries: {
-            var e = summarize(name, system: system, items: items, clients: clients, runs: taken.runs, note: note)
+            var e = summarize(
+                name, system: system, items: items, clients: clients, runs: taken.runs, note: note)
             if !taken.cpu.isEmpty { e.server_cpu_us = median(taken.cpu) }
             return [e]
         })
@@ -208,21 +230,38 @@ func series(
 /// One `series`, measured alone: warm-up, then `options.repetitions` timed runs, each after
 /// flushing earlier writes.
 func measure(
-    _ name: String, system: String, items: Int, clients: Int, options: Options, note: String? = nil, server: pid_t? = nil,
+    _ name: String, system: String, items: Int, clients: Int, options: Options, note: String? = nil,
+    server: pid_t? = nil,
     make: @escaping (Int) throws -> Operation
 ) throws -> Entry {
     try interleave(
-        [series(name, system: system, items: items, clients: clients, options: options, note: note, server: server, make: make)],
+        [
+            series(
+                name, system: system, items: items, clients: clients, options: options, note: note,
+                server: server, make: make)
+        ],
         repetitions: options.repetitions)[0]
 }
 
-func summarize(_ name: String, system: String, items: Int, clients: Int, runs: [Run], note: String? = nil, opsPerSample: Int = 1) -> Entry {
+func summarize(
+    _ name: String, system: String, items: Int, clients: Int, runs: [Run], note: String? = nil,
+    opsPerSample: Int = 1
+) -> Entry {
     let failures = runs.reduce(0) { $0 + $1.failures }
-    if failures > 0 { warn("\(name) on \(system) (\(items) items, \(clients) clients): \(failures) operations failed") }
+    if failures > 0 {
+        warn(
+            "\(name) on \(system) (\(items) items, \(clients) clients): \(failures) operations failed"
+        )
+    }
     let e = Entry(
-        name: name, system: system, items: items, clients: clients, p50_us: median(runs.map(\.p50)), p99_us: median(runs.map(\.p99)),
-        ops_per_s: median(runs.map(\.opsPerSecond)) * Double(opsPerSample), ops: runs.reduce(0) { $0 + $1.latencies.count } * opsPerSample, note: note)
-    progress(String(format: "%@ %@ items=%d clients=%d: p50 %.1f µs, p99 %.1f µs, %.0f ops/s", name, system, items, clients, e.p50_us, e.p99_us, e.ops_per_s))
+        name: name, system: system, items: items, clients: clients, p50_us: median(runs.map(\.p50)),
+        p99_us: median(runs.map(\.p99)),
+        ops_per_s: median(runs.map(\.opsPerSecond)) * Double(opsPerSample),
+        ops: runs.reduce(0) { $0 + $1.latencies.count } * opsPerSample, note: note)
+    progress(
+        String(
+            format: "%@ %@ items=%d clients=%d: p50 %.1f µs, p99 %.1f µs, %.0f ops/s", name, system,
+            items, clients, e.p50_us, e.p99_us, e.ops_per_s))
     return e
 }
 

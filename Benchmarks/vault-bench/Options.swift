@@ -36,7 +36,9 @@ struct Options {
     var verbose = true
     /// `--only lookup,writes,prefs,process,startup,floor,keyring,ss`: run just these parts.
     var only: Set<String>?
-    static let parts: Set<String> = ["lookup", "writes", "prefs", "process", "startup", "floor", "keyring", "ss"]
+    static let parts: Set<String> = [
+        "lookup", "writes", "prefs", "process", "startup", "floor", "keyring", "ss",
+    ]
 
     /// Whether a part of the run is selected.
     func runs(_ part: String) -> Bool { only?.contains(part) ?? true }
@@ -90,7 +92,9 @@ struct Options {
         var o = Options()
         var i = 0
         func value(_ name: String) throws -> String {
-            guard i + 1 < arguments.count else { throw UsageError(description: "\(name) needs a value") }
+            guard i + 1 < arguments.count else {
+                throw UsageError(description: "\(name) needs a value")
+            }
             i += 1
             return arguments[i]
         }
@@ -98,18 +102,23 @@ struct Options {
             let v = try value(name)
             let parts = v.split(separator: ",").map { Int($0.trimmingCharacters(in: .whitespaces)) }
             guard !parts.isEmpty, parts.allSatisfy({ ($0 ?? 0) > 0 }) else {
-                throw UsageError(description: "\(name) takes positive integers separated by commas, not '\(v)'")
+                throw UsageError(
+                    description: "\(name) takes positive integers separated by commas, not '\(v)'")
             }
             return parts.map { $0! }
         }
         func int(_ name: String, minimum: Int = 1) throws -> Int {
             let v = try value(name)
-            guard let n = Int(v), n >= minimum else { throw UsageError(description: "\(name) takes an integer ≥ \(minimum), not '\(v)'") }
+            guard let n = Int(v), n >= minimum else {
+                throw UsageError(description: "\(name) takes an integer ≥ \(minimum), not '\(v)'")
+            }
             return n
         }
         func double(_ name: String) throws -> Double {
             let v = try value(name)
-            guard let d = Double(v), d.isFinite, d >= 0 else { throw UsageError(description: "\(name) takes a number of seconds, not '\(v)'") }
+            guard let d = Double(v), d.isFinite, d >= 0 else {
+                throw UsageError(description: "\(name) takes a number of seconds, not '\(v)'")
+            }
             return d
         }
         while i < arguments.count {
@@ -133,8 +142,13 @@ struct Options {
             case "--only":
                 let v = try value(a)
                 let parts = Set(v.split(separator: ",").map(String.init))
-                guard !parts.isEmpty, parts.isSubset(of: parts.union(Options.parts)), parts.isSubset(of: Options.parts) else {
-                    throw UsageError(description: "--only takes some of \(Options.parts.sorted().joined(separator: ",")), not '\(v)'")
+                guard !parts.isEmpty, parts.isSubset(of: parts.union(Options.parts)),
+                    parts.isSubset(of: Options.parts)
+                else {
+                    throw UsageError(
+                        description:
+                            "--only takes some of \(Options.parts.sorted().joined(separator: ",")), not '\(v)'"
+                    )
                 }
                 o.only = parts
             case "--vaultd": o.vaultdPath = try value(a)
@@ -163,8 +177,13 @@ struct Options {
     var measurementArguments: [String] {
         func joined(_ l: [Int]) -> String { l.map(String.init).joined(separator: ",") }
         var a: [String] = ["--clients", joined(clients), "--write-clients", joined(writeClients)]
-        a += ["--seconds", String(seconds), "--warmup", String(warmup), "--reps", String(repetitions)]
-        a += ["--secret-size", String(secretSize), "--process-runs", String(processRuns), "--keyring-items", String(keyringItems)]
+        a += [
+            "--seconds", String(seconds), "--warmup", String(warmup), "--reps", String(repetitions),
+        ]
+        a += [
+            "--secret-size", String(secretSize), "--process-runs", String(processRuns),
+            "--keyring-items", String(keyringItems),
+        ]
         if !verbose { a.append("--quiet") }
         if useCache { a += ["--cache-dir", cacheRoot] } else { a.append("--no-cache") }
         return a

@@ -42,7 +42,8 @@ enum SecretServiceBench {
         for n in options.ssItems {
             progress("secret service: vaultd with \(n) items on a private bus")
             entries += try KeyringBench.onPrivateBus(
-                options, keyringItems: nil, inner: ["--inner-ss"], extra: ["--ss-system", "vaultd", "--ss-count", String(n), "--vaultd", vaultd])
+                options, keyringItems: nil, inner: ["--inner-ss"],
+                extra: ["--ss-system", "vaultd", "--ss-count", String(n), "--vaultd", vaultd])
             guard options.compareKeyring else { continue }
             if let why = KeyringBench.missingTools() {
                 warn("secret service against the keyring: skipped, \(why)")
@@ -51,7 +52,8 @@ enum SecretServiceBench {
             do {
                 progress("secret service: gnome-keyring with \(n) items on a private bus")
                 entries += try KeyringBench.onPrivateBus(
-                    options, keyringItems: n, inner: ["--inner-ss"], extra: ["--ss-system", "keyring", "--ss-count", String(n)])
+                    options, keyringItems: n, inner: ["--inner-ss"],
+                    extra: ["--ss-system", "keyring", "--ss-count", String(n)])
             } catch {
                 warn("the keyring's Secret Service workloads at \(n) items failed: \(error)")
             }
@@ -73,29 +75,40 @@ enum SecretServiceBench {
         }
         switch options.ssSystem {
         case "vaultd":
-            guard let binary = options.vaultdPath else { throw BenchError("--inner-ss vaultd needs --vaultd") }
+            guard let binary = options.vaultdPath else {
+                throw BenchError("--inner-ss vaultd needs --vaultd")
+            }
             let r = try Temp.directory("vault-bench-ssd")
             root = r
-            let v = VaultdInstance(binary: binary, root: r, dataDirectory: r + "/data", extraArguments: ["--secret-service"], seesSessionBus: true)
+            let v = VaultdInstance(
+                binary: binary, root: r, dataDirectory: r + "/data",
+                extraArguments: ["--secret-service"], seesSessionBus: true)
             instance = v
             try v.start()
-            if let pidFile = options.pidFile, let p = v.pid { try? "\(p)\n".write(toFile: pidFile, atomically: true, encoding: .utf8) }
+            if let pidFile = options.pidFile, let p = v.pid {
+                try? "\(p)\n".write(toFile: pidFile, atomically: true, encoding: .utf8)
+            }
             // vaultd asks for the name before it serves its socket: by now it owns it or not.
             guard v.log.contains("secret service: serving \(busName)") else {
-                throw BenchError("vaultd does not serve \(busName) on the private bus; log:\n\(v.log)")
+                throw BenchError(
+                    "vaultd does not serve \(busName) on the private bus; log:\n\(v.log)")
             }
             try v.initialize()
             server = v.pid
             try fillVaultd(to: n, options: options)
             let count = try v.itemCount()
-            guard count == n else { throw BenchError("vaultd's vault holds \(count) items after storing \(n) through libsecret") }
+            guard count == n else {
+                throw BenchError(
+                    "vaultd's vault holds \(count) items after storing \(n) through libsecret")
+            }
         case "keyring":
             try KeyringBench.fill(try DesktopKeyring(timeout: nil), to: n, options: options)
             if let pidFile = options.pidFile { KeyringBench.recordServicePIDs(pidFile) }
         default:
             throw BenchError("--ss-system takes vaultd or keyring, not '\(options.ssSystem)'")
         }
-        let entries = try measure(system: options.ssSystem, items: n, options: options, server: server)
+        let entries = try measure(
+            system: options.ssSystem, items: n, options: options, server: server)
         try JSONEncoder().encode(entries).write(to: URL(fileURLWithPath: results))
     }
 
@@ -114,7 +127,9 @@ enum SecretServiceBench {
                 do {
                     let k = try DesktopKeyring(timeout: nil)
                     for i in stride(from: t, to: n, by: threads) {
-                        try k.store(.item, KeyringBench.attributes(i), label: "vault-bench \(i)", secret: Array(BenchItem.secret(i, size: options.secretSize)))
+                        try k.store(
+                            .item, KeyringBench.attributes(i), label: "vault-bench \(i)",
+                            secret: Array(BenchItem.secret(i, size: options.secretSize)))
                     }
                 } catch {
                     failure.value = "\(error)"
@@ -124,17 +139,27 @@ enum SecretServiceBench {
             thread.start()
         }
         group.wait()
-        if let f = failure.value { throw BenchError("storing in vaultd's Secret Service failed: \(f)") }
-        progress(String(format: "  vaultd: stored %d items through libsecret in %.1f s", n, Date().timeIntervalSince(t0)))
+        if let f = failure.value {
+            throw BenchError("storing in vaultd's Secret Service failed: \(f)")
+        }
+        progress(
+            String(
+                format: "  vaultd: stored %d items through libsecret in %.1f s", n,
+                Date().timeIntervalSince(t0)))
     }
 
     /// The workloads, in turns (`interleave`): for each client count the bus round trip, then
     /// lookups; then the writes (store new items, store over them, clear them).
-    static func measure(system: String, items n: Int, options: Options, server: pid_t?) throws -> [Entry] {
+    static func measure(system: String, items n: Int, options: Options, server: pid_t?) throws
+        -> [Entry]
+    {
         var reads: [Series] = []
         for c in options.clients {
             reads.append(
-                series("ss-ping", system: system, items: n, clients: c, options: options, note: "org.freedesktop.DBus.Peer.Ping to \(busName)", server: server) { _ in
+                series(
+                    "ss-ping", system: system, items: n, clients: c, options: options,
+                    note: "org.freedesktop.DBus.Peer.Ping to \(busName)", server: server
+                ) { _ in
                     let ping = try BusPing()
                     return { _ in
                         try ping.call()
@@ -142,13 +167,19 @@ enum SecretServiceBench {
                     }
                 })
             reads.append(
-                series("ss-lookup", system: system, items: n, clients: c, options: options, note: "secret_password_lookupv_sync", server: server) { client in
+                series(
+                    "ss-lookup", system: system, items: n, clients: c, options: options,
+                    note: "secret_password_lookupv_sync", server: server
+                ) { client in
                     let k = try DesktopKeyring(timeout: nil)
                     var rng = XorShift(seed: UInt64(client + 1))
                     return { _ in
                         let i = rng.next(below: n)
-                        guard let s = try k.lookup(.item, KeyringBench.attributes(i)), s.count == options.secretSize else {
-                            throw BenchError("\(system): lookup of item \(i) through libsecret found nothing")
+                        guard let s = try k.lookup(.item, KeyringBench.attributes(i)),
+                            s.count == options.secretSize
+                        else {
+                            throw BenchError(
+                                "\(system): lookup of item \(i) through libsecret found nothing")
                         }
                         return true
                     }
@@ -157,7 +188,9 @@ enum SecretServiceBench {
         var entries = try interleave(reads, repetitions: options.repetitions)
         let store = KeyringStore(options: options)
         let writes = options.writeClients.map { c in
-            writeSeries(system: system, items: n, clients: c, options: options, store: store, server: server, names: writeNames)
+            writeSeries(
+                system: system, items: n, clients: c, options: options, store: store,
+                server: server, names: writeNames)
         }
         entries += try interleave(writes, repetitions: options.repetitions)
         return entries
@@ -174,7 +207,8 @@ final class BusPing {
         var error: UnsafeMutablePointer<GError>?
         guard let c = g_bus_get_sync(G_BUS_TYPE_SESSION, nil, &error) else {
             defer { if let error { g_error_free(error) } }
-            throw BenchError("no session bus: \(error.map { String(cString: $0.pointee.message) } ?? "?")")
+            throw BenchError(
+                "no session bus: \(error.map { String(cString: $0.pointee.message) } ?? "?")")
         }
         connection = c
     }
@@ -184,7 +218,8 @@ final class BusPing {
     func call() throws {
         var error: UnsafeMutablePointer<GError>?
         let reply = g_dbus_connection_call_sync(
-            connection, SecretServiceBench.busName, "/org/freedesktop/secrets", "org.freedesktop.DBus.Peer", "Ping", nil, nil,
+            connection, SecretServiceBench.busName, "/org/freedesktop/secrets",
+            "org.freedesktop.DBus.Peer", "Ping", nil, nil,
             G_DBUS_CALL_FLAGS_NONE, 10_000, nil, &error)
         if let error {
             defer { g_error_free(error) }

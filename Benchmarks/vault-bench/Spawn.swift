@@ -19,7 +19,10 @@ enum Spawn {
     }
 
     /// Starts `path` with `arguments` (argv[0] is `path`) and `environment`; stdin is /dev/null.
-    static func start(_ path: String, _ arguments: [String], environment: [String: String], stdout: Output = .devNull, stderr: Output = .devNull) throws -> pid_t {
+    static func start(
+        _ path: String, _ arguments: [String], environment: [String: String],
+        stdout: Output = .devNull, stderr: Output = .devNull
+    ) throws -> pid_t {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
@@ -28,7 +31,9 @@ enum Spawn {
             switch out {
             case .devNull: posix_spawn_file_actions_addopen(&actions, fd, "/dev/null", O_WRONLY, 0)
             case .inherit: break
-            case .file(let p): posix_spawn_file_actions_addopen(&actions, fd, p, O_WRONLY | O_CREAT | O_APPEND, 0o600)
+            case .file(let p):
+                posix_spawn_file_actions_addopen(
+                    &actions, fd, p, O_WRONLY | O_CREAT | O_APPEND, 0o600)
             }
         }
         var attr = posix_spawnattr_t()
@@ -49,7 +54,9 @@ enum Spawn {
         }
         var pid: pid_t = 0
         let rc = posix_spawn(&pid, path, &actions, &attr, argv, envp)
-        guard rc == 0 else { throw BenchError("cannot start \(path): \(String(cString: strerror(rc)))") }
+        guard rc == 0 else {
+            throw BenchError("cannot start \(path): \(String(cString: strerror(rc)))")
+        }
         return pid
     }
 
@@ -74,14 +81,20 @@ enum Spawn {
 
     /// Runs to completion; returns the exit status.
     @discardableResult
-    static func run(_ path: String, _ arguments: [String], environment: [String: String], stdout: Output = .devNull, stderr: Output = .devNull) throws -> Int32 {
-        let pid = try start(path, arguments, environment: environment, stdout: stdout, stderr: stderr)
+    static func run(
+        _ path: String, _ arguments: [String], environment: [String: String],
+        stdout: Output = .devNull, stderr: Output = .devNull
+    ) throws -> Int32 {
+        let pid = try start(
+            path, arguments, environment: environment, stdout: stdout, stderr: stderr)
         return wait(pid) ?? -1
     }
 
     /// The first executable named `name` in PATH, or nil.
     static func which(_ name: String) -> String? {
-        if name.contains("/") { return FileManager.default.isExecutableFile(atPath: name) ? name : nil }
+        if name.contains("/") {
+            return FileManager.default.isExecutableFile(atPath: name) ? name : nil
+        }
         let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/local/bin:/usr/bin:/bin"
         for dir in path.split(separator: ":") {
             let p = "\(dir)/\(name)"
@@ -92,12 +105,15 @@ enum Spawn {
 
     /// This executable's path (for re-executing itself).
     static var selfPath: String {
-        (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"))
+            ?? CommandLine.arguments[0]
     }
 
     /// An executable next to this one (same build directory), or nil.
     static func sibling(_ name: String) -> String? {
-        let p = URL(fileURLWithPath: selfPath).deletingLastPathComponent().appendingPathComponent(name).path
+        let p = URL(fileURLWithPath: selfPath).deletingLastPathComponent().appendingPathComponent(
+            name
+        ).path
         return FileManager.default.isExecutableFile(atPath: p) ? p : nil
     }
 }
@@ -134,7 +150,9 @@ enum Children {
         _ = slots
         for sig in [SIGINT, SIGTERM, SIGHUP] {
             signal(sig) { sig in
-                for i in 0..<Children.capacity where Children.slots[i] > 0 { kill(Children.slots[i], SIGTERM) }
+                for i in 0..<Children.capacity where Children.slots[i] > 0 {
+                    kill(Children.slots[i], SIGTERM)
+                }
                 _exit(128 + sig)
             }
         }
@@ -145,7 +163,9 @@ enum Children {
 enum Temp {
     static func directory(_ prefix: String) throws -> String {
         var template = Array((NSTemporaryDirectory() + "/\(prefix).XXXXXX").utf8CString)
-        guard let p = mkdtemp(&template) else { throw BenchError("mkdtemp: \(String(cString: strerror(errno)))") }
+        guard let p = mkdtemp(&template) else {
+            throw BenchError("mkdtemp: \(String(cString: strerror(errno)))")
+        }
         return URL(fileURLWithPath: String(cString: p)).standardizedFileURL.path
     }
 
@@ -155,7 +175,8 @@ enum Temp {
 /// Copies a directory's regular files (not recursive) into `to`, created 0700.
 func copyDirectory(_ from: String, to: String) throws {
     let fm = FileManager.default
-    try fm.createDirectory(atPath: to, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+    try fm.createDirectory(
+        atPath: to, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
     for name in try fm.contentsOfDirectory(atPath: from) {
         let src = from + "/" + name
         var isDir: ObjCBool = false
@@ -169,7 +190,8 @@ func copyDirectory(_ from: String, to: String) throws {
 /// Replaces `dst` with a copy of `src` atomically enough for a cache (copy, then rename).
 func publishDirectory(_ src: String, as dst: String) throws {
     let fm = FileManager.default
-    try fm.createDirectory(atPath: (dst as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+    try fm.createDirectory(
+        atPath: (dst as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
     let tmp = dst + ".tmp-\(getpid())"
     try? fm.removeItem(atPath: tmp)
     try copyDirectory(src, to: tmp)
@@ -179,7 +201,9 @@ func publishDirectory(_ src: String, as dst: String) throws {
 
 /// Resident set size of a process (VmRSS), in bytes.
 func residentBytes(_ pid: pid_t) -> Int? {
-    guard let s = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return nil }
+    guard let s = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else {
+        return nil
+    }
     for line in s.split(separator: "\n") where line.hasPrefix("VmRSS:") {
         let kb = line.split(separator: " ").compactMap { Int($0) }.first
         return kb.map { $0 * 1024 }

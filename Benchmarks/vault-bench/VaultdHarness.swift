@@ -16,7 +16,9 @@ enum BenchItem {
         while s.count < size { s.append(UInt8(ascii: "a") + UInt8(s.count % 26)) }
         return Data(s.prefix(size))
     }
-    static func attributes(_ i: Int) -> ItemAttributes { ItemAttributes(service: service(i), account: account(i)) }
+    static func attributes(_ i: Int) -> ItemAttributes {
+        ItemAttributes(service: service(i), account: account(i))
+    }
     static func query(_ i: Int) -> Query { Query(.genericPassword, attributes(i)) }
 }
 
@@ -38,7 +40,10 @@ final class VaultdInstance: @unchecked Sendable {
     let seesSessionBus: Bool
     private(set) var pid: pid_t?
 
-    init(binary: String, root: String, dataDirectory: String, extraArguments: [String] = [], seesSessionBus: Bool = false) {
+    init(
+        binary: String, root: String, dataDirectory: String, extraArguments: [String] = [],
+        seesSessionBus: Bool = false
+    ) {
         self.binary = binary
         self.root = root
         self.socketPath = root + "/run/vaultd.sock"
@@ -50,7 +55,10 @@ final class VaultdInstance: @unchecked Sendable {
 
     var environment: [String: String] {
         var env = ProcessInfo.processInfo.environment
-        for k in ["VAULTD_SOCKET", "VAULTD_DATA_DIR", "VAULTD_CACHE_DIR", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES"] {
+        for k in [
+            "VAULTD_SOCKET", "VAULTD_DATA_DIR", "VAULTD_CACHE_DIR", "LISTEN_FDS", "LISTEN_PID",
+            "LISTEN_FDNAMES",
+        ] {
             env[k] = nil
         }
         if !seesSessionBus { env["DBUS_SESSION_BUS_ADDRESS"] = nil }
@@ -68,7 +76,9 @@ final class VaultdInstance: @unchecked Sendable {
         precondition(pid == nil)
         let t = now()
         let p = try Spawn.start(
-            binary, ["--socket", socketPath, "--data-dir", dataDirectory, "--cache-dir", root + "/caches"] + extraArguments, environment: environment,
+            binary,
+            ["--socket", socketPath, "--data-dir", dataDirectory, "--cache-dir", root + "/caches"]
+                + extraArguments, environment: environment,
             stdout: .file(root + "/vaultd.log"), stderr: .file(root + "/vaultd.log"))
         pid = p
         Children.add(p)
@@ -85,7 +95,11 @@ final class VaultdInstance: @unchecked Sendable {
                 pid = nil
                 throw BenchError("vaultd exited (status \(status)) before serving; log:\n\(log)")
             }
-            if let c = try? VaultConnection(socketPath: socketPath), (try? c.call(.vaultStatus)) != nil { return }
+            if let c = try? VaultConnection(socketPath: socketPath),
+                (try? c.call(.vaultStatus)) != nil
+            {
+                return
+            }
             usleep(5000)
         }
         throw BenchError("vaultd did not answer within \(Int(timeout)) s; log:\n\(log)")
@@ -132,7 +146,9 @@ final class VaultdInstance: @unchecked Sendable {
                     var i = from + c
                     while i < to {
                         do {
-                            try kc.add(attributes: BenchItem.attributes(i), data: BenchItem.secret(i, size: secretSize))
+                            try kc.add(
+                                attributes: BenchItem.attributes(i),
+                                data: BenchItem.secret(i, size: secretSize))
                         } catch let e as VaultError where e.code == .duplicateItem {}
                         i += clients
                         let n = done.value + 1
@@ -147,7 +163,8 @@ final class VaultdInstance: @unchecked Sendable {
         }
         group.wait()
         if let f = failure.value { throw BenchError("filling the vault failed: \(f)") }
-        progress(String(format: "  added %d items in %.1f s", to - from, Date().timeIntervalSince(t0)))
+        progress(
+            String(format: "  added %d items in %.1f s", to - from, Date().timeIntervalSince(t0)))
     }
 }
 
@@ -163,7 +180,9 @@ struct VaultCache {
     /// v4: that index in memory instead (2026-11-30-items-lookup-in-memory).
     static let format = "v4"
 
-    func path(items: Int) -> String { options.cacheRoot + "/vault-\(Self.format)-\(items)-s\(options.secretSize)" }
+    func path(items: Int) -> String {
+        options.cacheRoot + "/vault-\(Self.format)-\(items)-s\(options.secretSize)"
+    }
 
     /// A fresh data directory holding `items` items, in `workRoot`. Uses the cache when it can,
     /// else fills (from the largest smaller cached vault) and caches the result.
@@ -178,21 +197,25 @@ struct VaultCache {
         // Start from the largest smaller cached vault, if any.
         var have = 0
         if options.useCache {
-            for n in options.items.filter({ $0 < items }).sorted(by: >) where FileManager.default.fileExists(atPath: path(items: n) + "/vault.sqlite") {
+            for n in options.items.filter({ $0 < items }).sorted(by: >)
+            where FileManager.default.fileExists(atPath: path(items: n) + "/vault.sqlite") {
                 try copyDirectory(path(items: n), to: data)
                 have = n
                 break
             }
         }
         progress("filling a vault with \(items) items (from \(have))")
-        let d = VaultdInstance(binary: binary, root: try Temp.directory("vault-bench-fill"), dataDirectory: data)
+        let d = VaultdInstance(
+            binary: binary, root: try Temp.directory("vault-bench-fill"), dataDirectory: data)
         defer { Temp.remove(d.root) }
         try d.start()
         try d.initialize()
         try d.fill(from: have, to: items, secretSize: options.secretSize)
         let count = try d.itemCount()
         d.stop()
-        guard count == items else { throw BenchError("the filled vault holds \(count) items, not \(items)") }
+        guard count == items else {
+            throw BenchError("the filled vault holds \(count) items, not \(items)")
+        }
         if options.useCache {
             try publishDirectory(data, as: cached)
         }

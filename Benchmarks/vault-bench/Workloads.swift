@@ -38,7 +38,8 @@ private let nextCycle = LockedValue(0)
 /// store is back to `items` afterwards); the warm-up is a cycle of `options.warmup`
 /// seconds. The entries (add, update, delete, or the `names` given) hold the medians.
 func writeSeries(
-    system: String, items: Int, clients: Int, options: Options, store: WriteStore, server: pid_t? = nil,
+    system: String, items: Int, clients: Int, options: Options, store: WriteStore,
+    server: pid_t? = nil,
     names: [(name: String, note: String)] = WriteNames.durable
 ) -> Series {
     final class Taken {
@@ -68,40 +69,53 @@ func writeSeries(
         final class Added: @unchecked Sendable { var indices: [Int] = [] }
         let added = (0..<clients).map { _ in Added() }
         let writers = try (0..<clients).map { _ in try store.client() }
-        try sampled(0) { try timedRun(clients: clients, seconds: seconds) { c in
-            let w = writers[c], box = added[c]
-            let base = 1_000_000_000 + (cycleID * 256 + c) * 10_000_000
-            return { k in
-                try w.add(base + k)
-                box.indices.append(base + k)
-                return true
+        try sampled(0) {
+            try timedRun(clients: clients, seconds: seconds) { c in
+                let w = writers[c]
+                let box = added[c]
+                let base = 1_000_000_000 + (cycleID * 256 + c) * 10_000_000
+                return { k in
+                    try w.add(base + k)
+                    box.indices.append(base + k)
+                    return true
+                }
             }
-        } }
-        try sampled(1) { try timedRun(clients: clients, seconds: seconds) { c in
-            let w = writers[c], list = added[c].indices
-            return { k in
-                guard !list.isEmpty else { return false }
-                try w.update(list[k % list.count])
-                return true
+        }
+        try sampled(1) {
+            try timedRun(clients: clients, seconds: seconds) { c in
+                let w = writers[c]
+                let list = added[c].indices
+                return { k in
+                    guard !list.isEmpty else { return false }
+                    try w.update(list[k % list.count])
+                    return true
+                }
             }
-        } }
-        try sampled(2) { try timedRun(clients: clients, seconds: .infinity) { c in
-            let w = writers[c], list = added[c].indices
-            return { k in
-                guard k < list.count else { return false }
-                try w.delete(list[k])
-                return true
+        }
+        try sampled(2) {
+            try timedRun(clients: clients, seconds: .infinity) { c in
+                let w = writers[c]
+                let list = added[c].indices
+                return { k in
+                    guard k < list.count else { return false }
+                    try w.delete(list[k])
+                    return true
+                }
             }
-        } }
+        }
     }
     return Series(
         warmUp: { if options.warmup > 0 { try cycle(timed: false) } },
         repetition: { try cycle(timed: true) },
         entries: {
             var entries = (0..<3).map { i in
-                summarize(names[i].name, system: system, items: items, clients: clients, runs: taken.runs[i], note: names[i].note)
+                summarize(
+                    names[i].name, system: system, items: items, clients: clients,
+                    runs: taken.runs[i], note: names[i].note)
             }
-            for i in 0..<3 where !taken.cpu[i].isEmpty { entries[i].server_cpu_us = median(taken.cpu[i]) }
+            for i in 0..<3 where !taken.cpu[i].isEmpty {
+                entries[i].server_cpu_us = median(taken.cpu[i])
+            }
             return entries
         })
 }
@@ -109,7 +123,8 @@ func writeSeries(
 /// The entries' names and notes of `writeSeries`'s add, update and delete.
 enum WriteNames {
     static let durable = [
-        (name: "add", note: "durable add of a new item"), (name: "update", note: "durable update of an item's secret"),
+        (name: "add", note: "durable add of a new item"),
+        (name: "update", note: "durable update of an item's secret"),
         (name: "delete", note: "durable delete of one item"),
     ]
 }
@@ -117,7 +132,11 @@ enum WriteNames {
 /// Times whole processes (`make` gives the executable and its arguments for each run):
 /// two untimed runs, then `processRuns` timed ones, one at a time. Flushes earlier writes
 /// first.
-func processRuns(_ name: String, system: String, items: Int, options: Options, note: String, environment: [String: String] = ProcessInfo.processInfo.environment, make: () -> (String, [String])) throws -> Entry {
+func processRuns(
+    _ name: String, system: String, items: Int, options: Options, note: String,
+    environment: [String: String] = ProcessInfo.processInfo.environment,
+    make: () -> (String, [String])
+) throws -> Entry {
     flushEarlierWrites()
     var latencies: [UInt64] = []
     var failures = 0
@@ -135,7 +154,9 @@ func processRuns(_ name: String, system: String, items: Int, options: Options, n
     }
     if failures > 0 { warn("\(name) on \(system): \(failures) runs exited non-zero") }
     latencies.sort()
-    return summarize(name, system: system, items: items, clients: 1, runs: [Run(latencies: latencies, elapsed: timedTotal, failures: failures)], note: note)
+    return summarize(
+        name, system: system, items: items, clients: 1,
+        runs: [Run(latencies: latencies, elapsed: timedTotal, failures: failures)], note: note)
 }
 
 /// Durable writes to vaultd through VaultClient.
@@ -146,12 +167,20 @@ struct VaultdStore: WriteStore {
         let kc = try instance.connect().keychain
         let size = options.secretSize
         return WriteClient(
-            add: { i in try kc.add(attributes: BenchItem.attributes(i), data: BenchItem.secret(i, size: size)) },
+            add: { i in
+                try kc.add(
+                    attributes: BenchItem.attributes(i), data: BenchItem.secret(i, size: size))
+            },
             update: { i in
-                guard try kc.update(BenchItem.query(i), data: BenchItem.secret(i + 1, size: size)) == 1 else { throw BenchError("update changed nothing") }
+                guard
+                    try kc.update(BenchItem.query(i), data: BenchItem.secret(i + 1, size: size))
+                        == 1
+                else { throw BenchError("update changed nothing") }
             },
             delete: { i in
-                guard try kc.delete(BenchItem.query(i)) == 1 else { throw BenchError("delete removed nothing") }
+                guard try kc.delete(BenchItem.query(i)) == 1 else {
+                    throw BenchError("delete removed nothing")
+                }
             })
     }
 }
@@ -166,14 +195,20 @@ struct VaultdWorkloads {
     /// with its secret).
     func lookupSeries() -> [Series] {
         options.clients.map { c in
-            series("lookup", system: "vaultd", items: items, clients: c, options: options, note: "Keychain.copyMatching, returnData", server: instance.pid) { client in
+            series(
+                "lookup", system: "vaultd", items: items, clients: c, options: options,
+                note: "Keychain.copyMatching, returnData", server: instance.pid
+            ) { client in
                 let kc = try instance.connect().keychain
                 var rng = XorShift(seed: UInt64(client + 1))
                 let size = options.secretSize
                 return { _ in
                     let i = rng.next(below: items)
-                    let found = try kc.copyMatching(BenchItem.query(i), returnData: true, returnAttributes: false)
-                    guard found.first?.data?.count == size else { throw BenchError("lookup of item \(i) returned no secret") }
+                    let found = try kc.copyMatching(
+                        BenchItem.query(i), returnData: true, returnAttributes: false)
+                    guard found.first?.data?.count == size else {
+                        throw BenchError("lookup of item \(i) returned no secret")
+                    }
                     return true
                 }
             }
@@ -184,13 +219,16 @@ struct VaultdWorkloads {
     func writeSeries() -> [Series] {
         let store = VaultdStore(instance: instance, options: options)
         return options.writeClients.map { c in
-            vault_bench.writeSeries(system: "vaultd", items: items, clients: c, options: options, store: store, server: instance.pid)
+            vault_bench.writeSeries(
+                system: "vaultd", items: items, clients: c, options: options, store: store,
+                server: instance.pid)
         }
     }
 
     /// `vaultctl item get` as a whole process (found next to the bench, or --vaultctl).
     func itemGetProcess() throws -> Entry? {
-        guard let ctl = options.vaultctlPath ?? Spawn.sibling("vaultctl") ?? Spawn.which("vaultctl") else {
+        guard let ctl = options.vaultctlPath ?? Spawn.sibling("vaultctl") ?? Spawn.which("vaultctl")
+        else {
             warn("no vaultctl next to vault-bench: item-get-process skipped")
             return nil
         }
@@ -198,15 +236,28 @@ struct VaultdWorkloads {
         env["VAULTD_SOCKET"] = instance.socketPath
         // Check once that it prints the secret.
         let out = instance.root + "/vaultctl.out"
-        let status = try Spawn.run(ctl, ["item", "get", "--service", BenchItem.service(0), "--account", BenchItem.account(0)], environment: env, stdout: .file(out))
+        let status = try Spawn.run(
+            ctl,
+            ["item", "get", "--service", BenchItem.service(0), "--account", BenchItem.account(0)],
+            environment: env, stdout: .file(out))
         let printed = (try? Data(contentsOf: URL(fileURLWithPath: out))) ?? Data()
         guard status == 0, printed == BenchItem.secret(0, size: options.secretSize) else {
-            throw BenchError("vaultctl item get failed (exit \(status)): printed \(printed.count) bytes")
+            throw BenchError(
+                "vaultctl item get failed (exit \(status)): printed \(printed.count) bytes")
         }
         var rng = XorShift(seed: 99)
-        return try processRuns("item-get-process", system: "vaultd", items: items, options: options, note: "vaultctl item get", environment: env) {
+        return try processRuns(
+            "item-get-process", system: "vaultd", items: items, options: options,
+            note: "vaultctl item get", environment: env
+        ) {
             let i = rng.next(below: items)
-            return (ctl, ["item", "get", "--service", BenchItem.service(i), "--account", BenchItem.account(i)])
+            return (
+                ctl,
+                [
+                    "item", "get", "--service", BenchItem.service(i), "--account",
+                    BenchItem.account(i),
+                ]
+            )
         }
     }
 
@@ -218,17 +269,25 @@ struct VaultdWorkloads {
         let setup = try instance.connect()
         try setup.preferences.set(.integer(42), domain: domain, key: "k")
         entries.append(
-            try measure("prefs-get", system: "vaultd", items: 0, clients: 1, options: options, note: "Preferences.Get through the socket", server: instance.pid) { _ in
+            try measure(
+                "prefs-get", system: "vaultd", items: 0, clients: 1, options: options,
+                note: "Preferences.Get through the socket", server: instance.pid
+            ) { _ in
                 let p = try instance.connect().preferences
                 return { _ in
-                    guard try p.value(domain: domain, key: "k") == .integer(42) else { throw BenchError("prefs-get: wrong value") }
+                    guard try p.value(domain: domain, key: "k") == .integer(42) else {
+                        throw BenchError("prefs-get: wrong value")
+                    }
                     return true
                 }
             })
         entries.append(try defaultsRead(domain: domain))
         for c in options.writeClients {
             entries.append(
-                try measure("prefs-set", system: "vaultd", items: 0, clients: c, options: options, note: "durable Preferences.Set, one domain", server: instance.pid) { client in
+                try measure(
+                    "prefs-set", system: "vaultd", items: 0, clients: c, options: options,
+                    note: "durable Preferences.Set, one domain", server: instance.pid
+                ) { client in
                     let p = try instance.connect().preferences
                     return { k in
                         try p.set(.integer(Int64(k)), domain: domain, key: "k\(client)")
@@ -243,8 +302,13 @@ struct VaultdWorkloads {
     /// as the lookup); each batch's mean is one sample.
     func defaultsRead(domain: String) throws -> Entry {
         let defaults = try Defaults(vault: try instance.connect(), suiteName: domain, arguments: [])
-        guard defaults.object(forKey: "k") == .integer(42) else { throw BenchError("Defaults does not see the value") }
-        return try batchedReads("defaults-read", system: "vaultd", options: options, note: "Defaults.object(forKey:), in-process copy") {
+        guard defaults.object(forKey: "k") == .integer(42) else {
+            throw BenchError("Defaults does not see the value")
+        }
+        return try batchedReads(
+            "defaults-read", system: "vaultd", options: options,
+            note: "Defaults.object(forKey:), in-process copy"
+        ) {
             defaults.object(forKey: "k") != nil
         }
     }
@@ -252,7 +316,9 @@ struct VaultdWorkloads {
 
 /// Times a very cheap read in batches of 1000; the p50/p99 are of the batch means. Flushes
 /// earlier writes first.
-func batchedReads(_ name: String, system: String, options: Options, note: String, read: @escaping () -> Bool) throws -> Entry {
+func batchedReads(
+    _ name: String, system: String, options: Options, note: String, read: @escaping () -> Bool
+) throws -> Entry {
     flushEarlierWrites()
     let batch = 1000
     var runs: [Run] = []
@@ -276,5 +342,6 @@ func batchedReads(_ name: String, system: String, options: Options, note: String
             runs.append(Run(latencies: samples, elapsed: t - start, failures: 0))
         }
     }
-    return summarize(name, system: system, items: 0, clients: 1, runs: runs, note: note, opsPerSample: batch)
+    return summarize(
+        name, system: system, items: 0, clients: 1, runs: runs, note: note, opsPerSample: batch)
 }

@@ -31,7 +31,8 @@ func option(_ args: inout [String], _ name: String) -> String? {
 
 func launchJSON(_ l: LaunchInfo) -> JSON {
     [
-        "appID": l.appID.map { .string($0) } ?? .null, "generation": l.generation.map { .string($0) } ?? .null,
+        "appID": l.appID.map { .string($0) } ?? .null,
+        "generation": l.generation.map { .string($0) } ?? .null,
         "firstLaunch": .bool(l.isFirstLaunch), "wipedCredentials": JSON(l.wipedCredentials),
     ]
 }
@@ -46,8 +47,10 @@ func run(_ args: [String]) throws {
         return
     }
     // A command, or a verb the command does not have (the rest of the arguments are checked below).
-    let verbs = ["token": ["set", "get", "delete"], "item": ["add", "get", "update", "delete", "list"],
-                 "defaults": ["set", "get", "fill"], "cache": ["path", "write"]]
+    let verbs = [
+        "token": ["set", "get", "delete"], "item": ["add", "get", "update", "delete", "list"],
+        "defaults": ["set", "get", "fill"], "cache": ["path", "write"],
+    ]
     guard verbs[args[0]] != nil || ["launch", "status", "wait", "hold"].contains(args[0]) else {
         throw Usage(message: "unknown command '\(args[0])'")
     }
@@ -69,7 +72,9 @@ func run(_ args: [String]) throws {
         let s = try vault.status()
         print(JSON.object(["items": JSON(s.items), "domains": JSON(s.domains)]).text)
     case ("wait", let seconds?):
-        guard let s = Double(seconds), s >= 0 else { throw Usage(message: "wait needs a number of seconds") }
+        guard let s = Double(seconds), s >= 0 else {
+            throw Usage(message: "wait needs a number of seconds")
+        }
         // Print, flush, then keep the connection open: vaultd counts the app as running.
         print(launchJSON(vault.launch).text)
         fflush(nil)  // every output stream: stdout is a C global Swift 6 will not read
@@ -78,13 +83,17 @@ func run(_ args: [String]) throws {
     case ("hold", let count?):
         // Connections that never call (idle, or over vaultd's cap for this app): what a
         // misbehaving app can do to the daemon.
-        let held = try (0..<Int(count)!).map { _ in try VaultConnection(socketPath: vault.connection.socketPath) }
+        let held = try (0..<Int(count)!).map { _ in
+            try VaultConnection(socketPath: vault.connection.socketPath)
+        }
         print(JSON.object(["held": JSON(held.count)]).text)
         fflush(nil)  // every output stream: stdout is a C global Swift 6 will not read
         while true { pause() }
         withExtendedLifetime((vault, held)) {}
     case ("token", let verb?):
-        guard let appID = vault.launch.appID else { throw VaultError(.missingEntitlement, "this program is not a registered app") }
+        guard let appID = vault.launch.appID else {
+            throw VaultError(.missingEntitlement, "this program is not a registered app")
+        }
         let attrs = ItemAttributes(service: "token", account: "token", accessGroup: appID)
         switch verb {
         case "set":
@@ -95,7 +104,9 @@ func run(_ args: [String]) throws {
                 try vault.keychain.update(Query(.genericPassword, attrs), data: secret)
             }
         case "get":
-            FileHandle.standardOutput.write(try vault.keychain.copyMatching(Query(.genericPassword, attrs), returnData: true)[0].data ?? Data())
+            FileHandle.standardOutput.write(
+                try vault.keychain.copyMatching(Query(.genericPassword, attrs), returnData: true)[0]
+                    .data ?? Data())
         case "delete":
             try vault.keychain.delete(Query(.genericPassword, attrs))
         default: throw Usage(message: "token needs set, get or delete")
@@ -103,10 +114,14 @@ func run(_ args: [String]) throws {
     case ("item", let verb?):
         args.removeFirst()
         let attrs = ItemAttributes(
-            service: option(&args, "--service"), account: option(&args, "--account"), accessGroup: option(&args, "--access-group"))
+            service: option(&args, "--service"), account: option(&args, "--account"),
+            accessGroup: option(&args, "--access-group"))
         switch verb {
         case "add": try vault.keychain.add(attributes: attrs, data: readStdin())
-        case "get": FileHandle.standardOutput.write(try vault.keychain.copyMatching(Query(.genericPassword, attrs), returnData: true)[0].data ?? Data())
+        case "get":
+            FileHandle.standardOutput.write(
+                try vault.keychain.copyMatching(Query(.genericPassword, attrs), returnData: true)[0]
+                    .data ?? Data())
         case "delete": try vault.keychain.delete(Query(.genericPassword, attrs))
         case "update": try vault.keychain.update(Query(.genericPassword, attrs), data: readStdin())
         case "list":
@@ -117,16 +132,21 @@ func run(_ args: [String]) throws {
         }
     case ("defaults", let verb?):
         args.removeFirst()
-        let defaults = try Defaults(vault: vault, suiteName: option(&args, "--suite"), arguments: [])
+        let defaults = try Defaults(
+            vault: vault, suiteName: option(&args, "--suite"), arguments: [])
         switch (verb, args.count) {
         case ("set", 2): try defaults.set(args[1], forKey: args[0])
         case ("get", 1):
-            guard let v = defaults.object(forKey: args[0]) else { throw VaultError(.keyNotFound, "no value for the key") }
+            guard let v = defaults.object(forKey: args[0]) else {
+                throw VaultError(.keyNotFound, "no value for the key")
+            }
             if case .string(let s) = v { print(s) } else { print(v.tagged.text) }
         case ("fill", _):
             let prefix = option(&args, "--prefix") ?? "key"
             let value = option(&args, "--value") ?? "value"
-            guard args.count == 1, let n = Int(args[0]), n >= 0 else { throw Usage(message: "defaults fill N [--prefix P] [--value V]") }
+            guard args.count == 1, let n = Int(args[0]), n >= 0 else {
+                throw Usage(message: "defaults fill N [--prefix P] [--value V]")
+            }
             // Each set is acknowledged (durable) before the next starts.
             for i in 0..<n { try defaults.set("\(value)\(i)", forKey: "\(prefix)\(i)") }
             print("wrote \(n) keys")
@@ -138,7 +158,9 @@ func run(_ args: [String]) throws {
         switch (verb, args.count) {
         case ("path", 0): print(dir.path)
         case ("write", 2):
-            guard let n = Int(args[1]), n >= 0 else { throw Usage(message: "BYTES must be a number") }
+            guard let n = Int(args[1]), n >= 0 else {
+                throw Usage(message: "BYTES must be a number")
+            }
             try Data(count: n).write(to: dir.appendingPathComponent(args[0]))
         default: throw Usage(message: "cache path | cache write NAME BYTES")
         }

@@ -64,7 +64,9 @@ public enum KeyringSchema: Sendable {
 
     public var name: String { self == .unlock ? "io.vaultd.Unlock" : "io.vaultd.Item" }
 
-    var pointer: UnsafePointer<SecretSchema> { self == .unlock ? vk_unlock_schema() : vk_item_schema() }
+    var pointer: UnsafePointer<SecretSchema> {
+        self == .unlock ? vk_unlock_schema() : vk_item_schema()
+    }
 }
 
 /// The desktop keyring through libsecret's synchronous calls. Each call may be bounded by a
@@ -77,10 +79,14 @@ public final class DesktopKeyring: @unchecked Sendable {
 
     /// Whether a session bus can be reached at all without autolaunching one: a
     /// `DBUS_SESSION_BUS_ADDRESS`, or the systemd user bus at `$XDG_RUNTIME_DIR/bus`.
-    public static func sessionBusConfigured(_ env: [String: String] = ProcessInfo.processInfo.environment) -> Bool {
+    public static func sessionBusConfigured(
+        _ env: [String: String] = ProcessInfo.processInfo.environment
+    ) -> Bool {
         if let a = env["DBUS_SESSION_BUS_ADDRESS"], !a.isEmpty { return true }
         if let run = env["XDG_RUNTIME_DIR"], !run.isEmpty {
-            let type = (try? FileManager.default.attributesOfItem(atPath: run + "/bus"))?[.type] as? FileAttributeType
+            let type =
+                (try? FileManager.default.attributesOfItem(atPath: run + "/bus"))?[.type]
+                as? FileAttributeType
             return type == .typeSocket
         }
         return false
@@ -90,12 +96,17 @@ public final class DesktopKeyring: @unchecked Sendable {
     /// no bus (libsecret is never allowed to autolaunch one) or no service on it.
     public init(timeout: Double? = 10) throws {
         guard Self.sessionBusConfigured() else {
-            let run = ProcessInfo.processInfo.environment["XDG_RUNTIME_DIR"].flatMap { $0.isEmpty ? nil : $0 }
+            let run = ProcessInfo.processInfo.environment["XDG_RUNTIME_DIR"].flatMap {
+                $0.isEmpty ? nil : $0
+            }
             let user = run.map { "\($0)/bus does not exist" } ?? "XDG_RUNTIME_DIR is not set either"
-            throw KeyringError(.unavailable, "no session bus (DBUS_SESSION_BUS_ADDRESS is not set and \(user))")
+            throw KeyringError(
+                .unavailable, "no session bus (DBUS_SESSION_BUS_ADDRESS is not set and \(user))")
         }
         self.timeout = timeout
-        let s: UnsafeMutablePointer<SecretService>? = try Self.call(timeout: timeout, kind: .unavailable, what: "cannot reach the Secret Service") { c, e in
+        let s: UnsafeMutablePointer<SecretService>? = try Self.call(
+            timeout: timeout, kind: .unavailable, what: "cannot reach the Secret Service"
+        ) { c, e in
             secret_service_get_sync(SECRET_SERVICE_OPEN_SESSION, c, e)
         }
         guard let s else { throw KeyringError(.unavailable, "cannot reach the Secret Service") }
@@ -110,7 +121,9 @@ public final class DesktopKeyring: @unchecked Sendable {
     /// into a `KeyringError` (freeing it). The body's result is returned as is.
     static func call<T>(
         timeout: Double?, kind: KeyringError.Kind = .failed, what: String,
-        _ body: (UnsafeMutablePointer<GCancellable>?, UnsafeMutablePointer<UnsafeMutablePointer<GError>?>) -> T
+        _ body: (
+            UnsafeMutablePointer<GCancellable>?, UnsafeMutablePointer<UnsafeMutablePointer<GError>?>
+        ) -> T
     ) throws -> T {
         let cancellable = g_cancellable_new()
         defer { vk_object_unref(cancellable) }
@@ -165,7 +178,10 @@ public final class DesktopKeyring: @unchecked Sendable {
     }
 
     private static func describe(_ c: UnsafeMutablePointer<SecretCollection>) -> KeyringCollection {
-        KeyringCollection(path: String(cString: vk_object_path(c)), label: Self.takeString(secret_collection_get_label(c)) ?? "", isLocked: secret_collection_get_locked(c) != 0)
+        KeyringCollection(
+            path: String(cString: vk_object_path(c)),
+            label: Self.takeString(secret_collection_get_label(c)) ?? "",
+            isLocked: secret_collection_get_locked(c) != 0)
     }
 
     /// Finds a collection by alias ("default", "login", "session"), label or object path;
@@ -180,7 +196,9 @@ public final class DesktopKeyring: @unchecked Sendable {
     private func openCollection(_ name: String?) throws -> UnsafeMutablePointer<SecretCollection> {
         let alias = name ?? "default"
         if !alias.hasPrefix("/") {
-            let byAlias: UnsafeMutablePointer<SecretCollection>? = try Self.call(timeout: timeout, what: "cannot look up collection '\(alias)'") { c, e in
+            let byAlias: UnsafeMutablePointer<SecretCollection>? = try Self.call(
+                timeout: timeout, what: "cannot look up collection '\(alias)'"
+            ) { c, e in
                 secret_collection_for_alias_sync(service, alias, SECRET_COLLECTION_LOAD_ITEMS, c, e)
             }
             if let byAlias { return byAlias }
@@ -198,14 +216,20 @@ public final class DesktopKeyring: @unchecked Sendable {
             // Byte for byte, as the keyring's names are: a label differing from the one asked
             // for only in Unicode normalisation is another collection.
             if path.sameBytes(alias) || label.sameBytes(alias) {
-                _ = try Self.call(timeout: timeout, what: "cannot load collection '\(alias)'") { cc, e in
+                _ = try Self.call(timeout: timeout, what: "cannot load collection '\(alias)'") {
+                    cc, e in
                     secret_collection_load_items_sync(c, cc, e)
                 }
                 g_object_ref(c)  // ours now; the list's reference goes with the list
                 return c
             }
         }
-        throw KeyringError(.notFound, name == nil ? "the keyring has no default collection" : "no collection '\(alias)' in the keyring (give an alias, a label or an object path)")
+        throw KeyringError(
+            .notFound,
+            name == nil
+                ? "the keyring has no default collection"
+                : "no collection '\(alias)' in the keyring (give an alias, a label or an object path)"
+        )
     }
 
     // MARK: reading items
@@ -213,16 +237,24 @@ public final class DesktopKeyring: @unchecked Sendable {
     /// Every item of a collection, with its secret. A locked collection is unlocked first
     /// when `unlock` is true (libsecret may show a prompt; without a prompter it fails);
     /// a collection that stays locked throws `.locked` — items are never silently skipped.
-    public func items(inCollection name: String?, unlock: Bool) throws -> (KeyringCollection, [KeyringItem]) {
+    public func items(inCollection name: String?, unlock: Bool) throws -> (
+        KeyringCollection, [KeyringItem]
+    ) {
         let collection = try openCollection(name)
         defer { vk_object_unref(collection) }
         var info = Self.describe(collection)
         if info.isLocked {
-            guard unlock else { throw KeyringError(.locked, "collection '\(info.label)' is locked") }
+            guard unlock else {
+                throw KeyringError(.locked, "collection '\(info.label)' is locked")
+            }
             try unlockObject(collection, what: "collection '\(info.label)'")
             info = Self.describe(collection)
-            if info.isLocked { throw KeyringError(.locked, "collection '\(info.label)' is locked and was not unlocked") }
-            _ = try Self.call(timeout: timeout, what: "cannot load collection '\(info.label)'") { c, e in
+            if info.isLocked {
+                throw KeyringError(
+                    .locked, "collection '\(info.label)' is locked and was not unlocked")
+            }
+            _ = try Self.call(timeout: timeout, what: "cannot load collection '\(info.label)'") {
+                c, e in
                 secret_collection_load_items_sync(collection, c, e)
             }
         }
@@ -233,13 +265,19 @@ public final class DesktopKeyring: @unchecked Sendable {
             guard let p = vk_list_nth(list, i) else { continue }
             let item = p.assumingMemoryBound(to: SecretItem.self)
             if secret_item_get_locked(item) != 0 {
-                guard unlock else { throw KeyringError(.locked, "an item of collection '\(info.label)' is locked") }
+                guard unlock else {
+                    throw KeyringError(.locked, "an item of collection '\(info.label)' is locked")
+                }
                 try unlockObject(item, what: "an item of collection '\(info.label)'")
                 if secret_item_get_locked(item) != 0 {
-                    throw KeyringError(.locked, "an item of collection '\(info.label)' is locked and was not unlocked")
+                    throw KeyringError(
+                        .locked,
+                        "an item of collection '\(info.label)' is locked and was not unlocked")
                 }
             }
-            _ = try Self.call(timeout: timeout, what: "cannot read a secret of collection '\(info.label)'") { c, e in
+            _ = try Self.call(
+                timeout: timeout, what: "cannot read a secret of collection '\(info.label)'"
+            ) { c, e in
                 secret_item_load_secret_sync(item, c, e)
             }
             out.append(Self.read(item))
@@ -251,11 +289,15 @@ public final class DesktopKeyring: @unchecked Sendable {
         let list = vk_list_single(object)
         defer { vk_list_free(list) }
         var unlocked: UnsafeMutablePointer<GList>?
-        let n = try Self.call(timeout: timeout, kind: .locked, what: "cannot unlock \(what)") { c, e in
+        let n = try Self.call(timeout: timeout, kind: .locked, what: "cannot unlock \(what)") {
+            c, e in
             secret_service_unlock_sync(service, list, c, &unlocked, e)
         }
         vk_list_free_objects(unlocked)
-        if n <= 0 { throw KeyringError(.locked, "\(what) is locked and unlocking it was refused or dismissed") }
+        if n <= 0 {
+            throw KeyringError(
+                .locked, "\(what) is locked and unlocking it was refused or dismissed")
+        }
     }
 
     private static func read(_ item: UnsafeMutablePointer<SecretItem>) -> KeyringItem {
@@ -272,20 +314,29 @@ public final class DesktopKeyring: @unchecked Sendable {
             g_hash_table_unref(table)
         }
         return KeyringItem(
-            path: String(cString: vk_object_path(item)), label: takeString(secret_item_get_label(item)) ?? "",
-            schema: attributes["xdg:schema"] ?? takeString(secret_item_get_schema_name(item)), attributes: attributes, secret: secret,
-            contentType: contentType, isLocked: secret_item_get_locked(item) != 0, modified: UInt64(secret_item_get_modified(item)))
+            path: String(cString: vk_object_path(item)),
+            label: takeString(secret_item_get_label(item)) ?? "",
+            schema: attributes["xdg:schema"] ?? takeString(secret_item_get_schema_name(item)),
+            attributes: attributes, secret: secret,
+            contentType: contentType, isLocked: secret_item_get_locked(item) != 0,
+            modified: UInt64(secret_item_get_modified(item)))
     }
 
     /// Searches every collection for items of `schema` with `attributes`, loading secrets of
     /// unlocked items when `loadSecrets` (else every `secret` is nil: a search that only asks
     /// what is there keeps secrets out of this process). It never unlocks (so it never
     /// prompts): locked matches come back with `secret` nil and `isLocked` true.
-    public func search(_ schema: KeyringSchema, _ attributes: [String: String], loadSecrets: Bool = true) throws -> [KeyringItem] {
+    public func search(
+        _ schema: KeyringSchema, _ attributes: [String: String], loadSecrets: Bool = true
+    ) throws -> [KeyringItem] {
         let table = Self.table(attributes)
         defer { g_hash_table_unref(table) }
-        let flags = SecretSearchFlags(rawValue: SECRET_SEARCH_ALL.rawValue | (loadSecrets ? SECRET_SEARCH_LOAD_SECRETS.rawValue : 0))
-        let list: UnsafeMutablePointer<GList>? = try Self.call(timeout: timeout, what: "cannot search the keyring") { c, e in
+        let flags = SecretSearchFlags(
+            rawValue: SECRET_SEARCH_ALL.rawValue
+                | (loadSecrets ? SECRET_SEARCH_LOAD_SECRETS.rawValue : 0))
+        let list: UnsafeMutablePointer<GList>? = try Self.call(
+            timeout: timeout, what: "cannot search the keyring"
+        ) { c, e in
             secret_service_search_sync(service, schema.pointer, table, flags, c, e)
         }
         defer { vk_list_free_objects(list) }
@@ -297,11 +348,17 @@ public final class DesktopKeyring: @unchecked Sendable {
     /// Searches every collection for items with exactly these attributes (no schema: the
     /// attributes, `xdg:schema` among them when given, are matched as they are), as `search`
     /// loads and never unlocks.
-    public func search(attributes: [String: String], loadSecrets: Bool = true) throws -> [KeyringItem] {
+    public func search(attributes: [String: String], loadSecrets: Bool = true) throws
+        -> [KeyringItem]
+    {
         let table = Self.table(attributes)
         defer { g_hash_table_unref(table) }
-        let flags = SecretSearchFlags(rawValue: SECRET_SEARCH_ALL.rawValue | (loadSecrets ? SECRET_SEARCH_LOAD_SECRETS.rawValue : 0))
-        let list: UnsafeMutablePointer<GList>? = try Self.call(timeout: timeout, what: "cannot search the keyring") { c, e in
+        let flags = SecretSearchFlags(
+            rawValue: SECRET_SEARCH_ALL.rawValue
+                | (loadSecrets ? SECRET_SEARCH_LOAD_SECRETS.rawValue : 0))
+        let list: UnsafeMutablePointer<GList>? = try Self.call(
+            timeout: timeout, what: "cannot search the keyring"
+        ) { c, e in
             secret_service_search_sync(service, nil, table, flags, c, e)
         }
         defer { vk_list_free_objects(list) }
@@ -315,17 +372,27 @@ public final class DesktopKeyring: @unchecked Sendable {
     /// wrote (secret-tool, python keyring, git's libsecret helper) is written back so that
     /// program finds it. A NUL byte in a name or value is refused: libsecret would cut the
     /// string there and merge distinct items into one.
-    public func store(attributes: [String: String], label: String, secret: [UInt8], collection: String? = nil) throws {
-        if let bad = attributes.first(where: { $0.key.utf8.contains(0) || $0.value.utf8.contains(0) }) {
-            throw KeyringError(.failed, "attribute '\(bad.key.replacingOccurrences(of: "\u{0}", with: "\\0"))' holds a NUL byte, which the Secret Service cannot carry")
+    public func store(
+        attributes: [String: String], label: String, secret: [UInt8], collection: String? = nil
+    ) throws {
+        if let bad = attributes.first(where: {
+            $0.key.utf8.contains(0) || $0.value.utf8.contains(0)
+        }) {
+            throw KeyringError(
+                .failed,
+                "attribute '\(bad.key.replacingOccurrences(of: "\u{0}", with: "\\0"))' holds a NUL byte, which the Secret Service cannot carry"
+            )
         }
         let table = Self.table(attributes)
         defer { g_hash_table_unref(table) }
         let value = (secret + [0]).withUnsafeBufferPointer { b in
-            b.withMemoryRebound(to: CChar.self) { c in secret_value_new(c.baseAddress!, gssize(secret.count), Self.contentType(of: secret)) }
+            b.withMemoryRebound(to: CChar.self) { c in
+                secret_value_new(c.baseAddress!, gssize(secret.count), Self.contentType(of: secret))
+            }
         }
         defer { secret_value_unref(UnsafeMutableRawPointer(value)) }
-        let ok = try Self.call(timeout: timeout, kind: .failed, what: "cannot store in the keyring") { c, e in
+        let ok = try Self.call(timeout: timeout, kind: .failed, what: "cannot store in the keyring")
+        { c, e in
             secret_service_store_sync(service, nil, table, collection, label, value, c, e)
         }
         if ok == 0 { throw KeyringError(.failed, "cannot store in the keyring") }
@@ -338,25 +405,35 @@ public final class DesktopKeyring: @unchecked Sendable {
     /// bytes; a text/plain secret is what `secret_password_lookup` hands out as a C string),
     /// else `application/octet-stream`.
     public static func contentType(of secret: [UInt8]) -> String {
-        let text = secret.isEmpty || secret.withUnsafeBufferPointer { b in
-            b.withMemoryRebound(to: CChar.self) { c in g_utf8_validate(c.baseAddress, gssize(c.count), nil) != 0 }
-        }
+        let text =
+            secret.isEmpty
+            || secret.withUnsafeBufferPointer { b in
+                b.withMemoryRebound(to: CChar.self) { c in
+                    g_utf8_validate(c.baseAddress, gssize(c.count), nil) != 0
+                }
+            }
         return text ? "text/plain" : "application/octet-stream"
     }
 
     /// Stores (or replaces) the secret with exactly these attributes, as `contentType` (nil:
     /// `contentType(of:)`). `collection` is an alias ("default", "login") or an object path
     /// (`KeyringCollection.path`); nil is the default collection.
-    public func store(_ schema: KeyringSchema, _ attributes: [String: String], label: String, secret: [UInt8], contentType: String? = nil, collection: String? = nil) throws {
+    public func store(
+        _ schema: KeyringSchema, _ attributes: [String: String], label: String, secret: [UInt8],
+        contentType: String? = nil, collection: String? = nil
+    ) throws {
         let path = collection
         let table = Self.table(attributes)
         defer { g_hash_table_unref(table) }
         let type = contentType ?? Self.contentType(of: secret)
         let value = (secret + [0]).withUnsafeBufferPointer { b in
-            b.withMemoryRebound(to: CChar.self) { c in secret_value_new(c.baseAddress!, gssize(secret.count), type) }
+            b.withMemoryRebound(to: CChar.self) { c in
+                secret_value_new(c.baseAddress!, gssize(secret.count), type)
+            }
         }
         defer { secret_value_unref(UnsafeMutableRawPointer(value)) }
-        let ok = try Self.call(timeout: timeout, kind: .failed, what: "cannot store in the keyring") { c, e in
+        let ok = try Self.call(timeout: timeout, kind: .failed, what: "cannot store in the keyring")
+        { c, e in
             secret_password_storev_binary_sync(schema.pointer, table, path, label, value, c, e)
         }
         if ok == 0 { throw KeyringError(.failed, "cannot store in the keyring") }
@@ -366,7 +443,9 @@ public final class DesktopKeyring: @unchecked Sendable {
     public func lookup(_ schema: KeyringSchema, _ attributes: [String: String]) throws -> [UInt8]? {
         let table = Self.table(attributes)
         defer { g_hash_table_unref(table) }
-        let value = try Self.call(timeout: timeout, kind: .failed, what: "cannot look up in the keyring") { c, e in
+        let value = try Self.call(
+            timeout: timeout, kind: .failed, what: "cannot look up in the keyring"
+        ) { c, e in
             secret_password_lookupv_binary_sync(schema.pointer, table, c, e)
         }
         guard let value else { return nil }
@@ -379,7 +458,9 @@ public final class DesktopKeyring: @unchecked Sendable {
     public func clear(_ schema: KeyringSchema, _ attributes: [String: String]) throws -> Bool {
         let table = Self.table(attributes)
         defer { g_hash_table_unref(table) }
-        return try Self.call(timeout: timeout, kind: .failed, what: "cannot remove from the keyring") { c, e in
+        return try Self.call(
+            timeout: timeout, kind: .failed, what: "cannot remove from the keyring"
+        ) { c, e in
             secret_password_clearv_sync(schema.pointer, table, c, e)
         } != 0
     }
@@ -403,7 +484,8 @@ public final class DesktopKeyring: @unchecked Sendable {
                 table,
                 { k, v, ctx in
                     guard let k, let v, let ctx else { return }
-                    Unmanaged<DictionaryBox>.fromOpaque(ctx).takeUnretainedValue().values[String(cString: k)] = String(cString: v)
+                    Unmanaged<DictionaryBox>.fromOpaque(ctx).takeUnretainedValue().values[
+                        String(cString: k)] = String(cString: v)
                 }, Unmanaged.passUnretained(box).toOpaque())
         }
         return box.values
@@ -412,7 +494,9 @@ public final class DesktopKeyring: @unchecked Sendable {
     static func bytes(of value: OpaquePointer) -> [UInt8] {
         var length: gsize = 0
         guard let p = secret_value_get(value, &length) else { return [] }
-        return p.withMemoryRebound(to: UInt8.self, capacity: Int(length)) { Array(UnsafeBufferPointer(start: $0, count: Int(length))) }
+        return p.withMemoryRebound(to: UInt8.self, capacity: Int(length)) {
+            Array(UnsafeBufferPointer(start: $0, count: Int(length)))
+        }
     }
 
     /// Takes ownership of a g_malloc'd string.

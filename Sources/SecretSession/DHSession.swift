@@ -36,7 +36,8 @@ public final class DHSession {
             switch self {
             case .unavailable: "libgcrypt cannot be initialised"
             case .badPublicKey: "the peer's public key is not a value of the group (1 < y < p - 1)"
-            case .badCiphertext: "the secret is not AES-128-CBC with PKCS7 padding under this session's key"
+            case .badCiphertext:
+                "the secret is not AES-128-CBC with PKCS7 padding under this session's key"
             }
         }
     }
@@ -68,7 +69,9 @@ public final class DHSession {
         let pMinus1 = gcry_mpi_new(0)
         defer { gcry_mpi_release(pMinus1) }
         gcry_mpi_sub_ui(pMinus1, p, 1)
-        guard gcry_mpi_cmp_ui(y, 1) > 0, gcry_mpi_cmp(y, pMinus1) < 0 else { throw Failure.badPublicKey }
+        guard gcry_mpi_cmp_ui(y, 1) > 0, gcry_mpi_cmp(y, pMinus1) < 0 else {
+            throw Failure.badPublicKey
+        }
 
         let pub = gcry_mpi_new(0)
         defer { gcry_mpi_release(pub) }
@@ -80,7 +83,9 @@ public final class DHSession {
         gcry_mpi_powm(shared, y, priv, p)
         var ikm = try Self.bytes(shared, padded: true)
         defer { sodium_memzero(&ikm, ikm.count) }
-        key = ikm.withUnsafeBytes { Sodium.hkdfSHA256(ikm: $0, salt: [], info: [], length: Self.keyLength) }
+        key = ikm.withUnsafeBytes {
+            Sodium.hkdfSHA256(ikm: $0, salt: [], info: [], length: Self.keyLength)
+        }
     }
 
     // MARK: secrets
@@ -94,23 +99,32 @@ public final class DHSession {
     /// A secret the peer sealed (`iv`: its parameters); the padding checked. Throws
     /// `badCiphertext`.
     public func decrypt(iv: [UInt8], ciphertext: [UInt8]) throws -> SecureBytes {
-        guard iv.count == Self.blockLength, !ciphertext.isEmpty, ciphertext.count % Self.blockLength == 0 else { throw Failure.badCiphertext }
+        guard iv.count == Self.blockLength, !ciphertext.isEmpty,
+            ciphertext.count % Self.blockLength == 0
+        else { throw Failure.badCiphertext }
         let padded = try Self.aesCBC(decrypt: key, iv: iv, ciphertext)
         let n = padded.withUnsafeBytes { b -> Int? in
             let pad = Int(b[b.count - 1])
-            guard pad >= 1, pad <= Self.blockLength, b.suffix(pad).allSatisfy({ Int($0) == pad }) else { return nil }
+            guard pad >= 1, pad <= Self.blockLength, b.suffix(pad).allSatisfy({ Int($0) == pad })
+            else { return nil }
             return b.count - pad
         }
         guard let n else { throw Failure.badCiphertext }
         let out = SecureBytes(count: n)
-        out.withUnsafeMutableBytes { dst in padded.withUnsafeBytes { src in dst.copyMemory(from: UnsafeRawBufferPointer(rebasing: src.prefix(n))) } }
+        out.withUnsafeMutableBytes { dst in
+            padded.withUnsafeBytes { src in
+                dst.copyMemory(from: UnsafeRawBufferPointer(rebasing: src.prefix(n)))
+            }
+        }
         return out
     }
 
     // MARK: primitives
 
     /// AES-128-CBC of `input` with PKCS7 padding added (encrypt), in sodium memory.
-    static func aesCBC(encrypt: Bool, key: SecureBytes, iv: [UInt8], _ input: SecureBytes) throws -> [UInt8] {
+    static func aesCBC(encrypt: Bool, key: SecureBytes, iv: [UInt8], _ input: SecureBytes) throws
+        -> [UInt8]
+    {
         let pad = blockLength - input.count % blockLength
         var buffer = [UInt8](repeating: UInt8(pad), count: input.count + pad)
         input.withUnsafeBytes { src in buffer.withUnsafeMutableBytes { $0.copyMemory(from: src) } }
@@ -120,34 +134,49 @@ public final class DHSession {
     }
 
     /// AES-128-CBC decryption of whole blocks, into sodium memory (padding left on).
-    static func aesCBC(decrypt key: SecureBytes, iv: [UInt8], _ ciphertext: [UInt8]) throws -> SecureBytes {
+    static func aesCBC(decrypt key: SecureBytes, iv: [UInt8], _ ciphertext: [UInt8]) throws
+        -> SecureBytes
+    {
         let out = SecureBytes(copying: ciphertext)
         try out.withUnsafeMutableBytes { b in
-            try cipher(key: key, iv: iv) { h in gcry_cipher_decrypt(h, b.baseAddress, b.count, nil, 0) }
+            try cipher(key: key, iv: iv) { h in
+                gcry_cipher_decrypt(h, b.baseAddress, b.count, nil, 0)
+            }
         }
         return out
     }
 
     /// Runs `body` with an AES-128-CBC handle keyed with `key` and `iv` (closed, which wipes
     /// its key schedule, after).
-    private static func cipher(key: SecureBytes, iv: [UInt8], _ body: (gcry_cipher_hd_t?) -> gcry_error_t) throws {
+    private static func cipher(
+        key: SecureBytes, iv: [UInt8], _ body: (gcry_cipher_hd_t?) -> gcry_error_t
+    ) throws {
         guard cg_gcrypt_init() == 1 else { throw Failure.unavailable }
         var h: gcry_cipher_hd_t?
-        guard gcry_cipher_open(&h, Int32(GCRY_CIPHER_AES.rawValue), Int32(GCRY_CIPHER_MODE_CBC.rawValue), 0) == 0 else { throw Failure.unavailable }
+        guard
+            gcry_cipher_open(
+                &h, Int32(GCRY_CIPHER_AES.rawValue), Int32(GCRY_CIPHER_MODE_CBC.rawValue), 0) == 0
+        else { throw Failure.unavailable }
         defer { gcry_cipher_close(h) }
         let keyed = key.withUnsafeBytes { gcry_cipher_setkey(h, $0.baseAddress, $0.count) }
-        guard keyed == 0, gcry_cipher_setiv(h, iv, iv.count) == 0, body(h) == 0 else { throw Failure.badCiphertext }
+        guard keyed == 0, gcry_cipher_setiv(h, iv, iv.count) == 0, body(h) == 0 else {
+            throw Failure.badCiphertext
+        }
     }
 
     private static func mpi(hex: String) throws -> gcry_mpi_t? {
         var m: gcry_mpi_t?
-        guard gcry_mpi_scan(&m, GCRYMPI_FMT_HEX, hex, 0, nil) == 0 else { throw Failure.unavailable }
+        guard gcry_mpi_scan(&m, GCRYMPI_FMT_HEX, hex, 0, nil) == 0 else {
+            throw Failure.unavailable
+        }
         return m
     }
 
     private static func mpi(bytes: [UInt8]) throws -> gcry_mpi_t? {
         var m: gcry_mpi_t?
-        guard gcry_mpi_scan(&m, GCRYMPI_FMT_USG, bytes, bytes.count, nil) == 0 else { throw Failure.badPublicKey }
+        guard gcry_mpi_scan(&m, GCRYMPI_FMT_USG, bytes, bytes.count, nil) == 0 else {
+            throw Failure.badPublicKey
+        }
         return m
     }
 
@@ -155,7 +184,9 @@ public final class DHSession {
     private static func bytes(_ m: gcry_mpi_t?, padded: Bool) throws -> [UInt8] {
         var n = 0
         var out = [UInt8](repeating: 0, count: primeBytes)
-        guard gcry_mpi_print(GCRYMPI_FMT_USG, &out, out.count, &n, m) == 0 else { throw Failure.unavailable }
+        guard gcry_mpi_print(GCRYMPI_FMT_USG, &out, out.count, &n, m) == 0 else {
+            throw Failure.unavailable
+        }
         if padded {
             // Right-align the n bytes written.
             let value = Array(out[0..<n])
@@ -169,7 +200,9 @@ public final class DHSession {
 /// The cipher alone, for the known-answer test of AES-128-CBC.
 public enum DHSessionTesting {
     /// AES-128-CBC of `plaintext` with PKCS7 padding.
-    public static func encrypt(key: SecureBytes, iv: [UInt8], _ plaintext: [UInt8]) throws -> [UInt8] {
+    public static func encrypt(key: SecureBytes, iv: [UInt8], _ plaintext: [UInt8]) throws
+        -> [UInt8]
+    {
         try DHSession.aesCBC(encrypt: true, key: key, iv: iv, SecureBytes(copying: plaintext))
     }
 }

@@ -71,8 +71,10 @@ public struct Apps: Sendable {
             try connection.call(
                 .appsInstall,
                 [
-                    "appID": .string(appID), "executable": .string(executable), "accessGroups": .array(accessGroups.map { .string($0) }),
-                    "appGroups": .array(appGroups.map { .string($0) }), "keepCredentialsOnReinstall": .bool(keepCredentialsOnReinstall),
+                    "appID": .string(appID), "executable": .string(executable),
+                    "accessGroups": .array(accessGroups.map { .string($0) }),
+                    "appGroups": .array(appGroups.map { .string($0) }),
+                    "keepCredentialsOnReinstall": .bool(keepCredentialsOnReinstall),
                 ])["app"])
     }
 
@@ -80,7 +82,9 @@ public struct Apps: Sendable {
     /// launch (as iOS). Its open connections get MissingEntitlement from then on. Throws AppNotFound.
     @discardableResult
     public func uninstall(_ appID: String) throws -> AppInfo {
-        AppInfo(try connection.call(.appsUninstall, ["appID": .string(appID)], removingFiles: true)["app"])
+        AppInfo(
+            try connection.call(.appsUninstall, ["appID": .string(appID)], removingFiles: true)[
+                "app"])
     }
 
     /// Every registered app, installed or not. Owner only (PermissionDenied for apps).

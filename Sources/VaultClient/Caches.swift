@@ -28,16 +28,21 @@ extension Vault {
     /// An app naming another app: MissingEntitlement.
     public func cachesDirectory(appID: String? = nil) throws -> URL {
         let r = try connection.call(.cachesDirectory, ["appID": appID.map { .string($0) } ?? .null])
-        guard let path = r["path"]?.stringValue else { throw VaultError.protocolViolation("Directory returned no path") }
+        guard let path = r["path"]?.stringValue else {
+            throw VaultError.protocolViolation("Directory returned no path")
+        }
         return URL(fileURLWithPath: path, isDirectory: true)
     }
 
     /// Cache usage per app (apps see only their own; bytes allocated on disk), and the
     /// cache volume's bytes available to vaultd and total bytes (`statvfs`; 0 when unknown).
-    public func cacheUsage() throws -> (apps: [CacheUsage], freeBytes: Int64, capacityBytes: Int64) {
+    public func cacheUsage() throws -> (apps: [CacheUsage], freeBytes: Int64, capacityBytes: Int64)
+    {
         let r = try connection.call(.cachesUsage)
         let apps = (r["apps"]?.arrayValue ?? []).map {
-            CacheUsage(appID: $0["appID"]?.stringValue ?? "", bytes: $0["bytes"]?.int64Value ?? 0, files: $0["files"]?.intValue ?? 0)
+            CacheUsage(
+                appID: $0["appID"]?.stringValue ?? "", bytes: $0["bytes"]?.int64Value ?? 0,
+                files: $0["files"]?.intValue ?? 0)
         }
         return (apps, r["freeBytes"]?.int64Value ?? 0, r["capacityBytes"]?.int64Value ?? 0)
     }
@@ -49,9 +54,15 @@ extension Vault {
     /// InvalidAppID, InvalidParameter `bytes` (negative). A large purge can take minutes: it
     /// waits `VaultConnection.fileRemovalTimeout` (15 min by default) for its reply.
     @discardableResult
-    public func purgeCaches(appID: String? = nil, bytes: Int64? = nil) throws -> (freedBytes: Int64, removedFiles: Int) {
+    public func purgeCaches(appID: String? = nil, bytes: Int64? = nil) throws -> (
+        freedBytes: Int64, removedFiles: Int
+    ) {
         let r = try connection.call(
-            .cachesPurge, ["appID": appID.map { .string($0) } ?? .null, "bytes": bytes.map { JSON($0) } ?? .null],
+            .cachesPurge,
+            [
+                "appID": appID.map { .string($0) } ?? .null,
+                "bytes": bytes.map { JSON($0) } ?? .null,
+            ],
             removingFiles: true)
         return (r["freedBytes"]?.int64Value ?? 0, r["removedFiles"]?.intValue ?? 0)
     }
@@ -60,7 +71,9 @@ extension Vault {
     /// per purge: an app sees its own, the owner every app's. Ends, without reconnecting, when
     /// vaultd stops (ConnectionFailed).
     public func purgeEvents() -> AsyncThrowingStream<PurgeEvent, Error> {
-        VaultConnection.observe(socketPath: connection.socketPath, method: .cachesObserve, parameters: [:]) {
+        VaultConnection.observe(
+            socketPath: connection.socketPath, method: .cachesObserve, parameters: [:]
+        ) {
             guard let app = $0["appID"]?.stringValue else { return nil }
             return PurgeEvent(appID: app, freedBytes: $0["freedBytes"]?.int64Value ?? 0)
         }

@@ -21,7 +21,10 @@ public struct CredentialStore: Sendable {
     /// default). Every verb keeps to that one group, as Valet does: an item of the same service
     /// and account in another group the app can see is neither read, replaced nor removed
     /// (a query without kSecAttrAccessGroup would match it, as SecItem's do). Nothing is sent yet.
-    public init(vault: Vault, service: String, accessGroup: String? = nil, accessibility: Accessibility = .whenUnlocked) {
+    public init(
+        vault: Vault, service: String, accessGroup: String? = nil,
+        accessibility: Accessibility = .whenUnlocked
+    ) {
         self.vault = vault
         self.service = service
         self.accessGroup = accessGroup
@@ -31,7 +34,9 @@ public struct CredentialStore: Sendable {
     /// The store's items' attributes: its service, `account`, and its group (the default
     /// group when it names none; with a vaultd that does not say which that is, none).
     private func attributes(_ account: String? = nil) -> ItemAttributes {
-        ItemAttributes(service: service, account: account, accessGroup: accessGroup ?? vault.launch.defaultAccessGroup)
+        ItemAttributes(
+            service: service, account: account,
+            accessGroup: accessGroup ?? vault.launch.defaultAccessGroup)
     }
 
     private func call<T>(_ body: () throws -> T) throws(VaultError) -> T {
@@ -59,7 +64,8 @@ public struct CredentialStore: Sendable {
             } catch let e as VaultError where e.code == .duplicateItem {
                 do {
                     try vault.keychain.update(
-                        Query(.genericPassword, attributes(account)), attributes: ItemAttributes(accessible: accessibility), data: data)
+                        Query(.genericPassword, attributes(account)),
+                        attributes: ItemAttributes(accessible: accessibility), data: data)
                 } catch let e as VaultError where e.code == .notAvailableOnThisDevice {
                     try vault.keychain.delete(Query(.genericPassword, attributes(account)))
                     try vault.keychain.add(attributes: a, data: data)
@@ -78,7 +84,10 @@ public struct CredentialStore: Sendable {
     public func data(for account: String) throws(VaultError) -> Data? {
         try call {
             do {
-                return try vault.keychain.copyMatching(Query(.genericPassword, attributes(account)), returnData: true, returnAttributes: false).first?.data
+                return try vault.keychain.copyMatching(
+                    Query(.genericPassword, attributes(account)), returnData: true,
+                    returnAttributes: false
+                ).first?.data
             } catch let e as VaultError where e.code == .itemNotFound {
                 return nil
             }
@@ -95,7 +104,10 @@ public struct CredentialStore: Sendable {
     public func contains(_ account: String) throws(VaultError) -> Bool {
         try call {
             do {
-                return !(try vault.keychain.copyMatching(Query(.genericPassword, attributes(account)), returnAttributes: true).isEmpty)
+                return
+                    !(try vault.keychain.copyMatching(
+                        Query(.genericPassword, attributes(account)), returnAttributes: true
+                    ).isEmpty)
             } catch let e as VaultError where e.code == .itemNotFound {
                 return false
             }
@@ -126,7 +138,9 @@ public struct CredentialStore: Sendable {
     public func allAccounts() throws(VaultError) -> [String] {
         try call {
             do {
-                return try vault.keychain.copyMatching(Query(.genericPassword, attributes(), matchAll: true)).compactMap { $0.attributes?.account }.sorted()
+                return try vault.keychain.copyMatching(
+                    Query(.genericPassword, attributes(), matchAll: true)
+                ).compactMap { $0.attributes?.account }.sorted()
             } catch let e as VaultError where e.code == .itemNotFound {
                 return []
             }

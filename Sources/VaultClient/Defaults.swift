@@ -46,13 +46,16 @@ public final class Defaults: @unchecked Sendable {
     /// `suiteName` when the owner's tools name none, InvalidValue for a malformed domain
     /// name, ConnectionFailed. With `NSGlobalDomain` as the suite, an app's writes are
     /// ReadOnlyDomain.
-    public init(vault: Vault, suiteName: String? = nil, arguments: [String] = CommandLine.arguments) throws {
+    public init(vault: Vault, suiteName: String? = nil, arguments: [String] = CommandLine.arguments)
+        throws
+    {
         self.vault = vault
         self.suiteName = suiteName
         guard let own = suiteName ?? vault.launch.appID else {
             throw VaultError.invalidParameter(
                 "suiteName",
-                "this program is not a registered app, so it runs as the owner's tool and has no domain of its own: name one (suiteName), or register the program (vaultctl app install APP_ID --exe PATH)")
+                "this program is not a registered app, so it runs as the owner's tool and has no domain of its own: name one (suiteName), or register the program (vaultctl app install APP_ID --exe PATH)"
+            )
         }
         searchList = own == "NSGlobalDomain" ? [own] : [own, "NSGlobalDomain"]
         argumentDomain = Self.argumentDomain(arguments)
@@ -145,7 +148,8 @@ public final class Defaults: @unchecked Sendable {
                     if e.code == .missingEntitlement { return }
                 } catch {
                     if initial && snapshots < expected {
-                        failure.value = (error as? VaultError) ?? VaultError.connectionFailed("\(error)")
+                        failure.value =
+                            (error as? VaultError) ?? VaultError.connectionFailed("\(error)")
                         ready.signal()
                         return
                     }
@@ -176,13 +180,20 @@ public final class Defaults: @unchecked Sendable {
             // Every write numbered up to the snapshot's sequence is in it (0 from a vaultd
             // that sends none): a write of ours at or below it must not be applied over it.
             let through = Preferences.sequence(in: reply) ?? 0
-            let (old, conts): (PlistDictionary, [AsyncStream<DefaultsChange>.Continuation]) = lock.withLock {
-                defer { domains[domain] = decoded; appliedSequence = through }
-                return (domains[domain] ?? [:], Array(watchers.values))
-            }
+            let (old, conts): (PlistDictionary, [AsyncStream<DefaultsChange>.Continuation]) =
+                lock.withLock {
+                    defer {
+                        domains[domain] = decoded
+                        appliedSequence = through
+                    }
+                    return (domains[domain] ?? [:], Array(watchers.values))
+                }
             if !conts.isEmpty {
-                for key in Set(old.storage.keys).union(decoded.storage.keys).map(\.string) where old[key] != decoded[key] {
-                    for c in conts { c.yield(DefaultsChange(domain: domain, key: key, value: decoded[key])) }
+                for key in Set(old.storage.keys).union(decoded.storage.keys).map(\.string)
+                where old[key] != decoded[key] {
+                    for c in conts {
+                        c.yield(DefaultsChange(domain: domain, key: key, value: decoded[key]))
+                    }
                 }
             }
             return true
@@ -275,7 +286,10 @@ public final class Defaults: @unchecked Sendable {
             guard b >= UInt8(ascii: "0") && b <= UInt8(ascii: "9") else { break }
             let digit = Int(b - UInt8(ascii: "0"))
             let (times10, o1) = value.multipliedReportingOverflow(by: 10)
-            let (next, o2) = negative ? times10.subtractingReportingOverflow(digit) : times10.addingReportingOverflow(digit)
+            let (next, o2) =
+                negative
+                ? times10.subtractingReportingOverflow(digit)
+                : times10.addingReportingOverflow(digit)
             if o1 || o2 { return negative ? .min : .max }
             value = next
         }
@@ -292,11 +306,17 @@ public final class Defaults: @unchecked Sendable {
         let bytes = Array(afterWhitespace(Substring(s)).utf8)
         func digits(from i: Int) -> Int {
             var j = i
-            while j < bytes.count, bytes[j] >= UInt8(ascii: "0"), bytes[j] <= UInt8(ascii: "9") { j += 1 }
+            while j < bytes.count, bytes[j] >= UInt8(ascii: "0"), bytes[j] <= UInt8(ascii: "9") {
+                j += 1
+            }
             return j
         }
         var start = 0
-        if start < bytes.count, bytes[start] == UInt8(ascii: "+") || bytes[start] == UInt8(ascii: "-") { start += 1 }
+        if start < bytes.count,
+            bytes[start] == UInt8(ascii: "+") || bytes[start] == UInt8(ascii: "-")
+        {
+            start += 1
+        }
         var end = digits(from: start)
         var mantissaDigits = end - start
         // A point is the number's with a digit on either side ("5." is 5, ".5" is 0.5, "." nothing).
@@ -308,7 +328,9 @@ public final class Defaults: @unchecked Sendable {
         guard mantissaDigits > 0 else { return 0 }  // no digit: no number
         if end < bytes.count, bytes[end] == UInt8(ascii: "e") || bytes[end] == UInt8(ascii: "E") {
             var e = end + 1
-            if e < bytes.count, bytes[e] == UInt8(ascii: "+") || bytes[e] == UInt8(ascii: "-") { e += 1 }
+            if e < bytes.count, bytes[e] == UInt8(ascii: "+") || bytes[e] == UInt8(ascii: "-") {
+                e += 1
+            }
             let exponentEnd = digits(from: e)
             if exponentEnd > e { end = exponentEnd }
         }
@@ -320,9 +342,11 @@ public final class Defaults: @unchecked Sendable {
     /// controls and space (below U+0021), U+007F–U+00A0 (no-break space included),
     /// U+2000–U+200B and U+3000.
     private static func afterWhitespace(_ s: Substring) -> Substring {
-        Substring(s.unicodeScalars.drop(while: { c in
-            c.value < 0x21 || (0x7F...0xA0).contains(c.value) || (0x2000...0x200B).contains(c.value) || c.value == 0x3000
-        }))
+        Substring(
+            s.unicodeScalars.drop(while: { c in
+                c.value < 0x21 || (0x7F...0xA0).contains(c.value)
+                    || (0x2000...0x200B).contains(c.value) || c.value == 0x3000
+            }))
     }
 
     /// As `UserDefaults.double(forKey:)`: reals, integers, bools (0/1) and strings (their
@@ -346,7 +370,8 @@ public final class Defaults: @unchecked Sendable {
         case .integer(let i)?: return i != 0
         case .unsignedInteger(let u)?: return u != 0
         case .real(let d)?: return d != 0
-        case .string(let s)?: return ["yes", "true"].contains(s.lowercased()) || Self.integer(s) != 0
+        case .string(let s)?:
+            return ["yes", "true"].contains(s.lowercased()) || Self.integer(s) != 0
         default: return false
         }
     }
@@ -428,7 +453,8 @@ public final class Defaults: @unchecked Sendable {
     /// ConnectionFailed); on error nothing changes.
     public func set(_ value: PlistValue?, forKey key: String) throws {
         guard let value else { return try removeObject(forKey: key) }
-        let sequence = try vault.preferences.setReturningSequence(value, domain: domainName, key: key)
+        let sequence = try vault.preferences.setReturningSequence(
+            value, domain: domainName, key: key)
         applyOwnWrite(value, forKey: key, sequence: sequence)
     }
 
@@ -438,9 +464,11 @@ public final class Defaults: @unchecked Sendable {
     /// after it: applying ours then would leave the copy with an older value than the
     /// store's for good).
     private func applyOwnWrite(_ value: PlistValue?, forKey key: String, sequence: UInt64?) {
-        let domain = domainName, socketPath = vault.connection.socketPath
+        let domain = domainName
+        let socketPath = vault.connection.socketPath
         let others = Self.live.withLock { $0.values.compactMap(\.defaults) }.filter {
-            $0 !== self && $0.vault.connection.socketPath == socketPath && $0.searchList.containsBytes(domain)
+            $0 !== self && $0.vault.connection.socketPath == socketPath
+                && $0.searchList.containsBytes(domain)
         }
         for d in [self] + others { d.apply(value, domain: domain, key: key, sequence: sequence) }
     }
@@ -456,9 +484,15 @@ public final class Defaults: @unchecked Sendable {
     /// Typed forms of `set(_:forKey:)`, as UserDefaults': the same limits and errors. An
     /// `Int` is stored as a 64-bit integer, a `Double` bit-exact (nan and ±inf too), a
     /// `Date` with its fractional seconds.
-    public func set(_ value: String, forKey key: String) throws { try set(.string(value), forKey: key) }
-    public func set(_ value: Int, forKey key: String) throws { try set(.integer(Int64(value)), forKey: key) }
-    public func set(_ value: Double, forKey key: String) throws { try set(.real(value), forKey: key) }
+    public func set(_ value: String, forKey key: String) throws {
+        try set(.string(value), forKey: key)
+    }
+    public func set(_ value: Int, forKey key: String) throws {
+        try set(.integer(Int64(value)), forKey: key)
+    }
+    public func set(_ value: Double, forKey key: String) throws {
+        try set(.real(value), forKey: key)
+    }
     public func set(_ value: Bool, forKey key: String) throws { try set(.bool(value), forKey: key) }
     public func set(_ value: Date, forKey key: String) throws { try set(.date(value), forKey: key) }
     public func set(_ value: Data, forKey key: String) throws { try set(.data(value), forKey: key) }
@@ -467,7 +501,9 @@ public final class Defaults: @unchecked Sendable {
     /// `url(forKey:)` reads it back when it has a scheme, as file URLs and web URLs do. A
     /// relative reference with no base (`URL(string: "docs/a")`) does not come back: its
     /// string is a relative path, which `url(forKey:)` reads as nil ("/docs/a": a file URL).
-    public func set(_ value: URL, forKey key: String) throws { try set(.string(value.absoluteString), forKey: key) }
+    public func set(_ value: URL, forKey key: String) throws {
+        try set(.string(value.absoluteString), forKey: key)
+    }
 
     /// Removes `key` from this instance's domain (no error when absent). Throws as `set`.
     public func removeObject(forKey key: String) throws {

@@ -16,14 +16,20 @@ public struct Query: Sendable {
 
     /// A query for `itemClass` (nil: both) items whose attributes match `attributes`; one
     /// match (`matchAll` false) or every match.
-    public init(_ itemClass: ItemClass? = .genericPassword, _ attributes: ItemAttributes = ItemAttributes(), matchAll: Bool = false) {
+    public init(
+        _ itemClass: ItemClass? = .genericPassword, _ attributes: ItemAttributes = ItemAttributes(),
+        matchAll: Bool = false
+    ) {
         self.itemClass = itemClass
         self.attributes = attributes
         self.matchAll = matchAll
     }
 
     var parameters: JSONObject {
-        ["class": itemClass.map { .string($0.rawValue) } ?? .null, "query": attributes.json, "matchLimit": matchAll ? "all" : "one"]
+        [
+            "class": itemClass.map { .string($0.rawValue) } ?? .null, "query": attributes.json,
+            "matchLimit": matchAll ? "all" : "one",
+        ]
     }
 }
 
@@ -52,11 +58,16 @@ public struct Keychain: Sendable {
     /// AuthFailed (-25293: whenPasscodeSetThisDeviceOnly without a vault passphrase), Param
     /// (-50: see `ItemAttributes`; synchronizable with a ThisDeviceOnly class).
     @discardableResult
-    public func add(_ itemClass: ItemClass = .genericPassword, attributes: ItemAttributes, data: Data) throws -> ItemAttributes {
+    public func add(
+        _ itemClass: ItemClass = .genericPassword, attributes: ItemAttributes, data: Data
+    ) throws -> ItemAttributes {
         try SecretLimit.check(data.count)
         let r = try connection.call(
             .keychainAdd,
-            ["class": .string(itemClass.rawValue), "attributes": attributes.json, "data": .string(data.base64EncodedString())])
+            [
+                "class": .string(itemClass.rawValue), "attributes": attributes.json,
+                "data": .string(data.base64EncodedString()),
+            ])
         return try ItemAttributes(json: r["attributes"])
     }
 
@@ -68,15 +79,21 @@ public struct Keychain: Sendable {
     /// their place when some of them are another device's (`matchAll` leaves those out of a
     /// list); ReplyTooLarge when
     /// the reply would pass 8 MiB (many large secrets).
-    public func copyMatching(_ query: Query, returnData: Bool = false, returnAttributes: Bool = true) throws -> [Item] {
-        try copyMatchingReportingDamage(query, returnData: returnData, returnAttributes: returnAttributes).items
+    public func copyMatching(
+        _ query: Query, returnData: Bool = false, returnAttributes: Bool = true
+    ) throws -> [Item] {
+        try copyMatchingReportingDamage(
+            query, returnData: returnData, returnAttributes: returnAttributes
+        ).items
     }
 
     /// `copyMatching`, with the damaged items the query met (left out of `items`: their
     /// rows, attributes or secrets do not read; each the wire's `DamagedItem`: `id`, `uuid`,
     /// `class`, `accessGroup`, `damaged`). Throws as `copyMatching`, and ItemDamaged
     /// (-26275) when only damaged items match.
-    public func copyMatchingReportingDamage(_ query: Query, returnData: Bool = false, returnAttributes: Bool = true) throws -> (items: [Item], damaged: [JSON]) {
+    public func copyMatchingReportingDamage(
+        _ query: Query, returnData: Bool = false, returnAttributes: Bool = true
+    ) throws -> (items: [Item], damaged: [JSON]) {
         var p = query.parameters
         p["returnData"] = .bool(returnData)
         p["returnAttributes"] = .bool(returnAttributes)
@@ -93,7 +110,9 @@ public struct Keychain: Sendable {
     /// "item 3 (uuid 0a1b…, genericPassword in access group user): its attributes fail
     /// authentication", of one of the wire's `DamagedItem`s (as vaultd's messages say it).
     public static func describeDamaged(_ j: JSON) -> String {
-        let name = [j["class"]?.stringValue, j["accessGroup"]?.stringValue.map { "in access group \($0)" }].compactMap { $0 }.joined(separator: " ")
+        let name = [
+            j["class"]?.stringValue, j["accessGroup"]?.stringValue.map { "in access group \($0)" },
+        ].compactMap { $0 }.joined(separator: " ")
         let uuid = j["uuid"]?.stringValue ?? ""
         let what: String
         switch j["damaged"]?.stringValue {
@@ -101,7 +120,8 @@ public struct Keychain: Sendable {
         case "secret": what = "its secret fails authentication"
         default: what = "its row is malformed"
         }
-        return "item \(j["id"]?.intValue ?? -1) (uuid \(uuid.isEmpty ? "unreadable" : uuid)\(name.isEmpty ? "" : ", " + name)): \(what)"
+        return
+            "item \(j["id"]?.intValue ?? -1) (uuid \(uuid.isEmpty ? "unreadable" : uuid)\(name.isEmpty ? "" : ", " + name)): \(what)"
     }
 
     /// As `SecItemUpdate`: sets `attributes` on every match (its dates are ignored;
@@ -111,7 +131,9 @@ public struct Keychain: Sendable {
     /// Param (-50) when neither attributes nor data are given; InteractionNotAllowed,
     /// AuthFailed or NotAvailableOnThisDevice when any match, or the new class, is unavailable.
     @discardableResult
-    public func update(_ query: Query, attributes: ItemAttributes = ItemAttributes(), data: Data? = nil) throws -> Int {
+    public func update(
+        _ query: Query, attributes: ItemAttributes = ItemAttributes(), data: Data? = nil
+    ) throws -> Int {
         if let data { try SecretLimit.check(data.count) }
         var p = query.parameters
         p["matchLimit"] = nil  // not a parameter of Update (it acts on every match)

@@ -5,7 +5,8 @@ extension VaultConnection {
     /// Streams the replies of a `more` call on a new connection of its own, as an
     /// `AsyncThrowingStream`. Cancelling the iteration closes that connection.
     static func observe<T: Sendable>(
-        socketPath: String, method: VarlinkMethod, parameters: JSONObject, transform: @escaping @Sendable (JSONObject) -> T?
+        socketPath: String, method: VarlinkMethod, parameters: JSONObject,
+        transform: @escaping @Sendable (JSONObject) -> T?
     ) -> AsyncThrowingStream<T, Error> {
         AsyncThrowingStream { continuation in
             let connection: VaultConnection
@@ -42,7 +43,9 @@ extension Vault {
     /// ends, without reconnecting, when vaultd stops (finishing with ConnectionFailed);
     /// it throws ConnectionFailed at once when vaultd cannot be reached.
     public func lockStates() -> AsyncThrowingStream<LockState, Error> {
-        VaultConnection.observe(socketPath: connection.socketPath, method: .vaultObserve, parameters: [:]) {
+        VaultConnection.observe(
+            socketPath: connection.socketPath, method: .vaultObserve, parameters: [:]
+        ) {
             LockState($0["lock"])
         }
     }

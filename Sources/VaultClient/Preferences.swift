@@ -18,7 +18,8 @@ public struct Preferences: Sendable {
     /// search list (`Defaults` does that). Throws ValueDamaged (naming domain and key) when
     /// the stored value does not read.
     public func value(domain: String?, key: String) throws -> PlistValue? {
-        let r = try connection.call(.preferencesGet, ["domain": Self.domain(domain), "key": .string(key)])
+        let r = try connection.call(
+            .preferencesGet, ["domain": Self.domain(domain), "key": .string(key)])
         guard let v = r["value"], !v.isNull else { return nil }
         return try PlistValue(tagged: v)
     }
@@ -36,13 +37,19 @@ public struct Preferences: Sendable {
     @discardableResult
     func setReturningSequence(_ value: PlistValue, domain: String?, key: String) throws -> UInt64? {
         do {
-            let r = try connection.call(.preferencesSet, ["domain": Self.domain(domain), "key": .string(key), "value": value.tagged])
+            let r = try connection.call(
+                .preferencesSet,
+                ["domain": Self.domain(domain), "key": .string(key), "value": value.tagged])
             return Self.sequence(in: r)
-        } catch let e as VaultError where e.code == .invalidParameter && e.parameters["parameter"] == "message" {
+        } catch let e as VaultError
+            where e.code == .invalidParameter && e.parameters["parameter"] == "message"
+        {
             throw VaultError(
                 .domainTooLarge,
                 "the value is over \(Varlink.maximumMessageSize) bytes on the wire; a domain may hold \(DomainLimit.maximumBytes) bytes (4 MiB); nothing was written",
-                extra: (["limit": JSON(DomainLimit.maximumBytes)] as JSONObject).merging(domain.map { ["domain": .string($0)] } ?? [:]) { $1 })
+                extra: (["limit": JSON(DomainLimit.maximumBytes)] as JSONObject).merging(
+                    domain.map { ["domain": .string($0)] } ?? [:]
+                ) { $1 })
         }
     }
 
@@ -55,7 +62,8 @@ public struct Preferences: Sendable {
     /// `remove`, returning the write's sequence number as `setReturningSequence`.
     @discardableResult
     func removeReturningSequence(domain: String?, key: String) throws -> UInt64? {
-        let r = try connection.call(.preferencesRemove, ["domain": Self.domain(domain), "key": .string(key)])
+        let r = try connection.call(
+            .preferencesRemove, ["domain": Self.domain(domain), "key": .string(key)])
         return Self.sequence(in: r)
     }
 
@@ -73,7 +81,9 @@ public struct Preferences: Sendable {
 
     /// Every key of a domain whose stored value reads, and the keys of those that do not
     /// (damaged on disk; `ValueDamaged` for a `value(domain:key:)` of one), sorted.
-    public func valuesReportingDamage(domain: String?) throws -> (values: PlistDictionary, damaged: [String]) {
+    public func valuesReportingDamage(domain: String?) throws -> (
+        values: PlistDictionary, damaged: [String]
+    ) {
         let r = try connection.call(.preferencesDomain, ["domain": Self.domain(domain)])
         let values = try (r["values"]?.objectValue ?? [:]).mapValues { try PlistValue(tagged: $0) }
         return (values, Self.damagedKeys(in: r))
@@ -87,7 +97,8 @@ public struct Preferences: Sendable {
     /// Names of the domains holding keys, sorted: every domain for the owner's tools; for an
     /// app only its own, its suites' and NSGlobalDomain.
     public func domains() throws -> [String] {
-        try connection.call(.preferencesDomains)["domains"]?.arrayValue?.compactMap(\.stringValue) ?? []
+        try connection.call(.preferencesDomains)["domains"]?.arrayValue?.compactMap(\.stringValue)
+            ?? []
     }
 
     /// Replaces `domain` with a property list (XML or binary, read by
@@ -105,10 +116,16 @@ public struct Preferences: Sendable {
         // The call's envelope and the domain's name (at most 255 bytes, as JSON up to 6 times
         // that) take less than 4 KiB.
         if (plist.count + 2) / 3 * 4 + 4096 < Varlink.maximumMessageSize {
-            return try connection.call(.preferencesImport, ["domain": .string(domain), "plist": .string(plist.base64EncodedString())])["keys"]?.intValue ?? 0
+            return try connection.call(
+                .preferencesImport,
+                ["domain": .string(domain), "plist": .string(plist.base64EncodedString())])["keys"]?
+                .intValue ?? 0
         }
         guard case .dict(let values) = try PropertyListCodec.decode(plist) else {
-            throw VaultError(.invalidPropertyList, "the property list's root is not a dictionary; a domain can only be imported from a dictionary")
+            throw VaultError(
+                .invalidPropertyList,
+                "the property list's root is not a dictionary; a domain can only be imported from a dictionary"
+            )
         }
         return try importDomain(domain, values: values)
     }
@@ -119,8 +136,13 @@ public struct Preferences: Sendable {
     @discardableResult
     public func importDomain(_ domain: String, values: PlistDictionary) throws -> Int {
         do {
-            return try connection.call(.preferencesImport, ["domain": .string(domain), "values": .object(values.mapValues(\.tagged))])["keys"]?.intValue ?? 0
-        } catch let e as VaultError where e.code == .invalidParameter && e.parameters["parameter"] == "message" {
+            return try connection.call(
+                .preferencesImport,
+                ["domain": .string(domain), "values": .object(values.mapValues(\.tagged))])["keys"]?
+                .intValue ?? 0
+        } catch let e as VaultError
+            where e.code == .invalidParameter && e.parameters["parameter"] == "message"
+        {
             throw VaultError(
                 .domainTooLarge,
                 "domain '\(domain)': the property list's values are over \(Varlink.maximumMessageSize) bytes on the wire; a domain may hold \(DomainLimit.maximumBytes) bytes (4 MiB); nothing was written",
@@ -145,21 +167,30 @@ public struct Preferences: Sendable {
     }
 
     /// `exportDomain`, and the keys of the values damaged on disk that it left out.
-    public func exportDomainReportingDamage(_ domain: String, binary: Bool) throws -> (plist: Data, damaged: [String]) {
+    public func exportDomainReportingDamage(_ domain: String, binary: Bool) throws -> (
+        plist: Data, damaged: [String]
+    ) {
         if binary {
             do {
-                let reply = try connection.call(.preferencesExport, ["domain": .string(domain), "format": "binary"])
-                if let text = reply["plist"]?.stringValue, let plist = Data(base64Encoded: text) { return (plist, Self.damagedKeys(in: reply)) }
+                let reply = try connection.call(
+                    .preferencesExport, ["domain": .string(domain), "format": "binary"])
+                if let text = reply["plist"]?.stringValue, let plist = Data(base64Encoded: text) {
+                    return (plist, Self.damagedKeys(in: reply))
+                }
             } catch let e as VaultError where e.code == .replyTooLarge {}
         }
         let found = try valuesReportingDamage(domain: domain)
-        return (try PropertyListCodec.encode(.dict(found.values), format: binary ? .binary : .xml), found.damaged)
+        return (
+            try PropertyListCodec.encode(.dict(found.values), format: binary ? .binary : .xml),
+            found.damaged
+        )
     }
 
     /// Removes a whole domain; returns how many keys it had (0 when none). Throws
     /// ReadOnlyDomain, MissingEntitlement.
     @discardableResult
     public func removeDomain(_ domain: String) throws -> Int {
-        try connection.call(.preferencesRemoveDomain, ["domain": .string(domain)])["keys"]?.intValue ?? 0
+        try connection.call(.preferencesRemoveDomain, ["domain": .string(domain)])["keys"]?.intValue
+            ?? 0
     }
 }

@@ -15,7 +15,9 @@ public final class Vault: @unchecked Sendable {
     /// (nothing answers, the socket is served by another uid, or vaultd refused the peer),
     /// RateLimited (vaultd at its connection cap: retry after `retryAfter` seconds),
     /// MissingEntitlement (the app's install ended).
-    public static func connect(socketPath: String? = nil, replyTimeout: Double? = nil) throws -> Vault {
+    public static func connect(socketPath: String? = nil, replyTimeout: Double? = nil) throws
+        -> Vault
+    {
         let c = try VaultConnection(socketPath: socketPath, replyTimeout: replyTimeout)
         return Vault(connection: c, launch: LaunchInfo(try c.call(.vaultHello)))
     }
@@ -39,7 +41,9 @@ public final class Vault: @unchecked Sendable {
     /// AlreadyInitialized, PermissionDenied, Param (-50: an empty passphrase).
     @discardableResult
     public func initialize(passphrase: String?) throws -> LockState {
-        LockState(try connection.call(.vaultInit, ["passphrase": passphrase.map { .string($0) } ?? .null])["lock"])
+        LockState(
+            try connection.call(
+                .vaultInit, ["passphrase": passphrase.map { .string($0) } ?? .null])["lock"])
     }
 
     /// Unlocks (the passphrase through Argon2id). Owner only. Throws `VaultError` with code
@@ -77,7 +81,8 @@ public final class Vault: @unchecked Sendable {
     @discardableResult
     public func changePassphrase(old: String?, new: String?) throws -> Int {
         let r = try connection.call(
-            .vaultChangePassphrase, ["old": old.map { .string($0) } ?? .null, "new": new.map { .string($0) } ?? .null])
+            .vaultChangePassphrase,
+            ["old": old.map { .string($0) } ?? .null, "new": new.map { .string($0) } ?? .null])
         return r["deletedItems"]?.intValue ?? 0
     }
 }
@@ -96,12 +101,16 @@ extension Vault {
     /// its reply (`items`, `deviceBoundItems`, `leftOutItems`, `preferences`, `domains`,
     /// `apps`, `bytes`). Throws InteractionNotAllowed (locked; nothing written),
     /// PermissionDenied, Param, StorageFull.
-    public func backup(to path: String, passphrase: String?, recipients: [String] = [], includeDeviceBound: Bool = false) throws -> JSONObject {
+    public func backup(
+        to path: String, passphrase: String?, recipients: [String] = [],
+        includeDeviceBound: Bool = false
+    ) throws -> JSONObject {
         try connection.call(
             .vaultBackup,
             [
                 "path": .string(path), "passphrase": passphrase.map { .string($0) } ?? .null,
-                "recipients": recipients.isEmpty ? .null : .array(recipients.map { .string($0) }), "includeDeviceBound": .bool(includeDeviceBound),
+                "recipients": recipients.isEmpty ? .null : .array(recipients.map { .string($0) }),
+                "includeDeviceBound": .bool(includeDeviceBound),
             ])
     }
 
@@ -111,11 +120,15 @@ extension Vault {
     /// (`items`, `preferences`, `apps`: each `added`, `replaced`, `kept`; `unavailableItems`;
     /// `lock`). Throws BackupAuthFailed, BackupUnreadable, NotEmpty (without `merge`),
     /// InteractionNotAllowed, PermissionDenied.
-    public func restore(from path: String, passphrase: String?, identity: String? = nil, newPassphrase: String? = nil, merge: Bool = false) throws -> JSONObject {
+    public func restore(
+        from path: String, passphrase: String?, identity: String? = nil,
+        newPassphrase: String? = nil, merge: Bool = false
+    ) throws -> JSONObject {
         try connection.call(
             .vaultRestore,
             [
-                "path": .string(path), "passphrase": passphrase.map { .string($0) } ?? .null, "identity": identity.map { .string($0) } ?? .null,
+                "path": .string(path), "passphrase": passphrase.map { .string($0) } ?? .null,
+                "identity": identity.map { .string($0) } ?? .null,
                 "newPassphrase": newPassphrase.map { .string($0) } ?? .null, "merge": .bool(merge),
             ])
     }

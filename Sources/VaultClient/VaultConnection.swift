@@ -66,17 +66,23 @@ public final class VaultConnection: @unchecked Sendable {
     /// The reply timeout from the environment: `VAULT_TIMEOUT` (seconds, 0: for ever), else
     /// `defaultReplyTimeout`. Throws InvalidParameter `VAULT_TIMEOUT` for a value that is
     /// not a number of seconds from 0: a typo must not quietly mean 60 s, nor for ever.
-    public static func replyTimeout(environment env: [String: String] = ProcessInfo.processInfo.environment) throws -> Double {
+    public static func replyTimeout(
+        environment env: [String: String] = ProcessInfo.processInfo.environment
+    ) throws -> Double {
         guard let v = env["VAULT_TIMEOUT"], !v.isEmpty else { return defaultReplyTimeout }
         guard let t = Double(v), t.isFinite, t >= 0 else {
-            throw VaultError.invalidParameter("VAULT_TIMEOUT", "must be a number of seconds (0 or more; 0: for ever), not '\(v.prefix(20))'")
+            throw VaultError.invalidParameter(
+                "VAULT_TIMEOUT",
+                "must be a number of seconds (0 or more; 0: for ever), not '\(v.prefix(20))'")
         }
         return t
     }
 
     /// The socket path a client uses: `VAULTD_SOCKET`, else `$XDG_RUNTIME_DIR/vaultd/vaultd.sock`,
     /// else `/tmp/vaultd-$UID/vaultd.sock` (docs/configuration.md).
-    public static func defaultSocketPath(environment env: [String: String] = ProcessInfo.processInfo.environment) -> String {
+    public static func defaultSocketPath(
+        environment env: [String: String] = ProcessInfo.processInfo.environment
+    ) -> String {
         if let s = env["VAULTD_SOCKET"], !s.isEmpty { return s }
         if let run = env["XDG_RUNTIME_DIR"], !run.isEmpty { return run + "/vaultd/vaultd.sock" }
         return "/tmp/vaultd-\(getuid())/vaultd.sock"
@@ -116,15 +122,19 @@ public final class VaultConnection: @unchecked Sendable {
             guard let uid = server, uid == getuid() else {
                 s.close()
                 throw VaultError.connectionFailed(
-                    "\(path) is served by \(server.map { "uid \($0)" } ?? "an unknown user"), not by this user (uid \(getuid())): refusing to talk to it, as it may be another user's process posing as vaultd; start your own vaultd on a path only you can write to")
+                    "\(path) is served by \(server.map { "uid \($0)" } ?? "an unknown user"), not by this user (uid \(getuid())): refusing to talk to it, as it may be another user's process posing as vaultd; start your own vaultd on a path only you can write to"
+                )
             }
             return VarlinkStream(socket: s)
         } catch let e as VaultError {
             throw e
         } catch let e as Errno where e.code == EAGAIN || e.code == EWOULDBLOCK {
-            throw VaultError.connectionFailed("vaultd did not take the connection at \(path) within \(timeout) s (is it stopped or hung?)")
+            throw VaultError.connectionFailed(
+                "vaultd did not take the connection at \(path) within \(timeout) s (is it stopped or hung?)"
+            )
         } catch {
-            throw VaultError.connectionFailed("cannot connect to vaultd at \(path): \(error) (is vaultd running?)")
+            throw VaultError.connectionFailed(
+                "cannot connect to vaultd at \(path): \(error) (is vaultd running?)")
         }
     }
 
@@ -146,18 +156,25 @@ public final class VaultConnection: @unchecked Sendable {
         try call(method.name, parameters, removingFiles: false)
     }
 
-    func call(_ method: VarlinkMethod, _ parameters: JSONObject, removingFiles: Bool) throws -> JSONObject {
+    func call(_ method: VarlinkMethod, _ parameters: JSONObject, removingFiles: Bool) throws
+        -> JSONObject
+    {
         try call(method.name, parameters, removingFiles: removingFiles)
     }
 
     /// `call`; `removingFiles`: a call that removes files one by one (a purge, an
     /// uninstall) waits `fileRemovalTimeout` for its reply instead of `replyTimeout`.
-    func call(_ method: String, _ parameters: JSONObject, removingFiles: Bool) throws -> JSONObject {
+    func call(_ method: String, _ parameters: JSONObject, removingFiles: Bool) throws -> JSONObject
+    {
         try lock.withLock {
-            try send(try Self.message(VarlinkCall(method: method, parameters: parameters)), reconnecting: true)
+            try send(
+                try Self.message(VarlinkCall(method: method, parameters: parameters)),
+                reconnecting: true)
             let wait = removingFiles ? removalTimeout : timeout
             if wait != timeout { stream.socket.setTimeouts(receive: wait, send: timeout) }
-            defer { if wait != timeout { stream.socket.setTimeouts(receive: timeout, send: timeout) } }
+            defer {
+                if wait != timeout { stream.socket.setTimeouts(receive: timeout, send: timeout) }
+            }
             // The reply is polled for only while no other thread of the app awaits one: then
             // the CPU is better left to those threads (see `BusyPoll`).
             let waiting = callsAwaitingReplies.add(1, ordering: .relaxed).newValue
@@ -173,14 +190,19 @@ public final class VaultConnection: @unchecked Sendable {
     /// MissingEntitlement), ConnectionFailed when the connection closes or breaks (never
     /// reconnects) or a reply takes over `replyTimeout` seconds. The connection is used up
     /// afterwards.
-    public func stream(_ method: VarlinkMethod, _ parameters: JSONObject = [:], handler: (JSONObject) -> Bool) throws {
+    public func stream(
+        _ method: VarlinkMethod, _ parameters: JSONObject = [:], handler: (JSONObject) -> Bool
+    ) throws {
         try stream(method.name, parameters, handler: handler)
     }
 
     /// `stream(_:_:handler:)` of a method named by its fully-qualified name.
-    public func stream(_ method: String, _ parameters: JSONObject = [:], handler: (JSONObject) -> Bool) throws {
+    public func stream(
+        _ method: String, _ parameters: JSONObject = [:], handler: (JSONObject) -> Bool
+    ) throws {
         try lock.withLock {
-            try send(try Self.message(VarlinkCall(method: method, parameters: parameters, more: true)))
+            try send(
+                try Self.message(VarlinkCall(method: method, parameters: parameters, more: true)))
             var first = true
             while true {
                 let reply = try receiveReply()
@@ -209,7 +231,9 @@ public final class VaultConnection: @unchecked Sendable {
         let message = call.json.serialized()
         guard message.count < Varlink.maximumMessageSize else {
             throw VaultError.invalidParameter(
-                "message", "a message may be at most \(Varlink.maximumMessageSize) bytes; this call is \(message.count + 1) bytes (nothing was sent)")
+                "message",
+                "a message may be at most \(Varlink.maximumMessageSize) bytes; this call is \(message.count + 1) bytes (nothing was sent)"
+            )
         }
         return message
     }
@@ -225,7 +249,11 @@ public final class VaultConnection: @unchecked Sendable {
             throw timedOut()
         } catch {
             // vaultd refused the connection (over its cap) and said why before closing it.
-            if let m = stream.arrivedMessage(), let reply = try? VarlinkReply(json: m), let e = reply.vaultError { throw e }
+            if let m = stream.arrivedMessage(), let reply = try? VarlinkReply(json: m),
+                let e = reply.vaultError
+            {
+                throw e
+            }
             guard reconnecting, !closed.load(ordering: .sequentiallyConsistent) else {
                 throw VaultError.connectionFailed("vaultd closed the connection: \(error)")
             }
@@ -247,7 +275,8 @@ public final class VaultConnection: @unchecked Sendable {
     /// Shuts the connection after `replyTimeout` passed, and says so (under `lock`).
     private func timedOut() -> VaultError {
         stream.socket.shutdown()
-        return VaultError.connectionFailed("vaultd did not answer within \(timeout) s (is it stopped or hung?)")
+        return VaultError.connectionFailed(
+            "vaultd did not answer within \(timeout) s (is it stopped or hung?)")
     }
 
     private func receiveReply(polling: Bool = false) throws -> VarlinkReply {

@@ -41,7 +41,8 @@ public func logField(bytes: [UInt8], limit: Int = 160) -> String {
             length = 1
         } else if b >= 0xC2 && b <= 0xF4 {
             let need = b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4
-            if i + need <= bytes.count, bytes[(i + 1)..<(i + need)].allSatisfy({ $0 & 0xC0 == 0x80 }),
+            if i + need <= bytes.count,
+                bytes[(i + 1)..<(i + need)].allSatisfy({ $0 & 0xC0 == 0x80 }),
                 String(validating: bytes[i..<(i + need)], as: UTF8.self) != nil
             {
                 length = need
@@ -65,9 +66,11 @@ public func logField(bytes: [UInt8], limit: Int = 160) -> String {
             i += 1
             kept += 1
         default:
-            let scalar = String(decoding: bytes[i..<(i + length)], as: UTF8.self).unicodeScalars.first!
+            let scalar = String(decoding: bytes[i..<(i + length)], as: UTF8.self).unicodeScalars
+                .first!
             let v = scalar.value
-            if (0x80...0x9F).contains(v) || v == 0x2028 || v == 0x2029 || (0x202A...0x202E).contains(v) || (0x2066...0x2069).contains(v)
+            if (0x80...0x9F).contains(v) || v == 0x2028 || v == 0x2029
+                || (0x202A...0x202E).contains(v) || (0x2066...0x2069).contains(v)
                 || v == 0x200E || v == 0x200F || v == 0x061C || v == 0xFEFF
             {
                 out += "\\u{" + String(v, radix: 16) + "}"
@@ -128,7 +131,9 @@ public final class RateLimitedLog: @unchecked Sendable {
             return n
         }
         guard let suppressed else { return false }
-        if suppressed > 0 { VaultCore.log("\(suppressed) similar message(s) suppressed (\(reason))") }
+        if suppressed > 0 {
+            VaultCore.log("\(suppressed) similar message(s) suppressed (\(reason))")
+        }
         VaultCore.log(message())
         return true
     }

@@ -33,7 +33,9 @@ public final class OffsetClock: VaultClock {
     public init() {}
 
     public var now: Date { Date().addingTimeInterval(offsetSeconds) }
-    public var monotonicNanoseconds: UInt64 { MonotonicClock.nanoseconds() &+ offset.load(ordering: .acquiring) }
+    public var monotonicNanoseconds: UInt64 {
+        MonotonicClock.nanoseconds() &+ offset.load(ordering: .acquiring)
+    }
 
     /// How far ahead of the system's clocks this one is, in seconds.
     public var offsetSeconds: Double { Double(offset.load(ordering: .acquiring)) / 1e9 }
@@ -54,7 +56,8 @@ public final class OffsetClock: VaultClock {
         let wanted = Self.nanoseconds(seconds)
         var current = offset.load(ordering: .acquiring)
         while wanted >= current {
-            let (exchanged, original) = offset.compareExchange(expected: current, desired: wanted, ordering: .acquiringAndReleasing)
+            let (exchanged, original) = offset.compareExchange(
+                expected: current, desired: wanted, ordering: .acquiringAndReleasing)
             if exchanged { return true }
             current = original
         }

@@ -106,7 +106,8 @@ public struct VaultFailure: Error, Sendable, Equatable, CustomStringConvertible 
         public var damaged: [DamagedItem] = []
 
         public init(
-            retryAfter: Double? = nil, limit: Int64? = nil, size: Int64? = nil, domain: String? = nil, key: String? = nil,
+            retryAfter: Double? = nil, limit: Int64? = nil, size: Int64? = nil,
+            domain: String? = nil, key: String? = nil,
             appID: String? = nil, parameter: String? = nil, damaged: [DamagedItem] = []
         ) {
             self.retryAfter = retryAfter
@@ -141,13 +142,17 @@ public struct VaultFailure: Error, Sendable, Equatable, CustomStringConvertible 
 
     /// A call parameter that is missing or out of range.
     public static func invalidParameter(_ parameter: String, _ why: String) -> VaultFailure {
-        VaultFailure(.invalidParameter, "invalid parameter '\(parameter)': \(why)", Details(parameter: parameter))
+        VaultFailure(
+            .invalidParameter, "invalid parameter '\(parameter)': \(why)",
+            Details(parameter: parameter))
     }
 }
 
 extension VaultFailure.Code {
     /// `VaultFailure.Code.x ~= error`, to match a family in a `catch` or `switch`.
-    public static func ~= (code: VaultFailure.Code, error: any Error) -> Bool { (error as? VaultFailure)?.code == code }
+    public static func ~= (code: VaultFailure.Code, error: any Error) -> Bool {
+        (error as? VaultFailure)?.code == code
+    }
 }
 
 extension VaultFailure {
@@ -155,7 +160,9 @@ extension VaultFailure {
     /// `SecretLimit.maximumBytes`.
     static func checkSecretSize(_ count: Int) throws {
         guard count <= SecretLimit.maximumBytes else {
-            throw VaultFailure(.secretTooLarge, SecretLimit.refusal(count), Details(limit: Int64(SecretLimit.maximumBytes)))
+            throw VaultFailure(
+                .secretTooLarge, SecretLimit.refusal(count),
+                Details(limit: Int64(SecretLimit.maximumBytes)))
         }
     }
 

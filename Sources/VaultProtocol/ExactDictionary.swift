@@ -8,7 +8,9 @@ import Foundation
 /// bytes, so to them those are two names. Where a dictionary key or a set member is a name
 /// a user or an app gave (a preference key or domain, a plist or JSON member name), it must
 /// be one of these, or two names become one and a value is lost or reaches the wrong one.
-public struct ExactString: Hashable, Comparable, Sendable, ExpressibleByStringLiteral, CustomStringConvertible {
+public struct ExactString: Hashable, Comparable, Sendable, ExpressibleByStringLiteral,
+    CustomStringConvertible
+{
     public var string: String
 
     @inlinable public init(_ string: String) { self.string = string }
@@ -16,11 +18,15 @@ public struct ExactString: Hashable, Comparable, Sendable, ExpressibleByStringLi
 
     public var description: String { string }
 
-    @inlinable public static func == (a: ExactString, b: ExactString) -> Bool { a.string.sameBytes(b.string) }
+    @inlinable public static func == (a: ExactString, b: ExactString) -> Bool {
+        a.string.sameBytes(b.string)
+    }
 
     @inlinable public func hash(into hasher: inout Hasher) {
         let u = string.utf8
-        if u.withContiguousStorageIfAvailable({ hasher.combine(bytes: UnsafeRawBufferPointer($0)) }) == nil {
+        if u.withContiguousStorageIfAvailable({ hasher.combine(bytes: UnsafeRawBufferPointer($0)) })
+            == nil
+        {
             for b in u { hasher.combine(b) }
         }
         hasher.combine(0xFF as UInt8)  // no UTF-8 byte: ends the string, as String's hash does
@@ -28,7 +34,9 @@ public struct ExactString: Hashable, Comparable, Sendable, ExpressibleByStringLi
 
     /// Byte order, which for UTF-8 is code-point order: total, where Swift's `<` leaves
     /// canonically equivalent strings unordered.
-    @inlinable public static func < (a: ExactString, b: ExactString) -> Bool { a.string.bytesPrecede(b.string) }
+    @inlinable public static func < (a: ExactString, b: ExactString) -> Bool {
+        a.string.bytesPrecede(b.string)
+    }
 }
 
 /// A dictionary keyed by strings compared byte for byte (`ExactString`), with String's
@@ -40,7 +48,9 @@ public struct ExactDictionary<Value>: Sequence, ExpressibleByDictionaryLiteral {
     public var storage: [ExactString: Value]
 
     @inlinable public init() { storage = [:] }
-    @inlinable public init(minimumCapacity: Int) { storage = .init(minimumCapacity: minimumCapacity) }
+    @inlinable public init(minimumCapacity: Int) {
+        storage = .init(minimumCapacity: minimumCapacity)
+    }
     @inlinable public init(storage: [ExactString: Value]) { self.storage = storage }
     /// From a Swift dictionary (whose keys are already distinct by canonical equivalence).
     @inlinable public init(_ d: [String: Value]) {
@@ -73,22 +83,34 @@ public struct ExactDictionary<Value>: Sequence, ExpressibleByDictionaryLiteral {
         storage.updateValue(value, forKey: ExactString(key))
     }
     @discardableResult @inlinable
-    public mutating func removeValue(forKey key: String) -> Value? { storage.removeValue(forKey: ExactString(key)) }
+    public mutating func removeValue(forKey key: String) -> Value? {
+        storage.removeValue(forKey: ExactString(key))
+    }
 
-    @inlinable public func mapValues<T>(_ transform: (Value) throws -> T) rethrows -> ExactDictionary<T> {
+    @inlinable public func mapValues<T>(_ transform: (Value) throws -> T) rethrows
+        -> ExactDictionary<T>
+    {
         ExactDictionary<T>(storage: try storage.mapValues(transform))
     }
-    @inlinable public func compactMapValues<T>(_ transform: (Value) throws -> T?) rethrows -> ExactDictionary<T> {
+    @inlinable public func compactMapValues<T>(_ transform: (Value) throws -> T?) rethrows
+        -> ExactDictionary<T>
+    {
         ExactDictionary<T>(storage: try storage.compactMapValues(transform))
     }
-    @inlinable public func filter(_ isIncluded: (Element) throws -> Bool) rethrows -> ExactDictionary {
+    @inlinable public func filter(_ isIncluded: (Element) throws -> Bool) rethrows
+        -> ExactDictionary
+    {
         ExactDictionary(storage: try storage.filter { try isIncluded(($0.key.string, $0.value)) })
     }
     @inlinable public var first: Element? { storage.first.map { ($0.key.string, $0.value) } }
-    @inlinable public mutating func merge(_ other: ExactDictionary, uniquingKeysWith combine: (Value, Value) throws -> Value) rethrows {
+    @inlinable public mutating func merge(
+        _ other: ExactDictionary, uniquingKeysWith combine: (Value, Value) throws -> Value
+    ) rethrows {
         try storage.merge(other.storage, uniquingKeysWith: combine)
     }
-    @inlinable public func merging(_ other: ExactDictionary, uniquingKeysWith combine: (Value, Value) throws -> Value) rethrows -> ExactDictionary {
+    @inlinable public func merging(
+        _ other: ExactDictionary, uniquingKeysWith combine: (Value, Value) throws -> Value
+    ) rethrows -> ExactDictionary {
         ExactDictionary(storage: try storage.merging(other.storage, uniquingKeysWith: combine))
     }
     /// The entries in byte order of their keys.
@@ -111,7 +133,11 @@ extension ExactDictionary: Equatable where Value: Equatable {}
 extension ExactDictionary: Sendable where Value: Sendable {}
 
 extension ExactDictionary: CustomStringConvertible {
-    public var description: String { "[" + sortedByKey().map { "\($0.key.debugDescription): \($0.value)" }.joined(separator: ", ") + "]" }
+    public var description: String {
+        "["
+            + sortedByKey().map { "\($0.key.debugDescription): \($0.value)" }.joined(
+                separator: ", ") + "]"
+    }
 }
 
 /// A JSON object's members: distinct member names are distinct bytes (RFC 8259).

@@ -34,8 +34,10 @@ public enum ExitCode: Int32, CaseIterable, Sendable {
         case .itemNotFound, .keyNotFound, .appNotFound: self = .notFound
         case .duplicateItem: self = .duplicateItem
         case .interactionNotAllowed: self = .locked
-        case .missingEntitlement, .permissionDenied, .permissionDeniedVarlink, .readOnlyDomain: self = .notPermitted
-        case .param, .invalidParameter, .invalidValue, .invalidPropertyList, .secretTooLarge, .domainTooLarge, .invalidAppID:
+        case .missingEntitlement, .permissionDenied, .permissionDeniedVarlink, .readOnlyDomain:
+            self = .notPermitted
+        case .param, .invalidParameter, .invalidValue, .invalidPropertyList, .secretTooLarge,
+            .domainTooLarge, .invalidAppID:
             self = .badInput
         case .valueDamaged: self = .damaged
         case .connectionFailed: self = .unavailable

@@ -15,7 +15,9 @@ public enum StandardOutput {
     /// next file the tool opens (its socket to vaultd) must not become stdout and get the
     /// output, and a write to a closed stdout must still fail (EBADF).
     public static func occupyClosedDescriptors() {
-        for (fd, flags) in [(STDIN_FILENO, O_WRONLY), (STDOUT_FILENO, O_RDONLY), (STDERR_FILENO, O_RDONLY)] {
+        for (fd, flags) in [
+            (STDIN_FILENO, O_WRONLY), (STDOUT_FILENO, O_RDONLY), (STDERR_FILENO, O_RDONLY),
+        ] {
             guard fcntl(fd, F_GETFD) == -1 && errno == EBADF else { continue }
             let n = open("/dev/null", flags | O_CLOEXEC)
             if n >= 0 && n != fd {

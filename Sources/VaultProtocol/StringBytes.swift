@@ -8,7 +8,8 @@ extension String {
     /// (and `Set`, `contains`) compares by canonical equivalence: precomposed `é` equals
     /// `e` + U+0301, and the Kelvin sign U+212A equals `K`.
     public func sameBytes(_ other: String) -> Bool {
-        let a = utf8, b = other.utf8
+        let a = utf8
+        let b = other.utf8
         guard a.count == b.count else { return false }
         // Both contiguous (native strings are): one memcmp, where `elementsEqual` would go
         // byte by byte through the generic iterator (two comparisons per candidate item of
@@ -26,7 +27,8 @@ extension String {
     /// Whether this string's UTF-8 bytes come before `other`'s (lexicographically, a prefix
     /// first): code point order, a total order on distinct byte strings.
     public func bytesPrecede(_ other: String) -> Bool {
-        let a = utf8, b = other.utf8
+        let a = utf8
+        let b = other.utf8
         let order = a.withContiguousStorageIfAvailable { pa in
             b.withContiguousStorageIfAvailable { pb -> Bool in
                 let common = Swift.min(pa.count, pb.count)

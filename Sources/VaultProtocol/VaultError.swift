@@ -69,7 +69,8 @@ public struct VaultError: Error, Equatable, CustomStringConvertible, Sendable {
         public static let param = Code("io.vaultd.Keychain.Param")
         /// -25291 (errSecNotAvailable): a ThisDeviceOnly item made on another device (a moved
         /// data directory).
-        public static let notAvailableOnThisDevice = Code("io.vaultd.Keychain.NotAvailableOnThisDevice")
+        public static let notAvailableOnThisDevice = Code(
+            "io.vaultd.Keychain.NotAvailableOnThisDevice")
         /// -50: a secret over `SecretLimit.maximumBytes` (1 MiB); `parameters["limit"]` holds it.
         public static let secretTooLarge = Code("io.vaultd.Keychain.SecretTooLarge")
         // Vault life-cycle.
@@ -161,18 +162,26 @@ public struct VaultError: Error, Equatable, CustomStringConvertible, Sendable {
         public static let protocolViolation = Code("io.vaultd.Client.ProtocolViolation")
 
         static let statuses: [String: Int32] = [
-            duplicateItem.name: -25299, itemNotFound.name: -25300, interactionNotAllowed.name: -25308,
+            duplicateItem.name: -25299, itemNotFound.name: -25300,
+            interactionNotAllowed.name: -25308,
             missingEntitlement.name: -34018, authFailed.name: -25293, param.name: -50,
-            notAvailableOnThisDevice.name: -25291, secretTooLarge.name: -50, wrongPassphrase.name: -25293,
+            notAvailableOnThisDevice.name: -25291, secretTooLarge.name: -50,
+            wrongPassphrase.name: -25293,
             itemDamaged.name: -26275,
         ]
     }
 
     public static func invalidParameter(_ parameter: String, _ why: String) -> VaultError {
-        VaultError(.invalidParameter, "invalid parameter '\(parameter)': \(why)", extra: ["parameter": .string(parameter)])
+        VaultError(
+            .invalidParameter, "invalid parameter '\(parameter)': \(why)",
+            extra: ["parameter": .string(parameter)])
     }
-    public static func protocolViolation(_ why: String) -> VaultError { VaultError(.protocolViolation, why) }
-    public static func connectionFailed(_ why: String) -> VaultError { VaultError(.connectionFailed, why) }
+    public static func protocolViolation(_ why: String) -> VaultError {
+        VaultError(.protocolViolation, why)
+    }
+    public static func connectionFailed(_ why: String) -> VaultError {
+        VaultError(.connectionFailed, why)
+    }
     public static func param(_ why: String) -> VaultError { VaultError(.param, why) }
 }
 

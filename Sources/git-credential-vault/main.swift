@@ -42,7 +42,8 @@ let answerDeadlineSeconds: UInt32 = 10
 
 /// Ends the process once the deadline passes, whatever the main thread is blocked in.
 func startDeadline(_ action: String) {
-    let message = "git-credential-vault: \(action): vaultd did not answer within \(answerDeadlineSeconds) s; gave up\n"
+    let message =
+        "git-credential-vault: \(action): vaultd did not answer within \(answerDeadlineSeconds) s; gave up\n"
     Thread.detachNewThread {
         sleep(answerDeadlineSeconds)
         StandardOutput.writeError(message)
@@ -57,20 +58,28 @@ func parseInput(_ data: Data) throws -> [String: String] {
     var bytes = [UInt8](data)
     if bytes.contains(0) { throw Rejected(message: "the input contains a NUL byte") }
     if bytes.contains(0x0D) { throw Rejected(message: "the input contains a carriage return") }
-    if let end = bytes.indices.first(where: { bytes[$0] == 0x0A && ($0 == 0 || bytes[$0 - 1] == 0x0A) }) {
+    if let end = bytes.indices.first(where: {
+        bytes[$0] == 0x0A && ($0 == 0 || bytes[$0 - 1] == 0x0A)
+    }) {
         bytes.removeSubrange(end...)
     }
     var fields: [String: String] = [:]
     for line in bytes.split(separator: 0x0A, omittingEmptySubsequences: true) {
-        guard let eq = line.firstIndex(of: UInt8(ascii: "=")) else { throw Rejected(message: "a line is not key=value") }
-        guard let key = String(validating: line[..<eq], as: UTF8.self) else { throw Rejected(message: "the input is not UTF-8") }
+        guard let eq = line.firstIndex(of: UInt8(ascii: "=")) else {
+            throw Rejected(message: "a line is not key=value")
+        }
+        guard let key = String(validating: line[..<eq], as: UTF8.self) else {
+            throw Rejected(message: "the input is not UTF-8")
+        }
         if key.isEmpty { throw Rejected(message: "a line has an empty key") }
         // Only what the helper reads must be UTF-8: a field it does not use (`wwwauth[]`,
         // which git 2.41 and later fill from the server's WWW-Authenticate header, whose
         // realm may be Latin-1) must not make it refuse the whole request, as git itself and
         // its credential-store take any bytes there.
         guard let value = String(validating: line[(eq + 1)...], as: UTF8.self) else {
-            if Credential.readKeys.contains(key) { throw Rejected(message: "the input is not UTF-8") }
+            if Credential.readKeys.contains(key) {
+                throw Rejected(message: "the input is not UTF-8")
+            }
             continue
         }
         // As git's credential_read: `url=` clears what came before and sets the fields it
@@ -93,19 +102,25 @@ func parseInput(_ data: Data) throws -> [String: String] {
 func fieldsFromURL(_ url: String) throws -> [String: String] {
     let u = Array(url.utf8)
     let scheme: [UInt8] = Array("://".utf8)
-    guard let protoEnd = u.indices.first(where: { u[$0...].starts(with: scheme) }), protoEnd > 0 else {
+    guard let protoEnd = u.indices.first(where: { u[$0...].starts(with: scheme) }), protoEnd > 0
+    else {
         throw Rejected(message: "the url has no scheme")
     }
     let cp = protoEnd + 3
     let at = u[cp...].firstIndex(of: UInt8(ascii: "@"))
     let colon = u[cp...].firstIndex(of: UInt8(ascii: ":"))
-    let slash = u[cp...].firstIndex(where: { $0 == UInt8(ascii: "/") || $0 == UInt8(ascii: "?") || $0 == UInt8(ascii: "#") }) ?? u.endIndex
+    let slash =
+        u[cp...].firstIndex(where: {
+            $0 == UInt8(ascii: "/") || $0 == UInt8(ascii: "?") || $0 == UInt8(ascii: "#")
+        }) ?? u.endIndex
 
     func text(_ bytes: [UInt8], _ what: String) throws -> String {
         if bytes.contains(where: { $0 == 0 || $0 == 0x0A || $0 == 0x0D }) {
             throw Rejected(message: "the url's \(what) contains LF, CR or NUL")
         }
-        guard let s = String(validating: bytes, as: UTF8.self) else { throw Rejected(message: "the url's \(what) is not UTF-8") }
+        guard let s = String(validating: bytes, as: UTF8.self) else {
+            throw Rejected(message: "the url's \(what) is not UTF-8")
+        }
         return s
     }
 
@@ -150,7 +165,9 @@ func percentDecoded(_ s: ArraySlice<UInt8>) -> [UInt8] {
         i = colon
     }
     while i < s.endIndex {
-        if s[i] == UInt8(ascii: "%"), i + 2 < s.endIndex, let hi = hex(s[i + 1]), let lo = hex(s[i + 2]), hi | lo != 0 {
+        if s[i] == UInt8(ascii: "%"), i + 2 < s.endIndex, let hi = hex(s[i + 1]),
+            let lo = hex(s[i + 2]), hi | lo != 0
+        {
             out.append(hi << 4 | lo)
             i += 3
         } else {
@@ -173,7 +190,8 @@ struct Credential {
 
     static let extraKeys = ["password_expiry_utc", "oauth_refresh_token"]
     /// The input fields the helper reads (`url` holds the first five).
-    static let readKeys: Set<String> = Set(["protocol", "host", "path", "username", "password", "url"] + extraKeys)
+    static let readKeys: Set<String> = Set(
+        ["protocol", "host", "path", "username", "password", "url"] + extraKeys)
 
     /// nil when git names nothing to look for: no protocol, or no host (except for a client
     /// certificate's passphrase, `protocol=cert` with the certificate's path and an empty
@@ -196,7 +214,8 @@ struct Credential {
         // their text, so `host:0443` and `host:+443` are other hosts than `host:443`, as for
         // git's credential-store (Int() read them all as port 443, one item for the three).
         guard let colon = host.lastIndex(of: ":"), !host[host.index(after: colon)...].isEmpty,
-            let p = Int(host[host.index(after: colon)...]), (1...65535).contains(p), String(p) == host[host.index(after: colon)...]
+            let p = Int(host[host.index(after: colon)...]), (1...65535).contains(p),
+            String(p) == host[host.index(after: colon)...]
         else { return (host, 0) }
         let name = String(host[..<colon])
         if name.contains(":") && !(name.hasPrefix("[") && name.hasSuffix("]")) { return (host, 0) }
@@ -206,7 +225,8 @@ struct Credential {
     /// The query for this credential; `exactPath` matches items without a path when git
     /// sent none.
     func query(accessGroup: String?, exactPath: Bool) -> Query {
-        var a = ItemAttributes(accessGroup: accessGroup, server: server, protocol: `protocol`, port: port)
+        var a = ItemAttributes(
+            accessGroup: accessGroup, server: server, protocol: `protocol`, port: port)
         if let path { a.path = path } else if exactPath { a.path = "" }
         if let username { a.account = username }
         return Query(.internetPassword, a, matchAll: true)
@@ -229,7 +249,9 @@ func unpackedSecret(_ data: Data) -> (password: String, refreshToken: String?)? 
     let bytes = Array(data)
     guard let text = String(validating: bytes, as: UTF8.self) else { return nil }
     let mark = Array("\noauth_refresh_token=".utf8)
-    guard let nl = bytes.firstIndex(of: 0x0A), bytes[nl...].starts(with: mark) else { return (text, nil) }
+    guard let nl = bytes.firstIndex(of: 0x0A), bytes[nl...].starts(with: mark) else {
+        return (text, nil)
+    }
     let token = String(decoding: bytes[(nl + mark.count)...], as: UTF8.self)
     guard safe(token) else { return (text, nil) }
     return (String(decoding: bytes[..<nl], as: UTF8.self), token)
@@ -238,7 +260,9 @@ func unpackedSecret(_ data: Data) -> (password: String, refreshToken: String?)? 
 /// An item's `generic` as the JSON object the helper (or `keyring import`) keeps there; nil
 /// when it holds none (an item `vaultctl item add` made).
 func genericObject(of item: Item) -> JSONObject? {
-    guard let g = item.attributes?.generic, let j = try? JSON.parse(Array(g)), case .object(let o) = j else { return nil }
+    guard let g = item.attributes?.generic, let j = try? JSON.parse(Array(g)),
+        case .object(let o) = j
+    else { return nil }
     return o
 }
 
@@ -260,7 +284,9 @@ func isOwn(_ generic: JSONObject?) -> Bool {
 
 func matches(_ vault: Vault, _ c: Credential, group: String?, exactPath: Bool) throws -> [Item] {
     do {
-        return try vault.keychain.copyMatching(c.query(accessGroup: group, exactPath: exactPath), returnData: true, returnAttributes: true)
+        return try vault.keychain.copyMatching(
+            c.query(accessGroup: group, exactPath: exactPath), returnData: true,
+            returnAttributes: true)
     } catch let e as VaultError where e.code == .itemNotFound {
         return []
     }
@@ -269,21 +295,30 @@ func matches(_ vault: Vault, _ c: Credential, group: String?, exactPath: Bool) t
 /// Whether a `password_expiry_utc` value lies in the past, read as git reads it
 /// (`parse_timestamp`, base 10): leading digits; none, 0 or out of range mean no expiry.
 func isExpired(_ value: String, now: Date = Date()) -> Bool {
-    let digits = value.drop(while: { $0 == " " || $0 == "\t" }).prefix(while: { $0.isASCII && $0.isNumber })
+    let digits = value.drop(while: { $0 == " " || $0 == "\t" }).prefix(while: {
+        $0.isASCII && $0.isNumber
+    })
     guard let t = UInt64(digits), t != 0 else { return false }
     return Double(t) < now.timeIntervalSince1970.rounded(.down)
 }
 
 func newestFirst(_ items: [Item]) -> [Item] {
-    items.sorted { ($0.attributes?.modificationDate ?? .distantPast) > ($1.attributes?.modificationDate ?? .distantPast) }
+    items.sorted {
+        ($0.attributes?.modificationDate ?? .distantPast)
+            > ($1.attributes?.modificationDate ?? .distantPast)
+    }
 }
 
 func get(_ vault: Vault, _ c: Credential, group: String?) throws {
     // Without a path from git, an item stored without one wins; else any (newest first).
     var found = try matches(vault, c, group: group, exactPath: true)
-    if found.isEmpty && c.path == nil { found = try matches(vault, c, group: group, exactPath: false) }
+    if found.isEmpty && c.path == nil {
+        found = try matches(vault, c, group: group, exactPath: false)
+    }
     for item in newestFirst(found) {
-        guard let data = item.data, let (password, refreshToken) = unpackedSecret(data) else { continue }
+        guard let data = item.data, let (password, refreshToken) = unpackedSecret(data) else {
+            continue
+        }
         let username = item.attributes?.account ?? ""
         let generic = genericObject(of: item)
         var more = extras(generic)
@@ -309,12 +344,20 @@ func get(_ vault: Vault, _ c: Credential, group: String?) throws {
 func store(_ vault: Vault, _ c: Credential, group: String?) throws {
     // An empty password is one (git approves it, and its credential-store keeps it).
     guard let username = c.username, let password = c.password else { return }
-    var attributes = ItemAttributes(accessGroup: group, server: c.server, protocol: c.protocol, port: c.port == 0 ? nil : c.port, path: c.path)
+    var attributes = ItemAttributes(
+        accessGroup: group, server: c.server, protocol: c.protocol,
+        port: c.port == 0 ? nil : c.port, path: c.path)
     attributes.account = username
-    attributes.label = "git: \(c.protocol)://\(username)@\(c.server)\(c.port == 0 ? "" : ":\(c.port)")\(c.path.map { "/" + $0 } ?? "")"
+    attributes.label =
+        "git: \(c.protocol)://\(username)@\(c.server)\(c.port == 0 ? "" : ":\(c.port)")\(c.path.map { "/" + $0 } ?? "")"
     // The refresh token is a secret: it goes with the password, not in an attribute (which
     // `vaultctl item list --json` shows, and which only the metadata key encrypts).
-    attributes.generic = Data(JSON.object(ExactDictionary(c.extras.filter { $0.key != "oauth_refresh_token" }).mapValues { JSON.string($0) }).serialized())
+    attributes.generic = Data(
+        JSON.object(
+            ExactDictionary(c.extras.filter { $0.key != "oauth_refresh_token" }).mapValues {
+                JSON.string($0)
+            }
+        ).serialized())
     let secret = packedSecret(password: password, refreshToken: c.extras["oauth_refresh_token"])
     do {
         try vault.keychain.add(.internetPassword, attributes: attributes, data: secret)
@@ -331,7 +374,8 @@ func store(_ vault: Vault, _ c: Credential, group: String?) throws {
             changes.generic = merged(item, extras: c.extras)
             changes.label = attributes.label
             do {
-                try vault.keychain.update(Query(.internetPassword, key), attributes: changes, data: secret)
+                try vault.keychain.update(
+                    Query(.internetPassword, key), attributes: changes, data: secret)
             } catch let e as VaultError where e.code == .itemNotFound {
                 continue  // gone meanwhile
             }
@@ -353,7 +397,8 @@ func merged(_ item: Item, extras: [String: String]) -> Data {
 func primaryKey(of item: Item) -> ItemAttributes? {
     guard let a = item.attributes else { return nil }
     var key = ItemAttributes(
-        accessGroup: a.accessGroup, server: a.server ?? "", protocol: a.protocol ?? "", port: a.port ?? 0, path: a.path ?? "",
+        accessGroup: a.accessGroup, server: a.server ?? "", protocol: a.protocol ?? "",
+        port: a.port ?? 0, path: a.path ?? "",
         authenticationType: a.authenticationType ?? "", securityDomain: a.securityDomain ?? "")
     key.account = a.account ?? ""
     key.synchronizable = a.synchronizable ?? false
@@ -368,7 +413,9 @@ func erase(_ vault: Vault, _ c: Credential, group: String?) throws {
     for item in try matches(vault, c, group: group, exactPath: false) {
         // Byte for byte: a password differing only in Unicode normalisation is another
         // password to the server (Swift's != equates them), so that item is kept.
-        if let p = c.password, item.data.flatMap(unpackedSecret)?.password.sameBytes(p) != true { continue }
+        if let p = c.password, item.data.flatMap(unpackedSecret)?.password.sameBytes(p) != true {
+            continue
+        }
         guard let key = primaryKey(of: item) else { continue }
         do {
             try vault.keychain.delete(Query(.internetPassword, key))
@@ -388,7 +435,8 @@ func main() -> Int32 {
     StandardOutput.occupyClosedDescriptors()
     signal(SIGPIPE, SIG_IGN)
     let args = Array(CommandLine.arguments.dropFirst())
-    let usage = "usage: git-credential-vault get|store|erase   (git runs it: credential.helper = vault)\n"
+    let usage =
+        "usage: git-credential-vault get|store|erase   (git runs it: credential.helper = vault)\n"
     if args == ["--help"] || args == ["-h"] {
         print(usage, terminator: "")
         return 0
@@ -406,12 +454,16 @@ func main() -> Int32 {
         // git sends a few short lines; 1 MiB is far past any credential (a helper fed an
         // endless stream must not grow without bound).
         guard let input = StandardOutput.readInput(limit: 1 << 20) else {
-            StandardOutput.writeError("git-credential-vault: cannot read standard input: \(String(cString: strerror(errno)))\n")
+            StandardOutput.writeError(
+                "git-credential-vault: cannot read standard input: \(String(cString: strerror(errno)))\n"
+            )
             return 1
         }
         fields = try parseInput(input)
     } catch let e as Rejected {
-        StandardOutput.writeError("git-credential-vault: rejected: \(e.message); nothing \(action == "get" ? "returned" : "changed")\n")
+        StandardOutput.writeError(
+            "git-credential-vault: rejected: \(e.message); nothing \(action == "get" ? "returned" : "changed")\n"
+        )
         return ExitCode.badInput.rawValue
     } catch {
         return 1
@@ -433,7 +485,9 @@ func main() -> Int32 {
         // git shows a helper's stderr: the one line says the credential was not kept (or not
         // erased). Its message is the socket path and strerror, one line.
         let why = e.message.split(whereSeparator: \.isNewline).joined(separator: " ")
-        StandardOutput.writeError("git-credential-vault: \(action): vaultd is not reachable (\(why)); nothing \(action == "store" ? "stored" : "erased")\n")
+        StandardOutput.writeError(
+            "git-credential-vault: \(action): vaultd is not reachable (\(why)); nothing \(action == "store" ? "stored" : "erased")\n"
+        )
         return ExitCode.unavailable.rawValue
     } catch {
         return 0
@@ -459,7 +513,9 @@ func main() -> Int32 {
 func lockedNotice(_ action: String) {
     guard action != "get" else { return }
     let what = action == "store" ? "nothing stored" : "nothing erased"
-    StandardOutput.writeError("git-credential-vault: \(action): the vault is locked; \(what) (vaultctl unlock, then run the git command again)\n")
+    StandardOutput.writeError(
+        "git-credential-vault: \(action): the vault is locked; \(what) (vaultctl unlock, then run the git command again)\n"
+    )
 }
 
 // Output git could not be given (a full disk, a closed stdout) is exit 1 and a line on stderr.

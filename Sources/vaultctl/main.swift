@@ -120,8 +120,13 @@ final class Context {
         // An empty VAULT_TIMEOUT is unset, as VaultClient takes it; an empty VAULTCTL_TIMEOUT
         // is no number (as it always was).
         for name in ["VAULTCTL_TIMEOUT", "VAULT_TIMEOUT"] {
-            if let v = ProcessInfo.processInfo.environment[name], name == "VAULTCTL_TIMEOUT" || !v.isEmpty, seconds(v) == nil {
-                throw UsageError(message: "\(name) must be a number of seconds (0 or more; 0: for ever), not '\(v.prefix(20))'")
+            if let v = ProcessInfo.processInfo.environment[name],
+                name == "VAULTCTL_TIMEOUT" || !v.isEmpty, seconds(v) == nil
+            {
+                throw UsageError(
+                    message:
+                        "\(name) must be a number of seconds (0 or more; 0: for ever), not '\(v.prefix(20))'"
+                )
             }
         }
     }
@@ -135,7 +140,8 @@ final class Context {
     /// usual bound.
     func vaultForRemovingFiles() throws -> Vault {
         let v = try vault()
-        v.connection.fileRemovalTimeout = ProcessInfo.processInfo.environment["VAULTCTL_TIMEOUT"].flatMap(Self.seconds) ?? 0
+        v.connection.fileRemovalTimeout =
+            ProcessInfo.processInfo.environment["VAULTCTL_TIMEOUT"].flatMap(Self.seconds) ?? 0
         return v
     }
 
@@ -185,7 +191,10 @@ func usageLines(of command: String?) -> [Substring] {
 /// line that says what is wrong.
 func usage(of command: String?) -> String {
     let lines = usageLines(of: command)
-    let synopsis = lines.isEmpty ? "usage: vaultctl [--socket PATH] COMMAND ...\n" : "usage:\n" + lines.joined(separator: "\n") + "\n"
+    let synopsis =
+        lines.isEmpty
+        ? "usage: vaultctl [--socket PATH] COMMAND ...\n"
+        : "usage:\n" + lines.joined(separator: "\n") + "\n"
     return synopsis + "Run 'vaultctl --help' for every command."
 }
 
@@ -214,7 +223,10 @@ func parseCommand(_ args: inout Arguments) throws -> Command {
     case "completions": return try CompletionsCommand(&args)
     case CompleteCommand.name: return try CompleteCommand(&args)
     default:
-        let hint = Arguments.closest(to: word, among: CommandTable.parse(toolUsage).commands).map { " (did you mean \($0)?)" } ?? ""
+        let hint =
+            Arguments.closest(to: word, among: CommandTable.parse(toolUsage).commands).map {
+                " (did you mean \($0)?)"
+            } ?? ""
         throw UsageError(message: "unknown command '\(word)'\(hint)")
     }
 }
@@ -228,7 +240,9 @@ StandardOutput.occupyClosedDescriptors()
 var arguments = Arguments(Array(CommandLine.arguments.dropFirst()))
 /// Whether the command line is being parsed (a usage error then may come from a mistyped option).
 var parsing = false
-if arguments.words.first == "--help" || arguments.words.first == "-h" || arguments.words.first == "help" {
+if arguments.words.first == "--help" || arguments.words.first == "-h"
+    || arguments.words.first == "help"
+{
     print(toolUsage)
     StandardOutput.exit(0, program: "vaultctl")
 }
@@ -238,7 +252,9 @@ if arguments.words == ["--version"] || arguments.words == ["-V"] {
 }
 // `vaultctl item add --help`: that command's usage lines (as `git commit --help` gives its own).
 let optionWords = arguments.words.prefix { $0 != "--" }
-if optionWords.contains("--help"), let named = optionWords.first(where: { !$0.hasPrefix("-") && !usageLines(of: $0).isEmpty }) {
+if optionWords.contains("--help"),
+    let named = optionWords.first(where: { !$0.hasPrefix("-") && !usageLines(of: $0).isEmpty })
+{
     print(usage(of: named))
     StandardOutput.exit(0, program: "vaultctl")
 }
@@ -246,7 +262,9 @@ do {
     try Context.checkTimeoutSetting()
     let socket = try arguments.option("--socket")
     // `--socket "$DIR/s"` with DIR unset is "/s"; with the whole value unset, "": no path.
-    if socket?.isEmpty == true { throw UsageError(message: "--socket needs a value (a socket path)") }
+    if socket?.isEmpty == true {
+        throw UsageError(message: "--socket needs a value (a socket path)")
+    }
     parsing = true
     let command = try parseCommand(&arguments)
     try arguments.finish(showingWords: !(command is ReadsSecret))
@@ -255,13 +273,17 @@ do {
     StandardOutput.exit(0, program: "vaultctl")
 } catch var e as UsageError {
     // The command: the first word with usage lines of its own ("lock" has no argument after it).
-    let named = CommandLine.arguments.dropFirst().first { !$0.hasPrefix("-") && !usageLines(of: $0).isEmpty }
+    let named = CommandLine.arguments.dropFirst().first {
+        !$0.hasPrefix("-") && !usageLines(of: $0).isEmpty
+    }
     // A mistyped option (`item get --servce x`) leaves the command without what it needs ("needs
     // at least one filter"): the option no usage line names is the reason given, with the one
     // meant. A command reading a secret names only a word shaped like an option's name.
-    if parsing, let unknown = arguments.unknownOption(
-        showingWords: !["init", "unlock", "passphrase", "backup", "restore", "item"].contains(named ?? ""),
-        knownOptions: CommandTable.parse(toolUsage).allOptions)
+    if parsing,
+        let unknown = arguments.unknownOption(
+            showingWords: !["init", "unlock", "passphrase", "backup", "restore", "item"].contains(
+                named ?? ""),
+            knownOptions: CommandTable.parse(toolUsage).allOptions)
     {
         e = unknown
     }

@@ -52,7 +52,8 @@ struct Configuration {
     static func parse(_ args: [String], environment env: [String: String]) throws -> Configuration {
         var options: [String: String] = [:]
         var newDeviceKey = false
-        var secretService = false, replace = false
+        var secretService = false
+        var replace = false
         var i = 0
         while i < args.count {
             let a = args[i]
@@ -71,14 +72,18 @@ struct Configuration {
                 // An empty value too (`--cache-dir "$DIR"` with DIR unset): with an empty cache
                 // directory vaultd served, and every cache call then failed ("cannot create
                 // directory : ..."); an empty socket or data directory failed as obscurely.
-                guard i + 1 < args.count, !args[i + 1].isEmpty else { throw UsageError(message: "\(a) needs a value") }
+                guard i + 1 < args.count, !args[i + 1].isEmpty else {
+                    throw UsageError(message: "\(a) needs a value")
+                }
                 options[a] = args[i + 1]
                 i += 2
             default:
                 if let eq = a.firstIndex(of: "="), a.hasPrefix("--"),
                     ["--socket", "--data-dir", "--cache-dir", "--config"].contains(String(a[..<eq]))
                 {
-                    guard eq < a.index(before: a.endIndex) else { throw UsageError(message: "\(a[..<eq]) needs a value") }
+                    guard eq < a.index(before: a.endIndex) else {
+                        throw UsageError(message: "\(a[..<eq]) needs a value")
+                    }
                     options[String(a[..<eq])] = String(a[a.index(after: eq)...])
                     i += 1
                 } else {
@@ -89,24 +94,42 @@ struct Configuration {
         func nonEmpty(_ k: String) -> String? { env[k].flatMap { $0.isEmpty ? nil : $0 } }
         // HOME, else the passwd entry's; neither (a container's uid without an entry, HOME
         // unset) is fine when every path is given, and otherwise a clear error.
-        let home = nonEmpty("HOME") ?? getpwuid(getuid()).flatMap { $0.pointee.pw_dir.map { String(cString: $0) } }.flatMap { $0.isEmpty ? nil : $0 }
+        let home =
+            nonEmpty("HOME")
+            ?? getpwuid(getuid()).flatMap { $0.pointee.pw_dir.map { String(cString: $0) } }.flatMap
+        { $0.isEmpty ? nil : $0 }
         func underHome(_ xdg: String, _ fallback: String, for what: String) throws -> String {
             if let base = nonEmpty(xdg) { return base }
             guard let home else {
-                throw UsageError(message: "HOME is not set and uid \(getuid()) has no home in the passwd database, so there is no default \(what): set HOME or \(xdg), or give --\(what)")
+                throw UsageError(
+                    message:
+                        "HOME is not set and uid \(getuid()) has no home in the passwd database, so there is no default \(what): set HOME or \(xdg), or give --\(what)"
+                )
             }
             return home + fallback
         }
         let explicitSocket = options["--socket"] ?? nonEmpty("VAULTD_SOCKET")
         let socket = explicitSocket ?? defaultSocketPath(environment: env)
-        let data = try options["--data-dir"] ?? nonEmpty("VAULTD_DATA_DIR") ?? (underHome("XDG_DATA_HOME", "/.local/share", for: "data-dir") + "/vaultd")
-        let cache = try options["--cache-dir"] ?? nonEmpty("VAULTD_CACHE_DIR") ?? (underHome("XDG_CACHE_HOME", "/.cache", for: "cache-dir") + "/vaultd")
+        let data =
+            try options["--data-dir"] ?? nonEmpty("VAULTD_DATA_DIR")
+            ?? (underHome("XDG_DATA_HOME", "/.local/share", for: "data-dir") + "/vaultd")
+        let cache =
+            try options["--cache-dir"] ?? nonEmpty("VAULTD_CACHE_DIR")
+            ?? (underHome("XDG_CACHE_HOME", "/.cache", for: "cache-dir") + "/vaultd")
         // The config file is optional: without a home for it there is none.
-        let config = options["--config"] ?? (try? underHome("XDG_CONFIG_HOME", "/.config", for: "config")).map { $0 + "/vaultd/config.plist" }
-        guard !replace || secretService else { throw UsageError(message: "--replace goes with --secret-service") }
+        let config =
+            options["--config"]
+            ?? (try? underHome("XDG_CONFIG_HOME", "/.config", for: "config")).map {
+                $0 + "/vaultd/config.plist"
+            }
+        guard !replace || secretService else {
+            throw UsageError(message: "--replace goes with --secret-service")
+        }
         return Configuration(
-            socketPath: socket, socketPathIsDefault: explicitSocket == nil, dataDirectory: data, cacheDirectory: cache,
-            configFile: config, configFileIsExplicit: options["--config"] != nil, newDeviceKey: newDeviceKey,
+            socketPath: socket, socketPathIsDefault: explicitSocket == nil, dataDirectory: data,
+            cacheDirectory: cache,
+            configFile: config, configFileIsExplicit: options["--config"] != nil,
+            newDeviceKey: newDeviceKey,
             secretService: secretService, replaceSecretService: replace)
     }
 

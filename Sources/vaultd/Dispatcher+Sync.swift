@@ -7,15 +7,28 @@ extension Dispatcher {
 
     /// The sync service; MethodNotFound when this vaultd serves none.
     private func requireSync(_ r: Request) throws -> SyncService {
-        guard let sync else { throw VaultError(.methodNotFound, "no method \(r.method)", extra: ["method": .string(r.method)]) }
+        guard let sync else {
+            throw VaultError(
+                .methodNotFound, "no method \(r.method)", extra: ["method": .string(r.method)])
+        }
         return sync
     }
 
-    func syncInit(_ r: Request) throws -> JSONObject { try requireSync(r).initialize(folder: try r.p.string("folder"), caller: r.caller).wire }
-    func syncJoin(_ r: Request) throws -> JSONObject { try requireSync(r).join(folder: try r.p.string("folder"), caller: r.caller).wire }
-    func syncApprove(_ r: Request) throws -> JSONObject { try requireSync(r).approve(code: try r.p.string("code"), caller: r.caller).wire }
-    func syncStatus(_ r: Request) throws -> JSONObject { try requireSync(r).status(caller: r.caller).wire }
-    func syncRemove(_ r: Request) throws -> JSONObject { try requireSync(r).remove(device: try r.p.string("device"), caller: r.caller).wire }
+    func syncInit(_ r: Request) throws -> JSONObject {
+        try requireSync(r).initialize(folder: try r.p.string("folder"), caller: r.caller).wire
+    }
+    func syncJoin(_ r: Request) throws -> JSONObject {
+        try requireSync(r).join(folder: try r.p.string("folder"), caller: r.caller).wire
+    }
+    func syncApprove(_ r: Request) throws -> JSONObject {
+        try requireSync(r).approve(code: try r.p.string("code"), caller: r.caller).wire
+    }
+    func syncStatus(_ r: Request) throws -> JSONObject {
+        try requireSync(r).status(caller: r.caller).wire
+    }
+    func syncRemove(_ r: Request) throws -> JSONObject {
+        try requireSync(r).remove(device: try r.p.string("device"), caller: r.caller).wire
+    }
     func syncLeave(_ r: Request) throws -> JSONObject {
         try requireSync(r).leave(caller: r.caller)
         return [:]

@@ -39,15 +39,18 @@ extension Dispatcher {
     /// method declared but not handled does not compile; one handled but not declared has no
     /// `VarlinkMethod` case to be keyed by. Joined with the policy's table only to refuse a
     /// method it has no decision for (`requirePolicyDecision`): the engine authorizes.
-    static let table: [String: Entry] = Dictionary(uniqueKeysWithValues: VarlinkMethod.allCases.map { ($0.name, entry($0)) })
+    static let table: [String: Entry] = Dictionary(
+        uniqueKeysWithValues: VarlinkMethod.allCases.map { ($0.name, entry($0)) })
 
     /// Methods that stream replies and must be called with `more`.
-    static let streamingMethods: Set<String> = Set(table.compactMap { if case .stream = $0.value.route { $0.key } else { nil } })
+    static let streamingMethods: Set<String> = Set(
+        table.compactMap { if case .stream = $0.value.route { $0.key } else { nil } })
 
     static func entry(_ method: VarlinkMethod) -> Entry {
         switch method {
         case .serviceGetInfo: Entry(route: .call { try $0.serviceGetInfo($1) }, passive: true)
-        case .serviceGetInterfaceDescription: Entry(route: .call { try $0.serviceGetInterfaceDescription($1) }, passive: true)
+        case .serviceGetInterfaceDescription:
+            Entry(route: .call { try $0.serviceGetInterfaceDescription($1) }, passive: true)
 
         case .vaultHello: Entry(route: .call { try $0.vaultHello($1) }, passive: true)
         case .vaultStatus: Entry(route: .call { try $0.vaultStatus($1) }, passive: true)
@@ -112,7 +115,8 @@ extension Dispatcher {
         let p = r.p
         let name = try p.string("interface")
         guard let d = VarlinkInterfaces.description(of: name) else {
-            throw VaultError(.interfaceNotFound, "no interface \(name)", extra: ["interface": .string(name)])
+            throw VaultError(
+                .interfaceNotFound, "no interface \(name)", extra: ["interface": .string(name)])
         }
         return ["description": .string(d)]
     }
@@ -122,7 +126,8 @@ extension Dispatcher {
         let caller = r.caller
         let (firstLaunch, wiped) = try vault.hello(caller)
         return [
-            "appID": caller.appID.map { .string($0) } ?? .null, "generation": caller.generation.map { .string($0) } ?? .null,
+            "appID": caller.appID.map { .string($0) } ?? .null,
+            "generation": caller.generation.map { .string($0) } ?? .null,
             "firstLaunch": .bool(firstLaunch), "wipedCredentials": JSON(wiped),
             "defaultAccessGroup": .string(caller.defaultAccessGroup),
             "unavailableItems": JSON(try vault.unavailableItems(caller: caller)),
@@ -141,14 +146,19 @@ extension Dispatcher {
     func vaultInit(_ r: Request) throws -> JSONObject {
         let p = r.p
         let caller = r.caller
-        return ["lock": try vault.initialize(passphrase: try p.passphrase("passphrase"), caller: caller).wire]
+        return [
+            "lock": try vault.initialize(passphrase: try p.passphrase("passphrase"), caller: caller)
+                .wire
+        ]
     }
 
     // io.vaultd.Vault.Unlock
     func vaultUnlock(_ r: Request) throws -> JSONObject {
         let p = r.p
         let caller = r.caller
-        guard let pass = try p.passphrase("passphrase") else { throw VaultError.invalidParameter("passphrase", "missing") }
+        guard let pass = try p.passphrase("passphrase") else {
+            throw VaultError.invalidParameter("passphrase", "missing")
+        }
         return ["lock": try vault.unlock(passphrase: pass, caller: caller).wire]
     }
 
@@ -168,7 +178,8 @@ extension Dispatcher {
     func vaultChangePassphrase(_ r: Request) throws -> JSONObject {
         let p = r.p
         let caller = r.caller
-        let change = try vault.changePassphrase(old: try p.passphrase("old"), new: try p.passphrase("new"), caller: caller)
+        let change = try vault.changePassphrase(
+            old: try p.passphrase("old"), new: try p.passphrase("new"), caller: caller)
         return ["lock": change.lock.wire, "deletedItems": JSON(change.deletedItems)]
     }
 
@@ -179,22 +190,33 @@ extension Dispatcher {
         let passphrase = try p.passphrase("passphrase")
         var recipients: [Age.Recipient]
         if let list = p.optionalJSON("recipients") {
-            guard let a = list.arrayValue, a.allSatisfy({ $0.stringValue != nil }), !a.isEmpty else {
-                throw VaultError.invalidParameter("recipients", "must be a non-empty array of age1… strings")
+            guard let a = list.arrayValue, a.allSatisfy({ $0.stringValue != nil }), !a.isEmpty
+            else {
+                throw VaultError.invalidParameter(
+                    "recipients", "must be a non-empty array of age1… strings")
             }
             recipients = try a.compactMap(\.stringValue).map { .x25519(try Age.parseRecipient($0)) }
-            if passphrase != nil { throw VaultError.invalidParameter("passphrase", "give either a passphrase or recipients, not both") }
+            if passphrase != nil {
+                throw VaultError.invalidParameter(
+                    "passphrase", "give either a passphrase or recipients, not both")
+            }
         } else {
-            guard let passphrase, passphrase.count > 0 else { throw VaultError.invalidParameter("passphrase", "give a backup passphrase or recipients") }
+            guard let passphrase, passphrase.count > 0 else {
+                throw VaultError.invalidParameter(
+                    "passphrase", "give a backup passphrase or recipients")
+            }
             recipients = [.passphrase(passphrase)]
         }
         let summary = try vault.backup(
-            to: try p.string("path"), recipients: recipients, includeDeviceBound: try p.optionalBool("includeDeviceBound") ?? false, caller: caller)
+            to: try p.string("path"), recipients: recipients,
+            includeDeviceBound: try p.optionalBool("includeDeviceBound") ?? false, caller: caller)
         return summary.wire
     }
 
     // io.vaultd.Vault.Check
-    func vaultCheck(_ r: Request) throws -> JSONObject { try vault.checkStore(caller: r.caller).wire }
+    func vaultCheck(_ r: Request) throws -> JSONObject {
+        try vault.checkStore(caller: r.caller).wire
+    }
 
     // io.vaultd.Vault.Restore
     func vaultRestore(_ r: Request) throws -> JSONObject {
@@ -202,10 +224,16 @@ extension Dispatcher {
         let caller = r.caller
         var identities: [Age.Identity] = []
         if let pass = try p.passphrase("passphrase") { identities.append(.passphrase(pass)) }
-        if let text = try p.passphrase("identity") { identities += try Age.parseIdentities(text).map { .x25519($0) } }
-        guard !identities.isEmpty else { throw VaultError.invalidParameter("passphrase", "give the backup's passphrase or an identity") }
+        if let text = try p.passphrase("identity") {
+            identities += try Age.parseIdentities(text).map { .x25519($0) }
+        }
+        guard !identities.isEmpty else {
+            throw VaultError.invalidParameter(
+                "passphrase", "give the backup's passphrase or an identity")
+        }
         let summary = try vault.restore(
-            from: try p.string("path"), identities: identities, newPassphrase: try p.passphrase("newPassphrase"),
+            from: try p.string("path"), identities: identities,
+            newPassphrase: try p.passphrase("newPassphrase"),
             merge: try p.optionalBool("merge") ?? false, caller: caller)
         return summary.wire
     }
@@ -216,7 +244,8 @@ extension Dispatcher {
         let caller = r.caller
         let cls = try ItemClass(wire: try p.string("class"))
         let attrs = try ItemAttributes(json: try p.json("attributes"))
-        let stored = try vault.addItem(cls, attributes: attrs, secret: try p.secret("data"), caller: caller)
+        let stored = try vault.addItem(
+            cls, attributes: attrs, secret: try p.secret("data"), caller: caller)
         return ["attributes": stored.json]
     }
 
@@ -227,14 +256,17 @@ extension Dispatcher {
         let q = try query(p)
         let returnData = try p.optionalBool("returnData") ?? false
         let returnAttributes = try p.optionalBool("returnAttributes") ?? !returnData
-        let matches = try vault.copyMatchingReportingDamage(q, returnData: returnData, caller: caller)
+        let matches = try vault.copyMatchingReportingDamage(
+            q, returnData: returnData, caller: caller)
         var reply: JSONObject = [
             "items": .array(
                 matches.items.map { item in
                     var o: JSONObject = ["class": .string(item.itemClass.rawValue)]
                     if returnAttributes { o["attributes"] = item.attributes.json }
                     if let d = item.data {
-                        o["data"] = r.secrets?.replyPlaceholder(for: d) ?? .string(d.withUnsafeBytes { Data($0).base64EncodedString() })
+                        o["data"] =
+                            r.secrets?.replyPlaceholder(for: d)
+                            ?? .string(d.withUnsafeBytes { Data($0).base64EncodedString() })
                     }
                     return .object(o)
                 })
@@ -249,7 +281,8 @@ extension Dispatcher {
         let p = r.p
         let caller = r.caller
         let changes = try ItemAttributes(json: p.optionalJSON("attributes"))
-        let n = try vault.updateItems(try query(p), changes: changes, secret: try p.optionalSecret("data"), caller: caller)
+        let n = try vault.updateItems(
+            try query(p), changes: changes, secret: try p.optionalSecret("data"), caller: caller)
         return ["count": JSON(n)]
     }
 
@@ -264,7 +297,9 @@ extension Dispatcher {
     func preferencesGet(_ r: Request) throws -> JSONObject {
         let p = r.p
         let caller = r.caller
-        let value = try vault.preference(domain: try p.optionalString("domain"), key: try p.string("key"), caller: caller, reply: r.reply)
+        let value = try vault.preference(
+            domain: try p.optionalString("domain"), key: try p.string("key"), caller: caller,
+            reply: r.reply)
         return ["value": value?.tagged ?? .null]
     }
 
@@ -273,7 +308,8 @@ extension Dispatcher {
         let p = r.p
         let caller = r.caller
         let n = try vault.setPreference(
-            domain: try p.optionalString("domain"), key: try p.string("key"), value: try PlistValue(tagged: try p.json("value")), caller: caller)
+            domain: try p.optionalString("domain"), key: try p.string("key"),
+            value: try PlistValue(tagged: try p.json("value")), caller: caller)
         return ["sequence": JSON(n)]
     }
 
@@ -281,7 +317,8 @@ extension Dispatcher {
     func preferencesRemove(_ r: Request) throws -> JSONObject {
         let p = r.p
         let caller = r.caller
-        let n = try vault.removePreference(domain: try p.optionalString("domain"), key: try p.string("key"), caller: caller)
+        let n = try vault.removePreference(
+            domain: try p.optionalString("domain"), key: try p.string("key"), caller: caller)
         return ["sequence": JSON(n)]
     }
 
@@ -289,7 +326,8 @@ extension Dispatcher {
     func preferencesDomain(_ r: Request) throws -> JSONObject {
         let p = r.p
         let caller = r.caller
-        let found = try vault.preferenceDomainReportingDamage(try p.optionalString("domain"), caller: caller, reply: r.reply)
+        let found = try vault.preferenceDomainReportingDamage(
+            try p.optionalString("domain"), caller: caller, reply: r.reply)
         var reply: JSONObject = ["values": .object(found.values.mapValues(\.tagged))]
         if !found.damaged.isEmpty { reply["damaged"] = .array(found.damaged.map { .string($0) }) }
         return reply
@@ -308,11 +346,20 @@ extension Dispatcher {
         let domain = try p.string("domain")
         switch (try p.optionalString("plist"), p.optionalJSON("values")) {
         case (let text?, nil):
-            guard let data = Data(base64Encoded: text) else { throw VaultError.invalidParameter("plist", "must be base64") }
+            guard let data = Data(base64Encoded: text) else {
+                throw VaultError.invalidParameter("plist", "must be base64")
+            }
             return ["keys": JSON(try vault.importDomain(domain, plist: data, caller: caller))]
         case (nil, let json?):
-            guard let object = json.objectValue else { throw VaultError.invalidParameter("values", "must be an object of tagged values") }
-            return ["keys": JSON(try vault.importDomain(domain, values: try object.mapValues { try PlistValue(tagged: $0) }, caller: caller))]
+            guard let object = json.objectValue else {
+                throw VaultError.invalidParameter("values", "must be an object of tagged values")
+            }
+            return [
+                "keys": JSON(
+                    try vault.importDomain(
+                        domain, values: try object.mapValues { try PlistValue(tagged: $0) },
+                        caller: caller))
+            ]
         default:
             throw VaultError.invalidParameter("plist", "give either plist or values")
         }
@@ -327,7 +374,8 @@ extension Dispatcher {
         guard let f = PropertyListCodec.Format(rawValue: format) else {
             throw VaultError.invalidParameter("format", "must be xml or binary")
         }
-        let export = try vault.exportDomainReportingDamage(domain, format: f, caller: caller, reply: r.reply)
+        let export = try vault.exportDomainReportingDamage(
+            domain, format: f, caller: caller, reply: r.reply)
         var reply: JSONObject = ["plist": .string(export.plist.base64EncodedString())]
         if !export.damaged.isEmpty { reply["damaged"] = .array(export.damaged.map { .string($0) }) }
         return reply
@@ -344,7 +392,10 @@ extension Dispatcher {
     func cachesDirectory(_ r: Request) throws -> JSONObject {
         let p = r.p
         let caller = r.caller
-        return ["path": .string(try vault.cacheDirectory(for: try p.optionalString("appID"), caller: caller))]
+        return [
+            "path": .string(
+                try vault.cacheDirectory(for: try p.optionalString("appID"), caller: caller))
+        ]
     }
 
     // io.vaultd.Caches.Usage
@@ -353,8 +404,12 @@ extension Dispatcher {
         let usage = try vault.cacheUsage(caller: caller)
         let space = vault.caches.volumeSpace()
         return [
-            "apps": .array(usage.map { ["appID": .string($0.appID), "bytes": JSON($0.bytes), "files": JSON($0.files)] }),
-            "totalBytes": JSON(usage.reduce(Int64(0)) { $0 + $1.bytes }), "freeBytes": JSON(space?.free ?? 0),
+            "apps": .array(
+                usage.map {
+                    ["appID": .string($0.appID), "bytes": JSON($0.bytes), "files": JSON($0.files)]
+                }),
+            "totalBytes": JSON(usage.reduce(Int64(0)) { $0 + $1.bytes }),
+            "freeBytes": JSON(space?.free ?? 0),
             "capacityBytes": JSON(space?.capacity ?? 0),
         ]
     }
@@ -365,10 +420,14 @@ extension Dispatcher {
         let caller = r.caller
         var bytes: Int64?
         if let b = p.optionalJSON("bytes") {
-            guard let v = b.int64Value, v >= 0 else { throw VaultError.invalidParameter("bytes", "must be a non-negative integer") }
+            guard let v = b.int64Value, v >= 0 else {
+                throw VaultError.invalidParameter("bytes", "must be a non-negative integer")
+            }
             bytes = v
         }
-        let purged = try vault.purgeCaches(appID: try p.optionalString("appID"), bytes: bytes, running: runningApps(), caller: caller)
+        let purged = try vault.purgeCaches(
+            appID: try p.optionalString("appID"), bytes: bytes, running: runningApps(),
+            caller: caller)
         return ["freedBytes": JSON(purged.freedBytes), "removedFiles": JSON(purged.removedFiles)]
     }
 
@@ -384,8 +443,10 @@ extension Dispatcher {
             return a.compactMap(\.stringValue)
         }
         let app = try vault.installApp(
-            try p.string("appID"), executable: try p.optionalString("executable"), accessGroups: try list("accessGroups"),
-            appGroups: try list("appGroups"), keepCredentialsOnReinstall: try p.optionalBool("keepCredentialsOnReinstall") ?? false,
+            try p.string("appID"), executable: try p.optionalString("executable"),
+            accessGroups: try list("accessGroups"),
+            appGroups: try list("appGroups"),
+            keepCredentialsOnReinstall: try p.optionalBool("keepCredentialsOnReinstall") ?? false,
             caller: caller)
         return ["app": app.wire]
     }
@@ -415,7 +476,8 @@ extension Dispatcher {
         let caller = r.caller
         // An earlier install's connection gets no lock state, as from Status.
         let grant = try vault.subscribe(.observeLockState, caller: caller)
-        return Subscription(initial: [["lock": vault.lockState.wire]], grant: grant, vault: vault) { event in
+        return Subscription(initial: [["lock": vault.lockState.wire]], grant: grant, vault: vault) {
+            event in
             if case .lockState(let s) = event { return ["lock": s.wire] }
             return nil
         }
@@ -427,7 +489,9 @@ extension Dispatcher {
         let caller = r.caller
         var names: [String]?
         if let list = p.optionalJSON("domains") {
-            guard let a = list.arrayValue?.compactMap(\.stringValue), a.count == list.arrayValue?.count else {
+            guard let a = list.arrayValue?.compactMap(\.stringValue),
+                a.count == list.arrayValue?.count
+            else {
                 throw VaultError.invalidParameter("domains", "must be an array of strings")
             }
             names = a
@@ -437,22 +501,33 @@ extension Dispatcher {
         // store; as a Swift `Set<String>` one would stand for the other.
         var keys: ExactSet?
         if let list = p.optionalJSON("keys") {
-            guard let a = list.arrayValue?.compactMap(\.stringValue), a.count == list.arrayValue?.count else {
+            guard let a = list.arrayValue?.compactMap(\.stringValue),
+                a.count == list.arrayValue?.count
+            else {
                 throw VaultError.invalidParameter("keys", "must be an array of strings")
             }
             // A key no preference can have is a mistake, not a key to wait for.
             for k in a { try Vault.validatePreferenceKey(k) }
             keys = ExactSet(a.map { ExactString($0) })
         }
-        let initial: [JSONObject] = try vault.preferenceSnapshot(grant, reply: r.reply).map { d, all in
+        let initial: [JSONObject] = try vault.preferenceSnapshot(grant, reply: r.reply).map {
+            d, all in
             var values = all
             if let keys { values = values.filter { keys.contains(ExactString($0.key)) } }
-            return ["domain": .string(d), "values": .object(values.mapValues(\.tagged)), "sequence": JSON(r.emittedThrough)]
+            return [
+                "domain": .string(d), "values": .object(values.mapValues(\.tagged)),
+                "sequence": JSON(r.emittedThrough),
+            ]
         }
         let wanted = keys
         return Subscription(initial: initial, grant: grant, vault: vault) { event in
-            guard case .preference(let d, let k, let v, let n) = event, wanted?.contains(ExactString(k)) ?? true else { return nil }
-            return ["domain": .string(d), "key": .string(k), "value": v?.tagged ?? .null, "sequence": JSON(n)]
+            guard case .preference(let d, let k, let v, let n) = event,
+                wanted?.contains(ExactString(k)) ?? true
+            else { return nil }
+            return [
+                "domain": .string(d), "key": .string(k), "value": v?.tagged ?? .null,
+                "sequence": JSON(n),
+            ]
         }
     }
 
@@ -468,7 +543,11 @@ extension Dispatcher {
 
     private func query(_ p: Parameters) throws -> ItemQuery {
         let limit = try p.optionalString("matchLimit") ?? "one"
-        guard limit == "one" || limit == "all" else { throw VaultError.param("matchLimit must be one or all") }
-        return ItemQuery(itemClass: try p.itemClass("class"), attributes: try ItemAttributes(json: p.optionalJSON("query")), matchAll: limit == "all")
+        guard limit == "one" || limit == "all" else {
+            throw VaultError.param("matchLimit must be one or all")
+        }
+        return ItemQuery(
+            itemClass: try p.itemClass("class"),
+            attributes: try ItemAttributes(json: p.optionalJSON("query")), matchAll: limit == "all")
     }
 }

@@ -28,7 +28,10 @@ struct Dispatcher {
         /// An event the subscriber may see as its reply, nil when it did not ask for it.
         let map: @Sendable (VaultEvent) -> JSONObject?
 
-        init(initial: [JSONObject], grant: Grant, vault: Vault, map: @escaping @Sendable (VaultEvent) -> JSONObject?) {
+        init(
+            initial: [JSONObject], grant: Grant, vault: Vault,
+            map: @escaping @Sendable (VaultEvent) -> JSONObject?
+        ) {
             self.initial = initial
             self.grant = grant
             self.vault = vault
@@ -59,7 +62,8 @@ struct Dispatcher {
         case .keychainCopyMatching?:
             let p = Parameters(values: call.parameters)
             return ReplyLimit.copyMatchingBytes(
-                matchAll: (try? p.optionalString("matchLimit")) == "all", returnData: (try? p.optionalBool("returnData")) == true)
+                matchAll: (try? p.optionalString("matchLimit")) == "all",
+                returnData: (try? p.optionalBool("returnData")) == true)
         default:
             return 0
         }
@@ -74,39 +78,57 @@ struct Dispatcher {
     static func requirePolicyDecision(_ call: VarlinkCall) throws {
         guard Policy.decision(forVarlinkMethod: call.method) == nil else { return }
         if VarlinkInterfaces.inputParameters[call.method] != nil {
-            throw VaultError(.permissionDenied, "\(call.method) has no decision in vaultd's policy, so it is refused")
+            throw VaultError(
+                .permissionDenied,
+                "\(call.method) has no decision in vaultd's policy, so it is refused")
         }
         if VarlinkInterfaces.description(of: call.interface) == nil {
-            throw VaultError(.interfaceNotFound, "no interface \(call.interface)", extra: ["interface": .string(call.interface)])
+            throw VaultError(
+                .interfaceNotFound, "no interface \(call.interface)",
+                extra: ["interface": .string(call.interface)])
         }
-        throw VaultError(.methodNotFound, "no method \(call.method)", extra: ["method": .string(call.method)])
+        throw VaultError(
+            .methodNotFound, "no method \(call.method)", extra: ["method": .string(call.method)])
     }
 
     /// Sets up a `more` call. Throws like `handle` for bad parameters or permissions.
     /// `emittedThrough`: the preference write sequence every write up to which the snapshots
     /// hold (`Vault.addObserverReportingSequence`, called before this). `reply`: where the
     /// first replies' memory is reserved before they are built (the server's reply budget).
-    func subscribe(_ call: VarlinkCall, caller: Caller, emittedThrough: UInt64 = 0, reply: ReplyReserving? = nil) throws -> Subscription {
-        do { return try subscribing(call, caller: caller, emittedThrough: emittedThrough, reply: reply) } catch { throw VaultError.wire(error) }
+    func subscribe(
+        _ call: VarlinkCall, caller: Caller, emittedThrough: UInt64 = 0,
+        reply: ReplyReserving? = nil
+    ) throws -> Subscription {
+        do {
+            return try subscribing(
+                call, caller: caller, emittedThrough: emittedThrough, reply: reply)
+        } catch { throw VaultError.wire(error) }
     }
 
-    private func subscribing(_ call: VarlinkCall, caller: Caller, emittedThrough: UInt64, reply: ReplyReserving?) throws -> Subscription {
+    private func subscribing(
+        _ call: VarlinkCall, caller: Caller, emittedThrough: UInt64, reply: ReplyReserving?
+    ) throws -> Subscription {
         try Self.requirePolicyDecision(call)
         guard case .stream(let serve)? = Self.table[call.method]?.route else {
-            throw VaultError(.methodNotFound, "no streaming method \(call.method)", extra: ["method": .string(call.method)])
+            throw VaultError(
+                .methodNotFound, "no streaming method \(call.method)",
+                extra: ["method": .string(call.method)])
         }
         let request = Request(
-            method: call.method, p: Parameters(values: call.parameters), caller: caller, secrets: nil, reply: reply, emittedThrough: emittedThrough)
+            method: call.method, p: Parameters(values: call.parameters), caller: caller,
+            secrets: nil, reply: reply, emittedThrough: emittedThrough)
         var subscription = try serve(self, request)
         #if DEBUG
-            for r in subscription.initial { Self.checkReply(call.method, r) }
-            let map = subscription.map
-            let method = call.method
-            subscription = Subscription(initial: subscription.initial, grant: subscription.grant, vault: vault) { event in
-                let r = map(event)
-                if let r { Self.checkReply(method, r) }
-                return r
-            }
+        for r in subscription.initial { Self.checkReply(call.method, r) }
+        let map = subscription.map
+        let method = call.method
+        subscription = Subscription(
+            initial: subscription.initial, grant: subscription.grant, vault: vault
+        ) { event in
+            let r = map(event)
+            if let r { Self.checkReply(method, r) }
+            return r
+        }
         #endif
         return subscription
     }
@@ -118,16 +140,25 @@ struct Dispatcher {
     /// carries secrets as base64 strings). `reply`: where a preference read reserves what its
     /// reply takes before it builds it (the server's reply budget; `replyBound` covers the
     /// other calls).
-    func handle(_ call: VarlinkCall, caller: Caller, secrets: CallSecrets? = nil, reply: ReplyReserving? = nil) throws -> JSONObject {
-        do { return try handling(call, caller: caller, secrets: secrets, reply: reply) } catch { throw VaultError.wire(error) }
+    func handle(
+        _ call: VarlinkCall, caller: Caller, secrets: CallSecrets? = nil,
+        reply: ReplyReserving? = nil
+    ) throws -> JSONObject {
+        do { return try handling(call, caller: caller, secrets: secrets, reply: reply) } catch {
+            throw VaultError.wire(error)
+        }
     }
 
-    private func handling(_ call: VarlinkCall, caller: Caller, secrets: CallSecrets?, reply: ReplyReserving?) throws -> JSONObject {
+    private func handling(
+        _ call: VarlinkCall, caller: Caller, secrets: CallSecrets?, reply: ReplyReserving?
+    ) throws -> JSONObject {
         try Self.requirePolicyDecision(call)
         guard let entry = Self.table[call.method] else {
             // Declared with a policy decision but not in the table: impossible while the
             // table is built from every `VarlinkMethod` (Dispatcher+Table.swift).
-            throw VaultError(.methodNotFound, "no method \(call.method)", extra: ["method": .string(call.method)])
+            throw VaultError(
+                .methodNotFound, "no method \(call.method)", extra: ["method": .string(call.method)]
+            )
         }
         if !entry.passive { activity() }
         switch entry.route {
@@ -135,23 +166,27 @@ struct Dispatcher {
             throw VaultError(.expectedMore, "\(call.method) streams replies: call it with more")
         case .call(let serve):
             let request = Request(
-                method: call.method, p: Parameters(values: call.parameters, secrets: secrets), caller: caller, secrets: secrets, reply: reply,
+                method: call.method, p: Parameters(values: call.parameters, secrets: secrets),
+                caller: caller, secrets: secrets, reply: reply,
                 emittedThrough: 0)
             let result = try serve(self, request)
             #if DEBUG
-                Self.checkReply(call.method, result)
+            Self.checkReply(call.method, result)
             #endif
             return result
         }
     }
 
     #if DEBUG
-        /// Debug builds and tests: a reply that does not match its method's declaration is a
-        /// bug in vaultd; said on stderr, then an assertion failure (which ends the test's vaultd).
-        static func checkReply(_ method: String, _ parameters: JSONObject) {
-            guard let problem = VarlinkValidation.replyProblem(method: method, parameters: parameters) else { return }
-            FileHandle.standardError.write(Data("vaultd: the reply to \(method) does not match its declaration: \(problem)\n".utf8))
-            assertionFailure("the reply to \(method) does not match its declaration: \(problem)")
-        }
+    /// Debug builds and tests: a reply that does not match its method's declaration is a
+    /// bug in vaultd; said on stderr, then an assertion failure (which ends the test's vaultd).
+    static func checkReply(_ method: String, _ parameters: JSONObject) {
+        guard let problem = VarlinkValidation.replyProblem(method: method, parameters: parameters)
+        else { return }
+        FileHandle.standardError.write(
+            Data("vaultd: the reply to \(method) does not match its declaration: \(problem)\n".utf8)
+        )
+        assertionFailure("the reply to \(method) does not match its declaration: \(problem)")
+    }
     #endif
 }

@@ -11,7 +11,8 @@ import VaultProtocol
 enum KeyringUnlock {
     /// Why no passphrase is looked up in a login keyring: vaultd is that keyring (it serves the
     /// Secret Service), and the passphrase would be kept in the vault it unlocks.
-    static let circle = "vaultd is this session's Secret Service, so the login keyring is the vault itself: a passphrase kept there could never unlock it (unlock with vaultctl unlock; docs/secret-service.md)"
+    static let circle =
+        "vaultd is this session's Secret Service, so the login keyring is the vault itself: a passphrase kept there could never unlock it (unlock with vaultctl unlock; docs/secret-service.md)"
 
     /// Set at start when vaultd serves the Secret Service: the keyring is never asked.
     nonisolated(unsafe) static var isOwnKeyring = false
@@ -23,14 +24,20 @@ enum KeyringUnlock {
     /// the vault's, RateLimited, ...).
     static func unlock(_ vault: Vault, caller: Caller, timeout: Double) throws -> LockState {
         do {
-            return try vault.unlockFromKeyring(caller: caller) { try rememberedPassphrase(vault, timeout: timeout) }
+            return try vault.unlockFromKeyring(caller: caller) {
+                try rememberedPassphrase(vault, timeout: timeout)
+            }
         } catch let e as VaultFailure where e.code == .wrongPassphrase {
-            throw VaultFailure(.wrongPassphrase, "the passphrase remembered in the login keyring is not the vault's (changed? run vaultctl unlock --remember again)")
+            throw VaultFailure(
+                .wrongPassphrase,
+                "the passphrase remembered in the login keyring is not the vault's (changed? run vaultctl unlock --remember again)"
+            )
         }
     }
 
     /// The passphrase remembered for `vault` in the login keyring. Throws KeyringUnavailable.
-    private static func rememberedPassphrase(_ vault: Vault, timeout: Double) throws -> SecureBytes {
+    private static func rememberedPassphrase(_ vault: Vault, timeout: Double) throws -> SecureBytes
+    {
         guard !isOwnKeyring else { throw VaultFailure(.keyringUnavailable, circle) }
         let found: [KeyringItem]
         do {
@@ -40,10 +47,15 @@ enum KeyringUnlock {
             throw VaultFailure(.keyringUnavailable, "login keyring: \(e.message)")
         }
         guard !found.isEmpty else {
-            throw VaultFailure(.keyringUnavailable, "login keyring: no passphrase remembered for this vault (vaultctl unlock --remember)")
+            throw VaultFailure(
+                .keyringUnavailable,
+                "login keyring: no passphrase remembered for this vault (vaultctl unlock --remember)"
+            )
         }
         guard var bytes = found.first(where: { !$0.isLocked && $0.secret != nil })?.secret else {
-            throw VaultFailure(.keyringUnavailable, "login keyring: the keyring holding the remembered passphrase is locked")
+            throw VaultFailure(
+                .keyringUnavailable,
+                "login keyring: the keyring holding the remembered passphrase is locked")
         }
         let passphrase = SecureBytes(copying: bytes)
         bytes.wipe()
@@ -60,7 +72,9 @@ enum KeyringUnlock {
             return
         }
         guard DesktopKeyring.sessionBusConfigured() else {
-            log("locked; no session bus, so no passphrase remembered in a login keyring (vaultctl unlock --remember) can be asked for")
+            log(
+                "locked; no session bus, so no passphrase remembered in a login keyring (vaultctl unlock --remember) can be asked for"
+            )
             return
         }
         let t = Thread {

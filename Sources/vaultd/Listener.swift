@@ -67,7 +67,9 @@ enum Listener {
             unlink(path)
         } catch let e as Errno where e.code == EAGAIN || e.code == EWOULDBLOCK {
             throw StartupError(
-                description: "another process listens on \(path) but takes no connection (a stopped or hung vaultd?); not touching it: stop that process first")
+                description:
+                    "another process listens on \(path) but takes no connection (a stopped or hung vaultd?); not touching it: stop that process first"
+            )
         }
     }
 
@@ -75,19 +77,30 @@ enum Listener {
         var st = stat()
         if lstat(dir, &st) != 0 {
             guard mkdir(dir, 0o700) == 0 || errno == EEXIST else {
-                throw StartupError(description: "cannot create \(dir): \(String(cString: strerror(errno)))")
+                throw StartupError(
+                    description: "cannot create \(dir): \(String(cString: strerror(errno)))")
             }
-            guard lstat(dir, &st) == 0 else { throw StartupError(description: "cannot stat \(dir)") }
+            guard lstat(dir, &st) == 0 else {
+                throw StartupError(description: "cannot stat \(dir)")
+            }
         }
-        guard st.st_mode & S_IFMT == S_IFDIR else { throw StartupError(description: "\(dir) is not a directory") }
+        guard st.st_mode & S_IFMT == S_IFDIR else {
+            throw StartupError(description: "\(dir) is not a directory")
+        }
         if strict {
             guard st.st_uid == getuid() else {
                 // Another user may have made it first (a shared /tmp): say how to get past it.
                 throw StartupError(
-                    description: "refusing socket directory \(dir): it is owned by uid \(st.st_uid), not \(getuid()) (another user may have made it to catch your secrets); remove it, or set XDG_RUNTIME_DIR or VAULTD_SOCKET to a directory of your own")
+                    description:
+                        "refusing socket directory \(dir): it is owned by uid \(st.st_uid), not \(getuid()) (another user may have made it to catch your secrets); remove it, or set XDG_RUNTIME_DIR or VAULTD_SOCKET to a directory of your own"
+                )
             }
             guard st.st_mode & 0o777 == 0o700 else {
-                throw StartupError(description: String(format: "refusing socket directory %@: mode %o, expected 700 (chmod 700 %@)", dir, st.st_mode & 0o777, dir))
+                throw StartupError(
+                    description: String(
+                        format:
+                            "refusing socket directory %@: mode %o, expected 700 (chmod 700 %@)",
+                        dir, st.st_mode & 0o777, dir))
             }
         }
     }

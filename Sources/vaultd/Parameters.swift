@@ -1,9 +1,10 @@
 import Foundation
+import VaultCore
+import VaultProtocol
+
 #if canImport(Glibc)
 import Glibc
 #endif
-import VaultCore
-import VaultProtocol
 
 /// Typed access to a call's parameters; a missing or mistyped one throws
 /// `org.varlink.service.InvalidParameter` naming it.
@@ -16,19 +17,25 @@ struct Parameters {
     }
 
     func string(_ name: String) throws -> String {
-        guard let s = try optionalString(name) else { throw VaultError.invalidParameter(name, "missing") }
+        guard let s = try optionalString(name) else {
+            throw VaultError.invalidParameter(name, "missing")
+        }
         return s
     }
 
     func optionalString(_ name: String) throws -> String? {
         guard let v = present(name) else { return nil }
-        guard let s = v.stringValue else { throw VaultError.invalidParameter(name, "must be a string") }
+        guard let s = v.stringValue else {
+            throw VaultError.invalidParameter(name, "must be a string")
+        }
         return s
     }
 
     func optionalBool(_ name: String) throws -> Bool? {
         guard let v = present(name) else { return nil }
-        guard let b = v.boolValue else { throw VaultError.invalidParameter(name, "must be a boolean") }
+        guard let b = v.boolValue else {
+            throw VaultError.invalidParameter(name, "must be a boolean")
+        }
         return b
     }
 
@@ -50,7 +57,9 @@ struct Parameters {
 
     /// A base64 parameter, in secure memory.
     func secret(_ name: String) throws -> SecureBytes {
-        guard let s = try optionalSecret(name) else { throw VaultError.invalidParameter(name, "missing") }
+        guard let s = try optionalSecret(name) else {
+            throw VaultError.invalidParameter(name, "missing")
+        }
         return s
     }
 
@@ -59,7 +68,9 @@ struct Parameters {
         guard let text = try optionalString(name) else { return nil }
         var t = text
         return try t.withUTF8 { b in
-            guard let s = SecureBytes.decodingBase64(b) else { throw VaultError.invalidParameter(name, "must be base64") }
+            guard let s = SecureBytes.decodingBase64(b) else {
+                throw VaultError.invalidParameter(name, "must be base64")
+            }
             return s
         }
     }
@@ -94,7 +105,9 @@ final class CallSecrets {
         VarlinkMethod.vaultUnlock.name: ["passphrase": .text],
         VarlinkMethod.vaultChangePassphrase.name: ["old": .text, "new": .text],
         VarlinkMethod.vaultBackup.name: ["passphrase": .text],
-        VarlinkMethod.vaultRestore.name: ["passphrase": .text, "identity": .text, "newPassphrase": .text],
+        VarlinkMethod.vaultRestore.name: [
+            "passphrase": .text, "identity": .text, "newPassphrase": .text,
+        ],
         VarlinkMethod.keychainAdd.name: ["data": .base64],
         VarlinkMethod.keychainUpdate.name: ["data": .base64],
     ]
@@ -107,7 +120,9 @@ final class CallSecrets {
 
     /// The names of the secret parameters given: present in the call, as strings, though not
     /// in its `parameters` (`VarlinkValidation.callRefusal`).
-    var names: VarlinkValidation.SecretNames { request.isEmpty ? [] : Set(request.keys.map { ExactString($0) }) }
+    var names: VarlinkValidation.SecretNames {
+        request.isEmpty ? [] : Set(request.keys.map { ExactString($0) })
+    }
 
     /// The secrets to write into the reply, by their place-holder's number.
     private var replySecrets: [SecureBytes] = []
@@ -134,16 +149,26 @@ final class CallSecrets {
                 let text = UnsafeBufferPointer(rebasing: b[raw.range])
                 switch declared[raw.name] {
                 case .text?:
-                    secrets.request[raw.name] = .success(raw.escaped ? SecureBytes.unescapingJSONString(text) : SecureBytes(copying: text))
+                    secrets.request[raw.name] = .success(
+                        raw.escaped
+                            ? SecureBytes.unescapingJSONString(text) : SecureBytes(copying: text))
                 case .base64?:
                     let unescaped = raw.escaped ? SecureBytes.unescapingJSONString(text) : nil
                     let decoded =
-                        unescaped.map { u in u.withUnsafeBytes { SecureBytes.decodingBase64($0.bindMemory(to: UInt8.self)) } }
+                        unescaped.map { u in
+                            u.withUnsafeBytes {
+                                SecureBytes.decodingBase64($0.bindMemory(to: UInt8.self))
+                            }
+                        }
                         ?? SecureBytes.decodingBase64(text)
-                    secrets.request[raw.name] = decoded.map { .success($0) } ?? .failure(.invalidParameter(raw.name, "must be base64"))
+                    secrets.request[raw.name] =
+                        decoded.map { .success($0) }
+                        ?? .failure(.invalidParameter(raw.name, "must be base64"))
                 case nil:
                     var bytes = [UInt8](repeating: 0, count: text.count)
-                    let n = bytes.withUnsafeMutableBufferPointer { JSON.unescape(text, into: $0.baseAddress!) }
+                    let n = bytes.withUnsafeMutableBufferPointer {
+                        JSON.unescape(text, into: $0.baseAddress!)
+                    }
                     others[raw.name] = .string(String(decoding: bytes[..<n], as: UTF8.self))
                 }
             }
@@ -178,9 +203,12 @@ final class CallSecrets {
             var i = 0
             while i + prefix.count <= r.count {
                 // The next '"' (memchr), then whether the prefix starts there (memcmp).
-                guard let quote = memchr(r.baseAddress! + i, Int32(UInt8(ascii: "\"")), r.count - i) else { break }
+                guard let quote = memchr(r.baseAddress! + i, Int32(UInt8(ascii: "\"")), r.count - i)
+                else { break }
                 let start = r.baseAddress!.distance(to: quote.assumingMemoryBound(to: UInt8.self))
-                guard start + prefix.count <= r.count, memcmp(r.baseAddress! + start, prefix, prefix.count) == 0 else {
+                guard start + prefix.count <= r.count,
+                    memcmp(r.baseAddress! + start, prefix, prefix.count) == 0
+                else {
                     i = start + 1
                     continue
                 }
@@ -197,14 +225,17 @@ final class CallSecrets {
             }
         }
         var size = reply.count + 1
-        for f in found { size += SecureBytes.base64Length(of: replySecrets[f.secret].count) + 2 - f.range.count }
+        for f in found {
+            size += SecureBytes.base64Length(of: replySecrets[f.secret].count) + 2 - f.range.count
+        }
         let out = SecureBytes(count: size)
         out.withUnsafeMutableBytes { o in
             reply.withUnsafeBytes { r in
                 var from = 0
                 var to = 0
                 func copy(_ range: Range<Int>) {
-                    o.baseAddress!.advanced(by: to).copyMemory(from: r.baseAddress! + range.lowerBound, byteCount: range.count)
+                    o.baseAddress!.advanced(by: to).copyMemory(
+                        from: r.baseAddress! + range.lowerBound, byteCount: range.count)
                     to += range.count
                 }
                 for f in found {

@@ -71,8 +71,11 @@ final class PeerCredentials: @unchecked Sendable {
     /// Nil when the kernel gives no pid or no pidfd for the peer: it cannot be identified,
     /// and is refused.
     init?(socket: UnixSocket) {
-        var pid: pid_t = 0, uid: uid_t = 0, gid: gid_t = 0
-        var pidfd: Int32 = -1, fallback: Int32 = 0
+        var pid: pid_t = 0
+        var uid: uid_t = 0
+        var gid: gid_t = 0
+        var pidfd: Int32 = -1
+        var fallback: Int32 = 0
         guard vault_peer_pidfd(socket.fd, &pid, &uid, &gid, &pidfd, &fallback) == 0, pid > 0 else {
             return nil
         }
@@ -121,7 +124,9 @@ final class PeerCredentials: @unchecked Sendable {
         while let entry = readdir(dir) {
             seen += 1
             if seen > limit { return false }
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self) }
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
+            }
             if name == "." || name == ".." { continue }
             let n = readlink(base + name, &buf, buf.count)
             guard n == wanted.count else { continue }
@@ -140,7 +145,8 @@ final class PeerCredentials: @unchecked Sendable {
             return "its process ran another program (exec) or exited after it was identified"
         }
         if mustHoldConnection && !holdsConnection() {
-            return "its process no longer holds its end of the connection (handed on, then exec or exit)"
+            return
+                "its process no longer holds its end of the connection (handed on, then exec or exit)"
         }
         return nil
     }
@@ -193,7 +199,9 @@ enum PeerIdentity {
     /// open) and without reading more than `maximumInfoSize` bytes. The name is opened
     /// Opened O_PATH first, looked at, and only a regular file is opened for reading (through
     /// /proc/self/fd, the same inode). `owner`: the file must belong to this uid.
-    static func readBounded(_ dirfd: Int32, _ name: String, owner: uid_t? = nil) throws(InfoRead) -> InfoFile {
+    static func readBounded(_ dirfd: Int32, _ name: String, owner: uid_t? = nil) throws(InfoRead)
+        -> InfoFile
+    {
         let pathFD = openat(dirfd, name, openPathOnly | O_NOFOLLOW | O_CLOEXEC)
         guard pathFD >= 0 else {
             throw errno == ENOENT ? .absent : .failed(errno)
@@ -210,19 +218,25 @@ enum PeerIdentity {
         default: throw .unacceptable("not a regular file")
         }
         if let owner, st.st_uid != owner { throw .unacceptable("owned by uid \(st.st_uid)") }
-        guard st.st_size <= maximumInfoSize else { throw .unacceptable("\(st.st_size) bytes, over \(maximumInfoSize)") }
+        guard st.st_size <= maximumInfoSize else {
+            throw .unacceptable("\(st.st_size) bytes, over \(maximumInfoSize)")
+        }
         let fd = open("/proc/self/fd/\(pathFD)", O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)
         guard fd >= 0 else { throw .failed(errno) }
         defer { Glibc.close(fd) }
         var opened = stat()
-        guard fstat(fd, &opened) == 0, FileID(opened) == FileID(st), opened.st_mode & S_IFMT == S_IFREG else {
+        guard fstat(fd, &opened) == 0, FileID(opened) == FileID(st),
+            opened.st_mode & S_IFMT == S_IFREG
+        else {
             throw .unacceptable("replaced while it was opened")
         }
         // One byte more than the limit: a file that grew past it since the fstat is refused.
         var bytes = [UInt8](repeating: 0, count: maximumInfoSize + 1)
         var count = 0
         while count < bytes.count {
-            let n = bytes.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress! + count, $0.count - count) }
+            let n = bytes.withUnsafeMutableBytes {
+                Glibc.read(fd, $0.baseAddress! + count, $0.count - count)
+            }
             if n < 0 && errno == EINTR { continue }
             guard n >= 0 else { throw .failed(errno) }
             if n == 0 { break }
@@ -255,14 +269,18 @@ enum PeerIdentity {
     /// '-' and '_' (Flatpak's are decimal numbers). No '/', no "..".
     static func isInstanceID(_ id: String) -> Bool {
         !id.isEmpty && id.utf8.count <= 64
-            && id.utf8.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x41 && $0 <= 0x5A) || ($0 >= 0x61 && $0 <= 0x7A) || $0 == 0x2D || $0 == 0x5F }
+            && id.utf8.allSatisfy {
+                ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x41 && $0 <= 0x5A)
+                    || ($0 >= 0x61 && $0 <= 0x7A) || $0 == 0x2D || $0 == 0x5F
+            }
     }
 
     /// vaultd's own runtime directory (`XDG_RUNTIME_DIR`), where Flatpak keeps its record of
     /// each running instance (`.flatpak/INSTANCE/info`). Without one, no Flatpak identity
     /// can be checked, and every sandbox is refused.
     static let runtimeDirectory: String? = {
-        guard let dir = ProcessInfo.processInfo.environment["XDG_RUNTIME_DIR"], dir.hasPrefix("/") else { return nil }
+        guard let dir = ProcessInfo.processInfo.environment["XDG_RUNTIME_DIR"], dir.hasPrefix("/")
+        else { return nil }
         return dir
     }()
 
@@ -286,11 +304,16 @@ enum PeerIdentity {
         guard let name = keyFileValue(info.bytes, group: "Application", key: "name") else {
             return .refused("its .flatpak-info names no app ([Application] name)")
         }
-        guard let instance = keyFileValue(info.bytes, group: "Instance", key: "instance-id"), isInstanceID(instance) else {
-            return .refused("its .flatpak-info (app \(logField(name))) has no usable [Instance] instance-id")
+        guard let instance = keyFileValue(info.bytes, group: "Instance", key: "instance-id"),
+            isInstanceID(instance)
+        else {
+            return .refused(
+                "its .flatpak-info (app \(logField(name))) has no usable [Instance] instance-id")
         }
         guard let runtime = runtimeDirectory else {
-            return .refused("vaultd has no XDG_RUNTIME_DIR, so no Flatpak instance can be checked (app \(logField(name)))")
+            return .refused(
+                "vaultd has no XDG_RUNTIME_DIR, so no Flatpak instance can be checked (app \(logField(name)))"
+            )
         }
         let me = getuid()
         var fd = open(runtime, openPathOnly | O_DIRECTORY | O_CLOEXEC)
@@ -306,17 +329,23 @@ enum PeerIdentity {
             }
         }
         guard fd >= 0 else {
-            return .refused("no Flatpak instance \(logField(instance)) of vaultd's user runs (app \(logField(name)))")
+            return .refused(
+                "no Flatpak instance \(logField(instance)) of vaultd's user runs (app \(logField(name)))"
+            )
         }
         defer { Glibc.close(fd) }
         let host: InfoFile
         do {
             host = try readBounded(fd, "info", owner: me)
         } catch {
-            return .refused("Flatpak instance \(logField(instance))'s host record cannot be read (\(error)) (app \(logField(name)))")
+            return .refused(
+                "Flatpak instance \(logField(instance))'s host record cannot be read (\(error)) (app \(logField(name)))"
+            )
         }
         guard host.bytes == info.bytes else {
-            return .refused("its .flatpak-info (app \(logField(name))) is not Flatpak's record of instance \(logField(instance))")
+            return .refused(
+                "its .flatpak-info (app \(logField(name))) is not Flatpak's record of instance \(logField(instance))"
+            )
         }
         // A D-Bus peer of a Flatpak app is its xdg-dbus-proxy, which Flatpak runs in a sandbox
         // of its own (another mount namespace) with a copy of the record: only the bytes
@@ -340,13 +369,20 @@ enum PeerIdentity {
         } catch {
             return "its instance's bwrapinfo.json cannot be read (\(error))"
         }
-        guard let child = (try? JSON.parse(record.bytes))?["child-pid"]?.int64Value, child > 0, child <= Int64(Int32.max) else {
+        guard let child = (try? JSON.parse(record.bytes))?["child-pid"]?.int64Value, child > 0,
+            child <= Int64(Int32.max)
+        else {
             return "its instance's bwrapinfo.json names no child-pid"
         }
-        guard let sandbox = FileID(path: "/proc/\(child)/ns/mnt"), let peer = FileID(path: "/proc/\(pid)/ns/mnt") else {
+        guard let sandbox = FileID(path: "/proc/\(child)/ns/mnt"),
+            let peer = FileID(path: "/proc/\(pid)/ns/mnt")
+        else {
             return "its instance's sandbox (pid \(child)) is not running, or may not be looked at"
         }
-        guard sandbox == peer else { return "it does not run in its instance's sandbox (another mount namespace than pid \(child))" }
+        guard sandbox == peer else {
+            return
+                "it does not run in its instance's sandbox (another mount namespace than pid \(child))"
+        }
         return nil
     }
 
@@ -357,7 +393,8 @@ enum PeerIdentity {
         let root = open("/proc/\(peer.pid)/root", openPathOnly | O_DIRECTORY | O_CLOEXEC)
         guard root >= 0 else { return .unreadable(errno) }
         defer { Glibc.close(root) }
-        var peerRoot = stat(), ownRoot = stat()
+        var peerRoot = stat()
+        var ownRoot = stat()
         guard fstat(root, &peerRoot) == 0 else { return .unreadable(errno) }
         let info: InfoFile
         do throws(InfoRead) {
@@ -365,7 +402,9 @@ enum PeerIdentity {
         } catch {
             switch error {
             case .absent:
-                guard stat("/", &ownRoot) == 0, FileID(peerRoot) == FileID(ownRoot) else { return .unnamed }
+                guard stat("/", &ownRoot) == 0, FileID(peerRoot) == FileID(ownRoot) else {
+                    return .unnamed
+                }
                 return .none
             case .unacceptable(let what):
                 return .refused("its /.flatpak-info is \(what)")
@@ -425,9 +464,13 @@ enum PeerIdentity {
         // Logged (rate-limited per reason), and told to the peer before the close, so its
         // client reports why rather than a reset connection. The message names only what
         // the peer's own sandbox or process shows, escaped where the peer chose it.
-        func refuse(_ reason: String, _ message: String, code: VaultError.Code = .permissionDenied, extra: JSONObject = [:]) -> Result<Caller, VaultError> {
+        func refuse(
+            _ reason: String, _ message: String, code: VaultError.Code = .permissionDenied,
+            extra: JSONObject = [:]
+        ) -> Result<Caller, VaultError> {
             refusals.log(reason, "refused pid \(pid): \(message)")
-            return .failure(VaultError(code, "vaultd does not serve this process: \(message)", extra: extra))
+            return .failure(
+                VaultError(code, "vaultd does not serve this process: \(message)", extra: extra))
         }
         var flatpakID: String?
         switch sandbox(peer) {
@@ -435,24 +478,39 @@ enum PeerIdentity {
         case .flatpak(let id):
             // Only what an app ID can hold (ASCII letters, digits, '.', '_', '-'; at most 255
             // bytes) goes on: every message below names it as it is, never the file's raw text.
-            let fits = id.utf8.count <= 255 && id.utf8.allSatisfy { $0 < 0x80 && (isalnum(Int32($0)) != 0 || $0 == 0x2E || $0 == 0x5F || $0 == 0x2D) }
+            let fits =
+                id.utf8.count <= 255
+                && id.utf8.allSatisfy {
+                    $0 < 0x80 && (isalnum(Int32($0)) != 0 || $0 == 0x2E || $0 == 0x5F || $0 == 0x2D)
+                }
             guard fits else {
-                return refuse("flatpak-info", "its .flatpak-info names \(logField(id)), which is not a reverse-DNS app ID")
+                return refuse(
+                    "flatpak-info",
+                    "its .flatpak-info names \(logField(id)), which is not a reverse-DNS app ID")
             }
             flatpakID = id
         case .unnamed:
-            return refuse("unnamed", "a sandbox vaultd cannot name (its root directory is not vaultd's and it has no .flatpak-info)")
+            return refuse(
+                "unnamed",
+                "a sandbox vaultd cannot name (its root directory is not vaultd's and it has no .flatpak-info)"
+            )
         case .refused(let why):
             return refuse("flatpak-info", "a sandbox vaultd does not accept: \(why)")
         case .unreadable(ENOENT), .unreadable(ESRCH):
             return refuse("exited", "the process exited before vaultd could identify it")
         case .unreadable(let code):
-            return refuse("unreadable", "vaultd may not look at the process (/proc/\(pid)/root: \(String(cString: strerror(code))))")
+            return refuse(
+                "unreadable",
+                "vaultd may not look at the process (/proc/\(pid)/root: \(String(cString: strerror(code))))"
+            )
         }
         // The program, as a path (what apps are registered by) and as a file (to notice an
         // exec before the first message).
         guard let exe = executable(pid: pid), let exeFile = peer.currentExecutable else {
-            return refuse("exited", "its executable cannot be read (/proc/\(pid)/exe): the process exited or may not be looked at")
+            return refuse(
+                "exited",
+                "its executable cannot be read (/proc/\(pid)/exe): the process exited or may not be looked at"
+            )
         }
         let caller: Caller
         do {
@@ -461,7 +519,9 @@ enum PeerIdentity {
                 isRegisteredFile: { runsRegisteredFile(pid: pid, path: $0) })
         } catch let e as VaultFailure where e.code == .rateLimited {
             // With the error's declared parameters (its retryAfter).
-            return refuse("registration-cap", e.message, code: .rateLimited, extra: VaultError(e).parameters.filter { $0.key != "message" })
+            return refuse(
+                "registration-cap", e.message, code: .rateLimited,
+                extra: VaultError(e).parameters.filter { $0.key != "message" })
         } catch {
             return refuse("identity", "\(VaultError.wire(error))")
         }
@@ -472,8 +532,12 @@ enum PeerIdentity {
         // Everything above was read through `pid`: it was about the connector only if the
         // connector is still alive now (a pid is not reused while its process lives), and
         // still runs the program it ran at the first read.
-        guard peer.isAlive else { return refuse("exited", "the process exited while vaultd identified it") }
-        guard peer.currentExecutable == exeFile else { return refuse("exec", "the process ran another program while vaultd identified it") }
+        guard peer.isAlive else {
+            return refuse("exited", "the process exited while vaultd identified it")
+        }
+        guard peer.currentExecutable == exeFile else {
+            return refuse("exec", "the process ran another program while vaultd identified it")
+        }
         return .success(caller)
     }
 }
@@ -494,7 +558,9 @@ extension UnixSocket {
     /// be the identified process. Data another process sent (the socket handed on, or a
     /// child that kept a copy) throws `Errno` EPERM ("recv: sender"), and the connection is
     /// to be closed. A sender the kernel names no pid for (0) is refused too.
-    func receive(from peer: PeerCredentials, polling busyPoll: inout BusyPoll, othersBusy: Bool) throws -> (bytes: [UInt8], sender: pid_t) {
+    func receive(from peer: PeerCredentials, polling busyPoll: inout BusyPoll, othersBusy: Bool)
+        throws -> (bytes: [UInt8], sender: pid_t)
+    {
         guard fd >= 0 else { throw Errno(code: EBADF, call: "recv") }
         let readable = busyPoll.awaitReadable(fd, othersBusy: othersBusy)
         var ready = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)

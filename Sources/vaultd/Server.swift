@@ -48,7 +48,8 @@ struct Limits: Sendable {
     /// Bytes of events queued for one Observe stream whose peer does not read them; past
     /// this the stream is ended (RateLimited, when the peer can still take it) and the
     /// events dropped: a client that connects again starts from a snapshot.
-    var observerQueueBytes = 4 << 20    /// Bytes of messages in flight that vaultd holds for all connections together: the
+    var observerQueueBytes = 4 << 20
+    /// Bytes of messages in flight that vaultd holds for all connections together: the
     /// unfinished calls it is receiving and the replies it is sending, beyond the first
     /// `messageAllowance` of each (which always fit: ordinary calls and replies are never
     /// held up). Without it 256 connections each sending 8 MiB without its end held 2 GB,
@@ -84,38 +85,51 @@ struct Limits: Sendable {
         var limits = Limits()
         if let v = env["VAULTD_MAX_CONNECTIONS"], !v.isEmpty {
             guard let n = Int(v), n >= 1 else {
-                throw InvalidSetting(description: "VAULTD_MAX_CONNECTIONS must be a positive integer, not '\(v)'")
+                throw InvalidSetting(
+                    description: "VAULTD_MAX_CONNECTIONS must be a positive integer, not '\(v)'")
             }
             limits.maximumConnections = n
         }
         if let v = env["VAULTD_MAX_CONNECTIONS_PER_PEER"], !v.isEmpty {
             guard let n = Int(v), n >= 1 else {
-                throw InvalidSetting(description: "VAULTD_MAX_CONNECTIONS_PER_PEER must be a positive integer, not '\(v)'")
+                throw InvalidSetting(
+                    description:
+                        "VAULTD_MAX_CONNECTIONS_PER_PEER must be a positive integer, not '\(v)'")
             }
             limits.maximumConnectionsPerPeer = n
         }
         if let v = env["VAULTD_IDLE_TIMEOUT"], !v.isEmpty {
             guard let t = Double(v), t.isFinite, t > 0 else {
-                throw InvalidSetting(description: "VAULTD_IDLE_TIMEOUT must be a positive number of seconds, not '\(v)'")
+                throw InvalidSetting(
+                    description:
+                        "VAULTD_IDLE_TIMEOUT must be a positive number of seconds, not '\(v)'")
             }
             limits.idleTimeout = t
         }
         if let v = env["VAULTD_PARTIAL_TIMEOUT"], !v.isEmpty {
             guard let t = Double(v), t.isFinite, t > 0 else {
-                throw InvalidSetting(description: "VAULTD_PARTIAL_TIMEOUT must be a positive number of seconds, not '\(v)'")
+                throw InvalidSetting(
+                    description:
+                        "VAULTD_PARTIAL_TIMEOUT must be a positive number of seconds, not '\(v)'")
             }
             limits.partialMessageTimeout = t
         }
         if let v = env["VAULTD_REPLY_BUDGET_MIB"], !v.isEmpty {
             let least = (Dispatcher.largestReplyBound + (1 << 20) - 1) >> 20
             guard let n = Int(v), n >= least, n <= 1 << 20 else {
-                throw InvalidSetting(description: "VAULTD_REPLY_BUDGET_MIB must be a whole number of MiB from \(least) (the most one keychain lookup reserves) to 1048576, not '\(v)'")
+                throw InvalidSetting(
+                    description:
+                        "VAULTD_REPLY_BUDGET_MIB must be a whole number of MiB from \(least) (the most one keychain lookup reserves) to 1048576, not '\(v)'"
+                )
             }
             limits.replyBudget = n << 20
         }
         if let v = env["VAULTD_BUSY_POLL_US"], !v.isEmpty {
             guard let n = Int(v), n >= 0 else {
-                throw InvalidSetting(description: "VAULTD_BUSY_POLL_US must be a whole number of microseconds (0 turns busy polling off), not '\(v)'")
+                throw InvalidSetting(
+                    description:
+                        "VAULTD_BUSY_POLL_US must be a whole number of microseconds (0 turns busy polling off), not '\(v)'"
+                )
             }
             limits.busyPollMicroseconds = min(n, 1000)
         }
@@ -187,7 +201,9 @@ final class Server: @unchecked Sendable {
     private let replyBytes = Atomic<Int>(0)
 
     /// Counts `bytes` more in `counter`; false (nothing counted) when that would pass `budget`.
-    private static func reserve(_ bytes: Int, in counter: borrowing Atomic<Int>, budget: Int) -> Bool {
+    private static func reserve(_ bytes: Int, in counter: borrowing Atomic<Int>, budget: Int)
+        -> Bool
+    {
         guard bytes > 0 else { return true }
         var current = counter.load(ordering: .relaxed)
         while current + bytes <= budget {
@@ -245,16 +261,23 @@ final class Server: @unchecked Sendable {
         func reserveNow(_ total: Int) -> Bool {
             let more = wanted(total) - bytes
             guard more > 0 else { return true }
-            guard Server.reserve(more, in: server.replyBytes, budget: server.limits.replyBudget) else { return false }
+            guard Server.reserve(more, in: server.replyBytes, budget: server.limits.replyBudget)
+            else { return false }
             bytes += more
             return true
         }
 
         func waitForRoom(_ total: Int) throws {
-            let deadline = self.deadline ?? MonotonicClock.nanoseconds() + UInt64(server.limits.budgetWait * 1e9)
+            let deadline =
+                self.deadline ?? MonotonicClock.nanoseconds()
+                + UInt64(server.limits.budgetWait * 1e9)
             self.deadline = deadline
-            while server.replyBytes.load(ordering: .relaxed) + wanted(total) - bytes > server.limits.replyBudget {
-                if MonotonicClock.nanoseconds() >= deadline || server.stopping.load(ordering: .relaxed) {
+            while server.replyBytes.load(ordering: .relaxed) + wanted(total) - bytes
+                > server.limits.replyBudget
+            {
+                if MonotonicClock.nanoseconds() >= deadline
+                    || server.stopping.load(ordering: .relaxed)
+                {
                     throw server.overReplyBudget(method, total)
                 }
                 usleep(10_000)
@@ -278,7 +301,8 @@ final class Server: @unchecked Sendable {
         log("refused \(what): messages in flight for other connections hold \(mib) MiB")
         return VarlinkReply(
             error: VaultError(
-                .rateLimited, "vaultd holds \(mib) MiB of other connections' messages in flight; ask again in a second",
+                .rateLimited,
+                "vaultd holds \(mib) MiB of other connections' messages in flight; ask again in a second",
                 extra: ["retryAfter": JSON(1.0)]))
     }
 
@@ -287,7 +311,9 @@ final class Server: @unchecked Sendable {
         let mib = limits.replyBudget >> 20
         // Said once a minute at most: many connections asking at once must not fill the log.
         if Self.onceAMinute(Self.lastReplyBudgetLog) {
-            log("refused a \(method) call: replies being built and sent for other connections hold the \(mib) MiB reply budget")
+            log(
+                "refused a \(method) call: replies being built and sent for other connections hold the \(mib) MiB reply budget"
+            )
         }
         return VaultError(
             .rateLimited,
@@ -296,7 +322,8 @@ final class Server: @unchecked Sendable {
     }
 
     init(
-        listener: UnixSocket, listenerIsShared: Bool = false, dispatcher: Dispatcher, limits: Limits = Limits(),
+        listener: UnixSocket, listenerIsShared: Bool = false, dispatcher: Dispatcher,
+        limits: Limits = Limits(),
         identify: @escaping (PeerCredentials) -> Result<Caller, VaultError>
     ) {
         self.listener = listener
@@ -311,7 +338,11 @@ final class Server: @unchecked Sendable {
         }
         // Every message then carries its sender's pid (SCM_CREDENTIALS), also what a client
         // sends before its connection is accepted: accepted sockets take the option over.
-        if vault_set_passcred(listener.fd) != 0 { log("cannot set SO_PASSCRED on the listening socket: \(String(cString: strerror(errno)))") }
+        if vault_set_passcred(listener.fd) != 0 {
+            log(
+                "cannot set SO_PASSCRED on the listening socket: \(String(cString: strerror(errno)))"
+            )
+        }
         self.limits = limits
         self.dispatcher = dispatcher
         self.identify = identify
@@ -332,7 +363,10 @@ final class Server: @unchecked Sendable {
 
     /// Waits until the listener has a connection to accept (true) or `stop` was called (false).
     private func waitForConnection() -> Bool {
-        var fds = [pollfd(fd: listener.fd, events: Int16(POLLIN), revents: 0), pollfd(fd: wake[0], events: Int16(POLLIN), revents: 0)]
+        var fds = [
+            pollfd(fd: listener.fd, events: Int16(POLLIN), revents: 0),
+            pollfd(fd: wake[0], events: Int16(POLLIN), revents: 0),
+        ]
         while !stopping.load(ordering: .sequentiallyConsistent) {
             let n = poll(&fds, nfds_t(wake[0] >= 0 ? 2 : 1), -1)
             if n < 0 && errno != EINTR { return true }  // accept says what is wrong
@@ -357,7 +391,10 @@ final class Server: @unchecked Sendable {
                 continue
             } catch { continue }
             guard let peer = PeerCredentials(socket: conn) else {
-                PeerIdentity.refusals.log("no-pidfd", "refused a connection: the kernel names no process for it (SO_PEERCRED, SO_PEERPIDFD or pidfd_open: \(String(cString: strerror(errno))))")
+                PeerIdentity.refusals.log(
+                    "no-pidfd",
+                    "refused a connection: the kernel names no process for it (SO_PEERCRED, SO_PEERPIDFD or pidfd_open: \(String(cString: strerror(errno))))"
+                )
                 conn.close()
                 continue
             }
@@ -383,7 +420,9 @@ final class Server: @unchecked Sendable {
                 if now &- lastRefusalLog >= 60_000_000_000 || lastRefusalLog == 0 {
                     lastRefusalLog = now
                     if !stopping.load(ordering: .relaxed) {
-                        log("refused a connection: \(limits.maximumConnections) are open, the most vaultd serves at once (VAULTD_MAX_CONNECTIONS)")
+                        log(
+                            "refused a connection: \(limits.maximumConnections) are open, the most vaultd serves at once (VAULTD_MAX_CONNECTIONS)"
+                        )
                     }
                 }
                 // Told why before the close (over a limit, an error): the refusal
@@ -413,7 +452,9 @@ final class Server: @unchecked Sendable {
         if wake[1] >= 0 { _ = write(wake[1], "x", 1) }
         if !listenerIsShared { listener.shutdown() }
         let deadline = Date().addingTimeInterval(timeout)
-        while callsInProgress.load(ordering: .sequentiallyConsistent) > 0 && Date() < deadline { usleep(5_000) }
+        while callsInProgress.load(ordering: .sequentiallyConsistent) > 0 && Date() < deadline {
+            usleep(5_000)
+        }
         let open = state.withLock { Array(connections.values) }
         for c in open { c.shutdown() }
     }
@@ -442,13 +483,20 @@ final class Server: @unchecked Sendable {
     /// `reserved`: bytes of the reply budget held for this reply since before it was built;
     /// a reply within them is not counted against the message budget again.
     @discardableResult
-    private func send(_ reply: VarlinkReply, on conn: UnixSocket, secrets: CallSecrets? = nil, reserved: Int = 0) throws -> Bool {
-        try send(serialized: reply.checkedJSON.serialized(), on: conn, secrets: secrets, reserved: reserved)
+    private func send(
+        _ reply: VarlinkReply, on conn: UnixSocket, secrets: CallSecrets? = nil, reserved: Int = 0
+    ) throws -> Bool {
+        try send(
+            serialized: reply.checkedJSON.serialized(), on: conn, secrets: secrets,
+            reserved: reserved)
     }
 
     /// `send` of a reply serialized already (without its NUL).
     @discardableResult
-    private func send(serialized reply: [UInt8], on conn: UnixSocket, secrets: CallSecrets? = nil, reserved: Int = 0) throws -> Bool {
+    private func send(
+        serialized reply: [UInt8], on conn: UnixSocket, secrets: CallSecrets? = nil,
+        reserved: Int = 0
+    ) throws -> Bool {
         var bytes = reply
         var secure = secrets?.reply(substitutedInto: bytes)
         // The size with the secrets in (and the NUL `secure` ends with).
@@ -466,7 +514,8 @@ final class Server: @unchecked Sendable {
         // budget holds it already); its peer must read it at once and briskly
         // (`stalledSendTimeout`, `minimumSendRate`), or it is given up: a peer that does not
         // read holds the budget about a second.
-        var counted = (secure.map { $0.count - 1 } ?? bytes.count) - max(limits.messageAllowance, reserved)
+        var counted =
+            (secure.map { $0.count - 1 } ?? bytes.count) - max(limits.messageAllowance, reserved)
         if !reserveMessageBytes(counted, waitingUpTo: limits.budgetWait) {
             secure = nil
             bytes = overBudget("a \(size)-byte reply").checkedJSON.serialized()
@@ -476,8 +525,12 @@ final class Server: @unchecked Sendable {
         defer { releaseMessageBytes(counted) }
         let total = secure?.count ?? bytes.count + 1
         let large = total - 1 > limits.messageAllowance
-        let within = large
-            ? min(limits.sendTimeout, limits.stalledSendTimeout + Double(total) / Double(limits.minimumSendRate)) : limits.sendTimeout
+        let within =
+            large
+            ? min(
+                limits.sendTimeout,
+                limits.stalledSendTimeout + Double(total) / Double(limits.minimumSendRate))
+            : limits.sendTimeout
         let stall = large ? limits.stalledSendTimeout : nil
         if let secure {
             try secure.withUnsafeBytes { try conn.sendAll($0, within: within, stalledAfter: stall) }
@@ -493,7 +546,8 @@ final class Server: @unchecked Sendable {
         var reader = FrameReader()
         // What is left of a message when the connection ends is wiped too (`FrameReader`).
         defer { reader.reset() }
-        var busyPoll = BusyPoll(windowMicroseconds: limits.busyPollMicroseconds, limit: .oneLessThanCPUs)
+        var busyPoll = BusyPoll(
+            windowMicroseconds: limits.busyPollMicroseconds, limit: .oneLessThanCPUs)
         var partialSince: Date?
         // The caller is resolved once per connection, from the kernel's credentials.
         let caller: Caller
@@ -501,7 +555,8 @@ final class Server: @unchecked Sendable {
         case .success(let c): caller = c
         case .failure(let refusal):
             // The reason, as the reply to whatever the peer sends first, then the close.
-            _ = try? conn.sendAll(VarlinkReply(error: refusal).checkedJSON.serialized() + [0], within: 1)
+            _ = try? conn.sendAll(
+                VarlinkReply(error: refusal).checkedJSON.serialized() + [0], within: 1)
             return
         }
         // Each identity has its own share of the connections: one app (or sandbox), or one
@@ -509,7 +564,8 @@ final class Server: @unchecked Sendable {
         let identity = Self.identityKey(caller, peer)
         var logRefusal = false
         let admitted: Bool = state.withLock {
-            guard identityConnections[identity, default: 0] < limits.maximumConnectionsPerPeer else {
+            guard identityConnections[identity, default: 0] < limits.maximumConnectionsPerPeer
+            else {
                 let now = MonotonicClock.nanoseconds()
                 if lastPeerRefusalLog == 0 || now &- lastPeerRefusalLog >= 60_000_000_000 {
                     lastPeerRefusalLog = now
@@ -525,13 +581,16 @@ final class Server: @unchecked Sendable {
             // Said once a minute at most (a flood must not fill the log); the app ID is
             // one vaultd registered, bounded and printable.
             if logRefusal {
-                log("refused connections of \(caller.appID.map { "app \($0)" } ?? "a program of the owner's (\(identity))"): \(limits.maximumConnectionsPerPeer) are open, the most one identity holds (VAULTD_MAX_CONNECTIONS_PER_PEER)")
+                log(
+                    "refused connections of \(caller.appID.map { "app \($0)" } ?? "a program of the owner's (\(identity))"): \(limits.maximumConnectionsPerPeer) are open, the most one identity holds (VAULTD_MAX_CONNECTIONS_PER_PEER)"
+                )
             }
             let refusal = VaultError(
                 .rateLimited,
                 "\(limits.maximumConnectionsPerPeer) connections of this \(caller.appID == nil ? "program" : "app") are open, the most vaultd serves for one (VAULTD_MAX_CONNECTIONS_PER_PEER); close one or try again shortly",
                 extra: ["retryAfter": JSON(1.0)])
-            _ = try? conn.sendAll(VarlinkReply(error: refusal).checkedJSON.serialized() + [0], within: 0)
+            _ = try? conn.sendAll(
+                VarlinkReply(error: refusal).checkedJSON.serialized() + [0], within: 0)
             return
         }
         defer {
@@ -570,7 +629,9 @@ final class Server: @unchecked Sendable {
                         let since = partialSince ?? Date()
                         partialSince = since
                         if Date().timeIntervalSince(since) > limits.partialMessageTimeout {
-                            log("dropped a connection that left a message unfinished for \(limits.partialMessageTimeout) s")
+                            log(
+                                "dropped a connection that left a message unfinished for \(limits.partialMessageTimeout) s"
+                            )
                             return
                         }
                     } else {
@@ -578,7 +639,10 @@ final class Server: @unchecked Sendable {
                     }
                     var chunk: [UInt8]
                     do {
-                        chunk = try conn.receive(from: peer, polling: &busyPoll, othersBusy: callsInProgress.load(ordering: .relaxed) > 0).bytes
+                        chunk = try conn.receive(
+                            from: peer, polling: &busyPoll,
+                            othersBusy: callsInProgress.load(ordering: .relaxed) > 0
+                        ).bytes
                     } catch let e as Errno where e.code == EAGAIN || e.code == EWOULDBLOCK {
                         if stopping.load(ordering: .relaxed) { return }
                         if reader.pendingByteCount == 0 && dropping == nil
@@ -590,7 +654,9 @@ final class Server: @unchecked Sendable {
                     } catch let e as Errno where e.code == EPERM {
                         // The connection was handed on (or a child kept a copy of it): what
                         // another process sends is not the identified peer's call.
-                        PeerIdentity.refusals.log("handed-on", "closed the connection of pid \(peer.pid): another process sent on it")
+                        PeerIdentity.refusals.log(
+                            "handed-on",
+                            "closed the connection of pid \(peer.pid): another process sent on it")
                         return
                     }
                     // It may hold a secret: wiped once copied into the reader (or dropped).
@@ -599,7 +665,9 @@ final class Server: @unchecked Sendable {
                     if let dropped = dropping {
                         guard let end = chunk.firstIndex(of: 0) else {
                             dropping = dropped + chunk.count
-                            if dropped + chunk.count > reader.maximumFrameSize { throw FrameReader.Failure.frameTooLarge(dropped + chunk.count) }
+                            if dropped + chunk.count > reader.maximumFrameSize {
+                                throw FrameReader.Failure.frameTooLarge(dropped + chunk.count)
+                            }
                             continue
                         }
                         // Answered, then closed: the refused call may have been oneway, which
@@ -628,11 +696,17 @@ final class Server: @unchecked Sendable {
                 // The peer is checked again at its first call: an exec since it was
                 // identified ends the connection (see `PeerCredentials`).
                 if !peer.confirmed, let why = peer.confirmAtFirstMessage() {
-                    PeerIdentity.refusals.log("exec", "closed the connection of pid \(peer.pid): \(why)")
+                    PeerIdentity.refusals.log(
+                        "exec", "closed the connection of pid \(peer.pid): \(why)")
                     return
                 }
             } catch FrameReader.Failure.frameTooLarge {
-                _ = try? send(VarlinkReply(error: .invalidParameter("message", "a message may be at most \(Varlink.maximumMessageSize) bytes")), on: conn)
+                _ = try? send(
+                    VarlinkReply(
+                        error: .invalidParameter(
+                            "message",
+                            "a message may be at most \(Varlink.maximumMessageSize) bytes")),
+                    on: conn)
                 return
             } catch {
                 return
@@ -644,13 +718,18 @@ final class Server: @unchecked Sendable {
             let treeBytes = JSON.estimatedTreeBytes(frame)
             let treeCounted = treeBytes - limits.messageAllowance
             if treeCounted > limits.messageBudget {
-                _ = try? send(VarlinkReply(error: .invalidParameter(
-                    "message",
-                    "its \(frame.count) bytes hold so many JSON values that they would take \(treeBytes >> 20) MiB to parse, over the \(limits.messageBudget >> 20) MiB vaultd holds for messages in flight: send fewer, larger values")), on: conn)
+                _ = try? send(
+                    VarlinkReply(
+                        error: .invalidParameter(
+                            "message",
+                            "its \(frame.count) bytes hold so many JSON values that they would take \(treeBytes >> 20) MiB to parse, over the \(limits.messageBudget >> 20) MiB vaultd holds for messages in flight: send fewer, larger values"
+                        )), on: conn)
                 return
             }
             guard reserveMessageBytes(treeCounted, waitingUpTo: limits.budgetWait) else {
-                _ = try? send(overBudget("a \(frame.count)-byte call of \(treeBytes >> 20) MiB parsed"), on: conn)
+                _ = try? send(
+                    overBudget("a \(frame.count)-byte call of \(treeBytes >> 20) MiB parsed"),
+                    on: conn)
                 return
             }
             defer { idleSince = MonotonicClock.nanoseconds() }
@@ -667,7 +746,8 @@ final class Server: @unchecked Sendable {
                 _ = try? send(VarlinkReply(error: e), on: conn)
                 return
             } catch {
-                _ = try? send(VarlinkReply(error: .invalidParameter("message", "\(error)")), on: conn)
+                _ = try? send(
+                    VarlinkReply(error: .invalidParameter("message", "\(error)")), on: conn)
                 return
             }
             guard beginCall() else { return }
@@ -681,7 +761,8 @@ final class Server: @unchecked Sendable {
             if let invalid = VarlinkValidation.callRefusal(call, secrets: secrets.names) {
                 refusal = invalid
             } else if call.upgrade && VarlinkInterfaces.inputParameters[call.method] != nil {
-                refusal = .invalidParameter("upgrade", "\(call.method) does not upgrade the connection to another protocol")
+                refusal = .invalidParameter(
+                    "upgrade", "\(call.method) does not upgrade the connection to another protocol")
             }
             if let refusal {
                 let sent = call.oneway || (try? send(VarlinkReply(error: refusal), on: conn)) != nil
@@ -719,13 +800,18 @@ final class Server: @unchecked Sendable {
             }
             let reply: VarlinkReply
             do {
-                reply = VarlinkReply(parameters: try dispatcher.handle(call, caller: caller, secrets: secrets, reply: reservation))
+                reply = VarlinkReply(
+                    parameters: try dispatcher.handle(
+                        call, caller: caller, secrets: secrets, reply: reservation))
             } catch let e as VaultError {
                 reply = VarlinkReply(error: e)
             } catch {
                 reply = VarlinkReply(error: VaultError.wire(error))
             }
-            let sent = call.oneway || (try? send(reply, on: conn, secrets: secrets, reserved: reservation.bytes)) != nil
+            let sent =
+                call.oneway
+                || (try? send(reply, on: conn, secrets: secrets, reserved: reservation.bytes))
+                    != nil
             endCall()
             if !sent { return }
         }
@@ -740,7 +826,9 @@ final class Server: @unchecked Sendable {
         let relay = StreamRelay(capacityBytes: limits.observerQueueBytes)
         let queue = relay.queue
         // Observe before taking the snapshot, so no change falls between the two.
-        let (token, emittedThrough) = dispatcher.vault.addObserverReportingSequence { relay.receive($0) }
+        let (token, emittedThrough) = dispatcher.vault.addObserverReportingSequence {
+            relay.receive($0)
+        }
         defer { dispatcher.vault.removeObserver(token) }
         // The first replies (a preferences Observe: a snapshot of every domain it watches)
         // count against the reply budget before they are built, until they are sent.
@@ -748,7 +836,8 @@ final class Server: @unchecked Sendable {
         defer { reservation.release() }
         var subscription: Dispatcher.Subscription
         do {
-            subscription = try dispatcher.subscribe(call, caller: caller, emittedThrough: emittedThrough, reply: reservation)
+            subscription = try dispatcher.subscribe(
+                call, caller: caller, emittedThrough: emittedThrough, reply: reservation)
         } catch let e as VaultError {
             return (try? send(VarlinkReply(error: e), on: conn)) == true
         } catch {
@@ -756,7 +845,11 @@ final class Server: @unchecked Sendable {
         }
         relay.start(subscription.reply)
         for reply in subscription.initial {
-            guard (try? send(VarlinkReply(parameters: reply, continues: true), on: conn, reserved: reservation.bytes)) == true else { return false }
+            guard
+                (try? send(
+                    VarlinkReply(parameters: reply, continues: true), on: conn,
+                    reserved: reservation.bytes)) == true
+            else { return false }
         }
         // Sent: the stream no longer holds them, nor their share of the budget.
         subscription.initial = []
@@ -766,14 +859,17 @@ final class Server: @unchecked Sendable {
                 // Said once a minute at most: a client that reconnects and stalls again
                 // must not fill the log.
                 if Self.onceAMinute(Self.lastObserverDropLog) {
-                    log("an observer fell \(queue.capacityBytes >> 20) MiB of events behind; its stream was closed (a client that connects again starts from a snapshot)")
+                    log(
+                        "an observer fell \(queue.capacityBytes >> 20) MiB of events behind; its stream was closed (a client that connects again starts from a snapshot)"
+                    )
                 }
                 // Told why, if its socket still has room (it is not read, so never waited for).
                 let error = VaultError(
                     .rateLimited,
                     "this Observe stream fell \(queue.capacityBytes >> 20) MiB of events behind (it was not read); observe again, starting from a snapshot",
                     extra: ["retryAfter": JSON(0.0)])
-                _ = try? conn.sendAll(VarlinkReply(error: error).checkedJSON.serialized() + [0], within: 0)
+                _ = try? conn.sendAll(
+                    VarlinkReply(error: error).checkedJSON.serialized() + [0], within: 0)
                 return false
             }
             // An app's stream ends when its install does (uninstall or reinstall), as its
@@ -884,7 +980,9 @@ final class EventQueue: @unchecked Sendable {
     /// (the stream is to end).
     func drain(waitingUpTo seconds: Double) -> [[UInt8]]? {
         condition.withLock {
-            if items.isEmpty && !overflowed { _ = condition.wait(until: Date().addingTimeInterval(seconds)) }
+            if items.isEmpty && !overflowed {
+                _ = condition.wait(until: Date().addingTimeInterval(seconds))
+            }
             if overflowed { return nil }
             defer {
                 items = []
@@ -903,10 +1001,13 @@ extension VarlinkReply {
     var checkedJSON: JSON {
         let json = self.json
         #if DEBUG
-            if let error, let problem = VarlinkValidation.errorProblem(name: error, parameters: json["parameters"]?.objectValue ?? [:]) {
-                log("an error reply does not match its declaration: \(problem)")
-                assertionFailure("an error reply does not match its declaration: \(problem)")
-            }
+        if let error,
+            let problem = VarlinkValidation.errorProblem(
+                name: error, parameters: json["parameters"]?.objectValue ?? [:])
+        {
+            log("an error reply does not match its declaration: \(problem)")
+            assertionFailure("an error reply does not match its declaration: \(problem)")
+        }
         #endif
         return json
     }

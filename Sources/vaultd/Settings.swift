@@ -44,8 +44,10 @@ struct Settings {
 
     /// Every key `load` reads.
     static let knownKeys: [String] = [
-        "AutoLockSeconds", "CacheCheckIntervalSeconds", "UninstallGraceSeconds", "MaximumAutoRegisteredApps",
-        "AppStorageQuotaBytes", "CacheFreeLowWaterBytes", "CacheFreeHighWaterBytes", "CacheBudgetBytes",
+        "AutoLockSeconds", "CacheCheckIntervalSeconds", "UninstallGraceSeconds",
+        "MaximumAutoRegisteredApps",
+        "AppStorageQuotaBytes", "CacheFreeLowWaterBytes", "CacheFreeHighWaterBytes",
+        "CacheBudgetBytes",
         "CacheBudgetHighWaterBytes", "SecretService", "SecretServicePromptTimeoutSeconds",
     ]
 
@@ -65,7 +67,9 @@ struct Settings {
         var s = Settings()
         guard let path else { return s }
         func unreadable(_ code: Int32) -> StartupError {
-            StartupError(description: "cannot read the config file \(path): \(String(cString: strerror(code)))")
+            StartupError(
+                description:
+                    "cannot read the config file \(path): \(String(cString: strerror(code)))")
         }
         let data: Data
         do {
@@ -92,16 +96,22 @@ struct Settings {
             default: throw StartupError(description: "\(path): \(key) must be a number")
             }
             guard value >= 0 && value <= limit else {
-                throw StartupError(description: "\(path): \(key) must be a number from 0 to \(Int64(limit))")
+                throw StartupError(
+                    description: "\(path): \(key) must be a number from 0 to \(Int64(limit))")
             }
             return value
         }
-        func seconds(_ key: String) throws -> Double? { try number(key, atMost: Self.maximumSeconds) }
-        func bytes(_ key: String) throws -> Int64? { try number(key, atMost: Self.maximumBytes).map { Int64($0) } }
+        func seconds(_ key: String) throws -> Double? {
+            try number(key, atMost: Self.maximumSeconds)
+        }
+        func bytes(_ key: String) throws -> Int64? {
+            try number(key, atMost: Self.maximumBytes).map { Int64($0) }
+        }
         s.autoLockSeconds = try seconds("AutoLockSeconds") ?? 0
         s.cacheCheckInterval = max(0.2, try seconds("CacheCheckIntervalSeconds") ?? 5)
         s.uninstallGraceSeconds = try seconds("UninstallGraceSeconds") ?? 600
-        s.maximumAutoRegisteredApps = Int(try number("MaximumAutoRegisteredApps", atMost: 1_000_000) ?? 256)
+        s.maximumAutoRegisteredApps = Int(
+            try number("MaximumAutoRegisteredApps", atMost: 1_000_000) ?? 256)
         s.appStorageQuota = try bytes("AppStorageQuotaBytes") ?? StorageQuota.defaultBytes
         switch d["SecretService"] {
         case nil: break
@@ -110,10 +120,14 @@ struct Settings {
         }
         s.secretServicePromptTimeout = try seconds("SecretServicePromptTimeoutSeconds") ?? 60
         s.cachePolicy = CachePolicy(
-            freeLowWater: try bytes("CacheFreeLowWaterBytes"), freeHighWater: try bytes("CacheFreeHighWaterBytes"),
-            budget: try bytes("CacheBudgetBytes"), budgetHighWater: try bytes("CacheBudgetHighWaterBytes"))
+            freeLowWater: try bytes("CacheFreeLowWaterBytes"),
+            freeHighWater: try bytes("CacheFreeHighWaterBytes"),
+            budget: try bytes("CacheBudgetBytes"),
+            budgetHighWater: try bytes("CacheBudgetHighWaterBytes"))
         // Compared byte for byte, as the lookups above compare them.
-        s.unknownKeys = d.keys.filter { k in !Self.knownKeys.contains { $0.utf8.elementsEqual(k.utf8) } }.sorted()
+        s.unknownKeys = d.keys.filter { k in
+            !Self.knownKeys.contains { $0.utf8.elementsEqual(k.utf8) }
+        }.sorted()
         return s
     }
 
@@ -124,27 +138,35 @@ struct Settings {
     func unknownKeysMessage(_ path: String) -> String? {
         guard !unknownKeys.isEmpty else { return nil }
         let named = unknownKeys.prefix(20).map { key -> String in
-            let guess = Self.knownKeys.min { Self.editDistance(key, $0) < Self.editDistance(key, $1) }
-            if let guess, key.lowercased() == guess.lowercased() || Self.editDistance(key, guess) <= 3 {
+            let guess = Self.knownKeys.min {
+                Self.editDistance(key, $0) < Self.editDistance(key, $1)
+            }
+            if let guess,
+                key.lowercased() == guess.lowercased() || Self.editDistance(key, guess) <= 3
+            {
                 return "\(logField(key)) (did you mean \(guess)?)"
             }
             return logField(key)
         }
         let more = unknownKeys.count > 20 ? " and \(unknownKeys.count - 20) more" : ""
-        return "\(logField(path)): ignored \(unknownKeys.count == 1 ? "a key that is no setting" : "keys that are no settings"): \(named.joined(separator: ", "))\(more)"
+        return
+            "\(logField(path)): ignored \(unknownKeys.count == 1 ? "a key that is no setting" : "keys that are no settings"): \(named.joined(separator: ", "))\(more)"
     }
 
     /// Levenshtein distance over Unicode scalars, for suggestions only (keys of at most 64
     /// scalars are compared; a longer one is no near miss).
     static func editDistance(_ a: String, _ b: String) -> Int {
-        let x = Array(a.unicodeScalars), y = Array(b.unicodeScalars)
+        let x = Array(a.unicodeScalars)
+        let y = Array(b.unicodeScalars)
         guard x.count <= 64, y.count <= 64 else { return Int.max }
         guard !x.isEmpty, !y.isEmpty else { return max(x.count, y.count) }
         var previous = Array(0...y.count)
         for i in 1...x.count {
             var current = [i] + [Int](repeating: 0, count: y.count)
             for j in 1...y.count {
-                current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (x[i - 1] == y[j - 1] ? 0 : 1))
+                current[j] = min(
+                    previous[j] + 1, current[j - 1] + 1,
+                    previous[j - 1] + (x[i - 1] == y[j - 1] ? 0 : 1))
             }
             previous = current
         }

@@ -26,10 +26,16 @@ enum TestClock {
     static func file(from env: [String: String]) throws -> String? {
         guard let path = env[variable], !path.isEmpty else { return nil }
         #if DEBUG
-        guard path.hasPrefix("/") else { throw Refused(description: "\(variable) (for tests only) must be an absolute path, not '\(path)'") }
+        guard path.hasPrefix("/") else {
+            throw Refused(
+                description: "\(variable) (for tests only) must be an absolute path, not '\(path)'")
+        }
         return path
         #else
-        throw Refused(description: "\(variable) is for tests, and only debug builds of vaultd honour it; this one is a release build: unset it")
+        throw Refused(
+            description:
+                "\(variable) is for tests, and only debug builds of vaultd honour it; this one is a release build: unset it"
+        )
         #endif
     }
 
@@ -39,15 +45,24 @@ enum TestClock {
     static func update(_ clock: OffsetClock, from path: String) {
         let fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
         guard fd >= 0 else {
-            if errno != ENOENT { log("test clock: cannot open \(logField(path)) (errno \(errno)); the clock stays \(clock.offsetSeconds) s ahead") }
+            if errno != ENOENT {
+                log(
+                    "test clock: cannot open \(logField(path)) (errno \(errno)); the clock stays \(clock.offsetSeconds) s ahead"
+                )
+            }
             return
         }
         defer { close(fd) }
         var buffer = [UInt8](repeating: 0, count: 64)
         let n = read(fd, &buffer, buffer.count)
-        let text = n > 0 ? String(decoding: buffer.prefix(n), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines) : ""
+        let text =
+            n > 0
+            ? String(decoding: buffer.prefix(n), as: UTF8.self).trimmingCharacters(
+                in: .whitespacesAndNewlines) : ""
         guard let seconds = Double(text) else {
-            log("test clock: \(logField(path)) does not hold a number of seconds; the clock stays \(clock.offsetSeconds) s ahead")
+            log(
+                "test clock: \(logField(path)) does not hold a number of seconds; the clock stays \(clock.offsetSeconds) s ahead"
+            )
             return
         }
         let before = clock.offsetSeconds
@@ -55,7 +70,9 @@ enum TestClock {
         if clock.setOffset(seconds) {
             log("test clock: \(clock.offsetSeconds) s ahead of the system's")
         } else {
-            log("test clock: refused \(logField(text)) s (from 0 to 1e9, and the clock does not go back); it stays \(before) s ahead")
+            log(
+                "test clock: refused \(logField(text)) s (from 0 to 1e9, and the clock does not go back); it stays \(before) s ahead"
+            )
         }
     }
 }

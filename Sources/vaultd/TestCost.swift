@@ -25,7 +25,10 @@ enum TestCost {
         }
         #else
         if let value = env[variable], !value.isEmpty {
-            throw Refused(description: "\(variable) is for tests, and only debug builds of vaultd honour it; this one is a release build: unset it")
+            throw Refused(
+                description:
+                    "\(variable) is for tests, and only debug builds of vaultd honour it; this one is a release build: unset it"
+            )
         }
         return PassphrasePolicy()
         #endif

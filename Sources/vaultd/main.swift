@@ -39,7 +39,8 @@ if vault_set_mmap_threshold(256 << 10) != 1 { log("cannot set malloc's mmap thre
 let environment = ProcessInfo.processInfo.environment
 let configuration: Configuration
 do {
-    configuration = try Configuration.parse(Array(CommandLine.arguments.dropFirst()), environment: environment)
+    configuration = try Configuration.parse(
+        Array(CommandLine.arguments.dropFirst()), environment: environment)
 } catch let e as Configuration.UsageError {
     if e.message.isEmpty {
         print(Configuration.usage)
@@ -50,11 +51,14 @@ do {
 
 let initialSettings: Settings
 do {
-    initialSettings = try Settings.load(configuration.configFile, explicit: configuration.configFileIsExplicit)
+    initialSettings = try Settings.load(
+        configuration.configFile, explicit: configuration.configFileIsExplicit)
 } catch {
     fail("\(error)")
 }
-if let file = configuration.configFile, let message = initialSettings.unknownKeysMessage(file) { log(message) }
+if let file = configuration.configFile, let message = initialSettings.unknownKeysMessage(file) {
+    log(message)
+}
 /// The settings in force: config.plist as read at start, and again on SIGHUP.
 let currentSettings = Mutex(initialSettings)
 nonisolated var settings: Settings { currentSettings.withLock { $0 } }
@@ -82,7 +86,8 @@ let activated = Listener.fromActivation(environment: environment)
 // A daemon already serving the socket is the likelier reason for a store in use, and says so.
 if activated == nil {
     do {
-        try Listener.refuseIfServed(path: configuration.socketPath, strictDirectory: configuration.socketPathIsDefault)
+        try Listener.refuseIfServed(
+            path: configuration.socketPath, strictDirectory: configuration.socketPathIsDefault)
     } catch {
         fail("\(error)")
     }
@@ -109,13 +114,16 @@ do {
 let testClock = testClockFile.map { _ in OffsetClock() }
 if let testClockFile, let testClock {
     TestClock.update(testClock, from: testClockFile)
-    log("test settings: the clock runs \(testClock.offsetSeconds) s ahead of the system's, and as far ahead as \(logField(testClockFile)) says at each SIGUSR1")
+    log(
+        "test settings: the clock runs \(testClock.offsetSeconds) s ahead of the system's, and as far ahead as \(logField(testClockFile)) says at each SIGUSR1"
+    )
 }
 
 let vault: Vault
 do {
     vault = try Vault(
-        dataDirectory: configuration.dataDirectory, cacheDirectory: configuration.cacheDirectory, newDeviceKey: configuration.newDeviceKey,
+        dataDirectory: configuration.dataDirectory, cacheDirectory: configuration.cacheDirectory,
+        newDeviceKey: configuration.newDeviceKey,
         passphrasePolicy: passphrasePolicy, clock: testClock ?? SystemClock())
 } catch {
     // Named as a client would see it (io.vaultd.Vault.StoreDamaged: …).
@@ -127,13 +135,18 @@ do {
 // has answered the name request; a failure is logged, and the socket is served regardless.
 let secretService: SecretService? = {
     guard configuration.secretService || initialSettings.secretService else { return nil }
-    let s = SecretService(vault: vault, replace: configuration.replaceSecretService, promptTimeout: initialSettings.secretServicePromptTimeout)
+    let s = SecretService(
+        vault: vault, replace: configuration.replaceSecretService,
+        promptTimeout: initialSettings.secretServicePromptTimeout)
     return s.start() ? s : nil
 }()
 
 let listener: UnixSocket
 do {
-    listener = try activated ?? Listener.bind(path: configuration.socketPath, strictDirectory: configuration.socketPathIsDefault)
+    listener =
+        try activated
+        ?? Listener.bind(
+            path: configuration.socketPath, strictDirectory: configuration.socketPathIsDefault)
 } catch {
     fail("\(error)")
 }
@@ -156,8 +169,12 @@ let syncService = SyncService(vault: vault)
 // The interface descriptions are parsed now, before the first call, along with the dispatch
 // table built from them (a description that does not parse stops vaultd here).
 _ = (VarlinkInterfaces.parsed, Dispatcher.table)
-let dispatcher = Dispatcher(vault: vault, runningApps: { running.server?.runningApps ?? [] }, activity: { idle.touch() }, sync: syncService)
-let server = Server(listener: listener, listenerIsShared: activated != nil, dispatcher: dispatcher, limits: limits) { @Sendable peer in
+let dispatcher = Dispatcher(
+    vault: vault, runningApps: { running.server?.runningApps ?? [] }, activity: { idle.touch() },
+    sync: syncService)
+let server = Server(
+    listener: listener, listenerIsShared: activated != nil, dispatcher: dispatcher, limits: limits
+) { @Sendable peer in
     PeerIdentity.caller(for: peer, vault: vault)
 }
 // SIGTERM and SIGINT stop vaultd cleanly from the moment it can answer a call, so they are
@@ -235,18 +252,25 @@ tickSource.resume()
 /// load leaves the settings in force, and says so.
 func reloadSettings() {
     var source = "from \(configuration.configFile ?? "")"
-    if let file = configuration.configFile, access(file, F_OK) != 0 { source = "(\(file) is absent: the defaults)" }
+    if let file = configuration.configFile, access(file, F_OK) != 0 {
+        source = "(\(file) is absent: the defaults)"
+    }
     if configuration.configFile == nil { source = "(no config file: the defaults)" }
     do {
-        let fresh = try Settings.load(configuration.configFile, explicit: configuration.configFileIsExplicit)
+        let fresh = try Settings.load(
+            configuration.configFile, explicit: configuration.configFileIsExplicit)
         let old = settings
         currentSettings.withLock { $0 = fresh }
         fresh.apply(to: vault)
         if fresh.cacheCheckInterval != old.cacheCheckInterval {
             cacheTimer.schedule(deadline: .now() + 0.2, repeating: fresh.cacheCheckInterval)
         }
-        log("SIGHUP: settings reloaded \(source) (AutoLockSeconds \(fresh.autoLockSeconds > 0 ? String(Int(fresh.autoLockSeconds)) : "off"))")
-        if let file = configuration.configFile, let message = fresh.unknownKeysMessage(file) { log("SIGHUP: \(message)") }
+        log(
+            "SIGHUP: settings reloaded \(source) (AutoLockSeconds \(fresh.autoLockSeconds > 0 ? String(Int(fresh.autoLockSeconds)) : "off"))"
+        )
+        if let file = configuration.configFile, let message = fresh.unknownKeysMessage(file) {
+            log("SIGHUP: \(message)")
+        }
     } catch {
         log("SIGHUP: settings not reloaded, the ones in force stay: \(error)")
     }
@@ -265,7 +289,9 @@ syncService.start()
 KeyringUnlock.isOwnKeyring = secretService != nil
 KeyringUnlock.atStart(vault)
 
-log("serving \(activated == nil ? configuration.socketPath : "socket from systemd") (data: \(configuration.dataDirectory))")
+log(
+    "serving \(activated == nil ? configuration.socketPath : "socket from systemd") (data: \(configuration.dataDirectory))"
+)
 
 /// When the last call arrived (for the idle auto-lock).
 final class IdleClock: Sendable {
@@ -280,7 +306,8 @@ final class IdleClock: Sendable {
     }
     func touch() { last.store(clock.monotonicNanoseconds, ordering: .relaxed) }
     func secondsSinceLastCall() -> Double {
-        let now = clock.monotonicNanoseconds, then = last.load(ordering: .relaxed)
+        let now = clock.monotonicNanoseconds
+        let then = last.load(ordering: .relaxed)
         return now > then ? Double(now - then) / 1e9 : 0
     }
 }
@@ -293,7 +320,9 @@ func shutdown(_ signalName: String) -> Never {
     server.stop(timeout: 10)
     vault.close()
     var st = stat()
-    if let bound = boundSocketFile, lstat(configuration.socketPath, &st) == 0, UInt64(st.st_dev) == bound.dev, UInt64(st.st_ino) == bound.ino {
+    if let bound = boundSocketFile, lstat(configuration.socketPath, &st) == 0,
+        UInt64(st.st_dev) == bound.dev, UInt64(st.st_ino) == bound.ino
+    {
         unlink(configuration.socketPath)
     }
     log("stopped")

@@ -12,7 +12,9 @@ extension AppsTests {
     /// A raw client (the copied python3 registered as org.example.Raw) that says Hello, then
     /// calls `method` with `params` back to back until one fails; prints "ready" after 20
     /// calls and the failing reply at the end.
-    static let hammerScript = rawClientScript(imports: "json, socket, sys", """
+    static let hammerScript = rawClientScript(
+        imports: "json, socket, sys",
+        """
         call("io.vaultd.Vault.Hello", {})
         method, params = sys.argv[2], json.loads(sys.argv[3])
         n = 0
@@ -49,17 +51,25 @@ extension AppsTests {
 
     /// Runs the hammer with `method` while the app is uninstalled; returns its last line (the
     /// refusal).
-    static func hammerThroughAnUninstall(_ d: Daemon, _ python: String, _ method: String, _ params: String, round: Int) throws -> String {
+    static func hammerThroughAnUninstall(
+        _ d: Daemon, _ python: String, _ method: String, _ params: String, round: Int
+    ) throws -> String {
         try d.install("org.example.Raw", exe: python)
         let out = d.root + "/hammer-\(round).out"
         let pid = try ChildProcess.spawn(
-            python, ["-c", hammerScript, d.socketPath, method, params], environment: d.environment, inputs: [:],
+            python, ["-c", hammerScript, d.socketPath, method, params], environment: d.environment,
+            inputs: [:],
             stdout: .file(out, append: false), stderr: .file(out + ".err", append: false))
         let read = { (try? String(contentsOfFile: out, encoding: .utf8)) ?? "" }
-        #expect(eventually(timeout: 20) { read().contains("ready") }, "\((try? String(contentsOfFile: out + ".err", encoding: .utf8)) ?? "")")
+        #expect(
+            eventually(timeout: 20) { read().contains("ready") },
+            "\((try? String(contentsOfFile: out + ".err", encoding: .utf8)) ?? "")")
         let uninstall = d.ctl(["app", "uninstall", "org.example.Raw"])
         #expect(uninstall.status == 0, "\(uninstall)")
-        if ChildProcess.wait(pid, timeout: 20) == nil { kill(pid, SIGKILL); _ = ChildProcess.wait(pid, timeout: 5) }
+        if ChildProcess.wait(pid, timeout: 20) == nil {
+            kill(pid, SIGKILL)
+            _ = ChildProcess.wait(pid, timeout: 5)
+        }
         let last = read().split(separator: "\n").last.map(String.init) ?? ""
         #expect(last.contains(Self.missingEntitlement), "round \(round): \(read())")
         return last
@@ -74,9 +84,13 @@ extension AppsTests {
         defer { d.close() }
         let python = try Self.rawPythonApp(d)
         for round in 1...5 {
-            _ = try Self.hammerThroughAnUninstall(d, python, "io.vaultd.Preferences.Set", #"{"key": "", "value": {"string": "zombie"}}"#, round: round)
+            _ = try Self.hammerThroughAnUninstall(
+                d, python, "io.vaultd.Preferences.Set",
+                #"{"key": "", "value": {"string": "zombie"}}"#, round: round)
             let left = d.ctl(["defaults", "read", "org.example.Raw"])
-            #expect(left.status != 0 && !left.stdoutText.contains("zombie"), "round \(round): the uninstalled app's domain came back: \(left)")
+            #expect(
+                left.status != 0 && !left.stdoutText.contains("zombie"),
+                "round \(round): the uninstalled app's domain came back: \(left)")
         }
         // And the next install starts with none.
         try d.install("org.example.Raw", exe: python)
@@ -97,8 +111,10 @@ extension AppsTests {
         #expect(d.ctl(["app", "uninstall", Self.appA]).status == 0)
         #expect(!FileManager.default.fileExists(atPath: path))
         // The instance still running writes its file.
-        try FileManager.default.createDirectory(atPath: path + "/sub", withIntermediateDirectories: true)
-        try Data("of the earlier install".utf8).write(to: URL(fileURLWithPath: path + "/sub/leftover"))
+        try FileManager.default.createDirectory(
+            atPath: path + "/sub", withIntermediateDirectories: true)
+        try Data("of the earlier install".utf8).write(
+            to: URL(fileURLWithPath: path + "/sub/leftover"))
 
         try d.install(Self.appA, exe: a)
         #expect(try d.launch(a).firstLaunch)
@@ -107,7 +123,9 @@ extension AppsTests {
         let seen = (try? FileManager.default.subpathsOfDirectory(atPath: again)) ?? []
         #expect(seen.isEmpty, "the new install sees the earlier install's cache: \(seen)")
         let usage = d.ctl(["cache", "usage", "--json"])
-        #expect(CacheUsageReport(try #require(usage.jsonObject, "\(usage)")).files(Self.appA) == 0, "\(usage)")
+        #expect(
+            CacheUsageReport(try #require(usage.jsonObject, "\(usage)")).files(Self.appA) == 0,
+            "\(usage)")
     }
 
     /// A Preferences.Observe stream opened by an instance of the earlier install ends with
@@ -120,19 +138,34 @@ extension AppsTests {
         try d.install("org.example.Raw", exe: python)
         let out = d.root + "/observe.out"
         let pid = try ChildProcess.spawn(
-            python, ["-c", Self.observeScript, d.socketPath, "{}", ""], environment: d.environment, inputs: [:], stdout: .file(out, append: false),
+            python, ["-c", Self.observeScript, d.socketPath, "{}", ""], environment: d.environment,
+            inputs: [:], stdout: .file(out, append: false),
             stderr: .file(out + ".err", append: false))
         let read = { (try? String(contentsOfFile: out, encoding: .utf8)) ?? "" }
-        #expect(eventually(timeout: 10) { read().contains("\"values\"") }, "the stream did not start: \(read())")
+        #expect(
+            eventually(timeout: 10) { read().contains("\"values\"") },
+            "the stream did not start: \(read())")
         #expect(d.ctl(["app", "uninstall", "org.example.Raw"]).status == 0)
         try d.install("org.example.Raw", exe: python)
-        let set = d.app(python, ["-c", Self.rawClientScript(imports: "json, socket, sys", """
-            print(json.dumps(call("io.vaultd.Preferences.Set", {"key": "of-the-new-install", "value": {"string": "NEW"}})))
-            """), d.socketPath])
+        let set = d.app(
+            python,
+            [
+                "-c",
+                Self.rawClientScript(
+                    imports: "json, socket, sys",
+                    """
+                    print(json.dumps(call("io.vaultd.Preferences.Set", {"key": "of-the-new-install", "value": {"string": "NEW"}})))
+                    """), d.socketPath,
+            ])
         #expect(set.status == 0 && !set.stdoutText.contains("error"), "\(set)")
-        if ChildProcess.wait(pid, timeout: 20) == nil { kill(pid, SIGKILL); _ = ChildProcess.wait(pid, timeout: 5) }
+        if ChildProcess.wait(pid, timeout: 20) == nil {
+            kill(pid, SIGKILL)
+            _ = ChildProcess.wait(pid, timeout: 5)
+        }
         let lines = read()
-        #expect(!lines.contains("of-the-new-install"), "the earlier install's stream got the new install's value: \(lines)")
+        #expect(
+            !lines.contains("of-the-new-install"),
+            "the earlier install's stream got the new install's value: \(lines)")
         #expect(lines.contains(Self.missingEntitlement) && !lines.contains("timeout"), "\(lines)")
     }
 
@@ -147,12 +180,21 @@ extension AppsTests {
         #expect(d.app(a, ["defaults", "set", "colour", "blue"]).status == 0)
         let out = d.root + "/observe.out"
         let pid = try ChildProcess.spawn(
-            "/usr/bin/python3", ["-c", Self.observeScript, d.socketPath, #"{"domains": ["\#(Self.appA)"]}"#, "stop at a key"], environment: d.environment, inputs: [:],
+            "/usr/bin/python3",
+            [
+                "-c", Self.observeScript, d.socketPath, #"{"domains": ["\#(Self.appA)"]}"#,
+                "stop at a key",
+            ], environment: d.environment, inputs: [:],
             stdout: .file(out, append: false), stderr: .file(out + ".err", append: false))
         let read = { (try? String(contentsOfFile: out, encoding: .utf8)) ?? "" }
-        #expect(eventually(timeout: 10) { read().contains("blue") }, "the stream did not start: \(read())")
+        #expect(
+            eventually(timeout: 10) { read().contains("blue") },
+            "the stream did not start: \(read())")
         #expect(d.ctl(["app", "uninstall", Self.appA]).status == 0)
-        if ChildProcess.wait(pid, timeout: 20) == nil { kill(pid, SIGKILL); _ = ChildProcess.wait(pid, timeout: 5) }
+        if ChildProcess.wait(pid, timeout: 20) == nil {
+            kill(pid, SIGKILL)
+            _ = ChildProcess.wait(pid, timeout: 5)
+        }
         let last = read().split(separator: "\n").last.map(String.init) ?? ""
         #expect(last.contains("\"key\":\"colour\"") && last.contains("\"value\":null"), "\(read())")
     }

@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 import VaultProtocol
 
 #if canImport(Glibc)
@@ -34,9 +34,12 @@ import Glibc
     }
 
     /// Asserts that an app's command was refused with MissingEntitlement (-34018).
-    static func expectMissingEntitlement(_ r: ProcessResult, _ what: String, sourceLocation: SourceLocation = #_sourceLocation) {
+    static func expectMissingEntitlement(
+        _ r: ProcessResult, _ what: String, sourceLocation: SourceLocation = #_sourceLocation
+    ) {
         #expect(r.status == 77, "\(what): \(r)", sourceLocation: sourceLocation)
-        #expect(r.stderr.contains(missingEntitlement), "\(what): \(r)", sourceLocation: sourceLocation)
+        #expect(
+            r.stderr.contains(missingEntitlement), "\(what): \(r)", sourceLocation: sourceLocation)
         #expect(r.stderr.contains("-34018"), "\(what): \(r)", sourceLocation: sourceLocation)
         #expect(r.stdout.isEmpty, "\(what) printed something: \(r)", sourceLocation: sourceLocation)
     }
@@ -47,7 +50,9 @@ import Glibc
         let dir = d.root + "/apps/raw"
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         let python = dir + "/python3"
-        try FileManager.default.copyItem(atPath: URL(fileURLWithPath: "/usr/bin/python3").resolvingSymlinksInPath().path, toPath: python)
+        try FileManager.default.copyItem(
+            atPath: URL(fileURLWithPath: "/usr/bin/python3").resolvingSymlinksInPath().path,
+            toPath: python)
         return python
     }
 
@@ -72,11 +77,13 @@ import Glibc
     @Test func anotherAppCannotReadUpdateDeleteOrListAnAppsToken() throws {
         let d = try Self.daemon()
         defer { d.close() }
-        let a = try d.placeExample("a"), b = try d.placeExample("b")
+        let a = try d.placeExample("a")
+        let b = try d.placeExample("b")
         try d.install(Self.appA, exe: a)
         try d.install(Self.appB, exe: b)
         #expect(try d.launch(a).appID == Self.appA)
-        #expect(try d.launch(b).appID == Self.appB, "the same binary at another path is another app")
+        #expect(
+            try d.launch(b).appID == Self.appB, "the same binary at another path is another app")
 
         let set = d.app(a, ["token", "set"], stdin: Data("token-of-A".utf8))
         try #require(set.status == 0, "\(set)")
@@ -84,18 +91,28 @@ import Glibc
 
         let group = ["--access-group", Self.appA] + Self.tokenFilter
         Self.expectMissingEntitlement(d.app(b, ["item", "get"] + group), "B reads A's token")
-        Self.expectMissingEntitlement(d.app(b, ["item", "update"] + group, stdin: Data("hijacked".utf8)), "B updates A's token")
-        Self.expectMissingEntitlement(d.app(b, ["item", "delete"] + group), "B deletes A's token")
-        Self.expectMissingEntitlement(d.app(b, ["item", "list", "--access-group", Self.appA]), "B lists A's group")
         Self.expectMissingEntitlement(
-            d.app(b, ["item", "add", "--access-group", Self.appA, "--service", "planted", "--account", "x"], stdin: Data("p".utf8)),
+            d.app(b, ["item", "update"] + group, stdin: Data("hijacked".utf8)),
+            "B updates A's token")
+        Self.expectMissingEntitlement(d.app(b, ["item", "delete"] + group), "B deletes A's token")
+        Self.expectMissingEntitlement(
+            d.app(b, ["item", "list", "--access-group", Self.appA]), "B lists A's group")
+        Self.expectMissingEntitlement(
+            d.app(
+                b,
+                [
+                    "item", "add", "--access-group", Self.appA, "--service", "planted", "--account",
+                    "x",
+                ], stdin: Data("p".utf8)),
             "B adds into A's group")
 
         // Without naming a group, B sees only its own groups: nothing of A's.
         let list = d.app(b, ["item", "list"])
-        #expect(!list.stdoutText.contains(Self.appA) && !list.stdoutText.contains("token"), "\(list)")
+        #expect(
+            !list.stdoutText.contains(Self.appA) && !list.stdoutText.contains("token"), "\(list)")
         let own = d.app(b, ["token", "get"])
-        #expect(own.status == 44 && own.stderr.contains("io.vaultd.Keychain.ItemNotFound"), "\(own)")
+        #expect(
+            own.status == 44 && own.stderr.contains("io.vaultd.Keychain.ItemNotFound"), "\(own)")
         #expect(!own.stdoutText.contains("token-of-A"))
 
         // A's token is unchanged, and nothing was planted in A's group.
@@ -109,8 +126,12 @@ import Glibc
     @Test func aSharedAccessGroupOrAppGroupIsReadableByBothMembersOnly() throws {
         let d = try Self.daemon()
         defer { d.close() }
-        let a = try d.placeExample("a"), b = try d.placeExample("b"), c = try d.placeExample("c")
-        let shared = ["--access-group", "com.example.shared", "--app-group", "group.org.example.suite"]
+        let a = try d.placeExample("a")
+        let b = try d.placeExample("b")
+        let c = try d.placeExample("c")
+        let shared = [
+            "--access-group", "com.example.shared", "--app-group", "group.org.example.suite",
+        ]
         try d.install(Self.appA, exe: a, shared)
         try d.install(Self.appB, exe: b, shared)
         try d.install(Self.appC, exe: c)
@@ -124,10 +145,13 @@ import Glibc
             #expect(byB.stdoutText == "shared in \(group)")
             let byA = d.app(a, ["item", "get"] + item)
             #expect(byA.stdoutText == "shared in \(group)")
-            Self.expectMissingEntitlement(d.app(c, ["item", "get"] + item), "C (not a member) reads \(group)")
+            Self.expectMissingEntitlement(
+                d.app(c, ["item", "get"] + item), "C (not a member) reads \(group)")
         }
         // B may update the shared item, and A sees the change.
-        let item = ["--access-group", "com.example.shared", "--service", "svc", "--account", "acct"]
+        let item = [
+            "--access-group", "com.example.shared", "--service", "svc", "--account", "acct",
+        ]
         #expect(d.app(b, ["item", "update"] + item, stdin: Data("updated by B".utf8)).status == 0)
         #expect(d.app(a, ["item", "get"] + item).stdoutText == "updated by B")
     }
@@ -154,10 +178,13 @@ import Glibc
         // changes nothing on the connection.
         let c = try d.connect()
         for params: [String: Any] in [
-            ["appID": Self.appA], ["appID": Self.appA, "generation": "x", "executable": a], ["flatpak": Self.appA],
+            ["appID": Self.appA], ["appID": Self.appA, "generation": "x", "executable": a],
+            ["flatpak": Self.appA],
         ] {
             let claim = try c.call("io.vaultd.Vault.Hello", params)
-            #expect(claim.errorName == "org.varlink.service.InvalidParameter" || claim.parameters?["appID"] is NSNull, "\(claim)")
+            #expect(
+                claim.errorName == "org.varlink.service.InvalidParameter"
+                    || claim.parameters?["appID"] is NSNull, "\(claim)")
         }
         let hello = try c.call("io.vaultd.Vault.Hello", [:])
         #expect(hello.errorName == nil, "\(hello)")
@@ -170,8 +197,13 @@ import Glibc
         // An Add without a group goes to the owner's group `user`, never to A's.
         let add = try c.call(
             "io.vaultd.Keychain.Add",
-            ["class": "genericPassword", "attributes": ["service": "s", "account": "u"], "data": Data("x".utf8).base64EncodedString()])
-        #expect((add.parameters?["attributes"] as? [String: Any])?["accessGroup"] as? String == "user", "\(add)")
+            [
+                "class": "genericPassword", "attributes": ["service": "s", "account": "u"],
+                "data": Data("x".utf8).base64EncodedString(),
+            ])
+        #expect(
+            (add.parameters?["attributes"] as? [String: Any])?["accessGroup"] as? String == "user",
+            "\(add)")
 
         // After uninstall, A's own executable is unidentified as well.
         #expect(d.ctl(["app", "uninstall", Self.appA]).status == 0)
@@ -203,7 +235,9 @@ import Glibc
         // Preferences and cache are gone; the token row stays.
         let prefs = d.ctl(["defaults", "read", Self.appA, "colour"])
         #expect(prefs.status != 0 && !prefs.stdoutText.contains("blue"), "\(prefs)")
-        #expect(!FileManager.default.fileExists(atPath: cachePath), "the cache directory survived the uninstall")
+        #expect(
+            !FileManager.default.fileExists(atPath: cachePath),
+            "the cache directory survived the uninstall")
         let kept = d.ctl(["item", "list", "--access-group", Self.appA])
         #expect(kept.status == 0 && kept.stdoutText.contains("service=\"token\""), "\(kept)")
 
@@ -213,7 +247,8 @@ import Glibc
         #expect(again.appID == Self.appA && again.firstLaunch && again.wiped == 1, "\(again)")
         #expect(again.generation == reinstalled["generation"] as? String)
         let gone = d.app(a, ["token", "get"])
-        #expect(gone.status == 44 && gone.stderr.contains("io.vaultd.Keychain.ItemNotFound"), "\(gone)")
+        #expect(
+            gone.status == 44 && gone.stderr.contains("io.vaultd.Keychain.ItemNotFound"), "\(gone)")
         #expect(d.ctl(["item", "list", "--access-group", Self.appA]).stdoutText.isEmpty)
         let second = try d.launch(a)
         #expect(!second.firstLaunch && second.wiped == 0, "\(second)")
@@ -231,13 +266,20 @@ import Glibc
         defer { d.close() }
         let a = try d.placeExample("a")
         let first = d.ctl(["app", "install", Self.appA, "--exe", a])
-        #expect(first.status == 0 && first.stdoutText.hasPrefix("installed \(Self.appA) (generation "), "\(first)")
+        #expect(
+            first.status == 0 && first.stdoutText.hasPrefix("installed \(Self.appA) (generation "),
+            "\(first)")
         let again = d.ctl(["app", "install", Self.appA, "--exe", a])
-        #expect(again.status == 0 && again.stdoutText.hasPrefix("reinstalled \(Self.appA) (new generation "), "\(again)")
+        #expect(
+            again.status == 0
+                && again.stdoutText.hasPrefix("reinstalled \(Self.appA) (new generation "),
+            "\(again)")
         #expect(again.stdoutText.contains("wipes the credentials of earlier installs"), "\(again)")
         #expect(d.ctl(["app", "uninstall", Self.appA]).status == 0)
         let back = d.ctl(["app", "install", Self.appA, "--exe", a])
-        #expect(back.status == 0 && back.stdoutText.hasPrefix("installed \(Self.appA) (generation "), "after an uninstall: \(back)")
+        #expect(
+            back.status == 0 && back.stdoutText.hasPrefix("installed \(Self.appA) (generation "),
+            "after an uninstall: \(back)")
     }
 
     /// vault-example's `--help` and an unknown command print the usage without connecting:
@@ -253,10 +295,15 @@ import Glibc
         let help = d.app(a, ["--help"])
         #expect(help.status == 0 && help.stdoutText.hasPrefix("usage: vault-example"), "\(help)")
         let unknown = d.app(a, ["bogus"])
-        #expect(unknown.status == 64 && unknown.stderr.contains("unknown command 'bogus'"), "\(unknown)")
+        #expect(
+            unknown.status == 64 && unknown.stderr.contains("unknown command 'bogus'"), "\(unknown)"
+        )
         // A known command with no verb, or one it does not have, is a usage error too, and
         // no connection either (it connected, then said so).
-        for args in [["token"], ["token", "frob"], ["item", "frob"], ["defaults"], ["cache", "frob"], ["wait"], ["wait", "soon"]] {
+        for args in [
+            ["token"], ["token", "frob"], ["item", "frob"], ["defaults"], ["cache", "frob"],
+            ["wait"], ["wait", "soon"],
+        ] {
             let r = d.app(a, args)
             #expect(r.status == 64 && r.stderr.hasPrefix("vault-example: "), "\(args): \(r)")
         }
@@ -277,7 +324,11 @@ import Glibc
         try #require(cachePath.hasPrefix(d.root + "/"), "\(cachePath)")
         // Should the uninstall leave it, the tree goes with rm (which handles any depth), not
         // with the temporary directory (FileManager cannot remove what no path can name).
-        defer { _ = try? ChildProcess.run("rm", ["-rf", "--", cachePath], environment: d.environment, stdin: nil, timeout: 120) }
+        defer {
+            _ = try? ChildProcess.run(
+                "rm", ["-rf", "--", cachePath], environment: d.environment, stdin: nil, timeout: 120
+            )
+        }
         let top = try DeepTree.open(cachePath)
         defer { close(top) }
         let at300 = try DeepTree.chain(in: top, depth: 300)
@@ -297,7 +348,9 @@ import Glibc
 
         let uninstall = d.ctl(["app", "uninstall", Self.appA])
         #expect(uninstall.status == 0, "\(uninstall)")
-        #expect(access(cachePath, F_OK) != 0, "the cache directory survived the uninstall: \(DeepTree.names(in: top))")
+        #expect(
+            access(cachePath, F_OK) != 0,
+            "the cache directory survived the uninstall: \(DeepTree.names(in: top))")
         #expect(d.ctl(["status"]).status == 0, "vaultd died: \(d.log)")
     }
 
@@ -318,18 +371,27 @@ import Glibc
     @Test func reinstallLeavesAnItemOfAGroupSharedWithAnotherInstalledApp() throws {
         let d = try Self.daemon()
         defer { d.close() }
-        let a = try d.placeExample("a"), b = try d.placeExample("b")
+        let a = try d.placeExample("a")
+        let b = try d.placeExample("b")
         for (id, exe) in [(Self.appA, a), (Self.appB, b)] {
-            try d.install(id, exe: exe, ["--access-group", "com.example.shared", "--app-group", "group.org.example.suite"])
+            try d.install(
+                id, exe: exe,
+                ["--access-group", "com.example.shared", "--app-group", "group.org.example.suite"])
         }
-        let shared = ["--access-group", "com.example.shared", "--service", "svc", "--account", "acct"]
-        let suite = ["--access-group", "group.org.example.suite", "--service", "svc", "--account", "acct"]
+        let shared = [
+            "--access-group", "com.example.shared", "--service", "svc", "--account", "acct",
+        ]
+        let suite = [
+            "--access-group", "group.org.example.suite", "--service", "svc", "--account", "acct",
+        ]
         #expect(d.app(a, ["item", "add"] + shared, stdin: Data("shared".utf8)).status == 0)
         #expect(d.app(a, ["item", "add"] + suite, stdin: Data("suite".utf8)).status == 0)
         #expect(d.app(a, ["token", "set"], stdin: Data("own".utf8)).status == 0)
 
         #expect(d.ctl(["app", "uninstall", Self.appA]).status == 0)
-        try d.install(Self.appA, exe: a, ["--access-group", "com.example.shared", "--app-group", "group.org.example.suite"])
+        try d.install(
+            Self.appA, exe: a,
+            ["--access-group", "com.example.shared", "--app-group", "group.org.example.suite"])
         let launch = try d.launch(a)
         #expect(launch.firstLaunch && launch.wiped == 1, "only A's own token goes: \(launch)")
         #expect(d.app(b, ["item", "get"] + shared).stdoutText == "shared")
@@ -343,11 +405,18 @@ import Glibc
     @Test func reinstallLeavesAnUninstalledAppsItemsInAGroupTheyShared() throws {
         let d = try Self.daemon()
         defer { d.close() }
-        let a = try d.placeExample("a"), b = try d.placeExample("b")
-        for (id, exe) in [(Self.appA, a), (Self.appB, b)] { try d.install(id, exe: exe, ["--app-group", "group.org.example.suite"]) }
+        let a = try d.placeExample("a")
+        let b = try d.placeExample("b")
+        for (id, exe) in [(Self.appA, a), (Self.appB, b)] {
+            try d.install(id, exe: exe, ["--app-group", "group.org.example.suite"])
+        }
         let inSuite = ["--access-group", "group.org.example.suite", "--account", "acct"]
-        #expect(d.app(a, ["item", "add", "--service", "of-a"] + inSuite, stdin: Data("a".utf8)).status == 0)
-        #expect(d.app(b, ["item", "add", "--service", "of-b"] + inSuite, stdin: Data("b".utf8)).status == 0)
+        #expect(
+            d.app(a, ["item", "add", "--service", "of-a"] + inSuite, stdin: Data("a".utf8)).status
+                == 0)
+        #expect(
+            d.app(b, ["item", "add", "--service", "of-b"] + inSuite, stdin: Data("b".utf8)).status
+                == 0)
         #expect(d.ctl(["app", "uninstall", Self.appB]).status == 0)
         #expect(d.ctl(["app", "uninstall", Self.appA]).status == 0)
         try d.install(Self.appA, exe: a, ["--app-group", "group.org.example.suite"])
@@ -366,8 +435,16 @@ import Glibc
         let a = try d.placeExample("a")
         try d.install(Self.appA, exe: a, ["--access-group", "old"])
         #expect(try d.launch(a).firstLaunch)
-        #expect(d.app(a, ["item", "add", "--access-group", "old", "--service", "s", "--account", "1"], stdin: Data("left".utf8)).status == 0)
-        #expect(d.ctl(["item", "add", "--access-group", "old", "--service", "owner", "--account", "1"], stdin: Data("mine".utf8)).status == 0)
+        #expect(
+            d.app(
+                a, ["item", "add", "--access-group", "old", "--service", "s", "--account", "1"],
+                stdin: Data("left".utf8)
+            ).status == 0)
+        #expect(
+            d.ctl(
+                ["item", "add", "--access-group", "old", "--service", "owner", "--account", "1"],
+                stdin: Data("mine".utf8)
+            ).status == 0)
         #expect(d.ctl(["app", "uninstall", Self.appA]).status == 0)
         try d.install(Self.appA, exe: a, ["--access-group", "new"])
         let launch = try d.launch(a)
@@ -387,10 +464,13 @@ import Glibc
         defer { d.close() }
         let example = try d.placeExample("a")
         let script = d.root + "/apps/a/run-app"
-        try Data("#!/bin/sh\nexec '\(example)' \"$@\"\n".utf8).write(to: URL(fileURLWithPath: script))
+        try Data("#!/bin/sh\nexec '\(example)' \"$@\"\n".utf8).write(
+            to: URL(fileURLWithPath: script))
         chmod(script, 0o755)
         let r = d.ctl(["app", "install", Self.appA, "--exe", script])
-        #expect(r.status == 65 && r.stderr.contains("is a script") && r.stderr.contains("interpreter"), "\(r)")
+        #expect(
+            r.status == 65 && r.stderr.contains("is a script") && r.stderr.contains("interpreter"),
+            "\(r)")
         #expect(d.ctl(["app", "list", "--json"]).jsonArray?.isEmpty == true)
         // The program itself is fine.
         try d.install(Self.appA, exe: example)
@@ -404,7 +484,9 @@ import Glibc
         try Data("x".utf8).write(to: URL(fileURLWithPath: notProgram))
         for exe in [d.root + "/missing", d.root, notProgram] {
             let r = d.ctl(["app", "install", Self.appA, "--exe", exe])
-            #expect(r.status == 65 && r.stderr.contains("not an existing executable file"), "\(exe): \(r)")
+            #expect(
+                r.status == 65 && r.stderr.contains("not an existing executable file"),
+                "\(exe): \(r)")
         }
         #expect(d.ctl(["app", "list", "--json"]).jsonArray?.isEmpty == true)
     }
@@ -419,8 +501,12 @@ import Glibc
         defer { c.close() }
         for exe in [a + "\u{0}", a + "\u{0}/../other", "\u{0}" + a] {
             let r = try c.call("io.vaultd.Apps.Install", ["appID": Self.appA, "executable": exe])
-            #expect(r.errorName == "org.varlink.service.InvalidParameter", "\(exe.debugDescription): \(r)")
-            #expect(r.parameters?["parameter"] as? String == "executable", "\(exe.debugDescription): \(r)")
+            #expect(
+                r.errorName == "org.varlink.service.InvalidParameter",
+                "\(exe.debugDescription): \(r)")
+            #expect(
+                r.parameters?["parameter"] as? String == "executable",
+                "\(exe.debugDescription): \(r)")
         }
         #expect(d.ctl(["app", "list", "--json"]).jsonArray?.isEmpty == true)
     }
@@ -442,19 +528,25 @@ import Glibc
         // machine takes a while: 10 s is still far from never.
         let start = Date()
         let gone = eventually(timeout: 10) { d.appShow(Self.appA)?["installed"] as? Bool == false }
-        #expect(gone, "still installed \(Date().timeIntervalSince(start)) s after its executable was deleted: \(d.appShow(Self.appA) ?? [:])")
+        #expect(
+            gone,
+            "still installed \(Date().timeIntervalSince(start)) s after its executable was deleted: \(d.appShow(Self.appA) ?? [:])"
+        )
         // An uninstall: the preferences went; the token row stays until a first launch.
         #expect(d.ctl(["defaults", "read", Self.appA, "colour"]).status != 0)
         #expect(d.ctl(["item", "list", "--access-group", Self.appA]).stdoutText.contains("token"))
 
         try #require(rename(aside, a) == 0)
         let back = eventually(timeout: 10) { d.appShow(Self.appA)?["installed"] as? Bool == true }
-        #expect(back, "not reinstalled when its executable came back: \(d.appShow(Self.appA) ?? [:])")
+        #expect(
+            back, "not reinstalled when its executable came back: \(d.appShow(Self.appA) ?? [:])")
         let shown = d.appShow(Self.appA)
         let g2 = shown?["generation"] as? String
         #expect(g2 != nil && g2 != g1, "generation \(g1 ?? "nil") → \(g2 ?? "nil")")
         let launch = try d.launch(a)
-        #expect(launch.appID == Self.appA && launch.generation == g2 && launch.firstLaunch && launch.wiped == 1, "\(launch)")
+        #expect(
+            launch.appID == Self.appA && launch.generation == g2 && launch.firstLaunch
+                && launch.wiped == 1, "\(launch)")
     }
 
     /// vaultd matches `/proc/PID/exe`, which has every symlink resolved: an app registered
@@ -464,14 +556,17 @@ import Glibc
         defer { d.close() }
         let real = try d.placeExample("real")
         let linkDir = d.root + "/apps/current"
-        try FileManager.default.createSymbolicLink(atPath: linkDir, withDestinationPath: d.root + "/apps/real")
+        try FileManager.default.createSymbolicLink(
+            atPath: linkDir, withDestinationPath: d.root + "/apps/real")
         let viaLink = linkDir + "/app"
         try d.install(Self.appA, exe: viaLink)
         #expect(try d.launch(viaLink).appID == Self.appA)
         #expect(try d.launch(real).appID == Self.appA)
         // Still noticed when it disappears.
         try FileManager.default.removeItem(atPath: real)
-        #expect(eventually(timeout: 10) { d.appShow(Self.appA)?["installed"] as? Bool == false }, "\(d.appShow(Self.appA) ?? [:])")
+        #expect(
+            eventually(timeout: 10) { d.appShow(Self.appA)?["installed"] as? Bool == false },
+            "\(d.appShow(Self.appA) ?? [:])")
     }
 
     /// An app registered through a symlink that an upgrade repoints (`/opt/notes/current`,
@@ -485,7 +580,8 @@ import Glibc
         let v1 = try d.placeExample("notes-1.0")
         let v2 = try d.placeExample("notes-1.1")
         let current = d.root + "/apps/current"
-        try FileManager.default.createSymbolicLink(atPath: current, withDestinationPath: "notes-1.0")
+        try FileManager.default.createSymbolicLink(
+            atPath: current, withDestinationPath: "notes-1.0")
         let viaLink = current + "/app"
         let installed = try d.install(Self.appA, exe: viaLink)
         #expect(installed["executable"] as? String == viaLink, "\(installed)")
@@ -495,15 +591,20 @@ import Glibc
         #expect(d.app(viaLink, ["defaults", "set", "colour", "blue"]).status == 0)
 
         // The upgrade: the link is replaced (atomically) to lead to 1.1, and 1.0 goes.
-        try FileManager.default.createSymbolicLink(atPath: current + ".new", withDestinationPath: "notes-1.1")
+        try FileManager.default.createSymbolicLink(
+            atPath: current + ".new", withDestinationPath: "notes-1.1")
         try #require(rename(current + ".new", current) == 0)
         try FileManager.default.removeItem(atPath: (v1 as NSString).deletingLastPathComponent)
         for _ in 0..<3 { try d.tick() }  // three of vaultd's scans
 
         let shown = d.appShow(Self.appA)
-        #expect(shown?["installed"] as? Bool == true && shown?["generation"] as? String == first.generation, "\(shown ?? [:])")
+        #expect(
+            shown?["installed"] as? Bool == true
+                && shown?["generation"] as? String == first.generation, "\(shown ?? [:])")
         let again = try d.launch(viaLink)
-        #expect(again.appID == Self.appA && again.generation == first.generation && !again.firstLaunch, "\(again)")
+        #expect(
+            again.appID == Self.appA && again.generation == first.generation && !again.firstLaunch,
+            "\(again)")
         #expect(try d.launch(v2).appID == Self.appA)
         let token = d.app(viaLink, ["token", "get"])
         #expect(token.status == 0 && token.stdoutText == "t1", "\(token)")
@@ -511,7 +612,9 @@ import Glibc
 
         // What the link leads to going is an uninstall still.
         try FileManager.default.removeItem(atPath: v2)
-        #expect(eventually(timeout: 10) { d.appShow(Self.appA)?["installed"] as? Bool == false }, "\(d.appShow(Self.appA) ?? [:])")
+        #expect(
+            eventually(timeout: 10) { d.appShow(Self.appA)?["installed"] as? Bool == false },
+            "\(d.appShow(Self.appA) ?? [:])")
     }
 
     /// The kernel marks a deleted executable by adding " (deleted)" to `/proc/PID/exe`; a file
@@ -544,7 +647,9 @@ import Glibc
         let d = try Self.daemon()
         defer { d.close() }
         let python = try Self.rawPythonApp(d)
-        let script = Self.rawClientScript(imports: "json, socket, sys", """
+        let script = Self.rawClientScript(
+            imports: "json, socket, sys",
+            """
             q = {"class": "genericPassword", "query": {"service": "token", "account": "token"}, "returnData": True}
             for step in sys.argv[2:]:
                 if step == "hello": print(json.dumps(call("io.vaultd.Vault.Hello", {})))
@@ -553,20 +658,28 @@ import Glibc
             """)
         try #require(d.install("org.example.Raw", exe: python)["executable"] as? String == python)
         let first = d.app(python, ["-c", script, d.socketPath, "hello", "add", "get"])
-        #expect(first.stdoutText.contains("\"appID\": \"org.example.Raw\"") && first.stdoutText.contains("bGVmdG92ZXI="), "\(first)")
+        #expect(
+            first.stdoutText.contains("\"appID\": \"org.example.Raw\"")
+                && first.stdoutText.contains("bGVmdG92ZXI="), "\(first)")
         #expect(d.ctl(["app", "uninstall", "org.example.Raw"]).status == 0)
         try d.install("org.example.Raw", exe: python)
 
         let skipping = d.app(python, ["-c", script, d.socketPath, "get", "hello"])
-        #expect(!skipping.stdoutText.contains("bGVmdG92ZXI="), "a leftover of the earlier install was read: \(skipping)")
+        #expect(
+            !skipping.stdoutText.contains("bGVmdG92ZXI="),
+            "a leftover of the earlier install was read: \(skipping)")
         #expect(skipping.stdoutText.contains("io.vaultd.Keychain.ItemNotFound"), "\(skipping)")
         #expect(d.ctl(["item", "list", "--access-group", "org.example.Raw"]).stdoutText.isEmpty)
         // The Hello after that call still reports the first launch and what it wiped; the
         // next Hello does not.
         let helloLine = skipping.stdoutText.split(separator: "\n").last.map(String.init) ?? ""
-        #expect(helloLine.contains("\"firstLaunch\": true") && helloLine.contains("\"wipedCredentials\": 1"), "\(skipping)")
+        #expect(
+            helloLine.contains("\"firstLaunch\": true")
+                && helloLine.contains("\"wipedCredentials\": 1"), "\(skipping)")
         let again = d.app(python, ["-c", script, d.socketPath, "hello"])
-        #expect(again.stdoutText.contains("\"firstLaunch\": false") && again.stdoutText.contains("\"wipedCredentials\": 0"), "\(again)")
+        #expect(
+            again.stdoutText.contains("\"firstLaunch\": false")
+                && again.stdoutText.contains("\"wipedCredentials\": 0"), "\(again)")
     }
 
     /// An app instance that was connected before its app was uninstalled (or reinstalled)
@@ -584,7 +697,9 @@ import Glibc
         defer { d.close() }
         let python = try Self.rawPythonApp(d)
         try d.install("org.example.Raw", exe: python)
-        let script = Self.rawClientScript(imports: "json, os, socket, sys, time", """
+        let script = Self.rawClientScript(
+            imports: "json, os, socket, sys, time",
+            """
             print(json.dumps(call("io.vaultd.Vault.Hello", {})), flush=True)
             print("ready", flush=True)
             while not os.path.exists(sys.argv[2]): time.sleep(0.02)
@@ -592,18 +707,30 @@ import Glibc
             while b'\\0' not in buf: buf += s.recv(65536)
             print(buf.partition(b'\\0')[0].decode(), flush=True)
             """)
-        let out = d.root + "/observe.out", go = d.root + "/observe.go"
+        let out = d.root + "/observe.out"
+        let go = d.root + "/observe.go"
         let pid = try ChildProcess.spawn(
-            python, ["-c", script, d.socketPath, go], environment: d.environment, inputs: [:], stdout: .file(out, append: false),
+            python, ["-c", script, d.socketPath, go], environment: d.environment, inputs: [:],
+            stdout: .file(out, append: false),
             stderr: .file(out + ".err", append: false))
-        #expect(eventually(timeout: 10) { (try? String(contentsOfFile: out, encoding: .utf8))?.contains("ready") == true })
+        #expect(
+            eventually(timeout: 10) {
+                (try? String(contentsOfFile: out, encoding: .utf8))?.contains("ready") == true
+            })
         #expect(d.ctl(["app", "uninstall", "org.example.Raw"]).status == 0)
         try #require(FileManager.default.createFile(atPath: go, contents: Data()))
-        if ChildProcess.wait(pid, timeout: 20) == nil { kill(pid, SIGKILL); _ = ChildProcess.wait(pid, timeout: 5) }
-        let lines = ((try? String(contentsOfFile: out, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
+        if ChildProcess.wait(pid, timeout: 20) == nil {
+            kill(pid, SIGKILL)
+            _ = ChildProcess.wait(pid, timeout: 5)
+        }
+        let lines = ((try? String(contentsOfFile: out, encoding: .utf8)) ?? "").split(
+            separator: "\n"
+        ).map(String.init)
         #expect(lines.count == 3, "\(lines)")
         let reply = lines.last ?? ""
-        #expect(reply.contains("io.vaultd.Keychain.MissingEntitlement") && !reply.contains("\"lock\""), "\(reply)")
+        #expect(
+            reply.contains("io.vaultd.Keychain.MissingEntitlement") && !reply.contains("\"lock\""),
+            "\(reply)")
     }
 
     @Test func anEarlierInstallsConnectionGetsNoFiguresAndAReinstallCountsNoLeftovers() throws {
@@ -613,9 +740,20 @@ import Glibc
         let b = try d.placeExample("b")
         try d.install("org.example.Raw", exe: python, ["--app-group", "group.org.example.suite"])
         try d.install(Self.appB, exe: b, ["--app-group", "group.org.example.suite"])
-        #expect(d.app(b, ["item", "add", "--access-group", "group.org.example.suite", "--service", "s", "--account", "a"], stdin: Data("x".utf8)).status == 0)
-        #expect(d.app(b, ["defaults", "set", "colour", "blue", "--suite", "group.org.example.suite"]).status == 0)
-        let script = Self.rawClientScript(imports: "json, os, socket, sys, time", """
+        #expect(
+            d.app(
+                b,
+                [
+                    "item", "add", "--access-group", "group.org.example.suite", "--service", "s",
+                    "--account", "a",
+                ], stdin: Data("x".utf8)
+            ).status == 0)
+        #expect(
+            d.app(b, ["defaults", "set", "colour", "blue", "--suite", "group.org.example.suite"])
+                .status == 0)
+        let script = Self.rawClientScript(
+            imports: "json, os, socket, sys, time",
+            """
             if sys.argv[3] == "hello": print(json.dumps(call("io.vaultd.Vault.Hello", {})), flush=True)
             print("ready", flush=True)
             while not os.path.exists(sys.argv[2]): time.sleep(0.02)
@@ -623,39 +761,59 @@ import Glibc
                 print(json.dumps(call(m, {})), flush=True)
             """)
         func run(_ first: String, before: () throws -> Void) throws -> [String] {
-            let out = d.root + "/\(first).out", go = d.root + "/\(first).go"
+            let out = d.root + "/\(first).out"
+            let go = d.root + "/\(first).go"
             let pid = try ChildProcess.spawn(
-                python, ["-c", script, d.socketPath, go, first], environment: d.environment, inputs: [:], stdout: .file(out, append: false),
+                python, ["-c", script, d.socketPath, go, first], environment: d.environment,
+                inputs: [:], stdout: .file(out, append: false),
                 stderr: .file(out + ".err", append: false))
-            #expect(eventually(timeout: 10) { (try? String(contentsOfFile: out, encoding: .utf8))?.contains("ready") == true })
+            #expect(
+                eventually(timeout: 10) {
+                    (try? String(contentsOfFile: out, encoding: .utf8))?.contains("ready") == true
+                })
             try before()
             _ = FileManager.default.createFile(atPath: go, contents: Data())
-            if ChildProcess.wait(pid, timeout: 20) == nil { kill(pid, SIGKILL); _ = ChildProcess.wait(pid, timeout: 5) }
+            if ChildProcess.wait(pid, timeout: 20) == nil {
+                kill(pid, SIGKILL)
+                _ = ChildProcess.wait(pid, timeout: 5)
+            }
             let text = (try? String(contentsOfFile: out, encoding: .utf8)) ?? ""
             return text.split(separator: "\n").map(String.init).filter { $0 != "ready" }
         }
 
         // Connected, then uninstalled: every call is refused.
-        let old = try run("hello") { #expect(d.ctl(["app", "uninstall", "org.example.Raw"]).status == 0) }
+        let old = try run("hello") {
+            #expect(d.ctl(["app", "uninstall", "org.example.Raw"]).status == 0)
+        }
         #expect(old.count == 5, "\(old)")
-        for r in old.dropFirst() { #expect(r.contains("io.vaultd.Keychain.MissingEntitlement"), "\(r)") }
+        for r in old.dropFirst() {
+            #expect(r.contains("io.vaultd.Keychain.MissingEntitlement"), "\(r)")
+        }
 
         // A reinstall whose first call is Status: the token the earlier install added is a
         // leftover, wiped by that first call.
         try d.install("org.example.Raw", exe: python, ["--app-group", "group.org.example.suite"])
-        let adder = Self.rawClientScript(imports: "json, socket, sys", """
+        let adder = Self.rawClientScript(
+            imports: "json, socket, sys",
+            """
             print(json.dumps(call("io.vaultd.Keychain.Add", {"class": "genericPassword", "attributes": {"service": "z", "account": "z"}, "data": "eg=="})))
             """)
         let added = d.app(python, ["-c", adder, d.socketPath])
-        #expect(added.status == 0 && added.stdoutText.contains("parameters") && !added.stdoutText.contains("error"), "\(added)")
+        #expect(
+            added.status == 0 && added.stdoutText.contains("parameters")
+                && !added.stdoutText.contains("error"), "\(added)")
         try d.install("org.example.Raw", exe: python, ["--app-group", "group.org.example.suite"])
         let fresh = try run("status") {}
         #expect(fresh.count == 4, "\(fresh)")
-        let status = try? JSONSerialization.jsonObject(with: Data((fresh.first ?? "").utf8)) as? [String: Any]
+        let status =
+            try? JSONSerialization.jsonObject(with: Data((fresh.first ?? "").utf8))
+            as? [String: Any]
         let figures = status?["parameters"] as? [String: Any]
         // B's item in the suite it shares; the earlier install's token is gone.
         #expect(figures?["items"] as? Int == 1 && figures?["domains"] as? Int == 1, "\(fresh)")
-        #expect(fresh.last?.contains("\"firstLaunch\": true") == true && fresh.last?.contains("\"wipedCredentials\": 1") == true, "\(fresh)")
+        #expect(
+            fresh.last?.contains("\"firstLaunch\": true") == true
+                && fresh.last?.contains("\"wipedCredentials\": 1") == true, "\(fresh)")
     }
 
     @Test func aConnectionMadeBeforeAnUninstallLosesTheAppTier() throws {
@@ -663,7 +821,9 @@ import Glibc
         defer { d.close() }
         let python = try Self.rawPythonApp(d)
         // Connects and says Hello, prints "ready", waits for the go file, then calls on the same connection.
-        let script = Self.rawClientScript(imports: "json, os, socket, sys, time", """
+        let script = Self.rawClientScript(
+            imports: "json, os, socket, sys, time",
+            """
             print(json.dumps(call("io.vaultd.Vault.Hello", {})), flush=True)
             print("ready", flush=True)
             while not os.path.exists(sys.argv[2]): time.sleep(0.02)
@@ -673,31 +833,48 @@ import Glibc
             print(json.dumps(call("io.vaultd.Keychain.CopyMatching", {"class": "genericPassword", "query": {"service": "token"}, "returnData": True})))
             """)
         try d.install("org.example.Raw", exe: python)
-        let seed = d.ctl(["item", "add", "--access-group", "org.example.Raw", "--service", "token", "--account", "t"], stdin: Data("seed".utf8))
+        let seed = d.ctl(
+            [
+                "item", "add", "--access-group", "org.example.Raw", "--service", "token",
+                "--account", "t",
+            ], stdin: Data("seed".utf8))
         #expect(seed.status == 0, "\(seed)")
 
         func start(_ name: String) throws -> (pid: pid_t, out: String, go: String) {
-            let out = d.root + "/\(name).out", go = d.root + "/\(name).go"
+            let out = d.root + "/\(name).out"
+            let go = d.root + "/\(name).go"
             let pid = try ChildProcess.spawn(
-                python, ["-c", script, d.socketPath, go], environment: d.environment, inputs: [:], stdout: .file(out, append: false),
+                python, ["-c", script, d.socketPath, go], environment: d.environment, inputs: [:],
+                stdout: .file(out, append: false),
                 stderr: .file(out + ".err", append: false))
-            let ready = eventually(timeout: 10) { (try? String(contentsOfFile: out, encoding: .utf8))?.contains("ready") == true }
-            #expect(ready, "\(name) did not connect: \((try? String(contentsOfFile: out + ".err", encoding: .utf8)) ?? "")")
+            let ready = eventually(timeout: 10) {
+                (try? String(contentsOfFile: out, encoding: .utf8))?.contains("ready") == true
+            }
+            #expect(
+                ready,
+                "\(name) did not connect: \((try? String(contentsOfFile: out + ".err", encoding: .utf8)) ?? "")"
+            )
             return (pid, out, go)
         }
         func finish(_ p: (pid: pid_t, out: String, go: String)) -> String {
             _ = FileManager.default.createFile(atPath: p.go, contents: Data())
-            if ChildProcess.wait(p.pid, timeout: 20) == nil { kill(p.pid, SIGKILL); _ = ChildProcess.wait(p.pid, timeout: 5) }
+            if ChildProcess.wait(p.pid, timeout: 20) == nil {
+                kill(p.pid, SIGKILL)
+                _ = ChildProcess.wait(p.pid, timeout: 5)
+            }
             return (try? String(contentsOfFile: p.out, encoding: .utf8)) ?? ""
         }
         func expectRefused(_ output: String, _ when: String) {
             let replies = output.split(separator: "\n").dropFirst(2)
             #expect(replies.count == 4, "\(when): \(output)")
-            for r in replies { #expect(r.contains("io.vaultd.Keychain.MissingEntitlement"), "\(when): \(r)") }
+            for r in replies {
+                #expect(r.contains("io.vaultd.Keychain.MissingEntitlement"), "\(when): \(r)")
+            }
             #expect(!output.contains("c2VlZA=="), "\(when): the seed token was read: \(output)")
         }
 
-        let p1 = try start("p1"), p2 = try start("p2")
+        let p1 = try start("p1")
+        let p2 = try start("p2")
         #expect(d.ctl(["app", "uninstall", "org.example.Raw"]).status == 0)
         expectRefused(finish(p1), "after the uninstall")
         try d.install("org.example.Raw", exe: python)
@@ -705,7 +882,8 @@ import Glibc
 
         // Nothing came back to life: no preferences, no cache directory, no new item.
         #expect(d.ctl(["defaults", "read", "org.example.Raw"]).stdoutText.isEmpty)
-        #expect(!FileManager.default.fileExists(atPath: d.root + "/home/.cache/vaultd/org.example.Raw"))
+        #expect(
+            !FileManager.default.fileExists(atPath: d.root + "/home/.cache/vaultd/org.example.Raw"))
         let items = d.ctl(["item", "list", "--access-group", "org.example.Raw"]).stdoutText
         #expect(!items.contains("service=\"z\""), "\(items)")
     }
@@ -742,12 +920,17 @@ import Glibc
 
     /// Writes a Flatpak instance's host record for `appID` (as `flatpak run` does) and
     /// returns its instance ID and the record's path.
-    static func flatpakInstance(_ d: Daemon, appID: String, infoText: String? = nil) throws -> (id: String, info: String) {
+    static func flatpakInstance(_ d: Daemon, appID: String, infoText: String? = nil) throws -> (
+        id: String, info: String
+    ) {
         let id = String(UInt32.random(in: 1...UInt32.max))
         let dir = d.root + "/xdg-run/.flatpak/" + id
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
+        try FileManager.default.createDirectory(
+            atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
         let info = dir + "/info"
-        let text = infoText ?? "[Application]\nname=\(appID)\nruntime=runtime/org.example.Platform/x86_64/1\n\n[Instance]\ninstance-id=\(id)\n"
+        let text =
+            infoText
+            ?? "[Application]\nname=\(appID)\nruntime=runtime/org.example.Platform/x86_64/1\n\n[Instance]\ninstance-id=\(id)\n"
         try Data(text.utf8).write(to: URL(fileURLWithPath: info))
         return (id, info)
     }
@@ -756,8 +939,10 @@ import Glibc
     /// (default `/app/bin/app`), the socket reachable; a `.flatpak` root gets its
     /// `/.flatpak-info` from `info` (by default a Flatpak instance's host record).
     static func sandboxed(
-        _ d: Daemon, _ app: String, _ arguments: [String], flatpakID: String = "org.example.Sandboxed", inside: String = "/app/bin/app",
-        infoText: String? = nil, info source: InfoSource = .flatpakInstance, root: SandboxRoot = .flatpak, stdin: Data? = nil,
+        _ d: Daemon, _ app: String, _ arguments: [String],
+        flatpakID: String = "org.example.Sandboxed", inside: String = "/app/bin/app",
+        infoText: String? = nil, info source: InfoSource = .flatpakInstance,
+        root: SandboxRoot = .flatpak, stdin: Data? = nil,
         extraBwrap: [String] = []
     ) throws -> ProcessResult {
         var bwrap: [String]
@@ -766,28 +951,37 @@ import Glibc
         } else {
             let socketDir = (d.socketPath as NSString).deletingLastPathComponent
             bwrap = [
-                "--tmpfs", "/", "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
-                "--symlink", "usr/bin", "/bin", "--ro-bind", "/etc", "/etc", "--ro-bind", "/opt", "/opt", "--bind", socketDir, socketDir,
+                "--tmpfs", "/", "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib",
+                "--symlink", "usr/lib64", "/lib64",
+                "--symlink", "usr/bin", "/bin", "--ro-bind", "/etc", "/etc", "--ro-bind", "/opt",
+                "/opt", "--bind", socketDir, socketDir,
             ]
             if root == .flatpak {
                 switch source {
                 case .flatpakInstance:
                     let instance = try Self.flatpakInstance(d, appID: flatpakID, infoText: infoText)
                     bwrap += ["--ro-bind-data", "4", "/.flatpak-info"]
-                    return Self.runAsFlatpak(d, instance, bwrap + extraBwrap + Self.tail(d, app, inside) + arguments, stdin: stdin)
+                    return Self.runAsFlatpak(
+                        d, instance, bwrap + extraBwrap + Self.tail(d, app, inside) + arguments,
+                        stdin: stdin)
                 case .selfWritten, .claimingInstance:
                     var instance = "1"
                     if case .claimingInstance(let id) = source { instance = id }
                     let info = d.root + "/flatpak-info-\(UUID().uuidString)"
-                    let text = infoText ?? "[Application]\nname=\(flatpakID)\nruntime=runtime/org.example.Platform/x86_64/1\n\n[Instance]\ninstance-id=\(instance)\n"
+                    let text =
+                        infoText
+                        ?? "[Application]\nname=\(flatpakID)\nruntime=runtime/org.example.Platform/x86_64/1\n\n[Instance]\ninstance-id=\(instance)\n"
                     try Data(text.utf8).write(to: URL(fileURLWithPath: info))
                     bwrap += ["--ro-bind", info, "/.flatpak-info"]
                 case .copyOfInstance(let id):
                     let copy = d.root + "/flatpak-info-\(UUID().uuidString)"
-                    try FileManager.default.copyItem(atPath: Self.instanceDirectory(d, id) + "/info", toPath: copy)
+                    try FileManager.default.copyItem(
+                        atPath: Self.instanceDirectory(d, id) + "/info", toPath: copy)
                     bwrap += ["--ro-bind", copy, "/.flatpak-info"]
                 case .recordOfInstance(let id):
-                    bwrap += ["--ro-bind", Self.instanceDirectory(d, id) + "/info", "/.flatpak-info"]
+                    bwrap += [
+                        "--ro-bind", Self.instanceDirectory(d, id) + "/info", "/.flatpak-info",
+                    ]
                 }
             }
         }
@@ -799,20 +993,31 @@ import Glibc
     /// the socket's path in the environment, and the command.
     static func tail(_ d: Daemon, _ app: String, _ inside: String) -> [String] {
         [
-            "--ro-bind", app, inside, "--dev", "/dev", "--proc", "/proc", "--setenv", "VAULTD_SOCKET", d.socketPath,
+            "--ro-bind", app, inside, "--dev", "/dev", "--proc", "/proc", "--setenv",
+            "VAULTD_SOCKET", d.socketPath,
             "--setenv", "HOME", "/tmp", inside,
         ]
     }
 
     /// `$XDG_RUNTIME_DIR/.flatpak/ID` of `d`'s vaultd.
-    static func instanceDirectory(_ d: Daemon, _ id: String) -> String { d.root + "/xdg-run/.flatpak/" + id }
+    static func instanceDirectory(_ d: Daemon, _ id: String) -> String {
+        d.root + "/xdg-run/.flatpak/" + id
+    }
 
     /// bwrap `arguments` as `flatpak run` runs it for `instance`: fd 3 writes the sandbox's
     /// `bwrapinfo.json` in the instance's directory (`--info-fd 3`, its first process as
     /// `child-pid`), fd 4 reads the instance's record (for `--ro-bind-data 4 /.flatpak-info`).
-    static func runAsFlatpak(_ d: Daemon, _ instance: (id: String, info: String), _ arguments: [String], stdin: Data? = nil) -> ProcessResult {
+    static func runAsFlatpak(
+        _ d: Daemon, _ instance: (id: String, info: String), _ arguments: [String],
+        stdin: Data? = nil
+    ) -> ProcessResult {
         let wrapper = #"i=$1; r=$2; shift 2; exec bwrap --info-fd 3 "$@" 3>"$i" 4<"$r""#
-        return d.run("sh", ["-c", wrapper, "sh", instanceDirectory(d, instance.id) + "/bwrapinfo.json", instance.info] + arguments, stdin: stdin)
+        return d.run(
+            "sh",
+            [
+                "-c", wrapper, "sh", instanceDirectory(d, instance.id) + "/bwrapinfo.json",
+                instance.info,
+            ] + arguments, stdin: stdin)
     }
 
     /// App A installed with its token ("token-of-A"), and an owner item (owner-svc/me, "owner
@@ -821,11 +1026,16 @@ import Glibc
         let a = try d.placeExample("a")
         try d.install(Self.appA, exe: a)
         #expect(d.app(a, ["token", "set"], stdin: Data("token-of-A".utf8)).status == 0)
-        #expect(d.ctl(["item", "add", "--service", "owner-svc", "--account", "me"], stdin: Data("owner secret".utf8)).status == 0)
+        #expect(
+            d.ctl(
+                ["item", "add", "--service", "owner-svc", "--account", "me"],
+                stdin: Data("owner secret".utf8)
+            ).status == 0)
         return a
     }
 
-    @Test(.tags(.system)) func aSandboxedAppIsIdentifiedByItsFlatpakIDAndKeptToItsOwnGroup() throws {
+    @Test(.tags(.system)) func aSandboxedAppIsIdentifiedByItsFlatpakIDAndKeptToItsOwnGroup() throws
+    {
         let d = try Self.daemon()
         defer { d.close() }
         let a = try Self.appAWithTokenBesideAnOwnerItem(d)
@@ -839,30 +1049,46 @@ import Glibc
 
         // Registered on first contact, as a Flatpak app, with its own group only.
         let shown = try #require(d.appShow("org.example.Sandboxed"), "not registered")
-        #expect(shown["flatpak"] as? Bool == true && shown["installed"] as? Bool == true, "\(shown)")
+        #expect(
+            shown["flatpak"] as? Bool == true && shown["installed"] as? Bool == true, "\(shown)")
         #expect(shown["keychainAccessGroups"] as? [String] == ["org.example.Sandboxed"], "\(shown)")
         #expect(shown["appGroups"] as? [String] == [], "\(shown)")
 
         Self.expectMissingEntitlement(
-            try Self.sandboxed(d, sandboxedApp, ["item", "get", "--access-group", "user", "--service", "owner-svc", "--account", "me"]),
+            try Self.sandboxed(
+                d, sandboxedApp,
+                [
+                    "item", "get", "--access-group", "user", "--service", "owner-svc", "--account",
+                    "me",
+                ]),
             "the sandbox reads the owner's item")
         Self.expectMissingEntitlement(
-            try Self.sandboxed(d, sandboxedApp, ["item", "get", "--access-group", Self.appA] + Self.tokenFilter), "the sandbox reads A's token")
+            try Self.sandboxed(
+                d, sandboxedApp, ["item", "get", "--access-group", Self.appA] + Self.tokenFilter),
+            "the sandbox reads A's token")
         Self.expectMissingEntitlement(
-            try Self.sandboxed(d, sandboxedApp, ["item", "list", "--access-group", Self.appA]), "the sandbox lists A's group")
+            try Self.sandboxed(d, sandboxedApp, ["item", "list", "--access-group", Self.appA]),
+            "the sandbox lists A's group")
         let listed = try Self.sandboxed(d, sandboxedApp, ["item", "list"])
-        #expect(!listed.stdoutText.contains("owner-svc") && !listed.stdoutText.contains(Self.appA), "\(listed)")
-        let prefs = try Self.sandboxed(d, sandboxedApp, ["defaults", "get", "colour", "--suite", Self.appA])
+        #expect(
+            !listed.stdoutText.contains("owner-svc") && !listed.stdoutText.contains(Self.appA),
+            "\(listed)")
+        let prefs = try Self.sandboxed(
+            d, sandboxedApp, ["defaults", "get", "colour", "--suite", Self.appA])
         #expect(prefs.status == 77 && prefs.stderr.contains(Self.missingEntitlement), "\(prefs)")
         // It is an app, not the owner: owner-only calls are refused.
         let cache = try Self.sandboxed(d, sandboxedApp, ["cache", "path"])
-        #expect(cache.status == 0 && cache.stdoutText.contains("/org.example.Sandboxed"), "\(cache)")
+        #expect(
+            cache.status == 0 && cache.stdoutText.contains("/org.example.Sandboxed"), "\(cache)")
 
-        let set = try Self.sandboxed(d, sandboxedApp, ["token", "set"], stdin: Data("sandbox token".utf8))
+        let set = try Self.sandboxed(
+            d, sandboxedApp, ["token", "set"], stdin: Data("sandbox token".utf8))
         #expect(set.status == 0, "\(set)")
         let get = try Self.sandboxed(d, sandboxedApp, ["token", "get"])
         #expect(get.status == 0 && get.stdoutText == "sandbox token", "\(get)")
-        #expect(d.ctl(["item", "list", "--access-group", "org.example.Sandboxed"]).stdoutText.contains("service=\"token\""))
+        #expect(
+            d.ctl(["item", "list", "--access-group", "org.example.Sandboxed"]).stdoutText.contains(
+                "service=\"token\""))
         #expect(d.app(a, ["token", "get"]).stdoutText == "token-of-A", "A's token is untouched")
     }
 
@@ -878,16 +1104,23 @@ import Glibc
         let atAsPath = try Self.sandboxed(d, a, ["launch"], inside: a)
         #expect(Launch(atAsPath.jsonObject ?? [:]).appID == "org.example.Sandboxed", "\(atAsPath)")
         Self.expectMissingEntitlement(
-            try Self.sandboxed(d, a, ["item", "get", "--access-group", Self.appA] + Self.tokenFilter, inside: a),
+            try Self.sandboxed(
+                d, a, ["item", "get", "--access-group", Self.appA] + Self.tokenFilter, inside: a),
             "a sandbox at A's path reads A's token")
 
         // A .flatpak-info naming A's app ID: refused or kept away from A's items, and A's
         // registration (executable, generation) is unchanged.
-        let claim = try Self.sandboxed(d, a, ["item", "get", "--access-group", Self.appA] + Self.tokenFilter, flatpakID: Self.appA)
+        let claim = try Self.sandboxed(
+            d, a, ["item", "get", "--access-group", Self.appA] + Self.tokenFilter,
+            flatpakID: Self.appA)
         #expect(claim.status != 0 && !claim.stdoutText.contains("token-of-A"), "\(claim)")
         let after = d.appShow(Self.appA)
-        #expect(after?["executable"] as? String == a && after?["flatpak"] as? Bool == false, "\(after ?? [:])")
-        #expect(after?["generation"] as? String == installedA["generation"] as? String, "\(after ?? [:])")
+        #expect(
+            after?["executable"] as? String == a && after?["flatpak"] as? Bool == false,
+            "\(after ?? [:])")
+        #expect(
+            after?["generation"] as? String == installedA["generation"] as? String,
+            "\(after ?? [:])")
         #expect(d.app(a, ["token", "get"]).stdoutText == "token-of-A")
 
         // Uninstalled too: a sandbox naming A cannot take the ID over (its first launch would
@@ -896,8 +1129,12 @@ import Glibc
         let takeover = try Self.sandboxed(d, a, ["launch"], flatpakID: Self.appA)
         #expect(takeover.status != 0, "\(takeover)")
         let kept = d.appShow(Self.appA)
-        #expect(kept?["flatpak"] as? Bool == false && kept?["installed"] as? Bool == false, "\(kept ?? [:])")
-        #expect(d.ctl(["item", "list", "--access-group", Self.appA]).stdoutText.contains("service=\"token\""))
+        #expect(
+            kept?["flatpak"] as? Bool == false && kept?["installed"] as? Bool == false,
+            "\(kept ?? [:])")
+        #expect(
+            d.ctl(["item", "list", "--access-group", Self.appA]).stdoutText.contains(
+                "service=\"token\""))
     }
 
     /// A sandbox writes its own `/.flatpak-info`, so the name it gives must not be one of the
@@ -914,45 +1151,92 @@ import Glibc
         #expect(early.status == 0, "\(early)")
 
         let a = try d.placeExample("a")
-        try d.install(Self.appA, exe: a, ["--access-group", "team.example.shared", "--access-group", "team.example.late", "--app-group", "group.org.example.suite"])
-        for (group, secret) in [("group.org.example.suite", "shared-secret"), ("team.example.shared", "team-secret"), ("team.example.late", "late-secret")] {
-            let add = d.app(a, ["item", "add", "--access-group", group, "--service", "s", "--account", "a"], stdin: Data(secret.utf8))
+        try d.install(
+            Self.appA, exe: a,
+            [
+                "--access-group", "team.example.shared", "--access-group", "team.example.late",
+                "--app-group", "group.org.example.suite",
+            ])
+        for (group, secret) in [
+            ("group.org.example.suite", "shared-secret"), ("team.example.shared", "team-secret"),
+            ("team.example.late", "late-secret"),
+        ] {
+            let add = d.app(
+                a, ["item", "add", "--access-group", group, "--service", "s", "--account", "a"],
+                stdin: Data(secret.utf8))
             #expect(add.status == 0, "\(add)")
         }
-        #expect(d.app(a, ["defaults", "set", "colour", "blue", "--suite", "group.org.example.suite"]).status == 0)
+        #expect(
+            d.app(a, ["defaults", "set", "colour", "blue", "--suite", "group.org.example.suite"])
+                .status == 0)
 
-        for (name, group) in [("group.org.example.suite", "group.org.example.suite"), ("team.example.shared", "team.example.shared"), ("team.example.late", "team.example.late")] {
-            let get = try Self.sandboxed(d, sandboxedApp, ["item", "get", "--access-group", group, "--service", "s", "--account", "a"], flatpakID: name)
+        for (name, group) in [
+            ("group.org.example.suite", "group.org.example.suite"),
+            ("team.example.shared", "team.example.shared"),
+            ("team.example.late", "team.example.late"),
+        ] {
+            let get = try Self.sandboxed(
+                d, sandboxedApp,
+                ["item", "get", "--access-group", group, "--service", "s", "--account", "a"],
+                flatpakID: name)
             #expect(get.status != 0 && !get.stdoutText.contains("secret"), "\(name): \(get)")
             let list = try Self.sandboxed(d, sandboxedApp, ["item", "list"], flatpakID: name)
             #expect(list.status != 0 && !list.stdoutText.contains("service"), "\(name): \(list)")
         }
-        let suite = try Self.sandboxed(d, sandboxedApp, ["defaults", "get", "colour", "--suite", "group.org.example.suite"], flatpakID: "group.org.example.suite")
+        let suite = try Self.sandboxed(
+            d, sandboxedApp, ["defaults", "get", "colour", "--suite", "group.org.example.suite"],
+            flatpakID: "group.org.example.suite")
         #expect(suite.status != 0 && !suite.stdoutText.contains("blue"), "\(suite)")
-        let own = try Self.sandboxed(d, sandboxedApp, ["defaults", "get", "colour"], flatpakID: "group.org.example.suite")
+        let own = try Self.sandboxed(
+            d, sandboxedApp, ["defaults", "get", "colour"], flatpakID: "group.org.example.suite")
         #expect(own.status != 0 && !own.stdoutText.contains("blue"), "\(own)")
         // No app was registered under those names; the early one stays registered (the
         // owner can uninstall it) but is refused.
-        let ids = Set((d.ctl(["app", "list", "--json"]).jsonArray ?? []).compactMap { $0["appID"] as? String })
+        let ids = Set(
+            (d.ctl(["app", "list", "--json"]).jsonArray ?? []).compactMap { $0["appID"] as? String }
+        )
         #expect(ids == [Self.appA, "team.example.late"], "\(ids)")
-        #expect(d.log.contains("names an app group") && d.log.contains("an access group of org.example.A"), "log:\n\(d.log)")
+        #expect(
+            d.log.contains("names an app group")
+                && d.log.contains("an access group of org.example.A"), "log:\n\(d.log)")
         // A's items are untouched, and a sandbox with a name of its own still works.
-        #expect(d.app(a, ["item", "get", "--access-group", "team.example.shared", "--service", "s", "--account", "a"]).stdoutText == "team-secret")
+        #expect(
+            d.app(
+                a,
+                [
+                    "item", "get", "--access-group", "team.example.shared", "--service", "s",
+                    "--account", "a",
+                ]
+            ).stdoutText == "team-secret")
         let fine = try Self.sandboxed(d, sandboxedApp, ["launch"])
-        #expect(fine.status == 0 && Launch(fine.jsonObject ?? [:]).appID == "org.example.Sandboxed", "\(fine)")
+        #expect(
+            fine.status == 0 && Launch(fine.jsonObject ?? [:]).appID == "org.example.Sandboxed",
+            "\(fine)")
     }
 
     /// A sandbox whose `/.flatpak-info` names no usable app is neither the owner (admin
     /// surface) nor an app: it is refused.
-    @Test(.tags(.system), arguments: ["", "[Application]\n", "[Instance]\nname=org.example.Sandboxed\n", "[Application]\nname=not an app id\n"])
+    @Test(
+        .tags(.system),
+        arguments: [
+            "", "[Application]\n", "[Instance]\nname=org.example.Sandboxed\n",
+            "[Application]\nname=not an app id\n",
+        ])
     func aSandboxVaultdCannotIdentifyIsRefused(_ infoText: String) throws {
         let d = try Self.daemon()
         defer { d.close() }
-        #expect(d.ctl(["item", "add", "--service", "owner-svc", "--account", "me"], stdin: Data("owner secret".utf8)).status == 0)
+        #expect(
+            d.ctl(
+                ["item", "add", "--service", "owner-svc", "--account", "me"],
+                stdin: Data("owner secret".utf8)
+            ).status == 0)
         let app = try d.placeExample("sandboxed")
         let launch = try Self.sandboxed(d, app, ["launch"], infoText: infoText)
         #expect(launch.status != 0, "\(launch)")
-        let read = try Self.sandboxed(d, app, ["item", "get", "--access-group", "user", "--service", "owner-svc", "--account", "me"], infoText: infoText)
+        let read = try Self.sandboxed(
+            d, app,
+            ["item", "get", "--access-group", "user", "--service", "owner-svc", "--account", "me"],
+            infoText: infoText)
         #expect(read.status != 0 && !read.stdoutText.contains("owner secret"), "\(read)")
         let list = try Self.sandboxed(d, app, ["item", "list"], infoText: infoText)
         #expect(!list.stdoutText.contains("owner-svc"), "\(list)")
@@ -970,13 +1254,17 @@ import Glibc
         let launch = try Self.sandboxed(d, app, ["launch"], root: .unnamed)
         #expect(launch.status != 0, "\(launch)")
         // The app is told why, not left with a reset connection.
-        #expect(launch.stderr.contains("a sandbox vaultd cannot name") && !launch.stderr.contains("reset by peer"), "\(launch)")
+        #expect(
+            launch.stderr.contains("a sandbox vaultd cannot name")
+                && !launch.stderr.contains("reset by peer"), "\(launch)")
         for args in [
             ["item", "get", "--access-group", "user", "--service", "owner-svc", "--account", "me"],
             ["item", "get", "--access-group", Self.appA] + Self.tokenFilter,
         ] {
             let r = try Self.sandboxed(d, app, args, root: .unnamed)
-            #expect(r.status != 0 && !r.stdoutText.contains("secret") && !r.stdoutText.contains("token-of-A"), "\(args): \(r)")
+            #expect(
+                r.status != 0 && !r.stdoutText.contains("secret")
+                    && !r.stdoutText.contains("token-of-A"), "\(args): \(r)")
         }
         // The same binary at A's own path in such a sandbox is not A either.
         let atAsPath = try Self.sandboxed(d, a, ["token", "get"], inside: a, root: .unnamed)
@@ -1008,18 +1296,30 @@ import Glibc
             while not os.path.exists(sys.argv[2]): time.sleep(0.02)
             print(hello(), flush=True)
             """
-        let out = d.root + "/upgrade.out", go = d.root + "/upgrade.go"
+        let out = d.root + "/upgrade.out"
+        let go = d.root + "/upgrade.go"
         let pid = try ChildProcess.spawn(
-            python, ["-c", script, d.socketPath, go], environment: d.environment, inputs: [:], stdout: .file(out, append: false),
+            python, ["-c", script, d.socketPath, go], environment: d.environment, inputs: [:],
+            stdout: .file(out, append: false),
             stderr: .file(out + ".err", append: false))
-        #expect(eventually(timeout: 10) { ((try? String(contentsOfFile: out, encoding: .utf8)) ?? "").contains("org.example.Raw") })
+        #expect(
+            eventually(timeout: 10) {
+                ((try? String(contentsOfFile: out, encoding: .utf8)) ?? "").contains(
+                    "org.example.Raw")
+            })
         // The upgrade: a new file renamed over the executable.
         try FileManager.default.copyItem(atPath: python, toPath: python + ".new")
         #expect(rename(python + ".new", python) == 0)
         _ = FileManager.default.createFile(atPath: go, contents: Data())
-        if ChildProcess.wait(pid, timeout: 20) == nil { kill(pid, SIGKILL); _ = ChildProcess.wait(pid, timeout: 5) }
-        let lines = ((try? String(contentsOfFile: out, encoding: .utf8)) ?? "").split(separator: "\n")
-        #expect(lines.count == 2 && lines[1].contains("\"appID\":\"org.example.Raw\""), "\(lines) \(d.log)")
+        if ChildProcess.wait(pid, timeout: 20) == nil {
+            kill(pid, SIGKILL)
+            _ = ChildProcess.wait(pid, timeout: 5)
+        }
+        let lines = ((try? String(contentsOfFile: out, encoding: .utf8)) ?? "").split(
+            separator: "\n")
+        #expect(
+            lines.count == 2 && lines[1].contains("\"appID\":\"org.example.Raw\""),
+            "\(lines) \(d.log)")
     }
 
     /// Another file mounted over a registered app's path (in a sandbox that keeps the host's
@@ -1047,12 +1347,17 @@ import Glibc
     @Test func aProgramAtAPathDifferingOnlyInNormalisationIsNotTheApp() throws {
         let d = try Self.daemon()
         defer { d.close() }
-        let a = try d.placeExample("caf\u{E9}"), other = try d.placeExample("cafe\u{301}")
-        var sa = stat(), so = stat()
-        try #require(stat(a, &sa) == 0 && stat(other, &so) == 0 && sa.st_ino != so.st_ino, "two files")
+        let a = try d.placeExample("caf\u{E9}")
+        let other = try d.placeExample("cafe\u{301}")
+        var sa = stat()
+        var so = stat()
+        try #require(
+            stat(a, &sa) == 0 && stat(other, &so) == 0 && sa.st_ino != so.st_ino, "two files")
         try d.install(Self.appA, exe: a)
         #expect(d.app(a, ["token", "set"], stdin: Data("token-of-A".utf8)).status == 0)
-        #expect(try d.launch(other).appID == nil, "the other program is unregistered: the owner's tools")
+        #expect(
+            try d.launch(other).appID == nil, "the other program is unregistered: the owner's tools"
+        )
         let get = d.app(other, ["token", "get"])
         #expect(get.status != 0 && !get.stdoutText.contains("token-of-A"), "\(get)")
         #expect(try d.launch(a).appID == Self.appA)
@@ -1068,16 +1373,21 @@ import Glibc
         let d = try Self.daemon()
         defer { d.close() }
         // Let another uid reach the socket, so the uid check is what refuses it.
-        for dir in [d.root, (d.socketPath as NSString).deletingLastPathComponent] { chmod(dir, 0o755) }
+        for dir in [d.root, (d.socketPath as NSString).deletingLastPathComponent] {
+            chmod(dir, 0o755)
+        }
         chmod(d.socketPath, 0o666)
         let asNobody = ["--reuid=65534", "--regid=65534", "--clear-groups"]
         var env = d.environment
         env["HOME"] = "/"
-        let r = try ChildProcess.run("setpriv", asNobody + [Paths.tool("vaultctl"), "status", "--json"], environment: env)
+        let r = try ChildProcess.run(
+            "setpriv", asNobody + [Paths.tool("vaultctl"), "status", "--json"], environment: env)
         #expect(r.status != 0, "\(r)")
         #expect(!r.stdoutText.contains("unlocked"), "\(r)")
         // vaultctl refuses vaultd (not its uid) as soon as it connects: vaultd's refusal may come after.
-        #expect(eventually(timeout: 5) { d.log.contains("refused a connection from another user") }, "log:\n\(d.log)")
+        #expect(
+            eventually(timeout: 5) { d.log.contains("refused a connection from another user") },
+            "log:\n\(d.log)")
 
         // A raw connection from that uid gets nothing back: closed at once.
         let probe = """
@@ -1095,7 +1405,8 @@ import Glibc
                 data = b''
             print(repr(data))
             """
-        let raw = try ChildProcess.run("setpriv", asNobody + ["/usr/bin/python3", "-c", probe, d.socketPath], environment: env)
+        let raw = try ChildProcess.run(
+            "setpriv", asNobody + ["/usr/bin/python3", "-c", probe, d.socketPath], environment: env)
         #expect(raw.stdoutText == "b''\n", "\(raw)")
         // The owner is still served.
         #expect(d.ctl(["status"]).status == 0)
@@ -1103,7 +1414,10 @@ import Glibc
 
     // MARK: Validation, suites and the global domain
 
-    @Test(arguments: ["notreverse", "org..example", "1org.example", ".org.example", "org.example.", "org.exa mple", "org/example.A", "org.ëxample"])
+    @Test(arguments: [
+        "notreverse", "org..example", "1org.example", ".org.example", "org.example.",
+        "org.exa mple", "org/example.A", "org.ëxample",
+    ])
     func appIDsMustBeReverseDNS(_ id: String) throws {
         let d = try Daemon()
         defer { d.close() }
@@ -1122,17 +1436,28 @@ import Glibc
     @Test func anAppIDMayNotNameAnAppGroup() throws {
         let d = try Daemon()
         defer { d.close() }
-        let member = try d.placeExample("member"), other = try d.placeExample("other")
-        try #require(d.ctl(["app", "install", "org.example.member", "--exe", member, "--app-group", "group.example.shared"]).status == 0)
-        #expect(d.app(member, ["defaults", "set", "k", "members", "--suite", "group.example.shared"]).status == 0)
+        let member = try d.placeExample("member")
+        let other = try d.placeExample("other")
+        try #require(
+            d.ctl([
+                "app", "install", "org.example.member", "--exe", member, "--app-group",
+                "group.example.shared",
+            ]).status == 0)
+        #expect(
+            d.app(member, ["defaults", "set", "k", "members", "--suite", "group.example.shared"])
+                .status == 0)
         let r = d.ctl(["app", "install", "group.example.shared", "--exe", other])
         #expect(r.status == 65, "\(r)")
-        #expect(r.stderr.contains("io.vaultd.Apps.InvalidAppID") && r.stderr.contains("app group"), "\(r)")
+        #expect(
+            r.stderr.contains("io.vaultd.Apps.InvalidAppID") && r.stderr.contains("app group"),
+            "\(r)")
         #expect(d.ctl(["app", "list"]).stdoutText.contains("group.example.shared") == false)
         // The copy stays unidentified (the owner's tools), and the members' suite is theirs.
         #expect(d.app(other, ["defaults", "get", "k"]).status != 0)
         #expect(d.ctl(["app", "uninstall", "group.example.shared"]).status != 0)
-        #expect(d.app(member, ["defaults", "get", "k", "--suite", "group.example.shared"]).stdoutText == "members\n")
+        #expect(
+            d.app(member, ["defaults", "get", "k", "--suite", "group.example.shared"]).stdoutText
+                == "members\n")
     }
 
     /// App groups whose names differ only in Unicode normalisation (`group.café` with a
@@ -1142,22 +1467,34 @@ import Glibc
     @Test func appGroupsDifferingOnlyInNormalisationAreDistinct() throws {
         let d = try Self.daemon()
         defer { d.close() }
-        let composed = "group.caf\u{E9}", decomposed = "group.cafe\u{301}"
-        let a = try d.placeExample("a"), b = try d.placeExample("b")
-        try #require(d.ctl(["app", "install", "org.example.decomposed", "--exe", a, "--app-group", decomposed]).status == 0)
-        try #require(d.ctl(["app", "install", "org.example.composed", "--exe", b, "--app-group", composed]).status == 0)
-        #expect(d.app(a, ["defaults", "set", "k", "decomposed only", "--suite", decomposed]).status == 0)
+        let composed = "group.caf\u{E9}"
+        let decomposed = "group.cafe\u{301}"
+        let a = try d.placeExample("a")
+        let b = try d.placeExample("b")
+        try #require(
+            d.ctl([
+                "app", "install", "org.example.decomposed", "--exe", a, "--app-group", decomposed,
+            ]).status == 0)
+        try #require(
+            d.ctl(["app", "install", "org.example.composed", "--exe", b, "--app-group", composed])
+                .status == 0)
+        #expect(
+            d.app(a, ["defaults", "set", "k", "decomposed only", "--suite", decomposed]).status == 0
+        )
         let item = ["--access-group", decomposed, "--service", "svc", "--account", "acct"]
         #expect(d.app(a, ["item", "add"] + item, stdin: Data("secret".utf8)).status == 0)
 
         let read = d.app(b, ["defaults", "get", "k", "--suite", decomposed])
         #expect(read.status != 0 && !read.stdoutText.contains("decomposed only"), "\(read)")
         #expect(read.stderr.contains("MissingEntitlement"), "\(read)")
-        #expect(d.app(b, ["defaults", "set", "k", "overwritten", "--suite", decomposed]).status != 0)
+        #expect(
+            d.app(b, ["defaults", "set", "k", "overwritten", "--suite", decomposed]).status != 0)
         let get = d.app(b, ["item", "get"] + item)
         #expect(get.status != 0 && get.stdoutText.isEmpty, "\(get)")
         // Each member still has its own group.
-        #expect(d.app(a, ["defaults", "get", "k", "--suite", decomposed]).stdoutText == "decomposed only\n")
+        #expect(
+            d.app(a, ["defaults", "get", "k", "--suite", decomposed]).stdoutText
+                == "decomposed only\n")
         #expect(d.app(b, ["defaults", "set", "k", "composed", "--suite", composed]).status == 0)
         #expect(d.app(a, ["item", "get"] + item).stdoutText == "secret")
     }
@@ -1177,17 +1514,24 @@ import Glibc
         let d = try Daemon()
         defer { d.close() }
         let a = try d.placeExample("a")
-        let args = extra.first == "--exe" ? ["app", "install", Self.appA] + extra : ["app", "install", Self.appA, "--exe", a] + extra
+        let args =
+            extra.first == "--exe"
+            ? ["app", "install", Self.appA] + extra
+            : ["app", "install", Self.appA, "--exe", a] + extra
         let r = d.ctl(args)
         #expect(r.status == 65, "\(r)")
-        #expect(r.stderr.contains("org.varlink.service.InvalidParameter") && r.stderr.contains("'\(parameter)'"), "\(r)")
+        #expect(
+            r.stderr.contains("org.varlink.service.InvalidParameter")
+                && r.stderr.contains("'\(parameter)'"), "\(r)")
         #expect(d.ctl(["app", "list", "--json"]).jsonArray?.isEmpty == true)
     }
 
     @Test func anAppGroupSuiteIsReadableAndWritableByMembersOnly() throws {
         let d = try Self.daemon()
         defer { d.close() }
-        let a = try d.placeExample("a"), b = try d.placeExample("b"), c = try d.placeExample("c")
+        let a = try d.placeExample("a")
+        let b = try d.placeExample("b")
+        let c = try d.placeExample("c")
         try d.install(Self.appA, exe: a, ["--app-group", "group.org.example.suite"])
         try d.install(Self.appB, exe: b, ["--app-group", "group.org.example.suite"])
         try d.install(Self.appC, exe: c)
@@ -1198,16 +1542,22 @@ import Glibc
         #expect(d.app(b, ["defaults", "get", "colour"] + suite).stdoutText == "blue\n")
         #expect(d.app(b, ["defaults", "set", "colour", "green"] + suite).status == 0)
         #expect(d.app(a, ["defaults", "get", "colour"] + suite).stdoutText == "green\n")
-        #expect(d.ctl(["defaults", "read", "group.org.example.suite", "colour"]).stdoutText == "green\n")
+        #expect(
+            d.ctl(["defaults", "read", "group.org.example.suite", "colour"]).stdoutText == "green\n"
+        )
 
         let read = d.app(c, ["defaults", "get", "colour"] + suite)
-        #expect(read.status == 77 && read.stderr.contains(Self.missingEntitlement) && !read.stdoutText.contains("green"), "\(read)")
+        #expect(
+            read.status == 77 && read.stderr.contains(Self.missingEntitlement)
+                && !read.stdoutText.contains("green"), "\(read)")
         let write = d.app(c, ["defaults", "set", "colour", "red"] + suite)
         #expect(write.status == 77 && write.stderr.contains(Self.missingEntitlement), "\(write)")
         // Nor another app's own domain.
         let other = d.app(c, ["defaults", "get", "colour", "--suite", Self.appA])
         #expect(other.status == 77 && other.stderr.contains(Self.missingEntitlement), "\(other)")
-        #expect(d.ctl(["defaults", "read", "group.org.example.suite", "colour"]).stdoutText == "green\n")
+        #expect(
+            d.ctl(["defaults", "read", "group.org.example.suite", "colour"]).stdoutText == "green\n"
+        )
     }
 
     /// Groups are compared byte for byte, as the store keeps them: an app whose group is
@@ -1217,7 +1567,8 @@ import Glibc
     @Test func groupsThatDifferOnlyInUnicodeNormalisationAreDifferentGroups() throws {
         let d = try Self.daemon()
         defer { d.close() }
-        let a = try d.placeExample("a"), b = try d.placeExample("b")
+        let a = try d.placeExample("a")
+        let b = try d.placeExample("b")
         let (nfc, nfd) = ("com.example.caf\u{E9}", "com.example.cafe\u{301}")
         let (suiteNFC, suiteNFD) = ("group.caf\u{E9}", "group.cafe\u{301}")
         #expect(Array(nfc.utf8) != Array(nfd.utf8) && Array(suiteNFC.utf8) != Array(suiteNFD.utf8))
@@ -1228,28 +1579,39 @@ import Glibc
         let add = d.app(a, ["item", "add"] + item, stdin: Data("secret of A".utf8))
         try #require(add.status == 0, "\(add)")
         Self.expectMissingEntitlement(d.app(b, ["item", "get"] + item), "B reads A's item")
-        Self.expectMissingEntitlement(d.app(b, ["item", "update"] + item, stdin: Data("replaced by B".utf8)), "B updates A's item")
-        Self.expectMissingEntitlement(d.app(b, ["item", "delete"] + item), "B deletes A's item")
-        Self.expectMissingEntitlement(d.app(b, ["item", "list", "--access-group", nfc]), "B lists A's group")
         Self.expectMissingEntitlement(
-            d.app(b, ["item", "add", "--access-group", nfc, "--service", "planted", "--account", "x"], stdin: Data("p".utf8)),
+            d.app(b, ["item", "update"] + item, stdin: Data("replaced by B".utf8)),
+            "B updates A's item")
+        Self.expectMissingEntitlement(d.app(b, ["item", "delete"] + item), "B deletes A's item")
+        Self.expectMissingEntitlement(
+            d.app(b, ["item", "list", "--access-group", nfc]), "B lists A's group")
+        Self.expectMissingEntitlement(
+            d.app(
+                b,
+                ["item", "add", "--access-group", nfc, "--service", "planted", "--account", "x"],
+                stdin: Data("p".utf8)),
             "B adds into A's group")
         #expect(d.app(a, ["item", "get"] + item).stdoutText == "secret of A")
         let listed = d.ctl(["item", "list", "--access-group", nfc, "--json"])
         #expect(listed.status == 0 && !listed.stdoutText.contains("planted"), "\(listed)")
 
         // B's own group, its default, is the other spelling, and holds what B adds.
-        let own = d.app(b, ["item", "add", "--access-group", nfd, "--service", "svc", "--account", "acct"], stdin: Data("secret of B".utf8))
+        let own = d.app(
+            b, ["item", "add", "--access-group", nfd, "--service", "svc", "--account", "acct"],
+            stdin: Data("secret of B".utf8))
         #expect(own.status == 0, "\(own)")
         #expect(d.app(a, ["item", "get"] + item).stdoutText == "secret of A")
 
         // App-group suites likewise.
         #expect(d.app(a, ["defaults", "set", "colour", "blue", "--suite", suiteNFC]).status == 0)
         let read = d.app(b, ["defaults", "get", "colour", "--suite", suiteNFC])
-        #expect(read.status == 77 && read.stderr.contains(Self.missingEntitlement) && !read.stdoutText.contains("blue"), "\(read)")
+        #expect(
+            read.status == 77 && read.stderr.contains(Self.missingEntitlement)
+                && !read.stdoutText.contains("blue"), "\(read)")
         let write = d.app(b, ["defaults", "set", "colour", "red", "--suite", suiteNFC])
         #expect(write.status == 77 && write.stderr.contains(Self.missingEntitlement), "\(write)")
-        #expect(d.app(a, ["defaults", "get", "colour", "--suite", suiteNFC]).stdoutText == "blue\n")
+        #expect(
+            d.app(a, ["defaults", "get", "colour", "--suite", suiteNFC]).stdoutText == "blue\n")
     }
 
     /// An app group's suite goes with the group's last installed app, as iOS removes the
@@ -1258,7 +1620,8 @@ import Glibc
     @Test func anAppGroupSuiteGoesWithTheGroupsLastApp() throws {
         let d = try Self.daemon()
         defer { d.close() }
-        let a = try d.placeExample("a"), b = try d.placeExample("b")
+        let a = try d.placeExample("a")
+        let b = try d.placeExample("b")
         let group = "group.org.example.suite"
         try d.install(Self.appA, exe: a, ["--app-group", group])
         try d.install(Self.appB, exe: b, ["--app-group", group])
@@ -1266,11 +1629,16 @@ import Glibc
         #expect(d.ctl(["defaults", "write", "group.org.example.other", "kept", "yes"]).status == 0)
 
         #expect(d.ctl(["app", "uninstall", Self.appA]).status == 0)
-        #expect(d.app(b, ["defaults", "get", "colour", "--suite", group]).stdoutText == "blue\n", "B is still a member")
+        #expect(
+            d.app(b, ["defaults", "get", "colour", "--suite", group]).stdoutText == "blue\n",
+            "B is still a member")
         #expect(d.ctl(["app", "uninstall", Self.appB]).status == 0)
         let gone = d.ctl(["defaults", "read", group, "colour"])
-        #expect(gone.status != 0 && !gone.stdoutText.contains("blue"), "the last member went: \(gone)")
-        #expect(d.ctl(["defaults", "read", "group.org.example.other", "kept"]).stdoutText == "yes\n", "a suite of no uninstalled app stays")
+        #expect(
+            gone.status != 0 && !gone.stdoutText.contains("blue"), "the last member went: \(gone)")
+        #expect(
+            d.ctl(["defaults", "read", "group.org.example.other", "kept"]).stdoutText == "yes\n",
+            "a suite of no uninstalled app stays")
 
         try d.install(Self.appA, exe: a, ["--app-group", group])
         let fresh = d.app(a, ["defaults", "get", "colour", "--suite", group])
@@ -1283,24 +1651,35 @@ import Glibc
     @Test func anAppsStatusCountsOnlyWhatItMayRead() throws {
         let d = try Self.daemon()
         defer { d.close() }
-        let a = try d.placeExample("a"), b = try d.placeExample("b")
+        let a = try d.placeExample("a")
+        let b = try d.placeExample("b")
         try d.install(Self.appA, exe: a, ["--app-group", "group.org.example.suite"])
         try d.install(Self.appB, exe: b)
         #expect(d.app(a, ["token", "set"], stdin: Data("a".utf8)).status == 0)
         #expect(d.app(a, ["defaults", "set", "k", "v"]).status == 0)
-        #expect(d.app(a, ["defaults", "set", "k", "v", "--suite", "group.org.example.suite"]).status == 0)
-        #expect(d.ctl(["item", "add", "--service", "owner", "--account", "x"], stdin: Data("s".utf8)).status == 0)
+        #expect(
+            d.app(a, ["defaults", "set", "k", "v", "--suite", "group.org.example.suite"]).status
+                == 0)
+        #expect(
+            d.ctl(["item", "add", "--service", "owner", "--account", "x"], stdin: Data("s".utf8))
+                .status == 0)
         #expect(d.ctl(["defaults", "write", "-g", "AppleLocale", "en_GB"]).status == 0)
         #expect(d.ctl(["defaults", "write", "org.example.elsewhere", "k", "v"]).status == 0)
         func figures(_ exe: String) -> ExactDictionary<Int>? {
             let r = d.app(exe, ["status"])
             return (try? JSON.parse(Array(r.stdout)))?.objectValue?.compactMapValues(\.intValue)
         }
-        #expect(figures(a) == ["items": 1, "domains": 3], "A: its item; its domain, its suite and NSGlobalDomain")
-        #expect(figures(b) == ["items": 0, "domains": 1], "B: nothing of A's or the owner's; NSGlobalDomain")
+        #expect(
+            figures(a) == ["items": 1, "domains": 3],
+            "A: its item; its domain, its suite and NSGlobalDomain")
+        #expect(
+            figures(b) == ["items": 0, "domains": 1],
+            "B: nothing of A's or the owner's; NSGlobalDomain")
         let owner = d.ctl(["status", "--json"])
         let all = (try? JSON.parse(Array(owner.stdout)))?.objectValue
-        #expect(all?["items"]?.intValue == 2 && all?["domains"]?.intValue == 4, "the owner: everything (\(owner))")
+        #expect(
+            all?["items"]?.intValue == 2 && all?["domains"]?.intValue == 4,
+            "the owner: everything (\(owner))")
     }
 
     @Test func theGlobalDomainIsReadableByAppsButNotWritable() throws {
@@ -1310,9 +1689,14 @@ import Glibc
         try d.install(Self.appA, exe: a)
         #expect(d.ctl(["defaults", "write", "-g", "AppleLocale", "en_GB"]).status == 0)
 
-        #expect(d.app(a, ["defaults", "get", "AppleLocale"]).stdoutText == "en_GB\n", "through the search list")
-        #expect(d.app(a, ["defaults", "get", "AppleLocale", "--suite", "NSGlobalDomain"]).stdoutText == "en_GB\n")
-        let write = d.app(a, ["defaults", "set", "AppleLocale", "fr_FR", "--suite", "NSGlobalDomain"])
+        #expect(
+            d.app(a, ["defaults", "get", "AppleLocale"]).stdoutText == "en_GB\n",
+            "through the search list")
+        #expect(
+            d.app(a, ["defaults", "get", "AppleLocale", "--suite", "NSGlobalDomain"]).stdoutText
+                == "en_GB\n")
+        let write = d.app(
+            a, ["defaults", "set", "AppleLocale", "fr_FR", "--suite", "NSGlobalDomain"])
         #expect(write.status == 77, "\(write)")
         #expect(write.stderr.contains("io.vaultd.Preferences.ReadOnlyDomain"), "\(write)")
         #expect(d.ctl(["defaults", "read", "-g", "AppleLocale"]).stdoutText == "en_GB\n")

@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 import VaultClient
 import VaultProtocol
 
@@ -16,12 +16,18 @@ struct BackupTests {
     static let backupPassphrase = "b4ckup passphrase"
 
     /// `vaultctl backup FILE --passphrase-fd 3` (`extra` options after it).
-    static func backup(_ d: Daemon, _ file: String, _ extra: [String] = [], passphrase: String = backupPassphrase) -> ProcessResult {
-        d.ctl(["backup", file, "--passphrase-fd", "3"] + extra, fds: [3: passphraseLine(passphrase)])
+    static func backup(
+        _ d: Daemon, _ file: String, _ extra: [String] = [], passphrase: String = backupPassphrase
+    ) -> ProcessResult {
+        d.ctl(
+            ["backup", file, "--passphrase-fd", "3"] + extra, fds: [3: passphraseLine(passphrase)])
     }
 
     /// `vaultctl restore FILE --passphrase-fd 3`, with fd 4 the new vault's passphrase when given.
-    static func restore(_ d: Daemon, _ file: String, _ extra: [String] = [], passphrase: String = backupPassphrase, newPassphrase: String? = nil) -> ProcessResult {
+    static func restore(
+        _ d: Daemon, _ file: String, _ extra: [String] = [], passphrase: String = backupPassphrase,
+        newPassphrase: String? = nil
+    ) -> ProcessResult {
         var fds: [Int32: Data] = [3: passphraseLine(passphrase)]
         var args = ["restore", file, "--passphrase-fd", "3"] + extra
         if let n = newPassphrase {
@@ -38,12 +44,21 @@ struct BackupTests {
         for cls in ItemClass.allCases {
             let found: [Item]
             do {
-                found = try vault.keychain.copyMatching(Query(cls, matchAll: true), returnData: false)
+                found = try vault.keychain.copyMatching(
+                    Query(cls, matchAll: true), returnData: false)
             } catch let e as VaultError where e.code == .itemNotFound { continue }
             for item in found {
                 let a = try #require(item.attributes)
-                let one = try vault.keychain.copyMatching(Query(cls, ItemAttributes(service: a.service, account: a.account, accessGroup: a.accessGroup, server: a.server, protocol: a.protocol, port: a.port, path: a.path)), returnData: true, returnAttributes: true)
-                out["\(cls.rawValue)|\(a.accessGroup ?? "")|\(a.service ?? a.server ?? "")|\(a.account ?? "")|\(a.path ?? "")"] = (a.json, one[0].data ?? Data())
+                let one = try vault.keychain.copyMatching(
+                    Query(
+                        cls,
+                        ItemAttributes(
+                            service: a.service, account: a.account, accessGroup: a.accessGroup,
+                            server: a.server, protocol: a.protocol, port: a.port, path: a.path)),
+                    returnData: true, returnAttributes: true)
+                out[
+                    "\(cls.rawValue)|\(a.accessGroup ?? "")|\(a.service ?? a.server ?? "")|\(a.account ?? "")|\(a.path ?? "")"
+                ] = (a.json, one[0].data ?? Data())
             }
         }
         return out
@@ -52,7 +67,9 @@ struct BackupTests {
     /// Every domain's values, tagged (so each value's type is compared too).
     static func preferences(_ vault: Vault) throws -> [String: JSON] {
         var out: [String: JSON] = [:]
-        for d in try vault.preferences.domains() { out[d] = .object(try vault.preferences.values(domain: d).mapValues(\.tagged)) }
+        for d in try vault.preferences.domains() {
+            out[d] = .object(try vault.preferences.values(domain: d).mapValues(\.tagged))
+        }
         return out
     }
 
@@ -61,20 +78,37 @@ struct BackupTests {
     static func populate(_ d: Daemon) throws {
         let vault = try d.client()
         _ = try vault.keychain.add(
-            attributes: ItemAttributes(service: "mail", account: "ann", label: "Mail", comment: "c", description: "d", generic: Data([0, 1, 2])),
+            attributes: ItemAttributes(
+                service: "mail", account: "ann", label: "Mail", comment: "c", description: "d",
+                generic: Data([0, 1, 2])),
             data: Data("secret one".utf8))
-        _ = try vault.keychain.add(attributes: ItemAttributes(service: "bin", account: "raw", accessible: .afterFirstUnlock), data: Data([0xff, 0, 0x80, 0x0a]))
         _ = try vault.keychain.add(
-            .internetPassword, attributes: ItemAttributes(account: "bob", server: "example.org", protocol: "https", port: 8443, path: "/x", authenticationType: "form"),
+            attributes: ItemAttributes(
+                service: "bin", account: "raw", accessible: .afterFirstUnlock),
+            data: Data([0xff, 0, 0x80, 0x0a]))
+        _ = try vault.keychain.add(
+            .internetPassword,
+            attributes: ItemAttributes(
+                account: "bob", server: "example.org", protocol: "https", port: 8443, path: "/x",
+                authenticationType: "form"),
             data: pseudoRandomBytes(count: 200_000, seed: 7))
         let prefs: [(String, String, PlistValue)] = [
-            ("org.example.A", "string", .string("héllo")), ("org.example.A", "int", .integer(-42)), ("org.example.A", "real", .real(0.1)),
-            ("org.example.A", "bool", .bool(true)), ("org.example.A", "date", .date(Date(timeIntervalSince1970: 1_700_000_000.25))),
-            ("org.example.A", "data", .data(Data([1, 2, 3]))), ("org.example.A", "array", .array([.integer(1), .string("2")])),
-            ("org.example.B", "dict", .dict(["k": .real(2.5), "n": .dict([:])])), ("NSGlobalDomain", "AppleLanguages", .array([.string("en")])),
+            ("org.example.A", "string", .string("héllo")), ("org.example.A", "int", .integer(-42)),
+            ("org.example.A", "real", .real(0.1)),
+            ("org.example.A", "bool", .bool(true)),
+            ("org.example.A", "date", .date(Date(timeIntervalSince1970: 1_700_000_000.25))),
+            ("org.example.A", "data", .data(Data([1, 2, 3]))),
+            ("org.example.A", "array", .array([.integer(1), .string("2")])),
+            ("org.example.B", "dict", .dict(["k": .real(2.5), "n": .dict([:])])),
+            ("NSGlobalDomain", "AppleLanguages", .array([.string("en")])),
         ]
-        for (domain, key, value) in prefs { try vault.preferences.set(value, domain: domain, key: key) }
-        let app = d.ctl(["app", "install", "org.example.Notes", "--exe", "/usr/bin/true", "--access-group", "team.shared"])
+        for (domain, key, value) in prefs {
+            try vault.preferences.set(value, domain: domain, key: key)
+        }
+        let app = d.ctl([
+            "app", "install", "org.example.Notes", "--exe", "/usr/bin/true", "--access-group",
+            "team.shared",
+        ])
         try #require(app.status == 0, "\(app)")
     }
 
@@ -106,8 +140,11 @@ struct BackupTests {
                     let v = try a.client()
                     var i = 0
                     while !stop.value && i < writesEach {
-                        _ = try v.keychain.add(attributes: ItemAttributes(service: "writer", account: "w\(w)-\(i)"), data: Data("v\(w)-\(i)".utf8))
-                        try v.preferences.set(.integer(Int64(i)), domain: "org.example.writers", key: "w\(w)")
+                        _ = try v.keychain.add(
+                            attributes: ItemAttributes(service: "writer", account: "w\(w)-\(i)"),
+                            data: Data("v\(w)-\(i)".utf8))
+                        try v.preferences.set(
+                            .integer(Int64(i)), domain: "org.example.writers", key: "w\(w)")
                         i += 1
                         acknowledged.update { $0[w] = i }
                     }
@@ -128,19 +165,28 @@ struct BackupTests {
         #expect(r.stdoutText.contains("backup written to \(file)"), "\(r)")
         var st = stat()
         #expect(stat(file, &st) == 0 && st.st_mode & 0o777 == 0o600)
-        #expect((try FileManager.default.contentsOfDirectory(atPath: a.root)).filter { $0.contains(".tmp-") }.isEmpty, "no temporary file left")
+        #expect(
+            (try FileManager.default.contentsOfDirectory(atPath: a.root)).filter {
+                $0.contains(".tmp-")
+            }.isEmpty, "no temporary file left")
 
         // The real age opens it with the passphrase typed at its prompt.
-        let opened = PseudoTerminal.run(a, "age", ["-d", "-o", a.root + "/vault.plain", file], answers: [("passphrase", Self.backupPassphrase)])
+        let opened = PseudoTerminal.run(
+            a, "age", ["-d", "-o", a.root + "/vault.plain", file],
+            answers: [("passphrase", Self.backupPassphrase)])
         #expect(opened.status == 0, "\(opened)")
-        #expect(FileManager.default.contents(atPath: a.root + "/vault.plain")?.starts(with: Data("vaultd backup 1\n".utf8)) == true)
+        #expect(
+            FileManager.default.contents(atPath: a.root + "/vault.plain")?.starts(
+                with: Data("vaultd backup 1\n".utf8)) == true)
 
         // A wrong passphrase into a fresh vault: exit 1, the vault still uninitialised.
         let c = try Daemon()
         defer { c.close() }
         let wrong = Self.restore(c, file, passphrase: "not it", newPassphrase: "new one")
         #expect(wrong.status == 1, "\(wrong)")
-        #expect(wrong.stderr.contains("BackupAuthFailed") && wrong.stderr.contains("nothing was changed"), "\(wrong)")
+        #expect(
+            wrong.stderr.contains("BackupAuthFailed")
+                && wrong.stderr.contains("nothing was changed"), "\(wrong)")
         #expect(c.statusJSON()?["state"] as? String == "uninitialized")
 
         // Restored into a fresh data directory on another path (another device: its own device.key).
@@ -149,23 +195,32 @@ struct BackupTests {
         #expect(b.dataDirectory != a.dataDirectory)
         let restored = Self.restore(b, file, newPassphrase: "the new vault's")
         try #require(restored.status == 0, "\(restored)")
-        #expect(restored.stdoutText.contains("preferences: 17 added, 0 replaced, 0 kept"), "\(restored)")
+        #expect(
+            restored.stdoutText.contains("preferences: 17 added, 0 replaced, 0 kept"), "\(restored)"
+        )
         #expect(b.statusJSON()?["hasPassphrase"] as? Bool == true)
         #expect(b.ctl(["lock"]).status == 0 && b.unlock(passphrase: "the new vault's").status == 0)
 
-        let av = try a.client(), bv = try b.client()
+        let av = try a.client()
+        let bv = try b.client()
         var aItems = try Self.items(av)
         let bItems = try Self.items(bv)
         // Each writer's items in the backup: a prefix of what it wrote, at least what was
         // acknowledged before the backup began, at most what was acknowledged after it ended.
         for w in 0..<8 {
-            let kept = (0..<after[w] + 1).filter { bItems["genericPassword|user|writer|w\(w)-\($0)|"] != nil }
+            let kept = (0..<after[w] + 1).filter {
+                bItems["genericPassword|user|writer|w\(w)-\($0)|"] != nil
+            }
             #expect(kept == Array(0..<kept.count), "writer \(w): not a prefix: \(kept)")
-            #expect(kept.count >= before[w] && kept.count <= after[w], "writer \(w): \(kept.count) of \(before[w])...\(after[w])")
+            #expect(
+                kept.count >= before[w] && kept.count <= after[w],
+                "writer \(w): \(kept.count) of \(before[w])...\(after[w])")
             // The writer sets its key to i after adding item i: the snapshot has the key of
             // its last item, or of the one before when it fell between the two writes.
             let value = try bv.preferences.value(domain: "org.example.writers", key: "w\(w)")
-            #expect([.integer(Int64(kept.count - 1)), .integer(Int64(kept.count - 2))].contains(value), "writer \(w): \(String(describing: value)) with \(kept.count) items")
+            #expect(
+                [.integer(Int64(kept.count - 1)), .integer(Int64(kept.count - 2))].contains(value),
+                "writer \(w): \(String(describing: value)) with \(kept.count) items")
         }
         aItems = aItems.filter { k, _ in bItems[k] != nil || !k.contains("|writer|") }
         #expect(aItems.count == bItems.count)
@@ -173,12 +228,17 @@ struct BackupTests {
             #expect(bItems[k]?.attributes == v.attributes, "\(k): attributes and dates")
             #expect(bItems[k]?.data == v.data, "\(k): the secret's bytes")
         }
-        var aPrefs = try Self.preferences(av), bPrefs = try Self.preferences(bv)
+        var aPrefs = try Self.preferences(av)
+        var bPrefs = try Self.preferences(bv)
         aPrefs["org.example.writers"] = nil
         bPrefs["org.example.writers"] = nil
         #expect(aPrefs == bPrefs)
-        #expect(bPrefs["org.example.A"]?["real"] == PlistValue.real(0.1).tagged && bPrefs["org.example.A"]?["int"] == PlistValue.integer(-42).tagged)
-        #expect(a.ctl(["app", "show", "org.example.Notes", "--json"]).stdoutText == b.ctl(["app", "show", "org.example.Notes", "--json"]).stdoutText)
+        #expect(
+            bPrefs["org.example.A"]?["real"] == PlistValue.real(0.1).tagged
+                && bPrefs["org.example.A"]?["int"] == PlistValue.integer(-42).tagged)
+        #expect(
+            a.ctl(["app", "show", "org.example.Notes", "--json"]).stdoutText
+                == b.ctl(["app", "show", "org.example.Notes", "--json"]).stdoutText)
     }
 
     /// One byte altered, and the file cut short: both refused (exit 1), the vault unchanged.
@@ -195,9 +255,11 @@ struct BackupTests {
         defer { b.close() }
         try #require(b.initializeWithoutPassphrase().status == 0)
         let bv = try b.client()
-        _ = try bv.keychain.add(attributes: ItemAttributes(service: "mine", account: "me"), data: Data("kept".utf8))
+        _ = try bv.keychain.add(
+            attributes: ItemAttributes(service: "mine", account: "me"), data: Data("kept".utf8))
         try bv.preferences.set(.string("b's"), domain: "org.example.A", key: "string")
-        let itemsBefore = try Self.items(bv), prefsBefore = try Self.preferences(bv)
+        let itemsBefore = try Self.items(bv)
+        let prefsBefore = try Self.preferences(bv)
         var cases: [(String, Data)] = []
         for at in [good.count / 2, 120, good.count - 3] {
             var altered = good
@@ -210,10 +272,14 @@ struct BackupTests {
             try bytes.write(to: URL(fileURLWithPath: b.root + "/bad.age"))
             let r = Self.restore(b, b.root + "/bad.age", ["--merge"])
             #expect(r.status == 1, "\(what): \(r)")
-            #expect(r.stderr.contains("BackupUnreadable") && r.stderr.contains("nothing was changed"), "\(what): \(r)")
+            #expect(
+                r.stderr.contains("BackupUnreadable") && r.stderr.contains("nothing was changed"),
+                "\(what): \(r)")
         }
         let itemsAfter = try Self.items(bv)
-        #expect(itemsAfter.keys.sorted() == itemsBefore.keys.sorted() && itemsAfter.allSatisfy { itemsBefore[$0.key]?.data == $0.value.data })
+        #expect(
+            itemsAfter.keys.sorted() == itemsBefore.keys.sorted()
+                && itemsAfter.allSatisfy { itemsBefore[$0.key]?.data == $0.value.data })
         #expect(try Self.preferences(bv) == prefsBefore)
         // Without --merge a vault holding data is refused too, unchanged.
         let notEmpty = Self.restore(b, file)
@@ -231,7 +297,10 @@ struct BackupTests {
         let r = Self.backup(a, a.root + "/locked.age")
         #expect(r.status == 36 && r.stderr.contains("InteractionNotAllowed"), "\(r)")
         #expect(!FileManager.default.fileExists(atPath: a.root + "/locked.age"))
-        #expect((try FileManager.default.contentsOfDirectory(atPath: a.root)).filter { $0.contains(".tmp-") }.isEmpty)
+        #expect(
+            (try FileManager.default.contentsOfDirectory(atPath: a.root)).filter {
+                $0.contains(".tmp-")
+            }.isEmpty)
         // Nor into the data directory, where it could be renamed over the live store.
         try #require(a.unlock().status == 0)
         let inside = Self.backup(a, a.dataDirectory + "/vault.sqlite")
@@ -240,7 +309,9 @@ struct BackupTests {
     }
 
     static func add(_ d: Daemon) -> ProcessResult {
-        d.ctl(["item", "add", "--service", "after", "--account", "x", "--secret-fd", "3"], fds: [3: Data("v".utf8)])
+        d.ctl(
+            ["item", "add", "--service", "after", "--account", "x", "--secret-fd", "3"],
+            fds: [3: Data("v".utf8)])
     }
 
     /// ThisDeviceOnly items: absent from a default backup; with --include-device-bound,
@@ -251,11 +322,17 @@ struct BackupTests {
         defer { a.close() }
         try #require(a.initialize().status == 0)
         let av = try a.client()
-        _ = try av.keychain.add(attributes: ItemAttributes(service: "moves", account: "x"), data: Data("migrates".utf8))
-        _ = try av.keychain.add(attributes: ItemAttributes(service: "stays", account: "x", accessible: .whenUnlockedThisDeviceOnly), data: Data("bound".utf8))
-        let plain = a.root + "/default.age", bound = a.root + "/bound.age"
+        _ = try av.keychain.add(
+            attributes: ItemAttributes(service: "moves", account: "x"), data: Data("migrates".utf8))
+        _ = try av.keychain.add(
+            attributes: ItemAttributes(
+                service: "stays", account: "x", accessible: .whenUnlockedThisDeviceOnly),
+            data: Data("bound".utf8))
+        let plain = a.root + "/default.age"
+        let bound = a.root + "/bound.age"
         let r1 = Self.backup(a, plain)
-        #expect(r1.status == 0 && r1.stdoutText.contains("1 ThisDeviceOnly item(s) left out"), "\(r1)")
+        #expect(
+            r1.status == 0 && r1.stdoutText.contains("1 ThisDeviceOnly item(s) left out"), "\(r1)")
         let r2 = Self.backup(a, bound, ["--include-device-bound"])
         #expect(r2.status == 0 && r2.stdoutText.contains("2 items (1 ThisDeviceOnly"), "\(r2)")
 
@@ -270,7 +347,10 @@ struct BackupTests {
         let c = try Daemon()
         defer { c.close() }
         let rc = Self.restore(c, bound, newPassphrase: "p")
-        #expect(rc.status == 0 && rc.stdoutText.contains("1 ThisDeviceOnly item(s) were sealed to another device"), "\(rc)")
+        #expect(
+            rc.status == 0
+                && rc.stdoutText.contains("1 ThisDeviceOnly item(s) were sealed to another device"),
+            "\(rc)")
         #expect(c.statusJSON()?["items"] as? Int == 2)
         let get = c.ctl(["item", "get", "--service", "stays"])
         #expect(get.status == 1 && get.stderr.contains("NotAvailableOnThisDevice"), "\(get)")
@@ -283,7 +363,8 @@ struct BackupTests {
         let e = try Daemon(start: false)
         defer { e.close() }
         mkdir(e.dataDirectory, 0o700)
-        try FileManager.default.copyItem(atPath: a.dataDirectory + "/device.key", toPath: e.dataDirectory + "/device.key")
+        try FileManager.default.copyItem(
+            atPath: a.dataDirectory + "/device.key", toPath: e.dataDirectory + "/device.key")
         try e.start()
         let re = Self.restore(e, bound, newPassphrase: "p")
         #expect(re.status == 0 && !re.stdoutText.contains("sealed to another device"), "\(re)")
@@ -297,8 +378,13 @@ struct BackupTests {
         defer { a.close() }
         try #require(a.initializeWithoutPassphrase().status == 0)
         let av = try a.client()
-        for s in ["one", "two"] { _ = try av.keychain.add(attributes: ItemAttributes(service: s, account: "x"), data: Data("a-\(s)".utf8)) }
-        for k in ["p1", "p2"] { try av.preferences.set(.string("a-\(k)"), domain: "org.example.M", key: k) }
+        for s in ["one", "two"] {
+            _ = try av.keychain.add(
+                attributes: ItemAttributes(service: s, account: "x"), data: Data("a-\(s)".utf8))
+        }
+        for k in ["p1", "p2"] {
+            try av.preferences.set(.string("a-\(k)"), domain: "org.example.M", key: k)
+        }
         let first = a.root + "/first.age"
         try #require(Self.backup(a, first).status == 0)
 
@@ -308,13 +394,16 @@ struct BackupTests {
         try #require(Self.restore(b, first, ["--no-passphrase"]).status == 0)
         let bv = try b.client()
         // ...then A changes "two" and p2 and adds "three" and p3, and B changes "one" and p1 later.
-        _ = try av.keychain.update(Query(.genericPassword, ItemAttributes(service: "two")), data: Data("a-two-newer".utf8))
+        _ = try av.keychain.update(
+            Query(.genericPassword, ItemAttributes(service: "two")), data: Data("a-two-newer".utf8))
         try av.preferences.set(.string("a-p2-newer"), domain: "org.example.M", key: "p2")
-        _ = try av.keychain.add(attributes: ItemAttributes(service: "three", account: "x"), data: Data("a-three".utf8))
+        _ = try av.keychain.add(
+            attributes: ItemAttributes(service: "three", account: "x"), data: Data("a-three".utf8))
         try av.preferences.set(.integer(3), domain: "org.example.M", key: "p3")
         let second = a.root + "/second.age"
         try #require(Self.backup(a, second).status == 0)
-        _ = try bv.keychain.update(Query(.genericPassword, ItemAttributes(service: "one")), data: Data("b-one-newer".utf8))
+        _ = try bv.keychain.update(
+            Query(.genericPassword, ItemAttributes(service: "one")), data: Data("b-one-newer".utf8))
         try bv.preferences.set(.string("b-p1-newer"), domain: "org.example.M", key: "p1")
 
         let r = Self.restore(b, second, ["--merge"])
@@ -322,15 +411,23 @@ struct BackupTests {
         #expect(r.stdoutText.contains("items: 1 added, 1 replaced, 1 kept"), "\(r)")
         #expect(r.stdoutText.contains("preferences: 1 added, 1 replaced, 1 kept"), "\(r)")
         func secret(_ s: String) throws -> String? {
-            try bv.keychain.copyMatching(Query(.genericPassword, ItemAttributes(service: s)), returnData: true).first?.data.map { String(decoding: $0, as: UTF8.self) }
+            try bv.keychain.copyMatching(
+                Query(.genericPassword, ItemAttributes(service: s)), returnData: true
+            ).first?.data.map { String(decoding: $0, as: UTF8.self) }
         }
         #expect(try secret("one") == "b-one-newer")
         #expect(try secret("two") == "a-two-newer")
         #expect(try secret("three") == "a-three")
-        #expect(try bv.preferences.values(domain: "org.example.M") == ["p1": .string("b-p1-newer"), "p2": .string("a-p2-newer"), "p3": .integer(3)])
+        #expect(
+            try bv.preferences.values(domain: "org.example.M") == [
+                "p1": .string("b-p1-newer"), "p2": .string("a-p2-newer"), "p3": .integer(3),
+            ])
         // The same backup again changes nothing: everything is as new.
         let again = Self.restore(b, second, ["--merge"])
-        #expect(again.stdoutText.contains("items: 0 added, 0 replaced, 3 kept") && again.stdoutText.contains("preferences: 0 added, 0 replaced, 3 kept"), "\(again)")
+        #expect(
+            again.stdoutText.contains("items: 0 added, 0 replaced, 3 kept")
+                && again.stdoutText.contains("preferences: 0 added, 0 replaced, 3 kept"), "\(again)"
+        )
     }
 
     /// vaultd SIGKILLed at random moments of a restore into a new vault: after a restart the
@@ -343,7 +440,10 @@ struct BackupTests {
         let av = try a.client()
         let count = 1500
         for i in 0..<count {
-            _ = try av.keychain.add(attributes: ItemAttributes(service: "bulk", account: "a\(i)", comment: String(repeating: "c", count: 200)), data: Data("v\(i)".utf8))
+            _ = try av.keychain.add(
+                attributes: ItemAttributes(
+                    service: "bulk", account: "a\(i)", comment: String(repeating: "c", count: 200)),
+                data: Data("v\(i)".utf8))
         }
         let file = a.root + "/bulk.age"
         try #require(Self.backup(a, file).status == 0)
@@ -356,24 +456,36 @@ struct BackupTests {
         let duration = Date().timeIntervalSince(start)
         #expect(timing.statusJSON()?["items"] as? Int == count)
 
-        let seed = UInt64(ProcessInfo.processInfo.environment["VAULTD_SEED"] ?? "") ?? UInt64.random(in: 1...UInt64.max)
-        print("reliability: restore killed halfway, seed \(seed), a whole restore takes \(String(format: "%.2f", duration)) s")
+        let seed =
+            UInt64(ProcessInfo.processInfo.environment["VAULTD_SEED"] ?? "")
+            ?? UInt64.random(in: 1...UInt64.max)
+        print(
+            "reliability: restore killed halfway, seed \(seed), a whole restore takes \(String(format: "%.2f", duration)) s"
+        )
         var random = SeededRandom(seed: seed)
         var outcomes: [String] = []
         for _ in 0..<4 {
             let b = try Daemon()
             defer { b.close() }
             let pid = try ChildProcess.spawn(
-                Paths.tool("vaultctl"), ["restore", file, "--passphrase-fd", "3", "--no-passphrase"], environment: b.environment,
-                inputs: [3: passphraseLine(Self.backupPassphrase)], stdout: .devNull, stderr: .devNull)
+                Paths.tool("vaultctl"),
+                ["restore", file, "--passphrase-fd", "3", "--no-passphrase"],
+                environment: b.environment,
+                inputs: [3: passphraseLine(Self.backupPassphrase)], stdout: .devNull,
+                stderr: .devNull)
             usleep(useconds_t(Double.random(in: 0.2...1.0, using: &random) * duration * 1_000_000))
             b.kill()
             _ = ChildProcess.wait(pid, timeout: 30)
-            #expect(b.run("sqlite3", [b.dataDirectory + "/vault.sqlite", "PRAGMA integrity_check"]).stdoutText == "ok\n")
+            #expect(
+                b.run("sqlite3", [b.dataDirectory + "/vault.sqlite", "PRAGMA integrity_check"])
+                    .stdoutText == "ok\n")
             try b.start()
             let status = try #require(b.statusJSON())
-            let state = status["state"] as? String, items = status["items"] as? Int
-            #expect((state == "uninitialized" && items == 0) || (state == "unlocked" && items == count), "\(status)")
+            let state = status["state"] as? String
+            let items = status["items"] as? Int
+            #expect(
+                (state == "uninitialized" && items == 0) || (state == "unlocked" && items == count),
+                "\(status)")
             outcomes.append(state == "uninitialized" ? "before" : "after")
         }
         print("reliability: restore killed halfway: \(outcomes.joined(separator: ", "))")
@@ -393,13 +505,19 @@ struct BackupTests {
         let m = try #require(made.jsonObject, "\(made)")
         #expect(made.status == 0 && m["file"] as? String == file && m["items"] as? Int == 3, "\(m)")
         let size = (try? FileManager.default.attributesOfItem(atPath: file)[.size] as? Int) ?? -1
-        #expect(m["bytes"] as? Int == size && (m["preferences"] as? Int ?? 0) > 0 && m["apps"] != nil, "\(m), file of \(size) bytes")
+        #expect(
+            m["bytes"] as? Int == size && (m["preferences"] as? Int ?? 0) > 0 && m["apps"] != nil,
+            "\(m), file of \(size) bytes")
 
         let b = try Daemon()
         defer { b.close() }
-        let restored = b.ctl(["restore", file, "--passphrase-fd", "3", "--no-passphrase", "--json"], fds: [3: passphraseLine(Self.backupPassphrase)])
+        let restored = b.ctl(
+            ["restore", file, "--passphrase-fd", "3", "--no-passphrase", "--json"],
+            fds: [3: passphraseLine(Self.backupPassphrase)])
         let r = try #require(restored.jsonObject, "\(restored)")
-        #expect(restored.status == 0 && r["file"] as? String == file && r["initialised"] as? Bool == true, "\(r)")
+        #expect(
+            restored.status == 0 && r["file"] as? String == file
+                && r["initialised"] as? Bool == true, "\(r)")
         #expect((r["items"] as? [String: Int]) == ["added": 3, "replaced": 0, "kept": 0], "\(r)")
         #expect((r["preferences"] as? [String: Int])?["added"] == m["preferences"] as? Int, "\(r)")
     }
@@ -413,15 +531,26 @@ struct BackupTests {
         for name in ["key", "other"] {
             let keygen = a.run("age-keygen", ["-o", a.root + "/\(name).txt"])
             try #require(keygen.status == 0, "\(keygen)")
-            keys.append(String(try #require(keygen.stderr.split(separator: "\n").first { $0.hasPrefix("Public key: ") }).dropFirst(12)))
+            keys.append(
+                String(
+                    try #require(
+                        keygen.stderr.split(separator: "\n").first { $0.hasPrefix("Public key: ") }
+                    ).dropFirst(12)))
         }
         let file = a.root + "/keyed.age"
         let r = a.ctl(["backup", file, "--recipient", keys[0]])
         #expect(r.status == 0 && r.stdoutText.contains("--identity KEYFILE"), "\(r)")
-        let opened = a.run("age", ["-d", "-i", a.root + "/key.txt", "-o", a.root + "/keyed.plain", file])
+        let opened = a.run(
+            "age", ["-d", "-i", a.root + "/key.txt", "-o", a.root + "/keyed.plain", file])
         #expect(opened.status == 0, "\(opened)")
-        #expect(FileManager.default.contents(atPath: a.root + "/keyed.plain")?.starts(with: Data("vaultd backup 1\n".utf8)) == true)
-        #expect(a.ctl(["backup", file, "--recipient", keys[0], "--passphrase-fd", "3"], fds: [3: passphraseLine("x")]).status == 64)
+        #expect(
+            FileManager.default.contents(atPath: a.root + "/keyed.plain")?.starts(
+                with: Data("vaultd backup 1\n".utf8)) == true)
+        #expect(
+            a.ctl(
+                ["backup", file, "--recipient", keys[0], "--passphrase-fd", "3"],
+                fds: [3: passphraseLine("x")]
+            ).status == 64)
         #expect(a.ctl(["backup", a.root + "/bad.age", "--recipient", "age1notakey"]).status == 65)
 
         let b = try Daemon()
@@ -429,8 +558,11 @@ struct BackupTests {
         let wrong = b.ctl(["restore", file, "--identity", a.root + "/other.txt", "--no-passphrase"])
         #expect(wrong.status == 1 && wrong.stderr.contains("BackupAuthFailed"), "\(wrong)")
         #expect(b.statusJSON()?["state"] as? String == "uninitialized")
-        let restored = b.ctl(["restore", file, "--identity", a.root + "/key.txt", "--no-passphrase"])
-        #expect(restored.status == 0 && restored.stdoutText.contains("items: 3 added"), "\(restored)")
+        let restored = b.ctl([
+            "restore", file, "--identity", a.root + "/key.txt", "--no-passphrase",
+        ])
+        #expect(
+            restored.status == 0 && restored.stdoutText.contains("items: 3 added"), "\(restored)")
         #expect(try Self.preferences(try b.client()) == Self.preferences(try a.client()))
     }
 }

@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 import VaultClient
 
 #if canImport(Glibc)
@@ -19,15 +19,20 @@ import Glibc
     /// Settings with no automatic purge (free-space low-water 0, no budget).
     /// The cache root's CACHEDIR.TAG takes one page of the tmpfs.
     static let tagPage: Int64 = 4096
-    static var noAutomaticPurge: [String: Any] { ["CacheFreeLowWaterBytes": 0, "CacheCheckIntervalSeconds": 0.2] }
+    static var noAutomaticPurge: [String: Any] {
+        ["CacheFreeLowWaterBytes": 0, "CacheCheckIntervalSeconds": 0.2]
+    }
 
     /// A volume daemon with an initialised vault and apps A and B installed.
-    static func volume(_ settings: [String: Any], inodes: Int? = nil) throws -> (CacheVolume, a: String, b: String) {
+    static func volume(_ settings: [String: Any], inodes: Int? = nil) throws -> (
+        CacheVolume, a: String, b: String
+    ) {
         let v = try CacheVolume(inodes: inodes, settings: settings)
         do {
             let i = v.ctl(["init", "--no-passphrase"])
             guard i.status == 0 else { throw HarnessError("init: \(i)") }
-            let a = try v.placeExample("a"), b = try v.placeExample("b")
+            let a = try v.placeExample("a")
+            let b = try v.placeExample("b")
             try v.install(appA, exe: a)
             try v.install(appB, exe: b)
             return (v, a, b)
@@ -68,7 +73,9 @@ import Glibc
             // and every event up to its own is forgotten: events come in order.
             _ = v.inside(probe, ["cache", "write", "marker", "10000"])
             _ = v.ctl(["cache", "purge", CachesTests.appB])
-            func isMarker(_ e: PurgeEvent) -> Bool { e.appID == CachesTests.appB && e.freedBytes > 4096 }
+            func isMarker(_ e: PurgeEvent) -> Bool {
+                e.appID == CachesTests.appB && e.freedBytes > 4096
+            }
             guard eventually(timeout: 30, { events.contains(where: isMarker) }) else {
                 throw HarnessError("the marker purge's event never came: \(events)")
             }
@@ -79,7 +86,9 @@ import Glibc
 
         var events: [PurgeEvent] { lock.withLock { seen } }
 
-        func freed(_ app: String) -> Int64 { events.filter { $0.appID == app }.reduce(0) { $0 + $1.freedBytes } }
+        func freed(_ app: String) -> Int64 {
+            events.filter { $0.appID == app }.reduce(0) { $0 + $1.freedBytes }
+        }
     }
 
     /// `touch -d` for each (relative name, date) inside `dir` (in the namespace).
@@ -94,13 +103,15 @@ import Glibc
 
     @Test func lowFreeSpacePurgesTheAppThatIsNotRunningFirstUntilHighWater() throws {
         let (v, a, b) = try Self.volume([
-            "CacheFreeLowWaterBytes": Self.mib, "CacheFreeHighWaterBytes": 2 * Self.mib, "CacheCheckIntervalSeconds": 0.2,
+            "CacheFreeLowWaterBytes": Self.mib, "CacheFreeHighWaterBytes": 2 * Self.mib,
+            "CacheCheckIntervalSeconds": 0.2,
         ])
         defer { v.close() }
         let observer = try PurgeObserver(v, probe: b)
         let start = try v.usage()
         #expect(start.capacityBytes == 4 * Self.mib, "\(start)")
-        let cacheA = v.cacheRoot + "/" + Self.appA, cacheB = v.cacheRoot + "/" + Self.appB
+        let cacheA = v.cacheRoot + "/" + Self.appA
+        let cacheB = v.cacheRoot + "/" + Self.appB
 
         // A (not running) fills 1.5 MiB; its files are the *newest*, so only "not running
         // first" (not plain LRU) puts them first.
@@ -114,8 +125,13 @@ import Glibc
         let waitOutput = v.root + "/b-wait.out"
         let holder = try v.spawnInside(b, ["wait", "120"], output: waitOutput)
         defer { v.stop(holder) }
-        let connected = eventually(timeout: 10) { (try? String(contentsOfFile: waitOutput, encoding: .utf8))?.contains(Self.appB) == true }
-        try #require(connected, "B did not connect: \((try? String(contentsOfFile: waitOutput + ".err", encoding: .utf8)) ?? "")")
+        let connected = eventually(timeout: 10) {
+            (try? String(contentsOfFile: waitOutput, encoding: .utf8))?.contains(Self.appB) == true
+        }
+        try #require(
+            connected,
+            "B did not connect: \((try? String(contentsOfFile: waitOutput + ".err", encoding: .utf8)) ?? "")"
+        )
         for i in 1...4 {
             let w = v.inside(b, ["cache", "write", "b\(i)", "262144"])
             try #require(w.status == 0, "\(w)")
@@ -137,7 +153,10 @@ import Glibc
 
         let after = try v.usage()
         #expect(after.freeBytes >= 2 * Self.mib, "freed to the high-water mark: \(after)")
-        #expect(after.files(Self.appB) == 5 && after.bytes(Self.appB) == before.bytes(Self.appB) + 786432 - Self.tagPage, "the running app keeps its files: \(after)")
+        #expect(
+            after.files(Self.appB) == 5
+                && after.bytes(Self.appB) == before.bytes(Self.appB) + 786432 - Self.tagPage,
+            "the running app keeps its files: \(after)")
         #expect(after.files(Self.appA) == 1, "A: only what high-water needed goes: \(after)")
         // A's oldest first: a6 (the newest) is what remains.
         let left = v.sh("ls \"$1\"", cacheA)
@@ -161,19 +180,26 @@ import Glibc
     /// stay. A purge by hand leaves them too, until their processes end.
     @Test func filesOpenOrMappedByAProcessAreNotPurged() throws {
         let (v, a, b) = try Self.volume([
-            "CacheFreeLowWaterBytes": Self.mib, "CacheFreeHighWaterBytes": 2 * Self.mib, "CacheCheckIntervalSeconds": 0.2,
+            "CacheFreeLowWaterBytes": Self.mib, "CacheFreeHighWaterBytes": 2 * Self.mib,
+            "CacheCheckIntervalSeconds": 0.2,
         ])
         defer { v.close() }
         let observer = try PurgeObserver(v, probe: b)
-        let cacheA = v.cacheRoot + "/" + Self.appA, cacheB = v.cacheRoot + "/" + Self.appB
+        let cacheA = v.cacheRoot + "/" + Self.appA
+        let cacheB = v.cacheRoot + "/" + Self.appB
         for i in 1...7 {
             let w = v.inside(a, ["cache", "write", "a\(i)", "262144"])
             try #require(w.status == 0, "\(w)")
         }
         Self.touch(v, cacheA, (1...7).map { ("a\($0)", "2022-01-0\($0) 00:00:00") })
-        let writerOutput = v.root + "/writer.out", readerOutput = v.root + "/reader.out"
+        let writerOutput = v.root + "/writer.out"
+        let readerOutput = v.root + "/reader.out"
         let writer = try v.spawnInside(
-            "/bin/sh", ["-c", "exec 3>\"$1\"; head -c 786432 /dev/zero >&3; echo ready; exec sleep 300", "sh", cacheB + "/open.bin"],
+            "/bin/sh",
+            [
+                "-c", "exec 3>\"$1\"; head -c 786432 /dev/zero >&3; echo ready; exec sleep 300",
+                "sh", cacheB + "/open.bin",
+            ],
             output: writerOutput)
         defer { v.stop(writer) }
         try #require(v.sh("head -c 262144 /dev/zero > \"$1\"", cacheB + "/mapped.bin").status == 0)
@@ -186,32 +212,50 @@ import Glibc
             ], output: readerOutput)
         defer { v.stop(reader) }
         let ready = eventually(timeout: 20) {
-            [writerOutput, readerOutput].allSatisfy { (try? String(contentsOfFile: $0, encoding: .utf8))?.contains("ready") == true }
+            [writerOutput, readerOutput].allSatisfy {
+                (try? String(contentsOfFile: $0, encoding: .utf8))?.contains("ready") == true
+            }
         }
-        try #require(ready, "the holders did not start: \((try? String(contentsOfFile: readerOutput + ".err", encoding: .utf8)) ?? "")")
+        try #require(
+            ready,
+            "the holders did not start: \((try? String(contentsOfFile: readerOutput + ".err", encoding: .utf8)) ?? "")"
+        )
         Self.touch(v, cacheB, [("open.bin", "2019-01-01"), ("mapped.bin", "2019-01-02")])
         let before = try v.usage()
-        #expect(before.files(Self.appA) == 7 && before.files(Self.appB) == 2 && before.freeBytes == 1_310_720 - Self.tagPage, "\(before)")
+        #expect(
+            before.files(Self.appA) == 7 && before.files(Self.appB) == 2
+                && before.freeBytes == 1_310_720 - Self.tagPage, "\(before)")
 
         // 508 KiB outside the cache root: free space 768 KiB less the CACHEDIR.TAG's page,
         // under the low-water mark.
-        try #require(v.sh("head -c \(524288 - Self.tagPage) /dev/zero > \"$1/filler\"", v.outside).status == 0)
-        #expect(eventually(timeout: 10) { observer.freed(Self.appA) > 0 }, "no purge; log:\n\(v.log)")
+        try #require(
+            v.sh("head -c \(524288 - Self.tagPage) /dev/zero > \"$1/filler\"", v.outside).status
+                == 0)
+        #expect(
+            eventually(timeout: 10) { observer.freed(Self.appA) > 0 }, "no purge; log:\n\(v.log)")
         try v.tick()  // one more check: it must purge nothing more
         let after = try v.usage()
         #expect(v.sh("ls \"$1\"", cacheA).stdoutText == "a6\na7\n", "A's five oldest go: \(after)")
-        #expect(v.sh("ls \"$1\"", cacheB).stdoutText == "mapped.bin\nopen.bin\n", "B's files in use stay: \(after)")
+        #expect(
+            v.sh("ls \"$1\"", cacheB).stdoutText == "mapped.bin\nopen.bin\n",
+            "B's files in use stay: \(after)")
         #expect(after.freeBytes == 2 * Self.mib, "\(after)")
-        #expect(observer.events.allSatisfy { $0.appID == Self.appA } && observer.freed(Self.appA) == 5 * 262144, "\(observer.events)")
+        #expect(
+            observer.events.allSatisfy { $0.appID == Self.appA }
+                && observer.freed(Self.appA) == 5 * 262144, "\(observer.events)")
 
         // By hand: nothing of B's goes while it is in use, then all of it.
         let inUse = v.ctl(["cache", "purge", Self.appB])
         #expect(inUse.status == 0 && inUse.stdoutText == "freed 0 bytes in 0 file(s)\n", "\(inUse)")
-        #expect(v.sh("stat -c %s \"$1/open.bin\" \"$1/mapped.bin\"", cacheB).stdoutText == "786432\n262144\n")
+        #expect(
+            v.sh("stat -c %s \"$1/open.bin\" \"$1/mapped.bin\"", cacheB).stdoutText
+                == "786432\n262144\n")
         v.stop(writer)
         v.stop(reader)
         let released = v.ctl(["cache", "purge", Self.appB])
-        #expect(released.status == 0 && released.stdoutText == "freed 1048576 bytes in 2 file(s)\n", "\(released)")
+        #expect(
+            released.status == 0 && released.stdoutText == "freed 1048576 bytes in 2 file(s)\n",
+            "\(released)")
     }
 
     /// Usage counts what `du` counts, and a purge reports what it frees: bytes allocated on
@@ -231,16 +275,28 @@ import Glibc
             ln -s "$(head -c 300 /dev/zero | tr '\\0' x)" longlink
             """, dir)
         try #require(setup.status == 0, "\(setup)")
-        let du = { Int64(v.sh("du -B1 -s \"$1\" | cut -f1", dir).stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)) ?? -1 }
+        let du = {
+            Int64(
+                v.sh("du -B1 -s \"$1\" | cut -f1", dir).stdoutText.trimmingCharacters(
+                    in: .whitespacesAndNewlines)) ?? -1
+        }
         let before = try v.usage()
         #expect(du() == 8192 + 53248 + 8192 + 4096, "the files as planned")
-        #expect(before.bytes(Self.appA) == du() && before.files(Self.appA) == 6, "\(before) du \(du())")
-        #expect(before.capacityBytes - before.freeBytes == du() + Self.tagPage, "the cache and the root's CACHEDIR.TAG: \(before)")
+        #expect(
+            before.bytes(Self.appA) == du() && before.files(Self.appA) == 6, "\(before) du \(du())")
+        #expect(
+            before.capacityBytes - before.freeBytes == du() + Self.tagPage,
+            "the cache and the root's CACHEDIR.TAG: \(before)")
 
         let purge = v.ctl(["cache", "purge", Self.appA])
         let after = try v.usage()
-        #expect(purge.status == 0 && purge.stdoutText == "freed \(before.bytes(Self.appA)) bytes in 6 file(s)\n", "\(purge)")
-        #expect(after.freeBytes - before.freeBytes == before.bytes(Self.appA) && after.bytes(Self.appA) == 0, "\(before) → \(after)")
+        #expect(
+            purge.status == 0
+                && purge.stdoutText == "freed \(before.bytes(Self.appA)) bytes in 6 file(s)\n",
+            "\(purge)")
+        #expect(
+            after.freeBytes - before.freeBytes == before.bytes(Self.appA)
+                && after.bytes(Self.appA) == 0, "\(before) → \(after)")
     }
 
     /// Many small files can use up a volume's inodes before its bytes: then nothing can be
@@ -252,8 +308,11 @@ import Glibc
     @Test func runningOutOfInodesPurgesLikeRunningOutOfBytes() throws {
         let (v, a, b) = try Self.volume(["CacheCheckIntervalSeconds": 0.2], inodes: 200)
         defer { v.close() }
-        let cacheA = v.cacheRoot + "/" + Self.appA, cacheB = v.cacheRoot + "/" + Self.appB
-        try #require(v.inside(a, ["cache", "path"]).status == 0 && v.inside(b, ["cache", "path"]).status == 0)
+        let cacheA = v.cacheRoot + "/" + Self.appA
+        let cacheB = v.cacheRoot + "/" + Self.appB
+        try #require(
+            v.inside(a, ["cache", "path"]).status == 0
+                && v.inside(b, ["cache", "path"]).status == 0)
         let fill = v.inside(
             "/usr/bin/python3",
             [
@@ -273,14 +332,23 @@ import Glibc
                     print(n, e.errno)
                 """, cacheA, cacheB,
             ])
-        try #require(fill.status == 0 && fill.stdoutText.hasSuffix(" 28\n"), "B's writes end in ENOSPC: \(fill)")
+        try #require(
+            fill.status == 0 && fill.stdoutText.hasSuffix(" 28\n"),
+            "B's writes end in ENOSPC: \(fill)")
         let written = Int(fill.stdoutText.split(separator: " ")[0])!
-        let freeInodes = { Int(v.sh("stat -f -c %d \"$1\"", v.volume).stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)) ?? -1 }
-        #expect(eventually(timeout: 10) { freeInodes() >= 20 }, "free inodes \(freeInodes()); log:\n\(v.log)")
+        let freeInodes = {
+            Int(
+                v.sh("stat -f -c %d \"$1\"", v.volume).stdoutText.trimmingCharacters(
+                    in: .whitespacesAndNewlines)) ?? -1
+        }
+        #expect(
+            eventually(timeout: 10) { freeInodes() >= 20 },
+            "free inodes \(freeInodes()); log:\n\(v.log)")
         try v.tick()  // one more check: it must purge nothing more
         #expect(freeInodes() == 20, "only to the high-water mark")
         let leftA = v.sh("ls \"$1\"", cacheA).stdoutText.split(separator: "\n")
-        #expect(leftA.count == 80 && leftA.first == "a020", "A's twenty oldest go: \(leftA.prefix(3))")
+        #expect(
+            leftA.count == 80 && leftA.first == "a020", "A's twenty oldest go: \(leftA.prefix(3))")
         #expect(v.sh("ls \"$1\" | wc -l", cacheB).stdoutText == "\(written)\n", "B's files stay")
         let again = v.inside(b, ["cache", "write", "again", "10"])
         #expect(again.status == 0, "\(again)")
@@ -320,21 +388,34 @@ import Glibc
             printf 'last' > "$C/zz-last"
             """, dir, v.outside, hostTarget)
         try #require(setup.status == 0, "\(setup)")
-        let outsideBefore = v.sh("stat -c '%n %Y %s' \"$1/target.txt\" \"$1/dir/inner.txt\" \"$1/hard.txt\"; cat \"$1/target.txt\"", v.outside)
-        let hostMtime = try FileManager.default.attributesOfItem(atPath: hostTarget)[.modificationDate] as? Date
+        let outsideBefore = v.sh(
+            "stat -c '%n %Y %s' \"$1/target.txt\" \"$1/dir/inner.txt\" \"$1/hard.txt\"; cat \"$1/target.txt\"",
+            v.outside)
+        let hostMtime =
+            try FileManager.default.attributesOfItem(atPath: hostTarget)[.modificationDate] as? Date
         let entries = try v.usage().files(Self.appA)
-        #expect(entries == 13, "every non-directory entry counts: \((try? v.usage())?.description ?? "?")")
+        #expect(
+            entries == 13,
+            "every non-directory entry counts: \((try? v.usage())?.description ?? "?")")
 
         let purge = v.ctl(["cache", "purge", Self.appA])
         #expect(purge.status == 0, "\(purge)")
         #expect(purge.stdoutText.contains("in 13 file(s)"), "\(purge)")
 
         // Nothing outside was touched: content and mtimes as before.
-        let outsideAfter = v.sh("stat -c '%n %Y %s' \"$1/target.txt\" \"$1/dir/inner.txt\" \"$1/hard.txt\"; cat \"$1/target.txt\"", v.outside)
-        #expect(outsideAfter.stdoutText == outsideBefore.stdoutText && outsideAfter.stdoutText.hasSuffix("keep me"), "\(outsideBefore.stdoutText) → \(outsideAfter.stdoutText)")
-        #expect(v.sh("cat \"$1/dir/inner.txt\" \"$1/hard.txt\"", v.outside).stdoutText == "innerhard")
+        let outsideAfter = v.sh(
+            "stat -c '%n %Y %s' \"$1/target.txt\" \"$1/dir/inner.txt\" \"$1/hard.txt\"; cat \"$1/target.txt\"",
+            v.outside)
+        #expect(
+            outsideAfter.stdoutText == outsideBefore.stdoutText
+                && outsideAfter.stdoutText.hasSuffix("keep me"),
+            "\(outsideBefore.stdoutText) → \(outsideAfter.stdoutText)")
+        #expect(
+            v.sh("cat \"$1/dir/inner.txt\" \"$1/hard.txt\"", v.outside).stdoutText == "innerhard")
         #expect(try String(contentsOfFile: hostTarget, encoding: .utf8) == "host file")
-        #expect(try FileManager.default.attributesOfItem(atPath: hostTarget)[.modificationDate] as? Date == hostMtime)
+        #expect(
+            try FileManager.default.attributesOfItem(atPath: hostTarget)[.modificationDate] as? Date
+                == hostMtime)
         #expect(v.sh("ls -A \"$1\"", v.volume).stdoutText == "caches\noutside\n")
 
         // Every entry in the cache went, whatever it was; directories stay, the app's own
@@ -426,17 +507,25 @@ import Glibc
         let expectedBytes: Int64 = 4096 + 8192 + 4096 + 12288 + 4096
 
         let usage = try v.usage()
-        #expect(usage.files(Self.appA) == 5 && usage.bytes(Self.appA) == expectedBytes, "every depth counts: \(usage)")
+        #expect(
+            usage.files(Self.appA) == 5 && usage.bytes(Self.appA) == expectedBytes,
+            "every depth counts: \(usage)")
 
         let purge = v.ctl(["cache", "purge", Self.appA])
-        #expect(purge.status == 0 && purge.stdoutText == "freed \(expectedBytes) bytes in 5 file(s)\n", "\(purge)")
+        #expect(
+            purge.status == 0 && purge.stdoutText == "freed \(expectedBytes) bytes in 5 file(s)\n",
+            "\(purge)")
         #expect(try v.usage().files(Self.appA) == 0)
         for branch in ["a", "b"] {
-            let bottom = try #require(DeepTree.descend(from: fork, name: branch, depth: 2500), "a purge removes files, not directories")
+            let bottom = try #require(
+                DeepTree.descend(from: fork, name: branch, depth: 2500),
+                "a purge removes files, not directories")
             defer { close(bottom) }
             #expect(DeepTree.names(in: bottom).isEmpty, "branch \(branch)")
         }
-        #expect(DeepTree.names(in: at300) == ["d"] && DeepTree.names(in: at200) == ["d"] && DeepTree.names(in: top) == ["d"])
+        #expect(
+            DeepTree.names(in: at300) == ["d"] && DeepTree.names(in: at200) == ["d"]
+                && DeepTree.names(in: top) == ["d"])
 
         // Something at the bottom again, then the uninstall: the app's directory goes, all of it.
         let bottom = try #require(DeepTree.descend(from: fork, name: "a", depth: 2500))
@@ -444,7 +533,9 @@ import Glibc
         close(bottom)
         let uninstall = v.ctl(["app", "uninstall", Self.appA])
         #expect(uninstall.status == 0, "\(uninstall)")
-        #expect(v.sh("test -e \"$1\" || test -L \"$1\"", dir).status != 0, "A's cache directory survived the uninstall: \(DeepTree.names(in: top))")
+        #expect(
+            v.sh("test -e \"$1\" || test -L \"$1\"", dir).status != 0,
+            "A's cache directory survived the uninstall: \(DeepTree.names(in: top))")
         #expect(v.ctl(["status"]).status == 0, "vaultd died: \(v.log)")
     }
 
@@ -469,7 +560,12 @@ import Glibc
             printf 'hard' > "$O/hard.txt"
             """, v.outside)
         try #require(outside.status == 0, "\(outside)")
-        let outsideState = { v.sh("cd \"$1\" && stat -c '%n %Y %s' target.txt dir dir/inner.txt hard.txt && cat target.txt dir/inner.txt hard.txt", v.outside).stdoutText }
+        let outsideState = {
+            v.sh(
+                "cd \"$1\" && stat -c '%n %Y %s' target.txt dir dir/inner.txt hard.txt && cat target.txt dir/inner.txt hard.txt",
+                v.outside
+            ).stdoutText
+        }
         let outsideBefore = outsideState()
 
         let top = try DeepTree.open(try v.visible(dir))
@@ -483,23 +579,32 @@ import Glibc
         for level in [at300, at3000] {
             try DeepTree.symlink(in: level, "link-to-file", to: v.outside + "/target.txt")
             try DeepTree.symlink(in: level, "link-to-dir", to: v.outside + "/dir")
-            guard linkat(outsideFD, "hard.txt", level, "hard-link", 0) == 0 else { throw HarnessError("linkat: \(String(cString: strerror(errno)))") }
+            guard linkat(outsideFD, "hard.txt", level, "hard-link", 0) == 0 else {
+                throw HarnessError("linkat: \(String(cString: strerror(errno)))")
+            }
         }
         // From depth 300 of the app's directory, 302 levels up is the volume.
-        try DeepTree.symlink(in: at300, "link-up", to: String(repeating: "../", count: 302) + "outside/target.txt")
-        guard mkdirat(at300, "mnt", 0o700) == 0 else { throw HarnessError("mkdirat: \(String(cString: strerror(errno)))") }
+        try DeepTree.symlink(
+            in: at300, "link-up", to: String(repeating: "../", count: 302) + "outside/target.txt")
+        guard mkdirat(at300, "mnt", 0o700) == 0 else {
+            throw HarnessError("mkdirat: \(String(cString: strerror(errno)))")
+        }
         let mountPoint = dir + String(repeating: "/d", count: 300) + "/mnt"
         let mount = v.sh("mount --bind \"$1\" \"$2\"", host, mountPoint)
         try #require(mount.status == 0, "\(mount)")
         defer { _ = v.sh("umount \"$1\" 2>/dev/null; true", mountPoint) }
-        #expect(v.sh("cat \"$1/keep.txt\"", mountPoint).stdoutText == "precious", "the mount is in place")
+        #expect(
+            v.sh("cat \"$1/keep.txt\"", mountPoint).stdoutText == "precious",
+            "the mount is in place")
 
         // 7 entries: 4 at depth 300, 3 at 3000; the bound file is not the app's.
         let usage = try v.usage()
         #expect(usage.files(Self.appA) == 7, "\(usage)")
         let purge = v.ctl(["cache", "purge", Self.appA])
         #expect(purge.status == 0 && purge.stdoutText.contains("in 7 file(s)"), "\(purge)")
-        #expect(DeepTree.names(in: at300) == ["d", "mnt"] && DeepTree.names(in: at3000).isEmpty, "\(DeepTree.names(in: at300)) \(DeepTree.names(in: at3000))")
+        #expect(
+            DeepTree.names(in: at300) == ["d", "mnt"] && DeepTree.names(in: at3000).isEmpty,
+            "\(DeepTree.names(in: at300)) \(DeepTree.names(in: at3000))")
         #expect(outsideState() == outsideBefore, "\(outsideBefore) → \(outsideState())")
         #expect(try String(contentsOfFile: host + "/keep.txt", encoding: .utf8) == "precious")
 
@@ -538,7 +643,8 @@ import Glibc
         // The 30 s is a watchdog, not a measurement: a walk down per file (depth²) took
         // over a minute here; one walk takes well under a second.
         let purge = v.ctl(["cache", "purge", Self.appA], timeout: 30)
-        #expect(purge.status == 0 && purge.stdoutText == "freed 0 bytes in 5000 file(s)\n", "\(purge)")
+        #expect(
+            purge.status == 0 && purge.stdoutText == "freed 0 bytes in 5000 file(s)\n", "\(purge)")
         #expect(try v.usage().files(Self.appA) == 0)
     }
 
@@ -578,12 +684,16 @@ import Glibc
             defer { close(top) }
             let parent = try DeepTree.chain(in: top, depth: 300)
             defer { close(parent) }
-            for name in names.prefix(10) { try DeepTree.write(in: parent, name, size: 1, replacing: true) }
+            for name in names.prefix(10) {
+                try DeepTree.write(in: parent, name, size: 1, replacing: true)
+            }
             let x = try DeepTree.chain(in: parent, name: "X", depth: 1)
             let bottom = try DeepTree.chain(in: x, depth: 40)
             close(x)
             for i in 0..<1000 { try DeepTree.write(in: bottom, "b\(i)", size: 0, replacing: true) }
-            for name in names.suffix(10) { try DeepTree.write(in: parent, name, size: 1, replacing: true) }
+            for name in names.suffix(10) {
+                try DeepTree.write(in: parent, name, size: 1, replacing: true)
+            }
 
             // The app: once the files at the bottom start to go (the walk is below X), X moves
             // into the victim.
@@ -606,7 +716,9 @@ import Glibc
             #expect(uninstall.status == 0, "round \(round): \(uninstall)")
             // X, if it moved, goes (it is the app's); nothing else in the victim may have.
             #expect(v.sh("rm -rf \"$1/X\"", victimPath).status == 0)
-            #expect(DeepTree.names(in: victim) == names.sorted(), "round \(round): the walk went on outside: \(DeepTree.names(in: victim))")
+            #expect(
+                DeepTree.names(in: victim) == names.sorted(),
+                "round \(round): the walk went on outside: \(DeepTree.names(in: victim))")
         }
         let skips = v.log.components(separatedBy: "was moved during the walk").count - 1
         #expect(skips > 0, "no round moved X in time: the test tested nothing; log:\n\(v.log)")
@@ -616,7 +728,8 @@ import Glibc
         try v.install(Self.appA, exe: a)
         let uninstall = v.ctl(["app", "uninstall", Self.appA])
         #expect(uninstall.status == 0, "\(uninstall)")
-        #expect(v.sh("test -e \"$1\"", dir).status != 0, "A's cache directory survived the uninstall")
+        #expect(
+            v.sh("test -e \"$1\"", dir).status != 0, "A's cache directory survived the uninstall")
         #expect(DeepTree.names(in: victim) == names.sorted())
     }
 
@@ -639,21 +752,27 @@ import Glibc
         let usage = try v.usage()
         #expect(usage.files(Self.appB) == 0, "\(usage)")
         let purge = v.ctl(["cache", "purge"])
-        #expect(purge.status == 0 && purge.stdoutText == "freed 4096 bytes in 1 file(s)\n", "\(purge)")
+        #expect(
+            purge.status == 0 && purge.stdoutText == "freed 4096 bytes in 1 file(s)\n", "\(purge)")
         #expect(v.sh("stat -c '%n %s %Y' \"$1/victim/precious\"", v.outside).stdoutText == before)
         let dir = v.ctl(["cache", "path", Self.appB])
         #expect(dir.status != 0, "a symlink is not handed out as the cache directory: \(dir)")
 
         #expect(v.ctl(["app", "uninstall", Self.appB]).status == 0)
-        #expect(v.sh("stat -c '%n %s %Y' \"$1/victim/precious\"", v.outside).stdoutText == before, "the uninstall followed the link")
-        #expect(v.sh("test -e \"$1\" || test -L \"$1\"", dirB).status != 0, "the link itself goes at uninstall")
+        #expect(
+            v.sh("stat -c '%n %s %Y' \"$1/victim/precious\"", v.outside).stdoutText == before,
+            "the uninstall followed the link")
+        #expect(
+            v.sh("test -e \"$1\" || test -L \"$1\"", dirB).status != 0,
+            "the link itself goes at uninstall")
     }
 
     /// The same odd entries, purged by the policy (a budget) rather than by hand: they sort
     /// first (oldest) and do not stop the purge of the plain files after them.
     @Test func oddEntriesDoNotStopAPolicyPurge() throws {
         let (v, a, b) = try Self.volume([
-            "CacheFreeLowWaterBytes": 0, "CacheBudgetBytes": 512 * Self.kib, "CacheBudgetHighWaterBytes": 100 * Self.kib,
+            "CacheFreeLowWaterBytes": 0, "CacheBudgetBytes": 512 * Self.kib,
+            "CacheBudgetHighWaterBytes": 100 * Self.kib,
             "CacheCheckIntervalSeconds": 0.2,
         ])
         defer { v.close() }
@@ -676,15 +795,26 @@ import Glibc
             mv "$S" "$1/blobs"
             """, dir, v.outside)
         try #require(setup.status == 0, "\(setup)")
-        let outsideBefore = v.sh("cat \"$1/target.txt\"; stat -c ' %Y' \"$1/target.txt\"", v.outside).stdoutText
-        let purged = eventually(timeout: 10) { (try? v.usage().bytes(Self.appA)) ?? .max <= 100 * Self.kib }
+        let outsideBefore = v.sh(
+            "cat \"$1/target.txt\"; stat -c ' %Y' \"$1/target.txt\"", v.outside
+        ).stdoutText
+        let purged = eventually(timeout: 10) {
+            (try? v.usage().bytes(Self.appA)) ?? .max <= 100 * Self.kib
+        }
         #expect(purged, "usage \((try? v.usage())?.description ?? "?"); log:\n\(v.log)")
         let left = v.sh("cd \"$1/blobs\" && ls -A", dir)
-        #expect(left.stdoutText == "", "everything went (12 entries, 768 KiB over a 100 KiB high-water): \(left)")
-        let outsideAfter = v.sh("cat \"$1/target.txt\"; stat -c ' %Y' \"$1/target.txt\"", v.outside).stdoutText
-        #expect(outsideAfter == outsideBefore && outsideAfter.hasPrefix("keep me "), "\(outsideBefore) → \(outsideAfter)")
+        #expect(
+            left.stdoutText == "",
+            "everything went (12 entries, 768 KiB over a 100 KiB high-water): \(left)")
+        let outsideAfter = v.sh("cat \"$1/target.txt\"; stat -c ' %Y' \"$1/target.txt\"", v.outside)
+            .stdoutText
+        #expect(
+            outsideAfter == outsideBefore && outsideAfter.hasPrefix("keep me "),
+            "\(outsideBefore) → \(outsideAfter)")
         #expect(v.sh("test -d \"$1/d\"", v.outside).status == 0)
-        #expect(eventually(timeout: 5) { observer.freed(Self.appA) >= 6 * 131072 }, "\(observer.events)")
+        #expect(
+            eventually(timeout: 5) { observer.freed(Self.appA) >= 6 * 131072 }, "\(observer.events)"
+        )
     }
 
     /// With no budget, and free space above the low-water mark, the periodic check reads no
@@ -696,7 +826,8 @@ import Glibc
         let (v, a, _) = try Self.volume(["CacheCheckIntervalSeconds": 0.2])
         defer { v.close() }
         let dir = try #require(v.cachePath(of: a))
-        let setup = v.sh("mkdir \"$1/sub\" && touch \"$1/sub/f\" && touch -a -d '2020-01-01' \"$1/sub\"", dir)
+        let setup = v.sh(
+            "mkdir \"$1/sub\" && touch \"$1/sub/f\" && touch -a -d '2020-01-01' \"$1/sub\"", dir)
         try #require(setup.status == 0, "\(setup)")
         for _ in 0..<7 { try v.tick() }  // seven checks
         let atime = v.sh("stat -c %X \"$1/sub\"", dir).stdoutText
@@ -707,14 +838,22 @@ import Glibc
     // MARK: Budget
 
     @Test func overBudgetPurgesOldestFilesFirstDownToHighWater() throws {
-        let (v, a, b) = try Self.volume(["CacheFreeLowWaterBytes": 0, "CacheBudgetBytes": Self.mib, "CacheCheckIntervalSeconds": 0.2])
+        let (v, a, b) = try Self.volume([
+            "CacheFreeLowWaterBytes": 0, "CacheBudgetBytes": Self.mib,
+            "CacheCheckIntervalSeconds": 0.2,
+        ])
         defer { v.close() }
         let dir = try #require(v.cachePath(of: a))
         // A third-party observer: the varlink reference CLI, streaming with --more.
         let eventsPath = v.root + "/events.out"
         let observer = try ChildProcess.spawn(
-            "python3", ["-m", "varlink.cli", "call", "--more", "unix:\(v.socketPath)/io.vaultd.Caches.Observe", "{}"],
-            environment: v.environment, inputs: [:], stdout: .file(eventsPath, append: false), stderr: .file(eventsPath + ".err", append: false))
+            "python3",
+            [
+                "-m", "varlink.cli", "call", "--more",
+                "unix:\(v.socketPath)/io.vaultd.Caches.Observe", "{}",
+            ],
+            environment: v.environment, inputs: [:], stdout: .file(eventsPath, append: false),
+            stderr: .file(eventsPath + ".err", append: false))
         defer {
             kill(observer, SIGKILL)
             _ = ChildProcess.wait(observer, timeout: 10)
@@ -724,17 +863,20 @@ import Glibc
         let subscribed = eventually(timeout: 30) {
             _ = v.inside(b, ["cache", "write", "probe", "1"])
             _ = v.ctl(["cache", "purge", Self.appB])
-            return (try? String(contentsOfFile: eventsPath, encoding: .utf8))?.contains(Self.appB) == true
+            return (try? String(contentsOfFile: eventsPath, encoding: .utf8))?.contains(Self.appB)
+                == true
         }
         try #require(subscribed, "the observer never reported a purge of \(Self.appB)")
 
         // 3 MiB: twelve 256 KiB files whose ages are not in name order, staged outside the
         // cache and moved in with one rename, so the policy sees them all at once.
-        let ageRank = [7, 2, 11, 0, 5, 9, 1, 4, 10, 3, 8, 6]  // f00 is 8th oldest, f02 the newest, ...
+        // f00 is 8th oldest, f02 the newest, ...
+        let ageRank = [7, 2, 11, 0, 5, 9, 1, 4, 10, 3, 8, 6]
         var script = "set -e; S=\"$2/stage\"; mkdir \"$S\"\n"
         for (i, rank) in ageRank.enumerated() {
             let name = String(format: "f%02d", i)
-            script += "head -c 262144 /dev/zero > \"$S/\(name)\"; touch -d '2020-01-\(String(format: "%02d", rank + 1)) 12:00:00' \"$S/\(name)\"\n"
+            script +=
+                "head -c 262144 /dev/zero > \"$S/\(name)\"; touch -d '2020-01-\(String(format: "%02d", rank + 1)) 12:00:00' \"$S/\(name)\"\n"
         }
         script += "mv \"$S\" \"$1/blobs\"\n"
         let staged = v.sh(script, dir, v.outside)
@@ -747,16 +889,23 @@ import Glibc
         let settled = eventually(timeout: 10) { eventsText().contains(Self.appA) }
         #expect(
             settled,
-            "no purge event for A; usage \((try? v.usage())?.description ?? "?"); observer output: \(eventsText()) \((try? String(contentsOfFile: eventsPath + ".err", encoding: .utf8)) ?? ""); log:\n\(v.log)")
+            "no purge event for A; usage \((try? v.usage())?.description ?? "?"); observer output: \(eventsText()) \((try? String(contentsOfFile: eventsPath + ".err", encoding: .utf8)) ?? ""); log:\n\(v.log)"
+        )
         let usage = try v.usage()
         #expect(usage.bytes(Self.appA) == 3 * 262144 && usage.files(Self.appA) == 3, "\(usage)")
-        let newest = ageRank.enumerated().sorted { $0.element > $1.element }.prefix(3).map { String(format: "f%02d", $0.offset) }.sorted()
+        let newest = ageRank.enumerated().sorted { $0.element > $1.element }.prefix(3).map {
+            String(format: "f%02d", $0.offset)
+        }.sorted()
         let left = v.sh("ls \"$1/blobs\"", dir)
-        #expect(left.stdoutText == newest.joined(separator: "\n") + "\n", "the newest three (\(newest)) should remain: \(left)")
+        #expect(
+            left.stdoutText == newest.joined(separator: "\n") + "\n",
+            "the newest three (\(newest)) should remain: \(left)")
 
         // The observer saw the purge: A, 9 × 256 KiB.
         let text = eventsText()
-        #expect(text.contains("\"freedBytes\": \(9 * 262144)") || text.contains("\"freedBytes\":\(9 * 262144)"), "\(text)")
+        #expect(
+            text.contains("\"freedBytes\": \(9 * 262144)")
+                || text.contains("\"freedBytes\":\(9 * 262144)"), "\(text)")
     }
 
     // MARK: vaultctl and uninstall
@@ -767,51 +916,80 @@ import Glibc
         let observer = try PurgeObserver(v, probe: b)
 
         let path = v.ctl(["cache", "path", Self.appA])
-        #expect(path.status == 0 && path.stdoutText == v.cacheRoot + "/" + Self.appA + "\n", "\(path)")
-        #expect(v.inside(a, ["cache", "path"]).stdoutText == path.stdoutText, "the app and vaultctl agree")
-        #expect(v.sh("stat -c '%F %a' \"$1\"", v.cacheRoot + "/" + Self.appA).stdoutText == "directory 700\n")
+        #expect(
+            path.status == 0 && path.stdoutText == v.cacheRoot + "/" + Self.appA + "\n", "\(path)")
+        #expect(
+            v.inside(a, ["cache", "path"]).stdoutText == path.stdoutText,
+            "the app and vaultctl agree")
+        #expect(
+            v.sh("stat -c '%F %a' \"$1\"", v.cacheRoot + "/" + Self.appA).stdoutText
+                == "directory 700\n")
         let bad = v.ctl(["cache", "path", "notreverse"])
         #expect(bad.status == 65 && bad.stderr.contains("io.vaultd.Apps.InvalidAppID"), "\(bad)")
 
         for (name, size) in [("a1", 100_000), ("a2", 200_000), ("a3", 300_000)] {
             #expect(v.inside(a, ["cache", "write", name, String(size)]).status == 0)
         }
-        Self.touch(v, v.cacheRoot + "/" + Self.appA, [("a1", "2020-01-01"), ("a2", "2021-01-01"), ("a3", "2022-01-01")])
-        for name in ["b1", "b2"] { #expect(v.inside(b, ["cache", "write", name, "50000"]).status == 0) }
+        Self.touch(
+            v, v.cacheRoot + "/" + Self.appA,
+            [("a1", "2020-01-01"), ("a2", "2021-01-01"), ("a3", "2022-01-01")])
+        for name in ["b1", "b2"] {
+            #expect(v.inside(b, ["cache", "write", name, "50000"]).status == 0)
+        }
 
         // Usage: bytes on disk (tmpfs pages of 4 KiB) and files, per app.
         let u = try v.usage()
-        #expect(u.files(Self.appA) == 3 && u.bytes(Self.appA) == 102_400 + 200_704 + 303_104, "\(u)")
+        #expect(
+            u.files(Self.appA) == 3 && u.bytes(Self.appA) == 102_400 + 200_704 + 303_104, "\(u)")
         #expect(u.files(Self.appB) == 2 && u.bytes(Self.appB) == 2 * 53_248, "\(u)")
         #expect(u.totalBytes == u.bytes(Self.appA) + u.bytes(Self.appB), "\(u)")
-        #expect(u.capacityBytes == 4 * Self.mib && u.freeBytes <= u.capacityBytes - u.totalBytes, "\(u)")
+        #expect(
+            u.capacityBytes == 4 * Self.mib && u.freeBytes <= u.capacityBytes - u.totalBytes, "\(u)"
+        )
         let text = v.ctl(["cache", "usage"])
         #expect(text.stdoutText.contains("\(Self.appA)\t606208 bytes\t3 files"), "\(text)")
 
         // Purge one app entirely.
         let purgeB = v.ctl(["cache", "purge", Self.appB])
-        #expect(purgeB.status == 0 && purgeB.stdoutText == "freed 106496 bytes in 2 file(s)\n", "\(purgeB)")
-        #expect(eventually(timeout: 5) { observer.freed(Self.appB) == 106_496 }, "\(observer.events)")
+        #expect(
+            purgeB.status == 0 && purgeB.stdoutText == "freed 106496 bytes in 2 file(s)\n",
+            "\(purgeB)")
+        #expect(
+            eventually(timeout: 5) { observer.freed(Self.appB) == 106_496 }, "\(observer.events)")
         #expect(try v.usage().files(Self.appA) == 3)
 
         // Purge by amount: oldest first until at least N bytes are freed.
         let some = v.ctl(["cache", "purge", Self.appA, "--bytes", "150000"])
-        #expect(some.status == 0 && some.stdoutText == "freed 303104 bytes in 2 file(s)\n", "\(some)")
+        #expect(
+            some.status == 0 && some.stdoutText == "freed 303104 bytes in 2 file(s)\n", "\(some)")
         #expect(v.sh("ls \"$1\"", v.cacheRoot + "/" + Self.appA).stdoutText == "a3\n")
-        #expect(eventually(timeout: 5) { observer.freed(Self.appA) == 303_104 }, "\(observer.events)")
+        #expect(
+            eventually(timeout: 5) { observer.freed(Self.appA) == 303_104 }, "\(observer.events)")
 
         // Purge everything.
         #expect(v.inside(b, ["cache", "write", "b3", "1000"]).status == 0)
         let all = v.ctl(["cache", "purge"])
-        #expect(all.status == 0 && all.stdoutText == "freed \(303_104 + 4096) bytes in 2 file(s)\n", "\(all)")
+        #expect(
+            all.status == 0 && all.stdoutText == "freed \(303_104 + 4096) bytes in 2 file(s)\n",
+            "\(all)")
         let empty = try v.usage()
-        #expect(empty.totalBytes == 0 && empty.files(Self.appA) == 0 && empty.files(Self.appB) == 0, "\(empty)")
-        #expect(v.sh("test -d \"$1/\(Self.appA)\" && test -d \"$1/\(Self.appB)\"", v.cacheRoot).status == 0, "app directories stay")
+        #expect(
+            empty.totalBytes == 0 && empty.files(Self.appA) == 0 && empty.files(Self.appB) == 0,
+            "\(empty)")
+        #expect(
+            v.sh("test -d \"$1/\(Self.appA)\" && test -d \"$1/\(Self.appB)\"", v.cacheRoot).status
+                == 0, "app directories stay")
 
         // Uninstall removes the whole app cache directory, subdirectories included.
-        #expect(v.sh("mkdir -p \"$1/sub/dir\" && echo hi > \"$1/sub/dir/f\"", v.cacheRoot + "/" + Self.appA).status == 0)
+        #expect(
+            v.sh(
+                "mkdir -p \"$1/sub/dir\" && echo hi > \"$1/sub/dir/f\"",
+                v.cacheRoot + "/" + Self.appA
+            ).status == 0)
         #expect(v.ctl(["app", "uninstall", Self.appA]).status == 0)
-        #expect(v.sh("test -e \"$1/\(Self.appA)\"", v.cacheRoot).status != 0, "A's cache directory survived the uninstall")
+        #expect(
+            v.sh("test -e \"$1/\(Self.appA)\"", v.cacheRoot).status != 0,
+            "A's cache directory survived the uninstall")
         #expect(try v.usage().apps[Self.appA] == nil)
         #expect(v.sh("test -d \"$1/\(Self.appB)\"", v.cacheRoot).status == 0, "B's stays")
 
@@ -819,8 +997,12 @@ import Glibc
         // directory: AppNotFound.
         for app in [Self.appA, "org.example.NeverRegistered"] {
             let gone = v.ctl(["cache", "path", app])
-            #expect(gone.status == 44 && gone.stderr.contains("io.vaultd.Apps.AppNotFound") && gone.stdoutText.isEmpty, "\(gone)")
-            #expect(v.sh("test -e \"$1/\(app)\"", v.cacheRoot).status != 0, "\(app)'s cache directory was made")
+            #expect(
+                gone.status == 44 && gone.stderr.contains("io.vaultd.Apps.AppNotFound")
+                    && gone.stdoutText.isEmpty, "\(gone)")
+            #expect(
+                v.sh("test -e \"$1/\(app)\"", v.cacheRoot).status != 0,
+                "\(app)'s cache directory was made")
         }
     }
 
@@ -830,7 +1012,9 @@ import Glibc
         let (v, a, _) = try Self.volume(Self.noAutomaticPurge)
         defer { v.close() }
         let none = v.ctl(["cache", "purge", "org.example.NeverRegistered"])
-        #expect(none.status == 44 && none.stderr.contains("io.vaultd.Apps.AppNotFound") && none.stdoutText.isEmpty, "\(none)")
+        #expect(
+            none.status == 44 && none.stderr.contains("io.vaultd.Apps.AppNotFound")
+                && none.stdoutText.isEmpty, "\(none)")
         #expect(v.inside(a, ["cache", "write", "kept", "5000"]).status == 0)
         let own = v.ctl(["cache", "purge", Self.appA])
         #expect(own.status == 0 && own.stdoutText == "freed 8192 bytes in 1 file(s)\n", "\(own)")
@@ -847,7 +1031,9 @@ import Glibc
         let tag = v.sh("head -n 1 \"$1/CACHEDIR.TAG\"", v.cacheRoot)
         #expect(tag.stdoutText == "Signature: 8a477f597d28d172789f06886806bc55\n", "\(tag)")
         let backup = v.sh("tar -C \"$1\" --exclude-caches-all -cf - . | tar -tf -", v.volume)
-        #expect(backup.status == 0 && !backup.stdoutText.contains("in-a-backup") && backup.stdoutText.contains("outside"), "\(backup)")
+        #expect(
+            backup.status == 0 && !backup.stdoutText.contains("in-a-backup")
+                && backup.stdoutText.contains("outside"), "\(backup)")
         let u = try v.usage()
         #expect(u.apps["CACHEDIR.TAG"] == nil && u.files(Self.appA) == 1, "\(u)")
         #expect(v.ctl(["cache", "purge"]).stdoutText == "freed 8192 bytes in 1 file(s)\n")
@@ -859,7 +1045,8 @@ import Glibc
     static func asNobodyWithAnApp(_ steps: String) throws -> ProcessResult {
         let root = try TemporaryDirectory.make(prefix: "vaultd-modes")
         defer {
-            _ = try? ChildProcess.run("chmod", ["-R", "u+rwx", root], environment: ["PATH": "/usr/bin:/bin"])
+            _ = try? ChildProcess.run(
+                "chmod", ["-R", "u+rwx", root], environment: ["PATH": "/usr/bin:/bin"])
             TemporaryDirectory.remove(root)
         }
         chmod(root, 0o755)
@@ -879,7 +1066,11 @@ import Glibc
 
             """ + steps
         return try ChildProcess.run(
-            "setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c", script, "sh", own, Paths.tool("vaultd"), Paths.tool("vaultctl")],
+            "setpriv",
+            [
+                "--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c", script, "sh", own,
+                Paths.tool("vaultd"), Paths.tool("vaultctl"),
+            ],
             environment: ["PATH": "/usr/bin:/bin"], timeout: 60)
     }
 
@@ -891,7 +1082,8 @@ import Glibc
     /// everything, and so does an uninstall.
     @Test(.enabled(if: getuid() == 0, "needs root to run vaultd as nobody (setpriv)"))
     func directoriesTheAppMadeUnwritableOrUnreadableDoNotKeepTheirFilesAsAUser() throws {
-        let r = try Self.asNobodyWithAnApp("""
+        let r = try Self.asNobodyWithAnApp(
+            """
             C=$("$3" cache path com.example.modes)
             mkdir -p "$C/unwritable" "$C/unreadable/sub" "$C/none"
             head -c 100000 /dev/zero > "$C/unwritable/f"; chmod 500 "$C/unwritable"
@@ -903,7 +1095,8 @@ import Glibc
             "$3" app uninstall com.example.modes > /dev/null
             test -e "$C" && echo "left: $C" || echo gone
             """)
-        #expect(r.status == 0 && r.stdoutText == "freed 208896 bytes in 3 file(s)\n0\ngone\n", "\(r)")
+        #expect(
+            r.status == 0 && r.stdoutText == "freed 208896 bytes in 3 file(s)\n0\ngone\n", "\(r)")
     }
 
     /// The same for the app's own cache directory, the top of its tree, which the app can
@@ -911,7 +1104,8 @@ import Glibc
     /// uninstall, which left it for the next install.
     @Test(.enabled(if: getuid() == 0, "needs root to run vaultd as nobody (setpriv)"))
     func theAppsOwnDirectoryMadeUnreadableIsStillPurgedAndRemovedAsAUser() throws {
-        let r = try Self.asNobodyWithAnApp("""
+        let r = try Self.asNobodyWithAnApp(
+            """
             C=$("$3" cache path com.example.modes)
             head -c 100000 /dev/zero > "$C/f"; chmod 300 "$C"
             "$3" cache purge com.example.modes

@@ -16,7 +16,8 @@ import Glibc
     /// Core files land in the dying process's working directory only with a plain
     /// `core_pattern` (no pipe to a handler, no directory of its own).
     static let coresInWorkingDirectory: Bool = {
-        guard let p = try? String(contentsOfFile: "/proc/sys/kernel/core_pattern", encoding: .utf8) else { return false }
+        guard let p = try? String(contentsOfFile: "/proc/sys/kernel/core_pattern", encoding: .utf8)
+        else { return false }
         let pattern = p.trimmingCharacters(in: .whitespacesAndNewlines)
         return !pattern.isEmpty && !pattern.hasPrefix("|") && !pattern.contains("/")
     }()
@@ -25,15 +26,19 @@ import Glibc
     /// unlimited`) and Swift's crash handler off, lets it run `settle` seconds, kills it with
     /// SIGABRT (whose default action dumps core) and returns the core files it left.
     static func coresAfterAbort(
-        _ command: [String], root: String, name: String, environment: [String: String], inputs: [Int32: Data], settle: Double = 1.5
+        _ command: [String], root: String, name: String, environment: [String: String],
+        inputs: [Int32: Data], settle: Double = 1.5
     ) throws -> [(name: String, data: Data)] {
         let dir = root + "/" + name
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         var env = environment
         env["SWIFT_BACKTRACE"] = "enable=no"
         let pid = try ChildProcess.spawn(
-            "/bin/sh", ["-c", #"ulimit -c unlimited && cd "$1" && shift && exec "$@""#, "sh", dir] + command, environment: env,
-            inputs: inputs, stdout: .devNull, stderr: .file(root + "/" + name + ".err", append: false))
+            "/bin/sh",
+            ["-c", #"ulimit -c unlimited && cd "$1" && shift && exec "$@""#, "sh", dir] + command,
+            environment: env,
+            inputs: inputs, stdout: .devNull,
+            stderr: .file(root + "/" + name + ".err", append: false))
         usleep(useconds_t(settle * 1_000_000))
         Glibc.kill(pid, SIGABRT)
         let status = ChildProcess.wait(pid, timeout: 10)
@@ -42,10 +47,15 @@ import Glibc
             _ = ChildProcess.wait(pid, timeout: 10)
         }
         let names = (try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? []
-        return names.filter { $0.hasPrefix("core") }.map { ($0, FileManager.default.contents(atPath: dir + "/" + $0) ?? Data()) }
+        return names.filter { $0.hasPrefix("core") }.map {
+            ($0, FileManager.default.contents(atPath: dir + "/" + $0) ?? Data())
+        }
     }
 
-    @Test(.enabled(if: coresInWorkingDirectory, "needs core files written to the working directory (kernel.core_pattern)"))
+    @Test(
+        .enabled(
+            if: coresInWorkingDirectory,
+            "needs core files written to the working directory (kernel.core_pattern)"))
     func aClientKilledWhileHoldingASecretLeavesNoCoreFileWithIt() throws {
         let d = try Daemon()
         defer { d.close() }
@@ -55,7 +65,8 @@ import Glibc
         defer { Glibc.kill(pid, SIGCONT) }
 
         // The control: a program that does nothing about cores leaves one here.
-        let control = try Self.coresAfterAbort(["sleep", "30"], root: d.root, name: "control", environment: d.environment, inputs: [:])
+        let control = try Self.coresAfterAbort(
+            ["sleep", "30"], root: d.root, name: "control", environment: d.environment, inputs: [:])
         guard !control.isEmpty else {
             // This machine writes no core files at all (a hard limit of 0, say): nothing to check.
             return
@@ -66,15 +77,25 @@ import Glibc
         let cases: [(name: String, command: [String], inputs: [Int32: Data], secret: String)] = [
             (
                 "git-credential-vault", [Paths.tool("git-credential-vault"), "store"],
-                [0: Data("protocol=https\nhost=example.org\nusername=bob\npassword=\(password)\n\n".utf8)], password
+                [
+                    0: Data(
+                        "protocol=https\nhost=example.org\nusername=bob\npassword=\(password)\n\n"
+                            .utf8)
+                ], password
             ),
-            ("vaultctl", [Paths.tool("vaultctl"), "unlock", "--passphrase-fd", "3"], [3: Data((passphrase + "\n").utf8)], passphrase),
+            (
+                "vaultctl", [Paths.tool("vaultctl"), "unlock", "--passphrase-fd", "3"],
+                [3: Data((passphrase + "\n").utf8)], passphrase
+            ),
         ]
         for c in cases {
-            let cores = try Self.coresAfterAbort(c.command, root: d.root, name: c.name, environment: d.environment, inputs: c.inputs)
+            let cores = try Self.coresAfterAbort(
+                c.command, root: d.root, name: c.name, environment: d.environment, inputs: c.inputs)
             let holding = cores.filter { $0.data.range(of: Data(c.secret.utf8)) != nil }.map(\.name)
             #expect(holding.isEmpty, "\(c.name): its secret is in plaintext in \(holding)")
-            #expect(cores.isEmpty, "\(c.name) left core files: \(cores.map { "\($0.name) (\($0.data.count) B)" })")
+            #expect(
+                cores.isEmpty,
+                "\(c.name) left core files: \(cores.map { "\($0.name) (\($0.data.count) B)" })")
         }
     }
 
@@ -83,12 +104,14 @@ import Glibc
     /// crash reporter returns from a SIGSEGV that was sent rather than faulted, and the process
     /// goes on) and returns its exit status and stderr.
     static func stderrAfterSegv(
-        _ command: [String], root: String, name: String, environment: [String: String], inputs: [Int32: Data],
+        _ command: [String], root: String, name: String, environment: [String: String],
+        inputs: [Int32: Data],
         settle: Double = 1.5, grace: Double = 10
     ) throws -> (status: Int32?, stderr: String) {
         let errPath = root + "/" + name + ".err"
         let pid = try ChildProcess.spawn(
-            command[0], Array(command.dropFirst()), environment: environment, inputs: inputs, stdout: .devNull, stderr: .file(errPath, append: false))
+            command[0], Array(command.dropFirst()), environment: environment, inputs: inputs,
+            stdout: .devNull, stderr: .file(errPath, append: false))
         usleep(useconds_t(settle * 1_000_000))
         Glibc.kill(pid, SIGSEGV)
         var status = ChildProcess.wait(pid, timeout: grace)
@@ -120,26 +143,47 @@ import Glibc
         // The control: asked for, the report comes, with the memory at each register.
         var asked = env
         asked["SWIFT_BACKTRACE"] = "enable=yes,interactive=no"
-        let control = try Self.stderrAfterSegv(unlock, root: d.root, name: "control", environment: asked, inputs: unlockInput, grace: 5)
+        let control = try Self.stderrAfterSegv(
+            unlock, root: d.root, name: "control", environment: asked, inputs: unlockInput, grace: 5
+        )
         guard control.stderr.contains("Backtracing") else {
             // No crash reporter on this machine (a toolchain without swift-backtrace): nothing to check.
             return
         }
-        #expect(control.stderr.contains("rip 0x"), "the control's report shows no registers:\n\(control.stderr)")
+        #expect(
+            control.stderr.contains("rip 0x"),
+            "the control's report shows no registers:\n\(control.stderr)")
 
         let cases: [(name: String, command: [String], inputs: [Int32: Data])] = [
             ("vaultctl", unlock, unlockInput),
             (
                 "git-credential-vault", [Paths.tool("git-credential-vault"), "store"],
-                [0: Data("protocol=https\nhost=example.org\nusername=bob\npassword=\(password)\n\n".utf8)]
+                [
+                    0: Data(
+                        "protocol=https\nhost=example.org\nusername=bob\npassword=\(password)\n\n"
+                            .utf8)
+                ]
             ),
-            ("vaultd", [Paths.tool("vaultd"), "--socket", d.root + "/crashing.sock", "--data-dir", d.root + "/crashing-vaultd"], [:]),
+            (
+                "vaultd",
+                [
+                    Paths.tool("vaultd"), "--socket", d.root + "/crashing.sock", "--data-dir",
+                    d.root + "/crashing-vaultd",
+                ], [:]
+            ),
         ]
         for c in cases {
-            let r = try Self.stderrAfterSegv(c.command, root: d.root, name: c.name, environment: env, inputs: c.inputs)
-            #expect(r.status == 128 + SIGSEGV, "\(c.name) exit status \(r.status.map(String.init) ?? "?"); stderr:\n\(r.stderr)")
-            #expect(!r.stderr.contains("Backtracing") && !r.stderr.contains("rip 0x"), "\(c.name) printed a crash report:\n\(r.stderr)")
-            #expect(!r.stderr.contains(passphrase) && !r.stderr.contains(password), "\(c.name) printed the secret")
+            let r = try Self.stderrAfterSegv(
+                c.command, root: d.root, name: c.name, environment: env, inputs: c.inputs)
+            #expect(
+                r.status == 128 + SIGSEGV,
+                "\(c.name) exit status \(r.status.map(String.init) ?? "?"); stderr:\n\(r.stderr)")
+            #expect(
+                !r.stderr.contains("Backtracing") && !r.stderr.contains("rip 0x"),
+                "\(c.name) printed a crash report:\n\(r.stderr)")
+            #expect(
+                !r.stderr.contains(passphrase) && !r.stderr.contains(password),
+                "\(c.name) printed the secret")
         }
     }
 }

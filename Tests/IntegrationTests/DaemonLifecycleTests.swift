@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 import VaultClient
 import VaultProtocol
 
@@ -16,7 +16,10 @@ import Glibc
     /// (not only "not owned by uid N"). In a mount namespace of its own with a private
     /// /tmp, vaultd running as nobody (a copy of it, made inside: the build may itself be
     /// under the /tmp the tmpfs hides).
-    @Test(.tags(.system), .enabled(if: getuid() == 0, "needs root for a mount namespace and to act as nobody (setpriv)"))
+    @Test(
+        .tags(.system),
+        .enabled(
+            if: getuid() == 0, "needs root for a mount namespace and to act as nobody (setpriv)"))
     func aSquattedDefaultSocketDirectoryIsRefusedWithTheWayOut() throws {
         let script = """
             set -e
@@ -29,17 +32,26 @@ import Glibc
             chown 65534 /tmp/vaultd-65534; chmod 755 /tmp/vaultd-65534
             run
             """
-        let r = try ChildProcess.run("unshare", ["-m", "sh", "-c", script, Paths.tool("vaultd")], environment: ["PATH": "/usr/sbin:/usr/bin:/sbin:/bin"], timeout: 20)
-        #expect(r.stdoutText.contains("refusing socket directory /tmp/vaultd-65534: it is owned by uid 0, not 65534"), "\(r)")
+        let r = try ChildProcess.run(
+            "unshare", ["-m", "sh", "-c", script, Paths.tool("vaultd")],
+            environment: ["PATH": "/usr/sbin:/usr/bin:/sbin:/bin"], timeout: 20)
+        #expect(
+            r.stdoutText.contains(
+                "refusing socket directory /tmp/vaultd-65534: it is owned by uid 0, not 65534"),
+            "\(r)")
         #expect(r.stdoutText.contains("remove it, or set XDG_RUNTIME_DIR or VAULTD_SOCKET"), "\(r)")
-        #expect(r.stdoutText.contains("mode 755, expected 700 (chmod 700 /tmp/vaultd-65534)"), "\(r)")
+        #expect(
+            r.stdoutText.contains("mode 755, expected 700 (chmod 700 /tmp/vaultd-65534)"), "\(r)")
     }
 
     /// vaultd in the foreground on `d`'s socket and data directory (plus `arguments`), to be
     /// refused at start: its outcome.
-    static func runVaultd(on d: Daemon, _ arguments: [String] = [], timeout: Double) throws -> ProcessResult {
+    static func runVaultd(on d: Daemon, _ arguments: [String] = [], timeout: Double) throws
+        -> ProcessResult
+    {
         try ChildProcess.run(
-            Paths.tool("vaultd"), ["--socket", d.socketPath, "--data-dir", d.dataDirectory] + arguments,
+            Paths.tool("vaultd"),
+            ["--socket", d.socketPath, "--data-dir", d.dataDirectory] + arguments,
             environment: isolatedEnvironment(root: d.root, socket: nil), timeout: timeout)
     }
 
@@ -47,7 +59,13 @@ import Glibc
     /// "bound") and stops it; returns the device key's path and contents.
     static func stoppedWithABoundItem(_ d: Daemon) throws -> (keyPath: String, original: Data) {
         try #require(d.initialize().status == 0)
-        try #require(d.ctl(["item", "add", "--service", "dk", "--account", "a", "--accessible", "whenUnlockedThisDeviceOnly"], stdin: Data("bound".utf8)).status == 0)
+        try #require(
+            d.ctl(
+                [
+                    "item", "add", "--service", "dk", "--account", "a", "--accessible",
+                    "whenUnlockedThisDeviceOnly",
+                ], stdin: Data("bound".utf8)
+            ).status == 0)
         #expect(d.stop() == 0)
         let keyPath = d.dataDirectory + "/device.key"
         return (keyPath, try Data(contentsOf: URL(fileURLWithPath: keyPath)))
@@ -76,10 +94,13 @@ import Glibc
     @Test func vaultctlGivesUpOnAVaultdThatDoesNotAnswer() throws {
         try Self.withStoppedDaemon { d, _ in
             let started = Date()
-            let r = d.run("vaultctl", ["status"], environment: ["VAULTCTL_TIMEOUT": "1"], timeout: 40)
+            let r = d.run(
+                "vaultctl", ["status"], environment: ["VAULTCTL_TIMEOUT": "1"], timeout: 40)
             let took = Date().timeIntervalSince(started)
             #expect(!r.timedOut && r.status == 69, "\(r)")
-            #expect(r.stderr.contains("ConnectionFailed") && r.stderr.contains("did not answer within 1"), "\(r)")
+            #expect(
+                r.stderr.contains("ConnectionFailed")
+                    && r.stderr.contains("did not answer within 1"), "\(r)")
             #expect(took < 30, "vaultctl waited \(took) s")
         }
     }
@@ -97,7 +118,9 @@ import Glibc
         try body(d, pid)
         try #require(kill(pid, SIGCONT) == 0)
         let after = d.ctl(["status"])
-        #expect(after.status == 0 && after.stdoutText.contains("unlocked"), "vaultd serves again once resumed: \(after)")
+        #expect(
+            after.status == 0 && after.stdoutText.contains("unlocked"),
+            "vaultd serves again once resumed: \(after)")
     }
 
     /// Fills the listen backlog of a stopped vaultd at `path` with connections that are then
@@ -113,7 +136,9 @@ import Glibc
                 for (i, b) in path.utf8.enumerated() { p[i] = b }
             }
             let rc = withUnsafePointer(to: &addr) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+                }
             }
             let e = errno
             close(fd)
@@ -136,9 +161,12 @@ import Glibc
             let queued = try Self.fillBacklog(of: d.socketPath)
             try #require(queued > 0 && queued < 10_000, "backlog \(queued)")
             let started = Date()
-            let r = d.run("vaultctl", ["status"], environment: ["VAULTCTL_TIMEOUT": "1"], timeout: 20)
+            let r = d.run(
+                "vaultctl", ["status"], environment: ["VAULTCTL_TIMEOUT": "1"], timeout: 20)
             let took = Date().timeIntervalSince(started)
-            #expect(!r.timedOut && r.status == 69 && r.stderr.contains("ConnectionFailed"), "after \(queued) queued connections: \(r)")
+            #expect(
+                !r.timedOut && r.status == 69 && r.stderr.contains("ConnectionFailed"),
+                "after \(queued) queued connections: \(r)")
             #expect(took < 15, "vaultctl waited \(took) s")
         }
     }
@@ -151,7 +179,9 @@ import Glibc
         try #require(d.initialize().status == 0)
         for t in ["1e300", "9.3e18"] {
             let r = d.run("vaultctl", ["status"], environment: ["VAULTCTL_TIMEOUT": t], timeout: 30)
-            #expect(r.status == 0 && r.stdoutText.contains("state: unlocked"), "VAULTCTL_TIMEOUT=\(t): \(r)")
+            #expect(
+                r.status == 0 && r.stdoutText.contains("state: unlocked"),
+                "VAULTCTL_TIMEOUT=\(t): \(r)")
         }
     }
 
@@ -162,7 +192,8 @@ import Glibc
         while Date() < deadline {
             // /proc/PID/stat: "PID (comm) STATE …"; comm may hold spaces, not ") ".
             if let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-                let end = stat.range(of: ") ", options: .backwards), stat[end.upperBound...].hasPrefix("T")
+                let end = stat.range(of: ") ", options: .backwards),
+                stat[end.upperBound...].hasPrefix("T")
             {
                 return true
             }
@@ -195,7 +226,8 @@ import Glibc
         #expect {
             try vault.status()
         } throws: { error in
-            (error as? VaultError)?.code == .connectionFailed && "\(error)".contains("did not answer within 1")
+            (error as? VaultError)?.code == .connectionFailed
+                && "\(error)".contains("did not answer within 1")
         }
     }
 
@@ -204,18 +236,21 @@ import Glibc
         defer { d.close() }
         let dir = try #require(Self.mode(d.root + "/run"))
         #expect(dir.type == S_IFDIR)
-        #expect(dir.permissions == 0o700, "socket directory mode \(String(dir.permissions, radix: 8))")
+        #expect(
+            dir.permissions == 0o700, "socket directory mode \(String(dir.permissions, radix: 8))")
         let socket = try #require(Self.mode(d.socketPath))
         #expect(socket.type == S_IFSOCK)
         #expect(socket.permissions == 0o600, "socket mode \(String(socket.permissions, radix: 8))")
         let data = try #require(Self.mode(d.dataDirectory))
-        #expect(data.permissions == 0o700, "data directory mode \(String(data.permissions, radix: 8))")
+        #expect(
+            data.permissions == 0o700, "data directory mode \(String(data.permissions, radix: 8))")
     }
 
     @Test func secondDaemonOnTheSameSocketExitsAndTheFirstKeepsServing() throws {
         let d = try Daemon()
         defer { d.close() }
-        try #require(d.ctl(["defaults", "write", "com.example.first", "k", "-string", "v"]).status == 0)
+        try #require(
+            d.ctl(["defaults", "write", "com.example.first", "k", "-string", "v"]).status == 0)
 
         // Another data directory, then the same one (two vaultds started with the same defaults).
         for dataDirectory in [d.root + "/data2", d.dataDirectory] {
@@ -224,13 +259,20 @@ import Glibc
                 environment: isolatedEnvironment(root: d.root, socket: nil), timeout: 20)
             #expect(!second.timedOut, "the second vaultd kept running: \(second)")
             #expect(second.status != 0, "\(second)")
-            #expect(second.stderr.contains(d.socketPath) || second.stderr.lowercased().contains("already"), "no clear message: \(second)")
+            #expect(
+                second.stderr.contains(d.socketPath)
+                    || second.stderr.lowercased().contains("already"), "no clear message: \(second)"
+            )
         }
 
         #expect(d.isRunning)
-        #expect(Self.mode(d.socketPath)?.type == S_IFSOCK, "the second vaultd removed the first one's socket")
+        #expect(
+            Self.mode(d.socketPath)?.type == S_IFSOCK,
+            "the second vaultd removed the first one's socket")
         let read = d.ctl(["defaults", "read", "com.example.first", "k"])
-        #expect(read.status == 0 && read.stdoutText == "v\n", "the first vaultd no longer serves: \(read)")
+        #expect(
+            read.status == 0 && read.stdoutText == "v\n",
+            "the first vaultd no longer serves: \(read)")
     }
 
     /// vaultd holds its store exclusively (SQLite's unix-excl VFS): a second vaultd on the
@@ -238,28 +280,38 @@ import Glibc
     @Test func secondDaemonOnTheSameDataDirectoryExitsAndTheFirstKeepsServing() throws {
         let d = try Daemon()
         defer { d.close() }
-        try #require(d.ctl(["defaults", "write", "com.example.first", "k", "-string", "v"]).status == 0)
+        try #require(
+            d.ctl(["defaults", "write", "com.example.first", "k", "-string", "v"]).status == 0)
         let started = Date()
         let second = try ChildProcess.run(
-            Paths.tool("vaultd"), ["--socket", d.root + "/run/other.sock", "--data-dir", d.dataDirectory],
+            Paths.tool("vaultd"),
+            ["--socket", d.root + "/run/other.sock", "--data-dir", d.dataDirectory],
             environment: isolatedEnvironment(root: d.root, socket: nil), timeout: 20)
         #expect(!second.timedOut && second.status != 0, "\(second)")
-        #expect(Date().timeIntervalSince(started) < 5, "refused only after \(Date().timeIntervalSince(started)) s")
+        #expect(
+            Date().timeIntervalSince(started) < 5,
+            "refused only after \(Date().timeIntervalSince(started)) s")
         #expect(second.stderr.contains("in use by another process"), "no clear message: \(second)")
-        #expect(Self.mode(d.root + "/run/other.sock") == nil, "the refused vaultd left a socket behind")
+        #expect(
+            Self.mode(d.root + "/run/other.sock") == nil, "the refused vaultd left a socket behind")
         let write = d.ctl(["defaults", "write", "com.example.first", "k2", "-int", "2"])
         let read = d.ctl(["defaults", "read", "com.example.first", "k"])
-        #expect(write.status == 0 && read.status == 0 && read.stdoutText == "v\n", "the first vaultd no longer serves: \(write) \(read)")
+        #expect(
+            write.status == 0 && read.status == 0 && read.stdoutText == "v\n",
+            "the first vaultd no longer serves: \(write) \(read)")
     }
 
     @Test func staleSocketFromAKilledDaemonDoesNotStopARestart() throws {
         let d = try Daemon()
         defer { d.close() }
         // Acknowledged writes are durable, even across a SIGKILL.
-        try #require(d.ctl(["defaults", "write", "com.example.stale", "k", "-int", "42"]).status == 0)
+        try #require(
+            d.ctl(["defaults", "write", "com.example.stale", "k", "-int", "42"]).status == 0)
         d.kill()
         #expect(d.lastExitStatus == 128 + SIGKILL)
-        try #require(Self.mode(d.socketPath)?.type == S_IFSOCK, "SIGKILL should leave the socket file behind")
+        try #require(
+            Self.mode(d.socketPath)?.type == S_IFSOCK, "SIGKILL should leave the socket file behind"
+        )
         #expect(!Daemon.answers(d.socketPath))
 
         try d.start()
@@ -301,32 +353,50 @@ import Glibc
         env["LISTEN_FDS"] = "1"
         func activate() throws -> pid_t {
             let p = try ChildProcess.spawn(
-                "/bin/sh", ["-c", "export LISTEN_PID=$$; exec \"$0\" \"$@\"", Paths.tool("vaultd"), "--data-dir", root + "/data"],
-                environment: env, inputs: [:], passing: [3: systemd.fd], stdout: .file(log, append: true), stderr: .file(log, append: true))
-            try Daemon.waitUntilServing(p, socketPath: path, timeout: 10, log: { (try? String(contentsOfFile: log, encoding: .utf8)) ?? "" }) { _ in }
+                "/bin/sh",
+                [
+                    "-c", "export LISTEN_PID=$$; exec \"$0\" \"$@\"", Paths.tool("vaultd"),
+                    "--data-dir", root + "/data",
+                ],
+                environment: env, inputs: [:], passing: [3: systemd.fd],
+                stdout: .file(log, append: true), stderr: .file(log, append: true))
+            try Daemon.waitUntilServing(
+                p, socketPath: path, timeout: 10,
+                log: { (try? String(contentsOfFile: log, encoding: .utf8)) ?? "" }
+            ) { _ in }
             return p
         }
         func ctl(_ args: [String]) throws -> ProcessResult {
-            try ChildProcess.run(Paths.tool("vaultctl"), args, environment: isolatedEnvironment(root: root, socket: path).merging(["VAULTCTL_TIMEOUT": "5"]) { $1 }, timeout: 30)
+            try ChildProcess.run(
+                Paths.tool("vaultctl"), args,
+                environment: isolatedEnvironment(root: root, socket: path).merging([
+                    "VAULTCTL_TIMEOUT": "5"
+                ]) { $1 }, timeout: 30)
         }
         let first = try activate()
-        try #require(try ctl(["defaults", "write", "com.example.activated", "k", "-int", "7"]).status == 0)
+        try #require(
+            try ctl(["defaults", "write", "com.example.activated", "k", "-int", "7"]).status == 0)
         kill(first, SIGTERM)
         #expect(ChildProcess.wait(first, timeout: 20) == 0)
-        #expect(Self.mode(path)?.type == S_IFSOCK, "the stopped vaultd removed systemd's socket file")
+        #expect(
+            Self.mode(path)?.type == S_IFSOCK, "the stopped vaultd removed systemd's socket file")
 
         // A client now: systemd would queue it and start vaultd; the connect must succeed.
         let client = try UnixSocket()
         var connectError: Error?
         do { try client.connect(path: path) } catch { connectError = error }
-        #expect(connectError == nil, "connect to systemd's socket after the stop: \(String(describing: connectError))")
+        #expect(
+            connectError == nil,
+            "connect to systemd's socket after the stop: \(String(describing: connectError))")
         let second = try activate()
         defer {
             kill(second, SIGKILL)
             _ = ChildProcess.wait(second, timeout: 10)
         }
         let read = try ctl(["defaults", "read", "com.example.activated", "k"])
-        #expect(read.status == 0 && read.stdoutText == "7\n", "the next vaultd on systemd's socket: \(read)")
+        #expect(
+            read.status == 0 && read.stdoutText == "7\n",
+            "the next vaultd on systemd's socket: \(read)")
     }
 
     /// SIGHUP, as systemd-era daemons take it (`systemctl --user reload`), reads config.plist
@@ -340,22 +410,29 @@ import Glibc
         try d.start()
         try #require(d.initialize().status == 0)
         d.stop()
-        try PropertyListSerialization.data(fromPropertyList: [String: Any](), format: .xml, options: 0).write(to: URL(fileURLWithPath: config))
+        try PropertyListSerialization.data(
+            fromPropertyList: [String: Any](), format: .xml, options: 0
+        ).write(to: URL(fileURLWithPath: config))
         try d.start(extraArguments: ["--config", config])
         try #require(d.unlock().status == 0)
 
         // A broken file: nothing changes, vaultd says so and serves on.
-        try Data("<plist><dict><key>AutoLockSeconds</key><string>soon</string></dict></plist>".utf8).write(to: URL(fileURLWithPath: config))
+        try Data("<plist><dict><key>AutoLockSeconds</key><string>soon</string></dict></plist>".utf8)
+            .write(to: URL(fileURLWithPath: config))
         d.sendSignal(SIGHUP)
         let refused = eventually(timeout: 10) { d.log.contains("SIGHUP: settings not reloaded") }
         #expect(refused && d.isRunning, "log:\n\(d.log)")
         // Then AutoLockSeconds = 1: it applies without a restart.
-        try PropertyListSerialization.data(fromPropertyList: ["AutoLockSeconds": 1], format: .xml, options: 0).write(to: URL(fileURLWithPath: config))
+        try PropertyListSerialization.data(
+            fromPropertyList: ["AutoLockSeconds": 1], format: .xml, options: 0
+        ).write(to: URL(fileURLWithPath: config))
         let vault = try d.client()
         d.sendSignal(SIGHUP)
         let locked = try eventually(timeout: 20) { try vault.status().lock.state == .locked }
         #expect(locked && d.isRunning, "not locked by the reloaded AutoLockSeconds; log:\n\(d.log)")
-        #expect(d.log.contains("SIGHUP: settings reloaded") && d.log.contains("locked after 1 s without a call"), "\(d.log)")
+        #expect(
+            d.log.contains("SIGHUP: settings reloaded")
+                && d.log.contains("locked after 1 s without a call"), "\(d.log)")
         #expect(d.stop() == 0)
         #expect(Self.mode(d.socketPath) == nil)
     }
@@ -368,18 +445,28 @@ import Glibc
         defer { d.close() }
         let config = d.root + "/config.plist"
         try PropertyListSerialization.data(
-            fromPropertyList: ["AutoLockSecs": 5, "CacheCheckIntervalSeconds": 5, "cachebudgetbytes": 1, "Weird\nKey": 1], format: .xml, options: 0
+            fromPropertyList: [
+                "AutoLockSecs": 5, "CacheCheckIntervalSeconds": 5, "cachebudgetbytes": 1,
+                "Weird\nKey": 1,
+            ], format: .xml, options: 0
         ).write(to: URL(fileURLWithPath: config))
         try d.start(extraArguments: ["--config", config])
         let named = eventually(timeout: 10) { d.log.contains("AutoLockSecs") }
         #expect(named, "log:\n\(d.log)")
-        let line = d.log.split(separator: "\n").first { $0.contains("AutoLockSecs") }.map(String.init) ?? ""
+        let line =
+            d.log.split(separator: "\n").first { $0.contains("AutoLockSecs") }.map(String.init)
+            ?? ""
         #expect(line.contains("\"AutoLockSecs\" (did you mean AutoLockSeconds?)"), "\(line)")
         #expect(line.contains("\"cachebudgetbytes\" (did you mean CacheBudgetBytes?)"), "\(line)")
         #expect(line.contains("\"Weird\\nKey\""), "\(line)")
         #expect(!line.contains("\"CacheCheckIntervalSeconds\""), "\(line)")
         d.sendSignal(SIGHUP)
-        let again = eventually(timeout: 10) { d.log.contains("SIGHUP: ") && d.log.split(separator: "\n").contains { $0.hasPrefix("vaultd: SIGHUP: ") && $0.contains("AutoLockSecs") } }
+        let again = eventually(timeout: 10) {
+            d.log.contains("SIGHUP: ")
+                && d.log.split(separator: "\n").contains {
+                    $0.hasPrefix("vaultd: SIGHUP: ") && $0.contains("AutoLockSecs")
+                }
+        }
         #expect(again, "log:\n\(d.log)")
         #expect(d.isRunning)
     }
@@ -391,7 +478,9 @@ import Glibc
         defer { d.close() }
         d.sendSignal(SIGHUP)
         let said = eventually(timeout: 10) { d.log.contains("SIGHUP: settings reloaded") }
-        #expect(said && d.log.contains("is absent: the defaults") && !d.log.contains("reloaded from"), "\(d.log)")
+        #expect(
+            said && d.log.contains("is absent: the defaults") && !d.log.contains("reloaded from"),
+            "\(d.log)")
     }
 
     /// A path option given an empty value (`--cache-dir "$DIR"` with DIR unset) is a usage
@@ -405,7 +494,9 @@ import Glibc
         let arguments = ["--socket", d.socketPath, "--data-dir", d.dataDirectory] + option
         let r = d.run("vaultd", arguments, timeout: 5)
         let name = option[0].split(separator: "=")[0]
-        #expect(r.status == 64 && r.stderr.hasPrefix("vaultd: \(name) needs a value"), "vaultd \(option): \(r)")
+        #expect(
+            r.status == 64 && r.stderr.hasPrefix("vaultd: \(name) needs a value"),
+            "vaultd \(option): \(r)")
     }
 
     /// A VAULTD_BUSY_POLL_US that is no whole number from 0 is a usage error naming it, as
@@ -414,8 +505,12 @@ import Glibc
     func aBusyPollSettingThatIsNoNumberIsAUsageError(value: String) throws {
         let d = try Daemon(start: false)
         defer { d.close() }
-        let r = d.run("vaultd", ["--socket", d.socketPath, "--data-dir", d.dataDirectory], environment: ["VAULTD_BUSY_POLL_US": value], timeout: 5)
-        #expect(r.status == 64 && r.stderr.contains("VAULTD_BUSY_POLL_US must be a whole number"), "VAULTD_BUSY_POLL_US=\(value): \(r)")
+        let r = d.run(
+            "vaultd", ["--socket", d.socketPath, "--data-dir", d.dataDirectory],
+            environment: ["VAULTD_BUSY_POLL_US": value], timeout: 5)
+        #expect(
+            r.status == 64 && r.stderr.contains("VAULTD_BUSY_POLL_US must be a whole number"),
+            "VAULTD_BUSY_POLL_US=\(value): \(r)")
     }
 
     /// `--socket NAME`, a bare file name, is a socket in the current directory, as `./NAME`
@@ -456,19 +551,31 @@ import Glibc
         let bad = Data("<plist><dict><key>\(key)</key>\(value)</dict></plist>".utf8)
         try bad.write(to: URL(fileURLWithPath: config))
         let started = (try? d.start(extraArguments: ["--config", config])) != nil
-        #expect(!started && d.lastExitStatus == 1, "\(key) \(value): started \(started), exit \(d.lastExitStatus.map(String.init) ?? "none"); log:\n\(d.log)")
+        #expect(
+            !started && d.lastExitStatus == 1,
+            "\(key) \(value): started \(started), exit \(d.lastExitStatus.map(String.init) ?? "none"); log:\n\(d.log)"
+        )
         #expect(d.log.contains("config.plist: \(key) must be a number from 0 to"), "\(d.log)")
         if started { d.stop() }
 
         // Read again by a running vaultd: refused, and it serves on with the settings in force.
-        try PropertyListSerialization.data(fromPropertyList: [String: Any](), format: .xml, options: 0).write(to: URL(fileURLWithPath: config))
+        try PropertyListSerialization.data(
+            fromPropertyList: [String: Any](), format: .xml, options: 0
+        ).write(to: URL(fileURLWithPath: config))
         try d.start(extraArguments: ["--config", config])
         try bad.write(to: URL(fileURLWithPath: config))
         d.sendSignal(SIGHUP)
-        let refused = eventually(timeout: 10) { d.log.contains("SIGHUP: settings not reloaded") || !d.isRunning }
+        let refused = eventually(timeout: 10) {
+            d.log.contains("SIGHUP: settings not reloaded") || !d.isRunning
+        }
         #expect(refused && d.isRunning, "log:\n\(d.log)")
-        #expect(d.log.contains("SIGHUP: settings not reloaded, the ones in force stay: \(config): \(key) must be a number from 0 to"), "\(d.log)")
-        #expect(d.isRunning && (try? d.client().status()) != nil, "vaultd stopped serving; log:\n\(d.log)")
+        #expect(
+            d.log.contains(
+                "SIGHUP: settings not reloaded, the ones in force stay: \(config): \(key) must be a number from 0 to"
+            ), "\(d.log)")
+        #expect(
+            d.isRunning && (try? d.client().status()) != nil,
+            "vaultd stopped serving; log:\n\(d.log)")
     }
 
     /// A status poller (a panel applet, a script waiting for a state) runs `vaultctl status`
@@ -482,7 +589,9 @@ import Glibc
         defer { d.close() }
         try #require(d.initialize().status == 0)
         let config = d.root + "/config.plist"
-        try PropertyListSerialization.data(fromPropertyList: ["AutoLockSeconds": 600], format: .xml, options: 0).write(to: URL(fileURLWithPath: config))
+        try PropertyListSerialization.data(
+            fromPropertyList: ["AutoLockSeconds": 600], format: .xml, options: 0
+        ).write(to: URL(fileURLWithPath: config))
         d.stop()
         try d.start(extraArguments: ["--config", config])
         try #require(d.unlock().status == 0)
@@ -493,16 +602,24 @@ import Glibc
             try d.advanceClock(by: 200)
             let poll = d.ctl(["status", "--json"])
             #expect(poll.status == 0, "\(poll)")
-            states.append(poll.stdoutText.contains("\"state\":\"locked\"") ? "locked" : poll.stdoutText.contains("\"state\":\"unlocked\"") ? "unlocked" : poll.stdoutText)
+            states.append(
+                poll.stdoutText.contains("\"state\":\"locked\"")
+                    ? "locked"
+                    : poll.stdoutText.contains("\"state\":\"unlocked\"")
+                        ? "unlocked" : poll.stdoutText)
         }
-        #expect(states == ["unlocked", "unlocked", "locked"], "polled every 200 s with AutoLockSeconds 600; log:\n\(d.log)")
+        #expect(
+            states == ["unlocked", "unlocked", "locked"],
+            "polled every 200 s with AutoLockSeconds 600; log:\n\(d.log)")
         #expect(d.log.contains("locked after 600 s without a call"), "\(d.log)")
         // A real call is use: it is the one that keeps an unlocked vault unlocked.
         try #require(d.unlock().status == 0)
         for step in 0..<4 {
             #expect(d.ctl(["defaults", "read", "-g"]).status != -1)
             try d.advanceClock(by: 400)
-            #expect(d.statusJSON()?["state"] as? String == "unlocked", "locked although used every 400 s (step \(step)); log:\n\(d.log)")
+            #expect(
+                d.statusJSON()?["state"] as? String == "unlocked",
+                "locked although used every 400 s (step \(step)); log:\n\(d.log)")
         }
     }
 
@@ -513,26 +630,42 @@ import Glibc
     @Test func theTestClockOnlyGoesForward() throws {
         let d = try Daemon()
         defer { d.close() }
-        #expect(d.log.contains("test settings: the clock runs 0.0 s ahead of the system's"), "\(d.log)")
+        #expect(
+            d.log.contains("test settings: the clock runs 0.0 s ahead of the system's"), "\(d.log)")
         try d.advanceClock(by: 100)
         #expect(d.log.contains("test clock: 100.0 s ahead of the system's"), "\(d.log)")
-        for (text, said) in [("50", "test clock: refused \"50\" s (from 0 to 1e9, and the clock does not go back); it stays 100.0 s ahead"), ("soon", "does not hold a number of seconds; the clock stays 100.0 s ahead")] {
-            try Data(text.utf8).write(to: URL(fileURLWithPath: TestClock.path(root: d.root)), options: .atomic)
+        for (text, said) in [
+            (
+                "50",
+                "test clock: refused \"50\" s (from 0 to 1e9, and the clock does not go back); it stays 100.0 s ahead"
+            ), ("soon", "does not hold a number of seconds; the clock stays 100.0 s ahead"),
+        ] {
+            try Data(text.utf8).write(
+                to: URL(fileURLWithPath: TestClock.path(root: d.root)), options: .atomic)
             try d.tick()
             #expect(d.log.contains(said), "\(text): \(d.log)")
         }
-        try Data("250.5".utf8).write(to: URL(fileURLWithPath: TestClock.path(root: d.root)), options: .atomic)
+        try Data("250.5".utf8).write(
+            to: URL(fileURLWithPath: TestClock.path(root: d.root)), options: .atomic)
         try d.tick()
         #expect(d.log.contains("test clock: 250.5 s ahead of the system's"), "\(d.log)")
         // Kept across a restart: read at start.
         try d.restart()
-        #expect(d.log.contains("test settings: the clock runs 250.5 s ahead of the system's"), "\(d.log)")
+        #expect(
+            d.log.contains("test settings: the clock runs 250.5 s ahead of the system's"),
+            "\(d.log)")
 
         d.stop()
         let relative = try ChildProcess.run(
             Paths.tool("vaultd"), ["--socket", d.socketPath, "--data-dir", d.dataDirectory],
-            environment: isolatedEnvironment(root: d.root, socket: nil).merging(["VAULTD_TEST_CLOCK_FILE": "test-clock"]) { $1 }, timeout: 20)
-        #expect(!relative.timedOut && relative.status == 64 && relative.stderr.contains("VAULTD_TEST_CLOCK_FILE (for tests only) must be an absolute path"), "\(relative)")
+            environment: isolatedEnvironment(root: d.root, socket: nil).merging([
+                "VAULTD_TEST_CLOCK_FILE": "test-clock"
+            ]) { $1 }, timeout: 20)
+        #expect(
+            !relative.timedOut && relative.status == 64
+                && relative.stderr.contains(
+                    "VAULTD_TEST_CLOCK_FILE (for tests only) must be an absolute path"),
+            "\(relative)")
     }
 
     /// A debug vaultd honours the tests' passphrase cost (`VAULTD_ARGON2_TEST_COST=min`, and
@@ -546,8 +679,14 @@ import Glibc
         for value in ["moderate", "0"] {
             let r = try ChildProcess.run(
                 Paths.tool("vaultd"), ["--socket", d.socketPath, "--data-dir", d.dataDirectory],
-                environment: isolatedEnvironment(root: d.root, socket: nil).merging(["VAULTD_ARGON2_TEST_COST": value]) { $1 }, timeout: 20)
-            #expect(!r.timedOut && r.status == 64 && r.stderr.contains("VAULTD_ARGON2_TEST_COST (for tests only) must be min, not '\(value)'"), "\(r)")
+                environment: isolatedEnvironment(root: d.root, socket: nil).merging([
+                    "VAULTD_ARGON2_TEST_COST": value
+                ]) { $1 }, timeout: 20)
+            #expect(
+                !r.timedOut && r.status == 64
+                    && r.stderr.contains(
+                        "VAULTD_ARGON2_TEST_COST (for tests only) must be min, not '\(value)'"),
+                "\(r)")
             #expect(Self.mode(d.socketPath) == nil, "\(value): vaultd served")
         }
     }
@@ -566,9 +705,12 @@ import Glibc
             d.sendSignal(SIGUSR1)
             let handled = eventually(timeout: 20) {
                 d.log.components(separatedBy: "SIGHUP: settings reloaded").count == reloads + 1
-                    && d.log.components(separatedBy: "SIGUSR1: periodic tasks ran (1)").count == run + 1
+                    && d.log.components(separatedBy: "SIGUSR1: periodic tasks ran (1)").count == run
+                        + 1
             }
-            #expect(handled, "start \(run): a signal sent as vaultd first answered was lost; log:\n\(d.log)")
+            #expect(
+                handled,
+                "start \(run): a signal sent as vaultd first answered was lost; log:\n\(d.log)")
             #expect(d.stop() == 0)
         }
     }
@@ -585,7 +727,9 @@ import Glibc
 
         let refused = try Self.runVaultd(on: d, timeout: 20)
         #expect(!refused.timedOut && refused.status == 1, "\(refused)")
-        #expect(refused.stderr.contains("device.key is missing") && refused.stderr.contains("--new-device-key"), "no clear message: \(refused)")
+        #expect(
+            refused.stderr.contains("device.key is missing")
+                && refused.stderr.contains("--new-device-key"), "no clear message: \(refused)")
         #expect(!FileManager.default.fileExists(atPath: keyPath), "a new device.key was made")
         #expect(Self.mode(d.socketPath) == nil, "the refused vaultd left a socket")
 
@@ -617,14 +761,17 @@ import Glibc
             #expect(!second.timedOut && second.status == 1, "\(second)")
             #expect(Date().timeIntervalSince(started) < 15)
             #expect(second.stderr.contains("stopped or hung"), "no clear message: \(second)")
-            #expect(Self.mode(d.socketPath)?.type == S_IFSOCK, "the first vaultd's socket was removed")
+            #expect(
+                Self.mode(d.socketPath)?.type == S_IFSOCK, "the first vaultd's socket was removed")
         }
     }
 
     /// HOME unset for a uid without a passwd entry (a container's arbitrary uid): vaultd
     /// crashed (a nil passwd entry unwrapped) even with every path given on the command line.
     /// It must serve when the paths are given, and otherwise say which one it lacks.
-    @Test(.tags(.system), .enabled(if: getuid() == 0, "needs root to run as a uid without a passwd entry (setpriv)"))
+    @Test(
+        .tags(.system),
+        .enabled(if: getuid() == 0, "needs root to run as a uid without a passwd entry (setpriv)"))
     func vaultdWithoutAHomeServesWhenThePathsAreGivenAndSaysWhatIsMissingOtherwise() throws {
         let uid = 54321
         try #require(getpwuid(uid_t(uid)) == nil, "uid \(uid) has a passwd entry here")
@@ -635,27 +782,42 @@ import Glibc
         mkdir(own, 0o700)
         chown(own, uid_t(uid), gid_t(uid))
         var env = isolatedEnvironment(root: root, socket: nil)
-        for k in ["HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_RUNTIME_DIR"] { env[k] = nil }
+        for k in ["HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_RUNTIME_DIR"] {
+            env[k] = nil
+        }
         let asUID = ["--reuid=\(uid)", "--regid=\(uid)", "--clear-groups", Paths.tool("vaultd")]
 
         let log = own + "/vaultd.log"
         let p = try ChildProcess.spawn(
-            "setpriv", asUID + ["--socket", own + "/s.sock", "--data-dir", own + "/data", "--cache-dir", own + "/cache"],
-            environment: env, inputs: [:], stdout: .file(log, append: true), stderr: .file(log, append: true))
+            "setpriv",
+            asUID + [
+                "--socket", own + "/s.sock", "--data-dir", own + "/data", "--cache-dir",
+                own + "/cache",
+            ],
+            environment: env, inputs: [:], stdout: .file(log, append: true),
+            stderr: .file(log, append: true))
         defer {
             kill(p, SIGKILL)
             _ = ChildProcess.wait(p, timeout: 10)
         }
-        let serving = eventually(timeout: 10) { ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").contains("serving") || !ChildProcess.isAlive(p) }
+        let serving = eventually(timeout: 10) {
+            ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").contains("serving")
+                || !ChildProcess.isAlive(p)
+        }
         let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
-        #expect(serving && ChildProcess.isAlive(p) && text.contains("serving \(own)/s.sock"), "log:\n\(text)")
+        #expect(
+            serving && ChildProcess.isAlive(p) && text.contains("serving \(own)/s.sock"),
+            "log:\n\(text)")
         #expect(Self.mode(own + "/s.sock")?.type == S_IFSOCK)
         kill(p, SIGTERM)
         #expect(ChildProcess.wait(p, timeout: 20) == 0)
 
         // Without --data-dir there is no default for it: said, not a crash.
-        let missing = try ChildProcess.run("setpriv", asUID + ["--socket", own + "/s.sock"], environment: env, timeout: 20)
-        #expect(missing.status == 64 && missing.stderr.contains("HOME is not set") && missing.stderr.contains("--data-dir"), "\(missing)")
+        let missing = try ChildProcess.run(
+            "setpriv", asUID + ["--socket", own + "/s.sock"], environment: env, timeout: 20)
+        #expect(
+            missing.status == 64 && missing.stderr.contains("HOME is not set")
+                && missing.stderr.contains("--data-dir"), "\(missing)")
         #expect(!missing.stderr.contains("Fatal error"), "\(missing)")
     }
 
@@ -666,14 +828,25 @@ import Glibc
     /// (an auto-lock, a refused peer), cutting the calls in progress and leaving its socket.
     /// With fds 0-2 closed, a client's socket could also become fd 2 and get log lines.
     @Test func vaultdKeepsServingWhenItsLogCannotBeWritten() throws {
-        for (name, script) in [("stderr on a full disk", "exec \"$0\" \"$@\" </dev/null >/dev/full 2>/dev/full"), ("stdio closed", "exec \"$0\" \"$@\" <&- >&- 2>&-")] {
+        for (name, script) in [
+            ("stderr on a full disk", "exec \"$0\" \"$@\" </dev/null >/dev/full 2>/dev/full"),
+            ("stdio closed", "exec \"$0\" \"$@\" <&- >&- 2>&-"),
+        ] {
             let d = try Daemon(start: false)
             defer { d.close() }
             let config = d.root + "/config.plist"
-            try PropertyListSerialization.data(fromPropertyList: ["AutoLockSeconds": 0], format: .xml, options: 0).write(to: URL(fileURLWithPath: config))
+            try PropertyListSerialization.data(
+                fromPropertyList: ["AutoLockSeconds": 0], format: .xml, options: 0
+            ).write(to: URL(fileURLWithPath: config))
             let p = try ChildProcess.spawn(
-                "/bin/sh", ["-c", script, Paths.tool("vaultd"), "--socket", d.socketPath, "--data-dir", d.dataDirectory, "--config", config],
-                environment: isolatedEnvironment(root: d.root, socket: nil).merging(TestClock.environment(root: d.root)) { $1 }, inputs: [:],
+                "/bin/sh",
+                [
+                    "-c", script, Paths.tool("vaultd"), "--socket", d.socketPath, "--data-dir",
+                    d.dataDirectory, "--config", config,
+                ],
+                environment: isolatedEnvironment(root: d.root, socket: nil).merging(
+                    TestClock.environment(root: d.root)
+                ) { $1 }, inputs: [:],
                 stdout: .devNull, stderr: .devNull)
             defer {
                 kill(p, SIGKILL)
@@ -681,7 +854,9 @@ import Glibc
             }
             var exited: Int32?? = nil
             do {
-                try Daemon.waitUntilServing(p, socketPath: d.socketPath, timeout: 10, log: { "" }) { exited = $0 }
+                try Daemon.waitUntilServing(p, socketPath: d.socketPath, timeout: 10, log: { "" }) {
+                    exited = $0
+                }
             } catch {
                 Issue.record("\(name): \(error); exit \(String(describing: exited))")
                 continue
@@ -690,12 +865,15 @@ import Glibc
             #expect(d.initialize().status == 0, "\(name)")
             for _ in 0..<3 {
                 let add = d.ctl(["defaults", "write", "com.example.log", "k", "-int", "1"])
-                #expect(add.status == 0 && add.stdout.isEmpty && add.stderr.isEmpty, "\(name): \(add)")
+                #expect(
+                    add.status == 0 && add.stdout.isEmpty && add.stderr.isEmpty, "\(name): \(add)")
             }
             // The SIGHUP turns the auto-lock on; its log line cannot be read here, so the
             // event waited for is its effect: the auto-lock, run by SIGUSR1 with vaultd's
             // clock moved past the delay, locks the vault (and logs that too).
-            try PropertyListSerialization.data(fromPropertyList: ["AutoLockSeconds": 60], format: .xml, options: 0).write(to: URL(fileURLWithPath: config))
+            try PropertyListSerialization.data(
+                fromPropertyList: ["AutoLockSeconds": 60], format: .xml, options: 0
+            ).write(to: URL(fileURLWithPath: config))
             kill(p, SIGHUP)
             let locked = eventually(timeout: 10) {
                 try? TestClock.advance(root: d.root, by: 120)
@@ -718,16 +896,22 @@ import Glibc
     @Test func aConfigFileThatCannotBeReadIsRefusedNotIgnored() throws {
         let d = try Daemon(start: false)
         defer { d.close() }
-        func vaultd(_ args: [String]) throws -> ProcessResult { try Self.runVaultd(on: d, args, timeout: 5) }
+        func vaultd(_ args: [String]) throws -> ProcessResult {
+            try Self.runVaultd(on: d, args, timeout: 5)
+        }
         // (/dev/zero: read for ever before; now refused past 1 MiB.)
-        for (what, path) in [("a missing file", d.root + "/config.plsit"), ("a directory", d.root + "/home"), ("an endless file", "/dev/zero")] {
+        for (what, path) in [
+            ("a missing file", d.root + "/config.plsit"), ("a directory", d.root + "/home"),
+            ("an endless file", "/dev/zero"),
+        ] {
             let r = try vaultd(["--config", path])
             #expect(!r.timedOut && r.status == 1 && r.stderr.contains(path), "\(what): \(r)")
             #expect(Self.mode(d.socketPath) == nil, "\(what): vaultd served")
         }
         // The default config.plist as a directory: the same.
         let defaultDir = d.root + "/home/.config/vaultd/config.plist"
-        try FileManager.default.createDirectory(atPath: defaultDir, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(
+            atPath: defaultDir, withIntermediateDirectories: true)
         let r = try vaultd([])
         #expect(!r.timedOut && r.status == 1 && r.stderr.contains(defaultDir), "\(r)")
         // Absent at the default path: the defaults, as before.
@@ -746,15 +930,22 @@ import Glibc
         try #require(unlink(first.socketPath) == 0)
         let log = first.root + "/second.log"
         let second = try ChildProcess.spawn(
-            Paths.tool("vaultd"), ["--socket", first.socketPath, "--data-dir", first.root + "/data2"],
-            environment: isolatedEnvironment(root: first.root, socket: nil), inputs: [:], stdout: .file(log, append: true), stderr: .file(log, append: true))
+            Paths.tool("vaultd"),
+            ["--socket", first.socketPath, "--data-dir", first.root + "/data2"],
+            environment: isolatedEnvironment(root: first.root, socket: nil), inputs: [:],
+            stdout: .file(log, append: true), stderr: .file(log, append: true))
         defer {
             kill(second, SIGKILL)
             _ = ChildProcess.wait(second, timeout: 10)
         }
-        try Daemon.waitUntilServing(second, socketPath: first.socketPath, timeout: 10, log: { (try? String(contentsOfFile: log, encoding: .utf8)) ?? "" }) { _ in }
+        try Daemon.waitUntilServing(
+            second, socketPath: first.socketPath, timeout: 10,
+            log: { (try? String(contentsOfFile: log, encoding: .utf8)) ?? "" }
+        ) { _ in }
         #expect(first.stop() == 0)
-        #expect(Self.mode(first.socketPath)?.type == S_IFSOCK, "the first vaultd's stop removed the second one's socket")
+        #expect(
+            Self.mode(first.socketPath)?.type == S_IFSOCK,
+            "the first vaultd's stop removed the second one's socket")
         #expect(Daemon.answers(first.socketPath), "the second vaultd is unreachable")
     }
 
@@ -777,20 +968,29 @@ import Glibc
         let limited = d.unlock(passphrase: guesses[3])
         try #require(limited.status == 1 && limited.stderr.contains("RateLimited"), "\(limited)")
         try d.advanceClock(by: 1)
-        let change = d.ctl(["passphrase", "change", "--passphrase-fd", "3", "--new-passphrase-fd", "4"], fds: [3: passphraseLine(guesses[3]), 4: passphraseLine("new-one-Qx")])
+        let change = d.ctl(
+            ["passphrase", "change", "--passphrase-fd", "3", "--new-passphrase-fd", "4"],
+            fds: [3: passphraseLine(guesses[3]), 4: passphraseLine("new-one-Qx")])
         try #require(change.status == 1 && change.stderr.contains("AuthFailed"), "\(change)")
 
         let lines = d.log.split(separator: "\n").map(String.init)
         let failures = lines.filter { $0.contains("failed: wrong passphrase") }
-        #expect(failures == [
-            "vaultd: Unlock failed: wrong passphrase (1 failed in a row)",
-            "vaultd: Unlock failed: wrong passphrase (2 failed in a row)",
-            "vaultd: Unlock failed: wrong passphrase (3 failed in a row; the next check is allowed in 1 s)",
-            "vaultd: ChangePassphrase failed: wrong passphrase (4 failed in a row; the next check is allowed in 2 s)",
-        ], "\(d.log)")
+        #expect(
+            failures == [
+                "vaultd: Unlock failed: wrong passphrase (1 failed in a row)",
+                "vaultd: Unlock failed: wrong passphrase (2 failed in a row)",
+                "vaultd: Unlock failed: wrong passphrase (3 failed in a row; the next check is allowed in 1 s)",
+                "vaultd: ChangePassphrase failed: wrong passphrase (4 failed in a row; the next check is allowed in 2 s)",
+            ], "\(d.log)")
         // Said once (it read "too many failed passphrase checks; too many failed unlocks; …").
-        #expect(lines.contains { $0.hasPrefix("vaultd: Unlock refused: too many failed unlocks; try again in ") && $0.components(separatedBy: "too many").count == 2 }, "\(d.log)")
-        for secret in guesses + ["new-one-Qx", Daemon.passphrase] { #expect(!d.log.contains(secret), "the log holds a passphrase: \(d.log)") }
+        #expect(
+            lines.contains {
+                $0.hasPrefix("vaultd: Unlock refused: too many failed unlocks; try again in ")
+                    && $0.components(separatedBy: "too many").count == 2
+            }, "\(d.log)")
+        for secret in guesses + ["new-one-Qx", Daemon.passphrase] {
+            #expect(!d.log.contains(secret), "the log holds a passphrase: \(d.log)")
+        }
         // The right one still unlocks (after the wait), and clears the count.
         let early = d.unlock()
         #expect(early.status == 1 && early.stderr.contains("RateLimited"), "\(early)")
@@ -812,9 +1012,16 @@ import Glibc
             chmod(keyPath, 0o600)
             let refused = try Self.runVaultd(on: d, timeout: 10)
             #expect(!refused.timedOut && refused.status == 1, "\(damaged.count) bytes: \(refused)")
-            #expect(refused.stderr.contains("\(keyPath) is damaged: it holds \(damaged.count) bytes, a device key is exactly 32"), "\(damaged.count) bytes: \(refused)")
-            #expect(try Data(contentsOf: URL(fileURLWithPath: keyPath)) == damaged, "\(damaged.count) bytes: device.key was changed")
-            #expect(Self.mode(d.socketPath) == nil, "\(damaged.count) bytes: the refused vaultd left a socket")
+            #expect(
+                refused.stderr.contains(
+                    "\(keyPath) is damaged: it holds \(damaged.count) bytes, a device key is exactly 32"
+                ), "\(damaged.count) bytes: \(refused)")
+            #expect(
+                try Data(contentsOf: URL(fileURLWithPath: keyPath)) == damaged,
+                "\(damaged.count) bytes: device.key was changed")
+            #expect(
+                Self.mode(d.socketPath) == nil,
+                "\(damaged.count) bytes: the refused vaultd left a socket")
         }
         try Self.putBack(original, at: keyPath, andRead: d)
     }
@@ -832,8 +1039,12 @@ import Glibc
         for loose: mode_t in [0o644, 0o660, 0o604, 0o640] {
             try #require(chmod(keyPath, loose) == 0)
             let refused = try Self.runVaultd(on: d, timeout: 10)
-            #expect(!refused.timedOut && refused.status == 1, "\(String(loose, radix: 8)): \(refused)")
-            #expect(refused.stderr.contains("\(keyPath) has permissions \(String(loose, radix: 8))") && refused.stderr.contains("chmod 600 \(keyPath)"), "\(String(loose, radix: 8)): \(refused)")
+            #expect(
+                !refused.timedOut && refused.status == 1, "\(String(loose, radix: 8)): \(refused)")
+            #expect(
+                refused.stderr.contains("\(keyPath) has permissions \(String(loose, radix: 8))")
+                    && refused.stderr.contains("chmod 600 \(keyPath)"),
+                "\(String(loose, radix: 8)): \(refused)")
             #expect(Self.mode(keyPath)?.permissions == loose, "the mode was changed")
         }
         try #require(chmod(keyPath, 0o400) == 0)
@@ -862,12 +1073,16 @@ import Glibc
             for f in "$d/data"/*; do [ -e "$f" ] && stat -c 'file %n %a' "$f"; done
             """
         let r = try ChildProcess.run(
-            "unshare", ["-m", "sh", "-c", script, "sh", disk, Paths.tool("vaultd"), "--socket", d.socketPath],
+            "unshare",
+            ["-m", "sh", "-c", script, "sh", disk, Paths.tool("vaultd"), "--socket", d.socketPath],
             environment: isolatedEnvironment(root: d.root, socket: nil), timeout: 30)
         let out = r.stdoutText
-        #expect(r.status == 0 && out.contains("exit=") && !out.contains("exit=0"), "vaultd did not stop on the full disk: \(r)")
+        #expect(
+            r.status == 0 && out.contains("exit=") && !out.contains("exit=0"),
+            "vaultd did not stop on the full disk: \(r)")
         let files = out.split(separator: "\n").filter { $0.hasPrefix("file ") }
-        #expect(files.contains { $0.contains("/vault.sqlite ") }, "no vault.sqlite left to check: \(r)")
+        #expect(
+            files.contains { $0.contains("/vault.sqlite ") }, "no vault.sqlite left to check: \(r)")
         for f in files { #expect(f.hasSuffix(" 600"), "not 0600: \(f)") }
     }
 }

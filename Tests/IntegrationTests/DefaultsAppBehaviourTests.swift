@@ -28,13 +28,20 @@ import Glibc
 
         d.kill()
         let gone = vaultError { try defaults.set(3, forKey: "whileGone") }
-        #expect(gone?.code == .connectionFailed && gone?.message.contains("is vaultd running?") == true, "\(String(describing: gone))")
-        #expect(defaults.integer(forKey: "afterRestart") == 2, "reads answer from the copy while vaultd is gone")
+        #expect(
+            gone?.code == .connectionFailed && gone?.message.contains("is vaultd running?") == true,
+            "\(String(describing: gone))")
+        #expect(
+            defaults.integer(forKey: "afterRestart") == 2,
+            "reads answer from the copy while vaultd is gone")
 
         try d.start()
         try defaults.set(4, forKey: "afterKill")
         try defaults.removeObject(forKey: "before")
-        #expect(try d.client().preferences.values(domain: domain) == ["afterRestart": .integer(2), "afterKill": .integer(4)])
+        #expect(
+            try d.client().preferences.values(domain: domain) == [
+                "afterRestart": .integer(2), "afterKill": .integer(4),
+            ])
     }
 
     /// A value over the 8 MiB message limit is refused as DomainTooLarge (any value past
@@ -54,7 +61,10 @@ import Glibc
         }
         #expect(defaults.object(forKey: "big") == nil)
         try defaults.set("after", forKey: "next")
-        #expect(try d.client().preferences.values(domain: domain) == ["small": .string("kept"), "next": .string("after")])
+        #expect(
+            try d.client().preferences.values(domain: domain) == [
+                "small": .string("kept"), "next": .string("after"),
+            ])
     }
 
     /// Writers racing on the same keys: every observer ends with the value the store holds.
@@ -73,26 +83,36 @@ import Glibc
             // Three rounds over the keys: the race is lost on a few keys in a hundred.
             for round in 0..<3 {
                 for k in 0..<keys {
-                    do { try writers[t].preferences.set(.string("round \(round), writer \(t)"), domain: domain, key: "k\(k)") } catch {
+                    do {
+                        try writers[t].preferences.set(
+                            .string("round \(round), writer \(t)"), domain: domain, key: "k\(k)")
+                    } catch {
                         failures.update { $0.append("\(error)") }
                     }
                 }
             }
         }
-        try Self.expectCopy(of: reader, toEqualStoreOf: domain, keys: keys, in: d, failures: failures.value, "the observer")
+        try Self.expectCopy(
+            of: reader, toEqualStoreOf: domain, keys: keys, in: d, failures: failures.value,
+            "the observer")
     }
 
     /// No write failed, the store holds `keys` keys, and `defaults`' copy comes to hold the
     /// store's value for each (within 10 s: the Observe stream may still be delivering).
     static func expectCopy(
-        of defaults: Defaults, toEqualStoreOf domain: String, keys: Int, in d: Daemon, failures: [String], _ whose: String
+        of defaults: Defaults, toEqualStoreOf domain: String, keys: Int, in d: Daemon,
+        failures: [String], _ whose: String
     ) throws {
         #expect(failures.isEmpty, "\(failures.prefix(3))")
         let stored = try d.client().preferences.values(domain: domain)
         try #require(stored.count == keys)
-        func stale() -> [String] { stored.keys.filter { defaults.object(forKey: $0) != stored[$0] }.sorted() }
+        func stale() -> [String] {
+            stored.keys.filter { defaults.object(forKey: $0) != stored[$0] }.sorted()
+        }
         _ = eventually(timeout: 10) { stale().isEmpty }
-        #expect(stale().isEmpty, "\(stale().count) of \(keys) keys stale in \(whose), e.g. \(stale().prefix(5))")
+        #expect(
+            stale().isEmpty,
+            "\(stale().count) of \(keys) keys stale in \(whose), e.g. \(stale().prefix(5))")
     }
 
     /// A `Defaults` that writes keys other processes write too ends with the store's values.
@@ -115,7 +135,8 @@ import Glibc
                         if t == 0 {
                             try mine.set("round \(round), mine", forKey: "k\(k)")
                         } else {
-                            try others[t - 1].preferences.set(.string("round \(round), other \(t)"), domain: domain, key: "k\(k)")
+                            try others[t - 1].preferences.set(
+                                .string("round \(round), other \(t)"), domain: domain, key: "k\(k)")
                         }
                     } catch {
                         failures.update { $0.append("\(error)") }
@@ -123,7 +144,9 @@ import Glibc
                 }
             }
         }
-        try Self.expectCopy(of: mine, toEqualStoreOf: domain, keys: keys, in: d, failures: failures.value, "the writer's copy")
+        try Self.expectCopy(
+            of: mine, toEqualStoreOf: domain, keys: keys, in: d, failures: failures.value,
+            "the writer's copy")
         // Its own writes still show at once (before the Observe stream brings them).
         try mine.set("last", forKey: "k0")
         #expect(mine.string(forKey: "k0") == "last")
@@ -145,16 +168,23 @@ import Glibc
         var stale: [String] = []
         for i in 0..<200 {
             try writer.set(i, forKey: "k")
-            if reader.integer(forKey: "k") != i { stale.append("set \(i): \(String(describing: reader.object(forKey: "k")))") }
+            if reader.integer(forKey: "k") != i {
+                stale.append("set \(i): \(String(describing: reader.object(forKey: "k")))")
+            }
             try global.set("g\(i)", forKey: "g")
-            if reader.string(forKey: "g") != "g\(i)" { stale.append("global \(i): \(String(describing: reader.object(forKey: "g")))") }
+            if reader.string(forKey: "g") != "g\(i)" {
+                stale.append("global \(i): \(String(describing: reader.object(forKey: "g")))")
+            }
         }
         try writer.removeObject(forKey: "k")
         if reader.object(forKey: "k") != nil { stale.append("remove") }
         #expect(stale.isEmpty, "\(stale.count) stale reads: \(stale.prefix(5))")
         // And every copy still ends with what the store holds.
         try #require(d.ctl(["defaults", "write", domain, "k", "-int", "7"]).status == 0)
-        #expect(eventually(timeout: 10) { reader.integer(forKey: "k") == 7 && writer.integer(forKey: "k") == 7 })
+        #expect(
+            eventually(timeout: 10) {
+                reader.integer(forKey: "k") == 7 && writer.integer(forKey: "k") == 7
+            })
         #expect(reader.string(forKey: "g") == "g199" && writer.string(forKey: "g") == "g199")
     }
 
@@ -183,12 +213,17 @@ import Glibc
         func change(_ key: String, _ value: String, _ sequence: Int) throws {
             _ = try events.send(
                 VarlinkReply(
-                    parameters: ["domain": "com.example.fake", "key": .string(key), "value": PlistValue.string(value).tagged, "sequence": JSON(sequence)],
+                    parameters: [
+                        "domain": "com.example.fake", "key": .string(key),
+                        "value": PlistValue.string(value).tagged, "sequence": JSON(sequence),
+                    ],
                     continues: true
                 ).json)
         }
         /// Waits until the copy holds `value` for the marker key: every change sent before it is applied.
-        func applied(_ value: String) -> Bool { eventually(timeout: 10) { defaults.string(forKey: "marker") == value } }
+        func applied(_ value: String) -> Bool {
+            eventually(timeout: 10) { defaults.string(forKey: "marker") == value }
+        }
 
         try defaults.set("mine", forKey: "k")
         #expect(defaults.string(forKey: "k") == "mine")
@@ -238,15 +273,31 @@ import Glibc
         let d = try Daemon()
         defer { d.close() }
         let prefs = try d.client().preferences
-        for i in 0..<5 { try prefs.set(.integer(Int64(i)), domain: "com.example.seq", key: "k\(i)") }
+        for i in 0..<5 {
+            try prefs.set(.integer(Int64(i)), domain: "com.example.seq", key: "k\(i)")
+        }
         let raw = try VaultConnection(socketPath: d.socketPath)
-        let last = try raw.call("io.vaultd.Preferences.Set", ["domain": "com.example.seq", "key": "last", "value": PlistValue.bool(true).tagged])["sequence"]?.int64Value
+        let last = try raw.call(
+            "io.vaultd.Preferences.Set",
+            ["domain": "com.example.seq", "key": "last", "value": PlistValue.bool(true).tagged])[
+                "sequence"]?.int64Value
         let observer = try VarlinkConnection(path: d.socketPath)
         defer { observer.close() }
-        _ = try observer.send(json: ["method": "io.vaultd.Preferences.Observe", "parameters": ["domains": ["com.example.seq", "com.example.none"]], "more": true])
+        _ = try observer.send(json: [
+            "method": "io.vaultd.Preferences.Observe",
+            "parameters": ["domains": ["com.example.seq", "com.example.none"]], "more": true,
+        ])
         for _ in 0..<2 {
-            guard case .reply(let snapshot) = observer.receive(), let p = snapshot["parameters"] as? [String: Any] else { Issue.record("no snapshot"); return }
-            #expect(p["values"] != nil && (p["sequence"] as? NSNumber)?.int64Value ?? -1 >= last ?? .max, "\(p["domain"] ?? "?"): \(p["sequence"] ?? "none"), last write \(last ?? -1)")
+            guard case .reply(let snapshot) = observer.receive(),
+                let p = snapshot["parameters"] as? [String: Any]
+            else {
+                Issue.record("no snapshot")
+                return
+            }
+            #expect(
+                p["values"] != nil
+                    && (p["sequence"] as? NSNumber)?.int64Value ?? -1 >= last ?? .max,
+                "\(p["domain"] ?? "?"): \(p["sequence"] ?? "none"), last write \(last ?? -1)")
         }
     }
 
@@ -260,14 +311,19 @@ import Glibc
         func set(_ i: Int) throws -> Int64 {
             let c = try d.connect()
             defer { c.close() }
-            let reply = try c.call("io.vaultd.Preferences.Set", ["domain": "com.example.runs", "key": "k", "value": ["integer": i]])
+            let reply = try c.call(
+                "io.vaultd.Preferences.Set",
+                ["domain": "com.example.runs", "key": "k", "value": ["integer": i]])
             return (reply.parameters?["sequence"] as? NSNumber)?.int64Value ?? -1
         }
-        let first = try set(1), second = try set(2)
+        let first = try set(1)
+        let second = try set(2)
         #expect(first > 0 && second > first)
         _ = try d.restart()
         let third = try set(3)
-        #expect(third > second, "the restarted vaultd numbered its write \(third), the run before it \(second)")
+        #expect(
+            third > second,
+            "the restarted vaultd numbered its write \(third), the run before it \(second)")
     }
 
     /// An Observe that gets an error once the copy is running (RateLimited: vaultd at its
@@ -280,9 +336,16 @@ import Glibc
         let observes = Shared(0)
         let fake = try StandInVaultd { call, stream in
             guard call.method == "io.vaultd.Preferences.Observe" else { return nil }
-            let n = observes.update { $0 += 1; return $0 }
+            let n = observes.update {
+                $0 += 1
+                return $0
+            }
             if n == 2 {
-                _ = try? stream.send(VarlinkReply(error: VaultError(.rateLimited, "too many connections (VAULTD_MAX_CONNECTIONS)")).json)
+                _ = try? stream.send(
+                    VarlinkReply(
+                        error: VaultError(
+                            .rateLimited, "too many connections (VAULTD_MAX_CONNECTIONS)")
+                    ).json)
                 return false
             }
             StandInVaultd.sendSnapshots(answering: call, on: stream, sequence: nil) { d in
@@ -299,7 +362,9 @@ import Glibc
         #expect(defaults.string(forKey: "k") == nil)
         let deadline = Date().addingTimeInterval(10)
         while defaults.string(forKey: "k") == nil && Date() < deadline { usleep(20_000) }
-        #expect(defaults.string(forKey: "k") == "after", "observing stopped after \(observes.value) Observe calls")
+        #expect(
+            defaults.string(forKey: "k") == "after",
+            "observing stopped after \(observes.value) Observe calls")
         #expect(observes.value == 3)
     }
 }
@@ -323,13 +388,22 @@ final class StandInVaultd {
                 Thread {
                     let stream = VarlinkStream(socket: conn)
                     defer { conn.close() }
-                    while let message = try? stream.receive(), let call = try? VarlinkCall(json: message) {
+                    while let message = try? stream.receive(),
+                        let call = try? VarlinkCall(json: message)
+                    {
                         if call.method == "io.vaultd.Vault.Hello" {
-                            _ = try? stream.send(VarlinkReply(parameters: ["appID": "com.example.fake", "generation": "g1", "firstLaunch": false, "wipedCredentials": 0]).json)
+                            _ = try? stream.send(
+                                VarlinkReply(parameters: [
+                                    "appID": "com.example.fake", "generation": "g1",
+                                    "firstLaunch": false, "wipedCredentials": 0,
+                                ]).json)
                             continue
                         }
                         guard let goOn = answer(call, stream) else {
-                            _ = try? stream.send(VarlinkReply(error: VaultError(.internalError, "not in this stand-in")).json)
+                            _ = try? stream.send(
+                                VarlinkReply(
+                                    error: VaultError(.internalError, "not in this stand-in")
+                                ).json)
                             continue
                         }
                         if !goOn { return }
@@ -346,7 +420,10 @@ final class StandInVaultd {
 
     /// Answers an Observe `call` as vaultd starts its stream: one snapshot per domain it names,
     /// holding `values(domain)`, with `sequence` (none: as a vaultd from before sequences).
-    static func sendSnapshots(answering call: VarlinkCall, on stream: VarlinkStream, sequence: Int?, values: (String) -> JSONObject) {
+    static func sendSnapshots(
+        answering call: VarlinkCall, on stream: VarlinkStream, sequence: Int?,
+        values: (String) -> JSONObject
+    ) {
         for d in call.parameters["domains"]?.arrayValue?.compactMap(\.stringValue) ?? [] {
             var parameters: JSONObject = ["domain": .string(d), "values": .object(values(d))]
             if let sequence { parameters["sequence"] = JSON(sequence) }

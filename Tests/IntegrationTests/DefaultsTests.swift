@@ -15,13 +15,23 @@ import VaultProtocol
     }
 
     static let values: [Value] = [
-        Value(key: "int", write: ["-int", "9223372036854775807"], type: "integer", printed: "9223372036854775807"),
+        Value(
+            key: "int", write: ["-int", "9223372036854775807"], type: "integer",
+            printed: "9223372036854775807"),
         Value(key: "float", write: ["-float", "0.1"], type: "float", printed: "0.1"),
         Value(key: "bool", write: ["-bool", "yes"], type: "boolean", printed: "1"),
-        Value(key: "date", write: ["-date", "2038-01-19 03:14:08 +0000"], type: "date", printed: "2038-01-19 03:14:08 +0000"),
-        Value(key: "data", write: ["-data", "00ff00"], type: "data", printed: "{length = 3, bytes = 0x00ff00}"),
-        Value(key: "array", write: ["-array", "a", "b"], type: "array", printed: "(\n    a,\n    b\n)"),
-        Value(key: "dict", write: ["-dict", "k", "v"], type: "dictionary", printed: "{\n    k = v;\n}"),
+        Value(
+            key: "date", write: ["-date", "2038-01-19 03:14:08 +0000"], type: "date",
+            printed: "2038-01-19 03:14:08 +0000"),
+        Value(
+            key: "data", write: ["-data", "00ff00"], type: "data",
+            printed: "{length = 3, bytes = 0x00ff00}"),
+        Value(
+            key: "array", write: ["-array", "a", "b"], type: "array", printed: "(\n    a,\n    b\n)"
+        ),
+        Value(
+            key: "dict", write: ["-dict", "k", "v"], type: "dictionary", printed: "{\n    k = v;\n}"
+        ),
     ]
 
     static let domain = "com.example.defaults"
@@ -54,13 +64,17 @@ import VaultProtocol
     @Test func wireValuesAreExact() throws {
         let d = try Daemon()
         defer { d.close() }
-        for v in Self.values { try #require(d.ctl(["defaults", "write", Self.domain, v.key] + v.write).status == 0) }
+        for v in Self.values {
+            try #require(d.ctl(["defaults", "write", Self.domain, v.key] + v.write).status == 0)
+        }
         let c = try d.connect()
         func value(_ key: String) throws -> [String: Any]? {
-            try c.call("io.vaultd.Preferences.Get", ["domain": Self.domain, "key": key]).parameters?["value"] as? [String: Any]
+            try c.call("io.vaultd.Preferences.Get", ["domain": Self.domain, "key": key])
+                .parameters?["value"] as? [String: Any]
         }
         #expect((try value("int")?["integer"] as? NSNumber)?.int64Value == Int64.max)
-        #expect((try value("float")?["real"] as? NSNumber)?.doubleValue.bitPattern == (0.1).bitPattern)
+        #expect(
+            (try value("float")?["real"] as? NSNumber)?.doubleValue.bitPattern == (0.1).bitPattern)
         #expect(try value("bool")?["bool"] as? Bool == true)
         #expect(try value("data")?["data"] as? String == Data([0, 0xFF, 0]).base64EncodedString())
         let array = try value("array")?["array"] as? [[String: Any]]
@@ -80,7 +94,9 @@ import VaultProtocol
         ("2026-01-31T12:00:00.25+01:00", "2026-01-31 11:00:00 +0000", "2026-01-31T11:00:00.25Z"),
         ("2026-01-31 00:30:00 +0100", "2026-01-30 23:30:00 +0000", "2026-01-30T23:30:00Z"),
     ])
-    func datesAreProlepticGregorianAndTakeOffsets(write: String, printed: String, wire: String) throws {
+    func datesAreProlepticGregorianAndTakeOffsets(write: String, printed: String, wire: String)
+        throws
+    {
         let d = try Daemon()
         defer { d.close() }
         let w = d.ctl(["defaults", "write", Self.domain, "d", "-date", write])
@@ -88,12 +104,17 @@ import VaultProtocol
         let r = d.ctl(["defaults", "read", Self.domain, "d"])
         #expect(r.stdoutText == printed + "\n", "\(r)")
         let c = try d.connect()
-        let value = try c.call("io.vaultd.Preferences.Get", ["domain": Self.domain, "key": "d"]).parameters?["value"] as? [String: Any]
+        let value =
+            try c.call("io.vaultd.Preferences.Get", ["domain": Self.domain, "key": "d"])
+            .parameters?["value"] as? [String: Any]
         #expect(value?["date"] as? String == wire)
     }
 
-    @Test(arguments: ["-0001-12-31T23:59:59Z", "10000-01-01T00:00:00Z", "0000-01-01T00:30:00+01:00", "9999-12-31T23:00:00-02:00",
-                      "2026-01-31T12:00:00+24:00", "2026-01-31T12:00:00+0260", "2026-02-30", "2026-01-31T12:00"])
+    @Test(arguments: [
+        "-0001-12-31T23:59:59Z", "10000-01-01T00:00:00Z", "0000-01-01T00:30:00+01:00",
+        "9999-12-31T23:00:00-02:00",
+        "2026-01-31T12:00:00+24:00", "2026-01-31T12:00:00+0260", "2026-02-30", "2026-01-31T12:00",
+    ])
     func datesOutsideYearsZeroTo9999OrMalformedAreRefused(write: String) throws {
         let d = try Daemon()
         defer { d.close() }
@@ -110,18 +131,23 @@ import VaultProtocol
         let d = try Daemon()
         defer { d.close() }
         let prefs = try d.client().preferences
-        try #require(d.ctl(["defaults", "write", Self.domain, "name", "-string", "kept"]).status == 0)
+        try #require(
+            d.ctl(["defaults", "write", Self.domain, "name", "-string", "kept"]).status == 0)
         let same = d.ctl(["defaults", "rename", Self.domain, "name", "name"])
         #expect(same.status == 0, "\(same)")
         #expect(try prefs.value(domain: Self.domain, key: "name") == .string("kept"))
         #expect(d.ctl(["defaults", "read", Self.domain, "name"]).stdoutText == "kept\n")
 
-        let precomposed = "caf\u{E9}", decomposed = "cafe\u{301}"
-        try #require(d.ctl(["defaults", "write", Self.domain, precomposed, "-int", "7"]).status == 0)
+        let precomposed = "caf\u{E9}"
+        let decomposed = "cafe\u{301}"
+        try #require(
+            d.ctl(["defaults", "write", Self.domain, precomposed, "-int", "7"]).status == 0)
         let moved = d.ctl(["defaults", "rename", Self.domain, precomposed, decomposed])
         #expect(moved.status == 0, "\(moved)")
-        let keys = try prefs.values(domain: Self.domain).keys.map { Array($0.unicodeScalars) }.sorted { $0.count < $1.count }
-        #expect(keys == [Array("name".unicodeScalars), Array(decomposed.unicodeScalars)], "\(keys)")
+        let keys = try prefs.values(domain: Self.domain).keys.map { Array($0.unicodeScalars) }
+            .sorted { $0.count < $1.count }
+        #expect(
+            keys == [Array("name".unicodeScalars), Array(decomposed.unicodeScalars)], "\(keys)")
     }
 
     /// `defaults import D PATH` of a file it cannot read says so and why, as a local failure:
@@ -133,7 +159,9 @@ import VaultProtocol
         defer { d.close() }
         let dir = d.root + "/a-directory"
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        for (path, why) in [(d.root + "/absent.plist", "No such file or directory"), (dir, "Is a directory")] {
+        for (path, why) in [
+            (d.root + "/absent.plist", "No such file or directory"), (dir, "Is a directory"),
+        ] {
             let r = d.ctl(["defaults", "import", Self.domain, path])
             #expect(r.status == 1, "\(r)")
             #expect(r.stderr == "vaultctl: cannot read \(path): \(why)\n", "\(r)")
@@ -151,7 +179,9 @@ import VaultProtocol
         #expect(w.status == 65 && w.stderr.hasPrefix("vaultctl: -data needs"), "\(w)")
         #expect(d.ctl(["defaults", "read", Self.domain, "bytes"]).status == 44, "nothing written")
         #expect(d.ctl(["defaults", "write", Self.domain, "bytes", "-data", "0aFF 10"]).status == 0)
-        #expect(d.ctl(["defaults", "read", Self.domain, "bytes"]).stdoutText == "{length = 3, bytes = 0x0aff10}\n")
+        #expect(
+            d.ctl(["defaults", "read", Self.domain, "bytes"]).stdoutText
+                == "{length = 3, bytes = 0x0aff10}\n")
     }
 
     /// `defaults read` prints a domain as defaults(1) does (macOS's `defaults read
@@ -168,18 +198,24 @@ import VaultProtocol
             "GUID": .integer(4_010_545_205),
             "tile-data": .dict([
                 "bundle-identifier": .string("com.apple.Safari"),
-                "file-data": .dict(["_CFURLString": .string("file:///Applications/Safari.app/"), "_CFURLStringType": .integer(15)]),
+                "file-data": .dict([
+                    "_CFURLString": .string("file:///Applications/Safari.app/"),
+                    "_CFURLStringType": .integer(15),
+                ]),
                 "file-label": .string("Safari\u{6d4f}\u{89c8}\u{5668}"),
             ]),
             "tile-type": .string("file-tile"),
         ]
         let dock: PlistDictionary = [
-            "autohide": .bool(true), "last-messagetrace-stamp": .real(624_858_776.484993), "loc": .string("zh_CN:CN"),
-            "mod-count": .integer(4216), "orientation": .string("right"), "persistent-apps": .array([.dict(safari)]),
+            "autohide": .bool(true), "last-messagetrace-stamp": .real(624_858_776.484993),
+            "loc": .string("zh_CN:CN"),
+            "mod-count": .integer(4216), "orientation": .string("right"),
+            "persistent-apps": .array([.dict(safari)]),
             "preferreditemsize": .integer(-1), "recent-apps": .array([]), "tilesize": .real(52),
             "last-analytics-stamp": .array([.real(801_447_579.684121)]),
         ]
-        try d.client().preferences.importDomain("com.example.dock", plist: try PropertyListCodec.encode(.dict(dock), format: .binary))
+        try d.client().preferences.importDomain(
+            "com.example.dock", plist: try PropertyListCodec.encode(.dict(dock), format: .binary))
         let expected = """
             {
                 autohide = 1;
@@ -214,10 +250,16 @@ import VaultProtocol
         let read = d.ctl(["defaults", "read", "com.example.dock"])
         #expect(read.status == 0 && read.stdoutText == expected, "\(read.stdoutText)")
         // One value alone is bare.
-        #expect(d.ctl(["defaults", "read", "com.example.dock", "last-messagetrace-stamp"]).stdoutText == "624858776.484993\n")
-        #expect(d.ctl(["defaults", "read", "com.example.dock", "preferreditemsize"]).stdoutText == "-1\n")
+        #expect(
+            d.ctl(["defaults", "read", "com.example.dock", "last-messagetrace-stamp"]).stdoutText
+                == "624858776.484993\n")
+        #expect(
+            d.ctl(["defaults", "read", "com.example.dock", "preferreditemsize"]).stdoutText
+                == "-1\n")
         #expect(d.ctl(["defaults", "read", "com.example.dock", "loc"]).stdoutText == "zh_CN:CN\n")
-        #expect(d.ctl(["defaults", "read", "com.example.dock", "last-analytics-stamp"]).stdoutText == "(\n    \"801447579.684121\"\n)\n")
+        #expect(
+            d.ctl(["defaults", "read", "com.example.dock", "last-analytics-stamp"]).stdoutText
+                == "(\n    \"801447579.684121\"\n)\n")
     }
 
     /// A whole real prints without a fraction at any size, and -0.0 as "-0", as
@@ -228,16 +270,21 @@ import VaultProtocol
         let d = try Daemon()
         defer { d.close() }
         let reals: [(String, String)] = [
-            ("1e15", "1000000000000000"), ("4503599627370496", "4503599627370496"), ("-1e15", "-1000000000000000"),
-            ("-0", "-0"), ("3", "3"), ("0.5", "0.5"), ("1e16", "1e+16"), ("123456789.125", "123456789.125"),
+            ("1e15", "1000000000000000"), ("4503599627370496", "4503599627370496"),
+            ("-1e15", "-1000000000000000"),
+            ("-0", "-0"), ("3", "3"), ("0.5", "0.5"), ("1e16", "1e+16"),
+            ("123456789.125", "123456789.125"),
         ]
         for (i, (value, printed)) in reals.enumerated() {
-            try #require(d.ctl(["defaults", "write", Self.domain, "r\(i)", "-float", value]).status == 0)
+            try #require(
+                d.ctl(["defaults", "write", Self.domain, "r\(i)", "-float", value]).status == 0)
             let r = d.ctl(["defaults", "read", Self.domain, "r\(i)"])
             #expect(r.status == 0 && r.stdoutText == printed + "\n", "\(value): \(r.stdoutText)")
         }
         let all = d.ctl(["defaults", "read", Self.domain]).stdoutText
-        #expect(all.contains("    r0 = 1000000000000000;\n") && all.contains("    r3 = \"-0\";\n"), "\(all)")
+        #expect(
+            all.contains("    r0 = 1000000000000000;\n") && all.contains("    r3 = \"-0\";\n"),
+            "\(all)")
     }
 
     @Test func missingKeyIsAnError() throws {
@@ -255,22 +302,40 @@ import VaultProtocol
     @Test func dictValuesTakeTypeFlags() throws {
         let d = try Daemon()
         defer { d.close() }
-        let w = d.ctl(["defaults", "write", Self.domain, "panes", "-dict", "General", "-bool", "true", "OpenWith", "-bool", "true", "Privileges", "-bool", "false"])
+        let w = d.ctl([
+            "defaults", "write", Self.domain, "panes", "-dict", "General", "-bool", "true",
+            "OpenWith", "-bool", "true", "Privileges", "-bool", "false",
+        ])
         try #require(w.status == 0, "\(w)")
-        let two = d.ctl(["defaults", "write", Self.domain, "two", "-dict", "a", "-int", "1", "b", "-string", "x y"])
+        let two = d.ctl([
+            "defaults", "write", Self.domain, "two", "-dict", "a", "-int", "1", "b", "-string",
+            "x y",
+        ])
         try #require(two.status == 0, "\(two)")
-        let add = d.ctl(["defaults", "write", Self.domain, "two", "-dict-add", "c", "-float", "0.5", "d", "(1, 2)"])
+        let add = d.ctl([
+            "defaults", "write", Self.domain, "two", "-dict-add", "c", "-float", "0.5", "d",
+            "(1, 2)",
+        ])
         try #require(add.status == 0, "\(add)")
-        #expect(d.ctl(["defaults", "read", Self.domain, "panes"]).stdoutText == "{\n    General = 1;\n    OpenWith = 1;\n    Privileges = 0;\n}\n")
+        #expect(
+            d.ctl(["defaults", "read", Self.domain, "panes"]).stdoutText
+                == "{\n    General = 1;\n    OpenWith = 1;\n    Privileges = 0;\n}\n")
         #expect(
             d.ctl(["defaults", "read", Self.domain, "two"]).stdoutText
-                == "{\n    a = 1;\n    b = \"x y\";\n    c = \"0.5\";\n    d =     (\n        1,\n        2\n    );\n}\n")
+                == "{\n    a = 1;\n    b = \"x y\";\n    c = \"0.5\";\n    d =     (\n        1,\n        2\n    );\n}\n"
+        )
         let c = try d.connect()
-        let panes = try c.call("io.vaultd.Preferences.Get", ["domain": Self.domain, "key": "panes"]).parameters?["value"] as? [String: Any]
+        let panes =
+            try c.call("io.vaultd.Preferences.Get", ["domain": Self.domain, "key": "panes"])
+            .parameters?["value"] as? [String: Any]
         let dict = panes?["dict"] as? [String: [String: Any]]
-        #expect(dict?["General"]?["bool"] as? Bool == true && dict?["Privileges"]?["bool"] as? Bool == false, "\(String(describing: panes))")
+        #expect(
+            dict?["General"]?["bool"] as? Bool == true
+                && dict?["Privileges"]?["bool"] as? Bool == false, "\(String(describing: panes))")
         // A key left without its value is still a usage error, and nothing is written.
-        let odd = d.ctl(["defaults", "write", Self.domain, "odd", "-dict", "a", "-bool", "true", "b"])
+        let odd = d.ctl([
+            "defaults", "write", Self.domain, "odd", "-dict", "a", "-bool", "true", "b",
+        ])
         #expect(odd.status == 64, "\(odd)")
         #expect(d.ctl(["defaults", "read", Self.domain, "odd"]).status == 44)
     }
@@ -285,7 +350,9 @@ import VaultProtocol
         for args in [["v", text], ["v", "-array", "ok", text], ["v", "-dict", "k", text]] {
             let w = d.ctl(["defaults", "write", Self.domain] + args)
             #expect(w.status == 65 && w.stderr.contains("Could not parse"), "\(args): \(w)")
-            #expect(d.ctl(["defaults", "read", Self.domain, "v"]).status == 44, "\(args): nothing written")
+            #expect(
+                d.ctl(["defaults", "read", Self.domain, "v"]).status == 44,
+                "\(args): nothing written")
         }
         let whole = d.ctl(["defaults", "write", Self.domain, text])
         #expect(whole.status == 65 && whole.stderr.contains("Could not parse"), "\(whole)")
@@ -304,29 +371,43 @@ import VaultProtocol
         defer { d.close() }
         let c = try d.connect()
         func stored(_ key: String) throws -> [String: Any]? {
-            try c.call("io.vaultd.Preferences.Get", ["domain": Self.domain, "key": key]).parameters?["value"] as? [String: Any]
+            try c.call("io.vaultd.Preferences.Get", ["domain": Self.domain, "key": key])
+                .parameters?["value"] as? [String: Any]
         }
         let long = "1" + String(repeating: "0", count: 400)
         let refused: [(String, String)] = [
-            ("0x10", "'0x10' is hexadecimal"), ("-0X1p4", "'-0X1p4' is hexadecimal"), ("inf", "'inf' is not finite"),
-            ("-infinity", "'-infinity' is not finite"), ("nan", "'nan' is not finite"), ("NaN", "'NaN' is not finite"),
-            ("1e400", "'1e400' is out of range"), ("-1e309", "'-1e309' is out of range"), (long, "the value is out of range"),
-            ("1.5e", "'1.5e' is not a decimal number"), ("", "the value is empty"), (".", "'.' is not a decimal number"),
-            (" 1", "the value is not a decimal number"), ("1,5", "'1,5' is not a decimal number"), ("1_0", "'1_0' is not a decimal number"),
+            ("0x10", "'0x10' is hexadecimal"), ("-0X1p4", "'-0X1p4' is hexadecimal"),
+            ("inf", "'inf' is not finite"),
+            ("-infinity", "'-infinity' is not finite"), ("nan", "'nan' is not finite"),
+            ("NaN", "'NaN' is not finite"),
+            ("1e400", "'1e400' is out of range"), ("-1e309", "'-1e309' is out of range"),
+            (long, "the value is out of range"),
+            ("1.5e", "'1.5e' is not a decimal number"), ("", "the value is empty"),
+            (".", "'.' is not a decimal number"),
+            (" 1", "the value is not a decimal number"), ("1,5", "'1,5' is not a decimal number"),
+            ("1_0", "'1_0' is not a decimal number"),
             ("12abc" + long, "the value is not a decimal number"),
         ]
         for (i, (value, why)) in refused.enumerated() {
             let r = d.ctl(["defaults", "write", Self.domain, "bad\(i)", "-float", value])
             #expect(r.status == 65, "\(value.prefix(30)): \(r)")
-            #expect(r.stderr.hasPrefix("vaultctl: -float needs a finite decimal number: \(why)"), "\(value.prefix(30)): \(r.stderr.prefix(200))")
-            #expect(!r.stderr.contains(String(repeating: "0", count: 100)), "the long value was echoed")
+            #expect(
+                r.stderr.hasPrefix("vaultctl: -float needs a finite decimal number: \(why)"),
+                "\(value.prefix(30)): \(r.stderr.prefix(200))")
+            #expect(
+                !r.stderr.contains(String(repeating: "0", count: 100)), "the long value was echoed")
             #expect(try stored("bad\(i)") == nil, "\(value.prefix(30)) was written")
         }
-        let taken: [(String, Double)] = [("0.5", 0.5), ("-2", -2), ("+3.25", 3.25), (".5", 0.5), ("5.", 5), ("1e3", 1000), ("1E-3", 0.001), ("1.7976931348623157e308", .greatestFiniteMagnitude), ("010", 10)]
+        let taken: [(String, Double)] = [
+            ("0.5", 0.5), ("-2", -2), ("+3.25", 3.25), (".5", 0.5), ("5.", 5), ("1e3", 1000),
+            ("1E-3", 0.001), ("1.7976931348623157e308", .greatestFiniteMagnitude), ("010", 10),
+        ]
         for (i, (value, expected)) in taken.enumerated() {
             let r = d.ctl(["defaults", "write", Self.domain, "good\(i)", "-float", value])
             #expect(r.status == 0, "\(value): \(r)")
-            #expect((try stored("good\(i)")?["real"] as? NSNumber)?.doubleValue.bitPattern == expected.bitPattern, "\(value)")
+            #expect(
+                (try stored("good\(i)")?["real"] as? NSNumber)?.doubleValue.bitPattern
+                    == expected.bitPattern, "\(value)")
         }
     }
 }
@@ -345,41 +426,66 @@ import VaultProtocol
         defer { d.close() }
         #expect(d.ctl(["defaults", "write", Self.domain, Self.nfc, "-string", "a"]).status == 0)
         #expect(d.ctl(["defaults", "write", Self.domain, Self.nfd, "-string", "b"]).status == 0)
-        #expect(d.ctl(["defaults", "write", Self.domain, "nested", "-dict", Self.nfc, "x", Self.nfd, "y"]).status == 0)
+        #expect(
+            d.ctl([
+                "defaults", "write", Self.domain, "nested", "-dict", Self.nfc, "x", Self.nfd, "y",
+            ]).status == 0)
         // Old-style text, as `defaults write D K '{…}'` takes it, keeps both too.
-        #expect(d.ctl(["defaults", "write", Self.domain, "text", "{ \"\(Self.nfc)\" = x; \"\(Self.nfd)\" = y; }"]).status == 0)
-        #expect(d.ctl(["defaults", "read", Self.domain, "text"]).stdoutText == "{\n    \"cafe\\U0301\" = y;\n    \"caf\\U00e9\" = x;\n}\n")
+        #expect(
+            d.ctl([
+                "defaults", "write", Self.domain, "text",
+                "{ \"\(Self.nfc)\" = x; \"\(Self.nfd)\" = y; }",
+            ]).status == 0)
+        #expect(
+            d.ctl(["defaults", "read", Self.domain, "text"]).stdoutText
+                == "{\n    \"cafe\\U0301\" = y;\n    \"caf\\U00e9\" = x;\n}\n")
         #expect(d.ctl(["defaults", "delete", Self.domain, "text"]).status == 0)
         #expect(d.ctl(["defaults", "read", Self.domain, Self.nfc]).stdoutText == "a\n")
         #expect(d.ctl(["defaults", "read", Self.domain, Self.nfd]).stdoutText == "b\n")
         let all = d.ctl(["defaults", "read", Self.domain])
-        #expect(all.stdoutText == "{\n    \"cafe\\U0301\" = b;\n    \"caf\\U00e9\" = a;\n    nested =     {\n        \"cafe\\U0301\" = y;\n        \"caf\\U00e9\" = x;\n    };\n}\n", "\(all)")
+        #expect(
+            all.stdoutText
+                == "{\n    \"cafe\\U0301\" = b;\n    \"caf\\U00e9\" = a;\n    nested =     {\n        \"cafe\\U0301\" = y;\n        \"caf\\U00e9\" = x;\n    };\n}\n",
+            "\(all)")
         let nested = d.ctl(["defaults", "read", Self.domain, "nested"])
-        #expect(nested.stdoutText == "{\n    \"cafe\\U0301\" = y;\n    \"caf\\U00e9\" = x;\n}\n", "\(nested)")
+        #expect(
+            nested.stdoutText == "{\n    \"cafe\\U0301\" = y;\n    \"caf\\U00e9\" = x;\n}\n",
+            "\(nested)")
 
         // Over the socket: the domain holds both, each with its value.
         let c = try ExactClient(path: d.socketPath)
         defer { c.close() }
-        let values = c.call("io.vaultd.Preferences.Domain", ["domain": .string(Self.domain)]).parameters?["values"]?.objectValue
-        #expect(values?.count == 3 && values?[Self.nfc] == ["string": "a"] && values?[Self.nfd] == ["string": "b"], "\(String(describing: values))")
+        let values = c.call("io.vaultd.Preferences.Domain", ["domain": .string(Self.domain)])
+            .parameters?["values"]?.objectValue
+        #expect(
+            values?.count == 3 && values?[Self.nfc] == ["string": "a"]
+                && values?[Self.nfd] == ["string": "b"], "\(String(describing: values))")
         // A value holding both keys, and an Import of both: no "duplicate key".
         let twins: JSON = ["dict": [Self.nfc: ["string": "x"], Self.nfd: ["string": "y"]]]
-        let set = c.call("io.vaultd.Preferences.Set", ["domain": .string(Self.domain), "key": "k", "value": twins])
+        let set = c.call(
+            "io.vaultd.Preferences.Set",
+            ["domain": .string(Self.domain), "key": "k", "value": twins])
         #expect(set.parameters != nil, "\(set)")
         let got = c.call("io.vaultd.Preferences.Get", ["domain": .string(Self.domain), "key": "k"])
         #expect(got.parameters?["value"] == twins, "\(got)")
         let imported = c.call(
-            "io.vaultd.Preferences.Import", ["domain": "com.example.imported", "values": [Self.nfc: ["string": "x"], Self.nfd: ["string": "y"]]])
+            "io.vaultd.Preferences.Import",
+            [
+                "domain": "com.example.imported",
+                "values": [Self.nfc: ["string": "x"], Self.nfd: ["string": "y"]],
+            ])
         #expect(imported.parameters?["keys"]?.intValue == 2, "\(imported)")
 
         // The XML export holds both keys; a binary one, which Foundation would merge, is refused.
         let xml = d.ctl(["defaults", "export", Self.domain, "-"])
-        #expect(xml.status == 0 && xml.stdoutText.components(separatedBy: "<key>").count == 9, "\(xml)")
+        #expect(
+            xml.status == 0 && xml.stdoutText.components(separatedBy: "<key>").count == 9, "\(xml)")
         #expect(d.ctl(["defaults", "export", Self.domain, d.root + "/out.plist"]).status != 0)
 
         // The client library's in-memory copy keeps both too.
         let defaults = try Defaults(vault: try d.client(), suiteName: Self.domain, arguments: [])
-        #expect(defaults.string(forKey: Self.nfc) == "a" && defaults.string(forKey: Self.nfd) == "b")
+        #expect(
+            defaults.string(forKey: Self.nfc) == "a" && defaults.string(forKey: Self.nfd) == "b")
         #expect(defaults.dictionaryRepresentation().count >= 4)
     }
 }
@@ -393,31 +499,46 @@ import VaultProtocol
     @Test func byHostPreferencesAreKeptPerHost() throws {
         let d = try Daemon()
         defer { d.close() }
-        let machineID = try String(contentsOfFile: "/etc/machine-id", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+        let machineID = try String(contentsOfFile: "/etc/machine-id", encoding: .utf8)
+            .trimmingCharacters(in: .whitespacesAndNewlines)
         try #require(machineID.count == 32)
-        #expect(d.ctl(["defaults", "-currentHost", "write", "com.example.bh", "Saver", "-int", "5"]).status == 0)
-        #expect(d.ctl(["defaults", "-host", "studio", "write", "com.example.bh", "Saver", "-int", "7"]).status == 0)
+        #expect(
+            d.ctl(["defaults", "-currentHost", "write", "com.example.bh", "Saver", "-int", "5"])
+                .status == 0)
+        #expect(
+            d.ctl(["defaults", "-host", "studio", "write", "com.example.bh", "Saver", "-int", "7"])
+                .status == 0)
         #expect(d.ctl(["defaults", "write", "com.example.bh", "Saver", "-int", "1"]).status == 0)
         #expect(d.ctl(["defaults", "write", "com.example.plain", "K", "v"]).status == 0)
 
         let c = try d.connect()
         func stored(_ domain: String) throws -> Any? {
-            (try c.call("io.vaultd.Preferences.Get", ["domain": domain, "key": "Saver"]).parameters?["value"] as? [String: Any])?["integer"]
+            (try c.call("io.vaultd.Preferences.Get", ["domain": domain, "key": "Saver"])
+                .parameters?["value"] as? [String: Any])?["integer"]
         }
         #expect(try stored("com.example.bh@host:" + machineID) as? Int == 5)
         #expect(try stored("com.example.bh@host:studio") as? Int == 7)
         #expect(try stored("com.example.bh") as? Int == 1)
 
-        #expect(d.ctl(["defaults", "-currentHost", "read", "com.example.bh", "Saver"]).stdoutText == "5\n")
-        #expect(d.ctl(["defaults", "-host", "studio", "read", "com.example.bh", "Saver"]).stdoutText == "7\n")
+        #expect(
+            d.ctl(["defaults", "-currentHost", "read", "com.example.bh", "Saver"]).stdoutText
+                == "5\n")
+        #expect(
+            d.ctl(["defaults", "-host", "studio", "read", "com.example.bh", "Saver"]).stdoutText
+                == "7\n")
         #expect(d.ctl(["defaults", "read", "com.example.bh", "Saver"]).stdoutText == "1\n")
         #expect(d.ctl(["defaults", "-currentHost", "read", "com.example.plain"]).status == 44)
         #expect(d.ctl(["defaults", "domains"]).stdoutText == "com.example.bh, com.example.plain\n")
         #expect(d.ctl(["defaults", "-currentHost", "domains"]).stdoutText == "com.example.bh\n")
-        #expect(d.ctl(["defaults", "-host", "studio", "delete", "com.example.bh", "Saver"]).status == 0)
-        #expect(try stored("com.example.bh@host:studio") == nil && stored("com.example.bh@host:" + machineID) as? Int == 5)
+        #expect(
+            d.ctl(["defaults", "-host", "studio", "delete", "com.example.bh", "Saver"]).status == 0)
+        #expect(
+            try stored("com.example.bh@host:studio") == nil
+                && stored("com.example.bh@host:" + machineID) as? Int == 5)
         let late = d.ctl(["defaults", "read", "-currentHost", "com.example.bh"])
-        #expect(late.status == 64 && late.stderr.hasPrefix("vaultctl: -currentHost goes before the verb"), "\(late)")
+        #expect(
+            late.status == 64
+                && late.stderr.hasPrefix("vaultctl: -currentHost goes before the verb"), "\(late)")
     }
 
     /// `-app NAME` stands for an app's domain: its ID, its executable's path or file name, or
@@ -429,16 +550,25 @@ import VaultProtocol
         let exe = try d.placeExample("notes")
         let install = d.ctl(["app", "install", "org.example.Notes", "--exe", exe])
         try #require(install.status == 0, "\(install)")
-        #expect(d.ctl(["defaults", "write", "-app", "org.example.Notes", "Font", "-string", "Menlo"]).status == 0)
+        #expect(
+            d.ctl(["defaults", "write", "-app", "org.example.Notes", "Font", "-string", "Menlo"])
+                .status == 0)
         let c = try d.connect()
-        let font = try c.call("io.vaultd.Preferences.Get", ["domain": "org.example.Notes", "key": "Font"]).parameters?["value"] as? [String: Any]
+        let font =
+            try c.call("io.vaultd.Preferences.Get", ["domain": "org.example.Notes", "key": "Font"])
+            .parameters?["value"] as? [String: Any]
         #expect(font?["string"] as? String == "Menlo", "\(String(describing: font))")
-        for name in ["org.example.Notes", "Notes", "notes", exe, URL(fileURLWithPath: exe).lastPathComponent] {
+        for name in [
+            "org.example.Notes", "Notes", "notes", exe, URL(fileURLWithPath: exe).lastPathComponent,
+        ] {
             let r = d.ctl(["defaults", "read", "-app", name, "Font"])
             #expect(r.status == 0 && r.stdoutText == "Menlo\n", "-app \(name): \(r)")
         }
         let missing = d.ctl(["defaults", "read", "-app", "Safari"])
-        #expect(missing.status == 44 && missing.stderr.contains("Couldn't find an application named \"Safari\""), "\(missing)")
+        #expect(
+            missing.status == 44
+                && missing.stderr.contains("Couldn't find an application named \"Safari\""),
+            "\(missing)")
         #expect(d.ctl(["defaults", "domains"]).stdoutText == "org.example.Notes\n")
     }
 
@@ -446,24 +576,34 @@ import VaultProtocol
     @Test func readDomainsAndFindPrintJSON() throws {
         let d = try Daemon()
         defer { d.close() }
-        #expect(d.ctl(["defaults", "write", "com.example.j", "Volume", "-float", "0.5"]).status == 0)
+        #expect(
+            d.ctl(["defaults", "write", "com.example.j", "Volume", "-float", "0.5"]).status == 0)
         #expect(d.ctl(["defaults", "write", "com.example.j", "Name", "-string", "x"]).status == 0)
-        #expect(d.ctl(["defaults", "write", "com.example.k", "When", "-date", "2026-01-31"]).status == 0)
+        #expect(
+            d.ctl(["defaults", "write", "com.example.k", "When", "-date", "2026-01-31"]).status == 0
+        )
         func json(_ args: [String]) -> Any? {
             let r = d.ctl(["defaults"] + args)
             #expect(r.status == 0, "\(args): \(r)")
             return try? JSONSerialization.jsonObject(with: r.stdout, options: [.fragmentsAllowed])
         }
         let domain = json(["read", "com.example.j", "--json"]) as? [String: [String: Any]]
-        #expect(domain?["Volume"]?["real"] as? Double == 0.5 && domain?["Name"]?["string"] as? String == "x", "\(String(describing: domain))")
+        #expect(
+            domain?["Volume"]?["real"] as? Double == 0.5
+                && domain?["Name"]?["string"] as? String == "x", "\(String(describing: domain))")
         let one = json(["read", "com.example.k", "When", "--json"]) as? [String: String]
         #expect(one == ["date": "2026-01-31T00:00:00Z"], "\(String(describing: one))")
         let all = json(["read", "--json"]) as? [String: [String: Any]]
-        #expect(Set(all?.keys.map { $0 } ?? []) == ["com.example.j", "com.example.k"], "\(String(describing: all))")
+        #expect(
+            Set(all?.keys.map { $0 } ?? []) == ["com.example.j", "com.example.k"],
+            "\(String(describing: all))")
         #expect(json(["domains", "--json"]) as? [String] == ["com.example.j", "com.example.k"])
         let found = json(["find", "volu", "--json"]) as? [String: [String: [String: Double]]]
-        #expect(found == ["com.example.j": ["Volume": ["real": 0.5]]], "\(String(describing: found))")
+        #expect(
+            found == ["com.example.j": ["Volume": ["real": 0.5]]], "\(String(describing: found))")
         let none = d.ctl(["defaults", "find", "nothing-like-it", "--json"])
-        #expect(none.status == 0 && none.stdoutText == "{}\n" && none.stderr.contains("No domain, key, nor value containing"), "\(none)")
+        #expect(
+            none.status == 0 && none.stdoutText == "{}\n"
+                && none.stderr.contains("No domain, key, nor value containing"), "\(none)")
     }
 }

@@ -23,9 +23,11 @@ import Glibc
             let i = d.initialize()
             try #require(i.status == 0, "\(i)")
             env = [
-                "GIT_CONFIG_GLOBAL": d.root + "/gitconfig", "GIT_CONFIG_NOSYSTEM": "1", "GIT_TERMINAL_PROMPT": "0",
+                "GIT_CONFIG_GLOBAL": d.root + "/gitconfig", "GIT_CONFIG_NOSYSTEM": "1",
+                "GIT_TERMINAL_PROMPT": "0",
                 "GIT_ASKPASS": "", "SSH_ASKPASS": "",
-                "PATH": Paths.binaries + ":" + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"),
+                "PATH": Paths.binaries + ":"
+                    + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"),
             ]
             try #require(git(["config", "--global", "credential.helper", "vault"]).status == 0)
         }
@@ -41,13 +43,19 @@ import Glibc
             let r = git(["credential", "fill"], input + "\n")
             var fields: [String: String] = [:]
             for line in r.stdoutText.split(separator: "\n") {
-                if let eq = line.firstIndex(of: "=") { fields[String(line[..<eq])] = String(line[line.index(after: eq)...]) }
+                if let eq = line.firstIndex(of: "=") {
+                    fields[String(line[..<eq])] = String(line[line.index(after: eq)...])
+                }
             }
             return (r, fields)
         }
 
-        func approve(_ input: String) -> ProcessResult { git(["credential", "approve"], input + "\n") }
-        func reject(_ input: String) -> ProcessResult { git(["credential", "reject"], input + "\n") }
+        func approve(_ input: String) -> ProcessResult {
+            git(["credential", "approve"], input + "\n")
+        }
+        func reject(_ input: String) -> ProcessResult {
+            git(["credential", "reject"], input + "\n")
+        }
 
         /// Runs the helper directly with raw bytes.
         func helper(_ action: String, _ input: [UInt8]) -> ProcessResult {
@@ -63,8 +71,10 @@ import Glibc
     @Test func twoAccountsOnOneHost() throws {
         let g = try Git()
         defer { g.close() }
-        #expect(g.approve("protocol=https\nhost=example.org\nusername=bob\npassword=pb").status == 0)
-        #expect(g.approve("protocol=https\nhost=example.org\nusername=alice\npassword=pa").status == 0)
+        #expect(
+            g.approve("protocol=https\nhost=example.org\nusername=bob\npassword=pb").status == 0)
+        #expect(
+            g.approve("protocol=https\nhost=example.org\nusername=alice\npassword=pa").status == 0)
 
         let (bob, fb) = g.fill("url=https://bob@example.org/repo.git")
         #expect(bob.status == 0, "\(bob)")
@@ -89,15 +99,21 @@ import Glibc
         }
 
         // A port is split out of host and kept.
-        #expect(g.approve("protocol=https\nhost=example.org:8443\nusername=bob\npassword=p8443").status == 0)
+        #expect(
+            g.approve("protocol=https\nhost=example.org:8443\nusername=bob\npassword=p8443").status
+                == 0)
         let (_, f8443) = g.fill("protocol=https\nhost=example.org:8443")
         #expect(f8443["password"] == "p8443")
-        #expect(g.internetItems().contains { $0["port"] as? Int == 8443 && $0["server"] as? String == "example.org" })
+        #expect(
+            g.internetItems().contains {
+                $0["port"] as? Int == 8443 && $0["server"] as? String == "example.org"
+            })
         let (_, still) = g.fill("url=https://bob@example.org/")
         #expect(still["password"] == "pb")
 
         // store replaces the password of the same account.
-        #expect(g.approve("protocol=https\nhost=example.org\nusername=bob\npassword=pb2").status == 0)
+        #expect(
+            g.approve("protocol=https\nhost=example.org\nusername=bob\npassword=pb2").status == 0)
         let (_, updated) = g.fill("url=https://bob@example.org/")
         #expect(updated["password"] == "pb2")
         #expect(g.internetItems().count == 3)
@@ -138,7 +154,8 @@ import Glibc
         #expect(g.approve("url=https://bob@host.test/org/r2.git\npassword=p2").status == 0)
         #expect(g.git(["config", "--global", "credential.useHttpPath", "false"]).status == 0)
         // Same account and password elsewhere: another port, another host. These stay.
-        #expect(g.approve("protocol=https\nhost=host.test:8443\nusername=bob\npassword=p2").status == 0)
+        #expect(
+            g.approve("protocol=https\nhost=host.test:8443\nusername=bob\npassword=p2").status == 0)
         #expect(g.approve("protocol=https\nhost=other.test\nusername=bob\npassword=p2").status == 0)
 
         let (_, got) = g.fill("url=https://host.test/")
@@ -146,7 +163,8 @@ import Glibc
 
         // A password that is not the stored one removes nothing, path and username left open.
         #expect(g.reject("protocol=https\nhost=host.test\npassword=stale").status == 0)
-        #expect(g.reject("protocol=https\nhost=host.test\nusername=bob\npassword=stale").status == 0)
+        #expect(
+            g.reject("protocol=https\nhost=host.test\nusername=bob\npassword=stale").status == 0)
         #expect(g.internetItems().count == 3)
 
         // Rejecting what get returned removes it: it is not offered again.
@@ -155,7 +173,10 @@ import Glibc
         #expect(again.status != 0 && !again.stdoutText.contains("password="), "\(again)")
         let left = g.internetItems()
         #expect(left.count == 2, "\(left)")
-        #expect(!left.contains { $0["server"] as? String == "host.test" && ($0["port"] as? Int ?? 0) == 0 }, "\(left)")
+        #expect(
+            !left.contains {
+                $0["server"] as? String == "host.test" && ($0["port"] as? Int ?? 0) == 0
+            }, "\(left)")
     }
 
     /// Erase with a password keeps an item whose password differs from it only in Unicode
@@ -164,13 +185,25 @@ import Glibc
     @Test func eraseKeepsAPasswordDifferingOnlyInNormalisation() throws {
         let g = try Git()
         defer { g.close() }
-        #expect(g.helper("store", Array("protocol=https\nhost=host.test\nusername=bob\npassword=cafe\u{301}\n\n".utf8)).status == 0)
-        #expect(g.helper("erase", Array("protocol=https\nhost=host.test\nusername=bob\npassword=caf\u{E9}\n\n".utf8)).status == 0)
+        #expect(
+            g.helper(
+                "store",
+                Array("protocol=https\nhost=host.test\nusername=bob\npassword=cafe\u{301}\n\n".utf8)
+            ).status == 0)
+        #expect(
+            g.helper(
+                "erase",
+                Array("protocol=https\nhost=host.test\nusername=bob\npassword=caf\u{E9}\n\n".utf8)
+            ).status == 0)
         #expect(g.internetItems().count == 1)
         let got = g.helper("get", Array("protocol=https\nhost=host.test\n\n".utf8))
         #expect(Array(got.stdout) == Array("username=bob\npassword=cafe\u{301}\n".utf8), "\(got)")
         // The very password erases it.
-        #expect(g.helper("erase", Array("protocol=https\nhost=host.test\nusername=bob\npassword=cafe\u{301}\n\n".utf8)).status == 0)
+        #expect(
+            g.helper(
+                "erase",
+                Array("protocol=https\nhost=host.test\nusername=bob\npassword=cafe\u{301}\n\n".utf8)
+            ).status == 0)
         #expect(g.internetItems().isEmpty)
     }
 
@@ -181,8 +214,12 @@ import Glibc
         let g = try Git()
         defer { g.close() }
         let file = g.d.root + "/git-credentials"
-        func both(_ action: String, _ input: String) -> (vault: ProcessResult, store: ProcessResult) {
-            (g.helper(action, Array((input + "\n\n").utf8)), g.git(["credential-store", "--file", file, action], input + "\n\n"))
+        func both(_ action: String, _ input: String) -> (vault: ProcessResult, store: ProcessResult)
+        {
+            (
+                g.helper(action, Array((input + "\n\n").utf8)),
+                g.git(["credential-store", "--file", file, action], input + "\n\n")
+            )
         }
 
         for input in [
@@ -196,23 +233,40 @@ import Glibc
         // git keeps what precedes a component's first ':' undecoded, and never decodes %00
         // (url_decode_mem; what git itself then sends a helper: checked with a capturing
         // helper). credential-store cannot be the judge here: its own file does not round-trip.
-        let dave = g.helper("store", Array("url=https://dave:p%41:x@ex%61mple.net:8443/a%20b:c%20d/e%00f\n\n".utf8))
+        let dave = g.helper(
+            "store", Array("url=https://dave:p%41:x@ex%61mple.net:8443/a%20b:c%20d/e%00f\n\n".utf8))
         #expect(dave.status == 0, "\(dave)")
         let daveItem = g.internetItems().first { $0["account"] as? String == "dave" }
-        #expect(daveItem?["server"] as? String == "ex%61mple.net" && daveItem?["port"] as? Int == 8443, "\(String(describing: daveItem))")
-        #expect(daveItem?["path"] as? String == "a%20b:c d/e%00f", "\(String(describing: daveItem))")
-        let daveGet = g.helper("get", Array("protocol=https\nhost=ex%61mple.net:8443\npath=a%20b:c d/e%00f\nusername=dave\n\n".utf8))
+        #expect(
+            daveItem?["server"] as? String == "ex%61mple.net" && daveItem?["port"] as? Int == 8443,
+            "\(String(describing: daveItem))")
+        #expect(
+            daveItem?["path"] as? String == "a%20b:c d/e%00f", "\(String(describing: daveItem))")
+        let daveGet = g.helper(
+            "get",
+            Array(
+                "protocol=https\nhost=ex%61mple.net:8443\npath=a%20b:c d/e%00f\nusername=dave\n\n"
+                    .utf8))
         #expect(daveGet.stdoutText == "username=dave\npassword=p%41:x\n", "\(daveGet)")
-        #expect(g.helper("erase", Array("url=https://dave@ex%61mple.net:8443/\n\n".utf8)).status == 0)
+        #expect(
+            g.helper("erase", Array("url=https://dave@ex%61mple.net:8443/\n\n".utf8)).status == 0)
         #expect(g.internetItems().count == 3, "\(g.internetItems())")
-        #expect(g.internetItems().contains { $0["account"] as? String == "carol@corp" && $0["path"] as? String == "x/repo.git" })
+        #expect(
+            g.internetItems().contains {
+                $0["account"] as? String == "carol@corp" && $0["path"] as? String == "x/repo.git"
+            })
 
         let expected: [(String, String)] = [
             ("url=https://bob@example.org/", "username=bob\npassword=pb\n"),
             ("url=https://example.org:8443/", "username=alice\npassword=pa\n"),
-            ("url=https://carol%40corp@example.com/x/repo.git", "username=carol@corp\npassword=pc\n"),
-            ("username=alice\nurl=https://bob@example.org/", "username=bob\npassword=pb\n"),  // url resets
-            ("url=https://alice@example.org/\nusername=bob", "username=bob\npassword=pb\n"),  // later wins
+            (
+                "url=https://carol%40corp@example.com/x/repo.git",
+                "username=carol@corp\npassword=pc\n"
+            ),
+            // url resets
+            ("username=alice\nurl=https://bob@example.org/", "username=bob\npassword=pb\n"),
+            // later wins
+            ("url=https://alice@example.org/\nusername=bob", "username=bob\npassword=pb\n"),
             ("url=https://bob@example.org/other.git", ""),  // a path the item has not
             ("url=https://bob@example.org:8443/", ""),  // another port
         ]
@@ -257,9 +311,13 @@ import Glibc
         let bad: [[UInt8]] = [
             Array("protocol=https\nhost=example.org\nusername=bob\r\npassword=pw\n\n".utf8),
             Array("protocol=https\nhost=example.org\nusername=bob\npassword=p\nw\n\n".utf8),
-            Array("protocol=https\nhost=exam".utf8) + [0] + Array("ple.org\nusername=bob\npassword=pw\n\n".utf8),
-            Array("protocol=https\nhost=example.org\npath=a\rb\nusername=bob\npassword=pw\n\n".utf8),
-            Array("protocol=https\nhost=example.org\nusername=bob\npassword=pw\npassword_expiry_utc=1\r\n\n".utf8),
+            Array("protocol=https\nhost=exam".utf8) + [0]
+                + Array("ple.org\nusername=bob\npassword=pw\n\n".utf8),
+            Array(
+                "protocol=https\nhost=example.org\npath=a\rb\nusername=bob\npassword=pw\n\n".utf8),
+            Array(
+                "protocol=https\nhost=example.org\nusername=bob\npassword=pw\npassword_expiry_utc=1\r\n\n"
+                    .utf8),
         ]
         for input in bad {
             let r = g.helper("store", input)
@@ -268,18 +326,27 @@ import Glibc
         #expect(g.internetItems().isEmpty, "\(g.internetItems())")
 
         // get with a bad field returns nothing, even when a credential exists.
-        #expect(g.approve("protocol=https\nhost=example.org\nusername=bob\npassword=pw").status == 0)
-        let getCR = g.helper("get", Array("protocol=https\nhost=example.org\r\nusername=bob\n\n".utf8))
+        #expect(
+            g.approve("protocol=https\nhost=example.org\nusername=bob\npassword=pw").status == 0)
+        let getCR = g.helper(
+            "get", Array("protocol=https\nhost=example.org\r\nusername=bob\n\n".utf8))
         #expect(getCR.stdout.isEmpty, "\(getCR)")
-        let getNUL = g.helper("get", Array("protocol=https\nhost=example.org\nusername=bob".utf8) + [0] + Array("\n\n".utf8))
+        let getNUL = g.helper(
+            "get",
+            Array("protocol=https\nhost=example.org\nusername=bob".utf8) + [0] + Array("\n\n".utf8))
         #expect(getNUL.stdout.isEmpty, "\(getNUL)")
         // erase with a bad field erases nothing.
-        _ = g.helper("erase", Array("protocol=https\nhost=example.org\nusername=bob\npassword=pw\r\n\n".utf8))
+        _ = g.helper(
+            "erase", Array("protocol=https\nhost=example.org\nusername=bob\npassword=pw\r\n\n".utf8)
+        )
         #expect(g.internetItems().count == 1)
 
         // A stored item whose values git could not read back is never returned.
         let add = g.d.ctl(
-            ["item", "add", "internet", "--access-group", "git", "--server", "evil.example", "--protocol", "https", "--account", "mallory"],
+            [
+                "item", "add", "internet", "--access-group", "git", "--server", "evil.example",
+                "--protocol", "https", "--account", "mallory",
+            ],
             stdin: Data("line1\nusername=root".utf8))
         #expect(add.status == 0, "\(add)")
         let evil = g.helper("get", Array("protocol=https\nhost=evil.example\n\n".utf8))
@@ -294,15 +361,27 @@ import Glibc
     @Test func aFieldTheHelperDoesNotReadMayHoldAnyBytes() throws {
         let g = try Git()
         defer { g.close() }
-        #expect(g.approve("protocol=https\nhost=example.org\nusername=bob\npassword=pb").status == 0)
+        #expect(
+            g.approve("protocol=https\nhost=example.org\nusername=bob\npassword=pb").status == 0)
         let file = g.d.root + "/git-credentials"
-        #expect(g.git(["credential-store", "--file", file, "store"], "protocol=https\nhost=example.org\nusername=bob\npassword=pb\n\n").status == 0)
-        let input = Array("protocol=https\nhost=example.org\nwwwauth[]=Basic realm=\"caf".utf8) + [0xE9] + Array("\"\ncapability[]=authtype\n\n".utf8)
-        let store = g.d.run("git", ["credential-store", "--file", file, "get"], stdin: Data(input), environment: g.env)
+        #expect(
+            g.git(
+                ["credential-store", "--file", file, "store"],
+                "protocol=https\nhost=example.org\nusername=bob\npassword=pb\n\n"
+            ).status == 0)
+        let input =
+            Array("protocol=https\nhost=example.org\nwwwauth[]=Basic realm=\"caf".utf8) + [0xE9]
+            + Array("\"\ncapability[]=authtype\n\n".utf8)
+        let store = g.d.run(
+            "git", ["credential-store", "--file", file, "get"], stdin: Data(input),
+            environment: g.env)
         #expect(store.stdoutText == "username=bob\npassword=pb\n", "\(store)")
         let vault = g.helper("get", input)
         #expect(vault.status == 0 && vault.stdoutText == store.stdoutText, "\(vault)")
-        let latin1 = g.helper("store", Array("protocol=https\nhost=example.org\nusername=bob\npassword=caf".utf8) + [0xE9] + Array("\n\n".utf8))
+        let latin1 = g.helper(
+            "store",
+            Array("protocol=https\nhost=example.org\nusername=bob\npassword=caf".utf8) + [0xE9]
+                + Array("\n\n".utf8))
         #expect(latin1.status == 65 && latin1.stderr.contains("not UTF-8"), "\(latin1)")
         #expect(g.fill("protocol=https\nhost=example.org").1["password"] == "pb")
     }
@@ -314,9 +393,13 @@ import Glibc
         let g = try Git()
         defer { g.close() }
         let unknown = g.helper("capability", Array("protocol=https\nhost=example.org\n\n".utf8))
-        #expect(unknown.status == 0 && unknown.stdout.isEmpty && unknown.stderr.isEmpty, "\(unknown)")
+        #expect(
+            unknown.status == 0 && unknown.stdout.isEmpty && unknown.stderr.isEmpty, "\(unknown)")
         let help = g.helper("--help", [])
-        #expect(help.status == 0 && help.stdoutText.hasPrefix("usage: git-credential-vault get|store|erase"), "\(help)")
+        #expect(
+            help.status == 0
+                && help.stdoutText.hasPrefix("usage: git-credential-vault get|store|erase"),
+            "\(help)")
         let none = g.d.run("git-credential-vault", [], stdin: Data(), environment: g.env)
         #expect(none.status == 64 && none.stderr.hasPrefix("usage:"), "\(none)")
         #expect(g.internetItems().isEmpty)
@@ -329,7 +412,8 @@ import Glibc
     @Test func aLockedVaultMakesTheHelperANoOpThatSaysSoOnStore() throws {
         let g = try Git()
         defer { g.close() }
-        #expect(g.approve("protocol=https\nhost=example.org\nusername=bob\npassword=pb").status == 0)
+        #expect(
+            g.approve("protocol=https\nhost=example.org\nusername=bob\npassword=pb").status == 0)
         try #require(g.d.ctl(["lock"]).status == 0)
 
         // get: nothing printed, exit 0; git falls back to asking (and fails: prompts are off).
@@ -339,14 +423,28 @@ import Glibc
         #expect(fill.status != 0 && !fill.stdoutText.contains("password="), "\(fill)")
 
         // store and erase change nothing while locked.
-        let store = g.helper("store", Array("protocol=https\nhost=example.org\nusername=bob\npassword=overwritten\n\n".utf8))
+        let store = g.helper(
+            "store",
+            Array("protocol=https\nhost=example.org\nusername=bob\npassword=overwritten\n\n".utf8))
         #expect(store.status == 0 && store.stdout.isEmpty, "\(store)")
-        #expect(store.stderr == "git-credential-vault: store: the vault is locked; nothing stored (vaultctl unlock, then run the git command again)\n", "\(store)")
-        let approve = g.approve("protocol=https\nhost=example.org\nusername=bob\npassword=overwritten")
-        #expect(approve.status == 0 && approve.stderr.contains("store: the vault is locked; nothing stored") && !approve.stderr.contains("overwritten"), "\(approve)")
+        #expect(
+            store.stderr
+                == "git-credential-vault: store: the vault is locked; nothing stored (vaultctl unlock, then run the git command again)\n",
+            "\(store)")
+        let approve = g.approve(
+            "protocol=https\nhost=example.org\nusername=bob\npassword=overwritten")
+        #expect(
+            approve.status == 0
+                && approve.stderr.contains("store: the vault is locked; nothing stored")
+                && !approve.stderr.contains("overwritten"), "\(approve)")
         #expect(g.reject("protocol=https\nhost=example.org\nusername=bob\npassword=pb").status == 0)
-        let erase = g.helper("erase", Array("protocol=https\nhost=example.org\nusername=bob\n\n".utf8))
-        #expect(erase.status == 0 && erase.stderr.hasPrefix("git-credential-vault: erase: the vault is locked; nothing erased"), "\(erase)")
+        let erase = g.helper(
+            "erase", Array("protocol=https\nhost=example.org\nusername=bob\n\n".utf8))
+        #expect(
+            erase.status == 0
+                && erase.stderr.hasPrefix(
+                    "git-credential-vault: erase: the vault is locked; nothing erased"),
+            "\(erase)")
 
         try #require(g.d.unlock().status == 0)
         let (_, after) = g.fill("url=https://bob@example.org/")
@@ -357,23 +455,29 @@ import Glibc
     @Test func aVaultdThatDoesNotAnswerDoesNotHangGit() throws {
         let g = try Git()
         defer { g.close() }
-        #expect(g.approve("protocol=https\nhost=example.org\nusername=bob\npassword=pb").status == 0)
+        #expect(
+            g.approve("protocol=https\nhost=example.org\nusername=bob\npassword=pb").status == 0)
         // A stopped vaultd still accepts connections (the kernel queues them) but never answers.
         let pid = try #require(g.d.pid)
         try #require(kill(pid, SIGSTOP) == 0)
         defer { kill(pid, SIGCONT) }
 
         let started = Date()
-        let fill = g.d.run("git", ["credential", "fill"], stdin: Data("url=https://bob@example.org/\n\n".utf8), environment: g.env, timeout: 40)
+        let fill = g.d.run(
+            "git", ["credential", "fill"], stdin: Data("url=https://bob@example.org/\n\n".utf8),
+            environment: g.env, timeout: 40)
         let took = Date().timeIntervalSince(started)
         #expect(!fill.timedOut && took < 30, "git waited \(took) s: \(fill)")
         #expect(fill.status != 0 && !fill.stdoutText.contains("password="), "\(fill)")
         #expect(fill.stderr.contains("vaultd did not answer"), "\(fill)")
         // store gives up the same way (erase shares its path).
         let store = g.d.run(
-            "git-credential-vault", ["store"], stdin: Data("protocol=https\nhost=example.org\nusername=bob\npassword=other\n\n".utf8),
+            "git-credential-vault", ["store"],
+            stdin: Data("protocol=https\nhost=example.org\nusername=bob\npassword=other\n\n".utf8),
             environment: g.env, timeout: 40)
-        #expect(!store.timedOut && store.status == 69 && store.stderr.contains("did not answer"), "\(store)")
+        #expect(
+            !store.timedOut && store.status == 69 && store.stderr.contains("did not answer"),
+            "\(store)")
 
         // Once vaultd runs again the credential is there, unchanged.
         try #require(kill(pid, SIGCONT) == 0)
@@ -390,13 +494,17 @@ import Glibc
         let cert = "protocol=cert\nhost=\nusername=\npath=/home/u/client.p12"
         #expect(g.approve(cert + "\npassword=certpass").status == 0)
         let items = g.internetItems()
-        #expect(items.count == 1 && items.first?["path"] as? String == "/home/u/client.p12" && items.first?["protocol"] as? String == "cert", "\(items)")
+        #expect(
+            items.count == 1 && items.first?["path"] as? String == "/home/u/client.p12"
+                && items.first?["protocol"] as? String == "cert", "\(items)")
         let (r, got) = g.fill(cert)
         #expect(r.status == 0 && got["password"] == "certpass", "\(r)")
         let (other, _) = g.fill("protocol=cert\nhost=\nusername=\npath=/home/u/other.p12")
         #expect(other.status != 0, "another certificate got a passphrase: \(other)")
         // Without a path there is nothing to name: no answer, nothing stored.
-        #expect(g.helper("store", Array("protocol=cert\nhost=\nusername=\npassword=x\n\n".utf8)).status == 0)
+        #expect(
+            g.helper("store", Array("protocol=cert\nhost=\nusername=\npassword=x\n\n".utf8)).status
+                == 0)
         #expect(g.internetItems().count == 1)
         #expect(g.reject(cert + "\npassword=certpass").status == 0)
         #expect(g.internetItems().isEmpty)
@@ -407,12 +515,19 @@ import Glibc
         defer { g.close() }
         // git 2.39 does not forward these fields itself; speak to the helper as newer git does.
         let store = g.helper(
-            "store", Array("protocol=https\nhost=example.org\nusername=bob\npassword=pb\npassword_expiry_utc=2000000000\noauth_refresh_token=rt-1\n\n".utf8))
+            "store",
+            Array(
+                "protocol=https\nhost=example.org\nusername=bob\npassword=pb\npassword_expiry_utc=2000000000\noauth_refresh_token=rt-1\n\n"
+                    .utf8))
         #expect(store.status == 0, "\(store)")
         let get = g.helper("get", Array("protocol=https\nhost=example.org\n\n".utf8))
-        #expect(get.stdoutText == "username=bob\npassword=pb\npassword_expiry_utc=2000000000\noauth_refresh_token=rt-1\n", "\(get)")
+        #expect(
+            get.stdoutText
+                == "username=bob\npassword=pb\npassword_expiry_utc=2000000000\noauth_refresh_token=rt-1\n",
+            "\(get)")
         // A new store without them drops them.
-        _ = g.helper("store", Array("protocol=https\nhost=example.org\nusername=bob\npassword=pb2\n\n".utf8))
+        _ = g.helper(
+            "store", Array("protocol=https\nhost=example.org\nusername=bob\npassword=pb2\n\n".utf8))
         let again = g.helper("get", Array("protocol=https\nhost=example.org\n\n".utf8))
         #expect(again.stdoutText == "username=bob\npassword=pb2\n", "\(again)")
     }
@@ -435,11 +550,14 @@ import Glibc
         }
         // alice's is the newest, but expired: bob's is offered.
         let (r, latest) = g.fill("protocol=https\nhost=example.org")
-        #expect(r.status == 0 && latest["username"] == "bob" && latest["password"] == "pb-valid", "\(r)")
+        #expect(
+            r.status == 0 && latest["username"] == "bob" && latest["password"] == "pb-valid", "\(r)"
+        )
         // Asked for alice: nothing, so git asks (and fails: prompts are off).
         let (alice, _) = g.fill("url=https://alice@example.org/")
         #expect(alice.status != 0 && !alice.stdoutText.contains("pa-expired"), "\(alice)")
-        let direct = g.helper("get", Array("protocol=https\nhost=example.org\nusername=alice\n\n".utf8))
+        let direct = g.helper(
+            "get", Array("protocol=https\nhost=example.org\nusername=alice\n\n".utf8))
         #expect(direct.status == 0 && direct.stdout.isEmpty, "\(direct)")
         let (_, carol) = g.fill("protocol=https\nhost=zero.example")
         #expect(carol["password"] == "pc", "\(carol)")
@@ -455,7 +573,8 @@ import Glibc
     @Test func anEmptyPasswordIsStoredAndGivenBackAsGitsCredentialStoreDoes() throws {
         let g = try Git()
         defer { g.close() }
-        #expect(g.approve("protocol=https\nhost=example.org\nusername=tok-123\npassword=").status == 0)
+        #expect(
+            g.approve("protocol=https\nhost=example.org\nusername=tok-123\npassword=").status == 0)
         let items = g.internetItems()
         #expect(items.count == 1 && items.first?["account"] as? String == "tok-123", "\(items)")
         let (r, got) = g.fill("protocol=https\nhost=example.org")
@@ -464,14 +583,20 @@ import Glibc
         let file = g.d.root + "/git-credentials"
         let input = "protocol=https\nhost=example.org\nusername=tok-123\npassword=\n\n"
         #expect(g.git(["credential-store", "--file", file, "store"], input).status == 0)
-        let store = g.git(["credential-store", "--file", file, "get"], "protocol=https\nhost=example.org\n\n")
+        let store = g.git(
+            ["credential-store", "--file", file, "get"], "protocol=https\nhost=example.org\n\n")
         let vault = g.helper("get", Array("protocol=https\nhost=example.org\n\n".utf8))
-        #expect(vault.status == 0 && vault.stdoutText == store.stdoutText && vault.stdoutText == "username=tok-123\npassword=\n", "\(vault) \(store)")
+        #expect(
+            vault.status == 0 && vault.stdoutText == store.stdoutText
+                && vault.stdoutText == "username=tok-123\npassword=\n", "\(vault) \(store)")
         // No password line: nothing to store.
-        #expect(g.helper("store", Array("protocol=https\nhost=other.example\nusername=u\n\n".utf8)).status == 0)
+        #expect(
+            g.helper("store", Array("protocol=https\nhost=other.example\nusername=u\n\n".utf8))
+                .status == 0)
         #expect(g.internetItems().count == 1)
         // reject with the empty password removes it.
-        #expect(g.reject("protocol=https\nhost=example.org\nusername=tok-123\npassword=").status == 0)
+        #expect(
+            g.reject("protocol=https\nhost=example.org\nusername=tok-123\npassword=").status == 0)
         #expect(g.internetItems().isEmpty, "\(g.internetItems())")
     }
 
@@ -484,13 +609,20 @@ import Glibc
         let g = try Git()
         defer { g.close() }
         let file = g.d.root + "/git-credentials"
-        func both(_ action: String, _ input: String) -> (vault: ProcessResult, store: ProcessResult) {
-            (g.helper(action, Array((input + "\n\n").utf8)), g.git(["credential-store", "--file", file, action], input + "\n\n"))
+        func both(_ action: String, _ input: String) -> (vault: ProcessResult, store: ProcessResult)
+        {
+            (
+                g.helper(action, Array((input + "\n\n").utf8)),
+                g.git(["credential-store", "--file", file, action], input + "\n\n")
+            )
         }
         #expect(g.approve("protocol=https\nhost=e.example\nusername=\npassword=tok").status == 0)
         let (r, got) = g.fill("protocol=https\nhost=e.example")
         #expect(r.status == 0 && got["username"] == "" && got["password"] == "tok", "\(r)")
-        for input in ["protocol=https\nhost=e.example\nusername=\npassword=tok", "protocol=https\nhost=q.example:0443\nusername=u\npassword=p0443"] {
+        for input in [
+            "protocol=https\nhost=e.example\nusername=\npassword=tok",
+            "protocol=https\nhost=q.example:0443\nusername=u\npassword=p0443",
+        ] {
             let (v, s) = both("store", input)
             #expect(v.status == 0 && s.status == 0, "\(input): \(v) \(s)")
         }
@@ -504,11 +636,20 @@ import Glibc
             #expect(s.stdoutText == output, "credential-store: \(input): \(s)")
             #expect(v.status == 0 && v.stdoutText == output, "\(input): \(v)")
         }
-        #expect(g.internetItems().contains { $0["server"] as? String == "q.example:0443" && ($0["port"] as? Int ?? 0) == 0 }, "\(g.internetItems())")
+        #expect(
+            g.internetItems().contains {
+                $0["server"] as? String == "q.example:0443" && ($0["port"] as? Int ?? 0) == 0
+            }, "\(g.internetItems())")
         // An item without an account that the helper did not store leaves the username to git.
-        let add = g.d.ctl(["item", "add", "internet", "--access-group", "git", "--server", "n.example", "--protocol", "https"], stdin: Data("np".utf8))
+        let add = g.d.ctl(
+            [
+                "item", "add", "internet", "--access-group", "git", "--server", "n.example",
+                "--protocol", "https",
+            ], stdin: Data("np".utf8))
         try #require(add.status == 0, "\(add)")
-        #expect(g.helper("get", Array("protocol=https\nhost=n.example\n\n".utf8)).stdoutText == "password=np\n")
+        #expect(
+            g.helper("get", Array("protocol=https\nhost=n.example\n\n".utf8)).stdoutText
+                == "password=np\n")
     }
 
     /// An OAuth refresh token is a secret (longer-lived than the password it refreshes): it is
@@ -520,40 +661,60 @@ import Glibc
         let g = try Git()
         defer { g.close() }
         let store = g.helper(
-            "store", Array("protocol=https\nhost=example.org\nusername=bob\npassword=pb\npassword_expiry_utc=2000000000\noauth_refresh_token=rt-secret-1\n\n".utf8))
+            "store",
+            Array(
+                "protocol=https\nhost=example.org\nusername=bob\npassword=pb\npassword_expiry_utc=2000000000\noauth_refresh_token=rt-secret-1\n\n"
+                    .utf8))
         #expect(store.status == 0, "\(store)")
         let list = g.d.ctl(["item", "list", "internet", "--json"])
         // `generic` is shown as text when it is UTF-8 (the helper keeps JSON there).
         let generic = list.jsonArray?.first?["generic"] as? String ?? ""
-        #expect(list.status == 0 && !list.stdoutText.contains("rt-secret") && !generic.contains("rt-secret"), "\(list) generic: \(generic)")
+        #expect(
+            list.status == 0 && !list.stdoutText.contains("rt-secret")
+                && !generic.contains("rt-secret"), "\(list) generic: \(generic)")
         #expect(generic.contains("2000000000"), "the expiry is no secret: \(generic)")
         let get = g.helper("get", Array("protocol=https\nhost=example.org\n\n".utf8))
-        #expect(get.stdoutText == "username=bob\npassword=pb\npassword_expiry_utc=2000000000\noauth_refresh_token=rt-secret-1\n", "\(get)")
+        #expect(
+            get.stdoutText
+                == "username=bob\npassword=pb\npassword_expiry_utc=2000000000\noauth_refresh_token=rt-secret-1\n",
+            "\(get)")
         let (_, filled) = g.fill("url=https://bob@example.org/")
         #expect(filled["password"] == "pb", "\(filled)")
         // erase compares the password, not what is kept beside it.
-        #expect(g.reject("protocol=https\nhost=example.org\nusername=bob\npassword=other").status == 0)
+        #expect(
+            g.reject("protocol=https\nhost=example.org\nusername=bob\npassword=other").status == 0)
         #expect(g.internetItems().count == 1)
         #expect(g.reject("protocol=https\nhost=example.org\nusername=bob\npassword=pb").status == 0)
         #expect(g.internetItems().isEmpty, "\(g.internetItems())")
 
         // An item stored by an earlier helper, the token in generic: still given back.
         let add = g.d.ctl(
-            ["item", "add", "internet", "--access-group", "git", "--server", "old.example", "--protocol", "https", "--account", "carol",
-             "--generic", #"{"oauth_refresh_token":"rt-old","password_expiry_utc":"2000000000"}"#],
+            [
+                "item", "add", "internet", "--access-group", "git", "--server", "old.example",
+                "--protocol", "https", "--account", "carol",
+                "--generic",
+                #"{"oauth_refresh_token":"rt-old","password_expiry_utc":"2000000000"}"#,
+            ],
             stdin: Data("pc".utf8))
         #expect(add.status == 0, "\(add)")
         let oldGet = g.helper("get", Array("protocol=https\nhost=old.example\n\n".utf8))
-        #expect(oldGet.stdoutText == "username=carol\npassword=pc\npassword_expiry_utc=2000000000\noauth_refresh_token=rt-old\n", "\(oldGet)")
+        #expect(
+            oldGet.stdoutText
+                == "username=carol\npassword=pc\npassword_expiry_utc=2000000000\noauth_refresh_token=rt-old\n",
+            "\(oldGet)")
     }
 
     @Test func theReadmeAppInstallLineGivesTheHelperItsGroup() throws {
         let g = try Git()
         defer { g.close() }
-        let exe = URL(fileURLWithPath: Paths.tool("git-credential-vault")).resolvingSymlinksInPath().path
-        let install = g.d.ctl(["app", "install", "org.git-scm.credential-vault", "--exe", exe, "--access-group", "git"])
+        let exe = URL(fileURLWithPath: Paths.tool("git-credential-vault")).resolvingSymlinksInPath()
+            .path
+        let install = g.d.ctl([
+            "app", "install", "org.git-scm.credential-vault", "--exe", exe, "--access-group", "git",
+        ])
         try #require(install.status == 0, "\(install)")
-        #expect(g.approve("protocol=https\nhost=example.org\nusername=bob\npassword=pb").status == 0)
+        #expect(
+            g.approve("protocol=https\nhost=example.org\nusername=bob\npassword=pb").status == 0)
         let (_, f) = g.fill("url=https://bob@example.org/")
         #expect(f["password"] == "pb", "\(f)")
         #expect(g.internetItems().first?["accessGroup"] as? String == "git")
@@ -569,21 +730,33 @@ import Glibc
     @Test func theDocumentedAppInstallLineKeepsGitsCredentialsOverAReinstall() throws {
         let g = try Git()
         defer { g.close() }
-        let page = try String(contentsOf: Paths.repoRoot.appendingPathComponent("docs/git.md"), encoding: .utf8)
-            .replacingOccurrences(of: "\\\n", with: " ")
-        let line = try #require(page.split(separator: "\n").first { $0.hasPrefix("    vaultctl app install org.git-scm.credential-vault ") })
+        let page = try String(
+            contentsOf: Paths.repoRoot.appendingPathComponent("docs/git.md"), encoding: .utf8
+        )
+        .replacingOccurrences(of: "\\\n", with: " ")
+        let line = try #require(
+            page.split(separator: "\n").first {
+                $0.hasPrefix("    vaultctl app install org.git-scm.credential-vault ")
+            })
         let dir = g.d.root + "/usr-local-bin"
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         let exe = dir + "/git-credential-vault"
         try FileManager.default.copyItem(atPath: Paths.tool("git-credential-vault"), toPath: exe)
         let words = line.split(separator: " ", omittingEmptySubsequences: true).map(String.init)
-        try #require(words.first == "vaultctl" && words.contains("/usr/local/bin/git-credential-vault"), "\(line)")
-        let install = g.d.ctl(words.dropFirst().map { $0 == "/usr/local/bin/git-credential-vault" ? exe : $0 })
+        try #require(
+            words.first == "vaultctl" && words.contains("/usr/local/bin/git-credential-vault"),
+            "\(line)")
+        let install = g.d.ctl(
+            words.dropFirst().map { $0 == "/usr/local/bin/git-credential-vault" ? exe : $0 })
         try #require(install.status == 0, "\(install)")
         func helper(_ verb: String, _ input: String) -> ProcessResult {
-            g.git(["-c", "credential.helper=", "-c", "credential.helper=" + exe, "credential", verb], input + "\n")
+            g.git(
+                ["-c", "credential.helper=", "-c", "credential.helper=" + exe, "credential", verb],
+                input + "\n")
         }
-        #expect(helper("approve", "protocol=https\nhost=example.org\nusername=bob\npassword=pb").status == 0)
+        #expect(
+            helper("approve", "protocol=https\nhost=example.org\nusername=bob\npassword=pb").status
+                == 0)
         #expect(g.internetItems().count == 1)
 
         try #require(rename(exe, exe + ".aside") == 0)
@@ -604,8 +777,15 @@ import Glibc
     @Test func anInputOverOneMiBIsRefusedNotReadForEver() throws {
         let g = try Git()
         defer { g.close() }
-        let r = g.d.run("sh", ["-c", "head -c 2000000 /dev/zero | \"$0\" get", Paths.tool("git-credential-vault")], environment: g.env)
-        #expect(r.status == 1 && r.stderr.hasPrefix("git-credential-vault: cannot read standard input: File too large"), "\(r)")
+        let r = g.d.run(
+            "sh",
+            ["-c", "head -c 2000000 /dev/zero | \"$0\" get", Paths.tool("git-credential-vault")],
+            environment: g.env)
+        #expect(
+            r.status == 1
+                && r.stderr.hasPrefix(
+                    "git-credential-vault: cannot read standard input: File too large"),
+            "\(r)")
     }
 
     /// The helper's output that cannot be written is a failure git can see, as vaultctl's is:
@@ -616,21 +796,31 @@ import Glibc
     @Test func helperOutputThatCannotBeWrittenIsAFailure() throws {
         let g = try Git()
         defer { g.close() }
-        try #require(g.approve("protocol=https\nhost=out.example\nusername=u\npassword=sekrit-pw").status == 0)
+        try #require(
+            g.approve("protocol=https\nhost=out.example\nusername=u\npassword=sekrit-pw").status
+                == 0)
         let input = Data("protocol=https\nhost=out.example\n\n".utf8)
         func helper(_ redirect: String, _ args: String = "get") -> ProcessResult {
-            g.d.run("sh", ["-c", "\"$0\" \(args) \(redirect)", Paths.tool("git-credential-vault")], stdin: input, environment: g.env)
+            g.d.run(
+                "sh", ["-c", "\"$0\" \(args) \(redirect)", Paths.tool("git-credential-vault")],
+                stdin: input, environment: g.env)
         }
         for redirect in [">/dev/full", ">&-"] {
             let r = helper(redirect)
             #expect(r.status == 1, "get \(redirect): \(r)")
-            #expect(r.stderr.hasPrefix("git-credential-vault: cannot write to standard output"), "get \(redirect): \(r)")
-            #expect(!r.stderr.contains("Fatal error") && !r.stderr.contains("sekrit"), "get \(redirect): \(r)")
+            #expect(
+                r.stderr.hasPrefix("git-credential-vault: cannot write to standard output"),
+                "get \(redirect): \(r)")
+            #expect(
+                !r.stderr.contains("Fatal error") && !r.stderr.contains("sekrit"),
+                "get \(redirect): \(r)")
         }
         // stderr that cannot be written: the usage error and a rejected input still exit as
         // they should, not with a crash.
         #expect(helper("2>/dev/full", "").status == 64)
-        let rejected = g.d.run("sh", ["-c", "\"$0\" store 2>/dev/full", Paths.tool("git-credential-vault")], stdin: Data("host=a\r\n".utf8), environment: g.env)
+        let rejected = g.d.run(
+            "sh", ["-c", "\"$0\" store 2>/dev/full", Paths.tool("git-credential-vault")],
+            stdin: Data("host=a\r\n".utf8), environment: g.env)
         #expect(rejected.status == 65, "\(rejected)")
         #expect(helper(">/dev/full 2>/dev/full").status == 1)
         #expect(helper(">&- 2>&-").status == 1)
@@ -638,6 +828,8 @@ import Glibc
         #expect(helper(">/dev/full", "--help").status == 1)
         // Written whole, it is still 0 and the credential.
         let ok = helper("")
-        #expect(ok.status == 0 && ok.stdoutText == "username=u\npassword=sekrit-pw\n" && ok.stderr.isEmpty, "\(ok)")
+        #expect(
+            ok.status == 0 && ok.stdoutText == "username=u\npassword=sekrit-pw\n"
+                && ok.stderr.isEmpty, "\(ok)")
     }
 }

@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 import VaultProtocol
 
 #if canImport(Glibc)
@@ -15,41 +15,76 @@ import Glibc
 @Suite struct IdentityFailsClosedTests {
     static let victim = "org.example.Victim"
 
-    static func daemon(config: [String: Any]? = nil) throws -> Daemon { try AppsTests.daemon(config: config) }
+    static func daemon(config: [String: Any]? = nil) throws -> Daemon {
+        try AppsTests.daemon(config: config)
+    }
 
     /// A sandbox with a self-written `/.flatpak-info` naming an auto-registered Flatpak app
     /// (with no host record, or pointing at another app's instance), or naming a group the
     /// owner keeps items in, reads none of their items.
-    @Test(.tags(.system)) func aSelfWrittenFlatpakInfoGetsNoneOfTheItemsOfTheAppOrGroupItNames() throws {
+    @Test(.tags(.system)) func aSelfWrittenFlatpakInfoGetsNoneOfTheItemsOfTheAppOrGroupItNames()
+        throws
+    {
         let d = try Self.daemon()
         defer { d.close() }
         let app = try d.placeExample("sandboxed")
         // The victim: a real Flatpak instance, registered on first contact, with a token.
-        let set = try AppsTests.sandboxed(d, app, ["token", "set"], flatpakID: Self.victim, stdin: Data("victim-token".utf8))
+        let set = try AppsTests.sandboxed(
+            d, app, ["token", "set"], flatpakID: Self.victim, stdin: Data("victim-token".utf8))
         try #require(set.status == 0, "\(set)")
         #expect(d.appShow(Self.victim)?["flatpak"] as? Bool == true)
-        #expect(try AppsTests.sandboxed(d, app, ["token", "get"], flatpakID: Self.victim).stdoutText == "victim-token")
+        #expect(
+            try AppsTests.sandboxed(d, app, ["token", "get"], flatpakID: Self.victim).stdoutText
+                == "victim-token")
         // The owner's items in a group of its own choosing.
-        #expect(d.ctl(["item", "add", "--access-group", "team.example.owned", "--service", "s", "--account", "a"], stdin: Data("owned-secret".utf8)).status == 0)
+        #expect(
+            d.ctl(
+                [
+                    "item", "add", "--access-group", "team.example.owned", "--service", "s",
+                    "--account", "a",
+                ], stdin: Data("owned-secret".utf8)
+            ).status == 0)
         // Another app's real instance, whose ID a fake points at.
         let attacker = try AppsTests.flatpakInstance(d, appID: "org.example.Attacker")
 
-        for (what, source) in [("no host record", AppsTests.InfoSource.selfWritten), ("another app's instance", .claimingInstance(attacker.id))] {
-            let token = try AppsTests.sandboxed(d, app, ["token", "get"], flatpakID: Self.victim, info: source)
-            #expect(token.status != 0 && !token.stdoutText.contains("victim-token"), "\(what): \(token)")
-            let list = try AppsTests.sandboxed(d, app, ["item", "list", "--access-group", Self.victim], flatpakID: Self.victim, info: source)
+        for (what, source) in [
+            ("no host record", AppsTests.InfoSource.selfWritten),
+            ("another app's instance", .claimingInstance(attacker.id)),
+        ] {
+            let token = try AppsTests.sandboxed(
+                d, app, ["token", "get"], flatpakID: Self.victim, info: source)
+            #expect(
+                token.status != 0 && !token.stdoutText.contains("victim-token"), "\(what): \(token)"
+            )
+            let list = try AppsTests.sandboxed(
+                d, app, ["item", "list", "--access-group", Self.victim], flatpakID: Self.victim,
+                info: source)
             #expect(list.status != 0 && !list.stdoutText.contains("token"), "\(what): \(list)")
             let owned = try AppsTests.sandboxed(
-                d, app, ["item", "get", "--access-group", "team.example.owned", "--service", "s", "--account", "a"], flatpakID: "team.example.owned",
+                d, app,
+                [
+                    "item", "get", "--access-group", "team.example.owned", "--service", "s",
+                    "--account", "a",
+                ], flatpakID: "team.example.owned",
                 info: source)
-            #expect(owned.status != 0 && !owned.stdoutText.contains("owned-secret"), "\(what): \(owned)")
+            #expect(
+                owned.status != 0 && !owned.stdoutText.contains("owned-secret"), "\(what): \(owned)"
+            )
         }
         // Refused, logged, and nothing registered under the group's name.
-        #expect(d.log.contains("no Flatpak instance \"1\"") && d.log.contains("is not Flatpak's record of instance"), "log:\n\(d.log)")
+        #expect(
+            d.log.contains("no Flatpak instance \"1\"")
+                && d.log.contains("is not Flatpak's record of instance"), "log:\n\(d.log)")
         #expect(d.appShow("team.example.owned") == nil)
         // The real instances are still served, the victim's token intact.
-        #expect(try AppsTests.sandboxed(d, app, ["token", "get"], flatpakID: Self.victim).stdoutText == "victim-token")
-        #expect(d.ctl(["item", "get", "--access-group", "team.example.owned", "--service", "s", "--account", "a"]).stdoutText == "owned-secret")
+        #expect(
+            try AppsTests.sandboxed(d, app, ["token", "get"], flatpakID: Self.victim).stdoutText
+                == "victim-token")
+        #expect(
+            d.ctl([
+                "item", "get", "--access-group", "team.example.owned", "--service", "s",
+                "--account", "a",
+            ]).stdoutText == "owned-secret")
     }
 
     /// A sandbox showing a byte-identical copy of a running Flatpak instance's host record,
@@ -60,41 +95,64 @@ import Glibc
         let d = try Self.daemon()
         defer { d.close() }
         let app = try d.placeExample("sandboxed")
-        let set = try AppsTests.sandboxed(d, app, ["token", "set"], flatpakID: Self.victim, stdin: Data("victim-token".utf8))
+        let set = try AppsTests.sandboxed(
+            d, app, ["token", "set"], flatpakID: Self.victim, stdin: Data("victim-token".utf8))
         try #require(set.status == 0, "\(set)")
         // An instance of the victim that keeps running (its sandbox sleeps), as flatpak run makes it.
         let instance = try AppsTests.flatpakInstance(d, appID: Self.victim)
         let sleeper = try ChildProcess.spawn(
             "sh",
             [
-                "-c", #"i=$1; r=$2; shift 2; exec bwrap --info-fd 3 "$@" 3>"$i" 4<"$r""#, "sh", AppsTests.instanceDirectory(d, instance.id) + "/bwrapinfo.json",
-                instance.info, "--die-with-parent", "--tmpfs", "/", "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib", "--symlink",
-                "usr/lib64", "/lib64", "--ro-bind-data", "4", "/.flatpak-info", "--proc", "/proc", "--dev", "/dev", "/usr/bin/sleep", "600",
+                "-c", #"i=$1; r=$2; shift 2; exec bwrap --info-fd 3 "$@" 3>"$i" 4<"$r""#, "sh",
+                AppsTests.instanceDirectory(d, instance.id) + "/bwrapinfo.json",
+                instance.info, "--die-with-parent", "--tmpfs", "/", "--ro-bind", "/usr", "/usr",
+                "--symlink", "usr/lib", "/lib", "--symlink",
+                "usr/lib64", "/lib64", "--ro-bind-data", "4", "/.flatpak-info", "--proc", "/proc",
+                "--dev", "/dev", "/usr/bin/sleep", "600",
             ],
-            environment: d.environment, inputs: [:], stdout: .file(d.root + "/sleeper.out", append: false),
+            environment: d.environment, inputs: [:],
+            stdout: .file(d.root + "/sleeper.out", append: false),
             stderr: .file(d.root + "/sleeper.err", append: false))
         defer {
             kill(sleeper, SIGKILL)
             _ = ChildProcess.wait(sleeper, timeout: 10)
         }
         let recorded = eventually(timeout: 10) {
-            ((try? String(contentsOfFile: AppsTests.instanceDirectory(d, instance.id) + "/bwrapinfo.json", encoding: .utf8)) ?? "").contains("child-pid")
+            ((try? String(
+                contentsOfFile: AppsTests.instanceDirectory(d, instance.id) + "/bwrapinfo.json",
+                encoding: .utf8)) ?? "").contains("child-pid")
         }
         try #require(recorded, "bwrap recorded no child-pid")
 
-        for (what, source) in [("a copy of its record", AppsTests.InfoSource.copyOfInstance(instance.id)), ("its record bound in", .recordOfInstance(instance.id))] {
-            let token = try AppsTests.sandboxed(d, app, ["token", "get"], flatpakID: Self.victim, info: source)
-            #expect(token.status != 0 && !token.stdoutText.contains("victim-token"), "\(what): \(token)")
-            #expect(token.stderr.contains("does not run in its instance's sandbox"), "\(what): \(token)")
+        for (what, source) in [
+            ("a copy of its record", AppsTests.InfoSource.copyOfInstance(instance.id)),
+            ("its record bound in", .recordOfInstance(instance.id)),
+        ] {
+            let token = try AppsTests.sandboxed(
+                d, app, ["token", "get"], flatpakID: Self.victim, info: source)
+            #expect(
+                token.status != 0 && !token.stdoutText.contains("victim-token"), "\(what): \(token)"
+            )
+            #expect(
+                token.stderr.contains("does not run in its instance's sandbox"), "\(what): \(token)"
+            )
         }
-        #expect(d.log.contains("it does not run in its instance's sandbox (another mount namespace than pid"), "log:\n\(d.log)")
+        #expect(
+            d.log.contains(
+                "it does not run in its instance's sandbox (another mount namespace than pid"),
+            "log:\n\(d.log)")
         // The app's own instance is served.
-        #expect(try AppsTests.sandboxed(d, app, ["token", "get"], flatpakID: Self.victim).stdoutText == "victim-token")
+        #expect(
+            try AppsTests.sandboxed(d, app, ["token", "get"], flatpakID: Self.victim).stdoutText
+                == "victim-token")
         // Once the instance has ended, a copy of its record is refused too.
         kill(sleeper, SIGKILL)
         _ = ChildProcess.wait(sleeper, timeout: 10)
-        let late = try AppsTests.sandboxed(d, app, ["token", "get"], flatpakID: Self.victim, info: .copyOfInstance(instance.id))
-        #expect(late.status != 0 && late.stderr.contains("is not running"), "after the instance ended: \(late)")
+        let late = try AppsTests.sandboxed(
+            d, app, ["token", "get"], flatpakID: Self.victim, info: .copyOfInstance(instance.id))
+        #expect(
+            late.status != 0 && late.stderr.contains("is not running"),
+            "after the instance ended: \(late)")
     }
 
     /// Python in a sandbox: connects, sends Status, prints the seconds until vaultd closed the
@@ -142,7 +200,9 @@ import Glibc
         let before = try #require(ProcStatus.rss(pid))
 
         // Another client, served throughout: a Status every 50 ms, each within 1 s.
-        let stop = Locked(false), slowest = Locked(0.0), failures = Locked(0)
+        let stop = Locked(false)
+        let slowest = Locked(0.0)
+        let failures = Locked(0)
         let watcher = Thread {
             while !stop.withLock({ $0 }) {
                 let t = Date()
@@ -167,13 +227,17 @@ import Glibc
             case .sparse3GiB: bind = ["--ro-bind", sparse, "/.flatpak-info"]
             }
             let r = try AppsTests.sandboxed(
-                d, "/usr/bin/python3", ["-c", Self.timedClient, d.socketPath], inside: "/app/bin/python3", root: .unnamed, extraBwrap: bind)
+                d, "/usr/bin/python3", ["-c", Self.timedClient, d.socketPath],
+                inside: "/app/bin/python3", root: .unnamed, extraBwrap: bind)
             let fields = r.stdoutText.split(separator: " ")
             let seconds = fields.first.flatMap { Double($0) }
             #expect(r.status == 0 && seconds != nil && seconds! < 1, "\(bad): \(r)")
             // Told why, then closed: an error, never an answer to its call.
-            #expect(r.stdoutText.contains("io.vaultd.Vault.PermissionDenied") && !r.stdoutText.contains("\"state\""),
-                    "\(bad): vaultd answered a sandbox it cannot identify, or closed without saying why: \(r)")
+            #expect(
+                r.stdoutText.contains("io.vaultd.Vault.PermissionDenied")
+                    && !r.stdoutText.contains("\"state\""),
+                "\(bad): vaultd answered a sandbox it cannot identify, or closed without saying why: \(r)"
+            )
             figures.append("\(bad.rawValue) \(String(format: "%.3f", seconds ?? -1)) s")
         }
         stop.withLock { $0 = true }
@@ -181,13 +245,17 @@ import Glibc
         let after = try #require(ProcStatus.rss(pid))
         let growth = after - before
         #expect(growth < 16 << 10, "vaultd's RSS grew by \(growth) KiB")
-        #expect(failures.withLock { $0 } == 0 && slowest.withLock { $0 } < 1, "the other client: \(failures.withLock { $0 }) failures, slowest \(slowest.withLock { $0 }) s")
+        #expect(
+            failures.withLock { $0 } == 0 && slowest.withLock { $0 } < 1,
+            "the other client: \(failures.withLock { $0 }) failures, slowest \(slowest.withLock { $0 }) s"
+        )
         for what in ["a FIFO", "a device", "a symlink", "3221225472 bytes, over 65536"] {
             #expect(d.log.contains("its /.flatpak-info is \(what)"), "\(what); log:\n\(d.log)")
         }
         #expect(Daemon.answers(d.socketPath))
         ReliabilityReport.record(
-            "bad /.flatpak-info refused: \(figures.joined(separator: ", ")); vaultd RSS \(before) → \(after) KiB (+\(growth) KiB); other client's slowest Status \(String(format: "%.3f", slowest.withLock { $0 })) s")
+            "bad /.flatpak-info refused: \(figures.joined(separator: ", ")); vaultd RSS \(before) → \(after) KiB (+\(growth) KiB); other client's slowest Status \(String(format: "%.3f", slowest.withLock { $0 })) s"
+        )
     }
 
     /// A sandbox renaming itself at every connection (each a real instance, so each passes
@@ -198,24 +266,39 @@ import Glibc
         let d = try Self.daemon(config: ["MaximumAutoRegisteredApps": 5])
         defer { d.close() }
         let app = try d.placeExample("renamer")
-        var registered = 0, refused = 0
+        var registered = 0
+        var refused = 0
         for i in 0..<40 {
             let r = try AppsTests.sandboxed(d, app, ["launch"], flatpakID: "org.example.Rename\(i)")
             if r.status == 0 { registered += 1 } else { refused += 1 }
         }
         let apps = d.ctl(["app", "list", "--json"]).jsonArray ?? []
-        #expect(registered == 5 && apps.count == 5, "registered \(registered), listed \(apps.count)")
-        #expect(d.log.contains("the most registered on first contact (MaximumAutoRegisteredApps"), "log:\n\(d.log)")
-        let refusalLines = d.log.split(separator: "\n").filter { $0.contains("registered already") }.count
-        #expect(refusalLines >= 1 && refusalLines <= 12, "\(refusalLines) refusal lines for \(refused) refusals")
+        #expect(
+            registered == 5 && apps.count == 5, "registered \(registered), listed \(apps.count)")
+        #expect(
+            d.log.contains("the most registered on first contact (MaximumAutoRegisteredApps"),
+            "log:\n\(d.log)")
+        let refusalLines = d.log.split(separator: "\n").filter { $0.contains("registered already") }
+            .count
+        #expect(
+            refusalLines >= 1 && refusalLines <= 12,
+            "\(refusalLines) refusal lines for \(refused) refusals")
 
         // A name with a newline and a terminal escape, in a self-written file: refused, and
         // its log line is one line, escaped.
         let forged = try AppsTests.sandboxed(
-            d, app, ["launch"], infoText: "[Application]\nname=org.example.X\r\nvaultd: forged\u{1b}[2J\n\n[Instance]\ninstance-id=7\n", info: .selfWritten)
+            d, app, ["launch"],
+            infoText:
+                "[Application]\nname=org.example.X\r\nvaultd: forged\u{1b}[2J\n\n[Instance]\ninstance-id=7\n",
+            info: .selfWritten)
         #expect(forged.status != 0)
-        #expect(!d.log.contains("\u{1b}") && !d.log.split(separator: "\n").contains { $0.hasPrefix("vaultd: forged") }, "log:\n\(d.log)")
-        ReliabilityReport.record("rename flood: 40 names, \(registered) registered (cap 5), \(refused) refused in \(refusalLines) log lines")
+        #expect(
+            !d.log.contains("\u{1b}")
+                && !d.log.split(separator: "\n").contains { $0.hasPrefix("vaultd: forged") },
+            "log:\n\(d.log)")
+        ReliabilityReport.record(
+            "rename flood: 40 names, \(registered) registered (cap 5), \(refused) refused in \(refusalLines) log lines"
+        )
     }
 
     /// The racing peer: a registered app (a copy of python3) that connects, sends Hello, forks
@@ -267,21 +350,32 @@ import Glibc
         let python = try AppsTests.rawPythonApp(d)
         try d.install("org.example.Raw", exe: python)
 
-        var asA = 0, asRacer = 0, refused = 0, leaked = 0
+        var asA = 0
+        var asRacer = 0
+        var refused = 0
+        var leaked = 0
         let runs = 100
         for _ in 0..<runs {
             let r = d.app(python, ["-c", Self.racer, d.socketPath, a], timeout: 30)
-            let line = r.stdoutText.split(separator: "\n").first { $0.hasPrefix("[") }.map(String.init) ?? ""
+            let line =
+                r.stdoutText.split(separator: "\n").first { $0.hasPrefix("[") }.map(String.init)
+                ?? ""
             let replies = (try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [Any]) ?? []
             let hello = replies.first as? String ?? ""
-            if hello.contains("\"appID\":\"org.example.A\"") { asA += 1 }
-            else if hello.contains("\"appID\":\"org.example.Raw\"") { asRacer += 1 }
-            else { refused += 1 }
+            if hello.contains("\"appID\":\"org.example.A\"") {
+                asA += 1
+            } else if hello.contains("\"appID\":\"org.example.Raw\"") {
+                asRacer += 1
+            } else {
+                refused += 1
+            }
             if line.contains("dG9rZW4tb2YtQQ") || line.contains("token-of-A") { leaked += 1 }
         }
         #expect(asA == 0 && leaked == 0, "taken for A \(asA) times, A's token read \(leaked) times")
         #expect(asRacer + refused == runs)
-        ReliabilityReport.record("connect-then-exec race: \(runs) runs, identified as A \(asA), as the racer \(asRacer), refused \(refused), A's token read \(leaked)")
+        ReliabilityReport.record(
+            "connect-then-exec race: \(runs) runs, identified as A \(asA), as the racer \(asRacer), refused \(refused), A's token read \(leaked)"
+        )
     }
 
     // MARK: A missing executable is not an uninstall
@@ -306,18 +400,31 @@ import Glibc
 
         let putBack = Self.takeAway(a)
         var shown: [String: Any] = [:]
-        #expect(eventually(timeout: 10) { shown = d.appShow(AppsTests.appA) ?? [:]; return shown["missingSince"] is String }, "\(shown)")
+        #expect(
+            eventually(timeout: 10) {
+                shown = d.appShow(AppsTests.appA) ?? [:]
+                return shown["missingSince"] is String
+            }, "\(shown)")
         #expect(shown["installed"] as? Bool == true && shown["uninstallAt"] is String, "\(shown)")
-        let since = (shown["missingSince"] as? String).flatMap(PlistDate.parse), at = (shown["uninstallAt"] as? String).flatMap(PlistDate.parse)
+        let since = (shown["missingSince"] as? String).flatMap(PlistDate.parse)
+        let at = (shown["uninstallAt"] as? String).flatMap(PlistDate.parse)
         if let since, let at { #expect(abs(at.timeIntervalSince(since) - 600) < 1, "\(shown)") }
         let text = d.ctl(["app", "show", AppsTests.appA]).stdoutText
-        #expect(text.contains("executable missing since") && text.contains("counts as uninstalled at"), "\(text)")
+        #expect(
+            text.contains("executable missing since") && text.contains("counts as uninstalled at"),
+            "\(text)")
         #expect(d.ctl(["app", "list"]).stdoutText.contains("installed, executable missing since"))
         // The scenario: the file stays away for several scans (a rebuild, an upgrade).
         for _ in 0..<5 { try d.tick() }
         putBack()
-        #expect(eventually(timeout: 10) { shown = d.appShow(AppsTests.appA) ?? [:]; return shown["missingSince"] is NSNull }, "\(shown)")
-        #expect(shown["installed"] as? Bool == true && shown["generation"] as? String == installed["generation"] as? String, "\(shown)")
+        #expect(
+            eventually(timeout: 10) {
+                shown = d.appShow(AppsTests.appA) ?? [:]
+                return shown["missingSince"] is NSNull
+            }, "\(shown)")
+        #expect(
+            shown["installed"] as? Bool == true
+                && shown["generation"] as? String == installed["generation"] as? String, "\(shown)")
         #expect(d.app(a, ["token", "get"]).stdoutText == "token-of-A")
         #expect(d.ctl(["defaults", "read", AppsTests.appA, "colour"]).stdoutText.contains("blue"))
         let again = try d.launch(a)
@@ -341,7 +448,8 @@ import Glibc
         #expect(rename(a, away) == 0 && symlink(a, a) == 0)
         for _ in 0..<3 { try d.advanceClock(by: 700) }
         let during = d.appShow(AppsTests.appA) ?? [:]
-        #expect(during["installed"] as? Bool == true && during["missingSince"] is NSNull, "\(during)")
+        #expect(
+            during["installed"] as? Bool == true && during["missingSince"] is NSNull, "\(during)")
         #expect(unlink(a) == 0)
 
         // Missing from the next scan on; installed until the grace period has passed.
@@ -350,16 +458,22 @@ import Glibc
         #expect(shown["installed"] as? Bool == true && shown["missingSince"] is String, "\(shown)")
         try d.advanceClock(by: 590)
         shown = d.appShow(AppsTests.appA) ?? [:]
-        #expect(shown["installed"] as? Bool == true, "uninstalled 590 s into a grace period of 600 s: \(shown)")
+        #expect(
+            shown["installed"] as? Bool == true,
+            "uninstalled 590 s into a grace period of 600 s: \(shown)")
         try d.advanceClock(by: 11)
         shown = d.appShow(AppsTests.appA) ?? [:]
         #expect(shown["installed"] as? Bool == false, "\(shown)")
-        #expect(d.ctl(["defaults", "read", AppsTests.appA]).stdoutText.isEmpty, "the uninstall removes the preferences")
+        #expect(
+            d.ctl(["defaults", "read", AppsTests.appA]).stdoutText.isEmpty,
+            "the uninstall removes the preferences")
         #expect(d.log.contains("has been missing for 600 s or more"), "log:\n\(d.log)")
         #expect(rename(away, a) == 0)
         try d.tick()
         shown = d.appShow(AppsTests.appA) ?? [:]
         #expect(shown["installed"] as? Bool == true, "\(shown)")
-        #expect(shown["generation"] as? String != installed["generation"] as? String, "a reinstall is a new generation")
+        #expect(
+            shown["generation"] as? String != installed["generation"] as? String,
+            "a reinstall is a new generation")
     }
 }

@@ -10,7 +10,8 @@ import VaultProtocol
 /// and stops on a mismatch: a test that goes on talking to it would fail.)
 @Suite struct InterfaceDispatchTests {
     static let notHandled: Set<String> = [
-        "org.varlink.service.MethodNotFound", "org.varlink.service.InterfaceNotFound", "org.varlink.service.MethodNotImplemented",
+        "org.varlink.service.MethodNotFound", "org.varlink.service.InterfaceNotFound",
+        "org.varlink.service.MethodNotImplemented",
     ]
 
     /// Each declared method, called by the owner without parameters (required ones missing are
@@ -26,10 +27,16 @@ import VaultProtocol
         for method in VarlinkMethod.allCases {
             do {
                 let reply = try c.call(method, [:])
-                #expect(VarlinkValidation.replyProblem(method: method.name, parameters: reply) == nil, "\(method.name): \(reply)")
+                #expect(
+                    VarlinkValidation.replyProblem(method: method.name, parameters: reply) == nil,
+                    "\(method.name): \(reply)")
             } catch let e as VaultError {
-                #expect(!Self.notHandled.contains(e.name), "\(method.name) is declared but not handled: \(e)")
-                #expect(e.code != .connectionFailed, "\(method.name): vaultd closed the connection (see its log):\n\(d.log)")
+                #expect(
+                    !Self.notHandled.contains(e.name),
+                    "\(method.name) is declared but not handled: \(e)")
+                #expect(
+                    e.code != .connectionFailed,
+                    "\(method.name): vaultd closed the connection (see its log):\n\(d.log)")
                 if e.code == .expectedMore { streaming.append(method) }
             }
             answered += 1
@@ -38,8 +45,12 @@ import VaultProtocol
         #expect(streaming == [.vaultObserve, .preferencesObserve, .cachesObserve])
         // The first replies of the streams that start with one (the lock state; a snapshot of
         // each domain observed that holds a key). Caches.Observe waits for a purge.
-        try c.call(.preferencesSet, ["domain": "com.example.d", "key": "k", "value": ["string": "v"]])
-        for (method, parameters) in [(VarlinkMethod.vaultObserve, [:] as JSONObject), (.preferencesObserve, ["domains": ["com.example.d"]])] {
+        try c.call(
+            .preferencesSet, ["domain": "com.example.d", "key": "k", "value": ["string": "v"]])
+        for (method, parameters) in [
+            (VarlinkMethod.vaultObserve, [:] as JSONObject),
+            (.preferencesObserve, ["domains": ["com.example.d"]]),
+        ] {
             var first: JSONObject?
             let s = try VaultConnection(socketPath: d.socketPath)
             defer { s.close() }
@@ -48,16 +59,27 @@ import VaultProtocol
                 return false
             }
             let reply = try #require(first, "\(method.name) streamed nothing")
-            #expect(VarlinkValidation.replyProblem(method: method.name, parameters: reply) == nil, "\(method.name): \(reply)")
+            #expect(
+                VarlinkValidation.replyProblem(method: method.name, parameters: reply) == nil,
+                "\(method.name): \(reply)")
         }
         // Methods not declared are not served, whatever the interface.
-        for name in ["io.vaultd.Keychain.Nope", "io.vaultd.Vault.hello", "org.varlink.service.Nope"] {
+        for name in [
+            "io.vaultd.Keychain.Nope", "io.vaultd.Vault.hello", "org.varlink.service.Nope",
+        ] {
             #expect(throws: VaultError.self) { try c.call(name) }
             do { try c.call(name) } catch let e as VaultError {
-                #expect(e.code == .methodNotFound && e.parameters["method"] == .string(name), "\(e)")
+                #expect(
+                    e.code == .methodNotFound && e.parameters["method"] == .string(name), "\(e)")
             }
         }
-        #expect(throws: VaultError(name: VaultError.Code.interfaceNotFound.name, parameters: ["interface": "io.vaultd.Nope", "message": "no interface io.vaultd.Nope"])) {
+        #expect(
+            throws: VaultError(
+                name: VaultError.Code.interfaceNotFound.name,
+                parameters: [
+                    "interface": "io.vaultd.Nope", "message": "no interface io.vaultd.Nope",
+                ])
+        ) {
             try c.call("io.vaultd.Nope.Call")
         }
     }
@@ -69,11 +91,13 @@ import VaultProtocol
         let c = try VaultConnection(socketPath: d.socketPath)
         defer { c.close() }
         let info = try c.call(.serviceGetInfo)
-        #expect(info["interfaces"]?.arrayValue?.compactMap(\.stringValue) == VarlinkInterfaces.names)
+        #expect(
+            info["interfaces"]?.arrayValue?.compactMap(\.stringValue) == VarlinkInterfaces.names)
         let dir = Paths.repoRoot.appendingPathComponent("Sources/VaultProtocol/Interfaces")
         for name in VarlinkInterfaces.names {
             let file = try Data(contentsOf: dir.appendingPathComponent(name + ".varlink"))
-            let served = try c.call(.serviceGetInterfaceDescription, ["interface": .string(name)])["description"]?.stringValue
+            let served = try c.call(.serviceGetInterfaceDescription, ["interface": .string(name)])[
+                "description"]?.stringValue
             #expect(served.map { Data($0.utf8) } == file, "\(name)")
         }
     }

@@ -29,7 +29,9 @@ import Glibc
         // A fresh vaultd has not been unlocked yet: the item exists but is unavailable.
         let whileLocked = d.ctl(["item", "get"] + Self.item)
         #expect(whileLocked.status != 0, "\(whileLocked)")
-        #expect(whileLocked.stderr.contains("io.vaultd.Keychain.InteractionNotAllowed"), "\(whileLocked)")
+        #expect(
+            whileLocked.stderr.contains("io.vaultd.Keychain.InteractionNotAllowed"),
+            "\(whileLocked)")
         #expect(whileLocked.stdout.isEmpty)
 
         let unlock = d.unlock()
@@ -52,14 +54,17 @@ import Glibc
         let locked = d.ctl(["item", "get"] + Self.item)
         #expect(locked.status != 0, "\(locked)")
         #expect(locked.stderr.contains("io.vaultd.Keychain.InteractionNotAllowed"), "\(locked)")
-        #expect(!locked.stderr.contains("ItemNotFound"), "locked must never be reported as not found")
+        #expect(
+            !locked.stderr.contains("ItemNotFound"), "locked must never be reported as not found")
         #expect(locked.stdout.isEmpty, "no secret bytes while locked")
 
         let wrong = d.unlock(passphrase: "wrong horse")
         #expect(wrong.status == 1, "\(wrong)")
         #expect(wrong.stderr.contains("io.vaultd.Vault.AuthFailed"), "\(wrong)")
         let stillLocked = d.ctl(["item", "get"] + Self.item)
-        #expect(stillLocked.status != 0 && stillLocked.stderr.contains("InteractionNotAllowed"), "\(stillLocked)")
+        #expect(
+            stillLocked.status != 0 && stillLocked.stderr.contains("InteractionNotAllowed"),
+            "\(stillLocked)")
 
         let right = d.unlock()
         #expect(right.status == 0, "\(right)")
@@ -76,33 +81,51 @@ import Glibc
         try #require(d.initialize().status == 0)
         let items: [(secret: Data, service: String, account: String, label: String)] = [
             (Self.secret, "api.example.com", "alice", "Example API token"),
-            (Data("Quokka-Zebra-7731-hunter2".utf8), "billing.internal.example", "robot@example.org", "Billing robot key"),
+            (
+                Data("Quokka-Zebra-7731-hunter2".utf8), "billing.internal.example",
+                "robot@example.org", "Billing robot key"
+            ),
         ]
         for it in items {
-            let add = d.ctl(["item", "add", "--service", it.service, "--account", it.account, "--label", it.label], stdin: it.secret)
+            let add = d.ctl(
+                [
+                    "item", "add", "--service", it.service, "--account", it.account, "--label",
+                    it.label,
+                ], stdin: it.secret)
             try #require(add.status == 0, "\(add)")
         }
         // The items really are there (so the scan below is looking at a vault that holds them).
         let list = d.ctl(["item", "list"])
         #expect(list.status == 0)
-        #expect(list.stdoutText.contains("Billing robot key") && list.stdoutText.contains("Example API token"), "\(list)")
-        let get = d.ctl(["item", "get", "--service", items[1].service, "--account", items[1].account])
+        #expect(
+            list.stdoutText.contains("Billing robot key")
+                && list.stdoutText.contains("Example API token"), "\(list)")
+        let get = d.ctl([
+            "item", "get", "--service", items[1].service, "--account", items[1].account,
+        ])
         #expect(get.stdout == items[1].secret)
 
         let needles: [(String, Data)] = items.flatMap { it in
-            [("secret", it.secret), ("service", Data(it.service.utf8)), ("account", Data(it.account.utf8)), ("label", Data(it.label.utf8))]
+            [
+                ("secret", it.secret), ("service", Data(it.service.utf8)),
+                ("account", Data(it.account.utf8)), ("label", Data(it.label.utf8)),
+            ]
         }
         // The scanner itself finds what is there.
         #expect(PlaintextScan.find(needles, in: Data("..alice..".utf8)) == ["account"])
 
         let whileRunning = try PlaintextScan.scan(directory: d.dataDirectory, for: needles)
         #expect(whileRunning.bytesScanned > 0, "the data dir should hold the vault's files")
-        #expect(whileRunning.hits.isEmpty, "plaintext found while vaultd runs: \(whileRunning.hits) in \(whileRunning.files)")
+        #expect(
+            whileRunning.hits.isEmpty,
+            "plaintext found while vaultd runs: \(whileRunning.hits) in \(whileRunning.files)")
 
         #expect(d.stop() == 0)
         let afterStop = try PlaintextScan.scan(directory: d.dataDirectory, for: needles)
         #expect(afterStop.bytesScanned > 0)
-        #expect(afterStop.hits.isEmpty, "plaintext found after vaultd stopped: \(afterStop.hits) in \(afterStop.files)")
+        #expect(
+            afterStop.hits.isEmpty,
+            "plaintext found after vaultd stopped: \(afterStop.hits) in \(afterStop.files)")
     }
 }
 
@@ -122,13 +145,17 @@ enum PlaintextScan {
     static func scan(directory: String, for needles: [(String, Data)]) throws -> Result {
         var result = Result()
         let fm = FileManager.default
-        guard let walker = fm.enumerator(atPath: directory) else { throw HarnessError("cannot list \(directory)") }
+        guard let walker = fm.enumerator(atPath: directory) else {
+            throw HarnessError("cannot list \(directory)")
+        }
         for case let relative as String in walker {
             let path = directory + "/" + relative
             var st = stat()
             guard lstat(path, &st) == 0, st.st_mode & S_IFMT == S_IFREG else { continue }
             // Read straight from the file (no mmap): the daemon may be writing it.
-            guard let data = fm.contents(atPath: path) else { throw HarnessError("cannot read \(path)") }
+            guard let data = fm.contents(atPath: path) else {
+                throw HarnessError("cannot read \(path)")
+            }
             result.files.append(relative)
             result.bytesScanned += data.count
             for what in find(needles, in: data) { result.hits.append("\(relative): \(what)") }

@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 import VaultClient
 import VaultProtocol
 
@@ -29,7 +29,9 @@ import Glibc
     ]
 
     @Test func secretsRoundTripByteExactThroughVaultctlAndVaultClient() throws {
-        #expect(Self.secrets[3].bytes.last == 0x5C && Self.secrets[3].bytes.starts(with: Data(#"\u0142"#.utf8)))
+        #expect(
+            Self.secrets[3].bytes.last == 0x5C
+                && Self.secrets[3].bytes.starts(with: Data(#"\u0142"#.utf8)))
         let d = try Daemon()
         defer { d.close() }
         try #require(d.initializeWithoutPassphrase().status == 0)
@@ -40,24 +42,42 @@ import Glibc
         for (name, bytes) in Self.secrets {
             // vaultctl: the secret on stdin, and on --secret-fd 3.
             // `--raw --allow-empty`: every byte, an empty secret and a final newline included.
-            let viaStdin = d.ctl(["item", "add"] + service + ["--account", name + "-stdin", "--raw", "--allow-empty"], stdin: bytes)
+            let viaStdin = d.ctl(
+                ["item", "add"] + service + [
+                    "--account", name + "-stdin", "--raw", "--allow-empty",
+                ], stdin: bytes)
             #expect(viaStdin.status == 0, "\(name) add (stdin): \(viaStdin)")
-            let viaFD = d.ctl(["item", "add"] + service + ["--account", name + "-fd", "--secret-fd", "3", "--raw", "--allow-empty"], fds: [3: bytes])
+            let viaFD = d.ctl(
+                ["item", "add"] + service + [
+                    "--account", name + "-fd", "--secret-fd", "3", "--raw", "--allow-empty",
+                ], fds: [3: bytes])
             #expect(viaFD.status == 0, "\(name) add (fd): \(viaFD)")
             // VaultClient: CredentialStore.set.
-            #expect(throws: Never.self, "\(name) CredentialStore.set") { try store.set(bytes, for: name + "-client") }
+            #expect(throws: Never.self, "\(name) CredentialStore.set") {
+                try store.set(bytes, for: name + "-client")
+            }
 
             for account in [name + "-stdin", name + "-fd", name + "-client"] {
                 let get = d.ctl(["item", "get"] + service + ["--account", account])
                 #expect(get.status == 0, "\(account) get: \(get)")
-                #expect(get.stdout == bytes, "\(account): vaultctl printed \(get.stdout.count) bytes, expected \(bytes.count)")
+                #expect(
+                    get.stdout == bytes,
+                    "\(account): vaultctl printed \(get.stdout.count) bytes, expected \(bytes.count)"
+                )
 
                 let found = try vault.keychain.copyMatching(
-                    Query(.genericPassword, ItemAttributes(service: "tier.secrets", account: account)), returnData: true)
-                #expect(found.count == 1 && found.first?.data == bytes, "\(account): Keychain.copyMatching")
+                    Query(
+                        .genericPassword, ItemAttributes(service: "tier.secrets", account: account)),
+                    returnData: true)
+                #expect(
+                    found.count == 1 && found.first?.data == bytes,
+                    "\(account): Keychain.copyMatching")
                 // Found and empty is not "not found".
                 let viaStore = try store.data(for: account)
-                #expect(viaStore == bytes, "\(account): CredentialStore.data is \(viaStore.map { "\($0.count) bytes" } ?? "nil")")
+                #expect(
+                    viaStore == bytes,
+                    "\(account): CredentialStore.data is \(viaStore.map { "\($0.count) bytes" } ?? "nil")"
+                )
                 #expect(try store.contains(account), "\(account): contains")
             }
         }
@@ -66,11 +86,18 @@ import Glibc
         // nor through vaultctl item update.
         #expect(throws: Never.self) { try store.set("now set", for: "empty-stdin") }
         #expect(try store.string(for: "empty-stdin") == "now set")
-        let update = d.ctl(["item", "update"] + service + ["--account", "empty-fd", "--secret-stdin"], stdin: Data("from update".utf8))
+        let update = d.ctl(
+            ["item", "update"] + service + ["--account", "empty-fd", "--secret-stdin"],
+            stdin: Data("from update".utf8))
         #expect(update.status == 0, "\(update)")
-        #expect(d.ctl(["item", "get"] + service + ["--account", "empty-fd"]).stdout == Data("from update".utf8))
+        #expect(
+            d.ctl(["item", "get"] + service + ["--account", "empty-fd"]).stdout
+                == Data("from update".utf8))
         // ...and a secret can be set back to empty (`--allow-empty`), and is then found empty.
-        let toEmpty = d.ctl(["item", "update"] + service + ["--account", "one-byte-fd", "--secret-stdin", "--allow-empty"], stdin: Data())
+        let toEmpty = d.ctl(
+            ["item", "update"] + service + [
+                "--account", "one-byte-fd", "--secret-stdin", "--allow-empty",
+            ], stdin: Data())
         #expect(toEmpty.status == 0, "\(toEmpty)")
         let emptied = d.ctl(["item", "get"] + service + ["--account", "one-byte-fd"])
         #expect(emptied.status == 0 && emptied.stdout.isEmpty, "\(emptied)")
@@ -80,14 +107,18 @@ import Glibc
     /// Values the protocol refuses are its Param error through vaultctl too (exit 1, the
     /// varlink error and OSStatus -50), not a usage error; nothing is stored.
     @Test(arguments: [
-        ["--accessible", "always"], ["--accessible", "alwaysThisDeviceOnly"], ["--accessible", "whenever"],
+        ["--accessible", "always"], ["--accessible", "alwaysThisDeviceOnly"],
+        ["--accessible", "whenever"],
         ["--port", "70000"], ["--port", "65536"],
     ])
     func refusedAttributeValuesAreParamErrorsInVaultctl(_ option: [String]) throws {
         let d = try Daemon()
         defer { d.close() }
         try #require(d.initializeWithoutPassphrase().status == 0)
-        let key = option[0] == "--port" ? ["internet", "--server", "example.org", "--account", "a"] : ["--service", "tier.param", "--account", "a"]
+        let key =
+            option[0] == "--port"
+            ? ["internet", "--server", "example.org", "--account", "a"]
+            : ["--service", "tier.param", "--account", "a"]
         let r = d.ctl(["item", "add"] + key + option, stdin: Data("x".utf8))
         #expect(r.status == 65, "\(r)")
         #expect(r.stderr.contains("io.vaultd.Keychain.Param") && r.stderr.contains("-50"), "\(r)")
@@ -105,14 +136,21 @@ import Glibc
         try #require(d.initializeWithoutPassphrase().status == 0)
         let vault = try d.client()
         for i in 0..<7 {
-            try vault.keychain.add(attributes: ItemAttributes(service: "big", account: "a\(i)"), data: pseudoRandomBytes(count: 1 << 20, seed: UInt64(i)))
+            try vault.keychain.add(
+                attributes: ItemAttributes(service: "big", account: "a\(i)"),
+                data: pseudoRandomBytes(count: 1 << 20, seed: UInt64(i)))
         }
         let all = Query(.genericPassword, ItemAttributes(service: "big"), matchAll: true)
         let error = vaultError { _ = try vault.keychain.copyMatching(all, returnData: true) }
         #expect(error?.name == "io.vaultd.Vault.ReplyTooLarge", "\(String(describing: error))")
-        #expect(error?.parameters["limit"]?.intValue == 8 << 20 && (error?.parameters["size"]?.intValue ?? 0) > 8 << 20, "\(String(describing: error))")
+        #expect(
+            error?.parameters["limit"]?.intValue == 8 << 20
+                && (error?.parameters["size"]?.intValue ?? 0) > 8 << 20,
+            "\(String(describing: error))")
         #expect(try vault.keychain.copyMatching(all, returnData: false).count == 7)
-        let one = try vault.keychain.copyMatching(Query(.genericPassword, ItemAttributes(service: "big", account: "a3")), returnData: true)
+        let one = try vault.keychain.copyMatching(
+            Query(.genericPassword, ItemAttributes(service: "big", account: "a3")), returnData: true
+        )
         #expect(one.first?.data == pseudoRandomBytes(count: 1 << 20, seed: 3))
     }
 
@@ -124,17 +162,26 @@ import Glibc
         let tooLarge = pseudoRandomBytes(count: (1 << 20) + 1, seed: 7)
         let itemsBefore = try vault.status().items
 
-        let add = d.ctl(["item", "add", "--service", "tier.limit", "--account", "big"], stdin: tooLarge)
+        let add = d.ctl(
+            ["item", "add", "--service", "tier.limit", "--account", "big"], stdin: tooLarge)
         #expect(add.status == 65, "\(add)")
         #expect(add.stderr.contains("io.vaultd.Keychain.SecretTooLarge"), "\(add)")
-        #expect(add.stderr.contains("1048577") && add.stderr.contains("1048576"), "the error should give the size and the limit: \(add)")
-        let viaFD = d.ctl(["item", "add", "--service", "tier.limit", "--account", "big", "--secret-fd", "3"], fds: [3: tooLarge])
+        #expect(
+            add.stderr.contains("1048577") && add.stderr.contains("1048576"),
+            "the error should give the size and the limit: \(add)")
+        let viaFD = d.ctl(
+            ["item", "add", "--service", "tier.limit", "--account", "big", "--secret-fd", "3"],
+            fds: [3: tooLarge])
         #expect(viaFD.status == 65 && viaFD.stderr.contains("SecretTooLarge"), "\(viaFD)")
         let get = d.ctl(["item", "get", "--service", "tier.limit", "--account", "big"])
-        #expect(get.status == 44 && get.stderr.contains("io.vaultd.Keychain.ItemNotFound"), "nothing may be stored: \(get)")
+        #expect(
+            get.status == 44 && get.stderr.contains("io.vaultd.Keychain.ItemNotFound"),
+            "nothing may be stored: \(get)")
 
         let attrs = ItemAttributes(service: "tier.limit", account: "client")
-        #expect(vaultError { try vault.keychain.add(attributes: attrs, data: tooLarge) }?.code == .secretTooLarge)
+        #expect(
+            vaultError { try vault.keychain.add(attributes: attrs, data: tooLarge) }?.code
+                == .secretTooLarge)
         let store = CredentialStore(vault: vault, service: "tier.limit")
         #expect(vaultError { try store.set(tooLarge, for: "store") }?.code == .secretTooLarge)
         #expect(try store.allAccounts() == [])
@@ -143,8 +190,16 @@ import Glibc
         // Exactly 1 MiB is fine; growing it past the limit by Update is refused and keeps it.
         let limit = pseudoRandomBytes(count: 1 << 20, seed: 8)
         try store.set(limit, for: "exact")
-        #expect(vaultError { try vault.keychain.update(Query(.genericPassword, ItemAttributes(service: "tier.limit", account: "exact")), data: tooLarge) }?.code == .secretTooLarge)
-        let viaCtl = d.ctl(["item", "update", "--service", "tier.limit", "--account", "exact", "--secret-stdin"], stdin: tooLarge)
+        #expect(
+            vaultError {
+                try vault.keychain.update(
+                    Query(
+                        .genericPassword, ItemAttributes(service: "tier.limit", account: "exact")),
+                    data: tooLarge)
+            }?.code == .secretTooLarge)
+        let viaCtl = d.ctl(
+            ["item", "update", "--service", "tier.limit", "--account", "exact", "--secret-stdin"],
+            stdin: tooLarge)
         #expect(viaCtl.status == 65 && viaCtl.stderr.contains("SecretTooLarge"), "\(viaCtl)")
         #expect(try store.data(for: "exact") == limit)
 
@@ -152,12 +207,23 @@ import Glibc
         // still SecretTooLarge with both sizes, from vaultctl and from VaultClient alike.
         for size in [6 << 20, 8 << 20, 9 << 20] {
             let huge = Data(count: size)
-            let r = d.ctl(["item", "add", "--service", "tier.limit", "--account", "huge"], stdin: huge)
-            #expect(r.status == 65 && r.stderr.contains("io.vaultd.Keychain.SecretTooLarge"), "\(size): \(r)")
+            let r = d.ctl(
+                ["item", "add", "--service", "tier.limit", "--account", "huge"], stdin: huge)
+            #expect(
+                r.status == 65 && r.stderr.contains("io.vaultd.Keychain.SecretTooLarge"),
+                "\(size): \(r)")
             #expect(r.stderr.contains("\(size)") && r.stderr.contains("1048576"), "\(size): \(r)")
-            let u = d.ctl(["item", "update", "--service", "tier.limit", "--account", "exact", "--secret-stdin"], stdin: huge)
-            #expect(u.status == 65 && u.stderr.contains("io.vaultd.Keychain.SecretTooLarge"), "\(size): \(u)")
-            #expect(vaultError { try vault.keychain.add(attributes: attrs, data: huge) }?.code == .secretTooLarge)
+            let u = d.ctl(
+                [
+                    "item", "update", "--service", "tier.limit", "--account", "exact",
+                    "--secret-stdin",
+                ], stdin: huge)
+            #expect(
+                u.status == 65 && u.stderr.contains("io.vaultd.Keychain.SecretTooLarge"),
+                "\(size): \(u)")
+            #expect(
+                vaultError { try vault.keychain.add(attributes: attrs, data: huge) }?.code
+                    == .secretTooLarge)
         }
         #expect(try store.data(for: "exact") == limit)
 
@@ -166,7 +232,11 @@ import Glibc
         defer { raw.close() }
         let refused = try raw.call(
             "io.vaultd.Keychain.Add",
-            ["class": "genericPassword", "attributes": ["service": "tier.limit", "account": "raw"], "data": tooLarge.base64EncodedString()])
+            [
+                "class": "genericPassword",
+                "attributes": ["service": "tier.limit", "account": "raw"],
+                "data": tooLarge.base64EncodedString(),
+            ])
         #expect(refused.errorName == "io.vaultd.Keychain.SecretTooLarge", "\(refused)")
         #expect(try vault.status().items == itemsBefore + 1)
     }
@@ -176,8 +246,10 @@ import Glibc
     /// Items whose service, account or label hold a NUL or a newline.
     static let oddItems: [ItemAttributes] = [
         ItemAttributes(service: "svc\0hidden", account: "alice", label: "NUL in the service"),
-        ItemAttributes(service: "svc", account: "alice", label: "the service before the NUL: a different item"),
-        ItemAttributes(service: "tier.odd", account: "bob\0", label: "NUL at the end of the account"),
+        ItemAttributes(
+            service: "svc", account: "alice", label: "the service before the NUL: a different item"),
+        ItemAttributes(
+            service: "tier.odd", account: "bob\0", label: "NUL at the end of the account"),
         ItemAttributes(service: "tier.odd", account: "carol", label: "two\nlines\0and a NUL"),
         ItemAttributes(service: "\n", account: "\0", label: "\0"),
         ItemAttributes(service: "tier.odd\n", account: "dave\r\n", label: "\u{1}\u{7f}"),
@@ -197,45 +269,69 @@ import Glibc
             }
         }
         // Through vaultctl, argv can carry a newline (not a NUL).
-        let ctlItems: [(String, String, String)] = [("multi\nline", "frank", "added by vaultctl"), ("tier.plain", "erin", "plain")]
+        let ctlItems: [(String, String, String)] = [
+            ("multi\nline", "frank", "added by vaultctl"), ("tier.plain", "erin", "plain"),
+        ]
         for (i, (service, account, label)) in ctlItems.enumerated() {
             let secret = Data("ctl secret \(i)".utf8)
-            let add = d.ctl(["item", "add", "--service", service, "--account", account, "--label", label], stdin: secret)
+            let add = d.ctl(
+                ["item", "add", "--service", service, "--account", account, "--label", label],
+                stdin: secret)
             try #require(add.status == 0, "\(add)")
-            expected.append((ItemAttributes(service: service, account: account, label: label), secret))
+            expected.append(
+                (ItemAttributes(service: service, account: account, label: label), secret))
         }
 
         func check(_ when: String) throws {
             // vaultctl item list: one line per item, values escaped.
             let list = d.ctl(["item", "list"])
             #expect(list.status == 0, "\(when): \(list)")
-            let lines = list.stdoutText.split(separator: "\n", omittingEmptySubsequences: false).dropLast()
-            #expect(lines.count == expected.count, "\(when): \(lines.count) lines for \(expected.count) items:\n\(list.stdoutText)")
-            #expect(list.stdoutText.contains(#"label="two\nlines\u0000and a NUL""#), "\(when): \(list.stdoutText)")
+            let lines = list.stdoutText.split(separator: "\n", omittingEmptySubsequences: false)
+                .dropLast()
+            #expect(
+                lines.count == expected.count,
+                "\(when): \(lines.count) lines for \(expected.count) items:\n\(list.stdoutText)")
+            #expect(
+                list.stdoutText.contains(#"label="two\nlines\u0000and a NUL""#),
+                "\(when): \(list.stdoutText)")
             // vaultctl item list --json: every item, with exact values.
             let json = d.ctl(["item", "list", "--json"])
             #expect(json.status == 0, "\(when): \(json)")
-            let parsed = (try? JSONSerialization.jsonObject(with: json.stdout)) as? [[String: Any]] ?? []
+            let parsed =
+                (try? JSONSerialization.jsonObject(with: json.stdout)) as? [[String: Any]] ?? []
             let services = Set(parsed.compactMap { $0["service"] as? String })
             #expect(parsed.count == expected.count, "\(when): --json listed \(parsed.count)")
-            #expect(services == Set(expected.map { $0.attributes.service! }), "\(when): \(services)")
+            #expect(
+                services == Set(expected.map { $0.attributes.service! }), "\(when): \(services)")
 
             // VaultClient: all items listed, each loads with its own secret.
             let vault = try d.client()
-            let all = try vault.keychain.copyMatching(Query(.genericPassword, matchAll: true), returnData: true)
+            let all = try vault.keychain.copyMatching(
+                Query(.genericPassword, matchAll: true), returnData: true)
             #expect(all.count == expected.count, "\(when): VaultClient listed \(all.count)")
             for (a, secret) in expected {
-                let q = Query(.genericPassword, ItemAttributes(service: a.service, account: a.account))
-                let found = try vault.keychain.copyMatching(q, returnData: true, returnAttributes: true)
-                #expect(found.count == 1, "\(when): \(a.service!.debugDescription)/\(a.account!.debugDescription)")
-                #expect(found.first?.data == secret, "\(when): secret of \(a.service!.debugDescription)")
-                #expect(found.first?.attributes?.label.map { Array($0.utf8) } == a.label.map { Array($0.utf8) })
-                #expect(found.first?.attributes?.service.map { Array($0.utf8) } == Array(a.service!.utf8))
+                let q = Query(
+                    .genericPassword, ItemAttributes(service: a.service, account: a.account))
+                let found = try vault.keychain.copyMatching(
+                    q, returnData: true, returnAttributes: true)
+                #expect(
+                    found.count == 1,
+                    "\(when): \(a.service!.debugDescription)/\(a.account!.debugDescription)")
+                #expect(
+                    found.first?.data == secret, "\(when): secret of \(a.service!.debugDescription)"
+                )
+                #expect(
+                    found.first?.attributes?.label.map { Array($0.utf8) }
+                        == a.label.map { Array($0.utf8) })
+                #expect(
+                    found.first?.attributes?.service.map { Array($0.utf8) }
+                        == Array(a.service!.utf8))
             }
             let get = d.ctl(["item", "get", "--service", "multi\nline", "--account", "frank"])
             #expect(get.status == 0 && get.stdout == Data("ctl secret 0".utf8), "\(when): \(get)")
             let plain = d.ctl(["item", "get", "--service", "tier.plain", "--account", "erin"])
-            #expect(plain.status == 0 && plain.stdout == Data("ctl secret 1".utf8), "\(when): \(plain)")
+            #expect(
+                plain.status == 0 && plain.stdout == Data("ctl secret 1".utf8), "\(when): \(plain)")
         }
         try check("before restart")
         #expect(try d.restart() == 0)
@@ -247,11 +343,18 @@ import Glibc
         let d = try Daemon()
         defer { d.close() }
         try #require(d.initializeWithoutPassphrase().status == 0)
-        func attrs(protocol p: String = "https", port: Int = 443, path: String = "/a", account: String = "alice") -> [String] {
-            ["--server", "example.com", "--protocol", p, "--port", String(port), "--path", path, "--account", account]
+        func attrs(
+            protocol p: String = "https", port: Int = 443, path: String = "/a",
+            account: String = "alice"
+        ) -> [String] {
+            [
+                "--server", "example.com", "--protocol", p, "--port", String(port), "--path", path,
+                "--account", account,
+            ]
         }
         let items: [(String, [String])] = [
-            ("base", attrs()), ("port", attrs(port: 8443)), ("protocol", attrs(protocol: "http")), ("path", attrs(path: "/b")),
+            ("base", attrs()), ("port", attrs(port: 8443)), ("protocol", attrs(protocol: "http")),
+            ("path", attrs(path: "/b")),
             ("account", attrs(account: "bob")),
         ]
         for (name, a) in items {
@@ -259,7 +362,9 @@ import Glibc
             #expect(add.status == 0, "\(name): \(add)")
         }
         let again = d.ctl(["item", "add", "internet"] + attrs(), stdin: Data("other".utf8))
-        #expect(again.status == 45 && again.stderr.contains("io.vaultd.Keychain.DuplicateItem"), "\(again)")
+        #expect(
+            again.status == 45 && again.stderr.contains("io.vaultd.Keychain.DuplicateItem"),
+            "\(again)")
 
         for (name, a) in items {
             let get = d.ctl(["item", "get", "internet"] + a)
@@ -268,17 +373,28 @@ import Glibc
         // A query naming a port returns only that port's item.
         let byPort = d.ctl(["item", "get", "internet", "--server", "example.com", "--port", "8443"])
         #expect(byPort.stdout == Data("secret-port".utf8), "\(byPort)")
-        let listed = d.ctl(["item", "list", "internet", "--server", "example.com", "--port", "8443", "--json"])
-        let ports = ((try? JSONSerialization.jsonObject(with: listed.stdout)) as? [[String: Any]] ?? []).map { $0["port"] as? Int }
+        let listed = d.ctl([
+            "item", "list", "internet", "--server", "example.com", "--port", "8443", "--json",
+        ])
+        let ports =
+            ((try? JSONSerialization.jsonObject(with: listed.stdout)) as? [[String: Any]] ?? []).map
+        { $0["port"] as? Int }
         #expect(ports == [8443], "\(listed)")
-        let at443 = d.ctl(["item", "list", "internet", "--server", "example.com", "--port", "443", "--json"])
-        let list443 = (try? JSONSerialization.jsonObject(with: at443.stdout)) as? [[String: Any]] ?? []
+        let at443 = d.ctl([
+            "item", "list", "internet", "--server", "example.com", "--port", "443", "--json",
+        ])
+        let list443 =
+            (try? JSONSerialization.jsonObject(with: at443.stdout)) as? [[String: Any]] ?? []
         #expect(list443.count == 4 && list443.allSatisfy { $0["port"] as? Int == 443 }, "\(at443)")
-        let otherPort = d.ctl(["item", "get", "internet", "--server", "example.com", "--port", "9443"])
+        let otherPort = d.ctl([
+            "item", "get", "internet", "--server", "example.com", "--port", "9443",
+        ])
         #expect(otherPort.status == 44 && otherPort.stderr.contains("ItemNotFound"), "\(otherPort)")
 
         let vault = try d.client()
-        let q = Query(.internetPassword, ItemAttributes(server: "example.com", protocol: "https", port: 8443), matchAll: true)
+        let q = Query(
+            .internetPassword, ItemAttributes(server: "example.com", protocol: "https", port: 8443),
+            matchAll: true)
         let found = try vault.keychain.copyMatching(q, returnData: true)
         #expect(found.map(\.data) == [Data("secret-port".utf8)])
         // Deleting one leaves the others.
@@ -297,8 +413,10 @@ import Glibc
         try #require(d.initializeWithoutPassphrase().status == 0)
         let internet = ["internet", "--server", "example.com", "--account", "alice"]
         let adds: [[String]] = [
-            internet, internet + ["--authentication-type", "httpBasic"], internet + ["--security-domain", "realm"],
-            ["--service", "svc", "--account", "alice"], ["--service", "svc", "--account", "alice", "--synchronizable"],
+            internet, internet + ["--authentication-type", "httpBasic"],
+            internet + ["--security-domain", "realm"],
+            ["--service", "svc", "--account", "alice"],
+            ["--service", "svc", "--account", "alice", "--synchronizable"],
         ]
         for a in adds {
             let add = d.ctl(["item", "add"] + a, stdin: Data("s".utf8))
@@ -307,9 +425,14 @@ import Glibc
         let list = d.ctl(["item", "list"])
         #expect(list.status == 0, "\(list)")
         let lines = list.stdoutText.split(separator: "\n")
-        #expect(lines.count == adds.count && Set(lines).count == adds.count, "alike lines:\n\(list.stdoutText)")
-        #expect(list.stdoutText.contains(#"authenticationType="httpBasic""#) && list.stdoutText.contains(#"securityDomain="realm""#))
-        #expect(lines.filter { $0.hasSuffix(" synchronizable=yes") }.count == 1, "\(list.stdoutText)")
+        #expect(
+            lines.count == adds.count && Set(lines).count == adds.count,
+            "alike lines:\n\(list.stdoutText)")
+        #expect(
+            list.stdoutText.contains(#"authenticationType="httpBasic""#)
+                && list.stdoutText.contains(#"securityDomain="realm""#))
+        #expect(
+            lines.filter { $0.hasSuffix(" synchronizable=yes") }.count == 1, "\(list.stdoutText)")
     }
 
     @Test func serviceNamesDifferingOnlyInCaseAreDifferentItems() throws {
@@ -318,16 +441,20 @@ import Glibc
         try #require(d.initializeWithoutPassphrase().status == 0)
         let services = ["Example.Service", "example.service", "EXAMPLE.SERVICE"]
         for s in services {
-            let add = d.ctl(["item", "add", "--service", s, "--account", "alice"], stdin: Data("for \(s)".utf8))
+            let add = d.ctl(
+                ["item", "add", "--service", s, "--account", "alice"], stdin: Data("for \(s)".utf8))
             #expect(add.status == 0, "\(s): \(add)")
         }
         for s in services {
             let get = d.ctl(["item", "get", "--service", s, "--account", "alice"])
             #expect(get.status == 0 && get.stdout == Data("for \(s)".utf8), "\(s): \(get)")
         }
-        #expect(d.ctl(["item", "delete", "--service", "example.service"]).stdoutText.contains("deleted 1"))
+        #expect(
+            d.ctl(["item", "delete", "--service", "example.service"]).stdoutText.contains(
+                "deleted 1"))
         let vault = try d.client()
-        let left = try vault.keychain.copyMatching(Query(.genericPassword, matchAll: true)).compactMap { $0.attributes?.service }
+        let left = try vault.keychain.copyMatching(Query(.genericPassword, matchAll: true))
+            .compactMap { $0.attributes?.service }
         #expect(Set(left) == ["Example.Service", "EXAMPLE.SERVICE"])
         let gone = d.ctl(["item", "get", "--service", "example.service", "--account", "alice"])
         #expect(gone.status == 44 && gone.stderr.contains("ItemNotFound"), "\(gone)")
@@ -335,7 +462,8 @@ import Glibc
 
     // MARK: lock states
 
-    @Test func afterFirstUnlockItemsStayReadableWhenLockedAndNothingIsReadableAfterARestart() throws {
+    @Test func afterFirstUnlockItemsStayReadableWhenLockedAndNothingIsReadableAfterARestart() throws
+    {
         let d = try Daemon()
         defer { d.close() }
         try #require(d.initialize().status == 0)
@@ -345,55 +473,105 @@ import Glibc
             ("wps", "whenPasscodeSetThisDeviceOnly", false),
         ]
         for c in classes {
-            let add = d.ctl(["item", "add", "--service", "tier.lock", "--account", c.account, "--accessible", c.accessible], stdin: Data(c.account.utf8))
+            let add = d.ctl(
+                [
+                    "item", "add", "--service", "tier.lock", "--account", c.account, "--accessible",
+                    c.accessible,
+                ], stdin: Data(c.account.utf8))
             try #require(add.status == 0, "\(add)")
         }
         let vault = try d.client()
         func status(_ account: String) -> Int32? {
-            vaultError { try vault.keychain.copyMatching(Query(.genericPassword, ItemAttributes(service: "tier.lock", account: account)), returnData: true) }?.status
+            vaultError {
+                try vault.keychain.copyMatching(
+                    Query(.genericPassword, ItemAttributes(service: "tier.lock", account: account)),
+                    returnData: true)
+            }?.status
         }
 
         try #require(d.ctl(["lock"]).status == 0)
         for c in classes {
             let get = d.ctl(["item", "get", "--service", "tier.lock", "--account", c.account])
             if c.readableAfterLock {
-                #expect(get.status == 0 && get.stdout == Data(c.account.utf8), "\(c.accessible) after lock: \(get)")
+                #expect(
+                    get.status == 0 && get.stdout == Data(c.account.utf8),
+                    "\(c.accessible) after lock: \(get)")
             } else {
-                #expect(get.status == 36 && get.stderr.contains("io.vaultd.Keychain.InteractionNotAllowed"), "\(c.accessible) after lock: \(get)")
+                #expect(
+                    get.status == 36
+                        && get.stderr.contains("io.vaultd.Keychain.InteractionNotAllowed"),
+                    "\(c.accessible) after lock: \(get)")
                 #expect(!get.stderr.contains("ItemNotFound") && get.stdout.isEmpty)
                 #expect(status(c.account) == Self.interactionNotAllowed, "\(c.accessible)")
             }
         }
         // A query that matches only locked items: InteractionNotAllowed, for get and for list.
-        let onlyLocked = d.ctl(["item", "list", "--service", "tier.lock", "--accessible", "whenUnlocked"])
-        #expect(onlyLocked.status == 36 && onlyLocked.stderr.contains("InteractionNotAllowed"), "\(onlyLocked)")
+        let onlyLocked = d.ctl([
+            "item", "list", "--service", "tier.lock", "--accessible", "whenUnlocked",
+        ])
+        #expect(
+            onlyLocked.status == 36 && onlyLocked.stderr.contains("InteractionNotAllowed"),
+            "\(onlyLocked)")
         let lockedByAccount = d.ctl(["item", "get", "--account", "wu"])
         #expect(lockedByAccount.stderr.contains("InteractionNotAllowed"), "\(lockedByAccount)")
-        #expect(vaultError { try vault.keychain.copyMatching(Query(.genericPassword, ItemAttributes(service: "tier.lock", accessible: .whenUnlocked), matchAll: true)) }?.status == Self.interactionNotAllowed)
+        #expect(
+            vaultError {
+                try vault.keychain.copyMatching(
+                    Query(
+                        .genericPassword,
+                        ItemAttributes(service: "tier.lock", accessible: .whenUnlocked),
+                        matchAll: true))
+            }?.status == Self.interactionNotAllowed)
         // A list that matches locked items beside readable ones fails too: a partial list
         // would report the locked ones as not found (it returned the afterFirstUnlock ones).
         let mixed = d.ctl(["item", "list", "--service", "tier.lock"])
-        #expect(mixed.status == 36 && mixed.stderr.contains("InteractionNotAllowed") && mixed.stdout.isEmpty, "\(mixed)")
-        #expect(vaultError { try vault.keychain.copyMatching(Query(.genericPassword, ItemAttributes(service: "tier.lock"), matchAll: true)) }?.status == Self.interactionNotAllowed)
-        let accounts = Result { try CredentialStore(vault: vault, service: "tier.lock", accessGroup: "user").allAccounts() }
+        #expect(
+            mixed.status == 36 && mixed.stderr.contains("InteractionNotAllowed")
+                && mixed.stdout.isEmpty, "\(mixed)")
+        #expect(
+            vaultError {
+                try vault.keychain.copyMatching(
+                    Query(.genericPassword, ItemAttributes(service: "tier.lock"), matchAll: true))
+            }?.status == Self.interactionNotAllowed)
+        let accounts = Result {
+            try CredentialStore(vault: vault, service: "tier.lock", accessGroup: "user")
+                .allAccounts()
+        }
         #expect((try? accounts.get()) == nil, "allAccounts while locked: \(accounts)")
         // Only the classes readable after the first unlock: listed.
-        let readable = try vault.keychain.copyMatching(Query(.genericPassword, ItemAttributes(service: "tier.lock", accessible: .afterFirstUnlock), matchAll: true))
-        #expect(readable.compactMap { $0.attributes?.account } == classes.filter { $0.accessible == "afterFirstUnlock" }.map(\.account))
+        let readable = try vault.keychain.copyMatching(
+            Query(
+                .genericPassword,
+                ItemAttributes(service: "tier.lock", accessible: .afterFirstUnlock), matchAll: true)
+        )
+        #expect(
+            readable.compactMap { $0.attributes?.account }
+                == classes.filter { $0.accessible == "afterFirstUnlock" }.map(\.account))
 
         // After a restart, before any unlock: every class gives -25308.
         #expect(try d.restart() == 0)
         let fresh = try d.client()
         for c in classes {
             let get = d.ctl(["item", "get", "--service", "tier.lock", "--account", c.account])
-            #expect(get.status == 36 && get.stderr.contains("io.vaultd.Keychain.InteractionNotAllowed"), "\(c.accessible) after restart: \(get)")
-            let e = vaultError { try fresh.keychain.copyMatching(Query(.genericPassword, ItemAttributes(service: "tier.lock", account: c.account)), returnData: true) }
-            #expect(e?.code == .interactionNotAllowed && e?.status == Self.interactionNotAllowed, "\(c.accessible): \(String(describing: e))")
+            #expect(
+                get.status == 36 && get.stderr.contains("io.vaultd.Keychain.InteractionNotAllowed"),
+                "\(c.accessible) after restart: \(get)")
+            let e = vaultError {
+                try fresh.keychain.copyMatching(
+                    Query(
+                        .genericPassword, ItemAttributes(service: "tier.lock", account: c.account)),
+                    returnData: true)
+            }
+            #expect(
+                e?.code == .interactionNotAllowed && e?.status == Self.interactionNotAllowed,
+                "\(c.accessible): \(String(describing: e))")
         }
         try #require(d.unlock().status == 0)
         for c in classes {
             let get = d.ctl(["item", "get", "--service", "tier.lock", "--account", c.account])
-            #expect(get.status == 0 && get.stdout == Data(c.account.utf8), "\(c.accessible) after unlock: \(get)")
+            #expect(
+                get.status == 0 && get.stdout == Data(c.account.utf8),
+                "\(c.accessible) after unlock: \(get)")
         }
     }
 
@@ -408,7 +586,11 @@ import Glibc
         try #require(d.initialize().status == 0)
         let deviceOnly = Accessibility.allCases.filter(\.isThisDeviceOnly)
         for a in Accessibility.allCases {
-            let add = d.ctl(["item", "add", "--service", "tier.moved", "--account", a.rawValue, "--accessible", a.rawValue], stdin: Data(a.rawValue.utf8))
+            let add = d.ctl(
+                [
+                    "item", "add", "--service", "tier.moved", "--account", a.rawValue,
+                    "--accessible", a.rawValue,
+                ], stdin: Data(a.rawValue.utf8))
             try #require(add.status == 0, "\(a): \(add)")
         }
         // Another device: the same data directory with a device key of its own.
@@ -418,11 +600,16 @@ import Glibc
         chmod(keyPath, 0o600)
         try d.start()
         try #require(d.unlock().status == 0)
-        func get(_ account: String) -> ProcessResult { d.ctl(["item", "get", "--service", "tier.moved", "--account", account]) }
+        func get(_ account: String) -> ProcessResult {
+            d.ctl(["item", "get", "--service", "tier.moved", "--account", account])
+        }
         for a in Accessibility.allCases {
             let r = get(a.rawValue)
             if a.isThisDeviceOnly {
-                #expect(r.status == 1 && r.stderr.contains("io.vaultd.Keychain.NotAvailableOnThisDevice"), "\(a) moved: \(r)")
+                #expect(
+                    r.status == 1
+                        && r.stderr.contains("io.vaultd.Keychain.NotAvailableOnThisDevice"),
+                    "\(a) moved: \(r)")
             } else {
                 #expect(r.status == 0 && r.stdout == Data(a.rawValue.utf8), "\(a) moved: \(r)")
             }
@@ -431,13 +618,19 @@ import Glibc
         // New ThisDeviceOnly items on this device: added, read, and still there after a lock,
         // a restart and a passphrase change; the old ones stay NotAvailableOnThisDevice.
         for a in deviceOnly {
-            let add = d.ctl(["item", "add", "--service", "tier.moved", "--account", "new-" + a.rawValue, "--accessible", a.rawValue], stdin: Data("new \(a)".utf8))
+            let add = d.ctl(
+                [
+                    "item", "add", "--service", "tier.moved", "--account", "new-" + a.rawValue,
+                    "--accessible", a.rawValue,
+                ], stdin: Data("new \(a)".utf8))
             #expect(add.status == 0, "\(a) add on the new device: \(add)")
         }
         try #require(d.ctl(["lock"]).status == 0)
         #expect(try d.restart() == 0)
         try #require(d.unlock().status == 0)
-        let change = d.ctl(["passphrase", "change", "--passphrase-fd", "3", "--new-passphrase-fd", "4"], fds: [3: passphraseLine(Daemon.passphrase), 4: passphraseLine("new horse")])
+        let change = d.ctl(
+            ["passphrase", "change", "--passphrase-fd", "3", "--new-passphrase-fd", "4"],
+            fds: [3: passphraseLine(Daemon.passphrase), 4: passphraseLine("new horse")])
         try #require(change.status == 0, "\(change)")
         #expect(try d.restart() == 0)
         try #require(d.unlock(passphrase: "new horse").status == 0)
@@ -445,35 +638,64 @@ import Glibc
             let new = get("new-" + a.rawValue)
             #expect(new.status == 0 && new.stdout == Data("new \(a)".utf8), "\(a) new item: \(new)")
             let old = get(a.rawValue)
-            #expect(old.status == 1 && old.stderr.contains("io.vaultd.Keychain.NotAvailableOnThisDevice"), "\(a) old item: \(old)")
+            #expect(
+                old.status == 1
+                    && old.stderr.contains("io.vaultd.Keychain.NotAvailableOnThisDevice"),
+                "\(a) old item: \(old)")
         }
 
         // An update cannot re-encrypt them: NotAvailableOnThisDevice, and nothing changes.
-        let update = d.ctl(["item", "update", "--service", "tier.moved", "--set-label", "relabelled", "--yes"])
-        #expect(update.status == 1 && update.stderr.contains("io.vaultd.Keychain.NotAvailableOnThisDevice"), "\(update)")
-        #expect(!d.ctl(["item", "list", "--service", "tier.moved"]).stdoutText.contains("relabelled"))
+        let update = d.ctl([
+            "item", "update", "--service", "tier.moved", "--set-label", "relabelled", "--yes",
+        ])
+        #expect(
+            update.status == 1
+                && update.stderr.contains("io.vaultd.Keychain.NotAvailableOnThisDevice"),
+            "\(update)")
+        #expect(
+            !d.ctl(["item", "list", "--service", "tier.moved"]).stdoutText.contains("relabelled"))
 
         // The old items can be deleted (nothing on this device will ever open them); a delete
         // naming the whole service takes them with the rest.
-        let one = d.ctl(["item", "delete", "--service", "tier.moved", "--account", Accessibility.whenUnlockedThisDeviceOnly.rawValue])
+        let one = d.ctl([
+            "item", "delete", "--service", "tier.moved", "--account",
+            Accessibility.whenUnlockedThisDeviceOnly.rawValue,
+        ])
         #expect(one.status == 0 && one.stdoutText.contains("deleted 1"), "\(one)")
         let gone = get(Accessibility.whenUnlockedThisDeviceOnly.rawValue)
         #expect(gone.status == 44 && gone.stderr.contains("ItemNotFound"), "\(gone)")
         let all = d.ctl(["item", "delete", "--service", "tier.moved", "--yes"])
-        #expect(all.status == 0 && all.stdoutText.contains("deleted \(Accessibility.allCases.count - 1 + deviceOnly.count)"), "\(all)")
+        #expect(
+            all.status == 0
+                && all.stdoutText.contains(
+                    "deleted \(Accessibility.allCases.count - 1 + deviceOnly.count)"),
+            "\(all)")
         #expect(d.statusJSON()?["items"] as? Int == 0)
 
         // Without a passphrase there is no whenPasscodeSet class, this device's key included,
         // also after a restart (which opens every key again).
-        let remove = d.ctl(["passphrase", "remove", "--passphrase-fd", "3"], fds: [3: passphraseLine("new horse")])
+        let remove = d.ctl(
+            ["passphrase", "remove", "--passphrase-fd", "3"], fds: [3: passphraseLine("new horse")])
         try #require(remove.status == 0, "\(remove)")
         for restart in [false, true] {
             if restart { #expect(try d.restart() == 0) }
-            let wps = d.ctl(["item", "add", "--service", "tier.moved", "--account", "wps", "--accessible", "whenPasscodeSetThisDeviceOnly"], stdin: Data("x".utf8))
-            #expect(wps.status == 1 && wps.stderr.contains("io.vaultd.Keychain.AuthFailed"), "restart \(restart): \(wps)")
-            let tdo = d.ctl(["item", "add", "--service", "tier.moved", "--account", "tdo-\(restart)", "--accessible", "whenUnlockedThisDeviceOnly"], stdin: Data("y".utf8))
+            let wps = d.ctl(
+                [
+                    "item", "add", "--service", "tier.moved", "--account", "wps", "--accessible",
+                    "whenPasscodeSetThisDeviceOnly",
+                ], stdin: Data("x".utf8))
+            #expect(
+                wps.status == 1 && wps.stderr.contains("io.vaultd.Keychain.AuthFailed"),
+                "restart \(restart): \(wps)")
+            let tdo = d.ctl(
+                [
+                    "item", "add", "--service", "tier.moved", "--account", "tdo-\(restart)",
+                    "--accessible", "whenUnlockedThisDeviceOnly",
+                ], stdin: Data("y".utf8))
             #expect(tdo.status == 0, "restart \(restart): \(tdo)")
-            #expect(d.ctl(["item", "get", "--service", "tier.moved", "--account", "tdo-\(restart)"]).stdout == Data("y".utf8))
+            #expect(
+                d.ctl(["item", "get", "--service", "tier.moved", "--account", "tdo-\(restart)"])
+                    .stdout == Data("y".utf8))
         }
     }
 
@@ -492,12 +714,20 @@ import Glibc
         defer { d.close() }
         try #require(d.initialize().status == 0)
         let home = try Data(contentsOf: URL(fileURLWithPath: d.dataDirectory + "/device.key"))
-        let add = d.ctl(["item", "add", "--service", "tier.back", "--account", "home", "--accessible", "whenUnlockedThisDeviceOnly"], stdin: Data("home".utf8))
+        let add = d.ctl(
+            [
+                "item", "add", "--service", "tier.back", "--account", "home", "--accessible",
+                "whenUnlockedThisDeviceOnly",
+            ], stdin: Data("home".utf8))
         try #require(add.status == 0, "\(add)")
         // On another device: an item of the class made there.
         try moveVault(d, toDeviceKey: pseudoRandomBytes(count: 32, seed: 0xBAC4))
         try #require(d.unlock().status == 0)
-        let there = d.ctl(["item", "add", "--service", "tier.back", "--account", "there", "--accessible", "whenUnlockedThisDeviceOnly"], stdin: Data("there".utf8))
+        let there = d.ctl(
+            [
+                "item", "add", "--service", "tier.back", "--account", "there", "--accessible",
+                "whenUnlockedThisDeviceOnly",
+            ], stdin: Data("there".utf8))
         try #require(there.status == 0, "\(there)")
         // Back home: the home item reads; the other device's is NotAvailableOnThisDevice (not
         // an InternalError, "altered or damaged"), also in a list with the secrets.
@@ -506,21 +736,34 @@ import Glibc
         let own = d.ctl(["item", "get", "--service", "tier.back", "--account", "home"])
         #expect(own.status == 0 && own.stdout == Data("home".utf8), "\(own)")
         let other = d.ctl(["item", "get", "--service", "tier.back", "--account", "there"])
-        #expect(other.status == 1 && other.stderr.contains("io.vaultd.Keychain.NotAvailableOnThisDevice"), "\(other)")
+        #expect(
+            other.status == 1
+                && other.stderr.contains("io.vaultd.Keychain.NotAvailableOnThisDevice"), "\(other)")
         let vault = try d.client()
-        let all = try? vault.keychain.copyMatching(Query(.genericPassword, ItemAttributes(service: "tier.back"), matchAll: true), returnData: true, returnAttributes: true)
-        #expect(all?.compactMap { $0.attributes?.account } == ["home"], "\(String(describing: all))")
-        let update = d.ctl(["item", "update", "--service", "tier.back", "--account", "there", "--set-label", "x"])
-        #expect(update.status == 1 && update.stderr.contains("io.vaultd.Keychain.NotAvailableOnThisDevice"), "\(update)")
+        let all = try? vault.keychain.copyMatching(
+            Query(.genericPassword, ItemAttributes(service: "tier.back"), matchAll: true),
+            returnData: true, returnAttributes: true)
+        #expect(
+            all?.compactMap { $0.attributes?.account } == ["home"], "\(String(describing: all))")
+        let update = d.ctl([
+            "item", "update", "--service", "tier.back", "--account", "there", "--set-label", "x",
+        ])
+        #expect(
+            update.status == 1
+                && update.stderr.contains("io.vaultd.Keychain.NotAvailableOnThisDevice"),
+            "\(update)")
         // A CredentialStore's set replaces the other device's item, which never opens here
         // (it failed with NotAvailableOnThisDevice, so the account could not be set at all).
-        let store = CredentialStore(vault: vault, service: "tier.back", accessGroup: "user", accessibility: .whenUnlockedThisDeviceOnly)
+        let store = CredentialStore(
+            vault: vault, service: "tier.back", accessGroup: "user",
+            accessibility: .whenUnlockedThisDeviceOnly)
         #expect(throws: Never.self) { try store.set("home again", for: "there") }
         #expect(try store.string(for: "there") == "home again")
         #expect(try store.string(for: "home") == "home")
     }
 
-    @Test func aVaultBackOnADeviceAfterAPassphraseChangeElsewhereCanAddThisDeviceOnlyItems() throws {
+    @Test func aVaultBackOnADeviceAfterAPassphraseChangeElsewhereCanAddThisDeviceOnlyItems() throws
+    {
         let d = try Daemon()
         defer { d.close() }
         try #require(d.initialize().status == 0)
@@ -530,24 +773,38 @@ import Glibc
         // at home, then on the other device again.
         try moveVault(d, toDeviceKey: away)
         try #require(d.unlock().status == 0)
-        let there = d.ctl(["item", "add", "--service", "tier.again", "--account", "there", "--accessible", "whenUnlockedThisDeviceOnly"], stdin: Data("there".utf8))
+        let there = d.ctl(
+            [
+                "item", "add", "--service", "tier.again", "--account", "there", "--accessible",
+                "whenUnlockedThisDeviceOnly",
+            ], stdin: Data("there".utf8))
         try #require(there.status == 0, "\(there)")
         try moveVault(d, toDeviceKey: home)
         try #require(d.unlock().status == 0)
-        let change = d.ctl(["passphrase", "change", "--passphrase-fd", "3", "--new-passphrase-fd", "4"], fds: [3: passphraseLine(Daemon.passphrase), 4: passphraseLine("new horse")])
+        let change = d.ctl(
+            ["passphrase", "change", "--passphrase-fd", "3", "--new-passphrase-fd", "4"],
+            fds: [3: passphraseLine(Daemon.passphrase), 4: passphraseLine("new horse")])
         try #require(change.status == 0, "\(change)")
         try moveVault(d, toDeviceKey: away)
         try #require(d.unlock(passphrase: "new horse").status == 0)
         for a in Accessibility.allCases where a.isThisDeviceOnly {
-            let add = d.ctl(["item", "add", "--service", "tier.again", "--account", "new-" + a.rawValue, "--accessible", a.rawValue], stdin: Data("new".utf8))
+            let add = d.ctl(
+                [
+                    "item", "add", "--service", "tier.again", "--account", "new-" + a.rawValue,
+                    "--accessible", a.rawValue,
+                ], stdin: Data("new".utf8))
             #expect(add.status == 0, "\(a): \(add)")
-            let get = d.ctl(["item", "get", "--service", "tier.again", "--account", "new-" + a.rawValue])
+            let get = d.ctl([
+                "item", "get", "--service", "tier.again", "--account", "new-" + a.rawValue,
+            ])
             #expect(get.status == 0 && get.stdout == Data("new".utf8), "\(a): \(get)")
         }
         // The item made there under the old passphrase cannot be opened any more: it is
         // NotAvailableOnThisDevice and can be deleted.
         let old = d.ctl(["item", "get", "--service", "tier.again", "--account", "there"])
-        #expect(old.status == 1 && old.stderr.contains("io.vaultd.Keychain.NotAvailableOnThisDevice"), "\(old)")
+        #expect(
+            old.status == 1 && old.stderr.contains("io.vaultd.Keychain.NotAvailableOnThisDevice"),
+            "\(old)")
         let delete = d.ctl(["item", "delete", "--service", "tier.again", "--account", "there"])
         #expect(delete.status == 0, "\(delete)")
     }
@@ -559,10 +816,16 @@ import Glibc
     /// One item per accessibility class, secret = class name; plus an internet password.
     private func addOneOfEachClass(_ d: Daemon) throws {
         for a in Self.allClasses {
-            let add = d.ctl(["item", "add", "--service", "tier.pass", "--account", a.rawValue, "--accessible", a.rawValue], stdin: Data(a.rawValue.utf8))
+            let add = d.ctl(
+                [
+                    "item", "add", "--service", "tier.pass", "--account", a.rawValue,
+                    "--accessible", a.rawValue,
+                ], stdin: Data(a.rawValue.utf8))
             try #require(add.status == 0, "\(a): \(add)")
         }
-        let web = d.ctl(["item", "add", "internet", "--server", "example.org", "--account", "web"], stdin: Data("web".utf8))
+        let web = d.ctl(
+            ["item", "add", "internet", "--server", "example.org", "--account", "web"],
+            stdin: Data("web".utf8))
         try #require(web.status == 0, "\(web)")
     }
 
@@ -582,14 +845,22 @@ import Glibc
         try addOneOfEachClass(d)
         let others = Self.allClasses.filter { $0 != .whenPasscodeSetThisDeviceOnly }
 
-        let wrong = d.ctl(["passphrase", "remove", "--passphrase-fd", "3"], fds: [3: passphraseLine("wrong horse")])
+        let wrong = d.ctl(
+            ["passphrase", "remove", "--passphrase-fd", "3"],
+            fds: [3: passphraseLine("wrong horse")])
         #expect(wrong.status == 1 && wrong.stderr.contains("AuthFailed"), "\(wrong)")
         readable(d, Self.allClasses, "after a refused removal")
 
-        let remove = d.ctl(["passphrase", "remove", "--passphrase-fd", "3"], fds: [3: passphraseLine(Daemon.passphrase)])
+        let remove = d.ctl(
+            ["passphrase", "remove", "--passphrase-fd", "3"],
+            fds: [3: passphraseLine(Daemon.passphrase)])
         #expect(remove.status == 0, "\(remove)")
-        #expect(remove.stdoutText.contains("1 whenPasscodeSetThisDeviceOnly item(s) deleted"), "\(remove)")
-        let gone = d.ctl(["item", "get", "--service", "tier.pass", "--account", "whenPasscodeSetThisDeviceOnly"])
+        #expect(
+            remove.stdoutText.contains("1 whenPasscodeSetThisDeviceOnly item(s) deleted"),
+            "\(remove)")
+        let gone = d.ctl([
+            "item", "get", "--service", "tier.pass", "--account", "whenPasscodeSetThisDeviceOnly",
+        ])
         #expect(gone.status == 44 && gone.stderr.contains("ItemNotFound"), "\(gone)")
         readable(d, others, "after removal")
         #expect(d.statusJSON()?["hasPassphrase"] as? Bool == false)
@@ -601,7 +872,11 @@ import Glibc
         readable(d, others, "after removal and restart")
         let lock = d.ctl(["lock"])
         #expect(lock.status == 1 && lock.stderr.contains("NoPassphrase"), "\(lock)")
-        let wps = d.ctl(["item", "add", "--service", "tier.pass", "--account", "again", "--accessible", "whenPasscodeSetThisDeviceOnly"], stdin: Data("x".utf8))
+        let wps = d.ctl(
+            [
+                "item", "add", "--service", "tier.pass", "--account", "again", "--accessible",
+                "whenPasscodeSetThisDeviceOnly",
+            ], stdin: Data("x".utf8))
         #expect(wps.status == 1 && wps.stderr.contains("io.vaultd.Keychain.AuthFailed"), "\(wps)")
     }
 
@@ -630,7 +905,9 @@ import Glibc
 
         #expect(try d.restart() == 0)
         let oldAfterRestart = d.unlock()
-        #expect(oldAfterRestart.status == 1 && oldAfterRestart.stderr.contains("AuthFailed"), "\(oldAfterRestart)")
+        #expect(
+            oldAfterRestart.status == 1 && oldAfterRestart.stderr.contains("AuthFailed"),
+            "\(oldAfterRestart)")
         let unlock = d.unlock(passphrase: newPassphrase)
         #expect(unlock.status == 0, "\(unlock)")
         readable(d, Self.allClasses, "after a restart")
@@ -642,20 +919,35 @@ import Glibc
         try #require(d.initializeWithoutPassphrase().status == 0)
         let noPasscodeClasses = Self.allClasses.filter { $0 != .whenPasscodeSetThisDeviceOnly }
         for a in noPasscodeClasses {
-            let add = d.ctl(["item", "add", "--service", "tier.pass", "--account", a.rawValue, "--accessible", a.rawValue], stdin: Data(a.rawValue.utf8))
+            let add = d.ctl(
+                [
+                    "item", "add", "--service", "tier.pass", "--account", a.rawValue,
+                    "--accessible", a.rawValue,
+                ], stdin: Data(a.rawValue.utf8))
             try #require(add.status == 0, "\(add)")
         }
-        try #require(d.ctl(["item", "add", "internet", "--server", "example.org", "--account", "web"], stdin: Data("web".utf8)).status == 0)
+        try #require(
+            d.ctl(
+                ["item", "add", "internet", "--server", "example.org", "--account", "web"],
+                stdin: Data("web".utf8)
+            ).status == 0)
 
-        let misuse = d.ctl(["passphrase", "set", "--passphrase-fd", "3"], fds: [3: passphraseLine("x")])
+        let misuse = d.ctl(
+            ["passphrase", "set", "--passphrase-fd", "3"], fds: [3: passphraseLine("x")])
         #expect(misuse.status == 64, "passphrase set takes no current passphrase: \(misuse)")
-        let set = d.ctl(["passphrase", "set", "--new-passphrase-fd", "4"], fds: [4: passphraseLine("first passphrase")])
+        let set = d.ctl(
+            ["passphrase", "set", "--new-passphrase-fd", "4"],
+            fds: [4: passphraseLine("first passphrase")])
         #expect(set.status == 0, "\(set)")
         #expect(d.statusJSON()?["hasPassphrase"] as? Bool == true)
         readable(d, noPasscodeClasses, "after set")
 
         // Now whenPasscodeSet items can be added, and the vault locks.
-        let wps = d.ctl(["item", "add", "--service", "tier.pass", "--account", "whenPasscodeSetThisDeviceOnly", "--accessible", "whenPasscodeSetThisDeviceOnly"], stdin: Data("whenPasscodeSetThisDeviceOnly".utf8))
+        let wps = d.ctl(
+            [
+                "item", "add", "--service", "tier.pass", "--account",
+                "whenPasscodeSetThisDeviceOnly", "--accessible", "whenPasscodeSetThisDeviceOnly",
+            ], stdin: Data("whenPasscodeSetThisDeviceOnly".utf8))
         #expect(wps.status == 0, "\(wps)")
         try #require(d.ctl(["lock"]).status == 0)
         let locked = d.ctl(["item", "get", "--service", "tier.pass", "--account", "whenUnlocked"])
@@ -668,7 +960,8 @@ import Glibc
         #expect(d.unlock(passphrase: "first passphrase").status == 0)
         readable(d, Self.allClasses, "after restart")
         // Setting again is refused: there is one already.
-        let again = d.ctl(["passphrase", "set", "--new-passphrase-fd", "4"], fds: [4: passphraseLine("second")])
+        let again = d.ctl(
+            ["passphrase", "set", "--new-passphrase-fd", "4"], fds: [4: passphraseLine("second")])
         #expect(again.status == 1, "\(again)")
         #expect(d.unlock(passphrase: "first passphrase").status == 0)
     }
@@ -681,42 +974,78 @@ import Glibc
         try #require(d.initializeWithoutPassphrase().status == 0)
         let vault = try d.client()
         for account in ["a", "b", "c"] {
-            try vault.keychain.add(attributes: ItemAttributes(service: "tier.update", account: account, label: "old"), data: Data("s-\(account)".utf8))
+            try vault.keychain.add(
+                attributes: ItemAttributes(service: "tier.update", account: account, label: "old"),
+                data: Data("s-\(account)".utf8))
         }
-        try vault.keychain.add(attributes: ItemAttributes(service: "tier.other", account: "a", label: "old"), data: Data("other".utf8))
+        try vault.keychain.add(
+            attributes: ItemAttributes(service: "tier.other", account: "a", label: "old"),
+            data: Data("other".utf8))
         func snapshot() throws -> [String: (label: String?, secret: Data?)] {
             var out: [String: (String?, Data?)] = [:]
-            for item in try vault.keychain.copyMatching(Query(.genericPassword, matchAll: true), returnData: true, returnAttributes: true) {
-                out[item.attributes!.service! + "/" + item.attributes!.account!] = (item.attributes?.label, item.data)
+            for item in try vault.keychain.copyMatching(
+                Query(.genericPassword, matchAll: true), returnData: true, returnAttributes: true)
+            {
+                out[item.attributes!.service! + "/" + item.attributes!.account!] = (
+                    item.attributes?.label, item.data
+                )
             }
             return out
         }
 
-        let n = try vault.keychain.update(Query(.genericPassword, ItemAttributes(service: "tier.update")), attributes: ItemAttributes(label: "new"))
+        let n = try vault.keychain.update(
+            Query(.genericPassword, ItemAttributes(service: "tier.update")),
+            attributes: ItemAttributes(label: "new"))
         #expect(n == 3)
         var now = try snapshot()
         #expect(["a", "b", "c"].allSatisfy { now["tier.update/\($0)"]?.label == "new" })
         #expect(now["tier.other/a"]?.label == "old")
 
         // Every match would become tier.update/x: the second collides with the first.
-        let all = vaultError { try vault.keychain.update(Query(.genericPassword, ItemAttributes(service: "tier.update")), attributes: ItemAttributes(account: "x", label: "collided")) }
+        let all = vaultError {
+            try vault.keychain.update(
+                Query(.genericPassword, ItemAttributes(service: "tier.update")),
+                attributes: ItemAttributes(account: "x", label: "collided"))
+        }
         #expect(all?.code == .duplicateItem && all?.status == -25299, "\(String(describing: all))")
         // One item would take another's key.
-        let one = d.ctl(["item", "update", "--service", "tier.update", "--account", "a", "--set-account", "b", "--set-label", "collided"])
-        #expect(one.status == 45 && one.stderr.contains("io.vaultd.Keychain.DuplicateItem"), "\(one)")
-        let across = d.ctl(["item", "update", "--service", "tier.other", "--set-service", "tier.update", "--set-label", "collided"])
+        let one = d.ctl([
+            "item", "update", "--service", "tier.update", "--account", "a", "--set-account", "b",
+            "--set-label", "collided",
+        ])
+        #expect(
+            one.status == 45 && one.stderr.contains("io.vaultd.Keychain.DuplicateItem"), "\(one)")
+        let across = d.ctl([
+            "item", "update", "--service", "tier.other", "--set-service", "tier.update",
+            "--set-label", "collided",
+        ])
         #expect(across.status == 45 && across.stderr.contains("DuplicateItem"), "\(across)")
         now = try snapshot()
         #expect(now.count == 4)
         for account in ["a", "b", "c"] {
-            #expect(now["tier.update/\(account)"]?.label == "new" && now["tier.update/\(account)"]?.secret == Data("s-\(account)".utf8), "\(account) changed")
+            #expect(
+                now["tier.update/\(account)"]?.label == "new"
+                    && now["tier.update/\(account)"]?.secret == Data("s-\(account)".utf8),
+                "\(account) changed")
         }
-        #expect(now["tier.other/a"]?.label == "old" && now["tier.other/a"]?.secret == Data("other".utf8))
+        #expect(
+            now["tier.other/a"]?.label == "old" && now["tier.other/a"]?.secret == Data("other".utf8)
+        )
 
         // A secret-only update of several matches gives each the new secret.
-        #expect(try vault.keychain.update(Query(.genericPassword, ItemAttributes(service: "tier.update")), data: Data("shared".utf8)) == 3)
-        #expect(try snapshot().filter { $0.key.hasPrefix("tier.update/") }.allSatisfy { $0.value.secret == Data("shared".utf8) })
-        let none = vaultError { try vault.keychain.update(Query(.genericPassword, ItemAttributes(service: "tier.none")), attributes: ItemAttributes(label: "x")) }
+        #expect(
+            try vault.keychain.update(
+                Query(.genericPassword, ItemAttributes(service: "tier.update")),
+                data: Data("shared".utf8)) == 3)
+        #expect(
+            try snapshot().filter { $0.key.hasPrefix("tier.update/") }.allSatisfy {
+                $0.value.secret == Data("shared".utf8)
+            })
+        let none = vaultError {
+            try vault.keychain.update(
+                Query(.genericPassword, ItemAttributes(service: "tier.none")),
+                attributes: ItemAttributes(label: "x"))
+        }
         #expect(none?.code == .itemNotFound)
     }
 
@@ -734,30 +1063,49 @@ import Glibc
         let n = 2000
         for i in 0..<n {
             try vault.keychain.add(
-                .internetPassword, attributes: ItemAttributes(account: "bob", server: "git.example", protocol: "https", path: "org/repo\(i).git"),
+                .internetPassword,
+                attributes: ItemAttributes(
+                    account: "bob", server: "git.example", protocol: "https",
+                    path: "org/repo\(i).git"),
                 data: Data("p\(i)".utf8))
             try vault.keychain.add(
-                .internetPassword, attributes: ItemAttributes(account: "bob", server: "host\(i).example", protocol: "https", path: "org/repo.git"),
+                .internetPassword,
+                attributes: ItemAttributes(
+                    account: "bob", server: "host\(i).example", protocol: "https",
+                    path: "org/repo.git"),
                 data: Data("h\(i)".utf8))
         }
-        for q in [ItemAttributes(account: "bob", server: "git.example"), ItemAttributes(account: "bob", path: "org/repo.git")] {
-            let count = try vault.keychain.update(Query(.internetPassword, q), attributes: ItemAttributes(label: "relabelled"))
+        for q in [
+            ItemAttributes(account: "bob", server: "git.example"),
+            ItemAttributes(account: "bob", path: "org/repo.git"),
+        ] {
+            let count = try vault.keychain.update(
+                Query(.internetPassword, q), attributes: ItemAttributes(label: "relabelled"))
             #expect(count == n, "\(q): updated \(count)")
         }
 
         // Still unique: a path taken is a DuplicateItem, a new one is added.
         let dup = vaultError {
             try vault.keychain.add(
-                .internetPassword, attributes: ItemAttributes(account: "bob", server: "git.example", protocol: "https", path: "org/repo7.git"), data: Data())
+                .internetPassword,
+                attributes: ItemAttributes(
+                    account: "bob", server: "git.example", protocol: "https", path: "org/repo7.git"),
+                data: Data())
         }
         #expect(dup?.code == .duplicateItem, "\(String(describing: dup))")
         #expect(throws: Never.self) {
             try vault.keychain.add(
-                .internetPassword, attributes: ItemAttributes(account: "bob", server: "git.example", protocol: "https", path: "org/new.git"), data: Data())
+                .internetPassword,
+                attributes: ItemAttributes(
+                    account: "bob", server: "git.example", protocol: "https", path: "org/new.git"),
+                data: Data())
         }
         let moved = vaultError {
             try vault.keychain.update(
-                Query(.internetPassword, ItemAttributes(account: "bob", server: "git.example", path: "org/new.git")), attributes: ItemAttributes(path: "org/repo8.git"))
+                Query(
+                    .internetPassword,
+                    ItemAttributes(account: "bob", server: "git.example", path: "org/new.git")),
+                attributes: ItemAttributes(path: "org/repo8.git"))
         }
         #expect(moved?.code == .duplicateItem, "\(String(describing: moved))")
     }
@@ -768,19 +1116,41 @@ import Glibc
         let d = try Daemon()
         defer { d.close() }
         try #require(d.initializeWithoutPassphrase().status == 0)
-        try #require(d.ctl(["item", "add", "--service", "tier.mine", "--account", "a"], stdin: Data("mine".utf8)).status == 0)
-        try #require(d.ctl(["item", "add", "--service", "tier.app", "--account", "b", "--access-group", "com.example.app"], stdin: Data("app's".utf8)).status == 0)
-        try #require(d.ctl(["item", "add", "internet", "--server", "example.org", "--account", "c"], stdin: Data("web".utf8)).status == 0)
-        for args in [["--secret-stdin"], ["--set-label", "x"], ["internet", "--secret-stdin"], ["internet", "--set-port", "8"]] {
+        try #require(
+            d.ctl(
+                ["item", "add", "--service", "tier.mine", "--account", "a"],
+                stdin: Data("mine".utf8)
+            ).status == 0)
+        try #require(
+            d.ctl(
+                [
+                    "item", "add", "--service", "tier.app", "--account", "b", "--access-group",
+                    "com.example.app",
+                ], stdin: Data("app's".utf8)
+            ).status == 0)
+        try #require(
+            d.ctl(
+                ["item", "add", "internet", "--server", "example.org", "--account", "c"],
+                stdin: Data("web".utf8)
+            ).status == 0)
+        for args in [
+            ["--secret-stdin"], ["--set-label", "x"], ["internet", "--secret-stdin"],
+            ["internet", "--set-port", "8"],
+        ] {
             let r = d.ctl(["item", "update"] + args, stdin: Data("overwritten".utf8))
-            #expect(r.status == 64 && r.stderr.contains("needs at least one filter"), "\(args): \(r)")
+            #expect(
+                r.status == 64 && r.stderr.contains("needs at least one filter"), "\(args): \(r)")
         }
         #expect(d.ctl(["item", "get", "--service", "tier.mine"]).stdout == Data("mine".utf8))
         #expect(d.ctl(["item", "get", "--service", "tier.app"]).stdout == Data("app's".utf8))
-        #expect(d.ctl(["item", "get", "internet", "--server", "example.org"]).stdout == Data("web".utf8))
+        #expect(
+            d.ctl(["item", "get", "internet", "--server", "example.org"]).stdout == Data("web".utf8)
+        )
         #expect(!d.ctl(["item", "list"]).stdoutText.contains("label=\"x\""))
         // With a filter it still works.
-        let one = d.ctl(["item", "update", "--service", "tier.mine", "--secret-stdin"], stdin: Data("changed".utf8))
+        let one = d.ctl(
+            ["item", "update", "--service", "tier.mine", "--secret-stdin"],
+            stdin: Data("changed".utf8))
         #expect(one.status == 0 && one.stdoutText.contains("updated 1"), "\(one)")
     }
 
@@ -790,7 +1160,8 @@ import Glibc
         try #require(d.initializeWithoutPassphrase().status == 0)
         let vault = try d.client()
         let q = Query(.genericPassword, ItemAttributes(service: "tier.dates", account: "a"))
-        let added = try vault.keychain.add(attributes: ItemAttributes(service: "tier.dates", account: "a"), data: Data("1".utf8))
+        let added = try vault.keychain.add(
+            attributes: ItemAttributes(service: "tier.dates", account: "a"), data: Data("1".utf8))
         let created = try #require(added.creationDate)
         #expect(added.modificationDate == created)
         usleep(50_000)
@@ -800,7 +1171,9 @@ import Glibc
         let modified = try #require(first.modificationDate)
         #expect(modified > created)
         usleep(50_000)
-        let viaCtl = d.ctl(["item", "update", "--service", "tier.dates", "--account", "a", "--secret-stdin"], stdin: Data("2".utf8))
+        let viaCtl = d.ctl(
+            ["item", "update", "--service", "tier.dates", "--account", "a", "--secret-stdin"],
+            stdin: Data("2".utf8))
         #expect(viaCtl.status == 0, "\(viaCtl)")
         let second = try #require(try vault.keychain.copyMatching(q).first?.attributes)
         #expect(second.creationDate == created)
@@ -816,11 +1189,25 @@ import Glibc
         let d = try Daemon()
         defer { d.close() }
         try #require(d.initialize().status == 0)
-        let add1 = d.ctl(["item", "add", "--service", "tier.move", "--account", "up", "--accessible", "whenUnlocked"], stdin: Data("up".utf8))
-        let add2 = d.ctl(["item", "add", "--service", "tier.move", "--account", "down", "--accessible", "afterFirstUnlock"], stdin: Data("down".utf8))
+        let add1 = d.ctl(
+            [
+                "item", "add", "--service", "tier.move", "--account", "up", "--accessible",
+                "whenUnlocked",
+            ], stdin: Data("up".utf8))
+        let add2 = d.ctl(
+            [
+                "item", "add", "--service", "tier.move", "--account", "down", "--accessible",
+                "afterFirstUnlock",
+            ], stdin: Data("down".utf8))
         try #require(add1.status == 0 && add2.status == 0)
-        let u1 = d.ctl(["item", "update", "--service", "tier.move", "--account", "up", "--set-accessible", "afterFirstUnlock"])
-        let u2 = d.ctl(["item", "update", "--service", "tier.move", "--account", "down", "--set-accessible", "whenUnlocked"])
+        let u1 = d.ctl([
+            "item", "update", "--service", "tier.move", "--account", "up", "--set-accessible",
+            "afterFirstUnlock",
+        ])
+        let u2 = d.ctl([
+            "item", "update", "--service", "tier.move", "--account", "down", "--set-accessible",
+            "whenUnlocked",
+        ])
         #expect(u1.status == 0 && u2.status == 0, "\(u1)\n\(u2)")
         let attrs = d.ctl(["item", "get", "--service", "tier.move", "--account", "up", "--json"])
         #expect(attrs.stdoutText.contains(#""accessible":"afterFirstUnlock""#), "\(attrs)")
@@ -829,19 +1216,30 @@ import Glibc
         let up = d.ctl(["item", "get", "--service", "tier.move", "--account", "up"])
         #expect(up.status == 0 && up.stdout == Data("up".utf8), "now afterFirstUnlock: \(up)")
         let down = d.ctl(["item", "get", "--service", "tier.move", "--account", "down"])
-        #expect(down.status == 36 && down.stderr.contains("InteractionNotAllowed"), "now whenUnlocked: \(down)")
+        #expect(
+            down.status == 36 && down.stderr.contains("InteractionNotAllowed"),
+            "now whenUnlocked: \(down)")
         // While locked, an update touching a locked item is refused, and changes nothing.
-        let touch = d.ctl(["item", "update", "--service", "tier.move", "--set-label", "while locked"])
+        let touch = d.ctl([
+            "item", "update", "--service", "tier.move", "--set-label", "while locked",
+        ])
         #expect(touch.status == 36 && touch.stderr.contains("InteractionNotAllowed"), "\(touch)")
 
         #expect(try d.restart() == 0)
         try #require(d.unlock().status == 0)
-        #expect(d.ctl(["item", "get", "--service", "tier.move", "--account", "down"]).stdout == Data("down".utf8))
+        #expect(
+            d.ctl(["item", "get", "--service", "tier.move", "--account", "down"]).stdout
+                == Data("down".utf8))
         let labels = d.ctl(["item", "list", "--service", "tier.move"])
         #expect(!labels.stdoutText.contains("while locked"), "\(labels)")
         // Synchronizable + ThisDeviceOnly is contradictory: Param.
-        let contradictory = d.ctl(["item", "update", "--service", "tier.move", "--account", "up", "--set-accessible", "afterFirstUnlockThisDeviceOnly", "--set-synchronizable"])
-        #expect(contradictory.status == 65 && contradictory.stderr.contains("io.vaultd.Keychain.Param"), "\(contradictory)")
+        let contradictory = d.ctl([
+            "item", "update", "--service", "tier.move", "--account", "up", "--set-accessible",
+            "afterFirstUnlockThisDeviceOnly", "--set-synchronizable",
+        ])
+        #expect(
+            contradictory.status == 65 && contradictory.stderr.contains("io.vaultd.Keychain.Param"),
+            "\(contradictory)")
     }
 
     /// kSecAttrSynchronizable from the command line: `--synchronizable[=yes|no]` as filter and
@@ -852,31 +1250,45 @@ import Glibc
         defer { d.close() }
         try #require(d.initialize().status == 0)
         for (flag, secret) in [(["--synchronizable"], "synced"), ([], "local")] {
-            let add = d.ctl(["item", "add", "--service", "tier.sync", "--account", "a"] + flag, stdin: Data(secret.utf8))
+            let add = d.ctl(
+                ["item", "add", "--service", "tier.sync", "--account", "a"] + flag,
+                stdin: Data(secret.utf8))
             try #require(add.status == 0, "\(add)")
         }
         func listed(_ filter: [String]) throws -> [Bool] {
             let r = d.ctl(["item", "list", "--service", "tier.sync", "--json"] + filter)
             try #require(r.status == 0, "\(r)")
-            return try JSON.parse(Array(r.stdout)).arrayValue?.compactMap { $0["synchronizable"]?.boolValue } ?? []
+            return try JSON.parse(Array(r.stdout)).arrayValue?.compactMap {
+                $0["synchronizable"]?.boolValue
+            } ?? []
         }
         #expect(try listed([]).sorted { !$0 && $1 } == [false, true])
         #expect(try listed(["--synchronizable=no"]) == [false])
         #expect(try listed(["--synchronizable=yes"]) == [true])
         #expect(try listed(["--synchronizable"]) == [true])
-        #expect(d.ctl(["item", "get", "--service", "tier.sync", "--synchronizable=no"]).stdout == Data("local".utf8))
+        #expect(
+            d.ctl(["item", "get", "--service", "tier.sync", "--synchronizable=no"]).stdout
+                == Data("local".utf8))
 
         // Making the synchronizable one local collides with the local one (same primary key).
-        let collide = d.ctl(["item", "update", "--service", "tier.sync", "--synchronizable", "--set-synchronizable=no"])
+        let collide = d.ctl([
+            "item", "update", "--service", "tier.sync", "--synchronizable",
+            "--set-synchronizable=no",
+        ])
         #expect(collide.status == 45 && collide.stderr.contains("DuplicateItem"), "\(collide)")
-        #expect(d.ctl(["item", "delete", "--service", "tier.sync", "--synchronizable=no"]).stdoutText.contains("deleted 1"))
+        #expect(
+            d.ctl(["item", "delete", "--service", "tier.sync", "--synchronizable=no"]).stdoutText
+                .contains("deleted 1"))
         let local = d.ctl(["item", "update", "--service", "tier.sync", "--set-synchronizable=no"])
         #expect(local.status == 0 && local.stdoutText.contains("updated 1"), "\(local)")
         #expect(try listed([]) == [false])
-        #expect(d.ctl(["item", "get", "--service", "tier.sync", "--synchronizable=no"]).stdout == Data("synced".utf8))
+        #expect(
+            d.ctl(["item", "get", "--service", "tier.sync", "--synchronizable=no"]).stdout
+                == Data("synced".utf8))
 
         let bad = d.ctl(["item", "list", "--synchronizable=maybe"])
-        #expect(bad.status == 64 && bad.stderr.contains("--synchronizable takes yes or no"), "\(bad)")
+        #expect(
+            bad.status == 64 && bad.stderr.contains("--synchronizable takes yes or no"), "\(bad)")
     }
 
     // MARK: rate limiting
@@ -911,13 +1323,17 @@ import Glibc
         #expect(rateLimited >= 1, "the fourth failure should already have had to wait")
 
         let limited = vaultError { try vault.unlock(passphrase: Daemon.passphrase) }
-        #expect(limited?.code == .rateLimited, "even the right passphrase waits: \(String(describing: limited))")
+        #expect(
+            limited?.code == .rateLimited,
+            "even the right passphrase waits: \(String(describing: limited))")
         #expect((limited?.parameters["retryAfter"]?.doubleValue ?? 0) > 0)
         #expect(limited?.name == "io.vaultd.Vault.RateLimited")
 
         #expect(try d.restart() == 0)
         let viaCtl = d.unlock()
-        #expect(viaCtl.status == 1 && viaCtl.stderr.contains("io.vaultd.Vault.RateLimited"), "after a restart: \(viaCtl)")
+        #expect(
+            viaCtl.status == 1 && viaCtl.stderr.contains("io.vaultd.Vault.RateLimited"),
+            "after a restart: \(viaCtl)")
         let fresh = try d.client()
         let afterRestart = vaultError { try fresh.unlock(passphrase: Daemon.passphrase) }
         #expect(afterRestart?.code == .rateLimited, "\(String(describing: afterRestart))")
@@ -978,29 +1394,46 @@ import Glibc
         let d = try Daemon()
         defer { d.close() }
         try #require(d.initialize().status == 0)
-        try #require(d.ctl(["item", "add", "--service", "tier.idle", "--account", "afu", "--accessible", "afterFirstUnlock"], stdin: Data("afu".utf8)).status == 0)
-        try #require(d.ctl(["item", "add", "--service", "tier.idle", "--account", "wu"], stdin: Data("wu".utf8)).status == 0)
+        try #require(
+            d.ctl(
+                [
+                    "item", "add", "--service", "tier.idle", "--account", "afu", "--accessible",
+                    "afterFirstUnlock",
+                ], stdin: Data("afu".utf8)
+            ).status == 0)
+        try #require(
+            d.ctl(
+                ["item", "add", "--service", "tier.idle", "--account", "wu"], stdin: Data("wu".utf8)
+            ).status == 0)
 
         // Restart with AutoLockSeconds = 2 (set up first, so no step races the clock).
         let config = d.root + "/config.plist"
-        try PropertyListSerialization.data(fromPropertyList: ["AutoLockSeconds": 2], format: .xml, options: 0)
-            .write(to: URL(fileURLWithPath: config))
+        try PropertyListSerialization.data(
+            fromPropertyList: ["AutoLockSeconds": 2], format: .xml, options: 0
+        )
+        .write(to: URL(fileURLWithPath: config))
         #expect(d.stop() == 0)
         try d.start(extraArguments: ["--config", config])
         let unlock = d.unlock()
-        try #require(unlock.status == 0 && unlock.stdoutText.contains("state: unlocked"), "\(unlock)")
+        try #require(
+            unlock.status == 0 && unlock.stdoutText.contains("state: unlocked"), "\(unlock)")
         let unlockedAt = Date()
 
         // Polling Status only looks: it must not keep the vault unlocked.
         let vault = try d.client()
         let locked = try eventually(timeout: 20) { try vault.status().lock.state == .locked }
-        #expect(locked, "still unlocked \(Date().timeIntervalSince(unlockedAt)) s after the last call; log:\n\(d.log)")
+        #expect(
+            locked,
+            "still unlocked \(Date().timeIntervalSince(unlockedAt)) s after the last call; log:\n\(d.log)"
+        )
         #expect(Date().timeIntervalSince(unlockedAt) >= 1, "locked before AutoLockSeconds passed")
         let status = try vault.status().lock
         #expect(status.unlockedSinceStart && status.hasPassphrase)
         let wu = d.ctl(["item", "get", "--service", "tier.idle", "--account", "wu"])
         #expect(wu.status == 36 && wu.stderr.contains("InteractionNotAllowed"), "\(wu)")
-        #expect(d.ctl(["item", "get", "--service", "tier.idle", "--account", "afu"]).stdout == Data("afu".utf8))
+        #expect(
+            d.ctl(["item", "get", "--service", "tier.idle", "--account", "afu"]).stdout
+                == Data("afu".utf8))
         #expect(d.log.contains("locked after 2 s without a call"), "\(d.log)")
 
         // Unlocking again starts the clock again.
@@ -1022,7 +1455,9 @@ import Glibc
         #expect(vault.launch.defaultAccessGroup == "user")
         let other = ["--service", "com.example.scoped", "--access-group", "com.example.other"]
         for account in ["alice", "carol"] {
-            let add = d.ctl(["item", "add"] + other + ["--account", account], stdin: Data("other's \(account)".utf8))
+            let add = d.ctl(
+                ["item", "add"] + other + ["--account", account],
+                stdin: Data("other's \(account)".utf8))
             try #require(add.status == 0, "\(add)")
         }
         let store = CredentialStore(vault: vault, service: "com.example.scoped")
@@ -1032,17 +1467,30 @@ import Glibc
         try store.set("mine again", for: "alice")
         #expect(try store.string(for: "alice") == "mine again")
         #expect(try store.allAccounts() == ["alice"])
-        func othersSecret(_ account: String) -> ProcessResult { d.ctl(["item", "get"] + other + ["--account", account]) }
-        #expect(othersSecret("alice").stdout == Data("other's alice".utf8), "the other group's alice was overwritten")
-        let mine = try vault.keychain.copyMatching(Query(.genericPassword, ItemAttributes(service: "com.example.scoped", account: "alice", accessGroup: "user")))
+        func othersSecret(_ account: String) -> ProcessResult {
+            d.ctl(["item", "get"] + other + ["--account", account])
+        }
+        #expect(
+            othersSecret("alice").stdout == Data("other's alice".utf8),
+            "the other group's alice was overwritten")
+        let mine = try vault.keychain.copyMatching(
+            Query(
+                .genericPassword,
+                ItemAttributes(service: "com.example.scoped", account: "alice", accessGroup: "user")
+            ))
         #expect(mine.count == 1)
 
         try store.remove("alice")
         try store.removeAll()
-        #expect(othersSecret("alice").stdout == Data("other's alice".utf8), "the other group's alice was removed")
-        #expect(othersSecret("carol").stdout == Data("other's carol".utf8), "the other group's carol was removed")
+        #expect(
+            othersSecret("alice").stdout == Data("other's alice".utf8),
+            "the other group's alice was removed")
+        #expect(
+            othersSecret("carol").stdout == Data("other's carol".utf8),
+            "the other group's carol was removed")
         // A store naming the group reaches it.
-        let named = CredentialStore(vault: vault, service: "com.example.scoped", accessGroup: "com.example.other")
+        let named = CredentialStore(
+            vault: vault, service: "com.example.scoped", accessGroup: "com.example.other")
         #expect(try named.allAccounts() == ["alice", "carol"])
     }
 
@@ -1073,10 +1521,12 @@ import Glibc
         #expect(try store.allAccounts() == ["bob"])
 
         // Locked: typed errors with Keychain Services' codes.
-        let afu = CredentialStore(vault: vault, service: "com.example.creds.afu", accessibility: .afterFirstUnlock)
+        let afu = CredentialStore(
+            vault: vault, service: "com.example.creds.afu", accessibility: .afterFirstUnlock)
         try afu.set("still here", for: "carol")
         // Replacing a secret gives the item the store's accessibility, as adding it would.
-        try CredentialStore(vault: vault, service: "com.example.creds.afu").set("was whenUnlocked", for: "erin")
+        try CredentialStore(vault: vault, service: "com.example.creds.afu").set(
+            "was whenUnlocked", for: "erin")
         try afu.set("now afterFirstUnlock", for: "erin")
         try #require(d.ctl(["lock"]).status == 0)
         #expect(try afu.string(for: "erin") == "now afterFirstUnlock")
@@ -1085,13 +1535,16 @@ import Glibc
             Issue.record("read while locked")
         } catch {
             // `error` is a VaultError (typed throws).
-            #expect(error.code == .interactionNotAllowed && error.status == Self.interactionNotAllowed, "\(error)")
+            #expect(
+                error.code == .interactionNotAllowed && error.status == Self.interactionNotAllowed,
+                "\(error)")
         }
         #expect(vaultError { try store.contains("bob") }?.code == .interactionNotAllowed)
         #expect(vaultError { try store.allAccounts() }?.code == .interactionNotAllowed)
         #expect(vaultError { try store.set("x", for: "dave") }?.code == .interactionNotAllowed)
         #expect(vaultError { try store.removeAll() }?.code == .interactionNotAllowed)
-        #expect(try afu.string(for: "carol") == "still here", "afterFirstUnlock items stay readable")
+        #expect(
+            try afu.string(for: "carol") == "still here", "afterFirstUnlock items stay readable")
         try #require(d.unlock().status == 0)
 
         try store.removeAll()

@@ -48,45 +48,62 @@ final class KeyringFixture: @unchecked Sendable {
         var env = isolatedEnvironment(root: root, socket: socketPath)
         env["DBUS_SESSION_BUS_ADDRESS"] = busAddress
         env["PYTHON_KEYRING_BACKEND"] = "keyring.backends.SecretService.Keyring"
-        for k in ["DISPLAY", "WAYLAND_DISPLAY", "GNOME_KEYRING_CONTROL", "SSH_AUTH_SOCK"] { env[k] = nil }
+        for k in ["DISPLAY", "WAYLAND_DISPLAY", "GNOME_KEYRING_CONTROL", "SSH_AUTH_SOCK"] {
+            env[k] = nil
+        }
         return env
     }
 
     private func startBus() throws {
         busPID = try ChildProcess.spawn(
-            "dbus-daemon", ["--session", "--nofork", "--nopidfile", "--address=\(busAddress)"], environment: environment,
-            inputs: [:], stdout: .file(root + "/dbus.log", append: true), stderr: .file(root + "/dbus.log", append: true))
+            "dbus-daemon", ["--session", "--nofork", "--nopidfile", "--address=\(busAddress)"],
+            environment: environment,
+            inputs: [:], stdout: .file(root + "/dbus.log", append: true),
+            stderr: .file(root + "/dbus.log", append: true))
         let deadline = Date().addingTimeInterval(10)
         while Date() < deadline {
             if access(root + "/bus", F_OK) == 0 { return }
             usleep(10_000)
         }
-        throw HarnessError("dbus-daemon did not create its socket; log:\n\(text(root + "/dbus.log"))")
+        throw HarnessError(
+            "dbus-daemon did not create its socket; log:\n\(text(root + "/dbus.log"))")
     }
 
     private func startKeyring() throws {
         keyringPID = try ChildProcess.spawn(
-            "gnome-keyring-daemon", ["--foreground", "--unlock", "--components=secrets"], environment: environment,
-            inputs: [0: Data(Self.keyringPassword.utf8)], stdout: .file(root + "/keyring.log", append: true),
+            "gnome-keyring-daemon", ["--foreground", "--unlock", "--components=secrets"],
+            environment: environment,
+            inputs: [0: Data(Self.keyringPassword.utf8)],
+            stdout: .file(root + "/keyring.log", append: true),
             stderr: .file(root + "/keyring.log", append: true))
         let deadline = Date().addingTimeInterval(15)
         while Date() < deadline {
             let r = run(
                 "dbus-send",
-                ["--session", "--print-reply", "--dest=org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus.NameHasOwner", "string:org.freedesktop.secrets"],
+                [
+                    "--session", "--print-reply", "--dest=org.freedesktop.DBus",
+                    "/org/freedesktop/DBus", "org.freedesktop.DBus.NameHasOwner",
+                    "string:org.freedesktop.secrets",
+                ],
                 timeout: 5)
             if r.stdoutText.contains("boolean true") { return }
             usleep(50_000)
         }
-        throw HarnessError("gnome-keyring-daemon did not take org.freedesktop.secrets; log:\n\(text(root + "/keyring.log"))")
+        throw HarnessError(
+            "gnome-keyring-daemon did not take org.freedesktop.secrets; log:\n\(text(root + "/keyring.log"))"
+        )
     }
 
     /// Locks the login collection (as the screen locker would).
     func lockKeyring() -> ProcessResult {
         run(
             "dbus-send",
-            ["--session", "--print-reply", "--dest=org.freedesktop.secrets", "/org/freedesktop/secrets",
-             "org.freedesktop.Secret.Service.Lock", "array:objpath:/org/freedesktop/secrets/collection/login"])
+            [
+                "--session", "--print-reply", "--dest=org.freedesktop.secrets",
+                "/org/freedesktop/secrets",
+                "org.freedesktop.Secret.Service.Lock",
+                "array:objpath:/org/freedesktop/secrets/collection/login",
+            ])
     }
 
     /// Starts `dbus-monitor` on the private bus for `CreateItem` calls and returns once it
@@ -95,7 +112,11 @@ final class KeyringFixture: @unchecked Sendable {
         precondition(monitorPID == nil)
         let out = root + "/monitor.log"
         monitorPID = try ChildProcess.spawn(
-            "dbus-monitor", ["--address", busAddress, "interface=org.freedesktop.Secret.Collection,member=CreateItem"], environment: environment,
+            "dbus-monitor",
+            [
+                "--address", busAddress,
+                "interface=org.freedesktop.Secret.Collection,member=CreateItem",
+            ], environment: environment,
             inputs: [:], stdout: .file(out, append: true), stderr: .file(out, append: true))
         let deadline = Date().addingTimeInterval(10)
         while Date() < deadline {
@@ -110,14 +131,22 @@ final class KeyringFixture: @unchecked Sendable {
     /// asked for, whatever the Secret Service keeps (gnome-keyring keeps none: it reports
     /// every secret as text/plain).
     func createdItems() -> [String] {
-        text(root + "/monitor.log").components(separatedBy: "\nmethod call ").filter { $0.contains("member=CreateItem") }.map { call in
+        text(root + "/monitor.log").components(separatedBy: "\nmethod call ").filter {
+            $0.contains("member=CreateItem")
+        }.map { call in
             let lines = call.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }
             func string(_ line: String) -> String {
                 guard let r = line.range(of: "string \"") else { return "?" }
                 return String(line[r.upperBound...].dropLast())
             }
-            let label = lines.firstIndex(of: "string \"org.freedesktop.Secret.Item.Label\"").map { string(lines[$0 + 1]) } ?? "?"
-            let type = lines.firstIndex(of: "struct {").flatMap { s in lines[s...].first { $0.hasPrefix("string \"") } }.map(string) ?? "?"
+            let label =
+                lines.firstIndex(of: "string \"org.freedesktop.Secret.Item.Label\"").map {
+                    string(lines[$0 + 1])
+                } ?? "?"
+            let type =
+                lines.firstIndex(of: "struct {").flatMap { s in
+                    lines[s...].first { $0.hasPrefix("string \"") }
+                }.map(string) ?? "?"
             return "\(label) \(type)"
         }
     }
@@ -127,16 +156,23 @@ final class KeyringFixture: @unchecked Sendable {
     /// Starts vaultd on the private bus and waits until it answers. Returns the seconds it
     /// took to answer.
     @discardableResult
-    func startVaultd(arguments: [String] = [], environment extra: [String: String] = [:]) throws -> Double {
+    func startVaultd(arguments: [String] = [], environment extra: [String: String] = [:]) throws
+        -> Double
+    {
         precondition(vaultdPID == nil)
         var env = environment.merging(extra) { $1 }
         env["VAULTD_SOCKET"] = nil
         let started = Date()
         let p = try ChildProcess.spawn(
-            Paths.tool("vaultd"), ["--socket", socketPath, "--data-dir", dataDirectory] + arguments, environment: env.filter { !$0.value.isEmpty },
-            inputs: [:], stdout: .file(vaultdLog, append: true), stderr: .file(vaultdLog, append: true))
+            Paths.tool("vaultd"),
+            ["--socket", socketPath, "--data-dir", dataDirectory] + arguments,
+            environment: env.filter { !$0.value.isEmpty },
+            inputs: [:], stdout: .file(vaultdLog, append: true),
+            stderr: .file(vaultdLog, append: true))
         vaultdPID = p
-        try Daemon.waitUntilServing(p, socketPath: socketPath, timeout: 15, interval: 10_000, log: { log }) { _ in vaultdPID = nil }
+        try Daemon.waitUntilServing(
+            p, socketPath: socketPath, timeout: 15, interval: 10_000, log: { log }
+        ) { _ in vaultdPID = nil }
         return Date().timeIntervalSince(started)
     }
 
@@ -163,15 +199,22 @@ final class KeyringFixture: @unchecked Sendable {
     /// `vaultctl status --json`'s state ("locked", ...), or nil.
     func state() -> String? {
         let r = ctl(["status", "--json"])
-        guard r.status == 0, let o = try? JSONSerialization.jsonObject(with: r.stdout) as? [String: Any] else { return nil }
+        guard r.status == 0,
+            let o = try? JSONSerialization.jsonObject(with: r.stdout) as? [String: Any]
+        else { return nil }
         return o["state"] as? String
     }
 
     // MARK: clients
 
-    func run(_ tool: String, _ arguments: [String], stdin: Data? = nil, fds: [Int32: Data] = [:], timeout: Double = 60) -> ProcessResult {
+    func run(
+        _ tool: String, _ arguments: [String], stdin: Data? = nil, fds: [Int32: Data] = [:],
+        timeout: Double = 60
+    ) -> ProcessResult {
         do {
-            return try ChildProcess.run(Paths.tool(tool), arguments, environment: environment, stdin: stdin, extraFDs: fds, timeout: timeout)
+            return try ChildProcess.run(
+                Paths.tool(tool), arguments, environment: environment, stdin: stdin, extraFDs: fds,
+                timeout: timeout)
         } catch {
             return ProcessResult(status: -1, stdout: Data(), stderr: "harness: \(error)")
         }
@@ -188,13 +231,17 @@ final class KeyringFixture: @unchecked Sendable {
 
     /// An item made with python's secretstorage, the secret on stdin: secret-tool stores at
     /// most 8 KiB and every secret as text/plain.
-    func secretStorageCreate(label: String, _ attributes: [String: String], secret: Data, contentType: String = "text/plain") -> ProcessResult {
+    func secretStorageCreate(
+        label: String, _ attributes: [String: String], secret: Data,
+        contentType: String = "text/plain"
+    ) -> ProcessResult {
         let script = """
             import json, sys, secretstorage
             c = secretstorage.get_default_collection(secretstorage.dbus_init())
             c.create_item(sys.argv[1], json.loads(sys.argv[2]), sys.stdin.buffer.read(), content_type=sys.argv[3])
             """
-        let json = String(decoding: try! JSONSerialization.data(withJSONObject: attributes), as: UTF8.self)
+        let json = String(
+            decoding: try! JSONSerialization.data(withJSONObject: attributes), as: UTF8.self)
         return run("python3", ["-c", script, label, json, contentType], stdin: secret)
     }
 
@@ -218,5 +265,7 @@ final class KeyringFixture: @unchecked Sendable {
         TemporaryDirectory.remove(root)
     }
 
-    private func text(_ path: String) -> String { (try? String(contentsOfFile: path, encoding: .utf8)) ?? "" }
+    private func text(_ path: String) -> String {
+        (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
+    }
 }

@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 #if canImport(Glibc)
 import Glibc
@@ -47,7 +47,11 @@ final class PamLogin: @unchecked Sendable {
         adminRoot = try TemporaryDirectory.make(prefix: "vpam-admin")
         root = try TemporaryDirectory.make(prefix: "vpam")
         let add = try ChildProcess.run(
-            "useradd", ["--system", "--user-group", "--no-create-home", "--home-dir", root + "/home", "--shell", "/usr/sbin/nologin", name],
+            "useradd",
+            [
+                "--system", "--user-group", "--no-create-home", "--home-dir", root + "/home",
+                "--shell", "/usr/sbin/nologin", name,
+            ],
             environment: ["PATH": "/usr/sbin:/usr/bin:/sbin:/bin"])
         guard add.status == 0, let pw = getpwnam(name) else {
             TemporaryDirectory.remove(root)
@@ -60,11 +64,14 @@ final class PamLogin: @unchecked Sendable {
         do {
             for d in [root, root + "/home"] {
                 if d != root { mkdir(d, 0o700) }
-                guard chown(d, uid, gid) == 0 else { throw HarnessError("chown \(d): \(String(cString: strerror(errno)))") }
+                guard chown(d, uid, gid) == 0 else {
+                    throw HarnessError("chown \(d): \(String(cString: strerror(errno)))")
+                }
             }
             // As pam_systemd/logind make it: 0700, the user's. A directory left from another
             // user of the same uid would not be ours to reuse.
-            guard mkdir("/run/user", 0o755) == 0 || errno == EEXIST, mkdir(runtimeDirectory, 0o700) == 0,
+            guard mkdir("/run/user", 0o755) == 0 || errno == EEXIST,
+                mkdir(runtimeDirectory, 0o700) == 0,
                 chown(runtimeDirectory, uid, gid) == 0
             else { throw HarnessError("\(runtimeDirectory): \(String(cString: strerror(errno)))") }
         } catch {
@@ -78,8 +85,11 @@ final class PamLogin: @unchecked Sendable {
     /// The environment of the user's own processes (vaultd, vaultctl): its home and runtime
     /// directory, nothing of the test's.
     var userEnvironment: [String: String] {
-        ["PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": root + "/home", "XDG_RUNTIME_DIR": runtimeDirectory,
-         "LC_ALL": "C.UTF-8", "VAULTD_ARGON2_TEST_COST": "min"]
+        [
+            "PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": root + "/home",
+            "XDG_RUNTIME_DIR": runtimeDirectory,
+            "LC_ALL": "C.UTF-8", "VAULTD_ARGON2_TEST_COST": "min",
+        ]
     }
 
     /// `setpriv` to the user, then `command`.
@@ -90,7 +100,9 @@ final class PamLogin: @unchecked Sendable {
     /// vaultctl as the user, on its default socket.
     func ctl(_ arguments: [String], fds: [Int32: Data] = [:]) -> ProcessResult {
         do {
-            return try ChildProcess.run("setpriv", asUser([Paths.tool("vaultctl")] + arguments), environment: userEnvironment, extraFDs: fds, timeout: 30)
+            return try ChildProcess.run(
+                "setpriv", asUser([Paths.tool("vaultctl")] + arguments),
+                environment: userEnvironment, extraFDs: fds, timeout: 30)
         } catch {
             return ProcessResult(status: -1, stdout: Data(), stderr: "harness: \(error)")
         }
@@ -101,7 +113,8 @@ final class PamLogin: @unchecked Sendable {
     /// before a login.
     func startLockedVault(passphrase: String) throws {
         let p = try ChildProcess.spawn(
-            "setpriv", asUser([Paths.tool("vaultd"), "--data-dir", root + "/data"]), environment: userEnvironment, inputs: [:],
+            "setpriv", asUser([Paths.tool("vaultd"), "--data-dir", root + "/data"]),
+            environment: userEnvironment, inputs: [:],
             stdout: .file(vaultdLogPath, append: true), stderr: .file(vaultdLogPath, append: true))
         vaultd = p
         let deadline = Date().addingTimeInterval(20)
@@ -111,10 +124,13 @@ final class PamLogin: @unchecked Sendable {
             }
             usleep(50_000)
         }
-        let initialized = ctl(["init", "--passphrase-fd", "3"], fds: [3: Data((passphrase + "\n").utf8)])
+        let initialized = ctl(
+            ["init", "--passphrase-fd", "3"], fds: [3: Data((passphrase + "\n").utf8)])
         guard initialized.status == 0 else { throw HarnessError("init: \(initialized)") }
         let locked = ctl(["lock"])
-        guard locked.status == 0, locked.stdoutText.contains("state: locked") else { throw HarnessError("lock: \(locked)") }
+        guard locked.status == 0, locked.stdoutText.contains("state: locked") else {
+            throw HarnessError("lock: \(locked)")
+        }
     }
 
     /// The vault's state as `vaultctl status` prints it (`unlocked`; `locked (after first
@@ -141,7 +157,8 @@ final class PamLogin: @unchecked Sendable {
     func login(password: String) throws -> (ProcessResult, Double) {
         let start = Date()
         let r = try ChildProcess.run(
-            "pamtester", [service, name, "authenticate"], environment: ["PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C.UTF-8"],
+            "pamtester", [service, name, "authenticate"],
+            environment: ["PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C.UTF-8"],
             stdin: Data((password + "\n").utf8), timeout: 60)
         return (r, Date().timeIntervalSince(start))
     }
@@ -169,7 +186,8 @@ final class PamLogin: @unchecked Sendable {
         }
         unlink(serviceFile)
         try? FileManager.default.removeItem(atPath: runtimeDirectory)
-        _ = try? ChildProcess.run("userdel", [name], environment: ["PATH": "/usr/sbin:/usr/bin:/sbin:/bin"])
+        _ = try? ChildProcess.run(
+            "userdel", [name], environment: ["PATH": "/usr/sbin:/usr/bin:/sbin:/bin"])
         TemporaryDirectory.remove(root)
         TemporaryDirectory.remove(adminRoot)
     }
@@ -179,7 +197,12 @@ final class PamLogin: @unchecked Sendable {
 private let pamWritable = getuid() == 0 && access("/etc/pam.d", W_OK) == 0
 
 /// One test at a time: useradd and userdel lock /etc/passwd and fail when another holds it.
-@Suite("PamUnlock", .serialized, .tags(.system), .enabled(if: pamWritable, "needs root and a writable /etc/pam.d (a service file and a test user are added, then removed)"))
+@Suite(
+    "PamUnlock", .serialized, .tags(.system),
+    .enabled(
+        if: pamWritable,
+        "needs root and a writable /etc/pam.d (a service file and a test user are added, then removed)"
+    ))
 struct PamUnlockTests {
     static let password = "login pass, with spaces"
 
@@ -191,8 +214,12 @@ struct PamUnlockTests {
         let (r, _) = try login.login(password: Self.password)
         #expect(r.status == 0, "\(r)")
         #expect(r.stdoutText.contains("successfully authenticated"), "\(r)")
-        #expect(login.state() == "unlocked", "pam log:\n\(login.pamLog)\nvaultd log:\n\(login.vaultdLog)")
-        #expect(login.pamLog.contains("vaultd-pam-unlock: the vault of \(login.name) is unlocked"), "\(login.pamLog)")
+        #expect(
+            login.state() == "unlocked",
+            "pam log:\n\(login.pamLog)\nvaultd log:\n\(login.vaultdLog)")
+        #expect(
+            login.pamLog.contains("vaultd-pam-unlock: the vault of \(login.name) is unlocked"),
+            "\(login.pamLog)")
         // The password is in no log.
         #expect(!login.pamLog.contains(Self.password))
         #expect(!login.vaultdLog.contains(Self.password))
@@ -206,20 +233,28 @@ struct PamUnlockTests {
         #expect(r.status == 0, "\(r)")
         #expect(r.stdoutText.contains("successfully authenticated"), "\(r)")
         #expect(login.state() == "locked (after first unlock)")
-        #expect(login.pamLog.contains("the login password did not unlock the vault of \(login.name), which stays locked"), "\(login.pamLog)")
+        #expect(
+            login.pamLog.contains(
+                "the login password did not unlock the vault of \(login.name), which stays locked"),
+            "\(login.pamLog)")
         #expect(!login.pamLog.contains("not the vault passphrase"))
         // One login, one failed check, as vaultd counts them.
-        #expect(login.vaultdLog.contains("failed: wrong passphrase (1 failed in a row)"), "\(login.vaultdLog)")
+        #expect(
+            login.vaultdLog.contains("failed: wrong passphrase (1 failed in a row)"),
+            "\(login.vaultdLog)")
         // The vault still opens with its own passphrase: nothing was changed.
-        let unlocked = login.ctl(["unlock", "--passphrase-fd", "3"], fds: [3: Data((Self.password + "\n").utf8)])
-        #expect(unlocked.status == 0 && unlocked.stdoutText.contains("state: unlocked"), "\(unlocked)")
+        let unlocked = login.ctl(
+            ["unlock", "--passphrase-fd", "3"], fds: [3: Data((Self.password + "\n").utf8)])
+        #expect(
+            unlocked.status == 0 && unlocked.stdoutText.contains("state: unlocked"), "\(unlocked)")
     }
 
     @Test func anUnlockedVaultIsLeftAloneAndNoPasswordIsTried() throws {
         let login = try PamLogin()
         try login.startLockedVault(passphrase: Self.password)
         try login.writeService()
-        let unlocked = login.ctl(["unlock", "--passphrase-fd", "3"], fds: [3: Data((Self.password + "\n").utf8)])
+        let unlocked = login.ctl(
+            ["unlock", "--passphrase-fd", "3"], fds: [3: Data((Self.password + "\n").utf8)])
         #expect(unlocked.status == 0, "\(unlocked)")
         // A lock screen whose password is not the vault's: nothing is sent, nothing counted.
         for _ in 0..<4 {
@@ -227,7 +262,9 @@ struct PamUnlockTests {
             #expect(r.status == 0 && r.stdoutText.contains("successfully authenticated"), "\(r)")
         }
         #expect(login.state() == "unlocked")
-        #expect(login.pamLog.components(separatedBy: "the vault of \(login.name) is already unlocked").count == 5, "\(login.pamLog)")
+        #expect(
+            login.pamLog.components(separatedBy: "the vault of \(login.name) is already unlocked")
+                .count == 5, "\(login.pamLog)")
         #expect(!login.vaultdLog.contains("wrong passphrase"), "\(login.vaultdLog)")
     }
 
@@ -238,7 +275,10 @@ struct PamUnlockTests {
         try login.startLockedVault(passphrase: Self.password)
         let r = try ChildProcess.run(
             PamLogin.helper, ["--timeout", "\(PamLogin.helperTimeout)", Paths.tool("vaultctl")],
-            environment: ["PATH": "/usr/bin:/bin", "PAM_TYPE": "auth", "PAM_USER": login.name, "PAM_SERVICE": login.service],
+            environment: [
+                "PATH": "/usr/bin:/bin", "PAM_TYPE": "auth", "PAM_USER": login.name,
+                "PAM_SERVICE": login.service,
+            ],
             stdin: Data(Self.password.utf8) + [0], timeout: 30)
         #expect(r.status == 0, "\(r)")
         #expect(r.stderr == "vaultd-pam-unlock: the vault of \(login.name) is unlocked\n", "\(r)")
@@ -250,10 +290,14 @@ struct PamUnlockTests {
         try login.startLockedVault(passphrase: Self.password)
         try login.writeService()
         login.stopVaultd()
-        #expect(!FileManager.default.fileExists(atPath: login.runtimeDirectory + "/vaultd/vaultd.sock"))
+        #expect(
+            !FileManager.default.fileExists(atPath: login.runtimeDirectory + "/vaultd/vaultd.sock"))
         let (r, seconds) = try login.login(password: Self.password)
         #expect(r.status == 0 && r.stdoutText.contains("successfully authenticated"), "\(r)")
-        #expect(login.pamLog.contains("vaultd is not running for \(login.name) (no socket at \(login.runtimeDirectory)/vaultd/vaultd.sock); the vault stays locked"), "\(login.pamLog)")
+        #expect(
+            login.pamLog.contains(
+                "vaultd is not running for \(login.name) (no socket at \(login.runtimeDirectory)/vaultd/vaultd.sock); the vault stays locked"
+            ), "\(login.pamLog)")
         // Nothing to wait for: well under the helper's own bound.
         #expect(seconds < Double(PamLogin.helperTimeout), "took \(seconds) s")
     }
@@ -272,7 +316,10 @@ struct PamUnlockTests {
         // 2 s and the processes' start.
         #expect(seconds < Double(PamLogin.helperTimeout + 3), "took \(seconds) s")
         // vaultctl gave up at its VAULTCTL_TIMEOUT; timeout(1) did not have to kill it.
-        #expect(login.pamLog.contains("vaultd-pam-unlock: vaultd of \(login.name) did not answer; the vault stays locked"), "\(login.pamLog)")
+        #expect(
+            login.pamLog.contains(
+                "vaultd-pam-unlock: vaultd of \(login.name) did not answer; the vault stays locked"),
+            "\(login.pamLog)")
         #expect(login.state() == "locked (after first unlock)")
     }
 }

@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 import VaultProtocol
 
 #if canImport(Glibc)
@@ -40,12 +40,15 @@ import Glibc
     /// on vaultd's clock, moved on by the `retryAfter` it gives (`advance`). Returns the
     /// outcome and the refusals.
     static func unlockInTurn(
-        _ c: ExactClient, _ passphrase: String, firstRetryAfter: inout Double, waited: inout Double, advance: (Double) throws -> Void
+        _ c: ExactClient, _ passphrase: String, firstRetryAfter: inout Double, waited: inout Double,
+        advance: (Double) throws -> Void
     ) throws -> (ExactClient.Outcome, Int) {
         var refusals = 0
         while true {
             let outcome = c.call("io.vaultd.Vault.Unlock", ["passphrase": .string(passphrase)])
-            guard case .error(Self.rateLimited, let p) = outcome, refusals < 1000 else { return (outcome, refusals) }
+            guard case .error(Self.rateLimited, let p) = outcome, refusals < 1000 else {
+                return (outcome, refusals)
+            }
             let r = p["retryAfter"]?.doubleValue ?? 0
             if refusals == 0 { firstRetryAfter = r }
             refusals += 1
@@ -54,24 +57,32 @@ import Glibc
         }
     }
 
-    static func guessThirtyThenTheRightOne(_ c: ExactClient, right: String, advance: (Double) throws -> Void) throws -> Run {
+    static func guessThirtyThenTheRightOne(
+        _ c: ExactClient, right: String, advance: (Double) throws -> Void
+    ) throws -> Run {
         var run = Run()
         let start = Date()
         for n in 1...30 {
             var first = 0.0
-            let (outcome, refusals) = try unlockInTurn(c, "wrong guess \(n)", firstRetryAfter: &first, waited: &run.waited, advance: advance)
+            let (outcome, refusals) = try unlockInTurn(
+                c, "wrong guess \(n)", firstRetryAfter: &first, waited: &run.waited,
+                advance: advance)
             run.refusals.append(refusals)
             guard case .error(Self.authFailed, _) = outcome else {
                 run.problems.append("guess \(n): \(outcome)")
                 break
             }
-            run.retryAfter.append(c.call("io.vaultd.Vault.Status").parameters?["retryAfter"]?.doubleValue ?? -1)
+            run.retryAfter.append(
+                c.call("io.vaultd.Vault.Status").parameters?["retryAfter"]?.doubleValue ?? -1)
         }
         var first = 0.0
-        let (outcome, refusals) = try unlockInTurn(c, right, firstRetryAfter: &first, waited: &run.waited, advance: advance)
+        let (outcome, refusals) = try unlockInTurn(
+            c, right, firstRetryAfter: &first, waited: &run.waited, advance: advance)
         run.rightRefusals = refusals
         run.rightFirstRetryAfter = first
-        if outcome.parameters?["lock"]?["state"] != "unlocked" { run.problems.append("the right passphrase: \(outcome)") }
+        if outcome.parameters?["lock"]?["state"] != "unlocked" {
+            run.problems.append("the right passphrase: \(outcome)")
+        }
         run.seconds = Date().timeIntervalSince(start)
         return run
     }
@@ -82,19 +93,34 @@ import Glibc
     /// the right passphrase refused while the last wait lasted.
     static func expectTheSchedule(_ run: Run, _ disk: String) {
         for p in run.problems { Issue.record("\(disk): \(p)") }
-        #expect(run.refusals.count == 30 && run.retryAfter.count == 30, "\(disk): \(run.refusals.count) guesses checked")
-        #expect(run.refusals.prefix(3).allSatisfy { $0 == 0 }, "\(disk): the first three guesses were refused: \(run.refusals)")
+        #expect(
+            run.refusals.count == 30 && run.retryAfter.count == 30,
+            "\(disk): \(run.refusals.count) guesses checked")
+        #expect(
+            run.refusals.prefix(3).allSatisfy { $0 == 0 },
+            "\(disk): the first three guesses were refused: \(run.refusals)")
         for (i, r) in run.retryAfter.enumerated() {
             let n = i + 1
-            #expect(r <= Self.wait(n) + 1e-9 && r >= Self.wait(n) - 0.25, "\(disk): retryAfter \(r) s after \(n) failures; expected \(Self.wait(n))")
+            #expect(
+                r <= Self.wait(n) + 1e-9 && r >= Self.wait(n) - 0.25,
+                "\(disk): retryAfter \(r) s after \(n) failures; expected \(Self.wait(n))")
         }
         // Each wait (1 s and more) is met by the next guess: only the test's clock ends it.
-        for n in 3...29 { #expect(run.refusals[n] >= 1, "\(disk): guess \(n + 1) was not refused during the wait of \(Self.wait(n)) s") }
+        for n in 3...29 {
+            #expect(
+                run.refusals[n] >= 1,
+                "\(disk): guess \(n + 1) was not refused during the wait of \(Self.wait(n)) s")
+        }
         #expect(run.rightRefusals >= 1, "\(disk): the right passphrase did not wait its turn")
-        #expect(run.rightFirstRetryAfter > 899 && run.rightFirstRetryAfter <= 900, "\(disk): the right passphrase's first retryAfter \(run.rightFirstRetryAfter)")
+        #expect(
+            run.rightFirstRetryAfter > 899 && run.rightFirstRetryAfter <= 900,
+            "\(disk): the right passphrase's first retryAfter \(run.rightFirstRetryAfter)")
         // The clock was moved on by the waits, and no more: the documented schedule's sum.
         let schedule = (3...30).map(Self.wait).reduce(0, +)
-        #expect(run.waited <= schedule + 1 && run.waited >= schedule - 30, "\(disk): waited \(run.waited) s on vaultd's clock; the schedule's waits add up to \(schedule) s")
+        #expect(
+            run.waited <= schedule + 1 && run.waited >= schedule - 30,
+            "\(disk): waited \(run.waited) s on vaultd's clock; the schedule's waits add up to \(schedule) s"
+        )
     }
 
     static let script = """
@@ -104,7 +130,10 @@ import Glibc
         exec "$@"
         """
 
-    @Test(.enabled(if: ReliabilityFullDiskTests.available, "needs root and mount namespaces (unshare -m)"), .timeLimit(.minutes(3)))
+    @Test(
+        .enabled(
+            if: ReliabilityFullDiskTests.available, "needs root and mount namespaces (unshare -m)"),
+        .timeLimit(.minutes(3)))
     func thirtyWrongPassphrasesOnAFullDiskAreRateLimitedAsOnADiskWithRoom() throws {
         let right = "the right passphrase"
 
@@ -113,9 +142,12 @@ import Glibc
         defer { roomy.close() }
         try roomy.start()
         let rc = try roomy.connect()
-        try #require(rc.call("io.vaultd.Vault.Init", ["passphrase": .string(right)]).parameters != nil)
+        try #require(
+            rc.call("io.vaultd.Vault.Init", ["passphrase": .string(right)]).parameters != nil)
         try #require(rc.call("io.vaultd.Vault.Lock").parameters != nil)
-        let withRoom = try Self.guessThirtyThenTheRightOne(rc, right: right) { try roomy.advanceClock(by: $0) }
+        let withRoom = try Self.guessThirtyThenTheRightOne(rc, right: right) {
+            try roomy.advanceClock(by: $0)
+        }
         Self.expectTheSchedule(withRoom, "disk with room")
 
         // A full one.
@@ -131,35 +163,54 @@ import Glibc
         }
         try Self.script.write(toFile: root + "/ns.sh", atomically: true, encoding: .utf8)
         try d.start(wrapper: ["unshare", "-m", "sh", root + "/ns.sh", disk])
-        holder = (try? String(contentsOfFile: disk + ".holder", encoding: .utf8)).flatMap { pid_t($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+        holder = (try? String(contentsOfFile: disk + ".holder", encoding: .utf8)).flatMap {
+            pid_t($0.trimmingCharacters(in: .whitespacesAndNewlines))
+        }
         let namespaceHolder = try #require(holder, "the namespace holder did not start")
         let c = try d.connect()
-        try #require(c.call("io.vaultd.Vault.Init", ["passphrase": .string(right)]).parameters != nil)
+        try #require(
+            c.call("io.vaultd.Vault.Init", ["passphrase": .string(right)]).parameters != nil)
         try #require(c.call("io.vaultd.Vault.Lock").parameters != nil)
         // Fill it: a file takes what is left, then preference writes until three in a row
         // are refused (the store's own files have no room left to grow either).
         let fill = try ChildProcess.run(
-            "nsenter", ["--mount=/proc/\(namespaceHolder)/ns/mnt", "sh", "-c", "cat /dev/zero > \"$1\"/filler; true", "sh", disk],
+            "nsenter",
+            [
+                "--mount=/proc/\(namespaceHolder)/ns/mnt", "sh", "-c",
+                "cat /dev/zero > \"$1\"/filler; true", "sh", disk,
+            ],
             environment: ProcessInfo.processInfo.environment, timeout: 30)
         try #require(fill.status == 0, "\(fill)")
         var refusedInARow = 0
         var n = 0
         while refusedInARow < 3 && n < 2000 {
             let v: JSON = ["string": .string(String(repeating: "x", count: 4000))]
-            let outcome = c.call("io.vaultd.Preferences.Set", ["domain": "com.example.fill", "key": .string("k\(n)"), "value": v])
-            refusedInARow = outcome.errorName == ReliabilityFullDiskTests.storageFull ? refusedInARow + 1 : 0
+            let outcome = c.call(
+                "io.vaultd.Preferences.Set",
+                ["domain": "com.example.fill", "key": .string("k\(n)"), "value": v])
+            refusedInARow =
+                outcome.errorName == ReliabilityFullDiskTests.storageFull ? refusedInARow + 1 : 0
             n += 1
         }
         try #require(refusedInARow == 3, "the disk did not fill")
-        let full = try Self.guessThirtyThenTheRightOne(c, right: right) { try d.advanceClock(by: $0) }
+        let full = try Self.guessThirtyThenTheRightOne(c, right: right) {
+            try d.advanceClock(by: $0)
+        }
         Self.expectTheSchedule(full, "full disk")
         #expect(d.isRunning)
         let log = d.log
         let inMemoryOnly = log.components(separatedBy: "counted in memory only").count - 1
-        for n in 1...30 { #expect(log.contains("(\(n) failed in a row"), "the full disk's log does not count failure \(n)") }
-        #expect(inMemoryOnly >= 1, "every failure was stored on the full disk: the test did not test the full disk")
+        for n in 1...30 {
+            #expect(
+                log.contains("(\(n) failed in a row"),
+                "the full disk's log does not count failure \(n)")
+        }
+        #expect(
+            inMemoryOnly >= 1,
+            "every failure was stored on the full disk: the test did not test the full disk")
         func f(_ x: Double) -> String { String(format: "%.3f", x) }
         ReliabilityReport.record(
-            "wrong passphrases (the real waits, on vaultd's test clock: \(f(withRoom.waited)) s with room, \(f(full.waited)) s on the full disk): 30 guesses then the right one took \(f(withRoom.seconds)) s with room and \(f(full.seconds)) s on the full disk (\(inMemoryOnly) of 30 failures counted in memory only, the store full); refusals per guess with room \(withRoom.refusals), full \(full.refusals); the right one was refused \(withRoom.rightRefusals) and \(full.rightRefusals) times, first retryAfter \(f(withRoom.rightFirstRetryAfter)) and \(f(full.rightFirstRetryAfter)) s")
+            "wrong passphrases (the real waits, on vaultd's test clock: \(f(withRoom.waited)) s with room, \(f(full.waited)) s on the full disk): 30 guesses then the right one took \(f(withRoom.seconds)) s with room and \(f(full.seconds)) s on the full disk (\(inMemoryOnly) of 30 failures counted in memory only, the store full); refusals per guess with room \(withRoom.refusals), full \(full.refusals); the right one was refused \(withRoom.rightRefusals) and \(full.rightRefusals) times, first retryAfter \(f(withRoom.rightFirstRetryAfter)) and \(f(full.rightFirstRetryAfter)) s"
+        )
     }
 }

@@ -14,7 +14,9 @@ import Testing
     }()
 
     static func rootIsDictionary(_ name: String) -> Bool {
-        guard let data = FileManager.default.contents(atPath: corpus.appendingPathComponent(name).path),
+        guard
+            let data = FileManager.default.contents(
+                atPath: corpus.appendingPathComponent(name).path),
             let root = try? PropertyListSerialization.propertyList(from: data, format: nil)
         else { return false }
         return root is [String: Any]
@@ -72,18 +74,23 @@ import Testing
         """
 
     /// Runs the comparison; "EQUAL" or "DIFF where".
-    static func compare(_ d: Daemon, original: String, copy: String, xmlDates: Bool = false) -> String {
+    static func compare(_ d: Daemon, original: String, copy: String, xmlDates: Bool = false)
+        -> String
+    {
         let script = d.root + "/compare.py"
         if !FileManager.default.fileExists(atPath: script) {
             _ = FileManager.default.createFile(atPath: script, contents: Data(compareScript.utf8))
         }
         let r = d.run("python3", [script, original, copy] + (xmlDates ? ["--xml-dates"] : []))
-        return r.status == 0 ? r.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines) : "python failed: \(r)"
+        return r.status == 0
+            ? r.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines) : "python failed: \(r)"
     }
 
     @Test func corpusIsThere() {
         #expect(Self.files.count >= 10, "corpus not found at \(Self.corpus.path)")
-        #expect(Self.arrayFiles.count == 1 && Self.arrayFiles.first?.hasPrefix("com.sogou.") == true, "\(Self.arrayFiles)")
+        #expect(
+            Self.arrayFiles.count == 1 && Self.arrayFiles.first?.hasPrefix("com.sogou.") == true,
+            "\(Self.arrayFiles)")
     }
 
     @Test(arguments: dictionaryFiles) func roundTrips(_ name: String) throws {
@@ -99,7 +106,9 @@ import Testing
         let exported = d.ctl(["defaults", "export", domain, binary])
         try #require(exported.status == 0, "\(exported)")
         let bytes = FileManager.default.contents(atPath: binary) ?? Data()
-        #expect(bytes.starts(with: Data("bplist00".utf8)), "export to a path should write a binary plist")
+        #expect(
+            bytes.starts(with: Data("bplist00".utf8)),
+            "export to a path should write a binary plist")
         #expect(Self.compare(d, original: original, copy: binary) == "EQUAL")
         // The same domain exports to the same bytes: again, after a restart of vaultd (a new
         // process, whose dictionaries iterate in another order), and after importing the
@@ -107,16 +116,22 @@ import Testing
         let again = d.root + "/export-again.plist"
         _ = try d.restart()
         try #require(d.ctl(["defaults", "export", domain, again]).status == 0)
-        #expect(FileManager.default.contents(atPath: again) == bytes, "a second export of the unchanged domain differs")
+        #expect(
+            FileManager.default.contents(atPath: again) == bytes,
+            "a second export of the unchanged domain differs")
         try #require(d.ctl(["defaults", "import", domain + ".copy", binary]).status == 0)
         let copied = d.root + "/export-copy.plist"
         try #require(d.ctl(["defaults", "export", domain + ".copy", copied]).status == 0)
-        #expect(FileManager.default.contents(atPath: copied) == bytes, "the export of the imported export differs")
+        #expect(
+            FileManager.default.contents(atPath: copied) == bytes,
+            "the export of the imported export differs")
 
         guard !Self.notRepresentableInXML.contains(name) else { return }
         let xml = d.ctl(["defaults", "export", domain, "-"])
         try #require(xml.status == 0, "\(xml)")
-        #expect(xml.stdout.starts(with: Data("<?xml".utf8)), "export to - should write XML: \(xml.stdoutText.prefix(100))")
+        #expect(
+            xml.stdout.starts(with: Data("<?xml".utf8)),
+            "export to - should write XML: \(xml.stdoutText.prefix(100))")
         let xmlPath = d.root + "/export.xml"
         try xml.stdout.write(to: URL(fileURLWithPath: xmlPath))
         #expect(Self.compare(d, original: original, copy: xmlPath, xmlDates: true) == "EQUAL")
@@ -128,8 +143,11 @@ import Testing
         let d = try Daemon()
         defer { d.close() }
         let domain = "com.example.refusal"
-        let dictionary = Self.corpus.appendingPathComponent("com.knollsoft.Rectangle__Fxlipe115-config_files.plist").path
-        let array = try #require(Self.arrayFiles.first.map { Self.corpus.appendingPathComponent($0).path })
+        let dictionary = Self.corpus.appendingPathComponent(
+            "com.knollsoft.Rectangle__Fxlipe115-config_files.plist"
+        ).path
+        let array = try #require(
+            Self.arrayFiles.first.map { Self.corpus.appendingPathComponent($0).path })
 
         try #require(d.ctl(["defaults", "import", domain, dictionary]).status == 0)
         let refused = d.ctl(["defaults", "import", domain, array])
@@ -139,6 +157,8 @@ import Testing
         let out = d.root + "/after.plist"
         let exported = d.ctl(["defaults", "export", domain, out])
         try #require(exported.status == 0, "\(exported)")
-        #expect(Self.compare(d, original: dictionary, copy: out) == "EQUAL", "the domain changed after a refused import")
+        #expect(
+            Self.compare(d, original: dictionary, copy: out) == "EQUAL",
+            "the domain changed after a refused import")
     }
 }

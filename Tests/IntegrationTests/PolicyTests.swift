@@ -20,52 +20,69 @@ import Glibc
     /// Parameters that make each method a well-formed call by the app (so a refusal is the
     /// policy's, not the parameters'). A method missing here fails the test: a new method
     /// joins the loop when it joins an interface.
-    static var parameters: [String: [String: Any]] { [
-        "org.varlink.service.GetInfo": [:],
-        "org.varlink.service.GetInterfaceDescription": ["interface": "io.vaultd.Vault"],
-        "io.vaultd.Vault.Hello": [:],
-        "io.vaultd.Vault.Status": [:],
-        "io.vaultd.Vault.Init": ["passphrase": "guess"],
-        "io.vaultd.Vault.Unlock": ["passphrase": "guess"],
-        "io.vaultd.Vault.UnlockFromKeyring": [:],
-        "io.vaultd.Vault.Lock": [:],
-        "io.vaultd.Vault.ChangePassphrase": ["old": "guess", "new": "other"],
-        "io.vaultd.Vault.Observe": [:],
-        "io.vaultd.Vault.Backup": ["path": "/tmp/policy-test-backup.age", "passphrase": "guess"],
-        "io.vaultd.Vault.Restore": ["path": "/tmp/policy-test-backup.age", "passphrase": "guess"],
-        "io.vaultd.Vault.Check": [:],
-        "io.vaultd.Keychain.Add": ["class": "genericPassword", "attributes": ["service": "p", "account": "p"], "data": "eg=="],
-        "io.vaultd.Keychain.CopyMatching": ["class": "genericPassword", "query": ["service": "p"], "returnData": true],
-        "io.vaultd.Keychain.Update": ["class": "genericPassword", "query": ["service": "p"], "attributes": ["label": "x"]],
-        "io.vaultd.Keychain.Delete": ["class": "genericPassword", "query": ["service": "p"]],
-        "io.vaultd.Preferences.Get": ["key": "k"],
-        "io.vaultd.Preferences.Set": ["key": "k", "value": ["string": "v"]],
-        "io.vaultd.Preferences.Remove": ["key": "k"],
-        "io.vaultd.Preferences.Domain": [:],
-        "io.vaultd.Preferences.Domains": [:],
-        "io.vaultd.Preferences.Import": ["domain": app, "values": ["k": ["string": "v"]]],
-        "io.vaultd.Preferences.Export": ["domain": app],
-        "io.vaultd.Preferences.Observe": [:],
-        "io.vaultd.Preferences.RemoveDomain": ["domain": app],
-        "io.vaultd.Caches.Directory": [:],
-        "io.vaultd.Caches.Usage": [:],
-        "io.vaultd.Caches.Purge": [:],
-        "io.vaultd.Caches.Observe": [:],
-        "io.vaultd.Apps.Install": ["appID": "org.example.Other", "executable": "/usr/bin/true"],
-        "io.vaultd.Apps.Uninstall": ["appID": app],
-        "io.vaultd.Apps.List": [:],
-        "io.vaultd.Apps.Show": ["appID": app],
-        "io.vaultd.Sync.Init": ["folder": "/tmp"],
-        "io.vaultd.Sync.Join": ["folder": "/tmp"],
-        "io.vaultd.Sync.Approve": ["code": "00"],
-        "io.vaultd.Sync.Status": [:],
-        "io.vaultd.Sync.Leave": [:],
-        "io.vaultd.Sync.Remove": ["device": "00"],
-    ] }
+    static var parameters: [String: [String: Any]] {
+        [
+            "org.varlink.service.GetInfo": [:],
+            "org.varlink.service.GetInterfaceDescription": ["interface": "io.vaultd.Vault"],
+            "io.vaultd.Vault.Hello": [:],
+            "io.vaultd.Vault.Status": [:],
+            "io.vaultd.Vault.Init": ["passphrase": "guess"],
+            "io.vaultd.Vault.Unlock": ["passphrase": "guess"],
+            "io.vaultd.Vault.UnlockFromKeyring": [:],
+            "io.vaultd.Vault.Lock": [:],
+            "io.vaultd.Vault.ChangePassphrase": ["old": "guess", "new": "other"],
+            "io.vaultd.Vault.Observe": [:],
+            "io.vaultd.Vault.Backup": [
+                "path": "/tmp/policy-test-backup.age", "passphrase": "guess",
+            ],
+            "io.vaultd.Vault.Restore": [
+                "path": "/tmp/policy-test-backup.age", "passphrase": "guess",
+            ],
+            "io.vaultd.Vault.Check": [:],
+            "io.vaultd.Keychain.Add": [
+                "class": "genericPassword", "attributes": ["service": "p", "account": "p"],
+                "data": "eg==",
+            ],
+            "io.vaultd.Keychain.CopyMatching": [
+                "class": "genericPassword", "query": ["service": "p"], "returnData": true,
+            ],
+            "io.vaultd.Keychain.Update": [
+                "class": "genericPassword", "query": ["service": "p"], "attributes": ["label": "x"],
+            ],
+            "io.vaultd.Keychain.Delete": ["class": "genericPassword", "query": ["service": "p"]],
+            "io.vaultd.Preferences.Get": ["key": "k"],
+            "io.vaultd.Preferences.Set": ["key": "k", "value": ["string": "v"]],
+            "io.vaultd.Preferences.Remove": ["key": "k"],
+            "io.vaultd.Preferences.Domain": [:],
+            "io.vaultd.Preferences.Domains": [:],
+            "io.vaultd.Preferences.Import": ["domain": app, "values": ["k": ["string": "v"]]],
+            "io.vaultd.Preferences.Export": ["domain": app],
+            "io.vaultd.Preferences.Observe": [:],
+            "io.vaultd.Preferences.RemoveDomain": ["domain": app],
+            "io.vaultd.Caches.Directory": [:],
+            "io.vaultd.Caches.Usage": [:],
+            "io.vaultd.Caches.Purge": [:],
+            "io.vaultd.Caches.Observe": [:],
+            "io.vaultd.Apps.Install": [
+                "appID": "org.example.Other", "executable": "/usr/bin/true",
+            ],
+            "io.vaultd.Apps.Uninstall": ["appID": app],
+            "io.vaultd.Apps.List": [:],
+            "io.vaultd.Apps.Show": ["appID": app],
+            "io.vaultd.Sync.Init": ["folder": "/tmp"],
+            "io.vaultd.Sync.Join": ["folder": "/tmp"],
+            "io.vaultd.Sync.Approve": ["code": "00"],
+            "io.vaultd.Sync.Status": [:],
+            "io.vaultd.Sync.Leave": [:],
+            "io.vaultd.Sync.Remove": ["device": "00"],
+        ]
+    }
 
     /// Every declared method, in a fixed order, with its policy decision.
     static var methods: [(name: String, decision: Policy.MethodDecision?)] {
-        VarlinkInterfaces.inputParameters.keys.sorted().map { ($0, Policy.decision(forVarlinkMethod: $0)) }
+        VarlinkInterfaces.inputParameters.keys.sorted().map {
+            ($0, Policy.decision(forVarlinkMethod: $0))
+        }
     }
 
     static func audience(_ d: Policy.MethodDecision?) -> VaultCore.Operation.Audience? {
@@ -77,7 +94,9 @@ import Glibc
     /// prints "ready"; once the file argv[2] exists it makes each call listed in argv[3] (a
     /// JSON file of [method, parameters, more]) on that one connection and prints
     /// {"method": …, "reply": …} for each reply.
-    static let script = AppsTests.rawClientScript(imports: "json, os, socket, sys, time", """
+    static let script = AppsTests.rawClientScript(
+        imports: "json, os, socket, sys, time",
+        """
         print(json.dumps(call("io.vaultd.Vault.Hello", {})), flush=True)
         print("ready", flush=True)
         while not os.path.exists(sys.argv[2]): time.sleep(0.02)
@@ -92,28 +111,45 @@ import Glibc
 
     /// Runs `calls` as the app on a connection made before `before` runs; the replies by method.
     static func run(
-        _ d: Daemon, python: String, _ name: String, _ calls: [(String, Bool)], before: () throws -> Void
+        _ d: Daemon, python: String, _ name: String, _ calls: [(String, Bool)],
+        before: () throws -> Void
     ) throws -> [String: [String: Any]] {
-        let list = d.root + "/\(name).json", out = d.root + "/\(name).out", go = d.root + "/\(name).go"
+        let list = d.root + "/\(name).json"
+        let out = d.root + "/\(name).out"
+        let go = d.root + "/\(name).go"
         let json = calls.map { [$0.0, parameters[$0.0] ?? [:], $0.1] as [Any] }
         try JSONSerialization.data(withJSONObject: json).write(to: URL(fileURLWithPath: list))
         let pid = try ChildProcess.spawn(
-            python, ["-c", script, d.socketPath, go, list], environment: d.environment, inputs: [:], stdout: .file(out, append: false),
+            python, ["-c", script, d.socketPath, go, list], environment: d.environment, inputs: [:],
+            stdout: .file(out, append: false),
             stderr: .file(out + ".err", append: false))
-        let ready = eventually(timeout: 10) { (try? String(contentsOfFile: out, encoding: .utf8))?.contains("ready") == true }
-        #expect(ready, "the app did not connect: \((try? String(contentsOfFile: out + ".err", encoding: .utf8)) ?? "")")
+        let ready = eventually(timeout: 10) {
+            (try? String(contentsOfFile: out, encoding: .utf8))?.contains("ready") == true
+        }
+        #expect(
+            ready,
+            "the app did not connect: \((try? String(contentsOfFile: out + ".err", encoding: .utf8)) ?? "")"
+        )
         try before()
         _ = FileManager.default.createFile(atPath: go, contents: Data())
-        if ChildProcess.wait(pid, timeout: 30) == nil { kill(pid, SIGKILL); _ = ChildProcess.wait(pid, timeout: 5) }
+        if ChildProcess.wait(pid, timeout: 30) == nil {
+            kill(pid, SIGKILL)
+            _ = ChildProcess.wait(pid, timeout: 5)
+        }
         let text = (try? String(contentsOfFile: out, encoding: .utf8)) ?? ""
         var replies: [String: [String: Any]] = [:]
         for line in text.split(separator: "\n").dropFirst(2) {
-            guard let o = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any], let m = o["method"] as? String,
+            guard
+                let o = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
+                let m = o["method"] as? String,
                 let r = o["reply"] as? [String: Any]
             else { continue }
             replies[m] = r
         }
-        #expect(replies.count == calls.count, "\(name): \(text) \((try? String(contentsOfFile: out + ".err", encoding: .utf8)) ?? "")")
+        #expect(
+            replies.count == calls.count,
+            "\(name): \(text) \((try? String(contentsOfFile: out + ".err", encoding: .utf8)) ?? "")"
+        )
         return replies
     }
 
@@ -121,7 +157,10 @@ import Glibc
     static func streams(_ method: String) -> Bool { method.hasSuffix(".Observe") }
 
     @Test func everyMethodHasSampleParameters() {
-        for (m, _) in Self.methods { #expect(Self.parameters[m] != nil, "no sample parameters for \(m): add them to PolicyTests") }
+        for (m, _) in Self.methods {
+            #expect(
+                Self.parameters[m] != nil, "no sample parameters for \(m): add them to PolicyTests")
+        }
     }
 
     /// An installed app calling each owner-only method gets PermissionDenied, and nothing
@@ -133,9 +172,12 @@ import Glibc
         try d.install(Self.app, exe: python)
         let ownerOnly = Self.methods.filter { Self.audience($0.decision) == .owner }.map(\.name)
         #expect(ownerOnly.count == 19, "\(ownerOnly)")
-        let replies = try Self.run(d, python: python, "owner-only", ownerOnly.map { ($0, false) }) {}
+        let replies = try Self.run(d, python: python, "owner-only", ownerOnly.map { ($0, false) }) {
+        }
         for m in ownerOnly {
-            #expect(replies[m]?["error"] as? String == Self.permissionDenied, "\(m): \(replies[m] ?? [:])")
+            #expect(
+                replies[m]?["error"] as? String == Self.permissionDenied,
+                "\(m): \(replies[m] ?? [:])")
         }
         #expect(d.statusJSON()?["hasPassphrase"] as? Bool == false)
         #expect(d.appShow("org.example.Other") == nil)
@@ -158,7 +200,8 @@ import Glibc
         for (m, decision) in Self.methods {
             let reply = replies[m] ?? [:]
             switch Self.audience(decision) {
-            case .owner?: #expect(reply["error"] as? String == Self.permissionDenied, "\(m): \(reply)")
+            case .owner?:
+                #expect(reply["error"] as? String == Self.permissionDenied, "\(m): \(reply)")
             case .admitted?:
                 touched += 1
                 #expect(reply["error"] as? String == Self.missingEntitlement, "\(m): \(reply)")

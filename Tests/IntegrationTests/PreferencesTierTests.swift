@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 import VaultClient
 import VaultProtocol
 
@@ -15,7 +15,8 @@ import Glibc
 @Suite struct PreferencesTierTests {
     // MARK: corpus: plistutil reads what vaultd exports
 
-    @Test(arguments: PlistCorpusTests.dictionaryFiles) func corpusImportedFromStdinExportsFilesPlistutilReads(_ name: String) throws {
+    @Test(arguments: PlistCorpusTests.dictionaryFiles)
+    func corpusImportedFromStdinExportsFilesPlistutilReads(_ name: String) throws {
         let d = try Daemon()
         defer { d.close() }
         let original = PlistCorpusTests.corpus.appendingPathComponent(name).path
@@ -61,11 +62,17 @@ import Glibc
         try #require(d.initializeWithoutPassphrase().status == 0)
         let domain = "com.example.whole"
         #expect(d.ctl(["defaults", "write", domain, "old", "-int", "1"]).status == 0)
-        let w = d.ctl(["defaults", "write", domain, "{ name = \"a b\"; list = (x, y); nested = { k = v; }; }"])
+        let w = d.ctl([
+            "defaults", "write", domain, "{ name = \"a b\"; list = (x, y); nested = { k = v; }; }",
+        ])
         #expect(w.status == 0, "\(w)")
         let vault = try d.client()
         let values = try vault.preferences.values(domain: domain)
-        #expect(values == ["name": .string("a b"), "list": .array([.string("x"), .string("y")]), "nested": .dict(["k": .string("v")])], "\(values)")
+        #expect(
+            values == [
+                "name": .string("a b"), "list": .array([.string("x"), .string("y")]),
+                "nested": .dict(["k": .string("v")]),
+            ], "\(values)")
         for bad in ["(x, y)", "plain", "{ unclosed"] {
             let r = d.ctl(["defaults", "write", domain, bad])
             #expect(r.status == 65, "\(bad): \(r)")
@@ -78,23 +85,30 @@ import Glibc
         defer { d.close() }
         let prefs = try d.client().preferences
         let domain = "com.example.verbs"
-        func value(_ key: String) throws -> PlistValue? { try prefs.value(domain: domain, key: key) }
+        func value(_ key: String) throws -> PlistValue? {
+            try prefs.value(domain: domain, key: key)
+        }
 
         let create = d.ctl(["defaults", "write", domain, "list", "-array-add", "x"])
         #expect(create.status == 0, "\(create)")
         #expect(try value("list") == .array([.string("x")]))
         #expect(d.ctl(["defaults", "read-type", domain, "list"]).stdoutText == "Type is array\n")
-        #expect(d.ctl(["defaults", "write", domain, "list", "-array-add", "y", "-int", "3"]).status == 0)
+        #expect(
+            d.ctl(["defaults", "write", domain, "list", "-array-add", "y", "-int", "3"]).status == 0
+        )
         #expect(try value("list") == .array([.string("x"), .string("y"), .integer(3)]))
 
         #expect(d.ctl(["defaults", "write", domain, "name", "-string", "hello"]).status == 0)
         let notArray = d.ctl(["defaults", "write", domain, "name", "-array-add", "x"])
         #expect(notArray.status == 65 && notArray.stderr.contains("not an array"), "\(notArray)")
-        #expect(try value("name") == .string("hello"), "a refused -array-add must not change the value")
+        #expect(
+            try value("name") == .string("hello"), "a refused -array-add must not change the value")
 
         #expect(d.ctl(["defaults", "write", domain, "dict", "-dict-add", "a", "1"]).status == 0)
         #expect(try value("dict") == .dict(["a": .string("1")]))
-        #expect(d.ctl(["defaults", "write", domain, "dict", "-dict-add", "b", "2", "a", "3"]).status == 0)
+        #expect(
+            d.ctl(["defaults", "write", domain, "dict", "-dict-add", "b", "2", "a", "3"]).status
+                == 0)
         #expect(try value("dict") == .dict(["a": .string("3"), "b": .string("2")]))
         let notDict = d.ctl(["defaults", "write", domain, "name", "-dict-add", "k", "v"])
         #expect(notDict.status == 65 && notDict.stderr.contains("not a dictionary"), "\(notDict)")
@@ -120,15 +134,19 @@ import Glibc
         #expect(try prefs.value(domain: domain, key: "greeting") == .string("hello"))
         #expect(try prefs.value(domain: domain, key: "name") == nil)
         let renameMissing = d.ctl(["defaults", "rename", domain, "name", "other"])
-        #expect(renameMissing.status == 44 && renameMissing.stderr.contains("does not exist"), "\(renameMissing)")
+        #expect(
+            renameMissing.status == 44 && renameMissing.stderr.contains("does not exist"),
+            "\(renameMissing)")
         #expect(try prefs.value(domain: domain, key: "other") == nil)
 
         // read-type for every type
         let typed: [(String, [String], String)] = [
             ("string", ["-string", "text"], "string"), ("bare", ["bare words"], "string"),
-            ("integer", ["-int", "-9223372036854775808"], "integer"), ("unsigned", ["-int", "18446744073709551615"], "integer"),
+            ("integer", ["-int", "-9223372036854775808"], "integer"),
+            ("unsigned", ["-int", "18446744073709551615"], "integer"),
             ("float", ["-float", "-1.5e-300"], "float"), ("boolean", ["-bool", "NO"], "boolean"),
-            ("date", ["-date", "2001-01-01T00:00:00.5Z"], "date"), ("data", ["-data", "00"], "data"),
+            ("date", ["-date", "2001-01-01T00:00:00.5Z"], "date"),
+            ("data", ["-data", "00"], "data"),
             ("array", ["-array"], "array"), ("dictionary", ["-dict"], "dictionary"),
         ]
         for (key, args, type) in typed {
@@ -139,45 +157,67 @@ import Glibc
         }
         #expect(try prefs.value(domain: domain, key: "unsigned") == .unsignedInteger(.max))
         #expect(try prefs.value(domain: domain, key: "integer") == .integer(.min))
-        #expect(d.ctl(["defaults", "read", domain, "unsigned"]).stdoutText == "18446744073709551615\n")
+        #expect(
+            d.ctl(["defaults", "read", domain, "unsigned"]).stdoutText == "18446744073709551615\n")
         #expect(try prefs.value(domain: domain, key: "array") == .array([]))
         #expect(try prefs.value(domain: domain, key: "dictionary") == .dict([:]))
         let missingType = d.ctl(["defaults", "read-type", domain, "absent"])
-        #expect(missingType.status == 44 && missingType.stderr.contains("does not exist"), "\(missingType)")
+        #expect(
+            missingType.status == 44 && missingType.stderr.contains("does not exist"),
+            "\(missingType)")
 
         // delete KEY
         #expect(d.ctl(["defaults", "delete", domain, "greeting"]).status == 0)
         #expect(try prefs.value(domain: domain, key: "greeting") == nil)
         let deleteMissing = d.ctl(["defaults", "delete", domain, "greeting"])
-        #expect(deleteMissing.status == 44 && deleteMissing.stderr.contains("does not exist"), "\(deleteMissing)")
+        #expect(
+            deleteMissing.status == 44 && deleteMissing.stderr.contains("does not exist"),
+            "\(deleteMissing)")
 
         // find WORD: in keys, values, nested values and domain names; case-insensitive.
-        try #require(d.ctl(["defaults", "write", "com.example.values", "k", "-string", "a NEEDLE here"]).status == 0)
-        try #require(d.ctl(["defaults", "write", "com.example.keys", "theNeedleKey", "v"]).status == 0)
-        try #require(d.ctl(["defaults", "write", "com.example.nested", "k", "-array", "hay", "needles"]).status == 0)
+        try #require(
+            d.ctl(["defaults", "write", "com.example.values", "k", "-string", "a NEEDLE here"])
+                .status == 0)
+        try #require(
+            d.ctl(["defaults", "write", "com.example.keys", "theNeedleKey", "v"]).status == 0)
+        try #require(
+            d.ctl(["defaults", "write", "com.example.nested", "k", "-array", "hay", "needles"])
+                .status == 0)
         try #require(d.ctl(["defaults", "write", "com.example.needle", "k", "v"]).status == 0)
         try #require(d.ctl(["defaults", "write", "com.example.none", "hay", "stack"]).status == 0)
         let find = d.ctl(["defaults", "find", "needle"])
         #expect(find.status == 0, "\(find)")
-        for hit in ["com.example.values", "com.example.keys", "com.example.nested", "com.example.needle"] {
-            #expect(find.stdoutText.contains("Found 1 keys in domain '\(hit)'"), "\(hit): \(find.stdoutText)")
+        for hit in [
+            "com.example.values", "com.example.keys", "com.example.nested", "com.example.needle",
+        ] {
+            #expect(
+                find.stdoutText.contains("Found 1 keys in domain '\(hit)'"),
+                "\(hit): \(find.stdoutText)")
         }
-        #expect(!find.stdoutText.contains("com.example.none") && !find.stdoutText.contains(domain), "\(find.stdoutText)")
+        #expect(
+            !find.stdoutText.contains("com.example.none") && !find.stdoutText.contains(domain),
+            "\(find.stdoutText)")
         #expect(find.stderr.isEmpty, "\(find)")
         let nothing = d.ctl(["defaults", "find", "zzzz"])
-        #expect(nothing.status == 0 && nothing.stdoutText.isEmpty && nothing.stderr == "No domain, key, nor value containing 'zzzz'\n", "\(nothing)")
+        #expect(
+            nothing.status == 0 && nothing.stdoutText.isEmpty
+                && nothing.stderr == "No domain, key, nor value containing 'zzzz'\n", "\(nothing)")
 
         // -g and its spellings name NSGlobalDomain.
         #expect(d.ctl(["defaults", "write", "-g", "tier.global", "yes"]).status == 0)
         #expect(try prefs.value(domain: "NSGlobalDomain", key: "tier.global") == .string("yes"))
         #expect(d.ctl(["defaults", "read", "NSGlobalDomain", "tier.global"]).stdoutText == "yes\n")
         #expect(d.ctl(["defaults", "read", "-g", "tier.global"]).stdoutText == "yes\n")
-        #expect(d.ctl(["defaults", "read-type", "-globalDomain", "tier.global"]).stdoutText == "Type is string\n")
+        #expect(
+            d.ctl(["defaults", "read-type", "-globalDomain", "tier.global"]).stdoutText
+                == "Type is string\n")
         // `domains` lists every domain but the global one, sorted, as defaults(1).
         let domains = d.ctl(["defaults", "domains"]).stdoutText
         #expect(!domains.contains("NSGlobalDomain"), "\(domains)")
         let listed = domains.trimmingCharacters(in: .newlines).components(separatedBy: ", ")
-        #expect(listed == listed.sorted() && listed.contains("com.example.needle") && listed.contains(domain), "\(domains)")
+        #expect(
+            listed == listed.sorted() && listed.contains("com.example.needle")
+                && listed.contains(domain), "\(domains)")
         #expect(d.ctl(["defaults", "delete", "-g", "tier.global"]).status == 0)
         #expect(try prefs.value(domain: "NSGlobalDomain", key: "tier.global") == nil)
 
@@ -191,7 +231,9 @@ import Glibc
         #expect(readGone.status == 44 && readGone.stderr.contains("does not exist"), "\(readGone)")
         let deleteAgain = d.ctl(["defaults", "delete", domain])
         #expect(deleteAgain.status == 44, "\(deleteAgain)")
-        #expect(try prefs.value(domain: "com.example.values", key: "k") == .string("a NEEDLE here"), "other domains stay")
+        #expect(
+            try prefs.value(domain: "com.example.values", key: "k") == .string("a NEEDLE here"),
+            "other domains stay")
     }
 
     // MARK: a thousand keys, observed and durable
@@ -209,15 +251,24 @@ import Glibc
         let heard = Shared<ExactDictionary<PlistValue?>>([:])
         let changes = defaults.changes()
         let watcher = Task(executorPreference: DedicatedExecutor("restart-changes")) {
-            for await change in changes where change.domain == domain { heard.update { $0[change.key] = change.value } }
+            for await change in changes where change.domain == domain {
+                heard.update { $0[change.key] = change.value }
+            }
         }
         defer { watcher.cancel() }
 
         try d.restart()
         #expect(d.ctl(["defaults", "write", domain, "after", "2"]).status == 0)
         #expect(d.ctl(["defaults", "delete", domain, "before"]).status == 0)
-        #expect(eventually(timeout: 10) { defaults.object(forKey: "after") == .string("2") && defaults.object(forKey: "before") == nil })
-        #expect(eventually(timeout: 10) { heard.value["after"] == .some(.string("2")) && heard.value.keys.contains("before") }, "\(heard.value)")
+        #expect(
+            eventually(timeout: 10) {
+                defaults.object(forKey: "after") == .string("2")
+                    && defaults.object(forKey: "before") == nil
+            })
+        #expect(
+            eventually(timeout: 10) {
+                heard.value["after"] == .some(.string("2")) && heard.value.keys.contains("before")
+            }, "\(heard.value)")
     }
 
     @Test func aThousandKeysFromAWriterProcessAreAllObservedAndSurviveKill9() throws {
@@ -238,7 +289,12 @@ import Glibc
 
         // Pass 1: one writer process, watched by this process.
         let started = Date()
-        let fill = d.run("vault-example", ["defaults", "fill", String(count), "--suite", domain, "--prefix", "k", "--value", "v"], timeout: 120)
+        let fill = d.run(
+            "vault-example",
+            [
+                "defaults", "fill", String(count), "--suite", domain, "--prefix", "k", "--value",
+                "v",
+            ], timeout: 120)
         try #require(fill.status == 0, "\(fill)")
         let took = Date().timeIntervalSince(started)
         print("vault-example wrote \(count) keys in \(String(format: "%.1f", took)) s")
@@ -248,19 +304,29 @@ import Glibc
         }
         let seen = eventually(timeout: 20) { allSeen("v") }
         let missing = (0..<count).filter { latest.value["k\($0)"] != .string("v\($0)") }
-        #expect(seen, "the observer missed \(missing.count) final values, e.g. \(missing.prefix(5))")
-        #expect((0..<count).allSatisfy { defaults.object(forKey: "k\($0)") == .string("v\($0)") }, "Defaults' copy is behind")
+        #expect(
+            seen, "the observer missed \(missing.count) final values, e.g. \(missing.prefix(5))")
+        #expect(
+            (0..<count).allSatisfy { defaults.object(forKey: "k\($0)") == .string("v\($0)") },
+            "Defaults' copy is behind")
 
         // Pass 2: new values; vaultd is killed (SIGKILL) as soon as the writer has its last
         // acknowledgement and exits. Everything acknowledged must be there after a restart.
-        let second = d.run("vault-example", ["defaults", "fill", String(count), "--suite", domain, "--prefix", "k", "--value", "w"], timeout: 120)
+        let second = d.run(
+            "vault-example",
+            [
+                "defaults", "fill", String(count), "--suite", domain, "--prefix", "k", "--value",
+                "w",
+            ], timeout: 120)
         d.kill()
         try #require(second.status == 0, "\(second)")
         try d.start()
         let stored = try d.client().preferences.values(domain: domain)
         #expect(stored.count == count)
         let lost = (0..<count).filter { stored["k\($0)"] != .string("w\($0)") }
-        #expect(lost.isEmpty, "\(lost.count) acknowledged writes lost after kill -9, e.g. \(lost.prefix(5))")
+        #expect(
+            lost.isEmpty,
+            "\(lost.count) acknowledged writes lost after kill -9, e.g. \(lost.prefix(5))")
     }
 
     // MARK: exact values
@@ -269,12 +335,17 @@ import Glibc
     static let year4001: TimeInterval = 63_113_904_000  // 4001-01-01T00:00:00Z
 
     static let exactValues: PlistDictionary = [
-        "int.min": .integer(.min), "int.max": .integer(.max), "int.zero": .integer(0), "int.minusOne": .integer(-1),
-        "uint.aboveInt64Max": .unsignedInteger(UInt64(Int64.max) + 1), "uint.max": .unsignedInteger(.max),
+        "int.min": .integer(.min), "int.max": .integer(.max), "int.zero": .integer(0),
+        "int.minusOne": .integer(-1),
+        "uint.aboveInt64Max": .unsignedInteger(UInt64(Int64.max) + 1),
+        "uint.max": .unsignedInteger(.max),
         "real.inf": .real(.infinity), "real.-inf": .real(-.infinity), "real.nan": .real(.nan),
-        "real.-0": .real(-0.0), "real.0": .real(0.0), "real.leastSubnormal": .real(.leastNonzeroMagnitude),
-        "real.-greatestSubnormal": .real(-Double.leastNormalMagnitude.nextDown), "real.leastNormal": .real(.leastNormalMagnitude),
-        "real.max": .real(.greatestFiniteMagnitude), "real.tenth": .real(0.1), "real.third": .real(1.0 / 3),
+        "real.-0": .real(-0.0), "real.0": .real(0.0),
+        "real.leastSubnormal": .real(.leastNonzeroMagnitude),
+        "real.-greatestSubnormal": .real(-Double.leastNormalMagnitude.nextDown),
+        "real.leastNormal": .real(.leastNormalMagnitude),
+        "real.max": .real(.greatestFiniteMagnitude), "real.tenth": .real(0.1),
+        "real.third": .real(1.0 / 3),
         "real.2^53+2": .real(9_007_199_254_740_994),
         "date.year1": .date(Date(timeIntervalSinceReferenceDate: year1)),
         "date.year1.half": .date(Date(timeIntervalSinceReferenceDate: year1 + 0.5)),
@@ -285,24 +356,36 @@ import Glibc
         "date.tiny": .date(Date(timeIntervalSinceReferenceDate: 1e-300)),
         "date.fraction": .date(Date(timeIntervalSinceReferenceDate: 788_918_400.123_456_789)),
         "data.nuls": .data(Data([0, 0, 1, 0, 0xFF, 0])), "data.empty": .data(Data()),
-        "string.empty": .string(""), "string.nul": .string("a\0b\0"), "string.unicode": .string("łódź € 𝄞 e\u{301}"),
+        "string.empty": .string(""), "string.nul": .string("a\0b\0"),
+        "string.unicode": .string("łódź € 𝄞 e\u{301}"),
         "string.controls": .string("\u{1}\t\n\r\u{1f}\u{7f}"),
-        "": .string("the empty key"), "com.example.dotted.key": .string("dots"), "path/with/slashes": .string("slashes"),
+        "": .string("the empty key"), "com.example.dotted.key": .string("dots"),
+        "path/with/slashes": .string("slashes"),
         "../../etc": .string("not a path"), " spaced key ": .string("spaces"),
         "bool.true": .bool(true), "bool.false": .bool(false),
         "empty.array": .array([]), "empty.dict": .dict([:]),
         "nested": .dict([
-            "array": .array([.integer(1), .array([.dict(["deep": .array([.array([])])])]), .dict([:]), .string("")]),
+            "array": .array([
+                .integer(1), .array([.dict(["deep": .array([.array([])])])]), .dict([:]),
+                .string(""),
+            ]),
             "": .string("empty key inside"), "a.b/c": .unsignedInteger(.max), "nan": .real(.nan),
-            "dates": .array([.date(Date(timeIntervalSinceReferenceDate: year1 + 0.5)), .date(Date(timeIntervalSinceReferenceDate: -0.25))]),
+            "dates": .array([
+                .date(Date(timeIntervalSinceReferenceDate: year1 + 0.5)),
+                .date(Date(timeIntervalSinceReferenceDate: -0.25)),
+            ]),
         ]),
     ]
 
     /// Values compared one by one, with a message naming the key.
     private func expectEqual(_ got: PlistDictionary, _ expected: PlistDictionary, _ when: String) {
-        #expect(Set(got.keys) == Set(expected.keys), "\(when): keys differ: \(Set(got.keys).symmetricDifference(expected.keys))")
+        #expect(
+            Set(got.keys) == Set(expected.keys),
+            "\(when): keys differ: \(Set(got.keys).symmetricDifference(expected.keys))")
         for (k, v) in expected {
-            #expect(got[k] == v, "\(when): \(k.debugDescription): got \(String(describing: got[k])), expected \(v)")
+            #expect(
+                got[k] == v,
+                "\(when): \(k.debugDescription): got \(String(describing: got[k])), expected \(v)")
         }
     }
 
@@ -322,19 +405,34 @@ import Glibc
 
         // Through Defaults: written by one instance, read (from its snapshot and from change
         // events) by another.
-        let reader = try Defaults(vault: vault, suiteName: "com.example.exact.defaults", arguments: [])
-        let writer = try Defaults(vault: try d.client(), suiteName: "com.example.exact.defaults", arguments: [])
+        let reader = try Defaults(
+            vault: vault, suiteName: "com.example.exact.defaults", arguments: [])
+        let writer = try Defaults(
+            vault: try d.client(), suiteName: "com.example.exact.defaults", arguments: [])
         for (k, v) in Self.exactValues { try writer.set(v, forKey: k) }
-        for (k, v) in Self.exactValues { #expect(writer.object(forKey: k) == v, "writer \(k.debugDescription)") }
-        #expect(eventually(timeout: 10) { Self.exactValues.allSatisfy { reader.object(forKey: $0.key) == $0.value } })
-        for (k, v) in Self.exactValues { #expect(reader.object(forKey: k) == v, "reader \(k.debugDescription): \(String(describing: reader.object(forKey: k)))") }
+        for (k, v) in Self.exactValues {
+            #expect(writer.object(forKey: k) == v, "writer \(k.debugDescription)")
+        }
+        #expect(
+            eventually(timeout: 10) {
+                Self.exactValues.allSatisfy { reader.object(forKey: $0.key) == $0.value }
+            })
+        for (k, v) in Self.exactValues {
+            #expect(
+                reader.object(forKey: k) == v,
+                "reader \(k.debugDescription): \(String(describing: reader.object(forKey: k)))")
+        }
         let snapshot = try Defaults(vault: vault, suiteName: "com.example.exact", arguments: [])
-        for (k, v) in Self.exactValues { #expect(snapshot.object(forKey: k) == v, "snapshot \(k.debugDescription)") }
+        for (k, v) in Self.exactValues {
+            #expect(snapshot.object(forKey: k) == v, "snapshot \(k.debugDescription)")
+        }
 
         // On the wire: integers as exact literals, reals as tagged specials.
         let raw = try VaultConnection(socketPath: d.socketPath)
         func wire(_ key: String) throws -> JSON? {
-            try raw.call("io.vaultd.Preferences.Get", ["domain": "com.example.exact", "key": .string(key)])["value"]
+            try raw.call(
+                "io.vaultd.Preferences.Get", ["domain": "com.example.exact", "key": .string(key)])[
+                    "value"]
         }
         #expect(try wire("int.min") == ["integer": .number("-9223372036854775808")])
         #expect(try wire("uint.max") == ["integer": .number("18446744073709551615")])
@@ -347,8 +445,12 @@ import Glibc
 
         // And after a restart.
         #expect(try d.restart() == 0)
-        expectEqual(try d.client().preferences.values(domain: "com.example.exact"), Self.exactValues, "after restart")
-        expectEqual(try d.client().preferences.values(domain: "com.example.exact.defaults"), Self.exactValues, "Defaults' writes after restart")
+        expectEqual(
+            try d.client().preferences.values(domain: "com.example.exact"), Self.exactValues,
+            "after restart")
+        expectEqual(
+            try d.client().preferences.values(domain: "com.example.exact.defaults"),
+            Self.exactValues, "Defaults' writes after restart")
     }
 
     @Test func exactValuesSurviveABinaryExportAndImport() throws {
@@ -364,7 +466,9 @@ import Glibc
         #expect(check.status == 0, "plistutil: \(check)")
         let imported = d.ctl(["defaults", "import", "com.example.imported", path])
         try #require(imported.status == 0, "\(imported)")
-        expectEqual(try prefs.values(domain: "com.example.imported"), Self.exactValues, "binary export, then import")
+        expectEqual(
+            try prefs.values(domain: "com.example.imported"), Self.exactValues,
+            "binary export, then import")
     }
 
     /// A domain within the 4 MiB limit, with many small keys, exports as XML and as binary
@@ -377,18 +481,25 @@ import Glibc
         let domain = "com.example.manykeys"
         var values: [String: Any] = [:]
         for i in 0..<160_000 { values[String(format: "key%06d", i)] = 100_000 + i }
-        let plist = try PropertyListSerialization.data(fromPropertyList: values, format: .binary, options: 0)
+        let plist = try PropertyListSerialization.data(
+            fromPropertyList: values, format: .binary, options: 0)
         #expect(try d.client().preferences.importDomain(domain, plist: plist) == values.count)
 
         func check(_ data: Data, _ what: String) {
             var format = PropertyListSerialization.PropertyListFormat.binary
-            let read = (try? PropertyListSerialization.propertyList(from: data, options: [], format: &format)) as? [String: Any]
+            let read =
+                (try? PropertyListSerialization.propertyList(
+                    from: data, options: [], format: &format)) as? [String: Any]
             #expect(read?.count == values.count, "\(what): \(read?.count ?? -1) keys")
-            #expect((read?["key000000"] as? NSNumber)?.intValue == 100_000 && (read?["key159999"] as? NSNumber)?.intValue == 259_999, "\(what)")
+            #expect(
+                (read?["key000000"] as? NSNumber)?.intValue == 100_000
+                    && (read?["key159999"] as? NSNumber)?.intValue == 259_999, "\(what)")
         }
         let xml = d.ctl(["defaults", "export", domain, "-"])
         #expect(xml.status == 0 && xml.stderr.isEmpty, "\(xml.status) \(xml.stderr)")
-        #expect(xml.stdout.starts(with: Data("<?xml".utf8)) && xml.stdout.count > 7_000_000, "\(xml.stdout.count) bytes")
+        #expect(
+            xml.stdout.starts(with: Data("<?xml".utf8)) && xml.stdout.count > 7_000_000,
+            "\(xml.stdout.count) bytes")
         check(xml.stdout, "XML export")
         let path = d.root + "/many.plist"
         let binary = d.ctl(["defaults", "export", domain, path])
@@ -405,7 +516,10 @@ import Glibc
     @Test func nestedContainersWriteAndExportAsBinary() throws {
         let d = try Daemon()
         defer { d.close() }
-        let written = d.ctl(["defaults", "write", "com.example.nested", "{ A = (1, 2); B = { c = (x, { d = y; }); }; }"])
+        let written = d.ctl([
+            "defaults", "write", "com.example.nested",
+            "{ A = (1, 2); B = { c = (x, { d = y; }); }; }",
+        ])
         #expect(written.status == 0, "\(written)")
         let expected: PlistValue = .dict([
             "A": .array([.string("1"), .string("2")]),
@@ -435,8 +549,13 @@ import Glibc
         let huge = d.root + "/huge.plist"
         try Data(count: (64 << 20) + 1).write(to: URL(fileURLWithPath: huge))
         for source in [huge, "-"] {
-            let r = d.ctl(["defaults", "import", "com.example.huge", source], stdin: source == "-" ? Data(count: (64 << 20) + 1) : nil)
-            #expect(r.status == 1 && r.stderr.contains("File too large (a plist to import may be at most 64 MiB)"), "\(source): \(r)")
+            let r = d.ctl(
+                ["defaults", "import", "com.example.huge", source],
+                stdin: source == "-" ? Data(count: (64 << 20) + 1) : nil)
+            #expect(
+                r.status == 1
+                    && r.stderr.contains("File too large (a plist to import may be at most 64 MiB)"),
+                "\(source): \(r)")
         }
     }
 
@@ -452,7 +571,10 @@ import Glibc
         var small: PlistDictionary = [:]
         for i in 0..<160_000 { small[String(format: "key%06d", i)] = .integer(Int64(100_000 + i)) }
         let ampersands = String(repeating: "a&b", count: 333_333)
-        let text: PlistDictionary = ["t1": .string(ampersands), "t2": .string(ampersands + "<"), "t3": .string(ampersands + ">")]
+        let text: PlistDictionary = [
+            "t1": .string(ampersands), "t2": .string(ampersands + "<"),
+            "t3": .string(ampersands + ">"),
+        ]
         for (name, values) in [("small", small), ("text", text)] {
             let path = d.root + "/\(name).plist"
             let plist = try PropertyListCodec.encode(.dict(values), format: .xml)
@@ -462,7 +584,8 @@ import Glibc
             let imported = d.ctl(["defaults", "import", domain, path])
             #expect(imported.status == 0, "\(name): \(imported)")
             let stored = try prefs.values(domain: domain)
-            #expect(stored.count == values.count && stored == values, "\(name): \(stored.count) keys")
+            #expect(
+                stored.count == values.count && stored == values, "\(name): \(stored.count) keys")
             // And back: exported as XML, imported again from stdin.
             let xml = d.ctl(["defaults", "export", domain, "-"])
             let again = d.ctl(["defaults", "import", domain + ".again", "-"], stdin: xml.stdout)
@@ -473,11 +596,17 @@ import Glibc
         // domain, and changes nothing.
         for copies in [2] {
             let long = String(repeating: ampersands, count: copies)
-            let over: PlistDictionary = ["t1": .string(long), "t2": .string(long), "t3": .string(long)]
+            let over: PlistDictionary = [
+                "t1": .string(long), "t2": .string(long), "t3": .string(long),
+            ]
             let path = d.root + "/over.plist"
-            try PropertyListCodec.encode(.dict(over), format: .xml).write(to: URL(fileURLWithPath: path))
+            try PropertyListCodec.encode(.dict(over), format: .xml).write(
+                to: URL(fileURLWithPath: path))
             let refused = d.ctl(["defaults", "import", "com.example.text", path])
-            #expect(refused.status == 65 && refused.stderr.contains("io.vaultd.Preferences.DomainTooLarge") && refused.stderr.contains("com.example.text"), "\(refused)")
+            #expect(
+                refused.status == 65
+                    && refused.stderr.contains("io.vaultd.Preferences.DomainTooLarge")
+                    && refused.stderr.contains("com.example.text"), "\(refused)")
             #expect(try prefs.values(domain: "com.example.text") == text)
         }
     }
@@ -493,7 +622,10 @@ import Glibc
         #expect(try prefs.value(domain: "com.example.nul", key: "a\0c") == .string("second"))
         #expect(try prefs.value(domain: "com.example.nul", key: "a") == .string("plain"))
         let all = try prefs.values(domain: "com.example.nul")
-        #expect(Set(all.keys.map { Array($0.utf8) }) == Set([Array("a\0b".utf8), Array("a\0c".utf8), Array("a".utf8)]), "\(all.keys.map(\.debugDescription))")
+        #expect(
+            Set(all.keys.map { Array($0.utf8) })
+                == Set([Array("a\0b".utf8), Array("a\0c".utf8), Array("a".utf8)]),
+            "\(all.keys.map(\.debugDescription))")
         try prefs.remove(domain: "com.example.nul", key: "a\0b")
         #expect(try prefs.value(domain: "com.example.nul", key: "a\0c") == .string("second"))
         #expect(try prefs.value(domain: "com.example.nul", key: "a") == .string("plain"))
@@ -514,18 +646,27 @@ import Glibc
         let before = try prefs.values(domain: domain)
 
         let refused = vaultError { try prefs.set(.data(mib), domain: domain, key: "blob4") }
-        #expect(refused?.code == .domainTooLarge && refused?.name == "io.vaultd.Preferences.DomainTooLarge", "\(String(describing: refused))")
+        #expect(
+            refused?.code == .domainTooLarge
+                && refused?.name == "io.vaultd.Preferences.DomainTooLarge",
+            "\(String(describing: refused))")
         #expect(refused?.parameters["domain"] == .string(domain))
         let size = refused?.parameters["size"]?.intValue ?? 0
         #expect(size > limit && size < limit + (2 << 20), "size \(size)")
         #expect(refused?.parameters["limit"]?.intValue == limit)
-        #expect(refused?.message.contains(domain) == true && refused?.message.contains(String(size)) == true, "\(refused?.message ?? "")")
+        #expect(
+            refused?.message.contains(domain) == true
+                && refused?.message.contains(String(size)) == true, "\(refused?.message ?? "")")
         #expect(try prefs.value(domain: domain, key: "blob4") == nil)
         expectEqual(try prefs.values(domain: domain), before, "after the refused Set")
 
         // Replacing a value counts the new size, not both.
-        try prefs.set(.data(pseudoRandomBytes(count: 1 << 20, seed: 43)), domain: domain, key: "blob1")
-        let growing = vaultError { try prefs.set(.data(pseudoRandomBytes(count: 2 << 20, seed: 44)), domain: domain, key: "blob2") }
+        try prefs.set(
+            .data(pseudoRandomBytes(count: 1 << 20, seed: 43)), domain: domain, key: "blob1")
+        let growing = vaultError {
+            try prefs.set(
+                .data(pseudoRandomBytes(count: 2 << 20, seed: 44)), domain: domain, key: "blob2")
+        }
         #expect(growing?.code == .domainTooLarge)
         #expect(try prefs.value(domain: domain, key: "blob2") == .data(mib))
 
@@ -537,11 +678,17 @@ import Glibc
         // Through vaultctl: an import over the limit is refused, the domain keeps what it had.
         let now = try prefs.values(domain: domain)
         var big: [String: Any] = [:]
-        for i in 0..<5 { big["part\(i)"] = pseudoRandomBytes(count: 1 << 20, seed: UInt64(100 + i)) }
+        for i in 0..<5 {
+            big["part\(i)"] = pseudoRandomBytes(count: 1 << 20, seed: UInt64(100 + i))
+        }
         let file = d.root + "/big.plist"
-        try PropertyListSerialization.data(fromPropertyList: big, format: .binary, options: 0).write(to: URL(fileURLWithPath: file))
+        try PropertyListSerialization.data(fromPropertyList: big, format: .binary, options: 0)
+            .write(to: URL(fileURLWithPath: file))
         let imported = d.ctl(["defaults", "import", domain, file])
-        #expect(imported.status == 65 && imported.stderr.contains("io.vaultd.Preferences.DomainTooLarge") && imported.stderr.contains(domain), "\(imported)")
+        #expect(
+            imported.status == 65
+                && imported.stderr.contains("io.vaultd.Preferences.DomainTooLarge")
+                && imported.stderr.contains(domain), "\(imported)")
         expectEqual(try prefs.values(domain: domain), now, "after the refused import")
         // The same into a new domain creates nothing.
         let fresh = d.ctl(["defaults", "import", "com.example.big2", file])
@@ -577,15 +724,22 @@ import Glibc
 
         let over = String(repeating: "k", count: 1025)
         let e = vaultError { try prefs.set(.string("x"), domain: domain, key: over) }
-        #expect(e?.code == .invalidValue && e?.name == "io.vaultd.Preferences.InvalidValue", "\(String(describing: e))")
+        #expect(
+            e?.code == .invalidValue && e?.name == "io.vaultd.Preferences.InvalidValue",
+            "\(String(describing: e))")
         // 342 characters, 1026 bytes: the limit is in bytes.
         let euros = String(repeating: "€", count: 342)
-        #expect(vaultError { try prefs.set(.string("x"), domain: domain, key: euros) }?.code == .invalidValue)
+        #expect(
+            vaultError { try prefs.set(.string("x"), domain: domain, key: euros) }?.code
+                == .invalidValue)
         let ctl = d.ctl(["defaults", "write", domain, over, "x"])
-        #expect(ctl.status == 65 && ctl.stderr.contains("io.vaultd.Preferences.InvalidValue"), "\(ctl)")
+        #expect(
+            ctl.status == 65 && ctl.stderr.contains("io.vaultd.Preferences.InvalidValue"), "\(ctl)")
         // Nor through an import.
         let file = d.root + "/longkey.plist"
-        try PropertyListSerialization.data(fromPropertyList: [over: "x", "short": "y"], format: .xml, options: 0).write(to: URL(fileURLWithPath: file))
+        try PropertyListSerialization.data(
+            fromPropertyList: [over: "x", "short": "y"], format: .xml, options: 0
+        ).write(to: URL(fileURLWithPath: file))
         let imported = d.ctl(["defaults", "import", domain, file])
         #expect(imported.status == 65 && imported.stderr.contains("InvalidValue"), "\(imported)")
         #expect(try prefs.values(domain: domain) == [exact: .string("fits")])
@@ -597,12 +751,18 @@ import Glibc
         let d = try Daemon()
         defer { d.close() }
         let domain = "com.example.shared"
-        let writers = 4, each = 250
+        let writers = 4
+        let each = 250
         var pids: [pid_t] = []
         for w in 0..<writers {
             let pid = try ChildProcess.spawn(
-                Paths.tool("vault-example"), ["defaults", "fill", String(each), "--suite", domain, "--prefix", "w\(w).", "--value", "v\(w)."],
-                environment: d.environment, inputs: [:], stdout: .file(d.root + "/writer\(w).out", append: false),
+                Paths.tool("vault-example"),
+                [
+                    "defaults", "fill", String(each), "--suite", domain, "--prefix", "w\(w).",
+                    "--value", "v\(w).",
+                ],
+                environment: d.environment, inputs: [:],
+                stdout: .file(d.root + "/writer\(w).out", append: false),
                 stderr: .file(d.root + "/writer\(w).err", append: false))
             pids.append(pid)
         }
@@ -614,14 +774,19 @@ import Glibc
         }
         for (w, pid) in pids.enumerated() {
             let status = ChildProcess.wait(pid, timeout: 120)
-            #expect(status == 0, "writer \(w): \(String(describing: status)) \((try? String(contentsOfFile: d.root + "/writer\(w).err", encoding: .utf8)) ?? "")")
+            #expect(
+                status == 0,
+                "writer \(w): \(String(describing: status)) \((try? String(contentsOfFile: d.root + "/writer\(w).err", encoding: .utf8)) ?? "")"
+            )
         }
         #expect(ctlFailures.isEmpty, "\(ctlFailures)")
         let stored = try d.client().preferences.values(domain: domain)
         #expect(stored.count == writers * each + 10)
         var lost: [String] = []
         for w in 0..<writers {
-            for i in 0..<each where stored["w\(w).\(i)"] != .string("v\(w).\(i)") { lost.append("w\(w).\(i)") }
+            for i in 0..<each where stored["w\(w).\(i)"] != .string("v\(w).\(i)") {
+                lost.append("w\(w).\(i)")
+            }
         }
         for i in 0..<10 where stored["ctl.\(i)"] != .integer(Int64(i)) { lost.append("ctl.\(i)") }
         #expect(lost.isEmpty, "lost \(lost.count): \(lost.prefix(10))")
@@ -634,7 +799,8 @@ import Glibc
         defer { d.close() }
         let app = "com.example.app"
         for (domain, key, value) in [
-            (app, "shared", "app"), (app, "appOnly", "a"), ("-g", "shared", "global"), ("-g", "globalOnly", "g"),
+            (app, "shared", "app"), (app, "appOnly", "a"), ("-g", "shared", "global"),
+            ("-g", "globalOnly", "g"),
             ("-g", "globalAndRegistered", "g2"),
         ] {
             try #require(d.ctl(["defaults", "write", domain, key, value]).status == 0)
@@ -642,22 +808,36 @@ import Glibc
         let vault = try d.client()
         let defaults = try Defaults(
             vault: vault, suiteName: app,
-            arguments: ["/usr/bin/app", "-shared", "argument", "-argOnly", "(1, 2)", "--long-option", "x", "-argDict", "{k = v;}"])
-        defaults.register(defaults: ["shared": .string("registered"), "registeredOnly": .string("r"), "globalAndRegistered": .string("r2")])
+            arguments: [
+                "/usr/bin/app", "-shared", "argument", "-argOnly", "(1, 2)", "--long-option", "x",
+                "-argDict", "{k = v;}",
+            ])
+        defaults.register(defaults: [
+            "shared": .string("registered"), "registeredOnly": .string("r"),
+            "globalAndRegistered": .string("r2"),
+        ])
 
         #expect(defaults.domainName == app)
-        #expect(defaults.object(forKey: "shared") == .string("argument"), "the argument domain comes first")
+        #expect(
+            defaults.object(forKey: "shared") == .string("argument"),
+            "the argument domain comes first")
         #expect(defaults.object(forKey: "argOnly") == .array([.string("1"), .string("2")]))
         #expect(defaults.object(forKey: "argDict") == .dict(["k": .string("v")]))
-        #expect(defaults.object(forKey: "long-option") == nil && defaults.object(forKey: "-long-option") == nil)
+        #expect(
+            defaults.object(forKey: "long-option") == nil
+                && defaults.object(forKey: "-long-option") == nil)
         #expect(defaults.object(forKey: "appOnly") == .string("a"))
         #expect(defaults.object(forKey: "globalOnly") == .string("g"))
-        #expect(defaults.object(forKey: "globalAndRegistered") == .string("g2"), "NSGlobalDomain before the registration domain")
+        #expect(
+            defaults.object(forKey: "globalAndRegistered") == .string("g2"),
+            "NSGlobalDomain before the registration domain")
         #expect(defaults.object(forKey: "registeredOnly") == .string("r"))
         #expect(defaults.object(forKey: "absent") == nil)
         let expected: PlistDictionary = [
-            "shared": .string("argument"), "argOnly": .array([.string("1"), .string("2")]), "argDict": .dict(["k": .string("v")]),
-            "appOnly": .string("a"), "globalOnly": .string("g"), "globalAndRegistered": .string("g2"), "registeredOnly": .string("r"),
+            "shared": .string("argument"), "argOnly": .array([.string("1"), .string("2")]),
+            "argDict": .dict(["k": .string("v")]),
+            "appOnly": .string("a"), "globalOnly": .string("g"),
+            "globalAndRegistered": .string("g2"), "registeredOnly": .string("r"),
         ]
         #expect(defaults.dictionaryRepresentation() == expected)
 
@@ -668,7 +848,9 @@ import Glibc
         let other = try Defaults(vault: vault, suiteName: app, arguments: ["/usr/bin/app"])
         // The registration domain is the process's, shared by every instance (as UserDefaults').
         #expect(other.object(forKey: "registeredOnly") == .string("r"))
-        #expect(other.object(forKey: "shared") == .string("app"), "without the argument, the app domain wins")
+        #expect(
+            other.object(forKey: "shared") == .string("app"),
+            "without the argument, the app domain wins")
 
         // removeObject removes from the app's domain (durably); the global value shows through,
         // then the registered one when the global value goes too.
@@ -677,7 +859,9 @@ import Glibc
         #expect(try vault.preferences.value(domain: app, key: "shared") == nil)
         other.register(defaults: ["shared": .string("registered")])
         try #require(d.ctl(["defaults", "delete", "-g", "shared"]).status == 0)
-        #expect(eventually(timeout: 10) { other.object(forKey: "shared") == .string("registered") }, "\(String(describing: other.object(forKey: "shared")))")
+        #expect(
+            eventually(timeout: 10) { other.object(forKey: "shared") == .string("registered") },
+            "\(String(describing: other.object(forKey: "shared")))")
         try other.removeObject(forKey: "never-set")  // no error
         // Writes go to the app's domain.
         try other.set("written", forKey: "newKey")
@@ -701,7 +885,9 @@ import Glibc
         #expect(defaults.object(forKey: "Trailing") == nil)
         // (The registration domain is the process's: other tests' registrations show too.)
         let all = defaults.dictionaryRepresentation()
-        #expect(all["Count"] == .string("5") && all["Name"] == .string("x") && all["Verbose"] == nil && all["Trailing"] == nil)
+        #expect(
+            all["Count"] == .string("5") && all["Name"] == .string("x") && all["Verbose"] == nil
+                && all["Trailing"] == nil)
     }
 
     @Test func aRegisteredAppReadsItsDomainThenTheGlobalDomain() throws {
@@ -710,17 +896,25 @@ import Glibc
         let exe = URL(fileURLWithPath: Paths.tool("vault-example")).resolvingSymlinksInPath().path
         let install = d.ctl(["app", "install", "com.example.tierapp", "--exe", exe])
         try #require(install.status == 0, "\(install)")
-        for (domain, key, value) in [("com.example.tierapp", "shared", "app"), ("-g", "shared", "global"), ("-g", "globalOnly", "g")] {
+        for (domain, key, value) in [
+            ("com.example.tierapp", "shared", "app"), ("-g", "shared", "global"),
+            ("-g", "globalOnly", "g"),
+        ] {
             try #require(d.ctl(["defaults", "write", domain, key, value]).status == 0)
         }
-        func get(_ key: String) -> String { d.run("vault-example", ["defaults", "get", key]).stdoutText }
+        func get(_ key: String) -> String {
+            d.run("vault-example", ["defaults", "get", key]).stdoutText
+        }
         #expect(get("shared") == "app\n")
         #expect(get("globalOnly") == "g\n")
         let set = d.run("vault-example", ["defaults", "set", "globalOnly", "mine"])
         #expect(set.status == 0, "\(set)")
         #expect(get("globalOnly") == "mine\n")
-        #expect(d.ctl(["defaults", "read", "com.example.tierapp", "globalOnly"]).stdoutText == "mine\n")
-        #expect(d.ctl(["defaults", "read", "-g", "globalOnly"]).stdoutText == "g\n", "an app's write goes to its own domain")
+        #expect(
+            d.ctl(["defaults", "read", "com.example.tierapp", "globalOnly"]).stdoutText == "mine\n")
+        #expect(
+            d.ctl(["defaults", "read", "-g", "globalOnly"]).stdoutText == "g\n",
+            "an app's write goes to its own domain")
     }
 
     /// An observer that reads nothing while a burst of 120,000 changes goes out (the import
@@ -734,21 +928,32 @@ import Glibc
         let domain = "com.example.flood"
         let observer = try VarlinkConnection(path: d.socketPath)
         defer { observer.close() }
-        _ = try observer.send(json: ["method": "io.vaultd.Preferences.Observe", "parameters": ["domains": [domain]], "more": true])
-        guard case .reply(let snapshot) = observer.receive(), snapshot["error"] == nil else { Issue.record("no snapshot"); return }
+        _ = try observer.send(json: [
+            "method": "io.vaultd.Preferences.Observe", "parameters": ["domains": [domain]],
+            "more": true,
+        ])
+        guard case .reply(let snapshot) = observer.receive(), snapshot["error"] == nil else {
+            Issue.record("no snapshot")
+            return
+        }
 
         let count = 120_000
         var values: [String: Any] = [:]
         for i in 0..<count { values["k\(i)"] = i }
-        let plist = try PropertyListSerialization.data(fromPropertyList: values, format: .binary, options: 0)
+        let plist = try PropertyListSerialization.data(
+            fromPropertyList: values, format: .binary, options: 0)
         #expect(try d.client().preferences.importDomain(domain, plist: plist) == count)
 
-        var events = 0, ended = false, told: String?
+        var events = 0
+        var ended = false
+        var told: String?
         reading: while true {
             switch observer.receive(timeout: 20) {
             case .reply(let r) where r["error"] == nil: events += 1
             case .reply(let r) where told == nil: told = r["error"] as? String
-            case .closed: ended = true; break reading
+            case .closed:
+                ended = true
+                break reading
             default: break reading
             }
         }
@@ -756,24 +961,34 @@ import Glibc
         #expect(told == "io.vaultd.Vault.RateLimited", "\(String(describing: told))")
         #expect(events > 0 && events < count, "\(events)")
         let defaults = try Defaults(vault: try d.client(), suiteName: domain, arguments: [])
-        #expect(defaults.integer(forKey: "k0") == 0 && defaults.integer(forKey: "k\(count - 1)") == count - 1)
+        #expect(
+            defaults.integer(forKey: "k0") == 0
+                && defaults.integer(forKey: "k\(count - 1)") == count - 1)
         #expect(d.log.contains("an observer fell 4 MiB of events behind"), "\(d.log.suffix(500))")
     }
 
     @Test func typedGettersConvertAsUserDefaults() throws {
         let d = try Daemon()
         defer { d.close() }
-        let defaults = try Defaults(vault: try d.client(), suiteName: "com.example.typed", arguments: [])
+        let defaults = try Defaults(
+            vault: try d.client(), suiteName: "com.example.typed", arguments: [])
         let date = Date(timeIntervalSinceReferenceDate: 1234.5)
         let values: PlistDictionary = [
-            "int": .integer(42), "zero": .integer(0), "negative": .integer(-7), "real": .real(3.75), "huge": .real(1e300),
-            "nan": .real(.nan), "true": .bool(true), "false": .bool(false), "str42": .string("42"), "str2.5": .string("2.5"),
-            "strYES": .string("YES"), "strNo": .string("no"), "strText": .string("hello"), "uint": .unsignedInteger(.max),
-            "date": .date(date), "data": .data(Data([1, 2])), "array": .array([.integer(1)]), "dict": .dict(["k": .integer(1)]),
+            "int": .integer(42), "zero": .integer(0), "negative": .integer(-7), "real": .real(3.75),
+            "huge": .real(1e300),
+            "nan": .real(.nan), "true": .bool(true), "false": .bool(false), "str42": .string("42"),
+            "str2.5": .string("2.5"),
+            "strYES": .string("YES"), "strNo": .string("no"), "strText": .string("hello"),
+            "uint": .unsignedInteger(.max),
+            "date": .date(date), "data": .data(Data([1, 2])), "array": .array([.integer(1)]),
+            "dict": .dict(["k": .integer(1)]),
             // Strings convert by their leading number, as NSString's integerValue / doubleValue.
-            "s42abc": .string("42abc"), "sSpace7": .string(" \t7"), "s1e3": .string("1e3"), "sHex": .string("0x10"),
-            "sInf": .string("inf"), "sNan": .string("nan"), "sNeg": .string("-12.5e1xyz"), "sDot5": .string(".5"),
-            "sBig": .string("99999999999999999999"), "sNegBig": .string("-99999999999999999999"), "s1e999": .string("1e999"),
+            "s42abc": .string("42abc"), "sSpace7": .string(" \t7"), "s1e3": .string("1e3"),
+            "sHex": .string("0x10"),
+            "sInf": .string("inf"), "sNan": .string("nan"), "sNeg": .string("-12.5e1xyz"),
+            "sDot5": .string(".5"),
+            "sBig": .string("99999999999999999999"), "sNegBig": .string("-99999999999999999999"),
+            "s1e999": .string("1e999"),
         ]
         for (k, v) in values { try defaults.set(v, forKey: k) }
 
@@ -785,22 +1000,36 @@ import Glibc
         #expect(defaults.integer(forKey: "date") == 0 && defaults.integer(forKey: "nan") == 0)
         // Out of Int's range: saturates (never traps).
         #expect(defaults.integer(forKey: "huge") == Int.max)
-        let integers = ["s42abc", "sSpace7", "s1e3", "sHex", "sInf", "sNan", "sNeg", "sDot5", "sBig", "sNegBig"].map { defaults.integer(forKey: $0) }
+        let integers = [
+            "s42abc", "sSpace7", "s1e3", "sHex", "sInf", "sNan", "sNeg", "sDot5", "sBig", "sNegBig",
+        ].map { defaults.integer(forKey: $0) }
         #expect(integers == [42, 7, 1, 0, 0, 0, -12, 0, .max, .min])
-        let doubles = ["s42abc", "sSpace7", "s1e3", "sHex", "sInf", "sNan", "sNeg", "sDot5", "s1e999"].map { defaults.double(forKey: $0) }
+        let doubles = [
+            "s42abc", "sSpace7", "s1e3", "sHex", "sInf", "sNan", "sNeg", "sDot5", "s1e999",
+        ].map { defaults.double(forKey: $0) }
         #expect(doubles == [42, 7, 1000, 0, 0, 0, -125, 0.5, .infinity])
-        let bools = ["s42abc", "sSpace7", "sHex", "sInf", "sDot5", "sNeg"].map { defaults.bool(forKey: $0) }
+        let bools = ["s42abc", "sSpace7", "sHex", "sInf", "sDot5", "sNeg"].map {
+            defaults.bool(forKey: $0)
+        }
         #expect(bools == [true, true, false, false, false, true])
 
         #expect(defaults.double(forKey: "int") == 42 && defaults.double(forKey: "real") == 3.75)
         #expect(defaults.double(forKey: "str2.5") == 2.5 && defaults.double(forKey: "true") == 1)
-        #expect(defaults.double(forKey: "uint") == Double(UInt64.max) && defaults.double(forKey: "absent") == 0)
+        #expect(
+            defaults.double(forKey: "uint") == Double(UInt64.max)
+                && defaults.double(forKey: "absent") == 0)
 
         #expect(defaults.bool(forKey: "true") && !defaults.bool(forKey: "false"))
-        #expect(defaults.bool(forKey: "int") && !defaults.bool(forKey: "zero") && defaults.bool(forKey: "negative"))
+        #expect(
+            defaults.bool(forKey: "int") && !defaults.bool(forKey: "zero")
+                && defaults.bool(forKey: "negative"))
         #expect(defaults.bool(forKey: "real") && defaults.bool(forKey: "uint"))
-        #expect(defaults.bool(forKey: "strYES") && !defaults.bool(forKey: "strNo") && defaults.bool(forKey: "str42"))
-        #expect(!defaults.bool(forKey: "strText") && !defaults.bool(forKey: "absent") && !defaults.bool(forKey: "date"))
+        #expect(
+            defaults.bool(forKey: "strYES") && !defaults.bool(forKey: "strNo")
+                && defaults.bool(forKey: "str42"))
+        #expect(
+            !defaults.bool(forKey: "strText") && !defaults.bool(forKey: "absent")
+                && !defaults.bool(forKey: "date"))
 
         #expect(defaults.string(forKey: "strText") == "hello")
         #expect(defaults.string(forKey: "int") == "42" && defaults.string(forKey: "real") == "3.75")
@@ -809,33 +1038,54 @@ import Glibc
         #expect(defaults.string(forKey: "date") == nil && defaults.string(forKey: "array") == nil)
 
         #expect(defaults.date(forKey: "date") == date && defaults.date(forKey: "int") == nil)
-        #expect(defaults.data(forKey: "data") == Data([1, 2]) && defaults.data(forKey: "strText") == nil)
-        #expect(defaults.array(forKey: "array") == [.integer(1)] && defaults.array(forKey: "dict") == nil)
-        #expect(defaults.dictionary(forKey: "dict") == ["k": .integer(1)] && defaults.dictionary(forKey: "array") == nil)
+        #expect(
+            defaults.data(forKey: "data") == Data([1, 2]) && defaults.data(forKey: "strText") == nil
+        )
+        #expect(
+            defaults.array(forKey: "array") == [.integer(1)]
+                && defaults.array(forKey: "dict") == nil)
+        #expect(
+            defaults.dictionary(forKey: "dict") == ["k": .integer(1)]
+                && defaults.dictionary(forKey: "array") == nil)
 
-        #expect(defaults.float(forKey: "real") == 3.75 && defaults.float(forKey: "s1e999") == .infinity)
+        #expect(
+            defaults.float(forKey: "real") == 3.75 && defaults.float(forKey: "s1e999") == .infinity)
         try defaults.set(.array([.string("a"), .string("b")]), forKey: "strings")
         try defaults.set(.array([.string("a"), .integer(1)]), forKey: "mixed")
-        #expect(defaults.stringArray(forKey: "strings") == ["a", "b"] && defaults.stringArray(forKey: "mixed") == nil)
-        #expect(defaults.stringArray(forKey: "strText") == nil && defaults.stringArray(forKey: "absent") == nil)
+        #expect(
+            defaults.stringArray(forKey: "strings") == ["a", "b"]
+                && defaults.stringArray(forKey: "mixed") == nil)
+        #expect(
+            defaults.stringArray(forKey: "strText") == nil
+                && defaults.stringArray(forKey: "absent") == nil)
         let web = try #require(URL(string: "https://example.com/a?b=c#d"))
         try defaults.set(web, forKey: "web")
         try defaults.set(URL(fileURLWithPath: "/tmp/some file"), forKey: "file")
         try defaults.set("/var/log", forKey: "path")
         try defaults.set("~/notes", forKey: "tilde")
-        #expect(defaults.url(forKey: "web") == web && defaults.string(forKey: "web") == "https://example.com/a?b=c#d")
-        #expect(defaults.url(forKey: "file")?.path == "/tmp/some file" && defaults.url(forKey: "file")?.isFileURL == true)
+        #expect(
+            defaults.url(forKey: "web") == web
+                && defaults.string(forKey: "web") == "https://example.com/a?b=c#d")
+        #expect(
+            defaults.url(forKey: "file")?.path == "/tmp/some file"
+                && defaults.url(forKey: "file")?.isFileURL == true)
         #expect(defaults.url(forKey: "path") == URL(fileURLWithPath: "/var/log"))
         #expect(defaults.url(forKey: "tilde") == URL(fileURLWithPath: NSHomeDirectory() + "/notes"))
-        #expect(defaults.url(forKey: "strText") == nil && defaults.url(forKey: "int") == nil && defaults.url(forKey: "absent") == nil)
+        #expect(
+            defaults.url(forKey: "strText") == nil && defaults.url(forKey: "int") == nil
+                && defaults.url(forKey: "absent") == nil)
         // A ~user that does not expand leaves a relative path: nil, as "notes/x" is (not a
         // file URL relative to the reader's working directory).
         try defaults.set("~no-such-user-of-vaultd/notes", forKey: "tildeUnknown")
         try defaults.set("notes/x", forKey: "relative")
-        #expect(defaults.url(forKey: "tildeUnknown") == nil, "\(String(describing: defaults.url(forKey: "tildeUnknown")))")
+        #expect(
+            defaults.url(forKey: "tildeUnknown") == nil,
+            "\(String(describing: defaults.url(forKey: "tildeUnknown")))")
         #expect(defaults.url(forKey: "relative") == nil)
         // Stored as text, so vaultctl (and defaults(1) users) read it as a string.
-        #expect(try d.client().preferences.value(domain: "com.example.typed", key: "file") == .string("file:///tmp/some%20file"))
+        #expect(
+            try d.client().preferences.value(domain: "com.example.typed", key: "file")
+                == .string("file:///tmp/some%20file"))
     }
 
     @Test func readsAreInMemoryAndFollowOtherProcesses() throws {
@@ -847,7 +1097,9 @@ import Glibc
 
         let write = d.ctl(["defaults", "write", domain, "live", "-int", "1"])
         try #require(write.status == 0, "\(write)")
-        #expect(eventually(timeout: 5) { defaults.object(forKey: "live") == .integer(1) }, "a value another process set did not show up")
+        #expect(
+            eventually(timeout: 5) { defaults.object(forKey: "live") == .integer(1) },
+            "a value another process set did not show up")
         try #require(d.ctl(["defaults", "write", "-g", "globalLive", "yes"]).status == 0)
         #expect(eventually(timeout: 5) { defaults.object(forKey: "globalLive") == .string("yes") })
 
@@ -857,8 +1109,10 @@ import Glibc
         let answered = Shared<[PlistValue?]?>(nil)
         let reader = Thread {
             let r: [PlistValue?] = [
-                defaults.object(forKey: "live"), defaults.object(forKey: "globalLive"), defaults.dictionaryRepresentation()["live"],
-                defaults.string(forKey: "globalLive").map { .string($0) }, .integer(Int64(defaults.integer(forKey: "live"))),
+                defaults.object(forKey: "live"), defaults.object(forKey: "globalLive"),
+                defaults.dictionaryRepresentation()["live"],
+                defaults.string(forKey: "globalLive").map { .string($0) },
+                .integer(Int64(defaults.integer(forKey: "live"))),
             ]
             answered.update { $0 = r }
         }
@@ -867,7 +1121,10 @@ import Glibc
         d.sendSignal(SIGCONT)
         #expect(quick, "reads blocked while vaultd was stopped: they call vaultd")
         if quick {
-            #expect(answered.value! == [.integer(1), .string("yes"), .integer(1), .string("yes"), .integer(1)])
+            #expect(
+                answered.value! == [
+                    .integer(1), .string("yes"), .integer(1), .string("yes"), .integer(1),
+                ])
         }
         _ = eventually(timeout: 10) { answered.value != nil }
 
@@ -885,14 +1142,23 @@ import Glibc
     @Test func anObserverHearsItsOwnDomainNotItsNormalisationTwin() throws {
         let d = try Daemon()
         defer { d.close() }
-        let mine = "group.cafe\u{301}", twin = "group.caf\u{E9}"
+        let mine = "group.cafe\u{301}"
+        let twin = "group.caf\u{E9}"
         let observer = try ExactClient(path: d.socketPath)
         defer { observer.close() }
-        #expect(observer.send(JSON.object(["method": "io.vaultd.Preferences.Observe", "parameters": ["domains": [.string(mine)], "keys": ["k", "caf\u{E9}"]], "more": true]).serialized() + [0]))
+        #expect(
+            observer.send(
+                JSON.object([
+                    "method": "io.vaultd.Preferences.Observe",
+                    "parameters": ["domains": [.string(mine)], "keys": ["k", "caf\u{E9}"]],
+                    "more": true,
+                ]).serialized() + [0]))
         let snapshot = observer.receive()
         #expect(snapshot.parameters?["domain"] == .string(mine), "\(snapshot)")
         #expect(d.ctl(["defaults", "write", twin, "k", "-string", "not yours"]).status == 0)
-        #expect(d.ctl(["defaults", "write", mine, "cafe\u{301}", "-string", "a key not asked for"]).status == 0)
+        #expect(
+            d.ctl(["defaults", "write", mine, "cafe\u{301}", "-string", "a key not asked for"])
+                .status == 0)
         #expect(d.ctl(["defaults", "write", mine, "k", "-string", "yours"]).status == 0)
         let event = observer.receive(timeout: 10)
         #expect(event.parameters?["domain"] == .string(mine), "\(event)")

@@ -11,9 +11,12 @@ import Glibc
 @Suite struct ReadmeSnippetTests {
     /// The indented lines of the README's block holding `.package(`.
     static func snippet() throws -> [String] {
-        let readme = try String(contentsOf: Paths.repoRoot.appendingPathComponent("README.md"), encoding: .utf8)
+        let readme = try String(
+            contentsOf: Paths.repoRoot.appendingPathComponent("README.md"), encoding: .utf8)
         let lines = readme.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
-        let start = try #require(lines.firstIndex { $0.hasPrefix("    ") && $0.contains(".package(") }, "no .package( line in README.md")
+        let start = try #require(
+            lines.firstIndex { $0.hasPrefix("    ") && $0.contains(".package(") },
+            "no .package( line in README.md")
         return Array(lines[start...].prefix { $0.hasPrefix("    ") })
     }
 
@@ -24,8 +27,10 @@ import Glibc
         let clone = root + "/my-checkout-of-it"
         try #require(symlink(Paths.repoRoot.path, clone) == 0)
         let app = root + "/MyApp"
-        try FileManager.default.createDirectory(atPath: app + "/Sources/MyApp", withIntermediateDirectories: true)
-        let body = try Self.snippet().joined(separator: "\n").replacingOccurrences(of: "/path/to/vaultd", with: clone)
+        try FileManager.default.createDirectory(
+            atPath: app + "/Sources/MyApp", withIntermediateDirectories: true)
+        let body = try Self.snippet().joined(separator: "\n").replacingOccurrences(
+            of: "/path/to/vaultd", with: clone)
         let manifest = """
             // swift-tools-version:6.0
             import PackageDescription
@@ -36,10 +41,15 @@ import Glibc
 
             """
         try manifest.write(toFile: app + "/Package.swift", atomically: true, encoding: .utf8)
-        try "import VaultClient\n".write(toFile: app + "/Sources/MyApp/main.swift", atomically: true, encoding: .utf8)
+        try "import VaultClient\n".write(
+            toFile: app + "/Sources/MyApp/main.swift", atomically: true, encoding: .utf8)
         var env = ProcessInfo.processInfo.environment
         env["PATH"] = "/opt/swift/usr/bin:" + (env["PATH"] ?? "/usr/bin:/bin")
-        let r = try ChildProcess.run("/usr/bin/env", ["swift", "package", "--package-path", app, "describe"], environment: env, timeout: 300)
-        #expect(r.status == 0 && r.stdoutText.contains("my-checkout-of-it"), "Package.swift:\n\(manifest)\n\(r)")
+        let r = try ChildProcess.run(
+            "/usr/bin/env", ["swift", "package", "--package-path", app, "describe"],
+            environment: env, timeout: 300)
+        #expect(
+            r.status == 0 && r.stdoutText.contains("my-checkout-of-it"),
+            "Package.swift:\n\(manifest)\n\(r)")
     }
 }

@@ -15,13 +15,17 @@ import Glibc
 
     /// A connection vaultd admitted and answers (retrying while the slots of connections
     /// that just closed are being given back).
-    static func admittedConnection(_ d: CustomDaemon, within seconds: Double = 10) throws -> ExactClient {
+    static func admittedConnection(_ d: CustomDaemon, within seconds: Double = 10) throws
+        -> ExactClient
+    {
         let deadline = Date().addingTimeInterval(seconds)
         while true {
             let c = try d.connect()
             if c.call("io.vaultd.Vault.Status", timeout: 10).parameters != nil { return c }
             c.close()
-            guard Date() < deadline else { throw HarnessError("no connection admitted within \(seconds) s") }
+            guard Date() < deadline else {
+                throw HarnessError("no connection admitted within \(seconds) s")
+            }
             usleep(50_000)
         }
     }
@@ -48,8 +52,15 @@ import Glibc
             Thread {
                 defer { group.leave() }
                 for n in 0..<callsPerClient {
-                    let set = c.call("io.vaultd.Preferences.Set", ["domain": "com.example.flood", "key": .string("c\(i)"), "value": ["integer": JSON(n)]])
-                    let get = c.call("io.vaultd.Preferences.Get", ["domain": "com.example.flood", "key": .string("c\(i)")])
+                    let set = c.call(
+                        "io.vaultd.Preferences.Set",
+                        [
+                            "domain": "com.example.flood", "key": .string("c\(i)"),
+                            "value": ["integer": JSON(n)],
+                        ])
+                    let get = c.call(
+                        "io.vaultd.Preferences.Get",
+                        ["domain": "com.example.flood", "key": .string("c\(i)")])
                     if set.parameters == nil || get.parameters?["value"] != ["integer": JSON(n)] {
                         failures.append("admitted client \(i), call \(n): \(set) / \(get)")
                         return
@@ -72,23 +83,32 @@ import Glibc
             }
             c.close()
         }
-        #expect(group.wait(timeout: .now() + 120) == .success, "admitted clients stalled during the flood")
+        #expect(
+            group.wait(timeout: .now() + 120) == .success,
+            "admitted clients stalled during the flood")
         for f in failures.all.prefix(10) { Issue.record("\(f)") }
         #expect(refused == flood && answeredOverCap == 0)
         #expect(d.isRunning, "vaultd died; log:\n\(d.log)")
         // The refusals are logged, once for the whole flood (at most once a minute).
-        #expect(d.log.components(separatedBy: "refused a connection: \(Self.cap) are open").count - 1 == 1, "log:\n\(d.log)")
+        #expect(
+            d.log.components(separatedBy: "refused a connection: \(Self.cap) are open").count - 1
+                == 1, "log:\n\(d.log)")
         let threadsAfterFlood = ProcStatus.threads(pid) ?? 0
-        #expect(threadsAfterFlood <= threadsAtCap + 8, "vaultd's threads grew from \(threadsAtCap) to \(threadsAfterFlood) under the flood")
+        #expect(
+            threadsAfterFlood <= threadsAtCap + 8,
+            "vaultd's threads grew from \(threadsAtCap) to \(threadsAfterFlood) under the flood")
 
         // A slot given back is a slot a new client gets.
         admitted[0].close()
         let late = try Self.admittedConnection(d, within: 5)
         #expect(late.call("io.vaultd.Vault.Status").parameters != nil)
         // And every other admitted client is still served.
-        for c in admitted.dropFirst() { #expect(c.call("io.vaultd.Vault.Status").parameters != nil) }
+        for c in admitted.dropFirst() {
+            #expect(c.call("io.vaultd.Vault.Status").parameters != nil)
+        }
         ReliabilityReport.record(
-            "flood: cap \(Self.cap): \(refused) of \(flood) connections over the cap closed at once while \(Self.cap) admitted clients made \(Self.cap * callsPerClient * 2) calls; vaultd threads \(threadsAtCap) at the cap, \(threadsAfterFlood) after the flood")
+            "flood: cap \(Self.cap): \(refused) of \(flood) connections over the cap closed at once while \(Self.cap) admitted clients made \(Self.cap * callsPerClient * 2) calls; vaultd threads \(threadsAtCap) at the cap, \(threadsAfterFlood) after the flood"
+        )
     }
 
     /// Anything over a limit gets an error. A connection over the cap is told so
@@ -107,7 +127,8 @@ import Glibc
         let refusal = over.receive(timeout: 10)
         #expect(refusal.errorName == "io.vaultd.Vault.RateLimited", "\(refusal)")
         if case .error(_, let p) = refusal {
-            #expect(p["message"]?.stringValue?.contains("VAULTD_MAX_CONNECTIONS") == true, "\(refusal)")
+            #expect(
+                p["message"]?.stringValue?.contains("VAULTD_MAX_CONNECTIONS") == true, "\(refusal)")
             #expect(p["retryAfter"] != nil, "\(refusal)")
         }
         #expect(over.receive(timeout: 10).isClosed)
@@ -116,8 +137,11 @@ import Glibc
         // vaultctl says so too: its first send meets either the refusal or a closed socket.
         let env = isolatedEnvironment(root: d.root, socket: d.socketPath)
         for _ in 0..<3 {
-            let r = try ChildProcess.run(Paths.tool("vaultctl"), ["status"], environment: env, timeout: 30)
-            #expect(r.status == 1 && r.stderr.contains("io.vaultd.Vault.RateLimited") && r.stderr.contains("VAULTD_MAX_CONNECTIONS"), "\(r)")
+            let r = try ChildProcess.run(
+                Paths.tool("vaultctl"), ["status"], environment: env, timeout: 30)
+            #expect(
+                r.status == 1 && r.stderr.contains("io.vaultd.Vault.RateLimited")
+                    && r.stderr.contains("VAULTD_MAX_CONNECTIONS"), "\(r)")
         }
         #expect(admitted.call("io.vaultd.Vault.Status").parameters != nil)
     }
@@ -136,7 +160,8 @@ import Glibc
         let opening = Array(#"{"method":"io.vaultd.Vault.Status","parameters":{"pad":""#.utf8)
         // Just under the 8 MiB message limit, without the end: 8 of these hold 63.5 MiB of
         // the budget, the 9th passes it.
-        let unfinished = opening + [UInt8](repeating: UInt8(ascii: "x"), count: (8 << 20) - 1 - opening.count)
+        let unfinished =
+            opening + [UInt8](repeating: UInt8(ascii: "x"), count: (8 << 20) - 1 - opening.count)
         var holders: [ExactClient] = []
         defer { for h in holders { h.close() } }
         for i in 0..<8 {
@@ -145,12 +170,18 @@ import Glibc
             holders.append(h)
         }
         // Every byte sent is read (so counted) before the next call's count is judged.
-        for (i, h) in holders.enumerated() { try #require(h.waitUntilRead(), "vaultd did not read holder \(i)'s bytes (\(h.unreadBytes) left)") }
+        for (i, h) in holders.enumerated() {
+            try #require(
+                h.waitUntilRead(), "vaultd did not read holder \(i)'s bytes (\(h.unreadBytes) left)"
+            )
+        }
         // A whole 7 MiB call over the budget: vaultd reads it to its end without keeping it
         // (so the sender's write completes, as a client's must to read the answer), then
         // answers RateLimited and closes.
         let over = try ExactClient(path: d.socketPath)
-        let whole = opening + [UInt8](repeating: UInt8(ascii: "x"), count: 7 << 20) + Array(#""}}"#.utf8) + [0]
+        let whole =
+            opening + [UInt8](repeating: UInt8(ascii: "x"), count: 7 << 20) + Array(#""}}"#.utf8)
+            + [0]
         #expect(over.send(whole), "vaultd stopped reading the call it refused")
         let refusal = over.receive(timeout: 20)
         guard case .error(let name, let parameters) = refusal else {
@@ -163,13 +194,22 @@ import Glibc
         #expect(over.closes(within: 10))
         over.close()
         let rssMiB = (ProcStatus.rss(pid) ?? 0) >> 10
-        #expect(rssMiB > 0 && rssMiB < 250, "vaultd's RSS is \(rssMiB) MiB holding 8 unfinished messages")
+        #expect(
+            rssMiB > 0 && rssMiB < 250,
+            "vaultd's RSS is \(rssMiB) MiB holding 8 unfinished messages")
 
         // Ordinary calls fit each connection's allowance and are served meanwhile.
         let bystander = try Self.admittedConnection(d)
-        let set = bystander.call("io.vaultd.Preferences.Set", ["domain": "com.example.budget", "key": "k", "value": ["string": .string(String(repeating: "v", count: 32 << 10))]])
+        let set = bystander.call(
+            "io.vaultd.Preferences.Set",
+            [
+                "domain": "com.example.budget", "key": "k",
+                "value": ["string": .string(String(repeating: "v", count: 32 << 10))],
+            ])
         #expect(set.parameters != nil, "\(set)")
-        #expect(d.log.contains("-byte call: messages in flight for other connections hold 64 MiB"), "log:\n\(d.log)")
+        #expect(
+            d.log.contains("-byte call: messages in flight for other connections hold 64 MiB"),
+            "log:\n\(d.log)")
 
         // Once the holders are gone, a large message is taken again.
         for h in holders { h.close() }
@@ -177,24 +217,35 @@ import Glibc
         let big = String(repeating: "b", count: 3 << 20)
         var taken: ExactClient.Outcome = .timedOut
         for _ in 0..<50 {
-            taken = bystander.call("io.vaultd.Preferences.Set", ["domain": "com.example.budget", "key": "big", "value": ["string": .string(big)]])
+            taken = bystander.call(
+                "io.vaultd.Preferences.Set",
+                ["domain": "com.example.budget", "key": "big", "value": ["string": .string(big)]])
             if taken.errorName != "io.vaultd.Vault.RateLimited" { break }
             usleep(100_000)  // the holders' connections are still being closed
         }
         #expect(taken.parameters != nil, "a 3 MiB message after the holders left: \(taken)")
         // And the memory they took is given back (buffers this large get pages of their own).
         let rssAfterMiB = (ProcStatus.rss(pid) ?? 0) >> 10
-        #expect(rssAfterMiB > 0 && rssAfterMiB < 80, "vaultd's RSS is \(rssAfterMiB) MiB after the holders left (\(rssMiB) MiB while they held)")
+        #expect(
+            rssAfterMiB > 0 && rssAfterMiB < 80,
+            "vaultd's RSS is \(rssAfterMiB) MiB after the holders left (\(rssMiB) MiB while they held)"
+        )
 
         // A stream outlives its call, but not the call's bytes: eight Observe calls of
         // nearly 8 MiB each (8,150 keys of 1 KiB: 63.4 MiB of the budget, were they held), left
         // open, hold nothing, and a 3 MiB call goes through meanwhile.
-        let keys = JSON.array((0..<8150).map { .string(String(format: "%05d", $0) + String(repeating: "k", count: 1019)) })
+        let keys = JSON.array(
+            (0..<8150).map {
+                .string(String(format: "%05d", $0) + String(repeating: "k", count: 1019))
+            })
         var streams: [ExactClient] = []
         defer { for c in streams { c.close() } }
         for i in 0..<8 {
             let c = try ExactClient(path: d.socketPath)
-            let observe = JSON.object(["method": "io.vaultd.Preferences.Observe", "parameters": ["domains": ["com.example.budget"], "keys": keys], "more": true])
+            let observe = JSON.object([
+                "method": "io.vaultd.Preferences.Observe",
+                "parameters": ["domains": ["com.example.budget"], "keys": keys], "more": true,
+            ])
             try #require(c.send(observe.serialized() + [0]), "stream \(i)")
             streams.append(c)
         }
@@ -203,10 +254,16 @@ import Glibc
             let first = c.receive(timeout: 20)
             try #require(first.parameters != nil, "stream \(i): \(first)")
         }
-        let during = bystander.call("io.vaultd.Preferences.Set", ["domain": "com.example.budget2", "key": "big", "value": ["string": .string(big)]])
-        #expect(during.parameters != nil, "a 3 MiB message while 8 streams of nearly 8 MiB calls are open: \(during)")
+        let during = bystander.call(
+            "io.vaultd.Preferences.Set",
+            ["domain": "com.example.budget2", "key": "big", "value": ["string": .string(big)]])
+        #expect(
+            during.parameters != nil,
+            "a 3 MiB message while 8 streams of nearly 8 MiB calls are open: \(during)")
         #expect(d.isRunning, "vaultd died; log:\n\(d.log)")
-        ReliabilityReport.record("unfinished messages: 8 × 8 MiB held, the 9th refused with RateLimited; vaultd RSS \(rssMiB) MiB meanwhile")
+        ReliabilityReport.record(
+            "unfinished messages: 8 × 8 MiB held, the 9th refused with RateLimited; vaultd RSS \(rssMiB) MiB meanwhile"
+        )
     }
 
     @Test(.timeLimit(.minutes(3))) func stallingAndTricklingPeersAreDroppedAndBlockNobody() throws {
@@ -215,7 +272,9 @@ import Glibc
         try d.start(environment: Self.environment)
         try Wire.initWithoutPassphrase(try Self.admittedConnection(d))
         let bystander = try Self.admittedConnection(d)
-        let half = Array(#"{"method":"io.vaultd.Keychain.Add","parameters":{"class":"genericPassword","attributes":{"acc"#.utf8)
+        let half = Array(
+            #"{"method":"io.vaultd.Keychain.Add","parameters":{"class":"genericPassword","attributes":{"acc"#
+                .utf8)
 
         // Half a message, then silence.
         let staller = try d.connect()
@@ -229,23 +288,36 @@ import Glibc
         var worstLatency = 0.0
         var stallerDropped: Double?
         var tricklerDropped: Double?
-        while Date().timeIntervalSince(stallStart) < 8 && (stallerDropped == nil || tricklerDropped == nil) {
+        while Date().timeIntervalSince(stallStart) < 8
+            && (stallerDropped == nil || tricklerDropped == nil)
+        {
             // The bystander is served while they hang on.
             let t0 = Date()
-            let r = bystander.call("io.vaultd.Preferences.Set", ["domain": "com.example.slow", "key": "k", "value": ["integer": JSON(trickled)]])
+            let r = bystander.call(
+                "io.vaultd.Preferences.Set",
+                ["domain": "com.example.slow", "key": "k", "value": ["integer": JSON(trickled)]])
             worstLatency = max(worstLatency, Date().timeIntervalSince(t0))
             #expect(r.parameters != nil, "the bystander was not served: \(r)")
             if tricklerDropped == nil {
                 if trickler.send(Array("x".utf8)) { trickled += 1 }
-                if case .closed = trickler.receive(timeout: 0.001) { tricklerDropped = Date().timeIntervalSince(trickleStart) }
+                if case .closed = trickler.receive(timeout: 0.001) {
+                    tricklerDropped = Date().timeIntervalSince(trickleStart)
+                }
             }
-            if stallerDropped == nil, case .closed = staller.receive(timeout: 0.001) { stallerDropped = Date().timeIntervalSince(stallStart) }
+            if stallerDropped == nil, case .closed = staller.receive(timeout: 0.001) {
+                stallerDropped = Date().timeIntervalSince(stallStart)
+            }
             usleep(300_000)
         }
-        let stall = try #require(stallerDropped, "a peer that stalled on half a message was not dropped within 8 s")
-        let trickle = try #require(tricklerDropped, "a peer trickling half a message was not dropped within 8 s (\(trickled) bytes trickled)")
+        let stall = try #require(
+            stallerDropped, "a peer that stalled on half a message was not dropped within 8 s")
+        let trickle = try #require(
+            tricklerDropped,
+            "a peer trickling half a message was not dropped within 8 s (\(trickled) bytes trickled)"
+        )
         #expect(stall >= 0.9 && stall < 4, "staller dropped after \(stall) s with a 1 s timeout")
-        #expect(trickle >= 0.9 && trickle < 4, "trickler dropped after \(trickle) s with a 1 s timeout")
+        #expect(
+            trickle >= 0.9 && trickle < 4, "trickler dropped after \(trickle) s with a 1 s timeout")
         #expect(worstLatency < 1, "a bystander call took \(worstLatency) s while peers stalled")
 
         // Stallers filling every slot are all dropped, and then the slots are free again.
@@ -265,20 +337,24 @@ import Glibc
         #expect(d.isRunning)
         ReliabilityReport.record(
             String(
-                format: "slow peers: 1 s timeout: staller dropped after %.1f s, trickler (%d bytes) after %.1f s, %d stallers at the cap all gone after %.1f s; worst bystander call %.0f ms",
-                stall, trickled, trickle, Self.cap, Date().timeIntervalSince(filled), worstLatency * 1000))
+                format:
+                    "slow peers: 1 s timeout: staller dropped after %.1f s, trickler (%d bytes) after %.1f s, %d stallers at the cap all gone after %.1f s; worst bystander call %.0f ms",
+                stall, trickled, trickle, Self.cap, Date().timeIntervalSince(filled),
+                worstLatency * 1000))
     }
 
     @Test func invalidLimitsAreRefusedAtStart() throws {
         for (k, v) in [
-            ("VAULTD_MAX_CONNECTIONS", "0"), ("VAULTD_MAX_CONNECTIONS", "many"), ("VAULTD_PARTIAL_TIMEOUT", "-1"),
+            ("VAULTD_MAX_CONNECTIONS", "0"), ("VAULTD_MAX_CONNECTIONS", "many"),
+            ("VAULTD_PARTIAL_TIMEOUT", "-1"),
             // Below the largest reply's reservation, no CopyMatching of all items could run.
             ("VAULTD_REPLY_BUDGET_MIB", "34"), ("VAULTD_REPLY_BUDGET_MIB", "1.5"),
         ] {
             let d = try CustomDaemon()
             defer { d.close() }
             let env = isolatedEnvironment(root: d.root, socket: nil).merging([k: v]) { $1 }
-            let r = try ChildProcess.run(d.command[0], Array(d.command.dropFirst()), environment: env, timeout: 20)
+            let r = try ChildProcess.run(
+                d.command[0], Array(d.command.dropFirst()), environment: env, timeout: 20)
             #expect(r.status == 64 && r.stderr.contains(k), "\(k)=\(v): \(r)")
         }
     }

@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 import VaultProtocol
 
 #if canImport(Glibc)
@@ -15,7 +15,9 @@ import Glibc
 @Suite(.tags(.system)) struct ReliabilityFullDiskTests {
     static let available: Bool = {
         guard getuid() == 0 else { return false }
-        let r = try? ChildProcess.run("unshare", ["-m", "true"], environment: ProcessInfo.processInfo.environment, timeout: 10)
+        let r = try? ChildProcess.run(
+            "unshare", ["-m", "true"], environment: ProcessInfo.processInfo.environment, timeout: 10
+        )
         return r?.status == 0
     }()
 
@@ -59,7 +61,9 @@ import Glibc
                 case .error(Self.storageFullName, let p):
                     m.refused.insert(account)
                     m.storageFullErrors += 1
-                    if (p["message"]?.stringValue ?? "").isEmpty { m.problems.append("StorageFull without a message") }
+                    if (p["message"]?.stringValue ?? "").isEmpty {
+                        m.problems.append("StorageFull without a message")
+                    }
                     return false
                 default:
                     m.problems.append("Add \(account): \(outcome)")
@@ -71,25 +75,46 @@ import Glibc
     }
 
     static func add(_ c: ExactClient, _ account: String, _ secret: [UInt8]) -> ExactClient.Outcome {
-        c.call("io.vaultd.Keychain.Add", ["class": "genericPassword", "attributes": ["service": "disk", "account": .string(account)], "data": Wire.base64(secret)])
+        c.call(
+            "io.vaultd.Keychain.Add",
+            [
+                "class": "genericPassword",
+                "attributes": ["service": "disk", "account": .string(account)],
+                "data": Wire.base64(secret),
+            ])
     }
 
     /// Everything acknowledged is there, byte for byte; nothing refused is.
     static func verify(_ c: ExactClient, _ m: Model, _ when: String) throws {
-        let stored = Dictionary(uniqueKeysWithValues: try Wire.allGenericPasswords(c).map { ($0.account, $0.secret) })
+        let stored = Dictionary(
+            uniqueKeysWithValues: try Wire.allGenericPasswords(c).map { ($0.account, $0.secret) })
         var problems: [String] = []
-        for (a, s) in m.items where stored[a] != s { problems.append("\(a): acknowledged \(s.count) B, found \(stored[a]?.count.description ?? "nothing")") }
-        for a in m.refused where stored[a] != nil && m.items[a] == nil { problems.append("\(a): refused with StorageFull, yet stored") }
-        for a in stored.keys where m.items[a] == nil && !m.refused.contains(a) { problems.append("\(a): stored, never written") }
+        for (a, s) in m.items where stored[a] != s {
+            problems.append(
+                "\(a): acknowledged \(s.count) B, found \(stored[a]?.count.description ?? "nothing")"
+            )
+        }
+        for a in m.refused where stored[a] != nil && m.items[a] == nil {
+            problems.append("\(a): refused with StorageFull, yet stored")
+        }
+        for a in stored.keys where m.items[a] == nil && !m.refused.contains(a) {
+            problems.append("\(a): stored, never written")
+        }
         let values = try Wire.domain(c, "com.example.disk")
-        if values != m.values { problems.append("preferences: expected \(JSON.object(m.values).text.prefix(300)), found \(JSON.object(values).text.prefix(300))") }
+        if values != m.values {
+            problems.append(
+                "preferences: expected \(JSON.object(m.values).text.prefix(300)), found \(JSON.object(values).text.prefix(300))"
+            )
+        }
         for p in problems.prefix(10) { Issue.record("\(when): \(p)") }
     }
 
     /// vaultd started in a mount namespace of its own on a small tmpfs (`script`): the test's
     /// directory, the tmpfs's mount point, the daemon, and the pid that holds the namespace
     /// (for `nsenter`). The caller kills both.
-    static func startOnSmallDisk() throws -> (root: String, disk: String, daemon: CustomDaemon, holder: pid_t) {
+    static func startOnSmallDisk() throws -> (
+        root: String, disk: String, daemon: CustomDaemon, holder: pid_t
+    ) {
         let root = try TemporaryDirectory.make(prefix: "vaultd-disk")
         let disk = root + "/disk"
         mkdir(disk, 0o700)
@@ -97,7 +122,9 @@ import Glibc
         do {
             try Self.script.write(toFile: root + "/ns.sh", atomically: true, encoding: .utf8)
             try d.start(wrapper: ["unshare", "-m", "sh", root + "/ns.sh", disk])
-            let holder = (try? String(contentsOfFile: disk + ".holder", encoding: .utf8)).flatMap { pid_t($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+            let holder = (try? String(contentsOfFile: disk + ".holder", encoding: .utf8)).flatMap {
+                pid_t($0.trimmingCharacters(in: .whitespacesAndNewlines))
+            }
             return (root, disk, d, try #require(holder, "the namespace holder did not start"))
         } catch {
             d.kill()
@@ -106,7 +133,9 @@ import Glibc
         }
     }
 
-    @Test(.enabled(if: available, "needs root and mount namespaces (unshare -m)"), .timeLimit(.minutes(3)))
+    @Test(
+        .enabled(if: available, "needs root and mount namespaces (unshare -m)"),
+        .timeLimit(.minutes(3)))
     func writesThatDoNotFitFailCleanlyAndWorkAgainOnceSpaceIsFreed() throws {
         let (root, disk, d, namespaceHolder) = try Self.startOnSmallDisk()
         defer {
@@ -127,7 +156,11 @@ import Glibc
             let ok = m.add("small-\(i)", s, Self.add(c, "small-\(i)", s))
             try #require(ok, "a small write failed on an empty disk")
             let v: JSON = ["string": .string("value \(i)")]
-            try #require(c.call("io.vaultd.Preferences.Set", ["domain": "com.example.disk", "key": .string("k\(i)"), "value": v]).parameters != nil)
+            try #require(
+                c.call(
+                    "io.vaultd.Preferences.Set",
+                    ["domain": "com.example.disk", "key": .string("k\(i)"), "value": v]
+                ).parameters != nil)
             m.values["k\(i)"] = v
         }
         // Fill it, from four clients at once (writes meet in group commits at the edge), each
@@ -140,7 +173,11 @@ import Glibc
             var n = 0
             while refusedInARow < 3 && n < 1000 {
                 let s = rng.bytes(Int.random(in: 8_192...65_536, using: &rng))
-                if m.add("fill-\(t)-\(n)", s, Self.add(c, "fill-\(t)-\(n)", s)) { refusedInARow = 0 } else { refusedInARow += 1 }
+                if m.add("fill-\(t)-\(n)", s, Self.add(c, "fill-\(t)-\(n)", s)) {
+                    refusedInARow = 0
+                } else {
+                    refusedInARow += 1
+                }
                 n += 1
             }
         }
@@ -152,7 +189,10 @@ import Glibc
             let s = random.bytes(i * 50)
             _ = m.add("edge-\(i)", s, Self.add(c, "edge-\(i)", s))
             let v: JSON = ["integer": JSON(i)]
-            switch c.call("io.vaultd.Preferences.Set", ["domain": "com.example.disk", "key": .string("edge\(i)"), "value": v]) {
+            switch c.call(
+                "io.vaultd.Preferences.Set",
+                ["domain": "com.example.disk", "key": .string("edge\(i)"), "value": v])
+            {
             case .ok: m.values["edge\(i)"] = v
             case .error(Self.storageFull, _): m.storageFullErrors += 1
             case let other: Issue.record("Preferences.Set at a full disk: \(other)")
@@ -187,7 +227,11 @@ import Glibc
             let ok = m.add("after-\(i)", s, Self.add(c2, "after-\(i)", s))
             #expect(ok, "a write after space was freed failed")
             let v: JSON = ["string": "after"]
-            #expect(c2.call("io.vaultd.Preferences.Set", ["domain": "com.example.disk", "key": .string("after\(i)"), "value": v]).parameters != nil)
+            #expect(
+                c2.call(
+                    "io.vaultd.Preferences.Set",
+                    ["domain": "com.example.disk", "key": .string("after\(i)"), "value": v]
+                ).parameters != nil)
             m.values["after\(i)"] = v
         }
         for p in m.problems.prefix(10) { Issue.record("\(p)") }
@@ -207,7 +251,9 @@ import Glibc
             }
         }
         let big = m.withLock { ($0.acknowledged - before.0, $0.storageFullErrors - before.1) }
-        #expect(big.0 >= 1 && big.1 >= 1, "1 MiB writes into 3 MiB: \(big.0) acknowledged, \(big.1) refused")
+        #expect(
+            big.0 >= 1 && big.1 >= 1,
+            "1 MiB writes into 3 MiB: \(big.0) acknowledged, \(big.1) refused")
         for p in m.problems.prefix(10) { Issue.record("\(p)") }
         try Self.verify(c2, m, "after 1 MiB writes at the edge")
         #expect(d.pid == pid, "vaultd restarted")
@@ -220,24 +266,38 @@ import Glibc
         mkdir(copy, 0o700)
         let check = try ChildProcess.run(
             "nsenter",
-            ["--mount=/proc/\(namespaceHolder)/ns/mnt", "sh", "-c", "cp \"$1\"/vault.sqlite* \"$2\"/ && sqlite3 \"$2\"/vault.sqlite 'PRAGMA integrity_check;'", "sh", d.dataDirectory, copy],
+            [
+                "--mount=/proc/\(namespaceHolder)/ns/mnt", "sh", "-c",
+                "cp \"$1\"/vault.sqlite* \"$2\"/ && sqlite3 \"$2\"/vault.sqlite 'PRAGMA integrity_check;'",
+                "sh", d.dataDirectory, copy,
+            ],
             environment: ProcessInfo.processInfo.environment, timeout: 60)
-        #expect(check.status == 0 && check.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines) == "ok", "\(check)")
+        #expect(
+            check.status == 0
+                && check.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines) == "ok",
+            "\(check)")
         ReliabilityReport.record(
-            "full disk (16 MiB tmpfs): \(filled.0) writes acknowledged while filling, \(m.storageFullErrors) refused with StorageFull in all; all acknowledged intact after a SIGKILL + restart on the full disk; writes worked again once 4 MiB were freed; 1 MiB secrets into 3 MiB freed: \(big.0) acknowledged, \(big.1) refused")
+            "full disk (16 MiB tmpfs): \(filled.0) writes acknowledged while filling, \(m.storageFullErrors) refused with StorageFull in all; all acknowledged intact after a SIGKILL + restart on the full disk; writes worked again once 4 MiB were freed; 1 MiB secrets into 3 MiB freed: \(big.0) acknowledged, \(big.1) refused"
+        )
     }
     /// vaultctl against `d` (its socket is outside the tmpfs, so vaultctl runs on the host).
-    static func ctl(_ d: CustomDaemon, _ arguments: [String], stdin: Data? = nil) throws -> ProcessResult {
+    static func ctl(_ d: CustomDaemon, _ arguments: [String], stdin: Data? = nil) throws
+        -> ProcessResult
+    {
         var env = isolatedEnvironment(root: d.root, socket: d.socketPath)
         env["VAULTD_SOCKET"] = d.socketPath
-        return try ChildProcess.run(Paths.tool("vaultctl"), arguments, environment: env, stdin: stdin, timeout: 60)
+        return try ChildProcess.run(
+            Paths.tool("vaultctl"), arguments, environment: env, stdin: stdin, timeout: 60)
     }
 
     /// The size in bytes of the blocks `path` (in the namespace of `holder`) holds.
     static func allocated(_ path: String, holder: pid_t) throws -> Int? {
         let r = try ChildProcess.run(
-            "nsenter", ["--mount=/proc/\(holder)/ns/mnt", "stat", "-c", "%b %B", path], environment: ProcessInfo.processInfo.environment, timeout: 20)
-        let parts = r.stdoutText.split(separator: " ").compactMap { Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+            "nsenter", ["--mount=/proc/\(holder)/ns/mnt", "stat", "-c", "%b %B", path],
+            environment: ProcessInfo.processInfo.environment, timeout: 20)
+        let parts = r.stdoutText.split(separator: " ").compactMap {
+            Int($0.trimmingCharacters(in: .whitespacesAndNewlines))
+        }
         return parts.count == 2 ? parts[0] * parts[1] : nil
     }
 
@@ -245,7 +305,9 @@ import Glibc
     /// removing preference keys and a domain, uninstalling an app and locking: vaultd gives its
     /// space reserve (`space.reserve`, 1 MiB) back for them. Once space is freed, a periodic
     /// pass fills the reserve again.
-    @Test(.enabled(if: available, "needs root and mount namespaces (unshare -m)"), .timeLimit(.minutes(3)))
+    @Test(
+        .enabled(if: available, "needs root and mount namespaces (unshare -m)"),
+        .timeLimit(.minutes(3)))
     func deletingAndLockingWorkOnAFullDisk() throws {
         let (root, disk, d, namespaceHolder) = try Self.startOnSmallDisk()
         defer {
@@ -254,17 +316,29 @@ import Glibc
             d.close()
         }
         let reservePath = d.dataDirectory + "/space.reserve"
-        #expect(try Self.allocated(reservePath, holder: namespaceHolder) ?? 0 >= 1 << 20, "the reserve at start")
+        #expect(
+            try Self.allocated(reservePath, holder: namespaceHolder) ?? 0 >= 1 << 20,
+            "the reserve at start")
 
-        let initialized = try Self.ctl(d, ["init", "--passphrase-fd", "0"], stdin: Data("correct horse\n".utf8))
+        let initialized = try Self.ctl(
+            d, ["init", "--passphrase-fd", "0"], stdin: Data("correct horse\n".utf8))
         try #require(initialized.status == 0, "\(initialized)")
         let c = try d.connect()
         for i in 0..<3 {
             let v: JSON = ["string": .string("value \(i)")]
-            try #require(c.call("io.vaultd.Preferences.Set", ["domain": "com.example.disk", "key": .string("k\(i)"), "value": v]).parameters != nil)
-            try #require(c.call("io.vaultd.Preferences.Set", ["domain": "com.example.gone", "key": .string("k\(i)"), "value": v]).parameters != nil)
+            try #require(
+                c.call(
+                    "io.vaultd.Preferences.Set",
+                    ["domain": "com.example.disk", "key": .string("k\(i)"), "value": v]
+                ).parameters != nil)
+            try #require(
+                c.call(
+                    "io.vaultd.Preferences.Set",
+                    ["domain": "com.example.gone", "key": .string("k\(i)"), "value": v]
+                ).parameters != nil)
         }
-        let install = try Self.ctl(d, ["app", "install", "org.example.Gone", "--exe", "/usr/bin/true"])
+        let install = try Self.ctl(
+            d, ["app", "install", "org.example.Gone", "--exe", "/usr/bin/true"])
         try #require(install.status == 0, "\(install)")
         // Fill it with large items until three Adds in a row are refused, then with tiny ones
         // until three are: the pages a large one could not have may still hold a small one.
@@ -284,15 +358,22 @@ import Glibc
                 case let other: Issue.record("Add while filling: \(other)")
                 }
             }
-            try #require(refusedInARow == 3 && stored.count > 10, "the disk never filled with \(size)-byte items: \(stored.count) stored")
+            try #require(
+                refusedInARow == 3 && stored.count > 10,
+                "the disk never filled with \(size)-byte items: \(stored.count) stored")
         }
 
         // Deletes, one item at a time through vaultctl, then the other removals, then Lock.
         for account in stored.prefix(5) {
-            let delete = try Self.ctl(d, ["item", "delete", "--service", "disk", "--account", account])
-            #expect(delete.status == 0 && delete.stdoutText.contains("deleted 1 item(s)"), "item delete on a full disk: \(delete)")
+            let delete = try Self.ctl(
+                d, ["item", "delete", "--service", "disk", "--account", account])
+            #expect(
+                delete.status == 0 && delete.stdoutText.contains("deleted 1 item(s)"),
+                "item delete on a full disk: \(delete)")
         }
-        #expect(d.log.contains("the disk is full: gave the space reserve (1048576 bytes"), "log:\n\(d.log)")
+        #expect(
+            d.log.contains("the disk is full: gave the space reserve (1048576 bytes"),
+            "log:\n\(d.log)")
         let removeKey = try Self.ctl(d, ["defaults", "delete", "com.example.disk", "k0"])
         #expect(removeKey.status == 0, "defaults delete KEY on a full disk: \(removeKey)")
         let removeDomain = try Self.ctl(d, ["defaults", "delete", "com.example.gone"])
@@ -301,7 +382,9 @@ import Glibc
         #expect(uninstall.status == 0, "app uninstall on a full disk: \(uninstall)")
         // What was deleted is gone; what was not is there.
         let accounts = Set(try Wire.allGenericPasswords(c).map(\.account))
-        #expect(accounts == Set(stored.dropFirst(5)), "\(accounts.count) items, \(stored.count - 5) expected")
+        #expect(
+            accounts == Set(stored.dropFirst(5)),
+            "\(accounts.count) items, \(stored.count - 5) expected")
         #expect(try Wire.domain(c, "com.example.disk").keys.sorted() == ["k1", "k2"])
         #expect(try Wire.domain(c, "com.example.gone").isEmpty)
         let lock = try Self.ctl(d, ["lock"])
@@ -311,11 +394,16 @@ import Glibc
 
         // Room again (4 MiB freed): the next periodic pass fills the reserve.
         let rm = try ChildProcess.run(
-            "nsenter", ["--mount=/proc/\(namespaceHolder)/ns/mnt", "rm", disk + "/filler1"], environment: ProcessInfo.processInfo.environment, timeout: 20)
+            "nsenter", ["--mount=/proc/\(namespaceHolder)/ns/mnt", "rm", disk + "/filler1"],
+            environment: ProcessInfo.processInfo.environment, timeout: 20)
         try #require(rm.status == 0, "\(rm)")
         try Daemon.tick(d.pid, log: { d.log })
-        #expect(try Self.allocated(reservePath, holder: namespaceHolder) ?? 0 >= 1 << 20, "the reserve after space was freed")
+        #expect(
+            try Self.allocated(reservePath, holder: namespaceHolder) ?? 0 >= 1 << 20,
+            "the reserve after space was freed")
         #expect(d.isRunning)
-        ReliabilityReport.record("full disk: \(stored.count) items filled it; 5 item deletes, a key, a domain, an uninstall and a lock worked on it; the 1 MiB reserve came back once 4 MiB were freed")
+        ReliabilityReport.record(
+            "full disk: \(stored.count) items filled it; 5 item deletes, a key, a domain, an uninstall and a lock worked on it; the 1 MiB reserve came back once 4 MiB were freed"
+        )
     }
 }

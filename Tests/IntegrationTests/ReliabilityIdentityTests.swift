@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 import VaultProtocol
 
 #if canImport(Glibc)
@@ -17,7 +17,9 @@ import Glibc
         return (st.st_mode & S_IFMT, st.st_mode & 0o7777, st.st_uid)
     }
 
-    static let python = FileManager.default.isExecutableFile(atPath: "/usr/bin/python3") ? "/usr/bin/python3" : "python3"
+    static let python =
+        FileManager.default.isExecutableFile(atPath: "/usr/bin/python3")
+        ? "/usr/bin/python3" : "python3"
 
     /// Connects to `socket` as uid/gid 65534, sends a Status call and prints what came back.
     static let foreignClient = """
@@ -46,7 +48,8 @@ import Glibc
         print("received", len(data), "bytes:", data[:200])
         """
 
-    @Test(.tags(.system), .enabled(if: getuid() == 0, "needs root to act as another user (setpriv)"))
+    @Test(
+        .tags(.system), .enabled(if: getuid() == 0, "needs root to act as another user (setpriv)"))
     func peerOfAnotherUserIsRefused() throws {
         let d = try Daemon()
         defer { d.close() }
@@ -55,14 +58,23 @@ import Glibc
         chmod(d.root + "/run", 0o755)
         chmod(d.socketPath, 0o666)
         let r = try ChildProcess.run(
-            "setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", Self.python, "-c", Self.foreignClient, d.socketPath],
+            "setpriv",
+            [
+                "--reuid=65534", "--regid=65534", "--clear-groups", Self.python, "-c",
+                Self.foreignClient, d.socketPath,
+            ],
             environment: ["PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"], timeout: 30)
         #expect(r.status == 0, "\(r)")
-        #expect(r.stdoutText.contains("connected"), "the foreign peer could not even connect, so the test proves nothing: \(r)")
-        #expect(r.stdoutText.contains("received 0 bytes"), "a peer of another uid got a reply: \(r)")
+        #expect(
+            r.stdoutText.contains("connected"),
+            "the foreign peer could not even connect, so the test proves nothing: \(r)")
+        #expect(
+            r.stdoutText.contains("received 0 bytes"), "a peer of another uid got a reply: \(r)")
         // The refusal is logged, and the owner is still served.
         let deadline = Date().addingTimeInterval(5)
-        while !d.log.contains("refused a connection from another user") && Date() < deadline { usleep(50_000) }
+        while !d.log.contains("refused a connection from another user") && Date() < deadline {
+            usleep(50_000)
+        }
         #expect(d.log.contains("refused a connection from another user"), "log:\n\(d.log)")
         #expect(Daemon.answers(d.socketPath))
     }
@@ -76,7 +88,8 @@ import Glibc
         let socket = runtime + "/vaultd/vaultd.sock"
         let env = isolatedEnvironment(root: d.root, socket: nil)
         let p = try ChildProcess.spawn(
-            Paths.tool("vaultd"), ["--data-dir", d.dataDirectory], environment: env, inputs: [:], stdout: .file(d.logPath, append: true),
+            Paths.tool("vaultd"), ["--data-dir", d.dataDirectory], environment: env, inputs: [:],
+            stdout: .file(d.logPath, append: true),
             stderr: .file(d.logPath, append: true))
         defer {
             kill(p, SIGKILL)
@@ -86,18 +99,35 @@ import Glibc
         while !Daemon.answers(socket) && Date() < deadline { usleep(20_000) }
         let c = try ExactClient(path: socket)
         try Wire.initWithoutPassphrase(c)
-        #expect(c.call("io.vaultd.Keychain.Add", ["class": "genericPassword", "attributes": ["account": "m"], "data": Wire.base64([1, 2, 3])]).parameters != nil)
-        #expect(c.call("io.vaultd.Preferences.Set", ["domain": "com.example.m", "key": "k", "value": ["bool": true]]).parameters != nil)
+        #expect(
+            c.call(
+                "io.vaultd.Keychain.Add",
+                [
+                    "class": "genericPassword", "attributes": ["account": "m"],
+                    "data": Wire.base64([1, 2, 3]),
+                ]
+            ).parameters != nil)
+        #expect(
+            c.call(
+                "io.vaultd.Preferences.Set",
+                ["domain": "com.example.m", "key": "k", "value": ["bool": true]]
+            ).parameters != nil)
 
         let dir = try #require(Self.permissions(runtime + "/vaultd"))
-        #expect(dir.type == S_IFDIR && dir.mode == 0o700 && dir.uid == getuid(), "socket directory \(String(dir.mode, radix: 8))")
+        #expect(
+            dir.type == S_IFDIR && dir.mode == 0o700 && dir.uid == getuid(),
+            "socket directory \(String(dir.mode, radix: 8))")
         let sock = try #require(Self.permissions(socket))
-        #expect(sock.type == S_IFSOCK && sock.mode == 0o600, "socket \(String(sock.mode, radix: 8))")
+        #expect(
+            sock.type == S_IFSOCK && sock.mode == 0o600, "socket \(String(sock.mode, radix: 8))")
         let data = try #require(Self.permissions(d.dataDirectory))
         #expect(data.mode == 0o700, "data directory \(String(data.mode, radix: 8))")
         for f in try FileManager.default.contentsOfDirectory(atPath: d.dataDirectory) {
             let m = try #require(Self.permissions(d.dataDirectory + "/" + f))
-            if m.type == S_IFREG { #expect(m.mode & 0o077 == 0, "\(f) is \(String(m.mode, radix: 8)): readable by others") }
+            if m.type == S_IFREG {
+                #expect(
+                    m.mode & 0o077 == 0, "\(f) is \(String(m.mode, radix: 8)): readable by others")
+            }
         }
         for f in ["device.key", "vault.sqlite", "vault.sqlite-wal"] {
             #expect(Self.permissions(d.dataDirectory + "/" + f)?.mode == 0o600, "\(f)")
@@ -111,7 +141,8 @@ import Glibc
         mkdir(runtime + "/vaultd", 0o755)
         chmod(runtime + "/vaultd", 0o755)
         let r = try ChildProcess.run(
-            Paths.tool("vaultd"), ["--data-dir", d.dataDirectory], environment: isolatedEnvironment(root: d.root, socket: nil), timeout: 20)
+            Paths.tool("vaultd"), ["--data-dir", d.dataDirectory],
+            environment: isolatedEnvironment(root: d.root, socket: nil), timeout: 20)
         #expect(!r.timedOut && r.status != 0, "vaultd served from a 0755 socket directory: \(r)")
         #expect(r.stderr.contains("700") || r.stderr.contains("mode"), "no clear message: \(r)")
     }
@@ -131,7 +162,9 @@ import Glibc
             defer { group.leave() }
             var n = 0
             while !done.get {
-                let r = c.call("io.vaultd.Preferences.Set", ["domain": "com.example.first", "key": "k", "value": ["integer": JSON(n)]])
+                let r = c.call(
+                    "io.vaultd.Preferences.Set",
+                    ["domain": "com.example.first", "key": "k", "value": ["integer": JSON(n)]])
                 if r.parameters == nil {
                     failures.append("\(r)")
                     return
@@ -145,7 +178,9 @@ import Glibc
             environment: isolatedEnvironment(root: d.root, socket: nil), timeout: 20)
         // The first vaultd serves on after the second one's exit: more calls answered since.
         let atExit = served.get
-        #expect(eventually(timeout: 20) { served.get >= atExit + 5 || !failures.all.isEmpty }, "served \(served.get) calls, \(atExit) at the second vaultd's exit")
+        #expect(
+            eventually(timeout: 20) { served.get >= atExit + 5 || !failures.all.isEmpty },
+            "served \(served.get) calls, \(atExit) at the second vaultd's exit")
         done.withLock { $0 = true }
         group.wait()
         #expect(!second.timedOut && second.status != 0, "the second vaultd did not exit: \(second)")
@@ -161,15 +196,23 @@ import Glibc
         defer { d.close() }
         let c = try ExactClient(path: d.socketPath)
         try Wire.initWithoutPassphrase(c)
-        #expect(c.call("io.vaultd.Preferences.Set", ["domain": "com.example.stale", "key": "k", "value": ["integer": 7]]).parameters != nil)
+        #expect(
+            c.call(
+                "io.vaultd.Preferences.Set",
+                ["domain": "com.example.stale", "key": "k", "value": ["integer": 7]]
+            ).parameters != nil)
         c.close()
         d.kill()
-        try #require(Self.permissions(d.socketPath)?.type == S_IFSOCK, "SIGKILL should leave the socket behind")
+        try #require(
+            Self.permissions(d.socketPath)?.type == S_IFSOCK,
+            "SIGKILL should leave the socket behind")
         #expect(!Daemon.answers(d.socketPath))
         try d.start()
         #expect(d.log.contains("stale"), "log:\n\(d.log)")
         let again = try ExactClient(path: d.socketPath)
-        #expect(again.call("io.vaultd.Preferences.Get", ["domain": "com.example.stale", "key": "k"]).parameters?["value"] == ["integer": 7])
+        #expect(
+            again.call("io.vaultd.Preferences.Get", ["domain": "com.example.stale", "key": "k"])
+                .parameters?["value"] == ["integer": 7])
         #expect(Self.permissions(d.socketPath)?.mode == 0o600)
     }
 
@@ -179,7 +222,8 @@ import Glibc
     /// another uid, but the clients trusted whatever answered: `vaultctl item add` sent it
     /// the secret, `git-credential-vault store` the password. A client must check the
     /// server's uid (SO_PEERCRED) before it sends anything, and say why it stops.
-    @Test(.tags(.system), .enabled(if: getuid() == 0, "needs root to act as another user (setpriv)"))
+    @Test(
+        .tags(.system), .enabled(if: getuid() == 0, "needs root to act as another user (setpriv)"))
     func aServerOfAnotherUserIsNotSentAnything() throws {
         let root = try TemporaryDirectory.make(prefix: "vaultd-impostor")
         defer { TemporaryDirectory.remove(root) }
@@ -208,27 +252,41 @@ import Glibc
                 c.close()
             """
         let p = try ChildProcess.spawn(
-            "setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", Self.python, "-c", server, socket, received],
-            environment: ["PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"], inputs: [:], stdout: .devNull, stderr: .file(root + "/server.log", append: true))
+            "setpriv",
+            [
+                "--reuid=65534", "--regid=65534", "--clear-groups", Self.python, "-c", server,
+                socket, received,
+            ],
+            environment: ["PATH": "/usr/bin:/bin", "LC_ALL": "C.UTF-8"], inputs: [:],
+            stdout: .devNull, stderr: .file(root + "/server.log", append: true))
         defer {
             kill(p, SIGKILL)
             _ = ChildProcess.wait(p, timeout: 10)
         }
         let up = eventually(timeout: 10) { access(socket, F_OK) == 0 }
-        try #require(up, "the impostor did not start: \((try? String(contentsOfFile: root + "/server.log", encoding: .utf8)) ?? "")")
+        try #require(
+            up,
+            "the impostor did not start: \((try? String(contentsOfFile: root + "/server.log", encoding: .utf8)) ?? "")"
+        )
 
         var env = isolatedEnvironment(root: root, socket: socket)
         env["VAULTCTL_TIMEOUT"] = "5"
         let add = try ChildProcess.run(
-            Paths.tool("vaultctl"), ["item", "add", "--service", "impostor", "--account", "a"], environment: env, stdin: Data("imp-secret-1".utf8),
+            Paths.tool("vaultctl"), ["item", "add", "--service", "impostor", "--account", "a"],
+            environment: env, stdin: Data("imp-secret-1".utf8),
             timeout: 30)
         #expect(add.status == 69 && add.stderr.contains("uid 65534"), "\(add)")
         let git = try ChildProcess.run(
             Paths.tool("git-credential-vault"), ["store"], environment: env,
-            stdin: Data("protocol=https\nhost=example.org\nusername=bob\npassword=imp-secret-2\n\n".utf8), timeout: 30)
+            stdin: Data(
+                "protocol=https\nhost=example.org\nusername=bob\npassword=imp-secret-2\n\n".utf8),
+            timeout: 30)
         // The helper stays quiet when it cannot reach vaultd (git then asks as without it).
         #expect(!git.timedOut, "\(git)")
         let got = (try? Data(contentsOf: URL(fileURLWithPath: received))) ?? Data()
-        #expect(got.isEmpty, "the impostor got \(got.count) bytes: \(String(decoding: got, as: UTF8.self).prefix(400))")
+        #expect(
+            got.isEmpty,
+            "the impostor got \(got.count) bytes: \(String(decoding: got, as: UTF8.self).prefix(400))"
+        )
     }
 }

@@ -11,7 +11,8 @@ import Glibc
 /// longer local runs.
 enum Stress {
     static let factor: Int = {
-        guard let v = ProcessInfo.processInfo.environment["VAULTD_STRESS"], let n = Int(v), n > 0 else { return 0 }
+        guard let v = ProcessInfo.processInfo.environment["VAULTD_STRESS"], let n = Int(v), n > 0
+        else { return 0 }
         return n
     }()
 
@@ -22,7 +23,9 @@ enum Stress {
     /// The random seed: VAULTD_SEED when set (to replay a failure), else a fresh one that the
     /// tests print.
     static func seed() -> UInt64 {
-        if let v = ProcessInfo.processInfo.environment["VAULTD_SEED"], let s = UInt64(v) { return s }
+        if let v = ProcessInfo.processInfo.environment["VAULTD_SEED"], let s = UInt64(v) {
+            return s
+        }
         return UInt64.random(in: 1...UInt64.max)
     }
 }
@@ -32,7 +35,9 @@ enum Stress {
 enum ReliabilityReport {
     static func record(_ line: String) {
         print("reliability: \(line)")
-        guard let path = ProcessInfo.processInfo.environment["VAULTD_RELIABILITY_REPORT"], !path.isEmpty else { return }
+        guard let path = ProcessInfo.processInfo.environment["VAULTD_RELIABILITY_REPORT"],
+            !path.isEmpty
+        else { return }
         let fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0o644)
         guard fd >= 0 else { return }
         let bytes = Array((line + "\n").utf8)
@@ -72,16 +77,26 @@ final class ExactClient: @unchecked Sendable {
             }
         }
 
-        var parameters: JSONObject? { if case .ok(let p) = self { return p }; return nil }
-        var errorName: String? { if case .error(let n, _) = self { return n }; return nil }
-        var isClosed: Bool { if case .closed = self { return true }; return false }
+        var parameters: JSONObject? {
+            if case .ok(let p) = self { return p }
+            return nil
+        }
+        var errorName: String? {
+            if case .error(let n, _) = self { return n }
+            return nil
+        }
+        var isClosed: Bool {
+            if case .closed = self { return true }
+            return false
+        }
     }
 
     /// Connects; a send that blocks for `sendTimeout` seconds (vaultd not reading) fails.
     init(path: String, sendTimeout: Int = 30) throws {
         connection = try VarlinkConnection(path: path)
         var tv = timeval(tv_sec: sendTimeout, tv_usec: 0)
-        setsockopt(connection.fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(
+            connection.fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
     }
 
     var fd: Int32 { connection.fd }
@@ -95,7 +110,9 @@ final class ExactClient: @unchecked Sendable {
     }
 
     /// Waits until the peer has read every byte sent (true), or `timeout` seconds pass.
-    func waitUntilRead(timeout: Double = 20) -> Bool { eventually(timeout: timeout) { unreadBytes == 0 } }
+    func waitUntilRead(timeout: Double = 20) -> Bool {
+        eventually(timeout: timeout) { unreadBytes == 0 }
+    }
 
     /// Sends raw bytes; false when the peer had closed.
     @discardableResult
@@ -112,7 +129,9 @@ final class ExactClient: @unchecked Sendable {
     func receive(timeout: Double = 30) -> Outcome {
         switch connection.receiveFrame(timeout: timeout) {
         case .frame(let frame):
-            guard let json = try? JSON.parse(frame), case .object(let o) = json else { return .garbage(frame) }
+            guard let json = try? JSON.parse(frame), case .object(let o) = json else {
+                return .garbage(frame)
+            }
             let parameters = o["parameters"]?.objectValue ?? [:]
             if let e = o["error"]?.stringValue { return .error(e, parameters) }
             return .ok(parameters)
@@ -142,7 +161,9 @@ enum Wire {
         var account: String
         var secret: [UInt8]
         var label: String?
-        var description: String { "\(service)/\(account) label=\(label ?? "-") secret=\(secret.count) B \(secret.prefix(8))" }
+        var description: String {
+            "\(service)/\(account) label=\(label ?? "-") secret=\(secret.count) B \(secret.prefix(8))"
+        }
     }
 
     /// Every generic password with its secret: the list first (attributes only), then each
@@ -150,25 +171,44 @@ enum Wire {
     static func allGenericPasswords(_ c: ExactClient, timeout: Double = 60) throws -> [StoredItem] {
         let r = c.call(
             "io.vaultd.Keychain.CopyMatching",
-            ["class": "genericPassword", "matchLimit": "all", "returnData": false, "returnAttributes": true], timeout: timeout)
+            [
+                "class": "genericPassword", "matchLimit": "all", "returnData": false,
+                "returnAttributes": true,
+            ], timeout: timeout)
         if r.errorName == "io.vaultd.Keychain.ItemNotFound" { return [] }
-        guard let items = r.parameters?["items"]?.arrayValue else { throw HarnessError("CopyMatching all: \(r)") }
+        guard let items = r.parameters?["items"]?.arrayValue else {
+            throw HarnessError("CopyMatching all: \(r)")
+        }
         return try items.map { item in
-            guard let a = item["attributes"]?.objectValue else { throw HarnessError("CopyMatching: malformed item \(item.text.prefix(300))") }
-            let service = a["service"]?.stringValue ?? "", account = a["account"]?.stringValue ?? ""
+            guard let a = item["attributes"]?.objectValue else {
+                throw HarnessError("CopyMatching: malformed item \(item.text.prefix(300))")
+            }
+            let service = a["service"]?.stringValue ?? ""
+            let account = a["account"]?.stringValue ?? ""
             let one = c.call(
                 "io.vaultd.Keychain.CopyMatching",
-                ["class": "genericPassword", "query": ["service": .string(service), "account": .string(account)], "returnData": true], timeout: timeout)
-            guard let data = one.parameters?["items"]?.arrayValue?.first?["data"]?.stringValue, let secret = Data(base64Encoded: data) else {
+                [
+                    "class": "genericPassword",
+                    "query": ["service": .string(service), "account": .string(account)],
+                    "returnData": true,
+                ], timeout: timeout)
+            guard let data = one.parameters?["items"]?.arrayValue?.first?["data"]?.stringValue,
+                let secret = Data(base64Encoded: data)
+            else {
                 throw HarnessError("CopyMatching \(service)/\(account): \(one)")
             }
-            return StoredItem(service: service, account: account, secret: Array(secret), label: a["label"]?.stringValue)
+            return StoredItem(
+                service: service, account: account, secret: Array(secret),
+                label: a["label"]?.stringValue)
         }
     }
 
-    static func domain(_ c: ExactClient, _ name: String, timeout: Double = 60) throws -> JSONObject {
+    static func domain(_ c: ExactClient, _ name: String, timeout: Double = 60) throws -> JSONObject
+    {
         let r = c.call("io.vaultd.Preferences.Domain", ["domain": .string(name)], timeout: timeout)
-        guard let values = r.parameters?["values"]?.objectValue else { throw HarnessError("Domain \(name): \(r)") }
+        guard let values = r.parameters?["values"]?.objectValue else {
+            throw HarnessError("Domain \(name): \(r)")
+        }
         return values
     }
 }
@@ -200,19 +240,28 @@ final class CustomDaemon: @unchecked Sendable {
     var isRunning: Bool { pid.map(ChildProcess.isAlive) ?? false }
 
     /// The vaultd command line (for a wrapper such as `sh -c '… exec "$@"' sh VAULTD…`).
-    var command: [String] { [Paths.tool("vaultd"), "--socket", socketPath, "--data-dir", dataDirectory] }
+    var command: [String] {
+        [Paths.tool("vaultd"), "--socket", socketPath, "--data-dir", dataDirectory]
+    }
 
     /// Starts `wrapper + command` (or the command alone) with `environment` added, and waits
     /// until Status answers. Its clock is the test clock in `root` (`TestClock`).
-    func start(environment extra: [String: String] = [:], wrapper: [String] = [], timeout: Double = 15) throws {
+    func start(
+        environment extra: [String: String] = [:], wrapper: [String] = [], timeout: Double = 15
+    ) throws {
         precondition(pid == nil, "vaultd is already running")
-        let env = isolatedEnvironment(root: root, socket: nil).merging(TestClock.environment(root: root)) { $1 }.merging(extra) { $1 }
+        let env = isolatedEnvironment(root: root, socket: nil).merging(
+            TestClock.environment(root: root)
+        ) { $1 }.merging(extra) { $1 }
         let argv = wrapper + command
         let p = try ChildProcess.spawn(
-            argv[0], Array(argv.dropFirst()), environment: env, inputs: [:], stdout: .file(logPath, append: true),
+            argv[0], Array(argv.dropFirst()), environment: env, inputs: [:],
+            stdout: .file(logPath, append: true),
             stderr: .file(logPath, append: true))
         pid = p
-        try Daemon.waitUntilServing(p, socketPath: socketPath, timeout: timeout, log: { log }) { _ in pid = nil }
+        try Daemon.waitUntilServing(p, socketPath: socketPath, timeout: timeout, log: { log }) {
+            _ in pid = nil
+        }
     }
 
     /// Moves vaultd's clock `seconds` ahead and waits for its periodic tasks (`Daemon.advanceClock`).
@@ -245,9 +294,13 @@ final class CustomDaemon: @unchecked Sendable {
 /// /proc/PID/status figures, in KiB.
 enum ProcStatus {
     static func kib(_ field: String, pid: pid_t) -> Int? {
-        guard let text = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return nil }
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else {
+            return nil
+        }
         for line in text.split(separator: "\n") where line.hasPrefix(field + ":") {
-            return Int(line.dropFirst(field.count + 1).split(whereSeparator: { $0 == " " || $0 == "\t" }).first ?? "")
+            return Int(
+                line.dropFirst(field.count + 1).split(whereSeparator: { $0 == " " || $0 == "\t" })
+                    .first ?? "")
         }
         return nil
     }
@@ -256,7 +309,9 @@ enum ProcStatus {
     static func peakRSS(_ pid: pid_t) -> Int? { kib("VmHWM", pid: pid) }
     static func rss(_ pid: pid_t) -> Int? { kib("VmRSS", pid: pid) }
     static func threads(_ pid: pid_t) -> Int? {
-        guard let text = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return nil }
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else {
+            return nil
+        }
         for line in text.split(separator: "\n") where line.hasPrefix("Threads:") {
             return Int(line.dropFirst(8).trimmingCharacters(in: .whitespaces))
         }
@@ -278,11 +333,15 @@ func integrityCheck(dataDirectory: String) throws -> String {
     if copy.isEmpty { copy = try TemporaryDirectory.make(prefix: "vaultd-icheck") }
     defer { TemporaryDirectory.remove(copy) }
     let fm = FileManager.default
-    for suffix in ["", "-wal"] where fm.fileExists(atPath: dataDirectory + "/vault.sqlite" + suffix) {
-        try fm.copyItem(atPath: dataDirectory + "/vault.sqlite" + suffix, toPath: copy + "/vault.sqlite" + suffix)
+    for suffix in ["", "-wal"] where fm.fileExists(atPath: dataDirectory + "/vault.sqlite" + suffix)
+    {
+        try fm.copyItem(
+            atPath: dataDirectory + "/vault.sqlite" + suffix,
+            toPath: copy + "/vault.sqlite" + suffix)
     }
     let r = try ChildProcess.run(
-        "sqlite3", [copy + "/vault.sqlite", "PRAGMA synchronous=OFF; PRAGMA integrity_check;"], environment: ProcessInfo.processInfo.environment,
+        "sqlite3", [copy + "/vault.sqlite", "PRAGMA synchronous=OFF; PRAGMA integrity_check;"],
+        environment: ProcessInfo.processInfo.environment,
         timeout: 60)
     guard r.status == 0 else { throw HarnessError("sqlite3 integrity_check failed: \(r)") }
     return r.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)

@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 import VaultCore
 
 #if canImport(Glibc)
@@ -12,7 +12,9 @@ import Glibc
 /// changes other processes make, content types and collection labels kept, every error with a
 /// proper name, and nothing an app may not see told apart from what does not exist.
 @Suite(.tags(.system)) struct SecretServiceClientTests {
-    static func text(_ path: String) -> String { (try? String(contentsOfFile: path, encoding: .utf8)) ?? "" }
+    static func text(_ path: String) -> String {
+        (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
+    }
 
     /// Debian's python, which has python-gi (`python3-gi`); the one on PATH may be another.
     static let systemPython = "/usr/bin/python3"
@@ -52,10 +54,12 @@ import Glibc
 
     /// Waits until `file` has, after its first `from` lines, the line `line`; returns the
     /// number of lines up to and including it, nil when it did not come within `timeout`.
-    static func waitForLine(_ file: String, _ line: String, from: Int, timeout: Double = 20) -> Int? {
+    static func waitForLine(_ file: String, _ line: String, from: Int, timeout: Double = 20) -> Int?
+    {
         let deadline = Date().addingTimeInterval(timeout)
         repeat {
-            let lines = text(file).split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+            let lines = text(file).split(separator: "\n", omittingEmptySubsequences: false).map(
+                String.init)
             if let i = lines.dropFirst(from).firstIndex(of: line) { return i + 1 }
             usleep(10_000)
         } while Date() < deadline
@@ -64,16 +68,32 @@ import Glibc
 
     /// The path of the one item whose attributes are `attributes` (gdbus SearchItems).
     static func itemPath(_ k: KeyringFixture, _ attributes: [String: String]) throws -> String {
-        let dict = "{" + attributes.map { "'\($0.key)': '\($0.value)'" }.joined(separator: ", ") + "}"
-        let r = k.run("gdbus", ["call", "--session", "--dest", "org.freedesktop.secrets", "--object-path", "/org/freedesktop/secrets", "--method", "org.freedesktop.Secret.Service.SearchItems", dict])
-        let paths = r.stdoutText.split(separator: "'").filter { $0.hasPrefix("/org/freedesktop/secrets/collection/") }
+        let dict =
+            "{" + attributes.map { "'\($0.key)': '\($0.value)'" }.joined(separator: ", ") + "}"
+        let r = k.run(
+            "gdbus",
+            [
+                "call", "--session", "--dest", "org.freedesktop.secrets", "--object-path",
+                "/org/freedesktop/secrets", "--method",
+                "org.freedesktop.Secret.Service.SearchItems", dict,
+            ])
+        let paths = r.stdoutText.split(separator: "'").filter {
+            $0.hasPrefix("/org/freedesktop/secrets/collection/")
+        }
         try #require(paths.count == 1, "\(r)")
         return String(paths[0])
     }
 
     /// A property set as another program sets it: `gdbus call … Properties.Set`.
-    static func setProperty(_ k: KeyringFixture, _ path: String, _ interface: String, _ name: String, _ value: String) -> ProcessResult {
-        k.run("gdbus", ["call", "--session", "--dest", "org.freedesktop.secrets", "--object-path", path, "--method", "org.freedesktop.DBus.Properties.Set", interface, name, value])
+    static func setProperty(
+        _ k: KeyringFixture, _ path: String, _ interface: String, _ name: String, _ value: String
+    ) -> ProcessResult {
+        k.run(
+            "gdbus",
+            [
+                "call", "--session", "--dest", "org.freedesktop.secrets", "--object-path", path,
+                "--method", "org.freedesktop.DBus.Properties.Set", interface, name, value,
+            ])
     }
 
     /// A long-lived libsecret client follows 21 changes other processes make to its
@@ -85,47 +105,61 @@ import Glibc
     @Test func aLongLivedLibsecretClientFollowsChangesAndLockState() throws {
         let k = try SecretServiceTests.fixture(passphrase: true)
         defer { k.close() }
-        let script = k.root + "/client.py", out = k.root + "/client.out"
+        let script = k.root + "/client.py"
+        let out = k.root + "/client.out"
         try Self.libsecretClient.write(toFile: script, atomically: true, encoding: .utf8)
         let client = try ChildProcess.spawn(
-            Self.systemPython, [script], environment: k.environment, inputs: [:], stdout: .file(out, append: false), stderr: .file(out + ".err", append: false))
+            Self.systemPython, [script], environment: k.environment, inputs: [:],
+            stdout: .file(out, append: false), stderr: .file(out + ".err", append: false))
         defer { kill(client, SIGKILL) }
-        var seen = try #require(Self.waitForLine(out, "locked=False label=user items=", from: 0), "\(Self.text(out)) \(Self.text(out + ".err"))")
+        var seen = try #require(
+            Self.waitForLine(out, "locked=False label=user items=", from: 0),
+            "\(Self.text(out)) \(Self.text(out + ".err"))")
 
         // What the collection holds, by the attribute n: the label.
         var labels: [String: String] = [:]
         var locked = false
         var collectionLabel = "user"
         func expect(_ what: String) throws {
-            let items = labels.values.map { $0 + (locked ? "*" : "") }.sorted().joined(separator: ",")
+            let items = labels.values.map { $0 + (locked ? "*" : "") }.sorted().joined(
+                separator: ",")
             let line = "locked=\(locked ? "True" : "False") label=\(collectionLabel) items=\(items)"
             let found = Self.waitForLine(out, line, from: seen)
-            try #require(found != nil, "after \(what): no `\(line)`; the client printed:\n\(Self.text(out))\(Self.text(out + ".err"))\n\(k.log)")
+            try #require(
+                found != nil,
+                "after \(what): no `\(line)`; the client printed:\n\(Self.text(out))\(Self.text(out + ".err"))\n\(k.log)"
+            )
             seen = found!
         }
         func store(_ n: Int, _ label: String) throws {
-            let r = SecretServiceTests.secretTool(k, ["store", "--label=\(label)", "test", "follow", "n", "\(n)"], stdin: "secret \(n)")
+            let r = SecretServiceTests.secretTool(
+                k, ["store", "--label=\(label)", "test", "follow", "n", "\(n)"],
+                stdin: "secret \(n)")
             try #require(r.status == 0, "\(r)")
             labels["\(n)"] = label
             try expect("storing \(label)")
         }
-        for n in 0..<8 { try store(n, "item\(n)") }                 // 8 made
-        for n in 0..<4 { try store(n, "renamed\(n)") }              // 4 replaced (ItemChanged)
-        for n in 4..<7 {                                            // 3 labels set by another program
-            let r = Self.setProperty(k, try Self.itemPath(k, ["n": "\(n)"]), "org.freedesktop.Secret.Item", "Label", "<'set\(n)'>")
+        for n in 0..<8 { try store(n, "item\(n)") }  // 8 made
+        for n in 0..<4 { try store(n, "renamed\(n)") }  // 4 replaced (ItemChanged)
+        for n in 4..<7 {  // 3 labels set by another program
+            let r = Self.setProperty(
+                k, try Self.itemPath(k, ["n": "\(n)"]), "org.freedesktop.Secret.Item", "Label",
+                "<'set\(n)'>")
             try #require(r.status == 0, "\(r)")
             labels["\(n)"] = "set\(n)"
             try expect("setting the label of \(n)")
         }
-        for n in 0..<4 {                                            // 4 deleted
+        for n in 0..<4 {  // 4 deleted
             let r = SecretServiceTests.secretTool(k, ["clear", "test", "follow", "n", "\(n)"])
             try #require(r.status == 0, "\(r)")
             labels["\(n)"] = nil
             try expect("clearing \(n)")
         }
-        try store(99, "last")                                       // 1 more made
+        try store(99, "last")  // 1 more made
         // The collection's own label, set by another program.
-        var r = Self.setProperty(k, "/org/freedesktop/secrets/collection/user", "org.freedesktop.Secret.Collection", "Label", "<'Personal'>")
+        var r = Self.setProperty(
+            k, "/org/freedesktop/secrets/collection/user", "org.freedesktop.Secret.Collection",
+            "Label", "<'Personal'>")
         try #require(r.status == 0, "\(r)")
         collectionLabel = "Personal"
         try expect("setting the collection's label")
@@ -153,23 +187,34 @@ import Glibc
     @Test func aClientOfAVaultLockedSinceStartFollowsItsUnlock() throws {
         let k = try SecretServiceTests.fixture(passphrase: true)
         defer { k.close() }
-        var r = SecretServiceTests.secretTool(k, ["store", "--label=kept", "kept", "1"], stdin: "k")
+        var r = SecretServiceTests.secretTool(
+            k, ["store", "--label=kept", "kept", "1"], stdin: "k")
         try #require(r.status == 0, "\(r)")
         // A collection label, sealed under the metadata key: read as the group's name until
         // the unlock, whose signals carry it.
-        r = Self.setProperty(k, "/org/freedesktop/secrets/collection/user", "org.freedesktop.Secret.Collection", "Label", "<'Kept'>")
+        r = Self.setProperty(
+            k, "/org/freedesktop/secrets/collection/user", "org.freedesktop.Secret.Collection",
+            "Label", "<'Kept'>")
         try #require(r.status == 0, "\(r)")
         k.stopVaultd()
         try k.startVaultd(arguments: ["--secret-service"])
         try #require(k.state() == "locked")
-        let script = k.root + "/client.py", out = k.root + "/client.out"
+        let script = k.root + "/client.py"
+        let out = k.root + "/client.out"
         try Self.libsecretClient.write(toFile: script, atomically: true, encoding: .utf8)
         let client = try ChildProcess.spawn(
-            Self.systemPython, [script], environment: k.environment, inputs: [:], stdout: .file(out, append: false), stderr: .file(out + ".err", append: false))
+            Self.systemPython, [script], environment: k.environment, inputs: [:],
+            stdout: .file(out, append: false), stderr: .file(out + ".err", append: false))
         defer { kill(client, SIGKILL) }
-        let seen = try #require(Self.waitForLine(out, "locked=True label=user items=", from: 0), "\(Self.text(out)) \(Self.text(out + ".err"))")
-        try #require(k.ctl(["unlock", "--passphrase-fd", "3"], fds: SecretServiceTests.passphraseFD).status == 0)
-        #expect(Self.waitForLine(out, "locked=False label=Kept items=kept", from: seen) != nil, "\(Self.text(out)) \(Self.text(out + ".err"))")
+        let seen = try #require(
+            Self.waitForLine(out, "locked=True label=user items=", from: 0),
+            "\(Self.text(out)) \(Self.text(out + ".err"))")
+        try #require(
+            k.ctl(["unlock", "--passphrase-fd", "3"], fds: SecretServiceTests.passphraseFD).status
+                == 0)
+        #expect(
+            Self.waitForLine(out, "locked=False label=Kept items=kept", from: seen) != nil,
+            "\(Self.text(out)) \(Self.text(out + ".err"))")
         #expect(kill(client, 0) == 0)
     }
 
@@ -185,42 +230,65 @@ import Glibc
         }
         let k = try SecretServiceTests.fixture(passphrase: true)
         defer { k.close() }
-        var r = SecretServiceTests.secretTool(k, ["store", "--label=first", "seahorse", "0"], stdin: "s0")
+        var r = SecretServiceTests.secretTool(
+            k, ["store", "--label=first", "seahorse", "0"], stdin: "s0")
         try #require(r.status == 0, "\(r)")
         // A display of its own: the first free number from 90.
-        let display = try #require((90..<190).first { access("/tmp/.X11-unix/X\($0)", F_OK) != 0 && access("/tmp/.X\($0)-lock", F_OK) != 0 })
+        let display = try #require(
+            (90..<190).first {
+                access("/tmp/.X11-unix/X\($0)", F_OK) != 0 && access("/tmp/.X\($0)-lock", F_OK) != 0
+            })
         let xvfb = try ChildProcess.spawn(
-            "/usr/bin/Xvfb", [":\(display)", "-screen", "0", "1280x800x24", "-nolisten", "tcp"], environment: k.environment, inputs: [:],
-            stdout: .file(k.root + "/xvfb.log", append: false), stderr: .file(k.root + "/xvfb.log", append: false))
+            "/usr/bin/Xvfb", [":\(display)", "-screen", "0", "1280x800x24", "-nolisten", "tcp"],
+            environment: k.environment, inputs: [:],
+            stdout: .file(k.root + "/xvfb.log", append: false),
+            stderr: .file(k.root + "/xvfb.log", append: false))
         defer {
             kill(xvfb, SIGTERM)
             _ = ChildProcess.wait(xvfb, timeout: 10)
         }
         var deadline = Date().addingTimeInterval(20)
-        while access("/tmp/.X11-unix/X\(display)", F_OK) != 0 && Date() < deadline { usleep(10_000) }
+        while access("/tmp/.X11-unix/X\(display)", F_OK) != 0 && Date() < deadline {
+            usleep(10_000)
+        }
         var env = k.environment
         env["DISPLAY"] = ":\(display)"
         env["GSETTINGS_BACKEND"] = "memory"
         env["NO_AT_BRIDGE"] = "1"
         let out = k.root + "/seahorse.out"
-        let seahorse = try ChildProcess.spawn("/usr/bin/seahorse", [], environment: env, inputs: [:], stdout: .file(out, append: false), stderr: .file(out, append: false))
+        let seahorse = try ChildProcess.spawn(
+            "/usr/bin/seahorse", [], environment: env, inputs: [:],
+            stdout: .file(out, append: false), stderr: .file(out, append: false))
         defer { kill(seahorse, SIGKILL) }
         // Serving: its application object answers on the bus (its main loop runs). Asked only
         // once the name has an owner: a call to an unowned name makes the bus start another
         // seahorse from its activation file, which races the one under test for the name.
         func roundTrip() -> Bool {
             let owned = k.run(
-                "gdbus", ["call", "--session", "--dest", "org.freedesktop.DBus", "--object-path", "/org/freedesktop/DBus",
-                    "--method", "org.freedesktop.DBus.NameHasOwner", "org.gnome.seahorse.Application"], timeout: 20)
+                "gdbus",
+                [
+                    "call", "--session", "--dest", "org.freedesktop.DBus", "--object-path",
+                    "/org/freedesktop/DBus",
+                    "--method", "org.freedesktop.DBus.NameHasOwner",
+                    "org.gnome.seahorse.Application",
+                ], timeout: 20)
             guard owned.status == 0 && owned.stdoutText.contains("true") else { return false }
-            let r = k.run("gdbus", ["call", "--session", "--dest", "org.gnome.seahorse.Application", "--object-path", "/org/gnome/seahorse/Application", "--method", "org.gtk.Actions.List"], timeout: 20)
+            let r = k.run(
+                "gdbus",
+                [
+                    "call", "--session", "--dest", "org.gnome.seahorse.Application",
+                    "--object-path", "/org/gnome/seahorse/Application", "--method",
+                    "org.gtk.Actions.List",
+                ], timeout: 20)
             return r.status == 0 && r.stdoutText.contains("[")
         }
         deadline = Date().addingTimeInterval(30)
         while !roundTrip() && Date() < deadline { usleep(50_000) }
         try #require(roundTrip(), "seahorse did not start: \(Self.text(out))")
         // Its window, once mapped, with the collections listed.
-        r = try ChildProcess.run("xdotool", ["search", "--sync", "--onlyvisible", "--class", "seahorse"], environment: env, timeout: 30)
+        r = try ChildProcess.run(
+            "xdotool", ["search", "--sync", "--onlyvisible", "--class", "seahorse"],
+            environment: env, timeout: 30)
         try #require(r.status == 0, "\(r) \(Self.text(out))")
 
         func change(_ arguments: [String], stdin: String? = nil) throws {
@@ -228,8 +296,12 @@ import Glibc
             try #require(r.status == 0, "\(arguments): \(r)")
             #expect(roundTrip(), "seahorse after \(arguments): \(Self.text(out))")
         }
-        for n in 1...10 { try change(["store", "--label=item \(n)", "seahorse", "\(n)"], stdin: "s\(n)") }
-        for n in 1...5 { try change(["store", "--label=renamed \(n)", "seahorse", "\(n)"], stdin: "t\(n)") }
+        for n in 1...10 {
+            try change(["store", "--label=item \(n)", "seahorse", "\(n)"], stdin: "s\(n)")
+        }
+        for n in 1...5 {
+            try change(["store", "--label=renamed \(n)", "seahorse", "\(n)"], stdin: "t\(n)")
+        }
         for n in 6...10 { try change(["clear", "seahorse", "\(n)"]) }
         try #require(k.ctl(["lock"]).status == 0)
         #expect(roundTrip(), "seahorse after the lock: \(Self.text(out))")
@@ -239,7 +311,8 @@ import Glibc
 
         #expect(kill(seahorse, 0) == 0, "seahorse died: \(Self.text(out))")
         #expect(!Self.text(out).contains("CRITICAL"), "\(Self.text(out))")
-        _ = try? ChildProcess.run("import", ["-window", "root", k.root + "/seahorse.png"], environment: env, timeout: 20)
+        _ = try? ChildProcess.run(
+            "import", ["-window", "root", k.root + "/seahorse.png"], environment: env, timeout: 20)
     }
 
     /// The signals and the values they carry, as a raw listener (jeepney) receives them: a
@@ -279,12 +352,16 @@ import Glibc
             """
         let out = k.root + "/signals.out"
         let listener = try ChildProcess.spawn(
-            Paths.tool("python3"), ["-c", script, "3"], environment: k.environment, inputs: [:], stdout: .file(out, append: false),
+            Paths.tool("python3"), ["-c", script, "3"], environment: k.environment, inputs: [:],
+            stdout: .file(out, append: false),
             stderr: .file(out + ".err", append: false))
         defer { kill(listener, SIGKILL) }
         let deadline = Date().addingTimeInterval(20)
         while !Self.text(out).contains("\n") && Date() < deadline { usleep(10_000) }
-        try #require(Self.text(out).hasPrefix("[\"/org/freedesktop/secrets/collection/user\", \"/org/freedesktop/secrets/collection/session\"]"), "\(Self.text(out)) \(Self.text(out + ".err"))")
+        try #require(
+            Self.text(out).hasPrefix(
+                "[\"/org/freedesktop/secrets/collection/user\", \"/org/freedesktop/secrets/collection/session\"]"
+            ), "\(Self.text(out)) \(Self.text(out + ".err"))")
 
         // The owner stores into a group of its choosing through CreateCollection's label.
         let maker = """
@@ -303,35 +380,86 @@ import Glibc
         try #require(k.ctl(["lock"]).status == 0)
         r = k.ctl(["unlock", "--passphrase-fd", "3"], fds: SecretServiceTests.passphraseFD)
         try #require(r.status == 0, "\(r)")
-        r = k.run("gdbus", ["call", "--session", "--dest", "org.freedesktop.secrets", "--object-path", item, "--method", "org.freedesktop.Secret.Item.Delete"])
+        r = k.run(
+            "gdbus",
+            [
+                "call", "--session", "--dest", "org.freedesktop.secrets", "--object-path", item,
+                "--method", "org.freedesktop.Secret.Item.Delete",
+            ])
         try #require(r.status == 0, "\(r)")
         #expect(ChildProcess.wait(listener, timeout: 30) == 0)
-        let lines = Self.text(out).split(separator: "\n").dropFirst().compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [Any] }
+        let lines = Self.text(out).split(separator: "\n").dropFirst().compactMap {
+            try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [Any]
+        }
         let work = "/org/freedesktop/secrets/collection/work"
-        func signal(_ member: String, _ path: String, where test: ([Any]) -> Bool = { _ in true }) -> [Any]? {
-            lines.first { ($0[0] as? String) == member && ($0[1] as? String) == path && test($0[2] as? [Any] ?? []) }?[2] as? [Any]
+        func signal(_ member: String, _ path: String, where test: ([Any]) -> Bool = { _ in true })
+            -> [Any]?
+        {
+            lines.first {
+                ($0[0] as? String) == member && ($0[1] as? String) == path
+                    && test($0[2] as? [Any] ?? [])
+            }?[2] as? [Any]
         }
         func changed(_ path: String, _ interface: String, _ property: String) -> [Any] {
-            lines.filter { ($0[0] as? String) == "PropertiesChanged" && ($0[1] as? String) == path && (($0[2] as? [Any])?.first as? String) == interface }
-                .compactMap { (($0[2] as? [Any])?[1] as? [String: Any])?[property] }
+            lines.filter {
+                ($0[0] as? String) == "PropertiesChanged" && ($0[1] as? String) == path
+                    && (($0[2] as? [Any])?.first as? String) == interface
+            }
+            .compactMap { (($0[2] as? [Any])?[1] as? [String: Any])?[property] }
         }
         let all = Self.text(out)
-        #expect(signal("CollectionCreated", "/org/freedesktop/secrets", where: { ($0.first as? String) == work }) != nil, "\(all)")
-        #expect(changed("/org/freedesktop/secrets", "org.freedesktop.Secret.Service", "Collections").contains { ($0 as? [String])?.contains(work) == true }, "\(all)")
-        #expect(signal("ItemCreated", work, where: { ($0.first as? String) == item }) != nil, "\(all)")
-        #expect(changed(work, "org.freedesktop.Secret.Collection", "Items").contains { ($0 as? [String]) == [item] }, "\(all)")
-        #expect(lines.filter { ($0[0] as? String) == "ItemChanged" && ($0[1] as? String) == work }.count == 2, "\(all)")
-        #expect(changed(item, "org.freedesktop.Secret.Item", "Label").contains { ($0 as? String) == "w1 renamed" }, "\(all)")
-        #expect(changed(item, "org.freedesktop.Secret.Item", "Attributes").contains { ($0 as? [String: String]) == ["w": "1"] }, "\(all)")
+        #expect(
+            signal(
+                "CollectionCreated", "/org/freedesktop/secrets",
+                where: { ($0.first as? String) == work }) != nil, "\(all)")
+        #expect(
+            changed("/org/freedesktop/secrets", "org.freedesktop.Secret.Service", "Collections")
+                .contains { ($0 as? [String])?.contains(work) == true }, "\(all)")
+        #expect(
+            signal("ItemCreated", work, where: { ($0.first as? String) == item }) != nil, "\(all)")
+        #expect(
+            changed(work, "org.freedesktop.Secret.Collection", "Items").contains {
+                ($0 as? [String]) == [item]
+            }, "\(all)")
+        #expect(
+            lines.filter { ($0[0] as? String) == "ItemChanged" && ($0[1] as? String) == work }.count
+                == 2, "\(all)")
+        #expect(
+            changed(item, "org.freedesktop.Secret.Item", "Label").contains {
+                ($0 as? String) == "w1 renamed"
+            }, "\(all)")
+        #expect(
+            changed(item, "org.freedesktop.Secret.Item", "Attributes").contains {
+                ($0 as? [String: String]) == ["w": "1"]
+            }, "\(all)")
         // Its item's values (Locked false) came with each ItemChanged; then the lock and unlock.
-        #expect(changed(item, "org.freedesktop.Secret.Item", "Locked").suffix(2).map { $0 as? Bool } == [true, false], "\(all)")
-        #expect(changed(work, "org.freedesktop.Secret.Collection", "Locked").map { $0 as? Bool } == [true, false], "\(all)")
-        #expect(signal("CollectionChanged", "/org/freedesktop/secrets", where: { ($0.first as? String) == work }) != nil, "\(all)")
-        #expect(signal("ItemDeleted", work, where: { ($0.first as? String) == item }) != nil, "\(all)")
-        #expect(signal("CollectionDeleted", "/org/freedesktop/secrets", where: { ($0.first as? String) == work }) != nil, "\(all)")
-        #expect(changed(work, "org.freedesktop.Secret.Collection", "Items").last.map { ($0 as? [String]) == [] } == true, "\(all)")
+        #expect(
+            changed(item, "org.freedesktop.Secret.Item", "Locked").suffix(2).map { $0 as? Bool }
+                == [true, false], "\(all)")
+        #expect(
+            changed(work, "org.freedesktop.Secret.Collection", "Locked").map { $0 as? Bool } == [
+                true, false,
+            ], "\(all)")
+        #expect(
+            signal(
+                "CollectionChanged", "/org/freedesktop/secrets",
+                where: { ($0.first as? String) == work }) != nil, "\(all)")
+        #expect(
+            signal("ItemDeleted", work, where: { ($0.first as? String) == item }) != nil, "\(all)")
+        #expect(
+            signal(
+                "CollectionDeleted", "/org/freedesktop/secrets",
+                where: { ($0.first as? String) == work }) != nil, "\(all)")
+        #expect(
+            changed(work, "org.freedesktop.Secret.Collection", "Items").last.map {
+                ($0 as? [String]) == []
+            } == true, "\(all)")
         // Never a property invalidated without its value.
-        #expect(!lines.contains { ($0[0] as? String) == "PropertiesChanged" && ((($0[2] as? [Any])?[2] as? [Any])?.isEmpty == false) }, "\(all)")
+        #expect(
+            !lines.contains {
+                ($0[0] as? String) == "PropertiesChanged"
+                    && ((($0[2] as? [Any])?[2] as? [Any])?.isEmpty == false)
+            }, "\(all)")
     }
 
     /// A secret's content type is kept and given back as stored (libsecret through python-gi
@@ -340,8 +468,12 @@ import Glibc
     @Test func contentTypesAndCollectionLabelsAreKept() throws {
         let k = try SecretServiceTests.fixture()
         defer { k.close() }
-        for (label, type) in [("octets", "application/octet-stream"), ("utf8", "text/plain; charset=utf8"), ("none", "")] {
-            let r = k.secretStorageCreate(label: label, ["ct": label], secret: Data("v-\(label)".utf8), contentType: type)
+        for (label, type) in [
+            ("octets", "application/octet-stream"), ("utf8", "text/plain; charset=utf8"),
+            ("none", ""),
+        ] {
+            let r = k.secretStorageCreate(
+                label: label, ["ct": label], secret: Data("v-\(label)".utf8), contentType: type)
             try #require(r.status == 0, "\(r)")
         }
         let reader = """
@@ -355,27 +487,47 @@ import Glibc
                 print(label, value.get_content_type(), value.get().decode())
             """
         var r = k.run(Self.systemPython, ["-c", reader])
-        #expect(r.stdoutText == "octets application/octet-stream v-octets\nutf8 text/plain; charset=utf8 v-utf8\nnone text/plain v-none\n", "\(r)")
-        let stored = try SecretServiceTests.items(k).reduce(into: [String: String]()) { $0[$1["label"] as? String ?? ""] = $1["contentType"] as? String ?? "-" }
-        #expect(stored == ["octets": "application/octet-stream", "utf8": "text/plain; charset=utf8", "none": "-"], "\(stored)")
+        #expect(
+            r.stdoutText
+                == "octets application/octet-stream v-octets\nutf8 text/plain; charset=utf8 v-utf8\nnone text/plain v-none\n",
+            "\(r)")
+        let stored = try SecretServiceTests.items(k).reduce(into: [String: String]()) {
+            $0[$1["label"] as? String ?? ""] = $1["contentType"] as? String ?? "-"
+        }
+        #expect(
+            stored == [
+                "octets": "application/octet-stream", "utf8": "text/plain; charset=utf8",
+                "none": "-",
+            ], "\(stored)")
 
         // The collection's label: its current value (the group's name) is accepted, then a
         // display name, which stays across a restart; the path still names the group.
         let path = "/org/freedesktop/secrets/collection/user"
         func label() -> String {
-            k.run("gdbus", ["call", "--session", "--dest", "org.freedesktop.secrets", "--object-path", path, "--method", "org.freedesktop.DBus.Properties.Get", "org.freedesktop.Secret.Collection", "Label"]).stdoutText
+            k.run(
+                "gdbus",
+                [
+                    "call", "--session", "--dest", "org.freedesktop.secrets", "--object-path", path,
+                    "--method", "org.freedesktop.DBus.Properties.Get",
+                    "org.freedesktop.Secret.Collection", "Label",
+                ]
+            ).stdoutText
         }
         r = Self.setProperty(k, path, "org.freedesktop.Secret.Collection", "Label", "<'user'>")
         #expect(r.status == 0, "\(r)")
-        r = Self.setProperty(k, "/org/freedesktop/secrets/aliases/default", "org.freedesktop.Secret.Collection", "Label", "<'My secrets'>")
+        r = Self.setProperty(
+            k, "/org/freedesktop/secrets/aliases/default", "org.freedesktop.Secret.Collection",
+            "Label", "<'My secrets'>")
         #expect(r.status == 0, "\(r)")
         #expect(label() == "(<'My secrets'>,)\n")
         k.stopVaultd()
         try k.startVaultd(arguments: ["--secret-service"])
         #expect(label() == "(<'My secrets'>,)\n")
-        #expect(SecretServiceTests.secretTool(k, ["lookup", "ct", "octets"]).stdoutText == "v-octets")
+        #expect(
+            SecretServiceTests.secretTool(k, ["lookup", "ct", "octets"]).stdoutText == "v-octets")
         r = Self.setProperty(k, path, "org.freedesktop.Secret.Collection", "Label", "<''>")
-        #expect(r.status != 0 && r.stderr.contains("org.freedesktop.DBus.Error.InvalidArgs"), "\(r)")
+        #expect(
+            r.status != 0 && r.stderr.contains("org.freedesktop.DBus.Error.InvalidArgs"), "\(r)")
         r = Self.setProperty(k, path, "org.freedesktop.Secret.Collection", "Label", "<'user'>")
         #expect(r.status == 0 && label() == "(<'user'>,)\n", "\(r)")
     }
@@ -391,24 +543,37 @@ import Glibc
         defer { k.close() }
         let path = "/org/freedesktop/secrets/collection/user"
         func label() -> ProcessResult {
-            k.run("gdbus", ["call", "--session", "--dest", "org.freedesktop.secrets", "--object-path", path, "--method", "org.freedesktop.DBus.Properties.Get", "org.freedesktop.Secret.Collection", "Label"])
+            k.run(
+                "gdbus",
+                [
+                    "call", "--session", "--dest", "org.freedesktop.secrets", "--object-path", path,
+                    "--method", "org.freedesktop.DBus.Properties.Get",
+                    "org.freedesktop.Secret.Collection", "Label",
+                ])
         }
-        let replaced = "Wombat-Collection-5519 first label", kept = "Quokka-Collection-7731 label kept"
+        let replaced = "Wombat-Collection-5519 first label"
+        let kept = "Quokka-Collection-7731 label kept"
         // An item too, so the vault's files hold more than the label.
-        var r = SecretServiceTests.secretTool(k, ["store", "--label=item", "scan", "1"], stdin: "s")
+        var r = SecretServiceTests.secretTool(
+            k, ["store", "--label=item", "scan", "1"], stdin: "s")
         try #require(r.status == 0, "\(r)")
         for value in [replaced, kept] {
-            r = Self.setProperty(k, path, "org.freedesktop.Secret.Collection", "Label", "<'\(value)'>")
+            r = Self.setProperty(
+                k, path, "org.freedesktop.Secret.Collection", "Label", "<'\(value)'>")
             try #require(r.status == 0, "\(r)")
         }
         #expect(label().stdoutText == "(<'\(kept)'>,)\n")
 
-        let needles: [(String, Data)] = [("the label", Data(kept.utf8)), ("the replaced label", Data(replaced.utf8))]
+        let needles: [(String, Data)] = [
+            ("the label", Data(kept.utf8)), ("the replaced label", Data(replaced.utf8)),
+        ]
         // The scanner itself finds what is there.
         #expect(PlaintextScan.find(needles, in: Data("..\(kept)..".utf8)) == ["the label"])
         func scan(_ when: String) throws {
             let found = try PlaintextScan.scan(directory: k.dataDirectory, for: needles)
-            #expect(found.files.contains("vault.sqlite") && found.bytesScanned > 0, "\(when): the data directory should hold the vault: \(found.files)")
+            #expect(
+                found.files.contains("vault.sqlite") && found.bytesScanned > 0,
+                "\(when): the data directory should hold the vault: \(found.files)")
             #expect(found.hits.isEmpty, "plaintext found \(when): \(found.hits) in \(found.files)")
         }
         try scan("while vaultd runs")
@@ -419,7 +584,8 @@ import Glibc
         try k.startVaultd(arguments: ["--secret-service"])
         try #require(k.state() == "locked")
         #expect(label().stdoutText == "(<'user'>,)\n")
-        r = Self.setProperty(k, path, "org.freedesktop.Secret.Collection", "Label", "<'Another label'>")
+        r = Self.setProperty(
+            k, path, "org.freedesktop.Secret.Collection", "Label", "<'Another label'>")
         #expect(r.status != 0 && r.stderr.contains("org.freedesktop.Secret.Error.IsLocked"), "\(r)")
         // From the first unlock, the label as set; locked again, still.
         r = k.ctl(["unlock", "--passphrase-fd", "3"], fds: SecretServiceTests.passphraseFD)
@@ -437,19 +603,24 @@ import Glibc
     /// A registered app: a copy of Debian's python, given jeepney (pure python, from the
     /// python on PATH) through PYTHONPATH, installed as `appID`. Returns the copy and its
     /// environment.
-    static func pythonApp(_ k: KeyringFixture, _ appID: String) throws -> (exe: String, env: [String: String]) {
-        let found = k.run("python3", ["-c", "import jeepney, os; print(os.path.dirname(jeepney.__file__))"])
+    static func pythonApp(_ k: KeyringFixture, _ appID: String) throws -> (
+        exe: String, env: [String: String]
+    ) {
+        let found = k.run(
+            "python3", ["-c", "import jeepney, os; print(os.path.dirname(jeepney.__file__))"])
         let jeepney = found.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)
         try #require(found.status == 0 && !jeepney.isEmpty, "\(found)")
         let lib = k.root + "/pylib"
         if access(lib, F_OK) != 0 {
             mkdir(lib, 0o755)
-            try FileManager.default.createSymbolicLink(atPath: lib + "/jeepney", withDestinationPath: jeepney)
+            try FileManager.default.createSymbolicLink(
+                atPath: lib + "/jeepney", withDestinationPath: jeepney)
         }
         let dir = k.root + "/" + appID
         mkdir(dir, 0o755)
         let exe = dir + "/python3"
-        try FileManager.default.copyItem(atPath: URL(fileURLWithPath: systemPython).resolvingSymlinksInPath().path, toPath: exe)
+        try FileManager.default.copyItem(
+            atPath: URL(fileURLWithPath: systemPython).resolvingSymlinksInPath().path, toPath: exe)
         try #require(k.ctl(["app", "install", appID, "--exe", exe]).status == 0)
         var env = k.environment
         env["PYTHONPATH"] = lib
@@ -548,39 +719,65 @@ import Glibc
             """
         var r = k.run("python3", ["-c", maker], timeout: 60)
         try #require(r.status == 0, "\(r)")
-        let made = r.stdoutText.split(separator: " ").map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
+        let made = r.stdoutText.split(separator: " ").map {
+            $0.trimmingCharacters(in: .whitespacesAndNewlines)
+        }
         let (theirs, theirItem) = (made[0], made[1])
         let id = String(theirItem.split(separator: "/").last!)
         let root = "/org/freedesktop/secrets/collection/"
         let targets: [[String]] = [
             ["theirs", theirs, theirItem, "com.example.Other"],
-            ["theirs-other-id", theirs, theirs + "/0123456789abcdef0123456789abcdef", "com.example.Other"],
-            ["absent", root + "com_2eexample_2eAbsent", root + "com_2eexample_2eAbsent/" + id, "com.example.Absent"],
-            ["own-absent-item", root + "com_2eexample_2eProbe_2eX", root + "com_2eexample_2eProbe/" + id, "com.example.Probe.X"],
+            [
+                "theirs-other-id", theirs, theirs + "/0123456789abcdef0123456789abcdef",
+                "com.example.Other",
+            ],
+            [
+                "absent", root + "com_2eexample_2eAbsent", root + "com_2eexample_2eAbsent/" + id,
+                "com.example.Absent",
+            ],
+            [
+                "own-absent-item", root + "com_2eexample_2eProbe_2eX",
+                root + "com_2eexample_2eProbe/" + id, "com.example.Probe.X",
+            ],
         ]
-        let json = String(decoding: try JSONSerialization.data(withJSONObject: targets), as: UTF8.self)
+        let json = String(
+            decoding: try JSONSerialization.data(withJSONObject: targets), as: UTF8.self)
         let script = k.root + "/probe.py"
         try Self.probeScript.write(toFile: script, atomically: true, encoding: .utf8)
         r = try ChildProcess.run(probe, [script, json], environment: env, timeout: 120)
         try #require(r.status == 0, "\(r)")
-        let out = try #require(try JSONSerialization.jsonObject(with: r.stdout) as? [String: Any], "\(r)")
+        let out = try #require(
+            try JSONSerialization.jsonObject(with: r.stdout) as? [String: Any], "\(r)")
         // Its own group and the session collection, once each, in Collections and Introspect.
-        let own = ["/org/freedesktop/secrets/collection/com_2eexample_2eProbe", "/org/freedesktop/secrets/collection/session"]
-        let collections = (((out["collections"] as? [Any])?.last as? [Any])?.first as? [Any])?.last as? [String]
+        let own = [
+            "/org/freedesktop/secrets/collection/com_2eexample_2eProbe",
+            "/org/freedesktop/secrets/collection/session",
+        ]
+        let collections =
+            (((out["collections"] as? [Any])?.last as? [Any])?.first as? [Any])?.last as? [String]
         #expect(collections == own, "\(out["collections"]!)")
-        let folder = (((out["folder"] as? [Any])?.last as? [Any])?.first as? String) ?? "\(out["folder"]!)"
-        #expect(folder.components(separatedBy: "<node name=").count - 1 == 2 && folder.contains("name=\"com_2eexample_2eProbe\"") && folder.contains("name=\"session\""), "\(folder)")
+        let folder =
+            (((out["folder"] as? [Any])?.last as? [Any])?.first as? String) ?? "\(out["folder"]!)"
+        #expect(
+            folder.components(separatedBy: "<node name=").count - 1 == 2
+                && folder.contains("name=\"com_2eexample_2eProbe\"")
+                && folder.contains("name=\"session\""), "\(folder)")
         #expect(!folder.contains("Other"), "\(folder)")
         // Every call answers alike on each target.
         let reference = try #require(out["absent"] as? [String: Any])
         for name in ["theirs", "theirs-other-id", "own-absent-item"] {
             let answers = try #require(out[name] as? [String: Any])
             for (call, answer) in reference.sorted(by: { $0.key < $1.key }) {
-                #expect("\(answers[call] ?? "-")" == "\(answer)", "\(name) \(call): \(answers[call] ?? "-") vs absent \(answer)")
+                #expect(
+                    "\(answers[call] ?? "-")" == "\(answer)",
+                    "\(name) \(call): \(answers[call] ?? "-") vs absent \(answer)")
             }
         }
-        for (call, answer) in reference.sorted(by: { $0.key < $1.key }) where call.contains(".get-") || call.hasSuffix(".getall") {
-            #expect("\(answer)".contains("org.freedesktop.Secret.Error.NoSuchObject"), "\(call): \(answer)")
+        for (call, answer) in reference.sorted(by: { $0.key < $1.key })
+        where call.contains(".get-") || call.hasSuffix(".getall") {
+            #expect(
+                "\(answer)".contains("org.freedesktop.Secret.Error.NoSuchObject"),
+                "\(call): \(answer)")
         }
         // The other app's item is there, unchanged.
         r = k.ctl(["item", "get", "--service", Vault.secretServiceService, "--account", id])
@@ -660,38 +857,60 @@ import Glibc
         // owner's item path (it cannot search the owner's group).
         let (app, env) = try Self.pythonApp(k, "com.example.Errors")
         let itemPath = try Self.itemPath(k, ["e": "1"])
-        r = try ChildProcess.run(app, ["-c", script, "app", itemPath], environment: env, timeout: 60)
+        r = try ChildProcess.run(
+            app, ["-c", script, "app", itemPath], environment: env, timeout: 60)
         try #require(r.status == 0, "\(r)")
-        var errors = try #require(try JSONSerialization.jsonObject(with: r.stdout) as? [String: String], "\(r)")
+        var errors = try #require(
+            try JSONSerialization.jsonObject(with: r.stdout) as? [String: String], "\(r)")
         r = k.run("python3", ["-c", script, "owner", itemPath], timeout: 60)
         try #require(r.status == 0, "\(r)")
-        errors.merge(try #require(try JSONSerialization.jsonObject(with: r.stdout) as? [String: String], "\(r)")) { $1 }
+        errors.merge(
+            try #require(
+                try JSONSerialization.jsonObject(with: r.stdout) as? [String: String], "\(r)")
+        ) { $1 }
 
-        let secret = "org.freedesktop.Secret.Error.", dbus = "org.freedesktop.DBus.Error."
+        let secret = "org.freedesktop.Secret.Error."
+        let dbus = "org.freedesktop.DBus.Error."
         let expected: [String: String] = [
-            "get-deleted-item": secret + "NoSuchObject", "getall-deleted-item": secret + "NoSuchObject",
-            "set-deleted-item": secret + "NoSuchObject", "getsecret-deleted-item": secret + "NoSuchObject",
-            "delete-deleted-item": secret + "NoSuchObject", "getsecret-no-session": secret + "NoSession",
-            "dismiss-unknown-prompt": secret + "NoSuchObject", "close-unknown-session": secret + "NoSuchObject",
+            "get-deleted-item": secret + "NoSuchObject",
+            "getall-deleted-item": secret + "NoSuchObject",
+            "set-deleted-item": secret + "NoSuchObject",
+            "getsecret-deleted-item": secret + "NoSuchObject",
+            "delete-deleted-item": secret + "NoSuchObject",
+            "getsecret-no-session": secret + "NoSession",
+            "dismiss-unknown-prompt": secret + "NoSuchObject",
+            "close-unknown-session": secret + "NoSuchObject",
             "getsecret-locked": secret + "IsLocked",
-            "open-session-unknown": dbus + "NotSupported", "set-alias-elsewhere": dbus + "NotSupported", "session-label": dbus + "NotSupported",
-            "too-many-attributes": dbus + "InvalidArgs", "plain-secret-with-parameters": dbus + "InvalidArgs",
-            "content-type-too-long": dbus + "InvalidArgs", "collection-label-empty": dbus + "InvalidArgs",
-            "collection-label-too-long": dbus + "InvalidArgs", "wrong-signature": dbus + "InvalidArgs", "set-wrong-type": dbus + "InvalidArgs",
+            "open-session-unknown": dbus + "NotSupported",
+            "set-alias-elsewhere": dbus + "NotSupported", "session-label": dbus + "NotSupported",
+            "too-many-attributes": dbus + "InvalidArgs",
+            "plain-secret-with-parameters": dbus + "InvalidArgs",
+            "content-type-too-long": dbus + "InvalidArgs",
+            "collection-label-empty": dbus + "InvalidArgs",
+            "collection-label-too-long": dbus + "InvalidArgs",
+            "wrong-signature": dbus + "InvalidArgs", "set-wrong-type": dbus + "InvalidArgs",
             "lock-as-app": dbus + "AccessDenied", "register-prompter-as-app": dbus + "AccessDenied",
-            "get-owners-item": secret + "NoSuchObject", "getall-owners-collection": secret + "NoSuchObject",
+            "get-owners-item": secret + "NoSuchObject",
+            "getall-owners-collection": secret + "NoSuchObject",
             "set-owners-collection-label": secret + "NoSuchObject",
             "unknown-method": dbus + "UnknownMethod",
         ]
-        for (call, name) in expected { #expect(errors[call] == name, "\(call): \(errors[call] ?? "none")") }
+        for (call, name) in expected {
+            #expect(errors[call] == name, "\(call): \(errors[call] ?? "none")")
+        }
         // GDBus's own checks (an unknown property or interface, a read-only one, a path that
         // is no object) answer with names of org.freedesktop.DBus.Error too.
-        for call in ["get-unknown-property", "set-unknown-property", "set-read-only", "get-unknown-interface", "no-object"] {
+        for call in [
+            "get-unknown-property", "set-unknown-property", "set-read-only",
+            "get-unknown-interface", "no-object",
+        ] {
             #expect(errors[call]?.hasPrefix(dbus) == true, "\(call): \(errors[call] ?? "none")")
         }
         #expect(errors.count == expected.count + 5, "\(errors.keys.sorted())")
         for (call, name) in errors {
-            #expect((name.hasPrefix(secret) || name.hasPrefix(dbus)) && !name.contains("Unmapped"), "\(call): \(name)")
+            #expect(
+                (name.hasPrefix(secret) || name.hasPrefix(dbus)) && !name.contains("Unmapped"),
+                "\(call): \(name)")
         }
     }
 }

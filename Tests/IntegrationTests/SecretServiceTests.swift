@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 import VaultCore
 
 #if canImport(Glibc)
@@ -16,18 +16,28 @@ import Glibc
 
     /// A private bus with vaultd serving the Secret Service on it, its vault initialised
     /// (with `passphrase`, or without one).
-    static func fixture(passphrase: Bool = false, config: [String: Any]? = nil) throws -> KeyringFixture {
+    static func fixture(passphrase: Bool = false, config: [String: Any]? = nil) throws
+        -> KeyringFixture
+    {
         let k = try KeyringFixture(keyring: false)
         do {
             var arguments = ["--secret-service"]
             if let config {
                 let path = k.root + "/config.plist"
-                try PropertyListSerialization.data(fromPropertyList: config, format: .xml, options: 0).write(to: URL(fileURLWithPath: path))
+                try PropertyListSerialization.data(
+                    fromPropertyList: config, format: .xml, options: 0
+                ).write(to: URL(fileURLWithPath: path))
                 arguments += ["--config", path]
             }
             try k.startVaultd(arguments: arguments)
-            #expect(k.log.contains("secret service: serving org.freedesktop.secrets on the session bus"), "\(k.log)")
-            let r = passphrase ? k.ctl(["init", "--passphrase-fd", "3"], fds: passphraseFD) : k.ctl(["init", "--no-passphrase"])
+            #expect(
+                k.log.contains(
+                    "secret service: serving org.freedesktop.secrets on the session bus"),
+                "\(k.log)")
+            let r =
+                passphrase
+                ? k.ctl(["init", "--passphrase-fd", "3"], fds: passphraseFD)
+                : k.ctl(["init", "--no-passphrase"])
             guard r.status == 0 else { throw HarnessError("vaultctl init: \(r)") }
         } catch {
             k.close()
@@ -45,14 +55,19 @@ import Glibc
     }
 
     /// `secret-tool` (or a copy at `tool`) with the secret on stdin for `store`.
-    static func secretTool(_ k: KeyringFixture, tool: String = "secret-tool", _ arguments: [String], stdin: String? = nil) -> ProcessResult {
+    static func secretTool(
+        _ k: KeyringFixture, tool: String = "secret-tool", _ arguments: [String],
+        stdin: String? = nil
+    ) -> ProcessResult {
         k.run(tool, arguments, stdin: stdin.map { Data($0.utf8) }, timeout: 30)
     }
 
     @Test func secretToolStoresLooksUpSearchesAndClearsInTheVault() throws {
         let k = try Self.fixture()
         defer { k.close() }
-        var r = Self.secretTool(k, ["store", "--label=Example login", "service", "example.com", "user", "alice"], stdin: "s3cret")
+        var r = Self.secretTool(
+            k, ["store", "--label=Example login", "service", "example.com", "user", "alice"],
+            stdin: "s3cret")
         try #require(r.status == 0, "\(r)")
         r = Self.secretTool(k, ["lookup", "service", "example.com", "user", "alice"])
         #expect(r.status == 0 && r.stdoutText == "s3cret", "\(r)")
@@ -65,14 +80,22 @@ import Glibc
         try #require(stored.count == 1, "\(stored)")
         #expect(stored[0]["label"] as? String == "Example login")
         #expect(stored[0]["accessGroup"] as? String == Caller.ownerAccessGroup)
-        #expect(stored[0]["lookupAttributes"] as? [String: String] == ["service": "example.com", "user": "alice"])
+        #expect(
+            stored[0]["lookupAttributes"] as? [String: String] == [
+                "service": "example.com", "user": "alice",
+            ])
 
         // libsecret stores with replace: the same attributes again replace the secret.
-        r = Self.secretTool(k, ["store", "--label=Example login", "service", "example.com", "user", "alice"], stdin: "n3w")
+        r = Self.secretTool(
+            k, ["store", "--label=Example login", "service", "example.com", "user", "alice"],
+            stdin: "n3w")
         try #require(r.status == 0, "\(r)")
         #expect(try Self.items(k).count == 1)
-        #expect(Self.secretTool(k, ["lookup", "service", "example.com", "user", "alice"]).stdoutText == "n3w")
-        r = Self.secretTool(k, ["store", "--label=Bob", "service", "example.com", "user", "bob"], stdin: "b0b")
+        #expect(
+            Self.secretTool(k, ["lookup", "service", "example.com", "user", "alice"]).stdoutText
+                == "n3w")
+        r = Self.secretTool(
+            k, ["store", "--label=Bob", "service", "example.com", "user", "bob"], stdin: "b0b")
         try #require(r.status == 0, "\(r)")
 
         // secret-tool prints each item's path, label and secret on stdout, its dates and
@@ -81,12 +104,17 @@ import Glibc
         #expect(r.status == 0, "\(r)")
         let shown = r.stdoutText + r.stderr
         #expect(shown.components(separatedBy: "label = ").count - 1 == 2, "\(shown)")
-        #expect(shown.contains("secret = n3w") && shown.contains("secret = b0b") && shown.contains("attribute.user = bob"), "\(shown)")
+        #expect(
+            shown.contains("secret = n3w") && shown.contains("secret = b0b")
+                && shown.contains("attribute.user = bob"), "\(shown)")
 
         r = Self.secretTool(k, ["clear", "service", "example.com", "user", "alice"])
         #expect(r.status == 0, "\(r)")
-        #expect(Self.secretTool(k, ["lookup", "service", "example.com", "user", "alice"]).status == 1)
-        #expect(Self.secretTool(k, ["lookup", "service", "example.com", "user", "bob"]).stdoutText == "b0b")
+        #expect(
+            Self.secretTool(k, ["lookup", "service", "example.com", "user", "alice"]).status == 1)
+        #expect(
+            Self.secretTool(k, ["lookup", "service", "example.com", "user", "bob"]).stdoutText
+                == "b0b")
         #expect(try Self.items(k).map { $0["label"] as? String } == ["Bob"])
     }
 
@@ -97,9 +125,16 @@ import Glibc
         let k = try Self.fixture()
         defer { k.close() }
         let client = k.root + "/password-client"
-        let flags = try #require(try? ChildProcess.run("pkg-config", ["--cflags", "--libs", "libsecret-1"], environment: ProcessInfo.processInfo.environment))
+        let flags = try #require(
+            try? ChildProcess.run(
+                "pkg-config", ["--cflags", "--libs", "libsecret-1"],
+                environment: ProcessInfo.processInfo.environment))
         var r = try ChildProcess.run(
-            "cc", ["-o", client, Paths.fixtures.appendingPathComponent("libsecret/password-client.c").path]
+            "cc",
+            [
+                "-o", client,
+                Paths.fixtures.appendingPathComponent("libsecret/password-client.c").path,
+            ]
                 + flags.stdoutText.split(whereSeparator: \.isWhitespace).map(String.init),
             environment: ProcessInfo.processInfo.environment)
         try #require(r.status == 0, "\(r)")
@@ -109,7 +144,10 @@ import Glibc
         #expect(r.stdoutText == "c-secret\n", "\(r)")
         #expect(k.run(client, ["lookup", "imap.example", "994"]).stdoutText == "none\n")
         let stored = try Self.items(k)
-        #expect(stored.first?["lookupAttributes"] as? [String: String] == ["xdg:schema": "org.example.Password", "server": "imap.example", "port": "993"], "\(stored)")
+        #expect(
+            stored.first?["lookupAttributes"] as? [String: String] == [
+                "xdg:schema": "org.example.Password", "server": "imap.example", "port": "993",
+            ], "\(stored)")
         #expect(k.run(client, ["clear", "imap.example", "993"]).stdoutText == "cleared\n")
         #expect(k.run(client, ["lookup", "imap.example", "993"]).stdoutText == "none\n")
         #expect(try Self.items(k).isEmpty)
@@ -120,7 +158,8 @@ import Glibc
     @Test func twoRegisteredSecretToolsCannotSeeEachOthersSecrets() throws {
         let k = try Self.fixture()
         defer { k.close() }
-        let a = k.root + "/a/secret-tool", b = k.root + "/b/secret-tool"
+        let a = k.root + "/a/secret-tool"
+        let b = k.root + "/b/secret-tool"
         for path in [a, b] {
             mkdir((path as NSString).deletingLastPathComponent, 0o755)
             try FileManager.default.copyItem(atPath: "/usr/bin/secret-tool", toPath: path)
@@ -129,29 +168,45 @@ import Glibc
             let r = k.ctl(["app", "install", id, "--exe", exe])
             try #require(r.status == 0, "\(r)")
         }
-        var r = Self.secretTool(k, tool: a, ["store", "--label=A's token", "service", "shared.example", "user", "me"], stdin: "a-secret")
+        var r = Self.secretTool(
+            k, tool: a, ["store", "--label=A's token", "service", "shared.example", "user", "me"],
+            stdin: "a-secret")
         try #require(r.status == 0, "\(r)")
-        #expect(Self.secretTool(k, tool: a, ["lookup", "service", "shared.example", "user", "me"]).stdoutText == "a-secret")
+        #expect(
+            Self.secretTool(k, tool: a, ["lookup", "service", "shared.example", "user", "me"])
+                .stdoutText == "a-secret")
 
         // B: nothing to look up, search or clear, and A's item survives B's clear.
         r = Self.secretTool(k, tool: b, ["lookup", "service", "shared.example", "user", "me"])
         #expect(r.status == 1 && r.stdout.isEmpty, "\(r)")
         r = Self.secretTool(k, tool: b, ["search", "--all", "service", "shared.example"])
-        #expect(!(r.stdoutText + r.stderr).contains("a-secret") && !(r.stdoutText + r.stderr).contains("label"), "\(r)")
+        #expect(
+            !(r.stdoutText + r.stderr).contains("a-secret")
+                && !(r.stdoutText + r.stderr).contains("label"), "\(r)")
         _ = Self.secretTool(k, tool: b, ["clear", "service", "shared.example"])
-        #expect(Self.secretTool(k, tool: a, ["lookup", "service", "shared.example", "user", "me"]).stdoutText == "a-secret")
+        #expect(
+            Self.secretTool(k, tool: a, ["lookup", "service", "shared.example", "user", "me"])
+                .stdoutText == "a-secret")
 
         // B stores under the same attributes: its own item, in its own group.
-        r = Self.secretTool(k, tool: b, ["store", "--label=B's token", "service", "shared.example", "user", "me"], stdin: "b-secret")
+        r = Self.secretTool(
+            k, tool: b, ["store", "--label=B's token", "service", "shared.example", "user", "me"],
+            stdin: "b-secret")
         try #require(r.status == 0, "\(r)")
-        #expect(Self.secretTool(k, tool: b, ["lookup", "service", "shared.example", "user", "me"]).stdoutText == "b-secret")
-        #expect(Self.secretTool(k, tool: a, ["lookup", "service", "shared.example", "user", "me"]).stdoutText == "a-secret")
+        #expect(
+            Self.secretTool(k, tool: b, ["lookup", "service", "shared.example", "user", "me"])
+                .stdoutText == "b-secret")
+        #expect(
+            Self.secretTool(k, tool: a, ["lookup", "service", "shared.example", "user", "me"])
+                .stdoutText == "a-secret")
         r = Self.secretTool(k, tool: a, ["search", "--all", "service", "shared.example"])
         #expect(r.stdoutText.contains("a-secret") && !r.stdoutText.contains("b-secret"), "\(r)")
 
         // The owner's secret-tool sees both; vaultctl shows each in its app's group.
         r = Self.secretTool(k, ["search", "--all", "service", "shared.example"])
-        #expect(r.stdoutText.contains("secret = a-secret") && r.stdoutText.contains("secret = b-secret"), "\(r)")
+        #expect(
+            r.stdoutText.contains("secret = a-secret")
+                && r.stdoutText.contains("secret = b-secret"), "\(r)")
         let groups = try Self.items(k).compactMap { $0["accessGroup"] as? String }.sorted()
         #expect(groups == ["com.example.A", "com.example.B"], "\(groups)")
 
@@ -179,7 +234,8 @@ import Glibc
             """
         let r = k.run("python3", ["-c", script], stdin: Data("pa55".utf8), timeout: 60)
         #expect(r.status == 0, "\(r)")
-        #expect(r.stdoutText == "keyring.backends.SecretService.Keyring\nTrue\npa55\nNone\n", "\(r)")
+        #expect(
+            r.stdoutText == "keyring.backends.SecretService.Keyring\nTrue\npa55\nNone\n", "\(r)")
         #expect(try Self.items(k).isEmpty)
         // One process storing many: secretstorage opens a session for each item and closes
         // none; past vaultd's 64 per connection the oldest are closed, and every store works.
@@ -198,13 +254,19 @@ import Glibc
     @Test func aClientVaultdCannotIdentifyIsRefused() throws {
         let k = try Self.fixture()
         defer { k.close() }
-        var r = Self.secretTool(k, ["store", "--label=owner's", "service", "owner.example"], stdin: "owner-secret")
+        var r = Self.secretTool(
+            k, ["store", "--label=owner's", "service", "owner.example"], stdin: "owner-secret")
         try #require(r.status == 0, "\(r)")
-        r = k.run("bwrap", [
-            "--tmpfs", "/", "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
-            "--symlink", "usr/bin", "/bin", "--ro-bind", "/etc", "/etc", "--bind", k.root, k.root, "--dev", "/dev", "--proc", "/proc",
-            "--setenv", "DBUS_SESSION_BUS_ADDRESS", k.busAddress, "/usr/bin/secret-tool", "lookup", "service", "owner.example",
-        ])
+        r = k.run(
+            "bwrap",
+            [
+                "--tmpfs", "/", "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib",
+                "--symlink", "usr/lib64", "/lib64",
+                "--symlink", "usr/bin", "/bin", "--ro-bind", "/etc", "/etc", "--bind", k.root,
+                k.root, "--dev", "/dev", "--proc", "/proc",
+                "--setenv", "DBUS_SESSION_BUS_ADDRESS", k.busAddress, "/usr/bin/secret-tool",
+                "lookup", "service", "owner.example",
+            ])
         #expect(r.status != 0 && !r.stdoutText.contains("owner-secret"), "\(r)")
         #expect(r.stderr.contains("vaultd does not serve this process"), "\(r)")
         #expect(k.log.contains("a sandbox vaultd cannot name"), "\(k.log)")
@@ -215,21 +277,35 @@ import Glibc
     /// `~/.cache/vaultd-tests/`), run with pytest against vaultd.
     @Test func pythonKeyringsOwnSecretServiceTestsPass() throws {
         let version = try #require(
-            try? ChildProcess.run("python3", ["-c", "import importlib.metadata as m; print(m.version('keyring'))"], environment: ProcessInfo.processInfo.environment)
-                .stdoutText.trimmingCharacters(in: .whitespacesAndNewlines))
-        let home = ProcessInfo.processInfo.environment["XDG_CACHE_HOME"] ?? ((ProcessInfo.processInfo.environment["HOME"] ?? "") + "/.cache")
+            try? ChildProcess.run(
+                "python3", ["-c", "import importlib.metadata as m; print(m.version('keyring'))"],
+                environment: ProcessInfo.processInfo.environment
+            )
+            .stdoutText.trimmingCharacters(in: .whitespacesAndNewlines))
+        let home =
+            ProcessInfo.processInfo.environment["XDG_CACHE_HOME"]
+            ?? ((ProcessInfo.processInfo.environment["HOME"] ?? "") + "/.cache")
         let sdist = home + "/vaultd-tests/keyring-\(version).tar.gz"
-        try #require(FileManager.default.fileExists(atPath: sdist), "\(sdist) is missing: run scripts/install-deps")
+        try #require(
+            FileManager.default.fileExists(atPath: sdist),
+            "\(sdist) is missing: run scripts/install-deps")
         let k = try Self.fixture()
         defer { k.close() }
         var r = k.run("tar", ["xzf", sdist, "-C", k.root])
         try #require(r.status == 0, "\(r)")
         let source = k.root + "/keyring-\(version)"
         // The sdist's own pytest.ini asks for plugins it does not ship: none is read.
-        r = k.run("python3", ["-m", "pytest", "-p", "no:cacheprovider", "-c", "/dev/null", "--rootdir", source, source + "/tests/backends/test_SecretService.py", "-q"], timeout: 300)
+        r = k.run(
+            "python3",
+            [
+                "-m", "pytest", "-p", "no:cacheprovider", "-c", "/dev/null", "--rootdir", source,
+                source + "/tests/backends/test_SecretService.py", "-q",
+            ], timeout: 300)
         #expect(r.status == 0, "\(r)")
         let summary = r.stdoutText.split(separator: "\n").last.map(String.init) ?? ""
-        #expect(summary.contains(" passed") && !summary.contains("failed") && !summary.contains("skipped") && !summary.contains("error"), "\(r)")
+        #expect(
+            summary.contains(" passed") && !summary.contains("failed")
+                && !summary.contains("skipped") && !summary.contains("error"), "\(r)")
         // The suite stores in the session collection, which is memory only: nothing in the store.
         #expect(try Self.items(k).isEmpty)
     }
@@ -264,7 +340,8 @@ import Glibc
     @Test func aLockedVaultPromptsAndALookupSucceedsAfterUnlock() throws {
         let k = try Self.fixture(passphrase: true, config: ["SecretServicePromptTimeoutSeconds": 2])
         defer { k.close() }
-        var r = Self.secretTool(k, ["store", "--label=L", "service", "locked.example"], stdin: "behind-the-lock")
+        var r = Self.secretTool(
+            k, ["store", "--label=L", "service", "locked.example"], stdin: "behind-the-lock")
         try #require(r.status == 0, "\(r)")
         try #require(k.ctl(["lock"]).status == 0)
 
@@ -275,12 +352,15 @@ import Glibc
         // Again, unlocking while the prompt waits.
         let out = k.root + "/lookup.out"
         let pid = try ChildProcess.spawn(
-            "secret-tool", ["lookup", "service", "locked.example"], environment: k.environment, inputs: [:],
+            "secret-tool", ["lookup", "service", "locked.example"], environment: k.environment,
+            inputs: [:],
             stdout: .file(out, append: false), stderr: .file(out + ".err", append: false))
         defer { kill(pid, SIGKILL) }
         let before = k.log.components(separatedBy: "a prompt waits").count
         let deadline = Date().addingTimeInterval(20)
-        while k.log.components(separatedBy: "a prompt waits").count == before && Date() < deadline { usleep(10_000) }
+        while k.log.components(separatedBy: "a prompt waits").count == before && Date() < deadline {
+            usleep(10_000)
+        }
         r = k.ctl(["unlock", "--passphrase-fd", "3"], fds: Self.passphraseFD)
         try #require(r.status == 0, "\(r)")
         #expect(ChildProcess.wait(pid, timeout: 20) == 0)
@@ -322,11 +402,15 @@ import Glibc
         """
 
     /// A running prompter (`prompterScript`) with `answers` on its stdin; its stdout file.
-    static func startPrompter(_ k: KeyringFixture, answers: [String], name: String, silent: Bool = false) throws -> (pid: pid_t, out: String) {
-        let script = k.root + "/prompter.py", out = k.root + "/\(name).out"
+    static func startPrompter(
+        _ k: KeyringFixture, answers: [String], name: String, silent: Bool = false
+    ) throws -> (pid: pid_t, out: String) {
+        let script = k.root + "/prompter.py"
+        let out = k.root + "/\(name).out"
         try prompterScript.write(toFile: script, atomically: true, encoding: .utf8)
         let pid = try ChildProcess.spawn(
-            Paths.tool("python3"), [script] + (silent ? ["silent"] : []), environment: k.environment, inputs: [0: Data(answers.map { $0 + "\n" }.joined().utf8)],
+            Paths.tool("python3"), [script] + (silent ? ["silent"] : []),
+            environment: k.environment, inputs: [0: Data(answers.map { $0 + "\n" }.joined().utf8)],
             stdout: .file(out, append: false), stderr: .file(out + ".err", append: false))
         let deadline = Date().addingTimeInterval(20)
         while !text(out).contains("registered") && Date() < deadline { usleep(10_000) }
@@ -334,7 +418,9 @@ import Glibc
         return (pid, out)
     }
 
-    static func text(_ path: String) -> String { (try? String(contentsOfFile: path, encoding: .utf8)) ?? "" }
+    static func text(_ path: String) -> String {
+        (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
+    }
 
     static func stopPrompter(_ k: KeyringFixture, _ pid: pid_t) {
         kill(pid, SIGTERM)
@@ -347,9 +433,11 @@ import Glibc
     /// at the prompt's timeout) with the vault still locked; three wrong passphrases dismiss
     /// it too. An app (a registered copy of gdbus) may not register as the prompter.
     @Test func aPrompterAgentUnlocksForALookupOrDismisses() throws {
-        let k = try Self.fixture(passphrase: true, config: ["SecretServicePromptTimeoutSeconds": 60])
+        let k = try Self.fixture(
+            passphrase: true, config: ["SecretServicePromptTimeoutSeconds": 60])
         defer { k.close() }
-        var r = Self.secretTool(k, ["store", "--label=P", "service", "prompted.example"], stdin: "behind-the-prompt")
+        var r = Self.secretTool(
+            k, ["store", "--label=P", "service", "prompted.example"], stdin: "behind-the-prompt")
         try #require(r.status == 0, "\(r)")
 
         // An app may not be the prompter.
@@ -357,15 +445,25 @@ import Glibc
         mkdir(k.root + "/app", 0o755)
         try FileManager.default.copyItem(atPath: "/usr/bin/gdbus", toPath: gdbus)
         try #require(k.ctl(["app", "install", "com.example.Prompter", "--exe", gdbus]).status == 0)
-        r = k.run(gdbus, ["call", "--session", "--dest", "org.freedesktop.secrets", "--object-path", "/org/freedesktop/secrets", "--method", "io.vaultd.Secret.Prompting.RegisterPrompter", "/org/example/Prompter"])
-        #expect(r.status != 0 && r.stderr.contains("org.freedesktop.DBus.Error.AccessDenied"), "\(r)")
+        r = k.run(
+            gdbus,
+            [
+                "call", "--session", "--dest", "org.freedesktop.secrets", "--object-path",
+                "/org/freedesktop/secrets", "--method",
+                "io.vaultd.Secret.Prompting.RegisterPrompter", "/org/example/Prompter",
+            ])
+        #expect(
+            r.status != 0 && r.stderr.contains("org.freedesktop.DBus.Error.AccessDenied"), "\(r)")
 
         // A wrong passphrase, then the right one.
         try #require(k.ctl(["lock"]).status == 0)
         var p = try Self.startPrompter(k, answers: ["wrong horse", Self.passphrase], name: "right")
         r = Self.secretTool(k, ["lookup", "service", "prompted.example"])
         #expect(r.status == 0 && r.stdoutText == "behind-the-prompt", "\(r) \(k.log)")
-        #expect(Self.text(p.out) == "registered\nasked 1 -\nasked 2 The passphrase was wrong (attempt 2 of 3)\n", "\(Self.text(p.out))")
+        #expect(
+            Self.text(p.out)
+                == "registered\nasked 1 -\nasked 2 The passphrase was wrong (attempt 2 of 3)\n",
+            "\(Self.text(p.out))")
         #expect(k.state() == "unlocked")
         #expect(k.log.contains("the vault was unlocked with the prompter's passphrase"), "\(k.log)")
         Self.stopPrompter(k, p.pid)
@@ -387,7 +485,9 @@ import Glibc
         started = Date()
         r = Self.secretTool(k, ["lookup", "service", "prompted.example"])
         #expect(r.status != 0 && r.stdout.isEmpty && Date().timeIntervalSince(started) < 30, "\(r)")
-        #expect(Self.text(p.out).components(separatedBy: "asked ").count - 1 == 3, "\(Self.text(p.out))")
+        #expect(
+            Self.text(p.out).components(separatedBy: "asked ").count - 1 == 3, "\(Self.text(p.out))"
+        )
         #expect(k.state() == "locked")
         Self.stopPrompter(k, p.pid)
     }
@@ -395,16 +495,19 @@ import Glibc
     /// A prompt the vault's unlock completes while the prompter is asked: the prompter is
     /// told to close its dialog (Cancel), and the lookup gets its secret.
     @Test func anUnlockWhileThePrompterAsksCancelsItsQuestion() throws {
-        let k = try Self.fixture(passphrase: true, config: ["SecretServicePromptTimeoutSeconds": 60])
+        let k = try Self.fixture(
+            passphrase: true, config: ["SecretServicePromptTimeoutSeconds": 60])
         defer { k.close() }
-        var r = Self.secretTool(k, ["store", "--label=C", "service", "cancelled.example"], stdin: "after-cancel")
+        var r = Self.secretTool(
+            k, ["store", "--label=C", "service", "cancelled.example"], stdin: "after-cancel")
         try #require(r.status == 0, "\(r)")
         try #require(k.ctl(["lock"]).status == 0)
         let (pid, out) = try Self.startPrompter(k, answers: [], name: "silent", silent: true)
         defer { Self.stopPrompter(k, pid) }
         let lookup = k.root + "/lookup.out"
         let client = try ChildProcess.spawn(
-            "secret-tool", ["lookup", "service", "cancelled.example"], environment: k.environment, inputs: [:],
+            "secret-tool", ["lookup", "service", "cancelled.example"], environment: k.environment,
+            inputs: [:],
             stdout: .file(lookup, append: false), stderr: .file(lookup + ".err", append: false))
         defer { kill(client, SIGKILL) }
         var deadline = Date().addingTimeInterval(20)
@@ -462,15 +565,19 @@ import Glibc
         let k = try Self.fixture()
         defer { k.close() }
         // jeepney for the app's python, whose own library has none: its directory alone.
-        let found = k.run("python3", ["-c", "import jeepney, os; print(os.path.dirname(jeepney.__file__))"])
+        let found = k.run(
+            "python3", ["-c", "import jeepney, os; print(os.path.dirname(jeepney.__file__))"])
         let jeepney = found.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)
         try #require(found.status == 0 && !jeepney.isEmpty, "\(found)")
         let lib = k.root + "/pylib"
         mkdir(lib, 0o755)
-        try FileManager.default.createSymbolicLink(atPath: lib + "/jeepney", withDestinationPath: jeepney)
+        try FileManager.default.createSymbolicLink(
+            atPath: lib + "/jeepney", withDestinationPath: jeepney)
         let app = k.root + "/app/python3"
         mkdir(k.root + "/app", 0o755)
-        try FileManager.default.copyItem(atPath: URL(fileURLWithPath: "/usr/bin/python3").resolvingSymlinksInPath().path, toPath: app)
+        try FileManager.default.copyItem(
+            atPath: URL(fileURLWithPath: "/usr/bin/python3").resolvingSymlinksInPath().path,
+            toPath: app)
         try #require(k.ctl(["app", "install", "com.example.Listener", "--exe", app]).status == 0)
         let script = """
             import sys
@@ -506,20 +613,29 @@ import Glibc
         var env = k.environment
         env["PYTHONPATH"] = lib
         let listener = try ChildProcess.spawn(
-            app, ["-c", script, "listen", "8"], environment: env, inputs: [:], stdout: .file(listenerOut, append: false),
+            app, ["-c", script, "listen", "8"], environment: env, inputs: [:],
+            stdout: .file(listenerOut, append: false),
             stderr: .file(listenerOut + ".err", append: false))
         defer { kill(listener, SIGKILL) }
         let deadline = Date().addingTimeInterval(20)
         while !Self.text(listenerOut).contains("ready") && Date() < deadline { usleep(10_000) }
-        try #require(Self.text(listenerOut) == "ready\n", "\(Self.text(listenerOut)) \(Self.text(listenerOut + ".err"))")
+        try #require(
+            Self.text(listenerOut) == "ready\n",
+            "\(Self.text(listenerOut)) \(Self.text(listenerOut + ".err"))")
 
         let r = k.run("python3", ["-c", script, "create"], timeout: 60)
         try #require(r.status == 0, "\(r)")
         let lines = r.stdoutText.split(separator: "\n").map(String.init)
         let item = try #require(lines.first?.dropFirst("reply ".count)).description
-        #expect(lines.first?.hasPrefix("reply /org/freedesktop/secrets/collection/user/") == true, "\(lines)")
         #expect(
-            Set(lines.dropFirst()) == Set(["collection/user", "aliases/default", "aliases/login"].map { "ItemCreated /org/freedesktop/secrets/\($0) \(item)" }),
+            lines.first?.hasPrefix("reply /org/freedesktop/secrets/collection/user/") == true,
+            "\(lines)")
+        #expect(
+            Set(lines.dropFirst())
+                == Set(
+                    ["collection/user", "aliases/default", "aliases/login"].map {
+                        "ItemCreated /org/freedesktop/secrets/\($0) \(item)"
+                    }),
             "\(lines)")
         // The app's connection saw nothing of the owner's item.
         #expect(ChildProcess.wait(listener, timeout: 20) == 0)
@@ -533,12 +649,15 @@ import Glibc
         let k = try Self.fixture(passphrase: true)
         defer { k.close() }
         let r = k.ctl(["unlock", "--remember", "--passphrase-fd", "3"], fds: Self.passphraseFD)
-        #expect(r.status != 0 && r.stderr.contains("vaultd is this session's Secret Service"), "\(r)")
+        #expect(
+            r.status != 0 && r.stderr.contains("vaultd is this session's Secret Service"), "\(r)")
         #expect(try Self.items(k).isEmpty)
         // Nor does a locked vaultd look for its passphrase in itself at start.
         k.stopVaultd()
         try k.startVaultd(arguments: ["--secret-service"])
-        #expect(k.waitForLog("locked; vaultd is this session's Secret Service", timeout: 10), "\(k.log)")
+        #expect(
+            k.waitForLog("locked; vaultd is this session's Secret Service", timeout: 10), "\(k.log)"
+        )
     }
 
     /// Another provider owns the name: vaultd says which process and serves its socket
@@ -548,13 +667,17 @@ import Glibc
         defer { k.close() }
         let keyring = try #require(k.keyringPID)
         try k.startVaultd(arguments: ["--secret-service"])
-        #expect(k.log.contains("org.freedesktop.secrets is already provided by pid \(keyring) (\"/usr/bin/gnome-keyring-daemon\")"), "\(k.log)")
+        #expect(
+            k.log.contains(
+                "org.freedesktop.secrets is already provided by pid \(keyring) (\"/usr/bin/gnome-keyring-daemon\")"
+            ), "\(k.log)")
         #expect(k.ctl(["init", "--no-passphrase"]).status == 0)
         k.stopVaultd()
 
         try k.startVaultd(arguments: ["--secret-service", "--replace"])
         #expect(k.log.contains("taken over from pid \(keyring)"), "\(k.log)")
-        let r = Self.secretTool(k, ["store", "--label=after replace", "service", "replaced.example"], stdin: "mine")
+        let r = Self.secretTool(
+            k, ["store", "--label=after replace", "service", "replaced.example"], stdin: "mine")
         #expect(r.status == 0, "\(r)")
         #expect(try Self.items(k).map { $0["label"] as? String } == ["after replace"])
     }
@@ -564,14 +687,22 @@ import Glibc
     @Test func keyringItemsImportedAsSecretServiceItemsAreFoundAfterTheSwitch() throws {
         let k = try KeyringFixture()
         defer { k.close() }
-        var r = Self.secretTool(k, ["store", "--label=Mail", "service", "mail.example", "user", "dora"], stdin: "imap-pw")
+        var r = Self.secretTool(
+            k, ["store", "--label=Mail", "service", "mail.example", "user", "dora"],
+            stdin: "imap-pw")
         try #require(r.status == 0, "\(r)")
         try k.startVaultd()
         try #require(k.ctl(["init", "--no-passphrase"]).status == 0)
-        r = k.ctl(["keyring", "import", "--access-group", Caller.ownerAccessGroup, "--secret-service"])
+        r = k.ctl([
+            "keyring", "import", "--access-group", Caller.ownerAccessGroup, "--secret-service",
+        ])
         #expect(r.status == 0 && r.stdoutText.contains("add Secret Service item \"Mail\""), "\(r)")
-        r = k.ctl(["keyring", "import", "--access-group", Caller.ownerAccessGroup, "--secret-service"])
-        #expect(r.status == 0 && r.stdoutText.contains("unchanged Secret Service item \"Mail\"") && r.stdoutText.contains("0 added"), "\(r)")
+        r = k.ctl([
+            "keyring", "import", "--access-group", Caller.ownerAccessGroup, "--secret-service",
+        ])
+        #expect(
+            r.status == 0 && r.stdoutText.contains("unchanged Secret Service item \"Mail\"")
+                && r.stdoutText.contains("0 added"), "\(r)")
 
         k.stopVaultd()
         try k.startVaultd(arguments: ["--secret-service", "--replace"])
@@ -583,19 +714,30 @@ import Glibc
 
         // And back: an item stored through vaultd goes to a new gnome-keyring with its own
         // attributes, where the same lookup finds it.
-        r = Self.secretTool(k, ["store", "--label=New", "service", "new.example", "user", "dora"], stdin: "made-in-vaultd")
+        r = Self.secretTool(
+            k, ["store", "--label=New", "service", "new.example", "user", "dora"],
+            stdin: "made-in-vaultd")
         try #require(r.status == 0, "\(r)")
         k.stopVaultd()
         let keyring = try ChildProcess.spawn(
-            "gnome-keyring-daemon", ["--foreground", "--unlock", "--components=secrets"], environment: k.environment,
-            inputs: [0: Data(KeyringFixture.keyringPassword.utf8)], stdout: .file(k.root + "/keyring2.log", append: true),
+            "gnome-keyring-daemon", ["--foreground", "--unlock", "--components=secrets"],
+            environment: k.environment,
+            inputs: [0: Data(KeyringFixture.keyringPassword.utf8)],
+            stdout: .file(k.root + "/keyring2.log", append: true),
             stderr: .file(k.root + "/keyring2.log", append: true))
         defer {
             kill(keyring, SIGTERM)
             _ = ChildProcess.wait(keyring, timeout: 10)
         }
         let deadline = Date().addingTimeInterval(15)
-        while !k.run("dbus-send", ["--session", "--print-reply", "--dest=org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus.NameHasOwner", "string:org.freedesktop.secrets"]).stdoutText.contains("boolean true"), Date() < deadline {
+        while !k.run(
+            "dbus-send",
+            [
+                "--session", "--print-reply", "--dest=org.freedesktop.DBus",
+                "/org/freedesktop/DBus", "org.freedesktop.DBus.NameHasOwner",
+                "string:org.freedesktop.secrets",
+            ]
+        ).stdoutText.contains("boolean true"), Date() < deadline {
             usleep(50_000)
         }
         try k.startVaultd()
@@ -616,12 +758,16 @@ import Glibc
         let k = try Self.fixture()
         defer { k.close() }
         for (n, secret) in [("1", "one"), ("2", "two"), ("3", "three"), ("4", "four")] {
-            let r = Self.secretTool(k, ["store", "--label=Item \(n)", "set", "g", "n", n], stdin: secret)
+            let r = Self.secretTool(
+                k, ["store", "--label=Item \(n)", "set", "g", "n", n], stdin: secret)
             try #require(r.status == 0, "\(r)")
         }
         #expect(k.stopVaultd() == 0)
         let store = k.dataDirectory + "/vault.sqlite"
-        func sqlite(_ sql: String) -> String { k.run("sqlite3", [store, sql]).stdoutText.trimmingCharacters(in: .whitespacesAndNewlines) }
+        func sqlite(_ sql: String) -> String {
+            k.run("sqlite3", [store, sql]).stdoutText.trimmingCharacters(
+                in: .whitespacesAndNewlines)
+        }
         let uuid2 = sqlite("SELECT lower(hex(uuid)) FROM items WHERE id = 2")
         let uuid3 = sqlite("SELECT lower(hex(uuid)) FROM items WHERE id = 3")
         try #require(uuid2.count == 32 && uuid3.count == 32)
@@ -629,8 +775,10 @@ import Glibc
         try DamagedStoreTests.damage(store: store, id: 2, column: "attributes", sqlite: sqlite)
         try DamagedStoreTests.damage(store: store, id: 3, column: "secret", sqlite: sqlite)
         try k.startVaultd(arguments: ["--secret-service"])
-        let named2 = "item 2 (uuid \(uuid2), genericPassword in access group user): its attributes fail authentication"
-        let named3 = "item 3 (uuid \(uuid3), genericPassword in access group user): its secret fails authentication"
+        let named2 =
+            "item 2 (uuid \(uuid2), genericPassword in access group user): its attributes fail authentication"
+        let named3 =
+            "item 3 (uuid \(uuid3), genericPassword in access group user): its secret fails authentication"
 
         // secret-tool: the others read; a lookup of a damaged one fails naming it.
         #expect(Self.secretTool(k, ["lookup", "n", "1"]).stdoutText == "one")
@@ -639,11 +787,14 @@ import Glibc
         #expect(r.status == 1 && r.stdout.isEmpty && r.stderr.contains(named2), "\(r)")
         r = Self.secretTool(k, ["lookup", "n", "3"])
         #expect(r.status == 1 && r.stdout.isEmpty && r.stderr.contains(named3), "\(r)")
-        #expect(!r.stderr.contains("three") && !r.stderr.contains("two"), "no secret in the message")
+        #expect(
+            !r.stderr.contains("three") && !r.stderr.contains("two"), "no secret in the message")
         r = Self.secretTool(k, ["search", "--all", "set", "g"])
         let shown = r.stdoutText + r.stderr
         #expect(shown.contains("secret = one") && shown.contains("secret = four"), "\(r)")
-        #expect(shown.contains("[/damaged_item2]") && shown.contains("label = damaged: \(named2)"), "\(r)")
+        #expect(
+            shown.contains("[/damaged_item2]") && shown.contains("label = damaged: \(named2)"),
+            "\(r)")
         #expect(shown.contains(named3) && !shown.contains("secret = three"), "\(r)")
 
         // The calls themselves.
@@ -682,20 +833,31 @@ import Glibc
             """
         r = k.run("python3", ["-c", script], timeout: 60)
         try #require(r.status == 0, "\(r)")
-        let out = try #require(try JSONSerialization.jsonObject(with: r.stdout) as? [String: Any], "\(r)")
+        let out = try #require(
+            try JSONSerialization.jsonObject(with: r.stdout) as? [String: Any], "\(r)")
         let damagedPath = "/org/freedesktop/secrets/collection/user/damaged_item2"
-        #expect(out["unlocked"] as? Int == 3 && out["locked"] as? [String] == [damagedPath], "\(out)")
+        #expect(
+            out["unlocked"] as? Int == 3 && out["locked"] as? [String] == [damagedPath], "\(out)")
         #expect(out["lockedProperty"] as? Bool == true, "\(out)")
         #expect(out["read"] as? [String] == ["four", "one"], "\(out)")
         for key in ["getSecretsOfDamaged", "getSecret"] {
             let e = out[key] as? [String: Any]
-            #expect(e?["error"] as? String == "io.vaultd.Keychain.ItemDamaged" && (e?["message"] as? String)?.contains(named2) == true, "\(key): \(out)")
+            #expect(
+                e?["error"] as? String == "io.vaultd.Keychain.ItemDamaged"
+                    && (e?["message"] as? String)?.contains(named2) == true, "\(key): \(out)")
         }
         let e3 = out["getSecret3"] as? [String: Any]
-        #expect(e3?["error"] as? String == "io.vaultd.Keychain.ItemDamaged" && (e3?["message"] as? String)?.contains(named3) == true, "\(out)")
-        #expect(out["delete"] as? [String] == ["/"] && out["delete3"] as? [String] == ["/"], "\(out)")
-        #expect((out["after"] as? [Any])?.first as? Int == 2 && (out["after"] as? [Any])?.last as? [String] == [], "\(out)")
-        #expect((out["deleteAgain"] as? [String: Any])?["error"] as? String == "org.freedesktop.Secret.Error.NoSuchObject", "\(out)")
+        #expect(
+            e3?["error"] as? String == "io.vaultd.Keychain.ItemDamaged"
+                && (e3?["message"] as? String)?.contains(named3) == true, "\(out)")
+        #expect(
+            out["delete"] as? [String] == ["/"] && out["delete3"] as? [String] == ["/"], "\(out)")
+        #expect(
+            (out["after"] as? [Any])?.first as? Int == 2
+                && (out["after"] as? [Any])?.last as? [String] == [], "\(out)")
+        #expect(
+            (out["deleteAgain"] as? [String: Any])?["error"] as? String
+                == "org.freedesktop.Secret.Error.NoSuchObject", "\(out)")
 
         // Gone from the store; the others untouched.
         r = k.ctl(["doctor"])
@@ -710,14 +872,26 @@ import Glibc
         let k = try Self.fixture()
         defer { k.close() }
         var declared: Set<String> = []
-        for path in ["/org/freedesktop/secrets", "/org/freedesktop/secrets/aliases/default", "/org/freedesktop/secrets/session/none", "/org/freedesktop/secrets/prompt/none"] {
-            let r = k.run("gdbus", ["introspect", "--session", "--dest", "org.freedesktop.secrets", "--object-path", path, "--xml"])
+        for path in [
+            "/org/freedesktop/secrets", "/org/freedesktop/secrets/aliases/default",
+            "/org/freedesktop/secrets/session/none", "/org/freedesktop/secrets/prompt/none",
+        ] {
+            let r = k.run(
+                "gdbus",
+                [
+                    "introspect", "--session", "--dest", "org.freedesktop.secrets", "--object-path",
+                    path, "--xml",
+                ])
             try #require(r.status == 0, "\(r)")
             var interface = ""
             for line in r.stdoutText.split(separator: "\n") {
                 if let name = Self.attribute(line, "interface name=") { interface = name }
-                let served = interface.hasPrefix("org.freedesktop.Secret.") || interface.hasPrefix("io.vaultd.")
-                if served, let m = Self.attribute(line, "method name=") { declared.insert(interface + "." + m) }
+                let served =
+                    interface.hasPrefix("org.freedesktop.Secret.")
+                    || interface.hasPrefix("io.vaultd.")
+                if served, let m = Self.attribute(line, "method name=") {
+                    declared.insert(interface + "." + m)
+                }
                 if served, line.contains("<property ") {
                     declared.insert(interface + ".Get")
                     if line.contains("readwrite") { declared.insert(interface + ".Set") }
@@ -727,17 +901,38 @@ import Glibc
         // The item interface, from an item's own path.
         var r = Self.secretTool(k, ["store", "--label=x", "k", "v"], stdin: "x")
         try #require(r.status == 0, "\(r)")
-        r = k.run("gdbus", ["call", "--session", "--dest", "org.freedesktop.secrets", "--object-path", "/org/freedesktop/secrets", "--method", "org.freedesktop.Secret.Service.SearchItems", "{'k': 'v'}"])
-        let path = try #require(r.stdoutText.split(separator: "'").first(where: { $0.hasPrefix("/org/freedesktop/secrets/collection/") }), "\(r)")
-        r = k.run("gdbus", ["introspect", "--session", "--dest", "org.freedesktop.secrets", "--object-path", String(path), "--xml"])
+        r = k.run(
+            "gdbus",
+            [
+                "call", "--session", "--dest", "org.freedesktop.secrets", "--object-path",
+                "/org/freedesktop/secrets", "--method",
+                "org.freedesktop.Secret.Service.SearchItems", "{'k': 'v'}",
+            ])
+        let path = try #require(
+            r.stdoutText.split(separator: "'").first(where: {
+                $0.hasPrefix("/org/freedesktop/secrets/collection/")
+            }), "\(r)")
+        r = k.run(
+            "gdbus",
+            [
+                "introspect", "--session", "--dest", "org.freedesktop.secrets", "--object-path",
+                String(path), "--xml",
+            ])
         #expect(r.stdoutText.contains("org.freedesktop.Secret.Item"), "\(r)")
-        for m in ["Delete", "GetSecret", "SetSecret", "Get", "Set"] { declared.insert("org.freedesktop.Secret.Item." + m) }
+        for m in ["Delete", "GetSecret", "SetSecret", "Get", "Set"] {
+            declared.insert("org.freedesktop.Secret.Item." + m)
+        }
         #expect(declared.count == 24, "\(declared.sorted())")
         for m in declared.sorted() {
             let dot = m.lastIndex(of: ".")!
-            #expect(Policy.decision(forSecretService: String(m[..<dot]), String(m[m.index(after: dot)...])) != nil, "\(m) has no policy decision")
+            #expect(
+                Policy.decision(
+                    forSecretService: String(m[..<dot]), String(m[m.index(after: dot)...])) != nil,
+                "\(m) has no policy decision")
         }
-        #expect(Set(Policy.secretServiceMethods.keys) == declared, "\(Set(Policy.secretServiceMethods.keys).symmetricDifference(declared).sorted())")
+        #expect(
+            Set(Policy.secretServiceMethods.keys) == declared,
+            "\(Set(Policy.secretServiceMethods.keys).symmetricDifference(declared).sorted())")
     }
 
     static func attribute(_ line: Substring, _ prefix: String) -> String? {

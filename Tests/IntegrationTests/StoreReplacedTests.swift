@@ -15,7 +15,9 @@ import Glibc
 @Suite("store replaced underneath")
 struct StoreReplacedTests {
     static func add(_ d: Daemon, _ service: String) -> ProcessResult {
-        d.ctl(["item", "add", "--service", service, "--account", "a", "--secret-fd", "3"], fds: [3: Data("v-\(service)".utf8)])
+        d.ctl(
+            ["item", "add", "--service", service, "--account", "a", "--secret-fd", "3"],
+            fds: [3: Data("v-\(service)".utf8)])
     }
 
     static func sqlite(_ d: Daemon, _ file: String, _ sql: String) -> String {
@@ -56,12 +58,17 @@ struct StoreReplacedTests {
         #expect(files.contains { $0.hasPrefix("vault.sqlite-wal.displaced-") }, "\(how): \(files)")
         if how == "renamed over" {
             // The store vaultd had open, kept with every write it acknowledged.
-            let displaced = try #require(files.first { $0.hasPrefix("vault.sqlite.displaced-") }, "\(files)")
-            #expect(Self.sqlite(d, d.dataDirectory + "/" + displaced, "PRAGMA integrity_check") == "ok")
-            #expect(Self.sqlite(d, d.dataDirectory + "/" + displaced, "SELECT count(*) FROM items") == "6")
+            let displaced = try #require(
+                files.first { $0.hasPrefix("vault.sqlite.displaced-") }, "\(files)")
+            #expect(
+                Self.sqlite(d, d.dataDirectory + "/" + displaced, "PRAGMA integrity_check") == "ok")
+            #expect(
+                Self.sqlite(d, d.dataDirectory + "/" + displaced, "SELECT count(*) FROM items")
+                    == "6")
             // Put back, it is the vault as it was at the last acknowledged write.
             try FileManager.default.removeItem(atPath: store)
-            try FileManager.default.moveItem(atPath: d.dataDirectory + "/" + displaced, toPath: store)
+            try FileManager.default.moveItem(
+                atPath: d.dataDirectory + "/" + displaced, toPath: store)
             try d.start()
             #expect(d.statusJSON()?["items"] as? Int == 6)
             #expect(d.ctl(["item", "get", "--service", "s6"]).stdoutText == "v-s6")

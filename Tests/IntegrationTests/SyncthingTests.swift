@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 #if canImport(Glibc)
 import Glibc
@@ -41,9 +41,16 @@ final class SyncthingPair: @unchecked Sendable {
         var ids: [String] = []
         for i in 0..<2 {
             // Syncthing refuses a folder without its marker directory.
-            try FileManager.default.createDirectory(atPath: folders[i] + "/.stfolder", withIntermediateDirectories: true)
-            let r = try ChildProcess.run("syncthing", ["generate", "--home=\(root)/st\(i)", "--no-default-folder"], environment: environment)
-            guard r.status == 0, let line = (r.stdoutText + r.stderr).split(separator: "\n").first(where: { $0.contains("Device ID: ") }) else {
+            try FileManager.default.createDirectory(
+                atPath: folders[i] + "/.stfolder", withIntermediateDirectories: true)
+            let r = try ChildProcess.run(
+                "syncthing", ["generate", "--home=\(root)/st\(i)", "--no-default-folder"],
+                environment: environment)
+            guard r.status == 0,
+                let line = (r.stdoutText + r.stderr).split(separator: "\n").first(where: {
+                    $0.contains("Device ID: ")
+                })
+            else {
                 throw HarnessError("syncthing generate failed: \(r)")
             }
             ids.append(String(line.split(separator: " ").last!))
@@ -80,14 +87,22 @@ final class SyncthingPair: @unchecked Sendable {
             // --no-restart: the serving process itself, no monitor process to outlive a kill.
             pids.append(
                 try ChildProcess.spawn(
-                    "syncthing", ["serve", "--home=\(root)/st\(i)", "--no-browser", "--no-restart"], environment: environment, inputs: [:],
+                    "syncthing",
+                    ["serve", "--home=\(root)/st\(i)", "--no-browser", "--no-restart"],
+                    environment: environment, inputs: [:],
                     stdout: .file(logs[i], append: true), stderr: .file(logs[i], append: true)))
         }
-        let connected = eventually(timeout: 30) { logs.allSatisfy { Self.text($0).contains("Established secure connection") } }
-        guard connected else { throw HarnessError("the Syncthing instances did not connect:\n\(log)") }
+        let connected = eventually(timeout: 30) {
+            logs.allSatisfy { Self.text($0).contains("Established secure connection") }
+        }
+        guard connected else {
+            throw HarnessError("the Syncthing instances did not connect:\n\(log)")
+        }
     }
 
-    static func text(_ path: String) -> String { (try? String(contentsOfFile: path, encoding: .utf8)) ?? "" }
+    static func text(_ path: String) -> String {
+        (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
+    }
 
     var log: String { logs.map(Self.text).joined(separator: "\n----\n") }
 
@@ -102,7 +117,9 @@ final class SyncthingPair: @unchecked Sendable {
         a.sin_port = 0
         var len = socklen_t(MemoryLayout<sockaddr_in>.size)
         let ok = withUnsafeMutablePointer(to: &a) { p in
-            p.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) == 0 && getsockname(fd, $0, &len) == 0 }
+            p.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, len) == 0 && getsockname(fd, $0, &len) == 0
+            }
         }
         guard ok else { throw HarnessError("bind: \(errno)") }
         return Int(UInt16(bigEndian: a.sin_port))
@@ -144,21 +161,34 @@ final class SyncthingPair: @unchecked Sendable {
         try #require(a.ctl(["sync", "init", st.folders[0]]).status == 0)
         let join = b.ctl(["sync", "join", st.folders[1]])
         try #require(join.status == 0, "\(join)")
-        let code = try #require(join.stdoutText.split(separator: "\n").first { $0.contains("sync approve") }?.split(separator: " ").last.map(String.init))
+        let code = try #require(
+            join.stdoutText.split(separator: "\n").first { $0.contains("sync approve") }?.split(
+                separator: " "
+            ).last.map(String.init))
         // The join request crosses to A's copy; the approval crosses back.
         let bID = try #require(b.syncStatus()?["deviceID"] as? String)
-        let requestArrived = eventually(timeout: Self.timeout) { FileManager.default.fileExists(atPath: st.folders[0] + "/devices/\(bID)/join") }
+        let requestArrived = eventually(timeout: Self.timeout) {
+            FileManager.default.fileExists(atPath: st.folders[0] + "/devices/\(bID)/join")
+        }
         try #require(requestArrived, "\(st.log)")
         try #require(a.ctl(["sync", "approve", code]).status == 0)
         let joinTime = Self.timeToHold { b.syncStatus()?["state"] as? String == "member" }
-        try #require(joinTime != nil, "B never joined: \(String(describing: b.syncStatus()))\n\(b.log)\n\(st.log)")
+        try #require(
+            joinTime != nil,
+            "B never joined: \(String(describing: b.syncStatus()))\n\(b.log)\n\(st.log)")
 
         let item = ["--service", "api.example.com", "--account", "alice"]
-        try #require(a.ctl(["item", "add"] + item + ["--synchronizable", "--label", "Work key"], stdin: Data("via-syncthing".utf8)).status == 0)
+        try #require(
+            a.ctl(
+                ["item", "add"] + item + ["--synchronizable", "--label", "Work key"],
+                stdin: Data("via-syncthing".utf8)
+            ).status == 0)
         let added = Self.timeToHold { b.secret(item) == "via-syncthing" }
         #expect(added != nil, "A's add never reached B:\n\(b.log)\n\(st.log)")
 
-        try #require(b.ctl(["item", "update"] + item + ["--secret-stdin"], stdin: Data("changed-on-B".utf8)).status == 0)
+        try #require(
+            b.ctl(["item", "update"] + item + ["--secret-stdin"], stdin: Data("changed-on-B".utf8))
+                .status == 0)
         let changed = Self.timeToHold { a.secret(item) == "changed-on-B" }
         #expect(changed != nil, "B's change never reached A:\n\(a.log)\n\(st.log)")
 
@@ -169,13 +199,18 @@ final class SyncthingPair: @unchecked Sendable {
         // Both copies of the folder, as Syncthing left them: no byte of the item in any file.
         for folder in st.folders {
             for name in FileManager.default.subpaths(atPath: folder + "/devices") ?? [] {
-                guard let bytes = FileManager.default.contents(atPath: folder + "/devices/" + name) else { continue }
+                guard let bytes = FileManager.default.contents(atPath: folder + "/devices/" + name)
+                else { continue }
                 for n in ["api.example.com", "alice", "Work key", "via-syncthing", "changed-on-B"] {
                     #expect(bytes.range(of: Data(n.utf8)) == nil, "\(n) is in \(name)")
                 }
             }
         }
-        func ms(_ t: Double?) -> String { t.map { String(Int(($0 * 1000).rounded())) + " ms" } ?? "-" }
-        print("sync through Syncthing on loopback: joined in \(ms(joinTime)); add A→B \(ms(added)), update B→A \(ms(changed)), delete A→B \(ms(deleted))")
+        func ms(_ t: Double?) -> String {
+            t.map { String(Int(($0 * 1000).rounded())) + " ms" } ?? "-"
+        }
+        print(
+            "sync through Syncthing on loopback: joined in \(ms(joinTime)); add A→B \(ms(added)), update B→A \(ms(changed)), delete A→B \(ms(deleted))"
+        )
     }
 }

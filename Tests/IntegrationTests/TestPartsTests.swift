@@ -11,8 +11,11 @@ import Testing
         let walker = FileManager.default.enumerator(atPath: tests.path)
         var out: [(String, [Substring])] = []
         while let relative = walker?.nextObject() as? String {
-            guard relative.hasSuffix(".swift"), !relative.hasPrefix("Fixtures/"), relative != "IntegrationTests/TestPartsTests.swift" else { continue }
-            let text = try String(contentsOf: tests.appendingPathComponent(relative), encoding: .utf8)
+            guard relative.hasSuffix(".swift"), !relative.hasPrefix("Fixtures/"),
+                relative != "IntegrationTests/TestPartsTests.swift"
+            else { continue }
+            let text = try String(
+                contentsOf: tests.appendingPathComponent(relative), encoding: .utf8)
             out.append((relative, text.split(separator: "\n", omittingEmptySubsequences: false)))
         }
         return out.sorted { $0.0 < $1.0 }
@@ -27,7 +30,8 @@ import Testing
     @Test func aTestGatedOnRootIsTaggedSystem() throws {
         var untagged: [String] = []
         for (path, lines) in try Self.sources() where !Self.suiteTagged(lines) {
-            for (i, line) in lines.enumerated() where line.contains("getuid() == 0") && line.contains("@Test(") {
+            for (i, line) in lines.enumerated()
+            where line.contains("getuid() == 0") && line.contains("@Test(") {
                 if !line.contains(".tags(.system") { untagged.append("\(path):\(i + 1)") }
             }
         }
@@ -37,12 +41,18 @@ import Testing
     /// A file that starts a system component (a mount namespace, a private bus, a sandbox,
     /// Syncthing, PAM) tags the suite or the tests that do.
     @Test func aFileThatStartsSystemComponentsTagsThem() throws {
-        let markers = ["CacheVolume(", "KeyringFixture", "sandboxed(", "\"unshare\"", "dbus-run-session", "syncthing", "pamtester"]
+        let markers = [
+            "CacheVolume(", "KeyringFixture", "sandboxed(", "\"unshare\"", "dbus-run-session",
+            "syncthing", "pamtester",
+        ]
         var untagged: [String] = []
-        for (path, lines) in try Self.sources() where path.hasPrefix("IntegrationTests/") && !path.hasPrefix("IntegrationTests/Support/") {
+        for (path, lines) in try Self.sources()
+        where path.hasPrefix("IntegrationTests/") && !path.hasPrefix("IntegrationTests/Support/") {
             let uses = markers.filter { m in lines.contains { $0.contains(m) } }
             guard !uses.isEmpty, lines.contains(where: { $0.contains("@Test") }) else { continue }
-            if !lines.contains(where: { $0.contains(".tags(.system") }) { untagged.append("\(path) (\(uses.joined(separator: ", ")))") }
+            if !lines.contains(where: { $0.contains(".tags(.system") }) {
+                untagged.append("\(path) (\(uses.joined(separator: ", ")))")
+            }
         }
         #expect(untagged.isEmpty, "files with system tests but no .tags(.system): \(untagged)")
     }
@@ -52,23 +62,39 @@ import Testing
     @Test func theFilterNamesEveryTaggedSuiteAndTest() throws {
         let tags = try Self.sources().flatMap(\.lines).filter { line in
             let attribute = line.drop { $0 == " " }
-            return (attribute.hasPrefix("@Suite(") || attribute.hasPrefix("@Test(")) && line.contains(".tags(.system")
+            return (attribute.hasPrefix("@Suite(") || attribute.hasPrefix("@Test("))
+                && line.contains(".tags(.system")
         }
-        let r = try ChildProcess.run(Paths.repoRoot.appendingPathComponent("scripts/test-parts").path, [], environment: ["PATH": "/usr/bin:/bin"])
+        let r = try ChildProcess.run(
+            Paths.repoRoot.appendingPathComponent("scripts/test-parts").path, [],
+            environment: ["PATH": "/usr/bin:/bin"])
         #expect(r.status == 0, "\(r)")
         let filter = r.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)
         #expect(filter.hasPrefix("^(") && filter.hasSuffix(")"), "\(filter)")
         let ids = filter.dropFirst(2).dropLast().split(separator: "|")
         #expect(ids.count == tags.count, "\(tags.count) tags, \(ids.count) IDs: \(ids)")
         #expect(ids.contains("IntegrationTests\\.KeyringTests/"))
-        #expect(ids.contains("IntegrationTests\\.ReliabilityIdentityTests/peerOfAnotherUserIsRefused\\("))
-        #expect(ids.contains("VaultCoreTests\\.TreeWalkTests/aBindMountOfAnAncestorIsNotACycleWithoutMountIDs\\("))
+        #expect(
+            ids.contains(
+                "IntegrationTests\\.ReliabilityIdentityTests/peerOfAnotherUserIsRefused\\("))
+        #expect(
+            ids.contains(
+                "VaultCoreTests\\.TreeWalkTests/aBindMountOfAnAncestorIsNotACycleWithoutMountIDs\\("
+            ))
         // Each ID names a declaration that exists: a suite's type or a test's function.
         let text = try Self.sources().flatMap(\.lines).joined(separator: "\n")
         for id in ids {
-            let last = id.split(separator: "/").last.map { String($0).replacingOccurrences(of: "\\(", with: "") } ?? ""
-            let name = id.hasSuffix("/") ? String(id.dropLast().split(separator: "/").last!.split(separator: ".").last!) : last
-            #expect(text.contains("struct \(name)") || text.contains("func \(name)("), "\(id) names nothing")
+            let last =
+                id.split(separator: "/").last.map {
+                    String($0).replacingOccurrences(of: "\\(", with: "")
+                } ?? ""
+            let name =
+                id.hasSuffix("/")
+                ? String(id.dropLast().split(separator: "/").last!.split(separator: ".").last!)
+                : last
+            #expect(
+                text.contains("struct \(name)") || text.contains("func \(name)("),
+                "\(id) names nothing")
         }
     }
 }

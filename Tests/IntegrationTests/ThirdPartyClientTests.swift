@@ -4,7 +4,10 @@ import Testing
 /// The reference third-party client (`python3 -m varlink.cli`, the `varlink` Python package)
 /// against vaultd. Its CLI exits 0 even when the reply is an error, so the output is checked.
 @Suite struct ThirdPartyClientTests {
-    static let interfaces = ["org.varlink.service", "io.vaultd.Vault", "io.vaultd.Keychain", "io.vaultd.Preferences", "io.vaultd.Caches", "io.vaultd.Apps", "io.vaultd.Sync"]
+    static let interfaces = [
+        "org.varlink.service", "io.vaultd.Vault", "io.vaultd.Keychain", "io.vaultd.Preferences",
+        "io.vaultd.Caches", "io.vaultd.Apps", "io.vaultd.Sync",
+    ]
 
     @Test func infoListsTheInterfaces() throws {
         let d = try Daemon()
@@ -12,7 +15,8 @@ import Testing
         let r = d.run("python3", ["-m", "varlink.cli", "info", "unix:" + d.socketPath])
         #expect(r.status == 0, "\(r)")
         #expect(!r.stderr.contains("Traceback"), "\(r)")
-        let listed = Set(r.stdoutText.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) })
+        let listed = Set(
+            r.stdoutText.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) })
         for name in Self.interfaces {
             #expect(listed.contains(name), "info does not list \(name): \(r.stdoutText)")
         }
@@ -35,7 +39,9 @@ import Testing
 
     /// `python3 -m varlink.cli call unix:SOCK/io.vaultd.Vault.Status '{}'` → the `lock` object.
     private func statusLock(_ d: Daemon) throws -> [String: Any]? {
-        let r = d.run("python3", ["-m", "varlink.cli", "call", "unix:\(d.socketPath)/io.vaultd.Vault.Status", "{}"])
+        let r = d.run(
+            "python3",
+            ["-m", "varlink.cli", "call", "unix:\(d.socketPath)/io.vaultd.Vault.Status", "{}"])
         #expect(r.status == 0, "\(r)")
         #expect(!r.stderr.contains("Traceback") && !r.stderr.contains("Error"), "\(r)")
         let json = try? JSONSerialization.jsonObject(with: r.stdout) as? [String: Any]
@@ -160,20 +166,38 @@ import Testing
         var members: [String: Set<String>] = [:]
         for line in r.stdoutText.split(separator: "\n") {
             let parts = line.split(separator: ":", maxSplits: 1).map(String.init)
-            if parts.count == 2 { members[parts[0]] = Set(parts[1].split(separator: ",").map(String.init)) }
+            if parts.count == 2 {
+                members[parts[0]] = Set(parts[1].split(separator: ",").map(String.init))
+            }
         }
         let expected: [String: [String]] = [
-            "org.varlink.service": ["GetInfo", "GetInterfaceDescription", "MethodNotFound", "InterfaceNotFound", "InvalidParameter"],
-            "io.vaultd.Vault": ["Hello", "Status", "Init", "Unlock", "Lock", "ChangePassphrase", "Observe", "LockState", "AuthFailed"],
-            "io.vaultd.Keychain": ["Add", "CopyMatching", "Update", "Delete", "DuplicateItem", "ItemNotFound", "InteractionNotAllowed"],
-            "io.vaultd.Preferences": ["Get", "Set", "Remove", "Domain", "Domains", "Import", "Export", "InvalidPropertyList"],
+            "org.varlink.service": [
+                "GetInfo", "GetInterfaceDescription", "MethodNotFound", "InterfaceNotFound",
+                "InvalidParameter",
+            ],
+            "io.vaultd.Vault": [
+                "Hello", "Status", "Init", "Unlock", "Lock", "ChangePassphrase", "Observe",
+                "LockState", "AuthFailed",
+            ],
+            "io.vaultd.Keychain": [
+                "Add", "CopyMatching", "Update", "Delete", "DuplicateItem", "ItemNotFound",
+                "InteractionNotAllowed",
+            ],
+            "io.vaultd.Preferences": [
+                "Get", "Set", "Remove", "Domain", "Domains", "Import", "Export",
+                "InvalidPropertyList",
+            ],
             "io.vaultd.Caches": ["Directory", "Usage", "Purge", "Observe", "AppUsage"],
             "io.vaultd.Apps": ["Install", "Uninstall", "List", "Show"],
             "io.vaultd.Sync": ["Init", "Join", "Approve", "Status", "Leave", "SyncDevice"],
         ]
         for (interface, names) in expected {
             let have = members[interface] ?? []
-            for n in names { #expect(have.contains(n), "\(interface) lacks \(n) as parsed by python varlink: \(r.stdoutText)") }
+            for n in names {
+                #expect(
+                    have.contains(n),
+                    "\(interface) lacks \(n) as parsed by python varlink: \(r.stdoutText)")
+            }
         }
     }
 }

@@ -15,7 +15,9 @@ import Glibc
     /// stream after `close()` had shut the old one: the new connection stayed open, and
     /// every later call went through it.
     @Test func aCloseDuringAReconnectLeavesTheConnectionClosed() throws {
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent("vc-close-\(UUID().uuidString.prefix(8)).sock").path
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "vc-close-\(UUID().uuidString.prefix(8)).sock"
+        ).path
         defer { unlink(path) }
         let server = try UnixSocket()
         // Backlog 0: one connection may wait to be accepted; a second connect blocks.
@@ -60,7 +62,9 @@ import Glibc
         } catch {
             later = "\(error)"
         }
-        #expect(later != "replied", "a call after close() was answered (the first call: \(firstCall.value))")
+        #expect(
+            later != "replied",
+            "a call after close() was answered (the first call: \(firstCall.value))")
         served.shutdown()
         filler.close()
         server.close()
@@ -72,7 +76,9 @@ import Glibc
 /// answers a longer message with an error and closes, most likely before it was all sent).
 @Suite struct VaultConnectionMessageLimitTests {
     @Test func aStreamedCallOverTheLimitIsRefusedBeforeSending() throws {
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent("vc-limit-\(UUID().uuidString.prefix(8)).sock").path
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "vc-limit-\(UUID().uuidString.prefix(8)).sock"
+        ).path
         defer { unlink(path) }
         let server = try UnixSocket()
         try server.bindAndListen(path: path)
@@ -84,13 +90,18 @@ import Glibc
         let pad = JSON.string(String(repeating: "x", count: Varlink.maximumMessageSize))
         var refusal: VaultError?
         do {
-            try connection.stream("io.vaultd.Preferences.Observe", ["domains": [pad]]) { _ in false }
+            try connection.stream("io.vaultd.Preferences.Observe", ["domains": [pad]]) { _ in false
+            }
         } catch let e as VaultError {
             refusal = e
         }
-        #expect(refusal?.code == .invalidParameter && refusal?.parameters["parameter"] == "message", "\(String(describing: refusal))")
+        #expect(
+            refusal?.code == .invalidParameter && refusal?.parameters["parameter"] == "message",
+            "\(String(describing: refusal))")
         var byte: UInt8 = 0
-        #expect(recv(peer.fd, &byte, 1, Int32(MSG_DONTWAIT)) == -1 && errno == EAGAIN, "part of the message was sent")
+        #expect(
+            recv(peer.fd, &byte, 1, Int32(MSG_DONTWAIT)) == -1 && errno == EAGAIN,
+            "part of the message was sent")
     }
 }
 

@@ -16,7 +16,9 @@ public struct SeededRandom: RandomNumberGenerator {
     }
 
     /// `n` random bytes.
-    public mutating func bytes(_ n: Int) -> [UInt8] { (0..<n).map { _ in UInt8.random(in: 0...255, using: &self) } }
+    public mutating func bytes(_ n: Int) -> [UInt8] {
+        (0..<n).map { _ in UInt8.random(in: 0...255, using: &self) }
+    }
 }
 
 /// `count` deterministic pseudo-random bytes from `seed` (8 per step of `SeededRandom`), for

@@ -13,10 +13,14 @@ import VaultProtocol
         let before = (Date(), MonotonicClock.nanoseconds())
         #expect(clock.setOffset(90))
         let (wall, mono) = (clock.now, clock.monotonicNanoseconds)
-        #expect(wall.timeIntervalSince(before.0) >= 90 && wall.timeIntervalSince(before.0) < 100, "\(wall) vs \(before.0)")
+        #expect(
+            wall.timeIntervalSince(before.0) >= 90 && wall.timeIntervalSince(before.0) < 100,
+            "\(wall) vs \(before.0)")
         #expect(mono >= before.1 + 90_000_000_000 && mono < before.1 + 100_000_000_000)
         // Back, not a number, negative, past 10⁹ s: refused, the offset as it was.
-        for refused in [89.0, .nan, .infinity, -1, 2e9] { #expect(!clock.setOffset(refused), "\(refused)") }
+        for refused in [89.0, .nan, .infinity, -1, 2e9] {
+            #expect(!clock.setOffset(refused), "\(refused)")
+        }
         #expect(clock.offsetSeconds == 90)
         #expect(clock.setOffset(90) && clock.setOffset(120.5))
         clock.advance(by: 0.25)
@@ -32,12 +36,16 @@ import VaultProtocol
             _ = try vault.initialize(passphrase: secret("right"), caller: .owner)
             _ = try vault.lockVault(caller: .owner)
             for n in 1...5 {
-                expectFailure(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret("guess \(n)"), caller: .owner) }
+                expectFailure(.wrongPassphrase) {
+                    _ = try vault.unlock(passphrase: secret("guess \(n)"), caller: .owner)
+                }
                 let wait = try vault.status(caller: .owner).retryAfter
                 #expect(wait == Vault.unlockWait(afterFailures: n), "after \(n) failures")
                 guard wait > 0 else { continue }
                 clock.advance(by: wait / 2)
-                let limited = expectFailure(.rateLimited) { _ = try vault.unlock(passphrase: secret("right"), caller: .owner) }
+                let limited = expectFailure(.rateLimited) {
+                    _ = try vault.unlock(passphrase: secret("right"), caller: .owner)
+                }
                 #expect(limited?.details.retryAfter == wait / 2)
                 clock.advance(by: wait / 2)
             }

@@ -1,7 +1,7 @@
 import Foundation
 import SecretSession
-import Testing
 import TestSupport
+import Testing
 import VaultCore
 
 /// The Secret Service's dh-ietf1024-sha256-aes128-cbc-pkcs7 session against published vectors
@@ -14,7 +14,8 @@ import VaultCore
     static func bytes(_ s: SecureBytes) -> [UInt8] { s.withUnsafeBytes { Array($0) } }
 
     @Test func twoPartiesAgreeAndSecretsRoundTrip() throws {
-        let a = Array(repeating: UInt8(0x11), count: 128), b = Array(repeating: UInt8(0x22), count: 64)
+        let a = Array(repeating: UInt8(0x11), count: 128)
+        let b = Array(repeating: UInt8(0x22), count: 64)
         // Each side's public value, from a session with any valid peer.
         let aPublic = try DHSession(peerPublicKey: [3], privateKey: a).publicKey
         let bPublic = try DHSession(peerPublicKey: [3], privateKey: b).publicKey
@@ -35,14 +36,18 @@ import VaultCore
         // (Another key's output is noise whose padding may by chance look valid.)
         #expect((try? eve.decrypt(iv: iv, ciphertext: sealed)).map(Self.bytes) != Array("x".utf8))
         #expect(throws: DHSession.Failure.self) { _ = try bob.decrypt(iv: [0], ciphertext: sealed) }
-        #expect(throws: DHSession.Failure.self) { _ = try bob.decrypt(iv: iv, ciphertext: Array(sealed.prefix(15))) }
+        #expect(throws: DHSession.Failure.self) {
+            _ = try bob.decrypt(iv: iv, ciphertext: Array(sealed.prefix(15)))
+        }
     }
 
     @Test func aesCBCMatchesSP800_38A() throws {
         // F.2.1 CBC-AES128.Encrypt, first block: the session's cipher is AES-128-CBC; the
         // second block of its output is the PKCS7 padding's.
         let key = SecureBytes(copying: Self.hex("2b7e151628aed2a6abf7158809cf4f3c"))
-        let out = try DHSessionTesting.encrypt(key: key, iv: Self.hex("000102030405060708090a0b0c0d0e0f"), Self.hex("6bc1bee22e409f96e93d7e117393172a"))
+        let out = try DHSessionTesting.encrypt(
+            key: key, iv: Self.hex("000102030405060708090a0b0c0d0e0f"),
+            Self.hex("6bc1bee22e409f96e93d7e117393172a"))
         #expect(Array(out.prefix(16)) == Self.hex("7649abac8119b246cee98e9b12e9197d"))
         #expect(out.count == 32)
     }

@@ -1,9 +1,10 @@
 import Foundation
 import Synchronization
-import Testing
 import TestSupport
-@testable import VaultCore
+import Testing
 import VaultProtocol
+
+@testable import VaultCore
 
 /// The keychain's in-memory lookup index (`ItemIndex`) checked against a model of what is
 /// stored: every query by service, server, account or both finds exactly the model's items,
@@ -19,7 +20,9 @@ struct ItemIndexTests {
         var description: String { "\(internet ? "internet" : "generic") \(name)/\(account)" }
 
         var attributes: ItemAttributes {
-            internet ? ItemAttributes(account: account, server: name) : ItemAttributes(service: name, account: account)
+            internet
+                ? ItemAttributes(account: account, server: name)
+                : ItemAttributes(service: name, account: account)
         }
     }
 
@@ -28,10 +31,13 @@ struct ItemIndexTests {
         var internet: Bool?
         var name: String?
         var account: String?
-        var description: String { "\(internet.map { $0 ? "internet" : "generic" } ?? "any") \(name ?? "*")/\(account ?? "*")" }
+        var description: String {
+            "\(internet.map { $0 ? "internet" : "generic" } ?? "any") \(name ?? "*")/\(account ?? "*")"
+        }
 
         func matches(_ k: Key) -> Bool {
-            (internet == nil || internet == k.internet) && (name == nil || name == k.name) && (account == nil || account == k.account)
+            (internet == nil || internet == k.internet) && (name == nil || name == k.name)
+                && (account == nil || account == k.account)
         }
 
         var itemQuery: ItemQuery {
@@ -39,7 +45,9 @@ struct ItemIndexTests {
             if let name {
                 if internet == true { a.server = name } else { a.service = name }
             }
-            return ItemQuery(itemClass: internet.map { $0 ? .internetPassword : .genericPassword }, attributes: a, matchAll: true)
+            return ItemQuery(
+                itemClass: internet.map { $0 ? .internetPassword : .genericPassword },
+                attributes: a, matchAll: true)
         }
     }
 
@@ -52,7 +60,10 @@ struct ItemIndexTests {
             var out: [Key: [UInt8]] = [:]
             for f in try vault.copyMatching(query.itemQuery, returnData: true, caller: .owner) {
                 let internet = f.itemClass == .internetPassword
-                let k = Key(internet: internet, name: (internet ? f.attributes.server : f.attributes.service) ?? "?", account: f.attributes.account ?? "?")
+                let k = Key(
+                    internet: internet,
+                    name: (internet ? f.attributes.server : f.attributes.service) ?? "?",
+                    account: f.attributes.account ?? "?")
                 #expect(out[k] == nil, "\(k) found twice by \(query)")
                 out[k] = plain(f.data)
             }
@@ -68,14 +79,21 @@ struct ItemIndexTests {
         for internet in [false, true] {
             for name in names {
                 queries.append(Query(internet: internet, name: name, account: nil))
-                for account in accounts { queries.append(Query(internet: internet, name: name, account: account)) }
+                for account in accounts {
+                    queries.append(Query(internet: internet, name: name, account: account))
+                }
             }
         }
-        for account in accounts { queries.append(Query(internet: nil, name: nil, account: account)) }
+        for account in accounts {
+            queries.append(Query(internet: nil, name: nil, account: account))
+        }
         for q in queries {
             let expected = model.filter { q.matches($0.key) }
             let got = try found(vault, q)
-            #expect(got == expected, "\(step): \(q) found \(got.keys.sorted { $0.description < $1.description }), expected \(expected.keys.sorted { $0.description < $1.description })")
+            #expect(
+                got == expected,
+                "\(step): \(q) found \(got.keys.sorted { $0.description < $1.description }), expected \(expected.keys.sorted { $0.description < $1.description })"
+            )
             if got != expected { return }
         }
     }
@@ -88,7 +106,10 @@ struct ItemIndexTests {
             var model: [Key: [UInt8]] = [:]
             var rng = SeededRandom(seed: 8)
             func randomKey() -> Key {
-                Key(internet: Int.random(in: 0..<4, using: &rng) == 0, name: Self.names.randomElement(using: &rng)!, account: Self.accounts.randomElement(using: &rng)!)
+                Key(
+                    internet: Int.random(in: 0..<4, using: &rng) == 0,
+                    name: Self.names.randomElement(using: &rng)!,
+                    account: Self.accounts.randomElement(using: &rng)!)
             }
             func randomQuery() -> Query {
                 let k = randomKey()
@@ -104,10 +125,18 @@ struct ItemIndexTests {
                 switch Int.random(in: 0..<10, using: &rng) {
                 case 0...3:
                     let k = randomKey()
-                    let bytes = [UInt8(truncatingIfNeeded: step), UInt8(truncatingIfNeeded: step >> 8)]
-                    let result = Result { try vault.addItem(k.internet ? .internetPassword : .genericPassword, attributes: k.attributes, secret: secret(bytes), caller: .owner) }
+                    let bytes = [
+                        UInt8(truncatingIfNeeded: step), UInt8(truncatingIfNeeded: step >> 8),
+                    ]
+                    let result = Result {
+                        try vault.addItem(
+                            k.internet ? .internetPassword : .genericPassword,
+                            attributes: k.attributes, secret: secret(bytes), caller: .owner)
+                    }
                     if model[k] != nil {
-                        #expect(code(result) == .duplicateItem, "\(label): add of \(k) over an existing one: \(result)")
+                        #expect(
+                            code(result) == .duplicateItem,
+                            "\(label): add of \(k) over an existing one: \(result)")
                         counts["duplicate", default: 0] += 1
                     } else {
                         #expect((try? result.get()) != nil, "\(label): add of \(k): \(result)")
@@ -118,26 +147,42 @@ struct ItemIndexTests {
                     // An update moves the matches to another account, or another service or
                     // server (all of them, or none when one would collide).
                     let q = randomQuery()
-                    let newAccount = Bool.random(using: &rng) ? Self.accounts.randomElement(using: &rng)! : nil
+                    let newAccount =
+                        Bool.random(using: &rng) ? Self.accounts.randomElement(using: &rng)! : nil
                     let newName = newAccount == nil ? Self.names.randomElement(using: &rng)! : nil
                     let matches = model.keys.filter { q.matches($0) }
-                    let moved = matches.map { k in Key(internet: k.internet, name: newName ?? k.name, account: newAccount ?? k.account) }
+                    let moved = matches.map { k in
+                        Key(
+                            internet: k.internet, name: newName ?? k.name,
+                            account: newAccount ?? k.account)
+                    }
                     var changes = ItemAttributes(account: newAccount)
                     if let newName {
                         // service belongs to generic passwords, server to internet ones.
                         guard q.internet != nil else { continue }
-                        if q.internet! { changes.server = newName } else { changes.service = newName }
+                        if q.internet! {
+                            changes.server = newName
+                        } else {
+                            changes.service = newName
+                        }
                     }
-                    let result = Result { try vault.updateItems(q.itemQuery, changes: changes, secret: nil, caller: .owner) }
+                    let result = Result {
+                        try vault.updateItems(
+                            q.itemQuery, changes: changes, secret: nil, caller: .owner)
+                    }
                     let failed = code(result)
                     let others = Set(model.keys).subtracting(matches)
                     if matches.isEmpty {
                         #expect(failed == .itemNotFound, "\(label): update of \(q): \(result)")
                     } else if Set(moved).count < moved.count || !others.isDisjoint(with: moved) {
-                        #expect(failed == .duplicateItem, "\(label): update of \(q) to \(moved): \(result)")
+                        #expect(
+                            failed == .duplicateItem,
+                            "\(label): update of \(q) to \(moved): \(result)")
                         counts["colliding update", default: 0] += 1
                     } else {
-                        #expect((try? result.get()) == matches.count, "\(label): update of \(q) to \(moved): \(result)")
+                        #expect(
+                            (try? result.get()) == matches.count,
+                            "\(label): update of \(q) to \(moved): \(result)")
                         let secrets = matches.map { model[$0]! }
                         for k in matches { model[k] = nil }
                         for (k, s) in zip(moved, secrets) { model[k] = s }
@@ -148,9 +193,12 @@ struct ItemIndexTests {
                     let matches = model.keys.filter { q.matches($0) }
                     let result = Result { try vault.deleteItems(q.itemQuery, caller: .owner) }
                     if matches.isEmpty {
-                        #expect(code(result) == .itemNotFound, "\(label): delete of \(q): \(result)")
+                        #expect(
+                            code(result) == .itemNotFound, "\(label): delete of \(q): \(result)")
                     } else {
-                        #expect((try? result.get()) == matches.count, "\(label): delete of \(q): \(result)")
+                        #expect(
+                            (try? result.get()) == matches.count,
+                            "\(label): delete of \(q): \(result)")
                         for k in matches { model[k] = nil }
                         counts["delete", default: 0] += 1
                     }
@@ -160,7 +208,9 @@ struct ItemIndexTests {
                     guard model.keys.contains(where: q.matches) else { continue }
                     _ = try? vault.exclusive { $0.db.failNextCommit() }
                     let result = Result { try vault.deleteItems(q.itemQuery, caller: .owner) }
-                    #expect((try? result.get()) == nil, "\(label): delete of \(q) whose commit fails: \(result)")
+                    #expect(
+                        (try? result.get()) == nil,
+                        "\(label): delete of \(q) whose commit fails: \(result)")
                     counts["failed commit", default: 0] += 1
                 default:
                     // Reopened: the index is built again from the table.
@@ -172,8 +222,12 @@ struct ItemIndexTests {
             }
             vault.close()
             // Every kind of step ran, several times.
-            for kind in ["add", "duplicate", "update", "colliding update", "delete", "failed commit", "reopen"] {
-                #expect(counts[kind, default: 0] >= 5, "\(kind) ran \(counts[kind, default: 0]) times")
+            for kind in [
+                "add", "duplicate", "update", "colliding update", "delete", "failed commit",
+                "reopen",
+            ] {
+                #expect(
+                    counts[kind, default: 0] >= 5, "\(kind) ran \(counts[kind, default: 0]) times")
             }
             #expect(model.count >= 5, "the model ends with \(model.count) items")
         }
@@ -188,10 +242,14 @@ struct ItemIndexTests {
             let n = 300
             for i in 0..<n {
                 _ = try vault.addItem(
-                    .internetPassword, attributes: ItemAttributes(account: "bob", server: "git.example", path: "org/repo\(i).git"),
+                    .internetPassword,
+                    attributes: ItemAttributes(
+                        account: "bob", server: "git.example", path: "org/repo\(i).git"),
                     secret: secret([UInt8(i % 256)]), caller: .owner)
             }
-            let rows = try vault.exclusive { try $0.db.rows("SELECT id, primary_key_hash, lookup_hash, account_hash FROM items") }
+            let rows = try vault.exclusive {
+                try $0.db.rows("SELECT id, primary_key_hash, lookup_hash, account_hash FROM items")
+            }
             #expect(rows.count == n)
             let index = vault.keychain.itemIndex
             for r in rows {
@@ -214,7 +272,10 @@ struct ItemIndexTests {
                 try vault.addGeneric(service: "app\(i)", account: "bob", secret: [2])
             }
             try vault.addGeneric(service: "tokens", account: "bob", secret: [3])
-            let rows = try vault.exclusive { try $0.db.rows("SELECT id, lookup_hash, account_hash FROM items ORDER BY id DESC LIMIT 1") }
+            let rows = try vault.exclusive {
+                try $0.db.rows(
+                    "SELECT id, lookup_hash, account_hash FROM items ORDER BY id DESC LIMIT 1")
+            }
             let (id, service, account) = (rows[0][0].int64!, rows[0][1].blob!, rows[0][2].blob!)
             let index = vault.keychain.itemIndex
             #expect(index.candidates([(.lookup, service)]).count == n + 1)
@@ -228,12 +289,16 @@ struct ItemIndexTests {
     /// writers adding the same items, one each is stored and the others get DuplicateItem.
     @Test func concurrentAddsOfTheSameItemsStoreOneEach() throws {
         try withVault { vault, _ in
-            let writers = 8, items = 40
-            let stored = Mutex(0), duplicates = Mutex(0), other = Mutex([String]())
+            let writers = 8
+            let items = 40
+            let stored = Mutex(0)
+            let duplicates = Mutex(0)
+            let other = Mutex([String]())
             DispatchQueue.concurrentPerform(iterations: writers) { w in
                 for i in 0..<items {
                     do {
-                        try vault.addGeneric(service: "svc\(i % 10)", account: "acct\(i)", secret: [UInt8(w)])
+                        try vault.addGeneric(
+                            service: "svc\(i % 10)", account: "acct\(i)", secret: [UInt8(w)])
                         stored.withLock { $0 += 1 }
                     } catch let e as VaultFailure where e.code == .duplicateItem {
                         duplicates.withLock { $0 += 1 }
@@ -246,7 +311,9 @@ struct ItemIndexTests {
             #expect(stored.withLock { $0 } == items)
             #expect(duplicates.withLock { $0 } == items * (writers - 1))
             func count(_ a: ItemAttributes) throws -> Int {
-                try vault.copyMatching(ItemQuery(attributes: a, matchAll: true), returnData: false, caller: .owner).count
+                try vault.copyMatching(
+                    ItemQuery(attributes: a, matchAll: true), returnData: false, caller: .owner
+                ).count
             }
             for i in 0..<items {
                 let n = try count(ItemAttributes(service: "svc\(i % 10)", account: "acct\(i)"))

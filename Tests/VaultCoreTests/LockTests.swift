@@ -1,7 +1,8 @@
 import Foundation
 import Testing
-@testable import VaultCore
 import VaultProtocol
+
+@testable import VaultCore
 
 /// Vaults with a passphrase (at the tests' MIN Argon2id cost: `PassphrasePolicy.tests`).
 @Suite("Lock states, passphrases and device binding")
@@ -9,13 +10,18 @@ struct LockTests {
     /// Adds one item per accessibility class, service = the class name, secret = "secret-<class>".
     static func addOnePerClass(_ vault: Vault, except: Set<Accessibility> = []) throws {
         for a in Accessibility.allCases where !except.contains(a) {
-            try vault.addGeneric(service: a.rawValue, account: "acct", secret: Array("secret-\(a.rawValue)".utf8), accessible: a)
+            try vault.addGeneric(
+                service: a.rawValue, account: "acct", secret: Array("secret-\(a.rawValue)".utf8),
+                accessible: a)
         }
     }
 
-    static func expectReadable(_ vault: Vault, _ a: Accessibility, sourceLocation: SourceLocation = #_sourceLocation) {
+    static func expectReadable(
+        _ vault: Vault, _ a: Accessibility, sourceLocation: SourceLocation = #_sourceLocation
+    ) {
         #expect(
-            (try? vault.readGeneric(service: a.rawValue, account: "acct")) == Array("secret-\(a.rawValue)".utf8),
+            (try? vault.readGeneric(service: a.rawValue, account: "acct"))
+                == Array("secret-\(a.rawValue)".utf8),
             "\(a.rawValue) should be readable", sourceLocation: sourceLocation)
     }
 
@@ -29,13 +35,21 @@ struct LockTests {
             // What addItem does before its group commit: keys fetched, the item encrypted.
             func prepared() throws -> (values: [SQLValue], classKey: SecureBytes) {
                 let stored = try KeychainStore.addedAttributes(
-                    itemClass: .genericPassword, attributes: ItemAttributes(service: "race", account: "a", accessible: a),
+                    itemClass: .genericPassword,
+                    attributes: ItemAttributes(service: "race", account: "a", accessible: a),
                     secretSize: 1, accessGroup: Caller.ownerAccessGroup)
                 let keys = try vault.locked { try vault.keychain.writeKeys(accessible: a) }
-                return (try KeychainStore.encrypt(itemClass: .genericPassword, attributes: stored, secret: secret([7]), keys: keys), keys.classKey)
+                return (
+                    try KeychainStore.encrypt(
+                        itemClass: .genericPassword, attributes: stored, secret: secret([7]),
+                        keys: keys), keys.classKey
+                )
             }
             func insert(_ p: (values: [SQLValue], classKey: SecureBytes)) throws {
-                try vault.write { db in try vault.keychain.insert(p.values, generation: nil, classKey: p.classKey, accessible: a, in: db) }
+                try vault.write { db in
+                    try vault.keychain.insert(
+                        p.values, generation: nil, classKey: p.classKey, accessible: a, in: db)
+                }
             }
             // Removing the passphrase drops the class key.
             let early = try prepared()
@@ -57,7 +71,8 @@ struct LockTests {
             do {
                 let vault = try Vault(dataDirectory: dir, passphrasePolicy: .tests)
                 defer { vault.close() }
-                let state = try vault.initialize(passphrase: secret("correct horse"), caller: .owner)
+                let state = try vault.initialize(
+                    passphrase: secret("correct horse"), caller: .owner)
                 #expect(state.state == .unlocked)
                 #expect(state.hasPassphrase)
                 try Self.addOnePerClass(vault)
@@ -69,19 +84,30 @@ struct LockTests {
                 // afterFirstUnlock classes still read; whenUnlocked classes are InteractionNotAllowed.
                 Self.expectReadable(vault, .afterFirstUnlock)
                 Self.expectReadable(vault, .afterFirstUnlockThisDeviceOnly)
-                for a in [Accessibility.whenUnlocked, .whenUnlockedThisDeviceOnly, .whenPasscodeSetThisDeviceOnly] {
-                    let e = expectFailure(.interactionNotAllowed) { _ = try vault.readGeneric(service: a.rawValue) }
+                for a in [
+                    Accessibility.whenUnlocked, .whenUnlockedThisDeviceOnly,
+                    .whenPasscodeSetThisDeviceOnly,
+                ] {
+                    let e = expectFailure(.interactionNotAllowed) {
+                        _ = try vault.readGeneric(service: a.rawValue)
+                    }
                 }
                 // Locked is never reported as not found: not for delete, update or add either.
-                let wu = ItemQuery(attributes: ItemAttributes(service: Accessibility.whenUnlocked.rawValue))
-                expectFailure(.interactionNotAllowed) { _ = try vault.deleteItems(wu, caller: .owner) }
+                let wu = ItemQuery(
+                    attributes: ItemAttributes(service: Accessibility.whenUnlocked.rawValue))
                 expectFailure(.interactionNotAllowed) {
-                    _ = try vault.updateItems(wu, changes: ItemAttributes(label: "x"), secret: nil, caller: .owner)
+                    _ = try vault.deleteItems(wu, caller: .owner)
                 }
                 expectFailure(.interactionNotAllowed) {
-                    try vault.addGeneric(service: "new", account: "acct", secret: [1], accessible: .whenUnlocked)
+                    _ = try vault.updateItems(
+                        wu, changes: ItemAttributes(label: "x"), secret: nil, caller: .owner)
                 }
-                try vault.addGeneric(service: "new-afu", account: "acct", secret: [2], accessible: .afterFirstUnlock)
+                expectFailure(.interactionNotAllowed) {
+                    try vault.addGeneric(
+                        service: "new", account: "acct", secret: [1], accessible: .whenUnlocked)
+                }
+                try vault.addGeneric(
+                    service: "new-afu", account: "acct", secret: [2], accessible: .afterFirstUnlock)
                 #expect(try vault.status(caller: .owner).items == Accessibility.allCases.count + 1)
             }
 
@@ -91,13 +117,18 @@ struct LockTests {
             #expect(vault.lockState.state == .locked)
             #expect(vault.lockState.unlockedSinceStart == false)
             for a in Accessibility.allCases {
-                expectFailure(.interactionNotAllowed) { _ = try vault.readGeneric(service: a.rawValue) }
+                expectFailure(.interactionNotAllowed) {
+                    _ = try vault.readGeneric(service: a.rawValue)
+                }
             }
             expectFailure(.interactionNotAllowed) {
-                try vault.addGeneric(service: "x", account: "acct", secret: [1], accessible: .afterFirstUnlock)
+                try vault.addGeneric(
+                    service: "x", account: "acct", secret: [1], accessible: .afterFirstUnlock)
             }
 
-            let wrong = expectFailure(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret("correct horsE"), caller: .owner) }
+            let wrong = expectFailure(.wrongPassphrase) {
+                _ = try vault.unlock(passphrase: secret("correct horsE"), caller: .owner)
+            }
             #expect(vault.lockState.state == .locked)
             Self.expectReadableNot(vault, .afterFirstUnlock)
 
@@ -110,7 +141,9 @@ struct LockTests {
         }
     }
 
-    static func expectReadableNot(_ vault: Vault, _ a: Accessibility, sourceLocation: SourceLocation = #_sourceLocation) {
+    static func expectReadableNot(
+        _ vault: Vault, _ a: Accessibility, sourceLocation: SourceLocation = #_sourceLocation
+    ) {
         expectFailure(.interactionNotAllowed, sourceLocation: sourceLocation) {
             _ = try vault.readGeneric(service: a.rawValue)
         }
@@ -124,41 +157,62 @@ struct LockTests {
                 defer { vault.close() }
                 _ = try vault.initialize(passphrase: secret("p1"), caller: .owner)
                 try Self.addOnePerClass(vault)
-                try vault.addGeneric(service: "second-passcode", account: "acct", secret: [9], accessible: .whenPasscodeSetThisDeviceOnly)
+                try vault.addGeneric(
+                    service: "second-passcode", account: "acct", secret: [9],
+                    accessible: .whenPasscodeSetThisDeviceOnly)
 
                 // Change: the old passphrase stops working, the new one opens everything.
                 expectFailure(.wrongPassphrase) {
-                    _ = try vault.changePassphrase(old: secret("not p1"), new: secret("p2"), caller: .owner)
+                    _ = try vault.changePassphrase(
+                        old: secret("not p1"), new: secret("p2"), caller: .owner)
                 }
-                let change = try vault.changePassphrase(old: secret("p1"), new: secret("p2"), caller: .owner)
+                let change = try vault.changePassphrase(
+                    old: secret("p1"), new: secret("p2"), caller: .owner)
                 #expect(change.deletedItems == 0)
                 #expect(change.lock.hasPassphrase)
                 _ = try vault.lockVault(caller: .owner)
-                expectFailure(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret("p1"), caller: .owner) }
+                expectFailure(.wrongPassphrase) {
+                    _ = try vault.unlock(passphrase: secret("p1"), caller: .owner)
+                }
                 _ = try vault.unlock(passphrase: secret("p2"), caller: .owner)
                 for a in Accessibility.allCases { Self.expectReadable(vault, a) }
 
                 // Only the owner may change it.
                 expectFailure(.permissionDenied) {
-                    _ = try vault.changePassphrase(old: secret("p2"), new: nil, caller: Caller(appID: "org.example.A", accessGroups: ["org.example.A"]))
+                    _ = try vault.changePassphrase(
+                        old: secret("p2"), new: nil,
+                        caller: Caller(appID: "org.example.A", accessGroups: ["org.example.A"]))
                 }
 
                 // Remove: deletes exactly the whenPasscodeSet items.
-                let removed = try vault.changePassphrase(old: secret("p2"), new: nil, caller: .owner)
+                let removed = try vault.changePassphrase(
+                    old: secret("p2"), new: nil, caller: .owner)
                 #expect(removed.deletedItems == 2)
                 #expect(removed.lock.hasPassphrase == false)
                 #expect(removed.lock.state == .unlocked)
-                expectFailure(.itemNotFound) { _ = try vault.readGeneric(service: Accessibility.whenPasscodeSetThisDeviceOnly.rawValue) }
-                expectFailure(.itemNotFound) { _ = try vault.readGeneric(service: "second-passcode") }
-                for a in Accessibility.allCases where a != .whenPasscodeSetThisDeviceOnly { Self.expectReadable(vault, a) }
+                expectFailure(.itemNotFound) {
+                    _ = try vault.readGeneric(
+                        service: Accessibility.whenPasscodeSetThisDeviceOnly.rawValue)
+                }
+                expectFailure(.itemNotFound) {
+                    _ = try vault.readGeneric(service: "second-passcode")
+                }
+                for a in Accessibility.allCases where a != .whenPasscodeSetThisDeviceOnly {
+                    Self.expectReadable(vault, a)
+                }
                 #expect(try vault.status(caller: .owner).items == Accessibility.allCases.count - 1)
                 expectFailure(.noPassphrase) { _ = try vault.lockVault(caller: .owner) }
                 expectFailure(.authFailed) {
-                    try vault.addGeneric(service: "p", account: "acct", secret: [1], accessible: .whenPasscodeSetThisDeviceOnly)
+                    try vault.addGeneric(
+                        service: "p", account: "acct", secret: [1],
+                        accessible: .whenPasscodeSetThisDeviceOnly)
                 }
                 // Removing it again: there is none (NoPassphrase, not "0 deleted", whatever
                 // `old` holds).
-                expectFailure(.noPassphrase) { _ = try vault.changePassphrase(old: secret("anything"), new: nil, caller: .owner) }
+                expectFailure(.noPassphrase) {
+                    _ = try vault.changePassphrase(
+                        old: secret("anything"), new: nil, caller: .owner)
+                }
             }
             // After a restart the vault without a passphrase is unlocked, every remaining class opens.
             do {
@@ -166,13 +220,16 @@ struct LockTests {
                 defer { vault.close() }
                 #expect(vault.lockState.state == .unlocked)
                 #expect(vault.lockState.hasPassphrase == false)
-                for a in Accessibility.allCases where a != .whenPasscodeSetThisDeviceOnly { Self.expectReadable(vault, a) }
+                for a in Accessibility.allCases where a != .whenPasscodeSetThisDeviceOnly {
+                    Self.expectReadable(vault, a)
+                }
                 // Setting a passphrase again (no old one) makes whenPasscodeSet usable again.
                 let set = try vault.changePassphrase(old: nil, new: secret("p3"), caller: .owner)
                 #expect(set.lock.hasPassphrase)
                 try vault.addGeneric(
                     service: Accessibility.whenPasscodeSetThisDeviceOnly.rawValue, account: "acct",
-                    secret: Array("secret-whenPasscodeSetThisDeviceOnly".utf8), accessible: .whenPasscodeSetThisDeviceOnly)
+                    secret: Array("secret-whenPasscodeSetThisDeviceOnly".utf8),
+                    accessible: .whenPasscodeSetThisDeviceOnly)
             }
             let vault = try Vault(dataDirectory: dir, passphrasePolicy: .tests)
             defer { vault.close() }
@@ -191,20 +248,26 @@ struct LockTests {
             _ = try vault.initialize(passphrase: secret("right"), caller: .owner)
             for guess in ["guess1", "guess2", "guess3"] {
                 expectFailure(.wrongPassphrase) {
-                    _ = try vault.changePassphrase(old: secret(guess), new: secret("mine"), caller: .owner)
+                    _ = try vault.changePassphrase(
+                        old: secret(guess), new: secret("mine"), caller: .owner)
                 }
             }
             let limited = expectFailure(.rateLimited) {
-                _ = try vault.changePassphrase(old: secret("guess4"), new: secret("mine"), caller: .owner)
+                _ = try vault.changePassphrase(
+                    old: secret("guess4"), new: secret("mine"), caller: .owner)
             }
             #expect((limited?.details.retryAfter ?? 0) > 0)
-            expectFailure(.rateLimited) { _ = try vault.unlock(passphrase: secret("right"), caller: .owner) }
+            expectFailure(.rateLimited) {
+                _ = try vault.unlock(passphrase: secret("right"), caller: .owner)
+            }
             #expect((try vault.status(caller: .owner).retryAfter ?? 0) > 0)
             // The wait survives a restart.
             vault.close()
             let restarted = try Vault(dataDirectory: tmp + "/data", passphrasePolicy: .tests)
             defer { restarted.close() }
-            expectFailure(.rateLimited) { _ = try restarted.unlock(passphrase: secret("right"), caller: .owner) }
+            expectFailure(.rateLimited) {
+                _ = try restarted.unlock(passphrase: secret("right"), caller: .owner)
+            }
         }
     }
 
@@ -219,15 +282,25 @@ struct LockTests {
             func keyMaterial() throws -> [String: [UInt8]] {
                 var m: [String: [UInt8]] = [:]
                 for r in try vault.read({ try $0.rows("SELECT key, value FROM vault_meta") }) {
-                    if let k = r[0].text, let v = r[1].blob, k == "kek.nopassphrase" || k.hasPrefix("wrapped.") { m[k] = v }
+                    if let k = r[0].text, let v = r[1].blob,
+                        k == "kek.nopassphrase" || k.hasPrefix("wrapped.")
+                    {
+                        m[k] = v
+                    }
                 }
                 return m
             }
             func expectGone(_ old: [String: [UInt8]], _ when: String) throws {
-                let files = try FileManager.default.contentsOfDirectory(atPath: dir).filter { $0.hasPrefix("vault.sqlite") }
+                let files = try FileManager.default.contentsOfDirectory(atPath: dir).filter {
+                    $0.hasPrefix("vault.sqlite")
+                }
                 for f in files {
                     let data = try Data(contentsOf: URL(fileURLWithPath: dir + "/" + f))
-                    for (k, v) in old { #expect(data.range(of: Data(v)) == nil, "\(when): the old \(k) is still in \(f)") }
+                    for (k, v) in old {
+                        #expect(
+                            data.range(of: Data(v)) == nil, "\(when): the old \(k) is still in \(f)"
+                        )
+                    }
                 }
             }
             let withoutPassphrase = try keyMaterial()
@@ -248,10 +321,16 @@ struct LockTests {
     static func failThriceThenSetTheClockBack(_ vault: Vault) throws {
         _ = try vault.initialize(passphrase: secret("right"), caller: .owner)
         for guess in ["guess1", "guess2", "guess3"] {
-            expectFailure(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret(guess), caller: .owner) }
+            expectFailure(.wrongPassphrase) {
+                _ = try vault.unlock(passphrase: secret(guess), caller: .owner)
+            }
         }
         let record: JSON = ["count": 3, "last": JSON(vault.clock.now.timeIntervalSince1970 + 3600)]
-        _ = try vault.write { db in try db.run("UPDATE vault_meta SET value = ? WHERE key = 'unlock.failures'", [.blob(record.serialized())]) }
+        _ = try vault.write { db in
+            try db.run(
+                "UPDATE vault_meta SET value = ? WHERE key = 'unlock.failures'",
+                [.blob(record.serialized())])
+        }
     }
 
     /// The wait after failed unlocks is at most the documented one (1 s after three failures),
@@ -266,7 +345,9 @@ struct LockTests {
             let wait = try vault.status(caller: .owner).retryAfter
             #expect(wait == 1, "retryAfter \(wait) s after three failures")
             clock.advance(by: 0.5)
-            expectFailure(.rateLimited) { _ = try vault.unlock(passphrase: secret("right"), caller: .owner) }
+            expectFailure(.rateLimited) {
+                _ = try vault.unlock(passphrase: secret("right"), caller: .owner)
+            }
             #expect(try vault.status(caller: .owner).retryAfter == 0.5)
             clock.advance(by: 0.5)
             #expect(try vault.status(caller: .owner).retryAfter == 0)
@@ -306,14 +387,18 @@ struct LockTests {
             // Every write of the writer's connection fails from here on, as on a full disk.
             _ = try vault.exclusive { try $0.db.execute("PRAGMA query_only=ON") }
             defer { _ = try? vault.exclusive { try $0.db.execute("PRAGMA query_only=OFF") } }
-            let change = Result { try vault.changePassphrase(old: secret("right"), new: secret("new"), caller: .owner) }
+            let change = Result {
+                try vault.changePassphrase(old: secret("right"), new: secret("new"), caller: .owner)
+            }
             #expect((try? change.get()) == nil, "the change cannot be written: \(change)")
             #expect(vault.lockState.state == .unlocked)
             #expect(states.items == ["unlocked"])
             _ = try vault.lockVault(caller: .owner)
             // One failure recorded first, so the right passphrase has a count to clear.
             _ = try vault.exclusive { try $0.db.execute("PRAGMA query_only=OFF") }
-            expectFailure(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret("wrong"), caller: .owner) }
+            expectFailure(.wrongPassphrase) {
+                _ = try vault.unlock(passphrase: secret("wrong"), caller: .owner)
+            }
             _ = try vault.exclusive { try $0.db.execute("PRAGMA query_only=ON") }
             let state = try vault.unlock(passphrase: secret("right"), caller: .owner)
             #expect(state.state == .unlocked)
@@ -327,18 +412,26 @@ struct LockTests {
     @Test func aPassphraseChangeThatDoesNotCommitChangesNothingInMemory() throws {
         try withVault(initialize: false) { vault, dir in
             _ = try vault.initialize(passphrase: secret("p1"), caller: .owner)
-            try vault.addGeneric(service: "wps", account: "a", secret: [7], accessible: .whenPasscodeSetThisDeviceOnly)
+            try vault.addGeneric(
+                service: "wps", account: "a", secret: [7],
+                accessible: .whenPasscodeSetThisDeviceOnly)
             _ = try? vault.exclusive { $0.db.failNextCommit() }
-            let removal = Result { try vault.changePassphrase(old: secret("p1"), new: nil, caller: .owner) }
+            let removal = Result {
+                try vault.changePassphrase(old: secret("p1"), new: nil, caller: .owner)
+            }
             #expect((try? removal.get()) == nil, "the removal cannot commit: \(removal)")
             #expect(vault.lockState.hasPassphrase == true)
             #expect(try vault.readGeneric(service: "wps") == [7])
             _ = try vault.lockVault(caller: .owner)
-            expectFailure(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret("p2"), caller: .owner) }
+            expectFailure(.wrongPassphrase) {
+                _ = try vault.unlock(passphrase: secret("p2"), caller: .owner)
+            }
             _ = try vault.unlock(passphrase: secret("p1"), caller: .owner)
             // A change that does not commit: the old passphrase stays the one.
             _ = try? vault.exclusive { $0.db.failNextCommit() }
-            let change = Result { try vault.changePassphrase(old: secret("p1"), new: secret("p2"), caller: .owner) }
+            let change = Result {
+                try vault.changePassphrase(old: secret("p1"), new: secret("p2"), caller: .owner)
+            }
             #expect((try? change.get()) == nil, "the change cannot commit: \(change)")
             _ = try vault.lockVault(caller: .owner)
             _ = try vault.unlock(passphrase: secret("p1"), caller: .owner)
@@ -348,7 +441,8 @@ struct LockTests {
 
     @Test func thisDeviceOnlyItemsDoNotOpenWithAnotherDeviceKey() throws {
         try withTemporaryDirectory { tmp in
-            let original = tmp + "/original", copy = tmp + "/copy"
+            let original = tmp + "/original"
+            let copy = tmp + "/copy"
             do {
                 let vault = try Vault(dataDirectory: original, passphrasePolicy: .tests)
                 defer { vault.close() }
@@ -371,7 +465,9 @@ struct LockTests {
                 Self.expectReadable(moved, .whenUnlocked)
                 Self.expectReadable(moved, .afterFirstUnlock)
                 for a in Accessibility.allCases where a.isThisDeviceOnly {
-                    let e = expectFailure(.notAvailableOnThisDevice) { _ = try moved.readGeneric(service: a.rawValue) }
+                    let e = expectFailure(.notAvailableOnThisDevice) {
+                        _ = try moved.readGeneric(service: a.rawValue)
+                    }
                 }
             }
             // The original, with its own device key, still opens everything.
@@ -385,9 +481,14 @@ struct LockTests {
     @Test func damagedDeviceKeyIsRefused() throws {
         try withTemporaryDirectory { tmp in
             let dir = tmp + "/data"
-            do { let v = try Vault(dataDirectory: dir, passphrasePolicy: .tests); v.close() }
+            do {
+                let v = try Vault(dataDirectory: dir, passphrasePolicy: .tests)
+                v.close()
+            }
             try Data(repeating: 1, count: 31).write(to: URL(fileURLWithPath: dir + "/device.key"))
-            expectFailure(.internalError) { _ = try Vault(dataDirectory: dir, passphrasePolicy: .tests) }
+            expectFailure(.internalError) {
+                _ = try Vault(dataDirectory: dir, passphrasePolicy: .tests)
+            }
         }
     }
 
@@ -395,7 +496,8 @@ struct LockTests {
         try withVault { vault, dir in
             try vault.addGeneric(service: "s", account: "a", secret: [1])
             func mode(_ path: String) throws -> Int {
-                (try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? NSNumber)?.intValue ?? -1
+                (try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions]
+                    as? NSNumber)?.intValue ?? -1
             }
             #expect(try mode(dir) == 0o700)
             #expect(try mode(dir + "/device.key") == 0o600)

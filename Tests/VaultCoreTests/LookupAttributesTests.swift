@@ -6,18 +6,28 @@ import VaultProtocol
 /// The Secret Service's lookup attributes on keychain items: exact matching through keyed
 /// hashes, encrypted at rest, kept in step by update and delete, and within the caller's groups.
 @Suite struct LookupAttributesTests {
-    static func add(_ vault: Vault, _ id: String, _ attributes: [String: String], group: String? = nil, caller: Caller = .owner) throws {
-        var a = ItemAttributes(service: Vault.secretServiceService, account: id, label: id, accessGroup: group)
+    static func add(
+        _ vault: Vault, _ id: String, _ attributes: [String: String], group: String? = nil,
+        caller: Caller = .owner
+    ) throws {
+        var a = ItemAttributes(
+            service: Vault.secretServiceService, account: id, label: id, accessGroup: group)
         a.lookupAttributes = ExactDictionary(attributes)
-        _ = try vault.addItem(.genericPassword, attributes: a, secret: secret("secret of " + id), caller: caller)
+        _ = try vault.addItem(
+            .genericPassword, attributes: a, secret: secret("secret of " + id), caller: caller)
     }
 
-    static func search(_ vault: Vault, _ attributes: [String: String], caller: Caller = .owner) throws -> [String] {
+    static func search(_ vault: Vault, _ attributes: [String: String], caller: Caller = .owner)
+        throws -> [String]
+    {
         var a = ItemAttributes(service: Vault.secretServiceService)
         a.lookupAttributes = ExactDictionary(attributes)
         do {
-            return try vault.copyMatching(ItemQuery(itemClass: .genericPassword, attributes: a, matchAll: true), returnData: false, includingLocked: true, caller: caller)
-                .compactMap { $0.attributes.account }.sorted()
+            return try vault.copyMatching(
+                ItemQuery(itemClass: .genericPassword, attributes: a, matchAll: true),
+                returnData: false, includingLocked: true, caller: caller
+            )
+            .compactMap { $0.attributes.account }.sorted()
         } catch let e as VaultFailure where e.code == .itemNotFound {
             return []
         }
@@ -25,8 +35,12 @@ import VaultProtocol
 
     @Test func searchesMatchEveryNamedPairExactly() throws {
         try withVault { vault, _ in
-            try Self.add(vault, "one", ["xdg:schema": "org.example.Password", "user": "alice", "host": "a.example"])
-            try Self.add(vault, "two", ["xdg:schema": "org.example.Password", "user": "bob", "host": "a.example"])
+            try Self.add(
+                vault, "one",
+                ["xdg:schema": "org.example.Password", "user": "alice", "host": "a.example"])
+            try Self.add(
+                vault, "two",
+                ["xdg:schema": "org.example.Password", "user": "bob", "host": "a.example"])
             try Self.add(vault, "three", ["user": "alice"])
             #expect(try Self.search(vault, ["user": "alice"]) == ["one", "three"])
             #expect(try Self.search(vault, ["host": "a.example"]) == ["one", "two"])
@@ -48,7 +62,9 @@ import VaultProtocol
             try Self.add(vault, "one", ["k": "old"])
             var changes = ItemAttributes()
             changes.lookupAttributes = ["k": "new"]
-            let q = ItemQuery(itemClass: .genericPassword, attributes: ItemAttributes(service: Vault.secretServiceService, account: "one"))
+            let q = ItemQuery(
+                itemClass: .genericPassword,
+                attributes: ItemAttributes(service: Vault.secretServiceService, account: "one"))
             #expect(try vault.updateItems(q, changes: changes, secret: nil, caller: .owner) == 1)
             #expect(try Self.search(vault, ["k": "old"]).isEmpty)
             #expect(try Self.search(vault, ["k": "new"]) == ["one"])
@@ -69,8 +85,13 @@ import VaultProtocol
             #expect(try Self.search(vault, ["svc": "shared"], caller: b) == ["b1"])
             #expect(try Self.search(vault, ["svc": "shared"]) == ["a1", "b1"])
             #expect(try vault.accessGroups(caller: a) == ["org.example.A"])
-            #expect(try vault.accessGroups(caller: .owner) == ["user", "org.example.A", "org.example.B"])
-            expectFailure(.missingEntitlement) { _ = try vault.accessGroup("org.example.B", caller: a) }
+            #expect(
+                try vault.accessGroups(caller: .owner) == [
+                    "user", "org.example.A", "org.example.B",
+                ])
+            expectFailure(.missingEntitlement) {
+                _ = try vault.accessGroup("org.example.B", caller: a)
+            }
         }
     }
 
@@ -78,20 +99,30 @@ import VaultProtocol
         try withVault { vault, _ in
             let a = Caller(appID: "org.example.A", accessGroups: ["org.example.A"])
             let b = Caller(appID: "org.example.B", accessGroups: ["org.example.B"])
-            let idA = try vault.addSessionItem(label: "a", attributes: ["k": "v"], secret: secret("sa"), replace: true, caller: a)
-            _ = try vault.addSessionItem(label: "b", attributes: ["k": "v"], secret: secret("sb"), replace: true, caller: b)
+            let idA = try vault.addSessionItem(
+                label: "a", attributes: ["k": "v"], secret: secret("sa"), replace: true, caller: a)
+            _ = try vault.addSessionItem(
+                label: "b", attributes: ["k": "v"], secret: secret("sb"), replace: true, caller: b)
             // Replace: the same attributes of the same caller's are one item.
-            #expect(try vault.addSessionItem(label: "a2", attributes: ["k": "v"], secret: secret("sa2"), replace: true, caller: a) == idA)
+            #expect(
+                try vault.addSessionItem(
+                    label: "a2", attributes: ["k": "v"], secret: secret("sa2"), replace: true,
+                    caller: a) == idA)
             let seenByA = try vault.sessionItems(matching: ["k": "v"], secrets: true, caller: a)
             #expect(seenByA.map { plain($0.data) } == [Array("sa2".utf8)])
             #expect(seenByA.first?.attributes.label == "a2")
-            #expect(try vault.sessionItems(matching: [:], secrets: false, caller: .owner).count == 2)
+            #expect(
+                try vault.sessionItems(matching: [:], secrets: false, caller: .owner).count == 2)
             // B can neither change nor delete A's.
-            expectFailure(.itemNotFound) { try vault.updateSessionItem(idA, secret: secret("x"), caller: b) }
+            expectFailure(.itemNotFound) {
+                try vault.updateSessionItem(idA, secret: secret("x"), caller: b)
+            }
             #expect(try vault.deleteSessionItems(idA, caller: b) == 0)
             #expect(try vault.deleteSessionItems(nil, caller: b) == 1)
-            #expect(try vault.sessionItems(matching: [:], secrets: false, caller: .owner).count == 1)
-            #expect(try vault.sessionItems(matching: ["k": "other"], secrets: false, caller: a).isEmpty)
+            #expect(
+                try vault.sessionItems(matching: [:], secrets: false, caller: .owner).count == 1)
+            #expect(
+                try vault.sessionItems(matching: ["k": "other"], secrets: false, caller: a).isEmpty)
         }
     }
 
@@ -99,7 +130,9 @@ import VaultProtocol
         try withVault { vault, dir in
             try Self.add(vault, "one", ["distinctive-name-q7": "distinctive-value-z9"])
             for file in ["vault.sqlite", "vault.sqlite-wal"] {
-                guard let bytes = FileManager.default.contents(atPath: dir + "/" + file) else { continue }
+                guard let bytes = FileManager.default.contents(atPath: dir + "/" + file) else {
+                    continue
+                }
                 for needle in ["distinctive-name-q7", "distinctive-value-z9"] {
                     #expect(bytes.range(of: Data(needle.utf8)) == nil, "\(needle) in \(file)")
                 }

@@ -20,16 +20,25 @@ struct OrderedEventsTests {
     /// handler may call the vault: one that mirrors a preference into another domain must
     /// not deadlock (the events were emitted holding the lock that `Ticket.take` needs).
     @Test func anObserverMayWriteAPreference() throws {
-        let url = FileManager.default.temporaryDirectory.appendingPathComponent("vaultcore-tests-\(UUID().uuidString)")
+        let url = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "vaultcore-tests-\(UUID().uuidString)")
         let vault = try Vault(dataDirectory: url.path + "/data", passphrasePolicy: .tests)
         _ = try vault.initialize(passphrase: nil, caller: .owner)
         let mirrored = LockedList()
         _ = vault.addObserver { event in
-            guard case .preference(let d, let k, let v, _) = event, d == "org.example.a" else { return }
-            if let v { _ = try? vault.setPreference(domain: "org.example.b", key: k, value: v, caller: .owner) }
+            guard case .preference(let d, let k, let v, _) = event, d == "org.example.a" else {
+                return
+            }
+            if let v {
+                _ = try? vault.setPreference(
+                    domain: "org.example.b", key: k, value: v, caller: .owner)
+            }
             mirrored.append(k)
         }
-        let ok = finishes(within: 10) { _ = try? vault.setPreference(domain: "org.example.a", key: "colour", value: .string("red"), caller: .owner) }
+        let ok = finishes(within: 10) {
+            _ = try? vault.setPreference(
+                domain: "org.example.a", key: "colour", value: .string("red"), caller: .owner)
+        }
         #expect(ok, "a preference write whose observer writes another preference deadlocked")
         guard ok else { return }  // the stuck thread holds the engine lock: leave the vault open
         defer {
@@ -37,14 +46,17 @@ struct OrderedEventsTests {
             try? FileManager.default.removeItem(at: url)
         }
         #expect(mirrored.items == ["colour"])
-        #expect(try vault.preference(domain: "org.example.b", key: "colour", caller: .owner) == .string("red"))
+        #expect(
+            try vault.preference(domain: "org.example.b", key: "colour", caller: .owner)
+                == .string("red"))
     }
 
     /// A handler that takes the engine lock (reads the lock state) while another thread
     /// writes: the writer takes its number under the engine lock, so the two must not wait
     /// for each other.
     @Test func anObserverMayTakeTheEngineLockWhileOthersWrite() throws {
-        let url = FileManager.default.temporaryDirectory.appendingPathComponent("vaultcore-tests-\(UUID().uuidString)")
+        let url = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "vaultcore-tests-\(UUID().uuidString)")
         let vault = try Vault(dataDirectory: url.path + "/data", passphrasePolicy: .tests)
         _ = try vault.initialize(passphrase: nil, caller: .owner)
         _ = vault.addObserver { event in
@@ -53,7 +65,11 @@ struct OrderedEventsTests {
         }
         let ok = finishes(within: 20) {
             DispatchQueue.concurrentPerform(iterations: 8) { t in
-                for i in 0..<1000 { _ = try? vault.setPreference(domain: "org.example.a", key: "k\(t)", value: .integer(Int64(i)), caller: .owner) }
+                for i in 0..<1000 {
+                    _ = try? vault.setPreference(
+                        domain: "org.example.a", key: "k\(t)", value: .integer(Int64(i)),
+                        caller: .owner)
+                }
             }
         }
         #expect(ok, "writers and an observer that reads the lock state deadlocked")
@@ -73,12 +89,19 @@ struct OrderedEventsTests {
                 guard case .preference(_, _, _, let sequence) = event else { return }
                 sequences.append(sequence)
             }
-            let writers = 8, writes = 400
+            let writers = 8
+            let writes = 400
             DispatchQueue.concurrentPerform(iterations: writers) { t in
-                for i in 0..<writes { _ = try? vault.setPreference(domain: "org.example.order", key: "k\(t)", value: .integer(Int64(i)), caller: .owner) }
+                for i in 0..<writes {
+                    _ = try? vault.setPreference(
+                        domain: "org.example.order", key: "k\(t)", value: .integer(Int64(i)),
+                        caller: .owner)
+                }
             }
             let seen = sequences.items
-            #expect(seen.count == writers * writes, "events handed out by the time every writer returned")
+            #expect(
+                seen.count == writers * writes,
+                "events handed out by the time every writer returned")
             #expect(seen == seen.sorted() && Set(seen).count == seen.count, "out of order or twice")
         }
     }
@@ -95,7 +118,8 @@ extension OrderedEventsTests {
             let seen = (0..<6).map { _ in LockedList() }
             for (i, list) in seen.enumerated() {
                 _ = vault.addObserver { event in
-                    guard case .lockState(let state) = event else { return }; let s = state.state.rawValue
+                    guard case .lockState(let state) = event else { return }
+                    let s = state.state.rawValue
                     list.append(s)
                     if i == 2 && s == "unlocked" { _ = try? vault.lockVault(caller: .owner) }
                 }
@@ -105,7 +129,10 @@ extension OrderedEventsTests {
                 #expect(vault.lockState.state == .locked)
             }
             for (i, list) in seen.enumerated() {
-                #expect(list.items == Array(repeating: ["unlocked", "locked"], count: 20).flatMap { $0 }, "observer \(i)")
+                #expect(
+                    list.items
+                        == Array(repeating: ["unlocked", "locked"], count: 20).flatMap { $0 },
+                    "observer \(i)")
             }
         }
     }
@@ -135,10 +162,13 @@ struct UninstallThenInstallTests {
         try withVault { vault, _ in
             let app = "org.example.reinstalled"
             _ = try vault.installApp(app, executable: "/bin/true", caller: .owner)
-            try vault.setPreference(domain: app, key: "colour", value: .string("red"), caller: .owner)
+            try vault.setPreference(
+                domain: app, key: "colour", value: .string("red"), caller: .owner)
             let kept = LockedList()
             _ = vault.addObserver { event in
-                guard case .preference(app, "colour", nil, _) = event, kept.items.isEmpty else { return }
+                guard case .preference(app, "colour", nil, _) = event, kept.items.isEmpty else {
+                    return
+                }
                 do {
                     _ = try vault.installApp(app, executable: "/bin/true", caller: .owner)
                     let path = try vault.cacheDirectory(for: app, caller: .owner) + "/kept"
@@ -152,7 +182,9 @@ struct UninstallThenInstallTests {
             #expect(try vault.app(app, caller: .owner).installed)
             #expect(kept.items.count == 1)
             if let path = kept.items.first {
-                #expect(FileManager.default.fileExists(atPath: path), "the reinstalled app's cache file was removed by the uninstall")
+                #expect(
+                    FileManager.default.fileExists(atPath: path),
+                    "the reinstalled app's cache file was removed by the uninstall")
             }
         }
     }

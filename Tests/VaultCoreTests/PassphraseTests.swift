@@ -1,7 +1,8 @@
 import Foundation
 import Testing
-@testable import VaultCore
 import VaultProtocol
+
+@testable import VaultCore
 
 /// The passphrase's Argon2id cost, its re-wrap to a higher one, and the failed-unlock limit
 /// when the store cannot count.
@@ -21,10 +22,18 @@ struct PassphraseTests {
         let real = PassphrasePolicy()
         #expect(real.kdfCost == .moderate)
         #expect(try PassphrasePolicy.fromEnvironment([:]).kdfCost == .moderate)
-        #expect(try PassphrasePolicy.fromEnvironment(["VAULTD_ARGON2_TEST_COST": "min"]).kdfCost == .minimum)
-        #expect(throws: VaultFailure.self) { try PassphrasePolicy.fromEnvironment(["VAULTD_ARGON2_TEST_COST": "0"]) }
-        #expect(throws: VaultFailure.self) { try PassphrasePolicy.fromEnvironment(["VAULTD_ARGON2_TEST_COST": "interactive"]) }
-        #expect(try PassphrasePolicy.fromEnvironment(["VAULTD_UNLOCK_DELAY_TEST_SCALE": "0.001"]).kdfCost == .moderate)
+        #expect(
+            try PassphrasePolicy.fromEnvironment(["VAULTD_ARGON2_TEST_COST": "min"]).kdfCost
+                == .minimum)
+        #expect(throws: VaultFailure.self) {
+            try PassphrasePolicy.fromEnvironment(["VAULTD_ARGON2_TEST_COST": "0"])
+        }
+        #expect(throws: VaultFailure.self) {
+            try PassphrasePolicy.fromEnvironment(["VAULTD_ARGON2_TEST_COST": "interactive"])
+        }
+        #expect(
+            try PassphrasePolicy.fromEnvironment(["VAULTD_UNLOCK_DELAY_TEST_SCALE": "0.001"])
+                .kdfCost == .moderate)
     }
 
     /// MODERATE is libsodium's: 3 passes over 256 MiB. The tests' cost is libsodium's MIN,
@@ -36,13 +45,21 @@ struct PassphraseTests {
         #expect(Sodium.KDFCost.minimum.limits.memLimit == 8 << 10)
         let interactive = Sodium.KDFParameters(opsLimit: 2, memLimit: 64 << 20, salt: [])
         #expect(interactive.isWeaker(than: .moderate))
-        #expect(!Sodium.KDFParameters(opsLimit: 3, memLimit: 256 << 20, salt: []).isWeaker(than: .moderate))
-        #expect(!Sodium.KDFParameters(opsLimit: 4, memLimit: 1 << 30, salt: []).isWeaker(than: .moderate))
-        #expect(Sodium.KDFParameters(opsLimit: 4, memLimit: 128 << 20, salt: []).isWeaker(than: .moderate))
+        #expect(
+            !Sodium.KDFParameters(opsLimit: 3, memLimit: 256 << 20, salt: []).isWeaker(
+                than: .moderate))
+        #expect(
+            !Sodium.KDFParameters(opsLimit: 4, memLimit: 1 << 30, salt: []).isWeaker(
+                than: .moderate))
+        #expect(
+            Sodium.KDFParameters(opsLimit: 4, memLimit: 128 << 20, salt: []).isWeaker(
+                than: .moderate))
     }
 
     static func storedKDF(_ vault: Vault) throws -> JSON {
-        let raw = try #require(try vault.read { try $0.row("SELECT value FROM vault_meta WHERE key = 'kdf'") }?[0].blob)
+        let raw = try #require(
+            try vault.read { try $0.row("SELECT value FROM vault_meta WHERE key = 'kdf'") }?[0].blob
+        )
         return try JSON.parse(raw)
     }
 
@@ -64,7 +81,9 @@ struct PassphraseTests {
             let vault = try Vault(dataDirectory: dir, passphrasePolicy: PassphrasePolicy())
             defer { vault.close() }
             let before = try Self.storedKDF(vault)
-            expectFailure(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret("wrong"), caller: .owner) }
+            expectFailure(.wrongPassphrase) {
+                _ = try vault.unlock(passphrase: secret("wrong"), caller: .owner)
+            }
             #expect(try Self.storedKDF(vault) == before, "a wrong passphrase re-wrapped the keys")
             let start = Date()
             _ = try vault.unlock(passphrase: secret("right"), caller: .owner)
@@ -79,7 +98,9 @@ struct PassphraseTests {
             let unlockTook = Date().timeIntervalSince(unlockStart)
             #expect(try Self.storedKDF(vault) == after, "re-wrapped a second time")
             for a in Accessibility.allCases { LockTests.expectReadable(vault, a) }
-            print("argon2id: unlock with re-wrap to MODERATE \(String(format: "%.2f", took)) s; unlock at MODERATE \(String(format: "%.2f", unlockTook)) s")
+            print(
+                "argon2id: unlock with re-wrap to MODERATE \(String(format: "%.2f", took)) s; unlock at MODERATE \(String(format: "%.2f", unlockTook)) s"
+            )
         }
     }
 
@@ -93,15 +114,24 @@ struct PassphraseTests {
             _ = try vault.exclusive { try $0.db.execute("PRAGMA query_only=ON") }
             defer { _ = try? vault.exclusive { try $0.db.execute("PRAGMA query_only=OFF") } }
             for guess in ["guess1", "guess2", "guess3"] {
-                expectFailure(.wrongPassphrase) { _ = try vault.unlock(passphrase: secret(guess), caller: .owner) }
+                expectFailure(.wrongPassphrase) {
+                    _ = try vault.unlock(passphrase: secret(guess), caller: .owner)
+                }
             }
-            let limited = expectFailure(.rateLimited) { _ = try vault.unlock(passphrase: secret("guess4"), caller: .owner) }
+            let limited = expectFailure(.rateLimited) {
+                _ = try vault.unlock(passphrase: secret("guess4"), caller: .owner)
+            }
             let wait = limited?.details.retryAfter ?? 0
             #expect(wait > 0.5 && wait <= 1, "retryAfter \(wait)")
-            expectFailure(.rateLimited) { _ = try vault.unlock(passphrase: secret("right"), caller: .owner) }
+            expectFailure(.rateLimited) {
+                _ = try vault.unlock(passphrase: secret("right"), caller: .owner)
+            }
             #expect(vault.lockState.state == .locked)
             // Nothing of it reached the store.
-            #expect(try vault.read { try $0.row("SELECT 1 FROM vault_meta WHERE key = 'unlock.failures'") } == nil)
+            #expect(
+                try vault.read {
+                    try $0.row("SELECT 1 FROM vault_meta WHERE key = 'unlock.failures'")
+                } == nil)
         }
     }
 }
@@ -125,7 +155,10 @@ struct SecureBase64Tests {
             out.withUnsafeMutableBytes { s.writeBase64(to: $0.baseAddress!) }
             #expect(String(decoding: out, as: UTF8.self) == text, "\(n) bytes back")
         }
-        for bad in ["c2VjcmV0\n", "c2VjcmV", "c2Vjc mV0", "c2VjcmV0=", "====", "c2Vj*mV0", "QR==", "c2VjcmV0c2Vj\u{e9}"] {
+        for bad in [
+            "c2VjcmV0\n", "c2VjcmV", "c2Vjc mV0", "c2VjcmV0=", "====", "c2Vj*mV0", "QR==",
+            "c2VjcmV0c2Vj\u{e9}",
+        ] {
             #expect(Self.decode(bad) == nil, "\(bad)")
         }
     }

@@ -11,15 +11,21 @@ import VaultProtocol
     @Test func everyDeclaredMethodHasAPolicyDecision() {
         // The descriptions were parsed at all (a parser that found nothing would pass below):
         // the 31 methods of today, or more.
-        #expect(Self.declared.contains("io.vaultd.Keychain.Add") && Self.declared.count >= 31, "\(Self.declared.sorted())")
+        #expect(
+            Self.declared.contains("io.vaultd.Keychain.Add") && Self.declared.count >= 31,
+            "\(Self.declared.sorted())")
         for method in Self.declared.sorted() {
-            #expect(Policy.decision(forVarlinkMethod: method) != nil, "\(method) is declared but has no policy decision")
+            #expect(
+                Policy.decision(forVarlinkMethod: method) != nil,
+                "\(method) is declared but has no policy decision")
         }
     }
 
     @Test func everyPolicyEntryNamesADeclaredMethod() {
         for method in Policy.varlinkMethods.keys.sorted() {
-            #expect(Self.declared.contains(method), "the policy decides \(method), which no interface declares")
+            #expect(
+                Self.declared.contains(method),
+                "the policy decides \(method), which no interface declares")
         }
     }
 
@@ -27,51 +33,87 @@ import VaultProtocol
     /// operation, which the engine authorizes.
     @Test func onlyTheServiceDescriptionNeedsNoDecision() {
         let open = Policy.varlinkMethods.filter { $0.value == .open }.keys.sorted()
-        #expect(open == ["org.varlink.service.GetInfo", "org.varlink.service.GetInterfaceDescription"])
+        #expect(
+            open == ["org.varlink.service.GetInfo", "org.varlink.service.GetInterfaceDescription"])
     }
 
     /// Every operation kind is some method's (of varlink or the Secret Service): an operation no
     /// front-end method names would be one the tables (and docs/architecture.md) do not show.
     @Test func everyOperationKindIsSomeMethods() {
-        let named = Set((Array(Policy.varlinkMethods.values) + Array(Policy.secretServiceMethods.values)).compactMap { d -> VaultCore.Operation.Kind? in
-            if case .operation(let k) = d { return k }
-            return nil
-        })
-        #expect(named == Set(VaultCore.Operation.Kind.allCases), "not named by any method: \(Set(VaultCore.Operation.Kind.allCases).subtracting(named))")
+        let named = Set(
+            (Array(Policy.varlinkMethods.values) + Array(Policy.secretServiceMethods.values))
+                .compactMap { d -> VaultCore.Operation.Kind? in
+                    if case .operation(let k) = d { return k }
+                    return nil
+                })
+        #expect(
+            named == Set(VaultCore.Operation.Kind.allCases),
+            "not named by any method: \(Set(VaultCore.Operation.Kind.allCases).subtracting(named))")
     }
 
     /// Owner-only operations refuse an app in the engine itself, whatever front-end calls.
     @Test func theEngineRefusesAnAppEveryOwnerOnlyOperation() throws {
         try withVault { vault, _ in
             let app = Caller(appID: "org.example.App", accessGroups: ["org.example.App"])
-            expectFailure(.permissionDenied) { _ = try vault.unlock(passphrase: secret("p"), caller: app) }
-            expectFailure(.permissionDenied) { _ = try vault.unlockFromKeyring(caller: app) { Issue.record("the keyring was asked"); return secret("p") } }
+            expectFailure(.permissionDenied) {
+                _ = try vault.unlock(passphrase: secret("p"), caller: app)
+            }
+            expectFailure(.permissionDenied) {
+                _ = try vault.unlockFromKeyring(caller: app) {
+                    Issue.record("the keyring was asked")
+                    return secret("p")
+                }
+            }
             expectFailure(.permissionDenied) { _ = try vault.lockVault(caller: app) }
-            expectFailure(.permissionDenied) { _ = try vault.initialize(passphrase: nil, caller: app) }
-            expectFailure(.permissionDenied) { _ = try vault.changePassphrase(old: nil, new: secret("n"), caller: app) }
-            expectFailure(.permissionDenied) { _ = try vault.purgeCaches(appID: nil, bytes: nil, running: [], caller: app) }
-            expectFailure(.permissionDenied) { _ = try vault.installApp("org.example.B", executable: "/usr/bin/true", caller: app) }
-            expectFailure(.permissionDenied) { _ = try vault.uninstallApp("org.example.App", caller: app) }
+            expectFailure(.permissionDenied) {
+                _ = try vault.initialize(passphrase: nil, caller: app)
+            }
+            expectFailure(.permissionDenied) {
+                _ = try vault.changePassphrase(old: nil, new: secret("n"), caller: app)
+            }
+            expectFailure(.permissionDenied) {
+                _ = try vault.purgeCaches(appID: nil, bytes: nil, running: [], caller: app)
+            }
+            expectFailure(.permissionDenied) {
+                _ = try vault.installApp("org.example.B", executable: "/usr/bin/true", caller: app)
+            }
+            expectFailure(.permissionDenied) {
+                _ = try vault.uninstallApp("org.example.App", caller: app)
+            }
             expectFailure(.permissionDenied) { _ = try vault.allApps(caller: app) }
             expectFailure(.permissionDenied) { _ = try vault.app("org.example.App", caller: app) }
-            expectFailure(.permissionDenied) { _ = try vault.backup(to: "/nonexistent/b.age", recipients: [.passphrase(secret("p"))], includeDeviceBound: false, caller: app) }
-            expectFailure(.permissionDenied) { _ = try vault.restore(from: "/nonexistent/b.age", identities: [], newPassphrase: nil, merge: true, caller: app) }
+            expectFailure(.permissionDenied) {
+                _ = try vault.backup(
+                    to: "/nonexistent/b.age", recipients: [.passphrase(secret("p"))],
+                    includeDeviceBound: false, caller: app)
+            }
+            expectFailure(.permissionDenied) {
+                _ = try vault.restore(
+                    from: "/nonexistent/b.age", identities: [], newPassphrase: nil, merge: true,
+                    caller: app)
+            }
             expectFailure(.permissionDenied) { try vault.setAlias(caller: app) }
             expectFailure(.permissionDenied) { try vault.registerPrompter(caller: app) }
             expectFailure(.permissionDenied) { _ = try vault.checkStore(caller: app) }
             let sync = SyncService(vault: vault)
-            expectFailure(.permissionDenied) { _ = try sync.initialize(folder: "/tmp", caller: app) }
+            expectFailure(.permissionDenied) {
+                _ = try sync.initialize(folder: "/tmp", caller: app)
+            }
             expectFailure(.permissionDenied) { _ = try sync.join(folder: "/tmp", caller: app) }
             expectFailure(.permissionDenied) { _ = try sync.approve(code: "00", caller: app) }
             expectFailure(.permissionDenied) { _ = try sync.status(caller: app) }
             expectFailure(.permissionDenied) { try sync.leave(caller: app) }
-            expectFailure(.permissionDenied) { try sync.remove(device: String(repeating: "ab", count: 16), caller: app) }
+            expectFailure(.permissionDenied) {
+                try sync.remove(device: String(repeating: "ab", count: 16), caller: app)
+            }
             // The kinds refused above are exactly the owner-only ones.
             let ownerOnly = Set(VaultCore.Operation.Kind.allCases.filter { $0.audience == .owner })
             #expect(
                 ownerOnly == [
-                    .unlock, .unlockFromKeyring, .lock, .initialize, .changePassphrase, .backup, .restore, .checkStore, .purgeCaches, .installApp, .uninstallApp,
-                    .listApps, .showApp, .setAlias, .registerPrompter, .syncInit, .syncJoin, .syncApprove, .syncStatus, .syncLeave, .syncRemove,
+                    .unlock, .unlockFromKeyring, .lock, .initialize, .changePassphrase, .backup,
+                    .restore, .checkStore, .purgeCaches, .installApp, .uninstallApp,
+                    .listApps, .showApp, .setAlias, .registerPrompter, .syncInit, .syncJoin,
+                    .syncApprove, .syncStatus, .syncLeave, .syncRemove,
                 ])
         }
     }
@@ -79,18 +121,36 @@ import VaultProtocol
     /// What a subscription is sent is the policy's: another app's domain and cache stay unseen.
     @Test func anAppsSubscriptionSeesOnlyWhatItMayRead() throws {
         try withVault { vault, _ in
-            let app = Caller(appID: "org.example.App", accessGroups: ["org.example.App"], appGroups: ["group.org.example"])
+            let app = Caller(
+                appID: "org.example.App", accessGroups: ["org.example.App"],
+                appGroups: ["group.org.example"])
             let prefs = try vault.subscribe(.observePreferences(domains: nil), caller: app)
             #expect(prefs.domains == ["org.example.App"])
-            #expect(Policy.visible(.preference(domain: "org.example.App", key: "k", value: nil, sequence: 1), to: prefs))
-            #expect(!Policy.visible(.preference(domain: "org.example.Other", key: "k", value: nil, sequence: 1), to: prefs))
-            #expect(!Policy.visible(.lockState(LockState(state: .unlocked, unlockedSinceStart: true, hasPassphrase: true)), to: prefs))
-            expectFailure(.missingEntitlement) { _ = try vault.subscribe(.observePreferences(domains: ["org.example.Other"]), caller: app) }
+            #expect(
+                Policy.visible(
+                    .preference(domain: "org.example.App", key: "k", value: nil, sequence: 1),
+                    to: prefs))
+            #expect(
+                !Policy.visible(
+                    .preference(domain: "org.example.Other", key: "k", value: nil, sequence: 1),
+                    to: prefs))
+            #expect(
+                !Policy.visible(
+                    .lockState(
+                        LockState(state: .unlocked, unlockedSinceStart: true, hasPassphrase: true)),
+                    to: prefs))
+            expectFailure(.missingEntitlement) {
+                _ = try vault.subscribe(
+                    .observePreferences(domains: ["org.example.Other"]), caller: app)
+            }
             let caches = try vault.subscribe(.observeCachePurges, caller: app)
-            #expect(Policy.visible(.cachePurge(appID: "org.example.App", freedBytes: 1), to: caches))
-            #expect(!Policy.visible(.cachePurge(appID: "org.example.Other", freedBytes: 1), to: caches))
+            #expect(
+                Policy.visible(.cachePurge(appID: "org.example.App", freedBytes: 1), to: caches))
+            #expect(
+                !Policy.visible(.cachePurge(appID: "org.example.Other", freedBytes: 1), to: caches))
             let owners = try vault.subscribe(.observeCachePurges, caller: .owner)
-            #expect(Policy.visible(.cachePurge(appID: "org.example.Other", freedBytes: 1), to: owners))
+            #expect(
+                Policy.visible(.cachePurge(appID: "org.example.Other", freedBytes: 1), to: owners))
             expectFailure(.internalError) { _ = try vault.subscribe(.status, caller: .owner) }
         }
     }

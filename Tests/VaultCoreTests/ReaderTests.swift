@@ -18,9 +18,14 @@ import VaultProtocol
             #expect(try pool.read { try $0.rows("SELECT x FROM t").count } == 1)
             // A commit after the reader opened is in the next read's snapshot.
             try db.run("INSERT INTO t VALUES (2)")
-            #expect(try pool.read { try $0.rows("SELECT x FROM t ORDER BY x").map { $0[0].int64 } } == [1, 2])
+            #expect(
+                try pool.read { try $0.rows("SELECT x FROM t ORDER BY x").map { $0[0].int64 } } == [
+                    1, 2,
+                ])
             // Readers are query_only.
-            #expect(throws: VaultFailure.self) { _ = try pool.read { try $0.run("INSERT INTO t VALUES (3)") } }
+            #expect(throws: VaultFailure.self) {
+                _ = try pool.read { try $0.run("INSERT INTO t VALUES (3)") }
+            }
             #expect(try db.rows("SELECT x FROM t").count == 2)
             pool.close()
             #expect(try pool.read { _ in 0 } == nil)
@@ -38,16 +43,26 @@ import VaultProtocol
             let pool = ReaderPool(path: db.path, capacity: 1)
             let outcome = Mutex<[Int?]>([])
             for round in 0..<2 {
-                let inside = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0)
-                Thread.detachNewThread { _ = try? pool.read { _ in inside.signal(); release.wait() } }
+                let inside = DispatchSemaphore(value: 0)
+                let release = DispatchSemaphore(value: 0)
+                Thread.detachNewThread {
+                    _ = try? pool.read { _ in
+                        inside.signal()
+                        release.wait()
+                    }
+                }
                 inside.wait()
                 let second = DispatchSemaphore(value: 0)
                 Thread.detachNewThread {
-                    let x = try? pool.read { try $0.rows("SELECT x FROM t")[0][0].int64.map(Int.init) ?? nil }
+                    let x = try? pool.read {
+                        try $0.rows("SELECT x FROM t")[0][0].int64.map(Int.init) ?? nil
+                    }
                     outcome.withLock { $0.append(x ?? nil) }
                     second.signal()
                 }
-                #expect(second.wait(timeout: .now() + 0.2) == .timedOut, "a read did not wait for the only reader")
+                #expect(
+                    second.wait(timeout: .now() + 0.2) == .timedOut,
+                    "a read did not wait for the only reader")
                 if round == 0 {
                     release.signal()  // the reader comes back: the waiting read gets it
                     #expect(second.wait(timeout: .now() + 10) == .success)
@@ -71,14 +86,21 @@ import VaultProtocol
             let pool = ReaderPool(path: db.path, capacity: 2)
             let inside = DispatchSemaphore(value: 0)
             let release = DispatchSemaphore(value: 0)
-            Thread.detachNewThread { _ = try? pool.read { _ in inside.signal(); release.wait() } }
+            Thread.detachNewThread {
+                _ = try? pool.read { _ in
+                    inside.signal()
+                    release.wait()
+                }
+            }
             inside.wait()
             let closed = DispatchSemaphore(value: 0)
             Thread.detachNewThread {
                 pool.close()
                 closed.signal()
             }
-            #expect(closed.wait(timeout: .now() + 0.2) == .timedOut, "close returned while a reader was lent out")
+            #expect(
+                closed.wait(timeout: .now() + 0.2) == .timedOut,
+                "close returned while a reader was lent out")
             release.signal()
             #expect(closed.wait(timeout: .now() + 10) == .success)
             #expect(try pool.read { _ in 1 } == nil)
@@ -93,11 +115,14 @@ import VaultProtocol
     /// (whose registration is read too) and a preference read still answer.
     @Test func lookupsDoNotWaitForAWriteTransaction() throws {
         try withVault { vault, _ in
-            let app = try vault.installApp("org.example.Reader", executable: "/usr/bin/true", accessGroups: ["shared"], caller: .owner)
+            let app = try vault.installApp(
+                "org.example.Reader", executable: "/usr/bin/true", accessGroups: ["shared"],
+                caller: .owner)
             try vault.addGeneric(service: "s", account: "a", secret: [1], accessGroup: "shared")
             // Its first launch writes (it wipes what earlier installs left): done before.
             #expect(try vault.hello(app.caller).firstLaunch)
-            try vault.setPreference(domain: "org.example.Reader", key: "k", value: .string("v"), caller: .owner)
+            try vault.setPreference(
+                domain: "org.example.Reader", key: "k", value: .string("v"), caller: .owner)
             let inside = DispatchSemaphore(value: 0)
             let release = DispatchSemaphore(value: 0)
             let writerDone = DispatchSemaphore(value: 0)
@@ -107,7 +132,8 @@ import VaultProtocol
                     try vault.write { db in
                         inside.signal()
                         release.wait()
-                        _ = try db.run("INSERT INTO vault_meta (key, value) VALUES ('reader-test', x'00')")
+                        _ = try db.run(
+                            "INSERT INTO vault_meta (key, value) VALUES ('reader-test', x'00')")
                     }
                     written.store(true, ordering: .releasing)
                 } catch {}
@@ -118,11 +144,14 @@ import VaultProtocol
             let lookedUp = DispatchSemaphore(value: 0)
             Thread.detachNewThread {
                 for caller in [Caller.owner, app.caller] {
-                    let query = ItemQuery(itemClass: .genericPassword, attributes: ItemAttributes(service: "s"))
-                    let data = try? vault.copyMatching(query, returnData: true, caller: caller).first.flatMap { plain($0.data) }
+                    let query = ItemQuery(
+                        itemClass: .genericPassword, attributes: ItemAttributes(service: "s"))
+                    let data = try? vault.copyMatching(query, returnData: true, caller: caller)
+                        .first.flatMap { plain($0.data) }
                     found.withLock { $0.append(data) }
                 }
-                let preference = try? vault.preference(domain: "org.example.Reader", key: "k", caller: .owner)
+                let preference = try? vault.preference(
+                    domain: "org.example.Reader", key: "k", caller: .owner)
                 found.withLock { $0.append(preference == .string("v") ? [2] : nil) }
                 lookedUp.signal()
             }

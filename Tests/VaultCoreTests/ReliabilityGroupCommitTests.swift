@@ -38,14 +38,20 @@ import VaultProtocol
                             if hold > 0 { Thread.sleep(forTimeInterval: hold) }
                             try engine.withLock { try run() }
                         },
-                        { _ = try db.run("INSERT INTO t (id, v) VALUES (?, ?)", [.integer(Int64(i)), .blob([UInt8](repeating: 1, count: bytes))]) })
+                        {
+                            _ = try db.run(
+                                "INSERT INTO t (id, v) VALUES (?, ?)",
+                                [.integer(Int64(i)), .blob([UInt8](repeating: 1, count: bytes))])
+                        })
                     outcomes.set(i, .success(()))
                 } catch {
                     outcomes.set(i, .failure(error))
                 }
             }
             let done = DispatchGroup()
-            for (i, bytes, delay, hold) in [(1, 100, 0.0, 0.4), (2, 100, 0.1, 0), (3, 1 << 20, 0.15, 0), (4, 100, 0.2, 0)] {
+            for (i, bytes, delay, hold) in [
+                (1, 100, 0.0, 0.4), (2, 100, 0.1, 0), (3, 1 << 20, 0.15, 0), (4, 100, 0.2, 0),
+            ] {
                 done.enter()
                 Thread {
                     Thread.sleep(forTimeInterval: delay)
@@ -54,13 +60,17 @@ import VaultProtocol
                 }.start()
             }
             done.wait()
-            #expect((try? outcomes.results[1]?.get()) != nil, "the first, lone write should succeed: \(String(describing: outcomes.results[1]))")
+            #expect(
+                (try? outcomes.results[1]?.get()) != nil,
+                "the first, lone write should succeed: \(String(describing: outcomes.results[1]))")
             for i in 2...4 {
                 switch outcomes.results[i] {
                 case .failure(let e as VaultFailure)?:
                     #expect(e.code == .storageFull, "write \(i): \(e)")
                 case let other:
-                    Issue.record("write \(i) of the group that ran out of space: \(String(describing: other))")
+                    Issue.record(
+                        "write \(i) of the group that ran out of space: \(String(describing: other))"
+                    )
                 }
             }
             let stored = try db.rows("SELECT id FROM t ORDER BY id").compactMap { $0[0].int64 }
@@ -69,7 +79,8 @@ import VaultProtocol
             try group.write(db, withDatabase: { run in try engine.withLock { try run() } }) {
                 _ = try db.run("INSERT INTO t (id, v) VALUES (5, x'00')")
             }
-            #expect(try db.rows("SELECT id FROM t ORDER BY id").compactMap { $0[0].int64 } == [1, 5])
+            #expect(
+                try db.rows("SELECT id FROM t ORDER BY id").compactMap { $0[0].int64 } == [1, 5])
         }
     }
 }
@@ -104,7 +115,11 @@ import VaultProtocol
                     while !done.load(ordering: .relaxed) {
                         // A lookup: one row by its key.
                         let id = Int64.random(in: 0..<Int64(commitBudget * 2))
-                        if (try? pool.read { try $0.row("SELECT length(v) FROM t WHERE id = ?", [.integer(id)]) }) != nil { reads.add(1, ordering: .relaxed) }
+                        if (try? pool.read {
+                            try $0.row("SELECT length(v) FROM t WHERE id = ?", [.integer(id)])
+                        }) != nil {
+                            reads.add(1, ordering: .relaxed)
+                        }
                     }
                     readersDone.leave()
                 }
@@ -118,10 +133,17 @@ import VaultProtocol
             let group = GroupCommit()
             var commits = 0
             while commits < commitBudget {
-                if concurrentReaders == 0, let runs = db.walRuns, runs.endedBeforeFallback >= 3 { break }
+                if concurrentReaders == 0, let runs = db.walRuns, runs.endedBeforeFallback >= 3 {
+                    break
+                }
                 try group.write(db, withDatabase: { run in try engine.withLock { try run() } }) {
                     for j in 0..<2 {
-                        try db.run("INSERT INTO t (id, v) VALUES (?, ?)", [.integer(Int64(commits * 2 + j)), .blob([UInt8](repeating: UInt8(commits & 0xFF), count: 3000))])
+                        try db.run(
+                            "INSERT INTO t (id, v) VALUES (?, ?)",
+                            [
+                                .integer(Int64(commits * 2 + j)),
+                                .blob([UInt8](repeating: UInt8(commits & 0xFF), count: 3000)),
+                            ])
                     }
                 }
                 commits += 1
@@ -129,7 +151,9 @@ import VaultProtocol
             let runs = try #require(db.walRuns)
             // A WAL file keeps the size of its longest run (a restart overwrites it from the
             // start): 32 header bytes, then frames of a 24-byte header and a page.
-            let walBytes = try #require(try FileManager.default.attributesOfItem(atPath: dir + "/t.sqlite-wal")[.size] as? Int64)
+            let walBytes = try #require(
+                try FileManager.default.attributesOfItem(atPath: dir + "/t.sqlite-wal")[.size]
+                    as? Int64)
             let longestRun = (walBytes - 32) / (24 + pageSize)
             // The writer checkpoints itself (RESTART) from the fallback on, at every commit
             // until it succeeds. It fails while a background round copies (SQLite's checkpoint
@@ -141,7 +165,8 @@ import VaultProtocol
             let bound = frameBudget / 2
             #expect(
                 longestRun < Int64(bound),
-                "the WAL ran to \(longestRun) frames (threshold \(Checkpointer.thresholdFrames), fallback \(Checkpointer.writerFallbackFrames); runs \(runs))")
+                "the WAL ran to \(longestRun) frames (threshold \(Checkpointer.thresholdFrames), fallback \(Checkpointer.writerFallbackFrames); runs \(runs))"
+            )
             // The cycle: without readers the WAL starts over near the threshold, once the
             // background checkpoint caught up with the writer. That is timing: on a loaded
             // machine the checkpointer may fall behind for a cycle, which then ends at the
@@ -151,7 +176,9 @@ import VaultProtocol
                 #expect(runs.endedBeforeFallback >= 3, "runs: \(runs) in \(commits) commits")
             }
             #expect(try db.row("SELECT count(*) FROM t")?[0].int64 == Int64(commits * 2))
-            if concurrentReaders > 0 { #expect(reads.load(ordering: .relaxed) > commits, "the readers read along") }
+            if concurrentReaders > 0 {
+                #expect(reads.load(ordering: .relaxed) > commits, "the readers read along")
+            }
         }
     }
 }
@@ -229,7 +256,9 @@ import VaultProtocol
         }
 
         func rows() throws -> [String] {
-            try engine.withLock { try db.rows("SELECT k FROM t ORDER BY k").compactMap { $0[0].text } }
+            try engine.withLock {
+                try db.rows("SELECT k FROM t ORDER BY k").compactMap { $0[0].text }
+            }
         }
 
         /// Starts `key` and waits until its group has committed (its sync is then held).
@@ -251,10 +280,14 @@ import VaultProtocol
             let deadline = Date().addingTimeInterval(10)
             while try s.rows() != ["a", "b", "c"] && Date() < deadline { usleep(5_000) }
             #expect(try s.rows() == ["a", "b", "c"], "the next group commits meanwhile")
-            #expect(s.returned.all.isEmpty, "returned before the first group's sync: \(s.returned.all)")
+            #expect(
+                s.returned.all.isEmpty, "returned before the first group's sync: \(s.returned.all)")
             s.gate.signal()
             s.done.wait()
-            #expect(s.returned.all.mapValues { (try? $0.get()) != nil } == ["a": true, "b": true, "c": true], "\(s.returned.all)")
+            #expect(
+                s.returned.all.mapValues { (try? $0.get()) != nil } == [
+                    "a": true, "b": true, "c": true,
+                ], "\(s.returned.all)")
         }
     }
 
@@ -269,7 +302,9 @@ import VaultProtocol
             let deadline = Date().addingTimeInterval(10)
             while disk.lock.withLock({ disk.calls }) < 2 && Date() < deadline { usleep(5_000) }
             usleep(100_000)
-            #expect(returned.all["b"] == nil, "b was acknowledged before the earlier group's sync was known: \(returned.all)")
+            #expect(
+                returned.all["b"] == nil,
+                "b was acknowledged before the earlier group's sync was known: \(returned.all)")
             s.gate.signal()
             s.done.wait()
             for k in ["a", "b"] {
@@ -277,18 +312,23 @@ import VaultProtocol
                     Issue.record("\(k) should have failed: \(String(describing: returned.all[k]))")
                     continue
                 }
-                #expect(e.code == .internalError && e.message.contains("may or may not be kept"), "\(k): \(e)")
+                #expect(
+                    e.code == .internalError && e.message.contains("may or may not be kept"),
+                    "\(k): \(e)")
             }
             // Committed, as the error says they may be.
             #expect(try s.rows() == ["a", "b"])
             s.write("c")
             guard case .failure(let e)? = returned.all["c"] else {
-                Issue.record("a write after a failed sync was accepted: \(String(describing: returned.all["c"]))")
+                Issue.record(
+                    "a write after a failed sync was accepted: \(String(describing: returned.all["c"]))"
+                )
                 return
             }
             #expect(e.message.contains("no write is accepted until vaultd restarts"), "\(e)")
             #expect(try s.rows() == ["a", "b"], "the refused write was stored")
-            #expect(disk.lock.withLock { disk.calls } == 2, "a refused write still reached the disk")
+            #expect(
+                disk.lock.withLock { disk.calls } == 2, "a refused write still reached the disk")
         }
     }
 
@@ -320,7 +360,9 @@ import VaultProtocol
                 }
             }
             writeHolding("rolled back", fail: true)
-            #expect(undone.all.keys.sorted() == ["rolled back"], "undo runs for a transaction that did not commit")
+            #expect(
+                undone.all.keys.sorted() == ["rolled back"],
+                "undo runs for a transaction that did not commit")
             try s.startFirstGroup("a")
             let finished = DispatchGroup()
             finished.enter()
@@ -331,23 +373,32 @@ import VaultProtocol
             let deadline = Date().addingTimeInterval(10)
             while disk.lock.withLock({ disk.calls }) < 2 && Date() < deadline { usleep(5_000) }
             usleep(100_000)
-            #expect(held.all["x"] == nil, "x was acknowledged before the earlier group's sync was known: \(held.all)")
+            #expect(
+                held.all["x"] == nil,
+                "x was acknowledged before the earlier group's sync was known: \(held.all)")
             s.gate.signal()
             s.done.wait()
             finished.wait()
             guard case .failure(let e)? = held.all["x"] else {
-                Issue.record("x should have failed with the earlier group: \(String(describing: held.all["x"]))")
+                Issue.record(
+                    "x should have failed with the earlier group: \(String(describing: held.all["x"]))"
+                )
                 return
             }
-            #expect(e.code == .internalError && e.message.contains("may or may not be kept"), "\(e)")
+            #expect(
+                e.code == .internalError && e.message.contains("may or may not be kept"), "\(e)")
             #expect(undone.all["x"] == nil, "undo ran for a transaction that committed")
             #expect(try s.rows() == ["a", "x"])
             writeHolding("y")
             guard case .failure(let refused)? = held.all["y"] else {
-                Issue.record("a write after a failed sync was accepted: \(String(describing: held.all["y"]))")
+                Issue.record(
+                    "a write after a failed sync was accepted: \(String(describing: held.all["y"]))"
+                )
                 return
             }
-            #expect(refused.message.contains("no write is accepted until vaultd restarts"), "\(refused)")
+            #expect(
+                refused.message.contains("no write is accepted until vaultd restarts"), "\(refused)"
+            )
             #expect(try s.rows() == ["a", "x"], "the refused write was stored")
         }
     }
@@ -369,7 +420,9 @@ import VaultProtocol
             for round in 0..<20 {
                 // Past the threshold in one commit: the WAL hook wakes a background round.
                 try db.write { db in
-                    for _ in 0..<Int(Checkpointer.thresholdFrames) + 50 { _ = try db.run("INSERT INTO t (v) VALUES (?)", [page]) }
+                    for _ in 0..<Int(Checkpointer.thresholdFrames) + 50 {
+                        _ = try db.run("INSERT INTO t (v) VALUES (?)", [page])
+                    }
                 }
                 // Into the round: it copies some thousand frames, a few milliseconds.
                 usleep(useconds_t(round % 4) * 400)
@@ -378,7 +431,9 @@ import VaultProtocol
                 } catch {
                     failures.append("round \(round): \(error)")
                 }
-                let wal = (try? FileManager.default.attributesOfItem(atPath: dir + "/t.sqlite-wal")[.size] as? Int) ?? -1
+                let wal =
+                    (try? FileManager.default.attributesOfItem(atPath: dir + "/t.sqlite-wal")[.size]
+                        as? Int) ?? -1
                 if wal != 0 { failures.append("round \(round): WAL of \(wal) bytes left") }
             }
             #expect(failures.isEmpty, "\(failures.prefix(5))")

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+
 @testable import VaultCore
 
 #if canImport(Glibc)
@@ -22,13 +23,19 @@ import Glibc
         try withVault { vault, dir in
             let path = dir + "/space.reserve"
             let made = try #require(Self.allocated(path))
-            #expect(made.bytes == StorageReserve.bytes && made.blocks >= StorageReserve.bytes && made.mode == 0o600, "\(made)")
+            #expect(
+                made.bytes == StorageReserve.bytes && made.blocks >= StorageReserve.bytes
+                    && made.mode == 0o600, "\(made)")
             #expect(vault.reserve.release() == StorageReserve.bytes)
             #expect(Self.allocated(path).map { $0.bytes == 0 && $0.blocks == 0 } == true)
             #expect(vault.reserve.release() == 0, "nothing left to give")
             #expect(vault.replenishReserve() == StorageReserve.bytes)
-            #expect(Self.allocated(path).map { $0.bytes == StorageReserve.bytes && $0.blocks >= StorageReserve.bytes } == true)
-            #expect(vault.replenishReserve() == StorageReserve.bytes, "a whole reserve stays as it is")
+            #expect(
+                Self.allocated(path).map {
+                    $0.bytes == StorageReserve.bytes && $0.blocks >= StorageReserve.bytes
+                } == true)
+            #expect(
+                vault.replenishReserve() == StorageReserve.bytes, "a whole reserve stays as it is")
         }
     }
 }

@@ -17,11 +17,15 @@ struct StoreUniquenessTests {
             vault.keychain.bypassIndexForTesting = true
             defer { vault.keychain.bypassIndexForTesting = false }
             // An add of the same primary key: the index is not asked, SQLite refuses the row.
-            expectFailure(.duplicateItem) { try vault.addGeneric(service: "svc", account: "acct", secret: [3]) }
+            expectFailure(.duplicateItem) {
+                try vault.addGeneric(service: "svc", account: "acct", secret: [3])
+            }
             // An update that would give one item another's primary key.
             expectFailure(.duplicateItem) {
                 _ = try vault.updateItems(
-                    ItemQuery(itemClass: .genericPassword, attributes: ItemAttributes(service: "svc", account: "other")),
+                    ItemQuery(
+                        itemClass: .genericPassword,
+                        attributes: ItemAttributes(service: "svc", account: "other")),
                     changes: ItemAttributes(account: "acct"), secret: nil, caller: .owner)
             }
             // Other primary keys still go in; every item is as it was.
@@ -31,9 +35,11 @@ struct StoreUniquenessTests {
             #expect(try vault.readGeneric(service: "svc", account: "third") == [4])
             #expect(try vault.status(caller: .owner).items == 3)
             // The same class's key in another access group, or the other class, is another item.
-            try vault.addGeneric(service: "svc", account: "acct", secret: [5], accessGroup: "team.shared")
+            try vault.addGeneric(
+                service: "svc", account: "acct", secret: [5], accessGroup: "team.shared")
             _ = try vault.addItem(
-                .internetPassword, attributes: ItemAttributes(account: "acct", server: "svc"), secret: secret([6]), caller: .owner)
+                .internetPassword, attributes: ItemAttributes(account: "acct", server: "svc"),
+                secret: secret([6]), caller: .owner)
             #expect(try vault.status(caller: .owner).items == 5)
         }
     }
@@ -51,7 +57,8 @@ struct StoreUniquenessTests {
                 try v.addGeneric(service: "svc", account: "keep", secret: [7])
                 v.close()
             }
-            let columns = "uuid, item_class, access_group, accessible, synchronizable, primary_key_hash, lookup_hash, account_hash, attributes, wrapped_key, secret, generation"
+            let columns =
+                "uuid, item_class, access_group, accessible, synchronizable, primary_key_hash, lookup_hash, account_hash, attributes, wrapped_key, secret, generation"
             var duplicated: [SQLValue] = []
             do {
                 // The store as it was before the migration, with a copy of the first item's
@@ -60,9 +67,14 @@ struct StoreUniquenessTests {
                 defer { db.close() }
                 try db.execute("DROP INDEX items_primary_key")
                 try db.execute("DROP TABLE items_set_aside")
-                try db.run("DELETE FROM schema_migrations WHERE name = '2026-12-02-items-primary-key-unique'")
-                try db.run("INSERT INTO items (id, \(columns)) SELECT 10, \(columns) FROM items WHERE id = 1")
-                duplicated = try #require(try db.row("SELECT id, \(columns) FROM items WHERE id = 1"))
+                try db.run(
+                    "DELETE FROM schema_migrations WHERE name = '2026-12-02-items-primary-key-unique'"
+                )
+                try db.run(
+                    "INSERT INTO items (id, \(columns)) SELECT 10, \(columns) FROM items WHERE id = 1"
+                )
+                duplicated = try #require(
+                    try db.row("SELECT id, \(columns) FROM items WHERE id = 1"))
                 #expect(try db.row("SELECT count(*) FROM items")?[0].int64 == 3)
             }
             let v = try Vault(dataDirectory: dir, passphrasePolicy: .tests)
@@ -70,12 +82,18 @@ struct StoreUniquenessTests {
             #expect(try v.status(caller: .owner).items == 2)
             #expect(try v.readGeneric(service: "svc", account: "acct") == Array("first".utf8))
             #expect(try v.readGeneric(service: "svc", account: "keep") == [7])
-            expectFailure(.duplicateItem) { try v.addGeneric(service: "svc", account: "acct", secret: [1]) }
-            let aside = try v.read { db in try db.rows("SELECT id, \(columns) FROM items_set_aside") }
+            expectFailure(.duplicateItem) {
+                try v.addGeneric(service: "svc", account: "acct", secret: [1])
+            }
+            let aside = try v.read { db in try db.rows("SELECT id, \(columns) FROM items_set_aside")
+            }
             #expect(aside == [duplicated])
             let kept = try v.read { db in try db.rows("SELECT kept_id FROM items_set_aside") }
             #expect(kept == [[.integer(10)]])
-            #expect(try v.read { db in try db.rows("SELECT id FROM items ORDER BY id") } == [[.integer(2)], [.integer(10)]])
+            #expect(
+                try v.read { db in try db.rows("SELECT id FROM items ORDER BY id") } == [
+                    [.integer(2)], [.integer(10)],
+                ])
         }
     }
 }

@@ -8,14 +8,19 @@ import VaultProtocol
 /// The merge of synchronized items as a pure function: its laws over random histories, its
 /// rules on chosen ones, and the segment files it reads.
 @Suite struct SyncMergeTests {
-    static let devices = (0..<3).map { i in SyncDeviceID(bytes: [UInt8](repeating: UInt8(i + 1), count: 16))! }
+    static let devices = (0..<3).map { i in
+        SyncDeviceID(bytes: [UInt8](repeating: UInt8(i + 1), count: 16))!
+    }
     static let keys = (0..<4).map { i in
-        SyncItemKey(itemClass: i == 3 ? .internetPassword : .genericPassword, accessGroup: "group\(i % 2)",
-                    primaryKey: i == 3 ? ["h.example", "https", "443", "", "a", "", ""] : ["svc\(i)", "acct"])
+        SyncItemKey(
+            itemClass: i == 3 ? .internetPassword : .genericPassword, accessGroup: "group\(i % 2)",
+            primaryKey: i == 3
+                ? ["h.example", "https", "443", "", "a", "", ""] : ["svc\(i)", "acct"])
     }
 
     static func value(_ f: SyncField, _ n: Int) -> SyncValue {
-        f == .secret ? .secret(SecureBytes(copying: Array("secret-\(n)".utf8))) : .bytes(Array("v\(n)".utf8))
+        f == .secret
+            ? .secret(SecureBytes(copying: Array("secret-\(n)".utf8))) : .bytes(Array("v\(n)".utf8))
     }
 
     /// A random history: each device makes `perDevice` changes with its own hybrid clock, wall
@@ -28,7 +33,10 @@ import VaultProtocol
         var made: [[SyncChange]] = devices.map { _ in [] }
         for step in 0..<(perDevice * devices.count) {
             let d = step % devices.count
-            if Bool.random(using: &rng), let other = made.indices.filter({ $0 != d }).randomElement(using: &rng), let seen = made[other].last {
+            if Bool.random(using: &rng),
+                let other = made.indices.filter({ $0 != d }).randomElement(using: &rng),
+                let seen = made[other].last
+            {
                 clocks[d].observe(seen.timestamp, physical: UInt64.max / 2)
             }
             let t = clocks[d].tick(physical: 1_000 + UInt64.random(in: 0...20, using: &rng))
@@ -39,12 +47,18 @@ import VaultProtocol
             } else if Bool.random(using: &rng) {
                 // An add: every field.
                 var fields: [SyncField: SyncValue?] = [:]
-                for f in SyncField.allCases { fields[f] = Bool.random(using: &rng) || f == .secret ? value(f, Int.random(in: 0..<3, using: &rng)) : .some(nil) }
+                for f in SyncField.allCases {
+                    fields[f] =
+                        Bool.random(using: &rng) || f == .secret
+                        ? value(f, Int.random(in: 0..<3, using: &rng)) : .some(nil)
+                }
                 kind = .write(fields)
             } else {
                 var fields: [SyncField: SyncValue?] = [:]
                 for f in SyncField.allCases where Int.random(in: 0..<3, using: &rng) == 0 {
-                    fields[f] = Int.random(in: 0..<4, using: &rng) == 0 ? .some(nil) : value(f, Int.random(in: 0..<3, using: &rng))
+                    fields[f] =
+                        Int.random(in: 0..<4, using: &rng) == 0
+                        ? .some(nil) : value(f, Int.random(in: 0..<3, using: &rng))
                 }
                 kind = .write(fields)
             }
@@ -56,7 +70,9 @@ import VaultProtocol
             var seq: UInt64 = 1
             while at < changes.count {
                 let n = min(Int.random(in: 1...4, using: &rng), changes.count - at)
-                segments.append(SyncSegment(device: devices[d], sequence: seq, changes: Array(changes[at..<(at + n)])))
+                segments.append(
+                    SyncSegment(
+                        device: devices[d], sequence: seq, changes: Array(changes[at..<(at + n)])))
                 at += n
                 seq += 1
             }
@@ -64,7 +80,9 @@ import VaultProtocol
         return segments
     }
 
-    static func merged(_ segments: [SyncSegment]) -> SyncVault { SyncVault.merge(segments.flatMap(\.changes)) }
+    static func merged(_ segments: [SyncSegment]) -> SyncVault {
+        SyncVault.merge(segments.flatMap(\.changes))
+    }
 
     @Test(arguments: 0..<40) func anyOrderOfTheSameSegmentsGivesTheSameVault(seed: UInt64) {
         let segments = Self.history(seed: seed)
@@ -129,22 +147,31 @@ import VaultProtocol
     @Test func lastWriterWinsPerFieldWithTheDeviceAsTieBreak() {
         let k = Self.keys[0]
         let base = add(k, stamp(10, 0, 0), label: "first", secret: "s")
-        let labelByB = SyncChange(key: k, timestamp: stamp(20, 0, 1), kind: .write([.label: .bytes(Array("by B".utf8))]))
-        let commentByC = SyncChange(key: k, timestamp: stamp(15, 0, 2), kind: .write([.comment: .bytes(Array("by C".utf8))]))
+        let labelByB = SyncChange(
+            key: k, timestamp: stamp(20, 0, 1), kind: .write([.label: .bytes(Array("by B".utf8))]))
+        let commentByC = SyncChange(
+            key: k, timestamp: stamp(15, 0, 2), kind: .write([.comment: .bytes(Array("by C".utf8))])
+        )
         // An older label write loses to B's; C's comment, another field, is kept beside it.
-        let olderLabel = SyncChange(key: k, timestamp: stamp(18, 5, 2), kind: .write([.label: .bytes(Array("older".utf8))]))
-        for order in [[base, labelByB, commentByC, olderLabel], [olderLabel, commentByC, labelByB, base]] {
+        let olderLabel = SyncChange(
+            key: k, timestamp: stamp(18, 5, 2), kind: .write([.label: .bytes(Array("older".utf8))]))
+        for order in [
+            [base, labelByB, commentByC, olderLabel], [olderLabel, commentByC, labelByB, base],
+        ] {
             let v = SyncVault.merge(order)
             #expect(label(v, k) == "by B")
             #expect(v.liveItems[k]?[.comment] == .bytes(Array("by C".utf8)))
         }
         // The same wall clock and counter: the larger device ID wins, on every side.
-        let tieA = SyncChange(key: k, timestamp: stamp(30, 1, 0), kind: .write([.label: .bytes(Array("A".utf8))]))
-        let tieC = SyncChange(key: k, timestamp: stamp(30, 1, 2), kind: .write([.label: .bytes(Array("C".utf8))]))
+        let tieA = SyncChange(
+            key: k, timestamp: stamp(30, 1, 0), kind: .write([.label: .bytes(Array("A".utf8))]))
+        let tieC = SyncChange(
+            key: k, timestamp: stamp(30, 1, 2), kind: .write([.label: .bytes(Array("C".utf8))]))
         #expect(label(SyncVault.merge([base, tieA, tieC]), k) == "C")
         #expect(label(SyncVault.merge([base, tieC, tieA]), k) == "C")
         // A removed attribute (nil) is a write like any other.
-        let removed = SyncChange(key: k, timestamp: stamp(40, 0, 0), kind: .write([SyncField.label: SyncValue?.none]))
+        let removed = SyncChange(
+            key: k, timestamp: stamp(40, 0, 0), kind: .write([SyncField.label: SyncValue?.none]))
         let v = SyncVault.merge([base, labelByB, removed])
         #expect(v.liveItems[k] != nil && v.liveItems[k]?[SyncField.label] == nil)
     }
@@ -154,11 +181,13 @@ import VaultProtocol
         let added = add(k, stamp(10, 0, 0), label: "x", secret: "s")
         let deleted = SyncChange(key: k, timestamp: stamp(20, 0, 1), kind: .delete)
         // A change made without having seen the deletion (stamped before it) loses to it.
-        let concurrentEdit = SyncChange(key: k, timestamp: stamp(19, 0, 2), kind: .write([.label: .bytes(Array("edit".utf8))]))
+        let concurrentEdit = SyncChange(
+            key: k, timestamp: stamp(19, 0, 2), kind: .write([.label: .bytes(Array("edit".utf8))]))
         #expect(SyncVault.merge([added, deleted, concurrentEdit]).liveItems[k] == nil)
         #expect(SyncVault.merge([concurrentEdit, deleted, added]).liveItems[k] == nil)
         // An attribute change after the deletion alone does not bring it back (no secret)...
-        let lateEdit = SyncChange(key: k, timestamp: stamp(25, 0, 2), kind: .write([.label: .bytes(Array("late".utf8))]))
+        let lateEdit = SyncChange(
+            key: k, timestamp: stamp(25, 0, 2), kind: .write([.label: .bytes(Array("late".utf8))]))
         #expect(SyncVault.merge([added, deleted, lateEdit]).liveItems[k] == nil)
         // ...an add after it does, with only what was written after the deletion.
         let readded = add(k, stamp(30, 0, 0), label: "again", secret: "s2")
@@ -192,7 +221,8 @@ import VaultProtocol
         let t3 = b.tick(physical: 1_000)
         #expect(t2 < t3 && t3.device == Self.devices[1])
         // A reading more than a day ahead is not taken in.
-        let far = SyncTimestamp(wall: 1_000 + HybridClock.maximumDrift + 1, counter: 0, device: Self.devices[2])
+        let far = SyncTimestamp(
+            wall: 1_000 + HybridClock.maximumDrift + 1, counter: 0, device: Self.devices[2])
         let tookFar = b.observe(far, physical: 1_000)
         #expect(!tookFar)
         let t4 = b.tick(physical: 1_000)
@@ -207,16 +237,27 @@ import VaultProtocol
 
     @Test(arguments: 0..<5) func aSegmentOpensToWhatWasSealed(seed: UInt64) throws {
         for s in Self.history(seed: seed, perDevice: 8) {
-            let file = s.sealed(key: Self.groupKey, keyID: Self.keyID, signingKey: Self.signing.secretKey)
-            #expect(try SyncSegment.open(file, key: Self.groupKey, device: s.device, sequence: s.sequence, verifyKey: Self.signing.publicKey) == s)
+            let file = s.sealed(
+                key: Self.groupKey, keyID: Self.keyID, signingKey: Self.signing.secretKey)
+            #expect(
+                try SyncSegment.open(
+                    file, key: Self.groupKey, device: s.device, sequence: s.sequence,
+                    verifyKey: Self.signing.publicKey) == s)
         }
     }
 
     @Test func nothingOfAnItemIsInTheSegmentsBytes() {
-        let k = SyncItemKey(itemClass: .genericPassword, accessGroup: "com.example.group", primaryKey: ["api.example.com", "alice"])
-        let s = SyncSegment(device: Self.devices[0], sequence: 1, changes: [add(k, stamp(1, 0, 0), label: "Alice's key", secret: "hunter2-secret")])
-        let file = s.sealed(key: Self.groupKey, keyID: Self.keyID, signingKey: Self.signing.secretKey)
-        for needle in ["com.example.group", "api.example.com", "alice", "Alice's key", "hunter2-secret"] {
+        let k = SyncItemKey(
+            itemClass: .genericPassword, accessGroup: "com.example.group",
+            primaryKey: ["api.example.com", "alice"])
+        let s = SyncSegment(
+            device: Self.devices[0], sequence: 1,
+            changes: [add(k, stamp(1, 0, 0), label: "Alice's key", secret: "hunter2-secret")])
+        let file = s.sealed(
+            key: Self.groupKey, keyID: Self.keyID, signingKey: Self.signing.secretKey)
+        for needle in [
+            "com.example.group", "api.example.com", "alice", "Alice's key", "hunter2-secret",
+        ] {
             #expect(file.firstRange(of: Array(needle.utf8)) == nil, "\(needle) is in the segment")
         }
     }
@@ -224,35 +265,80 @@ import VaultProtocol
     /// Records are padded: secrets of 1 and 100 bytes make segments of one size.
     @Test func aSegmentsSizeTellsAnItemsSizeOnlyToTheBlock() throws {
         let k = Self.keys[0]
-        let small = SyncSegment(device: Self.devices[0], sequence: 1, changes: [add(k, stamp(1, 0, 0), label: "a", secret: "x")])
-        let large = SyncSegment(device: Self.devices[0], sequence: 1, changes: [add(k, stamp(1, 0, 0), label: "a", secret: String(repeating: "y", count: 100))])
-        #expect(small.sealed(key: Self.groupKey, keyID: Self.keyID, signingKey: Self.signing.secretKey).count == large.sealed(key: Self.groupKey, keyID: Self.keyID, signingKey: Self.signing.secretKey).count)
-        #expect(try SyncSegment.open(large.sealed(key: Self.groupKey, keyID: Self.keyID, signingKey: Self.signing.secretKey), key: Self.groupKey, device: Self.devices[0], sequence: 1, verifyKey: Self.signing.publicKey) == large)
+        let small = SyncSegment(
+            device: Self.devices[0], sequence: 1,
+            changes: [add(k, stamp(1, 0, 0), label: "a", secret: "x")])
+        let large = SyncSegment(
+            device: Self.devices[0], sequence: 1,
+            changes: [
+                add(k, stamp(1, 0, 0), label: "a", secret: String(repeating: "y", count: 100))
+            ])
+        #expect(
+            small.sealed(key: Self.groupKey, keyID: Self.keyID, signingKey: Self.signing.secretKey)
+                .count
+                == large.sealed(
+                    key: Self.groupKey, keyID: Self.keyID, signingKey: Self.signing.secretKey
+                ).count)
+        #expect(
+            try SyncSegment.open(
+                large.sealed(
+                    key: Self.groupKey, keyID: Self.keyID, signingKey: Self.signing.secretKey),
+                key: Self.groupKey, device: Self.devices[0], sequence: 1,
+                verifyKey: Self.signing.publicKey) == large)
     }
 
     @Test func anAlteredCutRenamedOrForeignSegmentOpensAsNothing() {
         let s = Self.history(seed: 9, perDevice: 6)[0]
-        let file = s.sealed(key: Self.groupKey, keyID: Self.keyID, signingKey: Self.signing.secretKey)
+        let file = s.sealed(
+            key: Self.groupKey, keyID: Self.keyID, signingKey: Self.signing.secretKey)
         var rng = SeededRandom(seed: 1)
         for _ in 0..<50 {
             var bad = file
             let i = Int.random(in: 0..<bad.count, using: &rng)
             bad[i] ^= UInt8.random(in: 1...255, using: &rng)
-            #expect(throws: SyncFormatError.self) { try SyncSegment.open(bad, key: Self.groupKey, device: s.device, sequence: s.sequence, verifyKey: Self.signing.publicKey) }
+            #expect(throws: SyncFormatError.self) {
+                try SyncSegment.open(
+                    bad, key: Self.groupKey, device: s.device, sequence: s.sequence,
+                    verifyKey: Self.signing.publicKey)
+            }
         }
         for cut in [0, 8, 40, file.count - 1] {
-            #expect(throws: SyncFormatError.self) { try SyncSegment.open(Array(file.prefix(cut)), key: Self.groupKey, device: s.device, sequence: s.sequence, verifyKey: Self.signing.publicKey) }
+            #expect(throws: SyncFormatError.self) {
+                try SyncSegment.open(
+                    Array(file.prefix(cut)), key: Self.groupKey, device: s.device,
+                    sequence: s.sequence, verifyKey: Self.signing.publicKey)
+            }
         }
-        #expect(throws: SyncFormatError.self) { try SyncSegment.open(file + [0], key: Self.groupKey, device: s.device, sequence: s.sequence, verifyKey: Self.signing.publicKey) }
-        #expect(throws: SyncFormatError.self) { try SyncSegment.open(file, key: Self.groupKey, device: Self.devices[2], sequence: s.sequence, verifyKey: Self.signing.publicKey) }
-        #expect(throws: SyncFormatError.self) { try SyncSegment.open(file, key: Self.groupKey, device: s.device, sequence: s.sequence + 1, verifyKey: Self.signing.publicKey) }
+        #expect(throws: SyncFormatError.self) {
+            try SyncSegment.open(
+                file + [0], key: Self.groupKey, device: s.device, sequence: s.sequence,
+                verifyKey: Self.signing.publicKey)
+        }
+        #expect(throws: SyncFormatError.self) {
+            try SyncSegment.open(
+                file, key: Self.groupKey, device: Self.devices[2], sequence: s.sequence,
+                verifyKey: Self.signing.publicKey)
+        }
+        #expect(throws: SyncFormatError.self) {
+            try SyncSegment.open(
+                file, key: Self.groupKey, device: s.device, sequence: s.sequence + 1,
+                verifyKey: Self.signing.publicKey)
+        }
         let other = SecureBytes(copying: [UInt8](repeating: 8, count: 32))
-        #expect(throws: SyncFormatError.self) { try SyncSegment.open(file, key: other, device: s.device, sequence: s.sequence, verifyKey: Self.signing.publicKey) }
+        #expect(throws: SyncFormatError.self) {
+            try SyncSegment.open(
+                file, key: other, device: s.device, sequence: s.sequence,
+                verifyKey: Self.signing.publicKey)
+        }
         // A length prefix claiming more than a record may be is refused before anything is allocated.
         var huge = file
         let at = SyncSegment.magic.count + SyncSegment.headerBytes
         huge.replaceSubrange(at..<(at + 4), with: [0xFF, 0xFF, 0xFF, 0x7F])
-        #expect(throws: SyncFormatError.self) { try SyncSegment.open(huge, key: Self.groupKey, device: s.device, sequence: s.sequence, verifyKey: Self.signing.publicKey) }
+        #expect(throws: SyncFormatError.self) {
+            try SyncSegment.open(
+                huge, key: Self.groupKey, device: s.device, sequence: s.sequence,
+                verifyKey: Self.signing.publicKey)
+        }
     }
 
     @Test func segmentFileNamesCarryOnlyTheSequence() {
@@ -260,10 +346,13 @@ import VaultProtocol
         #expect(SyncSegment.sequence(ofFileName: "000000000000001f.seg") == 0x1f)
         // Sequences run from 1 to 2⁶²: a name outside (0, or one a writer would need 2⁶² segments to
         // reach) is no segment's, so nothing read from a name overflows when counted on from.
-        #expect(SyncSegment.sequence(ofFileName: "4000000000000000.seg") == SyncSegment.maximumSequence)
+        #expect(
+            SyncSegment.sequence(ofFileName: "4000000000000000.seg") == SyncSegment.maximumSequence)
         for bad in [
-            "00000000000001F.seg", "000000000000001F.seg", ".syncthing.000000000000001f.seg.tmp", "x.seg", "000000000000001f.seg~",
-            "0000000000000000.seg", "4000000000000001.seg", "7fffffffffffffff.seg", "ffffffffffffffff.seg", "-000000000000001.seg", "+00000000000001f.seg",
+            "00000000000001F.seg", "000000000000001F.seg", ".syncthing.000000000000001f.seg.tmp",
+            "x.seg", "000000000000001f.seg~",
+            "0000000000000000.seg", "4000000000000001.seg", "7fffffffffffffff.seg",
+            "ffffffffffffffff.seg", "-000000000000001.seg", "+00000000000001f.seg",
         ] {
             #expect(SyncSegment.sequence(ofFileName: bad) == nil, "\(bad)")
         }
@@ -280,7 +369,8 @@ import VaultProtocol
         var ring = SyncKeyring()
         ring.keys[Self.keyID] = Self.groupKey
         var view = SyncMembership()
-        view.members[Self.devices[1]] = SyncMember(device: Self.devices[1], boxKey: pk, signKey: Self.signing.publicKey)
+        view.members[Self.devices[1]] = SyncMember(
+            device: Self.devices[1], boxKey: pk, signKey: Self.signing.publicKey)
         view.removed[Self.devices[2]] = 4
         view.keys[Self.keyID] = [Self.devices[2]]
         let grant = SyncPairing.grantFile(keyring: ring, membership: view, to: pk)
@@ -299,20 +389,29 @@ import VaultProtocol
         let forger = SyncSigning.keyPair()
         let forged = s.sealed(key: Self.groupKey, keyID: Self.keyID, signingKey: forger.secretKey)
         #expect(throws: SyncFormatError.self) {
-            try SyncSegment.open(forged, key: Self.groupKey, device: s.device, sequence: s.sequence, verifyKey: Self.signing.publicKey)
+            try SyncSegment.open(
+                forged, key: Self.groupKey, device: s.device, sequence: s.sequence,
+                verifyKey: Self.signing.publicKey)
         }
         #expect(SyncSigning.publicKey(of: forger.secretKey) == forger.publicKey)
         let (box, _) = SyncPairing.keyPair()
         let control: [SyncControl] = [
             .member(SyncMember(device: Self.devices[1], boxKey: box, signKey: forger.publicKey)),
             .remove(Self.devices[2], cutoff: 9, pins: [3: [UInt8](repeating: 1, count: 16)]),
-            .rotate(generation: 2, excludes: [Self.devices[2]], boxes: [Self.devices[1]: SyncPairing.seal(Self.groupKey, to: box)]),
+            .rotate(
+                generation: 2, excludes: [Self.devices[2]],
+                boxes: [Self.devices[1]: SyncPairing.seal(Self.groupKey, to: box)]),
             .snapshot,
         ]
-        let c = SyncSegment(device: Self.devices[0], sequence: 5, control: control, changes: s.changes)
-        let file = c.sealed(key: Self.groupKey, keyID: Self.keyID, signingKey: Self.signing.secretKey)
+        let c = SyncSegment(
+            device: Self.devices[0], sequence: 5, control: control, changes: s.changes)
+        let file = c.sealed(
+            key: Self.groupKey, keyID: Self.keyID, signingKey: Self.signing.secretKey)
         #expect(SyncSegment.keyID(of: file) == Self.keyID)
-        #expect(try SyncSegment.open(file, key: Self.groupKey, device: Self.devices[0], sequence: 5, verifyKey: Self.signing.publicKey) == c)
+        #expect(
+            try SyncSegment.open(
+                file, key: Self.groupKey, device: Self.devices[0], sequence: 5,
+                verifyKey: Self.signing.publicKey) == c)
     }
 
     // MARK: compaction
@@ -322,7 +421,8 @@ import VaultProtocol
     /// that has merged it are).
     func expectSameMerge(_ a: SyncVault, _ b: SyncVault, later: [SyncChange], _ note: String) {
         #expect(a.liveItems == b.liveItems, "\(note)")
-        var a2 = a, b2 = b
+        var a2 = a
+        var b2 = b
         a2.apply(later)
         b2.apply(later)
         #expect(a2.liveItems == b2.liveItems, "\(note): after later changes")
@@ -341,7 +441,9 @@ import VaultProtocol
             let t = clock.tick(physical: 10_000)
             if Bool.random(using: &rng) { return SyncChange(key: k, timestamp: t, kind: .delete) }
             var fields: [SyncField: SyncValue?] = [:]
-            for f in SyncField.allCases where Bool.random(using: &rng) || f == .label { fields[f] = value(f, 7) }
+            for f in SyncField.allCases where Bool.random(using: &rng) || f == .label {
+                fields[f] = value(f, 7)
+            }
             return SyncChange(key: k, timestamp: t, kind: .write(fields))
         }
     }
@@ -360,9 +462,12 @@ import VaultProtocol
         for d in Self.devices.shuffled(using: &rng) {
             let drop = Bool.random(using: &rng)
             let others = own.filter { $0.key != d }.map(\.value)
-            let snap = SyncCompaction.snapshot(own: own[d]!, others: others, dropTombstones: drop, now: .max)
+            let snap = SyncCompaction.snapshot(
+                own: own[d]!, others: others, dropTombstones: drop, now: .max)
             #expect(SyncVault.merge(snap.changes) == snap)
-            #expect(SyncCompaction.snapshot(own: snap, others: others, dropTombstones: drop, now: .max) == snap)
+            #expect(
+                SyncCompaction.snapshot(own: snap, others: others, dropTombstones: drop, now: .max)
+                    == snap)
             dropped += own[d]!.items.count - snap.items.count
             own[d] = snap
             var v = SyncVault()
@@ -380,7 +485,8 @@ import VaultProtocol
     /// device, is dropped with the item; one that another device's older write still needs
     /// stays; one stamped in the future stays.
     @Test func aDeletionIsDroppedOnlyWhenNothingItCoversIsLeft() {
-        let k = Self.keys[0], k2 = Self.keys[1]
+        let k = Self.keys[0]
+        let k2 = Self.keys[1]
         var a = SyncVault()
         a.apply(add(k, stamp(10, 0, 0), label: "x", secret: "s"))
         a.apply(SyncChange(key: k, timestamp: stamp(20, 0, 0), kind: .delete))
@@ -390,7 +496,11 @@ import VaultProtocol
         let snap = SyncCompaction.snapshot(own: a, others: [b], dropTombstones: true, now: 1_000)
         #expect(snap.items[k] == nil)
         #expect(snap.items[k2]?.tombstone == stamp(30, 0, 0))
-        #expect(SyncCompaction.snapshot(own: a, others: [b], dropTombstones: false, now: 1_000).items[k]?.tombstone == stamp(20, 0, 0))
-        #expect(SyncCompaction.snapshot(own: a, others: [b], dropTombstones: true, now: 15).items[k]?.tombstone == stamp(20, 0, 0))
+        #expect(
+            SyncCompaction.snapshot(own: a, others: [b], dropTombstones: false, now: 1_000).items[
+                k]?.tombstone == stamp(20, 0, 0))
+        #expect(
+            SyncCompaction.snapshot(own: a, others: [b], dropTombstones: true, now: 15).items[k]?
+                .tombstone == stamp(20, 0, 0))
     }
 }

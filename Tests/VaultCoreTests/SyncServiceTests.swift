@@ -14,10 +14,13 @@ import Glibc
 @Suite struct SyncServiceTests {
     /// Two initialised vaults paired through `folder`, with their services (no watcher: each
     /// test runs the passes itself).
-    static func withPair(_ body: (Vault, SyncService, Vault, SyncService, String) throws -> Void) throws {
+    static func withPair(_ body: (Vault, SyncService, Vault, SyncService, String) throws -> Void)
+        throws
+    {
         try withTemporaryDirectory { tmp in
             let folder = tmp + "/folder"
-            try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(
+                atPath: folder, withIntermediateDirectories: true)
             let a = try Vault(dataDirectory: tmp + "/a", passphrasePolicy: .tests)
             let b = try Vault(dataDirectory: tmp + "/b", passphrasePolicy: .tests)
             defer {
@@ -25,7 +28,8 @@ import Glibc
                 b.close()
             }
             for v in [a, b] { _ = try v.initialize(passphrase: nil, caller: .owner) }
-            let sa = SyncService(vault: a), sb = SyncService(vault: b)
+            let sa = SyncService(vault: a)
+            let sb = SyncService(vault: b)
             _ = try sa.initialize(folder: folder, caller: .owner)
             let code = try #require(try sb.join(folder: folder, caller: .owner).code)
             _ = try sa.approve(code: code, caller: .owner)
@@ -36,7 +40,9 @@ import Glibc
     }
 
     /// Three vaults in one group: A made it, B and C joined through it.
-    static func withTrio(_ body: (Vault, SyncService, Vault, SyncService, Vault, SyncService, String) throws -> Void) throws {
+    static func withTrio(
+        _ body: (Vault, SyncService, Vault, SyncService, Vault, SyncService, String) throws -> Void
+    ) throws {
         try withPair { a, sa, b, sb, folder in
             try withTemporaryDirectory { tmp in
                 let c = try Vault(dataDirectory: tmp + "/c", passphrasePolicy: .tests)
@@ -65,29 +71,48 @@ import Glibc
 
     /// A segment of `changes` written in the folder as device `device`'s sequence `seq`,
     /// sealed under `v`'s current key and signed with `v`'s signing key.
-    static func write(_ changes: [SyncChange], as device: SyncDeviceID, seq: UInt64, with v: Vault, folder: String) throws {
+    static func write(
+        _ changes: [SyncChange], as device: SyncDeviceID, seq: UInt64, with v: Vault, folder: String
+    ) throws {
         let (ring, sign) = try keys(v)
         let (id, key) = try #require(ring.current)
         let f = SyncFolder(root: folder)
         try f.makeDeviceDirectory(device)
-        try f.writeFile(SyncSegment(device: device, sequence: seq, changes: changes).sealed(key: key, keyID: id, signingKey: sign), device: device, name: SyncSegment.fileName(seq))
+        try f.writeFile(
+            SyncSegment(device: device, sequence: seq, changes: changes).sealed(
+                key: key, keyID: id, signingKey: sign), device: device,
+            name: SyncSegment.fileName(seq))
     }
 
-    static func addChange(_ service: String, secret s: String, device: SyncDeviceID, wall: UInt64 = HybridClock.now(), accessible: String? = nil) -> SyncChange {
+    static func addChange(
+        _ service: String, secret s: String, device: SyncDeviceID, wall: UInt64 = HybridClock.now(),
+        accessible: String? = nil
+    ) -> SyncChange {
         var fields: [SyncField: SyncValue?] = [:]
         for field in SyncField.allCases { fields[field] = .some(nil) }
         if let accessible { fields[.accessible] = .bytes(Array(accessible.utf8)) }
         fields[.secret] = .secret(secret(s))
-        let k = SyncItemKey(itemClass: .genericPassword, accessGroup: Caller.ownerAccessGroup, primaryKey: [service, "acct"])
-        return SyncChange(key: k, timestamp: SyncTimestamp(wall: wall, counter: 0, device: device), kind: .write(fields))
+        let k = SyncItemKey(
+            itemClass: .genericPassword, accessGroup: Caller.ownerAccessGroup,
+            primaryKey: [service, "acct"])
+        return SyncChange(
+            key: k, timestamp: SyncTimestamp(wall: wall, counter: 0, device: device),
+            kind: .write(fields))
     }
 
     static func add(_ v: Vault, service: String, secret s: String, sync: Bool = true) throws {
-        _ = try v.addItem(.genericPassword, attributes: ItemAttributes(service: service, account: "acct", synchronizable: sync), secret: secret(s), caller: .owner)
+        _ = try v.addItem(
+            .genericPassword,
+            attributes: ItemAttributes(service: service, account: "acct", synchronizable: sync),
+            secret: secret(s), caller: .owner)
     }
 
     static func secretOf(_ v: Vault, service: String) -> String? {
-        guard let found = try? v.copyMatching(ItemQuery(itemClass: .genericPassword, attributes: ItemAttributes(service: service)), returnData: true, caller: .owner),
+        guard
+            let found = try? v.copyMatching(
+                ItemQuery(
+                    itemClass: .genericPassword, attributes: ItemAttributes(service: service)),
+                returnData: true, caller: .owner),
             let d = found.first?.data
         else { return nil }
         return d.withUnsafeBytes { String(decoding: $0, as: UTF8.self) }
@@ -106,7 +131,10 @@ import Glibc
             #expect(Self.secretOf(b, service: "shared") == "one")
             #expect(Self.secretOf(b, service: "mine") == nil)
             // Deleted on B: gone from A after the passes.
-            _ = try b.deleteItems(ItemQuery(itemClass: .genericPassword, attributes: ItemAttributes(service: "shared")), caller: .owner)
+            _ = try b.deleteItems(
+                ItemQuery(
+                    itemClass: .genericPassword, attributes: ItemAttributes(service: "shared")),
+                caller: .owner)
             try sb.passNow()
             try sa.passNow()
             #expect(Self.secretOf(a, service: "shared") == nil)
@@ -122,17 +150,22 @@ import Glibc
             try sa.passNow()
             try sb.passNow()
             #expect(Self.secretOf(b, service: "precious") == "keep me")
-            for name in FileManager.default.subpaths(atPath: folder) ?? [] where name.hasSuffix(".seg") {
+            for name in FileManager.default.subpaths(atPath: folder) ?? []
+            where name.hasSuffix(".seg") {
                 try FileManager.default.removeItem(atPath: folder + "/" + name)
             }
             // New services: a vaultd started again reads the folder anew.
-            let sa2 = SyncService(vault: a), sb2 = SyncService(vault: b)
+            let sa2 = SyncService(vault: a)
+            let sb2 = SyncService(vault: b)
             try sb2.passNow()
             try sa2.passNow()
             try sb2.passNow()
             #expect(Self.secretOf(a, service: "precious") == "keep me")
             #expect(Self.secretOf(b, service: "precious") == "keep me")
-            #expect((FileManager.default.subpaths(atPath: folder) ?? []).contains { $0.hasSuffix(".seg") })
+            #expect(
+                (FileManager.default.subpaths(atPath: folder) ?? []).contains {
+                    $0.hasSuffix(".seg")
+                })
             #expect(try sa2.status(caller: .owner).items == 1)
         }
     }
@@ -145,17 +178,25 @@ import Glibc
             try Self.add(a, service: "svc", secret: "s")
             try sa.passNow()
             try sb.passNow()
-            let q = ItemQuery(itemClass: .genericPassword, attributes: ItemAttributes(service: "svc"))
-            _ = try a.updateItems(q, changes: ItemAttributes(label: "newer"), secret: nil, caller: .owner)
+            let q = ItemQuery(
+                itemClass: .genericPassword, attributes: ItemAttributes(service: "svc"))
+            _ = try a.updateItems(
+                q, changes: ItemAttributes(label: "newer"), secret: nil, caller: .owner)
             try sa.passNow()
             try sb.passNow()
-            func label(_ v: Vault) -> String? { try? v.copyMatching(q, returnData: false, caller: .owner).first?.attributes.label }
+            func label(_ v: Vault) -> String? {
+                try? v.copyMatching(q, returnData: false, caller: .owner).first?.attributes.label
+            }
             #expect(label(b) == "newer")
             let aID = try #require(SyncDeviceID(hex: try sa.status(caller: .owner).deviceID ?? ""))
             let dir = folder + "/devices/" + aID.description
-            let latest = try #require(try FileManager.default.contentsOfDirectory(atPath: dir).filter { $0.hasSuffix(".seg") }.sorted().last)
+            let latest = try #require(
+                try FileManager.default.contentsOfDirectory(atPath: dir).filter {
+                    $0.hasSuffix(".seg")
+                }.sorted().last)
             try FileManager.default.removeItem(atPath: dir + "/" + latest)
-            let sa2 = SyncService(vault: a), sb2 = SyncService(vault: b)
+            let sa2 = SyncService(vault: a)
+            let sb2 = SyncService(vault: b)
             try sa2.passNow()
             try sb2.passNow()
             try sa2.passNow()
@@ -181,26 +222,38 @@ import Glibc
             try sb.passNow()
             #expect(Self.secretOf(b, service: "hurt") == "h")
             let (id, uuid, value): (Int64, String, [UInt8]) = try a.read { db in
-                let r = try #require(try db.row("SELECT id, lower(hex(uuid)), \(column) FROM items ORDER BY id LIMIT 1"))
+                let r = try #require(
+                    try db.row(
+                        "SELECT id, lower(hex(uuid)), \(column) FROM items ORDER BY id LIMIT 1"))
                 return (try #require(r[0].int64), try #require(r[1].text), try #require(r[2].blob))
             }
             var altered = value
-            altered.replaceSubrange(value.count / 2..<value.count / 2 + 8, with: [UInt8](repeating: 0, count: 8))
-            _ = try a.write { db in try db.run("UPDATE items SET \(column) = ? WHERE id = ?", [.blob(altered), .integer(id)]) }
+            altered.replaceSubrange(
+                value.count / 2..<value.count / 2 + 8, with: [UInt8](repeating: 0, count: 8))
+            _ = try a.write { db in
+                try db.run(
+                    "UPDATE items SET \(column) = ? WHERE id = ?", [.blob(altered), .integer(id)])
+            }
 
             let sa2 = SyncService(vault: a)
             try sa2.passNow()
             let named = try sa2.status(caller: .owner).damaged
             #expect(named.map(\.id) == [Int64(id)], "\(named)")
             #expect(named.first?.uuid == uuid && named.first?.part.rawValue == column, "\(named)")
-            #expect(named.first?.accessGroup == Caller.ownerAccessGroup && named.first?.itemClass == "genericPassword")
+            #expect(
+                named.first?.accessGroup == Caller.ownerAccessGroup
+                    && named.first?.itemClass == "genericPassword")
             try sb.passNow()
-            #expect(Self.secretOf(b, service: "hurt") == "h", "no deletion of the damaged item reached B")
+            #expect(
+                Self.secretOf(b, service: "hurt") == "h",
+                "no deletion of the damaged item reached B")
             #expect(try sb.status(caller: .owner).damaged.isEmpty)
 
             // The others sync both ways; B's change of the damaged item is not written over it.
             try Self.add(b, service: "from-b", secret: "b")
-            _ = try b.updateItems(ItemQuery(itemClass: .genericPassword, attributes: ItemAttributes(service: "hurt")), changes: ItemAttributes(), secret: secret("h2"), caller: .owner)
+            _ = try b.updateItems(
+                ItemQuery(itemClass: .genericPassword, attributes: ItemAttributes(service: "hurt")),
+                changes: ItemAttributes(), secret: secret("h2"), caller: .owner)
             try sb.passNow()
             try sa2.passNow()
             #expect(Self.secretOf(a, service: "from-b") == "b")
@@ -210,10 +263,16 @@ import Glibc
             try sb.passNow()
             #expect(Self.secretOf(b, service: "from-a") == "a")
             #expect(try sa2.status(caller: .owner).damaged.count == 1)
-            #expect(try a.checkStore(caller: .owner).damaged.map(\.id) == [id], "the damaged row is left as it was")
+            #expect(
+                try a.checkStore(caller: .owner).damaged.map(\.id) == [id],
+                "the damaged row is left as it was")
 
             // Deleted on A (a Delete naming its service), it comes back from the group.
-            #expect(try a.deleteItems(ItemQuery(itemClass: .genericPassword, attributes: ItemAttributes(service: "hurt")), caller: .owner) == 1)
+            #expect(
+                try a.deleteItems(
+                    ItemQuery(
+                        itemClass: .genericPassword, attributes: ItemAttributes(service: "hurt")),
+                    caller: .owner) == 1)
             try sa2.passNow()
             #expect(Self.secretOf(a, service: "hurt") == "h2")
             #expect(try sa2.status(caller: .owner).damaged.isEmpty)
@@ -225,10 +284,14 @@ import Glibc
     @Test func aPeersUnstorableItemIsLeftOutAndTheRestApplied() throws {
         try Self.withPair { a, sa, b, sb, folder in
             let aID = try Self.deviceID(sa)
-            try Self.write([
-                Self.addChange("bound", secret: "x", device: aID, wall: 1, accessible: "whenUnlockedThisDeviceOnly"),
-                Self.addChange("fine", secret: "ok", device: aID, wall: 2, accessible: "afterFirstUnlock"),
-            ], as: aID, seq: 1000, with: a, folder: folder)
+            try Self.write(
+                [
+                    Self.addChange(
+                        "bound", secret: "x", device: aID, wall: 1,
+                        accessible: "whenUnlockedThisDeviceOnly"),
+                    Self.addChange(
+                        "fine", secret: "ok", device: aID, wall: 2, accessible: "afterFirstUnlock"),
+                ], as: aID, seq: 1000, with: a, folder: folder)
             try sb.passNow()
             #expect(Self.secretOf(b, service: "fine") == "ok")
             #expect(Self.secretOf(b, service: "bound") == nil)
@@ -247,7 +310,9 @@ import Glibc
             try #require(fd >= 0)
             #expect(ftruncate(fd, off_t(SyncSegment.maximumFileBytes + 1)) == 0)
             close(fd)
-            #expect(throws: SyncFormatError.self) { _ = try f.readSegment(device: peer, sequence: 1000) }
+            #expect(throws: SyncFormatError.self) {
+                _ = try f.readSegment(device: peer, sequence: 1000)
+            }
             try sb.passNow()
             try sb.passNow()
             #expect(try Self.rejected(sb, peer) == 1)
@@ -259,13 +324,17 @@ import Glibc
     @Test func linksInTheFolderAreNotFollowed() throws {
         try Self.withPair { a, sa, b, sb, folder in
             let elsewhere = folder + "/../elsewhere"
-            try FileManager.default.createDirectory(atPath: elsewhere, withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(
+                atPath: elsewhere, withIntermediateDirectories: true)
             let peer = SyncDeviceID.random()
             #expect(symlink(elsewhere, folder + "/devices/" + peer.description) == 0)
             let (ring, sign) = try Self.keys(b)
             let (id, key) = try #require(ring.current)
-            let s = SyncSegment(device: peer, sequence: 1, changes: [Self.addChange("linked", secret: "linked", device: peer, wall: 5)])
-            try Data(s.sealed(key: key, keyID: id, signingKey: sign)).write(to: URL(fileURLWithPath: elsewhere + "/" + SyncSegment.fileName(1)))
+            let s = SyncSegment(
+                device: peer, sequence: 1,
+                changes: [Self.addChange("linked", secret: "linked", device: peer, wall: 5)])
+            try Data(s.sealed(key: key, keyID: id, signingKey: sign)).write(
+                to: URL(fileURLWithPath: elsewhere + "/" + SyncSegment.fileName(1)))
             try sb.passNow()
             #expect(Self.secretOf(b, service: "linked") == nil)
             #expect(try SyncFolder(root: folder).scan().links == [peer])
@@ -278,12 +347,16 @@ import Glibc
             #expect(symlink(elsewhere, own) == 0)
             try Self.add(a, service: "after", secret: "s")
             #expect(throws: VaultFailure.self) { try sa.passNow() }
-            #expect(try FileManager.default.contentsOfDirectory(atPath: elsewhere) == [SyncSegment.fileName(1)])
+            #expect(
+                try FileManager.default.contentsOfDirectory(atPath: elsewhere) == [
+                    SyncSegment.fileName(1)
+                ])
         }
     }
 
     static func segmentFiles(_ folder: String, _ d: SyncDeviceID) -> [UInt64] {
-        ((try? FileManager.default.contentsOfDirectory(atPath: folder + "/devices/" + d.description)) ?? []).compactMap(SyncSegment.sequence(ofFileName:)).sorted()
+        ((try? FileManager.default.contentsOfDirectory(atPath: folder + "/devices/" + d.description))
+            ?? []).compactMap(SyncSegment.sequence(ofFileName:)).sorted()
     }
 
     static func member(_ s: SyncService, _ d: SyncDeviceID) throws -> String? {
@@ -301,7 +374,9 @@ import Glibc
             try sa.passNow()
             try sb.passNow()
             #expect(Self.secretOf(b, service: "before") == "from C")
-            let aID = try Self.deviceID(sa), bID = try Self.deviceID(sb), cID = try Self.deviceID(sc)
+            let aID = try Self.deviceID(sa)
+            let bID = try Self.deviceID(sb)
+            let cID = try Self.deviceID(sc)
             let removed = try sa.remove(device: cID.description, caller: .owner)
             #expect(removed.keyGeneration == 2)
             let removalSeq = try #require(Self.segmentFiles(folder, aID).last)
@@ -330,7 +405,9 @@ import Glibc
                 #expect(SyncSegment.keyID(of: bytes)?.generation == 2)
                 for (id, key) in cRing.keys {
                     #expect(throws: SyncFormatError.self) {
-                        _ = try SyncSegment.open(bytes, key: key, device: aID, sequence: seq, verifyKey: SyncSigning.publicKey(of: try Self.keys(a).1))
+                        _ = try SyncSegment.open(
+                            bytes, key: key, device: aID, sequence: seq,
+                            verifyKey: SyncSigning.publicKey(of: try Self.keys(a).1))
                     }
                     _ = id
                 }
@@ -338,10 +415,14 @@ import Glibc
 
             // C writes on: its own name, a later sequence, under the key it holds.
             let cNext = (Self.segmentFiles(folder, cID).last ?? 0) + 1
-            try Self.write([Self.addChange("evil", secret: "from removed C", device: cID)], as: cID, seq: cNext, with: c, folder: folder)
+            try Self.write(
+                [Self.addChange("evil", secret: "from removed C", device: cID)], as: cID,
+                seq: cNext, with: c, folder: folder)
             // And in B's name (B's directory and a sequence B has not used), signed by C.
             let bNext = (Self.segmentFiles(folder, bID).last ?? 0) + 50
-            try Self.write([Self.addChange("forged", secret: "not B's", device: bID)], as: bID, seq: bNext, with: c, folder: folder)
+            try Self.write(
+                [Self.addChange("forged", secret: "not B's", device: bID)], as: bID, seq: bNext,
+                with: c, folder: folder)
             _ = cSign
             for (v, s) in [(a, sa), (b, sb)] {
                 try s.passNow()
@@ -352,11 +433,17 @@ import Glibc
             }
             // C puts another version of its segment from before the removal in place (signed
             // by it, under the old key): no one applies it, even reading the folder anew.
-            let cFirst = try #require(Self.segmentFiles(folder, cID).first { seq in
-                (try? SyncFolder(root: folder).readSegment(device: cID, sequence: seq)).map { _ in true } ?? false
-            })
-            try FileManager.default.removeItem(atPath: folder + "/devices/" + cID.description + "/" + SyncSegment.fileName(cFirst))
-            try Self.write([Self.addChange("before", secret: "rewritten by C", device: cID, wall: 1)], as: cID, seq: cFirst, with: c, folder: folder)
+            let cFirst = try #require(
+                Self.segmentFiles(folder, cID).first { seq in
+                    (try? SyncFolder(root: folder).readSegment(device: cID, sequence: seq)).map {
+                        _ in true
+                    } ?? false
+                })
+            try FileManager.default.removeItem(
+                atPath: folder + "/devices/" + cID.description + "/" + SyncSegment.fileName(cFirst))
+            try Self.write(
+                [Self.addChange("before", secret: "rewritten by C", device: cID, wall: 1)], as: cID,
+                seq: cFirst, with: c, folder: folder)
             // A new service (vaultd started again) reads the folder anew to the same result.
             let sb2 = SyncService(vault: b)
             try sb2.passNow()
@@ -373,7 +460,8 @@ import Glibc
     /// without it first; what C's old keys hold opens nothing written after.
     @Test func aDeviceThatLeftCannotReadWhatIsWrittenAfter() throws {
         try Self.withTrio { a, sa, b, sb, c, sc, folder in
-            let aID = try Self.deviceID(sa), cID = try Self.deviceID(sc)
+            let aID = try Self.deviceID(sa)
+            let cID = try Self.deviceID(sc)
             let (cRing, _) = try Self.keys(c)
             try sc.leave(caller: .owner)
             try sa.passNow()
@@ -394,15 +482,19 @@ import Glibc
                 // The rotation's own record is under the old key; everything after, under the new one.
                 if id.generation == 2 { #expect(cRing.keys[id] == nil) }
             }
-            #expect(Self.segmentFiles(folder, aID).contains { seq in
-                (try? f.readSegment(device: aID, sequence: seq)).flatMap(SyncSegment.keyID(of:))?.generation == 2
-            })
+            #expect(
+                Self.segmentFiles(folder, aID).contains { seq in
+                    (try? f.readSegment(device: aID, sequence: seq)).flatMap(
+                        SyncSegment.keyID(of:))?.generation == 2
+                })
             // Read anew (a vaultd started again): still left, its leaving not refused.
             let again = SyncService(vault: a)
             try again.passNow()
             #expect(try Self.member(again, cID) == "left")
             #expect(try Self.rejected(again, cID) == 0)
-            #expect(try again.status(caller: .owner).devices.first { $0.deviceID == cID.description }?.pending == 0)
+            #expect(
+                try again.status(caller: .owner).devices.first { $0.deviceID == cID.description }?
+                    .pending == 0)
         }
     }
 
@@ -419,7 +511,8 @@ import Glibc
                 try sa.passNow()
                 try sb.passNow()
             }
-            let q = ItemQuery(itemClass: .genericPassword, attributes: ItemAttributes(service: "drop1"))
+            let q = ItemQuery(
+                itemClass: .genericPassword, attributes: ItemAttributes(service: "drop1"))
             _ = try a.deleteItems(q, caller: .owner)
             try sa.passNow()
             try sb.passNow()
@@ -433,13 +526,16 @@ import Glibc
             #expect(now.count == 1 && now[0] > old.last!, "\(now)")
             try sb.passNow()
             for (v, name) in [(a, "A"), (b, "B")] {
-                for i in 0..<3 { #expect(Self.secretOf(v, service: "keep\(i)") == "k\(i)", "\(name)") }
+                for i in 0..<3 {
+                    #expect(Self.secretOf(v, service: "keep\(i)") == "k\(i)", "\(name)")
+                }
                 #expect(Self.secretOf(v, service: "drop1") == nil, "\(name)")
                 #expect(Self.secretOf(v, service: "drop0") == "d0", "\(name)")
             }
             // The replayed old segment (its add of drop1 included) changes nothing, for B and
             // for a reader starting over.
-            try SyncFolder(root: folder).writeFile(saved, device: aID, name: SyncSegment.fileName(old[0]))
+            try SyncFolder(root: folder).writeFile(
+                saved, device: aID, name: SyncSegment.fileName(old[0]))
             try sb.passNow()
             let sb2 = SyncService(vault: b)
             try sb2.passNow()
@@ -487,12 +583,14 @@ import Glibc
     /// older one put back, or one signed by another device, changes nothing.
     @Test func anOlderOrForgedAckChangesNothing() throws {
         try Self.withPair { a, sa, b, sb, folder in
-            let aID = try Self.deviceID(sa), bID = try Self.deviceID(sb)
+            let aID = try Self.deviceID(sa)
+            let bID = try Self.deviceID(sb)
             try Self.add(a, service: "one", secret: "1")
             try sa.passNow()
             try sb.passNow()
             let f = SyncFolder(root: folder)
-            let old = try #require(f.readSmallFile(device: bID, name: SyncAck.name, limit: SyncAck.maximumBytes))
+            let old = try #require(
+                f.readSmallFile(device: bID, name: SyncAck.name, limit: SyncAck.maximumBytes))
             try Self.add(a, service: "two", secret: "2")
             try sa.passNow()
             try sb.passNow()
@@ -503,7 +601,9 @@ import Glibc
             try sa.passNow()
             #expect(sa.acks[bID]?[aID] == newer)
             let (_, aSign) = try Self.keys(a)
-            try f.writeFile(SyncAck.file([aID: 999], device: bID, signingKey: aSign), device: bID, name: SyncAck.name)
+            try f.writeFile(
+                SyncAck.file([aID: 999], device: bID, signingKey: aSign), device: bID,
+                name: SyncAck.name)
             let sa2 = SyncService(vault: a)
             try sa2.passNow()
             #expect(sa2.acks[bID]?[aID] == nil)

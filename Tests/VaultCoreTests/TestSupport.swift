@@ -15,7 +15,10 @@ func withTemporaryDirectory<T>(_ body: (String) throws -> T) throws -> T {
 /// Runs `body` with a vault in a fresh temporary data directory, initialised without a
 /// passphrase (always unlocked) unless `initialize` is false.
 /// `clock`: the vault's (the system's unless a test passes a `ManualClock`).
-func withVault<T>(initialize: Bool = true, clock: any VaultClock = SystemClock(), _ body: (Vault, String) throws -> T) throws -> T {
+func withVault<T>(
+    initialize: Bool = true, clock: any VaultClock = SystemClock(),
+    _ body: (Vault, String) throws -> T
+) throws -> T {
     try withTemporaryDirectory { tmp in
         let dir = tmp + "/data"
         let vault = try Vault(dataDirectory: dir, passphrasePolicy: .tests, clock: clock)
@@ -28,7 +31,8 @@ func withVault<T>(initialize: Bool = true, clock: any VaultClock = SystemClock()
 /// Runs `body`, expects it to throw a `VaultFailure` with `code`, and returns that error.
 @discardableResult
 func expectFailure(
-    _ code: VaultFailure.Code, sourceLocation: SourceLocation = #_sourceLocation, _ body: () throws -> Void
+    _ code: VaultFailure.Code, sourceLocation: SourceLocation = #_sourceLocation,
+    _ body: () throws -> Void
 ) -> VaultFailure? {
     do {
         try body()
@@ -57,14 +61,20 @@ extension Vault {
     ) throws -> ItemAttributes {
         try addItem(
             .genericPassword,
-            attributes: ItemAttributes(service: service, account: account, accessGroup: accessGroup, accessible: accessible),
+            attributes: ItemAttributes(
+                service: service, account: account, accessGroup: accessGroup, accessible: accessible
+            ),
             secret: secret(s), caller: caller)
     }
 
     /// The secret of the one generic password matching service and account.
-    func readGeneric(service: String, account: String? = nil, caller: Caller = .owner) throws -> [UInt8] {
+    func readGeneric(service: String, account: String? = nil, caller: Caller = .owner) throws
+        -> [UInt8]
+    {
         let found = try copyMatching(
-            ItemQuery(itemClass: .genericPassword, attributes: ItemAttributes(service: service, account: account)),
+            ItemQuery(
+                itemClass: .genericPassword,
+                attributes: ItemAttributes(service: service, account: account)),
             returnData: true, caller: caller)
         #expect(found.count == 1)
         return try #require(plain(found.first?.data))

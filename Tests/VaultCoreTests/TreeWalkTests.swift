@@ -1,6 +1,7 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
+
 @testable import VaultCore
 
 #if canImport(Glibc)
@@ -14,14 +15,19 @@ struct TreeWalkTests {
     private func openFDs(under root: String) -> Int {
         let fds = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
         return fds.filter { fd in
-            guard let target = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/" + fd) else { return false }
+            guard
+                let target = try? FileManager.default.destinationOfSymbolicLink(
+                    atPath: "/proc/self/fd/" + fd)
+            else { return false }
             return target == root || target.hasPrefix(root + "/")
         }.count
     }
 
     /// A chain of `depth` directories `d`, each holding a file `f`; returns the root.
     private func chain(_ depth: Int) throws -> String {
-        let root = FileManager.default.temporaryDirectory.appendingPathComponent("treewalk-\(UUID().uuidString)").path
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "treewalk-\(UUID().uuidString)"
+        ).path
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
         var fd = open(root, O_RDONLY | O_DIRECTORY)
         for _ in 0..<depth {
@@ -63,7 +69,11 @@ struct TreeWalkTests {
         let root = try chain(200)
         defer { try? FileManager.default.removeItem(atPath: root) }
         var count = 0
-        for _ in 0..<5 { TreeWalk.walk(open(root, O_RDONLY | O_DIRECTORY), label: "test") { _, _, _, _ in count += 1 } }
+        for _ in 0..<5 {
+            TreeWalk.walk(open(root, O_RDONLY | O_DIRECTORY), label: "test") { _, _, _, _ in
+                count += 1
+            }
+        }
         #expect(count == 1000)
         #expect(openFDs(under: root) == 0)
     }
@@ -84,7 +94,8 @@ struct TreeWalkTests {
         var mounted = true
         defer { if mounted { umount2(loop, Int32(MNT_DETACH)) } }
         var files = 0
-        TreeWalk.walk(open(root, O_RDONLY | O_DIRECTORY), label: "test", mountID: { _ in nil }) { _, _, _, _ in
+        TreeWalk.walk(open(root, O_RDONLY | O_DIRECTORY), label: "test", mountID: { _ in nil }) {
+            _, _, _, _ in
             files += 1
             // Going round the cycle: break it, so that a failure ends.
             if files == 1000 && mounted {
@@ -120,9 +131,15 @@ struct CachePolicyTests {
 struct OpenFilesTests {
     /// dev_t values as glibc's makedev(3) builds them, split back (a major of 4096 or more
     /// came back with a wrong minor: the major's high bits were kept in it).
-    @Test(arguments: [(8, 1), (253, 0), (4095, 255), (4096, 1), (0x12345, 0xABCDE), (0xFFFF_FFFF, 0xFFFF_FFFF)] as [(UInt64, UInt64)])
+    @Test(
+        arguments: [
+            (8, 1), (253, 0), (4095, 255), (4096, 1), (0x12345, 0xABCDE),
+            (0xFFFF_FFFF, 0xFFFF_FFFF),
+        ] as [(UInt64, UInt64)])
     func devSplitsAsGlibcDoes(major: UInt64, minor: UInt64) {
-        let dev = dev_t(((major & 0xfff) << 8) | ((major & ~0xfff) << 32) | (minor & 0xff) | ((minor & ~0xff) << 12))
+        let dev = dev_t(
+            ((major & 0xfff) << 8) | ((major & ~0xfff) << 32) | (minor & 0xff)
+                | ((minor & ~0xff) << 12))
         let split = OpenFiles.split(dev)
         #expect(UInt64(split.major) == major && UInt64(split.minor) == minor, "\(split)")
     }

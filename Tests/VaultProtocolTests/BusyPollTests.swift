@@ -25,7 +25,8 @@ struct BusyPollTests {
 
     static let manyCPUs = sysconf(Int32(_SC_NPROCESSORS_ONLN)) > 1
 
-    @Test("a poll that finds nothing backs off 1, 2, 4 … 64 receives; one that finds data resets it")
+    @Test(
+        "a poll that finds nothing backs off 1, 2, 4 … 64 receives; one that finds data resets it")
     func backOff() throws {
         let pair = try Pair()
         var p = BusyPoll(windowMicroseconds: 20, limit: .ownOne)

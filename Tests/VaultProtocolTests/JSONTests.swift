@@ -14,7 +14,10 @@ struct JSONTests {
         ]
         let text = value.text
         // Keys are sorted, output is compact.
-        #expect(text == #"{"":{},"a":[1,"x",null,true,{"b":-2.5e10,"c":[]}],"f":false,"z":{"nested":{"deeper":{"deepest":"é😀"}}}}"#)
+        #expect(
+            text
+                == #"{"":{},"a":[1,"x",null,true,{"b":-2.5e10,"c":[]}],"f":false,"z":{"nested":{"deeper":{"deepest":"é😀"}}}}"#
+        )
         let parsed = try JSON.parse(value.serialized())
         #expect(parsed == value)
         #expect(parsed["a"]?.arrayValue?[0].intValue == 1)
@@ -27,8 +30,11 @@ struct JSONTests {
     /// Object keys come out in the order of their UTF-8 bytes: upper case before lower, a
     /// prefix before what extends it, and non-ASCII by code point.
     @Test func keysAreWrittenInByteOrder() throws {
-        let o: JSON = ["b": 1, "\u{E9}": 2, "a": 3, "Z": 4, "ab": 5, "\u{1F600}": 6, "\u{FF}": 7, "": 8]
-        #expect(o.text == #"{"":8,"Z":4,"a":3,"ab":5,"b":1,"\#u{E9}":2,"\#u{FF}":7,"\#u{1F600}":6}"#)
+        let o: JSON = [
+            "b": 1, "\u{E9}": 2, "a": 3, "Z": 4, "ab": 5, "\u{1F600}": 6, "\u{FF}": 7, "": 8,
+        ]
+        #expect(
+            o.text == #"{"":8,"Z":4,"a":3,"ab":5,"b":1,"\#u{E9}":2,"\#u{FF}":7,"\#u{1F600}":6}"#)
         #expect("a".bytesPrecede("ab") && !"ab".bytesPrecede("a") && !"a".bytesPrecede("a"))
         #expect("e\u{301}".bytesPrecede("\u{E9}") && !"\u{E9}".bytesPrecede("e\u{301}"))
     }
@@ -77,14 +83,19 @@ struct JSONTests {
     }
 
     @Test(arguments: [
-        0.1, .leastNonzeroMagnitude, -0.0, 0.0, 1.0, -1.5, 0.30000000000000004, Double.greatestFiniteMagnitude,
-        -Double.greatestFiniteMagnitude, Double.leastNormalMagnitude, -Double.leastNonzeroMagnitude, 1e300, 1e-300,
-        123456789.123456789, 9007199254740993.0, Double(bitPattern: 0x000F_FFFF_FFFF_FFFF),  // 2.2250738585072009e-308, the largest subnormal
+        0.1, .leastNonzeroMagnitude, -0.0, 0.0, 1.0, -1.5, 0.30000000000000004,
+        Double.greatestFiniteMagnitude,
+        -Double.greatestFiniteMagnitude, Double.leastNormalMagnitude, -Double.leastNonzeroMagnitude,
+        1e300, 1e-300,
+        // 2.2250738585072009e-308, the largest subnormal
+        123456789.123456789, 9007199254740993.0, Double(bitPattern: 0x000F_FFFF_FFFF_FFFF),
     ])
     func doublesRoundTripBitExactly(value: Double) throws {
         let wire = JSON(value).serialized()
         let back = try JSON.parse(wire).doubleValue
-        #expect(back?.bitPattern == value.bitPattern, "\(value) came back as \(String(describing: back))")
+        #expect(
+            back?.bitPattern == value.bitPattern,
+            "\(value) came back as \(String(describing: back))")
     }
 
     @Test func negativeZeroKeepsItsSign() throws {
@@ -101,11 +112,14 @@ struct JSONTests {
         "[1,2,]", "{\"a\":1,}", "[,1]", "{,}",  // trailing / leading commas
         "{\"a\":1,\"a\":2}", "{\"a\":{\"b\":1,\"b\":1}}",  // duplicate keys
         "\"a\u{01}b\"", "\"tab\there\"", "\"new\nline\"", "[\"\u{1f}\"]",  // raw control chars
-        "\"\\ud800\"", "\"\\udc00\"", "\"\\ud800\\u0041\"", "\"\\ud800x\"", "\"\\udbff\\ud800\"",  // lone surrogates
-        "{\"a\":", "[1,2", "\"abc", "tru", "fals", "nul", "{\"a\"", "{\"a\" 1}", "[1 2]", "\"\\u12\"", "\"\\",  // truncated
+        // lone surrogates
+        "\"\\ud800\"", "\"\\udc00\"", "\"\\ud800\\u0041\"", "\"\\ud800x\"", "\"\\udbff\\ud800\"",
+        "{\"a\":", "[1,2", "\"abc", "tru", "fals", "nul", "{\"a\"", "{\"a\" 1}", "[1 2]",
+        "\"\\u12\"", "\"\\",  // truncated
         "x{}", "#[]", "\u{feff}{}", "+1", ".5", "[1] [2]", "{} x", "1 2",  // garbage before / after
         "01", "1.", "-", "1e", "1e+", "-01", "NaN", "Infinity", "-Infinity", "0x10",  // numbers
-        "", "   ", "[1]//c", "/*c*/[1]", "'a'", "{a:1}", "{\"a\":1 \"b\":2}", "\"\\x41\"", "\"\\U0041\"",  // misc
+        "", "   ", "[1]//c", "/*c*/[1]", "'a'", "{a:1}", "{\"a\":1 \"b\":2}", "\"\\x41\"",
+        "\"\\U0041\"",  // misc
     ])
     func rejectsInvalidDocuments(text: String) {
         #expect(throws: JSONSyntaxError.self) { try JSON.parse(text) }
@@ -113,7 +127,8 @@ struct JSONTests {
 
     @Test func rejectsRawNULInsideAString() {
         #expect(throws: JSONSyntaxError.self) { try JSON.parse([0x22, 0x61, 0x00, 0x62, 0x22]) }
-        #expect(throws: JSONSyntaxError.self) { try JSON.parse([0x5B, 0x31, 0x5D, 0x00]) }  // NUL after the value
+        // NUL after the value
+        #expect(throws: JSONSyntaxError.self) { try JSON.parse([0x5B, 0x31, 0x5D, 0x00]) }
     }
 
     @Test(arguments: [
@@ -132,7 +147,9 @@ struct JSONTests {
     }
 
     @Test func duplicateKeyErrorNamesTheKeyOffset() throws {
-        let error = try #require(throws: JSONSyntaxError.self) { try JSON.parse("{\"a\":1,\"a\":2}") }
+        let error = try #require(throws: JSONSyntaxError.self) {
+            try JSON.parse("{\"a\":1,\"a\":2}")
+        }
         #expect(error.reason == "duplicate key")
         #expect(error.offset == 7)
     }
@@ -142,7 +159,9 @@ struct JSONTests {
         let close = [UInt8](repeating: UInt8(ascii: "]"), count: 10_000)
         #expect(throws: JSONSyntaxError.self) { try JSON.parse(open) }
         #expect(throws: JSONSyntaxError.self) { try JSON.parse(open + close) }
-        let objects = String(repeating: "{\"a\":", count: 10_000) + "1" + String(repeating: "}", count: 10_000)
+        let objects =
+            String(repeating: "{\"a\":", count: 10_000) + "1"
+            + String(repeating: "}", count: 10_000)
         #expect(throws: JSONSyntaxError.self) { try JSON.parse(objects) }
     }
 
@@ -152,7 +171,10 @@ struct JSONTests {
         let tooDeep = String(repeating: "[", count: n + 1) + String(repeating: "]", count: n + 1)
         var value = try JSON.parse(ok)
         var depth = 0
-        while let inner = value.arrayValue?.first { value = inner; depth += 1 }
+        while let inner = value.arrayValue?.first {
+            value = inner
+            depth += 1
+        }
         #expect(depth == n - 1)
         #expect(throws: JSONSyntaxError.self) { try JSON.parse(tooDeep) }
     }
@@ -171,13 +193,17 @@ struct JSONTests {
     @Test func acceptsSurrogatePairs() throws {
         #expect(try JSON.parse(#""\ud83d\ude00""#) == .string("😀"))
         #expect(try JSON.parse(#""\uD83D\uDE00x""#) == .string("😀x"))
-        #expect(try JSON.parse(#""\udbff\udfff""#).stringValue?.unicodeScalars.first?.value == 0x10FFFF)
+        #expect(
+            try JSON.parse(#""\udbff\udfff""#).stringValue?.unicodeScalars.first?.value == 0x10FFFF)
         #expect(try JSON.parse(#""\u00e9\u20AC""#) == .string("é€"))
     }
 
     @Test func acceptsEverySimpleEscape() throws {
         let parsed = try JSON.parse(#""\"\\\/\b\f\n\r\t""#)
-        #expect(parsed.stringValue.map { Array($0.utf8) } == [0x22, 0x5C, 0x2F, 0x08, 0x0C, 0x0A, 0x0D, 0x09])
+        #expect(
+            parsed.stringValue.map { Array($0.utf8) } == [
+                0x22, 0x5C, 0x2F, 0x08, 0x0C, 0x0A, 0x0D, 0x09,
+            ])
     }
 
     // MARK: writer
@@ -190,7 +216,8 @@ struct JSONTests {
         #expect(!wire.contains { $0 < 0x20 }, "no raw control byte on the wire")
         let back = try JSON.parse(wire)
         #expect(back.stringValue.map { Array($0.utf8) } == Array(s.utf8))
-        #expect(JSON.string("\u{0}\n\u{1f}\"\\\t\r\u{8}").text == #""\u0000\n\u001f\"\\\t\r\u0008""#)
+        #expect(
+            JSON.string("\u{0}\n\u{1f}\"\\\t\r\u{8}").text == #""\u0000\n\u001f\"\\\t\r\u0008""#)
     }
 
     @Test func writerCopiesTheTextBetweenEscapesAndSortsKeys() {
@@ -209,7 +236,8 @@ struct JSONTests {
     }
 
     @Test func unicodeStringsAreNotNormalised() throws {
-        let precomposed = "\u{e9}", decomposed = "e\u{301}"
+        let precomposed = "\u{e9}"
+        let decomposed = "e\u{301}"
         let a = try JSON.parse(JSON.string(precomposed).serialized())
         let b = try JSON.parse(JSON.string(decomposed).serialized())
         #expect(a.stringValue.map { Array($0.utf8) } == [0xC3, 0xA9])
@@ -243,10 +271,14 @@ struct JSONNormalisationTests {
         #expect(parsed.text == "{\"K\":4,\"cafe\u{301}\":2,\"caf\u{E9}\":1,\"\u{212A}\":3}")
         #expect(try JSON.parse(parsed.serialized()) == parsed)
         // A real duplicate is still one.
-        #expect(throws: JSONSyntaxError.self) { try JSON.parse("{\"caf\u{E9}\":1,\"caf\u{E9}\":2}") }
+        #expect(throws: JSONSyntaxError.self) {
+            try JSON.parse("{\"caf\u{E9}\":1,\"caf\u{E9}\":2}")
+        }
         var seen: [String] = []
         try JSON.parseMembers(Array(text.utf8)) { k, _ in seen.append(k) }
-        #expect(seen.map { Array($0.utf8) } == ["caf\u{E9}", "cafe\u{301}", "\u{212A}", "K"].map { Array($0.utf8) })
+        #expect(
+            seen.map { Array($0.utf8) }
+                == ["caf\u{E9}", "cafe\u{301}", "\u{212A}", "K"].map { Array($0.utf8) })
     }
 
     @Test func stringsAndObjectsDifferingOnlyInNormalisationAreNotEqual() {

@@ -51,31 +51,50 @@ struct ReliabilityProtocolTests {
     @Test func declaredParametersComeFromTheInterfaceDescriptions() {
         let t = VarlinkInterfaces.inputParameters
         #expect(t["io.vaultd.Keychain.Add"] == ["class", "attributes", "data"])
-        #expect(t["io.vaultd.Keychain.CopyMatching"] == ["class", "query", "matchLimit", "returnData", "returnAttributes"])
+        #expect(
+            t["io.vaultd.Keychain.CopyMatching"] == [
+                "class", "query", "matchLimit", "returnData", "returnAttributes",
+            ])
         #expect(t["io.vaultd.Preferences.Set"] == ["domain", "key", "value"])
         #expect(t["io.vaultd.Vault.Status"] == [])
         #expect(t["org.varlink.service.GetInterfaceDescription"] == ["interface"])
         // Every method of every interface is in the table.
         for (name, text) in VarlinkInterfaces.all {
-            let methods = text.split(separator: "\n").filter { $0.trimmingCharacters(in: .whitespaces).hasPrefix("method ") }
-            let inTable = t.keys.filter { $0.hasPrefix(name + ".") && !$0.dropFirst(name.count + 1).contains(".") }
-            #expect(methods.count == inTable.count, "\(name): \(methods.count) methods, \(inTable.count) in the table")
+            let methods = text.split(separator: "\n").filter {
+                $0.trimmingCharacters(in: .whitespaces).hasPrefix("method ")
+            }
+            let inTable = t.keys.filter {
+                $0.hasPrefix(name + ".") && !$0.dropFirst(name.count + 1).contains(".")
+            }
+            #expect(
+                methods.count == inTable.count,
+                "\(name): \(methods.count) methods, \(inTable.count) in the table")
         }
     }
 
     @Test func undeclaredParameterIsFound() {
-        let ok = VarlinkCall(method: "io.vaultd.Preferences.Get", parameters: ["domain": "d", "key": "k"])
+        let ok = VarlinkCall(
+            method: "io.vaultd.Preferences.Get", parameters: ["domain": "d", "key": "k"])
         #expect(VarlinkInterfaces.undeclaredParameter(in: ok) == nil)
-        let bad = VarlinkCall(method: "io.vaultd.Preferences.Get", parameters: ["domain": "d", "key": "k", "zzz": 1, "extra": 2])
+        let bad = VarlinkCall(
+            method: "io.vaultd.Preferences.Get",
+            parameters: ["domain": "d", "key": "k", "zzz": 1, "extra": 2])
         #expect(VarlinkInterfaces.undeclaredParameter(in: bad) == "extra")
         // Unknown methods are MethodNotFound's business, not this check's.
-        #expect(VarlinkInterfaces.undeclaredParameter(in: VarlinkCall(method: "io.vaultd.Vault.Nope", parameters: ["x": 1])) == nil)
+        #expect(
+            VarlinkInterfaces.undeclaredParameter(
+                in: VarlinkCall(method: "io.vaultd.Vault.Nope", parameters: ["x": 1])) == nil)
     }
 
     @Test func unknownCallMembersAreRefusedButVendorExtensionsPass() throws {
-        #expect(throws: VaultError.self) { try VarlinkCall(json: try JSON.parse(#"{"method":"a.b.C","bogus":1}"#)) }
-        #expect(throws: VaultError.self) { try VarlinkCall(json: try JSON.parse(#"{"method":"a.b.C","com.example.x":1}"#)) }
-        let c = try VarlinkCall(json: try JSON.parse(#"{"method":"a.b.C","com.example.trace":{"id":7}}"#))
+        #expect(throws: VaultError.self) {
+            try VarlinkCall(json: try JSON.parse(#"{"method":"a.b.C","bogus":1}"#))
+        }
+        #expect(throws: VaultError.self) {
+            try VarlinkCall(json: try JSON.parse(#"{"method":"a.b.C","com.example.x":1}"#))
+        }
+        let c = try VarlinkCall(
+            json: try JSON.parse(#"{"method":"a.b.C","com.example.trace":{"id":7}}"#))
         #expect(c.method == "a.b.C")
     }
 }

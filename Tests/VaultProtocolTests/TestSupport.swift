@@ -4,7 +4,8 @@ import VaultProtocol
 /// Runs `body`, expects it to throw a `VaultError` with `code`, and returns that error.
 @discardableResult
 func expectVaultError(
-    _ code: VaultError.Code, sourceLocation: SourceLocation = #_sourceLocation, _ body: () throws -> Void
+    _ code: VaultError.Code, sourceLocation: SourceLocation = #_sourceLocation,
+    _ body: () throws -> Void
 ) -> VaultError? {
     do {
         try body()

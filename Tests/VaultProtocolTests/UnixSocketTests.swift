@@ -51,7 +51,8 @@ struct UnixSocketTests {
 
     /// The calling thread's id (/proc/thread-self links to <pid>/task/<tid>).
     static func currentThreadID() -> Int32 {
-        let link = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/thread-self")) ?? ""
+        let link =
+            (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/thread-self")) ?? ""
         return link.split(separator: "/").last.flatMap { Int32($0) } ?? -1
     }
 
@@ -65,7 +66,8 @@ struct UnixSocketTests {
 
     @Test func receiveGivesUpWithEAGAINAfterTheReceiveTimeout() throws {
         let (a, b) = try Self.pair()
-        defer { withExtendedLifetime(b) {} }  // the peer stays open: nothing arrives, nothing closes
+        // the peer stays open: nothing arrives, nothing closes
+        defer { withExtendedLifetime(b) {} }
         a.setTimeouts(receive: 0.05, send: 0)
         #expect(a.receiveTimeoutMilliseconds == 50)
         do {
@@ -97,7 +99,9 @@ struct UnixSocketTests {
             // however the threads are scheduled).
             var buffer = [UInt8](repeating: 0, count: 65536)
             while !stop.load(ordering: .relaxed) {
-                _ = buffer.withUnsafeMutableBytes { recv(b.fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
+                _ = buffer.withUnsafeMutableBytes {
+                    recv(b.fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT))
+                }
                 usleep(150_000)
             }
             done.signal()
@@ -136,7 +140,8 @@ struct UnixSocketTests {
         }
         _ = try Self.waitAsleep(tid)
         a.shutdown()
-        #expect(done.wait(timeout: .now() + 10) == .success, "receive never returned after shutdown")
+        #expect(
+            done.wait(timeout: .now() + 10) == .success, "receive never returned after shutdown")
         #expect(got.withLock { $0 } == [])
     }
 

@@ -74,15 +74,21 @@ struct FrameReaderTests {
 @Suite("VarlinkCall and VarlinkReply")
 struct VarlinkMessageTests {
     @Test func missingMethodIsInvalidParameter() throws {
-        let e = expectVaultError(.invalidParameter) { _ = try VarlinkCall(json: try JSON.parse(#"{"parameters":{}}"#)) }
+        let e = expectVaultError(.invalidParameter) {
+            _ = try VarlinkCall(json: try JSON.parse(#"{"parameters":{}}"#))
+        }
         #expect(e?.parameters["parameter"] == "method")
         #expect(e?.name == "org.varlink.service.InvalidParameter")
         #expect(e?.status == nil)
     }
 
-    @Test(arguments: [#"{"method":5}"#, #"{"method":""}"#, #"{"method":null}"#, #"{"method":["a.B"]}"#])
+    @Test(arguments: [
+        #"{"method":5}"#, #"{"method":""}"#, #"{"method":null}"#, #"{"method":["a.B"]}"#,
+    ])
     func methodMustBeANonEmptyString(text: String) throws {
-        let e = expectVaultError(.invalidParameter) { _ = try VarlinkCall(json: try JSON.parse(text)) }
+        let e = expectVaultError(.invalidParameter) {
+            _ = try VarlinkCall(json: try JSON.parse(text))
+        }
         #expect(e?.parameters["parameter"] == "method")
     }
 
@@ -91,7 +97,9 @@ struct VarlinkMessageTests {
         #"{"method":"a.b.C","parameters":5}"#, #"{"method":"a.b.C","parameters":true}"#,
     ])
     func parametersMustBeAnObject(text: String) throws {
-        let e = expectVaultError(.invalidParameter) { _ = try VarlinkCall(json: try JSON.parse(text)) }
+        let e = expectVaultError(.invalidParameter) {
+            _ = try VarlinkCall(json: try JSON.parse(text))
+        }
         #expect(e?.parameters["parameter"] == "parameters")
     }
 
@@ -102,15 +110,22 @@ struct VarlinkMessageTests {
 
     @Test func flagsAreParsed() throws {
         let plain = try VarlinkCall(json: try JSON.parse(#"{"method":"io.vaultd.Vault.Status"}"#))
-        #expect(plain == VarlinkCall(method: "io.vaultd.Vault.Status", parameters: [:], oneway: false, more: false))
+        #expect(
+            plain
+                == VarlinkCall(
+                    method: "io.vaultd.Vault.Status", parameters: [:], oneway: false, more: false))
         #expect(plain.interface == "io.vaultd.Vault")
 
-        let oneway = try VarlinkCall(json: try JSON.parse(#"{"method":"a.b.C","oneway":true,"more":false,"parameters":{"k":"v"}}"#))
+        let oneway = try VarlinkCall(
+            json: try JSON.parse(
+                #"{"method":"a.b.C","oneway":true,"more":false,"parameters":{"k":"v"}}"#))
         #expect(oneway.oneway == true)
         #expect(oneway.more == false)
         #expect(oneway.parameters == ["k": "v"])
 
-        let more = try VarlinkCall(json: try JSON.parse(#"{"method":"io.vaultd.Vault.Observe","more":true,"parameters":null}"#))
+        let more = try VarlinkCall(
+            json: try JSON.parse(
+                #"{"method":"io.vaultd.Vault.Observe","more":true,"parameters":null}"#))
         #expect(more.more == true)
         #expect(more.oneway == false)
         #expect(more.parameters.isEmpty)
@@ -118,11 +133,17 @@ struct VarlinkMessageTests {
     }
 
     @Test func nonBooleanFlagsAreRefused() {
-        let e = expectVaultError(.invalidParameter) { _ = try VarlinkCall(json: try JSON.parse(#"{"method":"a.b.C","oneway":"yes"}"#)) }
+        let e = expectVaultError(.invalidParameter) {
+            _ = try VarlinkCall(json: try JSON.parse(#"{"method":"a.b.C","oneway":"yes"}"#))
+        }
         #expect(e?.parameters["parameter"] == "oneway")
-        let m = expectVaultError(.invalidParameter) { _ = try VarlinkCall(json: try JSON.parse(#"{"method":"a.b.C","more":1}"#)) }
+        let m = expectVaultError(.invalidParameter) {
+            _ = try VarlinkCall(json: try JSON.parse(#"{"method":"a.b.C","more":1}"#))
+        }
         #expect(m?.parameters["parameter"] == "more")
-        let u = expectVaultError(.invalidParameter) { _ = try VarlinkCall(json: try JSON.parse(#"{"method":"a.b.C","upgrade":"yes"}"#)) }
+        let u = expectVaultError(.invalidParameter) {
+            _ = try VarlinkCall(json: try JSON.parse(#"{"method":"a.b.C","upgrade":"yes"}"#))
+        }
         #expect(u?.parameters["parameter"] == "upgrade")
     }
 
@@ -135,7 +156,9 @@ struct VarlinkMessageTests {
     }
 
     @Test func callJSONRoundTrips() throws {
-        let call = VarlinkCall(method: "io.vaultd.Keychain.Add", parameters: ["class": "genericPassword", "n": 5], oneway: true, more: true)
+        let call = VarlinkCall(
+            method: "io.vaultd.Keychain.Add", parameters: ["class": "genericPassword", "n": 5],
+            oneway: true, more: true)
         #expect(try VarlinkCall(json: try JSON.parse(call.json.serialized())) == call)
         #expect(VarlinkCall(method: "a.b.C").json.text == #"{"method":"a.b.C"}"#)
     }
@@ -143,7 +166,10 @@ struct VarlinkMessageTests {
     @Test func errorReplyRoundTripsWithStatus() throws {
         let reply = VarlinkReply(error: VaultError(.itemNotFound, "no item matches the query"))
         let text = reply.json.text
-        #expect(text == #"{"error":"io.vaultd.Keychain.ItemNotFound","parameters":{"message":"no item matches the query","status":-25300}}"#)
+        #expect(
+            text
+                == #"{"error":"io.vaultd.Keychain.ItemNotFound","parameters":{"message":"no item matches the query","status":-25300}}"#
+        )
         let back = try VarlinkReply(json: try JSON.parse(text))
         let e = try #require(back.vaultError)
         #expect(e.code == .itemNotFound)
@@ -156,14 +182,21 @@ struct VarlinkMessageTests {
     /// message rides in the reply's vendor extension and comes back into the error's parameters.
     @Test func serviceErrorCarriesOnlyItsDeclaredParameters() throws {
         let invalid = VarlinkReply(error: .invalidParameter("domain", "must be a string")).json.text
-        #expect(invalid == #"{"error":"org.varlink.service.InvalidParameter","io.vaultd":{"message":"invalid parameter 'domain': must be a string"},"parameters":{"parameter":"domain"}}"#)
+        #expect(
+            invalid
+                == #"{"error":"org.varlink.service.InvalidParameter","io.vaultd":{"message":"invalid parameter 'domain': must be a string"},"parameters":{"parameter":"domain"}}"#
+        )
         let e = try #require(try VarlinkReply(json: try JSON.parse(invalid)).vaultError)
         #expect(e.code == .invalidParameter && e.parameters["parameter"] == "domain")
         #expect(e.message == "invalid parameter 'domain': must be a string")
 
         let more = VarlinkReply(error: VaultError(.expectedMore, "call it with more")).json.text
-        #expect(more == #"{"error":"org.varlink.service.ExpectedMore","io.vaultd":{"message":"call it with more"},"parameters":{}}"#)
-        #expect(try VarlinkReply(json: try JSON.parse(more)).vaultError?.message == "call it with more")
+        #expect(
+            more
+                == #"{"error":"org.varlink.service.ExpectedMore","io.vaultd":{"message":"call it with more"},"parameters":{}}"#
+        )
+        #expect(
+            try VarlinkReply(json: try JSON.parse(more)).vaultError?.message == "call it with more")
     }
 
     @Test func continuingReplyRoundTrips() throws {

@@ -54,7 +54,9 @@ import VaultProtocol
             #expect(e.name == name, "\(code)")
             #expect(e.status == status, "\(code)")
             #expect(e.message == "what went wrong")
-            #expect(VarlinkInterfaces.errorParameters[e.name] != nil, "\(code) is sent as \(e.name), which no interface declares")
+            #expect(
+                VarlinkInterfaces.errorParameters[e.name] != nil,
+                "\(code) is sent as \(e.name), which no interface declares")
         }
     }
 
@@ -62,13 +64,19 @@ import VaultProtocol
     /// error does not declare is never sent (a client checking replies against the IDL would
     /// refuse it).
     @Test func detailsBecomeTheDeclaredParameters() throws {
-        let damaged = DamagedItem(id: 3, uuid: [0x0a, 0x1b], itemClass: "genericPassword", accessGroup: "user", part: .attributes)
+        let damaged = DamagedItem(
+            id: 3, uuid: [0x0a, 0x1b], itemClass: "genericPassword", accessGroup: "user",
+            part: .attributes)
         let all = VaultFailure.Details(
-            retryAfter: 2.5, limit: 4096, size: 5000, domain: "com.example.d", key: "Volume", appID: "org.example.A", parameter: "key", damaged: [damaged])
+            retryAfter: 2.5, limit: 4096, size: 5000, domain: "com.example.d", key: "Volume",
+            appID: "org.example.A", parameter: "key", damaged: [damaged])
         let cases: [(VaultFailure.Code, JSONObject)] = [
             (.rateLimited, ["retryAfter": JSON(2.5)]),
             (.quotaExceeded, ["limit": JSON(4096), "size": JSON(5000), "appID": "org.example.A"]),
-            (.domainTooLarge, ["limit": JSON(4096), "size": JSON(5000), "domain": "com.example.d"]),
+            (
+                .domainTooLarge,
+                ["limit": JSON(4096), "size": JSON(5000), "domain": "com.example.d"]
+            ),
             (.secretTooLarge, ["limit": JSON(4096)]),
             (.replyTooLarge, ["limit": JSON(4096), "size": JSON(5000)]),
             (.readOnlyDomain, ["domain": "com.example.d"]),
@@ -85,7 +93,9 @@ import VaultProtocol
             if let s = e.code.status { expected["status"] = JSON(Int(s)) }
             #expect(e.parameters == expected, "\(code)")
             let declared = try #require(VarlinkInterfaces.errorParameters[e.name])
-            #expect(Set(e.parameters.keys).subtracting(["message", "status"]).isSubset(of: declared), "\(code)")
+            #expect(
+                Set(e.parameters.keys).subtracting(["message", "status"]).isSubset(of: declared),
+                "\(code)")
         }
     }
 

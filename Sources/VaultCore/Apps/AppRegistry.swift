@@ -49,7 +49,9 @@ public struct AppRecord: Sendable, Equatable {
     }
 
     public var caller: Caller {
-        Caller(appID: appID, accessGroups: keychainAccessGroups, appGroups: appGroups, generation: generation)
+        Caller(
+            appID: appID, accessGroups: keychainAccessGroups, appGroups: appGroups,
+            generation: generation)
     }
 
     /// Validates a reverse-DNS app ID: two or more dot-separated components of letters,
@@ -61,23 +63,32 @@ public struct AppRecord: Sendable, Equatable {
     /// its uninstall would delete the members' suite. Throws `VaultFailure` InvalidAppID.
     public static func validate(appID: String) throws {
         if appID.hasPrefix("group.") {
-            throw VaultFailure(.invalidAppID, "'\(appID)' names an app group (group.*), not an app; app IDs must not start with 'group.'")
+            throw VaultFailure(
+                .invalidAppID,
+                "'\(appID)' names an app group (group.*), not an app; app IDs must not start with 'group.'"
+            )
         }
         let parts = appID.split(separator: ".", omittingEmptySubsequences: false)
         let ok =
             appID.utf8.count <= 255 && parts.count >= 2
             && parts.allSatisfy { p in
-                !p.isEmpty && p.unicodeScalars.allSatisfy { $0.isASCII && (CharacterSet.alphanumerics.contains($0) || $0 == "_" || $0 == "-") }
+                !p.isEmpty
+                    && p.unicodeScalars.allSatisfy {
+                        $0.isASCII
+                            && (CharacterSet.alphanumerics.contains($0) || $0 == "_" || $0 == "-")
+                    }
             }
             && !(parts[0].first?.isNumber ?? true)
         guard ok else {
-            throw VaultFailure(.invalidAppID, "'\(appID)' is not a reverse-DNS app ID (e.g. org.example.App)")
+            throw VaultFailure(
+                .invalidAppID, "'\(appID)' is not a reverse-DNS app ID (e.g. org.example.App)")
         }
     }
 
     /// Whether an access group name is 1...255 bytes without control characters.
     static func isValid(group: String) -> Bool {
-        !group.isEmpty && group.utf8.count <= 255 && !group.unicodeScalars.contains(where: { $0.value < 0x20 })
+        !group.isEmpty && group.utf8.count <= 255
+            && !group.unicodeScalars.contains(where: { $0.value < 0x20 })
     }
 }
 
@@ -89,15 +100,21 @@ struct AppRegistry {
         "app_id, executable, flatpak, access_groups, app_groups, keep_credentials, installed, generation, installed_at, launched_generation, executable_missing, unreported_launch_wipe, missing_since"
 
     private static func record(_ r: Row) -> AppRecord? {
-        guard let id = r[0].text, let groups = r[3].text, let appGroups = r[4].text, let gen = r[7].text else { return nil }
+        guard let id = r[0].text, let groups = r[3].text, let appGroups = r[4].text,
+            let gen = r[7].text
+        else { return nil }
         func list(_ s: String) -> [String] {
             (try? JSON.parse(s))?.arrayValue?.compactMap(\.stringValue) ?? []
         }
         return AppRecord(
-            appID: id, executable: r[1].text, flatpak: r[2].int64 == 1, accessGroups: list(groups), appGroups: list(appGroups),
-            keepCredentialsOnReinstall: r[5].int64 == 1, installed: r[6].int64 == 1, generation: gen,
-            installedAt: Date(timeIntervalSince1970: r[8].real ?? 0), launchedGeneration: r[9].text, executableMissing: r[10].int64 == 1,
-            unreportedLaunchWipe: r[11].int64.map { Int($0) }, missingSince: r[12].real.map { Date(timeIntervalSince1970: $0) })
+            appID: id, executable: r[1].text, flatpak: r[2].int64 == 1, accessGroups: list(groups),
+            appGroups: list(appGroups),
+            keepCredentialsOnReinstall: r[5].int64 == 1, installed: r[6].int64 == 1,
+            generation: gen,
+            installedAt: Date(timeIntervalSince1970: r[8].real ?? 0), launchedGeneration: r[9].text,
+            executableMissing: r[10].int64 == 1,
+            unreportedLaunchWipe: r[11].int64.map { Int($0) },
+            missingSince: r[12].real.map { Date(timeIntervalSince1970: $0) })
     }
 
     func all(in db: Database) throws -> [AppRecord] {
@@ -105,7 +122,8 @@ struct AppRegistry {
     }
 
     func find(_ appID: String, in db: Database) throws -> AppRecord? {
-        try db.row("SELECT \(Self.columns) FROM apps WHERE app_id = ?", [.text(appID)]).flatMap(Self.record)
+        try db.row("SELECT \(Self.columns) FROM apps WHERE app_id = ?", [.text(appID)]).flatMap(
+            Self.record)
     }
 
     /// How many apps are registered by Flatpak ID (installed or not): the registrations a
@@ -116,7 +134,9 @@ struct AppRegistry {
 
     /// Records `a`'s current generation as one of its installs (`app_generations`).
     func recordGeneration(of a: AppRecord, in db: Database) throws {
-        try db.run("INSERT OR IGNORE INTO app_generations (generation, app_id) VALUES (?, ?)", [.text(a.generation), .text(a.appID)])
+        try db.run(
+            "INSERT OR IGNORE INTO app_generations (generation, app_id) VALUES (?, ?)",
+            [.text(a.generation), .text(a.appID)])
     }
 
     func save(_ a: AppRecord, in db: Database) throws {
@@ -124,10 +144,15 @@ struct AppRegistry {
         try db.run(
             "INSERT OR REPLACE INTO apps (\(Self.columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
-                .text(a.appID), a.executable.map { .text($0) } ?? .null, .integer(a.flatpak ? 1 : 0), list(a.accessGroups),
-                list(a.appGroups), .integer(a.keepCredentialsOnReinstall ? 1 : 0), .integer(a.installed ? 1 : 0),
-                .text(a.generation), .real(a.installedAt.timeIntervalSince1970), a.launchedGeneration.map { .text($0) } ?? .null, .integer(a.executableMissing ? 1 : 0),
-                a.unreportedLaunchWipe.map { .integer(Int64($0)) } ?? .null, a.missingSince.map { .real($0.timeIntervalSince1970) } ?? .null,
+                .text(a.appID), a.executable.map { .text($0) } ?? .null,
+                .integer(a.flatpak ? 1 : 0), list(a.accessGroups),
+                list(a.appGroups), .integer(a.keepCredentialsOnReinstall ? 1 : 0),
+                .integer(a.installed ? 1 : 0),
+                .text(a.generation), .real(a.installedAt.timeIntervalSince1970),
+                a.launchedGeneration.map { .text($0) } ?? .null,
+                .integer(a.executableMissing ? 1 : 0),
+                a.unreportedLaunchWipe.map { .integer(Int64($0)) } ?? .null,
+                a.missingSince.map { .real($0.timeIntervalSince1970) } ?? .null,
             ])
     }
 
@@ -144,7 +169,8 @@ struct AppRegistry {
         // Byte for byte (`containsBytes`): a `Set` of strings would keep one of two
         // canonically equivalent groups (`é`, `e` + U+0301), which are two groups in the store.
         var shared: [String] = []
-        for g in everyOther.filter(\.installed).flatMap(\.keychainAccessGroups) where !shared.containsBytes(g) { shared.append(g) }
+        for g in everyOther.filter(\.installed).flatMap(\.keychainAccessGroups)
+        where !shared.containsBytes(g) { shared.append(g) }
         let groups = app.keychainAccessGroups.filter { !shared.containsBytes($0) }
         let keep = [app.generation] + everyOther.map(\.generation)
         // One SQL text whatever the lists hold (JSON arrays through json_each): a text per

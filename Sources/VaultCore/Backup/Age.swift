@@ -69,14 +69,18 @@ public enum Age {
 
     /// The X25519 public key of an `age1…` recipient. Throws Param when it is not one.
     public static func parseRecipient(_ text: String) throws -> [UInt8] {
-        guard let (hrp, data) = Bech32.decode(Array(text.utf8)), hrp == "age", data.count == 32, text == text.lowercased() else {
+        guard let (hrp, data) = Bech32.decode(Array(text.utf8)), hrp == "age", data.count == 32,
+            text == text.lowercased()
+        else {
             throw VaultFailure.param("'\(text.prefix(80))' is not an age X25519 recipient (age1…)")
         }
         return data
     }
 
     /// The `age1…` text of an X25519 public key.
-    public static func recipientText(_ publicKey: [UInt8]) -> String { Bech32.encode(hrp: "age", publicKey) }
+    public static func recipientText(_ publicKey: [UInt8]) -> String {
+        Bech32.encode(hrp: "age", publicKey)
+    }
 
     /// The X25519 secret keys in an identity file's text (as `age-keygen` writes it: lines
     /// of `AGE-SECRET-KEY-1…`, comments starting with `#`, blank lines). Throws Param when a
@@ -95,15 +99,21 @@ public enum Age {
                 if line.last == 0x0D { line.removeLast() }
                 start = end + 1
                 if line.isEmpty || line.first == UInt8(ascii: "#") { continue }
-                guard var (hrp, data) = Bech32.decode(line), hrp == "age-secret-key-", data.count == 32 else {
-                    throw VaultFailure.param("line \(lineNumber) of the identity file is not an age identity (AGE-SECRET-KEY-1…)")
+                guard var (hrp, data) = Bech32.decode(line), hrp == "age-secret-key-",
+                    data.count == 32
+                else {
+                    throw VaultFailure.param(
+                        "line \(lineNumber) of the identity file is not an age identity (AGE-SECRET-KEY-1…)"
+                    )
                 }
                 keys.append(SecureBytes(copying: data))
                 data.wipe()
                 hrp = ""
             }
         }
-        guard !keys.isEmpty else { throw VaultFailure.param("the identity file holds no age identity (AGE-SECRET-KEY-1…)") }
+        guard !keys.isEmpty else {
+            throw VaultFailure.param("the identity file holds no age identity (AGE-SECRET-KEY-1…)")
+        }
         return keys
     }
 
@@ -140,11 +150,14 @@ public enum Age {
     /// `plaintext` encrypted to `recipients` as an age v1 file. Throws Param for a set of
     /// recipients age refuses (none, or a passphrase beside another recipient), and
     /// InternalError when scrypt cannot allocate its memory.
-    public static func encrypt(_ plaintext: SecureBytes, to recipients: [Recipient]) throws -> [UInt8] {
+    public static func encrypt(_ plaintext: SecureBytes, to recipients: [Recipient]) throws
+        -> [UInt8]
+    {
         guard !recipients.isEmpty else { throw VaultFailure.param("no recipient to encrypt to") }
         let hasPassphrase = recipients.contains { if case .passphrase = $0 { true } else { false } }
         if hasPassphrase && recipients.count > 1 {
-            throw VaultFailure.param("a passphrase must be a file's only recipient (as age requires)")
+            throw VaultFailure.param(
+                "a passphrase must be a file's only recipient (as age requires)")
         }
         let fileKey = SecureBytes.random(count: fileKeyLength)
         var header = intro
@@ -163,13 +176,17 @@ public enum Age {
         }
         header += Array("---".utf8)
         let macKey = AgePrimitives.hkdf(ikm: fileKey, salt: [], info: "header")
-        let mac = header.withUnsafeBytes { h in macKey.withUnsafeBytes { Sodium.hmacSHA256(key: $0, [h]) } }
+        let mac = header.withUnsafeBytes { h in
+            macKey.withUnsafeBytes { Sodium.hmacSHA256(key: $0, [h]) }
+        }
         header += Array((" " + base64(mac.withUnsafeBytes { Array($0) }) + "\n").utf8)
 
         let nonce = Sodium.randomBytes(16)
         let payloadKey = AgePrimitives.hkdf(ikm: fileKey, salt: nonce, info: "payload")
         let chunks = max(1, (plaintext.count + chunkSize - 1) / chunkSize)
-        var out = [UInt8](repeating: 0, count: header.count + 16 + plaintext.count + chunks * AgePrimitives.aeadTagLength)
+        var out = [UInt8](
+            repeating: 0,
+            count: header.count + 16 + plaintext.count + chunks * AgePrimitives.aeadTagLength)
         out.withUnsafeMutableBytes { o in
             o.baseAddress!.copyMemory(from: header, byteCount: header.count)
             (o.baseAddress! + header.count).copyMemory(from: nonce, byteCount: 16)
@@ -177,8 +194,11 @@ public enum Age {
             plaintext.withUnsafeBytes { p in
                 for c in 0..<chunks {
                     let from = c * chunkSize
-                    let chunk = UnsafeRawBufferPointer(rebasing: p[from..<min(p.count, from + chunkSize)])
-                    AgePrimitives.seal(chunk, key: payloadKey, nonce: chunkNonce(UInt64(c), last: c == chunks - 1), into: o.baseAddress! + at)
+                    let chunk = UnsafeRawBufferPointer(
+                        rebasing: p[from..<min(p.count, from + chunkSize)])
+                    AgePrimitives.seal(
+                        chunk, key: payloadKey, nonce: chunkNonce(UInt64(c), last: c == chunks - 1),
+                        into: o.baseAddress! + at)
                     at += chunk.count + AgePrimitives.aeadTagLength
                 }
             }
@@ -186,22 +206,34 @@ public enum Age {
         return out
     }
 
-    private static func stanza(wrapping fileKey: SecureBytes, for r: Recipient) throws -> (String, [String], [UInt8]) {
+    private static func stanza(wrapping fileKey: SecureBytes, for r: Recipient) throws -> (
+        String, [String], [UInt8]
+    ) {
         switch r {
         case .passphrase(let passphrase, let workFactor):
             precondition(workFactor > 0 && workFactor < 64)
             let salt = Sodium.randomBytes(16)
-            let key = try AgePrimitives.scrypt(passphrase: passphrase, salt: Array("age-encryption.org/v1/scrypt".utf8) + salt, logN: workFactor)
-            return ("scrypt", [base64(salt), String(workFactor)], AgePrimitives.seal(fileKey, key: key, nonce: zeroNonce))
+            let key = try AgePrimitives.scrypt(
+                passphrase: passphrase, salt: Array("age-encryption.org/v1/scrypt".utf8) + salt,
+                logN: workFactor)
+            return (
+                "scrypt", [base64(salt), String(workFactor)],
+                AgePrimitives.seal(fileKey, key: key, nonce: zeroNonce)
+            )
         case .x25519(let recipient):
-            guard recipient.count == 32 else { throw VaultFailure.param("an X25519 recipient is 32 bytes") }
+            guard recipient.count == 32 else {
+                throw VaultFailure.param("an X25519 recipient is 32 bytes")
+            }
             let ephemeral = SecureBytes.random(count: 32)
             let share = AgePrimitives.x25519Public(of: ephemeral)
             guard let shared = AgePrimitives.x25519(ephemeral, recipient) else {
                 throw VaultFailure.param("the X25519 recipient is a low-order point")
             }
-            let key = AgePrimitives.hkdf(ikm: shared, salt: share + recipient, info: "age-encryption.org/v1/X25519")
-            return ("X25519", [base64(share)], AgePrimitives.seal(fileKey, key: key, nonce: zeroNonce))
+            let key = AgePrimitives.hkdf(
+                ikm: shared, salt: share + recipient, info: "age-encryption.org/v1/X25519")
+            return (
+                "X25519", [base64(share)], AgePrimitives.seal(fileKey, key: key, nonce: zeroNonce)
+            )
         }
     }
 
@@ -224,20 +256,30 @@ public enum Age {
     }
 
     /// The header's stanzas, the bytes its MAC covers, its MAC, and where the payload starts.
-    static func parseHeader(_ file: [UInt8]) throws -> (stanzas: [Stanza], macked: Int, mac: [UInt8], payload: Int) {
-        func malformed(_ why: String) -> Failure { Failure(.malformed, "not an age file, or its header is damaged: \(why)") }
+    static func parseHeader(_ file: [UInt8]) throws -> (
+        stanzas: [Stanza], macked: Int, mac: [UInt8], payload: Int
+    ) {
+        func malformed(_ why: String) -> Failure {
+            Failure(.malformed, "not an age file, or its header is damaged: \(why)")
+        }
         guard file.count >= intro.count, Array(file[..<intro.count]) == intro else {
-            throw Failure(.malformed, "not an age v1 file (it does not start with age-encryption.org/v1)")
+            throw Failure(
+                .malformed, "not an age v1 file (it does not start with age-encryption.org/v1)")
         }
         var at = intro.count
         /// The next line without its LF; throws when there is none within the header's limit.
         func line() throws -> Substring {
             let limit = min(file.count, maximumHeaderSize)
             guard at < limit, let nl = file[at..<limit].firstIndex(of: 0x0A) else {
-                throw malformed(file.count > maximumHeaderSize ? "the header is over \(maximumHeaderSize) bytes" : "it ends inside the header")
+                throw malformed(
+                    file.count > maximumHeaderSize
+                        ? "the header is over \(maximumHeaderSize) bytes"
+                        : "it ends inside the header")
             }
             let bytes = file[at..<nl]
-            guard bytes.allSatisfy({ $0 >= 0x20 && $0 <= 0x7E }) else { throw malformed("a header line holds a byte that is not printable ASCII") }
+            guard bytes.allSatisfy({ $0 >= 0x20 && $0 <= 0x7E }) else {
+                throw malformed("a header line holds a byte that is not printable ASCII")
+            }
             at = nl + 1
             return Substring(String(decoding: bytes, as: UTF8.self))
         }
@@ -246,29 +288,42 @@ public enum Age {
             let lineStart = at
             let l = try line()
             if l.hasPrefix("---") {
-                guard l.hasPrefix("--- "), let mac = unbase64(l.dropFirst(4)), mac.count == 32 else { throw malformed("a bad MAC line") }
+                guard l.hasPrefix("--- "), let mac = unbase64(l.dropFirst(4)), mac.count == 32
+                else { throw malformed("a bad MAC line") }
                 return (stanzas, lineStart + 3, mac, at)
             }
-            guard l.hasPrefix("-> ") else { throw malformed("a line that is neither a stanza nor the MAC") }
+            guard l.hasPrefix("-> ") else {
+                throw malformed("a line that is neither a stanza nor the MAC")
+            }
             let args = l.dropFirst(3).split(separator: " ", omittingEmptySubsequences: false)
-            guard !args.isEmpty, args.allSatisfy({ !$0.isEmpty }) else { throw malformed("a stanza with an empty argument") }
-            guard stanzas.count < maximumStanzas else { throw malformed("more than \(maximumStanzas) stanzas") }
+            guard !args.isEmpty, args.allSatisfy({ !$0.isEmpty }) else {
+                throw malformed("a stanza with an empty argument")
+            }
+            guard stanzas.count < maximumStanzas else {
+                throw malformed("more than \(maximumStanzas) stanzas")
+            }
             var body: [UInt8] = []
             while true {
                 let b = try line()
-                guard b.count <= 64, let decoded = unbase64(b) else { throw malformed("a stanza body line that is not canonical base64 of at most 64 columns") }
+                guard b.count <= 64, let decoded = unbase64(b) else {
+                    throw malformed(
+                        "a stanza body line that is not canonical base64 of at most 64 columns")
+                }
                 body += decoded
                 if b.count < 64 { break }
             }
-            stanzas.append(Stanza(type: String(args[0]), args: args.dropFirst().map(String.init), body: body))
+            stanzas.append(
+                Stanza(type: String(args[0]), args: args.dropFirst().map(String.init), body: body))
         }
     }
 
     /// The file key one of `identities` unwraps from `stanzas`, or a Failure.
-    private static func unwrap(_ stanzas: [Stanza], _ identities: [Identity]) throws -> SecureBytes {
+    private static func unwrap(_ stanzas: [Stanza], _ identities: [Identity]) throws -> SecureBytes
+    {
         let scrypt = stanzas.filter { $0.type == "scrypt" }
         if !scrypt.isEmpty && stanzas.count > 1 {
-            throw Failure(.malformed, "the file's header is damaged: a scrypt stanza must be its only one")
+            throw Failure(
+                .malformed, "the file's header is damaged: a scrypt stanza must be its only one")
         }
         var sawPassphraseFile = false
         for identity in identities {
@@ -276,63 +331,104 @@ public enum Age {
                 switch (identity, s.type) {
                 case (.passphrase(let passphrase, let maximum), "scrypt"):
                     sawPassphraseFile = true
-                    guard s.args.count == 2, let salt = unbase64(Substring(s.args[0])), salt.count == 16,
-                        let logN = Int(s.args[1]), String(logN) == s.args[1], logN > 0, logN < 64, s.body.count == 32
-                    else { throw Failure(.malformed, "the file's header is damaged: a bad scrypt stanza") }
+                    guard s.args.count == 2, let salt = unbase64(Substring(s.args[0])),
+                        salt.count == 16,
+                        let logN = Int(s.args[1]), String(logN) == s.args[1], logN > 0, logN < 64,
+                        s.body.count == 32
+                    else {
+                        throw Failure(
+                            .malformed, "the file's header is damaged: a bad scrypt stanza")
+                    }
                     guard logN <= maximum else {
                         throw Failure(
                             .workFactorTooLarge,
-                            "the file's scrypt work factor is \(logN) (\(1 << (logN - 10)) MiB); at most \(maximum) is accepted")
+                            "the file's scrypt work factor is \(logN) (\(1 << (logN - 10)) MiB); at most \(maximum) is accepted"
+                        )
                     }
-                    let key = try AgePrimitives.scrypt(passphrase: passphrase, salt: Array("age-encryption.org/v1/scrypt".utf8) + salt, logN: logN)
-                    if let fileKey = AgePrimitives.open(s.body, key: key, nonce: zeroNonce) { return fileKey }
+                    let key = try AgePrimitives.scrypt(
+                        passphrase: passphrase,
+                        salt: Array("age-encryption.org/v1/scrypt".utf8) + salt, logN: logN)
+                    if let fileKey = AgePrimitives.open(s.body, key: key, nonce: zeroNonce) {
+                        return fileKey
+                    }
                 case (.x25519(let secret), "X25519"):
-                    guard s.args.count == 1, let share = unbase64(Substring(s.args[0])), share.count == 32, s.body.count == 32 else {
-                        throw Failure(.malformed, "the file's header is damaged: a bad X25519 stanza")
+                    guard s.args.count == 1, let share = unbase64(Substring(s.args[0])),
+                        share.count == 32, s.body.count == 32
+                    else {
+                        throw Failure(
+                            .malformed, "the file's header is damaged: a bad X25519 stanza")
                     }
                     guard let shared = AgePrimitives.x25519(secret, share) else {
-                        throw Failure(.malformed, "the file's header is damaged: an X25519 share of low order")
+                        throw Failure(
+                            .malformed, "the file's header is damaged: an X25519 share of low order"
+                        )
                     }
-                    let key = AgePrimitives.hkdf(ikm: shared, salt: share + AgePrimitives.x25519Public(of: secret), info: "age-encryption.org/v1/X25519")
-                    if let fileKey = AgePrimitives.open(s.body, key: key, nonce: zeroNonce) { return fileKey }
+                    let key = AgePrimitives.hkdf(
+                        ikm: shared, salt: share + AgePrimitives.x25519Public(of: secret),
+                        info: "age-encryption.org/v1/X25519")
+                    if let fileKey = AgePrimitives.open(s.body, key: key, nonce: zeroNonce) {
+                        return fileKey
+                    }
                 default:
                     continue
                 }
             }
         }
-        if sawPassphraseFile { throw Failure(.noMatch, "the passphrase does not open this file (wrong passphrase)") }
-        if !scrypt.isEmpty { throw Failure(.noMatch, "this file is encrypted with a passphrase, not to a key") }
-        throw Failure(.noMatch, "no identity given opens this file (it was encrypted to another key, or with a passphrase)")
+        if sawPassphraseFile {
+            throw Failure(.noMatch, "the passphrase does not open this file (wrong passphrase)")
+        }
+        if !scrypt.isEmpty {
+            throw Failure(.noMatch, "this file is encrypted with a passphrase, not to a key")
+        }
+        throw Failure(
+            .noMatch,
+            "no identity given opens this file (it was encrypted to another key, or with a passphrase)"
+        )
     }
 
     /// Opens an age v1 file with the first of `identities` that unwraps its file key, checks
     /// its header MAC and every payload chunk, and returns the plaintext in secure memory.
     /// `maximumSize`: the plaintext may be at most this many bytes (refused unread beyond).
     /// Throws `Failure`, or InternalError when scrypt cannot allocate its memory.
-    public static func decrypt(_ file: [UInt8], with identities: [Identity], maximumSize: Int = Int.max) throws -> SecureBytes {
+    public static func decrypt(
+        _ file: [UInt8], with identities: [Identity], maximumSize: Int = Int.max
+    ) throws -> SecureBytes {
         let (stanzas, macked, mac, payloadStart) = try parseHeader(file)
         let fileKey = try unwrap(stanzas, identities)
         let macKey = AgePrimitives.hkdf(ikm: fileKey, salt: [], info: "header")
         let expected = file.withUnsafeBytes { f in
-            macKey.withUnsafeBytes { Sodium.hmacSHA256(key: $0, [UnsafeRawBufferPointer(rebasing: f[..<macked])]) }
+            macKey.withUnsafeBytes {
+                Sodium.hmacSHA256(key: $0, [UnsafeRawBufferPointer(rebasing: f[..<macked])])
+            }
         }
-        let macOK = expected.withUnsafeBytes { e in mac.withUnsafeBytes { AgePrimitives.equal(e, $0) } }
-        guard macOK else { throw Failure(.altered, "the file's header does not authenticate: the file was altered") }
+        let macOK = expected.withUnsafeBytes { e in
+            mac.withUnsafeBytes { AgePrimitives.equal(e, $0) }
+        }
+        guard macOK else {
+            throw Failure(.altered, "the file's header does not authenticate: the file was altered")
+        }
 
         let sealedChunk = chunkSize + AgePrimitives.aeadTagLength
         guard file.count - payloadStart >= 16 + AgePrimitives.aeadTagLength else {
-            throw Failure(.truncated, "the file is truncated: its payload ends before its first chunk")
+            throw Failure(
+                .truncated, "the file is truncated: its payload ends before its first chunk")
         }
         let nonce = Array(file[payloadStart..<(payloadStart + 16)])
         let sealed = file.count - payloadStart - 16
         let chunks = (sealed + sealedChunk - 1) / sealedChunk
         // Only a file's one chunk may be empty; a last chunk shorter than a tag was cut.
-        guard sealed % sealedChunk == 0 || sealed % sealedChunk > AgePrimitives.aeadTagLength || chunks == 1 else {
-            throw Failure(.truncated, "the file is truncated, or its payload ends in an empty chunk")
+        guard
+            sealed % sealedChunk == 0 || sealed % sealedChunk > AgePrimitives.aeadTagLength
+                || chunks == 1
+        else {
+            throw Failure(
+                .truncated, "the file is truncated, or its payload ends in an empty chunk")
         }
         let plainSize = sealed - chunks * AgePrimitives.aeadTagLength
         guard plainSize <= maximumSize else {
-            throw Failure(.malformed, "the file holds \(plainSize) bytes; at most \(maximumSize) are accepted")
+            throw Failure(
+                .malformed, "the file holds \(plainSize) bytes; at most \(maximumSize) are accepted"
+            )
         }
         let payloadKey = AgePrimitives.hkdf(ikm: fileKey, salt: nonce, info: "payload")
         let out = SecureBytes(count: plainSize)
@@ -342,14 +438,28 @@ public enum Age {
                 for c in 0..<chunks {
                     let length = min(sealedChunk, file.count - at)
                     let box = UnsafeRawBufferPointer(rebasing: f[at..<(at + length)])
-                    let into = o.baseAddress.map { $0 + c * chunkSize } ?? UnsafeMutableRawPointer(mutating: f.baseAddress!)
+                    let into =
+                        o.baseAddress.map { $0 + c * chunkSize }
+                        ?? UnsafeMutableRawPointer(mutating: f.baseAddress!)
                     let last = c == chunks - 1
-                    guard AgePrimitives.open(box, key: payloadKey, nonce: chunkNonce(UInt64(c), last: last), into: into) else {
+                    guard
+                        AgePrimitives.open(
+                            box, key: payloadKey, nonce: chunkNonce(UInt64(c), last: last),
+                            into: into)
+                    else {
                         // A full final chunk that is not flagged last: the rest was cut off.
-                        if last && length == sealedChunk && AgePrimitives.open(box, key: payloadKey, nonce: chunkNonce(UInt64(c), last: false), into: into) {
-                            throw Failure(.truncated, "the file is truncated: it ends before its last chunk")
+                        if last && length == sealedChunk
+                            && AgePrimitives.open(
+                                box, key: payloadKey, nonce: chunkNonce(UInt64(c), last: false),
+                                into: into)
+                        {
+                            throw Failure(
+                                .truncated, "the file is truncated: it ends before its last chunk")
                         }
-                        throw Failure(.altered, "chunk \(c) of the file's payload does not authenticate: the file was altered or truncated")
+                        throw Failure(
+                            .altered,
+                            "chunk \(c) of the file's payload does not authenticate: the file was altered or truncated"
+                        )
                     }
                     at += length
                 }

@@ -8,15 +8,19 @@ import VaultProtocol
 /// and X25519 (`crypto_scalarmult`).
 enum AgePrimitives {
     /// One byte to point libsodium at for an empty buffer (it takes no null pointer).
-    nonisolated(unsafe) private static let nothing = UnsafeMutablePointer<UInt8>.allocate(capacity: 1)
+    nonisolated(unsafe) private static let nothing = UnsafeMutablePointer<UInt8>.allocate(
+        capacity: 1)
 
     /// `b`'s bytes, or `nothing` for an empty `b`.
     private static func bytes(_ b: UnsafeRawBufferPointer) -> UnsafePointer<UInt8> {
         b.bindMemory(to: UInt8.self).baseAddress ?? UnsafePointer(nothing)
     }
 
-    static func hkdf(ikm: SecureBytes, salt: [UInt8], info: String, length: Int = 32) -> SecureBytes {
-        ikm.withUnsafeBytes { Sodium.hkdfSHA256(ikm: $0, salt: salt, info: Array(info.utf8), length: length) }
+    static func hkdf(ikm: SecureBytes, salt: [UInt8], info: String, length: Int = 32) -> SecureBytes
+    {
+        ikm.withUnsafeBytes {
+            Sodium.hkdfSHA256(ikm: $0, salt: salt, info: Array(info.utf8), length: length)
+        }
     }
 
     static let aeadKeyLength = Int(crypto_aead_chacha20poly1305_ietf_KEYBYTES)
@@ -25,20 +29,28 @@ enum AgePrimitives {
 
     /// ChaCha20-Poly1305 (RFC 8439) of `plaintext` under `key` and the 12-byte `nonce`, no
     /// associated data: ciphertext ‖ 16-byte tag, written to `out` (room for both).
-    static func seal(_ plaintext: UnsafeRawBufferPointer, key: SecureBytes, nonce: [UInt8], into out: UnsafeMutableRawPointer) {
+    static func seal(
+        _ plaintext: UnsafeRawBufferPointer, key: SecureBytes, nonce: [UInt8],
+        into out: UnsafeMutableRawPointer
+    ) {
         precondition(key.count == aeadKeyLength && nonce.count == aeadNonceLength)
         key.withUnsafeBytes { k in
             var clen: UInt64 = 0
             _ = crypto_aead_chacha20poly1305_ietf_encrypt(
-                out.assumingMemoryBound(to: UInt8.self), &clen, bytes(plaintext), UInt64(plaintext.count),
+                out.assumingMemoryBound(to: UInt8.self), &clen, bytes(plaintext),
+                UInt64(plaintext.count),
                 nil, 0, nil, nonce, k.bindMemory(to: UInt8.self).baseAddress!)
         }
     }
 
     /// The inverse of `seal`: `box` (ciphertext ‖ tag) opened into `out` (room for
     /// `box.count - 16` bytes). False when it does not authenticate.
-    static func open(_ box: UnsafeRawBufferPointer, key: SecureBytes, nonce: [UInt8], into out: UnsafeMutableRawPointer) -> Bool {
-        guard box.count >= aeadTagLength, key.count == aeadKeyLength, nonce.count == aeadNonceLength else { return false }
+    static func open(
+        _ box: UnsafeRawBufferPointer, key: SecureBytes, nonce: [UInt8],
+        into out: UnsafeMutableRawPointer
+    ) -> Bool {
+        guard box.count >= aeadTagLength, key.count == aeadKeyLength, nonce.count == aeadNonceLength
+        else { return false }
         return key.withUnsafeBytes { k in
             var mlen: UInt64 = 0
             return crypto_aead_chacha20poly1305_ietf_decrypt(
@@ -50,7 +62,9 @@ enum AgePrimitives {
     /// `seal` of a whole secret: ciphertext ‖ tag as bytes (the file key wrapped in a stanza).
     static func seal(_ plaintext: SecureBytes, key: SecureBytes, nonce: [UInt8]) -> [UInt8] {
         var out = [UInt8](repeating: 0, count: plaintext.count + aeadTagLength)
-        out.withUnsafeMutableBytes { o in plaintext.withUnsafeBytes { seal($0, key: key, nonce: nonce, into: o.baseAddress!) } }
+        out.withUnsafeMutableBytes { o in
+            plaintext.withUnsafeBytes { seal($0, key: key, nonce: nonce, into: o.baseAddress!) }
+        }
         return out
     }
 
@@ -58,7 +72,13 @@ enum AgePrimitives {
     static func open(_ box: [UInt8], key: SecureBytes, nonce: [UInt8]) -> SecureBytes? {
         guard box.count >= aeadTagLength else { return nil }
         let out = SecureBytes(count: box.count - aeadTagLength)
-        let ok = box.withUnsafeBytes { b in out.withUnsafeMutableBytes { open(b, key: key, nonce: nonce, into: $0.baseAddress ?? UnsafeMutableRawPointer(mutating: b.baseAddress!)) } }
+        let ok = box.withUnsafeBytes { b in
+            out.withUnsafeMutableBytes {
+                open(
+                    b, key: key, nonce: nonce,
+                    into: $0.baseAddress ?? UnsafeMutableRawPointer(mutating: b.baseAddress!))
+            }
+        }
         return ok ? out : nil
     }
 
@@ -86,7 +106,9 @@ enum AgePrimitives {
     static func x25519Public(of secret: SecureBytes) -> [UInt8] {
         Sodium.initialize()
         var out = [UInt8](repeating: 0, count: 32)
-        secret.withUnsafeBytes { _ = crypto_scalarmult_base(&out, $0.bindMemory(to: UInt8.self).baseAddress!) }
+        secret.withUnsafeBytes {
+            _ = crypto_scalarmult_base(&out, $0.bindMemory(to: UInt8.self).baseAddress!)
+        }
         return out
     }
 
@@ -98,7 +120,9 @@ enum AgePrimitives {
         let out = SecureBytes(count: 32)
         let rc = out.withUnsafeMutableBytes { o in
             secret.withUnsafeBytes { s in
-                crypto_scalarmult(o.bindMemory(to: UInt8.self).baseAddress!, s.bindMemory(to: UInt8.self).baseAddress!, point)
+                crypto_scalarmult(
+                    o.bindMemory(to: UInt8.self).baseAddress!,
+                    s.bindMemory(to: UInt8.self).baseAddress!, point)
             }
         }
         return rc == 0 ? out : nil
@@ -106,7 +130,8 @@ enum AgePrimitives {
 
     /// Compares in constant time (`sodium_memcmp`).
     static func equal(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Bool {
-        a.count == b.count && (a.count == 0 || sodium_memcmp(a.baseAddress!, b.baseAddress!, a.count) == 0)
+        a.count == b.count
+            && (a.count == 0 || sodium_memcmp(a.baseAddress!, b.baseAddress!, a.count) == 0)
     }
 }
 
@@ -126,12 +151,15 @@ enum Bech32 {
         return chk
     }
 
-    private static func expand(_ hrp: [UInt8]) -> [UInt8] { hrp.map { $0 >> 5 } + [0] + hrp.map { $0 & 31 } }
+    private static func expand(_ hrp: [UInt8]) -> [UInt8] {
+        hrp.map { $0 >> 5 } + [0] + hrp.map { $0 & 31 }
+    }
 
     /// Regroups bits from groups of `from` to groups of `to`; nil when `pad` is false and the
     /// leftover bits are not zero padding of fewer than `from` bits.
     private static func convert(_ data: [UInt8], from: Int, to: Int, pad: Bool) -> [UInt8]? {
-        var acc = 0, bits = 0
+        var acc = 0
+        var bits = 0
         var out: [UInt8] = []
         let maxv = (1 << to) - 1
         for v in data {
@@ -156,7 +184,9 @@ enum Bech32 {
         let values = convert(data, from: 8, to: 5, pad: true)!
         let mod = polymod(expand(h) + values + [0, 0, 0, 0, 0, 0]) ^ 1
         let checksum = (0..<6).map { UInt8((mod >> (5 * (5 - $0))) & 31) }
-        return String(decoding: h + [UInt8(ascii: "1")] + (values + checksum).map { alphabet[Int($0)] }, as: UTF8.self)
+        return String(
+            decoding: h + [UInt8(ascii: "1")] + (values + checksum).map { alphabet[Int($0)] },
+            as: UTF8.self)
     }
 
     /// The human-readable part (lower case) and data of a bech32 string; nil when it is not
@@ -164,10 +194,13 @@ enum Bech32 {
     static func decode(_ text: [UInt8]) -> (hrp: String, data: [UInt8])? {
         let hasLower = text.contains { $0 >= 0x61 && $0 <= 0x7a }
         let hasUpper = text.contains { $0 >= 0x41 && $0 <= 0x5a }
-        guard !(hasLower && hasUpper), text.allSatisfy({ $0 >= 33 && $0 <= 126 }) else { return nil }
+        guard !(hasLower && hasUpper), text.allSatisfy({ $0 >= 33 && $0 <= 126 }) else {
+            return nil
+        }
         var lower = text.map { $0 >= 0x41 && $0 <= 0x5a ? $0 + 32 : $0 }
         defer { lower.wipe() }
-        guard let sep = lower.lastIndex(of: UInt8(ascii: "1")), sep >= 1, lower.count - sep - 1 >= 6 else { return nil }
+        guard let sep = lower.lastIndex(of: UInt8(ascii: "1")), sep >= 1, lower.count - sep - 1 >= 6
+        else { return nil }
         let hrp = Array(lower[..<sep])
         var values: [UInt8] = []
         defer { values.wipe() }
@@ -175,7 +208,9 @@ enum Bech32 {
             guard let v = alphabet.firstIndex(of: c) else { return nil }
             values.append(UInt8(v))
         }
-        guard polymod(expand(hrp) + values) == 1, let data = convert(Array(values.dropLast(6)), from: 5, to: 8, pad: false) else { return nil }
+        guard polymod(expand(hrp) + values) == 1,
+            let data = convert(Array(values.dropLast(6)), from: 5, to: 8, pad: false)
+        else { return nil }
         return (String(decoding: hrp, as: UTF8.self), data)
     }
 }

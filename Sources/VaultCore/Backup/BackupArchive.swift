@@ -45,8 +45,10 @@ struct BackupArchive {
 
         var meta: JSON {
             [
-                "class": .string(itemClass.rawValue), "accessGroup": .string(accessGroup), "accessible": .string(accessible.rawValue),
-                "synchronizable": .bool(synchronizable), "generation": generation.map { .string($0) } ?? .null,
+                "class": .string(itemClass.rawValue), "accessGroup": .string(accessGroup),
+                "accessible": .string(accessible.rawValue),
+                "synchronizable": .bool(synchronizable),
+                "generation": generation.map { .string($0) } ?? .null,
                 "attributes": .string(Data(attributes).base64EncodedString()),
             ]
         }
@@ -79,7 +81,8 @@ struct BackupArchive {
 
     static func untyped(_ j: JSON) -> SQLValue? {
         if j.isNull { return .null }
-        guard case .object(let o) = j, o.count == 1, let (k, v) = o.first, let s = v.stringValue else { return nil }
+        guard case .object(let o) = j, o.count == 1, let (k, v) = o.first, let s = v.stringValue
+        else { return nil }
         switch k {
         case "i": return Int64(s).map { .integer($0) }
         case "f": return UInt64(s, radix: 16).map { .real(Double(bitPattern: $0)) }
@@ -118,7 +121,8 @@ struct BackupArchive {
         var tables = JSONObject()
         for t in Self.tables { tables[t] = JSON(rows.filter { $0.table == t }.count) }
         return [
-            "items": JSON(items.filter { !$0.deviceBound }.count), "deviceBoundItems": JSON(items.filter(\.deviceBound).count),
+            "items": JSON(items.filter { !$0.deviceBound }.count),
+            "deviceBoundItems": JSON(items.filter(\.deviceBound).count),
             "rows": .object(tables),
         ]
     }
@@ -129,7 +133,11 @@ struct BackupArchive {
     /// the header first, the counts last and matching. Throws BackupUnreadable saying what
     /// is wrong.
     static func parse(_ payload: SecureBytes) throws -> BackupArchive {
-        func bad(_ why: String) -> VaultFailure { VaultFailure(.backupUnreadable, "the file is not a vaultd backup, or a damaged one: \(why); nothing was changed") }
+        func bad(_ why: String) -> VaultFailure {
+            VaultFailure(
+                .backupUnreadable,
+                "the file is not a vaultd backup, or a damaged one: \(why); nothing was changed")
+        }
         return try payload.withUnsafeBytes { raw -> BackupArchive in
             let b = raw.bindMemory(to: UInt8.self)
             guard b.count >= magic.count, Array(b[..<magic.count]) == magic else {
@@ -139,11 +147,16 @@ struct BackupArchive {
             func u32() throws -> Int {
                 guard b.count - at >= 4 else { throw bad("it ends inside a record") }
                 defer { at += 4 }
-                return Int(b[at]) << 24 | Int(b[at + 1]) << 16 | Int(b[at + 2]) << 8 | Int(b[at + 3])
+                return Int(b[at]) << 24 | Int(b[at + 1]) << 16 | Int(b[at + 2]) << 8
+                    | Int(b[at + 3])
             }
             func json(_ range: Range<Int>) throws -> JSON {
-                guard range.count <= maximumRecordJSON else { throw bad("a record over \(maximumRecordJSON) bytes") }
-                guard let j = try? JSON.parse(UnsafeBufferPointer(rebasing: b[range])) else { throw bad("a record that is not JSON") }
+                guard range.count <= maximumRecordJSON else {
+                    throw bad("a record over \(maximumRecordJSON) bytes")
+                }
+                guard let j = try? JSON.parse(UnsafeBufferPointer(rebasing: b[range])) else {
+                    throw bad("a record that is not JSON")
+                }
                 return j
             }
             var archive: BackupArchive?
@@ -160,7 +173,9 @@ struct BackupArchive {
                     guard tag == UInt8(ascii: "H") else { throw bad("no header record first") }
                     let h = try json(body)
                     guard h["format"]?.intValue == format else {
-                        throw bad("format \(h["format"].map { $0.text } ?? "?") is not this vaultd's (\(format)): restore it with the vaultd that made it")
+                        throw bad(
+                            "format \(h["format"].map { $0.text } ?? "?") is not this vaultd's (\(format)): restore it with the vaultd that made it"
+                        )
                     }
                     archive = BackupArchive(header: h)
                     continue
@@ -169,47 +184,70 @@ struct BackupArchive {
                 case UInt8(ascii: "I"), UInt8(ascii: "D"):
                     var inner = body.lowerBound
                     guard body.count >= 4 else { throw bad("an item record too short") }
-                    let metaLength = Int(b[inner]) << 24 | Int(b[inner + 1]) << 16 | Int(b[inner + 2]) << 8 | Int(b[inner + 3])
+                    let metaLength =
+                        Int(b[inner]) << 24 | Int(b[inner + 1]) << 16 | Int(b[inner + 2]) << 8
+                        | Int(b[inner + 3])
                     inner += 4
-                    guard metaLength <= body.upperBound - inner else { throw bad("an item record too short") }
+                    guard metaLength <= body.upperBound - inner else {
+                        throw bad("an item record too short")
+                    }
                     let meta = try json(inner..<(inner + metaLength))
                     let secretRange = (inner + metaLength)..<body.upperBound
                     guard let cls = meta["class"]?.stringValue.flatMap(ItemClass.init(rawValue:)),
                         let group = meta["accessGroup"]?.stringValue, !group.isEmpty,
-                        let acc = meta["accessible"]?.stringValue.flatMap(Accessibility.init(rawValue:)),
+                        let acc = meta["accessible"]?.stringValue.flatMap(
+                            Accessibility.init(rawValue:)),
                         let sync = meta["synchronizable"]?.boolValue,
-                        let attrText = meta["attributes"]?.stringValue, let attrs = Data(base64Encoded: attrText),
+                        let attrText = meta["attributes"]?.stringValue,
+                        let attrs = Data(base64Encoded: attrText),
                         attrs.count <= KeychainStore.maximumAttributesSize
                     else { throw bad("an item record with missing or malformed fields") }
                     let generation = meta["generation"]
-                    guard generation == nil || generation!.isNull || generation!.stringValue != nil else { throw bad("an item's generation is not a string") }
+                    guard generation == nil || generation!.isNull || generation!.stringValue != nil
+                    else { throw bad("an item's generation is not a string") }
                     let deviceBound = tag == UInt8(ascii: "D")
-                    guard deviceBound == acc.isThisDeviceOnly else { throw bad("an item record whose kind does not match its accessibility") }
-                    guard secretRange.count <= SecretLimit.maximumBytes + 64 else { throw bad("an item's secret over the secret limit") }
+                    guard deviceBound == acc.isThisDeviceOnly else {
+                        throw bad("an item record whose kind does not match its accessibility")
+                    }
+                    guard secretRange.count <= SecretLimit.maximumBytes + 64 else {
+                        throw bad("an item's secret over the secret limit")
+                    }
                     archive!.items.append(
                         ItemRecord(
-                            itemClass: cls, accessGroup: group, accessible: acc, synchronizable: sync, generation: generation?.stringValue,
-                            attributes: [UInt8](attrs), secret: SecureBytes(copying: UnsafeBufferPointer(rebasing: b[secretRange])),
+                            itemClass: cls, accessGroup: group, accessible: acc,
+                            synchronizable: sync, generation: generation?.stringValue,
+                            attributes: [UInt8](attrs),
+                            secret: SecureBytes(
+                                copying: UnsafeBufferPointer(rebasing: b[secretRange])),
                             deviceBound: deviceBound))
                 case UInt8(ascii: "R"):
                     let r = try json(body)
-                    guard let table = r["table"]?.stringValue, tables.contains(table), case .object(let o)? = r["row"] else {
+                    guard let table = r["table"]?.stringValue, tables.contains(table),
+                        case .object(let o)? = r["row"]
+                    else {
                         throw bad("a row record of no known table")
                     }
                     var columns: [(String, SQLValue)] = []
                     for (name, v) in o {
-                        guard let value = untyped(v) else { throw bad("a malformed value in a row of \(table)") }
+                        guard let value = untyped(v) else {
+                            throw bad("a malformed value in a row of \(table)")
+                        }
                         columns.append((name, value))
                     }
-                    archive!.rows.append(TableRow(table: table, columns: columns.sorted { $0.0 < $1.0 }))
+                    archive!.rows.append(
+                        TableRow(table: table, columns: columns.sorted { $0.0 < $1.0 }))
                 case UInt8(ascii: "E"):
-                    guard try json(body) == archive!.counts else { throw bad("its records do not add up to the counts it ends with") }
+                    guard try json(body) == archive!.counts else {
+                        throw bad("its records do not add up to the counts it ends with")
+                    }
                     ended = true
                 default:
                     throw bad("a record of unknown kind \(tag)")
                 }
             }
-            guard let archive, ended else { throw bad("it ends before its last record (truncated)") }
+            guard let archive, ended else {
+                throw bad("it ends before its last record (truncated)")
+            }
             return archive
         }
     }
@@ -224,20 +262,28 @@ final class SecureWriter {
     private func reserve(_ n: Int) {
         guard count + n > buffer.count else { return }
         let bigger = SecureBytes(count: max(buffer.count * 2, count + n))
-        bigger.withUnsafeMutableBytes { o in buffer.withUnsafeBytes { o.baseAddress!.copyMemory(from: $0.baseAddress!, byteCount: count) } }
+        bigger.withUnsafeMutableBytes { o in
+            buffer.withUnsafeBytes {
+                o.baseAddress!.copyMemory(from: $0.baseAddress!, byteCount: count)
+            }
+        }
         buffer = bigger
     }
 
     func append(_ bytes: UnsafeRawBufferPointer) {
         guard bytes.count > 0 else { return }
         reserve(bytes.count)
-        buffer.withUnsafeMutableBytes { ($0.baseAddress! + count).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count) }
+        buffer.withUnsafeMutableBytes {
+            ($0.baseAddress! + count).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count)
+        }
         count += bytes.count
     }
 
     func append(_ bytes: [UInt8]) { bytes.withUnsafeBytes { append($0) } }
 
-    func append(_ v: UInt32) { append([UInt8(v >> 24), UInt8(v >> 16 & 0xff), UInt8(v >> 8 & 0xff), UInt8(v & 0xff)]) }
+    func append(_ v: UInt32) {
+        append([UInt8(v >> 24), UInt8(v >> 16 & 0xff), UInt8(v >> 8 & 0xff), UInt8(v & 0xff)])
+    }
 
     /// A record of `tag` whose `length` bytes `body` appends.
     func record(_ tag: Character, length: Int, _ body: () -> Void) {
@@ -256,7 +302,11 @@ final class SecureWriter {
     /// The bytes written, exactly (the buffer's slack is not copied).
     func finish() -> SecureBytes {
         let out = SecureBytes(count: count)
-        out.withUnsafeMutableBytes { o in buffer.withUnsafeBytes { if count > 0 { o.baseAddress!.copyMemory(from: $0.baseAddress!, byteCount: count) } } }
+        out.withUnsafeMutableBytes { o in
+            buffer.withUnsafeBytes {
+                if count > 0 { o.baseAddress!.copyMemory(from: $0.baseAddress!, byteCount: count) }
+            }
+        }
         return out
     }
 }

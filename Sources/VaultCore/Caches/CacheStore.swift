@@ -16,7 +16,10 @@ public struct CachePolicy: Sendable, Equatable {
     /// …and then until they take at most this.
     public var budgetHighWater: Int64?
 
-    public init(freeLowWater: Int64? = nil, freeHighWater: Int64? = nil, budget: Int64? = nil, budgetHighWater: Int64? = nil) {
+    public init(
+        freeLowWater: Int64? = nil, freeHighWater: Int64? = nil, budget: Int64? = nil,
+        budgetHighWater: Int64? = nil
+    ) {
         self.freeLowWater = freeLowWater
         self.freeHighWater = freeHighWater
         self.budget = budget
@@ -34,9 +37,12 @@ public struct CachePolicy: Sendable, Equatable {
     /// 10 % free (high) of the volume, and 80 % of the budget. A high mark left to its default
     /// is at least 5 % of the volume above a low mark set higher (were they equal, each purge
     /// would stop just where the next begins, one file at a time).
-    func resolved(capacity: Int64) -> (low: Int64, high: Int64, budget: Int64?, budgetHigh: Int64?) {
+    func resolved(capacity: Int64) -> (low: Int64, high: Int64, budget: Int64?, budgetHigh: Int64?)
+    {
         let low = freeLowWater ?? capacity / 20
-        let high = freeHighWater.map { max($0, low) } ?? min(max(capacity / 10, low + capacity / 20), capacity)
+        let high =
+            freeHighWater.map { max($0, low) }
+            ?? min(max(capacity / 10, low + capacity / 20), capacity)
         let budgetHigh = budget.map { b in min(budgetHighWater ?? b * 4 / 5, b) }
         return (low, high, budget, budgetHigh)
     }
@@ -86,22 +92,32 @@ public final class CacheStore: @unchecked Sendable {
         try makeRoot()
         let path = root + "/" + appID
         guard mkdir(path, 0o700) == 0 || errno == EEXIST else {
-            throw VaultFailure(.internalError, "cannot create the cache directory of \(appID): \(String(cString: strerror(errno)))")
+            throw VaultFailure(
+                .internalError,
+                "cannot create the cache directory of \(appID): \(String(cString: strerror(errno)))"
+            )
         }
         // Created 0700 and owned by the user, also when it was there already: a
         // directory someone else owns is refused, a wider mode is narrowed. Through an
         // O_NOFOLLOW fd, so a symlink put there is refused, never followed.
         let fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard fd >= 0 else {
-            throw VaultFailure(.internalError, "the cache path of \(appID) is not a directory (\(String(cString: strerror(errno))))")
+            throw VaultFailure(
+                .internalError,
+                "the cache path of \(appID) is not a directory (\(String(cString: strerror(errno))))"
+            )
         }
         defer { close(fd) }
         var st = stat()
         guard fstat(fd, &st) == 0, st.st_uid == getuid() else {
-            throw VaultFailure(.internalError, "the cache directory of \(appID) is not owned by this user")
+            throw VaultFailure(
+                .internalError, "the cache directory of \(appID) is not owned by this user")
         }
         if st.st_mode & 0o7777 != 0o700 && fchmod(fd, 0o700) != 0 {
-            throw VaultFailure(.internalError, "cannot make the cache directory of \(appID) mode 0700: \(String(cString: strerror(errno)))")
+            throw VaultFailure(
+                .internalError,
+                "cannot make the cache directory of \(appID) mode 0700: \(String(cString: strerror(errno)))"
+            )
         }
         return path
     }
@@ -122,7 +138,8 @@ public final class CacheStore: @unchecked Sendable {
     /// that cannot be written (a full disk) is written at the next.
     func makeRoot() throws {
         try FileSystem.makeDirectory(root, mode: 0o700)
-        let fd = open(root + "/CACHEDIR.TAG", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        let fd = open(
+            root + "/CACHEDIR.TAG", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard fd >= 0 else { return }
         let bytes = Array(Self.cacheDirectoryTag.utf8)
         let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
@@ -158,7 +175,8 @@ public final class CacheStore: @unchecked Sendable {
     private func appDirectories() -> [String] {
         ((try? FileManager.default.contentsOfDirectory(atPath: root)) ?? []).filter { name in
             var st = stat()
-            return (try? AppRecord.validate(appID: name)) != nil && lstat(root + "/" + name, &st) == 0 && st.st_mode & S_IFMT == S_IFDIR
+            return (try? AppRecord.validate(appID: name)) != nil
+                && lstat(root + "/" + name, &st) == 0 && st.st_mode & S_IFMT == S_IFDIR
         }.sorted()
     }
 
@@ -174,10 +192,15 @@ public final class CacheStore: @unchecked Sendable {
             let fd = TreeWalk.openDirectory(root + "/" + app, grantAccess: grantAccess)
             guard fd >= 0 else { continue }
             TreeWalk.walk(fd, label: app, grantAccess: grantAccess) { _, name, st, directory in
-                let used = max(Double(st.st_atim.tv_sec) + Double(st.st_atim.tv_nsec) / 1e9, Double(st.st_mtim.tv_sec) + Double(st.st_mtim.tv_nsec) / 1e9)
+                let used = max(
+                    Double(st.st_atim.tv_sec) + Double(st.st_atim.tv_nsec) / 1e9,
+                    Double(st.st_mtim.tv_sec) + Double(st.st_mtim.tv_nsec) / 1e9)
                 let key = EntryKey(directory: directory, name: name, inode: st.st_ino)
                 let first = st.st_nlink < 2 || counted.insert(st.st_ino).inserted
-                out.append(CachedFile(appID: app, key: key, bytes: first ? Int64(st.st_blocks) * 512 : 0, lastUsed: used, onlyName: st.st_nlink < 2))
+                out.append(
+                    CachedFile(
+                        appID: app, key: key, bytes: first ? Int64(st.st_blocks) * 512 : 0,
+                        lastUsed: used, onlyName: st.st_nlink < 2))
             }
         }
         return out
@@ -224,7 +247,8 @@ public final class CacheStore: @unchecked Sendable {
     /// file with the bytes its removal freed: all it has on disk then if this was its last
     /// name, else none.
     private func remove(_ chosen: [CachedFile], into report: inout PurgeReport) {
-        for (app, files) in Dictionary(grouping: chosen, by: \.appID).sorted(by: { $0.key < $1.key }) {
+        for (app, files) in Dictionary(grouping: chosen, by: \.appID).sorted(by: { $0.key < $1.key }
+        ) {
             var wanted: Set<EntryKey> = []
             for f in files { wanted.insert(f.key) }
             let fd = TreeWalk.openDirectory(root + "/" + app, grantAccess: true)
@@ -233,7 +257,9 @@ public final class CacheStore: @unchecked Sendable {
                 let key = EntryKey(directory: directory, name: name, inode: st.st_ino)
                 guard wanted.contains(key), TreeWalk.unlink(directoryFD, name) else { return }
                 wanted.remove(key)
-                report.add(st.st_nlink == 1 ? Int64(st.st_blocks) * 512 : 0, of: app, lastName: st.st_nlink == 1)
+                report.add(
+                    st.st_nlink == 1 ? Int64(st.st_blocks) * 512 : 0, of: app,
+                    lastName: st.st_nlink == 1)
             }
         }
     }
@@ -246,7 +272,9 @@ public final class CacheStore: @unchecked Sendable {
     /// they all removed, go with one walk per app (removing each file from the top of its
     /// app's directory would cost a walk down per file: depth² for a deep chain of files). Another
     /// round follows only when some of them had gone already (the app removed or replaced them).
-    func purge(only: String? = nil, running: Set<String>, until enough: (PurgeReport) -> Bool) -> PurgeReport {
+    func purge(only: String? = nil, running: Set<String>, until enough: (PurgeReport) -> Bool)
+        -> PurgeReport
+    {
         lock.withLock {
             var report = PurgeReport()
             // Into directories the app made unreadable too, and out of unwritable ones: as
@@ -260,7 +288,8 @@ public final class CacheStore: @unchecked Sendable {
                 all.removeAll { inUse.contains($0.key.inode) }
             }
             var candidates = all.sorted { a, b in
-                let ra = running.contains(a.appID), rb = running.contains(b.appID)
+                let ra = running.contains(a.appID)
+                let rb = running.contains(b.appID)
                 if ra != rb { return !ra }
                 return a.lastUsed < b.lastUsed
             }[...]
@@ -290,11 +319,16 @@ public final class CacheStore: @unchecked Sendable {
         let lowSpace = space.free < marks.low
         let overBudget = marks.budget.map { total > $0 } ?? false
         let inodes = volumeInodes()
-        let lowInodes = inodes.map { $0.free < $0.total * CachePolicy.inodeLowWaterPercent / 100 } ?? false
+        let lowInodes =
+            inodes.map { $0.free < $0.total * CachePolicy.inodeLowWaterPercent / 100 } ?? false
         guard lowSpace || overBudget || lowInodes else { return nil }
         return purge(running: running) { r in
             let spaceOK = !lowSpace || space.free + r.freedBytes >= marks.high
-            let inodesOK = !lowInodes || inodes.map { $0.free + r.freedInodes >= $0.total * CachePolicy.inodeHighWaterPercent / 100 } ?? true
+            let inodesOK =
+                !lowInodes
+                || inodes.map {
+                    $0.free + r.freedInodes >= $0.total * CachePolicy.inodeHighWaterPercent / 100
+                } ?? true
             let budgetOK = !overBudget || total - r.freedBytes <= marks.budgetHigh!
             return spaceOK && inodesOK && budgetOK
         }

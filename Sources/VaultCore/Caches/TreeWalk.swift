@@ -47,7 +47,8 @@ enum TreeWalk {
     /// 0300, 0000, …) is given u+rwx so that the walk goes in (for a purge or a removal, which
     /// delete what is in it; not for a count, which must change nothing).
     static func walk(
-        _ rootFD: Int32, label: String, mountID: (Int32) -> UInt64? = mountID, grantAccess: Bool = false,
+        _ rootFD: Int32, label: String, mountID: (Int32) -> UInt64? = mountID,
+        grantAccess: Bool = false,
         entry: (Int32, [CChar], stat, ino_t) -> Void, leave: ((Int32, [CChar]) -> Void)? = nil
     ) {
         var st = stat()
@@ -67,24 +68,30 @@ enum TreeWalk {
         while let top = levels.indices.last {
             if let name = levels[top].names.popLast() {
                 let fd = levels[top].fd
-                guard fstatat(fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0, st.st_dev == device else { continue }
+                guard fstatat(fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0, st.st_dev == device else {
+                    continue
+                }
                 guard st.st_mode & S_IFMT == S_IFDIR else {
                     entry(fd, name, st, levels[top].inode)
                     continue
                 }
                 var sub = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-                if sub < 0 && errno == EACCES && grantAccess && grantOwnerAccess(in: fd, to: name, inode: st.st_ino, device: device) {
+                if sub < 0 && errno == EACCES && grantAccess
+                    && grantOwnerAccess(in: fd, to: name, inode: st.st_ino, device: device)
+                {
                     sub = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
                 }
                 guard sub >= 0 else { continue }
                 var seen = stat()
-                guard fstat(sub, &seen) == 0, seen.st_dev == device, seen.st_ino == st.st_ino, mountID(sub) == mount,
+                guard fstat(sub, &seen) == 0, seen.st_dev == device, seen.st_ino == st.st_ino,
+                    mountID(sub) == mount,
                     !onPath.contains(seen.st_ino), let subNames = names(in: sub)
                 else {
                     close(sub)
                     continue
                 }
-                levels.append(Level(fd: sub, inode: seen.st_ino, names: subNames.reversed(), name: name))
+                levels.append(
+                    Level(fd: sub, inode: seen.st_ino, names: subNames.reversed(), name: name))
                 onPath.insert(seen.st_ino)
                 open += 1
                 if open > maximumOpenDirectories {
@@ -111,7 +118,9 @@ enum TreeWalk {
                         onPath.remove(levels.removeLast().inode)
                         skipped += 1
                     }
-                    log("cache walk of \(label): a directory \(levels.count + skipped) levels down was moved during the walk; the rest of the \(skipped) level(s) above it was skipped")
+                    log(
+                        "cache walk of \(label): a directory \(levels.count + skipped) levels down was moved during the walk; the rest of the \(skipped) level(s) above it was skipped"
+                    )
                     continue
                 }
                 levels[parent].fd = up
@@ -129,12 +138,16 @@ enum TreeWalk {
     /// u+rwx when we own it, without following a symlink put in its place: through an
     /// `O_PATH | O_NOFOLLOW` fd, checked, and `chmod` of its `/proc/self/fd` link, which is
     /// that inode itself (as glibc's `fchmodat(AT_SYMLINK_NOFOLLOW)`).
-    static func grantOwnerAccess(in parentFD: Int32, to name: [CChar], inode: ino_t, device: dev_t) -> Bool {
+    static func grantOwnerAccess(in parentFD: Int32, to name: [CChar], inode: ino_t, device: dev_t)
+        -> Bool
+    {
         let p = openat(parentFD, name, pathOnly | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard p >= 0 else { return false }
         defer { close(p) }
         var st = stat()
-        guard fstat(p, &st) == 0, st.st_ino == inode, st.st_dev == device, st.st_uid == geteuid(), st.st_mode & S_IFMT == S_IFDIR else { return false }
+        guard fstat(p, &st) == 0, st.st_ino == inode, st.st_dev == device, st.st_uid == geteuid(),
+            st.st_mode & S_IFMT == S_IFDIR
+        else { return false }
         return chmod("/proc/self/fd/\(p)", (st.st_mode & 0o7777) | 0o700) == 0
     }
 
@@ -204,7 +217,9 @@ enum TreeWalk {
         rewinddir(dir)  // from the start, wherever `fd` (whose position the copy shares) was
         var names: [[CChar]] = []
         while let entry = readdir(dir) {
-            var name = withUnsafeBytes(of: entry.pointee.d_name) { raw in raw.prefix(while: { $0 != 0 }).map { CChar(bitPattern: $0) } }
+            var name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                raw.prefix(while: { $0 != 0 }).map { CChar(bitPattern: $0) }
+            }
             if name == [46] || name == [46, 46] { continue }
             name.append(0)
             names.append(name)

@@ -5,7 +5,8 @@ internal import CSodium
 /// Service's dh-ietf1024-sha256-aes128-cbc-pkcs7 sessions derive their keys with it.
 extension Sodium {
     /// One byte to point libsodium at for an empty buffer (it takes no null pointer).
-    nonisolated(unsafe) private static let nothing = UnsafeMutablePointer<UInt8>.allocate(capacity: 1)
+    nonisolated(unsafe) private static let nothing = UnsafeMutablePointer<UInt8>.allocate(
+        capacity: 1)
 
     /// `b`'s bytes, or `nothing` for an empty `b`.
     private static func bytes(_ b: UnsafeRawBufferPointer) -> UnsafePointer<UInt8> {
@@ -13,7 +14,9 @@ extension Sodium {
     }
 
     /// HMAC-SHA-256 of the concatenation of `message`'s parts, keyed with `key` (any length).
-    public static func hmacSHA256(key: UnsafeRawBufferPointer, _ message: [UnsafeRawBufferPointer]) -> SecureBytes {
+    public static func hmacSHA256(key: UnsafeRawBufferPointer, _ message: [UnsafeRawBufferPointer])
+        -> SecureBytes
+    {
         Sodium.initialize()
         var state = crypto_auth_hmacsha256_state()
         defer { withUnsafeMutableBytes(of: &state) { $0.wipe() } }
@@ -22,13 +25,17 @@ extension Sodium {
             _ = crypto_auth_hmacsha256_update(&state, Self.bytes(part), UInt64(part.count))
         }
         let out = SecureBytes(count: Int(crypto_auth_hmacsha256_BYTES))
-        out.withUnsafeMutableBytes { _ = crypto_auth_hmacsha256_final(&state, $0.bindMemory(to: UInt8.self).baseAddress!) }
+        out.withUnsafeMutableBytes {
+            _ = crypto_auth_hmacsha256_final(&state, $0.bindMemory(to: UInt8.self).baseAddress!)
+        }
         return out
     }
 
     /// HKDF-SHA-256 (RFC 5869): extract with `salt` (empty: 32 zero bytes, as the RFC says),
     /// then expand with `info` to `length` bytes (at most 255 × 32).
-    public static func hkdfSHA256(ikm: UnsafeRawBufferPointer, salt: [UInt8], info: [UInt8], length: Int) -> SecureBytes {
+    public static func hkdfSHA256(
+        ikm: UnsafeRawBufferPointer, salt: [UInt8], info: [UInt8], length: Int
+    ) -> SecureBytes {
         precondition(length > 0 && length <= 255 * 32)
         let saltKey = salt.isEmpty ? [UInt8](repeating: 0, count: 32) : salt
         let prk = saltKey.withUnsafeBytes { s in hmacSHA256(key: s, [ikm]) }
@@ -45,7 +52,12 @@ extension Sodium {
                 }
             }
             let n = min(32, length - filled)
-            out.withUnsafeMutableBytes { o in t.withUnsafeBytes { o.baseAddress!.advanced(by: filled).copyMemory(from: $0.baseAddress!, byteCount: n) } }
+            out.withUnsafeMutableBytes { o in
+                t.withUnsafeBytes {
+                    o.baseAddress!.advanced(by: filled).copyMemory(
+                        from: $0.baseAddress!, byteCount: n)
+                }
+            }
             filled += n
             previous = t
             counter &+= 1

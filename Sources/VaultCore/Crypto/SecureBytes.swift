@@ -10,7 +10,9 @@ import VaultProtocol
 /// slots of larger `sodium_malloc` regions (`SecureArena`), because one `sodium_malloc` per
 /// buffer costs an mmap, two mprotects and an mlock, and its free an munlock and an munmap:
 /// more than the rest of a lookup. Larger ones get their own region.
-public final class SecureBytes: @unchecked Sendable, CustomStringConvertible, CustomDebugStringConvertible {
+public final class SecureBytes: @unchecked Sendable, CustomStringConvertible,
+    CustomDebugStringConvertible
+{
     private let pointer: UnsafeMutableRawPointer
     /// Length in bytes.
     public let count: Int
@@ -24,7 +26,9 @@ public final class SecureBytes: @unchecked Sendable, CustomStringConvertible, Cu
             pointer = p
             slotClass = c
         } else {
-            guard let p = sodium_malloc(max(count, 1)) else { fatalError("sodium_malloc failed: out of memory") }
+            guard let p = sodium_malloc(max(count, 1)) else {
+                fatalError("sodium_malloc failed: out of memory")
+            }
             pointer = p
             slotClass = -1
             sodium_memzero(p, max(count, 1))
@@ -69,7 +73,9 @@ public final class SecureBytes: @unchecked Sendable, CustomStringConvertible, Cu
         try body(UnsafeRawBufferPointer(start: pointer, count: count))
     }
 
-    public func withUnsafeMutableBytes<R>(_ body: (UnsafeMutableRawBufferPointer) throws -> R) rethrows -> R {
+    public func withUnsafeMutableBytes<R>(_ body: (UnsafeMutableRawBufferPointer) throws -> R)
+        rethrows -> R
+    {
         try body(UnsafeMutableRawBufferPointer(start: pointer, count: count))
     }
 
@@ -85,17 +91,21 @@ public final class SecureBytes: @unchecked Sendable, CustomStringConvertible, Cu
     public static func decodingBase64(_ text: UnsafeBufferPointer<UInt8>) -> SecureBytes? {
         guard text.count % 4 == 0 else { return nil }
         var padding = 0
-        while padding < 2, padding < text.count, text[text.count - 1 - padding] == UInt8(ascii: "=") { padding += 1 }
+        while padding < 2, padding < text.count, text[text.count - 1 - padding] == UInt8(ascii: "=")
+        { padding += 1 }
         let out = SecureBytes(count: text.count / 4 * 3 - padding)
         guard text.count > 0 else { return out }
         var decoded = 0
         var end: UnsafePointer<CChar>?
         let rc = text.withMemoryRebound(to: CChar.self) { t in
             sodium_base642bin(
-                out.pointer.assumingMemoryBound(to: UInt8.self), out.count, t.baseAddress, t.count, nil, &decoded, &end,
+                out.pointer.assumingMemoryBound(to: UInt8.self), out.count, t.baseAddress, t.count,
+                nil, &decoded, &end,
                 sodium_base64_VARIANT_ORIGINAL)
         }
-        guard rc == 0, decoded == out.count, end == text.withMemoryRebound(to: CChar.self, { $0.baseAddress! + $0.count }) else { return nil }
+        guard rc == 0, decoded == out.count,
+            end == text.withMemoryRebound(to: CChar.self, { $0.baseAddress! + $0.count })
+        else { return nil }
         return out
     }
 
@@ -105,7 +115,9 @@ public final class SecureBytes: @unchecked Sendable, CustomStringConvertible, Cu
     public static func unescapingJSONString(_ text: UnsafeBufferPointer<UInt8>) -> SecureBytes {
         let scratch = SecureBytes(count: text.count)
         let n = JSON.unescape(text, into: scratch.pointer.assumingMemoryBound(to: UInt8.self))
-        return SecureBytes(copying: UnsafeBufferPointer(start: scratch.pointer.assumingMemoryBound(to: UInt8.self), count: n))
+        return SecureBytes(
+            copying: UnsafeBufferPointer(
+                start: scratch.pointer.assumingMemoryBound(to: UInt8.self), count: n))
     }
 
     /// Length of `base64` of `count` bytes (with padding, without a NUL).
@@ -118,14 +130,15 @@ public final class SecureBytes: @unchecked Sendable, CustomStringConvertible, Cu
         // sodium_bin2base64 writes a NUL after the text: into a scratch buffer of secure memory
         // one byte longer, then copied.
         let scratch = SecureBytes(count: length + 1)
-        _ = sodium_bin2base64(scratch.pointer.assumingMemoryBound(to: CChar.self), length + 1, pointer.assumingMemoryBound(to: UInt8.self), count, sodium_base64_VARIANT_ORIGINAL)
+        _ = sodium_bin2base64(
+            scratch.pointer.assumingMemoryBound(to: CChar.self), length + 1,
+            pointer.assumingMemoryBound(to: UInt8.self), count, sodium_base64_VARIANT_ORIGINAL)
         out.copyMemory(from: scratch.pointer, byteCount: length)
     }
 
     public var description: String { "[REDACTED]" }
     public var debugDescription: String { "[REDACTED]" }
 }
-
 
 /// Slots for small `SecureBytes`, carved from `sodium_malloc` regions (each guarded by
 /// inaccessible pages and locked against swap). A released slot is zeroed before it is
@@ -140,7 +153,8 @@ final class SecureArena: @unchecked Sendable {
     static let regionSize = 16 << 10
 
     private let lock = NSLock()
-    private var free: [[UnsafeMutableRawPointer]] = Array(repeating: [], count: SecureArena.slotSizes.count)
+    private var free: [[UnsafeMutableRawPointer]] = Array(
+        repeating: [], count: SecureArena.slotSizes.count)
 
     /// A zeroed slot of at least `count` bytes and its class, or nil when `count` is too large
     /// (or no region could be had: the caller falls back to its own `sodium_malloc`).
@@ -152,7 +166,9 @@ final class SecureArena: @unchecked Sendable {
                 guard let region = sodium_malloc(Self.regionSize) else { return nil }
                 sodium_memzero(region, Self.regionSize)
                 // Handed out from the front first.
-                for i in stride(from: Self.regionSize / size - 1, through: 0, by: -1) { free[c].append(region + i * size) }
+                for i in stride(from: Self.regionSize / size - 1, through: 0, by: -1) {
+                    free[c].append(region + i * size)
+                }
             }
             return (free[c].removeLast(), c)
         }

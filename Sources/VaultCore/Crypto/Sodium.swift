@@ -27,14 +27,19 @@ public enum Sodium {
     /// Encrypts with XChaCha20-Poly1305-IETF under `key` (32 bytes) and a random 24-byte
     /// nonce. Returns nonce ‖ ciphertext ‖ 16-byte tag. `associatedData` is authenticated,
     /// not encrypted (vaultd binds ciphertexts to their row's identity with it).
-    public static func seal<P: ContiguousBytes>(_ plaintext: P, key: SecureBytes, associatedData: [UInt8]) -> [UInt8] {
+    public static func seal<P: ContiguousBytes>(
+        _ plaintext: P, key: SecureBytes, associatedData: [UInt8]
+    ) -> [UInt8] {
         initialize()
-        return seal(plaintext, key: key, associatedData: associatedData, nonce: randomBytes(nonceLength))
+        return seal(
+            plaintext, key: key, associatedData: associatedData, nonce: randomBytes(nonceLength))
     }
 
     /// `seal` with the given 24-byte nonce: for the known-answer tests only (a nonce must
     /// never repeat under one key; `seal` draws a random one).
-    static func seal<P: ContiguousBytes>(_ plaintext: P, key: SecureBytes, associatedData: [UInt8], nonce: [UInt8]) -> [UInt8] {
+    static func seal<P: ContiguousBytes>(
+        _ plaintext: P, key: SecureBytes, associatedData: [UInt8], nonce: [UInt8]
+    ) -> [UInt8] {
         initialize()
         precondition(key.count == keyLength && nonce.count == nonceLength)
         return plaintext.withUnsafeBytes { pt in
@@ -56,7 +61,9 @@ public enum Sodium {
 
     /// Decrypts what `seal` produced into secure memory. Returns nil when the key, the
     /// associated data or the ciphertext is wrong (authentication failure).
-    public static func open(_ box: [UInt8], key: SecureBytes, associatedData: [UInt8]) -> SecureBytes? {
+    public static func open(_ box: [UInt8], key: SecureBytes, associatedData: [UInt8])
+        -> SecureBytes?
+    {
         initialize()
         guard box.count >= nonceLength + tagLength, key.count == keyLength else { return nil }
         let out = SecureBytes(count: box.count - nonceLength - tagLength)
@@ -76,7 +83,9 @@ public enum Sodium {
     }
 
     /// `open` for non-secret payloads (attribute blobs), returned as plain bytes.
-    public static func openBytes(_ box: [UInt8], key: SecureBytes, associatedData: [UInt8]) -> [UInt8]? {
+    public static func openBytes(_ box: [UInt8], key: SecureBytes, associatedData: [UInt8])
+        -> [UInt8]?
+    {
         open(box, key: key, associatedData: associatedData)?.withUnsafeBytes { Array($0) }
     }
 
@@ -93,8 +102,13 @@ public enum Sodium {
         /// (passes, bytes) of this cost.
         public var limits: (opsLimit: UInt64, memLimit: UInt64) {
             switch self {
-            case .moderate: (UInt64(crypto_pwhash_opslimit_moderate()), UInt64(crypto_pwhash_memlimit_moderate()))
-            case .minimum: (UInt64(crypto_pwhash_opslimit_min()), UInt64(crypto_pwhash_memlimit_min()))
+            case .moderate:
+                (
+                    UInt64(crypto_pwhash_opslimit_moderate()),
+                    UInt64(crypto_pwhash_memlimit_moderate())
+                )
+            case .minimum:
+                (UInt64(crypto_pwhash_opslimit_min()), UInt64(crypto_pwhash_memlimit_min()))
             }
         }
     }
@@ -117,7 +131,8 @@ public enum Sodium {
         public static func fresh(_ cost: KDFCost) -> KDFParameters {
             initialize()
             let (ops, mem) = cost.limits
-            return KDFParameters(opsLimit: ops, memLimit: mem, salt: randomBytes(Int(crypto_pwhash_SALTBYTES)))
+            return KDFParameters(
+                opsLimit: ops, memLimit: mem, salt: randomBytes(Int(crypto_pwhash_SALTBYTES)))
         }
 
         /// Whether these parameters cost less than `cost` in passes or in memory (a KEK
@@ -136,7 +151,9 @@ public enum Sodium {
     /// Derives a 32-byte key from a passphrase with Argon2id (`crypto_pwhash`, ALG_ARGON2ID13),
     /// waiting for any derivation already running (`derivationLock`). Throws `VaultFailure`
     /// InternalError when libsodium cannot allocate the memory.
-    public static func argon2id(passphrase: SecureBytes, parameters: KDFParameters) throws -> SecureBytes {
+    public static func argon2id(passphrase: SecureBytes, parameters: KDFParameters) throws
+        -> SecureBytes
+    {
         initialize()
         let out = SecureBytes(count: keyLength)
         let rc = derivationLock.withLock {
@@ -145,20 +162,26 @@ public enum Sodium {
                     crypto_pwhash(
                         o.bindMemory(to: UInt8.self).baseAddress!, UInt64(keyLength),
                         p.bindMemory(to: CChar.self).baseAddress!, UInt64(p.count),
-                        parameters.salt, parameters.opsLimit, Int(parameters.memLimit), crypto_pwhash_ALG_ARGON2ID13)
+                        parameters.salt, parameters.opsLimit, Int(parameters.memLimit),
+                        crypto_pwhash_ALG_ARGON2ID13)
                 }
             }
         }
-        guard rc == 0 else { throw VaultFailure(.internalError, "Argon2id failed (out of memory?)") }
+        guard rc == 0 else {
+            throw VaultFailure(.internalError, "Argon2id failed (out of memory?)")
+        }
         return out
     }
 
     /// BLAKE2b (`crypto_generichash`) of `message` keyed with `key`, `length` bytes (16...64).
-    public static func keyedHash(_ message: [UInt8], key: SecureBytes, length: Int = 32) -> [UInt8] {
+    public static func keyedHash(_ message: [UInt8], key: SecureBytes, length: Int = 32) -> [UInt8]
+    {
         initialize()
         var out = [UInt8](repeating: 0, count: length)
         key.withUnsafeBytes { k in
-            _ = crypto_generichash(&out, length, message, UInt64(message.count), k.bindMemory(to: UInt8.self).baseAddress, k.count)
+            _ = crypto_generichash(
+                &out, length, message, UInt64(message.count),
+                k.bindMemory(to: UInt8.self).baseAddress, k.count)
         }
         return out
     }
@@ -173,7 +196,9 @@ public enum Sodium {
 
     /// A key derived from two keys: BLAKE2b of `input` keyed with `key`, in secure memory.
     /// Binds ThisDeviceOnly class keys to both the passphrase KEK and the device key.
-    public static func combine(_ input: SecureBytes, key: SecureBytes, context: String) -> SecureBytes {
+    public static func combine(_ input: SecureBytes, key: SecureBytes, context: String)
+        -> SecureBytes
+    {
         initialize()
         let out = SecureBytes(count: keyLength)
         var message = Array(context.utf8)
@@ -182,7 +207,8 @@ public enum Sodium {
         out.withUnsafeMutableBytes { o in
             key.withUnsafeBytes { k in
                 _ = crypto_generichash(
-                    o.bindMemory(to: UInt8.self).baseAddress!, keyLength, message, UInt64(message.count),
+                    o.bindMemory(to: UInt8.self).baseAddress!, keyLength, message,
+                    UInt64(message.count),
                     k.bindMemory(to: UInt8.self).baseAddress, k.count)
             }
         }

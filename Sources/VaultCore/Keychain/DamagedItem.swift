@@ -36,7 +36,9 @@ public struct DamagedItem: Error, Sendable, Equatable {
     }
 
     init(_ r: KeychainStore.Candidates.Stored, _ part: Part) {
-        self.init(id: r.id, uuid: r.uuid, itemClass: r.itemClass.rawValue, accessGroup: r.accessGroup, part: part)
+        self.init(
+            id: r.id, uuid: r.uuid, itemClass: r.itemClass.rawValue, accessGroup: r.accessGroup,
+            part: part)
     }
 
     /// "item 3 (uuid 0a1b…, genericPassword in access group user): its attributes fail
@@ -48,8 +50,10 @@ public struct DamagedItem: Error, Sendable, Equatable {
         case .attributes: what = "its attributes fail authentication"
         case .secret: what = "its secret fails authentication"
         }
-        let name = [itemClass, accessGroup.map { "in access group \($0)" }].compactMap { $0 }.joined(separator: " ")
-        return "item \(id) (uuid \(uuid.isEmpty ? "unreadable" : uuid)\(name.isEmpty ? "" : ", " + name)): \(what)"
+        let name = [itemClass, accessGroup.map { "in access group \($0)" }].compactMap { $0 }
+            .joined(separator: " ")
+        return
+            "item \(id) (uuid \(uuid.isEmpty ? "unreadable" : uuid)\(name.isEmpty ? "" : ", " + name)): \(what)"
     }
 
     /// ItemDamaged naming `items` (at most 16 in the message, all of them, up to 1,000, in
@@ -58,10 +62,12 @@ public struct DamagedItem: Error, Sendable, Equatable {
         let named = items.prefix(16).map(\.description).joined(separator: "; ")
         let more = items.count > 16 ? " and \(items.count - 16) more" : ""
         return VaultFailure(
-            .itemDamaged, "damaged in the store (altered or damaged on disk): \(named)\(more). \(advice)",
+            .itemDamaged,
+            "damaged in the store (altered or damaged on disk): \(named)\(more). \(advice)",
             .init(damaged: Array(items.prefix(VaultFailure.maximumDamagedItems))))
     }
 
     /// What an ItemDamaged error says to do.
-    static let advice = "Delete it (a Delete naming only its service or server and account) and add it again, or restore it from a backup; `vaultctl doctor` lists every damaged item"
+    static let advice =
+        "Delete it (a Delete naming only its service or server and account) and add it again, or restore it from a backup; `vaultctl doctor` lists every damaged item"
 }

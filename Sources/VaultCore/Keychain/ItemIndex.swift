@@ -134,7 +134,9 @@ final class ItemIndex: Sendable {
         while try s.step() {
             let id = s.int64(0)
             for c in Column.allCases {
-                if let key = s.withBlob(Int32(c.rawValue + 1), Self.key) { listings[c.rawValue].add(id, key) }
+                if let key = s.withBlob(Int32(c.rawValue + 1), Self.key) {
+                    listings[c.rawValue].add(id, key)
+                }
             }
         }
         state = Mutex(State(listings: listings))
@@ -149,7 +151,8 @@ final class ItemIndex: Sendable {
     /// Installs on the writer's connection `db` the triggers that keep the index, and the
     /// settling after each of its transactions. Throws what SQLite throws.
     func keep(on db: Database) throws {
-        try db.createFunction("vaultd_item_index", arity: Int32(2 + Column.allCases.count)) { [weak self] args in
+        try db.createFunction("vaultd_item_index", arity: Int32(2 + Column.allCases.count)) {
+            [weak self] args in
             guard let self, let id = args[1].int64 else { return }
             let keys = Self.keys(args[2...])
             self.state.withLock { s in
@@ -163,16 +166,23 @@ final class ItemIndex: Sendable {
         }
         let old = "old.id, " + Column.list("old.")
         let new = "new.id, " + Column.list("new.")
-        let changed = (["id"] + Column.allCases.map(\.name)).map { "old.\($0) IS NOT new.\($0)" }.joined(separator: " OR ")
-        try db.execute("CREATE TEMP TRIGGER items_index_insert AFTER INSERT ON main.items BEGIN SELECT vaultd_item_index(1, \(new)); END")
-        try db.execute("CREATE TEMP TRIGGER items_index_delete AFTER DELETE ON main.items BEGIN SELECT vaultd_item_index(0, \(old)); END")
+        let changed = (["id"] + Column.allCases.map(\.name)).map { "old.\($0) IS NOT new.\($0)" }
+            .joined(separator: " OR ")
+        try db.execute(
+            "CREATE TEMP TRIGGER items_index_insert AFTER INSERT ON main.items BEGIN SELECT vaultd_item_index(1, \(new)); END"
+        )
+        try db.execute(
+            "CREATE TEMP TRIGGER items_index_delete AFTER DELETE ON main.items BEGIN SELECT vaultd_item_index(0, \(old)); END"
+        )
         try db.execute(
             """
             CREATE TEMP TRIGGER items_index_update AFTER UPDATE OF id, \(Column.list("")) ON main.items
               WHEN \(changed)
               BEGIN SELECT vaultd_item_index(0, \(old)), vaultd_item_index(1, \(new)); END
             """)
-        db.transactionEnded = { [weak self] db, rolledBack in self?.settle(db, rolledBack: rolledBack) }
+        db.transactionEnded = { [weak self] db, rolledBack in
+            self?.settle(db, rolledBack: rolledBack)
+        }
     }
 
     /// After a transaction on the writer's connection `db`: drops the entries of the rows it
@@ -196,7 +206,9 @@ final class ItemIndex: Sendable {
                 "SELECT id, \(Column.list("")) FROM items WHERE id IN (SELECT value FROM json_each(?))",
                 [.text(Self.jsonList(ids))])
         else {
-            log("keychain: cannot read the rows a transaction changed; the lookup index keeps their old entries")
+            log(
+                "keychain: cannot read the rows a transaction changed; the lookup index keeps their old entries"
+            )
             return
         }
         var now: [Int64: Keys] = [:]
@@ -226,7 +238,9 @@ final class ItemIndex: Sendable {
                 if count == 0 { return [] }
                 lists.append((c.rawValue, key, count))
             }
-            guard let shortest = lists.indices.min(by: { lists[$0].count < lists[$1].count }) else { return [] }
+            guard let shortest = lists.indices.min(by: { lists[$0].count < lists[$1].count }) else {
+                return []
+            }
             let best = lists.remove(at: shortest)
             return s.listings[best.column].ids(best.key)
                 .filter { id in lists.allSatisfy { s.listings[$0.column].lists(id, $0.key) } }

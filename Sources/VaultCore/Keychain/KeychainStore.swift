@@ -27,7 +27,10 @@ public struct ItemQuery: Sendable {
     /// kSecMatchLimitAll when true; kSecMatchLimitOne (the default) when false.
     public var matchAll: Bool
 
-    public init(itemClass: ItemClass? = nil, attributes: ItemAttributes = ItemAttributes(), matchAll: Bool = false) {
+    public init(
+        itemClass: ItemClass? = nil, attributes: ItemAttributes = ItemAttributes(),
+        matchAll: Bool = false
+    ) {
         self.itemClass = itemClass
         self.attributes = attributes
         self.matchAll = matchAll
@@ -75,18 +78,22 @@ final class KeychainStore {
     private struct Row {
         var stored: Candidates.Stored
         var attributes: ItemAttributes
-        subscript<T>(dynamicMember column: KeyPath<Candidates.Stored, T>) -> T { stored[keyPath: column] }
+        subscript<T>(dynamicMember column: KeyPath<Candidates.Stored, T>) -> T {
+            stored[keyPath: column]
+        }
     }
 
     /// Associated data binding every ciphertext of an item to its identity, so rows or
     /// columns cannot be swapped.
     static func associatedData(
-        uuid: [UInt8], itemClass: ItemClass, accessGroup: String, accessible: Accessibility, synchronizable: Bool
+        uuid: [UInt8], itemClass: ItemClass, accessGroup: String, accessible: Accessibility,
+        synchronizable: Bool
     ) -> [UInt8] {
         // "vaultd item v1\0" uuid "\0" class "\0" group "\0" accessibility "\0" "1" or "0",
         // appended in place into one reserved buffer (each lookup builds it for its row).
         var ad: [UInt8] = []
-        ad.reserveCapacity(48 + uuid.count + accessGroup.utf8.count + accessible.rawValue.utf8.count)
+        ad.reserveCapacity(
+            48 + uuid.count + accessGroup.utf8.count + accessible.rawValue.utf8.count)
         ad += "vaultd item v1".utf8
         ad.append(0)
         ad += uuid
@@ -108,15 +115,20 @@ final class KeychainStore {
             return [.string(a.service ?? ""), .string(a.account ?? "")]
         case .internetPassword:
             return [
-                .string(a.server ?? ""), .string(a.protocol ?? ""), JSON(a.port ?? 0), .string(a.path ?? ""),
-                .string(a.account ?? ""), .string(a.authenticationType ?? ""), .string(a.securityDomain ?? ""),
+                .string(a.server ?? ""), .string(a.protocol ?? ""), JSON(a.port ?? 0),
+                .string(a.path ?? ""),
+                .string(a.account ?? ""), .string(a.authenticationType ?? ""),
+                .string(a.securityDomain ?? ""),
             ]
         }
     }
 
     static func primaryKeyHash(_ c: ItemClass, _ a: ItemAttributes, index: SecureBytes) -> [UInt8] {
         let material: JSON = .array(
-            [.string("pk"), .string(c.rawValue), .string(a.accessGroup ?? ""), .bool(a.synchronizable ?? false)]
+            [
+                .string("pk"), .string(c.rawValue), .string(a.accessGroup ?? ""),
+                .bool(a.synchronizable ?? false),
+            ]
                 + primaryKey(c, a))
         return Sodium.keyedHash(material.serialized(), key: index)
     }
@@ -135,14 +147,18 @@ final class KeychainStore {
     /// The keyed hash of each lookup attribute (name and value) of a map, as
     /// `item_lookup_attributes` holds them: "lookup\0", the name's length (4 bytes, big
     /// endian), the name, the value; 16 bytes each, under the index key.
-    static func lookupAttributeHashes(_ map: ExactDictionary<String>, index: SecureBytes) -> [[UInt8]] {
+    static func lookupAttributeHashes(_ map: ExactDictionary<String>, index: SecureBytes)
+        -> [[UInt8]]
+    {
         map.map { name, value in
             var message: [UInt8] = []
             message.reserveCapacity(11 + name.utf8.count + value.utf8.count)
             message += "lookup".utf8
             message.append(0)
             let n = UInt32(name.utf8.count)
-            message += [UInt8(n >> 24), UInt8(n >> 16 & 0xff), UInt8(n >> 8 & 0xff), UInt8(n & 0xff)]
+            message += [
+                UInt8(n >> 24), UInt8(n >> 16 & 0xff), UInt8(n >> 8 & 0xff), UInt8(n & 0xff),
+            ]
             message += name.utf8
             message += value.utf8
             return Sodium.keyedHash(message, key: index, length: 16)
@@ -159,7 +175,8 @@ final class KeychainStore {
         guard hashes.count > 1 else { return hashes }
         let counts = try hashes.map { h in
             try db.row(
-                "SELECT count(*) FROM (SELECT 1 FROM item_lookup_attributes WHERE hash = ? LIMIT \(rarityCap))", [.blob(h)])?[0].int64 ?? 0
+                "SELECT count(*) FROM (SELECT 1 FROM item_lookup_attributes WHERE hash = ? LIMIT \(rarityCap))",
+                [.blob(h)])?[0].int64 ?? 0
         }
         return hashes.indices.sorted { (counts[$0], $0) < (counts[$1], $1) }.map { hashes[$0] }
     }
@@ -183,7 +200,9 @@ final class KeychainStore {
         case .genericPassword:
             if a.service == nil { a.service = "" }
         case .internetPassword:
-            for k: ItemAttributes.StringAttribute in [.server, .protocol, .path, .authenticationType, .securityDomain] where a[k] == nil {
+            for k: ItemAttributes.StringAttribute in [
+                .server, .protocol, .path, .authenticationType, .securityDomain,
+            ] where a[k] == nil {
                 a[k] = ""
             }
             if a.port == nil { a.port = 0 }
@@ -194,15 +213,20 @@ final class KeychainStore {
 
     private static func validate(_ c: ItemClass, _ a: ItemAttributes) throws {
         if c == .genericPassword && a.hasInternetAttributes {
-            throw VaultFailure.param("internet-password attributes (server, protocol, port, path, authenticationType, securityDomain) on a generic password")
+            throw VaultFailure.param(
+                "internet-password attributes (server, protocol, port, path, authenticationType, securityDomain) on a generic password"
+            )
         }
         if c == .internetPassword && a.service != nil {
-            throw VaultFailure.param("attribute 'service' belongs to generic passwords; internet passwords use 'server'")
+            throw VaultFailure.param(
+                "attribute 'service' belongs to generic passwords; internet passwords use 'server'")
         }
         if (a.synchronizable ?? false) && (a.accessible?.isThisDeviceOnly ?? false) {
             throw VaultFailure.param("a synchronizable item cannot be ThisDeviceOnly")
         }
-        if let g = a.accessGroup, g.isEmpty { throw VaultFailure.param("the access group must not be empty") }
+        if let g = a.accessGroup, g.isEmpty {
+            throw VaultFailure.param("the access group must not be empty")
+        }
     }
 
     // MARK: reading rows
@@ -227,7 +251,8 @@ final class KeychainStore {
             /// What binds this row's ciphertexts to its identity.
             var associatedData: [UInt8] {
                 KeychainStore.associatedData(
-                    uuid: uuid, itemClass: itemClass, accessGroup: accessGroup, accessible: accessible, synchronizable: synchronizable)
+                    uuid: uuid, itemClass: itemClass, accessGroup: accessGroup,
+                    accessible: accessible, synchronizable: synchronizable)
             }
         }
         var rows: [Stored] = []
@@ -243,21 +268,27 @@ final class KeychainStore {
         /// The key that opens row `r`'s item key, or the error it is unavailable with
         /// (nil: `r` is not a candidate).
         func key(of r: Stored) -> Result<SecureBytes, VaultFailure>? {
-            if otherDevice.contains(r.id) { return .failure(KeychainStore.otherDeviceError(r.accessible)) }
+            if otherDevice.contains(r.id) {
+                return .failure(KeychainStore.otherDeviceError(r.accessible))
+            }
             return classKeys[r.accessible]
         }
     }
 
     /// What an item made on another device is read with: NotAvailableOnThisDevice.
     static func otherDeviceError(_ a: Accessibility) -> VaultFailure {
-        VaultFailure(.notAvailableOnThisDevice, "the item is bound to another device (\(a.rawValue)) and is not available on this device")
+        VaultFailure(
+            .notAvailableOnThisDevice,
+            "the item is bound to another device (\(a.rawValue)) and is not available on this device"
+        )
     }
 
     /// The stored rows matching the query's indexed parts, restricted to the groups the caller
     /// may see, and their keys, through the writer's connection: under the engine lock.
     func candidates(_ q: ItemQuery, caller: Caller, in db: Database) throws -> Candidates {
         let (metadata, hashKey) = try keys.metadataKeys()
-        let found = try Self.candidateRows(q, caller: caller, hashKey: hashKey, itemIndex: itemIndex, in: db)
+        let found = try Self.candidateRows(
+            q, caller: caller, hashKey: hashKey, itemIndex: itemIndex, in: db)
         var out = Candidates(rows: found.rows, malformed: found.malformed, metadata: metadata)
         try addClassKeys(to: &out)
         return out
@@ -282,7 +313,9 @@ final class KeychainStore {
         // Only in a class with another device's key (a moved data directory): one small
         // decryption per row of it.
         for r in c.rows where keys.isForeign(r.accessible) {
-            if case .success(let k)? = c.classKeys[r.accessible], Sodium.open(r.wrappedKey, key: k, associatedData: r.associatedData) == nil {
+            if case .success(let k)? = c.classKeys[r.accessible],
+                Sodium.open(r.wrappedKey, key: k, associatedData: r.associatedData) == nil
+            {
                 c.otherDevice.insert(r.id)
             }
         }
@@ -318,10 +351,13 @@ final class KeychainStore {
         // once decrypted). With them, the service alone is checked on its column rather than
         // listed from the index: every Secret Service item has the same one.
         if let wanted = q.attributes.lookupAttributes, !wanted.isEmpty {
-            let hashes = try Self.rarestFirst(Self.lookupAttributeHashes(wanted, index: hashKey), in: db)
+            let hashes = try Self.rarestFirst(
+                Self.lookupAttributeHashes(wanted, index: hashKey), in: db)
             shape |= hashes.count << CandidateSQL.lookupAttributeCountShift
             args += hashes.map { .blob($0) }
-            if q.attributes.account == nil, q.attributes.server == nil, let service = q.attributes.service {
+            if q.attributes.account == nil, q.attributes.server == nil,
+                let service = q.attributes.service
+            {
                 shape |= CandidateSQL.lookupHash
                 args.append(Self.fieldHash("service", service, index: hashKey))
                 return try rows(shape: shape, args, in: db)
@@ -364,7 +400,9 @@ final class KeychainStore {
     }
 
     /// The rows of `candidateRows`'s SQL of `shape`, bound to `args`.
-    private static func rows(shape: Int, _ args: [SQLValue], in db: Database) throws -> (rows: [Candidates.Stored], malformed: [DamagedItem]) {
+    private static func rows(shape: Int, _ args: [SQLValue], in db: Database) throws -> (
+        rows: [Candidates.Stored], malformed: [DamagedItem]
+    ) {
         var out: [Candidates.Stored] = []
         var malformed: [DamagedItem] = []
         for r in try db.rows(shape: shape, sql: { CandidateSQL.text(shape) }, args) {
@@ -380,22 +418,29 @@ final class KeychainStore {
     /// wrapped_key, secret` as stored, or, when a column is missing or of the wrong type (or
     /// the class or accessibility unknown), the damaged item it is.
     static func stored(_ r: [SQLValue]) -> Result<Candidates.Stored, DamagedItem> {
-        guard let id = r[0].int64, let uuid = r[1].blob, let cls = r[2].text.flatMap(ItemClass.init(rawValue:)),
-            let group = r[3].text, let acc = r[4].text.flatMap(Accessibility.init(rawValue:)), let sync = r[5].int64,
+        guard let id = r[0].int64, let uuid = r[1].blob,
+            let cls = r[2].text.flatMap(ItemClass.init(rawValue:)),
+            let group = r[3].text, let acc = r[4].text.flatMap(Accessibility.init(rawValue:)),
+            let sync = r[5].int64,
             let attrBox = r[6].blob, let wrapped = r[7].blob, let secret = r[8].blob
         else {
-            return .failure(DamagedItem(id: r[0].int64 ?? -1, uuid: r[1].blob, itemClass: r[2].text, accessGroup: r[3].text, part: .row))
+            return .failure(
+                DamagedItem(
+                    id: r[0].int64 ?? -1, uuid: r[1].blob, itemClass: r[2].text,
+                    accessGroup: r[3].text, part: .row))
         }
         return .success(
             Candidates.Stored(
-                id: id, uuid: uuid, itemClass: cls, accessGroup: group, accessible: acc, synchronizable: sync != 0, attributes: attrBox,
+                id: id, uuid: uuid, itemClass: cls, accessGroup: group, accessible: acc,
+                synchronizable: sync != 0, attributes: attrBox,
                 wrappedKey: wrapped, secret: secret))
     }
 
     /// The SQL of `candidateRows`, by its shape: a bit for each condition it has (in the
     /// order their arguments are bound), and the number of access groups of an `IN` list.
     enum CandidateSQL {
-        static let itemClass = 1, accessGroup = 2, accessible = 4, oneID = 8, idList = 16, lookupHash = 32, accountHash = 64
+        static let itemClass = 1, accessGroup = 2, accessible = 4, oneID = 8, idList = 16,
+            lookupHash = 32, accountHash = 64
         /// The number of access groups of an `IN` list (24 bits), then the number of lookup
         /// attributes' hashes (at most `ItemAttributes.maximumLookupAttributes`).
         static let groupCountShift = 8
@@ -403,17 +448,23 @@ final class KeychainStore {
         static let lookupAttributeCountShift = 32
 
         static func text(_ shape: Int) -> String {
-            var sql = "SELECT id, uuid, item_class, access_group, accessible, synchronizable, attributes, wrapped_key, secret FROM items WHERE 1"
+            var sql =
+                "SELECT id, uuid, item_class, access_group, accessible, synchronizable, attributes, wrapped_key, secret FROM items WHERE 1"
             if shape & itemClass != 0 { sql += " AND item_class = ?" }
             if shape & accessGroup != 0 { sql += " AND access_group = ?" }
             let groups = (shape >> groupCountShift) & groupCountMask
-            if groups > 0 { sql += " AND access_group IN (" + Array(repeating: "?", count: groups).joined(separator: ",") + ")" }
+            if groups > 0 {
+                sql +=
+                    " AND access_group IN ("
+                    + Array(repeating: "?", count: groups).joined(separator: ",") + ")"
+            }
             if shape & accessible != 0 { sql += " AND accessible = ?" }
             // The first lookup attribute lists its rows (the primary key's prefix, hash); each
             // other is a probe of the primary key (hash, item_id) for one row: the cost follows
             // the first attribute's rows, not the store's (`rarestFirst`).
             for i in 0..<(shape >> lookupAttributeCountShift) {
-                sql += i == 0
+                sql +=
+                    i == 0
                     ? " AND id IN (SELECT item_id FROM item_lookup_attributes WHERE hash = ?)"
                     : " AND EXISTS (SELECT 1 FROM item_lookup_attributes WHERE hash = ? AND item_id = items.id)"
             }
@@ -428,12 +479,16 @@ final class KeychainStore {
     /// Candidates decrypted, then matched exactly, and the damaged ones that may match: the
     /// malformed rows and those whose attributes do not open, when their clear columns match
     /// (`mayMatch`). Needs no lock.
-    private static func decode(_ c: Candidates, _ q: ItemQuery) -> (rows: [Row], damaged: [DamagedItem]) {
+    private static func decode(_ c: Candidates, _ q: ItemQuery) -> (
+        rows: [Row], damaged: [DamagedItem]
+    ) {
         guard let metadata = c.metadata else { return ([], []) }
         var out: [Row] = []
         var damaged = c.malformed
         for r in c.rows {
-            guard let plain = Sodium.openBytes(r.attributes, key: metadata, associatedData: r.associatedData),
+            guard
+                let plain = Sodium.openBytes(
+                    r.attributes, key: metadata, associatedData: r.associatedData),
                 var attrs = try? ItemAttributes(jsonObject: plain)
             else {
                 if mayMatch(r, q) { damaged.append(DamagedItem(r, .attributes)) }
@@ -445,7 +500,11 @@ final class KeychainStore {
             guard attrs.matches(q.attributes) else { continue }
             out.append(Row(stored: r, attributes: attrs))
         }
-        if !damaged.isEmpty { log("keychain: \(damaged.count) damaged item(s) met by a query: \(damaged.prefix(4).map(\.description).joined(separator: "; "))") }
+        if !damaged.isEmpty {
+            log(
+                "keychain: \(damaged.count) damaged item(s) met by a query: \(damaged.prefix(4).map(\.description).joined(separator: "; "))"
+            )
+        }
         return (out, damaged)
     }
 
@@ -477,9 +536,14 @@ final class KeychainStore {
     /// can never be read here (NotAvailableOnThisDevice: made on another device), and the
     /// error of the others (the vault is locked), if any; and the damaged items that may
     /// match (`decode`).
-    private func matchingRows(_ q: ItemQuery, caller: Caller, in db: Database) throws -> (available: [Row], otherDevice: [Row], error: VaultFailure?, damaged: [DamagedItem]) {
-        let c = try candidates(ItemQuery(itemClass: q.itemClass, attributes: q.attributes, matchAll: true), caller: caller, in: db)
-        var ok: [Row] = [], other: [Row] = []
+    private func matchingRows(_ q: ItemQuery, caller: Caller, in db: Database) throws -> (
+        available: [Row], otherDevice: [Row], error: VaultFailure?, damaged: [DamagedItem]
+    ) {
+        let c = try candidates(
+            ItemQuery(itemClass: q.itemClass, attributes: q.attributes, matchAll: true),
+            caller: caller, in: db)
+        var ok: [Row] = []
+        var other: [Row] = []
         var firstError: VaultFailure?
         let (decoded, damaged) = Self.decode(c, q)
         for r in decoded {
@@ -496,7 +560,8 @@ final class KeychainStore {
     /// A row's secret, for an Update. Throws ItemDamaged when it does not open, the
     /// class-key error.
     private func decryptSecret(_ r: Row) throws -> SecureBytes {
-        guard let s = Self.openSecret(of: r.stored, classKey: try keys.classKey(r.accessible)) else {
+        guard let s = Self.openSecret(of: r.stored, classKey: try keys.classKey(r.accessible))
+        else {
             throw DamagedItem.error([DamagedItem(r.stored, .secret)], DamagedItem.advice)
         }
         return s
@@ -506,7 +571,9 @@ final class KeychainStore {
     /// it; nil when either fails authentication.
     static func openSecret(of r: Candidates.Stored, classKey: SecureBytes) -> SecureBytes? {
         let ad = r.associatedData
-        guard let itemKey = Sodium.open(r.wrappedKey, key: classKey, associatedData: ad) else { return nil }
+        guard let itemKey = Sodium.open(r.wrappedKey, key: classKey, associatedData: ad) else {
+            return nil
+        }
         return Sodium.open(r.secret, key: itemKey, associatedData: ad)
     }
 
@@ -521,9 +588,12 @@ final class KeychainStore {
 
     /// Encrypts and writes an item (insert when `id` is nil, else replace that row).
     private func write(
-        id: Int64?, itemClass: ItemClass, attributes a: ItemAttributes, secret: SecureBytes, generation: String?, in db: Database
+        id: Int64?, itemClass: ItemClass, attributes a: ItemAttributes, secret: SecureBytes,
+        generation: String?, in db: Database
     ) throws {
-        let values = try Self.encrypt(itemClass: itemClass, attributes: a, secret: secret, keys: try writeKeys(accessible: a.accessible ?? .whenUnlocked))
+        let values = try Self.encrypt(
+            itemClass: itemClass, attributes: a, secret: secret,
+            keys: try writeKeys(accessible: a.accessible ?? .whenUnlocked))
         try store(values, id: id, generation: generation, in: db)
     }
 
@@ -539,32 +609,44 @@ final class KeychainStore {
     /// gives the uuid, the item key and the three nonces (in that order) instead of
     /// `randombytes_buf`.
     static func encrypt(
-        itemClass: ItemClass, attributes a: ItemAttributes, secret: SecureBytes, keys k: WriteKeys, fixed: ((Int) -> [UInt8])? = nil
+        itemClass: ItemClass, attributes a: ItemAttributes, secret: SecureBytes, keys k: WriteKeys,
+        fixed: ((Int) -> [UInt8])? = nil
     ) throws -> [SQLValue] {
         let (metadata, index, classKey) = (k.metadata, k.index, k.classKey)
         let accessible = a.accessible ?? .whenUnlocked
         let group = a.accessGroup!
         let sync = a.synchronizable ?? false
         let uuid = fixed?(16) ?? Sodium.randomBytes(16)
-        let ad = Self.associatedData(uuid: uuid, itemClass: itemClass, accessGroup: group, accessible: accessible, synchronizable: sync)
-        let itemKey = fixed.map { SecureBytes(copying: $0(Sodium.keyLength)) } ?? SecureBytes.random(count: Sodium.keyLength)
+        let ad = Self.associatedData(
+            uuid: uuid, itemClass: itemClass, accessGroup: group, accessible: accessible,
+            synchronizable: sync)
+        let itemKey =
+            fixed.map { SecureBytes(copying: $0(Sodium.keyLength)) }
+            ?? SecureBytes.random(count: Sodium.keyLength)
         func seal<P: ContiguousBytes>(_ plaintext: P, key: SecureBytes) -> [UInt8] {
             guard let fixed else { return Sodium.seal(plaintext, key: key, associatedData: ad) }
-            return Sodium.seal(plaintext, key: key, associatedData: ad, nonce: fixed(Sodium.nonceLength))
+            return Sodium.seal(
+                plaintext, key: key, associatedData: ad, nonce: fixed(Sodium.nonceLength))
         }
         let attrPlain = a.json.serialized()
         guard attrPlain.count <= Self.maximumAttributesSize else {
-            throw VaultFailure.param("the attributes take \(attrPlain.count) bytes; the limit is \(Self.maximumAttributesSize)")
+            throw VaultFailure.param(
+                "the attributes take \(attrPlain.count) bytes; the limit is \(Self.maximumAttributesSize)"
+            )
         }
         let values: [SQLValue] = [
-            .blob(uuid), .text(itemClass.rawValue), .text(group), .text(accessible.rawValue), .integer(sync ? 1 : 0),
+            .blob(uuid), .text(itemClass.rawValue), .text(group), .text(accessible.rawValue),
+            .integer(sync ? 1 : 0),
             .blob(Self.primaryKeyHash(itemClass, a, index: index)),
-            Self.lookupHash(itemClass, a, index: index), Self.fieldHash("account", a.account, index: index),
+            Self.lookupHash(itemClass, a, index: index),
+            Self.fieldHash("account", a.account, index: index),
             .blob(seal(attrPlain, key: metadata)),
             .blob(seal(itemKey, key: classKey)),
             .blob(seal(secret, key: itemKey)),
             // Not a column: the lookup attributes' hashes, 16 bytes each, for `store`.
-            a.lookupAttributes.map { .blob(Self.lookupAttributeHashes($0, index: index).flatMap { $0 }) } ?? .null,
+            a.lookupAttributes.map {
+                .blob(Self.lookupAttributeHashes($0, index: index).flatMap { $0 })
+            } ?? .null,
         ]
         return values
     }
@@ -572,12 +654,17 @@ final class KeychainStore {
     /// Inserts (`id` nil) or replaces a row of `encrypt`'s values. Throws DuplicateItem when
     /// another row has its primary key (class, group, sync and the class's key attributes:
     /// unique, as in SecItemAdd).
-    private func store(_ values: [SQLValue], id: Int64?, generation: String?, in db: Database) throws {
+    private func store(_ values: [SQLValue], id: Int64?, generation: String?, in db: Database)
+        throws
+    {
         // Through the primary key's own listing: those of the service (or server) and the
         // account may hold thousands of rows (one server's internet passwords of one account,
         // one per path), each read for every write.
         let primaryKeyHash = values[Self.primaryKeyHashValue]
-        let others = bypassIndexForTesting ? [] : itemIndex.candidates([(.primaryKey, primaryKeyHash.blob ?? [])]).filter { $0 != id }
+        let others =
+            bypassIndexForTesting
+            ? []
+            : itemIndex.candidates([(.primaryKey, primaryKeyHash.blob ?? [])]).filter { $0 != id }
         if !others.isEmpty,
             let r = try db.row(
                 "SELECT id, uuid, item_class, access_group, accessible, synchronizable, wrapped_key, attributes, secret FROM items WHERE id IN (SELECT value FROM json_each(?)) AND primary_key_hash = ?",
@@ -589,18 +676,29 @@ final class KeychainStore {
             case .failure(let d):
                 throw DamagedItem.error([d], DamagedItem.advice)
             case .success(let row):
-                if Sodium.openBytes(row.attributes, key: try keys.metadataKeys().metadata, associatedData: row.associatedData) == nil {
-                    throw DamagedItem.error([DamagedItem(row, .attributes)], "It holds this item's primary key. " + DamagedItem.advice)
+                if Sodium.openBytes(
+                    row.attributes, key: try keys.metadataKeys().metadata,
+                    associatedData: row.associatedData) == nil
+                {
+                    throw DamagedItem.error(
+                        [DamagedItem(row, .attributes)],
+                        "It holds this item's primary key. " + DamagedItem.advice)
                 }
             }
             // An add over another device's ThisDeviceOnly item (which no unlock here opens)
             // replaces it, as an iPhone restored from a backup lets its apps add such items
             // afresh; any other collision is SecItemAdd's DuplicateItem.
-            guard id == nil, let old = r[0].int64, let uuid = r[1].blob, let cls = r[2].text.flatMap(ItemClass.init(rawValue:)), let group = r[3].text,
-                let acc = r[4].text.flatMap(Accessibility.init(rawValue:)), let sync = r[5].int64, let wrapped = r[6].blob,
-                isOtherDevice(uuid: uuid, itemClass: cls, accessGroup: group, accessible: acc, synchronizable: sync != 0, wrappedKey: wrapped)
+            guard id == nil, let old = r[0].int64, let uuid = r[1].blob,
+                let cls = r[2].text.flatMap(ItemClass.init(rawValue:)), let group = r[3].text,
+                let acc = r[4].text.flatMap(Accessibility.init(rawValue:)), let sync = r[5].int64,
+                let wrapped = r[6].blob,
+                isOtherDevice(
+                    uuid: uuid, itemClass: cls, accessGroup: group, accessible: acc,
+                    synchronizable: sync != 0, wrappedKey: wrapped)
             else {
-                throw VaultFailure(.duplicateItem, "an item with the same primary key already exists in this access group")
+                throw VaultFailure(
+                    .duplicateItem,
+                    "an item with the same primary key already exists in this access group")
             }
             try db.run("DELETE FROM items WHERE id = ?", [.integer(old)])
         }
@@ -636,10 +734,15 @@ final class KeychainStore {
             // `items_primary_key` (the only UNIQUE index of `items`) holds this primary key:
             // the lookup index missed the row holding it, which the check above relies on.
             // SecItemAdd's answer all the same, never a second item.
-            log("keychain: the store's uniqueness of primary keys refused a row the lookup index did not know of (a fault in the index)")
-            throw VaultFailure(.duplicateItem, "an item with the same primary key already exists in this access group")
+            log(
+                "keychain: the store's uniqueness of primary keys refused a row the lookup index did not know of (a fault in the index)"
+            )
+            throw VaultFailure(
+                .duplicateItem,
+                "an item with the same primary key already exists in this access group")
         } catch let e as ConstraintViolation {
-            throw VaultFailure(.internalError, "the store refused the item's row (SQLite \(e.code))")
+            throw VaultFailure(
+                .internalError, "the store refused the item's row (SQLite \(e.code))")
         }
     }
 
@@ -647,7 +750,9 @@ final class KeychainStore {
 
     /// The attributes an Add stores in `accessGroup` (the one the policy granted: `Grant`),
     /// checked, normalized, dated. Throws SecretTooLarge, Param.
-    static func addedAttributes(itemClass: ItemClass, attributes input: ItemAttributes, secretSize: Int, accessGroup: String) throws -> ItemAttributes {
+    static func addedAttributes(
+        itemClass: ItemClass, attributes input: ItemAttributes, secretSize: Int, accessGroup: String
+    ) throws -> ItemAttributes {
         try VaultFailure.checkSecretSize(secretSize)
         var a = input
         a.creationDate = nil
@@ -666,9 +771,14 @@ final class KeychainStore {
     /// that key is no longer the class's: the vault was locked, or the class key replaced
     /// (a passphrase removed and set again), after the keys were fetched. Run it under the
     /// engine lock, so the keys cannot change until the transaction ends.
-    func insert(_ values: [SQLValue], generation: String?, classKey: SecureBytes, accessible: Accessibility, in db: Database) throws {
+    func insert(
+        _ values: [SQLValue], generation: String?, classKey: SecureBytes, accessible: Accessibility,
+        in db: Database
+    ) throws {
         guard try keys.classKey(accessible).constantTimeEquals(classKey) else {
-            throw VaultFailure(.interactionNotAllowed, "the vault's keys changed while the item was being added; add it again")
+            throw VaultFailure(
+                .interactionNotAllowed,
+                "the vault's keys changed while the item was being added; add it again")
         }
         // The bytes the row takes (what `app_usage` counts: attributes, wrapped key, secret).
         let bytes = values[Self.sizedValues].reduce(Int64(0)) { $0 + Int64($1.blob?.count ?? 0) }
@@ -691,7 +801,9 @@ final class KeychainStore {
     /// the locked matches): a locked match is listed, marked `isLocked`, instead, and when
     /// only damaged items match they are returned (no items) rather than thrown, for the
     /// front-end to list them (docs/secret-service.md, "Damaged items").
-    static func copyMatching(_ c: Candidates, _ q: ItemQuery, returnData: Bool, includingLocked: Bool = false) throws -> ItemMatches {
+    static func copyMatching(
+        _ c: Candidates, _ q: ItemQuery, returnData: Bool, includingLocked: Bool = false
+    ) throws -> ItemMatches {
         var rows: [Row] = []
         var lockedRows: [Row] = []
         var error: VaultFailure?
@@ -710,16 +822,25 @@ final class KeychainStore {
         }
         if q.matchAll, let locked { throw locked }
         func nothing() -> VaultFailure {
-            error ?? (damaged.isEmpty ? VaultFailure(.itemNotFound, "no item matches the query") : DamagedItem.error(damaged, DamagedItem.advice))
+            error
+                ?? (damaged.isEmpty
+                    ? VaultFailure(.itemNotFound, "no item matches the query")
+                    : DamagedItem.error(damaged, DamagedItem.advice))
         }
         // The secrets alone, in base64, would make the reply larger than a message may be:
         // ReplyTooLarge as soon as that is known, before more of them are decrypted and held
         // (a query of every item with its data built a tree of all of them, then was refused).
-        let items = try Self.found(c, rows, returnData: returnData, one: !q.matchAll, damaged: &damaged)
+        let items = try Self.found(
+            c, rows, returnData: returnData, one: !q.matchAll, damaged: &damaged)
         if includingLocked {
-            let lockedItems = lockedRows.map { FoundItem(itemClass: $0.itemClass, attributes: $0.attributes, data: nil, isLocked: true) }
+            let lockedItems = lockedRows.map {
+                FoundItem(
+                    itemClass: $0.itemClass, attributes: $0.attributes, data: nil, isLocked: true)
+            }
             if items.isEmpty && lockedItems.isEmpty && damaged.isEmpty { throw nothing() }
-            if !q.matchAll && items.isEmpty { return ItemMatches(items: Array(lockedItems.prefix(1)), damaged: damaged) }
+            if !q.matchAll && items.isEmpty {
+                return ItemMatches(items: Array(lockedItems.prefix(1)), damaged: damaged)
+            }
             return ItemMatches(items: items + (q.matchAll ? lockedItems : []), damaged: damaged)
         }
         if items.isEmpty { throw nothing() }
@@ -729,7 +850,9 @@ final class KeychainStore {
     /// Available rows as found items, with their secrets when `returnData` (`one`: the
     /// first whose secret opens); a row whose secret does not open is added to `damaged`
     /// instead. Throws ReplyTooLarge when the secrets alone would be over a message's size.
-    private static func found(_ c: Candidates, _ rows: [Row], returnData: Bool, one: Bool, damaged: inout [DamagedItem]) throws -> [FoundItem] {
+    private static func found(
+        _ c: Candidates, _ rows: [Row], returnData: Bool, one: Bool, damaged: inout [DamagedItem]
+    ) throws -> [FoundItem] {
         var replyBytes = 0
         // What the reply's items will take in memory while it is built and sent
         // (`ReplyLimit.itemBytes`): past `ReplyLimit.maximumBuildBytes`, ReplyTooLarge too, so
@@ -753,7 +876,8 @@ final class KeychainStore {
                 }
                 data = s
             }
-            buildBytes += ReplyLimit.itemBytes(attributes: r.stored.attributes.count, secret: data?.count ?? 0)
+            buildBytes += ReplyLimit.itemBytes(
+                attributes: r.stored.attributes.count, secret: data?.count ?? 0)
             if buildBytes > ReplyLimit.maximumBuildBytes {
                 throw VaultFailure(
                     .replyTooLarge,
@@ -770,14 +894,18 @@ final class KeychainStore {
     /// secret. Throws ItemNotFound, DuplicateItem (a change would collide), Param, or the
     /// class-key error when any match is unavailable. The groups of `q` and `changes` were
     /// granted by the policy (`Vault.authorize`).
-    func update(_ q: ItemQuery, changes: ItemAttributes, secret: SecureBytes?, caller: Caller, in db: Database) throws -> Int {
+    func update(
+        _ q: ItemQuery, changes: ItemAttributes, secret: SecureBytes?, caller: Caller,
+        in db: Database
+    ) throws -> Int {
         // As SecItemUpdate: an update that changes nothing is errSecParam (the dates are
         // read-only: `apply` leaves them, so they change nothing).
         var settable = changes
         settable.creationDate = nil
         settable.modificationDate = nil
         if secret == nil && settable == ItemAttributes() {
-            throw VaultFailure.param("nothing to update: give attributes to change, a new secret, or both")
+            throw VaultFailure.param(
+                "nothing to update: give attributes to change, a new secret, or both")
         }
         if let secret { try VaultFailure.checkSecretSize(secret.count) }
         let (rows, otherDevice, error, damaged) = try matchingRows(q, caller: caller, in: db)
@@ -801,9 +929,12 @@ final class KeychainStore {
             Self.normalize(r.itemClass, &a)
             a.modificationDate = now
             let s = try secret ?? decryptSecret(r)
-            try write(id: r.id, itemClass: r.itemClass, attributes: a, secret: s, generation: nil, in: db)
+            try write(
+                id: r.id, itemClass: r.itemClass, attributes: a, secret: s, generation: nil, in: db)
         }
-        try quota.checkGrowth(before: before, after: try StorageQuota.itemBytes(ofAppsWriting: rows.map { $0.id }, in: db), in: db)
+        try quota.checkGrowth(
+            before: before,
+            after: try StorageQuota.itemBytes(ofAppsWriting: rows.map { $0.id }, in: db), in: db)
         return rows.count
     }
 
@@ -821,12 +952,19 @@ final class KeychainStore {
         let damagedIDs = Self.namesOnlyClearAttributes(q.attributes) ? damaged.map(\.id) : []
         if ids.isEmpty && damagedIDs.isEmpty {
             if !damaged.isEmpty {
-                throw DamagedItem.error(damaged, "Nothing was deleted: a Delete removes a damaged item when it names only its service or server, account, access group, accessibility or synchronizable")
+                throw DamagedItem.error(
+                    damaged,
+                    "Nothing was deleted: a Delete removes a damaged item when it names only its service or server, account, access group, accessibility or synchronizable"
+                )
             }
             throw VaultFailure(.itemNotFound, "no item matches the query")
         }
         for id in ids + damagedIDs { try db.run("DELETE FROM items WHERE id = ?", [.integer(id)]) }
-        if !damagedIDs.isEmpty { log("keychain: deleted \(damagedIDs.count) damaged item(s): \(damaged.prefix(4).map(\.description).joined(separator: "; "))") }
+        if !damagedIDs.isEmpty {
+            log(
+                "keychain: deleted \(damagedIDs.count) damaged item(s): \(damaged.prefix(4).map(\.description).joined(separator: "; "))"
+            )
+        }
         return ids.count + damagedIDs.count
     }
 
@@ -838,11 +976,16 @@ final class KeychainStore {
     /// Whether a stored row is another device's ThisDeviceOnly item (a data directory moved
     /// here, or a backup restored here): in a foreign class, and its item key does not open
     /// with this device's class key. False when that cannot be told (the class is locked).
-    private func isOtherDevice(uuid: [UInt8], itemClass: ItemClass, accessGroup: String, accessible: Accessibility, synchronizable: Bool, wrappedKey: [UInt8]) -> Bool {
+    private func isOtherDevice(
+        uuid: [UInt8], itemClass: ItemClass, accessGroup: String, accessible: Accessibility,
+        synchronizable: Bool, wrappedKey: [UInt8]
+    ) -> Bool {
         guard keys.isForeign(accessible) else { return false }
         do {
             let k = try keys.classKey(accessible)
-            let ad = Self.associatedData(uuid: uuid, itemClass: itemClass, accessGroup: accessGroup, accessible: accessible, synchronizable: synchronizable)
+            let ad = Self.associatedData(
+                uuid: uuid, itemClass: itemClass, accessGroup: accessGroup, accessible: accessible,
+                synchronizable: synchronizable)
             return Sodium.open(wrappedKey, key: k, associatedData: ad) == nil
         } catch let e as VaultFailure where e.code == .notAvailableOnThisDevice {
             return true
@@ -858,17 +1001,24 @@ final class KeychainStore {
         if let groups, groups.isEmpty { return 0 }
         var n = 0
         for a in Accessibility.allCases where keys.isForeign(a) {
-            var sql = "SELECT uuid, item_class, access_group, synchronizable, wrapped_key FROM items WHERE accessible = ?"
+            var sql =
+                "SELECT uuid, item_class, access_group, synchronizable, wrapped_key FROM items WHERE accessible = ?"
             var args: [SQLValue] = [.text(a.rawValue)]
             if let groups {
                 sql += " AND access_group IN (SELECT value FROM json_each(?))"
                 args.append(.text(JSON.array(groups.map { .string($0) }).text))
             }
             for r in try db.rows(sql, args) {
-                guard let uuid = r[0].blob, let cls = r[1].text.flatMap(ItemClass.init(rawValue:)), let group = r[2].text, let sync = r[3].int64,
+                guard let uuid = r[0].blob, let cls = r[1].text.flatMap(ItemClass.init(rawValue:)),
+                    let group = r[2].text, let sync = r[3].int64,
                     let wrapped = r[4].blob
                 else { continue }
-                if isOtherDevice(uuid: uuid, itemClass: cls, accessGroup: group, accessible: a, synchronizable: sync != 0, wrappedKey: wrapped) { n += 1 }
+                if isOtherDevice(
+                    uuid: uuid, itemClass: cls, accessGroup: group, accessible: a,
+                    synchronizable: sync != 0, wrappedKey: wrapped)
+                {
+                    n += 1
+                }
             }
         }
         return n
@@ -876,10 +1026,15 @@ final class KeychainStore {
 
     /// Items stored: all of them, or those in `groups` (an app's access groups).
     func count(inGroups groups: [String]? = nil, in db: Database) throws -> Int {
-        guard let groups else { return Int(try db.row("SELECT COUNT(*) FROM items")?[0].int64 ?? 0) }
+        guard let groups else {
+            return Int(try db.row("SELECT COUNT(*) FROM items")?[0].int64 ?? 0)
+        }
         if groups.isEmpty { return 0 }
         let marks = Array(repeating: "?", count: groups.count).joined(separator: ", ")
-        return Int(try db.row("SELECT COUNT(*) FROM items WHERE access_group IN (\(marks))", groups.map { .text($0) })?[0].int64 ?? 0)
+        return Int(
+            try db.row(
+                "SELECT COUNT(*) FROM items WHERE access_group IN (\(marks))",
+                groups.map { .text($0) })?[0].int64 ?? 0)
     }
 }
 
@@ -898,16 +1053,21 @@ extension KeychainStore {
     /// as the item of a data directory moved from that device would. Throws Param for
     /// attributes an Add refuses, the class-key error (InteractionNotAllowed).
     func restore(
-        _ itemClass: ItemClass, attributes input: ItemAttributes, secret: SecureBytes, generation: String?, merge: Bool, unavailable: Bool,
+        _ itemClass: ItemClass, attributes input: ItemAttributes, secret: SecureBytes,
+        generation: String?, merge: Bool, unavailable: Bool,
         in db: Database
     ) throws -> RestoreOutcome {
         var a = input
         try Self.validate(itemClass, a)
         Self.normalize(itemClass, &a)
         let keys = try writeKeys(accessible: a.accessible ?? .whenUnlocked)
-        var values = try Self.encrypt(itemClass: itemClass, attributes: a, secret: secret, keys: keys)
+        var values = try Self.encrypt(
+            itemClass: itemClass, attributes: a, secret: secret, keys: keys)
         let wrappedKeyValue = Self.primaryKeyHashValue + 4
-        if unavailable { values[wrappedKeyValue] = .blob(Sodium.randomBytes(values[wrappedKeyValue].blob?.count ?? 72)) }
+        if unavailable {
+            values[wrappedKeyValue] = .blob(
+                Sodium.randomBytes(values[wrappedKeyValue].blob?.count ?? 72))
+        }
         let primaryKeyHash = values[Self.primaryKeyHashValue]
         let ids = itemIndex.candidates([(.primaryKey, primaryKeyHash.blob ?? [])])
         if !ids.isEmpty,
@@ -915,15 +1075,26 @@ extension KeychainStore {
                 "SELECT id, uuid, item_class, access_group, accessible, synchronizable, attributes FROM items WHERE id IN (SELECT value FROM json_each(?)) AND primary_key_hash = ?",
                 [.text(ItemIndex.jsonList(ids)), primaryKeyHash])
         {
-            guard merge else { throw VaultFailure(.duplicateItem, "the backup holds two items with the same primary key") }
+            guard merge else {
+                throw VaultFailure(
+                    .duplicateItem, "the backup holds two items with the same primary key")
+            }
             // The stored item's modification date; one that does not decrypt counts as oldest.
             var stored: Date?
-            if let id = r[0].int64, let uuid = r[1].blob, let cls = r[2].text.flatMap(ItemClass.init(rawValue:)), let group = r[3].text,
-                let acc = r[4].text.flatMap(Accessibility.init(rawValue:)), let sync = r[5].int64, let box = r[6].blob,
-                let plain = Sodium.openBytes(box, key: keys.metadata, associatedData: Self.associatedData(uuid: uuid, itemClass: cls, accessGroup: group, accessible: acc, synchronizable: sync != 0))
+            if let id = r[0].int64, let uuid = r[1].blob,
+                let cls = r[2].text.flatMap(ItemClass.init(rawValue:)), let group = r[3].text,
+                let acc = r[4].text.flatMap(Accessibility.init(rawValue:)), let sync = r[5].int64,
+                let box = r[6].blob,
+                let plain = Sodium.openBytes(
+                    box, key: keys.metadata,
+                    associatedData: Self.associatedData(
+                        uuid: uuid, itemClass: cls, accessGroup: group, accessible: acc,
+                        synchronizable: sync != 0))
             {
                 stored = (try? ItemAttributes(jsonObject: plain))?.modificationDate
-                guard let theirs = a.modificationDate, stored.map({ theirs > $0 }) ?? true else { return .kept }
+                guard let theirs = a.modificationDate, stored.map({ theirs > $0 }) ?? true else {
+                    return .kept
+                }
                 try db.run("DELETE FROM items WHERE id = ?", [.integer(id)])
             } else if let id = r[0].int64 {
                 try db.run("DELETE FROM items WHERE id = ?", [.integer(id)])

@@ -13,7 +13,9 @@ extension Vault {
     func admit(_ caller: Caller, launch: Bool = false) throws {
         guard let appID = caller.appID, caller.generation != nil else { return }
         let a = try Self.current(try read({ try apps.find(appID, in: $0) }), of: caller, appID)
-        if launch && a.launchedGeneration != a.generation { _ = try self.launch(caller, reporting: false) }
+        if launch && a.launchedGeneration != a.generation {
+            _ = try self.launch(caller, reporting: false)
+        }
     }
 
     /// `admit`'s check again, inside a write (in its transaction, `db`, engine lock held),
@@ -28,9 +30,13 @@ extension Vault {
 
     /// `record`, when it is `caller`'s install (installed, the same generation); throws
     /// MissingEntitlement otherwise (`admit`, `admitInWrite`).
-    private static func current(_ record: AppRecord?, of caller: Caller, _ appID: String) throws -> AppRecord {
+    private static func current(_ record: AppRecord?, of caller: Caller, _ appID: String) throws
+        -> AppRecord
+    {
         guard let a = record, a.installed, a.generation == caller.generation else {
-            throw VaultFailure(.missingEntitlement, "\(appID) was uninstalled or reinstalled after this connection was made; reconnect")
+            throw VaultFailure(
+                .missingEntitlement,
+                "\(appID) was uninstalled or reinstalled after this connection was made; reconnect")
         }
         return a
     }

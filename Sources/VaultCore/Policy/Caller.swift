@@ -11,7 +11,10 @@ public struct Caller: Sendable, Equatable {
     /// The install generation the app runs under (recorded on items it adds).
     public var generation: String?
 
-    public init(appID: String?, accessGroups: [String] = [], appGroups: [String] = [], generation: String? = nil) {
+    public init(
+        appID: String?, accessGroups: [String] = [], appGroups: [String] = [],
+        generation: String? = nil
+    ) {
         self.appID = appID
         self.accessGroups = accessGroups
         self.appGroups = appGroups
@@ -41,6 +44,7 @@ public struct Caller: Sendable, Equatable {
     /// Whether the caller may read preferences `domain`: the owner any, an app its own, its
     /// app groups' suites and NSGlobalDomain (docs/preferences.md).
     public func mayRead(domain: String) -> Bool {
-        isOwner || appID.map(domain.sameBytes) == true || appGroups.containsBytes(domain) || domain.sameBytes(Vault.globalDomain)
+        isOwner || appID.map(domain.sameBytes) == true || appGroups.containsBytes(domain)
+            || domain.sameBytes(Vault.globalDomain)
     }
 }

@@ -101,7 +101,9 @@ extension Policy {
     ]
 
     /// The decision for Secret Service `member` of `interface`, nil when the policy has none.
-    public static func decision(forSecretService interface: String, _ member: String) -> MethodDecision? {
+    public static func decision(forSecretService interface: String, _ member: String)
+        -> MethodDecision?
+    {
         secretServiceMethods[interface + "." + member]
     }
 }

@@ -116,7 +116,8 @@ public enum Operation: Sendable, Equatable {
 
     /// An operation's kind: one per case of `Operation`.
     public enum Kind: String, Sendable, CaseIterable {
-        case hello, status, initialize, unlock, unlockFromKeyring, lock, changePassphrase, observeLockState, backup, restore, checkStore
+        case hello, status, initialize, unlock, unlockFromKeyring, lock, changePassphrase,
+            observeLockState, backup, restore, checkStore
         case addItem, copyItems, updateItems, deleteItems
         case listAccessGroups, useAccessGroup, requestUnlock, setAlias, registerPrompter
         case readPreferences, writePreferences, listDomains, observePreferences
@@ -131,13 +132,16 @@ public enum Operation: Sendable, Equatable {
             // caches are the owner's, and so are backups and restores, which hold everything, and
             // sync, which carries the owner's synchronizable items to other devices. The
             // prompter is handed the vault's passphrase: the owner's program alone.
-            case .initialize, .unlock, .unlockFromKeyring, .lock, .changePassphrase, .backup, .restore, .checkStore, .purgeCaches,
+            case .initialize, .unlock, .unlockFromKeyring, .lock, .changePassphrase, .backup,
+                .restore, .checkStore, .purgeCaches,
                 .installApp, .uninstallApp, .listApps, .showApp, .setAlias, .registerPrompter,
                 .syncInit, .syncJoin, .syncApprove, .syncStatus, .syncLeave, .syncRemove:
                 .owner
-            case .hello, .status, .observeLockState, .addItem, .copyItems, .updateItems, .deleteItems,
+            case .hello, .status, .observeLockState, .addItem, .copyItems, .updateItems,
+                .deleteItems,
                 .readPreferences, .writePreferences, .listDomains, .observePreferences,
-                .cacheDirectory, .cacheUsage, .observeCachePurges, .listAccessGroups, .useAccessGroup, .requestUnlock:
+                .cacheDirectory, .cacheUsage, .observeCachePurges, .listAccessGroups,
+                .useAccessGroup, .requestUnlock:
                 .admitted
             }
         }

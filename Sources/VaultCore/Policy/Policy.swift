@@ -40,7 +40,10 @@ extension Vault {
     func authorize(_ operation: Operation, for caller: Caller) throws -> Grant {
         switch operation.kind.audience {
         case .owner:
-            guard caller.isOwner else { throw VaultFailure(.permissionDenied, "only the vault's owner (vaultctl) may do this") }
+            guard caller.isOwner else {
+                throw VaultFailure(
+                    .permissionDenied, "only the vault's owner (vaultctl) may do this")
+            }
         case .admitted:
             try admit(caller, launch: operation.kind.launchesApp)
         }
@@ -51,7 +54,8 @@ extension Vault {
     /// it is sent (`Policy.visible`) and is checked again while it streams (`recheck`).
     public func subscribe(_ operation: Operation, caller: Caller) throws -> Grant {
         switch operation.kind {
-        case .observeLockState, .observePreferences, .observeCachePurges: return try authorize(operation, for: caller)
+        case .observeLockState, .observePreferences, .observeCachePurges:
+            return try authorize(operation, for: caller)
         default: throw VaultFailure(.internalError, "\(operation.kind) is not a subscription")
         }
     }
@@ -77,13 +81,26 @@ public enum Policy {
         switch operation {
         case .addItem(let group):
             let g = group ?? caller.defaultAccessGroup
-            try requireAccess(to: g, for: caller, "the caller is not a member of the requested access group")
+            try requireAccess(
+                to: g, for: caller, "the caller is not a member of the requested access group")
             grant.accessGroup = g
         case .copyItems(let group), .deleteItems(let group):
-            if let group { try requireAccess(to: group, for: caller, "the caller is not a member of the requested access group") }
+            if let group {
+                try requireAccess(
+                    to: group, for: caller,
+                    "the caller is not a member of the requested access group")
+            }
         case .updateItems(let group, let newGroup):
-            if let group { try requireAccess(to: group, for: caller, "the caller is not a member of the requested access group") }
-            if let newGroup { try requireAccess(to: newGroup, for: caller, "the caller is not a member of the target access group") }
+            if let group {
+                try requireAccess(
+                    to: group, for: caller,
+                    "the caller is not a member of the requested access group")
+            }
+            if let newGroup {
+                try requireAccess(
+                    to: newGroup, for: caller,
+                    "the caller is not a member of the target access group")
+            }
         case .readPreferences(let domain):
             grant.domains = [try resolve(domain: domain, for: caller, write: false)]
         case .writePreferences(let domain):
@@ -94,18 +111,26 @@ public enum Policy {
         case .cacheDirectory(let appID):
             grant.appID = try cacheApp(appID, for: caller)
         case .useAccessGroup(let group):
-            try requireAccess(to: group, for: caller, "the caller is not a member of the requested access group")
+            try requireAccess(
+                to: group, for: caller, "the caller is not a member of the requested access group")
             grant.accessGroup = group
-        case .hello, .status, .initialize, .unlock, .unlockFromKeyring, .lock, .changePassphrase, .observeLockState, .backup, .restore, .checkStore,
-            .listDomains, .cacheUsage, .purgeCaches, .observeCachePurges, .installApp, .uninstallApp, .listApps, .showApp,
-            .listAccessGroups, .requestUnlock, .setAlias, .registerPrompter, .syncInit, .syncJoin, .syncApprove, .syncStatus, .syncLeave, .syncRemove:
+        case .hello, .status, .initialize, .unlock, .unlockFromKeyring, .lock, .changePassphrase,
+            .observeLockState, .backup, .restore, .checkStore,
+            .listDomains, .cacheUsage, .purgeCaches, .observeCachePurges, .installApp,
+            .uninstallApp, .listApps, .showApp,
+            .listAccessGroups, .requestUnlock, .setAlias, .registerPrompter, .syncInit, .syncJoin,
+            .syncApprove, .syncStatus, .syncLeave, .syncRemove:
             break
         }
         return grant
     }
 
-    private static func requireAccess(to group: String, for caller: Caller, _ message: String) throws {
-        guard caller.mayAccess(group: group) else { throw VaultFailure(.missingEntitlement, message) }
+    private static func requireAccess(to group: String, for caller: Caller, _ message: String)
+        throws
+    {
+        guard caller.mayAccess(group: group) else {
+            throw VaultFailure(.missingEntitlement, message)
+        }
     }
 
     /// Resolves the domain a caller names (nil: its own) and checks it may read or write it.
@@ -113,14 +138,20 @@ public enum Policy {
     /// MissingEntitlement / ReadOnlyDomain / InvalidValue.
     static func resolve(domain: String?, for caller: Caller, write: Bool) throws -> String {
         if caller.isOwner {
-            guard let domain else { throw VaultFailure.invalidParameter("domain", "the owner must name a domain") }
+            guard let domain else {
+                throw VaultFailure.invalidParameter("domain", "the owner must name a domain")
+            }
             try PreferencesStore.validate(domain: domain)
             return domain
         }
         let d = domain ?? caller.appID!
-        guard caller.mayRead(domain: d) else { throw VaultFailure(.missingEntitlement, "the caller may not use this preferences domain") }
+        guard caller.mayRead(domain: d) else {
+            throw VaultFailure(
+                .missingEntitlement, "the caller may not use this preferences domain")
+        }
         if write && d == Vault.globalDomain {
-            throw VaultFailure(.readOnlyDomain, "apps may read NSGlobalDomain but not write it", .init(domain: d))
+            throw VaultFailure(
+                .readOnlyDomain, "apps may read NSGlobalDomain but not write it", .init(domain: d))
         }
         return d
     }
@@ -129,13 +160,17 @@ public enum Policy {
     /// MissingEntitlement); the owner must name one (InvalidParameter).
     static func cacheApp(_ appID: String?, for caller: Caller) throws -> String {
         if let own = caller.appID {
-            if let appID, appID != own { throw VaultFailure(.missingEntitlement, "an app may only use its own cache directory") }
+            if let appID, appID != own {
+                throw VaultFailure(
+                    .missingEntitlement, "an app may only use its own cache directory")
+            }
             return own
         }
         guard let appID else {
             throw VaultFailure.invalidParameter(
                 "appID",
-                "the caller is not a registered app, so it runs as the owner's tool and has no caches directory of its own: name an app (appID), or register the program (vaultctl app install APP_ID --exe PATH)")
+                "the caller is not a registered app, so it runs as the owner's tool and has no caches directory of its own: name an app (appID), or register the program (vaultctl app install APP_ID --exe PATH)"
+            )
         }
         return appID
     }
@@ -153,7 +188,8 @@ public enum Policy {
     /// app's default group first).
     static func visibleAccessGroups(stored: [String], to caller: Caller) -> [String] {
         var out: [String] = []
-        for g in (caller.isOwner ? [Caller.ownerAccessGroup] + stored : caller.accessGroups) where !out.containsBytes(g) { out.append(g) }
+        for g in (caller.isOwner ? [Caller.ownerAccessGroup] + stored : caller.accessGroups)
+        where !out.containsBytes(g) { out.append(g) }
         return out
     }
 
@@ -178,7 +214,8 @@ public enum Policy {
         // Byte for byte: two domains differing only in Unicode normalisation are two to the
         // store; as Swift strings one would stand for the other (an observer of its own suite
         // heard another app's writes to the twin suite).
-        case (.observePreferences, .preference(let domain, _, _, _)): grant.domainSet.contains(ExactString(domain))
+        case (.observePreferences, .preference(let domain, _, _, _)):
+            grant.domainSet.contains(ExactString(domain))
         case (.observeCachePurges, .cachePurge(let appID, _)): seesCache(of: appID, grant.caller)
         default: false
         }

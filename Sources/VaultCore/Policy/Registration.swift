@@ -16,18 +16,26 @@ extension Policy {
     /// registered before this contact or since; nor an app registered by its executable.
     /// Throws PermissionDenied for those; RateLimited for a new name when `limit` Flatpak
     /// apps are registered already.
-    static func flatpakClaim(_ id: String, registered: [AppRecord], maximumAutoRegistered limit: Int) throws -> FlatpakClaim {
+    static func flatpakClaim(
+        _ id: String, registered: [AppRecord], maximumAutoRegistered limit: Int
+    ) throws -> FlatpakClaim {
         if id.hasPrefix("group.") {
-            throw VaultFailure(.permissionDenied, "a sandbox names \(id), which names an app group (group.*), not an app")
+            throw VaultFailure(
+                .permissionDenied,
+                "a sandbox names \(id), which names an app group (group.*), not an app")
         }
-        if let other = registered.first(where: { $0.appID != id && $0.keychainAccessGroups.containsBytes(id) }) {
-            throw VaultFailure(.permissionDenied, "a sandbox names \(id), an access group of \(other.appID)")
+        if let other = registered.first(where: {
+            $0.appID != id && $0.keychainAccessGroups.containsBytes(id)
+        }) {
+            throw VaultFailure(
+                .permissionDenied, "a sandbox names \(id), an access group of \(other.appID)")
         }
         if let a = registered.first(where: { $0.appID.sameBytes(id) }) {
             // Installed or not: an uninstalled app's ID taken over by a sandbox would
             // wipe the credentials that app kept for its reinstall.
             guard a.flatpak else {
-                throw VaultFailure(.permissionDenied, "a sandbox names \(id), an app registered by its executable")
+                throw VaultFailure(
+                    .permissionDenied, "a sandbox names \(id), an app registered by its executable")
             }
             if a.installed { return .installed(a) }
         } else if registered.count(where: \.flatpak) >= limit {

@@ -22,15 +22,19 @@ public struct DamagedValue: Sendable, Equatable {
     }
 
     /// `key "Volume" of domain com.example.app`, the key quoted as JSON (it may hold anything).
-    public var description: String { "key \(JSON.string(key).text) of domain \(JSON.string(domain).text)" }
+    public var description: String {
+        "key \(JSON.string(key).text) of domain \(JSON.string(domain).text)"
+    }
 
     /// What a ValueDamaged error says to do.
-    static let advice = "write it again (defaults write), delete it (defaults delete DOMAIN KEY), or restore it from a backup; `vaultctl doctor` lists every damaged value"
+    static let advice =
+        "write it again (defaults write), delete it (defaults delete DOMAIN KEY), or restore it from a backup; `vaultctl doctor` lists every damaged value"
 
     /// ValueDamaged for a read of this key.
     var failure: VaultFailure {
         VaultFailure(
-            .valueDamaged, "the stored value of \(description) does not read (altered or damaged on disk): \(Self.advice)",
+            .valueDamaged,
+            "the stored value of \(description) does not read (altered or damaged on disk): \(Self.advice)",
             .init(domain: domain, key: key))
     }
 }

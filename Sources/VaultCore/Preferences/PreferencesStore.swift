@@ -30,13 +30,18 @@ struct PreferencesStore {
         guard !domain.isEmpty, domain.utf8.count <= maximumDomainNameLength,
             !domain.unicodeScalars.contains(where: { $0.value < 0x20 || $0 == "/" })
         else {
-            throw VaultFailure(.invalidValue, "invalid domain name: it must be 1 to \(maximumDomainNameLength) bytes, without '/' or control characters")
+            throw VaultFailure(
+                .invalidValue,
+                "invalid domain name: it must be 1 to \(maximumDomainNameLength) bytes, without '/' or control characters"
+            )
         }
     }
 
     static func validate(key: String) throws {
         guard key.utf8.count <= maximumKeyLength else {
-            throw VaultFailure(.invalidValue, "the key is \(key.utf8.count) bytes; keys may be at most \(maximumKeyLength) bytes")
+            throw VaultFailure(
+                .invalidValue,
+                "the key is \(key.utf8.count) bytes; keys may be at most \(maximumKeyLength) bytes")
         }
     }
 
@@ -53,8 +58,13 @@ struct PreferencesStore {
     /// one statement: a reader can reserve its reply from the count before it decodes the
     /// bytes, with no second query and no explicit transaction. Nil when the key is not set;
     /// a nil `blob` when the row's value is not bytes at all (damaged: `DamagedValue`).
-    func stored(domain: String, key: String, in db: Database) throws -> (blob: [UInt8]?, size: Int)? {
-        guard let r = try db.row("SELECT value, size FROM preferences WHERE domain = ? AND key = ?", [.text(domain), .text(key)]) else {
+    func stored(domain: String, key: String, in db: Database) throws -> (blob: [UInt8]?, size: Int)?
+    {
+        guard
+            let r = try db.row(
+                "SELECT value, size FROM preferences WHERE domain = ? AND key = ?",
+                [.text(domain), .text(key)])
+        else {
             return nil
         }
         return (r[0].blob, Int(max(0, r[1].int64 ?? 0)))
@@ -64,7 +74,8 @@ struct PreferencesStore {
     /// `damaged` instead, so the others still read.
     func domain(_ domain: String, in db: Database) throws -> DomainValues {
         var out = DomainValues()
-        for r in try db.rows("SELECT key, value FROM preferences WHERE domain = ?", [.text(domain)]) {
+        for r in try db.rows("SELECT key, value FROM preferences WHERE domain = ?", [.text(domain)])
+        {
             guard let k = r[0].text else { continue }
             if let blob = r[1].blob, let value = Self.decode(blob) {
                 out.values[k] = value
@@ -80,7 +91,8 @@ struct PreferencesStore {
     /// in, outside years 0 to 9999): such a value must never block deleting or replacing the domain.
     func storedValues(_ domain: String, in db: Database) throws -> ExactDictionary<PlistValue?> {
         var out: ExactDictionary<PlistValue?> = [:]
-        for r in try db.rows("SELECT key, value FROM preferences WHERE domain = ?", [.text(domain)]) {
+        for r in try db.rows("SELECT key, value FROM preferences WHERE domain = ?", [.text(domain)])
+        {
             if let k = r[0].text { out[k] = r[1].blob.flatMap { Self.decode($0) } }
         }
         return out
@@ -97,22 +109,34 @@ struct PreferencesStore {
             checked += 1
             let r = s.row()
             guard let domain = r[0].text, let key = r[1].text else {
-                damaged.append(DamagedValue(domain: r[0].text ?? "(unreadable)", key: r[1].text ?? "(unreadable)"))
+                damaged.append(
+                    DamagedValue(
+                        domain: r[0].text ?? "(unreadable)", key: r[1].text ?? "(unreadable)"))
                 continue
             }
-            if r[2].blob.flatMap({ Self.decode($0) }) == nil { damaged.append(DamagedValue(domain: domain, key: key)) }
+            if r[2].blob.flatMap({ Self.decode($0) }) == nil {
+                damaged.append(DamagedValue(domain: domain, key: key))
+            }
         }
         return (checked, damaged)
     }
 
     func domains(in db: Database) throws -> [String] {
-        try db.rows("SELECT DISTINCT domain FROM preferences ORDER BY domain").compactMap { $0[0].text }
+        try db.rows("SELECT DISTINCT domain FROM preferences ORDER BY domain").compactMap {
+            $0[0].text
+        }
     }
 
     /// What `domain` counts against the domain limit (`entrySize` summed), or its entry `key`.
     func size(of domain: String, key: String?, in db: Database) throws -> Int {
-        let r = try key.map { try db.row("SELECT COALESCE(SUM(size), 0) FROM preferences WHERE domain = ? AND key = ?", [.text(domain), .text($0)]) }
-            ?? db.row("SELECT COALESCE(SUM(size), 0) FROM preferences WHERE domain = ?", [.text(domain)])
+        let r =
+            try key.map {
+                try db.row(
+                    "SELECT COALESCE(SUM(size), 0) FROM preferences WHERE domain = ? AND key = ?",
+                    [.text(domain), .text($0)])
+            }
+            ?? db.row(
+                "SELECT COALESCE(SUM(size), 0) FROM preferences WHERE domain = ?", [.text(domain)])
         return Int(r?[0].int64 ?? 0)
     }
 
@@ -142,14 +166,23 @@ struct PreferencesStore {
 
     /// QuotaExceeded (through `quota`) when a write would grow the domain to `total` bytes,
     /// past `room` (what its app's quota leaves it). A write that does not grow it passes.
-    private func checkRoom(domain: String, total: Int, room: (app: String, bytes: Int64, quota: StorageQuota)?, in db: Database) throws {
-        guard let room, Int64(total) > room.bytes, total > (try size(of: domain, excluding: nil, in: db)) else { return }
-        throw room.quota.exceeded(room.app, total: Int64(total) + (room.quota.bytesPerApp - room.bytes))
+    private func checkRoom(
+        domain: String, total: Int, room: (app: String, bytes: Int64, quota: StorageQuota)?,
+        in db: Database
+    ) throws {
+        guard let room, Int64(total) > room.bytes,
+            total > (try size(of: domain, excluding: nil, in: db))
+        else { return }
+        throw room.quota.exceeded(
+            room.app, total: Int64(total) + (room.quota.bytesPerApp - room.bytes))
     }
 
     /// Sets one key. Throws DomainTooLarge (nothing written) or InvalidValue; QuotaExceeded
     /// when the domain would pass `room` (an app writing its own domain).
-    func set(domain: String, key: String, value: PlistValue, room: (app: String, bytes: Int64, quota: StorageQuota)? = nil, in db: Database) throws {
+    func set(
+        domain: String, key: String, value: PlistValue,
+        room: (app: String, bytes: Int64, quota: StorageQuota)? = nil, in db: Database
+    ) throws {
         try Self.validate(domain: domain)
         try Self.validate(key: key)
         let stored = value.tagged.serialized()
@@ -159,13 +192,17 @@ struct PreferencesStore {
         try checkRoom(domain: domain, total: total, room: room, in: db)
         try db.run(
             "INSERT OR REPLACE INTO preferences (domain, key, value, size, modified) VALUES (?, ?, ?, ?, ?)",
-            [.text(domain), .text(key), .blob(stored), .integer(Int64(entrySize)), .real(Date().timeIntervalSince1970)])
+            [
+                .text(domain), .text(key), .blob(stored), .integer(Int64(entrySize)),
+                .real(Date().timeIntervalSince1970),
+            ])
     }
 
     /// Removes one key; returns whether it existed.
     @discardableResult
     func remove(domain: String, key: String, in db: Database) throws -> Bool {
-        try db.run("DELETE FROM preferences WHERE domain = ? AND key = ?", [.text(domain), .text(key)]) > 0
+        try db.run(
+            "DELETE FROM preferences WHERE domain = ? AND key = ?", [.text(domain), .text(key)]) > 0
     }
 
     /// Removes a whole domain; returns the number of keys removed.
@@ -175,7 +212,10 @@ struct PreferencesStore {
 
     /// Replaces a domain's contents with `values`. Throws DomainTooLarge (nothing written);
     /// QuotaExceeded as `set`.
-    func replace(domain: String, with values: PlistDictionary, room: (app: String, bytes: Int64, quota: StorageQuota)? = nil, in db: Database) throws {
+    func replace(
+        domain: String, with values: PlistDictionary,
+        room: (app: String, bytes: Int64, quota: StorageQuota)? = nil, in db: Database
+    ) throws {
         try Self.validate(domain: domain)
         var rows: [(key: String, stored: [UInt8], size: Int)] = []
         for (k, v) in values {

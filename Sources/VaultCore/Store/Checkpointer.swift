@@ -79,7 +79,10 @@ final class Checkpointer: @unchecked Sendable {
     /// is nothing to start: the writer's fallback still bounds the WAL.
     func start() {
         var h: OpaquePointer?
-        guard sqlite3_open_v2(path, &h, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, Database.vfs) == SQLITE_OK else {
+        guard
+            sqlite3_open_v2(path, &h, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, Database.vfs)
+                == SQLITE_OK
+        else {
             sqlite3_close_v2(h)
             return
         }
@@ -121,7 +124,8 @@ final class Checkpointer: @unchecked Sendable {
     /// True once after a background checkpoint caught up: the writer's cue to checkpoint
     /// the frames committed since, so its next transaction restarts the WAL.
     func takeCaughtUp() -> Bool {
-        caughtUp.load(ordering: .relaxed) && caughtUp.exchange(false, ordering: .acquiringAndReleasing)
+        caughtUp.load(ordering: .relaxed)
+            && caughtUp.exchange(false, ordering: .acquiringAndReleasing)
     }
 
     /// Gives back a cue the writer could not act on.
@@ -152,10 +156,17 @@ final class Checkpointer: @unchecked Sendable {
                 // Past the fallback the writer checkpoints itself, and its RESTART fails while
                 // a round here holds SQLite's checkpoint lock: no more chasing then (under
                 // load, rounds chasing a writer would let the WAL grow past the fallback).
-                if round > 0, condition.withLock({ latestFrames }) >= Self.writerFallbackFrames { break }
-                var logFrames: Int32 = 0, copied: Int32 = 0
+                if round > 0, condition.withLock({ latestFrames }) >= Self.writerFallbackFrames {
+                    break
+                }
+                var logFrames: Int32 = 0
+                var copied: Int32 = 0
                 // Never into a file that is not the store's any more (`StoreIdentity`).
-                guard identity.checkpoint({ sqlite3_wal_checkpoint_v2(handle, nil, SQLITE_CHECKPOINT_PASSIVE, &logFrames, &copied) }) == SQLITE_OK,
+                guard
+                    identity.checkpoint({
+                        sqlite3_wal_checkpoint_v2(
+                            handle, nil, SQLITE_CHECKPOINT_PASSIVE, &logFrames, &copied)
+                    }) == SQLITE_OK,
                     logFrames > 0, copied == logFrames
                 else { break }
                 if condition.withLock({ latestFrames }) - copied <= Self.writerShare {
@@ -207,30 +218,36 @@ final class Checkpointer: @unchecked Sendable {
 /// one that begins before the next transaction, holds the restart up; then the next commit
 /// tries again, and under lookups that never pause the WAL runs to about
 /// `writerFallbackFrames`.
-let checkpointerWALHook: @convention(c) (UnsafeMutableRawPointer?, OpaquePointer?, UnsafePointer<CChar>?, Int32) -> Int32 = {
-    context, db, name, frames in
-    guard let context else { return SQLITE_OK }
-    let checkpointer = Unmanaged<Checkpointer>.fromOpaque(context).takeUnretainedValue()
-    let fallback = frames >= Checkpointer.writerFallbackFrames
-    checkpointer.committed(frames: frames, mayStartRound: !fallback)
-    let endOfCycle = checkpointer.takeCaughtUp()
-    guard fallback || endOfCycle else { return SQLITE_OK }
-    var deadline = MonotonicClock.nanoseconds() + (fallback ? 50_000_000 : 2_000_000)
-    let rc = withUnsafeMutablePointer(to: &deadline) { d in
-        sqlite3_busy_handler(db, restartBusyHandler, d)
-        defer { sqlite3_busy_handler(db, Database.busyHandler, nil) }
-        return checkpointer.identity.checkpoint(waiting: false) { sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_RESTART, nil, nil) } ?? SQLITE_BUSY
-    }
-    // Busy (a background round is copying, or a reader outlasted the wait): the next commit
-    // tries again.
-    if rc != SQLITE_OK { checkpointer.caughtUpAgain() }
-    return SQLITE_OK
-}
+let checkpointerWALHook:
+    @convention(c) (UnsafeMutableRawPointer?, OpaquePointer?, UnsafePointer<CChar>?, Int32) -> Int32 =
+        {
+            context, db, name, frames in
+            guard let context else { return SQLITE_OK }
+            let checkpointer = Unmanaged<Checkpointer>.fromOpaque(context).takeUnretainedValue()
+            let fallback = frames >= Checkpointer.writerFallbackFrames
+            checkpointer.committed(frames: frames, mayStartRound: !fallback)
+            let endOfCycle = checkpointer.takeCaughtUp()
+            guard fallback || endOfCycle else { return SQLITE_OK }
+            var deadline = MonotonicClock.nanoseconds() + (fallback ? 50_000_000 : 2_000_000)
+            let rc = withUnsafeMutablePointer(to: &deadline) { d in
+                sqlite3_busy_handler(db, restartBusyHandler, d)
+                defer { sqlite3_busy_handler(db, Database.busyHandler, nil) }
+                return checkpointer.identity.checkpoint(waiting: false) {
+                    sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_RESTART, nil, nil)
+                } ?? SQLITE_BUSY
+            }
+            // Busy (a background round is copying, or a reader outlasted the wait): the next commit
+            // tries again.
+            if rc != SQLITE_OK { checkpointer.caughtUpAgain() }
+            return SQLITE_OK
+        }
 
 /// The writer's busy handler during that RESTART: yields the CPU until the deadline (a
 /// CLOCK_MONOTONIC nanosecond count behind the pointer), then gives up.
-private let restartBusyHandler: @convention(c) (UnsafeMutableRawPointer?, Int32) -> Int32 = { context, _ in
-    guard let deadline = context?.load(as: UInt64.self), MonotonicClock.nanoseconds() < deadline else { return 0 }
+private let restartBusyHandler: @convention(c) (UnsafeMutableRawPointer?, Int32) -> Int32 = {
+    context, _ in
+    guard let deadline = context?.load(as: UInt64.self), MonotonicClock.nanoseconds() < deadline
+    else { return 0 }
     sched_yield()
     return 1
 }

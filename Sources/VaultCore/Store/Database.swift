@@ -44,7 +44,8 @@ public final class Database {
     /// connection of vaultd's: a lookup's read or a checkpoint round, most often gone within
     /// microseconds. So it yields the CPU for the first 1000 tries, then sleeps 1 ms a try,
     /// and gives up after about 5 s (SQLite's own handler sleeps 1 ms at once).
-    static let busyHandler: @convention(c) (UnsafeMutableRawPointer?, Int32) -> Int32 = { _, tries in
+    static let busyHandler: @convention(c) (UnsafeMutableRawPointer?, Int32) -> Int32 = {
+        _, tries in
         if tries < 1000 {
             sched_yield()
             return 1
@@ -61,7 +62,11 @@ public final class Database {
     /// connection, so concurrent lookups contend on it.
     private static let configured: Void = {
         let rc = vaultd_sqlite3_disable_memstatus()
-        if rc != SQLITE_OK { log("cannot turn SQLite's memory statistics off (\(String(cString: sqlite3_errstr(rc))))") }
+        if rc != SQLITE_OK {
+            log(
+                "cannot turn SQLite's memory statistics off (\(String(cString: sqlite3_errstr(rc))))"
+            )
+        }
     }()
 
     /// Opens (creating) the database at `path` in WAL mode with `synchronous=FULL`, so a
@@ -75,7 +80,10 @@ public final class Database {
         self.path = path
         self.walSync = WALSync(path: path + "-wal")
         var h: OpaquePointer?
-        let rc = sqlite3_open_v2(path, &h, SQLITE_OPEN_READWRITE | (readOnly ? 0 : SQLITE_OPEN_CREATE) | SQLITE_OPEN_NOMUTEX, Database.vfs)
+        let rc = sqlite3_open_v2(
+            path, &h,
+            SQLITE_OPEN_READWRITE | (readOnly ? 0 : SQLITE_OPEN_CREATE) | SQLITE_OPEN_NOMUTEX,
+            Database.vfs)
         handle = h
         guard rc == SQLITE_OK else {
             let e = Database.error(rc, h, context: "open")
@@ -91,14 +99,21 @@ public final class Database {
             let busy = sqlite3_errcode(h) & 0xFF == SQLITE_BUSY
             close()
             if busy {
-                throw VaultFailure(.internalError, "\(path) is in use by another process (another vaultd on the same data directory?)")
+                throw VaultFailure(
+                    .internalError,
+                    "\(path) is in use by another process (another vaultd on the same data directory?)"
+                )
             }
             throw error
         }
         sqlite3_busy_handler(h, Database.busyHandler, nil)
-        sqlite3_rollback_hook(h, { context in
-            context.map { Unmanaged<RollbackSeen>.fromOpaque($0).takeUnretainedValue().value = true }
-        }, Unmanaged.passUnretained(rollbackSeen).toOpaque())
+        sqlite3_rollback_hook(
+            h,
+            { context in
+                context.map {
+                    Unmanaged<RollbackSeen>.fromOpaque($0).takeUnretainedValue().value = true
+                }
+            }, Unmanaged.passUnretained(rollbackSeen).toOpaque())
         if readOnly {
             try execute("PRAGMA query_only=ON")
         } else {
@@ -204,7 +219,11 @@ public final class Database {
         // Not beside a background round: it holds SQLite's checkpoint lock, and this
         // checkpoint would fail at once, leaving the frames it is meant to drop.
         let truncate = {
-            let checkpoint = { try self.check(sqlite3_wal_checkpoint_v2(h, nil, SQLITE_CHECKPOINT_TRUNCATE, nil, nil), "truncating the write-ahead log") }
+            let checkpoint = {
+                try self.check(
+                    sqlite3_wal_checkpoint_v2(h, nil, SQLITE_CHECKPOINT_TRUNCATE, nil, nil),
+                    "truncating the write-ahead log")
+            }
             guard let identity = self.identity else { return try checkpoint() }
             if try identity.checkpoint(checkpoint) == nil { try self.checkIdentity() }
         }
@@ -217,7 +236,8 @@ public final class Database {
         if damageSeen {
             throw VaultFailure(
                 .storeDamaged,
-                "the store is damaged (SQLite reported it malformed earlier): vaultd writes nothing more to it; stopped and started again it refuses it. Keep a copy of the data directory, then restore a backup (`vaultctl restore`, docs/backup.md)")
+                "the store is damaged (SQLite reported it malformed earlier): vaultd writes nothing more to it; stopped and started again it refuses it. Keep a copy of the data directory, then restore a backup (`vaultctl restore`, docs/backup.md)"
+            )
         }
         guard let identity else { return }
         do {
@@ -237,7 +257,9 @@ public final class Database {
     /// now at the path (which would make it malformed); and closes without a checkpoint.
     /// Reads may still be served; no write is.
     func storeReplaced() {
-        guard !replacementHandled, let identity, let what = identity.failure, let h = handle else { return }
+        guard !replacementHandled, let identity, let what = identity.failure, let h = handle else {
+            return
+        }
         replacementHandled = true
         _ = vaultd_sqlite3_no_checkpoint_on_close(h)
         let stamp = String(Int(Date().timeIntervalSince1970))
@@ -246,7 +268,8 @@ public final class Database {
             let copy = path + ".displaced-" + stamp
             do {
                 try execute("VACUUM INTO '\(copy.replacingOccurrences(of: "'", with: "''"))'")
-                saved = "; the store vaultd had open, with every write it acknowledged, was copied to \(copy)"
+                saved =
+                    "; the store vaultd had open, with every write it acknowledged, was copied to \(copy)"
             } catch {
                 saved = "; the store vaultd had open could not be copied aside (\(error))"
             }
@@ -269,11 +292,17 @@ public final class Database {
     func failNextCommit() {
         guard let h = handle else { return }
         commitVeto.armed = true
-        sqlite3_commit_hook(h, { context in
-            guard let veto = context.map({ Unmanaged<CommitVeto>.fromOpaque($0).takeUnretainedValue() }), veto.armed else { return 0 }
-            veto.armed = false
-            return 1
-        }, Unmanaged.passUnretained(commitVeto).toOpaque())
+        sqlite3_commit_hook(
+            h,
+            { context in
+                guard
+                    let veto = context.map({
+                        Unmanaged<CommitVeto>.fromOpaque($0).takeUnretainedValue()
+                    }), veto.armed
+                else { return 0 }
+                veto.armed = false
+                return 1
+            }, Unmanaged.passUnretained(commitVeto).toOpaque())
     }
 
     /// `failNextCommit`'s flag (the commit hook's context, alive as long as the connection).
@@ -283,19 +312,24 @@ public final class Database {
 
     static func error(_ rc: Int32, _ h: OpaquePointer?, context: String) -> VaultFailure {
         let primary = rc & 0xFF
-        let detail = h.map { String(cString: sqlite3_errmsg($0)) } ?? String(cString: sqlite3_errstr(rc))
+        let detail =
+            h.map { String(cString: sqlite3_errmsg($0)) } ?? String(cString: sqlite3_errstr(rc))
         switch primary {
         case SQLITE_FULL:
-            return VaultFailure(.storageFull, "the disk holding the vault is full; nothing was written")
+            return VaultFailure(
+                .storageFull, "the disk holding the vault is full; nothing was written")
         case SQLITE_CORRUPT, SQLITE_NOTADB:
             return VaultFailure(
                 .storeDamaged,
-                "the store is damaged: SQLite reports it malformed in \(context) (\(detail)). vaultd writes nothing more to it; stopped and started again it refuses it. Keep a copy of the data directory, then restore a backup (`vaultctl restore`, docs/backup.md)")
+                "the store is damaged: SQLite reports it malformed in \(context) (\(detail)). vaultd writes nothing more to it; stopped and started again it refuses it. Keep a copy of the data directory, then restore a backup (`vaultctl restore`, docs/backup.md)"
+            )
         case SQLITE_IOERR where rc == SQLITE_IOERR | (3 << 8) || rc == SQLITE_IOERR | (4 << 8):
             // SQLITE_IOERR_WRITE / _FSYNC: a WAL write or sync failed, as on a full disk.
-            return VaultFailure(.storageFull, "cannot write to the vault's disk (\(detail)); nothing was written")
+            return VaultFailure(
+                .storageFull, "cannot write to the vault's disk (\(detail)); nothing was written")
         default:
-            return VaultFailure(.internalError, "storage error in \(context): \(detail) (SQLite \(rc))")
+            return VaultFailure(
+                .internalError, "storage error in \(context): \(detail) (SQLite \(rc))")
         }
     }
 
@@ -348,7 +382,9 @@ public final class Database {
         var rest = false
         try sql.withCString { text in
             var tail: UnsafePointer<CChar>?
-            try check(sqlite3_prepare_v3(h, text, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &st, &tail), "prepare")
+            try check(
+                sqlite3_prepare_v3(h, text, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &st, &tail),
+                "prepare")
             // What SQLite did not read (sqlite3_prepare's tail): only blanks and semicolons
             // may follow the statement.
             var p = tail
@@ -360,10 +396,15 @@ public final class Database {
                 p = p?.advanced(by: 1)
             }
         }
-        guard let st else { throw VaultFailure(.internalError, "storage error in prepare: no statement in the SQL text") }
+        guard let st else {
+            throw VaultFailure(
+                .internalError, "storage error in prepare: no statement in the SQL text")
+        }
         guard !rest else {
             sqlite3_finalize(st)
-            throw VaultFailure(.internalError, "storage error in prepare: the SQL text holds more than one statement")
+            throw VaultFailure(
+                .internalError,
+                "storage error in prepare: the SQL text holds more than one statement")
         }
         let s = Statement(handle: st, database: self)
         statementCache[sql] = s
@@ -408,7 +449,10 @@ public final class Database {
         let s = try statement(sql)
         #if DEBUG
         if writesNeedTransaction && !s.isReadOnly && !(inWritePath && isInTransaction) {
-            throw VaultFailure(.internalError, "a write outside the write path's transaction on the vault's writer connection: \(sql.prefix(80))")
+            throw VaultFailure(
+                .internalError,
+                "a write outside the write path's transaction on the vault's writer connection: \(sql.prefix(80))"
+            )
         }
         #endif
         try s.bind(arguments)
@@ -451,7 +495,9 @@ public final class Database {
     public func write<T>(_ body: (Database) throws -> T) throws -> T {
         #if DEBUG
         if writesNeedTransaction {
-            throw VaultFailure(.internalError, "a write transaction begun outside the write path on the vault's writer connection")
+            throw VaultFailure(
+                .internalError,
+                "a write transaction begun outside the write path on the vault's writer connection")
         }
         #endif
         try checkIdentity()
@@ -460,7 +506,9 @@ public final class Database {
 
     /// Runs `body` after `begin`: committed when it returns, rolled back when it throws;
     /// then `then`, once the transaction began.
-    private func transaction<T>(_ begin: String, _ body: (Database) throws -> T, then: (() -> Void)? = nil) throws -> T {
+    private func transaction<T>(
+        _ begin: String, _ body: (Database) throws -> T, then: (() -> Void)? = nil
+    ) throws -> T {
         try execute(begin)
         defer { then?() }
         do {
@@ -482,12 +530,15 @@ public final class Database {
     func traceStatements(_ body: @escaping (String) -> Void) {
         let tracer = StatementTracer(body)
         self.tracer = tracer
-        sqlite3_trace_v2(handle, UInt32(SQLITE_TRACE_STMT), { _, context, _, text in
-            if let context, let text {
-                Unmanaged<StatementTracer>.fromOpaque(context).takeUnretainedValue().body(String(cString: text.assumingMemoryBound(to: CChar.self)))
-            }
-            return 0
-        }, Unmanaged.passUnretained(tracer).toOpaque())
+        sqlite3_trace_v2(
+            handle, UInt32(SQLITE_TRACE_STMT),
+            { _, context, _, text in
+                if let context, let text {
+                    Unmanaged<StatementTracer>.fromOpaque(context).takeUnretainedValue().body(
+                        String(cString: text.assumingMemoryBound(to: CChar.self)))
+                }
+                return 0
+            }, Unmanaged.passUnretained(tracer).toOpaque())
     }
 
     func stopTracing() {
@@ -505,13 +556,15 @@ public final class Database {
     /// temporary triggers (sqlite3_create_function_v2): `body` gets the arguments and its
     /// result is NULL. It runs on the thread stepping the statement; it must not use this
     /// connection.
-    func createFunction(_ name: String, arity: Int32, _ body: @escaping ([SQLValue]) -> Void) throws {
+    func createFunction(_ name: String, arity: Int32, _ body: @escaping ([SQLValue]) -> Void) throws
+    {
         guard let h = handle else { throw VaultFailure(.internalError, "database is closed") }
         let box = Unmanaged.passRetained(FunctionBody(body)).toOpaque()
         let rc = sqlite3_create_function_v2(
             h, name, arity, SQLITE_UTF8, box,
             { context, count, arguments in
-                let body = Unmanaged<FunctionBody>.fromOpaque(sqlite3_user_data(context)!).takeUnretainedValue()
+                let body = Unmanaged<FunctionBody>.fromOpaque(sqlite3_user_data(context)!)
+                    .takeUnretainedValue()
                 body.call((0..<Int(count)).map { SQLValue(arguments![$0]) })
                 sqlite3_result_null(context)
             }, nil, nil,
@@ -553,7 +606,10 @@ final class WALSync: @unchecked Sendable {
             if self.fd < 0 {
                 self.fd = open(path, O_RDONLY | O_CLOEXEC)
                 guard self.fd >= 0 else {
-                    throw VaultFailure(.internalError, "cannot open the write-ahead log to sync it: \(String(cString: strerror(errno)))")
+                    throw VaultFailure(
+                        .internalError,
+                        "cannot open the write-ahead log to sync it: \(String(cString: strerror(errno)))"
+                    )
                 }
             }
             syncing += 1
@@ -568,7 +624,8 @@ final class WALSync: @unchecked Sendable {
         while fdatasync(fd) != 0 {
             if errno == EINTR { continue }
             let reason = String(cString: strerror(errno))
-            throw VaultFailure(.storageFull, "cannot make the write durable on the vault's disk (\(reason))")
+            throw VaultFailure(
+                .storageFull, "cannot make the write durable on the vault's disk (\(reason))")
         }
     }
 
@@ -590,8 +647,14 @@ public enum SQLValue: Equatable, Sendable {
     case text(String)
     case blob([UInt8])
 
-    public var int64: Int64? { if case .integer(let i) = self { return i }; return nil }
-    public var text: String? { if case .text(let s) = self { return s }; return nil }
+    public var int64: Int64? {
+        if case .integer(let i) = self { return i }
+        return nil
+    }
+    public var text: String? {
+        if case .text(let s) = self { return s }
+        return nil
+    }
     public var blob: [UInt8]? {
         switch self {
         case .blob(let b): return b
@@ -619,10 +682,16 @@ extension SQLValue {
         case SQLITE_FLOAT: self = .real(sqlite3_value_double(value))
         case SQLITE_TEXT:
             let count = Int(sqlite3_value_bytes(value))
-            self = .text(sqlite3_value_text(value).map { String(decoding: UnsafeBufferPointer(start: $0, count: count), as: UTF8.self) } ?? "")
+            self = .text(
+                sqlite3_value_text(value).map {
+                    String(decoding: UnsafeBufferPointer(start: $0, count: count), as: UTF8.self)
+                } ?? "")
         case SQLITE_BLOB:
             let count = Int(sqlite3_value_bytes(value))
-            self = .blob(sqlite3_value_blob(value).map { Array(UnsafeRawBufferPointer(start: $0, count: count)) } ?? [])
+            self = .blob(
+                sqlite3_value_blob(value).map {
+                    Array(UnsafeRawBufferPointer(start: $0, count: count))
+                } ?? [])
         default: self = .null
         }
     }
@@ -664,13 +733,18 @@ public final class Statement {
                 rc = v.withUTF8 { b in
                     b.withMemoryRebound(to: CChar.self) { c in
                         // An empty text has no address; a null pointer would bind NULL.
-                        guard let p = c.baseAddress else { return sqlite3_bind_text(handle, idx, "", 0, Statement.transient) }
-                        return sqlite3_bind_text(handle, idx, p, Int32(c.count), Statement.transient)
+                        guard let p = c.baseAddress else {
+                            return sqlite3_bind_text(handle, idx, "", 0, Statement.transient)
+                        }
+                        return sqlite3_bind_text(
+                            handle, idx, p, Int32(c.count), Statement.transient)
                     }
                 }
             case .blob(let v):
                 rc = v.withUnsafeBytes { b in
-                    sqlite3_bind_blob(handle, idx, b.baseAddress ?? UnsafeRawPointer(bitPattern: 1), Int32(b.count), Statement.transient)
+                    sqlite3_bind_blob(
+                        handle, idx, b.baseAddress ?? UnsafeRawPointer(bitPattern: 1),
+                        Int32(b.count), Statement.transient)
                 }
             }
             try database.check(rc, "bind")
@@ -695,7 +769,9 @@ public final class Statement {
     func withBlob<T>(_ i: Int32, _ body: (UnsafeRawBufferPointer?) -> T) -> T {
         guard sqlite3_column_type(handle, i) != SQLITE_NULL else { return body(nil) }
         let count = Int(sqlite3_column_bytes(handle, i))
-        guard let p = sqlite3_column_blob(handle, i) else { return body(UnsafeRawBufferPointer(start: nil, count: 0)) }
+        guard let p = sqlite3_column_blob(handle, i) else {
+            return body(UnsafeRawBufferPointer(start: nil, count: 0))
+        }
         return body(UnsafeRawBufferPointer(start: p, count: count))
     }
 
@@ -711,7 +787,13 @@ public final class Statement {
                 // Every byte, NULs included (text is bound with its length).
                 let p = sqlite3_column_text(handle, i)
                 let count = Int(sqlite3_column_bytes(handle, i))
-                r.append(.text(p.map { String(decoding: UnsafeBufferPointer(start: $0, count: count), as: UTF8.self) } ?? ""))
+                r.append(
+                    .text(
+                        p.map {
+                            String(
+                                decoding: UnsafeBufferPointer(start: $0, count: count),
+                                as: UTF8.self)
+                        } ?? ""))
             case SQLITE_BLOB:
                 let count = Int(sqlite3_column_bytes(handle, i))
                 if let p = sqlite3_column_blob(handle, i) {
@@ -732,5 +814,7 @@ public struct ConstraintViolation: Error {
     public var code: Int32
     /// A UNIQUE index (or PRIMARY KEY) refused a second row with its key.
     /// (SQLITE_CONSTRAINT_UNIQUE, SQLITE_CONSTRAINT_PRIMARYKEY: macros Swift does not import.)
-    public var isUniqueness: Bool { code == SQLITE_CONSTRAINT | (8 << 8) || code == SQLITE_CONSTRAINT | (6 << 8) }
+    public var isUniqueness: Bool {
+        code == SQLITE_CONSTRAINT | (8 << 8) || code == SQLITE_CONSTRAINT | (6 << 8)
+    }
 }

@@ -56,7 +56,9 @@ final class DatabasePool: @unchecked Sendable {
     /// or InternalError once a sync has failed. Call it not holding the engine lock.
     func write<T>(_ body: @escaping (Database) throws -> T) throws -> T {
         let db = writer
-        return try groupCommit.write(db, withDatabase: { run in try locked { try run() } }) { try body(db) }
+        return try groupCommit.write(db, withDatabase: { run in try locked { try run() } }) {
+            try body(db)
+        }
     }
 
     /// Runs `body` with a reader connection (a snapshot of every committed transaction),

@@ -11,12 +11,16 @@ enum FileSystem {
     /// Creates `path` (and parents) with `mode` when absent; tightens an existing one to `mode`.
     static func makeDirectory(_ path: String, mode: mode_t) throws {
         do {
-            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true, attributes: [.posixPermissions: Int(mode)])
+            try FileManager.default.createDirectory(
+                atPath: path, withIntermediateDirectories: true,
+                attributes: [.posixPermissions: Int(mode)])
         } catch {
-            throw VaultFailure(.internalError, "cannot create directory \(path): \(error.localizedDescription)")
+            throw VaultFailure(
+                .internalError, "cannot create directory \(path): \(error.localizedDescription)")
         }
         guard chmod(path, mode) == 0 else {
-            throw VaultFailure(.internalError, "cannot set mode of \(path): \(String(cString: strerror(errno)))")
+            throw VaultFailure(
+                .internalError, "cannot set mode of \(path): \(String(cString: strerror(errno)))")
         }
     }
 
@@ -33,7 +37,9 @@ enum FileSystem {
         let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
         guard fd >= 0 else {
             let code = errno
-            throw VaultFailure(code == ENOSPC || code == EDQUOT ? .storageFull : .internalError, "cannot create \(path): \(String(cString: strerror(code)))")
+            throw VaultFailure(
+                code == ENOSPC || code == EDQUOT ? .storageFull : .internalError,
+                "cannot create \(path): \(String(cString: strerror(code)))")
         }
         close(fd)
     }
@@ -50,23 +56,32 @@ enum FileSystem {
             defer { close(fd) }
             var st = stat()
             guard fstat(fd, &st) == 0 else {
-                throw VaultFailure(.internalError, "cannot read \(path): \(String(cString: strerror(errno)))")
+                throw VaultFailure(
+                    .internalError, "cannot read \(path): \(String(cString: strerror(errno)))")
             }
             guard st.st_mode & S_IFMT == S_IFREG else {
-                throw VaultFailure(.internalError, "\(path) is damaged: it is not a regular file. Put back the device.key from a backup of this device and start vaultd again")
+                throw VaultFailure(
+                    .internalError,
+                    "\(path) is damaged: it is not a regular file. Put back the device.key from a backup of this device and start vaultd again"
+                )
             }
             guard st.st_uid == getuid() else {
-                throw VaultFailure(.internalError, "\(path) is owned by uid \(st.st_uid), not by this user (uid \(getuid())): refusing a device key another user controls. Fix: chown \(getuid()) \(path)")
+                throw VaultFailure(
+                    .internalError,
+                    "\(path) is owned by uid \(st.st_uid), not by this user (uid \(getuid())): refusing a device key another user controls. Fix: chown \(getuid()) \(path)"
+                )
             }
             guard st.st_mode & 0o077 == 0 else {
                 throw VaultFailure(
                     .internalError,
-                    "\(path) has permissions \(String(st.st_mode & 0o777, radix: 8)): a device key must not be accessible by others. Fix: chmod 600 \(path)")
+                    "\(path) has permissions \(String(st.st_mode & 0o777, radix: 8)): a device key must not be accessible by others. Fix: chmod 600 \(path)"
+                )
             }
             guard st.st_size == off_t(length) else {
                 throw VaultFailure(
                     .internalError,
-                    "\(path) is damaged: it holds \(st.st_size) bytes, a device key is exactly \(length). Put back the device.key from a backup of this device and start vaultd again")
+                    "\(path) is damaged: it holds \(st.st_size) bytes, a device key is exactly \(length). Put back the device.key from a backup of this device and start vaultd again"
+                )
             }
             let key = SecureBytes(count: length)
             var got = 0
@@ -77,27 +92,38 @@ enum FileSystem {
                 got += n
             }
             guard got == length else {
-                throw VaultFailure(.internalError, "\(path) is damaged: could read only \(got) of its \(length) bytes")
+                throw VaultFailure(
+                    .internalError,
+                    "\(path) is damaged: could read only \(got) of its \(length) bytes")
             }
             return key
         }
         guard errno == ENOENT else {
-            throw VaultFailure(.internalError, "cannot read \(path): \(String(cString: strerror(errno)))")
+            throw VaultFailure(
+                .internalError, "cannot read \(path): \(String(cString: strerror(errno)))")
         }
         let key = SecureBytes.random(count: length)
         let tmp = path + ".tmp"
         unlink(tmp)
         let wfd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600)
-        guard wfd >= 0 else { throw VaultFailure(.internalError, "cannot create \(path): \(String(cString: strerror(errno)))") }
+        guard wfd >= 0 else {
+            throw VaultFailure(
+                .internalError, "cannot create \(path): \(String(cString: strerror(errno)))")
+        }
         let written = key.withUnsafeBytes { write(wfd, $0.baseAddress, length) }
         let synced = fsync(wfd) == 0
         close(wfd)
         guard written == length, synced, rename(tmp, path) == 0 else {
             unlink(tmp)
-            throw VaultFailure(.storageFull, "cannot write \(path): \(String(cString: strerror(errno)))")
+            throw VaultFailure(
+                .storageFull, "cannot write \(path): \(String(cString: strerror(errno)))")
         }
-        let dir = open((path as NSString).deletingLastPathComponent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if dir >= 0 { fsync(dir); close(dir) }
+        let dir = open(
+            (path as NSString).deletingLastPathComponent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if dir >= 0 {
+            fsync(dir)
+            close(dir)
+        }
         return key
     }
 
@@ -112,7 +138,9 @@ enum FileSystem {
         let fd = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
         if fd >= 0 { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
         func failure(_ what: String, _ code: Int32) -> VaultFailure {
-            VaultFailure(code == ENOSPC || code == EDQUOT ? .storageFull : .internalError, "cannot \(what) \(path): \(String(cString: strerror(code)))")
+            VaultFailure(
+                code == ENOSPC || code == EDQUOT ? .storageFull : .internalError,
+                "cannot \(what) \(path): \(String(cString: strerror(code)))")
         }
         guard fd >= 0 else { throw failure("create a file beside", errno) }
         let tmp = String(cString: template.withUnsafeBufferPointer { $0.baseAddress! })
@@ -120,7 +148,9 @@ enum FileSystem {
         defer { if !done { unlink(tmp) } }
         var written = 0
         while written < bytes.count {
-            let n = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + written, bytes.count - written) }
+            let n = bytes.withUnsafeBytes {
+                write(fd, $0.baseAddress! + written, bytes.count - written)
+            }
             if n < 0 && errno == EINTR { continue }
             guard n > 0 else {
                 let code = errno
@@ -148,11 +178,17 @@ enum FileSystem {
     /// read. Throws Param (absent, not a regular file, over the limit), InternalError.
     static func readFile(_ path: String, limit: Int) throws -> [UInt8] {
         let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
-        guard fd >= 0 else { throw VaultFailure.param("cannot open \(path): \(String(cString: strerror(errno)))") }
+        guard fd >= 0 else {
+            throw VaultFailure.param("cannot open \(path): \(String(cString: strerror(errno)))")
+        }
         defer { close(fd) }
         var st = stat()
-        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else { throw VaultFailure.param("\(path) is not a regular file") }
-        guard st.st_size <= off_t(limit) else { throw VaultFailure.param("\(path) is \(st.st_size) bytes; at most \(limit) are read") }
+        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else {
+            throw VaultFailure.param("\(path) is not a regular file")
+        }
+        guard st.st_size <= off_t(limit) else {
+            throw VaultFailure.param("\(path) is \(st.st_size) bytes; at most \(limit) are read")
+        }
         var out = [UInt8](repeating: 0, count: Int(st.st_size))
         var got = 0
         let size = out.count
@@ -161,7 +197,8 @@ enum FileSystem {
             if n < 0 && errno == EINTR { continue }
             guard n > 0 else {
                 if n == 0 { break }
-                throw VaultFailure(.internalError, "cannot read \(path): \(String(cString: strerror(errno)))")
+                throw VaultFailure(
+                    .internalError, "cannot read \(path): \(String(cString: strerror(errno)))")
             }
             got += n
         }

@@ -90,7 +90,10 @@ final class GroupCommit: @unchecked Sendable {
     /// has others) and returns once that transaction is committed and on disk. `withDatabase`
     /// runs its closure with exclusive use of the database (the engine lock). Throws what
     /// `body` throws, the COMMIT's error, or InternalError once a sync has failed.
-    func write<T>(_ db: Database, withDatabase: (() throws -> Void) throws -> Void, _ body: @escaping () throws -> T) throws -> T {
+    func write<T>(
+        _ db: Database, withDatabase: (() throws -> Void) throws -> Void,
+        _ body: @escaping () throws -> T
+    ) throws -> T {
         var result: Result<T, Error>?
         let me = Pending(
             run: { savepoint in
@@ -185,12 +188,17 @@ final class GroupCommit: @unchecked Sendable {
                             // RELEASE commits.
                             let error = p.run(savepoint)
                             if !db.isInTransaction {
-                                throw error ?? VaultFailure(.internalError, "the transaction ended in the middle of a group commit")
+                                throw error
+                                    ?? VaultFailure(
+                                        .internalError,
+                                        "the transaction ended in the middle of a group commit")
                             }
                             // Without a savepoint, a failed write rolls the whole transaction back.
                             if !savepoint, let error { throw error }
                         }
-                        guard gather, batch.count < expected, let arrived = nextArrivals(until: deadline) else { break }
+                        guard gather, batch.count < expected,
+                            let arrived = nextArrivals(until: deadline)
+                        else { break }
                         batch += arrived
                     }
                 }
@@ -226,7 +234,9 @@ final class GroupCommit: @unchecked Sendable {
     /// failed. `undo` runs (under the engine lock still) when the transaction ran and did not
     /// commit: for memory changed with it, which must be as the store is. A commit whose sync
     /// then fails is in the store as SQLite sees it, so `undo` does not run for it.
-    func writeHoldingDatabase<T>(_ db: Database, _ body: () throws -> T, undo: () -> Void = {}) throws -> T {
+    func writeHoldingDatabase<T>(_ db: Database, _ body: () throws -> T, undo: () -> Void = {})
+        throws -> T
+    {
         if let refused = settled.withLock({ syncFailure }) { throw refused }
         var result: T?
         var failure: Error?
@@ -267,13 +277,20 @@ final class GroupCommit: @unchecked Sendable {
         settled.lock()
         while settledThrough < sequence - 1 { settled.wait() }
         if let syncError, syncFailure == nil {
-            log("the disk failed to sync the write-ahead log (\(syncError)); refusing writes until vaultd restarts")
-            syncFailure = VaultFailure(.internalError, "the vault's disk failed a sync earlier; no write is accepted until vaultd restarts")
+            log(
+                "the disk failed to sync the write-ahead log (\(syncError)); refusing writes until vaultd restarts"
+            )
+            syncFailure = VaultFailure(
+                .internalError,
+                "the vault's disk failed a sync earlier; no write is accepted until vaultd restarts"
+            )
             failure = VaultFailure(
                 .internalError,
-                "the disk failed to confirm this write (\(syncError)): it may or may not be kept; no write is accepted until vaultd restarts")
+                "the disk failed to confirm this write (\(syncError)): it may or may not be kept; no write is accepted until vaultd restarts"
+            )
         } else if failure == nil, let earlier = syncFailure {
-            failure = VaultFailure(.internalError, "\(earlier.message); this write may or may not be kept")
+            failure = VaultFailure(
+                .internalError, "\(earlier.message); this write may or may not be kept")
         }
         settledThrough = sequence
         settled.broadcast()

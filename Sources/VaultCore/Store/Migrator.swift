@@ -10,15 +10,21 @@ public struct Migrator {
 
     public init() {}
 
-    public mutating func register(_ name: String, _ migrate: @escaping (MigrationDatabase) throws -> Void) {
+    public mutating func register(
+        _ name: String, _ migrate: @escaping (MigrationDatabase) throws -> Void
+    ) {
         precondition(!migrations.contains { $0.name == name }, "duplicate migration \(name)")
         migrations.append((name, migrate))
     }
 
     /// Names of the migrations already applied to `db`, in order.
     public func applied(in db: Database) throws -> [String] {
-        try db.execute("CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY NOT NULL, applied_at REAL NOT NULL)")
-        return try db.rows("SELECT name FROM schema_migrations ORDER BY rowid").compactMap { $0[0].text }
+        try db.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY NOT NULL, applied_at REAL NOT NULL)"
+        )
+        return try db.rows("SELECT name FROM schema_migrations ORDER BY rowid").compactMap {
+            $0[0].text
+        }
     }
 
     /// Applies the pending migrations. Throws `VaultFailure` InternalError when the database
@@ -27,12 +33,16 @@ public struct Migrator {
         let done = try applied(in: db)
         let known = Set(migrations.map(\.name))
         if let unknown = done.first(where: { !known.contains($0) }) {
-            throw VaultFailure(.internalError, "the vault was written by a newer vaultd (unknown migration '\(unknown)')")
+            throw VaultFailure(
+                .internalError,
+                "the vault was written by a newer vaultd (unknown migration '\(unknown)')")
         }
         for m in migrations where !done.contains(m.name) {
             try db.write { db in
                 try m.migrate(MigrationDatabase(db))
-                try db.run("INSERT INTO schema_migrations (name, applied_at) VALUES (?, julianday('now'))", [.text(m.name)])
+                try db.run(
+                    "INSERT INTO schema_migrations (name, applied_at) VALUES (?, julianday('now'))",
+                    [.text(m.name)])
             }
         }
     }
@@ -48,7 +58,13 @@ public struct MigrationDatabase {
     /// Runs a script of statements (`Database.executeScript`).
     public func execute(_ sql: String) throws { try db.executeScript(sql) }
     @discardableResult
-    public func run(_ sql: String, _ arguments: [SQLValue] = []) throws -> Int { try db.run(sql, arguments) }
-    public func rows(_ sql: String, _ arguments: [SQLValue] = []) throws -> [Row] { try db.rows(sql, arguments) }
-    public func row(_ sql: String, _ arguments: [SQLValue] = []) throws -> Row? { try db.row(sql, arguments) }
+    public func run(_ sql: String, _ arguments: [SQLValue] = []) throws -> Int {
+        try db.run(sql, arguments)
+    }
+    public func rows(_ sql: String, _ arguments: [SQLValue] = []) throws -> [Row] {
+        try db.rows(sql, arguments)
+    }
+    public func row(_ sql: String, _ arguments: [SQLValue] = []) throws -> Row? {
+        try db.row(sql, arguments)
+    }
 }

@@ -25,7 +25,10 @@ final class ReaderPool: @unchecked Sendable {
     /// a group commit's leader holds while its writers arrive (up to half a millisecond more).
     /// Two per CPU, so that more clients than CPUs seldom find none free; each connection's
     /// page cache costs up to 2 MiB more.
-    init(path: String, capacity: Int = min(8, max(4, 2 * ProcessInfo.processInfo.activeProcessorCount))) {
+    init(
+        path: String,
+        capacity: Int = min(8, max(4, 2 * ProcessInfo.processInfo.activeProcessorCount))
+    ) {
         self.path = path
         self.capacity = capacity
     }

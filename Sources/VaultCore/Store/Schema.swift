@@ -99,10 +99,16 @@ enum Schema {
         // that no longer decodes keeps its count.
         m.register("2026-11-30-preferences-wire-size") { db in
             for r in try db.rows("SELECT domain, key, value FROM preferences") {
-                guard let domain = r[0].text, let key = r[1].text, let blob = r[2].blob, let value = PreferencesStore.decode(blob) else { continue }
+                guard let domain = r[0].text, let key = r[1].text, let blob = r[2].blob,
+                    let value = PreferencesStore.decode(blob)
+                else { continue }
                 try db.run(
                     "UPDATE preferences SET size = ? WHERE domain = ? AND key = ?",
-                    [.integer(Int64(PreferencesStore.entrySize(key: key, value: value, stored: blob))), .text(domain), .text(key)])
+                    [
+                        .integer(
+                            Int64(PreferencesStore.entrySize(key: key, value: value, stored: blob))),
+                        .text(domain), .text(key),
+                    ])
             }
         }
         // A first launch that began with a call other than Hello wipes at once (an app must
@@ -276,7 +282,9 @@ enum Schema {
                 """)
             let moved = try db.row("SELECT count(*) FROM items_set_aside")?[0].int64 ?? 0
             if moved > 0 {
-                log("keychain: \(moved) item row(s) had the primary key of a later one; the later one of each is kept, the others were moved to items_set_aside (see `vaultctl doctor`)")
+                log(
+                    "keychain: \(moved) item row(s) had the primary key of a later one; the later one of each is kept, the others were moved to items_set_aside (see `vaultctl doctor`)"
+                )
             }
         }
         // The Secret Service's collection labels (`Vault.setCollectionLabel`): a display

@@ -45,7 +45,9 @@ public final class StorageQuota: Sendable {
 
     /// The app an install generation belongs to.
     static func app(ofGeneration generation: String, in db: Database) throws -> String? {
-        try db.row("SELECT app_id FROM app_generations WHERE generation = ?", [.text(generation)])?[0].text
+        try db.row("SELECT app_id FROM app_generations WHERE generation = ?", [.text(generation)])?[
+            0
+        ].text
     }
 
     /// QuotaExceeded for `appID`, which would store `total` bytes.
@@ -61,7 +63,9 @@ public final class StorageQuota: Sendable {
     /// `adding` more bytes of items. (A generation of no app, nil: no limit.)
     func checkItems(generation: String?, adding: Int64, in db: Database) throws {
         let limit = bytesPerApp
-        guard limit > 0, adding > 0, let generation, let app = try Self.app(ofGeneration: generation, in: db) else { return }
+        guard limit > 0, adding > 0, let generation,
+            let app = try Self.app(ofGeneration: generation, in: db)
+        else { return }
         let (items, domain) = try Self.usage(of: app, in: db)
         if items + domain + adding > limit { throw exceeded(app, total: items + domain + adding) }
     }

@@ -54,7 +54,9 @@ final class StorageReserve: @unchecked Sendable {
     func release() -> Int {
         lock.withLock {
             var st = stat()
-            guard lstat(path, &st) == 0, st.st_mode & S_IFMT == S_IFREG, st.st_size > 0 else { return 0 }
+            guard lstat(path, &st) == 0, st.st_mode & S_IFMT == S_IFREG, st.st_size > 0 else {
+                return 0
+            }
             guard truncate(path, 0) == 0 else { return 0 }
             return Int(st.st_size)
         }

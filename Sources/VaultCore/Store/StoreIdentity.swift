@@ -31,7 +31,8 @@ final class StoreIdentity: @unchecked Sendable {
         var modified: timespec
 
         static func == (a: Fingerprint, b: Fingerprint) -> Bool {
-            a.device == b.device && a.inode == b.inode && a.size == b.size && a.modified.tv_sec == b.modified.tv_sec
+            a.device == b.device && a.inode == b.inode && a.size == b.size
+                && a.modified.tv_sec == b.modified.tv_sec
                 && a.modified.tv_nsec == b.modified.tv_nsec
         }
 
@@ -78,18 +79,31 @@ final class StoreIdentity: @unchecked Sendable {
     private func change(full: Bool) -> String? {
         let (was, walWas) = lock.withLock { (database, wal) }
         guard let was else { return nil }
-        guard let now = Fingerprint(path) else { return "\(path) is gone (deleted or renamed while vaultd ran)" }
-        if now.device != was.device || now.inode != was.inode {
-            return "\(path) was replaced: another file (inode \(now.inode)) is at its path, not the one vaultd opened (inode \(was.inode))"
+        guard let now = Fingerprint(path) else {
+            return "\(path) is gone (deleted or renamed while vaultd ran)"
         }
-        if now.size < was.size { return "\(path) was truncated: it holds \(now.size) bytes, it held \(was.size)" }
+        if now.device != was.device || now.inode != was.inode {
+            return
+                "\(path) was replaced: another file (inode \(now.inode)) is at its path, not the one vaultd opened (inode \(was.inode))"
+        }
+        if now.size < was.size {
+            return "\(path) was truncated: it holds \(now.size) bytes, it held \(was.size)"
+        }
         guard full else { return nil }
-        if now.modified.tv_sec != was.modified.tv_sec || now.modified.tv_nsec != was.modified.tv_nsec {
-            return "\(path) was written by another program (modified at \(now.modified.tv_sec).\(now.modified.tv_nsec), vaultd last wrote it at \(was.modified.tv_sec).\(was.modified.tv_nsec)), as when an old copy is put over it"
+        if now.modified.tv_sec != was.modified.tv_sec
+            || now.modified.tv_nsec != was.modified.tv_nsec
+        {
+            return
+                "\(path) was written by another program (modified at \(now.modified.tv_sec).\(now.modified.tv_nsec), vaultd last wrote it at \(was.modified.tv_sec).\(was.modified.tv_nsec)), as when an old copy is put over it"
         }
         if let walWas {
-            guard let walNow = Fingerprint(path + "-wal") else { return "\(path)-wal, holding the latest writes, is gone (deleted or renamed while vaultd ran)" }
-            if walNow.device != walWas.device || walNow.inode != walWas.inode { return "\(path)-wal was replaced by another file" }
+            guard let walNow = Fingerprint(path + "-wal") else {
+                return
+                    "\(path)-wal, holding the latest writes, is gone (deleted or renamed while vaultd ran)"
+            }
+            if walNow.device != walWas.device || walNow.inode != walWas.inode {
+                return "\(path)-wal was replaced by another file"
+            }
         }
         return nil
     }
@@ -130,6 +144,8 @@ final class StoreIdentity: @unchecked Sendable {
     }
 
     static func error(_ what: String) -> VaultFailure {
-        VaultFailure(.storeReplaced, "\(what); vaultd serves no more writes to it (restart vaultd; see its log)")
+        VaultFailure(
+            .storeReplaced,
+            "\(what); vaultd serves no more writes to it (restart vaultd; see its log)")
     }
 }

@@ -49,7 +49,8 @@ final class SyncFolder {
     static func describe(path: String, errno e: Int32) -> String {
         var st = stat()
         if lstat(path, &st) == 0 && st.st_mode & S_IFMT == S_IFLNK {
-            return "\(path) is a symbolic link: a sync folder and the directories in it must be directories, not links to one (not followed)"
+            return
+                "\(path) is a symbolic link: a sync folder and the directories in it must be directories, not links to one (not followed)"
         }
         if e == ENOTDIR { return "\(path) is not a directory" }
         return "cannot open \(path): \(String(cString: strerror(e)))"
@@ -59,7 +60,9 @@ final class SyncFolder {
 
     /// The folder's descriptor, or InternalError saying why the folder is refused.
     private func rootDescriptor() throws -> Int32 {
-        guard rootFD >= 0 else { throw VaultFailure(.internalError, refusal ?? "cannot open the sync folder \(root)") }
+        guard rootFD >= 0 else {
+            throw VaultFailure(.internalError, refusal ?? "cannot open the sync folder \(root)")
+        }
         return rootFD
     }
 
@@ -74,17 +77,23 @@ final class SyncFolder {
     private func openDevices() throws -> Int32? {
         let fd = Self.openDirectory(try rootDescriptor(), Self.devicesName)
         if fd < 0 && errno == ENOENT { return nil }
-        guard fd >= 0 else { throw VaultFailure(.internalError, Self.describe(path: devicesPath, errno: errno)) }
+        guard fd >= 0 else {
+            throw VaultFailure(.internalError, Self.describe(path: devicesPath, errno: errno))
+        }
         return fd
     }
 
     /// Runs `body` with device `d`'s directory opened (not through a link). Throws
     /// InternalError when it is absent, a link or not a directory.
     private func withDevice<T>(_ d: SyncDeviceID, _ body: (Int32) throws -> T) throws -> T {
-        guard let devices = try openDevices() else { throw VaultFailure(.internalError, "\(devicesPath) does not exist") }
+        guard let devices = try openDevices() else {
+            throw VaultFailure(.internalError, "\(devicesPath) does not exist")
+        }
         defer { close(devices) }
         let fd = Self.openDirectory(devices, d.description)
-        guard fd >= 0 else { throw VaultFailure(.internalError, Self.describe(path: directory(d), errno: errno)) }
+        guard fd >= 0 else {
+            throw VaultFailure(.internalError, Self.describe(path: directory(d), errno: errno))
+        }
         defer { close(fd) }
         return try body(fd)
     }
@@ -97,15 +106,21 @@ final class SyncFolder {
     func makeDeviceDirectory(_ d: SyncDeviceID) throws {
         let rootFD = try rootDescriptor()
         if mkdirat(rootFD, Self.devicesName, 0o700) != 0 && errno != EEXIST {
-            throw VaultFailure(.internalError, "cannot make \(devicesPath): \(String(cString: strerror(errno)))")
+            throw VaultFailure(
+                .internalError, "cannot make \(devicesPath): \(String(cString: strerror(errno)))")
         }
-        guard let devices = try openDevices() else { throw VaultFailure(.internalError, "\(devicesPath) vanished as it was made") }
+        guard let devices = try openDevices() else {
+            throw VaultFailure(.internalError, "\(devicesPath) vanished as it was made")
+        }
         defer { close(devices) }
         if mkdirat(devices, d.description, 0o700) != 0 && errno != EEXIST {
-            throw VaultFailure(.internalError, "cannot make \(directory(d)): \(String(cString: strerror(errno)))")
+            throw VaultFailure(
+                .internalError, "cannot make \(directory(d)): \(String(cString: strerror(errno)))")
         }
         let fd = Self.openDirectory(devices, d.description)
-        guard fd >= 0 else { throw VaultFailure(.internalError, Self.describe(path: directory(d), errno: errno)) }
+        guard fd >= 0 else {
+            throw VaultFailure(.internalError, Self.describe(path: directory(d), errno: errno))
+        }
         close(fd)
     }
 
@@ -187,7 +202,9 @@ final class SyncFolder {
         var seen = 0
         while seen < SyncService.maximumEntriesPerDevice, let e = readdir(dir) {
             seen += 1
-            let name = withUnsafeBytes(of: e.pointee.d_name) { String(cString: $0.bindMemory(to: CChar.self).baseAddress!) }
+            let name = withUnsafeBytes(of: e.pointee.d_name) {
+                String(cString: $0.bindMemory(to: CChar.self).baseAddress!)
+            }
             if name != "." && name != ".." { body(name) }
         }
     }
@@ -202,9 +219,13 @@ final class SyncFolder {
         Self.forEachName(in: fd) { name in
             guard let seq = SyncSegment.sequence(ofFileName: name) else { return }
             var st = stat()
-            guard fstatat(fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0, st.st_mode & S_IFMT == S_IFREG, let size = Int(exactly: st.st_size) else { return }
+            guard fstatat(fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0, st.st_mode & S_IFMT == S_IFREG,
+                let size = Int(exactly: st.st_size)
+            else { return }
             entry.segments[seq] = size
-            entry.versions[seq] = FileVersion(size: size, inode: UInt64(st.st_ino), changed: st.st_ctim.tv_sec * 1_000_000_000 + st.st_ctim.tv_nsec)
+            entry.versions[seq] = FileVersion(
+                size: size, inode: UInt64(st.st_ino),
+                changed: st.st_ctim.tv_sec * 1_000_000_000 + st.st_ctim.tv_nsec)
         }
         return entry
     }
@@ -214,15 +235,23 @@ final class SyncFolder {
     /// otherwise.
     static func read(_ name: String, in directory: Int32, limit: Int) throws -> [UInt8] {
         let fd = openat(directory, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
-        guard fd >= 0 else { throw SyncFormatError("cannot open: \(String(cString: strerror(errno)))") }
+        guard fd >= 0 else {
+            throw SyncFormatError("cannot open: \(String(cString: strerror(errno)))")
+        }
         defer { close(fd) }
         var st = stat()
-        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else { throw SyncFormatError("not a regular file") }
-        guard st.st_size <= limit, let size = Int(exactly: st.st_size) else { throw SyncFormatError("\(st.st_size) bytes, over the \(limit)-byte limit") }
+        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else {
+            throw SyncFormatError("not a regular file")
+        }
+        guard st.st_size <= limit, let size = Int(exactly: st.st_size) else {
+            throw SyncFormatError("\(st.st_size) bytes, over the \(limit)-byte limit")
+        }
         var out = [UInt8](repeating: 0, count: size)
         var at = 0
         while at < out.count {
-            let n = out.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress! + at, $0.count - at) }
+            let n = out.withUnsafeMutableBytes {
+                Glibc.read(fd, $0.baseAddress! + at, $0.count - at)
+            }
             if n < 0 && errno == EINTR { continue }
             guard n > 0 else { throw SyncFormatError("the file shrank while it was read") }
             at += n
@@ -237,7 +266,9 @@ final class SyncFolder {
     }
 
     func readSegment(device: SyncDeviceID, sequence: UInt64) throws -> [UInt8] {
-        try readFile(device: device, name: SyncSegment.fileName(sequence), limit: SyncSegment.maximumFileBytes)
+        try readFile(
+            device: device, name: SyncSegment.fileName(sequence),
+            limit: SyncSegment.maximumFileBytes)
     }
 
     func readSmallFile(device: SyncDeviceID, name: String, limit: Int) -> [UInt8]? {
@@ -265,7 +296,9 @@ final class SyncFolder {
             let fd = Self.openDirectory(devices, dir)
             guard fd >= 0 else { return }
             defer { close(fd) }
-            if fstatat(fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_mode & S_IFMT == S_IFREG { out.append(d) }
+            if fstatat(fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_mode & S_IFMT == S_IFREG {
+                out.append(d)
+            }
         }
         return out.sorted()
     }
@@ -275,7 +308,9 @@ final class SyncFolder {
     /// segments are immutable), the directory fsynced. Throws InternalError; EEXIST (the name
     /// is taken) as `NameTaken`.
     func writeFile(_ bytes: [UInt8], device: SyncDeviceID, name: String) throws {
-        try withDevice(device) { dir in try Self.write(bytes, name: name, in: dir, path: directory(device)) }
+        try withDevice(device) { dir in
+            try Self.write(bytes, name: name, in: dir, path: directory(device))
+        }
     }
 
     /// A segment's name in this device's directory already holds a file.
@@ -287,7 +322,10 @@ final class SyncFolder {
     private static func write(_ bytes: [UInt8], name: String, in dir: Int32, path: String) throws {
         let tmp = ".tmp-" + SyncHex.encode(Sodium.randomBytes(8))
         let fd = openat(dir, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600)
-        guard fd >= 0 else { throw VaultFailure(.internalError, "cannot write in \(path): \(String(cString: strerror(errno)))") }
+        guard fd >= 0 else {
+            throw VaultFailure(
+                .internalError, "cannot write in \(path): \(String(cString: strerror(errno)))")
+        }
         defer { unlinkat(dir, tmp, 0) }
         var at = 0
         var failure: Int32 = 0
@@ -304,15 +342,23 @@ final class SyncFolder {
         close(fd)
         // The join and ack files are this device's to replace (a second `sync join` after a
         // leave; each new acknowledgement); anything else is written once.
-        if failure == 0 && !isReplaceable(name) && linkat(dir, tmp, dir, name, 0) != 0 { failure = errno }
+        if failure == 0 && !isReplaceable(name) && linkat(dir, tmp, dir, name, 0) != 0 {
+            failure = errno
+        }
         if failure == 0 && isReplaceable(name) && renameat(dir, tmp, dir, name) != 0 {
             // A directory in the place of the file (anyone can make one): moved out of the way.
             failure = errno
-            if [EISDIR, ENOTEMPTY, EEXIST].contains(failure) && clear(name, in: dir) && renameat(dir, tmp, dir, name) == 0 { failure = 0 }
+            if [EISDIR, ENOTEMPTY, EEXIST].contains(failure) && clear(name, in: dir)
+                && renameat(dir, tmp, dir, name) == 0
+            {
+                failure = 0
+            }
         }
         if failure == EEXIST { throw NameTaken(name: name) }
         guard failure == 0 else {
-            throw VaultFailure(.internalError, "cannot write \(name) in \(path): \(String(cString: strerror(failure)))")
+            throw VaultFailure(
+                .internalError,
+                "cannot write \(name) in \(path): \(String(cString: strerror(failure)))")
         }
         fsync(dir)
     }
@@ -379,7 +425,10 @@ final class SyncWatcher: @unchecked Sendable {
             while true {
                 pass()
                 watch()
-                var fds = [pollfd(fd: wakeFD, events: Int16(POLLIN), revents: 0), pollfd(fd: inotifyFD, events: Int16(POLLIN), revents: 0)]
+                var fds = [
+                    pollfd(fd: wakeFD, events: Int16(POLLIN), revents: 0),
+                    pollfd(fd: inotifyFD, events: Int16(POLLIN), revents: 0),
+                ]
                 _ = poll(&fds, 2, 60_000)
                 drain(wakeFD)
                 drain(inotifyFD)

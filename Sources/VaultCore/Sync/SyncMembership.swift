@@ -27,7 +27,8 @@ struct SyncMembership: Equatable {
     /// one and the segment comes before its removal's cutoff.
     func accepts(_ device: SyncDeviceID, sequence: UInt64) -> Bool {
         guard members[device] != nil else { return false }
-        return removed[device].map { sequence <= $0 } ?? true || isLeaving(device, sequence: sequence)
+        return removed[device].map { sequence <= $0 } ?? true
+            || isLeaving(device, sequence: sequence)
     }
 
     /// Whether `sequence` is where `device`, which left, wrote its leaving (the segment after
@@ -55,7 +56,9 @@ struct SyncMembership: Equatable {
         return hash.map { pins[device]?[sequence]?.contains($0) == true } ?? false
     }
 
-    var currentMembers: [SyncMember] { members.values.filter { removed[$0.device] == nil }.sorted { $0.device < $1.device } }
+    var currentMembers: [SyncMember] {
+        members.values.filter { removed[$0.device] == nil }.sorted { $0.device < $1.device }
+    }
 
     /// Takes in one group record written by `author`; returns whether anything changed.
     mutating func apply(_ c: SyncControl, author: SyncDeviceID) -> Bool {
@@ -71,7 +74,8 @@ struct SyncMembership: Equatable {
             if author == d { left[d] = max(left[d] ?? 0, cutoff) }
             for (seq, h) in p { pins[d, default: [:]][seq, default: []].insert(h) }
         case .rotate(let generation, let excludes, _):
-            keys[SyncKeyID(generation: generation, rotator: author), default: []].formUnion(excludes)
+            keys[SyncKeyID(generation: generation, rotator: author), default: []].formUnion(
+                excludes)
         case .snapshot, .share:
             break
         }
@@ -84,39 +88,57 @@ struct SyncMembership: Equatable {
         for (d, c) in o.removed { removed[d] = max(removed[d] ?? 0, c) }
         for (d, c) in o.left { left[d] = max(left[d] ?? 0, c) }
         for (k, e) in o.keys { keys[k, default: []].formUnion(e) }
-        for (d, p) in o.pins { for (seq, h) in p { pins[d, default: [:]][seq, default: []].formUnion(h) } }
+        for (d, p) in o.pins {
+            for (seq, h) in p { pins[d, default: [:]][seq, default: []].formUnion(h) }
+        }
     }
 
     var json: JSON {
         var m = JSONObject()
         for (d, v) in members {
-            m[d.description] = ["box": .string(SyncHex.encode(v.boxKey)), "sign": .string(SyncHex.encode(v.signKey))]
+            m[d.description] = [
+                "box": .string(SyncHex.encode(v.boxKey)),
+                "sign": .string(SyncHex.encode(v.signKey)),
+            ]
         }
         var r = JSONObject()
         for (d, c) in removed { r[d.description] = JSON(c) }
         var l = JSONObject()
         for (d, c) in left { l[d.description] = JSON(c) }
         let k: [JSON] = keys.keys.sorted().map { id in
-            ["generation": JSON(Int(id.generation)), "rotator": .string(id.rotator.description),
-             "excludes": .array(keys[id]!.sorted().map { .string($0.description) })]
+            [
+                "generation": JSON(Int(id.generation)), "rotator": .string(id.rotator.description),
+                "excludes": .array(keys[id]!.sorted().map { .string($0.description) }),
+            ]
         }
         var p = JSONObject()
         for (d, bySeq) in pins {
             var o = JSONObject()
-            for (seq, hs) in bySeq { o[String(seq)] = .array(hs.map { .string(SyncHex.encode($0)) }.sorted { $0.stringValue! < $1.stringValue! }) }
+            for (seq, hs) in bySeq {
+                o[String(seq)] = .array(
+                    hs.map { .string(SyncHex.encode($0)) }.sorted {
+                        $0.stringValue! < $1.stringValue!
+                    })
+            }
             p[d.description] = .object(o)
         }
-        return ["members": .object(m), "removed": .object(r), "left": .object(l), "keys": .array(k), "pins": .object(p)]
+        return [
+            "members": .object(m), "removed": .object(r), "left": .object(l), "keys": .array(k),
+            "pins": .object(p),
+        ]
     }
 
     init() {}
 
     init?(_ j: JSON) {
-        guard let m = j["members"]?.objectValue, let r = j["removed"]?.objectValue, let k = j["keys"]?.arrayValue,
-            m.count <= SyncService.maximumDevices * 4, r.count <= SyncService.maximumDevices * 4, k.count <= 1 << 16
+        guard let m = j["members"]?.objectValue, let r = j["removed"]?.objectValue,
+            let k = j["keys"]?.arrayValue,
+            m.count <= SyncService.maximumDevices * 4, r.count <= SyncService.maximumDevices * 4,
+            k.count <= 1 << 16
         else { return nil }
         for name in m.keys {
-            guard let d = SyncDeviceID(hex: name), let box = m[name]?["box"]?.stringValue.flatMap(SyncHex.decode),
+            guard let d = SyncDeviceID(hex: name),
+                let box = m[name]?["box"]?.stringValue.flatMap(SyncHex.decode),
                 let sign = m[name]?["sign"]?.stringValue.flatMap(SyncHex.decode),
                 box.count == SyncPairing.publicKeyBytes, sign.count == SyncSigning.publicKeyBytes
             else { return nil }
@@ -130,12 +152,15 @@ struct SyncMembership: Equatable {
         if let l = j["left"]?.objectValue {
             guard l.count <= SyncService.maximumDevices * 4 else { return nil }
             for name in l.keys {
-                guard let d = SyncDeviceID(hex: name), let c = l[name]?.uint64Value else { return nil }
+                guard let d = SyncDeviceID(hex: name), let c = l[name]?.uint64Value else {
+                    return nil
+                }
                 left[d] = c
             }
         }
         for e in k {
-            guard let g = e["generation"]?.intValue, let g32 = UInt32(exactly: g), let rot = e["rotator"]?.stringValue.flatMap(SyncDeviceID.init(hex:)),
+            guard let g = e["generation"]?.intValue, let g32 = UInt32(exactly: g),
+                let rot = e["rotator"]?.stringValue.flatMap(SyncDeviceID.init(hex:)),
                 let ex = e["excludes"]?.arrayValue
             else { return nil }
             var set = Set<SyncDeviceID>()
@@ -147,11 +172,17 @@ struct SyncMembership: Equatable {
         }
         if let p = j["pins"]?.objectValue {
             for name in p.keys {
-                guard let d = SyncDeviceID(hex: name), let bySeq = p[name]?.objectValue else { return nil }
+                guard let d = SyncDeviceID(hex: name), let bySeq = p[name]?.objectValue else {
+                    return nil
+                }
                 for seqText in bySeq.keys {
-                    guard let seq = UInt64(seqText), let hs = bySeq[seqText]?.arrayValue else { return nil }
+                    guard let seq = UInt64(seqText), let hs = bySeq[seqText]?.arrayValue else {
+                        return nil
+                    }
                     for h in hs {
-                        guard let b = h.stringValue.flatMap(SyncHex.decode), b.count == SyncSegment.fileHashBytes else { return nil }
+                        guard let b = h.stringValue.flatMap(SyncHex.decode),
+                            b.count == SyncSegment.fileHashBytes
+                        else { return nil }
                         pins[d, default: [:]][seq, default: []].insert(b)
                     }
                 }
@@ -190,9 +221,12 @@ struct SyncKeyring {
         guard p.count % entry == 0 else { return nil }
         for i in 0..<(p.count / entry) {
             let at = i * entry
-            let g = UInt32(p[at]) | UInt32(p[at + 1]) << 8 | UInt32(p[at + 2]) << 16 | UInt32(p[at + 3]) << 24
+            let g =
+                UInt32(p[at]) | UInt32(p[at + 1]) << 8 | UInt32(p[at + 2]) << 16 | UInt32(p[at + 3])
+                << 24
             let rot = SyncDeviceID(bytes: Array(p[(at + 4)..<(at + 20)]))!
-            keys[SyncKeyID(generation: g, rotator: rot)] = SecureBytes(copying: UnsafeRawBufferPointer(rebasing: p[(at + 20)..<(at + entry)]))
+            keys[SyncKeyID(generation: g, rotator: rot)] = SecureBytes(
+                copying: UnsafeRawBufferPointer(rebasing: p[(at + 20)..<(at + entry)]))
         }
     }
 

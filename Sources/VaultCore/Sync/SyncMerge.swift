@@ -18,7 +18,9 @@ public struct SyncDeviceID: Hashable, Comparable, Sendable, CustomStringConverti
 
     /// Parses 32 lowercase hex digits (the only spelling a directory name may have); nil otherwise.
     public init?(hex: String) {
-        guard let b = SyncHex.decode(hex), b.count == 16, SyncHex.encode(b) == hex else { return nil }
+        guard let b = SyncHex.decode(hex), b.count == 16, SyncHex.encode(b) == hex else {
+            return nil
+        }
         bytes = b
     }
 
@@ -26,7 +28,9 @@ public struct SyncDeviceID: Hashable, Comparable, Sendable, CustomStringConverti
 
     public var description: String { SyncHex.encode(bytes) }
 
-    public static func < (a: SyncDeviceID, b: SyncDeviceID) -> Bool { a.bytes.lexicographicallyPrecedes(b.bytes) }
+    public static func < (a: SyncDeviceID, b: SyncDeviceID) -> Bool {
+        a.bytes.lexicographicallyPrecedes(b.bytes)
+    }
 }
 
 /// Lowercase hex, for device IDs, sequence numbers and pairing codes.
@@ -121,7 +125,9 @@ public struct HybridClock: Sendable {
     @discardableResult
     public mutating func observe(_ t: SyncTimestamp, physical: UInt64 = HybridClock.now()) -> Bool {
         guard t.wall <= physical &+ Self.maximumDrift else { return false }
-        if t.wall > last.wall || (t.wall == last.wall && t.counter > last.counter) { last = (t.wall, t.counter) }
+        if t.wall > last.wall || (t.wall == last.wall && t.counter > last.counter) {
+            last = (t.wall, t.counter)
+        }
         return true
     }
 }
@@ -156,7 +162,8 @@ public struct SyncItemKey: Hashable, Comparable, Sendable {
             primaryKey = [a.service ?? "", a.account ?? ""]
         case .internetPassword:
             primaryKey = [
-                a.server ?? "", a.protocol ?? "", String(a.port ?? 0), a.path ?? "", a.account ?? "", a.authenticationType ?? "",
+                a.server ?? "", a.protocol ?? "", String(a.port ?? 0), a.path ?? "",
+                a.account ?? "", a.authenticationType ?? "",
                 a.securityDomain ?? "",
             ]
         }
@@ -190,13 +197,16 @@ public struct SyncItemKey: Hashable, Comparable, Sendable {
         return out
     }
 
-    public static func < (a: SyncItemKey, b: SyncItemKey) -> Bool { a.canonicalBytes.lexicographicallyPrecedes(b.canonicalBytes) }
+    public static func < (a: SyncItemKey, b: SyncItemKey) -> Bool {
+        a.canonicalBytes.lexicographicallyPrecedes(b.canonicalBytes)
+    }
 }
 
 /// The parts of a synchronized item that change, each merged on its own (last writer wins per
 /// field): the attributes outside its identity, and the secret. The raw value is the wire tag.
 public enum SyncField: UInt8, CaseIterable, Sendable, Comparable {
-    case label = 1, comment, description, generic, accessible, creationDate, modificationDate, secret
+    case label = 1
+    case comment, description, generic, accessible, creationDate, modificationDate, secret
 
     public static func < (a: SyncField, b: SyncField) -> Bool { a.rawValue < b.rawValue }
 }
@@ -219,7 +229,12 @@ public enum SyncValue: Equatable, Sendable {
     /// not count.
     public static func == (a: SyncValue, b: SyncValue) -> Bool {
         if case .secret(let x) = a, case .secret(let y) = b { return x.constantTimeEquals(y) }
-        return a.withBytes { x in b.withBytes { y in x.count == y.count && (x.count == 0 || memcmp(x.baseAddress!, y.baseAddress!, x.count) == 0) } }
+        return a.withBytes { x in
+            b.withBytes { y in
+                x.count == y.count
+                    && (x.count == 0 || memcmp(x.baseAddress!, y.baseAddress!, x.count) == 0)
+            }
+        }
     }
 
     /// A total order on values, by bytes: it decides between two writes of one field with one
@@ -364,7 +379,9 @@ public struct SyncVault: Equatable, Sendable {
             if let t = s.tombstone { out.append(SyncChange(key: k, timestamp: t, kind: .delete)) }
             var byStamp: [SyncTimestamp: [SyncField: SyncValue?]] = [:]
             for (f, v) in s.fields { byStamp[v.timestamp, default: [:]][f] = .some(v.value) }
-            for t in byStamp.keys.sorted() { out.append(SyncChange(key: k, timestamp: t, kind: .write(byStamp[t]!))) }
+            for t in byStamp.keys.sorted() {
+                out.append(SyncChange(key: k, timestamp: t, kind: .write(byStamp[t]!)))
+            }
         }
         return out
     }
@@ -393,7 +410,9 @@ public enum SyncCompaction {
     ///   deletion of `own` that is the item's latest and that no other device's changes
     ///   predate, stamped at most `now` (ms), is left out too, with the item: nothing it
     ///   could still cover is left anywhere.
-    public static func snapshot(own: SyncVault, others: [SyncVault], dropTombstones: Bool, now: UInt64) -> SyncVault {
+    public static func snapshot(
+        own: SyncVault, others: [SyncVault], dropTombstones: Bool, now: UInt64
+    ) -> SyncVault {
         var all = own
         for o in others { all.join(o) }
         var out = SyncVault()
@@ -408,7 +427,9 @@ public enum SyncCompaction {
                 }
                 if !dropTombstones || covers || t.wall > now { s.tombstone = t }
             }
-            for (f, v) in mine.fields where group.tombstone.map({ $0 < v.timestamp }) ?? true { s.fields[f] = v }
+            for (f, v) in mine.fields where group.tombstone.map({ $0 < v.timestamp }) ?? true {
+                s.fields[f] = v
+            }
             if s.tombstone != nil || !s.fields.isEmpty { out.items[k] = s }
         }
         return out

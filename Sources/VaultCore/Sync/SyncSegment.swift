@@ -29,7 +29,8 @@ enum SyncWire {
     static let maximumKeyPartBytes = 64 << 10
     /// The most bytes one record may take: a 1 MiB secret, attributes within the keychain's
     /// 64 KiB limit, the key, framing.
-    static let maximumRecordBytes = SecretLimit.maximumBytes + 3 * KeychainStore.maximumAttributesSize
+    static let maximumRecordBytes =
+        SecretLimit.maximumBytes + 3 * KeychainStore.maximumAttributesSize
 
     static func appendBytes(_ b: [UInt8], to out: inout [UInt8]) {
         appendU32(UInt32(b.count), to: &out)
@@ -100,7 +101,9 @@ enum SyncWire {
         /// A length-prefixed part of at most `limit` bytes.
         mutating func part(limit: Int) throws -> UnsafeRawBufferPointer {
             let n = Int(try u32())
-            guard n <= limit, n <= bytes.count - at else { throw SyncFormatError("a record's part is longer than allowed or than the record") }
+            guard n <= limit, n <= bytes.count - at else {
+                throw SyncFormatError("a record's part is longer than allowed or than the record")
+            }
             defer { at += n }
             return UnsafeRawBufferPointer(rebasing: bytes[at..<(at + n)])
         }
@@ -161,12 +164,17 @@ enum SyncWire {
         }
         switch kind {
         case 3:
-            return .member(SyncMember(device: try device(), boxKey: try bytes(SyncPairing.publicKeyBytes), signKey: try bytes(SyncSigning.publicKeyBytes)))
+            return .member(
+                SyncMember(
+                    device: try device(), boxKey: try bytes(SyncPairing.publicKeyBytes),
+                    signKey: try bytes(SyncSigning.publicKeyBytes)))
         case 4:
             let d = try device()
             let cutoff = try r.u64()
             let n = Int(try r.u32())
-            guard n <= SyncControl.maximumPins else { throw SyncFormatError("a removal pins too many segments") }
+            guard n <= SyncControl.maximumPins else {
+                throw SyncFormatError("a removal pins too many segments")
+            }
             var pins: [UInt64: [UInt8]] = [:]
             for _ in 0..<n {
                 let seq = try r.u64()
@@ -176,11 +184,15 @@ enum SyncWire {
         case 5:
             let generation = try r.u32()
             let n = Int(try r.u32())
-            guard n <= SyncService.maximumDevices else { throw SyncFormatError("a rotation excludes too many devices") }
+            guard n <= SyncService.maximumDevices else {
+                throw SyncFormatError("a rotation excludes too many devices")
+            }
             var excludes = Set<SyncDeviceID>()
             for _ in 0..<n { excludes.insert(try device()) }
             let m = Int(try r.u32())
-            guard m <= SyncService.maximumDevices else { throw SyncFormatError("a rotation seals to too many devices") }
+            guard m <= SyncService.maximumDevices else {
+                throw SyncFormatError("a rotation seals to too many devices")
+            }
             var boxes: [SyncDeviceID: [UInt8]] = [:]
             for _ in 0..<m {
                 let d = try device()
@@ -196,7 +208,8 @@ enum SyncWire {
             var boxes: [SyncKeyID: [UInt8]] = [:]
             for _ in 0..<n {
                 let g = try r.u32()
-                boxes[SyncKeyID(generation: g, rotator: try device())] = try bytes(Sodium.keyLength + SyncPairing.sealBytes)
+                boxes[SyncKeyID(generation: g, rotator: try device())] = try bytes(
+                    Sodium.keyLength + SyncPairing.sealBytes)
             }
             return .share(d, boxes)
         default:
@@ -207,7 +220,8 @@ enum SyncWire {
     /// The change or group record a record holds, written by `device`. Throws
     /// `SyncFormatError` for anything malformed: an unknown kind, class or field, a field
     /// twice, a part over its limit, bytes left over.
-    static func decode(_ record: UnsafeRawBufferPointer, device: SyncDeviceID) throws -> SyncRecord {
+    static func decode(_ record: UnsafeRawBufferPointer, device: SyncDeviceID) throws -> SyncRecord
+    {
         var r = Reader(bytes: record)
         let kind = try r.u8()
         if kind >= 3 {
@@ -226,9 +240,13 @@ enum SyncWire {
         let group = try r.text(limit: maximumKeyPartBytes)
         guard !group.isEmpty else { throw SyncFormatError("an empty access group") }
         var primaryKey: [String] = []
-        for _ in 0..<SyncItemKey.primaryKeyCount(itemClass) { primaryKey.append(try r.text(limit: maximumKeyPartBytes)) }
+        for _ in 0..<SyncItemKey.primaryKeyCount(itemClass) {
+            primaryKey.append(try r.text(limit: maximumKeyPartBytes))
+        }
         if itemClass == .internetPassword {
-            guard let port = Int(primaryKey[2]), (0...65535).contains(port), String(port) == primaryKey[2] else {
+            guard let port = Int(primaryKey[2]), (0...65535).contains(port),
+                String(port) == primaryKey[2]
+            else {
                 throw SyncFormatError("a port that is not a decimal number in 0...65535")
             }
         }
@@ -238,17 +256,22 @@ enum SyncWire {
             return .change(SyncChange(key: key, timestamp: timestamp, kind: .delete))
         }
         let count = Int(try r.u8())
-        guard count <= SyncField.allCases.count else { throw SyncFormatError("more fields than a record has") }
+        guard count <= SyncField.allCases.count else {
+            throw SyncFormatError("more fields than a record has")
+        }
         var fields: [SyncField: SyncValue?] = [:]
         for _ in 0..<count {
             let tag = try r.u8()
-            guard let f = SyncField(rawValue: tag) else { throw SyncFormatError("unknown field \(tag)") }
+            guard let f = SyncField(rawValue: tag) else {
+                throw SyncFormatError("unknown field \(tag)")
+            }
             guard fields[f] == nil else { throw SyncFormatError("a field given twice") }
             switch try r.u8() {
             case 0:
                 fields[f] = .some(nil)
             case 1:
-                let limit = f == .secret ? SecretLimit.maximumBytes : KeychainStore.maximumAttributesSize
+                let limit =
+                    f == .secret ? SecretLimit.maximumBytes : KeychainStore.maximumAttributesSize
                 let p = try r.part(limit: limit)
                 fields[f] = f == .secret ? .secret(SecureBytes(copying: p)) : .bytes(Array(p))
             case let x:
@@ -332,14 +355,18 @@ public enum SyncSigning {
         Sodium.initialize()
         var pk = [UInt8](repeating: 0, count: publicKeyBytes)
         let sk = SecureBytes(count: secretKeyBytes)
-        sk.withUnsafeMutableBytes { s in _ = crypto_sign_keypair(&pk, s.bindMemory(to: UInt8.self).baseAddress!) }
+        sk.withUnsafeMutableBytes { s in
+            _ = crypto_sign_keypair(&pk, s.bindMemory(to: UInt8.self).baseAddress!)
+        }
         return (pk, sk)
     }
 
     /// The public key of a secret key (libsodium keeps it in the secret key's second half).
     static func publicKey(of sk: SecureBytes) -> [UInt8] {
         var pk = [UInt8](repeating: 0, count: publicKeyBytes)
-        sk.withUnsafeBytes { s in _ = crypto_sign_ed25519_sk_to_pk(&pk, s.bindMemory(to: UInt8.self).baseAddress!) }
+        sk.withUnsafeBytes { s in
+            _ = crypto_sign_ed25519_sk_to_pk(&pk, s.bindMemory(to: UInt8.self).baseAddress!)
+        }
         return pk
     }
 
@@ -349,15 +376,26 @@ public enum SyncSigning {
         _ = crypto_sign_init(&state)
         for p in parts { _ = crypto_sign_update(&state, p, UInt64(p.count)) }
         var sig = [UInt8](repeating: 0, count: signatureBytes)
-        secretKey.withUnsafeBytes { s in _ = crypto_sign_final_create(&state, &sig, nil, s.bindMemory(to: UInt8.self).baseAddress!) }
+        secretKey.withUnsafeBytes { s in
+            _ = crypto_sign_final_create(
+                &state, &sig, nil, s.bindMemory(to: UInt8.self).baseAddress!)
+        }
         return sig
     }
 
-    static func verify(_ parts: [ArraySlice<UInt8>], signature: ArraySlice<UInt8>, publicKey: [UInt8]) -> Bool {
-        guard signature.count == signatureBytes, publicKey.count == publicKeyBytes else { return false }
+    static func verify(
+        _ parts: [ArraySlice<UInt8>], signature: ArraySlice<UInt8>, publicKey: [UInt8]
+    ) -> Bool {
+        guard signature.count == signatureBytes, publicKey.count == publicKeyBytes else {
+            return false
+        }
         var state = crypto_sign_state()
         _ = crypto_sign_init(&state)
-        for p in parts { p.withUnsafeBufferPointer { _ = crypto_sign_update(&state, $0.baseAddress, UInt64($0.count)) } }
+        for p in parts {
+            p.withUnsafeBufferPointer {
+                _ = crypto_sign_update(&state, $0.baseAddress, UInt64($0.count))
+            }
+        }
         var sig = Array(signature)
         return crypto_sign_final_verify(&state, &sig, publicKey) == 0
     }
@@ -383,7 +421,9 @@ public struct SyncSegment: Equatable, Sendable {
     public var control: [SyncControl]
     public var changes: [SyncChange]
 
-    public init(device: SyncDeviceID, sequence: UInt64, control: [SyncControl] = [], changes: [SyncChange]) {
+    public init(
+        device: SyncDeviceID, sequence: UInt64, control: [SyncControl] = [], changes: [SyncChange]
+    ) {
         self.device = device
         self.sequence = sequence
         self.control = control
@@ -438,16 +478,24 @@ public struct SyncSegment: Equatable, Sendable {
         let u = Array(name.utf8)
         guard u.count == 20, name.hasSuffix(".seg") else { return nil }
         let hex = String(name.prefix(16))
-        guard hex.utf8.allSatisfy({ (48...57).contains($0) || (97...102).contains($0) }), let n = UInt64(hex, radix: 16) else { return nil }
+        guard hex.utf8.allSatisfy({ (48...57).contains($0) || (97...102).contains($0) }),
+            let n = UInt64(hex, radix: 16)
+        else { return nil }
         return (1...maximumSequence).contains(n) ? n : nil
     }
 
     /// Whether `file` is a whole segment signed with `verifyKey` for the name of `device`'s
     /// sequence `sequence` (the signature only: nothing is decrypted).
-    static func isSigned(_ file: [UInt8], device: SyncDeviceID, sequence: UInt64, verifyKey: [UInt8]) -> Bool {
-        guard file.count <= maximumFileBytes, keyID(of: file) != nil, file.count >= prefixBytes + SyncSigning.signatureBytes else { return false }
+    static func isSigned(
+        _ file: [UInt8], device: SyncDeviceID, sequence: UInt64, verifyKey: [UInt8]
+    ) -> Bool {
+        guard file.count <= maximumFileBytes, keyID(of: file) != nil,
+            file.count >= prefixBytes + SyncSigning.signatureBytes
+        else { return false }
         let body = file.count - SyncSigning.signatureBytes
-        return SyncSigning.verify([nameBytes(device, sequence)[...], file[..<body]], signature: file[body...], publicKey: verifyKey)
+        return SyncSigning.verify(
+            [nameBytes(device, sequence)[...], file[..<body]], signature: file[body...],
+            publicKey: verifyKey)
     }
 
     static let fileHashBytes = 16
@@ -468,10 +516,15 @@ public struct SyncSegment: Equatable, Sendable {
 
     /// The key a segment file names, nil when it is not a segment.
     public static func keyID(of file: [UInt8]) -> SyncKeyID? {
-        guard file.count >= prefixBytes, Array(file.prefix(magic.count)) == magic else { return nil }
+        guard file.count >= prefixBytes, Array(file.prefix(magic.count)) == magic else {
+            return nil
+        }
         let m = magic.count
-        let g = UInt32(file[m]) | UInt32(file[m + 1]) << 8 | UInt32(file[m + 2]) << 16 | UInt32(file[m + 3]) << 24
-        return SyncKeyID(generation: g, rotator: SyncDeviceID(bytes: Array(file[(m + 4)..<(m + 20)]))!)
+        let g =
+            UInt32(file[m]) | UInt32(file[m + 1]) << 8 | UInt32(file[m + 2]) << 16 | UInt32(
+                file[m + 3]) << 24
+        return SyncKeyID(
+            generation: g, rotator: SyncDeviceID(bytes: Array(file[(m + 4)..<(m + 20)]))!)
     }
 
     /// The encrypted, signed file. Every record's plaintext is wiped once encrypted.
@@ -482,7 +535,8 @@ public struct SyncSegment: Equatable, Sendable {
         defer { withUnsafeMutableBytes(of: &state) { $0.wipe() } }
         var header = [UInt8](repeating: 0, count: Self.headerBytes)
         key.withUnsafeBytes { k in
-            _ = crypto_secretstream_xchacha20poly1305_init_push(&state, &header, k.bindMemory(to: UInt8.self).baseAddress!)
+            _ = crypto_secretstream_xchacha20poly1305_init_push(
+                &state, &header, k.bindMemory(to: UInt8.self).baseAddress!)
         }
         let name = Self.nameBytes(device, sequence)
         let ad = name + keyID.bytes
@@ -490,7 +544,8 @@ public struct SyncSegment: Equatable, Sendable {
         func push(_ message: [UInt8], tag: UInt8) {
             var c = [UInt8](repeating: 0, count: message.count + Self.aBytes)
             var clen: UInt64 = 0
-            _ = crypto_secretstream_xchacha20poly1305_push(&state, &c, &clen, message, UInt64(message.count), ad, UInt64(ad.count), tag)
+            _ = crypto_secretstream_xchacha20poly1305_push(
+                &state, &c, &clen, message, UInt64(message.count), ad, UInt64(ad.count), tag)
             SyncWire.appendU32(UInt32(clen), to: &out)
             out += c.prefix(Int(clen))
         }
@@ -513,22 +568,34 @@ public struct SyncSegment: Equatable, Sendable {
     /// `verifyKey` and sealed under `key`. Throws `SyncFormatError` when it is not one whole
     /// segment signed by that device and sealed under that key for that name, or when a
     /// record in it is malformed: the segment is then refused whole.
-    public static func open(_ file: [UInt8], key: SecureBytes, device: SyncDeviceID, sequence: UInt64, verifyKey: [UInt8]) throws -> SyncSegment {
+    public static func open(
+        _ file: [UInt8], key: SecureBytes, device: SyncDeviceID, sequence: UInt64,
+        verifyKey: [UInt8]
+    ) throws -> SyncSegment {
         Sodium.initialize()
-        guard file.count <= maximumFileBytes else { throw SyncFormatError("the segment is over \(maximumFileBytes) bytes") }
-        guard let keyID = keyID(of: file), file.count >= prefixBytes + SyncSigning.signatureBytes else {
+        guard file.count <= maximumFileBytes else {
+            throw SyncFormatError("the segment is over \(maximumFileBytes) bytes")
+        }
+        guard let keyID = keyID(of: file), file.count >= prefixBytes + SyncSigning.signatureBytes
+        else {
             throw SyncFormatError("not a vaultd sync segment")
         }
         let name = nameBytes(device, sequence)
         let body = file.count - SyncSigning.signatureBytes
-        guard SyncSigning.verify([name[...], file[..<body]], signature: file[body...], publicKey: verifyKey) else {
-            throw SyncFormatError("the segment's signature is not its device's (forged, altered, or renamed)")
+        guard
+            SyncSigning.verify(
+                [name[...], file[..<body]], signature: file[body...], publicKey: verifyKey)
+        else {
+            throw SyncFormatError(
+                "the segment's signature is not its device's (forged, altered, or renamed)")
         }
         var state = crypto_secretstream_xchacha20poly1305_state()
         defer { withUnsafeMutableBytes(of: &state) { $0.wipe() } }
         let ok = file.withUnsafeBufferPointer { f in
             key.withUnsafeBytes { k in
-                crypto_secretstream_xchacha20poly1305_init_pull(&state, f.baseAddress! + magic.count + keyIDBytes, k.bindMemory(to: UInt8.self).baseAddress!)
+                crypto_secretstream_xchacha20poly1305_init_pull(
+                    &state, f.baseAddress! + magic.count + keyIDBytes,
+                    k.bindMemory(to: UInt8.self).baseAddress!)
             }
         }
         guard ok == 0 else { throw SyncFormatError("the segment's header is invalid") }
@@ -538,10 +605,16 @@ public struct SyncSegment: Equatable, Sendable {
         let finalTag = UInt8(crypto_secretstream_xchacha20poly1305_tag_final())
         var records = 0
         while true {
-            guard body - at >= 4 else { throw SyncFormatError("the segment is cut short (no final message)") }
-            let n = Int(UInt32(file[at]) | UInt32(file[at + 1]) << 8 | UInt32(file[at + 2]) << 16 | UInt32(file[at + 3]) << 24)
+            guard body - at >= 4 else {
+                throw SyncFormatError("the segment is cut short (no final message)")
+            }
+            let n = Int(
+                UInt32(file[at]) | UInt32(file[at + 1]) << 8 | UInt32(file[at + 2]) << 16 | UInt32(
+                    file[at + 3]) << 24)
             at += 4
-            guard n >= aBytes, n <= SyncWire.maximumRecordBytes + paddingBlock + aBytes, n <= body - at else {
+            guard n >= aBytes, n <= SyncWire.maximumRecordBytes + paddingBlock + aBytes,
+                n <= body - at
+            else {
                 throw SyncFormatError("a message's length is out of bounds")
             }
             let plain = SecureBytes(count: n - aBytes)
@@ -550,29 +623,43 @@ public struct SyncSegment: Equatable, Sendable {
                 plain.withUnsafeMutableBytes { p in
                     var mlen: UInt64 = 0
                     return crypto_secretstream_xchacha20poly1305_pull(
-                        &state, p.bindMemory(to: UInt8.self).baseAddress, &mlen, &tag, f.baseAddress! + at, UInt64(n), ad, UInt64(ad.count))
+                        &state, p.bindMemory(to: UInt8.self).baseAddress, &mlen, &tag,
+                        f.baseAddress! + at, UInt64(n), ad, UInt64(ad.count))
                 }
             }
-            guard rc == 0 else { throw SyncFormatError("a message failed to authenticate (wrong key, altered, or renamed)") }
+            guard rc == 0 else {
+                throw SyncFormatError(
+                    "a message failed to authenticate (wrong key, altered, or renamed)")
+            }
             at += n
             if tag == finalTag {
-                guard plain.count == 0, at == body else { throw SyncFormatError("bytes after the final message") }
+                guard plain.count == 0, at == body else {
+                    throw SyncFormatError("bytes after the final message")
+                }
                 return segment
             }
             guard tag == 0 else { throw SyncFormatError("an unexpected message tag") }
             records += 1
-            guard records <= maximumChanges else { throw SyncFormatError("more than \(maximumChanges) records") }
+            guard records <= maximumChanges else {
+                throw SyncFormatError("more than \(maximumChanges) records")
+            }
             let record = try plain.withUnsafeBytes { p in
                 var n = 0
-                guard p.count > 0, sodium_unpad(&n, p.bindMemory(to: UInt8.self).baseAddress!, p.count, paddingBlock) == 0 else {
+                guard p.count > 0,
+                    sodium_unpad(
+                        &n, p.bindMemory(to: UInt8.self).baseAddress!, p.count, paddingBlock) == 0
+                else {
                     throw SyncFormatError("a record's padding is malformed")
                 }
-                return try SyncWire.decode(UnsafeRawBufferPointer(rebasing: p[..<n]), device: device)
+                return try SyncWire.decode(
+                    UnsafeRawBufferPointer(rebasing: p[..<n]), device: device)
             }
             switch record {
             case .change(let c): segment.changes.append(c)
             case .control(let c):
-                guard segment.changes.isEmpty else { throw SyncFormatError("a group record after a change") }
+                guard segment.changes.isEmpty else {
+                    throw SyncFormatError("a group record after a change")
+                }
                 segment.control.append(c)
             }
         }
@@ -590,25 +677,42 @@ public struct SyncSegment: Equatable, Sendable {
 enum SyncAck {
     static let magic = Array("VDACK01\0".utf8)
     static let name = "ack"
-    static var maximumBytes: Int { magic.count + 4 + SyncService.maximumDevices * 24 + SyncSigning.signatureBytes }
+    static var maximumBytes: Int {
+        magic.count + 4 + SyncService.maximumDevices * 24 + SyncSigning.signatureBytes
+    }
 
-    static func file(_ acks: [SyncDeviceID: UInt64], device: SyncDeviceID, signingKey: SecureBytes) -> [UInt8] {
+    static func file(_ acks: [SyncDeviceID: UInt64], device: SyncDeviceID, signingKey: SecureBytes)
+        -> [UInt8]
+    {
         var out = magic
         SyncWire.appendU32(UInt32(acks.count), to: &out)
         for d in acks.keys.sorted() {
             out += d.bytes
             SyncWire.appendU64(acks[d]!, to: &out)
         }
-        return out + SyncSigning.sign([Array("vaultd sync ack v1".utf8) + device.bytes, out], secretKey: signingKey)
+        return out
+            + SyncSigning.sign(
+                [Array("vaultd sync ack v1".utf8) + device.bytes, out], secretKey: signingKey)
     }
 
-    static func parse(_ f: [UInt8], device: SyncDeviceID, verifyKey: [UInt8]) -> [SyncDeviceID: UInt64]? {
+    static func parse(_ f: [UInt8], device: SyncDeviceID, verifyKey: [UInt8]) -> [SyncDeviceID:
+        UInt64]?
+    {
         let m = magic.count
-        guard f.count >= m + 4 + SyncSigning.signatureBytes, f.count <= maximumBytes, Array(f.prefix(m)) == magic else { return nil }
-        let n = Int(UInt32(f[m]) | UInt32(f[m + 1]) << 8 | UInt32(f[m + 2]) << 16 | UInt32(f[m + 3]) << 24)
-        guard n <= SyncService.maximumDevices, f.count == m + 4 + n * 24 + SyncSigning.signatureBytes else { return nil }
+        guard f.count >= m + 4 + SyncSigning.signatureBytes, f.count <= maximumBytes,
+            Array(f.prefix(m)) == magic
+        else { return nil }
+        let n = Int(
+            UInt32(f[m]) | UInt32(f[m + 1]) << 8 | UInt32(f[m + 2]) << 16 | UInt32(f[m + 3]) << 24)
+        guard n <= SyncService.maximumDevices,
+            f.count == m + 4 + n * 24 + SyncSigning.signatureBytes
+        else { return nil }
         let body = f.count - SyncSigning.signatureBytes
-        guard SyncSigning.verify([(Array("vaultd sync ack v1".utf8) + device.bytes)[...], f[..<body]], signature: f[body...], publicKey: verifyKey) else {
+        guard
+            SyncSigning.verify(
+                [(Array("vaultd sync ack v1".utf8) + device.bytes)[...], f[..<body]],
+                signature: f[body...], publicKey: verifyKey)
+        else {
             return nil
         }
         var out: [SyncDeviceID: UInt64] = [:]
@@ -639,23 +743,31 @@ public enum SyncPairing {
         Sodium.initialize()
         var pk = [UInt8](repeating: 0, count: publicKeyBytes)
         let sk = SecureBytes(count: secretKeyBytes)
-        sk.withUnsafeMutableBytes { s in _ = crypto_box_keypair(&pk, s.bindMemory(to: UInt8.self).baseAddress!) }
+        sk.withUnsafeMutableBytes { s in
+            _ = crypto_box_keypair(&pk, s.bindMemory(to: UInt8.self).baseAddress!)
+        }
         return (pk, sk)
     }
 
     /// The public key of a secret key (crypto_scalarmult_base, as crypto_box_keypair made it).
     static func publicKey(of sk: SecureBytes) -> [UInt8] {
         var pk = [UInt8](repeating: 0, count: publicKeyBytes)
-        sk.withUnsafeBytes { s in _ = crypto_scalarmult_base(&pk, s.bindMemory(to: UInt8.self).baseAddress!) }
+        sk.withUnsafeBytes { s in
+            _ = crypto_scalarmult_base(&pk, s.bindMemory(to: UInt8.self).baseAddress!)
+        }
         return pk
     }
 
     /// The file a joining device writes: its crypto_box and crypto_sign public keys.
-    static func joinFile(boxKey: [UInt8], signKey: [UInt8]) -> [UInt8] { joinMagic + boxKey + signKey }
+    static func joinFile(boxKey: [UInt8], signKey: [UInt8]) -> [UInt8] {
+        joinMagic + boxKey + signKey
+    }
 
     /// The public keys a join file holds; nil when it is not one.
     static func keys(ofJoinFile f: [UInt8]) -> (boxKey: [UInt8], signKey: [UInt8])? {
-        guard f.count == joinMagic.count + publicKeyBytes + SyncSigning.publicKeyBytes, Array(f.prefix(joinMagic.count)) == joinMagic else { return nil }
+        guard f.count == joinMagic.count + publicKeyBytes + SyncSigning.publicKeyBytes,
+            Array(f.prefix(joinMagic.count)) == joinMagic
+        else { return nil }
         let keys = f.dropFirst(joinMagic.count)
         return (Array(keys.prefix(publicKeyBytes)), Array(keys.suffix(SyncSigning.publicKeyBytes)))
     }
@@ -673,19 +785,24 @@ public enum SyncPairing {
         Sodium.initialize()
         var c = [UInt8](repeating: 0, count: key.count + sealBytes)
         key.withUnsafeBytes { k in
-            _ = crypto_box_seal(&c, k.bindMemory(to: UInt8.self).baseAddress!, UInt64(k.count), publicKey)
+            _ = crypto_box_seal(
+                &c, k.bindMemory(to: UInt8.self).baseAddress!, UInt64(k.count), publicKey)
         }
         return c
     }
 
     /// What a box sealed to the key pair holds; nil when it was not sealed to it.
-    static func unseal(_ box: ArraySlice<UInt8>, publicKey: [UInt8], secretKey: SecureBytes) -> SecureBytes? {
+    static func unseal(_ box: ArraySlice<UInt8>, publicKey: [UInt8], secretKey: SecureBytes)
+        -> SecureBytes?
+    {
         guard box.count >= sealBytes else { return nil }
         let out = SecureBytes(count: box.count - sealBytes)
         let b = Array(box)
         let rc = out.withUnsafeMutableBytes { o in
             secretKey.withUnsafeBytes { s in
-                crypto_box_seal_open(o.bindMemory(to: UInt8.self).baseAddress!, b, UInt64(b.count), publicKey, s.bindMemory(to: UInt8.self).baseAddress!)
+                crypto_box_seal_open(
+                    o.bindMemory(to: UInt8.self).baseAddress!, b, UInt64(b.count), publicKey,
+                    s.bindMemory(to: UInt8.self).baseAddress!)
             }
         }
         return rc == 0 ? out : nil
@@ -693,7 +810,9 @@ public enum SyncPairing {
 
     /// The group's keys and membership sealed to `publicKey`, as a grant file: sealed
     /// u32 keyring length · keyring (`SyncKeyring.encode`) · membership (JSON).
-    static func grantFile(keyring: SyncKeyring, membership: SyncMembership, to publicKey: [UInt8]) -> [UInt8] {
+    static func grantFile(keyring: SyncKeyring, membership: SyncMembership, to publicKey: [UInt8])
+        -> [UInt8]
+    {
         let ring = keyring.encoded()
         let view = membership.json.serialized()
         let payload = SecureBytes(count: 4 + ring.count + view.count)
@@ -708,14 +827,19 @@ public enum SyncPairing {
 
     /// The keys and membership in a grant file sealed to the key pair; nil when it is not one
     /// or was not sealed to it.
-    static func openGrant(_ f: [UInt8], publicKey: [UInt8], secretKey: SecureBytes) -> (SyncKeyring, SyncMembership)? {
-        guard f.count <= maximumGrantBytes, f.count > grantMagic.count, Array(f.prefix(grantMagic.count)) == grantMagic,
-            let payload = unseal(f.dropFirst(grantMagic.count), publicKey: publicKey, secretKey: secretKey)
+    static func openGrant(_ f: [UInt8], publicKey: [UInt8], secretKey: SecureBytes) -> (
+        SyncKeyring, SyncMembership
+    )? {
+        guard f.count <= maximumGrantBytes, f.count > grantMagic.count,
+            Array(f.prefix(grantMagic.count)) == grantMagic,
+            let payload = unseal(
+                f.dropFirst(grantMagic.count), publicKey: publicKey, secretKey: secretKey)
         else { return nil }
         return payload.withUnsafeBytes { p -> (SyncKeyring, SyncMembership)? in
             guard p.count >= 4 else { return nil }
             let n = Int(UInt32(p[0]) | UInt32(p[1]) << 8 | UInt32(p[2]) << 16 | UInt32(p[3]) << 24)
-            guard n <= p.count - 4, let ring = SyncKeyring(encoded: UnsafeRawBufferPointer(rebasing: p[4..<(4 + n)])),
+            guard n <= p.count - 4,
+                let ring = SyncKeyring(encoded: UnsafeRawBufferPointer(rebasing: p[4..<(4 + n)])),
                 let json = try? JSON.parse(Array(p[(4 + n)...])), let view = SyncMembership(json)
             else { return nil }
             return (ring, view)
@@ -725,6 +849,8 @@ public enum SyncPairing {
     /// The group's fingerprint, shown by `sync status` on every device so the owner can check
     /// two devices hold the same group key: 8 bytes of BLAKE2b keyed with it, in hex.
     public static func groupFingerprint(_ key: SecureBytes) -> String {
-        SyncHex.encode(Sodium.keyedHash(Array("vaultd sync group fingerprint".utf8), key: key, length: 16).prefix(8).map { $0 })
+        SyncHex.encode(
+            Sodium.keyedHash(Array("vaultd sync group fingerprint".utf8), key: key, length: 16)
+                .prefix(8).map { $0 })
     }
 }

@@ -103,10 +103,16 @@ public final class SyncService: @unchecked Sendable {
     public func initialize(folder: String, caller: Caller) throws -> SyncEnrolment {
         try vault.authorizeSync(.syncInit, caller: caller)
         return try lock.withLock {
-            guard try vault.syncConfig() == nil else { throw VaultFailure.param("this device already syncs; run sync leave first") }
+            guard try vault.syncConfig() == nil else {
+                throw VaultFailure.param("this device already syncs; run sync leave first")
+            }
             let folder = try Self.checkedFolder(folder)
-            if let found = try? SyncFolder(root: folder).scan(), !found.devices.isEmpty || found.ignored > 0 {
-                throw VaultFailure.param("\(folder) already holds a sync group: run sync join on this device, and sync approve on one already in it")
+            if let found = try? SyncFolder(root: folder).scan(),
+                !found.devices.isEmpty || found.ignored > 0
+            {
+                throw VaultFailure.param(
+                    "\(folder) already holds a sync group: run sync join on this device, and sync approve on one already in it"
+                )
             }
             let device = SyncDeviceID.random()
             let groupKey = SecureBytes.random(count: Sodium.keyLength)
@@ -120,10 +126,14 @@ public final class SyncService: @unchecked Sendable {
             var view = SyncMembership()
             view.members[device] = SyncMember(device: device, boxKey: boxPK, signKey: signPK)
             view.keys[first] = []
-            try vault.storeSync(config: config, secrets: ["keyring": ring.encoded(), "boxSecret": boxSK, "signSecret": signSK], membership: view)
+            try vault.storeSync(
+                config: config,
+                secrets: ["keyring": ring.encoded(), "boxSecret": boxSK, "signSecret": signSK],
+                membership: view)
             log("sync: made a sync group in \(logField(folder)) as device \(device)")
             wake()
-            return SyncEnrolment(deviceID: device.description, fingerprint: SyncPairing.groupFingerprint(groupKey))
+            return SyncEnrolment(
+                deviceID: device.description, fingerprint: SyncPairing.groupFingerprint(groupKey))
         }
     }
 
@@ -132,26 +142,38 @@ public final class SyncService: @unchecked Sendable {
     public func join(folder: String, caller: Caller) throws -> SyncEnrolment {
         try vault.authorizeSync(.syncJoin, caller: caller)
         return try lock.withLock {
-            guard try vault.syncConfig() == nil else { throw VaultFailure.param("this device already syncs; run sync leave first") }
+            guard try vault.syncConfig() == nil else {
+                throw VaultFailure.param("this device already syncs; run sync leave first")
+            }
             let folder = try Self.checkedFolder(folder)
             let device = SyncDeviceID.random()
             let (boxPK, boxSK) = SyncPairing.keyPair()
             let (signPK, signSK) = SyncSigning.keyPair()
             let f = SyncFolder(root: folder)
             try f.makeDeviceDirectory(device)
-            try f.writeFile(SyncPairing.joinFile(boxKey: boxPK, signKey: signPK), device: device, name: SyncFolder.joinName)
-            try vault.storeSync(config: SyncConfig(folder: folder, device: device, state: .joining), secrets: ["boxSecret": boxSK, "signSecret": signSK])
+            try f.writeFile(
+                SyncPairing.joinFile(boxKey: boxPK, signKey: signPK), device: device,
+                name: SyncFolder.joinName)
+            try vault.storeSync(
+                config: SyncConfig(folder: folder, device: device, state: .joining),
+                secrets: ["boxSecret": boxSK, "signSecret": signSK])
             log("sync: asked to join the sync group in \(logField(folder)) as device \(device)")
             wake()
-            return SyncEnrolment(deviceID: device.description, code: Self.code(device: device, boxKey: boxPK, signKey: signPK))
+            return SyncEnrolment(
+                deviceID: device.description,
+                code: Self.code(device: device, boxKey: boxPK, signKey: signPK))
         }
     }
 
     /// A pairing code: the device ID and 16 bytes of its public key's hash, 64 hex digits in
     /// groups of 8 (so a public key put in the folder by anyone else is not approved).
     static func code(device: SyncDeviceID, boxKey: [UInt8], signKey: [UInt8]) -> String {
-        let hex = Array(SyncHex.encode(device.bytes + SyncPairing.fingerprint(boxKey: boxKey, signKey: signKey)))
-        return stride(from: 0, to: hex.count, by: 8).map { String(hex[$0..<min($0 + 8, hex.count)]) }.joined(separator: "-")
+        let hex = Array(
+            SyncHex.encode(device.bytes + SyncPairing.fingerprint(boxKey: boxKey, signKey: signKey))
+        )
+        return stride(from: 0, to: hex.count, by: 8).map {
+            String(hex[$0..<min($0 + 8, hex.count)])
+        }.joined(separator: "-")
     }
 
     /// Lets the device whose pairing code `code` is into the group (its join file in the
@@ -164,16 +186,32 @@ public final class SyncService: @unchecked Sendable {
         return try lock.withLock {
             let (config, folder) = try memberState()
             let digits = code.filter { $0 != "-" && $0 != " " }
-            guard digits.utf8.count == 64, let raw = SyncHex.decode(digits), let device = SyncDeviceID(bytes: Array(raw.prefix(16))) else {
+            guard digits.utf8.count == 64, let raw = SyncHex.decode(digits),
+                let device = SyncDeviceID(bytes: Array(raw.prefix(16)))
+            else {
                 throw VaultFailure.param("a pairing code is 64 hex digits, as sync join printed it")
             }
-            guard let file = folder.readSmallFile(device: device, name: SyncFolder.joinName, limit: 256), let keys = SyncPairing.keys(ofJoinFile: file) else {
-                throw VaultFailure.param("no join request of device \(device) in the folder yet (has the folder finished syncing?)")
+            guard
+                let file = folder.readSmallFile(
+                    device: device, name: SyncFolder.joinName, limit: 256),
+                let keys = SyncPairing.keys(ofJoinFile: file)
+            else {
+                throw VaultFailure.param(
+                    "no join request of device \(device) in the folder yet (has the folder finished syncing?)"
+                )
             }
-            guard SyncPairing.fingerprint(boxKey: keys.boxKey, signKey: keys.signKey) == Array(raw.suffix(16)) else {
-                throw VaultFailure.param("the join request in the folder does not match the code: do not approve it (someone else may have written it)")
+            guard
+                SyncPairing.fingerprint(boxKey: keys.boxKey, signKey: keys.signKey)
+                    == Array(raw.suffix(16))
+            else {
+                throw VaultFailure.param(
+                    "the join request in the folder does not match the code: do not approve it (someone else may have written it)"
+                )
             }
-            guard membership.removed[device] == nil else { throw VaultFailure.param("device \(device) was removed from the group; join again as a new device") }
+            guard membership.removed[device] == nil else {
+                throw VaultFailure.param(
+                    "device \(device) was removed from the group; join again as a new device")
+            }
             // Approved before (the same code given again): the member record and grant are in place.
             if membership.members[device] == nil {
                 let member = SyncMember(device: device, boxKey: keys.boxKey, signKey: keys.signKey)
@@ -182,7 +220,8 @@ public final class SyncService: @unchecked Sendable {
             }
             // Written (again) whatever holds its name: a file there may not be this device's.
             try folder.writeFile(
-                SyncPairing.grantFile(keyring: keyring, membership: membership, to: keys.boxKey), device: config.device, name: SyncFolder.grantName(device))
+                SyncPairing.grantFile(keyring: keyring, membership: membership, to: keys.boxKey),
+                device: config.device, name: SyncFolder.grantName(device))
             return SyncEnrolment(deviceID: device.description)
         }
     }
@@ -195,12 +234,18 @@ public final class SyncService: @unchecked Sendable {
     public func remove(device text: String, caller: Caller) throws -> SyncEnrolment {
         try vault.authorizeSync(.syncRemove, caller: caller)
         return try lock.withLock {
-            guard let device = SyncDeviceID(hex: text.lowercased()) else { throw VaultFailure.param("a device ID is 32 hex digits, as sync status shows it") }
+            guard let device = SyncDeviceID(hex: text.lowercased()) else {
+                throw VaultFailure.param("a device ID is 32 hex digits, as sync status shows it")
+            }
             let (config, folder) = try memberState()
-            guard device != config.device else { throw VaultFailure.param("this device cannot remove itself: run sync leave") }
+            guard device != config.device else {
+                throw VaultFailure.param("this device cannot remove itself: run sync leave")
+            }
             // Everything in the folder merged first: the cutoff keeps what the device wrote so far.
             try pass()
-            guard membership.members[device] != nil else { throw VaultFailure.param("device \(device) is not a member of the group") }
+            guard membership.members[device] != nil else {
+                throw VaultFailure.param("device \(device) is not a member of the group")
+            }
             if membership.removed[device] == nil {
                 let cutoff = applied[device]?.max() ?? 0
                 var records: [SyncControl] = [.remove(device, cutoff: cutoff, pins: pins(device))]
@@ -209,16 +254,22 @@ public final class SyncService: @unchecked Sendable {
                 let (rotate, newKey) = try makeRotation(view, me: config.device)
                 records.append(rotate)
                 try writeControl(records, config: config, folder: folder, newKey: newKey)
-                log("sync: removed device \(device) (its segments after \(cutoff) are ignored) and rotated the group key")
+                log(
+                    "sync: removed device \(device) (its segments after \(cutoff) are ignored) and rotated the group key"
+                )
             }
-            return SyncEnrolment(deviceID: device.description, keyGeneration: Int(keyring.current?.id.generation ?? 0))
+            return SyncEnrolment(
+                deviceID: device.description,
+                keyGeneration: Int(keyring.current?.id.generation ?? 0))
         }
     }
 
     /// The hashes of the segments of `device` merged here, from its latest snapshot on.
     private func pins(_ device: SyncDeviceID) -> [UInt64: [UInt8]] {
         var out: [UInt64: [UInt8]] = [:]
-        for seq in (applied[device] ?? []).sorted().suffix(SyncControl.maximumPins) { out[seq] = fileHashes[device]?[seq] }
+        for seq in (applied[device] ?? []).sorted().suffix(SyncControl.maximumPins) {
+            out[seq] = fileHashes[device]?[seq]
+        }
         return out
     }
 
@@ -226,13 +277,17 @@ public final class SyncService: @unchecked Sendable {
     /// NotInitialized otherwise.
     private func memberState() throws -> (SyncConfig, SyncFolder) {
         guard let config = try vault.syncConfig(), config.state == .member else {
-            throw VaultFailure(.notInitialized, "this device is not in a sync group: sync init or sync join first")
+            throw VaultFailure(
+                .notInitialized, "this device is not in a sync group: sync init or sync join first")
         }
         try load(config)
         // The stored sequence and the segments of this device read here (signed with its
         // key); never a name in the folder, which anyone can write.
-        nextSequence = max(nextSequence, try vault.syncStoredSequence(), (applied[config.device]?.max() ?? 0) + 1)
-        guard membership.isMember(config.device) else { throw VaultFailure(.notInitialized, "this device was removed from the sync group") }
+        nextSequence = max(
+            nextSequence, try vault.syncStoredSequence(), (applied[config.device]?.max() ?? 0) + 1)
+        guard membership.isMember(config.device) else {
+            throw VaultFailure(.notInitialized, "this device was removed from the sync group")
+        }
         return (config, SyncFolder(root: config.folder))
     }
 
@@ -243,8 +298,13 @@ public final class SyncService: @unchecked Sendable {
             loadedFor = config
         }
         if keyring.keys.isEmpty {
-            guard let raw = try vault.syncSecret("keyring"), let ring = SyncKeyring(encoded: raw), let view = try vault.syncMembership() else {
-                throw VaultFailure(.internalError, "this device's sync keys are missing or from an older version: run sync leave, then sync join again")
+            guard let raw = try vault.syncSecret("keyring"), let ring = SyncKeyring(encoded: raw),
+                let view = try vault.syncMembership()
+            else {
+                throw VaultFailure(
+                    .internalError,
+                    "this device's sync keys are missing or from an older version: run sync leave, then sync join again"
+                )
             }
             keyring = ring
             membership = view
@@ -254,16 +314,24 @@ public final class SyncService: @unchecked Sendable {
     /// A new group key for the members of `view`: the rotate record (the key sealed to each of
     /// them, the removed devices named) and the key.
     /// Throws InternalError when the generations are used up (a member wrote the largest one).
-    private func makeRotation(_ view: SyncMembership, me: SyncDeviceID) throws -> (SyncControl, (SyncKeyID, SecureBytes)) {
+    private func makeRotation(_ view: SyncMembership, me: SyncDeviceID) throws -> (
+        SyncControl, (SyncKeyID, SecureBytes)
+    ) {
         let latest = view.keys.keys.map(\.generation).max() ?? 0
         guard latest < UInt32.max else {
-            throw VaultFailure(.internalError, "the group key's generation is at its largest (\(latest)): no new key can be made; make a new sync group")
+            throw VaultFailure(
+                .internalError,
+                "the group key's generation is at its largest (\(latest)): no new key can be made; make a new sync group"
+            )
         }
         let key = SecureBytes.random(count: Sodium.keyLength)
         let generation = latest + 1
         var boxes: [SyncDeviceID: [UInt8]] = [:]
         for m in view.currentMembers { boxes[m.device] = SyncPairing.seal(key, to: m.boxKey) }
-        return (.rotate(generation: generation, excludes: Set(view.removed.keys), boxes: boxes), (SyncKeyID(generation: generation, rotator: me), key))
+        return (
+            .rotate(generation: generation, excludes: Set(view.removed.keys), boxes: boxes),
+            (SyncKeyID(generation: generation, rotator: me), key)
+        )
     }
 
     /// Whether the current key keeps every removed device out: it was made after each
@@ -279,21 +347,29 @@ public final class SyncService: @unchecked Sendable {
     /// (the records of a rotation must be readable by those who do not have the new key yet), and
     /// takes them in here; `newKey`: the key a rotation among them made, held from then on.
     private func writeControl(
-        _ records: [SyncControl], config: SyncConfig, folder: SyncFolder, newKey: (SyncKeyID, SecureBytes)? = nil, under: SyncKeyID? = nil
+        _ records: [SyncControl], config: SyncConfig, folder: SyncFolder,
+        newKey: (SyncKeyID, SecureBytes)? = nil, under: SyncKeyID? = nil
     ) throws {
-        try writeSegment(SyncSegment(device: config.device, sequence: 0, control: records, changes: []), folder: folder, under: under)
+        try writeSegment(
+            SyncSegment(device: config.device, sequence: 0, control: records, changes: []),
+            folder: folder, under: under)
         for r in records {
             _ = membership.apply(r, author: config.device)
             controlOf[config.device, default: []].append(r)
         }
         if let (id, key) = newKey { keyring.keys[id] = key }
-        try vault.storeSync(config: config, secrets: ["keyring": keyring.encoded()], membership: membership)
+        try vault.storeSync(
+            config: config, secrets: ["keyring": keyring.encoded()], membership: membership)
     }
 
     /// Seals, signs and writes `segment` as this device's next sequence (durably), under
     /// the current key (or `under`).
-    private func writeSegment(_ segment: SyncSegment, folder: SyncFolder, under: SyncKeyID? = nil) throws {
-        guard let (id, key) = under.flatMap({ u in keyring.keys[u].map { (u, $0) } }) ?? keyring.current, let me = loadedFor?.device,
+    private func writeSegment(_ segment: SyncSegment, folder: SyncFolder, under: SyncKeyID? = nil)
+        throws
+    {
+        guard
+            let (id, key) = under.flatMap({ u in keyring.keys[u].map { (u, $0) } })
+                ?? keyring.current, let me = loadedFor?.device,
             let sign = try vault.syncSecret("signSecret")
         else {
             throw VaultFailure(.internalError, "the sync keys are missing")
@@ -302,7 +378,10 @@ public final class SyncService: @unchecked Sendable {
         var file: [UInt8] = []
         while true {
             guard nextSequence <= SyncSegment.maximumSequence else {
-                throw VaultFailure(.internalError, "this device's segment numbers are used up: leave the sync group and join it again")
+                throw VaultFailure(
+                    .internalError,
+                    "this device's segment numbers are used up: leave the sync group and join it again"
+                )
             }
             s.sequence = nextSequence
             file = s.sealed(key: key, keyID: id, signingKey: sign)
@@ -324,14 +403,25 @@ public final class SyncService: @unchecked Sendable {
     /// file it did not write (anyone can put one in its directory) is removed, so its
     /// sequence is this device's again: a name in the folder never sets this device's
     /// sequence, and none it did not write stops it writing.
-    private func makeRoom(_ name: String, sequence: UInt64, folder: SyncFolder, me: SyncDeviceID, sign: SecureBytes) throws {
+    private func makeRoom(
+        _ name: String, sequence: UInt64, folder: SyncFolder, me: SyncDeviceID, sign: SecureBytes
+    ) throws {
         let there = try? folder.readSegment(device: me, sequence: sequence)
-        if let there, SyncSegment.isSigned(there, device: me, sequence: sequence, verifyKey: SyncSigning.publicKey(of: sign)) {
+        if let there,
+            SyncSegment.isSigned(
+                there, device: me, sequence: sequence, verifyKey: SyncSigning.publicKey(of: sign))
+        {
             nextSequence = sequence + 1
             return
         }
-        log("sync: moved \(logField(name)) out of this device's way: this device did not write it, and its name is this device's next segment's")
-        if !folder.clear(device: me, name: name) { throw VaultFailure(.internalError, "cannot remove \(name), which this device did not write, from its directory") }
+        log(
+            "sync: moved \(logField(name)) out of this device's way: this device did not write it, and its name is this device's next segment's"
+        )
+        if !folder.clear(device: me, name: name) {
+            throw VaultFailure(
+                .internalError,
+                "cannot remove \(name), which this device did not write, from its directory")
+        }
     }
 
     /// The sync state: the folder, this device, its group's fingerprint, and every device in
@@ -345,7 +435,9 @@ public final class SyncService: @unchecked Sendable {
             status.deviceID = config.device.description
             if config.state == .member, (try? load(config)) != nil {
                 // The group's first key names the group; the current one, its generation.
-                if let first = keyring.keys.keys.min(), let k = keyring.keys[first] { status.fingerprint = SyncPairing.groupFingerprint(k) }
+                if let first = keyring.keys.keys.min(), let k = keyring.keys[first] {
+                    status.fingerprint = SyncPairing.groupFingerprint(k)
+                }
                 status.keyGeneration = keyring.current.map { Int($0.id.generation) }
                 if membership.removed[config.device] != nil { status.state = "removed" }
             }
@@ -357,8 +449,11 @@ public final class SyncService: @unchecked Sendable {
                 let read = applied[d] ?? []
                 let current = segments.filter { $0.key >= (floor[d] ?? 0) }
                 return SyncStatus.Device(
-                    deviceID: d.description, thisDevice: d == config.device, segments: current.count,
-                    pending: current.filter { !read.contains($0.key) && rejected[d]?[$0.key] == nil }.count,
+                    deviceID: d.description, thisDevice: d == config.device,
+                    segments: current.count,
+                    pending: current.filter {
+                        !read.contains($0.key) && rejected[d]?[$0.key] == nil
+                    }.count,
                     rejected: rejected[d]?.count ?? 0,
                     membership: membership.standing(d),
                     lastSeen: lastSeen[d].map { Date(timeIntervalSince1970: Double($0) / 1000) })
@@ -379,7 +474,9 @@ public final class SyncService: @unchecked Sendable {
     public func leave(caller: Caller) throws {
         try vault.authorizeSync(.syncLeave, caller: caller)
         try lock.withLock {
-            guard let config = try vault.syncConfig() else { throw VaultFailure(.notInitialized, "this device does not sync") }
+            guard let config = try vault.syncConfig() else {
+                throw VaultFailure(.notInitialized, "this device does not sync")
+            }
             // A member records its leaving, signed, so the others stop accepting its segments
             // and make a new key without it before they next write. (A removed device, or one
             // whose keys are gone, just forgets.)
@@ -388,12 +485,15 @@ public final class SyncService: @unchecked Sendable {
                 try? pass()
                 // The leaving record's own segment comes after the cutoff: the others apply it
                 // once (it is how they learn of the leaving) and never again.
-                try writeControl([.remove(config.device, cutoff: nextSequence - 1, pins: pins(config.device))], config: config, folder: folder)
+                try writeControl(
+                    [.remove(config.device, cutoff: nextSequence - 1, pins: pins(config.device))],
+                    config: config, folder: folder)
                 log("sync: recorded this device's leaving in the folder")
             }
             try vault.storeSync(config: nil)
             // A request to join that was never approved goes too (its key pair is forgotten).
-            SyncFolder(root: config.folder).removeFile(device: config.device, name: SyncFolder.joinName)
+            SyncFolder(root: config.folder).removeFile(
+                device: config.device, name: SyncFolder.joinName)
             resetState()
             log("sync: device \(config.device) left the sync group in \(logField(config.folder))")
         }
@@ -403,9 +503,13 @@ public final class SyncService: @unchecked Sendable {
     /// resolved now (`realpath`). From then on the folder is opened without following a link:
     /// one put in its place later is refused, not followed.
     static func checkedFolder(_ path: String) throws -> String {
-        guard path.hasPrefix("/") else { throw VaultFailure.param("the sync folder must be an absolute path") }
+        guard path.hasPrefix("/") else {
+            throw VaultFailure.param("the sync folder must be an absolute path")
+        }
         var st = stat()
-        guard stat(path, &st) == 0, st.st_mode & S_IFMT == S_IFDIR, let resolved = realpath(path, nil) else {
+        guard stat(path, &st) == 0, st.st_mode & S_IFMT == S_IFDIR,
+            let resolved = realpath(path, nil)
+        else {
             throw VaultFailure.param("\(path) is not a directory")
         }
         defer { free(resolved) }
@@ -480,12 +584,16 @@ public final class SyncService: @unchecked Sendable {
                 if lastProblem != nil { log("sync: passes succeed again") }
                 lastProblem = nil
                 lastPass = Date()
-            } catch let e as VaultFailure where e.code == .interactionNotAllowed || e.code == .notInitialized {
+            } catch let e as VaultFailure
+                where e.code == .interactionNotAllowed || e.code == .notInitialized
+            {
                 // Locked, or not initialised yet: the unlock wakes the next pass.
                 lastProblem = "waiting for the vault to be unlocked"
             } catch {
                 let text = "\(error)"
-                if text != lastProblem { log("sync: the pass failed (tried again on the next change): \(text)") }
+                if text != lastProblem {
+                    log("sync: the pass failed (tried again on the next change): \(text)")
+                }
                 lastProblem = text
             }
         }
@@ -512,11 +620,14 @@ public final class SyncService: @unchecked Sendable {
             _ = try read(folder, config)
             guard let (ring, view) = try acceptGrant(config, folder) else { return }
             config.state = .member
-            try vault.storeSync(config: config, secrets: ["keyring": ring.encoded()], membership: view)
+            try vault.storeSync(
+                config: config, secrets: ["keyring": ring.encoded()], membership: view)
             folder.removeFile(device: config.device, name: SyncFolder.joinName)
             resetState()
             loadedFor = config
-            log("sync: joined the sync group (fingerprint \(ring.keys.keys.min().flatMap { ring.keys[$0] }.map(SyncPairing.groupFingerprint) ?? "?"))")
+            log(
+                "sync: joined the sync group (fingerprint \(ring.keys.keys.min().flatMap { ring.keys[$0] }.map(SyncPairing.groupFingerprint) ?? "?"))"
+            )
         }
         try load(config)
         let me = config.device
@@ -543,11 +654,20 @@ public final class SyncService: @unchecked Sendable {
             progress = false
             for (device, entry) in listing.sorted(by: { $0.key < $1.key }) {
                 for (seq, size) in entry.segments.sorted(by: { $0.key < $1.key }) {
-                    let version = entry.versions[seq] ?? SyncFolder.FileVersion(size: size, inode: 0, changed: 0)
-                    if seq < (floor[device] ?? 0) || applied[device]?.contains(seq) == true || rejected[device]?[seq] == version { continue }
+                    let version =
+                        entry.versions[seq]
+                        ?? SyncFolder.FileVersion(size: size, inode: 0, changed: 0)
+                    if seq < (floor[device] ?? 0) || applied[device]?.contains(seq) == true
+                        || rejected[device]?[seq] == version
+                    {
+                        continue
+                    }
                     guard let member = membership.members[device] else { continue }
                     guard membership.accepts(device, sequence: seq) else {
-                        reject(device, seq, version, "it was written after the device \(membership.left[device] != nil ? "left" : "was removed from") the group")
+                        reject(
+                            device, seq, version,
+                            "it was written after the device \(membership.left[device] != nil ? "left" : "was removed from") the group"
+                        )
                         continue
                     }
                     let s: SyncSegment
@@ -559,14 +679,20 @@ public final class SyncService: @unchecked Sendable {
                             throw SyncFormatError("it is not a segment the device's removal kept")
                         }
                         fileHashes[device, default: [:]][seq] = hash
-                        guard let id = SyncSegment.keyID(of: bytes) else { throw SyncFormatError("not a vaultd sync segment") }
+                        guard let id = SyncSegment.keyID(of: bytes) else {
+                            throw SyncFormatError("not a vaultd sync segment")
+                        }
                         guard let key = keyring.keys[id] else { continue }
                         sealedUnder = id
-                        s = try SyncSegment.open(bytes, key: key, device: device, sequence: seq, verifyKey: member.signKey)
+                        s = try SyncSegment.open(
+                            bytes, key: key, device: device, sequence: seq,
+                            verifyKey: member.signKey)
                         try Self.checkLeaving(s)
                     } catch {
                         // Gone since it was listed (its device compacted it away): nothing to refuse.
-                        if !folder.exists(device: device, name: SyncSegment.fileName(seq)) { continue }
+                        if !folder.exists(device: device, name: SyncSegment.fileName(seq)) {
+                            continue
+                        }
                         reject(device, seq, version, "\(error)")
                         continue
                     }
@@ -584,22 +710,33 @@ public final class SyncService: @unchecked Sendable {
                     for c in s.control {
                         if c == .snapshot { continue }
                         controlOf[device, default: []].append(c)
-                        if case .member(let m) = c, approvedUnder[m.device] == nil { approvedUnder[m.device] = sealedUnder }
+                        if case .member(let m) = c, approvedUnder[m.device] == nil {
+                            approvedUnder[m.device] = sealedUnder
+                        }
                         let changed = membership.apply(c, author: device)
-                        if changed, case .remove(let d, _, _) = c, d == device { log("sync: device \(device) left the sync group") }
+                        if changed, case .remove(let d, _, _) = c, d == device {
+                            log("sync: device \(device) left the sync group")
+                        }
                         if changed, case .remove(let d, _, _) = c,
-                            applied[d]?.contains(where: { !membership.accepts(d, sequence: $0, hash: fileHashes[d]?[$0]) }) == true
+                            applied[d]?.contains(where: {
+                                !membership.accepts(d, sequence: $0, hash: fileHashes[d]?[$0])
+                            }) == true
                         {
                             // Changes of the removed device merged here that its remover had not
                             // merged: they no longer count, here as on every other device.
                             rebuild = true
                         }
                         var sealed: [SyncKeyID: [UInt8]] = [:]
-                        if case .rotate(let generation, _, let boxes) = c, let box = boxes[me] { sealed[SyncKeyID(generation: generation, rotator: device)] = box }
+                        if case .rotate(let generation, _, let boxes) = c, let box = boxes[me] {
+                            sealed[SyncKeyID(generation: generation, rotator: device)] = box
+                        }
                         if case .share(let d, let boxes) = c, d == me { sealed = boxes }
                         if !sealed.isEmpty, let boxSecret = try vault.syncSecret("boxSecret") {
                             for (id, box) in sealed where keyring.keys[id] == nil {
-                                if let key = SyncPairing.unseal(box[...], publicKey: SyncPairing.publicKey(of: boxSecret), secretKey: boxSecret), key.count == Sodium.keyLength {
+                                if let key = SyncPairing.unseal(
+                                    box[...], publicKey: SyncPairing.publicKey(of: boxSecret),
+                                    secretKey: boxSecret), key.count == Sodium.keyLength
+                                {
                                     keyring.keys[id] = key
                                 }
                             }
@@ -611,14 +748,19 @@ public final class SyncService: @unchecked Sendable {
                         perDevice[device, default: SyncVault()].apply(c)
                         if merged.items[c.key] != was { touched.insert(c.key) }
                         // This device's own changes bound its clock without the drift limit.
-                        if device == me { clock!.observe(c.timestamp, physical: UInt64.max / 2) } else { clock!.observe(c.timestamp) }
+                        if device == me {
+                            clock!.observe(c.timestamp, physical: UInt64.max / 2)
+                        } else {
+                            clock!.observe(c.timestamp)
+                        }
                         lastSeen[device] = max(lastSeen[device] ?? 0, c.timestamp.wall)
                     }
                 }
             }
         }
         if membership != membershipBefore || Set(keyring.keys.keys) != keysBefore {
-            try vault.storeSync(config: config, secrets: ["keyring": keyring.encoded()], membership: membership)
+            try vault.storeSync(
+                config: config, secrets: ["keyring": keyring.encoded()], membership: membership)
         }
         if rebuild {
             // Read everything again under the membership as it now stands.
@@ -639,20 +781,26 @@ public final class SyncService: @unchecked Sendable {
         }
         // The stored sequence and this device's own segments read above (signed with its key):
         // a name in the folder, which anyone can write, never sets it.
-        nextSequence = max(nextSequence, try vault.syncStoredSequence(), (applied[me]?.max() ?? 0) + 1)
+        nextSequence = max(
+            nextSequence, try vault.syncStoredSequence(), (applied[me]?.max() ?? 0) + 1)
         readAcks(listing, folder)
 
         // Members another device approved since: every key held here, sealed to each (its
         // approver may not have had a key made here at the same time).
-        let newcomers = membership.currentMembers.filter { membershipBefore.members[$0.device] == nil && $0.device != me }
+        let newcomers = membership.currentMembers.filter {
+            membershipBefore.members[$0.device] == nil && $0.device != me
+        }
         for m in newcomers {
             // Under the key its approval came under, which its grant gave it.
             guard let under = approvedUnder[m.device], keyring.keys[under] != nil else { continue }
-            try writeControl([.share(m.device, keyring.keys.mapValues { SyncPairing.seal($0, to: m.boxKey) })], config: config, folder: folder, under: under)
+            try writeControl(
+                [.share(m.device, keyring.keys.mapValues { SyncPairing.seal($0, to: m.boxKey) })],
+                config: config, folder: folder, under: under)
         }
 
         // 2. What changed here since the last pass, against the baseline.
-        let (rows, changedRows, damaged) = try vault.syncLocalItems(reusing: wasValid ? localCache : [:])
+        let (rows, changedRows, damaged) = try vault.syncLocalItems(
+            reusing: wasValid ? localCache : [:])
         var local: [SyncItemKey: LocalSyncItem] = [:]
         for r in rows.values { local[r.key] = r.item }
         let hashKey = try vault.syncHashKey()
@@ -677,7 +825,8 @@ public final class SyncService: @unchecked Sendable {
         } else {
             keys = Set(local.keys).union(merged.items.keys)
         }
-        let hashes = Dictionary(uniqueKeysWithValues: keys.map { ($0, SyncBaseline.keyHash($0, hashKey)) })
+        let hashes = Dictionary(
+            uniqueKeysWithValues: keys.map { ($0, SyncBaseline.keyHash($0, hashKey)) })
         let baseline = try vault.syncBaseline(wasValid ? Array(hashes.values) : nil)
         var seenHashes = Set<[UInt8]>()
         for key in keys {
@@ -699,15 +848,20 @@ public final class SyncService: @unchecked Sendable {
             switch (mine, before) {
             case (nil, _?):
                 // Deleted here since the last pass.
-                if merged.items[key]?.live != nil { exported.append(SyncChange(key: key, timestamp: clock!.tick(), kind: .delete)) }
+                if merged.items[key]?.live != nil {
+                    exported.append(SyncChange(key: key, timestamp: clock!.tick(), kind: .delete))
+                }
             case (let m?, nil):
                 // Added here (or present before this device joined).
                 if merged.items[key]?.live != m {
                     var all: [SyncField: SyncValue?] = [:]
                     for f in SyncField.allCases { all[f] = .some(m[f]) }
-                    exported.append(SyncChange(key: key, timestamp: clock!.tick(), kind: .write(all)))
+                    exported.append(
+                        SyncChange(key: key, timestamp: clock!.tick(), kind: .write(all)))
                 }
-            case (let m?, let b?) where merged.items[key] == nil && b.values.contains(where: { membership.removed[$0.timestamp.device] == nil }):
+            case (let m?, let b?)
+            where merged.items[key] == nil
+                && b.values.contains(where: { membership.removed[$0.timestamp.device] == nil }):
                 // Synced before, but no segment of the folder holds any of its history (the
                 // folder was emptied or replaced, its segments lost): only a deletion deletes,
                 // so the item is written again whole, not taken for deleted.
@@ -727,11 +881,20 @@ public final class SyncService: @unchecked Sendable {
                         // (the folder lost it), and nothing later, a deletion included, covers
                         // it: this device's copy is written again.
                         // A write of a removed device is not: it may be one made after its cutoff.
-                        let covered = [state?.fields[f]?.timestamp, state?.tombstone].compactMap { $0 }.max()
-                        if !(covered.map { was.timestamp <= $0 } ?? false), membership.removed[was.timestamp.device] == nil { changed[f] = .some(m[f]) }
+                        let covered = [state?.fields[f]?.timestamp, state?.tombstone].compactMap {
+                            $0
+                        }.max()
+                        if !(covered.map { was.timestamp <= $0 } ?? false),
+                            membership.removed[was.timestamp.device] == nil
+                        {
+                            changed[f] = .some(m[f])
+                        }
                     }
                 }
-                if !changed.isEmpty { exported.append(SyncChange(key: key, timestamp: clock!.tick(), kind: .write(changed))) }
+                if !changed.isEmpty {
+                    exported.append(
+                        SyncChange(key: key, timestamp: clock!.tick(), kind: .write(changed)))
+                }
             case (nil, nil):
                 break
             }
@@ -745,7 +908,9 @@ public final class SyncService: @unchecked Sendable {
                         localChanges.append(.put(key, target, replacing: local[key]?.id))
                     } catch {
                         // Not storable here (a peer's malformed fields): left as it is, unsynced.
-                        if rejectionsLogged < Self.maximumLoggedRejections { log("sync: an item of the group cannot be stored here: \(error)") }
+                        if rejectionsLogged < Self.maximumLoggedRejections {
+                            log("sync: an item of the group cannot be stored here: \(error)")
+                        }
                         rejectionsLogged += 1
                         continue
                     }
@@ -753,11 +918,14 @@ public final class SyncService: @unchecked Sendable {
                     localChanges.append(.delete(id))
                 }
             }
-            let after = target == nil ? nil : merged.items[key].map { SyncBaseline.encode($0, hashKey) }
+            let after =
+                target == nil ? nil : merged.items[key].map { SyncBaseline.encode($0, hashKey) }
             if after != baseline[h] { newBaseline.append((h, after)) }
         }
         // Entries of items neither here nor in the merge (a full pass sees every key).
-        if !wasValid { for h in baseline.keys where !seenHashes.contains(h) { newBaseline.append((h, nil)) } }
+        if !wasValid {
+            for h in baseline.keys where !seenHashes.contains(h) { newBaseline.append((h, nil)) }
+        }
 
         // 4. This device's changes into the folder first (durably), then the keychain and the
         // baseline in one transaction: a crash between the two exports them again, harmlessly.
@@ -773,30 +941,40 @@ public final class SyncService: @unchecked Sendable {
             while start < exported.count {
                 var end = start
                 var bytes = 0
-                while end < exported.count, end == start || (bytes < SyncSegment.targetPlaintextBytes && end - start < SyncSegment.maximumChanges) {
+                while end < exported.count,
+                    end == start
+                        || (bytes < SyncSegment.targetPlaintextBytes
+                            && end - start < SyncSegment.maximumChanges)
+                {
                     bytes += SyncBaseline.estimatedSize(exported[end])
                     end += 1
                 }
                 let part = Array(exported[start..<end])
-                try writeSegment(SyncSegment(device: me, sequence: 0, changes: part), folder: folder)
+                try writeSegment(
+                    SyncSegment(device: me, sequence: 0, changes: part), folder: folder)
                 for c in part { perDevice[me, default: SyncVault()].apply(c) }
                 start = end
             }
             lastSeen[me] = max(lastSeen[me] ?? 0, exported.map(\.timestamp.wall).max() ?? 0)
         }
-        if !localChanges.isEmpty || !newBaseline.isEmpty { try vault.applySync(localChanges, baseline: newBaseline) }
+        if !localChanges.isEmpty || !newBaseline.isEmpty {
+            try vault.applySync(localChanges, baseline: newBaseline)
+        }
         localCache = rows
         heldByLastPass = held
-        writtenByLastPass = Set(localChanges.compactMap { c -> SyncItemKey? in
-            switch c {
-            case .put(let key, _, _): key
-            case .delete(let id): rows[id]?.key
-            }
-        })
+        writtenByLastPass = Set(
+            localChanges.compactMap { c -> SyncItemKey? in
+                switch c {
+                case .put(let key, _, _): key
+                case .delete(let id): rows[id]?.key
+                }
+            })
         cacheValid = true
         try writeAck(listing, config: config, folder: folder)
         // Only in a pass with nothing new, here or in the folder: a change never waits for it.
-        if exported.isEmpty && touched.isEmpty && localChanges.isEmpty { try compactIfDue(config: config, folder: folder) }
+        if exported.isEmpty && touched.isEmpty && localChanges.isEmpty {
+            try compactIfDue(config: config, folder: folder)
+        }
     }
 
     /// Keeps the damaged rows a pass met for `status`, and logs them when they differ from
@@ -819,19 +997,26 @@ public final class SyncService: @unchecked Sendable {
     /// `maximumDevices`; the rest counted (`sync status`) and logged when their number
     /// changes, links in the place of device directories logged once each. Sets what the
     /// watcher watches.
-    private func read(_ folder: SyncFolder, _ config: SyncConfig) throws -> [SyncDeviceID: SyncFolder.Entry] {
+    private func read(_ folder: SyncFolder, _ config: SyncConfig) throws -> [SyncDeviceID:
+        SyncFolder.Entry]
+    {
         let scan = try folder.scan(preferring: preferred(config))
         if scan.ignored != ignoredDevices {
             if scan.ignored > 0 {
-                log("sync: the folder holds \(scan.ignored) device directories past the \(Self.maximumDevices) read; they are ignored (this device's and the members' are read first)")
+                log(
+                    "sync: the folder holds \(scan.ignored) device directories past the \(Self.maximumDevices) read; they are ignored (this device's and the members' are read first)"
+                )
             }
             ignoredDevices = scan.ignored
         }
         for d in scan.links where !linksLogged.contains(d) {
-            log("sync: \(logField(folder.directory(d))) is a symbolic link, not a directory: not followed, its files are not read")
+            log(
+                "sync: \(logField(folder.directory(d))) is a symbolic link, not a directory: not followed, its files are not read"
+            )
             linksLogged.insert(d)
         }
-        watchPaths = [folder.root, folder.devicesPath] + scan.devices.keys.sorted().map(folder.directory)
+        watchPaths =
+            [folder.root, folder.devicesPath] + scan.devices.keys.sorted().map(folder.directory)
         return scan.devices
     }
 
@@ -845,12 +1030,18 @@ public final class SyncService: @unchecked Sendable {
     /// so): it is read after the writer's cutoff, where only the leaving may be. Throws
     /// `SyncFormatError` for one that holds more.
     static func checkLeaving(_ s: SyncSegment) throws {
-        let leaves = s.control.contains { if case .remove(let d, _, _) = $0 { d == s.device } else { false } }
+        let leaves = s.control.contains {
+            if case .remove(let d, _, _) = $0 { d == s.device } else { false }
+        }
         guard leaves else { return }
-        guard s.changes.isEmpty, s.control.count == 1 else { throw SyncFormatError("a segment recording its device's leaving holds other records") }
+        guard s.changes.isEmpty, s.control.count == 1 else {
+            throw SyncFormatError("a segment recording its device's leaving holds other records")
+        }
     }
 
-    private func reject(_ device: SyncDeviceID, _ seq: UInt64, _ version: SyncFolder.FileVersion, _ why: String) {
+    private func reject(
+        _ device: SyncDeviceID, _ seq: UInt64, _ version: SyncFolder.FileVersion, _ why: String
+    ) {
         rejected[device, default: [:]][seq] = version
         if rejectionsLogged < Self.maximumLoggedRejections {
             log("sync: ignored segment \(SyncSegment.fileName(seq)) of device \(device): \(why)")
@@ -873,7 +1064,9 @@ public final class SyncService: @unchecked Sendable {
     /// each device kept, so an older file put back changes nothing).
     private func readAcks(_ listing: [SyncDeviceID: SyncFolder.Entry], _ folder: SyncFolder) {
         for d in listing.keys where membership.isMember(d) {
-            guard let f = folder.readSmallFile(device: d, name: SyncAck.name, limit: SyncAck.maximumBytes),
+            guard
+                let f = folder.readSmallFile(
+                    device: d, name: SyncAck.name, limit: SyncAck.maximumBytes),
                 let a = SyncAck.parse(f, device: d, verifyKey: membership.members[d]!.signKey)
             else { continue }
             for (x, n) in a { acks[d, default: [:]][x] = max(acks[d]?[x] ?? 0, n) }
@@ -881,14 +1074,18 @@ public final class SyncService: @unchecked Sendable {
     }
 
     /// Writes this device's acknowledgement when it changed.
-    private func writeAck(_ listing: [SyncDeviceID: SyncFolder.Entry], config: SyncConfig, folder: SyncFolder) throws {
+    private func writeAck(
+        _ listing: [SyncDeviceID: SyncFolder.Entry], config: SyncConfig, folder: SyncFolder
+    ) throws {
         var mine: [SyncDeviceID: UInt64] = [:]
         for d in Set(listing.keys).union(applied.keys) where membership.members[d] != nil {
             let n = contiguous(d)
             if n > 0 { mine[d] = n }
         }
         guard mine != ackWritten, let sign = try vault.syncSecret("signSecret") else { return }
-        try folder.writeFile(SyncAck.file(mine, device: config.device, signingKey: sign), device: config.device, name: SyncAck.name)
+        try folder.writeFile(
+            SyncAck.file(mine, device: config.device, signingKey: sign), device: config.device,
+            name: SyncAck.name)
         ackWritten = mine
         acks[config.device] = mine
     }
@@ -907,21 +1104,31 @@ public final class SyncService: @unchecked Sendable {
         // everything then costs each change a constant share, however large the vault.
         // Only segments this device wrote and read back count (each within the segment bound,
         // so the sum cannot overflow); a file anyone put in its directory has any size.
-        let sizes = ((try? folder.list(preferring: [me])[me]?.segments) ?? [:]).filter { mine.contains($0.key) }
+        let sizes = ((try? folder.list(preferring: [me])[me]?.segments) ?? [:]).filter {
+            mine.contains($0.key)
+        }
         let snapshotBytes = floor[me].flatMap { sizes[$0] } ?? 0
-        guard sizes.filter({ $0.key > (floor[me] ?? 0) }).values.reduce(0, +) >= snapshotBytes else { return }
+        guard sizes.filter({ $0.key > (floor[me] ?? 0) }).values.reduce(0, +) >= snapshotBytes
+        else { return }
         let others = membership.currentMembers.map(\.device).filter { $0 != me }
         guard others.allSatisfy({ (acks[$0]?[me] ?? 0) >= last }) else { return }
         // Deletions may go once every change of every device that could predate them is merged
         // here: each member's up to its own acknowledgement (which followed its reading them),
         // each removed device's up to its cutoff.
-        let drop = others.allSatisfy { contiguous($0) >= (acks[$0]?[$0] ?? 0) }
-            && membership.removed.allSatisfy { d, cutoff in applied[d] == nil || contiguous(d) >= cutoff }
+        let drop =
+            others.allSatisfy { contiguous($0) >= (acks[$0]?[$0] ?? 0) }
+            && membership.removed.allSatisfy { d, cutoff in
+                applied[d] == nil || contiguous(d) >= cutoff
+            }
         let own = perDevice[me] ?? SyncVault()
         let rest = perDevice.filter { $0.key != me }.map(\.value)
-        let snapshot = SyncCompaction.snapshot(own: own, others: rest, dropTombstones: drop, now: HybridClock.now())
+        let snapshot = SyncCompaction.snapshot(
+            own: own, others: rest, dropTombstones: drop, now: HybridClock.now())
         let changes = snapshot.changes
-        guard changes.reduce(0, { $0 + SyncBaseline.estimatedSize($1) }) < SyncSegment.maximumFileBytes / 2, changes.count < SyncSegment.maximumChanges / 2 else { return }
+        guard
+            changes.reduce(0, { $0 + SyncBaseline.estimatedSize($1) }) < SyncSegment
+                .maximumFileBytes / 2, changes.count < SyncSegment.maximumChanges / 2
+        else { return }
         let control = (controlOf[me] ?? []).filter {
             switch $0 {
             case .member, .remove: true
@@ -929,7 +1136,9 @@ public final class SyncService: @unchecked Sendable {
             }
         }
         let seq = nextSequence
-        try writeSegment(SyncSegment(device: me, sequence: 0, control: control + [.snapshot], changes: changes), folder: folder)
+        try writeSegment(
+            SyncSegment(device: me, sequence: 0, control: control + [.snapshot], changes: changes),
+            folder: folder)
         for n in mine where n < seq { folder.removeFile(device: me, name: SyncSegment.fileName(n)) }
         floor[me] = seq
         applied[me] = [seq]
@@ -937,22 +1146,31 @@ public final class SyncService: @unchecked Sendable {
         controlOf[me] = control
         merged = SyncVault()
         for v in perDevice.values { merged.join(v) }
-        log("sync: compacted \(mine.count) segments into snapshot \(SyncSegment.fileName(seq)) (\(changes.count) records)")
+        log(
+            "sync: compacted \(mine.count) segments into snapshot \(SyncSegment.fileName(seq)) (\(changes.count) records)"
+        )
     }
 
     /// The group's keys and membership from a grant sealed to this joining device, when one
     /// is in the folder.
-    private func acceptGrant(_ config: SyncConfig, _ folder: SyncFolder) throws -> (SyncKeyring, SyncMembership)? {
-        guard let sk = try vault.syncSecret("boxSecret") else { throw VaultFailure(.internalError, "the sync join key is missing") }
+    private func acceptGrant(_ config: SyncConfig, _ folder: SyncFolder) throws -> (
+        SyncKeyring, SyncMembership
+    )? {
+        guard let sk = try vault.syncSecret("boxSecret") else {
+            throw VaultFailure(.internalError, "the sync join key is missing")
+        }
         let pk = SyncPairing.publicKey(of: sk)
         let name = SyncFolder.grantName(config.device)
         // Looked for in every device directory by name: a grant's is its approver's, which
         // may be past the directories a listing reads.
         for device in try folder.devicesHolding(name) where device != config.device {
-            if let f = folder.readSmallFile(device: device, name: name, limit: SyncPairing.maximumGrantBytes),
-                let (ring, view) = SyncPairing.openGrant(f, publicKey: pk, secretKey: sk), !ring.keys.isEmpty,
+            if let f = folder.readSmallFile(
+                device: device, name: name, limit: SyncPairing.maximumGrantBytes),
+                let (ring, view) = SyncPairing.openGrant(f, publicKey: pk, secretKey: sk),
+                !ring.keys.isEmpty,
                 let sign = try vault.syncSecret("signSecret"), view.isMember(config.device),
-                view.members[config.device]?.signKey == SyncSigning.publicKey(of: sign), view.members[config.device]?.boxKey == pk
+                view.members[config.device]?.signKey == SyncSigning.publicKey(of: sign),
+                view.members[config.device]?.boxKey == pk
             {
                 return (ring, view)
             }
@@ -1010,12 +1228,16 @@ enum SyncBaseline {
         b.withUnsafeBytes { raw in
             var i = 0
             while i + entryBytes <= raw.count {
-                var r = SyncWire.Reader(bytes: UnsafeRawBufferPointer(rebasing: raw[i..<(i + entryBytes)]))
-                if let tag = try? r.u8(), let f = SyncField(rawValue: tag), let wall = try? r.u64(), let counter = try? r.u32(),
+                var r = SyncWire.Reader(
+                    bytes: UnsafeRawBufferPointer(rebasing: raw[i..<(i + entryBytes)]))
+                if let tag = try? r.u8(), let f = SyncField(rawValue: tag), let wall = try? r.u64(),
+                    let counter = try? r.u32(),
                     let device = SyncDeviceID(bytes: Array(raw[(i + 13)..<(i + 29)]))
                 {
                     let hash = Array(raw[(i + 29)..<(i + entryBytes)])
-                    out[f] = Field(timestamp: SyncTimestamp(wall: wall, counter: counter, device: device), hash: hash.allSatisfy { $0 == 0 } ? nil : hash)
+                    out[f] = Field(
+                        timestamp: SyncTimestamp(wall: wall, counter: counter, device: device),
+                        hash: hash.allSatisfy { $0 == 0 } ? nil : hash)
                 }
                 i += entryBytes
             }
@@ -1026,7 +1248,9 @@ enum SyncBaseline {
     /// How many bytes a change's record takes at most (to cut segments near their target
     /// size, and to reserve a record's buffer whole).
     static func estimatedSize(_ c: SyncChange) -> Int {
-        var n = 32 + c.key.accessGroup.utf8.count + c.key.primaryKey.reduce(0) { $0 + $1.utf8.count + 4 }
+        var n =
+            32 + c.key.accessGroup.utf8.count
+            + c.key.primaryKey.reduce(0) { $0 + $1.utf8.count + 4 }
         // Per field: tag, presence, length, value.
         if case .write(let f) = c.kind {
             for v in f.values { n += 6 + (v?.withBytes { $0.count } ?? 0) }

@@ -12,7 +12,9 @@ public struct SyncEnrolment: Sendable, Equatable {
     /// Remove: the group key's generation after the rotation.
     public var keyGeneration: Int?
 
-    public init(deviceID: String, fingerprint: String? = nil, code: String? = nil, keyGeneration: Int? = nil) {
+    public init(
+        deviceID: String, fingerprint: String? = nil, code: String? = nil, keyGeneration: Int? = nil
+    ) {
         self.deviceID = deviceID
         self.fingerprint = fingerprint
         self.code = code

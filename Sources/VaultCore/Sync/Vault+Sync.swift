@@ -9,7 +9,12 @@ struct SyncConfig: Equatable {
     var device: SyncDeviceID
     var state: State
 
-    var json: JSON { ["folder": .string(folder), "device": .string(device.description), "state": .string(state.rawValue)] }
+    var json: JSON {
+        [
+            "folder": .string(folder), "device": .string(device.description),
+            "state": .string(state.rawValue),
+        ]
+    }
 
     init(folder: String, device: SyncDeviceID, state: State) {
         self.folder = folder
@@ -18,7 +23,8 @@ struct SyncConfig: Equatable {
     }
 
     init?(_ j: JSON) {
-        guard let f = j["folder"]?.stringValue, let d = j["device"]?.stringValue.flatMap(SyncDeviceID.init(hex:)),
+        guard let f = j["folder"]?.stringValue,
+            let d = j["device"]?.stringValue.flatMap(SyncDeviceID.init(hex:)),
             let s = j["state"]?.stringValue.flatMap(State.init(rawValue:))
         else { return nil }
         self.init(folder: f, device: d, state: s)
@@ -56,13 +62,19 @@ enum SyncLocalChange {
 
 extension Vault {
     /// What binds the sealed sync keys in `vault_meta` to their purpose.
-    private static func syncKeyAD(_ name: String) -> [UInt8] { Array("vaultd sync \(name) v1".utf8) }
+    private static func syncKeyAD(_ name: String) -> [UInt8] {
+        Array("vaultd sync \(name) v1".utf8)
+    }
 
     /// The sync settings, nil when this device syncs nothing.
     func syncConfig() throws -> SyncConfig? {
         try exclusive { x in
-            guard let raw = try x.db.row("SELECT value FROM vault_meta WHERE key = 'sync.config'")?[0].blob else { return nil }
-            return SyncConfig(try VaultFailure.rethrowing(as: .internalError) { try JSON.parse(raw) })
+            guard
+                let raw = try x.db.row("SELECT value FROM vault_meta WHERE key = 'sync.config'")?[0]
+                    .blob
+            else { return nil }
+            return SyncConfig(
+                try VaultFailure.rethrowing(as: .internalError) { try JSON.parse(raw) })
         }
     }
 
@@ -70,8 +82,13 @@ extension Vault {
     /// nothing secret), nil when absent.
     func syncMembership() throws -> SyncMembership? {
         try exclusive { x in
-            guard let raw = try x.db.row("SELECT value FROM vault_meta WHERE key = 'sync.members'")?[0].blob else { return nil }
-            return SyncMembership(try VaultFailure.rethrowing(as: .internalError) { try JSON.parse(raw) })
+            guard
+                let raw = try x.db.row("SELECT value FROM vault_meta WHERE key = 'sync.members'")?[
+                    0
+                ].blob
+            else { return nil }
+            return SyncMembership(
+                try VaultFailure.rethrowing(as: .internalError) { try JSON.parse(raw) })
         }
     }
 
@@ -81,16 +98,27 @@ extension Vault {
     /// before the first unlock, InternalError when it does not open.
     func syncSecret(_ name: String) throws -> SecureBytes? {
         let (metadata, _) = try withKeys { try keychain.metadataKeys() }
-        guard let box = try exclusive({ x in try x.db.row("SELECT value FROM vault_meta WHERE key = ?", [.text("sync.\(name)")])?[0].blob }) else { return nil }
+        guard
+            let box = try exclusive({ x in
+                try x.db.row(
+                    "SELECT value FROM vault_meta WHERE key = ?", [.text("sync.\(name)")])?[0].blob
+            })
+        else { return nil }
         guard let key = Sodium.open(box, key: metadata, associatedData: Self.syncKeyAD(name)) else {
-            throw VaultFailure(.internalError, "the stored sync \(name) failed authentication (the vault file was altered or damaged)")
+            throw VaultFailure(
+                .internalError,
+                "the stored sync \(name) failed authentication (the vault file was altered or damaged)"
+            )
         }
         return key
     }
 
     /// Stores the settings, the given sealed keys (nil: removed) and the membership in one transaction;
     /// `config` nil removes everything sync keeps in the store (settings, keys, baseline).
-    func storeSync(config: SyncConfig?, secrets: [String: SecureBytes?] = [:], membership: SyncMembership? = nil) throws {
+    func storeSync(
+        config: SyncConfig?, secrets: [String: SecureBytes?] = [:],
+        membership: SyncMembership? = nil
+    ) throws {
         let (metadata, _) = try withKeys { try keychain.metadataKeys() }
         try write { db in
             guard let config else {
@@ -98,14 +126,20 @@ extension Vault {
                 try db.run("DELETE FROM sync_baseline")
                 return
             }
-            try db.run("INSERT OR REPLACE INTO vault_meta (key, value) VALUES ('sync.config', ?)", [.blob(config.json.serialized())])
+            try db.run(
+                "INSERT OR REPLACE INTO vault_meta (key, value) VALUES ('sync.config', ?)",
+                [.blob(config.json.serialized())])
             if let membership {
-                try db.run("INSERT OR REPLACE INTO vault_meta (key, value) VALUES ('sync.members', ?)", [.blob(membership.json.serialized())])
+                try db.run(
+                    "INSERT OR REPLACE INTO vault_meta (key, value) VALUES ('sync.members', ?)",
+                    [.blob(membership.json.serialized())])
             }
             for (name, key) in secrets {
                 if let key {
                     let box = Sodium.seal(key, key: metadata, associatedData: Self.syncKeyAD(name))
-                    try db.run("INSERT OR REPLACE INTO vault_meta (key, value) VALUES (?, ?)", [.text("sync.\(name)"), .blob(box)])
+                    try db.run(
+                        "INSERT OR REPLACE INTO vault_meta (key, value) VALUES (?, ?)",
+                        [.text("sync.\(name)"), .blob(box)])
                 } else {
                     try db.run("DELETE FROM vault_meta WHERE key = ?", [.text("sync.\(name)")])
                 }
@@ -116,10 +150,16 @@ extension Vault {
     /// The next sequence number this device writes ('sync.sequence'; 1 when none was stored).
     func syncStoredSequence() throws -> UInt64 {
         try exclusive { x in
-            guard let raw = try x.db.row("SELECT value FROM vault_meta WHERE key = 'sync.sequence'")?[0].blob else { return 1 }
+            guard
+                let raw = try x.db.row("SELECT value FROM vault_meta WHERE key = 'sync.sequence'")?[
+                    0
+                ].blob
+            else { return 1 }
             // A number out of the sequences' range (a store written otherwise than by vaultd)
             // counts as none: the pass goes by the segments it reads of this device instead.
-            let n = try VaultFailure.rethrowing(as: .internalError) { try JSON.parse(raw) }.uint64Value ?? 1
+            let n =
+                try VaultFailure.rethrowing(as: .internalError) { try JSON.parse(raw) }.uint64Value
+                ?? 1
             return (1...SyncSegment.maximumSequence).contains(n) ? n : 1
         }
     }
@@ -137,7 +177,8 @@ extension Vault {
             if let keys {
                 if keys.isEmpty { return [:] }
                 // The hashes as a JSON array of hex strings, matched against hex(key_hash).
-                let list = JSON.array(keys.map { .string(SyncHex.encode($0).uppercased()) }).serialized()
+                let list = JSON.array(keys.map { .string(SyncHex.encode($0).uppercased()) })
+                    .serialized()
                 rows = try db.rows(
                     "SELECT key_hash, fields FROM sync_baseline WHERE hex(key_hash) IN (SELECT value FROM json_each(?))",
                     [.text(String(decoding: list, as: UTF8.self))])
@@ -157,7 +198,9 @@ extension Vault {
     /// do not read (`DamagedSyncRow`: a column malformed, the attributes or the secret failing
     /// authentication), which are in neither and are read again by every pass. Throws
     /// InteractionNotAllowed while a class key it needs is locked (the pass waits for the unlock).
-    func syncLocalItems(reusing cache: [Int64: LocalSyncRow]) throws -> (rows: [Int64: LocalSyncRow], changed: Set<Int64>, damaged: [DamagedSyncRow]) {
+    func syncLocalItems(reusing cache: [Int64: LocalSyncRow]) throws -> (
+        rows: [Int64: LocalSyncRow], changed: Set<Int64>, damaged: [DamagedSyncRow]
+    ) {
         let (metadata, _) = try withKeys { try keychain.metadataKeys() }
         var out: [Int64: LocalSyncRow] = [:]
         var damaged: [DamagedSyncRow] = []
@@ -165,7 +208,11 @@ extension Vault {
             var changed: [Int64] = []
             for r in try db.rows("SELECT id, uuid FROM items WHERE synchronizable = 1") {
                 guard let id = r[0].int64, let uuid = r[1].blob else {
-                    damaged.append(DamagedSyncRow(item: DamagedItem(id: r[0].int64 ?? -1, uuid: r[1].blob, itemClass: nil, accessGroup: nil, part: .row), primaryKeyHash: nil))
+                    damaged.append(
+                        DamagedSyncRow(
+                            item: DamagedItem(
+                                id: r[0].int64 ?? -1, uuid: r[1].blob, itemClass: nil,
+                                accessGroup: nil, part: .row), primaryKeyHash: nil))
                     continue
                 }
                 if let c = cache[id], c.uuid == uuid { out[id] = c } else { changed.append(id) }
@@ -190,23 +237,34 @@ extension Vault {
         for (r, primaryKeyHash) in stored {
             // Synchronizable items are never ThisDeviceOnly (`KeychainStore.validate`).
             guard !r.accessible.isThisDeviceOnly else { continue }
-            if classKeys[r.accessible] == nil { classKeys[r.accessible] = try withKeys { try keys.classKey(r.accessible) } }
+            if classKeys[r.accessible] == nil {
+                classKeys[r.accessible] = try withKeys { try keys.classKey(r.accessible) }
+            }
             let ad = r.associatedData
-            guard let plain = Sodium.openBytes(r.attributes, key: metadata, associatedData: ad), var a = try? ItemAttributes(jsonObject: plain) else {
-                damaged.append(DamagedSyncRow(item: DamagedItem(r, .attributes), primaryKeyHash: primaryKeyHash))
+            guard let plain = Sodium.openBytes(r.attributes, key: metadata, associatedData: ad),
+                var a = try? ItemAttributes(jsonObject: plain)
+            else {
+                damaged.append(
+                    DamagedSyncRow(
+                        item: DamagedItem(r, .attributes), primaryKeyHash: primaryKeyHash))
                 continue
             }
-            guard let itemKey = Sodium.open(r.wrappedKey, key: classKeys[r.accessible]!, associatedData: ad),
+            guard
+                let itemKey = Sodium.open(
+                    r.wrappedKey, key: classKeys[r.accessible]!, associatedData: ad),
                 let secret = Sodium.open(r.secret, key: itemKey, associatedData: ad)
             else {
-                damaged.append(DamagedSyncRow(item: DamagedItem(r, .secret), primaryKeyHash: primaryKeyHash))
+                damaged.append(
+                    DamagedSyncRow(item: DamagedItem(r, .secret), primaryKeyHash: primaryKeyHash))
                 continue
             }
             a.accessGroup = r.accessGroup
             a.accessible = r.accessible
             a.synchronizable = true
             let key = SyncItemKey(itemClass: r.itemClass, attributes: a)
-            out[r.id] = LocalSyncRow(uuid: r.uuid, key: key, item: LocalSyncItem(id: r.id, fields: Self.syncFields(of: a, secret: secret)))
+            out[r.id] = LocalSyncRow(
+                uuid: r.uuid, key: key,
+                item: LocalSyncItem(id: r.id, fields: Self.syncFields(of: a, secret: secret)))
             changed.insert(r.id)
         }
         return (out, changed, damaged.sorted { $0.item.id < $1.item.id })
@@ -227,18 +285,24 @@ extension Vault {
         if let v = a.generic { f[.generic] = .bytes(Array(v)) }
         if let v = a.accessible { f[.accessible] = .bytes(Array(v.rawValue.utf8)) }
         if let v = a.creationDate { f[.creationDate] = .bytes(Array(PlistDate.format(v).utf8)) }
-        if let v = a.modificationDate { f[.modificationDate] = .bytes(Array(PlistDate.format(v).utf8)) }
+        if let v = a.modificationDate {
+            f[.modificationDate] = .bytes(Array(PlistDate.format(v).utf8))
+        }
         return f
     }
 
     /// The attributes and secret of a merged item; throws `SyncFormatError` for fields this
     /// keychain would not store (text that is not UTF-8, an unknown or ThisDeviceOnly
     /// accessibility, a date that is not ISO 8601, no secret).
-    static func syncItem(_ key: SyncItemKey, _ fields: [SyncField: SyncValue]) throws -> (ItemAttributes, SecureBytes) {
+    static func syncItem(_ key: SyncItemKey, _ fields: [SyncField: SyncValue]) throws -> (
+        ItemAttributes, SecureBytes
+    ) {
         var a = key.attributes
         func text(_ f: SyncField) throws -> String? {
             guard let v = fields[f] else { return nil }
-            guard case .bytes(let b) = v, let s = String(validating: b, as: UTF8.self) else { throw SyncFormatError("field \(f) is not text") }
+            guard case .bytes(let b) = v, let s = String(validating: b, as: UTF8.self) else {
+                throw SyncFormatError("field \(f) is not text")
+            }
             return s
         }
         a.label = try text(.label)
@@ -246,20 +310,33 @@ extension Vault {
         a.description = try text(.description)
         if case .bytes(let b)? = fields[.generic] { a.generic = Data(b) }
         let accessible = try text(.accessible).map { s -> Accessibility in
-            guard let acc = Accessibility(rawValue: s), !acc.isThisDeviceOnly else { throw SyncFormatError("an accessibility that cannot sync") }
+            guard let acc = Accessibility(rawValue: s), !acc.isThisDeviceOnly else {
+                throw SyncFormatError("an accessibility that cannot sync")
+            }
             return acc
         }
         a.accessible = accessible ?? .whenUnlocked
-        for (f, path) in [(SyncField.creationDate, \ItemAttributes.creationDate), (.modificationDate, \.modificationDate)] {
+        for (f, path) in [
+            (SyncField.creationDate, \ItemAttributes.creationDate),
+            (.modificationDate, \.modificationDate),
+        ] {
             if let s = try text(f) {
-                guard let d = PlistDate.parse(s) else { throw SyncFormatError("a date that is not ISO 8601") }
+                guard let d = PlistDate.parse(s) else {
+                    throw SyncFormatError("a date that is not ISO 8601")
+                }
                 a[keyPath: path] = d
             }
         }
-        guard case .secret(let secret)? = fields[.secret] else { throw SyncFormatError("an item without a secret") }
-        guard secret.count <= SecretLimit.maximumBytes else { throw SyncFormatError("a secret over the limit") }
+        guard case .secret(let secret)? = fields[.secret] else {
+            throw SyncFormatError("an item without a secret")
+        }
+        guard secret.count <= SecretLimit.maximumBytes else {
+            throw SyncFormatError("a secret over the limit")
+        }
         // What `KeychainStore.encrypt` would refuse, refused here: a pass must not fail on it.
-        guard a.json.serialized().count <= KeychainStore.maximumAttributesSize else { throw SyncFormatError("attributes over the limit") }
+        guard a.json.serialized().count <= KeychainStore.maximumAttributesSize else {
+            throw SyncFormatError("attributes over the limit")
+        }
         return (a, secret)
     }
 
@@ -268,7 +345,11 @@ extension Vault {
     /// against no app's quota and outlive an app's reinstall, as synced items do.
     func applySync(_ changes: [SyncLocalChange], baseline: [([UInt8], [UInt8]?)]) throws {
         // Encrypted before the transaction, as an Add is (`addItem`).
-        var prepared: [(values: [SQLValue], classKey: SecureBytes, accessible: Accessibility, replacing: Int64?)] = []
+        var prepared:
+            [(
+                values: [SQLValue], classKey: SecureBytes, accessible: Accessibility,
+                replacing: Int64?
+            )] = []
         var deletes: [Int64] = []
         for c in changes {
             switch c {
@@ -278,18 +359,29 @@ extension Vault {
                 let (a, secret) = try Self.syncItem(key, fields)
                 let accessible = a.accessible ?? .whenUnlocked
                 let k = try withKeys { try keychain.writeKeys(accessible: accessible) }
-                prepared.append((try KeychainStore.encrypt(itemClass: key.itemClass, attributes: a, secret: secret, keys: k), k.classKey, accessible, replacing))
+                prepared.append(
+                    (
+                        try KeychainStore.encrypt(
+                            itemClass: key.itemClass, attributes: a, secret: secret, keys: k),
+                        k.classKey, accessible, replacing
+                    ))
             }
         }
         try write { [prepared] db in
             for id in deletes { try db.run("DELETE FROM items WHERE id = ?", [.integer(id)]) }
             for p in prepared {
-                if let id = p.replacing { try db.run("DELETE FROM items WHERE id = ?", [.integer(id)]) }
-                try self.keychain.insert(p.values, generation: nil, classKey: p.classKey, accessible: p.accessible, in: db)
+                if let id = p.replacing {
+                    try db.run("DELETE FROM items WHERE id = ?", [.integer(id)])
+                }
+                try self.keychain.insert(
+                    p.values, generation: nil, classKey: p.classKey, accessible: p.accessible,
+                    in: db)
             }
             for (k, f) in baseline {
                 if let f {
-                    try db.run("INSERT OR REPLACE INTO sync_baseline (key_hash, fields) VALUES (?, ?)", [.blob(k), .blob(f)])
+                    try db.run(
+                        "INSERT OR REPLACE INTO sync_baseline (key_hash, fields) VALUES (?, ?)",
+                        [.blob(k), .blob(f)])
                 } else {
                     try db.run("DELETE FROM sync_baseline WHERE key_hash = ?", [.blob(k)])
                 }
@@ -300,7 +392,9 @@ extension Vault {
     /// Records the next sequence this device will write, once a segment is in the folder.
     func storeSyncSequence(_ next: UInt64) throws {
         _ = try write { db in
-            try db.run("INSERT OR REPLACE INTO vault_meta (key, value) VALUES ('sync.sequence', ?)", [.blob(JSON(next).serialized())])
+            try db.run(
+                "INSERT OR REPLACE INTO vault_meta (key, value) VALUES ('sync.sequence', ?)",
+                [.blob(JSON(next).serialized())])
         }
     }
 

@@ -67,7 +67,8 @@ final class KeyHierarchy {
 
     func snapshot() -> Snapshot {
         Snapshot(
-            classKeys: classKeys, foreignClasses: foreignClasses, localNames: localNames, metadataKey: metadataKey, indexKey: indexKey,
+            classKeys: classKeys, foreignClasses: foreignClasses, localNames: localNames,
+            metadataKey: metadataKey, indexKey: indexKey,
             state: state, unlockedSinceStart: unlockedSinceStart, hasPassphrase: hasPassphrase)
     }
 
@@ -101,7 +102,10 @@ final class KeyHierarchy {
         }
     }
 
-    var lockState: LockState { LockState(state: state, unlockedSinceStart: unlockedSinceStart, hasPassphrase: hasPassphrase) }
+    var lockState: LockState {
+        LockState(
+            state: state, unlockedSinceStart: unlockedSinceStart, hasPassphrase: hasPassphrase)
+    }
 
     // MARK: vault_meta
 
@@ -111,7 +115,9 @@ final class KeyHierarchy {
 
     private func setMeta(_ db: Database, _ key: String, _ value: [UInt8]?) throws {
         if let value {
-            try db.run("INSERT OR REPLACE INTO vault_meta (key, value) VALUES (?, ?)", [.text(key), .blob(value)])
+            try db.run(
+                "INSERT OR REPLACE INTO vault_meta (key, value) VALUES (?, ?)",
+                [.text(key), .blob(value)])
         } else {
             try db.run("DELETE FROM vault_meta WHERE key = ?", [.text(key)])
         }
@@ -123,17 +129,21 @@ final class KeyHierarchy {
     /// it wraps (there is no secret to derive it from), so migratable items move with the data
     /// dir while ThisDeviceOnly ones stay bound to `device.key`. `create` makes a new one.
     private func noPassphraseKEK(_ db: Database, create: Bool = false) throws -> SecureBytes {
-        if !create, let stored = try meta(db, "kek.nopassphrase"), stored.count == Sodium.keyLength {
+        if !create, let stored = try meta(db, "kek.nopassphrase"), stored.count == Sodium.keyLength
+        {
             return SecureBytes(copying: stored)
         }
-        guard create else { throw VaultFailure(.internalError, "the vault's key-encryption key is missing") }
+        guard create else {
+            throw VaultFailure(.internalError, "the vault's key-encryption key is missing")
+        }
         let kek = SecureBytes.random(count: Sodium.keyLength)
         try setMeta(db, "kek.nopassphrase", kek.withUnsafeBytes { Array($0) })
         return kek
     }
 
     private func kdfParameters(_ db: Database) throws -> Sodium.KDFParameters? {
-        guard let raw = try meta(db, "kdf"), let j = try? JSON.parse(raw), let ops = j["opsLimit"]?.uint64Value,
+        guard let raw = try meta(db, "kdf"), let j = try? JSON.parse(raw),
+            let ops = j["opsLimit"]?.uint64Value,
             let mem = j["memLimit"]?.uint64Value, let saltText = j["salt"]?.stringValue,
             let salt = Data(base64Encoded: saltText)
         else { return nil }
@@ -142,7 +152,10 @@ final class KeyHierarchy {
 
     private func storeKDF(_ db: Database, _ p: Sodium.KDFParameters?) throws {
         guard let p else { return try setMeta(db, "kdf", nil) }
-        let j: JSON = ["opsLimit": JSON(p.opsLimit), "memLimit": JSON(p.memLimit), "salt": .string(Data(p.salt).base64EncodedString()), "algorithm": "argon2id13"]
+        let j: JSON = [
+            "opsLimit": JSON(p.opsLimit), "memLimit": JSON(p.memLimit),
+            "salt": .string(Data(p.salt).base64EncodedString()), "algorithm": "argon2id13",
+        ]
         try setMeta(db, "kdf", j.serialized())
     }
 
@@ -164,14 +177,17 @@ final class KeyHierarchy {
     /// This device's name among devices: a keyed hash of its device key (which it does not
     /// reveal), 32 hex digits.
     var deviceID: String {
-        String(lowercaseHex: Sodium.keyedHash(Array("vaultd device id v1".utf8), key: deviceKey, length: 16))
+        String(
+            lowercaseHex: Sodium.keyedHash(
+                Array("vaultd device id v1".utf8), key: deviceKey, length: 16))
     }
 
     /// The key a backup seals ThisDeviceOnly secrets under: derived from the device key
     /// alone, so such a record opens only where the same `device.key` is, whatever the
     /// vault's passphrase there.
     func deviceBackupKey() -> SecureBytes {
-        Sodium.combine(SecureBytes(count: 0), key: deviceKey, context: "vaultd backup device-bound v1")
+        Sodium.combine(
+            SecureBytes(count: 0), key: deviceKey, context: "vaultd backup device-bound v1")
     }
 
     /// Records that ThisDeviceOnly class `a` holds items another device (`id`, its
@@ -184,7 +200,9 @@ final class KeyHierarchy {
         precondition(a.isThisDeviceOnly)
         let name = Self.deviceNamePrefix(a) + id
         guard name != deviceName(a) else { return }
-        if try meta(db, "wrapped.\(name)") == nil { try setMeta(db, "wrapped.\(name)", Sodium.randomBytes(72)) }
+        if try meta(db, "wrapped.\(name)") == nil {
+            try setMeta(db, "wrapped.\(name)", Sodium.randomBytes(72))
+        }
         foreignClasses.insert(a)
     }
 
@@ -194,7 +212,8 @@ final class KeyHierarchy {
     /// The `SELECT`/`DELETE` condition on `vault_meta.key` and its arguments matching the
     /// wrapped keys of class `a` that other devices made (`deviceName`), and this device's
     /// unless `excludingOwn`.
-    private func deviceKeysCondition(_ a: Accessibility, excludingOwn: Bool) -> (String, [SQLValue]) {
+    private func deviceKeysCondition(_ a: Accessibility, excludingOwn: Bool) -> (String, [SQLValue])
+    {
         let prefix = "wrapped." + Self.deviceNamePrefix(a)
         var sql = "substr(key, 1, ?) = ?"
         var args: [SQLValue] = [.integer(Int64(prefix.utf8.count)), .text(prefix)]
@@ -205,14 +224,22 @@ final class KeyHierarchy {
         return (sql, args)
     }
 
-    private func wrap(_ db: Database, _ key: SecureBytes, name: String, kek: SecureBytes, deviceBound: Bool) throws {
-        let box = Sodium.seal(key, key: wrappingKey(for: name, kek: kek, deviceBound: deviceBound), associatedData: Self.ad(name))
+    private func wrap(
+        _ db: Database, _ key: SecureBytes, name: String, kek: SecureBytes, deviceBound: Bool
+    ) throws {
+        let box = Sodium.seal(
+            key, key: wrappingKey(for: name, kek: kek, deviceBound: deviceBound),
+            associatedData: Self.ad(name))
         try setMeta(db, "wrapped.\(name)", box)
     }
 
-    private func unwrap(_ db: Database, name: String, kek: SecureBytes, deviceBound: Bool) throws -> SecureBytes? {
+    private func unwrap(_ db: Database, name: String, kek: SecureBytes, deviceBound: Bool) throws
+        -> SecureBytes?
+    {
         guard let box = try meta(db, "wrapped.\(name)") else { return nil }
-        return Sodium.open(box, key: wrappingKey(for: name, kek: kek, deviceBound: deviceBound), associatedData: Self.ad(name))
+        return Sodium.open(
+            box, key: wrappingKey(for: name, kek: kek, deviceBound: deviceBound),
+            associatedData: Self.ad(name))
     }
 
     /// The classes that have a key: all, except whenPasscodeSet without a passphrase.
@@ -244,7 +271,11 @@ final class KeyHierarchy {
                 localNames[a] = name
                 if a.isThisDeviceOnly {
                     let (condition, args) = deviceKeysCondition(a, excludingOwn: true)
-                    if try db.row("SELECT 1 FROM vault_meta WHERE \(condition) LIMIT 1", args) != nil { foreignClasses.insert(a) }
+                    if try db.row("SELECT 1 FROM vault_meta WHERE \(condition) LIMIT 1", args)
+                        != nil
+                    {
+                        foreignClasses.insert(a)
+                    }
                 }
                 continue
             }
@@ -281,14 +312,22 @@ final class KeyHierarchy {
     /// Creates the vault: new class, metadata and index keys, wrapped by the KEK of
     /// `passphrase` (or of the device key when nil). Runs inside the caller's transaction.
     func initialize(passphrase: PassphraseKEK?, in db: Database) throws {
-        guard state == .uninitialized else { throw VaultFailure(.alreadyInitialized, "the vault is already initialised") }
+        guard state == .uninitialized else {
+            throw VaultFailure(.alreadyInitialized, "the vault is already initialised")
+        }
         let kdf = passphrase?.parameters
         let kek = try passphrase?.kek ?? noPassphraseKEK(db, create: true)
         try storeKDF(db, kdf)
-        try wrap(db, SecureBytes.random(count: Sodium.keyLength), name: "metadata", kek: kek, deviceBound: false)
-        try wrap(db, SecureBytes.random(count: Sodium.keyLength), name: "index", kek: kek, deviceBound: false)
+        try wrap(
+            db, SecureBytes.random(count: Sodium.keyLength), name: "metadata", kek: kek,
+            deviceBound: false)
+        try wrap(
+            db, SecureBytes.random(count: Sodium.keyLength), name: "index", kek: kek,
+            deviceBound: false)
         for a in classes(withPassphrase: passphrase != nil) {
-            try wrap(db, SecureBytes.random(count: Sodium.keyLength), name: Self.name(a), kek: kek, deviceBound: a.isThisDeviceOnly)
+            try wrap(
+                db, SecureBytes.random(count: Sodium.keyLength), name: Self.name(a), kek: kek,
+                deviceBound: a.isThisDeviceOnly)
         }
         hasPassphrase = passphrase != nil
         state = .locked
@@ -297,14 +336,19 @@ final class KeyHierarchy {
 
     /// Throws NotInitialized before `initialize`.
     func requireInitialized() throws {
-        guard state != .uninitialized else { throw VaultFailure(.notInitialized, "the vault is not initialised: run vaultctl init") }
+        guard state != .uninitialized else {
+            throw VaultFailure(.notInitialized, "the vault is not initialised: run vaultctl init")
+        }
     }
 
     /// The Argon2id parameters to derive the KEK from the passphrase with. Throws
     /// NotInitialized, or NoPassphrase when the vault has none.
     func passphraseParameters(in db: Database) throws -> Sodium.KDFParameters {
         try requireInitialized()
-        guard let p = try kdfParameters(db) else { throw VaultFailure(.noPassphrase, "the vault has no passphrase, so it is always unlocked") }
+        guard let p = try kdfParameters(db) else {
+            throw VaultFailure(
+                .noPassphrase, "the vault has no passphrase, so it is always unlocked")
+        }
         return p
     }
 
@@ -326,7 +370,12 @@ final class KeyHierarchy {
     /// without a passphrase (it is always unlocked).
     func lock() throws {
         try requireInitialized()
-        guard hasPassphrase else { throw VaultFailure(.noPassphrase, "the vault has no passphrase, so it is always unlocked; set one with vaultctl passphrase set") }
+        guard hasPassphrase else {
+            throw VaultFailure(
+                .noPassphrase,
+                "the vault has no passphrase, so it is always unlocked; set one with vaultctl passphrase set"
+            )
+        }
         for a in Accessibility.allCases where !a.isAfterFirstUnlock { classKeys[a] = nil }
         state = .locked
     }
@@ -340,7 +389,8 @@ final class KeyHierarchy {
     func rewrap(newPassphrase: PassphraseKEK?, in db: Database) throws {
         try requireInitialized()
         guard state == .unlocked, let metadataKey, let indexKey else {
-            throw VaultFailure(.interactionNotAllowed, "unlock the vault before changing its passphrase")
+            throw VaultFailure(
+                .interactionNotAllowed, "unlock the vault before changing its passphrase")
         }
         let kdf = newPassphrase?.parameters
         let kek = try newPassphrase?.kek ?? noPassphraseKEK(db, create: true)
@@ -355,7 +405,9 @@ final class KeyHierarchy {
             localNames[wps] = nil
             foreignClasses.remove(wps)
             let (condition, args) = deviceKeysCondition(wps, excludingOwn: false)
-            try db.run("DELETE FROM vault_meta WHERE key = ? OR \(condition)", [.text("wrapped.\(Self.name(wps))")] + args)
+            try db.run(
+                "DELETE FROM vault_meta WHERE key = ? OR \(condition)",
+                [.text("wrapped.\(Self.name(wps))")] + args)
         } else if classKeys[.whenPasscodeSetThisDeviceOnly] == nil {
             classKeys[.whenPasscodeSetThisDeviceOnly] = SecureBytes.random(count: Sodium.keyLength)
         }
@@ -380,14 +432,16 @@ final class KeyHierarchy {
             throw KeychainStore.otherDeviceError(a)
         }
         if a == .whenPasscodeSetThisDeviceOnly && !hasPassphrase && state != .uninitialized {
-            throw VaultFailure(.authFailed, "whenPasscodeSetThisDeviceOnly items need a vault passphrase")
+            throw VaultFailure(
+                .authFailed, "whenPasscodeSetThisDeviceOnly items need a vault passphrase")
         }
         throw interactionNotAllowed()
     }
 
     func interactionNotAllowed() -> VaultFailure {
         switch state {
-        case .uninitialized: VaultFailure(.notInitialized, "the vault is not initialised: run vaultctl init")
+        case .uninitialized:
+            VaultFailure(.notInitialized, "the vault is not initialised: run vaultctl init")
         default: VaultFailure(.interactionNotAllowed, "the vault is locked")
         }
     }

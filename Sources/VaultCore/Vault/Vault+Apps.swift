@@ -43,38 +43,53 @@ extension Vault {
     /// InvalidAppID, InvalidParameter (naming `executable`, `accessGroups` or `appGroups`),
     /// PermissionDenied.
     public func installApp(
-        _ appID: String, executable: String?, flatpak: Bool = false, accessGroups: [String] = [], appGroups: [String] = [],
+        _ appID: String, executable: String?, flatpak: Bool = false, accessGroups: [String] = [],
+        appGroups: [String] = [],
         keepCredentialsOnReinstall: Bool = false, caller: Caller
     ) throws -> AppRecord {
         _ = try authorize(.installApp, for: caller)
         return try registration.withLock {
             try register(
-                appID, executable: executable, flatpak: flatpak, accessGroups: accessGroups, appGroups: appGroups,
+                appID, executable: executable, flatpak: flatpak, accessGroups: accessGroups,
+                appGroups: appGroups,
                 keepCredentialsOnReinstall: keepCredentialsOnReinstall)
         }
     }
 
     private func register(
-        _ appID: String, executable: String?, flatpak: Bool, accessGroups: [String], appGroups: [String],
+        _ appID: String, executable: String?, flatpak: Bool, accessGroups: [String],
+        appGroups: [String],
         keepCredentialsOnReinstall: Bool
     ) throws -> AppRecord {
         try AppRecord.validate(appID: appID)
         // Bad arguments are varlink's InvalidParameter, naming Install's parameter (not
         // Keychain.Param, an error of another interface).
         guard flatpak || executable != nil else {
-            throw VaultFailure.invalidParameter("executable", "an app needs an executable path (or a Flatpak ID)")
+            throw VaultFailure.invalidParameter(
+                "executable", "an app needs an executable path (or a Flatpak ID)")
         }
-        if let e = executable, !e.hasPrefix("/") { throw VaultFailure.invalidParameter("executable", "the executable path must be absolute") }
+        if let e = executable, !e.hasPrefix("/") {
+            throw VaultFailure.invalidParameter(
+                "executable", "the executable path must be absolute")
+        }
         // No file has a NUL in its path; realpath and stat would cut it there and register
         // the file named by what comes before.
-        if let e = executable, e.utf8.contains(0) { throw VaultFailure.invalidParameter("executable", "the executable path contains a NUL byte") }
+        if let e = executable, e.utf8.contains(0) {
+            throw VaultFailure.invalidParameter(
+                "executable", "the executable path contains a NUL byte")
+        }
         for g in accessGroups where !AppRecord.isValid(group: g) {
-            throw VaultFailure.invalidParameter("accessGroups", "invalid access group name (1 to 255 bytes, no control characters)")
+            throw VaultFailure.invalidParameter(
+                "accessGroups", "invalid access group name (1 to 255 bytes, no control characters)")
         }
         for g in appGroups {
-            guard g.hasPrefix("group."), g.count > 6 else { throw VaultFailure.invalidParameter("appGroups", "app groups must start with 'group.'") }
+            guard g.hasPrefix("group."), g.count > 6 else {
+                throw VaultFailure.invalidParameter(
+                    "appGroups", "app groups must start with 'group.'")
+            }
             guard AppRecord.isValid(group: g) else {
-                throw VaultFailure.invalidParameter("appGroups", "invalid app group name (1 to 255 bytes, no control characters)")
+                throw VaultFailure.invalidParameter(
+                    "appGroups", "invalid app group name (1 to 255 bytes, no control characters)")
             }
         }
         // Kept as given: a symlink in it is followed each time a peer is identified (and by
@@ -87,20 +102,25 @@ extension Vault {
         if let e = executable {
             var st = stat()
             guard stat(e, &st) == 0, st.st_mode & S_IFMT == S_IFREG, access(e, X_OK) == 0 else {
-                throw VaultFailure.invalidParameter("executable", "the executable \(e) is not an existing executable file")
+                throw VaultFailure.invalidParameter(
+                    "executable", "the executable \(e) is not an existing executable file")
             }
             // A script runs as its interpreter: /proc/PID/exe never names it, so the app would
             // never be identified and would run as the owner.
             if let interpreter = Self.scriptInterpreter(e) {
                 throw VaultFailure.invalidParameter(
                     "executable",
-                    "the executable \(e) is a script: it runs as its interpreter (\(interpreter)), the program vaultd sees; register a program (e.g. a copy of the interpreter for this app)")
+                    "the executable \(e) is a script: it runs as its interpreter (\(interpreter)), the program vaultd sees; register a program (e.g. a copy of the interpreter for this app)"
+                )
             }
         }
         if let e = executable.map(Self.canonicalPath),
-            try exclusive({ try apps.all(in: $0.db) }).contains(where: { $0.installed && $0.resolvedExecutable?.sameBytes(e) == true && $0.appID != appID })
+            try exclusive({ try apps.all(in: $0.db) }).contains(where: {
+                $0.installed && $0.resolvedExecutable?.sameBytes(e) == true && $0.appID != appID
+            })
         {
-            throw VaultFailure.invalidParameter("executable", "another installed app is registered with this executable")
+            throw VaultFailure.invalidParameter(
+                "executable", "another installed app is registered with this executable")
         }
         let earlier = try exclusive { try apps.find(appID, in: $0.db) }
         // What an earlier, uninstalled install left in its cache directory goes before the
@@ -112,8 +132,10 @@ extension Vault {
         // directly, before the save below or after it: only ending it stops that.
         if let earlier, !earlier.installed { caches.removeDirectory(of: appID) }
         let record = AppRecord(
-            appID: appID, executable: executable, flatpak: flatpak, accessGroups: accessGroups, appGroups: appGroups,
-            keepCredentialsOnReinstall: keepCredentialsOnReinstall, installed: true, generation: UUID().uuidString.lowercased(),
+            appID: appID, executable: executable, flatpak: flatpak, accessGroups: accessGroups,
+            appGroups: appGroups,
+            keepCredentialsOnReinstall: keepCredentialsOnReinstall, installed: true,
+            generation: UUID().uuidString.lowercased(),
             installedAt: Date(), launchedGeneration: earlier?.launchedGeneration)
         try write { db in
             try self.apps.save(record, in: db)
@@ -139,7 +161,9 @@ extension Vault {
 
     /// `path` with symlinks resolved (`realpath`), or only standardized when it does not exist.
     static func canonicalPath(_ path: String) -> String {
-        guard let resolved = realpath(path, nil) else { return URL(fileURLWithPath: path).standardizedFileURL.path }
+        guard let resolved = realpath(path, nil) else {
+            return URL(fileURLWithPath: path).standardizedFileURL.path
+        }
         defer { free(resolved) }
         return String(cString: resolved)
     }
@@ -161,22 +185,35 @@ extension Vault {
         // Observers of the domains learn that their keys went, as with any other removal (in
         // commit order with other preference writes: `inEventOrder`).
         let record: AppRecord = try inEventOrder { ticket in
-            let (a, removed): (AppRecord, [(domain: String, key: String)]) = try writeMakingRoom { db in
-                guard var a = try self.apps.find(appID, in: db) else { throw VaultFailure(.appNotFound, "no app \(appID)") }
+            let (a, removed): (AppRecord, [(domain: String, key: String)]) = try writeMakingRoom {
+                db in
+                guard var a = try self.apps.find(appID, in: db) else {
+                    throw VaultFailure(.appNotFound, "no app \(appID)")
+                }
                 a.installed = false
                 a.executableMissing = executableMissing
                 a.missingSince = nil
                 try self.apps.save(a, in: db)
-                let stillShared = try self.apps.all(in: db).filter { $0.installed && $0.appID != appID }.flatMap(\.appGroups)
+                let stillShared = try self.apps.all(in: db).filter {
+                    $0.installed && $0.appID != appID
+                }.flatMap(\.appGroups)
                 var removed: [(domain: String, key: String)] = []
                 for domain in [appID] + a.appGroups.filter({ !stillShared.containsBytes($0) }) {
-                    removed += try self.preferences.storedValues(domain, in: db).keys.map { (domain, $0) }
+                    removed += try self.preferences.storedValues(domain, in: db).keys.map {
+                        (domain, $0)
+                    }
                     _ = try self.preferences.removeDomain(domain, in: db)
                 }
                 ticket.take()
                 return (a, removed)
             }
-            return (a, removed.map { .preference(domain: $0.domain, key: $0.key, value: nil, sequence: ticket.sequence) })
+            return (
+                a,
+                removed.map {
+                    .preference(
+                        domain: $0.domain, key: $0.key, value: nil, sequence: ticket.sequence)
+                }
+            )
         }
         // Only while the app is still uninstalled: an install since the commit (it does not
         // wait for this one, and removes what is left under the cache lock before saving its
@@ -188,7 +225,9 @@ extension Vault {
 
     public func app(_ appID: String, caller: Caller) throws -> AppRecord {
         _ = try authorize(.showApp, for: caller)
-        guard let a = try exclusive({ try apps.find(appID, in: $0.db) }) else { throw VaultFailure(.appNotFound, "no app \(appID)") }
+        guard let a = try exclusive({ try apps.find(appID, in: $0.db) }) else {
+            throw VaultFailure(.appNotFound, "no app \(appID)")
+        }
         return withUninstallTime(a)
     }
 
@@ -217,26 +256,38 @@ extension Vault {
     /// `PeerIdentity.runsRegisteredFile`); a peer whose executable path is a registered
     /// app's but whose file is another (mounted over that path in its own mount namespace)
     /// is refused (PermissionDenied).
-    public func caller(flatpakAppID: String?, executable: String?, isRegisteredFile: (String) -> Bool) throws -> Caller {
+    public func caller(
+        flatpakAppID: String?, executable: String?, isRegisteredFile: (String) -> Bool
+    ) throws -> Caller {
         if let id = flatpakAppID {
             // Look and register as one step, so two first contacts make one generation.
             return try registration.withLock {
-                switch try Policy.flatpakClaim(id, registered: try exclusive { try apps.all(in: $0.db) }, maximumAutoRegistered: appSettings.maximumAutoRegisteredApps) {
+                switch try Policy.flatpakClaim(
+                    id, registered: try exclusive { try apps.all(in: $0.db) },
+                    maximumAutoRegistered: appSettings.maximumAutoRegisteredApps)
+                {
                 case .installed(let a): return a.caller
                 case .register:
-                    return try register(id, executable: nil, flatpak: true, accessGroups: [], appGroups: [], keepCredentialsOnReinstall: false).caller
+                    return try register(
+                        id, executable: nil, flatpak: true, accessGroups: [], appGroups: [],
+                        keepCredentialsOnReinstall: false
+                    ).caller
                 }
             }
         }
         // The registered path as `/proc/PID/exe` shows a program: every symlink resolved, now.
         // Byte for byte: Swift's `==` equates `é` and `e` + U+0301, two paths to the kernel.
         if let exe = executable,
-            let a = try exclusive({ try apps.all(in: $0.db) }).first(where: { $0.installed && !$0.flatpak && $0.resolvedExecutable?.sameBytes(exe) == true })
+            let a = try exclusive({ try apps.all(in: $0.db) }).first(where: {
+                $0.installed && !$0.flatpak && $0.resolvedExecutable?.sameBytes(exe) == true
+            })
         {
             // The path is the peer's view (its mount namespace): another file mounted at A's
             // path is not A.
             guard isRegisteredFile(exe) else {
-                throw VaultFailure(.permissionDenied, "the peer's executable is at \(a.appID)'s registered path but is another file")
+                throw VaultFailure(
+                    .permissionDenied,
+                    "the peer's executable is at \(a.appID)'s registered path but is another file")
             }
             return a.caller
         }
@@ -258,7 +309,9 @@ extension Vault {
     public func unavailableItems(caller: Caller) throws -> Int {
         // Nearly always no class holds another device's items: answered without the engine lock.
         guard withKeys({ Accessibility.allCases.contains(where: keys.isForeign) }) else { return 0 }
-        return try exclusive { try keychain.unavailableCount(inGroups: caller.visibleAccessGroups, in: $0.db) }
+        return try exclusive {
+            try keychain.unavailableCount(inGroups: caller.visibleAccessGroups, in: $0.db)
+        }
     }
 
     /// The first launch of the caller's generation, once: wipes the leftovers, and reports it
@@ -266,18 +319,26 @@ extension Vault {
     func launch(_ caller: Caller, reporting: Bool) throws -> (firstLaunch: Bool, wiped: Int) {
         guard let appID = caller.appID else { return (false, 0) }
         return try write { db in
-            guard var a = try self.apps.find(appID, in: db), a.installed, a.generation == caller.generation else { return (false, 0) }
+            guard var a = try self.apps.find(appID, in: db), a.installed,
+                a.generation == caller.generation
+            else { return (false, 0) }
             if a.launchedGeneration == a.generation {
                 guard reporting, let wiped = a.unreportedLaunchWipe else { return (false, 0) }
                 a.unreportedLaunchWipe = nil
                 try self.apps.save(a, in: db)
                 return (true, wiped)
             }
-            let wiped = a.keepCredentialsOnReinstall ? 0 : try self.apps.wipeLeftoverCredentials(of: a, in: db)
+            let wiped =
+                a.keepCredentialsOnReinstall
+                ? 0 : try self.apps.wipeLeftoverCredentials(of: a, in: db)
             a.launchedGeneration = a.generation
             a.unreportedLaunchWipe = reporting ? nil : wiped
             try self.apps.save(a, in: db)
-            if wiped > 0 { log("app \(appID): first launch of a new install; wiped \(wiped) leftover credential(s)") }
+            if wiped > 0 {
+                log(
+                    "app \(appID): first launch of a new install; wiped \(wiped) leftover credential(s)"
+                )
+            }
             return (true, wiped)
         }
     }
@@ -291,7 +352,8 @@ extension Vault {
     /// ENOTDIR, also a symlink whose target is gone), or not known (EACCES, EIO, ELOOP …:
     /// nothing is concluded from it).
     enum ExecutableState: Equatable {
-        case present, absent, unknown(Int32)
+        case present, absent
+        case unknown(Int32)
     }
 
     static func executableState(_ path: String) -> ExecutableState {
@@ -314,7 +376,9 @@ extension Vault {
         for listed in all where !listed.flatpak && listed.executable != nil {
             registration.withLock {
                 // Decide on the current record: an install since the listing may have changed it.
-                guard var a = try? exclusive({ try apps.find(listed.appID, in: $0.db) }), !a.flatpak, let exe = a.executable else { return }
+                guard var a = try? exclusive({ try apps.find(listed.appID, in: $0.db) }),
+                    !a.flatpak, let exe = a.executable
+                else { return }
                 let state = Self.executableState(exe)
                 if a.installed {
                     switch state {
@@ -322,22 +386,29 @@ extension Vault {
                         let absent = Int(now.timeIntervalSince(a.missingSince!).rounded())
                         a.missingSince = nil
                         if (try? write({ [a] db in try self.apps.save(a, in: db) })) != nil {
-                            log("app \(a.appID): its executable is back after about \(absent) s; the same install (generation \(a.generation))")
+                            log(
+                                "app \(a.appID): its executable is back after about \(absent) s; the same install (generation \(a.generation))"
+                            )
                         }
                     case .absent where a.missingSince == nil:
                         a.missingSince = now
                         if (try? write({ [a] db in try self.apps.save(a, in: db) })) != nil {
-                            log("app \(a.appID): its executable \(logField(exe)) is missing; it counts as uninstalled in \(Int(grace)) s unless it comes back (UninstallGraceSeconds)")
+                            log(
+                                "app \(a.appID): its executable \(logField(exe)) is missing; it counts as uninstalled in \(Int(grace)) s unless it comes back (UninstallGraceSeconds)"
+                            )
                         }
                     case .absent where now.timeIntervalSince(a.missingSince!) >= grace:
-                        log("app \(a.appID): its executable has been missing for \(Int(grace)) s or more (UninstallGraceSeconds)")
+                        log(
+                            "app \(a.appID): its executable has been missing for \(Int(grace)) s or more (UninstallGraceSeconds)"
+                        )
                         _ = try? markUninstalled(a.appID, executableMissing: true)
                     default:
                         break
                     }
                 } else if a.executableMissing && state == .present {
                     _ = try? register(
-                        a.appID, executable: exe, flatpak: false, accessGroups: a.accessGroups, appGroups: a.appGroups,
+                        a.appID, executable: exe, flatpak: false, accessGroups: a.accessGroups,
+                        appGroups: a.appGroups,
                         keepCredentialsOnReinstall: a.keepCredentialsOnReinstall)
                 }
             }

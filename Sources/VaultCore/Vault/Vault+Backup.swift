@@ -36,7 +36,8 @@ public struct RestoreSummary: Sendable {
     /// ThisDeviceOnly items sealed by another device's key: stored NotAvailableOnThisDevice.
     public var unavailableItems = 0
     /// The lock state after the restore.
-    public var lock = LockState(state: .uninitialized, unlockedSinceStart: false, hasPassphrase: false)
+    public var lock = LockState(
+        state: .uninitialized, unlockedSinceStart: false, hasPassphrase: false)
 }
 
 extension Vault {
@@ -47,7 +48,10 @@ extension Vault {
     /// and exact stored attributes, so a sealed secret cannot be moved onto another record.
     static func deviceBoundAssociatedData(_ r: BackupArchive.ItemRecord) -> [UInt8] {
         var ad = Array("vaultd backup device-bound item v1".utf8)
-        for part in [r.itemClass.rawValue, r.accessGroup, r.accessible.rawValue, r.synchronizable ? "1" : "0"] {
+        for part in [
+            r.itemClass.rawValue, r.accessGroup, r.accessible.rawValue,
+            r.synchronizable ? "1" : "0",
+        ] {
             ad.append(0)
             ad += part.utf8
         }
@@ -64,14 +68,20 @@ extension Vault {
     /// Every item and every row of the copied tables, read in one transaction on `db`: one
     /// commit's state, whatever writers commit meanwhile (a WAL reader's snapshot). Rows
     /// with malformed columns are returned as damaged items.
-    private static func snapshot(_ db: Database) throws -> (items: [StoredItem], malformed: [DamagedItem], rows: [BackupArchive.TableRow]) {
+    private static func snapshot(_ db: Database) throws -> (
+        items: [StoredItem], malformed: [DamagedItem], rows: [BackupArchive.TableRow]
+    ) {
         try db.readTransaction { db in try snapshotInTransaction(db) }
     }
 
-    private static func snapshotInTransaction(_ db: Database) throws -> (items: [StoredItem], malformed: [DamagedItem], rows: [BackupArchive.TableRow]) {
+    private static func snapshotInTransaction(_ db: Database) throws -> (
+        items: [StoredItem], malformed: [DamagedItem], rows: [BackupArchive.TableRow]
+    ) {
         var items: [StoredItem] = []
         var malformed: [DamagedItem] = []
-        for r in try db.rows("SELECT id, uuid, item_class, access_group, accessible, synchronizable, attributes, wrapped_key, secret, generation FROM items ORDER BY id") {
+        for r in try db.rows(
+            "SELECT id, uuid, item_class, access_group, accessible, synchronizable, attributes, wrapped_key, secret, generation FROM items ORDER BY id"
+        ) {
             switch KeychainStore.stored(r) {
             case .success(let row): items.append(StoredItem(row: row, generation: r[9].text))
             case .failure(let d): malformed.append(d)
@@ -81,7 +91,9 @@ extension Vault {
         for table in BackupArchive.tables {
             let columns = try tableColumns(table, db)
             for r in try db.rows("SELECT \(columns.joined(separator: ", ")) FROM \(table)") {
-                rows.append(BackupArchive.TableRow(table: table, columns: Array(zip(columns, r)).map { ($0.0, $0.1) }))
+                rows.append(
+                    BackupArchive.TableRow(
+                        table: table, columns: Array(zip(columns, r)).map { ($0.0, $0.1) }))
             }
         }
         return (items, malformed, rows)
@@ -90,17 +102,23 @@ extension Vault {
     /// `rows` without the preferences that do not read (a value that does not decode, a
     /// domain or key that is not text: a restore would refuse them, and the whole backup with
     /// them), and those left out, by domain and key.
-    private static func withoutDamagedValues(_ rows: [BackupArchive.TableRow]) -> ([BackupArchive.TableRow], [DamagedValue]) {
+    private static func withoutDamagedValues(_ rows: [BackupArchive.TableRow]) -> (
+        [BackupArchive.TableRow], [DamagedValue]
+    ) {
         var kept: [BackupArchive.TableRow] = []
         var damaged: [DamagedValue] = []
         for row in rows {
-            let domain = row.value("domain")?.text, key = row.value("key")?.text
-            let reads = domain != nil && key != nil && row.value("value")?.blob.flatMap({ PreferencesStore.decode($0) }) != nil
+            let domain = row.value("domain")?.text
+            let key = row.value("key")?.text
+            let reads =
+                domain != nil && key != nil
+                && row.value("value")?.blob.flatMap({ PreferencesStore.decode($0) }) != nil
             guard row.table == "preferences", !reads else {
                 kept.append(row)
                 continue
             }
-            damaged.append(DamagedValue(domain: domain ?? "(unreadable)", key: key ?? "(unreadable)"))
+            damaged.append(
+                DamagedValue(domain: domain ?? "(unreadable)", key: key ?? "(unreadable)"))
         }
         return (kept, damaged)
     }
@@ -121,19 +139,28 @@ extension Vault {
     /// summary and the log.
     /// Owner only. Throws PermissionDenied, InteractionNotAllowed (locked: nothing written),
     /// Param (a relative path, bad recipients), StorageFull.
-    public func backup(to path: String, recipients: [Age.Recipient], includeDeviceBound: Bool, caller: Caller) throws -> BackupSummary {
+    public func backup(
+        to path: String, recipients: [Age.Recipient], includeDeviceBound: Bool, caller: Caller
+    ) throws -> BackupSummary {
         _ = try authorize(.backup, for: caller)
-        guard path.hasPrefix("/") else { throw VaultFailure.param("the backup's path must be absolute") }
+        guard path.hasPrefix("/") else {
+            throw VaultFailure.param("the backup's path must be absolute")
+        }
         // Renamed over vault.sqlite or beside it, a backup would replace or crowd the live store.
         let directory = Self.canonicalPath((path as NSString).deletingLastPathComponent)
         guard directory != Self.canonicalPath(dataDirectory) else {
-            throw VaultFailure.param("a backup must not be written into vaultd's data directory (\(dataDirectory)): give a path elsewhere")
+            throw VaultFailure.param(
+                "a backup must not be written into vaultd's data directory (\(dataDirectory)): give a path elsewhere"
+            )
         }
         // All of it or nothing: a backup without the locked classes' items would look whole.
         let (metadata, classKeys, deviceID, deviceBackupKey) = try withKeys {
             try keys.requireInitialized()
             guard keys.state == .unlocked else {
-                throw VaultFailure(.interactionNotAllowed, "the vault is locked: unlock it to back it up (its items' keys are not in memory); nothing was written")
+                throw VaultFailure(
+                    .interactionNotAllowed,
+                    "the vault is locked: unlock it to back it up (its items' keys are not in memory); nothing was written"
+                )
             }
             var found: [Accessibility: SecureBytes] = [:]
             for a in Accessibility.allCases { found[a] = try? keys.classKey(a) }
@@ -143,13 +170,17 @@ extension Vault {
         var summary = BackupSummary()
         summary.damagedItems = malformed
         var archive = BackupArchive(header: [
-            "format": JSON(BackupArchive.format), "created": .string(PlistDate.format(Date())), "vaultd": .string(VaultVersion.current),
+            "format": JSON(BackupArchive.format), "created": .string(PlistDate.format(Date())),
+            "vaultd": .string(VaultVersion.current),
             "device": .string(deviceID),
         ])
         for item in items {
             let r = item.row
             let ad = r.associatedData
-            guard let attributes = Sodium.openBytes(r.attributes, key: metadata, associatedData: ad), (try? ItemAttributes(jsonObject: attributes)) != nil else {
+            guard
+                let attributes = Sodium.openBytes(r.attributes, key: metadata, associatedData: ad),
+                (try? ItemAttributes(jsonObject: attributes)) != nil
+            else {
                 summary.damagedItems.append(DamagedItem(r, .attributes))
                 continue
             }
@@ -157,7 +188,9 @@ extension Vault {
                 summary.leftOutItems += 1
                 continue
             }
-            guard let classKey = classKeys[r.accessible], let itemKey = Sodium.open(r.wrappedKey, key: classKey, associatedData: ad) else {
+            guard let classKey = classKeys[r.accessible],
+                let itemKey = Sodium.open(r.wrappedKey, key: classKey, associatedData: ad)
+            else {
                 // Only another device's ThisDeviceOnly item opens with no key here.
                 guard r.accessible.isThisDeviceOnly else {
                     summary.damagedItems.append(DamagedItem(r, .secret))
@@ -171,10 +204,15 @@ extension Vault {
                 continue
             }
             var record = BackupArchive.ItemRecord(
-                itemClass: r.itemClass, accessGroup: r.accessGroup, accessible: r.accessible, synchronizable: r.synchronizable,
-                generation: item.generation, attributes: attributes, secret: secret, deviceBound: r.accessible.isThisDeviceOnly)
+                itemClass: r.itemClass, accessGroup: r.accessGroup, accessible: r.accessible,
+                synchronizable: r.synchronizable,
+                generation: item.generation, attributes: attributes, secret: secret,
+                deviceBound: r.accessible.isThisDeviceOnly)
             if record.deviceBound {
-                record.secret = SecureBytes(copying: Sodium.seal(secret, key: deviceBackupKey, associatedData: Self.deviceBoundAssociatedData(record)))
+                record.secret = SecureBytes(
+                    copying: Sodium.seal(
+                        secret, key: deviceBackupKey,
+                        associatedData: Self.deviceBoundAssociatedData(record)))
                 summary.deviceBoundItems += 1
             }
             summary.items += 1
@@ -184,18 +222,26 @@ extension Vault {
         let preferences = archive.rows.filter { $0.table == "preferences" }
         summary.preferences = preferences.count
         var domains = Set<ExactString>()
-        for p in preferences { if let d = p.value("domain")?.text { domains.insert(ExactString(d)) } }
+        for p in preferences {
+            if let d = p.value("domain")?.text { domains.insert(ExactString(d)) }
+        }
         summary.domains = domains.count
         summary.apps = archive.rows.filter { $0.table == "apps" }.count
         let file = try Age.encrypt(archive.serialized(), to: recipients)
         try FileSystem.writeAtomically(file, to: path)
         summary.bytes = file.count
-        log("backup written to \(path): \(summary.items) items (\(summary.deviceBoundItems) device-bound, \(summary.leftOutItems) ThisDeviceOnly left out), \(summary.preferences) preferences in \(summary.domains) domains, \(summary.apps) apps, \(file.count) bytes")
+        log(
+            "backup written to \(path): \(summary.items) items (\(summary.deviceBoundItems) device-bound, \(summary.leftOutItems) ThisDeviceOnly left out), \(summary.preferences) preferences in \(summary.domains) domains, \(summary.apps) apps, \(file.count) bytes"
+        )
         if !summary.damagedItems.isEmpty {
-            log("backup: \(summary.damagedItems.count) damaged item(s) left out: \(summary.damagedItems.prefix(16).map(\.description).joined(separator: "; "))")
+            log(
+                "backup: \(summary.damagedItems.count) damaged item(s) left out: \(summary.damagedItems.prefix(16).map(\.description).joined(separator: "; "))"
+            )
         }
         if !summary.damagedValues.isEmpty {
-            log("backup: \(summary.damagedValues.count) damaged preference value(s) left out: \(summary.damagedValues.prefix(16).map(\.description).joined(separator: "; "))")
+            log(
+                "backup: \(summary.damagedValues.count) damaged preference value(s) left out: \(summary.damagedValues.prefix(16).map(\.description).joined(separator: "; "))"
+            )
         }
         return summary
     }
@@ -204,31 +250,49 @@ extension Vault {
     /// preference values decoded and their domains and keys valid, app IDs valid, every row's
     /// columns known to this vaultd's tables. Throws BackupUnreadable.
     private func check(_ archive: BackupArchive) throws -> [ItemAttributes] {
-        func bad(_ why: String) -> VaultFailure { VaultFailure(.backupUnreadable, "the backup holds \(why); nothing was changed") }
+        func bad(_ why: String) -> VaultFailure {
+            VaultFailure(.backupUnreadable, "the backup holds \(why); nothing was changed")
+        }
         let attributes = try archive.items.map { r -> ItemAttributes in
-            guard var a = try? ItemAttributes(jsonObject: r.attributes) else { throw bad("an item whose attributes do not parse") }
+            guard var a = try? ItemAttributes(jsonObject: r.attributes) else {
+                throw bad("an item whose attributes do not parse")
+            }
             a.accessGroup = r.accessGroup
             a.accessible = r.accessible
             a.synchronizable = r.synchronizable
             return a
         }
-        let known = try read { db in try Dictionary(uniqueKeysWithValues: BackupArchive.tables.map { ($0, Set(try Self.tableColumns($0, db))) }) }
+        let known = try read { db in
+            try Dictionary(
+                uniqueKeysWithValues: BackupArchive.tables.map {
+                    ($0, Set(try Self.tableColumns($0, db)))
+                })
+        }
         for row in archive.rows {
             for c in row.columns where !(known[row.table]?.contains(c.name) ?? false) {
-                throw bad("a column \(row.table).\(c.name) this vaultd does not have (a backup of a newer vaultd?)")
+                throw bad(
+                    "a column \(row.table).\(c.name) this vaultd does not have (a backup of a newer vaultd?)"
+                )
             }
             switch row.table {
             case "preferences":
-                guard let d = row.value("domain")?.text, let k = row.value("key")?.text, let v = row.value("value")?.blob,
-                    (try? PreferencesStore.validate(domain: d)) != nil, (try? PreferencesStore.validate(key: k)) != nil,
+                guard let d = row.value("domain")?.text, let k = row.value("key")?.text,
+                    let v = row.value("value")?.blob,
+                    (try? PreferencesStore.validate(domain: d)) != nil,
+                    (try? PreferencesStore.validate(key: k)) != nil,
                     PreferencesStore.decode(v) != nil
                 else { throw bad("a malformed preference") }
             case "apps":
-                guard let id = row.value("app_id")?.text, (try? AppRecord.validate(appID: id)) != nil, row.value("generation")?.text != nil else {
+                guard let id = row.value("app_id")?.text,
+                    (try? AppRecord.validate(appID: id)) != nil,
+                    row.value("generation")?.text != nil
+                else {
                     throw bad("a malformed app registration")
                 }
             default:
-                guard row.value("generation")?.text != nil, row.value("app_id")?.text != nil else { throw bad("a malformed app generation") }
+                guard row.value("generation")?.text != nil, row.value("app_id")?.text != nil else {
+                    throw bad("a malformed app generation")
+                }
             }
         }
         return attributes
@@ -248,24 +312,39 @@ extension Vault {
     /// BackupAuthFailed (wrong passphrase or key), BackupUnreadable (not a backup, altered,
     /// truncated, too large), NotEmpty, InteractionNotAllowed (locked), Param, StorageFull,
     /// DomainTooLarge (a merged domain over 4 MiB).
-    public func restore(from path: String, identities: [Age.Identity], newPassphrase: SecureBytes?, merge: Bool, caller: Caller) throws -> RestoreSummary {
+    public func restore(
+        from path: String, identities: [Age.Identity], newPassphrase: SecureBytes?, merge: Bool,
+        caller: Caller
+    ) throws -> RestoreSummary {
         _ = try authorize(.restore, for: caller)
-        guard path.hasPrefix("/") else { throw VaultFailure.param("the backup's path must be absolute") }
-        if let p = newPassphrase, p.count == 0 { throw VaultFailure.param("the new passphrase must not be empty") }
+        guard path.hasPrefix("/") else {
+            throw VaultFailure.param("the backup's path must be absolute")
+        }
+        if let p = newPassphrase, p.count == 0 {
+            throw VaultFailure.param("the new passphrase must not be empty")
+        }
         let file = try FileSystem.readFile(path, limit: Self.maximumBackupSize)
         let payload: SecureBytes
         do {
             payload = try Age.decrypt(file, with: identities, maximumSize: Self.maximumBackupSize)
         } catch let f as Age.Failure {
-            throw VaultFailure(f.kind == .noMatch ? .backupAuthFailed : .backupUnreadable, f.message + "; nothing was changed")
+            throw VaultFailure(
+                f.kind == .noMatch ? .backupAuthFailed : .backupUnreadable,
+                f.message + "; nothing was changed")
         }
         let archive = try BackupArchive.parse(payload)
         let attributes = try check(archive)
         let uninitialized = locked { keys.state == .uninitialized }
         if !uninitialized && newPassphrase != nil {
-            throw VaultFailure.param("the vault is initialised: a new passphrase is for a restore into a new vault only (vaultctl passphrase change changes this one's)")
+            throw VaultFailure.param(
+                "the vault is initialised: a new passphrase is for a restore into a new vault only (vaultctl passphrase change changes this one's)"
+            )
         }
-        let kek = uninitialized ? try newPassphrase.map { try KeyHierarchy.PassphraseKEK(deriving: $0, cost: passphrasePolicy.kdfCost) } : nil
+        let kek =
+            uninitialized
+            ? try newPassphrase.map {
+                try KeyHierarchy.PassphraseKEK(deriving: $0, cost: passphrasePolicy.kdfCost)
+            } : nil
         let result: RestoreSummary = try inEventOrder { ticket in
             try exclusive { x in
                 try writingKeys(in: x) { db in
@@ -274,27 +353,41 @@ extension Vault {
                         try changingKeys { try keys.initialize(passphrase: kek, in: db) }
                     } else {
                         guard keys.state == .unlocked else {
-                            throw VaultFailure(.interactionNotAllowed, "the vault is locked: unlock it to restore into it; nothing was changed")
+                            throw VaultFailure(
+                                .interactionNotAllowed,
+                                "the vault is locked: unlock it to restore into it; nothing was changed"
+                            )
                         }
                         if !merge,
-                            let n = try db.row("SELECT (SELECT count(*) FROM items) + (SELECT count(*) FROM preferences) + (SELECT count(*) FROM apps)")?[0].int64,
+                            let n = try db.row(
+                                "SELECT (SELECT count(*) FROM items) + (SELECT count(*) FROM preferences) + (SELECT count(*) FROM apps)"
+                            )?[0].int64,
                             n > 0
                         {
-                            throw VaultFailure(.notEmpty, "the vault already holds items, preferences or apps: restore --merge merges into it; nothing was changed")
+                            throw VaultFailure(
+                                .notEmpty,
+                                "the vault already holds items, preferences or apps: restore --merge merges into it; nothing was changed"
+                            )
                         }
                     }
                     var summary = RestoreSummary()
                     var changed: [(String, String, PlistValue)] = []
-                    try apply(archive, attributes: attributes, merge: merge, into: &summary, changedPreferences: &changed, in: db)
+                    try apply(
+                        archive, attributes: attributes, merge: merge, into: &summary,
+                        changedPreferences: &changed, in: db)
                     ticket.take()
                     summary.lock = keys.lockState
                     if uninitialized { events.append(.lockState(summary.lock)) }
-                    events += changed.map { .preference(domain: $0.0, key: $0.1, value: $0.2, sequence: ticket.sequence) }
+                    events += changed.map {
+                        .preference(domain: $0.0, key: $0.1, value: $0.2, sequence: ticket.sequence)
+                    }
                     return (summary, events)
                 }
             }
         }
-        log("restored the backup \(path): items \(result.items.added) added, \(result.items.replaced) replaced, \(result.items.kept) kept (\(result.unavailableItems) unavailable on this device); preferences \(result.preferences.added) added, \(result.preferences.replaced) replaced, \(result.preferences.kept) kept; apps \(result.apps.added) added, \(result.apps.kept) kept")
+        log(
+            "restored the backup \(path): items \(result.items.added) added, \(result.items.replaced) replaced, \(result.items.kept) kept (\(result.unavailableItems) unavailable on this device); preferences \(result.preferences.added) added, \(result.preferences.replaced) replaced, \(result.preferences.kept) kept; apps \(result.apps.added) added, \(result.apps.kept) kept"
+        )
         return result
     }
 
@@ -302,7 +395,8 @@ extension Vault {
     /// their generations first (the storage-quota triggers then count the items they own),
     /// then items, then preferences, counting what each did.
     private func apply(
-        _ archive: BackupArchive, attributes: [ItemAttributes], merge: Bool, into summary: inout RestoreSummary,
+        _ archive: BackupArchive, attributes: [ItemAttributes], merge: Bool,
+        into summary: inout RestoreSummary,
         changedPreferences: inout [(String, String, PlistValue)], in db: Database
     ) throws {
         for row in archive.rows where row.table == "apps" {
@@ -313,7 +407,9 @@ extension Vault {
             try insert(row, in: db)
             summary.apps.added += 1
         }
-        for row in archive.rows where row.table == "app_generations" { try insert(row, orIgnore: true, in: db) }
+        for row in archive.rows where row.table == "app_generations" {
+            try insert(row, orIgnore: true, in: db)
+        }
 
         let (deviceID, deviceBackupKey) = withKeys { (keys.deviceID, keys.deviceBackupKey()) }
         for (record, a) in zip(archive.items, attributes) {
@@ -321,21 +417,31 @@ extension Vault {
             var unavailable = false
             if record.deviceBound {
                 if let opened = Sodium.open(
-                    record.secret.withUnsafeBytes { Array($0) }, key: deviceBackupKey, associatedData: Self.deviceBoundAssociatedData(record))
+                    record.secret.withUnsafeBytes { Array($0) }, key: deviceBackupKey,
+                    associatedData: Self.deviceBoundAssociatedData(record))
                 {
                     secret = opened
                 } else {
                     // Sealed by another device's key: stored so, NotAvailableOnThisDevice here.
-                    guard let other = archive.deviceID, other != deviceID, other.utf8.count <= 64 else {
-                        throw VaultFailure(.backupUnreadable, "a device-bound item of the backup does not open with this device's key, which sealed it; nothing was changed")
+                    guard let other = archive.deviceID, other != deviceID, other.utf8.count <= 64
+                    else {
+                        throw VaultFailure(
+                            .backupUnreadable,
+                            "a device-bound item of the backup does not open with this device's key, which sealed it; nothing was changed"
+                        )
                     }
-                    try changingKeys { try keys.noteForeignDevice(record.accessible, deviceID: other, in: db) }
+                    try changingKeys {
+                        try keys.noteForeignDevice(record.accessible, deviceID: other, in: db)
+                    }
                     secret = SecureBytes.random(count: 16)
                     unavailable = true
                     summary.unavailableItems += 1
                 }
             }
-            switch try keychain.restore(record.itemClass, attributes: a, secret: secret, generation: record.generation, merge: merge, unavailable: unavailable, in: db) {
+            switch try keychain.restore(
+                record.itemClass, attributes: a, secret: secret, generation: record.generation,
+                merge: merge, unavailable: unavailable, in: db)
+            {
             case .added: summary.items.added += 1
             case .replaced: summary.items.replaced += 1
             case .kept: summary.items.kept += 1
@@ -344,9 +450,14 @@ extension Vault {
 
         var domains: [String] = []
         for row in archive.rows where row.table == "preferences" {
-            let (domain, key, stored) = (row.value("domain")!.text!, row.value("key")!.text!, row.value("value")!.blob!)
+            let (domain, key, stored) = (
+                row.value("domain")!.text!, row.value("key")!.text!, row.value("value")!.blob!
+            )
             let theirs = row.value("modified")?.real ?? -Double.infinity
-            if let existing = try db.row("SELECT modified FROM preferences WHERE domain = ? AND key = ?", [.text(domain), .text(key)]) {
+            if let existing = try db.row(
+                "SELECT modified FROM preferences WHERE domain = ? AND key = ?",
+                [.text(domain), .text(key)])
+            {
                 guard theirs > existing[0].real ?? -Double.infinity else {
                     summary.preferences.kept += 1
                     continue
@@ -356,11 +467,17 @@ extension Vault {
                 summary.preferences.added += 1
             }
             // Checked with the whole archive before anything was written (`check`).
-            guard let value = PreferencesStore.decode(stored) else { throw VaultFailure(.backupUnreadable, "a preference value that does not decode; nothing was changed") }
+            guard let value = PreferencesStore.decode(stored) else {
+                throw VaultFailure(
+                    .backupUnreadable,
+                    "a preference value that does not decode; nothing was changed")
+            }
             try db.run(
                 "INSERT OR REPLACE INTO preferences (domain, key, value, size, modified) VALUES (?, ?, ?, ?, ?)",
                 [
-                    .text(domain), .text(key), .blob(stored), .integer(Int64(PreferencesStore.entrySize(key: key, value: value, stored: stored))),
+                    .text(domain), .text(key), .blob(stored),
+                    .integer(
+                        Int64(PreferencesStore.entrySize(key: key, value: value, stored: stored))),
                     row.value("modified") ?? .null,
                 ])
             changedPreferences.append((domain, key, value))
@@ -368,17 +485,26 @@ extension Vault {
         }
         // A merge can grow a domain past its limit: refused whole, as an Import would be.
         for d in domains {
-            let size = Int(try db.row("SELECT COALESCE(SUM(size), 0) FROM preferences WHERE domain = ?", [.text(d)])?[0].int64 ?? 0)
+            let size = Int(
+                try db.row(
+                    "SELECT COALESCE(SUM(size), 0) FROM preferences WHERE domain = ?", [.text(d)])?[
+                        0
+                    ].int64 ?? 0)
             if size > PreferencesStore.maximumDomainSize {
                 throw VaultFailure(
-                    .domainTooLarge, "domain '\(d)' would hold \(size) bytes after the restore; the limit is \(PreferencesStore.maximumDomainSize) bytes (4 MiB); nothing was changed",
-                    .init(limit: Int64(PreferencesStore.maximumDomainSize), size: Int64(size), domain: d))
+                    .domainTooLarge,
+                    "domain '\(d)' would hold \(size) bytes after the restore; the limit is \(PreferencesStore.maximumDomainSize) bytes (4 MiB); nothing was changed",
+                    .init(
+                        limit: Int64(PreferencesStore.maximumDomainSize), size: Int64(size),
+                        domain: d))
             }
         }
     }
 
     /// Inserts a copied table's row as it was (its columns were checked against the table).
-    private func insert(_ row: BackupArchive.TableRow, orIgnore: Bool = false, in db: Database) throws {
+    private func insert(_ row: BackupArchive.TableRow, orIgnore: Bool = false, in db: Database)
+        throws
+    {
         let names = row.columns.map(\.name)
         try db.run(
             "INSERT \(orIgnore ? "OR IGNORE " : "")INTO \(row.table) (\(names.joined(separator: ", "))) VALUES (\(Array(repeating: "?", count: names.count).joined(separator: ", ")))",

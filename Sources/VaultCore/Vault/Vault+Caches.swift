@@ -14,7 +14,9 @@ extension Vault {
         let target = try authorize(.cacheDirectory(appID: appID), for: caller).appID!
         if caller.isOwner {
             try AppRecord.validate(appID: target)
-            guard try isInstalled(target) else { throw VaultFailure(.appNotFound, "no installed app \(target)") }
+            guard try isInstalled(target) else {
+                throw VaultFailure(.appNotFound, "no installed app \(target)")
+            }
         }
         let path = try caches.directory(for: target)
         // An uninstall between the check and the mkdir removed the directory before it was
@@ -31,7 +33,9 @@ extension Vault {
     /// `running` go last; a file a process holds open or has mapped stays. `bytes` counts
     /// bytes allocated on disk. Owner only (else PermissionDenied); InvalidAppID for a
     /// malformed `appID`, AppNotFound for one neither installed nor with a cache. Observers get a `cachePurge` event per app.
-    public func purgeCaches(appID: String?, bytes: Int64?, running: Set<String>, caller: Caller) throws -> PurgeReport {
+    public func purgeCaches(appID: String?, bytes: Int64?, running: Set<String>, caller: Caller)
+        throws -> PurgeReport
+    {
         _ = try authorize(.purgeCaches, for: caller)
         if let appID {
             try AppRecord.validate(appID: appID)
@@ -43,7 +47,9 @@ extension Vault {
                 throw VaultFailure(.appNotFound, "no installed app \(appID)")
             }
         }
-        let report = caches.purge(only: appID, running: running) { r in bytes.map { r.freedBytes >= $0 } ?? false }
+        let report = caches.purge(only: appID, running: running) { r in
+            bytes.map { r.freedBytes >= $0 } ?? false
+        }
         announce(report)
         return report
     }
@@ -59,13 +65,17 @@ extension Vault {
     public func enforceCachePolicy(_ policy: CachePolicy, running: Set<String>) -> PurgeReport? {
         guard let report = caches.enforce(policy, running: running) else { return nil }
         if report.removedFiles > 0 {
-            log("cache purge: freed \(report.freedBytes) bytes in \(report.removedFiles) file(s) of \(report.apps.count) app(s)")
+            log(
+                "cache purge: freed \(report.freedBytes) bytes in \(report.removedFiles) file(s) of \(report.apps.count) app(s)"
+            )
         }
         announce(report)
         return report
     }
 
     private func announce(_ report: PurgeReport) {
-        for (app, freed) in report.apps.sorted(by: { $0.key < $1.key }) { emit(.cachePurge(appID: app, freedBytes: freed)) }
+        for (app, freed) in report.apps.sorted(by: { $0.key < $1.key }) {
+            emit(.cachePurge(appID: app, freedBytes: freed))
+        }
     }
 }

@@ -49,8 +49,11 @@ extension Vault {
             try db.readTransaction { db in
                 var check = StoreCheck()
                 // Bounded: a badly damaged file would list every page.
-                check.integrity = try db.rows("PRAGMA integrity_check(\(Self.integrityCheckLines))").compactMap { $0[0].text }
-                let s = try db.statement("SELECT id, uuid, item_class, access_group, accessible, synchronizable, attributes, wrapped_key, secret FROM items ORDER BY id")
+                check.integrity = try db.rows("PRAGMA integrity_check(\(Self.integrityCheckLines))")
+                    .compactMap { $0[0].text }
+                let s = try db.statement(
+                    "SELECT id, uuid, item_class, access_group, accessible, synchronizable, attributes, wrapped_key, secret FROM items ORDER BY id"
+                )
                 defer { s.reset() }
                 while try s.step() {
                     check.items += 1
@@ -63,7 +66,11 @@ extension Vault {
                     }
                     let ad = r.associatedData
                     if let metadata {
-                        guard let plain = Sodium.openBytes(r.attributes, key: metadata, associatedData: ad), (try? ItemAttributes(jsonObject: plain)) != nil else {
+                        guard
+                            let plain = Sodium.openBytes(
+                                r.attributes, key: metadata, associatedData: ad),
+                            (try? ItemAttributes(jsonObject: plain)) != nil
+                        else {
                             check.damaged.append(DamagedItem(r, .attributes))
                             continue
                         }
@@ -74,14 +81,17 @@ extension Vault {
                     }
                     if KeychainStore.openSecret(of: r, classKey: classKey) == nil {
                         // Another device's item (a moved data directory) never opens here: not damaged.
-                        if foreign.contains(r.accessible) && Sodium.open(r.wrappedKey, key: classKey, associatedData: ad) == nil {
+                        if foreign.contains(r.accessible)
+                            && Sodium.open(r.wrappedKey, key: classKey, associatedData: ad) == nil
+                        {
                             check.secretsUnchecked += 1
                         } else {
                             check.damaged.append(DamagedItem(r, .secret))
                         }
                     }
                 }
-                check.setAside = Int(try db.row("SELECT count(*) FROM items_set_aside")?[0].int64 ?? 0)
+                check.setAside = Int(
+                    try db.row("SELECT count(*) FROM items_set_aside")?[0].int64 ?? 0)
                 let values = try preferences.damagedValues(in: db)
                 check.preferences = values.checked
                 check.damagedValues = Array(values.damaged.prefix(VaultFailure.maximumDamagedItems))

@@ -16,7 +16,10 @@ extension Vault {
         _ = try authorize(.listAccessGroups, for: caller)
         let stored: [String] =
             caller.isOwner
-            ? try read { db in try db.rows("SELECT DISTINCT access_group FROM items ORDER BY access_group").compactMap { $0[0].text } }
+            ? try read { db in
+                try db.rows("SELECT DISTINCT access_group FROM items ORDER BY access_group")
+                    .compactMap { $0[0].text }
+            }
             : []
         return Policy.visibleAccessGroups(stored: stored, to: caller)
     }
@@ -43,12 +46,20 @@ extension Vault {
     /// group's name too, and is logged; setting one replaces it.
     public func collectionLabel(_ group: String, caller: Caller) throws -> String {
         let g = try accessGroup(group, caller: caller)
-        guard let box = try read({ db in try db.row("SELECT label FROM collection_labels WHERE access_group = ?", [.text(g)])?[0].blob }) else {
+        guard
+            let box = try read({ db in
+                try db.row(
+                    "SELECT label FROM collection_labels WHERE access_group = ?", [.text(g)])?[0]
+                    .blob
+            })
+        else {
             return g
         }
         guard let metadata = withKeys({ try? keychain.metadataKeys().metadata }) else { return g }
         guard let label = Self.openCollectionLabel(box, accessGroup: g, metadata: metadata) else {
-            log("secret service: the label of collection \(g) failed authentication (the vault file was altered or damaged); it reads as the group's name until one is set")
+            log(
+                "secret service: the label of collection \(g) failed authentication (the vault file was altered or damaged); it reads as the group's name until one is set"
+            )
             return g
         }
         return label
@@ -61,11 +72,15 @@ extension Vault {
     /// InteractionNotAllowed before the first unlock (the label is sealed under the metadata
     /// key, `collectionLabel`).
     @discardableResult
-    public func setCollectionLabel(_ group: String, to label: String, caller: Caller) throws -> Bool {
+    public func setCollectionLabel(_ group: String, to label: String, caller: Caller) throws -> Bool
+    {
         let g = try accessGroup(group, caller: caller)
-        guard !label.isEmpty else { throw VaultFailure.param("a collection's label must not be empty") }
+        guard !label.isEmpty else {
+            throw VaultFailure.param("a collection's label must not be empty")
+        }
         guard label.utf8.count <= Self.maximumCollectionLabelBytes else {
-            throw VaultFailure.param("a collection's label takes at most \(Self.maximumCollectionLabelBytes) bytes")
+            throw VaultFailure.param(
+                "a collection's label takes at most \(Self.maximumCollectionLabelBytes) bytes")
         }
         let metadata = try withKeys { try keychain.metadataKeys().metadata }
         return try write { db in
@@ -73,7 +88,9 @@ extension Vault {
             // The label now: the group's name without a row; nil when the row does not open
             // (damaged), which any label then replaces.
             let before: String?
-            if let box = try db.row("SELECT label FROM collection_labels WHERE access_group = ?", [.text(g)])?[0].blob {
+            if let box = try db.row(
+                "SELECT label FROM collection_labels WHERE access_group = ?", [.text(g)])?[0].blob
+            {
                 before = Self.openCollectionLabel(box, accessGroup: g, metadata: metadata)
             } else {
                 before = g
@@ -84,7 +101,10 @@ extension Vault {
             } else {
                 _ = try db.run(
                     "INSERT INTO collection_labels (access_group, label) VALUES (?, ?) ON CONFLICT (access_group) DO UPDATE SET label = excluded.label",
-                    [.text(g), .blob(Self.sealCollectionLabel(label, accessGroup: g, metadata: metadata))])
+                    [
+                        .text(g),
+                        .blob(Self.sealCollectionLabel(label, accessGroup: g, metadata: metadata)),
+                    ])
             }
             return true
         }
@@ -100,16 +120,25 @@ extension Vault {
     /// `label`'s UTF-8 sealed under the metadata key (XChaCha20-Poly1305, nonce ‖ ciphertext
     /// ‖ tag), bound to `accessGroup`. `nonce`: tests only (known answers); a random one
     /// otherwise.
-    static func sealCollectionLabel(_ label: String, accessGroup: String, metadata: SecureBytes, nonce: [UInt8]? = nil) -> [UInt8] {
+    static func sealCollectionLabel(
+        _ label: String, accessGroup: String, metadata: SecureBytes, nonce: [UInt8]? = nil
+    ) -> [UInt8] {
         let ad = collectionLabelAssociatedData(accessGroup)
-        guard let nonce else { return Sodium.seal(Array(label.utf8), key: metadata, associatedData: ad) }
+        guard let nonce else {
+            return Sodium.seal(Array(label.utf8), key: metadata, associatedData: ad)
+        }
         return Sodium.seal(Array(label.utf8), key: metadata, associatedData: ad, nonce: nonce)
     }
 
     /// The label `box` holds (`sealCollectionLabel`), nil when it does not open in
     /// `accessGroup`'s row or is not UTF-8.
-    static func openCollectionLabel(_ box: [UInt8], accessGroup: String, metadata: SecureBytes) -> String? {
-        guard let plain = Sodium.openBytes(box, key: metadata, associatedData: collectionLabelAssociatedData(accessGroup)) else { return nil }
+    static func openCollectionLabel(_ box: [UInt8], accessGroup: String, metadata: SecureBytes)
+        -> String?
+    {
+        guard
+            let plain = Sodium.openBytes(
+                box, key: metadata, associatedData: collectionLabelAssociatedData(accessGroup))
+        else { return nil }
         return String(validating: plain, as: UTF8.self)
     }
 
@@ -119,7 +148,8 @@ extension Vault {
         _ = try authorize(.deleteItems(accessGroup: group), for: caller)
         _ = try write { db in
             try self.admitInWrite(caller, in: db)
-            return try db.run("DELETE FROM collection_labels WHERE access_group = ?", [.text(group)])
+            return try db.run(
+                "DELETE FROM collection_labels WHERE access_group = ?", [.text(group)])
         }
     }
 
@@ -146,15 +176,22 @@ extension Vault {
 
     /// The Secret Service items of `group` (generic passwords of `secretServiceService`).
     static func secretServiceQuery(_ group: String) -> ItemQuery {
-        ItemQuery(itemClass: .genericPassword, attributes: ItemAttributes(service: secretServiceService, accessGroup: group), matchAll: true)
+        ItemQuery(
+            itemClass: .genericPassword,
+            attributes: ItemAttributes(service: secretServiceService, accessGroup: group),
+            matchAll: true)
     }
 
     /// The damaged Secret Service item of `group` whose row is `id` (`DamagedItem`), nil when
     /// there is none (deleted, or readable again). Its Secret Service ID (its account) is in
     /// its attributes, which do not read: the front-end names it by its row id, and this
     /// finds it among the damaged items a read of the group meets. Throws as `copyMatching`.
-    public func damagedSecretServiceItem(_ id: Int64, accessGroup group: String, caller: Caller) throws -> DamagedItem? {
-        try copyMatchingReportingDamage(Self.secretServiceQuery(group), returnData: false, includingLocked: true, caller: caller).damaged.first { $0.id == id }
+    public func damagedSecretServiceItem(_ id: Int64, accessGroup group: String, caller: Caller)
+        throws -> DamagedItem?
+    {
+        try copyMatchingReportingDamage(
+            Self.secretServiceQuery(group), returnData: false, includingLocked: true, caller: caller
+        ).damaged.first { $0.id == id }
     }
 
     /// Item.Delete of a damaged Secret Service item named by its row id (`damagedSecretServiceItem`):
@@ -162,7 +199,9 @@ extension Vault {
     /// SecItemDelete naming a damaged item's service and account would. Returns what was
     /// deleted; throws ItemNotFound when it is not (or no longer) such an item, the policy's
     /// refusal for a group the caller may not delete from.
-    public func deleteDamagedSecretServiceItem(_ id: Int64, accessGroup group: String, caller: Caller) throws -> DamagedItem {
+    public func deleteDamagedSecretServiceItem(
+        _ id: Int64, accessGroup group: String, caller: Caller
+    ) throws -> DamagedItem {
         _ = try authorize(.deleteItems(accessGroup: group), for: caller)
         guard let d = try damagedSecretServiceItem(id, accessGroup: group, caller: caller) else {
             throw VaultFailure(.itemNotFound, "no damaged item \(id) in this collection")
@@ -170,10 +209,16 @@ extension Vault {
         let n = try write { db in
             try self.admitInWrite(caller, in: db)
             // A row whose uuid column does not read is named by its id alone.
-            if d.uuid.isEmpty { return try db.run("DELETE FROM items WHERE id = ?", [.integer(d.id)]) }
-            return try db.run("DELETE FROM items WHERE id = ? AND lower(hex(uuid)) = ?", [.integer(d.id), .text(d.uuid)])
+            if d.uuid.isEmpty {
+                return try db.run("DELETE FROM items WHERE id = ?", [.integer(d.id)])
+            }
+            return try db.run(
+                "DELETE FROM items WHERE id = ? AND lower(hex(uuid)) = ?",
+                [.integer(d.id), .text(d.uuid)])
         }
-        guard n == 1 else { throw VaultFailure(.itemNotFound, "no damaged item \(id) in this collection") }
+        guard n == 1 else {
+            throw VaultFailure(.itemNotFound, "no damaged item \(id) in this collection")
+        }
         log("keychain: deleted 1 damaged item(s): \(d.description)")
         emit(.keychainChanged)
         return d
@@ -202,7 +247,8 @@ final class SessionItems: @unchecked Sendable {
         var modified: Date
 
         var bytes: Int {
-            secret.count + label.utf8.count + (contentType?.utf8.count ?? 0) + attributes.reduce(0) { $0 + $1.key.utf8.count + $1.value.utf8.count }
+            secret.count + label.utf8.count + (contentType?.utf8.count ?? 0)
+                + attributes.reduce(0) { $0 + $1.key.utf8.count + $1.value.utf8.count }
         }
     }
 
@@ -220,22 +266,33 @@ extension Vault {
     /// of `attributes` (exactly), and item `id` when given; as found items of access group
     /// `sessionCollection`, with their secrets when `secrets`. Locked (no secret) while the
     /// keychain is not open.
-    public func sessionItems(matching attributes: ExactDictionary<String>, id: String? = nil, secrets: Bool, caller: Caller) throws -> [FoundItem] {
+    public func sessionItems(
+        matching attributes: ExactDictionary<String>, id: String? = nil, secrets: Bool,
+        caller: Caller
+    ) throws -> [FoundItem] {
         _ = try authorize(.copyItems(accessGroup: nil), for: caller)
         let open = isKeychainOpen
         return sessionItems.lock.withLock {
             sessionItems.items.filter { key, item in
                 (id.map(key.sameBytes) ?? true) && caller.mayAccess(group: item.accessGroup)
-                    && attributes.allSatisfy { item.attributes[$0.key]?.sameBytes($0.value) == true }
+                    && attributes.allSatisfy {
+                        item.attributes[$0.key]?.sameBytes($0.value) == true
+                    }
             }
             .sorted { $0.key < $1.key }
             .map { key, item in
-                var a = ItemAttributes(service: Vault.secretServiceService, account: key, label: item.label, accessGroup: Vault.sessionCollection)
+                var a = ItemAttributes(
+                    service: Vault.secretServiceService, account: key, label: item.label,
+                    accessGroup: Vault.sessionCollection)
                 a.lookupAttributes = item.attributes
                 a.contentType = item.contentType
                 a.creationDate = item.created
                 a.modificationDate = item.modified
-                return FoundItem(itemClass: .genericPassword, attributes: a, data: open && secrets ? SecureBytes(copying: item.secret.withUnsafeBytes { Array($0) }) : nil, isLocked: !open)
+                return FoundItem(
+                    itemClass: .genericPassword, attributes: a,
+                    data: open && secrets
+                        ? SecureBytes(copying: item.secret.withUnsafeBytes { Array($0) }) : nil,
+                    isLocked: !open)
             }
         }
     }
@@ -244,22 +301,39 @@ extension Vault {
     /// with `replace`, the new secret and label on one of its items with exactly these
     /// attributes. Returns its ID. Throws InteractionNotAllowed while the keychain is not open,
     /// SecretTooLarge, QuotaExceeded past the collection's bounds.
-    public func addSessionItem(label: String, attributes: ExactDictionary<String>, secret: SecureBytes, contentType: String? = nil, replace: Bool, caller: Caller) throws -> String {
+    public func addSessionItem(
+        label: String, attributes: ExactDictionary<String>, secret: SecureBytes,
+        contentType: String? = nil, replace: Bool, caller: Caller
+    ) throws -> String {
         let group = try authorize(.addItem(accessGroup: nil), for: caller).accessGroup!
         try VaultFailure.checkSecretSize(secret.count)
-        guard isKeychainOpen else { throw VaultFailure(.interactionNotAllowed, "the vault is locked: unlock it (vaultctl unlock)") }
+        guard isKeychainOpen else {
+            throw VaultFailure(
+                .interactionNotAllowed, "the vault is locked: unlock it (vaultctl unlock)")
+        }
         return try sessionItems.lock.withLock {
             let now = Date()
-            if replace, let (id, _) = sessionItems.items.first(where: { $0.value.accessGroup.sameBytes(group) && $0.value.attributes == attributes }) {
+            if replace,
+                let (id, _) = sessionItems.items.first(where: {
+                    $0.value.accessGroup.sameBytes(group) && $0.value.attributes == attributes
+                })
+            {
                 sessionItems.items[id]!.secret = secret
                 sessionItems.items[id]!.contentType = contentType
                 sessionItems.items[id]!.label = label
                 sessionItems.items[id]!.modified = now
                 return id
             }
-            let item = SessionItems.Item(accessGroup: group, label: label, attributes: attributes, secret: secret, contentType: contentType, created: now, modified: now)
-            guard sessionItems.items.count < SessionItems.maximumItems, sessionItems.bytes + item.bytes <= SessionItems.maximumBytes else {
-                throw VaultFailure(.quotaExceeded, "the session collection is full (\(SessionItems.maximumItems) items, \(SessionItems.maximumBytes) bytes)")
+            let item = SessionItems.Item(
+                accessGroup: group, label: label, attributes: attributes, secret: secret,
+                contentType: contentType, created: now, modified: now)
+            guard sessionItems.items.count < SessionItems.maximumItems,
+                sessionItems.bytes + item.bytes <= SessionItems.maximumBytes
+            else {
+                throw VaultFailure(
+                    .quotaExceeded,
+                    "the session collection is full (\(SessionItems.maximumItems) items, \(SessionItems.maximumBytes) bytes)"
+                )
             }
             let id = String(lowercaseHex: Sodium.randomBytes(16))
             sessionItems.items[id] = item
@@ -270,12 +344,19 @@ extension Vault {
     /// Changes session item `id` (its label, attributes, or secret with its content type).
     /// Throws ItemNotFound for one the caller does not see, InteractionNotAllowed while the
     /// keychain is not open.
-    public func updateSessionItem(_ id: String, label: String? = nil, attributes: ExactDictionary<String>? = nil, secret: SecureBytes? = nil, contentType: String? = nil, caller: Caller) throws {
+    public func updateSessionItem(
+        _ id: String, label: String? = nil, attributes: ExactDictionary<String>? = nil,
+        secret: SecureBytes? = nil, contentType: String? = nil, caller: Caller
+    ) throws {
         _ = try authorize(.updateItems(accessGroup: nil, newAccessGroup: nil), for: caller)
         if let secret { try VaultFailure.checkSecretSize(secret.count) }
-        guard isKeychainOpen else { throw VaultFailure(.interactionNotAllowed, "the vault is locked: unlock it (vaultctl unlock)") }
+        guard isKeychainOpen else {
+            throw VaultFailure(
+                .interactionNotAllowed, "the vault is locked: unlock it (vaultctl unlock)")
+        }
         try sessionItems.lock.withLock {
-            guard var item = sessionItems.items[id], caller.mayAccess(group: item.accessGroup) else { throw VaultFailure(.itemNotFound, "no such item") }
+            guard var item = sessionItems.items[id], caller.mayAccess(group: item.accessGroup)
+            else { throw VaultFailure(.itemNotFound, "no such item") }
             if let label { item.label = label }
             if let attributes { item.attributes = attributes }
             if let secret {
@@ -292,7 +373,9 @@ extension Vault {
     public func deleteSessionItems(_ id: String?, caller: Caller) throws -> Int {
         _ = try authorize(.deleteItems(accessGroup: nil), for: caller)
         return sessionItems.lock.withLock {
-            let doomed = sessionItems.items.filter { key, item in (id.map(key.sameBytes) ?? true) && caller.mayAccess(group: item.accessGroup) }.map(\.key)
+            let doomed = sessionItems.items.filter { key, item in
+                (id.map(key.sameBytes) ?? true) && caller.mayAccess(group: item.accessGroup)
+            }.map(\.key)
             for k in doomed { sessionItems.items[k] = nil }
             return doomed.count
         }

@@ -71,7 +71,8 @@ public final class Vault: @unchecked Sendable {
     /// vaults; tests lower it). `clock`: the system's, but in tests, which move it instead of
     /// waiting.
     public init(
-        dataDirectory: String, cacheDirectory: String? = nil, newDeviceKey: Bool = false, passphrasePolicy: PassphrasePolicy = PassphrasePolicy(),
+        dataDirectory: String, cacheDirectory: String? = nil, newDeviceKey: Bool = false,
+        passphrasePolicy: PassphrasePolicy = PassphrasePolicy(),
         clock: any VaultClock = SystemClock()
     ) throws {
         self.dataDirectory = dataDirectory
@@ -88,7 +89,8 @@ public final class Vault: @unchecked Sendable {
         try FileSystem.createPrivateFile(dataDirectory + "/vault.sqlite")
         try FileSystem.restrict(dataDirectory + "/vault.sqlite")
         let db = try Self.openStore(dataDirectory + "/vault.sqlite")
-        if keyMissing, try db.row("SELECT 1 FROM vault_meta WHERE key = 'wrapped.metadata'") != nil {
+        if keyMissing, try db.row("SELECT 1 FROM vault_meta WHERE key = 'wrapped.metadata'") != nil
+        {
             guard newDeviceKey else {
                 db.close()
                 throw VaultFailure(
@@ -96,7 +98,9 @@ public final class Vault: @unchecked Sendable {
                     "\(keyPath) is missing, but the vault in \(dataDirectory) is initialised: its ThisDeviceOnly items open only with that key. Put it back (from a backup of this device) and start vaultd again; only if this data directory was moved to a new device on purpose, start vaultd once with --new-device-key (the ThisDeviceOnly items made with the old key then stay unavailable)"
                 )
             }
-            log("\(keyPath) was missing: made a new device key (--new-device-key); ThisDeviceOnly items made with the old one are not available on this device")
+            log(
+                "\(keyPath) was missing: made a new device key (--new-device-key); ThisDeviceOnly items made with the old one are not available on this device"
+            )
         }
         // A damaged (not 32 bytes), foreign or loose device.key is refused, never replaced.
         let deviceKey: SecureBytes
@@ -112,7 +116,9 @@ public final class Vault: @unchecked Sendable {
         let keys = try store.exclusive { x in try KeyHierarchy(in: x, deviceKey: deviceKey) }
         self.keys = keys
         let quota = self.quota
-        keychain = try store.exclusive { x in try KeychainStore(loading: x.db, keys: keys, quota: quota) }
+        keychain = try store.exclusive { x in
+            try KeychainStore(loading: x.db, keys: keys, quota: quota)
+        }
         preferences = PreferencesStore()
         apps = AppRegistry()
         caches = CacheStore(root: self.cacheDirectory)
@@ -130,7 +136,10 @@ public final class Vault: @unchecked Sendable {
             opened = db
             let problems = try db.quickCheck()
             guard problems == ["ok"] else {
-                throw VaultFailure(.storeDamaged, "SQLite's check of the file finds it malformed: \(problems.prefix(3).joined(separator: "; "))")
+                throw VaultFailure(
+                    .storeDamaged,
+                    "SQLite's check of the file finds it malformed: \(problems.prefix(3).joined(separator: "; "))"
+                )
             }
             try Schema.migrator.migrate(db)
             return db
@@ -170,7 +179,9 @@ public final class Vault: @unchecked Sendable {
         } catch let full as VaultFailure where full.code == .storageFull {
             let freed = reserve.release()
             guard freed > 0 else { throw full }
-            log("the disk is full: gave the space reserve (\(freed) bytes, \(reserve.path)) back for a delete; it is filled again once there is room")
+            log(
+                "the disk is full: gave the space reserve (\(freed) bytes, \(reserve.path)) back for a delete; it is filled again once there is room"
+            )
             return try write(body)
         }
     }
@@ -237,7 +248,9 @@ public final class Vault: @unchecked Sendable {
     /// `addObserver`, also returning the highest preference write sequence whose events went
     /// out before `handler` was registered (0: none): those writes have committed, so a
     /// snapshot read from now on holds them, and `handler` gets every later one.
-    public func addObserverReportingSequence(_ handler: @escaping @Sendable (VaultEvent) -> Void) -> (id: UUID, emittedThrough: UInt64) {
+    public func addObserverReportingSequence(_ handler: @escaping @Sendable (VaultEvent) -> Void)
+        -> (id: UUID, emittedThrough: UInt64)
+    {
         let id = UUID()
         let through = observersLock.withLock {
             observers[id] = handler
@@ -261,7 +274,9 @@ public final class Vault: @unchecked Sendable {
     // MARK: lock life-cycle
 
     /// True when the vault has a passphrase and is unlocked (so it can be auto-locked).
-    public var isUnlockedWithPassphrase: Bool { locked { keys.hasPassphrase && keys.state == .unlocked } }
+    public var isUnlockedWithPassphrase: Bool {
+        locked { keys.hasPassphrase && keys.state == .unlocked }
+    }
 
     /// The lock state now.
     public var lockState: LockState { locked { keys.lockState } }
@@ -281,7 +296,8 @@ public final class Vault: @unchecked Sendable {
             return VaultStatus(
                 lock: keys.lockState,
                 items: try keychain.count(inGroups: caller.visibleAccessGroups, in: x.db),
-                unavailableItems: try keychain.unavailableCount(inGroups: caller.visibleAccessGroups, in: x.db),
+                unavailableItems: try keychain.unavailableCount(
+                    inGroups: caller.visibleAccessGroups, in: x.db),
                 domains: readable.count,
                 retryAfter: try rateLimitDelay(x),
                 dataDirectory: caller.isOwner ? dataDirectory : nil)
@@ -292,11 +308,17 @@ public final class Vault: @unchecked Sendable {
     /// Throws AlreadyInitialized, PermissionDenied.
     public func initialize(passphrase: SecureBytes?, caller: Caller) throws -> LockState {
         _ = try authorize(.initialize, for: caller)
-        if let p = passphrase, p.count == 0 { throw VaultFailure.param("the passphrase must not be empty") }
-        let kek = try passphrase.map { try KeyHierarchy.PassphraseKEK(deriving: $0, cost: passphrasePolicy.kdfCost) }
+        if let p = passphrase, p.count == 0 {
+            throw VaultFailure.param("the passphrase must not be empty")
+        }
+        let kek = try passphrase.map {
+            try KeyHierarchy.PassphraseKEK(deriving: $0, cost: passphrasePolicy.kdfCost)
+        }
         return try inEventOrder { ticket in
             let state = try exclusive { x in
-                try writingKeys(in: x) { db in try changingKeys { try keys.initialize(passphrase: kek, in: db) } }
+                try writingKeys(in: x) { db in
+                    try changingKeys { try keys.initialize(passphrase: kek, in: db) }
+                }
                 ticket.take()
                 return keys.lockState
             }
@@ -319,11 +341,15 @@ public final class Vault: @unchecked Sendable {
     /// is locked with a passphrase. Owner only. Throws PermissionDenied, NotInitialized,
     /// NoPassphrase, what `lookUp` throws, and Unlock's errors. A vault already unlocked is
     /// left so.
-    public func unlockFromKeyring(caller: Caller, lookUp: () throws -> SecureBytes) throws -> LockState {
+    public func unlockFromKeyring(caller: Caller, lookUp: () throws -> SecureBytes) throws
+        -> LockState
+    {
         _ = try authorize(.unlockFromKeyring, for: caller)
         let state = lockState
         if !state.hasPassphrase {
-            if state.state == .uninitialized { throw VaultFailure(.notInitialized, "the vault has not been initialised") }
+            if state.state == .uninitialized {
+                throw VaultFailure(.notInitialized, "the vault has not been initialised")
+            }
             throw VaultFailure(.noPassphrase, "the vault has no passphrase: it is always unlocked")
         }
         if state.state == .unlocked { return state }
@@ -355,20 +381,32 @@ public final class Vault: @unchecked Sendable {
     /// and is logged: the next unlock tries again. Call it holding `unlockAttempts`.
     private func strengthenKDF(_ passphrase: SecureBytes) {
         let cost = passphrasePolicy.kdfCost
-        guard (try? exclusive({ x in try keys.kdfIsWeaker(than: cost, in: x.db) })) == true else { return }
+        guard (try? exclusive({ x in try keys.kdfIsWeaker(than: cost, in: x.db) })) == true else {
+            return
+        }
         do {
             let stronger = try KeyHierarchy.PassphraseKEK(deriving: passphrase, cost: cost)
             try exclusive { x in
-                guard keys.state == .unlocked, try keys.kdfIsWeaker(than: cost, in: x.db) else { return }
-                try writingKeys(in: x) { db in try changingKeys { try keys.rewrap(newPassphrase: stronger, in: db) } }
+                guard keys.state == .unlocked, try keys.kdfIsWeaker(than: cost, in: x.db) else {
+                    return
+                }
+                try writingKeys(in: x) { db in
+                    try changingKeys { try keys.rewrap(newPassphrase: stronger, in: db) }
+                }
                 // The keys wrapped under the weaker KEK stay in the WAL's old frames until it
                 // wraps round (as after ChangePassphrase).
-                do { try x.truncateWAL() } catch { log("the keys wrapped under the earlier Argon2id cost may stay in the write-ahead log for a while: \(error)") }
+                do { try x.truncateWAL() } catch {
+                    log(
+                        "the keys wrapped under the earlier Argon2id cost may stay in the write-ahead log for a while: \(error)"
+                    )
+                }
             }
             let (ops, mem) = cost.limits
             log("re-wrapped the vault's keys under Argon2id at \(ops) passes over \(mem >> 20) MiB")
         } catch {
-            log("could not re-wrap the vault's keys at the stronger Argon2id cost (they stay as they were; the next unlock tries again): \(error)")
+            log(
+                "could not re-wrap the vault's keys at the stronger Argon2id cost (they stay as they were; the next unlock tries again): \(error)"
+            )
         }
     }
 
@@ -393,9 +431,13 @@ public final class Vault: @unchecked Sendable {
     /// unlocks a locked vault; without one, `old` is ignored. Throws PermissionDenied, Param
     /// (empty `new`), Vault.AuthFailed (`old` wrong or missing), RateLimited, NotInitialized,
     /// NoPassphrase (removing a passphrase the vault does not have).
-    public func changePassphrase(old: SecureBytes?, new: SecureBytes?, caller: Caller) throws -> PassphraseChange {
+    public func changePassphrase(old: SecureBytes?, new: SecureBytes?, caller: Caller) throws
+        -> PassphraseChange
+    {
         _ = try authorize(.changePassphrase, for: caller)
-        if let p = new, p.count == 0 { throw VaultFailure.param("the new passphrase must not be empty") }
+        if let p = new, p.count == 0 {
+            throw VaultFailure.param("the new passphrase must not be empty")
+        }
         // One passphrase check at a time, Unlock's included: a ChangePassphrase guess beside an
         // Unlock guess got two tries through one slot of the rate limit.
         unlockAttempts.lock()
@@ -418,7 +460,9 @@ public final class Vault: @unchecked Sendable {
             throw VaultFailure(.noPassphrase, "the vault has no passphrase to remove")
         }
         // After the rate limit's check: a refused call does not spend an Argon2id on it.
-        let newKEK = try new.map { try KeyHierarchy.PassphraseKEK(deriving: $0, cost: passphrasePolicy.kdfCost) }
+        let newKEK = try new.map {
+            try KeyHierarchy.PassphraseKEK(deriving: $0, cost: passphrasePolicy.kdfCost)
+        }
         return try inEventOrder { ticket in
             let result: PassphraseChange = try exclusive { x in
                 // Only a ChangePassphrase sets or removes a passphrase once the vault exists,
@@ -431,7 +475,10 @@ public final class Vault: @unchecked Sendable {
                 }
                 let result = try writingKeys(in: x) { db in
                     var deleted = 0
-                    if new == nil { deleted = try keychain.deleteAll(accessible: .whenPasscodeSetThisDeviceOnly, in: db) }
+                    if new == nil {
+                        deleted = try keychain.deleteAll(
+                            accessible: .whenPasscodeSetThisDeviceOnly, in: db)
+                    }
                     try changingKeys { try keys.rewrap(newPassphrase: newKEK, in: db) }
                     return PassphraseChange(lock: keys.lockState, deletedItems: deleted)
                 }
@@ -441,7 +488,9 @@ public final class Vault: @unchecked Sendable {
                 do {
                     try x.truncateWAL()
                 } catch {
-                    log("the passphrase changed, but the keys it replaced may stay in the write-ahead log for a while: \(error)")
+                    log(
+                        "the passphrase changed, but the keys it replaced may stay in the write-ahead log for a while: \(error)"
+                    )
                 }
                 ticket.take()
                 return result
@@ -454,7 +503,9 @@ public final class Vault: @unchecked Sendable {
     /// is slow: other callers are served meanwhile). Throws RateLimited, NoPassphrase,
     /// NotInitialized.
     /// `operation` (Unlock, ChangePassphrase) names the call in the log.
-    private func passphraseKEK(_ passphrase: SecureBytes, for operation: String) throws -> SecureBytes {
+    private func passphraseKEK(_ passphrase: SecureBytes, for operation: String) throws
+        -> SecureBytes
+    {
         let parameters = try exclusive { x in
             do {
                 try checkRateLimit(x)
@@ -472,7 +523,9 @@ public final class Vault: @unchecked Sendable {
     /// the rate limit, is logged (as sshd and polkit log a failed password: someone guessing
     /// must show in the journal; the count and the wait, never the passphrase) and throws
     /// Vault.AuthFailed, a right one clears the count.
-    private func openKeysCounting(_ kek: SecureBytes, for operation: String, in x: DatabasePool.Exclusive) throws {
+    private func openKeysCounting(
+        _ kek: SecureBytes, for operation: String, in x: DatabasePool.Exclusive
+    ) throws {
         do {
             try changingKeys { try keys.unlock(kek: kek, in: x) }
         } catch let e as VaultFailure where e.code == .wrongPassphrase {
@@ -487,7 +540,9 @@ public final class Vault: @unchecked Sendable {
         }
         // Unlocked: a count left behind (a full disk) only costs a later wait; failing here
         // reported an unlocked vault as not unlocked, to observers too.
-        do { try resetFailedUnlocks(x) } catch { log("could not clear the failed-unlock count: \(error)") }
+        do { try resetFailedUnlocks(x) } catch {
+            log("could not clear the failed-unlock count: \(error)")
+        }
     }
 
     /// A count of failed passphrase checks in a row and the wall-clock time of the last
@@ -505,7 +560,9 @@ public final class Vault: @unchecked Sendable {
     private func failureRecord(_ x: DatabasePool.Exclusive) throws -> FailureRecord {
         var stored = FailureRecord(count: 0, last: 0)
         if let r = try x.db.row("SELECT value FROM vault_meta WHERE key = 'unlock.failures'") {
-            if let raw = r[0].blob, let j = try? JSON.parse(raw), let n = j["count"]?.intValue, let last = j["last"]?.doubleValue {
+            if let raw = r[0].blob, let j = try? JSON.parse(raw), let n = j["count"]?.intValue,
+                let last = j["last"]?.doubleValue
+            {
                 stored = FailureRecord(count: n, last: last)
             } else {
                 stored = FailureRecord(count: 3, last: clock.now.timeIntervalSince1970)
@@ -530,7 +587,9 @@ public final class Vault: @unchecked Sendable {
         if record.last > now {
             record.last = now
             failures = record
-            do { try storeFailures(record, x) } catch { log("could not store the corrected time of the last failed unlock: \(error)") }
+            do { try storeFailures(record, x) } catch {
+                log("could not store the corrected time of the last failed unlock: \(error)")
+            }
         }
         return max(0, record.last + wait - now)
     }
@@ -567,13 +626,19 @@ public final class Vault: @unchecked Sendable {
 
     private func storeFailures(_ record: FailureRecord, _ x: DatabasePool.Exclusive) throws {
         let j: JSON = ["count": JSON(record.count), "last": JSON(record.last)]
-        try x.write { db in try db.run("INSERT OR REPLACE INTO vault_meta (key, value) VALUES ('unlock.failures', ?)", [.blob(j.serialized())]) }
+        try x.write { db in
+            try db.run(
+                "INSERT OR REPLACE INTO vault_meta (key, value) VALUES ('unlock.failures', ?)",
+                [.blob(j.serialized())])
+        }
     }
 
     private func resetFailedUnlocks(_ x: DatabasePool.Exclusive) throws {
         failures = FailureRecord(count: 0, last: 0)
         // Only when there is a count: a DELETE of nothing is still a write transaction.
-        guard try x.db.row("SELECT 1 FROM vault_meta WHERE key = 'unlock.failures'") != nil else { return }
+        guard try x.db.row("SELECT 1 FROM vault_meta WHERE key = 'unlock.failures'") != nil else {
+            return
+        }
         try x.write { db in try db.run("DELETE FROM vault_meta WHERE key = 'unlock.failures'") }
     }
 
@@ -582,18 +647,24 @@ public final class Vault: @unchecked Sendable {
     /// SecItemAdd. Returns the stored attributes. Throws DuplicateItem, Param, SecretTooLarge,
     /// MissingEntitlement (group not the caller's), InteractionNotAllowed (class key locked),
     /// AuthFailed (whenPasscodeSet without a passphrase).
-    public func addItem(_ itemClass: ItemClass, attributes: ItemAttributes, secret: SecureBytes, caller: Caller) throws -> ItemAttributes {
+    public func addItem(
+        _ itemClass: ItemClass, attributes: ItemAttributes, secret: SecureBytes, caller: Caller
+    ) throws -> ItemAttributes {
         let grant = try authorize(.addItem(accessGroup: attributes.accessGroup), for: caller)
         // Checking, hashing and encrypting happen here, before the write joins a group
         // commit: the leader's transaction, under the engine lock, only runs the INSERT.
         let stored = try KeychainStore.addedAttributes(
-            itemClass: itemClass, attributes: attributes, secretSize: secret.count, accessGroup: grant.accessGroup!)
+            itemClass: itemClass, attributes: attributes, secretSize: secret.count,
+            accessGroup: grant.accessGroup!)
         let accessible = stored.accessible ?? .whenUnlocked
         let keys = try withKeys { try keychain.writeKeys(accessible: accessible) }
-        let values = try KeychainStore.encrypt(itemClass: itemClass, attributes: stored, secret: secret, keys: keys)
+        let values = try KeychainStore.encrypt(
+            itemClass: itemClass, attributes: stored, secret: secret, keys: keys)
         try write { db in
             try self.admitInWrite(caller, in: db)
-            try self.keychain.insert(values, generation: caller.generation, classKey: keys.classKey, accessible: accessible, in: db)
+            try self.keychain.insert(
+                values, generation: caller.generation, classKey: keys.classKey,
+                accessible: accessible, in: db)
         }
         if stored.synchronizable == true { emit(.keychainChanged) }
         return stored
@@ -602,22 +673,33 @@ public final class Vault: @unchecked Sendable {
     /// SecItemCopyMatching; see `KeychainStore.copyMatching`. The damaged items it met are
     /// left out (and logged); `copyMatchingReportingDamage` returns them too.
     /// `includingLocked`: locked matches are listed (`FoundItem.isLocked`) rather than failing.
-    public func copyMatching(_ query: ItemQuery, returnData: Bool, includingLocked: Bool = false, caller: Caller) throws -> [FoundItem] {
-        try copyMatchingReportingDamage(query, returnData: returnData, includingLocked: includingLocked, caller: caller).items
+    public func copyMatching(
+        _ query: ItemQuery, returnData: Bool, includingLocked: Bool = false, caller: Caller
+    ) throws -> [FoundItem] {
+        try copyMatchingReportingDamage(
+            query, returnData: returnData, includingLocked: includingLocked, caller: caller
+        ).items
     }
 
     /// SecItemCopyMatching, with the damaged items the query met (`ItemMatches.damaged`).
-    public func copyMatchingReportingDamage(_ query: ItemQuery, returnData: Bool, includingLocked: Bool = false, caller: Caller) throws -> ItemMatches {
+    public func copyMatchingReportingDamage(
+        _ query: ItemQuery, returnData: Bool, includingLocked: Bool = false, caller: Caller
+    ) throws -> ItemMatches {
         _ = try authorize(.copyItems(accessGroup: query.attributes.accessGroup), for: caller)
         // No engine lock: the query runs on a reader connection, the keys come under the keys
         // lock, and decrypting and matching need no lock (with several clients, lookups would
         // otherwise queue on the engine lock behind each other and behind group commits).
         func lookUp() throws -> ItemMatches {
             let (metadata, index) = try withKeys { try keychain.metadataKeys() }
-            let found = try read { try KeychainStore.candidateRows(query, caller: caller, hashKey: index, itemIndex: keychain.itemIndex, in: $0) }
-            var candidates = KeychainStore.Candidates(rows: found.rows, malformed: found.malformed, metadata: metadata)
+            let found = try read {
+                try KeychainStore.candidateRows(
+                    query, caller: caller, hashKey: index, itemIndex: keychain.itemIndex, in: $0)
+            }
+            var candidates = KeychainStore.Candidates(
+                rows: found.rows, malformed: found.malformed, metadata: metadata)
             try withKeys { try keychain.addClassKeys(to: &candidates) }
-            return try KeychainStore.copyMatching(candidates, query, returnData: returnData, includingLocked: includingLocked)
+            return try KeychainStore.copyMatching(
+                candidates, query, returnData: returnData, includingLocked: includingLocked)
         }
         // The rows come from one snapshot and the class keys a moment later: should the
         // passphrase be removed and set again in between (a new whenPasscodeSet key), a row
@@ -633,11 +715,17 @@ public final class Vault: @unchecked Sendable {
     }
 
     /// SecItemUpdate; see `KeychainStore.update`. All matches change, or none.
-    public func updateItems(_ query: ItemQuery, changes: ItemAttributes, secret: SecureBytes?, caller: Caller) throws -> Int {
-        _ = try authorize(.updateItems(accessGroup: query.attributes.accessGroup, newAccessGroup: changes.accessGroup), for: caller)
+    public func updateItems(
+        _ query: ItemQuery, changes: ItemAttributes, secret: SecureBytes?, caller: Caller
+    ) throws -> Int {
+        _ = try authorize(
+            .updateItems(
+                accessGroup: query.attributes.accessGroup, newAccessGroup: changes.accessGroup),
+            for: caller)
         let n = try write { db in
             try self.admitInWrite(caller, in: db)
-            return try self.keychain.update(query, changes: changes, secret: secret, caller: caller, in: db)
+            return try self.keychain.update(
+                query, changes: changes, secret: secret, caller: caller, in: db)
         }
         emit(.keychainChanged)
         return n
@@ -658,8 +746,12 @@ public final class Vault: @unchecked Sendable {
 
     /// What an app's quota leaves its own preferences domain, when `caller` is that app
     /// writing it (nil: no limit; the owner's writes and app-group suites have none).
-    private func quotaRoom(_ caller: Caller, _ domain: String, in db: Database) throws -> (app: String, bytes: Int64, quota: StorageQuota)? {
-        guard let app = caller.appID, app.sameBytes(domain), let room = try quota.domainRoom(for: app, in: db) else { return nil }
+    private func quotaRoom(_ caller: Caller, _ domain: String, in db: Database) throws -> (
+        app: String, bytes: Int64, quota: StorageQuota
+    )? {
+        guard let app = caller.appID, app.sameBytes(domain),
+            let room = try quota.domainRoom(for: app, in: db)
+        else { return nil }
         return (app, room, quota)
     }
 
@@ -668,16 +760,21 @@ public final class Vault: @unchecked Sendable {
 
     /// One key of `domain` (nil: the caller's own), nil when absent.
     /// `reply`: where its reply's memory is reserved before the value is read (`ReplyReserving`).
-    public func preference(domain: String?, key: String, caller: Caller, reply: ReplyReserving? = nil) throws -> PlistValue? {
+    public func preference(
+        domain: String?, key: String, caller: Caller, reply: ReplyReserving? = nil
+    ) throws -> PlistValue? {
         let d = try authorize(.readPreferences(domain: domain), for: caller).domain
         // One key: the row's count reserves the reply before its bytes are decoded (the
         // decoded value and its reply are what can cost many times the bytes).
         while true {
-            guard let stored = try read({ try preferences.stored(domain: d, key: key, in: $0) }) else { return nil }
+            guard let stored = try read({ try preferences.stored(domain: d, key: key, in: $0) })
+            else { return nil }
             let total = PreferencesStore.replyBytes(counted: stored.size)
             if reply?.reserveNow(total) ?? true {
                 // A value that does not decode is reported, never read as absent (ValueDamaged).
-                guard let value = stored.blob.flatMap(PreferencesStore.decode) else { throw DamagedValue(domain: d, key: key).failure }
+                guard let value = stored.blob.flatMap(PreferencesStore.decode) else {
+                    throw DamagedValue(domain: d, key: key).failure
+                }
                 return value
             }
             try reply?.waitForRoom(total)
@@ -690,7 +787,8 @@ public final class Vault: @unchecked Sendable {
     /// reserved. Without room it waits outside the snapshot, and tries again. `held`: what
     /// `reply` holds for earlier parts of the same reply; this read's bytes are added to it.
     private func readingPreferences<T>(
-        _ domain: String, reply: ReplyReserving?, holding held: inout Int, _ values: (Database) throws -> T
+        _ domain: String, reply: ReplyReserving?, holding held: inout Int,
+        _ values: (Database) throws -> T
     ) throws -> T {
         guard let reply else { return try read { try values($0) } }
         let base = held
@@ -699,7 +797,10 @@ public final class Vault: @unchecked Sendable {
             var result: T?
             try read { db in
                 try db.readTransaction { db in
-                    total = base + PreferencesStore.replyBytes(counted: try preferences.size(of: domain, key: nil, in: db))
+                    total =
+                        base
+                        + PreferencesStore.replyBytes(
+                            counted: try preferences.size(of: domain, key: nil, in: db))
                     if reply.reserveNow(total) { result = try values(db) }
                 }
             }
@@ -719,27 +820,41 @@ public final class Vault: @unchecked Sendable {
     /// Every key of `domain` (nil: the caller's own) whose value reads; a damaged value is
     /// left out (`preferenceDomainReportingDamage` names it).
     /// `reply`: where its reply's memory is reserved before the values are read (`ReplyReserving`).
-    public func preferenceDomain(_ domain: String?, caller: Caller, reply: ReplyReserving? = nil) throws -> PlistDictionary {
+    public func preferenceDomain(_ domain: String?, caller: Caller, reply: ReplyReserving? = nil)
+        throws -> PlistDictionary
+    {
         try preferenceDomainReportingDamage(domain, caller: caller, reply: reply).values
     }
 
     /// Every key of `domain` (nil: the caller's own): the values that read, and the keys of
     /// those that do not (damaged on disk, `DamagedValue`). Not logged: the reply names them,
     /// and a client reading a domain in a loop must not fill the log.
-    public func preferenceDomainReportingDamage(_ domain: String?, caller: Caller, reply: ReplyReserving? = nil) throws -> DomainValues {
+    public func preferenceDomainReportingDamage(
+        _ domain: String?, caller: Caller, reply: ReplyReserving? = nil
+    ) throws -> DomainValues {
         let d = try authorize(.readPreferences(domain: domain), for: caller).domain
         var held = 0
-        return try readingPreferences(d, reply: reply, holding: &held) { try preferences.domain(d, in: $0) }
+        return try readingPreferences(d, reply: reply, holding: &held) {
+            try preferences.domain(d, in: $0)
+        }
     }
 
     /// The first replies of a preferences Observe: every domain `grant` holds, with its values.
     /// `reply`: where their memory is reserved, all of them together, each domain's before it
     /// is read (`ReplyReserving`).
-    public func preferenceSnapshot(_ grant: Grant, reply: ReplyReserving? = nil) throws -> [(domain: String, values: PlistDictionary)] {
-        precondition(grant.kind == .observePreferences, "a snapshot of the domains an Observe was granted")
+    public func preferenceSnapshot(_ grant: Grant, reply: ReplyReserving? = nil) throws -> [(
+        domain: String, values: PlistDictionary
+    )] {
+        precondition(
+            grant.kind == .observePreferences, "a snapshot of the domains an Observe was granted")
         var held = 0
         return try grant.domainSet.sorted().map(\.string).map { d in
-            (d, try readingPreferences(d, reply: reply, holding: &held) { try preferences.domain(d, in: $0).values })
+            (
+                d,
+                try readingPreferences(d, reply: reply, holding: &held) {
+                    try preferences.domain(d, in: $0).values
+                }
+            )
         }
     }
 
@@ -762,7 +877,11 @@ public final class Vault: @unchecked Sendable {
         var events: [VaultEvent]?
         // A write that took its place and then failed (its commit did) still passes it on,
         // with what it had made by then (`madeSoFar`).
-        defer { orderedEvents.publish(ticket, events ?? ticket.madeSoFar) { for e in $0 { self.emit(e) } } }
+        defer {
+            orderedEvents.publish(ticket, events ?? ticket.madeSoFar) {
+                for e in $0 { self.emit(e) }
+            }
+        }
         let (result, made) = try write(ticket)
         events = made
         return result
@@ -774,22 +893,31 @@ public final class Vault: @unchecked Sendable {
     /// (`Policy.resolve`); MissingEntitlement when `caller`'s install is no longer current
     /// (see `admit`).
     @discardableResult
-    public func setPreference(domain named: String?, key: String, value: PlistValue, caller: Caller) throws -> UInt64 {
+    public func setPreference(domain named: String?, key: String, value: PlistValue, caller: Caller)
+        throws -> UInt64
+    {
         let domain = try authorize(.writePreferences(domain: named), for: caller).domain
         return try inEventOrder { ticket in
             try write { db in
                 try self.admitInWrite(caller, in: db)
-                try self.preferences.set(domain: domain, key: key, value: value, room: try self.quotaRoom(caller, domain, in: db), in: db)
+                try self.preferences.set(
+                    domain: domain, key: key, value: value,
+                    room: try self.quotaRoom(caller, domain, in: db), in: db)
                 ticket.take()
             }
-            return (ticket.sequence, [.preference(domain: domain, key: key, value: value, sequence: ticket.sequence)])
+            return (
+                ticket.sequence,
+                [.preference(domain: domain, key: key, value: value, sequence: ticket.sequence)]
+            )
         }
     }
 
     /// Removes one key, durably (no error when it is absent). Returns the write's sequence
     /// number, as `setPreference`; throws MissingEntitlement as it does.
     @discardableResult
-    public func removePreference(domain named: String?, key: String, caller: Caller) throws -> UInt64 {
+    public func removePreference(domain named: String?, key: String, caller: Caller) throws
+        -> UInt64
+    {
         let domain = try authorize(.writePreferences(domain: named), for: caller).domain
         return try inEventOrder { ticket in
             let existed = try writeMakingRoom { db in
@@ -798,7 +926,12 @@ public final class Vault: @unchecked Sendable {
                 ticket.take()
                 return existed
             }
-            return (ticket.sequence, existed ? [.preference(domain: domain, key: key, value: nil, sequence: ticket.sequence)] : [])
+            return (
+                ticket.sequence,
+                existed
+                    ? [.preference(domain: domain, key: key, value: nil, sequence: ticket.sequence)]
+                    : []
+            )
         }
     }
 
@@ -814,7 +947,12 @@ public final class Vault: @unchecked Sendable {
                 ticket.take()
                 return (count, Array(keys))
             }
-            return (count, keys.map { .preference(domain: domain, key: $0, value: nil, sequence: ticket.sequence) })
+            return (
+                count,
+                keys.map {
+                    .preference(domain: domain, key: $0, value: nil, sequence: ticket.sequence)
+                }
+            )
         }
     }
 
@@ -823,8 +961,14 @@ public final class Vault: @unchecked Sendable {
     /// MissingEntitlement when `caller`'s install is no longer current (see `admit`).
     public func importDomain(_ named: String?, plist: Data, caller: Caller) throws -> Int {
         let grant = try authorize(.writePreferences(domain: named), for: caller)
-        guard case .dict(let values) = try VaultFailure.rethrowing(as: .invalidPropertyList, { try PropertyListCodec.decode(plist) }) else {
-            throw VaultFailure(.invalidPropertyList, "the property list's root is not a dictionary; a domain can only be imported from a dictionary")
+        guard
+            case .dict(let values) = try VaultFailure.rethrowing(
+                as: .invalidPropertyList, { try PropertyListCodec.decode(plist) })
+        else {
+            throw VaultFailure(
+                .invalidPropertyList,
+                "the property list's root is not a dictionary; a domain can only be imported from a dictionary"
+            )
         }
         return try importDomain(grant, values: values)
     }
@@ -832,8 +976,11 @@ public final class Vault: @unchecked Sendable {
     /// Replaces a domain with `values` (a property list's root dictionary, already decoded).
     /// Returns the number of keys. Throws as `importDomain(_:plist:caller:)`, but for
     /// InvalidPropertyList.
-    public func importDomain(_ named: String?, values: PlistDictionary, caller: Caller) throws -> Int {
-        try importDomain(try authorize(.writePreferences(domain: named), for: caller), values: values)
+    public func importDomain(_ named: String?, values: PlistDictionary, caller: Caller) throws
+        -> Int
+    {
+        try importDomain(
+            try authorize(.writePreferences(domain: named), for: caller), values: values)
     }
 
     private func importDomain(_ grant: Grant, values: PlistDictionary) throws -> Int {
@@ -842,7 +989,9 @@ public final class Vault: @unchecked Sendable {
             let old = try write { db in
                 try self.admitInWrite(caller, in: db)
                 let old = try self.preferences.storedValues(domain, in: db)
-                try self.preferences.replace(domain: domain, with: values, room: try self.quotaRoom(caller, domain, in: db), in: db)
+                try self.preferences.replace(
+                    domain: domain, with: values, room: try self.quotaRoom(caller, domain, in: db),
+                    in: db)
                 ticket.take()
                 return old
             }
@@ -850,23 +999,32 @@ public final class Vault: @unchecked Sendable {
             var events: [VaultEvent] = old.filter { values[$0.key] == nil }.keys.map {
                 .preference(domain: domain, key: $0, value: nil, sequence: ticket.sequence)
             }
-            for (k, v) in values where (old[k] ?? nil) != v { events.append(.preference(domain: domain, key: k, value: v, sequence: ticket.sequence)) }
+            for (k, v) in values where (old[k] ?? nil) != v {
+                events.append(
+                    .preference(domain: domain, key: k, value: v, sequence: ticket.sequence))
+            }
             return (values.count, events)
         }
     }
 
     /// A domain (nil: the caller's own) as a property list in `format`, without its damaged
     /// values (`exportDomainReportingDamage` names them).
-    public func exportDomain(_ domain: String?, format: PropertyListCodec.Format, caller: Caller, reply: ReplyReserving? = nil) throws -> Data {
+    public func exportDomain(
+        _ domain: String?, format: PropertyListCodec.Format, caller: Caller,
+        reply: ReplyReserving? = nil
+    ) throws -> Data {
         try exportDomainReportingDamage(domain, format: format, caller: caller, reply: reply).plist
     }
 
     /// A domain as a property list in `format`, and the keys of the damaged values left out of it.
     public func exportDomainReportingDamage(
-        _ domain: String?, format: PropertyListCodec.Format, caller: Caller, reply: ReplyReserving? = nil
+        _ domain: String?, format: PropertyListCodec.Format, caller: Caller,
+        reply: ReplyReserving? = nil
     ) throws -> (plist: Data, damaged: [String]) {
         let found = try preferenceDomainReportingDamage(domain, caller: caller, reply: reply)
-        let plist = try VaultFailure.rethrowing(as: .invalidPropertyList) { try PropertyListCodec.encode(.dict(found.values), format: format) }
+        let plist = try VaultFailure.rethrowing(as: .invalidPropertyList) {
+            try PropertyListCodec.encode(.dict(found.values), format: format)
+        }
         return (plist, found.damaged)
     }
 }
@@ -891,7 +1049,9 @@ public struct PassphrasePolicy: Sendable {
         switch env["VAULTD_ARGON2_TEST_COST"] {
         case nil, "": break
         case "min": p.kdfCost = .minimum
-        case let v?: throw VaultFailure(.param, "VAULTD_ARGON2_TEST_COST (for tests only) must be min, not '\(v)'")
+        case let v?:
+            throw VaultFailure(
+                .param, "VAULTD_ARGON2_TEST_COST (for tests only) must be min, not '\(v)'")
         }
         return p
     }
@@ -913,7 +1073,12 @@ final class OrderedEvents: @unchecked Sendable {
         /// Takes the next number; call it under the engine lock, once the change is made
         /// (later calls keep the first number).
         func take() {
-            if number == nil { number = events.lock.withLock { events.taken += 1; return events.taken } }
+            if number == nil {
+                number = events.lock.withLock {
+                    events.taken += 1
+                    return events.taken
+                }
+            }
         }
         /// Events of a change already made that must go out even if the rest of the call then
         /// fails (`inEventOrder` publishes them when it throws; its result's events replace them).

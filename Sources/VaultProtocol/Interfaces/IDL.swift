@@ -28,7 +28,8 @@ public enum VarlinkIDL {
             case .string: "string"
             case .object: "object"
             case .named(let n): n
-            case .structure(let fields): "(" + fields.map { "\($0.name): \($0.type)" }.joined(separator: ", ") + ")"
+            case .structure(let fields):
+                "(" + fields.map { "\($0.name): \($0.type)" }.joined(separator: ", ") + ")"
             case .enumeration(let names): "(" + names.joined(separator: ", ") + ")"
             case .optional(let t): "?\(t)"
             case .array(let t): "[]\(t)"
@@ -128,7 +129,8 @@ public enum VarlinkIDL {
         mutating func skipSpace() {
             while i < bytes.count {
                 switch bytes[i] {
-                case UInt8(ascii: " "), UInt8(ascii: "\t"), UInt8(ascii: "\n"), UInt8(ascii: "\r"): i += 1
+                case UInt8(ascii: " "), UInt8(ascii: "\t"), UInt8(ascii: "\n"), UInt8(ascii: "\r"):
+                    i += 1
                 case UInt8(ascii: "#"):
                     while i < bytes.count, bytes[i] != UInt8(ascii: "\n") { i += 1 }
                 default: return
@@ -142,7 +144,9 @@ public enum VarlinkIDL {
         mutating func accept(_ token: String) -> Bool {
             skipSpace()
             let t = Array(token.utf8)
-            guard i + t.count <= bytes.count, Array(bytes[i..<(i + t.count)]) == t else { return false }
+            guard i + t.count <= bytes.count, Array(bytes[i..<(i + t.count)]) == t else {
+                return false
+            }
             i += t.count
             return true
         }
@@ -151,14 +155,19 @@ public enum VarlinkIDL {
             guard accept(token) else { throw fail("expected '\(token)'") }
         }
 
-        static func isLetter(_ b: UInt8) -> Bool { (b >= 0x41 && b <= 0x5A) || (b >= 0x61 && b <= 0x7A) }
+        static func isLetter(_ b: UInt8) -> Bool {
+            (b >= 0x41 && b <= 0x5A) || (b >= 0x61 && b <= 0x7A)
+        }
         static func isDigit(_ b: UInt8) -> Bool { b >= 0x30 && b <= 0x39 }
 
         /// The longest run of letters, digits, `_`, `-` and `.` here (possibly empty).
         mutating func word() -> String {
             skipSpace()
             let start = i
-            while let b = next, Self.isLetter(b) || Self.isDigit(b) || b == UInt8(ascii: "_") || b == UInt8(ascii: "-") || b == UInt8(ascii: ".") {
+            while let b = next,
+                Self.isLetter(b) || Self.isDigit(b) || b == UInt8(ascii: "_")
+                    || b == UInt8(ascii: "-") || b == UInt8(ascii: ".")
+            {
                 i += 1
             }
             return String(decoding: bytes[start..<i], as: UTF8.self)
@@ -168,8 +177,12 @@ public enum VarlinkIDL {
         mutating func memberName(_ what: String) throws -> String {
             let w = word()
             let b = Array(w.utf8)
-            guard let first = b.first, first >= 0x41, first <= 0x5A, b.allSatisfy({ Self.isLetter($0) || Self.isDigit($0) }) else {
-                throw fail("expected a \(what) name (an uppercase letter, then letters and digits), found '\(w)'")
+            guard let first = b.first, first >= 0x41, first <= 0x5A,
+                b.allSatisfy({ Self.isLetter($0) || Self.isDigit($0) })
+            else {
+                throw fail(
+                    "expected a \(what) name (an uppercase letter, then letters and digits), found '\(w)'"
+                )
             }
             return w
         }
@@ -177,7 +190,9 @@ public enum VarlinkIDL {
         /// `[A-Za-z](_?[A-Za-z0-9])*`: a field or enum value name.
         static func isFieldName(_ w: String) -> Bool {
             let b = Array(w.utf8)
-            guard let first = b.first, isLetter(first), b.last != UInt8(ascii: "_") else { return false }
+            guard let first = b.first, isLetter(first), b.last != UInt8(ascii: "_") else {
+                return false
+            }
             var previousUnderscore = false
             for c in b.dropFirst() {
                 if c == UInt8(ascii: "_") {
@@ -199,16 +214,22 @@ public enum VarlinkIDL {
             guard parts.count >= 2 else { return false }
             return parts.allSatisfy { p in
                 let b = Array(p.utf8)
-                guard let first = b.first, isLetter(first), b.last != UInt8(ascii: "-") else { return false }
+                guard let first = b.first, isLetter(first), b.last != UInt8(ascii: "-") else {
+                    return false
+                }
                 return b.allSatisfy { isLetter($0) || isDigit($0) || $0 == UInt8(ascii: "-") }
             }
         }
 
         mutating func interface(text: String) throws -> Interface {
             guard accept("interface") else { throw fail("a description starts with 'interface'") }
-            guard let b = next, b == UInt8(ascii: " ") || b == UInt8(ascii: "\t") else { throw fail("expected a space after 'interface'") }
+            guard let b = next, b == UInt8(ascii: " ") || b == UInt8(ascii: "\t") else {
+                throw fail("expected a space after 'interface'")
+            }
             let name = word()
-            guard Self.isInterfaceName(name) else { throw fail("'\(name)' is not an interface name in reverse-domain notation") }
+            guard Self.isInterfaceName(name) else {
+                throw fail("'\(name)' is not an interface name in reverse-domain notation")
+            }
             var types: [String: FieldType] = [:]
             var methods: [String: Method] = [:]
             var errors: [String: ErrorDeclaration] = [:]
@@ -216,7 +237,9 @@ public enum VarlinkIDL {
             var declared: Set<String> = []
             var used: [(String, Int)] = []
             func declare(_ n: String, _ at: Int) throws {
-                guard declared.insert(n).inserted else { throw fail("'\(n)' is declared twice", at: at) }
+                guard declared.insert(n).inserted else {
+                    throw fail("'\(n)' is declared twice", at: at)
+                }
             }
             while true {
                 skipSpace()
@@ -229,7 +252,9 @@ public enum VarlinkIDL {
                     let n = try memberName("type")
                     try declare(n, here)
                     skipSpace()
-                    guard next == UInt8(ascii: "(") else { throw fail("a type is a struct or an enum in parentheses") }
+                    guard next == UInt8(ascii: "(") else {
+                        throw fail("a type is a struct or an enum in parentheses")
+                    }
                     types[n] = try parenthesized(&used)
                 case "method":
                     let n = try memberName("method")
@@ -250,14 +275,18 @@ public enum VarlinkIDL {
             for (n, at) in used where types[n] == nil {
                 throw fail("type '\(n)' is not declared", at: at)
             }
-            return Interface(name: name, text: text, types: types, methods: methods, errors: errors, methodOrder: order)
+            return Interface(
+                name: name, text: text, types: types, methods: methods, errors: errors,
+                methodOrder: order)
         }
 
         /// A struct: `(` fields `)`; the empty struct `()` included.
         mutating func structure(_ used: inout [(String, Int)]) throws -> [Field] {
             skipSpace()
             guard next == UInt8(ascii: "(") else { throw fail("expected '('") }
-            guard case .structure(let fields) = try parenthesized(&used) else { throw fail("expected a struct (name: type, ...), not an enum") }
+            guard case .structure(let fields) = try parenthesized(&used) else {
+                throw fail("expected a struct (name: type, ...), not an enum")
+            }
             return fields
         }
 
@@ -276,7 +305,9 @@ public enum VarlinkIDL {
                 guard seen.insert(n).inserted else { throw fail("'\(n)' appears twice") }
                 let colon = accept(":")
                 if isStruct == nil { isStruct = colon }
-                guard colon == isStruct else { throw fail("a struct's fields all have types, an enum's names none") }
+                guard colon == isStruct else {
+                    throw fail("a struct's fields all have types, an enum's names none")
+                }
                 if colon {
                     fields.append(Field(name: n, type: try type(&used)))
                 } else {
@@ -290,7 +321,9 @@ public enum VarlinkIDL {
         mutating func type(_ used: inout [(String, Int)]) throws -> FieldType {
             depth += 1
             defer { depth -= 1 }
-            guard depth <= Self.maximumDepth else { throw fail("types nest deeper than \(Self.maximumDepth) levels") }
+            guard depth <= Self.maximumDepth else {
+                throw fail("types nest deeper than \(Self.maximumDepth) levels")
+            }
             if accept("?") {
                 skipSpace()
                 if next == UInt8(ascii: "?") { throw fail("'??' is not a type") }
@@ -311,7 +344,9 @@ public enum VarlinkIDL {
             case "object": return .object
             default:
                 let b = Array(w.utf8)
-                guard let first = b.first, first >= 0x41, first <= 0x5A, b.allSatisfy({ Self.isLetter($0) || Self.isDigit($0) }) else {
+                guard let first = b.first, first >= 0x41, first <= 0x5A,
+                    b.allSatisfy({ Self.isLetter($0) || Self.isDigit($0) })
+                else {
                     throw fail("expected a type, found '\(w)'")
                 }
                 used.append((w, here))

@@ -9,7 +9,8 @@
 public enum VarlinkInterfaces {
     /// The interfaces in the order `GetInfo` lists them.
     public static let names = [
-        "org.varlink.service", "io.vaultd.Vault", "io.vaultd.Keychain", "io.vaultd.Preferences", "io.vaultd.Caches", "io.vaultd.Apps",
+        "org.varlink.service", "io.vaultd.Vault", "io.vaultd.Keychain", "io.vaultd.Preferences",
+        "io.vaultd.Caches", "io.vaultd.Apps",
         "io.vaultd.Sync",
     ]
 
@@ -17,20 +18,27 @@ public enum VarlinkInterfaces {
     /// whose `interface` line names another interface, stops the process at its first use:
     /// it is part of the program, and a test parses each.
     public static let parsed: [VarlinkIDL.Interface] = names.map { name in
-        guard let text = texts[name] else { fatalError("no description of the interface \(name) (InterfaceTexts.swift)") }
+        guard let text = texts[name] else {
+            fatalError("no description of the interface \(name) (InterfaceTexts.swift)")
+        }
         do {
             let interface = try VarlinkIDL.parse(text)
-            guard interface.name == name else { fatalError("\(name).varlink declares the interface \(interface.name)") }
+            guard interface.name == name else {
+                fatalError("\(name).varlink declares the interface \(interface.name)")
+            }
             return interface
         } catch {
             fatalError("\(name).varlink does not parse: \(error)")
         }
     }
 
-    private static let byName: [String: VarlinkIDL.Interface] = Dictionary(uniqueKeysWithValues: parsed.map { ($0.name, $0) })
+    private static let byName: [String: VarlinkIDL.Interface] = Dictionary(
+        uniqueKeysWithValues: parsed.map { ($0.name, $0) })
 
     /// Interface name → description text, in the order `GetInfo` lists them.
-    public static var all: [(name: String, description: String)] { parsed.map { ($0.name, $0.text) } }
+    public static var all: [(name: String, description: String)] {
+        parsed.map { ($0.name, $0.text) }
+    }
 
     /// The description of the interface `name`, exactly as its file holds it; nil when vaultd
     /// serves no such interface.
@@ -40,32 +48,48 @@ public enum VarlinkInterfaces {
 
     /// The declaration of the fully-qualified method `name` ("io.vaultd.Keychain.Add") and its
     /// interface; nil when no served interface declares it.
-    public static func method(_ name: String) -> (VarlinkIDL.Interface, VarlinkIDL.Method)? { methodsByName[name] }
+    public static func method(_ name: String) -> (VarlinkIDL.Interface, VarlinkIDL.Method)? {
+        methodsByName[name]
+    }
 
     /// Every declared method by its fully-qualified name, with its interface: one lookup a call.
-    private static let methodsByName: [String: (VarlinkIDL.Interface, VarlinkIDL.Method)] = Dictionary(
-        uniqueKeysWithValues: parsed.flatMap { i in i.methods.values.map { (i.name + "." + $0.name, (i, $0)) } })
+    private static let methodsByName: [String: (VarlinkIDL.Interface, VarlinkIDL.Method)] =
+        Dictionary(
+            uniqueKeysWithValues: parsed.flatMap { i in
+                i.methods.values.map { (i.name + "." + $0.name, (i, $0)) }
+            })
 
     /// Every declared method, fully qualified, in the order of `names` and of each description.
-    public static let methodNames: [String] = parsed.flatMap { i in i.methodOrder.map { i.name + "." + $0 } }
+    public static let methodNames: [String] = parsed.flatMap { i in
+        i.methodOrder.map { i.name + "." + $0 }
+    }
 
     /// The input parameter names of every method: `"io.vaultd.Keychain.Add"` → `["class", "attributes", "data"]`.
     public static let inputParameters: [String: Set<String>] = Dictionary(
-        uniqueKeysWithValues: parsed.flatMap { i in i.methods.values.map { (i.name + "." + $0.name, Set($0.input.map(\.name))) } })
+        uniqueKeysWithValues: parsed.flatMap { i in
+            i.methods.values.map { (i.name + "." + $0.name, Set($0.input.map(\.name))) }
+        })
 
     /// `inputParameters`, compared byte for byte.
-    static let inputNames: [String: Set<ExactString>] = inputParameters.mapValues { Set($0.map { s in ExactString(s) }) }
+    static let inputNames: [String: Set<ExactString>] = inputParameters.mapValues {
+        Set($0.map { s in ExactString(s) })
+    }
 
     /// The parameter names of every error, by its fully-qualified name:
     /// `"org.varlink.service.InvalidParameter"` → `["parameter"]`.
     public static let errorParameters: [String: Set<String>] = Dictionary(
-        uniqueKeysWithValues: parsed.flatMap { i in i.errors.values.map { (i.name + "." + $0.name, Set($0.parameters.map(\.name))) } })
+        uniqueKeysWithValues: parsed.flatMap { i in
+            i.errors.values.map { (i.name + "." + $0.name, Set($0.parameters.map(\.name))) }
+        })
 
     /// The first parameter of `call` (in sorted order) that its method does not declare, or
     /// nil when all are declared or the method is not one of ours (MethodNotFound follows).
     public static func undeclaredParameter(in call: VarlinkCall) -> String? {
         guard let declared = inputNames[call.method] else { return nil }
-        guard call.parameters.contains(where: { !declared.contains(ExactString($0.key)) }) else { return nil }
-        return call.parameters.keys.map { ExactString($0) }.filter { !declared.contains($0) }.sorted().first?.string
+        guard call.parameters.contains(where: { !declared.contains(ExactString($0.key)) }) else {
+            return nil
+        }
+        return call.parameters.keys.map { ExactString($0) }.filter { !declared.contains($0) }
+            .sorted().first?.string
     }
 }

@@ -23,9 +23,15 @@ public enum VarlinkValidation {
         guard let (interface, method) = VarlinkInterfaces.method(call.method) else { return nil }
         if conforms(call.parameters, method.input, in: interface, taken: secrets) { return nil }
         let declared = VarlinkInterfaces.inputNames[call.method] ?? []
-        if call.parameters.contains(where: { !declared.contains(ExactString($0.key)) }) || secrets.contains(where: { !declared.contains($0) }) {
-            let undeclared = (call.parameters.keys.map { ExactString($0) } + secrets).filter { !declared.contains($0) }.sorted()
-            if let first = undeclared.first { return .invalidParameter(first.string, "not a parameter of \(call.method)") }
+        if call.parameters.contains(where: { !declared.contains(ExactString($0.key)) })
+            || secrets.contains(where: { !declared.contains($0) })
+        {
+            let undeclared = (call.parameters.keys.map { ExactString($0) } + secrets).filter {
+                !declared.contains($0)
+            }.sorted()
+            if let first = undeclared.first {
+                return .invalidParameter(first.string, "not a parameter of \(call.method)")
+            }
         }
         for field in method.input {
             if !secrets.isEmpty && secrets.contains(ExactString(field.name)) { continue }
@@ -39,7 +45,9 @@ public enum VarlinkValidation {
     /// Why `parameters` is not a reply of `method` (its output struct), or nil when it is
     /// (or no served interface declares the method).
     public static func replyProblem(method: String, parameters: JSONObject) -> String? {
-        guard let (interface, m) = VarlinkInterfaces.method(method) else { return "\(method) is not declared" }
+        guard let (interface, m) = VarlinkInterfaces.method(method) else {
+            return "\(method) is not declared"
+        }
         return structProblem(parameters, m.output, in: interface)?.text
     }
 
@@ -47,7 +55,8 @@ public enum VarlinkValidation {
     /// sends as "parameters", the others going to its extension member) does not match the
     /// error's declaration, or nil when it does. An error no served interface declares is a problem.
     public static func errorProblem(name: String, parameters: JSONObject) -> String? {
-        guard let dot = name.lastIndex(of: "."), let interface = VarlinkInterfaces.interface(String(name[..<dot])),
+        guard let dot = name.lastIndex(of: "."),
+            let interface = VarlinkInterfaces.interface(String(name[..<dot])),
             let error = interface.errors[String(name[name.index(after: dot)...])]
         else { return "error \(name) is not declared in any interface vaultd serves" }
         return structProblem(parameters, error.parameters, in: interface)?.text
@@ -57,7 +66,9 @@ public enum VarlinkValidation {
     static let quotedNameLimit = 64
 
     static func quoted(_ name: String) -> String {
-        name.utf8.count <= quotedNameLimit ? "'\(name)'" : "'\(String(decoding: name.utf8.prefix(quotedNameLimit), as: UTF8.self))…'"
+        name.utf8.count <= quotedNameLimit
+            ? "'\(name)'"
+            : "'\(String(decoding: name.utf8.prefix(quotedNameLimit), as: UTF8.self))…'"
     }
 
     /// What is wrong with a value, and where inside the checked parameter: built only when a
@@ -98,7 +109,9 @@ public enum VarlinkValidation {
     }
 
     /// A field's value (nil: absent) against its declared type.
-    static func fieldProblem(_ value: JSON?, _ type: VarlinkIDL.FieldType, in interface: VarlinkIDL.Interface) -> Problem? {
+    static func fieldProblem(
+        _ value: JSON?, _ type: VarlinkIDL.FieldType, in interface: VarlinkIDL.Interface
+    ) -> Problem? {
         if case .optional(let inner) = type {
             guard let value, !value.isNull else { return nil }
             return valueProblem(value, inner, in: interface)
@@ -110,14 +123,20 @@ public enum VarlinkValidation {
     /// The fields of `object` against a struct's: none undeclared, each present one of its type.
     /// The problem reported is the first undeclared member in byte order, else the first
     /// declared field, in the declaration's order, that is missing or of the wrong type.
-    static func structProblem(_ object: JSONObject, _ fields: [VarlinkIDL.Field], in interface: VarlinkIDL.Interface) -> Problem? {
+    static func structProblem(
+        _ object: JSONObject, _ fields: [VarlinkIDL.Field], in interface: VarlinkIDL.Interface
+    ) -> Problem? {
         if conforms(object, fields, in: interface) { return nil }
         let names = Set(fields.map { ExactString($0.name) })
-        if let first = object.keys.map({ ExactString($0) }).filter({ !names.contains($0) }).sorted().first {
+        if let first = object.keys.map({ ExactString($0) }).filter({ !names.contains($0) }).sorted()
+            .first
+        {
             return Problem("\(quoted(first.string)) is not a field of it")
         }
         for field in fields {
-            if let problem = fieldProblem(object[field.name], field.type, in: interface) { return problem.inside(.field(field.name)) }
+            if let problem = fieldProblem(object[field.name], field.type, in: interface) {
+                return problem.inside(.field(field.name))
+            }
         }
         return nil
     }
@@ -126,18 +145,23 @@ public enum VarlinkValidation {
     /// names a few of a struct's many optional fields), each found among the fields by its
     /// bytes, and a count of the required fields present. Nothing is hashed or allocated.
     private static func conforms(
-        _ object: JSONObject, _ fields: [VarlinkIDL.Field], in interface: VarlinkIDL.Interface, taken: SecretNames = []
+        _ object: JSONObject, _ fields: [VarlinkIDL.Field], in interface: VarlinkIDL.Interface,
+        taken: SecretNames = []
     ) -> Bool {
         guard object.count + taken.count <= fields.count else { return false }
         var requiredPresent = 0
         for (key, value) in object.storage {
-            guard let field = fields.first(where: { key.string.sameBytes($0.name) }) else { return false }
+            guard let field = fields.first(where: { key.string.sameBytes($0.name) }) else {
+                return false
+            }
             if fieldProblem(value, field.type, in: interface) != nil { return false }
             if !field.type.isOptional { requiredPresent += 1 }
         }
         // Members the secret parser took out of the message: strings, declared, not twice.
         for name in taken {
-            guard object.storage[name] == nil, let field = fields.first(where: { name.string.sameBytes($0.name) }) else { return false }
+            guard object.storage[name] == nil,
+                let field = fields.first(where: { name.string.sameBytes($0.name) })
+            else { return false }
             if !field.type.isOptional { requiredPresent += 1 }
         }
         var required = 0
@@ -145,7 +169,9 @@ public enum VarlinkValidation {
         return requiredPresent == required
     }
 
-    static func valueProblem(_ value: JSON, _ type: VarlinkIDL.FieldType, in interface: VarlinkIDL.Interface) -> Problem? {
+    static func valueProblem(
+        _ value: JSON, _ type: VarlinkIDL.FieldType, in interface: VarlinkIDL.Interface
+    ) -> Problem? {
         switch type {
         case .bool:
             return value.boolValue == nil ? Problem("must be a boolean") : nil
@@ -160,7 +186,9 @@ public enum VarlinkValidation {
             return value.objectValue == nil ? Problem("must be an object") : nil
         case .named(let name):
             // The parser refuses a description that uses a type it does not declare.
-            guard let declared = interface.types[name] else { return Problem("of the undeclared type \(name)") }
+            guard let declared = interface.types[name] else {
+                return Problem("of the undeclared type \(name)")
+            }
             return valueProblem(value, declared, in: interface)
         case .structure(let fields):
             guard case .object(let o) = value else { return Problem("must be an object") }
@@ -175,20 +203,26 @@ public enum VarlinkValidation {
         case .array(let element):
             guard case .array(let a) = value else { return Problem("must be an array") }
             for (n, e) in a.enumerated() {
-                if let problem = elementProblem(e, element, in: interface) { return problem.inside(.index(n)) }
+                if let problem = elementProblem(e, element, in: interface) {
+                    return problem.inside(.index(n))
+                }
             }
             return nil
         case .map(let element):
             guard case .object(let o) = value else { return Problem("must be an object") }
             for (_, e) in o {
-                if let problem = elementProblem(e, element, in: interface) { return problem.inside(.anyKey) }
+                if let problem = elementProblem(e, element, in: interface) {
+                    return problem.inside(.anyKey)
+                }
             }
             return nil
         }
     }
 
     /// An array's or map's element: null only where the element type is optional.
-    static func elementProblem(_ value: JSON, _ type: VarlinkIDL.FieldType, in interface: VarlinkIDL.Interface) -> Problem? {
+    static func elementProblem(
+        _ value: JSON, _ type: VarlinkIDL.FieldType, in interface: VarlinkIDL.Interface
+    ) -> Problem? {
         if value.isNull {
             if case .optional = type { return nil }
             return Problem("must not be null")

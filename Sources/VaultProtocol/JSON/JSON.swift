@@ -29,10 +29,22 @@ public enum JSON: Equatable, Sendable {
         return nil
     }
 
-    public var stringValue: String? { if case .string(let s) = self { return s }; return nil }
-    public var boolValue: Bool? { if case .bool(let b) = self { return b }; return nil }
-    public var arrayValue: [JSON]? { if case .array(let a) = self { return a }; return nil }
-    public var objectValue: JSONObject? { if case .object(let o) = self { return o }; return nil }
+    public var stringValue: String? {
+        if case .string(let s) = self { return s }
+        return nil
+    }
+    public var boolValue: Bool? {
+        if case .bool(let b) = self { return b }
+        return nil
+    }
+    public var arrayValue: [JSON]? {
+        if case .array(let a) = self { return a }
+        return nil
+    }
+    public var objectValue: JSONObject? {
+        if case .object(let o) = self { return o }
+        return nil
+    }
     public static func == (a: JSON, b: JSON) -> Bool {
         switch (a, b) {
         case (.null, .null): true
@@ -45,18 +57,34 @@ public enum JSON: Equatable, Sendable {
         }
     }
 
-    public var isNull: Bool { if case .null = self { return true }; return false }
+    public var isNull: Bool {
+        if case .null = self { return true }
+        return false
+    }
 
     /// The number as an exact Int64, or nil when it is not an integer literal in range.
-    public var int64Value: Int64? { if case .number(let n) = self { return Int64(n) }; return nil }
+    public var int64Value: Int64? {
+        if case .number(let n) = self { return Int64(n) }
+        return nil
+    }
     /// The number as an exact UInt64, or nil when it is not a non-negative integer literal in range.
-    public var uint64Value: UInt64? { if case .number(let n) = self { return UInt64(n) }; return nil }
-    public var intValue: Int? { if case .number(let n) = self { return Int(n) }; return nil }
+    public var uint64Value: UInt64? {
+        if case .number(let n) = self { return UInt64(n) }
+        return nil
+    }
+    public var intValue: Int? {
+        if case .number(let n) = self { return Int(n) }
+        return nil
+    }
     /// The number as the nearest Double (correctly rounded, as `strtod`).
-    public var doubleValue: Double? { if case .number(let n) = self { return Double(n) }; return nil }
+    public var doubleValue: Double? {
+        if case .number(let n) = self { return Double(n) }
+        return nil
+    }
 }
 
-extension JSON: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral, ExpressibleByBooleanLiteral,
+extension JSON: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral,
+    ExpressibleByBooleanLiteral,
     ExpressibleByArrayLiteral, ExpressibleByDictionaryLiteral, ExpressibleByNilLiteral
 {
     public init(stringLiteral value: String) { self = .string(value) }

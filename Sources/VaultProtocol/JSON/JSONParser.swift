@@ -27,7 +27,9 @@ extension JSON {
             parser.skipWhitespace()
             let value = try parser.parseValue(depth: 0)
             parser.skipWhitespace()
-            guard parser.index == buffer.count else { throw parser.error("trailing bytes after the value") }
+            guard parser.index == buffer.count else {
+                throw parser.error("trailing bytes after the value")
+            }
             return value
         }
     }
@@ -40,14 +42,19 @@ extension JSON {
     /// candidate item's stored attributes on each lookup. As strict as `parse`,
     /// except that refusing a repeated key is left to `body`. Throws `JSONSyntaxError` (a
     /// document that is not an object too) or what `body` throws.
-    public static func parseMembers(_ bytes: [UInt8], _ body: (String, JSON) throws -> Void) throws {
+    public static func parseMembers(_ bytes: [UInt8], _ body: (String, JSON) throws -> Void) throws
+    {
         try bytes.withUnsafeBufferPointer { buffer in
             var parser = Parser(bytes: buffer)
             parser.skipWhitespace()
-            guard parser.index < buffer.count, buffer[parser.index] == UInt8(ascii: "{") else { throw parser.error("expected an object") }
+            guard parser.index < buffer.count, buffer[parser.index] == UInt8(ascii: "{") else {
+                throw parser.error("expected an object")
+            }
             try parser.parseMembers(depth: 0) { key, _, value in try body(key, value) }
             parser.skipWhitespace()
-            guard parser.index == buffer.count else { throw parser.error("trailing bytes after the value") }
+            guard parser.index == buffer.count else {
+                throw parser.error("trailing bytes after the value")
+            }
         }
     }
 }
@@ -58,7 +65,8 @@ extension JSON {
     static let reservedObjectDepth = 1
 
     private static func isNumberByte(_ b: UInt8) -> Bool {
-        (b >= UInt8(ascii: "0") && b <= UInt8(ascii: "9")) || b == UInt8(ascii: ".") || b == UInt8(ascii: "e")
+        (b >= UInt8(ascii: "0") && b <= UInt8(ascii: "9")) || b == UInt8(ascii: ".")
+            || b == UInt8(ascii: "e")
             || b == UInt8(ascii: "E") || b == UInt8(ascii: "+") || b == UInt8(ascii: "-")
     }
 
@@ -99,7 +107,9 @@ extension JSON {
                 while j < n, b[j] == 0x20 || b[j] == 0x09 || b[j] == 0x0A || b[j] == 0x0D { j += 1 }
                 let empty = j < n && b[j] == (object ? UInt8(ascii: "}") : UInt8(ascii: "]"))
                 if !empty {
-                    total += object && depth <= reservedObjectDepth ? reservedObjectBytes : containerBytes
+                    total +=
+                        object && depth <= reservedObjectDepth
+                        ? reservedObjectBytes : containerBytes
                     total += object ? memberBytes : elementBytes
                 }
                 depth += 1
@@ -111,7 +121,9 @@ extension JSON {
                 case UInt8(ascii: "\""):
                     let start = i
                     i += 1
-                    while i < n, b[i] != UInt8(ascii: "\"") { i += b[i] == UInt8(ascii: "\\") ? 2 : 1 }
+                    while i < n, b[i] != UInt8(ascii: "\"") {
+                        i += b[i] == UInt8(ascii: "\\") ? 2 : 1
+                    }
                     if i - start - 1 > 15 { total += i - start - 1 + stringOverhead }
                 case UInt8(ascii: "{"), UInt8(ascii: "["):
                     guard open(c == UInt8(ascii: "{"), at: i) else { return total }
@@ -149,20 +161,26 @@ extension JSON {
     /// into a `String` (whose storage is freed without being wiped). vaultd decodes such a
     /// member from `bytes` straight into secure memory and then wipes `bytes`. Members of
     /// other types stay in the tree. Throws `JSONSyntaxError`.
-    public static func parseCall(_ bytes: UnsafeBufferPointer<UInt8>, rawMembers: Set<String>) throws -> (JSON, [RawStringMember]) {
+    public static func parseCall(_ bytes: UnsafeBufferPointer<UInt8>, rawMembers: Set<String>)
+        throws -> (JSON, [RawStringMember])
+    {
         var parser = Parser(bytes: bytes)
         parser.rawMembers = rawMembers
         parser.skipWhitespace()
         let value = try parser.parseValue(depth: 0)
         parser.skipWhitespace()
-        guard parser.index == bytes.count else { throw parser.error("trailing bytes after the value") }
+        guard parser.index == bytes.count else {
+            throw parser.error("trailing bytes after the value")
+        }
         return (value, parser.raws)
     }
 
     /// Writes the UTF-8 of the JSON string whose text (between its quotes) is `text`, which
     /// `parseCall` validated, to `out`, which has room for `text.count` bytes (a string is
     /// never longer than its text). Returns the bytes written. Nothing is allocated.
-    public static func unescape(_ text: UnsafeBufferPointer<UInt8>, into out: UnsafeMutablePointer<UInt8>) -> Int {
+    public static func unescape(
+        _ text: UnsafeBufferPointer<UInt8>, into out: UnsafeMutablePointer<UInt8>
+    ) -> Int {
         var i = 0
         var n = 0
         func hex4(_ at: Int) -> UInt32 {
@@ -230,7 +248,9 @@ private struct Parser {
 
     init(bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
 
-    func error(_ reason: String) -> JSONSyntaxError { JSONSyntaxError(offset: index, reason: reason) }
+    func error(_ reason: String) -> JSONSyntaxError {
+        JSONSyntaxError(offset: index, reason: reason)
+    }
 
     mutating func skipWhitespace() {
         while index < bytes.count {
@@ -250,16 +270,25 @@ private struct Parser {
     }
 
     mutating func parseValue(depth: Int) throws -> JSON {
-        guard depth < JSON.maximumDepth else { throw error("nesting deeper than \(JSON.maximumDepth)") }
+        guard depth < JSON.maximumDepth else {
+            throw error("nesting deeper than \(JSON.maximumDepth)")
+        }
         guard index < bytes.count else { throw error("unexpected end of input") }
         switch bytes[index] {
         case UInt8(ascii: "{"): return try parseObject(depth: depth)
         case UInt8(ascii: "["): return try parseArray(depth: depth)
         case UInt8(ascii: "\""): return .string(try parseString())
-        case UInt8(ascii: "t"): try expect("true"); return .bool(true)
-        case UInt8(ascii: "f"): try expect("false"); return .bool(false)
-        case UInt8(ascii: "n"): try expect("null"); return .null
-        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return .number(try parseNumber())
+        case UInt8(ascii: "t"):
+            try expect("true")
+            return .bool(true)
+        case UInt8(ascii: "f"):
+            try expect("false")
+            return .bool(false)
+        case UInt8(ascii: "n"):
+            try expect("null")
+            return .null
+        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"):
+            return .number(try parseNumber())
         default: throw error("unexpected character")
         }
     }
@@ -271,12 +300,15 @@ private struct Parser {
         // says (12 buckets each made `[{},{},…]` cost 230 times its size).
         // Keyed by bytes: RFC 8259 names are distinct when their code points are, so
         // "caf\u00e9" and "cafe\u0301" are two members, not a duplicate (nor one lost).
-        var result = depth <= JSON.reservedObjectDepth ? JSONObject(minimumCapacity: 12) : JSONObject()
+        var result =
+            depth <= JSON.reservedObjectDepth ? JSONObject(minimumCapacity: 12) : JSONObject()
         // Members left in the bytes (`capturing`), for the duplicate check.
         var left: Set<String> = []
         try parseMembers(depth: depth, capturing: capturing) { key, keyOffset, value in
             guard let value else {
-                if !left.insert(key).inserted || result[key] != nil { throw JSONSyntaxError(offset: keyOffset, reason: "duplicate key") }
+                if !left.insert(key).inserted || result[key] != nil {
+                    throw JSONSyntaxError(offset: keyOffset, reason: "duplicate key")
+                }
                 return
             }
             if left.contains(key) || result.updateValue(value, forKey: key) != nil {
@@ -287,23 +319,34 @@ private struct Parser {
     }
 
     mutating func parseMembers(depth: Int, _ body: (String, Int, JSON) throws -> Void) throws {
-        try parseMembers(depth: depth, capturing: false) { key, offset, value in if let value { try body(key, offset, value) } }
+        try parseMembers(depth: depth, capturing: false) { key, offset, value in
+            if let value { try body(key, offset, value) }
+        }
     }
 
     /// Reads an object (at its "{"), handing each member to `body`: its key, the key's
     /// offset and its value; nil for a string member left in the bytes (`capturing`: this is
     /// the call's `parameters`, and `rawMembers` names the member; recorded in `raws`).
-    mutating func parseMembers(depth: Int, capturing: Bool, _ body: (String, Int, JSON?) throws -> Void) throws {
+    mutating func parseMembers(
+        depth: Int, capturing: Bool, _ body: (String, Int, JSON?) throws -> Void
+    ) throws {
         index += 1
         skipWhitespace()
-        if index < bytes.count, bytes[index] == UInt8(ascii: "}") { index += 1; return }
+        if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
+            index += 1
+            return
+        }
         while true {
             skipWhitespace()
-            guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw error("expected a key") }
+            guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else {
+                throw error("expected a key")
+            }
             let keyOffset = index
             let key = try parseString()
             skipWhitespace()
-            guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw error("expected ':'") }
+            guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else {
+                throw error("expected ':'")
+            }
             index += 1
             skipWhitespace()
             if let rawMembers, index < bytes.count {
@@ -312,26 +355,50 @@ private struct Parser {
                     raws.append(RawStringMember(name: key, range: range, escaped: escaped))
                     try body(key, keyOffset, nil)
                     skipWhitespace()
-                    guard index < bytes.count else { throw error("unexpected end of input in object") }
-                    if bytes[index] == UInt8(ascii: ",") { index += 1; continue }
-                    if bytes[index] == UInt8(ascii: "}") { index += 1; return }
+                    guard index < bytes.count else {
+                        throw error("unexpected end of input in object")
+                    }
+                    if bytes[index] == UInt8(ascii: ",") {
+                        index += 1
+                        continue
+                    }
+                    if bytes[index] == UInt8(ascii: "}") {
+                        index += 1
+                        return
+                    }
                     throw error("expected ',' or '}'")
                 }
                 if depth == 0, !capturing, key == "parameters", bytes[index] == UInt8(ascii: "{") {
-                    guard depth + 1 < JSON.maximumDepth else { throw error("nesting deeper than \(JSON.maximumDepth)") }
+                    guard depth + 1 < JSON.maximumDepth else {
+                        throw error("nesting deeper than \(JSON.maximumDepth)")
+                    }
                     try body(key, keyOffset, try parseObject(depth: depth + 1, capturing: true))
                     skipWhitespace()
-                    guard index < bytes.count else { throw error("unexpected end of input in object") }
-                    if bytes[index] == UInt8(ascii: ",") { index += 1; continue }
-                    if bytes[index] == UInt8(ascii: "}") { index += 1; return }
+                    guard index < bytes.count else {
+                        throw error("unexpected end of input in object")
+                    }
+                    if bytes[index] == UInt8(ascii: ",") {
+                        index += 1
+                        continue
+                    }
+                    if bytes[index] == UInt8(ascii: "}") {
+                        index += 1
+                        return
+                    }
                     throw error("expected ',' or '}'")
                 }
             }
             try body(key, keyOffset, try parseValue(depth: depth + 1))
             skipWhitespace()
             guard index < bytes.count else { throw error("unexpected end of input in object") }
-            if bytes[index] == UInt8(ascii: ",") { index += 1; continue }
-            if bytes[index] == UInt8(ascii: "}") { index += 1; return }
+            if bytes[index] == UInt8(ascii: ",") {
+                index += 1
+                continue
+            }
+            if bytes[index] == UInt8(ascii: "}") {
+                index += 1
+                return
+            }
             throw error("expected ',' or '}'")
         }
     }
@@ -340,14 +407,23 @@ private struct Parser {
         index += 1
         var result: [JSON] = []
         skipWhitespace()
-        if index < bytes.count, bytes[index] == UInt8(ascii: "]") { index += 1; return .array(result) }
+        if index < bytes.count, bytes[index] == UInt8(ascii: "]") {
+            index += 1
+            return .array(result)
+        }
         while true {
             skipWhitespace()
             result.append(try parseValue(depth: depth + 1))
             skipWhitespace()
             guard index < bytes.count else { throw error("unexpected end of input in array") }
-            if bytes[index] == UInt8(ascii: ",") { index += 1; continue }
-            if bytes[index] == UInt8(ascii: "]") { index += 1; return .array(result) }
+            if bytes[index] == UInt8(ascii: ",") {
+                index += 1
+                continue
+            }
+            if bytes[index] == UInt8(ascii: "]") {
+                index += 1
+                return .array(result)
+            }
             throw error("expected ',' or ']'")
         }
     }
@@ -364,16 +440,28 @@ private struct Parser {
         }
         if index < bytes.count, bytes[index] == UInt8(ascii: ".") {
             index += 1
-            guard index < bytes.count, isDigit(bytes[index]) else { throw error("digit expected after '.'") }
+            guard index < bytes.count, isDigit(bytes[index]) else {
+                throw error("digit expected after '.'")
+            }
             while index < bytes.count, isDigit(bytes[index]) { index += 1 }
         }
-        if index < bytes.count, bytes[index] == UInt8(ascii: "e") || bytes[index] == UInt8(ascii: "E") {
+        if index < bytes.count,
+            bytes[index] == UInt8(ascii: "e") || bytes[index] == UInt8(ascii: "E")
+        {
             index += 1
-            if index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") { index += 1 }
-            guard index < bytes.count, isDigit(bytes[index]) else { throw error("digit expected in exponent") }
+            if index < bytes.count,
+                bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-")
+            {
+                index += 1
+            }
+            guard index < bytes.count, isDigit(bytes[index]) else {
+                throw error("digit expected in exponent")
+            }
             while index < bytes.count, isDigit(bytes[index]) { index += 1 }
         }
-        guard index - start <= 512 else { throw JSONSyntaxError(offset: start, reason: "number too long") }
+        guard index - start <= 512 else {
+            throw JSONSyntaxError(offset: start, reason: "number too long")
+        }
         return String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
     }
 
@@ -417,7 +505,8 @@ private struct Parser {
                     switch utf8.parseScalar(from: &iterator) {
                     case .valid: continue
                     case .emptyInput: break
-                    case .error: throw JSONSyntaxError(offset: start, reason: "invalid UTF-8 in string")
+                    case .error:
+                        throw JSONSyntaxError(offset: start, reason: "invalid UTF-8 in string")
                     }
                     break
                 }
@@ -432,7 +521,8 @@ private struct Parser {
             let e = bytes[index]
             index += 1
             switch e {
-            case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"), UInt8(ascii: "b"), UInt8(ascii: "f"), UInt8(ascii: "n"),
+            case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"), UInt8(ascii: "b"),
+                UInt8(ascii: "f"), UInt8(ascii: "n"),
                 UInt8(ascii: "r"), UInt8(ascii: "t"):
                 continue
             case UInt8(ascii: "u"):
@@ -449,7 +539,8 @@ private struct Parser {
     mutating func parseUnicodeEscape() throws -> UInt32 {
         let scalar = try parseHex4()
         if scalar >= 0xD800, scalar < 0xDC00 {
-            guard index + 2 <= bytes.count, bytes[index] == UInt8(ascii: "\\"), bytes[index + 1] == UInt8(ascii: "u")
+            guard index + 2 <= bytes.count, bytes[index] == UInt8(ascii: "\\"),
+                bytes[index + 1] == UInt8(ascii: "u")
             else { throw error("unpaired surrogate") }
             index += 2
             let low = try parseHex4()
@@ -500,7 +591,11 @@ private struct Parser {
                 return s
             }
             if b < 0x20 { throw error("control character in string") }
-            if b != UInt8(ascii: "\\") { out.append(b); index += 1; continue }
+            if b != UInt8(ascii: "\\") {
+                out.append(b)
+                index += 1
+                continue
+            }
             index += 1
             guard index < bytes.count else { break }
             let e = bytes[index]
@@ -515,7 +610,9 @@ private struct Parser {
             case UInt8(ascii: "r"): out.append(0x0D)
             case UInt8(ascii: "t"): out.append(0x09)
             case UInt8(ascii: "u"):
-                guard let u = Unicode.Scalar(try parseUnicodeEscape()) else { throw error("invalid \\u escape") }
+                guard let u = Unicode.Scalar(try parseUnicodeEscape()) else {
+                    throw error("invalid \\u escape")
+                }
                 out.append(contentsOf: UTF8.encode(u)!)
             default:
                 throw error("unknown escape")

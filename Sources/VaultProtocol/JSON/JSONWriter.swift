@@ -64,17 +64,26 @@ extension JSON {
                 out.append(contentsOf: UnsafeBufferPointer(start: base + start, count: i - start))
                 start = i + 1
                 switch b {
-                case 0x22, 0x5C: out.append(0x5C); out.append(b)
-                case 0x0A: out.append(0x5C); out.append(UInt8(ascii: "n"))
-                case 0x0D: out.append(0x5C); out.append(UInt8(ascii: "r"))
-                case 0x09: out.append(0x5C); out.append(UInt8(ascii: "t"))
+                case 0x22, 0x5C:
+                    out.append(0x5C)
+                    out.append(b)
+                case 0x0A:
+                    out.append(0x5C)
+                    out.append(UInt8(ascii: "n"))
+                case 0x0D:
+                    out.append(0x5C)
+                    out.append(UInt8(ascii: "r"))
+                case 0x09:
+                    out.append(0x5C)
+                    out.append(UInt8(ascii: "t"))
                 default:
                     out.append(contentsOf: "\\u00".utf8)
                     out.append(hexDigit(b >> 4))
                     out.append(hexDigit(b & 0xF))
                 }
             }
-            out.append(contentsOf: UnsafeBufferPointer(start: base + start, count: bytes.count - start))
+            out.append(
+                contentsOf: UnsafeBufferPointer(start: base + start, count: bytes.count - start))
         }
         out.append(UInt8(ascii: "\""))
     }

@@ -11,7 +11,8 @@ public enum ItemClass: String, CaseIterable, Sendable {
     /// Parses the wire name. Throws `VaultError` Param for anything else.
     public init(wire: String) throws {
         guard let c = ItemClass(rawValue: wire) else {
-            throw VaultError.param("unknown item class '\(wire)': use genericPassword or internetPassword")
+            throw VaultError.param(
+                "unknown item class '\(wire)': use genericPassword or internetPassword")
         }
         self = c
     }
@@ -41,13 +42,16 @@ public enum Accessibility: String, CaseIterable, Sendable {
     }
 
     /// Usable from the first unlock until vaultd stops, rather than only while unlocked.
-    public var isAfterFirstUnlock: Bool { self == .afterFirstUnlock || self == .afterFirstUnlockThisDeviceOnly }
+    public var isAfterFirstUnlock: Bool {
+        self == .afterFirstUnlock || self == .afterFirstUnlockThisDeviceOnly
+    }
 
     /// Parses the wire name. The deprecated `always`/`alwaysThisDeviceOnly` and unknown
     /// names throw `VaultError` Param.
     public init(wire: String) throws {
         if wire.hasPrefix("always") {
-            throw VaultError.param("accessibility '\(wire)' is deprecated and not supported; use afterFirstUnlock")
+            throw VaultError.param(
+                "accessibility '\(wire)' is deprecated and not supported; use afterFirstUnlock")
         }
         guard let a = Accessibility(rawValue: wire) else {
             throw VaultError.param("unknown accessibility '\(wire)'")
@@ -117,10 +121,12 @@ public struct ItemAttributes: Equatable, Sendable {
     public static let maximumLookupAttributes = 64
 
     public init(
-        service: String? = nil, account: String? = nil, label: String? = nil, comment: String? = nil,
+        service: String? = nil, account: String? = nil, label: String? = nil,
+        comment: String? = nil,
         description: String? = nil, generic: Data? = nil, accessGroup: String? = nil,
         accessible: Accessibility? = nil, synchronizable: Bool? = nil, server: String? = nil,
-        protocol: String? = nil, port: Int? = nil, path: String? = nil, authenticationType: String? = nil,
+        protocol: String? = nil, port: Int? = nil, path: String? = nil,
+        authenticationType: String? = nil,
         securityDomain: String? = nil
     ) {
         self.service = service
@@ -188,7 +194,9 @@ public struct ItemAttributes: Equatable, Sendable {
     }
 
     /// The string-valued attributes that may only appear on internet passwords (so may `port`).
-    public static let internetStringAttributes: [StringAttribute] = [.server, .protocol, .path, .authenticationType, .securityDomain]
+    public static let internetStringAttributes: [StringAttribute] = [
+        .server, .protocol, .path, .authenticationType, .securityDomain,
+    ]
 
     /// The attributes that may only appear on internet passwords.
     public var hasInternetAttributes: Bool {
@@ -197,7 +205,9 @@ public struct ItemAttributes: Equatable, Sendable {
 
     /// A port as kSecAttrPort takes it: an integer in 0...65535. Throws Param otherwise.
     public static func checkedPort(_ p: Int?) throws -> Int {
-        guard let p, (0...65535).contains(p) else { throw VaultError.param("attribute 'port' must be an integer in 0...65535") }
+        guard let p, (0...65535).contains(p) else {
+            throw VaultError.param("attribute 'port' must be an integer in 0...65535")
+        }
         return p
     }
 
@@ -271,8 +281,12 @@ public struct ItemAttributes: Equatable, Sendable {
     public init(json: JSON?) throws {
         self.init()
         guard let json, !json.isNull else { return }
-        guard case .object(let o) = json else { throw VaultError.param("attributes must be an object") }
-        for (name, value) in o { try set(name, value, attribute: Self.attributesByName[name]?.attribute) }
+        guard case .object(let o) = json else {
+            throw VaultError.param("attributes must be an object")
+        }
+        for (name, value) in o {
+            try set(name, value, attribute: Self.attributesByName[name]?.attribute)
+        }
     }
 
     /// Parses the wire form from its bytes (a JSON object), as `init(json:)` parses the
@@ -285,7 +299,9 @@ public struct ItemAttributes: Equatable, Sendable {
         try JSON.parseMembers(bytes) { name, value in
             let named = Self.attributesByName[name]
             if let bit = named?.bit {
-                guard seen & bit == 0 else { throw VaultError.param("attribute '\(name)' is given twice") }
+                guard seen & bit == 0 else {
+                    throw VaultError.param("attribute '\(name)' is given twice")
+                }
                 seen |= bit
             }
             try set(name, value, attribute: named?.attribute)
@@ -297,9 +313,12 @@ public struct ItemAttributes: Equatable, Sendable {
         if value.isNull { return }
         switch attribute {
         case .string(let k)?:
-            guard let s = value.stringValue else { throw VaultError.param("attribute '\(name)' must be a string") }
+            guard let s = value.stringValue else {
+                throw VaultError.param("attribute '\(name)' must be a string")
+            }
             if k == .contentType && s.utf8.count > Self.maximumContentTypeBytes {
-                throw VaultError.param("attribute 'contentType' takes at most \(Self.maximumContentTypeBytes) bytes")
+                throw VaultError.param(
+                    "attribute 'contentType' takes at most \(Self.maximumContentTypeBytes) bytes")
             }
             self[k] = s
         case .generic?:
@@ -308,10 +327,14 @@ public struct ItemAttributes: Equatable, Sendable {
             }
             generic = d
         case .accessible?:
-            guard let s = value.stringValue else { throw VaultError.param("attribute 'accessible' must be a string") }
+            guard let s = value.stringValue else {
+                throw VaultError.param("attribute 'accessible' must be a string")
+            }
             accessible = try Accessibility(wire: s)
         case .synchronizable?:
-            guard let b = value.boolValue else { throw VaultError.param("attribute 'synchronizable' must be a boolean") }
+            guard let b = value.boolValue else {
+                throw VaultError.param("attribute 'synchronizable' must be a boolean")
+            }
             synchronizable = b
         case .port?:
             port = try Self.checkedPort(value.intValue)
@@ -320,13 +343,17 @@ public struct ItemAttributes: Equatable, Sendable {
         case .modificationDate?:
             modificationDate = try Self.date(name, value)
         case .lookupAttributes?:
-            guard case .object(let o) = value else { throw VaultError.param("attribute 'lookupAttributes' must be an object of strings") }
+            guard case .object(let o) = value else {
+                throw VaultError.param("attribute 'lookupAttributes' must be an object of strings")
+            }
             guard o.count <= Self.maximumLookupAttributes else {
                 throw VaultError.param("at most \(Self.maximumLookupAttributes) lookup attributes")
             }
             var map = ExactDictionary<String>(minimumCapacity: o.count)
             for (k, v) in o {
-                guard let s = v.stringValue else { throw VaultError.param("lookup attribute values must be strings") }
+                guard let s = v.stringValue else {
+                    throw VaultError.param("lookup attribute values must be strings")
+                }
                 map[k] = s
             }
             lookupAttributes = map
@@ -344,7 +371,9 @@ public struct ItemAttributes: Equatable, Sendable {
 
     /// An attribute, by its wire name.
     private enum Attribute {
-        case string(StringAttribute), generic, accessible, synchronizable, port, creationDate, modificationDate, lookupAttributes
+        case string(StringAttribute)
+        case generic, accessible, synchronizable, port, creationDate, modificationDate,
+            lookupAttributes
     }
 
     /// Every attribute by its wire name: one hash per name, where matching a name against a
@@ -353,8 +382,10 @@ public struct ItemAttributes: Equatable, Sendable {
     /// Each with a bit of its own, by which `init(jsonObject:)` tells a repeated name.
     private static let attributesByName: [String: (attribute: Attribute, bit: UInt32)] = {
         let others: [(String, Attribute)] = [
-            ("generic", .generic), ("accessible", .accessible), ("synchronizable", .synchronizable), ("port", .port),
-            ("creationDate", .creationDate), ("modificationDate", .modificationDate), ("lookupAttributes", .lookupAttributes),
+            ("generic", .generic), ("accessible", .accessible), ("synchronizable", .synchronizable),
+            ("port", .port),
+            ("creationDate", .creationDate), ("modificationDate", .modificationDate),
+            ("lookupAttributes", .lookupAttributes),
         ]
         let all = StringAttribute.allCases.map { ($0.rawValue, Attribute.string($0)) } + others
         var names: [String: (attribute: Attribute, bit: UInt32)] = [:]

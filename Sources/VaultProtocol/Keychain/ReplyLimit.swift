@@ -34,7 +34,9 @@ public enum ReplyLimit {
     /// (counted before it is dropped). `returnData`: the secrets are in the reply.
     public static func copyMatchingBytes(matchAll: Bool, returnData: Bool) -> Int {
         // Sealed attributes are their serialized bytes and a 40-byte nonce and tag.
-        let one = itemBytes(attributes: maximumAttributesBytes + 40, secret: returnData ? SecretLimit.maximumBytes : 0)
+        let one = itemBytes(
+            attributes: maximumAttributesBytes + 40,
+            secret: returnData ? SecretLimit.maximumBytes : 0)
         return matchAll ? maximumBuildBytes + one : one
     }
 }

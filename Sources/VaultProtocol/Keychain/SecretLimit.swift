@@ -8,9 +8,13 @@ public enum SecretLimit {
     /// Throws `SecretTooLarge` (status -50, with the limit) when a secret of `count` bytes is
     /// over the limit.
     public static func check(_ count: Int) throws {
-        guard count <= maximumBytes else { throw VaultError(.secretTooLarge, refusal(count), extra: ["limit": JSON(maximumBytes)]) }
+        guard count <= maximumBytes else {
+            throw VaultError(.secretTooLarge, refusal(count), extra: ["limit": JSON(maximumBytes)])
+        }
     }
 
     /// What a refusal of a secret of `count` bytes says.
-    public static func refusal(_ count: Int) -> String { "the secret is \(count) bytes; the limit is \(maximumBytes) bytes (1 MiB)" }
+    public static func refusal(_ count: Int) -> String {
+        "the secret is \(count) bytes; the limit is \(maximumBytes) bytes (1 MiB)"
+    }
 }

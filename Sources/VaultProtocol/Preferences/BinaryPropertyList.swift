@@ -46,7 +46,8 @@ enum BinaryPropertyList {
                 strings[bytes] = objects.count - 1
                 return objects.count - 1
             case .integer(let i): objects.append(.integer(i))
-            case .unsignedInteger(let u): objects.append(u > UInt64(Int64.max) ? .unsigned(u) : .integer(Int64(u)))
+            case .unsignedInteger(let u):
+                objects.append(u > UInt64(Int64.max) ? .unsigned(u) : .integer(Int64(u)))
             case .real(let d): objects.append(.real(d.bitPattern))
             case .bool(let b): objects.append(.bool(b))
             case .date(let d): objects.append(.date(d.timeIntervalSinceReferenceDate.bitPattern))
@@ -75,19 +76,25 @@ enum BinaryPropertyList {
         var offsets: [Int] = []
         offsets.reserveCapacity(objects.count)
         func bigEndian(_ v: UInt64, _ width: Int) {
-            for i in stride(from: width - 1, through: 0, by: -1) { out.append(UInt8(truncatingIfNeeded: v >> (8 * UInt64(i)))) }
+            for i in stride(from: width - 1, through: 0, by: -1) {
+                out.append(UInt8(truncatingIfNeeded: v >> (8 * UInt64(i))))
+            }
         }
         func integer(_ v: Int64) {
             // Apple's widths: a non-negative value in the fewest of 1, 2 or 4 bytes, read as
             // unsigned; anything else in 8, read as signed.
             if v >= 0 && v <= 0xFF {
-                out.append(0x10); bigEndian(UInt64(v), 1)
+                out.append(0x10)
+                bigEndian(UInt64(v), 1)
             } else if v >= 0 && v <= 0xFFFF {
-                out.append(0x11); bigEndian(UInt64(v), 2)
+                out.append(0x11)
+                bigEndian(UInt64(v), 2)
             } else if v >= 0 && v <= 0xFFFF_FFFF {
-                out.append(0x12); bigEndian(UInt64(v), 4)
+                out.append(0x12)
+                bigEndian(UInt64(v), 4)
             } else {
-                out.append(0x13); bigEndian(UInt64(bitPattern: v), 8)
+                out.append(0x13)
+                bigEndian(UInt64(bitPattern: v), 8)
             }
         }
         func header(_ kind: UInt8, _ count: Int) {
@@ -134,7 +141,8 @@ enum BinaryPropertyList {
             }
         }
         let tableOffset = out.count
-        let offsetSize = tableOffset < 1 << 8 ? 1 : tableOffset < 1 << 16 ? 2 : tableOffset < 1 << 32 ? 4 : 8
+        let offsetSize =
+            tableOffset < 1 << 8 ? 1 : tableOffset < 1 << 16 ? 2 : tableOffset < 1 << 32 ? 4 : 8
         for o in offsets { bigEndian(UInt64(o), offsetSize) }
         out += [0, 0, 0, 0, 0, 0, UInt8(offsetSize), UInt8(refSize)]
         bigEndian(UInt64(objects.count), 8)
@@ -151,10 +159,14 @@ enum BinaryPropertyList {
     /// 0x7F, an integer beyond 64 bits, a date outside years 0 to 9999.
     static func decode(_ data: Data) throws -> PlistValue {
         let b = [UInt8](data)
-        let unreadable = VaultError(.invalidPropertyList, "not a binary property list vaultd can read safely (widths, offsets or references out of range)")
+        let unreadable = VaultError(
+            .invalidPropertyList,
+            "not a binary property list vaultd can read safely (widths, offsets or references out of range)"
+        )
         guard b.count >= 40 else { throw unreadable }
         let trailer = b.count - 32
-        let offsetSize = Int(b[trailer + 6]), refSize = Int(b[trailer + 7])
+        let offsetSize = Int(b[trailer + 6])
+        let refSize = Int(b[trailer + 7])
         func uint(_ at: Int, _ n: Int) throws -> UInt64 {
             guard (1...8).contains(n), at >= 0, at <= b.count - n else { throw unreadable }
             var v: UInt64 = 0
@@ -166,13 +178,17 @@ enum BinaryPropertyList {
             guard v <= UInt64(b.count) else { throw unreadable }
             return Int(v)
         }
-        let count = try int(trailer + 8, 8), top = try int(trailer + 16, 8), table = try int(trailer + 24, 8)
+        let count = try int(trailer + 8, 8)
+        let top = try int(trailer + 16, 8)
+        let table = try int(trailer + 24, 8)
         func object(_ i: Int, _ depth: Int) throws -> PlistValue {
             guard i < count, depth < PlistValue.maximumDepth else { throw unreadable }
             let off = try int(table + i * offsetSize, offsetSize)
             guard off >= 8, off < trailer else { throw unreadable }
-            let marker = b[off], kind = marker >> 4
-            var n = Int(marker & 0x0F), at = off + 1
+            let marker = b[off]
+            let kind = marker >> 4
+            var n = Int(marker & 0x0F)
+            var at = off + 1
             if n == 0x0F && [0x4, 0x5, 0x6, 0xA, 0xD].contains(kind) {
                 guard at < trailer, b[at] >> 4 == 0x1 else { throw unreadable }
                 let width = 1 << Int(b[at] & 0x0F)
@@ -193,10 +209,17 @@ enum BinaryPropertyList {
                 case 3: return .integer(Int64(bitPattern: try uint(at, 8)))
                 case 4:
                     // 128 bits, signed: what fits 64 bits, as Int64, or as UInt64 above Int64.max.
-                    let high = try uint(at, 8), low = try uint(at + 8, 8)
-                    if high == 0 { return low > UInt64(Int64.max) ? .unsignedInteger(low) : .integer(Int64(low)) }
-                    if high == UInt64.max && low > UInt64(Int64.max) { return .integer(Int64(bitPattern: low)) }
-                    throw VaultError(.invalidPropertyList, "the property list holds an integer beyond 64 bits")
+                    let high = try uint(at, 8)
+                    let low = try uint(at + 8, 8)
+                    if high == 0 {
+                        return low > UInt64(Int64.max)
+                            ? .unsignedInteger(low) : .integer(Int64(low))
+                    }
+                    if high == UInt64.max && low > UInt64(Int64.max) {
+                        return .integer(Int64(bitPattern: low))
+                    }
+                    throw VaultError(
+                        .invalidPropertyList, "the property list holds an integer beyond 64 bits")
                 default: throw unreadable
                 }
             case 0x2:
@@ -207,31 +230,47 @@ enum BinaryPropertyList {
                 guard marker == 0x33 else { throw unreadable }
                 let d = Date(timeIntervalSinceReferenceDate: Double(bitPattern: try uint(at, 8)))
                 guard PlistDate.isSupported(d) else {
-                    throw VaultError(.invalidPropertyList, "a date of \(d.timeIntervalSinceReferenceDate) s since 2001-01-01 is outside years 0 to 9999")
+                    throw VaultError(
+                        .invalidPropertyList,
+                        "a date of \(d.timeIntervalSinceReferenceDate) s since 2001-01-01 is outside years 0 to 9999"
+                    )
                 }
                 return .date(d)
             case 0x4:
                 return .data(Data(try bytes(n)))
             case 0x5:
                 let s = try bytes(n)
-                guard s.allSatisfy({ $0 < 0x80 }) else { throw VaultError(.invalidPropertyList, "an ASCII string of the property list holds a byte above 0x7F") }
+                guard s.allSatisfy({ $0 < 0x80 }) else {
+                    throw VaultError(
+                        .invalidPropertyList,
+                        "an ASCII string of the property list holds a byte above 0x7F")
+                }
                 return .string(String(decoding: s, as: UTF8.self))
             case 0x6:
                 let s = try bytes(2 * n)
-                let units = stride(from: s.startIndex, to: s.endIndex, by: 2).map { UInt16(b[$0]) << 8 | UInt16(b[$0 + 1]) }
+                let units = stride(from: s.startIndex, to: s.endIndex, by: 2).map {
+                    UInt16(b[$0]) << 8 | UInt16(b[$0 + 1])
+                }
                 return .string(String(decoding: units, as: UTF16.self))
             case 0xA:
                 _ = try bytes(n * refSize)
                 var out: [PlistValue] = []
                 out.reserveCapacity(n)
-                for r in 0..<n { out.append(try object(try int(at + r * refSize, refSize), depth + 1)) }
+                for r in 0..<n {
+                    out.append(try object(try int(at + r * refSize, refSize), depth + 1))
+                }
                 return .array(out)
             case 0xD:
                 _ = try bytes(2 * n * refSize)
                 var out = PlistDictionary(minimumCapacity: n)
                 for r in 0..<n {
-                    guard case .string(let key) = try object(try int(at + r * refSize, refSize), depth + 1) else {
-                        throw VaultError(.invalidPropertyList, "a dictionary of the property list has a key that is not a string")
+                    guard
+                        case .string(let key) = try object(
+                            try int(at + r * refSize, refSize), depth + 1)
+                    else {
+                        throw VaultError(
+                            .invalidPropertyList,
+                            "a dictionary of the property list has a key that is not a string")
                     }
                     out[key] = try object(try int(at + (n + r) * refSize, refSize), depth + 1)
                 }
@@ -239,7 +278,12 @@ enum BinaryPropertyList {
             default:
                 break
             }
-            throw VaultError(.invalidPropertyList, String(format: "the property list holds an object of a kind preferences do not take (marker 0x%02X)", marker))
+            throw VaultError(
+                .invalidPropertyList,
+                String(
+                    format:
+                        "the property list holds an object of a kind preferences do not take (marker 0x%02X)",
+                    marker))
         }
         return try object(top, 0)
     }

@@ -46,7 +46,8 @@ public enum PlistValue: Equatable, Sendable {
         case (.real(let x), .real(let y)): x.bitPattern == y.bitPattern || (x.isNaN && y.isNaN)
         case (.bool(let x), .bool(let y)): x == y
         case (.date(let x), .date(let y)):
-            x.timeIntervalSinceReferenceDate.bitPattern == y.timeIntervalSinceReferenceDate.bitPattern
+            x.timeIntervalSinceReferenceDate.bitPattern
+                == y.timeIntervalSinceReferenceDate.bitPattern
         case (.data(let x), .data(let y)): x == y
         case (.array(let x), .array(let y)): x == y
         case (.dict(let x), .dict(let y)):
@@ -80,9 +81,13 @@ extension PlistValue {
         case "nan": return .nan
         case "-nan": return -.nan
         default:
-            guard text.hasPrefix("nan(0x"), text.hasSuffix(")"), text.utf8.count == 23 else { return nil }
+            guard text.hasPrefix("nan(0x"), text.hasSuffix(")"), text.utf8.count == 23 else {
+                return nil
+            }
             let hex = text.dropFirst(6).dropLast()
-            guard hex.allSatisfy(\.isHexDigit), let bits = UInt64(hex, radix: 16) else { return nil }
+            guard hex.allSatisfy(\.isHexDigit), let bits = UInt64(hex, radix: 16) else {
+                return nil
+            }
             let d = Double(bitPattern: bits)
             return d.isNaN ? d : nil
         }
@@ -95,7 +100,13 @@ extension PlistValue {
         case .integer(let i): ["integer": JSON(i)]
         case .unsignedInteger(let u): ["integer": JSON(u)]
         case .real(let d):
-            if d.isNaN { ["real": .string(Self.nanText(d))] } else if d.isInfinite { ["real": .string(d < 0 ? "-inf" : "inf")] } else { ["real": JSON(d)] }
+            if d.isNaN {
+                ["real": .string(Self.nanText(d))]
+            } else if d.isInfinite {
+                ["real": .string(d < 0 ? "-inf" : "inf")]
+            } else {
+                ["real": JSON(d)]
+            }
         case .bool(let b): ["bool": .bool(b)]
         case .date(let d): ["date": .string(PlistDate.format(d))]
         case .data(let d): ["data": .string(d.base64EncodedString())]
@@ -110,21 +121,31 @@ extension PlistValue {
     }
 
     private init(tagged json: JSON, depth: Int) throws {
-        func bad(_ why: String) -> VaultError { VaultError(.invalidValue, "invalid property-list value: \(why)") }
-        guard depth < PlistValue.maximumDepth else { throw bad("nested deeper than \(PlistValue.maximumDepth)") }
+        func bad(_ why: String) -> VaultError {
+            VaultError(.invalidValue, "invalid property-list value: \(why)")
+        }
+        guard depth < PlistValue.maximumDepth else {
+            throw bad("nested deeper than \(PlistValue.maximumDepth)")
+        }
         guard case .object(let o) = json, o.count == 1, let (tag, v) = o.first else {
             throw bad("expected an object with exactly one type tag")
         }
         switch (tag, v) {
         case ("string", .string(let s)): self = .string(s)
         case ("integer", .number(let n)):
-            if let i = Int64(n) { self = .integer(i) } else if let u = UInt64(n) { self = .unsignedInteger(u) } else {
+            if let i = Int64(n) {
+                self = .integer(i)
+            } else if let u = UInt64(n) {
+                self = .unsignedInteger(u)
+            } else {
                 throw bad("integer out of the range Int64.min...UInt64.max")
             }
         case ("real", .number(let n)):
             // A number beyond a double's range reads as infinity: refused, not stored as one
             // (infinity is the string "inf"; the JSON number meant something else).
-            guard let d = Double(n), d.isFinite else { throw bad("a real must be a finite double (infinity is written \"inf\")") }
+            guard let d = Double(n), d.isFinite else {
+                throw bad("a real must be a finite double (infinity is written \"inf\")")
+            }
             self = .real(d)
         case ("real", .string(let s)):
             switch s {
@@ -132,21 +153,26 @@ extension PlistValue {
             case "-inf": self = .real(-.infinity)
             default:
                 guard let nan = Self.nan(fromText: s) else {
-                    throw bad("a real as a string must be inf, -inf, nan, -nan or nan(0x and the 16 hex digits of a NaN's bits)")
+                    throw bad(
+                        "a real as a string must be inf, -inf, nan, -nan or nan(0x and the 16 hex digits of a NaN's bits)"
+                    )
                 }
                 self = .real(nan)
             }
         case ("bool", .bool(let b)): self = .bool(b)
         case ("date", .string(let s)):
             guard let d = PlistDate.parse(s) else {
-                throw bad("date must be ISO 8601 UTC in years 0 to 9999, e.g. 2001-01-01T00:00:00.5Z")
+                throw bad(
+                    "date must be ISO 8601 UTC in years 0 to 9999, e.g. 2001-01-01T00:00:00.5Z")
             }
             self = .date(d)
         case ("data", .string(let s)):
             guard let d = Data(base64Encoded: s) else { throw bad("data must be base64") }
             self = .data(d)
-        case ("array", .array(let a)): self = .array(try a.map { try PlistValue(tagged: $0, depth: depth + 1) })
-        case ("dict", .object(let d)): self = .dict(try d.mapValues { try PlistValue(tagged: $0, depth: depth + 1) })
+        case ("array", .array(let a)):
+            self = .array(try a.map { try PlistValue(tagged: $0, depth: depth + 1) })
+        case ("dict", .object(let d)):
+            self = .dict(try d.mapValues { try PlistValue(tagged: $0, depth: depth + 1) })
         default: throw bad("unknown tag '\(tag)' or wrong JSON type for it")
         }
     }
@@ -173,7 +199,9 @@ public enum PlistDate {
     /// written as text that names it and that `parse` refuses; never traps.
     public static func format(_ date: Date) -> String {
         let t = date.timeIntervalSinceReferenceDate
-        guard supportedRange.contains(t) else { return "\(t) s since 2001-01-01, outside years 0 to 9999" }
+        guard supportedRange.contains(t) else {
+            return "\(t) s since 2001-01-01, outside years 0 to 9999"
+        }
         let whole = t.rounded(.down)
         let fraction = t - whole  // exact
         let (y, m, d, hh, mm, ss) = fields(Int64(whole))
@@ -202,7 +230,9 @@ public enum PlistDate {
 
     /// Appends a value in 0..<10_000 as exactly `width` decimal digits (zero-padded), then
     /// the separator.
-    private static func appendDigits(_ value: Int64, width: Int, then separator: Unicode.Scalar?, to text: inout [UInt8]) {
+    private static func appendDigits(
+        _ value: Int64, width: Int, then separator: Unicode.Scalar?, to text: inout [UInt8]
+    ) {
         var divisor: Int64 = 1
         for _ in 1..<width { divisor *= 10 }
         while divisor > 0 {
@@ -215,14 +245,18 @@ public enum PlistDate {
     /// The proleptic-Gregorian UTC calendar fields of a date's whole second (rounded down),
     /// as `format` writes them; nil outside `supportedRange`. For text such as `defaults read`
     /// prints, which must agree with `format` (Foundation's calendars are Julian before 1582).
-    public static func fields(of date: Date) -> (year: Int, month: Int, day: Int, hour: Int, minute: Int, second: Int)? {
+    public static func fields(of date: Date) -> (
+        year: Int, month: Int, day: Int, hour: Int, minute: Int, second: Int
+    )? {
         let t = date.timeIntervalSinceReferenceDate
         guard supportedRange.contains(t) else { return nil }
         let f = fields(Int64(t.rounded(.down)))
         return (Int(f.0), Int(f.1), Int(f.2), Int(f.3), Int(f.4), Int(f.5))
     }
 
-    private static func fields(_ secondsSince2001: Int64) -> (Int64, Int64, Int64, Int64, Int64, Int64) {
+    private static func fields(_ secondsSince2001: Int64) -> (
+        Int64, Int64, Int64, Int64, Int64, Int64
+    ) {
         // Days from 1970-01-01 to 2001-01-01: 11323.
         let (days, secondOfDay) = floorDivMod(secondsSince2001, 86_400)
         let (y, m, d) = civilFromDays(days + 11_323)
@@ -263,7 +297,8 @@ public enum PlistDate {
         let whole = days * 86_400 + h * 3600 + mi * 60 + se
         if whole == -1 && fraction != 0 {
             // -1 + 0.ddd = -(1 - 0.ddd), computed exactly in decimal and rounded once.
-            guard let magnitude = Double("0." + complement(String(decoding: digits, as: UTF8.self))) else { return nil }
+            guard let magnitude = Double("0." + complement(String(decoding: digits, as: UTF8.self)))
+            else { return nil }
             return Date(timeIntervalSinceReferenceDate: -magnitude)
         }
         // Year 0, or a fraction rounding 9999-12-31T23:59:59.999… up to year 10000.
@@ -286,8 +321,12 @@ public enum PlistDate {
     }
 
     private static func floorDivMod(_ a: Int64, _ b: Int64) -> (Int64, Int64) {
-        var q = a / b, r = a % b
-        if r < 0 { q -= 1; r += b }
+        var q = a / b
+        var r = a % b
+        if r < 0 {
+            q -= 1
+            r += b
+        }
         return (q, r)
     }
 
@@ -306,7 +345,8 @@ public enum PlistDate {
     /// (an app linking VaultClient may set one whose point is a comma): when it stops before
     /// the end, `Double`, which reads in the C locale, is asked instead.
     private static func decimalFraction(_ digits: Slice<UnsafeBufferPointer<UInt8>>) -> Double? {
-        let parsed = withUnsafeTemporaryAllocation(of: CChar.self, capacity: digits.count + 3) { b -> Double? in
+        let parsed = withUnsafeTemporaryAllocation(of: CChar.self, capacity: digits.count + 3) {
+            b -> Double? in
             b[0] = CChar(UInt8(ascii: "0"))
             b[1] = CChar(UInt8(ascii: "."))
             var i = 2

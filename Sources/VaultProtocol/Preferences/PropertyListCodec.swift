@@ -19,9 +19,13 @@ public enum PropertyListCodec {
         let object: Any
         do {
             var format = PropertyListSerialization.PropertyListFormat.binary
-            object = try PropertyListSerialization.propertyList(from: data, options: [], format: &format)
+            object = try PropertyListSerialization.propertyList(
+                from: data, options: [], format: &format)
         } catch {
-            throw VaultError(.invalidPropertyList, "not a property list (XML or binary): \(data.isEmpty ? "the data is empty" : reason(error))")
+            throw VaultError(
+                .invalidPropertyList,
+                "not a property list (XML or binary): \(data.isEmpty ? "the data is empty" : reason(error))"
+            )
         }
         return try value(from: object)
     }
@@ -32,21 +36,29 @@ public enum PropertyListCodec {
     /// unknown encoding name: preference text must not reach error messages). Its generic
     /// description when it gives none.
     static func reason(_ error: Error) -> String {
-        guard var text = (error as NSError).userInfo[NSDebugDescriptionErrorKey] as? String, !text.isEmpty else {
+        guard var text = (error as NSError).userInfo[NSDebugDescriptionErrorKey] as? String,
+            !text.isEmpty
+        else {
             return error.localizedDescription
         }
         let quoting: [(String, String)] = [
             (#"character '.*?' \(0x[0-9A-Fa-f]+\)"#, "character"),  // Unknown character '%c' (0x%x)
             (#"character '0x[0-9A-Fa-f]+'"#, "character"),  // Unexpected character '0x%x'
             (#"\(invalid character 0x[0-9A-Fa-f]+\)"#, "(invalid character)"),
-            (#"(nexpected character) .{1,4}? ((at|on) line)"#, "$1 $2"),  // [Uu]nexpected character %c on line
+            // [Uu]nexpected character %c on line
+            (#"(nexpected character) .{1,4}? ((at|on) line)"#, "$1 $2"),
             (#"unknown tag .*? on line"#, "unknown tag on line"),
             (#"open tag .*$"#, "its open tag"),  // Close tag on line %d does not match open tag %@
-            (#"unknown encoding .*$"#, "unknown encoding"),  // Encountered unknown encoding (%@): the XML declaration's
+            // Encountered unknown encoding (%@): the XML declaration's
+            (#"unknown encoding .*$"#, "unknown encoding"),
         ]
         for (pattern, replacement) in quoting {
-            guard let re = try? NSRegularExpression(pattern: pattern, options: [.dotMatchesLineSeparators]) else { continue }
-            text = re.stringByReplacingMatches(in: text, range: NSRange(text.startIndex..., in: text), withTemplate: replacement)
+            guard
+                let re = try? NSRegularExpression(
+                    pattern: pattern, options: [.dotMatchesLineSeparators])
+            else { continue }
+            text = re.stringByReplacingMatches(
+                in: text, range: NSRange(text.startIndex..., in: text), withTemplate: replacement)
         }
         return text
     }
@@ -60,11 +72,19 @@ public enum PropertyListCodec {
         if format == .xml, let bad = firstNonXMLCharacter(in: value) {
             throw VaultError(
                 .invalidPropertyList,
-                String(format: "a string holds U+%04X, which XML 1.0 cannot carry; export as binary instead", bad.value))
+                String(
+                    format:
+                        "a string holds U+%04X, which XML 1.0 cannot carry; export as binary instead",
+                    bad.value))
         }
         if format == .xml { return xml(value) }
         if let key = firstNormalisationTwin(in: value) {
-            throw VaultError(.invalidPropertyList, twinsMessage(key, "cannot be written as a binary property list here (Foundation would merge them); export as XML instead"))
+            throw VaultError(
+                .invalidPropertyList,
+                twinsMessage(
+                    key,
+                    "cannot be written as a binary property list here (Foundation would merge them); export as XML instead"
+                ))
         }
         return BinaryPropertyList.encode(value)
     }
@@ -103,20 +123,28 @@ public enum PropertyListCodec {
             case .integer(let i): out += pad + "<integer>\(i)</integer>\n"
             case .unsignedInteger(let u): out += pad + "<integer>\(u)</integer>\n"
             case .real(let d):
-                let text = d.isNaN ? "nan" : d.isInfinite ? (d < 0 ? "-infinity" : "+infinity") : "\(d)"
+                let text =
+                    d.isNaN ? "nan" : d.isInfinite ? (d < 0 ? "-infinity" : "+infinity") : "\(d)"
                 out += pad + "<real>" + text + "</real>\n"
             case .bool(let b): out += pad + (b ? "<true/>" : "<false/>") + "\n"
             case .date(let d):
-                let whole = Date(timeIntervalSinceReferenceDate: d.timeIntervalSinceReferenceDate.rounded(.down))
+                let whole = Date(
+                    timeIntervalSinceReferenceDate: d.timeIntervalSinceReferenceDate.rounded(.down))
                 out += pad + "<date>" + PlistDate.format(whole) + "</date>\n"
             case .data(let d): out += pad + "<data>" + d.base64EncodedString() + "</data>\n"
             case .array(let a):
-                if a.isEmpty { out += pad + "<array/>\n"; return }
+                if a.isEmpty {
+                    out += pad + "<array/>\n"
+                    return
+                }
                 out += pad + "<array>\n"
                 for x in a { write(x, level + 1) }
                 out += pad + "</array>\n"
             case .dict(let d):
-                if d.isEmpty { out += pad + "<dict/>\n"; return }
+                if d.isEmpty {
+                    out += pad + "<dict/>\n"
+                    return
+                }
                 out += pad + "<dict>\n"
                 for k in d.keys.sorted(by: { $0.utf8.lexicographicallyPrecedes($1.utf8) }) {
                     out += pad + "\t<key>" + escaped(k) + "</key>\n"
@@ -143,7 +171,8 @@ public enum PropertyListCodec {
         switch value {
         case .string(let s): return bad(s)
         case .array(let a): return a.lazy.compactMap(firstNonXMLCharacter(in:)).first
-        case .dict(let d): return d.lazy.compactMap { bad($0.key) ?? firstNonXMLCharacter(in: $0.value) }.first
+        case .dict(let d):
+            return d.lazy.compactMap { bad($0.key) ?? firstNonXMLCharacter(in: $0.value) }.first
         default: return nil
         }
     }
@@ -162,7 +191,8 @@ public enum PropertyListCodec {
     public static func parseText(_ text: String) -> PlistValue {
         var format = PropertyListSerialization.PropertyListFormat.openStep
         if let first = text.first, "({<\"".contains(first),
-            let o = try? PropertyListSerialization.propertyList(from: Data(OpaqueScalars.hide(text).utf8), options: [], format: &format),
+            let o = try? PropertyListSerialization.propertyList(
+                from: Data(OpaqueScalars.hide(text).utf8), options: [], format: &format),
             let v = try? value(from: o)
         {
             return OpaqueScalars.reveal(v)
@@ -195,7 +225,8 @@ public enum PropertyListCodec {
             while i < scalars.count {
                 let c = scalars[i]
                 if quote != nil, c == "\\", i + 1 < scalars.count {
-                    var j = i + 2, v: UInt32 = 0
+                    var j = i + 2
+                    var v: UInt32 = 0
                     if scalars[i + 1] == "U" {
                         while j < scalars.count, j < i + 6, let d = hexValue(scalars[j]) {
                             v = v << 4 | d
@@ -209,7 +240,11 @@ public enum PropertyListCodec {
                     } else {
                         out.append(c)
                         let escaped = scalars[i + 1]
-                        if escaped.isASCII { out.append(escaped) } else { hide(escaped.value, into: &out) }
+                        if escaped.isASCII {
+                            out.append(escaped)
+                        } else {
+                            hide(escaped.value, into: &out)
+                        }
                         i += 2
                     }
                     continue
@@ -239,7 +274,9 @@ public enum PropertyListCodec {
             for c in s.unicodeScalars {
                 if let h = pending {
                     pending = nil
-                    if (low...(low + 0x3FF)).contains(c.value), let r = Unicode.Scalar(((h.value - high) << 10) | (c.value - low)) {
+                    if (low...(low + 0x3FF)).contains(c.value),
+                        let r = Unicode.Scalar(((h.value - high) << 10) | (c.value - low))
+                    {
                         out.append(r)
                         continue
                     }
@@ -275,15 +312,20 @@ public enum PropertyListCodec {
     static func checkBinaryReferences(_ data: Data) throws {
         let b = [UInt8](data)
         guard b.count >= 8, b.starts(with: Array("bplist0".utf8)) else { return }
-        let unreadable = VaultError(.invalidPropertyList, "not a binary property list vaultd can read safely (widths, offsets or references out of range)")
+        let unreadable = VaultError(
+            .invalidPropertyList,
+            "not a binary property list vaultd can read safely (widths, offsets or references out of range)"
+        )
         guard b.count >= 40 else { throw unreadable }
         let trailer = b.count - 32
-        let offsetSize = Int(b[trailer + 6]), refSize = Int(b[trailer + 7])
+        let offsetSize = Int(b[trailer + 6])
+        let refSize = Int(b[trailer + 7])
         func uint(_ at: Int, _ n: Int) throws -> Int {
             guard (1...8).contains(n), at >= 0, at <= b.count - n else { throw unreadable }
             var v: UInt64 = 0
             for i in 0..<n { v = v << 8 | UInt64(b[at + i]) }
-            guard v <= UInt64(b.count) else { throw unreadable }  // counts, offsets and refs are all below the file's size
+            // counts, offsets and refs are all below the file's size
+            guard v <= UInt64(b.count) else { throw unreadable }
             return Int(v)
         }
         /// Refuses a dictionary whose keys (the `n` references at `at`) hold two that
@@ -294,11 +336,14 @@ public enum PropertyListCodec {
             keys.reserveCapacity(n)
             var plain = true  // ASCII keys only: no twins possible
             for r in 0..<n {
-                let off = try uint(table + (try uint(at + r * refSize, refSize)) * offsetSize, offsetSize)
+                let off = try uint(
+                    table + (try uint(at + r * refSize, refSize)) * offsetSize, offsetSize)
                 guard off >= 8, off < trailer else { throw unreadable }
                 let kind = b[off] >> 4
-                guard kind == 0x5 || kind == 0x6 else { return }  // not a string key: Foundation refuses it
-                var len = Int(b[off] & 0x0F), start = off + 1
+                // not a string key: Foundation refuses it
+                guard kind == 0x5 || kind == 0x6 else { return }
+                var len = Int(b[off] & 0x0F)
+                var start = off + 1
                 if len == 0x0F {
                     guard start < b.count, b[start] >> 4 == 0x1 else { throw unreadable }
                     let width = 1 << Int(b[start] & 0x0F)
@@ -311,32 +356,51 @@ public enum PropertyListCodec {
                     keys.append(String(decoding: b[start..<(start + bytes)], as: UTF8.self))
                 } else {
                     plain = false
-                    let units = stride(from: start, to: start + bytes, by: 2).map { UInt16(b[$0]) << 8 | UInt16(b[$0 + 1]) }
+                    let units = stride(from: start, to: start + bytes, by: 2).map {
+                        UInt16(b[$0]) << 8 | UInt16(b[$0 + 1])
+                    }
                     keys.append(String(decoding: units, as: UTF16.self))
                 }
             }
-            if !plain, let twin = normalisationTwin(keys) { throw VaultError(.invalidPropertyList, twinsMessage(twin, importTwins)) }
+            if !plain, let twin = normalisationTwin(keys) {
+                throw VaultError(.invalidPropertyList, twinsMessage(twin, importTwins))
+            }
         }
-        let count = try uint(trailer + 8, 8), top = try uint(trailer + 16, 8), table = try uint(trailer + 24, 8)
+        let count = try uint(trailer + 8, 8)
+        let top = try uint(trailer + 16, 8)
+        let table = try uint(trailer + 24, 8)
         let tooBig = tooLargeExpanded
         var sizes = [Int](repeating: -1, count: count)  // -1: not counted yet; -2: being counted
         func expanded(_ i: Int, _ depth: Int) throws -> Int {
             guard depth < PlistValue.maximumDepth else {
-                throw VaultError(.invalidPropertyList, "property list nested deeper than \(PlistValue.maximumDepth)")
+                throw VaultError(
+                    .invalidPropertyList,
+                    "property list nested deeper than \(PlistValue.maximumDepth)")
             }
             guard i < count else { throw unreadable }
             let off = try uint(table + i * offsetSize, offsetSize)
             guard off >= 8, off < trailer else { throw unreadable }
             if sizes[i] >= 0 { return sizes[i] }
-            if sizes[i] == -2 { throw VaultError(.invalidPropertyList, "the property list contains itself") }
+            if sizes[i] == -2 {
+                throw VaultError(.invalidPropertyList, "the property list contains itself")
+            }
             let kind = b[off] >> 4
             // Only the kinds a preference value can be: booleans (0x08, 0x09), integers,
             // reals, dates, data, strings, arrays, dictionaries. Anything else (null, fill,
             // UIDs, sets: Foundation's bridging of a set crashed vaultd) is refused here.
-            guard [0x1, 0x2, 0x3, 0x4, 0x5, 0x6, 0xA, 0xD].contains(kind) || b[off] == 0x08 || b[off] == 0x09 else {
-                throw VaultError(.invalidPropertyList, String(format: "the property list holds an object of a kind preferences do not take (marker 0x%02X)", b[off]))
+            guard
+                [0x1, 0x2, 0x3, 0x4, 0x5, 0x6, 0xA, 0xD].contains(kind) || b[off] == 0x08
+                    || b[off] == 0x09
+            else {
+                throw VaultError(
+                    .invalidPropertyList,
+                    String(
+                        format:
+                            "the property list holds an object of a kind preferences do not take (marker 0x%02X)",
+                        b[off]))
             }
-            var n = Int(b[off] & 0x0F), at = off + 1
+            var n = Int(b[off] & 0x0F)
+            var at = off + 1
             if n == 0x0F && [0x4, 0x5, 0x6, 0xA, 0xD].contains(kind) {
                 guard at < b.count, b[at] >> 4 == 0x1 else { throw unreadable }
                 let width = 1 << Int(b[at] & 0x0F)
@@ -354,7 +418,9 @@ public enum PropertyListCodec {
                     // A dictionary's keys (its first n references) count their bytes only, as
                     // `value(from:)` counts them.
                     let isKey = kind == 0xD && r < n
-                    total += try expanded(try uint(at + r * refSize, refSize), depth + 1) - (isKey ? 16 : 0)
+                    total +=
+                        try expanded(try uint(at + r * refSize, refSize), depth + 1)
+                        - (isKey ? 16 : 0)
                     if total > maximumExpandedSize { throw tooBig }
                 }
             default: break
@@ -386,7 +452,8 @@ public enum PropertyListCodec {
         }
     }
 
-    static let importTwins = "cannot be imported here: Foundation would merge them into one, losing a value; nothing was written"
+    static let importTwins =
+        "cannot be imported here: Foundation would merge them into one, losing a value; nothing was written"
 
     /// The key is not quoted: preference text must not reach error messages.
     static func twinsMessage(_ key: String, _ what: String) -> String {
@@ -406,10 +473,14 @@ public enum PropertyListCodec {
     /// read in it; in one vaultd cannot read, it is refused rather than imported unchecked.
     static func checkXMLKeys(_ data: Data) throws {
         guard !data.starts(with: Array("bplist".utf8)),
-            data.contains(where: { $0 >= 0x80 || $0 == 0 }) || data.range(of: Data("&#".utf8)) != nil
+            data.contains(where: { $0 >= 0x80 || $0 == 0 })
+                || data.range(of: Data("&#".utf8)) != nil
         else { return }
         guard let text = xmlString(data) else {
-            throw VaultError(.invalidPropertyList, "the property list's text encoding is not one vaultd can check for dictionary keys that differ only in Unicode normalisation; convert it to UTF-8")
+            throw VaultError(
+                .invalidPropertyList,
+                "the property list's text encoding is not one vaultd can check for dictionary keys that differ only in Unicode normalisation; convert it to UTF-8"
+            )
         }
         let u = Array(text.utf8)
         func at(_ i: Int, _ s: StaticString) -> Bool {
@@ -448,7 +519,9 @@ public enum PropertyListCodec {
             let closing = n < gt && u[n] == UInt8(ascii: "/")
             if closing { n += 1 }
             var nameEnd = n
-            while nameEnd < gt, !isSpace(u[nameEnd]), u[nameEnd] != UInt8(ascii: "/") { nameEnd += 1 }
+            while nameEnd < gt, !isSpace(u[nameEnd]), u[nameEnd] != UInt8(ascii: "/") {
+                nameEnd += 1
+            }
             let name = u[n..<nameEnd]
             let selfClosing = u[gt - 1] == UInt8(ascii: "/")
             if name.elementsEqual("dict".utf8) {
@@ -463,7 +536,8 @@ public enum PropertyListCodec {
                 var key = ""
                 if !selfClosing {
                     // Up to `</key>`: text (references replaced), CDATA as it is, no comments.
-                    var j = gt + 1, textStart = j
+                    var j = gt + 1
+                    var textStart = j
                     while true {
                         guard let next = u[j...].firstIndex(of: UInt8(ascii: "<")) else { return }
                         key += xmlText(String(decoding: u[textStart..<next], as: UTF8.self))
@@ -494,10 +568,18 @@ public enum PropertyListCodec {
     static func xmlString(_ data: Data) -> String? {
         if let s = String(data: data, encoding: .utf8) { return s }
         let b = [UInt8](data.prefix(4))
-        if b.starts(with: [0, 0, 0xFE, 0xFF]) || b.starts(with: [0xFF, 0xFE, 0, 0]) { return String(data: data, encoding: .utf32) }
-        if b.starts(with: [0xFE, 0xFF]) || b.starts(with: [0xFF, 0xFE]) { return String(data: data, encoding: .utf16) }
-        if b.count == 4 && b[0] == 0 && b[1] == 0 { return String(data: data, encoding: .utf32BigEndian) }
-        if b.count == 4 && b[2] == 0 && b[3] == 0 && b[1] == 0 { return String(data: data, encoding: .utf32LittleEndian) }
+        if b.starts(with: [0, 0, 0xFE, 0xFF]) || b.starts(with: [0xFF, 0xFE, 0, 0]) {
+            return String(data: data, encoding: .utf32)
+        }
+        if b.starts(with: [0xFE, 0xFF]) || b.starts(with: [0xFF, 0xFE]) {
+            return String(data: data, encoding: .utf16)
+        }
+        if b.count == 4 && b[0] == 0 && b[1] == 0 {
+            return String(data: data, encoding: .utf32BigEndian)
+        }
+        if b.count == 4 && b[2] == 0 && b[3] == 0 && b[1] == 0 {
+            return String(data: data, encoding: .utf32LittleEndian)
+        }
         if b.count >= 2 && b[0] == 0 { return String(data: data, encoding: .utf16BigEndian) }
         if b.count >= 2 && b[1] == 0 { return String(data: data, encoding: .utf16LittleEndian) }
         // `<?xml … encoding="NAME"?>`, in ASCII.
@@ -505,10 +587,13 @@ public enum PropertyListCodec {
         guard head.hasPrefix("<?xml"), let declEnd = head.range(of: "?>"),
             let e = head[..<declEnd.lowerBound].range(of: "encoding")
         else { return nil }
-        let rest = head[e.upperBound..<declEnd.lowerBound].drop(while: { $0 == " " || $0 == "=" || $0 == "\"" || $0 == "'" })
+        let rest = head[e.upperBound..<declEnd.lowerBound].drop(while: {
+            $0 == " " || $0 == "=" || $0 == "\"" || $0 == "'"
+        })
         let name = rest.prefix(while: { $0 != "\"" && $0 != "'" && $0 != " " }).lowercased()
         let encodings: [String: String.Encoding] = [
-            "iso-8859-1": .isoLatin1, "iso_8859-1": .isoLatin1, "latin1": .isoLatin1, "l1": .isoLatin1,
+            "iso-8859-1": .isoLatin1, "iso_8859-1": .isoLatin1, "latin1": .isoLatin1,
+            "l1": .isoLatin1,
             "windows-1252": .windowsCP1252, "cp1252": .windowsCP1252,
             "macintosh": .macOSRoman, "macroman": .macOSRoman, "x-mac-roman": .macOSRoman,
         ]
@@ -518,10 +603,14 @@ public enum PropertyListCodec {
     /// XML character data with its entity and character references replaced.
     static func xmlText(_ raw: String) -> String {
         guard raw.contains("&") else { return raw }
-        var out = "", rest = Substring(raw)
+        var out = ""
+        var rest = Substring(raw)
         while let amp = rest.firstIndex(of: "&") {
             out += rest[..<amp]
-            guard let semi = rest[amp...].firstIndex(of: ";") else { out += rest[amp...]; return out }
+            guard let semi = rest[amp...].firstIndex(of: ";") else {
+                out += rest[amp...]
+                return out
+            }
             let name = rest[rest.index(after: amp)..<semi]
             switch name {
             case "amp": out += "&"
@@ -531,8 +620,16 @@ public enum PropertyListCodec {
             case "apos": out += "'"
             default:
                 var v: UInt32?
-                if name.hasPrefix("#x") { v = UInt32(name.dropFirst(2), radix: 16) } else if name.hasPrefix("#") { v = UInt32(name.dropFirst(), radix: 10) }
-                if let v, let u = Unicode.Scalar(v) { out.unicodeScalars.append(u) } else { out += rest[amp...semi] }
+                if name.hasPrefix("#x") {
+                    v = UInt32(name.dropFirst(2), radix: 16)
+                } else if name.hasPrefix("#") {
+                    v = UInt32(name.dropFirst(), radix: 10)
+                }
+                if let v, let u = Unicode.Scalar(v) {
+                    out.unicodeScalars.append(u)
+                } else {
+                    out += rest[amp...semi]
+                }
             }
             rest = rest[rest.index(after: semi)...]
         }
@@ -554,7 +651,8 @@ public enum PropertyListCodec {
     static var tooLargeExpanded: VaultError {
         VaultError(
             .invalidPropertyList,
-            "the property list expands past \(maximumExpandedSize >> 20) MiB of values, more than a domain of \(DomainLimit.maximumBytes >> 20) MiB can hold (or it refers to one object many times); nothing was written")
+            "the property list expands past \(maximumExpandedSize >> 20) MiB of values, more than a domain of \(DomainLimit.maximumBytes >> 20) MiB can hold (or it refers to one object many times); nothing was written"
+        )
     }
 
     /// `object` (what `PropertyListSerialization` returns) as a `PlistValue`. Throws
@@ -565,12 +663,18 @@ public enum PropertyListCodec {
         return try value(from: object, depth: 0, budget: &budget)
     }
 
-    private static func value(from object: Any, depth: Int, budget: inout Int) throws -> PlistValue {
+    private static func value(from object: Any, depth: Int, budget: inout Int) throws -> PlistValue
+    {
         guard depth < PlistValue.maximumDepth else {
-            throw VaultError(.invalidPropertyList, "property list nested deeper than \(PlistValue.maximumDepth)")
+            throw VaultError(
+                .invalidPropertyList, "property list nested deeper than \(PlistValue.maximumDepth)")
         }
         budget -= 16
-        if let s = object as? String { budget -= s.utf8.count } else if let d = object as? Data { budget -= d.count }
+        if let s = object as? String {
+            budget -= s.utf8.count
+        } else if let d = object as? Data {
+            budget -= d.count
+        }
         guard budget >= 0 else { throw tooLargeExpanded }
         switch object {
         case let b as Bool where type(of: object) == Bool.self:
@@ -590,7 +694,8 @@ public enum PropertyListCodec {
             guard PlistDate.isSupported(d) else {
                 throw VaultError(
                     .invalidPropertyList,
-                    "a date of \(d.timeIntervalSinceReferenceDate) s since 2001-01-01 is outside years 0 to 9999")
+                    "a date of \(d.timeIntervalSinceReferenceDate) s since 2001-01-01 is outside years 0 to 9999"
+                )
             }
             return .date(d)
         case let d as Data:
@@ -609,7 +714,8 @@ public enum PropertyListCodec {
             }
             return .dict(out)
         default:
-            throw VaultError(.invalidPropertyList, "unsupported property-list object \(type(of: object))")
+            throw VaultError(
+                .invalidPropertyList, "unsupported property-list object \(type(of: object))")
         }
     }
 

@@ -67,7 +67,9 @@ public struct BusyPoll: Sendable {
     /// The window from the environment variable `name` (microseconds; 0 turns polling off),
     /// else `default`.
     public static func window(fromEnvironment name: String, default value: Int) -> Int {
-        guard let raw = getenv(name), let v = Int(String(cString: raw)), v >= 0 else { return value }
+        guard let raw = getenv(name), let v = Int(String(cString: raw)), v >= 0 else {
+            return value
+        }
         return min(v, 1000)
     }
 

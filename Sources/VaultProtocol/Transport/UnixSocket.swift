@@ -38,7 +38,9 @@ public final class UnixSocket: @unchecked Sendable {
 
     /// A new unconnected socket (`socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)`).
     public convenience init() throws {
-        let fd = try valueOrErrno("socket") { socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0) }
+        let fd = try valueOrErrno("socket") {
+            socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        }
         self.init(adopting: fd)
     }
 
@@ -55,7 +57,9 @@ public final class UnixSocket: @unchecked Sendable {
         // struct ucred { pid_t pid; uid_t uid; gid_t gid; }, which Glibc does not import.
         var cred: (Int32, UInt32, UInt32) = (0, 0, 0)
         var len = socklen_t(MemoryLayout<(Int32, UInt32, UInt32)>.size)
-        guard getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0, len == 12 else { return nil }
+        guard getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0, len == 12 else {
+            return nil
+        }
         return cred.1
     }
 
@@ -67,7 +71,9 @@ public final class UnixSocket: @unchecked Sendable {
         addr.sun_family = sa_family_t(AF_UNIX)
         let bytes = Array(path.utf8)
         let capacity = MemoryLayout.size(ofValue: addr.sun_path)
-        guard !bytes.isEmpty, bytes.count < capacity else { throw Errno(code: ENAMETOOLONG, call: "socket path") }
+        guard !bytes.isEmpty, bytes.count < capacity else {
+            throw Errno(code: ENAMETOOLONG, call: "socket path")
+        }
         withUnsafeMutableBytes(of: &addr.sun_path) { p in
             for (i, b) in bytes.enumerated() { p[i] = b }
             p[bytes.count] = 0
@@ -110,12 +116,17 @@ public final class UnixSocket: @unchecked Sendable {
     /// `within`: seconds the whole write may take; throws `Errno` ETIMEDOUT past them.
     /// `stalledAfter` (with `within`): seconds the peer may take no byte at all; ETIMEDOUT
     /// too past them.
-    public func sendAll(_ bytes: [UInt8], within seconds: Double? = nil, stalledAfter stall: Double? = nil) throws {
+    public func sendAll(
+        _ bytes: [UInt8], within seconds: Double? = nil, stalledAfter stall: Double? = nil
+    ) throws {
         try bytes.withUnsafeBytes { try sendAll($0, within: seconds, stalledAfter: stall) }
     }
 
     /// `sendAll` of bytes that are not an array (a reply in secure memory).
-    public func sendAll(_ b: UnsafeRawBufferPointer, within seconds: Double? = nil, stalledAfter stall: Double? = nil) throws {
+    public func sendAll(
+        _ b: UnsafeRawBufferPointer, within seconds: Double? = nil,
+        stalledAfter stall: Double? = nil
+    ) throws {
         guard b.count > 0 else { return }
         let deadline = seconds.map { MonotonicClock.nanoseconds() + UInt64(max(0, $0) * 1e9) }
         let stallNanoseconds = stall.map { UInt64(max(0, $0) * 1e9) }
@@ -132,7 +143,9 @@ public final class UnixSocket: @unchecked Sendable {
             }
             let code = errno
             if code == EINTR { continue }
-            guard var deadline, code == EAGAIN || code == EWOULDBLOCK else { throw Errno(code: code, call: "send") }
+            guard var deadline, code == EAGAIN || code == EWOULDBLOCK else {
+                throw Errno(code: code, call: "send")
+            }
             if let s = stallNanoseconds { deadline = min(deadline, lastProgress + s) }
             let now = MonotonicClock.nanoseconds()
             guard now < deadline else { throw Errno(code: ETIMEDOUT, call: "send") }
@@ -157,7 +170,8 @@ public final class UnixSocket: @unchecked Sendable {
         // poll ignores a negative descriptor: it would wait out the timeout, or for ever.
         guard fd >= 0 else { throw Errno(code: EBADF, call: "recv") }
         var ready = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-        if !readable, try valueOrErrno("poll", { poll(&ready, 1, receiveTimeoutMilliseconds) }) == 0 {
+        if !readable, try valueOrErrno("poll", { poll(&ready, 1, receiveTimeoutMilliseconds) }) == 0
+        {
             throw Errno(code: EAGAIN, call: "recv")
         }
         // Readable, hung up or failed: the recv returns at once (data, 0 or the error).
@@ -170,7 +184,9 @@ public final class UnixSocket: @unchecked Sendable {
 
     /// `receive`, after polling briefly for the data with `busyPoll` (vaultd's connections
     /// and `VarlinkStream` replies); `othersBusy` as for `BusyPoll.awaitReadable`.
-    public func receive(polling busyPoll: inout BusyPoll, othersBusy: Bool = false) throws -> [UInt8] {
+    public func receive(polling busyPoll: inout BusyPoll, othersBusy: Bool = false) throws
+        -> [UInt8]
+    {
         try receive(readable: busyPoll.awaitReadable(fd, othersBusy: othersBusy))
     }
 
@@ -184,7 +200,8 @@ public final class UnixSocket: @unchecked Sendable {
     /// least a microsecond (a zero timeval means no timeout).
     public func setTimeouts(receive: Double, send: Double) {
         let longest = Double(Int32.max) / 1000
-        receiveTimeoutMilliseconds = receive > 0 ? Int32(min(receive * 1000, Double(Int32.max)).rounded(.up)) : -1
+        receiveTimeoutMilliseconds =
+            receive > 0 ? Int32(min(receive * 1000, Double(Int32.max)).rounded(.up)) : -1
         for (opt, asked) in [(SO_RCVTIMEO, receive), (SO_SNDTIMEO, send)] {
             let secs = asked > 0 ? min(max(asked, 1e-6), longest) : 0
             var tv = timeval(tv_sec: Int(secs), tv_usec: Int((secs - secs.rounded(.down)) * 1e6))
@@ -202,7 +219,9 @@ public final class VarlinkStream: @unchecked Sendable {
     public let socket: UnixSocket
     private var reader = FrameReader()
     /// Used by `receive(polling: true)`: polls briefly for a reply before sleeping on it.
-    private var busyPoll = BusyPoll(windowMicroseconds: BusyPoll.window(fromEnvironment: "VAULT_BUSY_POLL_US", default: 50), limit: .one)
+    private var busyPoll = BusyPoll(
+        windowMicroseconds: BusyPoll.window(fromEnvironment: "VAULT_BUSY_POLL_US", default: 50),
+        limit: .one)
 
     public init(socket: UnixSocket) { self.socket = socket }
 
@@ -238,7 +257,9 @@ public final class VarlinkStream: @unchecked Sendable {
         while true {
             if let frame = try? reader.nextFrame() { return try? JSON.parse(frame) }
             var ready = pollfd(fd: socket.fd, events: Int16(POLLIN), revents: 0)
-            guard poll(&ready, 1, 0) > 0, let chunk = try? socket.receive(readable: true), !chunk.isEmpty else { return nil }
+            guard poll(&ready, 1, 0) > 0, let chunk = try? socket.receive(readable: true),
+                !chunk.isEmpty
+            else { return nil }
             reader.append(chunk)
         }
     }

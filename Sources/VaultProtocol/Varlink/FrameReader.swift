@@ -77,7 +77,9 @@ public struct FrameReader: Sendable {
         if let nul = Self.firstNUL(in: buffer, from: max(scanned, start)) {
             guard nul - start <= maximumFrameSize else { throw Failure.frameTooLarge(nul - start) }
             let frame = Array(buffer[start..<nul])
-            buffer.withUnsafeMutableBytes { b in sodium_memzero(b.baseAddress! + start, nul + 1 - start) }
+            buffer.withUnsafeMutableBytes { b in
+                sodium_memzero(b.baseAddress! + start, nul + 1 - start)
+            }
             start = nul + 1
             scanned = start
             if start == buffer.count {
@@ -101,7 +103,9 @@ public struct FrameReader: Sendable {
     /// frame.
     private static func firstNUL(in bytes: [UInt8], from: Int) -> Int? {
         bytes.withUnsafeBufferPointer { b in
-            guard from < b.count, let base = b.baseAddress, let hit = memchr(base + from, 0, b.count - from) else { return nil }
+            guard from < b.count, let base = b.baseAddress,
+                let hit = memchr(base + from, 0, b.count - from)
+            else { return nil }
             return base.distance(to: hit.assumingMemoryBound(to: UInt8.self))
         }
     }

@@ -19,7 +19,10 @@ public struct VarlinkCall: Sendable, Equatable {
     /// InvalidParameter `upgrade`, and the connection stays a varlink one.
     public var upgrade: Bool
 
-    public init(method: String, parameters: JSONObject = [:], oneway: Bool = false, more: Bool = false, upgrade: Bool = false) {
+    public init(
+        method: String, parameters: JSONObject = [:], oneway: Bool = false, more: Bool = false,
+        upgrade: Bool = false
+    ) {
         self.method = method
         self.parameters = parameters
         self.oneway = oneway
@@ -36,7 +39,9 @@ public struct VarlinkCall: Sendable, Equatable {
     /// Decodes a call from one frame's JSON. Throws `VaultError.invalidParameter` for a
     /// message that is JSON but not a call.
     public init(json: JSON) throws {
-        guard case .object(let o) = json else { throw VaultError.invalidParameter("message", "a call must be an object") }
+        guard case .object(let o) = json else {
+            throw VaultError.invalidParameter("message", "a call must be an object")
+        }
         guard let method = o["method"]?.stringValue, !method.isEmpty else {
             throw VaultError.invalidParameter("method", "missing or not a string")
         }
@@ -57,13 +62,18 @@ public struct VarlinkCall: Sendable, Equatable {
         // objects named in reverse-domain notation ("com.example.trace": {...}).
         // The first such member in sorted order is named (sorted only then: every call passes here).
         let members = ["method", "parameters", "oneway", "more", "upgrade"]
-        func isExtension(_ key: String, _ value: JSON) -> Bool { key.contains(".") && value.objectValue != nil }
+        func isExtension(_ key: String, _ value: JSON) -> Bool {
+            key.contains(".") && value.objectValue != nil
+        }
         if o.contains(where: { !members.contains($0.key) && !isExtension($0.key, $0.value) }) {
-            for (key, value) in o.sortedByKey() where !members.contains(key) && !isExtension(key, value) {
+            for (key, value) in o.sortedByKey()
+            where !members.contains(key) && !isExtension(key, value) {
                 throw VaultError.invalidParameter(key, "not a member of a varlink call")
             }
         }
-        self.init(method: method, parameters: parameters, oneway: try flag("oneway"), more: try flag("more"), upgrade: try flag("upgrade"))
+        self.init(
+            method: method, parameters: parameters, oneway: try flag("oneway"),
+            more: try flag("more"), upgrade: try flag("upgrade"))
     }
 
     public var json: JSON {
@@ -101,7 +111,9 @@ public struct VarlinkReply: Sendable, Equatable {
     public static let extensionMember = "io.vaultd"
 
     public init(json: JSON) throws {
-        guard case .object(let o) = json else { throw VaultError.protocolViolation("a reply must be an object") }
+        guard case .object(let o) = json else {
+            throw VaultError.protocolViolation("a reply must be an object")
+        }
         parameters = o["parameters"]?.objectValue ?? [:]
         continues = o["continues"]?.boolValue ?? false
         error = o["error"]?.stringValue
@@ -117,7 +129,9 @@ public struct VarlinkReply: Sendable, Equatable {
         if continues { o["continues"] = true }
         if let error {
             o["error"] = .string(error)
-            if let declared = VarlinkInterfaces.errorParameters[error], parameters.keys.contains(where: { !declared.contains($0) }) {
+            if let declared = VarlinkInterfaces.errorParameters[error],
+                parameters.keys.contains(where: { !declared.contains($0) })
+            {
                 o["parameters"] = .object(parameters.filter { declared.contains($0.key) })
                 o[Self.extensionMember] = .object(parameters.filter { !declared.contains($0.key) })
             }

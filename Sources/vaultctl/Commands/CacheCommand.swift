@@ -17,16 +17,26 @@ struct CacheCommand: Command {
         json = a.flag("--json")
         dryRun = a.flag("--dry-run")
         if let b = try a.option("--bytes") {
-            guard let n = Int64(b), n >= 0 else { throw UsageError(message: "--bytes needs a non-negative integer") }
+            guard let n = Int64(b), n >= 0 else {
+                throw UsageError(message: "--bytes needs a non-negative integer")
+            }
             bytes = n
         }
         appID = a.positional()
-        if action == .path && appID == nil { throw UsageError(message: "cache path needs an APP_ID") }
-        if action == .usage && (appID != nil || bytes != nil) { throw UsageError(message: "cache usage takes only --json") }
+        if action == .path && appID == nil {
+            throw UsageError(message: "cache path needs an APP_ID")
+        }
+        if action == .usage && (appID != nil || bytes != nil) {
+            throw UsageError(message: "cache usage takes only --json")
+        }
         // As for usage: an option the action has no use for is an error, not ignored
         // (`cache path APP --bytes 5` printed the path; `cache purge --json` printed text).
-        if action == .path && (json || bytes != nil) { throw UsageError(message: "cache path takes only an APP_ID") }
-        if action == .purge && json { throw UsageError(message: "cache purge takes only [APP_ID] [--bytes N] [--dry-run]") }
+        if action == .path && (json || bytes != nil) {
+            throw UsageError(message: "cache path takes only an APP_ID")
+        }
+        if action == .purge && json {
+            throw UsageError(message: "cache purge takes only [APP_ID] [--bytes N] [--dry-run]")
+        }
         if action != .purge && dryRun { throw UsageError(message: "--dry-run is cache purge's") }
     }
 
@@ -39,8 +49,15 @@ struct CacheCommand: Command {
             let u = try vault.cacheUsage()
             if json {
                 let j: JSON = [
-                    "apps": .array(u.apps.map { ["appID": .string($0.appID), "bytes": JSON($0.bytes), "files": JSON($0.files)] }),
-                    "totalBytes": JSON(u.apps.reduce(Int64(0)) { $0 + $1.bytes }), "freeBytes": JSON(u.freeBytes),
+                    "apps": .array(
+                        u.apps.map {
+                            [
+                                "appID": .string($0.appID), "bytes": JSON($0.bytes),
+                                "files": JSON($0.files),
+                            ]
+                        }),
+                    "totalBytes": JSON(u.apps.reduce(Int64(0)) { $0 + $1.bytes }),
+                    "freeBytes": JSON(u.freeBytes),
                     "capacityBytes": JSON(u.capacityBytes),
                 ]
                 print(j.text)
@@ -52,13 +69,19 @@ struct CacheCommand: Command {
             // From the usage figures: a purge removes files, least recently used first, until
             // `bytes` are freed (all of them without --bytes), apps without a connection first.
             let all = try vault.cacheUsage().apps.filter { appID == nil || $0.appID == appID }
-            for app in all where app.files > 0 { print("would purge \(app.appID): \(app.bytes) bytes in \(app.files) file(s)") }
+            for app in all where app.files > 0 {
+                print("would purge \(app.appID): \(app.bytes) bytes in \(app.files) file(s)")
+            }
             let total = all.reduce(Int64(0)) { $0 + $1.bytes }
             let files = all.reduce(0) { $0 + $1.files }
             if let bytes {
-                print("dry run, nothing changed: a purge would remove the least recently used of these \(files) file(s) until \(min(bytes, total)) of their \(total) bytes are freed")
+                print(
+                    "dry run, nothing changed: a purge would remove the least recently used of these \(files) file(s) until \(min(bytes, total)) of their \(total) bytes are freed"
+                )
             } else {
-                print("dry run, nothing changed: a purge would remove \(files) file(s), \(total) bytes")
+                print(
+                    "dry run, nothing changed: a purge would remove \(files) file(s), \(total) bytes"
+                )
             }
         case .purge:
             let r = try vault.purgeCaches(appID: appID, bytes: bytes)

@@ -9,7 +9,11 @@ import Glibc
 /// `vaultctl defaults [-currentHost | -host NAME] VERB …`, with defaults(1)'s verbs, type
 /// flags, domain forms (`-g`, `-app NAME`) and output.
 struct DefaultsCommand: Command {
-    enum Verb: String, CaseIterable { case read, readType = "read-type", write, delete, rename, domains, find, `import`, export }
+    enum Verb: String, CaseIterable {
+        case read
+        case readType = "read-type"
+        case write, delete, rename, domains, find, `import`, export
+    }
     var verb: Verb
     var words: [String]
     /// `write DOMAIN KEY …`: the value words after the key (and after a container flag),
@@ -38,11 +42,16 @@ struct DefaultsCommand: Command {
     init(_ a: inout Arguments) throws {
         // defaults(1)'s host options come before the verb.
         while let w = a.positional(oneOf: ["-currentHost", "-host"]) {
-            guard host == nil else { throw UsageError(message: "-currentHost and -host NAME exclude each other and are given once") }
+            guard host == nil else {
+                throw UsageError(
+                    message: "-currentHost and -host NAME exclude each other and are given once")
+            }
             if w == "-currentHost" {
                 host = .current
             } else {
-                guard let name = a.positional(), !name.isEmpty, !name.hasPrefix("-") else { throw UsageError(message: "-host needs a host NAME") }
+                guard let name = a.positional(), !name.isEmpty, !name.hasPrefix("-") else {
+                    throw UsageError(message: "-host needs a host NAME")
+                }
                 host = .named(name)
             }
         }
@@ -54,25 +63,36 @@ struct DefaultsCommand: Command {
             words.remove(at: i)
         }
         if ["-currentHost", "-host"].contains(words.first ?? "") {
-            throw UsageError(message: "\(words[0]) goes before the verb: vaultctl defaults \(words[0]) \(verb.rawValue) …")
+            throw UsageError(
+                message:
+                    "\(words[0]) goes before the verb: vaultctl defaults \(words[0]) \(verb.rawValue) …"
+            )
         }
         // `-app NAME` stands for the domain: NAME holds its place until `run` finds the app.
         if verb != .domains && verb != .find && words.first == "-app" {
-            guard words.count >= 2, !words[1].isEmpty else { throw UsageError(message: "-app needs an app's ID or name") }
+            guard words.count >= 2, !words[1].isEmpty else {
+                throw UsageError(message: "-app needs an app's ID or name")
+            }
             appName = words[1]
             words.removeFirst()
         }
         let counts: [Verb: ClosedRange<Int>] = [
-            .read: 0...2, .readType: 2...2, .write: 2...Int.max, .delete: 1...2, .rename: 3...3, .domains: 0...0,
+            .read: 0...2, .readType: 2...2, .write: 2...Int.max, .delete: 1...2, .rename: 3...3,
+            .domains: 0...0,
             .find: 1...1, .import: 2...2, .export: 2...2,
         ]
-        guard counts[verb]!.contains(words.count) else { throw UsageError(message: "wrong number of arguments for defaults \(verb.rawValue)") }
-        if !words.isEmpty && verb != .domains && verb != .find && appName == nil { words[0] = Self.domainName(words[0]) }
+        guard counts[verb]!.contains(words.count) else {
+            throw UsageError(message: "wrong number of arguments for defaults \(verb.rawValue)")
+        }
+        if !words.isEmpty && verb != .domains && verb != .find && appName == nil {
+            words[0] = Self.domainName(words[0])
+        }
         // A value that cannot be what its flag says is refused before any connection (it came
         // only once connected: with no vaultd, exit 1 "cannot connect", not 65).
         if verb == .write && words.count > 2 {
             let containers = ["-array", "-array-add", "-dict", "-dict-add"]
-            writeValues = try Self.values(Array(words.dropFirst(containers.contains(words[2]) ? 3 : 2)))
+            writeValues = try Self.values(
+                Array(words.dropFirst(containers.contains(words[2]) ? 3 : 2)))
         }
     }
 
@@ -84,10 +104,18 @@ struct DefaultsCommand: Command {
     static func machineID() throws -> String {
         for path in ["/etc/machine-id", "/var/lib/dbus/machine-id"] {
             guard let data = try? FileDescriptor.readFile(path, limit: 4096) else { continue }
-            let id = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-            if id.utf8.count == 32 && id.utf8.allSatisfy({ (48...57).contains($0) || (97...102).contains($0) }) { return id }
+            let id = String(decoding: data, as: UTF8.self).trimmingCharacters(
+                in: .whitespacesAndNewlines)
+            if id.utf8.count == 32
+                && id.utf8.allSatisfy({ (48...57).contains($0) || (97...102).contains($0) })
+            {
+                return id
+            }
         }
-        throw LocalFailure(description: "this machine has no machine ID (/etc/machine-id) to key -currentHost preferences by; name the host with -host NAME")
+        throw LocalFailure(
+            description:
+                "this machine has no machine ID (/etc/machine-id) to key -currentHost preferences by; name the host with -host NAME"
+        )
     }
 
     /// The suffix of this command's by-host domains (`@host:HOST`), nil without a host option.
@@ -108,17 +136,30 @@ struct DefaultsCommand: Command {
         if let exact = apps.first(where: { $0.appID.sameBytes(name) }) { return exact.appID }
         let tests: [(AppInfo) -> Bool] = [
             { $0.executable.map { $0.sameBytes(name) } ?? false },
-            { $0.executable.map { ($0.split(separator: "/").last.map(String.init) ?? $0).sameBytes(name) } ?? false },
-            { ($0.appID.split(separator: ".").last.map(String.init) ?? $0.appID).lowercased() == name.lowercased() },
+            {
+                $0.executable.map {
+                    ($0.split(separator: "/").last.map(String.init) ?? $0).sameBytes(name)
+                } ?? false
+            },
+            {
+                ($0.appID.split(separator: ".").last.map(String.init) ?? $0.appID).lowercased()
+                    == name.lowercased()
+            },
         ]
         for test in tests {
             let found = apps.filter(test)
             if found.count == 1 { return found[0].appID }
             if found.count > 1 {
-                throw UsageError(message: "-app \(name) matches \(found.count) apps (\(found.map(\.appID).joined(separator: ", "))): give the app ID")
+                throw UsageError(
+                    message:
+                        "-app \(name) matches \(found.count) apps (\(found.map(\.appID).joined(separator: ", "))): give the app ID"
+                )
             }
         }
-        throw VaultError(.appNotFound, "Couldn't find an application named \"\(name)\"; defaults unchanged (vaultctl app list lists the apps)")
+        throw VaultError(
+            .appNotFound,
+            "Couldn't find an application named \"\(name)\"; defaults unchanged (vaultctl app list lists the apps)"
+        )
     }
 
     /// The domains this command lists (`read` without a domain, `domains`, `find`): without a
@@ -128,7 +169,8 @@ struct DefaultsCommand: Command {
         let suffix = try hostSuffix()
         return try prefs.domains().compactMap { (d: String) -> (shown: String, stored: String)? in
             guard let suffix else { return d.contains(Self.byHostSeparator) ? nil : (d, d) }
-            return d.hasSuffix(suffix) && d.utf8.count > suffix.utf8.count ? (String(d.dropLast(suffix.count)), d) : nil
+            return d.hasSuffix(suffix) && d.utf8.count > suffix.utf8.count
+                ? (String(d.dropLast(suffix.count)), d) : nil
         }
     }
 
@@ -170,12 +212,16 @@ struct DefaultsCommand: Command {
                 guard !values.isEmpty || !damaged.isEmpty else { throw notFound(nil) }
                 print(json ? Self.jsonObject(values).text : PlistText.describe(.dict(values)))
             } else {
-                guard let v = try prefs.value(domain: words[0], key: words[1]) else { throw notFound(words[1]) }
+                guard let v = try prefs.value(domain: words[0], key: words[1]) else {
+                    throw notFound(words[1])
+                }
                 print(json ? v.tagged.text : PlistText.describeTop(v))
             }
             try Self.report(damaged, "not shown")
         case .readType:
-            guard let v = try prefs.value(domain: words[0], key: words[1]) else { throw notFound(words[1]) }
+            guard let v = try prefs.value(domain: words[0], key: words[1]) else {
+                throw notFound(words[1])
+            }
             print("Type is \(v.typeName)")
         case .write:
             try write(prefs, words)
@@ -185,12 +231,16 @@ struct DefaultsCommand: Command {
             } else {
                 // A damaged value is there to delete: deleting it is how it is mended.
                 do {
-                    guard try prefs.value(domain: words[0], key: words[1]) != nil else { throw notFound(words[1]) }
+                    guard try prefs.value(domain: words[0], key: words[1]) != nil else {
+                        throw notFound(words[1])
+                    }
                 } catch let e as VaultError where e.code == .valueDamaged {}
                 try prefs.remove(domain: words[0], key: words[1])
             }
         case .rename:
-            guard let v = try prefs.value(domain: words[0], key: words[1]) else { throw notFound(words[1]) }
+            guard let v = try prefs.value(domain: words[0], key: words[1]) else {
+                throw notFound(words[1])
+            }
             // A key renamed to itself stays (removing the old name would remove it). Keys are
             // byte-exact: a name differing only in Unicode normalisation is another key.
             guard !words[1].sameBytes(words[2]) else { return }
@@ -198,7 +248,8 @@ struct DefaultsCommand: Command {
             try prefs.remove(domain: words[0], key: words[1])
         case .domains:
             // As defaults(1): every domain but the global one, sorted (by bytes).
-            let names = try listedDomains(prefs).map(\.shown).filter { $0 != "NSGlobalDomain" }.sorted { $0.bytesPrecede($1) }
+            let names = try listedDomains(prefs).map(\.shown).filter { $0 != "NSGlobalDomain" }
+                .sorted { $0.bytesPrecede($1) }
             print(json ? JSON.array(names.map { .string($0) }).text : names.joined(separator: ", "))
         case .find:
             try find(prefs, words[0])
@@ -211,7 +262,8 @@ struct DefaultsCommand: Command {
             } else {
                 try Self.writeExport(export.plist, to: words[1])
             }
-            try Self.report(export.damaged.map { DamagedValueName(domain: words[0], key: $0) }, "not exported")
+            try Self.report(
+                export.damaged.map { DamagedValueName(domain: words[0], key: $0) }, "not exported")
         }
     }
 
@@ -220,11 +272,15 @@ struct DefaultsCommand: Command {
         var domain: String
         var key: String
         /// `key "K" of domain "D"`, each quoted as JSON (they may hold anything).
-        var description: String { "key \(JSON.string(key).text) of domain \(JSON.string(domain).text)" }
+        var description: String {
+            "key \(JSON.string(key).text) of domain \(JSON.string(domain).text)"
+        }
     }
 
     /// `domain`'s values that read; the keys of those that do not are added to `damaged`.
-    static func readable(_ prefs: Preferences, _ domain: String, noting damaged: inout [DamagedValueName]) throws -> PlistDictionary {
+    static func readable(
+        _ prefs: Preferences, _ domain: String, noting damaged: inout [DamagedValueName]
+    ) throws -> PlistDictionary {
         let found = try prefs.valuesReportingDamage(domain: domain)
         damaged += found.damaged.map { DamagedValueName(domain: domain, key: $0) }
         return found.values
@@ -234,10 +290,13 @@ struct DefaultsCommand: Command {
     /// fails with ValueDamaged (exit 74) when there was any: the output is not all of it.
     static func report(_ damaged: [DamagedValueName], _ what: String) throws {
         guard !damaged.isEmpty else { return }
-        for d in damaged { StandardOutput.writeError("vaultctl: damaged, \(what): \(d.description)\n") }
+        for d in damaged {
+            StandardOutput.writeError("vaultctl: damaged, \(what): \(d.description)\n")
+        }
         throw VaultError(
             .valueDamaged,
-            "\(damaged.count) stored value(s) do not read (damaged on disk) and were \(what): write each again, delete it (defaults delete DOMAIN KEY) or restore a backup; vaultctl doctor lists them")
+            "\(damaged.count) stored value(s) do not read (damaged on disk) and were \(what): write each again, delete it (defaults delete DOMAIN KEY) or restore a backup; vaultctl doctor lists them"
+        )
     }
 
     /// Writes an export to `path` as a shell's `> path` would, and atomically where it can: a
@@ -250,11 +309,15 @@ struct DefaultsCommand: Command {
     /// a file made 0600 became readable by others, and as root `/dev/stdout` became a file.
     /// A failure is a LocalFailure naming the path and strerror.
     static func writeExport(_ data: Data, to path: String) throws {
-        func failure(_ code: Int32) -> LocalFailure { LocalFailure(description: "cannot write \(path): \(String(cString: strerror(code)))") }
+        func failure(_ code: Int32) -> LocalFailure {
+            LocalFailure(description: "cannot write \(path): \(String(cString: strerror(code)))")
+        }
         var st = stat()
         let exists = stat(path, &st) == 0
         func writeAll(_ fd: Int32) throws {
-            do { try FileDescriptor.writeAll(fd, data) } catch let e as Errno { throw failure(e.code) }
+            do { try FileDescriptor.writeAll(fd, data) } catch let e as Errno {
+                throw failure(e.code)
+            }
         }
         func writeThrough(flags: Int32) throws {
             let fd = open(path, O_WRONLY | O_CLOEXEC | flags, 0o666)
@@ -262,7 +325,10 @@ struct DefaultsCommand: Command {
             defer { close(fd) }
             try writeAll(fd)
         }
-        if exists && ((st.st_mode & S_IFMT) != S_IFREG || path.hasPrefix("/dev/") || path.hasPrefix("/proc/")) {
+        if exists
+            && ((st.st_mode & S_IFMT) != S_IFREG || path.hasPrefix("/dev/")
+                || path.hasPrefix("/proc/"))
+        {
             return try writeThrough(flags: O_TRUNC)
         }
         var target = path
@@ -274,7 +340,9 @@ struct DefaultsCommand: Command {
         } else {
             // A symlink whose file does not exist yet: creating that file through it.
             var link = stat()
-            if lstat(path, &link) == 0 && (link.st_mode & S_IFMT) == S_IFLNK { return try writeThrough(flags: O_CREAT | O_TRUNC) }
+            if lstat(path, &link) == 0 && (link.st_mode & S_IFMT) == S_IFLNK {
+                return try writeThrough(flags: O_CREAT | O_TRUNC)
+            }
             let mask = umask(0)
             umask(mask)
             mode = 0o666 & ~mask
@@ -311,13 +379,20 @@ struct DefaultsCommand: Command {
                 ? try FileDescriptor.readAll(STDIN_FILENO, limit: maximumImportSize)
                 : try FileDescriptor.readFile(path, limit: maximumImportSize)
         } catch let e as Errno {
-            let size = e.code == EFBIG ? " (a plist to import may be at most \(maximumImportSize >> 20) MiB)" : ""
-            throw LocalFailure(description: "cannot read \(path == "-" ? "standard input" : path): \(String(cString: strerror(e.code)))\(size)")
+            let size =
+                e.code == EFBIG
+                ? " (a plist to import may be at most \(maximumImportSize >> 20) MiB)" : ""
+            throw LocalFailure(
+                description:
+                    "cannot read \(path == "-" ? "standard input" : path): \(String(cString: strerror(e.code)))\(size)"
+            )
         }
     }
 
     private func notFound(domain: String, key: String?) -> VaultError {
-        let what = key.map { "The domain/default pair of (\(domain), \($0)) does not exist" } ?? "Domain \(domain) does not exist"
+        let what =
+            key.map { "The domain/default pair of (\(domain), \($0)) does not exist" }
+            ?? "Domain \(domain) does not exist"
         return VaultError(.keyNotFound, what)
     }
 
@@ -326,19 +401,24 @@ struct DefaultsCommand: Command {
             // defaults(1)'s `write DOMAIN '{ key = value; ... }'`: the domain becomes that
             // dictionary, replacing what it held (as an import does).
             guard case .dict(let values) = try Self.parsed(words[1]) else {
-                throw VaultError(.invalidValue, "defaults write \(words[0]) with no key takes a dictionary, e.g. '{ key = value; }'")
+                throw VaultError(
+                    .invalidValue,
+                    "defaults write \(words[0]) with no key takes a dictionary, e.g. '{ key = value; }'"
+                )
             }
             _ = try prefs.importDomain(words[0], values: values)
             return
         }
-        let domain = words[0], key = words[1]
+        let domain = words[0]
+        let key = words[1]
         let flag = words[2]
         switch flag {
         case "-array", "-array-add":
             var items = writeValues
             if flag == "-array-add", let existing = try prefs.value(domain: domain, key: key) {
                 guard case .array(let old) = existing else {
-                    throw VaultError(.invalidValue, "value for key \(key) is not an array; cannot append to it")
+                    throw VaultError(
+                        .invalidValue, "value for key \(key) is not an array; cannot append to it")
                 }
                 items = old + items
             }
@@ -347,24 +427,31 @@ struct DefaultsCommand: Command {
             // As defaults(1): each key, then its value, each a bare value or a type flag with
             // its value (`-dict General -bool true OpenWith -bool true`).
             let values = writeValues
-            guard values.count % 2 == 0 else { throw UsageError(message: "\(flag) needs KEY VALUE pairs") }
+            guard values.count % 2 == 0 else {
+                throw UsageError(message: "\(flag) needs KEY VALUE pairs")
+            }
             var dict: PlistDictionary = [:]
             if flag == "-dict-add", let existing = try prefs.value(domain: domain, key: key) {
                 guard case .dict(let old) = existing else {
-                    throw VaultError(.invalidValue, "value for key \(key) is not a dictionary; cannot add to it")
+                    throw VaultError(
+                        .invalidValue, "value for key \(key) is not a dictionary; cannot add to it")
                 }
                 dict = old
             }
             var i = 0
             while i < values.count {
-                guard case .string(let k) = values[i] else { throw UsageError(message: "\(flag): dictionary keys must be strings") }
+                guard case .string(let k) = values[i] else {
+                    throw UsageError(message: "\(flag): dictionary keys must be strings")
+                }
                 dict[k] = values[i + 1]
                 i += 2
             }
             try prefs.set(.dict(dict), domain: domain, key: key)
         default:
             let values = writeValues
-            guard values.count == 1 else { throw UsageError(message: "defaults write takes one value (use -array for several)") }
+            guard values.count == 1 else {
+                throw UsageError(message: "defaults write takes one value (use -array for several)")
+            }
             try prefs.set(values[0], domain: domain, key: key)
         }
     }
@@ -375,7 +462,9 @@ struct DefaultsCommand: Command {
         var i = 0
         while i < words.count {
             let w = words[i]
-            let typed = ["-string", "-int", "-integer", "-float", "-bool", "-boolean", "-date", "-data"]
+            let typed = [
+                "-string", "-int", "-integer", "-float", "-bool", "-boolean", "-date", "-data",
+            ]
             if typed.contains(w) {
                 guard i + 1 < words.count else { throw UsageError(message: "\(w) needs a value") }
                 out.append(try typedValue(w, words[i + 1]))
@@ -419,7 +508,10 @@ struct DefaultsCommand: Command {
             }
         case "-date":
             guard let d = parseDate(v) else {
-                throw InputError(message: "\(shown(v)) is not a date in years 0 to 9999 (use 2026-01-31 12:00:00 +0000 or ISO 8601)")
+                throw InputError(
+                    message:
+                        "\(shown(v)) is not a date in years 0 to 9999 (use 2026-01-31 12:00:00 +0000 or ISO 8601)"
+                )
             }
             return .date(d)
         case "-data":
@@ -436,8 +528,11 @@ struct DefaultsCommand: Command {
             let digits = v.utf8.filter { $0 != UInt8(ascii: " ") }.map(nibble)
             guard !digits.contains(nil) else { throw InputError(message: "-data needs hex digits") }
             let hex = digits.map { $0! }
-            guard hex.count % 2 == 0 else { throw InputError(message: "-data needs an even number of hex digits") }
-            return .data(Data(stride(from: 0, to: hex.count, by: 2).map { hex[$0] << 4 | hex[$0 + 1] }))
+            guard hex.count % 2 == 0 else {
+                throw InputError(message: "-data needs an even number of hex digits")
+            }
+            return .data(
+                Data(stride(from: 0, to: hex.count, by: 2).map { hex[$0] << 4 | hex[$0 + 1] }))
         default:
             throw UsageError(message: "unknown type flag \(flag)")
         }
@@ -446,7 +541,9 @@ struct DefaultsCommand: Command {
     /// A rejected value as an error names it: quoted when short and printable ASCII, else "the
     /// value" (a long or binary argument is not echoed whole).
     static func shown(_ v: String) -> String {
-        !v.isEmpty && v.count <= 24 && v.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value < 0x7F }) ? "'\(v)'" : "the value"
+        !v.isEmpty && v.count <= 24
+            && v.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value < 0x7F })
+            ? "'\(v)'" : "the value"
     }
 
     /// A `-float` argument: a finite decimal number, `[+-]digits[.digits][e[+-]digits]` (digits
@@ -454,7 +551,9 @@ struct DefaultsCommand: Command {
     /// takes hexadecimal (`0x10` is 16), `inf`, `nan`, and rounds `1e400` to infinity. The
     /// error says what is wrong, quoting the value only when it is short.
     static func decimalNumber(_ v: String) throws -> Double {
-        func refuse(_ why: String) -> InputError { InputError(message: "-float needs a finite decimal number: \(shown(v)) \(why)") }
+        func refuse(_ why: String) -> InputError {
+            InputError(message: "-float needs a finite decimal number: \(shown(v)) \(why)")
+        }
         let u = Array(v.utf8)
         func isDigit(_ c: UInt8) -> Bool { c >= 48 && c <= 57 }
         var i = 0
@@ -482,7 +581,9 @@ struct DefaultsCommand: Command {
             if ["inf", "infinity", "nan", "snan"].contains(lower) { throw refuse("is not finite") }
             throw refuse(v.isEmpty ? "is empty" : "is not a decimal number")
         }
-        guard let d = Double(v), d.isFinite else { throw refuse("is out of range (beyond ±1.8e308)") }
+        guard let d = Double(v), d.isFinite else {
+            throw refuse("is out of range (beyond ±1.8e308)")
+        }
         return d
     }
 
@@ -502,7 +603,8 @@ struct DefaultsCommand: Command {
         let colon = u.count >= 6 && u[u.count - 3] == UInt8(ascii: ":")
         let signAt = u.count - (colon ? 6 : 5)
         if signAt > 10, u[signAt] == UInt8(ascii: "+") || u[signAt] == UInt8(ascii: "-") {
-            guard let hh = digits((signAt + 1)..<(signAt + 3)), let mm = digits((u.count - 2)..<u.count), hh < 24, mm < 60
+            guard let hh = digits((signAt + 1)..<(signAt + 3)),
+                let mm = digits((u.count - 2)..<u.count), hh < 24, mm < 60
             else { return nil }
             offset = (u[signAt] == UInt8(ascii: "-") ? -1 : 1) * (hh * 3600 + mm * 60)
             u.removeSubrange(signAt...)
@@ -512,7 +614,9 @@ struct DefaultsCommand: Command {
         }
         if u.count == 10 { u += Array("T00:00:00".utf8) }
         if u.count >= 19, u[10] == UInt8(ascii: " ") { u[10] = UInt8(ascii: "T") }
-        guard let local = PlistDate.parse(String(decoding: u, as: UTF8.self) + "Z") else { return nil }
+        guard let local = PlistDate.parse(String(decoding: u, as: UTF8.self) + "Z") else {
+            return nil
+        }
         let t = local.timeIntervalSinceReferenceDate - Double(offset)
         return PlistDate.supportedRange.contains(t) ? Date(timeIntervalSinceReferenceDate: t) : nil
     }
@@ -523,7 +627,8 @@ struct DefaultsCommand: Command {
             switch v {
             case .string(let s): return s.lowercased().contains(needle)
             case .array(let a): return a.contains(where: contains)
-            case .dict(let d): return d.contains { $0.key.lowercased().contains(needle) || contains($0.value) }
+            case .dict(let d):
+                return d.contains { $0.key.lowercased().contains(needle) || contains($0.value) }
             default: return false
             }
         }
@@ -535,13 +640,19 @@ struct DefaultsCommand: Command {
             if domain.shown.lowercased().contains(needle) { hits = values }
             guard !hits.isEmpty else { continue }
             found[domain.shown] = Self.jsonObject(hits)
-            if !json { print("Found \(hits.count) keys in domain '\(domain.shown)': \(PlistText.describe(.dict(hits)))") }
+            if !json {
+                print(
+                    "Found \(hits.count) keys in domain '\(domain.shown)': \(PlistText.describe(.dict(hits)))"
+                )
+            }
         }
         // --json: every domain with a hit, and its matching keys ({} when none).
         if json { print(JSON.object(found).text) }
         // As defaults(1) (on stderr, exit 0). Damaged values were not searched: named, and
         // the exit status says so.
-        if found.isEmpty { StandardOutput.writeError("No domain, key, nor value containing '\(word)'\n") }
+        if found.isEmpty {
+            StandardOutput.writeError("No domain, key, nor value containing '\(word)'\n")
+        }
         try Self.report(damaged, "not searched")
     }
 }

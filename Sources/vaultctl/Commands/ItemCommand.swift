@@ -44,8 +44,12 @@ struct ItemCommand: Command {
         }
         // A value the protocol refuses (an unknown or deprecated `always*` accessibility, a
         // port out of range) is its Param error (-50, exit 1), as vaultd would answer it.
-        if let v = try a.option(prefix + "accessible") { attrs.accessible = try Accessibility(wire: v) }
-        if let p = try a.intOption(prefix + "port") { attrs.port = try ItemAttributes.checkedPort(p) }
+        if let v = try a.option(prefix + "accessible") {
+            attrs.accessible = try Accessibility(wire: v)
+        }
+        if let p = try a.intOption(prefix + "port") {
+            attrs.port = try ItemAttributes.checkedPort(p)
+        }
         // kSecAttrSynchronizable: `--synchronizable` or `=yes`, `--synchronizable=no`; a
         // filter without it matches both.
         attrs.synchronizable = try a.booleanOption(prefix + "synchronizable")
@@ -53,10 +57,15 @@ struct ItemCommand: Command {
         // two forms `--json` shows it in (`generic`, `genericBase64`).
         let text = try a.option(prefix + "generic")
         let base64 = try a.option(prefix + "generic-base64")
-        if text != nil && base64 != nil { throw UsageError(message: "\(prefix)generic and \(prefix)generic-base64 exclude each other") }
+        if text != nil && base64 != nil {
+            throw UsageError(
+                message: "\(prefix)generic and \(prefix)generic-base64 exclude each other")
+        }
         if let g = text { attrs.generic = Data(g.utf8) }
         if let b = base64 {
-            guard let d = Data(base64Encoded: b) else { throw InputError(message: "the value of \(prefix)generic-base64 is not base64") }
+            guard let d = Data(base64Encoded: b) else {
+                throw InputError(message: "the value of \(prefix)generic-base64 is not base64")
+            }
             attrs.generic = d
         }
         return attrs
@@ -64,8 +73,10 @@ struct ItemCommand: Command {
 
     /// The options among `attributes` that only internet passwords have, as given.
     static func internetOptions(_ attributes: ItemAttributes, prefix: String) -> [String] {
-        var names = stringOptions.filter { ItemAttributes.internetStringAttributes.contains($0.1) && attributes[$0.1] != nil }
-            .map { prefix + $0.0 }
+        var names = stringOptions.filter {
+            ItemAttributes.internetStringAttributes.contains($0.1) && attributes[$0.1] != nil
+        }
+        .map { prefix + $0.0 }
         if attributes.port != nil { names.append(prefix + "port") }
         return names
     }
@@ -79,22 +90,37 @@ struct ItemCommand: Command {
         // type or security domain an internet password's. No item has both: a command line
         // naming both (or naming the other class's) is a mistake, told as one (not
         // ItemNotFound, an empty list, or a Param error about the wrong class).
-        let given = Self.internetOptions(attributes, prefix: "--") + Self.internetOptions(changes, prefix: "--set-")
+        let given =
+            Self.internetOptions(attributes, prefix: "--")
+            + Self.internetOptions(changes, prefix: "--set-")
         let internet = !given.isEmpty
         let internetOptions = given.joined(separator: ", ")
         let service = attributes.service != nil || changes.service != nil
         switch named {
         case "internet":
-            if service { throw UsageError(message: "--service is a generic password's attribute: internet passwords have a --server") }
+            if service {
+                throw UsageError(
+                    message:
+                        "--service is a generic password's attribute: internet passwords have a --server"
+                )
+            }
             itemClass = .internetPassword
         case "generic":
-            if internet { throw UsageError(message: "\(internetOptions): internet passwords' attributes (use 'item \(action.rawValue) internet')") }
+            if internet {
+                throw UsageError(
+                    message:
+                        "\(internetOptions): internet passwords' attributes (use 'item \(action.rawValue) internet')"
+                )
+            }
             itemClass = .genericPassword
         // Without a class: an internet password when its attributes name one (`item get
         // --server github.com`), otherwise a generic password; `list` then lists both.
         default:
             if service && internet {
-                throw UsageError(message: "--service is a generic password's attribute and \(internetOptions) internet passwords': give one class's")
+                throw UsageError(
+                    message:
+                        "--service is a generic password's attribute and \(internetOptions) internet passwords': give one class's"
+                )
             }
             itemClass = internet ? .internetPassword : (action == .list ? nil : .genericPassword)
         }
@@ -108,27 +134,47 @@ struct ItemCommand: Command {
             yes = a.flag("--yes")
             dryRun = a.flag("--dry-run")
         }
-        if (allowEmpty || raw) && !(action == .add || (action == .update && (secretFD != nil || secretStdin))) {
-            throw UsageError(message: "--allow-empty and --raw concern a secret read: item add, or item update with --secret-fd N or --secret-stdin")
+        if (allowEmpty || raw)
+            && !(action == .add || (action == .update && (secretFD != nil || secretStdin)))
+        {
+            throw UsageError(
+                message:
+                    "--allow-empty and --raw concern a secret read: item add, or item update with --secret-fd N or --secret-stdin"
+            )
         }
         if let w = a.words.first(where: { $0 == "generic" || $0 == "internet" }) {
-            throw UsageError(message: "'\(w)' (the class) comes right after the verb: vaultctl item \(action.rawValue) \(w) …")
+            throw UsageError(
+                message:
+                    "'\(w)' (the class) comes right after the verb: vaultctl item \(action.rawValue) \(w) …"
+            )
         }
         switch action {
         case .add:
-            if secretStdin && secretFD != nil { throw UsageError(message: "--secret-fd and --secret-stdin exclude each other") }
+            if secretStdin && secretFD != nil {
+                throw UsageError(message: "--secret-fd and --secret-stdin exclude each other")
+            }
         case .update:
-            if secretStdin && secretFD != nil { throw UsageError(message: "--secret-fd and --secret-stdin exclude each other") }
+            if secretStdin && secretFD != nil {
+                throw UsageError(message: "--secret-fd and --secret-stdin exclude each other")
+            }
             if changes == ItemAttributes() && secretFD == nil && !secretStdin {
-                throw UsageError(message: "item update needs --set-ATTRIBUTE, --secret-fd N or --secret-stdin")
+                throw UsageError(
+                    message: "item update needs --set-ATTRIBUTE, --secret-fd N or --secret-stdin")
             }
             // As for get and delete: an update without a filter acts on every item of the
             // class in every app's group (SecItemUpdate with only a class), which a
             // forgotten --service should not do.
-            if attributes == ItemAttributes() { throw UsageError(message: "item update needs at least one filter, e.g. --service") }
+            if attributes == ItemAttributes() {
+                throw UsageError(message: "item update needs at least one filter, e.g. --service")
+            }
         case .get, .delete:
-            if attributes == ItemAttributes() { throw UsageError(message: "item \(action.rawValue) needs at least one filter, e.g. --service") }
-            if secretFD != nil || secretStdin { throw UsageError(message: "item \(action.rawValue) reads no secret") }
+            if attributes == ItemAttributes() {
+                throw UsageError(
+                    message: "item \(action.rawValue) needs at least one filter, e.g. --service")
+            }
+            if secretFD != nil || secretStdin {
+                throw UsageError(message: "item \(action.rawValue) reads no secret")
+            }
         case .list:
             break
         }
@@ -136,7 +182,9 @@ struct ItemCommand: Command {
 
     /// How the secret is read (`Terminal.read`): a new one, asked twice at a prompt.
     var secretValue: Terminal.Value {
-        Terminal.Value(name: action == .add ? "secret" : "new secret", fdOption: "--secret-fd", isNew: true, allowEmpty: allowEmpty, raw: raw)
+        Terminal.Value(
+            name: action == .add ? "secret" : "new secret", fdOption: "--secret-fd", isNew: true,
+            allowEmpty: allowEmpty, raw: raw)
     }
 
     func run(_ context: Context) throws {
@@ -147,20 +195,29 @@ struct ItemCommand: Command {
             let secret = try Terminal.read(secretValue, fd: secretFD)
             let stored: ItemAttributes
             do {
-                stored = try keychain.add(itemClass ?? .genericPassword, attributes: attributes, data: secret)
+                stored = try keychain.add(
+                    itemClass ?? .genericPassword, attributes: attributes, data: secret)
             } catch let e as VaultError where e.code == .duplicateItem && addOrUpdate {
                 // The item of this primary key, in the group the add went to (an add without
                 // a group goes to the caller's default group, not to any group).
                 var key = Self.primaryKey(itemClass ?? .genericPassword, attributes)
                 if key.accessGroup == nil { key.accessGroup = vault.launch.defaultAccessGroup }
                 var changes = attributes
-                for k in ItemAttributes.StringAttribute.allCases where key[k] != nil { changes[k] = nil }
+                for k in ItemAttributes.StringAttribute.allCases where key[k] != nil {
+                    changes[k] = nil
+                }
                 changes.accessGroup = nil
                 changes.port = nil
                 changes.synchronizable = nil
-                _ = try keychain.update(Query(itemClass ?? .genericPassword, key), attributes: changes, data: secret)
+                _ = try keychain.update(
+                    Query(itemClass ?? .genericPassword, key), attributes: changes, data: secret)
                 if json {
-                    print(Self.json(try keychain.copyMatching(Query(itemClass ?? .genericPassword, key), returnAttributes: true)[0]).text)
+                    print(
+                        Self.json(
+                            try keychain.copyMatching(
+                                Query(itemClass ?? .genericPassword, key), returnAttributes: true)[
+                                    0]
+                        ).text)
                 } else {
                     print("updated 1 item(s)")
                 }
@@ -168,7 +225,8 @@ struct ItemCommand: Command {
             }
             if json { print(Self.jsonAttributes(stored).text) }
         case .get:
-            let item = try keychain.copyMatching(Query(itemClass, attributes), returnData: !json, returnAttributes: json)[0]
+            let item = try keychain.copyMatching(
+                Query(itemClass, attributes), returnData: !json, returnAttributes: json)[0]
             if json {
                 print(Self.json(item).text)
             } else {
@@ -180,8 +238,11 @@ struct ItemCommand: Command {
             var items: [Item] = []
             var damaged: [JSON] = []
             do {
-                (items, damaged) = try keychain.copyMatchingReportingDamage(Query(itemClass, attributes, matchAll: true))
-            } catch let e as VaultError where e.code == .itemNotFound || e.code == .notAvailableOnThisDevice {
+                (items, damaged) = try keychain.copyMatchingReportingDamage(
+                    Query(itemClass, attributes, matchAll: true))
+            } catch let e as VaultError
+                where e.code == .itemNotFound || e.code == .notAvailableOnThisDevice
+            {
                 // Only items another device made match: none to list (they are counted below).
                 items = []
             } catch let e as VaultError where e.code == .itemDamaged {
@@ -196,14 +257,22 @@ struct ItemCommand: Command {
                 // reading the list is not misled either way.
                 if let n = try? context.vault().status().unavailableItems, n > 0 {
                     FileHandle.standardError.write(
-                        Data("vaultctl: \(n) ThisDeviceOnly item(s) made on another device are not available on this one and not listed (item delete with their attributes removes them; adding one anew replaces it)\n".utf8))
+                        Data(
+                            "vaultctl: \(n) ThisDeviceOnly item(s) made on another device are not available on this one and not listed (item delete with their attributes removes them; adding one anew replaces it)\n"
+                                .utf8))
                 }
             }
             // Damaged items (the store altered on disk) are not listed: named on stderr, and
             // the exit status is 1, once every readable item is listed.
             if !damaged.isEmpty {
-                for d in damaged { StandardOutput.writeError("vaultctl: damaged, not listed: \(Keychain.describeDamaged(d))\n") }
-                throw Refusal(message: "\(damaged.count) damaged item(s) not listed (vaultctl doctor lists every one; item delete with their service or server and account removes them)")
+                for d in damaged {
+                    StandardOutput.writeError(
+                        "vaultctl: damaged, not listed: \(Keychain.describeDamaged(d))\n")
+                }
+                throw Refusal(
+                    message:
+                        "\(damaged.count) damaged item(s) not listed (vaultctl doctor lists every one; item delete with their service or server and account removes them)"
+                )
             }
         }
     }
@@ -218,7 +287,8 @@ struct ItemCommand: Command {
         var matched: [Item] = []
         var damaged: [JSON] = []
         do {
-            (matched, damaged) = try keychain.copyMatchingReportingDamage(Query(itemClass, attributes, matchAll: true))
+            (matched, damaged) = try keychain.copyMatchingReportingDamage(
+                Query(itemClass, attributes, matchAll: true))
         } catch let e as VaultError where e.code == .itemDamaged && action == .delete {
             // Only damaged items match: a Delete may remove them (vaultd says whether).
             damaged = e.parameters["items"]?.arrayValue ?? []
@@ -229,32 +299,46 @@ struct ItemCommand: Command {
             // only delete them (or refuse their update); the call itself says what it did.
             matched = []
         }
-        for d in damaged { StandardOutput.writeError("vaultctl: damaged: \(Keychain.describeDamaged(d))\n") }
+        for d in damaged {
+            StandardOutput.writeError("vaultctl: damaged: \(Keychain.describeDamaged(d))\n")
+        }
         if dryRun {
             for item in matched { print("would \(verb) \(Self.line(item))") }
             print("dry run, nothing changed: \(matched.count) item(s) would be \(verb)d")
             return
         }
-        let secret = action == .update && (secretFD != nil || secretStdin) ? try Terminal.read(secretValue, fd: secretFD) : nil
+        let secret =
+            action == .update && (secretFD != nil || secretStdin)
+            ? try Terminal.read(secretValue, fd: secretFD) : nil
         if matched.count > 1 && !yes {
             let groups = Set(matched.compactMap { $0.attributes?.accessGroup }).count
             let list = matched.map { "  " + Self.line($0) }.joined(separator: "\n")
             let what = "item \(verb) matches \(matched.count) items in \(groups) access group(s)"
             guard Terminal.isTerminal(STDIN_FILENO) && Terminal.isTerminal(STDERR_FILENO) else {
-                throw Refusal(message: "\(what); nothing was changed (give --yes to \(verb) them all, or filters that match one):\n\(list)")
+                throw Refusal(
+                    message:
+                        "\(what); nothing was changed (give --yes to \(verb) them all, or filters that match one):\n\(list)"
+                )
             }
             StandardOutput.writeError("\(what):\n\(list)\n")
-            guard Terminal.confirm("\(verb.prefix(1).uppercased() + verb.dropFirst()) these \(matched.count) items? [y/N] ") else {
+            guard
+                Terminal.confirm(
+                    "\(verb.prefix(1).uppercased() + verb.dropFirst()) these \(matched.count) items? [y/N] "
+                )
+            else {
                 throw Refusal(message: "nothing was changed")
             }
         }
         // One call with the filters, as SecItemUpdate/SecItemDelete: all or nothing (an
         // update that would make two items collide changes none).
-        let n = action == .delete
+        let n =
+            action == .delete
             ? try keychain.delete(Query(itemClass, attributes))
             : try keychain.update(Query(itemClass, attributes), attributes: changes, data: secret)
         if n != matched.count && !matched.isEmpty && damaged.isEmpty {
-            StandardOutput.writeError("vaultctl: \(n) item(s) matched when \(verb)d, \(matched.count) when listed (items changed meanwhile)\n")
+            StandardOutput.writeError(
+                "vaultctl: \(n) item(s) matched when \(verb)d, \(matched.count) when listed (items changed meanwhile)\n"
+            )
         }
         print("\(verb)d \(n) item(s)")
     }
@@ -264,7 +348,8 @@ struct ItemCommand: Command {
     /// type and security domain), each absent one as its empty value: a query matching that
     /// item alone.
     static func primaryKey(_ c: ItemClass, _ a: ItemAttributes) -> ItemAttributes {
-        var k = ItemAttributes(accessGroup: a.accessGroup, synchronizable: a.synchronizable ?? false)
+        var k = ItemAttributes(
+            accessGroup: a.accessGroup, synchronizable: a.synchronizable ?? false)
         k.account = a.account ?? ""
         switch c {
         case .genericPassword:
@@ -329,13 +414,19 @@ struct ItemCommand: Command {
     static func line(_ item: Item) -> String {
         let a = item.attributes ?? ItemAttributes()
         func show(_ s: String?) -> String { JSON.string(s ?? "").text }
-        var tail = "label=\(show(a.label)) accessible=\(a.accessible?.rawValue ?? "")" + (a.synchronizable == true ? " synchronizable=yes" : "")
-        if let l = a.lookupAttributes { tail += " attributes=" + JSON.object(l.mapValues { .string($0) }).text }
+        var tail =
+            "label=\(show(a.label)) accessible=\(a.accessible?.rawValue ?? "")"
+            + (a.synchronizable == true ? " synchronizable=yes" : "")
+        if let l = a.lookupAttributes {
+            tail += " attributes=" + JSON.object(l.mapValues { .string($0) }).text
+        }
         switch item.itemClass {
         case .genericPassword:
-            return "generic  group=\(show(a.accessGroup)) service=\(show(a.service)) account=\(show(a.account)) \(tail)"
+            return
+                "generic  group=\(show(a.accessGroup)) service=\(show(a.service)) account=\(show(a.account)) \(tail)"
         case .internetPassword:
-            return "internet group=\(show(a.accessGroup)) server=\(show(a.server)) protocol=\(show(a.protocol)) port=\(a.port ?? 0) path=\(show(a.path)) account=\(show(a.account)) authenticationType=\(show(a.authenticationType)) securityDomain=\(show(a.securityDomain)) \(tail)"
+            return
+                "internet group=\(show(a.accessGroup)) server=\(show(a.server)) protocol=\(show(a.protocol)) port=\(a.port ?? 0) path=\(show(a.path)) account=\(show(a.account)) authenticationType=\(show(a.authenticationType)) securityDomain=\(show(a.securityDomain)) \(tail)"
         }
     }
 }

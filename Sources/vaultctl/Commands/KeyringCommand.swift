@@ -36,7 +36,9 @@ struct KeyringCommand: Command {
         case .import:
             accessGroup = try a.option("--access-group")
             guard let g = accessGroup, !g.isEmpty else {
-                throw UsageError(message: "keyring import needs --access-group G (the vault group the items go to)")
+                throw UsageError(
+                    message:
+                        "keyring import needs --access-group G (the vault group the items go to)")
             }
             asSecretService = a.flag("--secret-service")
         case .export:
@@ -47,7 +49,9 @@ struct KeyringCommand: Command {
             }
             filters = try ItemCommand.attributes(&a, prefix: "--")
             allGroups = a.flag("--all-groups")
-            if allGroups && filters.accessGroup != nil { throw UsageError(message: "--all-groups and --access-group exclude each other") }
+            if allGroups && filters.accessGroup != nil {
+                throw UsageError(message: "--all-groups and --access-group exclude each other")
+            }
         }
     }
 
@@ -87,7 +91,9 @@ struct KeyringCommand: Command {
         // A keyring that is empty, damaged (gnome-keyring starts a new one beside a file it
         // cannot read) or newly created holds nothing: said, not a quiet "0 item(s)".
         if items.isEmpty {
-            printError("warning: collection \(JSON.string(info.label).text) (\(info.path)) holds 0 items: nothing to import (is this the keyring you meant? an empty, damaged or newly created keyring holds none)")
+            printError(
+                "warning: collection \(JSON.string(info.label).text) (\(info.path)) holds 0 items: nothing to import (is this the keyring you meant? an empty, damaged or newly created keyring holds none)"
+            )
         }
         let keychain = try context.vault().keychain
         var counts: [String: Int] = [:]
@@ -96,28 +102,45 @@ struct KeyringCommand: Command {
             if asSecretService {
                 let (verb, note) = try importAsSecretServiceItem(item, keychain: keychain)
                 counts[verb, default: 0] += 1
-                let shown = verb == "fail" ? "cannot import" : dryRun && verb != "unchanged" && verb != "skip" ? "would \(verb)" : verb
-                say("\(shown) Secret Service item \(JSON.string(item.label).text)\(note.map { ": " + $0 } ?? "")",
+                let shown =
+                    verb == "fail"
+                    ? "cannot import"
+                    : dryRun && verb != "unchanged" && verb != "skip" ? "would \(verb)" : verb
+                say(
+                    "\(shown) Secret Service item \(JSON.string(item.label).text)\(note.map { ": " + $0 } ?? "")",
                     verb, from: item, item: nil, note: note)
                 continue
             }
-            let (verb, mapped, note) = try importOne(item, keychain: keychain, plannedKeys: &plannedKeys)
+            let (verb, mapped, note) = try importOne(
+                item, keychain: keychain, plannedKeys: &plannedKeys)
             counts[verb, default: 0] += 1
-            let shown = verb == "fail" ? "cannot import" : dryRun && verb != "unchanged" && verb != "skip" ? "would \(verb)" : verb
-            say("\(shown) \(mapped.map { Self.describe($0) + " " } ?? "")from \(JSON.string(item.label).text)\(note.map { ": " + $0 } ?? "")",
+            let shown =
+                verb == "fail"
+                ? "cannot import"
+                : dryRun && verb != "unchanged" && verb != "skip" ? "would \(verb)" : verb
+            say(
+                "\(shown) \(mapped.map { Self.describe($0) + " " } ?? "")from \(JSON.string(item.label).text)\(note.map { ": " + $0 } ?? "")",
                 verb, from: item, item: mapped.map { ($0.itemClass, $0.attributes) }, note: note)
         }
-        var summary = ["add", "update", "unchanged", "skip"].map { "\(counts[$0, default: 0]) \($0 == "add" ? "added" : $0 == "update" ? "updated" : $0 == "skip" ? "skipped" : $0)" }
+        var summary = ["add", "update", "unchanged", "skip"].map {
+            "\(counts[$0, default: 0]) \($0 == "add" ? "added" : $0 == "update" ? "updated" : $0 == "skip" ? "skipped" : $0)"
+        }
         let failed = counts["fail", default: 0]
         if failed > 0 { summary.append("\(failed) not imported") }
         if json {
             print(summaryJSON(info, items: items.count, counts: counts).text)
         } else {
-            print("\(dryRun ? "dry run, nothing changed: " : "")collection \(JSON.string(info.label).text), \(items.count) item(s): \(summary.joined(separator: ", "))")
+            print(
+                "\(dryRun ? "dry run, nothing changed: " : "")collection \(JSON.string(info.label).text), \(items.count) item(s): \(summary.joined(separator: ", "))"
+            )
         }
         // Every other item was imported; the exit status still says that not all were.
         if failed > 0 {
-            throw KeyringFailure(KeyringError(.failed, "\(failed) item(s) \(dryRun ? "could not be" : "were not") imported (the lines \"cannot import\" say why)"))
+            throw KeyringFailure(
+                KeyringError(
+                    .failed,
+                    "\(failed) item(s) \(dryRun ? "could not be" : "were not") imported (the lines \"cannot import\" say why)"
+                ))
         }
     }
 
@@ -126,21 +149,31 @@ struct KeyringCommand: Command {
     /// An item the vault refuses does not end the import: the rest are still imported.
     /// `plannedKeys`: in a dry run, the keys earlier items of this run would have added (they
     /// are not in the vault, yet they would take the key, as in the real import).
-    func importOne(_ item: KeyringItem, keychain: Keychain, plannedKeys: inout ExactSet) throws -> (String, KeyringMapping.Mapped?, String?) {
-        guard var mapped = KeyringMapping.map(item, accessGroup: accessGroup!) else { return ("skip", nil, "vaultd's own unlock secret") }
+    func importOne(_ item: KeyringItem, keychain: Keychain, plannedKeys: inout ExactSet) throws -> (
+        String, KeyringMapping.Mapped?, String?
+    ) {
+        guard var mapped = KeyringMapping.map(item, accessGroup: accessGroup!) else {
+            return ("skip", nil, "vaultd's own unlock secret")
+        }
         let secret = Data(item.secret ?? [])
         // Checked here too, so a dry run predicts it.
         if secret.count > SecretLimit.maximumBytes {
-            return ("fail", mapped, "the secret is \(secret.count) bytes; the vault's limit is \(SecretLimit.maximumBytes) bytes (1 MiB)")
+            return (
+                "fail", mapped,
+                "the secret is \(secret.count) bytes; the vault's limit is \(SecretLimit.maximumBytes) bytes (1 MiB)"
+            )
         }
         // An item vaultd exported goes back to the group it names only while the vault holds
         // it there (a round trip through the keyring, found unchanged or kept). Otherwise it
         // is imported like any keyring item, into the group this import names: any program
         // on the session bus can write an `io.vaultd.Item`, and one naming another group
         // (an app's, or `git`) must not put a credential there.
-        if mapped.exported, !(mapped.attributes.accessGroup.map { $0.sameBytes(accessGroup!) } ?? false) {
+        if mapped.exported,
+            !(mapped.attributes.accessGroup.map { $0.sameBytes(accessGroup!) } ?? false)
+        {
             do {
-                _ = try keychain.copyMatching(Query(mapped.itemClass, mapped.primaryKey), returnAttributes: true)
+                _ = try keychain.copyMatching(
+                    Query(mapped.itemClass, mapped.primaryKey), returnAttributes: true)
             } catch let e as VaultError where e.code == .itemNotFound {
                 mapped.attributes.accessGroup = accessGroup
             }
@@ -150,14 +183,19 @@ struct KeyringCommand: Command {
             let key = mapped.itemClass.rawValue + "\u{0}" + mapped.primaryKey.json.text
             let existing: Item?
             do {
-                existing = try keychain.copyMatching(Query(mapped.itemClass, mapped.primaryKey), returnData: true, returnAttributes: true).first
+                existing = try keychain.copyMatching(
+                    Query(mapped.itemClass, mapped.primaryKey), returnData: true,
+                    returnAttributes: true
+                ).first
             } catch let e as VaultError where e.code == .itemNotFound {
                 existing = nil
             }
             guard existing != nil || plannedKeys.contains(ExactString(key)) else {
                 if dryRun {
                     plannedKeys.insert(ExactString(key))
-                } else if let refused = try Self.refusal({ try keychain.add(mapped.itemClass, attributes: mapped.attributes, data: secret) }) {
+                } else if let refused = try Self.refusal({
+                    try keychain.add(mapped.itemClass, attributes: mapped.attributes, data: secret)
+                }) {
                     return ("fail", mapped, refused)
                 }
                 return ("add", mapped, nil)
@@ -166,33 +204,57 @@ struct KeyringCommand: Command {
                 if mapped.exported {
                     // A vault item exported earlier: the vault's own copy is the reference.
                     if existing.data == secret { return ("unchanged", mapped, nil) }
-                    return ("skip", mapped, "exported from the vault earlier; the vault's item differs and is kept")
+                    return (
+                        "skip", mapped,
+                        "exported from the vault earlier; the vault's item differs and is kept"
+                    )
                 }
-                if let source = KeyringMapping.source(existing.attributes?.generic), source == KeyringMapping.source(mapped.attributes.generic) {
+                if let source = KeyringMapping.source(existing.attributes?.generic),
+                    source == KeyringMapping.source(mapped.attributes.generic)
+                {
                     // The same keyring item, imported before. Not modified in the keyring
                     // since (its `modified` is the one recorded then): the vault's copy is
                     // the reference, so an edit made in the vault since is not undone.
                     let recorded = KeyringMapping.modified(existing.attributes?.generic)
                     if item.modified > 0 && recorded == item.modified {
-                        return ("unchanged", mapped, existing.data == secret ? nil : "changed in the vault since the import; the vault's copy is kept")
+                        return (
+                            "unchanged", mapped,
+                            existing.data == secret
+                                ? nil
+                                : "changed in the vault since the import; the vault's copy is kept"
+                        )
                     }
                     // Modified in the keyring (or never recorded): the keyring's copy is taken.
                     // The labels byte for byte: one differing only in Unicode normalisation is another label.
-                    let sameLabel = existing.attributes?.label.map { l in mapped.attributes.label?.sameBytes(l) ?? false } ?? (mapped.attributes.label == nil)
+                    let sameLabel =
+                        existing.attributes?.label.map { l in
+                            mapped.attributes.label?.sameBytes(l) ?? false
+                        } ?? (mapped.attributes.label == nil)
                     let same = existing.data == secret && sameLabel
                     if !dryRun && (!same || recorded != item.modified) {
                         var changes = ItemAttributes()
                         changes.label = mapped.attributes.label
                         changes.generic = mapped.attributes.generic
-                        let write = { _ = try keychain.update(Query(mapped.itemClass, mapped.primaryKey), attributes: changes, data: same ? nil : secret) }
-                        if let refused = try Self.refusal(write) { return ("fail", mapped, refused) }
+                        let write = {
+                            _ = try keychain.update(
+                                Query(mapped.itemClass, mapped.primaryKey), attributes: changes,
+                                data: same ? nil : secret)
+                        }
+                        if let refused = try Self.refusal(write) {
+                            return ("fail", mapped, refused)
+                        }
                     }
                     return (same ? "unchanged" : "update", mapped, nil)
                 }
             }
             // Another item holds this key (or would, earlier in this dry run): keep both, this
             // one under its full attribute set.
-            guard !fellBack else { return ("fail", mapped, "its key is taken by another item in group \(JSON.string(accessGroup!).text)") }
+            guard !fellBack else {
+                return (
+                    "fail", mapped,
+                    "its key is taken by another item in group \(JSON.string(accessGroup!).text)"
+                )
+            }
             fellBack = true
             mapped = KeyringMapping.fallback(item, accessGroup: accessGroup!)
         }
@@ -203,29 +265,47 @@ struct KeyringCommand: Command {
     /// keyring item's label and its attributes as lookup attributes (`xdg:schema` included).
     /// An item of the group with exactly those attributes is the same item: "unchanged", or
     /// "update" (its secret or label taken from the keyring); otherwise "add", under a new ID.
-    func importAsSecretServiceItem(_ item: KeyringItem, keychain: Keychain) throws -> (String, String?) {
+    func importAsSecretServiceItem(_ item: KeyringItem, keychain: Keychain) throws -> (
+        String, String?
+    ) {
         var attributes = item.attributes
         if let s = item.schema, attributes["xdg:schema"] == nil { attributes["xdg:schema"] = s }
-        if attributes["xdg:schema"] == KeyringMapping.unlockSchema { return ("skip", "vaultd's own unlock secret") }
+        if attributes["xdg:schema"] == KeyringMapping.unlockSchema {
+            return ("skip", "vaultd's own unlock secret")
+        }
         let secret = Data(item.secret ?? [])
         if secret.count > SecretLimit.maximumBytes {
-            return ("fail", "the secret is \(secret.count) bytes; the vault's limit is \(SecretLimit.maximumBytes) bytes (1 MiB)")
+            return (
+                "fail",
+                "the secret is \(secret.count) bytes; the vault's limit is \(SecretLimit.maximumBytes) bytes (1 MiB)"
+            )
         }
         var query = ItemAttributes(service: Self.secretServiceService, accessGroup: accessGroup)
         query.lookupAttributes = attributes
         let existing: Item?
         do {
-            existing = try keychain.copyMatching(Query(.genericPassword, query, matchAll: true), returnData: true, returnAttributes: true)
-                .first { $0.attributes?.lookupAttributes == attributes }
+            existing = try keychain.copyMatching(
+                Query(.genericPassword, query, matchAll: true), returnData: true,
+                returnAttributes: true
+            )
+            .first { $0.attributes?.lookupAttributes == attributes }
         } catch let e as VaultError where e.code == .itemNotFound {
             existing = nil
         }
         if let existing, let account = existing.attributes?.account {
-            let sameLabel = existing.attributes?.label.map { $0.sameBytes(item.label) } ?? item.label.isEmpty
+            let sameLabel =
+                existing.attributes?.label.map { $0.sameBytes(item.label) } ?? item.label.isEmpty
             if existing.data == secret && sameLabel { return ("unchanged", nil) }
             if !dryRun {
-                let q = Query(.genericPassword, ItemAttributes(service: Self.secretServiceService, account: account, accessGroup: accessGroup))
-                if let refused = try Self.refusal({ _ = try keychain.update(q, attributes: ItemAttributes(label: item.label), data: secret) }) {
+                let q = Query(
+                    .genericPassword,
+                    ItemAttributes(
+                        service: Self.secretServiceService, account: account,
+                        accessGroup: accessGroup))
+                if let refused = try Self.refusal({
+                    _ = try keychain.update(
+                        q, attributes: ItemAttributes(label: item.label), data: secret)
+                }) {
                     return ("fail", refused)
                 }
             }
@@ -234,9 +314,15 @@ struct KeyringCommand: Command {
         if !dryRun {
             // The item's ID (the account; its object path's last element): 128 random bits, in hex.
             let id = UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")
-            var a = ItemAttributes(service: Self.secretServiceService, account: id, label: item.label, accessGroup: accessGroup)
+            var a = ItemAttributes(
+                service: Self.secretServiceService, account: id, label: item.label,
+                accessGroup: accessGroup)
             a.lookupAttributes = attributes
-            if let refused = try Self.refusal({ _ = try keychain.add(.genericPassword, attributes: a, data: secret) }) { return ("fail", refused) }
+            if let refused = try Self.refusal({
+                _ = try keychain.add(.genericPassword, attributes: a, data: secret)
+            }) {
+                return ("fail", refused)
+            }
         }
         return ("add", nil)
     }
@@ -251,21 +337,27 @@ struct KeyringCommand: Command {
         do {
             try write()
             return nil
-        } catch let e as VaultError where [.param, .secretTooLarge, .duplicateItem].contains(e.code) {
+        } catch let e as VaultError
+            where [.param, .secretTooLarge, .duplicateItem].contains(e.code)
+        {
             return e.message
         }
     }
 
-    static func describe(_ m: KeyringMapping.Mapped) -> String { describe(m.itemClass, m.attributes) }
+    static func describe(_ m: KeyringMapping.Mapped) -> String {
+        describe(m.itemClass, m.attributes)
+    }
 
     /// One line naming an item: class, group and key attributes, escaped (never the secret).
     static func describe(_ c: ItemClass, _ a: ItemAttributes) -> String {
         func show(_ s: String?) -> String { JSON.string(s ?? "").text }
         switch c {
         case .genericPassword:
-            return "generic group=\(show(a.accessGroup)) service=\(show(a.service)) account=\(show(a.account))"
+            return
+                "generic group=\(show(a.accessGroup)) service=\(show(a.service)) account=\(show(a.account))"
         case .internetPassword:
-            return "internet group=\(show(a.accessGroup)) server=\(show(a.server)) protocol=\(show(a.protocol)) port=\(a.port ?? 0) path=\(show(a.path)) account=\(show(a.account))"
+            return
+                "internet group=\(show(a.accessGroup)) server=\(show(a.server)) protocol=\(show(a.protocol)) port=\(a.port ?? 0) path=\(show(a.path)) account=\(show(a.account))"
         }
     }
 
@@ -275,7 +367,10 @@ struct KeyringCommand: Command {
     /// update, unchanged, skip, fail), the keyring item's label (`from`, an import's), the
     /// vault item's class and key attributes (`item`), the label written (an export's) and why
     /// (`note`). Never a secret.
-    func say(_ line: String, _ action: String, from: KeyringItem? = nil, item: (ItemClass, ItemAttributes)? = nil, label: String? = nil, note: String? = nil) {
+    func say(
+        _ line: String, _ action: String, from: KeyringItem? = nil,
+        item: (ItemClass, ItemAttributes)? = nil, label: String? = nil, note: String? = nil
+    ) {
         guard json else {
             print(line)
             return
@@ -297,9 +392,11 @@ struct KeyringCommand: Command {
     /// (`added`, `updated`, `unchanged`, `skipped`, `failed`) and each item's result.
     func summaryJSON(_ c: KeyringCollection, items: Int, counts: [String: Int]) -> JSON {
         [
-            "collection": .string(c.label), "path": .string(c.path), "dryRun": .bool(dryRun), "items": JSON(items),
+            "collection": .string(c.label), "path": .string(c.path), "dryRun": .bool(dryRun),
+            "items": JSON(items),
             "added": JSON(counts["add", default: 0]), "updated": JSON(counts["update", default: 0]),
-            "unchanged": JSON(counts["unchanged", default: 0]), "skipped": JSON(counts["skip", default: 0]),
+            "unchanged": JSON(counts["unchanged", default: 0]),
+            "skipped": JSON(counts["skip", default: 0]),
             "failed": JSON(counts["fail", default: 0]), "results": .array(report.results),
         ]
     }
@@ -314,7 +411,8 @@ struct KeyringCommand: Command {
         // exported; every other item still is.
         var damaged: [JSON] = []
         do {
-            (items, damaged) = try keychain.copyMatchingReportingDamage(Query(itemClass, filters, matchAll: true), returnData: true, returnAttributes: true)
+            (items, damaged) = try keychain.copyMatchingReportingDamage(
+                Query(itemClass, filters, matchAll: true), returnData: true, returnAttributes: true)
         } catch let e as VaultError where e.code == .itemNotFound {
             items = []
         } catch let e as VaultError where e.code == .itemDamaged {
@@ -327,23 +425,32 @@ struct KeyringCommand: Command {
         if filters.accessGroup == nil && !allGroups {
             var appGroups: ExactSet = []
             for app in try vault.apps.list() {
-                for g in app.keychainAccessGroups where g != "user" { appGroups.insert(ExactString(g)) }
+                for g in app.keychainAccessGroups where g != "user" {
+                    appGroups.insert(ExactString(g))
+                }
             }
             let before = items.count
-            items.removeAll { item in item.attributes?.accessGroup.map { appGroups.contains(ExactString($0)) } ?? false }
+            items.removeAll { item in
+                item.attributes?.accessGroup.map { appGroups.contains(ExactString($0)) } ?? false
+            }
             appsOnly = before - items.count
         }
         var counts: [String: Int] = [:]
         for d in damaged {
             counts["fail", default: 0] += 1
-            say("cannot export \(Keychain.describeDamaged(d)) (vaultctl doctor lists damaged items)", "fail", note: "damaged: \(Keychain.describeDamaged(d))")
+            say(
+                "cannot export \(Keychain.describeDamaged(d)) (vaultctl doctor lists damaged items)",
+                "fail", note: "damaged: \(Keychain.describeDamaged(d))")
         }
         do {
             let target = try keyring.collection(named: collection)
             // A locked collection neither shows what it holds nor takes new items: a dry run
             // would only guess (the export itself fails, saying so).
             if dryRun && target.isLocked {
-                throw KeyringError(.locked, "collection '\(target.label)' is locked: unlock it to see what an export would do")
+                throw KeyringError(
+                    .locked,
+                    "collection '\(target.label)' is locked: unlock it to see what an export would do"
+                )
             }
             for item in items {
                 guard let a = item.attributes, let data = item.data else { continue }
@@ -353,8 +460,11 @@ struct KeyringCommand: Command {
                 // in as a migratable item.
                 if a.accessible?.isThisDeviceOnly == true {
                     counts["skip", default: 0] += 1
-                    say("skip \(Self.describe(item.itemClass, a)): \(a.accessible!.rawValue) items stay on this device", "skip",
-                        item: (item.itemClass, a), note: "\(a.accessible!.rawValue) items stay on this device")
+                    say(
+                        "skip \(Self.describe(item.itemClass, a)): \(a.accessible!.rawValue) items stay on this device",
+                        "skip",
+                        item: (item.itemClass, a),
+                        note: "\(a.accessible!.rawValue) items stay on this device")
                     continue
                 }
                 // An item `keyring import` made goes back under the schema and attributes it
@@ -363,51 +473,81 @@ struct KeyringCommand: Command {
                 // (secret-tool, python keyring, git's libsecret helper) finds it again, and the
                 // original, when still there, is the item replaced; an item born in the vault
                 // is an `io.vaultd.Item` with its class and primary key.
-                let original = a.lookupAttributes.map { l in Dictionary(l.map { ($0.key, $0.value) }, uniquingKeysWith: { first, _ in first }) }
+                let original =
+                    a.lookupAttributes.map { l in
+                        Dictionary(
+                            l.map { ($0.key, $0.value) }, uniquingKeysWith: { first, _ in first })
+                    }
                     ?? KeyringMapping.originalAttributes(a.generic)
                 let attributes = original ?? KeyringMapping.exportAttributes(item.itemClass, a)
                 // libsecret cuts a string at a NUL byte: two items differing after it would
                 // become one keyring entry with one of their secrets.
-                if let bad = attributes.first(where: { $0.key.utf8.contains(0) || $0.value.utf8.contains(0) }) {
+                if let bad = attributes.first(where: {
+                    $0.key.utf8.contains(0) || $0.value.utf8.contains(0)
+                }) {
                     counts["fail", default: 0] += 1
-                    let why = "its attribute \(JSON.string(bad.key).text) holds a NUL byte, which the Secret Service cannot carry"
-                    say("cannot export \(Self.describe(item.itemClass, a)): \(why)", "fail", item: (item.itemClass, a), note: why)
+                    let why =
+                        "its attribute \(JSON.string(bad.key).text) holds a NUL byte, which the Secret Service cannot carry"
+                    say(
+                        "cannot export \(Self.describe(item.itemClass, a)): \(why)", "fail",
+                        item: (item.itemClass, a), note: why)
                     continue
                 }
                 // Only the target collection counts: the same item exported into another one
                 // is not this export's. Its label is part of what is exported, as the keyring
                 // keeps it (`KeyringMapping.keyringLabel`), so an unchanged item compares equal.
                 let label = KeyringMapping.keyringLabel(KeyringMapping.label(item.itemClass, a))
-                let found = try original != nil ? keyring.search(attributes: attributes) : keyring.search(.item, attributes)
+                let found =
+                    try original != nil
+                    ? keyring.search(attributes: attributes) : keyring.search(.item, attributes)
                 let existing = found.first(where: target.holds)
-                let verb = existing == nil ? "add" : existing?.secret == Array(data) && existing?.label.sameBytes(label) == true ? "unchanged" : "update"
+                let verb =
+                    existing == nil
+                    ? "add"
+                    : existing?.secret == Array(data) && existing?.label.sameBytes(label) == true
+                        ? "unchanged" : "update"
                 if verb != "unchanged" && !dryRun {
                     // Stored as text/plain only when it is text (`DesktopKeyring.contentType(of:)`).
                     if original != nil {
-                        try keyring.store(attributes: attributes, label: label, secret: Array(data), collection: target.path)
+                        try keyring.store(
+                            attributes: attributes, label: label, secret: Array(data),
+                            collection: target.path)
                     } else {
-                        try keyring.store(.item, attributes, label: label, secret: Array(data), collection: target.path)
+                        try keyring.store(
+                            .item, attributes, label: label, secret: Array(data),
+                            collection: target.path)
                     }
                 }
                 counts[verb, default: 0] += 1
-                let schema = original.map { " as \($0["xdg:schema"] ?? "its original attributes")" } ?? ""
-                say("\(dryRun && verb != "unchanged" ? "would \(verb)" : verb) \(Self.describe(item.itemClass, a))\(schema)", verb, item: (item.itemClass, a), label: label)
+                let schema =
+                    original.map { " as \($0["xdg:schema"] ?? "its original attributes")" } ?? ""
+                say(
+                    "\(dryRun && verb != "unchanged" ? "would \(verb)" : verb) \(Self.describe(item.itemClass, a))\(schema)",
+                    verb, item: (item.itemClass, a), label: label)
             }
             let failed = counts["fail", default: 0]
-            var summary = "\(counts["add", default: 0]) added, \(counts["update", default: 0]) updated, \(counts["unchanged", default: 0]) unchanged, \(counts["skip", default: 0]) skipped"
+            var summary =
+                "\(counts["add", default: 0]) added, \(counts["update", default: 0]) updated, \(counts["unchanged", default: 0]) unchanged, \(counts["skip", default: 0]) skipped"
             if failed > 0 { summary += ", \(failed) not exported" }
             if json {
                 var o = summaryJSON(target, items: items.count, counts: counts).objectValue ?? [:]
                 o["appGroupItems"] = JSON(appsOnly)
                 print(JSON.object(o).text)
             } else {
-                print("\(dryRun ? "dry run, nothing changed: " : "")collection \(JSON.string(target.label).text), \(items.count) item(s): \(summary)")
+                print(
+                    "\(dryRun ? "dry run, nothing changed: " : "")collection \(JSON.string(target.label).text), \(items.count) item(s): \(summary)"
+                )
                 if appsOnly > 0 {
-                    print("\(appsOnly) item(s) in apps' private groups not exported (give --access-group G or --all-groups)")
+                    print(
+                        "\(appsOnly) item(s) in apps' private groups not exported (give --access-group G or --all-groups)"
+                    )
                 }
             }
             if failed > 0 {
-                throw KeyringError(.failed, "\(failed) item(s) \(dryRun ? "could not be" : "were not") exported (the lines \"cannot export\" say why)")
+                throw KeyringError(
+                    .failed,
+                    "\(failed) item(s) \(dryRun ? "could not be" : "were not") exported (the lines \"cannot export\" say why)"
+                )
             }
         } catch let e as KeyringError {
             throw KeyringFailure(e)
@@ -454,14 +594,17 @@ enum KeyringMapping {
     /// network items: user, domain, object, server, protocol, port, authtype).
     static let internetSchemas: [String: InternetSchema] = [
         "org.git.Password": InternetSchema(path: ["object"], account: ["user"]),
-        "org.gnome.keyring.NetworkPassword": InternetSchema(path: ["object"], account: ["user"], securityDomain: ["domain"], authenticationType: ["authtype"]),
+        "org.gnome.keyring.NetworkPassword": InternetSchema(
+            path: ["object"], account: ["user"], securityDomain: ["domain"],
+            authenticationType: ["authtype"]),
     ]
 
     /// An item with no known schema but `server` and `protocol` (e.g. `secret-tool store
     /// server S protocol P user U path /p`): the plain names first, then the schemas' names
     /// (their writers may leave `xdg:schema` out).
     static let unnamedInternetSchema = InternetSchema(
-        path: ["path", "object"], account: ["user", "username", "account"], securityDomain: ["domain"], authenticationType: ["authtype"])
+        path: ["path", "object"], account: ["user", "username", "account"],
+        securityDomain: ["domain"], authenticationType: ["authtype"])
 
     /// Maps one keyring item; nil for items that must not be imported (vaultd's own unlock
     /// secret). Conventions:
@@ -495,7 +638,9 @@ enum KeyringMapping {
             case .internetPassword:
                 out.server = a["server"]
                 out.protocol = a["protocol"]
-                out.port = a["port"].flatMap { Int($0) }.flatMap { (0...65535).contains($0) ? $0 : nil }
+                out.port = a["port"].flatMap { Int($0) }.flatMap {
+                    (0...65535).contains($0) ? $0 : nil
+                }
                 out.path = a["path"]
                 out.authenticationType = a["authentication-type"]
                 out.securityDomain = a["security-domain"]
@@ -504,7 +649,8 @@ enum KeyringMapping {
             if !l.isEmpty && !l.sameBytes(label(c, out)) { out.label = l }
             return Mapped(itemClass: cls, attributes: out, exported: true)
         } else if let internet = schema.flatMap({ internetSchemas[$0] })
-            ?? (a["server"] != nil && a["protocol"] != nil && a["service"] == nil ? unnamedInternetSchema : nil)
+            ?? (a["server"] != nil && a["protocol"] != nil && a["service"] == nil
+                ? unnamedInternetSchema : nil)
         {
             func first(_ names: [String]) -> String? { names.lazy.compactMap { a[$0] }.first }
             cls = .internetPassword
@@ -530,20 +676,30 @@ enum KeyringMapping {
         let schema = item.schema ?? item.attributes["xdg:schema"] ?? genericSchema
         var allowed = CharacterSet.alphanumerics
         allowed.insert(charactersIn: "-._~:/@")
-        func esc(_ s: String) -> String { s.addingPercentEncoding(withAllowedCharacters: allowed) ?? s }
+        func esc(_ s: String) -> String {
+            s.addingPercentEncoding(withAllowedCharacters: allowed) ?? s
+        }
         let account = item.attributes.filter { $0.key != "xdg:schema" }.sortedByKey()
             .map { "\(esc($0.key))=\(esc($0.value))" }.joined(separator: "&")
-        return finish(Mapped(itemClass: .genericPassword, attributes: ItemAttributes(service: schema, account: account, accessGroup: accessGroup)), item)
+        return finish(
+            Mapped(
+                itemClass: .genericPassword,
+                attributes: ItemAttributes(
+                    service: schema, account: account, accessGroup: accessGroup)), item)
     }
 
     private static func finish(_ m: Mapped, _ item: KeyringItem) -> Mapped {
         var m = m
         if !item.label.isEmpty { m.attributes.label = item.label }
-        var source: JSONObject = ["attributes": .object(item.attributes.mapValues { JSON.string($0) })]
+        var source: JSONObject = [
+            "attributes": .object(item.attributes.mapValues { JSON.string($0) })
+        ]
         if let s = item.schema { source["schema"] = .string(s) }
         // Whole seconds: a change later in the same second would keep the same `modified`,
         // so one of this very second is not recorded (the next import records it).
-        if item.modified > 0 && item.modified < UInt64(Date().timeIntervalSince1970) { source["modified"] = JSON(item.modified) }
+        if item.modified > 0 && item.modified < UInt64(Date().timeIntervalSince1970) {
+            source["modified"] = JSON(item.modified)
+        }
         m.attributes.generic = Data(JSON.object(["secretService": .object(source)]).serialized())
         return m
     }
@@ -553,7 +709,9 @@ enum KeyringMapping {
     /// its file: the identity of a keyring item across imports.
     /// Compared byte for byte (names and values), as the keyring compares them.
     static func source(_ generic: Data?) -> JSONObject? {
-        guard let g = generic, let j = try? JSON.parse(Array(g)), let a = j["secretService"]?["attributes"]?.objectValue else { return nil }
+        guard let g = generic, let j = try? JSON.parse(Array(g)),
+            let a = j["secretService"]?["attributes"]?.objectValue
+        else { return nil }
         var out = a.filter { $0.value.stringValue != nil }
         out["xdg:schema"] = nil
         return out
@@ -563,7 +721,9 @@ enum KeyringMapping {
     /// as `finish` kept them in `generic`: what `keyring export` writes it back under. nil for
     /// an item that did not come from an import.
     static func originalAttributes(_ generic: Data?) -> [String: String]? {
-        guard let g = generic, let j = try? JSON.parse(Array(g)), let a = j["secretService"]?["attributes"]?.objectValue else { return nil }
+        guard let g = generic, let j = try? JSON.parse(Array(g)),
+            let a = j["secretService"]?["attributes"]?.objectValue
+        else { return nil }
         var out: [String: String] = [:]
         for (k, v) in a { if let s = v.stringValue { out[k] = s } }
         return out.isEmpty ? nil : out
@@ -579,7 +739,8 @@ enum KeyringMapping {
     /// The `io.vaultd.Item` attributes of a vault item: class, group and the whole primary key.
     static func exportAttributes(_ c: ItemClass, _ a: ItemAttributes) -> [String: String] {
         var out: [String: String] = [
-            "class": c.rawValue, "access-group": a.accessGroup ?? "", "synchronizable": (a.synchronizable ?? false) ? "true" : "false",
+            "class": c.rawValue, "access-group": a.accessGroup ?? "",
+            "synchronizable": (a.synchronizable ?? false) ? "true" : "false",
             "account": a.account ?? "",
         ]
         switch c {
@@ -612,7 +773,8 @@ enum KeyringMapping {
         let who = (a.account ?? "").isEmpty ? "" : "\(a.account!) on "
         switch c {
         case .genericPassword: return "\(who)\(a.service ?? "")"
-        case .internetPassword: return "\(who)\(a.protocol.map { "\($0)://" } ?? "")\(a.server ?? "")"
+        case .internetPassword:
+            return "\(who)\(a.protocol.map { "\($0)://" } ?? "")\(a.server ?? "")"
         }
     }
 }
@@ -628,14 +790,23 @@ struct ForgetCommand: Command {
         do {
             let keyring = try DesktopKeyring(timeout: 30)
             // A locked keyring keeps its items: clearing would remove nothing and say so.
-            if try keyring.search(.unlock, ["vault": dir], loadSecrets: false).contains(where: \.isLocked) {
-                throw KeyringError(.locked, "the login keyring is locked, so the passphrase remembered in it cannot be removed: unlock the keyring, then run vaultctl forget again")
+            if try keyring.search(.unlock, ["vault": dir], loadSecrets: false).contains(
+                where: \.isLocked)
+            {
+                throw KeyringError(
+                    .locked,
+                    "the login keyring is locked, so the passphrase remembered in it cannot be removed: unlock the keyring, then run vaultctl forget again"
+                )
             }
             let removed = try keyring.clear(.unlock, ["vault": dir])
             if try !keyring.search(.unlock, ["vault": dir], loadSecrets: false).isEmpty {
-                throw KeyringError(.failed, "the keyring kept the passphrase remembered for this vault")
+                throw KeyringError(
+                    .failed, "the keyring kept the passphrase remembered for this vault")
             }
-            print(removed ? "the passphrase is no longer remembered in the login keyring" : "no passphrase was remembered for this vault")
+            print(
+                removed
+                    ? "the passphrase is no longer remembered in the login keyring"
+                    : "no passphrase was remembered for this vault")
         } catch let e as KeyringError {
             throw KeyringFailure(e)
         }
@@ -656,7 +827,8 @@ enum RememberedPassphrase {
             if let new = newPassphrase {
                 let collection = (try? keyring.collection(named: "login")) != nil ? "login" : nil
                 try keyring.store(
-                    .unlock, ["vault": dataDirectory], label: "vaultd unlock passphrase (\(dataDirectory))", secret: Array(new.utf8),
+                    .unlock, ["vault": dataDirectory],
+                    label: "vaultd unlock passphrase (\(dataDirectory))", secret: Array(new.utf8),
                     collection: collection)
                 print("the passphrase remembered in the login keyring was updated")
             } else {
@@ -664,7 +836,9 @@ enum RememberedPassphrase {
                 print("the passphrase remembered in the login keyring was removed")
             }
         } catch {
-            printError("the passphrase remembered in the login keyring could not be updated (\(error)); run vaultctl forget or unlock --remember")
+            printError(
+                "the passphrase remembered in the login keyring could not be updated (\(error)); run vaultctl forget or unlock --remember"
+            )
         }
     }
 
@@ -674,7 +848,9 @@ enum RememberedPassphrase {
             // gnome-keyring's login keyring has the alias "login"; elsewhere use the default.
             let login = (try? keyring.collection(named: "login")) != nil ? "login" : nil
             try keyring.store(
-                .unlock, ["vault": dataDirectory], label: "vaultd unlock passphrase (\(dataDirectory))", secret: Array(passphrase.utf8),
+                .unlock, ["vault": dataDirectory],
+                label: "vaultd unlock passphrase (\(dataDirectory))",
+                secret: Array(passphrase.utf8),
                 collection: login)
         } catch let e as KeyringError {
             throw KeyringFailure(e)

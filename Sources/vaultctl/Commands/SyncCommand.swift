@@ -21,18 +21,29 @@ struct SyncCommand: Command {
         if action == .status { json = a.flag("--json") }
         switch action {
         case .`init`, .join:
-            guard let folder = a.positional() else { throw UsageError(message: "sync \(action.rawValue) needs a FOLDER") }
+            guard let folder = a.positional() else {
+                throw UsageError(message: "sync \(action.rawValue) needs a FOLDER")
+            }
             // vaultd resolves nothing against vaultctl's working directory: the path goes absolute.
-            argument = folder.hasPrefix("/") ? folder : FileManager.default.currentDirectoryPath + "/" + folder
+            argument =
+                folder.hasPrefix("/")
+                ? folder : FileManager.default.currentDirectoryPath + "/" + folder
         case .approve:
             if let w = try a.option("--wait") {
-                guard let seconds = Double(w), seconds.isFinite, seconds >= 0 else { throw UsageError(message: "--wait needs a number of seconds, not '\(w.prefix(20))'") }
+                guard let seconds = Double(w), seconds.isFinite, seconds >= 0 else {
+                    throw UsageError(
+                        message: "--wait needs a number of seconds, not '\(w.prefix(20))'")
+                }
                 wait = seconds
             }
-            guard let code = a.positional() else { throw UsageError(message: "sync approve needs the CODE sync join printed") }
+            guard let code = a.positional() else {
+                throw UsageError(message: "sync approve needs the CODE sync join printed")
+            }
             argument = code
         case .remove:
-            guard let device = a.positional() else { throw UsageError(message: "sync remove needs the DEVICE ID sync status shows") }
+            guard let device = a.positional() else {
+                throw UsageError(message: "sync remove needs the DEVICE ID sync status shows")
+            }
             argument = device
         case .status, .leave:
             break
@@ -47,15 +58,21 @@ struct SyncCommand: Command {
             print("made a sync group in \(argument!)")
             print("this device: \(r["deviceID"]?.stringValue ?? "?")")
             print("group fingerprint: \(r["fingerprint"]?.stringValue ?? "?")")
-            print("Next, on another device whose copy of the folder Syncthing keeps: vaultctl sync join FOLDER")
+            print(
+                "Next, on another device whose copy of the folder Syncthing keeps: vaultctl sync join FOLDER"
+            )
         case .join:
             let r = try c.call(.syncJoin, ["folder": .string(argument!)])
-            print("asked to join the sync group in \(argument!) as device \(r["deviceID"]?.stringValue ?? "?")")
+            print(
+                "asked to join the sync group in \(argument!) as device \(r["deviceID"]?.stringValue ?? "?")"
+            )
             print("On a device of the group, run:")
             print("  vaultctl sync approve \(r["code"]?.stringValue ?? "?")")
         case .approve:
             let r = try approveWhenArrived(c)
-            print("approved device \(r["deviceID"]?.stringValue ?? "?"); it joins once the folder has carried the approval to it")
+            print(
+                "approved device \(r["deviceID"]?.stringValue ?? "?"); it joins once the folder has carried the approval to it"
+            )
         case .status:
             let r = try c.call(.syncStatus)
             if json {
@@ -67,7 +84,9 @@ struct SyncCommand: Command {
                 print("sync: off (vaultctl sync init FOLDER or sync join FOLDER)")
                 return
             }
-            print("sync: \(state == "joining" ? "joining (waiting for sync approve on a device of the group)" : state == "removed" ? "removed (this device left or was removed; run sync leave)" : "member")")
+            print(
+                "sync: \(state == "joining" ? "joining (waiting for sync approve on a device of the group)" : state == "removed" ? "removed (this device left or was removed; run sync leave)" : "member")"
+            )
             print("folder: \(r["folder"]?.stringValue ?? "?")")
             print("this device: \(r["deviceID"]?.stringValue ?? "?")")
             if let f = r["fingerprint"]?.stringValue { print("group fingerprint: \(f)") }
@@ -75,18 +94,25 @@ struct SyncCommand: Command {
             if let n = r["items"]?.intValue { print("synchronized items: \(n)") }
             if let p = r["problem"]?.stringValue { print("problem: \(p)") }
             if let n = r["ignoredDevices"]?.intValue, n > 0 {
-                print("ignored device directories: \(n) (the folder holds more than 256; this device's and the members' are read first)")
+                print(
+                    "ignored device directories: \(n) (the folder holds more than 256; this device's and the members' are read first)"
+                )
             }
             let damaged = r["damaged"]?.arrayValue ?? []
             if !damaged.isEmpty {
-                print("damaged items held, not synced: \(damaged.count) (vaultctl doctor lists them; deleting one here takes the group's copy back)")
+                print(
+                    "damaged items held, not synced: \(damaged.count) (vaultctl doctor lists them; deleting one here takes the group's copy back)"
+                )
                 for d in damaged { print("  damaged: \(Keychain.describeDamaged(d))") }
             }
             print("devices:")
             for d in r["devices"]?.arrayValue ?? [] {
                 let id = d["deviceID"]?.stringValue ?? "?"
                 let standing = d["membership"]?.stringValue ?? ""
-                let me = d["thisDevice"]?.boolValue == true ? " (this device)" : ["removed", "left"].contains(standing) ? " (\(standing))" : ""
+                let me =
+                    d["thisDevice"]?.boolValue == true
+                    ? " (this device)"
+                    : ["removed", "left"].contains(standing) ? " (\(standing))" : ""
                 let seen = d["lastSeen"]?.stringValue ?? "never"
                 let rejected = d["rejected"]?.intValue ?? 0
                 print(
@@ -98,7 +124,9 @@ struct SyncCommand: Command {
             print("this device no longer syncs; its items stay in its keychain")
         case .remove:
             let r = try c.call(.syncRemove, ["device": .string(argument!)])
-            print("removed device \(r["deviceID"]?.stringValue ?? "?"); the group key is now generation \(r["generation"]?.intValue ?? 0), which it does not have")
+            print(
+                "removed device \(r["deviceID"]?.stringValue ?? "?"); the group key is now generation \(r["generation"]?.intValue ?? 0), which it does not have"
+            )
         }
     }
 
@@ -114,10 +142,15 @@ struct SyncCommand: Command {
                 return try c.call(.syncApprove, ["code": .string(argument!)])
             } catch let e as VaultError where e.message.hasPrefix(Self.notArrived) && wait > 0 {
                 guard Date() < deadline else {
-                    throw VaultError(e.code, "\(e.message): none arrived within \(Int(wait)) s (is the folder shared with the joining device, and has Syncthing finished syncing it?)")
+                    throw VaultError(
+                        e.code,
+                        "\(e.message): none arrived within \(Int(wait)) s (is the folder shared with the joining device, and has Syncthing finished syncing it?)"
+                    )
                 }
                 if !said {
-                    StandardOutput.writeError("vaultctl: waiting up to \(Int(wait)) s for the join request to arrive in the folder (Syncthing carries it after its watcher delay, 10 s by default)...\n")
+                    StandardOutput.writeError(
+                        "vaultctl: waiting up to \(Int(wait)) s for the join request to arrive in the folder (Syncthing carries it after its watcher delay, 10 s by default)...\n"
+                    )
                     said = true
                 }
                 usleep(UInt32(min(1.0, max(0.05, deadline.timeIntervalSinceNow)) * 1_000_000))

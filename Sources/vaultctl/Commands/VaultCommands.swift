@@ -10,17 +10,23 @@ struct StatusCommand: Command {
         let s = try context.vault().status()
         if json {
             let j: JSON = [
-                "state": .string(s.lock.state.rawValue), "unlockedSinceStart": .bool(s.lock.unlockedSinceStart),
-                "hasPassphrase": .bool(s.lock.hasPassphrase), "version": .string(s.version), "items": JSON(s.items),
+                "state": .string(s.lock.state.rawValue),
+                "unlockedSinceStart": .bool(s.lock.unlockedSinceStart),
+                "hasPassphrase": .bool(s.lock.hasPassphrase), "version": .string(s.version),
+                "items": JSON(s.items),
                 "unavailableItems": JSON(s.unavailableItems),
                 "domains": JSON(s.domains), "retryAfter": JSON(s.retryAfter),
             ]
             print(j.text)
             return
         }
-        print("state: \(s.lock.state.rawValue)\(s.lock.state == .locked && s.lock.unlockedSinceStart ? " (after first unlock)" : "")")
+        print(
+            "state: \(s.lock.state.rawValue)\(s.lock.state == .locked && s.lock.unlockedSinceStart ? " (after first unlock)" : "")"
+        )
         print("passphrase: \(s.lock.hasPassphrase ? "set" : "none")")
-        print("items: \(s.items)\(s.unavailableItems > 0 ? " (\(s.unavailableItems) made on another device, not available on this one)" : "")")
+        print(
+            "items: \(s.items)\(s.unavailableItems > 0 ? " (\(s.unavailableItems) made on another device, not available on this one)" : "")"
+        )
         print("domains: \(s.domains)")
         if s.retryAfter > 0 { print("unlock possible in: \(Int(s.retryAfter.rounded(.up))) s") }
         print("vaultd: \(s.version)")
@@ -33,18 +39,24 @@ struct InitCommand: Command {
     init(_ a: inout Arguments) throws {
         noPassphrase = a.flag("--no-passphrase")
         passphraseFD = try a.intOption("--passphrase-fd")
-        if noPassphrase && passphraseFD != nil { throw UsageError(message: "--no-passphrase and --passphrase-fd exclude each other") }
+        if noPassphrase && passphraseFD != nil {
+            throw UsageError(message: "--no-passphrase and --passphrase-fd exclude each other")
+        }
     }
 
     func run(_ context: Context) throws {
         var passphrase: String?
         if !noPassphrase {
             passphrase = try Terminal.passphrase(
-                .init(name: "new vault passphrase", fdOption: "--passphrase-fd", isNew: true, emptyHint: "use --no-passphrase for a vault without one"),
+                .init(
+                    name: "new vault passphrase", fdOption: "--passphrase-fd", isNew: true,
+                    emptyHint: "use --no-passphrase for a vault without one"),
                 fd: passphraseFD)
         }
         let state = try context.vault().initialize(passphrase: passphrase)
-        print("vault initialised \(state.hasPassphrase ? "with a passphrase" : "without a passphrase (always unlocked)"); state: \(state.state.rawValue)")
+        print(
+            "vault initialised \(state.hasPassphrase ? "with a passphrase" : "without a passphrase (always unlocked)"); state: \(state.state.rawValue)"
+        )
     }
 }
 
@@ -59,7 +71,9 @@ struct UnlockCommand: Command {
         remember = a.flag("--remember")
         fromKeyring = a.flag("--from-keyring")
         if fromKeyring && (remember || passphraseFD != nil) {
-            throw UsageError(message: "--from-keyring takes no passphrase and cannot be combined with --remember")
+            throw UsageError(
+                message: "--from-keyring takes no passphrase and cannot be combined with --remember"
+            )
         }
     }
 
@@ -69,16 +83,21 @@ struct UnlockCommand: Command {
             print("state: \(state.state.rawValue)")
             return
         }
-        let passphrase = try Terminal.passphrase(.init(name: "vault passphrase", fdOption: "--passphrase-fd"), fd: passphraseFD)
+        let passphrase = try Terminal.passphrase(
+            .init(name: "vault passphrase", fdOption: "--passphrase-fd"), fd: passphraseFD)
         let state = try context.vault().unlock(passphrase: passphrase)
         print("state: \(state.state.rawValue)")
         if remember {
             // Only a passphrase vaultd just accepted is remembered.
             guard let dir = try context.vault().status().dataDirectory else {
-                throw UsageError(message: "vaultd did not say which data directory it serves; nothing remembered")
+                throw UsageError(
+                    message: "vaultd did not say which data directory it serves; nothing remembered"
+                )
             }
             try RememberedPassphrase.store(passphrase, dataDirectory: dir)
-            print("passphrase remembered in the login keyring: a vaultd that starts with that keyring on its session bus unlocks itself (vaultctl forget undoes this)")
+            print(
+                "passphrase remembered in the login keyring: a vaultd that starts with that keyring on its session bus unlocks itself (vaultctl forget undoes this)"
+            )
         }
     }
 }
@@ -101,23 +120,34 @@ struct PassphraseCommand: Command {
         action = try a.verb(of: "passphrase")
         oldFD = try a.intOption("--passphrase-fd")
         newFD = try a.intOption("--new-passphrase-fd")
-        if action == .set && oldFD != nil { throw UsageError(message: "passphrase set takes only --new-passphrase-fd") }
-        if action == .remove && newFD != nil { throw UsageError(message: "passphrase remove takes only --passphrase-fd") }
+        if action == .set && oldFD != nil {
+            throw UsageError(message: "passphrase set takes only --new-passphrase-fd")
+        }
+        if action == .remove && newFD != nil {
+            throw UsageError(message: "passphrase remove takes only --passphrase-fd")
+        }
     }
 
     func run(_ context: Context) throws {
-        let old = action == .set ? nil : try Terminal.passphrase(.init(name: "current passphrase", fdOption: "--passphrase-fd"), fd: oldFD)
+        let old =
+            action == .set
+            ? nil
+            : try Terminal.passphrase(
+                .init(name: "current passphrase", fdOption: "--passphrase-fd"), fd: oldFD)
         var new: String?
         if action != .remove {
             new = try Terminal.passphrase(
-                .init(name: "new passphrase", fdOption: "--new-passphrase-fd", isNew: true, emptyHint: "passphrase remove makes a vault without one"),
+                .init(
+                    name: "new passphrase", fdOption: "--new-passphrase-fd", isNew: true,
+                    emptyHint: "passphrase remove makes a vault without one"),
                 fd: newFD)
         }
         let deleted = try context.vault().changePassphrase(old: old, new: new)
         switch action {
         case .change: print("passphrase changed")
         case .set: print("passphrase set")
-        case .remove: print("passphrase removed; \(deleted) whenPasscodeSetThisDeviceOnly item(s) deleted")
+        case .remove:
+            print("passphrase removed; \(deleted) whenPasscodeSetThisDeviceOnly item(s) deleted")
         }
         if action != .set, let dir = try? context.vault().status().dataDirectory {
             RememberedPassphrase.follow(newPassphrase: new, dataDirectory: dir)
@@ -144,25 +174,44 @@ struct DoctorCommand: Command {
             print("store integrity: \(integrity == ["ok"] ? "ok" : "FAILED")")
             if integrity != ["ok"] { for line in integrity { print("  \(line)") } }
             let unchecked = r["secretsUnchecked"]?.intValue ?? 0
-            print("items: \(r["items"]?.intValue ?? 0) checked, \(damaged.count) damaged\(unchecked > 0 ? ", \(unchecked) secret(s) not checked (locked class, or made on another device)" : "")")
+            print(
+                "items: \(r["items"]?.intValue ?? 0) checked, \(damaged.count) damaged\(unchecked > 0 ? ", \(unchecked) secret(s) not checked (locked class, or made on another device)" : "")"
+            )
             for d in damaged { print("  damaged: \(Keychain.describeDamaged(d))") }
-            print("preferences: \(r["preferences"]?.intValue ?? 0) checked, \(damagedValues.count) damaged")
+            print(
+                "preferences: \(r["preferences"]?.intValue ?? 0) checked, \(damagedValues.count) damaged"
+            )
             for d in damagedValues { print("  damaged: \(Self.describeDamagedValue(d))") }
             if let aside = r["setAside"]?.intValue, aside > 0 {
-                print("\(aside) row(s) set aside in items_set_aside (a second row of one primary key, kept when uniqueness was added)")
+                print(
+                    "\(aside) row(s) set aside in items_set_aside (a second row of one primary key, kept when uniqueness was added)"
+                )
             }
         }
-        guard sound else { throw Refusal(message: Self.advice(integrity: integrity, items: damaged.count, values: damagedValues.count)) }
+        guard sound else {
+            throw Refusal(
+                message: Self.advice(
+                    integrity: integrity, items: damaged.count, values: damagedValues.count))
+        }
     }
 
     /// What to do about what the check found.
     static func advice(integrity: [String], items: Int, values: Int) -> String {
         guard integrity == ["ok"] else {
-            return "the store's file is damaged: keep a copy of the data directory and restore a backup (vaultctl restore, docs/backup.md)"
+            return
+                "the store's file is damaged: keep a copy of the data directory and restore a backup (vaultctl restore, docs/backup.md)"
         }
         var parts: [String] = []
-        if items > 0 { parts.append("\(items) damaged item(s): delete each (item delete with its service or server and account) and add it again") }
-        if values > 0 { parts.append("\(values) damaged preference value(s): write each again or delete it (defaults delete DOMAIN KEY)") }
+        if items > 0 {
+            parts.append(
+                "\(items) damaged item(s): delete each (item delete with its service or server and account) and add it again"
+            )
+        }
+        if values > 0 {
+            parts.append(
+                "\(values) damaged preference value(s): write each again or delete it (defaults delete DOMAIN KEY)"
+            )
+        }
         return parts.joined(separator: "; ") + "; or restore a backup (docs/backup.md)"
     }
 

@@ -35,7 +35,9 @@ struct Arguments {
         while i < words.count {
             if words[i] == "--" { break }
             if words[i] == name {
-                guard i + 1 < words.count else { throw UsageError(message: "\(name) needs a value") }
+                guard i + 1 < words.count else {
+                    throw UsageError(message: "\(name) needs a value")
+                }
                 values.append(words[i + 1])
                 words.removeSubrange(i...(i + 1))
             } else if words[i].hasPrefix(name + "=") {
@@ -54,7 +56,12 @@ struct Arguments {
     mutating func intOption(_ name: String) throws -> Int? {
         guard let v = try option(name) else { return nil }
         guard let i = Int(v) else {
-            if name.hasSuffix("-fd") { throw UsageError(message: "\(name) needs a file descriptor number (what was given is not repeated here)") }
+            if name.hasSuffix("-fd") {
+                throw UsageError(
+                    message:
+                        "\(name) needs a file descriptor number (what was given is not repeated here)"
+                )
+            }
             throw UsageError(message: "\(name) needs an integer, not '\(v)'")
         }
         return i
@@ -73,7 +80,10 @@ struct Arguments {
                 switch words[i].dropFirst(name.count + 1).lowercased() {
                 case "yes", "true", "1": value = true
                 case "no", "false", "0": value = false
-                default: throw UsageError(message: "\(name) takes yes or no, not '\(words[i].dropFirst(name.count + 1))'")
+                default:
+                    throw UsageError(
+                        message:
+                            "\(name) takes yes or no, not '\(words[i].dropFirst(name.count + 1))'")
                 }
             } else {
                 i += 1
@@ -94,7 +104,9 @@ struct Arguments {
 
     /// Removes and returns the next word that is not an option.
     mutating func positional() -> String? {
-        guard let i = words.firstIndex(where: { !$0.hasPrefix("--") || $0 == "--" }) else { return nil }
+        guard let i = words.firstIndex(where: { !$0.hasPrefix("--") || $0 == "--" }) else {
+            return nil
+        }
         if words[i] == "--" {
             words.remove(at: i)
             return words.isEmpty ? nil : words.removeFirst()
@@ -110,14 +122,20 @@ struct Arguments {
 
     /// Removes the next word as one of `T`'s cases (a subcommand's verb); anything else is a
     /// usage error listing them, e.g. "cache needs path, usage or purge".
-    mutating func verb<T: RawRepresentable & CaseIterable>(of command: String) throws -> T where T.RawValue == String {
+    mutating func verb<T: RawRepresentable & CaseIterable>(of command: String) throws -> T
+    where T.RawValue == String {
         let given = positional()
         if let w = given, let v = T(rawValue: w) { return v }
         let names = T.allCases.map(\.rawValue)
-        let list = names.count > 1 ? names.dropLast().joined(separator: ", ") + " or " + names.last! : names.joined()
+        let list =
+            names.count > 1
+            ? names.dropLast().joined(separator: ", ") + " or " + names.last! : names.joined()
         // The word given is not repeated (after `passphrase` it may be one); the verb it is
         // closest to is named.
-        let hint = given.flatMap { Self.closest(to: $0, among: names) }.map { " (did you mean \(command) \($0)?)" } ?? ""
+        let hint =
+            given.flatMap { Self.closest(to: $0, among: names) }.map {
+                " (did you mean \(command) \($0)?)"
+            } ?? ""
         throw UsageError(message: "\(command) needs \(list)\(hint)")
     }
 
@@ -139,11 +157,17 @@ struct Arguments {
         guard let w = words.first else { return }
         let name = w.firstIndex(of: "=").map { w[..<$0] } ?? w[...]
         if w.hasPrefix("-") && (showingWords || Self.isOptionName(name)) {
-            if name.count < w.count { throw UsageError(message: "unexpected argument '\(name)=…' (its value is not repeated here)") }
+            if name.count < w.count {
+                throw UsageError(
+                    message: "unexpected argument '\(name)=…' (its value is not repeated here)")
+            }
             throw UsageError(message: "unexpected argument '\(w)'")
         }
         if showingWords { throw UsageError(message: "unexpected argument '\(w)'") }
-        throw UsageError(message: "unexpected argument (not repeated here: this command reads its secret from a file descriptor, stdin or a prompt, never from the command line)")
+        throw UsageError(
+            message:
+                "unexpected argument (not repeated here: this command reads its secret from a file descriptor, stdin or a prompt, never from the command line)"
+        )
     }
 
     /// The first word left before `--` that is an option nobody asked for and that no usage
@@ -160,7 +184,8 @@ struct Arguments {
             guard !asked.contains(name), !knownOptions.contains(name) else { continue }
             guard showingWords || Self.isOptionName(name[...]) else { continue }
             let candidates = asked + knownOptions.sorted()
-            let hint = Self.closest(to: name, among: candidates).map { " (did you mean \($0)?)" } ?? ""
+            let hint =
+                Self.closest(to: name, among: candidates).map { " (did you mean \($0)?)" } ?? ""
             let shown = name.count < w.count ? "\(name)=…" : name
             return UsageError(message: "unknown option '\(shown)'\(hint)")
         }
@@ -183,7 +208,8 @@ struct Arguments {
     /// The optimal-string-alignment distance between `a` and `b` (Levenshtein, with a swap of
     /// two neighbouring characters counting 1: `--sevrice` is one step from `--service`).
     static func editDistance(_ a: String, _ b: String) -> Int {
-        let x = Array(a), y = Array(b)
+        let x = Array(a)
+        let y = Array(b)
         if x.isEmpty { return y.count }
         if y.isEmpty { return x.count }
         var d = [[Int]](repeating: [Int](repeating: 0, count: y.count + 1), count: x.count + 1)
@@ -204,8 +230,13 @@ struct Arguments {
     /// `--` then a lowercase letter, then lowercase letters, digits and hyphens.
     static func isOptionName(_ s: Substring) -> Bool {
         let u = Array(s.utf8)
-        guard u.count > 2, u[0] == UInt8(ascii: "-"), u[1] == UInt8(ascii: "-"), (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(u[2]) else { return false }
-        return u.dropFirst(3).allSatisfy { (UInt8(ascii: "a")...UInt8(ascii: "z")).contains($0) || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || $0 == UInt8(ascii: "-") }
+        guard u.count > 2, u[0] == UInt8(ascii: "-"), u[1] == UInt8(ascii: "-"),
+            (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(u[2])
+        else { return false }
+        return u.dropFirst(3).allSatisfy {
+            (UInt8(ascii: "a")...UInt8(ascii: "z")).contains($0)
+                || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || $0 == UInt8(ascii: "-")
+        }
     }
 }
 

@@ -27,7 +27,9 @@ struct CommandTable {
 
     func verbs(of command: String) -> [String] {
         var seen: [String] = []
-        for e in entries where e.command == command { if let v = e.verb, !seen.contains(v) { seen.append(v) } }
+        for e in entries where e.command == command {
+            if let v = e.verb, !seen.contains(v) { seen.append(v) }
+        }
         return seen
     }
 
@@ -50,7 +52,10 @@ struct CommandTable {
         var takesAttributes: [Int] = []
         var current: Int?
         var inAttributes = false
-        let attributeNames = ItemCommand.stringOptions.map { "--" + $0.0 } + ["--accessible", "--port", "--synchronizable", "--generic", "--generic-base64"]
+        let attributeNames =
+            ItemCommand.stringOptions.map { "--" + $0.0 } + [
+                "--accessible", "--port", "--synchronizable", "--generic", "--generic-base64",
+            ]
         func options(_ text: Substring) -> [String] {
             var out: [String] = []
             for m in text.matches(of: #/--[a-z][a-z0-9-]*(?:[A-Z]+)?/#) {
@@ -81,42 +86,63 @@ struct CommandTable {
             if indent == 2, let first = text.first, first.isLowercase {
                 inAttributes = false
                 // A comment after two or more spaces is not part of the synopsis.
-                let synopsis = text.components(separatedBy: "   ").first.map { Substring($0) } ?? text
+                let synopsis =
+                    text.components(separatedBy: "   ").first.map { Substring($0) } ?? text
                 for alternative in synopsis.components(separatedBy: " | ") {
                     let words = alternative.split(separator: " ")
                     guard let w0 = words.first, w0.first?.isLowercase == true else {
-                        if let c = current { table.entries[c].options += options(Substring(alternative)) }
+                        if let c = current {
+                            table.entries[c].options += options(Substring(alternative))
+                        }
                         continue
                     }
                     var verb: String?
                     var rest = words.dropFirst()
                     var argumentWords: [String] = []
-                    if let w1 = rest.first, w1.first?.isLowercase == true, w1.allSatisfy({ $0.isLowercase || $0 == "-" }) {
+                    if let w1 = rest.first, w1.first?.isLowercase == true,
+                        w1.allSatisfy({ $0.isLowercase || $0 == "-" })
+                    {
                         verb = String(w1)
                         rest = rest.dropFirst()
-                    } else if let w1 = rest.first, w1.contains("|"), !w1.hasPrefix("-"), !w1.hasPrefix("[") {
-                        argumentWords = w1.split(separator: "|").map(String.init)  // `completions bash|zsh|fish`
+                    } else if let w1 = rest.first, w1.contains("|"), !w1.hasPrefix("-"),
+                        !w1.hasPrefix("[")
+                    {
+                        // `completions bash|zsh|fish`
+                        argumentWords = w1.split(separator: "|").map(String.init)
                         rest = rest.dropFirst()
                     }
                     if rest.contains("[CLASS]") { argumentWords += ["generic", "internet"] }
-                    table.entries.append(Entry(command: String(w0), verb: verb, options: options(rest.joined(separator: " ")[...]), words: argumentWords))
+                    table.entries.append(
+                        Entry(
+                            command: String(w0), verb: verb,
+                            options: options(rest.joined(separator: " ")[...]), words: argumentWords
+                        ))
                     current = table.entries.count - 1
-                    if alternative.contains("ATTRIBUTES") || alternative.contains("FILTERS") { takesAttributes.append(current!) }
+                    if alternative.contains("ATTRIBUTES") || alternative.contains("FILTERS") {
+                        takesAttributes.append(current!)
+                    }
                 }
                 continue
             }
             if inAttributes {
                 attributeOptions += options(text)
             } else if let c = current, indent > 2 {
-                table.entries[c].options += options(text.components(separatedBy: ":").first.map { Substring($0) } ?? text)
+                table.entries[c].options += options(
+                    text.components(separatedBy: ":").first.map { Substring($0) } ?? text)
             }
         }
         for i in takesAttributes {
-            for o in attributeOptions where !table.entries[i].options.contains(o) { table.entries[i].options.append(o) }
+            for o in attributeOptions where !table.entries[i].options.contains(o) {
+                table.entries[i].options.append(o)
+            }
         }
         // `defaults` verbs take single-dash type flags, as defaults(1).
-        for i in table.entries.indices where table.entries[i].command == "defaults" && table.entries[i].verb == "write" {
-            table.entries[i].words = ["-string", "-int", "-float", "-bool", "-date", "-data", "-array", "-array-add", "-dict", "-dict-add"]
+        for i in table.entries.indices
+        where table.entries[i].command == "defaults" && table.entries[i].verb == "write" {
+            table.entries[i].words = [
+                "-string", "-int", "-float", "-bool", "-date", "-data", "-array", "-array-add",
+                "-dict", "-dict-add",
+            ]
         }
         return table
     }
@@ -149,14 +175,21 @@ struct CommandTable {
 
     /// Options whose value is a name vaultd knows, and which (`vaultctl __complete KIND`).
     var dynamicOptions: [(option: String, kind: String)] {
-        [("--service", "services"), ("--set-service", "services"), ("--server", "servers"), ("--set-server", "servers"), ("-app", "apps")]
+        [
+            ("--service", "services"), ("--set-service", "services"), ("--server", "servers"),
+            ("--set-server", "servers"), ("-app", "apps"),
+        ]
     }
 
     /// The `COMMAND/VERB` patterns whose first argument is a name vaultd knows, and which.
     var dynamicArguments: [(pattern: String, kind: String)] {
         var out: [(String, String)] = []
-        for v in verbs(of: "defaults") where v != "domains" && v != "find" { out.append(("defaults/\(v)", "domains")) }
-        for v in verbs(of: "app") where v != "install" && v != "list" { out.append(("app/\(v)", "apps")) }
+        for v in verbs(of: "defaults") where v != "domains" && v != "find" {
+            out.append(("defaults/\(v)", "domains"))
+        }
+        for v in verbs(of: "app") where v != "install" && v != "list" {
+            out.append(("app/\(v)", "apps"))
+        }
         for v in verbs(of: "cache") where v != "usage" { out.append(("cache/\(v)", "apps")) }
         return out
     }
@@ -195,7 +228,9 @@ struct CommandTable {
 
     func bash() -> String {
         func list(_ words: [String]) -> String { words.joined(separator: " ") }
-        let cases = completionCases.map { "        \($0.pattern)) words=\"\(list($0.words))\" ;;\n" }.joined()
+        let cases = completionCases.map {
+            "        \($0.pattern)) words=\"\(list($0.words))\" ;;\n"
+        }.joined()
         return """
             # bash completion for vaultctl (generated by `vaultctl completions bash`)
             _vaultctl() {
@@ -237,7 +272,9 @@ struct CommandTable {
 
     func zsh() -> String {
         func list(_ words: [String]) -> String { words.joined(separator: " ") }
-        let cases = completionCases.map { "        (\($0.pattern)) compadd -- \(list($0.words)) ;;\n" }.joined()
+        let cases = completionCases.map {
+            "        (\($0.pattern)) compadd -- \(list($0.words)) ;;\n"
+        }.joined()
         return """
             #compdef vaultctl
             # zsh completion for vaultctl (generated by `vaultctl completions zsh`)
@@ -280,7 +317,8 @@ struct CommandTable {
     }
 
     func fish() -> String {
-        var out = "# fish completion for vaultctl (generated by `vaultctl completions fish`)\ncomplete -c vaultctl -f\n"
+        var out =
+            "# fish completion for vaultctl (generated by `vaultctl completions fish`)\ncomplete -c vaultctl -f\n"
         // Names from the running vaultd (nothing when none runs), and whether the word being
         // completed is a command's first argument (after the command and its verb).
         out += """
@@ -306,20 +344,28 @@ struct CommandTable {
 
             """
         for (option, kind) in dynamicOptions where option.hasPrefix("--") {
-            out += "complete -c vaultctl -l \(option.dropFirst(2)) -x -a '(__vaultctl_names \(kind))'\n"
+            out +=
+                "complete -c vaultctl -l \(option.dropFirst(2)) -x -a '(__vaultctl_names \(kind))'\n"
         }
-        out += "complete -c vaultctl -n '__fish_seen_subcommand_from defaults' -o app -x -a '(__vaultctl_names apps)'\n"
+        out +=
+            "complete -c vaultctl -n '__fish_seen_subcommand_from defaults' -o app -x -a '(__vaultctl_names apps)'\n"
         for (pattern, kind) in dynamicArguments {
             let parts = pattern.split(separator: "/")
-            out += "complete -c vaultctl -n '__fish_seen_subcommand_from \(parts[0]); and __fish_seen_subcommand_from \(parts[1]); and __vaultctl_first_argument' -a '(__vaultctl_names \(kind))'\n"
+            out +=
+                "complete -c vaultctl -n '__fish_seen_subcommand_from \(parts[0]); and __fish_seen_subcommand_from \(parts[1]); and __vaultctl_first_argument' -a '(__vaultctl_names \(kind))'\n"
         }
         out += "complete -c vaultctl -n __fish_use_subcommand -l socket -r -F -d 'vaultd socket'\n"
-        out += "complete -c vaultctl -n __fish_use_subcommand -l help\ncomplete -c vaultctl -n __fish_use_subcommand -l version\n"
-        out += "complete -c vaultctl -n __fish_use_subcommand -a '\(commands.joined(separator: " "))'\n"
+        out +=
+            "complete -c vaultctl -n __fish_use_subcommand -l help\ncomplete -c vaultctl -n __fish_use_subcommand -l version\n"
+        out +=
+            "complete -c vaultctl -n __fish_use_subcommand -a '\(commands.joined(separator: " "))'\n"
         func add(_ condition: String, _ words: [String]) {
             let longs = words.filter { $0.hasPrefix("--") }.map { String($0.dropFirst(2)) }
             let others = words.filter { !$0.hasPrefix("--") }
-            if !others.isEmpty { out += "complete -c vaultctl -n '\(condition)' -a '\(others.joined(separator: " "))'\n" }
+            if !others.isEmpty {
+                out +=
+                    "complete -c vaultctl -n '\(condition)' -a '\(others.joined(separator: " "))'\n"
+            }
             for l in longs { out += "complete -c vaultctl -n '\(condition)' -l \(l)\n" }
         }
         for c in commands {
@@ -327,8 +373,14 @@ struct CommandTable {
             if verbs.isEmpty {
                 add("__fish_seen_subcommand_from \(c)", completions(c, nil))
             } else {
-                add("__fish_seen_subcommand_from \(c); and not __fish_seen_subcommand_from \(verbs.joined(separator: " "))", verbs)
-                for v in verbs { add("__fish_seen_subcommand_from \(c); and __fish_seen_subcommand_from \(v)", completions(c, v)) }
+                add(
+                    "__fish_seen_subcommand_from \(c); and not __fish_seen_subcommand_from \(verbs.joined(separator: " "))",
+                    verbs)
+                for v in verbs {
+                    add(
+                        "__fish_seen_subcommand_from \(c); and __fish_seen_subcommand_from \(v)",
+                        completions(c, v))
+                }
             }
         }
         return out
@@ -368,7 +420,9 @@ struct CompleteCommand: Command {
     }
 
     func run(_ context: Context) throws {
-        guard let kind, let vault = try? Vault.connect(socketPath: context.socketPath, replyTimeout: 2) else { return }
+        guard let kind,
+            let vault = try? Vault.connect(socketPath: context.socketPath, replyTimeout: 2)
+        else { return }
         var names: [String] = []
         switch kind {
         case .domains:
@@ -377,12 +431,21 @@ struct CompleteCommand: Command {
         case .apps:
             names = ((try? vault.apps.list()) ?? []).map(\.appID)
         case .services, .servers:
-            let items = (try? vault.keychain.copyMatching(Query(kind == .services ? ItemClass.genericPassword : ItemClass.internetPassword, matchAll: true))) ?? []
-            names = items.compactMap { kind == .services ? $0.attributes?.service : $0.attributes?.server }
+            let items =
+                (try? vault.keychain.copyMatching(
+                    Query(
+                        kind == .services ? ItemClass.genericPassword : ItemClass.internetPassword,
+                        matchAll: true))) ?? []
+            names = items.compactMap {
+                kind == .services ? $0.attributes?.service : $0.attributes?.server
+            }
         }
         // Words a shell can take: one a line, so none with a line break.
         var seen: ExactSet = []
-        let words = names.filter { !$0.isEmpty && !$0.contains(where: \.isNewline) && seen.insert(ExactString($0)).inserted }
-        StandardOutput.write(Data(words.sorted { $0.bytesPrecede($1) }.map { $0 + "\n" }.joined().utf8))
+        let words = names.filter {
+            !$0.isEmpty && !$0.contains(where: \.isNewline) && seen.insert(ExactString($0)).inserted
+        }
+        StandardOutput.write(
+            Data(words.sorted { $0.bytesPrecede($1) }.map { $0 + "\n" }.joined().utf8))
     }
 }

@@ -15,7 +15,9 @@ enum PlistText {
         switch value {
         case .array(let a):
             if a.isEmpty { return pad + "(\n" + pad + ")" }
-            return pad + "(\n" + a.map { inner + describe($0, level: level + 1) }.joined(separator: ",\n") + "\n" + pad + ")"
+            return pad + "(\n"
+                + a.map { inner + describe($0, level: level + 1) }.joined(separator: ",\n") + "\n"
+                + pad + ")"
         case .dict(let d):
             if d.isEmpty { return pad + "{\n" + pad + "}" }
             var s = pad + "{\n"
@@ -43,7 +45,8 @@ enum PlistText {
         case .string(let s): return s
         case .integer(let i): return String(i)
         case .unsignedInteger(let u): return String(u)
-        case .real(let d): return d.isNaN ? "nan" : d.isInfinite ? (d < 0 ? "-inf" : "inf") : formatReal(d)
+        case .real(let d):
+            return d.isNaN ? "nan" : d.isInfinite ? (d < 0 ? "-inf" : "inf") : formatReal(d)
         case .bool(let b): return b ? "1" : "0"
         case .date(let d): return dateText(d)
         case .data(let d): return dataText(d)
@@ -59,8 +62,13 @@ enum PlistText {
         let b = [UInt8](d)
         func hex(_ s: ArraySlice<UInt8>) -> String { String(lowercaseHex: s) }
         guard b.count > 24 else { return "{length = \(b.count), bytes = 0x\(hex(b[...]))}" }
-        func groups(_ range: Range<Int>) -> String { stride(from: range.lowerBound, to: range.upperBound, by: 4).map { hex(b[$0..<($0 + 4)]) + " " }.joined() }
-        return "{length = \(b.count), bytes = 0x\(groups(0..<16))... \(groups((b.count - 8)..<b.count))}"
+        func groups(_ range: Range<Int>) -> String {
+            stride(from: range.lowerBound, to: range.upperBound, by: 4).map {
+                hex(b[$0..<($0 + 4)]) + " "
+            }.joined()
+        }
+        return
+            "{length = \(b.count), bytes = 0x\(groups(0..<16))... \(groups((b.count - 8)..<b.count))}"
     }
 
     /// A finite real as `NSNumber.stringValue` writes it (and `Defaults.string(forKey:)`
@@ -76,12 +84,18 @@ enum PlistText {
     /// export and the wire) count days; not DateFormatter, whose calendar is Julian before 1582.
     static func dateText(_ d: Date) -> String {
         guard let f = PlistDate.fields(of: d) else { return PlistDate.format(d) }
-        return String(format: "%04d-%02d-%02d %02d:%02d:%02d +0000", f.year, f.month, f.day, f.hour, f.minute, f.second)
+        return String(
+            format: "%04d-%02d-%02d %02d:%02d:%02d +0000", f.year, f.month, f.day, f.hour, f.minute,
+            f.second)
     }
 
     /// Quotes unless the string is ASCII letters and digits only, as defaults(1) does.
     static func quote(_ s: String) -> String {
-        let bare = !s.isEmpty && s.unicodeScalars.allSatisfy { c in c.isASCII && CharacterSet.alphanumerics.contains(c) }
+        let bare =
+            !s.isEmpty
+            && s.unicodeScalars.allSatisfy { c in
+                c.isASCII && CharacterSet.alphanumerics.contains(c)
+            }
         if bare { return s }
         var out = "\""
         for c in s.unicodeScalars {

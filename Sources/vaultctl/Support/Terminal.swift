@@ -43,7 +43,8 @@ enum Terminal {
         } catch let e as Errno where e.code == EFBIG {
             throw InputError(message: "input on fd \(fd) is larger than 16 MiB")
         } catch let e as Errno {
-            throw UsageError(message: "cannot read file descriptor \(fd): \(String(cString: strerror(e.code)))")
+            throw UsageError(
+                message: "cannot read file descriptor \(fd): \(String(cString: strerror(e.code)))")
         }
     }
 
@@ -59,16 +60,22 @@ enum Terminal {
             bytes = try readAll(fd: STDIN_FILENO)
             source = "standard input"
         } else {
-            bytes = try readHidden(prompt: value.name.prefix(1).uppercased() + value.name.dropFirst() + ": ", value: value)
+            bytes = try readHidden(
+                prompt: value.name.prefix(1).uppercased() + value.name.dropFirst() + ": ",
+                value: value)
             source = "the prompt"
             if value.isNew && !(bytes.isEmpty && !value.allowEmpty) {
                 let again = try readHidden(prompt: "Retype the \(value.name): ", value: value)
-                guard again == bytes else { throw InputError(message: "the two \(value.name)s typed differ; nothing was changed") }
+                guard again == bytes else {
+                    throw InputError(
+                        message: "the two \(value.name)s typed differ; nothing was changed")
+                }
             }
         }
         if !value.raw && source != "the prompt" && bytes.last == 0x0A { bytes.removeLast() }
         if bytes.isEmpty && !value.allowEmpty {
-            throw InputError(message: "the \(value.name) from \(source) is empty (\(value.emptyHint))")
+            throw InputError(
+                message: "the \(value.name) from \(source) is empty (\(value.emptyHint))")
         }
         return bytes
     }
@@ -77,9 +84,14 @@ enum Terminal {
     static func passphrase(_ value: Value, fd: Int?) throws -> String {
         let bytes = try read(value, fd: fd)
         if bytes.contains(0x0A) || bytes.contains(0x0D) {
-            throw InputError(message: "the \(value.name) contains a line break (CR or LF; only one final LF is removed)")
+            throw InputError(
+                message:
+                    "the \(value.name) contains a line break (CR or LF; only one final LF is removed)"
+            )
         }
-        guard let s = String(validating: bytes, as: UTF8.self) else { throw InputError(message: "the \(value.name) is not valid UTF-8") }
+        guard let s = String(validating: bytes, as: UTF8.self) else {
+            throw InputError(message: "the \(value.name) is not valid UTF-8")
+        }
         return s
     }
 
@@ -87,7 +99,10 @@ enum Terminal {
     static func readHidden(prompt: String, value: Value) throws -> Data {
         let tty = open("/dev/tty", O_RDWR | O_CLOEXEC | O_NOCTTY)
         guard tty >= 0 else {
-            throw UsageError(message: "no terminal to ask for the \(value.name) on: give it on stdin or with \(value.fdOption) N")
+            throw UsageError(
+                message:
+                    "no terminal to ask for the \(value.name) on: give it on stdin or with \(value.fdOption) N"
+            )
         }
         defer { close(tty) }
         // Echo off (discarding what was typed before) and only then the prompt: an answer
@@ -111,7 +126,9 @@ enum Terminal {
             if n < 0 && errno == EINTR { continue }
             guard n == 1, c != 0x0A else { break }
             line.append(c)
-            if line.count > 16 << 20 { throw InputError(message: "the \(value.name) typed is larger than 16 MiB") }
+            if line.count > 16 << 20 {
+                throw InputError(message: "the \(value.name) typed is larger than 16 MiB")
+            }
         }
         if line.last == 0x0D { line.removeLast() }
         return line
@@ -132,7 +149,8 @@ enum Terminal {
             guard n == 1, c != 0x0A else { break }
             line.append(c)
         }
-        let answer = String(decoding: line, as: UTF8.self).trimmingCharacters(in: .whitespaces).lowercased()
+        let answer = String(decoding: line, as: UTF8.self).trimmingCharacters(in: .whitespaces)
+            .lowercased()
         return answer == "y" || answer == "yes"
     }
 

@@ -36,13 +36,17 @@ final class GV {
 
     static func tuple(_ items: [GV]) -> GV {
         var raws: [OpaquePointer?] = items.map(\.raw)
-        return withExtendedLifetime(items) { GV(new: g_variant_new_tuple(&raws, gsize(raws.count))) }
+        return withExtendedLifetime(items) {
+            GV(new: g_variant_new_tuple(&raws, gsize(raws.count)))
+        }
     }
 
     /// An array of `elementType` (needed when `items` is empty).
     static func array(_ elementType: String, _ items: [GV]) -> GV {
         var raws: [OpaquePointer?] = items.map(\.raw)
-        return withExtendedLifetime(items) { GV(new: g_variant_new_array(cg_type(elementType), &raws, gsize(raws.count))) }
+        return withExtendedLifetime(items) {
+            GV(new: g_variant_new_array(cg_type(elementType), &raws, gsize(raws.count)))
+        }
     }
 
     static func objectPaths(_ paths: [String]) -> GV { array("o", paths.map(objectPath)) }
@@ -86,4 +90,3 @@ final class GV {
         g_variant_lookup_value(raw, key, cg_type(type)).map { GV(owned: $0) }
     }
 }
-

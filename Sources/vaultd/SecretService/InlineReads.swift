@@ -52,18 +52,22 @@ extension SecretService {
         let type = g_dbus_message_get_message_type(message)
         if !incoming {
             // A reply going out ends the wait of the call it answers.
-            if type == G_DBUS_MESSAGE_TYPE_METHOD_RETURN || type == G_DBUS_MESSAGE_TYPE_ERROR, let d = g_dbus_message_get_destination(message) {
+            if type == G_DBUS_MESSAGE_TYPE_METHOD_RETURN || type == G_DBUS_MESSAGE_TYPE_ERROR,
+                let d = g_dbus_message_get_destination(message)
+            {
                 let serial = g_dbus_message_get_reply_serial(message)
                 let destination = String(cString: d)
                 inline.withLock { state in
-                    if var waiting = state.awaitingReply[destination], waiting.remove(serial) != nil {
+                    if var waiting = state.awaitingReply[destination], waiting.remove(serial) != nil
+                    {
                         state.awaitingReply[destination] = waiting.isEmpty ? nil : waiting
                     }
                 }
             }
             return message
         }
-        guard type == G_DBUS_MESSAGE_TYPE_METHOD_CALL, let s = g_dbus_message_get_sender(message) else { return message }
+        guard type == G_DBUS_MESSAGE_TYPE_METHOD_CALL, let s = g_dbus_message_get_sender(message)
+        else { return message }
         let sender = String(cString: s)
         let own = isOwnDispatch(message)
         // Taken from GDBus: answered on the bus thread (the filter owns `message`, which the
@@ -71,18 +75,26 @@ extension SecretService {
         // GDBus hands a subtree's call over in two steps (at G_PRIORITY_HIGH, then the
         // handler at G_PRIORITY_DEFAULT); so does this, so that neither overtakes the other.
         func handOver() -> OpaquePointer? {
-            onBusThread(priority: -100) { [self] in onBusThread(priority: 0) { [self] in dispatchOwn(message, sender: sender) } }
+            onBusThread(priority: -100) { [self] in
+                onBusThread(priority: 0) { [self] in dispatchOwn(message, sender: sender) }
+            }
             return nil
         }
         guard inlineEnabled else { return own ? handOver() : message }
-        let wantsNoReply = (g_dbus_message_get_flags(message).rawValue & G_DBUS_MESSAGE_FLAGS_NO_REPLY_EXPECTED.rawValue) != 0
+        let wantsNoReply =
+            (g_dbus_message_get_flags(message).rawValue
+                & G_DBUS_MESSAGE_FLAGS_NO_REPLY_EXPECTED.rawValue) != 0
         let serial = g_dbus_message_get_serial(message)
         // Whether this call may be answered here, as far as order goes; if not, it is recorded
         // as awaiting its reply (or its connection as one that must always take the usual way).
         let inOrder: Bool = inline.withLock { state in
             if wantsNoReply || state.unordered.contains(sender) {
                 if !state.unordered.contains(sender) {
-                    if state.unordered.count >= Self.maximumPeers { state.disabled = true } else { state.unordered.insert(sender) }
+                    if state.unordered.count >= Self.maximumPeers {
+                        state.disabled = true
+                    } else {
+                        state.unordered.insert(sender)
+                    }
                 }
                 return false
             }
@@ -91,7 +103,11 @@ extension SecretService {
             var w = waiting ?? []
             if w.count >= Self.maximumTrackedCalls {
                 state.awaitingReply[sender] = nil
-                if state.unordered.count >= Self.maximumPeers { state.disabled = true } else { state.unordered.insert(sender) }
+                if state.unordered.count >= Self.maximumPeers {
+                    state.disabled = true
+                } else {
+                    state.unordered.insert(sender)
+                }
                 return false
             }
             w.insert(serial)
@@ -114,7 +130,8 @@ extension SecretService {
                 throw BusError.accessDenied("\(interface).\(member) has no policy decision")
             }
             guard let target = SecretServicePath(path) else { throw BusError.noSuchObject }
-            let out = try handle(member, of: interface, on: target, body, sender: sender, caller: caller)
+            let out = try handle(
+                member, of: interface, on: target, body, sender: sender, caller: caller)
             reply = g_dbus_message_new_method_reply(message)
             if let out { out.pass { g_dbus_message_set_body(reply, $0) } }
         } catch {
@@ -122,7 +139,11 @@ extension SecretService {
             reply = g_dbus_message_new_method_error_literal(message, e.name.rawValue, e.message)
         }
         var err: UnsafeMutablePointer<GError>?
-        if g_dbus_connection_send_message(connection, reply, G_DBUS_SEND_MESSAGE_FLAGS_NONE, nil, &err) == 0 { g_error_free(err) }
+        if g_dbus_connection_send_message(
+            connection, reply, G_DBUS_SEND_MESSAGE_FLAGS_NONE, nil, &err) == 0
+        {
+            g_error_free(err)
+        }
         g_object_unref(UnsafeMutableRawPointer(reply))
         g_object_unref(UnsafeMutableRawPointer(message))
         return nil
@@ -130,12 +151,17 @@ extension SecretService {
 
     /// Whether `message` is one of `inlineMethods` at an object of its kind.
     private func isInlineCandidate(_ message: OpaquePointer) -> Bool {
-        guard let i = g_dbus_message_get_interface(message), let m = g_dbus_message_get_member(message), let p = g_dbus_message_get_path(message) else {
+        guard let i = g_dbus_message_get_interface(message),
+            let m = g_dbus_message_get_member(message), let p = g_dbus_message_get_path(message)
+        else {
             return false
         }
         let signature = g_dbus_message_get_signature(message).map { String(cString: $0) } ?? ""
         let interface = String(cString: i)
-        guard Self.inlineMethods.contains(interface + "." + String(cString: m) + "(" + signature + ")") else { return false }
+        guard
+            Self.inlineMethods.contains(
+                interface + "." + String(cString: m) + "(" + signature + ")")
+        else { return false }
         switch SecretServicePath(String(cString: p)) {
         case .service?: return interface == SecretServiceIntrospection.service
         case .item?, .damaged?: return interface == SecretServiceIntrospection.item

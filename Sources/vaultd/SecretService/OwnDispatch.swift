@@ -28,11 +28,14 @@ extension SecretService {
         guard let p = g_dbus_message_get_path(message) else { return false }
         let path = String(cString: p)
         if path == SecretServicePath.collectionRoot {
-            return g_dbus_message_get_interface(message).map { String(cString: $0) } == Self.introspectable
+            return g_dbus_message_get_interface(message).map { String(cString: $0) }
+                == Self.introspectable
                 && g_dbus_message_get_member(message).map { String(cString: $0) } == "Introspect"
         }
         guard path.hasPrefix(SecretServicePath.collectionRoot + "/") else { return false }
-        return path.dropFirst(SecretServicePath.collectionRoot.count + 1).split(separator: "/", omittingEmptySubsequences: false).count == 2
+        return path.dropFirst(SecretServicePath.collectionRoot.count + 1).split(
+            separator: "/", omittingEmptySubsequences: false
+        ).count == 2
     }
 
     static let introspectable = "org.freedesktop.DBus.Introspectable"
@@ -52,7 +55,9 @@ extension SecretService {
             if path == SecretServicePath.collectionRoot {
                 out = .tuple([.string(try introspectCollections(sender: sender))])
             } else {
-                out = try itemCall(path: path, interface: interface, member: member, signature: signature, body, sender: sender)
+                out = try itemCall(
+                    path: path, interface: interface, member: member, signature: signature, body,
+                    sender: sender)
             }
             reply = g_dbus_message_new_method_reply(message)
             if let out { out.pass { g_dbus_message_set_body(reply, $0) } }
@@ -61,9 +66,16 @@ extension SecretService {
             reply = g_dbus_message_new_method_error_literal(message, e.name.rawValue, e.message)
         }
         defer { g_object_unref(UnsafeMutableRawPointer(reply)) }
-        guard g_dbus_message_get_flags(message).rawValue & G_DBUS_MESSAGE_FLAGS_NO_REPLY_EXPECTED.rawValue == 0 else { return }
+        guard
+            g_dbus_message_get_flags(message).rawValue
+                & G_DBUS_MESSAGE_FLAGS_NO_REPLY_EXPECTED.rawValue == 0
+        else { return }
         var err: UnsafeMutablePointer<GError>?
-        if g_dbus_connection_send_message(connection, reply, G_DBUS_SEND_MESSAGE_FLAGS_NONE, nil, &err) == 0 { g_error_free(err) }
+        if g_dbus_connection_send_message(
+            connection, reply, G_DBUS_SEND_MESSAGE_FLAGS_NONE, nil, &err) == 0
+        {
+            g_error_free(err)
+        }
     }
 
     /// Introspect of the collections' folder: no interfaces (it is no object), and the
@@ -72,7 +84,9 @@ extension SecretService {
     func introspectCollections(sender: String) throws -> String {
         let caller = try caller(sender)
         var xml = SecretServiceIntrospection.doctype + "<node>\n"
-        for name in try visibleCollections(caller: caller).map(SecretServicePath.encode) { xml += "  <node name=\"\(name)\"/>\n" }
+        for name in try visibleCollections(caller: caller).map(SecretServicePath.encode) {
+            xml += "  <node name=\"\(name)\"/>\n"
+        }
         return xml + "</node>\n"
     }
 
@@ -80,25 +94,37 @@ extension SecretService {
     /// interface's methods, after GDBus's checks (above). The object's interfaces depend on
     /// the path's shape alone (an item, or none for an element vaultd does not write), never
     /// on what is stored.
-    private func itemCall(path: String, interface: String, member: String, signature: String, _ body: GV, sender: String) throws -> GV? {
+    private func itemCall(
+        path: String, interface: String, member: String, signature: String, _ body: GV,
+        sender: String
+    ) throws -> GV? {
         let info: UnsafeMutablePointer<GDBusInterfaceInfo>?
         switch SecretServicePath(path) {
-        case .item?, .damaged?: info = g_dbus_node_info_lookup_interface(nodeInfo, SecretServiceIntrospection.item)
+        case .item?, .damaged?:
+            info = g_dbus_node_info_lookup_interface(nodeInfo, SecretServiceIntrospection.item)
         default: info = nil
         }
         guard let info else {
-            throw BusError(.unknownMethod, "No such interface \u{201c}\(interface)\u{201d} on object at path \(path)")
+            throw BusError(
+                .unknownMethod,
+                "No such interface \u{201c}\(interface)\u{201d} on object at path \(path)")
         }
         func requireSignature(_ expected: String) throws {
             guard signature == expected else {
-                throw BusError.invalidArgs("Type of message, \u{201c}(\(signature))\u{201d}, does not match expected type \u{201c}(\(expected))\u{201d}")
+                throw BusError.invalidArgs(
+                    "Type of message, \u{201c}(\(signature))\u{201d}, does not match expected type \u{201c}(\(expected))\u{201d}"
+                )
             }
         }
         switch interface {
         case Self.introspectable:
-            guard member == "Introspect" else { throw BusError(.unknownMethod, "No such method \u{201c}\(member)\u{201d}") }
+            guard member == "Introspect" else {
+                throw BusError(.unknownMethod, "No such method \u{201c}\(member)\u{201d}")
+            }
             try requireSignature("")
-            let xml = g_string_new(SecretServiceIntrospection.doctype + "<node>\n" + SecretServiceIntrospection.standardInterfaces)!
+            let xml = g_string_new(
+                SecretServiceIntrospection.doctype + "<node>\n"
+                    + SecretServiceIntrospection.standardInterfaces)!
             g_dbus_interface_info_generate_xml(info, 2, xml)
             g_string_append(xml, "</node>\n")
             let text = String(cString: xml.pointee.str)
@@ -109,14 +135,18 @@ extension SecretService {
             switch member {
             case "Ping": return nil
             case "GetMachineId":
-                let id = (try? String(contentsOfFile: "/etc/machine-id", encoding: .utf8)) ?? (try? String(contentsOfFile: "/var/lib/dbus/machine-id", encoding: .utf8))
+                let id =
+                    (try? String(contentsOfFile: "/etc/machine-id", encoding: .utf8))
+                    ?? (try? String(contentsOfFile: "/var/lib/dbus/machine-id", encoding: .utf8))
                 guard let id else { throw BusError(.failed, "no machine id") }
                 return .tuple([.string(id.trimmingCharacters(in: .whitespacesAndNewlines))])
             default: throw BusError(.unknownMethod, "No such method \u{201c}\(member)\u{201d}")
             }
         case Self.propertiesInterface:
             let expected = ["Get": "ss", "GetAll": "s", "Set": "ssv"]
-            guard let wanted = expected[member] else { throw BusError(.unknownMethod, "No such method \u{201c}\(member)\u{201d}") }
+            guard let wanted = expected[member] else {
+                throw BusError(.unknownMethod, "No such method \u{201c}\(member)\u{201d}")
+            }
             try requireSignature(wanted)
             let named = body.child(0).string
             guard named == SecretServiceIntrospection.item else {
@@ -129,12 +159,16 @@ extension SecretService {
                 }
                 // G_DBUS_PROPERTY_INFO_FLAGS_READABLE (1), G_DBUS_PROPERTY_INFO_FLAGS_WRITABLE (2).
                 let flags = property.pointee.flags.rawValue
-                if member == "Get" && flags & 1 == 0 { throw BusError.invalidArgs("Property \u{201c}\(name)\u{201d} is not readable") }
+                if member == "Get" && flags & 1 == 0 {
+                    throw BusError.invalidArgs("Property \u{201c}\(name)\u{201d} is not readable")
+                }
                 if member == "Set" {
                     guard flags & 2 != 0 else { throw BusError.propertyReadOnly(name) }
                     let type = String(cString: property.pointee.signature)
                     guard body.child(2).unboxed.isOfType(type) else {
-                        throw BusError.invalidArgs("Error setting property \u{201c}\(name)\u{201d}: Expected type \u{201c}\(type)\u{201d}")
+                        throw BusError.invalidArgs(
+                            "Error setting property \u{201c}\(name)\u{201d}: Expected type \u{201c}\(type)\u{201d}"
+                        )
                     }
                 }
             }
@@ -157,9 +191,12 @@ extension SecretService {
             }
             let caller = try caller(sender)
             guard let target = SecretServicePath(path) else { throw BusError.noSuchObject }
-            return try handle(member, of: interface, on: target, body, sender: sender, caller: caller)
+            return try handle(
+                member, of: interface, on: target, body, sender: sender, caller: caller)
         default:
-            throw BusError(.unknownMethod, "No such interface \u{201c}\(interface)\u{201d} on object at path \(path)")
+            throw BusError(
+                .unknownMethod,
+                "No such interface \u{201c}\(interface)\u{201d} on object at path \(path)")
         }
     }
 }

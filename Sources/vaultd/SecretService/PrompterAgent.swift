@@ -100,7 +100,9 @@ final class PrompterAgent: @unchecked Sendable {
             return nil
         }
         if let previous { cancel(previous) }
-        log("secret service: a prompter registered (connection \(sender), object \(logField(path))): locked prompts ask it for the passphrase")
+        log(
+            "secret service: a prompter registered (connection \(sender), object \(logField(path))): locked prompts ask it for the passphrase"
+        )
         askNext()
     }
 
@@ -157,7 +159,8 @@ final class PrompterAgent: @unchecked Sendable {
         // No reply wanted (no callback): GDBus sends it with NO_REPLY_EXPECTED.
         GV.tuple([.objectPath(SecretServicePath.prompt(a.prompt).path)]).pass {
             g_dbus_connection_call(
-                service.connection, a.agent.sender, a.agent.path, Self.interface, "Cancel", $0, nil, G_DBUS_CALL_FLAGS_NO_AUTO_START,
+                service.connection, a.agent.sender, a.agent.path, Self.interface, "Cancel", $0, nil,
+                G_DBUS_CALL_FLAGS_NO_AUTO_START,
                 SecretService.busCallTimeout, nil, nil, nil)
         }
     }
@@ -188,26 +191,43 @@ final class PrompterAgent: @unchecked Sendable {
         guard details.deadline > now else { return }
         let timeout = Int32(clamping: (details.deadline - now) / 1_000_000 + 1)
         var entries: [GV] = [
-            .dictEntry(.string("message"), .variant(.string(details.appID.map { "\($0) asks for the vault to be unlocked" } ?? "A program asks for the vault to be unlocked"))),
-            .dictEntry(.string("attempt"), .variant(GV(new: g_variant_new_uint32(guint32(a.attempt))))),
-            .dictEntry(.string("attempts"), .variant(GV(new: g_variant_new_uint32(guint32(Self.maximumAttempts))))),
+            .dictEntry(
+                .string("message"),
+                .variant(
+                    .string(
+                        details.appID.map { "\($0) asks for the vault to be unlocked" }
+                            ?? "A program asks for the vault to be unlocked"))),
+            .dictEntry(
+                .string("attempt"), .variant(GV(new: g_variant_new_uint32(guint32(a.attempt))))),
+            .dictEntry(
+                .string("attempts"),
+                .variant(GV(new: g_variant_new_uint32(guint32(Self.maximumAttempts))))),
         ]
-        if let warning { entries.append(.dictEntry(.string("warning"), .variant(.string(warning)))) }
-        if let app = details.appID { entries.append(.dictEntry(.string("app-id"), .variant(.string(app)))) }
+        if let warning {
+            entries.append(.dictEntry(.string("warning"), .variant(.string(warning))))
+        }
+        if let app = details.appID {
+            entries.append(.dictEntry(.string("app-id"), .variant(.string(app))))
+        }
         let cancellable = g_cancellable_new()
         lock.withLock {
             if let old = a.cancellable { g_object_unref(old) }
             a.cancellable = cancellable
         }
         let reply = Unmanaged.passRetained(Reply(self, a.token)).toOpaque()
-        GV.tuple([.objectPath(SecretServicePath.prompt(a.prompt).path), .string(details.windowID), .array("{sv}", entries)]).pass {
+        GV.tuple([
+            .objectPath(SecretServicePath.prompt(a.prompt).path), .string(details.windowID),
+            .array("{sv}", entries),
+        ]).pass {
             g_dbus_connection_call(
-                service.connection, a.agent.sender, a.agent.path, Self.interface, "AskPassphrase", $0, Self.replyType,
+                service.connection, a.agent.sender, a.agent.path, Self.interface, "AskPassphrase",
+                $0, Self.replyType,
                 G_DBUS_CALL_FLAGS_NO_AUTO_START, timeout, cancellable,
                 { source, result, data in
                     let r = Unmanaged<Reply>.fromOpaque(data!).takeRetainedValue()
                     var err: UnsafeMutablePointer<GError>?
-                    let value = g_dbus_connection_call_finish(OpaquePointer(source), result, &err).map { GV(owned: $0) }
+                    let value = g_dbus_connection_call_finish(OpaquePointer(source), result, &err)
+                        .map { GV(owned: $0) }
                     r.agent.answered(token: r.token, value, err)
                     if let err { g_error_free(err) }
                 }, reply)
@@ -223,8 +243,12 @@ final class PrompterAgent: @unchecked Sendable {
             dismissed = value.child(0).bool
             let bytes = value.child(1)
             bytes.withBytes { b in
-                if !dismissed, b.count <= Self.maximumPassphrase { passphrase = SecureBytes(copying: b) }
-                if let base = b.baseAddress { memset(UnsafeMutableRawPointer(mutating: base), 0, b.count) }
+                if !dismissed, b.count <= Self.maximumPassphrase {
+                    passphrase = SecureBytes(copying: b)
+                }
+                if let base = b.baseAddress {
+                    memset(UnsafeMutableRawPointer(mutating: base), 0, b.count)
+                }
             }
         }
         let current: Asking? = lock.withLock {
@@ -235,13 +259,22 @@ final class PrompterAgent: @unchecked Sendable {
         guard let a = current else { return }
         if value == nil {
             // Cancelled calls never get here: `ended` cleared `asking` first.
-            let name = cg_error_dbus_name(error).map { p in defer { g_free(p) }; return String(cString: p) }
-            log("secret service: the prompter did not answer (\(logField(name ?? String(cString: cg_error_message(error))))): the prompt waits for vaultctl unlock")
+            let name = cg_error_dbus_name(error).map { p in
+                defer { g_free(p) }
+                return String(cString: p)
+            }
+            log(
+                "secret service: the prompter did not answer (\(logField(name ?? String(cString: cg_error_message(error))))): the prompt waits for vaultctl unlock"
+            )
         } else if let passphrase {
             DispatchQueue.global().async { [self] in tryUnlock(a, passphrase) }
             return
         } else {
-            log(dismissed ? "secret service: the prompter dismissed a prompt" : "secret service: the prompter's passphrase is over \(Self.maximumPassphrase) bytes: the prompt is dismissed")
+            log(
+                dismissed
+                    ? "secret service: the prompter dismissed a prompt"
+                    : "secret service: the prompter's passphrase is over \(Self.maximumPassphrase) bytes: the prompt is dismissed"
+            )
             service.complete(a.prompt, dismissed: true)
         }
         askNext()
@@ -257,16 +290,22 @@ final class PrompterAgent: @unchecked Sendable {
             _ = try service.vault.unlock(passphrase: passphrase, caller: caller)
             log("secret service: the vault was unlocked with the prompter's passphrase")
             service.complete(a.prompt, dismissed: false)
-        } catch let e as VaultFailure where e.code == .wrongPassphrase && a.attempt < Self.maximumAttempts {
+        } catch let e as VaultFailure
+            where e.code == .wrongPassphrase && a.attempt < Self.maximumAttempts
+        {
             retry = "The passphrase was wrong (attempt \(a.attempt + 1) of \(Self.maximumAttempts))"
         } catch {
-            log("secret service: the prompter's passphrase did not unlock the vault (\(BusError(error).message)): the prompt is dismissed")
+            log(
+                "secret service: the prompter's passphrase did not unlock the vault (\(BusError(error).message)): the prompt is dismissed"
+            )
             service.complete(a.prompt, dismissed: true)
         }
         service.onBusThread { [self] in
             let again: Bool = lock.withLock {
                 guard asking === a else { return false }
-                guard retry != nil, service.promptDetails(a.prompt) != nil, agent?.sender == a.agent.sender else {
+                guard retry != nil, service.promptDetails(a.prompt) != nil,
+                    agent?.sender == a.agent.sender
+                else {
                     asking = nil
                     return false
                 }

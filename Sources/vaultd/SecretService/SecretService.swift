@@ -42,14 +42,19 @@ struct BusError: Error, Equatable {
 
     /// The one answer for an object the caller may not see, whether it does not exist or is
     /// another app's: the same name and the same words, so no reply tells the two apart.
-    static let noSuchObject = BusError(.noSuchObject, "no such object, or not one this program may use")
+    static let noSuchObject = BusError(
+        .noSuchObject, "no such object, or not one this program may use")
     static func invalidArgs(_ m: String) -> BusError { BusError(.invalidArgs, m) }
     static func noSession(_ m: String) -> BusError { BusError(.noSession, m) }
     static func accessDenied(_ m: String) -> BusError { BusError(.accessDenied, m) }
     static func notSupported(_ m: String) -> BusError { BusError(.notSupported, m) }
     static func limitsExceeded(_ m: String) -> BusError { BusError(.limitsExceeded, m) }
-    static func unknownProperty(_ name: String) -> BusError { BusError(.unknownProperty, "no property \(name) here") }
-    static func propertyReadOnly(_ name: String) -> BusError { BusError(.propertyReadOnly, "\(name) cannot be set") }
+    static func unknownProperty(_ name: String) -> BusError {
+        BusError(.unknownProperty, "no property \(name) here")
+    }
+    static func propertyReadOnly(_ name: String) -> BusError {
+        BusError(.propertyReadOnly, "\(name) cannot be set")
+    }
     /// A session or prompt of another connection, or one that ended: these belong to a
     /// connection, not to an access group, so saying which is no oracle.
     static func noSuchObject(_ m: String) -> BusError { BusError(.noSuchObject, m) }
@@ -67,8 +72,10 @@ extension BusError {
         // vaultd's own name, as on the socket: the item is there but does not read.
         case .itemDamaged: self.init(.itemDamaged, e.message)
         case .permissionDenied: self.init(.accessDenied, e.message)
-        case .param, .invalidParameter, .secretTooLarge, .invalidValue: self.init(.invalidArgs, e.message)
-        case .quotaExceeded, .storageFull, .replyTooLarge, .rateLimited: self.init(.limitsExceeded, e.message)
+        case .param, .invalidParameter, .secretTooLarge, .invalidValue:
+            self.init(.invalidArgs, e.message)
+        case .quotaExceeded, .storageFull, .replyTooLarge, .rateLimited:
+            self.init(.limitsExceeded, e.message)
         case .noPassphrase: self.init(.notSupported, e.message)
         default: self.init(.failed, e.message)
         }
@@ -234,7 +241,9 @@ final class SecretService: @unchecked Sendable {
     static func sessionBusAddress() -> String? {
         let env = ProcessInfo.processInfo.environment
         if let a = env["DBUS_SESSION_BUS_ADDRESS"], !a.isEmpty { return a }
-        if let run = env["XDG_RUNTIME_DIR"], run.hasPrefix("/"), access(run + "/bus", F_OK) == 0 { return "unix:path=" + run + "/bus" }
+        if let run = env["XDG_RUNTIME_DIR"], run.hasPrefix("/"), access(run + "/bus", F_OK) == 0 {
+            return "unix:path=" + run + "/bus"
+        }
         return nil
     }
 
@@ -245,11 +254,16 @@ final class SecretService: @unchecked Sendable {
         var serving = false
         var startedCalled = false
         func report() {
-            if !startedCalled { startedCalled = true; started(serving) }
+            if !startedCalled {
+                startedCalled = true
+                started(serving)
+            }
         }
         defer { report() }
         guard let address = Self.sessionBusAddress() else {
-            log("secret service: no session bus (DBUS_SESSION_BUS_ADDRESS and XDG_RUNTIME_DIR/bus are unset): not serving")
+            log(
+                "secret service: no session bus (DBUS_SESSION_BUS_ADDRESS and XDG_RUNTIME_DIR/bus are unset): not serving"
+            )
             return
         }
         let ctx = g_main_context_new()
@@ -257,9 +271,13 @@ final class SecretService: @unchecked Sendable {
         g_main_context_push_thread_default(ctx)
         var err: UnsafeMutablePointer<GError>?
         let flags = GDBusConnectionFlags(
-            rawValue: G_DBUS_CONNECTION_FLAGS_AUTHENTICATION_CLIENT.rawValue | G_DBUS_CONNECTION_FLAGS_MESSAGE_BUS_CONNECTION.rawValue)
-        guard let conn = g_dbus_connection_new_for_address_sync(address, flags, nil, nil, &err) else {
-            log("secret service: cannot connect to the session bus (\(logField(address))): \(String(cString: cg_error_message(err)))")
+            rawValue: G_DBUS_CONNECTION_FLAGS_AUTHENTICATION_CLIENT.rawValue
+                | G_DBUS_CONNECTION_FLAGS_MESSAGE_BUS_CONNECTION.rawValue)
+        guard let conn = g_dbus_connection_new_for_address_sync(address, flags, nil, nil, &err)
+        else {
+            log(
+                "secret service: cannot connect to the session bus (\(logField(address))): \(String(cString: cg_error_message(err)))"
+            )
             g_error_free(err)
             return
         }
@@ -284,7 +302,9 @@ final class SecretService: @unchecked Sendable {
 
     private var userData: gpointer { Unmanaged.passUnretained(self).toOpaque() }
 
-    static func this(_ p: gpointer?) -> SecretService { Unmanaged<SecretService>.fromOpaque(p!).takeUnretainedValue() }
+    static func this(_ p: gpointer?) -> SecretService {
+        Unmanaged<SecretService>.fromOpaque(p!).takeUnretainedValue()
+    }
 
     /// The interfaces' descriptions and the callbacks of every object, registered as subtrees
     /// (GDBus dispatches a subtree's direct children: one for the service and its folders,
@@ -298,16 +318,20 @@ final class SecretService: @unchecked Sendable {
         }
         nodeInfo = info
         interfaceVTable.initialize(to: GDBusInterfaceVTable())
-        interfaceVTable.pointee.method_call = { _, sender, path, interface, method, parameters, invocation, user in
+        interfaceVTable.pointee.method_call = {
+            _, sender, path, interface, method, parameters, invocation, user in
             SecretService.this(user).methodCall(
-                sender: sender.map { String(cString: $0) } ?? "", path: String(cString: path!), interface: String(cString: interface!),
-                method: String(cString: method!), parameters: GV(borrowing: parameters!), invocation: invocation!)
+                sender: sender.map { String(cString: $0) } ?? "", path: String(cString: path!),
+                interface: String(cString: interface!),
+                method: String(cString: method!), parameters: GV(borrowing: parameters!),
+                invocation: invocation!)
         }
         // No get_property or set_property: GDBus then hands Properties calls to method_call
         // (`propertyCall`), whose errors carry their own names.
         subtreeVTable.initialize(to: GDBusSubtreeVTable())
         subtreeVTable.pointee.enumerate = { _, sender, path, user in
-            SecretService.this(user).enumerate(sender: sender.map { String(cString: $0) } ?? "", path: String(cString: path!))
+            SecretService.this(user).enumerate(
+                sender: sender.map { String(cString: $0) } ?? "", path: String(cString: path!))
         }
         subtreeVTable.pointee.introspect = { _, _, path, node, user in
             let this = SecretService.this(user)
@@ -340,15 +364,21 @@ final class SecretService: @unchecked Sendable {
     /// The subtrees: the service and its folders. GDBus hands a subtree only its direct
     /// children, so an item's path (`…/collection/GROUP/ID`) reaches none: vaultd dispatches
     /// those calls itself (`OwnDispatch.swift`), the same way whichever collection they name.
-    private static let fixedSubtrees = [SecretServicePath.root, SecretServicePath.collectionRoot, SecretServicePath.aliasRoot, SecretServicePath.sessionRoot, SecretServicePath.promptRoot]
+    private static let fixedSubtrees = [
+        SecretServicePath.root, SecretServicePath.collectionRoot, SecretServicePath.aliasRoot,
+        SecretServicePath.sessionRoot, SecretServicePath.promptRoot,
+    ]
 
     @discardableResult
     private func registerSubtree(_ path: String) -> guint {
         var err: UnsafeMutablePointer<GError>?
         let id = g_dbus_connection_register_subtree(
-            connection, path, subtreeVTable, G_DBUS_SUBTREE_FLAGS_DISPATCH_TO_UNENUMERATED_NODES, userData, nil, &err)
+            connection, path, subtreeVTable, G_DBUS_SUBTREE_FLAGS_DISPATCH_TO_UNENUMERATED_NODES,
+            userData, nil, &err)
         if id == 0 {
-            log("secret service: cannot register \(path): \(String(cString: cg_error_message(err)))")
+            log(
+                "secret service: cannot register \(path): \(String(cString: cg_error_message(err)))"
+            )
             g_error_free(err)
         }
         return id
@@ -373,7 +403,8 @@ final class SecretService: @unchecked Sendable {
         let result = reply.withCString { type in
             GV.tuple(arguments).pass {
                 g_dbus_connection_call_sync(
-                    connection, "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus", method, $0,
+                    connection, "org.freedesktop.DBus", "/org/freedesktop/DBus",
+                    "org.freedesktop.DBus", method, $0,
                     cg_type(type), G_DBUS_CALL_FLAGS_NONE, Self.busCallTimeout, nil, &err)
             }
         }
@@ -403,11 +434,15 @@ final class SecretService: @unchecked Sendable {
         }
         let owner = nameOwner()
         guard replace else {
-            log("secret service: \(Self.busName) is already provided by \(owner.description): not serving (vaultd --secret-service --replace takes it over)")
+            log(
+                "secret service: \(Self.busName) is already provided by \(owner.description): not serving (vaultd --secret-service --replace takes it over)"
+            )
             return false
         }
         guard let pid = owner.pid, let uid = owner.uid, uid == getuid(), pid != getpid() else {
-            log("secret service: \(Self.busName) is provided by \(owner.description), which vaultd may not stop: not serving")
+            log(
+                "secret service: \(Self.busName) is provided by \(owner.description), which vaultd may not stop: not serving"
+            )
             return false
         }
         let pidfd = vault_pidfd_open(pid)
@@ -418,7 +453,9 @@ final class SecretService: @unchecked Sendable {
         }
         defer { close(pidfd) }
         guard nameOwner().pid == pid, vault_pidfd_signal(pidfd, SIGTERM) == 0 else {
-            log("secret service: \(Self.busName)'s owner changed or cannot be stopped (\(owner.description)): not serving")
+            log(
+                "secret service: \(Self.busName)'s owner changed or cannot be stopped (\(owner.description)): not serving"
+            )
             return false
         }
         let deadline = MonotonicClock.nanoseconds() + UInt64(Self.replaceWait * 1e9)
@@ -426,13 +463,17 @@ final class SecretService: @unchecked Sendable {
             usleep(50_000)
             switch askForName() {
             case .owned?:
-                log("secret service: serving \(Self.busName) on the session bus, taken over from \(owner.description) (stopped with SIGTERM)")
+                log(
+                    "secret service: serving \(Self.busName) on the session bus, taken over from \(owner.description) (stopped with SIGTERM)"
+                )
                 return true
             case nil: return false
             case .taken?: continue
             }
         }
-        log("secret service: \(owner.description) did not give up \(Self.busName) within \(Int(Self.replaceWait)) s of SIGTERM: not serving")
+        log(
+            "secret service: \(owner.description) did not give up \(Self.busName) within \(Int(Self.replaceWait)) s of SIGTERM: not serving"
+        )
         return false
     }
 
@@ -446,7 +487,10 @@ final class SecretService: @unchecked Sendable {
     private func askForName() -> NameRequest? {
         let flags: UInt32 = 1 | 4 | (replace ? 2 : 0)
         do {
-            let answer = try busCall("RequestName", [.string(Self.busName), GV(new: g_variant_new_uint32(flags))], reply: "(u)").child(0).uint32
+            let answer = try busCall(
+                "RequestName", [.string(Self.busName), GV(new: g_variant_new_uint32(flags))],
+                reply: "(u)"
+            ).child(0).uint32
             // 1: the primary owner now; 4: already was.
             return answer == 1 || answer == 4 ? .owned : .taken
         } catch {
@@ -464,34 +508,45 @@ final class SecretService: @unchecked Sendable {
         var description: String {
             guard let unique else { return "another connection" }
             guard let pid else { return "connection \(unique)" }
-            return "pid \(pid)\(executable.map { " (\(logField($0)))" } ?? ""), connection \(unique)"
+            return
+                "pid \(pid)\(executable.map { " (\(logField($0)))" } ?? ""), connection \(unique)"
         }
     }
 
     private func nameOwner() -> NameOwner {
-        guard let unique = try? busCall("GetNameOwner", [.string(Self.busName)], reply: "(s)").child(0).string else { return NameOwner() }
+        guard
+            let unique = try? busCall("GetNameOwner", [.string(Self.busName)], reply: "(s)").child(
+                0
+            ).string
+        else { return NameOwner() }
         guard let c = try? credentials(unique) else { return NameOwner(unique: unique) }
-        return NameOwner(unique: unique, pid: c.pid, uid: c.uid, executable: PeerIdentity.executable(pid: c.pid))
+        return NameOwner(
+            unique: unique, pid: c.pid, uid: c.uid, executable: PeerIdentity.executable(pid: c.pid))
     }
 
     /// NameOwnerChanged (a connection left: its identity, sessions and prompts go) and
     /// NameLost (another provider took the name with its own replace).
     private func subscribeToBus() {
         _ = g_dbus_connection_signal_subscribe(
-            connection, "org.freedesktop.DBus", "org.freedesktop.DBus", "NameOwnerChanged", "/org/freedesktop/DBus", nil,
+            connection, "org.freedesktop.DBus", "org.freedesktop.DBus", "NameOwnerChanged",
+            "/org/freedesktop/DBus", nil,
             G_DBUS_SIGNAL_FLAGS_NONE,
             { _, _, _, _, _, parameters, user in
                 let p = GV(borrowing: parameters!)
                 guard p.count == 3 else { return }
-                let name = p.child(0).string, newOwner = p.child(2).string
+                let name = p.child(0).string
+                let newOwner = p.child(2).string
                 if name.hasPrefix(":") && newOwner.isEmpty { SecretService.this(user).forget(name) }
             }, userData, nil)
         _ = g_dbus_connection_signal_subscribe(
-            connection, "org.freedesktop.DBus", "org.freedesktop.DBus", "NameLost", "/org/freedesktop/DBus", nil, G_DBUS_SIGNAL_FLAGS_NONE,
+            connection, "org.freedesktop.DBus", "org.freedesktop.DBus", "NameLost",
+            "/org/freedesktop/DBus", nil, G_DBUS_SIGNAL_FLAGS_NONE,
             { _, _, _, _, _, parameters, _ in
                 let p = GV(borrowing: parameters!)
                 if p.count == 1, p.child(0).string == SecretService.busName {
-                    log("secret service: another provider took over \(SecretService.busName) (its --replace): vaultd no longer serves it")
+                    log(
+                        "secret service: another provider took over \(SecretService.busName) (its --replace): vaultd no longer serves it"
+                    )
                 }
             }, userData, nil)
     }
@@ -516,17 +571,30 @@ final class SecretService: @unchecked Sendable {
     /// makes the peer the owner.
     func caller(_ sender: String) throws -> Caller {
         if let p = lock.withLock({ peers[sender] }) {
-            guard p.credentials.isAlive, p.credentials.currentExecutable == p.credentials.identifiedExecutable else {
+            guard p.credentials.isAlive,
+                p.credentials.currentExecutable == p.credentials.identifiedExecutable
+            else {
                 lock.withLock { peers[sender] = nil }
-                throw BusError.accessDenied("vaultd does not serve this connection: its process exited or ran another program since it was identified")
+                throw BusError.accessDenied(
+                    "vaultd does not serve this connection: its process exited or ran another program since it was identified"
+                )
             }
             return p.caller
         }
-        guard sender.hasPrefix(":") else { throw BusError.accessDenied("vaultd serves only calls with a unique sender name") }
+        guard sender.hasPrefix(":") else {
+            throw BusError.accessDenied("vaultd serves only calls with a unique sender name")
+        }
         let (pid, uid) = try credentials(sender)
-        guard uid == getuid() else { throw BusError.accessDenied("vaultd serves only its own user (the connection is uid \(uid))") }
+        guard uid == getuid() else {
+            throw BusError.accessDenied(
+                "vaultd serves only its own user (the connection is uid \(uid))")
+        }
         let pidfd = vault_pidfd_open(pid)
-        guard pidfd >= 0 else { throw BusError.accessDenied("vaultd does not serve this connection: its process \(pid) cannot be opened (pidfd_open: \(String(cString: strerror(errno))))") }
+        guard pidfd >= 0 else {
+            throw BusError.accessDenied(
+                "vaultd does not serve this connection: its process \(pid) cannot be opened (pidfd_open: \(String(cString: strerror(errno))))"
+            )
+        }
         let peer = PeerCredentials(pid: pid, uid: uid, pidfd: pidfd)
         let caller: Caller
         switch PeerIdentity.caller(for: peer, vault: vault) {
@@ -537,10 +605,13 @@ final class SecretService: @unchecked Sendable {
         // only if the bus still gives that pid now (the connection is still there, so its
         // process's pid was not reused before the pidfd was opened).
         guard let again = try? credentials(sender), again.pid == pid else {
-            throw BusError.accessDenied("vaultd does not serve this connection: it left the bus while vaultd identified it")
+            throw BusError.accessDenied(
+                "vaultd does not serve this connection: it left the bus while vaultd identified it")
         }
         lock.withLock {
-            if peers.count < Self.maximumPeers { peers[sender] = BusPeer(caller: caller, credentials: peer) }
+            if peers.count < Self.maximumPeers {
+                peers[sender] = BusPeer(caller: caller, credentials: peer)
+            }
         }
         return caller
     }
@@ -559,19 +630,26 @@ final class SecretService: @unchecked Sendable {
     private func credentials(_ sender: String) throws -> (pid: pid_t, uid: uid_t) {
         let reply: GV
         do {
-            reply = try busCall("GetConnectionCredentials", [.string(sender)], reply: "(a{sv})").child(0)
+            reply = try busCall("GetConnectionCredentials", [.string(sender)], reply: "(a{sv})")
+                .child(0)
         } catch {
-            throw BusError.accessDenied("vaultd cannot identify this connection: \(BusError(error).message)")
+            throw BusError.accessDenied(
+                "vaultd cannot identify this connection: \(BusError(error).message)")
         }
-        guard let pid = reply.lookup("ProcessID", "u"), let uid = reply.lookup("UnixUserID", "u") else {
-            throw BusError.accessDenied("vaultd cannot identify this connection: the bus gives no pid or uid for it")
+        guard let pid = reply.lookup("ProcessID", "u"), let uid = reply.lookup("UnixUserID", "u")
+        else {
+            throw BusError.accessDenied(
+                "vaultd cannot identify this connection: the bus gives no pid or uid for it")
         }
         return (pid_t(pid.uint32), uid_t(uid.uint32))
     }
 
     // MARK: dispatch
 
-    private func methodCall(sender: String, path: String, interface: String, method: String, parameters: GV, invocation: OpaquePointer) {
+    private func methodCall(
+        sender: String, path: String, interface: String, method: String, parameters: GV,
+        invocation: OpaquePointer
+    ) {
         do {
             let reply: GV?
             if interface == Self.propertiesInterface {
@@ -582,7 +660,8 @@ final class SecretService: @unchecked Sendable {
                 }
                 let caller = try caller(sender)
                 guard let target = SecretServicePath(path) else { throw BusError.noSuchObject }
-                reply = try handle(method, of: interface, on: target, parameters, sender: sender, caller: caller)
+                reply = try handle(
+                    method, of: interface, on: target, parameters, sender: sender, caller: caller)
             }
             if let reply {
                 reply.pass { g_dbus_method_invocation_return_value(invocation, $0) }
@@ -615,12 +694,18 @@ final class SecretService: @unchecked Sendable {
         guard let target = SecretServicePath(path) else { throw BusError.noSuchObject }
         switch method {
         case "Get":
-            return .tuple([.variant(try property(p.child(1).string, of: target, caller: caller, sender: sender))])
+            return .tuple([
+                .variant(
+                    try property(p.child(1).string, of: target, caller: caller, sender: sender))
+            ])
         case "GetAll":
             let names = readableProperties(of: interface)
             var entries: [GV] = []
             for name in names {
-                entries.append(.dictEntry(.string(name), .variant(try property(name, of: target, caller: caller, sender: sender))))
+                entries.append(
+                    .dictEntry(
+                        .string(name),
+                        .variant(try property(name, of: target, caller: caller, sender: sender))))
             }
             return .tuple([.array("{sv}", entries)])
         case "Set":
@@ -633,7 +718,9 @@ final class SecretService: @unchecked Sendable {
 
     /// The readable properties `interface` declares (`Introspection.swift`), in its order.
     private func readableProperties(of interface: String) -> [String] {
-        guard let info = g_dbus_node_info_lookup_interface(nodeInfo, interface), let properties = info.pointee.properties else { return [] }
+        guard let info = g_dbus_node_info_lookup_interface(nodeInfo, interface),
+            let properties = info.pointee.properties
+        else { return [] }
         var names: [String] = []
         var i = 0
         while let p = properties[i] {
@@ -645,23 +732,30 @@ final class SecretService: @unchecked Sendable {
     }
 
     /// The interfaces of the object at `path` (none for a path that is no object).
-    private func introspect(path: String) -> UnsafeMutablePointer<UnsafeMutablePointer<GDBusInterfaceInfo>?>? {
+    private func introspect(path: String) -> UnsafeMutablePointer<
+        UnsafeMutablePointer<GDBusInterfaceInfo>?
+    >? {
         let names: [String]
         switch SecretServicePath(path) {
-        case .service?: names = [SecretServiceIntrospection.service, SecretServiceIntrospection.prompting]
+        case .service?:
+            names = [SecretServiceIntrospection.service, SecretServiceIntrospection.prompting]
         case .collection?, .alias?: names = [SecretServiceIntrospection.collection]
         case .item?, .damaged?: names = [SecretServiceIntrospection.item]
         case .session?: names = [SecretServiceIntrospection.session]
         case .prompt?: names = [SecretServiceIntrospection.prompt]
         case .inner?, nil: return nil
         }
-        var infos: [UnsafeMutablePointer<GDBusInterfaceInfo>?] = names.compactMap { g_dbus_node_info_lookup_interface(nodeInfo, $0) }
+        var infos: [UnsafeMutablePointer<GDBusInterfaceInfo>?] = names.compactMap {
+            g_dbus_node_info_lookup_interface(nodeInfo, $0)
+        }
         return cg_interfaces_new(&infos, guint(infos.count))
     }
 
     /// The children GDBus lists under a subtree's own path: the aliases under theirs. The
     /// collections' folder is answered by `introspectCollections` instead.
-    private func enumerate(sender: String, path: String) -> UnsafeMutablePointer<UnsafeMutablePointer<gchar>?>? {
+    private func enumerate(sender: String, path: String) -> UnsafeMutablePointer<
+        UnsafeMutablePointer<gchar>?
+    >? {
         let names = path == SecretServicePath.aliasRoot ? SecretServicePath.aliases : []
         let strv = cg_strv_new(guint(names.count))!
         for (i, n) in names.enumerated() { strv[i] = g_strdup(n) }
@@ -677,7 +771,9 @@ final class SecretService: @unchecked Sendable {
     /// The collections (groups) `caller` sees: its access groups (`Vault.accessGroups`,
     /// which the policy decides), and the session collection, once.
     func visibleCollections(caller: Caller) throws -> [String] {
-        try vault.accessGroups(caller: caller).filter { !Self.isSession($0) } + [Vault.sessionCollection]
+        try vault.accessGroups(caller: caller).filter { !Self.isSession($0) } + [
+            Vault.sessionCollection
+        ]
     }
 
     // MARK: sessions, prompts, signals
@@ -687,7 +783,9 @@ final class SecretService: @unchecked Sendable {
     func openSession(for sender: String, dh: DHSession?) throws -> String {
         lock.withLock {
             let own = sessions.filter { $0.value.owner == sender }
-            if own.count >= Self.maximumSessionsPerPeer, let oldest = own.min(by: { $0.value.number < $1.value.number }) {
+            if own.count >= Self.maximumSessionsPerPeer,
+                let oldest = own.min(by: { $0.value.number < $1.value.number })
+            {
                 sessions[oldest.key] = nil
             }
             nextID += 1
@@ -699,14 +797,18 @@ final class SecretService: @unchecked Sendable {
 
     func closeSession(_ id: String, for sender: String) throws {
         try lock.withLock {
-            guard sessions[id]?.owner == sender else { throw BusError.noSuchObject("no such session") }
+            guard sessions[id]?.owner == sender else {
+                throw BusError.noSuchObject("no such session")
+            }
             sessions[id] = nil
         }
     }
 
     /// Session `path`, which `sender` must have opened (NoSession otherwise).
     func session(_ path: String, for sender: String) throws -> Session {
-        guard case .session(let id)? = SecretServicePath(path), let s = lock.withLock({ sessions[id] }), s.owner == sender else {
+        guard case .session(let id)? = SecretServicePath(path),
+            let s = lock.withLock({ sessions[id] }), s.owner == sender
+        else {
             throw BusError.noSession("the session \(path) is not one this connection opened")
         }
         return s
@@ -715,12 +817,15 @@ final class SecretService: @unchecked Sendable {
     /// A prompt for `sender` that completes with `objects` once the vault is unlocked.
     func makePrompt(for sender: String, objects: [String], caller: Caller) throws -> String {
         try lock.withLock {
-            guard prompts.values.filter({ $0.owner == sender }).count < Self.maximumPromptsPerPeer else {
-                throw BusError.limitsExceeded("at most \(Self.maximumPromptsPerPeer) prompts per connection")
+            guard prompts.values.filter({ $0.owner == sender }).count < Self.maximumPromptsPerPeer
+            else {
+                throw BusError.limitsExceeded(
+                    "at most \(Self.maximumPromptsPerPeer) prompts per connection")
             }
             nextID += 1
             let id = "p\(nextID)"
-            prompts[id] = Prompt(owner: sender, objects: objects, appID: caller.isOwner ? nil : caller.appID)
+            prompts[id] = Prompt(
+                owner: sender, objects: objects, appID: caller.isOwner ? nil : caller.appID)
             return SecretServicePath.prompt(id).path
         }
     }
@@ -732,7 +837,9 @@ final class SecretService: @unchecked Sendable {
     func startPrompt(_ id: String, window: String, for sender: String) throws {
         let deadline = MonotonicClock.nanoseconds() + UInt64(promptTimeout * 1e9)
         let start: Bool = try lock.withLock {
-            guard let p = prompts[id], p.owner == sender else { throw BusError.noSuchObject("no such prompt") }
+            guard let p = prompts[id], p.owner == sender else {
+                throw BusError.noSuchObject("no such prompt")
+            }
             defer { p.started = true }
             if !p.started {
                 p.windowID = window.utf8.count <= Self.maximumWindowID ? window : ""
@@ -745,15 +852,24 @@ final class SecretService: @unchecked Sendable {
             complete(id, dismissed: false)
             return
         }
-        let how = prompter.isRegistered ? "the prompter is asked for the passphrase" : "no prompter is registered"
-        _ = Self.promptLog.log("prompt", "secret service: a prompt waits for the vault's unlock (\(how); vaultctl unlock) for at most \(Int(promptTimeout)) s")
-        DispatchQueue.global().asyncAfter(deadline: .now() + promptTimeout) { [weak self] in self?.complete(id, dismissed: true) }
+        let how =
+            prompter.isRegistered
+            ? "the prompter is asked for the passphrase" : "no prompter is registered"
+        _ = Self.promptLog.log(
+            "prompt",
+            "secret service: a prompt waits for the vault's unlock (\(how); vaultctl unlock) for at most \(Int(promptTimeout)) s"
+        )
+        DispatchQueue.global().asyncAfter(deadline: .now() + promptTimeout) { [weak self] in
+            self?.complete(id, dismissed: true)
+        }
         prompter.enqueue(id)
     }
 
     /// What a prompter is told of started prompt `id`; nil once it has ended.
     func promptDetails(_ id: String) -> (windowID: String, appID: String?, deadline: UInt64)? {
-        lock.withLock { prompts[id].flatMap { $0.started ? ($0.windowID, $0.appID, $0.deadline) : nil } }
+        lock.withLock {
+            prompts[id].flatMap { $0.started ? ($0.windowID, $0.appID, $0.deadline) : nil }
+        }
     }
 
     /// Runs `body` on the bus thread, later (never inline, so no caller's lock is held); at
@@ -763,10 +879,12 @@ final class SecretService: @unchecked Sendable {
         guard let context else { return }
         let source = g_idle_source_new()
         g_source_set_priority(source, gint(priority))
-        g_source_set_callback(source, { data in
-            Unmanaged<Thunk>.fromOpaque(data!).takeRetainedValue().body()
-            return 0
-        }, Unmanaged.passRetained(Thunk(body)).toOpaque(), nil)
+        g_source_set_callback(
+            source,
+            { data in
+                Unmanaged<Thunk>.fromOpaque(data!).takeRetainedValue().body()
+                return 0
+            }, Unmanaged.passRetained(Thunk(body)).toOpaque(), nil)
         g_source_attach(source, context)
         g_source_unref(source)
     }
@@ -777,7 +895,9 @@ final class SecretService: @unchecked Sendable {
     }
 
     func dismissPrompt(_ id: String, for sender: String) throws {
-        guard lock.withLock({ prompts[id]?.owner == sender }) else { throw BusError.noSuchObject("no such prompt") }
+        guard lock.withLock({ prompts[id]?.owner == sender }) else {
+            throw BusError.noSuchObject("no such prompt")
+        }
         complete(id, dismissed: true)
     }
 
@@ -788,7 +908,9 @@ final class SecretService: @unchecked Sendable {
         // Dismissed: an empty list, of the type a completed Unlock gives (libsecret 0.20 waits
         // for ever on a dismissed prompt whose result is of another type).
         let result: GV = .variant(.objectPaths(dismissed ? [] : p.objects))
-        emit(to: p.owner, path: SecretServicePath.prompt(id).path, SecretServiceIntrospection.prompt, "Completed", [.bool(dismissed), result])
+        emit(
+            to: p.owner, path: SecretServicePath.prompt(id).path, SecretServiceIntrospection.prompt,
+            "Completed", [.bool(dismissed), result])
     }
 
     /// The vault's lock state changed: started prompts complete once it is open, and every
@@ -801,9 +923,13 @@ final class SecretService: @unchecked Sendable {
     }
 
     /// A signal to one connection (GDBus may be called from any thread for this).
-    func emit(to destination: String, path: String, _ interface: String, _ name: String, _ arguments: [GV]) {
+    func emit(
+        to destination: String, path: String, _ interface: String, _ name: String, _ arguments: [GV]
+    ) {
         var err: UnsafeMutablePointer<GError>?
-        if GV.tuple(arguments).pass({ g_dbus_connection_emit_signal(connection, destination, path, interface, name, $0, &err) }) == 0 {
+        if GV.tuple(arguments).pass({
+            g_dbus_connection_emit_signal(connection, destination, path, interface, name, $0, &err)
+        }) == 0 {
             g_error_free(err)
         }
     }
@@ -816,7 +942,9 @@ final class SecretService: @unchecked Sendable {
         /// deleted or changed (their secret, label or attributes). `group` is the access
         /// group whose visibility decides who is told: the collection's own, or for the
         /// session collection the default group of the caller whose items they are.
-        case items(collection: String, group: String, created: [String] = [], deleted: [String] = [], changed: [String] = [])
+        case items(
+            collection: String, group: String, created: [String] = [], deleted: [String] = [],
+            changed: [String] = [])
         /// A collection's label was set.
         case label(group: String)
         /// The vault was locked or unlocked.
@@ -853,7 +981,11 @@ final class SecretService: @unchecked Sendable {
         let targets: [(String, BusPeer)]
         switch change {
         case .items(_, let group, _, _, _), .label(let group):
-            targets = lock.withLock { peers.filter { Policy.seesItem(inAccessGroup: group, $0.value.caller) }.map { ($0.key, $0.value) } }
+            targets = lock.withLock {
+                peers.filter { Policy.seesItem(inAccessGroup: group, $0.value.caller) }.map {
+                    ($0.key, $0.value)
+                }
+            }
         case .lockState:
             targets = lock.withLock { peers.map { ($0.key, $0.value) } }
         }
@@ -866,64 +998,116 @@ final class SecretService: @unchecked Sendable {
                 if !Self.isSession(collection) && !(created.isEmpty && deleted.isEmpty) {
                     collectionsChanged(sender, peer, collectionsSeen)
                 }
-                let reader = lock.withLock { peer.readsAllItems || peer.itemsRead.containsBytes(collection) }
-                let values = reader ? views.value(for: peer.caller, { try collectionValues(collection, caller: peer.caller) }) : nil
+                let reader = lock.withLock {
+                    peer.readsAllItems || peer.itemsRead.containsBytes(collection)
+                }
+                let values =
+                    reader
+                    ? views.value(
+                        for: peer.caller, { try collectionValues(collection, caller: peer.caller) })
+                    : nil
                 for path in collectionPaths(collection, for: peer.caller) {
-                    for item in created { emit(to: sender, path: path, SecretServiceIntrospection.collection, "ItemCreated", [.objectPath(item)]) }
-                    for item in deleted { emit(to: sender, path: path, SecretServiceIntrospection.collection, "ItemDeleted", [.objectPath(item)]) }
-                    for item in changed { emit(to: sender, path: path, SecretServiceIntrospection.collection, "ItemChanged", [.objectPath(item)]) }
-                    if let values { propertiesChanged(to: sender, path: path, SecretServiceIntrospection.collection, values) }
+                    for item in created {
+                        emit(
+                            to: sender, path: path, SecretServiceIntrospection.collection,
+                            "ItemCreated", [.objectPath(item)])
+                    }
+                    for item in deleted {
+                        emit(
+                            to: sender, path: path, SecretServiceIntrospection.collection,
+                            "ItemDeleted", [.objectPath(item)])
+                    }
+                    for item in changed {
+                        emit(
+                            to: sender, path: path, SecretServiceIntrospection.collection,
+                            "ItemChanged", [.objectPath(item)])
+                    }
+                    if let values {
+                        propertiesChanged(
+                            to: sender, path: path, SecretServiceIntrospection.collection, values)
+                    }
                 }
                 let items = itemValues.value(for: peer.caller) {
                     var out: [String: [(String, GV)]] = [:]
                     for item in changed {
                         guard let target = SecretServicePath(item) else { continue }
-                        out[item] = try readableProperties(of: SecretServiceIntrospection.item).map { ($0, try property($0, of: target, caller: peer.caller)) }
+                        out[item] = try readableProperties(of: SecretServiceIntrospection.item).map
+                        { ($0, try property($0, of: target, caller: peer.caller)) }
                     }
                     return out
                 }
-                for (item, values) in items ?? [:] { propertiesChanged(to: sender, path: item, SecretServiceIntrospection.item, values) }
+                for (item, values) in items ?? [:] {
+                    propertiesChanged(
+                        to: sender, path: item, SecretServiceIntrospection.item, values)
+                }
             }
         case .label(let group):
             let labels = PerCaller<GV>()
             for (sender, peer) in targets {
-                guard let label = labels.value(for: peer.caller, { try property("Label", of: .collection(group), caller: peer.caller) }) else { continue }
+                guard
+                    let label = labels.value(
+                        for: peer.caller,
+                        { try property("Label", of: .collection(group), caller: peer.caller) })
+                else { continue }
                 for path in collectionPaths(group, for: peer.caller) {
-                    propertiesChanged(to: sender, path: path, SecretServiceIntrospection.collection, [("Label", label)])
+                    propertiesChanged(
+                        to: sender, path: path, SecretServiceIntrospection.collection,
+                        [("Label", label)])
                 }
-                emit(to: sender, path: SecretServicePath.root, SecretServiceIntrospection.service, "CollectionChanged", [.objectPath(collectionPath(group))])
+                emit(
+                    to: sender, path: SecretServicePath.root, SecretServiceIntrospection.service,
+                    "CollectionChanged", [.objectPath(collectionPath(group))])
             }
         case .lockState:
             let locked = GV.bool(!vault.isKeychainOpen)
             let items = PerCaller<[String: [(String, Bool)]]>()
             let labels = PerCaller<[String: GV]>()
             for (sender, peer) in targets {
-                guard let collections = collectionsSeen.value(for: peer.caller, { try visibleCollections(caller: peer.caller) }) else { continue }
+                guard
+                    let collections = collectionsSeen.value(
+                        for: peer.caller, { try visibleCollections(caller: peer.caller) })
+                else { continue }
                 let seen = items.value(for: peer.caller) {
                     var out: [String: [(String, Bool)]] = [:]
-                    for c in collections { out[c] = try find(Self.query(group: c), caller: peer.caller).map { (path(of: $0), $0.isLocked) } }
+                    for c in collections {
+                        out[c] = try find(Self.query(group: c), caller: peer.caller).map {
+                            (path(of: $0), $0.isLocked)
+                        }
+                    }
                     return out
                 }
                 // Each collection's Label: locked since vaultd started, a set label was given
                 // as the group's name (`Vault.collectionLabel`).
                 let label = labels.value(for: peer.caller) {
                     var out: [String: GV] = [:]
-                    for c in collections { out[c] = try? property("Label", of: .collection(c), caller: peer.caller) }
+                    for c in collections {
+                        out[c] = try? property("Label", of: .collection(c), caller: peer.caller)
+                    }
                     return out
                 }
                 for c in collections {
                     // A reader of its Items gets them too: locked since vaultd started, they
                     // were given as none (`collectionValues`).
-                    let reader = lock.withLock { peer.readsAllItems || peer.itemsRead.containsBytes(c) }
-                    let values = reader ? ((try? collectionValues(c, caller: peer.caller)) ?? []) : []
+                    let reader = lock.withLock {
+                        peer.readsAllItems || peer.itemsRead.containsBytes(c)
+                    }
+                    let values =
+                        reader ? ((try? collectionValues(c, caller: peer.caller)) ?? []) : []
                     let named = label?[c].map { [("Label", $0)] } ?? []
                     for path in collectionPaths(c, for: peer.caller) {
-                        propertiesChanged(to: sender, path: path, SecretServiceIntrospection.collection, [("Locked", locked)] + named + values)
+                        propertiesChanged(
+                            to: sender, path: path, SecretServiceIntrospection.collection,
+                            [("Locked", locked)] + named + values)
                     }
                     for (item, isLocked) in seen?[c] ?? [] {
-                        propertiesChanged(to: sender, path: item, SecretServiceIntrospection.item, [("Locked", .bool(isLocked))])
+                        propertiesChanged(
+                            to: sender, path: item, SecretServiceIntrospection.item,
+                            [("Locked", .bool(isLocked))])
                     }
-                    emit(to: sender, path: SecretServicePath.root, SecretServiceIntrospection.service, "CollectionChanged", [.objectPath(collectionPath(c))])
+                    emit(
+                        to: sender, path: SecretServicePath.root,
+                        SecretServiceIntrospection.service, "CollectionChanged",
+                        [.objectPath(collectionPath(c))])
                 }
             }
         }
@@ -942,30 +1126,43 @@ final class SecretService: @unchecked Sendable {
     /// The service's Collections as `sender` sees them now; when they differ from what it
     /// was last given (its read of the property, or an earlier signal), CollectionCreated and
     /// CollectionDeleted for each difference, then PropertiesChanged with the new value.
-    private func collectionsChanged(_ sender: String, _ peer: BusPeer, _ seen: PerCaller<[String]>) {
+    private func collectionsChanged(_ sender: String, _ peer: BusPeer, _ seen: PerCaller<[String]>)
+    {
         // Nothing to compare with (it never read them): it is told nothing.
         guard lock.withLock({ peer.collections != nil }) else { return }
-        guard let now = seen.value(for: peer.caller, { try visibleCollections(caller: peer.caller) }) else { return }
+        guard
+            let now = seen.value(for: peer.caller, { try visibleCollections(caller: peer.caller) })
+        else { return }
         let before: [String]? = lock.withLock {
             defer { peer.collections = now }
             return peer.collections
         }
         guard let before, !before.elementsEqual(now, by: { $0.sameBytes($1) }) else { return }
         for g in now where !before.containsBytes(g) {
-            emit(to: sender, path: SecretServicePath.root, SecretServiceIntrospection.service, "CollectionCreated", [.objectPath(collectionPath(g))])
+            emit(
+                to: sender, path: SecretServicePath.root, SecretServiceIntrospection.service,
+                "CollectionCreated", [.objectPath(collectionPath(g))])
         }
         for g in before where !now.containsBytes(g) {
-            emit(to: sender, path: SecretServicePath.root, SecretServiceIntrospection.service, "CollectionDeleted", [.objectPath(collectionPath(g))])
+            emit(
+                to: sender, path: SecretServicePath.root, SecretServiceIntrospection.service,
+                "CollectionDeleted", [.objectPath(collectionPath(g))])
         }
-        propertiesChanged(to: sender, path: SecretServicePath.root, SecretServiceIntrospection.service, [("Collections", .objectPaths(now.map(collectionPath)))])
+        propertiesChanged(
+            to: sender, path: SecretServicePath.root, SecretServiceIntrospection.service,
+            [("Collections", .objectPaths(now.map(collectionPath)))])
     }
 
     /// Records that `sender` read the Items of `group`'s collection (see `BusPeer.itemsRead`).
     func itemsRead(_ group: String, by sender: String) {
         lock.withLock {
-            guard let p = peers[sender], !p.readsAllItems, !p.itemsRead.containsBytes(group) else { return }
+            guard let p = peers[sender], !p.readsAllItems, !p.itemsRead.containsBytes(group) else {
+                return
+            }
             // Bounded in number and in bytes (the owner may name a group of any length).
-            if p.itemsRead.count >= Self.maximumItemsReaders || group.utf8.count > Self.maximumTrackedGroupBytes {
+            if p.itemsRead.count >= Self.maximumItemsReaders
+                || group.utf8.count > Self.maximumTrackedGroupBytes
+            {
                 p.readsAllItems = true
             } else {
                 p.itemsRead.append(group)
@@ -984,9 +1181,15 @@ final class SecretService: @unchecked Sendable {
     }
 
     /// PropertiesChanged of `interface` at `path` with these values, none invalidated.
-    private func propertiesChanged(to sender: String, path: String, _ interface: String, _ values: [(String, GV)]) {
+    private func propertiesChanged(
+        to sender: String, path: String, _ interface: String, _ values: [(String, GV)]
+    ) {
         emit(
             to: sender, path: path, Self.propertiesInterface, "PropertiesChanged",
-            [.string(interface), .array("{sv}", values.map { .dictEntry(.string($0.0), .variant($0.1)) }), .array("s", [])])
+            [
+                .string(interface),
+                .array("{sv}", values.map { .dictEntry(.string($0.0), .variant($0.1)) }),
+                .array("s", []),
+            ])
     }
 }

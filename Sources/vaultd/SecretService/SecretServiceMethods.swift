@@ -19,7 +19,9 @@ extension SecretService {
 
     /// The Secret Service items of `group` (nil: every group the caller sees) having every
     /// lookup attribute of `attributes`, and of item `id` when given.
-    static func query(group: String?, id: String? = nil, attributes: ExactDictionary<String> = [:]) -> ItemQuery {
+    static func query(group: String?, id: String? = nil, attributes: ExactDictionary<String> = [:])
+        -> ItemQuery
+    {
         var a = ItemAttributes(service: Vault.secretServiceService, account: id, accessGroup: group)
         a.lookupAttributes = attributes
         return ItemQuery(itemClass: .genericPassword, attributes: a, matchAll: true)
@@ -34,12 +36,19 @@ extension SecretService {
     /// `find`, with the damaged items of the store the query met (`DamagedItem`; with
     /// `secrets`, those whose secret does not open too), which never keep the others from
     /// being found (docs/secret-service.md, "Damaged items").
-    func findReportingDamage(_ q: ItemQuery, secrets: Bool = false, caller: Caller) throws -> (items: [FoundItem], damaged: [DamagedItem]) {
-        let session = { try self.vault.sessionItems(matching: q.attributes.lookupAttributes ?? [:], id: q.attributes.account, secrets: secrets, caller: caller) }
+    func findReportingDamage(_ q: ItemQuery, secrets: Bool = false, caller: Caller) throws -> (
+        items: [FoundItem], damaged: [DamagedItem]
+    ) {
+        let session = {
+            try self.vault.sessionItems(
+                matching: q.attributes.lookupAttributes ?? [:], id: q.attributes.account,
+                secrets: secrets, caller: caller)
+        }
         if let g = q.attributes.accessGroup, Self.isSession(g) { return (try session(), []) }
         var stored: (items: [FoundItem], damaged: [DamagedItem]) = ([], [])
         do {
-            let m = try vault.copyMatchingReportingDamage(q, returnData: secrets, includingLocked: true, caller: caller)
+            let m = try vault.copyMatchingReportingDamage(
+                q, returnData: secrets, includingLocked: true, caller: caller)
             stored = (m.items, m.damaged)
         } catch let e as VaultFailure where e.code == .itemNotFound {}
         if q.attributes.accessGroup == nil { stored.items += try session() }
@@ -61,7 +70,9 @@ extension SecretService {
         let named = items.prefix(16).map(\.description).joined(separator: "; ")
         let more = items.count > 16 ? " and \(items.count - 16) more" : ""
         return BusError(
-            .itemDamaged, "damaged in the store (altered or damaged on disk): \(named)\(more). Delete it (Item.Delete, or secret-tool clear with its attributes) and store it again, or restore it from a backup; `vaultctl doctor` lists every damaged item")
+            .itemDamaged,
+            "damaged in the store (altered or damaged on disk): \(named)\(more). Delete it (Item.Delete, or secret-tool clear with its attributes) and store it again, or restore it from a backup; `vaultctl doctor` lists every damaged item"
+        )
     }
 
     /// Whether a collection's group is the in-memory session collection (which hides an
@@ -78,7 +89,8 @@ extension SecretService {
     func group(of target: SecretServicePath, caller: Caller) throws -> String {
         switch target {
         case .collection(let g): return g
-        case .alias(let a) where SecretServicePath.aliases.contains(a): return caller.defaultAccessGroup
+        case .alias(let a) where SecretServicePath.aliases.contains(a):
+            return caller.defaultAccessGroup
         default: throw BusError.noSuchObject
         }
     }
@@ -91,14 +103,19 @@ extension SecretService {
     }
 
     /// What is at `target` (NoSuchObject when nothing the caller may see is).
-    func stored(_ target: SecretServicePath, secret: Bool = false, caller: Caller) throws -> StoredItem {
+    func stored(_ target: SecretServicePath, secret: Bool = false, caller: Caller) throws
+        -> StoredItem
+    {
         switch target {
         case .item(let g, let id):
-            let (items, damaged) = try findReportingDamage(Self.query(group: g, id: id), secrets: secret, caller: caller)
+            let (items, damaged) = try findReportingDamage(
+                Self.query(group: g, id: id), secrets: secret, caller: caller)
             if let found = items.first { return .item(found) }
             if let d = damaged.first { return .damaged(d) }
         case .damaged(let g, let row) where !Self.isSession(g):
-            if let d = try vault.damagedSecretServiceItem(row, accessGroup: g, caller: caller) { return .damaged(d) }
+            if let d = try vault.damagedSecretServiceItem(row, accessGroup: g, caller: caller) {
+                return .damaged(d)
+            }
         default: break
         }
         throw BusError.noSuchObject
@@ -106,7 +123,8 @@ extension SecretService {
 
     /// The one item at `target` (NoSuchObject when there is none the caller may see,
     /// ItemDamaged when it is damaged).
-    func item(_ target: SecretServicePath, secret: Bool = false, caller: Caller) throws -> FoundItem {
+    func item(_ target: SecretServicePath, secret: Bool = false, caller: Caller) throws -> FoundItem
+    {
         switch try stored(target, secret: secret, caller: caller) {
         case .item(let found): return found
         case .damaged(let d): throw Self.damagedError([d])
@@ -118,7 +136,8 @@ extension SecretService {
     /// An `a{ss}` as lookup attributes (at most `ItemAttributes.maximumLookupAttributes`).
     static func attributes(_ v: GV) throws -> ExactDictionary<String> {
         guard v.count <= ItemAttributes.maximumLookupAttributes else {
-            throw BusError.invalidArgs("at most \(ItemAttributes.maximumLookupAttributes) attributes")
+            throw BusError.invalidArgs(
+                "at most \(ItemAttributes.maximumLookupAttributes) attributes")
         }
         var out = ExactDictionary<String>(minimumCapacity: v.count)
         for entry in v.children { out[entry.child(0).string] = entry.child(1).string }
@@ -145,7 +164,9 @@ extension SecretService {
         return s.child(2).withBytes { bytes in
             let out = SecureBytes(count: bytes.count)
             out.withUnsafeMutableBytes { dst in
-                if let base = bytes.baseAddress, bytes.count > 0 { dst.baseAddress!.copyMemory(from: base, byteCount: bytes.count) }
+                if let base = bytes.baseAddress, bytes.count > 0 {
+                    dst.baseAddress!.copyMemory(from: base, byteCount: bytes.count)
+                }
             }
             return out
         }
@@ -156,19 +177,24 @@ extension SecretService {
     static func contentType(_ s: GV) throws -> String? {
         let type = s.child(3).string
         guard type.utf8.count <= ItemAttributes.maximumContentTypeBytes else {
-            throw BusError.invalidArgs("a content type takes at most \(ItemAttributes.maximumContentTypeBytes) bytes")
+            throw BusError.invalidArgs(
+                "a content type takes at most \(ItemAttributes.maximumContentTypeBytes) bytes")
         }
         return type.isEmpty ? nil : type
     }
 
     /// A `(oayays)` secret for session `path` (`session`): encrypted in an encrypted one; with
     /// the content type it was stored with (`defaultContentType` when none was given).
-    static func secretValue(_ data: SecureBytes, contentType: String?, session: Session, path: String) throws -> GV {
+    static func secretValue(
+        _ data: SecureBytes, contentType: String?, session: Session, path: String
+    ) throws -> GV {
         let contentType = contentType.flatMap { $0.isEmpty ? nil : $0 } ?? defaultContentType
         if let dh = session.dh {
             let (iv, ciphertext) = try dh.encrypt(data)
             return iv.withUnsafeBytes { i in
-                ciphertext.withUnsafeBytes { c in GV.tuple([.objectPath(path), .bytes(i), .bytes(c), .string(contentType)]) }
+                ciphertext.withUnsafeBytes { c in
+                    GV.tuple([.objectPath(path), .bytes(i), .bytes(c), .string(contentType)])
+                }
             }
         }
         return data.withUnsafeBytes { bytes in
@@ -181,17 +207,25 @@ extension SecretService {
     // MARK: methods
 
     /// Handles one call; returns its reply's out arguments (a tuple), nil for none.
-    func handle(_ method: String, of interface: String, on target: SecretServicePath, _ p: GV, sender: String, caller: Caller) throws -> GV? {
+    func handle(
+        _ method: String, of interface: String, on target: SecretServicePath, _ p: GV,
+        sender: String, caller: Caller
+    ) throws -> GV? {
         switch (interface, method, target) {
         // Service
         case (SecretServiceIntrospection.service, "OpenSession", .service):
             switch p.child(0).string {
             case "plain":
                 let id = try openSession(for: sender, dh: nil)
-                return .tuple([.variant(.string("")), .objectPath(SecretServicePath.session(id).path)])
+                return .tuple([
+                    .variant(.string("")), .objectPath(SecretServicePath.session(id).path),
+                ])
             case DHSession.algorithm:
                 let input = p.child(1).unboxed
-                guard input.isOfType("ay") else { throw BusError.invalidArgs("the input of \(DHSession.algorithm) is the client's public key (ay)") }
+                guard input.isOfType("ay") else {
+                    throw BusError.invalidArgs(
+                        "the input of \(DHSession.algorithm) is the client's public key (ay)")
+                }
                 let dh: DHSession
                 do {
                     dh = try DHSession(peerPublicKey: input.withBytes { Array($0) })
@@ -202,14 +236,18 @@ extension SecretService {
                 let output = dh.publicKey.withUnsafeBytes { GV.bytes($0) }
                 return .tuple([.variant(output), .objectPath(SecretServicePath.session(id).path)])
             default:
-                throw BusError.notSupported("vaultd offers the algorithms plain and \(DHSession.algorithm)")
+                throw BusError.notSupported(
+                    "vaultd offers the algorithms plain and \(DHSession.algorithm)")
             }
         case (SecretServiceIntrospection.service, "SearchItems", .service):
             // A damaged item is listed among the locked: libsecret reads no secret of those
             // without unlocking them first, and then GetSecrets names it as damaged.
-            let (found, damaged) = try findReportingDamage(Self.query(group: nil, attributes: try Self.attributes(p.child(0))), caller: caller)
+            let (found, damaged) = try findReportingDamage(
+                Self.query(group: nil, attributes: try Self.attributes(p.child(0))), caller: caller)
             return .tuple([
-                .objectPaths(found.filter { !$0.isLocked }.map(path)), .objectPaths(found.filter(\.isLocked).map(path) + damaged.compactMap(path(ofDamaged:))),
+                .objectPaths(found.filter { !$0.isLocked }.map(path)),
+                .objectPaths(
+                    found.filter(\.isLocked).map(path) + damaged.compactMap(path(ofDamaged:))),
             ])
         case (SecretServiceIntrospection.service, "GetSecrets", .service):
             let path = p.child(1).string
@@ -237,8 +275,16 @@ extension SecretService {
                 case nil: continue
                 }
                 bytes += data.count
-                guard bytes <= Self.maximumSecretsReply else { throw BusError.limitsExceeded("the secrets asked for are over \(Self.maximumSecretsReply) bytes: ask for fewer") }
-                entries.append(.dictEntry(.objectPath(itemPath), try Self.secretValue(data, contentType: contentType, session: session, path: path)))
+                guard bytes <= Self.maximumSecretsReply else {
+                    throw BusError.limitsExceeded(
+                        "the secrets asked for are over \(Self.maximumSecretsReply) bytes: ask for fewer"
+                    )
+                }
+                entries.append(
+                    .dictEntry(
+                        .objectPath(itemPath),
+                        try Self.secretValue(
+                            data, contentType: contentType, session: session, path: path)))
             }
             // Nothing but damaged items asked for (a lookup of one): the error names them, as
             // CopyMatching's ItemDamaged does, rather than an answer of nothing.
@@ -246,48 +292,73 @@ extension SecretService {
             return .tuple([.array("{o(oayays)}", entries)])
         case (SecretServiceIntrospection.service, "Unlock", .service):
             let objects = p.child(0).children.map(\.string).filter { SecretServicePath($0) != nil }
-            if try vault.requestUnlock(caller: caller) { return .tuple([.objectPaths(objects), .objectPath("/")]) }
-            return .tuple([.objectPaths([]), .objectPath(try makePrompt(for: sender, objects: objects, caller: caller))])
+            if try vault.requestUnlock(caller: caller) {
+                return .tuple([.objectPaths(objects), .objectPath("/")])
+            }
+            return .tuple([
+                .objectPaths([]),
+                .objectPath(try makePrompt(for: sender, objects: objects, caller: caller)),
+            ])
         case (SecretServiceIntrospection.service, "Lock", .service):
             _ = try vault.lockVault(caller: caller)
-            return .tuple([.objectPaths(p.child(0).children.map(\.string).filter { SecretServicePath($0) != nil }), .objectPath("/")])
+            return .tuple([
+                .objectPaths(
+                    p.child(0).children.map(\.string).filter { SecretServicePath($0) != nil }),
+                .objectPath("/"),
+            ])
         case (SecretServiceIntrospection.service, "ReadAlias", .service):
             let name = p.child(0).string
-            guard SecretServicePath.aliases.contains(name) else { return .tuple([.objectPath("/")]) }
+            guard SecretServicePath.aliases.contains(name) else {
+                return .tuple([.objectPath("/")])
+            }
             let group = try vault.accessGroup(caller.defaultAccessGroup, caller: caller)
             return .tuple([.objectPath(collectionPath(group))])
         case (SecretServiceIntrospection.service, "SetAlias", .service):
             try vault.setAlias(caller: caller)
-            let name = p.child(0).string, to = p.child(1).string
+            let name = p.child(0).string
+            let to = p.child(1).string
             // An alias names the caller's default group; pointing it there again is a no-op.
-            guard SecretServicePath.aliases.contains(name), to == SecretServicePath.collection(caller.defaultAccessGroup).path else {
-                throw BusError.notSupported("vaultd's aliases default and login always name the default access group")
+            guard SecretServicePath.aliases.contains(name),
+                to == SecretServicePath.collection(caller.defaultAccessGroup).path
+            else {
+                throw BusError.notSupported(
+                    "vaultd's aliases default and login always name the default access group")
             }
             return nil
         case (SecretServiceIntrospection.service, "CreateCollection", .service):
             let alias = p.child(1).string
             let label = p.child(0).lookup(Self.collectionLabel, "s")?.string ?? ""
             // An alias of vaultd's is the caller's default group, which always exists.
-            let wanted = SecretServicePath.aliases.contains(alias) || label.isEmpty ? caller.defaultAccessGroup : label
+            let wanted =
+                SecretServicePath.aliases.contains(alias) || label.isEmpty
+                ? caller.defaultAccessGroup : label
             let group = try vault.accessGroup(wanted, caller: caller)
             return .tuple([.objectPath(collectionPath(group)), .objectPath("/")])
 
         // Collection (its own path or an alias)
         case (SecretServiceIntrospection.collection, "SearchItems", _):
             let g = try group(of: target, caller: caller)
-            let (found, damaged) = try findReportingDamage(Self.query(group: g, attributes: try Self.attributes(p.child(0))), caller: caller)
+            let (found, damaged) = try findReportingDamage(
+                Self.query(group: g, attributes: try Self.attributes(p.child(0))), caller: caller)
             return .tuple([.objectPaths(found.map(path) + damaged.compactMap(path(ofDamaged:)))])
         case (SecretServiceIntrospection.collection, "CreateItem", _):
-            return try createItem(in: try group(of: target, caller: caller), p, sender: sender, caller: caller)
+            return try createItem(
+                in: try group(of: target, caller: caller), p, sender: sender, caller: caller)
         case (SecretServiceIntrospection.collection, "Delete", _):
             let g = try group(of: target, caller: caller)
             let (items, damaged) = try findReportingDamage(Self.query(group: g), caller: caller)
             if Self.isSession(g) {
                 try vault.deleteSessionItems(nil, caller: caller)
-                notify(.items(collection: g, group: caller.defaultAccessGroup, deleted: items.map(path)))
+                notify(
+                    .items(
+                        collection: g, group: caller.defaultAccessGroup, deleted: items.map(path)))
             } else {
                 var deleted: [String] = []
-                defer { if !deleted.isEmpty { notify(.items(collection: g, group: g, deleted: deleted)) } }
+                defer {
+                    if !deleted.isEmpty {
+                        notify(.items(collection: g, group: g, deleted: deleted))
+                    }
+                }
                 if !items.isEmpty {
                     _ = try vault.deleteItems(Self.query(group: g), caller: caller)
                     deleted = items.map(path)
@@ -295,7 +366,8 @@ extension SecretService {
                 // The damaged ones too, each by its row (the query above names lookup
                 // attributes, which a damaged item's cannot be checked against).
                 for d in damaged {
-                    _ = try vault.deleteDamagedSecretServiceItem(d.id, accessGroup: g, caller: caller)
+                    _ = try vault.deleteDamagedSecretServiceItem(
+                        d.id, accessGroup: g, caller: caller)
                     if let p = path(ofDamaged: d) { deleted.append(p) }
                 }
                 try vault.removeCollectionLabel(g, caller: caller)
@@ -308,9 +380,18 @@ extension SecretService {
             let path = p.child(0).string
             let session = try session(path, for: sender)
             let found = try item(target, secret: true, caller: caller)
-            guard let data = found.data else { throw BusError(VaultFailure(.interactionNotAllowed, "the item is locked: unlock the vault (vaultctl unlock)")) }
-            return .tuple([try Self.secretValue(data, contentType: found.attributes.contentType, session: session, path: path)])
-        case (SecretServiceIntrospection.item, "SetSecret", .damaged), (SecretServiceIntrospection.item, "GetSecret", .damaged):
+            guard let data = found.data else {
+                throw BusError(
+                    VaultFailure(
+                        .interactionNotAllowed,
+                        "the item is locked: unlock the vault (vaultctl unlock)"))
+            }
+            return .tuple([
+                try Self.secretValue(
+                    data, contentType: found.attributes.contentType, session: session, path: path)
+            ])
+        case (SecretServiceIntrospection.item, "SetSecret", .damaged),
+            (SecretServiceIntrospection.item, "GetSecret", .damaged):
             // Nothing of it reads: named as damaged (or NoSuchObject once it is gone).
             _ = try item(target, caller: caller)
             throw BusError.noSuchObject
@@ -324,23 +405,37 @@ extension SecretService {
                 // `defaultContentType`), as an item made without one.
                 var changes = ItemAttributes()
                 changes.contentType = type ?? ""
-                _ = try vault.updateItems(Self.query(group: g, id: id), changes: changes, secret: s, caller: caller)
+                _ = try vault.updateItems(
+                    Self.query(group: g, id: id), changes: changes, secret: s, caller: caller)
             }
-            notify(.items(collection: g, group: Self.isSession(g) ? caller.defaultAccessGroup : g, changed: [target.path]))
+            notify(
+                .items(
+                    collection: g, group: Self.isSession(g) ? caller.defaultAccessGroup : g,
+                    changed: [target.path]))
             return nil
         case (SecretServiceIntrospection.item, "Delete", .item(let g, let id)):
             if Self.isSession(g) {
-                guard try vault.deleteSessionItems(id, caller: caller) > 0 else { throw BusError.noSuchObject }
+                guard try vault.deleteSessionItems(id, caller: caller) > 0 else {
+                    throw BusError.noSuchObject
+                }
             } else {
                 do {
                     _ = try vault.deleteItems(Self.query(group: g, id: id), caller: caller)
                 } catch let e as VaultFailure where e.code == .itemDamaged {
                     // The item at this path is damaged: a query naming only its service,
                     // account and group, which its row tells in clear, deletes it.
-                    _ = try vault.deleteItems(ItemQuery(itemClass: .genericPassword, attributes: ItemAttributes(service: Vault.secretServiceService, account: id, accessGroup: g), matchAll: true), caller: caller)
+                    _ = try vault.deleteItems(
+                        ItemQuery(
+                            itemClass: .genericPassword,
+                            attributes: ItemAttributes(
+                                service: Vault.secretServiceService, account: id, accessGroup: g),
+                            matchAll: true), caller: caller)
                 }
             }
-            notify(.items(collection: g, group: Self.isSession(g) ? caller.defaultAccessGroup : g, deleted: [target.path]))
+            notify(
+                .items(
+                    collection: g, group: Self.isSession(g) ? caller.defaultAccessGroup : g,
+                    deleted: [target.path]))
             return .tuple([.objectPath("/")])
         case (SecretServiceIntrospection.item, "Delete", .damaged(let g, let row)):
             guard !Self.isSession(g) else { throw BusError.noSuchObject }
@@ -372,33 +467,45 @@ extension SecretService {
 
     /// CreateItem(properties, secret, replace) in `group`: with `replace`, an item of the
     /// group whose attributes are exactly these gets the new secret and label instead.
-    private func createItem(in group: String, _ p: GV, sender: String, caller: Caller) throws -> GV {
+    private func createItem(in group: String, _ p: GV, sender: String, caller: Caller) throws -> GV
+    {
         let properties = p.child(0)
         let label = properties.lookup(Self.itemLabel, "s")?.string ?? ""
-        let attributes = try properties.lookup(Self.itemAttributes, "a{ss}").map(Self.attributes) ?? [:]
+        let attributes =
+            try properties.lookup(Self.itemAttributes, "a{ss}").map(Self.attributes) ?? [:]
         // `vaultctl unlock --remember` storing the vault's passphrase in the vault it unlocks.
-        if attributes["xdg:schema"] == Self.unlockSchema { throw BusError.notSupported(KeyringUnlock.circle) }
+        if attributes["xdg:schema"] == Self.unlockSchema {
+            throw BusError.notSupported(KeyringUnlock.circle)
+        }
         let secret = try secret(p.child(1), sender: sender)
         let contentType = try Self.contentType(p.child(1))
         if Self.isSession(group) {
-            let id = try vault.addSessionItem(label: label, attributes: attributes, secret: secret, contentType: contentType, replace: p.child(2).bool, caller: caller)
+            let id = try vault.addSessionItem(
+                label: label, attributes: attributes, secret: secret, contentType: contentType,
+                replace: p.child(2).bool, caller: caller)
             let path = itemPath(group, id)
             notify(.items(collection: group, group: caller.defaultAccessGroup, created: [path]))
             return .tuple([.objectPath(path), .objectPath("/")])
         }
-        if p.child(2).bool, let existing = try find(Self.query(group: group, attributes: attributes), caller: caller).first(where: { $0.attributes.lookupAttributes == attributes }) {
+        if p.child(2).bool,
+            let existing = try find(
+                Self.query(group: group, attributes: attributes), caller: caller
+            ).first(where: { $0.attributes.lookupAttributes == attributes })
+        {
             var changes = ItemAttributes(label: label)
             changes.lookupAttributes = attributes
             changes.contentType = contentType ?? ""
             let id = existing.attributes.account ?? ""
-            _ = try vault.updateItems(Self.query(group: group, id: id), changes: changes, secret: secret, caller: caller)
+            _ = try vault.updateItems(
+                Self.query(group: group, id: id), changes: changes, secret: secret, caller: caller)
             let path = itemPath(group, id)
             notify(.items(collection: group, group: group, changed: [path]))
             return .tuple([.objectPath(path), .objectPath("/")])
         }
         // The item's ID: 128 random bits, in hex (a path element as it is).
         let id = String(lowercaseHex: Sodium.randomBytes(16))
-        var a = ItemAttributes(service: Vault.secretServiceService, account: id, label: label, accessGroup: group)
+        var a = ItemAttributes(
+            service: Vault.secretServiceService, account: id, label: label, accessGroup: group)
         a.lookupAttributes = attributes
         a.contentType = contentType
         _ = try vault.addItem(.genericPassword, attributes: a, secret: secret, caller: caller)
@@ -412,13 +519,16 @@ extension SecretService {
     /// Property `name` of the object at `target`, as `caller` sees it. `sender`, when given,
     /// is the connection it is read for: the Collections it is given are remembered, so that
     /// a later change tells it what was created or deleted (`notify`).
-    func property(_ name: String, of target: SecretServicePath, caller: Caller, sender: String? = nil) throws -> GV {
+    func property(
+        _ name: String, of target: SecretServicePath, caller: Caller, sender: String? = nil
+    ) throws -> GV {
         switch (target, name) {
         case (.service, "Collections"):
             let groups = try visibleCollections(caller: caller)
             if let sender { collectionsGiven(groups, to: sender) }
             return .objectPaths(groups.map(collectionPath))
-        case (.collection, "Items"), (.alias, "Items"), (.collection, "Created"), (.alias, "Created"), (.collection, "Modified"), (.alias, "Modified"):
+        case (.collection, "Items"), (.alias, "Items"), (.collection, "Created"),
+            (.alias, "Created"), (.collection, "Modified"), (.alias, "Modified"):
             let g = try group(of: target, caller: caller)
             let values = try collectionValues(g, caller: caller)
             if let sender, name == "Items" { itemsRead(g, by: sender) }
@@ -464,7 +574,8 @@ extension SecretService {
     /// sends the real values (`notify(.lockState)`); an error here would fail the whole
     /// GetAll a client makes of the collection, and libsecret then has no collection at all.
     func collectionValues(_ group: String, caller: Caller) throws -> [(String, GV)] {
-        let found: [FoundItem], damaged: [DamagedItem]
+        let found: [FoundItem]
+        let damaged: [DamagedItem]
         do {
             (found, damaged) = try findReportingDamage(Self.query(group: group), caller: caller)
         } catch let e as VaultFailure where e.code == .interactionNotAllowed {
@@ -478,26 +589,41 @@ extension SecretService {
         ]
     }
 
-    func setProperty(_ name: String, of target: SecretServicePath, to value: GV, caller: Caller) throws {
+    func setProperty(_ name: String, of target: SecretServicePath, to value: GV, caller: Caller)
+        throws
+    {
         switch (target, name) {
         case (.item(let g, let id), "Label"), (.item(let g, let id), "Attributes"):
             var changes = ItemAttributes()
-            if name == "Label" { changes.label = value.string } else { changes.lookupAttributes = try Self.attributes(value) }
-            if Self.isSession(g) {
-                try vault.updateSessionItem(id, label: changes.label, attributes: changes.lookupAttributes, caller: caller)
+            if name == "Label" {
+                changes.label = value.string
             } else {
-                _ = try vault.updateItems(Self.query(group: g, id: id), changes: changes, secret: nil, caller: caller)
+                changes.lookupAttributes = try Self.attributes(value)
             }
-            notify(.items(collection: g, group: Self.isSession(g) ? caller.defaultAccessGroup : g, changed: [target.path]))
+            if Self.isSession(g) {
+                try vault.updateSessionItem(
+                    id, label: changes.label, attributes: changes.lookupAttributes, caller: caller)
+            } else {
+                _ = try vault.updateItems(
+                    Self.query(group: g, id: id), changes: changes, secret: nil, caller: caller)
+            }
+            notify(
+                .items(
+                    collection: g, group: Self.isSession(g) ? caller.defaultAccessGroup : g,
+                    changed: [target.path]))
         case (.collection, "Label"), (.alias, "Label"):
             let g = try group(of: target, caller: caller)
             guard !Self.isSession(g) else {
                 // One collection for every caller, each seeing its own items there: a label
                 // one app set would be read by the others.
-                guard value.string == g else { throw BusError.notSupported("the session collection's label is \(g)") }
+                guard value.string == g else {
+                    throw BusError.notSupported("the session collection's label is \(g)")
+                }
                 return
             }
-            if try vault.setCollectionLabel(g, to: value.string, caller: caller) { notify(.label(group: g)) }
+            if try vault.setCollectionLabel(g, to: value.string, caller: caller) {
+                notify(.label(group: g))
+            }
         case (.damaged, "Label"), (.damaged, "Attributes"):
             _ = try item(target, caller: caller)
             throw BusError.noSuchObject

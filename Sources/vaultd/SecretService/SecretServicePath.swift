@@ -30,9 +30,14 @@ enum SecretServicePath: Equatable {
 
     /// Reads an object path; nil for one outside the service or one no element decodes.
     init?(_ path: String) {
-        if path == Self.root { self = .service; return }
+        if path == Self.root {
+            self = .service
+            return
+        }
         guard path.hasPrefix(Self.root + "/") else { return nil }
-        let parts = path.dropFirst(Self.root.count + 1).split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+        let parts = path.dropFirst(Self.root.count + 1).split(
+            separator: "/", omittingEmptySubsequences: false
+        ).map(String.init)
         switch (parts.first, parts.count) {
         case ("collection", 1), ("aliases", 1), ("session", 1), ("prompt", 1): self = .inner
         case ("collection", 2):
@@ -42,7 +47,9 @@ enum SecretServicePath: Equatable {
             guard let g = Self.decode(parts[1]) else { return nil }
             if parts[2].hasPrefix(Self.damagedPrefix) {
                 let digits = parts[2].dropFirst(Self.damagedPrefix.count)
-                guard !digits.isEmpty, digits.count <= 18, digits.allSatisfy({ $0.isASCII && $0.isNumber }), let row = Int64(digits) else { return nil }
+                guard !digits.isEmpty, digits.count <= 18,
+                    digits.allSatisfy({ $0.isASCII && $0.isNumber }), let row = Int64(digits)
+                else { return nil }
                 self = .damaged(collection: g, row: row)
                 return
             }
@@ -59,8 +66,10 @@ enum SecretServicePath: Equatable {
         switch self {
         case .service: Self.root
         case .collection(let g): Self.collectionRoot + "/" + Self.encode(g)
-        case .item(let g, let id): Self.collectionRoot + "/" + Self.encode(g) + "/" + Self.encode(id)
-        case .damaged(let g, let row): Self.collectionRoot + "/" + Self.encode(g) + "/" + Self.damagedPrefix + String(row)
+        case .item(let g, let id):
+            Self.collectionRoot + "/" + Self.encode(g) + "/" + Self.encode(id)
+        case .damaged(let g, let row):
+            Self.collectionRoot + "/" + Self.encode(g) + "/" + Self.damagedPrefix + String(row)
         case .alias(let a): Self.aliasRoot + "/" + Self.encode(a)
         case .session(let s): Self.sessionRoot + "/" + s
         case .prompt(let p): Self.promptRoot + "/" + p
@@ -99,12 +108,18 @@ enum SecretServicePath: Equatable {
         }
         while let c = it.popFirst() {
             if c == UInt8(ascii: "_") {
-                guard let h = it.popFirst().flatMap(nibble), let l = it.popFirst().flatMap(nibble) else { return nil }
+                guard let h = it.popFirst().flatMap(nibble), let l = it.popFirst().flatMap(nibble)
+                else { return nil }
                 let b = h << 4 | l
                 // Only what `encode` escapes: an escaped letter or digit is another spelling.
-                if (b >= 0x30 && b <= 0x39) || (b >= 0x41 && b <= 0x5A) || (b >= 0x61 && b <= 0x7A) { return nil }
+                if (b >= 0x30 && b <= 0x39) || (b >= 0x41 && b <= 0x5A) || (b >= 0x61 && b <= 0x7A)
+                {
+                    return nil
+                }
                 out.append(b)
-            } else if (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x5A) || (c >= 0x61 && c <= 0x7A) {
+            } else if (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x5A)
+                || (c >= 0x61 && c <= 0x7A)
+            {
                 out.append(c)
             } else {
                 return nil

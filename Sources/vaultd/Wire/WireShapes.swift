@@ -16,7 +16,10 @@ extension JSON {
 extension LockState {
     /// io.vaultd.Vault `LockState`.
     var wire: JSON {
-        ["state": .string(state.rawValue), "unlockedSinceStart": .bool(unlockedSinceStart), "hasPassphrase": .bool(hasPassphrase)]
+        [
+            "state": .string(state.rawValue), "unlockedSinceStart": .bool(unlockedSinceStart),
+            "hasPassphrase": .bool(hasPassphrase),
+        ]
     }
 }
 
@@ -24,7 +27,8 @@ extension VaultStatus {
     /// io.vaultd.Vault.Status's reply, less `version` (the daemon's, added by the dispatcher).
     var wire: JSONObject {
         [
-            "lock": lock.wire, "items": JSON(items), "unavailableItems": JSON(unavailableItems), "domains": JSON(domains),
+            "lock": lock.wire, "items": JSON(items), "unavailableItems": JSON(unavailableItems),
+            "domains": JSON(domains),
             "retryAfter": JSON(retryAfter), "dataDirectory": JSON(optional: dataDirectory),
         ]
     }
@@ -33,7 +37,9 @@ extension VaultStatus {
 extension DamagedItem {
     /// io.vaultd.Keychain and io.vaultd.Vault `DamagedItem`.
     var wire: JSON {
-        var o: JSONObject = ["id": JSON(Int(id)), "uuid": .string(uuid), "damaged": .string(part.rawValue)]
+        var o: JSONObject = [
+            "id": JSON(Int(id)), "uuid": .string(uuid), "damaged": .string(part.rawValue),
+        ]
         if let itemClass { o["class"] = .string(itemClass) }
         if let accessGroup { o["accessGroup"] = .string(accessGroup) }
         return .object(o)
@@ -41,7 +47,9 @@ extension DamagedItem {
 
     /// A list of them, at most `VaultFailure.maximumDamagedItems` (the rest are counted in
     /// the message or the log, never sent: a reply stays bounded).
-    static func wire(_ items: [DamagedItem]) -> JSON { .array(items.prefix(VaultFailure.maximumDamagedItems).map(\.wire)) }
+    static func wire(_ items: [DamagedItem]) -> JSON {
+        .array(items.prefix(VaultFailure.maximumDamagedItems).map(\.wire))
+    }
 }
 
 extension DamagedValue {
@@ -49,15 +57,19 @@ extension DamagedValue {
     var wire: JSON { ["domain": .string(domain), "key": .string(key)] }
 
     /// A list of them, at most `VaultFailure.maximumDamagedItems` (a reply stays bounded).
-    static func wire(_ values: [DamagedValue]) -> JSON { .array(values.prefix(VaultFailure.maximumDamagedItems).map(\.wire)) }
+    static func wire(_ values: [DamagedValue]) -> JSON {
+        .array(values.prefix(VaultFailure.maximumDamagedItems).map(\.wire))
+    }
 }
 
 extension BackupSummary {
     /// io.vaultd.Vault.Backup's reply.
     var wire: JSONObject {
         var o: JSONObject = [
-            "items": JSON(items), "deviceBoundItems": JSON(deviceBoundItems), "leftOutItems": JSON(leftOutItems),
-            "preferences": JSON(preferences), "domains": JSON(domains), "apps": JSON(apps), "bytes": JSON(bytes),
+            "items": JSON(items), "deviceBoundItems": JSON(deviceBoundItems),
+            "leftOutItems": JSON(leftOutItems),
+            "preferences": JSON(preferences), "domains": JSON(domains), "apps": JSON(apps),
+            "bytes": JSON(bytes),
         ]
         if !damagedItems.isEmpty { o["damagedItems"] = DamagedItem.wire(damagedItems) }
         if !damagedValues.isEmpty { o["damagedValues"] = DamagedValue.wire(damagedValues) }
@@ -73,7 +85,8 @@ extension RestoreSummary {
     /// io.vaultd.Vault.Restore's reply.
     var wire: JSONObject {
         [
-            "items": items.wire, "preferences": preferences.wire, "apps": apps.wire, "unavailableItems": JSON(unavailableItems),
+            "items": items.wire, "preferences": preferences.wire, "apps": apps.wire,
+            "unavailableItems": JSON(unavailableItems),
             "lock": lock.wire,
         ]
     }
@@ -83,7 +96,8 @@ extension StoreCheck {
     /// io.vaultd.Vault.Check's reply.
     var wire: JSONObject {
         [
-            "integrity": .array(integrity.map { .string($0) }), "items": JSON(items), "secretsUnchecked": JSON(secretsUnchecked),
+            "integrity": .array(integrity.map { .string($0) }), "items": JSON(items),
+            "secretsUnchecked": JSON(secretsUnchecked),
             "damaged": DamagedItem.wire(damaged), "setAside": JSON(setAside),
             "preferences": JSON(preferences), "damagedValues": DamagedValue.wire(damagedValues),
         ]
@@ -94,13 +108,18 @@ extension AppRecord {
     /// io.vaultd.Apps `App`.
     var wire: JSON {
         [
-            "appID": .string(appID), "executable": JSON(optional: executable), "flatpak": .bool(flatpak),
-            "accessGroups": .array(accessGroups.map { .string($0) }), "appGroups": .array(appGroups.map { .string($0) }),
-            "keepCredentialsOnReinstall": .bool(keepCredentialsOnReinstall), "installed": .bool(installed),
-            "generation": .string(generation), "installedAt": .string(PlistDate.format(installedAt)),
+            "appID": .string(appID), "executable": JSON(optional: executable),
+            "flatpak": .bool(flatpak),
+            "accessGroups": .array(accessGroups.map { .string($0) }),
+            "appGroups": .array(appGroups.map { .string($0) }),
+            "keepCredentialsOnReinstall": .bool(keepCredentialsOnReinstall),
+            "installed": .bool(installed),
+            "generation": .string(generation),
+            "installedAt": .string(PlistDate.format(installedAt)),
             "keychainAccessGroups": .array(keychainAccessGroups.map { .string($0) }),
             "launchedGeneration": JSON(optional: launchedGeneration),
-            "missingSince": JSON(optional: missingSince), "uninstallAt": JSON(optional: uninstallAt),
+            "missingSince": JSON(optional: missingSince),
+            "uninstallAt": JSON(optional: uninstallAt),
         ]
     }
 }
@@ -133,18 +152,24 @@ extension SyncStatus {
 
     /// io.vaultd.Sync.Status's reply: the state and no device when this device does not sync.
     var wire: JSONObject {
-        guard let folder, let deviceID else { return ["state": .string(state), "devices": .array([])] }
+        guard let folder, let deviceID else {
+            return ["state": .string(state), "devices": .array([])]
+        }
         let devices: [JSON] = self.devices.map { d in
             [
-                "deviceID": .string(d.deviceID), "thisDevice": .bool(d.thisDevice), "segments": JSON(d.segments),
-                "pending": JSON(d.pending), "rejected": JSON(d.rejected), "membership": .string(d.membership),
+                "deviceID": .string(d.deviceID), "thisDevice": .bool(d.thisDevice),
+                "segments": JSON(d.segments),
+                "pending": JSON(d.pending), "rejected": JSON(d.rejected),
+                "membership": .string(d.membership),
                 "lastSeen": d.lastSeen.map { .string(Self.millisecondText($0)) } ?? .null,
             ]
         }
         return [
             "state": .string(state), "folder": .string(folder), "deviceID": .string(deviceID),
-            "fingerprint": JSON(optional: fingerprint), "keyGeneration": JSON(optional: keyGeneration), "devices": .array(devices),
-            "items": JSON(optional: items), "problem": JSON(optional: problem), "lastPass": lastPass.map { .string(Self.millisecondText($0)) } ?? .null,
+            "fingerprint": JSON(optional: fingerprint),
+            "keyGeneration": JSON(optional: keyGeneration), "devices": .array(devices),
+            "items": JSON(optional: items), "problem": JSON(optional: problem),
+            "lastPass": lastPass.map { .string(Self.millisecondText($0)) } ?? .null,
             "damaged": DamagedItem.wire(damaged), "ignoredDevices": JSON(ignoredDevices),
         ]
     }

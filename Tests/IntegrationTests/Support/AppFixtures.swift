@@ -14,9 +14,12 @@ extension Daemon {
     }
 
     /// Runs an app copy (any executable path) against this daemon.
-    func app(_ path: String, _ arguments: [String], stdin: Data? = nil, timeout: Double = 60) -> ProcessResult {
+    func app(_ path: String, _ arguments: [String], stdin: Data? = nil, timeout: Double = 60)
+        -> ProcessResult
+    {
         do {
-            return try ChildProcess.run(path, arguments, environment: environment, stdin: stdin, timeout: timeout)
+            return try ChildProcess.run(
+                path, arguments, environment: environment, stdin: stdin, timeout: timeout)
         } catch {
             return ProcessResult(status: -1, stdout: Data(), stderr: "harness: \(error)")
         }
@@ -26,7 +29,8 @@ extension Daemon {
     func start(config: [String: Any]?) throws {
         guard let config else { return try start() }
         let path = root + "/config.plist"
-        try PropertyListSerialization.data(fromPropertyList: config, format: .xml, options: 0).write(to: URL(fileURLWithPath: path))
+        try PropertyListSerialization.data(fromPropertyList: config, format: .xml, options: 0)
+            .write(to: URL(fileURLWithPath: path))
         try start(extraArguments: ["--config", path])
     }
 
@@ -34,7 +38,9 @@ extension Daemon {
     @discardableResult
     func install(_ appID: String, exe: String, _ extra: [String] = []) throws -> [String: Any] {
         let r = ctl(["app", "install", appID, "--exe", exe, "--json"] + extra)
-        guard r.status == 0, let j = r.jsonObject else { throw HarnessError("app install \(appID) failed: \(r)") }
+        guard r.status == 0, let j = r.jsonObject else {
+            throw HarnessError("app install \(appID) failed: \(r)")
+        }
         return j
     }
 
@@ -66,7 +72,9 @@ struct Launch: Equatable, CustomStringConvertible {
         wiped = (j["wipedCredentials"] as? NSNumber)?.intValue ?? -1
     }
 
-    var description: String { "appID \(appID ?? "null") generation \(generation ?? "null") firstLaunch \(firstLaunch) wiped \(wiped)" }
+    var description: String {
+        "appID \(appID ?? "null") generation \(generation ?? "null") firstLaunch \(firstLaunch) wiped \(wiped)"
+    }
 }
 
 enum AppCopy {
@@ -75,7 +83,8 @@ enum AppCopy {
     static func place(_ name: String, under directory: String) throws -> String {
         let fm = FileManager.default
         let dir = directory + "/" + name
-        try fm.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
+        try fm.createDirectory(
+            atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
         let path = dir + "/app"
         if fm.fileExists(atPath: path) { try fm.removeItem(atPath: path) }
         try fm.copyItem(atPath: Paths.tool("vault-example"), toPath: path)
@@ -86,9 +95,13 @@ enum AppCopy {
 
 extension ProcessResult {
     /// Stdout parsed as one JSON object (nil when it is not).
-    var jsonObject: [String: Any]? { try? JSONSerialization.jsonObject(with: stdout) as? [String: Any] }
+    var jsonObject: [String: Any]? {
+        try? JSONSerialization.jsonObject(with: stdout) as? [String: Any]
+    }
     /// Stdout parsed as a JSON array of objects.
-    var jsonArray: [[String: Any]]? { try? JSONSerialization.jsonObject(with: stdout) as? [[String: Any]] }
+    var jsonArray: [[String: Any]]? {
+        try? JSONSerialization.jsonObject(with: stdout) as? [[String: Any]]
+    }
 }
 
 /// Polls `condition` every 50 ms until it holds or `timeout` seconds pass. Returns whether it held.

@@ -45,7 +45,8 @@ final class CacheVolume: @unchecked Sendable {
         logPath = root + "/vaultd.log"
         for d in ["home", "xdg-run", "vol"] { mkdir(root + "/" + d, 0o700) }
         do {
-            let plist = try PropertyListSerialization.data(fromPropertyList: settings, format: .xml, options: 0)
+            let plist = try PropertyListSerialization.data(
+                fromPropertyList: settings, format: .xml, options: 0)
             try plist.write(to: URL(fileURLWithPath: configPath))
             try start(options: "size=\(size),mode=0700" + (inodes.map { ",nr_inodes=\($0)" } ?? ""))
         } catch {
@@ -69,11 +70,19 @@ final class CacheVolume: @unchecked Sendable {
             mount -t tmpfs -o "$1" tmpfs "$2" && mkdir -p "$2/outside" && exec "$3" --socket "$4" --data-dir "$5" --cache-dir "$6" --config "$7"
             """
         let p = try ChildProcess.spawn(
-            "unshare", ["-m", "--propagation", "private", "sh", "-c", script, "sh", options, volume, Paths.tool("vaultd"), socketPath, dataDirectory, cacheRoot, configPath],
-            environment: isolatedEnvironment(root: root, socket: nil), inputs: [:], stdout: .file(logPath, append: true),
+            "unshare",
+            [
+                "-m", "--propagation", "private", "sh", "-c", script, "sh", options, volume,
+                Paths.tool("vaultd"), socketPath, dataDirectory, cacheRoot, configPath,
+            ],
+            environment: isolatedEnvironment(root: root, socket: nil), inputs: [:],
+            stdout: .file(logPath, append: true),
             stderr: .file(logPath, append: true))
         pid = p
-        try Daemon.waitUntilServing(p, socketPath: socketPath, timeout: 10, name: "vaultd (in its mount namespace)", log: { log }) { _ in
+        try Daemon.waitUntilServing(
+            p, socketPath: socketPath, timeout: 10, name: "vaultd (in its mount namespace)",
+            log: { log }
+        ) { _ in
             pid = nil
         }
     }
@@ -102,18 +111,28 @@ final class CacheVolume: @unchecked Sendable {
     }
 
     /// Runs a command on the ordinary filesystem, with VAULTD_SOCKET set.
-    func run(_ executable: String, _ arguments: [String], stdin: Data? = nil, timeout: Double = 60) -> ProcessResult {
+    func run(_ executable: String, _ arguments: [String], stdin: Data? = nil, timeout: Double = 60)
+        -> ProcessResult
+    {
         do {
-            return try ChildProcess.run(executable, arguments, environment: environment, stdin: stdin, timeout: timeout)
+            return try ChildProcess.run(
+                executable, arguments, environment: environment, stdin: stdin, timeout: timeout)
         } catch {
             return ProcessResult(status: -1, stdout: Data(), stderr: "harness: \(error)")
         }
     }
 
     /// Runs a command inside vaultd's mount namespace (where the tmpfs is), VAULTD_SOCKET set.
-    func inside(_ executable: String, _ arguments: [String], stdin: Data? = nil, timeout: Double = 60) -> ProcessResult {
-        guard let p = pid else { return ProcessResult(status: -1, stdout: Data(), stderr: "harness: vaultd is not running") }
-        return run("nsenter", ["--target", String(p), "--mount", "--", executable] + arguments, stdin: stdin, timeout: timeout)
+    func inside(
+        _ executable: String, _ arguments: [String], stdin: Data? = nil, timeout: Double = 60
+    ) -> ProcessResult {
+        guard let p = pid else {
+            return ProcessResult(
+                status: -1, stdout: Data(), stderr: "harness: vaultd is not running")
+        }
+        return run(
+            "nsenter", ["--target", String(p), "--mount", "--", executable] + arguments,
+            stdin: stdin, timeout: timeout)
     }
 
     /// `path` inside vaultd's mount namespace as this process sees it: through
@@ -121,7 +140,8 @@ final class CacheVolume: @unchecked Sendable {
     /// The cache directory the app at `executable` gets (`vault-example cache path`, run
     /// inside the volume's mount namespace); nil when it got none.
     func cachePath(of executable: String) -> String? {
-        inside(executable, ["cache", "path"]).stdoutText.split(separator: "\n").first.map(String.init)
+        inside(executable, ["cache", "path"]).stdoutText.split(separator: "\n").first.map(
+            String.init)
     }
 
     func visible(_ path: String) throws -> String {
@@ -139,7 +159,8 @@ final class CacheVolume: @unchecked Sendable {
     func spawnInside(_ executable: String, _ arguments: [String], output: String) throws -> pid_t {
         guard let p = pid else { throw HarnessError("vaultd is not running") }
         let c = try ChildProcess.spawn(
-            "nsenter", ["--target", String(p), "--mount", "--", executable] + arguments, environment: environment, inputs: [:],
+            "nsenter", ["--target", String(p), "--mount", "--", executable] + arguments,
+            environment: environment, inputs: [:],
             stdout: .file(output, append: false), stderr: .file(output + ".err", append: false))
         lock.withLock { children.append(c) }
         return c
@@ -166,14 +187,18 @@ final class CacheVolume: @unchecked Sendable {
     @discardableResult
     func install(_ appID: String, exe: String, _ extra: [String] = []) throws -> [String: Any] {
         let r = ctl(["app", "install", appID, "--exe", exe, "--json"] + extra)
-        guard r.status == 0, let j = r.jsonObject else { throw HarnessError("app install \(appID) failed: \(r)") }
+        guard r.status == 0, let j = r.jsonObject else {
+            throw HarnessError("app install \(appID) failed: \(r)")
+        }
         return j
     }
 
     /// `vaultctl cache usage --json`.
     func usage() throws -> CacheUsageReport {
         let r = ctl(["cache", "usage", "--json"])
-        guard r.status == 0, let j = r.jsonObject else { throw HarnessError("cache usage failed: \(r)") }
+        guard r.status == 0, let j = r.jsonObject else {
+            throw HarnessError("cache usage failed: \(r)")
+        }
         return CacheUsageReport(j)
     }
 }
@@ -188,7 +213,10 @@ struct CacheUsageReport: CustomStringConvertible {
     init(_ j: [String: Any]) {
         for a in j["apps"] as? [[String: Any]] ?? [] {
             guard let id = a["appID"] as? String else { continue }
-            apps[id] = ((a["bytes"] as? NSNumber)?.int64Value ?? -1, (a["files"] as? NSNumber)?.intValue ?? -1)
+            apps[id] = (
+                (a["bytes"] as? NSNumber)?.int64Value ?? -1,
+                (a["files"] as? NSNumber)?.intValue ?? -1
+            )
         }
         totalBytes = (j["totalBytes"] as? NSNumber)?.int64Value ?? -1
         freeBytes = (j["freeBytes"] as? NSNumber)?.int64Value ?? -1
@@ -199,7 +227,10 @@ struct CacheUsageReport: CustomStringConvertible {
     func bytes(_ app: String) -> Int64 { apps[app]?.bytes ?? 0 }
 
     var description: String {
-        let list = apps.sorted { $0.key < $1.key }.map { "\($0.key): \($0.value.bytes) B in \($0.value.files) files" }
-        return "\(list.joined(separator: "; ")); total \(totalBytes), free \(freeBytes) of \(capacityBytes)"
+        let list = apps.sorted { $0.key < $1.key }.map {
+            "\($0.key): \($0.value.bytes) B in \($0.value.files) files"
+        }
+        return
+            "\(list.joined(separator: "; ")); total \(totalBytes), free \(freeBytes) of \(capacityBytes)"
     }
 }

@@ -38,7 +38,8 @@ enum ChildProcess {
 
     // GNU extensions the Glibc module does not import (no _GNU_SOURCE), looked up at run time.
     private typealias Pipe2 = @convention(c) (UnsafeMutablePointer<Int32>, Int32) -> Int32
-    private typealias AddCloseFrom = @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32
+    private typealias AddCloseFrom =
+        @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32
     /// dlopen's handle of the process's own symbols: set once, only passed to dlsym.
     nonisolated(unsafe) private static let libc = dlopen(nil, RTLD_NOW)
     private static let pipe2: Pipe2 = unsafeBitCast(dlsym(libc, "pipe2")!, to: Pipe2.self)
@@ -55,7 +56,8 @@ enum ChildProcess {
     /// (0 for stdin, 3, 4, ...) to bytes that are written into a pipe read by the child;
     /// `passing` maps child fds to fds of this process the child gets as they are (a socket).
     static func spawn(
-        _ executable: String, _ arguments: [String], environment: [String: String], inputs: [Int32: Data],
+        _ executable: String, _ arguments: [String], environment: [String: String],
+        inputs: [Int32: Data],
         passing: [Int32: Int32] = [:], stdout: Output, stderr: Output
     ) throws -> pid_t {
         _ = ignoreSIGPIPE
@@ -94,20 +96,25 @@ enum ChildProcess {
             throw HarnessError("pipe2: \(String(cString: strerror(errno)))")
         }
         for (target, fd) in passing { posix_spawn_file_actions_adddup2(&actions, fd, target) }
-        if inputs[0] == nil { posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0) }
+        if inputs[0] == nil {
+            posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        }
         for (fd, output) in [(Int32(1), stdout), (Int32(2), stderr)] {
             switch output {
             case .devNull:
                 posix_spawn_file_actions_addopen(&actions, fd, "/dev/null", O_WRONLY, 0)
             case .file(let path, let append):
-                posix_spawn_file_actions_addopen(&actions, fd, path, O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC), 0o600)
+                posix_spawn_file_actions_addopen(
+                    &actions, fd, path, O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC), 0o600)
             }
         }
         let highest = max(2, inputs.keys.max() ?? 0, passing.keys.max() ?? 0)
         _ = addCloseFrom(&actions, highest + 1)
 
-        let argv: [UnsafeMutablePointer<CChar>?] = ([executable] + arguments).map { strdup($0) } + [nil]
-        let envp: [UnsafeMutablePointer<CChar>?] = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        let argv: [UnsafeMutablePointer<CChar>?] =
+            ([executable] + arguments).map { strdup($0) } + [nil]
+        let envp: [UnsafeMutablePointer<CChar>?] =
+            environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
         defer {
             for p in argv { free(p) }
             for p in envp { free(p) }
@@ -172,7 +179,8 @@ enum ChildProcess {
     /// Runs a command to completion, capturing stdout and stderr (through files, so a large
     /// output cannot block the child). Killed after `timeout` seconds.
     static func run(
-        _ executable: String, _ arguments: [String], environment: [String: String], stdin: Data? = nil,
+        _ executable: String, _ arguments: [String], environment: [String: String],
+        stdin: Data? = nil,
         extraFDs: [Int32: Data] = [:], timeout: Double = 60
     ) throws -> ProcessResult {
         let dir = try TemporaryDirectory.make(prefix: "vaultd-run")
@@ -181,7 +189,8 @@ enum ChildProcess {
         if let stdin { inputs[0] = stdin }
         let pid = try spawn(
             executable, arguments, environment: environment, inputs: inputs,
-            stdout: .file(dir + "/stdout", append: false), stderr: .file(dir + "/stderr", append: false))
+            stdout: .file(dir + "/stdout", append: false),
+            stderr: .file(dir + "/stderr", append: false))
         var timedOut = false
         var status = wait(pid, timeout: timeout)
         if status == nil {
@@ -191,7 +200,9 @@ enum ChildProcess {
         }
         let out = FileManager.default.contents(atPath: dir + "/stdout") ?? Data()
         let err = FileManager.default.contents(atPath: dir + "/stderr") ?? Data()
-        return ProcessResult(status: status!, stdout: out, stderr: String(decoding: err, as: UTF8.self), timedOut: timedOut)
+        return ProcessResult(
+            status: status!, stdout: out, stderr: String(decoding: err, as: UTF8.self),
+            timedOut: timedOut)
     }
 }
 
@@ -199,7 +210,9 @@ enum TemporaryDirectory {
     /// A new private directory under /tmp (short paths: a socket path must fit in 108 bytes).
     static func make(prefix: String) throws -> String {
         var template = Array("/tmp/\(prefix).XXXXXX".utf8CString)
-        guard let p = mkdtemp(&template) else { throw HarnessError("mkdtemp: \(String(cString: strerror(errno)))") }
+        guard let p = mkdtemp(&template) else {
+            throw HarnessError("mkdtemp: \(String(cString: strerror(errno)))")
+        }
         return String(cString: p)
     }
 

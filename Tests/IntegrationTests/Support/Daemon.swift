@@ -8,7 +8,8 @@ import Glibc
 enum Paths {
     /// The repository root, from this file's path (Tests/IntegrationTests/Support/Daemon.swift).
     static let repoRoot: URL = URL(fileURLWithPath: #filePath)
-        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent()
 
     /// `Tests/Fixtures`: the plist corpus (`plist/`, with its MANIFEST.tsv) and other test data.
     static let fixtures: URL = repoRoot.appendingPathComponent("Tests/Fixtures")
@@ -17,8 +18,11 @@ enum Paths {
     /// bundle lives in (found by walking up from it), else `<repo>/.build/debug`.
     static let binaries: String = {
         let fm = FileManager.default
-        var starts = [Bundle.main.bundleURL, Bundle.main.executableURL, URL(fileURLWithPath: CommandLine.arguments[0])]
-            .compactMap { $0?.standardizedFileURL }
+        var starts = [
+            Bundle.main.bundleURL, Bundle.main.executableURL,
+            URL(fileURLWithPath: CommandLine.arguments[0]),
+        ]
+        .compactMap { $0?.standardizedFileURL }
         starts += Bundle.allBundles.map(\.bundleURL)
         for start in starts {
             var dir = start
@@ -36,7 +40,8 @@ enum Paths {
 
     /// A tool's path: our executables from the build directory, anything else by name (PATH).
     static func tool(_ name: String) -> String {
-        ["vaultd", "vaultctl", "git-credential-vault", "vault-example"].contains(name) ? binaries + "/" + name : name
+        ["vaultd", "vaultctl", "git-credential-vault", "vault-example"].contains(name)
+            ? binaries + "/" + name : name
     }
 }
 
@@ -46,7 +51,10 @@ func isolatedEnvironment(root: String, socket: String?) -> [String: String] {
     var env = ProcessInfo.processInfo.environment
     // Nothing of the developer's own session: no vaultd settings, no systemd sockets, no
     // session bus (a test that wants a keyring starts its own).
-    for k in ["VAULTD_SOCKET", "VAULTD_DATA_DIR", "VAULTD_CACHE_DIR", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES", "DBUS_SESSION_BUS_ADDRESS"] {
+    for k in [
+        "VAULTD_SOCKET", "VAULTD_DATA_DIR", "VAULTD_CACHE_DIR", "LISTEN_FDS", "LISTEN_PID",
+        "LISTEN_FDNAMES", "DBUS_SESSION_BUS_ADDRESS",
+    ] {
         env[k] = nil
     }
     // Python children (the varlink reference client) write replies to files as they come,
@@ -113,14 +121,22 @@ final class Daemon: @unchecked Sendable {
     /// a Status call on the socket answers (up to `timeout` seconds). Its clock is the test
     /// clock in `root` (`TestClock`), which `advanceClock` moves.
     /// `environment` is added to vaultd's (e.g. `VAULTD_ARGON2_TEST_COST: ""` for the real cost).
-    func start(extraArguments: [String] = [], environment extra: [String: String] = [:], timeout: Double = 10) throws {
+    func start(
+        extraArguments: [String] = [], environment extra: [String: String] = [:],
+        timeout: Double = 10
+    ) throws {
         precondition(pid == nil, "vaultd is already running")
-        let env = isolatedEnvironment(root: root, socket: nil).merging(TestClock.environment(root: root)) { $1 }.merging(extra) { $1 }
+        let env = isolatedEnvironment(root: root, socket: nil).merging(
+            TestClock.environment(root: root)
+        ) { $1 }.merging(extra) { $1 }
         let p = try ChildProcess.spawn(
-            Paths.tool("vaultd"), ["--socket", socketPath, "--data-dir", dataDirectory] + extraArguments,
-            environment: env, inputs: [:], stdout: .file(logPath, append: true), stderr: .file(logPath, append: true))
+            Paths.tool("vaultd"),
+            ["--socket", socketPath, "--data-dir", dataDirectory] + extraArguments,
+            environment: env, inputs: [:], stdout: .file(logPath, append: true),
+            stderr: .file(logPath, append: true))
         pid = p
-        try Daemon.waitUntilServing(p, socketPath: socketPath, timeout: timeout, log: { log }) { status in
+        try Daemon.waitUntilServing(p, socketPath: socketPath, timeout: timeout, log: { log }) {
+            status in
             lastExitStatus = status
             pid = nil
         }
@@ -131,7 +147,8 @@ final class Daemon: @unchecked Sendable {
     /// exits first it is reaped and `exited` gets its status (so the caller forgets the pid).
     /// `name` says which vaultd in the error.
     static func waitUntilServing(
-        _ p: pid_t, socketPath: String, timeout: Double, interval: useconds_t = 20_000, name: String = "vaultd",
+        _ p: pid_t, socketPath: String, timeout: Double, interval: useconds_t = 20_000,
+        name: String = "vaultd",
         log: () -> String, exited: (Int32?) -> Void
     ) throws {
         let deadline = Date().addingTimeInterval(timeout)
@@ -139,12 +156,15 @@ final class Daemon: @unchecked Sendable {
             if !ChildProcess.isAlive(p) {
                 let status = ChildProcess.wait(p, timeout: 1)
                 exited(status)
-                throw HarnessError("\(name) exited (status \(status.map(String.init) ?? "?")) before serving; log:\n\(log())")
+                throw HarnessError(
+                    "\(name) exited (status \(status.map(String.init) ?? "?")) before serving; log:\n\(log())"
+                )
             }
             if answers(socketPath) { return }
             usleep(interval)
         }
-        throw HarnessError("\(name) did not answer on \(socketPath) within \(timeout) s; log:\n\(log())")
+        throw HarnessError(
+            "\(name) did not answer on \(socketPath) within \(timeout) s; log:\n\(log())")
     }
 
     /// True when a Status call on a new connection to `path` gets a non-error reply.
@@ -171,7 +191,10 @@ final class Daemon: @unchecked Sendable {
         // this wait shows.
         let deadline = Date().addingTimeInterval(timeout)
         while log().components(separatedBy: mark).count == before {
-            if Date() > deadline { throw HarnessError("vaultd did not run its periodic tasks within \(timeout) s; log:\n\(log())") }
+            if Date() > deadline {
+                throw HarnessError(
+                    "vaultd did not run its periodic tasks within \(timeout) s; log:\n\(log())")
+            }
             usleep(5_000)
         }
     }
@@ -228,7 +251,9 @@ final class Daemon: @unchecked Sendable {
 
     /// Runs `vaultctl ARGS` against this daemon. `fds` maps child fds (3, 4, ...) to bytes
     /// fed through pipes, e.g. `[3: passphrase]` for `--passphrase-fd 3`.
-    func ctl(_ arguments: [String], stdin: Data? = nil, fds: [Int32: Data] = [:], timeout: Double = 60) -> ProcessResult {
+    func ctl(
+        _ arguments: [String], stdin: Data? = nil, fds: [Int32: Data] = [:], timeout: Double = 60
+    ) -> ProcessResult {
         run("vaultctl", arguments, stdin: stdin, extraFDs: fds, timeout: timeout)
     }
 
@@ -240,7 +265,8 @@ final class Daemon: @unchecked Sendable {
         let env = environment.merging(extra) { $1 }
         do {
             return try ChildProcess.run(
-                Paths.tool(tool), arguments, environment: env, stdin: stdin, extraFDs: extraFDs, timeout: timeout)
+                Paths.tool(tool), arguments, environment: env, stdin: stdin, extraFDs: extraFDs,
+                timeout: timeout)
         } catch {
             return ProcessResult(status: -1, stdout: Data(), stderr: "harness: \(error)")
         }
@@ -273,17 +299,22 @@ enum TestClock {
     static func path(root: String) -> String { root + "/test-clock" }
 
     /// What a vaultd started in `root` gets in its environment.
-    static func environment(root: String) -> [String: String] { ["VAULTD_TEST_CLOCK_FILE": path(root: root)] }
+    static func environment(root: String) -> [String: String] {
+        ["VAULTD_TEST_CLOCK_FILE": path(root: root)]
+    }
 
     /// The offset the file holds now (0 when absent).
     static func offset(root: String) -> Double {
-        (try? String(contentsOfFile: path(root: root), encoding: .utf8)).flatMap { Double($0.trimmingCharacters(in: .whitespacesAndNewlines)) } ?? 0
+        (try? String(contentsOfFile: path(root: root), encoding: .utf8)).flatMap {
+            Double($0.trimmingCharacters(in: .whitespacesAndNewlines))
+        } ?? 0
     }
 
     /// Writes an offset `seconds` larger (whole, by a rename, so vaultd never reads half a
     /// number). vaultd takes it at its next SIGUSR1 (`Daemon.tick`).
     static func advance(root: String, by seconds: Double) throws {
         let file = path(root: root)
-        try Data("\(offset(root: root) + seconds)\n".utf8).write(to: URL(fileURLWithPath: file), options: .atomic)
+        try Data("\(offset(root: root) + seconds)\n".utf8).write(
+            to: URL(fileURLWithPath: file), options: .atomic)
     }
 }

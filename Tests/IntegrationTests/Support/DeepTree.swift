@@ -12,7 +12,9 @@ enum DeepTree {
     /// symlink.
     static func open(_ path: String) throws -> Int32 {
         let fd = Glibc.open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-        guard fd >= 0 else { throw HarnessError("open \(path): \(String(cString: strerror(errno)))") }
+        guard fd >= 0 else {
+            throw HarnessError("open \(path): \(String(cString: strerror(errno)))")
+        }
         return fd
     }
 
@@ -24,11 +26,15 @@ enum DeepTree {
         for level in 0..<depth {
             guard mkdirat(current, name, 0o700) == 0 || errno == EEXIST else {
                 defer { Glibc.close(current) }
-                throw HarnessError("mkdirat at level \(level + 1): \(String(cString: strerror(errno)))")
+                throw HarnessError(
+                    "mkdirat at level \(level + 1): \(String(cString: strerror(errno)))")
             }
             let next = openat(current, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
             Glibc.close(current)
-            guard next >= 0 else { throw HarnessError("openat at level \(level + 1): \(String(cString: strerror(errno)))") }
+            guard next >= 0 else {
+                throw HarnessError(
+                    "openat at level \(level + 1): \(String(cString: strerror(errno)))")
+            }
             current = next
         }
         return current
@@ -51,16 +57,24 @@ enum DeepTree {
     /// Writes a file `name` of `size` bytes (zeros) in the directory `fd`: a new one, or
     /// (`replacing`) one that may be there already.
     static func write(in fd: Int32, _ name: String, size: Int, replacing: Bool = false) throws {
-        let f = openat(fd, name, O_WRONLY | O_CREAT | O_TRUNC | (replacing ? 0 : O_EXCL) | O_NOFOLLOW | O_CLOEXEC, 0o600)
-        guard f >= 0 else { throw HarnessError("create \(name): \(String(cString: strerror(errno)))") }
+        let f = openat(
+            fd, name,
+            O_WRONLY | O_CREAT | O_TRUNC | (replacing ? 0 : O_EXCL) | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard f >= 0 else {
+            throw HarnessError("create \(name): \(String(cString: strerror(errno)))")
+        }
         defer { Glibc.close(f) }
         let bytes = [UInt8](repeating: 0, count: size)
-        guard Glibc.write(f, bytes, size) == size else { throw HarnessError("write \(name): \(String(cString: strerror(errno)))") }
+        guard Glibc.write(f, bytes, size) == size else {
+            throw HarnessError("write \(name): \(String(cString: strerror(errno)))")
+        }
     }
 
     /// Makes a symlink `name` in the directory `fd` whose target is `target`.
     static func symlink(in fd: Int32, _ name: String, to target: String) throws {
-        guard symlinkat(target, fd, name) == 0 else { throw HarnessError("symlink \(name): \(String(cString: strerror(errno)))") }
+        guard symlinkat(target, fd, name) == 0 else {
+            throw HarnessError("symlink \(name): \(String(cString: strerror(errno)))")
+        }
     }
 
     /// Whether the directory `fd` holds an entry `name` (of any type; a symlink is not followed).
@@ -77,7 +91,9 @@ enum DeepTree {
         rewinddir(dir)  // the copy shares the position of `fd`, which an earlier read moved
         var out: [String] = []
         while let entry = readdir(dir) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self) }
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
+            }
             if name != "." && name != ".." { out.append(name) }
         }
         return out.sorted()

@@ -39,8 +39,12 @@ enum PseudoTerminal {
 
     /// `arguments` run on a terminal; each (prompt, answer) pair types `answer` and Enter once
     /// `prompt` has appeared.
-    static func run(_ d: Daemon, _ tool: String, _ arguments: [String], answers: [(String, String)]) -> ProcessResult {
-        let json = String(decoding: try! JSONSerialization.data(withJSONObject: answers.map { [$0.0, $0.1] }), as: UTF8.self)
+    static func run(_ d: Daemon, _ tool: String, _ arguments: [String], answers: [(String, String)])
+        -> ProcessResult
+    {
+        let json = String(
+            decoding: try! JSONSerialization.data(withJSONObject: answers.map { [$0.0, $0.1] }),
+            as: UTF8.self)
         return d.run("python3", ["-c", driver, json, Paths.tool(tool)] + arguments, timeout: 90)
     }
 }

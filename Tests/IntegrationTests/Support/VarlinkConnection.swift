@@ -115,7 +115,9 @@ final class VarlinkConnection {
     }
 
     /// Sends a call and reads its reply.
-    func call(_ method: String, _ parameters: [String: Any]? = nil, timeout: Double = 10) throws -> Outcome {
+    func call(_ method: String, _ parameters: [String: Any]? = nil, timeout: Double = 10) throws
+        -> Outcome
+    {
         guard try send(json: Self.message(method, parameters)) else { return .closed }
         return receive(timeout: timeout)
     }
@@ -125,7 +127,9 @@ final class VarlinkConnection {
         switch receiveFrame(timeout: timeout) {
         case .frame(let bytes):
             let frame = Data(bytes)
-            if let o = try? JSONSerialization.jsonObject(with: frame) as? [String: Any] { return .reply(o) }
+            if let o = try? JSONSerialization.jsonObject(with: frame) as? [String: Any] {
+                return .reply(o)
+            }
             return .garbage(frame)
         case .closed: return .closed
         case .timedOut: return .timedOut
