@@ -52,7 +52,9 @@ import Testing
     /// True when a `@Suite` attribute at column 0 of the file carries the tag: the whole suite
     /// is in the system part.
     static func suiteTagged(_ lines: [Substring]) -> Bool {
-        attributes("@Suite", in: lines).contains { $0.topLevel && $0.text.contains(".tags(.system") }
+        attributes("@Suite", in: lines).contains {
+            $0.topLevel && $0.text.contains(".tags(.system")
+        }
     }
 
     @Test func aTestGatedOnRootIsTaggedSystem() throws {
@@ -89,7 +91,8 @@ import Testing
     /// part skips all of them and the system part runs all of them.
     @Test func theFilterNamesEveryTaggedSuiteAndTest() throws {
         let tags = try Self.sources().flatMap { source in
-            (Self.attributes("@Suite", in: source.lines) + Self.attributes("@Test", in: source.lines))
+            (Self.attributes("@Suite", in: source.lines)
+                + Self.attributes("@Test", in: source.lines))
                 .filter { $0.text.contains(".tags(.system") }
         }
         let r = try ChildProcess.run(
