@@ -86,8 +86,9 @@ let package = Package(
             name: "VaultCoreTests", dependencies: ["VaultCore", "SecretSession", "TestSupport"]),
         .testTarget(
             name: "IntegrationTests",
-            // VaultCore for its policy table only: the tests call vaultd through the socket.
-            dependencies: ["VaultClient", "VaultProtocol", "VaultCore", "TestSupport"]
+            // VaultCore and vaultd for the operations and the front-ends' method tables only:
+            // the tests call vaultd through the socket and the bus.
+            dependencies: ["VaultClient", "VaultProtocol", "VaultCore", "vaultd", "TestSupport"]
         ),
         // vaultd's own code that needs no socket: the wire mapping of the engine's results and failures.
         .testTarget(

@@ -99,7 +99,7 @@ extension BusError {
 /// identifies its peers), and turns each call into engine operations made with that
 /// `Caller`: collections are access groups, items are generic passwords of service
 /// `Vault.secretServiceService` with lookup attributes. It authorizes nothing itself: a
-/// method without an entry in `Policy.secretServiceMethods` is refused, and the engine
+/// method without an entry in `SecretServiceOperations.byMember` is refused, and the engine
 /// decides every other one.
 ///
 /// Threads: one, `vaultd-dbus`, runs a GMainContext of its own; every method call and
@@ -655,7 +655,7 @@ final class SecretService: @unchecked Sendable {
             if interface == Self.propertiesInterface {
                 reply = try propertyCall(method, sender: sender, path: path, parameters)
             } else {
-                guard Policy.decision(forSecretService: interface, method) != nil else {
+                guard SecretServiceOperations.of(interface, method) != nil else {
                     throw BusError.accessDenied("\(interface).\(method) has no policy decision")
                 }
                 let vaultSession = try identify(sender)
@@ -688,7 +688,7 @@ final class SecretService: @unchecked Sendable {
     func propertyCall(_ method: String, sender: String, path: String, _ p: GV) throws -> GV? {
         let interface = p.child(0).string
         let decision = method == "Set" ? "Set" : "Get"
-        guard Policy.decision(forSecretService: interface, decision) != nil else {
+        guard SecretServiceOperations.of(interface, decision) != nil else {
             throw BusError.accessDenied("no policy decision for \(interface) properties")
         }
         let vaultSession = try identify(sender)
