@@ -1,5 +1,6 @@
 import Foundation
 import SecretSession
+import TestSupport
 import Testing
 import VaultCore
 import VaultProtocol
@@ -34,8 +35,7 @@ import VaultProtocol
               esac
             done
             """
-        try script.write(toFile: path, atomically: true, encoding: .utf8)
-        chmod(path, 0o755)
+        try #require(writeExecutable(path, script))
         return path
     }
 
@@ -97,7 +97,7 @@ import VaultProtocol
 
     @Test func anOverlongLineIsRefused() throws {
         let (a, p) = try Self.ask(
-            try Self.peer(getpin: "head -c 5000 /dev/zero | tr '\\\\0' x; echo"))
+            try Self.peer(getpin: "head -c 5000 /dev/zero | tr -c x x; echo"))
         #expect(Self.reason(a) == "the pinentry sent a line over 1000 bytes")
         p.close()
     }
