@@ -57,7 +57,10 @@ import Glibc
     /// gcr's system prompter, started by the bus from Debian's activation file (`Prompter`
     /// auto, vaultd on a display): the dialog is on the screen (kept as
     /// `gcr-unlock-dialog.png` in the test's directory), the passphrase typed into it with
-    /// xdotool unlocks the vault, and the lookup that asked gets the secret.
+    /// xdotool unlocks the vault, and the lookup that asked gets the secret. Before that, a
+    /// prompter killed while its dialog is shown dismisses its prompt at once (the lookup
+    /// ends with nothing, long before the prompt's timeout), and the next lookup's prompt
+    /// starts it again.
     @Test func gcrPrompterUnlocksTheVault() throws {
         for tool in ["/usr/libexec/gcr-prompter", "/usr/bin/xdotool", "/usr/bin/import"] {
             try #require(access(tool, X_OK) == 0, "\(tool) is missing: run scripts/install-deps")
@@ -75,15 +78,42 @@ import Glibc
             return ["DISPLAY": display.display]
         }
         defer { k.close() }
+        defer { withExtendedLifetime(x) {} }
         let env = try #require(x).environment(k.environment)
+        func dialog() throws -> String {
+            let r = try ChildProcess.run(
+                "xdotool", ["search", "--sync", "--onlyvisible", "--name", "Unlock the vault"],
+                environment: env, timeout: 30)
+            try #require(r.status == 0, "\(r) \(k.log)")
+            return try #require(r.stdoutText.split(separator: "\n").first.map(String.init))
+        }
+
+        // The prompter dies while it shows the dialog.
+        let (first, firstOut) = try Self.lookUp(k)
+        defer { kill(first, SIGKILL) }
+        _ = try dialog()
+        let owner = k.run(
+            "gdbus",
+            [
+                "call", "--session", "--dest", "org.freedesktop.DBus", "--object-path",
+                "/org/freedesktop/DBus", "--method",
+                "org.freedesktop.DBus.GetConnectionUnixProcessID",
+                "org.gnome.keyring.SystemPrompter",
+            ], timeout: 20)
+        let prompterPID = try #require(
+            owner.stdoutText.split(whereSeparator: { !$0.isNumber }).compactMap { pid_t($0) }
+                .last, "\(owner)")
+        let killed = Date()
+        try #require(kill(prompterPID, SIGKILL) == 0)
+        #expect(ChildProcess.wait(first, timeout: 30).map { $0 != 0 } == true, "\(k.log)")
+        #expect(Date().timeIntervalSince(killed) < 30, "dismissed at the timeout (60 s)")
+        #expect(Self.text(firstOut).isEmpty)
+        #expect(k.state() == "locked")
+
         let (pid, out) = try Self.lookUp(k)
         defer { kill(pid, SIGKILL) }
+        let window = try dialog()
         var r = try ChildProcess.run(
-            "xdotool", ["search", "--sync", "--onlyvisible", "--name", "Unlock the vault"],
-            environment: env, timeout: 30)
-        try #require(r.status == 0, "\(r) \(k.log)")
-        let window = try #require(r.stdoutText.split(separator: "\n").first.map(String.init))
-        r = try ChildProcess.run(
             "import", ["-window", "root", k.root + "/gcr-unlock-dialog.png"], environment: env,
             timeout: 30)
         #expect(r.status == 0, "\(r)")
