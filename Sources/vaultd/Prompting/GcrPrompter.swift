@@ -354,7 +354,9 @@ final class GcrPrompter: PromptDialog, @unchecked Sendable {
         }
         guard let reply else {
             defer { g_error_free(err) }
-            throw Failure.protocolError("\(method): \(String(cString: cg_error_message(err)))")
+            // The message may be the peer's own (a remote error): escaped and bounded.
+            throw Failure.protocolError(
+                "\(method): \(logField(String(cString: cg_error_message(err))))")
         }
         return GV(owned: reply)
     }
