@@ -136,7 +136,8 @@ import Glibc
     }
 
     /// pinentry-curses on a tmux pane (vaultd's GPG_TTY, as gpg-agent's): the dialog is drawn
-    /// there, and the passphrase typed with `tmux send-keys` unlocks the vault.
+    /// there; a wrong passphrase typed with `tmux send-keys` is asked again with the warning
+    /// (the rate limit counts it), and the right one unlocks the vault.
     @Test func pinentryCursesOnATerminalUnlocksTheVault() throws {
         for tool in ["/usr/bin/pinentry-curses", "/usr/bin/tmux"] {
             try #require(access(tool, X_OK) == 0, "\(tool) is missing: run scripts/install-deps")
@@ -165,11 +166,17 @@ import Glibc
         func screen() -> String {
             k.run("tmux", tmux + ["capture-pane", "-p"], timeout: 20).stdoutText
         }
-        let deadline = Date().addingTimeInterval(30)
-        while !screen().contains("Passphrase") && Date() < deadline { usleep(50_000) }
-        try #require(
-            screen().contains("Unlock the vault") || screen().contains("Passphrase"),
-            "\(screen()) \(k.log)")
+        func waitFor(_ text: String) throws {
+            let deadline = Date().addingTimeInterval(30)
+            while !screen().contains(text) && Date() < deadline { usleep(50_000) }
+            try #require(screen().contains(text), "\(screen()) \(k.log)")
+        }
+        try waitFor("Passphrase")
+        #expect(screen().contains("A program wants to use the vault's secrets"), "\(screen())")
+        _ = k.run("tmux", tmux + ["send-keys", "-l", "not the passphrase"], timeout: 20)
+        _ = k.run("tmux", tmux + ["send-keys", "Enter"], timeout: 20)
+        try waitFor("The passphrase was wrong (attempt 2 of 3)")
+        #expect(k.log.contains("Unlock failed: wrong passphrase (1 failed in a row)"), "\(k.log)")
         var r = k.run(
             "tmux", tmux + ["send-keys", "-l", SecretServiceTests.passphrase], timeout: 20)
         #expect(r.status == 0, "\(r)")
