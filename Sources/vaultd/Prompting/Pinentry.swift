@@ -173,7 +173,9 @@ final class Pinentry: PromptDialog, @unchecked Sendable {
 
     /// The texts and buttons of the next GETPIN or CONFIRM, and the pinentry's own timeout.
     private func configure(_ text: DialogText, deadline: UInt64) throws {
-        let seconds = max(1, (deadline &- MonotonicClock.nanoseconds()) / 1_000_000_000)
+        // Whole seconds left, at least 1 (a deadline already past: 1; the next read ends it).
+        let now = MonotonicClock.nanoseconds()
+        let seconds = deadline > now ? max(1, (deadline - now) / 1_000_000_000) : 1
         for c in [
             "SETTITLE " + text.title, "SETDESC " + text.message + "\n\n" + text.description,
             "SETPROMPT " + text.prompt, "SETOK " + text.okLabel, "SETCANCEL " + text.cancelLabel,
