@@ -69,7 +69,10 @@ final class KeyringFixture: @unchecked Sendable {
             "dbus-daemon did not create its socket; log:\n\(text(root + "/dbus.log"))")
     }
 
-    private func startKeyring() throws {
+    /// Starts gnome-keyring-daemon (a fixture made with `keyring: false` may start it later,
+    /// e.g. once a test has put a keyring file in place).
+    func startKeyring() throws {
+        precondition(keyringPID == nil)
         keyringPID = try ChildProcess.spawn(
             "gnome-keyring-daemon", ["--foreground", "--unlock", "--components=secrets"],
             environment: environment,
@@ -93,6 +96,17 @@ final class KeyringFixture: @unchecked Sendable {
             "gnome-keyring-daemon did not take org.freedesktop.secrets; log:\n\(text(root + "/keyring.log"))"
         )
     }
+
+    /// Stops gnome-keyring-daemon (SIGTERM, waited for): its keyring files are then complete
+    /// on disk, and no Secret Service answers on the bus.
+    func stopKeyring() {
+        guard let p = keyringPID else { return }
+        keyringPID = nil
+        _ = Self.stop(p)
+    }
+
+    /// The directory of gnome-keyring's keyring files in this fixture's home.
+    var keyringsDirectory: String { root + "/home/.local/share/keyrings" }
 
     /// Locks the login collection (as the screen locker would).
     func lockKeyring() -> ProcessResult {
