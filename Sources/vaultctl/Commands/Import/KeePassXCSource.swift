@@ -39,13 +39,19 @@ enum KeePassXCSource {
             throw ImportFailure(
                 description: "cannot read \(path): \(String(cString: strerror(errno)))")
         }
-        var password = try command.passphrase("password of database \(path)")
-        password.append(0x0A)
+        // With a key file, the password may be empty: a database locked by the key file alone.
+        var password = try command.passphrase(
+            "password of database \(path)", allowEmpty: command.keyFile != nil)
         defer { password.wipe() }
         // Not --quiet: it silences the reason of a failure too (its prompt goes to stderr,
         // and is left out of the error below).
         var arguments = ["export", "--format", "xml"]
         if let k = command.keyFile { arguments += ["--key-file", k] }
+        if password.isEmpty {
+            arguments.append("--no-password")
+        } else {
+            password.append(0x0A)
+        }
         var result = try ToolProcess.run(
             "keepassxc-cli", arguments + ["--", path], input: password,
             limit: maximumExportBytes)

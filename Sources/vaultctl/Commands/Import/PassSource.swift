@@ -46,7 +46,8 @@ enum PassSource {
                 continue
             }
             var result = try ToolProcess.run(
-                "gpg", ["--quiet", "--yes", "--decrypt", "--", file], limit: maximumFileBytes)
+                "gpg", ["--quiet", "--yes", "--decrypt", "--", file], environment: environment,
+                limit: maximumFileBytes)
             defer { result.output.wipe() }
             guard result.status == 0 else {
                 let why = result.errorText.trimmingCharacters(in: .whitespacesAndNewlines)
@@ -64,6 +65,22 @@ enum PassSource {
         var origin = ImportOrigin(kind: "password store", label: store, path: store)
         origin.unreadable = failed.count
         return (origin, entries)
+    }
+
+    /// vaultctl's environment, with `GPG_TTY` set to its terminal when it has one, as pass
+    /// sets it: gpg's stdin is a pipe here, and a terminal pinentry asking for the key's
+    /// passphrase finds the terminal through it.
+    static var environment: [String: String] {
+        var env = ProcessInfo.processInfo.environment
+        if env["GPG_TTY"] == nil {
+            for fd in [STDIN_FILENO, STDERR_FILENO] where isatty(fd) == 1 {
+                if let name = ttyname(fd) {
+                    env["GPG_TTY"] = String(cString: name)
+                    break
+                }
+            }
+        }
+        return env
     }
 
     /// Every `NAME.gpg` under `store` (NAME with its folders), sorted; hidden files and
