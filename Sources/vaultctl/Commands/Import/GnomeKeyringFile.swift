@@ -1,6 +1,9 @@
 import CGcrypt
 import Foundation
+// Fuzz/run.sh compiles this file into one module with VaultProtocol's sources (-D VAULT_FUZZ).
+#if !VAULT_FUZZ
 import VaultProtocol
+#endif
 
 /// gnome-keyring's keyring files (`~/.local/share/keyrings/NAME.keyring`), read without a
 /// running gnome-keyring. Two formats, as gnome-keyring's sources write them:
@@ -119,12 +122,21 @@ struct KeyringFile {
         guard KeyringFileCrypto.md5(plain[16...]) == Array(plain[0..<16]) else {
             throw Failure.wrongPassword
         }
+        return KeyringFile(
+            label: label, encrypted: true, items: try items(decrypted: plain, header: header))
+    }
+
+    /// The items of the decrypted part (after its 16-byte MD5), one for each of the
+    /// header's ids and types, in order.
+    static func items(decrypted plain: [UInt8], header: [(id: UInt32, type: UInt32)]) throws
+        -> [Item]
+    {
         var p = ByteReader(plain, from: 16)
         var items: [Item] = []
         for (id, type) in header {
             items.append(try readItem(&p, id: id, type: type))
         }
-        return KeyringFile(label: label, encrypted: true, items: items)
+        return items
     }
 
     /// One item of the encrypted part: label, secret, times, reserved fields, attributes, ACL.

@@ -1,5 +1,8 @@
 import Foundation
+// Fuzz/run.sh compiles this file into one module with VaultProtocol's sources (-D VAULT_FUZZ).
+#if !VAULT_FUZZ
 import VaultProtocol
+#endif
 
 /// gnome-keyring's plain keyring format (gkm-secret-textual.c), which it writes for a keyring
 /// whose password is empty: a GKeyFile (GLib's ini-like key file).
