@@ -54,7 +54,7 @@ let toolUsage = """
              [--key-file KEYFILE] [--dry-run] [--json]
         gnome-keyring: a keyring file, read offline (default: the login keyring's); keepassxc: a
         .kdbx database through keepassxc-cli; pass: a password store (default: ~/.password-store)
-        through gpg; kwallet: a wallet exported as XML. G defaults to user
+        through gpg; kwallet: a wallet exported as XML, or through kwallet-query. G: default user
     Apps:
       app install APP_ID --exe PATH [--access-group G]... [--app-group group.X]...
                   [--keep-credentials-on-reinstall]

@@ -227,4 +227,40 @@ import Glibc
         let again = k.ctl(["import", "kwallet", k.root + "/w.xml", "--access-group", "kw"])
         #expect(ImportKeyringFileTests.counts(again)["unchanged"] == 1, "\(again)")
     }
+
+    /// Where kwallet-query is installed, `import kwallet [WALLET]` reads the Passwords folder
+    /// of the running kwalletd through it. KDE's kwallet-query is not in Debian without KDE, so
+    /// a stand-in answers as its manual says (`-l` lists the folder's entries one a line, `-r
+    /// NAME` prints one password and a newline); the wallet is the positional argument.
+    @Test func kwalletQueryIsReadWhenInstalled() throws {
+        let k = try Self.fixture()
+        defer { k.close() }
+        let bin = k.root + "/bin"
+        mkdir(bin, 0o755)
+        let script = #"""
+            #!/bin/sh
+            for last in "$@"; do :; done
+            [ "$last" = kdewallet ] || exit 2
+            case "$1 $2" in
+              "-l -f") printf 'irc.example.org\nmail\n' ;;
+              "-r irc.example.org") printf 'irc pw\n' ;;
+              "-r mail") printf 'mail pw\n' ;;
+              *) exit 1 ;;
+            esac
+            """#
+        try script.write(toFile: bin + "/kwallet-query", atomically: true, encoding: .utf8)
+        chmod(bin + "/kwallet-query", 0o755)
+        let env = ["PATH": bin + ":" + (k.environment["PATH"] ?? "/usr/bin:/bin")]
+        let r = try Self.tool(
+            k, Paths.tool("vaultctl"), ["import", "kwallet", "--access-group", "kq"],
+            environment: env)
+        #expect(r.status == 0, "\(r)")
+        #expect(ImportKeyringFileTests.counts(r)["added"] == 2, "\(r)")
+        let get = k.ctl(["item", "get", "--service", "mail", "--access-group", "kq"])
+        #expect(get.stdoutText == "mail pw", "\(get)")
+        let again = try Self.tool(
+            k, Paths.tool("vaultctl"), ["import", "kwallet", "--access-group", "kq"],
+            environment: env)
+        #expect(ImportKeyringFileTests.counts(again)["unchanged"] == 2, "\(again)")
+    }
 }

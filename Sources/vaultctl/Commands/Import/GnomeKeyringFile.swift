@@ -1,5 +1,6 @@
 import CGcrypt
 import Foundation
+
 // Fuzz/run.sh compiles this file into one module with VaultProtocol's sources (-D VAULT_FUZZ).
 #if !VAULT_FUZZ
 import VaultProtocol

@@ -13,18 +13,24 @@ import FoundationXML
 ///
 /// A password entry becomes a generic password: service = its name, label = its name, the
 /// folder kept as the `folder` attribute; folder and name are its identity across imports.
-/// Maps and streams (binary data) are named, not imported. The export holds no modification
-/// times: an import takes each entry's secret when it differs from the vault's.
+/// Maps and streams (binary data) are counted, not imported. The export holds no modification
+/// times: the file's own is each entry's (a new export is a change).
 ///
-/// The wallet itself (kwalletd's encrypted file) is read only by KDE's own tools; without an
-/// exported file vaultctl says what to do. (`kwallet-query` reads one entry of a running
-/// kwalletd at a time, and is not part of Debian without KDE.)
+/// The wallet itself (kwalletd's encrypted file) is read only by KDE's own tools. Where
+/// `kwallet-query` is installed (KDE's; not part of Debian without KDE), `import kwallet
+/// [WALLET]` with no file reads the `Passwords` folder of WALLET (default `kdewallet`) from the
+/// running kwalletd through it instead: `kwallet-query -l` lists the entries, `-r NAME` reads
+/// each (kwalletd may ask to open the wallet). Without either, vaultctl says what to do.
 enum KWalletSource {
     static let maximumFileBytes = 64 << 20
 
-    /// Without a file: what to do, as the error (exit 1).
+    /// Without a file and without kwallet-query: what to do, as the error (exit 1).
     static func check(path: String?) throws {
-        guard path == nil else { return }
+        if let p = path, FileManager.default.fileExists(atPath: p) { return }
+        if ToolProcess.installed("kwallet-query") { return }
+        if let p = path, p.hasSuffix(".xml") || p.contains("/") {
+            throw ImportFailure(description: "cannot read \(p): no such file")
+        }
         throw ImportFailure(
             description: """
                 import kwallet reads a wallet exported as XML: in KWallet Manager, open the wallet, \
@@ -34,7 +40,9 @@ enum KWalletSource {
     }
 
     static func read(_ command: ImportCommand) throws -> (ImportOrigin, [ImportEntry]) {
-        let path = command.path!
+        guard let path = command.path, FileManager.default.fileExists(atPath: path) else {
+            return try query(wallet: command.path ?? "kdewallet")
+        }
         let data: Data
         do {
             data = try FileDescriptor.readFile(path, limit: maximumFileBytes)
@@ -71,6 +79,49 @@ enum KWalletSource {
                 id: "kwallet:\(e.folder)/\(e.name)")
         }
         return (ImportOrigin(kind: "wallet", label: reader.wallet, path: path), entries)
+    }
+
+    /// The `Passwords` folder of `wallet`, through kwallet-query and the running kwalletd.
+    /// kwallet-query gives no modification times: each entry's secret is taken when it
+    /// differs from the vault's.
+    static func query(wallet: String) throws -> (ImportOrigin, [ImportEntry]) {
+        let folder = "Passwords"
+        let list = try ToolProcess.run(
+            "kwallet-query", ["-l", "-f", folder, "--", wallet], limit: 16 << 20)
+        guard list.status == 0 else {
+            throw ImportFailure(
+                description:
+                    "kwallet-query could not list folder \(folder) of wallet \(wallet) (exit \(list.status)): \(list.errorText.trimmingCharacters(in: .whitespacesAndNewlines).suffix(500))"
+            )
+        }
+        let names = String(decoding: list.output, as: UTF8.self).split(separator: "\n")
+            .map(String.init).filter { !$0.isEmpty }
+        var entries: [ImportEntry] = []
+        var unreadable = 0
+        for name in names.prefix(1 << 20) {
+            var r = try ToolProcess.run(
+                "kwallet-query", ["-r", name, "-f", folder, "--", wallet], limit: 2 << 20)
+            defer { r.output.wipe() }
+            guard r.status == 0 else {
+                printError(
+                    "cannot import \(name.debugDescription): kwallet-query could not read it")
+                unreadable += 1
+                continue
+            }
+            // kwallet-query ends the password with a newline.
+            var secret = r.output
+            if secret.last == 0x0A { secret.removeLast() }
+            entries.append(
+                ImportEntry(
+                    item: .imported(
+                        path: "kwallet/\(folder)/\(name)", label: name, schema: nil,
+                        attributes: ["service": name, "folder": folder], secret: secret,
+                        modified: 0),
+                    id: "kwallet:\(folder)/\(name)"))
+        }
+        var origin = ImportOrigin(kind: "wallet", label: wallet, path: wallet)
+        origin.unreadable = unreadable
+        return (origin, entries)
     }
 
     final class Reader: NSObject, XMLParserDelegate {

@@ -1,4 +1,5 @@
 import Foundation
+
 // Fuzz/run.sh compiles this file into one module with VaultProtocol's sources (-D VAULT_FUZZ).
 #if !VAULT_FUZZ
 import VaultProtocol
