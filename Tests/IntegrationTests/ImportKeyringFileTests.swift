@@ -140,26 +140,28 @@ import Glibc
         #expect(try Self.items(k, group: "wrong").isEmpty)
     }
 
-    /// A keyring with an empty password, which gnome-keyring writes in its plain format: a
-    /// text secret, a binary one (hex in the file) and an escaped label come through, and a
-    /// second import changes nothing.
-    @Test func aPlainKeyringWrittenByGnomeKeyringImportsWithoutAPassword() throws {
+    /// The login keyring with an empty password, which gnome-keyring keeps in its plain
+    /// format (a login keyring it is given no password for at --unlock; the test starts it
+    /// from an empty plain file, and gnome-keyring writes the items into it): a text secret, a
+    /// binary one (hex in the file) and an escaped label come through, the default FILE is
+    /// that login keyring, and a second import changes nothing.
+    @Test func thePlainLoginKeyringWrittenByGnomeKeyringImportsWithoutAPassword() throws {
         let k = try KeyringFixture(keyring: false)
         defer { k.close() }
         try FileManager.default.createDirectory(
             atPath: k.keyringsDirectory, withIntermediateDirectories: true)
-        let plain = k.keyringsDirectory + "/plain.keyring"
+        let plain = k.keyringsDirectory + "/login.keyring"
         try
-            "[keyring]\ndisplay-name=Plain\nctime=0\nmtime=0\nlock-on-idle=false\nlock-after=false\n"
+            "[keyring]\ndisplay-name=Login\nctime=0\nmtime=0\nlock-on-idle=false\nlock-after=false\n"
             .write(toFile: plain, atomically: true, encoding: .utf8)
-        try k.startKeyring()
+        try k.startKeyring(password: "")
         try k.startVaultd()
         var r = k.ctl(["init", "--passphrase-fd", "3"], fds: KeyringTests.passphraseFD)
         try #require(r.status == 0, "\(r)")
         r = k.run(
             "secret-tool",
             [
-                "store", "--collection=/org/freedesktop/secrets/collection/plain",
+                "store", "--collection=/org/freedesktop/secrets/collection/login",
                 "--label= Spaced\tlabel", "service", "svc", "username", "carol",
             ],
             stdin: Data("carol pw".utf8))
@@ -167,7 +169,7 @@ import Glibc
         let script = """
             import sys, secretstorage
             bus = secretstorage.dbus_init()
-            c = secretstorage.Collection(bus, '/org/freedesktop/secrets/collection/plain')
+            c = secretstorage.Collection(bus, '/org/freedesktop/secrets/collection/login')
             c.create_item('Binary', {'service': 'bin', 'username': 'dave'}, b'\\xff\\x00\\x01raw', content_type='application/octet-stream')
             """
         r = k.run("python3", ["-c", script])
@@ -176,7 +178,10 @@ import Glibc
         let text = try String(contentsOfFile: plain, encoding: .utf8)
         #expect(text.contains("binary-secret="), "\(text)")
 
-        let first = k.ctl(["import", "gnome-keyring", plain, "--access-group", "plain"])
+        #expect(text.hasPrefix("[keyring]"), "\(text)")
+        // No FILE: the login keyring, in $XDG_DATA_HOME/keyrings.
+        let first = k.ctl(["import", "gnome-keyring", "--access-group", "plain"])
+        #expect(first.stdoutText.contains("keyring \"Login\", 2 item(s)"), "\(first)")
         #expect(first.status == 0, "\(first)")
         #expect(Self.counts(first)["added"] == 2, "\(first)")
         let get = k.ctl(["item", "get", "--service", "bin", "--access-group", "plain"])

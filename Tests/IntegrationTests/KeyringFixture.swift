@@ -70,13 +70,15 @@ final class KeyringFixture: @unchecked Sendable {
     }
 
     /// Starts gnome-keyring-daemon (a fixture made with `keyring: false` may start it later,
-    /// e.g. once a test has put a keyring file in place).
-    func startKeyring() throws {
+    /// e.g. once a test has put a keyring file in place). `password`: the login password it
+    /// is given on stdin (`--unlock`), which a new login keyring is encrypted with; "" gives
+    /// none, and a plain login keyring then stays plain.
+    func startKeyring(password: String = keyringPassword) throws {
         precondition(keyringPID == nil)
         keyringPID = try ChildProcess.spawn(
             "gnome-keyring-daemon", ["--foreground", "--unlock", "--components=secrets"],
             environment: environment,
-            inputs: [0: Data(Self.keyringPassword.utf8)],
+            inputs: [0: Data(password.utf8)],
             stdout: .file(root + "/keyring.log", append: true),
             stderr: .file(root + "/keyring.log", append: true))
         let deadline = Date().addingTimeInterval(15)
