@@ -135,6 +135,40 @@ import Glibc
         #expect(wrong.stderr.contains("keepassxc-cli could not export"), "\(wrong)")
     }
 
+    /// The database password reaches keepassxc-cli on its stdin, never on its command line: a
+    /// stand-in keepassxc-cli first in PATH records both, then answers with a KeePass XML
+    /// export of one entry.
+    @Test func theDatabasePasswordGoesToKeePassXCCLIsStdinNotItsArguments() throws {
+        let k = try Self.fixture()
+        defer { k.close() }
+        let bin = k.root + "/bin"
+        mkdir(bin, 0o755)
+        let script = #"""
+            #!/bin/sh
+            printf '%s\n' "$@" > "$0.argv"
+            cat > "$0.stdin"
+            printf '<KeePassFile><Meta><DatabaseName>Stand-in</DatabaseName></Meta><Root><Group><Name>Root</Name><Entry><UUID>AAAAAAAAAAAAAAAAAAAAAA==</UUID><String><Key>Title</Key><Value>T</Value></String><String><Key>Password</Key><Value ProtectInMemory="True">entry-secret</Value></String></Entry></Group></Root></KeePassFile>'
+            """#
+        try script.write(toFile: bin + "/keepassxc-cli", atomically: true, encoding: .utf8)
+        chmod(bin + "/keepassxc-cli", 0o755)
+        let db = k.root + "/x.kdbx"
+        FileManager.default.createFile(atPath: db, contents: Data())
+        let env = ["PATH": bin + ":" + (k.environment["PATH"] ?? "/usr/bin:/bin")]
+        let r = try ChildProcess.run(
+            Paths.tool("vaultctl"),
+            ["import", "keepassxc", db, "--access-group", "argv", "--passphrase-fd", "3"],
+            environment: k.environment.merging(env) { $1 },
+            extraFDs: [3: Data("s3cret db pw\n".utf8)])
+        #expect(r.status == 0, "\(r)")
+        #expect(r.stdoutText.contains("database \"Stand-in\", 1 item(s)"), "\(r)")
+        let argv = try String(contentsOfFile: bin + "/keepassxc-cli.argv", encoding: .utf8)
+        #expect(argv == "export\n--format\nxml\n--\n\(db)\n", "\(argv)")
+        let stdin = try String(contentsOfFile: bin + "/keepassxc-cli.stdin", encoding: .utf8)
+        #expect(stdin == "s3cret db pw\n")
+        let get = k.ctl(["item", "get", "--service", "T", "--access-group", "argv"])
+        #expect(get.stdoutText == "entry-secret", "\(get)")
+    }
+
     /// A password store made by `pass init` and `pass insert -m` with a passphrase-less key in
     /// a throwaway GNUPGHOME: the first line is the secret, login: and url: lines attributes,
     /// the rest the comment; a second import changes nothing, a `pass insert -f` is taken.
