@@ -162,46 +162,9 @@ extension KeyringCommand {
                 if let source = KeyringMapping.source(existing.attributes?.generic),
                     source == KeyringMapping.source(mapped.attributes.generic)
                 {
-                    // The same keyring item, imported before. Not modified in the keyring
-                    // since (its `modified` is the one recorded then): the vault's copy is
-                    // the reference, so an edit made in the vault since is not undone.
-                    let recorded = KeyringMapping.modified(existing.attributes?.generic)
-                    if item.modified > 0 && recorded == item.modified {
-                        return (
-                            "unchanged", mapped,
-                            existing.data == secret
-                                ? nil
-                                : "changed in the vault since the import; the vault's copy is kept"
-                        )
-                    }
-                    // Modified in the keyring (or never recorded): the keyring's copy is taken.
-                    // The labels byte for byte: one differing only in Unicode normalisation is another label.
-                    let sameLabel =
-                        existing.attributes?.label.map { l in
-                            mapped.attributes.label?.sameBytes(l) ?? false
-                        } ?? (mapped.attributes.label == nil)
-                    // The comment (KeePassXC's notes, the rest of a pass file) likewise, when
-                    // the source has one.
-                    let sameComment =
-                        mapped.attributes.comment.map { c in
-                            existing.attributes?.comment?.sameBytes(c) ?? false
-                        } ?? true
-                    let same = existing.data == secret && sameLabel && sameComment
-                    if !dryRun && (!same || recorded != item.modified) {
-                        var changes = ItemAttributes()
-                        changes.label = mapped.attributes.label
-                        changes.comment = mapped.attributes.comment
-                        changes.generic = mapped.attributes.generic
-                        let write = {
-                            _ = try keychain.update(
-                                Query(mapped.itemClass, mapped.primaryKey), attributes: changes,
-                                data: same ? nil : secret)
-                        }
-                        if let refused = try Self.refusal(write) {
-                            return ("fail", mapped, refused)
-                        }
-                    }
-                    return (same ? "unchanged" : "update", mapped, nil)
+                    return try reimport(
+                        item, secret: secret, mapped: mapped, existing: existing,
+                        keychain: keychain)
                 }
             }
             // Another item holds this key (or would, earlier in this dry run): keep both, this
@@ -215,6 +178,55 @@ extension KeyringCommand {
             fellBack = true
             mapped = KeyringMapping.fallback(entry, accessGroup: accessGroup!)
         }
+    }
+
+    /// An entry imported before (the vault item at its key came from the same source entry):
+    /// "unchanged" when the source has not changed it since, or when it holds what the vault
+    /// holds; else "update" (the source's secret, label and comment are taken), or "fail".
+    private func reimport(
+        _ item: KeyringItem, secret: Data, mapped: KeyringMapping.Mapped, existing: Item,
+        keychain: Keychain
+    ) throws -> (String, KeyringMapping.Mapped?, String?) {
+        // The same keyring item, imported before. Not modified in the keyring
+        // since (its `modified` is the one recorded then): the vault's copy is
+        // the reference, so an edit made in the vault since is not undone.
+        let recorded = KeyringMapping.modified(existing.attributes?.generic)
+        if item.modified > 0 && recorded == item.modified {
+            return (
+                "unchanged", mapped,
+                existing.data == secret
+                    ? nil
+                    : "changed in the vault since the import; the vault's copy is kept"
+            )
+        }
+        // Modified in the keyring (or never recorded): the keyring's copy is taken.
+        // The labels byte for byte: one differing only in Unicode normalisation is another label.
+        let sameLabel =
+            existing.attributes?.label.map { l in
+                mapped.attributes.label?.sameBytes(l) ?? false
+            } ?? (mapped.attributes.label == nil)
+        // The comment (KeePassXC's notes, the rest of a pass file) likewise, when
+        // the source has one.
+        let sameComment =
+            mapped.attributes.comment.map { c in
+                existing.attributes?.comment?.sameBytes(c) ?? false
+            } ?? true
+        let same = existing.data == secret && sameLabel && sameComment
+        if !dryRun && (!same || recorded != item.modified) {
+            var changes = ItemAttributes()
+            changes.label = mapped.attributes.label
+            changes.comment = mapped.attributes.comment
+            changes.generic = mapped.attributes.generic
+            let write = {
+                _ = try keychain.update(
+                    Query(mapped.itemClass, mapped.primaryKey), attributes: changes,
+                    data: same ? nil : secret)
+            }
+            if let refused = try Self.refusal(write) {
+                return ("fail", mapped, refused)
+            }
+        }
+        return (same ? "unchanged" : "update", mapped, nil)
     }
 
     /// Imports one keyring item as an item of vaultd's Secret Service (docs/secret-service.md):
