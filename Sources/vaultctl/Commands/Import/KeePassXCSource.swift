@@ -65,7 +65,15 @@ enum KeePassXCSource {
                     "keepassxc-cli could not export \(path) (exit \(result.status)): \(why.isEmpty ? "no message" : String(why.suffix(500)))"
             )
         }
-        let parsed = try KeePassXML.parse(Data(result.output))
+        guard !result.output.isEmpty else {
+            throw ImportFailure(description: "keepassxc-cli exported nothing for \(path)")
+        }
+        // The export is read in place (no copy of it is left unwiped; XMLParser's own buffers
+        // and the strings it gives cannot be wiped).
+        let parsed = try result.output.withUnsafeMutableBytes { raw in
+            try KeePassXML.parse(
+                Data(bytesNoCopy: raw.baseAddress!, count: raw.count, deallocator: .none))
+        }
         for note in parsed.notes { printError("note: \(note)") }
         let name =
             parsed.databaseName.isEmpty ? (path as NSString).lastPathComponent : parsed.databaseName
