@@ -12,9 +12,11 @@ import VaultProtocol
 enum GnomeKeyringFileSource {
     static func read(_ command: ImportCommand) throws -> (ImportOrigin, [ImportEntry]) {
         let path = command.path ?? defaultPath()
-        let bytes: [UInt8]
+        var bytes: [UInt8]
         do {
-            bytes = Array(try FileDescriptor.readFile(path, limit: KeyringFile.maximumFileBytes))
+            var data = try FileDescriptor.readFile(path, limit: KeyringFile.maximumFileBytes)
+            bytes = Array(data)
+            data.resetBytes(in: 0..<data.count)
         } catch let e as Errno where e.code == EFBIG {
             throw ImportFailure(
                 description:
@@ -24,6 +26,8 @@ enum GnomeKeyringFileSource {
             throw ImportFailure(
                 description: "cannot read \(path): \(String(cString: strerror(e.code)))")
         }
+        // A plain keyring holds its secrets in clear: its bytes are wiped once parsed.
+        defer { bytes.wipe() }
         let file: KeyringFile
         do {
             if KeyringFile.isEncrypted(bytes) {

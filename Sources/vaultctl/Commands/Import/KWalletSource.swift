@@ -43,7 +43,7 @@ enum KWalletSource {
         guard let path = command.path, FileManager.default.fileExists(atPath: path) else {
             return try query(wallet: command.path ?? "kdewallet")
         }
-        let data: Data
+        var data: Data
         do {
             data = try FileDescriptor.readFile(path, limit: maximumFileBytes)
         } catch let e as Errno {
@@ -55,6 +55,8 @@ enum KWalletSource {
         }
         var st = stat()
         let modified = stat(path, &st) == 0 ? UInt64(max(st.st_mtim.tv_sec, 0)) : 0
+        // The passwords are in clear in the file: its bytes are wiped once parsed.
+        defer { data.resetBytes(in: 0..<data.count) }
         let reader = Reader()
         let parser = XMLParser(data: data)
         parser.shouldResolveExternalEntities = false
