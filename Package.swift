@@ -60,7 +60,7 @@ let package = Package(
         // process does not spend its start loading and relocating them (a CLI starts once
         // per command, and should start no slower than secret-tool).
         .executableTarget(
-            name: "vaultctl", dependencies: ["VaultClient", "DesktopKeyring"],
+            name: "vaultctl", dependencies: ["VaultClient", "DesktopKeyring", "CGcrypt"],
             linkerSettings: [
                 .unsafeFlags(["-static-stdlib"], .when(configuration: .release)),
                 // What static Foundation needs that autolinking does not name here.
