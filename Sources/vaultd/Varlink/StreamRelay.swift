@@ -1,0 +1,89 @@
+import Foundation
+import VaultCore
+import VaultProtocol
+
+/// Turns engine events into one stream's replies. Events that arrive before the
+/// subscription is ready are held and replayed, so none falls between observing and the
+/// snapshot the stream starts with.
+///
+/// `@unchecked Sendable`: `reply` and `held` are read and written under `lock`; `queue` is
+/// an `EventQueue`, safe on its own.
+final class StreamRelay: @unchecked Sendable {
+    let queue: EventQueue
+    private let lock = NSLock()
+    private var reply: (@Sendable (VaultEvent) -> JSONObject?)?
+    private var held: [VaultEvent] = []
+
+    init(capacityBytes: Int) { queue = EventQueue(capacityBytes: capacityBytes) }
+
+    func receive(_ event: VaultEvent) {
+        lock.withLock {
+            guard let reply else { return held.append(event) }
+            if let r = reply(event) { queue.push(Self.message(r)) }
+        }
+    }
+
+    func start(_ reply: @escaping @Sendable (VaultEvent) -> JSONObject?) {
+        lock.withLock {
+            self.reply = reply
+            for e in held { if let r = reply(e) { queue.push(Self.message(r)) } }
+            held.removeAll()
+        }
+    }
+
+    /// A stream reply, serialized (without its NUL): what it costs while it waits is its size.
+    private static func message(_ parameters: JSONObject) -> [UInt8] {
+        VarlinkReply(parameters: parameters, continues: true).json.serialized()
+    }
+}
+
+/// Replies waiting to be streamed to one observer, serialized.
+///
+/// `@unchecked Sendable`: its items, byte count and state are read and written under
+/// `condition`.
+final class EventQueue: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var items: [[UInt8]] = []
+    /// Bytes of `items`, each counted with a 64-byte overhead (so a flood of tiny events is
+    /// bounded too).
+    private var bytes = 0
+    /// An observer this far behind (bytes: not reading its stream, during a burst such as
+    /// the import of a large domain) is dropped: its stream ends, and a client that connects
+    /// again starts from a snapshot. (Dropping the oldest events instead left its copy
+    /// missing changes for good.) Counted in bytes, not events: 100,000 events of 512 KiB
+    /// values would have been 50 GB.
+    let capacityBytes: Int
+    private var overflowed = false
+
+    init(capacityBytes: Int) { self.capacityBytes = capacityBytes }
+
+    func push(_ item: [UInt8]) {
+        condition.withLock {
+            guard !overflowed else { return }
+            items.append(item)
+            bytes += item.count + 64
+            if bytes > capacityBytes {
+                overflowed = true
+                items = []
+                bytes = 0
+            }
+            condition.signal()
+        }
+    }
+
+    /// The replies queued, waiting up to `seconds` for one; nil once the queue overflowed
+    /// (the stream is to end).
+    func drain(waitingUpTo seconds: Double) -> [[UInt8]]? {
+        condition.withLock {
+            if items.isEmpty && !overflowed {
+                _ = condition.wait(until: Date().addingTimeInterval(seconds))
+            }
+            if overflowed { return nil }
+            defer {
+                items = []
+                bytes = 0
+            }
+            return items
+        }
+    }
+}
