@@ -28,6 +28,10 @@ import Glibc
 ///   `--secret-service` (default false). Read at start only.
 /// - `SecretServicePromptTimeoutSeconds` (number): how long a Secret Service prompt waits
 ///   for the vault's unlock before it is dismissed (default 60).
+/// - `DeviceKeyTPM` (string): where the device key is kept: `auto` (default: sealed by the
+///   system's TPM when `/dev/tpmrm0` exists, else a file), `none` (a file), or a tpm2-tss
+///   TCTI string naming the TPM (`device:/dev/tpmrm0`, `swtpm:host=127.0.0.1,port=2321`).
+///   Read at start only (`DeviceKey`).
 struct Settings {
     var autoLockSeconds: Double = 0
     var uninstallGraceSeconds: Double = 600
@@ -37,6 +41,7 @@ struct Settings {
     var cacheCheckInterval: Double = 5
     var secretService = false
     var secretServicePromptTimeout: Double = 60
+    var deviceKeyTPM: DeviceKeyTPM = .auto
     /// Keys of the file that name no setting (a misspelt `AutoLockSecs`, say): ignored, and
     /// named in the log at start and at SIGHUP (`unknownKeysMessage`), so a setting that
     /// does not take effect is seen.
@@ -49,6 +54,7 @@ struct Settings {
         "AppStorageQuotaBytes", "CacheFreeLowWaterBytes", "CacheFreeHighWaterBytes",
         "CacheBudgetBytes",
         "CacheBudgetHighWaterBytes", "SecretService", "SecretServicePromptTimeoutSeconds",
+        "DeviceKeyTPM",
     ]
 
     /// The largest config file read (bytes).
@@ -119,6 +125,18 @@ struct Settings {
         default: throw StartupError(description: "\(path): SecretService must be a boolean")
         }
         s.secretServicePromptTimeout = try seconds("SecretServicePromptTimeoutSeconds") ?? 60
+        switch d["DeviceKeyTPM"] {
+        case nil: break
+        case .string(let t)?:
+            guard let v = DeviceKeyTPM(setting: t) else {
+                throw StartupError(
+                    description:
+                        "\(path): DeviceKeyTPM must be auto, none or a TCTI string such as device:/dev/tpmrm0 (printable ASCII, at most 256 bytes)"
+                )
+            }
+            s.deviceKeyTPM = v
+        default: throw StartupError(description: "\(path): DeviceKeyTPM must be a string")
+        }
         s.cachePolicy = CachePolicy(
             freeLowWater: try bytes("CacheFreeLowWaterBytes"),
             freeHighWater: try bytes("CacheFreeHighWaterBytes"),
