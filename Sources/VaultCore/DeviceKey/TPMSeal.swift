@@ -82,6 +82,10 @@ enum TPMSeal {
                 Esys_Free(out)
             }
             let n = Int(out.pointee.size)
+            // The size is the TPM's word: never past the buffer it came in.
+            guard n <= MemoryLayout.size(ofValue: out.pointee.buffer) else {
+                throw Failure(message: "the TPM returned a malformed unsealed value")
+            }
             let key = SecureBytes(count: n)
             withUnsafeBytes(of: &out.pointee.buffer) { src in
                 key.withUnsafeMutableBytes {

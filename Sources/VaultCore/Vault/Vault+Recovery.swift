@@ -35,8 +35,9 @@ extension Vault {
         return recoveryKey
     }
 
-    /// Removes the recovery key's wrapping (the key no longer opens anything). Owner only.
-    /// Throws PermissionDenied, NotInitialized, NoRecoveryKey... as Param when there is none.
+    /// Removes the recovery key's wrapping (the key no longer opens anything), and truncates
+    /// the write-ahead log that held it. Owner only. Throws PermissionDenied, NotInitialized,
+    /// Param (the vault has no recovery key).
     public func removeRecoveryKey(caller: Caller) throws {
         _ = try authorize(.changePassphrase, for: caller)
         try exclusive { x in
