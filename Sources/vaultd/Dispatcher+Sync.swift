@@ -15,22 +15,22 @@ extension Dispatcher {
     }
 
     func syncInit(_ r: Request) throws -> JSONObject {
-        try requireSync(r).initialize(folder: try r.p.string("folder"), caller: r.caller).wire
+        try requireSync(r).initialize(folder: try r.p.string("folder"), in: r.session).wire
     }
     func syncJoin(_ r: Request) throws -> JSONObject {
-        try requireSync(r).join(folder: try r.p.string("folder"), caller: r.caller).wire
+        try requireSync(r).join(folder: try r.p.string("folder"), in: r.session).wire
     }
     func syncApprove(_ r: Request) throws -> JSONObject {
-        try requireSync(r).approve(code: try r.p.string("code"), caller: r.caller).wire
+        try requireSync(r).approve(code: try r.p.string("code"), in: r.session).wire
     }
     func syncStatus(_ r: Request) throws -> JSONObject {
-        try requireSync(r).status(caller: r.caller).wire
+        try requireSync(r).status(in: r.session).wire
     }
     func syncRemove(_ r: Request) throws -> JSONObject {
-        try requireSync(r).remove(device: try r.p.string("device"), caller: r.caller).wire
+        try requireSync(r).remove(device: try r.p.string("device"), in: r.session).wire
     }
     func syncLeave(_ r: Request) throws -> JSONObject {
-        try requireSync(r).leave(caller: r.caller)
+        try requireSync(r).leave(in: r.session)
         return [:]
     }
 }

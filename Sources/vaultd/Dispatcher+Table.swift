@@ -8,13 +8,14 @@ extension Dispatcher {
     struct Request {
         let method: String
         let p: Parameters
-        let caller: Caller
+        let session: VaultSession
         /// The call's secrets and where its reply's go (`handle`); nil for a stream.
         let secrets: CallSecrets?
         /// Where a reply that grows with the store reserves its memory (`handle`, `subscribe`).
         let reply: ReplyReserving?
-        /// A stream's snapshot sequence (`subscribe`); 0 for other calls.
-        let emittedThrough: UInt64
+        /// Where a stream's events go once the policy showed them to the caller (`subscribe`:
+        /// the server's relay); nothing for other calls.
+        var events: @Sendable (VaultEvent) -> Void = { _ in }
     }
 
     /// How a method is served.
@@ -128,21 +129,21 @@ extension Dispatcher {
 
     // io.vaultd.Vault.Hello
     func vaultHello(_ r: Request) throws -> JSONObject {
-        let caller = r.caller
-        let (firstLaunch, wiped) = try vault.hello(caller)
+        let session = r.session
+        let (firstLaunch, wiped) = try session.hello()
         return [
-            "appID": caller.appID.map { .string($0) } ?? .null,
-            "generation": caller.generation.map { .string($0) } ?? .null,
+            "appID": session.appID.map { .string($0) } ?? .null,
+            "generation": session.caller.generation.map { .string($0) } ?? .null,
             "firstLaunch": .bool(firstLaunch), "wipedCredentials": JSON(wiped),
-            "defaultAccessGroup": .string(caller.defaultAccessGroup),
-            "unavailableItems": JSON(try vault.unavailableItems(caller: caller)),
+            "defaultAccessGroup": .string(session.defaultAccessGroup),
+            "unavailableItems": JSON(try session.unavailableItems()),
         ]
     }
 
     // io.vaultd.Vault.Status
     func vaultStatus(_ r: Request) throws -> JSONObject {
-        let caller = r.caller
-        var s = try vault.status(caller: caller).wire
+        let session = r.session
+        var s = try session.status().wire
         s["version"] = .string(Self.version)
         return s
     }
@@ -150,9 +151,9 @@ extension Dispatcher {
     // io.vaultd.Vault.Init
     func vaultInit(_ r: Request) throws -> JSONObject {
         let p = r.p
-        let caller = r.caller
+        let session = r.session
         return [
-            "lock": try vault.initialize(passphrase: try p.passphrase("passphrase"), caller: caller)
+            "lock": try session.initialize(passphrase: try p.passphrase("passphrase"))
                 .wire
         ]
     }
@@ -160,31 +161,31 @@ extension Dispatcher {
     // io.vaultd.Vault.Unlock
     func vaultUnlock(_ r: Request) throws -> JSONObject {
         let p = r.p
-        let caller = r.caller
+        let session = r.session
         guard let pass = try p.passphrase("passphrase") else {
             throw VaultError.invalidParameter("passphrase", "missing")
         }
-        return ["lock": try vault.unlock(passphrase: pass, caller: caller).wire]
+        return ["lock": try session.unlock(passphrase: pass).wire]
     }
 
     // io.vaultd.Vault.UnlockFromKeyring
     func vaultUnlockFromKeyring(_ r: Request) throws -> JSONObject {
-        let caller = r.caller
-        return ["lock": try KeyringUnlock.unlock(vault, caller: caller, timeout: 5).wire]
+        let session = r.session
+        return ["lock": try KeyringUnlock.unlock(vault, session: session, timeout: 5).wire]
     }
 
     // io.vaultd.Vault.Lock
     func vaultLock(_ r: Request) throws -> JSONObject {
-        let caller = r.caller
-        return ["lock": try vault.lockVault(caller: caller).wire]
+        let session = r.session
+        return ["lock": try session.lock().wire]
     }
 
     // io.vaultd.Vault.ChangePassphrase
     func vaultChangePassphrase(_ r: Request) throws -> JSONObject {
         let p = r.p
-        let caller = r.caller
-        let change = try vault.changePassphrase(
-            old: try p.passphrase("old"), new: try p.passphrase("new"), caller: caller)
+        let session = r.session
+        let change = try session.changePassphrase(
+            old: try p.passphrase("old"), new: try p.passphrase("new"))
         return ["lock": change.lock.wire, "deletedItems": JSON(change.deletedItems)]
     }
 
@@ -193,7 +194,7 @@ extension Dispatcher {
         guard let pass = try r.p.passphrase("passphrase") else {
             throw VaultError.invalidParameter("passphrase", "missing")
         }
-        let key = try vault.createRecoveryKey(passphrase: pass, caller: r.caller)
+        let key = try r.session.createRecoveryKey(passphrase: pass)
         // Written into the reply only as it is sent (`CallSecrets`), never kept in a String.
         return [
             "recoveryKey": r.secrets?.replyPlaceholder(for: key)
@@ -203,7 +204,7 @@ extension Dispatcher {
 
     // io.vaultd.Vault.RemoveRecoveryKey
     func vaultRemoveRecoveryKey(_ r: Request) throws -> JSONObject {
-        try vault.removeRecoveryKey(caller: r.caller)
+        try r.session.removeRecoveryKey()
         return [:]
     }
 
@@ -212,7 +213,7 @@ extension Dispatcher {
         guard let key = try r.p.passphrase("recoveryKey") else {
             throw VaultError.invalidParameter("recoveryKey", "missing")
         }
-        return ["lock": try vault.unlock(recoveryKey: key, caller: r.caller).wire]
+        return ["lock": try r.session.unlock(recoveryKey: key).wire]
     }
 
     // io.vaultd.Vault.ResetPassphrase
@@ -224,14 +225,14 @@ extension Dispatcher {
             throw VaultError.invalidParameter("new", "missing")
         }
         return [
-            "lock": try vault.resetPassphrase(recoveryKey: key, new: new, caller: r.caller).wire
+            "lock": try r.session.resetPassphrase(recoveryKey: key, new: new).wire
         ]
     }
 
     // io.vaultd.Vault.Backup
     func vaultBackup(_ r: Request) throws -> JSONObject {
         let p = r.p
-        let caller = r.caller
+        let session = r.session
         let passphrase = try p.passphrase("passphrase")
         var recipients: [Age.Recipient]
         if let list = p.optionalJSON("recipients") {
@@ -252,21 +253,21 @@ extension Dispatcher {
             }
             recipients = [.passphrase(passphrase)]
         }
-        let summary = try vault.backup(
+        let summary = try session.backup(
             to: try p.string("path"), recipients: recipients,
-            includeDeviceBound: try p.optionalBool("includeDeviceBound") ?? false, caller: caller)
+            includeDeviceBound: try p.optionalBool("includeDeviceBound") ?? false)
         return summary.wire
     }
 
     // io.vaultd.Vault.Check
     func vaultCheck(_ r: Request) throws -> JSONObject {
-        try vault.checkStore(caller: r.caller).wire
+        try r.session.checkStore().wire
     }
 
     // io.vaultd.Vault.Restore
     func vaultRestore(_ r: Request) throws -> JSONObject {
         let p = r.p
-        let caller = r.caller
+        let session = r.session
         var identities: [Age.Identity] = []
         if let pass = try p.passphrase("passphrase") { identities.append(.passphrase(pass)) }
         if let text = try p.passphrase("identity") {
@@ -276,33 +277,33 @@ extension Dispatcher {
             throw VaultError.invalidParameter(
                 "passphrase", "give the backup's passphrase or an identity")
         }
-        let summary = try vault.restore(
+        let summary = try session.restore(
             from: try p.string("path"), identities: identities,
             newPassphrase: try p.passphrase("newPassphrase"),
-            merge: try p.optionalBool("merge") ?? false, caller: caller)
+            merge: try p.optionalBool("merge") ?? false)
         return summary.wire
     }
 
     // io.vaultd.Keychain.Add
     func keychainAdd(_ r: Request) throws -> JSONObject {
         let p = r.p
-        let caller = r.caller
+        let session = r.session
         let cls = try ItemClass(wire: try p.string("class"))
         let attrs = try ItemAttributes(json: try p.json("attributes"))
-        let stored = try vault.addItem(
-            cls, attributes: attrs, secret: try p.secret("data"), caller: caller)
+        let stored = try session.addItem(
+            cls, attributes: attrs, secret: try p.secret("data"))
         return ["attributes": stored.json]
     }
 
     // io.vaultd.Keychain.CopyMatching
     func keychainCopyMatching(_ r: Request) throws -> JSONObject {
         let p = r.p
-        let caller = r.caller
+        let session = r.session
         let q = try query(p)
         let returnData = try p.optionalBool("returnData") ?? false
         let returnAttributes = try p.optionalBool("returnAttributes") ?? !returnData
-        let matches = try vault.copyMatchingReportingDamage(
-            q, returnData: returnData, caller: caller)
+        let matches = try session.copyMatchingReportingDamage(
+            q, returnData: returnData)
         var reply: JSONObject = [
             "items": .array(
                 matches.items.map { item in
@@ -324,55 +325,54 @@ extension Dispatcher {
     // io.vaultd.Keychain.Update
     func keychainUpdate(_ r: Request) throws -> JSONObject {
         let p = r.p
-        let caller = r.caller
+        let session = r.session
         let changes = try ItemAttributes(json: p.optionalJSON("attributes"))
-        let n = try vault.updateItems(
-            try query(p), changes: changes, secret: try p.optionalSecret("data"), caller: caller)
+        let n = try session.updateItems(
+            try query(p), changes: changes, secret: try p.optionalSecret("data"))
         return ["count": JSON(n)]
     }
 
     // io.vaultd.Keychain.Delete
     func keychainDelete(_ r: Request) throws -> JSONObject {
         let p = r.p
-        let caller = r.caller
-        return ["count": JSON(try vault.deleteItems(try query(p), caller: caller))]
+        let session = r.session
+        return ["count": JSON(try session.deleteItems(try query(p)))]
     }
 
     // io.vaultd.Preferences.Get
     func preferencesGet(_ r: Request) throws -> JSONObject {
         let p = r.p
-        let caller = r.caller
-        let value = try vault.preference(
-            domain: try p.optionalString("domain"), key: try p.string("key"), caller: caller,
-            reply: r.reply)
+        let session = r.session
+        let value = try session.preference(
+            domain: try p.optionalString("domain"), key: try p.string("key"), reply: r.reply)
         return ["value": value?.tagged ?? .null]
     }
 
     // io.vaultd.Preferences.Set
     func preferencesSet(_ r: Request) throws -> JSONObject {
         let p = r.p
-        let caller = r.caller
-        let n = try vault.setPreference(
+        let session = r.session
+        let n = try session.setPreference(
             domain: try p.optionalString("domain"), key: try p.string("key"),
-            value: try PlistValue(tagged: try p.json("value")), caller: caller)
+            value: try PlistValue(tagged: try p.json("value")))
         return ["sequence": JSON(n)]
     }
 
     // io.vaultd.Preferences.Remove
     func preferencesRemove(_ r: Request) throws -> JSONObject {
         let p = r.p
-        let caller = r.caller
-        let n = try vault.removePreference(
-            domain: try p.optionalString("domain"), key: try p.string("key"), caller: caller)
+        let session = r.session
+        let n = try session.removePreference(
+            domain: try p.optionalString("domain"), key: try p.string("key"))
         return ["sequence": JSON(n)]
     }
 
     // io.vaultd.Preferences.Domain
     func preferencesDomain(_ r: Request) throws -> JSONObject {
         let p = r.p
-        let caller = r.caller
-        let found = try vault.preferenceDomainReportingDamage(
-            try p.optionalString("domain"), caller: caller, reply: r.reply)
+        let session = r.session
+        let found = try session.preferenceDomainReportingDamage(
+            try p.optionalString("domain"), reply: r.reply)
         var reply: JSONObject = ["values": .object(found.values.mapValues(\.tagged))]
         if !found.damaged.isEmpty { reply["damaged"] = .array(found.damaged.map { .string($0) }) }
         return reply
@@ -380,30 +380,29 @@ extension Dispatcher {
 
     // io.vaultd.Preferences.Domains
     func preferencesDomains(_ r: Request) throws -> JSONObject {
-        let caller = r.caller
-        return ["domains": .array(try vault.preferenceDomains(caller: caller).map { .string($0) })]
+        let session = r.session
+        return ["domains": .array(try session.preferenceDomains().map { .string($0) })]
     }
 
     // io.vaultd.Preferences.Import
     func preferencesImport(_ r: Request) throws -> JSONObject {
         let p = r.p
-        let caller = r.caller
+        let session = r.session
         let domain = try p.string("domain")
         switch (try p.optionalString("plist"), p.optionalJSON("values")) {
         case (let text?, nil):
             guard let data = Data(base64Encoded: text) else {
                 throw VaultError.invalidParameter("plist", "must be base64")
             }
-            return ["keys": JSON(try vault.importDomain(domain, plist: data, caller: caller))]
+            return ["keys": JSON(try session.importDomain(domain, plist: data))]
         case (nil, let json?):
             guard let object = json.objectValue else {
                 throw VaultError.invalidParameter("values", "must be an object of tagged values")
             }
             return [
                 "keys": JSON(
-                    try vault.importDomain(
-                        domain, values: try object.mapValues { try PlistValue(tagged: $0) },
-                        caller: caller))
+                    try session.importDomain(
+                        domain, values: try object.mapValues { try PlistValue(tagged: $0) }))
             ]
         default:
             throw VaultError.invalidParameter("plist", "give either plist or values")
@@ -413,14 +412,14 @@ extension Dispatcher {
     // io.vaultd.Preferences.Export
     func preferencesExport(_ r: Request) throws -> JSONObject {
         let p = r.p
-        let caller = r.caller
+        let session = r.session
         let domain = try p.string("domain")
         let format = try p.optionalString("format") ?? "xml"
         guard let f = PropertyListCodec.Format(rawValue: format) else {
             throw VaultError.invalidParameter("format", "must be xml or binary")
         }
-        let export = try vault.exportDomainReportingDamage(
-            domain, format: f, caller: caller, reply: r.reply)
+        let export = try session.exportDomainReportingDamage(
+            domain, format: f, reply: r.reply)
         var reply: JSONObject = ["plist": .string(export.plist.base64EncodedString())]
         if !export.damaged.isEmpty { reply["damaged"] = .array(export.damaged.map { .string($0) }) }
         return reply
@@ -429,24 +428,24 @@ extension Dispatcher {
     // io.vaultd.Preferences.RemoveDomain
     func preferencesRemoveDomain(_ r: Request) throws -> JSONObject {
         let p = r.p
-        let caller = r.caller
-        return ["keys": JSON(try vault.removeDomain(try p.string("domain"), caller: caller))]
+        let session = r.session
+        return ["keys": JSON(try session.removeDomain(try p.string("domain")))]
     }
 
     // io.vaultd.Caches.Directory
     func cachesDirectory(_ r: Request) throws -> JSONObject {
         let p = r.p
-        let caller = r.caller
+        let session = r.session
         return [
             "path": .string(
-                try vault.cacheDirectory(for: try p.optionalString("appID"), caller: caller))
+                try session.cacheDirectory(for: try p.optionalString("appID")))
         ]
     }
 
     // io.vaultd.Caches.Usage
     func cachesUsage(_ r: Request) throws -> JSONObject {
-        let caller = r.caller
-        let usage = try vault.cacheUsage(caller: caller)
+        let session = r.session
+        let usage = try session.cacheUsage()
         let space = vault.caches.volumeSpace()
         return [
             "apps": .array(
@@ -462,7 +461,7 @@ extension Dispatcher {
     // io.vaultd.Caches.Purge
     func cachesPurge(_ r: Request) throws -> JSONObject {
         let p = r.p
-        let caller = r.caller
+        let session = r.session
         var bytes: Int64?
         if let b = p.optionalJSON("bytes") {
             guard let v = b.int64Value, v >= 0 else {
@@ -470,16 +469,15 @@ extension Dispatcher {
             }
             bytes = v
         }
-        let purged = try vault.purgeCaches(
-            appID: try p.optionalString("appID"), bytes: bytes, running: runningApps(),
-            caller: caller)
+        let purged = try session.purgeCaches(
+            appID: try p.optionalString("appID"), bytes: bytes, running: runningApps())
         return ["freedBytes": JSON(purged.freedBytes), "removedFiles": JSON(purged.removedFiles)]
     }
 
     // io.vaultd.Apps.Install
     func appsInstall(_ r: Request) throws -> JSONObject {
         let p = r.p
-        let caller = r.caller
+        let session = r.session
         func list(_ name: String) throws -> [String] {
             guard let v = p.optionalJSON(name) else { return [] }
             guard let a = v.arrayValue, a.allSatisfy({ $0.stringValue != nil }) else {
@@ -487,42 +485,39 @@ extension Dispatcher {
             }
             return a.compactMap(\.stringValue)
         }
-        let app = try vault.installApp(
+        let app = try session.installApp(
             try p.string("appID"), executable: try p.optionalString("executable"),
             accessGroups: try list("accessGroups"),
             appGroups: try list("appGroups"),
-            keepCredentialsOnReinstall: try p.optionalBool("keepCredentialsOnReinstall") ?? false,
-            caller: caller)
+            keepCredentialsOnReinstall: try p.optionalBool("keepCredentialsOnReinstall") ?? false)
         return ["app": app.wire]
     }
 
     // io.vaultd.Apps.Uninstall
     func appsUninstall(_ r: Request) throws -> JSONObject {
         let p = r.p
-        let caller = r.caller
-        return ["app": try vault.uninstallApp(try p.string("appID"), caller: caller).wire]
+        let session = r.session
+        return ["app": try session.uninstallApp(try p.string("appID")).wire]
     }
 
     // io.vaultd.Apps.List
     func appsList(_ r: Request) throws -> JSONObject {
-        let caller = r.caller
-        return ["apps": .array(try vault.allApps(caller: caller).map(\.wire))]
+        let session = r.session
+        return ["apps": .array(try session.allApps().map(\.wire))]
     }
 
     // io.vaultd.Apps.Show
     func appsShow(_ r: Request) throws -> JSONObject {
         let p = r.p
-        let caller = r.caller
-        return ["app": try vault.app(try p.string("appID"), caller: caller).wire]
+        let session = r.session
+        return ["app": try session.app(try p.string("appID")).wire]
     }
 
     // io.vaultd.Vault.Observe
     func vaultObserve(_ r: Request) throws -> Subscription {
-        let caller = r.caller
         // An earlier install's connection gets no lock state, as from Status.
-        let grant = try vault.subscribe(.observeLockState, caller: caller)
-        return Subscription(initial: [["lock": vault.lockState.wire]], grant: grant, vault: vault) {
-            event in
+        let events = try r.session.subscribe(.observeLockState, receive: r.events)
+        return Subscription(initial: [["lock": vault.lockState.wire]], events: events) { event in
             if case .lockState(let s) = event { return ["lock": s.wire] }
             return nil
         }
@@ -531,7 +526,7 @@ extension Dispatcher {
     // io.vaultd.Preferences.Observe
     func preferencesObserve(_ r: Request) throws -> Subscription {
         let p = r.p
-        let caller = r.caller
+        let session = r.session
         var names: [String]?
         if let list = p.optionalJSON("domains") {
             guard let a = list.arrayValue?.compactMap(\.stringValue),
@@ -541,7 +536,8 @@ extension Dispatcher {
             }
             names = a
         }
-        let grant = try vault.subscribe(.observePreferences(domains: names), caller: caller)
+        let events = try session.subscribe(
+            .observePreferences(domains: names), receive: r.events)
         // Byte for byte: two keys differing only in Unicode normalisation are two to the
         // store; as a Swift `Set<String>` one would stand for the other.
         var keys: ExactSet?
@@ -555,17 +551,17 @@ extension Dispatcher {
             for k in a { try Vault.validatePreferenceKey(k) }
             keys = ExactSet(a.map { ExactString($0) })
         }
-        let initial: [JSONObject] = try vault.preferenceSnapshot(grant, reply: r.reply).map {
+        let initial: [JSONObject] = try events.preferenceSnapshot(reply: r.reply).map {
             d, all in
             var values = all
             if let keys { values = values.filter { keys.contains(ExactString($0.key)) } }
             return [
                 "domain": .string(d), "values": .object(values.mapValues(\.tagged)),
-                "sequence": JSON(r.emittedThrough),
+                "sequence": JSON(events.emittedThrough),
             ]
         }
         let wanted = keys
-        return Subscription(initial: initial, grant: grant, vault: vault) { event in
+        return Subscription(initial: initial, events: events) { event in
             guard case .preference(let d, let k, let v, let n) = event,
                 wanted?.contains(ExactString(k)) ?? true
             else { return nil }
@@ -578,9 +574,8 @@ extension Dispatcher {
 
     // io.vaultd.Caches.Observe
     func cachesObserve(_ r: Request) throws -> Subscription {
-        let caller = r.caller
-        let grant = try vault.subscribe(.observeCachePurges, caller: caller)
-        return Subscription(initial: [], grant: grant, vault: vault) { event in
+        let events = try r.session.subscribe(.observeCachePurges, receive: r.events)
+        return Subscription(initial: [], events: events) { event in
             guard case .cachePurge(let app, let freed) = event else { return nil }
             return ["appID": .string(app), "freedBytes": JSON(freed)]
         }

@@ -19,35 +19,28 @@ struct Dispatcher {
     static let version = VaultVersion.current
 
     /// A streaming call's first replies, and how each later event becomes a reply (nil: not
-    /// for this subscriber).
+    /// for this subscriber). The events reach the stream from the session already filtered
+    /// by the policy (`VaultSubscription`); `map` only picks what the call asked for.
     struct Subscription {
         var initial: [JSONObject]
-        /// What the policy granted the subscriber: which events it is sent (`Policy.visible`).
-        let grant: Grant
-        let vault: Vault
-        /// An event the subscriber may see as its reply, nil when it did not ask for it.
+        /// The session's Observe: it delivers the events and is checked while it streams.
+        let events: VaultSubscription
+        /// An event as the subscriber's reply, nil when it did not ask for it.
         let map: @Sendable (VaultEvent) -> JSONObject?
 
         init(
-            initial: [JSONObject], grant: Grant, vault: Vault,
+            initial: [JSONObject], events: VaultSubscription,
             map: @escaping @Sendable (VaultEvent) -> JSONObject?
         ) {
             self.initial = initial
-            self.grant = grant
-            self.vault = vault
+            self.events = events
             self.map = map
         }
 
-        /// The reply for `event`; nil when the policy does not show it to the subscriber, or
-        /// it is not what the subscriber asked for.
-        var reply: @Sendable (VaultEvent) -> JSONObject? {
-            { [grant, map] event in Policy.visible(event, to: grant) ? map(event) : nil }
-        }
-
         /// Throws once the subscriber may no longer be served (MissingEntitlement: its app's
-        /// install ended; `Vault.recheck`).
+        /// install ended; `VaultSubscription.recheck`).
         func recheck() throws {
-            do { try vault.recheck(grant) } catch { throw VaultError.wire(error) }
+            do { try events.recheck() } catch { throw VaultError.wire(error) }
         }
     }
 
@@ -92,21 +85,22 @@ struct Dispatcher {
     }
 
     /// Sets up a `more` call. Throws like `handle` for bad parameters or permissions.
-    /// `emittedThrough`: the preference write sequence every write up to which the snapshots
-    /// hold (`Vault.addObserverReportingSequence`, called before this). `reply`: where the
-    /// first replies' memory is reserved before they are built (the server's reply budget).
+    /// `events`: where every later event the policy shows the caller goes, from the moment the
+    /// subscription is made (before its snapshot is read, so no change falls between the two).
+    /// `reply`: where the first replies' memory is reserved before they are built (the
+    /// server's reply budget).
     func subscribe(
-        _ call: VarlinkCall, caller: Caller, emittedThrough: UInt64 = 0,
-        reply: ReplyReserving? = nil
+        _ call: VarlinkCall, session: VaultSession,
+        events: @escaping @Sendable (VaultEvent) -> Void, reply: ReplyReserving? = nil
     ) throws -> Subscription {
         do {
-            return try subscribing(
-                call, caller: caller, emittedThrough: emittedThrough, reply: reply)
+            return try subscribing(call, session: session, events: events, reply: reply)
         } catch { throw VaultError.wire(error) }
     }
 
     private func subscribing(
-        _ call: VarlinkCall, caller: Caller, emittedThrough: UInt64, reply: ReplyReserving?
+        _ call: VarlinkCall, session: VaultSession,
+        events: @escaping @Sendable (VaultEvent) -> Void, reply: ReplyReserving?
     ) throws -> Subscription {
         try Self.requirePolicyDecision(call)
         guard case .stream(let serve)? = Self.table[call.method]?.route else {
@@ -115,16 +109,15 @@ struct Dispatcher {
                 extra: ["method": .string(call.method)])
         }
         let request = Request(
-            method: call.method, p: Parameters(values: call.parameters), caller: caller,
-            secrets: nil, reply: reply, emittedThrough: emittedThrough)
+            method: call.method, p: Parameters(values: call.parameters), session: session,
+            secrets: nil, reply: reply, events: events)
         var subscription = try serve(self, request)
         #if DEBUG
         for r in subscription.initial { Self.checkReply(call.method, r) }
         let map = subscription.map
         let method = call.method
-        subscription = Subscription(
-            initial: subscription.initial, grant: subscription.grant, vault: vault
-        ) { event in
+        subscription = Subscription(initial: subscription.initial, events: subscription.events) {
+            event in
             let r = map(event)
             if let r { Self.checkReply(method, r) }
             return r
@@ -141,16 +134,16 @@ struct Dispatcher {
     /// reply takes before it builds it (the server's reply budget; `replyBound` covers the
     /// other calls).
     func handle(
-        _ call: VarlinkCall, caller: Caller, secrets: CallSecrets? = nil,
+        _ call: VarlinkCall, session: VaultSession, secrets: CallSecrets? = nil,
         reply: ReplyReserving? = nil
     ) throws -> JSONObject {
-        do { return try handling(call, caller: caller, secrets: secrets, reply: reply) } catch {
+        do { return try handling(call, session: session, secrets: secrets, reply: reply) } catch {
             throw VaultError.wire(error)
         }
     }
 
     private func handling(
-        _ call: VarlinkCall, caller: Caller, secrets: CallSecrets?, reply: ReplyReserving?
+        _ call: VarlinkCall, session: VaultSession, secrets: CallSecrets?, reply: ReplyReserving?
     ) throws -> JSONObject {
         try Self.requirePolicyDecision(call)
         guard let entry = Self.table[call.method] else {
@@ -167,8 +160,7 @@ struct Dispatcher {
         case .call(let serve):
             let request = Request(
                 method: call.method, p: Parameters(values: call.parameters, secrets: secrets),
-                caller: caller, secrets: secrets, reply: reply,
-                emittedThrough: 0)
+                session: session, secrets: secrets, reply: reply)
             let result = try serve(self, request)
             #if DEBUG
             Self.checkReply(call.method, result)

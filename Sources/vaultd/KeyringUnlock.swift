@@ -17,14 +17,14 @@ enum KeyringUnlock {
     /// Set at start when vaultd serves the Secret Service: the keyring is never asked.
     nonisolated(unsafe) static var isOwnKeyring = false
 
-    /// Unlocks `vault` for `caller` with the remembered passphrase (the engine decides whether
+    /// Unlocks `vault` for `session` with the remembered passphrase (the engine decides whether
     /// the caller may, before the keyring is asked). Throws KeyringUnavailable (no bus, no
     /// Secret Service, keyring locked, nothing remembered, timed out) or the engine's errors
     /// (PermissionDenied for an app, AuthFailed when the remembered passphrase is no longer
     /// the vault's, RateLimited, ...).
-    static func unlock(_ vault: Vault, caller: Caller, timeout: Double) throws -> LockState {
+    static func unlock(_ vault: Vault, session: VaultSession, timeout: Double) throws -> LockState {
         do {
-            return try vault.unlockFromKeyring(caller: caller) {
+            return try session.unlockFromKeyring {
                 try rememberedPassphrase(vault, timeout: timeout)
             }
         } catch let e as VaultFailure where e.code == .wrongPassphrase {
@@ -80,7 +80,7 @@ enum KeyringUnlock {
         let t = Thread {
             do {
                 // At the owner's login, for the owner.
-                _ = try unlock(vault, caller: .owner, timeout: timeout)
+                _ = try unlock(vault, session: try vault.session(for: .owner), timeout: timeout)
                 log("unlocked with the passphrase remembered in the login keyring")
             } catch let e as VaultFailure {
                 log("\(e.message); staying locked")

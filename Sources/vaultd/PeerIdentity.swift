@@ -455,11 +455,13 @@ enum PeerIdentity {
     /// Refusals are logged at most about ten a minute per reason, with a count of the rest.
     static let refusals = RateLimitedLog()
 
-    /// The caller for a connected peer; nil (refused, logged) when it cannot be identified:
+    /// The session for a connected peer, made for the caller vaultd identified it as; a
+    /// refusal (logged) when it cannot be identified:
     /// a `/proc` read that fails, a process gone or changed (exec) before the reads were
     /// confirmed, a sandbox vaultd cannot name or confirm. An identified host program that
     /// is no registered app is the owner's tool.
-    static func caller(for peer: PeerCredentials, vault: Vault) -> Result<Caller, VaultError> {
+    static func session(for peer: PeerCredentials, vault: Vault) -> Result<VaultSession, VaultError>
+    {
         let pid = peer.pid
         // Logged (rate-limited per reason), and told to the peer before the close, so its
         // client reports why rather than a reset connection. The message names only what
@@ -467,7 +469,7 @@ enum PeerIdentity {
         func refuse(
             _ reason: String, _ message: String, code: VaultError.Code = .permissionDenied,
             extra: JSONObject = [:]
-        ) -> Result<Caller, VaultError> {
+        ) -> Result<VaultSession, VaultError> {
             refusals.log(reason, "refused pid \(pid): \(message)")
             return .failure(
                 VaultError(code, "vaultd does not serve this process: \(message)", extra: extra))
@@ -512,9 +514,9 @@ enum PeerIdentity {
                 "its executable cannot be read (/proc/\(pid)/exe): the process exited or may not be looked at"
             )
         }
-        let caller: Caller
+        let session: VaultSession
         do {
-            caller = try vault.caller(
+            session = try vault.session(
                 flatpakAppID: flatpakID, executable: exe,
                 isRegisteredFile: { runsRegisteredFile(pid: pid, path: $0) })
         } catch let e as VaultFailure where e.code == .rateLimited {
@@ -528,7 +530,7 @@ enum PeerIdentity {
         peer.identifiedExecutable = exeFile
         // Checked at the first message (`confirmAtFirstMessage`), before anything is served:
         // once is enough, and it costs a sock_diag query and a walk of /proc/PID/fd.
-        peer.mustHoldConnection = caller.appID != nil && flatpakID == nil
+        peer.mustHoldConnection = session.appID != nil && flatpakID == nil
         // Everything above was read through `pid`: it was about the connector only if the
         // connector is still alive now (a pid is not reused while its process lives), and
         // still runs the program it ran at the first read.
@@ -538,7 +540,7 @@ enum PeerIdentity {
         guard peer.currentExecutable == exeFile else {
             return refuse("exec", "the process ran another program while vaultd identified it")
         }
-        return .success(caller)
+        return .success(session)
     }
 }
 

@@ -148,7 +148,7 @@ final class Server: @unchecked Sendable {
     /// `stop` writes to `wake[1]` to end the accept loop, which polls the listener and `wake[0]`.
     private var wake: [Int32] = [-1, -1]
     let dispatcher: Dispatcher
-    let identify: (PeerCredentials) -> Result<Caller, VaultError>
+    let identify: (PeerCredentials) -> Result<VaultSession, VaultError>
     let limits: Limits
     private let state = NSCondition()
     private var connections: [ObjectIdentifier: UnixSocket] = [:]
@@ -190,8 +190,8 @@ final class Server: @unchecked Sendable {
     }
     /// `identityConnections`' key for an app, or for one program of the owner's: its
     /// executable's device and inode, as identified (an app ID is reverse-DNS, never this).
-    static func identityKey(_ caller: Caller, _ peer: PeerCredentials) -> String {
-        if let app = caller.appID { return app }
+    static func identityKey(_ session: VaultSession, _ peer: PeerCredentials) -> String {
+        if let app = session.appID { return app }
         guard let exe = peer.identifiedExecutable else { return "(owner)" }
         return "(owner) \(exe.device):\(exe.inode)"
     }
@@ -324,7 +324,7 @@ final class Server: @unchecked Sendable {
     init(
         listener: UnixSocket, listenerIsShared: Bool = false, dispatcher: Dispatcher,
         limits: Limits = Limits(),
-        identify: @escaping (PeerCredentials) -> Result<Caller, VaultError>
+        identify: @escaping (PeerCredentials) -> Result<VaultSession, VaultError>
     ) {
         self.listener = listener
         self.listenerIsShared = listenerIsShared
@@ -550,9 +550,9 @@ final class Server: @unchecked Sendable {
             windowMicroseconds: limits.busyPollMicroseconds, limit: .oneLessThanCPUs)
         var partialSince: Date?
         // The caller is resolved once per connection, from the kernel's credentials.
-        let caller: Caller
+        let session: VaultSession
         switch identify(peer) {
-        case .success(let c): caller = c
+        case .success(let c): session = c
         case .failure(let refusal):
             // The reason, as the reply to whatever the peer sends first, then the close.
             _ = try? conn.sendAll(
@@ -561,7 +561,7 @@ final class Server: @unchecked Sendable {
         }
         // Each identity has its own share of the connections: one app (or sandbox), or one
         // program of the owner's, holding as many as it likes leaves room for every other.
-        let identity = Self.identityKey(caller, peer)
+        let identity = Self.identityKey(session, peer)
         var logRefusal = false
         let admitted: Bool = state.withLock {
             guard identityConnections[identity, default: 0] < limits.maximumConnectionsPerPeer
@@ -574,7 +574,7 @@ final class Server: @unchecked Sendable {
                 return false
             }
             identityConnections[identity, default: 0] += 1
-            if let app = caller.appID { appConnections[app, default: 0] += 1 }
+            if let app = session.appID { appConnections[app, default: 0] += 1 }
             return true
         }
         guard admitted else {
@@ -582,12 +582,12 @@ final class Server: @unchecked Sendable {
             // one vaultd registered, bounded and printable.
             if logRefusal {
                 log(
-                    "refused connections of \(caller.appID.map { "app \($0)" } ?? "a program of the owner's (\(identity))"): \(limits.maximumConnectionsPerPeer) are open, the most one identity holds (VAULTD_MAX_CONNECTIONS_PER_PEER)"
+                    "refused connections of \(session.appID.map { "app \($0)" } ?? "a program of the owner's (\(identity))"): \(limits.maximumConnectionsPerPeer) are open, the most one identity holds (VAULTD_MAX_CONNECTIONS_PER_PEER)"
                 )
             }
             let refusal = VaultError(
                 .rateLimited,
-                "\(limits.maximumConnectionsPerPeer) connections of this \(caller.appID == nil ? "program" : "app") are open, the most vaultd serves for one (VAULTD_MAX_CONNECTIONS_PER_PEER); close one or try again shortly",
+                "\(limits.maximumConnectionsPerPeer) connections of this \(session.appID == nil ? "program" : "app") are open, the most vaultd serves for one (VAULTD_MAX_CONNECTIONS_PER_PEER); close one or try again shortly",
                 extra: ["retryAfter": JSON(1.0)])
             _ = try? conn.sendAll(
                 VarlinkReply(error: refusal).checkedJSON.serialized() + [0], within: 0)
@@ -597,7 +597,7 @@ final class Server: @unchecked Sendable {
             state.withLock {
                 identityConnections[identity]! -= 1
                 if identityConnections[identity] == 0 { identityConnections[identity] = nil }
-                if let app = caller.appID {
+                if let app = session.appID {
                     appConnections[app]! -= 1
                     if appConnections[app] == 0 { appConnections[app] = nil }
                 }
@@ -780,7 +780,7 @@ final class Server: @unchecked Sendable {
                 treeReserved = 0
                 // A stream refused before it began (an error without `continues`, the call's
                 // final reply) leaves the connection free for the next call, as any reply does.
-                if stream(call, on: conn, caller: caller) { continue }
+                if stream(call, on: conn, session: session) { continue }
                 return
             }
             // A reply that grows with what the store holds is counted before it is built: the
@@ -802,7 +802,7 @@ final class Server: @unchecked Sendable {
             do {
                 reply = VarlinkReply(
                     parameters: try dispatcher.handle(
-                        call, caller: caller, secrets: secrets, reply: reservation))
+                        call, session: session, secrets: secrets, reply: reservation))
             } catch let e as VaultError {
                 reply = VarlinkReply(error: e)
             } catch {
@@ -822,28 +822,26 @@ final class Server: @unchecked Sendable {
     /// or cannot be checked. Returns true when the call was refused before it streamed (one
     /// error reply without `continues`, its final reply), after which the connection serves
     /// the next call (varlink.org/Method-Call); false when it is to close.
-    private func stream(_ call: VarlinkCall, on conn: UnixSocket, caller: Caller) -> Bool {
+    private func stream(_ call: VarlinkCall, on conn: UnixSocket, session: VaultSession) -> Bool {
         let relay = StreamRelay(capacityBytes: limits.observerQueueBytes)
         let queue = relay.queue
-        // Observe before taking the snapshot, so no change falls between the two.
-        let (token, emittedThrough) = dispatcher.vault.addObserverReportingSequence {
-            relay.receive($0)
-        }
-        defer { dispatcher.vault.removeObserver(token) }
         // The first replies (a preferences Observe: a snapshot of every domain it watches)
         // count against the reply budget before they are built, until they are sent.
         let reservation = ReplyReservation(self, method: call.method)
         defer { reservation.release() }
         var subscription: Dispatcher.Subscription
         do {
+            // The session's Observe delivers to the relay from before the snapshot is read,
+            // so no change falls between the two; it ends when `subscription` goes.
             subscription = try dispatcher.subscribe(
-                call, caller: caller, emittedThrough: emittedThrough, reply: reservation)
+                call, session: session, events: { relay.receive($0) }, reply: reservation)
         } catch let e as VaultError {
             return (try? send(VarlinkReply(error: e), on: conn)) == true
         } catch {
             return false
         }
-        relay.start(subscription.reply)
+        defer { subscription.events.cancel() }
+        relay.start(subscription.map)
         for reply in subscription.initial {
             guard
                 (try? send(

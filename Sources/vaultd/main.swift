@@ -175,7 +175,7 @@ let dispatcher = Dispatcher(
 let server = Server(
     listener: listener, listenerIsShared: activated != nil, dispatcher: dispatcher, limits: limits
 ) { @Sendable peer in
-    PeerIdentity.caller(for: peer, vault: vault)
+    PeerIdentity.session(for: peer, vault: vault)
 }
 // SIGTERM and SIGINT stop vaultd cleanly from the moment it can answer a call, so they are
 // handled before the server starts. Signals are handled on a queue of their own, not the
@@ -220,7 +220,7 @@ func checkIdleLock() {
     let seconds = settings.autoLockSeconds
     if seconds > 0, idle.secondsSinceLastCall() >= seconds, vault.isUnlockedWithPassphrase {
         // The owner's setting, carried out on the owner's behalf.
-        _ = try? vault.lockVault(caller: .owner)
+        _ = try? vault.session(for: .owner).lock()
         log("locked after \(Int(seconds)) s without a call")
     }
 }

@@ -3,7 +3,8 @@ import Testing
 
 /// The split scripts/test makes: a test that needs root, a mount namespace, a keyring on a
 /// private bus, a sandbox or another real daemon is tagged `.system`, so the fast part never
-/// runs it, and scripts/test-parts finds every tag it is given.
+/// runs it, and scripts/test-parts (which reads Swift Testing's own list of tests and their
+/// tags) finds every tag it is given.
 @Suite struct TestPartsTests {
     /// Every test source, with its lines.
     static func sources() throws -> [(path: String, lines: [Substring])] {
@@ -21,18 +22,47 @@ import Testing
         return out.sorted { $0.0 < $1.0 }
     }
 
+    /// Each `@Suite(` or `@Test(` attribute of `lines` (`name`: "@Suite" or "@Test"), whole,
+    /// however many lines it spans (up to its balancing parenthesis), with its first line's
+    /// index and whether it starts at column 0.
+    static func attributes(_ name: String, in lines: [Substring]) -> [(
+        line: Int, topLevel: Bool, text: String
+    )] {
+        var out: [(Int, Bool, String)] = []
+        for (i, line) in lines.enumerated() {
+            guard let start = line.range(of: name + "(") else { continue }
+            var text = ""
+            var depth = 0
+            scan: for l in lines[i...] {
+                for c in (l.startIndex == line.startIndex ? l[start.lowerBound...] : l) {
+                    text.append(c)
+                    if c == "(" { depth += 1 }
+                    if c == ")" {
+                        depth -= 1
+                        if depth == 0 { break scan }
+                    }
+                }
+                text.append("\n")
+            }
+            out.append((i, start.lowerBound == line.startIndex, text))
+        }
+        return out
+    }
+
     /// True when a `@Suite` attribute at column 0 of the file carries the tag: the whole suite
     /// is in the system part.
     static func suiteTagged(_ lines: [Substring]) -> Bool {
-        lines.contains { $0.hasPrefix("@Suite(") && $0.contains(".tags(.system") }
+        attributes("@Suite", in: lines).contains {
+            $0.topLevel && $0.text.contains(".tags(.system")
+        }
     }
 
     @Test func aTestGatedOnRootIsTaggedSystem() throws {
         var untagged: [String] = []
         for (path, lines) in try Self.sources() where !Self.suiteTagged(lines) {
-            for (i, line) in lines.enumerated()
-            where line.contains("getuid() == 0") && line.contains("@Test(") {
-                if !line.contains(".tags(.system") { untagged.append("\(path):\(i + 1)") }
+            for a in Self.attributes("@Test", in: lines)
+            where a.text.contains("getuid() == 0") && !a.text.contains(".tags(.system") {
+                untagged.append("\(path):\(a.line + 1)")
             }
         }
         #expect(untagged.isEmpty, "root-gated tests without .tags(.system): \(untagged)")
@@ -60,10 +90,10 @@ import Testing
     /// scripts/test-parts names one suite or test for every tag in the sources, so the fast
     /// part skips all of them and the system part runs all of them.
     @Test func theFilterNamesEveryTaggedSuiteAndTest() throws {
-        let tags = try Self.sources().flatMap(\.lines).filter { line in
-            let attribute = line.drop { $0 == " " }
-            return (attribute.hasPrefix("@Suite(") || attribute.hasPrefix("@Test("))
-                && line.contains(".tags(.system")
+        let tags = try Self.sources().flatMap { source in
+            (Self.attributes("@Suite", in: source.lines)
+                + Self.attributes("@Test", in: source.lines))
+                .filter { $0.text.contains(".tags(.system") }
         }
         let r = try ChildProcess.run(
             Paths.repoRoot.appendingPathComponent("scripts/test-parts").path, [],

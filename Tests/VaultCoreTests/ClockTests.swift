@@ -1,7 +1,8 @@
 import Foundation
 import Testing
-import VaultCore
 import VaultProtocol
+
+@testable import VaultCore
 
 /// The engine's clocks: `OffsetClock` (vaultd's test clock) runs ahead of the system's by an
 /// offset that only grows, on both its wall and its monotonic time; the vault's failed-unlock

@@ -1,7 +1,8 @@
 import Foundation
 import Testing
-import VaultCore
 import VaultProtocol
+
+@testable import VaultCore
 
 @Suite("Keychain without a passphrase")
 struct KeychainTests {
@@ -410,12 +411,8 @@ struct KeychainTests {
 
     @Test func appsSeeOnlyTheirAccessGroups() throws {
         try withVault { vault, _ in
-            let appA = Caller(
-                appID: "org.example.A", accessGroups: ["org.example.A", "group.example.shared"],
-                appGroups: ["group.example.shared"])
-            let appB = Caller(
-                appID: "org.example.B", accessGroups: ["org.example.B", "group.example.shared"],
-                appGroups: ["group.example.shared"])
+            let appA = try vault.registeredApp("org.example.A", appGroups: ["group.example.shared"])
+            let appB = try vault.registeredApp("org.example.B", appGroups: ["group.example.shared"])
             let a = try vault.addGeneric(service: "svc", account: "a", secret: [1], caller: appA)
             #expect(a.accessGroup == "org.example.A")
             try vault.addGeneric(

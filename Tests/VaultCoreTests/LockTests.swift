@@ -181,7 +181,7 @@ struct LockTests {
                 expectFailure(.permissionDenied) {
                     _ = try vault.changePassphrase(
                         old: secret("p2"), new: nil,
-                        caller: Caller(appID: "org.example.A", accessGroups: ["org.example.A"]))
+                        caller: try vault.registeredApp("org.example.A"))
                 }
 
                 // Remove: deletes exactly the whenPasscodeSet items.

@@ -1,7 +1,8 @@
 import Foundation
 import Testing
-import VaultCore
 import VaultProtocol
+
+@testable import VaultCore
 
 /// The Secret Service's lookup attributes on keychain items: exact matching through keyed
 /// hashes, encrypted at rest, kept in step by update and delete, and within the caller's groups.
@@ -77,8 +78,8 @@ import VaultProtocol
 
     @Test func anAppSearchesOnlyItsOwnGroups() throws {
         try withVault { vault, _ in
-            let a = Caller(appID: "org.example.A", accessGroups: ["org.example.A"])
-            let b = Caller(appID: "org.example.B", accessGroups: ["org.example.B"])
+            let a = try vault.registeredApp("org.example.A")
+            let b = try vault.registeredApp("org.example.B")
             try Self.add(vault, "a1", ["svc": "shared"], caller: a)
             try Self.add(vault, "b1", ["svc": "shared"], caller: b)
             #expect(try Self.search(vault, ["svc": "shared"], caller: a) == ["a1"])
@@ -97,8 +98,8 @@ import VaultProtocol
 
     @Test func sessionItemsAreEachCallersOwn() throws {
         try withVault { vault, _ in
-            let a = Caller(appID: "org.example.A", accessGroups: ["org.example.A"])
-            let b = Caller(appID: "org.example.B", accessGroups: ["org.example.B"])
+            let a = try vault.registeredApp("org.example.A")
+            let b = try vault.registeredApp("org.example.B")
             let idA = try vault.addSessionItem(
                 label: "a", attributes: ["k": "v"], secret: secret("sa"), replace: true, caller: a)
             _ = try vault.addSessionItem(

@@ -1,7 +1,8 @@
 import Foundation
 import Testing
-import VaultCore
 import VaultProtocol
+
+@testable import VaultCore
 
 @Suite("OrderedEvents")
 struct OrderedEventsTests {

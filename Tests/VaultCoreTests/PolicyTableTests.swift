@@ -1,6 +1,7 @@
 import Testing
-import VaultCore
 import VaultProtocol
+
+@testable import VaultCore
 
 /// The policy's method table against the interface descriptions: no method ships without a
 /// decision, and the table names no method that does not exist.
@@ -54,7 +55,7 @@ import VaultProtocol
     /// Owner-only operations refuse an app in the engine itself, whatever front-end calls.
     @Test func theEngineRefusesAnAppEveryOwnerOnlyOperation() throws {
         try withVault { vault, _ in
-            let app = Caller(appID: "org.example.App", accessGroups: ["org.example.App"])
+            let app = try vault.registeredApp("org.example.App")
             expectFailure(.permissionDenied) {
                 _ = try vault.unlock(passphrase: secret("p"), caller: app)
             }
@@ -108,14 +109,19 @@ import VaultProtocol
             expectFailure(.permissionDenied) { _ = try vault.checkStore(caller: app) }
             let sync = SyncService(vault: vault)
             expectFailure(.permissionDenied) {
-                _ = try sync.initialize(folder: "/tmp", caller: app)
+                _ = try sync.initialize(folder: "/tmp", in: vault.session(for: app))
             }
-            expectFailure(.permissionDenied) { _ = try sync.join(folder: "/tmp", caller: app) }
-            expectFailure(.permissionDenied) { _ = try sync.approve(code: "00", caller: app) }
-            expectFailure(.permissionDenied) { _ = try sync.status(caller: app) }
-            expectFailure(.permissionDenied) { try sync.leave(caller: app) }
             expectFailure(.permissionDenied) {
-                try sync.remove(device: String(repeating: "ab", count: 16), caller: app)
+                _ = try sync.join(folder: "/tmp", in: vault.session(for: app))
+            }
+            expectFailure(.permissionDenied) {
+                _ = try sync.approve(code: "00", in: vault.session(for: app))
+            }
+            expectFailure(.permissionDenied) { _ = try sync.status(in: vault.session(for: app)) }
+            expectFailure(.permissionDenied) { try sync.leave(in: vault.session(for: app)) }
+            expectFailure(.permissionDenied) {
+                try sync.remove(
+                    device: String(repeating: "ab", count: 16), in: vault.session(for: app))
             }
             // The kinds refused above are exactly the owner-only ones.
             let ownerOnly = Set(VaultCore.Operation.Kind.allCases.filter { $0.audience == .owner })
@@ -132,10 +138,10 @@ import VaultProtocol
     /// What a subscription is sent is the policy's: another app's domain and cache stay unseen.
     @Test func anAppsSubscriptionSeesOnlyWhatItMayRead() throws {
         try withVault { vault, _ in
-            let app = Caller(
-                appID: "org.example.App", accessGroups: ["org.example.App"],
-                appGroups: ["group.org.example"])
-            let prefs = try vault.subscribe(.observePreferences(domains: nil), caller: app)
+            let app = try vault.registeredApp("org.example.App", appGroups: ["group.org.example"])
+            let prefs = try vault.session(for: app).subscribe(.observePreferences(domains: nil)) {
+                _ in
+            }.grant
             #expect(prefs.domains == ["org.example.App"])
             #expect(
                 Policy.visible(
@@ -151,18 +157,22 @@ import VaultProtocol
                         LockState(state: .unlocked, unlockedSinceStart: true, hasPassphrase: true)),
                     to: prefs))
             expectFailure(.missingEntitlement) {
-                _ = try vault.subscribe(
-                    .observePreferences(domains: ["org.example.Other"]), caller: app)
+                _ = try vault.session(for: app).subscribe(
+                    .observePreferences(domains: ["org.example.Other"])
+                ) { _ in }
             }
-            let caches = try vault.subscribe(.observeCachePurges, caller: app)
+            let caches = try vault.session(for: app).subscribe(.observeCachePurges) { _ in }.grant
             #expect(
                 Policy.visible(.cachePurge(appID: "org.example.App", freedBytes: 1), to: caches))
             #expect(
                 !Policy.visible(.cachePurge(appID: "org.example.Other", freedBytes: 1), to: caches))
-            let owners = try vault.subscribe(.observeCachePurges, caller: .owner)
+            let owners = try vault.session(for: .owner).subscribe(.observeCachePurges) { _ in }
+                .grant
             #expect(
                 Policy.visible(.cachePurge(appID: "org.example.Other", freedBytes: 1), to: owners))
-            expectFailure(.internalError) { _ = try vault.subscribe(.status, caller: .owner) }
+            expectFailure(.internalError) {
+                _ = try vault.session(for: .owner).subscribe(.status) { _ in }
+            }
         }
     }
 }

@@ -27,14 +27,15 @@ import Glibc
                 a.close()
                 b.close()
             }
-            for v in [a, b] { _ = try v.initialize(passphrase: nil, caller: .owner) }
+            for v in [a, b] { _ = try v.session(for: .owner).initialize(passphrase: nil) }
             let sa = SyncService(vault: a)
             let sb = SyncService(vault: b)
-            _ = try sa.initialize(folder: folder, caller: .owner)
-            let code = try #require(try sb.join(folder: folder, caller: .owner).code)
-            _ = try sa.approve(code: code, caller: .owner)
+            _ = try sa.initialize(folder: folder, in: sa.vault.session(for: .owner))
+            let code = try #require(
+                try sb.join(folder: folder, in: sb.vault.session(for: .owner)).code)
+            _ = try sa.approve(code: code, in: sa.vault.session(for: .owner))
             try sb.passNow()
-            #expect(try sb.status(caller: .owner).state == "member")
+            #expect(try sb.status(in: sb.vault.session(for: .owner)).state == "member")
             try body(a, sa, b, sb, folder)
         }
     }
@@ -47,20 +48,22 @@ import Glibc
             try withTemporaryDirectory { tmp in
                 let c = try Vault(dataDirectory: tmp + "/c", passphrasePolicy: .tests)
                 defer { c.close() }
-                _ = try c.initialize(passphrase: nil, caller: .owner)
+                _ = try c.session(for: .owner).initialize(passphrase: nil)
                 let sc = SyncService(vault: c)
-                let code = try #require(try sc.join(folder: folder, caller: .owner).code)
-                _ = try sa.approve(code: code, caller: .owner)
+                let code = try #require(
+                    try sc.join(folder: folder, in: sc.vault.session(for: .owner)).code)
+                _ = try sa.approve(code: code, in: sa.vault.session(for: .owner))
                 try sc.passNow()
                 try sb.passNow()
-                #expect(try sc.status(caller: .owner).state == "member")
+                #expect(try sc.status(in: sc.vault.session(for: .owner)).state == "member")
                 try body(a, sa, b, sb, c, sc, folder)
             }
         }
     }
 
     static func deviceID(_ s: SyncService) throws -> SyncDeviceID {
-        try #require(SyncDeviceID(hex: try s.status(caller: .owner).deviceID ?? ""))
+        try #require(
+            SyncDeviceID(hex: try s.status(in: s.vault.session(for: .owner)).deviceID ?? ""))
     }
 
     /// The group keys a vault holds, and its signing key.
@@ -101,25 +104,27 @@ import Glibc
     }
 
     static func add(_ v: Vault, service: String, secret s: String, sync: Bool = true) throws {
-        _ = try v.addItem(
+        _ = try v.session(for: .owner).addItem(
             .genericPassword,
             attributes: ItemAttributes(service: service, account: "acct", synchronizable: sync),
-            secret: secret(s), caller: .owner)
+            secret: secret(s))
     }
 
     static func secretOf(_ v: Vault, service: String) -> String? {
         guard
-            let found = try? v.copyMatching(
+            let found = try? v.session(for: .owner).copyMatching(
                 ItemQuery(
                     itemClass: .genericPassword, attributes: ItemAttributes(service: service)),
-                returnData: true, caller: .owner),
+                returnData: true),
             let d = found.first?.data
         else { return nil }
         return d.withUnsafeBytes { String(decoding: $0, as: UTF8.self) }
     }
 
     static func rejected(_ s: SyncService, _ device: SyncDeviceID) throws -> Int? {
-        try s.status(caller: .owner).devices.first { $0.deviceID == device.description }?.rejected
+        try s.status(in: s.vault.session(for: .owner)).devices.first {
+            $0.deviceID == device.description
+        }?.rejected
     }
 
     @Test func itemsCrossAndTheLocalOnlyOnesStay() throws {
@@ -131,10 +136,9 @@ import Glibc
             #expect(Self.secretOf(b, service: "shared") == "one")
             #expect(Self.secretOf(b, service: "mine") == nil)
             // Deleted on B: gone from A after the passes.
-            _ = try b.deleteItems(
+            _ = try b.session(for: .owner).deleteItems(
                 ItemQuery(
-                    itemClass: .genericPassword, attributes: ItemAttributes(service: "shared")),
-                caller: .owner)
+                    itemClass: .genericPassword, attributes: ItemAttributes(service: "shared")))
             try sb.passNow()
             try sa.passNow()
             #expect(Self.secretOf(a, service: "shared") == nil)
@@ -166,7 +170,7 @@ import Glibc
                 (FileManager.default.subpaths(atPath: folder) ?? []).contains {
                     $0.hasSuffix(".seg")
                 })
-            #expect(try sa2.status(caller: .owner).items == 1)
+            #expect(try sa2.status(in: sa2.vault.session(for: .owner)).items == 1)
         }
     }
 
@@ -180,15 +184,17 @@ import Glibc
             try sb.passNow()
             let q = ItemQuery(
                 itemClass: .genericPassword, attributes: ItemAttributes(service: "svc"))
-            _ = try a.updateItems(
-                q, changes: ItemAttributes(label: "newer"), secret: nil, caller: .owner)
+            _ = try a.session(for: .owner).updateItems(
+                q, changes: ItemAttributes(label: "newer"), secret: nil)
             try sa.passNow()
             try sb.passNow()
             func label(_ v: Vault) -> String? {
-                try? v.copyMatching(q, returnData: false, caller: .owner).first?.attributes.label
+                try? v.session(for: .owner).copyMatching(q, returnData: false).first?.attributes
+                    .label
             }
             #expect(label(b) == "newer")
-            let aID = try #require(SyncDeviceID(hex: try sa.status(caller: .owner).deviceID ?? ""))
+            let aID = try #require(
+                SyncDeviceID(hex: try sa.status(in: sa.vault.session(for: .owner)).deviceID ?? ""))
             let dir = folder + "/devices/" + aID.description
             let latest = try #require(
                 try FileManager.default.contentsOfDirectory(atPath: dir).filter {
@@ -237,7 +243,7 @@ import Glibc
 
             let sa2 = SyncService(vault: a)
             try sa2.passNow()
-            let named = try sa2.status(caller: .owner).damaged
+            let named = try sa2.status(in: sa2.vault.session(for: .owner)).damaged
             #expect(named.map(\.id) == [Int64(id)], "\(named)")
             #expect(named.first?.uuid == uuid && named.first?.part.rawValue == column, "\(named)")
             #expect(
@@ -247,13 +253,13 @@ import Glibc
             #expect(
                 Self.secretOf(b, service: "hurt") == "h",
                 "no deletion of the damaged item reached B")
-            #expect(try sb.status(caller: .owner).damaged.isEmpty)
+            #expect(try sb.status(in: sb.vault.session(for: .owner)).damaged.isEmpty)
 
             // The others sync both ways; B's change of the damaged item is not written over it.
             try Self.add(b, service: "from-b", secret: "b")
-            _ = try b.updateItems(
+            _ = try b.session(for: .owner).updateItems(
                 ItemQuery(itemClass: .genericPassword, attributes: ItemAttributes(service: "hurt")),
-                changes: ItemAttributes(), secret: secret("h2"), caller: .owner)
+                changes: ItemAttributes(), secret: secret("h2"))
             try sb.passNow()
             try sa2.passNow()
             #expect(Self.secretOf(a, service: "from-b") == "b")
@@ -262,20 +268,20 @@ import Glibc
             try sa2.passNow()
             try sb.passNow()
             #expect(Self.secretOf(b, service: "from-a") == "a")
-            #expect(try sa2.status(caller: .owner).damaged.count == 1)
+            #expect(try sa2.status(in: sa2.vault.session(for: .owner)).damaged.count == 1)
             #expect(
-                try a.checkStore(caller: .owner).damaged.map(\.id) == [id],
+                try a.session(for: .owner).checkStore().damaged.map(\.id) == [id],
                 "the damaged row is left as it was")
 
             // Deleted on A (a Delete naming its service), it comes back from the group.
             #expect(
-                try a.deleteItems(
+                try a.session(for: .owner).deleteItems(
                     ItemQuery(
-                        itemClass: .genericPassword, attributes: ItemAttributes(service: "hurt")),
-                    caller: .owner) == 1)
+                        itemClass: .genericPassword, attributes: ItemAttributes(service: "hurt")))
+                    == 1)
             try sa2.passNow()
             #expect(Self.secretOf(a, service: "hurt") == "h2")
-            #expect(try sa2.status(caller: .owner).damaged.isEmpty)
+            #expect(try sa2.status(in: sa2.vault.session(for: .owner)).damaged.isEmpty)
             try sb.passNow()
             #expect(Self.secretOf(b, service: "hurt") == "h2")
         }
@@ -341,7 +347,8 @@ import Glibc
             #expect(try SyncFolder(root: folder).list()[peer] == nil)
 
             // A's own directory replaced by a link: A's next export refuses to write through it.
-            let aID = try #require(SyncDeviceID(hex: try sa.status(caller: .owner).deviceID ?? ""))
+            let aID = try #require(
+                SyncDeviceID(hex: try sa.status(in: sa.vault.session(for: .owner)).deviceID ?? ""))
             let own = folder + "/devices/" + aID.description
             try FileManager.default.moveItem(atPath: own, toPath: own + ".moved")
             #expect(symlink(elsewhere, own) == 0)
@@ -360,7 +367,9 @@ import Glibc
     }
 
     static func member(_ s: SyncService, _ d: SyncDeviceID) throws -> String? {
-        try s.status(caller: .owner).devices.first { $0.deviceID == d.description }?.membership
+        try s.status(in: s.vault.session(for: .owner)).devices.first {
+            $0.deviceID == d.description
+        }?.membership
     }
 
     /// A removes C: the removal and a new key (generation 2, sealed to A and B) go into the
@@ -377,7 +386,7 @@ import Glibc
             let aID = try Self.deviceID(sa)
             let bID = try Self.deviceID(sb)
             let cID = try Self.deviceID(sc)
-            let removed = try sa.remove(device: cID.description, caller: .owner)
+            let removed = try sa.remove(device: cID.description, in: sa.vault.session(for: .owner))
             #expect(removed.keyGeneration == 2)
             let removalSeq = try #require(Self.segmentFiles(folder, aID).last)
             try Self.add(a, service: "after", secret: "not for C")
@@ -390,9 +399,9 @@ import Glibc
             // Membership converged: both remaining devices see C removed, hold one key.
             for s in [sa, sb] {
                 #expect(try Self.member(s, cID) == "removed")
-                #expect(try s.status(caller: .owner).keyGeneration == 2)
+                #expect(try s.status(in: s.vault.session(for: .owner)).keyGeneration == 2)
             }
-            #expect(try sc.status(caller: .owner).state == "removed")
+            #expect(try sc.status(in: sc.vault.session(for: .owner)).state == "removed")
 
             // C's keys, from its own data directory, open nothing A wrote after the removal.
             let (cRing, cSign) = try Self.keys(c)
@@ -463,7 +472,7 @@ import Glibc
             let aID = try Self.deviceID(sa)
             let cID = try Self.deviceID(sc)
             let (cRing, _) = try Self.keys(c)
-            try sc.leave(caller: .owner)
+            try sc.leave(in: sc.vault.session(for: .owner))
             try sa.passNow()
             // Left, not removed, and its leaving segment read, not refused.
             #expect(try Self.member(sa, cID) == "left")
@@ -473,8 +482,8 @@ import Glibc
             try sa.passNow()
             try sb.passNow()
             #expect(Self.secretOf(b, service: "after leave") == "s")
-            #expect(try sa.status(caller: .owner).keyGeneration == 2)
-            #expect(try sb.status(caller: .owner).keyGeneration == 2)
+            #expect(try sa.status(in: sa.vault.session(for: .owner)).keyGeneration == 2)
+            #expect(try sb.status(in: sb.vault.session(for: .owner)).keyGeneration == 2)
             let f = SyncFolder(root: folder)
             for seq in Self.segmentFiles(folder, aID) where seq > before {
                 let bytes = try f.readSegment(device: aID, sequence: seq)
@@ -493,8 +502,10 @@ import Glibc
             #expect(try Self.member(again, cID) == "left")
             #expect(try Self.rejected(again, cID) == 0)
             #expect(
-                try again.status(caller: .owner).devices.first { $0.deviceID == cID.description }?
-                    .pending == 0)
+                try again.status(in: again.vault.session(for: .owner)).devices.first {
+                    $0.deviceID == cID.description
+                }?
+                .pending == 0)
         }
     }
 
@@ -513,7 +524,7 @@ import Glibc
             }
             let q = ItemQuery(
                 itemClass: .genericPassword, attributes: ItemAttributes(service: "drop1"))
-            _ = try a.deleteItems(q, caller: .owner)
+            _ = try a.session(for: .owner).deleteItems(q)
             try sa.passNow()
             try sb.passNow()
             #expect(Self.secretOf(b, service: "drop1") == nil)
@@ -540,7 +551,7 @@ import Glibc
             let sb2 = SyncService(vault: b)
             try sb2.passNow()
             #expect(Self.secretOf(b, service: "drop1") == nil)
-            #expect(try sb2.status(caller: .owner).items == 5)
+            #expect(try sb2.status(in: sb2.vault.session(for: .owner)).items == 5)
             // A later change still crosses.
             try Self.add(a, service: "later", secret: "l")
             try sa.passNow()
@@ -554,26 +565,30 @@ import Glibc
     /// with D once it reads D's approval, and D reads what B wrote under it.
     @Test func aDeviceApprovedDuringARotationGetsTheNewKey() throws {
         try Self.withTrio { a, sa, b, sb, c, sc, folder in
-            try sc.leave(caller: .owner)
+            try sc.leave(in: sc.vault.session(for: .owner))
             try sb.passNow()
             try Self.add(b, service: "under the new key", secret: "gen 2")
             try sb.passNow()
-            #expect(try sb.status(caller: .owner).keyGeneration == 2)
+            #expect(try sb.status(in: sb.vault.session(for: .owner)).keyGeneration == 2)
             try withTemporaryDirectory { tmp in
                 let d = try Vault(dataDirectory: tmp + "/d", passphrasePolicy: .tests)
                 defer { d.close() }
-                _ = try d.initialize(passphrase: nil, caller: .owner)
+                _ = try d.session(for: .owner).initialize(passphrase: nil)
                 let sd = SyncService(vault: d)
-                let code = try #require(try sd.join(folder: folder, caller: .owner).code)
+                let code = try #require(
+                    try sd.join(folder: folder, in: sd.vault.session(for: .owner)).code)
                 // A approves from what it had read: the first key only.
-                _ = try sa.approve(code: code, caller: .owner)
+                _ = try sa.approve(code: code, in: sa.vault.session(for: .owner))
                 try sd.passNow()
-                #expect(try sd.status(caller: .owner).state == "member")
+                #expect(try sd.status(in: sd.vault.session(for: .owner)).state == "member")
                 #expect(Self.secretOf(d, service: "under the new key") == nil)
                 try sb.passNow()
                 try sd.passNow()
                 #expect(Self.secretOf(d, service: "under the new key") == "gen 2")
-                #expect(try sd.status(caller: .owner).devices.reduce(0) { $0 + $1.pending } == 0)
+                #expect(
+                    try sd.status(in: sd.vault.session(for: .owner)).devices.reduce(0) {
+                        $0 + $1.pending
+                    } == 0)
                 _ = (a, c)
             }
         }

@@ -1,7 +1,8 @@
 import Foundation
 import Testing
-import VaultCore
 import VaultProtocol
+
+@testable import VaultCore
 
 /// Runs `body` with a fresh directory under the system temporary directory, removed afterwards.
 func withTemporaryDirectory<T>(_ body: (String) throws -> T) throws -> T {
@@ -53,6 +54,14 @@ func secret(_ b: [UInt8]) -> SecureBytes { SecureBytes(copying: b) }
 func plain(_ s: SecureBytes?) -> [UInt8]? { s?.withUnsafeBytes { Array($0) } }
 
 extension Vault {
+    /// The caller of app `id`, registered now by its Flatpak ID (no executable needed), with
+    /// `appGroups`: an app's caller comes from its registration (`AppRecord.caller`), with the
+    /// install generation admission checks.
+    func registeredApp(_ id: String, appGroups: [String] = []) throws -> Caller {
+        try installApp(id, executable: nil, flatpak: true, appGroups: appGroups, caller: .owner)
+            .caller
+    }
+
     /// Adds a generic password as the owner.
     @discardableResult
     func addGeneric(

@@ -283,12 +283,13 @@ final class KeychainStore {
         )
     }
 
-    /// The stored rows matching the query's indexed parts, restricted to the groups the caller
-    /// may see, and their keys, through the writer's connection: under the engine lock.
-    func candidates(_ q: ItemQuery, caller: Caller, in db: Database) throws -> Candidates {
+    /// The stored rows matching the query's indexed parts, restricted to `groups` (what the
+    /// policy granted: `Grant.searchedAccessGroups`; nil, every group), and their keys,
+    /// through the writer's connection: under the engine lock.
+    func candidates(_ q: ItemQuery, groups: [String]?, in db: Database) throws -> Candidates {
         let (metadata, hashKey) = try keys.metadataKeys()
         let found = try Self.candidateRows(
-            q, caller: caller, hashKey: hashKey, itemIndex: itemIndex, in: db)
+            q, groups: groups, hashKey: hashKey, itemIndex: itemIndex, in: db)
         var out = Candidates(rows: found.rows, malformed: found.malformed, metadata: metadata)
         try addClassKeys(to: &out)
         return out
@@ -322,11 +323,13 @@ final class KeychainStore {
     }
 
     /// The stored rows matching the query's indexed parts (their keyed hashes, made with
-    /// `hashKey`, the index key, found through `itemIndex`), restricted to the groups the caller
-    /// may see, read through `db`: the writer's connection under the engine lock, or a
-    /// reader's. A group the query names was granted by the policy (`Vault.authorize`).
+    /// `hashKey`, the index key, found through `itemIndex`), restricted to `groups` when the
+    /// query names none (nil: every group), read through `db`: the writer's connection under
+    /// the engine lock, or a reader's. A group the query names, and `groups`, were granted by
+    /// the policy (`Vault.authorize`).
     static func candidateRows(
-        _ q: ItemQuery, caller: Caller, hashKey: SecureBytes, itemIndex: ItemIndex, in db: Database
+        _ q: ItemQuery, groups: [String]?, hashKey: SecureBytes, itemIndex: ItemIndex,
+        in db: Database
     ) throws -> (rows: [Candidates.Stored], malformed: [DamagedItem]) {
         // The arguments in the order of the SQL's parts; `shape` says which parts it has.
         var args: [SQLValue] = []
@@ -338,7 +341,7 @@ final class KeychainStore {
         if let g = q.attributes.accessGroup {
             shape |= CandidateSQL.accessGroup
             args.append(.text(g))
-        } else if let groups = caller.visibleAccessGroups {
+        } else if let groups {
             if groups.isEmpty { return ([], []) }
             shape |= groups.count << CandidateSQL.groupCountShift
             args += groups.map { .text($0) }
@@ -532,16 +535,16 @@ final class KeychainStore {
     }
 
     /// Every row matching the query (its indexed parts, then exactly, decrypted), restricted
-    /// to the groups the caller may see, split into those whose key is available, those that
+    /// to `groups` (nil: every group), split into those whose key is available, those that
     /// can never be read here (NotAvailableOnThisDevice: made on another device), and the
     /// error of the others (the vault is locked), if any; and the damaged items that may
     /// match (`decode`).
-    private func matchingRows(_ q: ItemQuery, caller: Caller, in db: Database) throws -> (
+    private func matchingRows(_ q: ItemQuery, groups: [String]?, in db: Database) throws -> (
         available: [Row], otherDevice: [Row], error: VaultFailure?, damaged: [DamagedItem]
     ) {
         let c = try candidates(
             ItemQuery(itemClass: q.itemClass, attributes: q.attributes, matchAll: true),
-            caller: caller, in: db)
+            groups: groups, in: db)
         var ok: [Row] = []
         var other: [Row] = []
         var firstError: VaultFailure?
@@ -895,7 +898,7 @@ final class KeychainStore {
     /// class-key error when any match is unavailable. The groups of `q` and `changes` were
     /// granted by the policy (`Vault.authorize`).
     func update(
-        _ q: ItemQuery, changes: ItemAttributes, secret: SecureBytes?, caller: Caller,
+        _ q: ItemQuery, changes: ItemAttributes, secret: SecureBytes?, groups: [String]?,
         in db: Database
     ) throws -> Int {
         // As SecItemUpdate: an update that changes nothing is errSecParam (the dates are
@@ -908,7 +911,7 @@ final class KeychainStore {
                 "nothing to update: give attributes to change, a new secret, or both")
         }
         if let secret { try VaultFailure.checkSecretSize(secret.count) }
-        let (rows, otherDevice, error, damaged) = try matchingRows(q, caller: caller, in: db)
+        let (rows, otherDevice, error, damaged) = try matchingRows(q, groups: groups, in: db)
         if let e = otherDevice.first { throw Self.otherDeviceError(e.accessible) }
         if let error { throw error }
         // All matches change or none: a damaged item that matches for certain (the query
@@ -945,8 +948,8 @@ final class KeychainStore {
     /// columns tell (service or server, account, access group, accessibility,
     /// synchronizable: they match for certain); a query naming more leaves them, and throws
     /// ItemDamaged when nothing else matches.
-    func delete(_ q: ItemQuery, caller: Caller, in db: Database) throws -> Int {
-        let (available, otherDevice, error, damaged) = try matchingRows(q, caller: caller, in: db)
+    func delete(_ q: ItemQuery, groups: [String]?, in db: Database) throws -> Int {
+        let (available, otherDevice, error, damaged) = try matchingRows(q, groups: groups, in: db)
         if let error { throw error }
         let ids = (available + otherDevice).map(\.id)
         let damagedIDs = Self.namesOnlyClearAttributes(q.attributes) ? damaged.map(\.id) : []

@@ -8,10 +8,10 @@ extension Vault {
     /// yet launches now, Hello or not: the leftovers of earlier installs are wiped first, as
     /// Hello would (a client that skips Hello must not see them); the first Hello after it
     /// still reports the first launch and the count wiped (`unreportedLaunchWipe`).
-    /// (A caller not made from a registration, with no generation, as unit tests build, is
-    /// not checked: vaultd's app callers always come from `AppRecord.caller`.)
+    /// An app caller without a generation (not made from a registration) is refused: fail
+    /// closed, since only `AppRecord.caller` makes an app's caller.
     func admit(_ caller: Caller, launch: Bool = false) throws {
-        guard let appID = caller.appID, caller.generation != nil else { return }
+        guard let appID = caller.appID else { return }
         let a = try Self.current(try read({ try apps.find(appID, in: $0) }), of: caller, appID)
         if launch && a.launchedGeneration != a.generation {
             _ = try self.launch(caller, reporting: false)
@@ -24,7 +24,7 @@ extension Vault {
     /// preference set would re-create the domain the uninstall had just removed, and the
     /// next install would read it). Throws MissingEntitlement, as `admit` does.
     func admitInWrite(_ caller: Caller, in db: Database) throws {
-        guard let appID = caller.appID, caller.generation != nil else { return }
+        guard let appID = caller.appID else { return }
         _ = try Self.current(try apps.find(appID, in: db), of: caller, appID)
     }
 
@@ -33,7 +33,9 @@ extension Vault {
     private static func current(_ record: AppRecord?, of caller: Caller, _ appID: String) throws
         -> AppRecord
     {
-        guard let a = record, a.installed, a.generation == caller.generation else {
+        guard let a = record, a.installed, let generation = caller.generation,
+            a.generation == generation
+        else {
             throw VaultFailure(
                 .missingEntitlement,
                 "\(appID) was uninstalled or reinstalled after this connection was made; reconnect")

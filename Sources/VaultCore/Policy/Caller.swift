@@ -11,7 +11,9 @@ public struct Caller: Sendable, Equatable {
     /// The install generation the app runs under (recorded on items it adds).
     public var generation: String?
 
-    public init(
+    /// Made by vaultd's identification (`Vault.session(flatpakAppID:executable:isRegisteredFile:)`,
+    /// `AppRecord.caller`) and by tests; not by a front-end from what a peer says.
+    package init(
         appID: String?, accessGroups: [String] = [], appGroups: [String] = [],
         generation: String? = nil
     ) {

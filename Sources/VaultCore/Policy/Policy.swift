@@ -4,7 +4,8 @@ import VaultProtocol
 /// What the policy allowed one call: the caller it admitted, the operation, and what that
 /// operation may act on, resolved (the domain a nil named, the group an Add stores into).
 /// Only `Vault.authorize` makes one; the engine acts on a grant's targets, never on what the
-/// caller named, and a subscription keeps its grant to filter events (`Policy.visible`).
+/// caller named, and a subscription keeps its grant to filter events (`Policy.visible`,
+/// `VaultSubscription`).
 public struct Grant: Sendable {
     /// The caller, admitted: the owner, or an app whose install generation was current when
     /// the call began (and is checked again inside each write: `Vault.admitInWrite`).
@@ -21,6 +22,9 @@ public struct Grant: Sendable {
     private(set) var domainSet: ExactSet = []
     /// A cache operation's app: an app's own, or the one the owner named.
     public internal(set) var appID: String?
+    /// The access groups a keychain lookup, update or delete searches when its query names
+    /// none: the caller's own (an app), nil for every group (the owner).
+    public internal(set) var searchedAccessGroups: [String]?
 
     init(caller: Caller, kind: Operation.Kind) {
         self.caller = caller
@@ -50,22 +54,6 @@ extension Vault {
         return try Policy.decide(operation, for: caller)
     }
 
-    /// Starts a subscription (an Observe `operation`): its grant, which says which events
-    /// it is sent (`Policy.visible`) and is checked again while it streams (`recheck`).
-    public func subscribe(_ operation: Operation, caller: Caller) throws -> Grant {
-        switch operation.kind {
-        case .observeLockState, .observePreferences, .observeCachePurges:
-            return try authorize(operation, for: caller)
-        default: throw VaultFailure(.internalError, "\(operation.kind) is not a subscription")
-        }
-    }
-
-    /// Whether a subscription's caller may still be served: throws MissingEntitlement once its
-    /// app was uninstalled or reinstalled after the connection was identified (see `admit`).
-    /// The owner always passes. A stream is checked with it before each batch of events.
-    public func recheck(_ grant: Grant) throws {
-        try admit(grant.caller)
-    }
 }
 
 /// The decisions: who may do what, on which groups, domains and caches, and which results
@@ -85,12 +73,14 @@ public enum Policy {
                 to: g, for: caller, "the caller is not a member of the requested access group")
             grant.accessGroup = g
         case .copyItems(let group), .deleteItems(let group):
+            grant.searchedAccessGroups = caller.visibleAccessGroups
             if let group {
                 try requireAccess(
                     to: group, for: caller,
                     "the caller is not a member of the requested access group")
             }
         case .updateItems(let group, let newGroup):
+            grant.searchedAccessGroups = caller.visibleAccessGroups
             if let group {
                 try requireAccess(
                     to: group, for: caller,
@@ -195,7 +185,7 @@ public enum Policy {
 
     /// Whether `caller` is told of a change to an item of access group `group` (the Secret
     /// Service's ItemCreated, ItemDeleted, ItemChanged signals): one of its groups.
-    public static func seesItem(inAccessGroup group: String, _ caller: Caller) -> Bool {
+    static func seesItem(inAccessGroup group: String, _ caller: Caller) -> Bool {
         caller.mayAccess(group: group)
     }
 

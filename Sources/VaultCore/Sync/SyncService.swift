@@ -100,8 +100,8 @@ public final class SyncService: @unchecked Sendable {
     /// Makes a new sync group in `folder` (an existing directory): its group key, this
     /// device's ID and directory. Throws Param (not a directory, already a sync group's
     /// folder, this device already syncing), the lock errors (before the first unlock).
-    public func initialize(folder: String, caller: Caller) throws -> SyncEnrolment {
-        try vault.authorizeSync(.syncInit, caller: caller)
+    public func initialize(folder: String, in session: VaultSession) throws -> SyncEnrolment {
+        try vault.authorizeSync(.syncInit, session: session)
         return try lock.withLock {
             guard try vault.syncConfig() == nil else {
                 throw VaultFailure.param("this device already syncs; run sync leave first")
@@ -139,8 +139,8 @@ public final class SyncService: @unchecked Sendable {
 
     /// Asks to join the group syncing through `folder`: a key pair whose public half goes into
     /// the folder, and the pairing code to give `sync approve` on a device of the group.
-    public func join(folder: String, caller: Caller) throws -> SyncEnrolment {
-        try vault.authorizeSync(.syncJoin, caller: caller)
+    public func join(folder: String, in session: VaultSession) throws -> SyncEnrolment {
+        try vault.authorizeSync(.syncJoin, session: session)
         return try lock.withLock {
             guard try vault.syncConfig() == nil else {
                 throw VaultFailure.param("this device already syncs; run sync leave first")
@@ -181,8 +181,8 @@ public final class SyncService: @unchecked Sendable {
     /// this device's next segment, then the group's keys and membership sealed to it. Throws
     /// Param (a malformed code, no such request in the folder, keys that do not match, a device
     /// removed before), NotInitialized (not a member).
-    public func approve(code: String, caller: Caller) throws -> SyncEnrolment {
-        try vault.authorizeSync(.syncApprove, caller: caller)
+    public func approve(code: String, in session: VaultSession) throws -> SyncEnrolment {
+        try vault.authorizeSync(.syncApprove, session: session)
         return try lock.withLock {
             let (config, folder) = try memberState()
             let digits = code.filter { $0 != "-" && $0 != " " }
@@ -231,8 +231,8 @@ public final class SyncService: @unchecked Sendable {
     /// to every remaining member, in one segment under the current key; every later segment
     /// is sealed under the new key, which the removed device never gets. Throws Param (not a
     /// device ID, not a member, this device: use leave), NotInitialized (not a member).
-    public func remove(device text: String, caller: Caller) throws -> SyncEnrolment {
-        try vault.authorizeSync(.syncRemove, caller: caller)
+    public func remove(device text: String, in session: VaultSession) throws -> SyncEnrolment {
+        try vault.authorizeSync(.syncRemove, session: session)
         return try lock.withLock {
             guard let device = SyncDeviceID(hex: text.lowercased()) else {
                 throw VaultFailure.param("a device ID is 32 hex digits, as sync status shows it")
@@ -426,8 +426,8 @@ public final class SyncService: @unchecked Sendable {
 
     /// The sync state: the folder, this device, its group's fingerprint, and every device in
     /// the folder with its segments, those read, those pending, and when it last wrote.
-    public func status(caller: Caller) throws -> SyncStatus {
-        try vault.authorizeSync(.syncStatus, caller: caller)
+    public func status(in session: VaultSession) throws -> SyncStatus {
+        try vault.authorizeSync(.syncStatus, session: session)
         return try lock.withLock {
             guard let config = try vault.syncConfig() else { return SyncStatus(state: "off") }
             var status = SyncStatus(state: config.state.rawValue)
@@ -471,8 +471,8 @@ public final class SyncService: @unchecked Sendable {
     /// then forgets the group keys, the settings and the baseline. The items stay in this
     /// keychain; this device's segments stay in the folder (the other devices keep what they
     /// merged). Throws NotInitialized when it did not sync.
-    public func leave(caller: Caller) throws {
-        try vault.authorizeSync(.syncLeave, caller: caller)
+    public func leave(in session: VaultSession) throws {
+        try vault.authorizeSync(.syncLeave, session: session)
         try lock.withLock {
             guard let config = try vault.syncConfig() else {
                 throw VaultFailure(.notInitialized, "this device does not sync")

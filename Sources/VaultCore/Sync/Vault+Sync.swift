@@ -398,8 +398,9 @@ extension Vault {
         }
     }
 
-    /// The policy's decision on a sync operation (owner only).
-    func authorizeSync(_ operation: Operation, caller: Caller) throws {
-        _ = try authorize(operation, for: caller)
+    /// The policy's decision on a sync operation (owner only), for a session of this vault.
+    func authorizeSync(_ operation: Operation, session: VaultSession) throws {
+        precondition(session.vault === self, "a session of another vault")
+        _ = try authorize(operation, for: session.caller)
     }
 }

@@ -42,7 +42,7 @@ extension Vault {
     /// (`/proc/PID/exe`) or, with `flatpak`, by its Flatpak ID. Owner only. Throws
     /// InvalidAppID, InvalidParameter (naming `executable`, `accessGroups` or `appGroups`),
     /// PermissionDenied.
-    public func installApp(
+    func installApp(
         _ appID: String, executable: String?, flatpak: Bool = false, accessGroups: [String] = [],
         appGroups: [String] = [],
         keepCredentialsOnReinstall: Bool = false, caller: Caller
@@ -172,7 +172,7 @@ extension Vault {
     /// items stay (as on iOS) until the first launch of a reinstall. Owner only.
     /// Throws AppNotFound.
     @discardableResult
-    public func uninstallApp(_ appID: String, caller: Caller) throws -> AppRecord {
+    func uninstallApp(_ appID: String, caller: Caller) throws -> AppRecord {
         _ = try authorize(.uninstallApp, for: caller)
         return try markUninstalled(appID, executableMissing: false)
     }
@@ -223,7 +223,7 @@ extension Vault {
         return record
     }
 
-    public func app(_ appID: String, caller: Caller) throws -> AppRecord {
+    func app(_ appID: String, caller: Caller) throws -> AppRecord {
         _ = try authorize(.showApp, for: caller)
         guard let a = try exclusive({ try apps.find(appID, in: $0.db) }) else {
             throw VaultFailure(.appNotFound, "no app \(appID)")
@@ -231,7 +231,7 @@ extension Vault {
         return withUninstallTime(a)
     }
 
-    public func allApps(caller: Caller) throws -> [AppRecord] {
+    func allApps(caller: Caller) throws -> [AppRecord] {
         _ = try authorize(.listApps, for: caller)
         return try exclusive { try apps.all(in: $0.db) }.map(withUninstallTime)
     }
@@ -256,7 +256,7 @@ extension Vault {
     /// `PeerIdentity.runsRegisteredFile`); a peer whose executable path is a registered
     /// app's but whose file is another (mounted over that path in its own mount namespace)
     /// is refused (PermissionDenied).
-    public func caller(
+    func caller(
         flatpakAppID: String?, executable: String?, isRegisteredFile: (String) -> Bool
     ) throws -> Caller {
         if let id = flatpakAppID {
@@ -298,7 +298,7 @@ extension Vault {
     /// left by earlier installs (unless the app keeps them) and records the launch.
     /// Returns whether this was the first launch and how many items were wiped (also when
     /// an earlier call of this generation did the wipe: the first Hello reports it).
-    public func hello(_ caller: Caller) throws -> (firstLaunch: Bool, wiped: Int) {
+    func hello(_ caller: Caller) throws -> (firstLaunch: Bool, wiped: Int) {
         _ = try authorize(.hello, for: caller)
         return try launch(caller, reporting: true)
     }
@@ -306,7 +306,7 @@ extension Vault {
     /// The caller's items (those of its access groups; all for the owner) that are another
     /// device's ThisDeviceOnly items, NotAvailableOnThisDevice here: what Hello reports, so an
     /// app moved to a new device learns which of its credentials to ask for again.
-    public func unavailableItems(caller: Caller) throws -> Int {
+    func unavailableItems(caller: Caller) throws -> Int {
         // Nearly always no class holds another device's items: answered without the engine lock.
         guard withKeys({ Accessibility.allCases.contains(where: keys.isForeign) }) else { return 0 }
         return try exclusive {

@@ -139,7 +139,7 @@ extension Vault {
     /// summary and the log.
     /// Owner only. Throws PermissionDenied, InteractionNotAllowed (locked: nothing written),
     /// Param (a relative path, bad recipients), StorageFull.
-    public func backup(
+    func backup(
         to path: String, recipients: [Age.Recipient], includeDeviceBound: Bool, caller: Caller
     ) throws -> BackupSummary {
         _ = try authorize(.backup, for: caller)
@@ -317,7 +317,7 @@ extension Vault {
     /// BackupAuthFailed (wrong passphrase or key), BackupUnreadable (not a backup, altered,
     /// truncated, too large), NotEmpty, InteractionNotAllowed (locked), Param, StorageFull,
     /// DomainTooLarge (a merged domain over 4 MiB).
-    public func restore(
+    func restore(
         from path: String, identities: [Age.Identity], newPassphrase: SecureBytes?, merge: Bool,
         caller: Caller
     ) throws -> RestoreSummary {

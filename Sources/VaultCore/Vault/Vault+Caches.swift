@@ -10,7 +10,7 @@ extension Vault {
     /// Throws InvalidParameter when the owner names no app, InvalidAppID, AppNotFound when
     /// the owner names an app that is not installed (an uninstall removed its directory; a
     /// query must not make it again), MissingEntitlement when an app names another app.
-    public func cacheDirectory(for appID: String?, caller: Caller) throws -> String {
+    func cacheDirectory(for appID: String?, caller: Caller) throws -> String {
         let target = try authorize(.cacheDirectory(appID: appID), for: caller).appID!
         if caller.isOwner {
             try AppRecord.validate(appID: target)
@@ -33,7 +33,7 @@ extension Vault {
     /// `running` go last; a file a process holds open or has mapped stays. `bytes` counts
     /// bytes allocated on disk. Owner only (else PermissionDenied); InvalidAppID for a
     /// malformed `appID`, AppNotFound for one neither installed nor with a cache. Observers get a `cachePurge` event per app.
-    public func purgeCaches(appID: String?, bytes: Int64?, running: Set<String>, caller: Caller)
+    func purgeCaches(appID: String?, bytes: Int64?, running: Set<String>, caller: Caller)
         throws -> PurgeReport
     {
         _ = try authorize(.purgeCaches, for: caller)
@@ -55,7 +55,7 @@ extension Vault {
     }
 
     /// The cache usage of every app the caller sees (an app: its own; `Policy.seesCache`).
-    public func cacheUsage(caller: Caller) throws -> [CacheUsage] {
+    func cacheUsage(caller: Caller) throws -> [CacheUsage] {
         let grant = try authorize(.cacheUsage, for: caller)
         return caches.usage().filter { Policy.seesCache(of: $0.appID, grant.caller) }
     }

@@ -34,7 +34,7 @@ extension Vault {
     /// on. Names damaged items by their clear columns, damaged values by domain and key,
     /// never anything they hold. Owner only. Throws
     /// PermissionDenied, StoreDamaged (SQLite cannot read the file at all).
-    public func checkStore(caller: Caller) throws -> StoreCheck {
+    func checkStore(caller: Caller) throws -> StoreCheck {
         _ = try authorize(.checkStore, for: caller)
         let metadata = withKeys { try? keychain.metadataKeys().metadata }
         var classKeys: [Accessibility: SecureBytes] = [:]

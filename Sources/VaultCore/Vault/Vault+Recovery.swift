@@ -13,7 +13,7 @@ extension Vault {
     /// lasting way in). Owner only. Throws PermissionDenied, Vault.AuthFailed, RateLimited,
     /// NoPassphrase (a vault without one is always unlocked: nothing to recover),
     /// NotInitialized.
-    public func createRecoveryKey(passphrase: SecureBytes, caller: Caller) throws -> SecureBytes {
+    func createRecoveryKey(passphrase: SecureBytes, caller: Caller) throws -> SecureBytes {
         _ = try authorize(.changePassphrase, for: caller)
         unlockAttempts.lock()
         defer { unlockAttempts.unlock() }
@@ -38,7 +38,7 @@ extension Vault {
     /// Removes the recovery key's wrapping (the key no longer opens anything), and truncates
     /// the write-ahead log that held it. Owner only. Throws PermissionDenied, NotInitialized,
     /// Param (the vault has no recovery key).
-    public func removeRecoveryKey(caller: Caller) throws {
+    func removeRecoveryKey(caller: Caller) throws {
         _ = try authorize(.changePassphrase, for: caller)
         try exclusive { x in
             try keys.requireInitialized()
@@ -60,7 +60,7 @@ extension Vault {
     /// PermissionDenied, Param (not a recovery key's text: not counted), Vault.AuthFailed
     /// (wrong key, or none made; counted as a wrong passphrase), RateLimited, NoPassphrase,
     /// NotInitialized.
-    public func unlock(recoveryKey text: SecureBytes, caller: Caller) throws -> LockState {
+    func unlock(recoveryKey text: SecureBytes, caller: Caller) throws -> LockState {
         _ = try authorize(.unlock, for: caller)
         unlockAttempts.lock()
         defer { unlockAttempts.unlock() }
@@ -79,7 +79,7 @@ extension Vault {
     /// caller may: unlocks with it (counted and rate-limited as Unlock), then re-wraps the
     /// keys under the new passphrase's KEK, as ChangePassphrase does; the recovery key keeps
     /// working. Owner only. Throws as `unlock(recoveryKey:)`, and Param (empty `new`).
-    public func resetPassphrase(recoveryKey text: SecureBytes, new: SecureBytes, caller: Caller)
+    func resetPassphrase(recoveryKey text: SecureBytes, new: SecureBytes, caller: Caller)
         throws -> LockState
     {
         _ = try authorize(.changePassphrase, for: caller)

@@ -12,7 +12,7 @@ extension Vault {
 
     /// The access groups `caller` sees as collections (`Policy.visibleAccessGroups`): the
     /// owner its default group and every group holding items; an app its own groups.
-    public func accessGroups(caller: Caller) throws -> [String] {
+    func accessGroups(caller: Caller) throws -> [String] {
         _ = try authorize(.listAccessGroups, for: caller)
         let stored: [String] =
             caller.isOwner
@@ -27,7 +27,7 @@ extension Vault {
     /// A collection used as such (CreateCollection, its label, its lock state): the group it
     /// is, once the policy grants it (an app only one of its own groups: MissingEntitlement).
     /// Nothing is stored: a group exists while it holds items, and an app's groups always.
-    public func accessGroup(_ group: String, caller: Caller) throws -> String {
+    func accessGroup(_ group: String, caller: Caller) throws -> String {
         guard !group.isEmpty else { throw VaultFailure.param("the access group must not be empty") }
         return try authorize(.useAccessGroup(accessGroup: group), for: caller).accessGroup!
     }
@@ -44,7 +44,7 @@ extension Vault {
     /// group's name, as a group without one does, and the Secret Service sends the real one
     /// at the unlock. A label that does not open (the file altered or damaged) reads as the
     /// group's name too, and is logged; setting one replaces it.
-    public func collectionLabel(_ group: String, caller: Caller) throws -> String {
+    func collectionLabel(_ group: String, caller: Caller) throws -> String {
         let g = try accessGroup(group, caller: caller)
         guard
             let box = try read({ db in
@@ -72,8 +72,7 @@ extension Vault {
     /// InteractionNotAllowed before the first unlock (the label is sealed under the metadata
     /// key, `collectionLabel`).
     @discardableResult
-    public func setCollectionLabel(_ group: String, to label: String, caller: Caller) throws -> Bool
-    {
+    func setCollectionLabel(_ group: String, to label: String, caller: Caller) throws -> Bool {
         let g = try accessGroup(group, caller: caller)
         guard !label.isEmpty else {
             throw VaultFailure.param("a collection's label must not be empty")
@@ -144,7 +143,7 @@ extension Vault {
 
     /// Forgets the display name of `group`'s collection (Collection.Delete: a collection made
     /// again starts with its group's name). Authorized as deleting the group's items.
-    public func removeCollectionLabel(_ group: String, caller: Caller) throws {
+    func removeCollectionLabel(_ group: String, caller: Caller) throws {
         _ = try authorize(.deleteItems(accessGroup: group), for: caller)
         _ = try write { db in
             try self.admitInWrite(caller, in: db)
@@ -155,7 +154,7 @@ extension Vault {
 
     /// Unlock: whether the vault's keychain is open now (an unlocked vault, or one without a
     /// passphrase). It unlocks nothing: only the owner's unlock (a passphrase) does.
-    public func requestUnlock(caller: Caller) throws -> Bool {
+    func requestUnlock(caller: Caller) throws -> Bool {
         _ = try authorize(.requestUnlock, for: caller)
         return isKeychainOpen
     }
@@ -165,12 +164,12 @@ extension Vault {
 
     /// RegisterPrompter (and its undoing): only the owner's program may be the agent vaultd
     /// asks for the passphrase, which it then unlocks with through `unlock(passphrase:caller:)`.
-    public func registerPrompter(caller: Caller) throws {
+    func registerPrompter(caller: Caller) throws {
         _ = try authorize(.registerPrompter, for: caller)
     }
 
     /// SetAlias: only the owner may point an alias (`default`, `login`) at a collection.
-    public func setAlias(caller: Caller) throws {
+    func setAlias(caller: Caller) throws {
         _ = try authorize(.setAlias, for: caller)
     }
 
@@ -186,7 +185,7 @@ extension Vault {
     /// there is none (deleted, or readable again). Its Secret Service ID (its account) is in
     /// its attributes, which do not read: the front-end names it by its row id, and this
     /// finds it among the damaged items a read of the group meets. Throws as `copyMatching`.
-    public func damagedSecretServiceItem(_ id: Int64, accessGroup group: String, caller: Caller)
+    func damagedSecretServiceItem(_ id: Int64, accessGroup group: String, caller: Caller)
         throws -> DamagedItem?
     {
         try copyMatchingReportingDamage(
@@ -199,7 +198,7 @@ extension Vault {
     /// SecItemDelete naming a damaged item's service and account would. Returns what was
     /// deleted; throws ItemNotFound when it is not (or no longer) such an item, the policy's
     /// refusal for a group the caller may not delete from.
-    public func deleteDamagedSecretServiceItem(
+    func deleteDamagedSecretServiceItem(
         _ id: Int64, accessGroup group: String, caller: Caller
     ) throws -> DamagedItem {
         _ = try authorize(.deleteItems(accessGroup: group), for: caller)
@@ -266,7 +265,7 @@ extension Vault {
     /// of `attributes` (exactly), and item `id` when given; as found items of access group
     /// `sessionCollection`, with their secrets when `secrets`. Locked (no secret) while the
     /// keychain is not open.
-    public func sessionItems(
+    func sessionItems(
         matching attributes: ExactDictionary<String>, id: String? = nil, secrets: Bool,
         caller: Caller
     ) throws -> [FoundItem] {
@@ -301,7 +300,7 @@ extension Vault {
     /// with `replace`, the new secret and label on one of its items with exactly these
     /// attributes. Returns its ID. Throws InteractionNotAllowed while the keychain is not open,
     /// SecretTooLarge, QuotaExceeded past the collection's bounds.
-    public func addSessionItem(
+    func addSessionItem(
         label: String, attributes: ExactDictionary<String>, secret: SecureBytes,
         contentType: String? = nil, replace: Bool, caller: Caller
     ) throws -> String {
@@ -344,7 +343,7 @@ extension Vault {
     /// Changes session item `id` (its label, attributes, or secret with its content type).
     /// Throws ItemNotFound for one the caller does not see, InteractionNotAllowed while the
     /// keychain is not open.
-    public func updateSessionItem(
+    func updateSessionItem(
         _ id: String, label: String? = nil, attributes: ExactDictionary<String>? = nil,
         secret: SecureBytes? = nil, contentType: String? = nil, caller: Caller
     ) throws {
@@ -370,7 +369,7 @@ extension Vault {
 
     /// Deletes session item `id`, or every one the caller sees (nil). Returns how many.
     @discardableResult
-    public func deleteSessionItems(_ id: String?, caller: Caller) throws -> Int {
+    func deleteSessionItems(_ id: String?, caller: Caller) throws -> Int {
         _ = try authorize(.deleteItems(accessGroup: nil), for: caller)
         return sessionItems.lock.withLock {
             let doomed = sessionItems.items.filter { key, item in

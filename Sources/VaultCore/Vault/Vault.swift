@@ -286,7 +286,7 @@ public final class Vault: @unchecked Sendable {
     /// app groups' suites and NSGlobalDomain, when stored): the whole vault's counts told it
     /// how other apps' items and domains came and went.
     /// The data directory is told to the owner only.
-    public func status(caller: Caller) throws -> VaultStatus {
+    func status(caller: Caller) throws -> VaultStatus {
         // An app's connection made before an uninstall or reinstall gets nothing
         // (MissingEntitlement); a new install's first call, this one or any, is its first
         // launch, so the figures never count what that launch wipes.
@@ -308,7 +308,7 @@ public final class Vault: @unchecked Sendable {
 
     /// Creates the vault, with a passphrase or without (then always unlocked). Owner only.
     /// Throws AlreadyInitialized, PermissionDenied.
-    public func initialize(passphrase: SecureBytes?, caller: Caller) throws -> LockState {
+    func initialize(passphrase: SecureBytes?, caller: Caller) throws -> LockState {
         _ = try authorize(.initialize, for: caller)
         if let p = passphrase, p.count == 0 {
             throw VaultFailure.param("the passphrase must not be empty")
@@ -333,7 +333,7 @@ public final class Vault: @unchecked Sendable {
     /// seconds), NoPassphrase, NotInitialized. A vault whose stored Argon2id parameters cost
     /// less than `passphrasePolicy.kdfCost` (made before the cost was raised) is re-wrapped
     /// under a KEK derived at that cost once the passphrase proved right (`strengthenKDF`).
-    public func unlock(passphrase: SecureBytes, caller: Caller) throws -> LockState {
+    func unlock(passphrase: SecureBytes, caller: Caller) throws -> LockState {
         _ = try authorize(.unlock, for: caller)
         return try unlockAuthorized(passphrase: passphrase)
     }
@@ -343,7 +343,7 @@ public final class Vault: @unchecked Sendable {
     /// is locked with a passphrase. Owner only. Throws PermissionDenied, NotInitialized,
     /// NoPassphrase, what `lookUp` throws, and Unlock's errors. A vault already unlocked is
     /// left so.
-    public func unlockFromKeyring(caller: Caller, lookUp: () throws -> SecureBytes) throws
+    func unlockFromKeyring(caller: Caller, lookUp: () throws -> SecureBytes) throws
         -> LockState
     {
         _ = try authorize(.unlockFromKeyring, for: caller)
@@ -414,7 +414,7 @@ public final class Vault: @unchecked Sendable {
 
     /// Locks (wipes whenUnlocked class keys). Owner only. Throws PermissionDenied,
     /// NoPassphrase, NotInitialized.
-    public func lockVault(caller: Caller) throws -> LockState {
+    func lockVault(caller: Caller) throws -> LockState {
         _ = try authorize(.lock, for: caller)
         return try inEventOrder { ticket in
             let state = try locked {
@@ -433,7 +433,7 @@ public final class Vault: @unchecked Sendable {
     /// unlocks a locked vault; without one, `old` is ignored. Throws PermissionDenied, Param
     /// (empty `new`), Vault.AuthFailed (`old` wrong or missing), RateLimited, NotInitialized,
     /// NoPassphrase (removing a passphrase the vault does not have).
-    public func changePassphrase(old: SecureBytes?, new: SecureBytes?, caller: Caller) throws
+    func changePassphrase(old: SecureBytes?, new: SecureBytes?, caller: Caller) throws
         -> PassphraseChange
     {
         _ = try authorize(.changePassphrase, for: caller)
@@ -649,7 +649,7 @@ public final class Vault: @unchecked Sendable {
     /// SecItemAdd. Returns the stored attributes. Throws DuplicateItem, Param, SecretTooLarge,
     /// MissingEntitlement (group not the caller's), InteractionNotAllowed (class key locked),
     /// AuthFailed (whenPasscodeSet without a passphrase).
-    public func addItem(
+    func addItem(
         _ itemClass: ItemClass, attributes: ItemAttributes, secret: SecureBytes, caller: Caller
     ) throws -> ItemAttributes {
         let grant = try authorize(.addItem(accessGroup: attributes.accessGroup), for: caller)
@@ -675,7 +675,7 @@ public final class Vault: @unchecked Sendable {
     /// SecItemCopyMatching; see `KeychainStore.copyMatching`. The damaged items it met are
     /// left out (and logged); `copyMatchingReportingDamage` returns them too.
     /// `includingLocked`: locked matches are listed (`FoundItem.isLocked`) rather than failing.
-    public func copyMatching(
+    func copyMatching(
         _ query: ItemQuery, returnData: Bool, includingLocked: Bool = false, caller: Caller
     ) throws -> [FoundItem] {
         try copyMatchingReportingDamage(
@@ -684,10 +684,11 @@ public final class Vault: @unchecked Sendable {
     }
 
     /// SecItemCopyMatching, with the damaged items the query met (`ItemMatches.damaged`).
-    public func copyMatchingReportingDamage(
+    func copyMatchingReportingDamage(
         _ query: ItemQuery, returnData: Bool, includingLocked: Bool = false, caller: Caller
     ) throws -> ItemMatches {
-        _ = try authorize(.copyItems(accessGroup: query.attributes.accessGroup), for: caller)
+        let grant = try authorize(
+            .copyItems(accessGroup: query.attributes.accessGroup), for: caller)
         // No engine lock: the query runs on a reader connection, the keys come under the keys
         // lock, and decrypting and matching need no lock (with several clients, lookups would
         // otherwise queue on the engine lock behind each other and behind group commits).
@@ -695,7 +696,8 @@ public final class Vault: @unchecked Sendable {
             let (metadata, index) = try withKeys { try keychain.metadataKeys() }
             let found = try read {
                 try KeychainStore.candidateRows(
-                    query, caller: caller, hashKey: index, itemIndex: keychain.itemIndex, in: $0)
+                    query, groups: grant.searchedAccessGroups, hashKey: index,
+                    itemIndex: keychain.itemIndex, in: $0)
             }
             var candidates = KeychainStore.Candidates(
                 rows: found.rows, malformed: found.malformed, metadata: metadata)
@@ -717,28 +719,30 @@ public final class Vault: @unchecked Sendable {
     }
 
     /// SecItemUpdate; see `KeychainStore.update`. All matches change, or none.
-    public func updateItems(
+    func updateItems(
         _ query: ItemQuery, changes: ItemAttributes, secret: SecureBytes?, caller: Caller
     ) throws -> Int {
-        _ = try authorize(
+        let grant = try authorize(
             .updateItems(
                 accessGroup: query.attributes.accessGroup, newAccessGroup: changes.accessGroup),
             for: caller)
         let n = try write { db in
             try self.admitInWrite(caller, in: db)
             return try self.keychain.update(
-                query, changes: changes, secret: secret, caller: caller, in: db)
+                query, changes: changes, secret: secret, groups: grant.searchedAccessGroups,
+                in: db)
         }
         emit(.keychainChanged)
         return n
     }
 
     /// SecItemDelete; see `KeychainStore.delete`.
-    public func deleteItems(_ query: ItemQuery, caller: Caller) throws -> Int {
-        _ = try authorize(.deleteItems(accessGroup: query.attributes.accessGroup), for: caller)
+    func deleteItems(_ query: ItemQuery, caller: Caller) throws -> Int {
+        let grant = try authorize(
+            .deleteItems(accessGroup: query.attributes.accessGroup), for: caller)
         let n = try writeMakingRoom { db in
             try self.admitInWrite(caller, in: db)
-            return try self.keychain.delete(query, caller: caller, in: db)
+            return try self.keychain.delete(query, groups: grant.searchedAccessGroups, in: db)
         }
         emit(.keychainChanged)
         return n
@@ -762,7 +766,7 @@ public final class Vault: @unchecked Sendable {
 
     /// One key of `domain` (nil: the caller's own), nil when absent.
     /// `reply`: where its reply's memory is reserved before the value is read (`ReplyReserving`).
-    public func preference(
+    func preference(
         domain: String?, key: String, caller: Caller, reply: ReplyReserving? = nil
     ) throws -> PlistValue? {
         let d = try authorize(.readPreferences(domain: domain), for: caller).domain
@@ -822,7 +826,7 @@ public final class Vault: @unchecked Sendable {
     /// Every key of `domain` (nil: the caller's own) whose value reads; a damaged value is
     /// left out (`preferenceDomainReportingDamage` names it).
     /// `reply`: where its reply's memory is reserved before the values are read (`ReplyReserving`).
-    public func preferenceDomain(_ domain: String?, caller: Caller, reply: ReplyReserving? = nil)
+    func preferenceDomain(_ domain: String?, caller: Caller, reply: ReplyReserving? = nil)
         throws -> PlistDictionary
     {
         try preferenceDomainReportingDamage(domain, caller: caller, reply: reply).values
@@ -831,7 +835,7 @@ public final class Vault: @unchecked Sendable {
     /// Every key of `domain` (nil: the caller's own): the values that read, and the keys of
     /// those that do not (damaged on disk, `DamagedValue`). Not logged: the reply names them,
     /// and a client reading a domain in a loop must not fill the log.
-    public func preferenceDomainReportingDamage(
+    func preferenceDomainReportingDamage(
         _ domain: String?, caller: Caller, reply: ReplyReserving? = nil
     ) throws -> DomainValues {
         let d = try authorize(.readPreferences(domain: domain), for: caller).domain
@@ -844,7 +848,7 @@ public final class Vault: @unchecked Sendable {
     /// The first replies of a preferences Observe: every domain `grant` holds, with its values.
     /// `reply`: where their memory is reserved, all of them together, each domain's before it
     /// is read (`ReplyReserving`).
-    public func preferenceSnapshot(_ grant: Grant, reply: ReplyReserving? = nil) throws -> [(
+    func preferenceSnapshot(_ grant: Grant, reply: ReplyReserving? = nil) throws -> [(
         domain: String, values: PlistDictionary
     )] {
         precondition(
@@ -861,7 +865,7 @@ public final class Vault: @unchecked Sendable {
     }
 
     /// The stored domains the caller may read (`Policy.visibleDomains`).
-    public func preferenceDomains(caller: Caller) throws -> [String] {
+    func preferenceDomains(caller: Caller) throws -> [String] {
         let grant = try authorize(.listDomains, for: caller)
         return Policy.visibleDomains(try read { try preferences.domains(in: $0) }, to: grant.caller)
     }
@@ -895,7 +899,7 @@ public final class Vault: @unchecked Sendable {
     /// (`Policy.resolve`); MissingEntitlement when `caller`'s install is no longer current
     /// (see `admit`).
     @discardableResult
-    public func setPreference(domain named: String?, key: String, value: PlistValue, caller: Caller)
+    func setPreference(domain named: String?, key: String, value: PlistValue, caller: Caller)
         throws -> UInt64
     {
         let domain = try authorize(.writePreferences(domain: named), for: caller).domain
@@ -917,7 +921,7 @@ public final class Vault: @unchecked Sendable {
     /// Removes one key, durably (no error when it is absent). Returns the write's sequence
     /// number, as `setPreference`; throws MissingEntitlement as it does.
     @discardableResult
-    public func removePreference(domain named: String?, key: String, caller: Caller) throws
+    func removePreference(domain named: String?, key: String, caller: Caller) throws
         -> UInt64
     {
         let domain = try authorize(.writePreferences(domain: named), for: caller).domain
@@ -939,7 +943,7 @@ public final class Vault: @unchecked Sendable {
 
     /// Removes a whole domain; returns the number of keys it had. Throws MissingEntitlement
     /// when `caller`'s install is no longer current (see `admit`).
-    public func removeDomain(_ named: String?, caller: Caller) throws -> Int {
+    func removeDomain(_ named: String?, caller: Caller) throws -> Int {
         let domain = try authorize(.writePreferences(domain: named), for: caller).domain
         return try inEventOrder { ticket in
             let (count, keys) = try writeMakingRoom { db in
@@ -961,7 +965,7 @@ public final class Vault: @unchecked Sendable {
     /// Replaces a domain with a property list's contents (root must be a dictionary).
     /// Returns the number of keys. Throws InvalidPropertyList, DomainTooLarge (nothing changed),
     /// MissingEntitlement when `caller`'s install is no longer current (see `admit`).
-    public func importDomain(_ named: String?, plist: Data, caller: Caller) throws -> Int {
+    func importDomain(_ named: String?, plist: Data, caller: Caller) throws -> Int {
         let grant = try authorize(.writePreferences(domain: named), for: caller)
         guard
             case .dict(let values) = try VaultFailure.rethrowing(
@@ -978,7 +982,7 @@ public final class Vault: @unchecked Sendable {
     /// Replaces a domain with `values` (a property list's root dictionary, already decoded).
     /// Returns the number of keys. Throws as `importDomain(_:plist:caller:)`, but for
     /// InvalidPropertyList.
-    public func importDomain(_ named: String?, values: PlistDictionary, caller: Caller) throws
+    func importDomain(_ named: String?, values: PlistDictionary, caller: Caller) throws
         -> Int
     {
         try importDomain(
@@ -1011,7 +1015,7 @@ public final class Vault: @unchecked Sendable {
 
     /// A domain (nil: the caller's own) as a property list in `format`, without its damaged
     /// values (`exportDomainReportingDamage` names them).
-    public func exportDomain(
+    func exportDomain(
         _ domain: String?, format: PropertyListCodec.Format, caller: Caller,
         reply: ReplyReserving? = nil
     ) throws -> Data {
@@ -1019,7 +1023,7 @@ public final class Vault: @unchecked Sendable {
     }
 
     /// A domain as a property list in `format`, and the keys of the damaged values left out of it.
-    public func exportDomainReportingDamage(
+    func exportDomainReportingDamage(
         _ domain: String?, format: PropertyListCodec.Format, caller: Caller,
         reply: ReplyReserving? = nil
     ) throws -> (plist: Data, damaged: [String]) {

@@ -115,7 +115,7 @@ extension SecretService {
             return false
         }
         guard inOrder else { return own ? handOver() : message }
-        guard let caller = identifiedCaller(sender) else {
+        guard let vaultSession = identified(sender) else {
             // Not identified yet (or no longer passing the check): the usual way, in order.
             inline.withLock { state in state.awaitingReply[sender, default: []].insert(serial) }
             return own ? handOver() : message
@@ -131,7 +131,7 @@ extension SecretService {
             }
             guard let target = SecretServicePath(path) else { throw BusError.noSuchObject }
             let out = try handle(
-                member, of: interface, on: target, body, sender: sender, caller: caller)
+                member, of: interface, on: target, body, sender: sender, vaultSession: vaultSession)
             reply = g_dbus_message_new_method_reply(message)
             if let out { out.pass { g_dbus_message_set_body(reply, $0) } }
         } catch {

@@ -82,9 +82,10 @@ extension SecretService {
     /// caller's own collections as its children, as `Service.Collections` lists them. A
     /// caller vaultd cannot identify is refused (AccessDenied).
     func introspectCollections(sender: String) throws -> String {
-        let caller = try caller(sender)
+        let vaultSession = try identify(sender)
         var xml = SecretServiceIntrospection.doctype + "<node>\n"
-        for name in try visibleCollections(caller: caller).map(SecretServicePath.encode) {
+        for name in try visibleCollections(vaultSession: vaultSession).map(SecretServicePath.encode)
+        {
             xml += "  <node name=\"\(name)\"/>\n"
         }
         return xml + "</node>\n"
@@ -189,10 +190,10 @@ extension SecretService {
             guard Policy.decision(forSecretService: interface, member) != nil else {
                 throw BusError.accessDenied("\(interface).\(member) has no policy decision")
             }
-            let caller = try caller(sender)
+            let vaultSession = try identify(sender)
             guard let target = SecretServicePath(path) else { throw BusError.noSuchObject }
             return try handle(
-                member, of: interface, on: target, body, sender: sender, caller: caller)
+                member, of: interface, on: target, body, sender: sender, vaultSession: vaultSession)
         default:
             throw BusError(
                 .unknownMethod,

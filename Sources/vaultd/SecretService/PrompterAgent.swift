@@ -88,8 +88,8 @@ final class PrompterAgent: @unchecked Sendable {
     /// RegisterPrompter from `sender`: the policy lets only the owner's program be it. A
     /// later registration replaces an earlier one (a restarted desktop shell); prompts
     /// already waiting are asked for at once.
-    func register(sender: String, path: String, caller: Caller) throws {
-        try service.vault.registerPrompter(caller: caller)
+    func register(sender: String, path: String, vaultSession: VaultSession) throws {
+        try vaultSession.registerPrompter()
         let previous: Asking? = lock.withLock {
             agent = (sender, path)
             defer { asking = nil }
@@ -107,8 +107,8 @@ final class PrompterAgent: @unchecked Sendable {
     }
 
     /// UnregisterPrompter: only the registered prompter's own connection may.
-    func unregister(sender: String, caller: Caller) throws {
-        try service.vault.registerPrompter(caller: caller)
+    func unregister(sender: String, vaultSession: VaultSession) throws {
+        try vaultSession.registerPrompter()
         guard lock.withLock({ agent?.sender == sender }) else {
             throw BusError.noSuchObject("this connection is not the registered prompter")
         }
@@ -286,8 +286,8 @@ final class PrompterAgent: @unchecked Sendable {
     private func tryUnlock(_ a: Asking, _ passphrase: SecureBytes) {
         var retry: String?
         do {
-            let caller = try service.caller(a.agent.sender)
-            _ = try service.vault.unlock(passphrase: passphrase, caller: caller)
+            let vaultSession = try service.identify(a.agent.sender)
+            _ = try vaultSession.unlock(passphrase: passphrase)
             log("secret service: the vault was unlocked with the prompter's passphrase")
             service.complete(a.prompt, dismissed: false)
         } catch let e as VaultFailure

@@ -153,7 +153,7 @@ final class SecretService: @unchecked Sendable {
 
     /// An identified connection.
     final class BusPeer {
-        let caller: Caller
+        let vaultSession: VaultSession
         let credentials: PeerCredentials
         /// The service's Collections as this connection was last given them (nil: never),
         /// under the service's lock.
@@ -165,8 +165,8 @@ final class SecretService: @unchecked Sendable {
         /// which it is sent every collection's.
         var itemsRead: [String] = []
         var readsAllItems = false
-        init(caller: Caller, credentials: PeerCredentials) {
-            self.caller = caller
+        init(vaultSession: VaultSession, credentials: PeerCredentials) {
+            self.vaultSession = vaultSession
             self.credentials = credentials
         }
     }
@@ -569,7 +569,7 @@ final class SecretService: @unchecked Sendable {
     /// socket's identification, and checked at each call: the same process (its pidfd
     /// alive) running the same program. Every failure refuses the call (AccessDenied); none
     /// makes the peer the owner.
-    func caller(_ sender: String) throws -> Caller {
+    func identify(_ sender: String) throws -> VaultSession {
         if let p = lock.withLock({ peers[sender] }) {
             guard p.credentials.isAlive,
                 p.credentials.currentExecutable == p.credentials.identifiedExecutable
@@ -579,7 +579,7 @@ final class SecretService: @unchecked Sendable {
                     "vaultd does not serve this connection: its process exited or ran another program since it was identified"
                 )
             }
-            return p.caller
+            return p.vaultSession
         }
         guard sender.hasPrefix(":") else {
             throw BusError.accessDenied("vaultd serves only calls with a unique sender name")
@@ -596,9 +596,9 @@ final class SecretService: @unchecked Sendable {
             )
         }
         let peer = PeerCredentials(pid: pid, uid: uid, pidfd: pidfd)
-        let caller: Caller
-        switch PeerIdentity.caller(for: peer, vault: vault) {
-        case .success(let c): caller = c
+        let vaultSession: VaultSession
+        switch PeerIdentity.session(for: peer, vault: vault) {
+        case .success(let c): vaultSession = c
         case .failure(let e): throw BusError.accessDenied(e.message)
         }
         // The pidfd was opened from the pid the bus gave: it named the connection's process
@@ -610,19 +610,19 @@ final class SecretService: @unchecked Sendable {
         }
         lock.withLock {
             if peers.count < Self.maximumPeers {
-                peers[sender] = BusPeer(caller: caller, credentials: peer)
+                peers[sender] = BusPeer(vaultSession: vaultSession, credentials: peer)
             }
         }
-        return caller
+        return vaultSession
     }
 
     /// The `Caller` of a connection identified already that still passes the per-call check
     /// (as `caller`); nil otherwise. It never asks the bus (it runs on GDBus's worker thread).
-    func identifiedCaller(_ sender: String) -> Caller? {
+    func identified(_ sender: String) -> VaultSession? {
         guard let p = lock.withLock({ peers[sender] }), p.credentials.isAlive,
             p.credentials.currentExecutable == p.credentials.identifiedExecutable
         else { return nil }
-        return p.caller
+        return p.vaultSession
     }
 
     /// The uid and pid the bus records for connection `sender` (it took them from the
@@ -658,10 +658,11 @@ final class SecretService: @unchecked Sendable {
                 guard Policy.decision(forSecretService: interface, method) != nil else {
                     throw BusError.accessDenied("\(interface).\(method) has no policy decision")
                 }
-                let caller = try caller(sender)
+                let vaultSession = try identify(sender)
                 guard let target = SecretServicePath(path) else { throw BusError.noSuchObject }
                 reply = try handle(
-                    method, of: interface, on: target, parameters, sender: sender, caller: caller)
+                    method, of: interface, on: target, parameters, sender: sender,
+                    vaultSession: vaultSession)
             }
             if let reply {
                 reply.pass { g_dbus_method_invocation_return_value(invocation, $0) }
@@ -690,13 +691,14 @@ final class SecretService: @unchecked Sendable {
         guard Policy.decision(forSecretService: interface, decision) != nil else {
             throw BusError.accessDenied("no policy decision for \(interface) properties")
         }
-        let caller = try caller(sender)
+        let vaultSession = try identify(sender)
         guard let target = SecretServicePath(path) else { throw BusError.noSuchObject }
         switch method {
         case "Get":
             return .tuple([
                 .variant(
-                    try property(p.child(1).string, of: target, caller: caller, sender: sender))
+                    try property(
+                        p.child(1).string, of: target, vaultSession: vaultSession, sender: sender))
             ])
         case "GetAll":
             let names = readableProperties(of: interface)
@@ -705,11 +707,14 @@ final class SecretService: @unchecked Sendable {
                 entries.append(
                     .dictEntry(
                         .string(name),
-                        .variant(try property(name, of: target, caller: caller, sender: sender))))
+                        .variant(
+                            try property(
+                                name, of: target, vaultSession: vaultSession, sender: sender))))
             }
             return .tuple([.array("{sv}", entries)])
         case "Set":
-            try setProperty(p.child(1).string, of: target, to: p.child(2).unboxed, caller: caller)
+            try setProperty(
+                p.child(1).string, of: target, to: p.child(2).unboxed, vaultSession: vaultSession)
             return nil
         default:
             throw BusError(.unknownMethod, "no method \(Self.propertiesInterface).\(method)")
@@ -764,14 +769,14 @@ final class SecretService: @unchecked Sendable {
 
     /// The path elements of the collections `caller` sees, as `Service.Collections` lists
     /// them (its access groups, and `session` once).
-    func enumerateCollections(caller: Caller) throws -> [String] {
-        try visibleCollections(caller: caller).map(SecretServicePath.encode)
+    func enumerateCollections(vaultSession: VaultSession) throws -> [String] {
+        try visibleCollections(vaultSession: vaultSession).map(SecretServicePath.encode)
     }
 
     /// The collections (groups) `caller` sees: its access groups (`Vault.accessGroups`,
     /// which the policy decides), and the session collection, once.
-    func visibleCollections(caller: Caller) throws -> [String] {
-        try vault.accessGroups(caller: caller).filter { !Self.isSession($0) } + [
+    func visibleCollections(vaultSession: VaultSession) throws -> [String] {
+        try vaultSession.accessGroups().filter { !Self.isSession($0) } + [
             Vault.sessionCollection
         ]
     }
@@ -815,7 +820,9 @@ final class SecretService: @unchecked Sendable {
     }
 
     /// A prompt for `sender` that completes with `objects` once the vault is unlocked.
-    func makePrompt(for sender: String, objects: [String], caller: Caller) throws -> String {
+    func makePrompt(for sender: String, objects: [String], vaultSession: VaultSession) throws
+        -> String
+    {
         try lock.withLock {
             guard prompts.values.filter({ $0.owner == sender }).count < Self.maximumPromptsPerPeer
             else {
@@ -825,7 +832,8 @@ final class SecretService: @unchecked Sendable {
             nextID += 1
             let id = "p\(nextID)"
             prompts[id] = Prompt(
-                owner: sender, objects: objects, appID: caller.isOwner ? nil : caller.appID)
+                owner: sender, objects: objects,
+                appID: vaultSession.isOwner ? nil : vaultSession.appID)
             return SecretServicePath.prompt(id).path
         }
     }
@@ -967,12 +975,12 @@ final class SecretService: @unchecked Sendable {
 
     /// Values computed once per `Caller` while one change is sent (connections of one app,
     /// or of the owner, see the same).
-    private final class PerCaller<Value> {
-        private var entries: [(Caller, Value?)] = []
-        func value(for caller: Caller, _ make: () throws -> Value) -> Value? {
-            if let e = entries.first(where: { $0.0 == caller }) { return e.1 }
+    private final class PerSession<Value> {
+        private var entries: [(VaultSession, Value?)] = []
+        func value(for vaultSession: VaultSession, _ make: () throws -> Value) -> Value? {
+            if let e = entries.first(where: { $0.0 == vaultSession }) { return e.1 }
             let v = try? make()
-            entries.append((caller, v))
+            entries.append((vaultSession, v))
             return v
         }
     }
@@ -982,18 +990,18 @@ final class SecretService: @unchecked Sendable {
         switch change {
         case .items(_, let group, _, _, _), .label(let group):
             targets = lock.withLock {
-                peers.filter { Policy.seesItem(inAccessGroup: group, $0.value.caller) }.map {
+                peers.filter { $0.value.vaultSession.sees(itemInAccessGroup: group) }.map {
                     ($0.key, $0.value)
                 }
             }
         case .lockState:
             targets = lock.withLock { peers.map { ($0.key, $0.value) } }
         }
-        let collectionsSeen = PerCaller<[String]>()
+        let collectionsSeen = PerSession<[String]>()
         switch change {
         case .items(let collection, _, let created, let deleted, let changed):
-            let views = PerCaller<[(String, GV)]>()
-            let itemValues = PerCaller<[String: [(String, GV)]]>()
+            let views = PerSession<[(String, GV)]>()
+            let itemValues = PerSession<[String: [(String, GV)]]>()
             for (sender, peer) in targets {
                 if !Self.isSession(collection) && !(created.isEmpty && deleted.isEmpty) {
                     collectionsChanged(sender, peer, collectionsSeen)
@@ -1004,9 +1012,10 @@ final class SecretService: @unchecked Sendable {
                 let values =
                     reader
                     ? views.value(
-                        for: peer.caller, { try collectionValues(collection, caller: peer.caller) })
+                        for: peer.vaultSession,
+                        { try collectionValues(collection, vaultSession: peer.vaultSession) })
                     : nil
-                for path in collectionPaths(collection, for: peer.caller) {
+                for path in collectionPaths(collection, for: peer.vaultSession) {
                     for item in created {
                         emit(
                             to: sender, path: path, SecretServiceIntrospection.collection,
@@ -1027,12 +1036,12 @@ final class SecretService: @unchecked Sendable {
                             to: sender, path: path, SecretServiceIntrospection.collection, values)
                     }
                 }
-                let items = itemValues.value(for: peer.caller) {
+                let items = itemValues.value(for: peer.vaultSession) {
                     var out: [String: [(String, GV)]] = [:]
                     for item in changed {
                         guard let target = SecretServicePath(item) else { continue }
                         out[item] = try readableProperties(of: SecretServiceIntrospection.item).map
-                        { ($0, try property($0, of: target, caller: peer.caller)) }
+                        { ($0, try property($0, of: target, vaultSession: peer.vaultSession)) }
                     }
                     return out
                 }
@@ -1042,14 +1051,17 @@ final class SecretService: @unchecked Sendable {
                 }
             }
         case .label(let group):
-            let labels = PerCaller<GV>()
+            let labels = PerSession<GV>()
             for (sender, peer) in targets {
                 guard
                     let label = labels.value(
-                        for: peer.caller,
-                        { try property("Label", of: .collection(group), caller: peer.caller) })
+                        for: peer.vaultSession,
+                        {
+                            try property(
+                                "Label", of: .collection(group), vaultSession: peer.vaultSession)
+                        })
                 else { continue }
-                for path in collectionPaths(group, for: peer.caller) {
+                for path in collectionPaths(group, for: peer.vaultSession) {
                     propertiesChanged(
                         to: sender, path: path, SecretServiceIntrospection.collection,
                         [("Label", label)])
@@ -1060,17 +1072,19 @@ final class SecretService: @unchecked Sendable {
             }
         case .lockState:
             let locked = GV.bool(!vault.isKeychainOpen)
-            let items = PerCaller<[String: [(String, Bool)]]>()
-            let labels = PerCaller<[String: GV]>()
+            let items = PerSession<[String: [(String, Bool)]]>()
+            let labels = PerSession<[String: GV]>()
             for (sender, peer) in targets {
                 guard
                     let collections = collectionsSeen.value(
-                        for: peer.caller, { try visibleCollections(caller: peer.caller) })
+                        for: peer.vaultSession,
+                        { try visibleCollections(vaultSession: peer.vaultSession) })
                 else { continue }
-                let seen = items.value(for: peer.caller) {
+                let seen = items.value(for: peer.vaultSession) {
                     var out: [String: [(String, Bool)]] = [:]
                     for c in collections {
-                        out[c] = try find(Self.query(group: c), caller: peer.caller).map {
+                        out[c] = try find(Self.query(group: c), vaultSession: peer.vaultSession).map
+                        {
                             (path(of: $0), $0.isLocked)
                         }
                     }
@@ -1078,10 +1092,11 @@ final class SecretService: @unchecked Sendable {
                 }
                 // Each collection's Label: locked since vaultd started, a set label was given
                 // as the group's name (`Vault.collectionLabel`).
-                let label = labels.value(for: peer.caller) {
+                let label = labels.value(for: peer.vaultSession) {
                     var out: [String: GV] = [:]
                     for c in collections {
-                        out[c] = try? property("Label", of: .collection(c), caller: peer.caller)
+                        out[c] = try? property(
+                            "Label", of: .collection(c), vaultSession: peer.vaultSession)
                     }
                     return out
                 }
@@ -1092,9 +1107,10 @@ final class SecretService: @unchecked Sendable {
                         peer.readsAllItems || peer.itemsRead.containsBytes(c)
                     }
                     let values =
-                        reader ? ((try? collectionValues(c, caller: peer.caller)) ?? []) : []
+                        reader
+                        ? ((try? collectionValues(c, vaultSession: peer.vaultSession)) ?? []) : []
                     let named = label?[c].map { [("Label", $0)] } ?? []
-                    for path in collectionPaths(c, for: peer.caller) {
+                    for path in collectionPaths(c, for: peer.vaultSession) {
                         propertiesChanged(
                             to: sender, path: path, SecretServiceIntrospection.collection,
                             [("Locked", locked)] + named + values)
@@ -1115,9 +1131,9 @@ final class SecretService: @unchecked Sendable {
 
     /// The paths a connection of `caller` knows collection `collection` by: its own, and the
     /// aliases when it is that caller's default group.
-    private func collectionPaths(_ collection: String, for caller: Caller) -> [String] {
+    private func collectionPaths(_ collection: String, for vaultSession: VaultSession) -> [String] {
         var paths = [collectionPath(collection)]
-        if !Self.isSession(collection) && caller.defaultAccessGroup.sameBytes(collection) {
+        if !Self.isSession(collection) && vaultSession.isDefault(accessGroup: collection) {
             paths += SecretServicePath.aliases.map { SecretServicePath.alias($0).path }
         }
         return paths
@@ -1126,12 +1142,13 @@ final class SecretService: @unchecked Sendable {
     /// The service's Collections as `sender` sees them now; when they differ from what it
     /// was last given (its read of the property, or an earlier signal), CollectionCreated and
     /// CollectionDeleted for each difference, then PropertiesChanged with the new value.
-    private func collectionsChanged(_ sender: String, _ peer: BusPeer, _ seen: PerCaller<[String]>)
+    private func collectionsChanged(_ sender: String, _ peer: BusPeer, _ seen: PerSession<[String]>)
     {
         // Nothing to compare with (it never read them): it is told nothing.
         guard lock.withLock({ peer.collections != nil }) else { return }
         guard
-            let now = seen.value(for: peer.caller, { try visibleCollections(caller: peer.caller) })
+            let now = seen.value(
+                for: peer.vaultSession, { try visibleCollections(vaultSession: peer.vaultSession) })
         else { return }
         let before: [String]? = lock.withLock {
             defer { peer.collections = now }

@@ -29,26 +29,30 @@ extension SecretService {
 
     /// The matches, locked ones too (none: empty): of the session collection (its group
     /// named `Vault.sessionCollection`), of the store, or of both (no group named).
-    func find(_ q: ItemQuery, secrets: Bool = false, caller: Caller) throws -> [FoundItem] {
-        try findReportingDamage(q, secrets: secrets, caller: caller).items
+    func find(_ q: ItemQuery, secrets: Bool = false, vaultSession: VaultSession) throws
+        -> [FoundItem]
+    {
+        try findReportingDamage(q, secrets: secrets, vaultSession: vaultSession).items
     }
 
     /// `find`, with the damaged items of the store the query met (`DamagedItem`; with
     /// `secrets`, those whose secret does not open too), which never keep the others from
     /// being found (docs/secret-service.md, "Damaged items").
-    func findReportingDamage(_ q: ItemQuery, secrets: Bool = false, caller: Caller) throws -> (
-        items: [FoundItem], damaged: [DamagedItem]
-    ) {
+    func findReportingDamage(_ q: ItemQuery, secrets: Bool = false, vaultSession: VaultSession)
+        throws -> (
+            items: [FoundItem], damaged: [DamagedItem]
+        )
+    {
         let session = {
-            try self.vault.sessionItems(
+            try vaultSession.sessionItems(
                 matching: q.attributes.lookupAttributes ?? [:], id: q.attributes.account,
-                secrets: secrets, caller: caller)
+                secrets: secrets)
         }
         if let g = q.attributes.accessGroup, Self.isSession(g) { return (try session(), []) }
         var stored: (items: [FoundItem], damaged: [DamagedItem]) = ([], [])
         do {
-            let m = try vault.copyMatchingReportingDamage(
-                q, returnData: secrets, includingLocked: true, caller: caller)
+            let m = try vaultSession.copyMatchingReportingDamage(
+                q, returnData: secrets, includingLocked: true)
             stored = (m.items, m.damaged)
         } catch let e as VaultFailure where e.code == .itemNotFound {}
         if q.attributes.accessGroup == nil { stored.items += try session() }
@@ -86,11 +90,11 @@ extension SecretService {
     /// The access group a collection path stands for: the collection's own, or for an alias
     /// (`default`, `login`) the caller's default group (`Caller.defaultAccessGroup`). Other
     /// aliases name nothing (NoSuchObject).
-    func group(of target: SecretServicePath, caller: Caller) throws -> String {
+    func group(of target: SecretServicePath, vaultSession: VaultSession) throws -> String {
         switch target {
         case .collection(let g): return g
         case .alias(let a) where SecretServicePath.aliases.contains(a):
-            return caller.defaultAccessGroup
+            return vaultSession.defaultAccessGroup
         default: throw BusError.noSuchObject
         }
     }
@@ -103,17 +107,18 @@ extension SecretService {
     }
 
     /// What is at `target` (NoSuchObject when nothing the caller may see is).
-    func stored(_ target: SecretServicePath, secret: Bool = false, caller: Caller) throws
+    func stored(_ target: SecretServicePath, secret: Bool = false, vaultSession: VaultSession)
+        throws
         -> StoredItem
     {
         switch target {
         case .item(let g, let id):
             let (items, damaged) = try findReportingDamage(
-                Self.query(group: g, id: id), secrets: secret, caller: caller)
+                Self.query(group: g, id: id), secrets: secret, vaultSession: vaultSession)
             if let found = items.first { return .item(found) }
             if let d = damaged.first { return .damaged(d) }
         case .damaged(let g, let row) where !Self.isSession(g):
-            if let d = try vault.damagedSecretServiceItem(row, accessGroup: g, caller: caller) {
+            if let d = try vaultSession.damagedSecretServiceItem(row, accessGroup: g) {
                 return .damaged(d)
             }
         default: break
@@ -123,9 +128,10 @@ extension SecretService {
 
     /// The one item at `target` (NoSuchObject when there is none the caller may see,
     /// ItemDamaged when it is damaged).
-    func item(_ target: SecretServicePath, secret: Bool = false, caller: Caller) throws -> FoundItem
+    func item(_ target: SecretServicePath, secret: Bool = false, vaultSession: VaultSession) throws
+        -> FoundItem
     {
-        switch try stored(target, secret: secret, caller: caller) {
+        switch try stored(target, secret: secret, vaultSession: vaultSession) {
         case .item(let found): return found
         case .damaged(let d): throw Self.damagedError([d])
         }
@@ -209,7 +215,7 @@ extension SecretService {
     /// Handles one call; returns its reply's out arguments (a tuple), nil for none.
     func handle(
         _ method: String, of interface: String, on target: SecretServicePath, _ p: GV,
-        sender: String, caller: Caller
+        sender: String, vaultSession: VaultSession
     ) throws -> GV? {
         switch (interface, method, target) {
         // Service
@@ -243,7 +249,8 @@ extension SecretService {
             // A damaged item is listed among the locked: libsecret reads no secret of those
             // without unlocking them first, and then GetSecrets names it as damaged.
             let (found, damaged) = try findReportingDamage(
-                Self.query(group: nil, attributes: try Self.attributes(p.child(0))), caller: caller)
+                Self.query(group: nil, attributes: try Self.attributes(p.child(0))),
+                vaultSession: vaultSession)
             return .tuple([
                 .objectPaths(found.filter { !$0.isLocked }.map(path)),
                 .objectPaths(
@@ -260,7 +267,7 @@ extension SecretService {
                 guard let t = SecretServicePath(itemPath) else { continue }
                 let data: SecureBytes
                 let contentType: String?
-                switch try? stored(t, secret: true, caller: caller) {
+                switch try? stored(t, secret: true, vaultSession: vaultSession) {
                 case .item(let found)?:
                     guard let d = found.data else {
                         locked = true
@@ -292,15 +299,16 @@ extension SecretService {
             return .tuple([.array("{o(oayays)}", entries)])
         case (SecretServiceIntrospection.service, "Unlock", .service):
             let objects = p.child(0).children.map(\.string).filter { SecretServicePath($0) != nil }
-            if try vault.requestUnlock(caller: caller) {
+            if try vaultSession.requestUnlock() {
                 return .tuple([.objectPaths(objects), .objectPath("/")])
             }
             return .tuple([
                 .objectPaths([]),
-                .objectPath(try makePrompt(for: sender, objects: objects, caller: caller)),
+                .objectPath(
+                    try makePrompt(for: sender, objects: objects, vaultSession: vaultSession)),
             ])
         case (SecretServiceIntrospection.service, "Lock", .service):
-            _ = try vault.lockVault(caller: caller)
+            _ = try vaultSession.lock()
             return .tuple([
                 .objectPaths(
                     p.child(0).children.map(\.string).filter { SecretServicePath($0) != nil }),
@@ -311,15 +319,15 @@ extension SecretService {
             guard SecretServicePath.aliases.contains(name) else {
                 return .tuple([.objectPath("/")])
             }
-            let group = try vault.accessGroup(caller.defaultAccessGroup, caller: caller)
+            let group = try vaultSession.accessGroup(vaultSession.defaultAccessGroup)
             return .tuple([.objectPath(collectionPath(group))])
         case (SecretServiceIntrospection.service, "SetAlias", .service):
-            try vault.setAlias(caller: caller)
+            try vaultSession.setAlias()
             let name = p.child(0).string
             let to = p.child(1).string
             // An alias names the caller's default group; pointing it there again is a no-op.
             guard SecretServicePath.aliases.contains(name),
-                to == SecretServicePath.collection(caller.defaultAccessGroup).path
+                to == SecretServicePath.collection(vaultSession.defaultAccessGroup).path
             else {
                 throw BusError.notSupported(
                     "vaultd's aliases default and login always name the default access group")
@@ -331,27 +339,31 @@ extension SecretService {
             // An alias of vaultd's is the caller's default group, which always exists.
             let wanted =
                 SecretServicePath.aliases.contains(alias) || label.isEmpty
-                ? caller.defaultAccessGroup : label
-            let group = try vault.accessGroup(wanted, caller: caller)
+                ? vaultSession.defaultAccessGroup : label
+            let group = try vaultSession.accessGroup(wanted)
             return .tuple([.objectPath(collectionPath(group)), .objectPath("/")])
 
         // Collection (its own path or an alias)
         case (SecretServiceIntrospection.collection, "SearchItems", _):
-            let g = try group(of: target, caller: caller)
+            let g = try group(of: target, vaultSession: vaultSession)
             let (found, damaged) = try findReportingDamage(
-                Self.query(group: g, attributes: try Self.attributes(p.child(0))), caller: caller)
+                Self.query(group: g, attributes: try Self.attributes(p.child(0))),
+                vaultSession: vaultSession)
             return .tuple([.objectPaths(found.map(path) + damaged.compactMap(path(ofDamaged:)))])
         case (SecretServiceIntrospection.collection, "CreateItem", _):
             return try createItem(
-                in: try group(of: target, caller: caller), p, sender: sender, caller: caller)
+                in: try group(of: target, vaultSession: vaultSession), p, sender: sender,
+                vaultSession: vaultSession)
         case (SecretServiceIntrospection.collection, "Delete", _):
-            let g = try group(of: target, caller: caller)
-            let (items, damaged) = try findReportingDamage(Self.query(group: g), caller: caller)
+            let g = try group(of: target, vaultSession: vaultSession)
+            let (items, damaged) = try findReportingDamage(
+                Self.query(group: g), vaultSession: vaultSession)
             if Self.isSession(g) {
-                try vault.deleteSessionItems(nil, caller: caller)
+                try vaultSession.deleteSessionItems(nil)
                 notify(
                     .items(
-                        collection: g, group: caller.defaultAccessGroup, deleted: items.map(path)))
+                        collection: g, group: vaultSession.defaultAccessGroup,
+                        deleted: items.map(path)))
             } else {
                 var deleted: [String] = []
                 defer {
@@ -360,17 +372,17 @@ extension SecretService {
                     }
                 }
                 if !items.isEmpty {
-                    _ = try vault.deleteItems(Self.query(group: g), caller: caller)
+                    _ = try vaultSession.deleteItems(Self.query(group: g))
                     deleted = items.map(path)
                 }
                 // The damaged ones too, each by its row (the query above names lookup
                 // attributes, which a damaged item's cannot be checked against).
                 for d in damaged {
-                    _ = try vault.deleteDamagedSecretServiceItem(
-                        d.id, accessGroup: g, caller: caller)
+                    _ = try vaultSession.deleteDamagedSecretServiceItem(
+                        d.id, accessGroup: g)
                     if let p = path(ofDamaged: d) { deleted.append(p) }
                 }
-                try vault.removeCollectionLabel(g, caller: caller)
+                try vaultSession.removeCollectionLabel(g)
                 notify(.label(group: g))
             }
             return .tuple([.objectPath("/")])
@@ -379,7 +391,7 @@ extension SecretService {
         case (SecretServiceIntrospection.item, "GetSecret", .item):
             let path = p.child(0).string
             let session = try session(path, for: sender)
-            let found = try item(target, secret: true, caller: caller)
+            let found = try item(target, secret: true, vaultSession: vaultSession)
             guard let data = found.data else {
                 throw BusError(
                     VaultFailure(
@@ -393,53 +405,53 @@ extension SecretService {
         case (SecretServiceIntrospection.item, "SetSecret", .damaged),
             (SecretServiceIntrospection.item, "GetSecret", .damaged):
             // Nothing of it reads: named as damaged (or NoSuchObject once it is gone).
-            _ = try item(target, caller: caller)
+            _ = try item(target, vaultSession: vaultSession)
             throw BusError.noSuchObject
         case (SecretServiceIntrospection.item, "SetSecret", .item(let g, let id)):
             let s = try secret(p.child(0), sender: sender)
             let type = try Self.contentType(p.child(0))
             if Self.isSession(g) {
-                try vault.updateSessionItem(id, secret: s, contentType: type, caller: caller)
+                try vaultSession.updateSessionItem(id, secret: s, contentType: type)
             } else {
                 // The content type goes with the secret; "" is stored as none (given back as
                 // `defaultContentType`), as an item made without one.
                 var changes = ItemAttributes()
                 changes.contentType = type ?? ""
-                _ = try vault.updateItems(
-                    Self.query(group: g, id: id), changes: changes, secret: s, caller: caller)
+                _ = try vaultSession.updateItems(
+                    Self.query(group: g, id: id), changes: changes, secret: s)
             }
             notify(
                 .items(
-                    collection: g, group: Self.isSession(g) ? caller.defaultAccessGroup : g,
+                    collection: g, group: Self.isSession(g) ? vaultSession.defaultAccessGroup : g,
                     changed: [target.path]))
             return nil
         case (SecretServiceIntrospection.item, "Delete", .item(let g, let id)):
             if Self.isSession(g) {
-                guard try vault.deleteSessionItems(id, caller: caller) > 0 else {
+                guard try vaultSession.deleteSessionItems(id) > 0 else {
                     throw BusError.noSuchObject
                 }
             } else {
                 do {
-                    _ = try vault.deleteItems(Self.query(group: g, id: id), caller: caller)
+                    _ = try vaultSession.deleteItems(Self.query(group: g, id: id))
                 } catch let e as VaultFailure where e.code == .itemDamaged {
                     // The item at this path is damaged: a query naming only its service,
                     // account and group, which its row tells in clear, deletes it.
-                    _ = try vault.deleteItems(
+                    _ = try vaultSession.deleteItems(
                         ItemQuery(
                             itemClass: .genericPassword,
                             attributes: ItemAttributes(
                                 service: Vault.secretServiceService, account: id, accessGroup: g),
-                            matchAll: true), caller: caller)
+                            matchAll: true))
                 }
             }
             notify(
                 .items(
-                    collection: g, group: Self.isSession(g) ? caller.defaultAccessGroup : g,
+                    collection: g, group: Self.isSession(g) ? vaultSession.defaultAccessGroup : g,
                     deleted: [target.path]))
             return .tuple([.objectPath("/")])
         case (SecretServiceIntrospection.item, "Delete", .damaged(let g, let row)):
             guard !Self.isSession(g) else { throw BusError.noSuchObject }
-            _ = try vault.deleteDamagedSecretServiceItem(row, accessGroup: g, caller: caller)
+            _ = try vaultSession.deleteDamagedSecretServiceItem(row, accessGroup: g)
             notify(.items(collection: g, group: g, deleted: [target.path]))
             return .tuple([.objectPath("/")])
 
@@ -455,10 +467,11 @@ extension SecretService {
 
         // vaultd's own: the prompter agent
         case (SecretServiceIntrospection.prompting, "RegisterPrompter", .service):
-            try prompter.register(sender: sender, path: p.child(0).string, caller: caller)
+            try prompter.register(
+                sender: sender, path: p.child(0).string, vaultSession: vaultSession)
             return nil
         case (SecretServiceIntrospection.prompting, "UnregisterPrompter", .service):
-            try prompter.unregister(sender: sender, caller: caller)
+            try prompter.unregister(sender: sender, vaultSession: vaultSession)
             return nil
         default:
             throw BusError(.unknownMethod, "no method \(interface).\(method) at this object")
@@ -467,7 +480,8 @@ extension SecretService {
 
     /// CreateItem(properties, secret, replace) in `group`: with `replace`, an item of the
     /// group whose attributes are exactly these gets the new secret and label instead.
-    private func createItem(in group: String, _ p: GV, sender: String, caller: Caller) throws -> GV
+    private func createItem(in group: String, _ p: GV, sender: String, vaultSession: VaultSession)
+        throws -> GV
     {
         let properties = p.child(0)
         let label = properties.lookup(Self.itemLabel, "s")?.string ?? ""
@@ -480,24 +494,25 @@ extension SecretService {
         let secret = try secret(p.child(1), sender: sender)
         let contentType = try Self.contentType(p.child(1))
         if Self.isSession(group) {
-            let id = try vault.addSessionItem(
+            let id = try vaultSession.addSessionItem(
                 label: label, attributes: attributes, secret: secret, contentType: contentType,
-                replace: p.child(2).bool, caller: caller)
+                replace: p.child(2).bool)
             let path = itemPath(group, id)
-            notify(.items(collection: group, group: caller.defaultAccessGroup, created: [path]))
+            notify(
+                .items(collection: group, group: vaultSession.defaultAccessGroup, created: [path]))
             return .tuple([.objectPath(path), .objectPath("/")])
         }
         if p.child(2).bool,
             let existing = try find(
-                Self.query(group: group, attributes: attributes), caller: caller
+                Self.query(group: group, attributes: attributes), vaultSession: vaultSession
             ).first(where: { $0.attributes.lookupAttributes == attributes })
         {
             var changes = ItemAttributes(label: label)
             changes.lookupAttributes = attributes
             changes.contentType = contentType ?? ""
             let id = existing.attributes.account ?? ""
-            _ = try vault.updateItems(
-                Self.query(group: group, id: id), changes: changes, secret: secret, caller: caller)
+            _ = try vaultSession.updateItems(
+                Self.query(group: group, id: id), changes: changes, secret: secret)
             let path = itemPath(group, id)
             notify(.items(collection: group, group: group, changed: [path]))
             return .tuple([.objectPath(path), .objectPath("/")])
@@ -508,7 +523,7 @@ extension SecretService {
             service: Vault.secretServiceService, account: id, label: label, accessGroup: group)
         a.lookupAttributes = attributes
         a.contentType = contentType
-        _ = try vault.addItem(.genericPassword, attributes: a, secret: secret, caller: caller)
+        _ = try vaultSession.addItem(.genericPassword, attributes: a, secret: secret)
         let path = itemPath(group, id)
         notify(.items(collection: group, group: group, created: [path]))
         return .tuple([.objectPath(path), .objectPath("/")])
@@ -520,29 +535,30 @@ extension SecretService {
     /// is the connection it is read for: the Collections it is given are remembered, so that
     /// a later change tells it what was created or deleted (`notify`).
     func property(
-        _ name: String, of target: SecretServicePath, caller: Caller, sender: String? = nil
+        _ name: String, of target: SecretServicePath, vaultSession: VaultSession,
+        sender: String? = nil
     ) throws -> GV {
         switch (target, name) {
         case (.service, "Collections"):
-            let groups = try visibleCollections(caller: caller)
+            let groups = try visibleCollections(vaultSession: vaultSession)
             if let sender { collectionsGiven(groups, to: sender) }
             return .objectPaths(groups.map(collectionPath))
         case (.collection, "Items"), (.alias, "Items"), (.collection, "Created"),
             (.alias, "Created"), (.collection, "Modified"), (.alias, "Modified"):
-            let g = try group(of: target, caller: caller)
-            let values = try collectionValues(g, caller: caller)
+            let g = try group(of: target, vaultSession: vaultSession)
+            let values = try collectionValues(g, vaultSession: vaultSession)
             if let sender, name == "Items" { itemsRead(g, by: sender) }
             return values.first { $0.0 == name }!.1
         case (.collection, "Label"), (.alias, "Label"):
-            let g = try group(of: target, caller: caller)
-            return .string(Self.isSession(g) ? g : try vault.collectionLabel(g, caller: caller))
+            let g = try group(of: target, vaultSession: vaultSession)
+            return .string(Self.isSession(g) ? g : try vaultSession.collectionLabel(g))
         case (.collection, "Locked"), (.alias, "Locked"):
-            let g = try group(of: target, caller: caller)
-            if !Self.isSession(g) { _ = try vault.accessGroup(g, caller: caller) }
-            return .bool(!(try vault.requestUnlock(caller: caller)))
+            let g = try group(of: target, vaultSession: vaultSession)
+            if !Self.isSession(g) { _ = try vaultSession.accessGroup(g) }
+            return .bool(!(try vaultSession.requestUnlock()))
         case (.item, _), (.damaged, _):
             let found: FoundItem
-            switch try stored(target, caller: caller) {
+            switch try stored(target, vaultSession: vaultSession) {
             case .item(let f): found = f
             case .damaged(let d):
                 // Shown, as a locked item whose label says what is wrong: nothing of it reads.
@@ -573,13 +589,14 @@ extension SecretService {
     /// encrypted attributes) cannot be read: no items then, and dates 0, until the unlock
     /// sends the real values (`notify(.lockState)`); an error here would fail the whole
     /// GetAll a client makes of the collection, and libsecret then has no collection at all.
-    func collectionValues(_ group: String, caller: Caller) throws -> [(String, GV)] {
+    func collectionValues(_ group: String, vaultSession: VaultSession) throws -> [(String, GV)] {
         let found: [FoundItem]
         let damaged: [DamagedItem]
         do {
-            (found, damaged) = try findReportingDamage(Self.query(group: group), caller: caller)
+            (found, damaged) = try findReportingDamage(
+                Self.query(group: group), vaultSession: vaultSession)
         } catch let e as VaultFailure where e.code == .interactionNotAllowed {
-            if !Self.isSession(group) { _ = try vault.accessGroup(group, caller: caller) }
+            if !Self.isSession(group) { _ = try vaultSession.accessGroup(group) }
             (found, damaged) = ([], [])
         }
         return [
@@ -589,7 +606,9 @@ extension SecretService {
         ]
     }
 
-    func setProperty(_ name: String, of target: SecretServicePath, to value: GV, caller: Caller)
+    func setProperty(
+        _ name: String, of target: SecretServicePath, to value: GV, vaultSession: VaultSession
+    )
         throws
     {
         switch (target, name) {
@@ -601,18 +620,18 @@ extension SecretService {
                 changes.lookupAttributes = try Self.attributes(value)
             }
             if Self.isSession(g) {
-                try vault.updateSessionItem(
-                    id, label: changes.label, attributes: changes.lookupAttributes, caller: caller)
+                try vaultSession.updateSessionItem(
+                    id, label: changes.label, attributes: changes.lookupAttributes)
             } else {
-                _ = try vault.updateItems(
-                    Self.query(group: g, id: id), changes: changes, secret: nil, caller: caller)
+                _ = try vaultSession.updateItems(
+                    Self.query(group: g, id: id), changes: changes, secret: nil)
             }
             notify(
                 .items(
-                    collection: g, group: Self.isSession(g) ? caller.defaultAccessGroup : g,
+                    collection: g, group: Self.isSession(g) ? vaultSession.defaultAccessGroup : g,
                     changed: [target.path]))
         case (.collection, "Label"), (.alias, "Label"):
-            let g = try group(of: target, caller: caller)
+            let g = try group(of: target, vaultSession: vaultSession)
             guard !Self.isSession(g) else {
                 // One collection for every caller, each seeing its own items there: a label
                 // one app set would be read by the others.
@@ -621,11 +640,11 @@ extension SecretService {
                 }
                 return
             }
-            if try vault.setCollectionLabel(g, to: value.string, caller: caller) {
+            if try vaultSession.setCollectionLabel(g, to: value.string) {
                 notify(.label(group: g))
             }
         case (.damaged, "Label"), (.damaged, "Attributes"):
-            _ = try item(target, caller: caller)
+            _ = try item(target, vaultSession: vaultSession)
             throw BusError.noSuchObject
         default:
             throw BusError.propertyReadOnly(name)
