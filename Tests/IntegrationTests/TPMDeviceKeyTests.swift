@@ -170,6 +170,49 @@ import Glibc
     }
 }
 
+extension TPMDeviceKeyTests {
+    /// A vault without a passphrase kept with `device.key` in a file, then started with a
+    /// TPM: its key-encryption key, stored in clear until then, is moved under the device key
+    /// the TPM now seals (`kek.nopassphrase.sealed`), and a copy opens nowhere else.
+    @Test func aVaultWithoutPassphraseMovedToTheTPMIsBoundToIt() throws {
+        let tpm = try SoftwareTPM()
+        defer { tpm.close() }
+        let d = try Daemon(start: false)
+        defer { d.close() }
+        try d.startWithDeviceKeyTPM("none")
+        try #require(d.ctl(["init", "--no-passphrase"]).status == 0)
+        try d.addItems()
+        #expect(d.stop() == 0)
+        #expect(try Self.metaKeys(d).contains("kek.nopassphrase"))
+
+        try d.startWithDeviceKeyTPM(tpm.tcti)
+        #expect(d.ctl(["item", "get"] + Self.free).stdoutText == "free-secret")
+        #expect(d.ctl(["item", "get"] + Self.bound).stdoutText == "bound-secret")
+        #expect(d.log.contains("its key is now sealed with the device key"), "\(d.log)")
+        #expect(d.stop() == 0)
+        let keys = try Self.metaKeys(d)
+        #expect(keys.contains("kek.nopassphrase.sealed") && !keys.contains("kek.nopassphrase"))
+
+        let other = try SoftwareTPM()
+        defer { other.close() }
+        let copy = try Daemon(start: false)
+        defer { copy.close() }
+        try copyDirectory(d.dataDirectory, to: copy.dataDirectory)
+        try copy.startWithDeviceKeyTPM(other.tcti)
+        let get = copy.ctl(["item", "get"] + Self.free)
+        #expect(get.status != 0 && get.stdoutText.isEmpty, "\(get)")
+    }
+
+    /// The names in `vault_meta` of `d`'s store (vaultd stopped), through the sqlite3 CLI.
+    static func metaKeys(_ d: Daemon) throws -> [String] {
+        let r = try ChildProcess.run(
+            "sqlite3", [d.dataDirectory + "/vault.sqlite", "SELECT key FROM vault_meta"],
+            environment: ProcessInfo.processInfo.environment)
+        try #require(r.status == 0, "\(r)")
+        return r.stdoutText.split(separator: "\n").map(String.init)
+    }
+}
+
 extension Daemon {
     /// Starts vaultd with a config.plist whose `DeviceKeyTPM` is `setting`.
     func startWithDeviceKeyTPM(_ setting: String) throws {
