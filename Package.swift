@@ -33,6 +33,10 @@ let package = Package(
         .systemLibrary(
             name: "CGcrypt", pkgConfig: "libgcrypt", providers: [.apt(["libgcrypt20-dev"])]),
         // What Glibc does not import into Swift (struct ucred, prctl).
+        // tpm2-tss: the ESAPI, the TCTI loader, the response-code decoder and the marshalling
+        // of TPM structures, which seal the device key to the TPM (VaultCore/DeviceKey).
+        .systemLibrary(
+            name: "CTSS2", pkgConfig: "tss2-esys", providers: [.apt(["libtss2-dev"])]),
         .target(name: "CVaultSys"),
 
         // CSodium for sodium_memzero: message buffers that carried secrets are wiped.
@@ -44,7 +48,8 @@ let package = Package(
             name: "VaultProtocol", dependencies: ["CSodium", "CVaultSys"],
             exclude: ["Interfaces/README.md"] + interfaceFiles),
         .target(
-            name: "VaultCore", dependencies: ["VaultProtocol", "CSodium", "CSQLite", "CVaultSys"]),
+            name: "VaultCore",
+            dependencies: ["VaultProtocol", "CSodium", "CSQLite", "CVaultSys", "CTSS2"]),
         // The desktop keyring (Secret Service) through libsecret: for vaultctl and vaultd.
         .target(name: "DesktopKeyring", dependencies: ["CSecret", "VaultProtocol"]),
         // The Secret Service's encrypted session: its key exchange and cipher.

@@ -55,6 +55,40 @@ public final class Vault: @unchecked Sendable {
         LockState(try connection.call(.vaultUnlock, ["passphrase": .string(passphrase)])["lock"])
     }
 
+    /// Makes a recovery key (replacing any earlier one) and returns its text, 8 groups of 8
+    /// modhex characters (`RecoveryKeyText`), to show once. Needs the passphrase (checked as
+    /// Unlock checks it). Owner only.
+    public func createRecoveryKey(passphrase: String) throws -> String {
+        let r = try connection.call(.vaultCreateRecoveryKey, ["passphrase": .string(passphrase)])
+        guard let text = r["recoveryKey"]?.stringValue, var bytes = Data(base64Encoded: text),
+            bytes.count == RecoveryKeyText.byteCount
+        else { throw VaultError(.internalError, "vaultd's reply carries no recovery key") }
+        defer { bytes.resetBytes(in: 0..<bytes.count) }
+        return bytes.withUnsafeBytes { RecoveryKeyText.format($0) }
+    }
+
+    /// Removes the recovery key. Owner only.
+    public func removeRecoveryKey() throws {
+        _ = try connection.call(.vaultRemoveRecoveryKey)
+    }
+
+    /// Unlocks with the recovery key's text (counted and rate-limited as Unlock). Owner only.
+    @discardableResult
+    public func unlock(recoveryKey: String) throws -> LockState {
+        LockState(
+            try connection.call(.vaultUnlockWithRecoveryKey, ["recoveryKey": .string(recoveryKey)])[
+                "lock"])
+    }
+
+    /// Sets a new passphrase with the recovery key, after a forgotten one. Owner only.
+    @discardableResult
+    public func resetPassphrase(recoveryKey: String, new: String) throws -> LockState {
+        LockState(
+            try connection.call(
+                .vaultResetPassphrase,
+                ["recoveryKey": .string(recoveryKey), "new": .string(new)])["lock"])
+    }
+
     /// Unlocks with the passphrase remembered in the login keyring (`vaultctl unlock
     /// --remember`); never prompts, and gives up on the keyring after 5 s. Owner only.
     /// Returns at once when already unlocked. Throws `.keyringUnavailable` (the message says
@@ -203,6 +237,13 @@ public struct VaultStatus: Sendable, Equatable {
     public var retryAfter: Double
     /// vaultd's data directory (given to the owner's tools only; nil for apps).
     public var dataDirectory: String?
+    /// Where the device key is kept: "tpm" (sealed by a TPM 2.0) or "file" (owner only).
+    public var deviceKey: String?
+    /// Why the device key is not available now (ThisDeviceOnly items are then
+    /// NotAvailableOnThisDevice); nil when it is.
+    public var deviceKeyProblem: String?
+    /// Whether a recovery key can unlock the vault (owner only).
+    public var recoveryKey: Bool?
 
     init(_ p: JSONObject) {
         lock = LockState(p["lock"])
@@ -212,5 +253,8 @@ public struct VaultStatus: Sendable, Equatable {
         domains = p["domains"]?.intValue ?? 0
         retryAfter = p["retryAfter"]?.doubleValue ?? 0
         dataDirectory = p["dataDirectory"]?.stringValue
+        deviceKey = p["deviceKey"]?.stringValue
+        deviceKeyProblem = p["deviceKeyProblem"]?.stringValue
+        recoveryKey = p["recoveryKey"]?.boolValue
     }
 }

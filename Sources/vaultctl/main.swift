@@ -18,11 +18,16 @@ let toolUsage = """
       init [--no-passphrase | --passphrase-fd N]
       unlock [--passphrase-fd N] [--remember]   --remember: keep it in the login keyring
       unlock --from-keyring                 vaultd unlocks with the remembered passphrase
+      unlock --recovery-key-fd N            with the recovery key (forgotten passphrase)
       forget                                remove the remembered passphrase
       lock
       passphrase change --passphrase-fd N --new-passphrase-fd M
       passphrase set --new-passphrase-fd M
       passphrase remove --passphrase-fd N
+      passphrase reset --recovery-key-fd N --new-passphrase-fd M
+        a forgotten passphrase replaced, the recovery key proving you may
+      recovery-key create [--passphrase-fd N]   show a new recovery key once (replaces any)
+      recovery-key remove                   the recovery key no longer opens the vault
       backup FILE [--passphrase-fd N | --recipient age1...]... [--include-device-bound] [--json]
         an age file (age -d opens it) of every item, preference and app; the backup passphrase
         is asked twice; ThisDeviceOnly items only with --include-device-bound (this device only)
@@ -165,6 +170,7 @@ protocol ReadsSecret {}
 extension InitCommand: ReadsSecret {}
 extension UnlockCommand: ReadsSecret {}
 extension PassphraseCommand: ReadsSecret {}
+extension RecoveryKeyCommand: ReadsSecret {}
 extension BackupCommand: ReadsSecret {}
 extension RestoreCommand: ReadsSecret {}
 extension ItemCommand: ReadsSecret {}
@@ -220,6 +226,7 @@ func parseCommand(_ args: inout Arguments) throws -> Command {
     case "keyring": return try KeyringCommand(&args)
     case "import": return try ImportCommand(&args)
     case "passphrase": return try PassphraseCommand(&args)
+    case "recovery-key": return try RecoveryKeyCommand(&args)
     case "backup": return try BackupCommand(&args)
     case "restore": return try RestoreCommand(&args)
     case "doctor": return try DoctorCommand(&args)
@@ -289,9 +296,11 @@ do {
     // meant. A command reading a secret names only a word shaped like an option's name.
     if parsing,
         let unknown = arguments.unknownOption(
-            showingWords: !["init", "unlock", "passphrase", "backup", "restore", "item", "import"]
-                .contains(
-                    named ?? ""),
+            showingWords: ![
+                "init", "unlock", "passphrase", "recovery-key", "backup", "restore", "item",
+                "import",
+            ].contains(
+                named ?? ""),
             knownOptions: CommandTable.parse(toolUsage).allOptions)
     {
         e = unknown

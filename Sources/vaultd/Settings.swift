@@ -33,6 +33,10 @@ import Glibc
 ///   `none` (`PromptDialogs.choose`).
 /// - `PinentryProgram` (string): the pinentry run when pinentry asks: a path, or a name
 ///   looked up in PATH (default `pinentry`, the system's choice).
+/// - `DeviceKeyTPM` (string): where the device key is kept: `auto` (default: sealed by the
+///   system's TPM when `/dev/tpmrm0` exists, else a file), `none` (a file), or a tpm2-tss
+///   TCTI string naming the TPM (`device:/dev/tpmrm0`, `swtpm:host=127.0.0.1,port=2321`).
+///   Read at start only (`DeviceKey`).
 struct Settings {
     var autoLockSeconds: Double = 0
     var uninstallGraceSeconds: Double = 600
@@ -42,6 +46,7 @@ struct Settings {
     var cacheCheckInterval: Double = 5
     var secretService = false
     var secretServicePromptTimeout: Double = 60
+    var deviceKeyTPM: DeviceKeyTPM = .auto
     var prompter: PromptDialogs.Setting = .auto
     var pinentryProgram = "pinentry"
     /// Keys of the file that name no setting (a misspelt `AutoLockSecs`, say): ignored, and
@@ -56,6 +61,7 @@ struct Settings {
         "AppStorageQuotaBytes", "CacheFreeLowWaterBytes", "CacheFreeHighWaterBytes",
         "CacheBudgetBytes",
         "CacheBudgetHighWaterBytes", "SecretService", "SecretServicePromptTimeoutSeconds",
+        "DeviceKeyTPM",
         "Prompter", "PinentryProgram",
     ]
 
@@ -127,6 +133,18 @@ struct Settings {
         default: throw StartupError(description: "\(path): SecretService must be a boolean")
         }
         s.secretServicePromptTimeout = try seconds("SecretServicePromptTimeoutSeconds") ?? 60
+        switch d["DeviceKeyTPM"] {
+        case nil: break
+        case .string(let t)?:
+            guard let v = DeviceKeyTPM(setting: t) else {
+                throw StartupError(
+                    description:
+                        "\(path): DeviceKeyTPM must be auto, none or a TCTI string such as device:/dev/tpmrm0 (printable ASCII, at most 256 bytes)"
+                )
+            }
+            s.deviceKeyTPM = v
+        default: throw StartupError(description: "\(path): DeviceKeyTPM must be a string")
+        }
         switch d["Prompter"] {
         case nil: break
         case .string(let v)? where PromptDialogs.Setting(rawValue: v) != nil:

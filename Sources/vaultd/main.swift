@@ -123,7 +123,7 @@ let vault: Vault
 do {
     vault = try Vault(
         dataDirectory: configuration.dataDirectory, cacheDirectory: configuration.cacheDirectory,
-        newDeviceKey: configuration.newDeviceKey,
+        newDeviceKey: configuration.newDeviceKey, deviceKeyTPM: initialSettings.deviceKeyTPM,
         passphrasePolicy: passphrasePolicy, clock: testClock ?? SystemClock())
 } catch {
     // Named as a client would see it (io.vaultd.Vault.StoreDamaged: …).

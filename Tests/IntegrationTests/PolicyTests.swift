@@ -32,6 +32,10 @@ import Glibc
             "io.vaultd.Vault.UnlockFromKeyring": [:],
             "io.vaultd.Vault.Lock": [:],
             "io.vaultd.Vault.ChangePassphrase": ["old": "guess", "new": "other"],
+            "io.vaultd.Vault.CreateRecoveryKey": ["passphrase": "guess"],
+            "io.vaultd.Vault.RemoveRecoveryKey": [:],
+            "io.vaultd.Vault.UnlockWithRecoveryKey": ["recoveryKey": "guess"],
+            "io.vaultd.Vault.ResetPassphrase": ["recoveryKey": "guess", "new": "other"],
             "io.vaultd.Vault.Observe": [:],
             "io.vaultd.Vault.Backup": [
                 "path": "/tmp/policy-test-backup.age", "passphrase": "guess",
@@ -172,7 +176,7 @@ import Glibc
         let python = try AppsTests.rawPythonApp(d)
         try d.install(Self.app, exe: python)
         let ownerOnly = Self.methods.filter { Self.audience($0.decision) == .owner }.map(\.name)
-        #expect(ownerOnly.count == 19, "\(ownerOnly)")
+        #expect(ownerOnly.count == 23, "\(ownerOnly)")
         let replies = try Self.run(d, python: python, "owner-only", ownerOnly.map { ($0, false) }) {
         }
         for m in ownerOnly {

@@ -157,7 +157,7 @@ import Glibc
                 let keys = try KeyHierarchy(in: x, deviceKey: secret(Self.deviceKey))
                 #expect(keys.state == .locked && keys.hasPassphrase)
                 #expect(keys.deviceID == Self.deviceID)
-                #expect(Self.hex(keys.deviceBackupKey()) == Self.deviceBackupKey)
+                #expect(Self.hex(try keys.deviceBackupKey()) == Self.deviceBackupKey)
                 let p = try keys.passphraseParameters(in: x.db)
                 #expect(p == Self.kdf)
                 try keys.unlock(

@@ -27,6 +27,17 @@ import VaultProtocol
                 _ = try vault.changePassphrase(old: nil, new: secret("n"), caller: app)
             }
             expectFailure(.permissionDenied) {
+                _ = try vault.createRecoveryKey(passphrase: secret("p"), caller: app)
+            }
+            expectFailure(.permissionDenied) { try vault.removeRecoveryKey(caller: app) }
+            expectFailure(.permissionDenied) {
+                _ = try vault.unlock(recoveryKey: secret("k"), caller: app)
+            }
+            expectFailure(.permissionDenied) {
+                _ = try vault.resetPassphrase(
+                    recoveryKey: secret("k"), new: secret("n"), caller: app)
+            }
+            expectFailure(.permissionDenied) {
                 _ = try vault.purgeCaches(appID: nil, bytes: nil, running: [], caller: app)
             }
             expectFailure(.permissionDenied) {

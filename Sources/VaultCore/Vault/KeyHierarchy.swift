@@ -5,7 +5,10 @@ import VaultProtocol
 /// XChaCha20-Poly1305-IETF (`Sodium.seal`) with the key's `vault_meta` name bound in as
 /// associated data (`ad`).
 ///
-/// - `device.key`: 32 random bytes in the data directory, 0600, never exported.
+/// - The device key: 32 random bytes, never exported, sealed by the TPM (`device.key.tpm`)
+///   or in a file of the data directory (`device.key`, 0600); see `DeviceKey`. Nil while the
+///   TPM cannot unseal it: ThisDeviceOnly classes are then NotAvailableOnThisDevice, and
+///   nothing that would need it is rewritten.
 /// - KEK (key-encryption key): with a passphrase, Argon2id (`crypto_pwhash`, ALG_ARGON2ID13)
 ///   of the passphrase, with the salt, passes and memory stored in `vault_meta` `kdf` (the
 ///   KEK itself is never stored; new ones at `Sodium.KDFCost.moderate`, and a vault stored
@@ -13,7 +16,10 @@ import VaultProtocol
 ///   random KEK stored in `vault_meta` `kek.nopassphrase` beside the keys it wraps: such a
 ///   vault is protected by nothing but the file permissions of the data directory (and, for
 ///   ThisDeviceOnly classes, of `device.key`); whoever can read `vault.sqlite` (and
-///   `device.key`) can read every secret.
+///   `device.key`) can read every secret. When a TPM seals the device key, that KEK is stored
+///   wrapped by the device key instead (`kek.nopassphrase.sealed`, as systemd-cryptenroll
+///   --tpm2-device binds a disk to its TPM): a copy of the data directory opens nowhere else.
+/// - The recovery key's wrapping (`KeyHierarchy+Recovery.swift`), beside the passphrase's.
 /// - Class keys, one per accessibility class, random, wrapped by the KEK; the ThisDeviceOnly
 ///   ones by BLAKE2b of the KEK keyed with the device key (`wrappingKey`), so they open on
 ///   this device only. A data directory moved to another device (another `device.key`) gets
@@ -36,7 +42,14 @@ final class KeyHierarchy {
     /// vault being created), or in one of its own on the write path (an Unlock, a start).
     typealias Store = (_ write: (Database) throws -> Void) throws -> Void
 
-    private let deviceKey: SecureBytes
+    let deviceKey: SecureBytes?
+    /// The device key is sealed by a TPM: a vault without a passphrase keeps its KEK wrapped
+    /// by the device key (`kek.nopassphrase.sealed`), not in clear.
+    let sealsNoPassphraseKEK: Bool
+    /// The key that wraps the KEK for the recovery key (`recovery.kek`), opened at each unlock
+    /// from `recovery.key` (wrapped by the KEK) and wiped at Lock: a passphrase change re-wraps
+    /// the KEK for it without the recovery key itself. Nil without a recovery key.
+    var recoveryWrapping: SecureBytes?
     private(set) var classKeys: [Accessibility: SecureBytes] = [:]
     /// Classes with a wrapped key made on another device (one that does not open with this
     /// device key, or another device's `class.NAME@DEVICE`): their items made on another
@@ -63,13 +76,15 @@ final class KeyHierarchy {
         fileprivate let state: State
         fileprivate let unlockedSinceStart: Bool
         fileprivate let hasPassphrase: Bool
+        fileprivate let recoveryWrapping: SecureBytes?
     }
 
     func snapshot() -> Snapshot {
         Snapshot(
             classKeys: classKeys, foreignClasses: foreignClasses, localNames: localNames,
             metadataKey: metadataKey, indexKey: indexKey,
-            state: state, unlockedSinceStart: unlockedSinceStart, hasPassphrase: hasPassphrase)
+            state: state, unlockedSinceStart: unlockedSinceStart, hasPassphrase: hasPassphrase,
+            recoveryWrapping: recoveryWrapping)
     }
 
     func restore(_ s: Snapshot) {
@@ -81,12 +96,18 @@ final class KeyHierarchy {
         state = s.state
         unlockedSinceStart = s.unlockedSinceStart
         hasPassphrase = s.hasPassphrase
+        recoveryWrapping = s.recoveryWrapping
     }
 
     /// Reads the stored keys' state through `x` (the writer's, under the engine lock).
-    init(in x: DatabasePool.Exclusive, deviceKey: SecureBytes) throws {
+    /// `deviceKey`: nil while the TPM sealing it cannot unseal it. `sealsNoPassphraseKEK`: a TPM
+    /// seals the device key (a KEK without a passphrase stored in clear is then wrapped by it).
+    init(in x: DatabasePool.Exclusive, deviceKey: SecureBytes?, sealsNoPassphraseKEK: Bool = false)
+        throws
+    {
         let db = x.db
         self.deviceKey = deviceKey
+        self.sealsNoPassphraseKEK = sealsNoPassphraseKEK && deviceKey != nil
         if try meta(db, "wrapped.metadata") != nil {
             hasPassphrase = try meta(db, "kdf") != nil
             state = .locked
@@ -94,7 +115,9 @@ final class KeyHierarchy {
                 // Always unlocked. A failure here (a damaged store) must not stop vaultd from
                 // serving the rest: it stays locked and says why.
                 do {
-                    try openAll(kek: try noPassphraseKEK(db), in: db, store: { try x.write($0) })
+                    let kek = try noPassphraseKEK(db)
+                    try openAll(kek: kek, in: db, store: { try x.write($0) })
+                    try sealNoPassphraseKEK(kek, in: x)
                 } catch {
                     log("the vault has no passphrase but its keys do not open: \(error)")
                 }
@@ -109,11 +132,11 @@ final class KeyHierarchy {
 
     // MARK: vault_meta
 
-    private func meta(_ db: Database, _ key: String) throws -> [UInt8]? {
+    func meta(_ db: Database, _ key: String) throws -> [UInt8]? {
         try db.row("SELECT value FROM vault_meta WHERE key = ?", [.text(key)])?[0].blob
     }
 
-    private func setMeta(_ db: Database, _ key: String, _ value: [UInt8]?) throws {
+    func setMeta(_ db: Database, _ key: String, _ value: [UInt8]?) throws {
         if let value {
             try db.run(
                 "INSERT OR REPLACE INTO vault_meta (key, value) VALUES (?, ?)",
@@ -128,7 +151,28 @@ final class KeyHierarchy {
     /// The KEK of a vault without a passphrase: random, stored in `vault_meta` beside the keys
     /// it wraps (there is no secret to derive it from), so migratable items move with the data
     /// dir while ThisDeviceOnly ones stay bound to `device.key`. `create` makes a new one.
+    /// With a TPM (`sealsNoPassphraseKEK`), it is stored wrapped by the device key instead
+    /// (`kek.nopassphrase.sealed`), and opens only where that TPM unseals the device key.
     private func noPassphraseKEK(_ db: Database, create: Bool = false) throws -> SecureBytes {
+        if !create, let sealed = try meta(db, "kek.nopassphrase.sealed") {
+            guard let deviceKey else {
+                throw VaultFailure(
+                    .notAvailableOnThisDevice,
+                    "the vault has no passphrase and its key is sealed by the TPM, which cannot unseal the device key now"
+                )
+            }
+            guard
+                let kek = Sodium.open(
+                    sealed, key: Self.noPassphraseSealKey(deviceKey),
+                    associatedData: Array("vaultd kek.nopassphrase.sealed v1".utf8))
+            else {
+                throw VaultFailure(
+                    .notAvailableOnThisDevice,
+                    "the vault has no passphrase and its key was sealed by another device key (another TPM, or a device key made anew)"
+                )
+            }
+            return kek
+        }
         if !create, let stored = try meta(db, "kek.nopassphrase"), stored.count == Sodium.keyLength
         {
             return SecureBytes(copying: stored)
@@ -137,8 +181,49 @@ final class KeyHierarchy {
             throw VaultFailure(.internalError, "the vault's key-encryption key is missing")
         }
         let kek = SecureBytes.random(count: Sodium.keyLength)
-        try setMeta(db, "kek.nopassphrase", kek.withUnsafeBytes { Array($0) })
+        try storeNoPassphraseKEK(kek, in: db)
         return kek
+    }
+
+    /// The key the KEK of a vault without a passphrase is wrapped by when a TPM seals the
+    /// device key.
+    private static func noPassphraseSealKey(_ deviceKey: SecureBytes) -> SecureBytes {
+        Sodium.combine(SecureBytes(count: 0), key: deviceKey, context: "vaultd kek.nopassphrase v1")
+    }
+
+    /// Stores the KEK of a vault without a passphrase: wrapped by the device key when a TPM
+    /// seals it, else in clear; the other form is removed.
+    private func storeNoPassphraseKEK(_ kek: SecureBytes, in db: Database) throws {
+        if sealsNoPassphraseKEK, let deviceKey {
+            try setMeta(
+                db, "kek.nopassphrase.sealed",
+                Sodium.seal(
+                    kek, key: Self.noPassphraseSealKey(deviceKey),
+                    associatedData: Array("vaultd kek.nopassphrase.sealed v1".utf8)))
+            try setMeta(db, "kek.nopassphrase", nil)
+        } else {
+            try setMeta(db, "kek.nopassphrase", kek.withUnsafeBytes { Array($0) })
+            try setMeta(db, "kek.nopassphrase.sealed", nil)
+        }
+    }
+
+    /// A vault without a passphrase whose KEK is still in clear, opened now that a TPM seals
+    /// the device key: the KEK is stored wrapped by the device key, the clear copy removed
+    /// and the write-ahead log truncated (its old frames held it). Failures are logged; the
+    /// next start tries again.
+    private func sealNoPassphraseKEK(_ kek: SecureBytes, in x: DatabasePool.Exclusive) throws {
+        guard sealsNoPassphraseKEK, try meta(x.db, "kek.nopassphrase") != nil else { return }
+        do {
+            try x.write { db in try storeNoPassphraseKEK(kek, in: db) }
+            try x.truncateWAL()
+            log(
+                "the vault has no passphrase: its key is now sealed with the device key, which the TPM seals"
+            )
+        } catch {
+            log(
+                "could not seal the key of the vault (no passphrase) with the TPM's device key: \(error)"
+            )
+        }
     }
 
     private func kdfParameters(_ db: Database) throws -> Sodium.KDFParameters? {
@@ -159,8 +244,23 @@ final class KeyHierarchy {
         try setMeta(db, "kdf", j.serialized())
     }
 
-    private func wrappingKey(for name: String, kek: SecureBytes, deviceBound: Bool) -> SecureBytes {
-        deviceBound ? Sodium.combine(kek, key: deviceKey, context: "vaultd device-bound v1") : kek
+    /// The key that wraps key `name`: the KEK, or for a ThisDeviceOnly class the KEK combined
+    /// with the device key (nil while the TPM cannot unseal it).
+    private func wrappingKey(for name: String, kek: SecureBytes, deviceBound: Bool) -> SecureBytes?
+    {
+        guard deviceBound else { return kek }
+        guard let deviceKey else { return nil }
+        return Sodium.combine(kek, key: deviceKey, context: "vaultd device-bound v1")
+    }
+
+    /// Throws NotAvailableOnThisDevice, saying why, while the device key is not available
+    /// (`operation`: what is refused).
+    func requireDeviceKey(for operation: String) throws {
+        guard deviceKey == nil else { return }
+        throw VaultFailure(
+            .notAvailableOnThisDevice,
+            "the TPM cannot unseal the device key now (vaultctl status says why), so \(operation) is refused: it would leave ThisDeviceOnly keys behind"
+        )
     }
 
     private static func ad(_ name: String) -> [UInt8] { Array("vaultd class key v1 \(name)".utf8) }
@@ -176,8 +276,10 @@ final class KeyHierarchy {
 
     /// This device's name among devices: a keyed hash of its device key (which it does not
     /// reveal), 32 hex digits.
+    /// Empty while the device key is not available.
     var deviceID: String {
-        String(
+        guard let deviceKey else { return "" }
+        return String(
             lowercaseHex: Sodium.keyedHash(
                 Array("vaultd device id v1".utf8), key: deviceKey, length: 16))
     }
@@ -185,9 +287,11 @@ final class KeyHierarchy {
     /// The key a backup seals ThisDeviceOnly secrets under: derived from the device key
     /// alone, so such a record opens only where the same `device.key` is, whatever the
     /// vault's passphrase there.
-    func deviceBackupKey() -> SecureBytes {
-        Sodium.combine(
-            SecureBytes(count: 0), key: deviceKey, context: "vaultd backup device-bound v1")
+    /// Throws NotAvailableOnThisDevice while the device key is not available.
+    func deviceBackupKey() throws -> SecureBytes {
+        try requireDeviceKey(for: "backing up or restoring ThisDeviceOnly items")
+        return Sodium.combine(
+            SecureBytes(count: 0), key: deviceKey!, context: "vaultd backup device-bound v1")
     }
 
     /// Records that ThisDeviceOnly class `a` holds items another device (`id`, its
@@ -227,19 +331,21 @@ final class KeyHierarchy {
     private func wrap(
         _ db: Database, _ key: SecureBytes, name: String, kek: SecureBytes, deviceBound: Bool
     ) throws {
-        let box = Sodium.seal(
-            key, key: wrappingKey(for: name, kek: kek, deviceBound: deviceBound),
-            associatedData: Self.ad(name))
+        guard let wrapping = wrappingKey(for: name, kek: kek, deviceBound: deviceBound) else {
+            try requireDeviceKey(for: "storing a ThisDeviceOnly key")
+            return
+        }
+        let box = Sodium.seal(key, key: wrapping, associatedData: Self.ad(name))
         try setMeta(db, "wrapped.\(name)", box)
     }
 
     private func unwrap(_ db: Database, name: String, kek: SecureBytes, deviceBound: Bool) throws
         -> SecureBytes?
     {
-        guard let box = try meta(db, "wrapped.\(name)") else { return nil }
-        return Sodium.open(
-            box, key: wrappingKey(for: name, kek: kek, deviceBound: deviceBound),
-            associatedData: Self.ad(name))
+        guard let box = try meta(db, "wrapped.\(name)"),
+            let wrapping = wrappingKey(for: name, kek: kek, deviceBound: deviceBound)
+        else { return nil }
+        return Sodium.open(box, key: wrapping, associatedData: Self.ad(name))
     }
 
     /// The classes that have a key: all, except whenPasscodeSet without a passphrase.
@@ -255,7 +361,11 @@ final class KeyHierarchy {
     /// way, and are then NotAvailableOnThisDevice and deletable). A class whose key opens but
     /// for which other devices made keys of their own (the data directory moved away and back)
     /// is foreign too: the items those devices made are NotAvailableOnThisDevice here.
-    private func openAll(kek: SecureBytes, in db: Database, store: Store) throws {
+    ///
+    /// While the device key is not available (the TPM cannot unseal it), every ThisDeviceOnly
+    /// class is foreign with no key of this device's: its items are NotAvailableOnThisDevice,
+    /// and no key is made or stored for it.
+    func openAll(kek: SecureBytes, in db: Database, store: Store) throws {
         guard let metadata = try unwrap(db, name: "metadata", kek: kek, deviceBound: false),
             let index = try unwrap(db, name: "index", kek: kek, deviceBound: false)
         else { throw VaultFailure(.wrongPassphrase, "wrong passphrase") }
@@ -266,6 +376,11 @@ final class KeyHierarchy {
         for a in Accessibility.allCases {
             let name = Self.name(a)
             guard try meta(db, "wrapped.\(name)") != nil else { continue }
+            if a.isThisDeviceOnly && deviceKey == nil {
+                classKeys[a] = nil
+                foreignClasses.insert(a)
+                continue
+            }
             if let k = try unwrap(db, name: name, kek: kek, deviceBound: a.isThisDeviceOnly) {
                 classKeys[a] = k
                 localNames[a] = name
@@ -292,6 +407,7 @@ final class KeyHierarchy {
             classKeys[a] = k
             localNames[a] = own
         }
+        recoveryWrapping = try openRecoveryWrapping(kek: kek, in: db)
         state = .unlocked
         unlockedSinceStart = true
     }
@@ -315,6 +431,7 @@ final class KeyHierarchy {
         guard state == .uninitialized else {
             throw VaultFailure(.alreadyInitialized, "the vault is already initialised")
         }
+        try requireDeviceKey(for: "creating the vault")
         let kdf = passphrase?.parameters
         let kek = try passphrase?.kek ?? noPassphraseKEK(db, create: true)
         try storeKDF(db, kdf)
@@ -377,6 +494,7 @@ final class KeyHierarchy {
             )
         }
         for a in Accessibility.allCases where !a.isAfterFirstUnlock { classKeys[a] = nil }
+        recoveryWrapping = nil
         state = .locked
     }
 
@@ -392,9 +510,14 @@ final class KeyHierarchy {
             throw VaultFailure(
                 .interactionNotAllowed, "unlock the vault before changing its passphrase")
         }
+        try requireDeviceKey(for: "changing the passphrase")
         let kdf = newPassphrase?.parameters
         let kek = try newPassphrase?.kek ?? noPassphraseKEK(db, create: true)
-        if newPassphrase != nil { try setMeta(db, "kek.nopassphrase", nil) }
+        if newPassphrase != nil {
+            try setMeta(db, "kek.nopassphrase", nil)
+            try setMeta(db, "kek.nopassphrase.sealed", nil)
+        }
+        try rewrapRecovery(newKEK: newPassphrase?.kek, in: db)
         try storeKDF(db, kdf)
         try wrap(db, metadataKey, name: "metadata", kek: kek, deviceBound: false)
         try wrap(db, indexKey, name: "index", kek: kek, deviceBound: false)

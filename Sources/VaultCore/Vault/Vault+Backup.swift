@@ -164,7 +164,12 @@ extension Vault {
             }
             var found: [Accessibility: SecureBytes] = [:]
             for a in Accessibility.allCases { found[a] = try? keys.classKey(a) }
-            return (try keys.metadataKeys().metadata, found, keys.deviceID, keys.deviceBackupKey())
+            // The device key is needed only for ThisDeviceOnly items (refused while the TPM
+            // cannot unseal it).
+            return (
+                try keys.metadataKeys().metadata, found, keys.deviceID,
+                includeDeviceBound ? try keys.deviceBackupKey() : SecureBytes(count: 0)
+            )
         }
         let (items, malformed, rows) = try read { try Self.snapshot($0) }
         var summary = BackupSummary()
@@ -411,7 +416,10 @@ extension Vault {
             try insert(row, orIgnore: true, in: db)
         }
 
-        let (deviceID, deviceBackupKey) = withKeys { (keys.deviceID, keys.deviceBackupKey()) }
+        let hasDeviceBound = archive.items.contains { $0.deviceBound }
+        let (deviceID, deviceBackupKey) = try withKeys {
+            (keys.deviceID, hasDeviceBound ? try keys.deviceBackupKey() : SecureBytes(count: 0))
+        }
         for (record, a) in zip(archive.items, attributes) {
             var secret = record.secret
             var unavailable = false

@@ -11,8 +11,10 @@ import VaultProtocol
 /// transaction nor each other. The keys change only under both locks (engine lock first), so
 /// either is enough to read them.
 public final class Vault: @unchecked Sendable {
-    /// The data directory (0700) holding `vault.sqlite` and `device.key`.
+    /// The data directory (0700) holding `vault.sqlite` and `device.key` (or `device.key.tpm`).
     public let dataDirectory: String
+    /// Where this start found the device key (`DeviceKey.load`).
+    public let deviceKeyStatus: DeviceKeyStatus
     /// Where per-app cache directories live (`<cacheDirectory>/<app-id>/`).
     public let cacheDirectory: String
     /// The store, reached only through `read`, `write` and `exclusive` (`DatabasePool`).
@@ -33,7 +35,7 @@ public final class Vault: @unchecked Sendable {
     /// (config.plist; vaultd sets them at start and on SIGHUP).
     public let appSettings = AppSettings()
     private let keysLock = NSLock()
-    private let unlockAttempts = NSLock()
+    let unlockAttempts = NSLock()
     /// The Argon2id cost of new passphrase keys.
     public let passphrasePolicy: PassphrasePolicy
     /// The time the rate limit and the executable scan go by (vaultd's idle auto-lock too):
@@ -67,11 +69,16 @@ public final class Vault: @unchecked Sendable {
     /// of a restore) is refused with InternalError saying so: a new key would make every
     /// ThisDeviceOnly item unavailable for good, and the old key, put back later, would no
     /// longer open what was made meanwhile.
+    /// `deviceKeyTPM`: where the device key is kept (`DeviceKey.load`: sealed by a TPM, or a
+    /// file; a key in a file is sealed and the file removed once a TPM is configured). A key
+    /// the TPM cannot unseal leaves ThisDeviceOnly items NotAvailableOnThisDevice, the rest
+    /// opening (`deviceKeyStatus.problem` says why).
     /// `passphrasePolicy`: the Argon2id cost of new passphrase keys (the default for real
     /// vaults; tests lower it). `clock`: the system's, but in tests, which move it instead of
     /// waiting.
     public init(
         dataDirectory: String, cacheDirectory: String? = nil, newDeviceKey: Bool = false,
+        deviceKeyTPM: DeviceKeyTPM = .none,
         passphrasePolicy: PassphrasePolicy = PassphrasePolicy(),
         clock: any VaultClock = SystemClock()
     ) throws {
@@ -81,39 +88,32 @@ public final class Vault: @unchecked Sendable {
         self.cacheDirectory = cacheDirectory ?? dataDirectory + "/caches"
         try FileSystem.makeDirectory(dataDirectory, mode: 0o700)
         reserve = StorageReserve(directory: dataDirectory)
-        let keyPath = dataDirectory + "/device.key"
-        var st = stat()
-        let keyMissing = lstat(keyPath, &st) != 0 && errno == ENOENT
         // The store is 0600 from its creation (SQLite would make it 0644, and its -wal and
         // -shm files take its mode); an older, looser one is tightened.
         try FileSystem.createPrivateFile(dataDirectory + "/vault.sqlite")
         try FileSystem.restrict(dataDirectory + "/vault.sqlite")
         let db = try Self.openStore(dataDirectory + "/vault.sqlite")
-        if keyMissing, try db.row("SELECT 1 FROM vault_meta WHERE key = 'wrapped.metadata'") != nil
-        {
-            guard newDeviceKey else {
-                db.close()
-                throw VaultFailure(
-                    .internalError,
-                    "\(keyPath) is missing, but the vault in \(dataDirectory) is initialised: its ThisDeviceOnly items open only with that key. Put it back (from a backup of this device) and start vaultd again; only if this data directory was moved to a new device on purpose, start vaultd once with --new-device-key (the ThisDeviceOnly items made with the old key then stay unavailable)"
-                )
-            }
-            log(
-                "\(keyPath) was missing: made a new device key (--new-device-key); ThisDeviceOnly items made with the old one are not available on this device"
-            )
-        }
         // A damaged (not 32 bytes), foreign or loose device.key is refused, never replaced.
-        let deviceKey: SecureBytes
+        let loaded: DeviceKey.Loaded
         do {
-            deviceKey = try FileSystem.loadOrCreateKey(at: keyPath, length: Sodium.keyLength)
+            let initialized =
+                try db.row("SELECT 1 FROM vault_meta WHERE key = 'wrapped.metadata'") != nil
+            loaded = try DeviceKey.load(
+                directory: dataDirectory, setting: deviceKeyTPM, initialized: initialized,
+                newDeviceKey: newDeviceKey)
         } catch {
             db.close()
             throw error
         }
+        let deviceKey = loaded.key
+        deviceKeyStatus = loaded.status
         db.checkpointInBackground()
         let store = DatabasePool(writer: db)
         self.store = store
-        let keys = try store.exclusive { x in try KeyHierarchy(in: x, deviceKey: deviceKey) }
+        let keys = try store.exclusive { x in
+            try KeyHierarchy(
+                in: x, deviceKey: deviceKey, sealsNoPassphraseKEK: loaded.status.kind == .tpm)
+        }
         self.keys = keys
         let quota = self.quota
         keychain = try store.exclusive { x in
@@ -323,7 +323,9 @@ public final class Vault: @unchecked Sendable {
                     inGroups: caller.visibleAccessGroups, in: x.db),
                 domains: readable.count,
                 retryAfter: try rateLimitDelay(x),
-                dataDirectory: caller.isOwner ? dataDirectory : nil)
+                dataDirectory: caller.isOwner ? dataDirectory : nil,
+                deviceKey: caller.isOwner ? deviceKeyStatus : nil,
+                recoveryKey: caller.isOwner ? try keys.hasRecoveryKey(in: x.db) : nil)
         }
     }
 
@@ -526,7 +528,7 @@ public final class Vault: @unchecked Sendable {
     /// is slow: other callers are served meanwhile). Throws RateLimited, NoPassphrase,
     /// NotInitialized.
     /// `operation` (Unlock, ChangePassphrase) names the call in the log.
-    private func passphraseKEK(_ passphrase: SecureBytes, for operation: String) throws
+    func passphraseKEK(_ passphrase: SecureBytes, for operation: String) throws
         -> SecureBytes
     {
         let parameters = try exclusive { x in
@@ -546,7 +548,7 @@ public final class Vault: @unchecked Sendable {
     /// the rate limit, is logged (as sshd and polkit log a failed password: someone guessing
     /// must show in the journal; the count and the wait, never the passphrase) and throws
     /// Vault.AuthFailed, a right one clears the count.
-    private func openKeysCounting(
+    func openKeysCounting(
         _ kek: SecureBytes, for operation: String, in x: DatabasePool.Exclusive
     ) throws {
         do {
@@ -619,7 +621,7 @@ public final class Vault: @unchecked Sendable {
 
     /// Throws RateLimited (with `retryAfter`) while failed passphrase checks impose a wait,
     /// and whatever reading the count threw (the check is then refused, not allowed).
-    private func checkRateLimit(_ x: DatabasePool.Exclusive) throws {
+    func checkRateLimit(_ x: DatabasePool.Exclusive) throws {
         let delay = try rateLimitDelay(x)
         if delay > 0 {
             throw VaultFailure(
@@ -637,7 +639,7 @@ public final class Vault: @unchecked Sendable {
     /// Counts one more failure, in memory first (that cannot fail), then in the store.
     /// Returns the count and whether the store took it. Call it under the engine lock, after
     /// `failureRecord` (the rate limit's check) in the same attempt.
-    private func recordFailedUnlock(_ x: DatabasePool.Exclusive) -> (count: Int, stored: Bool) {
+    func recordFailedUnlock(_ x: DatabasePool.Exclusive) -> (count: Int, stored: Bool) {
         failures = FailureRecord(count: failures.count + 1, last: clock.now.timeIntervalSince1970)
         do {
             try storeFailures(failures, x)
@@ -656,7 +658,7 @@ public final class Vault: @unchecked Sendable {
         }
     }
 
-    private func resetFailedUnlocks(_ x: DatabasePool.Exclusive) throws {
+    func resetFailedUnlocks(_ x: DatabasePool.Exclusive) throws {
         failures = FailureRecord(count: 0, last: 0)
         // Only when there is a count: a DELETE of nothing is still a write transaction.
         guard try x.db.row("SELECT 1 FROM vault_meta WHERE key = 'unlock.failures'") != nil else {

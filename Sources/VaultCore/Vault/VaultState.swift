@@ -37,6 +37,10 @@ public struct VaultStatus: Sendable, Equatable {
     public var retryAfter: Double
     /// The data directory, for the owner only.
     public var dataDirectory: String?
+    /// Where the device key is kept and whether it is available (owner only; nil for apps).
+    public var deviceKey: DeviceKeyStatus?
+    /// Whether a recovery key can unlock the vault (owner only; nil for apps).
+    public var recoveryKey: Bool?
 }
 
 /// What a passphrase change did.

@@ -400,7 +400,15 @@ method Status() -> (
   # Seconds to wait before the next Unlock is accepted (rate limit), 0 when none.
   retryAfter: float,
   # The data directory (for the owner's tools; null for apps).
-  dataDirectory: ?string
+  dataDirectory: ?string,
+  # Where the device key is kept (owner only; null for apps): "tpm" (sealed by a TPM 2.0,
+  # device.key.tpm) or "file" (device.key in the data directory).
+  deviceKey: ?string,
+  # Why the device key is not available now (the TPM is missing or refused to unseal it):
+  # ThisDeviceOnly items are then NotAvailableOnThisDevice. Null when it is (or for apps).
+  deviceKeyProblem: ?string,
+  # Whether a recovery key can unlock the vault (owner only; null for apps).
+  recoveryKey: ?bool
 )
 
 # Creates the vault. Without a passphrase the vault is always unlocked.
@@ -421,6 +429,23 @@ method Lock() -> (lock: LockState)
 # re-wrapped; items are untouched, except that removing it deletes
 # whenPasscodeSetThisDeviceOnly items.
 method ChangePassphrase(old: ?string, new: ?string) -> (lock: LockState, deletedItems: int)
+
+# Makes a recovery key (replacing any earlier one) and returns it, 32 random bytes in
+# base64, once: vaultd keeps only the vault's key wrapped by it, beside the passphrase's
+# wrapping. The passphrase is checked as Unlock checks it (counted, rate-limited). Owner only.
+method CreateRecoveryKey(passphrase: string) -> (recoveryKey: string)
+
+# Removes the recovery key: it no longer opens the vault. Owner only.
+method RemoveRecoveryKey() -> ()
+
+# Unlocks with the recovery key, its text as vaultctl shows it (64 modhex characters in
+# groups; dashes, spaces and case ignored). Counted and rate-limited with Unlock. Owner only.
+method UnlockWithRecoveryKey(recoveryKey: string) -> (lock: LockState)
+
+# Sets a new passphrase after the old one was forgotten, the recovery key proving the
+# caller may (checked as UnlockWithRecoveryKey checks it); the vault is left unlocked and
+# the recovery key keeps working. Owner only.
+method ResetPassphrase(recoveryKey: string, new: string) -> (lock: LockState)
 
 # Streams lock-state changes (call with more): the current state first, then each change.
 method Observe() -> (lock: LockState)

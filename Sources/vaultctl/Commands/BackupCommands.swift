@@ -84,6 +84,9 @@ struct BackupCommand: Command {
             )
         }
         print(
+            "key wrappings: not included (this vault's recovery key and passphrase do not open the backup, nor carry over to a restore)"
+        )
+        print(
             passphrase != nil
                 ? "open it with: vaultctl restore \(file)  (or age -d)"
                 : "open it with: vaultctl restore --identity KEYFILE \(file)  (or age -d -i KEYFILE)"

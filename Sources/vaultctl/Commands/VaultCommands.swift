@@ -16,6 +16,9 @@ struct StatusCommand: Command {
                 "items": JSON(s.items),
                 "unavailableItems": JSON(s.unavailableItems),
                 "domains": JSON(s.domains), "retryAfter": JSON(s.retryAfter),
+                "deviceKey": s.deviceKey.map { .string($0) } ?? .null,
+                "deviceKeyProblem": s.deviceKeyProblem.map { .string($0) } ?? .null,
+                "recoveryKey": s.recoveryKey.map { .bool($0) } ?? .null,
             ]
             print(j.text)
             return
@@ -24,6 +27,15 @@ struct StatusCommand: Command {
             "state: \(s.lock.state.rawValue)\(s.lock.state == .locked && s.lock.unlockedSinceStart ? " (after first unlock)" : "")"
         )
         print("passphrase: \(s.lock.hasPassphrase ? "set" : "none")")
+        if let r = s.recoveryKey { print("recovery key: \(r ? "set" : "none")") }
+        switch s.deviceKey {
+        case "tpm"?: print("device key: TPM 2.0")
+        case "file"?: print("device key: a file in the data directory")
+        default: break
+        }
+        if let problem = s.deviceKeyProblem {
+            print("device key NOT AVAILABLE: \(problem)")
+        }
         print(
             "items: \(s.items)\(s.unavailableItems > 0 ? " (\(s.unavailableItems) made on another device, not available on this one)" : "")"
         )
@@ -66,18 +78,31 @@ struct UnlockCommand: Command {
     var remember: Bool
     /// Unlock with the passphrase remembered in the login keyring (vaultd looks it up).
     var fromKeyring: Bool
+    /// Unlock with the recovery key read from this fd.
+    var recoveryKeyFD: Int?
     init(_ a: inout Arguments) throws {
         passphraseFD = try a.intOption("--passphrase-fd")
         remember = a.flag("--remember")
         fromKeyring = a.flag("--from-keyring")
+        recoveryKeyFD = try a.intOption("--recovery-key-fd")
         if fromKeyring && (remember || passphraseFD != nil) {
             throw UsageError(
                 message: "--from-keyring takes no passphrase and cannot be combined with --remember"
             )
         }
+        if recoveryKeyFD != nil && (fromKeyring || remember || passphraseFD != nil) {
+            throw UsageError(message: "--recovery-key-fd takes no passphrase and no other option")
+        }
     }
 
     func run(_ context: Context) throws {
+        if let recoveryKeyFD {
+            let key = try Terminal.passphrase(
+                .init(name: "recovery key", fdOption: "--recovery-key-fd"), fd: recoveryKeyFD)
+            let state = try context.vault().unlock(recoveryKey: key)
+            print("state: \(state.state.rawValue)")
+            return
+        }
         if fromKeyring {
             let state = try context.vault().unlockFromKeyring()
             print("state: \(state.state.rawValue)")
@@ -111,15 +136,24 @@ struct LockCommand: Command {
 }
 
 struct PassphraseCommand: Command {
-    enum Action: String, CaseIterable { case change, set, remove }
+    enum Action: String, CaseIterable { case change, set, remove, reset }
     var action: Action
     var oldFD: Int?
     var newFD: Int?
+    var recoveryKeyFD: Int?
 
     init(_ a: inout Arguments) throws {
         action = try a.verb(of: "passphrase")
         oldFD = try a.intOption("--passphrase-fd")
         newFD = try a.intOption("--new-passphrase-fd")
+        recoveryKeyFD = try a.intOption("--recovery-key-fd")
+        if action != .reset && recoveryKeyFD != nil {
+            throw UsageError(message: "only passphrase reset takes --recovery-key-fd")
+        }
+        if action == .reset && oldFD != nil {
+            throw UsageError(
+                message: "passphrase reset takes --recovery-key-fd and --new-passphrase-fd")
+        }
         if action == .set && oldFD != nil {
             throw UsageError(message: "passphrase set takes only --new-passphrase-fd")
         }
@@ -129,6 +163,7 @@ struct PassphraseCommand: Command {
     }
 
     func run(_ context: Context) throws {
+        if action == .reset { return try reset(context) }
         let old =
             action == .set
             ? nil
@@ -148,8 +183,26 @@ struct PassphraseCommand: Command {
         case .set: print("passphrase set")
         case .remove:
             print("passphrase removed; \(deleted) whenPasscodeSetThisDeviceOnly item(s) deleted")
+        case .reset: break
         }
         if action != .set, let dir = try? context.vault().status().dataDirectory {
+            RememberedPassphrase.follow(newPassphrase: new, dataDirectory: dir)
+        }
+    }
+
+    /// `passphrase reset`: the recovery key (first), then the new passphrase, as `change`
+    /// reads it.
+    private func reset(_ context: Context) throws {
+        let key = try Terminal.passphrase(
+            .init(name: "recovery key", fdOption: "--recovery-key-fd"), fd: recoveryKeyFD)
+        let new = try Terminal.passphrase(
+            .init(
+                name: "new passphrase", fdOption: "--new-passphrase-fd", isNew: true,
+                emptyHint: "a vault's passphrase cannot be empty"),
+            fd: newFD)
+        try context.vault().resetPassphrase(recoveryKey: key, new: new)
+        print("passphrase reset with the recovery key; the vault is unlocked")
+        if let dir = try? context.vault().status().dataDirectory {
             RememberedPassphrase.follow(newPassphrase: new, dataDirectory: dir)
         }
     }

@@ -60,6 +60,11 @@ extension Dispatcher {
         case .vaultUnlockFromKeyring: Entry(route: .call { try $0.vaultUnlockFromKeyring($1) })
         case .vaultLock: Entry(route: .call { try $0.vaultLock($1) })
         case .vaultChangePassphrase: Entry(route: .call { try $0.vaultChangePassphrase($1) })
+        case .vaultCreateRecoveryKey: Entry(route: .call { try $0.vaultCreateRecoveryKey($1) })
+        case .vaultRemoveRecoveryKey: Entry(route: .call { try $0.vaultRemoveRecoveryKey($1) })
+        case .vaultUnlockWithRecoveryKey:
+            Entry(route: .call { try $0.vaultUnlockWithRecoveryKey($1) })
+        case .vaultResetPassphrase: Entry(route: .call { try $0.vaultResetPassphrase($1) })
         case .vaultObserve: Entry(route: .stream { try $0.vaultObserve($1) })
         case .vaultBackup: Entry(route: .call { try $0.vaultBackup($1) })
         case .vaultRestore: Entry(route: .call { try $0.vaultRestore($1) })
@@ -182,6 +187,46 @@ extension Dispatcher {
         let change = try session.changePassphrase(
             old: try p.passphrase("old"), new: try p.passphrase("new"))
         return ["lock": change.lock.wire, "deletedItems": JSON(change.deletedItems)]
+    }
+
+    // io.vaultd.Vault.CreateRecoveryKey
+    func vaultCreateRecoveryKey(_ r: Request) throws -> JSONObject {
+        guard let pass = try r.p.passphrase("passphrase") else {
+            throw VaultError.invalidParameter("passphrase", "missing")
+        }
+        let key = try r.session.createRecoveryKey(passphrase: pass)
+        // Written into the reply only as it is sent (`CallSecrets`), never kept in a String.
+        return [
+            "recoveryKey": r.secrets?.replyPlaceholder(for: key)
+                ?? .string(key.withUnsafeBytes { Data($0).base64EncodedString() })
+        ]
+    }
+
+    // io.vaultd.Vault.RemoveRecoveryKey
+    func vaultRemoveRecoveryKey(_ r: Request) throws -> JSONObject {
+        try r.session.removeRecoveryKey()
+        return [:]
+    }
+
+    // io.vaultd.Vault.UnlockWithRecoveryKey
+    func vaultUnlockWithRecoveryKey(_ r: Request) throws -> JSONObject {
+        guard let key = try r.p.passphrase("recoveryKey") else {
+            throw VaultError.invalidParameter("recoveryKey", "missing")
+        }
+        return ["lock": try r.session.unlock(recoveryKey: key).wire]
+    }
+
+    // io.vaultd.Vault.ResetPassphrase
+    func vaultResetPassphrase(_ r: Request) throws -> JSONObject {
+        guard let key = try r.p.passphrase("recoveryKey") else {
+            throw VaultError.invalidParameter("recoveryKey", "missing")
+        }
+        guard let new = try r.p.passphrase("new") else {
+            throw VaultError.invalidParameter("new", "missing")
+        }
+        return [
+            "lock": try r.session.resetPassphrase(recoveryKey: key, new: new).wire
+        ]
     }
 
     // io.vaultd.Vault.Backup

@@ -104,6 +104,9 @@ final class CallSecrets {
         VarlinkMethod.vaultInit.name: ["passphrase": .text],
         VarlinkMethod.vaultUnlock.name: ["passphrase": .text],
         VarlinkMethod.vaultChangePassphrase.name: ["old": .text, "new": .text],
+        VarlinkMethod.vaultCreateRecoveryKey.name: ["passphrase": .text],
+        VarlinkMethod.vaultUnlockWithRecoveryKey.name: ["recoveryKey": .text],
+        VarlinkMethod.vaultResetPassphrase.name: ["recoveryKey": .text, "new": .text],
         VarlinkMethod.vaultBackup.name: ["passphrase": .text],
         VarlinkMethod.vaultRestore.name: [
             "passphrase": .text, "identity": .text, "newPassphrase": .text,

@@ -15,6 +15,13 @@ package enum VarlinkOperations {
         "io.vaultd.Vault.UnlockFromKeyring": .operation(.unlockFromKeyring),
         "io.vaultd.Vault.Lock": .operation(.lock),
         "io.vaultd.Vault.ChangePassphrase": .operation(.changePassphrase),
+        // The recovery key opens the vault as the passphrase does: making, removing it and
+        // resetting the passphrase with it are the owner's, as changing the passphrase is;
+        // unlocking with it is Unlock.
+        "io.vaultd.Vault.CreateRecoveryKey": .operation(.changePassphrase),
+        "io.vaultd.Vault.RemoveRecoveryKey": .operation(.changePassphrase),
+        "io.vaultd.Vault.UnlockWithRecoveryKey": .operation(.unlock),
+        "io.vaultd.Vault.ResetPassphrase": .operation(.changePassphrase),
         "io.vaultd.Vault.Observe": .operation(.observeLockState),
         "io.vaultd.Vault.Backup": .operation(.backup),
         "io.vaultd.Vault.Restore": .operation(.restore),

@@ -30,6 +30,9 @@ extension VaultStatus {
             "lock": lock.wire, "items": JSON(items), "unavailableItems": JSON(unavailableItems),
             "domains": JSON(domains),
             "retryAfter": JSON(retryAfter), "dataDirectory": JSON(optional: dataDirectory),
+            "deviceKey": JSON(optional: deviceKey?.kind.rawValue),
+            "deviceKeyProblem": JSON(optional: deviceKey?.problem),
+            "recoveryKey": recoveryKey.map { .bool($0) } ?? .null,
         ]
     }
 }

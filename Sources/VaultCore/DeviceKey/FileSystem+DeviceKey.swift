@@ -1,0 +1,80 @@
+internal import CSodium
+import Foundation
+import VaultProtocol
+
+extension FileSystem {
+    /// The bytes of the key file at `path` (a sealed key, say), refused unless it is a regular
+    /// file of this user, neither readable nor writable by others (as `loadOrCreateKey`
+    /// checks), of at most `limit` bytes. Throws InternalError naming the file and the fix.
+    static func readPrivateFile(_ path: String, limit: Int) throws -> [UInt8] {
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
+        guard fd >= 0 else {
+            throw VaultFailure(
+                .internalError, "cannot read \(path): \(String(cString: strerror(errno)))")
+        }
+        defer { close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG, st.st_size <= off_t(limit)
+        else {
+            throw VaultFailure(
+                .internalError,
+                "\(path) is damaged: it is not a regular file of at most \(limit) bytes. Put it back from a backup of this device"
+            )
+        }
+        guard st.st_uid == getuid() else {
+            throw VaultFailure(
+                .internalError,
+                "\(path) is owned by uid \(st.st_uid), not by this user (uid \(getuid())). Fix: chown \(getuid()) \(path)"
+            )
+        }
+        guard st.st_mode & 0o077 == 0 else {
+            throw VaultFailure(
+                .internalError,
+                "\(path) has permissions \(String(st.st_mode & 0o777, radix: 8)): it must not be accessible by others. Fix: chmod 600 \(path)"
+            )
+        }
+        var out = [UInt8](repeating: 0, count: Int(st.st_size))
+        var got = 0
+        while got < out.count {
+            let want = out.count - got
+            let n = out.withUnsafeMutableBytes { read(fd, $0.baseAddress! + got, want) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { break }
+            got += n
+        }
+        guard got == out.count else {
+            throw VaultFailure(.internalError, "\(path) is damaged: could not read all of it")
+        }
+        return out
+    }
+
+    /// Overwrites the regular file at `path` with zeros (fsynced), then removes it and fsyncs
+    /// its directory. On a copy-on-write or journalling file system, or an SSD remapping
+    /// blocks, older copies of the bytes may survive on the medium: this removes the key from
+    /// the file system, not necessarily from the disk (docs/threat-model.md). Failures are
+    /// logged: a key left behind is reported, never a reason to fail.
+    static func removeSecurely(_ path: String) {
+        let fd = open(path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
+        if fd >= 0 {
+            var st = stat()
+            if fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG, st.st_size > 0,
+                st.st_size <= 1 << 20
+            {
+                let zeros = [UInt8](repeating: 0, count: Int(st.st_size))
+                _ = zeros.withUnsafeBytes { pwrite(fd, $0.baseAddress, zeros.count, 0) }
+                fsync(fd)
+            }
+            close(fd)
+        }
+        guard unlink(path) == 0 else {
+            log("could not remove \(path): \(String(cString: strerror(errno)))")
+            return
+        }
+        let d = open(
+            (path as NSString).deletingLastPathComponent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if d >= 0 {
+            fsync(d)
+            close(d)
+        }
+    }
+}
