@@ -6,6 +6,9 @@ extension Policy {
         /// No decision needed: the method describes the service to anyone who may connect
         /// (org.varlink.service), and touches nothing in the vault.
         case open
+        /// A call only the system's xdg-desktop-portal may make, for the app it names: decided
+        /// by `Policy.decidePortalRequest` (through the engine operation, `Vault.portalSecret`).
+        case desktopPortal
     }
 
     /// Every varlink method vaultd serves and its decision, by fully-qualified name. A front-end
@@ -105,5 +108,21 @@ extension Policy {
         -> MethodDecision?
     {
         secretServiceMethods[interface + "." + member]
+    }
+}
+
+extension Policy {
+    /// The Flatpak portal backends vaultd serves (on its Secret Service connection, at
+    /// `/org/freedesktop/portal/desktop`) and their decisions, by interface and member; the
+    /// front-end dispatches only what is listed here. Properties (the interface's `version`)
+    /// are `.open`: they describe the interface and touch nothing in the vault.
+    public static let portalMethods: [String: MethodDecision] = [
+        "org.freedesktop.impl.portal.Secret.RetrieveSecret": .desktopPortal,
+        "org.freedesktop.impl.portal.Secret.Get": .open,
+    ]
+
+    /// The decision for portal backend `member` of `interface`, nil when the policy has none.
+    public static func decision(forPortal interface: String, _ member: String) -> MethodDecision? {
+        portalMethods[interface + "." + member]
     }
 }

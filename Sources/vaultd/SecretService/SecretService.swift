@@ -150,6 +150,8 @@ final class SecretService: @unchecked Sendable {
     let inline = Locked(InlineState())
     /// The registered prompter agent, which prompts ask for the passphrase.
     private(set) lazy var prompter = PrompterAgent(service: self)
+    /// The Flatpak secret portal's backend, on the same connection (`SecretPortal.swift`).
+    private(set) lazy var portal = SecretPortal(service: self)
 
     /// An identified connection.
     final class BusPeer {
@@ -344,7 +346,7 @@ final class SecretService: @unchecked Sendable {
         for path in Self.fixedSubtrees {
             guard registerSubtree(path) != 0 else { return false }
         }
-        return true
+        return portal.register()
     }
 
     /// The object a subtree callback is about. GDBus names it by the subtree's path and the
@@ -614,6 +616,12 @@ final class SecretService: @unchecked Sendable {
             }
         }
         return vaultSession
+    }
+
+    /// The kernel's record of identified connection `sender` (`caller` first), nil when vaultd
+    /// keeps none for it (not identified, or past `maximumPeers`).
+    func identifiedCredentials(_ sender: String) -> PeerCredentials? {
+        lock.withLock { peers[sender]?.credentials }
     }
 
     /// The `Caller` of a connection identified already that still passes the per-call check

@@ -1,0 +1,235 @@
+import Foundation
+import Testing
+import VaultCore
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The Flatpak secret portal (docs/secret-service.md#the-flatpak-secret-portal), through
+/// the real xdg-desktop-portal (Debian 12's 1.16) on a private bus, routed to vaultd by
+/// `dist/portal/vaultd.portal` (`XDG_DESKTOP_PORTAL_DIR`, which 1.16 reads instead of
+/// `/usr/share/xdg-desktop-portal/portals`, with `XDG_CURRENT_DESKTOP` one of its `UseIn`
+/// desktops). Sandboxed clients are bubblewrap sandboxes carrying a Flatpak instance record
+/// (`/.flatpak-info`, its bytes written on the host as `$XDG_RUNTIME_DIR/.flatpak/ID/info`, as
+/// `flatpak run` does), calling `org.freedesktop.portal.Secret.RetrieveSecret` with a pipe
+/// from python's GIO, as libsecret's file backend does.
+@Suite(.serialized) struct SecretPortalTests {
+    static let portalExecutable = "/usr/libexec/xdg-desktop-portal"
+    static let appA = "org.example.PortalA"
+    static let appB = "org.example.PortalB"
+
+    /// A private bus with vaultd's Secret Service, its vault made, and xdg-desktop-portal.
+    final class Desktop {
+        let k: KeyringFixture
+        private var portalPID: pid_t?
+
+        init() throws {
+            k = try KeyringFixture(keyring: false)
+            do {
+                try k.startVaultd(arguments: ["--secret-service"])
+                guard k.waitForLog("serving org.freedesktop.secrets", timeout: 10) else {
+                    throw HarnessError("vaultd does not serve the Secret Service: \(k.log)")
+                }
+                let i = k.ctl(["init", "--no-passphrase"])
+                guard i.status == 0 else { throw HarnessError("init: \(i)") }
+                try startPortal()
+            } catch {
+                close()
+                throw error
+            }
+        }
+
+        private func startPortal() throws {
+            var env = k.environment
+            env["XDG_DESKTOP_PORTAL_DIR"] =
+                Paths.repoRoot.appendingPathComponent("dist/portal").path
+            env["XDG_CURRENT_DESKTOP"] = "GNOME"
+            let log = k.root + "/portal.log"
+            portalPID = try ChildProcess.spawn(
+                SecretPortalTests.portalExecutable, ["--verbose"], environment: env, inputs: [:],
+                stdout: .file(log, append: true), stderr: .file(log, append: true))
+            let answered = eventually(timeout: 20) {
+                k.run(
+                    "dbus-send",
+                    [
+                        "--session", "--print-reply", "--dest=org.freedesktop.DBus",
+                        "/org/freedesktop/DBus", "org.freedesktop.DBus.NameHasOwner",
+                        "string:org.freedesktop.portal.Desktop",
+                    ], timeout: 5
+                ).stdoutText.contains("boolean true")
+            }
+            guard answered else {
+                throw HarnessError(
+                    "xdg-desktop-portal did not take its name; log:\n\((try? String(contentsOfFile: log, encoding: .utf8)) ?? "")"
+                )
+            }
+        }
+
+        var portalLog: String {
+            (try? String(contentsOfFile: k.root + "/portal.log", encoding: .utf8)) ?? ""
+        }
+
+        func close() {
+            if let p = portalPID {
+                kill(p, SIGTERM)
+                if ChildProcess.wait(p, timeout: 10) == nil {
+                    kill(p, SIGKILL)
+                    _ = ChildProcess.wait(p, timeout: 5)
+                }
+            }
+            portalPID = nil
+            k.close()
+        }
+
+        /// Where the sandbox's `/.flatpak-info` comes from.
+        enum Record {
+            /// Flatpak's own: the instance's host record, its bytes copied in.
+            case instance
+            /// Written by the sandbox itself (no host record has its instance ID).
+            case selfWritten
+        }
+
+        /// Runs the portal client (`client`) in a sandbox as Flatpak app `appID`: its
+        /// `{"response": N, "secret": HEX}` line.
+        func retrieve(as appID: String, record: Record = .instance) throws -> (
+            response: Int?, secret: String, result: ProcessResult
+        ) {
+            let id = String(UInt32.random(in: 1...UInt32.max))
+            let text =
+                "[Application]\nname=\(appID)\nruntime=runtime/org.example.Platform/x86_64/1\n\n[Instance]\ninstance-id=\(id)\n"
+            let info = k.root + "/flatpak-info-\(id)"
+            if record == .instance {
+                let dir = k.root + "/xdg-run/.flatpak/" + id
+                try FileManager.default.createDirectory(
+                    atPath: dir, withIntermediateDirectories: true)
+                try Data(text.utf8).write(to: URL(fileURLWithPath: dir + "/info"))
+                try FileManager.default.copyItem(atPath: dir + "/info", toPath: info)
+            } else {
+                try Data(text.utf8).write(to: URL(fileURLWithPath: info))
+            }
+            let bwrap = [
+                "--tmpfs", "/", "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib",
+                "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/bin", "/bin", "--ro-bind",
+                "/etc", "/etc", "--ro-bind", info, "/.flatpak-info", "--bind", k.root + "/bus",
+                "/run/flatpak/bus", "--dev", "/dev", "--proc", "/proc", "--unshare-pid",
+                "--setenv", "DBUS_SESSION_BUS_ADDRESS", "unix:path=/run/flatpak/bus",
+                "--setenv", "HOME", "/tmp", "python3", "-c", SecretPortalTests.client,
+            ]
+            let r = k.run("bwrap", bwrap, timeout: 60)
+            let line = r.stdoutText.split(separator: "\n").last.map(String.init) ?? ""
+            let j =
+                (try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any] ?? [:]
+            return ((j["response"] as? NSNumber)?.intValue, j["secret"] as? String ?? "", r)
+        }
+    }
+
+    /// A sandboxed app's portal call, as libsecret's file backend makes it: the Response
+    /// signal subscribed to first (its handle is known from the unique name and the token),
+    /// RetrieveSecret with the pipe's write end, the Response awaited, then the read end read
+    /// to its end (at most 10 s without a byte).
+    static let client = #"""
+        import json, os, select, sys
+        from gi.repository import Gio, GLib
+        bus = Gio.bus_get_sync(Gio.BusType.SESSION, None)
+        token = 't%d' % os.getpid()
+        handle = '/org/freedesktop/portal/desktop/request/%s/%s' % (bus.get_unique_name()[1:].replace('.', '_'), token)
+        out = {}
+        loop = GLib.MainLoop()
+        def on_response(conn, sender, path, iface, signal, params):
+            out['response'] = params.unpack()[0]
+            loop.quit()
+        bus.signal_subscribe('org.freedesktop.portal.Desktop', 'org.freedesktop.portal.Request', 'Response', handle, None, Gio.DBusSignalFlags.NONE, on_response)
+        r, w = os.pipe()
+        fds = Gio.UnixFDList.new()
+        index = fds.append(w)
+        os.close(w)
+        reply = bus.call_with_unix_fd_list_sync('org.freedesktop.portal.Desktop', '/org/freedesktop/portal/desktop', 'org.freedesktop.portal.Secret', 'RetrieveSecret', GLib.Variant('(ha{sv})', (index, {'handle_token': GLib.Variant('s', token)})), GLib.VariantType('(o)'), Gio.DBusCallFlags.NONE, 30000, fds, None)
+        del fds
+        assert reply[0].unpack()[0] == handle, reply[0].unpack()
+        GLib.timeout_add_seconds(30, loop.quit)
+        loop.run()
+        data = b''
+        while select.select([r], [], [], 10)[0]:
+            chunk = os.read(r, 4096)
+            if not chunk:
+                break
+            data += chunk
+        out['secret'] = data.hex()
+        print(json.dumps(out))
+        """#
+
+    /// The same app gets the same 64 bytes every time, another app other bytes, each kept
+    /// as an item of the app's own access group; a sandbox whose `/.flatpak-info` Flatpak
+    /// did not write (xdg-desktop-portal 1.16 takes it at its word) gets nothing.
+    @Test(.tags(.system)) func aSandboxedAppGetsItsOwnSecretThroughTheRealPortal() throws {
+        try #require(
+            access(Self.portalExecutable, X_OK) == 0, "xdg-desktop-portal is not installed")
+        let desktop = try Desktop()
+        defer { desktop.close() }
+        let k = desktop.k
+
+        let first = try desktop.retrieve(as: Self.appA)
+        #expect(
+            first.response == 0, "\(first.result)\nportal:\n\(desktop.portalLog)\nvaultd:\n\(k.log)"
+        )
+        #expect(first.secret.count == 128, "\(first.secret.count / 2) bytes: \(first.result)")
+        let again = try desktop.retrieve(as: Self.appA)
+        #expect(again.response == 0 && again.secret == first.secret, "\(again.result)")
+        let other = try desktop.retrieve(as: Self.appB)
+        #expect(other.response == 0 && other.secret.count == 128, "\(other.result)")
+        #expect(other.secret != first.secret)
+
+        // A's secret is an item of A's own group, and B's of B's.
+        let listed = k.ctl(["item", "list", "--access-group", Self.appA, "--json"]).stdoutText
+        #expect(listed.contains("org.freedesktop.portal.Secret") && listed.contains(Self.appA))
+        #expect(
+            !k.ctl(["item", "list", "--access-group", Self.appB, "--json"]).stdoutText.contains(
+                Self.appA))
+
+        // A sandbox that wrote its own /.flatpak-info naming A: xdg-desktop-portal forwards
+        // it as A, and vaultd, which checks the sandbox against Flatpak's record, refuses.
+        let forged = try desktop.retrieve(as: Self.appA, record: .selfWritten)
+        #expect(forged.response == 2 && forged.secret.isEmpty, "\(forged.result)")
+        #expect(k.log.contains("secret portal: request refused"), "\(k.log)")
+        // The secret is never logged.
+        #expect(!k.log.contains(first.secret) && !desktop.portalLog.contains(first.secret))
+    }
+
+    /// A program that is not the system's xdg-desktop-portal calling vaultd's backend
+    /// interface directly, naming app A and its own request, is refused, and its pipe gets
+    /// nothing.
+    @Test(.tags(.system)) func aProcessThatIsNotThePortalIsRefused() throws {
+        try #require(
+            access(Self.portalExecutable, X_OK) == 0, "xdg-desktop-portal is not installed")
+        let desktop = try Desktop()
+        defer { desktop.close() }
+        // A has a secret already: the attacker goes for it.
+        let a = try desktop.retrieve(as: Self.appA)
+        try #require(a.response == 0, "\(a.result)")
+        let script = #"""
+            import os, select, sys
+            from gi.repository import Gio, GLib
+            bus = Gio.bus_get_sync(Gio.BusType.SESSION, None)
+            handle = '/org/freedesktop/portal/desktop/request/%s/x' % bus.get_unique_name()[1:].replace('.', '_')
+            r, w = os.pipe()
+            fds = Gio.UnixFDList.new()
+            index = fds.append(w)
+            os.close(w)
+            try:
+                bus.call_with_unix_fd_list_sync('org.freedesktop.secrets', '/org/freedesktop/portal/desktop', 'org.freedesktop.impl.portal.Secret', 'RetrieveSecret', GLib.Variant('(osha{sv})', (handle, sys.argv[1], index, {})), GLib.VariantType('(ua{sv})'), Gio.DBusCallFlags.NONE, 30000, fds, None)
+                print('answered')
+            except GLib.Error as e:
+                print('error', Gio.DBusError.get_remote_error(e))
+            del fds
+            print('bytes', len(os.read(r, 4096)) if select.select([r], [], [], 2)[0] else 0)
+            """#
+        let r = desktop.k.run("python3", ["-c", script, Self.appA])
+        #expect(
+            r.stdoutText.contains("error org.freedesktop.DBus.Error.AccessDenied")
+                && r.stdoutText.contains("bytes 0"), "\(r)")
+        #expect(
+            desktop.k.log.contains("only the system's xdg-desktop-portal may call"),
+            "\(desktop.k.log)")
+    }
+}
