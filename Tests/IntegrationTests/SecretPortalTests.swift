@@ -114,7 +114,7 @@ import Glibc
                 "/etc", "/etc", "--ro-bind", info, "/.flatpak-info", "--bind", k.root + "/bus",
                 "/run/flatpak/bus", "--dev", "/dev", "--proc", "/proc", "--unshare-pid",
                 "--setenv", "DBUS_SESSION_BUS_ADDRESS", "unix:path=/run/flatpak/bus",
-                "--setenv", "HOME", "/tmp", "python3", "-c", SecretPortalTests.client,
+                "--setenv", "HOME", "/tmp", "/usr/bin/python3", "-c", SecretPortalTests.client,
             ]
             let r = k.run("bwrap", bwrap, timeout: 60)
             let line = r.stdoutText.split(separator: "\n").last.map(String.init) ?? ""
@@ -224,7 +224,8 @@ import Glibc
             del fds
             print('bytes', len(os.read(r, 4096)) if select.select([r], [], [], 2)[0] else 0)
             """#
-        let r = desktop.k.run("python3", ["-c", script, Self.appA])
+        // Debian's python (python-gi is its package), whatever PATH puts first.
+        let r = desktop.k.run("/usr/bin/python3", ["-c", script, Self.appA])
         #expect(
             r.stdoutText.contains("error org.freedesktop.DBus.Error.AccessDenied")
                 && r.stdoutText.contains("bytes 0"), "\(r)")

@@ -29,9 +29,15 @@ extension Vault {
         let attributes = ItemAttributes(
             service: Self.portalService, account: appID, accessGroup: appID)
         let query = ItemQuery(itemClass: .genericPassword, attributes: attributes)
-        if let found = try copyMatching(query, returnData: true, caller: requester).first?.data {
-            return found
+        // SecItemCopyMatching's semantics: no match is ItemNotFound, not an empty answer.
+        func storedSecret() throws -> SecureBytes? {
+            do {
+                return try copyMatching(query, returnData: true, caller: requester).first?.data
+            } catch let e as VaultFailure where e.code == .itemNotFound {
+                return nil
+            }
         }
+        if let found = try storedSecret() { return found }
         var stored = attributes
         stored.label = "Flatpak secret portal: \(appID)"
         stored.accessible = .afterFirstUnlock
@@ -41,9 +47,7 @@ extension Vault {
             _ = try addItem(.genericPassword, attributes: stored, secret: secret, caller: requester)
         } catch let e as VaultFailure where e.code == .duplicateItem {
             // Another request of the same app made it first: that one is the app's secret.
-            guard
-                let found = try copyMatching(query, returnData: true, caller: requester).first?.data
-            else { throw e }
+            guard let found = try storedSecret() else { throw e }
             return found
         }
         log("portal: made the master secret of app \(appID)")
