@@ -95,6 +95,21 @@ import Glibc
         func retrieve(as appID: String, record: Record = .instance) throws -> (
             response: Int?, secret: String, result: ProcessResult
         ) {
+            let r = try sandboxed(
+                as: appID, record: record, ["/usr/bin/python3", "-c", SecretPortalTests.client])
+            let line = r.stdoutText.split(separator: "\n").last.map(String.init) ?? ""
+            let j =
+                (try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any] ?? [:]
+            return ((j["response"] as? NSNumber)?.intValue, j["secret"] as? String ?? "", r)
+        }
+
+        /// Runs `command` in a sandbox as Flatpak app `appID` (a new instance each time), the
+        /// bus at Flatpak's path for it, `data` (if any) as its `XDG_DATA_HOME`, as Flatpak
+        /// binds `~/.var/app/ID/data`.
+        func sandboxed(
+            as appID: String, record: Record = .instance, data: String? = nil, _ command: [String],
+            stdin: Data? = nil
+        ) throws -> ProcessResult {
             let id = String(UInt32.random(in: 1...UInt32.max))
             let text =
                 "[Application]\nname=\(appID)\nruntime=runtime/org.example.Platform/x86_64/1\n\n[Instance]\ninstance-id=\(id)\n"
@@ -108,19 +123,18 @@ import Glibc
             } else {
                 try Data(text.utf8).write(to: URL(fileURLWithPath: info))
             }
-            let bwrap = [
+            var bwrap = [
                 "--tmpfs", "/", "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib",
                 "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/bin", "/bin", "--ro-bind",
                 "/etc", "/etc", "--ro-bind", info, "/.flatpak-info", "--bind", k.root + "/bus",
                 "/run/flatpak/bus", "--dev", "/dev", "--proc", "/proc", "--unshare-pid",
                 "--setenv", "DBUS_SESSION_BUS_ADDRESS", "unix:path=/run/flatpak/bus",
-                "--setenv", "HOME", "/tmp", "/usr/bin/python3", "-c", SecretPortalTests.client,
+                "--setenv", "HOME", "/tmp",
             ]
-            let r = k.run("bwrap", bwrap, timeout: 60)
-            let line = r.stdoutText.split(separator: "\n").last.map(String.init) ?? ""
-            let j =
-                (try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any] ?? [:]
-            return ((j["response"] as? NSNumber)?.intValue, j["secret"] as? String ?? "", r)
+            if let data {
+                bwrap += ["--bind", data, "/var/data", "--setenv", "XDG_DATA_HOME", "/var/data"]
+            }
+            return k.run("bwrap", bwrap + command, stdin: stdin, timeout: 60)
         }
     }
 
@@ -232,5 +246,38 @@ import Glibc
         #expect(
             desktop.k.log.contains("only the system's xdg-desktop-portal may call"),
             "\(desktop.k.log)")
+    }
+
+    /// libsecret inside a Flatpak (its file backend, which Debian's libsecret 0.20 uses when
+    /// `/.flatpak-info` exists and the portal has the Secret interface): `secret-tool store`
+    /// keeps the secret in the app's own keyring file, encrypted under the master secret
+    /// vaultd gave it, and a later instance of the app looks it up.
+    @Test(.tags(.system)) func libsecretInAFlatpakKeepsItsKeyringUnderThePortalSecret() throws {
+        try #require(
+            access(Self.portalExecutable, X_OK) == 0, "xdg-desktop-portal is not installed")
+        let desktop = try Desktop()
+        defer { desktop.close() }
+        let data = desktop.k.root + "/app-data"
+        mkdir(data, 0o700)
+        let store = try desktop.sandboxed(
+            as: Self.appA, data: data,
+            ["secret-tool", "store", "--label=portal", "service", "s", "account", "a"],
+            stdin: Data("sandboxed-secret".utf8))
+        #expect(store.status == 0, "\(store)\nvaultd:\n\(desktop.k.log)")
+        let keyring = data + "/keyrings/default.keyring"
+        let bytes = (try? Data(contentsOf: URL(fileURLWithPath: keyring))) ?? Data()
+        #expect(!bytes.isEmpty, "no keyring file at \(keyring)")
+        #expect(!String(decoding: bytes, as: UTF8.self).contains("sandboxed-secret"))
+        let lookup = try desktop.sandboxed(
+            as: Self.appA, data: data, ["secret-tool", "lookup", "service", "s", "account", "a"])
+        #expect(lookup.status == 0 && lookup.stdoutText == "sandboxed-secret", "\(lookup)")
+        // The keyring's key came from vaultd: A's portal secret, in A's group.
+        #expect(
+            desktop.k.ctl(["item", "list", "--access-group", Self.appA]).stdoutText.contains(
+                "service=\"org.freedesktop.portal.Secret\""))
+        // Another app with A's keyring file cannot open it: its master secret is its own.
+        let other = try desktop.sandboxed(
+            as: Self.appB, data: data, ["secret-tool", "lookup", "service", "s", "account", "a"])
+        #expect(other.stdoutText.isEmpty, "\(other)")
     }
 }

@@ -106,4 +106,35 @@ import VaultProtocol
             }
         }
     }
+
+    /// The secret is `afterFirstUnlock`: a vault locked since vaultd started answers
+    /// InteractionNotAllowed (the portal's response 2), no prompt; once unlocked, the app
+    /// gets its secret, also after the vault is locked again.
+    @Test func aLockedVaultAnswersOnlyAfterItsFirstUnlock() throws {
+        try withTemporaryDirectory { tmp in
+            let dir = tmp + "/data"
+            var made: [UInt8]?
+            do {
+                let vault = try Vault(dataDirectory: dir, passphrasePolicy: .tests)
+                defer { vault.close() }
+                _ = try vault.initialize(passphrase: secret("p1"), caller: .owner)
+                let a = try Self.flatpakApp(vault, "org.example.A")
+                made = plain(
+                    try vault.portalSecret(
+                        appID: "org.example.A", requester: a, portal: Self.portal))
+            }
+            let vault = try Vault(dataDirectory: dir, passphrasePolicy: .tests)
+            defer { vault.close() }
+            let a = try Self.flatpakApp(vault, "org.example.A")
+            _ = expectFailure(.interactionNotAllowed) {
+                _ = try vault.portalSecret(
+                    appID: "org.example.A", requester: a, portal: Self.portal)
+            }
+            _ = try vault.unlock(passphrase: secret("p1"), caller: .owner)
+            _ = try vault.lockVault(caller: .owner)
+            let after = try vault.portalSecret(
+                appID: "org.example.A", requester: a, portal: Self.portal)
+            #expect(plain(after) == made && made?.count == 64)
+        }
+    }
 }
