@@ -20,7 +20,9 @@ import Glibc
     static let appB = "org.example.PortalB"
 
     /// A private bus with vaultd's Secret Service, its vault made, and xdg-desktop-portal.
-    final class Desktop {
+    /// `@unchecked Sendable`: its paths never change, and only `close` (on the test's thread,
+    /// after every other thread ended) changes the portal's pid.
+    final class Desktop: @unchecked Sendable {
         let k: KeyringFixture
         private var portalPID: pid_t?
 
@@ -92,11 +94,14 @@ import Glibc
 
         /// Runs the portal client (`client`) in a sandbox as Flatpak app `appID`: its
         /// `{"response": N, "secret": HEX}` line.
-        func retrieve(as appID: String, record: Record = .instance) throws -> (
-            response: Int?, secret: String, result: ProcessResult
-        ) {
+        /// `mode`: `pipe` (as libsecret), `full` (a pipe filled before it is passed, whose
+        /// reader never reads), `file` (a regular file instead of a pipe).
+        func retrieve(as appID: String, record: Record = .instance, mode: String = "pipe") throws
+            -> (response: Int?, secret: String, result: ProcessResult)
+        {
             let r = try sandboxed(
-                as: appID, record: record, ["/usr/bin/python3", "-c", SecretPortalTests.client])
+                as: appID, record: record,
+                ["/usr/bin/python3", "-c", SecretPortalTests.client, mode])
             let line = r.stdoutText.split(separator: "\n").last.map(String.init) ?? ""
             let j =
                 (try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any] ?? [:]
@@ -154,10 +159,24 @@ import Glibc
             out['response'] = params.unpack()[0]
             loop.quit()
         bus.signal_subscribe('org.freedesktop.portal.Desktop', 'org.freedesktop.portal.Request', 'Response', handle, None, Gio.DBusSignalFlags.NONE, on_response)
+        mode = sys.argv[1] if len(sys.argv) > 1 else 'pipe'
         r, w = os.pipe()
+        if mode == 'full':
+            # A reader that never reads: the pipe filled before it is passed on.
+            os.set_blocking(w, False)
+            try:
+                while True:
+                    os.write(w, b'x' * 4096)
+            except BlockingIOError:
+                pass
+        if mode == 'file':
+            os.close(w)
+            os.makedirs('/tmp', exist_ok=True)
+            w = os.open('/tmp/secret-file', os.O_WRONLY | os.O_CREAT, 0o600)
         fds = Gio.UnixFDList.new()
         index = fds.append(w)
         os.close(w)
+        started = GLib.get_monotonic_time()
         reply = bus.call_with_unix_fd_list_sync('org.freedesktop.portal.Desktop', '/org/freedesktop/portal/desktop', 'org.freedesktop.portal.Secret', 'RetrieveSecret', GLib.Variant('(ha{sv})', (index, {'handle_token': GLib.Variant('s', token)})), GLib.VariantType('(o)'), Gio.DBusCallFlags.NONE, 30000, fds, None)
         del fds
         assert reply[0].unpack()[0] == handle, reply[0].unpack()
@@ -169,6 +188,11 @@ import Glibc
             if not chunk:
                 break
             data += chunk
+        out['seconds'] = (GLib.get_monotonic_time() - started) / 1e6
+        if mode == 'full':
+            data = b''
+        if mode == 'file':
+            data = open('/tmp/secret-file', 'rb').read()
         out['secret'] = data.hex()
         print(json.dumps(out))
         """#
@@ -279,5 +303,34 @@ import Glibc
         let other = try desktop.sandboxed(
             as: Self.appB, data: data, ["secret-tool", "lookup", "service", "s", "account", "a"])
         #expect(other.stdoutText.isEmpty, "\(other)")
+    }
+
+    /// A reader that never reads (its pipe full) costs vaultd the write's time limit, 2 s,
+    /// and a response 2; meanwhile another app is served. A descriptor that is no pipe or
+    /// socket (a regular file) is refused without a byte written.
+    @Test(.tags(.system)) func aPipeNeverReadOrAFileGetsNothingAndHoldsNothing() throws {
+        try #require(
+            access(Self.portalExecutable, X_OK) == 0, "xdg-desktop-portal is not installed")
+        let desktop = try Desktop()
+        defer { desktop.close() }
+        // The stalled request on a thread of its own; its answer is read after `done`.
+        nonisolated(unsafe) var full: (response: Int?, secret: String, result: ProcessResult)?
+        let done = DispatchSemaphore(value: 0)
+        let thread = Thread {
+            full = try? desktop.retrieve(as: Self.appA, mode: "full")
+            done.signal()
+        }
+        thread.start()
+        let b = try desktop.retrieve(as: Self.appB)
+        #expect(b.response == 0 && b.secret.count == 128, "\(b.result)")
+        #expect(done.wait(timeout: .now() + 60) == .success)
+        #expect(full?.response == 2, "\(String(describing: full?.result))")
+        #expect(desktop.k.log.contains("did not read its secret within 2.0 s"), "\(desktop.k.log)")
+        let file = try desktop.retrieve(as: Self.appA, mode: "file")
+        #expect(file.response == 2 && file.secret.isEmpty, "\(file.result)")
+        #expect(desktop.k.log.contains("no pipe or socket"), "\(desktop.k.log)")
+        // And A, asking properly, gets its secret.
+        let a = try desktop.retrieve(as: Self.appA)
+        #expect(a.response == 0 && a.secret.count == 128, "\(a.result)")
     }
 }
