@@ -139,6 +139,14 @@ final class SecretPortal: @unchecked Sendable {
             fd = try Self.descriptor(
                 invocation, index: g_variant_get_handle(parameters.child(2).raw))
             let portal = try portalPeer(sender)
+            // The policy's caller check, asked before the request's sender is identified
+            // (which registers a Flatpak app on first contact), so a caller that is not the
+            // portal causes nothing; `Vault.portalSecret` decides the whole request again.
+            do {
+                try Policy.requireDesktopPortal(portal)
+            } catch let e as VaultFailure {
+                throw BusError.accessDenied(e.message)
+            }
             let requester = try requester(handle)
             let pipe = fd
             let pending = Invocation(raw: invocation)
