@@ -1,6 +1,7 @@
 import Testing
-import VaultCore
 import VaultProtocol
+
+@testable import VaultCore
 
 /// The secret portal's decisions (`Policy.decidePortalRequest`) and its engine operation
 /// (`Vault.portalSecret`): only the system's xdg-desktop-portal, only for the app that asked,

@@ -61,7 +61,7 @@ extension Policy {
     ///   `/.flatpak-info` at its word; vaultd also checks it against Flatpak's record of the
     ///   instance, so a sandbox that wrote its own cannot ask for another app's secret.
     ///   Otherwise PermissionDenied.
-    public static func decidePortalRequest(appID: String, requester: Caller, portal: PortalPeer)
+    static func decidePortalRequest(appID: String, requester: Caller, portal: PortalPeer)
         throws
     {
         try requireDesktopPortal(portal)

@@ -22,7 +22,7 @@ extension Vault {
     /// its secret once the vault was unlocked since vaultd started; before that, the read
     /// fails with InteractionNotAllowed. Throws PermissionDenied (the policy), and what
     /// `copyMatching` and `addItem` throw.
-    public func portalSecret(appID: String, requester: Caller, portal: PortalPeer) throws
+    func portalSecret(appID: String, requester: Caller, portal: PortalPeer) throws
         -> SecureBytes
     {
         try Policy.decidePortalRequest(appID: appID, requester: requester, portal: portal)
@@ -52,5 +52,17 @@ extension Vault {
         }
         log("portal: made the master secret of app \(appID)")
         return secret
+    }
+}
+
+extension VaultSession {
+    /// The secret portal's RetrieveSecret (`Vault.portalSecret`), made by this session (the
+    /// calling process's: the system's xdg-desktop-portal, as `portal` describes it) for
+    /// `requester`, the session of the app vaultd identified as the sender of the portal
+    /// request, whose item it is.
+    public func portalSecret(appID: String, requester: VaultSession, portal: PortalPeer) throws
+        -> SecureBytes
+    {
+        try vault.portalSecret(appID: appID, requester: requester.caller, portal: portal)
     }
 }

@@ -138,7 +138,7 @@ final class SecretPortal: @unchecked Sendable {
             let appID = parameters.child(1).string
             fd = try Self.descriptor(
                 invocation, index: g_variant_get_handle(parameters.child(2).raw))
-            let portal = try portalPeer(sender)
+            let (portalSession, portal) = try portalPeer(sender)
             // The policy's caller check, asked before the request's sender is identified
             // (which registers a Flatpak app on first contact), so a caller that is not the
             // portal causes nothing; `Vault.portalSecret` decides the whole request again.
@@ -151,7 +151,9 @@ final class SecretPortal: @unchecked Sendable {
             let pipe = fd
             let pending = Invocation(raw: invocation)
             try startWork { [self] in
-                try answer(appID: appID, requester: requester, portal: portal, fd: pipe)
+                try answer(
+                    appID: appID, portalSession: portalSession, requester: requester,
+                    portal: portal, fd: pipe)
             } onEnd: { result in
                 Self.reply(pending.raw, result)
             }
@@ -185,9 +187,12 @@ final class SecretPortal: @unchecked Sendable {
     }
 
     /// On the worker: the secret, written to `fd` and `fd` closed (always).
-    private func answer(appID: String, requester: Caller, portal: PortalPeer, fd: Int32) throws {
+    private func answer(
+        appID: String, portalSession: VaultSession, requester: VaultSession, portal: PortalPeer,
+        fd: Int32
+    ) throws {
         defer { close(fd) }
-        let secret = try service.vault.portalSecret(
+        let secret = try portalSession.portalSecret(
             appID: appID, requester: requester, portal: portal)
         try secret.withUnsafeBytes { try Self.writeAll($0, to: fd, within: Self.writeTimeout) }
     }
@@ -229,8 +234,8 @@ final class SecretPortal: @unchecked Sendable {
     /// pidfd, its sandbox and executable; refused when that fails), then its executable
     /// file is looked at. Every read is followed by the check that the process is still the
     /// one identified (alive, the same executable), so they were about it.
-    private func portalPeer(_ sender: String) throws -> PortalPeer {
-        _ = try service.caller(sender)
+    private func portalPeer(_ sender: String) throws -> (VaultSession, PortalPeer) {
+        let session = try service.identify(sender)
         guard let peer = service.identifiedCredentials(sender),
             let exe = PeerIdentity.executable(pid: peer.pid)
         else {
@@ -242,20 +247,20 @@ final class SecretPortal: @unchecked Sendable {
                 "the caller of the secret portal exited or ran another program while vaultd identified it"
             )
         }
-        return facts.peer
+        return (session, facts.peer)
     }
 
     /// The app that asked the portal: the sender `handle` names, identified by vaultd itself
-    /// (`SecretService.caller`: a Flatpak app's sandbox checked against Flatpak's record of
+    /// (`SecretService.identify`: a Flatpak app's sandbox checked against Flatpak's record of
     /// its instance, registered on first contact). A handle of another form, or a sender
     /// that left the bus or cannot be identified, is refused.
-    private func requester(_ handle: String) throws -> Caller {
+    private func requester(_ handle: String) throws -> VaultSession {
         guard let sender = Self.sender(ofRequest: handle) else {
             throw BusError.invalidArgs(
                 "the request handle \(logField(handle)) is not one xdg-desktop-portal makes")
         }
         do {
-            return try service.caller(sender)
+            return try service.identify(sender)
         } catch {
             throw BusError.accessDenied(
                 "the app that asked the portal (connection \(sender)) is not served: \(BusError(error).message)"

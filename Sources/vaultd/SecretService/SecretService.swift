@@ -618,7 +618,7 @@ final class SecretService: @unchecked Sendable {
         return vaultSession
     }
 
-    /// The kernel's record of identified connection `sender` (`caller` first), nil when vaultd
+    /// The kernel's record of identified connection `sender` (`identify` first), nil when vaultd
     /// keeps none for it (not identified, or past `maximumPeers`).
     func identifiedCredentials(_ sender: String) -> PeerCredentials? {
         lock.withLock { peers[sender]?.credentials }
