@@ -60,7 +60,7 @@ let package = Package(
         // process does not spend its start loading and relocating them (a CLI starts once
         // per command, and should start no slower than secret-tool).
         .executableTarget(
-            name: "vaultctl", dependencies: ["VaultClient", "DesktopKeyring"],
+            name: "vaultctl", dependencies: ["VaultClient", "DesktopKeyring", "CGcrypt"],
             linkerSettings: [
                 .unsafeFlags(["-static-stdlib"], .when(configuration: .release)),
                 // What static Foundation needs that autolinking does not name here.
@@ -86,8 +86,9 @@ let package = Package(
             name: "VaultCoreTests", dependencies: ["VaultCore", "SecretSession", "TestSupport"]),
         .testTarget(
             name: "IntegrationTests",
-            // VaultCore for its policy table only: the tests call vaultd through the socket.
-            dependencies: ["VaultClient", "VaultProtocol", "VaultCore", "TestSupport"]
+            // VaultCore and vaultd for the operations and the front-ends' method tables only:
+            // the tests call vaultd through the socket and the bus.
+            dependencies: ["VaultClient", "VaultProtocol", "VaultCore", "vaultd", "TestSupport"]
         ),
         // vaultd's own code that needs no socket: the wire mapping of the engine's results and failures.
         .testTarget(

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds the frame/request/IDL fuzzer (Fuzz/FrameFuzzer.swift + Sources/VaultProtocol, with
-# libFuzzer and AddressSanitizer) and runs it for a bounded time.
+# libFuzzer and AddressSanitizer) and runs it for a bounded time; then the same for vaultctl's
+# reader of gnome-keyring's keyring files (Fuzz/KeyringFileFuzzer.swift), for a quarter of it.
 #
 #   Fuzz/run.sh [SECONDS]        default 60 (FUZZ_SECONDS); corpus in Fuzz/corpus (seeded)
+#   FUZZ_KEYRING_SECONDS         the keyring fuzzer's time (default SECONDS / 4, at least 5)
 #
 # Prints the number of executions. Exits 0 when the toolchain has no libFuzzer runtime (with a
 # message), non-zero when the fuzzer finds a crash (the input is kept in Fuzz/artifacts/).
@@ -63,3 +65,38 @@ if [ $status -ne 0 ]; then
   exit 1
 fi
 echo "fuzz: ${execs:-?} executions in $seconds s, no crash (corpus: $(ls "$corpus" | wc -l) inputs)"
+
+# vaultctl's keyring file reader: its two files with VaultProtocol's sources in one module
+# (-D VAULT_FUZZ drops their `import VaultProtocol`) and libgcrypt (Sources/CGcrypt's module
+# map). Seeds: an encrypted and a plain keyring written by gnome-keyring (Fuzz/keyring-seeds).
+kbin=$work/keyring-fuzzer
+kseconds=${FUZZ_KEYRING_SECONDS:-$(( seconds / 4 > 5 ? seconds / 4 : 5 ))}
+echo "fuzz: building $kbin (-sanitize=$sanitizers)"
+if ! swiftc -sanitize=$sanitizers -parse-as-library -O -g -module-name KeyringFileFuzzer -D VAULT_FUZZ \
+    -I Sources/CSodium -I Sources/CGcrypt -lsodium -lgcrypt \
+    -Xcc -fmodule-map-file="$work/CVaultSys.modulemap" \
+    "${sources[@]}" Sources/vaultctl/Commands/Import/GnomeKeyringFile.swift \
+    Sources/vaultctl/Commands/Import/KeyringTextFile.swift Fuzz/KeyringFileFuzzer.swift \
+    -o "$kbin" >"$work/keyring-build.log" 2>&1; then
+  grep -v "Cannot export local symbol" "$work/keyring-build.log" | tail -n 40
+  echo "fuzz: FAILED to build the keyring file fuzzer"
+  exit 1
+fi
+kcorpus=$work/keyring-corpus
+mkdir -p "$kcorpus"
+cp Fuzz/keyring-seeds/* "$kcorpus"/
+echo "fuzz: running the keyring file fuzzer for $kseconds s"
+klog=$work/keyring-fuzz.log
+set +e
+LSAN_OPTIONS="suppressions=$PWD/Fuzz/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}" \
+"$kbin" "$kcorpus" -max_total_time="$kseconds" -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
+  -artifact_prefix=Fuzz/artifacts/ -print_final_stats=1 >"$klog" 2>&1
+status=$?
+set -e
+kexecs=$(grep -E "^stat::number_of_executed_units" "$klog" | awk '{print $2}')
+if [ $status -ne 0 ]; then
+  echo "fuzz: keyring file fuzzer FAILED (exit $status) after ${kexecs:-?} executions; log: $klog; artifacts in Fuzz/artifacts/"
+  tail -n 60 "$klog"
+  exit 1
+fi
+echo "fuzz: keyring files: ${kexecs:-?} executions in $kseconds s, no crash (corpus: $(ls "$kcorpus" | wc -l) inputs)"

@@ -42,6 +42,22 @@ public struct KeyringItem: Sendable {
     public var isLocked: Bool
     /// Seconds since 1970.
     public var modified: UInt64
+
+    /// An item read elsewhere than through the Secret Service (vaultctl's import of a keyring
+    /// file, a KeePassXC database, a password store), in the same shape.
+    public init(
+        path: String, label: String, schema: String?, attributes: ExactDictionary<String>,
+        secret: [UInt8]?, contentType: String?, isLocked: Bool, modified: UInt64
+    ) {
+        self.path = path
+        self.label = label
+        self.schema = schema
+        self.attributes = attributes
+        self.secret = secret
+        self.contentType = contentType
+        self.isLocked = isLocked
+        self.modified = modified
+    }
 }
 
 /// A collection of the keyring ("Login", alias "default").

@@ -10,7 +10,33 @@ import VaultCore
 /// fresh 16-byte IV (the secret's `parameters`). libgcrypt gives the modular arithmetic and
 /// AES (libsodium has neither 1024-bit DH nor AES-CBC), libsodium the HMAC-SHA256 and the
 /// randomness.
+///
+/// The same construction in RFC 3526's 1536-bit MODP group (`Group.modp1536`) is gcr's secret
+/// exchange (`sx-aes-1`, gcr/gcr-secret-exchange.c), with which gnome-keyring and vaultd
+/// take a passphrase from the system prompter.
 public final class DHSession {
+    /// A MODP group, generator 2.
+    public enum Group: Sendable {
+        /// RFC 2409 section 6.2, the Second Oakley Group (the Secret Service's).
+        case ietf1024
+        /// RFC 3526 section 2 (gcr's "ietf-ike-grp-modp-1536").
+        case modp1536
+
+        var primeHex: String {
+            switch self {
+            case .ietf1024: DHSession.primeHex
+            case .modp1536: DHSession.prime1536Hex
+            }
+        }
+        /// The prime's length in bytes, to which the shared secret is padded.
+        var bytes: Int {
+            switch self {
+            case .ietf1024: 128
+            case .modp1536: 192
+            }
+        }
+    }
+
     /// The algorithm's name in OpenSession.
     public static let algorithm = "dh-ietf1024-sha256-aes128-cbc-pkcs7"
 
@@ -19,7 +45,12 @@ public final class DHSession {
         "FFFFFFFFFFFFFFFFC90FDAA22168C234C4C6628B80DC1CD129024E088A67CC74020BBEA63B139B22514A08798E3404DD"
         + "EF9519B3CD3A431B302B0A6DF25F14374FE1356D6D51C245E485B576625E7EC6F44C42E9A637ED6B0BFF5CB6F406B7ED"
         + "EE386BFB5A899FA5AE9F24117C4B1FE649286651ECE65381FFFFFFFFFFFFFFFF"
-    static let primeBytes = 128
+    /// RFC 3526 section 2: 2^1536 - 2^1472 - 1 + 2^64 * ( [2^1406 pi] + 741804 ).
+    static let prime1536Hex =
+        "FFFFFFFFFFFFFFFFC90FDAA22168C234C4C6628B80DC1CD129024E088A67CC74020BBEA63B139B22514A08798E3404DD"
+        + "EF9519B3CD3A431B302B0A6DF25F14374FE1356D6D51C245E485B576625E7EC6F44C42E9A637ED6B0BFF5CB6F406B7ED"
+        + "EE386BFB5A899FA5AE9F24117C4B1FE649286651ECE45B3DC2007CB8A163BF0598DA48361C55D39A69163FA8FD24CF5F"
+        + "83655D23DCA3AD961C62F356208552BB9ED529077096966D670C354E4ABC9804F1746C08CA237327FFFFFFFFFFFFFFFF"
     public static let keyLength = 16
     public static let blockLength = 16
 
@@ -42,28 +73,30 @@ public final class DHSession {
         }
     }
 
-    /// The session for a peer's public value (big-endian, at most 128 bytes): a fresh key
-    /// pair, the shared secret, the AES key. Throws `badPublicKey` for a value outside
-    /// 2...p-2 (1 and p-1 would make the secret known).
-    public convenience init(peerPublicKey peer: [UInt8]) throws {
-        var x = Sodium.randomBytes(Self.primeBytes)
-        // Below 2^1023, so below p; never 0 or 1.
+    /// The session for a peer's public value (big-endian, at most the prime's length: 128
+    /// bytes, 192 in `modp1536`): a fresh key pair, the shared secret, the AES key. Throws
+    /// `badPublicKey` for a value outside 2...p-2 (1 and p-1 would make the secret known).
+    public convenience init(peerPublicKey peer: [UInt8], group: Group = .ietf1024) throws {
+        var x = Sodium.randomBytes(group.bytes)
+        // Below 2^(bits-1), so below p; never 0 or 1.
         x[0] &= 0x7f
-        x[Self.primeBytes - 1] |= 2
+        x[group.bytes - 1] |= 2
         defer { sodium_memzero(&x, x.count) }
-        try self.init(peerPublicKey: peer, privateKey: x)
+        try self.init(peerPublicKey: peer, privateKey: x, group: group)
     }
 
-    /// As `init(peerPublicKey:)` with a given private exponent (big-endian): for tests.
-    public init(peerPublicKey peer: [UInt8], privateKey x: [UInt8]) throws {
+    /// As `init(peerPublicKey:group:)` with a given private exponent (big-endian): for tests.
+    public init(peerPublicKey peer: [UInt8], privateKey x: [UInt8], group: Group = .ietf1024)
+        throws
+    {
         guard cg_gcrypt_init() == 1 else { throw Failure.unavailable }
-        let p = try Self.mpi(hex: Self.primeHex)
+        let p = try Self.mpi(hex: group.primeHex)
         defer { gcry_mpi_release(p) }
         let g = gcry_mpi_set_ui(nil, 2)
         defer { gcry_mpi_release(g) }
         let priv = try Self.mpi(bytes: x)
         defer { gcry_mpi_release(priv) }
-        guard peer.count <= Self.primeBytes, !peer.isEmpty else { throw Failure.badPublicKey }
+        guard peer.count <= group.bytes, !peer.isEmpty else { throw Failure.badPublicKey }
         let y = try Self.mpi(bytes: peer)
         defer { gcry_mpi_release(y) }
         let pMinus1 = gcry_mpi_new(0)
@@ -76,12 +109,12 @@ public final class DHSession {
         let pub = gcry_mpi_new(0)
         defer { gcry_mpi_release(pub) }
         gcry_mpi_powm(pub, g, priv, p)
-        publicKey = try Self.bytes(pub, padded: false)
+        publicKey = try Self.bytes(pub, length: group.bytes, padded: false)
 
         let shared = gcry_mpi_new(0)
         defer { gcry_mpi_release(shared) }
         gcry_mpi_powm(shared, y, priv, p)
-        var ikm = try Self.bytes(shared, padded: true)
+        var ikm = try Self.bytes(shared, length: group.bytes, padded: true)
         defer { sodium_memzero(&ikm, ikm.count) }
         key = ikm.withUnsafeBytes {
             Sodium.hkdfSHA256(ikm: $0, salt: [], info: [], length: Self.keyLength)
@@ -180,17 +213,18 @@ public final class DHSession {
         return m
     }
 
-    /// An MPI big-endian: minimal, or left-padded with zeros to 128 bytes.
-    private static func bytes(_ m: gcry_mpi_t?, padded: Bool) throws -> [UInt8] {
+    /// An MPI below the prime big-endian: minimal, or left-padded with zeros to `length`
+    /// bytes (the prime's).
+    private static func bytes(_ m: gcry_mpi_t?, length: Int, padded: Bool) throws -> [UInt8] {
         var n = 0
-        var out = [UInt8](repeating: 0, count: primeBytes)
+        var out = [UInt8](repeating: 0, count: length)
         guard gcry_mpi_print(GCRYMPI_FMT_USG, &out, out.count, &n, m) == 0 else {
             throw Failure.unavailable
         }
         if padded {
             // Right-align the n bytes written.
             let value = Array(out[0..<n])
-            out = [UInt8](repeating: 0, count: primeBytes - n) + value
+            out = [UInt8](repeating: 0, count: length - n) + value
             return out
         }
         return Array(out[0..<n])

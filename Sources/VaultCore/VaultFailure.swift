@@ -7,7 +7,7 @@ import VaultProtocol
 ///
 /// The engine knows no protocol. Each front-end maps a failure to its own wire once: the
 /// varlink front-end to `io.vaultd.*` errors with Keychain Services' OSStatus
-/// (`Sources/vaultd/Wire/WireErrors.swift`), the Secret Service front-end to D-Bus errors.
+/// (`Sources/vaultd/Varlink/Wire/WireErrors.swift`), the Secret Service front-end to D-Bus errors.
 /// Messages never hold secrets, attribute values or preference values.
 public struct VaultFailure: Error, Sendable, Equatable, CustomStringConvertible {
     /// What went wrong. The Keychain Services result code a case stands for is named where

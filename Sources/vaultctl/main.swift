@@ -49,6 +49,12 @@ let toolUsage = """
       keyring export [CLASS] [FILTERS] [--all-groups] [--collection NAME] [--dry-run] [--json]
         NAME: an alias (default, login), a label or an object path; default: the default collection
         without --access-group or --all-groups: the owner's groups only (user, and those of no app)
+    Import (from where secrets live today; docs/import.md):
+      import gnome-keyring|keepassxc|pass|kwallet [PATH] [--access-group G] [--passphrase-fd N]
+             [--key-file KEYFILE] [--dry-run] [--json]
+        gnome-keyring: a keyring file, read offline (default: the login keyring's); keepassxc: a
+        .kdbx database through keepassxc-cli; pass: a password store (default: ~/.password-store)
+        through gpg; kwallet: a wallet exported as XML, or through kwallet-query. G: default user
     Apps:
       app install APP_ID --exe PATH [--access-group G]... [--app-group group.X]...
                   [--keep-credentials-on-reinstall]
@@ -162,6 +168,7 @@ extension PassphraseCommand: ReadsSecret {}
 extension BackupCommand: ReadsSecret {}
 extension RestoreCommand: ReadsSecret {}
 extension ItemCommand: ReadsSecret {}
+extension ImportCommand: ReadsSecret {}
 
 /// A subcommand: parses and validates its arguments in `init`, acts in `run`.
 protocol Command {
@@ -211,6 +218,7 @@ func parseCommand(_ args: inout Arguments) throws -> Command {
     case "lock": return try LockCommand(&args)
     case "forget": return try ForgetCommand(&args)
     case "keyring": return try KeyringCommand(&args)
+    case "import": return try ImportCommand(&args)
     case "passphrase": return try PassphraseCommand(&args)
     case "backup": return try BackupCommand(&args)
     case "restore": return try RestoreCommand(&args)
@@ -281,8 +289,9 @@ do {
     // meant. A command reading a secret names only a word shaped like an option's name.
     if parsing,
         let unknown = arguments.unknownOption(
-            showingWords: !["init", "unlock", "passphrase", "backup", "restore", "item"].contains(
-                named ?? ""),
+            showingWords: !["init", "unlock", "passphrase", "backup", "restore", "item", "import"]
+                .contains(
+                    named ?? ""),
             knownOptions: CommandTable.parse(toolUsage).allOptions)
     {
         e = unknown
@@ -293,6 +302,9 @@ do {
     // The varlink error, its message, and the Keychain Services OSStatus where one applies.
     printError(e.status.map { "\(e.description) (OSStatus \($0))" } ?? e.description)
     StandardOutput.exit(ExitCode(e).rawValue, program: "vaultctl")
+} catch let e as ImportFailure {
+    printError("import: \(e.description)")
+    StandardOutput.exit(ExitCode.failure.rawValue, program: "vaultctl")
 } catch let e as KeyringFailure {
     printError(e.description)
     StandardOutput.exit(e.exitCode.rawValue, program: "vaultctl")

@@ -1,5 +1,6 @@
 import DesktopKeyring
 import Foundation
+import Synchronization
 import VaultCore
 import VaultProtocol
 
@@ -14,8 +15,9 @@ enum KeyringUnlock {
     static let circle =
         "vaultd is this session's Secret Service, so the login keyring is the vault itself: a passphrase kept there could never unlock it (unlock with vaultctl unlock; docs/secret-service.md)"
 
-    /// Set at start when vaultd serves the Secret Service: the keyring is never asked.
-    nonisolated(unsafe) static var isOwnKeyring = false
+    /// Set at start, before the socket serves, when vaultd serves the Secret Service: the
+    /// keyring is never asked. Read by connection threads (UnlockFromKeyring).
+    static let isOwnKeyring = Atomic(false)
 
     /// Unlocks `vault` for `session` with the remembered passphrase (the engine decides whether
     /// the caller may, before the keyring is asked). Throws KeyringUnavailable (no bus, no
@@ -38,7 +40,9 @@ enum KeyringUnlock {
     /// The passphrase remembered for `vault` in the login keyring. Throws KeyringUnavailable.
     private static func rememberedPassphrase(_ vault: Vault, timeout: Double) throws -> SecureBytes
     {
-        guard !isOwnKeyring else { throw VaultFailure(.keyringUnavailable, circle) }
+        guard !isOwnKeyring.load(ordering: .acquiring) else {
+            throw VaultFailure(.keyringUnavailable, circle)
+        }
         let found: [KeyringItem]
         do {
             let keyring = try DesktopKeyring(timeout: timeout)
@@ -67,7 +71,7 @@ enum KeyringUnlock {
     static func atStart(_ vault: Vault, timeout: Double = 5) {
         let state = vault.lockState
         guard state.hasPassphrase, state.state == .locked else { return }
-        guard !isOwnKeyring else {
+        guard !isOwnKeyring.load(ordering: .acquiring) else {
             log("locked; \(circle)")
             return
         }

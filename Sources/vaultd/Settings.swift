@@ -27,7 +27,12 @@ import Glibc
 /// - `SecretService` (boolean): serve the Secret Service on the session bus, as
 ///   `--secret-service` (default false). Read at start only.
 /// - `SecretServicePromptTimeoutSeconds` (number): how long a Secret Service prompt waits
-///   for the vault's unlock before it is dismissed (default 60).
+///   for the vault's unlock before it is dismissed (default 60); a dialog of vaultd's own
+///   prompter ends by then too.
+/// - `Prompter` (string): who asks the user: `auto` (default), `gcr`, `pinentry`, `agent` or
+///   `none` (`PromptDialogs.choose`).
+/// - `PinentryProgram` (string): the pinentry run when pinentry asks: a path, or a name
+///   looked up in PATH (default `pinentry`, the system's choice).
 struct Settings {
     var autoLockSeconds: Double = 0
     var uninstallGraceSeconds: Double = 600
@@ -37,6 +42,8 @@ struct Settings {
     var cacheCheckInterval: Double = 5
     var secretService = false
     var secretServicePromptTimeout: Double = 60
+    var prompter: PromptDialogs.Setting = .auto
+    var pinentryProgram = "pinentry"
     /// Keys of the file that name no setting (a misspelt `AutoLockSecs`, say): ignored, and
     /// named in the log at start and at SIGHUP (`unknownKeysMessage`), so a setting that
     /// does not take effect is seen.
@@ -49,6 +56,7 @@ struct Settings {
         "AppStorageQuotaBytes", "CacheFreeLowWaterBytes", "CacheFreeHighWaterBytes",
         "CacheBudgetBytes",
         "CacheBudgetHighWaterBytes", "SecretService", "SecretServicePromptTimeoutSeconds",
+        "Prompter", "PinentryProgram",
     ]
 
     /// The largest config file read (bytes).
@@ -119,6 +127,24 @@ struct Settings {
         default: throw StartupError(description: "\(path): SecretService must be a boolean")
         }
         s.secretServicePromptTimeout = try seconds("SecretServicePromptTimeoutSeconds") ?? 60
+        switch d["Prompter"] {
+        case nil: break
+        case .string(let v)? where PromptDialogs.Setting(rawValue: v) != nil:
+            s.prompter = PromptDialogs.Setting(rawValue: v)!
+        default:
+            throw StartupError(
+                description:
+                    "\(path): Prompter must be one of \(PromptDialogs.Setting.allCases.map(\.rawValue).joined(separator: ", "))"
+            )
+        }
+        switch d["PinentryProgram"] {
+        case nil: break
+        case .string(let v)? where !v.isEmpty && v.utf8.count <= 4096 && !v.utf8.contains(0):
+            s.pinentryProgram = v
+        default:
+            throw StartupError(
+                description: "\(path): PinentryProgram must be a program's name or path")
+        }
         s.cachePolicy = CachePolicy(
             freeLowWater: try bytes("CacheFreeLowWaterBytes"),
             freeHighWater: try bytes("CacheFreeHighWaterBytes"),

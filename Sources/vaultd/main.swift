@@ -281,6 +281,10 @@ let hangupSource = DispatchSource.makeSignalSource(signal: SIGHUP, queue: mainte
 hangupSource.setEventHandler { @Sendable in reloadSettings() }
 hangupSource.resume()
 
+// Whether vaultd is the login keyring itself, known before any connection can ask for an
+// unlock from it.
+KeyringUnlock.isOwnKeyring.store(secretService != nil, ordering: .releasing)
+
 // Served only now: every signal vaultd takes has its handler, so one sent as soon as vaultd
 // answers (a reload, a tick) is handled, not lost.
 server.start()
@@ -288,7 +292,6 @@ syncService.start()
 
 // Unlock at login from the passphrase remembered in the login keyring (never blocks serving);
 // not when vaultd is that keyring.
-KeyringUnlock.isOwnKeyring = secretService != nil
 KeyringUnlock.atStart(vault)
 
 log(

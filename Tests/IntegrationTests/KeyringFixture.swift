@@ -69,11 +69,16 @@ final class KeyringFixture: @unchecked Sendable {
             "dbus-daemon did not create its socket; log:\n\(text(root + "/dbus.log"))")
     }
 
-    private func startKeyring() throws {
+    /// Starts gnome-keyring-daemon (a fixture made with `keyring: false` may start it later,
+    /// e.g. once a test has put a keyring file in place). `password`: the login password it
+    /// is given on stdin (`--unlock`), which a new login keyring is encrypted with; "" gives
+    /// none, and a plain login keyring then stays plain.
+    func startKeyring(password: String = keyringPassword) throws {
+        precondition(keyringPID == nil)
         keyringPID = try ChildProcess.spawn(
             "gnome-keyring-daemon", ["--foreground", "--unlock", "--components=secrets"],
             environment: environment,
-            inputs: [0: Data(Self.keyringPassword.utf8)],
+            inputs: [0: Data(password.utf8)],
             stdout: .file(root + "/keyring.log", append: true),
             stderr: .file(root + "/keyring.log", append: true))
         let deadline = Date().addingTimeInterval(15)
@@ -93,6 +98,17 @@ final class KeyringFixture: @unchecked Sendable {
             "gnome-keyring-daemon did not take org.freedesktop.secrets; log:\n\(text(root + "/keyring.log"))"
         )
     }
+
+    /// Stops gnome-keyring-daemon (SIGTERM, waited for): its keyring files are then complete
+    /// on disk, and no Secret Service answers on the bus.
+    func stopKeyring() {
+        guard let p = keyringPID else { return }
+        keyringPID = nil
+        _ = Self.stop(p)
+    }
+
+    /// The directory of gnome-keyring's keyring files in this fixture's home.
+    var keyringsDirectory: String { root + "/home/.local/share/keyrings" }
 
     /// Locks the login collection (as the screen locker would).
     func lockKeyring() -> ProcessResult {

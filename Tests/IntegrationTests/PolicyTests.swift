@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import VaultCore
 import VaultProtocol
+import vaultd
 
 #if canImport(Glibc)
 import Glibc
@@ -79,13 +80,13 @@ import Glibc
     }
 
     /// Every declared method, in a fixed order, with its policy decision.
-    static var methods: [(name: String, decision: Policy.MethodDecision?)] {
+    static var methods: [(name: String, decision: MethodOperation?)] {
         VarlinkInterfaces.inputParameters.keys.sorted().map {
-            ($0, Policy.decision(forVarlinkMethod: $0))
+            ($0, VarlinkOperations.of($0))
         }
     }
 
-    static func audience(_ d: Policy.MethodDecision?) -> VaultCore.Operation.Audience? {
+    static func audience(_ d: MethodOperation?) -> VaultCore.Operation.Audience? {
         if case .operation(let k)? = d { return k.audience }
         return nil
     }

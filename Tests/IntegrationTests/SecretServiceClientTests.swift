@@ -233,28 +233,10 @@ import Glibc
         var r = SecretServiceTests.secretTool(
             k, ["store", "--label=first", "seahorse", "0"], stdin: "s0")
         try #require(r.status == 0, "\(r)")
-        // A display of its own: the first free number from 90.
-        let display = try #require(
-            (90..<190).first {
-                access("/tmp/.X11-unix/X\($0)", F_OK) != 0 && access("/tmp/.X\($0)-lock", F_OK) != 0
-            })
-        let xvfb = try ChildProcess.spawn(
-            "/usr/bin/Xvfb", [":\(display)", "-screen", "0", "1280x800x24", "-nolisten", "tcp"],
-            environment: k.environment, inputs: [:],
-            stdout: .file(k.root + "/xvfb.log", append: false),
-            stderr: .file(k.root + "/xvfb.log", append: false))
-        defer {
-            kill(xvfb, SIGTERM)
-            _ = ChildProcess.wait(xvfb, timeout: 10)
-        }
-        var deadline = Date().addingTimeInterval(20)
-        while access("/tmp/.X11-unix/X\(display)", F_OK) != 0 && Date() < deadline {
-            usleep(10_000)
-        }
-        var env = k.environment
-        env["DISPLAY"] = ":\(display)"
-        env["GSETTINGS_BACKEND"] = "memory"
-        env["NO_AT_BRIDGE"] = "1"
+        // A display of its own.
+        let xvfb = try XvfbDisplay(environment: k.environment, log: k.root + "/xvfb.log")
+        defer { withExtendedLifetime(xvfb) {} }
+        let env = xvfb.environment(k.environment)
         let out = k.root + "/seahorse.out"
         let seahorse = try ChildProcess.spawn(
             "/usr/bin/seahorse", [], environment: env, inputs: [:],
@@ -282,7 +264,7 @@ import Glibc
                 ], timeout: 20)
             return r.status == 0 && r.stdoutText.contains("[")
         }
-        deadline = Date().addingTimeInterval(30)
+        let deadline = Date().addingTimeInterval(30)
         while !roundTrip() && Date() < deadline { usleep(50_000) }
         try #require(roundTrip(), "seahorse did not start: \(Self.text(out))")
         // Its window, once mapped, with the collections listed.

@@ -2,6 +2,7 @@ import Foundation
 import TestSupport
 import Testing
 import VaultCore
+import vaultd
 
 #if canImport(Glibc)
 import Glibc
@@ -926,13 +927,13 @@ import Glibc
         for m in declared.sorted() {
             let dot = m.lastIndex(of: ".")!
             #expect(
-                Policy.decision(
-                    forSecretService: String(m[..<dot]), String(m[m.index(after: dot)...])) != nil,
+                SecretServiceOperations.of(
+                    String(m[..<dot]), String(m[m.index(after: dot)...])) != nil,
                 "\(m) has no policy decision")
         }
         #expect(
-            Set(Policy.secretServiceMethods.keys) == declared,
-            "\(Set(Policy.secretServiceMethods.keys).symmetricDifference(declared).sorted())")
+            Set(SecretServiceOperations.byMember.keys) == declared,
+            "\(Set(SecretServiceOperations.byMember.keys).symmetricDifference(declared).sorted())")
     }
 
     static func attribute(_ line: Substring, _ prefix: String) -> String? {

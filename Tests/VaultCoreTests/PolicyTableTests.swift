@@ -3,55 +3,9 @@ import VaultProtocol
 
 @testable import VaultCore
 
-/// The policy's method table against the interface descriptions: no method ships without a
-/// decision, and the table names no method that does not exist.
+/// The policy in the engine: owner-only operations and subscriptions, whatever front-end
+/// calls (the front-ends' method tables are held to the interfaces in VaultdTests).
 @Suite struct PolicyTableTests {
-    /// Every method the interface descriptions declare, fully qualified.
-    static let declared = Set(VarlinkInterfaces.inputParameters.keys)
-
-    @Test func everyDeclaredMethodHasAPolicyDecision() {
-        // The descriptions were parsed at all (a parser that found nothing would pass below):
-        // the 31 methods of today, or more.
-        #expect(
-            Self.declared.contains("io.vaultd.Keychain.Add") && Self.declared.count >= 31,
-            "\(Self.declared.sorted())")
-        for method in Self.declared.sorted() {
-            #expect(
-                Policy.decision(forVarlinkMethod: method) != nil,
-                "\(method) is declared but has no policy decision")
-        }
-    }
-
-    @Test func everyPolicyEntryNamesADeclaredMethod() {
-        for method in Policy.varlinkMethods.keys.sorted() {
-            #expect(
-                Self.declared.contains(method),
-                "the policy decides \(method), which no interface declares")
-        }
-    }
-
-    /// Only the service's own description is open to anyone; everything else is an engine
-    /// operation, which the engine authorizes.
-    @Test func onlyTheServiceDescriptionNeedsNoDecision() {
-        let open = Policy.varlinkMethods.filter { $0.value == .open }.keys.sorted()
-        #expect(
-            open == ["org.varlink.service.GetInfo", "org.varlink.service.GetInterfaceDescription"])
-    }
-
-    /// Every operation kind is some method's (of varlink or the Secret Service): an operation no
-    /// front-end method names would be one the tables (and docs/architecture.md) do not show.
-    @Test func everyOperationKindIsSomeMethods() {
-        let named = Set(
-            (Array(Policy.varlinkMethods.values) + Array(Policy.secretServiceMethods.values))
-                .compactMap { d -> VaultCore.Operation.Kind? in
-                    if case .operation(let k) = d { return k }
-                    return nil
-                })
-        #expect(
-            named == Set(VaultCore.Operation.Kind.allCases),
-            "not named by any method: \(Set(VaultCore.Operation.Kind.allCases).subtracting(named))")
-    }
-
     /// Owner-only operations refuse an app in the engine itself, whatever front-end calls.
     @Test func theEngineRefusesAnAppEveryOwnerOnlyOperation() throws {
         try withVault { vault, _ in

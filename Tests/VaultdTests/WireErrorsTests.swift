@@ -5,7 +5,7 @@ import VaultProtocol
 
 @testable import vaultd
 
-/// The varlink front-end's mapping of the engine's failures (`Sources/vaultd/Wire`): every
+/// The varlink front-end's mapping of the engine's failures (`Sources/vaultd/Varlink/Wire`): every
 /// `VaultFailure.Code` is sent as an error the interfaces declare, with Keychain Services'
 /// OSStatus where one applies, and with the typed details as the declared parameters.
 @Suite struct WireErrorsTests {

@@ -2,14 +2,16 @@ internal import CSodium
 import Foundation
 import VaultProtocol
 
-/// Key material in `sodium_malloc` memory: guarded pages, locked against swap, wiped
-/// (zeroed) on release. Compared in constant time; prints as `[REDACTED]`; its bytes are
+/// Key material in `sodium_malloc` memory: locked against swap, excluded from core dumps,
+/// wiped (zeroed) on release. Compared in constant time; prints as `[REDACTED]`; its bytes are
 /// reachable only through `withUnsafeBytes`.
 ///
 /// Small buffers (item keys, typical secrets: up to `SecureArena.largestSlot` bytes) are
 /// slots of larger `sodium_malloc` regions (`SecureArena`), because one `sodium_malloc` per
 /// buffer costs an mmap, two mprotects and an mlock, and its free an munlock and an munmap:
-/// more than the rest of a lookup. Larger ones get their own region.
+/// more than the rest of a lookup. Only a region has guard pages around it: the slots of one
+/// region are adjacent, so a write past a slot's end reaches its neighbour, not a guard page.
+/// Larger buffers get a region of their own, with its guard pages and canary.
 public final class SecureBytes: @unchecked Sendable, CustomStringConvertible,
     CustomDebugStringConvertible
 {
@@ -77,6 +79,13 @@ public final class SecureBytes: @unchecked Sendable, CustomStringConvertible,
         rethrows -> R
     {
         try body(UnsafeMutableRawBufferPointer(start: pointer, count: count))
+    }
+
+    /// A copy in secure memory of its own (no copy passes through ordinary memory).
+    public func copy() -> SecureBytes {
+        let out = SecureBytes(count: count)
+        out.pointer.copyMemory(from: pointer, byteCount: count)
+        return out
     }
 
     /// Constant-time comparison (`sodium_memcmp`).

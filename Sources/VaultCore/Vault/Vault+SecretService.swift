@@ -289,8 +289,7 @@ extension Vault {
                 a.modificationDate = item.modified
                 return FoundItem(
                     itemClass: .genericPassword, attributes: a,
-                    data: open && secrets
-                        ? SecureBytes(copying: item.secret.withUnsafeBytes { Array($0) }) : nil,
+                    data: open && secrets ? item.secret.copy() : nil,
                     isLocked: !open)
             }
         }

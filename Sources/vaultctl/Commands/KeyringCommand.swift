@@ -69,264 +69,6 @@ struct KeyringCommand: Command {
         }
     }
 
-    // MARK: import
-
-    func importItems(_ keyring: DesktopKeyring, _ context: Context) throws {
-        var (info, items): (KeyringCollection, [KeyringItem])
-        do {
-            (info, items) = try keyring.items(inCollection: collection, unlock: true)
-            // An item's `modified` is in whole seconds, and one of this very second is not
-            // recorded (a change later in the second would keep it); an item imported without
-            // it would have its keyring copy taken at the next import, over a change made in
-            // the vault since (a `vaultctl item update`, a password git stored). So an import
-            // that meets one waits for the next second and reads the collection again.
-            let now = Date().timeIntervalSince1970
-            if items.contains(where: { Double($0.modified) >= now.rounded(.down) }) {
-                usleep(UInt32(((now.rounded(.down) + 1 - now) * 1_000_000).rounded(.up)) + 10_000)
-                (info, items) = try keyring.items(inCollection: collection, unlock: true)
-            }
-        } catch let e as KeyringError {
-            throw KeyringFailure(e)
-        }
-        // A keyring that is empty, damaged (gnome-keyring starts a new one beside a file it
-        // cannot read) or newly created holds nothing: said, not a quiet "0 item(s)".
-        if items.isEmpty {
-            printError(
-                "warning: collection \(JSON.string(info.label).text) (\(info.path)) holds 0 items: nothing to import (is this the keyring you meant? an empty, damaged or newly created keyring holds none)"
-            )
-        }
-        let keychain = try context.vault().keychain
-        var counts: [String: Int] = [:]
-        var plannedKeys: ExactSet = []
-        for item in items.sorted(by: { $0.path < $1.path }) {
-            if asSecretService {
-                let (verb, note) = try importAsSecretServiceItem(item, keychain: keychain)
-                counts[verb, default: 0] += 1
-                let shown =
-                    verb == "fail"
-                    ? "cannot import"
-                    : dryRun && verb != "unchanged" && verb != "skip" ? "would \(verb)" : verb
-                say(
-                    "\(shown) Secret Service item \(JSON.string(item.label).text)\(note.map { ": " + $0 } ?? "")",
-                    verb, from: item, item: nil, note: note)
-                continue
-            }
-            let (verb, mapped, note) = try importOne(
-                item, keychain: keychain, plannedKeys: &plannedKeys)
-            counts[verb, default: 0] += 1
-            let shown =
-                verb == "fail"
-                ? "cannot import"
-                : dryRun && verb != "unchanged" && verb != "skip" ? "would \(verb)" : verb
-            say(
-                "\(shown) \(mapped.map { Self.describe($0) + " " } ?? "")from \(JSON.string(item.label).text)\(note.map { ": " + $0 } ?? "")",
-                verb, from: item, item: mapped.map { ($0.itemClass, $0.attributes) }, note: note)
-        }
-        var summary = ["add", "update", "unchanged", "skip"].map {
-            "\(counts[$0, default: 0]) \($0 == "add" ? "added" : $0 == "update" ? "updated" : $0 == "skip" ? "skipped" : $0)"
-        }
-        let failed = counts["fail", default: 0]
-        if failed > 0 { summary.append("\(failed) not imported") }
-        if json {
-            print(summaryJSON(info, items: items.count, counts: counts).text)
-        } else {
-            print(
-                "\(dryRun ? "dry run, nothing changed: " : "")collection \(JSON.string(info.label).text), \(items.count) item(s): \(summary.joined(separator: ", "))"
-            )
-        }
-        // Every other item was imported; the exit status still says that not all were.
-        if failed > 0 {
-            throw KeyringFailure(
-                KeyringError(
-                    .failed,
-                    "\(failed) item(s) \(dryRun ? "could not be" : "were not") imported (the lines \"cannot import\" say why)"
-                ))
-        }
-    }
-
-    /// Imports one keyring item: "add", "update", "unchanged", "skip" (with why), or "fail"
-    /// (with why: the vault refuses this item, e.g. a secret over 1 MiB, `SecretLimit`).
-    /// An item the vault refuses does not end the import: the rest are still imported.
-    /// `plannedKeys`: in a dry run, the keys earlier items of this run would have added (they
-    /// are not in the vault, yet they would take the key, as in the real import).
-    func importOne(_ item: KeyringItem, keychain: Keychain, plannedKeys: inout ExactSet) throws -> (
-        String, KeyringMapping.Mapped?, String?
-    ) {
-        guard var mapped = KeyringMapping.map(item, accessGroup: accessGroup!) else {
-            return ("skip", nil, "vaultd's own unlock secret")
-        }
-        let secret = Data(item.secret ?? [])
-        // Checked here too, so a dry run predicts it.
-        if secret.count > SecretLimit.maximumBytes {
-            return (
-                "fail", mapped,
-                "the secret is \(secret.count) bytes; the vault's limit is \(SecretLimit.maximumBytes) bytes (1 MiB)"
-            )
-        }
-        // An item vaultd exported goes back to the group it names only while the vault holds
-        // it there (a round trip through the keyring, found unchanged or kept). Otherwise it
-        // is imported like any keyring item, into the group this import names: any program
-        // on the session bus can write an `io.vaultd.Item`, and one naming another group
-        // (an app's, or `git`) must not put a credential there.
-        if mapped.exported,
-            !(mapped.attributes.accessGroup.map { $0.sameBytes(accessGroup!) } ?? false)
-        {
-            do {
-                _ = try keychain.copyMatching(
-                    Query(mapped.itemClass, mapped.primaryKey), returnAttributes: true)
-            } catch let e as VaultError where e.code == .itemNotFound {
-                mapped.attributes.accessGroup = accessGroup
-            }
-        }
-        var fellBack = false
-        while true {
-            let key = mapped.itemClass.rawValue + "\u{0}" + mapped.primaryKey.json.text
-            let existing: Item?
-            do {
-                existing = try keychain.copyMatching(
-                    Query(mapped.itemClass, mapped.primaryKey), returnData: true,
-                    returnAttributes: true
-                ).first
-            } catch let e as VaultError where e.code == .itemNotFound {
-                existing = nil
-            }
-            guard existing != nil || plannedKeys.contains(ExactString(key)) else {
-                if dryRun {
-                    plannedKeys.insert(ExactString(key))
-                } else if let refused = try Self.refusal({
-                    try keychain.add(mapped.itemClass, attributes: mapped.attributes, data: secret)
-                }) {
-                    return ("fail", mapped, refused)
-                }
-                return ("add", mapped, nil)
-            }
-            if let existing {
-                if mapped.exported {
-                    // A vault item exported earlier: the vault's own copy is the reference.
-                    if existing.data == secret { return ("unchanged", mapped, nil) }
-                    return (
-                        "skip", mapped,
-                        "exported from the vault earlier; the vault's item differs and is kept"
-                    )
-                }
-                if let source = KeyringMapping.source(existing.attributes?.generic),
-                    source == KeyringMapping.source(mapped.attributes.generic)
-                {
-                    // The same keyring item, imported before. Not modified in the keyring
-                    // since (its `modified` is the one recorded then): the vault's copy is
-                    // the reference, so an edit made in the vault since is not undone.
-                    let recorded = KeyringMapping.modified(existing.attributes?.generic)
-                    if item.modified > 0 && recorded == item.modified {
-                        return (
-                            "unchanged", mapped,
-                            existing.data == secret
-                                ? nil
-                                : "changed in the vault since the import; the vault's copy is kept"
-                        )
-                    }
-                    // Modified in the keyring (or never recorded): the keyring's copy is taken.
-                    // The labels byte for byte: one differing only in Unicode normalisation is another label.
-                    let sameLabel =
-                        existing.attributes?.label.map { l in
-                            mapped.attributes.label?.sameBytes(l) ?? false
-                        } ?? (mapped.attributes.label == nil)
-                    let same = existing.data == secret && sameLabel
-                    if !dryRun && (!same || recorded != item.modified) {
-                        var changes = ItemAttributes()
-                        changes.label = mapped.attributes.label
-                        changes.generic = mapped.attributes.generic
-                        let write = {
-                            _ = try keychain.update(
-                                Query(mapped.itemClass, mapped.primaryKey), attributes: changes,
-                                data: same ? nil : secret)
-                        }
-                        if let refused = try Self.refusal(write) {
-                            return ("fail", mapped, refused)
-                        }
-                    }
-                    return (same ? "unchanged" : "update", mapped, nil)
-                }
-            }
-            // Another item holds this key (or would, earlier in this dry run): keep both, this
-            // one under its full attribute set.
-            guard !fellBack else {
-                return (
-                    "fail", mapped,
-                    "its key is taken by another item in group \(JSON.string(accessGroup!).text)"
-                )
-            }
-            fellBack = true
-            mapped = KeyringMapping.fallback(item, accessGroup: accessGroup!)
-        }
-    }
-
-    /// Imports one keyring item as an item of vaultd's Secret Service (docs/secret-service.md):
-    /// a generic password of service `org.freedesktop.secrets` in the import's group, with the
-    /// keyring item's label and its attributes as lookup attributes (`xdg:schema` included).
-    /// An item of the group with exactly those attributes is the same item: "unchanged", or
-    /// "update" (its secret or label taken from the keyring); otherwise "add", under a new ID.
-    func importAsSecretServiceItem(_ item: KeyringItem, keychain: Keychain) throws -> (
-        String, String?
-    ) {
-        var attributes = item.attributes
-        if let s = item.schema, attributes["xdg:schema"] == nil { attributes["xdg:schema"] = s }
-        if attributes["xdg:schema"] == KeyringMapping.unlockSchema {
-            return ("skip", "vaultd's own unlock secret")
-        }
-        let secret = Data(item.secret ?? [])
-        if secret.count > SecretLimit.maximumBytes {
-            return (
-                "fail",
-                "the secret is \(secret.count) bytes; the vault's limit is \(SecretLimit.maximumBytes) bytes (1 MiB)"
-            )
-        }
-        var query = ItemAttributes(service: Self.secretServiceService, accessGroup: accessGroup)
-        query.lookupAttributes = attributes
-        let existing: Item?
-        do {
-            existing = try keychain.copyMatching(
-                Query(.genericPassword, query, matchAll: true), returnData: true,
-                returnAttributes: true
-            )
-            .first { $0.attributes?.lookupAttributes == attributes }
-        } catch let e as VaultError where e.code == .itemNotFound {
-            existing = nil
-        }
-        if let existing, let account = existing.attributes?.account {
-            let sameLabel =
-                existing.attributes?.label.map { $0.sameBytes(item.label) } ?? item.label.isEmpty
-            if existing.data == secret && sameLabel { return ("unchanged", nil) }
-            if !dryRun {
-                let q = Query(
-                    .genericPassword,
-                    ItemAttributes(
-                        service: Self.secretServiceService, account: account,
-                        accessGroup: accessGroup))
-                if let refused = try Self.refusal({
-                    _ = try keychain.update(
-                        q, attributes: ItemAttributes(label: item.label), data: secret)
-                }) {
-                    return ("fail", refused)
-                }
-            }
-            return ("update", nil)
-        }
-        if !dryRun {
-            // The item's ID (the account; its object path's last element): 128 random bits, in hex.
-            let id = UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")
-            var a = ItemAttributes(
-                service: Self.secretServiceService, account: id, label: item.label,
-                accessGroup: accessGroup)
-            a.lookupAttributes = attributes
-            if let refused = try Self.refusal({
-                _ = try keychain.add(.genericPassword, attributes: a, data: secret)
-            }) {
-                return ("fail", refused)
-            }
-        }
-        return ("add", nil)
-    }
-
     /// The service of vaultd's Secret Service items (`Vault.secretServiceService`).
     static let secretServiceService = "org.freedesktop.secrets"
 
@@ -391,7 +133,16 @@ struct KeyringCommand: Command {
     /// `--json`'s object: the collection, whether it was a dry run, the item count, each count
     /// (`added`, `updated`, `unchanged`, `skipped`, `failed`) and each item's result.
     func summaryJSON(_ c: KeyringCollection, items: Int, counts: [String: Int]) -> JSON {
-        [
+        summaryJSON(
+            ImportOrigin(kind: "collection", label: c.label, path: c.path), items: items,
+            counts: counts)
+    }
+
+    /// The same for any origin: `collection` is its label (a keyring's collection, a KeePassXC
+    /// database's name, the password store's directory), `path` where it is; `source` the
+    /// `vaultctl import` source, when it was one.
+    func summaryJSON(_ c: ImportOrigin, items: Int, counts: [String: Int]) -> JSON {
+        var o: JSONObject = [
             "collection": .string(c.label), "path": .string(c.path), "dryRun": .bool(dryRun),
             "items": JSON(items),
             "added": JSON(counts["add", default: 0]), "updated": JSON(counts["update", default: 0]),
@@ -399,6 +150,8 @@ struct KeyringCommand: Command {
             "skipped": JSON(counts["skip", default: 0]),
             "failed": JSON(counts["fail", default: 0]), "results": .array(report.results),
         ]
+        if let source = c.source { o["source"] = .string(source) }
+        return .object(o)
     }
 
     // MARK: export
@@ -617,7 +370,8 @@ enum KeyringMapping {
     /// - anything else: `fallback`.
     /// The full attribute set and schema are kept in `generic` (JSON, with the item's
     /// `modified`, which tells a later import whether the keyring item changed), the label as label.
-    static func map(_ item: KeyringItem, accessGroup: String) -> Mapped? {
+    static func map(_ entry: ImportEntry, accessGroup: String) -> Mapped? {
+        let item = entry.item
         let a = item.attributes
         let schema = item.schema ?? a["xdg:schema"]
         if schema == unlockSchema { return nil }
@@ -665,14 +419,15 @@ enum KeyringMapping {
             out.service = service
             out.account = a["username"] ?? a["user"] ?? a["account"]
         } else {
-            return fallback(item, accessGroup: accessGroup)
+            return fallback(entry, accessGroup: accessGroup)
         }
-        return finish(Mapped(itemClass: cls, attributes: out), item)
+        return finish(Mapped(itemClass: cls, attributes: out), entry)
     }
 
     /// Items that follow no known convention (or whose key is taken): a generic password with
     /// service = the schema and account = every attribute, as `k=v&k=v` (sorted, escaped).
-    static func fallback(_ item: KeyringItem, accessGroup: String) -> Mapped {
+    static func fallback(_ entry: ImportEntry, accessGroup: String) -> Mapped {
+        let item = entry.item
         let schema = item.schema ?? item.attributes["xdg:schema"] ?? genericSchema
         var allowed = CharacterSet.alphanumerics
         allowed.insert(charactersIn: "-._~:/@")
@@ -685,16 +440,19 @@ enum KeyringMapping {
             Mapped(
                 itemClass: .genericPassword,
                 attributes: ItemAttributes(
-                    service: schema, account: account, accessGroup: accessGroup)), item)
+                    service: schema, account: account, accessGroup: accessGroup)), entry)
     }
 
-    private static func finish(_ m: Mapped, _ item: KeyringItem) -> Mapped {
+    private static func finish(_ m: Mapped, _ entry: ImportEntry) -> Mapped {
+        let item = entry.item
         var m = m
         if !item.label.isEmpty { m.attributes.label = item.label }
+        if let c = entry.comment, !c.isEmpty { m.attributes.comment = c }
         var source: JSONObject = [
             "attributes": .object(item.attributes.mapValues { JSON.string($0) })
         ]
         if let s = item.schema { source["schema"] = .string(s) }
+        if let id = entry.id { source["id"] = .string(id) }
         // Whole seconds: a change later in the same second would keep the same `modified`,
         // so one of this very second is not recorded (the next import records it).
         if item.modified > 0 && item.modified < UInt64(Date().timeIntervalSince1970) {
@@ -708,10 +466,13 @@ enum KeyringMapping {
     /// less `xdg:schema`, which gnome-keyring reports for an item only once it has reloaded
     /// its file: the identity of a keyring item across imports.
     /// Compared byte for byte (names and values), as the keyring compares them.
+    /// An entry with an `id` of its own (a KeePassXC entry's UUID, a pass file's path) is
+    /// that id instead: its attributes may change and it stays the same entry.
     static func source(_ generic: Data?) -> JSONObject? {
         guard let g = generic, let j = try? JSON.parse(Array(g)),
             let a = j["secretService"]?["attributes"]?.objectValue
         else { return nil }
+        if let id = j["secretService"]?["id"]?.stringValue { return ["id": .string(id)] }
         var out = a.filter { $0.value.stringValue != nil }
         out["xdg:schema"] = nil
         return out

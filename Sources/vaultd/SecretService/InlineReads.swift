@@ -126,7 +126,7 @@ extension SecretService {
         let body = GV(borrowing: g_dbus_message_get_body(message)!)
         let reply: OpaquePointer
         do {
-            guard Policy.decision(forSecretService: interface, member) != nil else {
+            guard SecretServiceOperations.of(interface, member) != nil else {
                 throw BusError.accessDenied("\(interface).\(member) has no policy decision")
             }
             guard let target = SecretServicePath(path) else { throw BusError.noSuchObject }

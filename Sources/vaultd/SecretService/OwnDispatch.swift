@@ -187,7 +187,7 @@ extension SecretService {
                 }
             }
             try requireSignature(expected)
-            guard Policy.decision(forSecretService: interface, member) != nil else {
+            guard SecretServiceOperations.of(interface, member) != nil else {
                 throw BusError.accessDenied("\(interface).\(member) has no policy decision")
             }
             let vaultSession = try identify(sender)

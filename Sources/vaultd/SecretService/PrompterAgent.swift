@@ -29,6 +29,10 @@ import Glibc
 ///
 /// Every call to the prompter is asynchronous (its reply comes on the bus thread), bounded by
 /// the prompt's own deadline; unlocking (Argon2id) runs off the bus thread.
+///
+/// The `Prompter` setting decides who is asked (`PromptDialogs.choose`): this agent, or one
+/// of vaultd's own dialogs (gcr's system prompter, pinentry: `PromptDialogs`), which take
+/// the prompts from the same queue, one at a time.
 final class PrompterAgent: @unchecked Sendable {
     static let interface = "io.vaultd.Secret.Prompter"
     /// Passphrases asked for per prompt.
@@ -50,6 +54,9 @@ final class PrompterAgent: @unchecked Sendable {
     private var queue: [String] = []
     private var asking: Asking?
     private var nextToken: UInt64 = 0
+    /// The prompt a dialog of vaultd's own asks for, and its ticket (cancelled when the
+    /// prompt ends otherwise).
+    private var dialog: (prompt: String, ticket: DialogTicket)?
 
     /// The prompt being asked for: which attempt, and the pending call's cancellable (its
     /// mutable fields are read and written under the agent's lock).
@@ -142,6 +149,10 @@ final class PrompterAgent: @unchecked Sendable {
     /// Prompt `id` ended (completed, dismissed, its owner gone): it is asked for no more, and
     /// a question about it still pending is cancelled. Any thread.
     func ended(_ id: String) {
+        let ticket: DialogTicket? = lock.withLock {
+            dialog?.prompt == id ? dialog?.ticket : nil
+        }
+        ticket?.cancel()
         let pending: Asking? = lock.withLock {
             queue.removeAll { $0 == id }
             guard let a = asking, a.prompt == id, !a.unlocking else { return nil }
@@ -171,8 +182,17 @@ final class PrompterAgent: @unchecked Sendable {
         // Read before the lock: the engine's lock-state event, which ends prompts (`ended`),
         // may come while the engine holds its own.
         guard !service.vault.isKeychainOpen else { return }
+        let waiting = lock.withLock { asking == nil && dialog == nil && !queue.isEmpty }
+        guard waiting else { return }
+        switch service.dialogs.choose(agentRegistered: isRegistered) {
+        case .none: return
+        case .agent: break
+        case let choice:
+            askInDialog(choice)
+            return
+        }
         let next: Asking? = lock.withLock {
-            guard asking == nil, let agent else { return nil }
+            guard asking == nil, dialog == nil, let agent else { return nil }
             while let id = queue.first, service.promptDetails(id) == nil { queue.removeFirst() }
             guard let id = queue.first else { return nil }
             queue.removeFirst()
@@ -182,6 +202,36 @@ final class PrompterAgent: @unchecked Sendable {
             return a
         }
         if let next { ask(next, warning: nil) }
+    }
+
+    /// Asks for the first queued prompt that still waits in a dialog of vaultd's own
+    /// (`choice`: gcr or pinentry), which unlocks the vault itself; the prompt is completed
+    /// when the dialog ends (its unlock completes every started prompt). Bus thread.
+    private func askInDialog(_ choice: PromptDialogs.Choice) {
+        let next: (String, DialogTicket, (windowID: String, appID: String?, deadline: UInt64))? =
+            lock.withLock {
+                guard asking == nil, dialog == nil else { return nil }
+                while let id = queue.first {
+                    queue.removeFirst()
+                    if let details = service.promptDetails(id) {
+                        let ticket = DialogTicket(deadline: details.deadline)
+                        dialog = (id, ticket)
+                        return (id, ticket, details)
+                    }
+                }
+                return nil
+            }
+        guard let (id, ticket, details) = next else { return }
+        service.dialogs.unlock(
+            vault: service.vault, appID: details.appID, windowID: details.windowID,
+            choice: choice, ticket: ticket
+        ) { [self] unlocked in
+            service.complete(id, dismissed: !unlocked)
+            service.onBusThread { [self] in
+                lock.withLock { if dialog?.prompt == id { dialog = nil } }
+                askNext()
+            }
+        }
     }
 
     /// One AskPassphrase call for `a`, asynchronous, bounded by the prompt's deadline. Bus thread.

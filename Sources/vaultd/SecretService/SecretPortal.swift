@@ -102,7 +102,7 @@ final class SecretPortal: @unchecked Sendable {
         vtable.pointee.get_property = { _, _, _, interface, property, _, user in
             // Only `version` is declared (GDBus checks the name first): it describes the
             // interface, so anyone may read it.
-            guard Policy.decision(forPortal: String(cString: interface!), "Get") != nil,
+            guard PortalOperations.of(String(cString: interface!), "Get") != nil,
                 String(cString: property!) == "version"
             else { return nil }
             return g_variant_ref_sink(g_variant_new_uint32(SecretPortal.version))
@@ -131,8 +131,7 @@ final class SecretPortal: @unchecked Sendable {
         var fd: Int32 = -1
         defer { if fd >= 0 { close(fd) } }
         do {
-            guard Policy.decision(forPortal: interface, method) == .desktopPortal,
-                method == "RetrieveSecret"
+            guard PortalOperations.of(interface, method) == .retrieveSecret
             else { throw BusError.accessDenied("\(interface).\(method) has no policy decision") }
             let handle = parameters.child(0).string
             let appID = parameters.child(1).string
@@ -323,6 +322,29 @@ final class SecretPortal: @unchecked Sendable {
             var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
             _ = poll(&p, 1, Int32(min((deadline - now) / 1_000_000 + 1, 60_000)))
         }
+    }
+}
+
+/// The Flatpak portal backends vaultd serves and what each is, by interface and member; the
+/// front-end dispatches only what is listed here (as `SecretServiceOperations`). RetrieveSecret
+/// is no engine operation of the table's kind: only the system's xdg-desktop-portal may call
+/// it, for the app that asked, which the policy decides (`Policy.decidePortalRequest`, through
+/// `VaultSession.portalSecret`). Properties (the interface's `version`) are open: they
+/// describe the interface and touch nothing in the vault.
+enum PortalOperations {
+    enum Operation: Equatable {
+        case retrieveSecret
+        case open
+    }
+
+    static let byMember: [String: Operation] = [
+        "org.freedesktop.impl.portal.Secret.RetrieveSecret": .retrieveSecret,
+        "org.freedesktop.impl.portal.Secret.Get": .open,
+    ]
+
+    /// What `member` of `interface` is, nil when it is none (refused).
+    static func of(_ interface: String, _ member: String) -> Operation? {
+        byMember[interface + "." + member]
     }
 }
 

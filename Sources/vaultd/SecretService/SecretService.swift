@@ -99,7 +99,7 @@ extension BusError {
 /// identifies its peers), and turns each call into engine operations made with that
 /// `Caller`: collections are access groups, items are generic passwords of service
 /// `Vault.secretServiceService` with lookup attributes. It authorizes nothing itself: a
-/// method without an entry in `Policy.secretServiceMethods` is refused, and the engine
+/// method without an entry in `SecretServiceOperations.byMember` is refused, and the engine
 /// decides every other one.
 ///
 /// Threads: one, `vaultd-dbus`, runs a GMainContext of its own; every method call and
@@ -150,6 +150,9 @@ final class SecretService: @unchecked Sendable {
     let inline = Locked(InlineState())
     /// The registered prompter agent, which prompts ask for the passphrase.
     private(set) lazy var prompter = PrompterAgent(service: self)
+    /// vaultd's own dialogs (gcr's system prompter, pinentry), which the `Prompter` setting
+    /// may choose instead of the agent.
+    private(set) lazy var dialogs = PromptDialogs(service: self)
     /// The Flatpak secret portal's backend, on the same connection (`SecretPortal.swift`).
     private(set) lazy var portal = SecretPortal(service: self)
 
@@ -663,7 +666,7 @@ final class SecretService: @unchecked Sendable {
             if interface == Self.propertiesInterface {
                 reply = try propertyCall(method, sender: sender, path: path, parameters)
             } else {
-                guard Policy.decision(forSecretService: interface, method) != nil else {
+                guard SecretServiceOperations.of(interface, method) != nil else {
                     throw BusError.accessDenied("\(interface).\(method) has no policy decision")
                 }
                 let vaultSession = try identify(sender)
@@ -696,7 +699,7 @@ final class SecretService: @unchecked Sendable {
     func propertyCall(_ method: String, sender: String, path: String, _ p: GV) throws -> GV? {
         let interface = p.child(0).string
         let decision = method == "Set" ? "Set" : "Get"
-        guard Policy.decision(forSecretService: interface, decision) != nil else {
+        guard SecretServiceOperations.of(interface, decision) != nil else {
             throw BusError.accessDenied("no policy decision for \(interface) properties")
         }
         let vaultSession = try identify(sender)
@@ -847,9 +850,9 @@ final class SecretService: @unchecked Sendable {
     }
 
     /// Prompt.Prompt: completes at once when the vault is open, else at its unlock, or is
-    /// dismissed after `promptTimeout` seconds. vaultd shows no dialog of its own: the
-    /// registered prompter agent (`PrompterAgent`) is asked for the passphrase when there is
-    /// one; any unlock of the owner's (`vaultctl unlock`) completes it too.
+    /// dismissed after `promptTimeout` seconds. The prompter the `Prompter` setting chooses
+    /// (a dialog of vaultd's own, or the registered agent: `PrompterAgent`) is asked for the
+    /// passphrase; any unlock of the owner's (`vaultctl unlock`) completes it too.
     func startPrompt(_ id: String, window: String, for sender: String) throws {
         let deadline = MonotonicClock.nanoseconds() + UInt64(promptTimeout * 1e9)
         let start: Bool = try lock.withLock {
@@ -869,8 +872,7 @@ final class SecretService: @unchecked Sendable {
             return
         }
         let how =
-            prompter.isRegistered
-            ? "the prompter is asked for the passphrase" : "no prompter is registered"
+            "the prompter chosen by Prompter \(settings.prompter.rawValue) asks for the passphrase"
         _ = Self.promptLog.log(
             "prompt",
             "secret service: a prompt waits for the vault's unlock (\(how); vaultctl unlock) for at most \(Int(promptTimeout)) s"

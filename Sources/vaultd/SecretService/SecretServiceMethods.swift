@@ -5,7 +5,7 @@ import VaultCore
 import VaultProtocol
 
 /// The Secret Service's methods and properties, each as engine operations made with the
-/// caller's `Caller` (the engine authorizes them; see `Policy.secretServiceMethods`).
+/// caller's `Caller` (the engine authorizes them; see `SecretServiceOperations.byMember`).
 extension SecretService {
     static let itemLabel = "org.freedesktop.Secret.Item.Label"
     static let itemAttributes = "org.freedesktop.Secret.Item.Attributes"

@@ -50,10 +50,11 @@ enum Paths {
 func isolatedEnvironment(root: String, socket: String?) -> [String: String] {
     var env = ProcessInfo.processInfo.environment
     // Nothing of the developer's own session: no vaultd settings, no systemd sockets, no
-    // session bus (a test that wants a keyring starts its own).
+    // session bus (a test that wants a keyring starts its own), no display or terminal for
+    // vaultd's dialogs (a test that wants one starts Xvfb or tmux).
     for k in [
         "VAULTD_SOCKET", "VAULTD_DATA_DIR", "VAULTD_CACHE_DIR", "LISTEN_FDS", "LISTEN_PID",
-        "LISTEN_FDNAMES", "DBUS_SESSION_BUS_ADDRESS",
+        "LISTEN_FDNAMES", "DBUS_SESSION_BUS_ADDRESS", "DISPLAY", "WAYLAND_DISPLAY", "GPG_TTY",
     ] {
         env[k] = nil
     }

@@ -65,11 +65,11 @@ struct Dispatcher {
     /// The largest `replyBound` of any call: a reply budget smaller than it could serve none.
     static let largestReplyBound = ReplyLimit.copyMatchingBytes(matchAll: true, returnData: true)
 
-    /// Refuses `method` unless the policy has a decision for it (`Policy.varlinkMethods`):
+    /// Refuses `method` unless the policy has a decision for it (`VarlinkOperations.byMethod`):
     /// fail closed, so a method added to an interface without one is never served. A method
     /// no interface declares is InterfaceNotFound or MethodNotFound, as before.
     static func requirePolicyDecision(_ call: VarlinkCall) throws {
-        guard Policy.decision(forVarlinkMethod: call.method) == nil else { return }
+        guard VarlinkOperations.of(call.method) == nil else { return }
         if VarlinkInterfaces.inputParameters[call.method] != nil {
             throw VaultError(
                 .permissionDenied,

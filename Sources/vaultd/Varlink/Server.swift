@@ -173,6 +173,9 @@ final class Server: @unchecked Sendable {
     /// while no other call is being served.
     private let callsInProgress = Atomic<Int>(0)
     private let stopping = Atomic<Bool>(false)
+    /// Whether another call is being served now (a connection then does not busy-poll).
+    var othersAreBusy: Bool { callsInProgress.load(ordering: .relaxed) > 0 }
+    var isStopping: Bool { stopping.load(ordering: .relaxed) }
     /// When an observer's drop was last logged (all connections).
     private static let lastObserverDropLog = Mutex<UInt64>(0)
     /// When a refusal over the reply budget was last logged (all connections).
@@ -217,13 +220,13 @@ final class Server: @unchecked Sendable {
 
     /// Counts `bytes` more against the message budget; false (nothing counted) when that
     /// would pass it.
-    private func reserveMessageBytes(_ bytes: Int) -> Bool {
+    func reserveMessageBytes(_ bytes: Int) -> Bool {
         Self.reserve(bytes, in: messageBytes, budget: limits.messageBudget)
     }
 
     /// `reserveMessageBytes`, waiting up to `seconds` for other connections to give bytes
     /// back (a peer that does not read its reply gives it up after `stalledSendTimeout`).
-    private func reserveMessageBytes(_ bytes: Int, waitingUpTo seconds: Double) -> Bool {
+    func reserveMessageBytes(_ bytes: Int, waitingUpTo seconds: Double) -> Bool {
         if reserveMessageBytes(bytes) { return true }
         guard bytes <= limits.messageBudget else { return false }
         let deadline = MonotonicClock.nanoseconds() + UInt64(seconds * 1e9)
@@ -234,7 +237,7 @@ final class Server: @unchecked Sendable {
         return false
     }
 
-    private func releaseMessageBytes(_ bytes: Int) {
+    func releaseMessageBytes(_ bytes: Int) {
         if bytes > 0 { messageBytes.subtract(bytes, ordering: .relaxed) }
     }
 
@@ -243,7 +246,7 @@ final class Server: @unchecked Sendable {
     /// once the store says what its reply holds (`ReplyReserving`). A reply that may take
     /// more than the whole budget holds all of it: it is built alone. Given back once the
     /// reply is sent (`release`). Used on its connection's thread only.
-    private final class ReplyReservation: ReplyReserving {
+    final class ReplyReservation: ReplyReserving {
         let server: Server
         let method: String
         /// Bytes held.
@@ -296,7 +299,7 @@ final class Server: @unchecked Sendable {
     }
 
     /// RateLimited, for a message over the budget: `what` it was.
-    private func overBudget(_ what: String) -> VarlinkReply {
+    func overBudget(_ what: String) -> VarlinkReply {
         let mib = limits.messageBudget >> 20
         log("refused \(what): messages in flight for other connections hold \(mib) MiB")
         return VarlinkReply(
@@ -462,7 +465,7 @@ final class Server: @unchecked Sendable {
     /// Counts a call in, unless vaultd is stopping. (Counted first, then checked, while
     /// `stop` sets `stopping` first, then waits for the count: a call either sees
     /// `stopping` or is waited for.)
-    private func beginCall() -> Bool {
+    func beginCall() -> Bool {
         callsInProgress.add(1, ordering: .sequentiallyConsistent)
         if stopping.load(ordering: .sequentiallyConsistent) {
             endCall()
@@ -471,7 +474,7 @@ final class Server: @unchecked Sendable {
         return true
     }
 
-    private func endCall() {
+    func endCall() {
         callsInProgress.subtract(1, ordering: .sequentiallyConsistent)
     }
 
@@ -483,7 +486,7 @@ final class Server: @unchecked Sendable {
     /// `reserved`: bytes of the reply budget held for this reply since before it was built;
     /// a reply within them is not counted against the message budget again.
     @discardableResult
-    private func send(
+    func send(
         _ reply: VarlinkReply, on conn: UnixSocket, secrets: CallSecrets? = nil, reserved: Int = 0
     ) throws -> Bool {
         try send(
@@ -541,14 +544,10 @@ final class Server: @unchecked Sendable {
         return fits
     }
 
+    /// Serves one accepted connection on its thread: identifies the peer, admits it under
+    /// its identity's share of the connections, and runs its `Connection`.
     private func serve(_ conn: UnixSocket, peer: PeerCredentials) {
         conn.setTimeouts(receive: min(1, limits.partialMessageTimeout), send: limits.sendTimeout)
-        var reader = FrameReader()
-        // What is left of a message when the connection ends is wiped too (`FrameReader`).
-        defer { reader.reset() }
-        var busyPoll = BusyPoll(
-            windowMicroseconds: limits.busyPollMicroseconds, limit: .oneLessThanCPUs)
-        var partialSince: Date?
         // The caller is resolved once per connection, from the kernel's credentials.
         let session: VaultSession
         switch identify(peer) {
@@ -559,8 +558,18 @@ final class Server: @unchecked Sendable {
                 VarlinkReply(error: refusal).checkedJSON.serialized() + [0], within: 1)
             return
         }
-        // Each identity has its own share of the connections: one app (or sandbox), or one
-        // program of the owner's, holding as many as it likes leaves room for every other.
+        guard let identity = admit(session, peer, on: conn) else { return }
+        defer { release(identity, session) }
+        Connection(server: self, socket: conn, peer: peer, session: session).run()
+    }
+
+    /// Each identity has its own share of the connections: one app (or sandbox), or one
+    /// program of the owner's, holding as many as it likes leaves room for every other.
+    /// Returns the identity counted (`release` it), or nil when its share is taken (the peer
+    /// was told, RateLimited).
+    private func admit(_ session: VaultSession, _ peer: PeerCredentials, on conn: UnixSocket)
+        -> String?
+    {
         let identity = Self.identityKey(session, peer)
         var logRefusal = false
         let admitted: Bool = state.withLock {
@@ -577,243 +586,32 @@ final class Server: @unchecked Sendable {
             if let app = session.appID { appConnections[app, default: 0] += 1 }
             return true
         }
-        guard admitted else {
-            // Said once a minute at most (a flood must not fill the log); the app ID is
-            // one vaultd registered, bounded and printable.
-            if logRefusal {
-                log(
-                    "refused connections of \(session.appID.map { "app \($0)" } ?? "a program of the owner's (\(identity))"): \(limits.maximumConnectionsPerPeer) are open, the most one identity holds (VAULTD_MAX_CONNECTIONS_PER_PEER)"
-                )
-            }
-            let refusal = VaultError(
-                .rateLimited,
-                "\(limits.maximumConnectionsPerPeer) connections of this \(session.appID == nil ? "program" : "app") are open, the most vaultd serves for one (VAULTD_MAX_CONNECTIONS_PER_PEER); close one or try again shortly",
-                extra: ["retryAfter": JSON(1.0)])
-            _ = try? conn.sendAll(
-                VarlinkReply(error: refusal).checkedJSON.serialized() + [0], within: 0)
-            return
+        if admitted { return identity }
+        // Said once a minute at most (a flood must not fill the log); the app ID is one
+        // vaultd registered, bounded and printable.
+        if logRefusal {
+            log(
+                "refused connections of \(session.appID.map { "app \($0)" } ?? "a program of the owner's (\(identity))"): \(limits.maximumConnectionsPerPeer) are open, the most one identity holds (VAULTD_MAX_CONNECTIONS_PER_PEER)"
+            )
         }
-        defer {
-            state.withLock {
-                identityConnections[identity]! -= 1
-                if identityConnections[identity] == 0 { identityConnections[identity] = nil }
-                if let app = session.appID {
-                    appConnections[app]! -= 1
-                    if appConnections[app] == 0 { appConnections[app] = nil }
-                }
+        let refusal = VaultError(
+            .rateLimited,
+            "\(limits.maximumConnectionsPerPeer) connections of this \(session.appID == nil ? "program" : "app") are open, the most vaultd serves for one (VAULTD_MAX_CONNECTIONS_PER_PEER); close one or try again shortly",
+            extra: ["retryAfter": JSON(1.0)])
+        _ = try? conn.sendAll(
+            VarlinkReply(error: refusal).checkedJSON.serialized() + [0], within: 0)
+        return nil
+    }
+
+    /// Gives back the connection `admit` counted for `identity`.
+    private func release(_ identity: String, _ session: VaultSession) {
+        state.withLock {
+            identityConnections[identity]! -= 1
+            if identityConnections[identity] == 0 { identityConnections[identity] = nil }
+            if let app = session.appID {
+                appConnections[app]! -= 1
+                if appConnections[app] == 0 { appConnections[app] = nil }
             }
-        }
-        // When the connection last finished a call (or opened): idle past `idleTimeout`, it closes.
-        var idleSince = MonotonicClock.nanoseconds()
-        let idleNanoseconds = UInt64(min(limits.idleTimeout, Settings.maximumSeconds) * 1e9)
-        // What this connection's incoming bytes count against the message budget: its
-        // unread bytes past the allowance, including the call being served (given back
-        // once it was answered, at the top of the loop).
-        var counted = 0
-        defer { releaseMessageBytes(counted) }
-        // A call refused over the budget is read to its end and dropped, byte by byte as
-        // it comes (nothing kept), so its sender's write completes and it reads the refusal.
-        var dropping: Int?
-        while true {
-            let held = max(0, reader.pendingByteCount - limits.messageAllowance)
-            if held < counted {
-                releaseMessageBytes(counted - held)
-                counted = held
-            }
-            var frame: [UInt8]
-            do {
-                guard let f = try reader.nextFrame() else {
-                    // Half a message is waiting: the peer has partialMessageTimeout to finish
-                    // it, counted from when it began, however slowly it trickles bytes.
-                    if reader.pendingByteCount > 0 || dropping != nil {
-                        let since = partialSince ?? Date()
-                        partialSince = since
-                        if Date().timeIntervalSince(since) > limits.partialMessageTimeout {
-                            log(
-                                "dropped a connection that left a message unfinished for \(limits.partialMessageTimeout) s"
-                            )
-                            return
-                        }
-                    } else {
-                        partialSince = nil
-                    }
-                    var chunk: [UInt8]
-                    do {
-                        chunk = try conn.receive(
-                            from: peer, polling: &busyPoll,
-                            othersBusy: callsInProgress.load(ordering: .relaxed) > 0
-                        ).bytes
-                    } catch let e as Errno where e.code == EAGAIN || e.code == EWOULDBLOCK {
-                        if stopping.load(ordering: .relaxed) { return }
-                        if reader.pendingByteCount == 0 && dropping == nil
-                            && MonotonicClock.nanoseconds() &- idleSince > idleNanoseconds
-                        {
-                            return
-                        }
-                        continue
-                    } catch let e as Errno where e.code == EPERM {
-                        // The connection was handed on (or a child kept a copy of it): what
-                        // another process sends is not the identified peer's call.
-                        PeerIdentity.refusals.log(
-                            "handed-on",
-                            "closed the connection of pid \(peer.pid): another process sent on it")
-                        return
-                    }
-                    // It may hold a secret: wiped once copied into the reader (or dropped).
-                    defer { chunk.wipe() }
-                    if chunk.isEmpty { return }
-                    if let dropped = dropping {
-                        guard let end = chunk.firstIndex(of: 0) else {
-                            dropping = dropped + chunk.count
-                            if dropped + chunk.count > reader.maximumFrameSize {
-                                throw FrameReader.Failure.frameTooLarge(dropped + chunk.count)
-                            }
-                            continue
-                        }
-                        // Answered, then closed: the refused call may have been oneway, which
-                        // only its dropped text said.
-                        _ = try? send(overBudget("a \(dropped + end)-byte call"), on: conn)
-                        return
-                    }
-                    reader.append(chunk)
-                    // Without a NUL in the chunk, the unread bytes are one unfinished call
-                    // (complete ones were taken before this receive).
-                    let wanted = max(0, reader.pendingByteCount - limits.messageAllowance)
-                    if wanted > counted && !chunk.contains(0) {
-                        guard reserveMessageBytes(wanted - counted) else {
-                            dropping = reader.pendingByteCount
-                            reader.reset()
-                            releaseMessageBytes(counted)
-                            counted = 0
-                            continue
-                        }
-                        counted = wanted
-                    }
-                    continue
-                }
-                frame = f
-                partialSince = nil
-                // The peer is checked again at its first call: an exec since it was
-                // identified ends the connection (see `PeerCredentials`).
-                if !peer.confirmed, let why = peer.confirmAtFirstMessage() {
-                    PeerIdentity.refusals.log(
-                        "exec", "closed the connection of pid \(peer.pid): \(why)")
-                    return
-                }
-            } catch FrameReader.Failure.frameTooLarge {
-                _ = try? send(
-                    VarlinkReply(
-                        error: .invalidParameter(
-                            "message",
-                            "a message may be at most \(Varlink.maximumMessageSize) bytes")),
-                    on: conn)
-                return
-            } catch {
-                return
-            }
-            // The tree a message parses into can cost many times its bytes (`[{},{},…]`): it
-            // is counted against the message budget before it is built, and held until the
-            // call is answered. One that could never fit is refused outright; one that does
-            // not fit now waits for room, as a reply does, then is RateLimited.
-            let treeBytes = JSON.estimatedTreeBytes(frame)
-            let treeCounted = treeBytes - limits.messageAllowance
-            if treeCounted > limits.messageBudget {
-                _ = try? send(
-                    VarlinkReply(
-                        error: .invalidParameter(
-                            "message",
-                            "its \(frame.count) bytes hold so many JSON values that they would take \(treeBytes >> 20) MiB to parse, over the \(limits.messageBudget >> 20) MiB vaultd holds for messages in flight: send fewer, larger values"
-                        )), on: conn)
-                return
-            }
-            guard reserveMessageBytes(treeCounted, waitingUpTo: limits.budgetWait) else {
-                _ = try? send(
-                    overBudget("a \(frame.count)-byte call of \(treeBytes >> 20) MiB parsed"),
-                    on: conn)
-                return
-            }
-            defer { idleSince = MonotonicClock.nanoseconds() }
-            var treeReserved = treeCounted
-            defer { releaseMessageBytes(treeReserved) }
-            let call: VarlinkCall
-            let secrets: CallSecrets
-            do {
-                // The secret parameters go from the frame into secure memory, and the frame
-                // is wiped, whatever the parse found.
-                defer { frame.wipe() }
-                (call, secrets) = try CallSecrets.parse(frame)
-            } catch let e as VaultError {
-                _ = try? send(VarlinkReply(error: e), on: conn)
-                return
-            } catch {
-                _ = try? send(
-                    VarlinkReply(error: .invalidParameter("message", "\(error)")), on: conn)
-                return
-            }
-            guard beginCall() else { return }
-            // Parameters that do not match the method's declaration (one it does not declare,
-            // a required one missing, one of the wrong type) are refused before anything runs
-            // (as sd-varlink and the reference implementation do); the connection stays usable.
-            // So is an upgrade of the connection, which none of vaultd's methods offers: the
-            // refusal is not the reply confirming an upgrade, so the connection goes on as a
-            // varlink one (varlink.org/Method-Call). (Unknown methods go on to MethodNotFound.)
-            var refusal: VaultError?
-            if let invalid = VarlinkValidation.callRefusal(call, secrets: secrets.names) {
-                refusal = invalid
-            } else if call.upgrade && VarlinkInterfaces.inputParameters[call.method] != nil {
-                refusal = .invalidParameter(
-                    "upgrade", "\(call.method) does not upgrade the connection to another protocol")
-            }
-            if let refusal {
-                let sent = call.oneway || (try? send(VarlinkReply(error: refusal), on: conn)) != nil
-                endCall()
-                if !sent { return }
-                continue
-            }
-            // A oneway call gets no reply, so no stream either (`more` is moot then).
-            if Dispatcher.streamingMethods.contains(call.method) && call.more && !call.oneway {
-                endCall()
-                // The stream outlives the call: its bytes are not held meanwhile.
-                releaseMessageBytes(counted)
-                counted = 0
-                releaseMessageBytes(treeReserved)
-                treeReserved = 0
-                // A stream refused before it began (an error without `continues`, the call's
-                // final reply) leaves the connection free for the next call, as any reply does.
-                if stream(call, on: conn, session: session) { continue }
-                return
-            }
-            // A reply that grows with what the store holds is counted before it is built: the
-            // most it can take, against the reply budget, until it is sent (a keychain lookup
-            // here; a preference read once the store says what it holds). Without room within
-            // `budgetWait` the call is refused before anything is looked up.
-            let reservation = ReplyReservation(self, method: call.method)
-            defer { reservation.release() }
-            do {
-                try reservation.reserve(Dispatcher.replyBound(call))
-            } catch {
-                let refusal = VaultError.wire(error)
-                let sent = call.oneway || (try? send(VarlinkReply(error: refusal), on: conn)) != nil
-                endCall()
-                if !sent { return }
-                continue
-            }
-            let reply: VarlinkReply
-            do {
-                reply = VarlinkReply(
-                    parameters: try dispatcher.handle(
-                        call, session: session, secrets: secrets, reply: reservation))
-            } catch let e as VaultError {
-                reply = VarlinkReply(error: e)
-            } catch {
-                reply = VarlinkReply(error: VaultError.wire(error))
-            }
-            let sent =
-                call.oneway
-                || (try? send(reply, on: conn, secrets: secrets, reserved: reservation.bytes))
-                    != nil
-            endCall()
-            if !sent { return }
         }
     }
 
@@ -822,7 +620,7 @@ final class Server: @unchecked Sendable {
     /// or cannot be checked. Returns true when the call was refused before it streamed (one
     /// error reply without `continues`, its final reply), after which the connection serves
     /// the next call (varlink.org/Method-Call); false when it is to close.
-    private func stream(_ call: VarlinkCall, on conn: UnixSocket, session: VaultSession) -> Bool {
+    func stream(_ call: VarlinkCall, on conn: UnixSocket, session: VaultSession) -> Bool {
         let relay = StreamRelay(capacityBytes: limits.observerQueueBytes)
         let queue = relay.queue
         // The first replies (a preferences Observe: a snapshot of every domain it watches)
