@@ -159,6 +159,8 @@ let boundSocketFile: (dev: UInt64, ino: UInt64)? = {
 }()
 
 initialSettings.apply(to: vault)
+// Where the scan looks for Flatpak apps' deployments (docs/apps.md).
+vault.appSettings.flatpakInstallations = FlatpakInstallations.fromEnvironment()
 
 let running = RunningApps()
 // The idle auto-lock's clock, touched by every call except those that only look (Status).

@@ -35,6 +35,17 @@ public final class AppSettings: @unchecked Sendable {
         get { lock.withLock { _uninstallGraceSeconds } }
         set { lock.withLock { _uninstallGraceSeconds = newValue } }
     }
+
+    private var _flatpakInstallations: [String] = []
+
+    /// The Flatpak installations (absolute paths, the user's first, then the system's: what
+    /// `flatpak --user` and `flatpak --system` use) whose deployments say which Flatpak apps
+    /// are installed (docs/apps.md#flatpak-apps-install-state). vaultd sets them at start;
+    /// empty: no Flatpak app's install state is tracked.
+    public var flatpakInstallations: [String] {
+        get { lock.withLock { _flatpakInstallations } }
+        set { lock.withLock { _flatpakInstallations = newValue } }
+    }
 }
 
 extension Vault {
@@ -99,7 +110,9 @@ extension Vault {
         // run unidentified. The file that identifies the app must be there and be a program:
         // an app registered with a missing one would be marked uninstalled a second later,
         // and given a new generation when the file appeared.
-        if let e = executable {
+        // A Flatpak app's `executable` is its deployment directory (`Vault.flatpakDeployment`),
+        // recorded by the scan, never a program.
+        if let e = executable, !flatpak {
             var st = stat()
             guard stat(e, &st) == 0, st.st_mode & S_IFMT == S_IFREG, access(e, X_OK) == 0 else {
                 throw VaultFailure.invalidParameter(
@@ -114,7 +127,7 @@ extension Vault {
                 )
             }
         }
-        if let e = executable.map(Self.canonicalPath),
+        if !flatpak, let e = executable.map(Self.canonicalPath),
             try exclusive({ try apps.all(in: $0.db) }).contains(where: {
                 $0.installed && $0.resolvedExecutable?.sameBytes(e) == true && $0.appID != appID
             })
@@ -362,56 +375,112 @@ extension Vault {
         return errno == ENOENT || errno == ENOTDIR ? .absent : .unknown(errno)
     }
 
-    /// Notices registered executables that disappeared or came back. An installed app's
-    /// executable found absent starts its grace period (`missingSince`); absent for the whole
-    /// period (`AppSettings.uninstallGraceSeconds`), the app is uninstalled (preferences and
-    /// caches go, credentials stay for a reinstall). Back before that, it is the same install:
-    /// nothing changes but the mark. An app uninstalled so is reinstalled (a new generation)
-    /// when its executable comes back. vaultd calls this at start and then every second;
-    /// `now` is the time of the scan (nil: `clock.now`; tests pass their own or move the clock).
+    /// Notices registered executables, and Flatpak apps' deployments, that disappeared or
+    /// came back. An installed app's executable (deployment) found absent starts its grace
+    /// period (`missingSince`); absent for the whole period
+    /// (`AppSettings.uninstallGraceSeconds`), the app is uninstalled (preferences and caches
+    /// go, credentials stay for a reinstall). Back before that, it is the same install:
+    /// nothing changes but the mark. An app uninstalled so is reinstalled (a new generation,
+    /// whose first launch wipes its credentials) when it comes back. vaultd calls this at
+    /// start and then every second; `now` is the time of the scan (nil: `clock.now`; tests
+    /// pass their own or move the clock).
     public func scanExecutables(now: Date? = nil) {
         let now = now ?? clock.now
         guard let all = try? exclusive({ try apps.all(in: $0.db) }) else { return }
-        let grace = appSettings.uninstallGraceSeconds
-        for listed in all where !listed.flatpak && listed.executable != nil {
+        let installations = appSettings.flatpakInstallations
+        for listed in all where listed.flatpak || listed.executable != nil {
             registration.withLock {
                 // Decide on the current record: an install since the listing may have changed it.
-                guard var a = try? exclusive({ try apps.find(listed.appID, in: $0.db) }),
-                    !a.flatpak, let exe = a.executable
+                guard let a = try? exclusive({ try apps.find(listed.appID, in: $0.db) }),
+                    a.flatpak == listed.flatpak
                 else { return }
-                let state = Self.executableState(exe)
-                if a.installed {
-                    switch state {
-                    case .present where a.missingSince != nil:
-                        let absent = Int(now.timeIntervalSince(a.missingSince!).rounded())
-                        a.missingSince = nil
-                        if (try? write({ [a] db in try self.apps.save(a, in: db) })) != nil {
-                            log(
-                                "app \(a.appID): its executable is back after about \(absent) s; the same install (generation \(a.generation))"
-                            )
-                        }
-                    case .absent where a.missingSince == nil:
-                        a.missingSince = now
-                        if (try? write({ [a] db in try self.apps.save(a, in: db) })) != nil {
-                            log(
-                                "app \(a.appID): its executable \(logField(exe)) is missing; it counts as uninstalled in \(Int(grace)) s unless it comes back (UninstallGraceSeconds)"
-                            )
-                        }
-                    case .absent where now.timeIntervalSince(a.missingSince!) >= grace:
-                        log(
-                            "app \(a.appID): its executable has been missing for \(Int(grace)) s or more (UninstallGraceSeconds)"
-                        )
-                        _ = try? markUninstalled(a.appID, executableMissing: true)
-                    default:
-                        break
-                    }
-                } else if a.executableMissing && state == .present {
-                    _ = try? register(
-                        a.appID, executable: exe, flatpak: false, accessGroups: a.accessGroups,
-                        appGroups: a.appGroups,
-                        keepCredentialsOnReinstall: a.keepCredentialsOnReinstall)
+                if a.flatpak {
+                    scanDeployment(a, installations: installations, now: now)
+                } else if let exe = a.executable {
+                    scanned(
+                        a, state: Self.executableState(exe), what: "executable", path: exe, now: now
+                    )
                 }
             }
         }
+    }
+
+    /// The scan of a Flatpak app: its deployment is looked for in every installation. One
+    /// never found is not tracked (an app run from an installation vaultd does not know, or
+    /// a sandbox that names itself); once found, its directory is recorded in the app's
+    /// `executable`, and its absence from every installation counts as an executable's does.
+    private func scanDeployment(_ a: AppRecord, installations: [String], now: Date) {
+        guard !installations.isEmpty else { return }
+        var a = a
+        let (state, found) = Self.flatpakDeployment(a.appID, in: installations)
+        if let found, a.executable?.sameBytes(found) != true {
+            a.executable = found
+            guard (try? write({ [a] db in try self.apps.save(a, in: db) })) != nil else { return }
+            log("app \(a.appID): its Flatpak deployment is \(logField(found))")
+        }
+        guard let dir = a.executable else { return }
+        scanned(a, state: state, what: "Flatpak deployment", path: dir, now: now)
+    }
+
+    /// What one scan concludes for `a`, whose executable (or deployment: `what`, at `path`)
+    /// is in `state`.
+    private func scanned(
+        _ a: AppRecord, state: ExecutableState, what: String, path: String, now: Date
+    ) {
+        var a = a
+        let grace = appSettings.uninstallGraceSeconds
+        if a.installed {
+            switch state {
+            case .present where a.missingSince != nil:
+                let absent = Int(now.timeIntervalSince(a.missingSince!).rounded())
+                a.missingSince = nil
+                if (try? write({ [a] db in try self.apps.save(a, in: db) })) != nil {
+                    log(
+                        "app \(a.appID): its \(what) is back after about \(absent) s; the same install (generation \(a.generation))"
+                    )
+                }
+            case .absent where a.missingSince == nil:
+                a.missingSince = now
+                if (try? write({ [a] db in try self.apps.save(a, in: db) })) != nil {
+                    log(
+                        "app \(a.appID): its \(what) \(logField(path)) is missing; it counts as uninstalled in \(Int(grace)) s unless it comes back (UninstallGraceSeconds)"
+                    )
+                }
+            case .absent where now.timeIntervalSince(a.missingSince!) >= grace:
+                log(
+                    "app \(a.appID): its \(what) has been missing for \(Int(grace)) s or more (UninstallGraceSeconds)"
+                )
+                _ = try? markUninstalled(a.appID, executableMissing: true)
+            default:
+                break
+            }
+        } else if a.executableMissing && state == .present {
+            _ = try? register(
+                a.appID, executable: a.executable, flatpak: a.flatpak,
+                accessGroups: a.accessGroups, appGroups: a.appGroups,
+                keepCredentialsOnReinstall: a.keepCredentialsOnReinstall)
+        }
+    }
+
+    /// Where Flatpak app `appID` is deployed: `INSTALLATION/app/ID`, as `flatpak install`
+    /// lays it out (`current` → `ARCH/BRANCH`, whose `active` → the deployed commit's
+    /// directory, holding `metadata` and `files/`). Present when `current/active/metadata`
+    /// is there in some installation (the first such one is returned); absent when every
+    /// installation says "no such file" (`flatpak uninstall` removed `app/ID`, or its
+    /// current branch); unknown otherwise (an installation that cannot be looked at).
+    static func flatpakDeployment(_ appID: String, in installations: [String]) -> (
+        ExecutableState, String?
+    ) {
+        var unknown: ExecutableState?
+        for root in installations {
+            // The app ID is validated (no '/', no "..": `AppRecord.validate`).
+            let dir = root + "/app/" + appID
+            switch executableState(dir + "/current/active/metadata") {
+            case .present: return (.present, dir)
+            case .absent: continue
+            case .unknown(let code): unknown = .unknown(code)
+            }
+        }
+        return (unknown ?? .absent, nil)
     }
 }

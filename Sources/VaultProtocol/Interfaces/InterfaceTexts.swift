@@ -13,7 +13,8 @@ interface io.vaultd.Apps
 type App (
   # Reverse-DNS app ID.
   appID: string,
-  # The executable that identifies the app (/proc/PID/exe), or null for a Flatpak app.
+  # The executable that identifies the app (/proc/PID/exe); for a Flatpak app, its
+  # deployment (INSTALLATION/app/ID) once vaultd found one, else null.
   executable: ?string,
   # Identified by /.flatpak-info in its sandbox.
   flatpak: bool,
@@ -32,7 +33,8 @@ type App (
   installedAt: string,
   # The generation whose first launch happened last.
   launchedGeneration: ?string,
-  # Installed, but its executable has been absent since then (ISO 8601), or null.
+  # Installed, but its executable (a Flatpak app's deployment) has been absent since then
+  # (ISO 8601), or null.
   missingSince: ?string,
   # When it counts as uninstalled if its executable stays absent (ISO 8601), or null.
   uninstallAt: ?string

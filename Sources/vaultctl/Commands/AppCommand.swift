@@ -103,14 +103,15 @@ struct AppCommand: Command {
             app.uninstallAt.map {
                 ", counts as uninstalled at \(PlistDate.format($0)) unless it comes back"
             } ?? ""
-        return "installed, executable missing since \(PlistDate.format(since))\(at)"
+        let what = app.flatpak ? "Flatpak deployment" : "executable"
+        return "installed, \(what) missing since \(PlistDate.format(since))\(at)"
     }
 
     static func describe(_ app: AppInfo) -> String {
         """
         app ID: \(app.appID)
         state: \(state(app))
-        identified by: \(app.flatpak ? "Flatpak ID" : "executable \(app.executable ?? "")")
+        identified by: \(app.flatpak ? "Flatpak ID\(app.executable.map { ", deployed at " + $0 } ?? "")" : "executable \(app.executable ?? "")")
         keychain access groups: \(app.keychainAccessGroups.joined(separator: ", "))
         app groups: \(app.appGroups.joined(separator: ", "))
         keep credentials on reinstall: \(app.keepCredentialsOnReinstall ? "yes" : "no")

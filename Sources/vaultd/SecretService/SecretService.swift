@@ -153,6 +153,8 @@ final class SecretService: @unchecked Sendable {
     /// vaultd's own dialogs (gcr's system prompter, pinentry), which the `Prompter` setting
     /// may choose instead of the agent.
     private(set) lazy var dialogs = PromptDialogs(service: self)
+    /// The Flatpak secret portal's backend, on the same connection (`SecretPortal.swift`).
+    private(set) lazy var portal = SecretPortal(service: self)
 
     /// An identified connection.
     final class BusPeer {
@@ -347,7 +349,7 @@ final class SecretService: @unchecked Sendable {
         for path in Self.fixedSubtrees {
             guard registerSubtree(path) != 0 else { return false }
         }
-        return true
+        return portal.register()
     }
 
     /// The object a subtree callback is about. GDBus names it by the subtree's path and the
@@ -617,6 +619,12 @@ final class SecretService: @unchecked Sendable {
             }
         }
         return vaultSession
+    }
+
+    /// The kernel's record of identified connection `sender` (`identify` first), nil when vaultd
+    /// keeps none for it (not identified, or past `maximumPeers`).
+    func identifiedCredentials(_ sender: String) -> PeerCredentials? {
+        lock.withLock { peers[sender]?.credentials }
     }
 
     /// The `Caller` of a connection identified already that still passes the per-call check
