@@ -387,10 +387,10 @@ import Glibc
             ["item", "add", "--service", "s", "--acount=S3CRET-fd-7a1c"],
             "unknown option '--acount=…' (did you mean --account?)"
         ),
-        (["passphrase", "S3CRET-fd-7a1c"], "passphrase needs change, set or remove"),
+        (["passphrase", "S3CRET-fd-7a1c"], "passphrase needs change, set, remove or reset"),
         (
             ["passphrase", "chnage"],
-            "passphrase needs change, set or remove (did you mean passphrase change?)"
+            "passphrase needs change, set, remove or reset (did you mean passphrase change?)"
         ),
     ])
     func aSecretOnTheCommandLineIsNotRepeatedInTheUsageError(arguments: [String], reason: String)

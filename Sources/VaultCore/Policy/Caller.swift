@@ -2,14 +2,14 @@
 public struct Caller: Sendable, Equatable {
     /// The app ID of an identified app, or nil for the owner's own tools (vaultctl): the
     /// admin surface, which may name any access group and domain.
-    public var appID: String?
+    public internal(set) var appID: String?
     /// The app's keychain access groups in order (registered groups, app ID, app groups);
     /// the first is the default for Add. Empty for the owner.
-    public var accessGroups: [String]
+    public internal(set) var accessGroups: [String]
     /// The app groups (`group.*`) whose preference suites the app may use.
-    public var appGroups: [String]
+    public internal(set) var appGroups: [String]
     /// The install generation the app runs under (recorded on items it adds).
-    public var generation: String?
+    public internal(set) var generation: String?
 
     /// Made by vaultd's identification (`Vault.session(flatpakAppID:executable:isRegisteredFile:)`,
     /// `AppRecord.caller`) and by tests; not by a front-end from what a peer says.

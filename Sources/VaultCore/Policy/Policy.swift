@@ -29,6 +29,9 @@ public struct Grant: Sendable {
     init(caller: Caller, kind: Operation.Kind) {
         self.caller = caller
         self.kind = kind
+        // Fail closed: a grant that reaches the keychain store searches the caller's own
+        // groups unless the decision says otherwise.
+        searchedAccessGroups = caller.visibleAccessGroups
     }
 
     /// The one domain of a preference read or write.

@@ -63,6 +63,12 @@ extension VaultSession {
     public func portalSecret(appID: String, requester: VaultSession, portal: PortalPeer) throws
         -> SecureBytes
     {
-        try vault.portalSecret(appID: appID, requester: requester.caller, portal: portal)
+        // The portal is a host program, so the owner's; a session of an app (a sandbox that
+        // called the backend's interface itself) is refused whatever `portal` says of it.
+        guard caller.isOwner else {
+            throw VaultFailure(
+                .permissionDenied, "only the system's xdg-desktop-portal may ask for app secrets")
+        }
+        return try vault.portalSecret(appID: appID, requester: requester.caller, portal: portal)
     }
 }

@@ -27,6 +27,13 @@ extension Vault {
                 try writingKeys(in: x) { db in
                     try changingKeys { try keys.setRecoveryKey(recoveryKey, kek: kek, in: db) }
                 }
+                // A replaced recovery key's wrapping stays in the WAL's old frames until it
+                // wraps round: one rotated because it leaked would open the vault from there.
+                do { try x.truncateWAL() } catch {
+                    log(
+                        "a recovery key was made, but the wrapping of the one it replaces may stay in the write-ahead log for a while: \(error)"
+                    )
+                }
                 return keys.lockState
             }
             return ((), [.lockState(state)])

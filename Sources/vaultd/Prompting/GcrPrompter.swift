@@ -138,8 +138,17 @@ final class GcrPrompter: PromptDialog, @unchecked Sendable {
         } catch {
             throw Failure.unavailable("\(Self.busName) has no owner (\(error))")
         }
-        try register()
+        // The prompter is handed the passphrase the user types: only a program of the owner's
+        // may be it, as the policy decides for a registered agent (RegisterPrompter). A
+        // registered app that took the name first gets no prompt.
         do {
+            try service.identify(owner).registerPrompter()
+        } catch {
+            throw Failure.unavailable(
+                "\(Self.busName) is held by a connection that may not prompt (\(error))")
+        }
+        do {
+            try register()
             _ = try Self.call(
                 connection, owner, Self.path, Self.interface, "BeginPrompting",
                 .tuple([.objectPath(callbackPath)]), timeout: Self.remaining(deadline))

@@ -56,8 +56,10 @@ final class Connection {
         }
         while true {
             giveBackReadBytes()
-            guard var frame = nextFrame(), confirmPeer() else { return }
-            guard answer(&frame) else { return }
+            guard var frame = nextFrame() else { return }
+            // The message may hold a secret: wiped however its answer ends.
+            defer { frame.wipe() }
+            guard confirmPeer(), answer(&frame) else { return }
         }
     }
 

@@ -126,6 +126,14 @@ enum PassSource {
                     a["username"] = value
                 } else if key == "url" && a["url"] == nil {
                     a["url"] = value
+                } else if looksSecret(line, key: key) {
+                    // pass kept it encrypted; an item's comment is an attribute, which any
+                    // program that may search reads: named, not imported (as KeePassXC's
+                    // protected attributes are).
+                    let what = key.isEmpty ? "an otpauth:// line" : "its '\(key.prefix(40))' line"
+                    printError(
+                        "note: \(name): \(what) was not imported (it looks secret, and a comment is not; docs/import.md)"
+                    )
                 } else {
                     comment.append(String(line))
                 }
@@ -141,6 +149,20 @@ enum PassSource {
                 path: "pass/" + name, label: name, schema: nil, attributes: a, secret: secret,
                 modified: modified),
             id: "pass:" + name, comment: c.isEmpty ? nil : c)
+    }
+
+    /// Whether a line after the password holds what pass users keep secret: an `otpauth://`
+    /// URI (pass-otp's TOTP seed) or a field named for a secret (a PIN, an OTP or recovery
+    /// code, a security answer, another password or key).
+    static func looksSecret(_ line: Substring, key: String) -> Bool {
+        if line.trimmingCharacters(in: .whitespaces).lowercased().hasPrefix("otpauth://") {
+            return true
+        }
+        let secretWords = [
+            "otp", "totp", "pin", "secret", "answer", "recovery", "code", "key", "pass", "token",
+            "cvv", "cvc",
+        ]
+        return !key.isEmpty && secretWords.contains { key.contains($0) }
     }
 
     /// `key: value` (the key lowercased, the value trimmed), or ("", "") for another line.
