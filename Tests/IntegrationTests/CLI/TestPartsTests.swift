@@ -13,7 +13,7 @@ import Testing
         var out: [(String, [Substring])] = []
         while let relative = walker?.nextObject() as? String {
             guard relative.hasSuffix(".swift"), !relative.hasPrefix("Fixtures/"),
-                relative != "IntegrationTests/TestPartsTests.swift"
+                relative != "IntegrationTests/CLI/TestPartsTests.swift"
             else { continue }
             let text = try String(
                 contentsOf: tests.appendingPathComponent(relative), encoding: .utf8)
