@@ -313,23 +313,15 @@ final class SoftwareTPM: @unchecked Sendable {
     deinit { close() }
 
     /// Whether `port` of 127.0.0.1 can be bound now (nothing listens there).
-    static func isFree(_ port: Int) -> Bool {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { return false }
-        defer { Glibc.close(fd) }
-        var a = sockaddr_in()
-        a.sin_family = sa_family_t(AF_INET)
-        a.sin_addr.s_addr = inet_addr("127.0.0.1")
-        a.sin_port = in_port_t(UInt16(port).bigEndian)
-        return withUnsafePointer(to: &a) { p in
-            p.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
-            }
-        }
-    }
+    static func isFree(_ port: Int) -> Bool { onLoopback(port) { bind($0, $1, $2) == 0 } }
 
     /// Whether something accepts a TCP connection on 127.0.0.1:`port`.
-    static func accepts(_ port: Int) -> Bool {
+    static func accepts(_ port: Int) -> Bool { onLoopback(port) { connect($0, $1, $2) == 0 } }
+
+    /// `act` on a new TCP socket and the address 127.0.0.1:`port` (closed after).
+    private static func onLoopback(
+        _ port: Int, _ act: (Int32, UnsafePointer<sockaddr>, socklen_t) -> Bool
+    ) -> Bool {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { return false }
         defer { Glibc.close(fd) }
@@ -339,7 +331,7 @@ final class SoftwareTPM: @unchecked Sendable {
         a.sin_port = in_port_t(UInt16(port).bigEndian)
         return withUnsafePointer(to: &a) { p in
             p.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
+                act(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
             }
         }
     }
