@@ -159,12 +159,13 @@ final class Pinentry: PromptDialog, @unchecked Sendable {
     }
 
     /// Ends the dialog from any thread: the child is terminated, which ends a pending read.
+    /// The signal is sent under the lock: `finish` claims the child (`reaped`) under it
+    /// before it waits for it, so the pid signalled is never one the child left for reuse.
     func cancel() {
-        let pid: pid_t? = lock.withLock {
+        lock.withLock {
             cancelled = true
-            return reaped ? nil : self.pid
+            if !reaped { kill(pid, SIGTERM) }
         }
-        if let pid { kill(pid, SIGTERM) }
     }
 
     private var isCancelled: Bool { lock.withLock { cancelled } }
