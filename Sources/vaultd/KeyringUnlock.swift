@@ -84,7 +84,8 @@ enum KeyringUnlock {
         let t = Thread {
             do {
                 // At the owner's login, for the owner.
-                _ = try unlock(vault, session: try vault.session(for: .owner), timeout: timeout)
+                _ = try unlock(
+                    vault, session: vault.daemonSession(for: .loginKeyringUnlock), timeout: timeout)
                 log("unlocked with the passphrase remembered in the login keyring")
             } catch let e as VaultFailure {
                 log("\(e.message); staying locked")

@@ -222,7 +222,7 @@ func checkIdleLock() {
     let seconds = settings.autoLockSeconds
     if seconds > 0, idle.secondsSinceLastCall() >= seconds, vault.isUnlockedWithPassphrase {
         // The owner's setting, carried out on the owner's behalf.
-        _ = try? vault.session(for: .owner).lock()
+        _ = try? vault.daemonSession(for: .idleLock).lock()
         log("locked after \(Int(seconds)) s without a call")
     }
 }

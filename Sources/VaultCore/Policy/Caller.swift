@@ -11,9 +11,9 @@ public struct Caller: Sendable, Equatable {
     /// The install generation the app runs under (recorded on items it adds).
     public internal(set) var generation: String?
 
-    /// Made by vaultd's identification (`Vault.session(flatpakAppID:executable:isRegisteredFile:)`,
-    /// `AppRecord.caller`) and by tests; not by a front-end from what a peer says.
-    package init(
+    /// Made by the engine's identification (`Vault.session(flatpakAppID:executable:
+    /// isRegisteredFile:)`, `AppRecord.caller`) and by tests; never by a front-end.
+    init(
         appID: String?, accessGroups: [String] = [], appGroups: [String] = [],
         generation: String? = nil
     ) {
@@ -23,8 +23,9 @@ public struct Caller: Sendable, Equatable {
         self.generation = generation
     }
 
-    /// The owner's tools (an unidentified peer of the same uid).
-    public static let owner = Caller(appID: nil)
+    /// The owner's tools (an unidentified peer of the same uid). A front-end gets an owner's
+    /// session only by identifying a peer, or for vaultd's own actions (`Vault.daemonSession`).
+    static let owner = Caller(appID: nil)
 
     public var isOwner: Bool { appID == nil }
 

@@ -55,6 +55,23 @@ extension Vault {
         return VaultSession(vault: self, caller: caller)
     }
 
+    /// What vaultd does on the owner's behalf, without a peer: each one the owner asked for
+    /// (a setting, the login keyring, a dialog the owner answered).
+    public enum DaemonAction: Sendable {
+        /// `AutoLockSeconds` passed without a call: the owner's setting carried out.
+        case idleLock
+        /// The unlock at login with the passphrase the owner remembered in the login keyring.
+        case loginKeyringUnlock
+        /// The passphrase the user typed into vaultd's own unlock dialog.
+        case unlockDialog
+    }
+
+    /// The owner's session for one of vaultd's own actions: the only way a front-end acts as
+    /// the owner without a peer identified as the owner's program. `action` names why.
+    public func daemonSession(for action: DaemonAction) -> VaultSession {
+        VaultSession(vault: self, caller: .owner)
+    }
+
     /// The session for a peer, from what the kernel says of it (see `caller(flatpakAppID:
     /// executable:isRegisteredFile:)`, which throws what identification throws).
     public func session(

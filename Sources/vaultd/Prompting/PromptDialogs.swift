@@ -209,7 +209,7 @@ final class PromptDialogs: @unchecked Sendable {
                         return false
                     case .passphrase(let p):
                         do {
-                            _ = try vault.session(for: .owner).unlock(passphrase: p)
+                            _ = try vault.daemonSession(for: .unlockDialog).unlock(passphrase: p)
                             log(
                                 "prompt: the vault was unlocked with the passphrase typed into the dialog"
                             )
