@@ -74,6 +74,10 @@ let package = Package(
                 .linkedLibrary("_FoundationCShims", .when(configuration: .release)),
                 .linkedLibrary("_FoundationCollections", .when(configuration: .release)),
                 .linkedLibrary("swiftSynchronization", .when(configuration: .release)),
+                // FoundationXML (the import readers' XMLParser), static: its CoreFoundation
+                // half and libxml2 (Debian's libxml2-dev).
+                .linkedLibrary("_CFXMLInterface", .when(configuration: .release)),
+                .linkedLibrary("xml2", .when(configuration: .release)),
             ]),
         .executableTarget(name: "git-credential-vault", dependencies: ["VaultClient"]),
         // An app that uses VaultClient as a real one would; tests copy it to act as several apps.
