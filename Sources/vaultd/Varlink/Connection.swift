@@ -57,9 +57,9 @@ final class Connection {
         while true {
             giveBackReadBytes()
             guard var frame = nextFrame() else { return }
-            // The message may hold a secret: wiped however its answer ends.
-            defer { frame.wipe() }
-            guard confirmPeer(), answer(&frame) else { return }
+            // The message may hold a secret: wiped unanswered too (`decode` wipes it otherwise).
+            guard confirmPeer() else { return frame.wipe() }
+            guard answer(&frame) else { return }
         }
     }
 
@@ -188,7 +188,10 @@ final class Connection {
 
     /// Decodes and answers the message `frame` (wiped). False when the connection is to close.
     private func answer(_ frame: inout [UInt8]) -> Bool {
-        guard let treeReserved = reserveParse(frame) else { return false }
+        guard let treeReserved = reserveParse(frame) else {
+            frame.wipe()
+            return false
+        }
         defer { idleSince = MonotonicClock.nanoseconds() }
         var held = treeReserved
         defer { server.releaseMessageBytes(held) }
