@@ -1,5 +1,6 @@
 internal import CSQLite
 import Foundation
+import Synchronization
 import VaultProtocol
 
 #if canImport(Glibc)
@@ -38,7 +39,11 @@ public final class Database {
     /// this process's memory instead of a `-shm` file shared through file locks. The
     /// connections of this process (the checkpointer's too) share it. The default VFS takes
     /// fcntl locks on every lookup and several on every durable write.
-    static let vfs = "unix-excl"
+    static var vfs: String { vfsForTests.withLock { $0 } ?? "unix-excl" }
+
+    /// The VFS every connection opened from now on uses instead of `unix-excl`: a power-cut
+    /// test's VFS, which wraps it (nil: none).
+    static let vfsForTests = Mutex<String?>(nil)
 
     /// SQLite's busy handler for vaultd's connections. What they wait for is another
     /// connection of vaultd's: a lookup's read or a checkpoint round, most often gone within

@@ -1,5 +1,6 @@
 internal import CSQLite
 import Foundation
+import Synchronization
 import VaultProtocol
 
 #if canImport(Glibc)
@@ -45,13 +46,30 @@ final class WALSync: @unchecked Sendable {
                 state.broadcast()
             }
         }
+        let probe = Self.probe.withLock { $0 }
+        let token = probe?.willSync(path)
         while fdatasync(fd) != 0 {
             if errno == EINTR { continue }
             let reason = String(cString: strerror(errno))
             throw VaultFailure(
                 .storageFull, "cannot make the write durable on the vault's disk (\(reason))")
         }
+        if let probe, !probe.didSync(path, token) {
+            throw VaultFailure(
+                .storageFull, "cannot make the write durable on the vault's disk (power cut)")
+        }
     }
+
+    /// A power-cut test's view of this fdatasync, which SQLite's VFS does not see: told
+    /// before it starts (`willSync`, whose token `didSync` gets) and after it succeeded
+    /// (`didSync`: false makes the sync fail, as on a machine that lost power meanwhile).
+    struct Probe: Sendable {
+        var willSync: @Sendable (_ path: String) -> UInt64?
+        var didSync: @Sendable (_ path: String, _ token: UInt64?) -> Bool
+    }
+
+    /// The probe every sync reports to (nil outside power-cut tests).
+    static let probe = Mutex<Probe?>(nil)
 
     func close() {
         state.withLock {
