@@ -122,17 +122,20 @@ final class Daemon: @unchecked Sendable {
     /// a Status call on the socket answers (up to `timeout` seconds). Its clock is the test
     /// clock in `root` (`TestClock`), which `advanceClock` moves.
     /// `environment` is added to vaultd's (e.g. `VAULTD_ARGON2_TEST_COST: ""` for the real cost).
+    /// `wrapper`: a program and its arguments that run vaultd (`strace … -o FILE`); `pid` is
+    /// then the wrapper's, and `wrappedPid` vaultd's.
     func start(
         extraArguments: [String] = [], environment extra: [String: String] = [:],
-        timeout: Double = 10
+        timeout: Double = 10, wrapper: [String] = []
     ) throws {
         precondition(pid == nil, "vaultd is already running")
         let env = isolatedEnvironment(root: root, socket: nil).merging(
             TestClock.environment(root: root)
         ) { $1 }.merging(extra) { $1 }
+        let vaultd = [Paths.tool("vaultd"), "--socket", socketPath, "--data-dir", dataDirectory]
+        let command = wrapper + vaultd + extraArguments
         let p = try ChildProcess.spawn(
-            Paths.tool("vaultd"),
-            ["--socket", socketPath, "--data-dir", dataDirectory] + extraArguments,
+            command[0], Array(command.dropFirst()),
             environment: env, inputs: [:], stdout: .file(logPath, append: true),
             stderr: .file(logPath, append: true))
         pid = p
@@ -206,6 +209,15 @@ final class Daemon: @unchecked Sendable {
     func advanceClock(by seconds: Double, timeout: Double = 20) throws {
         try TestClock.advance(root: root, by: seconds)
         try tick(timeout: timeout)
+    }
+
+    /// The pid of vaultd started under a wrapper: the wrapper's child (nil when none).
+    var wrappedPid: pid_t? {
+        guard let p = pid,
+            let children = try? String(
+                contentsOfFile: "/proc/\(p)/task/\(p)/children", encoding: .utf8)
+        else { return nil }
+        return children.split(separator: " ").first.flatMap { pid_t($0) }
     }
 
     /// SIGTERM, then waits for the exit. Returns the exit status (nil when it did not exit
