@@ -29,6 +29,16 @@ extension Dispatcher {
     func syncRemove(_ r: Request) throws -> JSONObject {
         try requireSync(r).remove(device: try r.p.string("device"), in: r.session).wire
     }
+    func syncConflicts(_ r: Request) throws -> JSONObject {
+        let secrets = try r.p.optionalBool("secrets") ?? false
+        let list = try requireSync(r).conflicts(in: r.session)
+        return ["conflicts": .array(list.map { .object($0.wire(secrets: secrets)) })]
+    }
+    func syncSettleConflict(_ r: Request, restore: Bool) throws -> JSONObject {
+        let c = try requireSync(r).settleConflict(
+            id: try r.p.string("id"), restore: restore, in: r.session)
+        return ["conflict": .object(c.wire(secrets: false))]
+    }
     func syncLeave(_ r: Request) throws -> JSONObject {
         try requireSync(r).leave(in: r.session)
         return [:]

@@ -80,6 +80,9 @@ import Glibc
             "io.vaultd.Sync.Status": [:],
             "io.vaultd.Sync.Leave": [:],
             "io.vaultd.Sync.Remove": ["device": "00"],
+            "io.vaultd.Sync.Conflicts": [:],
+            "io.vaultd.Sync.RestoreConflict": ["id": "00"],
+            "io.vaultd.Sync.DismissConflict": ["id": "00"],
         ]
     }
 

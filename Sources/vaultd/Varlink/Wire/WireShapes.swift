@@ -174,6 +174,36 @@ extension SyncStatus {
             "items": JSON(optional: items), "problem": JSON(optional: problem),
             "lastPass": lastPass.map { .string(Self.millisecondText($0)) } ?? .null,
             "damaged": DamagedItem.wire(damaged), "ignoredDevices": JSON(ignoredDevices),
+            "rolledBack": .array(
+                rolledBack.map {
+                    [
+                        "deviceID": .string($0.device.description),
+                        "present": JSON(Int($0.present)),
+                        "acknowledged": JSON(Int($0.acknowledged)),
+                        "acknowledgedBy": .string($0.acknowledgedBy.description),
+                    ]
+                }),
+        ]
+    }
+}
+
+extension SyncConflict {
+    /// io.vaultd.Sync `SyncConflict`; the secret's values only with `secrets`.
+    func wire(secrets: Bool) -> JSONObject {
+        let fields: [JSON] = values.keys.sorted().map { f in
+            [
+                "field": .string(f.name),
+                "value": JSON(optional: Self.shown(f, values[f] ?? nil, secrets: secrets)),
+                "current": JSON(optional: Self.shown(f, current[f] ?? nil, secrets: secrets)),
+            ]
+        }
+        return [
+            "id": .string(id), "class": .string(key.itemClass.rawValue),
+            "accessGroup": .string(key.accessGroup),
+            "attributes": .object(JSONObject(identity.mapValues { JSON.string($0) })),
+            "deviceID": .string(timestamp.device.description),
+            "written": .string(SyncStatus.millisecondText(written)),
+            "winner": .string(winner.description), "fields": .array(fields),
         ]
     }
 }
