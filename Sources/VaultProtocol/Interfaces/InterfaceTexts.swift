@@ -404,6 +404,7 @@ method RestoreConflict(id: string) -> (conflict: SyncConflict)
 # Keeps the current values and drops the conflict: a new write of its fields with the
 # current values, which syncs and settles every conflict of those fields.
 method DismissConflict(id: string) -> (conflict: SyncConflict)
+
 """#,
         "io.vaultd.Vault": #"""
 # The vault as a whole: who is calling, its lock state, its passphrase.

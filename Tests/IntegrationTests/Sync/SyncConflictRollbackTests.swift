@@ -6,11 +6,13 @@ import Testing
 @Suite struct SyncConflictRollbackTests {
     static let work = SyncTests.work
 
-    /// The segment files of a device's directory, by name.
+    /// The segment files of a device's directory, by name (`d` running).
     static func segments(_ folder: String, _ d: Daemon) -> Set<String> {
-        let id = d.syncStatus()?["deviceID"] as? String ?? "?"
-        let names =
-            (try? FileManager.default.contentsOfDirectory(atPath: "\(folder)/devices/\(id)"))
+        segments(in: "\(folder)/devices/\(d.syncStatus()?["deviceID"] as? String ?? "?")")
+    }
+
+    static func segments(in directory: String) -> Set<String> {
+        let names = try? FileManager.default.contentsOfDirectory(atPath: directory)
         return Set((names ?? []).filter { $0.hasSuffix(".seg") })
     }
 
@@ -140,7 +142,7 @@ import Testing
             #expect(a.stop() == 0)
             #expect(b.stop() == 0)
             // The older copy put in place of A's directory.
-            for name in Self.segments(folder, a) where !old.contains(name) {
+            for name in Self.segments(in: aDir) where !old.contains(name) {
                 try FileManager.default.removeItem(atPath: "\(aDir)/\(name)")
             }
             try b.start()
