@@ -138,17 +138,26 @@ extension SyncField {
 }
 
 extension SyncConflict {
-    /// A value as a reply shows it: text as it is, `generic`'s bytes and the secret in
-    /// base64, the secret only when `secrets` (nil otherwise, and when the write removed the
-    /// attribute).
-    public static func shown(_ f: SyncField, _ v: SyncValue?, secrets: Bool) -> String? {
-        guard let v, f != .secret || secrets else { return nil }
+    /// An attribute's value as a reply shows it: text as it is, `generic`'s bytes in base64;
+    /// nil when the write removed the attribute, and for the secret (which a reply carries
+    /// from its `SecureBytes`, never as a String).
+    public static func shown(_ f: SyncField, _ v: SyncValue?) -> String? {
+        guard let v, f != .secret else { return nil }
         return v.withBytes { b in
-            if f != .generic, f != .secret, let text = String(validating: b, as: UTF8.self) {
-                return text
-            }
+            if f != .generic, let text = String(validating: b, as: UTF8.self) { return text }
             return Data(b).base64EncodedString()
         }
+    }
+
+    /// At most how many bytes this conflict takes in a reply: its item and names (the key's
+    /// parts, 1 KiB of JSON around them), and each value twice (losing, current) in base64.
+    public func replyBytes(secrets: Bool) -> Int {
+        var n = 1024 + key.canonicalBytes.count
+        for (f, v) in values where f != .secret || secrets {
+            let b = (v?.withBytes { $0.count } ?? 0) + (current[f]??.withBytes { $0.count } ?? 0)
+            n += (b + 2) / 3 * 4 + 64
+        }
+        return n
     }
 
     /// The item's identity attributes by name (those not empty).

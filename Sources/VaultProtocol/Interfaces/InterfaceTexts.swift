@@ -394,8 +394,10 @@ method Leave() -> ()
 method Remove(device: string) -> (deviceID: string, generation: int)
 
 # The conflicts of the merged group, newest first: at most 16 per item and 1,000 in all
-# (older ones are dropped). `secrets`: show the secrets' values too.
-method Conflicts(secrets: ?bool) -> (conflicts: []SyncConflict)
+# (older ones are dropped). `secrets`: show the secrets' values too. `omitted`: the
+# oldest of them left out of this reply to keep it within the message limit (their
+# values are large); settling newer ones lists them.
+method Conflicts(secrets: ?bool) -> (conflicts: []SyncConflict, omitted: int)
 
 # Makes the conflict's losing values the current ones: a new write of its fields, which
 # syncs to every device and settles every conflict of those fields.

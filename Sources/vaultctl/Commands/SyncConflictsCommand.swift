@@ -27,11 +27,17 @@ extension SyncCommand {
             return
         }
         let list = r["conflicts"]?.arrayValue ?? []
-        guard !list.isEmpty else {
+        let omitted = r["omitted"]?.intValue ?? 0
+        guard !list.isEmpty || omitted > 0 else {
             print("no conflicts")
             return
         }
         for x in list { print(Self.describeConflict(x, secrets: secrets)) }
+        if omitted > 0 {
+            print(
+                "\(omitted) older conflict(s) not shown: their values do not fit in one reply (settle newer ones to list them)"
+            )
+        }
     }
 
     /// A conflict as lines of text: its ID, the item, who wrote the losing values and when,
@@ -48,7 +54,14 @@ extension SyncCommand {
             let name = f["field"]?.stringValue ?? "?"
             func shown(_ key: String) -> String {
                 if name == "secret" && !secrets { return "(hidden; --secrets shows it)" }
-                return f[key]?.stringValue.map { "'\($0)'" } ?? "(none)"
+                guard let v = f[key]?.stringValue else { return "(none)" }
+                // The secret comes in base64: shown as text when it is UTF-8.
+                if name == "secret", let d = Data(base64Encoded: v),
+                    let text = String(data: d, encoding: .utf8)
+                {
+                    return "'\(text)'"
+                }
+                return "'\(v)'"
             }
             lines.append("  \(name): \(shown("value")) (current: \(shown("current")))")
         }

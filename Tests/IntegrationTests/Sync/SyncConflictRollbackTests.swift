@@ -100,6 +100,10 @@ import Testing
             let text = b.ctl(["sync", "conflicts"])
             #expect(text.status == 0 && text.stdoutText.contains(id), "\(text)")
             #expect(!text.stdoutText.contains("from A"))
+            let shown = b.ctl(["sync", "conflicts", "--secrets"]).stdoutText
+            #expect(shown.contains("secret: 'from A' (current: 'from B')"), "\(shown)")
+            #expect(
+                b.ctl(["sync", "conflicts", "--json"]).jsonObject?["omitted"] as? Int == 0)
 
             let restored = a.ctl(["sync", "conflicts", "restore", id])
             #expect(restored.status == 0, "\(restored)")

@@ -188,13 +188,20 @@ extension SyncStatus {
 }
 
 extension SyncConflict {
-    /// io.vaultd.Sync `SyncConflict`; the secret's values only with `secrets`.
-    func wire(secrets: Bool) -> JSONObject {
+    /// io.vaultd.Sync `SyncConflict`; the secret's values only with `showSecrets`, as the
+    /// call's reply place-holders when it has them (`CallSecrets`: the base64 is made in
+    /// secure memory as the reply is sent), as Keychain.CopyMatching's `data`.
+    func wire(showSecrets: Bool, secrets: CallSecrets?) -> JSONObject {
+        func shown(_ f: SyncField, _ v: SyncValue??) -> JSON {
+            guard f == .secret else { return JSON(optional: Self.shown(f, v ?? nil)) }
+            guard showSecrets, case .secret(let s)?? = v else { return .null }
+            return secrets?.replyPlaceholder(for: s)
+                ?? .string(s.withUnsafeBytes { Data($0).base64EncodedString() })
+        }
         let fields: [JSON] = values.keys.sorted().map { f in
             [
-                "field": .string(f.name),
-                "value": JSON(optional: Self.shown(f, values[f] ?? nil, secrets: secrets)),
-                "current": JSON(optional: Self.shown(f, current[f] ?? nil, secrets: secrets)),
+                "field": .string(f.name), "value": shown(f, values[f]),
+                "current": shown(f, current[f]),
             ]
         }
         return [
