@@ -190,6 +190,34 @@ import VaultProtocol
         #expect(counts.filter { $0 > 0 }.count >= 5, "\(counts)")
     }
 
+    /// A context over its bound (1,024 devices) is refused with its segment, unread.
+    @Test func aContextOverItsBoundIsRefused() throws {
+        var big = add(10, by: 1, label: "x")
+        for i in 0..<SyncWire.maximumContext {
+            let d = SyncDeviceID(
+                bytes: Array(
+                    withUnsafeBytes(of: UInt64(i + 1)) { Array($0) }
+                        + [UInt8](repeating: 7, count: 8)))!
+            big.context[d] = SyncTimestamp(wall: 1, counter: 0, device: d)
+        }
+        #expect(big.context.count == SyncWire.maximumContext + 1)
+        let key = SecureBytes.random(count: Sodium.keyLength)
+        let (pk, sk) = SyncSigning.keyPair()
+        let id = SyncKeyID(generation: 1, rotator: Self.devices[1])
+        let file = SyncSegment(device: Self.devices[1], sequence: 1, changes: [big]).sealed(
+            key: key, keyID: id, signingKey: sk)
+        #expect(throws: SyncFormatError.self) {
+            try SyncSegment.open(
+                file, key: key, device: Self.devices[1], sequence: 1, verifyKey: pk)
+        }
+        // A writer keeps the latest 1,024 (its own among them).
+        var state = SyncItemState()
+        state.apply(big)
+        let t = stamp(99, 2)
+        let kept = state.context(at: t)
+        #expect(kept.count == SyncWire.maximumContext && kept[t.device] == t)
+    }
+
     // MARK: rollback
 
     @Test func aMemberBehindWhatAnotherAcknowledgedIsReported() {

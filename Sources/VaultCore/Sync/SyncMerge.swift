@@ -386,6 +386,7 @@ public struct SyncItemState: Equatable, Sendable {
         var c = seen
         c[t.device] = t
         guard c.count > SyncWire.maximumContext else { return c }
+        c[t.device] = nil
         let kept = c.values.sorted().suffix(SyncWire.maximumContext - 1)
         var out = Dictionary(uniqueKeysWithValues: kept.map { ($0.device, $0) })
         out[t.device] = t
