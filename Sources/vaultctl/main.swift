@@ -74,6 +74,8 @@ let toolUsage = """
       sync status [--json]                  devices, last seen, pending segments
       sync leave                            stop syncing on this device (its items stay)
       sync remove DEVICE                    on a device that stays: remove another, rotating the group key
+      sync conflicts [--json] [--secrets]   values that lost to a concurrent edit (--secrets: show secrets)
+      sync conflicts restore|dismiss ID     make a losing value current again, or drop it (syncs)
     Preferences (as defaults(1); DOMAIN may be -g for NSGlobalDomain, or -app NAME for an app's;
         -currentHost or -host NAME before the verb: that host's by-host preferences):
       defaults read [DOMAIN [KEY]] [--json]

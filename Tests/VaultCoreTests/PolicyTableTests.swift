@@ -77,6 +77,10 @@ import VaultProtocol
                 try sync.remove(
                     device: String(repeating: "ab", count: 16), in: vault.session(for: app))
             }
+            expectFailure(.permissionDenied) { _ = try sync.conflicts(in: vault.session(for: app)) }
+            expectFailure(.permissionDenied) {
+                _ = try sync.settleConflict(id: "00", restore: true, in: vault.session(for: app))
+            }
             // The kinds refused above are exactly the owner-only ones.
             let ownerOnly = Set(VaultCore.Operation.Kind.allCases.filter { $0.audience == .owner })
             #expect(
@@ -84,7 +88,8 @@ import VaultProtocol
                     .unlock, .unlockFromKeyring, .lock, .initialize, .changePassphrase, .backup,
                     .restore, .checkStore, .purgeCaches, .installApp, .uninstallApp,
                     .listApps, .showApp, .setAlias, .registerPrompter, .syncInit, .syncJoin,
-                    .syncApprove, .syncStatus, .syncLeave, .syncRemove,
+                    .syncApprove, .syncStatus, .syncLeave, .syncRemove, .syncConflicts,
+                    .syncSettleConflict,
                 ])
         }
     }

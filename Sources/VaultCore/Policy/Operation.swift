@@ -69,6 +69,9 @@ public enum Operation: Sendable, Equatable {
     case syncStatus
     case syncLeave
     case syncRemove
+    case syncConflicts
+    /// Restores or dismisses a conflict (both write the item anew).
+    case syncSettleConflict
 
     /// The operation without what it acts on: what the method table names.
     public var kind: Kind {
@@ -111,6 +114,8 @@ public enum Operation: Sendable, Equatable {
         case .syncStatus: .syncStatus
         case .syncLeave: .syncLeave
         case .syncRemove: .syncRemove
+        case .syncConflicts: .syncConflicts
+        case .syncSettleConflict: .syncSettleConflict
         }
     }
 
@@ -123,7 +128,8 @@ public enum Operation: Sendable, Equatable {
         case readPreferences, writePreferences, listDomains, observePreferences
         case cacheDirectory, cacheUsage, purgeCaches, observeCachePurges
         case installApp, uninstallApp, listApps, showApp
-        case syncInit, syncJoin, syncApprove, syncStatus, syncLeave, syncRemove
+        case syncInit, syncJoin, syncApprove, syncStatus, syncLeave, syncRemove, syncConflicts,
+            syncSettleConflict
 
         /// Who may call it (see `Audience`).
         public var audience: Audience {
@@ -135,7 +141,8 @@ public enum Operation: Sendable, Equatable {
             case .initialize, .unlock, .unlockFromKeyring, .lock, .changePassphrase, .backup,
                 .restore, .checkStore, .purgeCaches,
                 .installApp, .uninstallApp, .listApps, .showApp, .setAlias, .registerPrompter,
-                .syncInit, .syncJoin, .syncApprove, .syncStatus, .syncLeave, .syncRemove:
+                .syncInit, .syncJoin, .syncApprove, .syncStatus, .syncLeave, .syncRemove,
+                .syncConflicts, .syncSettleConflict:
                 .owner
             case .hello, .status, .observeLockState, .addItem, .copyItems, .updateItems,
                 .deleteItems,

@@ -112,7 +112,8 @@ public enum Policy {
             .listDomains, .cacheUsage, .purgeCaches, .observeCachePurges, .installApp,
             .uninstallApp, .listApps, .showApp,
             .listAccessGroups, .requestUnlock, .setAlias, .registerPrompter, .syncInit, .syncJoin,
-            .syncApprove, .syncStatus, .syncLeave, .syncRemove:
+            .syncApprove, .syncStatus, .syncLeave, .syncRemove, .syncConflicts,
+            .syncSettleConflict:
             break
         }
         return grant

@@ -14,6 +14,8 @@ public struct SyncFormatError: Error, CustomStringConvertible, Sendable {
 ///     u8 kind (1 write, 2 delete) · u64 wall ms · u32 counter
 ///     u8 class (1 genericPassword, 2 internetPassword) · bytes accessGroup · bytes × N primary key
 ///     write only: u8 field count · (u8 field tag · u8 present (0/1) · bytes value if present) × count
+///     write only, optional: u32 n · (device 16 · u64 wall ms · u32 counter) × n, its context
+///     (`SyncChange.context`; absent in records written before conflicts were kept)
 ///
 /// and the group's own records (`SyncControl`):
 ///
@@ -71,6 +73,37 @@ enum SyncWire {
                     out.append(0)
                 }
             }
+            if !c.context.isEmpty {
+                appendU32(UInt32(c.context.count), to: &out)
+                for (d, t) in c.context.sorted(by: { $0.key < $1.key }) {
+                    out += d.bytes
+                    appendU64(t.wall, to: &out)
+                    appendU32(t.counter, to: &out)
+                }
+            }
+        }
+        return out
+    }
+
+    /// The most devices a write's context names (a writer keeps the latest ones).
+    static let maximumContext = 1024
+    static let contextEntryBytes = 16 + 8 + 4
+
+    /// A write's context after its fields (none when the record ends there).
+    static func decodeContext(_ r: inout Reader) throws -> [SyncDeviceID: SyncTimestamp] {
+        guard r.at < r.bytes.count else { return [:] }
+        let n = Int(try r.u32())
+        guard n >= 1, n <= maximumContext else {
+            throw SyncFormatError("a context of \(n) devices (1 to \(maximumContext))")
+        }
+        var out: [SyncDeviceID: SyncTimestamp] = [:]
+        for _ in 0..<n {
+            var d: [UInt8] = []
+            for _ in 0..<16 { d.append(try r.u8()) }
+            guard let device = SyncDeviceID(bytes: d), out[device] == nil else {
+                throw SyncFormatError("a device named twice in a context")
+            }
+            out[device] = SyncTimestamp(wall: try r.u64(), counter: try r.u32(), device: device)
         }
         return out
     }
@@ -278,8 +311,10 @@ enum SyncWire {
                 throw SyncFormatError("a field's presence is \(x), not 0 or 1")
             }
         }
+        let context = try decodeContext(&r)
         guard r.at == record.count else { throw SyncFormatError("bytes after a record") }
-        return .change(SyncChange(key: key, timestamp: timestamp, kind: .write(fields)))
+        return .change(
+            SyncChange(key: key, timestamp: timestamp, kind: .write(fields), context: context))
     }
 }
 

@@ -16,7 +16,7 @@ import Glibc
 /// watcher's thread (or in `passNow`).
 public final class SyncService: @unchecked Sendable {
     let vault: Vault
-    private let lock = NSLock()
+    let lock = NSLock()
 
     /// The devices directory's subdirectories read at most: this device and the members
     /// first, then others by name; the rest are ignored and counted in `sync status`.
@@ -30,15 +30,15 @@ public final class SyncService: @unchecked Sendable {
     public var compactionThreshold = 64
 
     // The merged state and what was read, under `lock`. Rebuilt from the folder at start.
-    private var merged = SyncVault()
+    var merged = SyncVault()
     /// The merge of each device's own segments (from its latest snapshot on): what compaction
     /// reads, and what `merged` is rebuilt from when a snapshot replaces segments.
     private var perDevice: [SyncDeviceID: SyncVault] = [:]
     /// Each device's group records from its current segments (a snapshot keeps them).
     private var controlOf: [SyncDeviceID: [SyncControl]] = [:]
-    private var clock: HybridClock?
+    var clock: HybridClock?
     /// Segments merged, per device.
-    private var applied: [SyncDeviceID: Set<UInt64>] = [:]
+    var applied: [SyncDeviceID: Set<UInt64>] = [:]
     /// Each device's latest snapshot: its segments before it are not read.
     private var floor: [SyncDeviceID: UInt64] = [:]
     /// The hash of each segment file merged (what a removal pins).
@@ -47,15 +47,17 @@ public final class SyncService: @unchecked Sendable {
     private var approvedUnder: [SyncDeviceID: SyncKeyID] = [:]
     /// Segments refused, with the file they were (another file under the name, or the file
     /// changed, is tried again).
-    private var rejected: [SyncDeviceID: [UInt64: SyncFolder.FileVersion]] = [:]
+    var rejected: [SyncDeviceID: [UInt64: SyncFolder.FileVersion]] = [:]
     private var rejectionsLogged = 0
     /// The latest wall-clock time (ms) of a change read from each device.
     private var lastSeen: [SyncDeviceID: UInt64] = [:]
     /// The largest acknowledgement read from each device, of each device.
     private(set) var acks: [SyncDeviceID: [SyncDeviceID: UInt64]] = [:]
-    private var ackWritten: [SyncDeviceID: UInt64]?
+    /// The rollbacks logged (`logRollbacks`): each device's acknowledged sequence.
+    var rollbacksLogged: [SyncDeviceID: UInt64] = [:]
+    var ackWritten: [SyncDeviceID: UInt64]?
     /// The membership and the keys held, as stored (loaded at the first pass of a config).
-    private var membership = SyncMembership()
+    var membership = SyncMembership()
     private var keyring = SyncKeyring()
     /// The config the state above was read under (a new one starts it over).
     private var loadedFor: SyncConfig?
@@ -76,7 +78,7 @@ public final class SyncService: @unchecked Sendable {
     private var cacheValid = false
     /// Keys whose local rows the last pass wrote, after it read the rows: the next pass looks
     /// at them (a row written and then deleted before any pass read it is in no cache).
-    private var writtenByLastPass = Set<SyncItemKey>()
+    var writtenByLastPass = Set<SyncItemKey>()
     /// The damaged synchronizable rows of this keychain the last pass met (`DamagedSyncRow`),
     /// and the keys it held for them: held keys are looked at again by the next pass, so an
     /// item whose damaged row was deleted here takes the group's copy back.
@@ -275,7 +277,7 @@ public final class SyncService: @unchecked Sendable {
 
     /// The config and folder of a member, with the membership and keys loaded. Throws
     /// NotInitialized otherwise.
-    private func memberState() throws -> (SyncConfig, SyncFolder) {
+    func memberState() throws -> (SyncConfig, SyncFolder) {
         guard let config = try vault.syncConfig(), config.state == .member else {
             throw VaultFailure(
                 .notInitialized, "this device is not in a sync group: sync init or sync join first")
@@ -444,6 +446,9 @@ public final class SyncService: @unchecked Sendable {
             let scan = try? SyncFolder(root: config.folder).scan(preferring: preferred(config))
             let listing = scan?.devices ?? [:]
             status.ignoredDevices = scan?.ignored ?? 0
+            if config.state == .member {
+                status.rolledBack = rollbacks(listing, me: config.device)
+            }
             status.devices = listing.keys.sorted().map { d in
                 let segments = listing[d]?.segments ?? [:]
                 let read = applied[d] ?? []
@@ -526,6 +531,7 @@ public final class SyncService: @unchecked Sendable {
         ackWritten = nil
         damagedRows = []
         ignoredDevices = 0
+        rollbacksLogged = [:]
         watchPaths = []
     }
 
@@ -605,7 +611,7 @@ public final class SyncService: @unchecked Sendable {
     }
 
     /// A pass, under `lock`.
-    private func pass() throws {
+    func pass() throws {
         let found = try vault.syncConfig()
         // Before anything is read: a change made after this wakes the next pass.
         enrolled.store(found != nil, ordering: .releasing)
@@ -784,6 +790,7 @@ public final class SyncService: @unchecked Sendable {
         nextSequence = max(
             nextSequence, try vault.syncStoredSequence(), (applied[me]?.max() ?? 0) + 1)
         readAcks(listing, folder)
+        logRollbacks(rollbacks(listing, me: me))
 
         // Members another device approved since: every key held here, sealed to each (its
         // approver may not have had a key made here at the same time).
@@ -845,6 +852,14 @@ public final class SyncService: @unchecked Sendable {
             }
             let mine = local[key]?.fields
             let before = baseline[h].map(SyncBaseline.parse)
+            // A write made here knows what this keychain held: the merge as of the last pass
+            // (its baseline), not what this pass has just read (docs/sync.md, conflicts).
+            func write(_ fields: [SyncField: SyncValue?]) -> SyncChange {
+                let t = clock!.tick()
+                var context = baseline[h].map(SyncBaseline.parseSeen) ?? [:]
+                context[t.device] = t
+                return SyncChange(key: key, timestamp: t, kind: .write(fields), context: context)
+            }
             switch (mine, before) {
             case (nil, _?):
                 // Deleted here since the last pass.
@@ -856,8 +871,7 @@ public final class SyncService: @unchecked Sendable {
                 if merged.items[key]?.live != m {
                     var all: [SyncField: SyncValue?] = [:]
                     for f in SyncField.allCases { all[f] = .some(m[f]) }
-                    exported.append(
-                        SyncChange(key: key, timestamp: clock!.tick(), kind: .write(all)))
+                    exported.append(write(all))
                 }
             case (let m?, let b?)
             where merged.items[key] == nil
@@ -867,7 +881,7 @@ public final class SyncService: @unchecked Sendable {
                 // so the item is written again whole, not taken for deleted.
                 var all: [SyncField: SyncValue?] = [:]
                 for f in SyncField.allCases { all[f] = .some(m[f]) }
-                exported.append(SyncChange(key: key, timestamp: clock!.tick(), kind: .write(all)))
+                exported.append(write(all))
             case (let m?, let b?):
                 var changed: [SyncField: SyncValue?] = [:]
                 let state = merged.items[key]
@@ -891,10 +905,7 @@ public final class SyncService: @unchecked Sendable {
                         }
                     }
                 }
-                if !changed.isEmpty {
-                    exported.append(
-                        SyncChange(key: key, timestamp: clock!.tick(), kind: .write(changed)))
-                }
+                if !changed.isEmpty { exported.append(write(changed)) }
             case (nil, nil):
                 break
             }
@@ -929,34 +940,7 @@ public final class SyncService: @unchecked Sendable {
 
         // 4. This device's changes into the folder first (durably), then the keychain and the
         // baseline in one transaction: a crash between the two exports them again, harmlessly.
-        if !exported.isEmpty {
-            if !currentKeyIsSafe() {
-                // A device was removed (or left) since the current key was made, or a later key
-                // was made without this device: a new one first, for the members as they are.
-                let (rotate, newKey) = try makeRotation(membership, me: me)
-                try writeControl([rotate], config: config, folder: folder, newKey: newKey)
-                log("sync: rotated the group key to generation \(newKey.0.generation)")
-            }
-            var start = 0
-            while start < exported.count {
-                var end = start
-                var bytes = 0
-                while end < exported.count,
-                    end == start
-                        || (bytes < SyncSegment.targetPlaintextBytes
-                            && end - start < SyncSegment.maximumChanges)
-                {
-                    bytes += SyncBaseline.estimatedSize(exported[end])
-                    end += 1
-                }
-                let part = Array(exported[start..<end])
-                try writeSegment(
-                    SyncSegment(device: me, sequence: 0, changes: part), folder: folder)
-                for c in part { perDevice[me, default: SyncVault()].apply(c) }
-                start = end
-            }
-            lastSeen[me] = max(lastSeen[me] ?? 0, exported.map(\.timestamp.wall).max() ?? 0)
-        }
+        try export(exported, config: config, folder: folder)
         if !localChanges.isEmpty || !newBaseline.isEmpty {
             try vault.applySync(localChanges, baseline: newBaseline)
         }
@@ -975,6 +959,39 @@ public final class SyncService: @unchecked Sendable {
         if exported.isEmpty && touched.isEmpty && localChanges.isEmpty {
             try compactIfDue(config: config, folder: folder)
         }
+    }
+
+    /// Writes changes made here into this device's next segments (durably; a key rotation
+    /// first when one is due), cut near `SyncSegment.targetPlaintextBytes`, and takes them into
+    /// this device's own merge. The caller has applied them to `merged` already.
+    func export(_ exported: [SyncChange], config: SyncConfig, folder: SyncFolder) throws {
+        guard !exported.isEmpty else { return }
+        let me = config.device
+        if !currentKeyIsSafe() {
+            // A device was removed (or left) since the current key was made, or a later key
+            // was made without this device: a new one first, for the members as they are.
+            let (rotate, newKey) = try makeRotation(membership, me: me)
+            try writeControl([rotate], config: config, folder: folder, newKey: newKey)
+            log("sync: rotated the group key to generation \(newKey.0.generation)")
+        }
+        var start = 0
+        while start < exported.count {
+            var end = start
+            var bytes = 0
+            while end < exported.count,
+                end == start
+                    || (bytes < SyncSegment.targetPlaintextBytes
+                        && end - start < SyncSegment.maximumChanges)
+            {
+                bytes += SyncBaseline.estimatedSize(exported[end])
+                end += 1
+            }
+            let part = Array(exported[start..<end])
+            try writeSegment(SyncSegment(device: me, sequence: 0, changes: part), folder: folder)
+            for c in part { perDevice[me, default: SyncVault()].apply(c) }
+            start = end
+        }
+        lastSeen[me] = max(lastSeen[me] ?? 0, exported.map(\.timestamp.wall).max() ?? 0)
     }
 
     /// Keeps the damaged rows a pass met for `status`, and logs them when they differ from
@@ -1073,13 +1090,16 @@ public final class SyncService: @unchecked Sendable {
         }
     }
 
-    /// Writes this device's acknowledgement when it changed.
+    /// Writes this device's acknowledgement when it changed. A value never goes down (as
+    /// readers keep the largest): what this device once merged of a device stays
+    /// acknowledged when the folder later holds less of it, which is how a rollback is told
+    /// (`SyncRollback`), by this device and by any that reads its ack anew.
     private func writeAck(
         _ listing: [SyncDeviceID: SyncFolder.Entry], config: SyncConfig, folder: SyncFolder
     ) throws {
         var mine: [SyncDeviceID: UInt64] = [:]
         for d in Set(listing.keys).union(applied.keys) where membership.members[d] != nil {
-            let n = contiguous(d)
+            let n = max(contiguous(d), acks[config.device]?[d] ?? 0)
             if n > 0 { mine[d] = n }
         }
         guard mine != ackWritten, let sign = try vault.syncSecret("signSecret") else { return }
@@ -1176,85 +1196,5 @@ public final class SyncService: @unchecked Sendable {
             }
         }
         return nil
-    }
-}
-
-/// The baseline's encoding: for each field of a live item, its tag, the timestamp of the write
-/// that won it and a 16-byte BLAKE2b of its value keyed with the index key, so the store holds
-/// nothing of the item in clear.
-enum SyncBaseline {
-    static func keyHash(_ key: SyncItemKey, _ hashKey: SecureBytes) -> [UInt8] {
-        Sodium.keyedHash(Array("sync key\0".utf8) + key.canonicalBytes, key: hashKey)
-    }
-
-    static func fieldHash(_ f: SyncField, _ v: SyncValue?, _ hashKey: SecureBytes) -> [UInt8]? {
-        guard let v else { return nil }
-        var message: [UInt8] = []
-        // Reserved whole: growing would leave unwiped copies of a secret behind.
-        message.reserveCapacity(1 + v.withBytes { $0.count })
-        message.append(f.rawValue)
-        v.withBytes { message += $0 }
-        defer { message.wipe() }
-        return Sodium.keyedHash(message, key: hashKey, length: 16)
-    }
-
-    /// One field as the baseline holds it: the timestamp of the write that won it, and its
-    /// value's hash (nil: the write removed the attribute).
-    struct Field: Equatable {
-        var timestamp: SyncTimestamp
-        var hash: [UInt8]?
-    }
-
-    /// Bytes per field: tag, wall, counter, device, hash (16 zero bytes for no value).
-    static let entryBytes = 1 + 8 + 4 + 16 + 16
-
-    /// The baseline of a live merged item: each field written since its latest deletion.
-    static func encode(_ state: SyncItemState, _ hashKey: SecureBytes) -> [UInt8] {
-        var out: [UInt8] = []
-        for f in state.fields.keys.sorted() {
-            let s = state.fields[f]!
-            if let t = state.tombstone, !(t < s.timestamp) { continue }
-            out.append(f.rawValue)
-            SyncWire.appendU64(s.timestamp.wall, to: &out)
-            SyncWire.appendU32(s.timestamp.counter, to: &out)
-            out += s.timestamp.device.bytes
-            out += fieldHash(f, s.value, hashKey) ?? [UInt8](repeating: 0, count: 16)
-        }
-        return out
-    }
-
-    static func parse(_ b: [UInt8]) -> [SyncField: Field] {
-        var out: [SyncField: Field] = [:]
-        b.withUnsafeBytes { raw in
-            var i = 0
-            while i + entryBytes <= raw.count {
-                var r = SyncWire.Reader(
-                    bytes: UnsafeRawBufferPointer(rebasing: raw[i..<(i + entryBytes)]))
-                if let tag = try? r.u8(), let f = SyncField(rawValue: tag), let wall = try? r.u64(),
-                    let counter = try? r.u32(),
-                    let device = SyncDeviceID(bytes: Array(raw[(i + 13)..<(i + 29)]))
-                {
-                    let hash = Array(raw[(i + 29)..<(i + entryBytes)])
-                    out[f] = Field(
-                        timestamp: SyncTimestamp(wall: wall, counter: counter, device: device),
-                        hash: hash.allSatisfy { $0 == 0 } ? nil : hash)
-                }
-                i += entryBytes
-            }
-        }
-        return out
-    }
-
-    /// How many bytes a change's record takes at most (to cut segments near their target
-    /// size, and to reserve a record's buffer whole).
-    static func estimatedSize(_ c: SyncChange) -> Int {
-        var n =
-            32 + c.key.accessGroup.utf8.count
-            + c.key.primaryKey.reduce(0) { $0 + $1.utf8.count + 4 }
-        // Per field: tag, presence, length, value.
-        if case .write(let f) = c.kind {
-            for v in f.values { n += 6 + (v?.withBytes { $0.count } ?? 0) }
-        }
-        return n
     }
 }

@@ -54,6 +54,9 @@ public enum VarlinkMethod: String, CaseIterable, Sendable {
     case syncStatus = "io.vaultd.Sync.Status"
     case syncLeave = "io.vaultd.Sync.Leave"
     case syncRemove = "io.vaultd.Sync.Remove"
+    case syncConflicts = "io.vaultd.Sync.Conflicts"
+    case syncRestoreConflict = "io.vaultd.Sync.RestoreConflict"
+    case syncDismissConflict = "io.vaultd.Sync.DismissConflict"
 
     /// The fully-qualified name, e.g. `io.vaultd.Keychain.Add`.
     public var name: String { rawValue }

@@ -101,6 +101,11 @@ extension Dispatcher {
         case .syncStatus: Entry(route: .call { try $0.syncStatus($1) }, passive: true)
         case .syncLeave: Entry(route: .call { try $0.syncLeave($1) })
         case .syncRemove: Entry(route: .call { try $0.syncRemove($1) })
+        case .syncConflicts: Entry(route: .call { try $0.syncConflicts($1) })
+        case .syncRestoreConflict:
+            Entry(route: .call { try $0.syncSettleConflict($1, restore: true) })
+        case .syncDismissConflict:
+            Entry(route: .call { try $0.syncSettleConflict($1, restore: false) })
         }
     }
 }

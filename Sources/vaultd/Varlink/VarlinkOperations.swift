@@ -58,6 +58,9 @@ package enum VarlinkOperations {
         "io.vaultd.Sync.Status": .operation(.syncStatus),
         "io.vaultd.Sync.Leave": .operation(.syncLeave),
         "io.vaultd.Sync.Remove": .operation(.syncRemove),
+        "io.vaultd.Sync.Conflicts": .operation(.syncConflicts),
+        "io.vaultd.Sync.RestoreConflict": .operation(.syncSettleConflict),
+        "io.vaultd.Sync.DismissConflict": .operation(.syncSettleConflict),
     ]
 
     /// The operation `method` is, nil when it has none (the dispatcher refuses it).
