@@ -578,6 +578,10 @@ struct BackupTests {
             fixtures.appendingPathComponent("key.txt").path, "--no-passphrase",
         ])
         #expect(r.status == 0 && r.stdoutText.contains("items: 3 added"), "\(r)")
+        #expect(
+            (r.stdoutText + r.stderr).contains(
+                "1 ThisDeviceOnly item(s) were sealed to another device"),
+            "\(r)")
         let vault = try d.client()
         let mail = try vault.keychain.copyMatching(
             Query(.genericPassword, ItemAttributes(service: "mail", account: "ann")),
