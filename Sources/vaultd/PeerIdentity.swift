@@ -247,34 +247,6 @@ enum PeerIdentity {
         return InfoFile(bytes: bytes, file: FileID(st))
     }
 
-    /// `group`'s `key` in a GKeyFile-format text (what `/.flatpak-info` is), nil when absent.
-    static func keyFileValue(_ bytes: [UInt8], group: String, key: String) -> String? {
-        guard let text = String(validating: bytes, as: UTF8.self) else { return nil }
-        var section = ""
-        for raw in text.split(whereSeparator: \.isNewline) {
-            let line = raw.trimmingCharacters(in: .whitespaces)
-            if line.hasPrefix("[") && line.hasSuffix("]") {
-                section = String(line.dropFirst().dropLast())
-            } else if section == group, let eq = line.firstIndex(of: "=") {
-                if line[..<eq].trimmingCharacters(in: .whitespaces) == key {
-                    let value = line[line.index(after: eq)...].trimmingCharacters(in: .whitespaces)
-                    return value.isEmpty ? nil : value
-                }
-            }
-        }
-        return nil
-    }
-
-    /// Whether `id` can name a Flatpak instance directory: 1 to 64 ASCII letters, digits,
-    /// '-' and '_' (Flatpak's are decimal numbers). No '/', no "..".
-    static func isInstanceID(_ id: String) -> Bool {
-        !id.isEmpty && id.utf8.count <= 64
-            && id.utf8.allSatisfy {
-                ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x41 && $0 <= 0x5A)
-                    || ($0 >= 0x61 && $0 <= 0x7A) || $0 == 0x2D || $0 == 0x5F
-            }
-    }
-
     /// vaultd's own runtime directory (`XDG_RUNTIME_DIR`), where Flatpak keeps its record of
     /// each running instance (`.flatpak/INSTANCE/info`). Without one, no Flatpak identity
     /// can be checked, and every sandbox is refused.
@@ -301,11 +273,11 @@ enum PeerIdentity {
     }
 
     static func verifiedFlatpakID(_ info: InfoFile, peer: PeerCredentials) -> Verification {
-        guard let name = keyFileValue(info.bytes, group: "Application", key: "name") else {
+        guard let name = FlatpakInfo.value(info.bytes, group: "Application", key: "name") else {
             return .refused("its .flatpak-info names no app ([Application] name)")
         }
-        guard let instance = keyFileValue(info.bytes, group: "Instance", key: "instance-id"),
-            isInstanceID(instance)
+        guard let instance = FlatpakInfo.value(info.bytes, group: "Instance", key: "instance-id"),
+            FlatpakInfo.isInstanceID(instance)
         else {
             return .refused(
                 "its .flatpak-info (app \(logField(name))) has no usable [Instance] instance-id")
