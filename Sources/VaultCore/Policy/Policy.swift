@@ -111,7 +111,8 @@ public enum Policy {
             .observeLockState, .backup, .restore, .checkStore,
             .listDomains, .cacheUsage, .purgeCaches, .observeCachePurges, .installApp,
             .uninstallApp, .listApps, .showApp,
-            .listAccessGroups, .requestUnlock, .setAlias, .registerPrompter, .syncInit, .syncJoin,
+            .listAccessGroups, .requestUnlock, .setAlias, .registerPrompter, .listAccess,
+            .grantAccess, .revokeAccess, .syncInit, .syncJoin,
             .syncApprove, .syncStatus, .syncLeave, .syncRemove:
             break
         }

@@ -57,10 +57,12 @@ extension SecretService {
             } else {
                 out = try itemCall(
                     path: path, interface: interface, member: member, signature: signature, body,
-                    sender: sender)
+                    sender: sender, message: message)
             }
             reply = g_dbus_message_new_method_reply(message)
             if let out { out.pass { g_dbus_message_set_body(reply, $0) } }
+        } catch is Deferred {
+            return
         } catch {
             let e = BusError(error)
             reply = g_dbus_message_new_method_error_literal(message, e.name.rawValue, e.message)
@@ -97,7 +99,7 @@ extension SecretService {
     /// on what is stored.
     private func itemCall(
         path: String, interface: String, member: String, signature: String, _ body: GV,
-        sender: String
+        sender: String, message: OpaquePointer
     ) throws -> GV? {
         let info: UnsafeMutablePointer<GDBusInterfaceInfo>?
         switch SecretServicePath(path) {
@@ -192,8 +194,21 @@ extension SecretService {
             }
             let vaultSession = try identify(sender)
             guard let target = SecretServicePath(path) else { throw BusError.noSuchObject }
-            return try handle(
-                member, of: interface, on: target, body, sender: sender, vaultSession: vaultSession)
+            do {
+                return try handle(
+                    member, of: interface, on: target, body, sender: sender,
+                    vaultSession: vaultSession)
+            } catch is AccessConfirmationNeeded {
+                // Asked off the bus thread (`SecretService+Access.swift`); no reply here.
+                let args = Handed(body)
+                answerWaiting(message, sender: sender, vaultSession: vaultSession) {
+                    [self] waiting in
+                    try handle(
+                        member, of: interface, on: target, args.value, sender: sender,
+                        vaultSession: waiting)
+                }
+                throw Deferred()
+            }
         default:
             throw BusError(
                 .unknownMethod,

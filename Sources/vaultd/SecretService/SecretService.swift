@@ -30,6 +30,12 @@ struct BusError: Error, Equatable {
         case propertyReadOnly = "org.freedesktop.DBus.Error.PropertyReadOnly"
         case failed = "org.freedesktop.DBus.Error.Failed"
         case itemDamaged = "io.vaultd.Keychain.ItemDamaged"
+        /// A secret the per-program access check refused: denied by the user, recently
+        /// denied, strict, or a program that could pass for another (docs/access.md).
+        case accessRefused = "io.vaultd.Secret.Error.AccessRefused"
+        /// A secret that needs the user's confirmation, and none came: no prompter, dismissed,
+        /// timed out, or a question for the program already pending.
+        case notConfirmed = "io.vaultd.Secret.Error.NotConfirmed"
     }
 
     var name: Name
@@ -66,6 +72,10 @@ extension BusError {
     /// as one that does not exist, with the same message (`noSuchObject`): a client learns
     /// nothing of other apps' collections.
     init(_ e: VaultFailure) {
+        if e.details.program != nil {
+            self.init(e.code == .authFailed ? .accessRefused : .notConfirmed, e.message)
+            return
+        }
         switch e.code {
         case .interactionNotAllowed: self.init(.isLocked, e.message)
         case .itemNotFound, .missingEntitlement, .notAvailableOnThisDevice: self = .noSuchObject
@@ -153,6 +163,9 @@ final class SecretService: @unchecked Sendable {
     /// vaultd's own dialogs (gcr's system prompter, pinentry), which the `Prompter` setting
     /// may choose instead of the agent.
     private(set) lazy var dialogs = PromptDialogs(service: self)
+    /// Calls waiting for the user's confirmation of an access, each on a thread of its own
+    /// (`SecretService+Access.swift`).
+    let waitingCalls = Locked(0)
     /// The Flatpak secret portal's backend, on the same connection (`SecretPortal.swift`).
     private(set) lazy var portal = SecretPortal(service: self)
 
@@ -171,7 +184,8 @@ final class SecretService: @unchecked Sendable {
         var itemsRead: [String] = []
         var readsAllItems = false
         init(vaultSession: VaultSession, credentials: PeerCredentials) {
-            self.vaultSession = vaultSession
+            // Its calls never wait for a dialog on the bus thread (`SecretService+Access.swift`).
+            self.vaultSession = vaultSession.waiting(.deferred)
             self.credentials = credentials
         }
     }
@@ -618,7 +632,7 @@ final class SecretService: @unchecked Sendable {
                 peers[sender] = BusPeer(vaultSession: vaultSession, credentials: peer)
             }
         }
-        return vaultSession
+        return vaultSession.waiting(.deferred)
     }
 
     /// The kernel's record of identified connection `sender` (`identify` first), nil when vaultd
@@ -671,9 +685,32 @@ final class SecretService: @unchecked Sendable {
                 }
                 let vaultSession = try identify(sender)
                 guard let target = SecretServicePath(path) else { throw BusError.noSuchObject }
-                reply = try handle(
-                    method, of: interface, on: target, parameters, sender: sender,
-                    vaultSession: vaultSession)
+                do {
+                    reply = try handle(
+                        method, of: interface, on: target, parameters, sender: sender,
+                        vaultSession: vaultSession)
+                } catch is AccessConfirmationNeeded {
+                    // Asked off the bus thread (`SecretService+Access.swift`), answered there.
+                    let call = Handed((invocation, parameters))
+                    try answerOffThread { [self] in
+                        let (invocation, parameters) = call.value
+                        do {
+                            let out = try handle(
+                                method, of: interface, on: target, parameters, sender: sender,
+                                vaultSession: vaultSession.waiting(.wait))
+                            if let out {
+                                out.pass { g_dbus_method_invocation_return_value(invocation, $0) }
+                            } else {
+                                g_dbus_method_invocation_return_value(invocation, nil)
+                            }
+                        } catch {
+                            let e = BusError(error)
+                            g_dbus_method_invocation_return_dbus_error(
+                                invocation, e.name.rawValue, e.message)
+                        }
+                    }
+                    return
+                }
             }
             if let reply {
                 reply.pass { g_dbus_method_invocation_return_value(invocation, $0) }
