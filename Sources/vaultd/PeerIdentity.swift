@@ -607,27 +607,15 @@ extension PeerIdentity {
         return ["node", "nodejs", "sh", "bash", "dash", "zsh", "ksh", "mksh", "fish"].contains(name)
     }
 
-    /// The most bytes of `/proc/PID/cmdline` and `/proc/PID/environ` read (the kernel's own
-    /// limit on arguments is far above; a script path is in the first few arguments).
-    static let maximumProcText = 64 << 10
+    /// The most bytes of `/proc/PID/cmdline`, `environ` and `status` read (an environment
+    /// past it cannot be read: refused, `impersonationRisk`).
+    static let maximumProcText = 1 << 20
 
     /// `/proc/PID/NAME` split at NULs, at most `maximumProcText` bytes; nil when unreadable.
     static func procStrings(_ pid: pid_t, _ name: String) -> [String]? {
-        let fd = open("/proc/\(pid)/\(name)", O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        defer { Glibc.close(fd) }
-        var bytes = [UInt8](repeating: 0, count: maximumProcText)
-        var count = 0
-        while count < bytes.count {
-            let n = bytes.withUnsafeMutableBytes {
-                Glibc.read(fd, $0.baseAddress! + count, $0.count - count)
-            }
-            if n < 0 && errno == EINTR { continue }
-            guard n >= 0 else { return nil }
-            if n == 0 { break }
-            count += n
-        }
-        return bytes[0..<count].split(separator: 0, omittingEmptySubsequences: false).map {
+        guard let bytes = try? FileDescriptor.readFile("/proc/\(pid)/\(name)", limit: maximumProcText)
+        else { return nil }
+        return bytes.split(separator: 0, omittingEmptySubsequences: false).map {
             String(decoding: $0, as: UTF8.self)
         }
     }

@@ -106,7 +106,8 @@ import VaultProtocol
             vault.accessGate.configuredMode = .open
             #expect(try Self.read(vault, reader) == [7])
             #expect(asker.count == 0)
-            #expect(try vault.secretAccessMode() == (.open, true))
+            let mode = try vault.secretAccessMode()
+            #expect(mode.mode == .open && mode.configured)
         }
     }
 
@@ -152,6 +153,9 @@ import VaultProtocol
             try Schema.migrator.migrate(empty)
             #expect(try empty.row("SELECT 1 FROM vault_meta WHERE key = 'access.default'") == nil)
         }
-        try withVault { vault, _ in #expect(try vault.secretAccessMode() == (.confirm, false)) }
+        try withVault { vault, _ in
+            let mode = try vault.secretAccessMode()
+            #expect(mode.mode == .confirm && !mode.configured)
+        }
     }
 }

@@ -225,10 +225,10 @@ extension Vault {
         _ query: ItemQuery?, programPath path: String?, script: String?, caller: Caller
     ) throws -> Int {
         _ = try authorize(.revokeAccess, for: caller)
-        var uuids: [[UInt8]]?
-        if var q = query {
-            q.matchAll = true
-            uuids = try copyMatching(q, returnData: false, includingLocked: true, caller: .owner)
+        let uuids: [[UInt8]]? = try query.map { q in
+            var all = q
+            all.matchAll = true
+            return try copyMatching(all, returnData: false, includingLocked: true, caller: .owner)
                 .compactMap(\.uuid)
         }
         let (metadata, _) = try withKeys { try keychain.metadataKeys() }

@@ -89,7 +89,7 @@ public struct ProgramIdentity: Sendable, Equatable {
     // MARK: stored form
 
     /// The identity as the store keeps it (sealed: `AccessStore`), and as the wire lists it.
-    public var json: JSON {
+    var json: JSON {
         var o: JSONObject = ["kind": JSON(kind.rawValue), "path": JSON(path)]
         if let script { o["script"] = JSON(script) }
         if kind == .executable || kind == .interpreter {
@@ -102,7 +102,7 @@ public struct ProgramIdentity: Sendable, Equatable {
     }
 
     /// The identity `json` holds, nil when it is not one.
-    public init?(json j: JSON) {
+    init?(json j: JSON) {
         guard let k = j["kind"]?.stringValue.flatMap(Kind.init(rawValue:)),
             let path = j["path"]?.stringValue
         else { return nil }

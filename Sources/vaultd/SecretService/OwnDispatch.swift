@@ -67,17 +67,7 @@ extension SecretService {
             let e = BusError(error)
             reply = g_dbus_message_new_method_error_literal(message, e.name.rawValue, e.message)
         }
-        defer { g_object_unref(UnsafeMutableRawPointer(reply)) }
-        guard
-            g_dbus_message_get_flags(message).rawValue
-                & G_DBUS_MESSAGE_FLAGS_NO_REPLY_EXPECTED.rawValue == 0
-        else { return }
-        var err: UnsafeMutablePointer<GError>?
-        if g_dbus_connection_send_message(
-            connection, reply, G_DBUS_SEND_MESSAGE_FLAGS_NONE, nil, &err) == 0
-        {
-            g_error_free(err)
-        }
+        send(reply, answering: message)
     }
 
     /// Introspect of the collections' folder: no interfaces (it is no object), and the

@@ -69,7 +69,7 @@ extension SecretService {
     }
 
     /// Sends `reply` (consumed) to `message`'s call unless it wanted none.
-    private func send(_ reply: OpaquePointer, answering message: OpaquePointer) {
+    func send(_ reply: OpaquePointer, answering message: OpaquePointer) {
         defer { g_object_unref(UnsafeMutableRawPointer(reply)) }
         guard
             g_dbus_message_get_flags(message).rawValue

@@ -222,5 +222,26 @@ import Glibc
         r = s.run(s.reader, ["item", "get", "--service", "svc", "--account", "acc"])
         #expect(r.status == 0 && r.stdoutText == "pw-1", "\(r)")
         #expect(s.questions.count == 2)
+
+        // Passing for the allowed program, as on the bus: a loader variable, or a tracer
+        // (strace, ptrace-attached for the whole run), is refused without a question.
+        r = s.run(
+            s.reader, ["item", "get", "--service", "svc", "--account", "acc"],
+            environment: ["LD_AUDIT": "/lib/x86_64-linux-gnu/libc.so.6"])
+        #expect(r.status != 0 && r.stdoutText.isEmpty, "\(r)")
+        #expect(r.stderr.contains("LD_AUDIT"), "\(r)")
+        r = s.run(
+            "/usr/bin/strace",
+            ["-f", "-o", "/dev/null", s.reader, "item", "get", "--service", "svc", "--account", "acc"])
+        #expect(r.status != 0 && r.stdoutText.isEmpty, "\(r)")
+        #expect(r.stderr.contains("traced by process"), "\(r)")
+        #expect(s.questions.count == 2)
+        // The creator with a loader variable is refused too: it could be anything.
+        r = s.run(
+            s.writer, ["item", "get", "--service", "svc", "--account", "acc"],
+            environment: ["LD_PRELOAD": "/lib/x86_64-linux-gnu/libc.so.6"])
+        #expect(r.status != 0 && r.stdoutText.isEmpty, "\(r)")
+        r = s.k.ctl(["access", "list", "--json"])
+        #expect(r.status == 0 && r.stdoutText.contains(s.reader), "\(r)")
     }
 }
