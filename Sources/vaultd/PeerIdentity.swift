@@ -613,7 +613,8 @@ extension PeerIdentity {
 
     /// `/proc/PID/NAME` split at NULs, at most `maximumProcText` bytes; nil when unreadable.
     static func procStrings(_ pid: pid_t, _ name: String) -> [String]? {
-        guard let bytes = try? FileDescriptor.readFile("/proc/\(pid)/\(name)", limit: maximumProcText)
+        guard
+            let bytes = try? FileDescriptor.readFile("/proc/\(pid)/\(name)", limit: maximumProcText)
         else { return nil }
         return bytes.split(separator: 0, omittingEmptySubsequences: false).map {
             String(decoding: $0, as: UTF8.self)

@@ -160,7 +160,8 @@ let boundSocketFile: (dev: UInt64, ino: UInt64)? = {
 
 initialSettings.apply(to: vault)
 // Per-program access (docs/access.md): the questions go to vaultd's own dialogs.
-vault.accessGate.asker = AccessPrompter(dialogs: secretService?.dialogs ?? PromptDialogs(service: nil))
+vault.accessGate.asker = AccessPrompter(
+    dialogs: secretService?.dialogs ?? PromptDialogs(service: nil))
 // Where the scan looks for Flatpak apps' deployments (docs/apps.md).
 vault.appSettings.flatpakInstallations = FlatpakInstallations.fromEnvironment()
 

@@ -55,7 +55,8 @@ import VaultProtocol
             #expect(try Self.read(vault, writer) == [1, 2])
             expectFailure(.interactionNotAllowed) { _ = try Self.read(vault, reader) }
             // Searching is not gated.
-            #expect(try vault.copyMatching(Self.query, returnData: false, caller: reader).count == 1)
+            #expect(
+                try vault.copyMatching(Self.query, returnData: false, caller: reader).count == 1)
 
             let asker = Asker(.deny)
             vault.accessGate.asker = asker
@@ -133,9 +134,12 @@ import VaultProtocol
     @Test func anUnknownCreatorIsNeverTheReader() {
         var reader = Caller.owner
         reader.program = Self.program("/usr/bin/reader")
-        #expect(Policy.secretRelease(to: reader, creator: nil, granted: false, mode: .confirm) == .ask)
-        #expect(Policy.secretRelease(to: reader, creator: nil, granted: true, mode: .strict) == .allow)
-        #expect(Policy.secretRelease(to: .owner, creator: nil, granted: false, mode: .strict) == .allow)
+        #expect(
+            Policy.secretRelease(to: reader, creator: nil, granted: false, mode: .confirm) == .ask)
+        #expect(
+            Policy.secretRelease(to: reader, creator: nil, granted: true, mode: .strict) == .allow)
+        #expect(
+            Policy.secretRelease(to: .owner, creator: nil, granted: false, mode: .strict) == .allow)
     }
 
     /// A vault made before per-program access keeps `open` (the migration records it); a

@@ -66,8 +66,7 @@ enum AccessStore {
     }
 
     /// Of `uuids`, those whose secret the program of hash `hash` was granted.
-    static func granted(_ uuids: [[UInt8]], hash: [UInt8], in db: Database) throws -> Set<[UInt8]>
-    {
+    static func granted(_ uuids: [[UInt8]], hash: [UInt8], in db: Database) throws -> Set<[UInt8]> {
         var out: Set<[UInt8]> = []
         for uuid in uuids
         where try db.row(

@@ -88,7 +88,8 @@ extension Vault {
             request: AccessRequest(
                 program: program,
                 items: asked.map {
-                    AccessRequest.Item(name: Self.itemName($0.attributes), creator: creators[$0.uuid!])
+                    AccessRequest.Item(
+                        name: Self.itemName($0.attributes), creator: creators[$0.uuid!])
                 }),
             key: key, uuids: askedUUIDs)
         switch interaction {
@@ -126,7 +127,9 @@ extension Vault {
         let timeout = accessGate.timeout
         switch asker.ask(needed.request, timeout: timeout) {
         case nil:
-            log("access: no answer for \(logField(program.displayName)) (no prompter, dismissed or \(Int(timeout)) s passed)")
+            log(
+                "access: no answer for \(logField(program.displayName)) (no prompter, dismissed or \(Int(timeout)) s passed)"
+            )
             throw VaultFailure(
                 .interactionNotAllowed,
                 "the user did not allow \(program.displayName) to use this secret (no prompter answered within \(Int(timeout)) s)",

@@ -1,6 +1,6 @@
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 #if canImport(Glibc)
 import Glibc
@@ -94,9 +94,10 @@ import Glibc
                 }
         }
 
-        func run(_ program: String, _ arguments: [String], stdin: String? = nil,
-            environment extra: [String: String] = [:]) -> ProcessResult
-        {
+        func run(
+            _ program: String, _ arguments: [String], stdin: String? = nil,
+            environment extra: [String: String] = [:]
+        ) -> ProcessResult {
             do {
                 // No loader variable of the test runner's: each would make the program one
                 // that could pass for another (refused), but where a test sets one.
@@ -232,7 +233,10 @@ import Glibc
         #expect(r.stderr.contains("LD_AUDIT"), "\(r)")
         r = s.run(
             "/usr/bin/strace",
-            ["-f", "-o", "/dev/null", s.reader, "item", "get", "--service", "svc", "--account", "acc"])
+            [
+                "-f", "-o", "/dev/null", s.reader, "item", "get", "--service", "svc", "--account",
+                "acc",
+            ])
         #expect(r.status != 0 && r.stdoutText.isEmpty, "\(r)")
         #expect(r.stderr.contains("traced by process"), "\(r)")
         #expect(s.questions.count == 2)
