@@ -61,6 +61,7 @@ public final class AccessGate: @unchecked Sendable {
     private var pending: Set<String> = []
     private var denials: [String: UInt64] = [:]
     private var permits: [String: (uuids: Set<[UInt8]>, until: UInt64)] = [:]
+    private var memoryGrants: Set<[UInt8]> = []
     private var _asker: AccessAsker?
     private var _configuredMode: SecretAccessMode?
     private var _timeout: Double = 60
@@ -127,6 +128,19 @@ public final class AccessGate: @unchecked Sendable {
             permits[key] = nil
             return true
         }
+    }
+
+    /// Always allow of a session collection's item (`Vault.release`, not persistent): kept
+    /// until vaultd stops, as the item is.
+    func grantInMemory(_ key: String, _ uuids: Set<[UInt8]>) {
+        lock.withLock {
+            if memoryGrants.count >= Self.maximumRemembered * 16 { memoryGrants.removeAll() }
+            for u in uuids { memoryGrants.insert(Array(key.utf8) + [0] + u) }
+        }
+    }
+
+    func isGrantedInMemory(_ key: String, _ uuid: [UInt8]) -> Bool {
+        lock.withLock { memoryGrants.contains(Array(key.utf8) + [0] + uuid) }
     }
 
     /// Marks `key` as having a question pending; false when it has one already.

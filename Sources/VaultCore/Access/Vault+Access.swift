@@ -17,6 +17,8 @@ public struct AccessConfirmationNeeded: Error, Sendable {
     public let request: AccessRequest
     let key: String
     let uuids: Set<[UInt8]>
+    /// Whether an Always allow is stored (`Vault.release`).
+    var persistent = true
 }
 
 extension Vault {
@@ -39,10 +41,17 @@ extension Vault {
         try AccessStore.recordCreator(uuid: uuid, sealed: sealed, in: db)
     }
 
+    /// One secret to release: its item (the store's uuid, or a session item's `session`,
+    /// NUL, ID), its name for a dialog, its creator and whether it was granted.
+    struct Subject {
+        var uuid: [UInt8]
+        var name: String
+        var creator: ProgramIdentity?
+        var granted: Bool
+    }
+
     /// The secrets of `matches` that `caller` may have, decided by the policy
-    /// (`Policy.secretRelease`) for each item whose secret is returned: allowed ones pass;
-    /// a refusal throws AuthFailed; a question goes to the user (`interaction`), and the
-    /// answer throws (denied: AuthFailed; no answer: InteractionNotAllowed) or lets them pass.
+    /// (`Policy.secretRelease`) for each item whose secret is returned (`release`).
     func releaseSecrets(
         of matches: ItemMatches, to caller: Caller, interaction: AccessInteraction
     ) throws {
@@ -59,11 +68,28 @@ extension Vault {
                 try AccessStore.granted(uuids, hash: hash, in: db)
             )
         }
-        var asked: [FoundItem] = []
-        for item in withData {
+        try release(
+            withData.map {
+                Subject(
+                    uuid: $0.uuid!, name: Self.itemName($0.attributes), creator: creators[$0.uuid!],
+                    granted: granted.contains($0.uuid!))
+            }, mode: mode, to: caller, program: program, persistent: true,
+            interaction: interaction)
+    }
+
+    /// Releases `subjects`' secrets to `caller`'s `program` as the policy decides: allowed
+    /// ones pass; a refusal throws AuthFailed; a question goes to the user (`interaction`),
+    /// and the answer throws (denied: AuthFailed; no answer: InteractionNotAllowed) or lets
+    /// them pass. `persistent`: an Always allow is stored (the store's items), else kept in
+    /// memory until vaultd stops (the session collection's, which live no longer).
+    func release(
+        _ subjects: [Subject], mode: SecretAccessMode, to caller: Caller,
+        program: ProgramIdentity, persistent: Bool, interaction: AccessInteraction
+    ) throws {
+        var asked: [Subject] = []
+        for s in subjects {
             switch Policy.secretRelease(
-                to: caller, creator: creators[item.uuid!], granted: granted.contains(item.uuid!),
-                mode: mode)
+                to: caller, creator: s.creator, granted: s.granted, mode: mode)
             {
             case .allow: continue
             case .deny(let why):
@@ -71,12 +97,12 @@ extension Vault {
                 throw VaultFailure(
                     .authFailed, "access to the secret was refused: \(why)",
                     .refused(program))
-            case .ask: asked.append(item)
+            case .ask: asked.append(s)
             }
         }
         guard !asked.isEmpty else { return }
         let key = program.matchKey
-        let askedUUIDs = Set(asked.map { $0.uuid! })
+        let askedUUIDs = Set(asked.map(\.uuid))
         if accessGate.takePermit(key, covering: askedUUIDs) { return }
         if let left = accessGate.deniedFor(key) {
             throw VaultFailure(
@@ -87,11 +113,8 @@ extension Vault {
         let needed = AccessConfirmationNeeded(
             request: AccessRequest(
                 program: program,
-                items: asked.map {
-                    AccessRequest.Item(
-                        name: Self.itemName($0.attributes), creator: creators[$0.uuid!])
-                }),
-            key: key, uuids: askedUUIDs)
+                items: asked.map { AccessRequest.Item(name: $0.name, creator: $0.creator) }),
+            key: key, uuids: askedUUIDs, persistent: persistent)
         switch interaction {
         case .deferred: throw needed
         case .wait: try confirm(needed, permitting: false)
@@ -144,7 +167,11 @@ extension Vault {
             if permitting { accessGate.permit(needed.key, needed.uuids) }
         case .alwaysAllow?:
             log("access: the user always allows \(logField(program.displayName))")
-            try storeGrant(Array(needed.uuids), to: program)
+            if needed.persistent {
+                try storeGrant(Array(needed.uuids), to: program)
+            } else {
+                accessGate.grantInMemory(needed.key, needed.uuids)
+            }
             if permitting { accessGate.permit(needed.key, needed.uuids) }
         }
     }

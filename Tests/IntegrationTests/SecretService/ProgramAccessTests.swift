@@ -248,4 +248,33 @@ import Glibc
         r = s.k.ctl(["access", "list", "--json"])
         #expect(r.status == 0 && r.stdoutText.contains(s.reader), "\(r)")
     }
+
+    /// The session collection (memory only) is gated as the store: a python script creates
+    /// an item there; a copy of secret-tool is asked, and an Always allow holds while vaultd
+    /// runs.
+    @Test func theSessionCollectionIsGatedToo() throws {
+        let s = try Setup(tool: "secret-tool")
+        defer { s.k.close() }
+        let script = """
+            import secretstorage
+            conn = secretstorage.dbus_init()
+            c = secretstorage.Collection(conn, "/org/freedesktop/secrets/collection/session")
+            print(c.create_item("Session token", {"k": "session-v"}, b"in-memory").get_secret().decode())
+            """
+        var r = s.run("/usr/bin/python3", ["-c", script])
+        #expect(r.stdoutText == "in-memory\n", "\(r) \(s.k.log)")
+        try s.answer("deny")
+        r = s.run(s.reader, ["lookup", "k", "session-v"])
+        #expect(r.status != 0 && r.stdoutText.isEmpty, "\(r)")
+        #expect(s.questions.count == 1)
+        #expect(s.questions.first?.contains("Session token") == true, "\(s.questions)")
+        #expect(s.questions.first?.contains("/usr/bin/python3") == true, "\(s.questions)")
+        _ = s.k.ctl(["access", "revoke"])
+        try s.answer("always")
+        r = s.run(s.reader, ["lookup", "k", "session-v"])
+        #expect(r.status == 0 && r.stdoutText == "in-memory", "\(r) \(s.k.log)")
+        r = s.run(s.reader, ["lookup", "k", "session-v"])
+        #expect(r.status == 0 && r.stdoutText == "in-memory", "\(r)")
+        #expect(s.questions.count == 2)
+    }
 }
