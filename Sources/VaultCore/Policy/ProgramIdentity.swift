@@ -80,6 +80,10 @@ public struct ProgramIdentity: Sendable, Equatable {
         case .executable: return path
         case .interpreter:
             guard let script else { return path }
+            // Code on the command line (`-c CODE`): its start.
+            if script.hasPrefix("-") {
+                return "\(path) \(script.count > 60 ? script.prefix(60) + "…" : script)"
+            }
             let parts = script.split(separator: "/", omittingEmptySubsequences: true)
             let short = parts.count > 2 ? "…/" + parts.suffix(2).joined(separator: "/") : script
             return "\(path) \(short)"

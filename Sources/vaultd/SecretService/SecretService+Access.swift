@@ -101,5 +101,6 @@ final class Handed<T>: @unchecked Sendable {
     init(_ value: T) { self.value = value }
 }
 
-/// Thrown inside `dispatchOwn` when the call is answered off the bus thread: no reply now.
+/// Thrown by a call's handler (`dispatchOwn`, `methodCall`) when the call is answered off the
+/// bus thread: no reply now.
 struct Deferred: Error {}

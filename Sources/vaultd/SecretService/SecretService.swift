@@ -675,48 +675,46 @@ final class SecretService: @unchecked Sendable {
         sender: String, path: String, interface: String, method: String, parameters: GV,
         invocation: OpaquePointer
     ) {
-        do {
-            let reply: GV?
+        Self.answer(invocation) {
             if interface == Self.propertiesInterface {
-                reply = try propertyCall(method, sender: sender, path: path, parameters)
-            } else {
-                guard SecretServiceOperations.of(interface, method) != nil else {
-                    throw BusError.accessDenied("\(interface).\(method) has no policy decision")
-                }
-                let vaultSession = try identify(sender)
-                guard let target = SecretServicePath(path) else { throw BusError.noSuchObject }
-                do {
-                    reply = try handle(
-                        method, of: interface, on: target, parameters, sender: sender,
-                        vaultSession: vaultSession)
-                } catch is AccessConfirmationNeeded {
-                    // Asked off the bus thread (`SecretService+Access.swift`), answered there.
-                    let call = Handed((invocation, parameters))
-                    try answerOffThread { [self] in
-                        let (invocation, parameters) = call.value
-                        do {
-                            let out = try handle(
-                                method, of: interface, on: target, parameters, sender: sender,
-                                vaultSession: vaultSession.waiting(.wait))
-                            if let out {
-                                out.pass { g_dbus_method_invocation_return_value(invocation, $0) }
-                            } else {
-                                g_dbus_method_invocation_return_value(invocation, nil)
-                            }
-                        } catch {
-                            let e = BusError(error)
-                            g_dbus_method_invocation_return_dbus_error(
-                                invocation, e.name.rawValue, e.message)
-                        }
-                    }
-                    return
-                }
+                return try propertyCall(method, sender: sender, path: path, parameters)
             }
-            if let reply {
+            guard SecretServiceOperations.of(interface, method) != nil else {
+                throw BusError.accessDenied("\(interface).\(method) has no policy decision")
+            }
+            let vaultSession = try identify(sender)
+            guard let target = SecretServicePath(path) else { throw BusError.noSuchObject }
+            do {
+                return try handle(
+                    method, of: interface, on: target, parameters, sender: sender,
+                    vaultSession: vaultSession)
+            } catch is AccessConfirmationNeeded {
+                // Asked off the bus thread (`SecretService+Access.swift`), answered there.
+                let call = Handed((invocation, parameters))
+                try answerOffThread { [self] in
+                    let (invocation, parameters) = call.value
+                    Self.answer(invocation) {
+                        try handle(
+                            method, of: interface, on: target, parameters, sender: sender,
+                            vaultSession: vaultSession.waiting(.wait))
+                    }
+                }
+                throw Deferred()
+            }
+        }
+    }
+
+    /// Returns `body`'s reply, or its error, on `invocation` (which this consumes), but for
+    /// `Deferred`: the call is answered later, from another thread.
+    private static func answer(_ invocation: OpaquePointer, _ body: () throws -> GV?) {
+        do {
+            if let reply = try body() {
                 reply.pass { g_dbus_method_invocation_return_value(invocation, $0) }
             } else {
                 g_dbus_method_invocation_return_value(invocation, nil)
             }
+        } catch is Deferred {
+            // Answered by the thread it was handed to.
         } catch {
             let e = BusError(error)
             g_dbus_method_invocation_return_dbus_error(invocation, e.name.rawValue, e.message)
