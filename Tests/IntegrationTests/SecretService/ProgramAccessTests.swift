@@ -23,7 +23,10 @@ import Glibc
         let reader: String
         let config: String
 
-        init(tool: String, timeout: Int = 20) throws {
+        init(
+            tool: String, timeout: Int = 20, prompter: String = "pinentry",
+            prepare: (KeyringFixture) throws -> [String: String] = { _ in [:] }
+        ) throws {
             k = try KeyringFixture(keyring: false)
             do {
                 let bin = k.root + "/bin"
@@ -37,10 +40,12 @@ import Glibc
                 try FileManager.default.copyItem(atPath: source, toPath: writer)
                 try FileManager.default.copyItem(atPath: source, toPath: reader)
                 config = k.root + "/config.plist"
-                try Self.writeConfig(config, prompter: "pinentry", k: k, timeout: timeout)
+                try Self.writeConfig(config, prompter: prompter, k: k, timeout: timeout)
                 try k.startVaultd(
                     arguments: ["--secret-service", "--config", config],
-                    environment: ["VAULTD_TEST_SECRET_ACCESS": ""])
+                    environment: try prepare(k).merging(["VAULTD_TEST_SECRET_ACCESS": ""]) {
+                        $1
+                    })
                 let r = k.ctl(["init", "--no-passphrase"])
                 guard r.status == 0 else { throw HarnessError("vaultctl init: \(r)") }
             } catch {
@@ -276,5 +281,59 @@ import Glibc
         r = s.run(s.reader, ["lookup", "k", "session-v"])
         #expect(r.status == 0 && r.stdoutText == "in-memory", "\(r)")
         #expect(s.questions.count == 2)
+    }
+
+    /// gcr's system prompter under Xvfb shows the question (kept as `gcr-access-dialog.png`
+    /// in the test's directory); Return (Allow, the check box left unticked) lets the second
+    /// secret-tool have the secret once.
+    @Test func gcrAsksOnADisplay() throws {
+        for tool in ["/usr/libexec/gcr-prompter", "/usr/bin/xdotool", "/usr/bin/import"] {
+            try #require(access(tool, X_OK) == 0, "\(tool) is missing: run scripts/install-deps")
+        }
+        var x: XvfbDisplay?
+        let s = try Setup(tool: "secret-tool", timeout: 60, prompter: "gcr") { k in
+            let display = try XvfbDisplay(environment: k.environment, log: k.root + "/xvfb.log")
+            x = display
+            // The bus starts gcr-prompter: it must know the display.
+            let r = k.run(
+                "dbus-update-activation-environment",
+                ["DISPLAY=\(display.display)", "GSETTINGS_BACKEND=memory", "NO_AT_BRIDGE=1"],
+                timeout: 20)
+            guard r.status == 0 else { throw HarnessError("\(r)") }
+            return ["DISPLAY": display.display]
+        }
+        defer { s.k.close() }
+        defer { withExtendedLifetime(x) {} }
+        let env = try #require(x).environment(s.k.environment)
+        var r = s.run(
+            s.writer, ["store", "--label=GitHub token"] + Self.attributes, stdin: "s3cret")
+        try #require(r.status == 0, "\(r) \(s.k.log)")
+        let out = s.k.root + "/lookup.out"
+        let pid = try ChildProcess.spawn(
+            s.reader, ["lookup"] + Self.attributes,
+            environment: s.k.environment.filter { !$0.key.hasPrefix("LD_") }, inputs: [:],
+            stdout: .file(out, append: false),
+            stderr: .file(s.k.root + "/lookup.err", append: false))
+        defer { kill(pid, SIGKILL) }
+        r = try ChildProcess.run(
+            "xdotool", ["search", "--sync", "--onlyvisible", "--name", "Allow access"],
+            environment: env, timeout: 30)
+        let window = try #require(
+            r.stdoutText.split(separator: "\n").first.map(String.init), "\(r) \(s.k.log)")
+        r = try ChildProcess.run(
+            "import", ["-window", "root", s.k.root + "/gcr-access-dialog.png"], environment: env,
+            timeout: 30)
+        #expect(r.status == 0, "\(r)")
+        r = try ChildProcess.run(
+            "xdotool", ["windowfocus", "--sync", window], environment: env, timeout: 20)
+        r = try ChildProcess.run("xdotool", ["key", "Return"], environment: env, timeout: 20)
+        #expect(r.status == 0, "\(r)")
+        #expect(ChildProcess.wait(pid, timeout: 30) == 0, "\(s.k.log)")
+        #expect(((try? String(contentsOfFile: out, encoding: .utf8)) ?? "") == "s3cret")
+        #expect(s.k.log.contains("access: the user allowed"), "\(s.k.log)")
+        if let keep = ProcessInfo.processInfo.environment["VAULTD_KEEP_SCREENSHOT"] {
+            try? FileManager.default.copyItem(
+                atPath: s.k.root + "/gcr-access-dialog.png", toPath: keep)
+        }
     }
 }
