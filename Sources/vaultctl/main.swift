@@ -49,6 +49,12 @@ let toolUsage = """
       ATTRIBUTES / FILTERS: --service --account --label --comment --description
         --access-group --accessible --synchronizable[=yes|no] --server --protocol --port --path
         --authentication-type --security-domain --generic TEXT --generic-base64 B64
+    Access (which programs may use which secrets; docs/access.md):
+      access list [--json]                  the programs allowed, by item
+      access grant [CLASS] --program PATH [--script PATH] FILTERS
+        let that program (an interpreter: running that script) use the matching items' secrets;
+        in SecretAccess confirm or strict, vaultd asks you in a dialog first
+      access revoke [CLASS] [--program PATH [--script PATH]] [FILTERS]   ask again from now on
     Desktop keyring (Secret Service):
       keyring import --access-group G [--secret-service] [--collection NAME] [--dry-run] [--json]
       keyring export [CLASS] [FILTERS] [--all-groups] [--collection NAME] [--dry-run] [--json]
@@ -235,6 +241,7 @@ func parseCommand(_ args: inout Arguments) throws -> Command {
     case "item": return try ItemCommand(&args)
     case "defaults": return try DefaultsCommand(&args)
     case "app": return try AppCommand(&args)
+    case "access": return try AccessCommand(&args)
     case "cache": return try CacheCommand(&args)
     case "sync": return try SyncCommand(&args)
     case "completions": return try CompletionsCommand(&args)

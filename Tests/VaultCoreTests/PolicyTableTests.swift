@@ -61,6 +61,15 @@ import VaultProtocol
             expectFailure(.permissionDenied) { try vault.setAlias(caller: app) }
             expectFailure(.permissionDenied) { try vault.registerPrompter(caller: app) }
             expectFailure(.permissionDenied) { _ = try vault.checkStore(caller: app) }
+            expectFailure(.permissionDenied) { _ = try vault.accessGrants(caller: app) }
+            expectFailure(.permissionDenied) {
+                _ = try vault.grantAccess(
+                    ItemQuery(itemClass: nil, attributes: ItemAttributes(), matchAll: true),
+                    to: .app("org.example.Other"), caller: app)
+            }
+            expectFailure(.permissionDenied) {
+                _ = try vault.revokeAccess(nil, programPath: nil, script: nil, caller: app)
+            }
             let sync = SyncService(vault: vault)
             expectFailure(.permissionDenied) {
                 _ = try sync.initialize(folder: "/tmp", in: vault.session(for: app))
@@ -87,9 +96,9 @@ import VaultProtocol
                 ownerOnly == [
                     .unlock, .unlockFromKeyring, .lock, .initialize, .changePassphrase, .backup,
                     .restore, .checkStore, .purgeCaches, .installApp, .uninstallApp,
-                    .listApps, .showApp, .setAlias, .registerPrompter, .syncInit, .syncJoin,
-                    .syncApprove, .syncStatus, .syncLeave, .syncRemove, .syncConflicts,
-                    .syncSettleConflict,
+                    .listApps, .showApp, .setAlias, .registerPrompter, .listAccess, .grantAccess,
+                    .revokeAccess, .syncInit, .syncJoin, .syncApprove, .syncStatus, .syncLeave,
+                    .syncRemove, .syncConflicts, .syncSettleConflict,
                 ])
         }
     }

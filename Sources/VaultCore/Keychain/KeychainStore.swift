@@ -10,6 +10,9 @@ public struct FoundItem {
     /// Its class key is not available now (the vault is locked): listed only by a query
     /// that asks for locked items too (`includingLocked`), without its secret.
     public var isLocked = false
+    /// The item's uuid (its row's identity): what its creator and access grants are
+    /// recorded under (`AccessStore`). Nil for the session collection's items.
+    var uuid: [UInt8]?
 }
 
 /// What a lookup found: the matches, and the damaged items it met, which it left out
@@ -838,7 +841,8 @@ final class KeychainStore {
         if includingLocked {
             let lockedItems = lockedRows.map {
                 FoundItem(
-                    itemClass: $0.itemClass, attributes: $0.attributes, data: nil, isLocked: true)
+                    itemClass: $0.itemClass, attributes: $0.attributes, data: nil, isLocked: true,
+                    uuid: $0.stored.uuid)
             }
             if items.isEmpty && lockedItems.isEmpty && damaged.isEmpty { throw nothing() }
             if !q.matchAll && items.isEmpty {
@@ -887,7 +891,10 @@ final class KeychainStore {
                     "the answer would hold more items than vaultd builds one reply of (\(ReplyLimit.maximumBuildBytes >> 20) MiB in memory): ask for less (a narrower query, no data)",
                     .init(limit: Int64(ReplyLimit.maximumBuildBytes), size: Int64(buildBytes)))
             }
-            out.append(FoundItem(itemClass: r.itemClass, attributes: r.attributes, data: data))
+            out.append(
+                FoundItem(
+                    itemClass: r.itemClass, attributes: r.attributes, data: data,
+                    uuid: r.stored.uuid))
             if one { break }
         }
         return out

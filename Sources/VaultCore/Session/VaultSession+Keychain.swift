@@ -11,11 +11,12 @@ extension VaultSession {
     }
 
     /// SecItemCopyMatching; see `Vault.copyMatching`.
-    public func copyMatching(_ query: ItemQuery, returnData: Bool, includingLocked: Bool = false)
-        throws -> [FoundItem]
-    {
+    public func copyMatching(
+        _ query: ItemQuery, returnData: Bool, includingLocked: Bool = false
+    ) throws -> [FoundItem] {
         try vault.copyMatching(
-            query, returnData: returnData, includingLocked: includingLocked, caller: caller)
+            query, returnData: returnData, includingLocked: includingLocked,
+            interaction: interaction, caller: caller)
     }
 
     /// SecItemCopyMatching, with the damaged items the query met; see
@@ -24,7 +25,8 @@ extension VaultSession {
         _ query: ItemQuery, returnData: Bool, includingLocked: Bool = false
     ) throws -> ItemMatches {
         try vault.copyMatchingReportingDamage(
-            query, returnData: returnData, includingLocked: includingLocked, caller: caller)
+            query, returnData: returnData, includingLocked: includingLocked,
+            interaction: interaction, caller: caller)
     }
 
     /// SecItemUpdate; see `Vault.updateItems`.

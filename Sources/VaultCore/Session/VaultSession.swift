@@ -14,6 +14,17 @@ public struct VaultSession: Sendable {
     let vault: Vault
     /// Who the session acts for, as vaultd established it from the kernel.
     public let caller: Caller
+    /// How a call that needs the user's confirmation of an access waits for it
+    /// (`AccessInteraction`): on its own thread (the default), or not at all (it throws
+    /// `AccessConfirmationNeeded`, and the front-end asks off its thread).
+    public private(set) var interaction: AccessInteraction = .wait
+
+    /// This session, waiting for confirmations as `interaction` says.
+    public func waiting(_ interaction: AccessInteraction) -> VaultSession {
+        var s = self
+        s.interaction = interaction
+        return s
+    }
 
     init(vault: Vault, caller: Caller) {
         self.vault = vault
@@ -73,14 +84,19 @@ extension Vault {
     }
 
     /// The session for a peer, from what the kernel says of it (see `caller(flatpakAppID:
-    /// executable:isRegisteredFile:)`, which throws what identification throws).
+    /// executable:isRegisteredFile:)`, which throws what identification throws). `program`:
+    /// the unregistered program it runs (an app's identity is the app, whatever is given);
+    /// `impersonationRisk`: why no access may be granted to it (`Caller.impersonationRisk`).
     public func session(
-        flatpakAppID: String?, executable: String?, isRegisteredFile: (String) -> Bool
+        flatpakAppID: String?, executable: String?, isRegisteredFile: (String) -> Bool,
+        program: ProgramIdentity? = nil, impersonationRisk: String? = nil
     ) throws -> VaultSession {
-        try session(
-            for: try caller(
-                flatpakAppID: flatpakAppID, executable: executable,
-                isRegisteredFile: isRegisteredFile))
+        var c = try caller(
+            flatpakAppID: flatpakAppID, executable: executable,
+            isRegisteredFile: isRegisteredFile)
+        if c.appID == nil { c.program = program }
+        c.impersonationRisk = impersonationRisk
+        return try session(for: c)
     }
 }
 

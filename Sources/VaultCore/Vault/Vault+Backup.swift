@@ -128,6 +128,8 @@ extension Vault {
         to path: String, recipients: [Age.Recipient], includeDeviceBound: Bool, caller: Caller
     ) throws -> BackupSummary {
         _ = try authorize(.backup, for: caller)
+        // Every secret leaves the vault: the user confirms it (docs/access.md).
+        try confirmOwnerAct(.backup, items: [], caller: caller)
         guard path.hasPrefix("/") else {
             throw VaultFailure.param("the backup's path must be absolute")
         }

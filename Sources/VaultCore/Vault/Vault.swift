@@ -34,6 +34,9 @@ public final class Vault: @unchecked Sendable {
     /// Limits on registrations made on first contact, and the uninstall grace period
     /// (config.plist; vaultd sets them at start and on SIGHUP).
     public let appSettings = AppSettings()
+    /// Per-program access to secrets: the mode set, who asks the user, and what is
+    /// remembered in memory (pending questions, recent denials; docs/access.md).
+    public let accessGate = AccessGate()
     private let keysLock = NSLock()
     let unlockAttempts = NSLock()
     /// The Argon2id cost of new passphrase keys.
@@ -325,7 +328,9 @@ public final class Vault: @unchecked Sendable {
                 retryAfter: try rateLimitDelay(x),
                 dataDirectory: caller.isOwner ? dataDirectory : nil,
                 deviceKey: caller.isOwner ? deviceKeyStatus : nil,
-                recoveryKey: caller.isOwner ? try keys.hasRecoveryKey(in: x.db) : nil)
+                recoveryKey: caller.isOwner ? try keys.hasRecoveryKey(in: x.db) : nil,
+                secretAccess: caller.isOwner ? try secretAccessMode(in: x.db) : nil,
+                secretAccessConfigured: caller.isOwner ? accessGate.configuredMode != nil : nil)
         }
     }
 
@@ -343,6 +348,8 @@ public final class Vault: @unchecked Sendable {
             let state = try exclusive { x in
                 try writingKeys(in: x) { db in
                     try changingKeys { try keys.initialize(passphrase: kek, in: db) }
+                    // A vault made now asks before a program reads another's secret.
+                    try AccessStore.setDefaultMode(.confirm, in: db)
                 }
                 ticket.take()
                 return keys.lockState
@@ -685,11 +692,14 @@ public final class Vault: @unchecked Sendable {
         let keys = try withKeys { try keychain.writeKeys(accessible: accessible) }
         let values = try KeychainStore.encrypt(
             itemClass: itemClass, attributes: stored, secret: secret, keys: keys)
+        // Its creator (issue 40 §2), sealed before the write as the item is.
+        let creator = caller.program.map { AccessStore.seal($0, metadata: keys.metadata) }
         try write { db in
             try self.admitInWrite(caller, in: db)
             try self.keychain.insert(
                 values, generation: caller.generation, classKey: keys.classKey,
                 accessible: accessible, in: db)
+            try self.recordCreator(values, sealed: creator, in: db)
         }
         if stored.synchronizable == true { emit(.keychainChanged) }
         return stored
@@ -699,16 +709,31 @@ public final class Vault: @unchecked Sendable {
     /// left out (and logged); `copyMatchingReportingDamage` returns them too.
     /// `includingLocked`: locked matches are listed (`FoundItem.isLocked`) rather than failing.
     func copyMatching(
-        _ query: ItemQuery, returnData: Bool, includingLocked: Bool = false, caller: Caller
+        _ query: ItemQuery, returnData: Bool, includingLocked: Bool = false,
+        interaction: AccessInteraction = .wait, caller: Caller
     ) throws -> [FoundItem] {
         try copyMatchingReportingDamage(
-            query, returnData: returnData, includingLocked: includingLocked, caller: caller
+            query, returnData: returnData, includingLocked: includingLocked,
+            interaction: interaction, caller: caller
         ).items
     }
 
     /// SecItemCopyMatching, with the damaged items the query met (`ItemMatches.damaged`).
+    /// Secrets are released only as the policy allows (`releaseSecrets`; `interaction`:
+    /// how a question to the user is waited for).
     func copyMatchingReportingDamage(
-        _ query: ItemQuery, returnData: Bool, includingLocked: Bool = false, caller: Caller
+        _ query: ItemQuery, returnData: Bool, includingLocked: Bool = false,
+        interaction: AccessInteraction = .wait, caller: Caller
+    ) throws -> ItemMatches {
+        let matches = try lookUpMatches(
+            query, returnData: returnData, includingLocked: includingLocked, caller: caller)
+        if returnData { try releaseSecrets(of: matches, to: caller, interaction: interaction) }
+        return matches
+    }
+
+    /// `copyMatchingReportingDamage`'s lookup, before the secrets are released.
+    private func lookUpMatches(
+        _ query: ItemQuery, returnData: Bool, includingLocked: Bool, caller: Caller
     ) throws -> ItemMatches {
         let grant = try authorize(
             .copyItems(accessGroup: query.attributes.accessGroup), for: caller)

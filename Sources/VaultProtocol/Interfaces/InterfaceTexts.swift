@@ -190,6 +190,43 @@ method Update(class: ?string, query: ?Attributes, attributes: ?Attributes, data:
 # Deletes every matching item (SecItemDelete).
 method Delete(class: ?string, query: ?Attributes) -> (count: int)
 
+# A program, as vaultd identifies it from the kernel (docs/access.md).
+type Program (
+  # "executable", "interpreter", "app" (a registered app) or "flatpak".
+  kind: string,
+  # The executable's path, or the app's ID.
+  path: string,
+  # The script an interpreter runs, as its command line names it.
+  script: ?string,
+  # Whether the user may replace the executable: its grants then hold only for
+  # the very file they were given to (device and inode).
+  userWritable: ?bool
+)
+
+# A remembered decision: a program allowed to use an item's secret.
+type AccessGrant (
+  program: Program,
+  # The item's class and attributes (label, service, account, server...).
+  class: string,
+  attributes: Attributes,
+  # When it was granted, ISO 8601.
+  grantedAt: string
+)
+
+# The programs allowed to use items' secrets (owner only).
+method ListAccess() -> (grants: []AccessGrant)
+
+# Allows the program at `program` (an executable's absolute path; with `script`,
+# that interpreter running that script) to use the secrets of every item `query`
+# matches. In SecretAccess confirm and strict, the user confirms it in a dialog
+# first. Returns how many items (owner only).
+method GrantAccess(program: string, script: ?string, class: ?string, query: ?Attributes) -> (count: int)
+
+# Forgets the grants to the program at `program` (null: every program; with
+# `script`, only those for that script) of the items `query` matches (null: every
+# item). Returns how many (owner only).
+method RevokeAccess(program: ?string, script: ?string, class: ?string, query: ?Attributes) -> (count: int)
+
 # An item with the same primary key exists (errSecDuplicateItem, -25299).
 error DuplicateItem (status: int, message: string)
 # Nothing matches (errSecItemNotFound, -25300).
@@ -463,7 +500,14 @@ method Status() -> (
   # ThisDeviceOnly items are then NotAvailableOnThisDevice. Null when it is (or for apps).
   deviceKeyProblem: ?string,
   # Whether a recovery key can unlock the vault (owner only; null for apps).
-  recoveryKey: ?bool
+  recoveryKey: ?bool,
+  # The SecretAccess mode in force (owner only; null for apps): "open", "confirm" or
+  # "strict" (docs/access.md).
+  secretAccess: ?string,
+  # Where the mode comes from: "config" (config.plist's SecretAccess) or "vault"
+  # (the vault's default: open for a vault made before per-program access, confirm
+  # after). Owner only.
+  secretAccessSource: ?string
 )
 
 # Creates the vault. Without a passphrase the vault is always unlocked.

@@ -27,6 +27,9 @@ public enum VarlinkMethod: String, CaseIterable, Sendable {
     case keychainCopyMatching = "io.vaultd.Keychain.CopyMatching"
     case keychainUpdate = "io.vaultd.Keychain.Update"
     case keychainDelete = "io.vaultd.Keychain.Delete"
+    case keychainListAccess = "io.vaultd.Keychain.ListAccess"
+    case keychainGrantAccess = "io.vaultd.Keychain.GrantAccess"
+    case keychainRevokeAccess = "io.vaultd.Keychain.RevokeAccess"
     // io.vaultd.Preferences
     case preferencesGet = "io.vaultd.Preferences.Get"
     case preferencesSet = "io.vaultd.Preferences.Set"

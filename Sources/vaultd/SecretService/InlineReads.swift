@@ -134,6 +134,19 @@ extension SecretService {
                 member, of: interface, on: target, body, sender: sender, vaultSession: vaultSession)
             reply = g_dbus_message_new_method_reply(message)
             if let out { out.pass { g_dbus_message_set_body(reply, $0) } }
+        } catch is AccessConfirmationNeeded {
+            // Asked off this thread (`SecretService+Access.swift`); until its reply goes out,
+            // the connection's later calls take the usual way, in order.
+            inline.withLock { state in state.awaitingReply[sender, default: []].insert(serial) }
+            let args = Handed(body)
+            answerWaiting(message, sender: sender, vaultSession: vaultSession) { [self] waiting in
+                guard let target = SecretServicePath(path) else { throw BusError.noSuchObject }
+                return try handle(
+                    member, of: interface, on: target, args.value, sender: sender,
+                    vaultSession: waiting)
+            }
+            g_object_unref(UnsafeMutableRawPointer(message))
+            return nil
         } catch {
             let e = BusError(error)
             reply = g_dbus_message_new_method_error_literal(message, e.name.rawValue, e.message)

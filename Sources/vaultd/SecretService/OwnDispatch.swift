@@ -57,25 +57,17 @@ extension SecretService {
             } else {
                 out = try itemCall(
                     path: path, interface: interface, member: member, signature: signature, body,
-                    sender: sender)
+                    sender: sender, message: message)
             }
             reply = g_dbus_message_new_method_reply(message)
             if let out { out.pass { g_dbus_message_set_body(reply, $0) } }
+        } catch is Deferred {
+            return
         } catch {
             let e = BusError(error)
             reply = g_dbus_message_new_method_error_literal(message, e.name.rawValue, e.message)
         }
-        defer { g_object_unref(UnsafeMutableRawPointer(reply)) }
-        guard
-            g_dbus_message_get_flags(message).rawValue
-                & G_DBUS_MESSAGE_FLAGS_NO_REPLY_EXPECTED.rawValue == 0
-        else { return }
-        var err: UnsafeMutablePointer<GError>?
-        if g_dbus_connection_send_message(
-            connection, reply, G_DBUS_SEND_MESSAGE_FLAGS_NONE, nil, &err) == 0
-        {
-            g_error_free(err)
-        }
+        send(reply, answering: message)
     }
 
     /// Introspect of the collections' folder: no interfaces (it is no object), and the
@@ -97,7 +89,7 @@ extension SecretService {
     /// on what is stored.
     private func itemCall(
         path: String, interface: String, member: String, signature: String, _ body: GV,
-        sender: String
+        sender: String, message: OpaquePointer
     ) throws -> GV? {
         let info: UnsafeMutablePointer<GDBusInterfaceInfo>?
         switch SecretServicePath(path) {
@@ -192,8 +184,21 @@ extension SecretService {
             }
             let vaultSession = try identify(sender)
             guard let target = SecretServicePath(path) else { throw BusError.noSuchObject }
-            return try handle(
-                member, of: interface, on: target, body, sender: sender, vaultSession: vaultSession)
+            do {
+                return try handle(
+                    member, of: interface, on: target, body, sender: sender,
+                    vaultSession: vaultSession)
+            } catch is AccessConfirmationNeeded {
+                // Asked off the bus thread (`SecretService+Access.swift`); no reply here.
+                let args = Handed(body)
+                answerWaiting(message, sender: sender, vaultSession: vaultSession) {
+                    [self] waiting in
+                    try handle(
+                        member, of: interface, on: target, args.value, sender: sender,
+                        vaultSession: waiting)
+                }
+                throw Deferred()
+            }
         default:
             throw BusError(
                 .unknownMethod,

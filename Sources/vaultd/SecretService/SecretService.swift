@@ -30,6 +30,12 @@ struct BusError: Error, Equatable {
         case propertyReadOnly = "org.freedesktop.DBus.Error.PropertyReadOnly"
         case failed = "org.freedesktop.DBus.Error.Failed"
         case itemDamaged = "io.vaultd.Keychain.ItemDamaged"
+        /// A secret the per-program access check refused: denied by the user, recently
+        /// denied, strict, or a program that could pass for another (docs/access.md).
+        case accessRefused = "io.vaultd.Secret.Error.AccessRefused"
+        /// A secret that needs the user's confirmation, and none came: no prompter, dismissed,
+        /// timed out, or a question for the program already pending.
+        case notConfirmed = "io.vaultd.Secret.Error.NotConfirmed"
     }
 
     var name: Name
@@ -66,6 +72,10 @@ extension BusError {
     /// as one that does not exist, with the same message (`noSuchObject`): a client learns
     /// nothing of other apps' collections.
     init(_ e: VaultFailure) {
+        if e.details.program != nil {
+            self.init(e.code == .authFailed ? .accessRefused : .notConfirmed, e.message)
+            return
+        }
         switch e.code {
         case .interactionNotAllowed: self.init(.isLocked, e.message)
         case .itemNotFound, .missingEntitlement, .notAvailableOnThisDevice: self = .noSuchObject
@@ -153,6 +163,9 @@ final class SecretService: @unchecked Sendable {
     /// vaultd's own dialogs (gcr's system prompter, pinentry), which the `Prompter` setting
     /// may choose instead of the agent.
     private(set) lazy var dialogs = PromptDialogs(service: self)
+    /// Calls waiting for the user's confirmation of an access, each on a thread of its own
+    /// (`SecretService+Access.swift`).
+    let waitingCalls = Locked(0)
     /// The Flatpak secret portal's backend, on the same connection (`SecretPortal.swift`).
     private(set) lazy var portal = SecretPortal(service: self)
 
@@ -171,7 +184,8 @@ final class SecretService: @unchecked Sendable {
         var itemsRead: [String] = []
         var readsAllItems = false
         init(vaultSession: VaultSession, credentials: PeerCredentials) {
-            self.vaultSession = vaultSession
+            // Its calls never wait for a dialog on the bus thread (`SecretService+Access.swift`).
+            self.vaultSession = vaultSession.waiting(.deferred)
             self.credentials = credentials
         }
     }
@@ -618,7 +632,7 @@ final class SecretService: @unchecked Sendable {
                 peers[sender] = BusPeer(vaultSession: vaultSession, credentials: peer)
             }
         }
-        return vaultSession
+        return vaultSession.waiting(.deferred)
     }
 
     /// The kernel's record of identified connection `sender` (`identify` first), nil when vaultd
@@ -661,25 +675,46 @@ final class SecretService: @unchecked Sendable {
         sender: String, path: String, interface: String, method: String, parameters: GV,
         invocation: OpaquePointer
     ) {
-        do {
-            let reply: GV?
+        Self.answer(invocation) {
             if interface == Self.propertiesInterface {
-                reply = try propertyCall(method, sender: sender, path: path, parameters)
-            } else {
-                guard SecretServiceOperations.of(interface, method) != nil else {
-                    throw BusError.accessDenied("\(interface).\(method) has no policy decision")
-                }
-                let vaultSession = try identify(sender)
-                guard let target = SecretServicePath(path) else { throw BusError.noSuchObject }
-                reply = try handle(
+                return try propertyCall(method, sender: sender, path: path, parameters)
+            }
+            guard SecretServiceOperations.of(interface, method) != nil else {
+                throw BusError.accessDenied("\(interface).\(method) has no policy decision")
+            }
+            let vaultSession = try identify(sender)
+            guard let target = SecretServicePath(path) else { throw BusError.noSuchObject }
+            do {
+                return try handle(
                     method, of: interface, on: target, parameters, sender: sender,
                     vaultSession: vaultSession)
+            } catch is AccessConfirmationNeeded {
+                // Asked off the bus thread (`SecretService+Access.swift`), answered there.
+                let call = Handed((invocation, parameters))
+                try answerOffThread { [self] in
+                    let (invocation, parameters) = call.value
+                    Self.answer(invocation) {
+                        try handle(
+                            method, of: interface, on: target, parameters, sender: sender,
+                            vaultSession: vaultSession.waiting(.wait))
+                    }
+                }
+                throw Deferred()
             }
-            if let reply {
+        }
+    }
+
+    /// Returns `body`'s reply, or its error, on `invocation` (which this consumes), but for
+    /// `Deferred`: the call is answered later, from another thread.
+    private static func answer(_ invocation: OpaquePointer, _ body: () throws -> GV?) {
+        do {
+            if let reply = try body() {
                 reply.pass { g_dbus_method_invocation_return_value(invocation, $0) }
             } else {
                 g_dbus_method_invocation_return_value(invocation, nil)
             }
+        } catch is Deferred {
+            // Answered by the thread it was handed to.
         } catch {
             let e = BusError(error)
             g_dbus_method_invocation_return_dbus_error(invocation, e.name.rawValue, e.message)

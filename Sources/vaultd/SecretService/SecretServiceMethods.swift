@@ -267,7 +267,19 @@ extension SecretService {
                 guard let t = SecretServicePath(itemPath) else { continue }
                 let data: SecureBytes
                 let contentType: String?
-                switch try? stored(t, secret: true, vaultSession: vaultSession) {
+                // An item that does not read is left out, but for the per-program access
+                // check: its question, or its refusal, is the call's answer.
+                let read: StoredItem?
+                do {
+                    read = try stored(t, secret: true, vaultSession: vaultSession)
+                } catch let e as AccessConfirmationNeeded {
+                    throw e
+                } catch let e as VaultFailure where e.details.program != nil {
+                    throw e
+                } catch {
+                    read = nil
+                }
+                switch read {
                 case .item(let found)?:
                     guard let d = found.data else {
                         locked = true

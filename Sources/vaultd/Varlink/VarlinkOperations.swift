@@ -31,6 +31,9 @@ package enum VarlinkOperations {
         "io.vaultd.Keychain.CopyMatching": .operation(.copyItems),
         "io.vaultd.Keychain.Update": .operation(.updateItems),
         "io.vaultd.Keychain.Delete": .operation(.deleteItems),
+        "io.vaultd.Keychain.ListAccess": .operation(.listAccess),
+        "io.vaultd.Keychain.GrantAccess": .operation(.grantAccess),
+        "io.vaultd.Keychain.RevokeAccess": .operation(.revokeAccess),
 
         "io.vaultd.Preferences.Get": .operation(.readPreferences),
         "io.vaultd.Preferences.Set": .operation(.writePreferences),

@@ -33,6 +33,30 @@ extension VaultStatus {
             "deviceKey": JSON(optional: deviceKey?.kind.rawValue),
             "deviceKeyProblem": JSON(optional: deviceKey?.problem),
             "recoveryKey": recoveryKey.map { .bool($0) } ?? .null,
+            "secretAccess": JSON(optional: secretAccess?.rawValue),
+            "secretAccessSource": JSON(
+                optional: secretAccessConfigured.map { $0 ? "config" : "vault" }),
+        ]
+    }
+}
+
+extension ProgramIdentity {
+    /// io.vaultd.Keychain `Program`.
+    var wire: JSON {
+        var o: JSONObject = ["kind": .string(kind.rawValue), "path": .string(path)]
+        if let script { o["script"] = .string(script) }
+        if kind == .executable || kind == .interpreter { o["userWritable"] = .bool(userWritable) }
+        return .object(o)
+    }
+}
+
+extension AccessGrant {
+    /// io.vaultd.Keychain `AccessGrant`.
+    var wire: JSON {
+        [
+            "program": program.wire, "class": .string(itemClass.rawValue),
+            "attributes": item.json,
+            "grantedAt": .string(ISO8601DateFormatter().string(from: grantedAt)),
         ]
     }
 }
