@@ -1,0 +1,192 @@
+import Foundation
+import TestSupport
+import Testing
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Bus messages are bounded as the socket's are (docs/secret-service.md, "Limits"): eight
+/// clients each sending one message of 100 MB, in every shape that costs GDBus most to decode,
+/// keep vaultd under 256 MiB of RSS, get an error for it, leave vaultd's RSS where it was, and
+/// another client's lookups keep a p99 under 100 ms meanwhile.
+@Suite(.tags(.system)) struct BusBoundsTests {
+    typealias Client = SecretServiceClientTests
+
+    /// A D-Bus client in plain python (no library decodes anything): it authenticates on the
+    /// bus's socket, says Hello, sends one SearchItems to org.freedesktop.secrets whose body
+    /// is `SHAPE` of about `MB` megabytes, and prints the reply's type and error name with the
+    /// milliseconds it took: `reply 3 org.freedesktop.DBus.Error.InvalidArgs 812`.
+    static let sender = #"""
+        import os, socket, struct, sys, time
+        path, shape, mb = sys.argv[1], sys.argv[2], int(sys.argv[3])
+        s = socket.socket(socket.AF_UNIX); s.connect(path)
+        s.sendall(b"\0AUTH EXTERNAL " + str(os.getuid()).encode().hex().encode() + b"\r\n")
+        buf = b""
+        while b"\r\n" not in buf: buf += s.recv(4096)
+        assert buf.startswith(b"OK"), buf
+        s.sendall(b"BEGIN\r\n")
+        def pad(b, n): return b + b"\0" * (-len(b) % n)
+        def message(serial, fields, body=b"", signature=""):
+            # A method call, NO_AUTO_START: no bus activation of another provider.
+            out = bytearray(b"l\x01\x02\x01" + struct.pack("<III", len(body), serial, 0))
+            if signature: fields = fields + [(8, "g", signature)]
+            for code, sig, val in fields:
+                out += b"\0" * (-len(out) % 8)
+                out += bytes([code, 1]) + sig.encode() + b"\0"
+                v = val.encode()
+                if sig == "g": out += bytes([len(v)]) + v + b"\0"
+                else: out += b"\0" * (-len(out) % 4) + struct.pack("<I", len(v)) + v + b"\0"
+            struct.pack_into("<I", out, 12, len(out) - 16)
+            return bytes(pad(bytes(out), 8)) + body
+        def call(serial, dest, path, iface, member, body=b"", signature=""):
+            return message(serial, [(1, "o", path), (2, "s", iface), (3, "s", member), (6, "s", dest)], body, signature)
+        def read_message():
+            global buf
+            while True:
+                if len(buf) >= 16:
+                    blen, _, flen = struct.unpack_from("<III", buf, 4)
+                    total = 16 + flen + (-(16 + flen) % 8) + blen
+                    if len(buf) >= total:
+                        m, buf = buf[:total], buf[total:]
+                        return m
+                more = s.recv(1 << 16)
+                if not more: sys.exit("the bus closed")
+                buf += more
+        buf = buf[buf.index(b"\r\n") + 2:]
+        s.sendall(call(1, "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus", "Hello"))
+        read_message()
+        # One array holds at most 64 MiB: two of half the size each. `tail`: the padding
+        # that ends each element but is not the last one's; `align`: the elements'.
+        n = mb * 1000000 // 2
+        def two(element, align=1, tail=0):
+            data = element * (n // len(element))
+            data = data[:len(data) - tail]
+            body = b""
+            for _ in range(2):
+                body = pad(body, 4) + struct.pack("<I", len(data))
+                body = pad(body, align) + data
+            return body
+        if shape == "dict":  # a{ss}: entries of "a" -> ""
+            body, sig = two(b"\x01\0\0\0a\0\0\0\0\0\0\0\0\0\0\0", 8, 3), "a{ss}a{ss}"
+        elif shape == "array":  # av of bytes
+            body, sig = two(b"\x01y\0\x07"), "avav"
+        elif shape == "nested":  # av, each a byte 20 variants deep
+            body, sig = two(b"\x01v\0" * 19 + b"\x01y\0\x07"), "avav"
+        elif shape == "strings":  # two long strings
+            one = struct.pack("<I", n) + b"x" * n + b"\0"
+            body, sig = pad(one, 4) + one, "ss"
+        else:  # many small items: a{sv} of "a" -> <"">
+            body, sig = two(b"\x01\0\0\0a\0\x01s\0" + b"\0" * 15, 8, 7), "a{sv}a{sv}"
+        start = time.monotonic()
+        s.sendall(call(2, "org.freedesktop.secrets", "/org/freedesktop/secrets", "org.freedesktop.Secret.Service", "SearchItems", body, sig))
+        del body
+        while True:
+            m = read_message()
+            if m[1] in (2, 3) and b"\x05\x01u\0" in m[16:]:
+                break
+        name = m[m.index(b"\x04\x01s\0") + 8:].split(b"\0")[0].decode() if m[1] == 3 else ""
+        print("reply", m[1], name, int((time.monotonic() - start) * 1000), flush=True)
+        """#
+
+    /// Looks up an item by its attributes (SearchItems through GDBus, one connection) until
+    /// the file `STOP` exists, then prints `lookups N p99 MS max MS`.
+    static let lookups = #"""
+        import os, sys, time
+        import gi
+        gi.require_version("Gio", "2.0")
+        from gi.repository import Gio, GLib
+        stop = sys.argv[1]
+        bus = Gio.bus_get_sync(Gio.BusType.SESSION, None)
+        def lookup():
+            return bus.call_sync("org.freedesktop.secrets", "/org/freedesktop/secrets", "org.freedesktop.Secret.Service", "SearchItems", GLib.Variant("(a{ss})", ({"bound": "1"},)), None, 0, 60000, None)
+        assert len(lookup()[0]) == 1
+        print("ready", flush=True)
+        times = []
+        while not os.path.exists(stop):
+            start = time.monotonic()
+            assert len(lookup()[0]) == 1
+            times.append((time.monotonic() - start) * 1000)
+            time.sleep(0.005)
+        times.sort()
+        print("lookups %d p99 %.1f max %.1f" % (len(times), times[int(len(times) * 0.99)], times[-1]), flush=True)
+        """#
+
+    /// vaultd's `VmRSS` or `VmHWM` (KiB).
+    static func memory(_ pid: pid_t, _ field: String) -> Int {
+        let status = Client.text("/proc/\(pid)/status")
+        for line in status.split(separator: "\n") where line.hasPrefix(field + ":") {
+            return Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0
+        }
+        return 0
+    }
+
+    static let shapes = ["dict", "array", "nested", "strings", "items"]
+
+    @Test func eightMessagesOf100MBInEveryShapeStayBounded() throws {
+        let k = try SecretServiceTests.fixture(passphrase: true)
+        defer { k.close() }
+        let pid = try #require(k.vaultdPID)
+        var r = SecretServiceTests.secretTool(
+            k, ["store", "--label=bound", "bound", "1"], stdin: "kept")
+        try #require(r.status == 0, "\(r)")
+        for (name, text) in [("sender.py", Self.sender), ("lookups.py", Self.lookups)] {
+            try text.write(toFile: k.root + "/" + name, atomically: true, encoding: .utf8)
+        }
+        let lookupsOut = k.root + "/lookups.out"
+        let stop = k.root + "/stop"
+        let looker = try ChildProcess.spawn(
+            Client.systemPython, [k.root + "/lookups.py", stop], environment: k.environment,
+            inputs: [:], stdout: .file(lookupsOut, append: false),
+            stderr: .file(lookupsOut + ".err", append: false))
+        defer { kill(looker, SIGKILL) }
+        try #require(
+            Client.waitForLine(lookupsOut, "ready", from: 0) != nil,
+            "\(Client.text(lookupsOut + ".err"))")
+        let before = Self.memory(pid, "VmRSS")
+
+        // Eight senders at once, the shapes in turn.
+        var senders: [(pid_t, String, String)] = []
+        defer { for s in senders { kill(s.0, SIGKILL) } }
+        for i in 0..<8 {
+            let shape = Self.shapes[i % Self.shapes.count]
+            let out = k.root + "/sender\(i).out"
+            let p = try ChildProcess.spawn(
+                Client.systemPython, [k.root + "/sender.py", k.root + "/bus", shape, "100"],
+                environment: k.environment, inputs: [:], stdout: .file(out, append: false),
+                stderr: .file(out + ".err", append: false))
+            senders.append((p, shape, out))
+        }
+        var peak = 0
+        for (p, shape, out) in senders {
+            // Each sender's answer, sampling vaultd's RSS while they run.
+            let deadline = Date().addingTimeInterval(240)
+            while ChildProcess.isAlive(p) && Date() < deadline {
+                peak = max(peak, Self.memory(pid, "VmRSS"))
+                usleep(20_000)
+            }
+            #expect(ChildProcess.wait(p, timeout: 1) == 0, "\(shape): \(Client.text(out + ".err"))")
+            #expect(
+                Client.text(out).hasPrefix("reply 3 org.freedesktop.DBus.Error.InvalidArgs"),
+                "\(shape): \(Client.text(out)) \(Client.text(out + ".err"))")
+        }
+        _ = FileManager.default.createFile(atPath: stop, contents: nil)
+        #expect(
+            ChildProcess.wait(looker, timeout: 30) == 0, "\(Client.text(lookupsOut + ".err"))")
+        let hwm = Self.memory(pid, "VmHWM")
+        let after = Self.memory(pid, "VmRSS")
+        let summary = Client.text(lookupsOut).split(separator: "\n").last.map(String.init) ?? ""
+        print(
+            "bus bounds: vaultd VmRSS before \(before / 1024) MiB, peak sampled \(peak / 1024) MiB, VmHWM \(hwm / 1024) MiB, after \(after / 1024) MiB; \(summary)"
+        )
+        #expect(hwm < 256 * 1024, "VmHWM \(hwm) KiB")
+        #expect(after < before + 32 * 1024, "VmRSS \(before) KiB before, \(after) KiB after")
+        let fields = summary.split(separator: " ")
+        let p99 = fields.count >= 4 ? Double(fields[3]) ?? .infinity : .infinity
+        #expect(p99 < 100, "\(summary)")
+        // vaultd still serves, and logged what it cut.
+        r = SecretServiceTests.secretTool(k, ["lookup", "bound", "1"])
+        #expect(r.stdoutText == "kept", "\(r)")
+        #expect(k.log.contains("handed on without its body"), "\(k.log)")
+    }
+}
