@@ -26,8 +26,9 @@ import Glibc
 ///   on with it; those of a dropped message are closed.
 /// - It counts the calls handed to GDBus and not yet answered (it sees each reply go out), by
 ///   what they may cost decoded (`decodedCost`), and reads nothing more from the bus while
-///   that is over `budget`: the calls GDBus has queued are bounded too. A call wanting no
-///   reply, or one not answered, stops counting after `unansweredTimeout` seconds.
+///   that is over `budget`: the calls GDBus has queued are bounded too. A call not answered
+///   stops counting after `unansweredTimeout` seconds, one wanting no reply after
+///   `noReplyTimeout`.
 /// - From GDBus to the bus, bytes pass unchanged (vaultd's own messages).
 ///
 /// `VAULTD_SECRET_SERVICE_RELAY=0` connects GDBus to the bus directly, as before (for
@@ -42,8 +43,10 @@ final class BusRelay: @unchecked Sendable {
     static let budget = 64 << 20
     /// What an admitted call costs at least: GDBus's message, invocation and dispatch.
     static let minimumCost = 4 << 10
-    /// Seconds after which a call not answered (or wanting no reply) stops counting.
+    /// Seconds after which a call not answered stops counting, and after which one that
+    /// wants no reply does (GDBus handles it at once; its end is not seen).
     static let unansweredTimeout: UInt64 = 25
+    static let noReplyTimeout: UInt64 = 1
     /// The bytes read or written at once, and the most queued towards either side before
     /// the relay stops reading the other.
     static let chunk = 64 << 10
@@ -274,9 +277,9 @@ final class BusRelay: @unchecked Sendable {
             bytes: bytes, signature: bytes == header.bytes.count ? "" : header.signature)
         let key = CallKey(sender: sender, serial: header.serial)
         if let old = unanswered[key] { unansweredCost -= old.cost }
-        unanswered[key] = (
-            cost, MonotonicClock.nanoseconds() + Self.unansweredTimeout * 1_000_000_000
-        )
+        let wantsNoReply = header.flags & BusHeader.noReplyExpected != 0
+        let seconds = wantsNoReply ? Self.noReplyTimeout : Self.unansweredTimeout
+        unanswered[key] = (cost, MonotonicClock.nanoseconds() + seconds * 1_000_000_000)
         unansweredCost += cost
     }
 
