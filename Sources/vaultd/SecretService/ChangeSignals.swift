@@ -183,10 +183,14 @@ extension SecretService {
     }
 
     /// How long a changed collection's new Items wait for more changes before its readers
-    /// are sent them (seconds): the changes within one window share one PropertiesChanged,
-    /// with the value at its end. 300 CreateItem towards 200 connections that never read grew
-    /// the bus daemon by 240 MB when each change sent the whole list to each.
+    /// are sent them (seconds), at least: the changes within one window share one
+    /// PropertiesChanged, with the value at its end. Each carries the whole list, to every
+    /// reader, and towards connections that never read the bus daemon keeps them all (200
+    /// such connections and 300 CreateItem grew it by 240 MB to 850 MB when each change sent
+    /// its own); so a window also lasts as long as the last one's signals take at
+    /// `itemsBytesPerSecond`.
     static let itemsWindow = 0.2
+    static let itemsBytesPerSecond = 1 << 20
 
     /// Schedules the PropertiesChanged of collection `collection`'s Items, Created and
     /// Modified to its readers (`group`: whose visibility decides who they are) at the end
@@ -202,7 +206,8 @@ extension SecretService {
             return !itemsWindowScheduled
         }
         guard schedule else { return }
-        DispatchQueue.global().asyncAfter(deadline: .now() + Self.itemsWindow) { [weak self] in
+        let window = lock.withLock { itemsNextWindow }
+        DispatchQueue.global().asyncAfter(deadline: .now() + window) { [weak self] in
             self?.onBusThread { self?.sendItemsValues() }
         }
     }
@@ -216,6 +221,11 @@ extension SecretService {
                 itemsWindowScheduled = false
             }
             return itemsDue
+        }
+        var bytes = 0
+        defer {
+            let next = max(Self.itemsWindow, Double(bytes) / Double(Self.itemsBytesPerSecond))
+            lock.withLock { itemsNextWindow = next }
         }
         for (collection, group) in due {
             let readers = lock.withLock {
@@ -234,9 +244,17 @@ extension SecretService {
                 for path in collectionPaths(collection, for: peer.vaultSession) {
                     propertiesChanged(
                         to: sender, path: path, SecretServiceIntrospection.collection, values)
+                    bytes += Self.signalBytes(values)
                 }
             }
         }
+    }
+
+    /// About what a PropertiesChanged with `values` takes on the bus: each item path of
+    /// `Items` (with its length and padding) and the rest of the message.
+    static func signalBytes(_ values: [(String, GV)]) -> Int {
+        let items = values.first { $0.0 == "Items" }?.1.children ?? []
+        return items.reduce(256) { $0 + $1.string.utf8.count + 8 }
     }
 
     /// The paths a connection of `caller` knows collection `collection` by: its own, and the

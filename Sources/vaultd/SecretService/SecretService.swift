@@ -143,6 +143,9 @@ final class SecretService: @unchecked Sendable {
     /// window (`ChangeSignals.swift`), and whether that end is scheduled.
     var itemsDue: [(collection: String, group: String)] = []
     var itemsWindowScheduled = false
+    /// The length of the next window (seconds): `itemsWindow`, or longer after a window whose
+    /// signals were many (`itemsBytesPerSecond`).
+    var itemsNextWindow = SecretService.itemsWindow
     /// Session ID → the session.
     private var sessions: [String: Session] = [:]
     private var prompts: [String: Prompt] = [:]
