@@ -47,9 +47,10 @@ final class BusRelay: @unchecked Sendable {
     /// wants no reply does (GDBus handles it at once; its end is not seen).
     static let unansweredTimeout: UInt64 = 25
     static let noReplyTimeout: UInt64 = 1
-    /// The bytes read or written at once, and the most queued towards either side before
-    /// the relay stops reading the other.
-    static let chunk = 64 << 10
+    /// The bytes read or written at once (a body dropped goes through in pieces of this
+    /// size: each piece is a wake-up, and a lookup queued behind 100 MB waits for them all),
+    /// and the most queued towards either side before the relay stops reading the other.
+    static let chunk = 1 << 20
     static let maximumQueued = 256 << 10
     static let droppedLog = RateLimitedLog()
 
@@ -102,6 +103,10 @@ final class BusRelay: @unchecked Sendable {
             throw BusError(.failed, "socketpair: \(String(cString: strerror(errno)))")
         }
         for fd in [bus, pair[0]] { _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) }
+        // A receive buffer of 4 MiB (the kernel may give less): fewer wake-ups of the relay
+        // and the bus daemon while a large message goes through.
+        var size: Int32 = 4 << 20
+        _ = setsockopt(bus, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
         let relay = BusRelay(bus: bus, gdbus: pair[0])
         let thread = Thread {
             vault_set_thread_name("vaultd-busrelay")
@@ -252,11 +257,12 @@ final class BusRelay: @unchecked Sendable {
                 "header",
                 "secret service: dropped a bus message whose header (\(headerLength) bytes) vaultd does not read (at most \(BusHeader.maximumHeader))"
             )
+            closeHeldFDs(heldFDs.count)
             return .dropping(headerLength - acc.count + bodyLength)
         }
         let sender = header.string(.sender) ?? ""
         if headerLength + bodyLength > Self.maximumMessage {
-            fdsToClose += Int(header.uint32(.unixFDs) ?? 0)
+            closeHeldFDs(Int(header.uint32(.unixFDs) ?? 0))
             _ = Self.droppedLog.log(
                 "body",
                 "secret service: a bus message of \(headerLength + bodyLength) bytes from \(logField(sender)) (\(logField(header.string(.member) ?? ""))) is over \(Self.maximumMessage): handed on without its body"
@@ -268,6 +274,16 @@ final class BusRelay: @unchecked Sendable {
         passed += acc
         count(header, sender: sender, bytes: headerLength + bodyLength)
         return bodyLength == 0 ? .header([], need: BusHeader.fixedSize) : .passing(bodyLength)
+    }
+
+    /// Closes the `n` descriptors of a message dropped or cut: those received already (the
+    /// kernel hands over descriptors with the first bytes of their message, never merged
+    /// into one read with another message's), then the rest as they come.
+    private func closeHeldFDs(_ n: Int) {
+        let now = min(n, heldFDs.count)
+        for fd in heldFDs.prefix(now) { close(fd) }
+        heldFDs.removeFirst(now)
+        fdsToClose += n - now
     }
 
     /// Counts a call handed to GDBus until its reply goes out (`fromGDBusBytes`).
