@@ -211,4 +211,20 @@ import Glibc
         #expect(r.stdoutText == "kept", "\(r)")
         #expect(k.log.contains("handed on without its body"), "\(k.log)")
     }
+
+    /// The largest message a client needs passes whole: a secret of 1 MiB (the limit) in an
+    /// encrypted session, with 50 attributes of 1,000 bytes, stored by python's secretstorage
+    /// and read back by secret-tool.
+    @Test func theLargestLegitimateCallPasses() throws {
+        let k = try SecretServiceTests.fixture(passphrase: true)
+        defer { k.close() }
+        var attributes = ["big": "1"]
+        for i in 0..<50 { attributes["a\(i)"] = String(repeating: "v", count: 1000) }
+        let secret = Data((0..<(1 << 20)).map { UInt8(ascii: "a") + UInt8($0 % 26) })
+        let r = k.secretStorageCreate(label: "big", attributes, secret: secret)
+        try #require(r.status == 0, "\(r) \(k.log)")
+        let back = SecretServiceTests.secretTool(k, ["lookup", "big", "1"])
+        #expect(back.status == 0 && back.stdout == secret, "\(back.status) \(back.stderr)")
+        #expect(!k.log.contains("handed on without its body"), "\(k.log)")
+    }
 }
