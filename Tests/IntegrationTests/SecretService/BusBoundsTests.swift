@@ -227,4 +227,79 @@ import Glibc
         #expect(back.status == 0 && back.stdout == secret, "\(back.status) \(back.stderr)")
         #expect(!k.log.contains("handed on without its body"), "\(k.log)")
     }
+
+    /// READERS connections that read the default collection's `Items` once and then never
+    /// read their socket, then CREATES CreateItem calls from another connection; prints the
+    /// bus daemon's VmRSS before and two seconds after (MB), and the seconds the calls took.
+    static let flood = #"""
+        # 200 connections that read the collection's Items once and then never read again, then 300
+        # CreateItem calls from another connection; prints dbus-daemon's VmRSS before and after (MB).
+        import os, socket, struct, sys, time
+        import gi
+        gi.require_version("Gio", "2.0")
+        from gi.repository import Gio, GLib
+        busfile, buspid, readers, creates = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+        def rss(pid):
+            for l in open("/proc/%d/status" % pid):
+                if l.startswith("VmRSS"): return int(l.split()[1]) // 1024
+        def pad(b, n): return b + b"\0" * (-len(b) % n)
+        def message(serial, fields, body=b"", signature=""):
+            out = bytearray(b"l\x01\x02\x01" + struct.pack("<III", len(body), serial, 0))
+            if signature: fields = fields + [(8, "g", signature)]
+            for code, sig, val in fields:
+                out += b"\0" * (-len(out) % 8)
+                out += bytes([code, 1]) + sig.encode() + b"\0"
+                v = val.encode()
+                if sig == "g": out += bytes([len(v)]) + v + b"\0"
+                else: out += b"\0" * (-len(out) % 4) + struct.pack("<I", len(v)) + v + b"\0"
+            struct.pack_into("<I", out, 12, len(out) - 16)
+            return bytes(pad(bytes(out), 8)) + body
+        def string(s):
+            v = s.encode(); return struct.pack("<I", len(v)) + v + b"\0"
+        conns = []
+        for i in range(readers):
+            s = socket.socket(socket.AF_UNIX); s.connect(busfile)
+            s.sendall(b"\0AUTH EXTERNAL " + str(os.getuid()).encode().hex().encode() + b"\r\nBEGIN\r\n")
+            s.sendall(message(1, [(1, "o", "/org/freedesktop/DBus"), (2, "s", "org.freedesktop.DBus"), (3, "s", "Hello"), (6, "s", "org.freedesktop.DBus")]))
+            body = pad(string("org.freedesktop.Secret.Collection"), 4) + string("Items")
+            s.sendall(message(2, [(1, "o", "/org/freedesktop/secrets/collection/user"), (2, "s", "org.freedesktop.DBus.Properties"), (3, "s", "Get"), (6, "s", "org.freedesktop.secrets")], body, "ss"))
+            conns.append(s)
+        time.sleep(1)  # the Get answered (and left unread)
+        before = rss(buspid)
+        bus = Gio.bus_get_sync(Gio.BusType.SESSION, None)
+        dest = "org.freedesktop.secrets"
+        r = bus.call_sync(dest, "/org/freedesktop/secrets", "org.freedesktop.Secret.Service", "OpenSession", GLib.Variant("(sv)", ("plain", GLib.Variant("s", ""))), None, 0, -1, None)
+        session = r[1]
+        start = time.monotonic()
+        for i in range(creates):
+            props = {"org.freedesktop.Secret.Item.Label": GLib.Variant("s", "flood%d" % i), "org.freedesktop.Secret.Item.Attributes": GLib.Variant("a{ss}", {"flood": str(i)})}
+            bus.call_sync(dest, "/org/freedesktop/secrets/collection/user", "org.freedesktop.Secret.Collection", "CreateItem", GLib.Variant("(a{sv}(oayays)b)", (props, (session, b"", b"secret", "text/plain"), False)), None, 0, -1, None)
+        took = time.monotonic() - start
+        time.sleep(2)
+        print("%d %d %.1f" % (before, rss(buspid), took), flush=True)
+        """#
+
+    /// Signals towards connections that never read are bounded: the collection's Items go
+    /// out once per window, at most about 1 MiB/s of them, so 100 such connections and 150
+    /// CreateItem grow the bus daemon by tens of MB, where a PropertiesChanged of the whole
+    /// list per change and connection (3 paths each: the collection and its 2 aliases) would
+    /// make about 340 MB.
+    @Test func signalsTowardsConnectionsThatNeverReadAreBounded() throws {
+        let k = try SecretServiceTests.fixture(passphrase: true)
+        defer { k.close() }
+        let bus = try #require(k.busPID)
+        try Self.flood.write(toFile: k.root + "/flood.py", atomically: true, encoding: .utf8)
+        let r = k.run(
+            Client.systemPython, [k.root + "/flood.py", k.root + "/bus", "\(bus)", "100", "150"],
+            timeout: 300)
+        try #require(r.status == 0, "\(r)")
+        let figures = r.stdoutText.split(separator: " ").compactMap {
+            Double($0.trimmingCharacters(in: .whitespacesAndNewlines))
+        }
+        try #require(figures.count == 3, "\(r)")
+        print(
+            "signal bound: dbus-daemon VmRSS \(figures[0]) MB before, \(figures[1]) MB after; 150 CreateItem in \(figures[2]) s"
+        )
+        #expect(figures[1] - figures[0] < 96, "\(r.stdoutText)")
+    }
 }
