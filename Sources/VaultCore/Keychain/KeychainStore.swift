@@ -906,7 +906,7 @@ final class KeychainStore {
     /// granted by the policy (`Vault.authorize`).
     func update(
         _ q: ItemQuery, changes: ItemAttributes, secret: SecureBytes?, groups: [String]?,
-        in db: Database
+        in db: Database, reporting: ([ItemChange]) -> Void = { _ in }
     ) throws -> Int {
         // As SecItemUpdate: an update that changes nothing is errSecParam (the dates are
         // read-only: `apply` leaves them, so they change nothing).
@@ -941,6 +941,7 @@ final class KeychainStore {
             let s = try secret ?? decryptSecret(r)
             try write(
                 id: r.id, itemClass: r.itemClass, attributes: a, secret: s, generation: nil, in: db)
+            reporting(ItemChange.update(r.itemClass, before: r.attributes, after: a, row: r.id))
         }
         try quota.checkGrowth(
             before: before,
@@ -955,7 +956,10 @@ final class KeychainStore {
     /// columns tell (service or server, account, access group, accessibility,
     /// synchronizable: they match for certain); a query naming more leaves them, and throws
     /// ItemDamaged when nothing else matches.
-    func delete(_ q: ItemQuery, groups: [String]?, in db: Database) throws -> Int {
+    func delete(
+        _ q: ItemQuery, groups: [String]?, in db: Database,
+        reporting: ([ItemChange]) -> Void = { _ in }
+    ) throws -> Int {
         let (available, otherDevice, error, damaged) = try matchingRows(q, groups: groups, in: db)
         if let error { throw error }
         let ids = (available + otherDevice).map(\.id)
@@ -970,6 +974,11 @@ final class KeychainStore {
             throw VaultFailure(.itemNotFound, "no item matches the query")
         }
         for id in ids + damagedIDs { try db.run("DELETE FROM items WHERE id = ?", [.integer(id)]) }
+        reporting(
+            (available + otherDevice).map {
+                ItemChange(.deleted, $0.itemClass, $0.attributes, row: $0.id)
+            }
+                + (damagedIDs.isEmpty ? [] : damaged.map(ItemChange.init(deleted:))))
         if !damagedIDs.isEmpty {
             log(
                 "keychain: deleted \(damagedIDs.count) damaged item(s): \(damaged.prefix(4).map(\.description).joined(separator: "; "))"

@@ -220,6 +220,7 @@ extension Vault {
         }
         log("keychain: deleted 1 damaged item(s): \(d.description)")
         emit(.keychainChanged)
+        emit(.itemsChanged([ItemChange(deleted: d)]))
         return d
     }
 }

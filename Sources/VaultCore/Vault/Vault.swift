@@ -702,6 +702,8 @@ public final class Vault: @unchecked Sendable {
             try self.recordCreator(values, sealed: creator, in: db)
         }
         if stored.synchronizable == true { emit(.keychainChanged) }
+        // The row id is not needed: a made item is named by its attributes.
+        emit(.itemsChanged([ItemChange(.created, itemClass, stored, row: 0)]))
         return stored
     }
 
@@ -774,13 +776,16 @@ public final class Vault: @unchecked Sendable {
             .updateItems(
                 accessGroup: query.attributes.accessGroup, newAccessGroup: changes.accessGroup),
             for: caller)
-        let n = try write { db in
+        let (n, made) = try write { db in
             try self.admitInWrite(caller, in: db)
-            return try self.keychain.update(
+            var made: [ItemChange] = []
+            let n = try self.keychain.update(
                 query, changes: changes, secret: secret, groups: grant.searchedAccessGroups,
-                in: db)
+                in: db, reporting: { made.append(contentsOf: $0) })
+            return (n, made)
         }
         emit(.keychainChanged)
+        emit(.itemsChanged(made))
         return n
     }
 
@@ -788,11 +793,16 @@ public final class Vault: @unchecked Sendable {
     func deleteItems(_ query: ItemQuery, caller: Caller) throws -> Int {
         let grant = try authorize(
             .deleteItems(accessGroup: query.attributes.accessGroup), for: caller)
-        let n = try writeMakingRoom { db in
+        let (n, made) = try writeMakingRoom { db in
             try self.admitInWrite(caller, in: db)
-            return try self.keychain.delete(query, groups: grant.searchedAccessGroups, in: db)
+            var made: [ItemChange] = []
+            let n = try self.keychain.delete(
+                query, groups: grant.searchedAccessGroups, in: db,
+                reporting: { made.append(contentsOf: $0) })
+            return (n, made)
         }
         emit(.keychainChanged)
+        emit(.itemsChanged(made))
         return n
     }
 }
@@ -919,4 +929,8 @@ public enum VaultEvent: Sendable {
     /// Keychain items were added, updated or deleted (sync exports the synchronizable ones;
     /// no subscription is sent it).
     case keychainChanged
+    /// These items were made, changed or deleted, by one committed write (after
+    /// `keychainChanged`, when that is sent too). The Secret Service front-end signals its
+    /// items' changes from it, whichever front-end made them; no subscription is sent it.
+    case itemsChanged([ItemChange])
 }

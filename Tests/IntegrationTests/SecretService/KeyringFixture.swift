@@ -17,7 +17,7 @@ final class KeyringFixture: @unchecked Sendable {
     let vaultdLog: String
     static let keyringPassword = "login-pw"
 
-    private var busPID: pid_t?
+    private(set) var busPID: pid_t?
     private(set) var keyringPID: pid_t?
     private var monitorPID: pid_t?
     private(set) var vaultdPID: pid_t?
