@@ -15,10 +15,7 @@ extension SyncService {
     public func initialize(folder: String, in session: VaultSession) throws -> SyncEnrolment {
         try vault.authorizeSync(.syncInit, session: session)
         return try lock.withLock {
-            guard try vault.syncConfig() == nil else {
-                throw VaultFailure.param("this device already syncs; run sync leave first")
-            }
-            let folder = try Self.checkedFolder(folder)
+            let folder = try folderToEnrolIn(folder)
             if let found = try? SyncFolder(root: folder).scan(),
                 !found.devices.isEmpty || found.ignored > 0
             {
@@ -54,10 +51,7 @@ extension SyncService {
     public func join(folder: String, in session: VaultSession) throws -> SyncEnrolment {
         try vault.authorizeSync(.syncJoin, session: session)
         return try lock.withLock {
-            guard try vault.syncConfig() == nil else {
-                throw VaultFailure.param("this device already syncs; run sync leave first")
-            }
-            let folder = try Self.checkedFolder(folder)
+            let folder = try folderToEnrolIn(folder)
             let device = SyncDeviceID.random()
             let (boxPK, boxSK) = SyncPairing.keyPair()
             let (signPK, signSK) = SyncSigning.keyPair()
@@ -75,6 +69,15 @@ extension SyncService {
                 deviceID: device.description,
                 code: Self.code(device: device, boxKey: boxPK, signKey: signPK))
         }
+    }
+
+    /// `folder` checked (`checkedFolder`) for a device about to make or join a group. Throws
+    /// Param when this device already syncs, or the folder is not a directory.
+    private func folderToEnrolIn(_ folder: String) throws -> String {
+        guard try vault.syncConfig() == nil else {
+            throw VaultFailure.param("this device already syncs; run sync leave first")
+        }
+        return try Self.checkedFolder(folder)
     }
 
     /// A pairing code: the device ID and 16 bytes of its public key's hash, 64 hex digits in

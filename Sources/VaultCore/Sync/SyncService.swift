@@ -71,7 +71,7 @@ public final class SyncService: @unchecked Sendable {
     /// (every item then matched the merged vault, or could not be stored): the next pass
     /// looks only at the items changed here or in the merge since.
     var localCache: [Int64: LocalSyncRow] = [:]
-    var cacheValid = false
+    private var cacheValid = false
     /// Keys whose local rows the last pass wrote, after it read the rows: the next pass looks
     /// at them (a row written and then deleted before any pass read it is in no cache).
     var writtenByLastPass = Set<SyncItemKey>()
@@ -82,7 +82,7 @@ public final class SyncService: @unchecked Sendable {
     var heldByLastPass = Set<SyncItemKey>()
 
     /// Set once by `start`; read by `wake` from any thread, under `watcherLock`.
-    var watcher: SyncWatcher?
+    private var watcher: SyncWatcher?
     private let watcherLock = NSLock()
     /// Whether this device is in (or joining) a sync group, as the last pass found at its
     /// start: the vault's changes wake the watcher only then, so a vault that does not sync
