@@ -10,6 +10,11 @@ import VaultProtocol
 ///
 /// One pass runs at a time (under `lock`, which the owner's operations take too), on the
 /// watcher's thread (or in `passNow`).
+///
+/// This file holds the state, loading, the watcher and the pass's outline (`pass`); its
+/// steps and the owner's operations are extensions in files named for what they hold:
+/// `+Operations`, `+Reading` (step 1), `+Local` (steps 2 and 3), `+Writing` (this device's
+/// segments), `+Acks`, `+Compaction`.
 public final class SyncService: @unchecked Sendable {
     let vault: Vault
     let lock = NSLock()
