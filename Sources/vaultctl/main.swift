@@ -49,6 +49,8 @@ let toolUsage = """
       ATTRIBUTES / FILTERS: --service --account --label --comment --description
         --access-group --accessible --synchronizable[=yes|no] --server --protocol --port --path
         --authentication-type --security-domain --generic TEXT --generic-base64 B64
+        --require-presence: the secret only after you prove presence (polkit: your password,
+          fingerprint or key); get exits 36 when not confirmed; not with --synchronizable
     Desktop keyring (Secret Service):
       keyring import --access-group G [--secret-service] [--collection NAME] [--dry-run] [--json]
       keyring export [CLASS] [FILTERS] [--all-groups] [--collection NAME] [--dry-run] [--json]
