@@ -10,21 +10,26 @@ extension VaultSession {
         try vault.addItem(itemClass, attributes: attributes, secret: secret, caller: caller)
     }
 
-    /// SecItemCopyMatching; see `Vault.copyMatching`.
+    /// SecItemCopyMatching; see `Vault.copyMatching`. A secret whose item requires user
+    /// presence is released only once the user proved it (`Vault.requirePresence`).
     public func copyMatching(_ query: ItemQuery, returnData: Bool, includingLocked: Bool = false)
         throws -> [FoundItem]
     {
-        try vault.copyMatching(
-            query, returnData: returnData, includingLocked: includingLocked, caller: caller)
+        try copyMatchingReportingDamage(
+            query, returnData: returnData, includingLocked: includingLocked
+        ).items
     }
 
     /// SecItemCopyMatching, with the damaged items the query met; see
-    /// `Vault.copyMatchingReportingDamage`.
+    /// `Vault.copyMatchingReportingDamage`, and `copyMatching` for user presence.
     public func copyMatchingReportingDamage(
         _ query: ItemQuery, returnData: Bool, includingLocked: Bool = false
     ) throws -> ItemMatches {
-        try vault.copyMatchingReportingDamage(
+        let matches = try vault.copyMatchingReportingDamage(
             query, returnData: returnData, includingLocked: includingLocked, caller: caller)
+        // The secret-release point: the found secrets go out only past this check.
+        try vault.requirePresence(for: matches.items, caller: caller, process: process)
+        return matches
     }
 
     /// SecItemUpdate; see `Vault.updateItems`.

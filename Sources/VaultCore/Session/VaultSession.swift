@@ -14,6 +14,10 @@ public struct VaultSession: Sendable {
     let vault: Vault
     /// Who the session acts for, as vaultd established it from the kernel.
     public let caller: Caller
+    /// The process the session serves, as vaultd named it from the kernel: whom a
+    /// presence-protected secret is released to (`requested(by:)`); nil, none, and such a
+    /// secret is refused.
+    public private(set) var process: RequestingProcess?
 
     init(vault: Vault, caller: Caller) {
         self.vault = vault
@@ -25,6 +29,13 @@ public struct VaultSession: Sendable {
     public var isOwner: Bool { caller.isOwner }
     /// Where an Add naming no access group stores (`Caller.defaultAccessGroup`).
     public var defaultAccessGroup: String { caller.defaultAccessGroup }
+
+    /// The session, serving `process` (the peer vaultd identified the caller from).
+    public func requested(by process: RequestingProcess) -> VaultSession {
+        var s = self
+        s.process = process
+        return s
+    }
 
     /// Whether the session is told of a change to an item of access group `group` (the Secret
     /// Service's ItemCreated, ItemDeleted, ItemChanged signals): one of its groups.
@@ -126,7 +137,10 @@ extension VaultSession {
     public func backup(to path: String, recipients: [Age.Recipient], includeDeviceBound: Bool)
         throws -> BackupSummary
     {
-        try vault.backup(
+        // A backup carries every secret: with a presence-protected item among them, the
+        // user proves presence first, as a read of that item would ask.
+        try vault.requirePresenceForEveryItem(caller: caller, process: process)
+        return try vault.backup(
             to: path, recipients: recipients, includeDeviceBound: includeDeviceBound,
             caller: caller)
     }
