@@ -113,7 +113,7 @@ struct PresencePolicyTests {
         }
     }
 
-    @Test func noVerifierNoProcessOrASecretServiceThreadFailClosed() throws {
+    @Test func noVerifierOrNoProcessFailClosedAndABusThreadIsToldToHandOver() throws {
         try withVault { vault, _ in
             let s = try protectedVault(vault, verifier: nil)
             expectFailure(.interactionNotAllowed) { _ = try read(s, "guarded") }
@@ -121,10 +121,18 @@ struct PresencePolicyTests {
             vault.presence.verifier = v
             let anonymous = try vault.session(for: .owner)
             expectFailure(.interactionNotAllowed) { _ = try read(anonymous, "guarded") }
+            // A thread that may not wait: told so, nothing asked; then where it may.
             let bus = s.requested(
                 by: RequestingProcess(pid: 9, startTime: 1, uid: 1000, mayWait: false))
-            expectFailure(.interactionNotAllowed) { _ = try read(bus, "guarded") }
+            var toldToHandOver = false
+            do { _ = try read(bus, "guarded") } catch is PresenceWouldWait { toldToHandOver = true }
+            #expect(toldToHandOver)
             #expect(v.count == 0)
+            #expect(try read(bus.mayWaitForPresence(), "guarded") == Array("pw-1".utf8))
+            #expect(v.count == 1)
+            // Within the window, the thread that may not wait is served.
+            #expect(try read(bus, "guarded") == Array("pw-1".utf8))
+            #expect(v.count == 1)
         }
     }
 

@@ -15,8 +15,10 @@ public struct RequestingProcess: Sendable, Hashable {
     public let uid: UInt32
     /// Whether the calling thread may wait for the user (up to the verifier's timeout): a
     /// varlink connection's own thread may; the Secret Service's threads, which serve every
-    /// bus client, may not, and a check there that the grace does not spare fails at once.
-    public let mayWait: Bool
+    /// bus client, may not: a check there that the grace does not spare throws
+    /// `PresenceWouldWait`, and the front-end runs the call again on a thread of its own
+    /// (`VaultSession.mayWaitForPresence()`).
+    public internal(set) var mayWait: Bool
 
     public init(pid: Int32, startTime: UInt64, uid: UInt32, mayWait: Bool) {
         self.pid = pid
@@ -25,6 +27,11 @@ public struct RequestingProcess: Sendable, Hashable {
         self.mayWait = mayWait
     }
 }
+
+/// Thrown, instead of a wait for the user, by a presence check on a thread that may not
+/// wait (`RequestingProcess.mayWait` false): nothing was asked or released. The front-end
+/// runs the call again where it may wait, with `VaultSession.mayWaitForPresence()`.
+public struct PresenceWouldWait: Error {}
 
 /// What a presence check answered.
 public enum PresenceOutcome: Sendable, Equatable {
@@ -55,7 +62,7 @@ public final class PresenceGate: @unchecked Sendable {
     /// The monotonic time (ns) each process last proved presence, for its caller.
     private var confirmedAt: [Key: UInt64] = [:]
     /// The processes whose check is running now.
-    private var pending: Set<RequestingProcess> = []
+    private var pending: Set<ProcessKey> = []
 
     /// The most processes remembered in the window; past it the oldest are forgotten (they
     /// are asked again), so a flood of processes cannot grow vaultd's memory.
@@ -64,8 +71,18 @@ public final class PresenceGate: @unchecked Sendable {
     /// user, who answers one prompt at a time; more would only queue prompts up).
     static let maximumPending = 8
 
+    /// A process, whichever thread serves it.
+    private struct ProcessKey: Hashable {
+        var pid: Int32
+        var startTime: UInt64
+        var uid: UInt32
+
+        init(_ p: RequestingProcess) { (pid, startTime, uid) = (p.pid, p.startTime, p.uid) }
+    }
+
+    /// A process and the caller it was identified as.
     private struct Key: Hashable {
-        var process: RequestingProcess
+        var process: ProcessKey
         var appID: String?
     }
 
@@ -92,11 +109,11 @@ public final class PresenceGate: @unchecked Sendable {
         guard let process else {
             throw Self.refusal("vaultd cannot name the calling process to polkit")
         }
-        let key = Key(process: process, appID: caller.appID)
-        guard let verifier = try begin(key) else { return }
+        let key = Key(process: ProcessKey(process), appID: caller.appID)
+        guard let verifier = try begin(key, mayWait: process.mayWait) else { return }
         let outcome = verifier.verifyPresence(of: process)
         lock.withLock {
-            pending.remove(process)
+            pending.remove(key.process)
             if outcome == .confirmed && graceNanoseconds > 0 {
                 if confirmedAt.count >= Self.maximumRemembered { forgetOldest() }
                 confirmedAt[key] = MonotonicClock.nanoseconds()
@@ -111,7 +128,7 @@ public final class PresenceGate: @unchecked Sendable {
 
     /// nil when `key` is within its window; else the verifier to ask, the process marked
     /// pending. Throws when no check can be made now.
-    private func begin(_ key: Key) throws -> (any PresenceVerifier)? {
+    private func begin(_ key: Key, mayWait: Bool) throws -> (any PresenceVerifier)? {
         try lock.withLock {
             if graceNanoseconds > 0, let at = confirmedAt[key],
                 MonotonicClock.nanoseconds() &- at < graceNanoseconds
@@ -121,11 +138,7 @@ public final class PresenceGate: @unchecked Sendable {
             guard let v = verifierValue else {
                 throw Self.refusal("vaultd has no presence verifier (polkit)")
             }
-            guard key.process.mayWait else {
-                throw Self.refusal(
-                    "the Secret Service does not wait for a presence check; read the item through vaultd's socket (vaultctl item get)"
-                )
-            }
+            guard mayWait else { throw PresenceWouldWait() }
             guard pending.count < Self.maximumPending, !pending.contains(key.process) else {
                 throw Self.refusal("other presence checks are in progress; try again")
             }

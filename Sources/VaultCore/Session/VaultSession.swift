@@ -37,6 +37,14 @@ public struct VaultSession: Sendable {
         return s
     }
 
+    /// The session, on a thread that may wait for the user's presence (after
+    /// `PresenceWouldWait`): the front-end's own worker, not a thread other clients need.
+    public func mayWaitForPresence() -> VaultSession {
+        var s = self
+        s.process?.mayWait = true
+        return s
+    }
+
     /// Whether the session is told of a change to an item of access group `group` (the Secret
     /// Service's ItemCreated, ItemDeleted, ItemChanged signals): one of its groups.
     public func sees(itemInAccessGroup group: String) -> Bool {

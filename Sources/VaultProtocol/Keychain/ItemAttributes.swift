@@ -10,11 +10,16 @@ public enum ItemClass: String, CaseIterable, Sendable {
 
     /// Parses the wire name. Throws `VaultError` Param for anything else.
     public init(wire: String) throws {
-        guard let c = ItemClass(rawValue: wire) else {
-            throw VaultError.param(
-                "unknown item class '\(wire)': use genericPassword or internetPassword")
-        }
-        self = c
+        self = try .named(
+            wire, "unknown item class '\(wire)': use genericPassword or internetPassword")
+    }
+}
+
+extension RawRepresentable where RawValue == String {
+    /// The case whose wire name is `wire`; `VaultError` Param saying `unknown` otherwise.
+    static func named(_ wire: String, _ unknown: @autoclosure () -> String) throws -> Self {
+        guard let c = Self(rawValue: wire) else { throw VaultError.param(unknown()) }
+        return c
     }
 }
 
@@ -71,11 +76,7 @@ public enum AccessControl: String, CaseIterable, Sendable {
 
     /// Parses the wire name. Anything else throws `VaultError` Param.
     public init(wire: String) throws {
-        guard let c = AccessControl(rawValue: wire) else {
-            throw VaultError.param(
-                "unknown access control '\(wire)': the one value is userPresence")
-        }
-        self = c
+        self = try .named(wire, "unknown access control '\(wire)': the one value is userPresence")
     }
 }
 

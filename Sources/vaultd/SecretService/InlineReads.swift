@@ -134,6 +134,16 @@ extension SecretService {
                 member, of: interface, on: target, body, sender: sender, vaultSession: vaultSession)
             reply = g_dbus_message_new_method_reply(message)
             if let out { out.pass { g_dbus_message_set_body(reply, $0) } }
+        } catch is PresenceWouldWait {
+            // Answered from a presence worker (`PresenceHandOff.swift`), which takes `message`
+            // over; awaiting its reply meanwhile, so the sender's next calls take the usual way.
+            inline.withLock { state in state.awaitingReply[sender, default: []].insert(serial) }
+            let target = SecretServicePath(path)!
+            handOverForPresence(message: message, vaultSession) { [self] in
+                try handle(
+                    member, of: interface, on: target, body, sender: sender, vaultSession: $0)
+            }
+            return nil
         } catch {
             let e = BusError(error)
             reply = g_dbus_message_new_method_error_literal(message, e.name.rawValue, e.message)

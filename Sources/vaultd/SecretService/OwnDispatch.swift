@@ -55,9 +55,21 @@ extension SecretService {
             if path == SecretServicePath.collectionRoot {
                 out = .tuple([.string(try introspectCollections(sender: sender))])
             } else {
-                out = try itemCall(
-                    path: path, interface: interface, member: member, signature: signature, body,
-                    sender: sender)
+                do {
+                    out = try itemCall(
+                        path: path, interface: interface, member: member, signature: signature,
+                        body, sender: sender)
+                } catch is PresenceWouldWait {
+                    // Answered from a presence worker (`PresenceHandOff.swift`), with a
+                    // reference of its own to `message` (this one is dropped on return).
+                    g_object_ref(UnsafeMutableRawPointer(message))
+                    handOverForPresence(message: message, try identify(sender)) { [self] s in
+                        try itemCall(
+                            path: path, interface: interface, member: member,
+                            signature: signature, body, sender: sender, session: s)
+                    }
+                    return
+                }
             }
             reply = g_dbus_message_new_method_reply(message)
             if let out { out.pass { g_dbus_message_set_body(reply, $0) } }
@@ -65,6 +77,11 @@ extension SecretService {
             let e = BusError(error)
             reply = g_dbus_message_new_method_error_literal(message, e.name.rawValue, e.message)
         }
+        send(reply, answering: message)
+    }
+
+    /// Sends `reply` (unreferenced here) to `message`'s caller, unless the call asked for none.
+    func send(_ reply: OpaquePointer, answering message: OpaquePointer) {
         defer { g_object_unref(UnsafeMutableRawPointer(reply)) }
         guard
             g_dbus_message_get_flags(message).rawValue
@@ -95,9 +112,11 @@ extension SecretService {
     /// interface's methods, after GDBus's checks (above). The object's interfaces depend on
     /// the path's shape alone (an item, or none for an element vaultd does not write), never
     /// on what is stored.
+    /// `session`: the caller's session as a presence worker runs the call again with it
+    /// (`PresenceHandOff.swift`); nil, identified here.
     private func itemCall(
         path: String, interface: String, member: String, signature: String, _ body: GV,
-        sender: String
+        sender: String, session: VaultSession? = nil
     ) throws -> GV? {
         let info: UnsafeMutablePointer<GDBusInterfaceInfo>?
         switch SecretServicePath(path) {
@@ -190,7 +209,7 @@ extension SecretService {
             guard SecretServiceOperations.of(interface, member) != nil else {
                 throw BusError.accessDenied("\(interface).\(member) has no policy decision")
             }
-            let vaultSession = try identify(sender)
+            let vaultSession = try session ?? identify(sender)
             guard let target = SecretServicePath(path) else { throw BusError.noSuchObject }
             return try handle(
                 member, of: interface, on: target, body, sender: sender, vaultSession: vaultSession)

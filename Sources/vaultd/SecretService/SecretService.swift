@@ -671,9 +671,19 @@ final class SecretService: @unchecked Sendable {
                 }
                 let vaultSession = try identify(sender)
                 guard let target = SecretServicePath(path) else { throw BusError.noSuchObject }
-                reply = try handle(
-                    method, of: interface, on: target, parameters, sender: sender,
-                    vaultSession: vaultSession)
+                do {
+                    reply = try handle(
+                        method, of: interface, on: target, parameters, sender: sender,
+                        vaultSession: vaultSession)
+                } catch is PresenceWouldWait {
+                    // Returned from a presence worker (`PresenceHandOff.swift`).
+                    handOverForPresence(invocation: invocation, vaultSession) { [self] in
+                        try handle(
+                            method, of: interface, on: target, parameters, sender: sender,
+                            vaultSession: $0)
+                    }
+                    return
+                }
             }
             if let reply {
                 reply.pass { g_dbus_method_invocation_return_value(invocation, $0) }

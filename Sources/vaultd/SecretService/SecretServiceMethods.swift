@@ -267,7 +267,15 @@ extension SecretService {
                 guard let t = SecretServicePath(itemPath) else { continue }
                 let data: SecureBytes
                 let contentType: String?
-                switch try? stored(t, secret: true, vaultSession: vaultSession) {
+                let entry: StoredItem?
+                do {
+                    entry = try stored(t, secret: true, vaultSession: vaultSession)
+                } catch let e as PresenceWouldWait {
+                    throw e  // the whole call runs again where it may wait
+                } catch {
+                    entry = nil
+                }
+                switch entry {
                 case .item(let found)?:
                     guard let d = found.data else {
                         locked = true

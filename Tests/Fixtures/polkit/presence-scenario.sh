@@ -3,7 +3,7 @@
 # the real polkitd on a private system bus, vaultd and its clients as a dedicated user, and
 # pkttyagent answering on a tmux pane. Run as root under `unshare -m` (mounts made here are
 # this namespace's only):
-#   unshare -m sh presence-scenario.sh DIR USER VAULTD VAULTCTL POLICY
+#   unshare -m sh presence-scenario.sh DIR USER VAULTD VAULTCTL GIT_HELPER POLICY
 # DIR: a fresh directory (0755) this script fills; USER: a user whose password is in
 # $DIR/password (the test made it); POLICY: dist/polkit/io.vaultd.policy.
 # Prints one line per case, `case=NAME rc=N out=… err=…`, which the test asserts on.
@@ -13,7 +13,7 @@
 # and polkitd reads actions from /usr/share/polkit-1/actions only. Both paths are mounted over
 # here, for this namespace, so nothing of the host's changes.
 set -u
-T=$1 USER=$2 VAULTD=$3 VAULTCTL=$4 POLICY=$5
+T=$1 USER=$2 VAULTD=$3 VAULTCTL=$4 GIT_HELPER=$5 POLICY=$6
 PASSWORD=$(cat "$T/password")
 U=$T/u
 BUS=/run/dbus/system_bus_socket
@@ -90,8 +90,14 @@ settings() {
 EOF
 }
 settings 10 8
+# The user's session bus, for vaultd's Secret Service and secret-tool.
+$AS_USER dbus-daemon --session --nofork --nopidfile --print-address=1 > "$T/session-address" \
+  2> "$T/session.log" &
+PIDS="$! $PIDS"
+wait_for "[ -s $T/session-address ]" || fail "the session bus did not start"
+AS_USER="$AS_USER DBUS_SESSION_BUS_ADDRESS=$(head -1 "$T/session-address")"
 $AS_USER "$VAULTD" --socket "$U/vaultd.sock" --data-dir "$U/data" --config "$U/config.plist" \
-  > "$T/vaultd.log" 2>&1 &
+  --secret-service > "$T/vaultd.log" 2>&1 &
 VD=$!
 PIDS="$VD $PIDS"
 wait_for "[ -S $U/vaultd.sock ]" || fail "vaultd did not start: $(cat "$T/vaultd.log")"
@@ -121,13 +127,13 @@ agent() {
 }
 pane() { $TMUX capture-pane -p -t "$1" 2>/dev/null; }
 
-# ask NAME ANSWER: `vaultctl item get` of the protected item; the agent types ANSWER (a
-# password), presses ^C on the prompt (cancel), shows the prompt and is never answered
-# (silent), or is not there at all (none).
+# ask NAME ANSWER COMMAND...: runs COMMAND as the user ($T/in its stdin); the agent types
+# ANSWER (a password), presses ^C on the prompt (cancel), shows the prompt and is never
+# answered (silent), or is not there at all (none).
 ask() {
   name=$1 answer=$2
-  : > "$T/in"
-  start_held "$name" "$VAULTCTL" item get --service presence.example --account alice
+  shift 2
+  start_held "$name" "$@"
   [ "$answer" = none ] || agent "$name"
   echo go > "$T/go"
   case "$answer" in
@@ -144,13 +150,40 @@ ask() {
   $TMUX kill-session -t "$name" 2>/dev/null
   report "$name" "$rc"
 }
+# `vaultctl item get` of the protected item.
+get() { : > "$T/in"; ask "$1" "$2" "$VAULTCTL" item get --service presence.example --account alice; }
 
-ask right "$PASSWORD"
-ask wrong "not-the-password"
-ask cancel cancel
-ask none none
+# The git credential helper reads through the same door: an internet password made
+# presence-protected after it was stored.
+printf 'protocol=https\nhost=git.example.org\nusername=bob\npassword=git-pw-9\n\n' \
+  | $AS_USER "$GIT_HELPER" store || fail "git-credential-vault store"
+$AS_USER "$VAULTCTL" item update internet --server git.example.org --set-require-presence \
+  --yes > /dev/null || fail "item update --set-require-presence"
+ask_git() {
+  printf 'protocol=https\nhost=git.example.org\nusername=bob\n\n' > "$T/in"
+  ask "$1" "$2" "$GIT_HELPER" get
+}
+ask_git git-right "$PASSWORD"
+ask_git git-none none
+
+# The Secret Service: an item secret-tool stored, then made presence-protected; its lookup
+# (SearchItems, then GetSecrets) waits on a worker of vaultd's for the user.
+wait_for "$AS_USER gdbus call --session -d org.freedesktop.secrets -o /org/freedesktop/secrets -m org.freedesktop.DBus.Peer.Ping >/dev/null 2>&1" \
+  || fail "no Secret Service: $(cat "$T/vaultd.log")"
+printf 'ss-pw-3' | $AS_USER secret-tool store --label=presence service presence.ss \
+  || fail "secret-tool store"
+$AS_USER "$VAULTCTL" item update --service org.freedesktop.secrets --set-require-presence \
+  --yes > /dev/null || fail "item update of the Secret Service item"
+ask_ss() { : > "$T/in"; ask "$1" "$2" secret-tool lookup service presence.ss; }
+ask_ss ss-right "$PASSWORD"
+ask_ss ss-none none
+
+get right "$PASSWORD"
+get wrong "not-the-password"
+get cancel cancel
+get none none
 START=$(date +%s)
-ask silent silent
+get silent silent
 echo "silent-seconds=$(( $(date +%s) - START ))"
 grep -q "AUTHENTICATING FOR io.vaultd.user-presence" "$T/pane.silent" && echo "silent-prompted=yes"
 

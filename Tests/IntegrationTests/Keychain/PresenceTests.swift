@@ -95,7 +95,7 @@ enum PresenceScenario {
             "unshare",
             [
                 "-m", "sh", script, root, user, Paths.tool("vaultd"), Paths.tool("vaultctl"),
-                policy,
+                Paths.tool("git-credential-vault"), policy,
             ],
             environment: environment, timeout: 300)
         var o = Outcome()
@@ -167,6 +167,24 @@ struct PresenceTests {
         let seconds = Int(o.values["silent-seconds"] ?? "") ?? -1
         #expect((7...30).contains(seconds), "took \(seconds) s")
         #expect(o.err("silent").contains("no answer within 8 s"))
+    }
+
+    @Test func theGitHelperGetsThePasswordOnlyWithPresence() throws {
+        let o = try PresenceScenario.get()
+        #expect(o.rc("git-right") == 0, "\(o.cases["git-right"] ?? o.transcript)")
+        #expect(o.out("git-right")?.contains("password=git-pw-9") == true)
+        // Without an agent git is told nothing (and asks the next helper, or the user).
+        #expect(o.out("git-none")?.contains("password=") == false)
+        #expect(o.out("git-none")?.contains("git-pw-9") == false)
+    }
+
+    @Test func theSecretServiceWaitsForTheUserOnAWorkerOfItsOwn() throws {
+        let o = try PresenceScenario.get()
+        #expect(o.rc("ss-right") == 0, "\(o.cases["ss-right"] ?? o.transcript)")
+        #expect(o.out("ss-right") == "ss-pw-3")
+        // No agent: secret-tool finds the item but gets no secret (GetSecrets leaves it out).
+        #expect(o.out("ss-none") == "")
+        #expect(o.out("ss-none")?.contains("ss-pw-3") == false)
     }
 
     @Test func attributesAreNotGatedAndShowTheAccessControl() throws {
