@@ -30,17 +30,19 @@ struct PolkitPresence: PresenceVerifier {
     let timeout: Double
 
     func verifyPresence(of process: RequestingProcess) -> PresenceOutcome {
-        let deadline = Int32(min(max(timeout, 1), 3600) * 1000)
-        let cancellable = g_cancellable_new()
-        defer { g_object_unref(UnsafeMutableRawPointer(cancellable)) }
+        let total = Int32(min(max(timeout, 1), 3600) * 1000)
+        let start = MonotonicClock.nanoseconds()
         // The connect and its handshake have no timeout of their own: a bus that accepts and
-        // never answers is cut off by the cancellable.
-        let timer = DispatchWorkItem { g_cancellable_cancel(cancellable) }
+        // never answers is cut off by the cancellable, which a timer cancels at the deadline.
+        // The timer's closure holds the cancellable too (`OwnedCancellable`), so it stays
+        // alive however late the timer runs.
+        let cancellable = OwnedCancellable()
+        let timer = DispatchWorkItem { cancellable.cancel() }
         DispatchQueue.global().asyncAfter(
-            deadline: .now() + .milliseconds(Int(deadline)), execute: timer)
+            deadline: .now() + .milliseconds(Int(total)), execute: timer)
         defer { timer.cancel() }
         let connection: OpaquePointer
-        switch Self.connect(cancellable) {
+        switch Self.connect(cancellable.raw) {
         case .connected(let c): connection = c
         case .none(let why): return .notConfirmed(why)
         }
@@ -48,6 +50,9 @@ struct PolkitPresence: PresenceVerifier {
             g_dbus_connection_close_sync(connection, nil, nil)
             g_object_unref(UnsafeMutableRawPointer(connection))
         }
+        // What is left of the deadline (ms) for the check itself.
+        let spent = Int32(min((MonotonicClock.nanoseconds() &- start) / 1_000_000, UInt64(total)))
+        let deadline = max(1, total - spent)
         let cancellationID = "vaultd-\(process.pid)-\(MonotonicClock.nanoseconds())"
         var error: UnsafeMutablePointer<GError>?
         let parameters = Self.parameters(process, cancellationID: cancellationID)
@@ -156,4 +161,14 @@ struct PolkitPresence: PresenceVerifier {
     private static func describe(_ error: UnsafeMutablePointer<GError>?) -> String {
         logField(String(cString: cg_error_message(error)))
     }
+}
+
+/// A GCancellable with one owner in Swift, released when the last holder lets go (the check
+/// and its timer may end in either order). `@unchecked Sendable`: GCancellable is thread-safe.
+final class OwnedCancellable: @unchecked Sendable {
+    let raw = g_cancellable_new()
+
+    func cancel() { g_cancellable_cancel(raw) }
+
+    deinit { g_object_unref(UnsafeMutableRawPointer(raw)) }
 }
