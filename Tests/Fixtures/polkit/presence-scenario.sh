@@ -72,9 +72,11 @@ cat > "$T/bus.conf" <<EOF
 </busconfig>
 EOF
 dbus-daemon --config-file="$T/bus.conf" --nofork --nopidfile > "$T/dbus.log" 2>&1 &
+SYSTEM_BUS=$!
 PIDS="$! $PIDS"
 wait_for "[ -S $BUS ]" || fail "the private system bus did not start"
 /usr/lib/polkit-1/polkitd --no-debug > "$T/polkitd.log" 2>&1 &
+POLKITD=$!
 PIDS="$! $PIDS"
 wait_for "gdbus call --system -d org.freedesktop.PolicyKit1 -o /org/freedesktop/PolicyKit1/Authority -m org.freedesktop.DBus.Properties.Get org.freedesktop.PolicyKit1.Authority BackendName >/dev/null 2>&1" \
   || fail "polkitd did not start: $(cat "$T/polkitd.log")"
@@ -143,15 +145,17 @@ ask() {
     *)
       wait_for "pane $name | grep -q Password:" && $TMUX send-keys -t "$name" "$answer" Enter ;;
   esac
-  timeout 60 sh -c "while kill -0 $P 2>/dev/null; do sleep 0.05; done"
+  timeout 60 sh -c "while kill -0 $P 2>/dev/null; do sleep 0.05; done" || kill -9 $P
   wait $P
   rc=$?
   pane "$name" > "$T/pane.$name"
   $TMUX kill-session -t "$name" 2>/dev/null
   report "$name" "$rc"
 }
+# Makes $T/in a regular file holding $1 (after `twice`, it is a FIFO, which would block).
+input() { rm -f "$T/in" && printf "$1" > "$T/in"; }
 # `vaultctl item get` of the protected item.
-get() { : > "$T/in"; ask "$1" "$2" "$VAULTCTL" item get --service presence.example --account alice; }
+get() { input ''; ask "$1" "$2" "$VAULTCTL" item get --service presence.example --account alice; }
 
 # The git credential helper reads through the same door: an internet password made
 # presence-protected after it was stored.
@@ -160,7 +164,7 @@ printf 'protocol=https\nhost=git.example.org\nusername=bob\npassword=git-pw-9\n\
 $AS_USER "$VAULTCTL" item update internet --server git.example.org --set-require-presence \
   --yes > /dev/null || fail "item update --set-require-presence"
 ask_git() {
-  printf 'protocol=https\nhost=git.example.org\nusername=bob\n\n' > "$T/in"
+  input 'protocol=https\nhost=git.example.org\nusername=bob\n\n'
   ask "$1" "$2" "$GIT_HELPER" get
 }
 ask_git git-right "$PASSWORD"
@@ -174,7 +178,7 @@ printf 'ss-pw-3' | $AS_USER secret-tool store --label=presence service presence.
   || fail "secret-tool store"
 $AS_USER "$VAULTCTL" item update --service org.freedesktop.secrets --set-require-presence \
   --yes > /dev/null || fail "item update of the Secret Service item"
-ask_ss() { : > "$T/in"; ask "$1" "$2" secret-tool lookup service presence.ss; }
+ask_ss() { input ''; ask "$1" "$2" secret-tool lookup service presence.ss; }
 ask_ss ss-right "$PASSWORD"
 ask_ss ss-none none
 
@@ -209,7 +213,7 @@ twice() {
   $TMUX kill-session -t "$name" 2>/dev/null
   echo second >&7
   exec 7>&-
-  timeout 60 sh -c "while kill -0 $P 2>/dev/null; do sleep 0.05; done"
+  timeout 60 sh -c "while kill -0 $P 2>/dev/null; do sleep 0.05; done" || kill -9 $P
   wait $P
   report "$name" $?
 }
@@ -243,4 +247,13 @@ settings 0 8
 kill -HUP $VD
 wait_for "grep -q 'SIGHUP: settings reloaded' $T/vaultd.log" || fail "no reload"
 twice nograce
+
+# No polkitd (the bus has no one to start it), then no system bus at all: fails at once.
+# (polkitd does not end on SIGTERM: SIGKILL.)
+kill -9 $POLKITD
+wait $POLKITD 2>/dev/null
+get nopolkit none
+kill -9 $SYSTEM_BUS
+wait $SYSTEM_BUS 2>/dev/null
+get nobus none
 echo "done"

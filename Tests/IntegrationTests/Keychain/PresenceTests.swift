@@ -158,6 +158,15 @@ struct PresenceTests {
         #expect(o.err("none").contains("no agent"))
     }
 
+    @Test func noPolkitdAndNoSystemBusFailAtOnce() throws {
+        let o = try PresenceScenario.get()
+        #expect(o.rc("nopolkit") == Self.locked, "\(o.cases["nopolkit"] ?? o.transcript)")
+        #expect(o.err("nopolkit").contains("polkit did not answer"))
+        #expect(o.rc("nobus") == Self.locked, "\(o.cases["nobus"] ?? o.transcript)")
+        #expect(o.err("nobus").contains("no system bus"))
+        #expect(o.out("nobus") == "")
+    }
+
     @Test func anUnansweredPromptIsCancelledAtTheTimeout() throws {
         let o = try PresenceScenario.get()
         #expect(o.rc("silent") == Self.locked, "\(o.cases["silent"] ?? o.transcript)")
