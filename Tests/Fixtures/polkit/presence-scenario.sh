@@ -1,9 +1,10 @@
 #!/bin/sh
 # The user-presence scenario of PresenceTests (Tests/IntegrationTests/Keychain/PresenceTests.swift):
 # the real polkitd on a private system bus, vaultd and its clients as a dedicated user, and
-# pkttyagent answering on a tmux pane. Run as root under `unshare -m` (mounts made here are
-# this namespace's only):
-#   unshare -m sh presence-scenario.sh DIR USER VAULTD VAULTCTL GIT_HELPER POLICY
+# pkttyagent answering on a tmux pane. Run as root in a mount namespace (mounts made here are
+# its only) and a PID namespace (all it starts ends with it, even when it is killed):
+#   unshare -m -p --fork --kill-child --mount-proc sh presence-scenario.sh \
+#     DIR USER VAULTD VAULTCTL GIT_HELPER POLICY
 # DIR: a fresh directory (0755) this script fills; USER: a user whose password is in
 # $DIR/password (the test made it); POLICY: dist/polkit/io.vaultd.policy.
 # Prints one line per case, `case=NAME rc=N out=… err=…`, which the test asserts on.

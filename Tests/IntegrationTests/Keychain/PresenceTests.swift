@@ -9,7 +9,8 @@ import Glibc
 /// User presence through the real polkit (docs/keychain.md, "User presence"): polkitd on a
 /// private system bus, vaultd and its clients running as a dedicated user with a known
 /// password, and pkttyagent on a tmux pane answering the prompt. The scenario
-/// (`Tests/Fixtures/polkit/presence-scenario.sh`) runs once, under `unshare -m`, and prints one
+/// (`Tests/Fixtures/polkit/presence-scenario.sh`) runs once, in mount and PID namespaces of its
+/// own (`unshare -m -p`), and prints one
 /// line per case; each test below asserts on its case.
 ///
 /// Why a user of its own: polkit authorizes uid 0 for everything without asking, and
@@ -91,10 +92,13 @@ enum PresenceScenario {
             }
         }
         try Data(password.utf8).write(to: URL(fileURLWithPath: root + "/password"))
+        // A mount namespace (see the script) and a PID namespace of its own: should the run
+        // be killed at its timeout, everything it started dies with its first process.
         let r = try ChildProcess.run(
             "unshare",
             [
-                "-m", "sh", script, root, user, Paths.tool("vaultd"), Paths.tool("vaultctl"),
+                "-m", "-p", "--fork", "--kill-child", "--mount-proc", "sh", script, root, user,
+                Paths.tool("vaultd"), Paths.tool("vaultctl"),
                 Paths.tool("git-credential-vault"), policy,
             ],
             environment: environment, timeout: 300)
