@@ -90,9 +90,12 @@ let package = Package(
             path: "Benchmarks/vault-bench"),
 
         .target(name: "TestSupport", path: "Tests/TestSupport"),
+        // The power-cut tests' SQLite VFS (after SQLite's own crash tests), in C as a VFS is.
+        .target(name: "CCrashVFS", dependencies: ["CSQLite"], path: "Tests/CCrashVFS"),
         .testTarget(name: "VaultProtocolTests", dependencies: ["VaultProtocol", "TestSupport"]),
         .testTarget(
-            name: "VaultCoreTests", dependencies: ["VaultCore", "SecretSession", "TestSupport"]),
+            name: "VaultCoreTests",
+            dependencies: ["VaultCore", "SecretSession", "TestSupport", "CCrashVFS"]),
         .testTarget(
             name: "IntegrationTests",
             // VaultCore and vaultd for the operations and the front-ends' method tables only:

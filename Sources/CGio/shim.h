@@ -22,3 +22,40 @@ static inline const char *cg_error_message(GError *error) { return error && erro
 
 /// The D-Bus error name a GError stands for (a remote error's own name), or NULL; free with g_free.
 static inline gchar *cg_error_dbus_name(GError *error) { return error ? g_dbus_error_get_remote_error(error) : NULL; }
+
+#include <fcntl.h>
+#include <unistd.h>
+
+/// Connects to the D-Bus server at `address` as GDBus would (g_dbus_address_get_stream_sync:
+/// every transport GDBus knows, nothing authenticated yet) and returns the connected socket,
+/// duplicated (FD_CLOEXEC; the caller owns it), or -1 with `*error` set.
+static inline int cg_dbus_address_connect_fd(const char *address, GError **error) {
+    GIOStream *stream = g_dbus_address_get_stream_sync(address, NULL, NULL, error);
+    if (!stream) return -1;
+    int fd = -1;
+    if (G_IS_SOCKET_CONNECTION(stream)) {
+        GSocket *socket = g_socket_connection_get_socket(G_SOCKET_CONNECTION(stream));
+        fd = fcntl(g_socket_get_fd(socket), F_DUPFD_CLOEXEC, 3);
+        if (fd < 0) g_set_error(error, G_IO_ERROR, g_io_error_from_errno(errno), "cannot duplicate the bus socket");
+    } else {
+        g_set_error(error, G_IO_ERROR, G_IO_ERROR_NOT_SUPPORTED, "the bus address gives no socket");
+    }
+    g_object_unref(stream);
+    return fd;
+}
+
+/// A GDBusConnection over the connected socket `fd` (which it takes over, and closes in the
+/// end), authenticated and set up with `flags` as g_dbus_connection_new_for_address_sync does;
+/// NULL with `*error` set (`fd` is closed then too).
+static inline GDBusConnection *cg_dbus_connection_new_for_fd(int fd, GDBusConnectionFlags flags, GError **error) {
+    GSocket *socket = g_socket_new_from_fd(fd, error);
+    if (!socket) {
+        close(fd);
+        return NULL;
+    }
+    GSocketConnection *stream = g_socket_connection_factory_create_connection(socket);
+    g_object_unref(socket);
+    GDBusConnection *connection = g_dbus_connection_new_sync(G_IO_STREAM(stream), NULL, flags, NULL, NULL, error);
+    g_object_unref(stream);
+    return connection;
+}

@@ -215,3 +215,57 @@ int vault_unix_peer_inode(int fd, unsigned long long *peer) {
 }
 
 int vault_o_path(void) { return O_PATH; }
+
+ssize_t vault_recv_fds(int fd, void *buf, size_t len, int *fds, int max_fds, int *n_fds) {
+    union {
+        char bytes[CMSG_SPACE(VAULT_MAX_PASSED_FDS * sizeof(int))];
+        struct cmsghdr align;
+    } control;
+    struct iovec iov = {.iov_base = buf, .iov_len = len};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.bytes, .msg_controllen = sizeof(control.bytes)};
+    ssize_t n;
+    do {
+        n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    } while (n < 0 && errno == EINTR);
+    *n_fds = 0;
+    if (n < 0) return n;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+        size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < count; i++) {
+            int passed;
+            memcpy(&passed, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+            if (*n_fds < max_fds) fds[(*n_fds)++] = passed;
+            else close(passed);
+        }
+    }
+    return n;
+}
+
+ssize_t vault_send_fds(int fd, const void *buf, size_t len, const int *fds, int n_fds) {
+    union {
+        char bytes[CMSG_SPACE(VAULT_MAX_PASSED_FDS * sizeof(int))];
+        struct cmsghdr align;
+    } control;
+    struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (n_fds > VAULT_MAX_PASSED_FDS) {
+        errno = EINVAL;
+        return -1;
+    }
+    if (n_fds > 0) {
+        memset(control.bytes, 0, sizeof(control.bytes));
+        msg.msg_control = control.bytes;
+        msg.msg_controllen = CMSG_SPACE(n_fds * sizeof(int));
+        struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(n_fds * sizeof(int));
+        memcpy(CMSG_DATA(c), fds, n_fds * sizeof(int));
+    }
+    ssize_t n;
+    do {
+        n = sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    } while (n < 0 && errno == EINTR);
+    return n;
+}

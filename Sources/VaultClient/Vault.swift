@@ -244,6 +244,10 @@ public struct VaultStatus: Sendable, Equatable {
     public var deviceKeyProblem: String?
     /// Whether a recovery key can unlock the vault (owner only).
     public var recoveryKey: Bool?
+    /// The `SecretAccess` mode in force: "open", "confirm" or "strict" (owner only;
+    /// docs/access.md), and where it comes from: "config" or "vault" (the vault's default).
+    public var secretAccess: String?
+    public var secretAccessSource: String?
 
     init(_ p: JSONObject) {
         lock = LockState(p["lock"])
@@ -256,5 +260,7 @@ public struct VaultStatus: Sendable, Equatable {
         deviceKey = p["deviceKey"]?.stringValue
         deviceKeyProblem = p["deviceKeyProblem"]?.stringValue
         recoveryKey = p["recoveryKey"]?.boolValue
+        secretAccess = p["secretAccess"]?.stringValue
+        secretAccessSource = p["secretAccessSource"]?.stringValue
     }
 }

@@ -104,6 +104,9 @@ public struct VaultFailure: Error, Sendable, Equatable, CustomStringConvertible 
         public var parameter: String?
         /// The damaged items met (itemDamaged), at most `VaultFailure.maximumDamagedItems`.
         public var damaged: [DamagedItem] = []
+        /// The program refused a secret by the per-program access check (authFailed: denied;
+        /// interactionNotAllowed: not confirmed), as a dialog names it (docs/access.md).
+        public var program: String?
 
         public init(
             retryAfter: Double? = nil, limit: Int64? = nil, size: Int64? = nil,

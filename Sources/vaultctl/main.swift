@@ -51,6 +51,12 @@ let toolUsage = """
         --authentication-type --security-domain --generic TEXT --generic-base64 B64
         --require-presence: the secret only after you prove presence (polkit: your password,
           fingerprint or key); get exits 36 when not confirmed; not with --synchronizable
+    Access (which programs may use which secrets; docs/access.md):
+      access list [--json]                  the programs allowed, by item
+      access grant [CLASS] --program PATH [--script PATH] FILTERS
+        let that program (an interpreter: running that script) use the matching items' secrets;
+        in SecretAccess confirm or strict, vaultd asks you in a dialog first
+      access revoke [CLASS] [--program PATH [--script PATH]] [FILTERS]   ask again from now on
     Desktop keyring (Secret Service):
       keyring import --access-group G [--secret-service] [--collection NAME] [--dry-run] [--json]
       keyring export [CLASS] [FILTERS] [--all-groups] [--collection NAME] [--dry-run] [--json]
@@ -76,6 +82,8 @@ let toolUsage = """
       sync status [--json]                  devices, last seen, pending segments
       sync leave                            stop syncing on this device (its items stay)
       sync remove DEVICE                    on a device that stays: remove another, rotating the group key
+      sync conflicts [--json] [--secrets]   values that lost to a concurrent edit (--secrets: show secrets)
+      sync conflicts restore|dismiss ID     make a losing value current again, or drop it (syncs)
     Preferences (as defaults(1); DOMAIN may be -g for NSGlobalDomain, or -app NAME for an app's;
         -currentHost or -host NAME before the verb: that host's by-host preferences):
       defaults read [DOMAIN [KEY]] [--json]
@@ -235,6 +243,7 @@ func parseCommand(_ args: inout Arguments) throws -> Command {
     case "item": return try ItemCommand(&args)
     case "defaults": return try DefaultsCommand(&args)
     case "app": return try AppCommand(&args)
+    case "access": return try AccessCommand(&args)
     case "cache": return try CacheCommand(&args)
     case "sync": return try SyncCommand(&args)
     case "completions": return try CompletionsCommand(&args)

@@ -247,34 +247,6 @@ enum PeerIdentity {
         return InfoFile(bytes: bytes, file: FileID(st))
     }
 
-    /// `group`'s `key` in a GKeyFile-format text (what `/.flatpak-info` is), nil when absent.
-    static func keyFileValue(_ bytes: [UInt8], group: String, key: String) -> String? {
-        guard let text = String(validating: bytes, as: UTF8.self) else { return nil }
-        var section = ""
-        for raw in text.split(whereSeparator: \.isNewline) {
-            let line = raw.trimmingCharacters(in: .whitespaces)
-            if line.hasPrefix("[") && line.hasSuffix("]") {
-                section = String(line.dropFirst().dropLast())
-            } else if section == group, let eq = line.firstIndex(of: "=") {
-                if line[..<eq].trimmingCharacters(in: .whitespaces) == key {
-                    let value = line[line.index(after: eq)...].trimmingCharacters(in: .whitespaces)
-                    return value.isEmpty ? nil : value
-                }
-            }
-        }
-        return nil
-    }
-
-    /// Whether `id` can name a Flatpak instance directory: 1 to 64 ASCII letters, digits,
-    /// '-' and '_' (Flatpak's are decimal numbers). No '/', no "..".
-    static func isInstanceID(_ id: String) -> Bool {
-        !id.isEmpty && id.utf8.count <= 64
-            && id.utf8.allSatisfy {
-                ($0 >= 0x30 && $0 <= 0x39) || ($0 >= 0x41 && $0 <= 0x5A)
-                    || ($0 >= 0x61 && $0 <= 0x7A) || $0 == 0x2D || $0 == 0x5F
-            }
-    }
-
     /// vaultd's own runtime directory (`XDG_RUNTIME_DIR`), where Flatpak keeps its record of
     /// each running instance (`.flatpak/INSTANCE/info`). Without one, no Flatpak identity
     /// can be checked, and every sandbox is refused.
@@ -301,11 +273,11 @@ enum PeerIdentity {
     }
 
     static func verifiedFlatpakID(_ info: InfoFile, peer: PeerCredentials) -> Verification {
-        guard let name = keyFileValue(info.bytes, group: "Application", key: "name") else {
+        guard let name = FlatpakInfo.value(info.bytes, group: "Application", key: "name") else {
             return .refused("its .flatpak-info names no app ([Application] name)")
         }
-        guard let instance = keyFileValue(info.bytes, group: "Instance", key: "instance-id"),
-            isInstanceID(instance)
+        guard let instance = FlatpakInfo.value(info.bytes, group: "Instance", key: "instance-id"),
+            FlatpakInfo.isInstanceID(instance)
         else {
             return .refused(
                 "its .flatpak-info (app \(logField(name))) has no usable [Instance] instance-id")
@@ -514,11 +486,16 @@ enum PeerIdentity {
                 "its executable cannot be read (/proc/\(pid)/exe): the process exited or may not be looked at"
             )
         }
+        // The program, for a host peer that is no registered app (an app's is the app), and
+        // what could make it pass for another (issue 40 §2).
+        let program = flatpakID == nil ? Self.program(pid: pid, exe: exe) : nil
+        let risk = flatpakID == nil ? impersonationRisk(pid: pid, program: program) : nil
         let session: VaultSession
         do {
             session = try vault.session(
                 flatpakAppID: flatpakID, executable: exe,
-                isRegisteredFile: { runsRegisteredFile(pid: pid, path: $0) })
+                isRegisteredFile: { runsRegisteredFile(pid: pid, path: $0) },
+                program: program, impersonationRisk: risk)
         } catch let e as VaultFailure where e.code == .rateLimited {
             // With the error's declared parameters (its retryAfter).
             return refuse(
@@ -588,5 +565,168 @@ extension UnixSocket {
             throw Errno(code: EPERM, call: "recv: sender")
         }
         return (bytes, sender)
+    }
+}
+
+// MARK: the program a peer runs (issue 40 §2)
+
+extension PeerIdentity {
+    /// Interpreters whose program is the script they run, by the executable's file name
+    /// (after the last '/'): python, python3, python3.11..., node, nodejs, perl, perl5.36...,
+    /// ruby, ruby3.1..., php, lua, and the shells sh, bash, dash, zsh, ksh, fish.
+    static func isInterpreter(_ exe: String) -> Bool {
+        let name = exe.split(separator: "/").last.map(String.init) ?? exe
+        for prefix in ["python", "perl", "ruby", "php", "lua"] where name.hasPrefix(prefix) {
+            let rest = name.dropFirst(prefix.count)
+            if rest.allSatisfy({ $0.isNumber || $0 == "." }) { return true }
+        }
+        return ["node", "nodejs", "sh", "bash", "dash", "zsh", "ksh", "mksh", "fish"].contains(name)
+    }
+
+    /// The most bytes of `/proc/PID/cmdline`, `environ` and `status` read (an environment
+    /// past it cannot be read: refused, `impersonationRisk`).
+    static let maximumProcText = 1 << 20
+
+    /// `/proc/PID/NAME` split at NULs, at most `maximumProcText` bytes; nil when unreadable.
+    static func procStrings(_ pid: pid_t, _ name: String) -> [String]? {
+        guard
+            let bytes = try? FileDescriptor.readFile("/proc/\(pid)/\(name)", limit: maximumProcText)
+        else { return nil }
+        return bytes.split(separator: 0, omittingEmptySubsequences: false).map {
+            String(decoding: $0, as: UTF8.self)
+        }
+    }
+
+    /// The script an interpreter runs: its first argument after the interpreter's own
+    /// options (those starting with '-'; `-c CODE`, `-e`, `-m MODULE`: no script file, the
+    /// code itself is named, bounded), made absolute against the process's working
+    /// directory. What the process says: the weak part of an interpreter's identity.
+    static func script(pid: pid_t) -> String? {
+        guard let argv = procStrings(pid, "cmdline"), argv.count > 1 else { return nil }
+        var i = 1
+        while i < argv.count, argv[i].hasPrefix("-") {
+            let flag = argv[i]
+            if ["-c", "-e", "-m", "--eval", "-E", "-r"].contains(flag), i + 1 < argv.count {
+                return "\(flag) \(String(argv[i + 1].prefix(200)))"
+            }
+            i += 1
+        }
+        guard i < argv.count, !argv[i].isEmpty else { return nil }
+        let s = argv[i]
+        if s.hasPrefix("/") { return s }
+        var buf = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let n = readlink("/proc/\(pid)/cwd", &buf, Int(PATH_MAX))
+        guard n > 0 else { return s }
+        let cwd = String(decoding: buf[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return (cwd == "/" ? "" : cwd) + "/" + s
+    }
+
+    /// The unregistered program `pid` runs, from the kernel (`ProgramIdentity`): its
+    /// executable `exe` (read through `/proc/PID/exe`, whose file is stat'ed: device, inode,
+    /// owner) and, for an interpreter, its script. Nil when the file cannot be looked at.
+    static func program(pid: pid_t, exe: String) -> ProgramIdentity? {
+        var st = stat()
+        guard stat("/proc/\(pid)/exe", &st) == 0 else { return nil }
+        let interpreter = isInterpreter(exe)
+        return ProgramIdentity(
+            kind: interpreter ? .interpreter : .executable, path: exe,
+            script: interpreter ? script(pid: pid) : nil, device: UInt64(st.st_dev),
+            inode: UInt64(st.st_ino), ownerUID: st.st_uid,
+            userWritable: userMayReplace(exe, st))
+    }
+
+    /// Whether vaultd's user may replace the file at `path` (stat `st`): it owns it, may
+    /// write it, or may write its directory (and so rename another file over it).
+    static func userMayReplace(_ path: String, _ st: stat) -> Bool {
+        if st.st_uid == getuid() { return true }
+        if access(path, W_OK) == 0 { return true }
+        let dir = (path as NSString).deletingLastPathComponent
+        return access(dir.isEmpty ? "/" : dir, W_OK) == 0
+    }
+
+    /// Loader variables that make a program run code it does not hold (glibc's ld.so:
+    /// preloads, audit modules, library search paths).
+    static let loaderVariables = [
+        "LD_PRELOAD", "LD_AUDIT", "LD_LIBRARY_PATH", "LD_ORIGIN_PATH", "LD_PROFILE",
+        "LD_DEBUG_OUTPUT", "LD_DYNAMIC_WEAK", "LD_BIND_NOT", "GCONV_PATH", "LD_ASSUME_KERNEL",
+    ]
+
+    /// Why process `pid` could pass for another program, nil when nothing is seen: traced
+    /// (`TracerPid` in `/proc/PID/status`: a debugger or an injector drives it), a loader
+    /// variable in its environment (`/proc/PID/environ`, as it was at exec), its executable
+    /// deleted or replaced since it started (`" (deleted)"`). An environment that cannot be
+    /// read counts as a risk (fail closed). Interpreter variables (PYTHONPATH, NODE_OPTIONS,
+    /// PERL5LIB...) count too for an interpreter: they choose the code it runs.
+    static func impersonationRisk(pid: pid_t, program: ProgramIdentity?) -> String? {
+        guard let status = procStrings(pid, "status")?.first else {
+            return "its /proc status cannot be read"
+        }
+        for line in status.split(separator: "\n") where line.hasPrefix("TracerPid:") {
+            let tracer = line.dropFirst("TracerPid:".count).trimmingCharacters(in: .whitespaces)
+            if tracer != "0" { return "it is traced by process \(tracer)" }
+        }
+        guard let environ = procStrings(pid, "environ") else {
+            return "its environment cannot be read"
+        }
+        var watched = loaderVariables
+        if program?.kind == .interpreter {
+            watched += [
+                "PYTHONPATH", "PYTHONSTARTUP", "PYTHONHOME", "NODE_OPTIONS", "NODE_PATH",
+                "PERL5LIB", "PERL5OPT", "PERLLIB", "RUBYLIB", "RUBYOPT", "BASH_ENV", "ENV",
+            ]
+        }
+        for entry in environ {
+            guard let eq = entry.firstIndex(of: "=") else { continue }
+            let name = String(entry[..<eq])
+            if watched.contains(name), !entry[entry.index(after: eq)...].isEmpty {
+                return "its environment sets \(name)"
+            }
+        }
+        var buf = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let n = readlink("/proc/\(pid)/exe", &buf, Int(PATH_MAX))
+        if n > 0 {
+            let link = String(decoding: buf[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            var st = stat()
+            if link.hasSuffix(" (deleted)"), stat("/proc/\(pid)/exe", &st) == 0, st.st_nlink == 0 {
+                return "its executable was deleted or replaced since it started"
+            }
+        }
+        return nil
+    }
+}
+
+extension PeerIdentity {
+    /// The program the owner names in `vaultctl access grant`: the executable at `path`
+    /// (absolute; symlinks resolved, as `/proc/PID/exe` shows a running one), with `script`
+    /// for an interpreter. Throws InvalidParameter for a path that is not an executable
+    /// file, a relative one, or a script given to a program that is no interpreter.
+    static func program(path: String, script: String?) throws -> ProgramIdentity {
+        guard path.hasPrefix("/") else {
+            throw VaultError.invalidParameter("program", "must be an absolute path")
+        }
+        guard let resolved = realpath(path, nil) else {
+            throw VaultError.invalidParameter(
+                "program", "cannot be looked at: \(String(cString: strerror(errno)))")
+        }
+        defer { free(resolved) }
+        let exe = String(cString: resolved)
+        var st = stat()
+        guard stat(exe, &st) == 0, st.st_mode & S_IFMT == S_IFREG, access(exe, X_OK) == 0 else {
+            throw VaultError.invalidParameter("program", "is not an executable file")
+        }
+        let interpreter = isInterpreter(exe)
+        if let script {
+            guard interpreter else {
+                throw VaultError.invalidParameter(
+                    "script", "\(exe) is not an interpreter (python, node, perl, sh...)")
+            }
+            guard script.hasPrefix("/") else {
+                throw VaultError.invalidParameter("script", "must be an absolute path")
+            }
+        }
+        return ProgramIdentity(
+            kind: interpreter ? .interpreter : .executable, path: exe,
+            script: interpreter ? script : nil, device: UInt64(st.st_dev),
+            inode: UInt64(st.st_ino), ownerUID: st.st_uid, userWritable: userMayReplace(exe, st))
     }
 }

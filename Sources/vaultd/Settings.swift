@@ -31,6 +31,11 @@ import Glibc
 ///   prompter ends by then too.
 /// - `Prompter` (string): who asks the user: `auto` (default), `gcr`, `pinentry`, `agent` or
 ///   `none` (`PromptDialogs.choose`).
+/// - `SecretAccess` (string): what happens when a program asks for the secret of an item
+///   another program created (docs/access.md): `open` (every program of the owner's reads
+///   every secret), `confirm` (the user is asked through the prompter) or `strict` (denied
+///   unless granted). Unset: the vault's own default, `confirm` for a vault initialised
+///   with this vaultd, `open` for one made before (`SecretAccessMode`).
 /// - `PinentryProgram` (string): the pinentry run when pinentry asks: a path, or a name
 ///   looked up in PATH (default `pinentry`, the system's choice).
 /// - `DeviceKeyTPM` (string): where the device key is kept: `auto` (default: sealed by the
@@ -56,6 +61,8 @@ struct Settings {
     var pinentryProgram = "pinentry"
     var presenceGraceSeconds: Double = 10
     var presenceTimeoutSeconds: Double = 45
+    /// nil: the vault's own default.
+    var secretAccess: SecretAccessMode?
     /// Keys of the file that name no setting (a misspelt `AutoLockSecs`, say): ignored, and
     /// named in the log at start and at SIGHUP (`unknownKeysMessage`), so a setting that
     /// does not take effect is seen.
@@ -70,6 +77,7 @@ struct Settings {
         "CacheBudgetHighWaterBytes", "SecretService", "SecretServicePromptTimeoutSeconds",
         "DeviceKeyTPM",
         "Prompter", "PinentryProgram", "PresenceGraceSeconds", "PresenceTimeoutSeconds",
+        "SecretAccess",
     ]
 
     /// The largest config file read (bytes).
@@ -172,6 +180,13 @@ struct Settings {
             throw StartupError(
                 description: "\(path): PinentryProgram must be a program's name or path")
         }
+        switch d["SecretAccess"] {
+        case nil: break
+        case .string(let v)? where SecretAccessMode(rawValue: v) != nil:
+            s.secretAccess = SecretAccessMode(rawValue: v)!
+        default:
+            throw StartupError(description: "\(path): SecretAccess must be open, confirm or strict")
+        }
         s.cachePolicy = CachePolicy(
             freeLowWater: try bytes("CacheFreeLowWaterBytes"),
             freeHighWater: try bytes("CacheFreeHighWaterBytes"),
@@ -233,5 +248,9 @@ struct Settings {
         vault.quota.bytesPerApp = appStorageQuota
         vault.presence.setGrace(seconds: Int(presenceGraceSeconds))
         vault.presence.verifier = PolkitPresence(timeout: presenceTimeoutSeconds)
+        // The tests' mode (debug builds only; refused at start otherwise: `TestSecretAccess`).
+        let testMode = try? TestSecretAccess.mode(from: ProcessInfo.processInfo.environment)
+        vault.accessGate.configuredMode = secretAccess ?? testMode
+        vault.accessGate.timeout = secretServicePromptTimeout
     }
 }

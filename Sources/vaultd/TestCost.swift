@@ -34,3 +34,30 @@ enum TestCost {
         #endif
     }
 }
+
+/// `VAULTD_TEST_SECRET_ACCESS=open|confirm|strict` (docs/development.md): the per-program access
+/// mode when config.plist sets none, so the tests that are not about per-program access read
+/// one program's items with another. Debug builds only, as `VAULTD_ARGON2_TEST_COST`: a
+/// release vaultd started with it set stops, so no environment of a production vaultd can
+/// open the vault's secrets to every program.
+enum TestSecretAccess {
+    static let variable = "VAULTD_TEST_SECRET_ACCESS"
+
+    /// The mode the environment asks for (nil: none). Throws for a value that is no mode, and
+    /// in a release build for any value but empty.
+    static func mode(from env: [String: String]) throws -> SecretAccessMode? {
+        guard let value = env[variable], !value.isEmpty else { return nil }
+        #if DEBUG
+        guard let mode = SecretAccessMode(rawValue: value) else {
+            throw TestCost.Refused(
+                description: "\(variable) must be open, confirm or strict, not \(value)")
+        }
+        return mode
+        #else
+        throw TestCost.Refused(
+            description:
+                "\(variable) is for tests, and only debug builds of vaultd honour it; this one is a release build: unset it"
+        )
+        #endif
+    }
+}

@@ -100,6 +100,14 @@ do {
 } catch {
     fail("\(error)", code: 64)
 }
+// For tests only, and only in debug builds: VAULTD_TEST_SECRET_ACCESS (TestSecretAccess).
+do {
+    if let mode = try TestSecretAccess.mode(from: environment) {
+        log("test settings: SecretAccess \(mode.rawValue) unless config.plist sets it")
+    }
+} catch {
+    fail("\(error)", code: 64)
+}
 if passphrasePolicy.kdfCost != .moderate {
     log("test settings: Argon2id cost \(passphrasePolicy.kdfCost.rawValue)")
 }
@@ -159,6 +167,9 @@ let boundSocketFile: (dev: UInt64, ino: UInt64)? = {
 }()
 
 initialSettings.apply(to: vault)
+// Per-program access (docs/access.md): the questions go to vaultd's own dialogs.
+vault.accessGate.asker = AccessPrompter(
+    dialogs: secretService?.dialogs ?? PromptDialogs(service: nil))
 // Where the scan looks for Flatpak apps' deployments (docs/apps.md).
 vault.appSettings.flatpakInstallations = FlatpakInstallations.fromEnvironment()
 

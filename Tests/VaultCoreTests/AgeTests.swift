@@ -86,6 +86,63 @@ struct AgeTests {
             plain(try Age.decrypt(file, with: [.passphrase(secret("pw"))])) == Array("hello".utf8))
     }
 
+    /// A source over `file` that gives at most `step` bytes a call.
+    static func source(_ file: [UInt8], step: Int) -> Age.Source {
+        var at = 0
+        return { out in
+            let n = min(out.count, step, file.count - at)
+            file.withUnsafeBytes {
+                out.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[at..<(at + n)]))
+            }
+            at += n
+            return n
+        }
+    }
+
+    /// The streaming writer and reader (what a backup and a restore use): plaintext written in
+    /// pieces of growing sizes, read back through a source that gives 7 bytes at a time, is
+    /// the same, in the same file format `decrypt` reads; a reader refuses a file cut at a
+    /// chunk boundary only when it reaches the cut, having given the chunks before.
+    @Test func streamsInPiecesOfAnySize() throws {
+        let (secretKey, publicKey) = Self.identity()
+        for n in [0, 1, 65536, 65537, 200_000] {
+            var file: [UInt8] = []
+            let writer = try Age.Writer(to: [.x25519(publicKey)]) { file += $0 }
+            let data = Self.bytes(n)
+            var at = 0
+            var step = 1
+            while at < n {
+                let k = min(step, n - at)
+                try data[at..<(at + k)].withUnsafeBytes { try writer.write($0) }
+                at += k
+                step = step * 3 + 1
+            }
+            try writer.finish()
+            #expect(plain(try Age.decrypt(file, with: [.x25519(secretKey)])) == data, "\(n)")
+            let reader = try Age.Reader(
+                source: Self.source(file, step: 7), identities: [.x25519(secretKey)])
+            var got: [UInt8] = []
+            var buffer = [UInt8](repeating: 0, count: 5000)
+            while true {
+                let k = try buffer.withUnsafeMutableBytes { try reader.read(into: $0) }
+                if k == 0 { break }
+                got += buffer[..<k]
+            }
+            #expect(got == data, "\(n) bytes streamed")
+        }
+        let file = try Age.encrypt(secret(Self.bytes(200_000)), to: [.x25519(publicKey)])
+        let cut = try Age.parseHeader(file).payload + 16 + 2 * (65536 + 16)
+        let reader = try Age.Reader(
+            source: Self.source(Array(file[..<cut]), step: 1000), identities: [.x25519(secretKey)]
+        )
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        #expect(try buffer.withUnsafeMutableBytes { try reader.read(into: $0) } == 65536)
+        Self.failure(.truncated) {
+            while try buffer.withUnsafeMutableBytes({ try reader.read(into: $0) }) > 0 {}
+        }
+        #expect(reader.plaintextBytes == 65536)
+    }
+
     static func failure(
         _ kind: Age.Failure.Kind, _ body: () throws -> Void,
         sourceLocation: SourceLocation = #_sourceLocation

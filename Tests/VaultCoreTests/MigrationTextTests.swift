@@ -70,6 +70,10 @@ import Testing
             "2026-12-06-collection-labels",
             "47f6fd8cc7616fa147950bf9e76f68546ec7241a7cb2c5a6a50b2bd326d1141e"
         ),
+        (
+            "2026-12-07-item-creators",
+            "8383e70ea9fdd6a97eb748e4f64de2253cc988cffd7eaa869c52adcb82938aec"
+        ),
     ]
 
     static let oldestFixture = URL(fileURLWithPath: #filePath).deletingLastPathComponent()

@@ -61,6 +61,15 @@ import VaultProtocol
             expectFailure(.permissionDenied) { try vault.setAlias(caller: app) }
             expectFailure(.permissionDenied) { try vault.registerPrompter(caller: app) }
             expectFailure(.permissionDenied) { _ = try vault.checkStore(caller: app) }
+            expectFailure(.permissionDenied) { _ = try vault.accessGrants(caller: app) }
+            expectFailure(.permissionDenied) {
+                _ = try vault.grantAccess(
+                    ItemQuery(itemClass: nil, attributes: ItemAttributes(), matchAll: true),
+                    to: .app("org.example.Other"), caller: app)
+            }
+            expectFailure(.permissionDenied) {
+                _ = try vault.revokeAccess(nil, programPath: nil, script: nil, caller: app)
+            }
             let sync = SyncService(vault: vault)
             expectFailure(.permissionDenied) {
                 _ = try sync.initialize(folder: "/tmp", in: vault.session(for: app))
@@ -77,14 +86,19 @@ import VaultProtocol
                 try sync.remove(
                     device: String(repeating: "ab", count: 16), in: vault.session(for: app))
             }
+            expectFailure(.permissionDenied) { _ = try sync.conflicts(in: vault.session(for: app)) }
+            expectFailure(.permissionDenied) {
+                _ = try sync.settleConflict(id: "00", restore: true, in: vault.session(for: app))
+            }
             // The kinds refused above are exactly the owner-only ones.
             let ownerOnly = Set(VaultCore.Operation.Kind.allCases.filter { $0.audience == .owner })
             #expect(
                 ownerOnly == [
                     .unlock, .unlockFromKeyring, .lock, .initialize, .changePassphrase, .backup,
                     .restore, .checkStore, .purgeCaches, .installApp, .uninstallApp,
-                    .listApps, .showApp, .setAlias, .registerPrompter, .syncInit, .syncJoin,
-                    .syncApprove, .syncStatus, .syncLeave, .syncRemove,
+                    .listApps, .showApp, .setAlias, .registerPrompter, .listAccess, .grantAccess,
+                    .revokeAccess, .syncInit, .syncJoin, .syncApprove, .syncStatus, .syncLeave,
+                    .syncRemove, .syncConflicts, .syncSettleConflict,
                 ])
         }
     }

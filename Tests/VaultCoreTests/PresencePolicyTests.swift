@@ -128,7 +128,7 @@ struct PresencePolicyTests {
             do { _ = try read(bus, "guarded") } catch is PresenceWouldWait { toldToHandOver = true }
             #expect(toldToHandOver)
             #expect(v.count == 0)
-            #expect(try read(bus.mayWaitForPresence(), "guarded") == Array("pw-1".utf8))
+            #expect(try read(bus.waiting(.wait), "guarded") == Array("pw-1".utf8))
             #expect(v.count == 1)
             // Within the window, the thread that may not wait is served.
             #expect(try read(bus, "guarded") == Array("pw-1".utf8))

@@ -25,12 +25,15 @@ import VaultProtocol
 
     /// A random history: each device makes `perDevice` changes with its own hybrid clock, wall
     /// clocks drawn from a narrow range so that equal milliseconds (and counters) occur; each
-    /// device sometimes observes another's latest change first. Returned as segments of 1 to
-    /// 4 changes, per device in order.
+    /// device sometimes merges another's changes so far first, and its writes carry what it
+    /// merged as their context (so some writes are concurrent: conflicts). Returned as
+    /// segments of 1 to 4 changes, per device in order.
     static func history(seed: UInt64, perDevice: Int = 30) -> [SyncSegment] {
         var rng = SeededRandom(seed: seed)
         var clocks = devices.map { HybridClock(device: $0) }
         var made: [[SyncChange]] = devices.map { _ in [] }
+        // What each device has merged.
+        var views = devices.map { _ in SyncVault() }
         for step in 0..<(perDevice * devices.count) {
             let d = step % devices.count
             if Bool.random(using: &rng),
@@ -38,6 +41,7 @@ import VaultProtocol
                 let seen = made[other].last
             {
                 clocks[d].observe(seen.timestamp, physical: UInt64.max / 2)
+                views[d].apply(made[other])
             }
             let t = clocks[d].tick(physical: 1_000 + UInt64.random(in: 0...20, using: &rng))
             let key = keys.randomElement(using: &rng)!
@@ -62,7 +66,12 @@ import VaultProtocol
                 }
                 kind = .write(fields)
             }
-            made[d].append(SyncChange(key: key, timestamp: t, kind: kind))
+            var change = SyncChange(key: key, timestamp: t, kind: kind)
+            if case .write = kind {
+                change.context = (views[d].items[key] ?? SyncItemState()).context(at: t)
+            }
+            views[d].apply(change)
+            made[d].append(change)
         }
         var segments: [SyncSegment] = []
         for (d, changes) in made.enumerated() {
@@ -91,11 +100,14 @@ import VaultProtocol
         // The histories are not trivial: something is live and something was deleted.
         #expect(!reference.liveItems.isEmpty)
         #expect(reference.items.values.contains { $0.tombstone != nil })
+        // The conflicts kept are part of the vault compared below; the same whatever the order.
+        let conflicts = reference.conflicts.map(\.id)
         for _ in 0..<10 {
             let shuffled = segments.shuffled(using: &rng)
             let v = Self.merged(shuffled)
             #expect(v == reference)
             #expect(v.liveItems == reference.liveItems)
+            #expect(v.conflicts.map(\.id) == conflicts)
         }
     }
 

@@ -8,7 +8,8 @@ import VaultProtocol
 /// The Secret Service front-end's errors (`Sources/vaultd/SecretService`): every name it can
 /// send is one of `BusError.Name`, each a proper D-Bus error name of the specification's
 /// namespace or the bus's (vaultd's ItemDamaged aside, the name the socket gives a damaged
-/// item), and every engine failure maps to one of them. An object the caller may not see and
+/// item, and vaultd's io.vaultd.Secret.Error.* of per-program access, which the
+/// specification has no name for), and every engine failure maps to one of them. An object the caller may not see and
 /// one that does not exist are the same error, message included.
 @Suite struct BusErrorTests {
     /// Every error name the front-end sends.
@@ -20,7 +21,8 @@ import VaultProtocol
         "org.freedesktop.DBus.Error.LimitsExceeded", "org.freedesktop.DBus.Error.UnknownMethod",
         "org.freedesktop.DBus.Error.UnknownProperty",
         "org.freedesktop.DBus.Error.PropertyReadOnly", "org.freedesktop.DBus.Error.Failed",
-        "io.vaultd.Keychain.ItemDamaged",
+        "io.vaultd.Keychain.ItemDamaged", "io.vaultd.Secret.Error.AccessRefused",
+        "io.vaultd.Secret.Error.NotConfirmed",
     ]
 
     @Test func everyNameIsAProperDBusErrorName() {
@@ -36,7 +38,8 @@ import VaultProtocol
             #expect(
                 name.hasPrefix("org.freedesktop.Secret.Error.")
                     || name.hasPrefix("org.freedesktop.DBus.Error.")
-                    || name == VaultError.Code.itemDamaged.name,
+                    || name == VaultError.Code.itemDamaged.name
+                    || name.hasPrefix("io.vaultd.Secret.Error."),
                 "\(name)")
         }
     }

@@ -70,4 +70,19 @@ int vault_unix_peer_inode(int fd, unsigned long long *peer);
 /// O_PATH (which Glibc does not import into Swift): an fd that names a file without opening it.
 int vault_o_path(void);
 
+
+/// The most descriptors one message passes (SCM_MAX_FD, the kernel's limit for one sendmsg).
+#define VAULT_MAX_PASSED_FDS 253
+
+/// recvmsg of up to `len` bytes without blocking, keeping the descriptors passed with them
+/// (SCM_RIGHTS, FD_CLOEXEC): up to `max_fds` go to `fds` (`*n_fds` of them; the caller owns
+/// them), any more are closed. Returns the byte count, 0 at the end, or -1 (errno set:
+/// EAGAIN when nothing is there).
+ssize_t vault_recv_fds(int fd, void *buf, size_t len, int *fds, int max_fds, int *n_fds);
+
+/// sendmsg of `len` bytes without blocking (MSG_NOSIGNAL), passing `n_fds` descriptors with
+/// them (SCM_RIGHTS; at most VAULT_MAX_PASSED_FDS; they stay the caller's to close). Returns
+/// the bytes sent (the descriptors went with the first of them), or -1 (errno set).
+ssize_t vault_send_fds(int fd, const void *buf, size_t len, const int *fds, int n_fds);
+
 #endif

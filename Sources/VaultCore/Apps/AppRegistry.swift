@@ -49,9 +49,12 @@ public struct AppRecord: Sendable, Equatable {
     }
 
     public var caller: Caller {
-        Caller(
+        var c = Caller(
             appID: appID, accessGroups: keychainAccessGroups, appGroups: appGroups,
             generation: generation)
+        // An app's program is the app, however it runs (issue 40 §2).
+        c.program = ProgramIdentity(kind: flatpak ? .flatpak : .app, path: appID)
+        return c
     }
 
     /// Validates a reverse-DNS app ID: two or more dot-separated components of letters,

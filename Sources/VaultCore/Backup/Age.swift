@@ -147,10 +147,23 @@ public enum Age {
 
     // MARK: encrypting
 
-    /// `plaintext` encrypted to `recipients` as an age v1 file. Throws Param for a set of
-    /// recipients age refuses (none, or a passphrase beside another recipient), and
-    /// InternalError when scrypt cannot allocate its memory.
+    /// `plaintext` encrypted to `recipients` as an age v1 file, in memory (`Age.Writer`
+    /// streams one to a file). Throws as `Writer.init` does.
     public static func encrypt(_ plaintext: SecureBytes, to recipients: [Recipient]) throws
+        -> [UInt8]
+    {
+        var out: [UInt8] = []
+        let writer = try Writer(to: recipients) { out.append(contentsOf: $0) }
+        try plaintext.withUnsafeBytes { try writer.write($0) }
+        try writer.finish()
+        return out
+    }
+
+    /// The header of a file whose `fileKey` is wrapped for each of `recipients`, up to and
+    /// including its MAC line. Throws Param for a set of recipients age refuses (none, or a
+    /// passphrase beside another recipient), and InternalError when scrypt cannot allocate
+    /// its memory.
+    static func header(wrapping fileKey: SecureBytes, for recipients: [Recipient]) throws
         -> [UInt8]
     {
         guard !recipients.isEmpty else { throw VaultFailure.param("no recipient to encrypt to") }
@@ -159,7 +172,6 @@ public enum Age {
             throw VaultFailure.param(
                 "a passphrase must be a file's only recipient (as age requires)")
         }
-        let fileKey = SecureBytes.random(count: fileKeyLength)
         var header = intro
         for r in recipients {
             let (type, args, body) = try stanza(wrapping: fileKey, for: r)
@@ -175,35 +187,19 @@ public enum Age {
             }
         }
         header += Array("---".utf8)
+        let mac = headerMAC(header[...], fileKey: fileKey)
+        header += Array((" " + base64(mac) + "\n").utf8)
+        return header
+    }
+
+    /// HMAC-SHA-256 of the header bytes `macked` (up to and including `---`) under the key
+    /// HKDF derives from the file key.
+    static func headerMAC(_ macked: ArraySlice<UInt8>, fileKey: SecureBytes) -> [UInt8] {
         let macKey = AgePrimitives.hkdf(ikm: fileKey, salt: [], info: "header")
-        let mac = header.withUnsafeBytes { h in
+        let mac = macked.withUnsafeBytes { h in
             macKey.withUnsafeBytes { Sodium.hmacSHA256(key: $0, [h]) }
         }
-        header += Array((" " + base64(mac.withUnsafeBytes { Array($0) }) + "\n").utf8)
-
-        let nonce = Sodium.randomBytes(16)
-        let payloadKey = AgePrimitives.hkdf(ikm: fileKey, salt: nonce, info: "payload")
-        let chunks = max(1, (plaintext.count + chunkSize - 1) / chunkSize)
-        var out = [UInt8](
-            repeating: 0,
-            count: header.count + 16 + plaintext.count + chunks * AgePrimitives.aeadTagLength)
-        out.withUnsafeMutableBytes { o in
-            o.baseAddress!.copyMemory(from: header, byteCount: header.count)
-            (o.baseAddress! + header.count).copyMemory(from: nonce, byteCount: 16)
-            var at = header.count + 16
-            plaintext.withUnsafeBytes { p in
-                for c in 0..<chunks {
-                    let from = c * chunkSize
-                    let chunk = UnsafeRawBufferPointer(
-                        rebasing: p[from..<min(p.count, from + chunkSize)])
-                    AgePrimitives.seal(
-                        chunk, key: payloadKey, nonce: chunkNonce(UInt64(c), last: c == chunks - 1),
-                        into: o.baseAddress! + at)
-                    at += chunk.count + AgePrimitives.aeadTagLength
-                }
-            }
-        }
-        return out
+        return mac.withUnsafeBytes { Array($0) }
     }
 
     private static func stanza(wrapping fileKey: SecureBytes, for r: Recipient) throws -> (
@@ -240,7 +236,7 @@ public enum Age {
     private static let zeroNonce = [UInt8](repeating: 0, count: 12)
 
     /// STREAM's nonce: the chunk counter, 11 bytes big-endian, then 1 for the last chunk, else 0.
-    private static func chunkNonce(_ counter: UInt64, last: Bool) -> [UInt8] {
+    static func chunkNonce(_ counter: UInt64, last: Bool) -> [UInt8] {
         var n = [UInt8](repeating: 0, count: 12)
         for i in 0..<8 { n[10 - i] = UInt8(truncatingIfNeeded: counter >> (8 * UInt64(i))) }
         n[11] = last ? 1 : 0
@@ -318,8 +314,7 @@ public enum Age {
     }
 
     /// The file key one of `identities` unwraps from `stanzas`, or a Failure.
-    private static func unwrap(_ stanzas: [Stanza], _ identities: [Identity]) throws -> SecureBytes
-    {
+    static func unwrap(_ stanzas: [Stanza], _ identities: [Identity]) throws -> SecureBytes {
         let scrypt = stanzas.filter { $0.type == "scrypt" }
         if !scrypt.isEmpty && stanzas.count > 1 {
             throw Failure(
@@ -386,85 +381,31 @@ public enum Age {
         )
     }
 
-    /// Opens an age v1 file with the first of `identities` that unwraps its file key, checks
-    /// its header MAC and every payload chunk, and returns the plaintext in secure memory.
-    /// `maximumSize`: the plaintext may be at most this many bytes (refused unread beyond).
-    /// Throws `Failure`, or InternalError when scrypt cannot allocate its memory.
+    /// Opens an age v1 file in memory with the first of `identities` that unwraps its file
+    /// key, checks its header MAC and every payload chunk, and returns the plaintext in
+    /// secure memory (`Age.Reader` streams one from a file). `maximumSize`: the plaintext may
+    /// be at most this many bytes. Throws `Failure`, or InternalError when scrypt cannot
+    /// allocate its memory.
     public static func decrypt(
         _ file: [UInt8], with identities: [Identity], maximumSize: Int = Int.max
     ) throws -> SecureBytes {
-        let (stanzas, macked, mac, payloadStart) = try parseHeader(file)
-        let fileKey = try unwrap(stanzas, identities)
-        let macKey = AgePrimitives.hkdf(ikm: fileKey, salt: [], info: "header")
-        let expected = file.withUnsafeBytes { f in
-            macKey.withUnsafeBytes {
-                Sodium.hmacSHA256(key: $0, [UnsafeRawBufferPointer(rebasing: f[..<macked])])
-            }
-        }
-        let macOK = expected.withUnsafeBytes { e in
-            mac.withUnsafeBytes { AgePrimitives.equal(e, $0) }
-        }
-        guard macOK else {
-            throw Failure(.altered, "the file's header does not authenticate: the file was altered")
-        }
-
-        let sealedChunk = chunkSize + AgePrimitives.aeadTagLength
-        guard file.count - payloadStart >= 16 + AgePrimitives.aeadTagLength else {
-            throw Failure(
-                .truncated, "the file is truncated: its payload ends before its first chunk")
-        }
-        let nonce = Array(file[payloadStart..<(payloadStart + 16)])
-        let sealed = file.count - payloadStart - 16
-        let chunks = (sealed + sealedChunk - 1) / sealedChunk
-        // Only a file's one chunk may be empty; a last chunk shorter than a tag was cut.
-        guard
-            sealed % sealedChunk == 0 || sealed % sealedChunk > AgePrimitives.aeadTagLength
-                || chunks == 1
-        else {
-            throw Failure(
-                .truncated, "the file is truncated, or its payload ends in an empty chunk")
-        }
-        let plainSize = sealed - chunks * AgePrimitives.aeadTagLength
-        guard plainSize <= maximumSize else {
-            throw Failure(
-                .malformed, "the file holds \(plainSize) bytes; at most \(maximumSize) are accepted"
-            )
-        }
-        let payloadKey = AgePrimitives.hkdf(ikm: fileKey, salt: nonce, info: "payload")
-        let out = SecureBytes(count: plainSize)
-        try file.withUnsafeBytes { f in
-            try out.withUnsafeMutableBytes { o in
-                var at = payloadStart + 16
-                for c in 0..<chunks {
-                    let length = min(sealedChunk, file.count - at)
-                    let box = UnsafeRawBufferPointer(rebasing: f[at..<(at + length)])
-                    let into =
-                        o.baseAddress.map { $0 + c * chunkSize }
-                        ?? UnsafeMutableRawPointer(mutating: f.baseAddress!)
-                    let last = c == chunks - 1
-                    guard
-                        AgePrimitives.open(
-                            box, key: payloadKey, nonce: chunkNonce(UInt64(c), last: last),
-                            into: into)
-                    else {
-                        // A full final chunk that is not flagged last: the rest was cut off.
-                        if last && length == sealedChunk
-                            && AgePrimitives.open(
-                                box, key: payloadKey, nonce: chunkNonce(UInt64(c), last: false),
-                                into: into)
-                        {
-                            throw Failure(
-                                .truncated, "the file is truncated: it ends before its last chunk")
-                        }
-                        throw Failure(
-                            .altered,
-                            "chunk \(c) of the file's payload does not authenticate: the file was altered or truncated"
-                        )
-                    }
-                    at += length
+        var at = 0
+        let reader = try Reader(
+            source: { out in
+                let n = min(out.count, file.count - at)
+                file.withUnsafeBytes {
+                    out.copyMemory(from: UnsafeRawBufferPointer(rebasing: $0[at..<(at + n)]))
                 }
-            }
+                at += n
+                return n
+            }, identities: identities, maximumSize: maximumSize)
+        let plain = SecureWriter()
+        let chunk = SecureBytes(count: chunkSize)
+        while true {
+            let n = try chunk.withUnsafeMutableBytes { try reader.read(into: $0) }
+            if n == 0 { break }
+            chunk.withUnsafeBytes { plain.append(UnsafeRawBufferPointer(rebasing: $0[..<n])) }
         }
-        return out
+        return plain.finish()
     }
 }

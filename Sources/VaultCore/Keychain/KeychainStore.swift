@@ -10,6 +10,9 @@ public struct FoundItem {
     /// Its class key is not available now (the vault is locked): listed only by a query
     /// that asks for locked items too (`includingLocked`), without its secret.
     public var isLocked = false
+    /// The item's uuid (its row's identity): what its creator and access grants are
+    /// recorded under (`AccessStore`). Nil for the session collection's items.
+    var uuid: [UInt8]?
 }
 
 /// What a lookup found: the matches, and the damaged items it met, which it left out
@@ -845,7 +848,8 @@ final class KeychainStore {
         if includingLocked {
             let lockedItems = lockedRows.map {
                 FoundItem(
-                    itemClass: $0.itemClass, attributes: $0.attributes, data: nil, isLocked: true)
+                    itemClass: $0.itemClass, attributes: $0.attributes, data: nil, isLocked: true,
+                    uuid: $0.stored.uuid)
             }
             if items.isEmpty && lockedItems.isEmpty && damaged.isEmpty { throw nothing() }
             if !q.matchAll && items.isEmpty {
@@ -894,7 +898,10 @@ final class KeychainStore {
                     "the answer would hold more items than vaultd builds one reply of (\(ReplyLimit.maximumBuildBytes >> 20) MiB in memory): ask for less (a narrower query, no data)",
                     .init(limit: Int64(ReplyLimit.maximumBuildBytes), size: Int64(buildBytes)))
             }
-            out.append(FoundItem(itemClass: r.itemClass, attributes: r.attributes, data: data))
+            out.append(
+                FoundItem(
+                    itemClass: r.itemClass, attributes: r.attributes, data: data,
+                    uuid: r.stored.uuid))
             if one { break }
         }
         return out
@@ -906,7 +913,7 @@ final class KeychainStore {
     /// granted by the policy (`Vault.authorize`).
     func update(
         _ q: ItemQuery, changes: ItemAttributes, secret: SecureBytes?, groups: [String]?,
-        in db: Database
+        in db: Database, reporting: ([ItemChange]) -> Void = { _ in }
     ) throws -> Int {
         // As SecItemUpdate: an update that changes nothing is errSecParam (the dates are
         // read-only: `apply` leaves them, so they change nothing).
@@ -941,6 +948,7 @@ final class KeychainStore {
             let s = try secret ?? decryptSecret(r)
             try write(
                 id: r.id, itemClass: r.itemClass, attributes: a, secret: s, generation: nil, in: db)
+            reporting(ItemChange.update(r.itemClass, before: r.attributes, after: a, row: r.id))
         }
         try quota.checkGrowth(
             before: before,
@@ -955,7 +963,10 @@ final class KeychainStore {
     /// columns tell (service or server, account, access group, accessibility,
     /// synchronizable: they match for certain); a query naming more leaves them, and throws
     /// ItemDamaged when nothing else matches.
-    func delete(_ q: ItemQuery, groups: [String]?, in db: Database) throws -> Int {
+    func delete(
+        _ q: ItemQuery, groups: [String]?, in db: Database,
+        reporting: ([ItemChange]) -> Void = { _ in }
+    ) throws -> Int {
         let (available, otherDevice, error, damaged) = try matchingRows(q, groups: groups, in: db)
         if let error { throw error }
         let ids = (available + otherDevice).map(\.id)
@@ -970,6 +981,11 @@ final class KeychainStore {
             throw VaultFailure(.itemNotFound, "no item matches the query")
         }
         for id in ids + damagedIDs { try db.run("DELETE FROM items WHERE id = ?", [.integer(id)]) }
+        reporting(
+            (available + otherDevice).map {
+                ItemChange(.deleted, $0.itemClass, $0.attributes, row: $0.id)
+            }
+                + (damagedIDs.isEmpty ? [] : damaged.map(ItemChange.init(deleted:))))
         if !damagedIDs.isEmpty {
             log(
                 "keychain: deleted \(damagedIDs.count) damaged item(s): \(damaged.prefix(4).map(\.description).joined(separator: "; "))"

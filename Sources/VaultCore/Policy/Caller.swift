@@ -10,6 +10,14 @@ public struct Caller: Sendable, Equatable {
     public internal(set) var appGroups: [String]
     /// The install generation the app runs under (recorded on items it adds).
     public internal(set) var generation: String?
+    /// The program the peer runs (issue 40 §2): recorded as the creator of the items it adds,
+    /// and what the access decisions on other programs' items are about. An app's is the app;
+    /// nil for vaultd's own actions (`Vault.daemonSession`) and tests' callers.
+    public internal(set) var program: ProgramIdentity?
+    /// Why no access may be granted to this peer, whatever was remembered for its program:
+    /// it could pass for another program (traced, a loader variable such as LD_PRELOAD, its
+    /// executable deleted or replaced; `PeerIdentity.impersonationRisk`). Nil: none seen.
+    public internal(set) var impersonationRisk: String?
 
     /// Made by the engine's identification (`Vault.session(flatpakAppID:executable:
     /// isRegisteredFile:)`, `AppRecord.caller`) and by tests; never by a front-end.

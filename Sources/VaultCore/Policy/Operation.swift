@@ -41,6 +41,11 @@ public enum Operation: Sendable, Equatable {
     /// A process registering itself as the Secret Service's prompter: the agent vaultd asks
     /// for the passphrase when a client's prompt unlocks the vault (a desktop's dialog).
     case registerPrompter
+    /// The remembered per-program access decisions: listed, granted, revoked (the owner's:
+    /// a grant is confirmed by the user too, `Vault.grantAccess`).
+    case listAccess
+    case grantAccess
+    case revokeAccess
 
     // Preferences. `domain`: the domain or suite the call names; nil: the caller's own.
     case readPreferences(domain: String?)
@@ -69,6 +74,9 @@ public enum Operation: Sendable, Equatable {
     case syncStatus
     case syncLeave
     case syncRemove
+    case syncConflicts
+    /// Restores or dismisses a conflict (both write the item anew).
+    case syncSettleConflict
 
     /// The operation without what it acts on: what the method table names.
     public var kind: Kind {
@@ -93,6 +101,9 @@ public enum Operation: Sendable, Equatable {
         case .requestUnlock: .requestUnlock
         case .setAlias: .setAlias
         case .registerPrompter: .registerPrompter
+        case .listAccess: .listAccess
+        case .grantAccess: .grantAccess
+        case .revokeAccess: .revokeAccess
         case .readPreferences: .readPreferences
         case .writePreferences: .writePreferences
         case .listDomains: .listDomains
@@ -111,6 +122,8 @@ public enum Operation: Sendable, Equatable {
         case .syncStatus: .syncStatus
         case .syncLeave: .syncLeave
         case .syncRemove: .syncRemove
+        case .syncConflicts: .syncConflicts
+        case .syncSettleConflict: .syncSettleConflict
         }
     }
 
@@ -120,10 +133,12 @@ public enum Operation: Sendable, Equatable {
             observeLockState, backup, restore, checkStore
         case addItem, copyItems, updateItems, deleteItems
         case listAccessGroups, useAccessGroup, requestUnlock, setAlias, registerPrompter
+        case listAccess, grantAccess, revokeAccess
         case readPreferences, writePreferences, listDomains, observePreferences
         case cacheDirectory, cacheUsage, purgeCaches, observeCachePurges
         case installApp, uninstallApp, listApps, showApp
-        case syncInit, syncJoin, syncApprove, syncStatus, syncLeave, syncRemove
+        case syncInit, syncJoin, syncApprove, syncStatus, syncLeave, syncRemove, syncConflicts,
+            syncSettleConflict
 
         /// Who may call it (see `Audience`).
         public var audience: Audience {
@@ -135,7 +150,9 @@ public enum Operation: Sendable, Equatable {
             case .initialize, .unlock, .unlockFromKeyring, .lock, .changePassphrase, .backup,
                 .restore, .checkStore, .purgeCaches,
                 .installApp, .uninstallApp, .listApps, .showApp, .setAlias, .registerPrompter,
-                .syncInit, .syncJoin, .syncApprove, .syncStatus, .syncLeave, .syncRemove:
+                .listAccess, .grantAccess, .revokeAccess,
+                .syncInit, .syncJoin, .syncApprove, .syncStatus, .syncLeave, .syncRemove,
+                .syncConflicts, .syncSettleConflict:
                 .owner
             case .hello, .status, .observeLockState, .addItem, .copyItems, .updateItems,
                 .deleteItems,

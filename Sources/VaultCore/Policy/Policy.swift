@@ -111,8 +111,9 @@ public enum Policy {
             .observeLockState, .backup, .restore, .checkStore,
             .listDomains, .cacheUsage, .purgeCaches, .observeCachePurges, .installApp,
             .uninstallApp, .listApps, .showApp,
-            .listAccessGroups, .requestUnlock, .setAlias, .registerPrompter, .syncInit, .syncJoin,
-            .syncApprove, .syncStatus, .syncLeave, .syncRemove:
+            .listAccessGroups, .requestUnlock, .setAlias, .registerPrompter, .listAccess,
+            .grantAccess, .revokeAccess, .syncInit, .syncJoin, .syncApprove, .syncStatus,
+            .syncLeave, .syncRemove, .syncConflicts, .syncSettleConflict:
             break
         }
         return grant

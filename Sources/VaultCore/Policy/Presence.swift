@@ -17,7 +17,7 @@ public struct RequestingProcess: Sendable, Hashable {
     /// varlink connection's own thread may; the Secret Service's threads, which serve every
     /// bus client, may not: a check there that the grace does not spare throws
     /// `PresenceWouldWait`, and the front-end runs the call again on a thread of its own
-    /// (`VaultSession.mayWaitForPresence()`).
+    /// (`VaultSession.waiting(.wait)`, as for `AccessConfirmationNeeded`).
     public internal(set) var mayWait: Bool
 
     public init(pid: Int32, startTime: UInt64, uid: UInt32, mayWait: Bool) {
@@ -30,7 +30,7 @@ public struct RequestingProcess: Sendable, Hashable {
 
 /// Thrown, instead of a wait for the user, by a presence check on a thread that may not
 /// wait (`RequestingProcess.mayWait` false): nothing was asked or released. The front-end
-/// runs the call again where it may wait, with `VaultSession.mayWaitForPresence()`.
+/// runs the call again where it may wait, with `VaultSession.waiting(.wait)`.
 public struct PresenceWouldWait: Error {}
 
 /// What a presence check answered.

@@ -55,7 +55,9 @@ extension VaultSession {
     public func sessionItems(
         matching attributes: ExactDictionary<String>, id: String? = nil, secrets: Bool
     ) throws -> [FoundItem] {
-        try vault.sessionItems(matching: attributes, id: id, secrets: secrets, caller: caller)
+        try vault.sessionItems(
+            matching: attributes, id: id, secrets: secrets, interaction: interaction,
+            caller: caller)
     }
 
     /// See `Vault.addSessionItem`.

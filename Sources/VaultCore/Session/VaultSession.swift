@@ -18,6 +18,20 @@ public struct VaultSession: Sendable {
     /// presence-protected secret is released to (`requested(by:)`); nil, none, and such a
     /// secret is refused.
     public private(set) var process: RequestingProcess?
+    /// How a call that needs the user waits for it (`AccessInteraction`): on its own thread
+    /// (the default), or not at all (it throws `AccessConfirmationNeeded` for a confirmation of
+    /// an access, `PresenceWouldWait` for a presence check, and the front-end runs it again on
+    /// a thread of its own). One setting for both questions, so one mechanism serves both.
+    public private(set) var interaction: AccessInteraction = .wait
+
+    /// This session, waiting for the user (a confirmation of an access, user presence) as
+    /// `interaction` says.
+    public func waiting(_ interaction: AccessInteraction) -> VaultSession {
+        var s = self
+        s.interaction = interaction
+        s.process?.mayWait = interaction == .wait
+        return s
+    }
 
     init(vault: Vault, caller: Caller) {
         self.vault = vault
@@ -34,14 +48,6 @@ public struct VaultSession: Sendable {
     public func requested(by process: RequestingProcess) -> VaultSession {
         var s = self
         s.process = process
-        return s
-    }
-
-    /// The session, on a thread that may wait for the user's presence (after
-    /// `PresenceWouldWait`): the front-end's own worker, not a thread other clients need.
-    public func mayWaitForPresence() -> VaultSession {
-        var s = self
-        s.process?.mayWait = true
         return s
     }
 
@@ -92,14 +98,19 @@ extension Vault {
     }
 
     /// The session for a peer, from what the kernel says of it (see `caller(flatpakAppID:
-    /// executable:isRegisteredFile:)`, which throws what identification throws).
+    /// executable:isRegisteredFile:)`, which throws what identification throws). `program`:
+    /// the unregistered program it runs (an app's identity is the app, whatever is given);
+    /// `impersonationRisk`: why no access may be granted to it (`Caller.impersonationRisk`).
     public func session(
-        flatpakAppID: String?, executable: String?, isRegisteredFile: (String) -> Bool
+        flatpakAppID: String?, executable: String?, isRegisteredFile: (String) -> Bool,
+        program: ProgramIdentity? = nil, impersonationRisk: String? = nil
     ) throws -> VaultSession {
-        try session(
-            for: try caller(
-                flatpakAppID: flatpakAppID, executable: executable,
-                isRegisteredFile: isRegisteredFile))
+        var c = try caller(
+            flatpakAppID: flatpakAppID, executable: executable,
+            isRegisteredFile: isRegisteredFile)
+        if c.appID == nil { c.program = program }
+        c.impersonationRisk = impersonationRisk
+        return try session(for: c)
     }
 }
 
@@ -141,16 +152,15 @@ extension VaultSession {
     /// See `Vault.checkStore(caller:)`.
     public func checkStore() throws -> StoreCheck { try vault.checkStore(caller: caller) }
 
-    /// See `Vault.backup(to:recipients:includeDeviceBound:caller:)`.
+    /// See `Vault.backup(to:recipients:includeDeviceBound:caller:process:)`.
     public func backup(to path: String, recipients: [Age.Recipient], includeDeviceBound: Bool)
         throws -> BackupSummary
     {
-        // A backup carries every secret: with a presence-protected item among them, the
-        // user proves presence first, as a read of that item would ask.
-        try vault.requirePresenceForEveryItem(caller: caller, process: process)
-        return try vault.backup(
+        // A backup carries every secret: the presence check is the engine's, once the policy
+        // admitted the call (`Vault.backup`).
+        try vault.backup(
             to: path, recipients: recipients, includeDeviceBound: includeDeviceBound,
-            caller: caller)
+            caller: caller, process: process)
     }
 
     /// See `Vault.restore(from:identities:newPassphrase:merge:caller:)`.

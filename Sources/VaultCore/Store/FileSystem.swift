@@ -86,7 +86,9 @@ enum FileSystem {
             let key = SecureBytes(count: length)
             var got = 0
             while got < length {
-                let n = key.withUnsafeMutableBytes { read(fd, $0.baseAddress! + got, length - got) }
+                let n = key.withUnsafeMutableBytes {
+                    Glibc.read(fd, $0.baseAddress! + got, length - got)
+                }
                 if n < 0 && errno == EINTR { continue }
                 guard n > 0 else { break }
                 got += n
@@ -127,11 +129,21 @@ enum FileSystem {
         return key
     }
 
-    /// Writes `bytes` to `path` atomically and durably, mode 0600: into a new temporary file
-    /// beside it (`mkstemp`, 0600), fsynced, renamed over `path`, then the directory fsynced;
-    /// a reader sees the old file or the whole new one, and a crash leaves no partial `path`.
-    /// The temporary file is removed on failure. Throws StorageFull (no space), InternalError.
+    /// Writes `bytes` to `path` atomically and durably, mode 0600 (`writeAtomically(to:_:)`).
     static func writeAtomically(_ bytes: [UInt8], to path: String) throws {
+        try writeAtomically(to: path) { write in try bytes.withUnsafeBytes { try write($0) } }
+    }
+
+    /// Writes what `body` passes to its `write` to `path` atomically and durably, mode 0600:
+    /// into a new temporary file beside it (`mkstemp`, 0600), fsynced, renamed over `path`,
+    /// then the directory fsynced; a reader sees the old file or the whole new one, and a
+    /// crash leaves no partial `path`. The temporary file is removed when `body` or a write
+    /// throws. `write` must not be called after `body` returns. Returns the bytes written. Throws StorageFull (no space), InternalError.
+    @discardableResult
+    static func writeAtomically(
+        to path: String,
+        _ body: (_ write: @escaping (UnsafeRawBufferPointer) throws -> Void) throws -> Void
+    ) throws -> Int {
         let dir = (path as NSString).deletingLastPathComponent
         let name = (path as NSString).lastPathComponent
         var template = Array("\(dir.isEmpty ? "." : dir)/.\(name).tmp-XXXXXX".utf8CString)
@@ -145,25 +157,24 @@ enum FileSystem {
         guard fd >= 0 else { throw failure("create a file beside", errno) }
         let tmp = String(cString: template.withUnsafeBufferPointer { $0.baseAddress! })
         var done = false
-        defer { if !done { unlink(tmp) } }
-        var written = 0
-        while written < bytes.count {
-            let n = bytes.withUnsafeBytes {
-                write(fd, $0.baseAddress! + written, bytes.count - written)
-            }
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else {
-                let code = errno
-                close(fd)
-                throw failure("write", code)
-            }
-            written += n
+        var closed = false
+        defer {
+            if !closed { close(fd) }
+            if !done { unlink(tmp) }
         }
-        guard fchmod(fd, 0o600) == 0, fsync(fd) == 0 else {
-            let code = errno
-            close(fd)
-            throw failure("write", code)
+        var total = 0
+        try body { bytes in
+            var written = 0
+            while written < bytes.count {
+                let n = write(fd, bytes.baseAddress! + written, bytes.count - written)
+                if n < 0 && errno == EINTR { continue }
+                guard n > 0 else { throw failure("write", errno) }
+                written += n
+            }
+            total += written
         }
+        guard fchmod(fd, 0o600) == 0, fsync(fd) == 0 else { throw failure("write", errno) }
+        closed = true
         close(fd)
         guard rename(tmp, path) == 0 else { throw failure("write", errno) }
         done = true
@@ -172,34 +183,61 @@ enum FileSystem {
             fsync(d)
             close(d)
         }
+        return total
+    }
+
+    /// A read-only descriptor (close-on-exec) of the regular file at `path`, refused when
+    /// it is over `limit` bytes. The caller closes it. Throws Param (absent, not a regular
+    /// file, over the limit).
+    static func openRegularFile(_ path: String, limit: Int) throws -> Int32 {
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
+        guard fd >= 0 else {
+            throw VaultFailure.param("cannot open \(path): \(String(cString: strerror(errno)))")
+        }
+        var st = stat()
+        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else {
+            close(fd)
+            throw VaultFailure.param("\(path) is not a regular file")
+        }
+        guard st.st_size <= off_t(limit) else {
+            close(fd)
+            throw VaultFailure.param("\(path) is \(st.st_size) bytes; at most \(limit) are read")
+        }
+        return fd
+    }
+
+    /// Reads up to `buffer.count` bytes of `fd` (retrying on EINTR); 0 at the end of the
+    /// file. Throws InternalError naming `path`.
+    static func readSome(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, path: String)
+        throws
+        -> Int
+    {
+        guard buffer.count > 0 else { return 0 }
+        while true {
+            let n = Glibc.read(fd, buffer.baseAddress!, buffer.count)
+            if n >= 0 { return n }
+            if errno != EINTR {
+                throw VaultFailure(
+                    .internalError, "cannot read \(path): \(String(cString: strerror(errno)))")
+            }
+        }
     }
 
     /// The bytes of the regular file at `path`, refused beyond `limit` bytes before any is
     /// read. Throws Param (absent, not a regular file, over the limit), InternalError.
     static func readFile(_ path: String, limit: Int) throws -> [UInt8] {
-        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
-        guard fd >= 0 else {
-            throw VaultFailure.param("cannot open \(path): \(String(cString: strerror(errno)))")
-        }
+        let fd = try openRegularFile(path, limit: limit)
         defer { close(fd) }
         var st = stat()
-        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else {
-            throw VaultFailure.param("\(path) is not a regular file")
-        }
-        guard st.st_size <= off_t(limit) else {
-            throw VaultFailure.param("\(path) is \(st.st_size) bytes; at most \(limit) are read")
-        }
+        fstat(fd, &st)
         var out = [UInt8](repeating: 0, count: Int(st.st_size))
         var got = 0
-        let size = out.count
-        while got < size {
-            let n = out.withUnsafeMutableBytes { read(fd, $0.baseAddress! + got, size - got) }
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else {
-                if n == 0 { break }
-                throw VaultFailure(
-                    .internalError, "cannot read \(path): \(String(cString: strerror(errno)))")
+        while got < out.count {
+            let n = try out.withUnsafeMutableBytes {
+                try readSome(
+                    fd, into: UnsafeMutableRawBufferPointer(rebasing: $0[got...]), path: path)
             }
+            if n == 0 { break }
             got += n
         }
         // A file that shrank while read is read as it now is (and then fails its checks).

@@ -302,6 +302,45 @@ enum Schema {
                 ) WITHOUT ROWID;
                 """)
         }
+        // Per-program access to secrets (issue 40 §2, docs/access.md). `item_creators`: the
+        // program that added each item (`ProgramIdentity`'s JSON sealed under the metadata
+        // key: a script's path may hold what the user typed); an item without a row was
+        // added before this migration, by a program nobody recorded, which never counts as
+        // the reader's own. `access_grants`: the programs the owner allowed to use an item's
+        // secret (Always allow, `vaultctl access grant`), keyed by a keyed hash of the
+        // program's match key (`ProgramIdentity.matchKey`) and sealed for listing. Both follow
+        // their item: deleted with it, moved with its uuid (a replace gives it a new one).
+        // `vault_meta` 'access.default': the mode in force when config.plist sets no
+        // `SecretAccess`; a vault initialised before this keeps `open` (no script breaks on
+        // an upgrade), a vault initialised later gets `confirm` (`Vault.initialize`).
+        m.register("2026-12-07-item-creators") { db in
+            try db.execute(
+                """
+                CREATE TABLE item_creators (
+                  uuid BLOB PRIMARY KEY NOT NULL,         -- items.uuid
+                  creator BLOB NOT NULL                   -- AEAD under the metadata key
+                ) WITHOUT ROWID;
+                CREATE TABLE access_grants (
+                  item_uuid BLOB NOT NULL,                -- items.uuid
+                  program_hash BLOB NOT NULL,             -- keyed BLAKE2b of the program's match key
+                  program BLOB NOT NULL,                  -- AEAD under the metadata key
+                  granted_at REAL NOT NULL,               -- Unix time
+                  PRIMARY KEY (item_uuid, program_hash)
+                ) WITHOUT ROWID;
+                CREATE TRIGGER items_access_deleted AFTER DELETE ON items BEGIN
+                  DELETE FROM item_creators WHERE uuid = old.uuid;
+                  DELETE FROM access_grants WHERE item_uuid = old.uuid;
+                END;
+                CREATE TRIGGER items_access_moved AFTER UPDATE OF uuid ON items
+                  WHEN old.uuid IS NOT new.uuid BEGIN
+                  UPDATE item_creators SET uuid = new.uuid WHERE uuid = old.uuid;
+                  UPDATE access_grants SET item_uuid = new.uuid WHERE item_uuid = old.uuid;
+                END;
+                INSERT INTO vault_meta (key, value)
+                  SELECT 'access.default', CAST('open' AS BLOB)
+                  WHERE EXISTS (SELECT 1 FROM vault_meta WHERE key = 'wrapped.metadata');
+                """)
+        }
         return m
     }
 }

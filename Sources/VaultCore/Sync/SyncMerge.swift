@@ -261,23 +261,55 @@ public struct SyncChange: Equatable, Sendable {
     public var key: SyncItemKey
     public var timestamp: SyncTimestamp
     public var kind: Kind
+    /// What its device had merged of the item when it wrote it (`SyncItemState.seen`): for
+    /// each device, the latest of its timestamps (writes, deletion) it knew. A write knows
+    /// the writes this covers, and replaces them knowingly; one it does not know and beats
+    /// was made concurrently, and is kept as a conflict. Empty in a deletion, and in records
+    /// written before conflicts were kept (they are taken as knowing every older write).
+    public var context: [SyncDeviceID: SyncTimestamp]
 
-    public init(key: SyncItemKey, timestamp: SyncTimestamp, kind: Kind) {
+    public init(
+        key: SyncItemKey, timestamp: SyncTimestamp, kind: Kind,
+        context: [SyncDeviceID: SyncTimestamp] = [:]
+    ) {
         self.key = key
         self.timestamp = timestamp
         self.kind = kind
+        self.context = context
     }
 }
 
-/// A field's merged value and the timestamp of the write it came from.
+/// A field's merged value, the timestamp of the write it came from and that write's context.
 public struct SyncStamped: Equatable, Sendable {
     public var timestamp: SyncTimestamp
     public var value: SyncValue?
+    /// The write's `SyncChange.context`.
+    public var context: [SyncDeviceID: SyncTimestamp] = [:]
+
+    public init(
+        timestamp: SyncTimestamp, value: SyncValue?, context: [SyncDeviceID: SyncTimestamp] = [:]
+    ) {
+        self.timestamp = timestamp
+        self.value = value
+        self.context = context
+    }
 
     /// Whether this write wins over `other`: the later timestamp; on one timestamp, the larger value.
     func wins(over other: SyncStamped) -> Bool {
         if timestamp != other.timestamp { return other.timestamp < timestamp }
         return SyncValue.precedes(other.value, value)
+    }
+
+    /// Whether this write replaces `other` knowingly: it wins over it, and its device wrote
+    /// both or had merged `other` (its context covers it) when it wrote. A record without a
+    /// context (written before conflicts were kept) knows every write it wins over. A
+    /// device's own writes are ordered, so of one device's writes of a field one at most
+    /// is not dominated. Transitive for honest writers: a device that merged a write
+    /// merged its context too (`SyncItemState.seen` joins them).
+    func dominates(_ other: SyncStamped) -> Bool {
+        guard wins(over: other) else { return false }
+        if context.isEmpty || timestamp.device == other.timestamp.device { return true }
+        return context[other.timestamp.device].map { other.timestamp <= $0 } ?? false
     }
 }
 
@@ -286,6 +318,10 @@ public struct SyncStamped: Equatable, Sendable {
 /// idempotent.
 public struct SyncItemState: Equatable, Sendable {
     public var fields: [SyncField: SyncStamped] = [:]
+    /// Per field, the writes that lose to `fields` without being dominated by any write
+    /// merged (`SyncStamped.dominates`): values written concurrently with the winner, kept
+    /// as conflicts (docs/sync.md). At most one per device and field.
+    public var losers: [SyncField: [SyncStamped]] = [:]
     /// The latest deletion: writes stamped before it no longer count.
     public var tombstone: SyncTimestamp?
 
@@ -299,7 +335,9 @@ public struct SyncItemState: Equatable, Sendable {
             setTombstone(change.timestamp)
         case .write(let written):
             for (field, value) in written {
-                put(field, SyncStamped(timestamp: change.timestamp, value: value))
+                put(
+                    field,
+                    SyncStamped(timestamp: change.timestamp, value: value, context: change.context))
             }
         }
     }
@@ -308,17 +346,68 @@ public struct SyncItemState: Equatable, Sendable {
         guard tombstone.map({ $0 < t }) ?? true else { return }
         tombstone = t
         fields = fields.filter { t < $0.value.timestamp }
+        losers = losers.compactMapValues { l in
+            let kept = l.filter { t < $0.timestamp }
+            return kept.isEmpty ? nil : kept
+        }
     }
 
+    /// Takes in one write of `field`: the field's writes then are the maximal ones (none
+    /// dominated by another) of those it had and this one, the winner among them in
+    /// `fields`, the others in `losers`. The maximal elements of a union are those of the
+    /// maximal elements of its parts, so the result does not depend on the order.
     mutating func put(_ field: SyncField, _ stamped: SyncStamped) {
         if let t = tombstone, !(t < stamped.timestamp) { return }
-        if fields[field].map({ stamped.wins(over: $0) }) ?? true { fields[field] = stamped }
+        var all = losers[field] ?? []
+        if let w = fields[field] { all.append(w) }
+        if all.contains(where: { $0 == stamped || $0.dominates(stamped) }) { return }
+        all.removeAll { stamped.dominates($0) }
+        all.append(stamped)
+        let winner = all.reduce(all[0]) { $1.wins(over: $0) ? $1 : $0 }
+        fields[field] = winner
+        let rest = all.filter { $0.timestamp != winner.timestamp }.sorted {
+            $0.timestamp < $1.timestamp
+        }
+        losers[field] = rest.isEmpty ? nil : rest
     }
 
     /// The join of two histories (each part its maximum): what merging both sets of changes gives.
     public mutating func join(_ other: SyncItemState) {
         if let t = other.tombstone { setTombstone(t) }
         for (f, s) in other.fields { put(f, s) }
+        for (f, l) in other.losers { for s in l { put(f, s) } }
+    }
+
+    /// The context of a write this device makes at `t` on top of this history: `seen`, and
+    /// `t` itself (so it is never empty), the latest `SyncWire.maximumContext` timestamps
+    /// kept when more devices wrote the item (a write that names fewer knows less: it
+    /// keeps more conflicts, never fewer).
+    public func context(at t: SyncTimestamp) -> [SyncDeviceID: SyncTimestamp] {
+        var c = seen
+        c[t.device] = t
+        guard c.count > SyncWire.maximumContext else { return c }
+        c[t.device] = nil
+        let kept = c.values.sorted().suffix(SyncWire.maximumContext - 1)
+        var out = Dictionary(uniqueKeysWithValues: kept.map { ($0.device, $0) })
+        out[t.device] = t
+        return out
+    }
+
+    /// What merging this item's history tells of each device: the latest timestamp of its
+    /// that this history holds or that a write held knew (the context a write made on top
+    /// of it carries). A pure function of the state, so the same on every device that
+    /// merged the same changes.
+    public var seen: [SyncDeviceID: SyncTimestamp] {
+        var out: [SyncDeviceID: SyncTimestamp] = [:]
+        func note(_ t: SyncTimestamp) {
+            if out[t.device].map({ $0 < t }) ?? true { out[t.device] = t }
+        }
+        if let t = tombstone { note(t) }
+        for s in Array(fields.values) + losers.values.joined() {
+            note(s.timestamp)
+            for t in s.context.values { note(t) }
+        }
+        return out
     }
 
     /// The item as the merge leaves it: nil when deleted, else each field written after the
@@ -378,9 +467,18 @@ public struct SyncVault: Equatable, Sendable {
         for (k, s) in items {
             if let t = s.tombstone { out.append(SyncChange(key: k, timestamp: t, kind: .delete)) }
             var byStamp: [SyncTimestamp: [SyncField: SyncValue?]] = [:]
-            for (f, v) in s.fields { byStamp[v.timestamp, default: [:]][f] = .some(v.value) }
+            var contexts: [SyncTimestamp: [SyncDeviceID: SyncTimestamp]] = [:]
+            let kept =
+                s.fields.map { ($0.key, $0.value) }
+                + s.losers.flatMap { f, l in l.map { (f, $0) } }
+            for (f, v) in kept {
+                byStamp[v.timestamp, default: [:]][f] = .some(v.value)
+                contexts[v.timestamp] = v.context
+            }
             for t in byStamp.keys.sorted() {
-                out.append(SyncChange(key: k, timestamp: t, kind: .write(byStamp[t]!)))
+                out.append(
+                    SyncChange(
+                        key: k, timestamp: t, kind: .write(byStamp[t]!), context: contexts[t]!))
             }
         }
         return out

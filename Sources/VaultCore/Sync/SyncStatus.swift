@@ -57,6 +57,9 @@ public struct SyncStatus: Sendable, Equatable {
     public var lastPass: Date?
     /// Synchronizable items this device holds back because they are damaged here (docs/sync.md).
     public var damaged: [DamagedItem] = []
+    /// Members whose segments in the folder stop short of what a member acknowledged
+    /// (withheld or rolled back: docs/sync.md).
+    public var rolledBack: [SyncRollback] = []
 
     public init(state: String) { self.state = state }
 }

@@ -1,6 +1,10 @@
 import Foundation
 import VaultProtocol
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// What `Vault.backup` wrote.
 public struct BackupSummary: Sendable, Equatable {
     /// Items written, device-bound ones included.
@@ -59,68 +63,47 @@ extension Vault {
         return ad + r.attributes
     }
 
-    /// One item row as a backup reads it.
-    private struct StoredItem {
-        var row: KeychainStore.Candidates.Stored
-        var generation: String?
+    /// Passes each row of `sql` to `body` as SQLite steps to it, in the caller's read
+    /// transaction: one row in memory at a time, whatever the table's size.
+    private static func forEachRow(_ db: Database, _ sql: String, _ body: (Row) throws -> Void)
+        throws
+    {
+        let s = try db.statement(sql)
+        // Reset once done or failed: a statement left on a row keeps its snapshot open.
+        defer { s.reset() }
+        try s.bind([])
+        while try s.step() { try body(s.row()) }
     }
 
-    /// Every item and every row of the copied tables, read in one transaction on `db`: one
-    /// commit's state, whatever writers commit meanwhile (a WAL reader's snapshot). Rows
-    /// with malformed columns are returned as damaged items.
-    private static func snapshot(_ db: Database) throws -> (
-        items: [StoredItem], malformed: [DamagedItem], rows: [BackupArchive.TableRow]
-    ) {
-        try db.readTransaction { db in try snapshotInTransaction(db) }
-    }
-
-    private static func snapshotInTransaction(_ db: Database) throws -> (
-        items: [StoredItem], malformed: [DamagedItem], rows: [BackupArchive.TableRow]
-    ) {
-        var items: [StoredItem] = []
-        var malformed: [DamagedItem] = []
-        for r in try db.rows(
+    /// Passes every row of `items` to `body`, in `id` order. A row whose columns are
+    /// malformed comes as a damaged item.
+    private static func forEachItem(
+        _ db: Database,
+        _ body: (Result<KeychainStore.Candidates.Stored, DamagedItem>, _ generation: String?)
+            throws -> Void
+    ) throws {
+        try forEachRow(
+            db,
             "SELECT id, uuid, item_class, access_group, accessible, synchronizable, attributes, wrapped_key, secret, generation FROM items ORDER BY id"
-        ) {
-            switch KeychainStore.stored(r) {
-            case .success(let row): items.append(StoredItem(row: row, generation: r[9].text))
-            case .failure(let d): malformed.append(d)
-            }
-        }
-        var rows: [BackupArchive.TableRow] = []
-        for table in BackupArchive.tables {
-            let columns = try tableColumns(table, db)
-            for r in try db.rows("SELECT \(columns.joined(separator: ", ")) FROM \(table)") {
-                rows.append(
-                    BackupArchive.TableRow(
-                        table: table, columns: Array(zip(columns, r)).map { ($0.0, $0.1) }))
-            }
-        }
-        return (items, malformed, rows)
+        ) { r in try body(KeychainStore.stored(r), r[9].text) }
     }
 
-    /// `rows` without the preferences that do not read (a value that does not decode, a
-    /// domain or key that is not text: a restore would refuse them, and the whole backup with
-    /// them), and those left out, by domain and key.
-    private static func withoutDamagedValues(_ rows: [BackupArchive.TableRow]) -> (
-        [BackupArchive.TableRow], [DamagedValue]
-    ) {
-        var kept: [BackupArchive.TableRow] = []
-        var damaged: [DamagedValue] = []
-        for row in rows {
-            let domain = row.value("domain")?.text
-            let key = row.value("key")?.text
-            let reads =
-                domain != nil && key != nil
-                && row.value("value")?.blob.flatMap({ PreferencesStore.decode($0) }) != nil
-            guard row.table == "preferences", !reads else {
-                kept.append(row)
-                continue
-            }
-            damaged.append(
-                DamagedValue(domain: domain ?? "(unreadable)", key: key ?? "(unreadable)"))
+    /// Passes every row of the copied `table` to `body`.
+    private static func forEachRow(
+        of table: String, _ db: Database, _ body: (BackupArchive.TableRow) throws -> Void
+    ) throws {
+        let columns = try tableColumns(table, db)
+        try forEachRow(db, "SELECT \(columns.joined(separator: ", ")) FROM \(table)") { r in
+            try body(
+                BackupArchive.TableRow(table: table, columns: zip(columns, r).map { ($0, $1) }))
         }
-        return (kept, damaged)
+    }
+
+    /// Whether a preference row reads (a value that decodes, a domain and key that are text):
+    /// a restore refuses one that does not, and would refuse the whole backup with it.
+    private static func reads(preference row: BackupArchive.TableRow) -> Bool {
+        row.value("domain")?.text != nil && row.value("key")?.text != nil
+            && row.value("value")?.blob.flatMap({ PreferencesStore.decode($0) }) != nil
     }
 
     /// The columns of `table`, in order (`PRAGMA table_info`).
@@ -133,16 +116,25 @@ extension Vault {
     /// attributes, dates and generation, every preference, the app registrations and their
     /// generations, read in one read transaction while writers go on. Never caches nor
     /// `device.key`. ThisDeviceOnly items only with `includeDeviceBound`, their secrets then
-    /// sealed by a key of this device's `device.key` (`KeyHierarchy.deviceBackupKey`). The
-    /// plaintext is built in secure memory, encrypted here, and wiped; only the file leaves.
+    /// sealed by a key of this device's `device.key` (`KeyHierarchy.deviceBackupKey`). Items
+    /// and rows are read one at a time, each record encrypted as it is written (age's 64 KiB
+    /// chunks): memory stays bounded whatever the vault's size, and
+    /// only the encrypted file leaves, renamed into place once whole and synced.
     /// Damaged items (`DamagedItem`) are left out, the rest written, and named in the
     /// summary and the log.
-    /// Owner only. Throws PermissionDenied, InteractionNotAllowed (locked: nothing written),
-    /// Param (a relative path, bad recipients), StorageFull.
+    /// Owner only. Throws PermissionDenied, InteractionNotAllowed (locked: nothing written;
+    /// or not confirmed), Param (a relative path, bad recipients), StorageFull.
+    /// `process`: who asks, for the presence check (`requirePresenceForEveryItem`).
     func backup(
-        to path: String, recipients: [Age.Recipient], includeDeviceBound: Bool, caller: Caller
+        to path: String, recipients: [Age.Recipient], includeDeviceBound: Bool, caller: Caller,
+        process: RequestingProcess? = nil
     ) throws -> BackupSummary {
         _ = try authorize(.backup, for: caller)
+        // Every secret leaves the vault: the user confirms it (docs/access.md), then, with a
+        // presence-protected item among them, proves presence, as a read of that item would
+        // ask (in this order, as at every secret release: docs/keychain.md).
+        try confirmOwnerAct(.backup, items: [], caller: caller)
+        try requirePresenceForEveryItem(caller: caller, process: process)
         guard path.hasPrefix("/") else {
             throw VaultFailure.param("the backup's path must be absolute")
         }
@@ -171,72 +163,49 @@ extension Vault {
                 includeDeviceBound ? try keys.deviceBackupKey() : SecureBytes(count: 0)
             )
         }
-        let (items, malformed, rows) = try read { try Self.snapshot($0) }
-        var summary = BackupSummary()
-        summary.damagedItems = malformed
-        var archive = BackupArchive(header: [
+        let header: JSON = [
             "format": JSON(BackupArchive.format), "created": .string(PlistDate.format(Date())),
-            "vaultd": .string(VaultVersion.current),
-            "device": .string(deviceID),
-        ])
-        for item in items {
-            let r = item.row
-            let ad = r.associatedData
-            guard
-                let attributes = Sodium.openBytes(r.attributes, key: metadata, associatedData: ad),
-                (try? ItemAttributes(jsonObject: attributes)) != nil
-            else {
-                summary.damagedItems.append(DamagedItem(r, .attributes))
-                continue
-            }
-            if r.accessible.isThisDeviceOnly && !includeDeviceBound {
-                summary.leftOutItems += 1
-                continue
-            }
-            guard let classKey = classKeys[r.accessible],
-                let itemKey = Sodium.open(r.wrappedKey, key: classKey, associatedData: ad)
-            else {
-                // Only another device's ThisDeviceOnly item opens with no key here.
-                guard r.accessible.isThisDeviceOnly else {
-                    summary.damagedItems.append(DamagedItem(r, .secret))
-                    continue
+            "vaultd": .string(VaultVersion.current), "device": .string(deviceID),
+        ]
+        var summary = BackupSummary()
+        // One read transaction: one commit's state, whatever writers commit meanwhile (a WAL
+        // reader's snapshot), read a row at a time and streamed through age into the file.
+        summary.bytes = try read { db in
+            try db.readTransaction { db in
+                try FileSystem.writeAtomically(to: path) { write in
+                    let out = try BackupArchive.Writer(
+                        Age.Writer(to: recipients, sink: write), header: header)
+                    try Self.forEachItem(db) { stored, generation in
+                        try Self.backUp(
+                            stored, generation: generation, into: out, summary: &summary,
+                            keys: (metadata, classKeys, deviceBackupKey),
+                            includeDeviceBound: includeDeviceBound)
+                    }
+                    var domains = Set<ExactString>()
+                    for table in BackupArchive.tables {
+                        try Self.forEachRow(of: table, db) { row in
+                            if table == "preferences" {
+                                guard Self.reads(preference: row) else {
+                                    summary.damagedValues.append(
+                                        DamagedValue(
+                                            domain: row.value("domain")?.text ?? "(unreadable)",
+                                            key: row.value("key")?.text ?? "(unreadable)"))
+                                    return
+                                }
+                                summary.preferences += 1
+                                domains.insert(ExactString(row.value("domain")!.text!))
+                            }
+                            if table == "apps" { summary.apps += 1 }
+                            try out.append(.row(row))
+                        }
+                    }
+                    summary.domains = domains.count
+                    try out.finish()
                 }
-                summary.leftOutItems += 1
-                continue
             }
-            guard let secret = Sodium.open(r.secret, key: itemKey, associatedData: ad) else {
-                summary.damagedItems.append(DamagedItem(r, .secret))
-                continue
-            }
-            var record = BackupArchive.ItemRecord(
-                itemClass: r.itemClass, accessGroup: r.accessGroup, accessible: r.accessible,
-                synchronizable: r.synchronizable,
-                generation: item.generation, attributes: attributes, secret: secret,
-                deviceBound: r.accessible.isThisDeviceOnly)
-            if record.deviceBound {
-                record.secret = SecureBytes(
-                    copying: Sodium.seal(
-                        secret, key: deviceBackupKey,
-                        associatedData: Self.deviceBoundAssociatedData(record)))
-                summary.deviceBoundItems += 1
-            }
-            summary.items += 1
-            archive.items.append(record)
         }
-        (archive.rows, summary.damagedValues) = Self.withoutDamagedValues(rows)
-        let preferences = archive.rows.filter { $0.table == "preferences" }
-        summary.preferences = preferences.count
-        var domains = Set<ExactString>()
-        for p in preferences {
-            if let d = p.value("domain")?.text { domains.insert(ExactString(d)) }
-        }
-        summary.domains = domains.count
-        summary.apps = archive.rows.filter { $0.table == "apps" }.count
-        let file = try Age.encrypt(archive.serialized(), to: recipients)
-        try FileSystem.writeAtomically(file, to: path)
-        summary.bytes = file.count
         log(
-            "backup written to \(path): \(summary.items) items (\(summary.deviceBoundItems) device-bound, \(summary.leftOutItems) ThisDeviceOnly left out), \(summary.preferences) preferences in \(summary.domains) domains, \(summary.apps) apps, \(file.count) bytes"
+            "backup written to \(path): \(summary.items) items (\(summary.deviceBoundItems) device-bound, \(summary.leftOutItems) ThisDeviceOnly left out), \(summary.preferences) preferences in \(summary.domains) domains, \(summary.apps) apps, \(summary.bytes) bytes"
         )
         if !summary.damagedItems.isEmpty {
             log(
@@ -251,14 +220,77 @@ extension Vault {
         return summary
     }
 
-    /// An archive's contents, checked before anything is written: item attributes parsed,
-    /// preference values decoded and their domains and keys valid, app IDs valid, every row's
-    /// columns known to this vaultd's tables. Throws BackupUnreadable.
-    private func check(_ archive: BackupArchive) throws -> [ItemAttributes] {
+    /// Writes one stored item to a backup as its record, or counts it left out: damaged
+    /// (attributes or secret that do not open), or ThisDeviceOnly without
+    /// `includeDeviceBound` or another device's. A device-bound item's secret is sealed by
+    /// `keys.device` (this device's backup key).
+    private static func backUp(
+        _ stored: Result<KeychainStore.Candidates.Stored, DamagedItem>, generation: String?,
+        into out: BackupArchive.Writer, summary: inout BackupSummary,
+        keys: (metadata: SecureBytes, classes: [Accessibility: SecureBytes], device: SecureBytes),
+        includeDeviceBound: Bool
+    ) throws {
+        let r: KeychainStore.Candidates.Stored
+        switch stored {
+        case .success(let row): r = row
+        case .failure(let d):
+            summary.damagedItems.append(d)
+            return
+        }
+        let ad = r.associatedData
+        guard
+            let attributes = Sodium.openBytes(r.attributes, key: keys.metadata, associatedData: ad),
+            (try? ItemAttributes(jsonObject: attributes)) != nil
+        else {
+            summary.damagedItems.append(DamagedItem(r, .attributes))
+            return
+        }
+        if r.accessible.isThisDeviceOnly && !includeDeviceBound {
+            summary.leftOutItems += 1
+            return
+        }
+        guard let classKey = keys.classes[r.accessible],
+            let itemKey = Sodium.open(r.wrappedKey, key: classKey, associatedData: ad)
+        else {
+            // Only another device's ThisDeviceOnly item opens with no key here.
+            if r.accessible.isThisDeviceOnly {
+                summary.leftOutItems += 1
+            } else {
+                summary.damagedItems.append(DamagedItem(r, .secret))
+            }
+            return
+        }
+        guard let secret = Sodium.open(r.secret, key: itemKey, associatedData: ad) else {
+            summary.damagedItems.append(DamagedItem(r, .secret))
+            return
+        }
+        var record = BackupArchive.ItemRecord(
+            itemClass: r.itemClass, accessGroup: r.accessGroup, accessible: r.accessible,
+            synchronizable: r.synchronizable, generation: generation, attributes: attributes,
+            secret: secret, deviceBound: r.accessible.isThisDeviceOnly)
+        if record.deviceBound {
+            record.secret = SecureBytes(
+                copying: Sodium.seal(
+                    secret, key: keys.device, associatedData: deviceBoundAssociatedData(record)))
+            summary.deviceBoundItems += 1
+        }
+        summary.items += 1
+        try out.append(.item(record))
+    }
+
+    /// Checks one record of an archive before it is written: an item's attributes parse; a
+    /// row's columns are known to this vaultd's tables (`known`), a preference's value
+    /// decodes and its domain and key are valid, an app's ID is valid. Returns an item's
+    /// attributes. Throws BackupUnreadable.
+    private static func check(_ record: BackupArchive.Record, known: [String: Set<String>]) throws
+        -> ItemAttributes?
+    {
         func bad(_ why: String) -> VaultFailure {
             VaultFailure(.backupUnreadable, "the backup holds \(why); nothing was changed")
         }
-        let attributes = try archive.items.map { r -> ItemAttributes in
+        let row: BackupArchive.TableRow
+        switch record {
+        case .item(let r):
             guard var a = try? ItemAttributes(jsonObject: r.attributes) else {
                 throw bad("an item whose attributes do not parse")
             }
@@ -266,47 +298,95 @@ extension Vault {
             a.accessible = r.accessible
             a.synchronizable = r.synchronizable
             return a
+        case .row(let r): row = r
         }
-        let known = try read { db in
-            try Dictionary(
-                uniqueKeysWithValues: BackupArchive.tables.map {
-                    ($0, Set(try Self.tableColumns($0, db)))
-                })
+        for c in row.columns where !(known[row.table]?.contains(c.name) ?? false) {
+            throw bad(
+                "a column \(row.table).\(c.name) this vaultd does not have (a backup of a newer vaultd?)"
+            )
         }
-        for row in archive.rows {
-            for c in row.columns where !(known[row.table]?.contains(c.name) ?? false) {
-                throw bad(
-                    "a column \(row.table).\(c.name) this vaultd does not have (a backup of a newer vaultd?)"
-                )
+        switch row.table {
+        case "preferences":
+            guard let d = row.value("domain")?.text, let k = row.value("key")?.text,
+                let v = row.value("value")?.blob,
+                (try? PreferencesStore.validate(domain: d)) != nil,
+                (try? PreferencesStore.validate(key: k)) != nil,
+                PreferencesStore.decode(v) != nil
+            else { throw bad("a malformed preference") }
+        case "apps":
+            guard let id = row.value("app_id")?.text,
+                (try? AppRecord.validate(appID: id)) != nil,
+                row.value("generation")?.text != nil
+            else {
+                throw bad("a malformed app registration")
             }
-            switch row.table {
-            case "preferences":
-                guard let d = row.value("domain")?.text, let k = row.value("key")?.text,
-                    let v = row.value("value")?.blob,
-                    (try? PreferencesStore.validate(domain: d)) != nil,
-                    (try? PreferencesStore.validate(key: k)) != nil,
-                    PreferencesStore.decode(v) != nil
-                else { throw bad("a malformed preference") }
-            case "apps":
-                guard let id = row.value("app_id")?.text,
-                    (try? AppRecord.validate(appID: id)) != nil,
-                    row.value("generation")?.text != nil
-                else {
-                    throw bad("a malformed app registration")
-                }
-            default:
-                guard row.value("generation")?.text != nil, row.value("app_id")?.text != nil else {
-                    throw bad("a malformed app generation")
-                }
+        default:
+            guard row.value("generation")?.text != nil, row.value("app_id")?.text != nil else {
+                throw bad("a malformed app generation")
             }
         }
-        return attributes
+        return nil
     }
 
-    /// Restores the backup at `path` (absolute). The whole file is opened (`identities`: its
-    /// passphrase or X25519 keys), authenticated and checked (format, counts, every record)
-    /// before anything changes; then everything is written in one transaction, so a failure
-    /// or a crash leaves the vault as it was, or restored.
+    /// What opens a backup: the identities given, or the file key a first reading found.
+    private enum BackupKey {
+        case identities([Age.Identity])
+        case fileKey(SecureBytes)
+    }
+
+    /// What the first reading of a backup found.
+    private struct Scan {
+        /// The file key, to read the file again without its KDF.
+        var fileKey: SecureBytes
+        var deviceID: String?
+        var hasDeviceBound = false
+    }
+
+    /// Reads the backup open at `fd` from its start, through age (with `identities`, or the
+    /// file key a first reading found) and the archive's reader, and passes each record,
+    /// checked, with an item's attributes to `body`. It returns once the whole file was
+    /// authenticated and its end record matched; `body` may have been called before a
+    /// failure further on. Throws BackupAuthFailed (no identity opens it), BackupUnreadable.
+    private static func readBackup(
+        _ fd: Int32, path: String, opening key: BackupKey,
+        known: [String: Set<String>],
+        _ body: (BackupArchive.Record, ItemAttributes?) throws -> Void
+    ) throws -> Scan {
+        guard lseek(fd, 0, SEEK_SET) == 0 else {
+            throw VaultFailure(
+                .internalError, "cannot read \(path): \(String(cString: strerror(errno)))")
+        }
+        let source: Age.Source = { try FileSystem.readSome(fd, into: $0, path: path) }
+        do {
+            let age: Age.Reader
+            switch key {
+            case .identities(let identities):
+                age = try Age.Reader(
+                    source: source, identities: identities, maximumSize: maximumBackupSize)
+            case .fileKey(let fileKey):
+                age = try Age.Reader(
+                    source: source, fileKey: fileKey, maximumSize: maximumBackupSize)
+            }
+            let archive = try BackupArchive.Reader { try age.read(into: $0) }
+            var scan = Scan(fileKey: age.fileKey, deviceID: archive.deviceID)
+            while let record = try archive.next() {
+                if case .item(let r) = record, r.deviceBound { scan.hasDeviceBound = true }
+                try body(record, try check(record, known: known))
+            }
+            return scan
+        } catch let f as Age.Failure {
+            throw VaultFailure(
+                f.kind == .noMatch ? .backupAuthFailed : .backupUnreadable,
+                f.message + "; nothing was changed")
+        }
+    }
+
+    /// Restores the backup at `path` (absolute). The whole file is read once, a chunk at a
+    /// time (`identities`: its passphrase or X25519 keys), authenticated and checked (format,
+    /// counts, every record, age's last chunk) before anything changes; then it is read again
+    /// and written in one transaction, so a failure (the file changed between the readings
+    /// included) or a crash leaves the vault as it was, or restored. Memory holds one chunk
+    /// and one record at a time, whatever the file's size.
     ///
     /// Into an uninitialised vault (a new device), which is created with `newPassphrase`
     /// (nil: none); into an initialised one that holds no item, preference nor app; or with
@@ -328,17 +408,21 @@ extension Vault {
         if let p = newPassphrase, p.count == 0 {
             throw VaultFailure.param("the new passphrase must not be empty")
         }
-        let file = try FileSystem.readFile(path, limit: Self.maximumBackupSize)
-        let payload: SecureBytes
-        do {
-            payload = try Age.decrypt(file, with: identities, maximumSize: Self.maximumBackupSize)
-        } catch let f as Age.Failure {
-            throw VaultFailure(
-                f.kind == .noMatch ? .backupAuthFailed : .backupUnreadable,
-                f.message + "; nothing was changed")
+        let fd = try FileSystem.openRegularFile(path, limit: Self.maximumBackupSize)
+        defer { Glibc.close(fd) }
+        let known = try read { db in
+            try Dictionary(
+                uniqueKeysWithValues: BackupArchive.tables.map {
+                    ($0, Set(try Self.tableColumns($0, db)))
+                })
         }
-        let archive = try BackupArchive.parse(payload)
-        let attributes = try check(archive)
+        // First reading: the whole file authenticated and every record checked, before the
+        // engine lock is taken and anything changes; one record in memory at a time.
+        let scan = try Self.readBackup(
+            fd, path: path, opening: .identities(identities), known: known
+        ) {
+            _, _ in
+        }
         let uninitialized = locked { keys.state == .uninitialized }
         if !uninitialized && newPassphrase != nil {
             throw VaultFailure.param(
@@ -378,7 +462,7 @@ extension Vault {
                     var summary = RestoreSummary()
                     var changed: [(String, String, PlistValue)] = []
                     try apply(
-                        archive, attributes: attributes, merge: merge, into: &summary,
+                        fd, path: path, scan: scan, known: known, merge: merge, into: &summary,
                         changedPreferences: &changed, in: db)
                     ticket.take()
                     summary.lock = keys.lockState
@@ -396,101 +480,57 @@ extension Vault {
         return result
     }
 
-    /// Writes a checked archive in the caller's transaction (under the engine lock): apps and
-    /// their generations first (the storage-quota triggers then count the items they own),
-    /// then items, then preferences, counting what each did.
+    /// Writes the backup open at `fd` in the caller's transaction (under the engine lock),
+    /// reading it a second time with the file key of the first (`scan`): each record as it
+    /// comes, counting what each did. Anything that fails (the file changed since the first
+    /// reading, a duplicate, a domain over its limit) throws, and the transaction with all it
+    /// wrote is rolled back. Items may come before the apps that own their generations (the
+    /// archive's order), so each app's usage (`app_usage`) is counted again at the end.
     private func apply(
-        _ archive: BackupArchive, attributes: [ItemAttributes], merge: Bool,
+        _ fd: Int32, path: String, scan: Scan, known: [String: Set<String>], merge: Bool,
         into summary: inout RestoreSummary,
         changedPreferences: inout [(String, String, PlistValue)], in db: Database
     ) throws {
-        for row in archive.rows where row.table == "apps" {
-            if try db.row("SELECT 1 FROM apps WHERE app_id = ?", [row.value("app_id")!]) != nil {
-                summary.apps.kept += 1
-                continue
-            }
-            try insert(row, in: db)
-            summary.apps.added += 1
-        }
-        for row in archive.rows where row.table == "app_generations" {
-            try insert(row, orIgnore: true, in: db)
-        }
-
-        let hasDeviceBound = archive.items.contains { $0.deviceBound }
         let (deviceID, deviceBackupKey) = try withKeys {
-            (keys.deviceID, hasDeviceBound ? try keys.deviceBackupKey() : SecureBytes(count: 0))
-        }
-        for (record, a) in zip(archive.items, attributes) {
-            var secret = record.secret
-            var unavailable = false
-            if record.deviceBound {
-                if let opened = Sodium.open(
-                    record.secret.withUnsafeBytes { Array($0) }, key: deviceBackupKey,
-                    associatedData: Self.deviceBoundAssociatedData(record))
-                {
-                    secret = opened
-                } else {
-                    // Sealed by another device's key: stored so, NotAvailableOnThisDevice here.
-                    guard let other = archive.deviceID, other != deviceID, other.utf8.count <= 64
-                    else {
-                        throw VaultFailure(
-                            .backupUnreadable,
-                            "a device-bound item of the backup does not open with this device's key, which sealed it; nothing was changed"
-                        )
-                    }
-                    try changingKeys {
-                        try keys.noteForeignDevice(record.accessible, deviceID: other, in: db)
-                    }
-                    secret = SecureBytes.random(count: 16)
-                    unavailable = true
-                    summary.unavailableItems += 1
-                }
-            }
-            switch try keychain.restore(
-                record.itemClass, attributes: a, secret: secret, generation: record.generation,
-                merge: merge, unavailable: unavailable, in: db)
-            {
-            case .added: summary.items.added += 1
-            case .replaced: summary.items.replaced += 1
-            case .kept: summary.items.kept += 1
-            }
-        }
-
-        var domains: [String] = []
-        for row in archive.rows where row.table == "preferences" {
-            let (domain, key, stored) = (
-                row.value("domain")!.text!, row.value("key")!.text!, row.value("value")!.blob!
+            (
+                keys.deviceID,
+                scan.hasDeviceBound ? try keys.deviceBackupKey() : SecureBytes(count: 0)
             )
-            let theirs = row.value("modified")?.real ?? -Double.infinity
-            if let existing = try db.row(
-                "SELECT modified FROM preferences WHERE domain = ? AND key = ?",
-                [.text(domain), .text(key)])
-            {
-                guard theirs > existing[0].real ?? -Double.infinity else {
-                    summary.preferences.kept += 1
-                    continue
-                }
-                summary.preferences.replaced += 1
-            } else {
-                summary.preferences.added += 1
-            }
-            // Checked with the whole archive before anything was written (`check`).
-            guard let value = PreferencesStore.decode(stored) else {
-                throw VaultFailure(
-                    .backupUnreadable,
-                    "a preference value that does not decode; nothing was changed")
-            }
-            try db.run(
-                "INSERT OR REPLACE INTO preferences (domain, key, value, size, modified) VALUES (?, ?, ?, ?, ?)",
-                [
-                    .text(domain), .text(key), .blob(stored),
-                    .integer(
-                        Int64(PreferencesStore.entrySize(key: key, value: value, stored: stored))),
-                    row.value("modified") ?? .null,
-                ])
-            changedPreferences.append((domain, key, value))
-            if !domains.containsBytes(domain) { domains.append(domain) }
         }
+        var domains: [String] = []
+        _ = try Self.readBackup(fd, path: path, opening: .fileKey(scan.fileKey), known: known) {
+            record, attributes in
+            switch record {
+            case .item(let r):
+                try restore(
+                    r, attributes: attributes!, merge: merge, foreignDevice: scan.deviceID,
+                    device: (deviceID, deviceBackupKey), into: &summary, in: db)
+            case .row(let row) where row.table == "apps":
+                if try db.row("SELECT 1 FROM apps WHERE app_id = ?", [row.value("app_id")!]) != nil
+                {
+                    summary.apps.kept += 1
+                } else {
+                    try insert(row, in: db)
+                    summary.apps.added += 1
+                }
+            case .row(let row) where row.table == "app_generations":
+                try insert(row, orIgnore: true, in: db)
+            case .row(let row):
+                guard
+                    let (domain, key, value) = try restore(
+                        preference: row, into: &summary, in: db)
+                else { return }
+                changedPreferences.append((domain, key, value))
+                if !domains.containsBytes(domain) { domains.append(domain) }
+            }
+        }
+        try db.run("DELETE FROM app_usage")
+        try db.run(
+            """
+            INSERT INTO app_usage (app_id, bytes)
+              SELECT g.app_id, SUM(length(i.attributes) + length(i.wrapped_key) + length(i.secret))
+              FROM items i JOIN app_generations g ON g.generation = i.generation GROUP BY g.app_id
+            """)
         // A merge can grow a domain past its limit: refused whole, as an Import would be.
         for d in domains {
             let size = Int(
@@ -507,6 +547,85 @@ extension Vault {
                         domain: d))
             }
         }
+    }
+
+    /// Restores one item record (checked, with its `attributes`). A device-bound one opens
+    /// with this device's backup key; sealed by another device's (`foreignDevice`, the
+    /// backup's), it is stored NotAvailableOnThisDevice.
+    private func restore(
+        _ record: BackupArchive.ItemRecord, attributes a: ItemAttributes, merge: Bool,
+        foreignDevice: String?, device: (id: String, backupKey: SecureBytes),
+        into summary: inout RestoreSummary, in db: Database
+    ) throws {
+        var secret = record.secret
+        var unavailable = false
+        if record.deviceBound {
+            if let opened = Sodium.open(
+                record.secret.withUnsafeBytes { Array($0) }, key: device.backupKey,
+                associatedData: Self.deviceBoundAssociatedData(record))
+            {
+                secret = opened
+            } else {
+                // Sealed by another device's key: stored so, NotAvailableOnThisDevice here.
+                guard let other = foreignDevice, other != device.id, other.utf8.count <= 64 else {
+                    throw VaultFailure(
+                        .backupUnreadable,
+                        "a device-bound item of the backup does not open with this device's key, which sealed it; nothing was changed"
+                    )
+                }
+                try changingKeys {
+                    try keys.noteForeignDevice(record.accessible, deviceID: other, in: db)
+                }
+                secret = SecureBytes.random(count: 16)
+                unavailable = true
+                summary.unavailableItems += 1
+            }
+        }
+        switch try keychain.restore(
+            record.itemClass, attributes: a, secret: secret, generation: record.generation,
+            merge: merge, unavailable: unavailable, in: db)
+        {
+        case .added: summary.items.added += 1
+        case .replaced: summary.items.replaced += 1
+        case .kept: summary.items.kept += 1
+        }
+    }
+
+    /// Restores one preference row (checked): the later modification date wins, a tie keeps
+    /// the vault's. Returns its domain, key and value when it was written.
+    private func restore(
+        preference row: BackupArchive.TableRow, into summary: inout RestoreSummary,
+        in db: Database
+    ) throws -> (String, String, PlistValue)? {
+        let (domain, key, stored) = (
+            row.value("domain")!.text!, row.value("key")!.text!, row.value("value")!.blob!
+        )
+        let theirs = row.value("modified")?.real ?? -Double.infinity
+        if let existing = try db.row(
+            "SELECT modified FROM preferences WHERE domain = ? AND key = ?",
+            [.text(domain), .text(key)])
+        {
+            guard theirs > existing[0].real ?? -Double.infinity else {
+                summary.preferences.kept += 1
+                return nil
+            }
+            summary.preferences.replaced += 1
+        } else {
+            summary.preferences.added += 1
+        }
+        // Checked as it was read (`check`).
+        guard let value = PreferencesStore.decode(stored) else {
+            throw VaultFailure(
+                .backupUnreadable, "a preference value that does not decode; nothing was changed")
+        }
+        try db.run(
+            "INSERT OR REPLACE INTO preferences (domain, key, value, size, modified) VALUES (?, ?, ?, ?, ?)",
+            [
+                .text(domain), .text(key), .blob(stored),
+                .integer(Int64(PreferencesStore.entrySize(key: key, value: value, stored: stored))),
+                row.value("modified") ?? .null,
+            ])
+        return (domain, key, value)
     }
 
     /// Inserts a copied table's row as it was (its columns were checked against the table).

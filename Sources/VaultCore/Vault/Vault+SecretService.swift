@@ -220,6 +220,7 @@ extension Vault {
         }
         log("keychain: deleted 1 damaged item(s): \(d.description)")
         emit(.keychainChanged)
+        emit(.itemsChanged([ItemChange(deleted: d)]))
         return d
     }
 }
@@ -244,6 +245,8 @@ final class SessionItems: @unchecked Sendable {
         var contentType: String?
         var created: Date
         var modified: Date
+        /// The program that created it (issue 40 §2); nil: vaultd's own action.
+        var creator: ProgramIdentity?
 
         var bytes: Int {
             secret.count + label.utf8.count + (contentType?.utf8.count ?? 0)
@@ -267,11 +270,12 @@ extension Vault {
     /// keychain is not open.
     func sessionItems(
         matching attributes: ExactDictionary<String>, id: String? = nil, secrets: Bool,
-        caller: Caller
+        interaction: AccessInteraction = .wait, caller: Caller
     ) throws -> [FoundItem] {
         _ = try authorize(.copyItems(accessGroup: nil), for: caller)
         let open = isKeychainOpen
-        return sessionItems.lock.withLock {
+        var creators: [String: ProgramIdentity] = [:]
+        let found: [FoundItem] = sessionItems.lock.withLock {
             sessionItems.items.filter { key, item in
                 (id.map(key.sameBytes) ?? true) && caller.mayAccess(group: item.accessGroup)
                     && attributes.allSatisfy {
@@ -280,6 +284,7 @@ extension Vault {
             }
             .sorted { $0.key < $1.key }
             .map { key, item in
+                creators[key] = item.creator
                 var a = ItemAttributes(
                     service: Vault.secretServiceService, account: key, label: item.label,
                     accessGroup: Vault.sessionCollection)
@@ -293,6 +298,24 @@ extension Vault {
                     isLocked: !open)
             }
         }
+        // Their secrets, as the store's are released (`release`; an Always allow is kept in
+        // memory, as the items are).
+        if secrets, caller.isOwner, let program = caller.program,
+            found.contains(where: { $0.data != nil })
+        {
+            let mode = try read { try secretAccessMode(in: $0) }
+            let key = program.matchKey
+            try release(
+                found.filter { $0.data != nil }.map {
+                    let id = $0.attributes.account ?? ""
+                    let uuid = Array("session\u{0}\(id)".utf8)
+                    return Subject(
+                        uuid: uuid, name: Self.itemName($0.attributes), creator: creators[id],
+                        granted: accessGate.isGrantedInMemory(key, uuid))
+                }, mode: mode, to: caller, program: program, persistent: false,
+                interaction: interaction)
+        }
+        return found
     }
 
     /// CreateItem in the session collection: a new item of the caller's default group, or,
@@ -324,7 +347,7 @@ extension Vault {
             }
             let item = SessionItems.Item(
                 accessGroup: group, label: label, attributes: attributes, secret: secret,
-                contentType: contentType, created: now, modified: now)
+                contentType: contentType, created: now, modified: now, creator: caller.program)
             guard sessionItems.items.count < SessionItems.maximumItems,
                 sessionItems.bytes + item.bytes <= SessionItems.maximumBytes
             else {

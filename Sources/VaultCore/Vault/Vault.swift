@@ -37,6 +37,9 @@ public final class Vault: @unchecked Sendable {
     /// Limits on registrations made on first contact, and the uninstall grace period
     /// (config.plist; vaultd sets them at start and on SIGHUP).
     public let appSettings = AppSettings()
+    /// Per-program access to secrets: the mode set, who asks the user, and what is
+    /// remembered in memory (pending questions, recent denials; docs/access.md).
+    public let accessGate = AccessGate()
     private let keysLock = NSLock()
     let unlockAttempts = NSLock()
     /// The Argon2id cost of new passphrase keys.
@@ -328,7 +331,9 @@ public final class Vault: @unchecked Sendable {
                 retryAfter: try rateLimitDelay(x),
                 dataDirectory: caller.isOwner ? dataDirectory : nil,
                 deviceKey: caller.isOwner ? deviceKeyStatus : nil,
-                recoveryKey: caller.isOwner ? try keys.hasRecoveryKey(in: x.db) : nil)
+                recoveryKey: caller.isOwner ? try keys.hasRecoveryKey(in: x.db) : nil,
+                secretAccess: caller.isOwner ? try secretAccessMode(in: x.db) : nil,
+                secretAccessConfigured: caller.isOwner ? accessGate.configuredMode != nil : nil)
         }
     }
 
@@ -346,6 +351,8 @@ public final class Vault: @unchecked Sendable {
             let state = try exclusive { x in
                 try writingKeys(in: x) { db in
                     try changingKeys { try keys.initialize(passphrase: kek, in: db) }
+                    // A vault made now asks before a program reads another's secret.
+                    try AccessStore.setDefaultMode(.confirm, in: db)
                 }
                 ticket.take()
                 return keys.lockState
@@ -688,13 +695,18 @@ public final class Vault: @unchecked Sendable {
         let keys = try withKeys { try keychain.writeKeys(accessible: accessible) }
         let values = try KeychainStore.encrypt(
             itemClass: itemClass, attributes: stored, secret: secret, keys: keys)
+        // Its creator (issue 40 §2), sealed before the write as the item is.
+        let creator = caller.program.map { AccessStore.seal($0, metadata: keys.metadata) }
         try write { db in
             try self.admitInWrite(caller, in: db)
             try self.keychain.insert(
                 values, generation: caller.generation, classKey: keys.classKey,
                 accessible: accessible, in: db)
+            try self.recordCreator(values, sealed: creator, in: db)
         }
         if stored.synchronizable == true { emit(.keychainChanged) }
+        // The row id is not needed: a made item is named by its attributes.
+        emit(.itemsChanged([ItemChange(.created, itemClass, stored, row: 0)]))
         return stored
     }
 
@@ -702,16 +714,31 @@ public final class Vault: @unchecked Sendable {
     /// left out (and logged); `copyMatchingReportingDamage` returns them too.
     /// `includingLocked`: locked matches are listed (`FoundItem.isLocked`) rather than failing.
     func copyMatching(
-        _ query: ItemQuery, returnData: Bool, includingLocked: Bool = false, caller: Caller
+        _ query: ItemQuery, returnData: Bool, includingLocked: Bool = false,
+        interaction: AccessInteraction = .wait, caller: Caller
     ) throws -> [FoundItem] {
         try copyMatchingReportingDamage(
-            query, returnData: returnData, includingLocked: includingLocked, caller: caller
+            query, returnData: returnData, includingLocked: includingLocked,
+            interaction: interaction, caller: caller
         ).items
     }
 
     /// SecItemCopyMatching, with the damaged items the query met (`ItemMatches.damaged`).
+    /// Secrets are released only as the policy allows (`releaseSecrets`; `interaction`:
+    /// how a question to the user is waited for).
     func copyMatchingReportingDamage(
-        _ query: ItemQuery, returnData: Bool, includingLocked: Bool = false, caller: Caller
+        _ query: ItemQuery, returnData: Bool, includingLocked: Bool = false,
+        interaction: AccessInteraction = .wait, caller: Caller
+    ) throws -> ItemMatches {
+        let matches = try lookUpMatches(
+            query, returnData: returnData, includingLocked: includingLocked, caller: caller)
+        if returnData { try releaseSecrets(of: matches, to: caller, interaction: interaction) }
+        return matches
+    }
+
+    /// `copyMatchingReportingDamage`'s lookup, before the secrets are released.
+    private func lookUpMatches(
+        _ query: ItemQuery, returnData: Bool, includingLocked: Bool, caller: Caller
     ) throws -> ItemMatches {
         let grant = try authorize(
             .copyItems(accessGroup: query.attributes.accessGroup), for: caller)
@@ -752,13 +779,16 @@ public final class Vault: @unchecked Sendable {
             .updateItems(
                 accessGroup: query.attributes.accessGroup, newAccessGroup: changes.accessGroup),
             for: caller)
-        let n = try write { db in
+        let (n, made) = try write { db in
             try self.admitInWrite(caller, in: db)
-            return try self.keychain.update(
+            var made: [ItemChange] = []
+            let n = try self.keychain.update(
                 query, changes: changes, secret: secret, groups: grant.searchedAccessGroups,
-                in: db)
+                in: db, reporting: { made.append(contentsOf: $0) })
+            return (n, made)
         }
         emit(.keychainChanged)
+        emit(.itemsChanged(made))
         return n
     }
 
@@ -766,11 +796,16 @@ public final class Vault: @unchecked Sendable {
     func deleteItems(_ query: ItemQuery, caller: Caller) throws -> Int {
         let grant = try authorize(
             .deleteItems(accessGroup: query.attributes.accessGroup), for: caller)
-        let n = try writeMakingRoom { db in
+        let (n, made) = try writeMakingRoom { db in
             try self.admitInWrite(caller, in: db)
-            return try self.keychain.delete(query, groups: grant.searchedAccessGroups, in: db)
+            var made: [ItemChange] = []
+            let n = try self.keychain.delete(
+                query, groups: grant.searchedAccessGroups, in: db,
+                reporting: { made.append(contentsOf: $0) })
+            return (n, made)
         }
         emit(.keychainChanged)
+        emit(.itemsChanged(made))
         return n
     }
 }
@@ -897,4 +932,8 @@ public enum VaultEvent: Sendable {
     /// Keychain items were added, updated or deleted (sync exports the synchronizable ones;
     /// no subscription is sent it).
     case keychainChanged
+    /// These items were made, changed or deleted, by one committed write (after
+    /// `keychainChanged`, when that is sent too). The Secret Service front-end signals its
+    /// items' changes from it, whichever front-end made them; no subscription is sent it.
+    case itemsChanged([ItemChange])
 }

@@ -41,6 +41,11 @@ public struct VaultStatus: Sendable, Equatable {
     public var deviceKey: DeviceKeyStatus?
     /// Whether a recovery key can unlock the vault (owner only; nil for apps).
     public var recoveryKey: Bool?
+    /// The `SecretAccess` mode in force (owner only; nil for apps), and whether config.plist
+    /// set it (else it is the vault's default: `open` for a vault made before per-program
+    /// access, `confirm` after).
+    public var secretAccess: SecretAccessMode?
+    public var secretAccessConfigured: Bool?
 }
 
 /// What a passphrase change did.

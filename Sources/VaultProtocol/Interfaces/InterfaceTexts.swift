@@ -195,6 +195,43 @@ method Update(class: ?string, query: ?Attributes, attributes: ?Attributes, data:
 # Deletes every matching item (SecItemDelete).
 method Delete(class: ?string, query: ?Attributes) -> (count: int)
 
+# A program, as vaultd identifies it from the kernel (docs/access.md).
+type Program (
+  # "executable", "interpreter", "app" (a registered app) or "flatpak".
+  kind: string,
+  # The executable's path, or the app's ID.
+  path: string,
+  # The script an interpreter runs, as its command line names it.
+  script: ?string,
+  # Whether the user may replace the executable: its grants then hold only for
+  # the very file they were given to (device and inode).
+  userWritable: ?bool
+)
+
+# A remembered decision: a program allowed to use an item's secret.
+type AccessGrant (
+  program: Program,
+  # The item's class and attributes (label, service, account, server...).
+  class: string,
+  attributes: Attributes,
+  # When it was granted, ISO 8601.
+  grantedAt: string
+)
+
+# The programs allowed to use items' secrets (owner only).
+method ListAccess() -> (grants: []AccessGrant)
+
+# Allows the program at `program` (an executable's absolute path; with `script`,
+# that interpreter running that script) to use the secrets of every item `query`
+# matches. In SecretAccess confirm and strict, the user confirms it in a dialog
+# first. Returns how many items (owner only).
+method GrantAccess(program: string, script: ?string, class: ?string, query: ?Attributes) -> (count: int)
+
+# Forgets the grants to the program at `program` (null: every program; with
+# `script`, only those for that script) of the items `query` matches (null: every
+# item). Returns how many (owner only).
+method RevokeAccess(program: ?string, script: ?string, class: ?string, query: ?Attributes) -> (count: int)
+
 # An item with the same primary key exists (errSecDuplicateItem, -25299).
 error DuplicateItem (status: int, message: string)
 # Nothing matches (errSecItemNotFound, -25300).
@@ -316,6 +353,42 @@ type SyncDevice (
 # Sync holds it as it is: it is neither exported nor overwritten; the others sync.
 type DamagedItem (id: int, uuid: string, class: ?string, accessGroup: ?string, damaged: string)
 
+# A member whose segments in the folder stop short of what a member acknowledged having
+# merged of it: its latest segments were withheld or its directory rolled back to an
+# older copy (or the engine has not carried them here yet). Sync goes on.
+type SyncRollback (
+  deviceID: string,
+  # The largest sequence of its segments in the folder (0: none).
+  present: int,
+  # The largest sequence of it a member acknowledged, and that member.
+  acknowledged: int,
+  acknowledgedBy: string
+)
+
+# One field of a conflict. Text attributes as text; generic and the secret in base64,
+# the secret only when Conflicts was called with `secrets` true. null: the write
+# removed the attribute (or the secret is not shown).
+type SyncConflictField (field: string, value: ?string, current: ?string)
+
+# A value written concurrently with the one that won (neither device had merged the
+# other's write): kept, encrypted as the item, until restored or dismissed.
+type SyncConflict (
+  # 16 hex digits, the same on every device.
+  id: string,
+  class: string,
+  accessGroup: string,
+  # The item's primary-key attributes that are set (service, account; or server,
+  # protocol, port, path, account, authenticationType, securityDomain).
+  attributes: [string]string,
+  # The device that wrote the losing value, and when (its clock, ISO 8601).
+  deviceID: string,
+  written: string,
+  # The device whose write holds the current values.
+  winner: string,
+  # The fields whose losing values differ from the current ones.
+  fields: []SyncConflictField
+)
+
 # Makes a new sync group in `folder` (an existing directory, absolute): the group key
 # and this device's directory. `fingerprint` identifies the group key (compare it on
 # every device).
@@ -349,7 +422,10 @@ method Status() -> (
   lastPass: ?string,
   # The damaged items the last pass met and held (at most 1,000 named); absent when
   # this device syncs nothing.
-  damaged: ?[]DamagedItem
+  damaged: ?[]DamagedItem,
+  # Members whose segments were withheld or rolled back; absent when this device syncs
+  # nothing.
+  rolledBack: ?[]SyncRollback
 )
 
 # Stops syncing here: records the leaving in the folder, then forgets the group keys
@@ -360,6 +436,20 @@ method Leave() -> ()
 # group key (of `generation`) sealed to the remaining members keeps it out of what is
 # written from now on.
 method Remove(device: string) -> (deviceID: string, generation: int)
+
+# The conflicts of the merged group, newest first: at most 16 per item and 1,000 in all
+# (older ones are dropped). `secrets`: show the secrets' values too. `omitted`: the
+# oldest of them left out of this reply to keep it within the message limit (their
+# values are large); settling newer ones lists them.
+method Conflicts(secrets: ?bool) -> (conflicts: []SyncConflict, omitted: int)
+
+# Makes the conflict's losing values the current ones: a new write of its fields, which
+# syncs to every device and settles every conflict of those fields.
+method RestoreConflict(id: string) -> (conflict: SyncConflict)
+
+# Keeps the current values and drops the conflict: a new write of its fields with the
+# current values, which syncs and settles every conflict of those fields.
+method DismissConflict(id: string) -> (conflict: SyncConflict)
 
 """#,
         "io.vaultd.Vault": #"""
@@ -417,7 +507,14 @@ method Status() -> (
   # ThisDeviceOnly items are then NotAvailableOnThisDevice. Null when it is (or for apps).
   deviceKeyProblem: ?string,
   # Whether a recovery key can unlock the vault (owner only; null for apps).
-  recoveryKey: ?bool
+  recoveryKey: ?bool,
+  # The SecretAccess mode in force (owner only; null for apps): "open", "confirm" or
+  # "strict" (docs/access.md).
+  secretAccess: ?string,
+  # Where the mode comes from: "config" (config.plist's SecretAccess) or "vault"
+  # (the vault's default: open for a vault made before per-program access, confirm
+  # after). Owner only.
+  secretAccessSource: ?string
 )
 
 # Creates the vault. Without a passphrase the vault is always unlocked.

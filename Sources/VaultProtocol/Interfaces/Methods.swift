@@ -27,6 +27,9 @@ public enum VarlinkMethod: String, CaseIterable, Sendable {
     case keychainCopyMatching = "io.vaultd.Keychain.CopyMatching"
     case keychainUpdate = "io.vaultd.Keychain.Update"
     case keychainDelete = "io.vaultd.Keychain.Delete"
+    case keychainListAccess = "io.vaultd.Keychain.ListAccess"
+    case keychainGrantAccess = "io.vaultd.Keychain.GrantAccess"
+    case keychainRevokeAccess = "io.vaultd.Keychain.RevokeAccess"
     // io.vaultd.Preferences
     case preferencesGet = "io.vaultd.Preferences.Get"
     case preferencesSet = "io.vaultd.Preferences.Set"
@@ -54,6 +57,9 @@ public enum VarlinkMethod: String, CaseIterable, Sendable {
     case syncStatus = "io.vaultd.Sync.Status"
     case syncLeave = "io.vaultd.Sync.Leave"
     case syncRemove = "io.vaultd.Sync.Remove"
+    case syncConflicts = "io.vaultd.Sync.Conflicts"
+    case syncRestoreConflict = "io.vaultd.Sync.RestoreConflict"
+    case syncDismissConflict = "io.vaultd.Sync.DismissConflict"
 
     /// The fully-qualified name, e.g. `io.vaultd.Keychain.Add`.
     public var name: String { rawValue }

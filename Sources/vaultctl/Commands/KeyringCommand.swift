@@ -157,37 +157,7 @@ struct KeyringCommand: Command {
     // MARK: export
 
     func exportItems(_ keyring: DesktopKeyring, _ context: Context) throws {
-        let vault = try context.vault()
-        let keychain = vault.keychain
-        var items: [Item] = []
-        // Damaged items (the store altered on disk) are not exported: named, counted as not
-        // exported; every other item still is.
-        var damaged: [JSON] = []
-        do {
-            (items, damaged) = try keychain.copyMatchingReportingDamage(
-                Query(itemClass, filters, matchAll: true), returnData: true, returnAttributes: true)
-        } catch let e as VaultError where e.code == .itemNotFound {
-            items = []
-        } catch let e as VaultError where e.code == .itemDamaged {
-            damaged = e.parameters["items"]?.arrayValue ?? []
-        }
-        // The exported copies are readable by every program of the user: without a group
-        // named, only the owner's own groups go (`user`, and every group no registered app
-        // holds); an app's private group needs --access-group G or --all-groups.
-        var appsOnly = 0
-        if filters.accessGroup == nil && !allGroups {
-            var appGroups: ExactSet = []
-            for app in try vault.apps.list() {
-                for g in app.keychainAccessGroups where g != "user" {
-                    appGroups.insert(ExactString(g))
-                }
-            }
-            let before = items.count
-            items.removeAll { item in
-                item.attributes?.accessGroup.map { appGroups.contains(ExactString($0)) } ?? false
-            }
-            appsOnly = before - items.count
-        }
+        let (items, damaged, appsOnly) = try exportedItems(context)
         var counts: [String: Int] = [:]
         for d in damaged {
             counts["fail", default: 0] += 1
@@ -206,104 +176,148 @@ struct KeyringCommand: Command {
                 )
             }
             for item in items {
-                guard let a = item.attributes, let data = item.data else { continue }
-                // A ThisDeviceOnly item is bound to this device's device.key and,
-                // as in Keychain Services, never leaves it: a copy in the keyring (a file in
-                // the home directory, which moves with it) would carry it anywhere, and back
-                // in as a migratable item.
-                if a.accessible?.isThisDeviceOnly == true {
-                    counts["skip", default: 0] += 1
-                    say(
-                        "skip \(Self.describe(item.itemClass, a)): \(a.accessible!.rawValue) items stay on this device",
-                        "skip",
-                        item: (item.itemClass, a),
-                        note: "\(a.accessible!.rawValue) items stay on this device")
-                    continue
-                }
-                // An item `keyring import` made goes back under the schema and attributes it
-                // came with (kept in its `generic`), and an item of vaultd's Secret Service
-                // under its own (its lookup attributes), so the program that wrote it
-                // (secret-tool, python keyring, git's libsecret helper) finds it again, and the
-                // original, when still there, is the item replaced; an item born in the vault
-                // is an `io.vaultd.Item` with its class and primary key.
-                let original =
-                    a.lookupAttributes.map { l in
-                        Dictionary(
-                            l.map { ($0.key, $0.value) }, uniquingKeysWith: { first, _ in first })
-                    }
-                    ?? KeyringMapping.originalAttributes(a.generic)
-                let attributes = original ?? KeyringMapping.exportAttributes(item.itemClass, a)
-                // libsecret cuts a string at a NUL byte: two items differing after it would
-                // become one keyring entry with one of their secrets.
-                if let bad = attributes.first(where: {
-                    $0.key.utf8.contains(0) || $0.value.utf8.contains(0)
-                }) {
-                    counts["fail", default: 0] += 1
-                    let why =
-                        "its attribute \(JSON.string(bad.key).text) holds a NUL byte, which the Secret Service cannot carry"
-                    say(
-                        "cannot export \(Self.describe(item.itemClass, a)): \(why)", "fail",
-                        item: (item.itemClass, a), note: why)
-                    continue
-                }
-                // Only the target collection counts: the same item exported into another one
-                // is not this export's. Its label is part of what is exported, as the keyring
-                // keeps it (`KeyringMapping.keyringLabel`), so an unchanged item compares equal.
-                let label = KeyringMapping.keyringLabel(KeyringMapping.label(item.itemClass, a))
-                let found =
-                    try original != nil
-                    ? keyring.search(attributes: attributes) : keyring.search(.item, attributes)
-                let existing = found.first(where: target.holds)
-                let verb =
-                    existing == nil
-                    ? "add"
-                    : existing?.secret == Array(data) && existing?.label.sameBytes(label) == true
-                        ? "unchanged" : "update"
-                if verb != "unchanged" && !dryRun {
-                    // Stored as text/plain only when it is text (`DesktopKeyring.contentType(of:)`).
-                    if original != nil {
-                        try keyring.store(
-                            attributes: attributes, label: label, secret: Array(data),
-                            collection: target.path)
-                    } else {
-                        try keyring.store(
-                            .item, attributes, label: label, secret: Array(data),
-                            collection: target.path)
-                    }
-                }
+                guard let verb = try export(item, to: target, in: keyring) else { continue }
                 counts[verb, default: 0] += 1
-                let schema =
-                    original.map { " as \($0["xdg:schema"] ?? "its original attributes")" } ?? ""
-                say(
-                    "\(dryRun && verb != "unchanged" ? "would \(verb)" : verb) \(Self.describe(item.itemClass, a))\(schema)",
-                    verb, item: (item.itemClass, a), label: label)
             }
-            let failed = counts["fail", default: 0]
-            var summary =
-                "\(counts["add", default: 0]) added, \(counts["update", default: 0]) updated, \(counts["unchanged", default: 0]) unchanged, \(counts["skip", default: 0]) skipped"
-            if failed > 0 { summary += ", \(failed) not exported" }
-            if json {
-                var o = summaryJSON(target, items: items.count, counts: counts).objectValue ?? [:]
-                o["appGroupItems"] = JSON(appsOnly)
-                print(JSON.object(o).text)
-            } else {
-                print(
-                    "\(dryRun ? "dry run, nothing changed: " : "")collection \(JSON.string(target.label).text), \(items.count) item(s): \(summary)"
-                )
-                if appsOnly > 0 {
-                    print(
-                        "\(appsOnly) item(s) in apps' private groups not exported (give --access-group G or --all-groups)"
-                    )
-                }
-            }
-            if failed > 0 {
-                throw KeyringError(
-                    .failed,
-                    "\(failed) item(s) \(dryRun ? "could not be" : "were not") exported (the lines \"cannot export\" say why)"
-                )
-            }
+            try reportExport(target, items: items.count, counts: counts, appsOnly: appsOnly)
         } catch let e as KeyringError {
             throw KeyringFailure(e)
+        }
+    }
+
+    /// The items an export copies: every match of the filters with its secret, less those in
+    /// apps' private groups unless a group or --all-groups is named (the exported copies are
+    /// readable by every program of the user: without a group named, only the owner's own
+    /// groups go, `user` and every group no registered app holds). Damaged items (the store
+    /// altered on disk) are returned apart, to be named and counted as not exported; every
+    /// other item still is. `appsOnly` counts the items left out for being in an app's group.
+    private func exportedItems(_ context: Context) throws -> (
+        items: [Item], damaged: [JSON], appsOnly: Int
+    ) {
+        let vault = try context.vault()
+        var items: [Item] = []
+        var damaged: [JSON] = []
+        do {
+            (items, damaged) = try vault.keychain.copyMatchingReportingDamage(
+                Query(itemClass, filters, matchAll: true), returnData: true, returnAttributes: true)
+        } catch let e as VaultError where e.code == .itemNotFound {
+            items = []
+        } catch let e as VaultError where e.code == .itemDamaged {
+            damaged = e.parameters["items"]?.arrayValue ?? []
+        }
+        guard filters.accessGroup == nil && !allGroups else { return (items, damaged, 0) }
+        var appGroups: ExactSet = []
+        for app in try vault.apps.list() {
+            for g in app.keychainAccessGroups where g != "user" {
+                appGroups.insert(ExactString(g))
+            }
+        }
+        let before = items.count
+        items.removeAll { item in
+            item.attributes?.accessGroup.map { appGroups.contains(ExactString($0)) } ?? false
+        }
+        return (items, damaged, before - items.count)
+    }
+
+    /// Exports one item into `target` (unless a dry run) and says what happened: returns the
+    /// verb counted ("add", "update", "unchanged", "skip", "fail"), nil for an item without
+    /// attributes or secret.
+    private func export(
+        _ item: Item, to target: KeyringCollection, in keyring: DesktopKeyring
+    ) throws -> String? {
+        guard let a = item.attributes, let data = item.data else { return nil }
+        // A ThisDeviceOnly item is bound to this device's device.key and, as in Keychain
+        // Services, never leaves it: a copy in the keyring (a file in the home directory,
+        // which moves with it) would carry it anywhere, and back in as a migratable item.
+        if let accessible = a.accessible, accessible.isThisDeviceOnly {
+            say(
+                "skip \(Self.describe(item.itemClass, a)): \(accessible.rawValue) items stay on this device",
+                "skip", item: (item.itemClass, a),
+                note: "\(accessible.rawValue) items stay on this device")
+            return "skip"
+        }
+        // An item `keyring import` made goes back under the schema and attributes it came with
+        // (kept in its `generic`), and an item of vaultd's Secret Service under its own (its
+        // lookup attributes), so the program that wrote it (secret-tool, python keyring, git's
+        // libsecret helper) finds it again, and the original, when still there, is the item
+        // replaced; an item born in the vault is an `io.vaultd.Item` with its class and
+        // primary key.
+        let original =
+            a.lookupAttributes.map { l in
+                Dictionary(l.map { ($0.key, $0.value) }, uniquingKeysWith: { first, _ in first })
+            }
+            ?? KeyringMapping.originalAttributes(a.generic)
+        let attributes = original ?? KeyringMapping.exportAttributes(item.itemClass, a)
+        // libsecret cuts a string at a NUL byte: two items differing after it would become one
+        // keyring entry with one of their secrets.
+        if let bad = attributes.first(where: {
+            $0.key.utf8.contains(0) || $0.value.utf8.contains(0)
+        }) {
+            let why =
+                "its attribute \(JSON.string(bad.key).text) holds a NUL byte, which the Secret Service cannot carry"
+            say(
+                "cannot export \(Self.describe(item.itemClass, a)): \(why)", "fail",
+                item: (item.itemClass, a), note: why)
+            return "fail"
+        }
+        // Only the target collection counts: the same item exported into another one is not
+        // this export's. Its label is part of what is exported, as the keyring keeps it
+        // (`KeyringMapping.keyringLabel`), so an unchanged item compares equal.
+        let label = KeyringMapping.keyringLabel(KeyringMapping.label(item.itemClass, a))
+        let found =
+            try original != nil
+            ? keyring.search(attributes: attributes) : keyring.search(.item, attributes)
+        let existing = found.first(where: target.holds)
+        let verb =
+            existing == nil
+            ? "add"
+            : existing?.secret == Array(data) && existing?.label.sameBytes(label) == true
+                ? "unchanged" : "update"
+        if verb != "unchanged" && !dryRun {
+            // Stored as text/plain only when it is text (`DesktopKeyring.contentType(of:)`).
+            if original != nil {
+                try keyring.store(
+                    attributes: attributes, label: label, secret: Array(data),
+                    collection: target.path)
+            } else {
+                try keyring.store(
+                    .item, attributes, label: label, secret: Array(data), collection: target.path)
+            }
+        }
+        let schema = original.map { " as \($0["xdg:schema"] ?? "its original attributes")" } ?? ""
+        say(
+            "\(dryRun && verb != "unchanged" ? "would \(verb)" : verb) \(Self.describe(item.itemClass, a))\(schema)",
+            verb, item: (item.itemClass, a), label: label)
+        return verb
+    }
+
+    /// The export's summary line (or JSON), and its failure when an item was not exported.
+    private func reportExport(
+        _ target: KeyringCollection, items: Int, counts: [String: Int], appsOnly: Int
+    ) throws {
+        let failed = counts["fail", default: 0]
+        var summary =
+            "\(counts["add", default: 0]) added, \(counts["update", default: 0]) updated, \(counts["unchanged", default: 0]) unchanged, \(counts["skip", default: 0]) skipped"
+        if failed > 0 { summary += ", \(failed) not exported" }
+        if json {
+            var o = summaryJSON(target, items: items, counts: counts).objectValue ?? [:]
+            o["appGroupItems"] = JSON(appsOnly)
+            print(JSON.object(o).text)
+        } else {
+            print(
+                "\(dryRun ? "dry run, nothing changed: " : "")collection \(JSON.string(target.label).text), \(items) item(s): \(summary)"
+            )
+            if appsOnly > 0 {
+                print(
+                    "\(appsOnly) item(s) in apps' private groups not exported (give --access-group G or --all-groups)"
+                )
+            }
+        }
+        if failed > 0 {
+            throw KeyringError(
+                .failed,
+                "\(failed) item(s) \(dryRun ? "could not be" : "were not") exported (the lines \"cannot export\" say why)"
+            )
         }
     }
 }

@@ -2,13 +2,20 @@ import Foundation
 import VaultClient
 import VaultProtocol
 
-/// `vaultctl sync init FOLDER | join FOLDER | approve CODE | status [--json] | leave | remove DEVICE`: the
-/// io.vaultd.Sync methods (docs/sync.md).
+/// `vaultctl sync init FOLDER | join FOLDER | approve CODE | status [--json] | leave | remove DEVICE
+/// | conflicts [--json] [--secrets] | conflicts restore|dismiss ID`: the io.vaultd.Sync methods
+/// (docs/sync.md).
 struct SyncCommand: Command {
-    enum Action: String, CaseIterable { case `init`, join, approve, status, leave, remove }
+    enum Action: String, CaseIterable {
+        case `init`, join, approve, status, leave, remove, conflicts
+    }
     var action: Action
     var argument: String?
     var json = false
+    /// `sync conflicts --secrets`: the secrets' values shown too.
+    var secrets = false
+    /// `sync conflicts restore|dismiss ID`.
+    var settle: String?
     /// `sync approve --wait SECONDS`: how long to wait for the join request to arrive in the
     /// folder (Syncthing carries it some seconds after `sync join` wrote it); 0: not at all.
     var wait = 120.0
@@ -45,6 +52,17 @@ struct SyncCommand: Command {
                 throw UsageError(message: "sync remove needs the DEVICE ID sync status shows")
             }
             argument = device
+        case .conflicts:
+            json = a.flag("--json")
+            secrets = a.flag("--secrets")
+            if let verb = a.positional(oneOf: ["restore", "dismiss"]) {
+                guard let id = a.positional() else {
+                    throw UsageError(
+                        message: "sync conflicts \(verb) needs the ID sync conflicts lists")
+                }
+                settle = verb
+                argument = id
+            }
         case .status, .leave:
             break
         }
@@ -98,6 +116,11 @@ struct SyncCommand: Command {
                     "ignored device directories: \(n) (the folder holds more than 256; this device's and the members' are read first)"
                 )
             }
+            for b in r["rolledBack"]?.arrayValue ?? [] {
+                print(
+                    "rolled back or withheld: device \(b["deviceID"]?.stringValue ?? "?")'s segments in the folder end at \(b["present"]?.intValue ?? 0), but device \(b["acknowledgedBy"]?.stringValue ?? "?") acknowledged \(b["acknowledged"]?.intValue ?? 0) (or they have not arrived yet)"
+                )
+            }
             let damaged = r["damaged"]?.arrayValue ?? []
             if !damaged.isEmpty {
                 print(
@@ -119,6 +142,8 @@ struct SyncCommand: Command {
                     "  \(id)\(me)\tlast seen \(seen)\t\(d["segments"]?.intValue ?? 0) segments, \(d["pending"]?.intValue ?? 0) pending\(rejected > 0 ? ", \(rejected) rejected" : "")"
                 )
             }
+        case .conflicts:
+            try runConflicts(c)
         case .leave:
             _ = try c.call(.syncLeave)
             print("this device no longer syncs; its items stay in its keychain")

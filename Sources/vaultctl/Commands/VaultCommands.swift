@@ -19,6 +19,8 @@ struct StatusCommand: Command {
                 "deviceKey": s.deviceKey.map { .string($0) } ?? .null,
                 "deviceKeyProblem": s.deviceKeyProblem.map { .string($0) } ?? .null,
                 "recoveryKey": s.recoveryKey.map { .bool($0) } ?? .null,
+                "secretAccess": s.secretAccess.map { .string($0) } ?? .null,
+                "secretAccessSource": s.secretAccessSource.map { .string($0) } ?? .null,
             ]
             print(j.text)
             return
@@ -40,6 +42,12 @@ struct StatusCommand: Command {
             "items: \(s.items)\(s.unavailableItems > 0 ? " (\(s.unavailableItems) made on another device, not available on this one)" : "")"
         )
         print("domains: \(s.domains)")
+        if let mode = s.secretAccess {
+            let source =
+                s.secretAccessSource == "config"
+                ? "set in config.plist" : "the vault's default; SecretAccess in config.plist"
+            print("secret access: \(mode) (\(source))")
+        }
         if s.retryAfter > 0 { print("unlock possible in: \(Int(s.retryAfter.rounded(.up))) s") }
         print("vaultd: \(s.version)")
     }

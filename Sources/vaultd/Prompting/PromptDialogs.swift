@@ -31,13 +31,6 @@ enum PassphraseAnswer {
     case dismissed(String)
 }
 
-/// The answers to an access confirmation (issue 40 §2), as macOS's keychain dialog gives them.
-enum AccessChoice: String, Sendable {
-    case deny
-    case allowOnce
-    case alwaysAllow
-}
-
 /// One open dialog of a built-in prompter: a gcr system prompt or a pinentry process. Used
 /// from the dialogs' queue only, but `cancel`, which may be called from any thread and ends
 /// a pending question at once as dismissed.

@@ -134,15 +134,18 @@ extension SecretService {
                 member, of: interface, on: target, body, sender: sender, vaultSession: vaultSession)
             reply = g_dbus_message_new_method_reply(message)
             if let out { out.pass { g_dbus_message_set_body(reply, $0) } }
-        } catch is PresenceWouldWait {
-            // Answered from a presence worker (`PresenceHandOff.swift`), which takes `message`
-            // over; awaiting its reply meanwhile, so the sender's next calls take the usual way.
+        } catch let e where Self.waitsForUser(e) {
+            // Run again off this thread (`SecretService+Access.swift`); until its reply goes out,
+            // the connection's later calls take the usual way, in order.
             inline.withLock { state in state.awaitingReply[sender, default: []].insert(serial) }
-            let target = SecretServicePath(path)!
-            handOverForPresence(message: message, vaultSession) { [self] in
-                try handle(
-                    member, of: interface, on: target, body, sender: sender, vaultSession: $0)
+            let args = Handed(body)
+            answerWaiting(message, sender: sender, vaultSession: vaultSession) { [self] waiting in
+                guard let target = SecretServicePath(path) else { throw BusError.noSuchObject }
+                return try handle(
+                    member, of: interface, on: target, args.value, sender: sender,
+                    vaultSession: waiting)
             }
+            g_object_unref(UnsafeMutableRawPointer(message))
             return nil
         } catch {
             let e = BusError(error)

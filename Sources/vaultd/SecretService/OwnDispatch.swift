@@ -55,44 +55,19 @@ extension SecretService {
             if path == SecretServicePath.collectionRoot {
                 out = .tuple([.string(try introspectCollections(sender: sender))])
             } else {
-                do {
-                    out = try itemCall(
-                        path: path, interface: interface, member: member, signature: signature,
-                        body, sender: sender)
-                } catch is PresenceWouldWait {
-                    // Answered from a presence worker (`PresenceHandOff.swift`), with a
-                    // reference of its own to `message` (this one is dropped on return).
-                    g_object_ref(UnsafeMutableRawPointer(message))
-                    handOverForPresence(message: message, try identify(sender)) { [self] s in
-                        try itemCall(
-                            path: path, interface: interface, member: member,
-                            signature: signature, body, sender: sender, session: s)
-                    }
-                    return
-                }
+                out = try itemCall(
+                    path: path, interface: interface, member: member, signature: signature, body,
+                    sender: sender, message: message)
             }
             reply = g_dbus_message_new_method_reply(message)
             if let out { out.pass { g_dbus_message_set_body(reply, $0) } }
+        } catch is Deferred {
+            return
         } catch {
             let e = BusError(error)
             reply = g_dbus_message_new_method_error_literal(message, e.name.rawValue, e.message)
         }
         send(reply, answering: message)
-    }
-
-    /// Sends `reply` (unreferenced here) to `message`'s caller, unless the call asked for none.
-    func send(_ reply: OpaquePointer, answering message: OpaquePointer) {
-        defer { g_object_unref(UnsafeMutableRawPointer(reply)) }
-        guard
-            g_dbus_message_get_flags(message).rawValue
-                & G_DBUS_MESSAGE_FLAGS_NO_REPLY_EXPECTED.rawValue == 0
-        else { return }
-        var err: UnsafeMutablePointer<GError>?
-        if g_dbus_connection_send_message(
-            connection, reply, G_DBUS_SEND_MESSAGE_FLAGS_NONE, nil, &err) == 0
-        {
-            g_error_free(err)
-        }
     }
 
     /// Introspect of the collections' folder: no interfaces (it is no object), and the
@@ -112,11 +87,9 @@ extension SecretService {
     /// interface's methods, after GDBus's checks (above). The object's interfaces depend on
     /// the path's shape alone (an item, or none for an element vaultd does not write), never
     /// on what is stored.
-    /// `session`: the caller's session as a presence worker runs the call again with it
-    /// (`PresenceHandOff.swift`); nil, identified here.
     private func itemCall(
         path: String, interface: String, member: String, signature: String, _ body: GV,
-        sender: String, session: VaultSession? = nil
+        sender: String, message: OpaquePointer
     ) throws -> GV? {
         let info: UnsafeMutablePointer<GDBusInterfaceInfo>?
         switch SecretServicePath(path) {
@@ -209,10 +182,23 @@ extension SecretService {
             guard SecretServiceOperations.of(interface, member) != nil else {
                 throw BusError.accessDenied("\(interface).\(member) has no policy decision")
             }
-            let vaultSession = try session ?? identify(sender)
+            let vaultSession = try identify(sender)
             guard let target = SecretServicePath(path) else { throw BusError.noSuchObject }
-            return try handle(
-                member, of: interface, on: target, body, sender: sender, vaultSession: vaultSession)
+            do {
+                return try handle(
+                    member, of: interface, on: target, body, sender: sender,
+                    vaultSession: vaultSession)
+            } catch let e where Self.waitsForUser(e) {
+                // Run again off the bus thread (`SecretService+Access.swift`); no reply here.
+                let args = Handed(body)
+                answerWaiting(message, sender: sender, vaultSession: vaultSession) {
+                    [self] waiting in
+                    try handle(
+                        member, of: interface, on: target, args.value, sender: sender,
+                        vaultSession: waiting)
+                }
+                throw Deferred()
+            }
         default:
             throw BusError(
                 .unknownMethod,

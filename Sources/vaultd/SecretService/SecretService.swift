@@ -30,6 +30,12 @@ struct BusError: Error, Equatable {
         case propertyReadOnly = "org.freedesktop.DBus.Error.PropertyReadOnly"
         case failed = "org.freedesktop.DBus.Error.Failed"
         case itemDamaged = "io.vaultd.Keychain.ItemDamaged"
+        /// A secret the per-program access check refused: denied by the user, recently
+        /// denied, strict, or a program that could pass for another (docs/access.md).
+        case accessRefused = "io.vaultd.Secret.Error.AccessRefused"
+        /// A secret that needs the user's confirmation, and none came: no prompter, dismissed,
+        /// timed out, or a question for the program already pending.
+        case notConfirmed = "io.vaultd.Secret.Error.NotConfirmed"
     }
 
     var name: Name
@@ -66,6 +72,10 @@ extension BusError {
     /// as one that does not exist, with the same message (`noSuchObject`): a client learns
     /// nothing of other apps' collections.
     init(_ e: VaultFailure) {
+        if e.details.program != nil {
+            self.init(e.code == .authFailed ? .accessRefused : .notConfirmed, e.message)
+            return
+        }
         switch e.code {
         case .interactionNotAllowed: self.init(.isLocked, e.message)
         case .itemNotFound, .missingEntitlement, .notAvailableOnThisDevice: self = .noSuchObject
@@ -137,8 +147,15 @@ final class SecretService: @unchecked Sendable {
 
     /// Guards everything below (the bus thread, the engine's event thread and the prompt
     /// timers use it).
-    private let lock = NSLock()
-    private var peers: [String: BusPeer] = [:]
+    let lock = NSLock()
+    var peers: [String: BusPeer] = [:]
+    /// The collections whose readers are sent their new Items at the end of the current
+    /// window (`ChangeSignals.swift`), and whether that end is scheduled.
+    var itemsDue: [(collection: String, group: String)] = []
+    var itemsWindowScheduled = false
+    /// The length of the next window (seconds): `itemsWindow`, or longer after a window whose
+    /// signals were many (`itemsBytesPerSecond`).
+    var itemsNextWindow = SecretService.itemsWindow
     /// Session ID → the session.
     private var sessions: [String: Session] = [:]
     private var prompts: [String: Prompt] = [:]
@@ -153,6 +170,9 @@ final class SecretService: @unchecked Sendable {
     /// vaultd's own dialogs (gcr's system prompter, pinentry), which the `Prompter` setting
     /// may choose instead of the agent.
     private(set) lazy var dialogs = PromptDialogs(service: self)
+    /// Calls waiting for the user's confirmation of an access, each on a thread of its own
+    /// (`SecretService+Access.swift`).
+    let waitingCalls = Locked(0)
     /// The Flatpak secret portal's backend, on the same connection (`SecretPortal.swift`).
     private(set) lazy var portal = SecretPortal(service: self)
 
@@ -171,7 +191,8 @@ final class SecretService: @unchecked Sendable {
         var itemsRead: [String] = []
         var readsAllItems = false
         init(vaultSession: VaultSession, credentials: PeerCredentials) {
-            self.vaultSession = vaultSession
+            // Its calls never wait for a dialog on the bus thread (`SecretService+Access.swift`).
+            self.vaultSession = vaultSession.waiting(.deferred)
             self.credentials = credentials
         }
     }
@@ -278,8 +299,7 @@ final class SecretService: @unchecked Sendable {
         let flags = GDBusConnectionFlags(
             rawValue: G_DBUS_CONNECTION_FLAGS_AUTHENTICATION_CLIENT.rawValue
                 | G_DBUS_CONNECTION_FLAGS_MESSAGE_BUS_CONNECTION.rawValue)
-        guard let conn = g_dbus_connection_new_for_address_sync(address, flags, nil, nil, &err)
-        else {
+        guard let conn = Self.connect(address, flags, &err) else {
             log(
                 "secret service: cannot connect to the session bus (\(logField(address))): \(String(cString: cg_error_message(err)))"
             )
@@ -297,7 +317,11 @@ final class SecretService: @unchecked Sendable {
         }
         serving = true
         observer = vault.addObserver { [weak self] event in
-            if case .lockState = event { self?.lockStateChanged() }
+            switch event {
+            case .lockState: self?.lockStateChanged()
+            case .itemsChanged(let changes): self?.itemsChanged(changes)
+            default: break
+            }
         }
         report()
         let l = g_main_loop_new(ctx, 0)
@@ -306,6 +330,26 @@ final class SecretService: @unchecked Sendable {
     }
 
     private var userData: gpointer { Unmanaged.passUnretained(self).toOpaque() }
+
+    /// A GDBus connection to the bus at `address`, through a `BusRelay` (none with
+    /// `VAULTD_SECRET_SERVICE_RELAY=0`); nil with `err` set.
+    private static func connect(
+        _ address: String, _ flags: GDBusConnectionFlags, _ err: inout UnsafeMutablePointer<GError>?
+    ) -> OpaquePointer? {
+        guard ProcessInfo.processInfo.environment["VAULTD_SECRET_SERVICE_RELAY"] != "0" else {
+            return g_dbus_connection_new_for_address_sync(address, flags, nil, nil, &err)
+        }
+        let fd: Int32
+        do {
+            fd = try BusRelay.start(address: address)
+        } catch {
+            g_set_error_literal(
+                &err, g_io_error_quark(), Int32(G_IO_ERROR_FAILED.rawValue), BusError(error).message
+            )
+            return nil
+        }
+        return cg_dbus_connection_new_for_fd(fd, flags, &err)
+    }
 
     static func this(_ p: gpointer?) -> SecretService {
         Unmanaged<SecretService>.fromOpaque(p!).takeUnretainedValue()
@@ -618,7 +662,7 @@ final class SecretService: @unchecked Sendable {
                 peers[sender] = BusPeer(vaultSession: vaultSession, credentials: peer)
             }
         }
-        return vaultSession
+        return vaultSession.waiting(.deferred)
     }
 
     /// The kernel's record of identified connection `sender` (`identify` first), nil when vaultd
@@ -661,35 +705,46 @@ final class SecretService: @unchecked Sendable {
         sender: String, path: String, interface: String, method: String, parameters: GV,
         invocation: OpaquePointer
     ) {
-        do {
-            let reply: GV?
+        Self.answer(invocation) {
             if interface == Self.propertiesInterface {
-                reply = try propertyCall(method, sender: sender, path: path, parameters)
-            } else {
-                guard SecretServiceOperations.of(interface, method) != nil else {
-                    throw BusError.accessDenied("\(interface).\(method) has no policy decision")
-                }
-                let vaultSession = try identify(sender)
-                guard let target = SecretServicePath(path) else { throw BusError.noSuchObject }
-                do {
-                    reply = try handle(
-                        method, of: interface, on: target, parameters, sender: sender,
-                        vaultSession: vaultSession)
-                } catch is PresenceWouldWait {
-                    // Returned from a presence worker (`PresenceHandOff.swift`).
-                    handOverForPresence(invocation: invocation, vaultSession) { [self] in
+                return try propertyCall(method, sender: sender, path: path, parameters)
+            }
+            guard SecretServiceOperations.of(interface, method) != nil else {
+                throw BusError.accessDenied("\(interface).\(method) has no policy decision")
+            }
+            let vaultSession = try identify(sender)
+            guard let target = SecretServicePath(path) else { throw BusError.noSuchObject }
+            do {
+                return try handle(
+                    method, of: interface, on: target, parameters, sender: sender,
+                    vaultSession: vaultSession)
+            } catch let e where Self.waitsForUser(e) {
+                // Run again off the bus thread (`SecretService+Access.swift`), answered there.
+                let call = Handed((invocation, parameters))
+                try answerOffThread { [self] in
+                    let (invocation, parameters) = call.value
+                    Self.answer(invocation) {
                         try handle(
                             method, of: interface, on: target, parameters, sender: sender,
-                            vaultSession: $0)
+                            vaultSession: vaultSession.waiting(.wait))
                     }
-                    return
                 }
+                throw Deferred()
             }
-            if let reply {
+        }
+    }
+
+    /// Returns `body`'s reply, or its error, on `invocation` (which this consumes), but for
+    /// `Deferred`: the call is answered later, from another thread.
+    private static func answer(_ invocation: OpaquePointer, _ body: () throws -> GV?) {
+        do {
+            if let reply = try body() {
                 reply.pass { g_dbus_method_invocation_return_value(invocation, $0) }
             } else {
                 g_dbus_method_invocation_return_value(invocation, nil)
             }
+        } catch is Deferred {
+            // Answered by the thread it was handed to.
         } catch {
             let e = BusError(error)
             g_dbus_method_invocation_return_dbus_error(invocation, e.name.rawValue, e.message)
@@ -743,7 +798,7 @@ final class SecretService: @unchecked Sendable {
     }
 
     /// The readable properties `interface` declares (`Introspection.swift`), in its order.
-    private func readableProperties(of interface: String) -> [String] {
+    func readableProperties(of interface: String) -> [String] {
         guard let info = g_dbus_node_info_lookup_interface(nodeInfo, interface),
             let properties = info.pointee.properties
         else { return [] }
@@ -960,273 +1015,5 @@ final class SecretService: @unchecked Sendable {
         }) == 0 {
             g_error_free(err)
         }
-    }
-
-    // MARK: change signals
-
-    /// A change the connections that see it are told of (`notify`).
-    enum Change {
-        /// Items of `collection` (an access group, or the session collection) were made,
-        /// deleted or changed (their secret, label or attributes). `group` is the access
-        /// group whose visibility decides who is told: the collection's own, or for the
-        /// session collection the default group of the caller whose items they are.
-        case items(
-            collection: String, group: String, created: [String] = [], deleted: [String] = [],
-            changed: [String] = [])
-        /// A collection's label was set.
-        case label(group: String)
-        /// The vault was locked or unlocked.
-        case lockState
-    }
-
-    /// Tells each identified connection that may see it of `change`, as gnome-keyring does:
-    /// the specification's signals (ItemCreated, ItemDeleted, ItemChanged from the collection
-    /// and, for a connection's default group, from its aliases; CollectionCreated,
-    /// CollectionDeleted, CollectionChanged from the service) and PropertiesChanged with the
-    /// new value of every property that changed (the collection's Items, Created and
-    /// Modified; the item's properties; the service's Collections; Locked of each collection
-    /// and item), never a property invalidated without its value: libsecret reads its cached
-    /// value at the next signal, and finds none. Who sees what is the policy's
-    /// (`Policy.seesItem`, and the engine's answers to each connection's `Caller`); nothing
-    /// is broadcast. Sent from the bus thread's next iteration, after the current call's reply.
-    func notify(_ change: Change) {
-        onBusThread { [self] in send(change) }
-    }
-
-    /// Values computed once per `Caller` while one change is sent (connections of one app,
-    /// or of the owner, see the same).
-    private final class PerSession<Value> {
-        private var entries: [(VaultSession, Value?)] = []
-        func value(for vaultSession: VaultSession, _ make: () throws -> Value) -> Value? {
-            if let e = entries.first(where: { $0.0 == vaultSession }) { return e.1 }
-            let v = try? make()
-            entries.append((vaultSession, v))
-            return v
-        }
-    }
-
-    private func send(_ change: Change) {
-        let targets: [(String, BusPeer)]
-        switch change {
-        case .items(_, let group, _, _, _), .label(let group):
-            targets = lock.withLock {
-                peers.filter { $0.value.vaultSession.sees(itemInAccessGroup: group) }.map {
-                    ($0.key, $0.value)
-                }
-            }
-        case .lockState:
-            targets = lock.withLock { peers.map { ($0.key, $0.value) } }
-        }
-        let collectionsSeen = PerSession<[String]>()
-        switch change {
-        case .items(let collection, _, let created, let deleted, let changed):
-            let views = PerSession<[(String, GV)]>()
-            let itemValues = PerSession<[String: [(String, GV)]]>()
-            for (sender, peer) in targets {
-                if !Self.isSession(collection) && !(created.isEmpty && deleted.isEmpty) {
-                    collectionsChanged(sender, peer, collectionsSeen)
-                }
-                let reader = lock.withLock {
-                    peer.readsAllItems || peer.itemsRead.containsBytes(collection)
-                }
-                let values =
-                    reader
-                    ? views.value(
-                        for: peer.vaultSession,
-                        { try collectionValues(collection, vaultSession: peer.vaultSession) })
-                    : nil
-                for path in collectionPaths(collection, for: peer.vaultSession) {
-                    for item in created {
-                        emit(
-                            to: sender, path: path, SecretServiceIntrospection.collection,
-                            "ItemCreated", [.objectPath(item)])
-                    }
-                    for item in deleted {
-                        emit(
-                            to: sender, path: path, SecretServiceIntrospection.collection,
-                            "ItemDeleted", [.objectPath(item)])
-                    }
-                    for item in changed {
-                        emit(
-                            to: sender, path: path, SecretServiceIntrospection.collection,
-                            "ItemChanged", [.objectPath(item)])
-                    }
-                    if let values {
-                        propertiesChanged(
-                            to: sender, path: path, SecretServiceIntrospection.collection, values)
-                    }
-                }
-                let items = itemValues.value(for: peer.vaultSession) {
-                    var out: [String: [(String, GV)]] = [:]
-                    for item in changed {
-                        guard let target = SecretServicePath(item) else { continue }
-                        out[item] = try readableProperties(of: SecretServiceIntrospection.item).map
-                        { ($0, try property($0, of: target, vaultSession: peer.vaultSession)) }
-                    }
-                    return out
-                }
-                for (item, values) in items ?? [:] {
-                    propertiesChanged(
-                        to: sender, path: item, SecretServiceIntrospection.item, values)
-                }
-            }
-        case .label(let group):
-            let labels = PerSession<GV>()
-            for (sender, peer) in targets {
-                guard
-                    let label = labels.value(
-                        for: peer.vaultSession,
-                        {
-                            try property(
-                                "Label", of: .collection(group), vaultSession: peer.vaultSession)
-                        })
-                else { continue }
-                for path in collectionPaths(group, for: peer.vaultSession) {
-                    propertiesChanged(
-                        to: sender, path: path, SecretServiceIntrospection.collection,
-                        [("Label", label)])
-                }
-                emit(
-                    to: sender, path: SecretServicePath.root, SecretServiceIntrospection.service,
-                    "CollectionChanged", [.objectPath(collectionPath(group))])
-            }
-        case .lockState:
-            let locked = GV.bool(!vault.isKeychainOpen)
-            let items = PerSession<[String: [(String, Bool)]]>()
-            let labels = PerSession<[String: GV]>()
-            for (sender, peer) in targets {
-                guard
-                    let collections = collectionsSeen.value(
-                        for: peer.vaultSession,
-                        { try visibleCollections(vaultSession: peer.vaultSession) })
-                else { continue }
-                let seen = items.value(for: peer.vaultSession) {
-                    var out: [String: [(String, Bool)]] = [:]
-                    for c in collections {
-                        out[c] = try find(Self.query(group: c), vaultSession: peer.vaultSession).map
-                        {
-                            (path(of: $0), $0.isLocked)
-                        }
-                    }
-                    return out
-                }
-                // Each collection's Label: locked since vaultd started, a set label was given
-                // as the group's name (`Vault.collectionLabel`).
-                let label = labels.value(for: peer.vaultSession) {
-                    var out: [String: GV] = [:]
-                    for c in collections {
-                        out[c] = try? property(
-                            "Label", of: .collection(c), vaultSession: peer.vaultSession)
-                    }
-                    return out
-                }
-                for c in collections {
-                    // A reader of its Items gets them too: locked since vaultd started, they
-                    // were given as none (`collectionValues`).
-                    let reader = lock.withLock {
-                        peer.readsAllItems || peer.itemsRead.containsBytes(c)
-                    }
-                    let values =
-                        reader
-                        ? ((try? collectionValues(c, vaultSession: peer.vaultSession)) ?? []) : []
-                    let named = label?[c].map { [("Label", $0)] } ?? []
-                    for path in collectionPaths(c, for: peer.vaultSession) {
-                        propertiesChanged(
-                            to: sender, path: path, SecretServiceIntrospection.collection,
-                            [("Locked", locked)] + named + values)
-                    }
-                    for (item, isLocked) in seen?[c] ?? [] {
-                        propertiesChanged(
-                            to: sender, path: item, SecretServiceIntrospection.item,
-                            [("Locked", .bool(isLocked))])
-                    }
-                    emit(
-                        to: sender, path: SecretServicePath.root,
-                        SecretServiceIntrospection.service, "CollectionChanged",
-                        [.objectPath(collectionPath(c))])
-                }
-            }
-        }
-    }
-
-    /// The paths a connection of `caller` knows collection `collection` by: its own, and the
-    /// aliases when it is that caller's default group.
-    private func collectionPaths(_ collection: String, for vaultSession: VaultSession) -> [String] {
-        var paths = [collectionPath(collection)]
-        if !Self.isSession(collection) && vaultSession.isDefault(accessGroup: collection) {
-            paths += SecretServicePath.aliases.map { SecretServicePath.alias($0).path }
-        }
-        return paths
-    }
-
-    /// The service's Collections as `sender` sees them now; when they differ from what it
-    /// was last given (its read of the property, or an earlier signal), CollectionCreated and
-    /// CollectionDeleted for each difference, then PropertiesChanged with the new value.
-    private func collectionsChanged(_ sender: String, _ peer: BusPeer, _ seen: PerSession<[String]>)
-    {
-        // Nothing to compare with (it never read them): it is told nothing.
-        guard lock.withLock({ peer.collections != nil }) else { return }
-        guard
-            let now = seen.value(
-                for: peer.vaultSession, { try visibleCollections(vaultSession: peer.vaultSession) })
-        else { return }
-        let before: [String]? = lock.withLock {
-            defer { peer.collections = now }
-            return peer.collections
-        }
-        guard let before, !before.elementsEqual(now, by: { $0.sameBytes($1) }) else { return }
-        for g in now where !before.containsBytes(g) {
-            emit(
-                to: sender, path: SecretServicePath.root, SecretServiceIntrospection.service,
-                "CollectionCreated", [.objectPath(collectionPath(g))])
-        }
-        for g in before where !now.containsBytes(g) {
-            emit(
-                to: sender, path: SecretServicePath.root, SecretServiceIntrospection.service,
-                "CollectionDeleted", [.objectPath(collectionPath(g))])
-        }
-        propertiesChanged(
-            to: sender, path: SecretServicePath.root, SecretServiceIntrospection.service,
-            [("Collections", .objectPaths(now.map(collectionPath)))])
-    }
-
-    /// Records that `sender` read the Items of `group`'s collection (see `BusPeer.itemsRead`).
-    func itemsRead(_ group: String, by sender: String) {
-        lock.withLock {
-            guard let p = peers[sender], !p.readsAllItems, !p.itemsRead.containsBytes(group) else {
-                return
-            }
-            // Bounded in number and in bytes (the owner may name a group of any length).
-            if p.itemsRead.count >= Self.maximumItemsReaders
-                || group.utf8.count > Self.maximumTrackedGroupBytes
-            {
-                p.readsAllItems = true
-            } else {
-                p.itemsRead.append(group)
-            }
-        }
-    }
-
-    /// The most collections whose readers are tracked per connection, and the longest group
-    /// name tracked.
-    static let maximumItemsReaders = 256
-    static let maximumTrackedGroupBytes = 1024
-
-    /// Records the Collections `sender` was given, which `collectionsChanged` compares with.
-    func collectionsGiven(_ groups: [String], to sender: String) {
-        lock.withLock { peers[sender]?.collections = groups }
-    }
-
-    /// PropertiesChanged of `interface` at `path` with these values, none invalidated.
-    private func propertiesChanged(
-        to sender: String, path: String, _ interface: String, _ values: [(String, GV)]
-    ) {
-        emit(
-            to: sender, path: path, Self.propertiesInterface, "PropertiesChanged",
-            [
-                .string(interface),
-                .array("{sv}", values.map { .dictEntry(.string($0.0), .variant($0.1)) }),
-                .array("s", []),
-            ])
     }
 }

@@ -18,12 +18,16 @@ extension SecretService {
     // MARK: queries
 
     /// The Secret Service items of `group` (nil: every group the caller sees) having every
-    /// lookup attribute of `attributes`, and of item `id` when given.
+    /// lookup attribute of `attributes`, and of item `id` when given. No attributes asks for
+    /// none: an item of the service made through the socket without lookup attributes
+    /// (`vaultctl item add --service org.freedesktop.secrets`) is an item with no attributes,
+    /// as `Vault.secretServiceQuery` lists it (an empty map would match only items that have
+    /// a map).
     static func query(group: String?, id: String? = nil, attributes: ExactDictionary<String> = [:])
         -> ItemQuery
     {
         var a = ItemAttributes(service: Vault.secretServiceService, account: id, accessGroup: group)
-        a.lookupAttributes = attributes
+        a.lookupAttributes = attributes.isEmpty ? nil : attributes
         return ItemQuery(itemClass: .genericPassword, attributes: a, matchAll: true)
     }
 
@@ -267,15 +271,20 @@ extension SecretService {
                 guard let t = SecretServicePath(itemPath) else { continue }
                 let data: SecureBytes
                 let contentType: String?
-                let entry: StoredItem?
+                // An item that does not read is left out, but for the per-program access
+                // check (its refusal is the call's answer) and a wait for the user (a question
+                // of access, a presence check: the whole call runs again where it may wait).
+                let read: StoredItem?
                 do {
-                    entry = try stored(t, secret: true, vaultSession: vaultSession)
-                } catch let e as PresenceWouldWait {
-                    throw e  // the whole call runs again where it may wait
+                    read = try stored(t, secret: true, vaultSession: vaultSession)
+                } catch let e where Self.waitsForUser(e) {
+                    throw e
+                } catch let e as VaultFailure where e.details.program != nil {
+                    throw e
                 } catch {
-                    entry = nil
+                    read = nil
                 }
-                switch entry {
+                switch read {
                 case .item(let found)?:
                     guard let d = found.data else {
                         locked = true
@@ -368,27 +377,17 @@ extension SecretService {
                 Self.query(group: g), vaultSession: vaultSession)
             if Self.isSession(g) {
                 try vaultSession.deleteSessionItems(nil)
-                notify(
-                    .items(
-                        collection: g, group: vaultSession.defaultAccessGroup,
-                        deleted: items.map(path)))
+                notifySession(g, deleted: items.map(path), vaultSession: vaultSession)
             } else {
-                var deleted: [String] = []
-                defer {
-                    if !deleted.isEmpty {
-                        notify(.items(collection: g, group: g, deleted: deleted))
-                    }
-                }
+                // The engine's event of each delete signals it (`itemsChanged`).
                 if !items.isEmpty {
                     _ = try vaultSession.deleteItems(Self.query(group: g))
-                    deleted = items.map(path)
                 }
                 // The damaged ones too, each by its row (the query above names lookup
                 // attributes, which a damaged item's cannot be checked against).
                 for d in damaged {
                     _ = try vaultSession.deleteDamagedSecretServiceItem(
                         d.id, accessGroup: g)
-                    if let p = path(ofDamaged: d) { deleted.append(p) }
                 }
                 try vaultSession.removeCollectionLabel(g)
                 notify(.label(group: g))
@@ -428,10 +427,7 @@ extension SecretService {
                 _ = try vaultSession.updateItems(
                     Self.query(group: g, id: id), changes: changes, secret: s)
             }
-            notify(
-                .items(
-                    collection: g, group: Self.isSession(g) ? vaultSession.defaultAccessGroup : g,
-                    changed: [target.path]))
+            notifySession(g, changed: [target.path], vaultSession: vaultSession)
             return nil
         case (SecretServiceIntrospection.item, "Delete", .item(let g, let id)):
             if Self.isSession(g) {
@@ -452,15 +448,11 @@ extension SecretService {
                             matchAll: true))
                 }
             }
-            notify(
-                .items(
-                    collection: g, group: Self.isSession(g) ? vaultSession.defaultAccessGroup : g,
-                    deleted: [target.path]))
+            notifySession(g, deleted: [target.path], vaultSession: vaultSession)
             return .tuple([.objectPath("/")])
         case (SecretServiceIntrospection.item, "Delete", .damaged(let g, let row)):
             guard !Self.isSession(g) else { throw BusError.noSuchObject }
             _ = try vaultSession.deleteDamagedSecretServiceItem(row, accessGroup: g)
-            notify(.items(collection: g, group: g, deleted: [target.path]))
             return .tuple([.objectPath("/")])
 
         case (SecretServiceIntrospection.session, "Close", .session(let id)):
@@ -506,8 +498,7 @@ extension SecretService {
                 label: label, attributes: attributes, secret: secret, contentType: contentType,
                 replace: p.child(2).bool)
             let path = itemPath(group, id)
-            notify(
-                .items(collection: group, group: vaultSession.defaultAccessGroup, created: [path]))
+            notifySession(group, created: [path], vaultSession: vaultSession)
             return .tuple([.objectPath(path), .objectPath("/")])
         }
         if p.child(2).bool,
@@ -521,9 +512,7 @@ extension SecretService {
             let id = existing.attributes.account ?? ""
             _ = try vaultSession.updateItems(
                 Self.query(group: group, id: id), changes: changes, secret: secret)
-            let path = itemPath(group, id)
-            notify(.items(collection: group, group: group, changed: [path]))
-            return .tuple([.objectPath(path), .objectPath("/")])
+            return .tuple([.objectPath(itemPath(group, id)), .objectPath("/")])
         }
         // The item's ID: 128 random bits, in hex (a path element as it is).
         let id = String(lowercaseHex: Sodium.randomBytes(16))
@@ -532,9 +521,7 @@ extension SecretService {
         a.lookupAttributes = attributes
         a.contentType = contentType
         _ = try vaultSession.addItem(.genericPassword, attributes: a, secret: secret)
-        let path = itemPath(group, id)
-        notify(.items(collection: group, group: group, created: [path]))
-        return .tuple([.objectPath(path), .objectPath("/")])
+        return .tuple([.objectPath(itemPath(group, id)), .objectPath("/")])
     }
 
     // MARK: properties
@@ -634,10 +621,7 @@ extension SecretService {
                 _ = try vaultSession.updateItems(
                     Self.query(group: g, id: id), changes: changes, secret: nil)
             }
-            notify(
-                .items(
-                    collection: g, group: Self.isSession(g) ? vaultSession.defaultAccessGroup : g,
-                    changed: [target.path]))
+            notifySession(g, changed: [target.path], vaultSession: vaultSession)
         case (.collection, "Label"), (.alias, "Label"):
             let g = try group(of: target, vaultSession: vaultSession)
             guard !Self.isSession(g) else {

@@ -47,7 +47,9 @@ enum SecretServicePath: Equatable {
             guard let g = Self.decode(parts[1]) else { return nil }
             if parts[2].hasPrefix(Self.damagedPrefix) {
                 let digits = parts[2].dropFirst(Self.damagedPrefix.count)
-                guard !digits.isEmpty, digits.count <= 18,
+                // Decimal as `path` writes it: no sign, no leading zero (one damaged item has
+                // one path, as every object has).
+                guard !digits.isEmpty, digits.count <= 18, digits.first != "0" || digits == "0",
                     digits.allSatisfy({ $0.isASCII && $0.isNumber }), let row = Int64(digits)
                 else { return nil }
                 self = .damaged(collection: g, row: row)
@@ -97,6 +99,8 @@ enum SecretServicePath: Equatable {
     /// `encode`'s inverse; nil for an element it does not make (or bytes that are not UTF-8).
     static func decode(_ element: String) -> String? {
         if element == "_" { return "" }
+        // No element is empty (`encode` writes "" as "_").
+        if element.isEmpty { return nil }
         var out: [UInt8] = []
         var it = Array(element.utf8)[...]
         func nibble(_ c: UInt8) -> UInt8? {

@@ -74,6 +74,9 @@ extension Dispatcher {
         case .keychainCopyMatching: Entry(route: .call { try $0.keychainCopyMatching($1) })
         case .keychainUpdate: Entry(route: .call { try $0.keychainUpdate($1) })
         case .keychainDelete: Entry(route: .call { try $0.keychainDelete($1) })
+        case .keychainListAccess: Entry(route: .call { try $0.keychainListAccess($1) })
+        case .keychainGrantAccess: Entry(route: .call { try $0.keychainGrantAccess($1) })
+        case .keychainRevokeAccess: Entry(route: .call { try $0.keychainRevokeAccess($1) })
 
         case .preferencesGet: Entry(route: .call { try $0.preferencesGet($1) })
         case .preferencesSet: Entry(route: .call { try $0.preferencesSet($1) })
@@ -101,6 +104,11 @@ extension Dispatcher {
         case .syncStatus: Entry(route: .call { try $0.syncStatus($1) }, passive: true)
         case .syncLeave: Entry(route: .call { try $0.syncLeave($1) })
         case .syncRemove: Entry(route: .call { try $0.syncRemove($1) })
+        case .syncConflicts: Entry(route: .call { try $0.syncConflicts($1) })
+        case .syncRestoreConflict:
+            Entry(route: .call { try $0.syncSettleConflict($1, restore: true) })
+        case .syncDismissConflict:
+            Entry(route: .call { try $0.syncSettleConflict($1, restore: false) })
         }
     }
 }
@@ -337,6 +345,36 @@ extension Dispatcher {
         let p = r.p
         let session = r.session
         return ["count": JSON(try session.deleteItems(try query(p)))]
+    }
+
+    // io.vaultd.Keychain.ListAccess
+    func keychainListAccess(_ r: Request) throws -> JSONObject {
+        ["grants": .array(try r.session.accessGrants().map(\.wire))]
+    }
+
+    // io.vaultd.Keychain.GrantAccess
+    func keychainGrantAccess(_ r: Request) throws -> JSONObject {
+        let p = r.p
+        let program = try PeerIdentity.program(
+            path: try p.string("program"), script: try p.optionalString("script"))
+        let q = ItemQuery(
+            itemClass: try p.itemClass("class"),
+            attributes: try ItemAttributes(json: p.optionalJSON("query")), matchAll: true)
+        return ["count": JSON(try r.session.grantAccess(q, to: program))]
+    }
+
+    // io.vaultd.Keychain.RevokeAccess
+    func keychainRevokeAccess(_ r: Request) throws -> JSONObject {
+        let p = r.p
+        let named = try p.optionalJSON("query")
+        let cls = try p.itemClass("class")
+        let q =
+            named == nil && cls == nil
+            ? nil
+            : ItemQuery(itemClass: cls, attributes: try ItemAttributes(json: named), matchAll: true)
+        let n = try r.session.revokeAccess(
+            q, programPath: try p.optionalString("program"), script: try p.optionalString("script"))
+        return ["count": JSON(n)]
     }
 
     // io.vaultd.Preferences.Get

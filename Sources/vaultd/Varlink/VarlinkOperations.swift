@@ -31,6 +31,9 @@ package enum VarlinkOperations {
         "io.vaultd.Keychain.CopyMatching": .operation(.copyItems),
         "io.vaultd.Keychain.Update": .operation(.updateItems),
         "io.vaultd.Keychain.Delete": .operation(.deleteItems),
+        "io.vaultd.Keychain.ListAccess": .operation(.listAccess),
+        "io.vaultd.Keychain.GrantAccess": .operation(.grantAccess),
+        "io.vaultd.Keychain.RevokeAccess": .operation(.revokeAccess),
 
         "io.vaultd.Preferences.Get": .operation(.readPreferences),
         "io.vaultd.Preferences.Set": .operation(.writePreferences),
@@ -58,6 +61,9 @@ package enum VarlinkOperations {
         "io.vaultd.Sync.Status": .operation(.syncStatus),
         "io.vaultd.Sync.Leave": .operation(.syncLeave),
         "io.vaultd.Sync.Remove": .operation(.syncRemove),
+        "io.vaultd.Sync.Conflicts": .operation(.syncConflicts),
+        "io.vaultd.Sync.RestoreConflict": .operation(.syncSettleConflict),
+        "io.vaultd.Sync.DismissConflict": .operation(.syncSettleConflict),
     ]
 
     /// The operation `method` is, nil when it has none (the dispatcher refuses it).

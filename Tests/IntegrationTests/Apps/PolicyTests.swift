@@ -55,6 +55,11 @@ import Glibc
                 "class": "genericPassword", "query": ["service": "p"], "attributes": ["label": "x"],
             ],
             "io.vaultd.Keychain.Delete": ["class": "genericPassword", "query": ["service": "p"]],
+            "io.vaultd.Keychain.ListAccess": [:],
+            "io.vaultd.Keychain.GrantAccess": [
+                "program": "/usr/bin/true", "class": "genericPassword", "query": ["service": "p"],
+            ],
+            "io.vaultd.Keychain.RevokeAccess": [:],
             "io.vaultd.Preferences.Get": ["key": "k"],
             "io.vaultd.Preferences.Set": ["key": "k", "value": ["string": "v"]],
             "io.vaultd.Preferences.Remove": ["key": "k"],
@@ -80,6 +85,9 @@ import Glibc
             "io.vaultd.Sync.Status": [:],
             "io.vaultd.Sync.Leave": [:],
             "io.vaultd.Sync.Remove": ["device": "00"],
+            "io.vaultd.Sync.Conflicts": [:],
+            "io.vaultd.Sync.RestoreConflict": ["id": "00"],
+            "io.vaultd.Sync.DismissConflict": ["id": "00"],
         ]
     }
 
@@ -176,7 +184,7 @@ import Glibc
         let python = try AppsTests.rawPythonApp(d)
         try d.install(Self.app, exe: python)
         let ownerOnly = Self.methods.filter { Self.audience($0.decision) == .owner }.map(\.name)
-        #expect(ownerOnly.count == 23, "\(ownerOnly)")
+        #expect(ownerOnly.count == 29, "\(ownerOnly)")
         let replies = try Self.run(d, python: python, "owner-only", ownerOnly.map { ($0, false) }) {
         }
         for m in ownerOnly {

@@ -565,4 +565,33 @@ struct BackupTests {
             restored.status == 0 && restored.stdoutText.contains("items: 3 added"), "\(restored)")
         #expect(try Self.preferences(try b.client()) == Self.preferences(try a.client()))
     }
+
+    /// A backup the whole-file writer made (Tests/Fixtures/backups/before-streaming.age, to a
+    /// committed test key) restores with today's streaming reader: the format is unchanged.
+    /// Its device-bound item was sealed by another device, so it is stored unavailable here.
+    @Test func aBackupWrittenBeforeStreamingRestores() throws {
+        let fixtures = Paths.fixtures.appendingPathComponent("backups")
+        let d = try Daemon()
+        defer { d.close() }
+        let r = d.ctl([
+            "restore", fixtures.appendingPathComponent("before-streaming.age").path, "--identity",
+            fixtures.appendingPathComponent("key.txt").path, "--no-passphrase",
+        ])
+        #expect(r.status == 0 && r.stdoutText.contains("items: 3 added"), "\(r)")
+        #expect(
+            (r.stdoutText + r.stderr).contains(
+                "1 ThisDeviceOnly item(s) were sealed to another device"),
+            "\(r)")
+        let vault = try d.client()
+        let mail = try vault.keychain.copyMatching(
+            Query(.genericPassword, ItemAttributes(service: "mail", account: "ann")),
+            returnData: true)
+        #expect(mail.first?.data == Data("secret one".utf8))
+        let bob = try vault.keychain.copyMatching(
+            Query(.internetPassword, ItemAttributes(account: "bob", server: "example.org")),
+            returnData: true)
+        #expect(bob.first?.data == Data("s3cret".utf8))
+        #expect(try vault.preferences.values(domain: "org.example.A")["string"] == .string("héllo"))
+        #expect(d.ctl(["app", "show", "org.example.Notes"]).status == 0)
+    }
 }

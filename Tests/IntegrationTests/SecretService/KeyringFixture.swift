@@ -17,7 +17,7 @@ final class KeyringFixture: @unchecked Sendable {
     let vaultdLog: String
     static let keyringPassword = "login-pw"
 
-    private var busPID: pid_t?
+    private(set) var busPID: pid_t?
     private(set) var keyringPID: pid_t?
     private var monitorPID: pid_t?
     private(set) var vaultdPID: pid_t?
@@ -283,5 +283,19 @@ final class KeyringFixture: @unchecked Sendable {
 
     private func text(_ path: String) -> String {
         (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
+    }
+}
+
+extension XvfbDisplay {
+    /// An X server for `k`'s private bus: its activation environment gets the display, so
+    /// the bus starts gcr-prompter on it (with GSettings in memory, no accessibility bus).
+    static func forBus(of k: KeyringFixture) throws -> XvfbDisplay {
+        let display = try XvfbDisplay(environment: k.environment, log: k.root + "/xvfb.log")
+        let r = k.run(
+            "dbus-update-activation-environment",
+            ["DISPLAY=\(display.display)", "GSETTINGS_BACKEND=memory", "NO_AT_BRIDGE=1"],
+            timeout: 20)
+        guard r.status == 0 else { throw HarnessError("\(r)") }
+        return display
     }
 }

@@ -67,14 +67,8 @@ import Glibc
         }
         var x: XvfbDisplay?
         let k = try Self.lockedVault(config: [:]) { k in
-            let display = try XvfbDisplay(environment: k.environment, log: k.root + "/xvfb.log")
+            let display = try XvfbDisplay.forBus(of: k)
             x = display
-            // The bus starts gcr-prompter: it must know the display.
-            let r = k.run(
-                "dbus-update-activation-environment",
-                ["DISPLAY=\(display.display)", "GSETTINGS_BACKEND=memory", "NO_AT_BRIDGE=1"],
-                timeout: 20)
-            guard r.status == 0 else { throw HarnessError("\(r)") }
             return ["DISPLAY": display.display]
         }
         defer { k.close() }

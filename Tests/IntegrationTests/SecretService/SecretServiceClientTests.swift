@@ -52,6 +52,18 @@ import Glibc
         print("exit", flush=True)
         """
 
+    /// Starts `libsecretClient` in `k`'s session; returns its pid and the file it prints to
+    /// (its errors: that file with `.err`).
+    static func startLibsecretClient(_ k: KeyringFixture) throws -> (pid_t, String) {
+        let script = k.root + "/client.py"
+        let out = k.root + "/client.out"
+        try libsecretClient.write(toFile: script, atomically: true, encoding: .utf8)
+        let client = try ChildProcess.spawn(
+            systemPython, [script], environment: k.environment, inputs: [:],
+            stdout: .file(out, append: false), stderr: .file(out + ".err", append: false))
+        return (client, out)
+    }
+
     /// Waits until `file` has, after its first `from` lines, the line `line`; returns the
     /// number of lines up to and including it, nil when it did not come within `timeout`.
     static func waitForLine(_ file: String, _ line: String, from: Int, timeout: Double = 20) -> Int?
@@ -105,12 +117,7 @@ import Glibc
     @Test func aLongLivedLibsecretClientFollowsChangesAndLockState() throws {
         let k = try SecretServiceTests.fixture(passphrase: true)
         defer { k.close() }
-        let script = k.root + "/client.py"
-        let out = k.root + "/client.out"
-        try Self.libsecretClient.write(toFile: script, atomically: true, encoding: .utf8)
-        let client = try ChildProcess.spawn(
-            Self.systemPython, [script], environment: k.environment, inputs: [:],
-            stdout: .file(out, append: false), stderr: .file(out + ".err", append: false))
+        let (client, out) = try Self.startLibsecretClient(k)
         defer { kill(client, SIGKILL) }
         var seen = try #require(
             Self.waitForLine(out, "locked=False label=user items=", from: 0),

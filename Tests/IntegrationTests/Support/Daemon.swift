@@ -71,6 +71,11 @@ func isolatedEnvironment(root: String, socket: String?) -> [String: String] {
     // of vaults, each at MODERATE a second and 256 MiB. The tests of the cost itself and of
     // the re-wrap to it set it to "" (the real cost) for their vaultd.
     env["VAULTD_ARGON2_TEST_COST"] = "min"
+    // Per-program access (docs/access.md) as a vault made before it: the suite stores with
+    // one program and reads with another (vaultctl, secret-tool, git, the example app) in
+    // tests about something else. The tests of access itself remove it (ProgramAccessTests),
+    // so they run the real default, `confirm`.
+    env["VAULTD_TEST_SECRET_ACCESS"] = "open"
     if let socket { env["VAULTD_SOCKET"] = socket }
     return env
 }
@@ -122,17 +127,20 @@ final class Daemon: @unchecked Sendable {
     /// a Status call on the socket answers (up to `timeout` seconds). Its clock is the test
     /// clock in `root` (`TestClock`), which `advanceClock` moves.
     /// `environment` is added to vaultd's (e.g. `VAULTD_ARGON2_TEST_COST: ""` for the real cost).
+    /// `wrapper`: a program and its arguments that run vaultd (`strace … -o FILE`); `pid` is
+    /// then the wrapper's, and `wrappedPid` vaultd's.
     func start(
         extraArguments: [String] = [], environment extra: [String: String] = [:],
-        timeout: Double = 10
+        timeout: Double = 10, wrapper: [String] = []
     ) throws {
         precondition(pid == nil, "vaultd is already running")
         let env = isolatedEnvironment(root: root, socket: nil).merging(
             TestClock.environment(root: root)
         ) { $1 }.merging(extra) { $1 }
+        let vaultd = [Paths.tool("vaultd"), "--socket", socketPath, "--data-dir", dataDirectory]
+        let command = wrapper + vaultd + extraArguments
         let p = try ChildProcess.spawn(
-            Paths.tool("vaultd"),
-            ["--socket", socketPath, "--data-dir", dataDirectory] + extraArguments,
+            command[0], Array(command.dropFirst()),
             environment: env, inputs: [:], stdout: .file(logPath, append: true),
             stderr: .file(logPath, append: true))
         pid = p
@@ -206,6 +214,15 @@ final class Daemon: @unchecked Sendable {
     func advanceClock(by seconds: Double, timeout: Double = 20) throws {
         try TestClock.advance(root: root, by: seconds)
         try tick(timeout: timeout)
+    }
+
+    /// The pid of vaultd started under a wrapper: the wrapper's child (nil when none).
+    var wrappedPid: pid_t? {
+        guard let p = pid,
+            let children = try? String(
+                contentsOfFile: "/proc/\(p)/task/\(p)/children", encoding: .utf8)
+        else { return nil }
+        return children.split(separator: " ").first.flatMap { pid_t($0) }
     }
 
     /// SIGTERM, then waits for the exit. Returns the exit status (nil when it did not exit

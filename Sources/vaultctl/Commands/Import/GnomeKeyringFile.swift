@@ -1,10 +1,7 @@
 import CGcrypt
 import Foundation
-
-// Fuzz/run.sh compiles this file into one module with VaultProtocol's sources (-D VAULT_FUZZ).
-#if !VAULT_FUZZ
+// Fuzz/run.sh compiles this file into its keyring target, against VaultProtocol.
 import VaultProtocol
-#endif
 
 /// gnome-keyring's keyring files (`~/.local/share/keyrings/NAME.keyring`), read without a
 /// running gnome-keyring. Two formats, as gnome-keyring's sources write them:

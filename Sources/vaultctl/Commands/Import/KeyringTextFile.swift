@@ -1,9 +1,6 @@
 import Foundation
-
-// Fuzz/run.sh compiles this file into one module with VaultProtocol's sources (-D VAULT_FUZZ).
-#if !VAULT_FUZZ
+// Fuzz/run.sh compiles this file into its keyring target, against VaultProtocol.
 import VaultProtocol
-#endif
 
 /// gnome-keyring's plain keyring format (gkm-secret-textual.c), which it writes for a keyring
 /// whose password is empty: a GKeyFile (GLib's ini-like key file).

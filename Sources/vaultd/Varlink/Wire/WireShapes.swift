@@ -33,6 +33,30 @@ extension VaultStatus {
             "deviceKey": JSON(optional: deviceKey?.kind.rawValue),
             "deviceKeyProblem": JSON(optional: deviceKey?.problem),
             "recoveryKey": recoveryKey.map { .bool($0) } ?? .null,
+            "secretAccess": JSON(optional: secretAccess?.rawValue),
+            "secretAccessSource": JSON(
+                optional: secretAccessConfigured.map { $0 ? "config" : "vault" }),
+        ]
+    }
+}
+
+extension ProgramIdentity {
+    /// io.vaultd.Keychain `Program`.
+    var wire: JSON {
+        var o: JSONObject = ["kind": .string(kind.rawValue), "path": .string(path)]
+        if let script { o["script"] = .string(script) }
+        if kind == .executable || kind == .interpreter { o["userWritable"] = .bool(userWritable) }
+        return .object(o)
+    }
+}
+
+extension AccessGrant {
+    /// io.vaultd.Keychain `AccessGrant`.
+    var wire: JSON {
+        [
+            "program": program.wire, "class": .string(itemClass.rawValue),
+            "attributes": item.json,
+            "grantedAt": .string(ISO8601DateFormatter().string(from: grantedAt)),
         ]
     }
 }
@@ -174,6 +198,43 @@ extension SyncStatus {
             "items": JSON(optional: items), "problem": JSON(optional: problem),
             "lastPass": lastPass.map { .string(Self.millisecondText($0)) } ?? .null,
             "damaged": DamagedItem.wire(damaged), "ignoredDevices": JSON(ignoredDevices),
+            "rolledBack": .array(
+                rolledBack.map {
+                    [
+                        "deviceID": .string($0.device.description),
+                        "present": JSON(Int($0.present)),
+                        "acknowledged": JSON(Int($0.acknowledged)),
+                        "acknowledgedBy": .string($0.acknowledgedBy.description),
+                    ]
+                }),
+        ]
+    }
+}
+
+extension SyncConflict {
+    /// io.vaultd.Sync `SyncConflict`; the secret's values only with `showSecrets`, as the
+    /// call's reply place-holders when it has them (`CallSecrets`: the base64 is made in
+    /// secure memory as the reply is sent), as Keychain.CopyMatching's `data`.
+    func wire(showSecrets: Bool, secrets: CallSecrets?) -> JSONObject {
+        func shown(_ f: SyncField, _ v: SyncValue??) -> JSON {
+            guard f == .secret else { return JSON(optional: Self.shown(f, v ?? nil)) }
+            guard showSecrets, case .secret(let s)?? = v else { return .null }
+            return secrets?.replyPlaceholder(for: s)
+                ?? .string(s.withUnsafeBytes { Data($0).base64EncodedString() })
+        }
+        let fields: [JSON] = values.keys.sorted().map { f in
+            [
+                "field": .string(f.name), "value": shown(f, values[f]),
+                "current": shown(f, current[f]),
+            ]
+        }
+        return [
+            "id": .string(id), "class": .string(key.itemClass.rawValue),
+            "accessGroup": .string(key.accessGroup),
+            "attributes": .object(JSONObject(identity.mapValues { JSON.string($0) })),
+            "deviceID": .string(timestamp.device.description),
+            "written": .string(SyncStatus.millisecondText(written)),
+            "winner": .string(winner.description), "fields": .array(fields),
         ]
     }
 }

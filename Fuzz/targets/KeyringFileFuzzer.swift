@@ -1,10 +1,10 @@
 // Coverage-guided fuzz target (libFuzzer) for vaultctl's reader of gnome-keyring's keyring
 // files (Sources/vaultctl/Commands/Import/GnomeKeyringFile.swift, KeyringTextFile.swift): a
 // file is the user's, but may come from anywhere (a backup, another machine). Built by
-// Fuzz/run.sh together with Sources/VaultProtocol and those two files (-D VAULT_FUZZ).
+// Fuzz/run.sh with those two files, against its VaultProtocol library.
 //
 // Each input is read three ways: as a plain (text) keyring, as an encrypted keyring with the
-// password of the seed Fuzz/keyring-seeds/login.keyring, "login-pw" (a mutation of its header
+// password of the seed Fuzz/corpus/keyring/login.keyring, "login-pw" (a mutation of its header
 // or hashed attributes is read through; one of its encrypted part fails the MD5 check), and as
 // the decrypted part itself, with a header of 0 to 7 items taken from the
 // input's first byte (what a file opened with its right password holds).

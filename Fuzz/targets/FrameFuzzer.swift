@@ -3,7 +3,7 @@
 // check of a call against its method's declaration (VarlinkValidation), and the parameter
 // decoders that take raw JSON (PlistValue's tagged form, ItemAttributes); and the IDL parser
 // (VarlinkIDL), given the input as an interface description. Built by Fuzz/run.sh together
-// with Sources/VaultProtocol, outside Package.swift.
+// with Sources/VaultProtocol (one module: it checks internals), outside Package.swift.
 //
 // Invariants checked (a violation traps, which libFuzzer reports as a crash):
 // - nothing crashes, hangs or leaks (AddressSanitizer, libFuzzer's -timeout/-rss_limit_mb);

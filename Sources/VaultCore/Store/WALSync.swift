@@ -1,0 +1,82 @@
+internal import CSQLite
+import Foundation
+import Synchronization
+import VaultProtocol
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The WAL file's own descriptor, for `Database.syncWAL()`: fdatasync flushes the file's
+/// pages whichever descriptor asks. Opened at the first sync and kept: SQLite deletes or
+/// replaces the WAL only when the last connection to the database closes, and `Database`
+/// closes this descriptor with its connections. Nothing stats the file per sync: on a kernel
+/// with multigrain timestamps, a stat makes the next write take a fine-grained mtime, which
+/// dirties the inode, and ext4 then writes the inode synchronously in every fdatasync.
+/// `@unchecked Sendable`: `fd`, `closed` and `syncing` are read and written under `state`.
+final class WALSync: @unchecked Sendable {
+    private let path: String
+    private let state = NSCondition()
+    private var fd: Int32 = -1
+    private var closed = false
+    /// Syncs running through `fd`: `close()` waits for them, so the number is not reused
+    /// under them.
+    private var syncing = 0
+
+    init(path: String) { self.path = path }
+
+    func sync() throws {
+        let fd: Int32 = try state.withLock {
+            guard !closed else { throw VaultFailure(.internalError, "the store is closed") }
+            if self.fd < 0 {
+                self.fd = open(path, O_RDONLY | O_CLOEXEC)
+                guard self.fd >= 0 else {
+                    throw VaultFailure(
+                        .internalError,
+                        "cannot open the write-ahead log to sync it: \(String(cString: strerror(errno)))"
+                    )
+                }
+            }
+            syncing += 1
+            return self.fd
+        }
+        defer {
+            state.withLock {
+                syncing -= 1
+                state.broadcast()
+            }
+        }
+        let probe = Self.probe.withLock { $0 }
+        let token = probe?.willSync(path)
+        while fdatasync(fd) != 0 {
+            if errno == EINTR { continue }
+            let reason = String(cString: strerror(errno))
+            throw VaultFailure(
+                .storageFull, "cannot make the write durable on the vault's disk (\(reason))")
+        }
+        if let probe, !probe.didSync(path, token) {
+            throw VaultFailure(
+                .storageFull, "cannot make the write durable on the vault's disk (power cut)")
+        }
+    }
+
+    /// A power-cut test's view of this fdatasync, which SQLite's VFS does not see: told
+    /// before it starts (`willSync`, whose token `didSync` gets) and after it succeeded
+    /// (`didSync`: false makes the sync fail, as on a machine that lost power meanwhile).
+    struct Probe: Sendable {
+        var willSync: @Sendable (_ path: String) -> UInt64?
+        var didSync: @Sendable (_ path: String, _ token: UInt64?) -> Bool
+    }
+
+    /// The probe every sync reports to (nil outside power-cut tests).
+    static let probe = Mutex<Probe?>(nil)
+
+    func close() {
+        state.withLock {
+            closed = true
+            while syncing > 0 { state.wait() }
+            if fd >= 0 { Glibc.close(fd) }
+            fd = -1
+        }
+    }
+}

@@ -1,0 +1,425 @@
+import CGio
+import CVaultSys
+import Foundation
+import VaultCore
+import VaultProtocol
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Bounds what the session bus can make vaultd hold. GDBus decodes each message whole into
+/// GVariants before any handler can count it (one SearchItems of 60 MB grew vaultd by 1 GB),
+/// so vaultd owns the bus socket itself and hands GDBus one end of a socketpair, with this
+/// relay between them on a thread of its own (`vaultd-busrelay`):
+///
+/// - The authentication (SASL) passes through unchanged both ways, until GDBus's `BEGIN`;
+///   the bus identifies vaultd by the socket vaultd connected, as before.
+/// - From the bus to GDBus, it reads each message's framing (`BusHeader`): the 16-byte start
+///   gives the header's and the body's lengths before either is read. A message over
+///   `maximumMessage` reaches GDBus as its header alone, with an empty body, no signature and
+///   no descriptors (`BusHeader.withoutBody`): its call is answered InvalidArgs by the usual
+///   signature check (GDBus's, or vaultd's own for items), and its body is read and dropped
+///   in `chunk`-sized pieces, never held. A header over `BusHeader.maximumHeader`, or one
+///   whose fields do not parse, is dropped with its body (no client's call has one).
+/// - Descriptors passed with a message (SCM_RIGHTS: the secret portal's RetrieveSecret) go
+///   on with it; those of a dropped message are closed.
+/// - It counts the calls handed to GDBus and not yet answered (it sees each reply go out), by
+///   what they may cost decoded (`decodedCost`), and reads nothing more from the bus while
+///   that is over `budget`: the calls GDBus has queued are bounded too. A call not answered
+///   stops counting after `unansweredTimeout` seconds, one wanting no reply after
+///   `noReplyTimeout`.
+/// - From GDBus to the bus, bytes pass unchanged (vaultd's own messages).
+///
+/// `VAULTD_SECRET_SERVICE_RELAY=0` connects GDBus to the bus directly, as before (for
+/// measuring the difference).
+final class BusRelay: @unchecked Sendable {
+    /// The largest message vaultd takes from the bus whole (bytes on the wire). The largest a
+    /// client needs is a CreateItem or SetSecret with a secret at `SecretLimit.maximumBytes`
+    /// (1 MiB, plus the session's padding) and attributes at their 64 KiB limit; 2 MiB holds
+    /// it with room, and a GetSecrets, Lock or Unlock naming some 20,000 items.
+    static let maximumMessage = 2 << 20
+    /// The most that calls handed to GDBus and not answered may cost decoded (`decodedCost`).
+    static let budget = 64 << 20
+    /// What an admitted call costs at least: GDBus's message, invocation and dispatch.
+    static let minimumCost = 4 << 10
+    /// Seconds after which a call not answered stops counting, and after which one that
+    /// wants no reply does (GDBus handles it at once; its end is not seen).
+    static let unansweredTimeout: UInt64 = 25
+    static let noReplyTimeout: UInt64 = 1
+    /// The bytes read or written at once (a body dropped goes through in pieces of this
+    /// size: each piece is a wake-up, and a lookup queued behind 100 MB waits for them all),
+    /// and the most queued towards either side before the relay stops reading the other.
+    static let chunk = 1 << 20
+    static let maximumQueued = 256 << 10
+    static let droppedLog = RateLimitedLog()
+
+    /// What a message of `bytes` on the wire with body `signature` may cost once GDBus has
+    /// decoded it: strings, object paths and arrays of fixed-size values stay one block
+    /// (measured: `as`, `a{ss}`, `ay` at about 1×); every variant, and every array of
+    /// containers, becomes GVariants of their own (measured: `av` of bytes 40×, `aay` 15×).
+    static func decodedCost(bytes: Int, signature: String) -> Int {
+        let expanding =
+            signature.contains { "v(".contains($0) } || signature.contains("aa")
+            || signature.contains("a{sv}") || signature.contains("a{sa")
+        return max(minimumCost, bytes * (expanding ? 40 : 1))
+    }
+
+    private let bus: Int32
+    private let gdbus: Int32
+    private var toBus = Outbox()
+    private var toGDBus = Outbox()
+    private var fromBus = Inbound.authenticating
+    private var fromGDBus = Outbound()
+    /// Calls handed to GDBus, by sender and serial: their cost and when they stop counting.
+    private var unanswered: [CallKey: (cost: Int, until: UInt64)] = [:]
+    private var unansweredCost = 0
+
+    struct CallKey: Hashable {
+        let sender: String
+        let serial: UInt32
+    }
+
+    private init(bus: Int32, gdbus: Int32) {
+        self.bus = bus
+        self.gdbus = gdbus
+    }
+
+    /// Connects to the bus at `address` and starts the relay; returns the socket GDBus is to
+    /// use (its end of the socketpair), or throws with why not.
+    static func start(address: String) throws -> Int32 {
+        var err: UnsafeMutablePointer<GError>?
+        let bus = cg_dbus_address_connect_fd(address, &err)
+        guard bus >= 0 else {
+            defer { g_error_free(err) }
+            throw BusError(.failed, String(cString: cg_error_message(err)))
+        }
+        var pair: [Int32] = [-1, -1]
+        guard
+            socketpair(
+                AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0
+        else {
+            close(bus)
+            throw BusError(.failed, "socketpair: \(String(cString: strerror(errno)))")
+        }
+        for fd in [bus, pair[0]] { _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) }
+        // A receive buffer of 4 MiB (the kernel may give less): fewer wake-ups of the relay
+        // and the bus daemon while a large message goes through.
+        var size: Int32 = 4 << 20
+        _ = setsockopt(bus, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+        let relay = BusRelay(bus: bus, gdbus: pair[0])
+        let thread = Thread {
+            vault_set_thread_name("vaultd-busrelay")
+            relay.run()
+        }
+        thread.stackSize = 1 << 20
+        thread.start()
+        return pair[1]
+    }
+
+    // MARK: the loop
+
+    private func run() {
+        var buffer = [UInt8](repeating: 0, count: Self.chunk)
+        var fds = [Int32](repeating: -1, count: Int(VAULT_MAX_PASSED_FDS))
+        defer {
+            close(bus)
+            close(gdbus)
+            toBus.discard()
+            toGDBus.discard()
+            for fd in heldFDs { close(fd) }
+        }
+        while true {
+            expireUnanswered()
+            let readBus = toGDBus.bytes < Self.maximumQueued && unansweredCost < Self.budget
+            let readGDBus = toBus.bytes < Self.maximumQueued
+            var polled = [
+                pollfd(
+                    fd: bus, events: Int16((readBus ? POLLIN : 0) | (toBus.isEmpty ? 0 : POLLOUT)),
+                    revents: 0),
+                pollfd(
+                    fd: gdbus,
+                    events: Int16((readGDBus ? POLLIN : 0) | (toGDBus.isEmpty ? 0 : POLLOUT)),
+                    revents: 0),
+            ]
+            // While calls count, wake each second to let the expired ones go.
+            guard poll(&polled, 2, unanswered.isEmpty ? -1 : 1000) >= 0 || errno == EINTR else {
+                return
+            }
+            let closing = Int16(POLLHUP | POLLERR)
+            if polled[0].revents & Int16(POLLIN) != 0 || polled[0].revents & closing != 0 {
+                guard receive(from: bus, &buffer, &fds, into: { fromBusBytes($0, $1) }) else {
+                    return
+                }
+            }
+            if polled[1].revents & Int16(POLLIN) != 0 || polled[1].revents & closing != 0 {
+                guard receive(from: gdbus, &buffer, &fds, into: { fromGDBusBytes($0, $1) }) else {
+                    return
+                }
+            }
+            guard toBus.flush(to: bus), toGDBus.flush(to: gdbus) else { return }
+        }
+    }
+
+    /// Reads what is there on `fd` and hands it to `handle`; false once `fd` ended or failed
+    /// (the relay then closes both sides: GDBus sees its connection close).
+    private func receive(
+        from fd: Int32, _ buffer: inout [UInt8], _ fds: inout [Int32],
+        into handle: (ArraySlice<UInt8>, [Int32]) -> Void
+    ) -> Bool {
+        var count: Int32 = 0
+        let n = buffer.withUnsafeMutableBytes { b in
+            fds.withUnsafeMutableBufferPointer {
+                vault_recv_fds(fd, b.baseAddress, b.count, $0.baseAddress, Int32($0.count), &count)
+            }
+        }
+        if n < 0 { return errno == EAGAIN || errno == EINTR }
+        if n == 0 { return false }
+        handle(buffer[0..<n], Array(fds[0..<Int(count)]))
+        return true
+    }
+
+    // MARK: from the bus
+
+    /// Where the stream from the bus is: the authentication, a header being read, a body
+    /// passed on, or a body dropped.
+    private enum Inbound {
+        case authenticating
+        case header([UInt8], need: Int)
+        case passing(Int)
+        case dropping(Int)
+    }
+
+    /// Descriptors still to be closed for a dropped message.
+    private var fdsToClose = 0
+    /// Descriptors received that go on with the next bytes GDBus is given (a descriptor
+    /// cannot be sent without a byte).
+    private var heldFDs: [Int32] = []
+
+    private func fromBusBytes(_ bytes: ArraySlice<UInt8>, _ fds: [Int32]) {
+        var fds = fds
+        while fdsToClose > 0, let fd = fds.first {
+            close(fd)
+            fds.removeFirst()
+            fdsToClose -= 1
+        }
+        heldFDs += fds
+        var rest = bytes
+        var passed: [UInt8] = []
+        while !rest.isEmpty {
+            switch fromBus {
+            case .authenticating:
+                // The bus sends nothing after its last answer until GDBus's BEGIN, and every
+                // message after it.
+                guard fromGDBus.begun else {
+                    passed += rest
+                    rest = []
+                    continue
+                }
+                fromBus = .header([], need: BusHeader.fixedSize)
+            case .passing(let n):
+                let k = min(n, rest.count)
+                passed += rest.prefix(k)
+                rest = rest.dropFirst(k)
+                fromBus = k == n ? .header([], need: BusHeader.fixedSize) : .passing(n - k)
+            case .dropping(let n):
+                let k = min(n, rest.count)
+                rest = rest.dropFirst(k)
+                fromBus = k == n ? .header([], need: BusHeader.fixedSize) : .dropping(n - k)
+            case .header(var acc, let need):
+                let k = min(need - acc.count, rest.count)
+                acc += rest.prefix(k)
+                rest = rest.dropFirst(k)
+                fromBus = acc.count < need ? .header(acc, need: need) : headerRead(acc, &passed)
+            }
+        }
+        if !passed.isEmpty {
+            toGDBus.append(passed, fds: heldFDs)
+            heldFDs = []
+        }
+    }
+
+    /// What follows a header read up to `acc` (its fixed start, or all of it): more of it to
+    /// read, or its body to pass on or drop, once what GDBus gets of it is in `passed`.
+    private func headerRead(_ acc: [UInt8], _ passed: inout [UInt8]) -> Inbound {
+        guard let (headerLength, bodyLength) = BusHeader.lengths(acc[...]) else {
+            // No message start: the stream cannot be followed. GDBus is given what came, and
+            // fails the connection on it.
+            log("secret service: the bus sent bytes that start no D-Bus message")
+            passed += acc
+            return .passing(Int.max)
+        }
+        if acc.count < headerLength && headerLength <= BusHeader.maximumHeader {
+            return .header(acc, need: headerLength)
+        }
+        guard acc.count == headerLength, let header = BusHeader(acc) else {
+            _ = Self.droppedLog.log(
+                "header",
+                "secret service: dropped a bus message whose header (\(headerLength) bytes) vaultd does not read (at most \(BusHeader.maximumHeader))"
+            )
+            closeHeldFDs(heldFDs.count)
+            return .dropping(headerLength - acc.count + bodyLength)
+        }
+        let sender = header.string(.sender) ?? ""
+        if headerLength + bodyLength > Self.maximumMessage {
+            closeHeldFDs(Int(header.uint32(.unixFDs) ?? 0))
+            _ = Self.droppedLog.log(
+                "body",
+                "secret service: a bus message of \(headerLength + bodyLength) bytes from \(logField(sender)) (\(logField(header.string(.member) ?? ""))) is over \(Self.maximumMessage): handed on without its body"
+            )
+            passed += header.withoutBody()
+            count(header, sender: sender, bytes: headerLength)
+            return .dropping(bodyLength)
+        }
+        passed += acc
+        count(header, sender: sender, bytes: headerLength + bodyLength)
+        return bodyLength == 0 ? .header([], need: BusHeader.fixedSize) : .passing(bodyLength)
+    }
+
+    /// Closes the `n` descriptors of a message dropped or cut: those received already (the
+    /// kernel hands over descriptors with the first bytes of their message, never merged
+    /// into one read with another message's), then the rest as they come.
+    private func closeHeldFDs(_ n: Int) {
+        let now = min(n, heldFDs.count)
+        for fd in heldFDs.prefix(now) { close(fd) }
+        heldFDs.removeFirst(now)
+        fdsToClose += n - now
+    }
+
+    /// Counts a call handed to GDBus until its reply goes out (`fromGDBusBytes`).
+    private func count(_ header: BusHeader, sender: String, bytes: Int) {
+        guard header.type == BusHeader.MessageType.methodCall.rawValue else { return }
+        let cost = Self.decodedCost(
+            bytes: bytes, signature: bytes == header.bytes.count ? "" : header.signature)
+        let key = CallKey(sender: sender, serial: header.serial)
+        if let old = unanswered[key] { unansweredCost -= old.cost }
+        let wantsNoReply = header.flags & BusHeader.noReplyExpected != 0
+        let seconds = wantsNoReply ? Self.noReplyTimeout : Self.unansweredTimeout
+        unanswered[key] = (cost, MonotonicClock.nanoseconds() + seconds * 1_000_000_000)
+        unansweredCost += cost
+    }
+
+    private func answered(_ key: CallKey) {
+        if let c = unanswered.removeValue(forKey: key) { unansweredCost -= c.cost }
+    }
+
+    private func expireUnanswered() {
+        guard !unanswered.isEmpty else { return }
+        let now = MonotonicClock.nanoseconds()
+        for (key, c) in unanswered where c.until <= now { answered(key) }
+    }
+
+    // MARK: from GDBus
+
+    /// Where the stream from GDBus is: the authentication (its lines, until BEGIN), then a
+    /// header being read or the rest of a message.
+    private struct Outbound {
+        var begun = false
+        var line: [UInt8] = []
+        var header: [UInt8] = []
+        var need = BusHeader.fixedSize
+        var skip = 0
+    }
+
+    private func fromGDBusBytes(_ bytes: ArraySlice<UInt8>, _ fds: [Int32]) {
+        toBus.append(Array(bytes), fds: fds)
+        var rest = bytes
+        while !rest.isEmpty {
+            if !fromGDBus.begun {
+                let b = rest.removeFirst()
+                fromGDBus.line.append(b)
+                if fromGDBus.line.count > 4096 { fromGDBus.line.removeAll() }
+                guard b == UInt8(ascii: "\n") else { continue }
+                fromGDBus.begun = fromGDBus.line.elementsEqual("BEGIN\r\n".utf8)
+                fromGDBus.line.removeAll()
+            } else if fromGDBus.skip > 0 {
+                let k = min(fromGDBus.skip, rest.count)
+                rest = rest.dropFirst(k)
+                fromGDBus.skip -= k
+            } else {
+                let k = min(fromGDBus.need - fromGDBus.header.count, rest.count)
+                fromGDBus.header += rest.prefix(k)
+                rest = rest.dropFirst(k)
+                if fromGDBus.header.count == fromGDBus.need { outgoingHeaderRead() }
+            }
+        }
+    }
+
+    /// A header of vaultd's own read (its fixed start, or all of it): a reply ends the count
+    /// of the call it answers.
+    private func outgoingHeaderRead() {
+        let acc = fromGDBus.header
+        guard let (headerLength, bodyLength) = BusHeader.lengths(acc[...]) else {
+            // Not followed any further (GDBus writes only messages): nothing more is counted
+            // off, and counted calls expire.
+            fromGDBus.skip = Int.max
+            return
+        }
+        if acc.count < headerLength && headerLength <= BusHeader.maximumHeader {
+            fromGDBus.need = headerLength
+            return
+        }
+        if acc.count == headerLength, let h = BusHeader(acc),
+            h.type == BusHeader.MessageType.methodReturn.rawValue
+                || h.type == BusHeader.MessageType.error.rawValue,
+            let serial = h.uint32(.replySerial), let destination = h.string(.destination)
+        {
+            answered(CallKey(sender: destination, serial: serial))
+        }
+        fromGDBus.skip = headerLength - acc.count + bodyLength
+        fromGDBus.header.removeAll(keepingCapacity: true)
+        fromGDBus.need = BusHeader.fixedSize
+    }
+}
+
+/// Bytes (with the descriptors that go with them) waiting to be written to one side.
+private struct Outbox {
+    private var chunks: [(bytes: [UInt8], fds: [Int32])] = []
+    private var offset = 0
+    private(set) var bytes = 0
+
+    var isEmpty: Bool { chunks.isEmpty }
+
+    /// Queues `b` (not empty when `fds` is not: a descriptor goes with a byte).
+    mutating func append(_ b: [UInt8], fds: [Int32]) {
+        guard !b.isEmpty else { return }
+        if !fds.isEmpty || chunks.isEmpty || !chunks[chunks.count - 1].fds.isEmpty
+            || chunks[chunks.count - 1].bytes.count >= BusRelay.chunk
+        {
+            chunks.append((b, fds))
+        } else {
+            chunks[chunks.count - 1].bytes += b
+        }
+        bytes += b.count
+    }
+
+    /// Writes what `fd` takes now; false when it failed (not merely full).
+    mutating func flush(to fd: Int32) -> Bool {
+        while let first = chunks.first {
+            let n = first.bytes.withUnsafeBytes { b in
+                first.fds.withUnsafeBufferPointer {
+                    vault_send_fds(
+                        fd, b.baseAddress.map { $0 + offset }, b.count - offset, $0.baseAddress,
+                        Int32($0.count))
+                }
+            }
+            if n < 0 { return errno == EAGAIN || errno == EINTR }
+            // The descriptors went with the first byte sent: sent once, then closed here.
+            for d in first.fds { close(d) }
+            chunks[0].fds = []
+            offset += n
+            bytes -= n
+            if offset == first.bytes.count {
+                chunks.removeFirst()
+                offset = 0
+            }
+        }
+        return true
+    }
+
+    /// Closes the descriptors never sent.
+    mutating func discard() {
+        for c in chunks { for d in c.fds { close(d) } }
+        chunks = []
+    }
+}
