@@ -191,4 +191,56 @@ struct PresencePolicyTests {
             }
         }
     }
+
+    /// Per-program access and presence together (docs/keychain.md, "With per-program access"):
+    /// the access decision comes first, so a refused program raises no presence check; a
+    /// session that may not wait is told to run again for either question, the access one
+    /// first; one that waits asks both in turn.
+    @Test func theAccessDecisionComesBeforePresence() throws {
+        try withVault { vault, _ in
+            let v = ScriptedPresence(.confirmed)
+            vault.presence.verifier = v
+            vault.presence.setGrace(seconds: 0)
+            typealias Engine = ProgramAccessEngineTests
+            let writer = try vault.session(for: Engine.caller(Engine.program("/usr/bin/writer")))
+            var a = ItemAttributes(service: "svc", account: "guarded")
+            a.accessControl = .userPresence
+            _ = try writer.addItem(.genericPassword, attributes: a, secret: secret("pw-1"))
+            let reader = try vault.session(for: Engine.caller(Engine.program("/usr/bin/reader")))
+                .requested(by: Self.process)
+            let asker = Engine.Asker(.deny)
+            vault.accessGate.asker = asker
+            expectFailure(.authFailed) { _ = try read(reader, "guarded") }
+            #expect(asker.count == 1)
+            #expect(v.count == 0)
+
+            // Deferred (the Secret Service's first run): the access question is the one told.
+            vault.accessGate.forgetDenials()
+            asker.answer = .allowOnce
+            var toldToAsk = false
+            do {
+                _ = try read(reader.waiting(.deferred), "guarded")
+            } catch is AccessConfirmationNeeded { toldToAsk = true }
+            #expect(toldToAsk)
+            #expect(v.count == 0)
+            // Run again where it may wait: asked, then presence checked, then released.
+            #expect(
+                try read(reader.waiting(.deferred).waiting(.wait), "guarded") == Array("pw-1".utf8))
+            #expect(asker.count == 2)
+            #expect(v.count == 1)
+
+            // Always allowed: a deferred run passes the access decision and is told to wait
+            // for presence instead.
+            asker.answer = .alwaysAllow
+            #expect(try read(reader, "guarded") == Array("pw-1".utf8))
+            #expect(v.count == 2)
+            var toldToWait = false
+            do { _ = try read(reader.waiting(.deferred), "guarded") } catch is PresenceWouldWait {
+                toldToWait = true
+            }
+            #expect(toldToWait)
+            #expect(asker.count == 3)
+            #expect(v.count == 2)
+        }
+    }
 }
