@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import VaultClient
 import VaultProtocol
 
@@ -40,13 +41,25 @@ let ownerAccessGroup = "git"
 /// the helper gives up, says so, and exits 69 (git goes on as without a helper's answer).
 let answerDeadlineSeconds: UInt32 = 10
 
+/// How long the helper waits, from the moment it knows a match requires user presence, for
+/// the read of its secret: the user answers a polkit prompt meanwhile (vaultd gives up
+/// after `PresenceTimeoutSeconds`, 45 s by default; docs/keychain.md, "User presence").
+let presenceDeadlineSeconds: UInt64 = 60
+
+/// When the helper gives up (CLOCK_MONOTONIC, ns): `answerDeadlineSeconds` after the start,
+/// moved once to `presenceDeadlineSeconds` after a presence-protected match is found.
+let deadline = Mutex<UInt64>(0)
+
 /// Ends the process once the deadline passes, whatever the main thread is blocked in.
 func startDeadline(_ action: String) {
-    let message =
-        "git-credential-vault: \(action): vaultd did not answer within \(answerDeadlineSeconds) s; gave up\n"
+    deadline.withLock {
+        $0 = MonotonicClock.nanoseconds() + UInt64(answerDeadlineSeconds) * 1_000_000_000
+    }
     Thread.detachNewThread {
-        sleep(answerDeadlineSeconds)
-        StandardOutput.writeError(message)
+        while MonotonicClock.nanoseconds() < deadline.withLock({ $0 }) { usleep(100_000) }
+        StandardOutput.writeError(
+            "git-credential-vault: \(action): vaultd did not answer within \(answerDeadlineSeconds) s (\(presenceDeadlineSeconds) s for a secret that requires presence); gave up\n"
+        )
         _exit(ExitCode.unavailable.rawValue)
     }
 }
@@ -153,10 +166,18 @@ func isOwn(_ generic: JSONObject?) -> Bool {
 }
 
 func matches(_ vault: Vault, _ c: Credential, group: String?, exactPath: Bool) throws -> [Item] {
+    let query = c.query(accessGroup: group, exactPath: exactPath)
     do {
-        return try vault.keychain.copyMatching(
-            c.query(accessGroup: group, exactPath: exactPath), returnData: true,
-            returnAttributes: true)
+        // A match whose secret needs user presence: vaultd asks the user first (a polkit
+        // prompt), so the read may take as long as they take; the attributes alone never do.
+        let found = try vault.keychain.copyMatching(
+            query, returnData: false, returnAttributes: true)
+        if found.contains(where: { $0.attributes?.accessControl != nil }) {
+            deadline.withLock {
+                $0 = MonotonicClock.nanoseconds() + presenceDeadlineSeconds * 1_000_000_000
+            }
+        }
+        return try vault.keychain.copyMatching(query, returnData: true, returnAttributes: true)
     } catch let e as VaultError where e.code == .itemNotFound {
         return []
     }

@@ -49,6 +49,8 @@ let toolUsage = """
       ATTRIBUTES / FILTERS: --service --account --label --comment --description
         --access-group --accessible --synchronizable[=yes|no] --server --protocol --port --path
         --authentication-type --security-domain --generic TEXT --generic-base64 B64
+        --require-presence: the secret only after you prove presence (polkit: your password,
+          fingerprint or key); get exits 36 when not confirmed; not with --synchronizable
     Access (which programs may use which secrets; docs/access.md):
       access list [--json]                  the programs allowed, by item
       access grant [CLASS] --program PATH [--script PATH] FILTERS

@@ -508,6 +508,10 @@ enum PeerIdentity {
         // Checked at the first message (`confirmAtFirstMessage`), before anything is served:
         // once is enough, and it costs a sock_diag query and a walk of /proc/PID/fd.
         peer.mustHoldConnection = session.appID != nil && flatpakID == nil
+        // Whom a presence-protected secret is released to (polkit's subject), read before the
+        // liveness check below confirms it. A peer of vaultd's socket is served on its
+        // connection's own thread, which may wait for the user; a bus peer is not.
+        let process = ProcessStartTime.requestingProcess(peer, mayWait: peer.socketFD >= 0)
         // Everything above was read through `pid`: it was about the connector only if the
         // connector is still alive now (a pid is not reused while its process lives), and
         // still runs the program it ran at the first read.
@@ -517,7 +521,7 @@ enum PeerIdentity {
         guard peer.currentExecutable == exeFile else {
             return refuse("exec", "the process ran another program while vaultd identified it")
         }
-        return .success(session)
+        return .success(process.map(session.requested(by:)) ?? session)
     }
 }
 

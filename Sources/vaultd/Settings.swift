@@ -42,6 +42,11 @@ import Glibc
 ///   system's TPM when `/dev/tpmrm0` exists, else a file), `none` (a file), or a tpm2-tss
 ///   TCTI string naming the TPM (`device:/dev/tpmrm0`, `swtpm:host=127.0.0.1,port=2321`).
 ///   Read at start only (`DeviceKey`).
+/// - `PresenceGraceSeconds` (number): how long a process that proved user presence is not
+///   asked again (default 10; 0 = every time; `PresenceGate`).
+/// - `PresenceTimeoutSeconds` (number): how long a presence check waits for the user
+///   before polkit's check is cancelled (default 45, under the clients' 60 s reply timeout;
+///   at most 3600; `PolkitPresence`).
 struct Settings {
     var autoLockSeconds: Double = 0
     var uninstallGraceSeconds: Double = 600
@@ -54,6 +59,8 @@ struct Settings {
     var deviceKeyTPM: DeviceKeyTPM = .auto
     var prompter: PromptDialogs.Setting = .auto
     var pinentryProgram = "pinentry"
+    var presenceGraceSeconds: Double = 10
+    var presenceTimeoutSeconds: Double = 45
     /// nil: the vault's own default.
     var secretAccess: SecretAccessMode?
     /// Keys of the file that name no setting (a misspelt `AutoLockSecs`, say): ignored, and
@@ -69,7 +76,8 @@ struct Settings {
         "CacheBudgetBytes",
         "CacheBudgetHighWaterBytes", "SecretService", "SecretServicePromptTimeoutSeconds",
         "DeviceKeyTPM",
-        "Prompter", "PinentryProgram", "SecretAccess",
+        "Prompter", "PinentryProgram", "PresenceGraceSeconds", "PresenceTimeoutSeconds",
+        "SecretAccess",
     ]
 
     /// The largest config file read (bytes).
@@ -140,6 +148,8 @@ struct Settings {
         default: throw StartupError(description: "\(path): SecretService must be a boolean")
         }
         s.secretServicePromptTimeout = try seconds("SecretServicePromptTimeoutSeconds") ?? 60
+        s.presenceGraceSeconds = try number("PresenceGraceSeconds", atMost: 86400) ?? 10
+        s.presenceTimeoutSeconds = max(1, try number("PresenceTimeoutSeconds", atMost: 3600) ?? 45)
         switch d["DeviceKeyTPM"] {
         case nil: break
         case .string(let t)?:
@@ -236,6 +246,8 @@ struct Settings {
         vault.appSettings.uninstallGraceSeconds = uninstallGraceSeconds
         vault.appSettings.maximumAutoRegisteredApps = maximumAutoRegisteredApps
         vault.quota.bytesPerApp = appStorageQuota
+        vault.presence.setGrace(seconds: Int(presenceGraceSeconds))
+        vault.presence.verifier = PolkitPresence(timeout: presenceTimeoutSeconds)
         // The tests' mode (debug builds only; refused at start otherwise: `TestSecretAccess`).
         let testMode = try? TestSecretAccess.mode(from: ProcessInfo.processInfo.environment)
         vault.accessGate.configuredMode = secretAccess ?? testMode

@@ -15,6 +15,7 @@ struct ItemAttributesTests {
             port: 65535, path: "/login", authenticationType: "form", securityDomain: "realm")
         a.creationDate = Date(timeIntervalSinceReferenceDate: 789_912_345.678_901_2)
         a.modificationDate = Date(timeIntervalSinceReferenceDate: -0.5)
+        a.accessControl = .userPresence
         return a
     }
 
@@ -25,6 +26,7 @@ struct ItemAttributesTests {
         #expect(back.generic == Data([0, 1, 2, 0xFF]))
         #expect(back.port == 65535)
         #expect(back.accessible == .afterFirstUnlockThisDeviceOnly)
+        #expect(back.accessControl == .userPresence)
         #expect(back.creationDate?.timeIntervalSinceReferenceDate == 789_912_345.678_901_2)
     }
 
@@ -36,8 +38,9 @@ struct ItemAttributesTests {
                 "accessible",
                 "synchronizable", "server", "protocol", "port", "path", "authenticationType",
                 "securityDomain",
-                "creationDate", "modificationDate",
+                "creationDate", "modificationDate", "accessControl",
             ])
+        #expect(o["accessControl"] == "userPresence")
         #expect(o["generic"] == "AAEC/w==")
         #expect(o["port"] == .number("65535"))
         #expect(o["accessible"] == "afterFirstUnlockThisDeviceOnly")
@@ -61,6 +64,8 @@ struct ItemAttributesTests {
         #"{"accessible":"whenunlocked"}"#,
         #"{"accessible":"bogus"}"#, #"{"accessible":1}"#,
         #"{"service":5}"#, #"{"account":true}"#, #"{"generic":"not base64!"}"#, #"{"generic":5}"#,
+        #"{"accessControl":"biometryAny"}"#, #"{"accessControl":"UserPresence"}"#,
+        #"{"accessControl":true}"#,
         #"{"synchronizable":"yes"}"#, #"{"synchronizable":1}"#, #"{"creationDate":"yesterday"}"#,
         #"["service"]"#, #""service""#,
     ])

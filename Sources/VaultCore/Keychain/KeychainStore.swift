@@ -227,6 +227,13 @@ final class KeychainStore {
         if (a.synchronizable ?? false) && (a.accessible?.isThisDeviceOnly ?? false) {
             throw VaultFailure.param("a synchronizable item cannot be ThisDeviceOnly")
         }
+        // As SecItemAdd and SecItemUpdate: "item with kSecAttrAccessControl is not
+        // synchronizable". Presence is proven to this device's polkit; a copy synced to
+        // another device would carry the flag but not the check the user chose.
+        if (a.synchronizable ?? false) && a.accessControl != nil {
+            throw VaultFailure.param(
+                "an item with an access control (userPresence) cannot be synchronizable")
+        }
         if let g = a.accessGroup, g.isEmpty {
             throw VaultFailure.param("the access group must not be empty")
         }

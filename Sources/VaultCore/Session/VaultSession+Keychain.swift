@@ -10,23 +10,32 @@ extension VaultSession {
         try vault.addItem(itemClass, attributes: attributes, secret: secret, caller: caller)
     }
 
-    /// SecItemCopyMatching; see `Vault.copyMatching`.
+    /// SecItemCopyMatching; see `Vault.copyMatching`, and `copyMatchingReportingDamage` for
+    /// what a secret passes before it is released.
     public func copyMatching(
         _ query: ItemQuery, returnData: Bool, includingLocked: Bool = false
     ) throws -> [FoundItem] {
-        try vault.copyMatching(
-            query, returnData: returnData, includingLocked: includingLocked,
-            interaction: interaction, caller: caller)
+        try copyMatchingReportingDamage(
+            query, returnData: returnData, includingLocked: includingLocked
+        ).items
     }
 
     /// SecItemCopyMatching, with the damaged items the query met; see
-    /// `Vault.copyMatchingReportingDamage`.
+    /// `Vault.copyMatchingReportingDamage`; below, what a secret passes before it is released.
     public func copyMatchingReportingDamage(
         _ query: ItemQuery, returnData: Bool, includingLocked: Bool = false
     ) throws -> ItemMatches {
-        try vault.copyMatchingReportingDamage(
+        // The secret-release point. First the per-program access decision (`Vault.
+        // releaseSecrets`, inside the lookup), then user presence (`Vault.requirePresence`):
+        // a program the policy refuses gets no polkit prompt the user would answer for
+        // nothing, and a confirmation and a presence check both run on the thread `interaction`
+        // allows (the Secret Service's worker: the one it reruns the call on, after
+        // `AccessConfirmationNeeded` or `PresenceWouldWait`).
+        let matches = try vault.copyMatchingReportingDamage(
             query, returnData: returnData, includingLocked: includingLocked,
             interaction: interaction, caller: caller)
+        try vault.requirePresence(for: matches.items, caller: caller, process: process)
+        return matches
     }
 
     /// SecItemUpdate; see `Vault.updateItems`.

@@ -14,15 +14,22 @@ public struct VaultSession: Sendable {
     let vault: Vault
     /// Who the session acts for, as vaultd established it from the kernel.
     public let caller: Caller
-    /// How a call that needs the user's confirmation of an access waits for it
-    /// (`AccessInteraction`): on its own thread (the default), or not at all (it throws
-    /// `AccessConfirmationNeeded`, and the front-end asks off its thread).
+    /// The process the session serves, as vaultd named it from the kernel: whom a
+    /// presence-protected secret is released to (`requested(by:)`); nil, none, and such a
+    /// secret is refused.
+    public private(set) var process: RequestingProcess?
+    /// How a call that needs the user waits for it (`AccessInteraction`): on its own thread
+    /// (the default), or not at all (it throws `AccessConfirmationNeeded` for a confirmation of
+    /// an access, `PresenceWouldWait` for a presence check, and the front-end runs it again on
+    /// a thread of its own). One setting for both questions, so one mechanism serves both.
     public private(set) var interaction: AccessInteraction = .wait
 
-    /// This session, waiting for confirmations as `interaction` says.
+    /// This session, waiting for the user (a confirmation of an access, user presence) as
+    /// `interaction` says.
     public func waiting(_ interaction: AccessInteraction) -> VaultSession {
         var s = self
         s.interaction = interaction
+        s.process?.mayWait = interaction == .wait
         return s
     }
 
@@ -36,6 +43,13 @@ public struct VaultSession: Sendable {
     public var isOwner: Bool { caller.isOwner }
     /// Where an Add naming no access group stores (`Caller.defaultAccessGroup`).
     public var defaultAccessGroup: String { caller.defaultAccessGroup }
+
+    /// The session, serving `process` (the peer vaultd identified the caller from).
+    public func requested(by process: RequestingProcess) -> VaultSession {
+        var s = self
+        s.process = process
+        return s
+    }
 
     /// Whether the session is told of a change to an item of access group `group` (the Secret
     /// Service's ItemCreated, ItemDeleted, ItemChanged signals): one of its groups.
@@ -138,13 +152,15 @@ extension VaultSession {
     /// See `Vault.checkStore(caller:)`.
     public func checkStore() throws -> StoreCheck { try vault.checkStore(caller: caller) }
 
-    /// See `Vault.backup(to:recipients:includeDeviceBound:caller:)`.
+    /// See `Vault.backup(to:recipients:includeDeviceBound:caller:process:)`.
     public func backup(to path: String, recipients: [Age.Recipient], includeDeviceBound: Bool)
         throws -> BackupSummary
     {
+        // A backup carries every secret: the presence check is the engine's, once the policy
+        // admitted the call (`Vault.backup`).
         try vault.backup(
             to: path, recipients: recipients, includeDeviceBound: includeDeviceBound,
-            caller: caller)
+            caller: caller, process: process)
     }
 
     /// See `Vault.restore(from:identities:newPassphrase:merge:caller:)`.

@@ -122,14 +122,19 @@ extension Vault {
     /// only the encrypted file leaves, renamed into place once whole and synced.
     /// Damaged items (`DamagedItem`) are left out, the rest written, and named in the
     /// summary and the log.
-    /// Owner only. Throws PermissionDenied, InteractionNotAllowed (locked: nothing written),
-    /// Param (a relative path, bad recipients), StorageFull.
+    /// Owner only. Throws PermissionDenied, InteractionNotAllowed (locked: nothing written;
+    /// or not confirmed), Param (a relative path, bad recipients), StorageFull.
+    /// `process`: who asks, for the presence check (`requirePresenceForEveryItem`).
     func backup(
-        to path: String, recipients: [Age.Recipient], includeDeviceBound: Bool, caller: Caller
+        to path: String, recipients: [Age.Recipient], includeDeviceBound: Bool, caller: Caller,
+        process: RequestingProcess? = nil
     ) throws -> BackupSummary {
         _ = try authorize(.backup, for: caller)
-        // Every secret leaves the vault: the user confirms it (docs/access.md).
+        // Every secret leaves the vault: the user confirms it (docs/access.md), then, with a
+        // presence-protected item among them, proves presence, as a read of that item would
+        // ask (in this order, as at every secret release: docs/keychain.md).
         try confirmOwnerAct(.backup, items: [], caller: caller)
+        try requirePresenceForEveryItem(caller: caller, process: process)
         guard path.hasPrefix("/") else {
             throw VaultFailure.param("the backup's path must be absolute")
         }

@@ -27,6 +27,9 @@ public final class Vault: @unchecked Sendable {
     let apps: AppRegistry
     /// Each app's storage quota (`StorageQuota`); vaultd sets it from its settings.
     public let quota = StorageQuota()
+    /// User presence before a presence-protected secret is released: vaultd sets its
+    /// verifier (polkit) and grace window (`Policy/Presence.swift`).
+    public let presence = PresenceGate()
     /// The Secret Service's `session` collection: items kept in memory only, until vaultd stops.
     let sessionItems = SessionItems()
     /// The per-app cache directories.

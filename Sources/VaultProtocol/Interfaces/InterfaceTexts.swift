@@ -119,6 +119,11 @@ type Attributes (
   accessible: ?string,
   # kSecAttrSynchronizable (part of the primary key).
   synchronizable: ?bool,
+  # kSecAttrAccessControl: "userPresence" (SecAccessControl's .userPresence):
+  # the secret is released only after the user proves presence through polkit
+  # (action io.vaultd.user-presence); otherwise InteractionNotAllowed. Attributes
+  # are not gated. Update can set it, never remove it; not with synchronizable.
+  accessControl: ?string,
   # kSecAttrServer (internet passwords).
   server: ?string,
   # kSecAttrProtocol, e.g. "https".
@@ -231,7 +236,9 @@ method RevokeAccess(program: ?string, script: ?string, class: ?string, query: ?A
 error DuplicateItem (status: int, message: string)
 # Nothing matches (errSecItemNotFound, -25300).
 error ItemNotFound (status: int, message: string)
-# The item's class key is unavailable: the vault is locked (errSecInteractionNotAllowed, -25308).
+# The item's class key is unavailable: the vault is locked; or the item's access control
+# (userPresence) was not satisfied: no agent, refused, cancelled or timed out
+# (errSecInteractionNotAllowed, -25308).
 error InteractionNotAllowed (status: int, message: string)
 # The caller is not a member of the access group (errSecMissingEntitlement, -34018).
 error MissingEntitlement (status: int, message: string)

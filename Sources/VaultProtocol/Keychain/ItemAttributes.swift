@@ -10,11 +10,16 @@ public enum ItemClass: String, CaseIterable, Sendable {
 
     /// Parses the wire name. Throws `VaultError` Param for anything else.
     public init(wire: String) throws {
-        guard let c = ItemClass(rawValue: wire) else {
-            throw VaultError.param(
-                "unknown item class '\(wire)': use genericPassword or internetPassword")
-        }
-        self = c
+        self = try .named(
+            wire, "unknown item class '\(wire)': use genericPassword or internetPassword")
+    }
+}
+
+extension RawRepresentable where RawValue == String {
+    /// The case whose wire name is `wire`; `VaultError` Param saying `unknown` otherwise.
+    static func named(_ wire: String, _ unknown: @autoclosure () -> String) throws -> Self {
+        guard let c = Self(rawValue: wire) else { throw VaultError.param(unknown()) }
+        return c
     }
 }
 
@@ -60,6 +65,21 @@ public enum Accessibility: String, CaseIterable, Sendable {
     }
 }
 
+/// kSecAttrAccessControl: what an item's secret requires beyond its accessibility before it
+/// is handed out (Apple's `SecAccessControlCreateWithFlags`; docs/keychain.md, "User
+/// presence"). Only the attributes are read without it: searching is not gated.
+public enum AccessControl: String, CaseIterable, Sendable {
+    /// `.userPresence`: the user proves presence through polkit (the session's agent: a
+    /// password, a fingerprint, a security key, whatever its PAM stack offers) before each
+    /// release of the secret, spared within `PresenceGraceSeconds` for the same process.
+    case userPresence
+
+    /// Parses the wire name. Anything else throws `VaultError` Param.
+    public init(wire: String) throws {
+        self = try .named(wire, "unknown access control '\(wire)': the one value is userPresence")
+    }
+}
+
 /// An item's attributes (kSecAttr…), or, in a query, the attributes to match: an absent
 /// (nil) attribute matches anything. Strings compare byte-exactly and case-sensitively.
 /// An item's attributes, serialized as JSON, take at most 64 KiB (more: Param, -50).
@@ -88,6 +108,11 @@ public struct ItemAttributes: Equatable, Sendable {
     /// between the owner's devices once sync is set up (docs/sync.md). In a query nil matches
     /// both, unlike SecItem (where absent means false).
     public var synchronizable: Bool?
+    /// kSecAttrAccessControl: nil, none beyond `accessible`. Set by Add or by Update (which
+    /// cannot take it away: an absent attribute changes nothing, so an item keeps its access
+    /// control for life); an item with one cannot be synchronizable (Param, as SecItem's
+    /// "item with kSecAttrAccessControl is not synchronizable"). In a query it matches exactly.
+    public var accessControl: AccessControl?
     /// kSecAttrServer: internet passwords; part of their primary key (absent: "").
     public var server: String?
     /// kSecAttrProtocol, e.g. "https": internet passwords; primary key (absent: "").
@@ -221,6 +246,7 @@ public struct ItemAttributes: Equatable, Sendable {
         if let g = query.generic, generic != g { return false }
         if let a = query.accessible, accessible != a { return false }
         if let s = query.synchronizable, (synchronizable ?? false) != s { return false }
+        if let c = query.accessControl, accessControl != c { return false }
         // Only internet passwords have a port (stored as 0 when absent): a query naming one,
         // 0 included, never matches a generic password.
         if let p = query.port, port != p { return false }
@@ -241,6 +267,7 @@ public struct ItemAttributes: Equatable, Sendable {
         if let g = changes.generic { generic = g }
         if let a = changes.accessible { accessible = a }
         if let s = changes.synchronizable { synchronizable = s }
+        if let c = changes.accessControl { accessControl = c }
         if let p = changes.port { port = p }
         // The whole map, as the Secret Service's `Attributes` property is set.
         if let l = changes.lookupAttributes { lookupAttributes = l }
@@ -249,13 +276,14 @@ public struct ItemAttributes: Equatable, Sendable {
     /// The wire form (the `Attributes` type of io.vaultd.Keychain); absent attributes are omitted.
     public var json: JSON {
         // Room for the attributes set, made at once: growing from empty would rehash a
-        // stored item's attributes several times, and room for all 18 would cost a query of
+        // stored item's attributes several times, and room for all 19 would cost a query of
         // two attributes more than the rest of its serialization.
         var count = 0
         for k in StringAttribute.allCases where self[k] != nil { count += 1 }
         if generic != nil { count += 1 }
         if accessible != nil { count += 1 }
         if synchronizable != nil { count += 1 }
+        if accessControl != nil { count += 1 }
         if port != nil { count += 1 }
         if creationDate != nil { count += 1 }
         if modificationDate != nil { count += 1 }
@@ -267,6 +295,7 @@ public struct ItemAttributes: Equatable, Sendable {
         if let g = generic { o["generic"] = .string(g.base64EncodedString()) }
         if let a = accessible { o["accessible"] = .string(a.rawValue) }
         if let s = synchronizable { o["synchronizable"] = .bool(s) }
+        if let c = accessControl { o["accessControl"] = .string(c.rawValue) }
         if let p = port { o["port"] = JSON(p) }
         if let d = creationDate { o["creationDate"] = .string(PlistDate.format(d)) }
         if let d = modificationDate { o["modificationDate"] = .string(PlistDate.format(d)) }
@@ -275,7 +304,7 @@ public struct ItemAttributes: Equatable, Sendable {
     }
 
     /// Parses the wire form. Unknown attribute names, wrong types, a port outside 0...65535,
-    /// bad base64, an unknown or deprecated accessibility, or a date that is not ISO 8601 UTC
+    /// bad base64, an unknown or deprecated accessibility, an unknown access control, or a date that is not ISO 8601 UTC
     /// in years 0 to 9999 throw `VaultError` Param (-50). Dates are read
     /// (they are vaultd's, and the engine ignores them on input).
     public init(json: JSON?) throws {
@@ -336,6 +365,11 @@ public struct ItemAttributes: Equatable, Sendable {
                 throw VaultError.param("attribute 'synchronizable' must be a boolean")
             }
             synchronizable = b
+        case .accessControl?:
+            guard let s = value.stringValue else {
+                throw VaultError.param("attribute 'accessControl' must be a string")
+            }
+            accessControl = try AccessControl(wire: s)
         case .port?:
             port = try Self.checkedPort(value.intValue)
         case .creationDate?:
@@ -372,8 +406,8 @@ public struct ItemAttributes: Equatable, Sendable {
     /// An attribute, by its wire name.
     private enum Attribute {
         case string(StringAttribute)
-        case generic, accessible, synchronizable, port, creationDate, modificationDate,
-            lookupAttributes
+        case generic, accessible, synchronizable, accessControl, port, creationDate,
+            modificationDate, lookupAttributes
     }
 
     /// Every attribute by its wire name: one hash per name, where matching a name against a
@@ -383,7 +417,7 @@ public struct ItemAttributes: Equatable, Sendable {
     private static let attributesByName: [String: (attribute: Attribute, bit: UInt32)] = {
         let others: [(String, Attribute)] = [
             ("generic", .generic), ("accessible", .accessible), ("synchronizable", .synchronizable),
-            ("port", .port),
+            ("accessControl", .accessControl), ("port", .port),
             ("creationDate", .creationDate), ("modificationDate", .modificationDate),
             ("lookupAttributes", .lookupAttributes),
         ]

@@ -53,6 +53,9 @@ struct ItemCommand: Command {
         // kSecAttrSynchronizable: `--synchronizable` or `=yes`, `--synchronizable=no`; a
         // filter without it matches both.
         attrs.synchronizable = try a.booleanOption(prefix + "synchronizable")
+        // kSecAttrAccessControl `userPresence`: the secret only after the user proves presence
+        // (polkit); a filter with it finds only such items. Nothing takes it away.
+        if a.flag(prefix + "require-presence") { attrs.accessControl = .userPresence }
         // kSecAttrGeneric as text (UTF-8) or, for bytes that are not text, as base64: the
         // two forms `--json` shows it in (`generic`, `genericBase64`).
         let text = try a.option(prefix + "generic")
@@ -417,6 +420,7 @@ struct ItemCommand: Command {
         var tail =
             "label=\(show(a.label)) accessible=\(a.accessible?.rawValue ?? "")"
             + (a.synchronizable == true ? " synchronizable=yes" : "")
+            + (a.accessControl.map { " accessControl=\($0.rawValue)" } ?? "")
         if let l = a.lookupAttributes {
             tail += " attributes=" + JSON.object(l.mapValues { .string($0) }).text
         }

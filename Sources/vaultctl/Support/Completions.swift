@@ -55,6 +55,7 @@ struct CommandTable {
         let attributeNames =
             ItemCommand.stringOptions.map { "--" + $0.0 } + [
                 "--accessible", "--port", "--synchronizable", "--generic", "--generic-base64",
+                "--require-presence",
             ]
         func options(_ text: Substring) -> [String] {
             var out: [String] = []

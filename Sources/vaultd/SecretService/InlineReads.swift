@@ -134,8 +134,8 @@ extension SecretService {
                 member, of: interface, on: target, body, sender: sender, vaultSession: vaultSession)
             reply = g_dbus_message_new_method_reply(message)
             if let out { out.pass { g_dbus_message_set_body(reply, $0) } }
-        } catch is AccessConfirmationNeeded {
-            // Asked off this thread (`SecretService+Access.swift`); until its reply goes out,
+        } catch let e where Self.waitsForUser(e) {
+            // Run again off this thread (`SecretService+Access.swift`); until its reply goes out,
             // the connection's later calls take the usual way, in order.
             inline.withLock { state in state.awaitingReply[sender, default: []].insert(serial) }
             let args = Handed(body)

@@ -188,8 +188,8 @@ extension SecretService {
                 return try handle(
                     member, of: interface, on: target, body, sender: sender,
                     vaultSession: vaultSession)
-            } catch is AccessConfirmationNeeded {
-                // Asked off the bus thread (`SecretService+Access.swift`); no reply here.
+            } catch let e where Self.waitsForUser(e) {
+                // Run again off the bus thread (`SecretService+Access.swift`); no reply here.
                 let args = Handed(body)
                 answerWaiting(message, sender: sender, vaultSession: vaultSession) {
                     [self] waiting in

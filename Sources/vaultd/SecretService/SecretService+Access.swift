@@ -3,19 +3,30 @@ import Foundation
 import VaultCore
 import VaultProtocol
 
-/// Calls that wait for the user's confirmation of an access (issue 40 §2, docs/access.md):
-/// a `GetSecret` or `GetSecrets` of an item another program created. Neither the bus thread
-/// nor GDBus's worker thread waits for a dialog: every connection's calls would stop behind
-/// it. The call runs first with a session that does not wait (`AccessInteraction.deferred`);
-/// when the engine needs an answer it throws `AccessConfirmationNeeded`, and the same call
-/// is run again on a thread of its own with a session that waits (the prompt bounded by its
-/// timeout), whose reply is sent from there. A client waits for its reply as for any slow
-/// call (libsecret's default D-Bus timeout is 25 s; `SecretServicePromptTimeoutSeconds`
-/// bounds the dialog).
+/// Calls that wait for the user: for the confirmation of an access (issue 40 §2,
+/// docs/access.md: a `GetSecret` or `GetSecrets` of an item another program created), and for
+/// user presence (issue 37 §3, docs/keychain.md: an item with `userPresence` read outside its
+/// process's grace window, checked through polkit). Neither the bus thread nor GDBus's worker
+/// thread waits for the user: every connection's calls would stop behind it (and GDBus's worker
+/// carries polkit's own reply). The call runs first with a session that does not wait
+/// (`AccessInteraction.deferred`); when the engine needs the user it throws
+/// `AccessConfirmationNeeded` or `PresenceWouldWait` (`waitsForUser`), and the same call is
+/// run again, whole, on a thread of its own with a session that waits (the dialog bounded by
+/// `SecretServicePromptTimeoutSeconds`, polkit by `PresenceTimeoutSeconds`), whose reply is sent
+/// from there. On that thread the access decision comes first, then presence
+/// (`VaultSession.copyMatchingReportingDamage`). A client waits for its reply as for any slow
+/// call (libsecret's default D-Bus timeout is 25 s).
 extension SecretService {
-    /// The most calls waiting for a confirmation at once (each holds a thread); past it,
-    /// LimitsExceeded. Each program has at most one question pending anyway (`AccessGate`).
+    /// The most calls waiting for the user at once, confirmations and presence checks together
+    /// (each holds a thread); past it, LimitsExceeded. Each program has at most one question
+    /// pending anyway (`AccessGate`), and at most `PresenceGate`'s checks run at once.
     static let maximumWaitingCalls = 16
+
+    /// Whether `error` says the call must wait for the user, so that it is run again off the
+    /// bus thread (`answerOffThread`) rather than answered with it.
+    static func waitsForUser(_ error: any Error) -> Bool {
+        error is AccessConfirmationNeeded || error is PresenceWouldWait
+    }
 
     /// Runs `answer` on a thread of its own, counted in `waitingCalls`; throws
     /// LimitsExceeded when `maximumWaitingCalls` wait already.
@@ -27,14 +38,14 @@ extension SecretService {
         }
         guard admitted else {
             throw BusError.limitsExceeded(
-                "\(Self.maximumWaitingCalls) calls are waiting for the user's confirmation already; try again later"
+                "\(Self.maximumWaitingCalls) calls are waiting for the user already; try again later"
             )
         }
         let t = Thread { [self] in
             answer()
             waitingCalls.withLock { $0 -= 1 }
         }
-        t.name = "vaultd-confirm"
+        t.name = "vaultd-waiting"
         t.start()
     }
 

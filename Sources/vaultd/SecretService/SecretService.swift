@@ -718,8 +718,8 @@ final class SecretService: @unchecked Sendable {
                 return try handle(
                     method, of: interface, on: target, parameters, sender: sender,
                     vaultSession: vaultSession)
-            } catch is AccessConfirmationNeeded {
-                // Asked off the bus thread (`SecretService+Access.swift`), answered there.
+            } catch let e where Self.waitsForUser(e) {
+                // Run again off the bus thread (`SecretService+Access.swift`), answered there.
                 let call = Handed((invocation, parameters))
                 try answerOffThread { [self] in
                     let (invocation, parameters) = call.value

@@ -272,11 +272,12 @@ extension SecretService {
                 let data: SecureBytes
                 let contentType: String?
                 // An item that does not read is left out, but for the per-program access
-                // check: its question, or its refusal, is the call's answer.
+                // check (its refusal is the call's answer) and a wait for the user (a question
+                // of access, a presence check: the whole call runs again where it may wait).
                 let read: StoredItem?
                 do {
                     read = try stored(t, secret: true, vaultSession: vaultSession)
-                } catch let e as AccessConfirmationNeeded {
+                } catch let e where Self.waitsForUser(e) {
                     throw e
                 } catch let e as VaultFailure where e.details.program != nil {
                     throw e
