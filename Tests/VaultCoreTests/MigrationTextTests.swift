@@ -72,7 +72,7 @@ import Testing
         ),
         (
             "2026-12-07-item-creators",
-            "8383e70ea9fdd6a97eb748e4f64de2253cc988cffd7eaa869c52adcb82938aec"
+            "a949a04db4ebd680f0aac3eea505cdb2bbf4af2109635da509fa4708a20b3367"
         ),
     ]
 

@@ -312,7 +312,8 @@ enum Schema {
         // their item: deleted with it, moved with its uuid (a replace gives it a new one).
         // `vault_meta` 'access.default': the mode in force when config.plist sets no
         // `SecretAccess`; a vault initialised before this keeps `open` (no script breaks on
-        // an upgrade), a vault initialised later gets `confirm` (`Vault.initialize`).
+        // an upgrade), a vault initialised later gets `confirm` (`Vault.initialize`); a mode
+        // already recorded is kept.
         m.register("2026-12-07-item-creators") { db in
             try db.execute(
                 """
@@ -336,7 +337,7 @@ enum Schema {
                   UPDATE item_creators SET uuid = new.uuid WHERE uuid = old.uuid;
                   UPDATE access_grants SET item_uuid = new.uuid WHERE item_uuid = old.uuid;
                 END;
-                INSERT INTO vault_meta (key, value)
+                INSERT OR IGNORE INTO vault_meta (key, value)
                   SELECT 'access.default', CAST('open' AS BLOB)
                   WHERE EXISTS (SELECT 1 FROM vault_meta WHERE key = 'wrapped.metadata');
                 """)
