@@ -65,8 +65,45 @@ public final class AccessGate: @unchecked Sendable {
     private var _asker: AccessAsker?
     private var _configuredMode: SecretAccessMode?
     private var _timeout: Double = 60
+    /// The vault's recorded default mode once read (`AccessStore.defaultMode`): only
+    /// `initialize` records one, and it sets this too.
+    private var _recordedMode: SecretAccessMode?
+    /// Items' creators once read (nil inside: none recorded), so a lookup neither reads nor
+    /// opens them again. A creator never changes once its item's Add committed (a replaced
+    /// item gets a new uuid, a deleted one's uuid is never reused), so an entry never goes
+    /// stale; past `maximumCachedCreators` the cache starts over.
+    private var creators: [[UInt8]: ProgramIdentity?] = [:]
+    static let maximumCachedCreators = 4096
 
     public init() {}
+
+    /// The vault's recorded default mode, nil until read or recorded.
+    var recordedMode: SecretAccessMode? {
+        get { lock.withLock { _recordedMode } }
+        set { lock.withLock { _recordedMode = newValue } }
+    }
+
+    /// Of `uuids`, the creators known here (an inner nil: none recorded) and the uuids to read.
+    func cachedCreators(_ uuids: [[UInt8]]) -> (
+        known: [[UInt8]: ProgramIdentity?], missing: [[UInt8]]
+    ) {
+        lock.withLock {
+            var known: [[UInt8]: ProgramIdentity?] = [:]
+            var missing: [[UInt8]] = []
+            for u in uuids {
+                if let c = creators[u] { known[u] = c } else { missing.append(u) }
+            }
+            return (known, missing)
+        }
+    }
+
+    /// Remembers creators read from the store (an inner nil: none recorded).
+    func cacheCreators(_ read: [[UInt8]: ProgramIdentity?]) {
+        lock.withLock {
+            if creators.count + read.count > Self.maximumCachedCreators { creators = [:] }
+            creators.merge(read) { $1 }
+        }
+    }
 
     /// Who asks the user (vaultd sets its prompters at start); nil: nobody, so `confirm`
     /// fails every question at once with InteractionNotAllowed.

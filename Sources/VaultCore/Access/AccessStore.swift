@@ -133,8 +133,14 @@ enum AccessStore {
     /// `open` for a vault initialised before per-program access, else `confirm` (also when
     /// the row is missing or unreadable: fail towards asking).
     static func defaultMode(in db: Database) throws -> SecretAccessMode {
+        try recordedMode(in: db) ?? .confirm
+    }
+
+    /// The mode recorded in `vault_meta` 'access.default' (an unreadable one: `confirm`);
+    /// nil when none is recorded.
+    static func recordedMode(in db: Database) throws -> SecretAccessMode? {
         guard let raw = try db.row("SELECT value FROM vault_meta WHERE key = 'access.default'")?[0]
-        else { return .confirm }
+        else { return nil }
         let text = raw.blob.flatMap { String(validating: $0, as: UTF8.self) }
         return text.flatMap(SecretAccessMode.init(rawValue:)) ?? .confirm
     }

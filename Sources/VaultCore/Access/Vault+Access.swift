@@ -24,7 +24,28 @@ public struct AccessConfirmationNeeded: Error, Sendable {
 extension Vault {
     /// The `SecretAccess` mode in force: config.plist's, else the vault's default.
     func secretAccessMode(in db: Database) throws -> SecretAccessMode {
-        try accessGate.configuredMode ?? AccessStore.defaultMode(in: db)
+        if let m = accessGate.configuredMode ?? accessGate.recordedMode { return m }
+        // Remembered once recorded (`initialize` records it; a vault made earlier has it
+        // from its migration).
+        guard let m = try AccessStore.recordedMode(in: db) else { return .confirm }
+        accessGate.recordedMode = m
+        return m
+    }
+
+    /// The creators of `uuids` (absent: none recorded), from `accessGate`'s cache, reading
+    /// and opening only those it does not hold.
+    func creators(of uuids: [[UInt8]], metadata: SecureBytes, in db: Database) throws
+        -> [[UInt8]: ProgramIdentity]
+    {
+        var (known, missing) = accessGate.cachedCreators(uuids)
+        if !missing.isEmpty {
+            let read = try AccessStore.creators(of: missing, metadata: metadata, in: db)
+            var fresh: [[UInt8]: ProgramIdentity?] = [:]
+            for u in missing { fresh[u] = .some(read[u]) }
+            accessGate.cacheCreators(fresh)
+            known.merge(fresh) { $1 }
+        }
+        return known.compactMapValues { $0 }
     }
 
     /// The mode in force and whether config.plist chose it (else the vault's default).
@@ -60,14 +81,25 @@ extension Vault {
         guard !withData.isEmpty else { return }
         let uuids = withData.map { $0.uuid! }
         let (metadata, index) = try withKeys { try keychain.metadataKeys() }
-        let hash = AccessStore.programHash(program, index: index)
-        let (mode, creators, granted) = try read { db in
+        let (mode, creators): (SecretAccessMode, [[UInt8]: ProgramIdentity]) = try read { db in
             (
-                try secretAccessMode(in: db),
-                try AccessStore.creators(of: uuids, metadata: metadata, in: db),
-                try AccessStore.granted(uuids, hash: hash, in: db)
+                try self.secretAccessMode(in: db),
+                try self.creators(of: uuids, metadata: metadata, in: db)
             )
         }
+        // The grants are looked up only for the secrets the policy would not release without
+        // one (most often none: a program reads what it created).
+        let ungranted = withData.filter {
+            Policy.secretRelease(
+                to: caller, creator: creators[$0.uuid!], granted: false, mode: mode) != .allow
+        }.map { $0.uuid! }
+        let granted =
+            ungranted.isEmpty
+            ? []
+            : try read { db in
+                try AccessStore.granted(
+                    ungranted, hash: AccessStore.programHash(program, index: index), in: db)
+            }
         try release(
             withData.map {
                 Subject(

@@ -171,19 +171,32 @@ extension Vault {
         try presence.require(for: caller, process: process)
     }
 
-    /// `requirePresence` for an operation that reads every secret (a backup): asked when any
-    /// item the caller sees, locked ones too, is presence-protected.
+    /// `requirePresence` for an operation that reads every secret (a backup, owner only):
+    /// asked when any item, locked ones too, is presence-protected.
     func requirePresenceForEveryItem(caller: Caller, process: RequestingProcess?) throws {
-        var a = ItemAttributes()
-        a.accessControl = .userPresence
-        let protected: [FoundItem]
-        do {
-            protected = try copyMatching(
-                ItemQuery(itemClass: nil, attributes: a, matchAll: false), returnData: false,
-                includingLocked: true, caller: caller)
-        } catch let e as VaultFailure where e.code == .itemNotFound {
-            return
+        if try anyItemRequiresPresence() { try presence.require(for: caller, process: process) }
+    }
+
+    /// Whether any item carries the access control `userPresence`: one row's attributes at a
+    /// time, never a secret, so a backup's check stays in bounded memory whatever the vault
+    /// holds (the secret and wrapped-key columns are not read: `x'00'` stands in). A row
+    /// that does not read counts as none: the backup leaves damaged items out.
+    private func anyItemRequiresPresence() throws -> Bool {
+        let (metadata, _) = try withKeys { try keychain.metadataKeys() }
+        return try read { db in
+            let s = try db.statement(
+                "SELECT id, uuid, item_class, access_group, accessible, synchronizable, attributes, x'00', x'00' FROM items"
+            )
+            defer { s.reset() }
+            while try s.step() {
+                guard case .success(let r) = KeychainStore.stored(s.row()),
+                    let plain = Sodium.openBytes(
+                        r.attributes, key: metadata, associatedData: r.associatedData),
+                    let a = try? ItemAttributes(jsonObject: plain)
+                else { continue }
+                if a.accessControl == .userPresence { return true }
+            }
+            return false
         }
-        if !protected.isEmpty { try presence.require(for: caller, process: process) }
     }
 }

@@ -354,6 +354,7 @@ public final class Vault: @unchecked Sendable {
                     // A vault made now asks before a program reads another's secret.
                     try AccessStore.setDefaultMode(.confirm, in: db)
                 }
+                accessGate.recordedMode = .confirm
                 ticket.take()
                 return keys.lockState
             }
