@@ -1,10 +1,10 @@
 import Foundation
 import Testing
 
-/// Power cuts for the files vaultd writes outside SQLite (its device key, the space reserve,
-/// sync segments and membership records): vaultd runs under a real `strace`, recording every
+/// Power cuts for the files vaultd writes outside SQLite (its device key, sync segments, acks
+/// and membership records, a backup): vaultd runs under a real `strace`, recording every
 /// write, sync, rename and unlink, while it is initialised, given a recovery key and a new
-/// passphrase, and made to sync; `FileCrashModel` then replays every prefix of the trace and
+/// passphrase, made to sync, and backed up; `FileCrashModel` then replays every prefix of the trace and
 /// checks that a cut at any point leaves each file whole (a version it held after a sync or a
 /// rename, or nothing before it first was durable), and that everything is durable at the end.
 /// (The store itself is `PowerCutTests`'s, in VaultCoreTests.)
@@ -17,7 +17,9 @@ import Testing
         let d = try Daemon(start: false)
         defer { d.close() }
         let folder = d.root + "/sync-folder"
+        let backups = d.root + "/backups"
         mkdir(folder, 0o700)
+        mkdir(backups, 0o700)
         let trace = d.root + "/strace.txt"
         try d.start(wrapper: [
             DurableAcknowledgementTests.strace!, "-f", "-qq", "-y", "-xx", "-s", "2000000",
@@ -51,6 +53,12 @@ import Testing
                     ["passphrase", "change", "--passphrase-fd", "3", "--new-passphrase-fd", "4"],
                     fds: [3: first, 4: Data("second passphrase\n".utf8)])
             ),
+            (
+                "backup",
+                d.ctl(
+                    ["backup", backups + "/vault.age", "--passphrase-fd", "3"],
+                    fds: [3: Data("backup passphrase\n".utf8)])
+            ),
         ]
         for (name, result) in steps {
             #expect(result.status == 0, "\(name): \(result)\nvaultd:\n\(d.log)")
@@ -60,7 +68,7 @@ import Testing
         kill(vaultd, SIGTERM)
         #expect(d.stop(timeout: 30) != nil, "strace did not end after vaultd")
         let text = try String(contentsOfFile: trace, encoding: .utf8)
-        var model = FileCrashModel(roots: [d.dataDirectory, folder]) { path in
+        var model = FileCrashModel(roots: [d.dataDirectory, folder, backups]) { path in
             // The space reserve holds no data (its blocks are what it keeps, fallocate'd).
             path.contains("/vault.sqlite") || path.hasSuffix("/space.reserve")
         }
@@ -76,6 +84,7 @@ import Testing
         let watched = model.versions.keys.map { $0.replacingOccurrences(of: d.root, with: "") }
         #expect(watched.contains("/data/device.key"), "\(watched.sorted())")
         #expect(watched.contains { $0.hasSuffix("/ack") }, "\(watched.sorted())")
+        #expect(watched.contains("/backups/vault.age"), "\(watched.sorted())")
         #expect(
             watched.contains { $0.hasPrefix("/sync-folder/") && $0.hasSuffix(".seg") },
             "\(watched.sorted())")
