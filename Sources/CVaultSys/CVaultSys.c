@@ -119,6 +119,15 @@ int vault_set_passcred(int fd) {
     return setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &one, sizeof(one));
 }
 
+/// recvmsg(2), retried on EINTR.
+static ssize_t recvmsg_retrying(int fd, struct msghdr *msg, int flags) {
+    ssize_t n;
+    do {
+        n = recvmsg(fd, msg, flags);
+    } while (n < 0 && errno == EINTR);
+    return n;
+}
+
 ssize_t vault_recv_from(int fd, void *buf, size_t len, pid_t *sender) {
     union {
         char bytes[CMSG_SPACE(sizeof(struct ucred)) + CMSG_SPACE(16 * sizeof(int))];
@@ -126,10 +135,7 @@ ssize_t vault_recv_from(int fd, void *buf, size_t len, pid_t *sender) {
     } control;
     struct iovec iov = {.iov_base = buf, .iov_len = len};
     struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.bytes, .msg_controllen = sizeof(control.bytes)};
-    ssize_t n;
-    do {
-        n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
-    } while (n < 0 && errno == EINTR);
+    ssize_t n = recvmsg_retrying(fd, &msg, MSG_CMSG_CLOEXEC);
     *sender = 0;
     if (n < 0) return n;
     for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {
@@ -223,10 +229,7 @@ ssize_t vault_recv_fds(int fd, void *buf, size_t len, int *fds, int max_fds, int
     } control;
     struct iovec iov = {.iov_base = buf, .iov_len = len};
     struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.bytes, .msg_controllen = sizeof(control.bytes)};
-    ssize_t n;
-    do {
-        n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-    } while (n < 0 && errno == EINTR);
+    ssize_t n = recvmsg_retrying(fd, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
     *n_fds = 0;
     if (n < 0) return n;
     for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c != NULL; c = CMSG_NXTHDR(&msg, c)) {

@@ -119,74 +119,69 @@ static int x_read(sqlite3_file *f, void *buf, int n, sqlite3_int64 off) {
     return c->real->pMethods->xRead(c->real, buf, n, off);
 }
 
+/// A record of what `c`'s next write or truncation at `offset` replaces: the file's size and
+/// the bytes of [offset, offset + length) that exist (length -1: to the file's end). SQLITE_OK
+/// with `*out` set, or an error. Called with `lock` held.
+static int prepare(CrashFile *c, sqlite3_int64 offset, sqlite3_int64 length, Pending **out) {
+    sqlite3_int64 size = 0;
+    int rc = c->real->pMethods->xFileSize(c->real, &size);
+    if (rc != SQLITE_OK) return rc;
+    Pending *p = calloc(1, sizeof *p);
+    if (!p) return SQLITE_NOMEM;
+    sqlite3_int64 end = length < 0 || offset + length > size ? size : offset + length;
+    p->offset = offset;
+    p->old_size = size;
+    p->old_length = end > offset ? end - offset : 0;
+    p->old = malloc(p->old_length ? p->old_length : 1);
+    rc = p->old ? SQLITE_OK : SQLITE_NOMEM;
+    if (rc == SQLITE_OK && p->old_length)
+        rc = c->real->pMethods->xRead(c->real, p->old, (int)p->old_length, offset);
+    if (rc != SQLITE_OK) {
+        free_pending(p);
+        return rc;
+    }
+    *out = p;
+    return SQLITE_OK;
+}
+
+/// Ends a write or truncation begun with `prepare`: its record is kept when it succeeded.
+/// Releases `lock`.
+static int settle(CrashFile *c, Pending *p, int rc) {
+    if (p && rc == SQLITE_OK) append(c->tracked, p);
+    else if (p) free_pending(p);
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
 static int x_write(sqlite3_file *f, const void *buf, int n, sqlite3_int64 off) {
     CrashFile *c = (CrashFile *)f;
     if (!c->tracked) return c->real->pMethods->xWrite(c->real, buf, n, off);
     pthread_mutex_lock(&lock);
-    int rc = SQLITE_IOERR_WRITE;
     Pending *p = NULL;
-    sqlite3_int64 size = 0;
-    if (!alive()) goto done;
-    rc = c->real->pMethods->xFileSize(c->real, &size);
-    if (rc != SQLITE_OK) goto done;
-    rc = SQLITE_NOMEM;
-    p = calloc(1, sizeof *p);
-    if (!p) goto done;
-    p->offset = off;
-    p->length = n;
-    p->old_size = size;
-    p->old_length = size > off ? (size - off < n ? size - off : n) : 0;
-    p->data = malloc(n ? n : 1);
-    p->old = malloc(p->old_length ? p->old_length : 1);
-    if (!p->data || !p->old) goto done;
-    memcpy(p->data, buf, n);
-    if (p->old_length) {
-        rc = c->real->pMethods->xRead(c->real, p->old, (int)p->old_length, off);
-        if (rc != SQLITE_OK) goto done;
-    }
-    rc = c->real->pMethods->xWrite(c->real, buf, n, off);
+    int rc = alive() ? prepare(c, off, n, &p) : SQLITE_IOERR_WRITE;
     if (rc == SQLITE_OK) {
-        append(c->tracked, p);
-        p = NULL;
+        p->length = n;
+        p->data = malloc(n ? n : 1);
+        rc = p->data ? SQLITE_OK : SQLITE_NOMEM;
     }
-done:
-    if (p) free_pending(p);
-    pthread_mutex_unlock(&lock);
-    return rc;
+    if (rc == SQLITE_OK) {
+        memcpy(p->data, buf, n);
+        rc = c->real->pMethods->xWrite(c->real, buf, n, off);
+    }
+    return settle(c, p, rc);
 }
 
 static int x_truncate(sqlite3_file *f, sqlite3_int64 size) {
     CrashFile *c = (CrashFile *)f;
     if (!c->tracked) return c->real->pMethods->xTruncate(c->real, size);
     pthread_mutex_lock(&lock);
-    int rc = SQLITE_IOERR_TRUNCATE;
     Pending *p = NULL;
-    sqlite3_int64 old_size = 0;
-    if (!alive()) goto done;
-    rc = c->real->pMethods->xFileSize(c->real, &old_size);
-    if (rc != SQLITE_OK) goto done;
-    rc = SQLITE_NOMEM;
-    p = calloc(1, sizeof *p);
-    if (!p) goto done;
-    p->truncation = 1;
-    p->offset = size;
-    p->old_size = old_size;
-    p->old_length = old_size > size ? old_size - size : 0;
-    p->old = malloc(p->old_length ? p->old_length : 1);
-    if (!p->old) goto done;
-    if (p->old_length) {
-        rc = c->real->pMethods->xRead(c->real, p->old, (int)p->old_length, size);
-        if (rc != SQLITE_OK) goto done;
-    }
-    rc = c->real->pMethods->xTruncate(c->real, size);
+    int rc = alive() ? prepare(c, size, -1, &p) : SQLITE_IOERR_TRUNCATE;
     if (rc == SQLITE_OK) {
-        append(c->tracked, p);
-        p = NULL;
+        p->truncation = 1;
+        rc = c->real->pMethods->xTruncate(c->real, size);
     }
-done:
-    if (p) free_pending(p);
-    pthread_mutex_unlock(&lock);
-    return rc;
+    return settle(c, p, rc);
 }
 
 static int x_sync(sqlite3_file *f, int flags) {

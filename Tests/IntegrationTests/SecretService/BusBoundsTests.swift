@@ -19,18 +19,12 @@ import Glibc
     /// bus's socket, says Hello, sends one SearchItems to org.freedesktop.secrets whose body
     /// is `SHAPE` of about `MB` megabytes, and prints the reply's type and error name with the
     /// milliseconds it took: `reply 3 org.freedesktop.DBus.Error.InvalidArgs 812`.
-    static let sender = #"""
-        import os, socket, struct, sys, time
-        path, shape, mb = sys.argv[1], sys.argv[2], int(sys.argv[3])
-        s = socket.socket(socket.AF_UNIX); s.connect(path)
-        s.sendall(b"\0AUTH EXTERNAL " + str(os.getuid()).encode().hex().encode() + b"\r\n")
-        buf = b""
-        while b"\r\n" not in buf: buf += s.recv(4096)
-        assert buf.startswith(b"OK"), buf
-        s.sendall(b"BEGIN\r\n")
+    /// The D-Bus wire format in plain python, for the scripts below: `message` builds a
+    /// method call (NO_AUTO_START: no bus activation of another provider) with its header
+    /// fields and an already marshalled body.
+    static let wire = #"""
         def pad(b, n): return b + b"\0" * (-len(b) % n)
         def message(serial, fields, body=b"", signature=""):
-            # A method call, NO_AUTO_START: no bus activation of another provider.
             out = bytearray(b"l\x01\x02\x01" + struct.pack("<III", len(body), serial, 0))
             if signature: fields = fields + [(8, "g", signature)]
             for code, sig, val in fields:
@@ -41,55 +35,69 @@ import Glibc
                 else: out += b"\0" * (-len(out) % 4) + struct.pack("<I", len(v)) + v + b"\0"
             struct.pack_into("<I", out, 12, len(out) - 16)
             return bytes(pad(bytes(out), 8)) + body
-        def call(serial, dest, path, iface, member, body=b"", signature=""):
-            return message(serial, [(1, "o", path), (2, "s", iface), (3, "s", member), (6, "s", dest)], body, signature)
-        def read_message():
-            global buf
-            while True:
-                if len(buf) >= 16:
-                    blen, _, flen = struct.unpack_from("<III", buf, 4)
-                    total = 16 + flen + (-(16 + flen) % 8) + blen
-                    if len(buf) >= total:
-                        m, buf = buf[:total], buf[total:]
-                        return m
-                more = s.recv(1 << 16)
-                if not more: sys.exit("the bus closed")
-                buf += more
-        buf = buf[buf.index(b"\r\n") + 2:]
-        s.sendall(call(1, "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus", "Hello"))
-        read_message()
-        # One array holds at most 64 MiB: two of half the size each. `tail`: the padding
-        # that ends each element but is not the last one's; `align`: the elements'.
-        n = mb * 1000000 // 2
-        def two(element, align=1, tail=0):
-            data = element * (n // len(element))
-            data = data[:len(data) - tail]
-            body = b""
-            for _ in range(2):
-                body = pad(body, 4) + struct.pack("<I", len(data))
-                body = pad(body, align) + data
-            return body
-        if shape == "dict":  # a{ss}: entries of "a" -> ""
-            body, sig = two(b"\x01\0\0\0a\0\0\0\0\0\0\0\0\0\0\0", 8, 3), "a{ss}a{ss}"
-        elif shape == "array":  # av of bytes
-            body, sig = two(b"\x01y\0\x07"), "avav"
-        elif shape == "nested":  # av, each a byte 20 variants deep
-            body, sig = two(b"\x01v\0" * 19 + b"\x01y\0\x07"), "avav"
-        elif shape == "strings":  # two long strings
-            one = struct.pack("<I", n) + b"x" * n + b"\0"
-            body, sig = pad(one, 4) + one, "ss"
-        else:  # many small items: a{sv} of "a" -> <"">
-            body, sig = two(b"\x01\0\0\0a\0\x01s\0" + b"\0" * 15, 8, 7), "a{sv}a{sv}"
-        start = time.monotonic()
-        s.sendall(call(2, "org.freedesktop.secrets", "/org/freedesktop/secrets", "org.freedesktop.Secret.Service", "SearchItems", body, sig))
-        del body
-        while True:
-            m = read_message()
-            if m[1] in (2, 3) and b"\x05\x01u\0" in m[16:]:
-                break
-        name = m[m.index(b"\x04\x01s\0") + 8:].split(b"\0")[0].decode() if m[1] == 3 else ""
-        print("reply", m[1], name, int((time.monotonic() - start) * 1000), flush=True)
+
         """#
+
+    static let sender = #"""
+        import os, socket, struct, sys, time
+        path, shape, mb = sys.argv[1], sys.argv[2], int(sys.argv[3])
+        s = socket.socket(socket.AF_UNIX); s.connect(path)
+        s.sendall(b"\0AUTH EXTERNAL " + str(os.getuid()).encode().hex().encode() + b"\r\n")
+        buf = b""
+        while b"\r\n" not in buf: buf += s.recv(4096)
+        assert buf.startswith(b"OK"), buf
+        s.sendall(b"BEGIN\r\n")
+
+        """# + wire + #"""
+            def call(serial, dest, path, iface, member, body=b"", signature=""):
+                return message(serial, [(1, "o", path), (2, "s", iface), (3, "s", member), (6, "s", dest)], body, signature)
+            def read_message():
+                global buf
+                while True:
+                    if len(buf) >= 16:
+                        blen, _, flen = struct.unpack_from("<III", buf, 4)
+                        total = 16 + flen + (-(16 + flen) % 8) + blen
+                        if len(buf) >= total:
+                            m, buf = buf[:total], buf[total:]
+                            return m
+                    more = s.recv(1 << 16)
+                    if not more: sys.exit("the bus closed")
+                    buf += more
+            buf = buf[buf.index(b"\r\n") + 2:]
+            s.sendall(call(1, "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus", "Hello"))
+            read_message()
+            # One array holds at most 64 MiB: two of half the size each. `tail`: the padding
+            # that ends each element but is not the last one's; `align`: the elements'.
+            n = mb * 1000000 // 2
+            def two(element, align=1, tail=0):
+                data = element * (n // len(element))
+                data = data[:len(data) - tail]
+                body = b""
+                for _ in range(2):
+                    body = pad(body, 4) + struct.pack("<I", len(data))
+                    body = pad(body, align) + data
+                return body
+            if shape == "dict":  # a{ss}: entries of "a" -> ""
+                body, sig = two(b"\x01\0\0\0a\0\0\0\0\0\0\0\0\0\0\0", 8, 3), "a{ss}a{ss}"
+            elif shape == "array":  # av of bytes
+                body, sig = two(b"\x01y\0\x07"), "avav"
+            elif shape == "nested":  # av, each a byte 20 variants deep
+                body, sig = two(b"\x01v\0" * 19 + b"\x01y\0\x07"), "avav"
+            elif shape == "strings":  # two long strings
+                one = struct.pack("<I", n) + b"x" * n + b"\0"
+                body, sig = pad(one, 4) + one, "ss"
+            else:  # many small items: a{sv} of "a" -> <"">
+                body, sig = two(b"\x01\0\0\0a\0\x01s\0" + b"\0" * 15, 8, 7), "a{sv}a{sv}"
+            start = time.monotonic()
+            s.sendall(call(2, "org.freedesktop.secrets", "/org/freedesktop/secrets", "org.freedesktop.Secret.Service", "SearchItems", body, sig))
+            del body
+            while True:
+                m = read_message()
+                if m[1] in (2, 3) and b"\x05\x01u\0" in m[16:]:
+                    break
+            name = m[m.index(b"\x04\x01s\0") + 8:].split(b"\0")[0].decode() if m[1] == 3 else ""
+            print("reply", m[1], name, int((time.monotonic() - start) * 1000), flush=True)
+            """#
 
     /// Looks up an item by its attributes (SearchItems through GDBus, one connection) until
     /// the file `STOP` exists, while another thread pings the bus daemon itself (GetId, on a
@@ -244,42 +252,32 @@ import Glibc
         def rss(pid):
             for l in open("/proc/%d/status" % pid):
                 if l.startswith("VmRSS"): return int(l.split()[1]) // 1024
-        def pad(b, n): return b + b"\0" * (-len(b) % n)
-        def message(serial, fields, body=b"", signature=""):
-            out = bytearray(b"l\x01\x02\x01" + struct.pack("<III", len(body), serial, 0))
-            if signature: fields = fields + [(8, "g", signature)]
-            for code, sig, val in fields:
-                out += b"\0" * (-len(out) % 8)
-                out += bytes([code, 1]) + sig.encode() + b"\0"
-                v = val.encode()
-                if sig == "g": out += bytes([len(v)]) + v + b"\0"
-                else: out += b"\0" * (-len(out) % 4) + struct.pack("<I", len(v)) + v + b"\0"
-            struct.pack_into("<I", out, 12, len(out) - 16)
-            return bytes(pad(bytes(out), 8)) + body
-        def string(s):
-            v = s.encode(); return struct.pack("<I", len(v)) + v + b"\0"
-        conns = []
-        for i in range(readers):
-            s = socket.socket(socket.AF_UNIX); s.connect(busfile)
-            s.sendall(b"\0AUTH EXTERNAL " + str(os.getuid()).encode().hex().encode() + b"\r\nBEGIN\r\n")
-            s.sendall(message(1, [(1, "o", "/org/freedesktop/DBus"), (2, "s", "org.freedesktop.DBus"), (3, "s", "Hello"), (6, "s", "org.freedesktop.DBus")]))
-            body = pad(string("org.freedesktop.Secret.Collection"), 4) + string("Items")
-            s.sendall(message(2, [(1, "o", "/org/freedesktop/secrets/collection/user"), (2, "s", "org.freedesktop.DBus.Properties"), (3, "s", "Get"), (6, "s", "org.freedesktop.secrets")], body, "ss"))
-            conns.append(s)
-        time.sleep(1)  # the Get answered (and left unread)
-        before = rss(buspid)
-        bus = Gio.bus_get_sync(Gio.BusType.SESSION, None)
-        dest = "org.freedesktop.secrets"
-        r = bus.call_sync(dest, "/org/freedesktop/secrets", "org.freedesktop.Secret.Service", "OpenSession", GLib.Variant("(sv)", ("plain", GLib.Variant("s", ""))), None, 0, -1, None)
-        session = r[1]
-        start = time.monotonic()
-        for i in range(creates):
-            props = {"org.freedesktop.Secret.Item.Label": GLib.Variant("s", "flood%d" % i), "org.freedesktop.Secret.Item.Attributes": GLib.Variant("a{ss}", {"flood": str(i)})}
-            bus.call_sync(dest, "/org/freedesktop/secrets/collection/user", "org.freedesktop.Secret.Collection", "CreateItem", GLib.Variant("(a{sv}(oayays)b)", (props, (session, b"", b"secret", "text/plain"), False)), None, 0, -1, None)
-        took = time.monotonic() - start
-        time.sleep(2)
-        print("%d %d %.1f" % (before, rss(buspid), took), flush=True)
-        """#
+
+        """# + wire + #"""
+            def string(s):
+                v = s.encode(); return struct.pack("<I", len(v)) + v + b"\0"
+            conns = []
+            for i in range(readers):
+                s = socket.socket(socket.AF_UNIX); s.connect(busfile)
+                s.sendall(b"\0AUTH EXTERNAL " + str(os.getuid()).encode().hex().encode() + b"\r\nBEGIN\r\n")
+                s.sendall(message(1, [(1, "o", "/org/freedesktop/DBus"), (2, "s", "org.freedesktop.DBus"), (3, "s", "Hello"), (6, "s", "org.freedesktop.DBus")]))
+                body = pad(string("org.freedesktop.Secret.Collection"), 4) + string("Items")
+                s.sendall(message(2, [(1, "o", "/org/freedesktop/secrets/collection/user"), (2, "s", "org.freedesktop.DBus.Properties"), (3, "s", "Get"), (6, "s", "org.freedesktop.secrets")], body, "ss"))
+                conns.append(s)
+            time.sleep(1)  # the Get answered (and left unread)
+            before = rss(buspid)
+            bus = Gio.bus_get_sync(Gio.BusType.SESSION, None)
+            dest = "org.freedesktop.secrets"
+            r = bus.call_sync(dest, "/org/freedesktop/secrets", "org.freedesktop.Secret.Service", "OpenSession", GLib.Variant("(sv)", ("plain", GLib.Variant("s", ""))), None, 0, -1, None)
+            session = r[1]
+            start = time.monotonic()
+            for i in range(creates):
+                props = {"org.freedesktop.Secret.Item.Label": GLib.Variant("s", "flood%d" % i), "org.freedesktop.Secret.Item.Attributes": GLib.Variant("a{ss}", {"flood": str(i)})}
+                bus.call_sync(dest, "/org/freedesktop/secrets/collection/user", "org.freedesktop.Secret.Collection", "CreateItem", GLib.Variant("(a{sv}(oayays)b)", (props, (session, b"", b"secret", "text/plain"), False)), None, 0, -1, None)
+            took = time.monotonic() - start
+            time.sleep(2)
+            print("%d %d %.1f" % (before, rss(buspid), took), flush=True)
+            """#
 
     /// Signals towards connections that never read are bounded: the collection's Items go
     /// out once per window, at most about 1 MiB/s of them, so 100 such connections and 150
