@@ -88,6 +88,9 @@ public enum KeyringSchema: Sendable {
 /// The desktop keyring through libsecret's synchronous calls. Each call may be bounded by a
 /// deadline (a GCancellable cancelled by a timer), so no caller waits for ever on D-Bus or on
 /// an unlock prompt. Not tied to a thread; every C handle is released before a call returns.
+/// `@unchecked Sendable` without a lock: its only state is `service`, libsecret's
+/// `SecretService` proxy, which never changes and is a thread-safe GObject (a pointer is not
+/// `Sendable`).
 public final class DesktopKeyring: @unchecked Sendable {
     /// How long one call may take before it is cancelled (nil: no limit).
     public let timeout: Double?

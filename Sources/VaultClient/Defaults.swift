@@ -10,32 +10,37 @@ import VaultProtocol
 /// arguments, value as old-style plist text), the app's domain (or the suite), the global
 /// domain (`NSGlobalDomain`), the registration domain (`register(defaults:)`, never stored).
 ///
-/// `@unchecked Sendable`: the domains it caches are read and written under `lock`.
-public final class Defaults: @unchecked Sendable {
+/// The domains it caches are read and written under `state`'s lock.
+public final class Defaults: Sendable {
     /// The handle writes go through.
     public let vault: Vault
     /// The persistent domain this instance writes: the app's own (nil) or a suite (`group.*`).
     public let suiteName: String?
-    private let lock = NSLock()
-    private var argumentDomain: PlistDictionary
-    private var domains: ExactDictionary<PlistDictionary> = [:]
+    /// What an instance keeps, read and written under the lock.
+    private struct State {
+        var argumentDomain: PlistDictionary
+        var domains: ExactDictionary<PlistDictionary> = [:]
+        var observer: VaultConnection?
+        /// The sequence number of the last change event applied from the current Observe
+        /// stream, or of the last write a snapshot holds (0 once the stream ended): a write of
+        /// ours whose number is not above it was already applied, and maybe overwritten by a
+        /// newer one.
+        var appliedSequence: UInt64 = 0
+        /// The sequence numbers of writes of this process put into the copy before the
+        /// Observe stream brought them, by domain and key. An older change of that key the
+        /// stream brings meanwhile (another instance's write just before ours, still on its
+        /// way) must not replace them: the copy would go back to the older value until the
+        /// stream brought ours (a read after `set` saw the value before it). Dropped once the
+        /// stream brings them, or a newer change, and when the stream ends (snapshots come
+        /// only at its start).
+        var ownWrites: ExactDictionary<ExactDictionary<UInt64>> = [:]
+        var watchers: [UUID: AsyncStream<DefaultsChange>.Continuation] = [:]
+    }
+    private let state: Mutex<State>
     /// The registration domain, one per process: shared by every instance, as UserDefaults'
     /// ("The argument and registration domains are shared between all instances").
     private static let registration = Mutex<PlistDictionary>([:])
     private let searchList: [String]
-    private var observer: VaultConnection?
-    /// The sequence number of the last change event applied from the current Observe stream,
-    /// or of the last write a snapshot holds (0 once the stream ended): a write of ours whose
-    /// number is not above it was already applied, and maybe overwritten by a newer one.
-    private var appliedSequence: UInt64 = 0
-    /// The sequence numbers of writes of this process put into the copy before the Observe
-    /// stream brought them, by domain and key. An older change of that key the stream brings
-    /// meanwhile (another instance's write just before ours, still on its way) must not
-    /// replace them: the copy would go back to the older value until the stream brought ours
-    /// (a read after `set` saw the value before it). Dropped once the stream brings them, or
-    /// a newer change, and when the stream ends (snapshots come only at its start).
-    private var ownWrites: ExactDictionary<ExactDictionary<UInt64>> = [:]
-    private var watchers: [UUID: AsyncStream<DefaultsChange>.Continuation] = [:]
 
     /// The domain this instance reads first and writes.
     public var domainName: String { searchList[0] }
@@ -58,7 +63,7 @@ public final class Defaults: @unchecked Sendable {
             )
         }
         searchList = own == "NSGlobalDomain" ? [own] : [own, "NSGlobalDomain"]
-        argumentDomain = Self.argumentDomain(arguments)
+        state = Mutex(State(argumentDomain: Self.argumentDomain(arguments)))
         try startObserving()
         let entry = LiveInstance(self)
         Self.live.withLock { $0[ObjectIdentifier(self)] = entry }
@@ -66,15 +71,15 @@ public final class Defaults: @unchecked Sendable {
 
     deinit {
         Self.live.withLock { _ = $0.removeValue(forKey: ObjectIdentifier(self)) }
-        lock.withLock { observer }?.close()
+        state.withLock { s in s.observer }?.close()
     }
 
     /// Every instance of the process, so that a write through one shows at once in the others
     /// that read its domain (as UserDefaults instances share one copy per domain in a process).
     private static let live = Mutex<[ObjectIdentifier: LiveInstance]>([:])
 
-    private final class LiveInstance: @unchecked Sendable {
-        weak var defaults: Defaults?
+    private final class LiveInstance: Sendable {
+        weak let defaults: Defaults?
         init(_ d: Defaults) { defaults = d }
     }
 
@@ -106,7 +111,7 @@ public final class Defaults: @unchecked Sendable {
     /// (the app uninstalled or reinstalled) and when the instance goes.
     private func startObserving() throws {
         let first = try VaultConnection(socketPath: vault.connection.socketPath)
-        lock.withLock { observer = first }
+        state.withLock { s in s.observer = first }
         let ready = DispatchSemaphore(value: 0)
         let failure = LockedBox<VaultError?>(nil)
         let expected = searchList.count
@@ -122,7 +127,7 @@ public final class Defaults: @unchecked Sendable {
                     pause = min(pause * 2, 2)
                     guard let self else { return }
                     connection = try? VaultConnection(socketPath: socketPath)
-                    if let c = connection { self.lock.withLock { self.observer = c } }
+                    if let c = connection { self.state.withLock { s in s.observer = c } }
                     continue
                 }
                 var snapshots = 0
@@ -158,9 +163,9 @@ public final class Defaults: @unchecked Sendable {
                 connection = nil
                 // The next vaultd numbers its writes above this one's (an older vaultd,
                 // from 1 again): what this one numbered says nothing about them.
-                self?.lock.withLock {
-                    self?.appliedSequence = 0
-                    self?.ownWrites = [:]
+                self?.state.withLock { s in
+                    s.appliedSequence = 0
+                    s.ownWrites = [:]
                 }
                 guard self != nil else { return }
             }
@@ -181,12 +186,12 @@ public final class Defaults: @unchecked Sendable {
             // that sends none): a write of ours at or below it must not be applied over it.
             let through = Preferences.sequence(in: reply) ?? 0
             let (old, conts): (PlistDictionary, [AsyncStream<DefaultsChange>.Continuation]) =
-                lock.withLock {
+                state.withLock { s in
                     defer {
-                        domains[domain] = decoded
-                        appliedSequence = through
+                        s.domains[domain] = decoded
+                        s.appliedSequence = through
                     }
-                    return (domains[domain] ?? [:], Array(watchers.values))
+                    return (s.domains[domain] ?? [:], Array(s.watchers.values))
                 }
             if !conts.isEmpty {
                 for key in Set(old.storage.keys).union(decoded.storage.keys).map(\.string)
@@ -201,15 +206,15 @@ public final class Defaults: @unchecked Sendable {
         guard let key = reply["key"]?.stringValue else { return false }
         let value = reply["value"].flatMap { $0.isNull ? nil : try? PlistValue(tagged: $0) }
         let sequence = Preferences.sequence(in: reply)
-        let conts: [AsyncStream<DefaultsChange>.Continuation]? = lock.withLock {
-            defer { if let sequence { appliedSequence = max(appliedSequence, sequence) } }
-            if let own = ownWrites[domain]?[key] {
+        let conts: [AsyncStream<DefaultsChange>.Continuation]? = state.withLock { s in
+            defer { if let sequence { s.appliedSequence = max(s.appliedSequence, sequence) } }
+            if let own = s.ownWrites[domain]?[key] {
                 // A change older than our write already in the copy: it stays.
                 if let sequence, sequence < own { return nil }
-                ownWrites[domain]![key] = nil
+                s.ownWrites[domain]![key] = nil
             }
-            domains[domain, default: [:]][key] = value
-            return Array(watchers.values)
+            s.domains[domain, default: [:]][key] = value
+            return Array(s.watchers.values)
         }
         for c in conts ?? [] { c.yield(DefaultsChange(domain: domain, key: key, value: value)) }
         return false
@@ -219,9 +224,9 @@ public final class Defaults: @unchecked Sendable {
 
     /// The value for `key` through the search list, or nil.
     public func object(forKey key: String) -> PlistValue? {
-        lock.withLock {
-            if let v = argumentDomain[key] { return v }
-            for d in searchList { if let v = domains[d]?[key] { return v } }
+        state.withLock { s in
+            if let v = s.argumentDomain[key] { return v }
+            for d in searchList { if let v = s.domains[d]?[key] { return v } }
             return Self.registration.withLock { $0[key] }
         }
     }
@@ -430,10 +435,10 @@ public final class Defaults: @unchecked Sendable {
 
     /// Every key visible through the search list, with the value that wins.
     public func dictionaryRepresentation() -> PlistDictionary {
-        lock.withLock {
+        state.withLock { s in
             var out = Self.registration.withLock { $0 }
-            for d in searchList.reversed() { out.merge(domains[d] ?? [:]) { $1 } }
-            out.merge(argumentDomain) { $1 }
+            for d in searchList.reversed() { out.merge(s.domains[d] ?? [:]) { $1 } }
+            out.merge(s.argumentDomain) { $1 }
             return out
         }
     }
@@ -474,10 +479,10 @@ public final class Defaults: @unchecked Sendable {
     }
 
     private func apply(_ value: PlistValue?, domain: String, key: String, sequence: UInt64?) {
-        lock.withLock {
-            if let sequence, sequence <= appliedSequence { return }
-            domains[domain, default: [:]][key] = value
-            if let sequence { ownWrites[domain, default: [:]][key] = sequence }
+        state.withLock { s in
+            if let sequence, sequence <= s.appliedSequence { return }
+            s.domains[domain, default: [:]][key] = value
+            if let sequence { s.ownWrites[domain, default: [:]][key] = sequence }
         }
     }
 
@@ -520,10 +525,10 @@ public final class Defaults: @unchecked Sendable {
     public func changes() -> AsyncStream<DefaultsChange> {
         AsyncStream { continuation in
             let id = UUID()
-            lock.withLock { watchers[id] = continuation }
+            state.withLock { s in s.watchers[id] = continuation }
             continuation.onTermination = { [weak self] _ in
                 guard let self else { return }
-                self.lock.withLock { _ = self.watchers.removeValue(forKey: id) }
+                self.state.withLock { s in _ = s.watchers.removeValue(forKey: id) }
             }
         }
     }
@@ -539,13 +544,13 @@ public struct DefaultsChange: Sendable, Equatable {
     public var value: PlistValue?
 }
 
-/// A value shared between threads under a lock.
-final class LockedBox<T>: @unchecked Sendable {
-    private let lock = NSLock()
-    private var stored: T
-    init(_ value: T) { stored = value }
+/// A value shared between threads under a lock: a class, so that closures can share it (a
+/// `Mutex` cannot be captured).
+final class LockedBox<T: Sendable>: Sendable {
+    private let stored: Mutex<T>
+    init(_ value: T) { stored = Mutex(value) }
     var value: T {
-        get { lock.withLock { stored } }
-        set { lock.withLock { stored = newValue } }
+        get { stored.withLock { $0 } }
+        set { stored.withLock { $0 = newValue } }
     }
 }

@@ -3,7 +3,7 @@ import VaultProtocol
 
 /// The app's handle on vaultd: launch information, the lock state, and the keychain,
 /// preferences and caches tiers. Create one with `Vault.connect()`; it says `Hello` first.
-public final class Vault: @unchecked Sendable {
+public final class Vault: Sendable {
     /// The varlink connection every tier of this handle calls through (one socket; calls
     /// from several threads are serialized on it).
     public let connection: VaultConnection

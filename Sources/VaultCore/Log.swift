@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -91,16 +92,14 @@ public func logField(bytes: [UInt8], limit: Int = 160) -> String {
 /// reason says how many were suppressed. For refusals a peer can repeat at will (a
 /// connection flood, a sandbox renaming itself): the log stays bounded. `reason` is one of
 /// a few fixed words chosen by vaultd, never a peer's value.
-///
-/// `@unchecked Sendable`: `buckets` is read and written under `lock`.
-public final class RateLimitedLog: @unchecked Sendable {
+public final class RateLimitedLog: Sendable {
     private struct Bucket {
         var tokens: Double
         var last: UInt64
         var suppressed = 0
     }
-    private let lock = NSLock()
-    private var buckets: [String: Bucket] = [:]
+    /// Each reason's bucket.
+    private let buckets = Mutex<[String: Bucket]>([:])
     let burst: Double
     let interval: Double
 
@@ -121,7 +120,7 @@ public final class RateLimitedLog: @unchecked Sendable {
         var ts = timespec()
         clock_gettime(CLOCK_MONOTONIC, &ts)
         let now = UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
-        let suppressed: Int? = lock.withLock {
+        let suppressed: Int? = buckets.withLock { buckets in
             var b = buckets[reason] ?? Bucket(tokens: burst, last: now)
             b.tokens = min(burst, b.tokens + Double(now &- b.last) / 1e9 / interval)
             b.last = now

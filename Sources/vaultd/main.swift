@@ -225,14 +225,17 @@ scanTimer.resume()
 
 // The cache policy: purge when free space or the budget crosses its mark.
 let maintenance = DispatchQueue(label: "vaultd.maintenance")
-// Rescheduled by a SIGHUP on the maintenance queue; a dispatch source may be used from any thread.
-nonisolated(unsafe) let cacheTimer = DispatchSource.makeTimerSource(queue: maintenance)
-cacheTimer.schedule(deadline: .now() + 0.2, repeating: settings.cacheCheckInterval)
-cacheTimer.setEventHandler { @Sendable in
-    _ = vault.enforceCachePolicy(settings.cachePolicy, running: server.runningApps)
-    vault.replenishReserve()
+// Rescheduled by a SIGHUP on the maintenance queue: a `Mutex`, as the timer (not `Sendable`)
+// is used from that queue and from here.
+let cacheTimer = Mutex(DispatchSource.makeTimerSource(queue: maintenance))
+cacheTimer.withLock { timer in
+    timer.schedule(deadline: .now() + 0.2, repeating: settings.cacheCheckInterval)
+    timer.setEventHandler { @Sendable in
+        _ = vault.enforceCachePolicy(settings.cachePolicy, running: server.runningApps)
+        vault.replenishReserve()
+    }
+    timer.resume()
 }
-cacheTimer.resume()
 
 // Idle auto-lock (off unless AutoLockSeconds is set; checked each second, so a reload can turn it on).
 let autoLockTimer = DispatchSource.makeTimerSource(queue: maintenance)
@@ -286,7 +289,9 @@ func reloadSettings() {
         currentSettings.withLock { $0 = fresh }
         fresh.apply(to: vault)
         if fresh.cacheCheckInterval != old.cacheCheckInterval {
-            cacheTimer.schedule(deadline: .now() + 0.2, repeating: fresh.cacheCheckInterval)
+            cacheTimer.withLock {
+                $0.schedule(deadline: .now() + 0.2, repeating: fresh.cacheCheckInterval)
+            }
         }
         logger.setLevel(fresh.logLevel)
         logger.notice(
@@ -340,8 +345,16 @@ final class IdleClock: Sendable {
     }
 }
 
-/// Lets the dispatcher ask the server which apps are connected.
-final class RunningApps: @unchecked Sendable { weak var server: Server? }
+/// Lets the dispatcher ask the server which apps are connected (the server is made after the
+/// dispatcher).
+final class RunningApps: Sendable {
+    private struct Reference: Sendable { weak var server: Server? }
+    private let reference = Mutex(Reference())
+    var server: Server? {
+        get { reference.withLock { $0.server } }
+        set { reference.withLock { $0.server = newValue } }
+    }
+}
 
 func shutdown(_ signalName: String) -> Never {
     logger.notice("\(signalName): stopping")

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import VaultProtocol
 
 /// The answers to an access confirmation, as macOS's keychain dialog gives them.
@@ -48,7 +49,7 @@ public protocol AccessAsker: Sendable {
 /// and the answers "Allow once" given to a front-end that asked off its own thread (the
 /// Secret Service), kept until that call is run again (`permitSeconds`). By program match
 /// key (`ProgramIdentity.matchKey`), never by pid.
-public final class AccessGate: @unchecked Sendable {
+public final class AccessGate: Sendable {
     /// How long a denial is remembered (seconds).
     public static let denialSeconds: Double = 60
     /// How long an "Allow once" waits for the call it answered to run again (seconds).
@@ -57,41 +58,46 @@ public final class AccessGate: @unchecked Sendable {
     /// program is then asked again, never let through).
     static let maximumRemembered = 1024
 
-    private let lock = NSLock()
-    private var pending: Set<String> = []
-    private var denials: [String: UInt64] = [:]
-    private var permits: [String: (uuids: Set<[UInt8]>, until: UInt64)] = [:]
-    private var memoryGrants: Set<[UInt8]> = []
-    private var _asker: AccessAsker?
-    private var _configuredMode: SecretAccessMode?
-    private var _timeout: Double = 60
-    /// The vault's recorded default mode once read (`AccessStore.defaultMode`): only
-    /// `initialize` records one, and it sets this too.
-    private var _recordedMode: SecretAccessMode?
-    /// Items' creators once read (nil inside: none recorded), so a lookup neither reads nor
-    /// opens them again. A creator never changes once its item's Add committed (a replaced
-    /// item gets a new uuid, a deleted one's uuid is never reused), so an entry never goes
-    /// stale; past `maximumCachedCreators` the cache starts over.
-    private var creators: [[UInt8]: ProgramIdentity?] = [:]
+    /// What the gate remembers, read and written under its lock.
+    private struct State {
+        /// Programs with a question pending.
+        var pending: Set<String> = []
+        /// Programs denied, until when (monotonic ns).
+        var denials: [String: UInt64] = [:]
+        var permits: [String: (uuids: Set<[UInt8]>, until: UInt64)] = [:]
+        var memoryGrants: Set<[UInt8]> = []
+        var asker: AccessAsker?
+        var configuredMode: SecretAccessMode?
+        var timeout: Double = 60
+        /// The vault's recorded default mode once read (`AccessStore.defaultMode`): only
+        /// `initialize` records one, and it sets this too.
+        var recordedMode: SecretAccessMode?
+        /// Items' creators once read (nil inside: none recorded), so a lookup neither reads
+        /// nor opens them again. A creator never changes once its item's Add committed (a
+        /// replaced item gets a new uuid, a deleted one's uuid is never reused), so an entry
+        /// never goes stale; past `maximumCachedCreators` the cache starts over.
+        var creators: [[UInt8]: ProgramIdentity?] = [:]
+    }
+    private let state = Mutex(State())
     static let maximumCachedCreators = 4096
 
     public init() {}
 
     /// The vault's recorded default mode, nil until read or recorded.
     var recordedMode: SecretAccessMode? {
-        get { lock.withLock { _recordedMode } }
-        set { lock.withLock { _recordedMode = newValue } }
+        get { state.withLock { s in s.recordedMode } }
+        set { state.withLock { s in s.recordedMode = newValue } }
     }
 
     /// Of `uuids`, the creators known here (an inner nil: none recorded) and the uuids to read.
     func cachedCreators(_ uuids: [[UInt8]]) -> (
         known: [[UInt8]: ProgramIdentity?], missing: [[UInt8]]
     ) {
-        lock.withLock {
+        state.withLock { s in
             var known: [[UInt8]: ProgramIdentity?] = [:]
             var missing: [[UInt8]] = []
             for u in uuids {
-                if let c = creators[u] { known[u] = c } else { missing.append(u) }
+                if let c = s.creators[u] { known[u] = c } else { missing.append(u) }
             }
             return (known, missing)
         }
@@ -99,39 +105,39 @@ public final class AccessGate: @unchecked Sendable {
 
     /// Remembers creators read from the store (an inner nil: none recorded).
     func cacheCreators(_ read: [[UInt8]: ProgramIdentity?]) {
-        lock.withLock {
-            if creators.count + read.count > Self.maximumCachedCreators { creators = [:] }
-            creators.merge(read) { $1 }
+        state.withLock { s in
+            if s.creators.count + read.count > Self.maximumCachedCreators { s.creators = [:] }
+            s.creators.merge(read) { $1 }
         }
     }
 
     /// Who asks the user (vaultd sets its prompters at start); nil: nobody, so `confirm`
     /// fails every question at once with InteractionNotAllowed.
     public var asker: AccessAsker? {
-        get { lock.withLock { _asker } }
-        set { lock.withLock { _asker = newValue } }
+        get { state.withLock { s in s.asker } }
+        set { state.withLock { s in s.asker = newValue } }
     }
 
     /// The `SecretAccess` of config.plist; nil: the vault's own default
     /// (`AccessStore.defaultMode`).
     public var configuredMode: SecretAccessMode? {
-        get { lock.withLock { _configuredMode } }
-        set { lock.withLock { _configuredMode = newValue } }
+        get { state.withLock { s in s.configuredMode } }
+        set { state.withLock { s in s.configuredMode = newValue } }
     }
 
     /// How long a question waits for the user (seconds; the prompt timeout).
     public var timeout: Double {
-        get { lock.withLock { _timeout } }
-        set { lock.withLock { _timeout = max(1, newValue) } }
+        get { state.withLock { s in s.timeout } }
+        set { state.withLock { s in s.timeout = max(1, newValue) } }
     }
 
     /// Seconds left of `key`'s denial, nil when none is remembered.
     func deniedFor(_ key: String) -> Double? {
-        lock.withLock {
+        state.withLock { s in
             let now = MonotonicClock.nanoseconds()
-            guard let until = denials[key] else { return nil }
+            guard let until = s.denials[key] else { return nil }
             guard until > now else {
-                denials[key] = nil
+                s.denials[key] = nil
                 return nil
             }
             return Double(until - now) / 1e9
@@ -139,30 +145,32 @@ public final class AccessGate: @unchecked Sendable {
     }
 
     func rememberDenial(_ key: String) {
-        lock.withLock {
-            if denials.count >= Self.maximumRemembered { denials.removeAll() }
-            denials[key] = MonotonicClock.nanoseconds() + UInt64(Self.denialSeconds * 1e9)
+        state.withLock { s in
+            if s.denials.count >= Self.maximumRemembered { s.denials.removeAll() }
+            s.denials[key] = MonotonicClock.nanoseconds() + UInt64(Self.denialSeconds * 1e9)
         }
     }
 
     /// Forgets `key`'s denial (the owner granted or revoked by hand).
-    func forgetDenials() { lock.withLock { denials.removeAll() } }
+    func forgetDenials() { state.withLock { s in s.denials.removeAll() } }
 
     /// Records an "Allow once" for `uuids`, to be taken by the call run again.
     func permit(_ key: String, _ uuids: Set<[UInt8]>) {
-        lock.withLock {
-            if permits.count >= Self.maximumRemembered { permits.removeAll() }
-            permits[key] = (uuids, MonotonicClock.nanoseconds() + UInt64(Self.permitSeconds * 1e9))
+        state.withLock { s in
+            if s.permits.count >= Self.maximumRemembered { s.permits.removeAll() }
+            s.permits[key] = (
+                uuids, MonotonicClock.nanoseconds() + UInt64(Self.permitSeconds * 1e9)
+            )
         }
     }
 
     /// Takes `key`'s permit when it covers every one of `uuids` (once: it is gone after).
     func takePermit(_ key: String, covering uuids: Set<[UInt8]>) -> Bool {
-        lock.withLock {
-            guard let p = permits[key], p.until > MonotonicClock.nanoseconds(),
+        state.withLock { s in
+            guard let p = s.permits[key], p.until > MonotonicClock.nanoseconds(),
                 uuids.isSubset(of: p.uuids)
             else { return false }
-            permits[key] = nil
+            s.permits[key] = nil
             return true
         }
     }
@@ -170,18 +178,18 @@ public final class AccessGate: @unchecked Sendable {
     /// Always allow of a session collection's item (`Vault.release`, not persistent): kept
     /// until vaultd stops, as the item is.
     func grantInMemory(_ key: String, _ uuids: Set<[UInt8]>) {
-        lock.withLock {
-            if memoryGrants.count >= Self.maximumRemembered * 16 { memoryGrants.removeAll() }
-            for u in uuids { memoryGrants.insert(Array(key.utf8) + [0] + u) }
+        state.withLock { s in
+            if s.memoryGrants.count >= Self.maximumRemembered * 16 { s.memoryGrants.removeAll() }
+            for u in uuids { s.memoryGrants.insert(Array(key.utf8) + [0] + u) }
         }
     }
 
     func isGrantedInMemory(_ key: String, _ uuid: [UInt8]) -> Bool {
-        lock.withLock { memoryGrants.contains(Array(key.utf8) + [0] + uuid) }
+        state.withLock { s in s.memoryGrants.contains(Array(key.utf8) + [0] + uuid) }
     }
 
     /// Marks `key` as having a question pending; false when it has one already.
-    func begin(_ key: String) -> Bool { lock.withLock { pending.insert(key).inserted } }
+    func begin(_ key: String) -> Bool { state.withLock { s in s.pending.insert(key).inserted } }
 
-    func end(_ key: String) { _ = lock.withLock { pending.remove(key) } }
+    func end(_ key: String) { _ = state.withLock { s in s.pending.remove(key) } }
 }

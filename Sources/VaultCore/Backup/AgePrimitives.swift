@@ -7,15 +7,6 @@ import VaultProtocol
 /// `crypto_aead_chacha20poly1305_ietf_*`), scrypt (`crypto_pwhash_scryptsalsa208sha256_ll`)
 /// and X25519 (`crypto_scalarmult`).
 enum AgePrimitives {
-    /// One byte to point libsodium at for an empty buffer (it takes no null pointer).
-    nonisolated(unsafe) private static let nothing = UnsafeMutablePointer<UInt8>.allocate(
-        capacity: 1)
-
-    /// `b`'s bytes, or `nothing` for an empty `b`.
-    private static func bytes(_ b: UnsafeRawBufferPointer) -> UnsafePointer<UInt8> {
-        b.bindMemory(to: UInt8.self).baseAddress ?? UnsafePointer(nothing)
-    }
-
     static func hkdf(ikm: SecureBytes, salt: [UInt8], info: String, length: Int = 32) -> SecureBytes
     {
         ikm.withUnsafeBytes {
@@ -37,7 +28,7 @@ enum AgePrimitives {
         key.withUnsafeBytes { k in
             var clen: UInt64 = 0
             _ = crypto_aead_chacha20poly1305_ietf_encrypt(
-                out.assumingMemoryBound(to: UInt8.self), &clen, bytes(plaintext),
+                out.assumingMemoryBound(to: UInt8.self), &clen, Sodium.bytes(plaintext),
                 UInt64(plaintext.count),
                 nil, 0, nil, nonce, k.bindMemory(to: UInt8.self).baseAddress!)
         }
@@ -54,7 +45,8 @@ enum AgePrimitives {
         return key.withUnsafeBytes { k in
             var mlen: UInt64 = 0
             return crypto_aead_chacha20poly1305_ietf_decrypt(
-                out.assumingMemoryBound(to: UInt8.self), &mlen, nil, bytes(box), UInt64(box.count),
+                out.assumingMemoryBound(to: UInt8.self), &mlen, nil, Sodium.bytes(box),
+                UInt64(box.count),
                 nil, 0, nonce, k.bindMemory(to: UInt8.self).baseAddress!) == 0
         }
     }
@@ -93,7 +85,7 @@ enum AgePrimitives {
             out.withUnsafeMutableBytes { o in
                 passphrase.withUnsafeBytes { p in
                     crypto_pwhash_scryptsalsa208sha256_ll(
-                        bytes(p), p.count, salt, salt.count, UInt64(1) << UInt64(logN), 8, 1,
+                        Sodium.bytes(p), p.count, salt, salt.count, UInt64(1) << UInt64(logN), 8, 1,
                         o.bindMemory(to: UInt8.self).baseAddress!, 32)
                 }
             }

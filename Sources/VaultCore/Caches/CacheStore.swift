@@ -78,8 +78,8 @@ public struct PurgeReport: Sendable, Equatable {
 /// symlink is ever followed, nothing outside the root is touched, the app directories
 /// themselves stay so apps can write again at once.
 ///
-/// `@unchecked Sendable`: `root` never changes, and a purge or a walk runs under `lock`.
-public final class CacheStore: @unchecked Sendable {
+/// `root` never changes, and a purge or a walk runs under `lock`.
+public final class CacheStore: Sendable {
     public let root: String
     /// Told of what a walk skipped.
     let logger: Logger

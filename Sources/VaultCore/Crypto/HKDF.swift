@@ -4,13 +4,13 @@ internal import CSodium
 /// and libgcrypt's arrives after Debian 12's 1.10. The age v1 format (backups) and the Secret
 /// Service's dh-ietf1024-sha256-aes128-cbc-pkcs7 sessions derive their keys with it.
 extension Sodium {
-    /// One byte to point libsodium at for an empty buffer (it takes no null pointer).
-    nonisolated(unsafe) private static let nothing = UnsafeMutablePointer<UInt8>.allocate(
-        capacity: 1)
+    /// What libsodium is pointed at for an empty buffer (it takes no null pointer, and reads
+    /// nothing there): a static string's storage, never written.
+    private static let nothing: StaticString = ""
 
-    /// `b`'s bytes, or `nothing` for an empty `b`.
-    private static func bytes(_ b: UnsafeRawBufferPointer) -> UnsafePointer<UInt8> {
-        b.bindMemory(to: UInt8.self).baseAddress ?? UnsafePointer(nothing)
+    /// `b`'s bytes, or `nothing` for an empty `b`: for libsodium's inputs.
+    static func bytes(_ b: UnsafeRawBufferPointer) -> UnsafePointer<UInt8> {
+        b.bindMemory(to: UInt8.self).baseAddress ?? nothing.utf8Start
     }
 
     /// HMAC-SHA-256 of the concatenation of `message`'s parts, keyed with `key` (any length).

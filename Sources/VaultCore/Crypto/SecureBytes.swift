@@ -1,5 +1,6 @@
 internal import CSodium
 import Foundation
+import Synchronization
 import VaultProtocol
 
 /// Key material in `sodium_malloc` memory: locked against swap, excluded from core dumps,
@@ -12,6 +13,10 @@ import VaultProtocol
 /// more than the rest of a lookup. Only a region has guard pages around it: the slots of one
 /// region are adjacent, so a write past a slot's end reaches its neighbour, not a guard page.
 /// Larger buffers get a region of their own, with its guard pages and canary.
+///
+/// `@unchecked Sendable` without a lock: `pointer` never changes (a pointer is not
+/// `Sendable`); its bytes are written by whoever made the buffer before it is shared, and
+/// only read after.
 public final class SecureBytes: @unchecked Sendable, CustomStringConvertible,
     CustomDebugStringConvertible
 {
@@ -152,8 +157,8 @@ public final class SecureBytes: @unchecked Sendable, CustomStringConvertible,
 /// Slots for small `SecureBytes`, carved from `sodium_malloc` regions (each guarded by
 /// inaccessible pages and locked against swap). A released slot is zeroed before it is
 /// reused; regions are kept for the life of the process, so their number follows the peak
-/// count of live buffers. Thread-safe.
-final class SecureArena: @unchecked Sendable {
+/// count of live buffers. Thread-safe: the free lists are read and written under `free`.
+final class SecureArena: Sendable {
     static let shared = SecureArena()
     /// Slot sizes, one free list each; larger buffers do not come from the arena.
     static let slotSizes = [32, 64, 128, 256, 512, 1024]
@@ -161,31 +166,33 @@ final class SecureArena: @unchecked Sendable {
     /// Bytes of one region (a multiple of every slot size).
     static let regionSize = 16 << 10
 
-    private let lock = NSLock()
-    private var free: [[UnsafeMutableRawPointer]] = Array(
-        repeating: [], count: SecureArena.slotSizes.count)
+    /// Each slot class's free slots, by address (an address is `Sendable`, a pointer is not).
+    private let free = Mutex<[[UInt]]>(
+        Array(repeating: [], count: SecureArena.slotSizes.count))
 
     /// A zeroed slot of at least `count` bytes and its class, or nil when `count` is too large
     /// (or no region could be had: the caller falls back to its own `sodium_malloc`).
     func allocate(_ count: Int) -> (UnsafeMutableRawPointer, Int)? {
         guard let c = Self.slotSizes.firstIndex(where: { $0 >= count }) else { return nil }
-        return lock.withLock {
+        let slot = free.withLock { free -> UInt? in
             if free[c].isEmpty {
                 let size = Self.slotSizes[c]
                 guard let region = sodium_malloc(Self.regionSize) else { return nil }
                 sodium_memzero(region, Self.regionSize)
                 // Handed out from the front first.
                 for i in stride(from: Self.regionSize / size - 1, through: 0, by: -1) {
-                    free[c].append(region + i * size)
+                    free[c].append(UInt(bitPattern: region + i * size))
                 }
             }
-            return (free[c].removeLast(), c)
+            return free[c].removeLast()
         }
+        return slot.map { (UnsafeMutableRawPointer(bitPattern: $0)!, c) }
     }
 
     /// Zeroes the slot and makes it available again.
     func release(_ p: UnsafeMutableRawPointer, slotClass c: Int) {
         sodium_memzero(p, Self.slotSizes[c])
-        lock.withLock { free[c].append(p) }
+        let address = UInt(bitPattern: p)
+        free.withLock { $0[c].append(address) }
     }
 }

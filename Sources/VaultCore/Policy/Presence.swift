@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import VaultProtocol
 
 /// The process a secret is released to, as the kernel named it (SO_PEERCRED, or the bus's
@@ -54,15 +55,22 @@ public protocol PresenceVerifier: Sendable {
 /// process that proved presence is not asked again. The window is kept per process (pid and
 /// start time) and per caller: a new process (each `vaultctl` or git run) is asked anew, and
 /// an exec into another program changes the caller.
-/// `@unchecked Sendable`: every `var` is read and written under `lock`.
-public final class PresenceGate: @unchecked Sendable {
-    private let lock = NSLock()
-    private var verifierValue: (any PresenceVerifier)?
-    private var graceNanoseconds: UInt64 = 10_000_000_000
-    /// The monotonic time (ns) each process last proved presence, for its caller.
-    private var confirmedAt: [Key: UInt64] = [:]
-    /// The processes whose check is running now.
-    private var pending: Set<ProcessKey> = []
+public final class PresenceGate: Sendable {
+    private struct State {
+        var verifier: (any PresenceVerifier)?
+        var graceNanoseconds: UInt64 = 10_000_000_000
+        /// The monotonic time (ns) each process last proved presence, for its caller.
+        var confirmedAt: [Key: UInt64] = [:]
+        /// The processes whose check is running now.
+        var pending: Set<ProcessKey> = []
+
+        /// Drops the earlier half of the remembered confirmations.
+        mutating func forgetOldest() {
+            let sorted = confirmedAt.sorted { $0.value < $1.value }
+            for (k, _) in sorted.prefix(sorted.count / 2 + 1) { confirmedAt[k] = nil }
+        }
+    }
+    private let state = Mutex(State())
 
     /// The most processes remembered in the window; past it the oldest are forgotten (they
     /// are asked again), so a flood of processes cannot grow vaultd's memory.
@@ -93,15 +101,15 @@ public final class PresenceGate: @unchecked Sendable {
 
     /// The verifier (nil: none, so every check fails: InteractionNotAllowed).
     public var verifier: (any PresenceVerifier)? {
-        get { lock.withLock { verifierValue } }
-        set { lock.withLock { verifierValue = newValue } }
+        get { state.withLock { $0.verifier } }
+        set { state.withLock { $0.verifier = newValue } }
     }
 
     /// `PresenceGraceSeconds`: 0 asks every time. Setting it forgets earlier confirmations.
     public func setGrace(seconds: Int) {
-        lock.withLock {
-            graceNanoseconds = UInt64(max(0, seconds)) &* 1_000_000_000
-            confirmedAt = [:]
+        state.withLock {
+            $0.graceNanoseconds = UInt64(max(0, seconds)) &* 1_000_000_000
+            $0.confirmedAt = [:]
         }
     }
 
@@ -115,11 +123,11 @@ public final class PresenceGate: @unchecked Sendable {
         let key = Key(process: ProcessKey(process), appID: caller.appID)
         guard let verifier = try begin(key, mayWait: process.mayWait) else { return }
         let outcome = verifier.verifyPresence(of: process)
-        lock.withLock {
-            pending.remove(key.process)
-            if outcome == .confirmed && graceNanoseconds > 0 {
-                if confirmedAt.count >= Self.maximumRemembered { forgetOldest() }
-                confirmedAt[key] = MonotonicClock.nanoseconds()
+        state.withLock {
+            $0.pending.remove(key.process)
+            if outcome == .confirmed && $0.graceNanoseconds > 0 {
+                if $0.confirmedAt.count >= Self.maximumRemembered { $0.forgetOldest() }
+                $0.confirmedAt[key] = MonotonicClock.nanoseconds()
             }
         }
         if case .notConfirmed(let why) = outcome {
@@ -132,28 +140,22 @@ public final class PresenceGate: @unchecked Sendable {
     /// nil when `key` is within its window; else the verifier to ask, the process marked
     /// pending. Throws when no check can be made now.
     private func begin(_ key: Key, mayWait: Bool) throws -> (any PresenceVerifier)? {
-        try lock.withLock {
-            if graceNanoseconds > 0, let at = confirmedAt[key],
-                MonotonicClock.nanoseconds() &- at < graceNanoseconds
+        try state.withLock { s throws -> (any PresenceVerifier)? in
+            if s.graceNanoseconds > 0, let at = s.confirmedAt[key],
+                MonotonicClock.nanoseconds() &- at < s.graceNanoseconds
             {
                 return nil
             }
-            guard let v = verifierValue else {
+            guard let v = s.verifier else {
                 throw Self.refusal("vaultd has no presence verifier (polkit)")
             }
             guard mayWait else { throw PresenceWouldWait() }
-            guard pending.count < Self.maximumPending, !pending.contains(key.process) else {
+            guard s.pending.count < Self.maximumPending, !s.pending.contains(key.process) else {
                 throw Self.refusal("other presence checks are in progress; try again")
             }
-            pending.insert(key.process)
+            s.pending.insert(key.process)
             return v
         }
-    }
-
-    /// Drops the earlier half of the remembered confirmations (under `lock`).
-    private func forgetOldest() {
-        let sorted = confirmedAt.sorted { $0.value < $1.value }
-        for (k, _) in sorted.prefix(sorted.count / 2 + 1) { confirmedAt[k] = nil }
     }
 
     private static func refusal(_ why: String) -> VaultFailure {

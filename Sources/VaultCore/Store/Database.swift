@@ -31,9 +31,10 @@ public final class Database {
     /// Set by a rollback of the open transaction or of a savepoint in it (`execute` of
     /// ROLLBACK, or SQLite's own on a full disk: the rollback hook); cleared as it ends.
     private let rollbackSeen = RollbackSeen()
-    /// `@unchecked Sendable`: set by the rollback hook, which SQLite runs on the thread using
-    /// the connection, and read by that thread; one thread uses a connection at a time.
-    private final class RollbackSeen: @unchecked Sendable { var value = false }
+    /// Set by the rollback hook, which SQLite runs on the thread using the connection, and
+    /// read by that thread; one thread uses a connection at a time (a `Database` is not
+    /// `Sendable`, and neither is this).
+    private final class RollbackSeen { var value = false }
 
     /// SQLite's `unix-excl` VFS: vaultd is the store's only user. It holds a lock on the file
     /// for as long as a connection is open, so no other process (a second vaultd on the same
@@ -318,8 +319,8 @@ public final class Database {
     }
 
     /// `failNextCommit`'s flag (the commit hook's context, alive as long as the connection).
-    /// `@unchecked Sendable`: as `RollbackSeen`, touched only by the thread using the connection.
-    private final class CommitVeto: @unchecked Sendable { var armed = false }
+    /// As `RollbackSeen`, touched only by the thread using the connection.
+    private final class CommitVeto { var armed = false }
     private let commitVeto = CommitVeto()
 
     static func error(_ rc: Int32, _ h: OpaquePointer?, context: String) -> VaultFailure {

@@ -9,6 +9,10 @@ import Foundation
 /// WAL sync is still in flight (as `GroupCommit` says); a write acknowledged before a read
 /// began is always in it. Each connection keeps a page cache of its own (SQLite's default,
 /// up to 2 MiB).
+///
+/// `@unchecked Sendable`: `idle`, `opened` and `closed` are read and written under `state`,
+/// an `NSCondition` a reader waits on for a free connection (a `Mutex` has no wait); a
+/// `Database` (not `Sendable`) is used by one thread at a time, between take and give back.
 final class ReaderPool: @unchecked Sendable {
     private let path: String
     /// Told when a reader cannot be opened.

@@ -12,8 +12,8 @@ import Glibc
 /// once more; the file is filled again (`replenish`) at the next start and at each periodic
 /// pass, as far as the disk then allows (docs/configuration.md, "A full disk").
 ///
-/// `@unchecked Sendable`: `lock` guards the file's use; the path never changes.
-final class StorageReserve: @unchecked Sendable {
+/// `lock` guards the file's use; the path never changes.
+final class StorageReserve: Sendable {
     /// What the reserve holds when whole (1 MiB): a delete's frames are a few pages each,
     /// and a checkpoint that resets the WAL needs no more room.
     static let bytes = 1 << 20

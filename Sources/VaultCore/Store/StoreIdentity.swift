@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import VaultProtocol
 
 #if canImport(Glibc)
@@ -20,10 +21,9 @@ import Glibc
 ///
 /// Once it has seen a change, it stays failed (`failure`): every later write is refused
 /// with StoreReplaced, no checkpoint runs, and the writer's connection puts the WAL aside
-/// (`Database.storeReplaced`). Thread-safe.
-/// `@unchecked Sendable`: its state is read and written under `lock` (`checkpointLock` keeps
-/// one check around a checkpoint at a time).
-final class StoreIdentity: @unchecked Sendable {
+/// (`Database.storeReplaced`). Thread-safe: its record is read and written under `recorded`
+/// (`checkpointLock` keeps one check around a checkpoint at a time).
+final class StoreIdentity: Sendable {
     struct Fingerprint: Equatable {
         var device: UInt64
         var inode: UInt64
@@ -47,37 +47,39 @@ final class StoreIdentity: @unchecked Sendable {
     }
 
     let path: String
-    private let lock = NSLock()
     /// Held around each checkpoint of vaultd's, with its check and the record after it.
     private let checkpointLock = NSLock()
-    private var database: Fingerprint?
-    private var wal: Fingerprint?
-    private var failed: String?
+    /// The files as last recorded, and what was seen once something was.
+    private struct Record {
+        var database: Fingerprint?
+        var wal: Fingerprint?
+        var failed: String?
+    }
+    private let recorded: Mutex<Record>
 
     /// Records the files as they are now: call it once the store is open and migrated.
     init(path: String) {
         self.path = path
-        database = Fingerprint(path)
-        wal = Fingerprint(path + "-wal")
+        recorded = Mutex(Record(database: Fingerprint(path), wal: Fingerprint(path + "-wal")))
     }
 
     /// The database file's inode when the store was opened.
-    var openedInode: UInt64? { lock.withLock { database?.inode } }
+    var openedInode: UInt64? { recorded.withLock { $0.database?.inode } }
 
     /// What was seen, once something was: the log line's and the error's text.
-    var failure: String? { lock.withLock { failed } }
+    var failure: String? { recorded.withLock { $0.failed } }
 
     private func fail(_ what: String) -> String {
-        lock.withLock {
-            if failed == nil { failed = what }
-            return failed!
+        recorded.withLock {
+            if $0.failed == nil { $0.failed = what }
+            return $0.failed!
         }
     }
 
     /// The change `now` shows against the record; nil when there is none. `full`: compare
     /// the modification time too (no checkpoint of vaultd's is running) and the WAL's identity.
     private func change(full: Bool) -> String? {
-        let (was, walWas) = lock.withLock { (database, wal) }
+        let (was, walWas) = recorded.withLock { ($0.database, $0.wal) }
         guard let was else { return nil }
         guard let now = Fingerprint(path) else {
             return "\(path) is gone (deleted or renamed while vaultd ran)"
@@ -136,9 +138,9 @@ final class StoreIdentity: @unchecked Sendable {
         }
         let result = try body()
         let (db, w) = (Fingerprint(path), Fingerprint(path + "-wal"))
-        lock.withLock {
-            database = db ?? database
-            wal = w ?? wal
+        recorded.withLock {
+            $0.database = db ?? $0.database
+            $0.wal = w ?? $0.wal
         }
         return result
     }

@@ -391,17 +391,15 @@ final class SyncFolder {
 /// (a file an engine moves into place or closes after writing), an eventfd for the vault's
 /// own changes (`wake`, through a pipe), and a 60 s timeout for what inotify cannot see (a network file
 /// system, an overflowed queue).
-final class SyncWatcher: @unchecked Sendable {
+final class SyncWatcher: Sendable {
     /// What to watch: the folder, `devices/` and the device directories read.
-    private let paths: () -> [String]
+    private let paths: @Sendable () -> [String]
     /// The wake-up pipe's read end (drained by the watcher) and write end.
     private let wakeFD: Int32
     private let wakeWriteFD: Int32
     private let inotifyFD: Int32
-    /// Watched paths, by watch descriptor (touched by the watcher's thread only).
-    private var watched: Set<String> = []
 
-    init(paths: @escaping () -> [String]) {
+    init(paths: @escaping @Sendable () -> [String]) {
         self.paths = paths
         var ends: [Int32] = [-1, -1]
         _ = pipe(&ends)
@@ -422,9 +420,11 @@ final class SyncWatcher: @unchecked Sendable {
     /// Runs `pass` on a thread of its own: once now, then after each wake-up.
     func run(_ pass: @escaping @Sendable () -> Void) {
         let t = Thread { [self] in
+            // The paths watched (the watcher's thread's own).
+            var watched: Set<String> = []
             while true {
                 pass()
-                watch()
+                watch(&watched)
                 var fds = [
                     pollfd(fd: wakeFD, events: Int16(POLLIN), revents: 0),
                     pollfd(fd: inotifyFD, events: Int16(POLLIN), revents: 0),
@@ -444,8 +444,8 @@ final class SyncWatcher: @unchecked Sendable {
     }
 
     /// Adds watches on the paths the service names (the folder, `devices/` and the device
-    /// directories its last pass read) not yet watched.
-    private func watch() {
+    /// directories its last pass read) not in `watched`, and adds them to it.
+    private func watch(_ watched: inout Set<String>) {
         guard inotifyFD >= 0 else { return }
         for p in paths() where !watched.contains(p) {
             // Not through a link (one in the place of a directory is not read either).

@@ -15,6 +15,10 @@ import VaultProtocol
 /// steps and the owner's operations are extensions in files named for what they hold:
 /// `+Operations`, `+Reading` (step 1), `+Local` (steps 2 and 3), `+Writing` (this device's
 /// segments), `+Acks`, `+Compaction`.
+///
+/// `@unchecked Sendable`: its state is read and written under `lock` (the watcher under
+/// `watcherLock`); the pass holds `lock` across its steps, which read and write the state in
+/// many extensions' functions, and the `Vault` it calls.
 public final class SyncService: @unchecked Sendable {
     let vault: Vault
     let lock = NSLock()

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import VaultProtocol
 
 #if canImport(Glibc)
@@ -11,10 +12,13 @@ private let registration = NSLock()
 
 /// Settings for the app registry, from config.plist (vaultd sets them at start and on
 /// SIGHUP); read under a lock of their own.
-public final class AppSettings: @unchecked Sendable {
-    private let lock = NSLock()
-    private var _maximumAutoRegisteredApps = 256
-    private var _uninstallGraceSeconds: Double = 600
+public final class AppSettings: Sendable {
+    private struct Values {
+        var maximumAutoRegisteredApps = 256
+        var uninstallGraceSeconds: Double = 600
+        var flatpakInstallations: [String] = []
+    }
+    private let values = Mutex(Values())
 
     /// The most apps registered by Flatpak ID (installed or not; the records stay after an
     /// uninstall): a sandbox that names a Flatpak app vaultd does not know yet is registered
@@ -23,8 +27,8 @@ public final class AppSettings: @unchecked Sendable {
     /// the registry, the store or the log without bound. `MaximumAutoRegisteredApps`,
     /// default 256.
     public var maximumAutoRegisteredApps: Int {
-        get { lock.withLock { _maximumAutoRegisteredApps } }
-        set { lock.withLock { _maximumAutoRegisteredApps = newValue } }
+        get { values.withLock { $0.maximumAutoRegisteredApps } }
+        set { values.withLock { $0.maximumAutoRegisteredApps = newValue } }
     }
 
     /// How long a registered executable may be absent ("no such file") before its app
@@ -32,19 +36,17 @@ public final class AppSettings: @unchecked Sendable {
     /// package upgrade removes the file and writes it again: within this it is the same
     /// install (generation, credentials, preferences, caches).
     public var uninstallGraceSeconds: Double {
-        get { lock.withLock { _uninstallGraceSeconds } }
-        set { lock.withLock { _uninstallGraceSeconds = newValue } }
+        get { values.withLock { $0.uninstallGraceSeconds } }
+        set { values.withLock { $0.uninstallGraceSeconds = newValue } }
     }
-
-    private var _flatpakInstallations: [String] = []
 
     /// The Flatpak installations (absolute paths, the user's first, then the system's: what
     /// `flatpak --user` and `flatpak --system` use) whose deployments say which Flatpak apps
     /// are installed (docs/apps.md#flatpak-apps-install-state). vaultd sets them at start;
     /// empty: no Flatpak app's install state is tracked.
     public var flatpakInstallations: [String] {
-        get { lock.withLock { _flatpakInstallations } }
-        set { lock.withLock { _flatpakInstallations = newValue } }
+        get { values.withLock { $0.flatpakInstallations } }
+        set { values.withLock { $0.flatpakInstallations = newValue } }
     }
 }
 

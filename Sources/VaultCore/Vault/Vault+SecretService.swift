@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import VaultProtocol
 
 /// What the Secret Service front-end needs beyond the SecItem operations: its collections
@@ -230,9 +231,7 @@ extension Vault {
 /// the access group of the caller that made it (its default group), so an app sees only its
 /// own, and the owner every one; it is usable while the keychain is open. At most
 /// `maximumItems` items and `maximumBytes` bytes of secrets and attributes in all.
-///
-/// `@unchecked Sendable`: the items and their totals are read and written under `lock`.
-final class SessionItems: @unchecked Sendable {
+final class SessionItems: Sendable {
     static let maximumItems = 4096
     static let maximumBytes = 16 << 20
 
@@ -254,10 +253,11 @@ final class SessionItems: @unchecked Sendable {
         }
     }
 
-    let lock = NSLock()
-    var items: [String: Item] = [:]
+    /// The items by ID.
+    let items = Mutex<[String: Item]>([:])
 
-    var bytes: Int { items.values.reduce(0) { $0 + $1.bytes } }
+    /// The bytes `items` hold.
+    static func bytes(_ items: [String: Item]) -> Int { items.values.reduce(0) { $0 + $1.bytes } }
 }
 
 extension Vault {
@@ -275,8 +275,10 @@ extension Vault {
         _ = try authorize(.copyItems(accessGroup: nil), for: caller)
         let open = isKeychainOpen
         var creators: [String: ProgramIdentity] = [:]
-        let found: [FoundItem] = sessionItems.lock.withLock {
-            sessionItems.items.filter { key, item in
+        // Read from a copy of the items taken under the lock (a secret is replaced, never
+        // changed in place, so the copy's stay as they were).
+        let found: [FoundItem] = sessionItems.items.withLock { $0 }
+            .filter { key, item in
                 (id.map(key.sameBytes) ?? true) && caller.mayAccess(group: item.accessGroup)
                     && attributes.allSatisfy {
                         item.attributes[$0.key]?.sameBytes($0.value) == true
@@ -297,7 +299,6 @@ extension Vault {
                     data: open && secrets ? item.secret.copy() : nil,
                     isLocked: !open)
             }
-        }
         // Their secrets, as the store's are released (`release`; an Always allow is kept in
         // memory, as the items are).
         if secrets, caller.isOwner, let program = caller.program,
@@ -332,24 +333,24 @@ extension Vault {
             throw VaultFailure(
                 .interactionNotAllowed, "the vault is locked: unlock it (vaultctl unlock)")
         }
-        return try sessionItems.lock.withLock {
+        return try sessionItems.items.withLock { items in
             let now = Date()
             if replace,
-                let (id, _) = sessionItems.items.first(where: {
+                let (id, _) = items.first(where: {
                     $0.value.accessGroup.sameBytes(group) && $0.value.attributes == attributes
                 })
             {
-                sessionItems.items[id]!.secret = secret
-                sessionItems.items[id]!.contentType = contentType
-                sessionItems.items[id]!.label = label
-                sessionItems.items[id]!.modified = now
+                items[id]!.secret = secret
+                items[id]!.contentType = contentType
+                items[id]!.label = label
+                items[id]!.modified = now
                 return id
             }
             let item = SessionItems.Item(
                 accessGroup: group, label: label, attributes: attributes, secret: secret,
                 contentType: contentType, created: now, modified: now, creator: caller.program)
-            guard sessionItems.items.count < SessionItems.maximumItems,
-                sessionItems.bytes + item.bytes <= SessionItems.maximumBytes
+            guard items.count < SessionItems.maximumItems,
+                SessionItems.bytes(items) + item.bytes <= SessionItems.maximumBytes
             else {
                 throw VaultFailure(
                     .quotaExceeded,
@@ -357,7 +358,7 @@ extension Vault {
                 )
             }
             let id = String(lowercaseHex: Sodium.randomBytes(16))
-            sessionItems.items[id] = item
+            items[id] = item
             return id
         }
     }
@@ -375,8 +376,8 @@ extension Vault {
             throw VaultFailure(
                 .interactionNotAllowed, "the vault is locked: unlock it (vaultctl unlock)")
         }
-        try sessionItems.lock.withLock {
-            guard var item = sessionItems.items[id], caller.mayAccess(group: item.accessGroup)
+        try sessionItems.items.withLock { items in
+            guard var item = items[id], caller.mayAccess(group: item.accessGroup)
             else { throw VaultFailure(.itemNotFound, "no such item") }
             if let label { item.label = label }
             if let attributes { item.attributes = attributes }
@@ -385,7 +386,7 @@ extension Vault {
                 item.contentType = contentType
             }
             item.modified = Date()
-            sessionItems.items[id] = item
+            items[id] = item
         }
     }
 
@@ -393,11 +394,11 @@ extension Vault {
     @discardableResult
     func deleteSessionItems(_ id: String?, caller: Caller) throws -> Int {
         _ = try authorize(.deleteItems(accessGroup: nil), for: caller)
-        return sessionItems.lock.withLock {
-            let doomed = sessionItems.items.filter { key, item in
+        return sessionItems.items.withLock { items in
+            let doomed = items.filter { key, item in
                 (id.map(key.sameBytes) ?? true) && caller.mayAccess(group: item.accessGroup)
             }.map(\.key)
-            for k in doomed { sessionItems.items[k] = nil }
+            for k in doomed { items[k] = nil }
             return doomed.count
         }
     }

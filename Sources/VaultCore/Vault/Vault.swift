@@ -10,6 +10,10 @@ import VaultProtocol
 /// and fetch their keys under the keys lock, so they wait for neither a group commit's
 /// transaction nor each other. The keys change only under both locks (engine lock first), so
 /// either is enough to read them.
+///
+/// `@unchecked Sendable`: the failed-unlock record is read and written under the engine lock,
+/// the observers and `emittedThrough` under `observersLock`, the keys under `keysLock`; the
+/// stores it holds use non-`Sendable` SQLite connections, each under its pool's lock.
 public final class Vault: @unchecked Sendable {
     /// The data directory (0700) holding `vault.sqlite` and `device.key` (or `device.key.tpm`).
     public let dataDirectory: String

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import VaultProtocol
 
 /// Emits preference and lock-state events in the order their changes were made. Each
@@ -6,9 +7,10 @@ import VaultProtocol
 /// publishes its events (none when it failed after all) afterwards; events wait here until
 /// every change numbered before theirs has published. Lock-state changes take numbers too,
 /// so a preference event's `sequence` may skip some.
-final class OrderedEvents: @unchecked Sendable {
-    /// One write's place in the order (nil until it takes one).
-    final class Ticket: @unchecked Sendable {
+final class OrderedEvents: Sendable {
+    /// One write's place in the order (nil until it takes one). Used by the thread making
+    /// the write only.
+    final class Ticket {
         private let events: OrderedEvents
         fileprivate var number: UInt64?
         init(_ events: OrderedEvents) { self.events = events }
@@ -18,9 +20,9 @@ final class OrderedEvents: @unchecked Sendable {
         /// (later calls keep the first number).
         func take() {
             if number == nil {
-                number = events.lock.withLock {
-                    events.taken += 1
-                    return events.taken
+                number = events.state.withLock {
+                    $0.taken += 1
+                    return $0.taken
                 }
             }
         }
@@ -29,17 +31,22 @@ final class OrderedEvents: @unchecked Sendable {
         var madeSoFar: [VaultEvent] = []
     }
 
-    private let lock = NSLock()
+    /// The numbers handed out and emitted, and the events waiting for their turn.
+    private struct State {
+        var taken: UInt64
+        var nextToEmit: UInt64
+        var waiting: [UInt64: [VaultEvent]] = [:]
+        /// Set while a thread hands out events: one at a time, so they stay in order.
+        var emitting = false
+    }
+    private let state: Mutex<State>
     /// The number before this run's first.
     let start: UInt64
-    private var taken: UInt64
-    private var nextToEmit: UInt64
 
     /// Numbers changes from `start` + 1.
     init(after start: UInt64 = 0) {
         self.start = start
-        taken = start
-        nextToEmit = start + 1
+        state = Mutex(State(taken: start, nextToEmit: start + 1))
     }
 
     /// Where a vaultd run starts numbering: the wall clock in microseconds since 1970, so a
@@ -52,9 +59,6 @@ final class OrderedEvents: @unchecked Sendable {
         clock_gettime(CLOCK_REALTIME, &now)
         return now.tv_sec < 0 ? 0 : UInt64(now.tv_sec) * 1_000_000 + UInt64(now.tv_nsec / 1000)
     }
-    private var waiting: [UInt64: [VaultEvent]] = [:]
-    /// Set while a thread hands out events (under `lock`): one at a time, so they stay in order.
-    private var emitting = false
 
     /// Publishes a ticket's events (nothing when it took no number): `emit` gets them, and
     /// those of later tickets waiting for this one, in order. One thread emits at a time;
@@ -64,21 +68,24 @@ final class OrderedEvents: @unchecked Sendable {
     /// waited for itself or for a writer that waited for it.
     func publish(_ ticket: Ticket, _ events: [VaultEvent], emit: ([VaultEvent]) -> Void) {
         guard let n = ticket.number else { return }
-        lock.lock()
-        waiting[n] = events
-        if emitting {
-            lock.unlock()
-            return
+        let emits: Bool = state.withLock {
+            $0.waiting[n] = events
+            if $0.emitting { return false }
+            $0.emitting = true
+            return true
         }
-        emitting = true
-        while let ready = waiting.removeValue(forKey: nextToEmit) {
-            nextToEmit += 1
-            lock.unlock()
+        guard emits else { return }
+        // The next events in order, until none waits (then another thread may emit again).
+        while let ready = state.withLock({ s -> [VaultEvent]? in
+            guard let ready = s.waiting.removeValue(forKey: s.nextToEmit) else {
+                s.emitting = false
+                return nil
+            }
+            s.nextToEmit += 1
+            return ready
+        }) {
             emit(ready)
-            lock.lock()
         }
-        emitting = false
-        lock.unlock()
     }
 }
 

@@ -180,166 +180,177 @@ enum BinaryPropertyList {
     /// cannot be: a dictionary key that is not a string, an ASCII string with a byte above
     /// 0x7F, an integer beyond 64 bits, a date outside years 0 to 9999.
     static func decode(_ data: Data) throws -> PlistValue {
-        var reader = try Reader([UInt8](data))
-        reader.count = try reader.int(reader.trailer + 8, 8)
-        let top = try reader.int(reader.trailer + 16, 8)
-        reader.table = try reader.int(reader.trailer + 24, 8)
-        return try reader.object(top, 0)
+        let file = try BinaryPropertyListLayout([UInt8](data))
+        return try file.object(file.top, 0)
+    }
+}
+
+/// A binary property list's layout, from its trailer: the widths of its offsets and
+/// references, its object count, top object and offset table; and its big-endian integers,
+/// every read checked against the file's end. What `BinaryPropertyList.decode` and
+/// `PropertyListCodec.checkBinaryReferences` read a file by.
+struct BinaryPropertyListLayout {
+    let b: [UInt8]
+    /// Where the 32-byte trailer starts.
+    let trailer: Int
+    let offsetSize: Int
+    let refSize: Int
+    /// The number of objects, the top object, and where the offset table starts.
+    let count: Int
+    let top: Int
+    let table: Int
+    static let unreadable = VaultError(
+        .invalidPropertyList,
+        "not a binary property list vaultd can read safely (widths, offsets or references out of range)"
+    )
+    var unreadable: VaultError { Self.unreadable }
+
+    init(_ b: [UInt8]) throws {
+        guard b.count >= 40 else { throw Self.unreadable }
+        self.b = b
+        trailer = b.count - 32
+        offsetSize = Int(b[trailer + 6])
+        refSize = Int(b[trailer + 7])
+        count = try Self.int(b, trailer + 8, 8)
+        top = try Self.int(b, trailer + 16, 8)
+        table = try Self.int(b, trailer + 24, 8)
     }
 
-    /// Reads objects of a file's bytes, every read checked against the file's end.
-    private struct Reader {
-        let b: [UInt8]
-        /// Where the 32-byte trailer starts.
-        let trailer: Int
-        let offsetSize: Int
-        let refSize: Int
-        /// The number of objects, and where the offset table starts.
-        var count = 0
-        var table = 0
-        let unreadable = VaultError(
+    /// The unsigned big-endian integer of `n` bytes (1 to 8) at `at`.
+    static func uint(_ b: [UInt8], _ at: Int, _ n: Int) throws -> UInt64 {
+        guard (1...8).contains(n), at >= 0, at <= b.count - n else { throw unreadable }
+        var v: UInt64 = 0
+        for i in 0..<n { v = v << 8 | UInt64(b[at + i]) }
+        return v
+    }
+
+    /// As `uint`, for a count, offset or reference: at most the file's size.
+    static func int(_ b: [UInt8], _ at: Int, _ n: Int) throws -> Int {
+        let v = try uint(b, at, n)
+        guard v <= UInt64(b.count) else { throw unreadable }
+        return Int(v)
+    }
+
+    func uint(_ at: Int, _ n: Int) throws -> UInt64 { try Self.uint(b, at, n) }
+    func int(_ at: Int, _ n: Int) throws -> Int { try Self.int(b, at, n) }
+}
+
+/// `BinaryPropertyList.decode`'s reading of objects.
+extension BinaryPropertyListLayout {
+    /// Object `i` and what it contains, at `depth` containers deep.
+    fileprivate func object(_ i: Int, _ depth: Int) throws -> PlistValue {
+        guard i < count, depth < PlistValue.maximumDepth else { throw unreadable }
+        let off = try int(table + i * offsetSize, offsetSize)
+        guard off >= 8, off < trailer else { throw unreadable }
+        let marker = b[off]
+        let kind = marker >> 4
+        var n = Int(marker & 0x0F)
+        var at = off + 1
+        if n == 0x0F && [0x4, 0x5, 0x6, 0xA, 0xD].contains(kind) {
+            guard at < trailer, b[at] >> 4 == 0x1 else { throw unreadable }
+            let width = 1 << Int(b[at] & 0x0F)
+            n = try int(at + 1, width)
+            at += 1 + width
+        }
+        switch kind {
+        case 0xA:
+            _ = try bytes(at, n * refSize)
+            var out: [PlistValue] = []
+            out.reserveCapacity(n)
+            for r in 0..<n {
+                out.append(try object(try int(at + r * refSize, refSize), depth + 1))
+            }
+            return .array(out)
+        case 0xD:
+            _ = try bytes(at, 2 * n * refSize)
+            var out = PlistDictionary(minimumCapacity: n)
+            for r in 0..<n {
+                guard
+                    case .string(let key) = try object(
+                        try int(at + r * refSize, refSize), depth + 1)
+                else {
+                    throw VaultError(
+                        .invalidPropertyList,
+                        "a dictionary of the property list has a key that is not a string")
+                }
+                out[key] = try object(try int(at + (n + r) * refSize, refSize), depth + 1)
+            }
+            return .dict(out)
+        default:
+            if let value = try scalar(marker, n, at) { return value }
+        }
+        throw VaultError(
             .invalidPropertyList,
-            "not a binary property list vaultd can read safely (widths, offsets or references out of range)"
-        )
+            String(
+                format:
+                    "the property list holds an object of a kind preferences do not take (marker 0x%02X)",
+                marker))
+    }
 
-        init(_ b: [UInt8]) throws {
-            self.b = b
-            guard b.count >= 40 else { throw unreadable }
-            trailer = b.count - 32
-            offsetSize = Int(b[trailer + 6])
-            refSize = Int(b[trailer + 7])
-        }
+    /// The `length` bytes at `at`, before the trailer.
+    fileprivate func bytes(_ at: Int, _ length: Int) throws -> ArraySlice<UInt8> {
+        guard length >= 0, at + length <= trailer else { throw unreadable }
+        return b[at..<(at + length)]
+    }
 
-        /// The unsigned big-endian integer of `n` bytes (1 to 8) at `at`.
-        func uint(_ at: Int, _ n: Int) throws -> UInt64 {
-            guard (1...8).contains(n), at >= 0, at <= b.count - n else { throw unreadable }
-            var v: UInt64 = 0
-            for i in 0..<n { v = v << 8 | UInt64(b[at + i]) }
-            return v
-        }
-
-        /// As `uint`, for a count, offset or reference: at most the file's size.
-        func int(_ at: Int, _ n: Int) throws -> Int {
-            let v = try uint(at, n)
-            guard v <= UInt64(b.count) else { throw unreadable }
-            return Int(v)
-        }
-
-        /// Object `i` and what it contains, at `depth` containers deep.
-        func object(_ i: Int, _ depth: Int) throws -> PlistValue {
-            guard i < count, depth < PlistValue.maximumDepth else { throw unreadable }
-            let off = try int(table + i * offsetSize, offsetSize)
-            guard off >= 8, off < trailer else { throw unreadable }
-            let marker = b[off]
-            let kind = marker >> 4
-            var n = Int(marker & 0x0F)
-            var at = off + 1
-            if n == 0x0F && [0x4, 0x5, 0x6, 0xA, 0xD].contains(kind) {
-                guard at < trailer, b[at] >> 4 == 0x1 else { throw unreadable }
-                let width = 1 << Int(b[at] & 0x0F)
-                n = try int(at + 1, width)
-                at += 1 + width
+    /// The object of `marker` that is not a container, its count or size `n`, its
+    /// contents at `at`; nil for a kind preferences do not take.
+    fileprivate func scalar(_ marker: UInt8, _ n: Int, _ at: Int) throws -> PlistValue? {
+        switch marker >> 4 {
+        case 0x0:
+            guard marker == 0x08 || marker == 0x09 else { return nil }
+            return .bool(marker == 0x09)
+        case 0x1:
+            switch n {
+            case 0, 1, 2: return .integer(Int64(try uint(at, 1 << n)))
+            case 3: return .integer(Int64(bitPattern: try uint(at, 8)))
+            case 4:
+                // 128 bits, signed: what fits 64 bits, as Int64, or as UInt64 above Int64.max.
+                let high = try uint(at, 8)
+                let low = try uint(at + 8, 8)
+                if high == 0 {
+                    return low > UInt64(Int64.max)
+                        ? .unsignedInteger(low) : .integer(Int64(low))
+                }
+                if high == UInt64.max && low > UInt64(Int64.max) {
+                    return .integer(Int64(bitPattern: low))
+                }
+                throw VaultError(
+                    .invalidPropertyList, "the property list holds an integer beyond 64 bits")
+            default: throw unreadable
             }
-            switch kind {
-            case 0xA:
-                _ = try bytes(at, n * refSize)
-                var out: [PlistValue] = []
-                out.reserveCapacity(n)
-                for r in 0..<n {
-                    out.append(try object(try int(at + r * refSize, refSize), depth + 1))
-                }
-                return .array(out)
-            case 0xD:
-                _ = try bytes(at, 2 * n * refSize)
-                var out = PlistDictionary(minimumCapacity: n)
-                for r in 0..<n {
-                    guard
-                        case .string(let key) = try object(
-                            try int(at + r * refSize, refSize), depth + 1)
-                    else {
-                        throw VaultError(
-                            .invalidPropertyList,
-                            "a dictionary of the property list has a key that is not a string")
-                    }
-                    out[key] = try object(try int(at + (n + r) * refSize, refSize), depth + 1)
-                }
-                return .dict(out)
-            default:
-                if let value = try scalar(marker, n, at) { return value }
+        case 0x2:
+            if n == 2 { return .real(Double(Float(bitPattern: UInt32(try uint(at, 4))))) }
+            if n == 3 { return .real(Double(bitPattern: try uint(at, 8))) }
+            throw unreadable
+        case 0x3:
+            guard marker == 0x33 else { throw unreadable }
+            let d = Date(timeIntervalSinceReferenceDate: Double(bitPattern: try uint(at, 8)))
+            guard PlistDate.isSupported(d) else {
+                throw VaultError(
+                    .invalidPropertyList,
+                    "a date of \(d.timeIntervalSinceReferenceDate) s since 2001-01-01 is outside years 0 to 9999"
+                )
             }
-            throw VaultError(
-                .invalidPropertyList,
-                String(
-                    format:
-                        "the property list holds an object of a kind preferences do not take (marker 0x%02X)",
-                    marker))
-        }
-
-        /// The `length` bytes at `at`, before the trailer.
-        func bytes(_ at: Int, _ length: Int) throws -> ArraySlice<UInt8> {
-            guard length >= 0, at + length <= trailer else { throw unreadable }
-            return b[at..<(at + length)]
-        }
-
-        /// The object of `marker` that is not a container, its count or size `n`, its
-        /// contents at `at`; nil for a kind preferences do not take.
-        func scalar(_ marker: UInt8, _ n: Int, _ at: Int) throws -> PlistValue? {
-            switch marker >> 4 {
-            case 0x0:
-                guard marker == 0x08 || marker == 0x09 else { return nil }
-                return .bool(marker == 0x09)
-            case 0x1:
-                switch n {
-                case 0, 1, 2: return .integer(Int64(try uint(at, 1 << n)))
-                case 3: return .integer(Int64(bitPattern: try uint(at, 8)))
-                case 4:
-                    // 128 bits, signed: what fits 64 bits, as Int64, or as UInt64 above Int64.max.
-                    let high = try uint(at, 8)
-                    let low = try uint(at + 8, 8)
-                    if high == 0 {
-                        return low > UInt64(Int64.max)
-                            ? .unsignedInteger(low) : .integer(Int64(low))
-                    }
-                    if high == UInt64.max && low > UInt64(Int64.max) {
-                        return .integer(Int64(bitPattern: low))
-                    }
-                    throw VaultError(
-                        .invalidPropertyList, "the property list holds an integer beyond 64 bits")
-                default: throw unreadable
-                }
-            case 0x2:
-                if n == 2 { return .real(Double(Float(bitPattern: UInt32(try uint(at, 4))))) }
-                if n == 3 { return .real(Double(bitPattern: try uint(at, 8))) }
-                throw unreadable
-            case 0x3:
-                guard marker == 0x33 else { throw unreadable }
-                let d = Date(timeIntervalSinceReferenceDate: Double(bitPattern: try uint(at, 8)))
-                guard PlistDate.isSupported(d) else {
-                    throw VaultError(
-                        .invalidPropertyList,
-                        "a date of \(d.timeIntervalSinceReferenceDate) s since 2001-01-01 is outside years 0 to 9999"
-                    )
-                }
-                return .date(d)
-            case 0x4:
-                return .data(Data(try bytes(at, n)))
-            case 0x5:
-                let s = try bytes(at, n)
-                guard s.allSatisfy({ $0 < 0x80 }) else {
-                    throw VaultError(
-                        .invalidPropertyList,
-                        "an ASCII string of the property list holds a byte above 0x7F")
-                }
-                return .string(String(decoding: s, as: UTF8.self))
-            case 0x6:
-                let s = try bytes(at, 2 * n)
-                let units = stride(from: s.startIndex, to: s.endIndex, by: 2).map {
-                    UInt16(b[$0]) << 8 | UInt16(b[$0 + 1])
-                }
-                return .string(String(decoding: units, as: UTF16.self))
-            default:
-                return nil
+            return .date(d)
+        case 0x4:
+            return .data(Data(try bytes(at, n)))
+        case 0x5:
+            let s = try bytes(at, n)
+            guard s.allSatisfy({ $0 < 0x80 }) else {
+                throw VaultError(
+                    .invalidPropertyList,
+                    "an ASCII string of the property list holds a byte above 0x7F")
             }
+            return .string(String(decoding: s, as: UTF8.self))
+        case 0x6:
+            let s = try bytes(at, 2 * n)
+            let units = stride(from: s.startIndex, to: s.endIndex, by: 2).map {
+                UInt16(b[$0]) << 8 | UInt16(b[$0 + 1])
+            }
+            return .string(String(decoding: units, as: UTF16.self))
+        default:
+            return nil
         }
     }
 }

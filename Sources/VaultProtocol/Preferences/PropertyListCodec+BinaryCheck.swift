@@ -12,62 +12,25 @@ extension PropertyListCodec {
     static func checkBinaryReferences(_ data: Data) throws {
         let b = [UInt8](data)
         guard b.count >= 8, b.starts(with: Array("bplist0".utf8)) else { return }
-        var check = try BinaryReferenceCheck(b)
-        if try check.expanded(check.top, 0) > maximumExpandedSize { throw tooLargeExpanded }
+        let file = try BinaryPropertyListLayout(b)
+        // Each object's expanded size in bytes: -1 not counted yet, -2 being counted.
+        var sizes = [Int](repeating: -1, count: file.count)
+        if try file.expanded(file.top, 0, &sizes) > maximumExpandedSize { throw tooLargeExpanded }
     }
 }
 
-/// `PropertyListCodec.checkBinaryReferences`'s walk of one file: its layout, read from the
-/// trailer, and each object's expanded size once counted.
-private struct BinaryReferenceCheck {
-    let b: [UInt8]
-    /// Where the 32-byte trailer starts.
-    let trailer: Int
-    let offsetSize: Int
-    let refSize: Int
-    /// The number of objects, the top object, and where the offset table starts.
-    var count = 0
-    var top = 0
-    var table = 0
-    /// Each object's expanded size in bytes: -1 not counted yet, -2 being counted.
-    var sizes: [Int] = []
-    let unreadable = VaultError(
-        .invalidPropertyList,
-        "not a binary property list vaultd can read safely (widths, offsets or references out of range)"
-    )
-
-    init(_ b: [UInt8]) throws {
-        self.b = b
-        guard b.count >= 40 else { throw unreadable }
-        trailer = b.count - 32
-        offsetSize = Int(b[trailer + 6])
-        refSize = Int(b[trailer + 7])
-        count = try uint(trailer + 8, 8)
-        top = try uint(trailer + 16, 8)
-        table = try uint(trailer + 24, 8)
-        sizes = [Int](repeating: -1, count: count)
-    }
-
-    /// The unsigned big-endian integer of `n` bytes (1 to 8) at `at`: a count, offset or
-    /// reference, all below the file's size.
-    func uint(_ at: Int, _ n: Int) throws -> Int {
-        guard (1...8).contains(n), at >= 0, at <= b.count - n else { throw unreadable }
-        var v: UInt64 = 0
-        for i in 0..<n { v = v << 8 | UInt64(b[at + i]) }
-        guard v <= UInt64(b.count) else { throw unreadable }
-        return Int(v)
-    }
-
+/// `PropertyListCodec.checkBinaryReferences`'s walk of a file.
+extension BinaryPropertyListLayout {
     /// Refuses a dictionary whose keys (the `n` references at `at`) hold two that
     /// differ only in Unicode normalisation (`normalisationTwin`).
-    func checkKeys(_ at: Int, _ n: Int) throws {
+    fileprivate func checkKeys(_ at: Int, _ n: Int) throws {
         guard n > 1 else { return }
         var keys: [String] = []
         keys.reserveCapacity(n)
         var plain = true  // ASCII keys only: no twins possible
         for r in 0..<n {
-            let off = try uint(
-                table + (try uint(at + r * refSize, refSize)) * offsetSize, offsetSize)
+            let off = try int(
+                table + (try int(at + r * refSize, refSize)) * offsetSize, offsetSize)
             guard off >= 8, off < trailer else { throw unreadable }
             let kind = b[off] >> 4
             // not a string key: Foundation refuses it
@@ -77,7 +40,7 @@ private struct BinaryReferenceCheck {
             if len == 0x0F {
                 guard start < b.count, b[start] >> 4 == 0x1 else { throw unreadable }
                 let width = 1 << Int(b[start] & 0x0F)
-                len = try uint(start + 1, width)
+                len = try int(start + 1, width)
                 start += 1 + width
             }
             let bytes = len * (kind == 0x6 ? 2 : 1)
@@ -100,16 +63,16 @@ private struct BinaryReferenceCheck {
     }
 
     /// Object `i`'s size with everything it refers to (`value(from:)`'s count: 16 bytes an
-    /// object, plus its bytes), at `depth` containers deep; throws once past
-    /// `maximumExpandedSize`.
-    mutating func expanded(_ i: Int, _ depth: Int) throws -> Int {
+    /// object, plus its bytes), at `depth` containers deep, `sizes` holding those counted;
+    /// throws once past `maximumExpandedSize`.
+    fileprivate func expanded(_ i: Int, _ depth: Int, _ sizes: inout [Int]) throws -> Int {
         guard depth < PlistValue.maximumDepth else {
             throw VaultError(
                 .invalidPropertyList,
                 "property list nested deeper than \(PlistValue.maximumDepth)")
         }
         guard i < count else { throw unreadable }
-        let off = try uint(table + i * offsetSize, offsetSize)
+        let off = try int(table + i * offsetSize, offsetSize)
         guard off >= 8, off < trailer else { throw unreadable }
         if sizes[i] >= 0 { return sizes[i] }
         if sizes[i] == -2 {
@@ -135,7 +98,7 @@ private struct BinaryReferenceCheck {
         if n == 0x0F && [0x4, 0x5, 0x6, 0xA, 0xD].contains(kind) {
             guard at < b.count, b[at] >> 4 == 0x1 else { throw unreadable }
             let width = 1 << Int(b[at] & 0x0F)
-            n = try uint(at + 1, width)
+            n = try int(at + 1, width)
             at += 1 + width
         }
         var total = 16
@@ -150,7 +113,7 @@ private struct BinaryReferenceCheck {
                 // `value(from:)` counts them.
                 let isKey = kind == 0xD && r < n
                 total +=
-                    try expanded(try uint(at + r * refSize, refSize), depth + 1)
+                    try expanded(try int(at + r * refSize, refSize), depth + 1, &sizes)
                     - (isKey ? 16 : 0)
                 if total > PropertyListCodec.maximumExpandedSize {
                     throw PropertyListCodec.tooLargeExpanded

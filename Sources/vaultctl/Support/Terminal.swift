@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import VaultProtocol
 
 #if canImport(Glibc)
@@ -20,7 +21,7 @@ enum Terminal {
 
     /// Set once a value was read from stdin: a second value of the same command (the new
     /// passphrase after the current one) cannot come from there too.
-    nonisolated(unsafe) private static var stdinTaken = false
+    private static let stdinTaken = Atomic(false)
 
     /// What one value is, for its prompt and its errors ("secret", "new passphrase").
     struct Value {
@@ -55,8 +56,8 @@ enum Terminal {
         if let fd {
             bytes = try readAll(fd: Int32(fd))
             source = "file descriptor \(fd)"
-        } else if !stdinTaken && !isTerminal(STDIN_FILENO) {
-            stdinTaken = true
+        } else if !stdinTaken.load(ordering: .relaxed) && !isTerminal(STDIN_FILENO) {
+            stdinTaken.store(true, ordering: .relaxed)
             bytes = try readAll(fd: STDIN_FILENO)
             source = "standard input"
         } else {

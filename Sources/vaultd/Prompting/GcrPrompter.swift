@@ -21,6 +21,10 @@ import VaultProtocol
 /// callback; its leaving the bus ends the prompt as dismissed, and so do the deadline and
 /// `cancel`. The calls vaultd makes are bounded by the deadline; the callbacks come on the
 /// Secret Service's bus thread and are answered there at once.
+///
+/// `@unchecked Sendable`: `events`, `cancelled`, `closed`, `registration` and
+/// `subscription` are read and written under `lock`; `connection` is GDBus's connection,
+/// a thread-safe GObject (a pointer is not `Sendable`).
 final class GcrPrompter: PromptDialog, @unchecked Sendable {
     static let busName = "org.gnome.keyring.SystemPrompter"
     static let path = "/org/gnome/keyring/Prompter"
@@ -43,6 +47,8 @@ final class GcrPrompter: PromptDialog, @unchecked Sendable {
           </interface>
         </node>
         """
+    // `nonisolated(unsafe)`: GLib data made once and never written after (GDBus only reads
+    // it, from any thread); a pointer is not `Sendable`, and no lock would guard anything.
     nonisolated(unsafe) static let callbackInfo: UnsafeMutablePointer<GDBusInterfaceInfo>? = {
         guard let node = g_dbus_node_info_new_for_xml(callbackXML, nil) else { return nil }
         return node.pointee.interfaces[0]

@@ -21,6 +21,9 @@ import Glibc
 /// end the dialog as dismissed, and so do the deadline and the child's exit. The PIN is read
 /// into sodium memory (the receive buffer, the decoded data), never into a Swift string,
 /// and never logged.
+///
+/// `@unchecked Sendable`: `cancelled` and `reaped` are read and written under `lock`; the
+/// child's pipe and `inbox` are the asking thread's alone (`cancel` only signals the child).
 final class Pinentry: PromptDialog, @unchecked Sendable {
     /// Assuan's longest line, its LF included (assuan.h ASSUAN_LINELENGTH).
     static let maximumLine = 1000

@@ -1,5 +1,6 @@
 import CGio
 import Foundation
+import Synchronization
 import VaultCore
 import VaultProtocol
 
@@ -47,31 +48,29 @@ protocol PromptDialog: AnyObject, Sendable {
 
 /// A question waiting for, or shown in, a dialog: its deadline, and its cancellation, which
 /// reaches the dialog once one is open.
-final class DialogTicket: @unchecked Sendable {
+final class DialogTicket: Sendable {
     let deadline: UInt64
-    /// Guards `cancelled` and `dialog`.
-    private let lock = NSLock()
-    private var cancelled = false
-    private var dialog: PromptDialog?
+    /// Whether it was cancelled, and the dialog showing it.
+    private let state = Mutex<(cancelled: Bool, dialog: PromptDialog?)>((false, nil))
 
     init(deadline: UInt64) { self.deadline = deadline }
 
     /// Ends the question: not asked when it has not been, dismissed at once when it is.
     func cancel() {
-        let d: PromptDialog? = lock.withLock {
-            cancelled = true
-            return dialog
+        let d: PromptDialog? = state.withLock {
+            $0.cancelled = true
+            return $0.dialog
         }
         d?.cancel()
     }
 
-    var isCancelled: Bool { lock.withLock { cancelled } }
+    var isCancelled: Bool { state.withLock { $0.cancelled } }
 
     /// Makes `dialog` the one `cancel` reaches; false when cancelled already.
     func attach(_ dialog: PromptDialog?) -> Bool {
-        lock.withLock {
-            self.dialog = dialog
-            return !cancelled
+        state.withLock {
+            $0.dialog = dialog
+            return !$0.cancelled
         }
     }
 }
@@ -79,7 +78,7 @@ final class DialogTicket: @unchecked Sendable {
 /// vaultd's built-in prompters (docs/secret-service.md#dialogs): gcr's system prompter and
 /// pinentry, chosen by the `Prompter` setting, one dialog at a time for the whole daemon
 /// (a serial queue; every question waits its turn and ends by its own deadline).
-final class PromptDialogs: @unchecked Sendable {
+final class PromptDialogs: Sendable {
     /// The `Prompter` setting.
     enum Setting: String, CaseIterable, Sendable {
         case auto, gcr, pinentry, agent, none
@@ -91,7 +90,7 @@ final class PromptDialogs: @unchecked Sendable {
 
     /// The Secret Service front-end whose bus connection gcr's prompter is reached on (nil:
     /// vaultd is not on the bus, so no gcr).
-    weak var service: SecretService?
+    weak let service: SecretService?
     /// One dialog at a time.
     private let queue = DispatchQueue(label: "vaultd-prompt")
     /// Failed-unlock answers asked again per question before it is dismissed.

@@ -33,6 +33,9 @@ import Glibc
 ///
 /// `VAULTD_SECRET_SERVICE_RELAY=0` connects GDBus to the bus directly, as before (for
 /// measuring the difference).
+///
+/// `@unchecked Sendable` without a lock: its buffers and counts belong to its own thread
+/// (`vaultd-busrelay`); the other threads only hold it.
 final class BusRelay: @unchecked Sendable {
     /// The largest message vaultd takes from the bus whole (bytes on the wire). The largest a
     /// client needs is a CreateItem or SetSecret with a secret at `SecretLimit.maximumBytes`

@@ -1,5 +1,6 @@
 import CGio
 import Foundation
+import Synchronization
 import VaultCore
 import VaultProtocol
 
@@ -199,14 +200,12 @@ struct InlineState {
     }
 }
 
-/// A value behind a lock.
-final class Locked<Value>: @unchecked Sendable {
-    private let lock = NSLock()
-    private var value: Value
-    init(_ value: Value) { self.value = value }
-    func withLock<T>(_ body: (inout Value) throws -> T) rethrows -> T {
-        lock.lock()
-        defer { lock.unlock() }
-        return try body(&value)
+/// A value behind a lock: a class, so that closures and several owners can share it (a
+/// `Mutex` cannot be captured).
+final class Locked<Value: Sendable>: Sendable {
+    private let mutex: Mutex<Value>
+    init(_ value: Value) { mutex = Mutex(value) }
+    func withLock<T: Sendable, E: Error>(_ body: (inout Value) throws(E) -> T) throws(E) -> T {
+        try mutex.withLock { (value: inout Value) throws(E) -> T in try body(&value) }
     }
 }

@@ -33,6 +33,9 @@ import Glibc
 /// The `Prompter` setting decides who is asked (`PromptDialogs.choose`): this agent, or one
 /// of vaultd's own dialogs (gcr's system prompter, pinentry: `PromptDialogs`), which take
 /// the prompts from the same queue, one at a time.
+///
+/// `@unchecked Sendable`: the agent, the queue of prompts and `asking` are read and written
+/// under `lock`; `Asking` holds a GCancellable (a pointer is not `Sendable`).
 final class PrompterAgent: @unchecked Sendable {
     static let interface = "io.vaultd.Secret.Prompter"
     /// Passphrases asked for per prompt.
@@ -41,7 +44,8 @@ final class PrompterAgent: @unchecked Sendable {
     static let maximumPassphrase = 64 << 10
 
     /// AskPassphrase's reply type, made once (a type string lent by Swift lives only for
-    /// the call it is passed to).
+    /// the call it is passed to). `nonisolated(unsafe)`: never written after, and GLib only
+    /// reads it.
     nonisolated(unsafe) static let replyType = g_variant_type_new("(bay)")
 
     unowned let service: SecretService
@@ -77,7 +81,7 @@ final class PrompterAgent: @unchecked Sendable {
     }
 
     /// What one pending AskPassphrase call's reply is matched against.
-    final class Reply: @unchecked Sendable {
+    final class Reply: Sendable {
         let agent: PrompterAgent
         let token: UInt64
         init(_ agent: PrompterAgent, _ token: UInt64) {

@@ -30,6 +30,9 @@ import Glibc
 /// queries of a few ms); the engine call and the write to the app's pipe run on a worker
 /// (`work`), at most `maximumInFlight` at once, so a pipe that is never read holds neither
 /// the bus thread nor more than one worker for longer than `writeTimeout`.
+///
+/// `@unchecked Sendable`: `nodeInfo` is set once on the bus thread before the object is
+/// registered (a GLib pointer is not `Sendable`); calls in flight are counted in `inFlight`.
 final class SecretPortal: @unchecked Sendable {
     static let path = "/org/freedesktop/portal/desktop"
     static let interface = "org.freedesktop.impl.portal.Secret"

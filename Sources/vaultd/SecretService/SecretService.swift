@@ -116,6 +116,11 @@ extension BusError {
 /// property access is handled on it, each with one bounded engine call or a few (reads on
 /// a reader connection; writes wait for their group commit). A prompt's wait is no call:
 /// it ends from the engine's lock-state event or a timer.
+///
+/// `@unchecked Sendable`: its tables (peers, sessions, prompts, the items' signal window) are
+/// read and written under `lock`; `context`, `loop` and `connection` are set on the bus
+/// thread before `start` returns, and GLib's objects are thread-safe (a pointer is not
+/// `Sendable`).
 final class SecretService: @unchecked Sendable {
     static let busName = "org.freedesktop.secrets"
 
@@ -248,18 +253,18 @@ final class SecretService: @unchecked Sendable {
     func start() -> Bool {
         let done = DispatchSemaphore(value: 0)
         // Written by the bus thread before it signals `done`, read after the wait.
-        nonisolated(unsafe) var owned = false
+        let owned = Locked(false)
         let thread = Thread { [self] in
             vault_set_thread_name("vaultd-dbus")
             self.run { serving in
-                owned = serving
+                owned.withLock { $0 = serving }
                 done.signal()
             }
         }
         thread.stackSize = 1 << 20
         thread.start()
         done.wait()
-        return owned
+        return owned.withLock { $0 }
     }
 
     /// The session bus's address: DBUS_SESSION_BUS_ADDRESS, else `$XDG_RUNTIME_DIR/bus` (as
@@ -972,7 +977,8 @@ final class SecretService: @unchecked Sendable {
         g_source_unref(source)
     }
 
-    final class Thunk: @unchecked Sendable {
+    /// A closure handed to a GLib source as its callback's data (retained until it runs).
+    final class Thunk {
         let body: () -> Void
         init(_ body: @escaping () -> Void) { self.body = body }
     }

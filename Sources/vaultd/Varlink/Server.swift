@@ -10,6 +10,10 @@ import Glibc
 
 /// Accepts connections on the listening socket, checks each peer with SO_PEERCRED, and
 /// serves each connection on its own thread: frames in, dispatch, replies out, in order.
+///
+/// `@unchecked Sendable`: the connection tables and the refusal-log times are read and
+/// written under `state`, an `NSCondition` that `stop` waits on for the connections to end
+/// (a `Mutex` has no wait); `wake` is set once before the accept loop starts.
 final class Server: @unchecked Sendable {
     let listener: UnixSocket
     /// The listener is systemd's (socket activation): systemd keeps the same socket and

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import VaultCore
 import VaultProtocol
 
@@ -6,28 +7,32 @@ import VaultProtocol
 /// subscription is ready are held and replayed, so none falls between observing and the
 /// snapshot the stream starts with.
 ///
-/// `@unchecked Sendable`: `reply` and `held` are read and written under `lock`; `queue` is
-/// an `EventQueue`, safe on its own.
-final class StreamRelay: @unchecked Sendable {
+/// `queue` is an `EventQueue`, safe on its own.
+final class StreamRelay: Sendable {
     let queue: EventQueue
-    private let lock = NSLock()
-    private var reply: (@Sendable (VaultEvent) -> JSONObject?)?
-    private var held: [VaultEvent] = []
+    /// The reply maker once started, and the events held until then. A struct, not a tuple:
+    /// a closure in a tuple is stored at the generic `Mutex`'s abstraction, and each access
+    /// through `withLock` would wrap it in one more reabstraction thunk.
+    private struct State {
+        var reply: (@Sendable (VaultEvent) -> JSONObject?)?
+        var held: [VaultEvent] = []
+    }
+    private let state = Mutex(State())
 
     init(capacityBytes: Int) { queue = EventQueue(capacityBytes: capacityBytes) }
 
     func receive(_ event: VaultEvent) {
-        lock.withLock {
-            guard let reply else { return held.append(event) }
+        state.withLock {
+            guard let reply = $0.reply else { return $0.held.append(event) }
             if let r = reply(event) { queue.push(Self.message(r)) }
         }
     }
 
     func start(_ reply: @escaping @Sendable (VaultEvent) -> JSONObject?) {
-        lock.withLock {
-            self.reply = reply
-            for e in held { if let r = reply(e) { queue.push(Self.message(r)) } }
-            held.removeAll()
+        state.withLock {
+            $0.reply = reply
+            for e in $0.held { if let r = reply(e) { queue.push(Self.message(r)) } }
+            $0.held.removeAll()
         }
     }
 
