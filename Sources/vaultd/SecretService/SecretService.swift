@@ -169,7 +169,7 @@ final class SecretService: @unchecked Sendable {
     private(set) lazy var prompter = PrompterAgent(service: self)
     /// vaultd's own dialogs (gcr's system prompter, pinentry), which the `Prompter` setting
     /// may choose instead of the agent.
-    private(set) lazy var dialogs = PromptDialogs(service: self)
+    private(set) lazy var dialogs = PromptDialogs(service: self, logger: vault.logger)
     /// Calls waiting for the user's confirmation of an access, each on a thread of its own
     /// (`SecretService+Access.swift`).
     let waitingCalls = Locked(0)
