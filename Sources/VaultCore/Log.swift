@@ -109,10 +109,15 @@ public final class RateLimitedLog: @unchecked Sendable {
         self.interval = interval
     }
 
-    /// Logs `message` unless `reason` is over its rate (then counts it). Returns whether it
-    /// was logged.
+    /// Logs `message` to `logger` at `level` unless `reason` is over its rate (then counts
+    /// it); a line the logger's level leaves out spends nothing. Returns whether it was
+    /// logged.
     @discardableResult
-    public func log(_ reason: String, _ message: @autoclosure () -> String) -> Bool {
+    public func log(
+        _ reason: String, to logger: Logger, _ level: LogLevel,
+        _ message: @autoclosure () -> String
+    ) -> Bool {
+        guard logger.writes(level) else { return false }
         var ts = timespec()
         clock_gettime(CLOCK_MONOTONIC, &ts)
         let now = UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
@@ -132,10 +137,16 @@ public final class RateLimitedLog: @unchecked Sendable {
         }
         guard let suppressed else { return false }
         if suppressed > 0 {
-            VaultCore.log("\(suppressed) similar message(s) suppressed (\(reason))")
+            logger.log(level, "\(suppressed) similar message(s) suppressed (\(reason))")
         }
-        VaultCore.log(message())
+        logger.log(level, message())
         return true
+    }
+
+    /// `log(_:to:_:_:)` on stderr, at warning level.
+    @discardableResult
+    public func log(_ reason: String, _ message: @autoclosure () -> String) -> Bool {
+        log(reason, to: Logger(), .warning, message())
     }
 }
 

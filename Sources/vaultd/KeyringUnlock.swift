@@ -68,15 +68,15 @@ enum KeyringUnlock {
 
     /// At start: when the vault is locked and has a passphrase, tries the keyring on a thread
     /// of its own, so serving never waits for it, and logs the outcome.
-    static func atStart(_ vault: Vault, timeout: Double = 5) {
+    static func atStart(_ vault: Vault, logger: Logger, timeout: Double = 5) {
         let state = vault.lockState
         guard state.hasPassphrase, state.state == .locked else { return }
         guard !isOwnKeyring.load(ordering: .acquiring) else {
-            log("locked; \(circle)")
+            logger.info("locked; \(circle)")
             return
         }
         guard DesktopKeyring.sessionBusConfigured() else {
-            log(
+            logger.info(
                 "locked; no session bus, so no passphrase remembered in a login keyring (vaultctl unlock --remember) can be asked for"
             )
             return
@@ -86,11 +86,11 @@ enum KeyringUnlock {
                 // At the owner's login, for the owner.
                 _ = try unlock(
                     vault, session: vault.daemonSession(for: .loginKeyringUnlock), timeout: timeout)
-                log("unlocked with the passphrase remembered in the login keyring")
+                logger.notice("unlocked with the passphrase remembered in the login keyring")
             } catch let e as VaultFailure {
-                log("\(e.message); staying locked")
+                logger.warning("\(e.message); staying locked")
             } catch {
-                log("login keyring: \(error); staying locked")
+                logger.warning("login keyring: \(error); staying locked")
             }
         }
         t.name = "vaultd.keyring-unlock"

@@ -47,6 +47,8 @@ import Glibc
 /// - `PresenceTimeoutSeconds` (number): how long a presence check waits for the user
 ///   before polkit's check is cancelled (default 45, under the clients' 60 s reply timeout;
 ///   at most 3600; `PolkitPresence`).
+/// - `LogLevel` (string): the least important lines logged: `error`, `warning`, `notice`,
+///   `info` (default) or `debug` (`LogLevel`). Read at start and at SIGHUP.
 struct Settings {
     var autoLockSeconds: Double = 0
     var uninstallGraceSeconds: Double = 600
@@ -61,6 +63,7 @@ struct Settings {
     var pinentryProgram = "pinentry"
     var presenceGraceSeconds: Double = 10
     var presenceTimeoutSeconds: Double = 45
+    var logLevel: LogLevel = .info
     /// nil: the vault's own default.
     var secretAccess: SecretAccessMode?
     /// Keys of the file that name no setting (a misspelt `AutoLockSecs`, say): ignored, and
@@ -77,7 +80,7 @@ struct Settings {
         "CacheBudgetHighWaterBytes", "SecretService", "SecretServicePromptTimeoutSeconds",
         "DeviceKeyTPM",
         "Prompter", "PinentryProgram", "PresenceGraceSeconds", "PresenceTimeoutSeconds",
-        "SecretAccess",
+        "SecretAccess", "LogLevel",
     ]
 
     /// The largest config file read (bytes).
@@ -150,43 +153,7 @@ struct Settings {
         s.secretServicePromptTimeout = try seconds("SecretServicePromptTimeoutSeconds") ?? 60
         s.presenceGraceSeconds = try number("PresenceGraceSeconds", atMost: 86400) ?? 10
         s.presenceTimeoutSeconds = max(1, try number("PresenceTimeoutSeconds", atMost: 3600) ?? 45)
-        switch d["DeviceKeyTPM"] {
-        case nil: break
-        case .string(let t)?:
-            guard let v = DeviceKeyTPM(setting: t) else {
-                throw StartupError(
-                    description:
-                        "\(path): DeviceKeyTPM must be auto, none or a TCTI string such as device:/dev/tpmrm0 (printable ASCII, at most 256 bytes)"
-                )
-            }
-            s.deviceKeyTPM = v
-        default: throw StartupError(description: "\(path): DeviceKeyTPM must be a string")
-        }
-        switch d["Prompter"] {
-        case nil: break
-        case .string(let v)? where PromptDialogs.Setting(rawValue: v) != nil:
-            s.prompter = PromptDialogs.Setting(rawValue: v)!
-        default:
-            throw StartupError(
-                description:
-                    "\(path): Prompter must be one of \(PromptDialogs.Setting.allCases.map(\.rawValue).joined(separator: ", "))"
-            )
-        }
-        switch d["PinentryProgram"] {
-        case nil: break
-        case .string(let v)? where !v.isEmpty && v.utf8.count <= 4096 && !v.utf8.contains(0):
-            s.pinentryProgram = v
-        default:
-            throw StartupError(
-                description: "\(path): PinentryProgram must be a program's name or path")
-        }
-        switch d["SecretAccess"] {
-        case nil: break
-        case .string(let v)? where SecretAccessMode(rawValue: v) != nil:
-            s.secretAccess = SecretAccessMode(rawValue: v)!
-        default:
-            throw StartupError(description: "\(path): SecretAccess must be open, confirm or strict")
-        }
+        try s.loadNamedValues(d, path: path)
         s.cachePolicy = CachePolicy(
             freeLowWater: try bytes("CacheFreeLowWaterBytes"),
             freeHighWater: try bytes("CacheFreeHighWaterBytes"),
@@ -197,6 +164,71 @@ struct Settings {
             !Self.knownKeys.contains { $0.utf8.elementsEqual(k.utf8) }
         }.sorted()
         return s
+    }
+
+    /// Reads the settings whose values are names (`load`, from the file at `path`, whose
+    /// dictionary is `d`): DeviceKeyTPM, Prompter, PinentryProgram, SecretAccess and LogLevel.
+    private mutating func loadNamedValues(_ d: PlistDictionary, path: String) throws {
+        switch d["DeviceKeyTPM"] {
+        case nil: break
+        case .string(let t)?:
+            guard let v = DeviceKeyTPM(setting: t) else {
+                throw StartupError(
+                    description:
+                        "\(path): DeviceKeyTPM must be auto, none or a TCTI string such as device:/dev/tpmrm0 (printable ASCII, at most 256 bytes)"
+                )
+            }
+            deviceKeyTPM = v
+        default: throw StartupError(description: "\(path): DeviceKeyTPM must be a string")
+        }
+        switch d["Prompter"] {
+        case nil: break
+        case .string(let v)? where PromptDialogs.Setting(rawValue: v) != nil:
+            prompter = PromptDialogs.Setting(rawValue: v)!
+        default:
+            throw StartupError(
+                description:
+                    "\(path): Prompter must be one of \(PromptDialogs.Setting.allCases.map(\.rawValue).joined(separator: ", "))"
+            )
+        }
+        switch d["PinentryProgram"] {
+        case nil: break
+        case .string(let v)? where !v.isEmpty && v.utf8.count <= 4096 && !v.utf8.contains(0):
+            pinentryProgram = v
+        default:
+            throw StartupError(
+                description: "\(path): PinentryProgram must be a program's name or path")
+        }
+        switch d["SecretAccess"] {
+        case nil: break
+        case .string(let v)? where SecretAccessMode(rawValue: v) != nil:
+            secretAccess = SecretAccessMode(rawValue: v)!
+        default:
+            throw StartupError(description: "\(path): SecretAccess must be open, confirm or strict")
+        }
+        switch d["LogLevel"] {
+        case nil: break
+        case .string(let v)? where LogLevel(name: v) != nil:
+            logLevel = LogLevel(name: v)!
+        default:
+            throw StartupError(
+                description:
+                    "\(path): LogLevel must be one of \(LogLevel.allCases.map(\.name).joined(separator: ", "))"
+            )
+        }
+    }
+
+    /// Logs the settings in force that say how vaultd behaves, at debug level (at start and
+    /// after a reload): fields, in the file's names.
+    func logInForce(_ logger: Logger) {
+        logger.debug(
+            "settings in force",
+            [
+                "LogLevel": logLevel.name, "AutoLockSeconds": autoLockSeconds,
+                "SecretService": secretService, "Prompter": prompter.rawValue,
+                "SecretAccess": secretAccess?.rawValue ?? "the vault's",
+                "AppStorageQuotaBytes": appStorageQuota,
+            ])
     }
 
     /// The log line naming `unknownKeys` (each with the setting it is closest to, when one is

@@ -42,13 +42,13 @@ enum TestClock {
     /// Reads the offset from `path` into `clock`: a decimal number of seconds (from 0 to 10⁹,
     /// no less than the offset in force). An absent file leaves the clock as it is; a file that
     /// does not hold such a number is logged and changes nothing.
-    static func update(_ clock: OffsetClock, from path: String) {
+    static func update(_ clock: OffsetClock, from path: String, logger: Logger) {
         let fd: Int32
         do {
             fd = try SystemCall.open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
         } catch {
             if error.code != Errno.notFound {
-                log(
+                logger.warning(
                     "test clock: cannot open \(logField(path)) (errno \(error.code)); the clock stays \(clock.offsetSeconds) s ahead"
                 )
             }
@@ -62,7 +62,7 @@ enum TestClock {
             ? String(decoding: buffer.prefix(n), as: UTF8.self).trimmingCharacters(
                 in: .whitespacesAndNewlines) : ""
         guard let seconds = Double(text) else {
-            log(
+            logger.warning(
                 "test clock: \(logField(path)) does not hold a number of seconds; the clock stays \(clock.offsetSeconds) s ahead"
             )
             return
@@ -70,9 +70,9 @@ enum TestClock {
         let before = clock.offsetSeconds
         guard seconds != before else { return }
         if clock.setOffset(seconds) {
-            log("test clock: \(clock.offsetSeconds) s ahead of the system's")
+            logger.notice("test clock: \(clock.offsetSeconds) s ahead of the system's")
         } else {
-            log(
+            logger.warning(
                 "test clock: refused \(logField(text)) s (from 0 to 1e9, and the clock does not go back); it stays \(before) s ahead"
             )
         }

@@ -18,6 +18,11 @@ func fail(_ message: String, code: Int32 = 1) -> Never {
 
 occupyClosedStandardDescriptors()
 
+let environment = ProcessInfo.processInfo.environment
+/// vaultd's log (stderr, with journald's level prefixes when stderr is the journal), at the
+/// default level until config.plist's `LogLevel` is read; passed to what logs.
+let logger = Logger.standardError(environment: environment)
+
 // The signals vaultd handles (SIGHUP, SIGUSR1, SIGTERM, SIGINT) are blocked in every thread,
 // from before the first one exists (a thread inherits its creator's mask). Their dispatch
 // sources are made before the socket serves, but libdispatch registers a source on a thread
@@ -34,9 +39,10 @@ pthread_sigmask(SIG_BLOCK, &handledSignals, nil)
 // own, given back to the system when freed. glibc's default raises that threshold as such
 // buffers are freed, and later ones stay in its heaps: a few large calls at once would
 // leave vaultd holding their memory resident for good.
-if vault_set_mmap_threshold(256 << 10) != 1 { log("cannot set malloc's mmap threshold") }
+if vault_set_mmap_threshold(256 << 10) != 1 {
+    logger.warning("cannot set malloc's mmap threshold")
+}
 
-let environment = ProcessInfo.processInfo.environment
 let configuration: Configuration
 do {
     configuration = try Configuration.parse(
@@ -56,9 +62,11 @@ do {
 } catch {
     fail("\(error)")
 }
+logger.setLevel(initialSettings.logLevel)
 if let file = configuration.configFile, let message = initialSettings.unknownKeysMessage(file) {
-    log(message)
+    logger.warning(message)
 }
+initialSettings.logInForce(logger)
 /// The settings in force: config.plist as read at start, and again on SIGHUP.
 let currentSettings = Mutex(initialSettings)
 nonisolated var settings: Settings { currentSettings.withLock { $0 } }
@@ -103,13 +111,13 @@ do {
 // For tests only, and only in debug builds: VAULTD_TEST_SECRET_ACCESS (TestSecretAccess).
 do {
     if let mode = try TestSecretAccess.mode(from: environment) {
-        log("test settings: SecretAccess \(mode.rawValue) unless config.plist sets it")
+        logger.notice("test settings: SecretAccess \(mode.rawValue) unless config.plist sets it")
     }
 } catch {
     fail("\(error)", code: 64)
 }
 if passphrasePolicy.kdfCost != .moderate {
-    log("test settings: Argon2id cost \(passphrasePolicy.kdfCost.rawValue)")
+    logger.notice("test settings: Argon2id cost \(passphrasePolicy.kdfCost.rawValue)")
 }
 // For tests only, and only in debug builds: VAULTD_TEST_CLOCK_FILE, a clock the tests move
 // (TestClock). Otherwise the system's.
@@ -121,8 +129,8 @@ do {
 }
 let testClock = testClockFile.map { _ in OffsetClock() }
 if let testClockFile, let testClock {
-    TestClock.update(testClock, from: testClockFile)
-    log(
+    TestClock.update(testClock, from: testClockFile, logger: logger)
+    logger.notice(
         "test settings: the clock runs \(testClock.offsetSeconds) s ahead of the system's, and as far ahead as \(logField(testClockFile)) says at each SIGUSR1"
     )
 }
@@ -235,7 +243,7 @@ func checkIdleLock() {
     if seconds > 0, idle.secondsSinceLastCall() >= seconds, vault.isUnlockedWithPassphrase {
         // The owner's setting, carried out on the owner's behalf.
         _ = try? vault.daemonSession(for: .idleLock).lock()
-        log("locked after \(Int(seconds)) s without a call")
+        logger.notice("locked after \(Int(seconds)) s without a call")
     }
 }
 autoLockTimer.setEventHandler { @Sendable in checkIdleLock() }
@@ -252,13 +260,15 @@ let periodicPasses = Atomic<Int>(0)
 let tickSource = DispatchSource.makeSignalSource(signal: SIGUSR1, queue: maintenance)
 tickSource.setEventHandler { @Sendable in
     // A test's clock is moved first, so the tasks run at the time the test set.
-    if let testClockFile, let testClock { TestClock.update(testClock, from: testClockFile) }
+    if let testClockFile, let testClock {
+        TestClock.update(testClock, from: testClockFile, logger: logger)
+    }
     scanQueue.sync { vault.scanExecutables() }
     _ = vault.enforceCachePolicy(settings.cachePolicy, running: server.runningApps)
     vault.replenishReserve()
     checkIdleLock()
     let n = periodicPasses.add(1, ordering: .relaxed).newValue
-    log("SIGUSR1: periodic tasks ran (\(n))")
+    logger.info("SIGUSR1: periodic tasks ran (\(n))")
 }
 tickSource.resume()
 
@@ -279,14 +289,16 @@ func reloadSettings() {
         if fresh.cacheCheckInterval != old.cacheCheckInterval {
             cacheTimer.schedule(deadline: .now() + 0.2, repeating: fresh.cacheCheckInterval)
         }
-        log(
+        logger.setLevel(fresh.logLevel)
+        logger.notice(
             "SIGHUP: settings reloaded \(source) (AutoLockSeconds \(fresh.autoLockSeconds > 0 ? String(Int(fresh.autoLockSeconds)) : "off"))"
         )
         if let file = configuration.configFile, let message = fresh.unknownKeysMessage(file) {
-            log("SIGHUP: \(message)")
+            logger.warning("SIGHUP: \(message)")
         }
+        fresh.logInForce(logger)
     } catch {
-        log("SIGHUP: settings not reloaded, the ones in force stay: \(error)")
+        logger.warning("SIGHUP: settings not reloaded, the ones in force stay: \(error)")
     }
 }
 let hangupSource = DispatchSource.makeSignalSource(signal: SIGHUP, queue: maintenance)
@@ -304,9 +316,9 @@ syncService.start()
 
 // Unlock at login from the passphrase remembered in the login keyring (never blocks serving);
 // not when vaultd is that keyring.
-KeyringUnlock.atStart(vault)
+KeyringUnlock.atStart(vault, logger: logger)
 
-log(
+logger.notice(
     "serving \(activated == nil ? configuration.socketPath : "socket from systemd") (data: \(configuration.dataDirectory))"
 )
 
@@ -333,7 +345,7 @@ final class IdleClock: Sendable {
 final class RunningApps: @unchecked Sendable { weak var server: Server? }
 
 func shutdown(_ signalName: String) -> Never {
-    log("\(signalName): stopping")
+    logger.notice("\(signalName): stopping")
     server.stop(timeout: 10)
     vault.close()
     if let bound = boundSocketFile, let st = try? SystemCall.lstat(configuration.socketPath),
@@ -341,7 +353,7 @@ func shutdown(_ signalName: String) -> Never {
     {
         try? SystemCall.unlink(configuration.socketPath)
     }
-    log("stopped")
+    logger.notice("stopped")
     exit(0)
 }
 
