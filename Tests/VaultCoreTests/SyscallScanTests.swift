@@ -43,6 +43,7 @@ import Testing
         "VaultCore/DeviceKey/DeviceKey.swift",
         "VaultCore/DeviceKey/FileSystem+DeviceKey.swift",
         "VaultCore/Log.swift",
+        "VaultCore/Logger.swift",
         "VaultCore/Store/Database.swift",
         "VaultCore/Store/FileSystem.swift",
         "VaultCore/Store/StorageReserve.swift",
