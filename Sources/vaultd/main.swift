@@ -140,7 +140,7 @@ do {
     vault = try Vault(
         dataDirectory: configuration.dataDirectory, cacheDirectory: configuration.cacheDirectory,
         newDeviceKey: configuration.newDeviceKey, deviceKeyTPM: initialSettings.deviceKeyTPM,
-        passphrasePolicy: passphrasePolicy, clock: testClock ?? SystemClock())
+        passphrasePolicy: passphrasePolicy, clock: testClock ?? SystemClock(), logger: logger)
 } catch {
     // Named as a client would see it (io.vaultd.Vault.StoreDamaged: …).
     fail("cannot open the vault in \(configuration.dataDirectory): \(VaultError.wire(error))")

@@ -14,7 +14,7 @@ import VaultProtocol
             defer { db.close() }
             try db.execute("CREATE TABLE t (x INTEGER)")
             try db.run("INSERT INTO t VALUES (1)")
-            let pool = ReaderPool(path: db.path, capacity: 1)
+            let pool = ReaderPool(path: db.path, logger: db.logger, capacity: 1)
             #expect(try pool.read { try $0.rows("SELECT x FROM t").count } == 1)
             // A commit after the reader opened is in the next read's snapshot.
             try db.run("INSERT INTO t VALUES (2)")
@@ -40,7 +40,7 @@ import VaultProtocol
             defer { db.close() }
             try db.execute("CREATE TABLE t (x INTEGER)")
             try db.run("INSERT INTO t VALUES (7)")
-            let pool = ReaderPool(path: db.path, capacity: 1)
+            let pool = ReaderPool(path: db.path, logger: db.logger, capacity: 1)
             let outcome = Mutex<[Int?]>([])
             for round in 0..<2 {
                 let inside = DispatchSemaphore(value: 0)
@@ -83,7 +83,7 @@ import VaultProtocol
             let db = try Database(path: tmp + "/p.sqlite")
             defer { db.close() }
             try db.execute("CREATE TABLE t (x INTEGER)")
-            let pool = ReaderPool(path: db.path, capacity: 2)
+            let pool = ReaderPool(path: db.path, logger: db.logger, capacity: 2)
             let inside = DispatchSemaphore(value: 0)
             let release = DispatchSemaphore(value: 0)
             Thread.detachNewThread {
@@ -106,7 +106,7 @@ import VaultProtocol
             #expect(try pool.read { _ in 1 } == nil)
             // A reader opens only an existing store (else the caller reads on the writer's).
             let missing = tmp + "/missing.sqlite"
-            #expect(try ReaderPool(path: missing).read { _ in 1 } == nil)
+            #expect(try ReaderPool(path: missing, logger: Logger()).read { _ in 1 } == nil)
             #expect(!FileManager.default.fileExists(atPath: missing))
         }
     }

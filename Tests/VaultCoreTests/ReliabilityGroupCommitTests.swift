@@ -104,7 +104,7 @@ import VaultProtocol
             // until three runs ended before the fallback, or 12 thresholds' worth.
             let frameBudget = Int(Checkpointer.thresholdFrames) * 12
             let commitBudget = frameBudget / 2
-            let pool = ReaderPool(path: db.path, capacity: concurrentReaders)
+            let pool = ReaderPool(path: db.path, logger: db.logger, capacity: concurrentReaders)
             defer { pool.close() }
             let done = Atomic<Bool>(false)
             let readersDone = DispatchGroup()

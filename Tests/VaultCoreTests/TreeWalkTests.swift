@@ -49,7 +49,8 @@ struct TreeWalkTests {
         defer { try? FileManager.default.removeItem(atPath: root) }
         var directories: [ino_t] = []
         var moved = false
-        TreeWalk.walk(open(root, O_RDONLY | O_DIRECTORY), label: "test") { _, _, _, directory in
+        TreeWalk.walk(open(root, O_RDONLY | O_DIRECTORY), label: "test", logger: Logger()) {
+            _, _, _, directory in
             directories.append(directory)
             if directories.count == 50 && !moved {
                 moved = true
@@ -70,7 +71,8 @@ struct TreeWalkTests {
         defer { try? FileManager.default.removeItem(atPath: root) }
         var count = 0
         for _ in 0..<5 {
-            TreeWalk.walk(open(root, O_RDONLY | O_DIRECTORY), label: "test") { _, _, _, _ in
+            TreeWalk.walk(open(root, O_RDONLY | O_DIRECTORY), label: "test", logger: Logger()) {
+                _, _, _, _ in
                 count += 1
             }
         }
@@ -94,7 +96,10 @@ struct TreeWalkTests {
         var mounted = true
         defer { if mounted { umount2(loop, Int32(MNT_DETACH)) } }
         var files = 0
-        TreeWalk.walk(open(root, O_RDONLY | O_DIRECTORY), label: "test", mountID: { _ in nil }) {
+        TreeWalk.walk(
+            open(root, O_RDONLY | O_DIRECTORY), label: "test", logger: Logger(),
+            mountID: { _ in nil }
+        ) {
             _, _, _, _ in
             files += 1
             // Going round the cycle: break it, so that a failure ends.

@@ -138,7 +138,8 @@ extension Vault {
             {
             case .allow: continue
             case .deny(let why):
-                log("access: refused a secret to \(logField(program.displayName)): \(why)")
+                logger.notice(
+                    "access: refused a secret to \(logField(program.displayName)): \(why)")
                 throw VaultFailure(
                     .authFailed, "access to the secret was refused: \(why)",
                     .refused(program))
@@ -197,7 +198,7 @@ extension Vault {
         let timeout = accessGate.timeout
         switch asker.ask(needed.request, timeout: timeout) {
         case nil:
-            log(
+            logger.notice(
                 "access: no answer for \(logField(program.displayName)) (no prompter, dismissed or \(Int(timeout)) s passed)"
             )
             throw VaultFailure(
@@ -206,14 +207,14 @@ extension Vault {
                 .refused(program))
         case .deny?:
             accessGate.rememberDenial(needed.key)
-            log("access: the user denied \(logField(program.displayName))")
+            logger.notice("access: the user denied \(logField(program.displayName))")
             throw VaultFailure(
                 .authFailed, "the user denied access to the secret", .refused(program))
         case .allowOnce?:
-            log("access: the user allowed \(logField(program.displayName)) once")
+            logger.notice("access: the user allowed \(logField(program.displayName)) once")
             if permitting { accessGate.permit(needed.key, needed.uuids) }
         case .alwaysAllow?:
-            log("access: the user always allows \(logField(program.displayName))")
+            logger.notice("access: the user always allows \(logField(program.displayName))")
             if needed.persistent {
                 try storeGrant(Array(needed.uuids), to: program)
             } else {

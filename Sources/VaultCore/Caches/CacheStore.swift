@@ -81,9 +81,14 @@ public struct PurgeReport: Sendable, Equatable {
 /// `@unchecked Sendable`: `root` never changes, and a purge or a walk runs under `lock`.
 public final class CacheStore: @unchecked Sendable {
     public let root: String
+    /// Told of what a walk skipped.
+    let logger: Logger
     private let lock = NSLock()
 
-    public init(root: String) { self.root = root }
+    public init(root: String, logger: Logger) {
+        self.root = root
+        self.logger = logger
+    }
 
     /// The cache directory of `appID`, created 0700 (with the root) when absent.
     /// Throws InternalError when it cannot be created or is not a plain directory.
@@ -153,7 +158,7 @@ public final class CacheStore: @unchecked Sendable {
         guard (try? AppRecord.validate(appID: appID)) != nil else { return }
         lock.withLock {
             guard still() else { return }
-            SafeRemoval.removeTree(root + "/" + appID, label: appID)
+            SafeRemoval.removeTree(root + "/" + appID, label: appID, logger: logger)
         }
     }
 
@@ -191,7 +196,8 @@ public final class CacheStore: @unchecked Sendable {
         for app in appDirectories() where only == nil || app == only {
             let fd = TreeWalk.openDirectory(root + "/" + app, grantAccess: grantAccess)
             guard fd >= 0 else { continue }
-            TreeWalk.walk(fd, label: app, grantAccess: grantAccess) { _, name, st, directory in
+            TreeWalk.walk(fd, label: app, logger: logger, grantAccess: grantAccess) {
+                _, name, st, directory in
                 let used = max(
                     Double(st.st_atim.tv_sec) + Double(st.st_atim.tv_nsec) / 1e9,
                     Double(st.st_mtim.tv_sec) + Double(st.st_mtim.tv_nsec) / 1e9)
@@ -253,7 +259,8 @@ public final class CacheStore: @unchecked Sendable {
             for f in files { wanted.insert(f.key) }
             let fd = TreeWalk.openDirectory(root + "/" + app, grantAccess: true)
             guard fd >= 0 else { continue }
-            TreeWalk.walk(fd, label: app, grantAccess: true) { directoryFD, name, st, directory in
+            TreeWalk.walk(fd, label: app, logger: logger, grantAccess: true) {
+                directoryFD, name, st, directory in
                 let key = EntryKey(directory: directory, name: name, inode: st.st_ino)
                 guard wanted.contains(key), TreeWalk.unlink(directoryFD, name) else { return }
                 wanted.remove(key)

@@ -16,14 +16,15 @@ enum SafeRemoval {
     /// skipped. `label` names the tree in the log (an app ID). Returns the bytes (allocated
     /// on disk) of the regular files removed.
     @discardableResult
-    static func removeContents(of path: String, label: String) -> Int64 {
+    static func removeContents(of path: String, label: String, logger: Logger) -> Int64 {
         // The top too: the app may have made its own cache directory unreadable.
         let fd = TreeWalk.openDirectory(path, grantAccess: true)
         guard fd >= 0 else { return 0 }
         var freed: Int64 = 0
         // Directories the app made unreadable or unwritable are opened up first (they are
         // ours): else an uninstall would leave them, and what is in them, for the next install.
-        TreeWalk.walk(fd, label: label, grantAccess: true) { directoryFD, name, st, _ in
+        TreeWalk.walk(fd, label: label, logger: logger, grantAccess: true) {
+            directoryFD, name, st, _ in
             if TreeWalk.unlink(directoryFD, name), st.st_mode & S_IFMT == S_IFREG {
                 freed += Int64(st.st_blocks) * 512
             }
@@ -35,8 +36,8 @@ enum SafeRemoval {
 
     /// Removes the directory `path` and everything in it; a symlink at `path` is removed as a
     /// link. `label` names it in the log (an app ID).
-    static func removeTree(_ path: String, label: String) {
-        removeContents(of: path, label: label)
+    static func removeTree(_ path: String, label: String, logger: Logger) {
+        removeContents(of: path, label: label, logger: logger)
         if rmdir(path) != 0 && errno == ENOTDIR { unlink(path) }
     }
 }

@@ -45,9 +45,10 @@ enum TreeWalk {
     /// mount a directory fd is on (tests stand in for a kernel that does not tell).
     /// `grantAccess`: a directory of ours that may not be read or searched (the app made it
     /// 0300, 0000, …) is given u+rwx so that the walk goes in (for a purge or a removal, which
-    /// delete what is in it; not for a count, which must change nothing).
+    /// delete what is in it; not for a count, which must change nothing). `logger` is told of
+    /// the levels a move during the walk made it skip.
     static func walk(
-        _ rootFD: Int32, label: String, mountID: (Int32) -> UInt64? = mountID,
+        _ rootFD: Int32, label: String, logger: Logger, mountID: (Int32) -> UInt64? = mountID,
         grantAccess: Bool = false,
         entry: (Int32, [CChar], stat, ino_t) -> Void, leave: ((Int32, [CChar]) -> Void)? = nil
     ) {
@@ -118,7 +119,7 @@ enum TreeWalk {
                         onPath.remove(levels.removeLast().inode)
                         skipped += 1
                     }
-                    log(
+                    logger.info(
                         "cache walk of \(label): a directory \(levels.count + skipped) levels down was moved during the walk; the rest of the \(skipped) level(s) above it was skipped"
                     )
                     continue

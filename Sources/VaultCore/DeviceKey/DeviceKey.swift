@@ -68,7 +68,8 @@ enum DeviceKey {
     /// key; a sealed key the TPM cannot unseal is not an error (`Loaded.key` nil, said in
     /// `status.problem` and the log).
     static func load(
-        directory: String, setting: DeviceKeyTPM, initialized: Bool, newDeviceKey: Bool
+        directory: String, setting: DeviceKeyTPM, initialized: Bool, newDeviceKey: Bool,
+        logger: Logger
     ) throws -> Loaded {
         let filePath = directory + "/device.key"
         let blobPath = directory + "/device.key.tpm"
@@ -85,19 +86,21 @@ enum DeviceKey {
             if blobExists && !fileExists {
                 let problem =
                     "the device key is sealed by a TPM (\(blobPath)) but DeviceKeyTPM is none: ThisDeviceOnly items are not available. Set DeviceKeyTPM to auto or to the TPM's TCTI"
-                log(problem)
+                logger.warning(problem)
                 return Loaded(key: nil, status: DeviceKeyStatus(kind: .tpm, problem: problem))
             }
             return Loaded(
-                key: try loadFile(filePath, initialized: initialized, newDeviceKey: newDeviceKey),
+                key: try loadFile(
+                    filePath, initialized: initialized, newDeviceKey: newDeviceKey, logger: logger),
                 status: DeviceKeyStatus(kind: .file))
         }
         if blobExists {
-            return try unsealStored(blobPath, filePath: fileExists ? filePath : nil, tcti: tcti)
+            return try unsealStored(
+                blobPath, filePath: fileExists ? filePath : nil, tcti: tcti, logger: logger)
         }
         if fileExists {
             let key = try FileSystem.loadOrCreateKey(at: filePath, length: length)
-            return migrate(key, filePath: filePath, blobPath: blobPath, tcti: tcti)
+            return migrate(key, filePath: filePath, blobPath: blobPath, tcti: tcti, logger: logger)
         }
         guard !initialized || newDeviceKey else { throw missing(blobPath, directory) }
         let key = SecureBytes.random(count: length)
@@ -111,13 +114,14 @@ enum DeviceKey {
                     "cannot seal a new device key with the TPM \(tcti): \(e.message). Fix the TPM, or set DeviceKeyTPM to none to keep the key in a file"
                 )
             }
-            log("\(e.message); the device key is kept in a file (DeviceKeyTPM auto)")
+            logger.notice("\(e.message); the device key is kept in a file (DeviceKeyTPM auto)")
             return Loaded(
-                key: try loadFile(filePath, initialized: initialized, newDeviceKey: newDeviceKey),
+                key: try loadFile(
+                    filePath, initialized: initialized, newDeviceKey: newDeviceKey, logger: logger),
                 status: DeviceKeyStatus(kind: .file))
         }
         if initialized {
-            log(
+            logger.notice(
                 "made a new device key sealed by the TPM (--new-device-key); ThisDeviceOnly items made with the old one are not available on this device"
             )
         }
@@ -127,7 +131,9 @@ enum DeviceKey {
     /// The key in `blobPath`, unsealed by the TPM. A TPM that is gone or refuses gives no key
     /// and a problem, and nothing is rewritten. A `device.key` left beside it (a migration cut
     /// short after the seal was stored) is removed once the sealed key proves the same.
-    private static func unsealStored(_ blobPath: String, filePath: String?, tcti: String) throws
+    private static func unsealStored(
+        _ blobPath: String, filePath: String?, tcti: String, logger: Logger
+    ) throws
         -> Loaded
     {
         let bytes = try FileSystem.readPrivateFile(blobPath, limit: TPMSeal.Blob.maximumSize)
@@ -137,23 +143,24 @@ enum DeviceKey {
         } catch let e as TPMSeal.Failure {
             let problem =
                 "\(e.message); ThisDeviceOnly items are not available until it unseals the device key (\(blobPath) is kept as it is)"
-            log(problem)
+            logger.warning(problem)
             return Loaded(key: nil, status: DeviceKeyStatus(kind: .tpm, problem: problem))
         }
         guard key.count == length else {
             let problem =
                 "\(blobPath) unseals to a key of \(key.count) bytes, not \(length): damaged"
-            log(problem)
+            logger.warning(problem)
             return Loaded(key: nil, status: DeviceKeyStatus(kind: .tpm, problem: problem))
         }
         if let filePath {
             if let old = try? FileSystem.loadOrCreateKey(at: filePath, length: length),
                 old.constantTimeEquals(key)
             {
-                FileSystem.removeSecurely(filePath)
-                log("removed \(filePath): the TPM seals the same key")
+                FileSystem.removeSecurely(filePath, logger: logger)
+                logger.notice("removed \(filePath): the TPM seals the same key")
             } else {
-                log("\(filePath) is a key other than the one the TPM seals: left as it is, unused")
+                logger.warning(
+                    "\(filePath) is a key other than the one the TPM seals: left as it is, unused")
             }
         }
         return Loaded(key: key, status: DeviceKeyStatus(kind: .tpm))
@@ -163,7 +170,7 @@ enum DeviceKey {
     /// an unseal giving the same key, and only then is the file overwritten and removed. Any
     /// failure keeps the file (and the key in it) as it was, and says so.
     private static func migrate(
-        _ key: SecureBytes, filePath: String, blobPath: String, tcti: String
+        _ key: SecureBytes, filePath: String, blobPath: String, tcti: String, logger: Logger
     )
         -> Loaded
     {
@@ -177,24 +184,27 @@ enum DeviceKey {
             unlink(blobPath)
             let problem =
                 "a TPM is configured (\(tcti)) but the device key could not be sealed with it (\(error)); it stays in \(filePath)"
-            log(problem)
+            logger.warning(problem)
             return Loaded(key: key, status: DeviceKeyStatus(kind: .file, problem: nil))
         }
-        FileSystem.removeSecurely(filePath)
-        log("sealed the device key with the TPM (\(tcti)) in \(blobPath), and removed \(filePath)")
+        FileSystem.removeSecurely(filePath, logger: logger)
+        logger.notice(
+            "sealed the device key with the TPM (\(tcti)) in \(blobPath), and removed \(filePath)")
         return Loaded(key: key, status: DeviceKeyStatus(kind: .tpm))
     }
 
     /// `device.key` as vaultd has always kept it: read, or made for a vault not initialised
     /// yet (or with `newDeviceKey`).
-    private static func loadFile(_ path: String, initialized: Bool, newDeviceKey: Bool) throws
+    private static func loadFile(
+        _ path: String, initialized: Bool, newDeviceKey: Bool, logger: Logger
+    ) throws
         -> SecureBytes
     {
         if !exists(path) && initialized {
             guard newDeviceKey else {
                 throw missing(path, (path as NSString).deletingLastPathComponent)
             }
-            log(
+            logger.notice(
                 "\(path) was missing: made a new device key (--new-device-key); ThisDeviceOnly items made with the old one are not available on this device"
             )
         }

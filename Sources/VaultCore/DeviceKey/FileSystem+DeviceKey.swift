@@ -53,7 +53,7 @@ extension FileSystem {
     /// blocks, older copies of the bytes may survive on the medium: this removes the key from
     /// the file system, not necessarily from the disk (docs/threat-model.md). Failures are
     /// logged: a key left behind is reported, never a reason to fail.
-    static func removeSecurely(_ path: String) {
+    static func removeSecurely(_ path: String, logger: Logger) {
         let fd = open(path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
         if fd >= 0 {
             var st = stat()
@@ -67,7 +67,7 @@ extension FileSystem {
             close(fd)
         }
         guard unlink(path) == 0 else {
-            log("could not remove \(path): \(String(cString: strerror(errno)))")
+            logger.warning("could not remove \(path): \(String(cString: strerror(errno)))")
             return
         }
         let d = open(

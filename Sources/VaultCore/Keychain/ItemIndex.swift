@@ -206,7 +206,7 @@ final class ItemIndex: Sendable {
                 "SELECT id, \(Column.list("")) FROM items WHERE id IN (SELECT value FROM json_each(?))",
                 [.text(Self.jsonList(ids))])
         else {
-            log(
+            db.logger.warning(
                 "keychain: cannot read the rows a transaction changed; the lookup index keeps their old entries"
             )
             return

@@ -256,7 +256,7 @@ extension KeychainStore {
     /// Candidates decrypted, then matched exactly, and the damaged ones that may match: the
     /// malformed rows and those whose attributes do not open, when their clear columns match
     /// (`mayMatch`). Needs no lock.
-    private static func decode(_ c: Candidates, _ q: ItemQuery) -> (
+    private static func decode(_ c: Candidates, _ q: ItemQuery, logger: Logger) -> (
         rows: [Row], damaged: [DamagedItem]
     ) {
         guard let metadata = c.metadata else { return ([], []) }
@@ -278,7 +278,7 @@ extension KeychainStore {
             out.append(Row(stored: r, attributes: attrs))
         }
         if !damaged.isEmpty {
-            log(
+            logger.warning(
                 "keychain: \(damaged.count) damaged item(s) met by a query: \(damaged.prefix(4).map(\.description).joined(separator: "; "))"
             )
         }
@@ -322,7 +322,7 @@ extension KeychainStore {
         var ok: [Row] = []
         var other: [Row] = []
         var firstError: VaultFailure?
-        let (decoded, damaged) = Self.decode(c, q)
+        let (decoded, damaged) = Self.decode(c, q, logger: logger)
         for r in decoded {
             switch c.key(of: r.stored) {
             case .success?: ok.append(r)
@@ -360,13 +360,14 @@ extension KeychainStore {
     /// only damaged items match they are returned (no items) rather than thrown, for the
     /// front-end to list them (docs/secret-service.md, "Damaged items").
     static func copyMatching(
-        _ c: Candidates, _ q: ItemQuery, returnData: Bool, includingLocked: Bool = false
+        _ c: Candidates, _ q: ItemQuery, returnData: Bool, includingLocked: Bool = false,
+        logger: Logger
     ) throws -> ItemMatches {
         var rows: [Row] = []
         var lockedRows: [Row] = []
         var error: VaultFailure?
         var locked: VaultFailure?
-        var (decoded, damaged) = decode(c, q)
+        var (decoded, damaged) = decode(c, q, logger: logger)
         for r in decoded {
             switch c.key(of: r.stored) {
             case .success?: rows.append(r)
@@ -389,7 +390,7 @@ extension KeychainStore {
         // ReplyTooLarge as soon as that is known, before more of them are decrypted and held
         // (a query of every item with its data built a tree of all of them, then was refused).
         let items = try Self.found(
-            c, rows, returnData: returnData, one: !q.matchAll, damaged: &damaged)
+            c, rows, returnData: returnData, one: !q.matchAll, damaged: &damaged, logger: logger)
         if includingLocked {
             let lockedItems = lockedRows.map {
                 FoundItem(
@@ -410,7 +411,8 @@ extension KeychainStore {
     /// first whose secret opens); a row whose secret does not open is added to `damaged`
     /// instead. Throws ReplyTooLarge when the secrets alone would be over a message's size.
     private static func found(
-        _ c: Candidates, _ rows: [Row], returnData: Bool, one: Bool, damaged: inout [DamagedItem]
+        _ c: Candidates, _ rows: [Row], returnData: Bool, one: Bool, damaged: inout [DamagedItem],
+        logger: Logger
     ) throws -> [FoundItem] {
         var replyBytes = 0
         // What the reply's items will take in memory while it is built and sent
@@ -423,7 +425,7 @@ extension KeychainStore {
             if returnData, case .success(let classKey)? = c.key(of: r.stored) {
                 guard let s = openSecret(of: r.stored, classKey: classKey) else {
                     damaged.append(DamagedItem(r.stored, .secret))
-                    log("keychain: \(DamagedItem(r.stored, .secret).description)")
+                    logger.warning("keychain: \(DamagedItem(r.stored, .secret).description)")
                     continue
                 }
                 replyBytes += (s.count + 2) / 3 * 4

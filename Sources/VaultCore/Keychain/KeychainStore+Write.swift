@@ -159,7 +159,7 @@ extension KeychainStore {
             // `items_primary_key` (the only UNIQUE index of `items`) holds this primary key:
             // the lookup index missed the row holding it, which the check above relies on.
             // SecItemAdd's answer all the same, never a second item.
-            log(
+            logger.error(
                 "keychain: the store's uniqueness of primary keys refused a row the lookup index did not know of (a fault in the index)"
             )
             throw VaultFailure(
@@ -301,7 +301,7 @@ extension KeychainStore {
             }
                 + (damagedIDs.isEmpty ? [] : damaged.map(ItemChange.init(deleted:))))
         if !damagedIDs.isEmpty {
-            log(
+            logger.warning(
                 "keychain: deleted \(damagedIDs.count) damaged item(s): \(damaged.prefix(4).map(\.description).joined(separator: "; "))"
             )
         }

@@ -57,6 +57,8 @@ final class KeychainStore {
     static let maximumAttributesSize = ReplyLimit.maximumAttributesBytes
 
     let keys: KeyHierarchy
+    /// Where damaged items and index faults are logged: the writer connection's logger.
+    let logger: Logger
     /// Each app's storage quota, checked by adds and updates.
     let quota: StorageQuota
     /// Finds rows by their keyed hashes, for the writer and the readers.
@@ -68,6 +70,7 @@ final class KeychainStore {
     /// Over the writer's connection `db` (outside a transaction, with migrations done): lists
     /// every item in the index and installs its triggers. Throws what SQLite throws.
     init(loading db: Database, keys: KeyHierarchy, quota: StorageQuota) throws {
+        self.logger = db.logger
         self.keys = keys
         self.quota = quota
         self.itemIndex = try ItemIndex(loading: db)

@@ -86,7 +86,10 @@ public final class PresenceGate: @unchecked Sendable {
         var appID: String?
     }
 
-    init() {}
+    /// Where the outcome of each check is logged.
+    let logger: Logger
+
+    init(logger: Logger) { self.logger = logger }
 
     /// The verifier (nil: none, so every check fails: InteractionNotAllowed).
     public var verifier: (any PresenceVerifier)? {
@@ -120,10 +123,10 @@ public final class PresenceGate: @unchecked Sendable {
             }
         }
         if case .notConfirmed(let why) = outcome {
-            log("presence: not confirmed for pid \(process.pid): \(why)")
+            logger.info("presence: not confirmed for pid \(process.pid): \(why)")
             throw Self.refusal(why)
         }
-        log("presence: confirmed for pid \(process.pid)")
+        logger.info("presence: confirmed for pid \(process.pid)")
     }
 
     /// nil when `key` is within its window; else the verifier to ask, the process marked

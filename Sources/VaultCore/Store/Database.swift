@@ -22,6 +22,8 @@ public final class Database {
     private var replacementHandled = false
     private let walSync: WALSync
     public let path: String
+    /// Where this connection's problems are logged.
+    public let logger: Logger
     /// Called on this connection after each transaction of `write` or `writeDeferringSync`
     /// ends, committed or not, with no transaction open: `rolledBack` is true when any of it
     /// was undone (a savepoint rolled back, or the whole). `ItemIndex.settle` runs here.
@@ -65,14 +67,10 @@ public final class Database {
     /// Process-wide SQLite settings, applied once before the first connection opens: no
     /// memory statistics: their global mutex is taken by every allocation of every
     /// connection, so concurrent lookups contend on it.
-    private static let configured: Void = {
-        let rc = vaultd_sqlite3_disable_memstatus()
-        if rc != SQLITE_OK {
-            log(
-                "cannot turn SQLite's memory statistics off (\(String(cString: sqlite3_errstr(rc))))"
-            )
-        }
-    }()
+    /// SQLite's result code, checked at each open and logged by the first that sees a failure.
+    private static let configured: Int32 = vaultd_sqlite3_disable_memstatus()
+    /// Whether the failure of `configured` was logged.
+    private static let configurationFailureLogged = Atomic<Bool>(false)
 
     /// Opens (creating) the database at `path` in WAL mode with `synchronous=FULL`, so a
     /// committed transaction is on disk when `write` returns; `secure_delete` overwrites freed
@@ -80,9 +78,18 @@ public final class Database {
     /// must exist) and is `query_only` (any write fails).
     /// Throws `VaultFailure` StorageFull / InternalError (also when another process has the
     /// store open).
-    public init(path: String, readOnly: Bool = false) throws {
-        _ = Database.configured
+    /// `logger`: told of store damage and failures (its copies share one level).
+    public init(path: String, readOnly: Bool = false, logger: Logger = Logger()) throws {
+        let configured = Database.configured
+        if configured != SQLITE_OK,
+            !Database.configurationFailureLogged.exchange(true, ordering: .relaxed)
+        {
+            logger.warning(
+                "cannot turn SQLite's memory statistics off (\(String(cString: sqlite3_errstr(configured))))"
+            )
+        }
         self.path = path
+        self.logger = logger
         self.walSync = WALSync(path: path + "-wal")
         var h: OpaquePointer?
         let rc = sqlite3_open_v2(
@@ -178,7 +185,7 @@ public final class Database {
             } catch {
                 if isInTransaction { try? execute("ROLLBACK") }
                 if (try? execute("PRAGMA synchronous=FULL")) == nil {
-                    log("cannot restore synchronous=FULL (\(error)); closing the store")
+                    logger.error("cannot restore synchronous=FULL (\(error)); closing the store")
                     close()
                 }
             }
@@ -281,7 +288,7 @@ public final class Database {
         }
         let walAside = path + "-wal.displaced-" + stamp
         let moved = rename(path + "-wal", walAside) == 0
-        log(
+        logger.error(
             "STORE REPLACED: \(what). vaultd serves no more writes and will not checkpoint into that file\(saved)\(moved ? "; its write-ahead log was moved to \(walAside)" : ""). Stop vaultd; to keep what vaultd had, put the displaced copy back as \(path); to keep the file now there, just start vaultd again"
         )
     }
@@ -343,7 +350,7 @@ public final class Database {
             let e = Database.error(rc, handle, context: context)
             if e.code == .storeDamaged && !damageSeen {
                 damageSeen = true
-                log("STORE DAMAGED: \(path): \(e.message)")
+                logger.error("STORE DAMAGED: \(path): \(e.message)")
             }
             throw e
         }

@@ -34,7 +34,7 @@ final class DatabasePool: @unchecked Sendable {
     init(writer: Database) {
         self.writer = writer
         writer.writesNeedTransaction = true
-        readers = ReaderPool(path: writer.path)
+        readers = ReaderPool(path: writer.path, logger: writer.logger)
     }
 
     /// The database file's path.

@@ -277,7 +277,7 @@ final class GroupCommit: @unchecked Sendable {
         settled.lock()
         while settledThrough < sequence - 1 { settled.wait() }
         if let syncError, syncFailure == nil {
-            log(
+            db.logger.error(
                 "the disk failed to sync the write-ahead log (\(syncError)); refusing writes until vaultd restarts"
             )
             syncFailure = VaultFailure(

@@ -55,6 +55,9 @@ public struct MigrationDatabase {
     let db: Database
     init(_ db: Database) { self.db = db }
 
+    /// The connection's logger, for what a migration reports.
+    public var logger: Logger { db.logger }
+
     /// Runs a script of statements (`Database.executeScript`).
     public func execute(_ sql: String) throws { try db.executeScript(sql) }
     @discardableResult

@@ -11,6 +11,8 @@ import Foundation
 /// up to 2 MiB).
 final class ReaderPool: @unchecked Sendable {
     private let path: String
+    /// Told when a reader cannot be opened.
+    private let logger: Logger
     /// At most this many connections are open.
     let capacity: Int
     private let state = NSCondition()
@@ -26,10 +28,11 @@ final class ReaderPool: @unchecked Sendable {
     /// Two per CPU, so that more clients than CPUs seldom find none free; each connection's
     /// page cache costs up to 2 MiB more.
     init(
-        path: String,
+        path: String, logger: Logger,
         capacity: Int = min(8, max(4, 2 * ProcessInfo.processInfo.activeProcessorCount))
     ) {
         self.path = path
+        self.logger = logger
         self.capacity = capacity
     }
 
@@ -72,9 +75,9 @@ final class ReaderPool: @unchecked Sendable {
         }
         if let reuse { return reuse }
         do {
-            return try Database(path: path, readOnly: true)
+            return try Database(path: path, readOnly: true, logger: logger)
         } catch {
-            log("cannot open a reader connection (\(error)); reading on the writer's")
+            logger.warning("cannot open a reader connection (\(error)); reading on the writer's")
             state.withLock {
                 opened -= 1
                 state.broadcast()

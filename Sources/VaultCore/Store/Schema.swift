@@ -316,7 +316,7 @@ enum Schema {
             """)
         let moved = try db.row("SELECT count(*) FROM items_set_aside")?[0].int64 ?? 0
         if moved > 0 {
-            log(
+            db.logger.warning(
                 "keychain: \(moved) item row(s) had the primary key of a later one; the later one of each is kept, the others were moved to items_set_aside (see `vaultctl doctor`)"
             )
         }

@@ -113,7 +113,7 @@ extension SyncService {
             // The next pass brings this keychain's item to the merge.
             writtenByLastPass.insert(c.key)
             try pass()
-            log(
+            logger.notice(
                 "sync: \(restore ? "restored" : "dismissed") conflict \(c.id) (\(c.values.count) field(s) of an item written by device \(c.timestamp.device))"
             )
             return c

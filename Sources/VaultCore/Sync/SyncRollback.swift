@@ -62,14 +62,15 @@ extension SyncService {
     /// the pass goes on: the rest of the group syncs.
     func logRollbacks(_ found: [SyncRollback]) {
         for r in found where rollbacksLogged[r.device] != r.acknowledged {
-            log(
+            logger.warning(
                 "sync: device \(r.device)'s segments in the folder end at \(r.present), but device \(r.acknowledgedBy) acknowledged \(r.acknowledged): they were withheld or rolled back (or have not arrived yet); what was merged here stays"
             )
             rollbacksLogged[r.device] = r.acknowledged
         }
         let now = Set(found.map(\.device))
         for d in rollbacksLogged.keys where !now.contains(d) {
-            log("sync: device \(d)'s segments in the folder reach what was acknowledged again")
+            logger.notice(
+                "sync: device \(d)'s segments in the folder reach what was acknowledged again")
             rollbacksLogged[d] = nil
         }
     }

@@ -58,7 +58,7 @@ extension SyncService {
         perDevice[me] = snapshot
         controlOf[me] = control
         rebuildMerged()
-        log(
+        logger.info(
             "sync: compacted \(mine.count) segments into snapshot \(SyncSegment.fileName(seq)) (\(changes.count) records)"
         )
     }

@@ -108,7 +108,7 @@ extension SyncService {
                 } catch {
                     // Not storable here (a peer's malformed fields): left as it is, unsynced.
                     if rejectionsLogged < Self.maximumLoggedRejections {
-                        log("sync: an item of the group cannot be stored here: \(error)")
+                        logger.warning("sync: an item of the group cannot be stored here: \(error)")
                     }
                     rejectionsLogged += 1
                     return
@@ -199,10 +199,10 @@ extension SyncService {
     private func reportDamaged(_ damaged: [DamagedSyncRow]) {
         if damaged != damagedRows {
             if damaged.isEmpty {
-                log("sync: no damaged item is held any more")
+                logger.notice("sync: no damaged item is held any more")
             } else {
                 let named = damaged.prefix(4).map(\.item.description).joined(separator: "; ")
-                log(
+                logger.warning(
                     "sync: \(damaged.count) damaged item(s) of this keychain not synced, held as they are (the others sync): \(named)\(damaged.count > 4 ? " and \(damaged.count - 4) more" : ""); `vaultctl doctor` lists them, and deleting one here takes the group's copy back"
                 )
             }

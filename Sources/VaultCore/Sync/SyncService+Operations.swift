@@ -39,7 +39,7 @@ extension SyncService {
                 config: config,
                 secrets: ["keyring": ring.encoded(), "boxSecret": boxSK, "signSecret": signSK],
                 membership: view)
-            log("sync: made a sync group in \(logField(folder)) as device \(device)")
+            logger.notice("sync: made a sync group in \(logField(folder)) as device \(device)")
             wake()
             return SyncEnrolment(
                 deviceID: device.description, fingerprint: SyncPairing.groupFingerprint(groupKey))
@@ -63,7 +63,8 @@ extension SyncService {
             try vault.storeSync(
                 config: SyncConfig(folder: folder, device: device, state: .joining),
                 secrets: ["boxSecret": boxSK, "signSecret": signSK])
-            log("sync: asked to join the sync group in \(logField(folder)) as device \(device)")
+            logger.notice(
+                "sync: asked to join the sync group in \(logField(folder)) as device \(device)")
             wake()
             return SyncEnrolment(
                 deviceID: device.description,
@@ -131,7 +132,7 @@ extension SyncService {
             if membership.members[device] == nil {
                 let member = SyncMember(device: device, boxKey: keys.boxKey, signKey: keys.signKey)
                 try writeControl([.member(member)], config: config, folder: folder)
-                log("sync: approved device \(device)")
+                logger.notice("sync: approved device \(device)")
             }
             // Written (again) whatever holds its name: a file there may not be this device's.
             try folder.writeFile(
@@ -169,7 +170,7 @@ extension SyncService {
                 let (rotate, newKey) = try makeRotation(view, me: config.device)
                 records.append(rotate)
                 try writeControl(records, config: config, folder: folder, newKey: newKey)
-                log(
+                logger.notice(
                     "sync: removed device \(device) (its segments after \(cutoff) are ignored) and rotated the group key"
                 )
             }
@@ -255,14 +256,15 @@ extension SyncService {
                 try writeControl(
                     [.remove(config.device, cutoff: nextSequence - 1, pins: pins(config.device))],
                     config: config, folder: folder)
-                log("sync: recorded this device's leaving in the folder")
+                logger.notice("sync: recorded this device's leaving in the folder")
             }
             try vault.storeSync(config: nil)
             // A request to join that was never approved goes too (its key pair is forgotten).
             SyncFolder(root: config.folder).removeFile(
                 device: config.device, name: SyncFolder.joinName)
             resetState()
-            log("sync: device \(config.device) left the sync group in \(logField(config.folder))")
+            logger.notice(
+                "sync: device \(config.device) left the sync group in \(logField(config.folder))")
         }
     }
 

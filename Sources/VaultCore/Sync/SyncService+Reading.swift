@@ -20,7 +20,7 @@ extension SyncService {
         folder.removeFile(device: config.device, name: SyncFolder.joinName)
         resetState()
         loadedFor = config
-        log(
+        logger.notice(
             "sync: joined the sync group (fingerprint \(ring.keys.keys.min().flatMap { ring.keys[$0] }.map(SyncPairing.groupFingerprint) ?? "?"))"
         )
         return config
@@ -63,14 +63,14 @@ extension SyncService {
         let scan = try folder.scan(preferring: preferred(config))
         if scan.ignored != ignoredDevices {
             if scan.ignored > 0 {
-                log(
+                logger.warning(
                     "sync: the folder holds \(scan.ignored) device directories past the \(Self.maximumDevices) read; they are ignored (this device's and the members' are read first)"
                 )
             }
             ignoredDevices = scan.ignored
         }
         for d in scan.links where !linksLogged.contains(d) {
-            log(
+            logger.warning(
                 "sync: \(logField(folder.directory(d))) is a symbolic link, not a directory: not followed, its files are not read"
             )
             linksLogged.insert(d)
@@ -104,9 +104,10 @@ extension SyncService {
     ) {
         rejected[device, default: [:]][seq] = version
         if rejectionsLogged < Self.maximumLoggedRejections {
-            log("sync: ignored segment \(SyncSegment.fileName(seq)) of device \(device): \(why)")
+            logger.warning(
+                "sync: ignored segment \(SyncSegment.fileName(seq)) of device \(device): \(why)")
         } else if rejectionsLogged == Self.maximumLoggedRejections {
-            log("sync: further ignored segments are counted in sync status, not logged")
+            logger.warning("sync: further ignored segments are counted in sync status, not logged")
         }
         rejectionsLogged += 1
     }
@@ -234,7 +235,7 @@ extension SyncService {
         let changed = membership.apply(c, author: device)
         var rebuild = false
         if changed, case .remove(let d, _, _) = c {
-            if d == device { log("sync: device \(device) left the sync group") }
+            if d == device { logger.notice("sync: device \(device) left the sync group") }
             rebuild =
                 applied[d]?.contains(where: {
                     !membership.accepts(d, sequence: $0, hash: fileHashes[d]?[$0])

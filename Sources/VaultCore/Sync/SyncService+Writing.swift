@@ -15,7 +15,7 @@ extension SyncService {
             // was made without this device: a new one first, for the members as they are.
             let (rotate, newKey) = try makeRotation(membership, me: me)
             try writeControl([rotate], config: config, folder: folder, newKey: newKey)
-            log("sync: rotated the group key to generation \(newKey.0.generation)")
+            logger.notice("sync: rotated the group key to generation \(newKey.0.generation)")
         }
         var start = 0
         while start < exported.count {
@@ -108,7 +108,7 @@ extension SyncService {
             nextSequence = sequence + 1
             return
         }
-        log(
+        logger.warning(
             "sync: moved \(logField(name)) out of this device's way: this device did not write it, and its name is this device's next segment's"
         )
         if !folder.clear(device: me, name: name) {

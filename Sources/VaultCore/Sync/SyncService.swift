@@ -98,6 +98,9 @@ public final class SyncService: @unchecked Sendable {
         self.vault = vault
     }
 
+    /// The vault's logger: what the passes did and what they refused.
+    var logger: Logger { vault.logger }
+
     /// The config and folder of a member, with the membership and keys loaded. Throws
     /// NotInitialized otherwise.
     func memberState() throws -> (SyncConfig, SyncFolder) {
@@ -202,7 +205,7 @@ public final class SyncService: @unchecked Sendable {
         lock.withLock {
             do {
                 try pass()
-                if lastProblem != nil { log("sync: passes succeed again") }
+                if lastProblem != nil { logger.notice("sync: passes succeed again") }
                 lastProblem = nil
                 lastPass = Date()
             } catch let e as VaultFailure
@@ -213,7 +216,8 @@ public final class SyncService: @unchecked Sendable {
             } catch {
                 let text = "\(error)"
                 if text != lastProblem {
-                    log("sync: the pass failed (tried again on the next change): \(text)")
+                    logger.warning(
+                        "sync: the pass failed (tried again on the next change): \(text)")
                 }
                 lastProblem = text
             }

@@ -69,7 +69,8 @@ extension KeyHierarchy {
         guard let box = try meta(db, "recovery.key") else { return nil }
         let r = Sodium.open(box, key: kek, associatedData: Self.wrappingAD)
         if r == nil {
-            log("the recovery key's wrapping does not open with the vault's key: damaged")
+            db.logger.error(
+                "the recovery key's wrapping does not open with the vault's key: damaged")
         }
         return r
     }

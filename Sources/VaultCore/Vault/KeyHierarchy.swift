@@ -119,7 +119,8 @@ final class KeyHierarchy {
                     try openAll(kek: kek, in: db, store: { try x.write($0) })
                     try sealNoPassphraseKEK(kek, in: x)
                 } catch {
-                    log("the vault has no passphrase but its keys do not open: \(error)")
+                    x.db.logger.error(
+                        "the vault has no passphrase but its keys do not open: \(error)")
                 }
             }
         }
@@ -216,11 +217,11 @@ final class KeyHierarchy {
         do {
             try x.write { db in try storeNoPassphraseKEK(kek, in: db) }
             try x.truncateWAL()
-            log(
+            x.db.logger.notice(
                 "the vault has no passphrase: its key is now sealed with the device key, which the TPM seals"
             )
         } catch {
-            log(
+            x.db.logger.warning(
                 "could not seal the key of the vault (no passphrase) with the TPM's device key: \(error)"
             )
         }

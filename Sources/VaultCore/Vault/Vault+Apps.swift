@@ -154,7 +154,7 @@ extension Vault {
             try self.apps.save(record, in: db)
             try self.apps.recordGeneration(of: record, in: db)
         }
-        log("app \(appID) installed (generation \(record.generation))")
+        logger.notice("app \(appID) installed (generation \(record.generation))")
         return record
     }
 
@@ -232,7 +232,7 @@ extension Vault {
         // wait for this one, and removes what is left under the cache lock before saving its
         // record) may have a cache of its own by now.
         caches.removeDirectory(of: appID) { (try? isInstalled(appID)) != true }
-        log("app \(appID) uninstalled")
+        logger.notice("app \(appID) uninstalled")
         return record
     }
 
@@ -348,7 +348,7 @@ extension Vault {
             a.unreportedLaunchWipe = reporting ? nil : wiped
             try self.apps.save(a, in: db)
             if wiped > 0 {
-                log(
+                self.logger.notice(
                     "app \(appID): first launch of a new install; wiped \(wiped) leftover credential(s)"
                 )
             }
@@ -416,7 +416,7 @@ extension Vault {
         if let found, a.executable?.sameBytes(found) != true {
             a.executable = found
             guard (try? write({ [a] db in try self.apps.save(a, in: db) })) != nil else { return }
-            log("app \(a.appID): its Flatpak deployment is \(logField(found))")
+            logger.info("app \(a.appID): its Flatpak deployment is \(logField(found))")
         }
         guard let dir = a.executable else { return }
         scanned(a, state: state, what: "Flatpak deployment", path: dir, now: now)
@@ -435,19 +435,19 @@ extension Vault {
                 let absent = Int(now.timeIntervalSince(a.missingSince!).rounded())
                 a.missingSince = nil
                 if (try? write({ [a] db in try self.apps.save(a, in: db) })) != nil {
-                    log(
+                    logger.notice(
                         "app \(a.appID): its \(what) is back after about \(absent) s; the same install (generation \(a.generation))"
                     )
                 }
             case .absent where a.missingSince == nil:
                 a.missingSince = now
                 if (try? write({ [a] db in try self.apps.save(a, in: db) })) != nil {
-                    log(
+                    logger.notice(
                         "app \(a.appID): its \(what) \(logField(path)) is missing; it counts as uninstalled in \(Int(grace)) s unless it comes back (UninstallGraceSeconds)"
                     )
                 }
             case .absent where now.timeIntervalSince(a.missingSince!) >= grace:
-                log(
+                logger.notice(
                     "app \(a.appID): its \(what) has been missing for \(Int(grace)) s or more (UninstallGraceSeconds)"
                 )
                 _ = try? markUninstalled(a.appID, executableMissing: true)

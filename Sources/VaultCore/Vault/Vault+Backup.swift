@@ -204,16 +204,16 @@ extension Vault {
                 }
             }
         }
-        log(
+        logger.notice(
             "backup written to \(path): \(summary.items) items (\(summary.deviceBoundItems) device-bound, \(summary.leftOutItems) ThisDeviceOnly left out), \(summary.preferences) preferences in \(summary.domains) domains, \(summary.apps) apps, \(summary.bytes) bytes"
         )
         if !summary.damagedItems.isEmpty {
-            log(
+            logger.warning(
                 "backup: \(summary.damagedItems.count) damaged item(s) left out: \(summary.damagedItems.prefix(16).map(\.description).joined(separator: "; "))"
             )
         }
         if !summary.damagedValues.isEmpty {
-            log(
+            logger.warning(
                 "backup: \(summary.damagedValues.count) damaged preference value(s) left out: \(summary.damagedValues.prefix(16).map(\.description).joined(separator: "; "))"
             )
         }
@@ -474,7 +474,7 @@ extension Vault {
                 }
             }
         }
-        log(
+        logger.notice(
             "restored the backup \(path): items \(result.items.added) added, \(result.items.replaced) replaced, \(result.items.kept) kept (\(result.unavailableItems) unavailable on this device); preferences \(result.preferences.added) added, \(result.preferences.replaced) replaced, \(result.preferences.kept) kept; apps \(result.apps.added) added, \(result.apps.kept) kept"
         )
         return result

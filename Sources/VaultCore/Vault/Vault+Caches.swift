@@ -65,7 +65,7 @@ extension Vault {
     public func enforceCachePolicy(_ policy: CachePolicy, running: Set<String>) -> PurgeReport? {
         guard let report = caches.enforce(policy, running: running) else { return nil }
         if report.removedFiles > 0 {
-            log(
+            logger.info(
                 "cache purge: freed \(report.freedBytes) bytes in \(report.removedFiles) file(s) of \(report.apps.count) app(s)"
             )
         }

@@ -81,7 +81,8 @@ extension Vault {
                 rows: found.rows, malformed: found.malformed, metadata: metadata)
             try withKeys { try keychain.addClassKeys(to: &candidates) }
             return try KeychainStore.copyMatching(
-                candidates, query, returnData: returnData, includingLocked: includingLocked)
+                candidates, query, returnData: returnData, includingLocked: includingLocked,
+                logger: logger)
         }
         // The rows come from one snapshot and the class keys a moment later: should the
         // passphrase be removed and set again in between (a new whenPasscodeSet key), a row

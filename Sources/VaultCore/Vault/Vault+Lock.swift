@@ -135,15 +135,16 @@ extension Vault {
                 // The keys wrapped under the weaker KEK stay in the WAL's old frames until it
                 // wraps round (as after ChangePassphrase).
                 do { try x.truncateWAL() } catch {
-                    log(
+                    logger.warning(
                         "the keys wrapped under the earlier Argon2id cost may stay in the write-ahead log for a while: \(error)"
                     )
                 }
             }
             let (ops, mem) = cost.limits
-            log("re-wrapped the vault's keys under Argon2id at \(ops) passes over \(mem >> 20) MiB")
+            logger.notice(
+                "re-wrapped the vault's keys under Argon2id at \(ops) passes over \(mem >> 20) MiB")
         } catch {
-            log(
+            logger.warning(
                 "could not re-wrap the vault's keys at the stronger Argon2id cost (they stay as they were; the next unlock tries again): \(error)"
             )
         }
@@ -190,7 +191,7 @@ extension Vault {
         var oldKEK: SecureBytes?
         if hasPassphrase {
             guard let old else {
-                log("ChangePassphrase refused: the current passphrase was not given")
+                logger.warning("ChangePassphrase refused: the current passphrase was not given")
                 throw VaultFailure(.wrongPassphrase, "the current passphrase is required")
             }
             // A passphrase check like Unlock's, so rate-limited and counted like it.
@@ -227,7 +228,7 @@ extension Vault {
                 do {
                     try x.truncateWAL()
                 } catch {
-                    log(
+                    logger.warning(
                         "the passphrase changed, but the keys it replaced may stay in the write-ahead log for a while: \(error)"
                     )
                 }
@@ -250,7 +251,7 @@ extension Vault {
                 try checkRateLimit(x)
             } catch let e as VaultFailure where e.code == .rateLimited {
                 // Guesses made during the wait are refused unchecked, but seen in the log.
-                log("\(operation) refused: \(e.message)")
+                logger.warning("\(operation) refused: \(e.message)")
                 throw e
             }
             return try keys.passphraseParameters(in: x.db)
@@ -272,7 +273,7 @@ extension Vault {
             // The schedule's waits are whole seconds (1 s to 900 s).
             let wait = Self.unlockWait(afterFailures: n)
             let waitText = String(Int(wait))
-            log(
+            logger.warning(
                 "\(operation) failed: wrong passphrase (\(n) failed in a row\(wait > 0 ? "; the next check is allowed in \(waitText) s" : "")\(stored ? "" : "; counted in memory only, the store could not take it"))"
             )
             throw e
@@ -280,7 +281,7 @@ extension Vault {
         // Unlocked: a count left behind (a full disk) only costs a later wait; failing here
         // reported an unlocked vault as not unlocked, to observers too.
         do { try resetFailedUnlocks(x) } catch {
-            log("could not clear the failed-unlock count: \(error)")
+            logger.warning("could not clear the failed-unlock count: \(error)")
         }
     }
 
@@ -327,7 +328,8 @@ extension Vault {
             record.last = now
             failures = record
             do { try storeFailures(record, x) } catch {
-                log("could not store the corrected time of the last failed unlock: \(error)")
+                logger.warning(
+                    "could not store the corrected time of the last failed unlock: \(error)")
             }
         }
         return max(0, record.last + wait - now)

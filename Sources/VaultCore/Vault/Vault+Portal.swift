@@ -50,7 +50,7 @@ extension Vault {
             guard let found = try storedSecret() else { throw e }
             return found
         }
-        log("portal: made the master secret of app \(appID)")
+        logger.notice("portal: made the master secret of app \(appID)")
         return secret
     }
 }

@@ -30,7 +30,7 @@ extension Vault {
                 // A replaced recovery key's wrapping stays in the WAL's old frames until it
                 // wraps round: one rotated because it leaked would open the vault from there.
                 do { try x.truncateWAL() } catch {
-                    log(
+                    logger.warning(
                         "a recovery key was made, but the wrapping of the one it replaces may stay in the write-ahead log for a while: \(error)"
                     )
                 }
@@ -38,7 +38,7 @@ extension Vault {
             }
             return ((), [.lockState(state)])
         }
-        log("a recovery key was made (it replaces any earlier one)")
+        logger.notice("a recovery key was made (it replaces any earlier one)")
         return recoveryKey
     }
 
@@ -55,12 +55,12 @@ extension Vault {
             try writingKeys(in: x) { db in try changingKeys { try keys.removeRecoveryKey(in: db) } }
             // The wrapping stays in the WAL's old frames until it wraps round.
             do { try x.truncateWAL() } catch {
-                log(
+                logger.warning(
                     "the recovery key was removed, but its wrapping may stay in the write-ahead log for a while: \(error)"
                 )
             }
         }
-        log("the recovery key was removed")
+        logger.notice("the recovery key was removed")
     }
 
     /// Unlocks with the recovery key's text (`RecoveryKeyText`, as typed). Owner only. Throws
@@ -111,7 +111,7 @@ extension Vault {
                     try changingKeys { try keys.rewrap(newPassphrase: newKEK, in: db) }
                 }
                 do { try x.truncateWAL() } catch {
-                    log(
+                    logger.warning(
                         "the passphrase was reset, but the keys it replaced may stay in the write-ahead log for a while: \(error)"
                     )
                 }
@@ -119,7 +119,7 @@ extension Vault {
             }
             return (state, [.lockState(state)])
         }
-        log("the passphrase was reset with the recovery key")
+        logger.notice("the passphrase was reset with the recovery key")
         return state
     }
 
@@ -151,7 +151,7 @@ extension Vault {
         do {
             try checkRateLimit(x)
         } catch let e as VaultFailure where e.code == .rateLimited {
-            log("\(operation) refused: \(e.message)")
+            logger.warning("\(operation) refused: \(e.message)")
             throw e
         }
         _ = try keys.passphraseParameters(in: x.db)
@@ -160,13 +160,13 @@ extension Vault {
         } catch let e as VaultFailure where e.code == .wrongPassphrase {
             let (n, stored) = recordFailedUnlock(x)
             let wait = Self.unlockWait(afterFailures: n)
-            log(
+            logger.warning(
                 "\(operation) failed: wrong recovery key (\(n) failed in a row\(wait > 0 ? "; the next check is allowed in \(Int(wait)) s" : "")\(stored ? "" : "; counted in memory only, the store could not take it"))"
             )
             throw VaultFailure(.wrongPassphrase, "wrong recovery key")
         }
         do { try resetFailedUnlocks(x) } catch {
-            log("could not clear the failed-unlock count: \(error)")
+            logger.warning("could not clear the failed-unlock count: \(error)")
         }
     }
 }

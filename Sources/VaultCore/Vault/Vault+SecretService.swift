@@ -57,7 +57,7 @@ extension Vault {
         }
         guard let metadata = withKeys({ try? keychain.metadataKeys().metadata }) else { return g }
         guard let label = Self.openCollectionLabel(box, accessGroup: g, metadata: metadata) else {
-            log(
+            logger.warning(
                 "secret service: the label of collection \(g) failed authentication (the vault file was altered or damaged); it reads as the group's name until one is set"
             )
             return g
@@ -218,7 +218,7 @@ extension Vault {
         guard n == 1 else {
             throw VaultFailure(.itemNotFound, "no damaged item \(id) in this collection")
         }
-        log("keychain: deleted 1 damaged item(s): \(d.description)")
+        logger.warning("keychain: deleted 1 damaged item(s): \(d.description)")
         emit(.keychainChanged)
         emit(.itemsChanged([ItemChange(deleted: d)]))
         return d

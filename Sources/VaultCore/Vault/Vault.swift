@@ -29,7 +29,7 @@ public final class Vault: @unchecked Sendable {
     public let quota = StorageQuota()
     /// User presence before a presence-protected secret is released: vaultd sets its
     /// verifier (polkit) and grace window (`Policy/Presence.swift`).
-    public let presence = PresenceGate()
+    public let presence: PresenceGate
     /// The Secret Service's `session` collection: items kept in memory only, until vaultd stops.
     let sessionItems = SessionItems()
     /// The per-app cache directories.
@@ -47,6 +47,8 @@ public final class Vault: @unchecked Sendable {
     /// The time the rate limit and the executable scan go by (vaultd's idle auto-lock too):
     /// the system's, but in tests.
     public let clock: any VaultClock
+    /// vaultd's log, which the vault, its stores and its sync service write to.
+    public let logger: Logger
     /// Failed passphrase checks in a row, as this process counted them, and the wall-clock
     /// time of the last (seconds since 1970, on `clock`), under the engine lock. With the count stored in
     /// `vault_meta` (`unlock.failures`), the larger wins (`failureRecord`): a failure that
@@ -81,13 +83,16 @@ public final class Vault: @unchecked Sendable {
     /// opening (`deviceKeyStatus.problem` says why).
     /// `passphrasePolicy`: the Argon2id cost of new passphrase keys (the default for real
     /// vaults; tests lower it). `clock`: the system's, but in tests, which move it instead of
-    /// waiting.
+    /// waiting. `logger`: where the vault and its parts log (stderr at info level, but
+    /// vaultd's).
     public init(
         dataDirectory: String, cacheDirectory: String? = nil, newDeviceKey: Bool = false,
         deviceKeyTPM: DeviceKeyTPM = .none,
         passphrasePolicy: PassphrasePolicy = PassphrasePolicy(),
-        clock: any VaultClock = SystemClock()
+        clock: any VaultClock = SystemClock(), logger: Logger = Logger()
     ) throws {
+        self.logger = logger
+        presence = PresenceGate(logger: logger)
         self.dataDirectory = dataDirectory
         self.passphrasePolicy = passphrasePolicy
         self.clock = clock
@@ -98,7 +103,7 @@ public final class Vault: @unchecked Sendable {
         // -shm files take its mode); an older, looser one is tightened.
         try FileSystem.createPrivateFile(dataDirectory + "/vault.sqlite")
         try FileSystem.restrict(dataDirectory + "/vault.sqlite")
-        let db = try Self.openStore(dataDirectory + "/vault.sqlite")
+        let db = try Self.openStore(dataDirectory + "/vault.sqlite", logger: logger)
         // A damaged (not 32 bytes), foreign or loose device.key is refused, never replaced.
         let loaded: DeviceKey.Loaded
         do {
@@ -106,7 +111,7 @@ public final class Vault: @unchecked Sendable {
                 try db.row("SELECT 1 FROM vault_meta WHERE key = 'wrapped.metadata'") != nil
             loaded = try DeviceKey.load(
                 directory: dataDirectory, setting: deviceKeyTPM, initialized: initialized,
-                newDeviceKey: newDeviceKey)
+                newDeviceKey: newDeviceKey, logger: logger)
         } catch {
             db.close()
             throw error
@@ -127,7 +132,7 @@ public final class Vault: @unchecked Sendable {
         }
         preferences = PreferencesStore()
         apps = AppRegistry()
-        caches = CacheStore(root: self.cacheDirectory)
+        caches = CacheStore(root: self.cacheDirectory, logger: logger)
         emittedThrough = orderedEvents.start
         reserve.replenish()
     }
@@ -135,10 +140,10 @@ public final class Vault: @unchecked Sendable {
     /// Opens the store and runs pending migrations, having checked it (`PRAGMA quick_check`):
     /// a file SQLite reports malformed, at the check or at any statement before vaultd
     /// serves it, is refused with StoreDamaged saying what to do; vaultd never serves it.
-    private static func openStore(_ path: String) throws -> Database {
+    private static func openStore(_ path: String, logger: Logger) throws -> Database {
         var opened: Database?
         do {
-            let db = try Database(path: path)
+            let db = try Database(path: path, logger: logger)
             opened = db
             let problems = try db.quickCheck()
             guard problems == ["ok"] else {
@@ -185,7 +190,7 @@ public final class Vault: @unchecked Sendable {
         } catch let full as VaultFailure where full.code == .storageFull {
             let freed = reserve.release()
             guard freed > 0 else { throw full }
-            log(
+            logger.warning(
                 "the disk is full: gave the space reserve (\(freed) bytes, \(reserve.path)) back for a delete; it is filled again once there is room"
             )
             return try write(body)
