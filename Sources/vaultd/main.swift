@@ -95,7 +95,8 @@ let activated = Listener.fromActivation(environment: environment)
 if activated == nil {
     do {
         try Listener.refuseIfServed(
-            path: configuration.socketPath, strictDirectory: configuration.socketPathIsDefault)
+            path: configuration.socketPath, strictDirectory: configuration.socketPathIsDefault,
+            logger: logger)
     } catch {
         fail("\(error)")
     }
@@ -162,22 +163,24 @@ do {
     listener =
         try activated
         ?? Listener.bind(
-            path: configuration.socketPath, strictDirectory: configuration.socketPathIsDefault)
+            path: configuration.socketPath, strictDirectory: configuration.socketPathIsDefault,
+            logger: logger)
 } catch {
     fail("\(error)")
 }
 /// The socket file this vaultd bound (device and inode), so that a stop removes only that
 /// one: the path may hold another vaultd's socket by then (this one's removed meanwhile).
 let boundSocketFile: (dev: UInt64, ino: UInt64)? = {
-    var st = stat()
-    guard activated == nil, lstat(configuration.socketPath, &st) == 0 else { return nil }
+    guard activated == nil, let st = try? SystemCall.lstat(configuration.socketPath) else {
+        return nil
+    }
     return (UInt64(st.st_dev), UInt64(st.st_ino))
 }()
 
 initialSettings.apply(to: vault)
 // Per-program access (docs/access.md): the questions go to vaultd's own dialogs.
 vault.accessGate.asker = AccessPrompter(
-    dialogs: secretService?.dialogs ?? PromptDialogs(service: nil))
+    dialogs: secretService?.dialogs ?? PromptDialogs(service: nil, logger: logger))
 // Where the scan looks for Flatpak apps' deployments (docs/apps.md).
 vault.appSettings.flatpakInstallations = FlatpakInstallations.fromEnvironment()
 
@@ -194,7 +197,8 @@ let dispatcher = Dispatcher(
     vault: vault, runningApps: { running.server?.runningApps ?? [] }, activity: { idle.touch() },
     sync: syncService)
 let server = Server(
-    listener: listener, listenerIsShared: activated != nil, dispatcher: dispatcher, limits: limits
+    listener: listener, listenerIsShared: activated != nil, dispatcher: dispatcher, limits: limits,
+    logger: logger
 ) { @Sendable peer in
     PeerIdentity.session(for: peer, vault: vault)
 }
@@ -278,7 +282,7 @@ tickSource.resume()
 /// load leaves the settings in force, and says so.
 func reloadSettings() {
     var source = "from \(configuration.configFile ?? "")"
-    if let file = configuration.configFile, access(file, F_OK) != 0 {
+    if let file = configuration.configFile, !SystemCall.access(file, F_OK) {
         source = "(\(file) is absent: the defaults)"
     }
     if configuration.configFile == nil { source = "(no config file: the defaults)" }
@@ -360,11 +364,10 @@ func shutdown(_ signalName: String) -> Never {
     logger.notice("\(signalName): stopping")
     server.stop(timeout: 10)
     vault.close()
-    var st = stat()
-    if let bound = boundSocketFile, lstat(configuration.socketPath, &st) == 0,
+    if let bound = boundSocketFile, let st = try? SystemCall.lstat(configuration.socketPath),
         UInt64(st.st_dev) == bound.dev, UInt64(st.st_ino) == bound.ino
     {
-        unlink(configuration.socketPath)
+        try? SystemCall.unlink(configuration.socketPath)
     }
     logger.notice("stopped")
     exit(0)

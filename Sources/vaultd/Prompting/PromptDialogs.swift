@@ -96,7 +96,13 @@ final class PromptDialogs: Sendable {
     /// Failed-unlock answers asked again per question before it is dismissed.
     static let maximumAttempts = PrompterAgent.maximumAttempts
 
-    init(service: SecretService?) { self.service = service }
+    /// Where the dialogs' outcomes are logged.
+    let logger: Logger
+
+    init(service: SecretService?, logger: Logger) {
+        self.service = service
+        self.logger = logger
+    }
 
     // MARK: the choice
 
@@ -123,11 +129,11 @@ final class PromptDialogs: Sendable {
     /// `program` as a path that can be executed: itself when it has a slash, else the first
     /// match in PATH.
     static func executable(_ program: String) -> String? {
-        if program.contains("/") { return access(program, X_OK) == 0 ? program : nil }
+        if program.contains("/") { return SystemCall.access(program, X_OK) ? program : nil }
         let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/local/bin:/usr/bin:/bin"
         for dir in path.split(separator: ":") where dir.hasPrefix("/") {
             let p = "\(dir)/\(program)"
-            if access(p, X_OK) == 0 { return p }
+            if SystemCall.access(p, X_OK) { return p }
         }
         return nil
     }
@@ -164,7 +170,7 @@ final class PromptDialogs: Sendable {
             do {
                 dialog = try open(choice, deadline: ticket.deadline)
             } catch {
-                log("prompt: no dialog (\(error))")
+                logger.warning("prompt: no dialog (\(error))")
                 return done(body(nil))
             }
             defer { dialog.close() }
@@ -197,12 +203,13 @@ final class PromptDialogs: Sendable {
                 for attempt in 1...Self.maximumAttempts {
                     switch dialog.passphrase(text, deadline: ticket.deadline) {
                     case .dismissed(let why):
-                        log("prompt: the unlock dialog ended without a passphrase (\(why))")
+                        self.logger.info(
+                            "prompt: the unlock dialog ended without a passphrase (\(why))")
                         return false
                     case .passphrase(let p):
                         do {
                             _ = try vault.daemonSession(for: .unlockDialog).unlock(passphrase: p)
-                            log(
+                            self.logger.notice(
                                 "prompt: the vault was unlocked with the passphrase typed into the dialog"
                             )
                             return true
@@ -212,7 +219,7 @@ final class PromptDialogs: Sendable {
                             text.warning =
                                 "The passphrase was wrong (attempt \(attempt + 1) of \(Self.maximumAttempts))"
                         } catch {
-                            log(
+                            self.logger.warning(
                                 "prompt: the dialog's passphrase did not unlock the vault (\(VaultError.wire(error)))"
                             )
                             return false

@@ -16,6 +16,8 @@ import Glibc
 /// (a `Mutex` has no wait); `wake` is set once before the accept loop starts.
 final class Server: @unchecked Sendable {
     let listener: UnixSocket
+    /// vaultd's log: refusals, budgets, accept failures.
+    let logger: Logger
     /// The listener is systemd's (socket activation): systemd keeps the same socket and
     /// starts the next vaultd on it, so `stop` must leave it able to take connections (a
     /// `shutdown` would act on systemd's copy too: every later connect refused).
@@ -176,7 +178,7 @@ final class Server: @unchecked Sendable {
     /// RateLimited, for a message over the budget: `what` it was.
     func overBudget(_ what: String) -> VarlinkReply {
         let mib = limits.messageBudget >> 20
-        log("refused \(what): messages in flight for other connections hold \(mib) MiB")
+        logger.warning("refused \(what): messages in flight for other connections hold \(mib) MiB")
         return VarlinkReply(
             error: VaultError(
                 .rateLimited,
@@ -189,7 +191,7 @@ final class Server: @unchecked Sendable {
         let mib = limits.replyBudget >> 20
         // Said once a minute at most: many connections asking at once must not fill the log.
         if Self.onceAMinute(Self.lastReplyBudgetLog) {
-            log(
+            logger.warning(
                 "refused a \(method) call: replies being built and sent for other connections hold the \(mib) MiB reply budget"
             )
         }
@@ -201,24 +203,25 @@ final class Server: @unchecked Sendable {
 
     init(
         listener: UnixSocket, listenerIsShared: Bool = false, dispatcher: Dispatcher,
-        limits: Limits = Limits(),
+        limits: Limits = Limits(), logger: Logger,
         identify: @escaping (PeerCredentials) -> Result<VaultSession, VaultError>
     ) {
+        self.logger = logger
         self.listener = listener
         self.listenerIsShared = listenerIsShared
-        if pipe(&wake) == 0 {
-            for fd in wake {
-                _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
-                _ = fcntl(fd, F_SETFL, O_NONBLOCK)
-            }
+        if let pipe = try? SystemCall.pipe() {
+            wake = [pipe.read, pipe.write]
+            for fd in wake { _ = try? SystemCall.fcntl(fd, F_SETFL, O_NONBLOCK) }
         } else {
             wake = [-1, -1]
         }
         // Every message then carries its sender's pid (SCM_CREDENTIALS), also what a client
         // sends before its connection is accepted: accepted sockets take the option over.
-        if vault_set_passcred(listener.fd) != 0 {
-            log(
-                "cannot set SO_PASSCRED on the listening socket: \(String(cString: strerror(errno)))"
+        do {
+            try retryingOnInterrupt("setsockopt") { vault_set_passcred(listener.fd) }
+        } catch {
+            logger.warning(
+                "cannot set SO_PASSCRED on the listening socket: \(String(cString: strerror(error.code)))"
             )
         }
         self.limits = limits
@@ -246,8 +249,12 @@ final class Server: @unchecked Sendable {
             pollfd(fd: wake[0], events: Int16(POLLIN), revents: 0),
         ]
         while !stopping.load(ordering: .sequentiallyConsistent) {
-            let n = poll(&fds, nfds_t(wake[0] >= 0 ? 2 : 1), -1)
-            if n < 0 && errno != EINTR { return true }  // accept says what is wrong
+            let count = wake[0] >= 0 ? 2 : 1
+            let polled = fds.withUnsafeMutableBufferPointer {
+                try? SystemCall.poll(
+                    UnsafeMutableBufferPointer(rebasing: $0[..<count]), timeout: -1)
+            }
+            if polled == nil { return true }  // accept says what is wrong
             if fds[1].revents != 0 { return false }
             if fds[0].revents != 0 { return true }
         }
@@ -263,21 +270,22 @@ final class Server: @unchecked Sendable {
             } catch let e as Errno {
                 if stopping.load(ordering: .sequentiallyConsistent) { return }
                 if e.code == EMFILE || e.code == ENFILE || e.code == ENOBUFS || e.code == ENOMEM {
-                    log("accept: \(e); waiting")
+                    logger.warning("accept: \(e); waiting")
                     usleep(100_000)
                 }
                 continue
             } catch { continue }
             guard let peer = PeerCredentials(socket: conn) else {
                 PeerIdentity.refusals.log(
-                    "no-pidfd",
+                    "no-pidfd", to: logger, .warning,
                     "refused a connection: the kernel names no process for it (SO_PEERCRED, SO_PEERPIDFD or pidfd_open: \(String(cString: strerror(errno))))"
                 )
                 conn.close()
                 continue
             }
             guard peer.uid == getuid() else {
-                PeerIdentity.refusals.log("other-user", "refused a connection from another user")
+                PeerIdentity.refusals.log(
+                    "other-user", to: logger, .warning, "refused a connection from another user")
                 conn.close()
                 continue
             }
@@ -298,7 +306,7 @@ final class Server: @unchecked Sendable {
                 if now &- lastRefusalLog >= 60_000_000_000 || lastRefusalLog == 0 {
                     lastRefusalLog = now
                     if !stopping.load(ordering: .relaxed) {
-                        log(
+                        logger.warning(
                             "refused a connection: \(limits.maximumConnections) are open, the most vaultd serves at once (VAULTD_MAX_CONNECTIONS)"
                         )
                     }
@@ -327,7 +335,9 @@ final class Server: @unchecked Sendable {
     func stop(timeout: Double) {
         state.withLock { stopping.store(true, ordering: .sequentiallyConsistent) }
         // Connections still queued stay queued: for systemd's socket, the next vaultd takes them.
-        if wake[1] >= 0 { _ = write(wake[1], "x", 1) }
+        if wake[1] >= 0 {
+            _ = try? [UInt8(ascii: "x")].withUnsafeBytes { try SystemCall.write(wake[1], $0) }
+        }
         if !listenerIsShared { listener.shutdown() }
         let deadline = Date().addingTimeInterval(timeout)
         while callsInProgress.load(ordering: .sequentiallyConsistent) > 0 && Date() < deadline {
@@ -465,7 +475,7 @@ final class Server: @unchecked Sendable {
         // Said once a minute at most (a flood must not fill the log); the app ID is one
         // vaultd registered, bounded and printable.
         if logRefusal {
-            log(
+            logger.warning(
                 "refused connections of \(session.appID.map { "app \($0)" } ?? "a program of the owner's (\(identity))"): \(limits.maximumConnectionsPerPeer) are open, the most one identity holds (VAULTD_MAX_CONNECTIONS_PER_PEER)"
             )
         }
@@ -530,7 +540,7 @@ final class Server: @unchecked Sendable {
                 // Said once a minute at most: a client that reconnects and stalls again
                 // must not fill the log.
                 if Self.onceAMinute(Self.lastObserverDropLog) {
-                    log(
+                    logger.warning(
                         "an observer fell \(queue.capacityBytes >> 20) MiB of events behind; its stream was closed (a client that connects again starts from a snapshot)"
                     )
                 }
@@ -557,7 +567,8 @@ final class Server: @unchecked Sendable {
                 _ = try? send(VarlinkReply(error: e), on: conn)
                 return false
             } catch {
-                log("could not check an app's stream against its install (\(error)); closed it")
+                logger.warning(
+                    "could not check an app's stream against its install (\(error)); closed it")
                 return false
             }
             for reply in batch {
@@ -572,9 +583,8 @@ final class Server: @unchecked Sendable {
     /// only shut down its writing side (POLLRDHUP, a zero-length read) still reads: a
     /// subscriber with nothing more to send may do that, and its stream goes on.
     private func peerClosed(_ conn: UnixSocket) -> Bool {
-        var pfd = pollfd(fd: conn.fd, events: 0, revents: 0)
-        guard poll(&pfd, 1, 0) > 0 else { return false }
-        return pfd.revents & Int16(POLLHUP | POLLERR) != 0
+        let revents = (try? SystemCall.poll(conn.fd, events: 0, timeout: 0)) ?? 0
+        return revents & Int16(POLLHUP | POLLERR) != 0
     }
 }
 
@@ -590,7 +600,7 @@ extension VarlinkReply {
             let problem = VarlinkValidation.errorProblem(
                 name: error, parameters: json["parameters"]?.objectValue ?? [:])
         {
-            log("an error reply does not match its declaration: \(problem)")
+            logger.error("an error reply does not match its declaration: \(problem)")
             assertionFailure("an error reply does not match its declaration: \(problem)")
         }
         #endif
