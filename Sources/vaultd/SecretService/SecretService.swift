@@ -267,7 +267,9 @@ final class SecretService: @unchecked Sendable {
     static func sessionBusAddress() -> String? {
         let env = ProcessInfo.processInfo.environment
         if let a = env["DBUS_SESSION_BUS_ADDRESS"], !a.isEmpty { return a }
-        if let run = env["XDG_RUNTIME_DIR"], run.hasPrefix("/"), access(run + "/bus", F_OK) == 0 {
+        if let run = env["XDG_RUNTIME_DIR"], run.hasPrefix("/"),
+            SystemCall.access(run + "/bus", F_OK)
+        {
             return "unix:path=" + run + "/bus"
         }
         return nil
@@ -500,7 +502,7 @@ final class SecretService: @unchecked Sendable {
             log("secret service: cannot open \(owner.description) to stop it: not serving")
             return false
         }
-        defer { close(pidfd) }
+        defer { SystemCall.close(pidfd) }
         guard nameOwner().pid == pid, vault_pidfd_signal(pidfd, SIGTERM) == 0 else {
             log(
                 "secret service: \(Self.busName)'s owner changed or cannot be stopped (\(owner.description)): not serving"
