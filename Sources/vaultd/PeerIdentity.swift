@@ -312,7 +312,7 @@ enum PeerIdentity {
             _ reason: String, _ message: String, code: VaultError.Code = .permissionDenied,
             extra: JSONObject = [:]
         ) -> Result<VaultSession, VaultError> {
-            refusals.log(reason, "refused pid \(pid): \(message)")
+            refusals.log(reason, to: vault.logger, .warning, "refused pid \(pid): \(message)")
             return .failure(
                 VaultError(code, "vaultd does not serve this process: \(message)", extra: extra))
         }

@@ -95,7 +95,8 @@ let activated = Listener.fromActivation(environment: environment)
 if activated == nil {
     do {
         try Listener.refuseIfServed(
-            path: configuration.socketPath, strictDirectory: configuration.socketPathIsDefault)
+            path: configuration.socketPath, strictDirectory: configuration.socketPathIsDefault,
+            logger: logger)
     } catch {
         fail("\(error)")
     }
@@ -162,7 +163,8 @@ do {
     listener =
         try activated
         ?? Listener.bind(
-            path: configuration.socketPath, strictDirectory: configuration.socketPathIsDefault)
+            path: configuration.socketPath, strictDirectory: configuration.socketPathIsDefault,
+            logger: logger)
 } catch {
     fail("\(error)")
 }
@@ -178,7 +180,7 @@ let boundSocketFile: (dev: UInt64, ino: UInt64)? = {
 initialSettings.apply(to: vault)
 // Per-program access (docs/access.md): the questions go to vaultd's own dialogs.
 vault.accessGate.asker = AccessPrompter(
-    dialogs: secretService?.dialogs ?? PromptDialogs(service: nil))
+    dialogs: secretService?.dialogs ?? PromptDialogs(service: nil, logger: logger))
 // Where the scan looks for Flatpak apps' deployments (docs/apps.md).
 vault.appSettings.flatpakInstallations = FlatpakInstallations.fromEnvironment()
 
@@ -195,7 +197,8 @@ let dispatcher = Dispatcher(
     vault: vault, runningApps: { running.server?.runningApps ?? [] }, activity: { idle.touch() },
     sync: syncService)
 let server = Server(
-    listener: listener, listenerIsShared: activated != nil, dispatcher: dispatcher, limits: limits
+    listener: listener, listenerIsShared: activated != nil, dispatcher: dispatcher, limits: limits,
+    logger: logger
 ) { @Sendable peer in
     PeerIdentity.session(for: peer, vault: vault)
 }

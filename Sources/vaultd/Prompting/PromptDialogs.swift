@@ -97,7 +97,13 @@ final class PromptDialogs: @unchecked Sendable {
     /// Failed-unlock answers asked again per question before it is dismissed.
     static let maximumAttempts = PrompterAgent.maximumAttempts
 
-    init(service: SecretService?) { self.service = service }
+    /// Where the dialogs' outcomes are logged.
+    let logger: Logger
+
+    init(service: SecretService?, logger: Logger) {
+        self.service = service
+        self.logger = logger
+    }
 
     // MARK: the choice
 
@@ -165,7 +171,7 @@ final class PromptDialogs: @unchecked Sendable {
             do {
                 dialog = try open(choice, deadline: ticket.deadline)
             } catch {
-                log("prompt: no dialog (\(error))")
+                logger.warning("prompt: no dialog (\(error))")
                 return done(body(nil))
             }
             defer { dialog.close() }
@@ -198,12 +204,13 @@ final class PromptDialogs: @unchecked Sendable {
                 for attempt in 1...Self.maximumAttempts {
                     switch dialog.passphrase(text, deadline: ticket.deadline) {
                     case .dismissed(let why):
-                        log("prompt: the unlock dialog ended without a passphrase (\(why))")
+                        self.logger.info(
+                            "prompt: the unlock dialog ended without a passphrase (\(why))")
                         return false
                     case .passphrase(let p):
                         do {
                             _ = try vault.daemonSession(for: .unlockDialog).unlock(passphrase: p)
-                            log(
+                            self.logger.notice(
                                 "prompt: the vault was unlocked with the passphrase typed into the dialog"
                             )
                             return true
@@ -213,7 +220,7 @@ final class PromptDialogs: @unchecked Sendable {
                             text.warning =
                                 "The passphrase was wrong (attempt \(attempt + 1) of \(Self.maximumAttempts))"
                         } catch {
-                            log(
+                            self.logger.warning(
                                 "prompt: the dialog's passphrase did not unlock the vault (\(VaultError.wire(error)))"
                             )
                             return false

@@ -111,7 +111,7 @@ final class Connection {
         let since = partialSince ?? Date()
         partialSince = since
         guard Date().timeIntervalSince(since) <= limits.partialMessageTimeout else {
-            log(
+            server.logger.info(
                 "dropped a connection that left a message unfinished for \(limits.partialMessageTimeout) s"
             )
             return false
@@ -137,7 +137,8 @@ final class Connection {
             // The connection was handed on (or a child kept a copy of it): what another
             // process sends is not the identified peer's call.
             PeerIdentity.refusals.log(
-                "handed-on", "closed the connection of pid \(peer.pid): another process sent on it")
+                "handed-on", to: server.logger, .warning,
+                "closed the connection of pid \(peer.pid): another process sent on it")
             return .closed
         }
         // It may hold a secret: wiped once copied into the reader (or dropped).
@@ -180,7 +181,8 @@ final class Connection {
     /// the connection (see `PeerCredentials`).
     private func confirmPeer() -> Bool {
         guard !peer.confirmed, let why = peer.confirmAtFirstMessage() else { return true }
-        PeerIdentity.refusals.log("exec", "closed the connection of pid \(peer.pid): \(why)")
+        PeerIdentity.refusals.log(
+            "exec", to: server.logger, .warning, "closed the connection of pid \(peer.pid): \(why)")
         return false
     }
 

@@ -28,8 +28,8 @@ enum Listener {
 
     /// Binds `path` (socket 0600 in a 0700 directory). A stale socket file is removed only
     /// after a connect to it fails; a live daemon on the path is a `StartupError`.
-    static func bind(path: String, strictDirectory: Bool) throws -> UnixSocket {
-        try refuseIfServed(path: path, strictDirectory: strictDirectory)
+    static func bind(path: String, strictDirectory: Bool, logger: Logger) throws -> UnixSocket {
+        try refuseIfServed(path: path, strictDirectory: strictDirectory, logger: logger)
         let s = try UnixSocket()
         let old = umask(0o177)
         defer { umask(old) }
@@ -45,7 +45,7 @@ enum Listener {
     /// Checks the socket's directory (created if missing; with `strictDirectory`, ours and
     /// 0700), then throws `StartupError` when a live daemon answers on `path`
     /// (or `path` is not a socket); removes a stale socket that nothing answers on.
-    static func refuseIfServed(path: String, strictDirectory: Bool) throws {
+    static func refuseIfServed(path: String, strictDirectory: Bool, logger: Logger) throws {
         // A bare file name (`--socket vaultd.sock`) is in the current directory: its parent was
         // "" and vaultd stopped with "cannot create : No such file or directory".
         let directory = (path as NSString).deletingLastPathComponent
@@ -62,7 +62,7 @@ enum Listener {
             try probe.connect(path: path)
             throw StartupError(description: "another vaultd is already serving \(path)")
         } catch let e as Errno where e.code == Errno.connectionRefused || e.code == Errno.notFound {
-            log("removing stale socket \(path)")
+            logger.notice("removing stale socket \(path)")
             try? SystemCall.unlink(path)
         } catch let e as Errno where e.code == Errno.wouldBlock {
             throw StartupError(

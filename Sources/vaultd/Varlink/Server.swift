@@ -12,6 +12,8 @@ import Glibc
 /// serves each connection on its own thread: frames in, dispatch, replies out, in order.
 final class Server: @unchecked Sendable {
     let listener: UnixSocket
+    /// vaultd's log: refusals, budgets, accept failures.
+    let logger: Logger
     /// The listener is systemd's (socket activation): systemd keeps the same socket and
     /// starts the next vaultd on it, so `stop` must leave it able to take connections (a
     /// `shutdown` would act on systemd's copy too: every later connect refused).
@@ -172,7 +174,7 @@ final class Server: @unchecked Sendable {
     /// RateLimited, for a message over the budget: `what` it was.
     func overBudget(_ what: String) -> VarlinkReply {
         let mib = limits.messageBudget >> 20
-        log("refused \(what): messages in flight for other connections hold \(mib) MiB")
+        logger.warning("refused \(what): messages in flight for other connections hold \(mib) MiB")
         return VarlinkReply(
             error: VaultError(
                 .rateLimited,
@@ -185,7 +187,7 @@ final class Server: @unchecked Sendable {
         let mib = limits.replyBudget >> 20
         // Said once a minute at most: many connections asking at once must not fill the log.
         if Self.onceAMinute(Self.lastReplyBudgetLog) {
-            log(
+            logger.warning(
                 "refused a \(method) call: replies being built and sent for other connections hold the \(mib) MiB reply budget"
             )
         }
@@ -197,9 +199,10 @@ final class Server: @unchecked Sendable {
 
     init(
         listener: UnixSocket, listenerIsShared: Bool = false, dispatcher: Dispatcher,
-        limits: Limits = Limits(),
+        limits: Limits = Limits(), logger: Logger,
         identify: @escaping (PeerCredentials) -> Result<VaultSession, VaultError>
     ) {
+        self.logger = logger
         self.listener = listener
         self.listenerIsShared = listenerIsShared
         if let pipe = try? SystemCall.pipe() {
@@ -213,7 +216,7 @@ final class Server: @unchecked Sendable {
         do {
             try retryingOnInterrupt("setsockopt") { vault_set_passcred(listener.fd) }
         } catch {
-            log(
+            logger.warning(
                 "cannot set SO_PASSCRED on the listening socket: \(String(cString: strerror(error.code)))"
             )
         }
@@ -263,21 +266,22 @@ final class Server: @unchecked Sendable {
             } catch let e as Errno {
                 if stopping.load(ordering: .sequentiallyConsistent) { return }
                 if e.code == EMFILE || e.code == ENFILE || e.code == ENOBUFS || e.code == ENOMEM {
-                    log("accept: \(e); waiting")
+                    logger.warning("accept: \(e); waiting")
                     usleep(100_000)
                 }
                 continue
             } catch { continue }
             guard let peer = PeerCredentials(socket: conn) else {
                 PeerIdentity.refusals.log(
-                    "no-pidfd",
+                    "no-pidfd", to: logger, .warning,
                     "refused a connection: the kernel names no process for it (SO_PEERCRED, SO_PEERPIDFD or pidfd_open: \(String(cString: strerror(errno))))"
                 )
                 conn.close()
                 continue
             }
             guard peer.uid == getuid() else {
-                PeerIdentity.refusals.log("other-user", "refused a connection from another user")
+                PeerIdentity.refusals.log(
+                    "other-user", to: logger, .warning, "refused a connection from another user")
                 conn.close()
                 continue
             }
@@ -298,7 +302,7 @@ final class Server: @unchecked Sendable {
                 if now &- lastRefusalLog >= 60_000_000_000 || lastRefusalLog == 0 {
                     lastRefusalLog = now
                     if !stopping.load(ordering: .relaxed) {
-                        log(
+                        logger.warning(
                             "refused a connection: \(limits.maximumConnections) are open, the most vaultd serves at once (VAULTD_MAX_CONNECTIONS)"
                         )
                     }
@@ -467,7 +471,7 @@ final class Server: @unchecked Sendable {
         // Said once a minute at most (a flood must not fill the log); the app ID is one
         // vaultd registered, bounded and printable.
         if logRefusal {
-            log(
+            logger.warning(
                 "refused connections of \(session.appID.map { "app \($0)" } ?? "a program of the owner's (\(identity))"): \(limits.maximumConnectionsPerPeer) are open, the most one identity holds (VAULTD_MAX_CONNECTIONS_PER_PEER)"
             )
         }
@@ -532,7 +536,7 @@ final class Server: @unchecked Sendable {
                 // Said once a minute at most: a client that reconnects and stalls again
                 // must not fill the log.
                 if Self.onceAMinute(Self.lastObserverDropLog) {
-                    log(
+                    logger.warning(
                         "an observer fell \(queue.capacityBytes >> 20) MiB of events behind; its stream was closed (a client that connects again starts from a snapshot)"
                     )
                 }
@@ -559,7 +563,8 @@ final class Server: @unchecked Sendable {
                 _ = try? send(VarlinkReply(error: e), on: conn)
                 return false
             } catch {
-                log("could not check an app's stream against its install (\(error)); closed it")
+                logger.warning(
+                    "could not check an app's stream against its install (\(error)); closed it")
                 return false
             }
             for reply in batch {
@@ -591,7 +596,7 @@ extension VarlinkReply {
             let problem = VarlinkValidation.errorProblem(
                 name: error, parameters: json["parameters"]?.objectValue ?? [:])
         {
-            log("an error reply does not match its declaration: \(problem)")
+            logger.error("an error reply does not match its declaration: \(problem)")
             assertionFailure("an error reply does not match its declaration: \(problem)")
         }
         #endif
