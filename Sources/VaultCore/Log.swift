@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import VaultProtocol
 
 #if canImport(Glibc)
 import Glibc
@@ -151,19 +152,8 @@ public final class RateLimitedLog: Sendable {
 
 /// Writes `text` to fd 2 with write(2), whole unless it fails; failures are ignored.
 public func writeToStandardError(_ text: String) {
-    var bytes = Array(text.utf8)
-    bytes.withUnsafeMutableBytes { raw in
-        var offset = 0
-        while offset < raw.count {
-            let n = write(STDERR_FILENO, raw.baseAddress! + offset, raw.count - offset)
-            if n > 0 {
-                offset += n
-            } else if n < 0 && errno == EINTR {
-                continue
-            } else {
-                return
-            }
-        }
+    _ = try? Array(text.utf8).withUnsafeBytes {
+        try SystemCall.writeAll(STDERR_FILENO, $0, inherited: true)
     }
 }
 
@@ -171,11 +161,12 @@ public func writeToStandardError(_ text: String) {
 /// process opens later becomes one of them (a client's connection as fd 2 would get the log).
 public func occupyClosedStandardDescriptors() {
     for fd in [STDIN_FILENO, STDOUT_FILENO, STDERR_FILENO] {
-        guard fcntl(fd, F_GETFD) == -1 && errno == EBADF else { continue }
-        let n = open("/dev/null", O_RDWR)
-        if n >= 0 && n != fd {
-            dup2(n, fd)
-            close(n)
+        guard !SystemCall.isOpen(fd), let n = try? SystemCall.open("/dev/null", O_RDWR) else {
+            continue
+        }
+        if n != fd {
+            try? SystemCall.dup2(n, fd)
+            SystemCall.close(n)
         }
     }
 }

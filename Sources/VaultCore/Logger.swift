@@ -1,4 +1,5 @@
 import Synchronization
+import VaultProtocol
 
 #if canImport(Glibc)
 import Glibc
@@ -127,8 +128,7 @@ public struct Logger: Sendable {
         guard let parts = journalStream?.split(separator: ":", omittingEmptySubsequences: false),
             parts.count == 2, let device = UInt64(parts[0]), let inode = UInt64(parts[1])
         else { return false }
-        var st = stat()
-        guard fstat(fd, &st) == 0 else { return false }
+        guard let st = try? SystemCall.fstat(fd, inherited: true) else { return false }
         return UInt64(st.st_dev) == device && UInt64(st.st_ino) == inode
     }
 

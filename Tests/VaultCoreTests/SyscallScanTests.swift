@@ -27,36 +27,10 @@ import Testing
         "posix_fallocate", "inotify_init1", "inotify_add_watch",
     ]
 
-    /// Calls that look like a C one but are Swift methods of the type they are in (an
-    /// unqualified `send(reply, answering:)`), by file and name.
+    /// Calls that look like a C one but are Swift methods declared in another file of their
+    /// type (`send(reply, answering: message)`, SecretService's), by file and name.
     static let methods: Set<String> = [
         "vaultd/SecretService/OwnDispatch.swift: send"
-    ]
-
-    /// Files not yet moved onto the layer (issue 36 §4), each with raw calls: the test
-    /// fails once one has none, so the list only shrinks.
-    static let remainder: Set<String> = [
-        "VaultCore/Caches/CacheStore.swift",
-        "VaultCore/Caches/OpenFiles.swift",
-        "VaultCore/Caches/SafeRemoval.swift",
-        "VaultCore/Caches/TreeWalk.swift",
-        "VaultCore/DeviceKey/DeviceKey.swift",
-        "VaultCore/DeviceKey/FileSystem+DeviceKey.swift",
-        "VaultCore/Log.swift",
-        "VaultCore/Logger.swift",
-        "VaultCore/Store/Database.swift",
-        "VaultCore/Store/FileSystem.swift",
-        "VaultCore/Store/StorageReserve.swift",
-        "VaultCore/Store/StoreIdentity.swift",
-        "VaultCore/Store/WALSync.swift",
-        "VaultCore/Sync/SyncFolder.swift",
-        "VaultCore/Sync/SyncService+Operations.swift",
-        "VaultCore/Vault/Vault+Apps.swift",
-        "VaultCore/Vault/Vault+Backup.swift",
-        "VaultCore/Vault/Vault+Caches.swift",
-        "vaultd/SecretService/BusRelay.swift",
-        "vaultd/SecretService/SecretPortal.swift",
-        "vaultd/SecretService/SecretService.swift",
     ]
 
     /// `name(` called unqualified (or as `Glibc.name(`) with a first argument unlabelled, as
@@ -102,23 +76,15 @@ import Testing
             .filter { $0.hasSuffix(".swift") && !$0.hasPrefix(Self.layer) }
         #expect(files.count > 150, "the sources were not found at \(Self.sources.path)")
         var raw: [String] = []
-        var remaining: Set<String> = []
         for file in files.sorted() {
             let text = try String(
                 contentsOf: Self.sources.appendingPathComponent(file), encoding: .utf8)
             let found = Self.rawCalls(in: text).filter { !Self.methods.contains("\(file): \($0)") }
-            if found.isEmpty { continue }
-            if Self.remainder.contains(file) {
-                remaining.insert(file)
-            } else {
+            if !found.isEmpty {
                 raw.append("\(file): \(Set(found).sorted().joined(separator: ", "))")
             }
         }
         #expect(raw.isEmpty, "raw system calls outside \(Self.layer): \(raw)")
-        #expect(
-            remaining == Self.remainder,
-            "listed as not yet on the layer but have no raw call: \(Self.remainder.subtracting(remaining).sorted())"
-        )
     }
 
     /// The scan sees the forms a raw call takes, and not a Swift method's labelled call.

@@ -96,33 +96,40 @@ public final class CacheStore: Sendable {
         try AppRecord.validate(appID: appID)
         try makeRoot()
         let path = root + "/" + appID
-        guard mkdir(path, 0o700) == 0 || errno == EEXIST else {
+        do {
+            try SystemCall.mkdir(path, 0o700)
+        } catch  where error.code != Errno.exists {
             throw VaultFailure(
                 .internalError,
-                "cannot create the cache directory of \(appID): \(String(cString: strerror(errno)))"
+                "cannot create the cache directory of \(appID): \(String(cString: strerror(error.code)))"
             )
-        }
+        } catch {}
         // Created 0700 and owned by the user, also when it was there already: a
         // directory someone else owns is refused, a wider mode is narrowed. Through an
         // O_NOFOLLOW fd, so a symlink put there is refused, never followed.
-        let fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-        guard fd >= 0 else {
+        let raw: Int32
+        do {
+            raw = try SystemCall.open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        } catch {
             throw VaultFailure(
                 .internalError,
-                "the cache path of \(appID) is not a directory (\(String(cString: strerror(errno))))"
+                "the cache path of \(appID) is not a directory (\(String(cString: strerror(error.code))))"
             )
         }
-        defer { close(fd) }
-        var st = stat()
-        guard fstat(fd, &st) == 0, st.st_uid == getuid() else {
+        let fd = FileDescriptor(adopting: raw)
+        guard let st = try? fd.status(), st.st_uid == getuid() else {
             throw VaultFailure(
                 .internalError, "the cache directory of \(appID) is not owned by this user")
         }
-        if st.st_mode & 0o7777 != 0o700 && fchmod(fd, 0o700) != 0 {
-            throw VaultFailure(
-                .internalError,
-                "cannot make the cache directory of \(appID) mode 0700: \(String(cString: strerror(errno)))"
-            )
+        if st.st_mode & 0o7777 != 0o700 {
+            do {
+                try fd.setMode(0o700)
+            } catch {
+                throw VaultFailure(
+                    .internalError,
+                    "cannot make the cache directory of \(appID) mode 0700: \(String(cString: strerror(error.code)))"
+                )
+            }
         }
         return path
     }
@@ -143,13 +150,14 @@ public final class CacheStore: Sendable {
     /// that cannot be written (a full disk) is written at the next.
     func makeRoot() throws {
         try FileSystem.makeDirectory(root, mode: 0o700)
-        let fd = open(
-            root + "/CACHEDIR.TAG", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { return }
-        let bytes = Array(Self.cacheDirectoryTag.utf8)
-        let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-        close(fd)
-        if written != bytes.count { unlink(root + "/CACHEDIR.TAG") }
+        guard
+            let fd = try? FileDescriptor(
+                opening: root + "/CACHEDIR.TAG",
+                O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode: 0o600)
+        else { return }
+        if (try? fd.writeAll(Data(Self.cacheDirectoryTag.utf8))) == nil {
+            try? SystemCall.unlink(root + "/CACHEDIR.TAG")
+        }
     }
 
     /// Removes an app's whole cache directory (at uninstall), however deep, if `still()`,
@@ -179,9 +187,10 @@ public final class CacheStore: Sendable {
     /// `CACHEDIR.TAG`, whose name is also one, nor a symlink, which no walk follows).
     private func appDirectories() -> [String] {
         ((try? FileManager.default.contentsOfDirectory(atPath: root)) ?? []).filter { name in
-            var st = stat()
-            return (try? AppRecord.validate(appID: name)) != nil
-                && lstat(root + "/" + name, &st) == 0 && st.st_mode & S_IFMT == S_IFDIR
+            guard (try? AppRecord.validate(appID: name)) != nil,
+                let st = try? SystemCall.lstat(root + "/" + name)
+            else { return false }
+            return st.st_mode & S_IFMT == S_IFDIR
         }.sorted()
     }
 
@@ -289,8 +298,7 @@ public final class CacheStore: Sendable {
             // the user, not root, such files stayed for good, yet counted in its usage).
             // Only the app purged: another app's modes are left as that app set them.
             var all = files(of: only, grantAccess: true)
-            var st = stat()
-            if !all.isEmpty, stat(root, &st) == 0 {
+            if !all.isEmpty, let st = try? SystemCall.stat(root) {
                 let inUse = OpenFiles.inodes(on: st.st_dev)
                 all.removeAll { inUse.contains($0.key.inode) }
             }

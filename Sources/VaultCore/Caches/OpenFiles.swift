@@ -1,4 +1,5 @@
 import Foundation
+import VaultProtocol
 
 #if canImport(Glibc)
 import Glibc
@@ -27,39 +28,24 @@ enum OpenFiles {
     /// The st_ino of every regular file on `device` that a process we can see has open or mapped.
     static func inodes(on device: dev_t) -> Set<ino_t> {
         var found: Set<ino_t> = []
-        guard let proc = opendir("/proc") else { return found }
-        defer { closedir(proc) }
         let (major, minor) = split(device)
-        while let entry = readdir(proc) {
-            let pid = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
-            }
-            guard !pid.isEmpty, pid.allSatisfy(\.isASCIIDigit) else { continue }
+        try? SystemCall.forEachEntry(ofDirectory: "/proc") { pid in
+            guard !pid.isEmpty, pid.allSatisfy(\.isASCIIDigit) else { return true }
             // Open files: a stat through each /proc/PID/fd link gives the open file itself.
-            let fdDir = open("/proc/\(pid)/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-            if fdDir >= 0, let dir = fdopendir(fdDir) {
-                while let fd = readdir(dir) {
-                    var st = stat()
-                    guard fd.pointee.d_name.0 != 46,  // "." and ".."
-                        withUnsafeBytes(
-                            of: fd.pointee.d_name,
-                            { raw in
-                                raw.withMemoryRebound(to: CChar.self) {
-                                    fstatat(fdDir, $0.baseAddress!, &st, 0)
-                                }
-                            }) == 0
-                    else { continue }
+            if let fdDir = try? FileDescriptor(
+                opening: "/proc/\(pid)/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+            {
+                let dir = fdDir.rawValue
+                for name in (try? SystemCall.entries(ofDirectoryAt: dir)) ?? [] {
+                    guard let st = try? SystemCall.fstatat(dir, name, 0) else { continue }
                     if st.st_dev == device && st.st_mode & S_IFMT == S_IFREG {
                         found.insert(st.st_ino)
                     }
                 }
-                closedir(dir)
-            } else if fdDir >= 0 {
-                close(fdDir)
             }
             // Mapped files (a closed fd can leave a mapping): "start-end perms offset MAJ:MIN inode path".
             guard let maps = try? String(contentsOfFile: "/proc/\(pid)/maps", encoding: .utf8)
-            else { continue }
+            else { return true }
             for line in maps.split(separator: "\n") {
                 let fields = line.split(
                     separator: " ", maxSplits: 5, omittingEmptySubsequences: true)
@@ -70,6 +56,7 @@ enum OpenFiles {
                 else { continue }
                 found.insert(ino_t(inode))
             }
+            return true
         }
         return found
     }

@@ -1,4 +1,5 @@
 import Foundation
+import VaultProtocol
 
 #if canImport(Glibc)
 import Glibc
@@ -38,6 +39,10 @@ enum SafeRemoval {
     /// link. `label` names it in the log (an app ID).
     static func removeTree(_ path: String, label: String, logger: Logger) {
         removeContents(of: path, label: label, logger: logger)
-        if rmdir(path) != 0 && errno == ENOTDIR { unlink(path) }
+        do {
+            try SystemCall.rmdir(path)
+        } catch  where error.code == Errno.notDirectory {
+            try? SystemCall.unlink(path)
+        } catch {}
     }
 }

@@ -1,5 +1,6 @@
 internal import CVaultSys
 import Foundation
+import VaultProtocol
 
 #if canImport(Glibc)
 import Glibc
@@ -52,9 +53,10 @@ enum TreeWalk {
         grantAccess: Bool = false,
         entry: (Int32, [CChar], stat, ino_t) -> Void, leave: ((Int32, [CChar]) -> Void)? = nil
     ) {
-        var st = stat()
-        guard fstat(rootFD, &st) == 0, let rootNames = names(in: rootFD) else {
-            close(rootFD)
+        guard var st = try? SystemCall.fstat(rootFD),
+            let rootNames = try? SystemCall.entries(ofDirectoryAt: rootFD)
+        else {
+            SystemCall.close(rootFD)
             return
         }
         let device = st.st_dev
@@ -69,26 +71,31 @@ enum TreeWalk {
         while let top = levels.indices.last {
             if let name = levels[top].names.popLast() {
                 let fd = levels[top].fd
-                guard fstatat(fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0, st.st_dev == device else {
-                    continue
-                }
+                guard let found = try? SystemCall.fstatat(fd, name, AT_SYMLINK_NOFOLLOW),
+                    found.st_dev == device
+                else { continue }
+                st = found
                 guard st.st_mode & S_IFMT == S_IFDIR else {
                     entry(fd, name, st, levels[top].inode)
                     continue
                 }
-                var sub = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-                if sub < 0 && errno == EACCES && grantAccess
-                    && grantOwnerAccess(in: fd, to: name, inode: st.st_ino, device: device)
-                {
-                    sub = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                let directory = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC
+                var sub: Int32
+                do {
+                    sub = try SystemCall.openat(fd, name, directory)
+                } catch {
+                    guard error.code == Errno.permissionDenied, grantAccess,
+                        grantOwnerAccess(in: fd, to: name, inode: st.st_ino, device: device),
+                        let again = try? SystemCall.openat(fd, name, directory)
+                    else { continue }
+                    sub = again
                 }
-                guard sub >= 0 else { continue }
-                var seen = stat()
-                guard fstat(sub, &seen) == 0, seen.st_dev == device, seen.st_ino == st.st_ino,
-                    mountID(sub) == mount,
-                    !onPath.contains(seen.st_ino), let subNames = names(in: sub)
+                guard let seen = try? SystemCall.fstat(sub), seen.st_dev == device,
+                    seen.st_ino == st.st_ino, mountID(sub) == mount,
+                    !onPath.contains(seen.st_ino),
+                    let subNames = try? SystemCall.entries(ofDirectoryAt: sub)
                 else {
-                    close(sub)
+                    SystemCall.close(sub)
                     continue
                 }
                 levels.append(
@@ -97,7 +104,7 @@ enum TreeWalk {
                 open += 1
                 if open > maximumOpenDirectories {
                     let shallowest = levels.count - open + 1
-                    close(levels[shallowest].fd)
+                    SystemCall.close(levels[shallowest].fd)
                     levels[shallowest].fd = -1
                     open -= 1
                 }
@@ -107,12 +114,12 @@ enum TreeWalk {
             let done = levels.removeLast()
             onPath.remove(done.inode)
             guard let parent = levels.indices.last else {
-                close(done.fd)
+                SystemCall.close(done.fd)
                 break
             }
             if levels[parent].fd < 0 {
                 guard let up = climb(from: done.fd, to: levels[parent].inode, on: device) else {
-                    close(done.fd)
+                    SystemCall.close(done.fd)
                     open -= 1
                     var skipped = 0
                     while let last = levels.last, last.fd < 0 {
@@ -127,7 +134,7 @@ enum TreeWalk {
                 levels[parent].fd = up
                 open += 1
             }
-            close(done.fd)
+            SystemCall.close(done.fd)
             open -= 1
             leave?(levels[parent].fd, done.name)
         }
@@ -142,14 +149,15 @@ enum TreeWalk {
     static func grantOwnerAccess(in parentFD: Int32, to name: [CChar], inode: ino_t, device: dev_t)
         -> Bool
     {
-        let p = openat(parentFD, name, pathOnly | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-        guard p >= 0 else { return false }
-        defer { close(p) }
-        var st = stat()
-        guard fstat(p, &st) == 0, st.st_ino == inode, st.st_dev == device, st.st_uid == geteuid(),
-            st.st_mode & S_IFMT == S_IFDIR
+        guard
+            let p = try? SystemCall.openat(
+                parentFD, name, pathOnly | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         else { return false }
-        return chmod("/proc/self/fd/\(p)", (st.st_mode & 0o7777) | 0o700) == 0
+        defer { SystemCall.close(p) }
+        guard let st = try? SystemCall.fstat(p), st.st_ino == inode, st.st_dev == device,
+            st.st_uid == geteuid(), st.st_mode & S_IFMT == S_IFDIR
+        else { return false }
+        return (try? SystemCall.chmod("/proc/self/fd/\(p)", (st.st_mode & 0o7777) | 0o700)) != nil
     }
 
     /// Opens the directory at `path` (a tree's top: an app's cache directory) as `walk` takes
@@ -159,16 +167,19 @@ enum TreeWalk {
     /// an `O_PATH | O_NOFOLLOW | O_DIRECTORY` fd, and opened again through that fd, so the
     /// directory opened is the one checked. -1 when it cannot be opened.
     static func openDirectory(_ path: String, grantAccess: Bool) -> Int32 {
-        let fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-        guard fd < 0, errno == EACCES, grantAccess else { return fd }
-        let p = open(path, pathOnly | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-        guard p >= 0 else { return -1 }
-        defer { close(p) }
-        var st = stat()
-        guard fstat(p, &st) == 0, st.st_uid == geteuid(), st.st_mode & S_IFMT == S_IFDIR,
-            chmod("/proc/self/fd/\(p)", (st.st_mode & 0o7777) | 0o700) == 0
+        do {
+            return try SystemCall.open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        } catch {
+            guard error.code == Errno.permissionDenied, grantAccess else { return -1 }
+        }
+        guard let p = try? SystemCall.open(path, pathOnly | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         else { return -1 }
-        return openat(p, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        defer { SystemCall.close(p) }
+        guard let st = try? SystemCall.fstat(p), st.st_uid == geteuid(),
+            st.st_mode & S_IFMT == S_IFDIR,
+            (try? SystemCall.chmod("/proc/self/fd/\(p)", (st.st_mode & 0o7777) | 0o700)) != nil
+        else { return -1 }
+        return (try? SystemCall.openat(p, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) ?? -1
     }
 
     /// O_PATH (Linux: 010000000).
@@ -178,13 +189,17 @@ enum TreeWalk {
     /// write permission from a directory of ours), the directory is given u+rwx and the
     /// unlink tried again. For purges and removals, which must not be stopped so.
     static func unlink(_ directoryFD: Int32, _ name: [CChar], flags: Int32 = 0) -> Bool {
-        if unlinkat(directoryFD, name, flags) == 0 { return true }
-        guard errno == EACCES else { return false }
-        var st = stat()
-        guard fstat(directoryFD, &st) == 0, st.st_uid == geteuid(), st.st_mode & 0o700 != 0o700,
-            fchmod(directoryFD, (st.st_mode & 0o7777) | 0o700) == 0
+        do {
+            try SystemCall.unlinkat(directoryFD, name, flags)
+            return true
+        } catch {
+            guard error.code == Errno.permissionDenied else { return false }
+        }
+        guard let st = try? SystemCall.fstat(directoryFD), st.st_uid == geteuid(),
+            st.st_mode & 0o700 != 0o700,
+            (try? SystemCall.fchmod(directoryFD, (st.st_mode & 0o7777) | 0o700)) != nil
         else { return false }
-        return unlinkat(directoryFD, name, flags) == 0
+        return (try? SystemCall.unlinkat(directoryFD, name, flags)) != nil
     }
 
     static func mountID(_ fd: Int32) -> UInt64? {
@@ -195,36 +210,14 @@ enum TreeWalk {
     /// The parent of the directory `fd` through "..", when it is the directory `inode` on
     /// `device`; nil otherwise.
     private static func climb(from fd: Int32, to inode: ino_t, on device: dev_t) -> Int32? {
-        let up = openat(fd, "..", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-        guard up >= 0 else { return nil }
-        var st = stat()
-        guard fstat(up, &st) == 0, st.st_dev == device, st.st_ino == inode else {
-            close(up)
+        guard
+            let up = try? SystemCall.openat(
+                fd, "..", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        else { return nil }
+        guard let st = try? SystemCall.fstat(up), st.st_dev == device, st.st_ino == inode else {
+            SystemCall.close(up)
             return nil
         }
         return up
-    }
-
-    /// The names in the directory `fd` (without "." and ".."), NUL-terminated raw bytes; `fd`
-    /// stays open. nil when it cannot be read.
-    private static func names(in fd: Int32) -> [[CChar]]? {
-        let copy = dup(fd)  // fdopendir takes the fd it is given
-        guard copy >= 0 else { return nil }
-        guard let dir = fdopendir(copy) else {
-            close(copy)
-            return nil
-        }
-        defer { closedir(dir) }
-        rewinddir(dir)  // from the start, wherever `fd` (whose position the copy shares) was
-        var names: [[CChar]] = []
-        while let entry = readdir(dir) {
-            var name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                raw.prefix(while: { $0 != 0 }).map { CChar(bitPattern: $0) }
-            }
-            if name == [46] || name == [46, 46] { continue }
-            name.append(0)
-            names.append(name)
-        }
-        return names
     }
 }

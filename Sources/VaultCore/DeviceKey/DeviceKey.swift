@@ -181,7 +181,7 @@ enum DeviceKey {
             }
             try FileSystem.writeAtomically(blob.bytes, to: blobPath)
         } catch {
-            unlink(blobPath)
+            try? SystemCall.unlink(blobPath)
             let problem =
                 "a TPM is configured (\(tcti)) but the device key could not be sealed with it (\(error)); it stays in \(filePath)"
             logger.warning(problem)
@@ -219,7 +219,6 @@ enum DeviceKey {
     }
 
     private static func exists(_ path: String) -> Bool {
-        var st = stat()
-        return lstat(path, &st) == 0
+        (try? SystemCall.lstat(path)) != nil
     }
 }

@@ -7,14 +7,16 @@ extension FileSystem {
     /// file of this user, neither readable nor writable by others (as `loadOrCreateKey`
     /// checks), of at most `limit` bytes. Throws InternalError naming the file and the fix.
     static func readPrivateFile(_ path: String, limit: Int) throws -> [UInt8] {
-        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
-        guard fd >= 0 else {
+        let raw: Int32
+        do {
+            raw = try SystemCall.open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
+        } catch {
             throw VaultFailure(
-                .internalError, "cannot read \(path): \(String(cString: strerror(errno)))")
+                .internalError, "cannot read \(path): \(String(cString: strerror(error.code)))")
         }
-        defer { close(fd) }
-        var st = stat()
-        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG, st.st_size <= off_t(limit)
+        let fd = FileDescriptor(adopting: raw)
+        guard let st = try? fd.status(), st.st_mode & S_IFMT == S_IFREG,
+            st.st_size <= off_t(limit)
         else {
             throw VaultFailure(
                 .internalError,
@@ -36,9 +38,10 @@ extension FileSystem {
         var out = [UInt8](repeating: 0, count: Int(st.st_size))
         var got = 0
         while got < out.count {
-            let want = out.count - got
-            let n = out.withUnsafeMutableBytes { read(fd, $0.baseAddress! + got, want) }
-            if n < 0 && errno == EINTR { continue }
+            let n =
+                (try? out.withUnsafeMutableBytes {
+                    try fd.read(into: UnsafeMutableRawBufferPointer(rebasing: $0[got...]))
+                }) ?? -1
             guard n > 0 else { break }
             got += n
         }
@@ -54,27 +57,21 @@ extension FileSystem {
     /// the file system, not necessarily from the disk (docs/threat-model.md). Failures are
     /// logged: a key left behind is reported, never a reason to fail.
     static func removeSecurely(_ path: String, logger: Logger) {
-        let fd = open(path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
-        if fd >= 0 {
-            var st = stat()
-            if fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG, st.st_size > 0,
-                st.st_size <= 1 << 20
-            {
-                let zeros = [UInt8](repeating: 0, count: Int(st.st_size))
-                _ = zeros.withUnsafeBytes { pwrite(fd, $0.baseAddress, zeros.count, 0) }
-                fsync(fd)
-            }
-            close(fd)
+        if let fd = try? FileDescriptor(
+            opening: path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK),
+            let st = try? fd.status(), st.st_mode & S_IFMT == S_IFREG, st.st_size > 0,
+            st.st_size <= 1 << 20
+        {
+            let zeros = [UInt8](repeating: 0, count: Int(st.st_size))
+            _ = try? zeros.withUnsafeBytes { try SystemCall.pwrite(fd.rawValue, $0, at: 0) }
+            try? fd.sync()
         }
-        guard unlink(path) == 0 else {
-            logger.warning("could not remove \(path): \(String(cString: strerror(errno)))")
+        do {
+            try SystemCall.unlink(path)
+        } catch {
+            logger.warning("could not remove \(path): \(String(cString: strerror(error.code)))")
             return
         }
-        let d = open(
-            (path as NSString).deletingLastPathComponent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if d >= 0 {
-            fsync(d)
-            close(d)
-        }
+        syncDirectory((path as NSString).deletingLastPathComponent)
     }
 }

@@ -288,7 +288,7 @@ public final class Database {
             }
         }
         let walAside = path + "-wal.displaced-" + stamp
-        let moved = rename(path + "-wal", walAside) == 0
+        let moved = (try? SystemCall.rename(path + "-wal", walAside)) != nil
         logger.error(
             "STORE REPLACED: \(what). vaultd serves no more writes and will not checkpoint into that file\(saved)\(moved ? "; its write-ahead log was moved to \(walAside)" : ""). Stop vaultd; to keep what vaultd had, put the displaced copy back as \(path); to keep the file now there, just start vaultd again"
         )

@@ -18,15 +18,18 @@ enum FileSystem {
             throw VaultFailure(
                 .internalError, "cannot create directory \(path): \(error.localizedDescription)")
         }
-        guard chmod(path, mode) == 0 else {
+        do {
+            try SystemCall.chmod(path, mode)
+        } catch {
             throw VaultFailure(
-                .internalError, "cannot set mode of \(path): \(String(cString: strerror(errno)))")
+                .internalError,
+                "cannot set mode of \(path): \(String(cString: strerror(error.code)))")
         }
     }
 
     /// Tightens an existing file to 0600 (a store made by an older vaultd, or copied in).
     static func restrict(_ path: String) throws {
-        _ = chmod(path, 0o600)
+        try? SystemCall.chmod(path, 0o600)
     }
 
     /// Creates `path` empty with mode 0600 when absent (an existing file is left as it is), so
@@ -34,14 +37,14 @@ enum FileSystem {
     /// files the database's mode) is private from its creation: a start that fails right
     /// after (a full disk) must not leave it readable by others.
     static func createPrivateFile(_ path: String) throws {
-        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
-        guard fd >= 0 else {
-            let code = errno
+        do {
+            SystemCall.close(
+                try SystemCall.open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, mode: 0o600))
+        } catch {
             throw VaultFailure(
-                code == ENOSPC || code == EDQUOT ? .storageFull : .internalError,
-                "cannot create \(path): \(String(cString: strerror(code)))")
+                isFull(error.code) ? .storageFull : .internalError,
+                "cannot create \(path): \(String(cString: strerror(error.code)))")
         }
-        close(fd)
     }
 
     /// Reads the key at `path`, or creates it with `length` random bytes, mode 0600, written
@@ -51,82 +54,110 @@ enum FileSystem {
     /// neither readable nor writable by others (refused as ssh refuses such a private key,
     /// saying how to fix it; not changed behind the user's back).
     static func loadOrCreateKey(at path: String, length: Int) throws -> SecureBytes {
-        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
-        if fd >= 0 {
-            defer { close(fd) }
-            var st = stat()
-            guard fstat(fd, &st) == 0 else {
-                throw VaultFailure(
-                    .internalError, "cannot read \(path): \(String(cString: strerror(errno)))")
-            }
-            guard st.st_mode & S_IFMT == S_IFREG else {
-                throw VaultFailure(
-                    .internalError,
-                    "\(path) is damaged: it is not a regular file. Put back the device.key from a backup of this device and start vaultd again"
-                )
-            }
-            guard st.st_uid == getuid() else {
-                throw VaultFailure(
-                    .internalError,
-                    "\(path) is owned by uid \(st.st_uid), not by this user (uid \(getuid())): refusing a device key another user controls. Fix: chown \(getuid()) \(path)"
-                )
-            }
-            guard st.st_mode & 0o077 == 0 else {
-                throw VaultFailure(
-                    .internalError,
-                    "\(path) has permissions \(String(st.st_mode & 0o777, radix: 8)): a device key must not be accessible by others. Fix: chmod 600 \(path)"
-                )
-            }
-            guard st.st_size == off_t(length) else {
-                throw VaultFailure(
-                    .internalError,
-                    "\(path) is damaged: it holds \(st.st_size) bytes, a device key is exactly \(length). Put back the device.key from a backup of this device and start vaultd again"
-                )
-            }
-            let key = SecureBytes(count: length)
-            var got = 0
-            while got < length {
-                let n = key.withUnsafeMutableBytes {
-                    Glibc.read(fd, $0.baseAddress! + got, length - got)
-                }
-                if n < 0 && errno == EINTR { continue }
-                guard n > 0 else { break }
-                got += n
-            }
-            guard got == length else {
-                throw VaultFailure(
-                    .internalError,
-                    "\(path) is damaged: could read only \(got) of its \(length) bytes")
-            }
-            return key
-        }
-        guard errno == ENOENT else {
+        do {
+            let fd = try FileDescriptor(
+                opening: path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
+            return try readKey(fd, at: path, length: length)
+        } catch let e as Errno where e.code == Errno.notFound && e.call == "open" {
+        } catch let e as Errno {
             throw VaultFailure(
-                .internalError, "cannot read \(path): \(String(cString: strerror(errno)))")
+                .internalError, "cannot read \(path): \(String(cString: strerror(e.code)))")
         }
         let key = SecureBytes.random(count: length)
-        let tmp = path + ".tmp"
-        unlink(tmp)
-        let wfd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600)
-        guard wfd >= 0 else {
+        try writeKey(key, to: path)
+        return key
+    }
+
+    /// The key in `fd` (the file at `path`), checked as `loadOrCreateKey` says. Throws
+    /// InternalError, or `Errno` ("fstat", "read").
+    private static func readKey(_ fd: borrowing FileDescriptor, at path: String, length: Int)
+        throws -> SecureBytes
+    {
+        let st = try fd.status()
+        guard st.st_mode & S_IFMT == S_IFREG else {
             throw VaultFailure(
-                .internalError, "cannot create \(path): \(String(cString: strerror(errno)))")
+                .internalError,
+                "\(path) is damaged: it is not a regular file. Put back the device.key from a backup of this device and start vaultd again"
+            )
         }
-        let written = key.withUnsafeBytes { write(wfd, $0.baseAddress, length) }
-        let synced = fsync(wfd) == 0
-        close(wfd)
-        guard written == length, synced, rename(tmp, path) == 0 else {
-            unlink(tmp)
+        guard st.st_uid == getuid() else {
             throw VaultFailure(
-                .storageFull, "cannot write \(path): \(String(cString: strerror(errno)))")
+                .internalError,
+                "\(path) is owned by uid \(st.st_uid), not by this user (uid \(getuid())): refusing a device key another user controls. Fix: chown \(getuid()) \(path)"
+            )
         }
-        let dir = open(
-            (path as NSString).deletingLastPathComponent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if dir >= 0 {
-            fsync(dir)
-            close(dir)
+        guard st.st_mode & 0o077 == 0 else {
+            throw VaultFailure(
+                .internalError,
+                "\(path) has permissions \(String(st.st_mode & 0o777, radix: 8)): a device key must not be accessible by others. Fix: chmod 600 \(path)"
+            )
+        }
+        guard st.st_size == off_t(length) else {
+            throw VaultFailure(
+                .internalError,
+                "\(path) is damaged: it holds \(st.st_size) bytes, a device key is exactly \(length). Put back the device.key from a backup of this device and start vaultd again"
+            )
+        }
+        let key = SecureBytes(count: length)
+        var got = 0
+        while got < length {
+            let n =
+                (try? key.withUnsafeMutableBytes {
+                    try fd.read(into: UnsafeMutableRawBufferPointer(rebasing: $0[got..<length]))
+                }) ?? -1
+            guard n > 0 else { break }
+            got += n
+        }
+        guard got == length else {
+            throw VaultFailure(
+                .internalError,
+                "\(path) is damaged: could read only \(got) of its \(length) bytes")
         }
         return key
+    }
+
+    /// Writes a new key to `path` durably, mode 0600: a temporary file beside it, fsynced,
+    /// renamed over it, then the directory fsynced. Throws StorageFull, InternalError.
+    private static func writeKey(_ key: SecureBytes, to path: String) throws {
+        let tmp = path + ".tmp"
+        try? SystemCall.unlink(tmp)
+        let wfd: Int32
+        do {
+            wfd = try SystemCall.open(
+                tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode: 0o600)
+        } catch {
+            throw VaultFailure(
+                .internalError, "cannot create \(path): \(String(cString: strerror(error.code)))")
+        }
+        do {
+            do {
+                let fd = FileDescriptor(adopting: wfd)
+                try key.withUnsafeBytes { try fd.writeAll($0) }
+                try fd.sync()
+            }
+            try SystemCall.rename(tmp, path)
+        } catch {
+            try? SystemCall.unlink(tmp)
+            let code = (error as? Errno)?.code ?? Errno.ioError
+            throw VaultFailure(
+                .storageFull, "cannot write \(path): \(String(cString: strerror(code)))")
+        }
+        syncDirectory((path as NSString).deletingLastPathComponent)
+    }
+
+    /// fsync of the directory `dir` (a rename in it made durable); a failure is ignored, as
+    /// the rename happened.
+    static func syncDirectory(_ dir: String) {
+        guard
+            let d = try? FileDescriptor(
+                opening: dir.isEmpty ? "." : dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        else { return }
+        try? d.sync()
+    }
+
+    /// ENOSPC or EDQUOT: the store is full (StorageFull), not broken.
+    static func isFull(_ code: Int32) -> Bool {
+        code == Errno.noSpace || code == Errno.quotaExceeded
     }
 
     /// Writes `bytes` to `path` atomically and durably, mode 0600 (`writeAtomically(to:_:)`).
@@ -146,61 +177,59 @@ enum FileSystem {
     ) throws -> Int {
         let dir = (path as NSString).deletingLastPathComponent
         let name = (path as NSString).lastPathComponent
-        var template = Array("\(dir.isEmpty ? "." : dir)/.\(name).tmp-XXXXXX".utf8CString)
-        let fd = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
-        if fd >= 0 { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
         func failure(_ what: String, _ code: Int32) -> VaultFailure {
             VaultFailure(
-                code == ENOSPC || code == EDQUOT ? .storageFull : .internalError,
+                isFull(code) ? .storageFull : .internalError,
                 "cannot \(what) \(path): \(String(cString: strerror(code)))")
         }
-        guard fd >= 0 else { throw failure("create a file beside", errno) }
-        let tmp = String(cString: template.withUnsafeBufferPointer { $0.baseAddress! })
+        let made: (fd: Int32, path: String)
+        do {
+            made = try SystemCall.makeTemporaryFile(
+                "\(dir.isEmpty ? "." : dir)/.\(name).tmp-XXXXXX")
+        } catch { throw failure("create a file beside", error.code) }
+        // A raw descriptor, closed here: `body`'s `write` escapes, which an owned one cannot.
+        let fd = made.fd
         var done = false
         var closed = false
         defer {
-            if !closed { close(fd) }
-            if !done { unlink(tmp) }
+            if !closed { SystemCall.close(fd) }
+            if !done { try? SystemCall.unlink(made.path) }
         }
         var total = 0
         try body { bytes in
-            var written = 0
-            while written < bytes.count {
-                let n = write(fd, bytes.baseAddress! + written, bytes.count - written)
-                if n < 0 && errno == EINTR { continue }
-                guard n > 0 else { throw failure("write", errno) }
-                written += n
-            }
-            total += written
+            do {
+                try SystemCall.writeAll(fd, bytes)
+            } catch let e as Errno { throw failure("write", e.code) }
+            total += bytes.count
         }
-        guard fchmod(fd, 0o600) == 0, fsync(fd) == 0 else { throw failure("write", errno) }
+        do {
+            try SystemCall.fchmod(fd, 0o600)
+            try SystemCall.fsync(fd)
+        } catch { throw failure("write", error.code) }
         closed = true
-        close(fd)
-        guard rename(tmp, path) == 0 else { throw failure("write", errno) }
+        SystemCall.close(fd)
+        do { try SystemCall.rename(made.path, path) } catch { throw failure("write", error.code) }
         done = true
-        let d = open(dir.isEmpty ? "." : dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if d >= 0 {
-            fsync(d)
-            close(d)
-        }
+        syncDirectory(dir)
         return total
     }
 
     /// A read-only descriptor (close-on-exec) of the regular file at `path`, refused when
     /// it is over `limit` bytes. The caller closes it. Throws Param (absent, not a regular
     /// file, over the limit).
-    static func openRegularFile(_ path: String, limit: Int) throws -> Int32 {
-        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
-        guard fd >= 0 else {
-            throw VaultFailure.param("cannot open \(path): \(String(cString: strerror(errno)))")
+    static func openRegularFile(_ path: String, limit: Int) throws -> FileDescriptor {
+        let raw: Int32
+        do {
+            raw = try SystemCall.open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
+        } catch {
+            throw VaultFailure.param(
+                "cannot open \(path): \(String(cString: strerror(error.code)))")
         }
-        var st = stat()
-        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else {
-            close(fd)
+        let fd = FileDescriptor(adopting: raw)
+        guard let st = try? fd.status(), st.st_mode & S_IFMT == S_IFREG else {
             throw VaultFailure.param("\(path) is not a regular file")
         }
         guard st.st_size <= off_t(limit) else {
-            close(fd)
             throw VaultFailure.param("\(path) is \(st.st_size) bytes; at most \(limit) are read")
         }
         return fd
@@ -213,13 +242,11 @@ enum FileSystem {
         -> Int
     {
         guard buffer.count > 0 else { return 0 }
-        while true {
-            let n = Glibc.read(fd, buffer.baseAddress!, buffer.count)
-            if n >= 0 { return n }
-            if errno != EINTR {
-                throw VaultFailure(
-                    .internalError, "cannot read \(path): \(String(cString: strerror(errno)))")
-            }
+        do {
+            return try SystemCall.read(fd, into: buffer)
+        } catch {
+            throw VaultFailure(
+                .internalError, "cannot read \(path): \(String(cString: strerror(error.code)))")
         }
     }
 
@@ -227,15 +254,14 @@ enum FileSystem {
     /// read. Throws Param (absent, not a regular file, over the limit), InternalError.
     static func readFile(_ path: String, limit: Int) throws -> [UInt8] {
         let fd = try openRegularFile(path, limit: limit)
-        defer { close(fd) }
-        var st = stat()
-        fstat(fd, &st)
-        var out = [UInt8](repeating: 0, count: Int(st.st_size))
+        let size = (try? fd.status())?.st_size ?? 0
+        var out = [UInt8](repeating: 0, count: Int(size))
         var got = 0
         while got < out.count {
             let n = try out.withUnsafeMutableBytes {
                 try readSome(
-                    fd, into: UnsafeMutableRawBufferPointer(rebasing: $0[got...]), path: path)
+                    fd.rawValue, into: UnsafeMutableRawBufferPointer(rebasing: $0[got...]),
+                    path: path)
             }
             if n == 0 { break }
             got += n

@@ -1,4 +1,5 @@
 import Foundation
+import VaultProtocol
 
 #if canImport(Glibc)
 import Glibc
@@ -32,17 +33,18 @@ final class StorageReserve: Sendable {
     @discardableResult
     func replenish() -> Int {
         lock.withLock {
-            let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
-            guard fd >= 0 else { return 0 }
-            defer { close(fd) }
-            var st = stat()
-            guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else { return 0 }
+            guard
+                let fd = try? FileDescriptor(
+                    opening: path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, mode: 0o600),
+                let st = try? fd.status(), st.st_mode & S_IFMT == S_IFREG
+            else { return 0 }
             // In chunks, so a nearly full disk still gets part of the reserve.
             let chunk = 64 << 10
             var held = 0
             while held < Self.bytes {
                 let length = min(chunk, Self.bytes - held)
-                guard posix_fallocate(fd, off_t(held), off_t(length)) == 0 else { break }
+                guard (try? SystemCall.fallocate(fd.rawValue, off_t(held), off_t(length))) != nil
+                else { break }
                 held += length
             }
             return held
@@ -53,11 +55,10 @@ final class StorageReserve: Sendable {
     /// returns the bytes it held, its size (0: nothing to give).
     func release() -> Int {
         lock.withLock {
-            var st = stat()
-            guard lstat(path, &st) == 0, st.st_mode & S_IFMT == S_IFREG, st.st_size > 0 else {
-                return 0
-            }
-            guard truncate(path, 0) == 0 else { return 0 }
+            guard let st = try? SystemCall.lstat(path), st.st_mode & S_IFMT == S_IFREG,
+                st.st_size > 0
+            else { return 0 }
+            guard (try? SystemCall.truncate(path, 0)) != nil else { return 0 }
             return Int(st.st_size)
         }
     }

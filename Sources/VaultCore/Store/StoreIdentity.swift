@@ -37,8 +37,7 @@ final class StoreIdentity: Sendable {
         }
 
         init?(_ path: String) {
-            var st = stat()
-            guard stat(path, &st) == 0 else { return nil }
+            guard let st = try? SystemCall.stat(path) else { return nil }
             device = UInt64(st.st_dev)
             inode = UInt64(st.st_ino)
             size = Int64(st.st_size)

@@ -29,11 +29,12 @@ final class WALSync: @unchecked Sendable {
         let fd: Int32 = try state.withLock {
             guard !closed else { throw VaultFailure(.internalError, "the store is closed") }
             if self.fd < 0 {
-                self.fd = open(path, O_RDONLY | O_CLOEXEC)
-                guard self.fd >= 0 else {
+                do {
+                    self.fd = try SystemCall.open(path, O_RDONLY | O_CLOEXEC)
+                } catch let e as Errno {
                     throw VaultFailure(
                         .internalError,
-                        "cannot open the write-ahead log to sync it: \(String(cString: strerror(errno)))"
+                        "cannot open the write-ahead log to sync it: \(String(cString: strerror(e.code)))"
                     )
                 }
             }
@@ -48,9 +49,10 @@ final class WALSync: @unchecked Sendable {
         }
         let probe = Self.probe.withLock { $0 }
         let token = probe?.willSync(path)
-        while fdatasync(fd) != 0 {
-            if errno == EINTR { continue }
-            let reason = String(cString: strerror(errno))
+        do {
+            try SystemCall.fdatasync(fd)
+        } catch {
+            let reason = String(cString: strerror(error.code))
             throw VaultFailure(
                 .storageFull, "cannot make the write durable on the vault's disk (\(reason))")
         }
@@ -75,7 +77,7 @@ final class WALSync: @unchecked Sendable {
         state.withLock {
             closed = true
             while syncing > 0 { state.wait() }
-            if fd >= 0 { Glibc.close(fd) }
+            if fd >= 0 { SystemCall.close(fd) }
             fd = -1
         }
     }

@@ -35,20 +35,23 @@ final class SyncFolder {
 
     init(root: String) {
         self.root = root
-        let fd = open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-        rootFD = fd
-        refusal = fd >= 0 ? nil : Self.describe(path: root, errno: errno)
+        do {
+            rootFD = try SystemCall.open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            refusal = nil
+        } catch {
+            rootFD = -1
+            refusal = Self.describe(path: root, errno: error.code)
+        }
     }
 
     deinit {
-        if rootFD >= 0 { close(rootFD) }
+        if rootFD >= 0 { SystemCall.close(rootFD) }
     }
 
     /// Why `path` did not open as a directory: a link (refused, not followed), something
     /// else in its place, or the system's reason.
     static func describe(path: String, errno e: Int32) -> String {
-        var st = stat()
-        if lstat(path, &st) == 0 && st.st_mode & S_IFMT == S_IFLNK {
+        if let st = try? SystemCall.lstat(path), st.st_mode & S_IFMT == S_IFLNK {
             return
                 "\(path) is a symbolic link: a sync folder and the directories in it must be directories, not links to one (not followed)"
         }
@@ -67,20 +70,22 @@ final class SyncFolder {
     }
 
     /// `name` in the directory `parent`, opened as a directory without following a link
-    /// (the caller closes it); -1 with errno set otherwise.
-    private static func openDirectory(_ parent: Int32, _ name: String) -> Int32 {
-        openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+    /// (the caller closes it). Throws `Errno` otherwise.
+    private static func openDirectory(_ parent: Int32, _ name: String) throws(Errno) -> Int32 {
+        try SystemCall.openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
     }
 
     /// `devices/`, opened (the caller closes it); nil when there is none yet. Throws
     /// InternalError when it is a link or cannot be opened.
     private func openDevices() throws -> Int32? {
-        let fd = Self.openDirectory(try rootDescriptor(), Self.devicesName)
-        if fd < 0 && errno == ENOENT { return nil }
-        guard fd >= 0 else {
-            throw VaultFailure(.internalError, Self.describe(path: devicesPath, errno: errno))
+        let root = try rootDescriptor()
+        do {
+            return try Self.openDirectory(root, Self.devicesName)
+        } catch  where error.code == Errno.notFound {
+            return nil
+        } catch {
+            throw VaultFailure(.internalError, Self.describe(path: devicesPath, errno: error.code))
         }
-        return fd
     }
 
     /// Runs `body` with device `d`'s directory opened (not through a link). Throws
@@ -89,12 +94,14 @@ final class SyncFolder {
         guard let devices = try openDevices() else {
             throw VaultFailure(.internalError, "\(devicesPath) does not exist")
         }
-        defer { close(devices) }
-        let fd = Self.openDirectory(devices, d.description)
-        guard fd >= 0 else {
-            throw VaultFailure(.internalError, Self.describe(path: directory(d), errno: errno))
+        defer { SystemCall.close(devices) }
+        let fd: Int32
+        do {
+            fd = try Self.openDirectory(devices, d.description)
+        } catch {
+            throw VaultFailure(.internalError, Self.describe(path: directory(d), errno: error.code))
         }
-        defer { close(fd) }
+        defer { SystemCall.close(fd) }
         return try body(fd)
     }
 
@@ -105,23 +112,29 @@ final class SyncFolder {
     /// InternalError otherwise.
     func makeDeviceDirectory(_ d: SyncDeviceID) throws {
         let rootFD = try rootDescriptor()
-        if mkdirat(rootFD, Self.devicesName, 0o700) != 0 && errno != EEXIST {
+        do {
+            try SystemCall.mkdirat(rootFD, Self.devicesName, 0o700)
+        } catch  where error.code != Errno.exists {
             throw VaultFailure(
-                .internalError, "cannot make \(devicesPath): \(String(cString: strerror(errno)))")
-        }
+                .internalError,
+                "cannot make \(devicesPath): \(String(cString: strerror(error.code)))")
+        } catch {}
         guard let devices = try openDevices() else {
             throw VaultFailure(.internalError, "\(devicesPath) vanished as it was made")
         }
-        defer { close(devices) }
-        if mkdirat(devices, d.description, 0o700) != 0 && errno != EEXIST {
+        defer { SystemCall.close(devices) }
+        do {
+            try SystemCall.mkdirat(devices, d.description, 0o700)
+        } catch  where error.code != Errno.exists {
             throw VaultFailure(
-                .internalError, "cannot make \(directory(d)): \(String(cString: strerror(errno)))")
+                .internalError,
+                "cannot make \(directory(d)): \(String(cString: strerror(error.code)))")
+        } catch {}
+        do {
+            SystemCall.close(try Self.openDirectory(devices, d.description))
+        } catch {
+            throw VaultFailure(.internalError, Self.describe(path: directory(d), errno: error.code))
         }
-        let fd = Self.openDirectory(devices, d.description)
-        guard fd >= 0 else {
-            throw VaultFailure(.internalError, Self.describe(path: directory(d), errno: errno))
-        }
-        close(fd)
     }
 
     struct Entry {
@@ -162,12 +175,12 @@ final class SyncFolder {
     func scan(preferring: Set<SyncDeviceID> = []) throws -> Listing {
         var out = Listing()
         guard let devices = try openDevices() else { return out }
-        defer { close(devices) }
+        defer { SystemCall.close(devices) }
         var found: [SyncDeviceID] = []
         Self.forEachName(in: devices) { name in
-            guard let device = SyncDeviceID(hex: name) else { return }
-            var st = stat()
-            guard fstatat(devices, name, &st, AT_SYMLINK_NOFOLLOW) == 0 else { return }
+            guard let device = SyncDeviceID(hex: name),
+                let st = try? SystemCall.fstatat(devices, name, AT_SYMLINK_NOFOLLOW)
+            else { return }
             switch st.st_mode & S_IFMT {
             case S_IFDIR: found.append(device)
             case S_IFLNK: out.links.append(device)
@@ -191,21 +204,11 @@ final class SyncFolder {
     /// Calls `body` with each name in the directory `fd` (not `.` and `..`), at most
     /// `maximumEntriesPerDevice` of them. The descriptor stays open.
     private static func forEachName(in fd: Int32, _ body: (String) -> Void) {
-        let own = fcntl(fd, F_DUPFD_CLOEXEC, 0)
-        guard own >= 0, let dir = fdopendir(own) else {
-            if own >= 0 { close(own) }
-            return
-        }
-        defer { closedir(dir) }
-        // The copy shares the original's position: from the start, whoever read it before.
-        rewinddir(dir)
-        var seen = 0
-        while seen < SyncService.maximumEntriesPerDevice, let e = readdir(dir) {
-            seen += 1
-            let name = withUnsafeBytes(of: e.pointee.d_name) {
-                String(cString: $0.bindMemory(to: CChar.self).baseAddress!)
-            }
-            if name != "." && name != ".." { body(name) }
+        let names =
+            (try? SystemCall.entries(
+                ofDirectoryAt: fd, limit: SyncService.maximumEntriesPerDevice)) ?? []
+        for name in names {
+            body(String(decoding: name.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self))
         }
     }
 
@@ -213,14 +216,12 @@ final class SyncFolder {
     /// size. A link in the place of the directory is not followed (nothing listed).
     private func listDevice(_ devices: Int32, _ device: SyncDeviceID) -> Entry {
         var entry = Entry()
-        let fd = Self.openDirectory(devices, device.description)
-        guard fd >= 0 else { return entry }
-        defer { close(fd) }
+        guard let fd = try? Self.openDirectory(devices, device.description) else { return entry }
+        defer { SystemCall.close(fd) }
         Self.forEachName(in: fd) { name in
-            guard let seq = SyncSegment.sequence(ofFileName: name) else { return }
-            var st = stat()
-            guard fstatat(fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0, st.st_mode & S_IFMT == S_IFREG,
-                let size = Int(exactly: st.st_size)
+            guard let seq = SyncSegment.sequence(ofFileName: name),
+                let st = try? SystemCall.fstatat(fd, name, AT_SYMLINK_NOFOLLOW),
+                st.st_mode & S_IFMT == S_IFREG, let size = Int(exactly: st.st_size)
             else { return }
             entry.segments[seq] = size
             entry.versions[seq] = FileVersion(
@@ -234,13 +235,15 @@ final class SyncFolder {
     /// link, a regular file, its size checked before it is read. Throws `SyncFormatError`
     /// otherwise.
     static func read(_ name: String, in directory: Int32, limit: Int) throws -> [UInt8] {
-        let fd = openat(directory, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
-        guard fd >= 0 else {
-            throw SyncFormatError("cannot open: \(String(cString: strerror(errno)))")
+        let raw: Int32
+        do {
+            raw = try SystemCall.openat(
+                directory, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
+        } catch {
+            throw SyncFormatError("cannot open: \(String(cString: strerror(error.code)))")
         }
-        defer { close(fd) }
-        var st = stat()
-        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else {
+        let fd = FileDescriptor(adopting: raw)
+        guard let st = try? fd.status(), st.st_mode & S_IFMT == S_IFREG else {
             throw SyncFormatError("not a regular file")
         }
         guard st.st_size <= limit, let size = Int(exactly: st.st_size) else {
@@ -249,10 +252,10 @@ final class SyncFolder {
         var out = [UInt8](repeating: 0, count: size)
         var at = 0
         while at < out.count {
-            let n = out.withUnsafeMutableBytes {
-                Glibc.read(fd, $0.baseAddress! + at, $0.count - at)
-            }
-            if n < 0 && errno == EINTR { continue }
+            let n =
+                (try? out.withUnsafeMutableBytes {
+                    try fd.read(into: UnsafeMutableRawBufferPointer(rebasing: $0[at...]))
+                }) ?? -1
             guard n > 0 else { throw SyncFormatError("the file shrank while it was read") }
             at += n
         }
@@ -278,8 +281,7 @@ final class SyncFolder {
     /// Whether `name` is in device `device`'s directory (false too when it cannot be looked at).
     func exists(device: SyncDeviceID, name: String) -> Bool {
         (try? withDevice(device) { fd -> Bool in
-            var st = stat()
-            return fstatat(fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0
+            (try? SystemCall.fstatat(fd, name, AT_SYMLINK_NOFOLLOW)) != nil
         }) ?? false
     }
 
@@ -288,15 +290,16 @@ final class SyncFolder {
     /// of them, however many directories the folder holds.
     func devicesHolding(_ name: String) throws -> [SyncDeviceID] {
         guard let devices = try openDevices() else { return [] }
-        defer { close(devices) }
+        defer { SystemCall.close(devices) }
         var out: [SyncDeviceID] = []
         Self.forEachName(in: devices) { dir in
-            guard let d = SyncDeviceID(hex: dir) else { return }
-            var st = stat()
-            let fd = Self.openDirectory(devices, dir)
-            guard fd >= 0 else { return }
-            defer { close(fd) }
-            if fstatat(fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_mode & S_IFMT == S_IFREG {
+            guard let d = SyncDeviceID(hex: dir),
+                let fd = try? Self.openDirectory(devices, dir)
+            else { return }
+            defer { SystemCall.close(fd) }
+            if let st = try? SystemCall.fstatat(fd, name, AT_SYMLINK_NOFOLLOW),
+                st.st_mode & S_IFMT == S_IFREG
+            {
                 out.append(d)
             }
         }
@@ -321,46 +324,42 @@ final class SyncFolder {
 
     private static func write(_ bytes: [UInt8], name: String, in dir: Int32, path: String) throws {
         let tmp = ".tmp-" + SyncHex.encode(Sodium.randomBytes(8))
-        let fd = openat(dir, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600)
-        guard fd >= 0 else {
+        let fd: Int32
+        do {
+            fd = try SystemCall.openat(
+                dir, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode: 0o600)
+        } catch {
             throw VaultFailure(
-                .internalError, "cannot write in \(path): \(String(cString: strerror(errno)))")
+                .internalError, "cannot write in \(path): \(String(cString: strerror(error.code)))")
         }
-        defer { unlinkat(dir, tmp, 0) }
-        var at = 0
+        defer { try? SystemCall.unlinkat(dir, tmp) }
         var failure: Int32 = 0
-        while at < bytes.count {
-            let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + at, $0.count - at) }
-            if n < 0 && errno == EINTR { continue }
-            if n <= 0 {
-                failure = errno
-                break
-            }
-            at += n
-        }
-        if failure == 0 && fsync(fd) != 0 { failure = errno }
-        close(fd)
+        do {
+            try bytes.withUnsafeBytes { try SystemCall.writeAll(fd, $0) }
+            try SystemCall.fsync(fd)
+        } catch let e as Errno { failure = e.code }
+        SystemCall.close(fd)
         // The join and ack files are this device's to replace (a second `sync join` after a
         // leave; each new acknowledgement); anything else is written once.
-        if failure == 0 && !isReplaceable(name) && linkat(dir, tmp, dir, name, 0) != 0 {
-            failure = errno
+        if failure == 0 && !isReplaceable(name) {
+            do { try SystemCall.linkat(dir, tmp, dir, name, 0) } catch { failure = error.code }
         }
-        if failure == 0 && isReplaceable(name) && renameat(dir, tmp, dir, name) != 0 {
+        if failure == 0 && isReplaceable(name) {
+            do { try SystemCall.renameat(dir, tmp, dir, name) } catch { failure = error.code }
             // A directory in the place of the file (anyone can make one): moved out of the way.
-            failure = errno
             if [EISDIR, ENOTEMPTY, EEXIST].contains(failure) && clear(name, in: dir)
-                && renameat(dir, tmp, dir, name) == 0
+                && (try? SystemCall.renameat(dir, tmp, dir, name)) != nil
             {
                 failure = 0
             }
         }
-        if failure == EEXIST { throw NameTaken(name: name) }
+        if failure == Errno.exists { throw NameTaken(name: name) }
         guard failure == 0 else {
             throw VaultFailure(
                 .internalError,
                 "cannot write \(name) in \(path): \(String(cString: strerror(failure)))")
         }
-        fsync(dir)
+        try? SystemCall.fsync(dir)
     }
 
     /// The files of this device's that it replaces as they change (a second `sync join` after
@@ -370,7 +369,7 @@ final class SyncFolder {
     }
 
     func removeFile(device: SyncDeviceID, name: String) {
-        _ = try? withDevice(device) { unlinkat($0, name, 0) }
+        _ = try? withDevice(device) { try? SystemCall.unlinkat($0, name) }
     }
 
     /// Takes whatever holds `name` in this device's directory out of the way: a file is
@@ -381,9 +380,15 @@ final class SyncFolder {
     }
 
     private static func clear(_ name: String, in dir: Int32) -> Bool {
-        if unlinkat(dir, name, 0) == 0 || errno == ENOENT { return true }
-        if unlinkat(dir, name, AT_REMOVEDIR) == 0 { return true }
-        return renameat(dir, name, dir, ".tmp-moved-" + SyncHex.encode(Sodium.randomBytes(8))) == 0
+        do {
+            try SystemCall.unlinkat(dir, name)
+            return true
+        } catch {
+            if error.code == Errno.notFound { return true }
+        }
+        if (try? SystemCall.unlinkat(dir, name, AT_REMOVEDIR)) != nil { return true }
+        let aside = ".tmp-moved-" + SyncHex.encode(Sodium.randomBytes(8))
+        return (try? SystemCall.renameat(dir, name, dir, aside)) != nil
     }
 }
 
@@ -401,20 +406,20 @@ final class SyncWatcher: Sendable {
 
     init(paths: @escaping @Sendable () -> [String]) {
         self.paths = paths
-        var ends: [Int32] = [-1, -1]
-        _ = pipe(&ends)
-        for fd in ends where fd >= 0 {
-            _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
-            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+        let ends = (try? SystemCall.pipe()) ?? (read: -1, write: -1)
+        for fd in [ends.read, ends.write] where fd >= 0 {
+            if let flags = try? SystemCall.fcntl(fd, F_GETFL) {
+                _ = try? SystemCall.fcntl(fd, F_SETFL, flags | O_NONBLOCK)
+            }
         }
-        (wakeFD, wakeWriteFD) = (ends[0], ends[1])
-        inotifyFD = inotify_init1(Int32(IN_CLOEXEC | IN_NONBLOCK))
+        (wakeFD, wakeWriteFD) = ends
+        inotifyFD = (try? SystemCall.inotifyInit(Int32(IN_CLOEXEC | IN_NONBLOCK))) ?? -1
     }
 
     func wake() {
         // A full pipe already holds a wake-up: the write may fail then.
-        var one: UInt8 = 1
-        _ = write(wakeWriteFD, &one, 1)
+        guard wakeWriteFD >= 0 else { return }
+        _ = try? [UInt8(1)].withUnsafeBytes { try SystemCall.write(wakeWriteFD, $0) }
     }
 
     /// Runs `pass` on a thread of its own: once now, then after each wake-up.
@@ -429,7 +434,9 @@ final class SyncWatcher: Sendable {
                     pollfd(fd: wakeFD, events: Int16(POLLIN), revents: 0),
                     pollfd(fd: inotifyFD, events: Int16(POLLIN), revents: 0),
                 ]
-                _ = poll(&fds, 2, 60_000)
+                _ = try? fds.withUnsafeMutableBufferPointer {
+                    try SystemCall.poll($0, timeout: 60_000)
+                }
                 drain(wakeFD)
                 drain(inotifyFD)
             }
@@ -439,8 +446,10 @@ final class SyncWatcher: Sendable {
     }
 
     private func drain(_ fd: Int32) {
+        guard fd >= 0 else { return }
         var buffer = [UInt8](repeating: 0, count: 4096)
-        while buffer.withUnsafeMutableBytes({ read(fd, $0.baseAddress!, $0.count) }) > 0 {}
+        while (try? buffer.withUnsafeMutableBytes({ try SystemCall.read(fd, into: $0) })) ?? 0 > 0 {
+        }
     }
 
     /// Adds watches on the paths the service names (the folder, `devices/` and the device
@@ -450,7 +459,7 @@ final class SyncWatcher: Sendable {
         for p in paths() where !watched.contains(p) {
             // Not through a link (one in the place of a directory is not read either).
             let mask = UInt32(IN_CREATE | IN_MOVED_TO | IN_CLOSE_WRITE | IN_DELETE | IN_DONT_FOLLOW)
-            if inotify_add_watch(inotifyFD, p, mask) >= 0 { watched.insert(p) }
+            if (try? SystemCall.inotifyAddWatch(inotifyFD, p, mask)) != nil { watched.insert(p) }
         }
     }
 }

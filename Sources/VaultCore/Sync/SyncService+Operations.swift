@@ -275,13 +275,11 @@ extension SyncService {
         guard path.hasPrefix("/") else {
             throw VaultFailure.param("the sync folder must be an absolute path")
         }
-        var st = stat()
-        guard stat(path, &st) == 0, st.st_mode & S_IFMT == S_IFDIR,
-            let resolved = realpath(path, nil)
+        guard let st = try? SystemCall.stat(path), st.st_mode & S_IFMT == S_IFDIR,
+            let resolved = try? SystemCall.realpath(path)
         else {
             throw VaultFailure.param("\(path) is not a directory")
         }
-        defer { free(resolved) }
-        return String(cString: resolved)
+        return resolved
     }
 }

@@ -115,8 +115,9 @@ extension Vault {
         // A Flatpak app's `executable` is its deployment directory (`Vault.flatpakDeployment`),
         // recorded by the scan, never a program.
         if let e = executable, !flatpak {
-            var st = stat()
-            guard stat(e, &st) == 0, st.st_mode & S_IFMT == S_IFREG, access(e, X_OK) == 0 else {
+            guard let st = try? SystemCall.stat(e), st.st_mode & S_IFMT == S_IFREG,
+                SystemCall.access(e, X_OK)
+            else {
                 throw VaultFailure.invalidParameter(
                     "executable", "the executable \(e) is not an existing executable file")
             }
@@ -163,11 +164,9 @@ extension Vault {
     /// The interpreter line of a `#!` script (what follows `#!`, e.g. `/usr/bin/env python3`),
     /// nil when `path` does not start with `#!`.
     static func scriptInterpreter(_ path: String) -> String? {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        defer { Glibc.close(fd) }
+        guard let fd = try? FileDescriptor(opening: path, O_RDONLY | O_CLOEXEC) else { return nil }
         var buf = [UInt8](repeating: 0, count: 256)
-        let n = Glibc.read(fd, &buf, buf.count)
+        let n = (try? buf.withUnsafeMutableBytes { try fd.read(into: $0) }) ?? -1
         guard n >= 2, buf[0] == UInt8(ascii: "#"), buf[1] == UInt8(ascii: "!") else { return nil }
         let line = buf[2..<n].prefix { $0 != 0x0A }
         let interpreter = String(decoding: line, as: UTF8.self).trimmingCharacters(in: .whitespaces)
@@ -176,11 +175,7 @@ extension Vault {
 
     /// `path` with symlinks resolved (`realpath`), or only standardized when it does not exist.
     static func canonicalPath(_ path: String) -> String {
-        guard let resolved = realpath(path, nil) else {
-            return URL(fileURLWithPath: path).standardizedFileURL.path
-        }
-        defer { free(resolved) }
-        return String(cString: resolved)
+        (try? SystemCall.realpath(path)) ?? URL(fileURLWithPath: path).standardizedFileURL.path
     }
 
     /// Uninstalls: the app's preferences domain and cache directory are deleted; its keychain
@@ -372,9 +367,13 @@ extension Vault {
     }
 
     static func executableState(_ path: String) -> ExecutableState {
-        var st = stat()
-        if stat(path, &st) == 0 { return .present }
-        return errno == ENOENT || errno == ENOTDIR ? .absent : .unknown(errno)
+        do {
+            _ = try SystemCall.stat(path)
+            return .present
+        } catch {
+            return error.code == Errno.notFound || error.code == Errno.notDirectory
+                ? .absent : .unknown(error.code)
+        }
     }
 
     /// Notices registered executables, and Flatpak apps' deployments, that disappeared or

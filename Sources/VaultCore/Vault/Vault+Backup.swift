@@ -352,9 +352,11 @@ extension Vault {
         known: [String: Set<String>],
         _ body: (BackupArchive.Record, ItemAttributes?) throws -> Void
     ) throws -> Scan {
-        guard lseek(fd, 0, SEEK_SET) == 0 else {
+        do {
+            try SystemCall.lseek(fd, 0, SEEK_SET)
+        } catch {
             throw VaultFailure(
-                .internalError, "cannot read \(path): \(String(cString: strerror(errno)))")
+                .internalError, "cannot read \(path): \(String(cString: strerror(error.code)))")
         }
         let source: Age.Source = { try FileSystem.readSome(fd, into: $0, path: path) }
         do {
@@ -408,8 +410,9 @@ extension Vault {
         if let p = newPassphrase, p.count == 0 {
             throw VaultFailure.param("the new passphrase must not be empty")
         }
-        let fd = try FileSystem.openRegularFile(path, limit: Self.maximumBackupSize)
-        defer { Glibc.close(fd) }
+        // Open until the restore returns; its number goes to the readings' closures.
+        let file = try FileSystem.openRegularFile(path, limit: Self.maximumBackupSize)
+        let fd = file.rawValue
         let known = try read { db in
             try Dictionary(
                 uniqueKeysWithValues: BackupArchive.tables.map {

@@ -42,8 +42,7 @@ extension Vault {
             // As `Directory`: an app that is not installed is AppNotFound (a mistyped app ID
             // must not "free 0 bytes", exit 0). A cache directory left there without an
             // install can still be purged.
-            var st = stat()
-            if try !isInstalled(appID) && lstat(caches.root + "/" + appID, &st) != 0 {
+            if try !isInstalled(appID), (try? SystemCall.lstat(caches.root + "/" + appID)) == nil {
                 throw VaultFailure(.appNotFound, "no installed app \(appID)")
             }
         }

@@ -20,7 +20,9 @@ public enum SystemCall {
     }
 
     /// openat(2), relative to the directory descriptor `dir`.
-    public static func openat(_ dir: Int32, _ path: String, _ flags: Int32, mode: mode_t = 0)
+    public static func openat(
+        _ dir: Int32, _ path: UnsafePointer<CChar>, _ flags: Int32, mode: mode_t = 0
+    )
         throws(Errno) -> Int32
     {
         try retryingOnInterrupt("openat") { Glibc.openat(dir, path, flags, mode) }
@@ -113,6 +115,21 @@ public enum SystemCall {
         try retryingOnInterrupt("ftruncate") { Glibc.ftruncate(fd, length) }
     }
 
+    /// truncate(2) of the file at `path` to `length` bytes.
+    public static func truncate(_ path: String, _ length: off_t) throws(Errno) {
+        try retryingOnInterrupt("truncate") { Glibc.truncate(path, length) }
+    }
+
+    /// posix_fallocate(3): the blocks of `length` bytes from `offset` allocated (which
+    /// returns its error rather than setting errno).
+    public static func fallocate(_ fd: Int32, _ offset: off_t, _ length: off_t) throws(Errno) {
+        try retryingOnInterrupt("posix_fallocate") {
+            let code = Glibc.posix_fallocate(fd, offset, length)
+            if code != 0 { errno = code }
+            return code == 0 ? 0 : -1
+        }
+    }
+
     /// lseek(2): the new offset.
     @discardableResult
     public static func lseek(_ fd: Int32, _ offset: off_t, _ whence: Int32) throws(Errno) -> off_t {
@@ -142,7 +159,9 @@ public enum SystemCall {
     }
 
     /// fstatat(2) relative to `dir` (AT_SYMLINK_NOFOLLOW and the like in `flags`).
-    public static func fstatat(_ dir: Int32, _ path: String, _ flags: Int32) throws(Errno) -> stat {
+    public static func fstatat(_ dir: Int32, _ path: UnsafePointer<CChar>, _ flags: Int32)
+        throws(Errno) -> stat
+    {
         var st = Glibc.stat()
         try retryingOnInterrupt("fstatat") { Glibc.fstatat(dir, path, &st, flags) }
         return st
@@ -164,7 +183,9 @@ public enum SystemCall {
     }
 
     /// renameat(2).
-    public static func renameat(_ fromDir: Int32, _ from: String, _ toDir: Int32, _ to: String)
+    public static func renameat(
+        _ fromDir: Int32, _ from: UnsafePointer<CChar>, _ toDir: Int32, _ to: UnsafePointer<CChar>
+    )
         throws(Errno)
     {
         try retryingOnInterrupt("renameat") { Glibc.renameat(fromDir, from, toDir, to) }
@@ -172,7 +193,8 @@ public enum SystemCall {
 
     /// linkat(2).
     public static func linkat(
-        _ fromDir: Int32, _ from: String, _ toDir: Int32, _ to: String, _ flags: Int32
+        _ fromDir: Int32, _ from: UnsafePointer<CChar>, _ toDir: Int32, _ to: UnsafePointer<CChar>,
+        _ flags: Int32
     ) throws(Errno) {
         try retryingOnInterrupt("linkat") { Glibc.linkat(fromDir, from, toDir, to, flags) }
     }
@@ -183,7 +205,9 @@ public enum SystemCall {
     }
 
     /// unlinkat(2) (AT_REMOVEDIR in `flags` for a directory).
-    public static func unlinkat(_ dir: Int32, _ path: String, _ flags: Int32 = 0) throws(Errno) {
+    public static func unlinkat(_ dir: Int32, _ path: UnsafePointer<CChar>, _ flags: Int32 = 0)
+        throws(Errno)
+    {
         try retryingOnInterrupt("unlinkat") { Glibc.unlinkat(dir, path, flags) }
     }
 
@@ -193,7 +217,9 @@ public enum SystemCall {
     }
 
     /// mkdirat(2).
-    public static func mkdirat(_ dir: Int32, _ path: String, _ mode: mode_t) throws(Errno) {
+    public static func mkdirat(_ dir: Int32, _ path: UnsafePointer<CChar>, _ mode: mode_t)
+        throws(Errno)
+    {
         try retryingOnInterrupt("mkdirat") { Glibc.mkdirat(dir, path, mode) }
     }
 
@@ -239,6 +265,39 @@ public enum SystemCall {
             if name == "." || name == ".." { continue }
             if !body(name) { return }
         }
+    }
+
+    /// The names in the directory `fd` (not `.` and `..`), as raw NUL-terminated bytes
+    /// (a name need not be UTF-8), read from the start; `fd` stays open. readdir(3) on a
+    /// duplicate (fdopendir takes the descriptor it is given), which shares `fd`'s position.
+    /// At most `limit` entries are read (`.` and `..` count): a directory others write in
+    /// may hold any number.
+    public static func entries(ofDirectoryAt fd: Int32, limit: Int = .max) throws(Errno)
+        -> [[CChar]]
+    {
+        let copy = try fcntl(fd, F_DUPFD_CLOEXEC, 0)
+        guard let dir = Glibc.fdopendir(copy) else {
+            let code = errno
+            close(copy)
+            throw Errno(code: code, call: "fdopendir")
+        }
+        defer { Glibc.closedir(dir) }
+        Glibc.rewinddir(dir)
+        var names: [[CChar]] = []
+        for _ in 0..<limit {
+            errno = 0
+            guard let entry = Glibc.readdir(dir) else {
+                if errno != 0 { throw Errno(code: errno, call: "readdir") }
+                return names
+            }
+            var name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                raw.prefix(while: { $0 != 0 }).map { CChar(bitPattern: $0) }
+            }
+            if name == [46] || name == [46, 46] { continue }
+            name.append(0)
+            names.append(name)
+        }
+        return names
     }
 
     /// access(2): whether the calling user may `mode` (R_OK, X_OK, …) the file at `path`.
@@ -311,6 +370,19 @@ public enum SystemCall {
         var p = pollfd(fd: fd, events: events, revents: 0)
         try retryingOnInterrupt("poll") { Glibc.poll(&p, 1, timeout) }
         return p.revents
+    }
+
+    /// inotify_init1(2): the new inotify descriptor, the caller's to close.
+    public static func inotifyInit(_ flags: Int32) throws(Errno) -> Int32 {
+        try retryingOnInterrupt("inotify_init1") { Glibc.inotify_init1(flags) }
+    }
+
+    /// inotify_add_watch(2): the watch descriptor.
+    @discardableResult
+    public static func inotifyAddWatch(_ fd: Int32, _ path: String, _ mask: UInt32)
+        throws(Errno) -> Int32
+    {
+        try retryingOnInterrupt("inotify_add_watch") { Glibc.inotify_add_watch(fd, path, mask) }
     }
 
     // MARK: Sockets

@@ -97,27 +97,30 @@ final class BusRelay: @unchecked Sendable {
             defer { g_error_free(err) }
             throw BusError(.failed, String(cString: cg_error_message(err)))
         }
-        var pair: [Int32] = [-1, -1]
-        guard
-            socketpair(
-                AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0
-        else {
-            close(bus)
-            throw BusError(.failed, "socketpair: \(String(cString: strerror(errno)))")
+        let pair: (Int32, Int32)
+        do {
+            pair = try SystemCall.socketpair(
+                AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue))
+        } catch {
+            SystemCall.close(bus)
+            throw BusError(.failed, "socketpair: \(String(cString: strerror(error.code)))")
         }
-        for fd in [bus, pair[0]] { _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) }
+        for fd in [bus, pair.0] {
+            if let flags = try? SystemCall.fcntl(fd, F_GETFL) {
+                _ = try? SystemCall.fcntl(fd, F_SETFL, flags | O_NONBLOCK)
+            }
+        }
         // A receive buffer of 4 MiB (the kernel may give less): fewer wake-ups of the relay
         // and the bus daemon while a large message goes through.
-        var size: Int32 = 4 << 20
-        _ = setsockopt(bus, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
-        let relay = BusRelay(bus: bus, gdbus: pair[0])
+        try? SystemCall.setsockopt(bus, SOL_SOCKET, SO_RCVBUF, Int32(4 << 20))
+        let relay = BusRelay(bus: bus, gdbus: pair.0)
         let thread = Thread {
             vault_set_thread_name("vaultd-busrelay")
             relay.run()
         }
         thread.stackSize = 1 << 20
         thread.start()
-        return pair[1]
+        return pair.1
     }
 
     // MARK: the loop
@@ -126,11 +129,11 @@ final class BusRelay: @unchecked Sendable {
         var buffer = [UInt8](repeating: 0, count: Self.chunk)
         var fds = [Int32](repeating: -1, count: Int(VAULT_MAX_PASSED_FDS))
         defer {
-            close(bus)
-            close(gdbus)
+            SystemCall.close(bus)
+            SystemCall.close(gdbus)
             toBus.discard()
             toGDBus.discard()
-            for fd in heldFDs { close(fd) }
+            for fd in heldFDs { SystemCall.close(fd) }
         }
         while true {
             expireUnanswered()
@@ -146,9 +149,12 @@ final class BusRelay: @unchecked Sendable {
                     revents: 0),
             ]
             // While calls count, wake each second to let the expired ones go.
-            guard poll(&polled, 2, unanswered.isEmpty ? -1 : 1000) >= 0 || errno == EINTR else {
-                return
-            }
+            let timeout: Int32 = unanswered.isEmpty ? -1 : 1000
+            guard
+                (try? polled.withUnsafeMutableBufferPointer({
+                    try SystemCall.poll($0, timeout: timeout)
+                })) != nil
+            else { return }
             let closing = Int16(POLLHUP | POLLERR)
             if polled[0].revents & Int16(POLLIN) != 0 || polled[0].revents & closing != 0 {
                 guard receive(from: bus, &buffer, &fds, into: { fromBusBytes($0, $1) }) else {
@@ -171,12 +177,19 @@ final class BusRelay: @unchecked Sendable {
         into handle: (ArraySlice<UInt8>, [Int32]) -> Void
     ) -> Bool {
         var count: Int32 = 0
-        let n = buffer.withUnsafeMutableBytes { b in
-            fds.withUnsafeMutableBufferPointer {
-                vault_recv_fds(fd, b.baseAddress, b.count, $0.baseAddress, Int32($0.count), &count)
+        let n: Int
+        do {
+            n = try buffer.withUnsafeMutableBytes { b in
+                try fds.withUnsafeMutableBufferPointer { f in
+                    try retryingOnInterrupt("recvmsg") {
+                        vault_recv_fds(
+                            fd, b.baseAddress, b.count, f.baseAddress, Int32(f.count), &count)
+                    }
+                }
             }
-        }
-        if n < 0 { return errno == EAGAIN || errno == EINTR }
+        } catch let e as Errno {
+            return e.code == Errno.wouldBlock
+        } catch { return false }
         if n == 0 { return false }
         handle(buffer[0..<n], Array(fds[0..<Int(count)]))
         return true
@@ -202,7 +215,7 @@ final class BusRelay: @unchecked Sendable {
     private func fromBusBytes(_ bytes: ArraySlice<UInt8>, _ fds: [Int32]) {
         var fds = fds
         while fdsToClose > 0, let fd = fds.first {
-            close(fd)
+            SystemCall.close(fd)
             fds.removeFirst()
             fdsToClose -= 1
         }
@@ -284,7 +297,7 @@ final class BusRelay: @unchecked Sendable {
     /// into one read with another message's), then the rest as they come.
     private func closeHeldFDs(_ n: Int) {
         let now = min(n, heldFDs.count)
-        for fd in heldFDs.prefix(now) { close(fd) }
+        for fd in heldFDs.prefix(now) { SystemCall.close(fd) }
         heldFDs.removeFirst(now)
         fdsToClose += n - now
     }
@@ -399,16 +412,22 @@ private struct Outbox {
     /// Writes what `fd` takes now; false when it failed (not merely full).
     mutating func flush(to fd: Int32) -> Bool {
         while let first = chunks.first {
-            let n = first.bytes.withUnsafeBytes { b in
-                first.fds.withUnsafeBufferPointer {
-                    vault_send_fds(
-                        fd, b.baseAddress.map { $0 + offset }, b.count - offset, $0.baseAddress,
-                        Int32($0.count))
+            let n: Int
+            do {
+                n = try first.bytes.withUnsafeBytes { b in
+                    try first.fds.withUnsafeBufferPointer { f in
+                        try retryingOnInterrupt("sendmsg") {
+                            vault_send_fds(
+                                fd, b.baseAddress.map { $0 + offset }, b.count - offset,
+                                f.baseAddress, Int32(f.count))
+                        }
+                    }
                 }
-            }
-            if n < 0 { return errno == EAGAIN || errno == EINTR }
+            } catch let e as Errno {
+                return e.code == Errno.wouldBlock
+            } catch { return false }
             // The descriptors went with the first byte sent: sent once, then closed here.
-            for d in first.fds { close(d) }
+            for d in first.fds { SystemCall.close(d) }
             chunks[0].fds = []
             offset += n
             bytes -= n
@@ -422,7 +441,7 @@ private struct Outbox {
 
     /// Closes the descriptors never sent.
     mutating func discard() {
-        for c in chunks { for d in c.fds { close(d) } }
+        for c in chunks { for d in c.fds { SystemCall.close(d) } }
         chunks = []
     }
 }

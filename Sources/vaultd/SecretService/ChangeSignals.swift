@@ -37,7 +37,7 @@ extension SecretService {
 
     /// Values computed once per `Caller` while one change is sent (connections of one app,
     /// or of the owner, see the same).
-    private final class PerSession<Value> {
+    final class PerSession<Value> {
         private var entries: [(VaultSession, Value?)] = []
         func value(for vaultSession: VaultSession, _ make: () throws -> Value) -> Value? {
             if let e = entries.first(where: { $0.0 == vaultSession }) { return e.1 }
@@ -82,23 +82,23 @@ extension SecretService {
         itemsValuesDue(collection, group: group)
         for (sender, peer) in targets {
             if !Self.isSession(collection) && !(created.isEmpty && deleted.isEmpty) {
-                collectionsChanged(sender, peer, collectionsSeen)
+                collectionsChanged(sender, peer, collectionsSeen, about: collection)
             }
             for path in collectionPaths(collection, for: peer.vaultSession) {
                 for item in created {
-                    emit(
-                        to: sender, path: path, SecretServiceIntrospection.collection,
-                        "ItemCreated", [.objectPath(item)])
+                    tell(
+                        sender, peer, about: collection, path: path,
+                        SecretServiceIntrospection.collection, "ItemCreated", [.objectPath(item)])
                 }
                 for item in deleted {
-                    emit(
-                        to: sender, path: path, SecretServiceIntrospection.collection,
-                        "ItemDeleted", [.objectPath(item)])
+                    tell(
+                        sender, peer, about: collection, path: path,
+                        SecretServiceIntrospection.collection, "ItemDeleted", [.objectPath(item)])
                 }
                 for item in changed {
-                    emit(
-                        to: sender, path: path, SecretServiceIntrospection.collection,
-                        "ItemChanged", [.objectPath(item)])
+                    tell(
+                        sender, peer, about: collection, path: path,
+                        SecretServiceIntrospection.collection, "ItemChanged", [.objectPath(item)])
                 }
             }
             let items = itemValues.value(for: peer.vaultSession) {
@@ -113,7 +113,8 @@ extension SecretService {
             }
             for (item, values) in items ?? [:] {
                 propertiesChanged(
-                    to: sender, path: item, SecretServiceIntrospection.item, values)
+                    to: sender, peer, about: collection, path: item,
+                    SecretServiceIntrospection.item, values)
             }
         }
     }
@@ -133,12 +134,13 @@ extension SecretService {
             else { continue }
             for path in collectionPaths(group, for: peer.vaultSession) {
                 propertiesChanged(
-                    to: sender, path: path, SecretServiceIntrospection.collection,
-                    [("Label", label)])
+                    to: sender, peer, about: group, path: path,
+                    SecretServiceIntrospection.collection, [("Label", label)])
             }
-            emit(
-                to: sender, path: SecretServicePath.root, SecretServiceIntrospection.service,
-                "CollectionChanged", [.objectPath(collectionPath(group))])
+            tell(
+                sender, peer, about: group, path: SecretServicePath.root,
+                SecretServiceIntrospection.service, "CollectionChanged",
+                [.objectPath(collectionPath(group))])
         }
     }
 
@@ -176,31 +178,41 @@ extension SecretService {
                 return out
             }
             for c in collections {
-                // A reader of its Items gets them too: locked since vaultd started, they
-                // were given as none (`collectionValues`).
-                let reader = lock.withLock {
-                    peer.readsAllItems || peer.itemsRead.containsBytes(c)
-                }
-                let values =
-                    reader
-                    ? ((try? collectionValues(c, vaultSession: peer.vaultSession)) ?? []) : []
-                let named = label?[c].map { [("Label", $0)] } ?? []
-                for path in collectionPaths(c, for: peer.vaultSession) {
-                    propertiesChanged(
-                        to: sender, path: path, SecretServiceIntrospection.collection,
-                        [("Locked", locked)] + named + values)
-                }
-                for (item, isLocked) in seen?[c] ?? [] {
-                    propertiesChanged(
-                        to: sender, path: item, SecretServiceIntrospection.item,
-                        [("Locked", .bool(isLocked))])
-                }
-                emit(
-                    to: sender, path: SecretServicePath.root,
-                    SecretServiceIntrospection.service, "CollectionChanged",
-                    [.objectPath(collectionPath(c))])
+                let itemsLocked = (seen?[c] ?? []).map { ($0.0, [("Locked", GV.bool($0.1))]) }
+                sendState(
+                    of: c, to: sender, peer, locked: locked, label: label?[c], items: itemsLocked)
             }
         }
+    }
+
+    /// Tells `sender` the state of collection `c` (as a change of the lock state does): its
+    /// Locked and `label` and, to a reader of its Items (whose Items were given as none while
+    /// the vault stayed locked since vaultd started: `collectionValues`), Items, Created and
+    /// Modified, at each of its paths; `items`' properties; then CollectionChanged. `always`:
+    /// whatever the connection's budget (`tell`).
+    func sendState(
+        of c: String, to sender: String, _ peer: BusPeer, locked: GV, label: GV?,
+        items: [(String, [(String, GV)])], always: Bool = false
+    ) {
+        guard always || !isBehind(peer, missing: c) else { return }
+        let reader = lock.withLock { peer.readsAllItems || peer.itemsRead.containsBytes(c) }
+        let values =
+            reader ? ((try? collectionValues(c, vaultSession: peer.vaultSession)) ?? []) : []
+        let named = label.map { [("Label", $0)] } ?? []
+        for path in collectionPaths(c, for: peer.vaultSession) {
+            propertiesChanged(
+                to: sender, peer, about: c, path: path, SecretServiceIntrospection.collection,
+                [("Locked", locked)] + named + values, always: always)
+        }
+        for (item, itemValues) in items {
+            propertiesChanged(
+                to: sender, peer, about: c, path: item, SecretServiceIntrospection.item,
+                itemValues, always: always)
+        }
+        tell(
+            sender, peer, about: c, path: SecretServicePath.root,
+            SecretServiceIntrospection.service, "CollectionChanged",
+            [.objectPath(collectionPath(c))], always: always)
     }
 
     /// How long a changed collection's new Items wait for more changes before its readers
@@ -264,7 +276,8 @@ extension SecretService {
                 else { continue }
                 for path in collectionPaths(collection, for: peer.vaultSession) {
                     propertiesChanged(
-                        to: sender, path: path, SecretServiceIntrospection.collection, values)
+                        to: sender, peer, about: collection, path: path,
+                        SecretServiceIntrospection.collection, values)
                     bytes += Self.signalBytes(values)
                 }
             }
@@ -280,7 +293,7 @@ extension SecretService {
 
     /// The paths a connection of `caller` knows collection `collection` by: its own, and the
     /// aliases when it is that caller's default group.
-    private func collectionPaths(_ collection: String, for vaultSession: VaultSession) -> [String] {
+    func collectionPaths(_ collection: String, for vaultSession: VaultSession) -> [String] {
         var paths = [collectionPath(collection)]
         if !Self.isSession(collection) && vaultSession.isDefault(accessGroup: collection) {
             paths += SecretServicePath.aliases.map { SecretServicePath.alias($0).path }
@@ -291,10 +304,15 @@ extension SecretService {
     /// The service's Collections as `sender` sees them now; when they differ from what it
     /// was last given (its read of the property, or an earlier signal), CollectionCreated and
     /// CollectionDeleted for each difference, then PropertiesChanged with the new value.
-    private func collectionsChanged(_ sender: String, _ peer: BusPeer, _ seen: PerSession<[String]>)
-    {
+    /// While the connection is behind (`tell`), nothing, and `collection` is recorded as
+    /// missed: what it was last given stays, to compare with once it catches up.
+    func collectionsChanged(
+        _ sender: String, _ peer: BusPeer, _ seen: PerSession<[String]>, about collection: String,
+        always: Bool = false
+    ) {
         // Nothing to compare with (it never read them): it is told nothing.
         guard lock.withLock({ peer.collections != nil }) else { return }
+        guard always || !isBehind(peer, missing: collection) else { return }
         guard
             let now = seen.value(
                 for: peer.vaultSession, { try visibleCollections(vaultSession: peer.vaultSession) })
@@ -305,18 +323,23 @@ extension SecretService {
         }
         guard let before, !before.elementsEqual(now, by: { $0.sameBytes($1) }) else { return }
         for g in now where !before.containsBytes(g) {
-            emit(
-                to: sender, path: SecretServicePath.root, SecretServiceIntrospection.service,
-                "CollectionCreated", [.objectPath(collectionPath(g))])
+            tell(
+                sender, peer, about: collection, path: SecretServicePath.root,
+                SecretServiceIntrospection.service, "CollectionCreated",
+                [.objectPath(collectionPath(g))],
+                always: always)
         }
         for g in before where !now.containsBytes(g) {
-            emit(
-                to: sender, path: SecretServicePath.root, SecretServiceIntrospection.service,
-                "CollectionDeleted", [.objectPath(collectionPath(g))])
+            tell(
+                sender, peer, about: collection, path: SecretServicePath.root,
+                SecretServiceIntrospection.service, "CollectionDeleted",
+                [.objectPath(collectionPath(g))],
+                always: always)
         }
         propertiesChanged(
-            to: sender, path: SecretServicePath.root, SecretServiceIntrospection.service,
-            [("Collections", .objectPaths(now.map(collectionPath)))])
+            to: sender, peer, about: collection, path: SecretServicePath.root,
+            SecretServiceIntrospection.service,
+            [("Collections", .objectPaths(now.map(collectionPath)))], always: always)
     }
 
     /// Records that `sender` read the Items of `group`'s collection (see `BusPeer.itemsRead`).
@@ -346,16 +369,19 @@ extension SecretService {
         lock.withLock { peers[sender]?.collections = groups }
     }
 
-    /// PropertiesChanged of `interface` at `path` with these values, none invalidated.
-    private func propertiesChanged(
-        to sender: String, path: String, _ interface: String, _ values: [(String, GV)]
+    /// PropertiesChanged of `interface` at `path` with these values, none invalidated, to
+    /// `sender` as a change of `collection` (`tell`).
+    func propertiesChanged(
+        to sender: String, _ peer: BusPeer, about collection: String, path: String,
+        _ interface: String, _ values: [(String, GV)], always: Bool = false
     ) {
-        emit(
-            to: sender, path: path, Self.propertiesInterface, "PropertiesChanged",
+        tell(
+            sender, peer, about: collection, path: path, Self.propertiesInterface,
+            "PropertiesChanged",
             [
                 .string(interface),
                 .array("{sv}", values.map { .dictEntry(.string($0.0), .variant($0.1)) }),
                 .array("s", []),
-            ])
+            ], always: always)
     }
 }

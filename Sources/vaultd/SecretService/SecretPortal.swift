@@ -132,7 +132,7 @@ final class SecretPortal: @unchecked Sendable {
         // `g_unix_fd_list_get` returns a duplicate of the one the call's `h` indexes (owned
         // here, closed on every path).
         var fd: Int32 = -1
-        defer { if fd >= 0 { close(fd) } }
+        defer { if fd >= 0 { SystemCall.close(fd) } }
         do {
             guard PortalOperations.of(interface, method) == .retrieveSecret
             else { throw BusError.accessDenied("\(interface).\(method) has no policy decision") }
@@ -193,7 +193,7 @@ final class SecretPortal: @unchecked Sendable {
         appID: String, portalSession: VaultSession, requester: VaultSession, portal: PortalPeer,
         fd: Int32
     ) throws {
-        defer { close(fd) }
+        defer { SystemCall.close(fd) }
         let secret = try portalSession.portalSecret(
             appID: appID, requester: requester, portal: portal)
         try secret.withUnsafeBytes { try Self.writeAll($0, to: fd, within: Self.writeTimeout) }
@@ -294,36 +294,39 @@ final class SecretPortal: @unchecked Sendable {
     static func writeAll(_ bytes: UnsafeRawBufferPointer, to fd: Int32, within seconds: Double)
         throws
     {
-        var st = stat()
-        guard fstat(fd, &st) == 0 else {
+        guard let st = try? SystemCall.fstat(fd) else {
             throw BusError.invalidArgs("the secret's descriptor cannot be looked at")
         }
         let kind = st.st_mode & S_IFMT
         guard kind == S_IFIFO || kind == S_IFSOCK else {
             throw BusError.invalidArgs("the secret's descriptor is no pipe or socket")
         }
-        let flags = fcntl(fd, F_GETFL)
-        guard flags >= 0, fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0 else {
+        guard let flags = try? SystemCall.fcntl(fd, F_GETFL),
+            (try? SystemCall.fcntl(fd, F_SETFL, flags | O_NONBLOCK)) != nil
+        else {
             throw BusError.invalidArgs("the secret's descriptor cannot be made non-blocking")
         }
         let deadline = MonotonicClock.nanoseconds() + UInt64(seconds * 1e9)
         var done = 0
         while done < bytes.count {
-            let n = write(fd, bytes.baseAddress! + done, bytes.count - done)
-            if n > 0 {
-                done += n
-                continue
-            }
-            guard n < 0, errno == EAGAIN || errno == EINTR else {
+            do {
+                let n = try SystemCall.write(fd, UnsafeRawBufferPointer(rebasing: bytes[done...]))
+                if n > 0 {
+                    done += n
+                    continue
+                }
+            } catch  where error.code != Errno.wouldBlock {
                 throw BusError(
-                    .failed, "the secret could not be written: \(String(cString: strerror(errno)))")
-            }
+                    .failed,
+                    "the secret could not be written: \(String(cString: strerror(error.code)))")
+            } catch {}
             let now = MonotonicClock.nanoseconds()
             guard now < deadline else {
                 throw BusError(.failed, "the app did not read its secret within \(seconds) s")
             }
-            var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
-            _ = poll(&p, 1, Int32(min((deadline - now) / 1_000_000 + 1, 60_000)))
+            _ = try? SystemCall.poll(
+                fd, events: Int16(POLLOUT),
+                timeout: Int32(min((deadline - now) / 1_000_000 + 1, 60_000)))
         }
     }
 }
@@ -362,15 +365,15 @@ struct PortalExecutable {
     let peer: PortalPeer
 
     init(path: String, pid: pid_t) {
-        var st = stat()
-        let there = stat(path, &st) == 0
+        let st = try? SystemCall.stat(path)
+        let there = st != nil
         peer = PortalPeer(
             executable: path,
             onHost: PeerIdentity.sameFile("/proc/\(pid)/ns/mnt", "/proc/self/ns/mnt")
                 && PeerIdentity.sameFile("/proc/\(pid)/root", "/"),
             runsThatFile: there && PeerIdentity.sameFile("/proc/\(pid)/exe", path),
-            fileOwner: there ? UInt32(st.st_uid) : UInt32.max,
-            fileMode: there ? UInt32(st.st_mode) : 0o7777,
+            fileOwner: st.map { UInt32($0.st_uid) } ?? UInt32.max,
+            fileMode: st.map { UInt32($0.st_mode) } ?? 0o7777,
             pathOnlyRootWritable: Self.onlyRootWritable(directoriesOf: path),
             injected: Self.injection(pid: pid))
     }
@@ -380,8 +383,8 @@ struct PortalExecutable {
     static func onlyRootWritable(directoriesOf path: String) -> Bool {
         var dir = (path as NSString).deletingLastPathComponent
         while true {
-            var st = stat()
-            guard lstat(dir, &st) == 0, st.st_mode & S_IFMT == S_IFDIR, st.st_uid == 0,
+            guard let st = try? SystemCall.lstat(dir), st.st_mode & S_IFMT == S_IFDIR,
+                st.st_uid == 0,
                 st.st_mode & 0o022 == 0
             else { return false }
             if dir == "/" { return true }
@@ -416,20 +419,20 @@ struct PortalExecutable {
 
     /// At most `limit` bytes of `path` (nil when it cannot be opened or holds more).
     static func readBounded(_ path: String, limit: Int) -> [UInt8]? {
-        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
+        guard let fd = try? SystemCall.open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY) else {
+            return nil
+        }
+        defer { SystemCall.close(fd) }
         var bytes = [UInt8](repeating: 0, count: limit + 1)
         var count = 0
         while count < bytes.count {
-            let n = bytes.withUnsafeMutableBytes {
-                read(fd, $0.baseAddress! + count, $0.count - count)
-            }
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else {
-                if n < 0 { return nil }
-                break
-            }
+            guard
+                let n = try? bytes.withUnsafeMutableBytes({
+                    try SystemCall.read(
+                        fd, into: UnsafeMutableRawBufferPointer(rebasing: $0[count...]))
+                })
+            else { return nil }
+            if n == 0 { break }
             count += n
         }
         guard count <= limit else { return nil }

@@ -45,7 +45,7 @@ extension SecretService {
             log("secret service: cannot open \(owner.description) to stop it: not serving")
             return false
         }
-        defer { close(pidfd) }
+        defer { SystemCall.close(pidfd) }
         guard nameOwner().pid == pid, vault_pidfd_signal(pidfd, SIGTERM) == 0 else {
             log(
                 "secret service: \(Self.busName)'s owner changed or cannot be stopped (\(owner.description)): not serving"

@@ -101,6 +101,15 @@ final class SecretService: @unchecked Sendable {
         /// which it is sent every collection's.
         var itemsRead: [String] = []
         var readsAllItems = false
+        /// What the signals sent to it since the last Ping it answered was sent cost
+        /// (`signalCost`), and that figure when a Ping of vaultd's on its way was sent (nil:
+        /// none is): `SignalBudget.swift`.
+        var unconfirmed = 0
+        var pingAt: Int?
+        /// The collections whose signals it was not sent while behind (`tell`), at most
+        /// `maximumItemsReaders` (past it `missedAll`: every collection).
+        var missed: [String] = []
+        var missedAll = false
         init(vaultSession: VaultSession, credentials: PeerCredentials) {
             // Its calls never wait for a dialog on the bus thread (`SecretService+Access.swift`).
             self.vaultSession = vaultSession.waiting(.deferred)
@@ -178,7 +187,9 @@ final class SecretService: @unchecked Sendable {
     static func sessionBusAddress() -> String? {
         let env = ProcessInfo.processInfo.environment
         if let a = env["DBUS_SESSION_BUS_ADDRESS"], !a.isEmpty { return a }
-        if let run = env["XDG_RUNTIME_DIR"], run.hasPrefix("/"), access(run + "/bus", F_OK) == 0 {
+        if let run = env["XDG_RUNTIME_DIR"], run.hasPrefix("/"),
+            SystemCall.access(run + "/bus", F_OK)
+        {
             return "unix:path=" + run + "/bus"
         }
         return nil
@@ -603,8 +614,15 @@ final class SecretService: @unchecked Sendable {
     func emit(
         to destination: String, path: String, _ interface: String, _ name: String, _ arguments: [GV]
     ) {
+        emit(to: destination, path: path, interface, name, body: GV.tuple(arguments))
+    }
+
+    /// A signal to one connection, with its arguments' tuple.
+    func emit(
+        to destination: String, path: String, _ interface: String, _ name: String, body: GV
+    ) {
         var err: UnsafeMutablePointer<GError>?
-        if GV.tuple(arguments).pass({
+        if body.pass({
             g_dbus_connection_emit_signal(connection, destination, path, interface, name, $0, &err)
         }) == 0 {
             g_error_free(err)

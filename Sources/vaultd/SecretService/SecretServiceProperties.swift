@@ -106,17 +106,22 @@ extension SecretService {
                 default: throw BusError.unknownProperty(name)
                 }
             }
-            switch name {
-            case "Locked": return .bool(found.isLocked)
-            case "Attributes": return .stringDictionary(found.attributes.lookupAttributes ?? [:])
-            case "Label": return .string(found.attributes.label ?? "")
-            case "Created": return Self.seconds(found.attributes.creationDate)
-            case "Modified": return Self.seconds(found.attributes.modificationDate)
-            default: break
-            }
+            if let value = Self.itemProperty(name, of: found) { return value }
         default: break
         }
         throw BusError.unknownProperty(name)
+    }
+
+    /// Property `name` of item `found` (nil: the Item interface has none of that name).
+    static func itemProperty(_ name: String, of found: FoundItem) -> GV? {
+        switch name {
+        case "Locked": return .bool(found.isLocked)
+        case "Attributes": return .stringDictionary(found.attributes.lookupAttributes ?? [:])
+        case "Label": return .string(found.attributes.label ?? "")
+        case "Created": return seconds(found.attributes.creationDate)
+        case "Modified": return seconds(found.attributes.modificationDate)
+        default: return nil
+        }
     }
 
     /// A collection's Items, Created and Modified, from one read of its items. A group has
