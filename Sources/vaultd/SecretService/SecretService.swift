@@ -134,6 +134,8 @@ final class SecretService: @unchecked Sendable {
     static let promptLog = RateLimitedLog()
 
     let vault: Vault
+    /// The vault's logger, which the Secret Service, its portal and its prompter log to.
+    var logger: Logger { vault.logger }
     let replace: Bool
     /// Seconds after which a prompt the vault's unlock did not complete is dismissed.
     let promptTimeout: Double
@@ -287,7 +289,7 @@ final class SecretService: @unchecked Sendable {
         }
         defer { report() }
         guard let address = Self.sessionBusAddress() else {
-            log(
+            logger.warning(
                 "secret service: no session bus (DBUS_SESSION_BUS_ADDRESS and XDG_RUNTIME_DIR/bus are unset): not serving"
             )
             return
@@ -299,8 +301,8 @@ final class SecretService: @unchecked Sendable {
         let flags = GDBusConnectionFlags(
             rawValue: G_DBUS_CONNECTION_FLAGS_AUTHENTICATION_CLIENT.rawValue
                 | G_DBUS_CONNECTION_FLAGS_MESSAGE_BUS_CONNECTION.rawValue)
-        guard let conn = Self.connect(address, flags, &err) else {
-            log(
+        guard let conn = Self.connect(address, flags, &err, logger: logger) else {
+            logger.error(
                 "secret service: cannot connect to the session bus (\(logField(address))): \(String(cString: cg_error_message(err)))"
             )
             g_error_free(err)
@@ -334,14 +336,16 @@ final class SecretService: @unchecked Sendable {
     /// A GDBus connection to the bus at `address`, through a `BusRelay` (none with
     /// `VAULTD_SECRET_SERVICE_RELAY=0`); nil with `err` set.
     private static func connect(
-        _ address: String, _ flags: GDBusConnectionFlags, _ err: inout UnsafeMutablePointer<GError>?
+        _ address: String, _ flags: GDBusConnectionFlags,
+        _ err: inout UnsafeMutablePointer<GError>?,
+        logger: Logger
     ) -> OpaquePointer? {
         guard ProcessInfo.processInfo.environment["VAULTD_SECRET_SERVICE_RELAY"] != "0" else {
             return g_dbus_connection_new_for_address_sync(address, flags, nil, nil, &err)
         }
         let fd: Int32
         do {
-            fd = try BusRelay.start(address: address)
+            fd = try BusRelay.start(address: address, logger: logger)
         } catch {
             g_set_error_literal(
                 &err, g_io_error_quark(), Int32(G_IO_ERROR_FAILED.rawValue), BusError(error).message
@@ -361,7 +365,8 @@ final class SecretService: @unchecked Sendable {
     private func registerObjects() -> Bool {
         var err: UnsafeMutablePointer<GError>?
         guard let info = g_dbus_node_info_new_for_xml(SecretServiceIntrospection.xml, &err) else {
-            log("secret service: bad introspection data: \(String(cString: cg_error_message(err)))")
+            logger.error(
+                "secret service: bad introspection data: \(String(cString: cg_error_message(err)))")
             g_error_free(err)
             return false
         }
@@ -425,7 +430,7 @@ final class SecretService: @unchecked Sendable {
             connection, path, subtreeVTable, G_DBUS_SUBTREE_FLAGS_DISPATCH_TO_UNENUMERATED_NODES,
             userData, nil, &err)
         if id == 0 {
-            log(
+            logger.error(
                 "secret service: cannot register \(path): \(String(cString: cg_error_message(err)))"
             )
             g_error_free(err)
@@ -474,7 +479,7 @@ final class SecretService: @unchecked Sendable {
     private func requestName() -> Bool {
         switch askForName() {
         case .owned?:
-            log("secret service: serving \(Self.busName) on the session bus")
+            logger.notice("secret service: serving \(Self.busName) on the session bus")
             return true
         case nil:
             return false
@@ -483,13 +488,13 @@ final class SecretService: @unchecked Sendable {
         }
         let owner = nameOwner()
         guard replace else {
-            log(
+            logger.warning(
                 "secret service: \(Self.busName) is already provided by \(owner.description): not serving (vaultd --secret-service --replace takes it over)"
             )
             return false
         }
         guard let pid = owner.pid, let uid = owner.uid, uid == getuid(), pid != getpid() else {
-            log(
+            logger.warning(
                 "secret service: \(Self.busName) is provided by \(owner.description), which vaultd may not stop: not serving"
             )
             return false
@@ -497,12 +502,13 @@ final class SecretService: @unchecked Sendable {
         let pidfd = vault_pidfd_open(pid)
         // The pidfd is the owner's only if the bus still names that pid as the owner now.
         guard pidfd >= 0 else {
-            log("secret service: cannot open \(owner.description) to stop it: not serving")
+            logger.warning(
+                "secret service: cannot open \(owner.description) to stop it: not serving")
             return false
         }
         defer { close(pidfd) }
         guard nameOwner().pid == pid, vault_pidfd_signal(pidfd, SIGTERM) == 0 else {
-            log(
+            logger.warning(
                 "secret service: \(Self.busName)'s owner changed or cannot be stopped (\(owner.description)): not serving"
             )
             return false
@@ -512,7 +518,7 @@ final class SecretService: @unchecked Sendable {
             usleep(50_000)
             switch askForName() {
             case .owned?:
-                log(
+                logger.notice(
                     "secret service: serving \(Self.busName) on the session bus, taken over from \(owner.description) (stopped with SIGTERM)"
                 )
                 return true
@@ -520,7 +526,7 @@ final class SecretService: @unchecked Sendable {
             case .taken?: continue
             }
         }
-        log(
+        logger.warning(
             "secret service: \(owner.description) did not give up \(Self.busName) within \(Int(Self.replaceWait)) s of SIGTERM: not serving"
         )
         return false
@@ -543,7 +549,7 @@ final class SecretService: @unchecked Sendable {
             // 1: the primary owner now; 4: already was.
             return answer == 1 || answer == 4 ? .owned : .taken
         } catch {
-            log("secret service: \(BusError(error).message)")
+            logger.warning("secret service: \(BusError(error).message)")
             return nil
         }
     }
@@ -590,10 +596,10 @@ final class SecretService: @unchecked Sendable {
         _ = g_dbus_connection_signal_subscribe(
             connection, "org.freedesktop.DBus", "org.freedesktop.DBus", "NameLost",
             "/org/freedesktop/DBus", nil, G_DBUS_SIGNAL_FLAGS_NONE,
-            { _, _, _, _, _, parameters, _ in
+            { _, _, _, _, _, parameters, user in
                 let p = GV(borrowing: parameters!)
                 if p.count == 1, p.child(0).string == SecretService.busName {
-                    log(
+                    SecretService.this(user).logger.warning(
                         "secret service: another provider took over \(SecretService.busName) (its --replace): vaultd no longer serves it"
                     )
                 }
@@ -939,7 +945,7 @@ final class SecretService: @unchecked Sendable {
         let how =
             "the prompter chosen by Prompter \(settings.prompter.rawValue) asks for the passphrase"
         _ = Self.promptLog.log(
-            "prompt",
+            "prompt", to: logger, .info,
             "secret service: a prompt waits for the vault's unlock (\(how); vaultctl unlock) for at most \(Int(promptTimeout)) s"
         )
         DispatchQueue.global().asyncAfter(deadline: .now() + promptTimeout) { [weak self] in
