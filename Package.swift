@@ -41,7 +41,7 @@ let package = Package(
 
         // CSodium for sodium_memzero: message buffers that carried secrets are wiped.
         // The interface descriptions (Interfaces/*.varlink) are compiled in, as
-        // Interfaces/InterfaceTexts.swift (scripts/generate-interfaces; a test holds the two
+        // Interfaces/Texts/*.swift (scripts/generate-interfaces; a test holds the two
         // together), not shipped as a resource bundle: installed binaries and the fuzzer's
         // swiftc build then need nothing beside them (docs/architecture.md).
         .target(

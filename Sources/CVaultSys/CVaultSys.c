@@ -2,6 +2,8 @@
 #include "CVaultSys.h"
 #include <sys/socket.h>
 #include <sys/prctl.h>
+#include <stdlib.h>
+#include <unistd.h>
 #include <malloc.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -272,3 +274,11 @@ ssize_t vault_send_fds(int fd, const void *buf, size_t len, const int *fds, int 
     } while (n < 0 && errno == EINTR);
     return n;
 }
+
+int vault_pipe_cloexec(int fds[2]) { return pipe2(fds, O_CLOEXEC); }
+
+int vault_accept_cloexec(int fd, int flags) {
+    return accept4(fd, NULL, NULL, SOCK_CLOEXEC | flags);
+}
+
+int vault_mkstemp_cloexec(char *template_) { return mkostemp(template_, O_CLOEXEC); }

@@ -10,148 +10,6 @@ import Glibc
 /// `O_PATH`: a descriptor that names a file without opening it (no FIFO blocks, no device acts).
 private let openPathOnly = vault_o_path()
 
-/// A file's identity: device and inode.
-struct FileID: Equatable {
-    var device: UInt64
-    var inode: UInt64
-
-    init(_ st: stat) {
-        device = UInt64(st.st_dev)
-        inode = UInt64(st.st_ino)
-    }
-
-    /// The file `path` leads to (symlinks followed, as `/proc/PID/exe` is), nil when it
-    /// cannot be looked at.
-    init?(path: String) {
-        var st = stat()
-        guard stat(path, &st) == 0 else { return nil }
-        self.init(st)
-    }
-}
-
-/// The kernel's record of a connected peer: SO_PEERCRED's pid, uid and gid, and a pidfd for
-/// the process that connected (SO_PEERPIDFD). Every `/proc/PID` read about the peer is
-/// followed by a check that the pidfd's process is still alive: while it is, its pid names
-/// it and no other, so what was read was about the connector, not about a process that got
-/// the pid after the connector exited.
-///
-/// What identification leaves open (docs/threat-model.md): the code a process runs is
-/// whatever a same-uid host process makes it run. A host process can start a registered
-/// app's real binary with `LD_PRELOAD`, ptrace it, or exec it with a connection it made
-/// before still open (not close-on-exec) and have what it sent before the exec answered as
-/// that app. That is the owner's power (such a process may as well run vaultctl), so it is
-/// out of scope; a sandbox cannot do it to a host app.
-///
-/// `@unchecked Sendable` without a lock: the accept loop makes it and hands it to the
-/// connection's thread before that thread starts, and from then on only that thread reads or
-/// writes its `var`s.
-final class PeerCredentials: @unchecked Sendable {
-    let pid: pid_t
-    let uid: uid_t
-    let gid: gid_t
-    /// The connector's pidfd (closed on deinit).
-    let pidfd: Int32
-    /// The kernel has no SO_PEERPIDFD (before Linux 6.5): `pidfd` came from pidfd_open(pid),
-    /// so it names whoever had the pid a moment after the connect.
-    let pidfdFromPID: Bool
-    /// The accepted socket (not owned).
-    let socketFD: Int32
-    /// The executable the peer ran when it was identified (`/proc/PID/exe`), checked again
-    /// at its first message: an exec in between (another program in the same process) ends
-    /// the connection.
-    var identifiedExecutable: FileID?
-    /// Identified as an app by its executable: at its first message, before anything is
-    /// served, the process must itself hold its end of the connection (`holdsConnection`), so
-    /// a connection made by one program, which then ran another (exec, descriptors closed on
-    /// exec), is not taken for the second.
-    var mustHoldConnection = false
-    /// The first message has been checked (`confirmAtFirstMessage`).
-    var confirmed = false
-
-    /// Nil when the kernel gives no pid or no pidfd for the peer: it cannot be identified,
-    /// and is refused.
-    init?(socket: UnixSocket) {
-        var pid: pid_t = 0
-        var uid: uid_t = 0
-        var gid: gid_t = 0
-        var pidfd: Int32 = -1
-        var fallback: Int32 = 0
-        guard vault_peer_pidfd(socket.fd, &pid, &uid, &gid, &pidfd, &fallback) == 0, pid > 0 else {
-            return nil
-        }
-        self.pid = pid
-        self.uid = uid
-        self.gid = gid
-        self.pidfd = pidfd
-        self.pidfdFromPID = fallback != 0
-        self.socketFD = socket.fd
-    }
-
-    /// A peer known from elsewhere than a socket of vaultd's (a D-Bus connection, whose
-    /// credentials the bus gives): `pidfd` (owned) came from pidfd_open(pid), and the
-    /// caller checks after the identification that `pid` still names the connection's
-    /// process. There is no socket: `holdsConnection` is never true.
-    init(pid: pid_t, uid: uid_t, pidfd: Int32) {
-        self.pid = pid
-        self.uid = uid
-        self.gid = 0
-        self.pidfd = pidfd
-        self.pidfdFromPID = true
-        self.socketFD = -1
-    }
-
-    deinit { Glibc.close(pidfd) }
-
-    /// Whether the connector is still alive (so `pid` still names it).
-    var isAlive: Bool { vault_pidfd_alive(pidfd) == 1 }
-
-    /// The executable `/proc/PID/exe` leads to now.
-    var currentExecutable: FileID? { FileID(path: "/proc/\(pid)/exe") }
-
-    /// Whether the peer process holds a descriptor of its end of this connection (one of
-    /// `/proc/PID/fd/*` is `socket:[INODE]`, the inode of the peer's socket from sock_diag).
-    /// At most `limit` descriptors are looked at: a process holding more is not confirmed.
-    func holdsConnection(limit: Int = 65536) -> Bool {
-        guard socketFD >= 0 else { return false }
-        var peerInode: UInt64 = 0
-        guard vault_unix_peer_inode(socketFD, &peerInode) == 0 else { return false }
-        let wanted = Array("socket:[\(peerInode)]".utf8)
-        guard let dir = opendir("/proc/\(pid)/fd") else { return false }
-        defer { closedir(dir) }
-        let base = "/proc/\(pid)/fd/"
-        var buf = [CChar](repeating: 0, count: 64)
-        var seen = 0
-        while let entry = readdir(dir) {
-            seen += 1
-            if seen > limit { return false }
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                String(decoding: raw.prefix { $0 != 0 }, as: UTF8.self)
-            }
-            if name == "." || name == ".." { continue }
-            let n = readlink(base + name, &buf, buf.count)
-            guard n == wanted.count else { continue }
-            if buf[0..<n].elementsEqual(wanted.map { CChar(bitPattern: $0) }) { return true }
-        }
-        return false
-    }
-
-    /// At the peer's first message: the same process (alive), running the program it was
-    /// identified with and, for an app identified by executable, still holding its end of
-    /// the connection. Returns why not, or nil.
-    func confirmAtFirstMessage() -> String? {
-        confirmed = true
-        guard let identified = identifiedExecutable else { return nil }
-        guard currentExecutable == identified, isAlive else {
-            return "its process ran another program (exec) or exited after it was identified"
-        }
-        if mustHoldConnection && !holdsConnection() {
-            return
-                "its process no longer holds its end of the connection (handed on, then exec or exit)"
-        }
-        return nil
-    }
-}
-
 /// What the kernel says about a peer process beyond SO_PEERCRED (docs/apps.md): its Flatpak
 /// app ID, checked against the host's record of the Flatpak instance, and its executable.
 /// Nothing the client sends is consulted, and every failure to find out refuses the peer:
@@ -202,13 +60,15 @@ enum PeerIdentity {
     static func readBounded(_ dirfd: Int32, _ name: String, owner: uid_t? = nil) throws(InfoRead)
         -> InfoFile
     {
-        let pathFD = openat(dirfd, name, openPathOnly | O_NOFOLLOW | O_CLOEXEC)
-        guard pathFD >= 0 else {
-            throw errno == ENOENT ? .absent : .failed(errno)
+        let pathFD: Int32
+        do {
+            pathFD = try SystemCall.openat(dirfd, name, openPathOnly | O_NOFOLLOW | O_CLOEXEC)
+        } catch {
+            throw error.code == Errno.notFound ? .absent : .failed(error.code)
         }
-        defer { Glibc.close(pathFD) }
-        var st = stat()
-        guard fstat(pathFD, &st) == 0 else { throw .failed(errno) }
+        defer { SystemCall.close(pathFD) }
+        let st: stat
+        do { st = try SystemCall.fstat(pathFD) } catch { throw .failed(error.code) }
         switch st.st_mode & S_IFMT {
         case S_IFREG: break
         case S_IFLNK: throw .unacceptable("a symlink")
@@ -221,11 +81,13 @@ enum PeerIdentity {
         guard st.st_size <= maximumInfoSize else {
             throw .unacceptable("\(st.st_size) bytes, over \(maximumInfoSize)")
         }
-        let fd = open("/proc/self/fd/\(pathFD)", O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)
-        guard fd >= 0 else { throw .failed(errno) }
-        defer { Glibc.close(fd) }
-        var opened = stat()
-        guard fstat(fd, &opened) == 0, FileID(opened) == FileID(st),
+        let fd: Int32
+        do {
+            fd = try SystemCall.open(
+                "/proc/self/fd/\(pathFD)", O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC)
+        } catch { throw .failed(error.code) }
+        defer { SystemCall.close(fd) }
+        guard let opened = try? SystemCall.fstat(fd), FileID(opened) == FileID(st),
             opened.st_mode & S_IFMT == S_IFREG
         else {
             throw .unacceptable("replaced while it was opened")
@@ -234,11 +96,15 @@ enum PeerIdentity {
         var bytes = [UInt8](repeating: 0, count: maximumInfoSize + 1)
         var count = 0
         while count < bytes.count {
-            let n = bytes.withUnsafeMutableBytes {
-                Glibc.read(fd, $0.baseAddress! + count, $0.count - count)
-            }
-            if n < 0 && errno == EINTR { continue }
-            guard n >= 0 else { throw .failed(errno) }
+            let n: Int
+            do {
+                n = try bytes.withUnsafeMutableBytes {
+                    try SystemCall.read(
+                        fd, into: UnsafeMutableRawBufferPointer(rebasing: $0[count...]))
+                }
+            } catch let e as Errno {
+                throw .failed(e.code)
+            } catch { throw .failed(Errno.ioError) }
             if n == 0 { break }
             count += n
         }
@@ -288,15 +154,16 @@ enum PeerIdentity {
             )
         }
         let me = getuid()
-        var fd = open(runtime, openPathOnly | O_DIRECTORY | O_CLOEXEC)
+        var fd = (try? SystemCall.open(runtime, openPathOnly | O_DIRECTORY | O_CLOEXEC)) ?? -1
         for component in [".flatpak", instance] {
             guard fd >= 0 else { break }
-            let next = openat(fd, component, openPathOnly | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-            Glibc.close(fd)
+            let next =
+                (try? SystemCall.openat(
+                    fd, component, openPathOnly | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) ?? -1
+            SystemCall.close(fd)
             fd = next
-            var st = stat()
-            if fd >= 0 && (fstat(fd, &st) != 0 || st.st_uid != me) {
-                Glibc.close(fd)
+            if fd >= 0 && (try? SystemCall.fstat(fd))?.st_uid != me {
+                SystemCall.close(fd)
                 fd = -1
             }
         }
@@ -305,7 +172,7 @@ enum PeerIdentity {
                 "no Flatpak instance \(logField(instance)) of vaultd's user runs (app \(logField(name)))"
             )
         }
-        defer { Glibc.close(fd) }
+        defer { SystemCall.close(fd) }
         let host: InfoFile
         do {
             host = try readBounded(fd, "info", owner: me)
@@ -362,19 +229,24 @@ enum PeerIdentity {
     /// is root's), so its presence means a sandbox; the file is read through a directory
     /// handle on the peer's root (`readBounded`), then checked against the host.
     static func sandbox(_ peer: PeerCredentials) -> Sandbox {
-        let root = open("/proc/\(peer.pid)/root", openPathOnly | O_DIRECTORY | O_CLOEXEC)
-        guard root >= 0 else { return .unreadable(errno) }
-        defer { Glibc.close(root) }
-        var peerRoot = stat()
-        var ownRoot = stat()
-        guard fstat(root, &peerRoot) == 0 else { return .unreadable(errno) }
+        let root: Int32
+        let peerRoot: stat
+        do {
+            root = try SystemCall.open(
+                "/proc/\(peer.pid)/root", openPathOnly | O_DIRECTORY | O_CLOEXEC)
+        } catch {
+            return .unreadable(error.code)
+        }
+        defer { SystemCall.close(root) }
+        do { peerRoot = try SystemCall.fstat(root) } catch { return .unreadable(error.code) }
         let info: InfoFile
         do throws(InfoRead) {
             info = try readBounded(root, ".flatpak-info")
         } catch {
             switch error {
             case .absent:
-                guard stat("/", &ownRoot) == 0, FileID(peerRoot) == FileID(ownRoot) else {
+                guard let ownRoot = try? SystemCall.stat("/"), FileID(peerRoot) == FileID(ownRoot)
+                else {
                     return .unnamed
                 }
                 return .none
@@ -412,13 +284,11 @@ enum PeerIdentity {
     /// deleted file (one with no link left); a file whose name ends so keeps its name. Nil
     /// when it cannot be read (the process exited, or may not be looked at).
     static func executable(pid: pid_t) -> String? {
-        var buf = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-        let n = readlink("/proc/\(pid)/exe", &buf, Int(PATH_MAX))
-        guard n > 0 else { return nil }
-        var path = String(decoding: buf[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        guard var path = try? SystemCall.readlink("/proc/\(pid)/exe"), !path.isEmpty else {
+            return nil
+        }
         if path.hasSuffix(" (deleted)") {
-            var st = stat()
-            guard stat("/proc/\(pid)/exe", &st) == 0 else { return nil }
+            guard let st = try? SystemCall.stat("/proc/\(pid)/exe") else { return nil }
             if st.st_nlink == 0 { path.removeLast(" (deleted)".count) }
         }
         return path
@@ -535,39 +405,6 @@ extension PeerIdentity.InfoRead: CustomStringConvertible {
     }
 }
 
-extension UnixSocket {
-    /// `receive(polling:othersBusy:)`, for a connection from `peer`: each chunk's sender
-    /// (SCM_CREDENTIALS; SO_PASSCRED is set on the listener, so every chunk carries one) must
-    /// be the identified process. Data another process sent (the socket handed on, or a
-    /// child that kept a copy) throws `Errno` EPERM ("recv: sender"), and the connection is
-    /// to be closed. A sender the kernel names no pid for (0) is refused too.
-    func receive(from peer: PeerCredentials, polling busyPoll: inout BusyPoll, othersBusy: Bool)
-        throws -> (bytes: [UInt8], sender: pid_t)
-    {
-        guard fd >= 0 else { throw Errno(code: EBADF, call: "recv") }
-        let readable = busyPoll.awaitReadable(fd, othersBusy: othersBusy)
-        var ready = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-        if !readable {
-            var n: Int32
-            repeat { n = poll(&ready, 1, receiveTimeoutMilliseconds) } while n < 0 && errno == EINTR
-            if n < 0 { throw Errno(code: errno, call: "poll") }
-            if n == 0 { throw Errno(code: EAGAIN, call: "recv") }
-        }
-        var sender: pid_t = 0
-        let max = 65536
-        let bytes = try [UInt8](unsafeUninitializedCapacity: max) { b, n in
-            n = 0
-            let r = vault_recv_from(fd, b.baseAddress, max, &sender)
-            if r < 0 { throw Errno(code: errno, call: "recv") }
-            n = r
-        }
-        if !bytes.isEmpty && sender != peer.pid {
-            throw Errno(code: EPERM, call: "recv: sender")
-        }
-        return (bytes, sender)
-    }
-}
-
 // MARK: the program a peer runs (issue 40 §2)
 
 extension PeerIdentity {
@@ -614,10 +451,9 @@ extension PeerIdentity {
         guard i < argv.count, !argv[i].isEmpty else { return nil }
         let s = argv[i]
         if s.hasPrefix("/") { return s }
-        var buf = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-        let n = readlink("/proc/\(pid)/cwd", &buf, Int(PATH_MAX))
-        guard n > 0 else { return s }
-        let cwd = String(decoding: buf[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        guard let cwd = try? SystemCall.readlink("/proc/\(pid)/cwd"), !cwd.isEmpty else {
+            return s
+        }
         return (cwd == "/" ? "" : cwd) + "/" + s
     }
 
@@ -625,8 +461,7 @@ extension PeerIdentity {
     /// executable `exe` (read through `/proc/PID/exe`, whose file is stat'ed: device, inode,
     /// owner) and, for an interpreter, its script. Nil when the file cannot be looked at.
     static func program(pid: pid_t, exe: String) -> ProgramIdentity? {
-        var st = stat()
-        guard stat("/proc/\(pid)/exe", &st) == 0 else { return nil }
+        guard let st = try? SystemCall.stat("/proc/\(pid)/exe") else { return nil }
         let interpreter = isInterpreter(exe)
         return ProgramIdentity(
             kind: interpreter ? .interpreter : .executable, path: exe,
@@ -639,9 +474,9 @@ extension PeerIdentity {
     /// write it, or may write its directory (and so rename another file over it).
     static func userMayReplace(_ path: String, _ st: stat) -> Bool {
         if st.st_uid == getuid() { return true }
-        if access(path, W_OK) == 0 { return true }
+        if SystemCall.access(path, W_OK) { return true }
         let dir = (path as NSString).deletingLastPathComponent
-        return access(dir.isEmpty ? "/" : dir, W_OK) == 0
+        return SystemCall.access(dir.isEmpty ? "/" : dir, W_OK)
     }
 
     /// Loader variables that make a program run code it does not hold (glibc's ld.so:
@@ -682,14 +517,10 @@ extension PeerIdentity {
                 return "its environment sets \(name)"
             }
         }
-        var buf = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-        let n = readlink("/proc/\(pid)/exe", &buf, Int(PATH_MAX))
-        if n > 0 {
-            let link = String(decoding: buf[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
-            var st = stat()
-            if link.hasSuffix(" (deleted)"), stat("/proc/\(pid)/exe", &st) == 0, st.st_nlink == 0 {
-                return "its executable was deleted or replaced since it started"
-            }
+        if let link = try? SystemCall.readlink("/proc/\(pid)/exe"), link.hasSuffix(" (deleted)"),
+            let st = try? SystemCall.stat("/proc/\(pid)/exe"), st.st_nlink == 0
+        {
+            return "its executable was deleted or replaced since it started"
         }
         return nil
     }
@@ -704,14 +535,16 @@ extension PeerIdentity {
         guard path.hasPrefix("/") else {
             throw VaultError.invalidParameter("program", "must be an absolute path")
         }
-        guard let resolved = realpath(path, nil) else {
+        let exe: String
+        do {
+            exe = try SystemCall.realpath(path)
+        } catch {
             throw VaultError.invalidParameter(
-                "program", "cannot be looked at: \(String(cString: strerror(errno)))")
+                "program", "cannot be looked at: \(String(cString: strerror(error.code)))")
         }
-        defer { free(resolved) }
-        let exe = String(cString: resolved)
-        var st = stat()
-        guard stat(exe, &st) == 0, st.st_mode & S_IFMT == S_IFREG, access(exe, X_OK) == 0 else {
+        guard let st = try? SystemCall.stat(exe), st.st_mode & S_IFMT == S_IFREG,
+            SystemCall.access(exe, X_OK)
+        else {
             throw VaultError.invalidParameter("program", "is not an executable file")
         }
         let interpreter = isInterpreter(exe)

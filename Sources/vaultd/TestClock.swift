@@ -43,18 +43,20 @@ enum TestClock {
     /// no less than the offset in force). An absent file leaves the clock as it is; a file that
     /// does not hold such a number is logged and changes nothing.
     static func update(_ clock: OffsetClock, from path: String, logger: Logger) {
-        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
-        guard fd >= 0 else {
-            if errno != ENOENT {
+        let fd: Int32
+        do {
+            fd = try SystemCall.open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        } catch {
+            if error.code != Errno.notFound {
                 logger.warning(
-                    "test clock: cannot open \(logField(path)) (errno \(errno)); the clock stays \(clock.offsetSeconds) s ahead"
+                    "test clock: cannot open \(logField(path)) (errno \(error.code)); the clock stays \(clock.offsetSeconds) s ahead"
                 )
             }
             return
         }
-        defer { close(fd) }
+        defer { SystemCall.close(fd) }
         var buffer = [UInt8](repeating: 0, count: 64)
-        let n = read(fd, &buffer, buffer.count)
+        let n = (try? buffer.withUnsafeMutableBytes { try SystemCall.read(fd, into: $0) }) ?? -1
         let text =
             n > 0
             ? String(decoding: buffer.prefix(n), as: UTF8.self).trimmingCharacters(

@@ -171,8 +171,9 @@ do {
 /// The socket file this vaultd bound (device and inode), so that a stop removes only that
 /// one: the path may hold another vaultd's socket by then (this one's removed meanwhile).
 let boundSocketFile: (dev: UInt64, ino: UInt64)? = {
-    var st = stat()
-    guard activated == nil, lstat(configuration.socketPath, &st) == 0 else { return nil }
+    guard activated == nil, let st = try? SystemCall.lstat(configuration.socketPath) else {
+        return nil
+    }
     return (UInt64(st.st_dev), UInt64(st.st_ino))
 }()
 
@@ -278,7 +279,7 @@ tickSource.resume()
 /// load leaves the settings in force, and says so.
 func reloadSettings() {
     var source = "from \(configuration.configFile ?? "")"
-    if let file = configuration.configFile, access(file, F_OK) != 0 {
+    if let file = configuration.configFile, !SystemCall.access(file, F_OK) {
         source = "(\(file) is absent: the defaults)"
     }
     if configuration.configFile == nil { source = "(no config file: the defaults)" }
@@ -350,11 +351,10 @@ func shutdown(_ signalName: String) -> Never {
     logger.notice("\(signalName): stopping")
     server.stop(timeout: 10)
     vault.close()
-    var st = stat()
-    if let bound = boundSocketFile, lstat(configuration.socketPath, &st) == 0,
+    if let bound = boundSocketFile, let st = try? SystemCall.lstat(configuration.socketPath),
         UInt64(st.st_dev) == bound.dev, UInt64(st.st_ino) == bound.ino
     {
-        unlink(configuration.socketPath)
+        try? SystemCall.unlink(configuration.socketPath)
     }
     logger.notice("stopped")
     exit(0)

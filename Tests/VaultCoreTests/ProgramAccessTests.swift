@@ -127,6 +127,10 @@ import VaultProtocol
         var other = script
         other.script = "/home/u/b.py"
         #expect(script.matchKey != other.matchKey)
+        // The key follows every change of the fields it is made of.
+        #expect(script.matchKey == "interpreter\u{0}/usr/bin/tool\u{0}/home/u/a.py")
+        other.userWritable = true
+        #expect(other.matchKey == "interpreter\u{0}/usr/bin/tool\u{0}1:1\u{0}/home/u/b.py")
         #expect(ProgramIdentity(json: script.json) == script)
     }
 

@@ -22,7 +22,7 @@ import VaultProtocol
         return files
     }
 
-    /// The texts vaultd serves are its files' bytes: InterfaceTexts.swift is up to date
+    /// The texts vaultd serves are its files' bytes: Interfaces/Texts/ is up to date
     /// (scripts/generate-interfaces writes it), and every file is served.
     @Test func compiledTextsAreTheVarlinkFilesByteForByte() throws {
         let files = try Self.varlinkFiles()
@@ -33,7 +33,7 @@ import VaultProtocol
             let served = VarlinkInterfaces.description(of: name)
             #expect(
                 served.map { Array($0.utf8) } == Array(text.utf8),
-                "\(name).varlink differs from InterfaceTexts.swift: run scripts/generate-interfaces"
+                "\(name).varlink differs from Interfaces/Texts/: run scripts/generate-interfaces"
             )
         }
     }

@@ -85,4 +85,14 @@ ssize_t vault_recv_fds(int fd, void *buf, size_t len, int *fds, int max_fds, int
 /// the bytes sent (the descriptors went with the first of them), or -1 (errno set).
 ssize_t vault_send_fds(int fd, const void *buf, size_t len, const int *fds, int n_fds);
 
+/// pipe2(fds, O_CLOEXEC) (a GNU extension Glibc does not import). Returns 0 or -1 (errno set).
+int vault_pipe_cloexec(int fds[2]);
+
+/// accept4(fd, NULL, NULL, SOCK_CLOEXEC | flags): the connection, or -1 (errno set).
+int vault_accept_cloexec(int fd, int flags);
+
+/// mkostemp(template, O_CLOEXEC): the new file's descriptor (`template`'s XXXXXX replaced),
+/// or -1 (errno set).
+int vault_mkstemp_cloexec(char *template_);
+
 #endif

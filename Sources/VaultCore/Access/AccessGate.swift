@@ -83,18 +83,10 @@ public final class AccessGate: @unchecked Sendable {
         set { lock.withLock { _recordedMode = newValue } }
     }
 
-    /// Of `uuids`, the creators known here (an inner nil: none recorded) and the uuids to read.
-    func cachedCreators(_ uuids: [[UInt8]]) -> (
-        known: [[UInt8]: ProgramIdentity?], missing: [[UInt8]]
-    ) {
-        lock.withLock {
-            var known: [[UInt8]: ProgramIdentity?] = [:]
-            var missing: [[UInt8]] = []
-            for u in uuids {
-                if let c = creators[u] { known[u] = c } else { missing.append(u) }
-            }
-            return (known, missing)
-        }
+    /// The creators of `uuids` known here, in their order: nil where not known, an inner
+    /// nil where none is recorded.
+    func cachedCreators(_ uuids: [[UInt8]]) -> [ProgramIdentity??] {
+        lock.withLock { uuids.map { creators[$0] } }
     }
 
     /// Remembers creators read from the store (an inner nil: none recorded).

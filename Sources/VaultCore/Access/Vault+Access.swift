@@ -32,20 +32,37 @@ extension Vault {
         return m
     }
 
-    /// The creators of `uuids` (absent: none recorded), from `accessGate`'s cache, reading
-    /// and opening only those it does not hold.
+    /// The creators of `uuids`, in their order (nil: none recorded), from `accessGate`'s
+    /// cache; reading and opening only those it does not hold.
     func creators(of uuids: [[UInt8]], metadata: SecureBytes, in db: Database) throws
-        -> [[UInt8]: ProgramIdentity]
+        -> [ProgramIdentity?]
     {
-        var (known, missing) = accessGate.cachedCreators(uuids)
-        if !missing.isEmpty {
-            let read = try AccessStore.creators(of: missing, metadata: metadata, in: db)
-            var fresh: [[UInt8]: ProgramIdentity?] = [:]
-            for u in missing { fresh[u] = .some(read[u]) }
-            accessGate.cacheCreators(fresh)
-            known.merge(fresh) { $1 }
+        let cached = accessGate.cachedCreators(uuids)
+        let missing = zip(uuids, cached).compactMap { $1 == nil ? $0 : nil }
+        guard !missing.isEmpty else { return cached.map { $0 ?? nil } }
+        let read = try AccessStore.creators(of: missing, metadata: metadata, in: db)
+        var fresh: [[UInt8]: ProgramIdentity?] = [:]
+        for u in missing { fresh[u] = .some(read[u]) }
+        accessGate.cacheCreators(fresh)
+        return zip(uuids, cached).map { u, c in c ?? fresh[u] ?? nil }
+    }
+
+    /// The mode in force and the creators of `uuids` (in their order; nil: none recorded).
+    /// From `accessGate`'s caches when they hold them all (a lookup of an item read before),
+    /// else in one read transaction.
+    func modeAndCreators(of uuids: [[UInt8]], metadata: SecureBytes) throws -> (
+        SecretAccessMode, [ProgramIdentity?]
+    ) {
+        if let mode = accessGate.configuredMode ?? accessGate.recordedMode {
+            let cached = accessGate.cachedCreators(uuids)
+            if cached.allSatisfy({ $0 != nil }) { return (mode, cached.map { $0 ?? nil }) }
         }
-        return known.compactMapValues { $0 }
+        return try read { db in
+            (
+                try self.secretAccessMode(in: db),
+                try self.creators(of: uuids, metadata: metadata, in: db)
+            )
+        }
     }
 
     /// The mode in force and whether config.plist chose it (else the vault's default).
@@ -63,10 +80,11 @@ extension Vault {
     }
 
     /// One secret to release: its item (the store's uuid, or a session item's `session`,
-    /// NUL, ID), its name for a dialog, its creator and whether it was granted.
+    /// NUL, ID), its attributes (what names it in a dialog: `itemName`, made only when one
+    /// is needed), its creator and whether it was granted.
     struct Subject {
         var uuid: [UInt8]
-        var name: String
+        var attributes: ItemAttributes
         var creator: ProgramIdentity?
         var granted: Bool
     }
@@ -81,18 +99,13 @@ extension Vault {
         guard !withData.isEmpty else { return }
         let uuids = withData.map { $0.uuid! }
         let (metadata, index) = try withKeys { try keychain.metadataKeys() }
-        let (mode, creators): (SecretAccessMode, [[UInt8]: ProgramIdentity]) = try read { db in
-            (
-                try self.secretAccessMode(in: db),
-                try self.creators(of: uuids, metadata: metadata, in: db)
-            )
-        }
+        let (mode, creators) = try modeAndCreators(of: uuids, metadata: metadata)
         // The grants are looked up only for the secrets the policy would not release without
         // one (most often none: a program reads what it created).
-        let ungranted = withData.filter {
-            Policy.secretRelease(
-                to: caller, creator: creators[$0.uuid!], granted: false, mode: mode) != .allow
-        }.map { $0.uuid! }
+        let ungranted = zip(uuids, creators).compactMap { uuid, creator in
+            Policy.secretRelease(to: caller, creator: creator, granted: false, mode: mode)
+                == .allow ? nil : uuid
+        }
         let granted =
             ungranted.isEmpty
             ? []
@@ -101,10 +114,10 @@ extension Vault {
                     ungranted, hash: AccessStore.programHash(program, index: index), in: db)
             }
         try release(
-            withData.map {
+            withData.indices.map {
                 Subject(
-                    uuid: $0.uuid!, name: Self.itemName($0.attributes), creator: creators[$0.uuid!],
-                    granted: granted.contains($0.uuid!))
+                    uuid: uuids[$0], attributes: withData[$0].attributes, creator: creators[$0],
+                    granted: !granted.isEmpty && granted.contains(uuids[$0]))
             }, mode: mode, to: caller, program: program, persistent: true,
             interaction: interaction)
     }
@@ -146,7 +159,9 @@ extension Vault {
         let needed = AccessConfirmationNeeded(
             request: AccessRequest(
                 program: program,
-                items: asked.map { AccessRequest.Item(name: $0.name, creator: $0.creator) }),
+                items: asked.map {
+                    AccessRequest.Item(name: Self.itemName($0.attributes), creator: $0.creator)
+                }),
             key: key, uuids: askedUUIDs, persistent: persistent)
         switch interaction {
         case .deferred: throw needed

@@ -23,21 +23,29 @@ public struct ProgramIdentity: Sendable, Equatable {
         case interpreter
     }
 
-    public var kind: Kind
+    public var kind: Kind { didSet { refreshMatchKey() } }
     /// The app ID (app, flatpak) or the executable's absolute path.
-    public var path: String
+    public var path: String { didSet { refreshMatchKey() } }
     /// The script an interpreter runs, as its command line names it (made absolute against
     /// the process's working directory when it was relative).
-    public var script: String?
+    public var script: String? { didSet { refreshMatchKey() } }
     /// The executable's file (executable, interpreter): device and inode.
-    public var device: UInt64 = 0
-    public var inode: UInt64 = 0
+    public var device: UInt64 = 0 { didSet { refreshMatchKey() } }
+    public var inode: UInt64 = 0 { didSet { refreshMatchKey() } }
     /// The executable file's owner (uid).
     public var ownerUID: UInt32 = 0
     /// Whether the user vaultd runs as may replace the executable: it owns the file, or may
     /// write the file or its directory. Such a program loses its grants when its file changes
     /// (`matchKey`); a program only root can replace keeps them across an upgrade.
-    public var userWritable = false
+    public var userWritable = false { didSet { refreshMatchKey() } }
+    /// What two identities must share to be one program (a creator and a reader; a grant
+    /// and a reader). A program the user may replace is its path and its file (a new file
+    /// at the path, a rebuild or a replacement by anything of the user's, is a new program);
+    /// one only root may replace is its path (a package upgrade keeps its grants). An
+    /// interpreter adds its script's path. Compared byte for byte. Made when the identity
+    /// is and whenever a field it is made of changes, since every secret released compares
+    /// two of them.
+    public private(set) var matchKey = ""
 
     public init(
         kind: Kind, path: String, script: String? = nil, device: UInt64 = 0, inode: UInt64 = 0,
@@ -50,6 +58,7 @@ public struct ProgramIdentity: Sendable, Equatable {
         self.inode = inode
         self.ownerUID = ownerUID
         self.userWritable = userWritable
+        refreshMatchKey()
     }
 
     /// A registered app's identity.
@@ -57,18 +66,14 @@ public struct ProgramIdentity: Sendable, Equatable {
         ProgramIdentity(kind: .app, path: appID)
     }
 
-    /// What two identities must share to be one program (a creator and a reader; a grant
-    /// and a reader). A program the user may replace is its path and its file (a new file
-    /// at the path, a rebuild or a replacement by anything of the user's, is a new program);
-    /// one only root may replace is its path (a package upgrade keeps its grants). An
-    /// interpreter adds its script's path. Compared byte for byte.
-    public var matchKey: String {
+    /// Makes `matchKey` from the fields it is made of.
+    private mutating func refreshMatchKey() {
         var key = "\(kind.rawValue)\u{0}\(path)"
         if kind == .executable || kind == .interpreter, userWritable {
             key += "\u{0}\(device):\(inode)"
         }
         if let script { key += "\u{0}\(script)" }
-        return key
+        matchKey = key
     }
 
     /// How a dialog and `vaultctl access list` name it: the path (an interpreter's, then its
@@ -110,10 +115,10 @@ public struct ProgramIdentity: Sendable, Equatable {
         guard let k = j["kind"]?.stringValue.flatMap(Kind.init(rawValue:)),
             let path = j["path"]?.stringValue
         else { return nil }
-        self.init(kind: k, path: path, script: j["script"]?.stringValue)
-        device = j["device"]?.uint64Value ?? 0
-        inode = j["inode"]?.uint64Value ?? 0
-        ownerUID = UInt32(clamping: j["ownerUID"]?.int64Value ?? 0)
-        userWritable = j["userWritable"]?.boolValue ?? false
+        self.init(
+            kind: k, path: path, script: j["script"]?.stringValue,
+            device: j["device"]?.uint64Value ?? 0, inode: j["inode"]?.uint64Value ?? 0,
+            ownerUID: UInt32(clamping: j["ownerUID"]?.int64Value ?? 0),
+            userWritable: j["userWritable"]?.boolValue ?? false)
     }
 }

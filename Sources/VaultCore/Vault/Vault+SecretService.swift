@@ -310,7 +310,7 @@ extension Vault {
                     let id = $0.attributes.account ?? ""
                     let uuid = Array("session\u{0}\(id)".utf8)
                     return Subject(
-                        uuid: uuid, name: Self.itemName($0.attributes), creator: creators[id],
+                        uuid: uuid, attributes: $0.attributes, creator: creators[id],
                         granted: accessGate.isGrantedInMemory(key, uuid))
                 }, mode: mode, to: caller, program: program, persistent: false,
                 interaction: interaction)

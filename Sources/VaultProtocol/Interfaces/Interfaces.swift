@@ -1,7 +1,7 @@
 /// The varlink interfaces vaultd serves, from their descriptions: the `.varlink` files in
 /// this directory, one per interface, named after it (io.vaultd.Keychain.varlink). They are
 /// the source of truth for the protocol: every method, field and error, with a comment each.
-/// Their texts are compiled in (`InterfaceTexts.swift`, written from the files by
+/// Their texts are compiled in (`Texts/`, written from the files by
 /// scripts/generate-interfaces; a test fails while the two differ) and parsed once, by
 /// `VarlinkIDL`, the first time anything here is used. Calls are checked against them
 /// (`VarlinkValidation`), GetInterfaceDescription returns their texts, and the method names

@@ -34,8 +34,31 @@ enum BinaryPropertyList {
     }
 
     static func encode(_ value: PlistValue) -> Data {
+        let objects = flatten(value)
+        let refSize = objects.count < 1 << 8 ? 1 : objects.count < 1 << 16 ? 2 : 4
+        var writer = Writer()
+        var offsets: [Int] = []
+        offsets.reserveCapacity(objects.count)
+        for o in objects {
+            offsets.append(writer.out.count)
+            writer.write(o, refSize: refSize)
+        }
+        let tableOffset = writer.out.count
+        let offsetSize =
+            tableOffset < 1 << 8 ? 1 : tableOffset < 1 << 16 ? 2 : tableOffset < 1 << 32 ? 4 : 8
+        for o in offsets { writer.bigEndian(UInt64(o), offsetSize) }
+        writer.out += [0, 0, 0, 0, 0, 0, UInt8(offsetSize), UInt8(refSize)]
+        writer.bigEndian(UInt64(objects.count), 8)
+        writer.bigEndian(0, 8)  // the top object is the first
+        writer.bigEndian(UInt64(tableOffset), 8)
+        return Data(writer.out)
+    }
+
+    /// `value`'s tree as objects in the order they are written: depth first, a container
+    /// before its contents, a dictionary's keys (sorted by their UTF-8 bytes) before its
+    /// values; equal strings (the same bytes) are one object, as Apple's writer makes them.
+    private static func flatten(_ value: PlistValue) -> [Object] {
         var objects: [Object] = []
-        // Equal strings (the same bytes) are one object, as Apple's writer makes them.
         var strings: [[UInt8]: Int] = [:]
         func add(_ v: PlistValue) -> Int {
             switch v {
@@ -70,17 +93,22 @@ enum BinaryPropertyList {
             return objects.count - 1
         }
         _ = add(value)
+        return objects
+    }
 
-        let refSize = objects.count < 1 << 8 ? 1 : objects.count < 1 << 16 ? 2 : 4
+    /// The file's bytes as they are written: the header, then objects in the format's
+    /// encodings.
+    private struct Writer {
         var out: [UInt8] = Array("bplist00".utf8)
-        var offsets: [Int] = []
-        offsets.reserveCapacity(objects.count)
-        func bigEndian(_ v: UInt64, _ width: Int) {
+
+        /// `v`'s low `width` bytes, most significant first.
+        mutating func bigEndian(_ v: UInt64, _ width: Int) {
             for i in stride(from: width - 1, through: 0, by: -1) {
                 out.append(UInt8(truncatingIfNeeded: v >> (8 * UInt64(i))))
             }
         }
-        func integer(_ v: Int64) {
+
+        mutating func integer(_ v: Int64) {
             // Apple's widths: a non-negative value in the fewest of 1, 2 or 4 bytes, read as
             // unsigned; anything else in 8, read as signed.
             if v >= 0 && v <= 0xFF {
@@ -97,7 +125,9 @@ enum BinaryPropertyList {
                 bigEndian(UInt64(bitPattern: v), 8)
             }
         }
-        func header(_ kind: UInt8, _ count: Int) {
+
+        /// A marker of `kind` with `count` in its low nibble, or 0xF and an integer object.
+        mutating func header(_ kind: UInt8, _ count: Int) {
             if count < 15 {
                 out.append(kind << 4 | UInt8(count))
             } else {
@@ -105,8 +135,9 @@ enum BinaryPropertyList {
                 integer(Int64(count))
             }
         }
-        for o in objects {
-            offsets.append(out.count)
+
+        /// One object; its references (object numbers) in `refSize` bytes each.
+        mutating func write(_ o: Object, refSize: Int) {
             switch o {
             case .bool(let b): out.append(b ? 0x09 : 0x08)
             case .integer(let i): integer(i)
@@ -140,15 +171,6 @@ enum BinaryPropertyList {
                 for r in keys + values { bigEndian(UInt64(r), refSize) }
             }
         }
-        let tableOffset = out.count
-        let offsetSize =
-            tableOffset < 1 << 8 ? 1 : tableOffset < 1 << 16 ? 2 : tableOffset < 1 << 32 ? 4 : 8
-        for o in offsets { bigEndian(UInt64(o), offsetSize) }
-        out += [0, 0, 0, 0, 0, 0, UInt8(offsetSize), UInt8(refSize)]
-        bigEndian(UInt64(objects.count), 8)
-        bigEndian(0, 8)  // the top object is the first
-        bigEndian(UInt64(tableOffset), 8)
-        return Data(out)
     }
 
     /// Reads a binary property list that `PropertyListCodec.checkBinaryReferences` has
@@ -158,29 +180,52 @@ enum BinaryPropertyList {
     /// cannot be: a dictionary key that is not a string, an ASCII string with a byte above
     /// 0x7F, an integer beyond 64 bits, a date outside years 0 to 9999.
     static func decode(_ data: Data) throws -> PlistValue {
-        let b = [UInt8](data)
+        var reader = try Reader([UInt8](data))
+        reader.count = try reader.int(reader.trailer + 8, 8)
+        let top = try reader.int(reader.trailer + 16, 8)
+        reader.table = try reader.int(reader.trailer + 24, 8)
+        return try reader.object(top, 0)
+    }
+
+    /// Reads objects of a file's bytes, every read checked against the file's end.
+    private struct Reader {
+        let b: [UInt8]
+        /// Where the 32-byte trailer starts.
+        let trailer: Int
+        let offsetSize: Int
+        let refSize: Int
+        /// The number of objects, and where the offset table starts.
+        var count = 0
+        var table = 0
         let unreadable = VaultError(
             .invalidPropertyList,
             "not a binary property list vaultd can read safely (widths, offsets or references out of range)"
         )
-        guard b.count >= 40 else { throw unreadable }
-        let trailer = b.count - 32
-        let offsetSize = Int(b[trailer + 6])
-        let refSize = Int(b[trailer + 7])
+
+        init(_ b: [UInt8]) throws {
+            self.b = b
+            guard b.count >= 40 else { throw unreadable }
+            trailer = b.count - 32
+            offsetSize = Int(b[trailer + 6])
+            refSize = Int(b[trailer + 7])
+        }
+
+        /// The unsigned big-endian integer of `n` bytes (1 to 8) at `at`.
         func uint(_ at: Int, _ n: Int) throws -> UInt64 {
             guard (1...8).contains(n), at >= 0, at <= b.count - n else { throw unreadable }
             var v: UInt64 = 0
             for i in 0..<n { v = v << 8 | UInt64(b[at + i]) }
             return v
         }
+
+        /// As `uint`, for a count, offset or reference: at most the file's size.
         func int(_ at: Int, _ n: Int) throws -> Int {
             let v = try uint(at, n)
             guard v <= UInt64(b.count) else { throw unreadable }
             return Int(v)
         }
-        let count = try int(trailer + 8, 8)
-        let top = try int(trailer + 16, 8)
-        let table = try int(trailer + 24, 8)
+
+        /// Object `i` and what it contains, at `depth` containers deep.
         func object(_ i: Int, _ depth: Int) throws -> PlistValue {
             guard i < count, depth < PlistValue.maximumDepth else { throw unreadable }
             let off = try int(table + i * offsetSize, offsetSize)
@@ -195,13 +240,53 @@ enum BinaryPropertyList {
                 n = try int(at + 1, width)
                 at += 1 + width
             }
-            func bytes(_ length: Int) throws -> ArraySlice<UInt8> {
-                guard length >= 0, at + length <= trailer else { throw unreadable }
-                return b[at..<(at + length)]
-            }
             switch kind {
+            case 0xA:
+                _ = try bytes(at, n * refSize)
+                var out: [PlistValue] = []
+                out.reserveCapacity(n)
+                for r in 0..<n {
+                    out.append(try object(try int(at + r * refSize, refSize), depth + 1))
+                }
+                return .array(out)
+            case 0xD:
+                _ = try bytes(at, 2 * n * refSize)
+                var out = PlistDictionary(minimumCapacity: n)
+                for r in 0..<n {
+                    guard
+                        case .string(let key) = try object(
+                            try int(at + r * refSize, refSize), depth + 1)
+                    else {
+                        throw VaultError(
+                            .invalidPropertyList,
+                            "a dictionary of the property list has a key that is not a string")
+                    }
+                    out[key] = try object(try int(at + (n + r) * refSize, refSize), depth + 1)
+                }
+                return .dict(out)
+            default:
+                if let value = try scalar(marker, n, at) { return value }
+            }
+            throw VaultError(
+                .invalidPropertyList,
+                String(
+                    format:
+                        "the property list holds an object of a kind preferences do not take (marker 0x%02X)",
+                    marker))
+        }
+
+        /// The `length` bytes at `at`, before the trailer.
+        func bytes(_ at: Int, _ length: Int) throws -> ArraySlice<UInt8> {
+            guard length >= 0, at + length <= trailer else { throw unreadable }
+            return b[at..<(at + length)]
+        }
+
+        /// The object of `marker` that is not a container, its count or size `n`, its
+        /// contents at `at`; nil for a kind preferences do not take.
+        func scalar(_ marker: UInt8, _ n: Int, _ at: Int) throws -> PlistValue? {
+            switch marker >> 4 {
             case 0x0:
-                guard marker == 0x08 || marker == 0x09 else { break }
+                guard marker == 0x08 || marker == 0x09 else { return nil }
                 return .bool(marker == 0x09)
             case 0x1:
                 switch n {
@@ -237,9 +322,9 @@ enum BinaryPropertyList {
                 }
                 return .date(d)
             case 0x4:
-                return .data(Data(try bytes(n)))
+                return .data(Data(try bytes(at, n)))
             case 0x5:
-                let s = try bytes(n)
+                let s = try bytes(at, n)
                 guard s.allSatisfy({ $0 < 0x80 }) else {
                     throw VaultError(
                         .invalidPropertyList,
@@ -247,44 +332,14 @@ enum BinaryPropertyList {
                 }
                 return .string(String(decoding: s, as: UTF8.self))
             case 0x6:
-                let s = try bytes(2 * n)
+                let s = try bytes(at, 2 * n)
                 let units = stride(from: s.startIndex, to: s.endIndex, by: 2).map {
                     UInt16(b[$0]) << 8 | UInt16(b[$0 + 1])
                 }
                 return .string(String(decoding: units, as: UTF16.self))
-            case 0xA:
-                _ = try bytes(n * refSize)
-                var out: [PlistValue] = []
-                out.reserveCapacity(n)
-                for r in 0..<n {
-                    out.append(try object(try int(at + r * refSize, refSize), depth + 1))
-                }
-                return .array(out)
-            case 0xD:
-                _ = try bytes(2 * n * refSize)
-                var out = PlistDictionary(minimumCapacity: n)
-                for r in 0..<n {
-                    guard
-                        case .string(let key) = try object(
-                            try int(at + r * refSize, refSize), depth + 1)
-                    else {
-                        throw VaultError(
-                            .invalidPropertyList,
-                            "a dictionary of the property list has a key that is not a string")
-                    }
-                    out[key] = try object(try int(at + (n + r) * refSize, refSize), depth + 1)
-                }
-                return .dict(out)
             default:
-                break
+                return nil
             }
-            throw VaultError(
-                .invalidPropertyList,
-                String(
-                    format:
-                        "the property list holds an object of a kind preferences do not take (marker 0x%02X)",
-                    marker))
         }
-        return try object(top, 0)
     }
 }

@@ -18,11 +18,12 @@ public enum StandardOutput {
         for (fd, flags) in [
             (STDIN_FILENO, O_WRONLY), (STDOUT_FILENO, O_RDONLY), (STDERR_FILENO, O_RDONLY),
         ] {
-            guard fcntl(fd, F_GETFD) == -1 && errno == EBADF else { continue }
-            let n = open("/dev/null", flags | O_CLOEXEC)
-            if n >= 0 && n != fd {
-                dup2(n, fd)
-                close(n)
+            guard !SystemCall.isOpen(fd),
+                let n = try? SystemCall.open("/dev/null", flags | O_CLOEXEC)
+            else { continue }
+            if n != fd {
+                try? SystemCall.dup2(n, fd)
+                SystemCall.close(n)
             }
         }
     }
@@ -53,7 +54,7 @@ public enum StandardOutput {
     /// Foundation's `readDataToEndOfFile` crashes.
     public static func readInput(limit: Int = .max) -> Data? {
         do {
-            return try FileDescriptor.readAll(STDIN_FILENO, limit: limit)
+            return try FileDescriptor.readAll(inherited: STDIN_FILENO, limit: limit)
         } catch let e as Errno {
             errno = e.code
             return nil

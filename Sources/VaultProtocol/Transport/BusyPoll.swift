@@ -87,11 +87,10 @@ public struct BusyPoll: Sendable {
         }
         guard counter.enter(limit: limit) else { return false }
         defer { counter.leave() }
-        var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
         let deadline = MonotonicClock.nanoseconds() &+ window
         while true {
-            // Readable, or hung up: the receive returns at once. (-1 is EINTR: poll again.)
-            if poll(&pfd, 1, 0) > 0 {
+            // Readable, or hung up: the receive returns at once.
+            if (try? SystemCall.poll(fd, events: Int16(POLLIN), timeout: 0)) ?? 0 != 0 {
                 backoff = 0
                 return true
             }

@@ -2,29 +2,6 @@
 import Glibc
 #endif
 
-/// Syscalls through one place: each retries on EINTR and turns -1 into `Errno`.
-public struct Errno: Error, Equatable, CustomStringConvertible, Sendable {
-    public var code: Int32
-    /// The call that failed, e.g. "connect".
-    public var call: String
-    public var description: String { "\(call): \(String(cString: strerror(code)))" }
-
-    public init(code: Int32, call: String) {
-        self.code = code
-        self.call = call
-    }
-}
-
-@discardableResult
-func valueOrErrno<T: BinaryInteger>(_ call: String, _ body: () -> T) throws -> T {
-    while true {
-        let r = body()
-        if r >= 0 { return r }
-        if errno == EINTR { continue }
-        throw Errno(code: errno, call: call)
-    }
-}
-
 /// An owned AF_UNIX SOCK_STREAM socket; closed on `close()` or deinit.
 ///
 /// `@unchecked Sendable` without a lock: the only state is `fd`, which changes once, in
@@ -38,16 +15,15 @@ public final class UnixSocket: @unchecked Sendable {
 
     /// A new unconnected socket (`socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)`).
     public convenience init() throws {
-        let fd = try valueOrErrno("socket") {
-            socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        }
-        self.init(adopting: fd)
+        self.init(
+            adopting: try SystemCall.socket(
+                AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue)))
     }
 
     deinit { close() }
 
     public func close() {
-        if fd >= 0 { _ = Glibc.close(fd) }
+        if fd >= 0 { SystemCall.close(fd) }
         fd = -1
     }
 
@@ -56,15 +32,18 @@ public final class UnixSocket: @unchecked Sendable {
     public func peerUID() -> uid_t? {
         // struct ucred { pid_t pid; uid_t uid; gid_t gid; }, which Glibc does not import.
         var cred: (Int32, UInt32, UInt32) = (0, 0, 0)
-        var len = socklen_t(MemoryLayout<(Int32, UInt32, UInt32)>.size)
-        guard getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0, len == 12 else {
+        guard (try? SystemCall.getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred)) == 12 else {
             return nil
         }
         return cred.1
     }
 
-    /// `shutdown(SHUT_RDWR)`: wakes a thread waiting in `receive` on this socket.
-    public func shutdown() { _ = Glibc.shutdown(fd, Int32(SHUT_RDWR)) }
+    /// `shutdown(SHUT_RDWR)`: wakes a thread waiting in `receive` on this socket (none once
+    /// it is closed).
+    public func shutdown() {
+        let fd = self.fd
+        if fd >= 0 { SystemCall.shutdown(fd) }
+    }
 
     private static func address(_ path: String) throws -> (sockaddr_un, socklen_t) {
         var addr = sockaddr_un()
@@ -86,7 +65,7 @@ public final class UnixSocket: @unchecked Sendable {
         var (addr, len) = try Self.address(path)
         try withUnsafePointer(to: &addr) { p in
             try p.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa in
-                _ = try valueOrErrno("connect") { Glibc.connect(fd, sa, len) }
+                try SystemCall.connect(fd, sa, len)
             }
         }
     }
@@ -96,17 +75,15 @@ public final class UnixSocket: @unchecked Sendable {
         var (addr, len) = try Self.address(path)
         try withUnsafePointer(to: &addr) { p in
             try p.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa in
-                _ = try valueOrErrno("bind") { Glibc.bind(fd, sa, len) }
+                try SystemCall.bind(fd, sa, len)
             }
         }
-        try valueOrErrno("listen") { Glibc.listen(fd, backlog) }
+        try SystemCall.listen(fd, backlog)
     }
 
-    /// `accept`, then FD_CLOEXEC: the next connection.
+    /// `accept` (close-on-exec): the next connection.
     public func accept() throws -> UnixSocket {
-        let c = try valueOrErrno("accept") { Glibc.accept(fd, nil, nil) }
-        _ = fcntl(c, F_SETFD, FD_CLOEXEC)
-        return UnixSocket(adopting: c)
+        UnixSocket(adopting: try SystemCall.accept(fd))
     }
 
     /// Writes all of `bytes` (`send` with MSG_NOSIGNAL, so a closed peer is an error, not SIGPIPE).
@@ -135,22 +112,22 @@ public final class UnixSocket: @unchecked Sendable {
         let flags = Int32(MSG_NOSIGNAL) | (deadline == nil ? 0 : Int32(MSG_DONTWAIT))
         var off = 0
         while off < b.count {
-            let n = send(fd, b.baseAddress! + off, b.count - off, flags)
-            if n >= 0 {
-                off += n
+            var failure: Errno?
+            do {
+                off += try SystemCall.send(
+                    fd, UnsafeRawBufferPointer(rebasing: b[off...]), flags: flags)
+            } catch { failure = error }
+            guard let failure else {
                 if stallNanoseconds != nil { lastProgress = MonotonicClock.nanoseconds() }
                 continue
             }
-            let code = errno
-            if code == EINTR { continue }
-            guard var deadline, code == EAGAIN || code == EWOULDBLOCK else {
-                throw Errno(code: code, call: "send")
-            }
+            guard var deadline, failure.code == Errno.wouldBlock else { throw failure }
             if let s = stallNanoseconds { deadline = min(deadline, lastProgress + s) }
             let now = MonotonicClock.nanoseconds()
-            guard now < deadline else { throw Errno(code: ETIMEDOUT, call: "send") }
-            var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
-            _ = poll(&p, 1, Int32(min((deadline - now) / 1_000_000 + 1, UInt64(Int32.max))))
+            guard now < deadline else { throw Errno(code: Errno.timedOut, call: "send") }
+            _ = try? SystemCall.poll(
+                fd, events: Int16(POLLOUT),
+                timeout: Int32(min((deadline - now) / 1_000_000 + 1, UInt64(Int32.max))))
         }
     }
 
@@ -168,17 +145,17 @@ public final class UnixSocket: @unchecked Sendable {
     /// context switch each); `poll`'s wait ignores events it was not asked for.
     public func receive(max: Int = 65536, readable: Bool = false) throws -> [UInt8] {
         // poll ignores a negative descriptor: it would wait out the timeout, or for ever.
-        guard fd >= 0 else { throw Errno(code: EBADF, call: "recv") }
-        var ready = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-        if !readable, try valueOrErrno("poll", { poll(&ready, 1, receiveTimeoutMilliseconds) }) == 0
+        guard fd >= 0 else { throw Errno(code: Errno.badFileDescriptor, call: "recv") }
+        if !readable,
+            try SystemCall.poll(fd, events: Int16(POLLIN), timeout: receiveTimeoutMilliseconds) == 0
         {
-            throw Errno(code: EAGAIN, call: "recv")
+            throw Errno(code: Errno.wouldBlock, call: "recv")
         }
         // Readable, hung up or failed: the recv returns at once (data, 0 or the error).
         // Uninitialized capacity: zeroing 64 KiB per message cost more than the recv.
         return try [UInt8](unsafeUninitializedCapacity: max) { b, n in
             n = 0
-            n = try valueOrErrno("recv") { recv(fd, b.baseAddress, max, 0) }
+            n = try SystemCall.recv(fd, into: UnsafeMutableRawBufferPointer(b), flags: 0)
         }
     }
 
@@ -204,8 +181,8 @@ public final class UnixSocket: @unchecked Sendable {
             receive > 0 ? Int32(min(receive * 1000, Double(Int32.max)).rounded(.up)) : -1
         for (opt, asked) in [(SO_RCVTIMEO, receive), (SO_SNDTIMEO, send)] {
             let secs = asked > 0 ? min(max(asked, 1e-6), longest) : 0
-            var tv = timeval(tv_sec: Int(secs), tv_usec: Int((secs - secs.rounded(.down)) * 1e6))
-            _ = setsockopt(fd, SOL_SOCKET, opt, &tv, socklen_t(MemoryLayout<timeval>.size))
+            let tv = timeval(tv_sec: Int(secs), tv_usec: Int((secs - secs.rounded(.down)) * 1e6))
+            try? SystemCall.setsockopt(fd, SOL_SOCKET, opt, tv)
         }
     }
 }
@@ -256,8 +233,8 @@ public final class VarlinkStream: @unchecked Sendable {
     public func arrivedMessage() -> JSON? {
         while true {
             if let frame = try? reader.nextFrame() { return try? JSON.parse(frame) }
-            var ready = pollfd(fd: socket.fd, events: Int16(POLLIN), revents: 0)
-            guard poll(&ready, 1, 0) > 0, let chunk = try? socket.receive(readable: true),
+            guard (try? SystemCall.poll(socket.fd, events: Int16(POLLIN), timeout: 0)) ?? 0 != 0,
+                let chunk = try? socket.receive(readable: true),
                 !chunk.isEmpty
             else { return nil }
             reader.append(chunk)

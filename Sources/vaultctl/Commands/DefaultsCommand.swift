@@ -312,35 +312,27 @@ struct DefaultsCommand: Command {
         func failure(_ code: Int32) -> LocalFailure {
             LocalFailure(description: "cannot write \(path): \(String(cString: strerror(code)))")
         }
-        var st = stat()
-        let exists = stat(path, &st) == 0
-        func writeAll(_ fd: Int32) throws {
-            do { try FileDescriptor.writeAll(fd, data) } catch let e as Errno {
-                throw failure(e.code)
-            }
-        }
+        let st = try? SystemCall.stat(path)
         func writeThrough(flags: Int32) throws {
-            let fd = open(path, O_WRONLY | O_CLOEXEC | flags, 0o666)
-            guard fd >= 0 else { throw failure(errno) }
-            defer { close(fd) }
-            try writeAll(fd)
+            do {
+                try FileDescriptor(opening: path, O_WRONLY | O_CLOEXEC | flags, mode: 0o666)
+                    .writeAll(data)
+            } catch let e as Errno { throw failure(e.code) }
         }
-        if exists
-            && ((st.st_mode & S_IFMT) != S_IFREG || path.hasPrefix("/dev/")
-                || path.hasPrefix("/proc/"))
+        if let st,
+            (st.st_mode & S_IFMT) != S_IFREG || path.hasPrefix("/dev/")
+                || path.hasPrefix("/proc/")
         {
             return try writeThrough(flags: O_TRUNC)
         }
         var target = path
         let mode: mode_t
-        if exists, let resolved = realpath(path, nil) {
-            target = String(cString: resolved)
-            free(resolved)
+        if let st, let resolved = try? SystemCall.realpath(path) {
+            target = resolved
             mode = st.st_mode & 0o7777
         } else {
             // A symlink whose file does not exist yet: creating that file through it.
-            var link = stat()
-            if lstat(path, &link) == 0 && (link.st_mode & S_IFMT) == S_IFLNK {
+            if let link = try? SystemCall.lstat(path), (link.st_mode & S_IFMT) == S_IFLNK {
                 return try writeThrough(flags: O_CREAT | O_TRUNC)
             }
             let mask = umask(0)
@@ -350,19 +342,22 @@ struct DefaultsCommand: Command {
         let slash = target.lastIndex(of: "/")
         let directory = slash.map { String(target[..<$0]) } ?? "."
         let name = slash.map { String(target[target.index(after: $0)...]) } ?? target
-        var template = Array("\(directory.isEmpty ? "" : directory)/.\(name).XXXXXX".utf8CString)
-        let fd = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
-        guard fd >= 0 else { throw failure(errno) }
-        let temporary = String(cString: template)
+        let made: (fd: Int32, path: String)
         do {
-            defer { close(fd) }
-            try writeAll(fd)
-            guard fchmod(fd, mode) == 0 else { throw failure(errno) }
-            guard fsync(fd) == 0 else { throw failure(errno) }
-            guard rename(temporary, target) == 0 else { throw failure(errno) }
-        } catch {
-            unlink(temporary)
-            throw error
+            made = try SystemCall.makeTemporaryFile(
+                "\(directory.isEmpty ? "" : directory)/.\(name).XXXXXX")
+        } catch { throw failure(error.code) }
+        do {
+            do {
+                let fd = FileDescriptor(adopting: made.fd)
+                try fd.writeAll(data)
+                try fd.setMode(mode)
+                try fd.sync()
+            }
+            try SystemCall.rename(made.path, target)
+        } catch let e as Errno {
+            try? SystemCall.unlink(made.path)
+            throw failure(e.code)
         }
     }
 
@@ -376,7 +371,7 @@ struct DefaultsCommand: Command {
     static func readPlist(_ path: String) throws -> Data {
         do {
             return path == "-"
-                ? try FileDescriptor.readAll(STDIN_FILENO, limit: maximumImportSize)
+                ? try FileDescriptor.readAll(inherited: STDIN_FILENO, limit: maximumImportSize)
                 : try FileDescriptor.readFile(path, limit: maximumImportSize)
         } catch let e as Errno {
             let size =

@@ -42,6 +42,29 @@ struct CommandTable {
         return out
     }
 
+    /// The item attributes' options, which `--set-ATTRIBUTE` stands for.
+    static var attributeNames: [String] {
+        ItemCommand.stringOptions.map { "--" + $0.0 } + [
+            "--accessible", "--port", "--synchronizable", "--generic", "--generic-base64",
+            "--require-presence",
+        ]
+    }
+
+    /// The options `text` names, each once, in order; `--set-ATTRIBUTE` as each attribute's.
+    static func options(_ text: Substring) -> [String] {
+        var out: [String] = []
+        for m in text.matches(of: #/--[a-z][a-z0-9-]*(?:[A-Z]+)?/#) {
+            let o = String(m.output)
+            // `--set-ATTRIBUTE`: each attribute option with that prefix.
+            if o.hasSuffix("-ATTRIBUTE") {
+                out += attributeNames.map { "--set-" + $0.dropFirst(2) }
+            } else if !out.contains(o) {
+                out.append(o)
+            }
+        }
+        return out
+    }
+
     /// Reads the table from a usage text: a line at indent 2 beginning with a lowercase word
     /// starts a command (`command verb ...`, or alternatives joined by " | "), lines indented
     /// deeper continue it, and the `ATTRIBUTES / FILTERS:` block gives the options of every
@@ -52,24 +75,6 @@ struct CommandTable {
         var takesAttributes: [Int] = []
         var current: Int?
         var inAttributes = false
-        let attributeNames =
-            ItemCommand.stringOptions.map { "--" + $0.0 } + [
-                "--accessible", "--port", "--synchronizable", "--generic", "--generic-base64",
-                "--require-presence",
-            ]
-        func options(_ text: Substring) -> [String] {
-            var out: [String] = []
-            for m in text.matches(of: #/--[a-z][a-z0-9-]*(?:[A-Z]+)?/#) {
-                let o = String(m.output)
-                // `--set-ATTRIBUTE`: each attribute option with that prefix.
-                if o.hasSuffix("-ATTRIBUTE") {
-                    out += attributeNames.map { "--set-" + $0.dropFirst(2) }
-                } else if !out.contains(o) {
-                    out.append(o)
-                }
-            }
-            return out
-        }
         for line in usage.split(separator: "\n") {
             let text = line.drop { $0 == " " }
             let indent = line.count - text.count
@@ -137,15 +142,19 @@ struct CommandTable {
                 table.entries[i].options.append(o)
             }
         }
-        // `defaults` verbs take single-dash type flags, as defaults(1).
-        for i in table.entries.indices
-        where table.entries[i].command == "defaults" && table.entries[i].verb == "write" {
-            table.entries[i].words = [
+        table.addDefaultsTypeFlags()
+        return table
+    }
+
+    /// `defaults write` takes single-dash type flags, as defaults(1).
+    mutating func addDefaultsTypeFlags() {
+        for i in entries.indices
+        where entries[i].command == "defaults" && entries[i].verb == "write" {
+            entries[i].words = [
                 "-string", "-int", "-float", "-bool", "-date", "-data", "-array", "-array-add",
                 "-dict", "-dict-add",
             ]
         }
-        return table
     }
 
     /// Every option some usage line names, and the global ones.
@@ -227,8 +236,10 @@ struct CommandTable {
 
     // MARK: scripts
 
+    /// Words as a shell word list.
+    private func list(_ words: [String]) -> String { words.joined(separator: " ") }
+
     func bash() -> String {
-        func list(_ words: [String]) -> String { words.joined(separator: " ") }
         let cases = completionCases.map {
             "        \($0.pattern)) words=\"\(list($0.words))\" ;;\n"
         }.joined()
@@ -272,7 +283,6 @@ struct CommandTable {
     }
 
     func zsh() -> String {
-        func list(_ words: [String]) -> String { words.joined(separator: " ") }
         let cases = completionCases.map {
             "        (\($0.pattern)) compadd -- \(list($0.words)) ;;\n"
         }.joined()

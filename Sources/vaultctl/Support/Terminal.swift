@@ -16,7 +16,7 @@ import Glibc
 /// it); `--raw` keeps every byte of a secret. An empty value is refused (exit 65) unless the
 /// command is given `--allow-empty`; a passphrase must be UTF-8 without CR or LF in it.
 enum Terminal {
-    static func isTerminal(_ fd: Int32) -> Bool { isatty(fd) == 1 }
+    static func isTerminal(_ fd: Int32) -> Bool { SystemCall.isTerminal(fd) }
 
     /// Set once a value was read from stdin: a second value of the same command (the new
     /// passphrase after the current one) cannot come from there too.
@@ -39,7 +39,7 @@ enum Terminal {
     /// All bytes readable from `fd` until end of file.
     static func readAll(fd: Int32) throws -> Data {
         do {
-            return try FileDescriptor.readAll(fd, limit: 16 << 20)
+            return try FileDescriptor.readAll(inherited: fd, limit: 16 << 20)
         } catch let e as Errno where e.code == EFBIG {
             throw InputError(message: "input on fd \(fd) is larger than 16 MiB")
         } catch let e as Errno {
@@ -97,34 +97,28 @@ enum Terminal {
 
     /// One line from /dev/tty with echo off.
     static func readHidden(prompt: String, value: Value) throws -> Data {
-        let tty = open("/dev/tty", O_RDWR | O_CLOEXEC | O_NOCTTY)
-        guard tty >= 0 else {
+        guard let tty = try? FileDescriptor(opening: "/dev/tty", O_RDWR | O_CLOEXEC | O_NOCTTY)
+        else {
             throw UsageError(
                 message:
                     "no terminal to ask for the \(value.name) on: give it on stdin or with \(value.fdOption) N"
             )
         }
-        defer { close(tty) }
         // Echo off (discarding what was typed before) and only then the prompt: an answer
         // typed once the prompt shows is neither echoed nor discarded.
-        var old = termios()
-        let isTTY = tcgetattr(tty, &old) == 0
-        if isTTY {
-            var noEcho = old
+        let old = try? SystemCall.terminalAttributes(tty.rawValue)
+        if var noEcho = old {
             noEcho.c_lflag &= ~tcflag_t(ECHO)
-            tcsetattr(tty, TCSAFLUSH, &noEcho)
+            try? SystemCall.setTerminalAttributes(tty.rawValue, TCSAFLUSH, noEcho)
         }
         defer {
-            if isTTY { tcsetattr(tty, TCSANOW, &old) }
-            _ = write(tty, "\n", 1)
+            if let old { try? SystemCall.setTerminalAttributes(tty.rawValue, TCSANOW, old) }
+            try? tty.writeAll(Data("\n".utf8))
         }
-        _ = prompt.withCString { write(tty, $0, strlen($0)) }
+        try? tty.writeAll(Data(prompt.utf8))
         var line = Data()
-        var c: UInt8 = 0
         while true {
-            let n = Glibc.read(tty, &c, 1)
-            if n < 0 && errno == EINTR { continue }
-            guard n == 1, c != 0x0A else { break }
+            guard let c = readByte(tty), c != 0x0A else { break }
             line.append(c)
             if line.count > 16 << 20 {
                 throw InputError(message: "the \(value.name) typed is larger than 16 MiB")
@@ -134,19 +128,22 @@ enum Terminal {
         return line
     }
 
+    /// One byte typed on `tty`; nil at the end of input, or when it cannot be read.
+    private static func readByte(_ tty: borrowing FileDescriptor) -> UInt8? {
+        var c: UInt8 = 0
+        let n = try? withUnsafeMutableBytes(of: &c) { try tty.read(into: $0) }
+        return n == 1 ? c : nil
+    }
+
     /// Asks a yes/no question on the terminal; false when there is none or the answer is not yes.
     static func confirm(_ question: String) -> Bool {
         guard isTerminal(STDIN_FILENO) else { return false }
-        let tty = open("/dev/tty", O_RDWR | O_CLOEXEC | O_NOCTTY)
-        guard tty >= 0 else { return false }
-        defer { close(tty) }
-        _ = question.withCString { write(tty, $0, strlen($0)) }
+        guard let tty = try? FileDescriptor(opening: "/dev/tty", O_RDWR | O_CLOEXEC | O_NOCTTY)
+        else { return false }
+        try? tty.writeAll(Data(question.utf8))
         var line = Data()
-        var c: UInt8 = 0
         while line.count < 64 {
-            let n = Glibc.read(tty, &c, 1)
-            if n < 0 && errno == EINTR { continue }
-            guard n == 1, c != 0x0A else { break }
+            guard let c = readByte(tty), c != 0x0A else { break }
             line.append(c)
         }
         let answer = String(decoding: line, as: UTF8.self).trimmingCharacters(in: .whitespaces)

@@ -75,20 +75,20 @@ final class Pinentry: PromptDialog, @unchecked Sendable {
     /// Starts `program` and reads its greeting. The options name vaultd's own terminal and
     /// display: `GPG_TTY` (with `TERM`), `DISPLAY` or `WAYLAND_DISPLAY`.
     init(program: String, deadline: UInt64) throws {
-        var pair: [Int32] = [-1, -1]
-        guard
-            socketpair(
-                AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0
-        else { throw Failure.spawn(String(cString: strerror(errno))) }
-        fd = pair[0]
+        let pair: (Int32, Int32)
         do {
-            pid = try Self.spawn(program, stdio: pair[1])
+            pair = try SystemCall.socketpair(
+                AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue))
+        } catch { throw Failure.spawn(String(cString: strerror(error.code))) }
+        fd = pair.0
+        do {
+            pid = try Self.spawn(program, stdio: pair.1)
         } catch {
-            Glibc.close(pair[0])
-            Glibc.close(pair[1])
+            SystemCall.close(pair.0)
+            SystemCall.close(pair.1)
             throw error
         }
-        Glibc.close(pair[1])
+        SystemCall.close(pair.1)
         do {
             guard try readReply(nil, deadline: deadline) == .ok else {
                 throw Failure.malformed("no greeting")
@@ -164,7 +164,7 @@ final class Pinentry: PromptDialog, @unchecked Sendable {
     func cancel() {
         lock.withLock {
             cancelled = true
-            if !reaped { kill(pid, SIGTERM) }
+            if !reaped { try? SystemCall.kill(pid, SIGTERM) }
         }
     }
 
@@ -232,11 +232,11 @@ final class Pinentry: PromptDialog, @unchecked Sendable {
         var sent = 0
         while sent < bytes.count {
             try wait(for: Int16(POLLOUT), deadline: deadline)
-            let n = bytes.withUnsafeBytes {
-                send(fd, $0.baseAddress! + sent, $0.count - sent, Int32(MSG_NOSIGNAL))
+            let n = try? bytes.withUnsafeBytes {
+                try SystemCall.send(
+                    fd, UnsafeRawBufferPointer(rebasing: $0[sent...]), flags: Int32(MSG_NOSIGNAL))
             }
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { throw Failure.exited }
+            guard let n, n > 0 else { throw Failure.exited }
             sent += n
         }
     }
@@ -246,12 +246,11 @@ final class Pinentry: PromptDialog, @unchecked Sendable {
         while true {
             let now = MonotonicClock.nanoseconds()
             guard now < deadline else { throw Failure.timedOut }
-            var p = pollfd(fd: fd, events: events, revents: 0)
             let ms = Int32(clamping: (deadline - now) / 1_000_000 + 1)
-            let r = poll(&p, 1, ms)
-            if r < 0 && errno == EINTR { continue }
-            if r > 0 { return }
-            if r < 0 { throw Failure.exited }
+            guard let r = try? SystemCall.poll(fd, events: events, timeout: ms) else {
+                throw Failure.exited
+            }
+            if r != 0 { return }
         }
     }
 
@@ -346,10 +345,16 @@ final class Pinentry: PromptDialog, @unchecked Sendable {
             }
             guard inboxCount < Self.maximumLine else { throw Failure.lineTooLong }
             try wait(for: Int16(POLLIN), deadline: deadline)
-            let n = inbox.withUnsafeMutableBytes { b in
-                recv(fd, b.baseAddress! + inboxCount, b.count - inboxCount, 0)
-            }
-            if n < 0 && (errno == EINTR || errno == EAGAIN) { continue }
+            let n: Int
+            do {
+                n = try inbox.withUnsafeMutableBytes { b in
+                    try SystemCall.recv(
+                        fd, into: UnsafeMutableRawBufferPointer(rebasing: b[inboxCount...]),
+                        flags: 0)
+                }
+            } catch let e as Errno where e.code == Errno.wouldBlock {
+                continue
+            } catch { throw Failure.exited }
             guard n > 0 else { throw Failure.exited }
             inboxCount += n
         }
@@ -396,15 +401,16 @@ final class Pinentry: PromptDialog, @unchecked Sendable {
             return reaped
         }
         guard !done else { return }
-        _ = "BYE\n".withCString { send(fd, $0, 4, Int32(MSG_NOSIGNAL | MSG_DONTWAIT)) }
-        Glibc.close(fd)
-        var status: Int32 = 0
+        _ = try? Array("BYE\n".utf8).withUnsafeBytes {
+            try SystemCall.send(fd, $0, flags: Int32(MSG_NOSIGNAL | MSG_DONTWAIT))
+        }
+        SystemCall.close(fd)
         for i in 0..<100 {
-            if waitpid(pid, &status, WNOHANG) == pid { return }
-            if i == 50 { kill(pid, SIGTERM) }
+            if (try? SystemCall.waitpid(pid, options: WNOHANG))?.pid == pid { return }
+            if i == 50 { try? SystemCall.kill(pid, SIGTERM) }
             usleep(10_000)
         }
-        kill(pid, SIGKILL)
-        _ = waitpid(pid, &status, 0)
+        try? SystemCall.kill(pid, SIGKILL)
+        _ = try? SystemCall.waitpid(pid)
     }
 }

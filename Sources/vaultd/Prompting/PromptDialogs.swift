@@ -130,11 +130,11 @@ final class PromptDialogs: @unchecked Sendable {
     /// `program` as a path that can be executed: itself when it has a slash, else the first
     /// match in PATH.
     static func executable(_ program: String) -> String? {
-        if program.contains("/") { return access(program, X_OK) == 0 ? program : nil }
+        if program.contains("/") { return SystemCall.access(program, X_OK) ? program : nil }
         let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/local/bin:/usr/bin:/bin"
         for dir in path.split(separator: ":") where dir.hasPrefix("/") {
             let p = "\(dir)/\(program)"
-            if access(p, X_OK) == 0 { return p }
+            if SystemCall.access(p, X_OK) { return p }
         }
         return nil
     }

@@ -48,136 +48,157 @@ extension SecretService {
     }
 
     private func send(_ change: Change) {
-        let targets: [(String, BusPeer)]
-        switch change {
-        case .items(_, let group, _, _, _), .label(let group):
-            targets = lock.withLock {
-                peers.filter { $0.value.vaultSession.sees(itemInAccessGroup: group) }.map {
-                    ($0.key, $0.value)
-                }
-            }
-        case .lockState:
-            targets = lock.withLock { peers.map { ($0.key, $0.value) } }
-        }
-        let collectionsSeen = PerSession<[String]>()
         switch change {
         case .items(let collection, let group, let created, let deleted, let changed):
-            let itemValues = PerSession<[String: [(String, GV)]]>()
-            // The collection's Items, Created and Modified go to its readers at the end of the
-            // window (`itemsValuesDue`): libsecret follows Items from ItemCreated and
-            // ItemDeleted themselves, and each PropertiesChanged of Items carries the whole
-            // list, which towards connections that do not read piles up in the bus daemon.
-            itemsValuesDue(collection, group: group)
-            for (sender, peer) in targets {
-                if !Self.isSession(collection) && !(created.isEmpty && deleted.isEmpty) {
-                    collectionsChanged(sender, peer, collectionsSeen)
+            sendItems(
+                collection, group: group, created: created, deleted: deleted, changed: changed)
+        case .label(let group): sendLabel(group)
+        case .lockState: sendLockState()
+        }
+    }
+
+    /// The identified connections that may see items of access group `group`.
+    private func peersSeeing(_ group: String) -> [(String, BusPeer)] {
+        lock.withLock {
+            peers.filter { $0.value.vaultSession.sees(itemInAccessGroup: group) }.map {
+                ($0.key, $0.value)
+            }
+        }
+    }
+
+    /// `Change.items`: the item signals from the collection (and its aliases), the
+    /// changed items' properties, and the service's Collections where they changed.
+    private func sendItems(
+        _ collection: String, group: String, created: [String], deleted: [String],
+        changed: [String]
+    ) {
+        let targets = peersSeeing(group)
+        let collectionsSeen = PerSession<[String]>()
+        let itemValues = PerSession<[String: [(String, GV)]]>()
+        // The collection's Items, Created and Modified go to its readers at the end of the
+        // window (`itemsValuesDue`): libsecret follows Items from ItemCreated and
+        // ItemDeleted themselves, and each PropertiesChanged of Items carries the whole
+        // list, which towards connections that do not read piles up in the bus daemon.
+        itemsValuesDue(collection, group: group)
+        for (sender, peer) in targets {
+            if !Self.isSession(collection) && !(created.isEmpty && deleted.isEmpty) {
+                collectionsChanged(sender, peer, collectionsSeen)
+            }
+            for path in collectionPaths(collection, for: peer.vaultSession) {
+                for item in created {
+                    emit(
+                        to: sender, path: path, SecretServiceIntrospection.collection,
+                        "ItemCreated", [.objectPath(item)])
                 }
-                for path in collectionPaths(collection, for: peer.vaultSession) {
-                    for item in created {
-                        emit(
-                            to: sender, path: path, SecretServiceIntrospection.collection,
-                            "ItemCreated", [.objectPath(item)])
-                    }
-                    for item in deleted {
-                        emit(
-                            to: sender, path: path, SecretServiceIntrospection.collection,
-                            "ItemDeleted", [.objectPath(item)])
-                    }
-                    for item in changed {
-                        emit(
-                            to: sender, path: path, SecretServiceIntrospection.collection,
-                            "ItemChanged", [.objectPath(item)])
-                    }
+                for item in deleted {
+                    emit(
+                        to: sender, path: path, SecretServiceIntrospection.collection,
+                        "ItemDeleted", [.objectPath(item)])
                 }
-                let items = itemValues.value(for: peer.vaultSession) {
-                    var out: [String: [(String, GV)]] = [:]
-                    for item in changed {
-                        guard let target = SecretServicePath(item) else { continue }
-                        out[item] = try readableProperties(of: SecretServiceIntrospection.item).map
-                        { ($0, try property($0, of: target, vaultSession: peer.vaultSession)) }
-                    }
-                    return out
-                }
-                for (item, values) in items ?? [:] {
-                    propertiesChanged(
-                        to: sender, path: item, SecretServiceIntrospection.item, values)
+                for item in changed {
+                    emit(
+                        to: sender, path: path, SecretServiceIntrospection.collection,
+                        "ItemChanged", [.objectPath(item)])
                 }
             }
-        case .label(let group):
-            let labels = PerSession<GV>()
-            for (sender, peer) in targets {
-                guard
-                    let label = labels.value(
-                        for: peer.vaultSession,
-                        {
-                            try property(
-                                "Label", of: .collection(group), vaultSession: peer.vaultSession)
-                        })
-                else { continue }
-                for path in collectionPaths(group, for: peer.vaultSession) {
+            let items = itemValues.value(for: peer.vaultSession) {
+                var out: [String: [(String, GV)]] = [:]
+                for item in changed {
+                    guard let target = SecretServicePath(item) else { continue }
+                    out[item] = try readableProperties(of: SecretServiceIntrospection.item).map {
+                        ($0, try property($0, of: target, vaultSession: peer.vaultSession))
+                    }
+                }
+                return out
+            }
+            for (item, values) in items ?? [:] {
+                propertiesChanged(
+                    to: sender, path: item, SecretServiceIntrospection.item, values)
+            }
+        }
+    }
+
+    /// `Change.label`: the collection's new Label, and CollectionChanged.
+    private func sendLabel(_ group: String) {
+        let targets = peersSeeing(group)
+        let labels = PerSession<GV>()
+        for (sender, peer) in targets {
+            guard
+                let label = labels.value(
+                    for: peer.vaultSession,
+                    {
+                        try property(
+                            "Label", of: .collection(group), vaultSession: peer.vaultSession)
+                    })
+            else { continue }
+            for path in collectionPaths(group, for: peer.vaultSession) {
+                propertiesChanged(
+                    to: sender, path: path, SecretServiceIntrospection.collection,
+                    [("Label", label)])
+            }
+            emit(
+                to: sender, path: SecretServicePath.root, SecretServiceIntrospection.service,
+                "CollectionChanged", [.objectPath(collectionPath(group))])
+        }
+    }
+
+    /// `Change.lockState`: Locked (and Label, and to readers Items) of every collection a
+    /// connection sees, Locked of each of their items, and CollectionChanged.
+    private func sendLockState() {
+        let targets = lock.withLock { peers.map { ($0.key, $0.value) } }
+        let collectionsSeen = PerSession<[String]>()
+        let locked = GV.bool(!vault.isKeychainOpen)
+        let items = PerSession<[String: [(String, Bool)]]>()
+        let labels = PerSession<[String: GV]>()
+        for (sender, peer) in targets {
+            guard
+                let collections = collectionsSeen.value(
+                    for: peer.vaultSession,
+                    { try visibleCollections(vaultSession: peer.vaultSession) })
+            else { continue }
+            let seen = items.value(for: peer.vaultSession) {
+                var out: [String: [(String, Bool)]] = [:]
+                for c in collections {
+                    out[c] = try find(Self.query(group: c), vaultSession: peer.vaultSession).map {
+                        (path(of: $0), $0.isLocked)
+                    }
+                }
+                return out
+            }
+            // Each collection's Label: locked since vaultd started, a set label was given
+            // as the group's name (`Vault.collectionLabel`).
+            let label = labels.value(for: peer.vaultSession) {
+                var out: [String: GV] = [:]
+                for c in collections {
+                    out[c] = try? property(
+                        "Label", of: .collection(c), vaultSession: peer.vaultSession)
+                }
+                return out
+            }
+            for c in collections {
+                // A reader of its Items gets them too: locked since vaultd started, they
+                // were given as none (`collectionValues`).
+                let reader = lock.withLock {
+                    peer.readsAllItems || peer.itemsRead.containsBytes(c)
+                }
+                let values =
+                    reader
+                    ? ((try? collectionValues(c, vaultSession: peer.vaultSession)) ?? []) : []
+                let named = label?[c].map { [("Label", $0)] } ?? []
+                for path in collectionPaths(c, for: peer.vaultSession) {
                     propertiesChanged(
                         to: sender, path: path, SecretServiceIntrospection.collection,
-                        [("Label", label)])
+                        [("Locked", locked)] + named + values)
+                }
+                for (item, isLocked) in seen?[c] ?? [] {
+                    propertiesChanged(
+                        to: sender, path: item, SecretServiceIntrospection.item,
+                        [("Locked", .bool(isLocked))])
                 }
                 emit(
-                    to: sender, path: SecretServicePath.root, SecretServiceIntrospection.service,
-                    "CollectionChanged", [.objectPath(collectionPath(group))])
-            }
-        case .lockState:
-            let locked = GV.bool(!vault.isKeychainOpen)
-            let items = PerSession<[String: [(String, Bool)]]>()
-            let labels = PerSession<[String: GV]>()
-            for (sender, peer) in targets {
-                guard
-                    let collections = collectionsSeen.value(
-                        for: peer.vaultSession,
-                        { try visibleCollections(vaultSession: peer.vaultSession) })
-                else { continue }
-                let seen = items.value(for: peer.vaultSession) {
-                    var out: [String: [(String, Bool)]] = [:]
-                    for c in collections {
-                        out[c] = try find(Self.query(group: c), vaultSession: peer.vaultSession).map
-                        {
-                            (path(of: $0), $0.isLocked)
-                        }
-                    }
-                    return out
-                }
-                // Each collection's Label: locked since vaultd started, a set label was given
-                // as the group's name (`Vault.collectionLabel`).
-                let label = labels.value(for: peer.vaultSession) {
-                    var out: [String: GV] = [:]
-                    for c in collections {
-                        out[c] = try? property(
-                            "Label", of: .collection(c), vaultSession: peer.vaultSession)
-                    }
-                    return out
-                }
-                for c in collections {
-                    // A reader of its Items gets them too: locked since vaultd started, they
-                    // were given as none (`collectionValues`).
-                    let reader = lock.withLock {
-                        peer.readsAllItems || peer.itemsRead.containsBytes(c)
-                    }
-                    let values =
-                        reader
-                        ? ((try? collectionValues(c, vaultSession: peer.vaultSession)) ?? []) : []
-                    let named = label?[c].map { [("Label", $0)] } ?? []
-                    for path in collectionPaths(c, for: peer.vaultSession) {
-                        propertiesChanged(
-                            to: sender, path: path, SecretServiceIntrospection.collection,
-                            [("Locked", locked)] + named + values)
-                    }
-                    for (item, isLocked) in seen?[c] ?? [] {
-                        propertiesChanged(
-                            to: sender, path: item, SecretServiceIntrospection.item,
-                            [("Locked", .bool(isLocked))])
-                    }
-                    emit(
-                        to: sender, path: SecretServicePath.root,
-                        SecretServiceIntrospection.service, "CollectionChanged",
-                        [.objectPath(collectionPath(c))])
-                }
+                    to: sender, path: SecretServicePath.root,
+                    SecretServiceIntrospection.service, "CollectionChanged",
+                    [.objectPath(collectionPath(c))])
             }
         }
     }

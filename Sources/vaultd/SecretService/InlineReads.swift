@@ -52,17 +52,8 @@ extension SecretService {
         let type = g_dbus_message_get_message_type(message)
         if !incoming {
             // A reply going out ends the wait of the call it answers.
-            if type == G_DBUS_MESSAGE_TYPE_METHOD_RETURN || type == G_DBUS_MESSAGE_TYPE_ERROR,
-                let d = g_dbus_message_get_destination(message)
-            {
-                let serial = g_dbus_message_get_reply_serial(message)
-                let destination = String(cString: d)
-                inline.withLock { state in
-                    if var waiting = state.awaitingReply[destination], waiting.remove(serial) != nil
-                    {
-                        state.awaitingReply[destination] = waiting.isEmpty ? nil : waiting
-                    }
-                }
+            if type == G_DBUS_MESSAGE_TYPE_METHOD_RETURN || type == G_DBUS_MESSAGE_TYPE_ERROR {
+                replyGoingOut(message)
             }
             return message
         }
@@ -81,13 +72,39 @@ extension SecretService {
             return nil
         }
         guard inlineEnabled else { return own ? handOver() : message }
+        let serial = g_dbus_message_get_serial(message)
+        guard inOrder(message, sender: sender, serial: serial) else {
+            return own ? handOver() : message
+        }
+        guard let vaultSession = identified(sender) else {
+            // Not identified yet (or no longer passing the check): the usual way, in order.
+            inline.withLock { state in state.awaitingReply[sender, default: []].insert(serial) }
+            return own ? handOver() : message
+        }
+        answerInline(message, sender: sender, serial: serial, vaultSession: vaultSession)
+        return nil
+    }
+
+    /// A reply (or error) vaultd sends: the call it answers no longer awaits its reply.
+    private func replyGoingOut(_ message: OpaquePointer) {
+        guard let d = g_dbus_message_get_destination(message) else { return }
+        let serial = g_dbus_message_get_reply_serial(message)
+        let destination = String(cString: d)
+        inline.withLock { state in
+            if var waiting = state.awaitingReply[destination], waiting.remove(serial) != nil {
+                state.awaitingReply[destination] = waiting.isEmpty ? nil : waiting
+            }
+        }
+    }
+
+    /// Whether call `message` (`serial`) of `sender` may be answered here, as far as order
+    /// goes; if not, it is recorded as awaiting its reply (or its connection as one that must
+    /// always take the usual way).
+    private func inOrder(_ message: OpaquePointer, sender: String, serial: UInt32) -> Bool {
         let wantsNoReply =
             (g_dbus_message_get_flags(message).rawValue
                 & G_DBUS_MESSAGE_FLAGS_NO_REPLY_EXPECTED.rawValue) != 0
-        let serial = g_dbus_message_get_serial(message)
-        // Whether this call may be answered here, as far as order goes; if not, it is recorded
-        // as awaiting its reply (or its connection as one that must always take the usual way).
-        let inOrder: Bool = inline.withLock { state in
+        return inline.withLock { state in
             if wantsNoReply || state.unordered.contains(sender) {
                 if !state.unordered.contains(sender) {
                     if state.unordered.count >= Self.maximumPeers {
@@ -114,12 +131,13 @@ extension SecretService {
             state.awaitingReply[sender] = w
             return false
         }
-        guard inOrder else { return own ? handOver() : message }
-        guard let vaultSession = identified(sender) else {
-            // Not identified yet (or no longer passing the check): the usual way, in order.
-            inline.withLock { state in state.awaitingReply[sender, default: []].insert(serial) }
-            return own ? handOver() : message
-        }
+    }
+
+    /// Answers call `message` (`serial`) of identified `sender` on this thread, and takes it
+    /// over from GDBus (a call that must wait for the user is handed off, and answered there).
+    private func answerInline(
+        _ message: OpaquePointer, sender: String, serial: UInt32, vaultSession: VaultSession
+    ) {
         let path = String(cString: g_dbus_message_get_path(message)!)
         let interface = String(cString: g_dbus_message_get_interface(message)!)
         let member = String(cString: g_dbus_message_get_member(message)!)
@@ -146,7 +164,7 @@ extension SecretService {
                     vaultSession: waiting)
             }
             g_object_unref(UnsafeMutableRawPointer(message))
-            return nil
+            return
         } catch {
             let e = BusError(error)
             reply = g_dbus_message_new_method_error_literal(message, e.name.rawValue, e.message)
@@ -159,7 +177,6 @@ extension SecretService {
         }
         g_object_unref(UnsafeMutableRawPointer(reply))
         g_object_unref(UnsafeMutableRawPointer(message))
-        return nil
     }
 
     /// Whether `message` is one of `inlineMethods` at an object of its kind.

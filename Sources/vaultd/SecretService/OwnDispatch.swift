@@ -102,107 +102,142 @@ extension SecretService {
                 .unknownMethod,
                 "No such interface \u{201c}\(interface)\u{201d} on object at path \(path)")
         }
-        func requireSignature(_ expected: String) throws {
-            guard signature == expected else {
-                throw BusError.invalidArgs(
-                    "Type of message, \u{201c}(\(signature))\u{201d}, does not match expected type \u{201c}(\(expected))\u{201d}"
-                )
-            }
-        }
         switch interface {
         case Self.introspectable:
             guard member == "Introspect" else {
                 throw BusError(.unknownMethod, "No such method \u{201c}\(member)\u{201d}")
             }
-            try requireSignature("")
-            let xml = g_string_new(
-                SecretServiceIntrospection.doctype + "<node>\n"
-                    + SecretServiceIntrospection.standardInterfaces)!
-            g_dbus_interface_info_generate_xml(info, 2, xml)
-            g_string_append(xml, "</node>\n")
-            let text = String(cString: xml.pointee.str)
-            _ = g_string_free(xml, 1)
-            return .tuple([.string(text)])
+            try Self.require(signature, "")
+            return .tuple([.string(Self.introspectItem(info))])
         case "org.freedesktop.DBus.Peer":
-            try requireSignature("")
-            switch member {
-            case "Ping": return nil
-            case "GetMachineId":
-                let id =
-                    (try? String(contentsOfFile: "/etc/machine-id", encoding: .utf8))
-                    ?? (try? String(contentsOfFile: "/var/lib/dbus/machine-id", encoding: .utf8))
-                guard let id else { throw BusError(.failed, "no machine id") }
-                return .tuple([.string(id.trimmingCharacters(in: .whitespacesAndNewlines))])
-            default: throw BusError(.unknownMethod, "No such method \u{201c}\(member)\u{201d}")
-            }
+            try Self.require(signature, "")
+            return try Self.peerCall(member)
         case Self.propertiesInterface:
-            let expected = ["Get": "ss", "GetAll": "s", "Set": "ssv"]
-            guard let wanted = expected[member] else {
-                throw BusError(.unknownMethod, "No such method \u{201c}\(member)\u{201d}")
-            }
-            try requireSignature(wanted)
-            let named = body.child(0).string
-            guard named == SecretServiceIntrospection.item else {
-                throw BusError.invalidArgs("No such interface \u{201c}\(named)\u{201d}")
-            }
-            if member != "GetAll" {
-                let name = body.child(1).string
-                guard let property = g_dbus_interface_info_lookup_property(info, name) else {
-                    throw BusError.invalidArgs("No such property \u{201c}\(name)\u{201d}")
-                }
-                // G_DBUS_PROPERTY_INFO_FLAGS_READABLE (1), G_DBUS_PROPERTY_INFO_FLAGS_WRITABLE (2).
-                let flags = property.pointee.flags.rawValue
-                if member == "Get" && flags & 1 == 0 {
-                    throw BusError.invalidArgs("Property \u{201c}\(name)\u{201d} is not readable")
-                }
-                if member == "Set" {
-                    guard flags & 2 != 0 else { throw BusError.propertyReadOnly(name) }
-                    let type = String(cString: property.pointee.signature)
-                    guard body.child(2).unboxed.isOfType(type) else {
-                        throw BusError.invalidArgs(
-                            "Error setting property \u{201c}\(name)\u{201d}: Expected type \u{201c}\(type)\u{201d}"
-                        )
-                    }
-                }
-            }
+            try Self.checkPropertyCall(member, signature: signature, body, info)
             return try propertyCall(member, sender: sender, path: path, body)
         case SecretServiceIntrospection.item:
-            guard let method = g_dbus_interface_info_lookup_method(info, member) else {
-                throw BusError(.unknownMethod, "No such method \u{201c}\(member)\u{201d}")
-            }
-            var expected = ""
-            if let args = method.pointee.in_args {
-                var i = 0
-                while let a = args[i] {
-                    expected += String(cString: a.pointee.signature)
-                    i += 1
-                }
-            }
-            try requireSignature(expected)
-            guard SecretServiceOperations.of(interface, member) != nil else {
-                throw BusError.accessDenied("\(interface).\(member) has no policy decision")
-            }
-            let vaultSession = try identify(sender)
-            guard let target = SecretServicePath(path) else { throw BusError.noSuchObject }
-            do {
-                return try handle(
-                    member, of: interface, on: target, body, sender: sender,
-                    vaultSession: vaultSession)
-            } catch let e where Self.waitsForUser(e) {
-                // Run again off the bus thread (`SecretService+Access.swift`); no reply here.
-                let args = Handed(body)
-                answerWaiting(message, sender: sender, vaultSession: vaultSession) {
-                    [self] waiting in
-                    try handle(
-                        member, of: interface, on: target, args.value, sender: sender,
-                        vaultSession: waiting)
-                }
-                throw Deferred()
-            }
+            return try itemMethodCall(
+                path: path, member: member, signature: signature, body, info, sender: sender,
+                message: message)
         default:
             throw BusError(
                 .unknownMethod,
                 "No such interface \u{201c}\(interface)\u{201d} on object at path \(path)")
+        }
+    }
+
+    /// InvalidArgs, in GDBus's words, unless the call's argument signature is `expected`.
+    private static func require(_ signature: String, _ expected: String) throws {
+        guard signature == expected else {
+            throw BusError.invalidArgs(
+                "Type of message, \u{201c}(\(signature))\u{201d}, does not match expected type \u{201c}(\(expected))\u{201d}"
+            )
+        }
+    }
+
+    /// Introspect of an item: the standard interfaces and the Item interface `info`.
+    private static func introspectItem(_ info: UnsafeMutablePointer<GDBusInterfaceInfo>)
+        -> String
+    {
+        let xml = g_string_new(
+            SecretServiceIntrospection.doctype + "<node>\n"
+                + SecretServiceIntrospection.standardInterfaces)!
+        g_dbus_interface_info_generate_xml(info, 2, xml)
+        g_string_append(xml, "</node>\n")
+        let text = String(cString: xml.pointee.str)
+        _ = g_string_free(xml, 1)
+        return text
+    }
+
+    /// org.freedesktop.DBus.Peer's Ping and GetMachineId.
+    private static func peerCall(_ member: String) throws -> GV? {
+        switch member {
+        case "Ping": return nil
+        case "GetMachineId":
+            let id =
+                (try? String(contentsOfFile: "/etc/machine-id", encoding: .utf8))
+                ?? (try? String(contentsOfFile: "/var/lib/dbus/machine-id", encoding: .utf8))
+            guard let id else { throw BusError(.failed, "no machine id") }
+            return .tuple([.string(id.trimmingCharacters(in: .whitespacesAndNewlines))])
+        default: throw BusError(.unknownMethod, "No such method \u{201c}\(member)\u{201d}")
+        }
+    }
+
+    /// GDBus's checks of a Properties call to an item (Item interface `info`): the method
+    /// and its signature, the interface named, and for Get and Set the property, whether it
+    /// may be read or written, and the type of a value set.
+    private static func checkPropertyCall(
+        _ member: String, signature: String, _ body: GV,
+        _ info: UnsafeMutablePointer<GDBusInterfaceInfo>
+    ) throws {
+        let expected = ["Get": "ss", "GetAll": "s", "Set": "ssv"]
+        guard let wanted = expected[member] else {
+            throw BusError(.unknownMethod, "No such method \u{201c}\(member)\u{201d}")
+        }
+        try require(signature, wanted)
+        let named = body.child(0).string
+        guard named == SecretServiceIntrospection.item else {
+            throw BusError.invalidArgs("No such interface \u{201c}\(named)\u{201d}")
+        }
+        guard member != "GetAll" else { return }
+        let name = body.child(1).string
+        guard let property = g_dbus_interface_info_lookup_property(info, name) else {
+            throw BusError.invalidArgs("No such property \u{201c}\(name)\u{201d}")
+        }
+        // G_DBUS_PROPERTY_INFO_FLAGS_READABLE (1), G_DBUS_PROPERTY_INFO_FLAGS_WRITABLE (2).
+        let flags = property.pointee.flags.rawValue
+        if member == "Get" && flags & 1 == 0 {
+            throw BusError.invalidArgs("Property \u{201c}\(name)\u{201d} is not readable")
+        }
+        if member == "Set" {
+            guard flags & 2 != 0 else { throw BusError.propertyReadOnly(name) }
+            let type = String(cString: property.pointee.signature)
+            guard body.child(2).unboxed.isOfType(type) else {
+                throw BusError.invalidArgs(
+                    "Error setting property \u{201c}\(name)\u{201d}: Expected type \u{201c}\(type)\u{201d}"
+                )
+            }
+        }
+    }
+
+    /// A method of the Item interface (`info`), checked as GDBus would, then handled as a
+    /// call GDBus dispatched is (`methodCall`).
+    private func itemMethodCall(
+        path: String, member: String, signature: String, _ body: GV,
+        _ info: UnsafeMutablePointer<GDBusInterfaceInfo>, sender: String, message: OpaquePointer
+    ) throws -> GV? {
+        let interface = SecretServiceIntrospection.item
+        guard let method = g_dbus_interface_info_lookup_method(info, member) else {
+            throw BusError(.unknownMethod, "No such method \u{201c}\(member)\u{201d}")
+        }
+        var expected = ""
+        if let args = method.pointee.in_args {
+            var i = 0
+            while let a = args[i] {
+                expected += String(cString: a.pointee.signature)
+                i += 1
+            }
+        }
+        try Self.require(signature, expected)
+        guard SecretServiceOperations.of(interface, member) != nil else {
+            throw BusError.accessDenied("\(interface).\(member) has no policy decision")
+        }
+        let vaultSession = try identify(sender)
+        guard let target = SecretServicePath(path) else { throw BusError.noSuchObject }
+        do {
+            return try handle(
+                member, of: interface, on: target, body, sender: sender,
+                vaultSession: vaultSession)
+        } catch let e where Self.waitsForUser(e) {
+            // Run again off the bus thread (`SecretService+Access.swift`); no reply here.
+            let args = Handed(body)
+            answerWaiting(message, sender: sender, vaultSession: vaultSession) {
+                [self] waiting in
+                try handle(
+                    member, of: interface, on: target, args.value, sender: sender,
+                    vaultSession: waiting)
+            }
+            throw Deferred()
         }
     }
 }

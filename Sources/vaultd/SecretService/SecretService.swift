@@ -9,100 +9,6 @@ import VaultProtocol
 import Glibc
 #endif
 
-/// A D-Bus error reply: its name, one of `Name` (the only names the front-end sends), and a
-/// message for people. Every reply goes out through `g_dbus_method_invocation_return_dbus_error`
-/// or a message of its own (`InlineReads`) with that name, property calls included
-/// (`SecretService.propertyCall`): never as a GError GDBus would have to name itself.
-struct BusError: Error, Equatable {
-    /// Every error name the Secret Service front-end sends: the specification's own
-    /// (org.freedesktop.Secret.Error.*), the bus's standard ones (org.freedesktop.DBus.Error.*),
-    /// and vaultd's ItemDamaged, the name the socket gives a damaged item too.
-    enum Name: String, CaseIterable {
-        case noSuchObject = "org.freedesktop.Secret.Error.NoSuchObject"
-        case noSession = "org.freedesktop.Secret.Error.NoSession"
-        case isLocked = "org.freedesktop.Secret.Error.IsLocked"
-        case invalidArgs = "org.freedesktop.DBus.Error.InvalidArgs"
-        case accessDenied = "org.freedesktop.DBus.Error.AccessDenied"
-        case notSupported = "org.freedesktop.DBus.Error.NotSupported"
-        case limitsExceeded = "org.freedesktop.DBus.Error.LimitsExceeded"
-        case unknownMethod = "org.freedesktop.DBus.Error.UnknownMethod"
-        case unknownProperty = "org.freedesktop.DBus.Error.UnknownProperty"
-        case propertyReadOnly = "org.freedesktop.DBus.Error.PropertyReadOnly"
-        case failed = "org.freedesktop.DBus.Error.Failed"
-        case itemDamaged = "io.vaultd.Keychain.ItemDamaged"
-        /// A secret the per-program access check refused: denied by the user, recently
-        /// denied, strict, or a program that could pass for another (docs/access.md).
-        case accessRefused = "io.vaultd.Secret.Error.AccessRefused"
-        /// A secret that needs the user's confirmation, and none came: no prompter, dismissed,
-        /// timed out, or a question for the program already pending.
-        case notConfirmed = "io.vaultd.Secret.Error.NotConfirmed"
-    }
-
-    var name: Name
-    var message: String
-
-    init(_ name: Name, _ message: String) {
-        self.name = name
-        self.message = message
-    }
-
-    /// The one answer for an object the caller may not see, whether it does not exist or is
-    /// another app's: the same name and the same words, so no reply tells the two apart.
-    static let noSuchObject = BusError(
-        .noSuchObject, "no such object, or not one this program may use")
-    static func invalidArgs(_ m: String) -> BusError { BusError(.invalidArgs, m) }
-    static func noSession(_ m: String) -> BusError { BusError(.noSession, m) }
-    static func accessDenied(_ m: String) -> BusError { BusError(.accessDenied, m) }
-    static func notSupported(_ m: String) -> BusError { BusError(.notSupported, m) }
-    static func limitsExceeded(_ m: String) -> BusError { BusError(.limitsExceeded, m) }
-    static func unknownProperty(_ name: String) -> BusError {
-        BusError(.unknownProperty, "no property \(name) here")
-    }
-    static func propertyReadOnly(_ name: String) -> BusError {
-        BusError(.propertyReadOnly, "\(name) cannot be set")
-    }
-    /// A session or prompt of another connection, or one that ended: these belong to a
-    /// connection, not to an access group, so saying which is no oracle.
-    static func noSuchObject(_ m: String) -> BusError { BusError(.noSuchObject, m) }
-}
-
-extension BusError {
-
-    /// The reply for an engine error. A group or item the caller may not use is NoSuchObject,
-    /// as one that does not exist, with the same message (`noSuchObject`): a client learns
-    /// nothing of other apps' collections.
-    init(_ e: VaultFailure) {
-        if e.details.program != nil {
-            self.init(e.code == .authFailed ? .accessRefused : .notConfirmed, e.message)
-            return
-        }
-        switch e.code {
-        case .interactionNotAllowed: self.init(.isLocked, e.message)
-        case .itemNotFound, .missingEntitlement, .notAvailableOnThisDevice: self = .noSuchObject
-        // vaultd's own name, as on the socket: the item is there but does not read.
-        case .itemDamaged: self.init(.itemDamaged, e.message)
-        case .permissionDenied: self.init(.accessDenied, e.message)
-        case .param, .invalidParameter, .secretTooLarge, .invalidValue:
-            self.init(.invalidArgs, e.message)
-        case .quotaExceeded, .storageFull, .replyTooLarge, .rateLimited:
-            self.init(.limitsExceeded, e.message)
-        case .noPassphrase: self.init(.notSupported, e.message)
-        default: self.init(.failed, e.message)
-        }
-    }
-
-    init(_ error: Error) {
-        if let b = error as? BusError {
-            self = b
-        } else if let f = error as? VaultFailure {
-            self.init(f)
-        } else {
-            // A shared codec's error (VaultProtocol's, a LocalizedError) by its message.
-            self.init(.failed, (error as? LocalizedError)?.errorDescription ?? "\(error)")
-        }
-    }
-}
-
 /// vaultd's second front-end: the freedesktop Secret Service on the session bus, through
 /// GLib's GDBus (docs/secret-service.md). It owns `org.freedesktop.secrets`, identifies each
 /// calling connection from the bus's credentials through `PeerIdentity` (as the socket
@@ -141,7 +47,7 @@ final class SecretService: @unchecked Sendable {
     let promptTimeout: Double
 
     private(set) var connection: OpaquePointer?
-    private var context: OpaquePointer?
+    private(set) var context: OpaquePointer?
     private var loop: OpaquePointer?
     private(set) var nodeInfo: UnsafeMutablePointer<GDBusNodeInfo>?
     private let interfaceVTable = UnsafeMutablePointer<GDBusInterfaceVTable>.allocate(capacity: 1)
@@ -159,9 +65,9 @@ final class SecretService: @unchecked Sendable {
     /// signals were many (`itemsBytesPerSecond`).
     var itemsNextWindow = SecretService.itemsWindow
     /// Session ID → the session.
-    private var sessions: [String: Session] = [:]
-    private var prompts: [String: Prompt] = [:]
-    private var nextID: UInt64 = 0
+    var sessions: [String: Session] = [:]
+    var prompts: [String: Prompt] = [:]
+    var nextID: UInt64 = 0
     /// Whether the filter answers the inline reads (`InlineReads.swift`); set before it runs.
     var inlineEnabled = true
     private var observer: UUID?
@@ -450,7 +356,7 @@ final class SecretService: @unchecked Sendable {
     // MARK: the bus
 
     /// A call of vaultd's own to the bus daemon, bounded by `busCallTimeout`.
-    private func busCall(_ method: String, _ arguments: [GV], reply: String) throws -> GV {
+    func busCall(_ method: String, _ arguments: [GV], reply: String) throws -> GV {
         var err: UnsafeMutablePointer<GError>?
         // The type string is lent for the whole call (one passed straight to cg_type would
         // live only for cg_type's own call).
@@ -468,115 +374,6 @@ final class SecretService: @unchecked Sendable {
             throw BusError(.failed, "the bus did not answer \(method): \(message)")
         }
         return GV(owned: result)
-    }
-
-    /// Asks for `org.freedesktop.secrets`, letting a later `--replace` (of vaultd or another
-    /// provider) take it. With `replace`, it is taken over: at once from an owner that lets
-    /// itself be replaced, else, as gnome-keyring-daemon's `--replace` does, by stopping the
-    /// owner (SIGTERM through a pidfd, to a process of vaultd's own user only) and asking
-    /// again once the bus says the name is free (at most `replaceWait` seconds). Logs the
-    /// outcome, naming the owner when it is another process.
-    private func requestName() -> Bool {
-        switch askForName() {
-        case .owned?:
-            logger.notice("secret service: serving \(Self.busName) on the session bus")
-            return true
-        case nil:
-            return false
-        case .taken?:
-            break
-        }
-        let owner = nameOwner()
-        guard replace else {
-            logger.warning(
-                "secret service: \(Self.busName) is already provided by \(owner.description): not serving (vaultd --secret-service --replace takes it over)"
-            )
-            return false
-        }
-        guard let pid = owner.pid, let uid = owner.uid, uid == getuid(), pid != getpid() else {
-            logger.warning(
-                "secret service: \(Self.busName) is provided by \(owner.description), which vaultd may not stop: not serving"
-            )
-            return false
-        }
-        let pidfd = vault_pidfd_open(pid)
-        // The pidfd is the owner's only if the bus still names that pid as the owner now.
-        guard pidfd >= 0 else {
-            logger.warning(
-                "secret service: cannot open \(owner.description) to stop it: not serving")
-            return false
-        }
-        defer { close(pidfd) }
-        guard nameOwner().pid == pid, vault_pidfd_signal(pidfd, SIGTERM) == 0 else {
-            logger.warning(
-                "secret service: \(Self.busName)'s owner changed or cannot be stopped (\(owner.description)): not serving"
-            )
-            return false
-        }
-        let deadline = MonotonicClock.nanoseconds() + UInt64(Self.replaceWait * 1e9)
-        while MonotonicClock.nanoseconds() < deadline {
-            usleep(50_000)
-            switch askForName() {
-            case .owned?:
-                logger.notice(
-                    "secret service: serving \(Self.busName) on the session bus, taken over from \(owner.description) (stopped with SIGTERM)"
-                )
-                return true
-            case nil: return false
-            case .taken?: continue
-            }
-        }
-        logger.warning(
-            "secret service: \(owner.description) did not give up \(Self.busName) within \(Int(Self.replaceWait)) s of SIGTERM: not serving"
-        )
-        return false
-    }
-
-    /// How long `--replace` waits for a stopped owner to leave the name (seconds).
-    static let replaceWait = 5.0
-
-    private enum NameRequest { case owned, taken }
-
-    /// RequestName (DBUS_NAME_FLAG_ALLOW_REPLACEMENT 1, REPLACE_EXISTING 2 with `replace`,
-    /// DO_NOT_QUEUE 4); nil when the bus did not answer (logged).
-    private func askForName() -> NameRequest? {
-        let flags: UInt32 = 1 | 4 | (replace ? 2 : 0)
-        do {
-            let answer = try busCall(
-                "RequestName", [.string(Self.busName), GV(new: g_variant_new_uint32(flags))],
-                reply: "(u)"
-            ).child(0).uint32
-            // 1: the primary owner now; 4: already was.
-            return answer == 1 || answer == 4 ? .owned : .taken
-        } catch {
-            logger.warning("secret service: \(BusError(error).message)")
-            return nil
-        }
-    }
-
-    /// The connection owning the name, its pid and uid (as the bus has them) and executable.
-    private struct NameOwner: CustomStringConvertible {
-        var unique: String?
-        var pid: pid_t?
-        var uid: uid_t?
-        var executable: String?
-        var description: String {
-            guard let unique else { return "another connection" }
-            guard let pid else { return "connection \(unique)" }
-            return
-                "pid \(pid)\(executable.map { " (\(logField($0)))" } ?? ""), connection \(unique)"
-        }
-    }
-
-    private func nameOwner() -> NameOwner {
-        guard
-            let unique = try? busCall("GetNameOwner", [.string(Self.busName)], reply: "(s)").child(
-                0
-            ).string
-        else { return NameOwner() }
-        guard let c = try? credentials(unique) else { return NameOwner(unique: unique) }
-        return NameOwner(
-            unique: unique, pid: c.pid, uid: c.uid, executable: PeerIdentity.executable(pid: c.pid))
     }
 
     /// NameOwnerChanged (a connection left: its identity, sessions and prompts go) and
@@ -688,7 +485,7 @@ final class SecretService: @unchecked Sendable {
 
     /// The uid and pid the bus records for connection `sender` (it took them from the
     /// kernel, SO_PEERCRED, when the connection was made).
-    private func credentials(_ sender: String) throws -> (pid: pid_t, uid: uid_t) {
+    func credentials(_ sender: String) throws -> (pid: pid_t, uid: uid_t) {
         let reply: GV
         do {
             reply = try busCall("GetConnectionCredentials", [.string(sender)], reply: "(a{sv})")
@@ -757,67 +554,6 @@ final class SecretService: @unchecked Sendable {
         }
     }
 
-    static let propertiesInterface = "org.freedesktop.DBus.Properties"
-
-    /// org.freedesktop.DBus.Properties' Get, GetAll and Set. The interface vtable has no
-    /// property callbacks, so GDBus hands these calls to `methodCall` (after checking that
-    /// the property exists on the object's interfaces, may be read or written, and that a
-    /// value to set has its type), and each one is answered, error included, as a method
-    /// call is: a property callback's GError would reach the client under a name GDBus makes
-    /// up from the error's domain. GetAll is all or nothing: an object the caller may not see
-    /// is NoSuchObject, as for Get (GDBus's own GetAll leaves out each property that fails,
-    /// which answered `{}` for another app's collection).
-    func propertyCall(_ method: String, sender: String, path: String, _ p: GV) throws -> GV? {
-        let interface = p.child(0).string
-        let decision = method == "Set" ? "Set" : "Get"
-        guard SecretServiceOperations.of(interface, decision) != nil else {
-            throw BusError.accessDenied("no policy decision for \(interface) properties")
-        }
-        let vaultSession = try identify(sender)
-        guard let target = SecretServicePath(path) else { throw BusError.noSuchObject }
-        switch method {
-        case "Get":
-            return .tuple([
-                .variant(
-                    try property(
-                        p.child(1).string, of: target, vaultSession: vaultSession, sender: sender))
-            ])
-        case "GetAll":
-            let names = readableProperties(of: interface)
-            var entries: [GV] = []
-            for name in names {
-                entries.append(
-                    .dictEntry(
-                        .string(name),
-                        .variant(
-                            try property(
-                                name, of: target, vaultSession: vaultSession, sender: sender))))
-            }
-            return .tuple([.array("{sv}", entries)])
-        case "Set":
-            try setProperty(
-                p.child(1).string, of: target, to: p.child(2).unboxed, vaultSession: vaultSession)
-            return nil
-        default:
-            throw BusError(.unknownMethod, "no method \(Self.propertiesInterface).\(method)")
-        }
-    }
-
-    /// The readable properties `interface` declares (`Introspection.swift`), in its order.
-    func readableProperties(of interface: String) -> [String] {
-        guard let info = g_dbus_node_info_lookup_interface(nodeInfo, interface),
-            let properties = info.pointee.properties
-        else { return [] }
-        var names: [String] = []
-        var i = 0
-        while let p = properties[i] {
-            // G_DBUS_PROPERTY_INFO_FLAGS_READABLE: (1 << 0).
-            if p.pointee.flags.rawValue & 1 != 0 { names.append(String(cString: p.pointee.name)) }
-            i += 1
-        }
-        return names
-    }
-
     /// The interfaces of the object at `path` (none for a path that is no object).
     private func introspect(path: String) -> UnsafeMutablePointer<
         UnsafeMutablePointer<GDBusInterfaceInfo>?
@@ -861,154 +597,6 @@ final class SecretService: @unchecked Sendable {
         try vaultSession.accessGroups().filter { !Self.isSession($0) } + [
             Vault.sessionCollection
         ]
-    }
-
-    // MARK: sessions, prompts, signals
-
-    /// A new session ID for `sender`; `dh`, its key when encrypted. Past
-    /// `maximumSessionsPerPeer` of that connection's, its oldest is closed.
-    func openSession(for sender: String, dh: DHSession?) throws -> String {
-        lock.withLock {
-            let own = sessions.filter { $0.value.owner == sender }
-            if own.count >= Self.maximumSessionsPerPeer,
-                let oldest = own.min(by: { $0.value.number < $1.value.number })
-            {
-                sessions[oldest.key] = nil
-            }
-            nextID += 1
-            let id = "s\(nextID)"
-            sessions[id] = Session(owner: sender, dh: dh, number: nextID)
-            return id
-        }
-    }
-
-    func closeSession(_ id: String, for sender: String) throws {
-        try lock.withLock {
-            guard sessions[id]?.owner == sender else {
-                throw BusError.noSuchObject("no such session")
-            }
-            sessions[id] = nil
-        }
-    }
-
-    /// Session `path`, which `sender` must have opened (NoSession otherwise).
-    func session(_ path: String, for sender: String) throws -> Session {
-        guard case .session(let id)? = SecretServicePath(path),
-            let s = lock.withLock({ sessions[id] }), s.owner == sender
-        else {
-            throw BusError.noSession("the session \(path) is not one this connection opened")
-        }
-        return s
-    }
-
-    /// A prompt for `sender` that completes with `objects` once the vault is unlocked.
-    func makePrompt(for sender: String, objects: [String], vaultSession: VaultSession) throws
-        -> String
-    {
-        try lock.withLock {
-            guard prompts.values.filter({ $0.owner == sender }).count < Self.maximumPromptsPerPeer
-            else {
-                throw BusError.limitsExceeded(
-                    "at most \(Self.maximumPromptsPerPeer) prompts per connection")
-            }
-            nextID += 1
-            let id = "p\(nextID)"
-            prompts[id] = Prompt(
-                owner: sender, objects: objects,
-                appID: vaultSession.isOwner ? nil : vaultSession.appID)
-            return SecretServicePath.prompt(id).path
-        }
-    }
-
-    /// Prompt.Prompt: completes at once when the vault is open, else at its unlock, or is
-    /// dismissed after `promptTimeout` seconds. The prompter the `Prompter` setting chooses
-    /// (a dialog of vaultd's own, or the registered agent: `PrompterAgent`) is asked for the
-    /// passphrase; any unlock of the owner's (`vaultctl unlock`) completes it too.
-    func startPrompt(_ id: String, window: String, for sender: String) throws {
-        let deadline = MonotonicClock.nanoseconds() + UInt64(promptTimeout * 1e9)
-        let start: Bool = try lock.withLock {
-            guard let p = prompts[id], p.owner == sender else {
-                throw BusError.noSuchObject("no such prompt")
-            }
-            defer { p.started = true }
-            if !p.started {
-                p.windowID = window.utf8.count <= Self.maximumWindowID ? window : ""
-                p.deadline = deadline
-            }
-            return !p.started
-        }
-        guard start else { return }
-        if vault.isKeychainOpen {
-            complete(id, dismissed: false)
-            return
-        }
-        let how =
-            "the prompter chosen by Prompter \(settings.prompter.rawValue) asks for the passphrase"
-        _ = Self.promptLog.log(
-            "prompt", to: logger, .info,
-            "secret service: a prompt waits for the vault's unlock (\(how); vaultctl unlock) for at most \(Int(promptTimeout)) s"
-        )
-        DispatchQueue.global().asyncAfter(deadline: .now() + promptTimeout) { [weak self] in
-            self?.complete(id, dismissed: true)
-        }
-        prompter.enqueue(id)
-    }
-
-    /// What a prompter is told of started prompt `id`; nil once it has ended.
-    func promptDetails(_ id: String) -> (windowID: String, appID: String?, deadline: UInt64)? {
-        lock.withLock {
-            prompts[id].flatMap { $0.started ? ($0.windowID, $0.appID, $0.deadline) : nil }
-        }
-    }
-
-    /// Runs `body` on the bus thread, later (never inline, so no caller's lock is held); at
-    /// `priority` 0 (G_PRIORITY_DEFAULT, GDBus's own for the calls it hands there) in turn
-    /// with those calls, else after them (G_PRIORITY_DEFAULT_IDLE).
-    func onBusThread(priority: Int32 = 200, _ body: @escaping () -> Void) {
-        guard let context else { return }
-        let source = g_idle_source_new()
-        g_source_set_priority(source, gint(priority))
-        g_source_set_callback(
-            source,
-            { data in
-                Unmanaged<Thunk>.fromOpaque(data!).takeRetainedValue().body()
-                return 0
-            }, Unmanaged.passRetained(Thunk(body)).toOpaque(), nil)
-        g_source_attach(source, context)
-        g_source_unref(source)
-    }
-
-    final class Thunk: @unchecked Sendable {
-        let body: () -> Void
-        init(_ body: @escaping () -> Void) { self.body = body }
-    }
-
-    func dismissPrompt(_ id: String, for sender: String) throws {
-        guard lock.withLock({ prompts[id]?.owner == sender }) else {
-            throw BusError.noSuchObject("no such prompt")
-        }
-        complete(id, dismissed: true)
-    }
-
-    /// Ends prompt `id` once, with the Completed signal to its owner (any thread).
-    func complete(_ id: String, dismissed: Bool) {
-        guard let p = lock.withLock({ prompts.removeValue(forKey: id) }) else { return }
-        prompter.ended(id)
-        // Dismissed: an empty list, of the type a completed Unlock gives (libsecret 0.20 waits
-        // for ever on a dismissed prompt whose result is of another type).
-        let result: GV = .variant(.objectPaths(dismissed ? [] : p.objects))
-        emit(
-            to: p.owner, path: SecretServicePath.prompt(id).path, SecretServiceIntrospection.prompt,
-            "Completed", [.bool(dismissed), result])
-    }
-
-    /// The vault's lock state changed: started prompts complete once it is open, and every
-    /// identified connection is told the new `Locked` of what it sees (`notify`).
-    private func lockStateChanged() {
-        notify(.lockState)
-        guard vault.isKeychainOpen else { return }
-        let started = lock.withLock { prompts.filter { $0.value.started }.map(\.key) }
-        for id in started { complete(id, dismissed: false) }
     }
 
     /// A signal to one connection (GDBus may be called from any thread for this).

@@ -221,35 +221,36 @@ extension SecretService {
         _ method: String, of interface: String, on target: SecretServicePath, _ p: GV,
         sender: String, vaultSession: VaultSession
     ) throws -> GV? {
-        switch (interface, method, target) {
-        // Service
-        case (SecretServiceIntrospection.service, "OpenSession", .service):
-            switch p.child(0).string {
-            case "plain":
-                let id = try openSession(for: sender, dh: nil)
-                return .tuple([
-                    .variant(.string("")), .objectPath(SecretServicePath.session(id).path),
-                ])
-            case DHSession.algorithm:
-                let input = p.child(1).unboxed
-                guard input.isOfType("ay") else {
-                    throw BusError.invalidArgs(
-                        "the input of \(DHSession.algorithm) is the client's public key (ay)")
-                }
-                let dh: DHSession
-                do {
-                    dh = try DHSession(peerPublicKey: input.withBytes { Array($0) })
-                } catch {
-                    throw BusError.invalidArgs("\(error)")
-                }
-                let id = try openSession(for: sender, dh: dh)
-                let output = dh.publicKey.withUnsafeBytes { GV.bytes($0) }
-                return .tuple([.variant(output), .objectPath(SecretServicePath.session(id).path)])
-            default:
-                throw BusError.notSupported(
-                    "vaultd offers the algorithms plain and \(DHSession.algorithm)")
-            }
-        case (SecretServiceIntrospection.service, "SearchItems", .service):
+        switch interface {
+        case SecretServiceIntrospection.service:
+            return try serviceMethod(
+                method, on: target, p, sender: sender, vaultSession: vaultSession)
+        case SecretServiceIntrospection.collection:
+            return try collectionMethod(
+                method, on: target, p, sender: sender, vaultSession: vaultSession)
+        case SecretServiceIntrospection.item:
+            return try itemMethod(method, on: target, p, sender: sender, vaultSession: vaultSession)
+        default:
+            return try sessionMethod(
+                method, of: interface, on: target, p, sender: sender, vaultSession: vaultSession)
+        }
+    }
+
+    /// The reply to a method the object at the path does not have.
+    static func unknownMethod(_ interface: String, _ method: String) -> BusError {
+        BusError(.unknownMethod, "no method \(interface).\(method) at this object")
+    }
+
+    /// The Service interface's methods, at the service's path.
+    private func serviceMethod(
+        _ method: String, on target: SecretServicePath, _ p: GV, sender: String,
+        vaultSession: VaultSession
+    ) throws -> GV? {
+        let interface = SecretServiceIntrospection.service
+        switch (method, target) {
+        case ("OpenSession", .service):
+            return try openSession(p, sender: sender)
+        case ("SearchItems", .service):
             // A damaged item is listed among the locked: libsecret reads no secret of those
             // without unlocking them first, and then GetSecrets names it as damaged.
             let (found, damaged) = try findReportingDamage(
@@ -260,61 +261,9 @@ extension SecretService {
                 .objectPaths(
                     found.filter(\.isLocked).map(path) + damaged.compactMap(path(ofDamaged:))),
             ])
-        case (SecretServiceIntrospection.service, "GetSecrets", .service):
-            let path = p.child(1).string
-            let session = try session(path, for: sender)
-            var entries: [GV] = []
-            var bytes = 0
-            var damaged: [DamagedItem] = []
-            var locked = false
-            for itemPath in p.child(0).children.map(\.string) {
-                guard let t = SecretServicePath(itemPath) else { continue }
-                let data: SecureBytes
-                let contentType: String?
-                // An item that does not read is left out, but for the per-program access
-                // check (its refusal is the call's answer) and a wait for the user (a question
-                // of access, a presence check: the whole call runs again where it may wait).
-                let read: StoredItem?
-                do {
-                    read = try stored(t, secret: true, vaultSession: vaultSession)
-                } catch let e where Self.waitsForUser(e) {
-                    throw e
-                } catch let e as VaultFailure where e.details.program != nil {
-                    throw e
-                } catch {
-                    read = nil
-                }
-                switch read {
-                case .item(let found)?:
-                    guard let d = found.data else {
-                        locked = true
-                        continue
-                    }
-                    data = d
-                    contentType = found.attributes.contentType
-                case .damaged(let d)?:
-                    // Left out, as a locked item is: it never keeps the others from being read.
-                    damaged.append(d)
-                    continue
-                case nil: continue
-                }
-                bytes += data.count
-                guard bytes <= Self.maximumSecretsReply else {
-                    throw BusError.limitsExceeded(
-                        "the secrets asked for are over \(Self.maximumSecretsReply) bytes: ask for fewer"
-                    )
-                }
-                entries.append(
-                    .dictEntry(
-                        .objectPath(itemPath),
-                        try Self.secretValue(
-                            data, contentType: contentType, session: session, path: path)))
-            }
-            // Nothing but damaged items asked for (a lookup of one): the error names them, as
-            // CopyMatching's ItemDamaged does, rather than an answer of nothing.
-            if entries.isEmpty && !locked && !damaged.isEmpty { throw Self.damagedError(damaged) }
-            return .tuple([.array("{o(oayays)}", entries)])
-        case (SecretServiceIntrospection.service, "Unlock", .service):
+        case ("GetSecrets", .service):
+            return try getSecrets(p, sender: sender, vaultSession: vaultSession)
+        case ("Unlock", .service):
             let objects = p.child(0).children.map(\.string).filter { SecretServicePath($0) != nil }
             if try vaultSession.requestUnlock() {
                 return .tuple([.objectPaths(objects), .objectPath("/")])
@@ -324,21 +273,21 @@ extension SecretService {
                 .objectPath(
                     try makePrompt(for: sender, objects: objects, vaultSession: vaultSession)),
             ])
-        case (SecretServiceIntrospection.service, "Lock", .service):
+        case ("Lock", .service):
             _ = try vaultSession.lock()
             return .tuple([
                 .objectPaths(
                     p.child(0).children.map(\.string).filter { SecretServicePath($0) != nil }),
                 .objectPath("/"),
             ])
-        case (SecretServiceIntrospection.service, "ReadAlias", .service):
+        case ("ReadAlias", .service):
             let name = p.child(0).string
             guard SecretServicePath.aliases.contains(name) else {
                 return .tuple([.objectPath("/")])
             }
             let group = try vaultSession.accessGroup(vaultSession.defaultAccessGroup)
             return .tuple([.objectPath(collectionPath(group))])
-        case (SecretServiceIntrospection.service, "SetAlias", .service):
+        case ("SetAlias", .service):
             try vaultSession.setAlias()
             let name = p.child(0).string
             let to = p.child(1).string
@@ -350,7 +299,7 @@ extension SecretService {
                     "vaultd's aliases default and login always name the default access group")
             }
             return nil
-        case (SecretServiceIntrospection.service, "CreateCollection", .service):
+        case ("CreateCollection", .service):
             let alias = p.child(1).string
             let label = p.child(0).lookup(Self.collectionLabel, "s")?.string ?? ""
             // An alias of vaultd's is the caller's default group, which always exists.
@@ -359,19 +308,29 @@ extension SecretService {
                 ? vaultSession.defaultAccessGroup : label
             let group = try vaultSession.accessGroup(wanted)
             return .tuple([.objectPath(collectionPath(group)), .objectPath("/")])
+        default:
+            throw Self.unknownMethod(interface, method)
+        }
+    }
 
-        // Collection (its own path or an alias)
-        case (SecretServiceIntrospection.collection, "SearchItems", _):
+    /// The Collection interface's methods, at a collection's path or an alias.
+    private func collectionMethod(
+        _ method: String, on target: SecretServicePath, _ p: GV, sender: String,
+        vaultSession: VaultSession
+    ) throws -> GV? {
+        let interface = SecretServiceIntrospection.collection
+        switch method {
+        case "SearchItems":
             let g = try group(of: target, vaultSession: vaultSession)
             let (found, damaged) = try findReportingDamage(
                 Self.query(group: g, attributes: try Self.attributes(p.child(0))),
                 vaultSession: vaultSession)
             return .tuple([.objectPaths(found.map(path) + damaged.compactMap(path(ofDamaged:)))])
-        case (SecretServiceIntrospection.collection, "CreateItem", _):
+        case "CreateItem":
             return try createItem(
                 in: try group(of: target, vaultSession: vaultSession), p, sender: sender,
                 vaultSession: vaultSession)
-        case (SecretServiceIntrospection.collection, "Delete", _):
+        case "Delete":
             let g = try group(of: target, vaultSession: vaultSession)
             let (items, damaged) = try findReportingDamage(
                 Self.query(group: g), vaultSession: vaultSession)
@@ -393,9 +352,19 @@ extension SecretService {
                 notify(.label(group: g))
             }
             return .tuple([.objectPath("/")])
+        default:
+            throw Self.unknownMethod(interface, method)
+        }
+    }
 
-        // Item
-        case (SecretServiceIntrospection.item, "GetSecret", .item):
+    /// The Item interface's methods, at an item's path (or a damaged item's).
+    private func itemMethod(
+        _ method: String, on target: SecretServicePath, _ p: GV, sender: String,
+        vaultSession: VaultSession
+    ) throws -> GV? {
+        let interface = SecretServiceIntrospection.item
+        switch (method, target) {
+        case ("GetSecret", .item):
             let path = p.child(0).string
             let session = try session(path, for: sender)
             let found = try item(target, secret: true, vaultSession: vaultSession)
@@ -409,12 +378,12 @@ extension SecretService {
                 try Self.secretValue(
                     data, contentType: found.attributes.contentType, session: session, path: path)
             ])
-        case (SecretServiceIntrospection.item, "SetSecret", .damaged),
-            (SecretServiceIntrospection.item, "GetSecret", .damaged):
+        case ("SetSecret", .damaged),
+            ("GetSecret", .damaged):
             // Nothing of it reads: named as damaged (or NoSuchObject once it is gone).
             _ = try item(target, vaultSession: vaultSession)
             throw BusError.noSuchObject
-        case (SecretServiceIntrospection.item, "SetSecret", .item(let g, let id)):
+        case ("SetSecret", .item(let g, let id)):
             let s = try secret(p.child(0), sender: sender)
             let type = try Self.contentType(p.child(0))
             if Self.isSession(g) {
@@ -429,7 +398,7 @@ extension SecretService {
             }
             notifySession(g, changed: [target.path], vaultSession: vaultSession)
             return nil
-        case (SecretServiceIntrospection.item, "Delete", .item(let g, let id)):
+        case ("Delete", .item(let g, let id)):
             if Self.isSession(g) {
                 guard try vaultSession.deleteSessionItems(id) > 0 else {
                     throw BusError.noSuchObject
@@ -450,11 +419,21 @@ extension SecretService {
             }
             notifySession(g, deleted: [target.path], vaultSession: vaultSession)
             return .tuple([.objectPath("/")])
-        case (SecretServiceIntrospection.item, "Delete", .damaged(let g, let row)):
+        case ("Delete", .damaged(let g, let row)):
             guard !Self.isSession(g) else { throw BusError.noSuchObject }
             _ = try vaultSession.deleteDamagedSecretServiceItem(row, accessGroup: g)
             return .tuple([.objectPath("/")])
+        default:
+            throw Self.unknownMethod(interface, method)
+        }
+    }
 
+    /// The Session and Prompt interfaces' methods, and vaultd's own prompter agent's.
+    private func sessionMethod(
+        _ method: String, of interface: String, on target: SecretServicePath, _ p: GV,
+        sender: String, vaultSession: VaultSession
+    ) throws -> GV? {
+        switch (interface, method, target) {
         case (SecretServiceIntrospection.session, "Close", .session(let id)):
             try closeSession(id, for: sender)
             return nil
@@ -474,8 +453,96 @@ extension SecretService {
             try prompter.unregister(sender: sender, vaultSession: vaultSession)
             return nil
         default:
-            throw BusError(.unknownMethod, "no method \(interface).\(method) at this object")
+            throw Self.unknownMethod(interface, method)
         }
+    }
+
+    /// Service.OpenSession(algorithm, input): a plain session, or an encrypted one whose
+    /// key comes from a Diffie-Hellman exchange with the client's public key.
+    private func openSession(_ p: GV, sender: String) throws -> GV {
+        switch p.child(0).string {
+        case "plain":
+            let id = try openSession(for: sender, dh: nil)
+            return .tuple([
+                .variant(.string("")), .objectPath(SecretServicePath.session(id).path),
+            ])
+        case DHSession.algorithm:
+            let input = p.child(1).unboxed
+            guard input.isOfType("ay") else {
+                throw BusError.invalidArgs(
+                    "the input of \(DHSession.algorithm) is the client's public key (ay)")
+            }
+            let dh: DHSession
+            do {
+                dh = try DHSession(peerPublicKey: input.withBytes { Array($0) })
+            } catch {
+                throw BusError.invalidArgs("\(error)")
+            }
+            let id = try openSession(for: sender, dh: dh)
+            let output = dh.publicKey.withUnsafeBytes { GV.bytes($0) }
+            return .tuple([.variant(output), .objectPath(SecretServicePath.session(id).path)])
+        default:
+            throw BusError.notSupported(
+                "vaultd offers the algorithms plain and \(DHSession.algorithm)")
+        }
+    }
+
+    /// Service.GetSecrets(items, session): the secrets of the items that read, at most
+    /// `maximumSecretsReply` bytes of them.
+    private func getSecrets(_ p: GV, sender: String, vaultSession: VaultSession) throws -> GV {
+        let path = p.child(1).string
+        let session = try session(path, for: sender)
+        var entries: [GV] = []
+        var bytes = 0
+        var damaged: [DamagedItem] = []
+        var locked = false
+        for itemPath in p.child(0).children.map(\.string) {
+            guard let t = SecretServicePath(itemPath) else { continue }
+            let data: SecureBytes
+            let contentType: String?
+            // An item that does not read is left out, but for the per-program access
+            // check (its refusal is the call's answer) and a wait for the user (a question
+            // of access, a presence check: the whole call runs again where it may wait).
+            let read: StoredItem?
+            do {
+                read = try stored(t, secret: true, vaultSession: vaultSession)
+            } catch let e where Self.waitsForUser(e) {
+                throw e
+            } catch let e as VaultFailure where e.details.program != nil {
+                throw e
+            } catch {
+                read = nil
+            }
+            switch read {
+            case .item(let found)?:
+                guard let d = found.data else {
+                    locked = true
+                    continue
+                }
+                data = d
+                contentType = found.attributes.contentType
+            case .damaged(let d)?:
+                // Left out, as a locked item is: it never keeps the others from being read.
+                damaged.append(d)
+                continue
+            case nil: continue
+            }
+            bytes += data.count
+            guard bytes <= Self.maximumSecretsReply else {
+                throw BusError.limitsExceeded(
+                    "the secrets asked for are over \(Self.maximumSecretsReply) bytes: ask for fewer"
+                )
+            }
+            entries.append(
+                .dictEntry(
+                    .objectPath(itemPath),
+                    try Self.secretValue(
+                        data, contentType: contentType, session: session, path: path)))
+        }
+        // Nothing but damaged items asked for (a lookup of one): the error names them, as
+        // CopyMatching's ItemDamaged does, rather than an answer of nothing.
+        if entries.isEmpty && !locked && !damaged.isEmpty { throw Self.damagedError(damaged) }
+        return .tuple([.array("{o(oayays)}", entries)])
     }
 
     /// CreateItem(properties, secret, replace) in `group`: with `replace`, an item of the
@@ -522,124 +589,5 @@ extension SecretService {
         a.contentType = contentType
         _ = try vaultSession.addItem(.genericPassword, attributes: a, secret: secret)
         return .tuple([.objectPath(itemPath(group, id)), .objectPath("/")])
-    }
-
-    // MARK: properties
-
-    /// Property `name` of the object at `target`, as `caller` sees it. `sender`, when given,
-    /// is the connection it is read for: the Collections it is given are remembered, so that
-    /// a later change tells it what was created or deleted (`notify`).
-    func property(
-        _ name: String, of target: SecretServicePath, vaultSession: VaultSession,
-        sender: String? = nil
-    ) throws -> GV {
-        switch (target, name) {
-        case (.service, "Collections"):
-            let groups = try visibleCollections(vaultSession: vaultSession)
-            if let sender { collectionsGiven(groups, to: sender) }
-            return .objectPaths(groups.map(collectionPath))
-        case (.collection, "Items"), (.alias, "Items"), (.collection, "Created"),
-            (.alias, "Created"), (.collection, "Modified"), (.alias, "Modified"):
-            let g = try group(of: target, vaultSession: vaultSession)
-            let values = try collectionValues(g, vaultSession: vaultSession)
-            if let sender, name == "Items" { itemsRead(g, by: sender) }
-            return values.first { $0.0 == name }!.1
-        case (.collection, "Label"), (.alias, "Label"):
-            let g = try group(of: target, vaultSession: vaultSession)
-            return .string(Self.isSession(g) ? g : try vaultSession.collectionLabel(g))
-        case (.collection, "Locked"), (.alias, "Locked"):
-            let g = try group(of: target, vaultSession: vaultSession)
-            if !Self.isSession(g) { _ = try vaultSession.accessGroup(g) }
-            return .bool(!(try vaultSession.requestUnlock()))
-        case (.item, _), (.damaged, _):
-            let found: FoundItem
-            switch try stored(target, vaultSession: vaultSession) {
-            case .item(let f): found = f
-            case .damaged(let d):
-                // Shown, as a locked item whose label says what is wrong: nothing of it reads.
-                switch name {
-                case "Locked": return .bool(true)
-                case "Attributes": return .stringDictionary([:])
-                case "Label": return .string("damaged: " + d.description)
-                case "Created", "Modified": return Self.seconds(nil)
-                default: throw BusError.unknownProperty(name)
-                }
-            }
-            switch name {
-            case "Locked": return .bool(found.isLocked)
-            case "Attributes": return .stringDictionary(found.attributes.lookupAttributes ?? [:])
-            case "Label": return .string(found.attributes.label ?? "")
-            case "Created": return Self.seconds(found.attributes.creationDate)
-            case "Modified": return Self.seconds(found.attributes.modificationDate)
-            default: break
-            }
-        default: break
-        }
-        throw BusError.unknownProperty(name)
-    }
-
-    /// A collection's Items, Created and Modified, from one read of its items. A group has
-    /// no dates of its own: its items' earliest creation and latest change (0 when empty).
-    /// While the vault has stayed locked since vaultd started, its items' IDs (in their
-    /// encrypted attributes) cannot be read: no items then, and dates 0, until the unlock
-    /// sends the real values (`notify(.lockState)`); an error here would fail the whole
-    /// GetAll a client makes of the collection, and libsecret then has no collection at all.
-    func collectionValues(_ group: String, vaultSession: VaultSession) throws -> [(String, GV)] {
-        let found: [FoundItem]
-        let damaged: [DamagedItem]
-        do {
-            (found, damaged) = try findReportingDamage(
-                Self.query(group: group), vaultSession: vaultSession)
-        } catch let e as VaultFailure where e.code == .interactionNotAllowed {
-            if !Self.isSession(group) { _ = try vaultSession.accessGroup(group) }
-            (found, damaged) = ([], [])
-        }
-        return [
-            ("Items", .objectPaths(found.map(path) + damaged.compactMap(path(ofDamaged:)))),
-            ("Created", Self.seconds(found.compactMap(\.attributes.creationDate).min())),
-            ("Modified", Self.seconds(found.compactMap(\.attributes.modificationDate).max())),
-        ]
-    }
-
-    func setProperty(
-        _ name: String, of target: SecretServicePath, to value: GV, vaultSession: VaultSession
-    )
-        throws
-    {
-        switch (target, name) {
-        case (.item(let g, let id), "Label"), (.item(let g, let id), "Attributes"):
-            var changes = ItemAttributes()
-            if name == "Label" {
-                changes.label = value.string
-            } else {
-                changes.lookupAttributes = try Self.attributes(value)
-            }
-            if Self.isSession(g) {
-                try vaultSession.updateSessionItem(
-                    id, label: changes.label, attributes: changes.lookupAttributes)
-            } else {
-                _ = try vaultSession.updateItems(
-                    Self.query(group: g, id: id), changes: changes, secret: nil)
-            }
-            notifySession(g, changed: [target.path], vaultSession: vaultSession)
-        case (.collection, "Label"), (.alias, "Label"):
-            let g = try group(of: target, vaultSession: vaultSession)
-            guard !Self.isSession(g) else {
-                // One collection for every caller, each seeing its own items there: a label
-                // one app set would be read by the others.
-                guard value.string == g else {
-                    throw BusError.notSupported("the session collection's label is \(g)")
-                }
-                return
-            }
-            if try vaultSession.setCollectionLabel(g, to: value.string) {
-                notify(.label(group: g))
-            }
-        case (.damaged, "Label"), (.damaged, "Attributes"):
-            _ = try item(target, vaultSession: vaultSession)
-            throw BusError.noSuchObject
-        default:
-            throw BusError.propertyReadOnly(name)
-        }
     }
 }

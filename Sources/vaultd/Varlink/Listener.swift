@@ -22,7 +22,7 @@ enum Listener {
         unsetenv("LISTEN_PID")
         unsetenv("LISTEN_FDS")
         unsetenv("LISTEN_FDNAMES")
-        _ = fcntl(3, F_SETFD, FD_CLOEXEC)
+        _ = try? SystemCall.fcntl(3, F_SETFD, FD_CLOEXEC)
         return UnixSocket(adopting: 3)
     }
 
@@ -38,7 +38,7 @@ enum Listener {
         } catch {
             throw StartupError(description: "cannot listen on \(path): \(error)")
         }
-        chmod(path, 0o600)
+        try? SystemCall.chmod(path, 0o600)
         return s
     }
 
@@ -50,8 +50,7 @@ enum Listener {
         // "" and vaultd stopped with "cannot create : No such file or directory".
         let directory = (path as NSString).deletingLastPathComponent
         try prepareDirectory(directory.isEmpty ? "." : directory, strict: strictDirectory)
-        var st = stat()
-        guard lstat(path, &st) == 0 else { return }
+        guard let st = try? SystemCall.lstat(path) else { return }
         guard st.st_mode & S_IFMT == S_IFSOCK else {
             throw StartupError(description: "\(path) exists and is not a socket; not touching it")
         }
@@ -62,10 +61,10 @@ enum Listener {
         do {
             try probe.connect(path: path)
             throw StartupError(description: "another vaultd is already serving \(path)")
-        } catch let e as Errno where e.code == ECONNREFUSED || e.code == ENOENT {
+        } catch let e as Errno where e.code == Errno.connectionRefused || e.code == Errno.notFound {
             logger.notice("removing stale socket \(path)")
-            unlink(path)
-        } catch let e as Errno where e.code == EAGAIN || e.code == EWOULDBLOCK {
+            try? SystemCall.unlink(path)
+        } catch let e as Errno where e.code == Errno.wouldBlock {
             throw StartupError(
                 description:
                     "another process listens on \(path) but takes no connection (a stopped or hung vaultd?); not touching it: stop that process first"
@@ -74,15 +73,20 @@ enum Listener {
     }
 
     private static func prepareDirectory(_ dir: String, strict: Bool) throws {
-        var st = stat()
-        if lstat(dir, &st) != 0 {
-            guard mkdir(dir, 0o700) == 0 || errno == EEXIST else {
+        var st: stat
+        do {
+            st = try SystemCall.lstat(dir)
+        } catch {
+            do {
+                try SystemCall.mkdir(dir, 0o700)
+            } catch  where error.code != Errno.exists {
                 throw StartupError(
-                    description: "cannot create \(dir): \(String(cString: strerror(errno)))")
-            }
-            guard lstat(dir, &st) == 0 else {
+                    description: "cannot create \(dir): \(String(cString: strerror(error.code)))")
+            } catch {}
+            guard let made = try? SystemCall.lstat(dir) else {
                 throw StartupError(description: "cannot stat \(dir)")
             }
+            st = made
         }
         guard st.st_mode & S_IFMT == S_IFDIR else {
             throw StartupError(description: "\(dir) is not a directory")

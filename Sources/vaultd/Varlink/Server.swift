@@ -205,19 +205,19 @@ final class Server: @unchecked Sendable {
         self.logger = logger
         self.listener = listener
         self.listenerIsShared = listenerIsShared
-        if pipe(&wake) == 0 {
-            for fd in wake {
-                _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
-                _ = fcntl(fd, F_SETFL, O_NONBLOCK)
-            }
+        if let pipe = try? SystemCall.pipe() {
+            wake = [pipe.read, pipe.write]
+            for fd in wake { _ = try? SystemCall.fcntl(fd, F_SETFL, O_NONBLOCK) }
         } else {
             wake = [-1, -1]
         }
         // Every message then carries its sender's pid (SCM_CREDENTIALS), also what a client
         // sends before its connection is accepted: accepted sockets take the option over.
-        if vault_set_passcred(listener.fd) != 0 {
+        do {
+            try retryingOnInterrupt("setsockopt") { vault_set_passcred(listener.fd) }
+        } catch {
             logger.warning(
-                "cannot set SO_PASSCRED on the listening socket: \(String(cString: strerror(errno)))"
+                "cannot set SO_PASSCRED on the listening socket: \(String(cString: strerror(error.code)))"
             )
         }
         self.limits = limits
@@ -245,8 +245,12 @@ final class Server: @unchecked Sendable {
             pollfd(fd: wake[0], events: Int16(POLLIN), revents: 0),
         ]
         while !stopping.load(ordering: .sequentiallyConsistent) {
-            let n = poll(&fds, nfds_t(wake[0] >= 0 ? 2 : 1), -1)
-            if n < 0 && errno != EINTR { return true }  // accept says what is wrong
+            let count = wake[0] >= 0 ? 2 : 1
+            let polled = fds.withUnsafeMutableBufferPointer {
+                try? SystemCall.poll(
+                    UnsafeMutableBufferPointer(rebasing: $0[..<count]), timeout: -1)
+            }
+            if polled == nil { return true }  // accept says what is wrong
             if fds[1].revents != 0 { return false }
             if fds[0].revents != 0 { return true }
         }
@@ -327,7 +331,9 @@ final class Server: @unchecked Sendable {
     func stop(timeout: Double) {
         state.withLock { stopping.store(true, ordering: .sequentiallyConsistent) }
         // Connections still queued stay queued: for systemd's socket, the next vaultd takes them.
-        if wake[1] >= 0 { _ = write(wake[1], "x", 1) }
+        if wake[1] >= 0 {
+            _ = try? [UInt8(ascii: "x")].withUnsafeBytes { try SystemCall.write(wake[1], $0) }
+        }
         if !listenerIsShared { listener.shutdown() }
         let deadline = Date().addingTimeInterval(timeout)
         while callsInProgress.load(ordering: .sequentiallyConsistent) > 0 && Date() < deadline {
@@ -573,9 +579,8 @@ final class Server: @unchecked Sendable {
     /// only shut down its writing side (POLLRDHUP, a zero-length read) still reads: a
     /// subscriber with nothing more to send may do that, and its stream goes on.
     private func peerClosed(_ conn: UnixSocket) -> Bool {
-        var pfd = pollfd(fd: conn.fd, events: 0, revents: 0)
-        guard poll(&pfd, 1, 0) > 0 else { return false }
-        return pfd.revents & Int16(POLLHUP | POLLERR) != 0
+        let revents = (try? SystemCall.poll(conn.fd, events: 0, timeout: 0)) ?? 0
+        return revents & Int16(POLLHUP | POLLERR) != 0
     }
 }
 

@@ -53,8 +53,7 @@ enum KWalletSource {
                     ? "\(path) is larger than \(maximumFileBytes >> 20) MiB"
                     : "cannot read \(path): \(String(cString: strerror(e.code)))")
         }
-        var st = stat()
-        let modified = stat(path, &st) == 0 ? UInt64(max(st.st_mtim.tv_sec, 0)) : 0
+        let modified = (try? SystemCall.stat(path)).map { UInt64(max($0.st_mtim.tv_sec, 0)) } ?? 0
         // The passwords are in clear in the file: its bytes are wiped once parsed.
         defer { data.resetBytes(in: 0..<data.count) }
         let reader = Reader()

@@ -35,9 +35,11 @@ enum KeePassXCSource {
                     "keepassxc-cli is not installed (Debian: apt install keepassxc; it reads the database)"
             )
         }
-        guard access(path, R_OK) == 0 else {
+        do {
+            try SystemCall.checkAccess(path, R_OK)
+        } catch {
             throw ImportFailure(
-                description: "cannot read \(path): \(String(cString: strerror(errno)))")
+                description: "cannot read \(path): \(String(cString: strerror(error.code)))")
         }
         // With a key file, the password may be empty: a database locked by the key file alone.
         var password = try command.passphrase(

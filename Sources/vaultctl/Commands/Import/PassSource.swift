@@ -40,8 +40,7 @@ enum PassSource {
         var failed: [String] = []
         for name in try files(in: store) {
             let file = store + "/" + name + ".gpg"
-            var st = stat()
-            guard stat(file, &st) == 0, st.st_size <= maximumFileBytes else {
+            guard let st = try? SystemCall.stat(file), st.st_size <= maximumFileBytes else {
                 failed.append("\(name): larger than \(maximumFileBytes >> 20) MiB or unreadable")
                 continue
             }
@@ -73,7 +72,7 @@ enum PassSource {
     static var environment: [String: String] {
         var env = ProcessInfo.processInfo.environment
         if env["GPG_TTY"] == nil {
-            for fd in [STDIN_FILENO, STDERR_FILENO] where isatty(fd) == 1 {
+            for fd in [STDIN_FILENO, STDERR_FILENO] where SystemCall.isTerminal(fd) {
                 if let name = ttyname(fd) {
                     env["GPG_TTY"] = String(cString: name)
                     break

@@ -24,21 +24,19 @@ struct ToolProcess {
         _ executable: String, _ arguments: [String], input: [UInt8] = [],
         environment: [String: String]? = nil, limit: Int
     ) throws -> ToolProcess {
-        var inPipe: [Int32] = [-1, -1]
-        var outPipe: [Int32] = [-1, -1]
-        var errPipe: [Int32] = [-1, -1]
         // Close-on-exec, so no other child holds a pipe end open (dup2 in the child clears it
         // on the copies at 0, 1 and 2).
-        guard pipe(&inPipe) == 0, pipe(&outPipe) == 0, pipe(&errPipe) == 0 else {
+        guard let inPipe = try? SystemCall.pipe(), let outPipe = try? SystemCall.pipe(),
+            let errPipe = try? SystemCall.pipe()
+        else {
             throw Failure(description: "cannot make a pipe for \(executable)")
         }
-        for fd in inPipe + outPipe + errPipe { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_adddup2(&actions, inPipe[0], 0)
-        posix_spawn_file_actions_adddup2(&actions, outPipe[1], 1)
-        posix_spawn_file_actions_adddup2(&actions, errPipe[1], 2)
+        posix_spawn_file_actions_adddup2(&actions, inPipe.read, 0)
+        posix_spawn_file_actions_adddup2(&actions, outPipe.write, 1)
+        posix_spawn_file_actions_adddup2(&actions, errPipe.write, 2)
         let argv = ([executable] + arguments).map { strdup($0) } + [nil]
         defer { for a in argv { free(a) } }
         let env =
@@ -56,9 +54,9 @@ struct ToolProcess {
         posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGDEF))
         var pid: pid_t = 0
         let rc = posix_spawnp(&pid, executable, &actions, &attributes, argv, env)
-        for fd in [inPipe[0], outPipe[1], errPipe[1]] { close(fd) }
+        for fd in [inPipe.read, outPipe.write, errPipe.write] { SystemCall.close(fd) }
         guard rc == 0 else {
-            for fd in [inPipe[1], outPipe[0], errPipe[0]] { close(fd) }
+            for fd in [inPipe.write, outPipe.read, errPipe.read] { SystemCall.close(fd) }
             throw Failure(
                 description: "cannot run \(executable): \(String(cString: strerror(rc)))")
         }
@@ -67,22 +65,20 @@ struct ToolProcess {
         var written = 0
         signal(SIGPIPE, SIG_IGN)
         while written < input.count {
-            let n = input.withUnsafeBytes {
-                write(inPipe[1], $0.baseAddress! + written, $0.count - written)
+            let n = try? input.withUnsafeBytes {
+                try SystemCall.write(inPipe.write, UnsafeRawBufferPointer(rebasing: $0[written...]))
             }
-            if n < 0 && errno == EINTR { continue }
-            if n <= 0 { break }
+            guard let n, n > 0 else { break }
             written += n
         }
-        close(inPipe[1])
+        SystemCall.close(inPipe.write)
         var output: [UInt8] = []
         var errors: [UInt8] = []
         var tooLarge = false
-        try drain(out: outPipe[0], err: errPipe[0], limit: limit, &output, &errors, &tooLarge)
-        close(outPipe[0])
-        close(errPipe[0])
-        var status: Int32 = 0
-        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        try drain(out: outPipe.read, err: errPipe.read, limit: limit, &output, &errors, &tooLarge)
+        SystemCall.close(outPipe.read)
+        SystemCall.close(errPipe.read)
+        let status = (try? SystemCall.waitpid(pid))?.status ?? 0
         if tooLarge {
             output.wipe()
             throw Failure(description: "\(executable) wrote more than \(limit >> 20) MiB")
@@ -104,13 +100,16 @@ struct ToolProcess {
         defer { buffer.wipe() }
         while !open.isEmpty {
             var fds = open.map { pollfd(fd: $0, events: Int16(POLLIN), revents: 0) }
-            if poll(&fds, nfds_t(fds.count), -1) < 0 {
-                if errno == EINTR { continue }
+            guard
+                (try? fds.withUnsafeMutableBufferPointer { try SystemCall.poll($0, timeout: -1) })
+                    != nil
+            else {
                 throw Failure(description: "cannot read a tool's output")
             }
             for p in fds where p.revents != 0 {
-                let n = buffer.withUnsafeMutableBytes { read(p.fd, $0.baseAddress, $0.count) }
-                if n < 0 && errno == EINTR { continue }
+                let n =
+                    (try? buffer.withUnsafeMutableBytes { try SystemCall.read(p.fd, into: $0) })
+                    ?? -1
                 if n <= 0 {
                     open.removeAll { $0 == p.fd }
                     continue
@@ -142,6 +141,8 @@ struct ToolProcess {
     /// Whether `executable` is found in PATH (as `posix_spawnp` would find it).
     static func installed(_ executable: String) -> Bool {
         let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"
-        return path.split(separator: ":").contains { access("\($0)/\(executable)", X_OK) == 0 }
+        return path.split(separator: ":").contains {
+            SystemCall.access("\($0)/\(executable)", X_OK)
+        }
     }
 }
