@@ -6,16 +6,6 @@ import VaultProtocol
 import Glibc
 #endif
 
-/// Writes one line to stderr (vaultd runs in the foreground; journald or the terminal keeps it).
-/// Callers never pass secrets or attribute values a user typed.
-///
-/// A line that cannot be written (a log file on a full disk, a terminal gone, stderr closed)
-/// is dropped: the log must never stop the daemon (Foundation's `FileHandle.write` makes
-/// such a failure a fatal error).
-public func log(_ message: String) {
-    writeToStandardError("vaultd: \(message)\n")
-}
-
 /// A value a peer controls (a name, a path, an app ID, a file's text), made fit for one log
 /// line: in double quotes, at most `limit` bytes of it kept (the rest counted: `…(+N bytes)`),
 /// and everything that could forge or garble a line escaped: `\\`, `\"`, `\n`, `\r`, `\t`,
@@ -142,15 +132,12 @@ public final class RateLimitedLog: Sendable {
         logger.log(level, message())
         return true
     }
-
-    /// `log(_:to:_:_:)` on stderr, at warning level.
-    @discardableResult
-    public func log(_ reason: String, _ message: @autoclosure () -> String) -> Bool {
-        log(reason, to: Logger(), .warning, message())
-    }
 }
 
-/// Writes `text` to fd 2 with write(2), whole unless it fails; failures are ignored.
+/// Writes `text` to fd 2 with write(2), whole unless it fails; failures are ignored: a line
+/// that cannot be written (a log file on a full disk, a terminal gone, stderr closed) is
+/// dropped, as the log must never stop the daemon (Foundation's `FileHandle.write` makes such a
+/// failure a fatal error). `Logger`'s default sink.
 public func writeToStandardError(_ text: String) {
     _ = try? Array(text.utf8).withUnsafeBytes {
         try SystemCall.writeAll(STDERR_FILENO, $0, inherited: true)

@@ -69,6 +69,8 @@ final class BusRelay: @unchecked Sendable {
     }
 
     private let bus: Int32
+    /// Told of the messages the relay drops or cuts.
+    private let logger: Logger
     private let gdbus: Int32
     private var toBus = Outbox()
     private var toGDBus = Outbox()
@@ -83,14 +85,15 @@ final class BusRelay: @unchecked Sendable {
         let serial: UInt32
     }
 
-    private init(bus: Int32, gdbus: Int32) {
+    private init(bus: Int32, gdbus: Int32, logger: Logger) {
+        self.logger = logger
         self.bus = bus
         self.gdbus = gdbus
     }
 
     /// Connects to the bus at `address` and starts the relay; returns the socket GDBus is to
     /// use (its end of the socketpair), or throws with why not.
-    static func start(address: String) throws -> Int32 {
+    static func start(address: String, logger: Logger) throws -> Int32 {
         var err: UnsafeMutablePointer<GError>?
         let bus = cg_dbus_address_connect_fd(address, &err)
         guard bus >= 0 else {
@@ -113,7 +116,7 @@ final class BusRelay: @unchecked Sendable {
         // A receive buffer of 4 MiB (the kernel may give less): fewer wake-ups of the relay
         // and the bus daemon while a large message goes through.
         try? SystemCall.setsockopt(bus, SOL_SOCKET, SO_RCVBUF, Int32(4 << 20))
-        let relay = BusRelay(bus: bus, gdbus: pair.0)
+        let relay = BusRelay(bus: bus, gdbus: pair.0, logger: logger)
         let thread = Thread {
             vault_set_thread_name("vaultd-busrelay")
             relay.run()
@@ -261,7 +264,7 @@ final class BusRelay: @unchecked Sendable {
         guard let (headerLength, bodyLength) = BusHeader.lengths(acc[...]) else {
             // No message start: the stream cannot be followed. GDBus is given what came, and
             // fails the connection on it.
-            log("secret service: the bus sent bytes that start no D-Bus message")
+            logger.warning("secret service: the bus sent bytes that start no D-Bus message")
             passed += acc
             return .passing(Int.max)
         }
@@ -270,7 +273,7 @@ final class BusRelay: @unchecked Sendable {
         }
         guard acc.count == headerLength, let header = BusHeader(acc) else {
             _ = Self.droppedLog.log(
-                "header",
+                "header", to: logger, .warning,
                 "secret service: dropped a bus message whose header (\(headerLength) bytes) vaultd does not read (at most \(BusHeader.maximumHeader))"
             )
             closeHeldFDs(heldFDs.count)
@@ -280,7 +283,7 @@ final class BusRelay: @unchecked Sendable {
         if headerLength + bodyLength > Self.maximumMessage {
             closeHeldFDs(Int(header.uint32(.unixFDs) ?? 0))
             _ = Self.droppedLog.log(
-                "body",
+                "body", to: logger, .warning,
                 "secret service: a bus message of \(headerLength + bodyLength) bytes from \(logField(sender)) (\(logField(header.string(.member) ?? ""))) is over \(Self.maximumMessage): handed on without its body"
             )
             passed += header.withoutBody()

@@ -111,7 +111,7 @@ final class PrompterAgent: @unchecked Sendable {
             return nil
         }
         if let previous { cancel(previous) }
-        log(
+        service.logger.notice(
             "secret service: a prompter registered (connection \(sender), object \(logField(path))): locked prompts ask it for the passphrase"
         )
         askNext()
@@ -139,7 +139,8 @@ final class PrompterAgent: @unchecked Sendable {
             return nil
         }
         if let pending { cancel(pending) }
-        log("secret service: the prompter \(reason): prompts wait for vaultctl unlock")
+        service.logger.notice(
+            "secret service: the prompter \(reason): prompts wait for vaultctl unlock")
     }
 
     // MARK: prompts
@@ -317,14 +318,14 @@ final class PrompterAgent: @unchecked Sendable {
                 defer { g_free(p) }
                 return String(cString: p)
             }
-            log(
+            service.logger.warning(
                 "secret service: the prompter did not answer (\(logField(name ?? String(cString: cg_error_message(error))))): the prompt waits for vaultctl unlock"
             )
         } else if let passphrase {
             DispatchQueue.global().async { [self] in tryUnlock(a, passphrase) }
             return
         } else {
-            log(
+            service.logger.info(
                 dismissed
                     ? "secret service: the prompter dismissed a prompt"
                     : "secret service: the prompter's passphrase is over \(Self.maximumPassphrase) bytes: the prompt is dismissed"
@@ -342,14 +343,15 @@ final class PrompterAgent: @unchecked Sendable {
         do {
             let vaultSession = try service.identify(a.agent.sender)
             _ = try vaultSession.unlock(passphrase: passphrase)
-            log("secret service: the vault was unlocked with the prompter's passphrase")
+            service.logger.notice(
+                "secret service: the vault was unlocked with the prompter's passphrase")
             service.complete(a.prompt, dismissed: false)
         } catch let e as VaultFailure
             where e.code == .wrongPassphrase && a.attempt < Self.maximumAttempts
         {
             retry = "The passphrase was wrong (attempt \(a.attempt + 1) of \(Self.maximumAttempts))"
         } catch {
-            log(
+            service.logger.warning(
                 "secret service: the prompter's passphrase did not unlock the vault (\(BusError(error).message)): the prompt is dismissed"
             )
             service.complete(a.prompt, dismissed: true)

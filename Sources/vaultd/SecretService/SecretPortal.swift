@@ -89,7 +89,8 @@ final class SecretPortal: @unchecked Sendable {
         guard let info = g_dbus_node_info_new_for_xml(Self.xml, &err),
             let iface = info.pointee.interfaces?[0]
         else {
-            log("secret portal: bad introspection data: \(String(cString: cg_error_message(err)))")
+            service.logger.error(
+                "secret portal: bad introspection data: \(String(cString: cg_error_message(err)))")
             g_error_free(err)
             return false
         }
@@ -113,7 +114,7 @@ final class SecretPortal: @unchecked Sendable {
         let id = g_dbus_connection_register_object(
             service.connection, Self.path, iface, vtable, userData, nil, &err)
         guard id != 0 else {
-            log(
+            service.logger.error(
                 "secret portal: cannot register \(Self.path): \(String(cString: cg_error_message(err)))"
             )
             g_error_free(err)
@@ -156,12 +157,12 @@ final class SecretPortal: @unchecked Sendable {
                 try answer(
                     appID: appID, portalSession: portalSession, requester: requester,
                     portal: portal, fd: pipe)
-            } onEnd: { result in
-                Self.reply(pending.raw, result)
+            } onEnd: { [logger = service.logger] result in
+                Self.reply(pending.raw, result, logger: logger)
             }
             fd = -1  // the worker closes it now
         } catch {
-            Self.reply(invocation, .failure(error))
+            Self.reply(invocation, .failure(error), logger: service.logger)
         }
     }
 
@@ -201,14 +202,18 @@ final class SecretPortal: @unchecked Sendable {
 
     /// The call's answer: response 0 and no results, or the error (logged, rate-limited;
     /// never with the secret, which no error holds).
-    private static func reply(_ invocation: OpaquePointer, _ result: Result<Void, Error>) {
+    private static func reply(
+        _ invocation: OpaquePointer, _ result: Result<Void, Error>, logger: Logger
+    ) {
         switch result {
         case .success:
             let reply = GV.tuple([GV(new: g_variant_new_uint32(0)), .array("{sv}", [])])
             reply.pass { g_dbus_method_invocation_return_value(invocation, $0) }
         case .failure(let error):
             let e = BusError(error)
-            refusals.log(e.name.rawValue, "secret portal: request refused: \(e.message)")
+            refusals.log(
+                e.name.rawValue, to: logger, .warning,
+                "secret portal: request refused: \(e.message)")
             g_dbus_method_invocation_return_dbus_error(invocation, e.name.rawValue, e.message)
         }
     }

@@ -19,7 +19,7 @@ extension SecretService {
     func requestName() -> Bool {
         switch askForName() {
         case .owned?:
-            log("secret service: serving \(Self.busName) on the session bus")
+            logger.notice("secret service: serving \(Self.busName) on the session bus")
             return true
         case nil:
             return false
@@ -28,13 +28,13 @@ extension SecretService {
         }
         let owner = nameOwner()
         guard replace else {
-            log(
+            logger.warning(
                 "secret service: \(Self.busName) is already provided by \(owner.description): not serving (vaultd --secret-service --replace takes it over)"
             )
             return false
         }
         guard let pid = owner.pid, let uid = owner.uid, uid == getuid(), pid != getpid() else {
-            log(
+            logger.warning(
                 "secret service: \(Self.busName) is provided by \(owner.description), which vaultd may not stop: not serving"
             )
             return false
@@ -42,12 +42,13 @@ extension SecretService {
         let pidfd = vault_pidfd_open(pid)
         // The pidfd is the owner's only if the bus still names that pid as the owner now.
         guard pidfd >= 0 else {
-            log("secret service: cannot open \(owner.description) to stop it: not serving")
+            logger.warning(
+                "secret service: cannot open \(owner.description) to stop it: not serving")
             return false
         }
         defer { SystemCall.close(pidfd) }
         guard nameOwner().pid == pid, vault_pidfd_signal(pidfd, SIGTERM) == 0 else {
-            log(
+            logger.warning(
                 "secret service: \(Self.busName)'s owner changed or cannot be stopped (\(owner.description)): not serving"
             )
             return false
@@ -57,7 +58,7 @@ extension SecretService {
             usleep(50_000)
             switch askForName() {
             case .owned?:
-                log(
+                logger.notice(
                     "secret service: serving \(Self.busName) on the session bus, taken over from \(owner.description) (stopped with SIGTERM)"
                 )
                 return true
@@ -65,7 +66,7 @@ extension SecretService {
             case .taken?: continue
             }
         }
-        log(
+        logger.warning(
             "secret service: \(owner.description) did not give up \(Self.busName) within \(Int(Self.replaceWait)) s of SIGTERM: not serving"
         )
         return false
@@ -88,7 +89,7 @@ extension SecretService {
             // 1: the primary owner now; 4: already was.
             return answer == 1 || answer == 4 ? .owned : .taken
         } catch {
-            log("secret service: \(BusError(error).message)")
+            logger.warning("secret service: \(BusError(error).message)")
             return nil
         }
     }

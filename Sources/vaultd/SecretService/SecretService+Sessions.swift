@@ -86,7 +86,7 @@ extension SecretService {
         let how =
             "the prompter chosen by Prompter \(settings.prompter.rawValue) asks for the passphrase"
         _ = Self.promptLog.log(
-            "prompt",
+            "prompt", to: logger, .info,
             "secret service: a prompt waits for the vault's unlock (\(how); vaultctl unlock) for at most \(Int(promptTimeout)) s"
         )
         DispatchQueue.global().asyncAfter(deadline: .now() + promptTimeout) { [weak self] in

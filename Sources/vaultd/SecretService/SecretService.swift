@@ -45,6 +45,8 @@ final class SecretService: @unchecked Sendable {
     static let promptLog = RateLimitedLog()
 
     let vault: Vault
+    /// The vault's logger, which the Secret Service, its portal and its prompter log to.
+    var logger: Logger { vault.logger }
     let replace: Bool
     /// Seconds after which a prompt the vault's unlock did not complete is dismissed.
     let promptTimeout: Double
@@ -209,7 +211,7 @@ final class SecretService: @unchecked Sendable {
         }
         defer { report() }
         guard let address = Self.sessionBusAddress() else {
-            log(
+            logger.warning(
                 "secret service: no session bus (DBUS_SESSION_BUS_ADDRESS and XDG_RUNTIME_DIR/bus are unset): not serving"
             )
             return
@@ -221,8 +223,8 @@ final class SecretService: @unchecked Sendable {
         let flags = GDBusConnectionFlags(
             rawValue: G_DBUS_CONNECTION_FLAGS_AUTHENTICATION_CLIENT.rawValue
                 | G_DBUS_CONNECTION_FLAGS_MESSAGE_BUS_CONNECTION.rawValue)
-        guard let conn = Self.connect(address, flags, &err) else {
-            log(
+        guard let conn = Self.connect(address, flags, &err, logger: logger) else {
+            logger.error(
                 "secret service: cannot connect to the session bus (\(logField(address))): \(String(cString: cg_error_message(err)))"
             )
             g_error_free(err)
@@ -256,14 +258,16 @@ final class SecretService: @unchecked Sendable {
     /// A GDBus connection to the bus at `address`, through a `BusRelay` (none with
     /// `VAULTD_SECRET_SERVICE_RELAY=0`); nil with `err` set.
     private static func connect(
-        _ address: String, _ flags: GDBusConnectionFlags, _ err: inout UnsafeMutablePointer<GError>?
+        _ address: String, _ flags: GDBusConnectionFlags,
+        _ err: inout UnsafeMutablePointer<GError>?,
+        logger: Logger
     ) -> OpaquePointer? {
         guard ProcessInfo.processInfo.environment["VAULTD_SECRET_SERVICE_RELAY"] != "0" else {
             return g_dbus_connection_new_for_address_sync(address, flags, nil, nil, &err)
         }
         let fd: Int32
         do {
-            fd = try BusRelay.start(address: address)
+            fd = try BusRelay.start(address: address, logger: logger)
         } catch {
             g_set_error_literal(
                 &err, g_io_error_quark(), Int32(G_IO_ERROR_FAILED.rawValue), BusError(error).message
@@ -283,7 +287,8 @@ final class SecretService: @unchecked Sendable {
     private func registerObjects() -> Bool {
         var err: UnsafeMutablePointer<GError>?
         guard let info = g_dbus_node_info_new_for_xml(SecretServiceIntrospection.xml, &err) else {
-            log("secret service: bad introspection data: \(String(cString: cg_error_message(err)))")
+            logger.error(
+                "secret service: bad introspection data: \(String(cString: cg_error_message(err)))")
             g_error_free(err)
             return false
         }
@@ -347,7 +352,7 @@ final class SecretService: @unchecked Sendable {
             connection, path, subtreeVTable, G_DBUS_SUBTREE_FLAGS_DISPATCH_TO_UNENUMERATED_NODES,
             userData, nil, &err)
         if id == 0 {
-            log(
+            logger.error(
                 "secret service: cannot register \(path): \(String(cString: cg_error_message(err)))"
             )
             g_error_free(err)
@@ -404,10 +409,10 @@ final class SecretService: @unchecked Sendable {
         _ = g_dbus_connection_signal_subscribe(
             connection, "org.freedesktop.DBus", "org.freedesktop.DBus", "NameLost",
             "/org/freedesktop/DBus", nil, G_DBUS_SIGNAL_FLAGS_NONE,
-            { _, _, _, _, _, parameters, _ in
+            { _, _, _, _, _, parameters, user in
                 let p = GV(borrowing: parameters!)
                 if p.count == 1, p.child(0).string == SecretService.busName {
-                    log(
+                    SecretService.this(user).logger.warning(
                         "secret service: another provider took over \(SecretService.busName) (its --replace): vaultd no longer serves it"
                     )
                 }
