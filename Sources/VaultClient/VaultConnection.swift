@@ -128,7 +128,7 @@ public final class VaultConnection: @unchecked Sendable {
             return VarlinkStream(socket: s)
         } catch let e as VaultError {
             throw e
-        } catch let e as Errno where e.code == EAGAIN || e.code == EWOULDBLOCK {
+        } catch let e as Errno where e.code == Errno.wouldBlock {
             throw VaultError.connectionFailed(
                 "vaultd did not take the connection at \(path) within \(timeout) s (is it stopped or hung?)"
             )
@@ -245,7 +245,7 @@ public final class VaultConnection: @unchecked Sendable {
         do {
             try stream.send(serialized: message)
             return
-        } catch let e as Errno where e.code == EAGAIN || e.code == EWOULDBLOCK {
+        } catch let e as Errno where e.code == Errno.wouldBlock {
             throw timedOut()
         } catch {
             // vaultd refused the connection (over its cap) and said why before closing it.
@@ -283,7 +283,7 @@ public final class VaultConnection: @unchecked Sendable {
         let message: JSON?
         do {
             message = try stream.receive(polling: polling)
-        } catch let e as Errno where e.code == EAGAIN || e.code == EWOULDBLOCK {
+        } catch let e as Errno where e.code == Errno.wouldBlock {
             throw timedOut()
         } catch {
             throw VaultError.protocolViolation("bad reply from vaultd: \(error)")

@@ -340,7 +340,7 @@ enum PeerIdentity {
             )
         case .refused(let why):
             return refuse("flatpak-info", "a sandbox vaultd does not accept: \(why)")
-        case .unreadable(ENOENT), .unreadable(ESRCH):
+        case .unreadable(Errno.notFound), .unreadable(Errno.noSuchProcess):
             return refuse("exited", "the process exited before vaultd could identify it")
         case .unreadable(let code):
             return refuse(

@@ -109,7 +109,7 @@ struct Settings {
             // by mistake) must not be read for ever.
             data = try FileDescriptor.readFile(path, limit: Self.maximumFileSize)
         } catch let e as Errno {
-            if e.code == ENOENT && e.call == "open" && !explicit { return s }
+            if e.code == Errno.notFound && e.call == "open" && !explicit { return s }
             throw unreadable(e.code)
         }
         guard case .dict(let d) = try PropertyListCodec.decode(data) else {

@@ -55,7 +55,7 @@ final class SyncFolder {
             return
                 "\(path) is a symbolic link: a sync folder and the directories in it must be directories, not links to one (not followed)"
         }
-        if e == ENOTDIR { return "\(path) is not a directory" }
+        if e == Errno.notDirectory { return "\(path) is not a directory" }
         return "cannot open \(path): \(String(cString: strerror(e)))"
     }
 
@@ -347,7 +347,8 @@ final class SyncFolder {
         if failure == 0 && isReplaceable(name) {
             do { try SystemCall.renameat(dir, tmp, dir, name) } catch { failure = error.code }
             // A directory in the place of the file (anyone can make one): moved out of the way.
-            if [EISDIR, ENOTEMPTY, EEXIST].contains(failure) && clear(name, in: dir)
+            if [Errno.isDirectory, Errno.notEmpty, Errno.exists].contains(failure)
+                && clear(name, in: dir)
                 && (try? SystemCall.renameat(dir, tmp, dir, name)) != nil
             {
                 failure = 0

@@ -39,8 +39,6 @@ extension Errno {
     public static let permissionDenied = EACCES
     /// EPERM.
     public static let notPermitted = EPERM
-    /// EINVAL.
-    public static let invalidArgument = EINVAL
     /// EIO.
     public static let ioError = EIO
     /// ETIMEDOUT.
@@ -53,30 +51,18 @@ extension Errno {
     public static let isDirectory = EISDIR
     /// ENOTEMPTY.
     public static let notEmpty = ENOTEMPTY
-    /// ELOOP: too many symbolic links, or O_NOFOLLOW met one.
-    public static let tooManySymbolicLinks = ELOOP
-    /// EXDEV.
-    public static let crossDevice = EXDEV
-    /// EROFS.
-    public static let readOnlyFileSystem = EROFS
-    /// EPIPE.
-    public static let brokenPipe = EPIPE
     /// ECONNREFUSED.
     public static let connectionRefused = ECONNREFUSED
-    /// ECONNRESET.
-    public static let connectionReset = ECONNRESET
     /// ESRCH.
     public static let noSuchProcess = ESRCH
-    /// ECHILD.
-    public static let noChild = ECHILD
     /// EMFILE.
     public static let tooManyOpenFiles = EMFILE
+    /// ENFILE.
+    public static let tooManyOpenFilesInSystem = ENFILE
+    /// ENOBUFS.
+    public static let noBufferSpace = ENOBUFS
     /// ENOMEM.
     public static let noMemory = ENOMEM
-    /// EOPNOTSUPP.
-    public static let notSupported = EOPNOTSUPP
-    /// ENOSYS.
-    public static let notImplemented = ENOSYS
 }
 
 /// Makes the system call `body` (which returns -1 and sets errno on failure, as most do),

@@ -51,7 +51,7 @@ public final class UnixSocket: @unchecked Sendable {
         let bytes = Array(path.utf8)
         let capacity = MemoryLayout.size(ofValue: addr.sun_path)
         guard !bytes.isEmpty, bytes.count < capacity else {
-            throw Errno(code: ENAMETOOLONG, call: "socket path")
+            throw Errno(code: Errno.nameTooLong, call: "socket path")
         }
         withUnsafeMutableBytes(of: &addr.sun_path) { p in
             for (i, b) in bytes.enumerated() { p[i] = b }

@@ -375,7 +375,7 @@ struct DefaultsCommand: Command {
                 : try FileDescriptor.readFile(path, limit: maximumImportSize)
         } catch let e as Errno {
             let size =
-                e.code == EFBIG
+                e.code == Errno.tooLarge
                 ? " (a plist to import may be at most \(maximumImportSize >> 20) MiB)" : ""
             throw LocalFailure(
                 description:

@@ -41,7 +41,7 @@ enum Terminal {
     static func readAll(fd: Int32) throws -> Data {
         do {
             return try FileDescriptor.readAll(inherited: fd, limit: 16 << 20)
-        } catch let e as Errno where e.code == EFBIG {
+        } catch let e as Errno where e.code == Errno.tooLarge {
             throw InputError(message: "input on fd \(fd) is larger than 16 MiB")
         } catch let e as Errno {
             throw UsageError(

@@ -129,11 +129,11 @@ final class Connection {
             chunk = try socket.receive(
                 from: peer, polling: &busyPoll, othersBusy: server.othersAreBusy
             ).bytes
-        } catch let e as Errno where e.code == EAGAIN || e.code == EWOULDBLOCK {
+        } catch let e as Errno where e.code == Errno.wouldBlock {
             if server.isStopping { return .closed }
             let idle = MonotonicClock.nanoseconds() &- idleSince > idleNanoseconds
             return reader.pendingByteCount == 0 && dropping == nil && idle ? .closed : .again
-        } catch let e as Errno where e.code == EPERM {
+        } catch let e as Errno where e.code == Errno.notPermitted {
             // The connection was handed on (or a child kept a copy of it): what another
             // process sends is not the identified peer's call.
             PeerIdentity.refusals.log(

@@ -269,7 +269,9 @@ final class Server: @unchecked Sendable {
                 conn = try listener.accept()
             } catch let e as Errno {
                 if stopping.load(ordering: .sequentiallyConsistent) { return }
-                if e.code == EMFILE || e.code == ENFILE || e.code == ENOBUFS || e.code == ENOMEM {
+                if e.code == Errno.tooManyOpenFiles || e.code == Errno.tooManyOpenFilesInSystem
+                    || e.code == Errno.noBufferSpace || e.code == Errno.noMemory
+                {
                     logger.warning("accept: \(e); waiting")
                     usleep(100_000)
                 }

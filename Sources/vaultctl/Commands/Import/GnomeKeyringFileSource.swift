@@ -17,7 +17,7 @@ enum GnomeKeyringFileSource {
             var data = try FileDescriptor.readFile(path, limit: KeyringFile.maximumFileBytes)
             bytes = Array(data)
             data.resetBytes(in: 0..<data.count)
-        } catch let e as Errno where e.code == EFBIG {
+        } catch let e as Errno where e.code == Errno.tooLarge {
             throw ImportFailure(
                 description:
                     "\(path) is larger than \(KeyringFile.maximumFileBytes >> 20) MiB: no keyring file is"

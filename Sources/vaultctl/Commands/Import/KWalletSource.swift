@@ -49,7 +49,7 @@ enum KWalletSource {
         } catch let e as Errno {
             throw ImportFailure(
                 description:
-                    e.code == EFBIG
+                    e.code == Errno.tooLarge
                     ? "\(path) is larger than \(maximumFileBytes >> 20) MiB"
                     : "cannot read \(path): \(String(cString: strerror(e.code)))")
         }
