@@ -1,5 +1,6 @@
 import CVaultSys
 import Foundation
+import Synchronization
 import VaultCore
 import VaultProtocol
 
@@ -8,7 +9,7 @@ import Glibc
 #endif
 
 /// A file's identity: device and inode.
-struct FileID: Equatable {
+struct FileID: Equatable, Sendable {
     var device: UInt64
     var inode: UInt64
 
@@ -37,11 +38,7 @@ struct FileID: Equatable {
 /// before still open (not close-on-exec) and have what it sent before the exec answered as
 /// that app. That is the owner's power (such a process may as well run vaultctl), so it is
 /// out of scope; a sandbox cannot do it to a host app.
-///
-/// `@unchecked Sendable` without a lock: the accept loop makes it and hands it to the
-/// connection's thread before that thread starts, and from then on only that thread reads or
-/// writes its `var`s.
-final class PeerCredentials: @unchecked Sendable {
+final class PeerCredentials: Sendable {
     let pid: pid_t
     let uid: uid_t
     let gid: gid_t
@@ -52,17 +49,32 @@ final class PeerCredentials: @unchecked Sendable {
     let pidfdFromPID: Bool
     /// The accepted socket (not owned).
     let socketFD: Int32
+    /// What the identification found, for the check at the first message. Behind a mutex,
+    /// though one thread at a time uses it (the connection's, or the bus thread).
+    private struct Identification {
+        var executable: FileID?
+        var mustHoldConnection = false
+        var confirmed = false
+    }
+    private let identification = Mutex(Identification())
+
     /// The executable the peer ran when it was identified (`/proc/PID/exe`), checked again
     /// at its first message: an exec in between (another program in the same process) ends
     /// the connection.
-    var identifiedExecutable: FileID?
+    var identifiedExecutable: FileID? {
+        get { identification.withLock { $0.executable } }
+        set { identification.withLock { $0.executable = newValue } }
+    }
     /// Identified as an app by its executable: at its first message, before anything is
     /// served, the process must itself hold its end of the connection (`holdsConnection`), so
     /// a connection made by one program, which then ran another (exec, descriptors closed on
     /// exec), is not taken for the second.
-    var mustHoldConnection = false
+    var mustHoldConnection: Bool {
+        get { identification.withLock { $0.mustHoldConnection } }
+        set { identification.withLock { $0.mustHoldConnection = newValue } }
+    }
     /// The first message has been checked (`confirmAtFirstMessage`).
-    var confirmed = false
+    var confirmed: Bool { identification.withLock { $0.confirmed } }
 
     /// Nil when the kernel gives no pid or no pidfd for the peer: it cannot be identified,
     /// and is refused.
@@ -133,8 +145,11 @@ final class PeerCredentials: @unchecked Sendable {
     /// identified with and, for an app identified by executable, still holding its end of
     /// the connection. Returns why not, or nil.
     func confirmAtFirstMessage() -> String? {
-        confirmed = true
-        guard let identified = identifiedExecutable else { return nil }
+        let (identified, mustHoldConnection) = identification.withLock {
+            $0.confirmed = true
+            return ($0.executable, $0.mustHoldConnection)
+        }
+        guard let identified else { return nil }
         guard currentExecutable == identified, isAlive else {
             return "its process ran another program (exec) or exited after it was identified"
         }

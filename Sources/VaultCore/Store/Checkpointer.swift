@@ -23,9 +23,9 @@ import VaultProtocol
 ///    checkpoints itself (RESTART) from `writerFallbackFrames` on, as SQLite's own would
 ///    (PASSIVE) at 1000.
 ///
-/// `@unchecked Sendable`: its counters, flags and `handle` are read and written under
-/// `condition` (`caughtUp` is atomic); its own thread alone runs the checkpoints.
-final class Checkpointer: @unchecked Sendable {
+/// Sendable: its counters, flags and connection are in `state`, a `Monitor` (`caughtUp` is
+/// atomic); its own thread alone runs the checkpoints.
+final class Checkpointer: Sendable {
     /// A background checkpoint starts once the WAL holds this many frames (4 MiB of 4 KiB
     /// pages, SQLite's own automatic checkpoint size). This is also about how much space a
     /// full disk needs freed before writes work again: the frames not yet copied must reach
@@ -42,12 +42,6 @@ final class Checkpointer: @unchecked Sendable {
     static let writerFallbackFrames: Int32 = 2 * thresholdFrames
 
     private let path: String
-    private let condition = NSCondition()
-    private var pendingFrames: Int32 = 0
-    /// The WAL's frame count when the last background checkpoint was asked for.
-    private var triggeredAt: Int32 = 0
-    /// The WAL's frame count after the latest commit.
-    private var latestFrames: Int32 = 0
     /// Set when a background checkpoint left at most `writerShare` frames uncopied: the
     /// writer finishes the cycle.
     private let caughtUp = Atomic<Bool>(false)
@@ -58,14 +52,24 @@ final class Checkpointer: @unchecked Sendable {
         var endedBeforeFallback = 0
         var longest: Int32 = 0
     }
-    private var runs = Runs()
-    private var stopping = false
-    private var running = false
-    /// Set while a background round copies frames; `excluding` waits for it to end.
-    private var inRound = false
-    /// Set while `excluding` runs its body: no round starts meanwhile.
-    private var excluded = false
-    private var handle: OpaquePointer?
+    private struct State {
+        var pendingFrames: Int32 = 0
+        /// The WAL's frame count when the last background checkpoint was asked for.
+        var triggeredAt: Int32 = 0
+        /// The WAL's frame count after the latest commit.
+        var latestFrames: Int32 = 0
+        var runs = Runs()
+        var stopping = false
+        var running = false
+        /// Set while a background round copies frames; `excluding` waits for it to end.
+        var inRound = false
+        /// Set while `excluding` runs its body: no round starts meanwhile.
+        var excluded = false
+        /// The checkpointer's own connection: opened by `start`, then used by its thread
+        /// alone, and closed by `stop` once that thread ended.
+        var handle: OpaquePointer?
+    }
+    private let state = Monitor(State())
 
     /// The writer's watch on the store's files: each checkpoint runs through it.
     let identity: StoreIdentity
@@ -88,8 +92,10 @@ final class Checkpointer: @unchecked Sendable {
         }
         sqlite3_busy_handler(h, Database.busyHandler, nil)
         sqlite3_exec(h, "PRAGMA synchronous=FULL", nil, nil, nil)
-        handle = h
-        running = true
+        state.withLock {
+            $0.handle = h
+            $0.running = true
+        }
         let t = Thread { [self] in loop() }
         t.name = "vaultd-checkpoint"
         t.stackSize = 256 << 10
@@ -102,24 +108,29 @@ final class Checkpointer: @unchecked Sendable {
     /// would take SQLite's checkpoint lock first, and the writer's checkpoint would fail
     /// until that round ended.
     func committed(frames: Int32, mayStartRound: Bool = true) {
-        condition.withLock {
+        let startsRound = state.withLock { state in
             // A smaller count than last time: the WAL started over.
-            if frames < latestFrames {
-                runs.ended += 1
-                if latestFrames < Self.writerFallbackFrames { runs.endedBeforeFallback += 1 }
-                runs.longest = max(runs.longest, latestFrames)
+            if frames < state.latestFrames {
+                state.runs.ended += 1
+                if state.latestFrames < Self.writerFallbackFrames {
+                    state.runs.endedBeforeFallback += 1
+                }
+                state.runs.longest = max(state.runs.longest, state.latestFrames)
             }
-            latestFrames = frames
-            if frames < triggeredAt { triggeredAt = 0 }
-            guard mayStartRound, frames >= triggeredAt + Self.thresholdFrames else { return }
-            triggeredAt = frames
-            pendingFrames = frames
-            condition.signal()
+            state.latestFrames = frames
+            if frames < state.triggeredAt { state.triggeredAt = 0 }
+            guard mayStartRound, frames >= state.triggeredAt + Self.thresholdFrames else {
+                return false
+            }
+            state.triggeredAt = frames
+            state.pendingFrames = frames
+            return true
         }
+        if startsRound { state.broadcast() }
     }
 
     /// The WAL's runs so far (for tests and diagnostics).
-    var endedRuns: Runs { condition.withLock { runs } }
+    var endedRuns: Runs { state.withLock { $0.runs } }
 
     /// True once after a background checkpoint caught up: the writer's cue to checkpoint
     /// the frames committed since, so its next transaction restarts the WAL.
@@ -132,47 +143,53 @@ final class Checkpointer: @unchecked Sendable {
     func caughtUpAgain() { caughtUp.store(true, ordering: .releasing) }
 
     private func loop() {
+        let handle = state.withLock { $0.handle }
         while true {
-            condition.lock()
-            while (pendingFrames == 0 || excluded) && !stopping { condition.wait() }
-            if stopping {
-                running = false
-                condition.broadcast()
-                condition.unlock()
+            let stops = state.withLock(when: {
+                ($0.pendingFrames > 0 && !$0.excluded) || $0.stopping
+            }) { state in
+                if state.stopping {
+                    state.running = false
+                    return true
+                }
+                state.pendingFrames = 0
+                state.inRound = true
+                return false
+            }
+            if stops {
+                state.broadcast()
                 return
             }
-            pendingFrames = 0
-            inRound = true
-            condition.unlock()
-            defer {
-                condition.lock()
-                inRound = false
-                condition.broadcast()
-                condition.unlock()
+            copy(handle)
+            state.withLock { $0.inRound = false }
+            state.broadcast()
+        }
+    }
+
+    /// One background checkpoint: rounds of PASSIVE checkpoints, each copying what the
+    /// writers committed during the one before, a smaller set each time, until at most
+    /// `writerShare` frames are left for the writer.
+    private func copy(_ handle: OpaquePointer?) {
+        for round in 0..<8 {
+            // Past the fallback the writer checkpoints itself, and its RESTART fails while a
+            // round here holds SQLite's checkpoint lock: no more chasing then (under load,
+            // rounds chasing a writer would let the WAL grow past the fallback).
+            if round > 0, state.withLock({ $0.latestFrames }) >= Self.writerFallbackFrames {
+                break
             }
-            // Each round copies what the writers committed during the one before, a smaller
-            // set each time, until at most `writerShare` frames are left for the writer.
-            for round in 0..<8 {
-                // Past the fallback the writer checkpoints itself, and its RESTART fails while
-                // a round here holds SQLite's checkpoint lock: no more chasing then (under
-                // load, rounds chasing a writer would let the WAL grow past the fallback).
-                if round > 0, condition.withLock({ latestFrames }) >= Self.writerFallbackFrames {
-                    break
-                }
-                var logFrames: Int32 = 0
-                var copied: Int32 = 0
-                // Never into a file that is not the store's any more (`StoreIdentity`).
-                guard
-                    identity.checkpoint({
-                        sqlite3_wal_checkpoint_v2(
-                            handle, nil, SQLITE_CHECKPOINT_PASSIVE, &logFrames, &copied)
-                    }) == SQLITE_OK,
-                    logFrames > 0, copied == logFrames
-                else { break }
-                if condition.withLock({ latestFrames }) - copied <= Self.writerShare {
-                    caughtUp.store(true, ordering: .releasing)
-                    break
-                }
+            var logFrames: Int32 = 0
+            var copied: Int32 = 0
+            // Never into a file that is not the store's any more (`StoreIdentity`).
+            guard
+                identity.checkpoint({
+                    sqlite3_wal_checkpoint_v2(
+                        handle, nil, SQLITE_CHECKPOINT_PASSIVE, &logFrames, &copied)
+                }) == SQLITE_OK,
+                logFrames > 0, copied == logFrames
+            else { break }
+            if state.withLock({ $0.latestFrames }) - copied <= Self.writerShare {
+                caughtUp.store(true, ordering: .releasing)
+                break
             }
         }
     }
@@ -181,28 +198,25 @@ final class Checkpointer: @unchecked Sendable {
     /// a checkpoint of the writer's own that must not find SQLite's checkpoint lock taken
     /// (a TRUNCATE checkpoint gets SQLITE_BUSY at once then, without waiting).
     func excluding<T>(_ body: () throws -> T) rethrows -> T {
-        condition.lock()
-        excluded = true
-        while inRound { condition.wait() }
-        condition.unlock()
+        // Excluded first, so no round starts while this waits for the one in progress.
+        state.withLock { $0.excluded = true }
+        state.withLock(when: { !$0.inRound }) { _ in }
         defer {
-            condition.lock()
-            excluded = false
-            condition.broadcast()
-            condition.unlock()
+            state.withLock { $0.excluded = false }
+            state.broadcast()
         }
         return try body()
     }
 
     /// Stops the thread (after a checkpoint in progress) and closes its connection.
     func stop() {
-        condition.lock()
-        stopping = true
-        condition.broadcast()
-        while running { condition.wait() }
-        condition.unlock()
-        if let h = handle { sqlite3_close_v2(h) }
-        handle = nil
+        state.withLock { $0.stopping = true }
+        state.broadcast()
+        let handle = state.withLock(when: { !$0.running }) { state in
+            defer { state.handle = nil }
+            return state.handle
+        }
+        if let handle { sqlite3_close_v2(handle) }
     }
 }
 

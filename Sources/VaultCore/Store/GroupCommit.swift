@@ -19,15 +19,16 @@ import VaultProtocol
 /// batch learns that its writes are committed but not known to be on disk, and every later
 /// write is refused until vaultd restarts and recovers from what the disk holds.
 ///
-/// `@unchecked Sendable`: the queue, the leader and the counts are read and written under
-/// `lock`, `settledThrough` under `settled`; a `Pending` is touched under `lock` only.
-final class GroupCommit: @unchecked Sendable {
+/// Sendable: the queue, the leader and the counts are in `group`, the sync outcomes in
+/// `settled` (each a `Monitor`); a `Pending` is touched under `group`'s lock only.
+final class GroupCommit: Sendable {
     private final class Pending {
         /// Runs the write (in a savepoint of its own when `true`); returns its error, if it
         /// failed.
         let run: (Bool) -> Error?
         let fail: (Error) -> Void
-        /// Set (under the lock) once the commit covering this write is on disk (or failed).
+        /// Set (under `group`'s lock) once the commit covering this write is on disk (or
+        /// failed).
         var done = false
         /// Signalled once: when done, or when this writer is to lead the next group.
         let wake = DispatchSemaphore(value: 0)
@@ -40,13 +41,18 @@ final class GroupCommit: @unchecked Sendable {
     // Each waiting writer sleeps on its own semaphore and is woken exactly once: one
     // condition broadcast per commit would wake every waiting writer, each to find it is not
     // its turn, and spend the daemon's time in futexes.
-    private let lock = NSLock()
-    private var queue: [Pending] = []
-    private var leading = false
-    /// Writers active around the last commit: its batch plus those that queued during it.
-    private var activeWriters = 0
-    /// Signalled when a writer queues while the leader waits for more of its group.
-    private var gathering: DispatchSemaphore?
+    private struct Group {
+        var queue: [Pending] = []
+        var leading = false
+        /// Writers active around the last commit: its batch plus those that queued during it.
+        var activeWriters = 0
+        /// Signalled when a writer queues while the leader waits for more of its group.
+        var gathering: DispatchSemaphore?
+        /// Write transactions ended so far, the groups' and `writeHoldingDatabase`'s; each
+        /// one's number, in commit order.
+        var commits = 0
+    }
+    private let group = Monitor(Group())
     /// How long a leader may wait for the writers it expects (seconds). It waits holding the
     /// engine lock (its transaction is open): anything else that needs that lock (a lookup
     /// that could not open a reader connection, Status, Lock) may wait this much longer, and
@@ -55,35 +61,33 @@ final class GroupCommit: @unchecked Sendable {
     /// observers have a lock of their own for that reason).
     static let gatherDelay = 0.0005
     /// Makes the committed WAL durable (`Database.syncWAL`; tests stand in for the disk).
-    private let sync: (Database) throws -> Void
-    /// Write transactions ended so far, the groups' and `writeHoldingDatabase`'s (under
-    /// `lock`); each one's number, in commit order.
-    private var commits = 0
-    /// Every group up to this number has its sync's outcome (under `settled`).
-    private var settledThrough = 0
-    private let settled = NSCondition()
-    /// Set (under `settled`) when a sync failed: no write is accepted afterwards.
-    private var syncFailure: VaultFailure?
+    private let sync: @Sendable (Database) throws -> Void
+    private struct Settled {
+        /// Every group up to this number has its sync's outcome.
+        var through = 0
+        /// Set when a sync failed: no write is accepted afterwards.
+        var syncFailure: VaultFailure?
+    }
+    private let settled = Monitor(Settled())
 
-    init(sync: @escaping (Database) throws -> Void = { try $0.syncWAL() }) {
+    init(sync: @escaping @Sendable (Database) throws -> Void = { try $0.syncWAL() }) {
         self.sync = sync
     }
 
     /// Waits until writers queue (or the deadline passes) and takes them; nil when none came.
     private func nextArrivals(until deadline: DispatchTime) -> [Pending]? {
-        lock.lock()
-        defer { lock.unlock() }
-        if queue.isEmpty {
-            let g = DispatchSemaphore(value: 0)
-            gathering = g
-            lock.unlock()
-            _ = g.wait(timeout: deadline)
-            lock.lock()
-            gathering = nil
+        let gathering: DispatchSemaphore? = group.withLock { group in
+            guard group.queue.isEmpty else { return nil }
+            group.gathering = DispatchSemaphore(value: 0)
+            return group.gathering
         }
-        if queue.isEmpty { return nil }
-        defer { queue.removeAll() }
-        return queue
+        if let gathering { _ = gathering.wait(timeout: deadline) }
+        return group.withLock { group in
+            group.gathering = nil
+            if group.queue.isEmpty { return nil }
+            defer { group.queue.removeAll() }
+            return group.queue
+        }
     }
 
     /// Runs `body` in the next group transaction (in a savepoint of its own when the group
@@ -125,24 +129,23 @@ final class GroupCommit: @unchecked Sendable {
                 return nil
             },
             fail: { result = .failure($0) })
-        if let refused = settled.withLock({ syncFailure }) { throw refused }
-        lock.lock()
-        queue.append(me)
-        if let g = gathering {
-            gathering = nil
-            g.signal()
+        if let refused = settled.withLock({ $0.syncFailure }) { throw refused }
+        let follows: Bool = group.withLock { group in
+            group.queue.append(me)
+            if let g = group.gathering {
+                group.gathering = nil
+                g.signal()
+            }
+            if group.leading { return true }
+            group.leading = true
+            return false
         }
-        if leading {
-            lock.unlock()
+        if follows {
             // Woken when a leader's commit covered this write, or to lead the next group.
             me.wake.wait()
-            lock.lock()
-            let promoted = !me.done
-            lock.unlock()
+            let promoted = group.withLock { _ in !me.done }
             if promoted { lead(db, withDatabase: withDatabase) }
         } else {
-            leading = true
-            lock.unlock()
             lead(db, withDatabase: withDatabase)
         }
         return try result!.get()
@@ -151,16 +154,16 @@ final class GroupCommit: @unchecked Sendable {
     /// Runs one group: every queued write (the leader's own among them) in one transaction,
     /// then wakes them and hands the lead to the first writer that queued meanwhile.
     private func lead(_ db: Database, withDatabase: (() throws -> Void) throws -> Void) {
-        lock.lock()
         // Commit delay (PostgreSQL's commit_delay with commit_siblings): when other
         // writers were active around the last commit, the ones it just acknowledged are
         // about to send their next write; wait briefly for them, so one fsync covers them
         // too. A lone writer never waits, and its write needs no savepoint.
-        let expected = activeWriters
+        let (expected, queued) = group.withLock { group in
+            defer { group.queue.removeAll() }
+            return (group.activeWriters, group.queue)
+        }
+        var batch = queued
         let gather = expected > 1
-        var batch = queue
-        queue.removeAll()
-        lock.unlock()
         let deadline = DispatchTime.now() + Self.gatherDelay
         var failure: Error?
         var sequence: Int?
@@ -209,16 +212,14 @@ final class GroupCommit: @unchecked Sendable {
         let number = sequence ?? nextSequence()
         // The lead passes on before the fsync: the next group runs its transaction (and
         // readers read) while this one's WAL frames go to disk.
-        lock.lock()
-        activeWriters = batch.count + queue.count
-        let next = queue.first
-        if next == nil { leading = false }
-        lock.unlock()
+        let next: Pending? = group.withLock { group in
+            group.activeWriters = batch.count + group.queue.count
+            if group.queue.isEmpty { group.leading = false }
+            return group.queue.first
+        }
         next?.wake.signal()
         if let failure = settle(db, number, failure) { for p in batch { p.fail(failure) } }
-        lock.lock()
-        for p in batch { p.done = true }
-        lock.unlock()
+        group.withLock { _ in for p in batch { p.done = true } }
         // The leader is in its own batch; it returns instead of waiting.
         for p in batch { p.wake.signal() }
     }
@@ -237,7 +238,7 @@ final class GroupCommit: @unchecked Sendable {
     func writeHoldingDatabase<T>(_ db: Database, _ body: () throws -> T, undo: () -> Void = {})
         throws -> T
     {
-        if let refused = settled.withLock({ syncFailure }) { throw refused }
+        if let refused = settled.withLock({ $0.syncFailure }) { throw refused }
         var result: T?
         var failure: Error?
         do {
@@ -252,14 +253,14 @@ final class GroupCommit: @unchecked Sendable {
 
     /// Write transactions ended so far, a group's or `writeHoldingDatabase`'s (committed or
     /// not): what a test counts to see a mutation take the write path.
-    var transactionsEnded: Int { lock.withLock { commits } }
+    var transactionsEnded: Int { group.withLock { $0.commits } }
 
     /// The next number in commit order; take it holding the engine lock, right after the
     /// transaction ended (committed or not).
     private func nextSequence() -> Int {
-        lock.withLock {
-            commits += 1
-            return commits
+        group.withLock { group in
+            group.commits += 1
+            return group.commits
         }
     }
 
@@ -267,34 +268,34 @@ final class GroupCommit: @unchecked Sendable {
     /// WAL when the transaction committed (`failure` nil), then settles its outcome in commit
     /// order; returns the error its writers are to get, if any.
     private func settle(_ db: Database, _ sequence: Int, _ failure: Error?) -> Error? {
-        var failure = failure
         var syncError: Error?
         if failure == nil {
             do { try sync(db) } catch { syncError = error }
         }
         // Outcomes are settled in commit order: a group's frames follow the earlier groups'
         // in the WAL, so it is durable only if they are too, whichever fsync returned first.
-        settled.lock()
-        while settledThrough < sequence - 1 { settled.wait() }
-        if let syncError, syncFailure == nil {
-            db.logger.error(
-                "the disk failed to sync the write-ahead log (\(syncError)); refusing writes until vaultd restarts"
-            )
-            syncFailure = VaultFailure(
-                .internalError,
-                "the vault's disk failed a sync earlier; no write is accepted until vaultd restarts"
-            )
-            failure = VaultFailure(
-                .internalError,
-                "the disk failed to confirm this write (\(syncError)): it may or may not be kept; no write is accepted until vaultd restarts"
-            )
-        } else if failure == nil, let earlier = syncFailure {
-            failure = VaultFailure(
-                .internalError, "\(earlier.message); this write may or may not be kept")
+        let outcome: Error? = settled.withLock(when: { $0.through >= sequence - 1 }) { settled in
+            defer { settled.through = sequence }
+            if let syncError, settled.syncFailure == nil {
+                db.logger.error(
+                    "the disk failed to sync the write-ahead log (\(syncError)); refusing writes until vaultd restarts"
+                )
+                settled.syncFailure = VaultFailure(
+                    .internalError,
+                    "the vault's disk failed a sync earlier; no write is accepted until vaultd restarts"
+                )
+                return VaultFailure(
+                    .internalError,
+                    "the disk failed to confirm this write (\(syncError)): it may or may not be kept; no write is accepted until vaultd restarts"
+                )
+            }
+            if failure == nil, let earlier = settled.syncFailure {
+                return VaultFailure(
+                    .internalError, "\(earlier.message); this write may or may not be kept")
+            }
+            return failure
         }
-        settledThrough = sequence
         settled.broadcast()
-        settled.unlock()
-        return failure
+        return outcome
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import VaultProtocol
 
 /// Connections that only read, beside the writer's (GRDB's `DatabasePool`): in WAL mode each
 /// reads its own snapshot while the writer writes, so a lookup needs no engine lock, neither
@@ -10,20 +11,22 @@ import Foundation
 /// began is always in it. Each connection keeps a page cache of its own (SQLite's default,
 /// up to 2 MiB).
 ///
-/// `@unchecked Sendable`: `idle`, `opened` and `closed` are read and written under `state`,
-/// an `NSCondition` a reader waits on for a free connection (a `Mutex` has no wait); a
-/// `Database` (not `Sendable`) is used by one thread at a time, between take and give back.
-final class ReaderPool: @unchecked Sendable {
+/// Sendable: the pool's state is in `state`, a `Monitor` a reader waits on for a free
+/// connection; a `Database` (not `Sendable`) is used by one thread at a time, between take
+/// and give back.
+final class ReaderPool: Sendable {
     private let path: String
     /// Told when a reader cannot be opened.
     private let logger: Logger
     /// At most this many connections are open.
     let capacity: Int
-    private let state = NSCondition()
-    private var idle: [Database] = []
-    /// Connections open or being opened, idle or lent out.
-    private var opened = 0
-    private var closed = false
+    private struct State {
+        var idle: [Database] = []
+        /// Connections open or being opened, idle or lent out.
+        var opened = 0
+        var closed = false
+    }
+    private let state = Monitor(State())
 
     /// `capacity`: the most connections open at once (default: two per CPU, four to eight).
     /// A lookup that finds none free waits for one to come back (a read takes tens of
@@ -53,28 +56,24 @@ final class ReaderPool: @unchecked Sendable {
     /// Closes every reader: the idle ones at once, then each lent one as it comes back, and
     /// returns once none is open. Later reads get nil.
     func close() {
-        let toClose: [Database] = state.withLock {
-            closed = true
-            state.broadcast()  // lookups waiting for a reader read under the engine lock
-            defer { idle.removeAll() }
-            return idle
+        let toClose: [Database] = state.withLock { state in
+            state.closed = true
+            defer { state.idle.removeAll() }
+            return state.idle
         }
+        state.broadcast()  // lookups waiting for a reader read under the engine lock
         for db in toClose { db.close() }
-        state.withLock {
-            opened -= toClose.count
-            while opened > 0 { state.wait() }
-        }
+        state.withLock { $0.opened -= toClose.count }
+        state.withLock(when: { $0.opened == 0 }) { _ in }
     }
 
     private func take() -> Database? {
-        let reuse: Database?? = state.withLock {
-            while true {
-                if closed { return .some(nil) }
-                if let db = idle.popLast() { return .some(db) }
-                if opened < capacity { break }
-                state.wait()
-            }
-            opened += 1
+        let reuse: Database?? = state.withLock(when: {
+            $0.closed || !$0.idle.isEmpty || $0.opened < capacity
+        }) { state in
+            if state.closed { return .some(nil) }
+            if let db = state.idle.popLast() { return .some(db) }
+            state.opened += 1
             return .none
         }
         if let reuse { return reuse }
@@ -82,26 +81,29 @@ final class ReaderPool: @unchecked Sendable {
             return try Database(path: path, readOnly: true, logger: logger)
         } catch {
             logger.warning("cannot open a reader connection (\(error)); reading on the writer's")
-            state.withLock {
-                opened -= 1
-                state.broadcast()
-            }
+            closedOne()
             return nil
         }
     }
 
     private func give(_ db: Database) {
-        let keep = state.withLock {
-            if closed { return false }
-            idle.append(db)
-            state.signal()
+        let keep = state.withLock { state in
+            if state.closed { return false }
+            state.idle.append(db)
             return true
         }
-        guard !keep else { return }
-        db.close()
-        state.withLock {
-            opened -= 1
-            state.broadcast()
+        guard !keep else {
+            state.signal()
+            return
         }
+        db.close()
+        closedOne()
+    }
+
+    /// One connection fewer open: a reader waiting for a free slot may open one, and `close`
+    /// may be waiting for the last.
+    private func closedOne() {
+        state.withLock { $0.opened -= 1 }
+        state.broadcast()
     }
 }

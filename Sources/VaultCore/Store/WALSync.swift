@@ -13,24 +13,27 @@ import Glibc
 /// closes this descriptor with its connections. Nothing stats the file per sync: on a kernel
 /// with multigrain timestamps, a stat makes the next write take a fine-grained mtime, which
 /// dirties the inode, and ext4 then writes the inode synchronously in every fdatasync.
-/// `@unchecked Sendable`: `fd`, `closed` and `syncing` are read and written under `state`.
-final class WALSync: @unchecked Sendable {
+final class WALSync: Sendable {
     private let path: String
-    private let state = NSCondition()
-    private var fd: Int32 = -1
-    private var closed = false
-    /// Syncs running through `fd`: `close()` waits for them, so the number is not reused
-    /// under them.
-    private var syncing = 0
+    private struct State {
+        var fd: Int32 = -1
+        var closed = false
+        /// Syncs running through `fd`: `close()` waits for them, so the number is not reused
+        /// under them.
+        var syncing = 0
+    }
+    private let state = Monitor(State())
 
     init(path: String) { self.path = path }
 
     func sync() throws {
-        let fd: Int32 = try state.withLock {
-            guard !closed else { throw VaultFailure(.internalError, "the store is closed") }
-            if self.fd < 0 {
+        let fd: Int32 = try state.withLock { state in
+            guard !state.closed else {
+                throw VaultFailure(.internalError, "the store is closed")
+            }
+            if state.fd < 0 {
                 do {
-                    self.fd = try SystemCall.open(path, O_RDONLY | O_CLOEXEC)
+                    state.fd = try SystemCall.open(path, O_RDONLY | O_CLOEXEC)
                 } catch let e as Errno {
                     throw VaultFailure(
                         .internalError,
@@ -38,14 +41,12 @@ final class WALSync: @unchecked Sendable {
                     )
                 }
             }
-            syncing += 1
-            return self.fd
+            state.syncing += 1
+            return state.fd
         }
         defer {
-            state.withLock {
-                syncing -= 1
-                state.broadcast()
-            }
+            state.withLock { $0.syncing -= 1 }
+            state.broadcast()
         }
         let probe = Self.probe.withLock { $0 }
         let token = probe?.willSync(path)
@@ -74,11 +75,11 @@ final class WALSync: @unchecked Sendable {
     static let probe = Mutex<Probe?>(nil)
 
     func close() {
-        state.withLock {
-            closed = true
-            while syncing > 0 { state.wait() }
-            if fd >= 0 { SystemCall.close(fd) }
-            fd = -1
+        // Closed first, so no sync starts while this waits for those in flight.
+        state.withLock { $0.closed = true }
+        state.withLock(when: { $0.syncing == 0 }) { state in
+            if state.fd >= 0 { SystemCall.close(state.fd) }
+            state.fd = -1
         }
     }
 }

@@ -1,17 +1,20 @@
+import Synchronization
+
 #if canImport(Glibc)
 import Glibc
 #endif
 
 /// An owned AF_UNIX SOCK_STREAM socket; closed on `close()` or deinit.
 ///
-/// `@unchecked Sendable` without a lock: the only state is `fd`, which changes once, in
-/// `close()`, and its owner calls that after the thread using the socket is done with it
-/// (another thread may only `shutdown()` it, which reads `fd` and wakes that thread). The
-/// kernel serialises what the system calls on one fd do.
-public final class UnixSocket: @unchecked Sendable {
-    public private(set) var fd: Int32
+/// Its owner closes it after the thread using it is done with it; another thread may only
+/// `shutdown()` it, which reads `fd` and wakes that thread. The kernel serialises what the
+/// system calls on one fd do.
+public final class UnixSocket: Sendable {
+    /// The descriptor, -1 once closed (atomic: `shutdown` may read it from another thread).
+    private let descriptor: Atomic<Int32>
+    public var fd: Int32 { descriptor.load(ordering: .acquiring) }
 
-    public init(adopting fd: Int32) { self.fd = fd }
+    public init(adopting fd: Int32) { descriptor = Atomic(fd) }
 
     /// A new unconnected socket (`socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)`).
     public convenience init() throws {
@@ -23,8 +26,8 @@ public final class UnixSocket: @unchecked Sendable {
     deinit { close() }
 
     public func close() {
+        let fd = descriptor.exchange(-1, ordering: .acquiringAndReleasing)
         if fd >= 0 { SystemCall.close(fd) }
-        fd = -1
     }
 
     /// The uid of the process at the other end, as the kernel recorded it at connect
@@ -168,7 +171,8 @@ public final class UnixSocket: @unchecked Sendable {
     }
 
     /// How long `receive` waits for data, in milliseconds (-1: for ever).
-    public private(set) var receiveTimeoutMilliseconds: Int32 = -1
+    public var receiveTimeoutMilliseconds: Int32 { receiveTimeout.load(ordering: .relaxed) }
+    private let receiveTimeout = Atomic<Int32>(-1)
 
     /// The receive and send timeouts in seconds (0: none): `SO_RCVTIMEO` / `SO_SNDTIMEO`,
     /// and `receive`'s wait.
@@ -177,8 +181,9 @@ public final class UnixSocket: @unchecked Sendable {
     /// least a microsecond (a zero timeval means no timeout).
     public func setTimeouts(receive: Double, send: Double) {
         let longest = Double(Int32.max) / 1000
-        receiveTimeoutMilliseconds =
-            receive > 0 ? Int32(min(receive * 1000, Double(Int32.max)).rounded(.up)) : -1
+        receiveTimeout.store(
+            receive > 0 ? Int32(min(receive * 1000, Double(Int32.max)).rounded(.up)) : -1,
+            ordering: .relaxed)
         for (opt, asked) in [(SO_RCVTIMEO, receive), (SO_SNDTIMEO, send)] {
             let secs = asked > 0 ? min(max(asked, 1e-6), longest) : 0
             let tv = timeval(tv_sec: Int(secs), tv_usec: Int((secs - secs.rounded(.down)) * 1e6))

@@ -34,15 +34,15 @@ struct PolkitPresence: PresenceVerifier {
         let start = MonotonicClock.nanoseconds()
         // The connect and its handshake have no timeout of their own: a bus that accepts and
         // never answers is cut off by the cancellable, which a timer cancels at the deadline.
-        // The timer's closure holds the cancellable too (`OwnedCancellable`), so it stays
-        // alive however late the timer runs.
-        let cancellable = OwnedCancellable()
-        let timer = DispatchWorkItem { cancellable.cancel() }
+        // The timer's closure holds a reference to the cancellable too, so it stays alive
+        // however late the timer runs.
+        let cancellable = GObjectReference(adopting: OpaquePointer(g_cancellable_new()))
+        let timer = DispatchWorkItem { g_cancellable_cancel(UnsafeMutablePointer(cancellable.raw)) }
         DispatchQueue.global().asyncAfter(
             deadline: .now() + .milliseconds(Int(total)), execute: timer)
         defer { timer.cancel() }
         let connection: OpaquePointer
-        switch Self.connect(cancellable.raw) {
+        switch Self.connect(UnsafeMutablePointer(cancellable.raw)) {
         case .connected(let c): connection = c
         case .none(let why): return .notConfirmed(why)
         }
@@ -161,14 +161,4 @@ struct PolkitPresence: PresenceVerifier {
     private static func describe(_ error: UnsafeMutablePointer<GError>?) -> String {
         logField(String(cString: cg_error_message(error)))
     }
-}
-
-/// A GCancellable with one owner in Swift, released when the last holder lets go (the check
-/// and its timer may end in either order). `@unchecked Sendable`: GCancellable is thread-safe.
-final class OwnedCancellable: @unchecked Sendable {
-    let raw = g_cancellable_new()
-
-    func cancel() { g_cancellable_cancel(raw) }
-
-    deinit { g_object_unref(UnsafeMutableRawPointer(raw)) }
 }

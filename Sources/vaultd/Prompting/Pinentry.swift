@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import VaultCore
 import VaultProtocol
 
@@ -22,9 +23,9 @@ import Glibc
 /// into sodium memory (the receive buffer, the decoded data), never into a Swift string,
 /// and never logged.
 ///
-/// `@unchecked Sendable`: `cancelled` and `reaped` are read and written under `lock`; the
-/// child's pipe and `inbox` are the asking thread's alone (`cancel` only signals the child).
-final class Pinentry: PromptDialog, @unchecked Sendable {
+/// Sendable: `child` and `inboxCount` are behind mutexes; the child's socket and `inbox`
+/// are the asking thread's alone (`cancel` only signals the child).
+final class Pinentry: PromptDialog, Sendable {
     /// Assuan's longest line, its LF included (assuan.h ASSUAN_LINELENGTH).
     static let maximumLine = 1000
     /// gpg-error codes a pinentry answers with: GPG_ERR_CANCELED (99) from the pinentry
@@ -69,11 +70,15 @@ final class Pinentry: PromptDialog, @unchecked Sendable {
     private let fd: Int32
     /// Received bytes not yet taken as lines (sodium memory: they may hold the PIN).
     private let inbox = SecureBytes(count: Pinentry.maximumLine * 2)
-    private var inboxCount = 0
-    private let lock = NSLock()
-    /// Set by `cancel` (under `lock`).
-    private var cancelled = false
-    private var reaped = false
+    /// Bytes held in `inbox` (the asking thread's alone; a `Mutex` only to be `Sendable`).
+    private let inboxCount = Mutex(0)
+    private struct Child {
+        /// Set by `cancel`.
+        var cancelled = false
+        /// Set by `finish` before it waits for the child: no signal is sent after.
+        var reaped = false
+    }
+    private let child = Mutex(Child())
 
     /// Starts `program` and reads its greeting. The options name vaultd's own terminal and
     /// display: `GPG_TTY` (with `TERM`), `DISPLAY` or `WAYLAND_DISPLAY`.
@@ -165,13 +170,13 @@ final class Pinentry: PromptDialog, @unchecked Sendable {
     /// The signal is sent under the lock: `finish` claims the child (`reaped`) under it
     /// before it waits for it, so the pid signalled is never one the child left for reuse.
     func cancel() {
-        lock.withLock {
-            cancelled = true
-            if !reaped { try? SystemCall.kill(pid, SIGTERM) }
+        child.withLock {
+            $0.cancelled = true
+            if !$0.reaped { try? SystemCall.kill(pid, SIGTERM) }
         }
     }
 
-    private var isCancelled: Bool { lock.withLock { cancelled } }
+    private var isCancelled: Bool { child.withLock { $0.cancelled } }
 
     func close() { finish() }
 
@@ -327,6 +332,7 @@ final class Pinentry: PromptDialog, @unchecked Sendable {
     /// bytes, the child's exit (end of file) and the deadline.
     private func readLine(deadline: UInt64) throws -> SecureBytes {
         while true {
+            let inboxCount = self.inboxCount.withLock { $0 }
             let lf: Int? = inbox.withUnsafeBytes { b in
                 b.prefix(inboxCount).firstIndex(of: 0x0a)
             }
@@ -342,7 +348,7 @@ final class Pinentry: PromptDialog, @unchecked Sendable {
                         memmove(b.baseAddress!, b.baseAddress! + lf + 1, rest)
                     }
                     memset(b.baseAddress! + max(rest, 0), 0, inboxCount - max(rest, 0))
-                    inboxCount = max(rest, 0)
+                    self.inboxCount.withLock { $0 = max(rest, 0) }
                 }
                 return line
             }
@@ -359,7 +365,7 @@ final class Pinentry: PromptDialog, @unchecked Sendable {
                 continue
             } catch { throw Failure.exited }
             guard n > 0 else { throw Failure.exited }
-            inboxCount += n
+            self.inboxCount.withLock { $0 = inboxCount + n }
         }
     }
 
@@ -399,9 +405,9 @@ final class Pinentry: PromptDialog, @unchecked Sendable {
     /// Says goodbye, closes the socket and reaps the child (terminated, then killed, when it
     /// does not exit within a second of the socket's close).
     private func finish() {
-        let done: Bool = lock.withLock {
-            defer { reaped = true }
-            return reaped
+        let done: Bool = child.withLock { child in
+            defer { child.reaped = true }
+            return child.reaped
         }
         guard !done else { return }
         _ = try? Array("BYE\n".utf8).withUnsafeBytes {

@@ -1,5 +1,6 @@
 import CGio
 import Foundation
+import Synchronization
 import VaultCore
 import VaultProtocol
 
@@ -35,7 +36,7 @@ import Glibc
 /// the prompts from the same queue, one at a time.
 ///
 /// `@unchecked Sendable`: the agent, the queue of prompts and `asking` are read and written
-/// under `lock`; `Asking` holds a GCancellable (a pointer is not `Sendable`).
+/// under `lock` (GLib's reply callbacks reach it through an unmanaged pointer).
 final class PrompterAgent: @unchecked Sendable {
     static let interface = "io.vaultd.Secret.Prompter"
     /// Passphrases asked for per prompt.
@@ -62,22 +63,37 @@ final class PrompterAgent: @unchecked Sendable {
     /// prompt ends otherwise).
     private var dialog: (prompt: String, ticket: DialogTicket)?
 
-    /// The prompt being asked for: which attempt, and the pending call's cancellable (its
-    /// mutable fields are read and written under the agent's lock).
-    final class Asking: @unchecked Sendable {
+    /// The prompt being asked for: which attempt, and the pending call's cancellable (changed
+    /// under the agent's lock; behind a mutex of its own, as it goes to the unlocking thread).
+    final class Asking: Sendable {
         let prompt: String
         let agent: (sender: String, path: String)
         let token: UInt64
-        var attempt = 1
-        /// Set while its passphrase is being tried (no call pending).
-        var unlocking = false
-        var cancellable: UnsafeMutablePointer<GCancellable>?
+        private struct Progress {
+            var attempt = 1
+            var unlocking = false
+            var cancellable: GObjectReference?
+        }
+        private let progress = Mutex(Progress())
         init(prompt: String, agent: (sender: String, path: String), token: UInt64) {
             self.prompt = prompt
             self.agent = agent
             self.token = token
         }
-        deinit { if let cancellable { g_object_unref(cancellable) } }
+        var attempt: Int {
+            get { progress.withLock { $0.attempt } }
+            set { progress.withLock { $0.attempt = newValue } }
+        }
+        /// Set while its passphrase is being tried (no call pending).
+        var unlocking: Bool {
+            get { progress.withLock { $0.unlocking } }
+            set { progress.withLock { $0.unlocking = newValue } }
+        }
+        /// The pending AskPassphrase call's cancellable.
+        var cancellable: GObjectReference? {
+            get { progress.withLock { $0.cancellable } }
+            set { progress.withLock { $0.cancellable = newValue } }
+        }
     }
 
     /// What one pending AskPassphrase call's reply is matched against.
@@ -171,7 +187,7 @@ final class PrompterAgent: @unchecked Sendable {
 
     /// Cancels `a`'s pending call and tells the prompter to close its dialog.
     private func cancel(_ a: Asking) {
-        if let c = a.cancellable { g_cancellable_cancel(c) }
+        if let c = a.cancellable { g_cancellable_cancel(UnsafeMutablePointer(c.raw)) }
         // No reply wanted (no callback): GDBus sends it with NO_REPLY_EXPECTED.
         GV.tuple([.objectPath(SecretServicePath.prompt(a.prompt).path)]).pass {
             g_dbus_connection_call(
@@ -264,11 +280,8 @@ final class PrompterAgent: @unchecked Sendable {
         if let app = details.appID {
             entries.append(.dictEntry(.string("app-id"), .variant(.string(app))))
         }
-        let cancellable = g_cancellable_new()
-        lock.withLock {
-            if let old = a.cancellable { g_object_unref(old) }
-            a.cancellable = cancellable
-        }
+        let cancellable = GObjectReference(adopting: OpaquePointer(g_cancellable_new()))
+        lock.withLock { a.cancellable = cancellable }
         let reply = Unmanaged.passRetained(Reply(self, a.token)).toOpaque()
         GV.tuple([
             .objectPath(SecretServicePath.prompt(a.prompt).path), .string(details.windowID),
@@ -277,7 +290,7 @@ final class PrompterAgent: @unchecked Sendable {
             g_dbus_connection_call(
                 service.connection, a.agent.sender, a.agent.path, Self.interface, "AskPassphrase",
                 $0, Self.replyType,
-                G_DBUS_CALL_FLAGS_NO_AUTO_START, timeout, cancellable,
+                G_DBUS_CALL_FLAGS_NO_AUTO_START, timeout, UnsafeMutablePointer(cancellable.raw),
                 { source, result, data in
                     let r = Unmanaged<Reply>.fromOpaque(data!).takeRetainedValue()
                     var err: UnsafeMutablePointer<GError>?

@@ -30,10 +30,7 @@ import Glibc
 /// queries of a few ms); the engine call and the write to the app's pipe run on a worker
 /// (`work`), at most `maximumInFlight` at once, so a pipe that is never read holds neither
 /// the bus thread nor more than one worker for longer than `writeTimeout`.
-///
-/// `@unchecked Sendable`: `nodeInfo` is set once on the bus thread before the object is
-/// registered (a GLib pointer is not `Sendable`); calls in flight are counted in `inFlight`.
-final class SecretPortal: @unchecked Sendable {
+final class SecretPortal: Sendable {
     static let path = "/org/freedesktop/portal/desktop"
     static let interface = "org.freedesktop.impl.portal.Secret"
     /// The prefix of a request handle: xdg-desktop-portal names each request
@@ -66,8 +63,6 @@ final class SecretPortal: @unchecked Sendable {
         """
 
     unowned let service: SecretService
-    private let vtable = UnsafeMutablePointer<GDBusInterfaceVTable>.allocate(capacity: 1)
-    private var nodeInfo: UnsafeMutablePointer<GDBusNodeInfo>?
     private let inFlight = Locked(0)
     private let work = DispatchQueue(
         label: "vaultd-portal", qos: .userInitiated, attributes: .concurrent)
@@ -77,6 +72,29 @@ final class SecretPortal: @unchecked Sendable {
     }
 
     private var userData: gpointer { Unmanaged.passUnretained(self).toOpaque() }
+
+    /// The object's calls, to `call` and the `version` property. `nonisolated(unsafe)`: GLib
+    /// data made once and never written after (GDBus only reads it, from any thread).
+    nonisolated(unsafe) private static let vtable: UnsafeMutablePointer<GDBusInterfaceVTable> = {
+        let vtable = UnsafeMutablePointer<GDBusInterfaceVTable>.allocate(capacity: 1)
+        vtable.initialize(to: GDBusInterfaceVTable())
+        vtable.pointee.method_call = {
+            _, sender, _, interface, method, parameters, invocation, user in
+            SecretPortal.this(user).call(
+                sender: sender.map { String(cString: $0) } ?? "",
+                interface: String(cString: interface!), method: String(cString: method!),
+                parameters: GV(borrowing: parameters!), invocation: invocation!)
+        }
+        vtable.pointee.get_property = { _, _, _, interface, property, _, user in
+            // Only `version` is declared (GDBus checks the name first): it describes the
+            // interface, so anyone may read it.
+            guard PortalOperations.of(String(cString: interface!), "Get") != nil,
+                String(cString: property!) == "version"
+            else { return nil }
+            return g_variant_ref_sink(g_variant_new_uint32(SecretPortal.version))
+        }
+        return vtable
+    }()
 
     private static func this(_ p: gpointer?) -> SecretPortal {
         Unmanaged<SecretPortal>.fromOpaque(p!).takeUnretainedValue()
@@ -94,25 +112,9 @@ final class SecretPortal: @unchecked Sendable {
             g_error_free(err)
             return false
         }
-        nodeInfo = info
-        vtable.initialize(to: GDBusInterfaceVTable())
-        vtable.pointee.method_call = {
-            _, sender, _, interface, method, parameters, invocation, user in
-            SecretPortal.this(user).call(
-                sender: sender.map { String(cString: $0) } ?? "",
-                interface: String(cString: interface!), method: String(cString: method!),
-                parameters: GV(borrowing: parameters!), invocation: invocation!)
-        }
-        vtable.pointee.get_property = { _, _, _, interface, property, _, user in
-            // Only `version` is declared (GDBus checks the name first): it describes the
-            // interface, so anyone may read it.
-            guard PortalOperations.of(String(cString: interface!), "Get") != nil,
-                String(cString: property!) == "version"
-            else { return nil }
-            return g_variant_ref_sink(g_variant_new_uint32(SecretPortal.version))
-        }
+        // `info` is never freed: the object stays registered as long as vaultd runs.
         let id = g_dbus_connection_register_object(
-            service.connection, Self.path, iface, vtable, userData, nil, &err)
+            service.connection, Self.path, iface, Self.vtable, userData, nil, &err)
         guard id != 0 else {
             service.logger.error(
                 "secret portal: cannot register \(Self.path): \(String(cString: cg_error_message(err)))"
@@ -152,13 +154,15 @@ final class SecretPortal: @unchecked Sendable {
             }
             let requester = try requester(handle)
             let pipe = fd
-            let pending = Invocation(raw: invocation)
+            // Handed to the worker, which returns it (GDBus's return functions may be called from
+            // any thread); only that worker uses it after the hand-off.
+            let pending = Handed(invocation)
             try startWork { [self] in
                 try answer(
                     appID: appID, portalSession: portalSession, requester: requester,
                     portal: portal, fd: pipe)
             } onEnd: { [logger = service.logger] result in
-                Self.reply(pending.raw, result, logger: logger)
+                Self.reply(pending.value, result, logger: logger)
             }
             fd = -1  // the worker closes it now
         } catch {
@@ -357,12 +361,6 @@ enum PortalOperations {
     static func of(_ interface: String, _ member: String) -> Operation? {
         byMember[interface + "." + member]
     }
-}
-
-/// A method invocation handed to a worker, which returns it (GDBus's return functions may be
-/// called from any thread); `@unchecked Sendable`: only that worker uses it after the hand-off.
-private struct Invocation: @unchecked Sendable {
-    let raw: OpaquePointer
 }
 
 /// What `/proc/PID/exe` and the file at its path say, for `PortalPeer`.

@@ -55,21 +55,21 @@ extension SecretService {
         _ message: OpaquePointer, sender: String, vaultSession: VaultSession,
         run: @escaping @Sendable (VaultSession) throws -> GV?
     ) {
-        let box = MessageBox(message)
+        let box = GObjectReference(retaining: message)
         let waiting = vaultSession.waiting(.wait)
         do {
             try answerOffThread { [self] in
                 let reply: OpaquePointer
                 do {
                     let out = try run(waiting)
-                    reply = g_dbus_message_new_method_reply(box.message)
+                    reply = g_dbus_message_new_method_reply(box.raw)
                     if let out { out.pass { g_dbus_message_set_body(reply, $0) } }
                 } catch {
                     let e = BusError(error)
                     reply = g_dbus_message_new_method_error_literal(
-                        box.message, e.name.rawValue, e.message)
+                        box.raw, e.name.rawValue, e.message)
                 }
-                send(reply, answering: box.message)
+                send(reply, answering: box.raw)
             }
         } catch {
             let e = BusError(error)
@@ -93,23 +93,6 @@ extension SecretService {
             g_error_free(err)
         }
     }
-}
-
-/// One reference to a GDBusMessage, for the thread that answers it (released at deinit).
-final class MessageBox: @unchecked Sendable {
-    let message: OpaquePointer
-    init(_ message: OpaquePointer) {
-        self.message = message
-        g_object_ref(UnsafeMutableRawPointer(message))
-    }
-    deinit { g_object_unref(UnsafeMutableRawPointer(message)) }
-}
-
-/// A value the answering thread takes over from the bus thread (a `GV` of the call's
-/// arguments: GVariants are immutable and their references atomic).
-final class Handed<T>: @unchecked Sendable {
-    let value: T
-    init(_ value: T) { self.value = value }
 }
 
 /// Thrown by a call's handler (`dispatchOwn`, `methodCall`) when the call is answered off the

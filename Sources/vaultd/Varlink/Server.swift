@@ -10,11 +10,7 @@ import Glibc
 
 /// Accepts connections on the listening socket, checks each peer with SO_PEERCRED, and
 /// serves each connection on its own thread: frames in, dispatch, replies out, in order.
-///
-/// `@unchecked Sendable`: the connection tables and the refusal-log times are read and
-/// written under `state`, an `NSCondition` that `stop` waits on for the connections to end
-/// (a `Mutex` has no wait); `wake` is set once before the accept loop starts.
-final class Server: @unchecked Sendable {
+final class Server: Sendable {
     let listener: UnixSocket
     /// vaultd's log: refusals, budgets, accept failures.
     let logger: Logger
@@ -23,28 +19,24 @@ final class Server: @unchecked Sendable {
     /// `shutdown` would act on systemd's copy too: every later connect refused).
     let listenerIsShared: Bool
     /// `stop` writes to `wake[1]` to end the accept loop, which polls the listener and `wake[0]`.
-    private var wake: [Int32] = [-1, -1]
+    private let wake: [Int32]
     let dispatcher: Dispatcher
-    let identify: (PeerCredentials) -> Result<VaultSession, VaultError>
+    let identify: @Sendable (PeerCredentials) -> Result<VaultSession, VaultError>
     let limits: Limits
-    private let state = NSCondition()
-    private var connections: [ObjectIdentifier: UnixSocket] = [:]
-    private var appConnections: [String: Int] = [:]
-    /// Open connections per identity (`identityKey`), for `maximumConnectionsPerPeer`.
-    private var identityConnections: [String: Int] = [:]
-    /// When a refusal over `maximumConnectionsPerPeer` was last logged (under `state`).
-    private var lastPeerRefusalLog: UInt64 = 0
+    /// The open connections, counted per app and per identity.
+    private struct Tables {
+        var connections: [ObjectIdentifier: UnixSocket] = [:]
+        var appConnections: [String: Int] = [:]
+        /// Open connections per identity (`identityKey`), for `maximumConnectionsPerPeer`.
+        var identityConnections: [String: Int] = [:]
+        /// When a refusal over `maximumConnectionsPerPeer` was last logged.
+        var lastPeerRefusalLog: UInt64 = 0
+    }
+    private let tables = Mutex(Tables())
     /// When the accept loop last logged a refusal over `maximumConnections` (its thread only).
-    private var lastRefusalLog: UInt64 = 0
-    /// What a connection over `maximumConnections` is sent before it is closed (the accept
-    /// loop's thread only).
-    private lazy var tooManyConnections: [UInt8] =
-        VarlinkReply(
-            error: VaultError(
-                .rateLimited,
-                "vaultd is serving \(limits.maximumConnections) connections, the most it serves at once (VAULTD_MAX_CONNECTIONS); try again shortly",
-                extra: ["retryAfter": JSON(1.0)])
-        ).checkedJSON.serialized() + [0]
+    private let lastRefusalLog = Atomic<UInt64>(0)
+    /// What a connection over `maximumConnections` is sent before it is closed.
+    private let tooManyConnections: [UInt8]
     /// Calls being served. Counted without a lock, as is `stopping`: every call touches
     /// them, from every connection's thread. A connection also polls for its next call only
     /// while no other call is being served.
@@ -204,7 +196,7 @@ final class Server: @unchecked Sendable {
     init(
         listener: UnixSocket, listenerIsShared: Bool = false, dispatcher: Dispatcher,
         limits: Limits = Limits(), logger: Logger,
-        identify: @escaping (PeerCredentials) -> Result<VaultSession, VaultError>
+        identify: @escaping @Sendable (PeerCredentials) -> Result<VaultSession, VaultError>
     ) {
         self.logger = logger
         self.listener = listener
@@ -227,10 +219,17 @@ final class Server: @unchecked Sendable {
         self.limits = limits
         self.dispatcher = dispatcher
         self.identify = identify
+        tooManyConnections =
+            VarlinkReply(
+                error: VaultError(
+                    .rateLimited,
+                    "vaultd is serving \(limits.maximumConnections) connections, the most it serves at once (VAULTD_MAX_CONNECTIONS); try again shortly",
+                    extra: ["retryAfter": JSON(1.0)])
+            ).checkedJSON.serialized() + [0]
     }
 
     /// App IDs with at least one open connection.
-    var runningApps: Set<String> { state.withLock { Set(appConnections.keys) } }
+    var runningApps: Set<String> { tables.withLock { Set($0.appConnections.keys) } }
 
     /// Runs the accept loop on a new thread.
     func start() {
@@ -293,20 +292,21 @@ final class Server: @unchecked Sendable {
             }
             _ = vault_set_passcred(conn.fd)
             var overCap = false
-            let admitted: Bool = state.withLock {
+            let admitted: Bool = tables.withLock {
                 if stopping.load(ordering: .sequentiallyConsistent) { return false }
-                if connections.count >= limits.maximumConnections {
+                if $0.connections.count >= limits.maximumConnections {
                     overCap = true
                     return false
                 }
-                connections[ObjectIdentifier(conn)] = conn
+                $0.connections[ObjectIdentifier(conn)] = conn
                 return true
             }
             guard admitted else {
                 // Said once a minute at most: a flood must not fill the log.
                 let now = MonotonicClock.nanoseconds()
-                if now &- lastRefusalLog >= 60_000_000_000 || lastRefusalLog == 0 {
-                    lastRefusalLog = now
+                let last = lastRefusalLog.load(ordering: .relaxed)
+                if now &- last >= 60_000_000_000 || last == 0 {
+                    lastRefusalLog.store(now, ordering: .relaxed)
                     if !stopping.load(ordering: .relaxed) {
                         logger.warning(
                             "refused a connection: \(limits.maximumConnections) are open, the most vaultd serves at once (VAULTD_MAX_CONNECTIONS)"
@@ -324,7 +324,7 @@ final class Server: @unchecked Sendable {
                 // Each connection's thread is `vaultd-conn` in /proc/PID/task/*/comm.
                 _ = vault_set_thread_name("vaultd-conn")
                 serve(conn, peer: peer)
-                state.withLock { _ = connections.removeValue(forKey: ObjectIdentifier(conn)) }
+                tables.withLock { _ = $0.connections.removeValue(forKey: ObjectIdentifier(conn)) }
                 conn.close()
             }
             t.stackSize = 1 << 20
@@ -335,7 +335,7 @@ final class Server: @unchecked Sendable {
     /// Stops accepting, waits (up to `timeout` seconds) for in-flight calls, then wakes every
     /// connection thread so they exit.
     func stop(timeout: Double) {
-        state.withLock { stopping.store(true, ordering: .sequentiallyConsistent) }
+        tables.withLock { _ in stopping.store(true, ordering: .sequentiallyConsistent) }
         // Connections still queued stay queued: for systemd's socket, the next vaultd takes them.
         if wake[1] >= 0 {
             _ = try? [UInt8(ascii: "x")].withUnsafeBytes { try SystemCall.write(wake[1], $0) }
@@ -345,7 +345,7 @@ final class Server: @unchecked Sendable {
         while callsInProgress.load(ordering: .sequentiallyConsistent) > 0 && Date() < deadline {
             usleep(5_000)
         }
-        let open = state.withLock { Array(connections.values) }
+        let open = tables.withLock { Array($0.connections.values) }
         for c in open { c.shutdown() }
     }
 
@@ -459,18 +459,21 @@ final class Server: @unchecked Sendable {
     {
         let identity = Self.identityKey(session, peer)
         var logRefusal = false
-        let admitted: Bool = state.withLock {
-            guard identityConnections[identity, default: 0] < limits.maximumConnectionsPerPeer
+        let admitted: Bool = tables.withLock { tables in
+            guard
+                tables.identityConnections[identity, default: 0]
+                    < limits.maximumConnectionsPerPeer
             else {
                 let now = MonotonicClock.nanoseconds()
-                if lastPeerRefusalLog == 0 || now &- lastPeerRefusalLog >= 60_000_000_000 {
-                    lastPeerRefusalLog = now
+                let last = tables.lastPeerRefusalLog
+                if last == 0 || now &- last >= 60_000_000_000 {
+                    tables.lastPeerRefusalLog = now
                     logRefusal = true
                 }
                 return false
             }
-            identityConnections[identity, default: 0] += 1
-            if let app = session.appID { appConnections[app, default: 0] += 1 }
+            tables.identityConnections[identity, default: 0] += 1
+            if let app = session.appID { tables.appConnections[app, default: 0] += 1 }
             return true
         }
         if admitted { return identity }
@@ -492,12 +495,14 @@ final class Server: @unchecked Sendable {
 
     /// Gives back the connection `admit` counted for `identity`.
     private func release(_ identity: String, _ session: VaultSession) {
-        state.withLock {
-            identityConnections[identity]! -= 1
-            if identityConnections[identity] == 0 { identityConnections[identity] = nil }
+        tables.withLock { tables in
+            tables.identityConnections[identity]! -= 1
+            if tables.identityConnections[identity] == 0 {
+                tables.identityConnections[identity] = nil
+            }
             if let app = session.appID {
-                appConnections[app]! -= 1
-                if appConnections[app] == 0 { appConnections[app] = nil }
+                tables.appConnections[app]! -= 1
+                if tables.appConnections[app] == 0 { tables.appConnections[app] = nil }
             }
         }
     }

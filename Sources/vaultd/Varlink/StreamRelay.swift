@@ -43,52 +43,51 @@ final class StreamRelay: Sendable {
 }
 
 /// Replies waiting to be streamed to one observer, serialized.
-///
-/// `@unchecked Sendable`: its items, byte count and state are read and written under
-/// `condition`.
-final class EventQueue: @unchecked Sendable {
-    private let condition = NSCondition()
-    private var items: [[UInt8]] = []
-    /// Bytes of `items`, each counted with a 64-byte overhead (so a flood of tiny events is
-    /// bounded too).
-    private var bytes = 0
+final class EventQueue: Sendable {
+    private struct State {
+        var items: [[UInt8]] = []
+        /// Bytes of `items`, each counted with a 64-byte overhead (so a flood of tiny events
+        /// is bounded too).
+        var bytes = 0
+        var overflowed = false
+    }
+    private let state = Monitor(State())
     /// An observer this far behind (bytes: not reading its stream, during a burst such as
     /// the import of a large domain) is dropped: its stream ends, and a client that connects
     /// again starts from a snapshot. (Dropping the oldest events instead left its copy
     /// missing changes for good.) Counted in bytes, not events: 100,000 events of 512 KiB
     /// values would have been 50 GB.
     let capacityBytes: Int
-    private var overflowed = false
 
     init(capacityBytes: Int) { self.capacityBytes = capacityBytes }
 
     func push(_ item: [UInt8]) {
-        condition.withLock {
-            guard !overflowed else { return }
-            items.append(item)
-            bytes += item.count + 64
-            if bytes > capacityBytes {
-                overflowed = true
-                items = []
-                bytes = 0
+        state.withLock { state in
+            guard !state.overflowed else { return }
+            state.items.append(item)
+            state.bytes += item.count + 64
+            if state.bytes > capacityBytes {
+                state.overflowed = true
+                state.items = []
+                state.bytes = 0
             }
-            condition.signal()
         }
+        state.signal()
     }
 
     /// The replies queued, waiting up to `seconds` for one; nil once the queue overflowed
     /// (the stream is to end).
     func drain(waitingUpTo seconds: Double) -> [[UInt8]]? {
-        condition.withLock {
-            if items.isEmpty && !overflowed {
-                _ = condition.wait(until: Date().addingTimeInterval(seconds))
-            }
-            if overflowed { return nil }
+        state.withLock(
+            when: { !$0.items.isEmpty || $0.overflowed },
+            deadline: Date().addingTimeInterval(seconds)
+        ) { state in
+            if state.overflowed { return nil }
             defer {
-                items = []
-                bytes = 0
+                state.items = []
+                state.bytes = 0
             }
-            return items
+            return state.items
         }
     }
 }
