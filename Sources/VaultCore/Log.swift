@@ -108,9 +108,7 @@ public final class RateLimitedLog: Sendable {
         _ message: @autoclosure () -> String
     ) -> Bool {
         guard logger.writes(level) else { return false }
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        let now = UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
+        let now = MonotonicClock.nanoseconds()
         let suppressed: Int? = buckets.withLock { buckets in
             var b = buckets[reason] ?? Bucket(tokens: burst, last: now)
             b.tokens = min(burst, b.tokens + Double(now &- b.last) / 1e9 / interval)
@@ -141,19 +139,5 @@ public final class RateLimitedLog: Sendable {
 public func writeToStandardError(_ text: String) {
     _ = try? Array(text.utf8).withUnsafeBytes {
         try SystemCall.writeAll(STDERR_FILENO, $0, inherited: true)
-    }
-}
-
-/// Opens /dev/null on any of fds 0, 1 and 2 that is closed, so that no file or socket the
-/// process opens later becomes one of them (a client's connection as fd 2 would get the log).
-public func occupyClosedStandardDescriptors() {
-    for fd in [STDIN_FILENO, STDOUT_FILENO, STDERR_FILENO] {
-        guard !SystemCall.isOpen(fd), let n = try? SystemCall.open("/dev/null", O_RDWR) else {
-            continue
-        }
-        if n != fd {
-            try? SystemCall.dup2(n, fd)
-            SystemCall.close(n)
-        }
     }
 }

@@ -16,7 +16,7 @@ func fail(_ message: String, code: Int32 = 1) -> Never {
     exit(code)
 }
 
-occupyClosedStandardDescriptors()
+StandardOutput.occupyClosedDescriptors()
 
 let environment = ProcessInfo.processInfo.environment
 /// vaultd's log (stderr, with journald's level prefixes when stderr is the journal), at the

@@ -11,11 +11,12 @@ import Testing
         .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         .appendingPathComponent("Sources/VaultCore")
 
-    /// Every `public` (or `open`) function, initializer and subscript declaration in `text`:
+    /// Every `public` (or `open`, or `package`: other modules of the package see it)
+    /// function, initializer and subscript declaration in `text`:
     /// its name and its parameter list, however many lines the list spans.
     static func publicDeclarations(_ text: String) -> [(name: String, parameters: String)] {
         let declaration = try! Regex(
-            #"(?m)^\s*(?:@\w+(?:\([^)]*\))?\s+)*(?:public|open)\s+(?:(?:static|class|final|override|mutating|nonisolated|convenience|required)\s+)*(func\s+[^\s(<]+|init[?!]?|subscript)\s*(?:<[^>]*>)?\("#
+            #"(?m)^\s*(?:@\w+(?:\([^)]*\))?\s+)*(?:public|open|package)\s+(?:(?:static|class|final|override|mutating|nonisolated|convenience|required)\s+)*(func\s+[^\s(<]+|init[?!]?|subscript)\s*(?:<[^>]*>)?\("#
         )
         var out: [(String, String)] = []
         for match in text.matches(of: declaration) {
@@ -65,9 +66,10 @@ import Testing
                     _ itemClass: ItemClass, secret: SecureBytes, caller: Caller
                 ) throws {}
                 func internalOne(caller: Caller) {}
+                package func packageOne(caller: Caller) {}
             }
             """)
-        #expect(found.map(\.name) == ["func addItem"])
+        #expect(found.map(\.name) == ["func addItem", "func packageOne"])
         #expect(found.first?.parameters.contains("caller: Caller") == true)
     }
 }

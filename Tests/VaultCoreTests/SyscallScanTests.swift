@@ -17,7 +17,9 @@ import Testing
     /// The C functions only the layer calls.
     static let calls = [
         "open", "openat", "close", "read", "pread", "write", "pwrite", "fsync", "fdatasync",
-        "ftruncate", "truncate", "lseek", "fstat", "stat", "lstat", "fstatat", "fchmod", "chmod",
+        "ftruncate", "truncate", "lseek", "fstat", "stat", "lstat", "fstatat", "statvfs",
+        "fstatvfs", "fchmod",
+        "chmod",
         "rename", "renameat", "link", "linkat", "unlink", "unlinkat", "mkdir", "mkdirat", "rmdir",
         "readlink", "readlinkat", "realpath", "opendir", "fdopendir", "readdir", "closedir",
         "access", "faccessat", "fcntl", "dup", "dup2", "dup3", "pipe", "pipe2", "isatty",

@@ -235,16 +235,14 @@ public final class CacheStore: Sendable {
     /// Free and total bytes of the cache volume (`statvfs`; free as available to us).
     public func volumeSpace() -> (free: Int64, capacity: Int64)? {
         try? FileSystem.makeDirectory(root, mode: 0o700)
-        var s = statvfs()
-        guard statvfs(root, &s) == 0 else { return nil }
+        guard let s = try? SystemCall.statvfs(root) else { return nil }
         return (Int64(s.f_bavail) * Int64(s.f_frsize), Int64(s.f_blocks) * Int64(s.f_frsize))
     }
 
     /// Free and total inodes of the cache volume (free as available to us); nil when it
     /// cannot be asked or the filesystem has no inode count (f_files 0, as btrfs).
     func volumeInodes() -> (free: UInt64, total: UInt64)? {
-        var s = statvfs()
-        guard statvfs(root, &s) == 0, s.f_files > 0 else { return nil }
+        guard let s = try? SystemCall.statvfs(root), s.f_files > 0 else { return nil }
         return (UInt64(s.f_favail), UInt64(s.f_files))
     }
 

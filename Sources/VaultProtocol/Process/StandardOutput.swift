@@ -12,8 +12,9 @@ import Glibc
 /// `stdout` (as `print` does), in order, and is checked once at the end (`finish`).
 public enum StandardOutput {
     /// Opens /dev/null the other way round on a closed fd 0, 1 or 2 (as gnulib's stdopen): the
-    /// next file the tool opens (its socket to vaultd) must not become stdout and get the
-    /// output, and a write to a closed stdout must still fail (EBADF).
+    /// next file the process opens (a tool's socket to vaultd, a client's connection to
+    /// vaultd) must not become stdout or stderr and get the output or the log, and a write to
+    /// a closed stdout must still fail (EBADF). Every executable calls it first.
     public static func occupyClosedDescriptors() {
         for (fd, flags) in [
             (STDIN_FILENO, O_WRONLY), (STDOUT_FILENO, O_RDONLY), (STDERR_FILENO, O_RDONLY),

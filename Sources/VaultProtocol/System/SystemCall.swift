@@ -151,6 +151,16 @@ public enum SystemCall {
         return st
     }
 
+    /// statvfs(3): the filesystem that holds `path` (a file or directory the process may
+    /// read), through fstatvfs on it opened (Swift takes `statvfs(` for the struct's init).
+    public static func statvfs(_ path: String) throws(Errno) -> statvfs {
+        let fd = try open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
+        defer { close(fd) }
+        var s = Glibc.statvfs()
+        try retryingOnInterrupt("fstatvfs") { Glibc.fstatvfs(fd, &s) }
+        return s
+    }
+
     /// lstat(2) (a final symbolic link itself).
     public static func lstat(_ path: String) throws(Errno) -> stat {
         var st = Glibc.stat()
