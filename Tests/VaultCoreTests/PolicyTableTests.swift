@@ -143,4 +143,44 @@ import VaultProtocol
             }
         }
     }
+
+    /// The Secret Service's signals leave the session filtered: an app's subscription is sent
+    /// the lock state and the changes to items of its own groups, never another group's.
+    @Test func itemChangeSubscriptionsShowOnlyTheCallersGroups() throws {
+        try withVault { vault, _ in
+            let app = try vault.registeredApp("org.example.App")
+            let grant = try vault.session(for: app).subscribe(.observeItemChanges) { _ in }.grant
+            func change(_ group: String, row: Int64) -> ItemChange {
+                ItemChange(
+                    .created, itemClass: .genericPassword, accessGroup: group, service: "s",
+                    account: "a", row: row)
+            }
+            let mine = change(app.defaultAccessGroup, row: 1)
+            let others = change("org.example.Other", row: 2)
+            let owners = change(Caller.ownerAccessGroup, row: 3)
+            guard
+                case .itemsChanged(let shown)? = Policy.shown(
+                    .itemsChanged([others, mine, owners]), to: grant)
+            else {
+                Issue.record("the app's own change was not shown")
+                return
+            }
+            #expect(shown == [mine])
+            #expect(Policy.shown(.itemsChanged([others, owners]), to: grant) == nil)
+            let locked = LockState(state: .locked, unlockedSinceStart: true, hasPassphrase: true)
+            #expect(Policy.visible(.lockState(locked), to: grant))
+            #expect(!Policy.visible(.keychainChanged, to: grant))
+            let daemon = try vault.daemonSession(for: .secretServiceSignals).subscribe(
+                .observeItemChanges
+            ) { _ in }.grant
+            guard
+                case .itemsChanged(let all)? = Policy.shown(
+                    .itemsChanged([others, mine, owners]), to: daemon)
+            else {
+                Issue.record("vaultd's own subscription was not shown the changes")
+                return
+            }
+            #expect(all == [others, mine, owners])
+        }
+    }
 }

@@ -38,6 +38,9 @@ public enum Operation: Sendable, Equatable {
     case requestUnlock
     /// A Secret Service SetAlias (which collection `default` or `login` names).
     case setAlias
+    /// The Secret Service's signals: the changes to items of the access groups the caller
+    /// sees (ItemCreated, ItemDeleted, ItemChanged) and the lock state (`Locked`).
+    case observeItemChanges
     /// A process registering itself as the Secret Service's prompter: the agent vaultd asks
     /// for the passphrase when a client's prompt unlocks the vault (a desktop's dialog).
     case registerPrompter
@@ -100,6 +103,7 @@ public enum Operation: Sendable, Equatable {
         case .useAccessGroup: .useAccessGroup
         case .requestUnlock: .requestUnlock
         case .setAlias: .setAlias
+        case .observeItemChanges: .observeItemChanges
         case .registerPrompter: .registerPrompter
         case .listAccess: .listAccess
         case .grantAccess: .grantAccess
@@ -132,7 +136,8 @@ public enum Operation: Sendable, Equatable {
         case hello, status, initialize, unlock, unlockFromKeyring, lock, changePassphrase,
             observeLockState, backup, restore, checkStore
         case addItem, copyItems, updateItems, deleteItems
-        case listAccessGroups, useAccessGroup, requestUnlock, setAlias, registerPrompter
+        case listAccessGroups, useAccessGroup, requestUnlock, setAlias, registerPrompter,
+            observeItemChanges
         case listAccess, grantAccess, revokeAccess
         case readPreferences, writePreferences, listDomains, observePreferences
         case cacheDirectory, cacheUsage, purgeCaches, observeCachePurges
@@ -158,7 +163,7 @@ public enum Operation: Sendable, Equatable {
                 .deleteItems,
                 .readPreferences, .writePreferences, .listDomains, .observePreferences,
                 .cacheDirectory, .cacheUsage, .observeCachePurges, .listAccessGroups,
-                .useAccessGroup, .requestUnlock:
+                .useAccessGroup, .requestUnlock, .observeItemChanges:
                 .admitted
             }
         }

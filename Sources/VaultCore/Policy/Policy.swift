@@ -111,7 +111,8 @@ public enum Policy {
             .observeLockState, .backup, .restore, .checkStore,
             .listDomains, .cacheUsage, .purgeCaches, .observeCachePurges, .installApp,
             .uninstallApp, .listApps, .showApp,
-            .listAccessGroups, .requestUnlock, .setAlias, .registerPrompter, .listAccess,
+            .listAccessGroups, .requestUnlock, .setAlias, .registerPrompter,
+            .observeItemChanges, .listAccess,
             .grantAccess, .revokeAccess, .syncInit, .syncJoin, .syncApprove, .syncStatus,
             .syncLeave, .syncRemove, .syncConflicts, .syncSettleConflict:
             break
@@ -204,7 +205,9 @@ public enum Policy {
     /// purge of its own app (the owner: every app's).
     public static func visible(_ event: VaultEvent, to grant: Grant) -> Bool {
         switch (grant.kind, event) {
-        case (.observeLockState, .lockState): true
+        case (.observeLockState, .lockState), (.observeItemChanges, .lockState): true
+        case (.observeItemChanges, .itemsChanged(let changes)):
+            changes.contains { seesItem(inAccessGroup: $0.accessGroup, grant.caller) }
         // Byte for byte: two domains differing only in Unicode normalisation are two to the
         // store; as Swift strings one would stand for the other (an observer of its own suite
         // heard another app's writes to the twin suite).
@@ -213,5 +216,14 @@ public enum Policy {
         case (.observeCachePurges, .cachePurge(let appID, _)): seesCache(of: appID, grant.caller)
         default: false
         }
+    }
+
+    /// `event` as a subscriber holding `grant` is sent it, nil when not at all
+    /// (`visible`): an item change event keeps only the changes of groups it sees.
+    static func shown(_ event: VaultEvent, to grant: Grant) -> VaultEvent? {
+        guard visible(event, to: grant) else { return nil }
+        guard case .itemsChanged(let changes) = event, !grant.caller.isOwner else { return event }
+        return .itemsChanged(
+            changes.filter { seesItem(inAccessGroup: $0.accessGroup, grant.caller) })
     }
 }

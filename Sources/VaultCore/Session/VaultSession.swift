@@ -89,6 +89,10 @@ extension Vault {
         case loginKeyringUnlock
         /// The passphrase the user typed into vaultd's own unlock dialog.
         case unlockDialog
+        /// The Secret Service's signals: vaultd's bus front-end hears every item change
+        /// and the lock state, and sends each connection what that connection's session
+        /// `sees`.
+        case secretServiceSignals
     }
 
     /// The owner's session for one of vaultd's own actions: the only way a front-end acts as

@@ -19,7 +19,7 @@ public final class VaultSubscription: Sendable {
         self.vault = vault
         self.grant = grant
         let registered = vault.addObserverReportingSequence { event in
-            if Policy.visible(event, to: grant) { receive(event) }
+            if let shown = Policy.shown(event, to: grant) { receive(shown) }
         }
         self.token = registered.id
         self.emittedThrough = registered.emittedThrough
@@ -45,15 +45,15 @@ public final class VaultSubscription: Sendable {
 }
 
 extension VaultSession {
-    /// Starts an Observe (`operation`: observeLockState, observePreferences or
-    /// observeCachePurges): `receive` gets every later event the policy shows the caller, in
+    /// Starts an Observe (`operation`: observeLockState, observePreferences,
+    /// observeCachePurges or observeItemChanges): `receive` gets every later event the policy shows the caller, in
     /// the order they were emitted, on the emitting thread (it should return quickly). Throws
     /// the policy's refusal.
     public func subscribe(
         _ operation: Operation, receive: @escaping @Sendable (VaultEvent) -> Void
     ) throws -> VaultSubscription {
         switch operation.kind {
-        case .observeLockState, .observePreferences, .observeCachePurges:
+        case .observeLockState, .observePreferences, .observeCachePurges, .observeItemChanges:
             let grant = try vault.authorize(operation, for: caller)
             return VaultSubscription(vault: vault, grant: grant, receive: receive)
         default: throw VaultFailure(.internalError, "\(operation.kind) is not a subscription")

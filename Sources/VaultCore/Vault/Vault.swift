@@ -256,14 +256,14 @@ public final class Vault: @unchecked Sendable {
     /// they may call the vault. A preference or lock-state event may come on another thread
     /// than the one that made the change (they are handed out in the order the changes were
     /// made, one thread at a time: `OrderedEvents`); a handler should return quickly.
-    public func addObserver(_ handler: @escaping @Sendable (VaultEvent) -> Void) -> UUID {
+    func addObserver(_ handler: @escaping @Sendable (VaultEvent) -> Void) -> UUID {
         addObserverReportingSequence(handler).id
     }
 
     /// `addObserver`, also returning the highest preference write sequence whose events went
     /// out before `handler` was registered (0: none): those writes have committed, so a
     /// snapshot read from now on holds them, and `handler` gets every later one.
-    public func addObserverReportingSequence(_ handler: @escaping @Sendable (VaultEvent) -> Void)
+    func addObserverReportingSequence(_ handler: @escaping @Sendable (VaultEvent) -> Void)
         -> (id: UUID, emittedThrough: UInt64)
     {
         let id = UUID()
@@ -274,7 +274,7 @@ public final class Vault: @unchecked Sendable {
         return (id, through)
     }
 
-    public func removeObserver(_ id: UUID) {
+    func removeObserver(_ id: UUID) {
         _ = observersLock.withLock { observers.removeValue(forKey: id) }
     }
 

@@ -75,7 +75,7 @@ final class SecretService: @unchecked Sendable {
     var nextID: UInt64 = 0
     /// Whether the filter answers the inline reads (`InlineReads.swift`); set before it runs.
     var inlineEnabled = true
-    private var observer: UUID?
+    private var observer: VaultSubscription?
     /// What the filter answering reads on GDBus's worker thread keeps (`InlineReads.swift`).
     let inline = Locked(InlineState())
     /// The registered prompter agent, which prompts ask for the passphrase.
@@ -240,12 +240,18 @@ final class SecretService: @unchecked Sendable {
             return
         }
         serving = true
-        observer = vault.addObserver { [weak self] event in
-            switch event {
-            case .lockState: self?.lockStateChanged()
-            case .itemsChanged(let changes): self?.itemsChanged(changes)
-            default: break
+        do {
+            observer = try vault.daemonSession(for: .secretServiceSignals).subscribe(
+                .observeItemChanges
+            ) { [weak self] event in
+                switch event {
+                case .lockState: self?.lockStateChanged()
+                case .itemsChanged(let changes): self?.itemsChanged(changes)
+                default: break
+                }
             }
+        } catch {
+            logger.error("secret service: no item or lock signals will be sent: \(error)")
         }
         report()
         let l = g_main_loop_new(ctx, 0)
