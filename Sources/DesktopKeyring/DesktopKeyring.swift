@@ -348,20 +348,7 @@ public final class DesktopKeyring: @unchecked Sendable {
     public func search(
         _ schema: KeyringSchema, _ attributes: [String: String], loadSecrets: Bool = true
     ) throws -> [KeyringItem] {
-        let table = Self.table(attributes)
-        defer { g_hash_table_unref(table) }
-        let flags = SecretSearchFlags(
-            rawValue: SECRET_SEARCH_ALL.rawValue
-                | (loadSecrets ? SECRET_SEARCH_LOAD_SECRETS.rawValue : 0))
-        let list: UnsafeMutablePointer<GList>? = try Self.call(
-            timeout: timeout, what: "cannot search the keyring"
-        ) { c, e in
-            secret_service_search_sync(service, schema.pointer, table, flags, c, e)
-        }
-        defer { vk_list_free_objects(list) }
-        return (0..<vk_list_length(list)).compactMap { i in
-            vk_list_nth(list, i).map { Self.read($0.assumingMemoryBound(to: SecretItem.self)) }
-        }
+        try search(schema.pointer, attributes, loadSecrets: loadSecrets)
     }
 
     /// Searches every collection for items with exactly these attributes (no schema: the
@@ -370,6 +357,13 @@ public final class DesktopKeyring: @unchecked Sendable {
     public func search(attributes: [String: String], loadSecrets: Bool = true) throws
         -> [KeyringItem]
     {
+        try search(nil, attributes, loadSecrets: loadSecrets)
+    }
+
+    /// `search`, with `schema` (nil: none).
+    private func search(
+        _ schema: UnsafePointer<SecretSchema>?, _ attributes: [String: String], loadSecrets: Bool
+    ) throws -> [KeyringItem] {
         let table = Self.table(attributes)
         defer { g_hash_table_unref(table) }
         let flags = SecretSearchFlags(
@@ -378,7 +372,7 @@ public final class DesktopKeyring: @unchecked Sendable {
         let list: UnsafeMutablePointer<GList>? = try Self.call(
             timeout: timeout, what: "cannot search the keyring"
         ) { c, e in
-            secret_service_search_sync(service, nil, table, flags, c, e)
+            secret_service_search_sync(service, schema, table, flags, c, e)
         }
         defer { vk_list_free_objects(list) }
         return (0..<vk_list_length(list)).compactMap { i in

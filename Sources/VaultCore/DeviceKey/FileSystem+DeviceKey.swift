@@ -23,18 +23,7 @@ extension FileSystem {
                 "\(path) is damaged: it is not a regular file of at most \(limit) bytes. Put it back from a backup of this device"
             )
         }
-        guard st.st_uid == getuid() else {
-            throw VaultFailure(
-                .internalError,
-                "\(path) is owned by uid \(st.st_uid), not by this user (uid \(getuid())). Fix: chown \(getuid()) \(path)"
-            )
-        }
-        guard st.st_mode & 0o077 == 0 else {
-            throw VaultFailure(
-                .internalError,
-                "\(path) has permissions \(String(st.st_mode & 0o777, radix: 8)): it must not be accessible by others. Fix: chmod 600 \(path)"
-            )
-        }
+        try requirePrivate(st, at: path, holding: "a key file")
         var out = [UInt8](repeating: 0, count: Int(st.st_size))
         var got = 0
         while got < out.count {

@@ -68,6 +68,24 @@ enum FileSystem {
         return key
     }
 
+    /// Refuses the key file at `path` (its status `st`) when another user owns it or others
+    /// may read or write it: InternalError naming the fix. `what`: what it holds, for the
+    /// message ("a device key").
+    static func requirePrivate(_ st: stat, at path: String, holding what: String) throws {
+        guard st.st_uid == getuid() else {
+            throw VaultFailure(
+                .internalError,
+                "\(path) is owned by uid \(st.st_uid), not by this user (uid \(getuid())): refusing \(what) another user controls. Fix: chown \(getuid()) \(path)"
+            )
+        }
+        guard st.st_mode & 0o077 == 0 else {
+            throw VaultFailure(
+                .internalError,
+                "\(path) has permissions \(String(st.st_mode & 0o777, radix: 8)): \(what) must not be accessible by others. Fix: chmod 600 \(path)"
+            )
+        }
+    }
+
     /// The key in `fd` (the file at `path`), checked as `loadOrCreateKey` says. Throws
     /// InternalError, or `Errno` ("fstat", "read").
     private static func readKey(_ fd: borrowing FileDescriptor, at path: String, length: Int)
@@ -80,18 +98,7 @@ enum FileSystem {
                 "\(path) is damaged: it is not a regular file. Put back the device.key from a backup of this device and start vaultd again"
             )
         }
-        guard st.st_uid == getuid() else {
-            throw VaultFailure(
-                .internalError,
-                "\(path) is owned by uid \(st.st_uid), not by this user (uid \(getuid())): refusing a device key another user controls. Fix: chown \(getuid()) \(path)"
-            )
-        }
-        guard st.st_mode & 0o077 == 0 else {
-            throw VaultFailure(
-                .internalError,
-                "\(path) has permissions \(String(st.st_mode & 0o777, radix: 8)): a device key must not be accessible by others. Fix: chmod 600 \(path)"
-            )
-        }
+        try requirePrivate(st, at: path, holding: "a device key")
         guard st.st_size == off_t(length) else {
             throw VaultFailure(
                 .internalError,

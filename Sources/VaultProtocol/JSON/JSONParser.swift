@@ -354,53 +354,38 @@ private struct Parser {
                     let (range, escaped) = try scanString()
                     raws.append(RawStringMember(name: key, range: range, escaped: escaped))
                     try body(key, keyOffset, nil)
-                    skipWhitespace()
-                    guard index < bytes.count else {
-                        throw error("unexpected end of input in object")
-                    }
-                    if bytes[index] == UInt8(ascii: ",") {
-                        index += 1
-                        continue
-                    }
-                    if bytes[index] == UInt8(ascii: "}") {
-                        index += 1
-                        return
-                    }
-                    throw error("expected ',' or '}'")
+                    if try endOfObject() { return }
+                    continue
                 }
                 if depth == 0, !capturing, key == "parameters", bytes[index] == UInt8(ascii: "{") {
                     guard depth + 1 < JSON.maximumDepth else {
                         throw error("nesting deeper than \(JSON.maximumDepth)")
                     }
                     try body(key, keyOffset, try parseObject(depth: depth + 1, capturing: true))
-                    skipWhitespace()
-                    guard index < bytes.count else {
-                        throw error("unexpected end of input in object")
-                    }
-                    if bytes[index] == UInt8(ascii: ",") {
-                        index += 1
-                        continue
-                    }
-                    if bytes[index] == UInt8(ascii: "}") {
-                        index += 1
-                        return
-                    }
-                    throw error("expected ',' or '}'")
+                    if try endOfObject() { return }
+                    continue
                 }
             }
             try body(key, keyOffset, try parseValue(depth: depth + 1))
-            skipWhitespace()
-            guard index < bytes.count else { throw error("unexpected end of input in object") }
-            if bytes[index] == UInt8(ascii: ",") {
-                index += 1
-                continue
-            }
-            if bytes[index] == UInt8(ascii: "}") {
-                index += 1
-                return
-            }
-            throw error("expected ',' or '}'")
+            if try endOfObject() { return }
         }
+    }
+
+    /// After an object's member: true at its "}" (the object ended), false at a "," (another
+    /// member follows); either is consumed.
+    @inline(__always)
+    private mutating func endOfObject() throws -> Bool {
+        skipWhitespace()
+        guard index < bytes.count else { throw error("unexpected end of input in object") }
+        if bytes[index] == UInt8(ascii: ",") {
+            index += 1
+            return false
+        }
+        if bytes[index] == UInt8(ascii: "}") {
+            index += 1
+            return true
+        }
+        throw error("expected ',' or '}'")
     }
 
     mutating func parseArray(depth: Int) throws -> JSON {

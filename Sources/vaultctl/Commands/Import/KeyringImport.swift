@@ -46,29 +46,27 @@ extension KeyringCommand {
         let keychain = try context.vault().keychain
         var counts: [String: Int] = [:]
         var plannedKeys: ExactSet = []
+        /// How an item's result is printed: "cannot import", or its verb ("would …" in a dry
+        /// run, for a change).
+        func shown(_ verb: String) -> String {
+            if verb == "fail" { return "cannot import" }
+            return dryRun && verb != "unchanged" && verb != "skip" ? "would \(verb)" : verb
+        }
         for entry in entries.sorted(by: { $0.item.path < $1.item.path }) {
             let item = entry.item
             if asSecretService {
                 let (verb, note) = try importAsSecretServiceItem(item, keychain: keychain)
                 counts[verb, default: 0] += 1
-                let shown =
-                    verb == "fail"
-                    ? "cannot import"
-                    : dryRun && verb != "unchanged" && verb != "skip" ? "would \(verb)" : verb
                 say(
-                    "\(shown) Secret Service item \(JSON.string(item.label).text)\(note.map { ": " + $0 } ?? "")",
+                    "\(shown(verb)) Secret Service item \(JSON.string(item.label).text)\(note.map { ": " + $0 } ?? "")",
                     verb, from: item, item: nil, note: note)
                 continue
             }
             let (verb, mapped, note) = try importOne(
                 entry, keychain: keychain, plannedKeys: &plannedKeys)
             counts[verb, default: 0] += 1
-            let shown =
-                verb == "fail"
-                ? "cannot import"
-                : dryRun && verb != "unchanged" && verb != "skip" ? "would \(verb)" : verb
             say(
-                "\(shown) \(mapped.map { Self.describe($0) + " " } ?? "")from \(JSON.string(item.label).text)\(note.map { ": " + $0 } ?? "")",
+                "\(shown(verb)) \(mapped.map { Self.describe($0) + " " } ?? "")from \(JSON.string(item.label).text)\(note.map { ": " + $0 } ?? "")",
                 verb, from: item, item: mapped.map { ($0.itemClass, $0.attributes) }, note: note)
         }
         var summary = ["add", "update", "unchanged", "skip"].map {
