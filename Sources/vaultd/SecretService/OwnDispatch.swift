@@ -43,6 +43,10 @@ extension SecretService {
     /// Answers `message` (which this takes over) on the bus thread; no reply when the call
     /// asked for none.
     func dispatchOwn(_ message: OpaquePointer, sender: String) {
+        let owned = Handed(message)
+        if waitsBehindWrite(sender, { [self] in dispatchOwn(owned.value, sender: sender) }) {
+            return
+        }
         defer { g_object_unref(UnsafeMutableRawPointer(message)) }
         let path = String(cString: g_dbus_message_get_path(message)!)
         let interface = g_dbus_message_get_interface(message).map { String(cString: $0) } ?? ""
@@ -224,6 +228,19 @@ extension SecretService {
         }
         let vaultSession = try identify(sender)
         guard let target = SecretServicePath(path) else { throw BusError.noSuchObject }
+        if Self.writesDurably(interface, member) {
+            // Answered on a thread of its own (`SecretService+Writes.swift`); no reply here.
+            let call = GObjectReference(retaining: message)
+            let args = Handed(body)
+            let started = answerWrite(of: sender) { [self] in
+                reply(to: call) {
+                    try handleOffBusThread(
+                        member, of: interface, on: target, args.value, sender: sender,
+                        vaultSession: vaultSession)
+                }
+            }
+            if started { throw Deferred() }
+        }
         do {
             return try handle(
                 member, of: interface, on: target, body, sender: sender,

@@ -28,9 +28,9 @@ extension SecretService {
         error is AccessConfirmationNeeded || error is PresenceWouldWait
     }
 
-    /// Runs `answer` on a thread of its own, counted in `waitingCalls`; throws
-    /// LimitsExceeded when `maximumWaitingCalls` wait already.
-    func answerOffThread(_ answer: @escaping @Sendable () -> Void) throws {
+    /// Counts a call in `waitingCalls` (the caller counts it out); throws LimitsExceeded when
+    /// `maximumWaitingCalls` wait already.
+    func admitWaitingCall() throws {
         let admitted = waitingCalls.withLock { n -> Bool in
             guard n < Self.maximumWaitingCalls else { return false }
             n += 1
@@ -41,6 +41,12 @@ extension SecretService {
                 "\(Self.maximumWaitingCalls) calls are waiting for the user already; try again later"
             )
         }
+    }
+
+    /// Runs `answer` on a thread of its own, counted in `waitingCalls`; throws
+    /// LimitsExceeded when `maximumWaitingCalls` wait already.
+    func answerOffThread(_ answer: @escaping @Sendable () -> Void) throws {
+        try admitWaitingCall()
         let t = Thread { [self] in
             answer()
             waitingCalls.withLock { $0 -= 1 }
@@ -58,25 +64,28 @@ extension SecretService {
         let box = GObjectReference(retaining: message)
         let waiting = vaultSession.waiting(.wait)
         do {
-            try answerOffThread { [self] in
-                let reply: OpaquePointer
-                do {
-                    let out = try run(waiting)
-                    reply = g_dbus_message_new_method_reply(box.raw)
-                    if let out { out.pass { g_dbus_message_set_body(reply, $0) } }
-                } catch {
-                    let e = BusError(error)
-                    reply = g_dbus_message_new_method_error_literal(
-                        box.raw, e.name.rawValue, e.message)
-                }
-                send(reply, answering: box.raw)
-            }
+            try answerOffThread { [self] in reply(to: box) { try run(waiting) } }
         } catch {
             let e = BusError(error)
             send(
                 g_dbus_message_new_method_error_literal(message, e.name.rawValue, e.message),
                 answering: message)
         }
+    }
+
+    /// Sends `body`'s reply, or its error, to the call `message` is, unless it wanted none.
+    func reply(to message: GObjectReference, _ body: () throws -> GV?) {
+        let reply: OpaquePointer
+        do {
+            let out = try body()
+            reply = g_dbus_message_new_method_reply(message.raw)
+            if let out { out.pass { g_dbus_message_set_body(reply, $0) } }
+        } catch {
+            let e = BusError(error)
+            reply = g_dbus_message_new_method_error_literal(
+                message.raw, e.name.rawValue, e.message)
+        }
+        send(reply, answering: message.raw)
     }
 
     /// Sends `reply` (consumed) to `message`'s call unless it wanted none.

@@ -86,6 +86,11 @@ final class SecretService: @unchecked Sendable {
     /// Calls waiting for the user's confirmation of an access, each on a thread of its own
     /// (`SecretService+Access.swift`).
     let waitingCalls = Locked(0)
+    /// Durable writes being answered off the bus thread (`SecretService+Writes.swift`).
+    let writingCalls = Locked(0)
+    /// Connections with such a write not yet answered, and the calls each sent since, which
+    /// wait for it (`SecretService+Writes.swift`).
+    let behindWrites = Locked([String: [@Sendable () -> Void]]())
     /// The Flatpak secret portal's backend, on the same connection (`SecretPortal.swift`).
     private(set) lazy var portal = SecretPortal(service: self)
 
@@ -530,6 +535,17 @@ final class SecretService: @unchecked Sendable {
         sender: String, path: String, interface: String, method: String, parameters: GV,
         invocation: OpaquePointer
     ) {
+        let call = Handed((parameters, invocation))
+        if waitsBehindWrite(
+            sender,
+            { [self] in
+                methodCall(
+                    sender: sender, path: path, interface: interface, method: method,
+                    parameters: call.value.0, invocation: call.value.1)
+            })
+        {
+            return
+        }
         Self.answer(invocation) {
             if interface == Self.propertiesInterface {
                 return try propertyCall(method, sender: sender, path: path, parameters)
@@ -539,6 +555,17 @@ final class SecretService: @unchecked Sendable {
             }
             let vaultSession = try identify(sender)
             guard let target = SecretServicePath(path) else { throw BusError.noSuchObject }
+            if Self.writesDurably(interface, method) {
+                let started = answerWrite(of: sender) { [self] in
+                    let (parameters, invocation) = call.value
+                    Self.answer(invocation) {
+                        try handleOffBusThread(
+                            method, of: interface, on: target, parameters, sender: sender,
+                            vaultSession: vaultSession)
+                    }
+                }
+                if started { throw Deferred() }
+            }
             do {
                 return try handle(
                     method, of: interface, on: target, parameters, sender: sender,

@@ -559,6 +559,68 @@ import Glibc
         #expect(r.status == 0 && r.stdoutText == "20\n", "\(r)")
     }
 
+    /// Writes are answered off the bus thread (`SecretService+Writes.swift`), and several
+    /// clients' writes run at once: eight clients, each pipelining a CreateItem, a SearchItems
+    /// and an Item.Delete of the item made, twenty times, all at once, each get every reply in
+    /// order (the search finds the item just made, the delete takes it), and nothing is left.
+    @Test func concurrentClientsWritesKeepEachClientsOrder() throws {
+        let k = try Self.fixture()
+        defer { k.close() }
+        let script = """
+            import sys
+            from multiprocessing import Pool
+            def client(c):
+                from jeepney import DBusAddress, HeaderFields, MessageType, new_method_call
+                from jeepney.io.blocking import open_dbus_connection
+                conn = open_dbus_connection(bus="SESSION")
+                service = DBusAddress("/org/freedesktop/secrets", bus_name="org.freedesktop.secrets", interface="org.freedesktop.Secret.Service")
+                default = DBusAddress("/org/freedesktop/secrets/aliases/default", bus_name="org.freedesktop.secrets", interface="org.freedesktop.Secret.Collection")
+                session = conn.send_and_get_reply(new_method_call(service, "OpenSession", "sv", ("plain", ("s", ""))), timeout=10).body[1]
+                def replies(serials):
+                    got = {}
+                    while len(got) < len(serials):
+                        m = conn.receive(timeout=30)
+                        if m.header.message_type in (MessageType.method_return, MessageType.error):
+                            got[m.header.fields[HeaderFields.reply_serial]] = m
+                    return [got[s] for s in serials]
+                good = 0
+                for i in range(20):
+                    attributes = {"concurrent": "c%d-%d" % (c, i)}
+                    properties = {"org.freedesktop.Secret.Item.Label": ("s", "c%d-%d" % (c, i)), "org.freedesktop.Secret.Item.Attributes": ("a{ss}", attributes)}
+                    create = new_method_call(default, "CreateItem", "a{sv}(oayays)b", (properties, (session, b"", b"v", "text/plain"), True))
+                    search = new_method_call(service, "SearchItems", "a{ss}", (attributes,))
+                    serials = [next(conn.outgoing_serial), next(conn.outgoing_serial)]
+                    conn.send(create, serial=serials[0])
+                    conn.send(search, serial=serials[1])
+                    made, found = replies(serials)
+                    item = made.body[0]
+                    delete = new_method_call(DBusAddress(item, bus_name="org.freedesktop.secrets", interface="org.freedesktop.Secret.Item"), "Delete")
+                    again = new_method_call(service, "SearchItems", "a{ss}", (attributes,))
+                    serials = [next(conn.outgoing_serial), next(conn.outgoing_serial)]
+                    conn.send(delete, serial=serials[0])
+                    conn.send(again, serial=serials[1])
+                    deleted, after = replies(serials)
+                    good += (found.body[0] == [item] and deleted.header.message_type == MessageType.method_return and after.body == ([], []))
+                return good
+            with Pool(8) as p:
+                print(sum(p.map(client, range(8))))
+            """
+        let r = k.run("python3", ["-c", script], timeout: 300)
+        #expect(r.status == 0 && r.stdoutText == "160\n", "\(r)")
+        // Nothing is left of them.
+        let left = k.run(
+            "python3",
+            [
+                "-c",
+                """
+                import secretstorage
+                c = secretstorage.dbus_init()
+                print(sum(1 for i in secretstorage.search_items(c, {}) if "concurrent" in i.get_attributes()))
+                """,
+            ], timeout: 60)
+        #expect(left.stdoutText == "0\n", "\(left)")
+    }
+
     /// The item signals: a client that has called vaultd gets ItemCreated from the collection
     /// and both aliases of its default group, after the reply to the CreateItem that made the
     /// item; an app (a registered copy of python) gets none for the owner's item.

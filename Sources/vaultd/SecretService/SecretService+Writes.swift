@@ -1,0 +1,98 @@
+import Foundation
+import VaultCore
+import VaultProtocol
+
+/// Durable writes (CreateItem, SetSecret, Item.Delete, Collection.Delete) are answered off the
+/// bus thread. Each returns once its transaction is on disk (`GroupCommit`): on the bus thread
+/// every client's write, and every other call, waited behind one fsync at a time, so 16
+/// writing clients stored no faster than one. On threads of their own, concurrent writes
+/// share a group commit's fsync, and the bus thread goes on answering reads meanwhile.
+///
+/// At most `maximumWritingCalls` run so at once; a write past that is answered on the bus
+/// thread, as before (never refused). A connection's calls are still answered in the order it
+/// sent them: those it sends while its write runs wait, and the bus thread runs them once the
+/// write is answered (`waitsBehindWrite`); reads answered on GDBus's worker thread
+/// (`InlineReads.swift`) never overtake a call awaiting its reply.
+extension SecretService {
+    /// The most durable writes answered off the bus thread at once (each holds a thread).
+    static let maximumWritingCalls = 32
+
+    /// Whether `member` of `interface` is a durable write of items (its operation adds,
+    /// updates or deletes items): answered off the bus thread (`answerWrite`).
+    static func writesDurably(_ interface: String, _ member: String) -> Bool {
+        switch SecretServiceOperations.of(interface, member) {
+        case .operation(.addItem), .operation(.updateItems), .operation(.deleteItems): true
+        default: false
+        }
+    }
+
+    /// Runs `answer` (a write of `sender`'s) on a thread of its own, counted in
+    /// `writingCalls`; false, running nothing, when `maximumWritingCalls` run already (the
+    /// caller answers on its thread). Bus thread. Until `answer` returns, `sender`'s later
+    /// calls wait (`waitsBehindWrite`), then run on the bus thread in the order it sent them.
+    func answerWrite(of sender: String, _ answer: @escaping @Sendable () -> Void) -> Bool {
+        let admitted = writingCalls.withLock { n -> Bool in
+            guard n < Self.maximumWritingCalls else { return false }
+            n += 1
+            return true
+        }
+        guard admitted else { return false }
+        behindWrites.withLock { $0[sender] = [] }
+        let t = Thread { [self] in
+            answer()
+            writingCalls.withLock { $0 -= 1 }
+            onBusThread(priority: 0) { [self] in runCallsBehindWrite(of: sender) }
+        }
+        t.name = "vaultd-writing"
+        t.stackSize = 1 << 20
+        t.start()
+        return true
+    }
+
+    /// Whether `sender` has a write not yet answered: `call` (its next call, which the bus
+    /// thread was to answer now) is then kept, to run once that write is answered. Bus thread.
+    func waitsBehindWrite(_ sender: String, _ call: @escaping @Sendable () -> Void) -> Bool {
+        behindWrites.withLock { waiting -> Bool in
+            guard waiting[sender] != nil else { return false }
+            waiting[sender]!.append(call)
+            return true
+        }
+    }
+
+    /// After `sender`'s write was answered: its calls kept meanwhile, in order, until one of
+    /// them is another write answered off the bus thread (the rest then wait for that one).
+    /// Bus thread.
+    private func runCallsBehindWrite(of sender: String) {
+        var calls = behindWrites.withLock { $0.removeValue(forKey: sender) ?? [] }
+        while !calls.isEmpty {
+            calls.removeFirst()()
+            let rest = calls
+            let waitsAgain = behindWrites.withLock { waiting -> Bool in
+                guard let later = waiting[sender] else { return false }
+                waiting[sender] = rest + later
+                return true
+            }
+            if waitsAgain { return }
+        }
+    }
+
+    /// `handle` on a write's thread: with the session that does not wait, then, when the
+    /// engine needs the user (`waitsForUser`), again on this thread with one that waits,
+    /// counted among the calls waiting for the user (`admitWaitingCall`).
+    func handleOffBusThread(
+        _ method: String, of interface: String, on target: SecretServicePath, _ parameters: GV,
+        sender: String, vaultSession: VaultSession
+    ) throws -> GV? {
+        do {
+            return try handle(
+                method, of: interface, on: target, parameters, sender: sender,
+                vaultSession: vaultSession)
+        } catch let e where Self.waitsForUser(e) {
+            try admitWaitingCall()
+            defer { waitingCalls.withLock { $0 -= 1 } }
+            return try handle(
+                method, of: interface, on: target, parameters, sender: sender,
+                vaultSession: vaultSession.waiting(.wait))
+        }
+    }
+}
