@@ -176,21 +176,11 @@ public final class Database {
     /// `body` or COMMIT throws (StorageFull on a full disk), having rolled back.
     func writeDeferringSync(_ body: () throws -> Void) throws {
         try checkIdentity()
-        try execute("PRAGMA synchronous=NORMAL")
-        // SQLite refuses to change the level inside a transaction: restored once it ended.
-        // Every other write of this connection relies on FULL; should it not come back,
-        // the connection is closed rather than left writing without syncs.
-        defer {
-            do {
-                try execute("PRAGMA synchronous=FULL")
-            } catch {
-                if isInTransaction { try? execute("ROLLBACK") }
-                if (try? execute("PRAGMA synchronous=FULL")) == nil {
-                    logger.error("cannot restore synchronous=FULL (\(error)); closing the store")
-                    close()
-                }
-            }
-        }
+        // On a connection at FULL, NORMAL for this transaction only (`deferSyncs` sets it for
+        // good on the vault's writer).
+        let toggles = !syncsDeferred
+        if toggles { try execute("PRAGMA synchronous=NORMAL") }
+        defer { if toggles { restoreFullSync() } }
         try execute("BEGIN IMMEDIATE")
         inWritePath = true
         defer {
@@ -203,6 +193,37 @@ public final class Database {
         } catch {
             if isInTransaction { try? execute("ROLLBACK") }
             throw error
+        }
+    }
+
+    /// Set by `deferSyncs`: the connection commits at synchronous=NORMAL for good (no fsync
+    /// in COMMIT), and each write transaction is made durable by `syncWAL()` after its COMMIT
+    /// (the group commit's, outside the engine lock; `write`'s at once). In WAL mode that is
+    /// what FULL does: one sync of the WAL per commit; checkpoints sync at either level.
+    private(set) var syncsDeferred = false
+
+    /// For the vault's writer connection (`DatabasePool`), whose writes all go through the
+    /// group commit: synchronous=NORMAL, once. Toggled around each transaction instead (as
+    /// `writeDeferringSync` does on a connection at FULL), both PRAGMAs are prepared again by
+    /// SQLite every time (a PRAGMA runs once per prepare).
+    func deferSyncs() throws {
+        try execute("PRAGMA synchronous=NORMAL")
+        syncsDeferred = true
+    }
+
+    /// After a transaction `writeDeferringSync` ran at NORMAL on a connection at FULL: FULL
+    /// again (SQLite refuses to change the level inside a transaction). Every other write of
+    /// such a connection relies on FULL; should it not come back, the connection is closed
+    /// rather than left writing without syncs.
+    private func restoreFullSync() {
+        do {
+            try execute("PRAGMA synchronous=FULL")
+        } catch {
+            if isInTransaction { try? execute("ROLLBACK") }
+            if (try? execute("PRAGMA synchronous=FULL")) == nil {
+                logger.error("cannot restore synchronous=FULL (\(error)); closing the store")
+                close()
+            }
         }
     }
 
@@ -514,7 +535,10 @@ public final class Database {
         }
         #endif
         try checkIdentity()
-        return try transaction("BEGIN IMMEDIATE", body, then: ended)
+        let result = try transaction("BEGIN IMMEDIATE", body, then: ended)
+        // Committed at NORMAL: durable once the WAL is synced.
+        if syncsDeferred { try syncWAL() }
+        return result
     }
 
     /// Runs `body` after `begin`: committed when it returns, rolled back when it throws;

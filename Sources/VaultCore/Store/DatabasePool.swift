@@ -34,6 +34,9 @@ final class DatabasePool: @unchecked Sendable {
     init(writer: Database) {
         self.writer = writer
         writer.writesNeedTransaction = true
+        // Every write here is synced by the group commit after its COMMIT; should NORMAL not
+        // be set, each transaction sets it for itself, as on any connection at FULL.
+        try? writer.deferSyncs()
         readers = ReaderPool(path: writer.path, logger: writer.logger)
     }
 
