@@ -39,9 +39,18 @@ extension SecretService {
         guard admitted else { return false }
         behindWrites.withLock { $0[sender] = [] }
         let t = Thread { [self] in
+            let held = HeldChanges()
+            Thread.current.threadDictionary[HeldChanges.key] = held
             answer()
+            Thread.current.threadDictionary[HeldChanges.key] = nil
             writingCalls.withLock { $0 -= 1 }
-            onBusThread(priority: 0) { [self] in runCallsBehindWrite(of: sender) }
+            // After the reply: the signals of what the write changed, then the connection's
+            // calls that waited for it.
+            let changes = held.changes
+            onBusThread(priority: 0) { [self] in
+                for change in changes { send(change) }
+                runCallsBehindWrite(of: sender)
+            }
         }
         t.name = "vaultd-writing"
         t.stackSize = 1 << 20
@@ -95,4 +104,15 @@ extension SecretService {
                 vaultSession: vaultSession.waiting(.wait))
         }
     }
+}
+
+/// The changes a write answered on its own thread made (`notify` holds them there), signalled
+/// from the bus thread once its reply is sent: as on the bus thread, where a call's signals
+/// are sent after its reply, a client hears of an item after the reply that made it.
+final class HeldChanges {
+    static let key = "io.vaultd.SecretService.heldChanges"
+    var changes: [SecretService.Change] = []
+
+    /// The holder of the current thread, while a write runs on it.
+    static var current: HeldChanges? { Thread.current.threadDictionary[key] as? HeldChanges }
 }
