@@ -226,3 +226,15 @@ final class Locked<Value: Sendable>: Sendable {
         try mutex.withLock { (value: inout Value) throws(E) -> T in try body(&value) }
     }
 }
+
+extension Locked where Value == Int {
+    /// Counts one more in, unless `limit` are counted already: whether it was counted (the
+    /// caller counts it out when done).
+    func admit(below limit: Int) -> Bool {
+        withLock { n -> Bool in
+            guard n < limit else { return false }
+            n += 1
+            return true
+        }
+    }
+}

@@ -176,11 +176,7 @@ final class SecretPortal: Sendable {
         _ body: @escaping @Sendable () throws -> Void,
         onEnd: @escaping @Sendable (Result<Void, Error>) -> Void
     ) throws {
-        let admitted = inFlight.withLock { n -> Bool in
-            guard n < Self.maximumInFlight else { return false }
-            n += 1
-            return true
-        }
+        let admitted = inFlight.admit(below: Self.maximumInFlight)
         guard admitted else {
             throw BusError(
                 .limitsExceeded,

@@ -31,12 +31,7 @@ extension SecretService {
     /// Counts a call in `waitingCalls` (the caller counts it out); throws LimitsExceeded when
     /// `maximumWaitingCalls` wait already.
     func admitWaitingCall() throws {
-        let admitted = waitingCalls.withLock { n -> Bool in
-            guard n < Self.maximumWaitingCalls else { return false }
-            n += 1
-            return true
-        }
-        guard admitted else {
+        guard waitingCalls.admit(below: Self.maximumWaitingCalls) else {
             throw BusError.limitsExceeded(
                 "\(Self.maximumWaitingCalls) calls are waiting for the user already; try again later"
             )

@@ -31,12 +31,7 @@ extension SecretService {
     /// caller answers on its thread). Bus thread. Until `answer` returns, `sender`'s later
     /// calls wait (`waitsBehindWrite`), then run on the bus thread in the order it sent them.
     func answerWrite(of sender: String, _ answer: @escaping @Sendable () -> Void) -> Bool {
-        let admitted = writingCalls.withLock { n -> Bool in
-            guard n < Self.maximumWritingCalls else { return false }
-            n += 1
-            return true
-        }
-        guard admitted else { return false }
+        guard writingCalls.admit(below: Self.maximumWritingCalls) else { return false }
         behindWrites.withLock { $0[sender] = [] }
         let t = Thread { [self] in
             let held = HeldChanges()
