@@ -42,6 +42,7 @@ int vault_mount_id(int fd, unsigned long long *id) {
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 #include <sys/syscall.h>
@@ -69,17 +70,41 @@ int vault_peer_pidfd(int fd, pid_t *pid, uid_t *uid, gid_t *gid, int *pidfd, int
         errno = ESRCH;
         return -1;
     }
-#ifdef SYS_pidfd_open
-    p = (int)syscall(SYS_pidfd_open, *pid, 0);
+    p = vault_pidfd_open(*pid);
     if (p < 0) return -1;
-    (void)fcntl(p, F_SETFD, FD_CLOEXEC);
     *pidfd = p;
     *fallback = 1;
     return 0;
-#else
-    errno = ENOSYS;
-    return -1;
-#endif
+}
+
+/// The process's `/proc/PID` directory, opened: the process reference that predates pidfds.
+/// It keeps naming the process it was opened for: once that process is reaped and its pid
+/// given to another, lookups under the descriptor fail (ESRCH) rather than reach the new
+/// process's entries, and pidfd_send_signal(2) accepts it as a pidfd.
+static int proc_directory_open(pid_t pid) {
+    char path[32];
+    snprintf(path, sizeof(path), "/proc/%d", (int)pid);
+    return open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+}
+
+/// Whether the process a `/proc/PID` descriptor names has not terminated, as a pidfd would
+/// poll: its `stat` can still be read and its state (the field after the command's closing
+/// parenthesis) is neither zombie (Z) nor dead (X). Anything unreadable counts as gone.
+static int proc_directory_alive(int dirfd) {
+    int fd = openat(dirfd, "stat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    char buffer[1024];
+    ssize_t n;
+    do {
+        n = read(fd, buffer, sizeof(buffer) - 1);
+    } while (n < 0 && errno == EINTR);
+    close(fd);
+    if (n <= 0) return 0;
+    buffer[n] = 0;
+    const char *close_paren = strrchr(buffer, ')');
+    if (close_paren == NULL || close_paren[1] != ' ' || close_paren[2] == 0) return 0;
+    char state = close_paren[2];
+    return (state == 'Z' || state == 'X' || state == 'x') ? 0 : 1;
 }
 
 int vault_pidfd_open(pid_t pid) {
@@ -89,12 +114,13 @@ int vault_pidfd_open(pid_t pid) {
     }
 #ifdef SYS_pidfd_open
     int p = (int)syscall(SYS_pidfd_open, pid, 0);
-    if (p >= 0) (void)fcntl(p, F_SETFD, FD_CLOEXEC);
-    return p;
-#else
-    errno = ENOSYS;
-    return -1;
+    if (p >= 0) {
+        (void)fcntl(p, F_SETFD, FD_CLOEXEC);
+        return p;
+    }
+    if (errno != ENOSYS) return -1;
 #endif
+    return proc_directory_open(pid);
 }
 
 int vault_pidfd_signal(int pidfd, int sig) {
@@ -107,13 +133,19 @@ int vault_pidfd_signal(int pidfd, int sig) {
 }
 
 int vault_pidfd_alive(int pidfd) {
+    if (pidfd < 0) return 0;  // poll(2) skips a negative descriptor: it would pass as alive
     struct pollfd p = {.fd = pidfd, .events = POLLIN, .revents = 0};
     int n;
     do {
         n = poll(&p, 1, 0);
     } while (n < 0 && errno == EINTR);
     if (n < 0) return 0;
-    return (p.revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL)) == 0 ? 1 : 0;
+    if ((p.revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL)) == 0) return 1;
+    // A directory polls readable always: the descriptor is a `/proc/PID` one
+    // (vault_pidfd_open where pidfd_open is missing), asked through its `stat` instead.
+    struct stat st;
+    if (fstat(pidfd, &st) == 0 && S_ISDIR(st.st_mode)) return proc_directory_alive(pidfd);
+    return 0;
 }
 
 int vault_set_passcred(int fd) {

@@ -31,20 +31,24 @@ int vault_mount_id(int fd, unsigned long long *id);
 
 /// The peer of a connected AF_UNIX socket as a pidfd: SO_PEERCRED (pid, uid, gid) and
 /// SO_PEERPIDFD (Linux 6.5), which names the very process that connected however its pid is
-/// reused later. On a kernel without SO_PEERPIDFD, pidfd_open(pid) (Linux 5.3), with
-/// `*fallback` set to 1: that pidfd names whatever process has the pid now, which may
+/// reused later. On a kernel without SO_PEERPIDFD, `vault_pidfd_open(pid)`, with
+/// `*fallback` set to 1: that descriptor names whatever process has the pid now, which may
 /// already be another (the connector gone and its pid reused). Returns 0 with `*pidfd` open
 /// (FD_CLOEXEC; the caller closes it), or -1 (errno set) when neither is possible.
 int vault_peer_pidfd(int fd, pid_t *pid, uid_t *uid, gid_t *gid, int *pidfd, int *fallback);
 
 /// pidfd_open(pid) (Linux 5.3), FD_CLOEXEC: a pidfd for whatever process has `pid` now (the
-/// caller checks afterwards that it is the one it meant). Returns the descriptor, or -1
-/// (errno set).
+/// caller checks afterwards that it is the one it meant). Where pidfd_open is missing
+/// (ENOSYS: a kernel before 5.3, or valgrind 3.19, which does not implement it), the
+/// process's `/proc/PID` directory opened instead, the same kind of reference: it keeps
+/// naming that process, `vault_pidfd_alive` and pidfd_send_signal(2) take it. Returns the
+/// descriptor, or -1 (errno set).
 int vault_pidfd_open(pid_t pid);
 
 /// Whether the process `pidfd` names has not terminated: a pidfd polls readable once its
-/// process exits (pidfd_open(2)), so a zombie counts as gone. A failing poll counts as gone
-/// too (fails closed). Returns 1 or 0.
+/// process exits (pidfd_open(2)), so a zombie counts as gone. For a `/proc/PID` descriptor
+/// (see `vault_pidfd_open`), its `stat`'s state, zombies gone too. A failing poll or read
+/// counts as gone (fails closed). Returns 1 or 0.
 int vault_pidfd_alive(int pidfd);
 
 /// pidfd_send_signal(pidfd, sig): signals the process `pidfd` names, never another that got
