@@ -21,7 +21,7 @@ import Glibc
         init() throws {
             var pid: pid_t = 0
             let argv: [UnsafeMutablePointer<CChar>?] = [strdup("/bin/sleep"), strdup("600"), nil]
-            defer { argv.forEach { free($0) } }
+            defer { for p in argv { free(p) } }
             let rc = posix_spawn(&pid, "/bin/sleep", nil, nil, argv, environ)
             try #require(rc == 0)
             self.pid = pid
