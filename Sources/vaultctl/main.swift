@@ -111,7 +111,7 @@ let toolUsage = """
     Environment: VAULTD_SOCKET (default $XDG_RUNTIME_DIR/vaultd/vaultd.sock, else /tmp/vaultd-$UID/vaultd.sock)
                  VAULTCTL_TIMEOUT seconds each call may wait for vaultd (default VAULT_TIMEOUT, else 60,
                    and for ever for cache purge and app uninstall, which remove files one by one; 0: for ever)
-                 VAULT_BUSY_POLL_US microseconds to poll for a reply before sleeping (default 50; 0: never)
+                 VAULT_BUSY_POLL_US microseconds to poll for a reply before sleeping (default 200; 0: never)
     """
 
 /// Connects on first use, so `--help` and usage errors need no daemon.

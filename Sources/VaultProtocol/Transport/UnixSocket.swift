@@ -202,8 +202,15 @@ public final class VarlinkStream: @unchecked Sendable {
     private var reader = FrameReader()
     /// Used by `receive(polling: true)`: polls briefly for a reply before sleeping on it.
     private var busyPoll = BusyPoll(
-        windowMicroseconds: BusyPoll.window(fromEnvironment: "VAULT_BUSY_POLL_US", default: 50),
+        windowMicroseconds: BusyPoll.window(
+            fromEnvironment: "VAULT_BUSY_POLL_US", default: defaultPollMicroseconds),
         limit: .one)
+
+    /// The default poll for a reply, in microseconds: about the slow end of a lookup's reply
+    /// time on a virtual machine (the round trip plus vaultd's work), so that most replies
+    /// come within it and the client does not sleep and get woken for them. A reply that
+    /// takes longer costs the window once and then the back-off (`BusyPoll`).
+    public static let defaultPollMicroseconds = 200
 
     public init(socket: UnixSocket) { self.socket = socket }
 
@@ -222,7 +229,7 @@ public final class VarlinkStream: @unchecked Sendable {
     /// The next message, or nil when the peer closed the connection.
     /// Throws `JSONSyntaxError`, `FrameReader.Failure`, `Errno`.
     /// `polling`: poll briefly before sleeping (`BusyPoll`; `VAULT_BUSY_POLL_US`, default
-    /// 50 µs, 0 turns it off), for a reply expected within microseconds.
+    /// `defaultPollMicroseconds`, 0 turns it off), for a reply expected within microseconds.
     public func receive(polling: Bool = false) throws -> JSON? {
         while true {
             if let frame = try reader.nextFrame() { return try JSON.parse(frame) }
