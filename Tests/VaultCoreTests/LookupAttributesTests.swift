@@ -76,6 +76,58 @@ import VaultProtocol
         }
     }
 
+    /// An update that keeps an item's key columns (its secret, its label) writes only the
+    /// sealed columns; one that changes a key column (the account, the accessibility) writes
+    /// the whole row. Either way the item is found by its lookup attributes and keys as they
+    /// are now, and by nothing it no longer has.
+    @Test func updatesOfSealedColumnsAndOfKeysAreBothFoundAfterwards() throws {
+        try withVault { vault, _ in
+            try Self.add(vault, "one", ["k": "v"])
+            try Self.add(vault, "other", ["k": "w"])
+            func query(_ account: String) -> ItemQuery {
+                ItemQuery(
+                    itemClass: .genericPassword,
+                    attributes: ItemAttributes(
+                        service: Vault.secretServiceService, account: account))
+            }
+            func secretOf(_ account: String) throws -> [UInt8]? {
+                try vault.copyMatching(
+                    query(account), returnData: true, includingLocked: false, caller: .owner
+                ).first.flatMap { plain($0.data) }
+            }
+            var label = ItemAttributes()
+            label.label = "renamed"
+            #expect(
+                try vault.updateItems(query("one"), changes: label, secret: nil, caller: .owner)
+                    == 1)
+            #expect(
+                try vault.updateItems(
+                    query("one"), changes: ItemAttributes(), secret: secret("new secret"),
+                    caller: .owner) == 1)
+            #expect(try Self.search(vault, ["k": "v"]) == ["one"])
+            #expect(try secretOf("one") == Array("new secret".utf8))
+
+            var account = ItemAttributes()
+            account.account = "uno"
+            #expect(
+                try vault.updateItems(query("one"), changes: account, secret: nil, caller: .owner)
+                    == 1)
+            #expect(try Self.search(vault, ["k": "v"]) == ["uno"])
+            #expect(try secretOf("uno") == Array("new secret".utf8))
+            expectFailure(.itemNotFound) { _ = try secretOf("one") }
+
+            var accessible = ItemAttributes()
+            accessible.accessible = .afterFirstUnlock
+            #expect(
+                try vault.updateItems(
+                    query("uno"), changes: accessible, secret: nil, caller: .owner) == 1)
+            #expect(try Self.search(vault, ["k": "v"]) == ["uno"])
+            #expect(try secretOf("uno") == Array("new secret".utf8))
+            #expect(try Self.search(vault, ["k": "w"]) == ["other"])
+            #expect(try secretOf("other") == Array("secret of other".utf8))
+        }
+    }
+
     @Test func anAppSearchesOnlyItsOwnGroups() throws {
         try withVault { vault, _ in
             let a = try vault.registeredApp("org.example.A")

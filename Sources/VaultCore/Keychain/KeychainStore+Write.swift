@@ -14,12 +14,14 @@ extension KeychainStore {
     /// Encrypts and writes an item (insert when `id` is nil, else replace that row).
     private func write(
         id: Int64?, itemClass: ItemClass, attributes a: ItemAttributes, secret: SecureBytes,
-        generation: String?, in db: Database
+        generation: String?, keepsLookupAttributes: Bool = false, in db: Database
     ) throws {
         let values = try Self.encrypt(
             itemClass: itemClass, attributes: a, secret: secret,
             keys: try writeKeys(accessible: a.accessible ?? .whenUnlocked))
-        try store(values, id: id, generation: generation, in: db)
+        try store(
+            values, id: id, generation: generation, keepsLookupAttributes: keepsLookupAttributes,
+            in: db)
     }
 
     /// Where `encrypt`'s values hold the primary key's hash, where the columns end, and
@@ -27,6 +29,9 @@ extension KeychainStore {
     static let primaryKeyHashValue = 5
     private static let columnValues = 11
     private static let sizedValues = 8..<11
+    /// The columns a row's place in the indexes is made of: class, group, accessibility,
+    /// sync and the three hashes.
+    private static let keyValues = 1..<8
 
     /// The row values of an encrypted item: pure computation, no store access, so a durable
     /// add runs it before joining a group commit (outside the engine lock). Throws Param
@@ -78,10 +83,12 @@ extension KeychainStore {
 
     /// Inserts (`id` nil) or replaces a row of `encrypt`'s values. Throws DuplicateItem when
     /// another row has its primary key (class, group, sync and the class's key attributes:
-    /// unique, as in SecItemAdd).
-    func store(_ values: [SQLValue], id: Int64?, generation: String?, in db: Database)
-        throws
-    {
+    /// unique, as in SecItemAdd). `keepsLookupAttributes`: a replaced row's lookup attributes
+    /// are those it had (their hashes stay listed as they are).
+    func store(
+        _ values: [SQLValue], id: Int64?, generation: String?, keepsLookupAttributes: Bool = false,
+        in db: Database
+    ) throws {
         // Through the primary key's own listing: those of the service (or server) and the
         // account may hold thousands of rows (one server's internet passwords of one account,
         // one per path), each read for every write.
@@ -132,12 +139,8 @@ extension KeychainStore {
         do {
             if let id {
                 rowID = id
-                try db.run(
-                    """
-                    UPDATE items SET uuid = ?, item_class = ?, access_group = ?, accessible = ?, synchronizable = ?,
-                      primary_key_hash = ?, lookup_hash = ?, account_hash = ?, attributes = ?,
-                      wrapped_key = ?, secret = ? WHERE id = ?
-                    """, columns + [.integer(id)])
+                try Self.replace(id, with: columns, in: db)
+                if keepsLookupAttributes { return }
                 try db.run("DELETE FROM item_lookup_attributes WHERE item_id = ?", [.integer(id)])
             } else {
                 try db.run(
@@ -169,6 +172,28 @@ extension KeychainStore {
             throw VaultFailure(
                 .internalError, "the store refused the item's row (SQLite \(e.code))")
         }
+    }
+
+    /// Writes `columns` (`encrypt`'s) over row `id`. A row that keeps its key columns (an
+    /// update of the secret, or of attributes no key is made of: the common one) gets only
+    /// its uuid and sealed columns written, so none of `items`' indexes, nor the item
+    /// index's triggers, is touched; the WHERE has SQLite compare the stored key columns, so
+    /// a row that differs in any of them is written whole.
+    private static func replace(_ id: Int64, with columns: [SQLValue], in db: Database) throws {
+        let sealedOnly = try db.run(
+            """
+            UPDATE items SET uuid = ?, attributes = ?, wrapped_key = ?, secret = ?
+            WHERE id = ? AND item_class = ? AND access_group = ? AND accessible = ? AND synchronizable = ?
+              AND primary_key_hash = ? AND lookup_hash IS ? AND account_hash IS ?
+            """,
+            [columns[0]] + columns[sizedValues] + [.integer(id)] + columns[keyValues])
+        if sealedOnly == 1 { return }
+        try db.run(
+            """
+            UPDATE items SET uuid = ?, item_class = ?, access_group = ?, accessible = ?, synchronizable = ?,
+              primary_key_hash = ?, lookup_hash = ?, account_hash = ?, attributes = ?,
+              wrapped_key = ?, secret = ? WHERE id = ?
+            """, columns + [.integer(id)])
     }
 
     // MARK: SecItem operations
@@ -261,7 +286,8 @@ extension KeychainStore {
             a.modificationDate = now
             let s = try secret ?? decryptSecret(r)
             try write(
-                id: r.id, itemClass: r.itemClass, attributes: a, secret: s, generation: nil, in: db)
+                id: r.id, itemClass: r.itemClass, attributes: a, secret: s, generation: nil,
+                keepsLookupAttributes: a.lookupAttributes == r.attributes.lookupAttributes, in: db)
             reporting(ItemChange.update(r.itemClass, before: r.attributes, after: a, row: r.id))
         }
         try quota.checkGrowth(
