@@ -148,6 +148,43 @@ import VaultProtocol
         }
     }
 
+    /// The owner's collections come from the stored groups' loose index scan: the same
+    /// groups, in the same byte order, as DISTINCT gives, Unicode-equivalent names kept
+    /// apart, and a group gone once its last item is.
+    @Test func storedAccessGroupsAreTheDistinctGroupsInByteOrder() throws {
+        try withVault { vault, _ in
+            let a = try vault.registeredApp("org.example.A")
+            for (i, group) in ["user", "\u{e9}", "e\u{301}", "zz", "user", "\u{e9}"].enumerated() {
+                try Self.add(vault, "o\(i)", ["n": "\(i)"], group: group)
+            }
+            try Self.add(vault, "a1", ["n": "a"], caller: a)
+            func both() throws -> ([String], [String]) {
+                try vault.read { db in
+                    (
+                        try db.rows(Vault.storedAccessGroupsSQL).compactMap { $0[0].text },
+                        try db.rows("SELECT DISTINCT access_group FROM items ORDER BY access_group")
+                            .compactMap { $0[0].text }
+                    )
+                }
+            }
+            var (scanned, distinct) = try both()
+            #expect(scanned.elementsEqual(distinct) { $0.sameBytes($1) })
+            #expect(scanned.count == 5)
+            #expect(
+                scanned.map { Array($0.utf8) }
+                    == scanned.map { Array($0.utf8) }.sorted { $0.lexicographicallyPrecedes($1) })
+            var zz = ItemAttributes(service: Vault.secretServiceService, accessGroup: "zz")
+            zz.account = "o3"
+            #expect(
+                try vault.deleteItems(
+                    ItemQuery(itemClass: .genericPassword, attributes: zz), caller: .owner) == 1)
+            (scanned, distinct) = try both()
+            #expect(scanned.elementsEqual(distinct) { $0.sameBytes($1) })
+            #expect(!scanned.contains("zz"))
+            #expect(scanned.count == 4)
+        }
+    }
+
     @Test func sessionItemsAreEachCallersOwn() throws {
         try withVault { vault, _ in
             let a = try vault.registeredApp("org.example.A")

@@ -17,13 +17,25 @@ extension Vault {
         _ = try authorize(.listAccessGroups, for: caller)
         let stored: [String] =
             caller.isOwner
-            ? try read { db in
-                try db.rows("SELECT DISTINCT access_group FROM items ORDER BY access_group")
-                    .compactMap { $0[0].text }
-            }
+            ? try read { db in try db.rows(Self.storedAccessGroupsSQL).compactMap { $0[0].text } }
             : []
         return Policy.visibleAccessGroups(stored: stored, to: caller)
     }
+
+    /// The distinct access groups of `items`, in byte order (as `SELECT DISTINCT access_group
+    /// … ORDER BY access_group`): one seek of the `items_group` index per group, each to the
+    /// first entry after the last group found (a loose index scan), where DISTINCT reads every
+    /// entry of the index. The Secret Service asks at every item created or deleted (a
+    /// connection's `Collections`): at 100,000 items that was about 5 ms a time.
+    static let storedAccessGroupsSQL = """
+        WITH RECURSIVE g(name) AS (
+          SELECT min(access_group) FROM items
+          UNION ALL
+          SELECT (SELECT min(access_group) FROM items WHERE access_group > g.name) FROM g
+          WHERE g.name IS NOT NULL
+        )
+        SELECT name FROM g WHERE name IS NOT NULL
+        """
 
     /// A collection used as such (CreateCollection, its label, its lock state): the group it
     /// is, once the policy grants it (an app only one of its own groups: MissingEntitlement).
