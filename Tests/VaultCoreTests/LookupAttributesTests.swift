@@ -148,6 +148,46 @@ import VaultProtocol
         }
     }
 
+    /// A search lists the rows of its rarest pair first: a pair on one item (or none) goes
+    /// first whatever the others hold; when every pair is on several items, the fewest does,
+    /// counted up to `rarityCap`; equal counts, and the pairs after the first, keep their
+    /// order.
+    @Test func theRarestLookupPairGoesFirst() throws {
+        try withTemporaryDirectory { tmp in
+            let db = try Database(path: tmp + "/t.sqlite")
+            defer { db.close() }
+            try db.execute(
+                "CREATE TABLE item_lookup_attributes (hash BLOB NOT NULL, item_id INTEGER NOT NULL, PRIMARY KEY (hash, item_id)) WITHOUT ROWID"
+            )
+            // Pair k is on `counts[k]` items.
+            let counts = [100, 70, 5, 1, 0, 5, 3]
+            let pairs = counts.indices.map { [UInt8(ascii: "p"), UInt8($0)] }
+            for (pair, n) in zip(pairs, counts) {
+                for id in 0..<n {
+                    try db.run(
+                        "INSERT INTO item_lookup_attributes VALUES (?, ?)",
+                        [.blob(pair), .integer(Int64(id))])
+                }
+            }
+            func order(_ ks: [Int]) throws -> [Int] {
+                try KeychainStore.rarestFirst(ks.map { pairs[$0] }, in: db).map { Int($0[1]) }
+            }
+            #expect(try order([0, 3]) == [3, 0])
+            #expect(try order([3, 0]) == [3, 0])
+            #expect(try order([0, 1, 4, 3]) == [4, 0, 1, 3])
+            #expect(try order([0, 1, 2]) == [2, 0, 1])
+            #expect(try order([2, 1, 6, 0]) == [6, 2, 1, 0])
+            // Over the cap, 100 and 70 count alike: their order stays.
+            #expect(try order([0, 1]) == [0, 1])
+            #expect(try order([1, 0]) == [1, 0])
+            #expect(try order([5, 2]) == [5, 2])
+            #expect(try order([2, 5]) == [2, 5])
+            #expect(try order([0]) == [0])
+            #expect(try KeychainStore.rowCount(ofPair: pairs[0], upTo: 64, in: db) == 64)
+            #expect(try KeychainStore.rowCount(ofPair: pairs[2], upTo: 64, in: db) == 5)
+        }
+    }
+
     /// The owner's collections come from the stored groups' loose index scan: the same
     /// groups, in the same byte order, as DISTINCT gives, Unicode-equivalent names kept
     /// apart, and a group gone once its last item is.

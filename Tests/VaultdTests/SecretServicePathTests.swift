@@ -36,8 +36,20 @@ import Testing
             "/org/freedesktop/secrets/collection/_61",
             "/org/freedesktop/secrets/collection/", "/org/freedesktop/secrets/collection/login/",
             "/org/freedesktop/secretsx", "/org/freedesktop/secrets/collection/a/b/c",
+            "/org/freedesktop/secrets/", "/org/freedesktop/secrets//collection",
+            "/org/freedesktop/secret", "", "/", "/org/freedesktop/secrets/other",
+            "/org/freedesktop/secrets/session/a/b",
         ] {
             #expect(SecretServicePath(path) == nil, "\(path)")
         }
+    }
+
+    /// The folders themselves are paths under the service that are no object.
+    @Test func theFoldersAreInner() {
+        for folder in ["collection", "aliases", "session", "prompt"] {
+            #expect(SecretServicePath("/org/freedesktop/secrets/" + folder) == .inner, "\(folder)")
+        }
+        #expect(SecretServicePath("/org/freedesktop/secrets/session/7") == .session("7"))
+        #expect(SecretServicePath("/org/freedesktop/secrets/aliases/default") == .alias("default"))
     }
 }

@@ -173,18 +173,40 @@ final class KeychainStore {
 
     /// `hashes` (of a search's lookup attributes) in the order `CandidateSQL` uses them: the
     /// first lists its rows, each other is probed for those rows only, so the rarest goes
-    /// first. Apps' schemas have pairs most items share (libsecret's `xdg:schema` is on every
-    /// item of a schema): found first, one would list all of them on each lookup. Each pair's
-    /// rows are counted up to `rarityCap` (a walk of the primary key's prefix that stops
-    /// there); equal counts keep their order.
+    /// first (the others keep their order: each is one probe per listed row, whichever comes
+    /// next). Apps' schemas have pairs most items share (libsecret's `xdg:schema` is on every
+    /// item of a schema): found first, one would list all of them on each lookup.
+    ///
+    /// Counting walks the primary key's prefix and stops at a limit, so a count costs what it
+    /// finds, up to the limit. Every pair is counted up to 2 first: a pair on one item or on
+    /// none (an account name, the common lookup) is the rarest whatever the others hold, and
+    /// the search costs a few steps of the index. Only when every pair is on two items or
+    /// more are they counted up to `rarityCap`, each only as far as the fewest found so far
+    /// (it goes first only when it has fewer). Equal counts keep their order.
     static func rarestFirst(_ hashes: [[UInt8]], in db: Database) throws -> [[UInt8]] {
         guard hashes.count > 1 else { return hashes }
-        let counts = try hashes.map { h in
-            try db.row(
-                "SELECT count(*) FROM (SELECT 1 FROM item_lookup_attributes WHERE hash = ? LIMIT \(rarityCap))",
-                [.blob(h)])?[0].int64 ?? 0
+        func first(_ i: Int) -> [[UInt8]] {
+            [hashes[i]] + hashes.indices.lazy.filter { $0 != i }.map { hashes[$0] }
         }
-        return hashes.indices.sorted { (counts[$0], $0) < (counts[$1], $1) }.map { hashes[$0] }
+        let few = try hashes.map { try rowCount(ofPair: $0, upTo: 2, in: db) }
+        if let i = few.indices.min(by: { (few[$0], $0) < (few[$1], $1) }), few[i] < 2 {
+            return first(i)
+        }
+        var rarest = 0
+        var fewest = try rowCount(ofPair: hashes[0], upTo: rarityCap, in: db)
+        for i in hashes.indices.dropFirst() where fewest > 2 {
+            let n = try rowCount(ofPair: hashes[i], upTo: fewest, in: db)
+            if n < fewest { (rarest, fewest) = (i, n) }
+        }
+        return first(rarest)
+    }
+
+    /// The rows holding lookup pair `hash`, counted up to `limit` (the walk stops there).
+    static func rowCount(ofPair hash: [UInt8], upTo limit: Int, in db: Database) throws -> Int {
+        Int(
+            try db.row(
+                "SELECT count(*) FROM (SELECT 1 FROM item_lookup_attributes WHERE hash = ? LIMIT ?)",
+                [.blob(hash), .integer(Int64(limit))])?[0].int64 ?? 0)
     }
 
     /// How many rows of one lookup pair `rarestFirst` counts at most.

@@ -43,11 +43,13 @@ extension SecretService {
     }
 
     /// Which calls are answered on the worker thread: interface, member, argument signature.
-    private static let inlineMethods: Set<String> = [
-        SecretServiceIntrospection.service + ".SearchItems(a{ss})",
-        SecretServiceIntrospection.service + ".GetSecrets(aoo)",
-        SecretServiceIntrospection.item + ".GetSecret(o)",
-    ]
+    /// C strings (`StaticString`), compared with GDBus's as they are.
+    private static let inlineMethods:
+        [(interface: StaticString, member: StaticString, signature: StaticString)] = [
+            ("org.freedesktop.Secret.Service", "SearchItems", "a{ss}"),
+            ("org.freedesktop.Secret.Service", "GetSecrets", "aoo"),
+            ("org.freedesktop.Secret.Item", "GetSecret", "o"),
+        ]
 
     private func filter(_ message: OpaquePointer, incoming: Bool) -> OpaquePointer? {
         let type = g_dbus_message_get_message_type(message)
@@ -180,6 +182,13 @@ extension SecretService {
         g_object_unref(UnsafeMutableRawPointer(message))
     }
 
+    /// Whether C string `a` is `b`.
+    private static func same(_ a: UnsafePointer<CChar>, _ b: StaticString) -> Bool {
+        b.utf8Start.withMemoryRebound(to: CChar.self, capacity: b.utf8CodeUnitCount + 1) {
+            strcmp(a, $0) == 0
+        }
+    }
+
     /// Whether `message` is one of `inlineMethods` at an object of its kind.
     private func isInlineCandidate(_ message: OpaquePointer) -> Bool {
         guard let i = g_dbus_message_get_interface(message),
@@ -187,12 +196,17 @@ extension SecretService {
         else {
             return false
         }
-        let signature = g_dbus_message_get_signature(message).map { String(cString: $0) } ?? ""
-        let interface = String(cString: i)
+        // Compared as the C strings GDBus holds: this runs for every call a connection
+        // sends while it has none awaiting a reply.
+        let signature = g_dbus_message_get_signature(message)
         guard
-            Self.inlineMethods.contains(
-                interface + "." + String(cString: m) + "(" + signature + ")")
+            let method = Self.inlineMethods.first(where: { candidate in
+                Self.same(m, candidate.member) && Self.same(i, candidate.interface)
+                    && (signature.map { Self.same($0, candidate.signature) }
+                        ?? (candidate.signature.utf8CodeUnitCount == 0))
+            })
         else { return false }
+        let interface = method.interface.description
         switch SecretServicePath(String(cString: p)) {
         case .service?: return interface == SecretServiceIntrospection.service
         case .item?, .damaged?: return interface == SecretServiceIntrospection.item

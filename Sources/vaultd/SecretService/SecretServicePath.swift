@@ -34,10 +34,7 @@ enum SecretServicePath: Equatable {
             self = .service
             return
         }
-        guard path.hasPrefix(Self.root + "/") else { return nil }
-        let parts = path.dropFirst(Self.root.count + 1).split(
-            separator: "/", omittingEmptySubsequences: false
-        ).map(String.init)
+        guard let parts = Self.elements(path) else { return nil }
         switch (parts.first, parts.count) {
         case ("collection", 1), ("aliases", 1), ("session", 1), ("prompt", 1): self = .inner
         case ("collection", 2):
@@ -63,6 +60,27 @@ enum SecretServicePath: Equatable {
         default: return nil
         }
     }
+
+    /// The elements of `path` under `root + "/"` (empty ones too), nil for a path outside it
+    /// or with more than three: no object of the service is deeper. Split on the bytes: a
+    /// path is ASCII, and this runs for every call.
+    private static func elements(_ path: String) -> [String]? {
+        let bytes = Array(path.utf8)
+        let prefix = rootElementPrefix
+        guard bytes.count >= prefix.count, bytes[..<prefix.count].elementsEqual(prefix) else {
+            return nil
+        }
+        var parts: [String] = []
+        var start = prefix.count
+        for i in prefix.count...bytes.count where i == bytes.count || bytes[i] == UInt8(ascii: "/")
+        {
+            guard parts.count < 3 else { return nil }
+            parts.append(String(decoding: bytes[start..<i], as: UTF8.self))
+            start = i + 1
+        }
+        return parts
+    }
+    private static let rootElementPrefix = Array((root + "/").utf8)
 
     var path: String {
         switch self {
