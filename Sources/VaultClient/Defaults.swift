@@ -194,8 +194,9 @@ public final class Defaults: Sendable {
                     return (s.domains[domain] ?? [:], Array(s.watchers.values))
                 }
             if !conts.isEmpty {
-                for key in Set(old.storage.keys).union(decoded.storage.keys).map(\.string)
-                where old[key] != decoded[key] {
+                var keys = ExactSet(old.keys.map { ExactString($0) })
+                keys.formUnion(decoded.keys.map { ExactString($0) })
+                for key in keys.map(\.string) where old[key] != decoded[key] {
                     for c in conts {
                         c.yield(DefaultsChange(domain: domain, key: key, value: decoded[key]))
                     }

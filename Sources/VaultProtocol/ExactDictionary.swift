@@ -43,93 +43,187 @@ public struct ExactString: Hashable, Comparable, Sendable, ExpressibleByStringLi
 /// face: subscripts, iteration and literals take and give `String`s. Two keys that differ
 /// only in Unicode normalisation are two entries, as they are to SQLite, to JSON and to
 /// CFDictionary; in a `[String: V]` the second would overwrite the first.
+///
+/// Up to `linearLimit` entries are kept in an array in the order they were first set and
+/// found by comparing bytes; past it, in a hash table. Most dictionaries are small (a call's
+/// parameters, an item's attributes, a JSON object on the wire), and a search of a few keys,
+/// each compared by its length first, costs less than one SipHash of the key. Iteration
+/// follows insertion order while the entries are few, the table's order after.
 public struct ExactDictionary<Value>: Sequence, ExpressibleByDictionaryLiteral {
     public typealias Element = (key: String, value: Value)
-    public var storage: [ExactString: Value]
+    /// The entries while there are at most `linearLimit` (and `table` is nil).
+    @usableFromInline var entries: [(key: ExactString, value: Value)]
+    /// The entries once there were more than `linearLimit` (then `entries` is empty).
+    @usableFromInline var table: [ExactString: Value]?
 
-    @inlinable public init() { storage = [:] }
-    @inlinable public init(minimumCapacity: Int) {
-        storage = .init(minimumCapacity: minimumCapacity)
+    /// The most entries kept in the array.
+    @inlinable static var linearLimit: Int { 8 }
+
+    @inlinable public init() {
+        entries = []
+        table = nil
     }
-    @inlinable public init(storage: [ExactString: Value]) { self.storage = storage }
+    @inlinable public init(minimumCapacity: Int) {
+        if minimumCapacity > Self.linearLimit {
+            entries = []
+            table = .init(minimumCapacity: minimumCapacity)
+        } else {
+            entries = []
+            entries.reserveCapacity(minimumCapacity)
+            table = nil
+        }
+    }
     /// From a Swift dictionary (whose keys are already distinct by canonical equivalence).
     @inlinable public init(_ d: [String: Value]) {
-        storage = .init(minimumCapacity: d.count)
-        for (k, v) in d { storage[ExactString(k)] = v }
+        self.init(minimumCapacity: d.count)
+        for (k, v) in d { self[k] = v }
     }
     /// Later pairs replace earlier ones with the same bytes.
     @inlinable public init(dictionaryLiteral elements: (String, Value)...) {
-        storage = .init(minimumCapacity: elements.count)
-        for (k, v) in elements { storage[ExactString(k)] = v }
+        self.init(minimumCapacity: elements.count)
+        for (k, v) in elements { self[k] = v }
+    }
+
+    /// The index in `entries` of the entry whose key is `key`'s bytes.
+    @inlinable func index(of key: String) -> Int? {
+        entries.firstIndex { $0.key.string.sameBytes(key) }
     }
 
     @inlinable public subscript(key: String) -> Value? {
-        get { storage[ExactString(key)] }
-        set { storage[ExactString(key)] = newValue }
+        get {
+            if let table { return table[ExactString(key)] }
+            return index(of: key).map { entries[$0].value }
+        }
+        set {
+            if let newValue {
+                updateValue(newValue, forKey: key)
+            } else {
+                removeValue(forKey: key)
+            }
+        }
     }
     @inlinable public subscript(key: String, default value: @autoclosure () -> Value) -> Value {
-        get { storage[ExactString(key), default: value()] }
-        set { storage[ExactString(key), default: value()] = newValue }
+        get { self[key] ?? value() }
+        set { self[key] = newValue }
     }
 
-    @inlinable public var count: Int { storage.count }
-    @inlinable public var isEmpty: Bool { storage.isEmpty }
-    @inlinable public var keys: [String] { storage.keys.map(\.string) }
-    @inlinable public var values: Dictionary<ExactString, Value>.Values { storage.values }
-    @inlinable public mutating func reserveCapacity(_ n: Int) { storage.reserveCapacity(n) }
+    @inlinable public var count: Int { table?.count ?? entries.count }
+    @inlinable public var isEmpty: Bool { count == 0 }
+    @inlinable public var keys: [String] {
+        table.map { $0.keys.map(\.string) } ?? entries.map(\.key.string)
+    }
+    @inlinable public var values: [Value] {
+        table.map { Array($0.values) } ?? entries.map(\.value)
+    }
+    @inlinable public mutating func reserveCapacity(_ n: Int) {
+        if table != nil {
+            table!.reserveCapacity(n)
+        } else if n <= Self.linearLimit {
+            entries.reserveCapacity(n)
+        }
+    }
 
     @discardableResult @inlinable
     public mutating func updateValue(_ value: Value, forKey key: String) -> Value? {
-        storage.updateValue(value, forKey: ExactString(key))
+        if table != nil { return table!.updateValue(value, forKey: ExactString(key)) }
+        if let i = index(of: key) {
+            let old = entries[i].value
+            entries[i].value = value
+            return old
+        }
+        if entries.count < Self.linearLimit {
+            entries.append((ExactString(key), value))
+            return nil
+        }
+        var t = [ExactString: Value](minimumCapacity: entries.count * 2 + 2)
+        for e in entries { t[e.key] = e.value }
+        t[ExactString(key)] = value
+        entries = []
+        table = t
+        return nil
     }
     @discardableResult @inlinable
     public mutating func removeValue(forKey key: String) -> Value? {
-        storage.removeValue(forKey: ExactString(key))
+        if table != nil { return table!.removeValue(forKey: ExactString(key)) }
+        guard let i = index(of: key) else { return nil }
+        return entries.remove(at: i).value
     }
 
     @inlinable public func mapValues<T>(_ transform: (Value) throws -> T) rethrows
         -> ExactDictionary<T>
     {
-        ExactDictionary<T>(storage: try storage.mapValues(transform))
+        var out = ExactDictionary<T>()
+        if let table {
+            out.table = try table.mapValues(transform)
+        } else {
+            out.entries = try entries.map { ($0.key, try transform($0.value)) }
+        }
+        return out
     }
     @inlinable public func compactMapValues<T>(_ transform: (Value) throws -> T?) rethrows
         -> ExactDictionary<T>
     {
-        ExactDictionary<T>(storage: try storage.compactMapValues(transform))
+        var out = ExactDictionary<T>(minimumCapacity: count)
+        for (k, v) in self { if let t = try transform(v) { out[k] = t } }
+        return out
     }
     @inlinable public func filter(_ isIncluded: (Element) throws -> Bool) rethrows
         -> ExactDictionary
     {
-        ExactDictionary(storage: try storage.filter { try isIncluded(($0.key.string, $0.value)) })
+        var out = ExactDictionary()
+        for e in self where try isIncluded(e) { out[e.key] = e.value }
+        return out
     }
-    @inlinable public var first: Element? { storage.first.map { ($0.key.string, $0.value) } }
+    @inlinable public var first: Element? {
+        if let table { return table.first.map { ($0.key.string, $0.value) } }
+        return entries.first.map { ($0.key.string, $0.value) }
+    }
     @inlinable public mutating func merge(
         _ other: ExactDictionary, uniquingKeysWith combine: (Value, Value) throws -> Value
     ) rethrows {
-        try storage.merge(other.storage, uniquingKeysWith: combine)
+        for (k, v) in other { self[k] = try self[k].map { try combine($0, v) } ?? v }
     }
     @inlinable public func merging(
         _ other: ExactDictionary, uniquingKeysWith combine: (Value, Value) throws -> Value
     ) rethrows -> ExactDictionary {
-        ExactDictionary(storage: try storage.merging(other.storage, uniquingKeysWith: combine))
+        var out = self
+        try out.merge(other, uniquingKeysWith: combine)
+        return out
     }
     /// The entries in byte order of their keys.
     @inlinable public func sortedByKey() -> [Element] {
-        storage.sorted { $0.key < $1.key }.map { ($0.key.string, $0.value) }
+        if let table {
+            return table.sorted { $0.key < $1.key }.map { ($0.key.string, $0.value) }
+        }
+        return entries.sorted { $0.key < $1.key }.map { ($0.key.string, $0.value) }
     }
 
     public struct Iterator: IteratorProtocol {
-        @usableFromInline var base: Dictionary<ExactString, Value>.Iterator
-        @inlinable init(_ base: Dictionary<ExactString, Value>.Iterator) { self.base = base }
+        @usableFromInline var table: Dictionary<ExactString, Value>.Iterator?
+        @usableFromInline var entries: IndexingIterator<[(key: ExactString, value: Value)]>
+        @inlinable init(_ d: ExactDictionary) {
+            table = d.table?.makeIterator()
+            entries = d.entries.makeIterator()
+        }
         @inlinable public mutating func next() -> (key: String, value: Value)? {
-            base.next().map { ($0.key.string, $0.value) }
+            if table != nil { return table!.next().map { ($0.key.string, $0.value) } }
+            return entries.next().map { ($0.key.string, $0.value) }
         }
     }
-    @inlinable public func makeIterator() -> Iterator { Iterator(storage.makeIterator()) }
-    @inlinable public var underestimatedCount: Int { storage.count }
+    @inlinable public func makeIterator() -> Iterator { Iterator(self) }
+    @inlinable public var underestimatedCount: Int { count }
 }
 
-extension ExactDictionary: Equatable where Value: Equatable {}
+extension ExactDictionary: Equatable where Value: Equatable {
+    /// The same keys (by their bytes) with equal values, in whatever order they were set.
+    @inlinable public static func == (a: ExactDictionary, b: ExactDictionary) -> Bool {
+        guard a.count == b.count else { return false }
+        for (k, v) in a {
+            guard let w = b[k], w == v else { return false }
+        }
+        return true
+    }
+}
 extension ExactDictionary: Sendable where Value: Sendable {}
 
 extension ExactDictionary: CustomStringConvertible {

@@ -150,8 +150,8 @@ public enum VarlinkValidation {
     ) -> Bool {
         guard object.count + taken.count <= fields.count else { return false }
         var requiredPresent = 0
-        for (key, value) in object.storage {
-            guard let field = fields.first(where: { key.string.sameBytes($0.name) }) else {
+        for (key, value) in object {
+            guard let field = fields.first(where: { key.sameBytes($0.name) }) else {
                 return false
             }
             if fieldProblem(value, field.type, in: interface) != nil { return false }
@@ -159,7 +159,7 @@ public enum VarlinkValidation {
         }
         // Members the secret parser took out of the message: strings, declared, not twice.
         for name in taken {
-            guard object.storage[name] == nil,
+            guard object[name.string] == nil,
                 let field = fields.first(where: { name.string.sameBytes($0.name) })
             else { return false }
             if !field.type.isOptional { requiredPresent += 1 }

@@ -294,14 +294,15 @@ private struct Parser {
     }
 
     mutating func parseObject(depth: Int, capturing: Bool = false) throws -> JSON {
-        // A message and its parameters get room for a typical object at once (growing from
-        // empty rehashed it three times); deeper objects grow as they fill, and an empty one
-        // allocates nothing, so a message of many small objects costs what `estimatedTreeBytes`
-        // says (12 buckets each made `[{},{},…]` cost 230 times its size).
+        // A message and its parameters get room for a typical object at once (the most an
+        // `ExactDictionary` keeps in its array: growing from empty reallocated it); deeper
+        // objects grow as they fill, and an empty one allocates nothing, so a message of many
+        // small objects costs what `estimatedTreeBytes` says (12 buckets each made
+        // `[{},{},…]` cost 230 times its size).
         // Keyed by bytes: RFC 8259 names are distinct when their code points are, so
         // "caf\u00e9" and "cafe\u0301" are two members, not a duplicate (nor one lost).
         var result =
-            depth <= JSON.reservedObjectDepth ? JSONObject(minimumCapacity: 12) : JSONObject()
+            depth <= JSON.reservedObjectDepth ? JSONObject(minimumCapacity: 8) : JSONObject()
         // Members left in the bytes (`capturing`), for the duplicate check.
         var left: Set<String> = []
         try parseMembers(depth: depth, capturing: capturing) { key, keyOffset, value in
@@ -311,7 +312,9 @@ private struct Parser {
                 }
                 return
             }
-            if left.contains(key) || result.updateValue(value, forKey: key) != nil {
+            if (!left.isEmpty && left.contains(key))
+                || result.updateValue(value, forKey: key) != nil
+            {
                 throw JSONSyntaxError(offset: keyOffset, reason: "duplicate key")
             }
         }

@@ -37,9 +37,9 @@ extension JSON {
             } else {
                 // `ExactString`'s `<` is this byte order; it is total, where Swift's `<` leaves
                 // two keys differing only in Unicode normalisation unordered.
-                for (i, member) in o.storage.sorted(by: { $0.key < $1.key }).enumerated() {
+                for (i, member) in o.sortedByKey().enumerated() {
                     if i > 0 { out.append(UInt8(ascii: ",")) }
-                    JSON.writeString(member.key.string, into: &out)
+                    JSON.writeString(member.key, into: &out)
                     out.append(UInt8(ascii: ":"))
                     member.value.write(into: &out)
                 }

@@ -84,9 +84,9 @@ enum BinaryPropertyList {
             case .dict(let d):
                 let me = objects.count
                 objects.append(.dict(keys: [], values: []))
-                let sorted = d.storage.keys.sorted()  // ExactString: by UTF-8 bytes
-                let keys = sorted.map { add(.string($0.string)) }
-                let values = sorted.map { add(d.storage[$0]!) }
+                let sorted = d.sortedByKey()  // by UTF-8 bytes
+                let keys = sorted.map { add(.string($0.key)) }
+                let values = sorted.map { add($0.value) }
                 objects[me] = .dict(keys: keys, values: values)
                 return me
             }
