@@ -31,7 +31,7 @@ extension SecretService {
     /// value at the next signal, and finds none. Who sees what is the policy's
     /// (`Policy.seesItem`, and the engine's answers to each connection's `Caller`); nothing
     /// is broadcast. Sent from the bus thread's next iteration, after the current call's reply.
-    /// A change made by a write answered on a thread of its own is held until that write's
+    /// A change made by a write answered off the bus thread is held until that write's
     /// reply is sent (`HeldChanges`, `answerWrite`), so that its signals follow the reply there
     /// too.
     func notify(_ change: Change) {

@@ -229,7 +229,7 @@ extension SecretService {
         let vaultSession = try identify(sender)
         guard let target = SecretServicePath(path) else { throw BusError.noSuchObject }
         if Self.writesDurably(interface, member) {
-            // Answered on a thread of its own (`SecretService+Writes.swift`); no reply here.
+            // Answered off the bus thread (`SecretService+Writes.swift`); no reply here.
             let call = GObjectReference(retaining: message)
             let args = Handed(body)
             let started = answerWrite(of: sender) { [self] in

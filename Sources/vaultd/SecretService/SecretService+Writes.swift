@@ -5,7 +5,7 @@ import VaultProtocol
 /// Durable writes (CreateItem, SetSecret, Item.Delete, Collection.Delete) are answered off the
 /// bus thread. Each returns once its transaction is on disk (`GroupCommit`): on the bus thread
 /// every client's write, and every other call, waited behind one fsync at a time, so 16
-/// writing clients stored no faster than one. On threads of their own, concurrent writes
+/// writing clients stored no faster than one. On threads of their own (`WritingThreads`), concurrent writes
 /// share a group commit's fsync, and the bus thread goes on answering reads meanwhile.
 ///
 /// At most `maximumWritingCalls` run so at once; a write past that is answered on the bus
@@ -26,30 +26,23 @@ extension SecretService {
         }
     }
 
-    /// Runs `answer` (a write of `sender`'s) on a thread of its own, counted in
+    /// Runs `answer` (a write of `sender`'s) on a thread of `writers`, counted in
     /// `writingCalls`; false, running nothing, when `maximumWritingCalls` run already (the
     /// caller answers on its thread). Bus thread. Until `answer` returns, `sender`'s later
     /// calls wait (`waitsBehindWrite`), then run on the bus thread in the order it sent them.
     func answerWrite(of sender: String, _ answer: @escaping @Sendable () -> Void) -> Bool {
         guard writingCalls.admit(below: Self.maximumWritingCalls) else { return false }
         behindWrites.withLock { $0[sender] = [] }
-        let t = Thread { [self] in
-            let held = HeldChanges()
-            Thread.current.threadDictionary[HeldChanges.key] = held
-            answer()
-            Thread.current.threadDictionary[HeldChanges.key] = nil
+        writers.run { [self] in
+            let changes = HeldChanges.holding(answer)
             writingCalls.withLock { $0 -= 1 }
             // After the reply: the signals of what the write changed, then the connection's
             // calls that waited for it.
-            let changes = held.changes
             onBusThread(priority: 0) { [self] in
                 for change in changes { send(change) }
                 runCallsBehindWrite(of: sender)
             }
         }
-        t.name = "vaultd-writing"
-        t.stackSize = 1 << 20
-        t.start()
         return true
     }
 
@@ -104,10 +97,28 @@ extension SecretService {
 /// The changes a write answered on its own thread made (`notify` holds them there), signalled
 /// from the bus thread once its reply is sent: as on the bus thread, where a call's signals
 /// are sent after its reply, a client hears of an item after the reply that made it.
-final class HeldChanges {
-    static let key = "io.vaultd.SecretService.heldChanges"
+///
+/// `@unchecked Sendable`: `changes` is appended to only on the write's thread, and read
+/// there once the write returned (`holding`).
+final class HeldChanges: @unchecked Sendable {
     var changes: [SecretService.Change] = []
 
+    /// The holder of each thread running a write, by thread.
+    private static let holders = Locked([ObjectIdentifier: HeldChanges]())
+
     /// The holder of the current thread, while a write runs on it.
-    static var current: HeldChanges? { Thread.current.threadDictionary[key] as? HeldChanges }
+    static var current: HeldChanges? {
+        let thread = ObjectIdentifier(Thread.current)
+        return holders.withLock { $0[thread] }
+    }
+
+    /// Runs `write` on this thread holding the changes it makes (`notify`); returns them.
+    static func holding(_ write: () -> Void) -> [SecretService.Change] {
+        let thread = ObjectIdentifier(Thread.current)
+        let held = HeldChanges()
+        holders.withLock { $0[thread] = held }
+        write()
+        holders.withLock { $0[thread] = nil }
+        return held.changes
+    }
 }

@@ -88,6 +88,8 @@ final class SecretService: @unchecked Sendable {
     let waitingCalls = Locked(0)
     /// Durable writes being answered off the bus thread (`SecretService+Writes.swift`).
     let writingCalls = Locked(0)
+    /// The threads they are answered on.
+    let writers = WritingThreads(limit: SecretService.maximumWritingCalls)
     /// Connections with such a write not yet answered, and the calls each sent since, which
     /// wait for it (`SecretService+Writes.swift`).
     let behindWrites = Locked([String: [@Sendable () -> Void]]())
