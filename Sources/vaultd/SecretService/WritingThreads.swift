@@ -24,6 +24,9 @@ final class WritingThreads: Sendable {
 
     init(limit: Int) { self.limit = limit }
 
+    /// The threads started so far (they are kept).
+    var threads: Int { state.withLock { $0.threads } }
+
     /// Runs `job` on an idle thread of the pool, a new one while there are fewer than
     /// `limit`, else on the first that becomes free.
     func run(_ job: @escaping @Sendable () -> Void) {
