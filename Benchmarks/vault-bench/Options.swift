@@ -82,7 +82,8 @@ struct Options {
 
         Filled vaults (per item count) and keyrings are cached in --cache-dir (default
         $XDG_CACHE_HOME/vault-bench) and copied for each run; --no-cache fills from scratch.
-        A 10,000-item keyring takes about 30 minutes to build the first time.
+        A vault is cached per vault-bench file (vaultd knows a rebuilt one as another program).
+        A 10,000-item keyring takes about 40 minutes to build the first time.
         --json prints the results as JSON on stdout instead of the tables.
         """
 

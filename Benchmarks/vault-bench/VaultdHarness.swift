@@ -180,9 +180,21 @@ struct VaultCache {
     /// v4: that index in memory instead (2026-11-30-items-lookup-in-memory).
     static let format = "v4"
 
+    /// A vault is vault-bench's own: vaultd records its items' creator, and a program the
+    /// user may replace is its file (device and inode, `ProgramIdentity.matchKey`), so a
+    /// rebuilt vault-bench reading a vault filled by the one before would be another program,
+    /// asked for each secret. The cache is therefore kept per vault-bench file.
     func path(items: Int) -> String {
-        options.cacheRoot + "/vault-\(Self.format)-\(items)-s\(options.secretSize)"
+        options.cacheRoot + "/vault-\(Self.format)-\(items)-s\(options.secretSize)-"
+            + Self.benchFile
     }
+
+    /// This executable's file as `device.inode` (of /proc/self/exe).
+    static let benchFile: String = {
+        var st = stat()
+        guard stat("/proc/self/exe", &st) == 0 else { return "unknown" }
+        return "\(st.st_dev).\(st.st_ino)"
+    }()
 
     /// A fresh data directory holding `items` items, in `workRoot`. Uses the cache when it can,
     /// else fills (from the largest smaller cached vault) and caches the result.
