@@ -58,6 +58,9 @@ public struct ExactDictionary<Value>: Sequence, ExpressibleByDictionaryLiteral {
 
     /// The most entries kept in the array.
     @inlinable static var linearLimit: Int { 8 }
+    /// The array's room at its first entry (`JSON.estimatedTreeBytes` counts on it: three
+    /// 40-byte entries and the array's header stay within one member's estimate).
+    @inlinable static var firstCapacity: Int { 3 }
 
     @inlinable public init() {
         entries = []
@@ -132,6 +135,9 @@ public struct ExactDictionary<Value>: Sequence, ExpressibleByDictionaryLiteral {
             return old
         }
         if entries.count < Self.linearLimit {
+            // Room for a few at the first: growing from one by doubling reallocated for
+            // each of a small object's first members.
+            if entries.capacity == 0 { entries.reserveCapacity(Self.firstCapacity) }
             entries.append((ExactString(key), value))
             return nil
         }

@@ -82,7 +82,8 @@ extension JSON {
     public static func estimatedTreeBytes(_ bytes: [UInt8]) -> Int {
         // Per array element: 24-byte stride, up to twice that after doubling growth.
         let elementBytes = 48
-        // Per object member: a 40-byte bucket, at most 3/4 full, up to twice after doubling.
+        // Per object member: a 40-byte entry (`ExactDictionary`'s array, three at the first)
+        // or bucket (its table past 8, at most 3/4 full), up to twice after doubling.
         let memberBytes = 112
         // A non-empty array or object: its heap header and malloc's rounding.
         let containerBytes = 80

@@ -62,17 +62,20 @@ final class BusRelay: @unchecked Sendable {
     /// (measured: `as`, `a{ss}`, `ay` at about 1×); every variant, and every array of
     /// containers, becomes GVariants of their own (measured: `av` of bytes 40×, `aay` 15×).
     static func decodedCost(bytes: Int, signature: String) -> Int {
-        // On the signature's bytes (ASCII type codes): Foundation's substring search
-        // costs more than the rest of the relay's work on a message.
-        let s = Array(signature.utf8)
-        func has(_ part: StaticString) -> Bool {
-            let p = UnsafeBufferPointer(start: part.utf8Start, count: part.utf8CodeUnitCount)
-            guard s.count >= p.count else { return false }
-            return (0...(s.count - p.count)).contains { s[$0..<$0 + p.count].elementsEqual(p) }
+        // On the signature's bytes (ASCII type codes), in place: Foundation's substring
+        // search costs more than the rest of the relay's work on a message.
+        var signature = signature
+        let expanding = signature.withUTF8 { s -> Bool in
+            func has(_ part: StaticString) -> Bool {
+                let p = UnsafeBufferPointer(start: part.utf8Start, count: part.utf8CodeUnitCount)
+                guard s.count >= p.count else { return false }
+                return (0...(s.count - p.count)).contains {
+                    s[$0..<$0 + p.count].elementsEqual(p)
+                }
+            }
+            return s.contains(UInt8(ascii: "v")) || s.contains(UInt8(ascii: "("))
+                || has("aa") || has("a{sv}") || has("a{sa")
         }
-        let expanding =
-            s.contains(UInt8(ascii: "v")) || s.contains(UInt8(ascii: "("))
-            || has("aa") || has("a{sv}") || has("a{sa")
         return max(minimumCost, bytes * (expanding ? 40 : 1))
     }
 

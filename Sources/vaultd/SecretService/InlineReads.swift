@@ -42,14 +42,28 @@ extension SecretService {
             }, Unmanaged.passUnretained(self).toOpaque(), nil)
     }
 
-    /// Which calls are answered on the worker thread: interface, member, argument signature.
-    /// C strings (`StaticString`), compared with GDBus's as they are.
-    private static let inlineMethods:
-        [(interface: StaticString, member: StaticString, signature: StaticString)] = [
-            ("org.freedesktop.Secret.Service", "SearchItems", "a{ss}"),
-            ("org.freedesktop.Secret.Service", "GetSecrets", "aoo"),
-            ("org.freedesktop.Secret.Item", "GetSecret", "o"),
-        ]
+    /// A call answered on the worker thread: interface, member and argument signature as C
+    /// strings (made once, compared with GDBus's by `strcmp`, nothing allocated per call),
+    /// and whether its object is an item (else the service).
+    private struct InlineMethod {
+        let interface: [CChar]
+        let member: [CChar]
+        let signature: [CChar]
+        let atItem: Bool
+        init(_ interface: String, _ member: String, _ signature: String, atItem: Bool) {
+            self.interface = Array(interface.utf8CString)
+            self.member = Array(member.utf8CString)
+            self.signature = Array(signature.utf8CString)
+            self.atItem = atItem
+        }
+    }
+
+    /// Which calls are answered on the worker thread.
+    private static let inlineMethods = [
+        InlineMethod(SecretServiceIntrospection.service, "SearchItems", "a{ss}", atItem: false),
+        InlineMethod(SecretServiceIntrospection.service, "GetSecrets", "aoo", atItem: false),
+        InlineMethod(SecretServiceIntrospection.item, "GetSecret", "o", atItem: true),
+    ]
 
     private func filter(_ message: OpaquePointer, incoming: Bool) -> OpaquePointer? {
         let type = g_dbus_message_get_message_type(message)
@@ -182,13 +196,6 @@ extension SecretService {
         g_object_unref(UnsafeMutableRawPointer(message))
     }
 
-    /// Whether C string `a` is `b`.
-    private static func same(_ a: UnsafePointer<CChar>, _ b: StaticString) -> Bool {
-        b.utf8Start.withMemoryRebound(to: CChar.self, capacity: b.utf8CodeUnitCount + 1) {
-            strcmp(a, $0) == 0
-        }
-    }
-
     /// Whether `message` is one of `inlineMethods` at an object of its kind.
     private func isInlineCandidate(_ message: OpaquePointer) -> Bool {
         guard let i = g_dbus_message_get_interface(message),
@@ -201,15 +208,14 @@ extension SecretService {
         let signature = g_dbus_message_get_signature(message)
         guard
             let method = Self.inlineMethods.first(where: { candidate in
-                Self.same(m, candidate.member) && Self.same(i, candidate.interface)
-                    && (signature.map { Self.same($0, candidate.signature) }
-                        ?? (candidate.signature.utf8CodeUnitCount == 0))
+                strcmp(m, candidate.member) == 0 && strcmp(i, candidate.interface) == 0
+                    && (signature.map { strcmp($0, candidate.signature) == 0 }
+                        ?? (candidate.signature == [0]))
             })
         else { return false }
-        let interface = method.interface.description
         switch SecretServicePath(String(cString: p)) {
-        case .service?: return interface == SecretServiceIntrospection.service
-        case .item?, .damaged?: return interface == SecretServiceIntrospection.item
+        case .service?: return !method.atItem
+        case .item?, .damaged?: return method.atItem
         default: return false
         }
     }

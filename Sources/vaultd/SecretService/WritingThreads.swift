@@ -13,11 +13,9 @@ final class WritingThreads: Sendable {
     private struct State {
         /// Jobs not yet taken, first in first out.
         var jobs: [@Sendable () -> Void] = []
-        var head = 0
         var threads = 0
         /// Threads waiting for a job.
         var idle = 0
-        var queued: Int { jobs.count - head }
     }
     private let state = Monitor(State())
     private let limit: Int
@@ -33,7 +31,7 @@ final class WritingThreads: Sendable {
         let start = state.withLock { s -> Bool in
             s.jobs.append(job)
             // Each idle thread takes one queued job once woken.
-            if s.queued <= s.idle { return false }
+            if s.jobs.count <= s.idle { return false }
             guard s.threads < limit else { return false }
             s.threads += 1
             return true
@@ -53,15 +51,10 @@ final class WritingThreads: Sendable {
     private func serve() {
         while true {
             state.withLock { $0.idle += 1 }
-            let job = state.withLock(when: { $0.queued > 0 }) { s -> @Sendable () -> Void in
+            // At most `limit` jobs are queued: removing the first moves a few pointers.
+            let job = state.withLock(when: { !$0.jobs.isEmpty }) { s -> @Sendable () -> Void in
                 s.idle -= 1
-                let job = s.jobs[s.head]
-                s.head += 1
-                if s.head == s.jobs.count {
-                    s.jobs.removeAll(keepingCapacity: true)
-                    s.head = 0
-                }
-                return job
+                return s.jobs.removeFirst()
             }
             job()
         }
