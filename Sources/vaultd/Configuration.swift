@@ -43,8 +43,8 @@ struct Configuration {
         message unfinished, default 10), VAULTD_IDLE_TIMEOUT (seconds an idle connection stays
         open, default 60), VAULTD_BUSY_POLL_US (microseconds a connection polls for the next call
         before it sleeps, default 30; 0: never), VAULTD_SECRET_SERVICE_INLINE (0: every Secret
-        Service call goes to vaultd's bus thread, for comparing; by default lookups' reads are
-        answered on GDBus's worker thread).
+        Service call goes through GDBus to vaultd's bus thread, for comparing; by default
+        lookups' reads are answered on the bus relay's thread).
         """
 
     struct UsageError: Error { var message: String }

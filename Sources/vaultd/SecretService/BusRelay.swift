@@ -1,12 +1,35 @@
 import CGio
 import CVaultSys
 import Foundation
+import Synchronization
 import VaultCore
 import VaultProtocol
 
 #if canImport(Glibc)
 import Glibc
 #endif
+
+/// What answers calls on the relay's thread, before GDBus sees them (`InlineReads.swift`).
+/// Every method runs on the relay's thread.
+protocol BusResponder: AnyObject, Sendable {
+    /// Whether call `header` (not yet its body) is one to read whole and offer to `answer`.
+    func wantsWhole(_ header: BusHeader) -> Bool
+    /// Call `message` (its bytes, header and body) of `sender`: the reply's bytes, numbered
+    /// `replySerial`; `.taken` when it is answered later by other means; `.pass` to hand it to
+    /// GDBus.
+    func answer(_ message: [UInt8], sender: String, replySerial: UInt32) -> BusAnswer
+    /// A call of `sender` went on to GDBus, which will answer it (`replied`), unless it wants
+    /// no reply.
+    func handedOn(sender: String, serial: UInt32, wantsNoReply: Bool)
+    /// GDBus's reply to call `serial` of `destination` is going out.
+    func replied(to destination: String, serial: UInt32)
+}
+
+enum BusAnswer {
+    case reply([UInt8])
+    case taken
+    case pass
+}
 
 /// Bounds what the session bus can make vaultd hold. GDBus decodes each message whole into
 /// GVariants before any handler can count it (one SearchItems of 60 MB grew vaultd by 1 GB),
@@ -29,6 +52,12 @@ import Glibc
 ///   that is over `budget`: the calls GDBus has queued are bounded too. A call not answered
 ///   stops counting after `unansweredTimeout` seconds, one wanting no reply after
 ///   `noReplyTimeout`.
+/// - The reads of a lookup are answered here, on the relay's thread, by its `BusResponder`
+///   (`InlineReads.swift`): a call it `wantsWhole` is read whole (it is under
+///   `maximumMessage`) and offered to it; its reply goes to the bus between GDBus's messages,
+///   with a serial of the relay's own (`ownSerials`). A call it does not answer goes on to
+///   GDBus as any other. Each hand-over to GDBus and back costs two thread wake-ups and GDBus's
+///   decoding, more than the read itself.
 /// - From GDBus to the bus, bytes pass unchanged (vaultd's own messages).
 ///
 /// `VAULTD_SECRET_SERVICE_RELAY=0` connects GDBus to the bus directly, as before (for
@@ -56,6 +85,10 @@ final class BusRelay: @unchecked Sendable {
     static let chunk = 1 << 20
     static let maximumQueued = 256 << 10
     static let droppedLog = RateLimitedLog()
+    /// The serials of the replies the relay sends itself: GDBus numbers vaultd's messages from
+    /// 1 up, so the relay numbers its own from the top half, where GDBus's never reach (the
+    /// bus matches a reply by its REPLY_SERIAL; a serial is only to be non-zero).
+    static let ownSerials: ClosedRange<UInt32> = 0x8000_0000...UInt32.max
 
     /// What a message of `bytes` on the wire with body `signature` may cost once GDBus has
     /// decoded it: strings, object paths and arrays of fixed-size values stay one block
@@ -90,6 +123,12 @@ final class BusRelay: @unchecked Sendable {
     /// Calls handed to GDBus, by sender and serial: their cost and when they stop counting.
     private var unanswered: [CallKey: (cost: Int, until: UInt64)] = [:]
     private var unansweredCost = 0
+    /// Who answers calls here (none until the service is set up: everything goes to GDBus).
+    private let responder = Mutex<(any BusResponder)?>(nil)
+    /// The relay's replies waiting for the end of the message GDBus is writing, and their bytes.
+    private var heldReplies: [[UInt8]] = []
+    private var heldReplyBytes = 0
+    private var nextOwnSerial = BusRelay.ownSerials.lowerBound
 
     struct CallKey: Hashable {
         let sender: String
@@ -103,8 +142,8 @@ final class BusRelay: @unchecked Sendable {
     }
 
     /// Connects to the bus at `address` and starts the relay; returns the socket GDBus is to
-    /// use (its end of the socketpair), or throws with why not.
-    static func start(address: String, logger: Logger) throws -> Int32 {
+    /// use (its end of the socketpair) and the relay, or throws with why not.
+    static func start(address: String, logger: Logger) throws -> (fd: Int32, relay: BusRelay) {
         var err: UnsafeMutablePointer<GError>?
         let bus = cg_dbus_address_connect_fd(address, &err)
         guard bus >= 0 else {
@@ -132,9 +171,16 @@ final class BusRelay: @unchecked Sendable {
             vault_set_thread_name("vaultd-busrelay")
             relay.run()
         }
-        thread.stackSize = 1 << 20
+        // The responder's reads run on this thread (SQLite and the engine): GDBus's worker's
+        // size, not the 1 MiB the relay alone needs.
+        thread.stackSize = 8 << 20
         thread.start()
-        return pair.1
+        return (pair.1, relay)
+    }
+
+    /// From now on calls go to `r` first (`BusResponder`).
+    func serve(_ r: any BusResponder) {
+        responder.withLock { $0 = r }
     }
 
     // MARK: the loop
@@ -147,11 +193,14 @@ final class BusRelay: @unchecked Sendable {
             SystemCall.close(gdbus)
             toBus.discard()
             toGDBus.discard()
+            for var r in heldReplies { wipe(&r) }
             for fd in heldFDs { SystemCall.close(fd) }
         }
         while true {
             expireUnanswered()
-            let readBus = toGDBus.bytes < Self.maximumQueued && unansweredCost < Self.budget
+            let readBus =
+                toGDBus.bytes < Self.maximumQueued && unansweredCost < Self.budget
+                && heldReplyBytes < Self.maximumQueued
             let readGDBus = toBus.bytes < Self.maximumQueued
             var polled = [
                 pollfd(
@@ -212,12 +261,13 @@ final class BusRelay: @unchecked Sendable {
     // MARK: from the bus
 
     /// Where the stream from the bus is: the authentication, a header being read, a body
-    /// passed on, or a body dropped.
+    /// passed on, a body dropped, or a call read whole for the responder.
     private enum Inbound {
         case authenticating
         case header([UInt8], need: Int)
         case passing(Int)
         case dropping(Int)
+        case collecting(BusHeader, [UInt8], need: Int)
     }
 
     /// Descriptors still to be closed for a dropped message.
@@ -256,6 +306,14 @@ final class BusRelay: @unchecked Sendable {
                 let k = min(n, rest.count)
                 rest = rest.dropFirst(k)
                 fromBus = k == n ? .header([], need: BusHeader.fixedSize) : .dropping(n - k)
+            case .collecting(let header, var body, let need):
+                fromBus = .authenticating  // `body` is then the only reference: appended in place
+                let k = min(need - body.count, rest.count)
+                body += rest.prefix(k)
+                rest = rest.dropFirst(k)
+                fromBus =
+                    body.count < need
+                    ? .collecting(header, body, need: need) : whole(header, body, &passed)
             case .header(var acc, let need):
                 let k = min(need - acc.count, rest.count)
                 acc += rest.prefix(k)
@@ -301,9 +359,47 @@ final class BusRelay: @unchecked Sendable {
             count(header, sender: sender, bytes: headerLength)
             return .dropping(bodyLength)
         }
+        if header.type == BusHeader.MessageType.methodCall.rawValue,
+            (header.uint32(.unixFDs) ?? 0) == 0,
+            let r = responder.withLock({ $0 }), r.wantsWhole(header)
+        {
+            return bodyLength == 0
+                ? whole(header, [], &passed) : .collecting(header, [], need: bodyLength)
+        }
         passed += acc
         count(header, sender: sender, bytes: headerLength + bodyLength)
         return bodyLength == 0 ? .header([], need: BusHeader.fixedSize) : .passing(bodyLength)
+    }
+
+    /// Call `header` with `body`, read whole: offered to the responder, whose reply goes to the
+    /// bus; or, if it does not answer it, passed on to GDBus as any other.
+    private func whole(_ header: BusHeader, _ body: [UInt8], _ passed: inout [UInt8]) -> Inbound {
+        let message = header.bytes + body
+        let sender = header.string(.sender) ?? ""
+        let serial = nextOwnSerial
+        switch responder.withLock({ $0 })?.answer(message, sender: sender, replySerial: serial) {
+        case .reply(let bytes)?:
+            nextOwnSerial =
+                serial == Self.ownSerials.upperBound ? Self.ownSerials.lowerBound : serial + 1
+            sendOwn(bytes)
+        case .taken?:
+            break
+        case .pass?, nil:
+            passed += message
+            count(header, sender: sender, bytes: message.count)
+        }
+        return .header([], need: BusHeader.fixedSize)
+    }
+
+    /// Queues a reply of the relay's own towards the bus: now if GDBus's stream is between
+    /// messages, else once the message it is writing ends (`fromGDBusBytes`).
+    private func sendOwn(_ bytes: [UInt8]) {
+        if atMessageEnd {
+            toBus.append(bytes, fds: [], wipe: true)
+        } else {
+            heldReplies.append(bytes)
+            heldReplyBytes += bytes.count
+        }
     }
 
     /// Closes the `n` descriptors of a message dropped or cut: those received already (the
@@ -316,9 +412,13 @@ final class BusRelay: @unchecked Sendable {
         fdsToClose += n - now
     }
 
-    /// Counts a call handed to GDBus until its reply goes out (`fromGDBusBytes`).
+    /// Counts a call handed to GDBus until its reply goes out (`fromGDBusBytes`), and tells the
+    /// responder it went on.
     private func count(_ header: BusHeader, sender: String, bytes: Int) {
         guard header.type == BusHeader.MessageType.methodCall.rawValue else { return }
+        responder.withLock({ $0 })?.handedOn(
+            sender: sender, serial: header.serial,
+            wantsNoReply: header.flags & BusHeader.noReplyExpected != 0)
         let cost = Self.decodedCost(
             bytes: bytes, signature: bytes == header.bytes.count ? "" : header.signature)
         let key = CallKey(sender: sender, serial: header.serial)
@@ -351,10 +451,26 @@ final class BusRelay: @unchecked Sendable {
         var skip = 0
     }
 
+    /// Whether GDBus's stream is between two messages (where a reply of the relay's own may go).
+    private var atMessageEnd: Bool {
+        fromGDBus.begun && fromGDBus.skip == 0 && fromGDBus.header.isEmpty
+    }
+
     private func fromGDBusBytes(_ bytes: ArraySlice<UInt8>, _ fds: [Int32]) {
-        toBus.append(Array(bytes), fds: fds)
         var rest = bytes
+        var start = bytes.startIndex
+        var fds = fds
+        defer {
+            toBus.append(Array(bytes[start...]), fds: fds)
+            releaseHeldReplies()
+        }
         while !rest.isEmpty {
+            if !heldReplies.isEmpty && atMessageEnd && rest.startIndex > start {
+                toBus.append(Array(bytes[start..<rest.startIndex]), fds: fds)
+                fds = []
+                start = rest.startIndex
+                releaseHeldReplies()
+            }
             if !fromGDBus.begun {
                 let b = rest.removeFirst()
                 fromGDBus.line.append(b)
@@ -373,6 +489,14 @@ final class BusRelay: @unchecked Sendable {
                 if fromGDBus.header.count == fromGDBus.need { outgoingHeaderRead() }
             }
         }
+    }
+
+    /// Queues the held replies, if GDBus's stream is between messages.
+    private func releaseHeldReplies() {
+        guard atMessageEnd else { return }
+        for r in heldReplies { toBus.append(r, fds: [], wipe: true) }
+        heldReplies = []
+        heldReplyBytes = 0
     }
 
     /// A header of vaultd's own read (its fixed start, or all of it): a reply ends the count
@@ -395,6 +519,7 @@ final class BusRelay: @unchecked Sendable {
             let serial = h.uint32(.replySerial), let destination = h.string(.destination)
         {
             answered(CallKey(sender: destination, serial: serial))
+            responder.withLock({ $0 })?.replied(to: destination, serial: serial)
         }
         fromGDBus.skip = headerLength - acc.count + bodyLength
         fromGDBus.header.removeAll(keepingCapacity: true)
@@ -404,19 +529,22 @@ final class BusRelay: @unchecked Sendable {
 
 /// Bytes (with the descriptors that go with them) waiting to be written to one side.
 private struct Outbox {
-    private var chunks: [(bytes: [UInt8], fds: [Int32])] = []
+    /// `wipe`: the bytes may hold a secret (a reply of the relay's own), and are zeroed once
+    /// written or dropped; such a chunk is never merged with another.
+    private var chunks: [(bytes: [UInt8], fds: [Int32], wipe: Bool)] = []
     private var offset = 0
     private(set) var bytes = 0
 
     var isEmpty: Bool { chunks.isEmpty }
 
     /// Queues `b` (not empty when `fds` is not: a descriptor goes with a byte).
-    mutating func append(_ b: [UInt8], fds: [Int32]) {
+    mutating func append(_ b: [UInt8], fds: [Int32], wipe: Bool = false) {
         guard !b.isEmpty else { return }
-        if !fds.isEmpty || chunks.isEmpty || !chunks[chunks.count - 1].fds.isEmpty
+        if wipe || !fds.isEmpty || chunks.isEmpty || !chunks[chunks.count - 1].fds.isEmpty
+            || chunks[chunks.count - 1].wipe
             || chunks[chunks.count - 1].bytes.count >= BusRelay.chunk
         {
-            chunks.append((b, fds))
+            chunks.append((b, fds, wipe))
         } else {
             chunks[chunks.count - 1].bytes += b
         }
@@ -446,6 +574,7 @@ private struct Outbox {
             offset += n
             bytes -= n
             if offset == first.bytes.count {
+                if first.wipe { wipe(&chunks[0].bytes) }
                 chunks.removeFirst()
                 offset = 0
             }
@@ -453,9 +582,19 @@ private struct Outbox {
         return true
     }
 
-    /// Closes the descriptors never sent.
+    /// Closes the descriptors never sent, and zeroes what is to be.
     mutating func discard() {
-        for c in chunks { for d in c.fds { SystemCall.close(d) } }
+        for i in chunks.indices {
+            for d in chunks[i].fds { SystemCall.close(d) }
+            if chunks[i].wipe { wipe(&chunks[i].bytes) }
+        }
         chunks = []
+    }
+}
+
+/// Zeroes `bytes` in place (`explicit_bzero`: not removed as a dead store).
+func wipe(_ bytes: inout [UInt8]) {
+    bytes.withUnsafeMutableBytes { b in
+        if let p = b.baseAddress { explicit_bzero(p, b.count) }
     }
 }

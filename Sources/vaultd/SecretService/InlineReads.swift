@@ -4,34 +4,40 @@ import Synchronization
 import VaultCore
 import VaultProtocol
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// The reads libsecret makes for every lookup (`Service.SearchItems`, `Service.GetSecrets`,
-/// `Item.GetSecret`), answered on GDBus's own worker thread, in a message filter, instead of
-/// being handed to the `vaultd-dbus` thread and back: each hand-over wakes another thread
-/// twice, which costs more than the read itself. Everything else takes the usual way.
+/// `Item.GetSecret`), answered on the bus relay's thread (`BusRelay`) as they come from the
+/// bus, instead of going on through the socketpair to GDBus and from its worker thread to the
+/// `vaultd-dbus` thread and back: each hand-over wakes another thread twice, and GDBus decodes
+/// and encodes each message again, which costs more than the read itself.
 ///
-/// A call is answered here only when all of these hold, else it is passed on unchanged:
-/// - it is one of those three methods, at its object, with the exact argument signature
-///   (anything else gets GDBus's own checks);
-/// - its connection is identified already (`SecretService.identifiedCaller`: a first call,
-///   which asks the bus for credentials, never runs on the worker thread) and still passes
-///   the per-call check;
-/// - the connection has no call handed on whose reply is not yet sent, and has never sent a
-///   call that wants no reply: a client's calls are answered in the order it sent them, as
-///   when every call goes to one thread (a read never overtakes that client's earlier write).
+/// A call is answered here only when all of these hold, else it goes on to GDBus unchanged:
+/// - it is one of those three methods, at its object, with the exact argument signature and no
+///   descriptors (anything else gets GDBus's own checks);
+/// - its connection is identified already (`SecretService.identified`: a first call, which
+///   asks the bus for credentials, never runs on the relay's thread) and still passes the
+///   per-call check;
+/// - the connection has no call handed to GDBus whose reply has not gone out, and has never
+///   sent a call that wants no reply: a client's calls are answered in the order it sent
+///   them, as when every call goes to one thread (a read never overtakes that client's
+///   earlier write). The relay tells of each call it hands on (`handedOn`) before GDBus can
+///   read it, and of each reply it sees go out (`replied`).
 ///
 /// The same `handle` answers it, with the same policy decision and caller; only the thread
-/// differs. Reads are bounded (reply sizes, the engine's reader connections), so the worker
+/// differs. Reads are bounded (reply sizes, the engine's reader connections), so the relay's
 /// thread is held for one read at most.
-extension SecretService {
+extension SecretService: BusResponder {
     /// The most calls of one connection awaiting their reply that are tracked; past it, that
     /// connection's calls all take the usual way until vaultd forgets it.
     static let maximumTrackedCalls = 1024
 
-    /// The filter GDBus runs on its worker thread for every message in and out, before it
-    /// dispatches a call: it answers the inline reads (none with
-    /// `VAULTD_SECRET_SERVICE_INLINE=0`: every call then goes to the bus thread, for
-    /// comparing), and hands the calls vaultd dispatches itself (`OwnDispatch.swift`: those to
-    /// an item's path, and Introspect of the collections' folder) to the bus thread.
+    /// The filter GDBus runs on its worker thread for every message in, before it dispatches
+    /// a call: it hands the calls vaultd dispatches itself (`OwnDispatch.swift`: those to an
+    /// item's path, and Introspect of the collections' folder) to the bus thread. It also reads
+    /// `VAULTD_SECRET_SERVICE_INLINE` (0: the relay answers no call itself, for comparing).
     func addFilter() {
         inlineEnabled = ProcessInfo.processInfo.environment["VAULTD_SECRET_SERVICE_INLINE"] != "0"
         _ = g_dbus_connection_add_filter(
@@ -42,71 +48,132 @@ extension SecretService {
             }, Unmanaged.passUnretained(self).toOpaque(), nil)
     }
 
-    /// A call answered on the worker thread: interface, member and argument signature as C
-    /// strings (made once, compared with GDBus's by `strcmp`, nothing allocated per call),
-    /// and whether its object is an item (else the service).
-    private struct InlineMethod {
-        let interface: [CChar]
-        let member: [CChar]
-        let signature: [CChar]
-        let atItem: Bool
-        init(_ interface: String, _ member: String, _ signature: String, atItem: Bool) {
-            self.interface = Array(interface.utf8CString)
-            self.member = Array(member.utf8CString)
-            self.signature = Array(signature.utf8CString)
-            self.atItem = atItem
-        }
-    }
-
-    /// Which calls are answered on the worker thread.
-    private static let inlineMethods = [
-        InlineMethod(SecretServiceIntrospection.service, "SearchItems", "a{ss}", atItem: false),
-        InlineMethod(SecretServiceIntrospection.service, "GetSecrets", "aoo", atItem: false),
-        InlineMethod(SecretServiceIntrospection.item, "GetSecret", "o", atItem: true),
-    ]
-
     private func filter(_ message: OpaquePointer, incoming: Bool) -> OpaquePointer? {
-        let type = g_dbus_message_get_message_type(message)
-        if !incoming {
-            // A reply going out ends the wait of the call it answers.
-            if type == G_DBUS_MESSAGE_TYPE_METHOD_RETURN || type == G_DBUS_MESSAGE_TYPE_ERROR {
-                replyGoingOut(message)
-            }
-            return message
-        }
-        guard type == G_DBUS_MESSAGE_TYPE_METHOD_CALL, let s = g_dbus_message_get_sender(message)
+        guard incoming, g_dbus_message_get_message_type(message) == G_DBUS_MESSAGE_TYPE_METHOD_CALL,
+            let s = g_dbus_message_get_sender(message), isOwnDispatch(message)
         else { return message }
         let sender = String(cString: s)
-        let own = isOwnDispatch(message)
         // Taken from GDBus: answered on the bus thread (the filter owns `message`, which the
         // bus thread unrefs once it has answered), in order with the calls GDBus hands there.
         // GDBus hands a subtree's call over in two steps (at G_PRIORITY_HIGH, then the
         // handler at G_PRIORITY_DEFAULT); so does this, so that neither overtakes the other.
-        func handOver() -> OpaquePointer? {
-            onBusThread(priority: -100) { [self] in
-                onBusThread(priority: 0) { [self] in dispatchOwn(message, sender: sender) }
-            }
-            return nil
+        onBusThread(priority: -100) { [self] in
+            onBusThread(priority: 0) { [self] in dispatchOwn(message, sender: sender) }
         }
-        guard inlineEnabled else { return own ? handOver() : message }
-        let serial = g_dbus_message_get_serial(message)
-        guard inOrder(message, sender: sender, serial: serial) else {
-            return own ? handOver() : message
-        }
-        guard let vaultSession = identified(sender) else {
-            // Not identified yet (or no longer passing the check): the usual way, in order.
-            inline.withLock { state in state.awaitingReply[sender, default: []].insert(serial) }
-            return own ? handOver() : message
-        }
-        answerInline(message, sender: sender, serial: serial, vaultSession: vaultSession)
         return nil
     }
 
-    /// A reply (or error) vaultd sends: the call it answers no longer awaits its reply.
-    private func replyGoingOut(_ message: OpaquePointer) {
-        guard let d = g_dbus_message_get_destination(message) else { return }
-        let serial = g_dbus_message_get_reply_serial(message)
-        let destination = String(cString: d)
+    /// A call answered on the relay's thread: interface, member and argument signature, and
+    /// whether its object is an item (else the service).
+    private struct InlineMethod {
+        let interface: String
+        let member: String
+        let signature: String
+        let atItem: Bool
+    }
+
+    /// Which calls are answered on the relay's thread.
+    private static let inlineMethods = [
+        InlineMethod(
+            interface: SecretServiceIntrospection.service, member: "SearchItems",
+            signature: "a{ss}", atItem: false),
+        InlineMethod(
+            interface: SecretServiceIntrospection.service, member: "GetSecrets",
+            signature: "aoo", atItem: false),
+        InlineMethod(
+            interface: SecretServiceIntrospection.item, member: "GetSecret", signature: "o",
+            atItem: true),
+    ]
+
+    func wantsWhole(_ header: BusHeader) -> Bool {
+        guard let member = header.string(.member), let interface = header.string(.interface),
+            let path = header.string(.path),
+            let method = Self.inlineMethods.first(where: {
+                $0.member == member && $0.interface == interface
+                    && $0.signature == header.signature
+            })
+        else { return false }
+        switch SecretServicePath(path) {
+        case .service?: return !method.atItem
+        case .item?, .damaged?: return method.atItem
+        default: return false
+        }
+    }
+
+    func answer(_ bytes: [UInt8], sender: String, replySerial: UInt32) -> BusAnswer {
+        let inOrder = inline.withLock { state in
+            !state.disabled && !state.unordered.contains(sender)
+                && state.awaitingReply[sender] == nil
+        }
+        guard inOrder, let vaultSession = identified(sender) else { return .pass }
+        var err: UnsafeMutablePointer<GError>?
+        guard
+            let message = bytes.withUnsafeBytes({ b in
+                g_dbus_message_new_from_blob(
+                    UnsafeMutablePointer(
+                        mutating: b.baseAddress!.assumingMemoryBound(to: UInt8.self)),
+                    gsize(b.count), G_DBUS_CAPABILITY_FLAGS_NONE, &err)
+            })
+        else {
+            // GDBus gives the client its error for a message it cannot read.
+            g_error_free(err)
+            return .pass
+        }
+        defer { g_object_unref(UnsafeMutableRawPointer(message)) }
+        guard let reply = answerInline(message, sender: sender, vaultSession: vaultSession) else {
+            return .taken
+        }
+        defer { g_object_unref(UnsafeMutableRawPointer(reply)) }
+        g_dbus_message_set_serial(reply, replySerial)
+        var size: gsize = 0
+        guard let blob = g_dbus_message_to_blob(reply, &size, G_DBUS_CAPABILITY_FLAGS_NONE, &err)
+        else {
+            logger.error(
+                "secret service: a reply vaultd made does not encode: \(String(cString: cg_error_message(err)))"
+            )
+            g_error_free(err)
+            return .reply(
+                errorBlob(message, replySerial, BusError(.failed, "the reply does not encode")))
+        }
+        // The reply may hold a secret (a plain session's): zeroed once copied.
+        defer {
+            explicit_bzero(blob, Int(size))
+            g_free(blob)
+        }
+        return .reply(Array(UnsafeBufferPointer(start: blob, count: Int(size))))
+    }
+
+    /// An error reply's bytes, for when a reply does not encode (an error with a short message
+    /// always does).
+    private func errorBlob(_ message: OpaquePointer, _ serial: UInt32, _ e: BusError) -> [UInt8] {
+        let reply = g_dbus_message_new_method_error_literal(message, e.name.rawValue, e.message)!
+        defer { g_object_unref(UnsafeMutableRawPointer(reply)) }
+        g_dbus_message_set_serial(reply, serial)
+        var size: gsize = 0
+        guard let blob = g_dbus_message_to_blob(reply, &size, G_DBUS_CAPABILITY_FLAGS_NONE, nil)
+        else { return [] }
+        defer { g_free(blob) }
+        return Array(UnsafeBufferPointer(start: blob, count: Int(size)))
+    }
+
+    func handedOn(sender: String, serial: UInt32, wantsNoReply: Bool) {
+        inline.withLock { state in
+            guard !wantsNoReply, !state.unordered.contains(sender) else {
+                state.neverInline(sender)
+                return
+            }
+            var waiting = state.awaitingReply[sender] ?? []
+            guard waiting.count < Self.maximumTrackedCalls else {
+                state.awaitingReply[sender] = nil
+                state.neverInline(sender)
+                return
+            }
+            waiting.insert(serial)
+            state.awaitingReply[sender] = waiting
+        }
+    }
+
+    func replied(to destination: String, serial: UInt32) {
         inline.withLock { state in
             if var waiting = state.awaitingReply[destination], waiting.remove(serial) != nil {
                 state.awaitingReply[destination] = waiting.isEmpty ? nil : waiting
@@ -114,52 +181,19 @@ extension SecretService {
         }
     }
 
-    /// Whether call `message` (`serial`) of `sender` may be answered here, as far as order
-    /// goes; if not, it is recorded as awaiting its reply (or its connection as one that must
-    /// always take the usual way).
-    private func inOrder(_ message: OpaquePointer, sender: String, serial: UInt32) -> Bool {
-        let wantsNoReply =
-            (g_dbus_message_get_flags(message).rawValue
-                & G_DBUS_MESSAGE_FLAGS_NO_REPLY_EXPECTED.rawValue) != 0
-        return inline.withLock { state in
-            if wantsNoReply || state.unordered.contains(sender) {
-                if !state.unordered.contains(sender) {
-                    if state.unordered.count >= Self.maximumPeers {
-                        state.disabled = true
-                    } else {
-                        state.unordered.insert(sender)
-                    }
-                }
-                return false
-            }
-            let waiting = state.awaitingReply[sender]
-            if waiting == nil && !state.disabled && isInlineCandidate(message) { return true }
-            var w = waiting ?? []
-            if w.count >= Self.maximumTrackedCalls {
-                state.awaitingReply[sender] = nil
-                if state.unordered.count >= Self.maximumPeers {
-                    state.disabled = true
-                } else {
-                    state.unordered.insert(sender)
-                }
-                return false
-            }
-            w.insert(serial)
-            state.awaitingReply[sender] = w
-            return false
-        }
-    }
-
-    /// Answers call `message` (`serial`) of identified `sender` on this thread, and takes it
-    /// over from GDBus (a call that must wait for the user is handed off, and answered there).
+    /// Answers call `message` of identified `sender`: its reply, or nil when the call must
+    /// wait for the user and is answered off this thread, through GDBus.
     private func answerInline(
-        _ message: OpaquePointer, sender: String, serial: UInt32, vaultSession: VaultSession
-    ) {
+        _ message: OpaquePointer, sender: String, vaultSession: VaultSession
+    ) -> OpaquePointer? {
         let path = String(cString: g_dbus_message_get_path(message)!)
         let interface = String(cString: g_dbus_message_get_interface(message)!)
         let member = String(cString: g_dbus_message_get_member(message)!)
-        let body = GV(borrowing: g_dbus_message_get_body(message)!)
-        let reply: OpaquePointer
+        guard let b = g_dbus_message_get_body(message) else {
+            return g_dbus_message_new_method_error_literal(
+                message, BusError.Name.invalidArgs.rawValue, "no arguments")
+        }
+        let body = GV(borrowing: b)
         do {
             guard SecretServiceOperations.of(interface, member) != nil else {
                 throw BusError.accessDenied("\(interface).\(member) has no policy decision")
@@ -167,12 +201,15 @@ extension SecretService {
             guard let target = SecretServicePath(path) else { throw BusError.noSuchObject }
             let out = try handle(
                 member, of: interface, on: target, body, sender: sender, vaultSession: vaultSession)
-            reply = g_dbus_message_new_method_reply(message)
+            let reply = g_dbus_message_new_method_reply(message)!
             if let out { out.pass { g_dbus_message_set_body(reply, $0) } }
+            return reply
         } catch let e where Self.waitsForUser(e) {
-            // Run again off this thread (`SecretService+Access.swift`); until its reply goes out,
-            // the connection's later calls take the usual way, in order.
-            inline.withLock { state in state.awaitingReply[sender, default: []].insert(serial) }
+            // Run again off this thread (`SecretService+Access.swift`), answered through GDBus;
+            // until its reply goes out, the connection's later calls take the usual way, in
+            // order.
+            let serial = g_dbus_message_get_serial(message)
+            _ = inline.withLock { state in state.awaitingReply[sender, default: []].insert(serial) }
             let args = Handed(body)
             answerWaiting(message, sender: sender, vaultSession: vaultSession) { [self] waiting in
                 guard let target = SecretServicePath(path) else { throw BusError.noSuchObject }
@@ -180,48 +217,15 @@ extension SecretService {
                     member, of: interface, on: target, args.value, sender: sender,
                     vaultSession: waiting)
             }
-            g_object_unref(UnsafeMutableRawPointer(message))
-            return
+            return nil
         } catch {
             let e = BusError(error)
-            reply = g_dbus_message_new_method_error_literal(message, e.name.rawValue, e.message)
-        }
-        var err: UnsafeMutablePointer<GError>?
-        if g_dbus_connection_send_message(
-            connection, reply, G_DBUS_SEND_MESSAGE_FLAGS_NONE, nil, &err) == 0
-        {
-            g_error_free(err)
-        }
-        g_object_unref(UnsafeMutableRawPointer(reply))
-        g_object_unref(UnsafeMutableRawPointer(message))
-    }
-
-    /// Whether `message` is one of `inlineMethods` at an object of its kind.
-    private func isInlineCandidate(_ message: OpaquePointer) -> Bool {
-        guard let i = g_dbus_message_get_interface(message),
-            let m = g_dbus_message_get_member(message), let p = g_dbus_message_get_path(message)
-        else {
-            return false
-        }
-        // Compared as the C strings GDBus holds: this runs for every call a connection
-        // sends while it has none awaiting a reply.
-        let signature = g_dbus_message_get_signature(message)
-        guard
-            let method = Self.inlineMethods.first(where: { candidate in
-                strcmp(m, candidate.member) == 0 && strcmp(i, candidate.interface) == 0
-                    && (signature.map { strcmp($0, candidate.signature) == 0 }
-                        ?? (candidate.signature == [0]))
-            })
-        else { return false }
-        switch SecretServicePath(String(cString: p)) {
-        case .service?: return !method.atItem
-        case .item?, .damaged?: return method.atItem
-        default: return false
+            return g_dbus_message_new_method_error_literal(message, e.name.rawValue, e.message)
         }
     }
 }
 
-/// What the inline filter keeps, under `SecretService.inline`.
+/// What the relay's answering of reads keeps, under `SecretService.inline`.
 struct InlineState {
     /// Per connection, the serials of its calls handed on whose reply has not gone out.
     var awaitingReply: [String: Set<UInt32>] = [:]
@@ -230,6 +234,17 @@ struct InlineState {
     var unordered: Set<String> = []
     /// Set when `unordered` is full: no call is answered inline any more.
     var disabled = false
+
+    /// Marks `sender` as one whose calls always take the usual way (all connections, once
+    /// `unordered` is full).
+    mutating func neverInline(_ sender: String) {
+        guard !unordered.contains(sender) else { return }
+        if unordered.count >= SecretService.maximumPeers {
+            disabled = true
+        } else {
+            unordered.insert(sender)
+        }
+    }
 
     mutating func forget(_ sender: String) {
         awaitingReply[sender] = nil

@@ -11,7 +11,7 @@ import VaultProtocol
 /// At most `maximumWritingCalls` run so at once; a write past that is answered on the bus
 /// thread, as before (never refused). A connection's calls are still answered in the order it
 /// sent them: those it sends while its write runs wait, and the bus thread runs them once the
-/// write is answered (`waitsBehindWrite`); reads answered on GDBus's worker thread
+/// write is answered (`waitsBehindWrite`); reads answered on the bus relay's thread
 /// (`InlineReads.swift`) never overtake a call awaiting its reply.
 extension SecretService {
     /// The most durable writes answered off the bus thread at once (each holds a thread).

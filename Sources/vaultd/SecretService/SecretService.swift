@@ -73,10 +73,10 @@ final class SecretService: @unchecked Sendable {
     var sessions: [String: Session] = [:]
     var prompts: [String: Prompt] = [:]
     var nextID: UInt64 = 0
-    /// Whether the filter answers the inline reads (`InlineReads.swift`); set before it runs.
+    /// Whether the relay answers the inline reads (`InlineReads.swift`); set before it runs.
     var inlineEnabled = true
     private var observer: VaultSubscription?
-    /// What the filter answering reads on GDBus's worker thread keeps (`InlineReads.swift`).
+    /// What the relay's answering of reads keeps (`InlineReads.swift`).
     let inline = Locked(InlineState())
     /// The registered prompter agent, which prompts ask for the passphrase.
     private(set) lazy var prompter = PrompterAgent(service: self)
@@ -230,7 +230,8 @@ final class SecretService: @unchecked Sendable {
         let flags = GDBusConnectionFlags(
             rawValue: G_DBUS_CONNECTION_FLAGS_AUTHENTICATION_CLIENT.rawValue
                 | G_DBUS_CONNECTION_FLAGS_MESSAGE_BUS_CONNECTION.rawValue)
-        guard let conn = Self.connect(address, flags, &err, logger: logger) else {
+        var relay: BusRelay?
+        guard let conn = Self.connect(address, flags, &err, relay: &relay, logger: logger) else {
             logger.error(
                 "secret service: cannot connect to the session bus (\(logField(address))): \(String(cString: cg_error_message(err)))"
             )
@@ -241,6 +242,7 @@ final class SecretService: @unchecked Sendable {
         g_dbus_connection_set_exit_on_close(conn, 0)
         guard registerObjects() else { return }
         addFilter()
+        if inlineEnabled { relay?.serve(self) }
         subscribeToBus()
         guard requestName() else {
             g_dbus_connection_close_sync(conn, nil, nil)
@@ -272,7 +274,7 @@ final class SecretService: @unchecked Sendable {
     /// `VAULTD_SECRET_SERVICE_RELAY=0`); nil with `err` set.
     private static func connect(
         _ address: String, _ flags: GDBusConnectionFlags,
-        _ err: inout UnsafeMutablePointer<GError>?,
+        _ err: inout UnsafeMutablePointer<GError>?, relay: inout BusRelay?,
         logger: Logger
     ) -> OpaquePointer? {
         guard ProcessInfo.processInfo.environment["VAULTD_SECRET_SERVICE_RELAY"] != "0" else {
@@ -280,7 +282,7 @@ final class SecretService: @unchecked Sendable {
         }
         let fd: Int32
         do {
-            fd = try BusRelay.start(address: address, logger: logger)
+            (fd, relay) = try BusRelay.start(address: address, logger: logger)
         } catch {
             g_set_error_literal(
                 &err, g_io_error_quark(), Int32(G_IO_ERROR_FAILED.rawValue), BusError(error).message
@@ -504,7 +506,7 @@ final class SecretService: @unchecked Sendable {
     }
 
     /// The `Caller` of a connection identified already that still passes the per-call check
-    /// (as `caller`); nil otherwise. It never asks the bus (it runs on GDBus's worker thread).
+    /// (as `caller`); nil otherwise. It never asks the bus (it runs on the bus relay's thread).
     func identified(_ sender: String) -> VaultSession? {
         guard let p = lock.withLock({ peers[sender] }), p.credentials.isAlive,
             p.credentials.currentExecutable == p.credentials.identifiedExecutable

@@ -524,8 +524,8 @@ import Glibc
 
     /// A client that sends its calls without waiting for each reply (jeepney, raw) gets them
     /// answered in the order it sent them: a SearchItems sent right behind a CreateItem (which
-    /// waits for its commit on vaultd's bus thread, while searches may be answered on GDBus's
-    /// own) finds the item just made, every time.
+    /// waits for its commit off the bus thread, while searches may be answered on the bus
+    /// relay's) finds the item just made, every time.
     @Test func pipelinedCallsOfOneClientAreAnsweredInOrder() throws {
         let k = try Self.fixture()
         defer { k.close() }
@@ -557,6 +557,55 @@ import Glibc
             """
         let r = k.run("python3", ["-c", script], timeout: 120)
         #expect(r.status == 0 && r.stdoutText == "20\n", "\(r)")
+    }
+
+    /// The reads of a lookup are answered by the bus relay (`InlineReads.swift`), whose replies
+    /// carry serials from the top half (`BusRelay.ownSerials`): a SearchItems and a
+    /// GetSecrets of an identified connection with nothing pending are answered there, with
+    /// the item and its secret; a SearchItems sent right behind a CreateItem goes to GDBus
+    /// (a serial of its own, below 2³¹) and still finds the item; an Introspect never goes to
+    /// the relay.
+    @Test func theRelayAnswersALookupsReadsAndNothingOutOfOrder() throws {
+        let k = try Self.fixture()
+        defer { k.close() }
+        let script = """
+            from jeepney import DBusAddress, HeaderFields, MessageType, new_method_call
+            from jeepney.io.blocking import open_dbus_connection
+            conn = open_dbus_connection(bus="SESSION")
+            service = DBusAddress("/org/freedesktop/secrets", bus_name="org.freedesktop.secrets", interface="org.freedesktop.Secret.Service")
+            default = DBusAddress("/org/freedesktop/secrets/aliases/default", bus_name="org.freedesktop.secrets", interface="org.freedesktop.Secret.Collection")
+            def call(m):
+                r = conn.send_and_get_reply(m, timeout=10)
+                return r, "relay" if r.header.serial >= 2**31 else "gdbus"
+            session = call(new_method_call(service, "OpenSession", "sv", ("plain", ("s", ""))))[0].body[1]
+            attributes = {"relayed": "r1"}
+            properties = {"org.freedesktop.Secret.Item.Label": ("s", "r1"), "org.freedesktop.Secret.Item.Attributes": ("a{ss}", attributes)}
+            made, by = call(new_method_call(default, "CreateItem", "a{sv}(oayays)b", (properties, (session, b"", b"relayed-secret", "text/plain"), True)))
+            item = made.body[0]
+            found, by_search = call(new_method_call(service, "SearchItems", "a{ss}", (attributes,)))
+            secrets, by_secrets = call(new_method_call(service, "GetSecrets", "aoo", ([item], session)))
+            intro, by_intro = call(new_method_call(DBusAddress("/org/freedesktop/secrets", bus_name="org.freedesktop.secrets", interface="org.freedesktop.DBus.Introspectable"), "Introspect"))
+            print(by, by_search, found.body[0] == [item], by_secrets, bytes(secrets.body[0][item][2]).decode(), by_intro)
+            attributes = {"relayed": "r2"}
+            properties = {"org.freedesktop.Secret.Item.Label": ("s", "r2"), "org.freedesktop.Secret.Item.Attributes": ("a{ss}", attributes)}
+            create = new_method_call(default, "CreateItem", "a{sv}(oayays)b", (properties, (session, b"", b"v", "text/plain"), True))
+            search = new_method_call(service, "SearchItems", "a{ss}", (attributes,))
+            serials = [next(conn.outgoing_serial), next(conn.outgoing_serial)]
+            conn.send(create, serial=serials[0])
+            conn.send(search, serial=serials[1])
+            replies = {}
+            while len(replies) < 2:
+                m = conn.receive(timeout=20)
+                if m.header.message_type in (MessageType.method_return, MessageType.error):
+                    replies[m.header.fields[HeaderFields.reply_serial]] = m
+            behind = replies[serials[1]]
+            print("relay" if behind.header.serial >= 2**31 else "gdbus", behind.body[0] == [replies[serials[0]].body[0]])
+            """
+        let r = k.run("python3", ["-c", script], timeout: 60)
+        #expect(
+            r.status == 0
+                && r.stdoutText == "gdbus relay True relay relayed-secret gdbus\ngdbus True\n",
+            "\(r)")
     }
 
     /// Writes are answered off the bus thread (`SecretService+Writes.swift`), and several
