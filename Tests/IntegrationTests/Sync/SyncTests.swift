@@ -342,11 +342,18 @@ import Glibc
         }
         for d in [a, b] { try #require(d.initialize().status == 0) }
         try #require(a.ctl(["sync", "init", folderA]).status == 0)
-        // B's copy: what the folder held when B's Syncthing had carried A's first files.
-        try #require(
-            ChildProcess.run(
-                "/bin/cp", ["-a", folderA + "/.", folderB], environment: ["PATH": "/usr/bin:/bin"]
-            ).status == 0)
+        // B's copy: what the folder held when B's Syncthing had carried A's first files. A's
+        // vaultd may be writing a file there meanwhile (written under a temporary name, then
+        // renamed): a copy that found a file gone is made again, as Syncthing would.
+        var copied = false
+        for _ in 0..<5 where !copied {
+            copied =
+                try ChildProcess.run(
+                    "/bin/cp", ["-a", folderA + "/.", folderB],
+                    environment: ["PATH": "/usr/bin:/bin"]
+                ).status == 0
+        }
+        try #require(copied)
         let join = b.ctl(["sync", "join", folderB])
         try #require(join.status == 0, "\(join)")
         let code = try #require(
