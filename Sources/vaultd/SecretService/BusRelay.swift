@@ -15,9 +15,10 @@ protocol BusResponder: AnyObject, Sendable {
     /// Whether call `header` (not yet its body) is one to read whole and offer to `answer`.
     func wantsWhole(_ header: BusHeader) -> Bool
     /// Call `message` (its bytes, header and body) of `sender`: the reply's bytes, numbered
-    /// `replySerial`; `.taken` when it is answered later by other means; `.pass` to hand it to
-    /// GDBus.
-    func answer(_ message: [UInt8], sender: String, replySerial: UInt32) -> BusAnswer
+    /// `replySerial`; `.taken` when it is answered later (through `BusRelay.deliver`, with
+    /// that serial, or through GDBus); `.pass` to hand it to GDBus.
+    func answer(_ message: [UInt8], header: BusHeader, sender: String, replySerial: UInt32)
+        -> BusAnswer
     /// A call of `sender` went on to GDBus, which will answer it (`replied`), unless it wants
     /// no reply.
     func handedOn(sender: String, serial: UInt32, wantsNoReply: Bool)
@@ -129,16 +130,23 @@ final class BusRelay: @unchecked Sendable {
     private var heldReplies: [[UInt8]] = []
     private var heldReplyBytes = 0
     private var nextOwnSerial = BusRelay.ownSerials.lowerBound
+    /// Replies answered on other threads (`deliver`), each with what runs once it is queued,
+    /// and the pipe that wakes the relay for them (its read end, polled, and its write end).
+    private let deliveries = Mutex<[(bytes: [UInt8], then: @Sendable () -> Void)]>([])
+    private let wake: (read: Int32, write: Int32)
 
     struct CallKey: Hashable {
         let sender: String
         let serial: UInt32
     }
 
-    private init(bus: Int32, gdbus: Int32, logger: Logger) {
+    /// A relay between `bus` and `gdbus`, not yet running (`start` runs it on its thread; the
+    /// tests drive one by hand through `fromBusBytes`, `fromGDBusBytes` and `flushToGDBus`).
+    init(bus: Int32, gdbus: Int32, wake: (read: Int32, write: Int32), logger: Logger) {
         self.logger = logger
         self.bus = bus
         self.gdbus = gdbus
+        self.wake = wake
     }
 
     /// Connects to the bus at `address` and starts the relay; returns the socket GDBus is to
@@ -158,7 +166,14 @@ final class BusRelay: @unchecked Sendable {
             SystemCall.close(bus)
             throw BusError(.failed, "socketpair: \(String(cString: strerror(error.code)))")
         }
-        for fd in [bus, pair.0] {
+        let wake: (read: Int32, write: Int32)
+        do {
+            wake = try SystemCall.pipe()
+        } catch {
+            for fd in [bus, pair.0, pair.1] { SystemCall.close(fd) }
+            throw BusError(.failed, "pipe: \(String(cString: strerror(error.code)))")
+        }
+        for fd in [bus, pair.0, wake.read, wake.write] {
             if let flags = try? SystemCall.fcntl(fd, F_GETFL) {
                 _ = try? SystemCall.fcntl(fd, F_SETFL, flags | O_NONBLOCK)
             }
@@ -166,7 +181,7 @@ final class BusRelay: @unchecked Sendable {
         // A receive buffer of 4 MiB (the kernel may give less): fewer wake-ups of the relay
         // and the bus daemon while a large message goes through.
         try? SystemCall.setsockopt(bus, SOL_SOCKET, SO_RCVBUF, Int32(4 << 20))
-        let relay = BusRelay(bus: bus, gdbus: pair.0, logger: logger)
+        let relay = BusRelay(bus: bus, gdbus: pair.0, wake: wake, logger: logger)
         let thread = Thread {
             vault_set_thread_name("vaultd-busrelay")
             relay.run()
@@ -183,6 +198,28 @@ final class BusRelay: @unchecked Sendable {
         responder.withLock { $0 = r }
     }
 
+    /// Sends `bytes`, the reply to a call the responder took (`.taken`) and answered on another
+    /// thread, numbered with the serial `answer` was given; then runs `then` on the relay's
+    /// thread, once the reply is queued ahead of anything GDBus writes after. Any thread.
+    func deliver(_ bytes: [UInt8], then: @escaping @Sendable () -> Void) {
+        deliveries.withLock { $0.append((bytes, then)) }
+        // A full pipe holds wake-ups already: the write may fail then.
+        _ = try? [UInt8(1)].withUnsafeBytes { try SystemCall.write(wake.write, $0) }
+    }
+
+    /// Queues the replies delivered, each followed by its `then`.
+    private func takeDeliveries() {
+        var drained = [UInt8](repeating: 0, count: 64)
+        _ = try? drained.withUnsafeMutableBytes { try SystemCall.read(wake.read, into: $0) }
+        for d in deliveries.withLock({ d in
+            defer { d = [] }
+            return d
+        }) {
+            sendOwn(d.bytes)
+            d.then()
+        }
+    }
+
     // MARK: the loop
 
     private func run() {
@@ -191,9 +228,12 @@ final class BusRelay: @unchecked Sendable {
         defer {
             SystemCall.close(bus)
             SystemCall.close(gdbus)
+            SystemCall.close(wake.read)
+            SystemCall.close(wake.write)
             toBus.discard()
             toGDBus.discard()
             for var r in heldReplies { wipe(&r) }
+            for var d in deliveries.withLock({ $0 }) { wipe(&d.bytes) }
             for fd in heldFDs { SystemCall.close(fd) }
         }
         while true {
@@ -210,6 +250,7 @@ final class BusRelay: @unchecked Sendable {
                     fd: gdbus,
                     events: Int16((readGDBus ? POLLIN : 0) | (toGDBus.isEmpty ? 0 : POLLOUT)),
                     revents: 0),
+                pollfd(fd: wake.read, events: Int16(readGDBus ? POLLIN : 0), revents: 0),
             ]
             // While calls count, wake each second to let the expired ones go.
             let timeout: Int32 = unanswered.isEmpty ? -1 : 1000
@@ -229,9 +270,13 @@ final class BusRelay: @unchecked Sendable {
                     return
                 }
             }
+            if polled[2].revents & Int16(POLLIN) != 0 { takeDeliveries() }
             guard toBus.flush(to: bus), toGDBus.flush(to: gdbus) else { return }
         }
     }
+
+    /// Writes what GDBus's side takes now of what is queued for it; false when that failed.
+    func flushToGDBus() -> Bool { toGDBus.flush(to: gdbus) }
 
     /// Reads what is there on `fd` and hands it to `handle`; false once `fd` ended or failed
     /// (the relay then closes both sides: GDBus sees its connection close).
@@ -255,6 +300,8 @@ final class BusRelay: @unchecked Sendable {
         } catch { return false }
         if n == 0 { return false }
         handle(buffer[0..<n], Array(fds[0..<Int(count)]))
+        // What was read may hold a secret (a CreateItem's, a reply's): not left behind.
+        buffer.withUnsafeMutableBytes { explicit_bzero($0.baseAddress!, n) }
         return true
     }
 
@@ -276,7 +323,8 @@ final class BusRelay: @unchecked Sendable {
     /// cannot be sent without a byte).
     private var heldFDs: [Int32] = []
 
-    private func fromBusBytes(_ bytes: ArraySlice<UInt8>, _ fds: [Int32]) {
+    /// Takes bytes read from the bus, and the descriptors that came with them.
+    func fromBusBytes(_ bytes: ArraySlice<UInt8>, _ fds: [Int32]) {
         var fds = fds
         while fdsToClose > 0, let fd = fds.first {
             SystemCall.close(fd)
@@ -313,7 +361,7 @@ final class BusRelay: @unchecked Sendable {
                 rest = rest.dropFirst(k)
                 fromBus =
                     body.count < need
-                    ? .collecting(header, body, need: need) : whole(header, body, &passed)
+                    ? .collecting(header, body, need: need) : whole(header, &body, &passed)
             case .header(var acc, let need):
                 let k = min(need - acc.count, rest.count)
                 acc += rest.prefix(k)
@@ -363,8 +411,9 @@ final class BusRelay: @unchecked Sendable {
             (header.uint32(.unixFDs) ?? 0) == 0,
             let r = responder.withLock({ $0 }), r.wantsWhole(header)
         {
+            var none: [UInt8] = []
             return bodyLength == 0
-                ? whole(header, [], &passed) : .collecting(header, [], need: bodyLength)
+                ? whole(header, &none, &passed) : .collecting(header, [], need: bodyLength)
         }
         passed += acc
         count(header, sender: sender, bytes: headerLength + bodyLength)
@@ -372,18 +421,25 @@ final class BusRelay: @unchecked Sendable {
     }
 
     /// Call `header` with `body`, read whole: offered to the responder, whose reply goes to the
-    /// bus; or, if it does not answer it, passed on to GDBus as any other.
-    private func whole(_ header: BusHeader, _ body: [UInt8], _ passed: inout [UInt8]) -> Inbound {
-        let message = header.bytes + body
+    /// bus, now or once delivered; or, if it does not answer it, passed on to GDBus as any other.
+    private func whole(
+        _ header: BusHeader, _ body: inout [UInt8], _ passed: inout [UInt8]
+    ) -> Inbound {
+        var message = header.bytes + body
+        // A call answered here may carry a secret (CreateItem's): its bytes are zeroed after.
+        wipe(&body)
         let sender = header.string(.sender) ?? ""
         let serial = nextOwnSerial
-        switch responder.withLock({ $0 })?.answer(message, sender: sender, replySerial: serial) {
+        nextOwnSerial =
+            serial == Self.ownSerials.upperBound ? Self.ownSerials.lowerBound : serial + 1
+        switch responder.withLock({ $0 })?.answer(
+            message, header: header, sender: sender, replySerial: serial)
+        {
         case .reply(let bytes)?:
-            nextOwnSerial =
-                serial == Self.ownSerials.upperBound ? Self.ownSerials.lowerBound : serial + 1
             sendOwn(bytes)
+            wipe(&message)
         case .taken?:
-            break
+            wipe(&message)
         case .pass?, nil:
             passed += message
             count(header, sender: sender, bytes: message.count)
@@ -456,7 +512,8 @@ final class BusRelay: @unchecked Sendable {
         fromGDBus.begun && fromGDBus.skip == 0 && fromGDBus.header.isEmpty
     }
 
-    private func fromGDBusBytes(_ bytes: ArraySlice<UInt8>, _ fds: [Int32]) {
+    /// Takes bytes GDBus wrote, and the descriptors that came with them.
+    func fromGDBusBytes(_ bytes: ArraySlice<UInt8>, _ fds: [Int32]) {
         var rest = bytes
         var start = bytes.startIndex
         var fds = fds

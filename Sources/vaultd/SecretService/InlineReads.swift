@@ -12,10 +12,13 @@ import Glibc
 /// `Item.GetSecret`), answered on the bus relay's thread (`BusRelay`) as they come from the
 /// bus, instead of going on through the socketpair to GDBus and from its worker thread to the
 /// `vaultd-dbus` thread and back: each hand-over wakes another thread twice, and GDBus decodes
-/// and encodes each message again, which costs more than the read itself.
+/// and encodes each message again, which costs more than the read itself. The durable writes
+/// of a store, a replace and a clear (`Collection.CreateItem`, `Item.SetSecret`,
+/// `Item.Delete`) are taken here too, and run on a thread of `writers`
+/// (`answerWriteOnRelay`), whose reply goes back to the relay.
 ///
 /// A call is answered here only when all of these hold, else it goes on to GDBus unchanged:
-/// - it is one of those three methods, at its object, with the exact argument signature and no
+/// - it is one of those methods, at its object, with the exact argument signature and no
 ///   descriptors (anything else gets GDBus's own checks);
 /// - its connection is identified already (`SecretService.identified`: a first call, which
 ///   asks the bus for credentials, never runs on the relay's thread) and still passes the
@@ -63,44 +66,63 @@ extension SecretService: BusResponder {
         return nil
     }
 
-    /// A call answered on the relay's thread: interface, member and argument signature, and
-    /// whether its object is an item (else the service).
+    /// A call the relay hands here: interface, member and argument signature, the kind of
+    /// object it is made at, and whether it is a durable write (answered on a thread of
+    /// `writers`, its reply delivered to the relay: `SecretService+Writes.swift`).
     private struct InlineMethod {
+        enum Object { case service, collection, item }
         let interface: String
         let member: String
         let signature: String
-        let atItem: Bool
+        let object: Object
+        var writes = false
     }
 
-    /// Which calls are answered on the relay's thread.
+    /// Which calls the relay hands here: the reads of a lookup, and the durable writes of a
+    /// store, a replace and a clear (`writesDurably`).
     private static let inlineMethods = [
         InlineMethod(
             interface: SecretServiceIntrospection.service, member: "SearchItems",
-            signature: "a{ss}", atItem: false),
+            signature: "a{ss}", object: .service),
         InlineMethod(
             interface: SecretServiceIntrospection.service, member: "GetSecrets",
-            signature: "aoo", atItem: false),
+            signature: "aoo", object: .service),
         InlineMethod(
             interface: SecretServiceIntrospection.item, member: "GetSecret", signature: "o",
-            atItem: true),
+            object: .item),
+        InlineMethod(
+            interface: SecretServiceIntrospection.collection, member: "CreateItem",
+            signature: "a{sv}(oayays)b", object: .collection, writes: true),
+        InlineMethod(
+            interface: SecretServiceIntrospection.item, member: "SetSecret",
+            signature: "(oayays)", object: .item, writes: true),
+        InlineMethod(
+            interface: SecretServiceIntrospection.item, member: "Delete", signature: "",
+            object: .item, writes: true),
     ]
 
-    func wantsWhole(_ header: BusHeader) -> Bool {
+    /// The method `header` calls, if the relay is to hand it here, at an object of its kind.
+    private static func inlineMethod(_ header: BusHeader) -> InlineMethod? {
         guard let member = header.string(.member), let interface = header.string(.interface),
             let path = header.string(.path),
-            let method = Self.inlineMethods.first(where: {
+            let method = inlineMethods.first(where: {
                 $0.member == member && $0.interface == interface
                     && $0.signature == header.signature
             })
-        else { return false }
-        switch SecretServicePath(path) {
-        case .service?: return !method.atItem
-        case .item?, .damaged?: return method.atItem
-        default: return false
+        else { return nil }
+        switch (SecretServicePath(path), method.object) {
+        case (.service?, .service), (.item?, .item), (.damaged?, .item),
+            (.collection?, .collection), (.alias?, .collection):
+            return method
+        default: return nil
         }
     }
 
-    func answer(_ bytes: [UInt8], sender: String, replySerial: UInt32) -> BusAnswer {
+    func wantsWhole(_ header: BusHeader) -> Bool { Self.inlineMethod(header) != nil }
+
+    func answer(
+        _ bytes: [UInt8], header: BusHeader, sender: String, replySerial: UInt32
+    ) -> BusAnswer {
         let inOrder = inline.withLock { state in
             !state.disabled && !state.unordered.contains(sender)
                 && state.awaitingReply[sender] == nil
@@ -120,11 +142,23 @@ extension SecretService: BusResponder {
             return .pass
         }
         defer { g_object_unref(UnsafeMutableRawPointer(message)) }
+        if Self.inlineMethod(header)?.writes == true {
+            return answerWriteOnRelay(
+                message, serial: header.serial, sender: sender, replySerial: replySerial,
+                vaultSession: vaultSession)
+        }
         guard let reply = answerInline(message, sender: sender, vaultSession: vaultSession) else {
             return .taken
         }
+        return .reply(replyBytes(reply, message, serial: replySerial))
+    }
+
+    /// `reply`'s bytes (it is consumed), numbered `serial`; an error's, answering `message`,
+    /// if it does not encode.
+    func replyBytes(_ reply: OpaquePointer, _ message: OpaquePointer, serial: UInt32) -> [UInt8] {
         defer { g_object_unref(UnsafeMutableRawPointer(reply)) }
-        g_dbus_message_set_serial(reply, replySerial)
+        g_dbus_message_set_serial(reply, serial)
+        var err: UnsafeMutablePointer<GError>?
         var size: gsize = 0
         guard let blob = g_dbus_message_to_blob(reply, &size, G_DBUS_CAPABILITY_FLAGS_NONE, &err)
         else {
@@ -132,20 +166,19 @@ extension SecretService: BusResponder {
                 "secret service: a reply vaultd made does not encode: \(String(cString: cg_error_message(err)))"
             )
             g_error_free(err)
-            return .reply(
-                errorBlob(message, replySerial, BusError(.failed, "the reply does not encode")))
+            return errorBytes(message, serial, BusError(.failed, "the reply does not encode"))
         }
         // The reply may hold a secret (a plain session's): zeroed once copied.
         defer {
             explicit_bzero(blob, Int(size))
             g_free(blob)
         }
-        return .reply(Array(UnsafeBufferPointer(start: blob, count: Int(size))))
+        return Array(UnsafeBufferPointer(start: blob, count: Int(size)))
     }
 
     /// An error reply's bytes, for when a reply does not encode (an error with a short message
     /// always does).
-    private func errorBlob(_ message: OpaquePointer, _ serial: UInt32, _ e: BusError) -> [UInt8] {
+    private func errorBytes(_ message: OpaquePointer, _ serial: UInt32, _ e: BusError) -> [UInt8] {
         let reply = g_dbus_message_new_method_error_literal(message, e.name.rawValue, e.message)!
         defer { g_object_unref(UnsafeMutableRawPointer(reply)) }
         g_dbus_message_set_serial(reply, serial)

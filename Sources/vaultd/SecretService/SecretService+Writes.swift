@@ -1,3 +1,4 @@
+import CGio
 import Foundation
 import VaultCore
 import VaultProtocol
@@ -5,14 +6,18 @@ import VaultProtocol
 /// Durable writes (CreateItem, SetSecret, Item.Delete, Collection.Delete) are answered off the
 /// bus thread. Each returns once its transaction is on disk (`GroupCommit`): on the bus thread
 /// every client's write, and every other call, waited behind one fsync at a time, so 16
-/// writing clients stored no faster than one. On threads of their own (`WritingThreads`), concurrent writes
-/// share a group commit's fsync, and the bus thread goes on answering reads meanwhile.
+/// writing clients stored no faster than one. On threads of their own (`WritingThreads`),
+/// concurrent writes share a group commit's fsync, and the bus thread goes on answering reads
+/// meanwhile.
 ///
-/// At most `maximumWritingCalls` run so at once; a write past that is answered on the bus
-/// thread, as before (never refused). A connection's calls are still answered in the order it
-/// sent them: those it sends while its write runs wait, and the bus thread runs them once the
-/// write is answered (`waitsBehindWrite`); reads answered on the bus relay's thread
-/// (`InlineReads.swift`) never overtake a call awaiting its reply.
+/// The bus relay hands CreateItem, Item.SetSecret and Item.Delete straight to these threads
+/// (`answerWriteOnRelay`) when their connection has no other call pending; other writes come
+/// from the bus thread (`answerWrite`). At most `maximumWritingCalls` run so at once; a write
+/// past that is answered on the bus thread, as before (never refused). A connection's calls
+/// are still answered in the order it sent them: those it sends while its write runs wait,
+/// and the bus thread runs them once the write is answered (`waitsBehindWrite`); reads
+/// answered on the bus relay's thread (`InlineReads.swift`) never overtake a call awaiting
+/// its reply.
 extension SecretService {
     /// The most durable writes answered off the bus thread at once (each holds a thread).
     static let maximumWritingCalls = 32
@@ -44,6 +49,63 @@ extension SecretService {
             }
         }
         return true
+    }
+
+    /// Answers durable write `message` (CreateItem, Item.SetSecret, Item.Delete: call `serial`
+    /// of identified `sender`, which has no other
+    /// call awaiting its reply), handed over by the bus relay, on a thread of `writers`: the
+    /// reply, numbered `replySerial`, goes back to the relay (`BusRelay.deliver`), and once it
+    /// is queued there, the write's signals and the connection's calls that waited for it go
+    /// as after `answerWrite`. Meanwhile the connection's later calls go to GDBus, and the bus
+    /// thread keeps them until then (`waitsBehindWrite`). `.pass` when `maximumWritingCalls`
+    /// run already (GDBus's way then answers it on the bus thread). Relay's thread.
+    func answerWriteOnRelay(
+        _ message: OpaquePointer, serial: UInt32, sender: String, replySerial: UInt32,
+        vaultSession: VaultSession
+    ) -> BusAnswer {
+        guard let relay,
+            let target = SecretServicePath(String(cString: g_dbus_message_get_path(message)!)),
+            writingCalls.admit(below: Self.maximumWritingCalls)
+        else { return .pass }
+        let interface = String(cString: g_dbus_message_get_interface(message)!)
+        let member = String(cString: g_dbus_message_get_member(message)!)
+        guard Self.writesDurably(interface, member) else {
+            writingCalls.withLock { $0 -= 1 }
+            return .pass
+        }
+        _ = inline.withLock { $0.awaitingReply[sender, default: []].insert(serial) }
+        behindWrites.withLock { $0[sender] = [] }
+        let call = GObjectReference(retaining: message)
+        let parameters = Handed(
+            g_dbus_message_get_body(message).map { GV(borrowing: $0) } ?? GV.tuple([]))
+        writers.run { [self] in
+            var reply: [UInt8] = []
+            let changes = HeldChanges.holding {
+                let out: OpaquePointer
+                do {
+                    let value = try handleOffBusThread(
+                        member, of: interface, on: target, parameters.value, sender: sender,
+                        vaultSession: vaultSession)
+                    out = g_dbus_message_new_method_reply(call.raw)
+                    if let value { value.pass { g_dbus_message_set_body(out, $0) } }
+                } catch {
+                    let e = BusError(error)
+                    out = g_dbus_message_new_method_error_literal(
+                        call.raw, e.name.rawValue, e.message)
+                }
+                reply = replyBytes(out, call.raw, serial: replySerial)
+            }
+            writingCalls.withLock { $0 -= 1 }
+            let held = Handed(changes)
+            relay.deliver(reply) { [self] in
+                replied(to: sender, serial: serial)
+                onBusThread(priority: 0) { [self] in
+                    for change in held.value { send(change) }
+                    runCallsBehindWrite(of: sender)
+                }
+            }
+        }
+        return .taken
     }
 
     /// Whether `sender` has a write not yet answered: `call` (its next call, which the bus

@@ -76,7 +76,9 @@ final class SecretService: @unchecked Sendable {
     /// Whether the relay answers the inline reads (`InlineReads.swift`); set before it runs.
     var inlineEnabled = true
     private var observer: VaultSubscription?
-    /// What the relay's answering of reads keeps (`InlineReads.swift`).
+    /// The bus relay that answers calls itself (`InlineReads.swift`), once it does.
+    private(set) var relay: BusRelay?
+    /// What the relay's answering of calls keeps (`InlineReads.swift`).
     let inline = Locked(InlineState())
     /// The registered prompter agent, which prompts ask for the passphrase.
     private(set) lazy var prompter = PrompterAgent(service: self)
@@ -242,7 +244,10 @@ final class SecretService: @unchecked Sendable {
         g_dbus_connection_set_exit_on_close(conn, 0)
         guard registerObjects() else { return }
         addFilter()
-        if inlineEnabled { relay?.serve(self) }
+        if inlineEnabled, let relay {
+            self.relay = relay
+            relay.serve(self)
+        }
         subscribeToBus()
         guard requestName() else {
             g_dbus_connection_close_sync(conn, nil, nil)

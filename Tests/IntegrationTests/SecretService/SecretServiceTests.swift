@@ -559,13 +559,15 @@ import Glibc
         #expect(r.status == 0 && r.stdoutText == "20\n", "\(r)")
     }
 
-    /// The reads of a lookup are answered by the bus relay (`InlineReads.swift`), whose replies
-    /// carry serials from the top half (`BusRelay.ownSerials`): a SearchItems and a
-    /// GetSecrets of an identified connection with nothing pending are answered there, with
-    /// the item and its secret; a SearchItems sent right behind a CreateItem goes to GDBus
-    /// (a serial of its own, below 2³¹) and still finds the item; an Introspect never goes to
-    /// the relay.
-    @Test func theRelayAnswersALookupsReadsAndNothingOutOfOrder() throws {
+    /// A store's CreateItem and the reads of a lookup are answered by the bus relay
+    /// (`InlineReads.swift`), whose replies carry serials from the top half
+    /// (`BusRelay.ownSerials`): a CreateItem, a SearchItems and a GetSecrets of an identified
+    /// connection with nothing pending are answered there, with the item and its secret, and
+    /// the connection hears ItemCreated after the CreateItem's reply; so are an Item.SetSecret,
+    /// an Item.GetSecret that reads the new secret and an Item.Delete; a SearchItems sent right
+    /// behind a CreateItem goes to GDBus (a serial of its own, below 2³¹), waits for the write
+    /// and finds the item; an Introspect never goes to the relay.
+    @Test func theRelayAnswersStoresAndLookupsAndNothingOutOfOrder() throws {
         let k = try Self.fixture()
         defer { k.close() }
         let script = """
@@ -580,12 +582,29 @@ import Glibc
             session = call(new_method_call(service, "OpenSession", "sv", ("plain", ("s", ""))))[0].body[1]
             attributes = {"relayed": "r1"}
             properties = {"org.freedesktop.Secret.Item.Label": ("s", "r1"), "org.freedesktop.Secret.Item.Attributes": ("a{ss}", attributes)}
-            made, by = call(new_method_call(default, "CreateItem", "a{sv}(oayays)b", (properties, (session, b"", b"relayed-secret", "text/plain"), True)))
+            create = new_method_call(default, "CreateItem", "a{sv}(oayays)b", (properties, (session, b"", b"relayed-secret", "text/plain"), True))
+            serial = next(conn.outgoing_serial)
+            conn.send(create, serial=serial)
+            seen = []
+            while "ItemCreated" not in seen:
+                m = conn.receive(timeout=20)
+                if m.header.message_type == MessageType.method_return and m.header.fields[HeaderFields.reply_serial] == serial:
+                    made, by = m, "relay" if m.header.serial >= 2**31 else "gdbus"
+                    seen.append("reply")
+                elif m.header.message_type == MessageType.signal and m.header.fields[HeaderFields.member] == "ItemCreated":
+                    seen.append("ItemCreated")
+            print(" ".join(seen))
             item = made.body[0]
             found, by_search = call(new_method_call(service, "SearchItems", "a{ss}", (attributes,)))
             secrets, by_secrets = call(new_method_call(service, "GetSecrets", "aoo", ([item], session)))
             intro, by_intro = call(new_method_call(DBusAddress("/org/freedesktop/secrets", bus_name="org.freedesktop.secrets", interface="org.freedesktop.DBus.Introspectable"), "Introspect"))
             print(by, by_search, found.body[0] == [item], by_secrets, bytes(secrets.body[0][item][2]).decode(), by_intro)
+            at_item = DBusAddress(item, bus_name="org.freedesktop.secrets", interface="org.freedesktop.Secret.Item")
+            _, by_set = call(new_method_call(at_item, "SetSecret", "(oayays)", ((session, b"", b"second", "text/plain"),)))
+            got, by_get = call(new_method_call(at_item, "GetSecret", "o", (session,)))
+            deleted, by_delete = call(new_method_call(at_item, "Delete"))
+            gone, _ = call(new_method_call(service, "SearchItems", "a{ss}", (attributes,)))
+            print(by_set, by_get, bytes(got.body[0][2]).decode(), by_delete, deleted.body[0], gone.body)
             attributes = {"relayed": "r2"}
             properties = {"org.freedesktop.Secret.Item.Label": ("s", "r2"), "org.freedesktop.Secret.Item.Attributes": ("a{ss}", attributes)}
             create = new_method_call(default, "CreateItem", "a{sv}(oayays)b", (properties, (session, b"", b"v", "text/plain"), True))
@@ -604,7 +623,9 @@ import Glibc
         let r = k.run("python3", ["-c", script], timeout: 60)
         #expect(
             r.status == 0
-                && r.stdoutText == "gdbus relay True relay relayed-secret gdbus\ngdbus True\n",
+                && r.stdoutText
+                    == "reply ItemCreated\nrelay relay True relay relayed-secret gdbus\n"
+                    + "relay relay second relay / ([], [])\ngdbus True\n",
             "\(r)")
     }
 
