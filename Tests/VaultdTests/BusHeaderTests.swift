@@ -7,8 +7,9 @@ import Testing
 /// fields, and the header of an oversized message cut to one without a body.
 @Suite struct BusHeaderTests {
     /// A method call as GDBus writes it: path, interface, member, destination, sender,
-    /// signature "a{ss}" and UNIX_FDS 1, with a body of `bodyLength`; little- or big-endian.
-    static func header(bodyLength: Int, little: Bool = true) -> [UInt8] {
+    /// signature "a{ss}" and UNIX_FDS `unixFDs` (none when nil), with a body of `bodyLength`;
+    /// little- or big-endian.
+    static func header(bodyLength: Int, little: Bool = true, unixFDs: UInt32? = 1) -> [UInt8] {
         func u32(_ v: UInt32) -> [UInt8] {
             let w = little ? v : v.byteSwapped
             return (0..<4).map { UInt8(truncatingIfNeeded: w >> (8 * UInt32($0))) }
@@ -31,8 +32,10 @@ import Testing
         field(3, "s", "SearchItems")
         field(6, "s", "org.freedesktop.secrets")
         field(8, "g", "a{ss}")
-        while out.count % 8 != 0 { out.append(0) }
-        out += [9, 1, UInt8(ascii: "u"), 0] + u32(1)
+        if let unixFDs {
+            while out.count % 8 != 0 { out.append(0) }
+            out += [9, 1, UInt8(ascii: "u"), 0] + u32(unixFDs)
+        }
         field(7, "s", ":1.42")
         let fieldsLength = out.count - 16
         out.replaceSubrange(12..<16, with: u32(UInt32(fieldsLength)))

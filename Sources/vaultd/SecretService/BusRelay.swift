@@ -234,7 +234,7 @@ final class BusRelay: @unchecked Sendable {
             toGDBus.discard()
             for var r in heldReplies { wipe(&r) }
             for var d in deliveries.withLock({ $0 }) { wipe(&d.bytes) }
-            for fd in heldFDs { SystemCall.close(fd) }
+            for fd in heldFDs + passedFDs { SystemCall.close(fd) }
         }
         while true {
             expireUnanswered()
@@ -319,9 +319,13 @@ final class BusRelay: @unchecked Sendable {
 
     /// Descriptors still to be closed for a dropped message.
     private var fdsToClose = 0
-    /// Descriptors received that go on with the next bytes GDBus is given (a descriptor
-    /// cannot be sent without a byte).
+    /// Descriptors received and not yet matched to the message that declares them (its
+    /// UNIX_FDS field; the bus passes a message's descriptors only with it), which they go on
+    /// with, sent with its first byte (a descriptor cannot be sent without a byte).
     private var heldFDs: [Int32] = []
+    /// The descriptors of the message whose bytes begin what is being gathered for GDBus (the
+    /// message that declares them, UNIX_FDS).
+    private var passedFDs: [Int32] = []
 
     /// Takes bytes read from the bus, and the descriptors that came with them.
     func fromBusBytes(_ bytes: ArraySlice<UInt8>, _ fds: [Int32]) {
@@ -370,8 +374,8 @@ final class BusRelay: @unchecked Sendable {
             }
         }
         if !passed.isEmpty {
-            toGDBus.append(passed, fds: heldFDs)
-            heldFDs = []
+            toGDBus.append(passed, fds: passedFDs)
+            passedFDs = []
         }
     }
 
@@ -414,6 +418,18 @@ final class BusRelay: @unchecked Sendable {
             var none: [UInt8] = []
             return bodyLength == 0
                 ? whole(header, &none, &passed) : .collecting(header, [], need: bodyLength)
+        }
+        let declared = Int(header.uint32(.unixFDs) ?? 0)
+        if declared > 0 {
+            // Its descriptors go with its own first byte: what came before it in this read (the
+            // end of another message: the kernel hands over a message's descriptors with the
+            // bytes before it from the same writer) goes to GDBus first, without them.
+            if !passed.isEmpty {
+                toGDBus.append(passed, fds: passedFDs)
+                passed = []
+            }
+            passedFDs = Array(heldFDs.prefix(declared))
+            heldFDs.removeFirst(passedFDs.count)
         }
         passed += acc
         count(header, sender: sender, bytes: headerLength + bodyLength)
