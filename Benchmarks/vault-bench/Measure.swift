@@ -30,6 +30,23 @@ struct Entry: Codable {
     /// server is a process of the bench (vaultd): robust where wall-clock rates are noisy.
     // swift-format-ignore: AlwaysUseLowerCamelCase
     var server_cpu_us: Double?
+    /// The whole machine's busy CPU time (every core, every process: the bench's clients, the
+    /// server, the bus daemon) per operation, in µs: the cores' time divided by it bounds the
+    /// operations per second any number of clients can reach on this machine.
+    // swift-format-ignore: AlwaysUseLowerCamelCase
+    var machine_cpu_us: Double?
+}
+
+/// The machine's busy CPU time so far (all cores: user, nice, system, irq, softirq and
+/// steal; not idle or iowait), in µs, from the first line of /proc/stat.
+func machineBusyMicroseconds() -> Double? {
+    guard let s = try? String(contentsOfFile: "/proc/stat", encoding: .utf8),
+        let line = s.split(separator: "\n").first, line.hasPrefix("cpu ")
+    else { return nil }
+    let v = line.split(separator: " ").dropFirst().compactMap { Double($0) }
+    guard v.count >= 8 else { return nil }
+    let busy = v[0] + v[1] + v[2] + v[5] + v[6] + v[7]
+    return busy * 1e6 / Double(sysconf(Int32(_SC_CLK_TCK)))
 }
 
 /// A process's CPU time (user + system, all its threads), in µs, from /proc/PID/stat.
@@ -203,6 +220,7 @@ func series(
     final class Taken {
         var runs: [Run] = []
         var cpu: [Double] = []
+        var machine: [Double] = []
     }
     let taken = Taken()
     return Series(
@@ -213,9 +231,13 @@ func series(
         },
         repetition: {
             let before = server.flatMap(cpuMicroseconds)
+            let machineBefore = machineBusyMicroseconds()
             let run = try timedRun(clients: clients, seconds: options.seconds, make: make)
             if let b = before, let a = server.flatMap(cpuMicroseconds), !run.latencies.isEmpty {
                 taken.cpu.append((a - b) / Double(run.latencies.count))
+            }
+            if let b = machineBefore, let a = machineBusyMicroseconds(), !run.latencies.isEmpty {
+                taken.machine.append((a - b) / Double(run.latencies.count))
             }
             taken.runs.append(run)
         },
@@ -223,6 +245,7 @@ func series(
             var e = summarize(
                 name, system: system, items: items, clients: clients, runs: taken.runs, note: note)
             if !taken.cpu.isEmpty { e.server_cpu_us = median(taken.cpu) }
+            if !taken.machine.isEmpty { e.machine_cpu_us = median(taken.machine) }
             return [e]
         })
 }

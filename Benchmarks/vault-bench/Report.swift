@@ -82,7 +82,7 @@ struct Report: Codable {
             let header = [
                 "system", "items", "clients", "p50 µs", "p99 µs", "ops/s", "p50 vaultd/\(other)",
                 "ops/s vaultd/\(other)", "p50 vaultd/floor",
-                "vaultd CPU µs/op",
+                "vaultd CPU µs/op", "machine CPU µs/op",
             ]
             var table: [[String]] = [header]
             for e in rows.sorted(by: {
@@ -111,6 +111,7 @@ struct Report: Codable {
                     cells.append("")
                 }
                 cells.append(e.server_cpu_us.map { Self.num($0) } ?? "")
+                cells.append(e.machine_cpu_us.map { Self.num($0) } ?? "")
                 table.append(cells)
             }
             out += Self.render(table)

@@ -45,6 +45,7 @@ func writeSeries(
     final class Taken {
         var runs: [[Run]] = [[], [], []]
         var cpu: [[Double]] = [[], [], []]
+        var machine: [[Double]] = [[], [], []]
     }
     let taken = Taken()
     func cycle(timed: Bool) throws {
@@ -54,14 +55,19 @@ func writeSeries(
             nextCycle.value = v + 1
             return v
         }()
-        /// Runs `body`; when timed, keeps its run and the server's CPU per operation in `slot`.
+        /// Runs `body`; when timed, keeps its run and the server's and the machine's CPU per
+        /// operation in `slot`.
         func sampled(_ slot: Int, _ body: () throws -> Run) rethrows {
             let before = server.flatMap(cpuMicroseconds)
+            let machineBefore = machineBusyMicroseconds()
             let run = try body()
             guard timed else { return }
             taken.runs[slot].append(run)
             if let b = before, let a = server.flatMap(cpuMicroseconds), !run.latencies.isEmpty {
                 taken.cpu[slot].append((a - b) / Double(run.latencies.count))
+            }
+            if let b = machineBefore, let a = machineBusyMicroseconds(), !run.latencies.isEmpty {
+                taken.machine[slot].append((a - b) / Double(run.latencies.count))
             }
         }
         /// `@unchecked Sendable`: each client's box is appended to by that client's thread alone,
@@ -115,6 +121,9 @@ func writeSeries(
             }
             for i in 0..<3 where !taken.cpu[i].isEmpty {
                 entries[i].server_cpu_us = median(taken.cpu[i])
+            }
+            for i in 0..<3 where !taken.machine[i].isEmpty {
+                entries[i].machine_cpu_us = median(taken.machine[i])
             }
             return entries
         })
