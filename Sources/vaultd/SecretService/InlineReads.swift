@@ -118,7 +118,11 @@ extension SecretService: BusResponder {
         }
     }
 
-    func wantsWhole(_ header: BusHeader) -> Bool { Self.inlineMethod(header) != nil }
+    /// A call that wants no reply is never taken (it goes to GDBus, which sends none, and its
+    /// connection's calls all take the usual way from then on: `handedOn`).
+    func wantsWhole(_ header: BusHeader) -> Bool {
+        header.flags & BusHeader.noReplyExpected == 0 && Self.inlineMethod(header) != nil
+    }
 
     func answer(
         _ bytes: [UInt8], header: BusHeader, sender: String, replySerial: UInt32

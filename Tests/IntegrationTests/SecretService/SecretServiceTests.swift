@@ -566,7 +566,8 @@ import Glibc
     /// the connection hears ItemCreated after the CreateItem's reply; so are an Item.SetSecret,
     /// an Item.GetSecret that reads the new secret and an Item.Delete; a SearchItems sent right
     /// behind a CreateItem goes to GDBus (a serial of its own, below 2³¹), waits for the write
-    /// and finds the item; an Introspect never goes to the relay.
+    /// and finds the item; an Introspect never goes to the relay; a search that wants no reply
+    /// gets none, and the connection's next search is GDBus's.
     @Test func theRelayAnswersStoresAndLookupsAndNothingOutOfOrder() throws {
         let k = try Self.fixture()
         defer { k.close() }
@@ -619,13 +620,27 @@ import Glibc
                     replies[m.header.fields[HeaderFields.reply_serial]] = m
             behind = replies[serials[1]]
             print("relay" if behind.header.serial >= 2**31 else "gdbus", behind.body[0] == [replies[serials[0]].body[0]])
+            # A search that wants no reply gets none; the connection's next search is answered
+            # by GDBus (it never comes back to the relay).
+            from jeepney.low_level import MessageFlag
+            quiet = new_method_call(service, "SearchItems", "a{ss}", (attributes,))
+            quiet.header.flags |= MessageFlag.no_reply_expected
+            conn.send(quiet, serial=next(conn.outgoing_serial))
+            loud = new_method_call(service, "SearchItems", "a{ss}", (attributes,))
+            serial = next(conn.outgoing_serial)
+            conn.send(loud, serial=serial)
+            while True:
+                m = conn.receive(timeout=20)
+                if m.header.message_type in (MessageType.method_return, MessageType.error):
+                    break
+            print(m.header.fields[HeaderFields.reply_serial] == serial, "relay" if m.header.serial >= 2**31 else "gdbus")
             """
         let r = k.run("python3", ["-c", script], timeout: 60)
         #expect(
             r.status == 0
                 && r.stdoutText
                     == "reply ItemCreated\nrelay relay True relay relayed-secret gdbus\n"
-                    + "relay relay second relay / ([], [])\ngdbus True\n",
+                    + "relay relay second relay / ([], [])\ngdbus True\nTrue gdbus\n",
             "\(r)")
     }
 
