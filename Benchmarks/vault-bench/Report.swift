@@ -244,6 +244,7 @@ struct Report: Codable {
                 add(name, "not measured (needs --compare-keyring --ss-items \(n))", nil)
             }
         }
+        judgeBusFloor(add)
         do {
             let name = "Secret Service store ≥ 100× gnome-keyring's at 1000 items (ops/s, 1 client)"
             if let a = v("ss-store", 1000, 1),
@@ -417,5 +418,70 @@ struct Report: Codable {
                 } ?? "?"
         }
         return "Linux \(release), \(ProcessInfo.processInfo.activeProcessorCount) cores (\(cpu))"
+    }
+}
+
+extension Report {
+    /// The Secret Service's targets relative to the bus (issue 34): at every `--ss-items`
+    /// count, a lookup (two calls) against one `ss-ping`, vaultd's CPU per lookup, a store
+    /// against one ping plus one `fdatasync` of vaultd's disk plus 200 µs, and 16 writing
+    /// clients' stores per second against one client's.
+    func judgeBusFloor(_ add: (String, String, Bool?) -> Void) {
+        let counts = Set(
+            workloads.filter { $0.system == "vaultd" && $0.name.hasPrefix("ss-") }.map(\.items)
+        ).sorted()
+        func v(_ n: String, _ items: Int, _ c: Int) -> Entry? {
+            find(n, "vaultd", items: items, clients: c)
+        }
+        func f(_ x: Double) -> String { Self.num(x) }
+        func judge(_ name: String, _ rows: [(Int, String, Bool)]) {
+            if rows.isEmpty {
+                add(name, "not measured (needs --only ss)", nil)
+            } else {
+                add(
+                    name, rows.map { "\($0.0): \($0.1)" }.joined(separator: ", "),
+                    rows.allSatisfy { $0.2 })
+            }
+        }
+        judge(
+            "Secret Service lookup p50 ≤ 2.3× ss-ping (1 client)",
+            counts.compactMap { n in
+                guard let l = v("ss-lookup", n, 1), let p = v("ss-ping", n, 1) else { return nil }
+                let r = l.p50_us / p.p50_us
+                return (n, "\(Self.ratio(r))× (\(f(l.p50_us)) / \(f(p.p50_us)) µs)", r <= 2.3)
+            })
+        judge(
+            "vaultd CPU ≤ 150 µs per Secret Service lookup (1 client)",
+            counts.compactMap { n in
+                guard let cpu = v("ss-lookup", n, 1)?.server_cpu_us else { return nil }
+                return (n, "\(f(cpu)) µs", cpu <= 150)
+            })
+        judge(
+            "Secret Service store p50 ≤ ss-ping + fdatasync + 200 µs (1 client)",
+            counts.compactMap { n in
+                guard let s = v("ss-store", n, 1), let p = v("ss-ping", n, 1),
+                    let d = find("fdatasync", "floor", items: n, clients: 1)
+                else { return nil }
+                let bound = p.p50_us + d.p50_us + 200
+                return (
+                    n,
+                    "\(f(s.p50_us)) µs against \(f(bound)) (ping \(f(p.p50_us)), fdatasync \(f(d.p50_us)))",
+                    s.p50_us <= bound
+                )
+            })
+        judge(
+            "16 writing clients ≥ 3× one client's Secret Service stores/s",
+            counts.compactMap { n in
+                guard let one = v("ss-store", n, 1), let many = v("ss-store", n, 16) else {
+                    return nil
+                }
+                let r = many.ops_per_s / one.ops_per_s
+                let machine = many.machine_cpu_us.map { ", machine CPU \(f($0)) µs a store" } ?? ""
+                return (
+                    n,
+                    "\(Self.ratio(r))× (\(f(many.ops_per_s)) / \(f(one.ops_per_s))/s\(machine))",
+                    r >= 3
+                )
+            })
     }
 }

@@ -108,7 +108,8 @@ enum SecretServiceBench {
             throw BenchError("--ss-system takes vaultd or keyring, not '\(options.ssSystem)'")
         }
         let entries = try measure(
-            system: options.ssSystem, items: n, options: options, server: server)
+            system: options.ssSystem, items: n, options: options, server: server,
+            dataDirectory: root.map { $0 + "/data" })
         try JSONEncoder().encode(entries).write(to: URL(fileURLWithPath: results))
     }
 
@@ -150,9 +151,11 @@ enum SecretServiceBench {
 
     /// The workloads, in turns (`interleave`): for each client count the bus round trip, then
     /// lookups; then the writes (store new items, store over them, clear them).
-    static func measure(system: String, items n: Int, options: Options, server: pid_t?) throws
-        -> [Entry]
-    {
+    /// `dataDirectory`: vaultd's, where the floor of a durable store (`fdatasync`) is measured
+    /// in turn with the stores, for the store's target (one ping, one fdatasync and 200 µs).
+    static func measure(
+        system: String, items n: Int, options: Options, server: pid_t?, dataDirectory: String?
+    ) throws -> [Entry] {
         var reads: [Series] = []
         for c in options.clients {
             reads.append(
@@ -187,11 +190,16 @@ enum SecretServiceBench {
         }
         var entries = try interleave(reads, repetitions: options.repetitions)
         let store = KeyringStore(options: options)
-        let writes = options.writeClients.map { c in
-            writeSeries(
-                system: system, items: n, clients: c, options: options, store: store,
-                server: server, names: writeNames)
+        let floor = dataDirectory.map {
+            [Floor.fdatasyncSeries(directory: $0, items: n, options: options)]
         }
+        let writes =
+            (floor ?? [])
+            + options.writeClients.map { c in
+                writeSeries(
+                    system: system, items: n, clients: c, options: options, store: store,
+                    server: server, names: writeNames)
+            }
         entries += try interleave(writes, repetitions: options.repetitions)
         return entries
     }
