@@ -39,8 +39,9 @@ import Testing
         for (name, system, count) in [
             ("lookup", "vaultd", 4), ("lookup", "floor", 4), ("add", "vaultd", 4),
             ("update", "vaultd", 4), ("delete", "vaultd", 4),
-            // The disk's floor of a durable write, once per item count.
-            ("fdatasync", "floor", 2),
+            // The disk's floor of a durable write, once per item count (50, 100) and once
+            // beside the Secret Service's stores (20).
+            ("fdatasync", "floor", 3),
             ("prefs-get", "vaultd", 1), ("prefs-set", "vaultd", 2), ("defaults-read", "vaultd", 1),
             ("item-get-process", "vaultd", 1),
             // vaultd's Secret Service through libsecret on a private bus, at the one --ss-items count.
@@ -84,7 +85,8 @@ import Testing
                 (e["name"] as? String).flatMap { n in (e["system"] as? String).map { "\(n) \($0)" }
                 }
             })
-        var expected: Set<String> = []
+        // The disk's floor of a durable store, in vaultd's data directory.
+        var expected: Set<String> = ["fdatasync floor"]
         for name in ["ss-ping", "ss-lookup", "ss-store", "ss-replace", "ss-clear"] {
             expected.formUnion(["\(name) vaultd", "\(name) keyring"])
         }
@@ -101,6 +103,16 @@ import Testing
             })
         // This run measured 20 items, not the target's 1,000: the target is left unjudged.
         #expect(lookup["met"] == nil, "\(lookup)")
+        // The bus-relative targets are judged at the count measured, each with its figures.
+        for prefix in [
+            "Secret Service lookup p50 ≤ 2.3× ss-ping", "vaultd CPU ≤ 150 µs per Secret Service",
+            "Secret Service store p50 ≤ ss-ping + fdatasync",
+        ] {
+            let t = try #require(
+                targets.first { ($0["target"] as? String)?.hasPrefix(prefix) == true }, "\(prefix)")
+            #expect(t["met"] is Bool, "\(t)")
+            #expect((t["value"] as? String)?.hasPrefix("20: ") == true, "\(t)")
+        }
     }
 
     @Test func usageErrorsExitWith64() throws {
