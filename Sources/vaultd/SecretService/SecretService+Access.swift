@@ -70,17 +70,20 @@ extension SecretService {
 
     /// Sends `body`'s reply, or its error, to the call `message` is, unless it wanted none.
     func reply(to message: GObjectReference, _ body: () throws -> GV?) {
-        let reply: OpaquePointer
+        send(replyMessage(to: message.raw, body), answering: message.raw)
+    }
+
+    /// The reply to call `message` with `body`'s value, or the error it throws (a new message).
+    func replyMessage(to message: OpaquePointer, _ body: () throws -> GV?) -> OpaquePointer {
         do {
             let out = try body()
-            reply = g_dbus_message_new_method_reply(message.raw)
+            let reply = g_dbus_message_new_method_reply(message)!
             if let out { out.pass { g_dbus_message_set_body(reply, $0) } }
+            return reply
         } catch {
             let e = BusError(error)
-            reply = g_dbus_message_new_method_error_literal(
-                message.raw, e.name.rawValue, e.message)
+            return g_dbus_message_new_method_error_literal(message, e.name.rawValue, e.message)
         }
-        send(reply, answering: message.raw)
     }
 
     /// Sends `reply` (consumed) to `message`'s call unless it wanted none.

@@ -81,17 +81,10 @@ extension SecretService {
         writers.run { [self] in
             var reply: [UInt8] = []
             let changes = HeldChanges.holding {
-                let out: OpaquePointer
-                do {
-                    let value = try handleOffBusThread(
+                let out = replyMessage(to: call.raw) {
+                    try handleOffBusThread(
                         member, of: interface, on: target, parameters.value, sender: sender,
                         vaultSession: vaultSession)
-                    out = g_dbus_message_new_method_reply(call.raw)
-                    if let value { value.pass { g_dbus_message_set_body(out, $0) } }
-                } catch {
-                    let e = BusError(error)
-                    out = g_dbus_message_new_method_error_literal(
-                        call.raw, e.name.rawValue, e.message)
                 }
                 reply = replyBytes(out, call.raw, serial: replySerial)
             }

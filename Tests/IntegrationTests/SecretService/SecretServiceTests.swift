@@ -522,6 +522,33 @@ import Glibc
         #expect(Self.text(out) == "registered\nasked 1 -\ncancelled\n", "\(Self.text(out))")
     }
 
+    /// The start of a raw client's script (jeepney): its connection to the session bus, the
+    /// service's and the default collection's addresses, and a plain session (`session`).
+    static let jeepneyClient = """
+        from jeepney import DBusAddress, HeaderFields, MessageType, new_method_call
+        from jeepney.io.blocking import open_dbus_connection
+        conn = open_dbus_connection(bus="SESSION")
+        service = DBusAddress("/org/freedesktop/secrets", bus_name="org.freedesktop.secrets", interface="org.freedesktop.Secret.Service")
+        default = DBusAddress("/org/freedesktop/secrets/aliases/default", bus_name="org.freedesktop.secrets", interface="org.freedesktop.Secret.Collection")
+        session = conn.send_and_get_reply(new_method_call(service, "OpenSession", "sv", ("plain", ("s", ""))), timeout=10).body[1]
+        def create_then_search(label, secret):
+            # A CreateItem and a SearchItems of its attributes, sent at once: both replies.
+            attributes = {"pipelined": label}
+            properties = {"org.freedesktop.Secret.Item.Label": ("s", label), "org.freedesktop.Secret.Item.Attributes": ("a{ss}", attributes)}
+            create = new_method_call(default, "CreateItem", "a{sv}(oayays)b", (properties, (session, b"", secret, "text/plain"), True))
+            search = new_method_call(service, "SearchItems", "a{ss}", (attributes,))
+            serials = [next(conn.outgoing_serial), next(conn.outgoing_serial)]
+            conn.send(create, serial=serials[0])
+            conn.send(search, serial=serials[1])
+            replies = {}
+            while len(replies) < 2:
+                m = conn.receive(timeout=20)
+                if m.header.message_type in (MessageType.method_return, MessageType.error):
+                    replies[m.header.fields[HeaderFields.reply_serial]] = m
+            return replies[serials[0]], replies[serials[1]]
+
+        """
+
     /// A client that sends its calls without waiting for each reply (jeepney, raw) gets them
     /// answered in the order it sent them: a SearchItems sent right behind a CreateItem (which
     /// waits for its commit off the bus thread, while searches may be answered on the bus
@@ -529,32 +556,14 @@ import Glibc
     @Test func pipelinedCallsOfOneClientAreAnsweredInOrder() throws {
         let k = try Self.fixture()
         defer { k.close() }
-        let script = """
-            from jeepney import DBusAddress, HeaderFields, MessageType, new_method_call
-            from jeepney.io.blocking import open_dbus_connection
-            conn = open_dbus_connection(bus="SESSION")
-            service = DBusAddress("/org/freedesktop/secrets", bus_name="org.freedesktop.secrets", interface="org.freedesktop.Secret.Service")
-            default = DBusAddress("/org/freedesktop/secrets/aliases/default", bus_name="org.freedesktop.secrets", interface="org.freedesktop.Secret.Collection")
-            session = conn.send_and_get_reply(new_method_call(service, "OpenSession", "sv", ("plain", ("s", ""))), timeout=10).body[1]
-            found = 0
-            for i in range(20):
-                attributes = {"pipelined": "p%d" % i}
-                properties = {"org.freedesktop.Secret.Item.Label": ("s", "p%d" % i), "org.freedesktop.Secret.Item.Attributes": ("a{ss}", attributes)}
-                create = new_method_call(default, "CreateItem", "a{sv}(oayays)b", (properties, (session, b"", b"v%d" % i, "text/plain"), True))
-                search = new_method_call(service, "SearchItems", "a{ss}", (attributes,))
-                serials = [next(conn.outgoing_serial), next(conn.outgoing_serial)]
-                conn.send(create, serial=serials[0])
-                conn.send(search, serial=serials[1])
-                replies = {}
-                while len(replies) < 2:
-                    m = conn.receive(timeout=20)
-                    if m.header.message_type in (MessageType.method_return, MessageType.error):
-                        replies[m.header.fields[HeaderFields.reply_serial]] = m
-                made = replies[serials[0]].body[0]
-                unlocked = replies[serials[1]].body[0]
-                found += unlocked == [made]
-            print(found)
-            """
+        let script =
+            Self.jeepneyClient + """
+                found = 0
+                for i in range(20):
+                    made, search = create_then_search("p%d" % i, b"v%d" % i)
+                    found += search.body[0] == [made.body[0]]
+                print(found)
+                """
         let r = k.run("python3", ["-c", script], timeout: 120)
         #expect(r.status == 0 && r.stdoutText == "20\n", "\(r)")
     }
@@ -571,70 +580,53 @@ import Glibc
     @Test func theRelayAnswersStoresAndLookupsAndNothingOutOfOrder() throws {
         let k = try Self.fixture()
         defer { k.close() }
-        let script = """
-            from jeepney import DBusAddress, HeaderFields, MessageType, new_method_call
-            from jeepney.io.blocking import open_dbus_connection
-            conn = open_dbus_connection(bus="SESSION")
-            service = DBusAddress("/org/freedesktop/secrets", bus_name="org.freedesktop.secrets", interface="org.freedesktop.Secret.Service")
-            default = DBusAddress("/org/freedesktop/secrets/aliases/default", bus_name="org.freedesktop.secrets", interface="org.freedesktop.Secret.Collection")
-            def call(m):
-                r = conn.send_and_get_reply(m, timeout=10)
-                return r, "relay" if r.header.serial >= 2**31 else "gdbus"
-            session = call(new_method_call(service, "OpenSession", "sv", ("plain", ("s", ""))))[0].body[1]
-            attributes = {"relayed": "r1"}
-            properties = {"org.freedesktop.Secret.Item.Label": ("s", "r1"), "org.freedesktop.Secret.Item.Attributes": ("a{ss}", attributes)}
-            create = new_method_call(default, "CreateItem", "a{sv}(oayays)b", (properties, (session, b"", b"relayed-secret", "text/plain"), True))
-            serial = next(conn.outgoing_serial)
-            conn.send(create, serial=serial)
-            seen = []
-            while "ItemCreated" not in seen:
-                m = conn.receive(timeout=20)
-                if m.header.message_type == MessageType.method_return and m.header.fields[HeaderFields.reply_serial] == serial:
-                    made, by = m, "relay" if m.header.serial >= 2**31 else "gdbus"
-                    seen.append("reply")
-                elif m.header.message_type == MessageType.signal and m.header.fields[HeaderFields.member] == "ItemCreated":
-                    seen.append("ItemCreated")
-            print(" ".join(seen))
-            item = made.body[0]
-            found, by_search = call(new_method_call(service, "SearchItems", "a{ss}", (attributes,)))
-            secrets, by_secrets = call(new_method_call(service, "GetSecrets", "aoo", ([item], session)))
-            intro, by_intro = call(new_method_call(DBusAddress("/org/freedesktop/secrets", bus_name="org.freedesktop.secrets", interface="org.freedesktop.DBus.Introspectable"), "Introspect"))
-            print(by, by_search, found.body[0] == [item], by_secrets, bytes(secrets.body[0][item][2]).decode(), by_intro)
-            at_item = DBusAddress(item, bus_name="org.freedesktop.secrets", interface="org.freedesktop.Secret.Item")
-            _, by_set = call(new_method_call(at_item, "SetSecret", "(oayays)", ((session, b"", b"second", "text/plain"),)))
-            got, by_get = call(new_method_call(at_item, "GetSecret", "o", (session,)))
-            deleted, by_delete = call(new_method_call(at_item, "Delete"))
-            gone, _ = call(new_method_call(service, "SearchItems", "a{ss}", (attributes,)))
-            print(by_set, by_get, bytes(got.body[0][2]).decode(), by_delete, deleted.body[0], gone.body)
-            attributes = {"relayed": "r2"}
-            properties = {"org.freedesktop.Secret.Item.Label": ("s", "r2"), "org.freedesktop.Secret.Item.Attributes": ("a{ss}", attributes)}
-            create = new_method_call(default, "CreateItem", "a{sv}(oayays)b", (properties, (session, b"", b"v", "text/plain"), True))
-            search = new_method_call(service, "SearchItems", "a{ss}", (attributes,))
-            serials = [next(conn.outgoing_serial), next(conn.outgoing_serial)]
-            conn.send(create, serial=serials[0])
-            conn.send(search, serial=serials[1])
-            replies = {}
-            while len(replies) < 2:
-                m = conn.receive(timeout=20)
-                if m.header.message_type in (MessageType.method_return, MessageType.error):
-                    replies[m.header.fields[HeaderFields.reply_serial]] = m
-            behind = replies[serials[1]]
-            print("relay" if behind.header.serial >= 2**31 else "gdbus", behind.body[0] == [replies[serials[0]].body[0]])
-            # A search that wants no reply gets none; the connection's next search is answered
-            # by GDBus (it never comes back to the relay).
-            from jeepney.low_level import MessageFlag
-            quiet = new_method_call(service, "SearchItems", "a{ss}", (attributes,))
-            quiet.header.flags |= MessageFlag.no_reply_expected
-            conn.send(quiet, serial=next(conn.outgoing_serial))
-            loud = new_method_call(service, "SearchItems", "a{ss}", (attributes,))
-            serial = next(conn.outgoing_serial)
-            conn.send(loud, serial=serial)
-            while True:
-                m = conn.receive(timeout=20)
-                if m.header.message_type in (MessageType.method_return, MessageType.error):
-                    break
-            print(m.header.fields[HeaderFields.reply_serial] == serial, "relay" if m.header.serial >= 2**31 else "gdbus")
-            """
+        let script =
+            Self.jeepneyClient + """
+                def call(m):
+                    r = conn.send_and_get_reply(m, timeout=10)
+                    return r, "relay" if r.header.serial >= 2**31 else "gdbus"
+                attributes = {"relayed": "r1"}
+                properties = {"org.freedesktop.Secret.Item.Label": ("s", "r1"), "org.freedesktop.Secret.Item.Attributes": ("a{ss}", attributes)}
+                create = new_method_call(default, "CreateItem", "a{sv}(oayays)b", (properties, (session, b"", b"relayed-secret", "text/plain"), True))
+                serial = next(conn.outgoing_serial)
+                conn.send(create, serial=serial)
+                seen = []
+                while "ItemCreated" not in seen:
+                    m = conn.receive(timeout=20)
+                    if m.header.message_type == MessageType.method_return and m.header.fields[HeaderFields.reply_serial] == serial:
+                        made, by = m, "relay" if m.header.serial >= 2**31 else "gdbus"
+                        seen.append("reply")
+                    elif m.header.message_type == MessageType.signal and m.header.fields[HeaderFields.member] == "ItemCreated":
+                        seen.append("ItemCreated")
+                print(" ".join(seen))
+                item = made.body[0]
+                found, by_search = call(new_method_call(service, "SearchItems", "a{ss}", (attributes,)))
+                secrets, by_secrets = call(new_method_call(service, "GetSecrets", "aoo", ([item], session)))
+                intro, by_intro = call(new_method_call(DBusAddress("/org/freedesktop/secrets", bus_name="org.freedesktop.secrets", interface="org.freedesktop.DBus.Introspectable"), "Introspect"))
+                print(by, by_search, found.body[0] == [item], by_secrets, bytes(secrets.body[0][item][2]).decode(), by_intro)
+                at_item = DBusAddress(item, bus_name="org.freedesktop.secrets", interface="org.freedesktop.Secret.Item")
+                _, by_set = call(new_method_call(at_item, "SetSecret", "(oayays)", ((session, b"", b"second", "text/plain"),)))
+                got, by_get = call(new_method_call(at_item, "GetSecret", "o", (session,)))
+                deleted, by_delete = call(new_method_call(at_item, "Delete"))
+                gone, _ = call(new_method_call(service, "SearchItems", "a{ss}", (attributes,)))
+                print(by_set, by_get, bytes(got.body[0][2]).decode(), by_delete, deleted.body[0], gone.body)
+                made, behind = create_then_search("r2", b"v")
+                print("relay" if behind.header.serial >= 2**31 else "gdbus", behind.body[0] == [made.body[0]])
+                # A search that wants no reply gets none; the connection's next search is answered
+                # by GDBus (it never comes back to the relay).
+                from jeepney.low_level import MessageFlag
+                quiet = new_method_call(service, "SearchItems", "a{ss}", (attributes,))
+                quiet.header.flags |= MessageFlag.no_reply_expected
+                conn.send(quiet, serial=next(conn.outgoing_serial))
+                loud = new_method_call(service, "SearchItems", "a{ss}", (attributes,))
+                serial = next(conn.outgoing_serial)
+                conn.send(loud, serial=serial)
+                while True:
+                    m = conn.receive(timeout=20)
+                    if m.header.message_type in (MessageType.method_return, MessageType.error):
+                        break
+                print(m.header.fields[HeaderFields.reply_serial] == serial, "relay" if m.header.serial >= 2**31 else "gdbus")
+                """
         let r = k.run("python3", ["-c", script], timeout: 60)
         #expect(
             r.status == 0
