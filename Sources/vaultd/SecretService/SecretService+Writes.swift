@@ -52,11 +52,10 @@ extension SecretService {
     }
 
     /// Answers durable write `message` (CreateItem, Item.SetSecret, Item.Delete: call `serial`
-    /// of identified `sender`, which has no other
-    /// call awaiting its reply), handed over by the bus relay, on a thread of `writers`: the
-    /// reply, numbered `replySerial`, goes back to the relay (`BusRelay.deliver`), and once it
-    /// is queued there, the write's signals and the connection's calls that waited for it go
-    /// as after `answerWrite`. Meanwhile the connection's later calls go to GDBus, and the bus
+    /// of identified `sender`, which has no other call awaiting its reply), handed over by the
+    /// bus relay, on a thread of `writers`: the reply, numbered `replySerial`, goes back to the
+    /// relay (`BusRelay.deliver`), and once it is queued there, the write's signals and the
+    /// connection's calls that waited for it go as after `answerWrite`. Meanwhile the connection's later calls go to GDBus, and the bus
     /// thread keeps them until then (`waitsBehindWrite`). `.pass` when `maximumWritingCalls`
     /// run already (GDBus's way then answers it on the bus thread). Relay's thread.
     func answerWriteOnRelay(
