@@ -37,6 +37,30 @@ struct Entry: Codable {
     var machine_cpu_us: Double?
 }
 
+/// The CPU time spent from its start: the server's (when a process of the bench) and the
+/// whole machine's, each per operation of a run.
+struct CPUSample {
+    private let server: pid_t?
+    private let serverStart: Double?
+    private let machineStart: Double?
+
+    init(server: pid_t?) {
+        self.server = server
+        serverStart = server.flatMap(cpuMicroseconds)
+        machineStart = machineBusyMicroseconds()
+    }
+
+    /// The server's and the machine's CPU µs per operation of `run`, since the start (nil
+    /// where not read, or for a run of no operations).
+    func perOperation(_ run: Run) -> (server: Double?, machine: Double?) {
+        let n = Double(run.latencies.count)
+        guard n > 0 else { return (nil, nil) }
+        let s = serverStart.flatMap { b in server.flatMap(cpuMicroseconds).map { ($0 - b) / n } }
+        let m = machineStart.flatMap { b in machineBusyMicroseconds().map { ($0 - b) / n } }
+        return (s, m)
+    }
+}
+
 /// The machine's busy CPU time so far (all cores: user, nice, system, irq, softirq and
 /// steal; not idle or iowait), in µs, from the first line of /proc/stat.
 func machineBusyMicroseconds() -> Double? {
@@ -230,15 +254,11 @@ func series(
             }
         },
         repetition: {
-            let before = server.flatMap(cpuMicroseconds)
-            let machineBefore = machineBusyMicroseconds()
+            let sample = CPUSample(server: server)
             let run = try timedRun(clients: clients, seconds: options.seconds, make: make)
-            if let b = before, let a = server.flatMap(cpuMicroseconds), !run.latencies.isEmpty {
-                taken.cpu.append((a - b) / Double(run.latencies.count))
-            }
-            if let b = machineBefore, let a = machineBusyMicroseconds(), !run.latencies.isEmpty {
-                taken.machine.append((a - b) / Double(run.latencies.count))
-            }
+            let spent = sample.perOperation(run)
+            if let s = spent.server { taken.cpu.append(s) }
+            if let m = spent.machine { taken.machine.append(m) }
             taken.runs.append(run)
         },
         entries: {

@@ -58,17 +58,13 @@ func writeSeries(
         /// Runs `body`; when timed, keeps its run and the server's and the machine's CPU per
         /// operation in `slot`.
         func sampled(_ slot: Int, _ body: () throws -> Run) rethrows {
-            let before = server.flatMap(cpuMicroseconds)
-            let machineBefore = machineBusyMicroseconds()
+            let sample = CPUSample(server: server)
             let run = try body()
             guard timed else { return }
             taken.runs[slot].append(run)
-            if let b = before, let a = server.flatMap(cpuMicroseconds), !run.latencies.isEmpty {
-                taken.cpu[slot].append((a - b) / Double(run.latencies.count))
-            }
-            if let b = machineBefore, let a = machineBusyMicroseconds(), !run.latencies.isEmpty {
-                taken.machine[slot].append((a - b) / Double(run.latencies.count))
-            }
+            let spent = sample.perOperation(run)
+            if let s = spent.server { taken.cpu[slot].append(s) }
+            if let m = spent.machine { taken.machine[slot].append(m) }
         }
         /// `@unchecked Sendable`: each client's box is appended to by that client's thread alone,
         /// and read after the run.

@@ -146,7 +146,9 @@ extension SecretService: BusResponder {
             return .pass
         }
         defer { g_object_unref(UnsafeMutableRawPointer(message)) }
-        if Self.inlineMethod(header)?.writes == true {
+        // `wantsWhole` checked the object's kind already: the member tells a write.
+        let member = header.string(.member)
+        if Self.inlineMethods.contains(where: { $0.writes && $0.member == member }) {
             return answerWriteOnRelay(
                 message, serial: header.serial, sender: sender, replySerial: replySerial,
                 vaultSession: vaultSession)
@@ -157,9 +159,22 @@ extension SecretService: BusResponder {
         return .reply(replyBytes(reply, message, serial: replySerial))
     }
 
-    /// `reply`'s bytes (it is consumed), numbered `serial`; an error's, answering `message`,
-    /// if it does not encode.
+    /// `reply`'s bytes (it is consumed), numbered `serial`; if it does not encode, those of a
+    /// Failed error answering `message` (an error with a short message always encodes).
     func replyBytes(_ reply: OpaquePointer, _ message: OpaquePointer, serial: UInt32) -> [UInt8] {
+        if let bytes = Self.encoded(reply, serial: serial, logger: logger) { return bytes }
+        let e = BusError(.failed, "the reply does not encode")
+        return Self.encoded(
+            g_dbus_message_new_method_error_literal(message, e.name.rawValue, e.message)!,
+            serial: serial, logger: logger) ?? []
+    }
+
+    /// `reply`'s bytes on the wire (it is consumed), numbered `serial`; nil, logged, if GDBus
+    /// cannot encode it. The copy GDBus made is zeroed: a reply may hold a secret (a plain
+    /// session's).
+    private static func encoded(_ reply: OpaquePointer, serial: UInt32, logger: Logger)
+        -> [UInt8]?
+    {
         defer { g_object_unref(UnsafeMutableRawPointer(reply)) }
         g_dbus_message_set_serial(reply, serial)
         var err: UnsafeMutablePointer<GError>?
@@ -170,26 +185,12 @@ extension SecretService: BusResponder {
                 "secret service: a reply vaultd made does not encode: \(String(cString: cg_error_message(err)))"
             )
             g_error_free(err)
-            return errorBytes(message, serial, BusError(.failed, "the reply does not encode"))
+            return nil
         }
-        // The reply may hold a secret (a plain session's): zeroed once copied.
         defer {
             explicit_bzero(blob, Int(size))
             g_free(blob)
         }
-        return Array(UnsafeBufferPointer(start: blob, count: Int(size)))
-    }
-
-    /// An error reply's bytes, for when a reply does not encode (an error with a short message
-    /// always does).
-    private func errorBytes(_ message: OpaquePointer, _ serial: UInt32, _ e: BusError) -> [UInt8] {
-        let reply = g_dbus_message_new_method_error_literal(message, e.name.rawValue, e.message)!
-        defer { g_object_unref(UnsafeMutableRawPointer(reply)) }
-        g_dbus_message_set_serial(reply, serial)
-        var size: gsize = 0
-        guard let blob = g_dbus_message_to_blob(reply, &size, G_DBUS_CAPABILITY_FLAGS_NONE, nil)
-        else { return [] }
-        defer { g_free(blob) }
         return Array(UnsafeBufferPointer(start: blob, count: Int(size)))
     }
 
